@@ -1,0 +1,92 @@
+/* Counting allocator with a failure-injection hook for tests. */
+#include "base/alloc.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long alloc_count;
+static atomic_long alloc_fail_index = -1;
+static atomic_int alloc_did_fail;
+
+static int alloc_should_fail(void)
+{
+    long n = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+    long fail = atomic_load_explicit(&alloc_fail_index, memory_order_relaxed);
+    if (fail >= 0 && n == fail) {
+        atomic_store(&alloc_did_fail, 1);
+        errno = ENOMEM;
+        return 1;
+    }
+    return 0;
+}
+
+long msr_alloc_fail_at(long index)
+{
+    long n = atomic_exchange(&alloc_count, 0);
+    atomic_store(&alloc_fail_index, index);
+    atomic_store(&alloc_did_fail, 0);
+    return n;
+}
+
+int msr_alloc_failed(void)
+{
+    return atomic_load(&alloc_did_fail);
+}
+
+void *msr_malloc(size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *msr_calloc(size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (alloc_should_fail())
+        return NULL;
+    return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *msr_realloc(void *ptr, size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return realloc(ptr, size ? size : 1);
+}
+
+void *msr_realloc_array(void *ptr, size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return msr_realloc(ptr, n * size);
+}
+
+char *msr_strndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *d = msr_malloc(len + 1);
+    if (d == NULL)
+        return NULL;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+char *msr_strdup(const char *s)
+{
+    return msr_strndup(s, SIZE_MAX);
+}
+
+void msr_free(void *ptr)
+{
+    free(ptr);
+}

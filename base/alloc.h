@@ -1,0 +1,26 @@
+/* Allocation through one hook, so tests can fail each allocation in turn. */
+#ifndef MSR_BASE_ALLOC_H
+#define MSR_BASE_ALLOC_H
+
+#include <stddef.h>
+
+/* Like malloc/calloc/realloc/free/strdup, but every call counts and the
+ * test hook below can make a chosen one fail (returning NULL, errno ENOMEM).
+ * msr_calloc and msr_realloc_array check n * size for overflow. */
+void *msr_malloc(size_t size);
+void *msr_calloc(size_t n, size_t size);
+void *msr_realloc(void *ptr, size_t size);
+void *msr_realloc_array(void *ptr, size_t n, size_t size);
+char *msr_strdup(const char *s);
+char *msr_strndup(const char *s, size_t n);
+void msr_free(void *ptr);
+
+/* Test hook (the one piece of global state allowed besides signal flags):
+ * the index-th allocation from now on fails, counting from 0; -1 turns it
+ * off. Returns the number of allocations made since the last call. */
+long msr_alloc_fail_at(long index);
+
+/* Whether the hook has made an allocation fail since msr_alloc_fail_at. */
+int msr_alloc_failed(void);
+
+#endif

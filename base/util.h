@@ -1,0 +1,35 @@
+/* Small helpers: strict number parsing, environment, file descriptors. */
+#ifndef MSR_BASE_UTIL_H
+#define MSR_BASE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "msrun/base.h"
+
+/* Parses a whole decimal integer in [min, max]; leading/trailing spaces and
+ * junk are refused. Writes *out_p only on success. */
+msr_status_t msr_parse_i64(const char *text, int64_t min, int64_t max, int64_t *out_p);
+/* Parses a boolean: 1/0, true/false, yes/no, on/off (any case). */
+msr_status_t msr_parse_bool(const char *text, int *out_p);
+
+/* An integer environment variable in [min, max], or def when unset or empty.
+ * A set but invalid value is logged once and def is used. */
+int64_t msr_env_i64(const char *name, int64_t def, int64_t min, int64_t max);
+
+/* Writes all len bytes, retrying after EINTR and short writes. */
+msr_status_t msr_write_all(int fd, const void *data, size_t len);
+/* Reads exactly len bytes; MSR_ERR_IO at end of file before that. */
+msr_status_t msr_read_full(int fd, void *data, size_t len);
+msr_status_t msr_fd_set_nonblock(int fd, int on);
+msr_status_t msr_fd_set_cloexec(int fd, int on);
+
+/* The name of a signal ("SIGKILL"), or "signal N" written into buf. */
+const char *msr_signal_name(int sig, char *buf, size_t len);
+
+/* Fills buf with len random bytes from the kernel (getrandom), falling back
+ * to time and pid mixing if that fails. */
+void msr_random_bytes(void *buf, size_t len);
+
+#endif

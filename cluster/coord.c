@@ -1,0 +1,1403 @@
+/* The coordinator's core: membership, generations, failures and the store,
+ * owned by one thread; waits are held as records with timers, not threads. */
+#include "cluster/coord.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <grpc/status.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/heap.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/map.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "cluster/coord_internal.h"
+
+/* ---- small helpers ---- */
+
+void msr_blob_unref(msr_blob_t *blob)
+{
+    if (blob && atomic_fetch_sub(&blob->refs, 1) == 1)
+        msr_free(blob);
+}
+
+static msr_blob_t *blob_pack(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    msr_blob_t *b = msr_malloc(sizeof *b + len);
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->len = protobuf_c_message_pack(msg, b->data);
+    return b;
+}
+
+static void reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
+{
+    c->responder.reply(call, resp);
+}
+
+static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->responder.fail(call, code, msg);
+}
+
+static const char *state_name(Msr__JobState s)
+{
+    switch (s) {
+    case MSR__JOB_STATE__JOB_WAITING:
+        return "waiting";
+    case MSR__JOB_STATE__JOB_RUNNING:
+        return "running";
+    case MSR__JOB_STATE__JOB_RESTARTING:
+        return "restarting";
+    case MSR__JOB_STATE__JOB_DONE:
+        return "done";
+    case MSR__JOB_STATE__JOB_FAILED:
+        return "failed";
+    default:
+        return "unknown";
+    }
+}
+
+static int state_terminal(Msr__JobState s)
+{
+    return s == MSR__JOB_STATE__JOB_DONE || s == MSR__JOB_STATE__JOB_FAILED;
+}
+
+static int state_forming(Msr__JobState s)
+{
+    return s == MSR__JOB_STATE__JOB_WAITING || s == MSR__JOB_STATE__JOB_RESTARTING;
+}
+
+/* ---- waiters ---- */
+
+static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void *owner,
+                            msr_list_t *list, int64_t wait_ms)
+{
+    waiter_t *w = msr_calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    msr_timer_init(&w->timer);
+    w->kind = kind;
+    w->call = call;
+    w->owner = owner;
+    msr_list_init(&w->link);
+    /* Answer before the client's own deadline, so it hears why. */
+    uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
+    uint64_t client = c->responder.deadline(call);
+    if (client != MSR_DEADLINE_NEVER) {
+        uint64_t margin = 200 * 1000000ull;
+        uint64_t now = msr_now_ns();
+        uint64_t cl = client > now + margin ? client - margin : now;
+        if (cl < deadline)
+            deadline = cl;
+    }
+    if (deadline != MSR_DEADLINE_NEVER &&
+        msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
+        msr_free(w);
+        return NULL;
+    }
+    if (list)
+        msr_list_push_back(list, &w->link);
+    c->responder.set_data(call, w);
+    return w;
+}
+
+static void waiter_free(msr_coord_t *c, waiter_t *w)
+{
+    msr_heap_remove(&c->timers, &w->timer);
+    msr_list_remove(&w->link);
+    c->responder.set_data(w->call, NULL);
+    msr_free(w);
+}
+
+/* ---- nodes ---- */
+
+static node_t *node_find(msr_coord_t *c, const char *id)
+{
+    if (id == NULL || *id == '\0')
+        return NULL;
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (strcmp(c->nodes[i]->id, id) == 0)
+            return c->nodes[i];
+    return NULL;
+}
+
+static int alive_nodes(const msr_coord_t *c)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->nnodes; i++)
+        n += c->nodes[i]->alive;
+    return n;
+}
+
+static node_t *member_of_rank(const msr_coord_t *c, int rank)
+{
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->alive && c->nodes[i]->rank == rank)
+            return c->nodes[i];
+    return NULL;
+}
+
+/* ---- failures ---- */
+
+static void failure_clear(failure_t *f)
+{
+    for (size_t i = 0; i < f->ntail; i++)
+        msr_free(f->tail[i]);
+    memset(f, 0, sizeof *f);
+}
+
+static void failure_from_msg(failure_t *f, const Msr__Failure *m)
+{
+    failure_clear(f);
+    f->set = 1;
+    f->node_rank = m->node_rank;
+    snprintf(f->host, sizeof f->host, "%s", m->host ? m->host : "");
+    f->rank = m->rank;
+    f->pid = m->pid;
+    f->exit_code = m->exit_code;
+    f->signal = m->signal;
+    f->time = m->time;
+    f->generation = m->generation;
+    snprintf(f->reason, sizeof f->reason, "%s", m->reason ? m->reason : "");
+    size_t n = m->n_stderr_tail < MSR_FAILURE_TAIL ? m->n_stderr_tail : MSR_FAILURE_TAIL;
+    for (size_t i = 0; i < n; i++) {
+        f->tail[f->ntail] = msr_strndup(m->stderr_tail[i], 4096);
+        if (f->tail[f->ntail])
+            f->ntail++;
+    }
+}
+
+static void failure_to_msg(const failure_t *f, Msr__Failure *m)
+{
+    msr__failure__init(m);
+    m->node_rank = f->node_rank;
+    m->host = (char *)f->host;
+    m->rank = f->rank;
+    m->pid = f->pid;
+    m->exit_code = f->exit_code;
+    m->signal = f->signal;
+    m->time = f->time;
+    m->n_stderr_tail = f->ntail;
+    m->stderr_tail = (char **)f->tail;
+    m->generation = f->generation;
+    m->reason = (char *)f->reason;
+}
+
+static void describe_failure(const failure_t *f, char *out, size_t len)
+{
+    char sig[32];
+    if (f->signal > 0)
+        snprintf(out, len, "rank %d on node %d (%s) was killed by %s", f->rank, f->node_rank,
+                 f->host, msr_signal_name(f->signal, sig, sizeof sig));
+    else if (f->rank >= 0)
+        snprintf(out, len, "rank %d on node %d (%s) %s with code %d", f->rank, f->node_rank,
+                 f->host, f->reason[0] ? f->reason : "exited", f->exit_code);
+    else
+        snprintf(out, len, "node %d (%s): %s", f->node_rank, f->host, f->reason);
+}
+
+/* ---- the store ---- */
+
+static void kv_free(void *v)
+{
+    msr_free(v);
+}
+
+static void getwait_free(void *v)
+{
+    msr_free(v);
+}
+
+static void barrier_free(void *v)
+{
+    barrier_t *b = v;
+    if (b)
+        msr_free(b);
+}
+
+static void gather_free(void *v)
+{
+    gather_t *g = v;
+    if (g == NULL)
+        return;
+    for (uint32_t i = 0; i < g->count; i++)
+        msr_free(g->entries[i].data);
+    msr_free(g->entries);
+    msr_free(g);
+}
+
+/* Fails every waiting store call and empties the store: a new generation
+ * starts from nothing. */
+static void store_reset(msr_coord_t *c, const char *why)
+{
+    for (msr_timer_t **pt = c->timers.items; pt && pt < c->timers.items + c->timers.count;) {
+        waiter_t *w = MSR_CONTAINER_OF(*pt, waiter_t, timer);
+        if (w->kind == W_HEARTBEAT) {
+            pt++;
+            continue;
+        }
+        void *call = w->call;
+        waiter_free(c, w); /* moves another timer into this slot */
+        fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
+    }
+    /* Waits with no deadline are not in the heap: walk the records. */
+    msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
+    for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
+        for (size_t i = 0; i < maps[m]->nbuckets; i++) {
+            for (msr_map_entry_t *e = maps[m]->buckets[i]; e; e = e->next) {
+                msr_list_t *list = m == 0   ? &((getwait_t *)e->value)->waiters
+                                   : m == 1 ? &((barrier_t *)e->value)->waiters
+                                            : &((gather_t *)e->value)->waiters;
+                msr_list_t *pos, *tmp;
+                msr_list_for_each_safe(pos, tmp, list)
+                {
+                    waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+                    void *call = w->call;
+                    waiter_free(c, w);
+                    fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
+                }
+            }
+        }
+    }
+    msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->getwait, getwait_free);
+    msr_map_cleanup(&c->barriers, barrier_free);
+    msr_map_cleanup(&c->gathers, gather_free);
+}
+
+static int check_generation(msr_coord_t *c, void *call, int generation)
+{
+    if (generation == c->generation)
+        return 1;
+    fail(c, call, GRPC_STATUS_ABORTED,
+         "stale generation %d: the job is at generation %d (this process belongs to a round "
+         "that has ended)",
+         generation, c->generation);
+    return 0;
+}
+
+static int check_key(msr_coord_t *c, void *call, const char *what, const char *key)
+{
+    if (msr_rpc_key_valid(key))
+        return 1;
+    fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
+         MSR_KEY_MAX);
+    return 0;
+}
+
+static kv_t *kv_new(const void *data, size_t len)
+{
+    kv_t *v = msr_malloc(sizeof *v + len);
+    if (v == NULL)
+        return NULL;
+    v->len = len;
+    if (len)
+        memcpy(v->data, data, len);
+    return v;
+}
+
+static void reply_value(msr_coord_t *c, void *call, const kv_t *v)
+{
+    Msr__GetResponse r = MSR__GET_RESPONSE__INIT;
+    r.value.data = (uint8_t *)v->data;
+    r.value.len = v->len;
+    reply(c, call, &r.base);
+}
+
+/* Answers everyone waiting for key now that it has a value. */
+static void wake_getters(msr_coord_t *c, const char *key, const kv_t *v)
+{
+    getwait_t *gw = msr_map_remove(&c->getwait, key);
+    if (gw == NULL)
+        return;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &gw->waiters)
+    {
+        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *call = w->call;
+        waiter_free(c, w);
+        reply_value(c, call, v);
+    }
+    getwait_free(gw);
+}
+
+static int store_put(msr_coord_t *c, void *call, const char *key, const void *data, size_t len)
+{
+    kv_t *v = kv_new(data, len);
+    void *old = NULL;
+    if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
+        msr_free(v);
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return 0;
+    }
+    kv_free(old);
+    wake_getters(c, key, v);
+    return 1;
+}
+
+static void do_set(msr_coord_t *c, void *call, const Msr__SetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key))
+        return;
+    if (store_put(c, call, req->key, req->value.data, req->value.len)) {
+        Msr__SetResponse r = MSR__SET_RESPONSE__INIT;
+        reply(c, call, &r.base);
+    }
+}
+
+static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
+        return;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    if (v) {
+        reply_value(c, call, v);
+        return;
+    }
+    if (req->wait_ms == 0) {
+        fail(c, call, GRPC_STATUS_NOT_FOUND, "key '%.200s' not found", req->key);
+        return;
+    }
+    getwait_t *gw = msr_map_get(&c->getwait, req->key);
+    if (gw == NULL) {
+        gw = msr_calloc(1, sizeof *gw);
+        if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
+            msr_free(gw);
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        msr_list_init(&gw->waiters);
+    }
+    int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+    waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
+    if (w == NULL) {
+        if (msr_list_empty(&gw->waiters))
+            getwait_free(msr_map_remove(&c->getwait, req->key));
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    snprintf(w->what, sizeof w->what, "key '%.200s' was not set", req->key);
+    w->wait_ms = wait;
+}
+
+static int parse_counter(const kv_t *v, int64_t *out)
+{
+    char text[32];
+    if (v->len == 0 || v->len >= sizeof text)
+        return 0;
+    memcpy(text, v->data, v->len);
+    text[v->len] = '\0';
+    return msr_parse_i64(text, INT64_MIN, INT64_MAX, out) == MSR_OK;
+}
+
+static void do_add(msr_coord_t *c, void *call, const Msr__AddRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
+        return;
+    int64_t value = 0;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    if (v && !parse_counter(v, &value)) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "add: key '%.200s' holds a value that is not a counter", req->key);
+        return;
+    }
+    if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
+        (req->delta < 0 && value < INT64_MIN - req->delta)) {
+        fail(c, call, GRPC_STATUS_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
+        return;
+    }
+    value += req->delta;
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRId64, value);
+    if (store_put(c, call, req->key, text, (size_t)n)) {
+        Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
+        r.value = value;
+        reply(c, call, &r.base);
+    }
+}
+
+static void do_compare_set(msr_coord_t *c, void *call, const Msr__CompareSetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "compare-set", req->key))
+        return;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    int match = req->expect_absent
+                    ? v == NULL
+                    : (v != NULL && v->len == req->expected.len &&
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+    Msr__CompareSetResponse r = MSR__COMPARE_SET_RESPONSE__INIT;
+    if (match) {
+        if (!store_put(c, call, req->key, req->desired.data, req->desired.len))
+            return;
+        v = msr_map_get(&c->store, req->key);
+        r.swapped = 1;
+    }
+    if (v) {
+        r.present = 1;
+        r.current.data = v->data;
+        r.current.len = v->len;
+    }
+    reply(c, call, &r.base);
+}
+
+static void do_delete(msr_coord_t *c, void *call, const Msr__DeleteRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key))
+        return;
+    kv_t *v = msr_map_remove(&c->store, req->key);
+    Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
+    r.existed = v != NULL;
+    kv_free(v);
+    reply(c, call, &r.base);
+}
+
+static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
+        return;
+    uint32_t weight = req->weight ? req->weight : 1;
+    if (req->count == 0) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "barrier '%.200s': count is 0", req->name);
+        return;
+    }
+    barrier_t *b = msr_map_get(&c->barriers, req->name);
+    if (b == NULL) {
+        b = msr_calloc(1, sizeof *b);
+        if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
+            msr_free(b);
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        b->count = req->count;
+        msr_list_init(&b->waiters);
+    } else if (b->count != req->count) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "barrier '%.200s': count %u differs from the %u given by earlier participants",
+             req->name, req->count, b->count);
+        return;
+    }
+    if (weight > b->count - b->arrived) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "barrier '%.200s': %u more participants than its count of %u", req->name,
+             weight - (b->count - b->arrived), b->count);
+        return;
+    }
+    b->arrived += weight;
+    if (b->arrived < b->count) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        waiter_t *w = waiter_new(c, call, W_BARRIER, b, &b->waiters, wait);
+        if (w == NULL) {
+            b->arrived -= weight;
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
+        w->wait_ms = wait;
+        return;
+    }
+    /* Everyone is here: release them all and forget the barrier. */
+    msr_map_remove(&c->barriers, req->name);
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &b->waiters)
+    {
+        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *wcall = w->call;
+        waiter_free(c, w);
+        reply(c, wcall, &r.base);
+    }
+    barrier_free(b);
+    reply(c, call, &r.base);
+}
+
+static msr_blob_t *gather_result(const gather_t *g)
+{
+    uint8_t *concat = msr_malloc(g->bytes ? g->bytes : 1);
+    uint32_t *lengths = msr_malloc(sizeof *lengths * g->count);
+    msr_blob_t *blob = NULL;
+    if (concat && lengths) {
+        size_t off = 0;
+        for (uint32_t i = 0; i < g->count; i++) {
+            lengths[i] = (uint32_t)g->entries[i].len;
+            if (g->entries[i].len)
+                memcpy(concat + off, g->entries[i].data, g->entries[i].len);
+            off += g->entries[i].len;
+        }
+        Msr__AllgatherResponse r = MSR__ALLGATHER_RESPONSE__INIT;
+        r.data.data = concat;
+        r.data.len = g->bytes;
+        r.n_lengths = g->count;
+        r.lengths = lengths;
+        blob = blob_pack(&r.base);
+    }
+    msr_free(concat);
+    msr_free(lengths);
+    return blob;
+}
+
+static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
+        return;
+    if (req->count == 0 || req->count > MSR_GATHER_MAX) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': count %u not in 1..%u",
+             req->name, req->count, MSR_GATHER_MAX);
+        return;
+    }
+    if (req->n_entries == 0) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': no contribution",
+             req->name);
+        return;
+    }
+    gather_t *g = msr_map_get(&c->gathers, req->name);
+    int created = 0;
+    if (g == NULL) {
+        g = msr_calloc(1, sizeof *g);
+        if (g)
+            g->entries = msr_calloc(req->count, sizeof *g->entries);
+        if (g == NULL || g->entries == NULL ||
+            msr_map_put(&c->gathers, req->name, g, NULL) != MSR_OK) {
+            if (g)
+                msr_free(g->entries);
+            msr_free(g);
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        g->count = req->count;
+        msr_list_init(&g->waiters);
+        created = 1;
+    } else if (g->count != req->count) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "allgather '%.200s': count %u differs from the %u given by earlier participants",
+             req->name, req->count, g->count);
+        return;
+    }
+    /* Check every entry before taking any, so a bad request changes nothing. */
+    for (size_t i = 0; i < req->n_entries; i++) {
+        uint32_t idx = req->entries[i]->index;
+        int dup = idx < g->count && g->entries[idx].present;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = req->entries[j]->index == idx;
+        if (idx >= g->count || dup || req->entries[i]->data.len > UINT32_MAX) {
+            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
+                 req->name, idx,
+                 idx >= g->count ? "not below the count"
+                 : dup           ? "given twice"
+                                 : "too large");
+            if (created)
+                gather_free(msr_map_remove(&c->gathers, req->name));
+            return;
+        }
+    }
+    size_t i;
+    for (i = 0; i < req->n_entries; i++) {
+        const Msr__Contribution *e = req->entries[i];
+        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
+        if (copy == NULL)
+            break;
+        if (e->data.len)
+            memcpy(copy, e->data.data, e->data.len);
+        g->entries[e->index].data = copy;
+        g->entries[e->index].len = e->data.len;
+        g->entries[e->index].present = 1;
+        g->bytes += e->data.len;
+        g->received++;
+    }
+    if (i < req->n_entries) {
+        /* Undo this request's entries: it failed as a whole. */
+        while (i-- > 0) {
+            gather_entry_t *ge = &g->entries[req->entries[i]->index];
+            g->bytes -= ge->len;
+            msr_free(ge->data);
+            memset(ge, 0, sizeof *ge);
+            g->received--;
+        }
+        if (created)
+            gather_free(msr_map_remove(&c->gathers, req->name));
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    if (g->received < g->count) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        waiter_t *w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
+        if (w == NULL) {
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
+        w->wait_ms = wait;
+        return;
+    }
+    /* Complete: pack the result once and send it to every participant. */
+    msr_map_remove(&c->gathers, req->name);
+    msr_blob_t *blob = gather_result(g);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &g->waiters)
+    {
+        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *wcall = w->call;
+        waiter_free(c, w);
+        if (blob)
+            c->responder.reply_blob(wcall, blob);
+        else
+            fail(c, wcall, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    }
+    if (blob)
+        c->responder.reply_blob(call, blob);
+    else
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    msr_blob_unref(blob);
+    gather_free(g);
+}
+
+/* ---- the job ---- */
+
+static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n);
+
+/* Answers every held heartbeat: the job's state or generation changed. */
+static void wake_heartbeats(msr_coord_t *c)
+{
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        if (n->hb == NULL)
+            continue;
+        waiter_t *w = n->hb;
+        void *call = w->call;
+        n->hb = NULL;
+        waiter_free(c, w);
+        heartbeat_reply(c, call, n);
+    }
+}
+
+static void set_state(msr_coord_t *c, Msr__JobState s)
+{
+    if (c->state != s)
+        MSR_INFO("job %s: generation %d %s", c->job_id ? c->job_id : "?", c->generation,
+                 state_name(s));
+    c->state = s;
+    if (state_forming(s))
+        c->form_deadline = msr_deadline_in_ms(c->config.join_timeout_ms);
+    else
+        c->form_deadline = MSR_DEADLINE_NEVER;
+    c->dirty = 1;
+    wake_heartbeats(c);
+}
+
+static void start_generation(msr_coord_t *c, int generation, const char *why)
+{
+    c->generation = generation;
+    char msg[640];
+    snprintf(msg, sizeof msg, "generation %d ended: %.560s", generation - 1, why);
+    store_reset(c, msg);
+    for (size_t i = 0; i < c->nnodes; i++)
+        c->nodes[i]->rank = -1;
+    memset(c->rank_done, 0, (size_t)c->worker_num);
+    c->ndone = 0;
+}
+
+/* Ends the running generation after a failure: a new one if restarts remain,
+ * else the job fails. Takes the tail strings of f. */
+static void generation_failed(msr_coord_t *c, failure_t *f)
+{
+    char what[512];
+    describe_failure(f, what, sizeof what);
+    if (!c->failure.set || c->failure.generation != f->generation) {
+        failure_clear(&c->failure);
+        c->failure = *f; /* the tail strings now belong to c->failure */
+    } else {
+        failure_clear(f);
+    }
+    if (c->restart_count < c->max_restarts) {
+        c->restart_count++;
+        snprintf(c->message, sizeof c->message, "restart %d of %d after %s", c->restart_count,
+                 c->max_restarts, what);
+        MSR_WARN("job %s: %s", c->job_id, c->message);
+        start_generation(c, c->generation + 1, what);
+        set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+        return;
+    }
+    if (c->max_restarts > 0)
+        snprintf(c->message, sizeof c->message, "%s; no restarts left (%d used)", what,
+                 c->restart_count);
+    else
+        snprintf(c->message, sizeof c->message, "%s", what);
+    MSR_WARN("job %s failed: %s", c->job_id, c->message);
+    set_state(c, MSR__JOB_STATE__JOB_FAILED);
+}
+
+static void fail_job(msr_coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fail_job(msr_coord_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->message, sizeof c->message, fmt, ap);
+    va_end(ap);
+    MSR_WARN("job %s failed: %s", c->job_id ? c->job_id : "?", c->message);
+    set_state(c, MSR__JOB_STATE__JOB_FAILED);
+}
+
+/* Forms the generation once enough nodes are ready for it. */
+static void try_form(msr_coord_t *c)
+{
+    if (!state_forming(c->state) || !c->configured)
+        return;
+    int ready = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        ready += n->alive && n->ready_generation >= c->generation;
+    }
+    if (ready < c->node_count)
+        return;
+    /* Wanted ranks first, then the rest by arrival. */
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        n->rank = -1;
+        if (n->alive && n->ready_generation >= c->generation && n->wanted_rank >= 0)
+            n->rank = n->wanted_rank;
+    }
+    int next = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        if (!n->alive || n->ready_generation < c->generation || n->rank >= 0)
+            continue;
+        while (member_of_rank(c, next))
+            next++;
+        n->rank = next;
+    }
+    node_t *zero = member_of_rank(c, 0);
+    snprintf(c->master_addr, sizeof c->master_addr, "%s", zero ? zero->host : "");
+    c->master_port = zero ? zero->free_port : 0;
+    c->message[0] = '\0';
+    MSR_INFO("job %s: generation %d formed with %d nodes (%d workers)", c->job_id, c->generation,
+             c->node_count, c->worker_num);
+    set_state(c, MSR__JOB_STATE__JOB_RUNNING);
+}
+
+static void node_lost(msr_coord_t *c, node_t *n, const char *why)
+{
+    n->alive = 0;
+    if (n->hb) {
+        waiter_t *w = n->hb;
+        void *call = w->call;
+        n->hb = NULL;
+        waiter_free(c, w);
+        fail(c, call, GRPC_STATUS_UNAVAILABLE, "node %s: %s", n->id, why);
+    }
+    MSR_WARN("job %s: node %d (%s, pid %d) %s", c->job_id, n->rank, n->host, n->pid, why);
+    if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0) {
+        failure_t f;
+        memset(&f, 0, sizeof f);
+        f.set = 1;
+        f.node_rank = n->rank;
+        snprintf(f.host, sizeof f.host, "%s", n->host);
+        f.rank = -1;
+        f.pid = n->pid;
+        f.exit_code = -1;
+        f.time = msr_wall_time();
+        f.generation = c->generation;
+        snprintf(f.reason, sizeof f.reason, "%s", why);
+        generation_failed(c, &f);
+    } else {
+        c->dirty = 1;
+        wake_heartbeats(c);
+    }
+}
+
+static void fill_assignment(const msr_coord_t *c, const node_t *n, Msr__Assignment *a)
+{
+    msr__assignment__init(a);
+    a->node_rank = n->rank;
+    a->node_count = c->node_count;
+    a->world_size = c->worker_num;
+    a->rank_offset = n->rank * c->local_worker_num;
+    a->local_world_size = c->local_worker_num;
+    a->master_addr = (char *)c->master_addr;
+    a->master_port = c->master_port;
+}
+
+static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
+{
+    Msr__HeartbeatResponse r = MSR__HEARTBEAT_RESPONSE__INIT;
+    Msr__Assignment a;
+    Msr__Failure f;
+    char *missing[64];
+    char names[64][32];
+    size_t nmissing = 0;
+    r.generation = c->generation;
+    r.state = c->state;
+    r.restart_count = c->restart_count;
+    r.max_restarts = c->max_restarts;
+    r.message = c->message;
+    if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->alive && n->rank >= 0) {
+        fill_assignment(c, n, &a);
+        r.assignment = &a;
+    }
+    if (state_forming(c->state)) {
+        int ready = 0;
+        for (size_t i = 0; i < c->nnodes; i++) {
+            node_t *m = c->nodes[i];
+            if (!m->alive)
+                continue;
+            if (m->ready_generation >= c->generation) {
+                ready++;
+            } else if (nmissing < MSR_ARRAY_SIZE(names)) {
+                snprintf(names[nmissing], sizeof names[0], "%s (stopping)", m->host);
+                missing[nmissing] = names[nmissing];
+                nmissing++;
+            }
+        }
+        r.joined_nodes = ready;
+        r.expected_nodes = c->node_count;
+        int absent = c->node_count - alive_nodes(c);
+        if (absent > 0 && nmissing < MSR_ARRAY_SIZE(names)) {
+            snprintf(names[nmissing], sizeof names[0], "%d node%s not yet joined", absent,
+                     absent == 1 ? "" : "s");
+            missing[nmissing] = names[nmissing];
+            nmissing++;
+        }
+        r.n_missing = nmissing;
+        r.missing = missing;
+    }
+    if (c->failure.set) {
+        failure_to_msg(&c->failure, &f);
+        r.failure = &f;
+    }
+    reply(c, call, &r.base);
+}
+
+static void job_configure(msr_coord_t *c, const Msr__JoinRequest *req)
+{
+    if (!c->job_id || !*c->job_id) {
+        msr_free(c->job_id);
+        c->job_id = msr_strdup(req->job_id ? req->job_id : "");
+    }
+    if (c->worker_num <= 0)
+        c->worker_num = req->worker_num;
+    if (c->local_worker_num <= 0)
+        c->local_worker_num = req->local_worker_num;
+    if (c->max_restarts < 0)
+        c->max_restarts = req->max_restarts;
+}
+
+static int job_settings_valid(msr_coord_t *c)
+{
+    if (c->worker_num <= 0 || c->local_worker_num <= 0 || c->worker_num % c->local_worker_num)
+        return 0;
+    c->node_count = c->worker_num / c->local_worker_num;
+    if (c->rank_done == NULL) {
+        c->rank_done = msr_calloc((size_t)c->worker_num, 1);
+        if (c->rank_done == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+#define MISMATCH(opt, mine, theirs)                                                                \
+    do {                                                                                           \
+        if ((mine) != (theirs)) {                                                                  \
+            MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id, \
+                     req->host, req->pid, opt, (int)(theirs), (int)(mine));                        \
+            fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,                                         \
+                 "this node's %s is %d but the job's is %d", opt, (int)(theirs), (int)(mine));     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
+{
+    const char *host = req->host && *req->host ? req->host : "unknown host";
+    if (req->protocol_version != MSR_PROTOCOL_VERSION) {
+        MSR_WARN("refused node %s (pid %d): protocol version %u, the coordinator speaks %d", host,
+                 req->pid, req->protocol_version, MSR_PROTOCOL_VERSION);
+        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+             "this node speaks protocol version %u but the coordinator speaks %d (mixed msrun "
+             "versions?)",
+             req->protocol_version, MSR_PROTOCOL_VERSION);
+        return;
+    }
+    if (state_terminal(c->state)) {
+        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION, "the job has already %s",
+             c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
+        return;
+    }
+    if (!c->configured) {
+        job_configure(c, req);
+        if (!job_settings_valid(c)) {
+            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+                 "worker_num %d is not a positive multiple of local_worker_num %d", req->worker_num,
+                 req->local_worker_num);
+            /* Let a correct node configure the job instead. */
+            if (!c->config.worker_num)
+                c->worker_num = 0;
+            if (!c->config.local_worker_num)
+                c->local_worker_num = 0;
+            return;
+        }
+        c->configured = 1;
+    }
+    const char *jid = req->job_id ? req->job_id : "";
+    if (strcmp(jid, c->job_id) != 0) {
+        MSR_WARN("job %s: refused node %s (pid %d): its job id is '%s'", c->job_id, host, req->pid,
+                 jid);
+        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+             "this node's job id is '%.100s' but the coordinator runs job '%.100s'", jid,
+             c->job_id);
+        return;
+    }
+    MISMATCH("worker_num", c->worker_num, req->worker_num);
+    MISMATCH("local_worker_num", c->local_worker_num, req->local_worker_num);
+    MISMATCH("max_restarts", c->max_restarts, req->max_restarts);
+    node_t *n = node_find(c, req->node_id);
+    if (n == NULL) {
+        if (req->node_rank >= c->node_count) {
+            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+                 "node_rank %d is out of range: the job has %d nodes (0 .. %d)", req->node_rank,
+                 c->node_count, c->node_count - 1);
+            return;
+        }
+        for (size_t i = 0; i < c->nnodes; i++) {
+            node_t *m = c->nodes[i];
+            if (m->alive && req->node_rank >= 0 && m->wanted_rank == req->node_rank) {
+                MSR_WARN("job %s: refused node %s (pid %d): node rank %d is taken by %s (pid %d)",
+                         c->job_id, host, req->pid, req->node_rank, m->host, m->pid);
+                fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+                     "node rank %d is already taken by %s (pid %d)", req->node_rank, m->host,
+                     m->pid);
+                return;
+            }
+        }
+        if (alive_nodes(c) >= c->node_count) {
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
+                 c->node_count);
+            return;
+        }
+        if (c->nnodes == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 8;
+            node_t **nodes = msr_realloc_array(c->nodes, cap, sizeof *nodes);
+            if (nodes == NULL) {
+                fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+                return;
+            }
+            c->nodes = nodes;
+            c->cap = cap;
+        }
+        n = msr_calloc(1, sizeof *n);
+        if (n == NULL || (n->host = msr_strdup(host)) == NULL) {
+            msr_free(n);
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        unsigned char rnd[12];
+        msr_random_bytes(rnd, sizeof rnd);
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(n->id + 2 * i, 3, "%02x", rnd[i]);
+        n->wanted_rank = req->node_rank >= 0 ? req->node_rank : -1;
+        n->rank = -1;
+        n->ready_generation = -1;
+        c->nodes[c->nnodes++] = n;
+        MSR_INFO("job %s: node %s joined from %s (pid %d, %d workers, %d of %d nodes)", c->job_id,
+                 n->id, host, req->pid, req->local_worker_num, alive_nodes(c) + 1, c->node_count);
+    }
+    n->alive = 1;
+    n->pid = req->pid;
+    n->local_worker_num = req->local_worker_num;
+    n->free_port = req->free_port;
+    n->last_seen = msr_now_ns();
+    c->dirty = 1;
+    Msr__JoinResponse r = MSR__JOIN_RESPONSE__INIT;
+    r.node_id = n->id;
+    r.worker_num = c->worker_num;
+    r.local_worker_num = c->local_worker_num;
+    r.node_count = c->node_count;
+    r.max_restarts = c->max_restarts;
+    r.generation = c->generation;
+    reply(c, call, &r.base);
+    wake_heartbeats(c); /* others' progress lines change */
+}
+
+static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest *req)
+{
+    node_t *n = node_find(c, req->node_id);
+    if (n == NULL || !n->alive) {
+        fail(c, call, GRPC_STATUS_NOT_FOUND,
+             n ? "this node was declared lost; join again"
+               : "unknown node (the coordinator may have restarted); join again");
+        return;
+    }
+    n->last_seen = msr_now_ns();
+    if (n->hb) {
+        /* A newer heartbeat replaces the held one. */
+        waiter_t *w = n->hb;
+        void *old = w->call;
+        n->hb = NULL;
+        waiter_free(c, w);
+        heartbeat_reply(c, old, n);
+    }
+    if (req->ready_generation > n->ready_generation) {
+        n->ready_generation = req->ready_generation;
+        c->dirty = 1;
+        if (state_forming(c->state))
+            wake_heartbeats(c); /* progress for the others */
+        try_form(c);
+    }
+    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
+        heartbeat_reply(c, call, n);
+        return;
+    }
+    int64_t wait = req->wait_ms > 60000 ? 60000 : (int64_t)req->wait_ms;
+    waiter_t *w = waiter_new(c, call, W_HEARTBEAT, n, NULL, wait);
+    if (w == NULL) {
+        heartbeat_reply(c, call, n);
+        return;
+    }
+    n->hb = w;
+}
+
+static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
+{
+    node_t *n = node_find(c, req->node_id);
+    Msr__ReportResponse r = MSR__REPORT_RESPONSE__INIT;
+    if (n == NULL) {
+        fail(c, call, GRPC_STATUS_NOT_FOUND, "unknown node; join again");
+        return;
+    }
+    n->last_seen = msr_now_ns();
+    const Msr__Failure *e = req->exit;
+    if (e == NULL) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "report without an exit");
+        return;
+    }
+    if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
+        if (e->exit_code == 0 && e->signal == 0) {
+            if (e->rank >= 0 && e->rank < c->worker_num && !c->rank_done[e->rank]) {
+                c->rank_done[e->rank] = 1;
+                c->ndone++;
+                if (c->ndone == c->worker_num) {
+                    snprintf(c->message, sizeof c->message, "all %d workers exited 0",
+                             c->worker_num);
+                    set_state(c, MSR__JOB_STATE__JOB_DONE);
+                }
+            }
+        } else {
+            failure_t f;
+            memset(&f, 0, sizeof f);
+            failure_from_msg(&f, e);
+            f.node_rank = n->rank;
+            snprintf(f.host, sizeof f.host, "%s", n->host);
+            f.generation = c->generation;
+            generation_failed(c, &f);
+        }
+    }
+    r.state = c->state;
+    r.generation = c->generation;
+    reply(c, call, &r.base);
+}
+
+static void do_leave(msr_coord_t *c, void *call, const Msr__LeaveRequest *req)
+{
+    node_t *n = node_find(c, req->node_id);
+    Msr__LeaveResponse r = MSR__LEAVE_RESPONSE__INIT;
+    if (n && n->alive) {
+        n->left = 1;
+        char why[200];
+        snprintf(why, sizeof why, "left the job (%.150s)",
+                 req->reason && *req->reason ? req->reason : "no reason given");
+        if (state_terminal(c->state)) {
+            n->alive = 0;
+            MSR_INFO("job %s: node %d (%s) left", c->job_id, n->rank, n->host);
+        } else {
+            node_lost(c, n, why);
+        }
+    }
+    reply(c, call, &r.base);
+}
+
+static void do_status(msr_coord_t *c, void *call)
+{
+    Msr__StatusResponse r = MSR__STATUS_RESPONSE__INIT;
+    Msr__Failure f;
+    r.job_id = c->job_id ? c->job_id : "";
+    r.state = c->state;
+    r.generation = c->generation;
+    r.world_size = c->worker_num;
+    r.node_count = c->node_count;
+    r.restart_count = c->restart_count;
+    r.max_restarts = c->max_restarts;
+    r.store_keys = c->store.count;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        r.peak_rss_kb = (uint64_t)ru.ru_maxrss;
+    Msr__NodeStatus *ns = msr_calloc(c->nnodes ? c->nnodes : 1, sizeof *ns);
+    Msr__NodeStatus **nsp = msr_calloc(c->nnodes ? c->nnodes : 1, sizeof *nsp);
+    if (ns == NULL || nsp == NULL) {
+        msr_free(ns);
+        msr_free(nsp);
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    uint64_t now = msr_now_ns();
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        msr__node_status__init(&ns[i]);
+        ns[i].node_id = n->id;
+        ns[i].node_rank = n->rank;
+        ns[i].host = n->host;
+        ns[i].pid = n->pid;
+        ns[i].local_worker_num = n->local_worker_num;
+        ns[i].alive = n->alive;
+        ns[i].last_seen_ms = n->hb ? 0 : (uint32_t)((now - n->last_seen) / 1000000ull);
+        ns[i].ready_generation = n->ready_generation;
+        nsp[i] = &ns[i];
+    }
+    r.n_nodes = c->nnodes;
+    r.nodes = nsp;
+    char *names[MSR_RPC_METHOD_COUNT];
+    for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
+        names[m] = (char *)msr_rpc_methods[m].name;
+    r.n_call_names = r.n_call_counts = MSR_RPC_METHOD_COUNT;
+    r.call_names = names;
+    r.call_counts = c->calls;
+    if (c->failure.set) {
+        failure_to_msg(&c->failure, &f);
+        r.failure = &f;
+    }
+    reply(c, call, &r.base);
+    msr_free(ns);
+    msr_free(nsp);
+}
+
+/* ---- entry points ---- */
+
+msr_status_t msr_coord_create(const msr_coord_config_t *config,
+                              const msr_coord_responder_t *responder, msr_coord_t **coord_p)
+{
+    msr_coord_t *c = msr_calloc(1, sizeof *c);
+    if (c == NULL)
+        return MSR_ERR_NO_MEMORY;
+    c->config = *config;
+    c->responder = *responder;
+    c->job_id = msr_strdup(config->job_id ? config->job_id : "");
+    if (c->job_id == NULL) {
+        msr_free(c);
+        return MSR_ERR_NO_MEMORY;
+    }
+    if (c->config.node_timeout_ms <= 0)
+        c->config.node_timeout_ms = 5000;
+    if (c->config.join_timeout_ms <= 0)
+        c->config.join_timeout_ms = 600000;
+    c->worker_num = config->worker_num;
+    c->local_worker_num = config->local_worker_num;
+    c->max_restarts = config->max_restarts;
+    if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
+        if (!job_settings_valid(c)) {
+            msr_free(c->job_id);
+            msr_free(c);
+            return MSR_ERR_INVALID_ARG;
+        }
+        c->configured = 1;
+    }
+    c->state = MSR__JOB_STATE__JOB_WAITING;
+    c->form_deadline = msr_deadline_in_ms(c->config.join_timeout_ms);
+    c->next_check = msr_now_ns();
+    *coord_p = c;
+    return MSR_OK;
+}
+
+void msr_coord_destroy(msr_coord_t *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        if (n->hb) {
+            void *call = n->hb->call;
+            waiter_free(c, n->hb);
+            n->hb = NULL;
+            fail(c, call, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+        }
+    }
+    store_reset(c, "coordinator shutting down");
+    for (size_t i = 0; i < c->nnodes; i++) {
+        msr_free(c->nodes[i]->host);
+        msr_free(c->nodes[i]);
+    }
+    msr_free(c->nodes);
+    failure_clear(&c->failure);
+    msr_heap_cleanup(&c->timers);
+    msr_free(c->rank_done);
+    msr_free(c->job_id);
+    msr_free(c);
+}
+
+void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
+                    const ProtobufCMessage *req)
+{
+    if ((unsigned)method >= MSR_RPC_METHOD_COUNT) {
+        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        return;
+    }
+    c->calls[method]++;
+    switch (method) {
+    case MSR_RPC_JOIN:
+        do_join(c, call, (const Msr__JoinRequest *)req);
+        break;
+    case MSR_RPC_HEARTBEAT:
+        do_heartbeat(c, call, (const Msr__HeartbeatRequest *)req);
+        break;
+    case MSR_RPC_REPORT:
+        do_report(c, call, (const Msr__ReportRequest *)req);
+        break;
+    case MSR_RPC_LEAVE:
+        do_leave(c, call, (const Msr__LeaveRequest *)req);
+        break;
+    case MSR_RPC_STATUS:
+        do_status(c, call);
+        break;
+    case MSR_RPC_SET:
+        do_set(c, call, (const Msr__SetRequest *)req);
+        break;
+    case MSR_RPC_GET:
+        do_get(c, call, (const Msr__GetRequest *)req);
+        break;
+    case MSR_RPC_ADD:
+        do_add(c, call, (const Msr__AddRequest *)req);
+        break;
+    case MSR_RPC_COMPARE_SET:
+        do_compare_set(c, call, (const Msr__CompareSetRequest *)req);
+        break;
+    case MSR_RPC_DELETE:
+        do_delete(c, call, (const Msr__DeleteRequest *)req);
+        break;
+    case MSR_RPC_BARRIER:
+        do_barrier(c, call, (const Msr__BarrierRequest *)req);
+        break;
+    case MSR_RPC_ALLGATHER:
+        do_allgather(c, call, (const Msr__AllgatherRequest *)req);
+        break;
+    default:
+        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+    }
+}
+
+void msr_coord_cancel(msr_coord_t *c, void *call)
+{
+    waiter_t *w = c->responder.get_data(call);
+    if (w == NULL)
+        return;
+    if (w->kind == W_HEARTBEAT) {
+        node_t *n = w->owner;
+        n->hb = NULL;
+        n->last_seen = msr_now_ns();
+    }
+    waiter_free(c, w);
+    /* An empty get-wait record stays until its key is set or the generation
+     * ends; barrier and allgather records keep their contributions. */
+}
+
+static void waiter_expired(msr_coord_t *c, waiter_t *w)
+{
+    void *call = w->call;
+    if (w->kind == W_HEARTBEAT) {
+        node_t *n = w->owner;
+        n->hb = NULL;
+        n->last_seen = msr_now_ns();
+        waiter_free(c, w);
+        heartbeat_reply(c, call, n);
+        return;
+    }
+    char msg[400];
+    switch (w->kind) {
+    case W_BARRIER: {
+        barrier_t *b = w->owner;
+        snprintf(msg, sizeof msg, "%s: %u of %u participants arrived within %lld ms", w->what,
+                 b->arrived, b->count, (long long)w->wait_ms);
+        break;
+    }
+    case W_ALLGATHER: {
+        gather_t *g = w->owner;
+        snprintf(msg, sizeof msg, "%s: %u of %u contributions arrived within %lld ms", w->what,
+                 g->received, g->count, (long long)w->wait_ms);
+        break;
+    }
+    default:
+        snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
+    }
+    waiter_free(c, w);
+    c->responder.fail(call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
+}
+
+void msr_coord_tick(msr_coord_t *c, uint64_t now)
+{
+    msr_timer_t *t;
+    while ((t = msr_heap_top(&c->timers)) != NULL && t->deadline <= now)
+        waiter_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
+    if (now >= c->next_check) {
+        uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
+        for (size_t i = 0; i < c->nnodes; i++) {
+            node_t *n = c->nodes[i];
+            if (n->alive && n->hb == NULL && now - n->last_seen > limit &&
+                !state_terminal(c->state)) {
+                char why[96];
+                snprintf(why, sizeof why, "was lost: no heartbeat for %lld ms",
+                         (long long)c->config.node_timeout_ms);
+                node_lost(c, n, why);
+            }
+        }
+        c->next_check = now + limit / 4;
+    }
+    if (state_forming(c->state) && c->form_deadline != MSR_DEADLINE_NEVER &&
+        now >= c->form_deadline) {
+        int ready = 0;
+        for (size_t i = 0; i < c->nnodes; i++)
+            ready += c->nodes[i]->alive && c->nodes[i]->ready_generation >= c->generation;
+        fail_job(c, "generation %d did not form within %lld s: %d of %d nodes ready", c->generation,
+                 (long long)(c->config.join_timeout_ms / 1000), ready, c->node_count);
+    }
+}
+
+uint64_t msr_coord_next_deadline(const msr_coord_t *c)
+{
+    uint64_t d = c->next_check;
+    msr_timer_t *t = msr_heap_top(&c->timers);
+    if (t && t->deadline < d)
+        d = t->deadline;
+    if (state_forming(c->state) && c->form_deadline < d)
+        d = c->form_deadline;
+    return d;
+}
+
+int msr_coord_finished(const msr_coord_t *c)
+{
+    return state_terminal(c->state) && alive_nodes(c) == 0;
+}
+
+Msr__JobState msr_coord_state(const msr_coord_t *c)
+{
+    return c->state;
+}
+
+uint64_t msr_coord_calls(const msr_coord_t *c, msr_rpc_method_t method)
+{
+    return (unsigned)method < MSR_RPC_METHOD_COUNT ? c->calls[method] : 0;
+}

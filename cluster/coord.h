@@ -1,0 +1,81 @@
+/* The coordinator: one actor that owns a job's membership, generations,
+ * failures and key-value store. The core here answers calls through a
+ * responder, so the gRPC server (server.c), unit tests and the fuzzer all
+ * drive the same code. Every function must be called from one thread. */
+#ifndef MSR_CLUSTER_COORD_H
+#define MSR_CLUSTER_COORD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "rendezvous/rpc.h"
+
+/* A reference-counted packed message shared by many answers (an allgather's
+ * result goes to every participant without being packed again). */
+typedef struct msr_blob {
+    _Atomic int refs; /* the gRPC binding drops references from its threads */
+    size_t len;
+    uint8_t data[];
+} msr_blob_t;
+
+void msr_blob_unref(msr_blob_t *blob);
+
+/* How the core answers the calls it is given. Each call is answered exactly
+ * once (reply, reply_blob or fail), or the binding reports it cancelled
+ * (msr_coord_cancel) before that. */
+typedef struct msr_coord_responder {
+    void (*reply)(void *call, const ProtobufCMessage *resp);
+    /* takes a reference of its own if it keeps the blob */
+    void (*reply_blob)(void *call, msr_blob_t *blob);
+    void (*fail)(void *call, int grpc_code, const char *message);
+    /* the client's deadline (msr_now_ns units; MSR_DEADLINE_NEVER if none) */
+    uint64_t (*deadline)(void *call);
+    const char *(*peer)(void *call);
+    /* one slot per call for the core's own bookkeeping */
+    void (*set_data)(void *call, void *data);
+    void *(*get_data)(void *call);
+} msr_coord_responder_t;
+
+typedef struct msr_coord_config {
+    const char *token;  /* the job token (checked by the server binding) */
+    const char *job_id; /* NULL or "": taken from the first node to join */
+    int worker_num;     /* 0: taken from the first node to join */
+    int local_worker_num;
+    int max_restarts;        /* -1: taken from the first node to join */
+    int64_t node_timeout_ms; /* a node silent this long is lost */
+    int64_t join_timeout_ms; /* the first generation must form within */
+    const char *state_file;  /* NULL: no persistence */
+} msr_coord_config_t;
+
+typedef struct msr_coord msr_coord_t;
+
+msr_status_t msr_coord_create(const msr_coord_config_t *config,
+                              const msr_coord_responder_t *responder, msr_coord_t **coord_p);
+void msr_coord_destroy(msr_coord_t *coord);
+
+/* Hands a call to the core; req stays the caller's and is not used after
+ * this returns. */
+void msr_coord_call(msr_coord_t *coord, void *call, msr_rpc_method_t method,
+                    const ProtobufCMessage *req);
+
+/* Tells the core that a call it holds ended without an answer. */
+void msr_coord_cancel(msr_coord_t *coord, void *call);
+
+/* Runs the timers that are due at now (answers waits whose deadline passed,
+ * declares silent nodes lost, fails a job that did not form in time). */
+void msr_coord_tick(msr_coord_t *coord, uint64_t now);
+
+/* When msr_coord_tick next has something to do (MSR_DEADLINE_NEVER if not). */
+uint64_t msr_coord_next_deadline(const msr_coord_t *coord);
+
+/* Whether the job has ended (done or failed) and every node has left. */
+int msr_coord_finished(const msr_coord_t *coord);
+
+/* The job's state, for logs and tests. */
+Msr__JobState msr_coord_state(const msr_coord_t *coord);
+
+/* Counts calls by method as the core saw them. */
+uint64_t msr_coord_calls(const msr_coord_t *coord, msr_rpc_method_t method);
+
+#endif

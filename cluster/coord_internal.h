@@ -1,0 +1,103 @@
+/* The coordinator core's records; private to cluster/. */
+#ifndef MSR_CLUSTER_COORD_INTERNAL_H
+#define MSR_CLUSTER_COORD_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/heap.h"
+#include "base/list.h"
+#include "base/map.h"
+#include "cluster/coord.h"
+
+#define MSR_FAILURE_TAIL 32         /* stderr lines kept for the root cause */
+#define MSR_GATHER_MAX   (1u << 24) /* most entries one allgather may have */
+
+typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT } waiter_kind_t;
+
+/* A call the core holds until something happens or its deadline passes. */
+typedef struct waiter {
+    msr_timer_t timer; /* armed unless the wait has no deadline */
+    waiter_kind_t kind;
+    void *call;
+    void *owner;     /* getwait_t, barrier_t, gather_t or node_t */
+    msr_list_t link; /* in the owner's list (not for heartbeats) */
+    int64_t wait_ms;
+    char what[240]; /* for the deadline message */
+} waiter_t;
+
+typedef struct kv {
+    size_t len;
+    uint8_t data[];
+} kv_t;
+
+typedef struct getwait {
+    msr_list_t waiters;
+} getwait_t;
+
+typedef struct barrier {
+    uint32_t count, arrived;
+    msr_list_t waiters;
+} barrier_t;
+
+typedef struct gather_entry {
+    uint8_t *data;
+    size_t len;
+    int present;
+} gather_entry_t;
+
+typedef struct gather {
+    uint32_t count, received;
+    size_t bytes;
+    gather_entry_t *entries;
+    msr_list_t waiters;
+} gather_t;
+
+typedef struct failure {
+    int set;
+    int node_rank;
+    char host[256];
+    int rank, pid, exit_code, signal;
+    double time;
+    char *tail[MSR_FAILURE_TAIL];
+    size_t ntail;
+    int generation;
+    char reason[128];
+} failure_t;
+
+typedef struct node {
+    char id[32];
+    char *host;
+    int pid, local_worker_num, free_port;
+    int wanted_rank;      /* -1: any */
+    int rank;             /* node rank in the running generation, or -1 */
+    int ready_generation; /* the generation it can start, -1 before any */
+    int alive, left;
+    uint64_t last_seen;
+    waiter_t *hb; /* the held heartbeat, if any */
+} node_t;
+
+struct msr_coord {
+    msr_coord_config_t config;
+    msr_coord_responder_t responder;
+    int configured;
+    char *job_id;
+    int worker_num, local_worker_num, node_count, max_restarts;
+    Msr__JobState state;
+    int generation, restart_count;
+    failure_t failure;
+    char message[600];
+    char master_addr[256];
+    int master_port;
+    node_t **nodes;
+    size_t nnodes, cap;
+    msr_map_t store, getwait, barriers, gathers;
+    msr_heap_t timers;
+    uint64_t form_deadline, next_check;
+    uint8_t *rank_done;
+    int ndone;
+    int dirty; /* state worth persisting changed */
+    uint64_t calls[MSR_RPC_METHOD_COUNT];
+};
+
+#endif

@@ -1,0 +1,147 @@
+/* The coordinator served over gRPC on one thread. */
+#include "cluster/server.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "rendezvous/rpc.h"
+
+struct msr_coord_server {
+    msr_rpc_loop_t *loop;
+    msr_rpc_server_t *rpc;
+    msr_coord_t *coord;
+};
+
+static void r_reply(void *call, const ProtobufCMessage *resp)
+{
+    msr_rpc_call_reply(call, resp);
+}
+
+static void blob_slice_unref(void *p)
+{
+    msr_blob_unref(p);
+}
+
+static void r_reply_blob(void *call, msr_blob_t *blob)
+{
+    atomic_fetch_add(&blob->refs, 1);
+    grpc_slice s = grpc_slice_new_with_user_data(blob->data, blob->len, blob_slice_unref, blob);
+    msr_rpc_call_reply_slice(call, &s);
+    grpc_slice_unref(s);
+}
+
+static void r_fail(void *call, int code, const char *message)
+{
+    msr_rpc_call_fail(call, code, "%s", message);
+}
+
+static uint64_t r_deadline(void *call)
+{
+    return msr_rpc_call_deadline(call);
+}
+
+static const char *r_peer(void *call)
+{
+    return msr_rpc_call_peer(call);
+}
+
+static void r_set_data(void *call, void *data)
+{
+    msr_rpc_call_set_data(call, data);
+}
+
+static void *r_get_data(void *call)
+{
+    return msr_rpc_call_get_data(call);
+}
+
+static const msr_coord_responder_t grpc_responder = {
+    r_reply, r_reply_blob, r_fail, r_deadline, r_peer, r_set_data, r_get_data,
+};
+
+static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
+{
+    msr_coord_server_t *s = arg;
+    if (s->coord == NULL) {
+        msr_rpc_call_fail(call, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+        return;
+    }
+    msr_coord_call(s->coord, call, method, req);
+}
+
+static void on_cancel(void *arg, msr_rpc_call_t *call)
+{
+    msr_coord_server_t *s = arg;
+    if (s->coord)
+        msr_coord_cancel(s->coord, call);
+}
+
+msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
+                                     int *port_p, msr_coord_server_t **server_p)
+{
+    msr_coord_server_t *s = msr_calloc(1, sizeof *s);
+    if (s == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = msr_coord_create(config, &grpc_responder, &s->coord);
+    if (st != MSR_OK)
+        goto err_free;
+    st = msr_rpc_loop_create(&s->loop);
+    if (st != MSR_OK)
+        goto err_coord;
+    msr_rpc_server_config_t sc = {
+        .address = address,
+        .token = config->token,
+        .handler = on_call,
+        .cancel = on_cancel,
+        .arg = s,
+        .log_name = "coordinator",
+    };
+    st = msr_rpc_server_create(s->loop, &sc, port_p, &s->rpc);
+    if (st != MSR_OK)
+        goto err_loop;
+    *server_p = s;
+    return MSR_OK;
+
+err_loop:
+    msr_rpc_loop_destroy(s->loop);
+err_coord:
+    msr_coord_destroy(s->coord);
+err_free:
+    msr_free(s);
+    return st;
+}
+
+Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,
+                                   int exit_when_finished)
+{
+    while (!(stop && *stop)) {
+        if (exit_when_finished && msr_coord_finished(s->coord))
+            break;
+        uint64_t deadline = msr_coord_next_deadline(s->coord);
+        uint64_t cap = msr_now_ns() + 100 * 1000000ull; /* notice *stop soon */
+        if (deadline > cap)
+            deadline = cap;
+        if (msr_rpc_loop_poll(s->loop, deadline) < 0)
+            break;
+        msr_coord_tick(s->coord, msr_now_ns());
+    }
+    return msr_coord_state(s->coord);
+}
+
+void msr_coord_server_destroy(msr_coord_server_t *s)
+{
+    if (s == NULL)
+        return;
+    /* Answer what the core still holds, then let the server cancel the rest. */
+    msr_coord_destroy(s->coord);
+    s->coord = NULL;
+    msr_rpc_server_destroy(s->rpc);
+    msr_rpc_loop_destroy(s->loop);
+    msr_free(s);
+}

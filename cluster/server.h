@@ -1,0 +1,25 @@
+/* The coordinator served over gRPC: the core of coord.h on a completion-queue
+ * loop run by one thread. */
+#ifndef MSR_CLUSTER_SERVER_H
+#define MSR_CLUSTER_SERVER_H
+
+#include <signal.h>
+
+#include "cluster/coord.h"
+
+typedef struct msr_coord_server msr_coord_server_t;
+
+/* Binds address ("0.0.0.0:8118", "127.0.0.1:0") and starts serving; *port_p
+ * gets the bound port. MSR_ERR_ADDR_IN_USE when the port is taken. */
+msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
+                                     int *port_p, msr_coord_server_t **server_p);
+
+/* Serves on the calling thread until *stop is set (by a signal handler, say)
+ * or, when exit_when_finished, the job has ended and every node has left.
+ * Returns the job's final state. */
+Msr__JobState msr_coord_server_run(msr_coord_server_t *server, volatile sig_atomic_t *stop,
+                                   int exit_when_finished);
+
+void msr_coord_server_destroy(msr_coord_server_t *server);
+
+#endif

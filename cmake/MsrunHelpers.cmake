@@ -1,0 +1,53 @@
+# Helpers shared by every module's CMakeLists.
+
+# Common settings for a target of this project: C11, warnings, visibility,
+# the project's include roots and the chosen sanitizers.
+function(msrun_target_setup target)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  get_target_property(_type ${target} TYPE)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wshadow -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:C>,$<BOOL:${MSRUN_WERROR}>>:-Werror>)
+  set_target_properties(${target} PROPERTIES
+    C_VISIBILITY_PRESET hidden
+    POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  if(MSRUN_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=${MSRUN_SANITIZE} -fno-omit-frame-pointer
+      -fno-sanitize-recover=all)
+    target_link_options(${target} PRIVATE -fsanitize=${MSRUN_SANITIZE})
+  endif()
+endfunction()
+
+# A module: a static library of position-independent objects that the shared
+# libmsrun and the executables link.
+function(msrun_module name)
+  add_library(${name} STATIC ${ARGN})
+  msrun_target_setup(${name})
+endfunction()
+
+function(msrun_executable name)
+  add_executable(${name} ${ARGN})
+  msrun_target_setup(${name})
+endfunction()
+
+# CUDA and NCCL are optional: found, or skipped with one message.
+macro(msrun_find_cuda)
+  set(MSRUN_HAVE_CUDA OFF)
+  if(MSRUN_CUDA)
+    find_package(CUDAToolkit QUIET)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      set(MSRUN_HAVE_CUDA ON)
+      message(STATUS "msrun: CUDA ${CUDAToolkit_VERSION} and NCCL found: building the GPU parts")
+    else()
+      message(STATUS "msrun: CUDA or NCCL not found: the GPU parts are skipped")
+    endif()
+  else()
+    message(STATUS "msrun: MSRUN_CUDA=OFF: the GPU parts are skipped")
+  endif()
+endmacro()

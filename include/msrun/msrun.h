@@ -1,0 +1,9 @@
+/* libmsrun: everything a worker needs, in one include. Call msr_init() first
+ * (store.h); the communicators are in comm.h. */
+#ifndef MSRUN_MSRUN_H
+#define MSRUN_MSRUN_H
+
+#include "msrun/base.h"
+#include "msrun/store.h"
+
+#endif

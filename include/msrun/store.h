@@ -1,0 +1,133 @@
+/* libmsrun's job context and key-value store: rank, size, and the store
+ * calls (set, get, add, compare-set, delete, barrier, allgather) that reach
+ * the job's coordinator through the node's msrun or directly. */
+#ifndef MSRUN_STORE_H
+#define MSRUN_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A worker's handle on its job. One per process is the usual case; every
+ * call below may be made from any thread at the same time unless it says
+ * otherwise. */
+typedef struct msr_ctx msr_ctx_t;
+
+/* Joins the job that the environment describes. Under msrun that is
+ * MSR_RANK, MSR_WORLD_SIZE, MSR_LOCAL_RANK, MSR_LOCAL_WORLD_SIZE,
+ * MSR_NODE_RANK, MSR_NODE_COUNT, MSR_GENERATION, MSR_JOB_ID and either
+ * MSR_AGENT (the node's msrun) or MSR_COORDINATOR and MSR_TOKEN (the
+ * coordinator directly, e.g. for programs started by another launcher; the
+ * rank and size may then come from MSR_RANK/MSR_WORLD_SIZE or from Slurm's
+ * SLURM_PROCID/SLURM_NTASKS). The default deadline of every call is
+ * MSR_TIMEOUT seconds (300 if unset).
+ *
+ * Fails with MSR_ERR_INVALID_ARG when the environment is missing or
+ * inconsistent (msr_last_error() says which variable), MSR_ERR_NO_MEMORY.
+ * Does not contact the coordinator: the first store call does.
+ * On success *ctx_p is the caller's until msr_finalize. */
+MSR_API msr_status_t msr_init(msr_ctx_t **ctx_p);
+
+/* Leaves the job and frees ctx. NULL does nothing. No other call on ctx may
+ * run at the same time or after. */
+MSR_API void msr_finalize(msr_ctx_t *ctx);
+
+MSR_API int msr_rank(const msr_ctx_t *ctx);
+MSR_API int msr_world_size(const msr_ctx_t *ctx);
+MSR_API int msr_local_rank(const msr_ctx_t *ctx);
+MSR_API int msr_local_world_size(const msr_ctx_t *ctx);
+MSR_API int msr_node_rank(const msr_ctx_t *ctx);
+MSR_API int msr_node_count(const msr_ctx_t *ctx);
+/* The restart round this process belongs to (0 at first start). */
+MSR_API int msr_generation(const msr_ctx_t *ctx);
+MSR_API const char *msr_job_id(const msr_ctx_t *ctx);
+
+/* The default deadline of calls made on ctx, in milliseconds; ms < 0 means
+ * none (wait forever is never the default). */
+MSR_API void msr_set_timeout(msr_ctx_t *ctx, int64_t ms);
+MSR_API int64_t msr_timeout(const msr_ctx_t *ctx);
+
+/* A sentence about the last failed call made by this thread (which key,
+ * which address, which deadline); "" when none failed. Valid until this
+ * thread's next call. */
+MSR_API const char *msr_last_error(void);
+
+/* ---- the store ----
+ * Keys are 1 to 1024 bytes of printable text (MSR_ERR_BAD_KEY otherwise).
+ * They live in the current generation: after a restart the store is empty
+ * and a process of an older generation is refused (MSR_ERR_STALE).
+ * Errors common to all: MSR_ERR_UNREACHABLE (no coordinator answered within
+ * the connect window), MSR_ERR_TIMEOUT (the deadline passed),
+ * MSR_ERR_PERMISSION (wrong job token), MSR_ERR_NO_MEMORY. */
+
+/* Stores a copy of len bytes under key, replacing any value. */
+MSR_API msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *value, size_t len);
+
+/* Reads key. wait_ms = 0 answers at once (MSR_ERR_NOT_FOUND when absent);
+ * wait_ms > 0 waits that long for the key to be set (MSR_ERR_TIMEOUT);
+ * wait_ms < 0 waits up to the context's timeout. On success *value_p is a
+ * malloc'd copy (free it with free(3)), NUL-terminated one byte past
+ * *len_p for convenience. */
+MSR_API msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, void **value_p,
+                                   size_t *len_p);
+
+/* Adds delta to the 64-bit counter at key (absent counts as 0) atomically
+ * and returns the new value in *value_p (may be NULL). A key holding a value
+ * that is not a counter gives MSR_ERR_INVALID_ARG. */
+MSR_API msr_status_t msr_store_add(msr_ctx_t *ctx, const char *key, int64_t delta,
+                                   int64_t *value_p);
+
+/* Atomically replaces key's value with desired if it equals expected
+ * (expected == NULL: only if the key is absent). *swapped_p tells whether it
+ * did. */
+MSR_API msr_status_t msr_store_compare_set(msr_ctx_t *ctx, const char *key, const void *expected,
+                                           size_t expected_len, const void *desired,
+                                           size_t desired_len, int *swapped_p);
+
+/* Removes key; *existed_p (may be NULL) tells whether it was there. */
+MSR_API msr_status_t msr_store_delete(msr_ctx_t *ctx, const char *key, int *existed_p);
+
+/* Waits until count participants reached the barrier called name.
+ * local_count is how many of them this node's processes are (it lets the
+ * node's msrun combine them into one call); 0 when unknown. */
+MSR_API msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,
+                                       uint32_t local_count, int64_t wait_ms);
+
+/* The result of an allgather: count contributions, in index order. */
+typedef struct msr_gather_result {
+    uint32_t count;
+    const size_t *lengths;     /* lengths[i]: bytes of contribution i */
+    const size_t *offsets;     /* offsets[i]: where it starts in data */
+    const unsigned char *data; /* every contribution, back to back */
+} msr_gather_result_t;
+
+/* Contributes len bytes as entry index (0 .. count-1) of the allgather
+ * called name and waits for all count entries. local_count as for barrier.
+ * On success *result_p is the caller's (free with msr_gather_result_free). */
+MSR_API msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t count,
+                                         uint32_t index, uint32_t local_count, const void *data,
+                                         size_t len, int64_t wait_ms,
+                                         msr_gather_result_t **result_p);
+
+MSR_API void msr_gather_result_free(msr_gather_result_t *result);
+
+/* ---- whole-job helpers ---- */
+
+/* Waits until every rank of the job called msr_barrier as often as this
+ * one (the calls are matched by their order). */
+MSR_API msr_status_t msr_barrier(msr_ctx_t *ctx);
+
+/* Gathers len bytes from every rank into out (world_size * len bytes, rank
+ * order). Every rank must pass the same len (MSR_ERR_INVALID_ARG if not). */
+MSR_API msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,22 @@
+/* The agent: one per node. Joins the job, starts and watches this node's
+ * workers, follows the coordinator through generations, and exits with the
+ * job's outcome. */
+#ifndef MSR_MSRUN_AGENT_H
+#define MSR_MSRUN_AGENT_H
+
+#include "msrun/options.h"
+
+/* Runs the whole job for this node; returns msrun's exit status. */
+int msr_agent_run(msr_options_t *opts);
+
+/* `msrun coordinator ...`: a standalone (or embedded) coordinator. */
+int msr_coordinator_main(int argc, char **argv);
+
+/* `msrun status ...`: prints the job's members and state. */
+int msr_status_main(int argc, char **argv);
+
+/* The token nodes use when none is given: derived from the job id (not a
+ * secret; --token gives real protection). out gets 33 bytes. */
+void msr_default_token(const char *job_id, char *out, size_t len);
+
+#endif

@@ -1,0 +1,278 @@
+/* `msrun coordinator` and `msrun status`. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "cluster/server.h"
+#include "msrun/agent.h"
+#include "rendezvous/rpc.h"
+
+static volatile sig_atomic_t coord_stop;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    coord_stop = 1;
+}
+
+static void coordinator_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: msrun coordinator [options]\n"
+            "\n"
+            "Serves one job's coordinator until the job ends and every node has left (or\n"
+            "until SIGINT/SIGTERM). Agents reach it with --master_addr/--master_port.\n"
+            "\n"
+            "  --port P               listen on 0.0.0.0:P [default 8118; env MSRUN_MASTER_PORT]\n"
+            "  --bind ADDR:PORT       listen on this address instead\n"
+            "  --job_id ID            the job's id [default: taken from the first node]\n"
+            "  --token SECRET         the job token [env MSRUN_TOKEN; default derived from\n"
+            "                         the job id, as agents do]\n"
+            "  --worker_num N         the job's world size [default: from the first node]\n"
+            "  --local_worker_num N   workers per node [default: from the first node]\n"
+            "  --max_restarts N       job-wide restarts [default: from the first node]\n"
+            "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
+            "  --cluster_time_out SEC a generation must form within [default 600]\n"
+            "  --log_level LEVEL      error, warn, info, debug [default info]\n"
+            "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
+}
+
+static int need_value(int argc, char **argv, int i)
+{
+    if (i + 1 >= argc) {
+        fprintf(stderr, "msrun coordinator: error: %s needs a value\n", argv[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_secs(const char *v, int64_t *ms)
+{
+    char *end;
+    double s = strtod(v, &end);
+    if (end == v || *end || s <= 0 || s > 1e9)
+        return -1;
+    *ms = (int64_t)(s * 1000 + 0.5);
+    return 0;
+}
+
+int msr_coordinator_main(int argc, char **argv)
+{
+    char bind[300] = "";
+    const char *env_port = getenv("MSRUN_MASTER_PORT");
+    snprintf(bind, sizeof bind, "0.0.0.0:%s", env_port && *env_port ? env_port : "8118");
+    const char *job_id = NULL, *token = getenv("MSRUN_TOKEN");
+    int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
+    int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *eq = strchr(a, '=');
+        char name[64];
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof name)
+            nl = sizeof name - 1;
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        for (char *p = name; *p; p++)
+            if (*p == '-' && p > name + 1)
+                *p = '_';
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            coordinator_usage(stdout);
+            return 0;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (v == NULL) {
+            if (!need_value(argc, argv, i))
+                return 2;
+            v = argv[++i];
+        }
+        int bad = 0;
+        if (strcmp(name, "--port") == 0) {
+            int64_t p;
+            bad = msr_parse_i64(v, 0, 65535, &p) != MSR_OK;
+            snprintf(bind, sizeof bind, "0.0.0.0:%lld", (long long)p);
+        } else if (strcmp(name, "--bind") == 0) {
+            snprintf(bind, sizeof bind, "%s", v);
+            bad = strchr(v, ':') == NULL;
+        } else if (strcmp(name, "--job_id") == 0) {
+            job_id = v;
+        } else if (strcmp(name, "--token") == 0) {
+            token = v;
+        } else if (strcmp(name, "--worker_num") == 0) {
+            bad = msr_parse_i64(v, 1, INT32_MAX, &worker_num) != MSR_OK;
+        } else if (strcmp(name, "--local_worker_num") == 0) {
+            bad = msr_parse_i64(v, 1, INT32_MAX, &local_worker_num) != MSR_OK;
+        } else if (strcmp(name, "--max_restarts") == 0) {
+            bad = msr_parse_i64(v, -1, INT32_MAX, &max_restarts) != MSR_OK;
+        } else if (strcmp(name, "--node_timeout") == 0) {
+            bad = parse_secs(v, &node_timeout) != 0;
+        } else if (strcmp(name, "--cluster_time_out") == 0) {
+            bad = parse_secs(v, &cluster_time_out) != 0;
+        } else if (strcmp(name, "--ready_fd") == 0) {
+            bad = msr_parse_i64(v, 0, 1 << 20, &ready_fd) != MSR_OK;
+        } else if (strcmp(name, "--log_level") == 0) {
+            level = msr_log_level_parse(v);
+            bad = level < 0;
+        } else {
+            fprintf(stderr, "msrun coordinator: error: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", name, v);
+            return 2;
+        }
+    }
+    msr_log_init("msrun-coordinator", -1, -1);
+    msr_log_set_level((msr_log_level_t)level);
+    char derived[64];
+    if (token == NULL || *token == '\0') {
+        msr_default_token(job_id && *job_id ? job_id : "default", derived, sizeof derived);
+        token = derived;
+        if (job_id == NULL)
+            job_id = "default";
+    }
+    if (worker_num && local_worker_num && worker_num % local_worker_num) {
+        fprintf(stderr,
+                "msrun coordinator: error: worker_num %lld is not a multiple of "
+                "local_worker_num %lld\n",
+                (long long)worker_num, (long long)local_worker_num);
+        return 2;
+    }
+    msr_coord_config_t cfg = {
+        .token = token,
+        .job_id = job_id,
+        .worker_num = (int)worker_num,
+        .local_worker_num = (int)local_worker_num,
+        .max_restarts = (int)max_restarts,
+        .node_timeout_ms = node_timeout,
+        .join_timeout_ms = cluster_time_out,
+    };
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    msr_coord_server_t *server = NULL;
+    int port = 0;
+    msr_status_t st = msr_coord_server_create(bind, &cfg, &port, &server);
+    char line[400];
+    if (st != MSR_OK) {
+        int n = snprintf(line, sizeof line, "error cannot listen on %s: %s\n", bind,
+                         st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
+                                                   : msr_status_str(st));
+        if (ready_fd >= 0)
+            msr_write_all((int)ready_fd, line, (size_t)n);
+        else
+            fprintf(stderr, "msrun coordinator: %s", line);
+        return 2;
+    }
+    if (ready_fd >= 0) {
+        int n = snprintf(line, sizeof line, "port %d\n", port);
+        msr_write_all((int)ready_fd, line, (size_t)n);
+        close((int)ready_fd);
+    } else {
+        MSR_INFO("listening on %s (port %d)", bind, port);
+    }
+    Msr__JobState end = msr_coord_server_run(server, &coord_stop, 1);
+    msr_coord_server_destroy(server);
+    return end == MSR__JOB_STATE__JOB_DONE ? 0 : 1;
+}
+
+static const char *state_text(Msr__JobState s)
+{
+    switch (s) {
+    case MSR__JOB_STATE__JOB_WAITING:
+        return "waiting for nodes";
+    case MSR__JOB_STATE__JOB_RUNNING:
+        return "running";
+    case MSR__JOB_STATE__JOB_RESTARTING:
+        return "restarting";
+    case MSR__JOB_STATE__JOB_DONE:
+        return "done";
+    case MSR__JOB_STATE__JOB_FAILED:
+        return "failed";
+    default:
+        return "unknown";
+    }
+}
+
+int msr_status_main(int argc, char **argv)
+{
+    const char *addr = getenv("MSRUN_MASTER_ADDR");
+    const char *port = getenv("MSRUN_MASTER_PORT");
+    const char *token = getenv("MSRUN_TOKEN");
+    const char *job_id = getenv("MSRUN_JOB_ID");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            printf("usage: msrun status [--master_addr A] [--master_port P] [--token T] "
+                   "[--job_id ID]\n\nPrints the job's state and its nodes.\n");
+            return 0;
+        }
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (v == NULL) {
+            fprintf(stderr, "msrun status: error: %s needs a value\n", a);
+            return 2;
+        }
+        if (nl == 13 && strncmp(a, "--master_addr", nl) == 0)
+            addr = v;
+        else if (nl == 13 && strncmp(a, "--master_port", nl) == 0)
+            port = v;
+        else if (nl == 7 && strncmp(a, "--token", nl) == 0)
+            token = v;
+        else if (nl == 8 && strncmp(a, "--job_id", nl) == 0)
+            job_id = v;
+        else {
+            fprintf(stderr, "msrun status: error: unknown option '%.*s'\n", (int)nl, a);
+            return 2;
+        }
+    }
+    char target[300], derived[64];
+    snprintf(target, sizeof target, "%s:%s", addr && *addr ? addr : "127.0.0.1",
+             port && *port ? port : "8118");
+    if (token == NULL || *token == '\0') {
+        msr_default_token(job_id && *job_id ? job_id : "default", derived, sizeof derived);
+        token = derived;
+    }
+    msr_log_init("msrun", -1, -1);
+    msr_rpc_channel_t *ch = NULL;
+    if (msr_rpc_channel_create(target, token, &ch) != MSR_OK) {
+        fprintf(stderr, "msrun status: error: cannot reach %s\n", target);
+        return 1;
+    }
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    char err[400];
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1,
+                                   &resp, err, sizeof err);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msrun status: error: %s\n", err);
+        msr_rpc_channel_destroy(ch);
+        return 1;
+    }
+    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
+    printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
+           state_text(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
+           r->max_restarts);
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const Msr__NodeStatus *n = r->nodes[i];
+        printf("  node %-3d %-16s pid %-8d %d workers  %-5s  seen %u ms ago\n", n->node_rank,
+               n->host, n->pid, n->local_worker_num, n->alive ? "alive" : "gone", n->last_seen_ms);
+    }
+    if (r->failure)
+        printf("  failure: rank %d on node %d exited with code %d (signal %d)\n", r->failure->rank,
+               r->failure->node_rank, r->failure->exit_code, r->failure->signal);
+    msr_rpc_message_free(resp);
+    msr_rpc_channel_destroy(ch);
+    return 0;
+}

@@ -1,0 +1,234 @@
+/* The agent's link to the coordinator: a completion thread hands finished
+ * gRPC calls to the event loop through an eventfd. */
+#include "msrun/link.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/time.h"
+
+typedef struct link_call {
+    msr_rpc_async_t async;
+    msr_link_t *link;
+    msr_link_cb_t cb;
+    void *arg;
+    int finished;    /* set by the completion thread */
+    msr_list_t node; /* in link->calls */
+} link_call_t;
+
+struct msr_link {
+    struct event_base *base;
+    struct event *ev;
+    int efd;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *channel;
+    pthread_t thread;
+    atomic_int stop;
+    pthread_mutex_t lock;
+    msr_list_t calls; /* every call started and not yet delivered */
+    int pending;
+};
+
+static void *completion_thread(void *arg)
+{
+    msr_link_t *l = arg;
+    while (!atomic_load(&l->stop))
+        if (msr_rpc_loop_poll(l->loop, msr_deadline_in_ms(100)) < 0)
+            break;
+    return NULL;
+}
+
+/* On the completion thread: mark finished and wake the event loop. */
+static void call_done(msr_rpc_async_t *a)
+{
+    link_call_t *lc = MSR_CONTAINER_OF(a, link_call_t, async);
+    msr_link_t *l = lc->link;
+    pthread_mutex_lock(&l->lock);
+    lc->finished = 1;
+    pthread_mutex_unlock(&l->lock);
+    uint64_t one = 1;
+    ssize_t w = write(l->efd, &one, sizeof one);
+    (void)w; /* the counter cannot overflow in practice; a failed write only delays */
+}
+
+/* On the event-loop thread: deliver every finished call. */
+static void on_wakeup(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    msr_link_t *l = arg;
+    uint64_t n;
+    ssize_t r = read((int)fd, &n, sizeof n);
+    (void)r;
+    for (;;) {
+        link_call_t *lc = NULL;
+        pthread_mutex_lock(&l->lock);
+        msr_list_t *pos, *tmp;
+        msr_list_for_each_safe(pos, tmp, &l->calls)
+        {
+            link_call_t *c = MSR_CONTAINER_OF(pos, link_call_t, node);
+            if (c->finished) {
+                msr_list_remove(&c->node);
+                l->pending--;
+                lc = c;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&l->lock);
+        if (lc == NULL)
+            break;
+        if (lc->cb)
+            lc->cb(&lc->async, lc->arg);
+        msr_rpc_async_cleanup(&lc->async);
+        msr_free(lc);
+    }
+}
+
+msr_status_t msr_link_create(struct event_base *base, const char *target, const char *token,
+                             msr_link_t **link_p)
+{
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_link_t *l = msr_calloc(1, sizeof *l);
+    if (l == NULL)
+        return st;
+    l->base = base;
+    msr_list_init(&l->calls);
+    pthread_mutex_init(&l->lock, NULL);
+    l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->efd < 0) {
+        MSR_ERROR("eventfd: %s", strerror(errno));
+        st = MSR_ERR_SYSTEM;
+        goto err_free;
+    }
+    l->ev = event_new(base, l->efd, EV_READ | EV_PERSIST, on_wakeup, l);
+    if (l->ev == NULL || event_add(l->ev, NULL) != 0)
+        goto err_fd;
+    st = msr_rpc_loop_create(&l->loop);
+    if (st != MSR_OK)
+        goto err_ev;
+    st = msr_rpc_channel_create(target, token, &l->channel);
+    if (st != MSR_OK)
+        goto err_loop;
+    if (pthread_create(&l->thread, NULL, completion_thread, l) != 0) {
+        st = MSR_ERR_SYSTEM;
+        goto err_channel;
+    }
+    *link_p = l;
+    return MSR_OK;
+
+err_channel:
+    msr_rpc_channel_destroy(l->channel);
+err_loop:
+    msr_rpc_loop_destroy(l->loop);
+err_ev:
+    if (l->ev)
+        event_free(l->ev);
+err_fd:
+    close(l->efd);
+err_free:
+    pthread_mutex_destroy(&l->lock);
+    msr_free(l);
+    return st;
+}
+
+void msr_link_destroy(msr_link_t *l)
+{
+    if (l == NULL)
+        return;
+    /* Cancel what is in flight and wait (bounded) for the completions. */
+    pthread_mutex_lock(&l->lock);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &l->calls)
+    {
+        link_call_t *c = MSR_CONTAINER_OF(pos, link_call_t, node);
+        c->cb = NULL;
+        if (!c->finished)
+            msr_rpc_async_cancel(&c->async);
+    }
+    pthread_mutex_unlock(&l->lock);
+    uint64_t deadline = msr_deadline_in_ms(5000);
+    for (;;) {
+        int unfinished = 0;
+        pthread_mutex_lock(&l->lock);
+        msr_list_for_each_safe(pos, tmp, &l->calls)
+        {
+            link_call_t *c = MSR_CONTAINER_OF(pos, link_call_t, node);
+            unfinished += !c->finished;
+        }
+        pthread_mutex_unlock(&l->lock);
+        if (unfinished == 0 || msr_deadline_passed(deadline))
+            break;
+        msr_sleep_ms(5);
+    }
+    atomic_store(&l->stop, 1);
+    pthread_join(l->thread, NULL);
+    msr_list_for_each_safe(pos, tmp, &l->calls)
+    {
+        link_call_t *c = MSR_CONTAINER_OF(pos, link_call_t, node);
+        msr_list_remove(&c->node);
+        if (c->finished) {
+            msr_rpc_async_cleanup(&c->async);
+            msr_free(c);
+        }
+        /* an unfinished call still belongs to gRPC: leak it rather than
+         * free memory gRPC will write to */
+    }
+    msr_rpc_channel_destroy(l->channel);
+    msr_rpc_loop_destroy(l->loop);
+    event_free(l->ev);
+    close(l->efd);
+    pthread_mutex_destroy(&l->lock);
+    msr_free(l);
+}
+
+msr_status_t msr_link_call(msr_link_t *l, msr_rpc_method_t method, const ProtobufCMessage *req,
+                           int64_t timeout_ms, int wait_for_ready, msr_link_cb_t cb, void *arg)
+{
+    link_call_t *lc = msr_calloc(1, sizeof *lc);
+    if (lc == NULL)
+        return MSR_ERR_NO_MEMORY;
+    lc->link = l;
+    lc->cb = cb;
+    lc->arg = arg;
+    lc->async.method = method;
+    lc->async.deadline = msr_deadline_in_ms(timeout_ms);
+    lc->async.wait_for_ready = wait_for_ready;
+    lc->async.done = call_done;
+    pthread_mutex_lock(&l->lock);
+    msr_list_push_back(&l->calls, &lc->node);
+    l->pending++;
+    msr_status_t st = msr_rpc_call_start(l->channel, l->loop, &lc->async, req);
+    if (st != MSR_OK) {
+        msr_list_remove(&lc->node);
+        l->pending--;
+    }
+    pthread_mutex_unlock(&l->lock);
+    if (st != MSR_OK)
+        msr_free(lc);
+    return st;
+}
+
+msr_status_t msr_link_call_sync(msr_link_t *l, msr_rpc_method_t method, const ProtobufCMessage *req,
+                                int64_t timeout_ms, int wait_for_ready, ProtobufCMessage **resp_p,
+                                char *err, size_t errlen)
+{
+    return msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms), wait_for_ready,
+                        resp_p, err, errlen);
+}
+
+const char *msr_link_target(const msr_link_t *l)
+{
+    return msr_rpc_channel_target(l->channel);
+}
+
+int msr_link_pending(const msr_link_t *l)
+{
+    return l->pending;
+}

@@ -1,0 +1,23 @@
+/* msrun: the per-node launcher. */
+#include <stdio.h>
+#include <string.h>
+
+#include "msrun/agent.h"
+#include "msrun/options.h"
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "coordinator") == 0)
+        return msr_coordinator_main(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "status") == 0)
+        return msr_status_main(argc - 2, argv + 2);
+    msr_options_t opts;
+    int r = msr_options_parse(argc - 1, argv + 1, &opts);
+    if (r != 0) {
+        msr_options_cleanup(&opts);
+        return r == 1 ? 0 : 2;
+    }
+    int rc = msr_agent_run(&opts);
+    msr_options_cleanup(&opts);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/* msrun's command line: one table of options gives parsing, MSRUN_*
+ * environment variables, defaults and --help. */
+#ifndef MSR_MSRUN_OPTIONS_H
+#define MSR_MSRUN_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "msrun/base.h"
+
+/* Everything the agent needs, after parsing and validation. */
+typedef struct msr_options {
+    int worker_num;       /* the job's world size */
+    int local_worker_num; /* workers on this node */
+    char *master_addr;    /* NULL: standalone on this host */
+    int master_port;
+    int node_rank; /* -1: assigned by the coordinator */
+    char *log_dir; /* NULL: no per-rank files */
+    int join;
+    int64_t cluster_time_out_ms;
+    int bind_core;
+    int min_nodes, max_nodes; /* from --nnodes; 0 when not given */
+    int max_restarts;
+    int standalone;
+    char *job_id;
+    char *token;
+    int64_t grace_ms;     /* SIGTERM -> SIGKILL */
+    int64_t heartbeat_ms; /* long-poll interval */
+    int64_t node_timeout_ms;
+    int64_t worker_timeout_ms; /* 0: off */
+    char *error_file;
+    char *show_ranks; /* NULL: all ranks reach the terminal */
+    int log_level;
+    /* the program */
+    char *program;      /* as given */
+    char *program_path; /* resolved through PATH */
+    char **argv;        /* program and its arguments, NULL-terminated */
+    int argc;
+    /* which flags were given explicitly (command line or environment) */
+    int given_worker_num, given_local_worker_num, given_master_port;
+} msr_options_t;
+
+/* Parses argv (after "msrun"), reading MSRUN_* variables for options not
+ * on the command line, and validates everything that can be checked before
+ * any process starts. On failure prints one line "msrun: error: ..." to
+ * stderr and returns 2; returns 1 after printing --help or --version (exit
+ * 0), 0 on success. */
+int msr_options_parse(int argc, char **argv, msr_options_t *opts);
+
+void msr_options_cleanup(msr_options_t *opts);
+
+/* Prints the usage text for the agent. */
+void msr_options_usage(FILE *out);
+
+/* Whether global rank r passes the --show_ranks filter. */
+int msr_options_show_rank(const msr_options_t *opts, int rank);
+
+#endif

@@ -1,0 +1,462 @@
+/* Spawning workers and forwarding their output. */
+#include "msrun/workers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+
+extern char **environ;
+
+#define LINE_MAX_BYTES 65536
+
+/* ---- output ---- */
+
+static void tail_push(msr_worker_t *w, const char *line, size_t len)
+{
+    if (len > MSR_TAIL_LINE_MAX)
+        len = MSR_TAIL_LINE_MAX;
+    char *copy = msr_strndup(line, len);
+    if (copy == NULL)
+        return;
+    msr_free(w->tail[w->tail_next]);
+    w->tail[w->tail_next] = copy;
+    w->tail_next = (w->tail_next + 1) % MSR_TAIL_LINES;
+    if (w->tail_count < MSR_TAIL_LINES)
+        w->tail_count++;
+}
+
+/* Writes the complete lines of data (plus the final fragment when flush is
+ * set) with the worker's prefix, in one write per call. Returns the bytes
+ * consumed. */
+static size_t emit_lines(msr_stream_t *s, const char *data, size_t len, int flush)
+{
+    msr_worker_t *w = s->worker;
+    msr_buf_t out = MSR_BUF_INIT;
+    size_t used = 0;
+    while (used < len) {
+        const char *nl = memchr(data + used, '\n', len - used);
+        size_t line_len;
+        int complete = nl != NULL;
+        if (complete) {
+            line_len = (size_t)(nl - (data + used));
+        } else if (flush || len - used >= LINE_MAX_BYTES) {
+            line_len = len - used;
+        } else {
+            break;
+        }
+        const char *line = data + used;
+        if (s->is_err)
+            tail_push(w, line, line_len);
+        if (w->show) {
+            msr_buf_append(&out, w->prefix, (size_t)w->prefix_len);
+            msr_buf_append(&out, line, line_len);
+            msr_buf_append(&out, "\n", 1);
+        }
+        if (w->log_fd >= 0) {
+            msr_write_all(w->log_fd, line, line_len);
+            msr_write_all(w->log_fd, "\n", 1);
+        }
+        used += line_len + (complete ? 1 : 0);
+    }
+    if (out.len)
+        msr_write_all(s->is_err ? STDERR_FILENO : STDOUT_FILENO, out.data, out.len);
+    msr_buf_cleanup(&out);
+    return used;
+}
+
+static void stream_close(msr_stream_t *s)
+{
+    if (s->fd < 0)
+        return;
+    if (s->partial.len) {
+        emit_lines(s, s->partial.data, s->partial.len, 1);
+        msr_buf_clear(&s->partial);
+    }
+    if (s->ev) {
+        event_free(s->ev);
+        s->ev = NULL;
+    }
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Reads what is available; returns 0 at end of file or error, 1 otherwise. */
+static int stream_read(msr_stream_t *s)
+{
+    char chunk[16384];
+    for (int rounds = 0; rounds < 16; rounds++) {
+        ssize_t n = read(s->fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 1;
+        if (n <= 0)
+            return 0;
+        if (s->partial.len == 0) {
+            size_t used = emit_lines(s, chunk, (size_t)n, 0);
+            if (used < (size_t)n)
+                msr_buf_append(&s->partial, chunk + used, (size_t)n - used);
+        } else {
+            msr_buf_append(&s->partial, chunk, (size_t)n);
+            size_t used = emit_lines(s, s->partial.data, s->partial.len, 0);
+            msr_buf_consume(&s->partial, used);
+        }
+    }
+    return 1;
+}
+
+static void on_stream(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    msr_stream_t *s = arg;
+    if (!stream_read(s))
+        stream_close(s);
+}
+
+void msr_worker_drain(msr_worker_t *w)
+{
+    msr_stream_t *streams[2] = {&w->out, &w->err};
+    for (int i = 0; i < 2; i++) {
+        msr_stream_t *s = streams[i];
+        if (s->fd < 0)
+            continue;
+        /* The process is gone; a grandchild may still hold the pipe, so read
+         * only what is there now. */
+        stream_read(s);
+        stream_close(s);
+    }
+}
+
+/* ---- spawning ---- */
+
+static int env_skip(const char *entry)
+{
+    static const char *const ours[] = {
+        "MSR_RANK",
+        "MSR_WORLD_SIZE",
+        "MSR_LOCAL_RANK",
+        "MSR_LOCAL_WORLD_SIZE",
+        "MSR_NODE_RANK",
+        "MSR_NODE_COUNT",
+        "MSR_GENERATION",
+        "MSR_JOB_ID",
+        "MSR_AGENT",
+        "MSR_COORDINATOR",
+        "MSR_TOKEN",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_RUN_ID",
+    };
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(ours); i++)
+        if (strlen(ours[i]) == n && strncmp(entry, ours[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+static void free_env(char **envp)
+{
+    if (envp == NULL)
+        return;
+    for (char **p = envp; *p; p++)
+        msr_free(*p);
+    msr_free(envp);
+}
+
+/* The worker's environment: msrun's own, minus the variables msrun sets,
+ * plus those. Built before fork so the child allocates nothing. */
+static char **build_env(const msr_spawn_env_t *e, int local_rank)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **envp = msr_calloc(n + 40, sizeof *envp);
+    if (envp == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (env_skip(environ[i]))
+            continue;
+        if ((envp[k] = msr_strdup(environ[i])) == NULL)
+            goto err;
+        k++;
+    }
+    int rank = e->rank_offset + local_rank;
+    struct {
+        const char *name;
+        const char *text;
+        long value;
+    } vars[] = {
+        {"MSR_RANK", NULL, rank},
+        {"MSR_WORLD_SIZE", NULL, e->world_size},
+        {"MSR_LOCAL_RANK", NULL, local_rank},
+        {"MSR_LOCAL_WORLD_SIZE", NULL, e->local_world_size},
+        {"MSR_NODE_RANK", NULL, e->node_rank},
+        {"MSR_NODE_COUNT", NULL, e->node_count},
+        {"MSR_GENERATION", NULL, e->generation},
+        {"MSR_JOB_ID", e->job_id, 0},
+        {"MSR_COORDINATOR", e->coordinator, 0},
+        {"MSR_TOKEN", e->token, 0},
+        {"MSR_AGENT", e->agent_socket, 0},
+        {"RANK", NULL, rank},
+        {"WORLD_SIZE", NULL, e->world_size},
+        {"LOCAL_RANK", NULL, local_rank},
+        {"LOCAL_WORLD_SIZE", NULL, e->local_world_size},
+        {"GROUP_RANK", NULL, e->node_rank},
+        {"GROUP_WORLD_SIZE", NULL, e->node_count},
+        {"ROLE_RANK", NULL, rank},
+        {"ROLE_WORLD_SIZE", NULL, e->world_size},
+        {"MASTER_ADDR", e->master_addr, 0},
+        {"MASTER_PORT", NULL, e->master_port},
+        {"TORCHELASTIC_RESTART_COUNT", NULL, e->restart_count},
+        {"TORCHELASTIC_MAX_RESTARTS", NULL, e->max_restarts},
+        {"TORCHELASTIC_RUN_ID", e->job_id, 0},
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(vars); i++) {
+        char line[4400];
+        if (vars[i].text == NULL &&
+            (strcmp(vars[i].name, "MSR_AGENT") == 0 ||
+             strcmp(vars[i].name, "MSR_COORDINATOR") == 0 ||
+             strcmp(vars[i].name, "MSR_TOKEN") == 0 || strcmp(vars[i].name, "MASTER_ADDR") == 0 ||
+             strcmp(vars[i].name, "MSR_JOB_ID") == 0 ||
+             strcmp(vars[i].name, "TORCHELASTIC_RUN_ID") == 0))
+            continue;
+        if (vars[i].text)
+            snprintf(line, sizeof line, "%s=%s", vars[i].name, vars[i].text);
+        else
+            snprintf(line, sizeof line, "%s=%ld", vars[i].name, vars[i].value);
+        if ((envp[k] = msr_strdup(line)) == NULL)
+            goto err;
+        k++;
+    }
+    if (getenv("OMP_NUM_THREADS") == NULL) {
+        if ((envp[k] = msr_strdup("OMP_NUM_THREADS=1")) == NULL)
+            goto err;
+        k++;
+    }
+    envp[k] = NULL;
+    return envp;
+err:
+    free_env(envp);
+    return NULL;
+}
+
+/* The CPUs worker local_rank is pinned to: an equal share of the allowed
+ * set, or one CPU round-robin when there are more workers than CPUs. */
+static int cpu_share(int local_rank, int local_world, cpu_set_t *set)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return -1;
+    int cpus[CPU_SETSIZE], n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[n++] = c;
+    if (n == 0)
+        return -1;
+    CPU_ZERO(set);
+    int share = n / local_world;
+    if (share == 0) {
+        CPU_SET(cpus[local_rank % n], set);
+    } else {
+        for (int i = 0; i < share; i++)
+            CPU_SET(cpus[local_rank * share + i], set);
+    }
+    return 0;
+}
+
+static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_base *base, int fd,
+                                int is_err)
+{
+    s->worker = w;
+    s->fd = fd;
+    s->is_err = is_err;
+    msr_fd_set_nonblock(fd, 1);
+    s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_stream, s);
+    if (s->ev == NULL || event_add(s->ev, NULL) != 0)
+        return MSR_ERR_NO_MEMORY;
+    return MSR_OK;
+}
+
+msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *e,
+                              int local_rank, int show, char *err, size_t errlen)
+{
+    msr_status_t st = MSR_ERR_SYSTEM;
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, execp[2] = {-1, -1};
+    memset(w, 0, sizeof *w);
+    w->local_rank = local_rank;
+    w->rank = e->rank_offset + local_rank;
+    w->out.fd = w->err.fd = -1;
+    w->log_fd = -1;
+    w->show = show;
+    w->prefix_len =
+        snprintf(w->prefix, sizeof w->prefix, "[node %d rank %d] ", e->node_rank, w->rank);
+    char **envp = build_env(e, local_rank);
+    if (envp == NULL) {
+        snprintf(err, errlen, "out of memory building the environment");
+        return MSR_ERR_NO_MEMORY;
+    }
+    if (e->log_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/worker_%d.log", e->log_dir, w->rank);
+        w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (w->log_fd < 0) {
+            snprintf(err, errlen, "cannot open log file %s: %s", path, strerror(errno));
+            goto err_env;
+        }
+        if (e->generation > 0) {
+            char line[80];
+            int n = snprintf(line, sizeof line, "---- msrun: generation %d ----\n", e->generation);
+            msr_write_all(w->log_fd, line, (size_t)n);
+        }
+    }
+    cpu_set_t cpus;
+    int pin = e->bind_core && cpu_share(local_rank, e->local_world_size, &cpus) == 0;
+    if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(execp, O_CLOEXEC)) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto err_pipes;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        goto err_pipes;
+    }
+    if (pid == 0) {
+        /* The child: only async-signal-safe calls until exec. */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(e->devnull, STDIN_FILENO);
+        dup2(outp[1], STDOUT_FILENO);
+        dup2(errp[1], STDERR_FILENO);
+        if (pin)
+            sched_setaffinity(0, sizeof cpus, &cpus);
+        execve(e->path, e->argv, envp);
+        int code = errno;
+        ssize_t wr = write(execp[1], &code, sizeof code);
+        (void)wr;
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here, so a signal sent right away finds the group */
+    close(outp[1]);
+    close(errp[1]);
+    close(execp[1]);
+    outp[1] = errp[1] = execp[1] = -1;
+    int code = 0;
+    ssize_t r;
+    do {
+        r = read(execp[0], &code, sizeof code);
+    } while (r < 0 && errno == EINTR);
+    close(execp[0]);
+    execp[0] = -1;
+    free_env(envp);
+    envp = NULL;
+    w->pid = pid;
+    w->running = 1;
+    if (r == (ssize_t)sizeof code) {
+        /* exec failed: the child has exited with 127 */
+        snprintf(err, errlen, "cannot execute '%s': %s", e->path, strerror(code));
+        close(outp[0]);
+        close(errp[0]);
+        return MSR_ERR_SYSTEM;
+    }
+    if (stream_open(&w->out, w, base, outp[0], 0) != MSR_OK ||
+        stream_open(&w->err, w, base, errp[0], 1) != MSR_OK) {
+        snprintf(err, errlen, "cannot watch the output of rank %d", w->rank);
+        if (w->out.fd < 0)
+            close(outp[0]);
+        if (w->err.fd < 0)
+            close(errp[0]);
+        return MSR_ERR_NO_MEMORY;
+    }
+    return MSR_OK;
+
+err_pipes:
+    for (int i = 0; i < 2; i++) {
+        if (outp[i] >= 0)
+            close(outp[i]);
+        if (errp[i] >= 0)
+            close(errp[i]);
+        if (execp[i] >= 0)
+            close(execp[i]);
+    }
+    if (w->log_fd >= 0)
+        close(w->log_fd);
+    w->log_fd = -1;
+err_env:
+    free_env(envp);
+    return st;
+}
+
+void msr_worker_signal(msr_worker_t *w, int sig)
+{
+    if (w->pid > 0 && kill(-w->pid, sig) != 0 && errno == ESRCH && w->running)
+        kill(w->pid, sig);
+}
+
+void msr_worker_cleanup(msr_worker_t *w)
+{
+    stream_close(&w->out);
+    stream_close(&w->err);
+    msr_buf_cleanup(&w->out.partial);
+    msr_buf_cleanup(&w->err.partial);
+    if (w->log_fd >= 0)
+        close(w->log_fd);
+    w->log_fd = -1;
+    for (int i = 0; i < MSR_TAIL_LINES; i++) {
+        msr_free(w->tail[i]);
+        w->tail[i] = NULL;
+    }
+    w->tail_count = w->tail_next = 0;
+}
+
+const char *msr_worker_describe(const msr_worker_t *w, char *buf, size_t len)
+{
+    char sig[32];
+    if (WIFSIGNALED(w->status))
+        snprintf(buf, len, "was killed by %s%s",
+                 msr_signal_name(WTERMSIG(w->status), sig, sizeof sig),
+                 WCOREDUMP(w->status) ? " (core dumped)" : "");
+    else
+        snprintf(buf, len, "exited with code %d", WEXITSTATUS(w->status));
+    return buf;
+}
+
+int msr_worker_exit_code(const msr_worker_t *w)
+{
+    if (WIFSIGNALED(w->status))
+        return 128 + WTERMSIG(w->status);
+    return WEXITSTATUS(w->status);
+}

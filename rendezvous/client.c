@@ -1,0 +1,522 @@
+/* libmsrun's job context and store client. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "msrun/store.h"
+#include "rendezvous/client.h"
+#include "rendezvous/rpc.h"
+
+struct msr_ctx {
+    int rank, world_size, local_rank, local_world_size, node_rank, node_count, generation;
+    char *job_id;
+    msr_rpc_channel_t *channel;
+    int via_agent;
+    _Atomic int64_t timeout_ms;
+    int64_t connect_ms;
+    atomic_uint barrier_seq, allgather_seq;
+};
+
+static _Thread_local char last_error[512];
+
+const char *msr_last_error(void)
+{
+    return last_error;
+}
+
+void msr_client_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- environment ---- */
+
+static int env_int(const char *name, const char *alt, int def, int min, int max, int *out_p)
+{
+    const char *v = getenv(name);
+    const char *used = name;
+    if ((v == NULL || *v == '\0') && alt) {
+        v = getenv(alt);
+        used = alt;
+    }
+    if (v == NULL || *v == '\0') {
+        if (def < min) {
+            msr_client_set_error("msr_init: %s is not set (is this program running under msrun?)",
+                                 name);
+            return -1;
+        }
+        *out_p = def;
+        return 0;
+    }
+    int64_t x;
+    if (msr_parse_i64(v, min, max, &x) != MSR_OK) {
+        msr_client_set_error("msr_init: %s=%s is not an integer in [%d, %d]", used, v, min, max);
+        return -1;
+    }
+    *out_p = (int)x;
+    return 0;
+}
+
+msr_status_t msr_init(msr_ctx_t **ctx_p)
+{
+    msr_status_t st = MSR_ERR_INVALID_ARG;
+    last_error[0] = '\0';
+    if (ctx_p == NULL) {
+        msr_client_set_error("msr_init: ctx_p is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ctx_t *ctx = msr_calloc(1, sizeof *ctx);
+    if (ctx == NULL) {
+        msr_client_set_error("msr_init: out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    if (env_int("MSR_WORLD_SIZE", "SLURM_NTASKS", -1, 1, 1 << 30, &ctx->world_size) ||
+        env_int("MSR_RANK", "SLURM_PROCID", -1, 0, ctx->world_size - 1, &ctx->rank) ||
+        env_int("MSR_LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", 1, 1, ctx->world_size,
+                &ctx->local_world_size) ||
+        env_int("MSR_LOCAL_RANK", "SLURM_LOCALID", 0, 0, ctx->local_world_size - 1,
+                &ctx->local_rank) ||
+        env_int("MSR_NODE_RANK", "SLURM_NODEID", ctx->rank / ctx->local_world_size, 0, 1 << 30,
+                &ctx->node_rank) ||
+        env_int("MSR_NODE_COUNT", "SLURM_NNODES",
+                (ctx->world_size + ctx->local_world_size - 1) / ctx->local_world_size, 1, 1 << 30,
+                &ctx->node_count))
+        goto err_free;
+    int gen_set = getenv("MSR_GENERATION") != NULL;
+    if (env_int("MSR_GENERATION", NULL, 0, 0, 1 << 30, &ctx->generation))
+        goto err_free;
+    msr_log_init("libmsrun", ctx->node_rank, ctx->rank);
+
+    const char *job = getenv("MSR_JOB_ID");
+    ctx->job_id = msr_strdup(job ? job : "");
+    if (ctx->job_id == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    ctx->timeout_ms = msr_env_i64("MSR_TIMEOUT", 300, -1, INT32_MAX) * 1000;
+    if (ctx->timeout_ms < 0)
+        ctx->timeout_ms = -1;
+    ctx->connect_ms = msr_env_i64("MSR_CONNECT_TIMEOUT", 10, 0, INT32_MAX) * 1000;
+
+    const char *agent = getenv("MSR_AGENT");
+    const char *coord = getenv("MSR_COORDINATOR");
+    const char *token = getenv("MSR_TOKEN");
+    char target[4200];
+    if (agent && *agent) {
+        snprintf(target, sizeof target, "unix:%s", agent);
+        ctx->via_agent = 1;
+    } else if (coord && *coord) {
+        snprintf(target, sizeof target, "%s", coord);
+    } else {
+        msr_client_set_error("msr_init: neither MSR_AGENT nor MSR_COORDINATOR is set (start the "
+                             "program with msrun, or set MSR_COORDINATOR=host:port and "
+                             "MSR_TOKEN)");
+        goto err_free;
+    }
+    st = msr_rpc_channel_create(target, token, &ctx->channel);
+    if (st != MSR_OK) {
+        msr_client_set_error("msr_init: cannot create a channel to %s: %s", target,
+                             msr_status_str(st));
+        goto err_free;
+    }
+    if (!gen_set && !ctx->via_agent) {
+        /* Started by another launcher: learn the generation from the job. */
+        Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        st = msr_client_call(ctx, MSR_RPC_STATUS, &req.base, -1, NULL, &resp);
+        if (st != MSR_OK)
+            goto err_channel;
+        ctx->generation = ((Msr__StatusResponse *)resp)->generation;
+        msr_rpc_message_free(resp);
+    }
+    *ctx_p = ctx;
+    return MSR_OK;
+
+err_channel:
+    msr_rpc_channel_destroy(ctx->channel);
+err_free:
+    msr_free(ctx->job_id);
+    msr_free(ctx);
+    return st;
+}
+
+void msr_finalize(msr_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    msr_rpc_channel_destroy(ctx->channel);
+    msr_free(ctx->job_id);
+    msr_free(ctx);
+}
+
+int msr_rank(const msr_ctx_t *ctx)
+{
+    return ctx->rank;
+}
+
+int msr_world_size(const msr_ctx_t *ctx)
+{
+    return ctx->world_size;
+}
+
+int msr_local_rank(const msr_ctx_t *ctx)
+{
+    return ctx->local_rank;
+}
+
+int msr_local_world_size(const msr_ctx_t *ctx)
+{
+    return ctx->local_world_size;
+}
+
+int msr_node_rank(const msr_ctx_t *ctx)
+{
+    return ctx->node_rank;
+}
+
+int msr_node_count(const msr_ctx_t *ctx)
+{
+    return ctx->node_count;
+}
+
+int msr_generation(const msr_ctx_t *ctx)
+{
+    return ctx->generation;
+}
+
+const char *msr_job_id(const msr_ctx_t *ctx)
+{
+    return ctx->job_id;
+}
+
+void msr_set_timeout(msr_ctx_t *ctx, int64_t ms)
+{
+    ctx->timeout_ms = ms < 0 ? -1 : ms;
+}
+
+int64_t msr_timeout(const msr_ctx_t *ctx)
+{
+    return ctx->timeout_ms;
+}
+
+/* ---- calls ---- */
+
+/* A waiting call asks the server to hold it up to the wait and gives gRPC
+ * this much longer, so the server's own answer (with its message) wins. */
+#define WAIT_GRACE_MS 2000
+
+msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const ProtobufCMessage *req,
+                             int64_t wait_ms, const char *what, ProtobufCMessage **resp_p)
+{
+    int64_t limit = wait_ms >= 0 ? wait_ms : ctx->timeout_ms;
+    uint64_t deadline = msr_deadline_in_ms(limit < 0 ? -1 : limit + WAIT_GRACE_MS);
+    uint64_t connect_deadline = msr_deadline_in_ms(ctx->connect_ms);
+    int64_t backoff = 10;
+    char err[384];
+    for (;;) {
+        msr_status_t st =
+            msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
+        if (st == MSR_OK)
+            return MSR_OK;
+        if (st == MSR_ERR_UNREACHABLE && !msr_deadline_passed(connect_deadline) &&
+            msr_deadline_left_ms(deadline) > backoff) {
+            /* Not connected yet, or the coordinator is restarting. */
+            msr_sleep_ms(backoff);
+            backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+            continue;
+        }
+        if (st == MSR_ERR_TIMEOUT && limit >= 0)
+            msr_client_set_error("%s%s%s: deadline passed after %lld ms", what ? what : "",
+                                 what ? ": " : "", msr_rpc_methods[method].name, (long long)limit);
+        else
+            msr_client_set_error("%s%s%s", what ? what : "", what ? ": " : "", err);
+        if (st != MSR_ERR_NOT_FOUND)
+            MSR_DEBUG("%s", last_error);
+        return st;
+    }
+}
+
+static msr_status_t check_key(const char *op, const char *key)
+{
+    if (!msr_rpc_key_valid(key)) {
+        msr_client_set_error("%s: bad key (keys are 1 to %d printable bytes)%s%s%s", op,
+                             MSR_KEY_MAX, key ? ": '" : "", key ? key : "", key ? "'" : "");
+        return MSR_ERR_BAD_KEY;
+    }
+    return MSR_OK;
+}
+
+static uint32_t wait_to_ms(const msr_ctx_t *ctx, int64_t wait_ms)
+{
+    int64_t w = wait_ms >= 0 ? wait_ms : ctx->timeout_ms;
+    if (w < 0 || w > (int64_t)UINT32_MAX)
+        return UINT32_MAX;
+    return (uint32_t)w;
+}
+
+msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *value, size_t len)
+{
+    msr_status_t st = check_key("store set", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__SetRequest req = MSR__SET_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.key = (char *)key;
+    req.value.data = (uint8_t *)value;
+    req.value.len = len;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "store set of '%.40s'", key);
+    st = msr_client_call(ctx, MSR_RPC_SET, &req.base, -1, what, &resp);
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, void **value_p,
+                           size_t *len_p)
+{
+    msr_status_t st = check_key("store get", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__GetRequest req = MSR__GET_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.key = (char *)key;
+    req.wait_ms = wait_ms == 0 ? 0 : wait_to_ms(ctx, wait_ms);
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "store get of '%.40s'", key);
+    st = msr_client_call(ctx, MSR_RPC_GET, &req.base,
+                         req.wait_ms == UINT32_MAX ? -1 : (int64_t)req.wait_ms, what, &resp);
+    if (st != MSR_OK)
+        return st;
+    Msr__GetResponse *r = (Msr__GetResponse *)resp;
+    char *copy = malloc(r->value.len + 1);
+    if (copy == NULL) {
+        msr_rpc_message_free(resp);
+        msr_client_set_error("%s: out of memory", what);
+        return MSR_ERR_NO_MEMORY;
+    }
+    if (r->value.len)
+        memcpy(copy, r->value.data, r->value.len);
+    copy[r->value.len] = '\0';
+    if (len_p)
+        *len_p = r->value.len;
+    *value_p = copy;
+    msr_rpc_message_free(resp);
+    return MSR_OK;
+}
+
+msr_status_t msr_store_add(msr_ctx_t *ctx, const char *key, int64_t delta, int64_t *value_p)
+{
+    msr_status_t st = check_key("store add", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__AddRequest req = MSR__ADD_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.key = (char *)key;
+    req.delta = delta;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "store add to '%.40s'", key);
+    st = msr_client_call(ctx, MSR_RPC_ADD, &req.base, -1, what, &resp);
+    if (st == MSR_OK && value_p)
+        *value_p = ((Msr__AddResponse *)resp)->value;
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+msr_status_t msr_store_compare_set(msr_ctx_t *ctx, const char *key, const void *expected,
+                                   size_t expected_len, const void *desired, size_t desired_len,
+                                   int *swapped_p)
+{
+    msr_status_t st = check_key("store compare-set", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__CompareSetRequest req = MSR__COMPARE_SET_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.key = (char *)key;
+    req.expect_absent = expected == NULL;
+    req.expected.data = (uint8_t *)expected;
+    req.expected.len = expected ? expected_len : 0;
+    req.desired.data = (uint8_t *)desired;
+    req.desired.len = desired_len;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "store compare-set of '%.40s'", key);
+    st = msr_client_call(ctx, MSR_RPC_COMPARE_SET, &req.base, -1, what, &resp);
+    if (st == MSR_OK && swapped_p)
+        *swapped_p = ((Msr__CompareSetResponse *)resp)->swapped;
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+msr_status_t msr_store_delete(msr_ctx_t *ctx, const char *key, int *existed_p)
+{
+    msr_status_t st = check_key("store delete", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__DeleteRequest req = MSR__DELETE_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.key = (char *)key;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "store delete of '%.40s'", key);
+    st = msr_client_call(ctx, MSR_RPC_DELETE, &req.base, -1, what, &resp);
+    if (st == MSR_OK && existed_p)
+        *existed_p = ((Msr__DeleteResponse *)resp)->existed;
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,
+                               uint32_t local_count, int64_t wait_ms)
+{
+    msr_status_t st = check_key("barrier", name);
+    if (st != MSR_OK)
+        return st;
+    if (count == 0) {
+        msr_client_set_error("barrier '%.40s': count is 0", name);
+        return MSR_ERR_INVALID_ARG;
+    }
+    Msr__BarrierRequest req = MSR__BARRIER_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.name = (char *)name;
+    req.count = count;
+    /* This call is one participant; local_count lets the node's msrun
+     * combine the node's participants into one call upstream. */
+    req.weight = 1;
+    req.local_count = local_count;
+    req.wait_ms = wait_to_ms(ctx, wait_ms);
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "barrier '%.40s'", name);
+    st = msr_client_call(ctx, MSR_RPC_BARRIER, &req.base,
+                         req.wait_ms == UINT32_MAX ? -1 : (int64_t)req.wait_ms, what, &resp);
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+void msr_gather_result_free(msr_gather_result_t *r)
+{
+    free(r);
+}
+
+msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t count, uint32_t index,
+                                 uint32_t local_count, const void *data, size_t len,
+                                 int64_t wait_ms, msr_gather_result_t **result_p)
+{
+    msr_status_t st = check_key("allgather", name);
+    if (st != MSR_OK)
+        return st;
+    if (count == 0 || index >= count) {
+        msr_client_set_error("allgather '%.40s': index %u is not below count %u", name, index,
+                             count);
+        return MSR_ERR_INVALID_ARG;
+    }
+    Msr__Contribution entry = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *entries[1] = {&entry};
+    entry.index = index;
+    entry.data.data = (uint8_t *)data;
+    entry.data.len = len;
+    Msr__AllgatherRequest req = MSR__ALLGATHER_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.name = (char *)name;
+    req.count = count;
+    req.n_entries = 1;
+    req.entries = entries;
+    req.wait_ms = wait_to_ms(ctx, wait_ms);
+    req.local_count = local_count;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "allgather '%.40s'", name);
+    st = msr_client_call(ctx, MSR_RPC_ALLGATHER, &req.base,
+                         req.wait_ms == UINT32_MAX ? -1 : (int64_t)req.wait_ms, what, &resp);
+    if (st != MSR_OK)
+        return st;
+    Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)resp;
+    if (r->n_lengths != count) {
+        msr_rpc_message_free(resp);
+        msr_client_set_error("%s: %zu entries received, %u expected", what, r->n_lengths, count);
+        return MSR_ERR_PROTOCOL;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_lengths; i++)
+        total += r->lengths[i];
+    if (total != r->data.len) {
+        msr_rpc_message_free(resp);
+        msr_client_set_error("%s: lengths add up to %zu bytes, %zu received", what, total,
+                             r->data.len);
+        return MSR_ERR_PROTOCOL;
+    }
+    /* One allocation: the header, the lengths, the offsets and the data. */
+    size_t head = sizeof(msr_gather_result_t) + 2 * (size_t)count * sizeof(size_t);
+    msr_gather_result_t *out = malloc(head + total + 1);
+    if (out == NULL) {
+        msr_rpc_message_free(resp);
+        msr_client_set_error("%s: out of memory for %zu bytes", what, total);
+        return MSR_ERR_NO_MEMORY;
+    }
+    size_t *lengths = (size_t *)(out + 1);
+    size_t *offsets = lengths + count;
+    unsigned char *bytes = (unsigned char *)(offsets + count);
+    size_t off = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        lengths[i] = r->lengths[i];
+        offsets[i] = off;
+        off += lengths[i];
+    }
+    if (total)
+        memcpy(bytes, r->data.data, total);
+    bytes[total] = 0;
+    out->count = count;
+    out->lengths = lengths;
+    out->offsets = offsets;
+    out->data = bytes;
+    msr_rpc_message_free(resp);
+    *result_p = out;
+    return MSR_OK;
+}
+
+msr_status_t msr_barrier(msr_ctx_t *ctx)
+{
+    char name[64];
+    unsigned seq = atomic_fetch_add(&ctx->barrier_seq, 1);
+    snprintf(name, sizeof name, "msr/barrier/%u", seq);
+    return msr_store_barrier(ctx, name, (uint32_t)ctx->world_size, (uint32_t)ctx->local_world_size,
+                             -1);
+}
+
+msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out)
+{
+    char name[64];
+    unsigned seq = atomic_fetch_add(&ctx->allgather_seq, 1);
+    snprintf(name, sizeof name, "msr/allgather/%u", seq);
+    msr_gather_result_t *r = NULL;
+    msr_status_t st = msr_store_allgather(ctx, name, (uint32_t)ctx->world_size, (uint32_t)ctx->rank,
+                                          (uint32_t)ctx->local_world_size, in, len, -1, &r);
+    if (st != MSR_OK)
+        return st;
+    for (uint32_t i = 0; i < r->count; i++) {
+        if (r->lengths[i] != len) {
+            msr_client_set_error("allgather '%s': rank %u gave %zu bytes, this rank %zu", name, i,
+                                 r->lengths[i], len);
+            msr_gather_result_free(r);
+            return MSR_ERR_INVALID_ARG;
+        }
+    }
+    if (len)
+        memcpy(out, r->data, len * r->count);
+    msr_gather_result_free(r);
+    return MSR_OK;
+}

@@ -1,0 +1,961 @@
+/* gRPC C core and protobuf-c glue: loop, server and client calls. */
+#include "rendezvous/rpc.h"
+
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
+#include <grpc/support/time.h>
+
+#include "base/alloc.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+
+/* ---- methods and messages ---- */
+
+#define METHOD(service, name, msg)                                           \
+    {                                                                        \
+        "/msr." service "/" #name, #name, &msr__##msg##_request__descriptor, \
+            &msr__##msg##_response__descriptor                               \
+    }
+
+const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
+    [MSR_RPC_JOIN] = METHOD("Coordinator", Join, join),
+    [MSR_RPC_HEARTBEAT] = METHOD("Coordinator", Heartbeat, heartbeat),
+    [MSR_RPC_REPORT] = METHOD("Coordinator", Report, report),
+    [MSR_RPC_LEAVE] = METHOD("Coordinator", Leave, leave),
+    [MSR_RPC_STATUS] = METHOD("Coordinator", Status, status),
+    [MSR_RPC_SET] = METHOD("Store", Set, set),
+    [MSR_RPC_GET] = METHOD("Store", Get, get),
+    [MSR_RPC_ADD] = METHOD("Store", Add, add),
+    [MSR_RPC_COMPARE_SET] = METHOD("Store", CompareSet, compare_set),
+    [MSR_RPC_DELETE] = METHOD("Store", Delete, delete),
+    [MSR_RPC_BARRIER] = METHOD("Store", Barrier, barrier),
+    [MSR_RPC_ALLGATHER] = METHOD("Store", Allgather, allgather),
+};
+
+static void *pb_alloc(void *data, size_t size)
+{
+    (void)data;
+    return msr_malloc(size);
+}
+
+static void pb_free(void *data, void *ptr)
+{
+    (void)data;
+    msr_free(ptr);
+}
+
+ProtobufCAllocator msr_rpc_pb_allocator = {pb_alloc, pb_free, NULL};
+
+void msr_rpc_message_free(ProtobufCMessage *msg)
+{
+    if (msg)
+        protobuf_c_message_free_unpacked(msg, &msr_rpc_pb_allocator);
+}
+
+ProtobufCMessage *msr_rpc_request_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len)
+{
+    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
+        return NULL;
+    return protobuf_c_message_unpack(msr_rpc_methods[method].request, &msr_rpc_pb_allocator, len,
+                                     data);
+}
+
+int msr_rpc_key_valid(const char *key)
+{
+    if (key == NULL || *key == '\0')
+        return 0;
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++, n++)
+        if (*p < 0x20 || *p == 0x7f || n >= MSR_KEY_MAX)
+            return 0;
+    return 1;
+}
+
+msr_status_t msr_rpc_status_from_grpc(int code)
+{
+    switch ((grpc_status_code)code) {
+    case GRPC_STATUS_OK:
+        return MSR_OK;
+    case GRPC_STATUS_CANCELLED:
+        return MSR_ERR_CANCELED;
+    case GRPC_STATUS_INVALID_ARGUMENT:
+        return MSR_ERR_INVALID_ARG;
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return MSR_ERR_TIMEOUT;
+    case GRPC_STATUS_NOT_FOUND:
+        return MSR_ERR_NOT_FOUND;
+    case GRPC_STATUS_ALREADY_EXISTS:
+        return MSR_ERR_EXISTS;
+    case GRPC_STATUS_PERMISSION_DENIED:
+    case GRPC_STATUS_UNAUTHENTICATED:
+        return MSR_ERR_PERMISSION;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED:
+        return MSR_ERR_REFUSED;
+    case GRPC_STATUS_FAILED_PRECONDITION:
+        return MSR_ERR_CONFLICT;
+    case GRPC_STATUS_ABORTED:
+        return MSR_ERR_STALE;
+    case GRPC_STATUS_OUT_OF_RANGE:
+        return MSR_ERR_OVERFLOW;
+    case GRPC_STATUS_UNIMPLEMENTED:
+        return MSR_ERR_UNSUPPORTED;
+    case GRPC_STATUS_UNAVAILABLE:
+        return MSR_ERR_UNREACHABLE;
+    default:
+        return MSR_ERR_INTERNAL;
+    }
+}
+
+/* ---- library init ---- */
+
+static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lib_refs;
+
+/* gRPC's own messages are mostly about peers that went away, which msrun
+ * reports itself in its own words: keep them at debug level. */
+static void grpc_log_to_msr(gpr_log_func_args *args)
+{
+    MSR_DEBUG("grpc: %s (%s:%d)", args->message, args->file, args->line);
+}
+
+void msr_rpc_library_ref(void)
+{
+    pthread_mutex_lock(&lib_lock);
+    if (lib_refs++ == 0) {
+        gpr_set_log_function(grpc_log_to_msr);
+        grpc_init();
+    }
+    pthread_mutex_unlock(&lib_lock);
+}
+
+void msr_rpc_library_unref(void)
+{
+    pthread_mutex_lock(&lib_lock);
+    if (--lib_refs == 0)
+        grpc_shutdown();
+    pthread_mutex_unlock(&lib_lock);
+}
+
+/* ---- time ---- */
+
+static gpr_timespec to_gpr_deadline(uint64_t deadline)
+{
+    if (deadline == MSR_DEADLINE_NEVER)
+        return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    uint64_t now = msr_now_ns();
+    int64_t left = deadline > now ? (int64_t)(deadline - now) : 0;
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(left, GPR_TIMESPAN));
+}
+
+static uint64_t from_gpr_deadline(gpr_timespec ts)
+{
+    if (gpr_time_cmp(ts, gpr_inf_future(ts.clock_type)) == 0)
+        return MSR_DEADLINE_NEVER;
+    gpr_timespec mono = gpr_convert_clock_type(ts, GPR_CLOCK_MONOTONIC);
+    gpr_timespec left = gpr_time_sub(mono, gpr_now(GPR_CLOCK_MONOTONIC));
+    int64_t ns = (int64_t)left.tv_sec * 1000000000ll + left.tv_nsec;
+    uint64_t now = msr_now_ns();
+    return ns <= 0 ? now : now + (uint64_t)ns;
+}
+
+/* ---- byte buffers ---- */
+
+static grpc_byte_buffer *pack_message(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    grpc_slice slice;
+    if (len == 0) {
+        slice = grpc_empty_slice();
+    } else {
+        uint8_t *data = malloc(len);
+        if (data == NULL)
+            return NULL;
+        protobuf_c_message_pack(msg, data);
+        slice = grpc_slice_new(data, len, free);
+    }
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+/* Unpacks a received buffer as desc; NULL when malformed (or bb is NULL). */
+static ProtobufCMessage *unpack_buffer(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc)
+{
+    if (bb == NULL)
+        return NULL;
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb))
+        return NULL;
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    ProtobufCMessage *msg = protobuf_c_message_unpack(
+        desc, &msr_rpc_pb_allocator, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+    return msg;
+}
+
+static void slice_to_cstr(grpc_slice s, char *out, size_t outlen)
+{
+    if (out == NULL || outlen == 0)
+        return;
+    size_t n = GRPC_SLICE_LENGTH(s);
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, GRPC_SLICE_START_PTR(s), n);
+    out[n] = '\0';
+}
+
+/* ---- loop ---- */
+
+struct msr_rpc_loop {
+    grpc_completion_queue *cq;
+    int shut;
+};
+
+msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p)
+{
+    msr_rpc_loop_t *loop = msr_calloc(1, sizeof *loop);
+    if (loop == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_rpc_library_ref();
+    loop->cq = grpc_completion_queue_create_for_next(NULL);
+    if (loop->cq == NULL) {
+        msr_rpc_library_unref();
+        msr_free(loop);
+        return MSR_ERR_INTERNAL;
+    }
+    *loop_p = loop;
+    return MSR_OK;
+}
+
+int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline)
+{
+    if (loop->shut)
+        return -1;
+    grpc_event ev = grpc_completion_queue_next(loop->cq, to_gpr_deadline(deadline), NULL);
+    switch (ev.type) {
+    case GRPC_OP_COMPLETE: {
+        msr_rpc_op_t *op = ev.tag;
+        op->done(op, ev.success);
+        return 1;
+    }
+    case GRPC_QUEUE_SHUTDOWN:
+        loop->shut = 1;
+        return -1;
+    default:
+        return 0;
+    }
+}
+
+void msr_rpc_loop_destroy(msr_rpc_loop_t *loop)
+{
+    if (loop == NULL)
+        return;
+    grpc_completion_queue_shutdown(loop->cq);
+    while (!loop->shut)
+        msr_rpc_loop_poll(loop, MSR_DEADLINE_NEVER);
+    grpc_completion_queue_destroy(loop->cq);
+    msr_rpc_library_unref();
+    msr_free(loop);
+}
+
+/* ---- server ---- */
+
+struct msr_rpc_server {
+    msr_rpc_loop_t *loop;
+    grpc_server *server;
+    msr_rpc_server_config_t config;
+    char *token;
+    char *log_name;
+    void *method_handles[MSR_RPC_METHOD_COUNT];
+    uint64_t calls[MSR_RPC_METHOD_COUNT];
+    msr_list_t live; /* every msr_rpc_call not yet freed */
+    msr_rpc_op_t shutdown_op;
+    int shutting_down, shutdown_done;
+};
+
+struct msr_rpc_call {
+    msr_rpc_server_t *server;
+    msr_rpc_method_t method;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *reply;
+    grpc_slice details;
+    int have_details;
+    msr_rpc_op_t request_op, close_op, send_op;
+    int cancelled; /* written by RECV_CLOSE_ON_SERVER */
+    int refs;      /* ops in flight + 1 while the handler owns the call */
+    int owned;     /* the handler holds it */
+    ProtobufCMessage *req;
+    void *data;
+    char *peer;
+    msr_list_t link;
+};
+
+static void server_post_request(msr_rpc_server_t *s, msr_rpc_method_t method);
+
+static void call_release(msr_rpc_call_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    msr_list_remove(&c->link);
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->reply)
+        grpc_byte_buffer_destroy(c->reply);
+    if (c->have_details)
+        grpc_slice_unref(c->details);
+    msr_rpc_message_free(c->req);
+    if (c->peer)
+        gpr_free(c->peer);
+    msr_free(c);
+}
+
+static void call_send_done(msr_rpc_op_t *op, int ok)
+{
+    (void)ok;
+    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, send_op);
+    call_release(c);
+}
+
+static void call_close_done(msr_rpc_op_t *op, int ok)
+{
+    (void)ok;
+    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, close_op);
+    if (c->owned) {
+        /* Closed before the handler answered: the client is gone. */
+        c->owned = 0;
+        if (c->server->config.cancel)
+            c->server->config.cancel(c->server->config.arg, c);
+        call_release(c);
+    }
+    call_release(c);
+}
+
+/* Sends the answer (message or error status) and ends the handler's hold. */
+static msr_status_t call_send(msr_rpc_call_t *c, grpc_byte_buffer *reply, grpc_status_code code,
+                              const char *details)
+{
+    if (!c->owned) {
+        if (reply)
+            grpc_byte_buffer_destroy(reply);
+        return MSR_ERR_STATE;
+    }
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    n++;
+    if (reply) {
+        c->reply = reply;
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = reply;
+        n++;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    if (details) {
+        c->details = grpc_slice_from_copied_string(details);
+        c->have_details = 1;
+        ops[n].data.send_status_from_server.status_details = &c->details;
+    }
+    n++;
+    c->owned = 0;
+    /* The handler's hold becomes the send op's reference. */
+    grpc_call_error err = grpc_call_start_batch(c->call, ops, n, &c->send_op, NULL);
+    if (err != GRPC_CALL_OK) {
+        MSR_DEBUG("%s: cannot answer %s: %s", c->server->log_name, msr_rpc_methods[c->method].name,
+                  grpc_call_error_to_string(err));
+        call_release(c);
+        return MSR_ERR_INTERNAL;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_rpc_call_reply(msr_rpc_call_t *call, const ProtobufCMessage *resp)
+{
+    grpc_byte_buffer *bb = pack_message(resp);
+    if (bb == NULL) {
+        call_send(call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    return call_send(call, bb, GRPC_STATUS_OK, NULL);
+}
+
+msr_status_t msr_rpc_call_reply_slice(msr_rpc_call_t *call, const void *grpc_slice_p)
+{
+    grpc_slice s = *(const grpc_slice *)grpc_slice_p;
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    if (bb == NULL) {
+        call_send(call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    return call_send(call, bb, GRPC_STATUS_OK, NULL);
+}
+
+void msr_rpc_call_fail(msr_rpc_call_t *call, int grpc_code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    call_send(call, NULL, (grpc_status_code)grpc_code, msg);
+}
+
+uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call)
+{
+    return from_gpr_deadline(call->deadline);
+}
+
+const char *msr_rpc_call_peer(msr_rpc_call_t *call)
+{
+    if (call->peer == NULL)
+        call->peer = grpc_call_get_peer(call->call);
+    return call->peer ? call->peer : "unknown peer";
+}
+
+void msr_rpc_call_set_data(msr_rpc_call_t *call, void *data)
+{
+    call->data = data;
+}
+
+void *msr_rpc_call_get_data(const msr_rpc_call_t *call)
+{
+    return call->data;
+}
+
+static int token_matches(msr_rpc_server_t *s, const grpc_metadata_array *md)
+{
+    if (s->token == NULL)
+        return 1;
+    size_t tlen = strlen(s->token);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (grpc_slice_str_cmp(m->key, MSR_TOKEN_METADATA) != 0)
+            continue;
+        if (GRPC_SLICE_LENGTH(m->value) != tlen)
+            return 0;
+        /* Constant-time comparison: the token is a secret. */
+        const unsigned char *a = GRPC_SLICE_START_PTR(m->value);
+        unsigned char diff = 0;
+        for (size_t k = 0; k < tlen; k++)
+            diff |= (unsigned char)(a[k] ^ (unsigned char)s->token[k]);
+        return diff == 0;
+    }
+    return 0;
+}
+
+static void call_request_done(msr_rpc_op_t *op, int ok)
+{
+    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, request_op);
+    msr_rpc_server_t *s = c->server;
+    if (!ok) {
+        /* The server is shutting down: no call arrived. */
+        c->call = NULL;
+        call_release(c);
+        return;
+    }
+    if (!s->shutting_down)
+        server_post_request(s, c->method);
+    s->calls[c->method]++;
+    /* Watch for the end of the call; the request op's reference passes to
+     * the close op, and the handler's hold is one more. */
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &close_op, 1, &c->close_op, NULL) != GRPC_CALL_OK) {
+        call_release(c);
+        return;
+    }
+    c->refs++;
+    c->owned = 1;
+    const msr_rpc_method_info_t *m = &msr_rpc_methods[c->method];
+    if (!token_matches(s, &c->md)) {
+        MSR_WARN("%s: refused %s from %s: missing or wrong job token", s->log_name, m->name,
+                 msr_rpc_call_peer(c));
+        msr_rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED,
+                          "refused: missing or wrong job token (%s)", MSR_TOKEN_METADATA);
+        return;
+    }
+    c->req = unpack_buffer(c->payload, m->request);
+    if (c->req == NULL) {
+        MSR_WARN("%s: malformed %s request from %s", s->log_name, m->name, msr_rpc_call_peer(c));
+        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s request",
+                          m->request->short_name);
+        return;
+    }
+    s->config.handler(s->config.arg, c, c->method, c->req);
+}
+
+static void server_post_request(msr_rpc_server_t *s, msr_rpc_method_t method)
+{
+    msr_rpc_call_t *c = msr_calloc(1, sizeof *c);
+    if (c == NULL) {
+        MSR_ERROR("%s: out of memory; %s calls are no longer accepted", s->log_name,
+                  msr_rpc_methods[method].name);
+        return;
+    }
+    c->server = s;
+    c->method = method;
+    c->refs = 1;
+    c->request_op.done = call_request_done;
+    c->close_op.done = call_close_done;
+    c->send_op.done = call_send_done;
+    grpc_metadata_array_init(&c->md);
+    msr_list_push_back(&s->live, &c->link);
+    grpc_call_error err = grpc_server_request_registered_call(
+        s->server, s->method_handles[method], &c->call, &c->deadline, &c->md, &c->payload,
+        s->loop->cq, s->loop->cq, &c->request_op);
+    if (err != GRPC_CALL_OK) {
+        MSR_ERROR("%s: cannot accept %s calls: %s", s->log_name, msr_rpc_methods[method].name,
+                  grpc_call_error_to_string(err));
+        c->call = NULL;
+        call_release(c);
+    }
+}
+
+static void server_shutdown_done(msr_rpc_op_t *op, int ok)
+{
+    (void)ok;
+    msr_rpc_server_t *s = MSR_CONTAINER_OF(op, msr_rpc_server_t, shutdown_op);
+    s->shutdown_done = 1;
+}
+
+static grpc_channel_args *common_args(int server)
+{
+    static grpc_arg server_args[] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
+        /* A second coordinator on the same port must fail to bind. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}},
+        {GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}},
+    };
+    static grpc_arg client_args[] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},
+        /* Reconnect to a restarted coordinator within about a second. */
+        {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},
+    };
+    static grpc_channel_args sa = {MSR_ARRAY_SIZE(server_args), server_args};
+    static grpc_channel_args ca = {MSR_ARRAY_SIZE(client_args), client_args};
+    return server ? &sa : &ca;
+}
+
+msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
+                                   int *port_p, msr_rpc_server_t **server_p)
+{
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_rpc_server_t *s = msr_calloc(1, sizeof *s);
+    if (s == NULL)
+        return MSR_ERR_NO_MEMORY;
+    s->loop = loop;
+    s->config = *config;
+    msr_list_init(&s->live);
+    s->shutdown_op.done = server_shutdown_done;
+    s->log_name = msr_strdup(config->log_name ? config->log_name : "server");
+    if (s->log_name == NULL)
+        goto err_free;
+    if (config->token && *config->token) {
+        s->token = msr_strdup(config->token);
+        if (s->token == NULL)
+            goto err_free;
+    }
+    msr_rpc_library_ref();
+    s->server = grpc_server_create(common_args(1), NULL);
+    if (s->server == NULL) {
+        st = MSR_ERR_INTERNAL;
+        goto err_lib;
+    }
+    grpc_server_register_completion_queue(s->server, loop->cq, NULL);
+    for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
+        s->method_handles[m] = grpc_server_register_method(
+            s->server, msr_rpc_methods[m].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->server, config->address, creds);
+    grpc_server_credentials_release(creds);
+    if (port == 0) {
+        st = MSR_ERR_ADDR_IN_USE;
+        goto err_server;
+    }
+    grpc_server_start(s->server);
+    /* Several accept slots per method keep bursts (every node joining at
+     * once) from queueing behind one. */
+    for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
+        for (int k = 0; k < 4; k++)
+            server_post_request(s, (msr_rpc_method_t)m);
+    if (port_p)
+        *port_p = strncmp(config->address, "unix:", 5) == 0 ? 0 : port;
+    *server_p = s;
+    return MSR_OK;
+
+err_server:
+    grpc_server_destroy(s->server);
+err_lib:
+    msr_rpc_library_unref();
+err_free:
+    msr_free(s->token);
+    msr_free(s->log_name);
+    msr_free(s);
+    return st;
+}
+
+void msr_rpc_server_destroy(msr_rpc_server_t *s)
+{
+    if (s == NULL)
+        return;
+    s->shutting_down = 1;
+    grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
+    grpc_server_cancel_all_calls(s->server);
+    while (!s->shutdown_done || !msr_list_empty(&s->live)) {
+        if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
+            break;
+    }
+    grpc_server_destroy(s->server);
+    msr_rpc_library_unref();
+    msr_free(s->token);
+    msr_free(s->log_name);
+    msr_free(s);
+}
+
+uint64_t msr_rpc_server_calls(const msr_rpc_server_t *s, msr_rpc_method_t method)
+{
+    return (unsigned)method < MSR_RPC_METHOD_COUNT ? s->calls[method] : 0;
+}
+
+/* ---- client ---- */
+
+struct msr_rpc_channel {
+    grpc_channel *channel;
+    char *target;
+    grpc_slice token_key, token_value;
+    int have_token;
+    void *registered[MSR_RPC_METHOD_COUNT];
+    pthread_mutex_t lock;
+    grpc_completion_queue *idle_cqs[8]; /* pluck queues kept for reuse */
+    int nidle;
+};
+
+/* "127.0.0.1:5000" is given to gRPC as "ipv4:127.0.0.1:5000" so that no DNS
+ * resolver is involved for address literals. */
+static char *channel_target(const char *target)
+{
+    const char *colon = strrchr(target, ':');
+    if (strchr(target, ':') == colon && colon != NULL) {
+        char host[64];
+        size_t hl = (size_t)(colon - target);
+        struct in_addr a;
+        if (hl < sizeof host) {
+            memcpy(host, target, hl);
+            host[hl] = '\0';
+            if (inet_pton(AF_INET, host, &a) == 1) {
+                size_t n = strlen(target) + 6;
+                char *t = msr_malloc(n);
+                if (t)
+                    snprintf(t, n, "ipv4:%s", target);
+                return t;
+            }
+        }
+    }
+    return msr_strdup(target);
+}
+
+msr_status_t msr_rpc_channel_create(const char *target, const char *token,
+                                    msr_rpc_channel_t **channel_p)
+{
+    if (target == NULL || *target == '\0')
+        return MSR_ERR_INVALID_ARG;
+    msr_rpc_channel_t *ch = msr_calloc(1, sizeof *ch);
+    if (ch == NULL)
+        return MSR_ERR_NO_MEMORY;
+    ch->target = msr_strdup(target);
+    char *gtarget = channel_target(target);
+    if (ch->target == NULL || gtarget == NULL) {
+        msr_free(gtarget);
+        msr_free(ch->target);
+        msr_free(ch);
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_rpc_library_ref();
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    ch->channel = grpc_channel_create(gtarget, creds, common_args(0));
+    grpc_channel_credentials_release(creds);
+    msr_free(gtarget);
+    if (ch->channel == NULL) {
+        msr_rpc_library_unref();
+        msr_free(ch->target);
+        msr_free(ch);
+        return MSR_ERR_INTERNAL;
+    }
+    for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
+        ch->registered[m] =
+            grpc_channel_register_call(ch->channel, msr_rpc_methods[m].path, NULL, NULL);
+    if (token && *token) {
+        ch->token_key = grpc_slice_from_static_string(MSR_TOKEN_METADATA);
+        ch->token_value = grpc_slice_from_copied_string(token);
+        ch->have_token = 1;
+    }
+    pthread_mutex_init(&ch->lock, NULL);
+    *channel_p = ch;
+    return MSR_OK;
+}
+
+void msr_rpc_channel_destroy(msr_rpc_channel_t *ch)
+{
+    if (ch == NULL)
+        return;
+    for (int i = 0; i < ch->nidle; i++) {
+        grpc_completion_queue_shutdown(ch->idle_cqs[i]);
+        grpc_completion_queue_destroy(ch->idle_cqs[i]);
+    }
+    grpc_channel_destroy(ch->channel);
+    if (ch->have_token)
+        grpc_slice_unref(ch->token_value);
+    pthread_mutex_destroy(&ch->lock);
+    msr_free(ch->target);
+    msr_free(ch);
+    msr_rpc_library_unref();
+}
+
+const char *msr_rpc_channel_target(const msr_rpc_channel_t *ch)
+{
+    return ch->target;
+}
+
+/* The state of one client call, sync or async. */
+typedef struct client_call {
+    grpc_call *call;
+    grpc_metadata token;
+    grpc_metadata_array initial_md, trailing_md;
+    grpc_byte_buffer *request, *response;
+    grpc_status_code code;
+    grpc_slice details;
+    const char *error_string;
+} client_call_t;
+
+static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *cq,
+                                 msr_rpc_method_t method, const ProtobufCMessage *req,
+                                 uint64_t deadline, int wait_for_ready, client_call_t *cc,
+                                 void *tag)
+{
+    memset(cc, 0, sizeof *cc);
+    cc->request = pack_message(req);
+    if (cc->request == NULL)
+        return MSR_ERR_NO_MEMORY;
+    cc->call = grpc_channel_create_registered_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                                   ch->registered[method],
+                                                   to_gpr_deadline(deadline), NULL);
+    if (cc->call == NULL) {
+        grpc_byte_buffer_destroy(cc->request);
+        return MSR_ERR_INTERNAL;
+    }
+    grpc_metadata_array_init(&cc->initial_md);
+    grpc_metadata_array_init(&cc->trailing_md);
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (ch->have_token) {
+        cc->token.key = ch->token_key;
+        cc->token.value = ch->token_value;
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &cc->token;
+    }
+    ops[0].flags = wait_for_ready ? (GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                                     GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET)
+                                  : GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = cc->request;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &cc->initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &cc->response;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &cc->trailing_md;
+    ops[5].data.recv_status_on_client.status = &cc->code;
+    ops[5].data.recv_status_on_client.status_details = &cc->details;
+    ops[5].data.recv_status_on_client.error_string = &cc->error_string;
+    grpc_call_error err = grpc_call_start_batch(cc->call, ops, 6, tag, NULL);
+    if (err != GRPC_CALL_OK) {
+        grpc_call_unref(cc->call);
+        grpc_byte_buffer_destroy(cc->request);
+        grpc_metadata_array_destroy(&cc->initial_md);
+        grpc_metadata_array_destroy(&cc->trailing_md);
+        return MSR_ERR_INTERNAL;
+    }
+    return MSR_OK;
+}
+
+/* Turns a finished call into a status and a parsed response; frees cc. */
+static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method, client_call_t *cc,
+                                  int ok, ProtobufCMessage **resp_p, char *err, size_t errlen)
+{
+    msr_status_t st;
+    if (!ok) {
+        st = MSR_ERR_INTERNAL;
+        if (err)
+            snprintf(err, errlen, "%s call to %s failed in gRPC", msr_rpc_methods[method].name,
+                     ch->target);
+    } else if (cc->code != GRPC_STATUS_OK) {
+        st = msr_rpc_status_from_grpc(cc->code);
+        char details[384];
+        slice_to_cstr(cc->details, details, sizeof details);
+        if (err) {
+            if (cc->code == GRPC_STATUS_UNAVAILABLE)
+                snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
+                         details[0] ? details : "connection failed");
+            else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED && details[0] == '\0')
+                snprintf(err, errlen, "%s call to %s: deadline passed",
+                         msr_rpc_methods[method].name, ch->target);
+            else
+                snprintf(err, errlen, "%s", details[0] ? details : msr_status_str(st));
+        }
+    } else {
+        ProtobufCMessage *resp = unpack_buffer(cc->response, msr_rpc_methods[method].response);
+        if (resp == NULL) {
+            st = MSR_ERR_PROTOCOL;
+            if (err)
+                snprintf(err, errlen, "malformed %s response from %s", msr_rpc_methods[method].name,
+                         ch->target);
+        } else {
+            st = MSR_OK;
+            *resp_p = resp;
+        }
+    }
+    if (cc->error_string)
+        gpr_free((void *)cc->error_string);
+    grpc_slice_unref(cc->details);
+    grpc_metadata_array_destroy(&cc->initial_md);
+    grpc_metadata_array_destroy(&cc->trailing_md);
+    grpc_byte_buffer_destroy(cc->request);
+    if (cc->response)
+        grpc_byte_buffer_destroy(cc->response);
+    grpc_call_unref(cc->call);
+    return st;
+}
+
+static grpc_completion_queue *channel_take_cq(msr_rpc_channel_t *ch)
+{
+    grpc_completion_queue *cq = NULL;
+    pthread_mutex_lock(&ch->lock);
+    if (ch->nidle > 0)
+        cq = ch->idle_cqs[--ch->nidle];
+    pthread_mutex_unlock(&ch->lock);
+    return cq ? cq : grpc_completion_queue_create_for_pluck(NULL);
+}
+
+static void channel_give_cq(msr_rpc_channel_t *ch, grpc_completion_queue *cq)
+{
+    pthread_mutex_lock(&ch->lock);
+    if (ch->nidle < (int)MSR_ARRAY_SIZE(ch->idle_cqs)) {
+        ch->idle_cqs[ch->nidle++] = cq;
+        cq = NULL;
+    }
+    pthread_mutex_unlock(&ch->lock);
+    if (cq) {
+        grpc_completion_queue_shutdown(cq);
+        grpc_completion_queue_destroy(cq);
+    }
+}
+
+msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
+                          const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
+                          ProtobufCMessage **resp_p, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    grpc_completion_queue *cq = channel_take_cq(ch);
+    if (cq == NULL)
+        return MSR_ERR_NO_MEMORY;
+    client_call_t cc;
+    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc);
+    if (st != MSR_OK) {
+        channel_give_cq(ch, cq);
+        if (err)
+            snprintf(err, errlen, "cannot start %s call: %s", msr_rpc_methods[method].name,
+                     msr_status_str(st));
+        return st;
+    }
+    /* The call's own deadline bounds this wait. */
+    grpc_event ev = grpc_completion_queue_pluck(cq, &cc, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, err,
+                       errlen);
+    channel_give_cq(ch, cq);
+    return st;
+}
+
+static void async_done(msr_rpc_op_t *op, int ok)
+{
+    msr_rpc_async_t *a = MSR_CONTAINER_OF(op, msr_rpc_async_t, op);
+    client_call_t *cc = a->call_;
+    a->resp = NULL;
+    a->status = client_finish(a->priv_, a->method, cc, ok, &a->resp, a->err, sizeof a->err);
+    msr_free(cc);
+    a->call_ = NULL;
+    a->done(a);
+}
+
+msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_rpc_async_t *a,
+                                const ProtobufCMessage *req)
+{
+    client_call_t *cc = msr_malloc(sizeof *cc);
+    if (cc == NULL)
+        return MSR_ERR_NO_MEMORY;
+    a->op.done = async_done;
+    a->call_ = cc;
+    a->priv_ = ch;
+    a->resp = NULL;
+    a->err[0] = '\0';
+    a->status = MSR_IN_PROGRESS;
+    a->gcall_ = NULL;
+    msr_status_t st =
+        client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc, &a->op);
+    if (st != MSR_OK) {
+        msr_free(cc);
+        a->call_ = NULL;
+        return st;
+    }
+    grpc_call_ref(cc->call);
+    a->gcall_ = cc->call;
+    return MSR_OK;
+}
+
+void msr_rpc_async_cancel(msr_rpc_async_t *a)
+{
+    if (a->gcall_)
+        grpc_call_cancel(a->gcall_, NULL);
+}
+
+void msr_rpc_async_cleanup(msr_rpc_async_t *a)
+{
+    msr_rpc_message_free(a->resp);
+    a->resp = NULL;
+    if (a->gcall_) {
+        grpc_call_unref(a->gcall_);
+        a->gcall_ = NULL;
+    }
+}

@@ -1,0 +1,204 @@
+/* gRPC C core and protobuf-c glue: a completion-queue loop, a server whose
+ * calls are answered whenever the owner likes (long polls hold no thread),
+ * and synchronous and asynchronous unary client calls. Private to msrun. */
+#ifndef MSR_RENDEZVOUS_RPC_H
+#define MSR_RENDEZVOUS_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "msrun/base.h"
+#include "rendezvous/msrun.pb-c.h"
+
+/* Raised whenever a change to msrun.proto would be misread by an older peer. */
+#define MSR_PROTOCOL_VERSION 1
+
+/* gRPC metadata key that carries the job token on every call. */
+#define MSR_TOKEN_METADATA "msr-token"
+
+/* Most bytes one store key may have (keys may not contain NUL or be empty). */
+#define MSR_KEY_MAX 1024
+
+typedef enum msr_rpc_method {
+    MSR_RPC_JOIN,
+    MSR_RPC_HEARTBEAT,
+    MSR_RPC_REPORT,
+    MSR_RPC_LEAVE,
+    MSR_RPC_STATUS,
+    MSR_RPC_SET,
+    MSR_RPC_GET,
+    MSR_RPC_ADD,
+    MSR_RPC_COMPARE_SET,
+    MSR_RPC_DELETE,
+    MSR_RPC_BARRIER,
+    MSR_RPC_ALLGATHER,
+    MSR_RPC_METHOD_COUNT
+} msr_rpc_method_t;
+
+typedef struct msr_rpc_method_info {
+    const char *path; /* "/msr.Store/Get" */
+    const char *name; /* "Get" */
+    const ProtobufCMessageDescriptor *request;
+    const ProtobufCMessageDescriptor *response;
+} msr_rpc_method_info_t;
+
+extern const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT];
+
+/* protobuf-c allocations go through msr_malloc (failure injection works). */
+extern ProtobufCAllocator msr_rpc_pb_allocator;
+
+/* Frees a message unpacked by this layer; NULL does nothing. */
+void msr_rpc_message_free(ProtobufCMessage *msg);
+
+/* Unpacks bytes as a request of method; NULL when malformed or out of memory. */
+ProtobufCMessage *msr_rpc_request_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len);
+
+/* Whether key is a valid store key (1..MSR_KEY_MAX bytes, no control chars). */
+int msr_rpc_key_valid(const char *key);
+
+/* Maps a gRPC status code (grpc_status_code) to msrun's status. */
+msr_status_t msr_rpc_status_from_grpc(int code);
+
+/* Reference-counted gRPC library initialisation; every create below takes one
+ * reference and its destroy drops it. Thread-safe. */
+void msr_rpc_library_ref(void);
+void msr_rpc_library_unref(void);
+
+/* ---- the completion-queue loop ---- */
+
+/* Every tag queued on a loop is an operation whose done() runs on the thread
+ * that polls the loop, with ok as gRPC reported it. */
+typedef struct msr_rpc_op {
+    void (*done)(struct msr_rpc_op *op, int ok);
+} msr_rpc_op_t;
+
+typedef struct msr_rpc_loop msr_rpc_loop_t;
+
+msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p);
+
+/* Waits until one completion arrives or the deadline (msr_now_ns units)
+ * passes, and dispatches it. Returns 1 when an event was handled, 0 on
+ * timeout, -1 once the loop has shut down. Call from one thread at a time. */
+int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline);
+
+/* Shuts the queue down, drains it and frees the loop. Servers created on it
+ * must be destroyed and async calls finished first. */
+void msr_rpc_loop_destroy(msr_rpc_loop_t *loop);
+
+/* ---- the server ---- */
+
+typedef struct msr_rpc_server msr_rpc_server_t;
+typedef struct msr_rpc_call msr_rpc_call_t;
+
+/* Called on the polling thread for every call whose token matched and whose
+ * request parsed. The handler owns the call until it answers it
+ * (msr_rpc_call_reply / msr_rpc_call_fail), which it may do at once or later
+ * from the polling thread. req belongs to the call and lives until then. */
+typedef void (*msr_rpc_handler_fn)(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
+                                   ProtobufCMessage *req);
+
+/* Called on the polling thread when a call still owned by the handler ends
+ * without an answer (the client cancelled, disconnected or its deadline
+ * passed). The handler must forget the call: it is freed after this returns. */
+typedef void (*msr_rpc_cancel_fn)(void *arg, msr_rpc_call_t *call);
+
+typedef struct msr_rpc_server_config {
+    const char *address; /* "127.0.0.1:0", "0.0.0.0:8118", "unix:/path" */
+    const char *token;   /* required on every call; NULL or "" accepts any */
+    msr_rpc_handler_fn handler;
+    msr_rpc_cancel_fn cancel; /* may be NULL if the handler never holds calls */
+    void *arg;
+    const char *log_name; /* what refusals are logged as, e.g. "coordinator" */
+} msr_rpc_server_config_t;
+
+/* Binds and starts a server on loop. *port_p gets the bound TCP port (0 for
+ * unix sockets). MSR_ERR_ADDR_IN_USE when the address cannot be bound. */
+msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
+                                   int *port_p, msr_rpc_server_t **server_p);
+
+/* Stops accepting calls, cancels the calls in flight (the cancel callback runs
+ * for those the handler holds), and frees the server. Polls the loop itself. */
+void msr_rpc_server_destroy(msr_rpc_server_t *server);
+
+/* Calls served so far, by method. */
+uint64_t msr_rpc_server_calls(const msr_rpc_server_t *server, msr_rpc_method_t method);
+
+/* Answers the call with a message of the method's response type. The message
+ * stays the caller's. Ownership of the call ends here, success or not. */
+msr_status_t msr_rpc_call_reply(msr_rpc_call_t *call, const ProtobufCMessage *resp);
+
+/* Answers with bytes already packed as the response (shared among many
+ * calls without repacking: the slice is referenced, not copied). slice is a
+ * grpc_slice passed by pointer to keep gRPC out of this header. */
+msr_status_t msr_rpc_call_reply_slice(msr_rpc_call_t *call, const void *grpc_slice_p);
+
+/* Answers with an error status (grpc_status_code) and a message. */
+void msr_rpc_call_fail(msr_rpc_call_t *call, int grpc_code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The client's deadline for this call (msr_now_ns units; MSR_DEADLINE_NEVER
+ * if none), and the peer's address as gRPC names it ("ipv4:127.0.0.1:5000"). */
+uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call);
+const char *msr_rpc_call_peer(msr_rpc_call_t *call);
+
+/* A slot the owner may use to find its own state for a held call. */
+void msr_rpc_call_set_data(msr_rpc_call_t *call, void *data);
+void *msr_rpc_call_get_data(const msr_rpc_call_t *call);
+
+/* ---- the client ---- */
+
+typedef struct msr_rpc_channel msr_rpc_channel_t;
+
+/* A channel to target ("host:port" or "unix:/path"); connects lazily.
+ * Safe to use from several threads at once. */
+msr_status_t msr_rpc_channel_create(const char *target, const char *token,
+                                    msr_rpc_channel_t **channel_p);
+void msr_rpc_channel_destroy(msr_rpc_channel_t *channel);
+const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
+
+/* A blocking unary call. With wait_for_ready the call waits for the channel
+ * to connect (up to the deadline) instead of failing at once when the server
+ * cannot be reached. On MSR_OK *resp_p holds the response (free it with
+ * msr_rpc_message_free). On failure err (if not NULL) receives a message
+ * from the server or from gRPC. Thread-safe. */
+msr_status_t msr_rpc_call(msr_rpc_channel_t *channel, msr_rpc_method_t method,
+                          const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
+                          ProtobufCMessage **resp_p, char *err, size_t errlen);
+
+/* An asynchronous unary call. Fill method/deadline/wait_for_ready/done/arg,
+ * start it with msr_rpc_call_start; when it completes, done() runs on the
+ * thread polling loop with status, resp (owned by the async, freed by
+ * msr_rpc_async_cleanup) and err set. The async must stay alive until then.
+ * If start fails, done() is never called. */
+typedef struct msr_rpc_async msr_rpc_async_t;
+struct msr_rpc_async {
+    msr_rpc_op_t op; /* private */
+    msr_rpc_method_t method;
+    uint64_t deadline;
+    int wait_for_ready;
+    void (*done)(msr_rpc_async_t *async);
+    void *arg;
+    /* results */
+    msr_status_t status;
+    ProtobufCMessage *resp;
+    char err[256];
+    /* private */
+    void *call_;
+    void *priv_;
+    void *gcall_; /* a reference on the grpc_call, for cancellation */
+};
+
+msr_status_t msr_rpc_call_start(msr_rpc_channel_t *channel, msr_rpc_loop_t *loop,
+                                msr_rpc_async_t *async, const ProtobufCMessage *req);
+
+/* Cancels a started async call from any thread; done() still runs (with
+ * MSR_ERR_CANCELED unless it had already finished). */
+void msr_rpc_async_cancel(msr_rpc_async_t *async);
+
+/* Frees the response of a finished async and drops its call reference (safe
+ * to call twice). */
+void msr_rpc_async_cleanup(msr_rpc_async_t *async);
+
+#endif
