@@ -1,0 +1,116 @@
+/* The test runner: each test in its own process group, with a timeout. */
+#include "tests/runner.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "msrun/base.h"
+
+void msr_test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    _exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int run_one(const msr_test_t *t)
+{
+    int timeout = t->timeout_s > 0 ? t->timeout_s : 30;
+    double start = now_s();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return 1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        t->fn();
+        fflush(stdout);
+        _exit(0);
+    }
+    setpgid(pid, pid);
+    int status = 0, timed_out = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            perror("waitpid");
+            return 1;
+        }
+        if (now_s() - start > timeout) {
+            timed_out = 1;
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    /* Whatever the test left in its process group goes too. */
+    kill(-pid, SIGKILL);
+    double took = now_s() - start;
+    if (timed_out) {
+        printf("FAIL %-40s timed out after %d s\n", t->name, timeout);
+        return 1;
+    }
+    if (WIFSIGNALED(status)) {
+        printf("FAIL %-40s killed by signal %d (%.2f s)\n", t->name, WTERMSIG(status), took);
+        return 1;
+    }
+    if (WEXITSTATUS(status) != 0) {
+        printf("FAIL %-40s (%.2f s)\n", t->name, took);
+        return 1;
+    }
+    printf("ok   %-40s (%.2f s)\n", t->name, took);
+    return 0;
+}
+
+int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n; i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        int wanted = argc < 2;
+        for (int k = 1; k < argc && !wanted; k++)
+            wanted = strcmp(argv[k], tests[i].name) == 0;
+        if (!wanted)
+            continue;
+        ran++;
+        failed += run_one(&tests[i]);
+    }
+    for (int k = 1; k < argc; k++) {
+        int known = 0;
+        for (size_t i = 0; i < n; i++)
+            known |= strcmp(argv[k], tests[i].name) == 0;
+        if (!known) {
+            printf("FAIL unknown test '%s'\n", argv[k]);
+            failed++;
+        }
+    }
+    printf("%d of %d tests passed\n", ran - failed, ran);
+    return failed ? 1 : 0;
+}
