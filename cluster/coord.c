@@ -1057,9 +1057,9 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
     if (req->ready_generation > n->ready_generation) {
         n->ready_generation = req->ready_generation;
         c->dirty = 1;
-        if (state_forming(c->state))
-            wake_heartbeats(c); /* progress for the others */
         try_form(c);
+        if (state_forming(c->state))
+            wake_heartbeats(c); /* not formed yet: progress for the others */
     }
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
         heartbeat_reply(c, call, n);
@@ -1356,7 +1356,7 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
         for (size_t i = 0; i < c->nnodes; i++) {
             node_t *n = c->nodes[i];
-            if (n->alive && n->hb == NULL && now - n->last_seen > limit &&
+            if (n->alive && n->hb == NULL && now > n->last_seen && now - n->last_seen > limit &&
                 !state_terminal(c->state)) {
                 char why[96];
                 snprintf(why, sizeof why, "was lost: no heartbeat for %lld ms",

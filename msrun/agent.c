@@ -355,10 +355,14 @@ static int setup_coordinator(agent_t *a)
                     return 2;
                 }
                 if (st != MSR_OK) {
-                    fprintf(stderr,
-                            "msrun: error: cannot start the coordinator on %s: %s (and no msrun "
-                            "coordinator answers there)\n",
-                            target, err);
+                    if (strstr(err, "in use"))
+                        fprintf(stderr,
+                                "msrun: error: port %d on %s is in use by another program (no "
+                                "msrun coordinator answers there)\n",
+                                a->coord_port, a->coord_ip);
+                    else
+                        fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n",
+                                target, err);
                     return 2;
                 }
                 MSR_INFO("joining the coordinator another msrun started at %s", target);
