@@ -757,10 +757,13 @@ typedef struct client_call {
     const char *error_string;
 } client_call_t;
 
+/* Creates and starts a call. With ref_p, a reference on the grpc_call is
+ * taken before the batch starts (the call may complete on another thread at
+ * once) and stored there. */
 static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *cq,
                                  msr_rpc_method_t method, const ProtobufCMessage *req,
                                  uint64_t deadline, int wait_for_ready, client_call_t *cc,
-                                 void *tag)
+                                 void *tag, void **ref_p)
 {
     memset(cc, 0, sizeof *cc);
     cc->request = pack_message(req);
@@ -799,8 +802,16 @@ static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *c
     ops[5].data.recv_status_on_client.status = &cc->code;
     ops[5].data.recv_status_on_client.status_details = &cc->details;
     ops[5].data.recv_status_on_client.error_string = &cc->error_string;
+    if (ref_p) {
+        grpc_call_ref(cc->call);
+        *ref_p = cc->call;
+    }
     grpc_call_error err = grpc_call_start_batch(cc->call, ops, 6, tag, NULL);
     if (err != GRPC_CALL_OK) {
+        if (ref_p) {
+            grpc_call_unref(cc->call);
+            *ref_p = NULL;
+        }
         grpc_call_unref(cc->call);
         grpc_byte_buffer_destroy(cc->request);
         grpc_metadata_array_destroy(&cc->initial_md);
@@ -892,7 +903,7 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     if (cq == NULL)
         return MSR_ERR_NO_MEMORY;
     client_call_t cc;
-    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc);
+    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc, NULL);
     if (st != MSR_OK) {
         channel_give_cq(ch, cq);
         if (err)
@@ -932,16 +943,13 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr
     a->err[0] = '\0';
     a->status = MSR_IN_PROGRESS;
     a->gcall_ = NULL;
-    msr_status_t st =
-        client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc, &a->op);
+    msr_status_t st = client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc,
+                                   &a->op, &a->gcall_);
     if (st != MSR_OK) {
         msr_free(cc);
         a->call_ = NULL;
-        return st;
     }
-    grpc_call_ref(cc->call);
-    a->gcall_ = cc->call;
-    return MSR_OK;
+    return st;
 }
 
 void msr_rpc_async_cancel(msr_rpc_async_t *a)
