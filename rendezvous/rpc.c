@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,7 +224,8 @@ static void slice_to_cstr(grpc_slice s, char *out, size_t outlen)
 
 struct msr_rpc_loop {
     grpc_completion_queue *cq;
-    int shut;
+    int shut;                   /* the queue reported GRPC_QUEUE_SHUTDOWN */
+    atomic_int shutdown_called; /* grpc_completion_queue_shutdown was called */
 };
 
 msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p)
@@ -261,11 +263,17 @@ int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline)
     }
 }
 
+void msr_rpc_loop_shutdown(msr_rpc_loop_t *loop)
+{
+    if (!atomic_exchange(&loop->shutdown_called, 1))
+        grpc_completion_queue_shutdown(loop->cq);
+}
+
 void msr_rpc_loop_destroy(msr_rpc_loop_t *loop)
 {
     if (loop == NULL)
         return;
-    grpc_completion_queue_shutdown(loop->cq);
+    msr_rpc_loop_shutdown(loop);
     while (!loop->shut)
         msr_rpc_loop_poll(loop, MSR_DEADLINE_NEVER);
     grpc_completion_queue_destroy(loop->cq);

@@ -83,6 +83,10 @@ msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p);
  * timeout, -1 once the loop has shut down. Call from one thread at a time. */
 int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline);
 
+/* Shuts the queue down from any thread: msr_rpc_loop_poll returns -1 once
+ * what is queued has been dispatched. No new work may be added after. */
+void msr_rpc_loop_shutdown(msr_rpc_loop_t *loop);
+
 /* Shuts the queue down, drains it and frees the loop. Servers created on it
  * must be destroyed and async calls finished first. */
 void msr_rpc_loop_destroy(msr_rpc_loop_t *loop);
