@@ -27,7 +27,6 @@ typedef struct msr_options {
     int64_t grace_ms;     /* SIGTERM -> SIGKILL */
     int64_t heartbeat_ms; /* long-poll interval */
     int64_t node_timeout_ms;
-    int64_t worker_timeout_ms; /* 0: off */
     char *error_file;
     char *show_ranks; /* NULL: all ranks reach the terminal */
     int log_level;
