@@ -26,6 +26,7 @@
 #include "base/util.h"
 #include "msrun/link.h"
 #include "msrun/net.h"
+#include "msrun/proxy.h"
 #include "msrun/workers.h"
 #include "rendezvous/rpc.h"
 
@@ -53,6 +54,9 @@ typedef struct agent {
     char token[256];
     char job_id[256];
     pid_t coord_pid; /* the embedded coordinator, 0 if none */
+    msr_proxy_t *proxy;
+    char job_dir[240]; /* 0700, holds the proxy's socket */
+    char socket_path[280];
     char node_id[64];
     char host[64]; /* where peers reach this node */
     int free_port;
@@ -423,7 +427,7 @@ static void spawn_workers(agent_t *a)
         .job_id = a->job_id,
         .coordinator = a->coord_target,
         .token = a->token,
-        .agent_socket = NULL,
+        .agent_socket = a->proxy ? a->socket_path : NULL,
         .master_addr = a->master_addr,
         .master_port = a->master_port,
         .log_dir = o->log_dir,
@@ -978,6 +982,53 @@ static void print_outcome(agent_t *a)
     }
 }
 
+/* The job's private directory: <tmp>/msrun-<uid>/<job>-<pid>, both 0700, so
+ * only this user reaches the proxy's socket. */
+static int make_job_dir(agent_t *a)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || *tmp == '\0' || strlen(tmp) > 80)
+        tmp = "/tmp";
+    char top[160];
+    snprintf(top, sizeof top, "%s/msrun-%u", tmp, (unsigned)getuid());
+    if (mkdir(top, 0700) != 0 && errno != EEXIST) {
+        MSR_ERROR("cannot create %s: %s", top, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (lstat(top, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() ||
+        (sb.st_mode & 077) != 0) {
+        MSR_ERROR("%s is not a private directory of this user (mode 0700 expected)", top);
+        return -1;
+    }
+    char job[48];
+    size_t n = 0;
+    for (const char *c = a->job_id; *c && n < sizeof job - 1; c++)
+        job[n++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                                  (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'
+                              ? *c
+                              : '_');
+    job[n] = '\0';
+    snprintf(a->job_dir, sizeof a->job_dir, "%s/%s-%d", top, job, (int)getpid());
+    if (mkdir(a->job_dir, 0700) != 0) {
+        MSR_ERROR("cannot create %s: %s", a->job_dir, strerror(errno));
+        a->job_dir[0] = '\0';
+        return -1;
+    }
+    snprintf(a->socket_path, sizeof a->socket_path, "%s/agent.sock", a->job_dir);
+    return 0;
+}
+
+static void remove_job_dir(agent_t *a)
+{
+    if (a->job_dir[0] == '\0')
+        return;
+    unlink(a->socket_path);
+    if (rmdir(a->job_dir) != 0)
+        MSR_DEBUG("cannot remove %s: %s", a->job_dir, strerror(errno));
+    a->job_dir[0] = '\0';
+}
+
 int msr_agent_run(msr_options_t *o)
 {
     agent_t a;
@@ -1075,6 +1126,13 @@ int msr_agent_run(msr_options_t *o)
         rc = 1;
         goto out_base;
     }
+    /* The workers' store calls go through this node's proxy. */
+    if (make_job_dir(&a) != 0 ||
+        msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.proxy) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
+        rc = 1;
+        goto out_base;
+    }
     join_send(&a);
     event_base_dispatch(a.base);
 
@@ -1087,6 +1145,8 @@ int msr_agent_run(msr_options_t *o)
             a.workers[i].running = 0;
     cleanup_workers(&a);
     rc = a.exit_code;
+    msr_proxy_stop(a.proxy);
+    a.proxy = NULL;
     leave(&a);
     msr_link_destroy(a.link);
     a.link = NULL;
@@ -1105,6 +1165,8 @@ out_base:
         event_free(a.stuck_ev);
     if (a.stopped_ev)
         event_free(a.stopped_ev);
+    msr_proxy_stop(a.proxy);
+    remove_job_dir(&a);
     msr_link_destroy(a.link);
     msr_free(a.workers);
     event_base_free(a.base);

@@ -293,7 +293,8 @@ struct msr_rpc_server {
     uint64_t calls[MSR_RPC_METHOD_COUNT];
     msr_list_t live; /* every msr_rpc_call not yet freed */
     msr_rpc_op_t shutdown_op;
-    int shutting_down, shutdown_done;
+    atomic_int shutting_down;
+    int shutdown_done;
 };
 
 struct msr_rpc_call {
@@ -483,7 +484,7 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         call_release(c);
         return;
     }
-    if (!s->shutting_down)
+    if (!atomic_load(&s->shutting_down))
         server_post_request(s, c->method);
     s->calls[c->method]++;
     /* Watch for the end of the call; the request op's reference passes to
@@ -632,13 +633,19 @@ err_free:
     return st;
 }
 
+void msr_rpc_server_shutdown(msr_rpc_server_t *s)
+{
+    if (atomic_exchange(&s->shutting_down, 1))
+        return;
+    grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
+    grpc_server_cancel_all_calls(s->server);
+}
+
 void msr_rpc_server_destroy(msr_rpc_server_t *s)
 {
     if (s == NULL)
         return;
-    s->shutting_down = 1;
-    grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
-    grpc_server_cancel_all_calls(s->server);
+    msr_rpc_server_shutdown(s);
     while (!s->shutdown_done || !msr_list_empty(&s->live)) {
         if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
             break;
@@ -831,9 +838,12 @@ static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *c
 
 /* Turns a finished call into a status and a parsed response; frees cc. */
 static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method, client_call_t *cc,
-                                  int ok, ProtobufCMessage **resp_p, char *err, size_t errlen)
+                                  int ok, ProtobufCMessage **resp_p, grpc_byte_buffer **raw_p,
+                                  int *code_p, char *err, size_t errlen)
 {
     msr_status_t st;
+    if (code_p)
+        *code_p = ok ? (int)cc->code : (int)GRPC_STATUS_INTERNAL;
     if (!ok) {
         st = MSR_ERR_INTERNAL;
         if (err)
@@ -853,6 +863,15 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
             else
                 snprintf(err, errlen, "%s", details[0] ? details : msr_status_str(st));
         }
+    } else if (raw_p) {
+        *raw_p = cc->response;
+        cc->response = NULL;
+        st = *raw_p ? MSR_OK : MSR_ERR_PROTOCOL;
+        if (st != MSR_OK && code_p)
+            *code_p = GRPC_STATUS_INTERNAL;
+        if (st != MSR_OK && err)
+            snprintf(err, errlen, "empty %s response from %s", msr_rpc_methods[method].name,
+                     ch->target);
     } else {
         ProtobufCMessage *resp = unpack_buffer(cc->response, msr_rpc_methods[method].response);
         if (resp == NULL) {
@@ -921,8 +940,8 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     }
     /* The call's own deadline bounds this wait. */
     grpc_event ev = grpc_completion_queue_pluck(cq, &cc, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, err,
-                       errlen);
+    st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, NULL,
+                       NULL, err, errlen);
     channel_give_cq(ch, cq);
     return st;
 }
@@ -932,7 +951,10 @@ static void async_done(msr_rpc_op_t *op, int ok)
     msr_rpc_async_t *a = MSR_CONTAINER_OF(op, msr_rpc_async_t, op);
     client_call_t *cc = a->call_;
     a->resp = NULL;
-    a->status = client_finish(a->priv_, a->method, cc, ok, &a->resp, a->err, sizeof a->err);
+    grpc_byte_buffer *raw = NULL;
+    a->status = client_finish(a->priv_, a->method, cc, ok, &a->resp, a->raw ? &raw : NULL,
+                              &a->grpc_code, a->err, sizeof a->err);
+    a->raw_ = raw;
     msr_free(cc);
     a->call_ = NULL;
     a->done(a);
@@ -948,6 +970,7 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr
     a->call_ = cc;
     a->priv_ = ch;
     a->resp = NULL;
+    a->raw_ = NULL;
     a->err[0] = '\0';
     a->status = MSR_IN_PROGRESS;
     a->gcall_ = NULL;
@@ -966,12 +989,38 @@ void msr_rpc_async_cancel(msr_rpc_async_t *a)
         grpc_call_cancel(a->gcall_, NULL);
 }
 
+msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *a)
+{
+    if (a->status == MSR_OK && a->raw_) {
+        grpc_byte_buffer *copy = grpc_byte_buffer_copy(a->raw_); /* references the slices */
+        if (copy == NULL) {
+            call_send(call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return MSR_ERR_NO_MEMORY;
+        }
+        return call_send(call, copy, GRPC_STATUS_OK, NULL);
+    }
+    int code = a->grpc_code == GRPC_STATUS_OK ? GRPC_STATUS_INTERNAL : a->grpc_code;
+    return call_send(call, NULL, (grpc_status_code)code,
+                     a->err[0] ? a->err : "upstream call failed");
+}
+
 void msr_rpc_async_cleanup(msr_rpc_async_t *a)
 {
     msr_rpc_message_free(a->resp);
     a->resp = NULL;
+    if (a->raw_) {
+        grpc_byte_buffer_destroy(a->raw_);
+        a->raw_ = NULL;
+    }
     if (a->gcall_) {
         grpc_call_unref(a->gcall_);
         a->gcall_ = NULL;
     }
 }
+
+_Static_assert((int)MSR_RPC_UNAVAILABLE == (int)GRPC_STATUS_UNAVAILABLE &&
+                   (int)MSR_RPC_DEADLINE_EXCEEDED == (int)GRPC_STATUS_DEADLINE_EXCEEDED &&
+                   (int)MSR_RPC_RESOURCE_EXHAUSTED == (int)GRPC_STATUS_RESOURCE_EXHAUSTED &&
+                   (int)MSR_RPC_INVALID_ARGUMENT == (int)GRPC_STATUS_INVALID_ARGUMENT &&
+                   (int)MSR_RPC_ABORTED == (int)GRPC_STATUS_ABORTED,
+               "msr_rpc_code_t follows gRPC's status codes");
