@@ -820,7 +820,6 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         generation_failed(c, &f);
     } else {
         c->dirty = 1;
-        wake_heartbeats(c);
     }
 }
 
@@ -1033,7 +1032,9 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     r.max_restarts = c->max_restarts;
     r.generation = c->generation;
     reply(c, call, &r.base);
-    wake_heartbeats(c); /* others' progress lines change */
+    /* Held heartbeats are not woken for progress: that would make forming a
+     * job of N nodes cost N^2 answers. Agents see progress at their next
+     * heartbeat; only a change of state or generation wakes them. */
 }
 
 static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest *req)
@@ -1058,8 +1059,6 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
         n->ready_generation = req->ready_generation;
         c->dirty = 1;
         try_form(c);
-        if (state_forming(c->state))
-            wake_heartbeats(c); /* not formed yet: progress for the others */
     }
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
         heartbeat_reply(c, call, n);

@@ -2,6 +2,7 @@
 #include "rendezvous/rpc.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -133,10 +134,36 @@ static void grpc_log_to_msr(gpr_log_func_args *args)
     MSR_DEBUG("grpc: %s (%s:%d)", args->message, args->file, args->line);
 }
 
+/* Debian's abseil (under gRPC) is built with absl::Mutex deadlock detection
+ * on: every lock records edges in one global graph, so gRPC's cost grows
+ * with the number of mutexes alive -- about one set per connection. With
+ * 1024 connections that made connecting 2.5x slower. The switch is a C++
+ * function (absl::SetMutexDeadlockDetectionMode(kIgnore = 0)); call it when
+ * the library exports it. */
+static void absl_deadlock_detection_off(void)
+{
+    static const char *const names[] = {
+        "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl7debian229SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl7debian429SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE",
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(names); i++) {
+        void *sym = dlsym(RTLD_DEFAULT, names[i]);
+        if (sym) {
+            void (*set_mode)(int);
+            memcpy(&set_mode, &sym, sizeof set_mode);
+            set_mode(0);
+            return;
+        }
+    }
+}
+
 void msr_rpc_library_ref(void)
 {
     pthread_mutex_lock(&lib_lock);
     if (lib_refs++ == 0) {
+        absl_deadlock_detection_off();
         gpr_set_log_function(grpc_log_to_msr);
         grpc_init();
     }
@@ -561,18 +588,28 @@ static grpc_channel_args *common_args(int server)
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}},
         {GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}},
     };
-    static grpc_arg client_args[] = {
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},
-        /* Reconnect to a restarted coordinator within about a second. */
-        {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},
-    };
+    /* clang-format off */
+    /* Reconnect to a restarted coordinator within about a second; a receive
+     * window large enough for an allgather's answer without waiting for
+     * window updates on a fresh connection. */
+#define CLIENT_ARGS                                                                 \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},       \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},          \
+    {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},                 \
+    {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},    \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},        \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},      \
+    {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 4 << 20}}
+    /* clang-format on */
+    static grpc_arg client_args[] = {CLIENT_ARGS};
+    /* the same plus a subchannel pool of the channel's own: its own connection */
+    static grpc_arg own_args[] = {
+        CLIENT_ARGS, {GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, {.integer = 1}}};
+#undef CLIENT_ARGS
     static grpc_channel_args sa = {MSR_ARRAY_SIZE(server_args), server_args};
     static grpc_channel_args ca = {MSR_ARRAY_SIZE(client_args), client_args};
-    return server ? &sa : &ca;
+    static grpc_channel_args oa = {MSR_ARRAY_SIZE(own_args), own_args};
+    return server == 1 ? &sa : server == 2 ? &oa : &ca;
 }
 
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
@@ -699,8 +736,23 @@ static char *channel_target(const char *target)
     return msr_strdup(target);
 }
 
+static msr_status_t channel_create(const char *target, const char *token, int own,
+                                   msr_rpc_channel_t **channel_p);
+
 msr_status_t msr_rpc_channel_create(const char *target, const char *token,
                                     msr_rpc_channel_t **channel_p)
+{
+    return channel_create(target, token, 0, channel_p);
+}
+
+msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
+                                        msr_rpc_channel_t **channel_p)
+{
+    return channel_create(target, token, 1, channel_p);
+}
+
+static msr_status_t channel_create(const char *target, const char *token, int own,
+                                   msr_rpc_channel_t **channel_p)
 {
     if (target == NULL || *target == '\0')
         return MSR_ERR_INVALID_ARG;
@@ -717,7 +769,7 @@ msr_status_t msr_rpc_channel_create(const char *target, const char *token,
     }
     msr_rpc_library_ref();
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    ch->channel = grpc_channel_create(gtarget, creds, common_args(0));
+    ch->channel = grpc_channel_create(gtarget, creds, common_args(own ? 2 : 0));
     grpc_channel_credentials_release(creds);
     msr_free(gtarget);
     if (ch->channel == NULL) {
@@ -981,6 +1033,16 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr
         a->call_ = NULL;
     }
     return st;
+}
+
+size_t msr_rpc_async_raw_len(const msr_rpc_async_t *a)
+{
+    return a->raw_ ? grpc_byte_buffer_length(a->raw_) : 0;
+}
+
+ProtobufCMessage *msr_rpc_async_raw_unpack(const msr_rpc_async_t *a)
+{
+    return unpack_buffer(a->raw_, msr_rpc_methods[a->method].response);
 }
 
 void msr_rpc_async_cancel(msr_rpc_async_t *a)

@@ -182,6 +182,12 @@ typedef struct msr_rpc_channel msr_rpc_channel_t;
  * Safe to use from several threads at once. */
 msr_status_t msr_rpc_channel_create(const char *target, const char *token,
                                     msr_rpc_channel_t **channel_p);
+
+/* Like msr_rpc_channel_create, but the channel gets a TCP connection of its
+ * own instead of sharing one with other channels of this process to the same
+ * target (for simulating many nodes in one process). */
+msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
+                                        msr_rpc_channel_t **channel_p);
 void msr_rpc_channel_destroy(msr_rpc_channel_t *channel);
 const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
 
@@ -228,6 +234,12 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *channel, msr_rpc_loop_t *loop
  * message. A proxy forwards upstream answers this way without repacking; one
  * async may answer many calls. Ownership of call ends here. */
 msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *async);
+
+/* For a finished raw-mode async: the response's size in bytes, and the
+ * response unpacked on demand (NULL if malformed; free with
+ * msr_rpc_message_free). */
+size_t msr_rpc_async_raw_len(const msr_rpc_async_t *async);
+ProtobufCMessage *msr_rpc_async_raw_unpack(const msr_rpc_async_t *async);
 
 /* Cancels a started async call from any thread; done() still runs (with
  * MSR_ERR_CANCELED unless it had already finished). */
