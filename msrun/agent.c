@@ -303,8 +303,11 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
     return -1;
 }
 
-/* Whether an msrun coordinator of this job answers at target. */
-static msr_status_t probe_coordinator(agent_t *a, const char *target, char *err, size_t errlen)
+/* Whether an msrun coordinator of this job answers at target. With
+ * wait_for_ready, waits up to 2 s for it to come up; without, a refused
+ * connection answers at once. */
+static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_for_ready, char *err,
+                                      size_t errlen)
 {
     msr_rpc_channel_t *ch = NULL;
     msr_status_t st = msr_rpc_channel_create(target, a->token, &ch);
@@ -312,8 +315,8 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, char *err,
         return st;
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), 1, &resp, err,
-                      errlen);
+    st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), wait_for_ready,
+                      &resp, err, errlen);
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
     return st;
@@ -344,13 +347,17 @@ static int setup_coordinator(agent_t *a)
             snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
         char target[300];
         snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
-        if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
+        char perr[400];
+        if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0 &&
+            probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+            /* another msrun on this host already started it */
+            MSR_DEBUG("joining the coordinator already running at %s", target);
+        } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
             int port = start_coordinator(a, target, err, sizeof err);
             if (port < 0) {
                 /* Taken: by this job's coordinator (another msrun on this host
                  * started it), or by something else. */
-                char perr[400];
-                msr_status_t st = probe_coordinator(a, target, perr, sizeof perr);
+                msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
                 if (st == MSR_ERR_PERMISSION) {
                     fprintf(stderr,
                             "msrun: error: port %d on %s is in use by another msrun job "
