@@ -37,6 +37,7 @@ typedef enum opt_id {
     O_GRACE,
     O_HEARTBEAT,
     O_NODE_TIMEOUT,
+    O_COORDINATOR_TIMEOUT,
     O_ERROR_FILE,
     O_SHOW_RANKS,
     O_LOG_LEVEL,
@@ -98,6 +99,9 @@ static const opt_def_t opt_defs[] = {
      "how often this node's msrun reports to the coordinator."},
     {O_NODE_TIMEOUT, "node_timeout", {NULL}, T_SECONDS, "5", "SEC",
      "a node silent this long is declared lost."},
+    {O_COORDINATOR_TIMEOUT, "coordinator_timeout", {NULL}, T_SECONDS, "30", "SEC",
+     "workers keep running this long while the coordinator cannot be reached (it may be "
+     "restarting); then the job stops."},
     {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
      "write the root cause of a failure as JSON to PATH."},
     {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
@@ -312,6 +316,13 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
         }
         o->node_timeout_ms = x;
         break;
+    case O_COORDINATOR_TIMEOUT:
+        if (x < 100) {
+            opt_error("%s=%s: the coordinator timeout must be at least 0.1 s", where, v);
+            return -1;
+        }
+        o->coordinator_timeout_ms = x;
+        break;
     case O_ERROR_FILE:
         return set_string(&o->error_file, v);
     case O_SHOW_RANKS:
@@ -514,6 +525,7 @@ static void defaults(msr_options_t *o)
     o->grace_ms = 5000;
     o->heartbeat_ms = 1000;
     o->node_timeout_ms = 5000;
+    o->coordinator_timeout_ms = 30000;
     o->log_level = MSR_LOG_INFO;
 }
 

@@ -46,6 +46,7 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_DELETE] = METHOD("Store", Delete, delete),
     [MSR_RPC_BARRIER] = METHOD("Store", Barrier, barrier),
     [MSR_RPC_ALLGATHER] = METHOD("Store", Allgather, allgather),
+    [MSR_RPC_BEAT] = METHOD("Agent", Beat, beat),
 };
 
 static void *pb_alloc(void *data, size_t size)

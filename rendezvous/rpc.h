@@ -52,6 +52,7 @@ typedef enum msr_rpc_method {
     MSR_RPC_DELETE,
     MSR_RPC_BARRIER,
     MSR_RPC_ALLGATHER,
+    MSR_RPC_BEAT, /* served by a node's msrun, never by the coordinator */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 

@@ -38,10 +38,18 @@ static void check_answer(fcall_t *c)
     c->answered = 1;
 }
 
+/* Node ids the coordinator gave out, so that inputs can name them by number
+ * (a heartbeat for node "1" means the second node that joined). */
+static char joined_ids[16][32];
+static int njoined;
+
 static void f_reply(void *call, const ProtobufCMessage *resp)
 {
     fcall_t *c = call;
     check_answer(c);
+    if (c->method == MSR_RPC_JOIN && njoined < 16)
+        snprintf(joined_ids[njoined++], sizeof joined_ids[0], "%s",
+                 ((const Msr__JoinResponse *)resp)->node_id);
     if (resp->descriptor != msr_rpc_methods[c->method].response) {
         fprintf(stderr, "fuzz_coord: %s answered with a %s\n", msr_rpc_methods[c->method].name,
                 resp->descriptor->name);
@@ -103,6 +111,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    /* the coordinator's refusals and warnings are expected here: keep the
+     * fuzzer's output (and speed) for what matters */
+    msr_log_set_level(MSR_LOG_ERROR);
     if (size < 1)
         return 0;
     msr_coord_config_t cfg = {.token = "t", .node_timeout_ms = 200, .join_timeout_ms = 60000};
@@ -117,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     msr_coord_t *co = NULL;
     if (msr_coord_create(&cfg, &responder, &co) != MSR_OK)
         return 0;
+    njoined = 0;
     fcall_t *all = NULL; /* every call made, freed at the end */
     size_t i = 1;
     uint64_t clock = msr_now_ns();
@@ -130,6 +142,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m < MSR_RPC_METHOD_COUNT) {
             ProtobufCMessage *req = msr_rpc_request_unpack((msr_rpc_method_t)m, data + i, len);
             if (req) {
+                char **id = m == MSR_RPC_HEARTBEAT ? &((Msr__HeartbeatRequest *)req)->node_id
+                            : m == MSR_RPC_REPORT  ? &((Msr__ReportRequest *)req)->node_id
+                            : m == MSR_RPC_LEAVE   ? &((Msr__LeaveRequest *)req)->node_id
+                            : m == MSR_RPC_JOIN    ? &((Msr__JoinRequest *)req)->node_id
+                                                   : NULL;
+                char *saved = NULL;
+                if (id && *id && (*id)[0] >= '0' && (*id)[0] <= '9' && (*id)[1] == '\0' &&
+                    (*id)[0] - '0' < njoined) {
+                    saved = *id; /* restored before freeing: it belongs to req */
+                    *id = joined_ids[(*id)[0] - '0'];
+                }
                 fcall_t *c = calloc(1, sizeof *c);
                 if (c == NULL)
                     abort();
@@ -138,6 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 c->next = all;
                 all = c;
                 msr_coord_call(co, c, c->method, req);
+                if (saved)
+                    *id = saved;
                 msr_rpc_message_free(req);
             }
         }

@@ -96,7 +96,7 @@ static int write_seeds(const char *dir)
     join(&s, -1);
     join(&s, 1);
     Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
-    h.node_id = "x";
+    h.node_id = "0";
     h.wait_ms = 1000;
     seed_add(&s, MSR_RPC_HEARTBEAT, 0x20, &h.base);
     seed_write(dir, "seed-join", &s);
@@ -155,11 +155,11 @@ static int write_seeds(const char *dir)
     fl.rank = 1;
     fl.exit_code = 3;
     Msr__ReportRequest r = MSR__REPORT_REQUEST__INIT;
-    r.node_id = "x";
+    r.node_id = "0";
     r.exit = &fl;
     seed_add(&s, MSR_RPC_REPORT, 0, &r.base);
     Msr__LeaveRequest lv = MSR__LEAVE_REQUEST__INIT;
-    lv.node_id = "x";
+    lv.node_id = "0";
     seed_add(&s, MSR_RPC_LEAVE, 0, &lv.base);
     Msr__StatusRequest sr = MSR__STATUS_REQUEST__INIT;
     seed_add(&s, MSR_RPC_STATUS, 0x20, &sr.base);

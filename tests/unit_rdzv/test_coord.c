@@ -4,6 +4,7 @@
 #include <grpc/status.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/time.h"
@@ -642,6 +643,69 @@ static void test_allgather(void)
     msr_coord_destroy(co);
 }
 
+static void test_persist_and_resume(void)
+{
+    char dir[] = "/tmp/msrun-coord-test-XXXXXX";
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/state", dir);
+    msr_coord_config_t cfg = {.token = "t", .job_id = "job", .worker_num = 2,
+                              .local_worker_num = 1, .max_restarts = 3, .node_timeout_ms = 5000,
+                              .join_timeout_ms = 60000, .state_file = path};
+    job_max_restarts = 3;
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s", join(co, 0, 2, 1, -1));
+    snprintf(b, sizeof b, "%s", join(co, 1, 2, 1, -1));
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    report(co, a, 0, 0, 1, 0); /* not running yet: ignored */
+    beat(co, &c, b, 0, 0);
+    report(co, a, 0, 0, 1, 0); /* a failure: restart 1 of 3, generation 1 */
+    beat(co, &c, a, 1, 1);
+    MSR_CHECK_EQ(beat(co, &c, b, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    Msr__SetRequest sr = MSR__SET_REQUEST__INIT;
+    sr.generation = 1;
+    sr.key = "kept";
+    sr.value.data = (uint8_t *)"value";
+    sr.value.len = 5;
+    call(co, &c, MSR_RPC_SET, &sr.base);
+    MSR_CHECK_EQ(c.code, 0);
+    report(co, a, 1, 0, 0, 0); /* rank 0 done */
+    msr_coord_tick(co, msr_now_ns() + 1000000000ull);
+    fcall_reset(&c);
+    msr_coord_destroy(co); /* the coordinator dies */
+
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    Msr__HeartbeatResponse *r = beat(co, &c, b, 1, 1);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(r->generation, 1);
+    MSR_CHECK_EQ(r->restart_count, 1);
+    MSR_CHECK(r->assignment != NULL);
+    int rank_b = r->assignment->node_rank;
+    MSR_CHECK(r->failure != NULL && r->failure->exit_code == 1);
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.generation = 1;
+    g.key = "kept";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK_EQ(c.code, 0);
+    MSR_CHECK(((Msr__GetResponse *)c.resp)->value.len == 5);
+    report(co, b, 1, rank_b, 0, 0); /* the other rank: the job is done */
+    MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_DONE);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+
+    /* a corrupt state file is refused, not half-read */
+    FILE *f = fopen(path, "wb");
+    MSR_CHECK(f != NULL);
+    fputs("not a state file", f);
+    fclose(f);
+    MSR_CHECK_STATUS(msr_coord_create(&cfg, &responder, &co), MSR_ERR_CORRUPT);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* Fail each allocation of a store workload in turn: every call is answered
  * (with an error or not) and the core stays usable. */
 static void test_alloc_failures(void)
@@ -693,6 +757,7 @@ static const msr_test_t tests[] = {
     {"store_reset_on_restart", test_store_reset_on_restart, 10},
     {"barrier", test_barrier, 10},
     {"allgather", test_allgather, 10},
+    {"persist_and_resume", test_persist_and_resume, 10},
     {"alloc_failures", test_alloc_failures, 60},
 };
 
