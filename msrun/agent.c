@@ -3,6 +3,7 @@
  * child exits, worker output, timers and the coordinator's answers. */
 #include "msrun/agent.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -1086,6 +1087,36 @@ static void print_outcome(agent_t *a)
     }
 }
 
+/* Removes job directories left by msrun processes that are gone (killed by
+ * SIGKILL, say): <job>-<pid> whose pid no longer exists. */
+static void sweep_stale_job_dirs(const char *top)
+{
+    DIR *d = opendir(top);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *dash = strrchr(e->d_name, '-');
+        int64_t pid;
+        if (e->d_name[0] == '.' || dash == NULL ||
+            msr_parse_i64(dash + 1, 1, INT32_MAX, &pid) != MSR_OK)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        char path[600];
+        static const char *const files[] = {"agent.sock", "coordinator.state",
+                                            "coordinator.state.tmp"};
+        for (size_t i = 0; i < MSR_ARRAY_SIZE(files); i++) {
+            snprintf(path, sizeof path, "%s/%s/%s", top, e->d_name, files[i]);
+            unlink(path);
+        }
+        snprintf(path, sizeof path, "%s/%s", top, e->d_name);
+        if (rmdir(path) == 0)
+            MSR_DEBUG("removed %s, left by a msrun that is gone", path);
+    }
+    closedir(d);
+}
+
 /* The job's private directory: <tmp>/msrun-<uid>/<job>-<pid>, both 0700, so
  * only this user reaches the proxy's socket. */
 static int make_job_dir(agent_t *a)
@@ -1105,6 +1136,7 @@ static int make_job_dir(agent_t *a)
         MSR_ERROR("%s is not a private directory of this user (mode 0700 expected)", top);
         return -1;
     }
+    sweep_stale_job_dirs(top);
     char job[48];
     size_t n = 0;
     for (const char *c = a->job_id; *c && n < sizeof job - 1; c++)
