@@ -228,7 +228,10 @@ void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m)
 static void describe_failure(const failure_t *f, char *out, size_t len)
 {
     char sig[32];
-    if (f->signal > 0)
+    if (f->rank >= 0 && strncmp(f->reason, "hung", 4) == 0)
+        snprintf(out, len, "rank %d on node %d (%s) %s and was killed", f->rank, f->node_rank,
+                 f->host, f->reason);
+    else if (f->signal > 0)
         snprintf(out, len, "rank %d on node %d (%s) was killed by %s", f->rank, f->node_rank,
                  f->host, msr_signal_name(f->signal, sig, sizeof sig));
     else if (f->rank >= 0)

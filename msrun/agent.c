@@ -86,7 +86,7 @@ typedef struct agent {
     uint64_t forming_since, last_progress;
     int last_joined;
 
-    struct event *retry_ev, *kill_ev, *stuck_ev, *stopped_ev;
+    struct event *retry_ev, *kill_ev, *stuck_ev, *stopped_ev, *hang_ev;
     struct event *sig_ev[8];
     int nsig;
 
@@ -156,7 +156,10 @@ static int cause_exit_code(const root_cause_t *c)
 static void cause_describe(const root_cause_t *c, char *out, size_t len)
 {
     char sig[32];
-    if (c->rank < 0)
+    if (c->rank >= 0 && strncmp(c->reason, "hung", 4) == 0)
+        snprintf(out, len, "rank %d on node %d (%s, pid %d) %s and was killed", c->rank,
+                 c->node_rank, c->host, c->pid, c->reason);
+    else if (c->rank < 0)
         snprintf(out, len, "node %d (%s, pid %d) %s", c->node_rank, c->host, c->pid, c->reason);
     else if (c->signal > 0)
         snprintf(out, len, "rank %d on node %d (%s, pid %d) was killed by %s", c->rank,
@@ -455,6 +458,7 @@ static void spawn_workers(agent_t *a)
         .log_dir = o->log_dir,
         .bind_core = o->bind_core,
         .devnull = a->devnull,
+        .worker_timeout_ms = o->worker_timeout_ms,
     };
     a->worker_generation = a->generation;
     for (int i = 0; i < a->nworkers; i++) {
@@ -476,6 +480,35 @@ static void spawn_workers(agent_t *a)
     MSR_INFO("generation %d: started %d worker%s (ranks %d..%d of %d)", a->generation, a->nworkers,
              a->nworkers == 1 ? "" : "s", a->rank_offset, a->rank_offset + a->nworkers - 1,
              a->world_size);
+}
+
+/* --worker_timeout: kills workers whose libmsrun stopped beating, or that
+ * stopped calling msr_heartbeat() after calling it. Workers that never beat
+ * (programs without libmsrun) are only watched for their exit. */
+static void on_hang_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    agent_t *a = arg;
+    if (a->stopping || a->proxy == NULL)
+        return;
+    uint64_t now = msr_now_ns(), limit = (uint64_t)a->o->worker_timeout_ms * 1000000ull;
+    double secs = (double)a->o->worker_timeout_ms / 1000.0;
+    for (int i = 0; i < a->nworkers; i++) {
+        msr_worker_t *w = &a->workers[i];
+        msr_beat_info_t b;
+        if (!w->running || w->stopping || w->hung[0] ||
+            !msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &b))
+            continue;
+        if (now > b.last_beat_ns && now - b.last_beat_ns > limit)
+            snprintf(w->hung, sizeof w->hung, "hung: no libmsrun beat for %.1f s", secs);
+        else if (b.progress > 0 && now > b.progress_ns && now - b.progress_ns > limit)
+            snprintf(w->hung, sizeof w->hung, "hung: no msr_heartbeat() for %.1f s", secs);
+        if (w->hung[0]) {
+            MSR_WARN("rank %d (pid %d) %s: killing it", w->rank, (int)w->pid, w->hung);
+            msr_worker_signal(w, SIGKILL);
+        }
+    }
 }
 
 static void on_kill_timer(evutil_socket_t fd, short what, void *arg)
@@ -598,6 +631,7 @@ typedef struct report {
     int64_t backoff_ms;
     int generation, rank, pid, exit_code, signal;
     double time;
+    char reason[96];
     char *tail[MSR_TAIL_LINES];
     int ntail;
 } report_t;
@@ -650,7 +684,7 @@ static void report_send(report_t *r)
     f.signal = r->signal;
     f.time = r->time;
     f.generation = r->generation;
-    f.reason = r->signal ? "signal" : "exited";
+    f.reason = r->reason;
     f.n_stderr_tail = (size_t)r->ntail;
     f.stderr_tail = r->tail;
     Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
@@ -679,6 +713,10 @@ static void report_exit(agent_t *a, msr_worker_t *w)
     r->exit_code = WIFSIGNALED(w->status) ? -1 : WEXITSTATUS(w->status);
     r->signal = WIFSIGNALED(w->status) ? WTERMSIG(w->status) : 0;
     r->time = w->exit_time;
+    snprintf(r->reason, sizeof r->reason, "%s",
+             w->hung[0]  ? w->hung
+             : r->signal ? "signal"
+                         : "exited");
     if (r->exit_code != 0 || r->signal) {
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
         for (int i = 0; i < w->tail_count; i++) {
@@ -1247,7 +1285,16 @@ int msr_agent_run(msr_options_t *o)
     a.kill_ev = evtimer_new(a.base, on_kill_timer, &a);
     a.stuck_ev = evtimer_new(a.base, on_stuck_timer, &a);
     a.stopped_ev = event_new(a.base, -1, 0, on_stopped, &a);
-    if (a.workers == NULL || !a.retry_ev || !a.kill_ev || !a.stuck_ev || !a.stopped_ev) {
+    a.hang_ev = event_new(a.base, -1, EV_PERSIST, on_hang_check, &a);
+    if (a.hang_ev && o->worker_timeout_ms > 0) {
+        int64_t every = o->worker_timeout_ms / 4 < 50 ? 50 : o->worker_timeout_ms / 4;
+        if (every > 1000)
+            every = 1000;
+        struct timeval tv = {(time_t)(every / 1000), (suseconds_t)((every % 1000) * 1000)};
+        event_add(a.hang_ev, &tv);
+    }
+    if (a.workers == NULL || !a.retry_ev || !a.kill_ev || !a.stuck_ev || !a.stopped_ev ||
+        !a.hang_ev) {
         fprintf(stderr, "msrun: error: out of memory\n");
         rc = 1;
         goto out_base;
@@ -1312,6 +1359,8 @@ out_base:
         event_free(a.stuck_ev);
     if (a.stopped_ev)
         event_free(a.stopped_ev);
+    if (a.hang_ev)
+        event_free(a.hang_ev);
     msr_proxy_stop(a.proxy);
     msr_link_destroy(a.link);
     msr_free(a.workers);

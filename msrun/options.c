@@ -38,6 +38,7 @@ typedef enum opt_id {
     O_HEARTBEAT,
     O_NODE_TIMEOUT,
     O_COORDINATOR_TIMEOUT,
+    O_WORKER_TIMEOUT,
     O_ERROR_FILE,
     O_SHOW_RANKS,
     O_LOG_LEVEL,
@@ -102,6 +103,9 @@ static const opt_def_t opt_defs[] = {
     {O_COORDINATOR_TIMEOUT, "coordinator_timeout", {NULL}, T_SECONDS, "30", "SEC",
      "workers keep running this long while the coordinator cannot be reached (it may be "
      "restarting); then the job stops."},
+    {O_WORKER_TIMEOUT, "worker_timeout", {NULL}, T_SECONDS, "0", "SEC",
+     "a worker linking libmsrun whose process stops beating this long, or that stops "
+     "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
     {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
      "write the root cause of a failure as JSON to PATH."},
     {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
@@ -322,6 +326,13 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
             return -1;
         }
         o->coordinator_timeout_ms = x;
+        break;
+    case O_WORKER_TIMEOUT:
+        if (x != 0 && x < 100) {
+            opt_error("%s=%s: the worker timeout must be 0 (off) or at least 0.1 s", where, v);
+            return -1;
+        }
+        o->worker_timeout_ms = x;
         break;
     case O_ERROR_FILE:
         return set_string(&o->error_file, v);

@@ -64,6 +64,12 @@ struct msr_proxy {
     msr_heap_t timers;  /* groups' deadlines */
     msr_heap_t retries; /* upstream calls to send again */
     msr_list_t fwds;    /* upstream calls in flight */
+    pthread_mutex_t beats_lock;
+    struct beat_entry {
+        int rank, pid;
+        msr_beat_info_t info;
+    } * beats;
+    size_t nbeats, beats_cap;
     _Atomic uint64_t calls_in, calls_up;
 };
 
@@ -323,10 +329,62 @@ static void group_expired(msr_proxy_t *p, group_t *g)
 
 /* ---- the worker-facing server ---- */
 
+static void on_beat(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__BeatRequest *r)
+{
+    uint64_t now = msr_now_ns();
+    pthread_mutex_lock(&p->beats_lock);
+    struct beat_entry *e = NULL;
+    for (size_t i = 0; i < p->nbeats && e == NULL; i++)
+        if (p->beats[i].rank == r->rank)
+            e = &p->beats[i];
+    if (e == NULL && p->nbeats == p->beats_cap) {
+        size_t cap = p->beats_cap ? p->beats_cap * 2 : 16;
+        struct beat_entry *nb = msr_realloc_array(p->beats, cap, sizeof *nb);
+        if (nb) {
+            p->beats = nb;
+            p->beats_cap = cap;
+        }
+    }
+    if (e == NULL && p->nbeats < p->beats_cap) {
+        e = &p->beats[p->nbeats++];
+        memset(e, 0, sizeof *e);
+        e->rank = r->rank;
+    }
+    if (e) {
+        if (e->pid != r->pid || e->info.progress != r->progress || e->info.progress_ns == 0) {
+            e->info.progress = r->progress;
+            e->info.progress_ns = now;
+        }
+        e->pid = r->pid;
+        e->info.last_beat_ns = now;
+    }
+    pthread_mutex_unlock(&p->beats_lock);
+    Msr__BeatResponse resp = MSR__BEAT_RESPONSE__INIT;
+    msr_rpc_call_reply(call, &resp.base);
+}
+
+int msr_proxy_beat_info(msr_proxy_t *p, int rank, int pid, msr_beat_info_t *info_p)
+{
+    int found = 0;
+    pthread_mutex_lock(&p->beats_lock);
+    for (size_t i = 0; i < p->nbeats && !found; i++) {
+        if (p->beats[i].rank == rank && p->beats[i].pid == pid) {
+            *info_p = p->beats[i].info;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&p->beats_lock);
+    return found;
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_proxy_t *p = arg;
     atomic_fetch_add(&p->calls_in, 1);
+    if (method == MSR_RPC_BEAT) {
+        on_beat(p, call, (const Msr__BeatRequest *)req);
+        return;
+    }
     if (atomic_load(&p->stop)) {
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
         return;
@@ -459,6 +517,7 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
         return MSR_ERR_NO_MEMORY;
     msr_list_init(&p->fwds);
     pthread_mutex_init(&p->stop_lock, NULL);
+    pthread_mutex_init(&p->beats_lock, NULL);
     snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
     msr_status_t st = msr_rpc_loop_create(&p->loop);
     if (st != MSR_OK)
@@ -517,6 +576,8 @@ void msr_proxy_stop(msr_proxy_t *p)
     pthread_mutex_unlock(&p->stop_lock);
     pthread_join(p->thread, NULL);
     pthread_mutex_destroy(&p->stop_lock);
+    pthread_mutex_destroy(&p->beats_lock);
+    msr_free(p->beats);
     msr_map_cleanup(&p->groups, free_group_value);
     msr_heap_cleanup(&p->timers);
     msr_heap_cleanup(&p->retries);

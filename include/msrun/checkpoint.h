@@ -33,8 +33,8 @@ extern "C" {
  * (keep <= 0 keeps all).
  * Errors: MSR_ERR_IO (with the file and errno in msr_last_error()),
  * MSR_ERR_INVALID_ARG, and the store's errors. */
-MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step,
-                                   const void *data, size_t len, int keep);
+MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
+                                   size_t len, int keep);
 
 /* The latest step complete for every rank of the job in dir, agreed by all
  * ranks (a store allgather: every rank must call it), in *step_p; -1 when
@@ -45,8 +45,8 @@ MSR_API msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *s
  * MSR_ERR_NOT_FOUND when absent or incomplete, MSR_ERR_CORRUPT when its
  * header or CRC does not check out or it was written by another world
  * size. Does not communicate. */
-MSR_API msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step,
-                                   void **data_p, size_t *len_p);
+MSR_API msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
+                                   size_t *len_p);
 
 #ifdef __cplusplus
 }

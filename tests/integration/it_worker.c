@@ -223,6 +223,28 @@ static int do_ckpt(const char *dir)
     return 0;
 }
 
+/* Hang detection: rank `who` stops its own process (how == "stop") or stops
+ * calling msr_heartbeat() (how == "stall"); the others beat for 20 s. */
+static int do_hang(const char *how, int who)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    int rank = msr_rank(ctx);
+    printf("rank %d ready\n", rank);
+    for (int i = 0; i < 200; i++) {
+        if (rank == who && i == 5) {
+            if (strcmp(how, "stop") == 0)
+                raise(SIGSTOP);
+            else
+                sleep(60); /* no more msr_heartbeat() */
+        }
+        msr_heartbeat(ctx);
+        sleep_ms(100);
+    }
+    msr_finalize(ctx);
+    return 0;
+}
+
 static int do_barrier(void)
 {
     msr_ctx_t *ctx = NULL;
@@ -254,6 +276,8 @@ int main(int argc, char **argv)
         return do_store();
     if (strcmp(mode, "barrier") == 0)
         return do_barrier();
+    if (strcmp(mode, "hang") == 0 && argc > 3)
+        return do_hang(argv[2], atoi(argv[3]));
     if (strcmp(mode, "ckpt") == 0 && argc > 2)
         return do_ckpt(argv[2]);
     if (strcmp(mode, "token") == 0)
