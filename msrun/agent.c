@@ -231,29 +231,27 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
     /* The embedded coordinator speaks up for warnings unless asked for more. */
     snprintf(a_ll, sizeof a_ll, "%d",
              a->o->log_level >= MSR_LOG_DEBUG ? a->o->log_level : MSR_LOG_WARN);
-    char *argv[] = {"msrun",
-                    "coordinator",
-                    "--bind",
-                    a_bind,
-                    "--ready_fd",
-                    a_fd,
-                    "--job_id",
-                    a->job_id,
-                    "--worker_num",
-                    a_wn,
-                    "--local_worker_num",
-                    a_lwn,
-                    "--max_restarts",
-                    a_mr,
-                    "--node_timeout",
-                    a_nt,
-                    "--cluster_time_out",
-                    a_ct,
-                    "--log_level",
-                    a_ll,
-                    a->state_file[0] ? "--state_file" : NULL,
-                    a->state_file,
-                    NULL};
+    char a_nn[48], a_lc[32];
+    snprintf(a_nn, sizeof a_nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
+    snprintf(a_lc, sizeof a_lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
+    char *argv[40];
+    int k = 0;
+    const char *fixed[] = {
+        "msrun",          "coordinator", "--bind",         a_bind, "--ready_fd",         a_fd,
+        "--job_id",       a->job_id,     "--worker_num",   a_wn,   "--local_worker_num", a_lwn,
+        "--max_restarts", a_mr,          "--node_timeout", a_nt,   "--cluster_time_out", a_ct,
+        "--log_level",    a_ll,          "--last_call",    a_lc};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(fixed); i++)
+        argv[k++] = (char *)fixed[i];
+    if (a->o->max_nodes > a->o->min_nodes) {
+        argv[k++] = "--nnodes";
+        argv[k++] = a_nn;
+    }
+    if (a->state_file[0]) {
+        argv[k++] = "--state_file";
+        argv[k++] = a->state_file;
+    }
+    argv[k] = NULL;
     /* The token travels in the environment, not on the command line. */
     pid_t parent = getpid();
     pid_t pid = fork();

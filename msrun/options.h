@@ -19,7 +19,8 @@ typedef struct msr_options {
     int join;
     int64_t cluster_time_out_ms;
     int bind_core;
-    int min_nodes, max_nodes; /* from --nnodes; 0 when not given */
+    int min_nodes, max_nodes; /* elastic range from --nnodes MIN:MAX; 0 for a fixed size */
+    int64_t last_call_ms;
     int max_restarts;
     int standalone;
     char *job_id;
