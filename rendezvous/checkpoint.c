@@ -358,33 +358,31 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
     return st;
 }
 
-msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
-                           size_t *len_p)
+/* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
+static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
+                              size_t *len_p)
 {
-    if (ctx == NULL || dir == NULL || step < 0 || data_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    if (!have_step(ctx, dir, step)) {
-        msr_client_set_error("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
-                             msr_rank(ctx), dir);
-        return MSR_ERR_NOT_FOUND;
-    }
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
-    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            msr_client_set_error("checkpoint: %s does not exist", path);
+            return MSR_ERR_NOT_FOUND;
+        }
         return io_error("cannot open", path);
+    }
     unsigned char hb[CKPT_HEADER];
     ckpt_header_t h;
     msr_status_t st = MSR_ERR_CORRUPT;
     void *data = NULL;
     struct stat sb;
     if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
-        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len ||
-        h.world != (uint32_t)msr_world_size(ctx)) {
-        msr_client_set_error("checkpoint: %s is not a checkpoint of this world size", path);
+        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len || h.step != step ||
+        h.rank != (uint32_t)rank || (world >= 0 && h.world != (uint32_t)world)) {
+        msr_client_set_error("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path,
+                             rank, step, world >= 0 ? " for this world size" : "");
         goto out;
     }
     data = malloc(h.len ? h.len : 1);
@@ -403,5 +401,98 @@ msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void *
     st = MSR_OK;
 out:
     close(fd);
+    return st;
+}
+
+msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
+                           size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || data_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (!have_step(ctx, dir, step)) {
+        msr_client_set_error("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
+                             msr_rank(ctx), dir);
+        return MSR_ERR_NOT_FOUND;
+    }
+    return load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), data_p, len_p);
+}
+
+msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                void **data_p, size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || rank < 0 || data_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    return load_file(dir, step, rank, -1, data_p, len_p);
+}
+
+/* The world size a step's MANIFEST records, or -1 when the step has none
+ * (not complete) or it cannot be read. */
+static int manifest_world(const char *dir, int64_t step)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/MANIFEST", sd);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *w = strstr(buf, "\"world_size\": ");
+    int64_t world;
+    char num[16];
+    if (w == NULL)
+        return -1;
+    w += strlen("\"world_size\": ");
+    size_t k = 0;
+    while (k < sizeof num - 1 && w[k] >= '0' && w[k] <= '9') {
+        num[k] = w[k];
+        k++;
+    }
+    num[k] = '\0';
+    if (msr_parse_i64(num, 1, 1 << 30, &world) != MSR_OK)
+        return -1;
+    return (int)world;
+}
+
+msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p, int *world_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    int64_t found[2] = {-1, 0}; /* step, world: rank 0's decides */
+    if (msr_rank(ctx) == 0) {
+        int64_t *steps;
+        size_t n = list_steps(dir, &steps);
+        for (size_t i = 0; i < n; i++) {
+            if (steps[i] <= found[0])
+                continue;
+            int w = manifest_world(dir, steps[i]);
+            if (w > 0) {
+                found[0] = steps[i];
+                found[1] = w;
+            }
+        }
+        free(steps);
+    }
+    int world = msr_world_size(ctx);
+    int64_t *all = calloc((size_t)world, sizeof found);
+    if (all == NULL) {
+        msr_client_set_error("checkpoint: out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_status_t st = msr_allgather(ctx, found, sizeof found, all);
+    if (st == MSR_OK) {
+        *step_p = all[0];
+        if (world_p)
+            *world_p = (int)all[1];
+    }
+    free(all);
     return st;
 }

@@ -48,6 +48,21 @@ MSR_API msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *s
 MSR_API msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
                                    size_t *len_p);
 
+/* For resuming in another world size (an elastic job re-formed, or
+ * resharding by the program): the newest step whose MANIFEST says every rank
+ * of the world that saved it committed, decided by rank 0 and agreed by all
+ * (every rank must call it). *step_p is -1 when there is none; *world_p gets
+ * the world size that saved it. Rank 0 must see dir (a shared directory, or
+ * node 0's). */
+MSR_API msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p,
+                                         int *world_p);
+
+/* Loads the state that rank `rank` of the saving world wrote at step,
+ * whatever the world size now (rank 0's, for state every rank holds alike).
+ * Checks the header and the CRC like msr_ckpt_load. Does not communicate. */
+MSR_API msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                        void **data_p, size_t *len_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -218,6 +218,16 @@ static int do_ckpt(const char *dir)
         CHECK_ST(msr_ckpt_load(ctx, dir, 4, &got, &len), MSR_OK);
         free(got);
     }
+    /* across world sizes: the newest step with a MANIFEST, and any rank's
+     * state of it */
+    int saved_world = 0;
+    CHECK_ST(msr_ckpt_latest_any(ctx, dir, &latest, &saved_world), MSR_OK);
+    CHECK(latest == 5 && saved_world == msr_world_size(ctx), "latest_any %lld of world %d",
+          (long long)latest, saved_world);
+    CHECK_ST(msr_ckpt_load_rank(ctx, dir, 5, 2, &got, &len), MSR_OK);
+    CHECK(len == 236 && ((char *)got)[0] == (char)(2 * 31 + 35), "rank 2's state");
+    free(got);
+    CHECK_ST(msr_ckpt_load_rank(ctx, dir, 5, 9, &got, &len), MSR_ERR_NOT_FOUND);
     printf("checkpoint checks passed on rank %d\n", rank);
     msr_finalize(ctx);
     return 0;
