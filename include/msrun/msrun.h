@@ -5,5 +5,6 @@
 
 #include "msrun/base.h"
 #include "msrun/store.h"
+#include "msrun/comm.h"
 
 #endif
