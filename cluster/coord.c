@@ -131,6 +131,28 @@ static void waiter_free(msr_coord_t *c, waiter_t *w)
 
 /* ---- nodes ---- */
 
+node_t *msr_coord_node_add(msr_coord_t *c, const char *host)
+{
+    if (c->nnodes == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 8;
+        node_t **nodes = msr_realloc_array(c->nodes, cap, sizeof *nodes);
+        if (nodes == NULL)
+            return NULL;
+        c->nodes = nodes;
+        c->cap = cap;
+    }
+    node_t *n = msr_calloc(1, sizeof *n);
+    if (n == NULL || (n->host = msr_strdup(host)) == NULL) {
+        msr_free(n);
+        return NULL;
+    }
+    n->wanted_rank = -1;
+    n->rank = -1;
+    n->ready_generation = -1;
+    c->nodes[c->nnodes++] = n;
+    return n;
+}
+
 static node_t *node_find(msr_coord_t *c, const char *id)
 {
     if (id == NULL || *id == '\0')
@@ -166,7 +188,7 @@ static void failure_clear(failure_t *f)
     memset(f, 0, sizeof *f);
 }
 
-static void failure_from_msg(failure_t *f, const Msr__Failure *m)
+void msr_coord_failure_from_msg(failure_t *f, const Msr__Failure *m)
 {
     failure_clear(f);
     f->set = 1;
@@ -187,7 +209,7 @@ static void failure_from_msg(failure_t *f, const Msr__Failure *m)
     }
 }
 
-static void failure_to_msg(const failure_t *f, Msr__Failure *m)
+void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m)
 {
     msr__failure__init(m);
     m->node_rank = f->node_rank;
@@ -351,6 +373,7 @@ static int store_put(msr_coord_t *c, void *call, const char *key, const void *da
         return 0;
     }
     kv_free(old);
+    MARK_DIRTY(c, 1);
     wake_getters(c, key, v);
     return 1;
 }
@@ -467,6 +490,8 @@ static void do_delete(msr_coord_t *c, void *call, const Msr__DeleteRequest *req)
     kv_t *v = msr_map_remove(&c->store, req->key);
     Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
     r.existed = v != NULL;
+    if (v)
+        MARK_DIRTY(c, 1);
     kv_free(v);
     reply(c, call, &r.base);
 }
@@ -699,7 +724,7 @@ static void set_state(msr_coord_t *c, Msr__JobState s)
         c->form_deadline = msr_deadline_in_ms(c->config.join_timeout_ms);
     else
         c->form_deadline = MSR_DEADLINE_NEVER;
-    c->dirty = 1;
+    MARK_DIRTY(c, 2);
     wake_heartbeats(c);
 }
 
@@ -713,6 +738,7 @@ static void start_generation(msr_coord_t *c, int generation, const char *why)
         c->nodes[i]->rank = -1;
     memset(c->rank_done, 0, (size_t)c->worker_num);
     c->ndone = 0;
+    MARK_DIRTY(c, 2);
 }
 
 /* Ends the running generation after a failure: a new one if restarts remain,
@@ -819,8 +845,7 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         snprintf(f.reason, sizeof f.reason, "%s", why);
         generation_failed(c, &f);
     } else {
-        c->dirty = 1;
-        wake_heartbeats(c);
+        MARK_DIRTY(c, 2);
     }
 }
 
@@ -880,7 +905,7 @@ static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
         r.missing = missing;
     }
     if (c->failure.set) {
-        failure_to_msg(&c->failure, &f);
+        msr_coord_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
     reply(c, call, &r.base);
@@ -900,17 +925,17 @@ static void job_configure(msr_coord_t *c, const Msr__JoinRequest *req)
         c->max_restarts = req->max_restarts;
 }
 
-static int job_settings_valid(msr_coord_t *c)
+msr_status_t msr_coord_settings_valid(msr_coord_t *c)
 {
     if (c->worker_num <= 0 || c->local_worker_num <= 0 || c->worker_num % c->local_worker_num)
-        return 0;
+        return MSR_ERR_INVALID_ARG;
     c->node_count = c->worker_num / c->local_worker_num;
     if (c->rank_done == NULL) {
         c->rank_done = msr_calloc((size_t)c->worker_num, 1);
         if (c->rank_done == NULL)
-            return 0;
+            return MSR_ERR_NO_MEMORY;
     }
-    return 1;
+    return MSR_OK;
 }
 
 #define MISMATCH(opt, mine, theirs)                                                                \
@@ -943,7 +968,7 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     }
     if (!c->configured) {
         job_configure(c, req);
-        if (!job_settings_valid(c)) {
+        if (msr_coord_settings_valid(c) != MSR_OK) {
             fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
                  "worker_num %d is not a positive multiple of local_worker_num %d", req->worker_num,
                  req->local_worker_num);
@@ -992,19 +1017,8 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
                  c->node_count);
             return;
         }
-        if (c->nnodes == c->cap) {
-            size_t cap = c->cap ? c->cap * 2 : 8;
-            node_t **nodes = msr_realloc_array(c->nodes, cap, sizeof *nodes);
-            if (nodes == NULL) {
-                fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-                return;
-            }
-            c->nodes = nodes;
-            c->cap = cap;
-        }
-        n = msr_calloc(1, sizeof *n);
-        if (n == NULL || (n->host = msr_strdup(host)) == NULL) {
-            msr_free(n);
+        n = msr_coord_node_add(c, host);
+        if (n == NULL) {
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
@@ -1013,9 +1027,6 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
         for (size_t i = 0; i < sizeof rnd; i++)
             snprintf(n->id + 2 * i, 3, "%02x", rnd[i]);
         n->wanted_rank = req->node_rank >= 0 ? req->node_rank : -1;
-        n->rank = -1;
-        n->ready_generation = -1;
-        c->nodes[c->nnodes++] = n;
         MSR_INFO("job %s: node %s joined from %s (pid %d, %d workers, %d of %d nodes)", c->job_id,
                  n->id, host, req->pid, req->local_worker_num, alive_nodes(c) + 1, c->node_count);
     }
@@ -1024,7 +1035,7 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     n->local_worker_num = req->local_worker_num;
     n->free_port = req->free_port;
     n->last_seen = msr_now_ns();
-    c->dirty = 1;
+    MARK_DIRTY(c, 1);
     Msr__JoinResponse r = MSR__JOIN_RESPONSE__INIT;
     r.node_id = n->id;
     r.worker_num = c->worker_num;
@@ -1033,7 +1044,9 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     r.max_restarts = c->max_restarts;
     r.generation = c->generation;
     reply(c, call, &r.base);
-    wake_heartbeats(c); /* others' progress lines change */
+    /* Held heartbeats are not woken for progress: that would make forming a
+     * job of N nodes cost N^2 answers. Agents see progress at their next
+     * heartbeat; only a change of state or generation wakes them. */
 }
 
 static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest *req)
@@ -1056,9 +1069,7 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
     }
     if (req->ready_generation > n->ready_generation) {
         n->ready_generation = req->ready_generation;
-        c->dirty = 1;
-        if (state_forming(c->state))
-            wake_heartbeats(c); /* progress for the others */
+        MARK_DIRTY(c, 1);
         try_form(c);
     }
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
@@ -1093,6 +1104,7 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
             if (e->rank >= 0 && e->rank < c->worker_num && !c->rank_done[e->rank]) {
                 c->rank_done[e->rank] = 1;
                 c->ndone++;
+                MARK_DIRTY(c, 1);
                 if (c->ndone == c->worker_num) {
                     snprintf(c->message, sizeof c->message, "all %d workers exited 0",
                              c->worker_num);
@@ -1102,7 +1114,7 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
         } else {
             failure_t f;
             memset(&f, 0, sizeof f);
-            failure_from_msg(&f, e);
+            msr_coord_failure_from_msg(&f, e);
             f.node_rank = n->rank;
             snprintf(f.host, sizeof f.host, "%s", n->host);
             f.generation = c->generation;
@@ -1179,7 +1191,7 @@ static void do_status(msr_coord_t *c, void *call)
     r.call_names = names;
     r.call_counts = c->calls;
     if (c->failure.set) {
-        failure_to_msg(&c->failure, &f);
+        msr_coord_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
     reply(c, call, &r.base);
@@ -1210,7 +1222,7 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     c->local_worker_num = config->local_worker_num;
     c->max_restarts = config->max_restarts;
     if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
-        if (!job_settings_valid(c)) {
+        if (msr_coord_settings_valid(c) != MSR_OK) {
             msr_free(c->job_id);
             msr_free(c);
             return MSR_ERR_INVALID_ARG;
@@ -1218,7 +1230,13 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         c->configured = 1;
     }
     c->state = MSR__JOB_STATE__JOB_WAITING;
-    c->form_deadline = msr_deadline_in_ms(c->config.join_timeout_ms);
+    msr_status_t st = msr_coord_persist_load(c);
+    if (st != MSR_OK && st != MSR_ERR_NOT_FOUND) {
+        msr_coord_destroy(c);
+        return st;
+    }
+    c->form_deadline = state_forming(c->state) ? msr_deadline_in_ms(c->config.join_timeout_ms)
+                                               : MSR_DEADLINE_NEVER;
     c->next_check = msr_now_ns();
     *coord_p = c;
     return MSR_OK;
@@ -1228,6 +1246,7 @@ void msr_coord_destroy(msr_coord_t *c)
 {
     if (c == NULL)
         return;
+    msr_coord_flush(c);
     for (size_t i = 0; i < c->nnodes; i++) {
         node_t *n = c->nodes[i];
         if (n->hb) {
@@ -1295,6 +1314,10 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
     case MSR_RPC_ALLGATHER:
         do_allgather(c, call, (const Msr__AllgatherRequest *)req);
         break;
+    case MSR_RPC_BEAT:
+        fail(c, call, GRPC_STATUS_UNIMPLEMENTED,
+             "Beat is served by a node's msrun, not by the coordinator");
+        break;
     default:
         fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
     }
@@ -1347,6 +1370,8 @@ static void waiter_expired(msr_coord_t *c, waiter_t *w)
     c->responder.fail(call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
 }
 
+static void persist_if_due(msr_coord_t *c, uint64_t now);
+
 void msr_coord_tick(msr_coord_t *c, uint64_t now)
 {
     msr_timer_t *t;
@@ -1356,7 +1381,7 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
         for (size_t i = 0; i < c->nnodes; i++) {
             node_t *n = c->nodes[i];
-            if (n->alive && n->hb == NULL && now - n->last_seen > limit &&
+            if (n->alive && n->hb == NULL && now > n->last_seen && now - n->last_seen > limit &&
                 !state_terminal(c->state)) {
                 char why[96];
                 snprintf(why, sizeof why, "was lost: no heartbeat for %lld ms",
@@ -1374,11 +1399,37 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         fail_job(c, "generation %d did not form within %lld s: %d of %d nodes ready", c->generation,
                  (long long)(c->config.join_timeout_ms / 1000), ready, c->node_count);
     }
+    persist_if_due(c, now);
+}
+
+static void persist_if_due(msr_coord_t *c, uint64_t now)
+{
+    if (!c->dirty || c->config.state_file == NULL)
+        return;
+    if (c->dirty < 2 && now < c->last_persist + MSR_PERSIST_DELAY_MS * 1000000ull)
+        return;
+    msr_coord_persist_write(c, c->dirty >= 2);
+    c->dirty = 0;
+    c->last_persist = now;
+}
+
+void msr_coord_flush(msr_coord_t *c)
+{
+    if (c->dirty && c->config.state_file) {
+        msr_coord_persist_write(c, 1);
+        c->dirty = 0;
+        c->last_persist = msr_now_ns();
+    }
 }
 
 uint64_t msr_coord_next_deadline(const msr_coord_t *c)
 {
     uint64_t d = c->next_check;
+    if (c->dirty && c->config.state_file) {
+        uint64_t due = c->dirty >= 2 ? 0 : c->last_persist + MSR_PERSIST_DELAY_MS * 1000000ull;
+        if (due < d)
+            d = due;
+    }
     msr_timer_t *t = msr_heap_top(&c->timers);
     if (t && t->deadline < d)
         d = t->deadline;

@@ -69,6 +69,10 @@ void msr_coord_tick(msr_coord_t *coord, uint64_t now);
 /* When msr_coord_tick next has something to do (MSR_DEADLINE_NEVER if not). */
 uint64_t msr_coord_next_deadline(const msr_coord_t *coord);
 
+/* Writes the state file now if anything changed (msr_coord_tick writes it
+ * when due; call this before exiting). */
+void msr_coord_flush(msr_coord_t *coord);
+
 /* Whether the job has ended (done or failed) and every node has left. */
 int msr_coord_finished(const msr_coord_t *coord);
 

@@ -83,6 +83,7 @@ struct msr_coord {
     int configured;
     char *job_id;
     int worker_num, local_worker_num, node_count, max_restarts;
+    int min_nodes, max_nodes; /* elastic range; 0 when the size is fixed */
     Msr__JobState state;
     int generation, restart_count;
     failure_t failure;
@@ -96,8 +97,33 @@ struct msr_coord {
     uint64_t form_deadline, next_check;
     uint8_t *rank_done;
     int ndone;
-    int dirty; /* state worth persisting changed */
+    int dirty; /* what changed since the state file was written: 1 store or
+                * liveness (written within MSR_PERSIST_DELAY_MS), 2 the job's
+                * state, generation or membership (written and synced now) */
+    uint64_t last_persist;
     uint64_t calls[MSR_RPC_METHOD_COUNT];
 };
+
+/* Changes of level 1 are written at most every this many milliseconds. */
+#define MSR_PERSIST_DELAY_MS 10
+
+#define MARK_DIRTY(c, level)                                                                       \
+    do {                                                                                           \
+        if ((c)->dirty < (level))                                                                  \
+            (c)->dirty = (level);                                                                  \
+    } while (0)
+
+/* Shared between coord.c and persist.c. */
+void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m);
+void msr_coord_failure_from_msg(failure_t *f, const Msr__Failure *m);
+msr_status_t msr_coord_settings_valid(msr_coord_t *c);
+node_t *msr_coord_node_add(msr_coord_t *c, const char *host);
+
+/* Writes the state file (fsync'ing it when sync); MSR_OK without one. */
+msr_status_t msr_coord_persist_write(msr_coord_t *c, int sync);
+
+/* Reads the state file into a freshly created core: MSR_ERR_NOT_FOUND when
+ * there is none, MSR_ERR_CORRUPT when it cannot be read. */
+msr_status_t msr_coord_persist_load(msr_coord_t *c);
 
 #endif

@@ -131,6 +131,7 @@ Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t 
             break;
         msr_coord_tick(s->coord, msr_now_ns());
     }
+    msr_coord_flush(s->coord);
     return msr_coord_state(s->coord);
 }
 

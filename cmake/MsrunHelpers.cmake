@@ -15,6 +15,10 @@ function(msrun_target_setup target)
     C_VISIBILITY_PRESET hidden
     POSITION_INDEPENDENT_CODE ON)
   target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  if(MSRUN_FUZZ)
+    # coverage for libFuzzer in every module the fuzz targets link
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   if(MSRUN_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=${MSRUN_SANITIZE} -fno-omit-frame-pointer
       -fno-sanitize-recover=all)

@@ -26,12 +26,9 @@
 #include "base/util.h"
 #include "msrun/link.h"
 #include "msrun/net.h"
+#include "msrun/proxy.h"
 #include "msrun/workers.h"
 #include "rendezvous/rpc.h"
-
-/* How long the agent keeps its workers running while the coordinator does
- * not answer, before it gives up on the job. */
-#define COORDINATOR_LOST_MS 30000
 
 typedef struct root_cause {
     int set;
@@ -53,6 +50,9 @@ typedef struct agent {
     char token[256];
     char job_id[256];
     pid_t coord_pid; /* the embedded coordinator, 0 if none */
+    msr_proxy_t *proxy;
+    char job_dir[240]; /* 0700, holds the proxy's socket */
+    char socket_path[280];
     char node_id[64];
     char host[64]; /* where peers reach this node */
     int free_port;
@@ -93,12 +93,26 @@ typedef struct agent {
     int exit_code;
     int interrupted; /* the signal that interrupted msrun, 0 if none */
     int leave_sent;
+    int pending_reports;
+    char coord_bind[300]; /* where the embedded coordinator listens (restarts) */
+    char state_file[300]; /* the embedded coordinator's state */
+    uint64_t coord_restarts;
 } agent_t;
 
 static void hb_send(agent_t *a);
 static void join_send(agent_t *a);
 static void stop_workers(agent_t *a, int sig);
 static void finish(agent_t *a, int code);
+
+/* A delay between ms/2 and ms, so that many nodes retrying at once spread. */
+static struct timeval jittered(int64_t ms)
+{
+    uint32_t r;
+    msr_random_bytes(&r, sizeof r);
+    int64_t d = ms / 2 + (int64_t)(r % (uint32_t)(ms / 2 + 1));
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
+    return tv;
+}
 
 /* ---- root cause ---- */
 
@@ -233,6 +247,8 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
                     a_ct,
                     "--log_level",
                     a_ll,
+                    a->state_file[0] ? "--state_file" : NULL,
+                    a->state_file,
                     NULL};
     /* The token travels in the environment, not on the command line. */
     pid_t parent = getpid();
@@ -299,8 +315,11 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
     return -1;
 }
 
-/* Whether an msrun coordinator of this job answers at target. */
-static msr_status_t probe_coordinator(agent_t *a, const char *target, char *err, size_t errlen)
+/* Whether an msrun coordinator of this job answers at target. With
+ * wait_for_ready, waits up to 2 s for it to come up; without, a refused
+ * connection answers at once. */
+static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_for_ready, char *err,
+                                      size_t errlen)
 {
     msr_rpc_channel_t *ch = NULL;
     msr_status_t st = msr_rpc_channel_create(target, a->token, &ch);
@@ -308,8 +327,8 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, char *err,
         return st;
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), 1, &resp, err,
-                      errlen);
+    st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), wait_for_ready,
+                      &resp, err, errlen);
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
     return st;
@@ -330,6 +349,7 @@ static int setup_coordinator(agent_t *a)
             return 2;
         }
         a->coord_port = port;
+        snprintf(a->coord_bind, sizeof a->coord_bind, "127.0.0.1:%d", port);
     } else {
         if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
             fprintf(stderr, "msrun: error: master_addr: %s\n", a->coord_ip);
@@ -340,13 +360,18 @@ static int setup_coordinator(agent_t *a)
             snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
         char target[300];
         snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
-        if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
+        char perr[400];
+        if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0 &&
+            probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+            /* another msrun on this host already started it */
+            MSR_DEBUG("joining the coordinator already running at %s", target);
+        } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
+            snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
             int port = start_coordinator(a, target, err, sizeof err);
             if (port < 0) {
                 /* Taken: by this job's coordinator (another msrun on this host
                  * started it), or by something else. */
-                char perr[400];
-                msr_status_t st = probe_coordinator(a, target, perr, sizeof perr);
+                msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
                 if (st == MSR_ERR_PERMISSION) {
                     fprintf(stderr,
                             "msrun: error: port %d on %s is in use by another msrun job "
@@ -355,10 +380,14 @@ static int setup_coordinator(agent_t *a)
                     return 2;
                 }
                 if (st != MSR_OK) {
-                    fprintf(stderr,
-                            "msrun: error: cannot start the coordinator on %s: %s (and no msrun "
-                            "coordinator answers there)\n",
-                            target, err);
+                    if (strstr(err, "in use"))
+                        fprintf(stderr,
+                                "msrun: error: port %d on %s is in use by another program (no "
+                                "msrun coordinator answers there)\n",
+                                a->coord_port, a->coord_ip);
+                    else
+                        fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n",
+                                target, err);
                     return 2;
                 }
                 MSR_INFO("joining the coordinator another msrun started at %s", target);
@@ -419,7 +448,7 @@ static void spawn_workers(agent_t *a)
         .job_id = a->job_id,
         .coordinator = a->coord_target,
         .token = a->token,
-        .agent_socket = NULL,
+        .agent_socket = a->proxy ? a->socket_path : NULL,
         .master_addr = a->master_addr,
         .master_port = a->master_port,
         .log_dir = o->log_dir,
@@ -560,35 +589,108 @@ static void stopping_done(agent_t *a)
     }
 }
 
-static void report_exit(agent_t *a, msr_worker_t *w)
-{
-    Msr__Failure f = MSR__FAILURE__INIT;
+/* A worker's exit, kept until the coordinator has acknowledged it: a
+ * coordinator that restarts meanwhile still hears of it. */
+typedef struct report {
+    agent_t *agent;
+    struct event *retry;
+    int64_t backoff_ms;
+    int generation, rank, pid, exit_code, signal;
+    double time;
     char *tail[MSR_TAIL_LINES];
+    int ntail;
+} report_t;
+
+static void report_free(report_t *r)
+{
+    for (int i = 0; i < r->ntail; i++)
+        msr_free(r->tail[i]);
+    if (r->retry)
+        event_free(r->retry);
+    msr_free(r);
+}
+
+static void report_send(report_t *r);
+
+static void report_done(msr_rpc_async_t *as, void *arg)
+{
+    report_t *r = arg;
+    agent_t *a = r->agent;
+    if (as->status == MSR_OK || a->finished || as->status == MSR_ERR_NOT_FOUND ||
+        as->status == MSR_ERR_CANCELED) {
+        if (as->status != MSR_OK && !a->finished)
+            MSR_WARN("the report of rank %d's exit was not taken: %s", r->rank, as->err);
+        a->pending_reports--;
+        report_free(r);
+        return;
+    }
+    /* the coordinator is away: try again, it may be restarting */
+    struct timeval tv = jittered(r->backoff_ms);
+    r->backoff_ms = r->backoff_ms * 2 > 1000 ? 1000 : r->backoff_ms * 2;
+    evtimer_add(r->retry, &tv);
+}
+
+static void on_report_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    report_send(arg);
+}
+
+static void report_send(report_t *r)
+{
+    agent_t *a = r->agent;
+    Msr__Failure f = MSR__FAILURE__INIT;
     f.node_rank = a->node_rank;
     f.host = a->host;
-    f.rank = w->rank;
-    f.pid = (int)w->pid;
-    f.exit_code = WIFSIGNALED(w->status) ? -1 : WEXITSTATUS(w->status);
-    f.signal = WIFSIGNALED(w->status) ? WTERMSIG(w->status) : 0;
-    f.time = w->exit_time;
-    f.generation = a->worker_generation;
-    f.reason = WIFSIGNALED(w->status) ? "signal" : "exited";
-    size_t n = 0;
-    if (f.exit_code != 0 || f.signal) {
-        int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
-        for (int i = 0; i < w->tail_count; i++)
-            tail[n++] = w->tail[(start + i) % MSR_TAIL_LINES];
-    }
-    f.n_stderr_tail = n;
-    f.stderr_tail = tail;
+    f.rank = r->rank;
+    f.pid = r->pid;
+    f.exit_code = r->exit_code;
+    f.signal = r->signal;
+    f.time = r->time;
+    f.generation = r->generation;
+    f.reason = r->signal ? "signal" : "exited";
+    f.n_stderr_tail = (size_t)r->ntail;
+    f.stderr_tail = r->tail;
     Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
     req.node_id = a->node_id;
-    req.generation = a->worker_generation;
+    req.generation = r->generation;
     req.exit = &f;
-    msr_status_t st = msr_link_call(a->link, MSR_RPC_REPORT, &req.base, 10000, 1, NULL, NULL);
-    if (st != MSR_OK)
-        MSR_ERROR("cannot report rank %d's exit: %s", w->rank, msr_status_str(st));
+    if (msr_link_call(a->link, MSR_RPC_REPORT, &req.base, 5000, 1, report_done, r) != MSR_OK) {
+        struct timeval tv = {0, 200000};
+        evtimer_add(r->retry, &tv);
+    }
 }
+
+static void report_exit(agent_t *a, msr_worker_t *w)
+{
+    report_t *r = msr_calloc(1, sizeof *r);
+    if (r == NULL || (r->retry = evtimer_new(a->base, on_report_retry, r)) == NULL) {
+        MSR_ERROR("out of memory: rank %d's exit is not reported", w->rank);
+        msr_free(r);
+        return;
+    }
+    r->agent = a;
+    r->backoff_ms = 50;
+    r->generation = a->worker_generation;
+    r->rank = w->rank;
+    r->pid = (int)w->pid;
+    r->exit_code = WIFSIGNALED(w->status) ? -1 : WEXITSTATUS(w->status);
+    r->signal = WIFSIGNALED(w->status) ? WTERMSIG(w->status) : 0;
+    r->time = w->exit_time;
+    if (r->exit_code != 0 || r->signal) {
+        int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
+        for (int i = 0; i < w->tail_count; i++) {
+            r->tail[r->ntail] = msr_strdup(w->tail[(start + i) % MSR_TAIL_LINES]);
+            if (r->tail[r->ntail])
+                r->ntail++;
+        }
+    }
+    a->pending_reports++;
+    report_send(r);
+}
+
+static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_t errlen);
 
 static void on_child(agent_t *a, pid_t pid, int status)
 {
@@ -600,7 +702,17 @@ static void on_child(agent_t *a, pid_t pid, int status)
                 msr_signal_name(WTERMSIG(status), why, sizeof why);
             else
                 snprintf(why, sizeof why, "code %d", WEXITSTATUS(status));
-            MSR_ERROR("the embedded coordinator exited (%s)", why);
+            /* The workers keep running: a coordinator restarted on the same
+             * port and state file resumes the job. */
+            char err[400];
+            a->coord_restarts++;
+            int port = start_coordinator(a, a->coord_bind, err, sizeof err);
+            if (port > 0)
+                MSR_WARN("the embedded coordinator exited (%s); restarted it on %s", why,
+                         a->coord_bind);
+            else
+                MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", why,
+                          err);
         }
         return;
     }
@@ -711,7 +823,7 @@ static void on_update(agent_t *a, const Msr__HeartbeatResponse *r)
 
 static void schedule_retry(agent_t *a)
 {
-    struct timeval tv = {a->backoff_ms / 1000, (a->backoff_ms % 1000) * 1000};
+    struct timeval tv = jittered(a->backoff_ms);
     evtimer_add(a->retry_ev, &tv);
     a->backoff_ms = a->backoff_ms * 2 > 1000 ? 1000 : a->backoff_ms * 2;
 }
@@ -748,10 +860,10 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
     if (a->coord_lost_since == 0) {
         a->coord_lost_since = now;
         MSR_WARN("no answer from the coordinator at %s: %s; retrying", a->coord_target, as->err);
-    } else if (now - a->coord_lost_since > COORDINATOR_LOST_MS * 1000000ull) {
+    } else if (now - a->coord_lost_since > (uint64_t)a->o->coordinator_timeout_ms * 1000000ull) {
         snprintf(a->message, sizeof a->message,
-                 "lost the coordinator at %s: no answer for %d s (%.200s)", a->coord_target,
-                 COORDINATOR_LOST_MS / 1000, as->err);
+                 "lost the coordinator at %s: no answer for %.1f s (%.200s)", a->coord_target,
+                 (double)a->o->coordinator_timeout_ms / 1000.0, as->err);
         MSR_ERROR("%s", a->message);
         a->interrupted = -1;
         a->exit_code = 1;
@@ -974,6 +1086,57 @@ static void print_outcome(agent_t *a)
     }
 }
 
+/* The job's private directory: <tmp>/msrun-<uid>/<job>-<pid>, both 0700, so
+ * only this user reaches the proxy's socket. */
+static int make_job_dir(agent_t *a)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || *tmp == '\0' || strlen(tmp) > 80)
+        tmp = "/tmp";
+    char top[160];
+    snprintf(top, sizeof top, "%s/msrun-%u", tmp, (unsigned)getuid());
+    if (mkdir(top, 0700) != 0 && errno != EEXIST) {
+        MSR_ERROR("cannot create %s: %s", top, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (lstat(top, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() ||
+        (sb.st_mode & 077) != 0) {
+        MSR_ERROR("%s is not a private directory of this user (mode 0700 expected)", top);
+        return -1;
+    }
+    char job[48];
+    size_t n = 0;
+    for (const char *c = a->job_id; *c && n < sizeof job - 1; c++)
+        job[n++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                                  (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'
+                              ? *c
+                              : '_');
+    job[n] = '\0';
+    snprintf(a->job_dir, sizeof a->job_dir, "%s/%s-%d", top, job, (int)getpid());
+    if (mkdir(a->job_dir, 0700) != 0) {
+        MSR_ERROR("cannot create %s: %s", a->job_dir, strerror(errno));
+        a->job_dir[0] = '\0';
+        return -1;
+    }
+    snprintf(a->socket_path, sizeof a->socket_path, "%s/agent.sock", a->job_dir);
+    return 0;
+}
+
+static void remove_job_dir(agent_t *a)
+{
+    if (a->job_dir[0] == '\0')
+        return;
+    unlink(a->socket_path);
+    unlink(a->state_file);
+    char tmp[sizeof a->state_file + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", a->state_file);
+    unlink(tmp);
+    if (rmdir(a->job_dir) != 0)
+        MSR_DEBUG("cannot remove %s: %s", a->job_dir, strerror(errno));
+    a->job_dir[0] = '\0';
+}
+
 int msr_agent_run(msr_options_t *o)
 {
     agent_t a;
@@ -1027,6 +1190,14 @@ int msr_agent_run(msr_options_t *o)
     }
     /* Block nothing, ignore SIGPIPE (a closed terminal must not kill msrun). */
     signal(SIGPIPE, SIG_IGN);
+    /* The job's private directory holds the proxy's socket and the embedded
+     * coordinator's state file. */
+    if (make_job_dir(&a) != 0) {
+        fprintf(stderr, "msrun: error: cannot create the job's directory\n");
+        rc = 1;
+        goto out_devnull;
+    }
+    snprintf(a.state_file, sizeof a.state_file, "%s/coordinator.state", a.job_dir);
     rc = setup_coordinator(&a);
     if (rc != 0)
         goto out_devnull;
@@ -1071,6 +1242,12 @@ int msr_agent_run(msr_options_t *o)
         rc = 1;
         goto out_base;
     }
+    /* The workers' store calls go through this node's proxy. */
+    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.proxy) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
+        rc = 1;
+        goto out_base;
+    }
     join_send(&a);
     event_base_dispatch(a.base);
 
@@ -1083,6 +1260,8 @@ int msr_agent_run(msr_options_t *o)
             a.workers[i].running = 0;
     cleanup_workers(&a);
     rc = a.exit_code;
+    msr_proxy_stop(a.proxy);
+    a.proxy = NULL;
     leave(&a);
     msr_link_destroy(a.link);
     a.link = NULL;
@@ -1101,12 +1280,14 @@ out_base:
         event_free(a.stuck_ev);
     if (a.stopped_ev)
         event_free(a.stopped_ev);
+    msr_proxy_stop(a.proxy);
     msr_link_destroy(a.link);
     msr_free(a.workers);
     event_base_free(a.base);
 out_coord:
     stop_coordinator(&a);
 out_devnull:
+    remove_job_dir(&a);
     cause_clear(&a.cause);
     close(a.devnull);
     return rc;

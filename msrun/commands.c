@@ -41,6 +41,8 @@ static void coordinator_usage(FILE *out)
             "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
             "  --cluster_time_out SEC a generation must form within [default 600]\n"
             "  --log_level LEVEL      error, warn, info, debug [default info]\n"
+            "  --state_file PATH      keep the job's state in PATH (written atomically on\n"
+            "                         every change) and resume from it if it exists\n"
             "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
 }
 
@@ -68,7 +70,7 @@ int msr_coordinator_main(int argc, char **argv)
     char bind[300] = "";
     const char *env_port = getenv("MSRUN_MASTER_PORT");
     snprintf(bind, sizeof bind, "0.0.0.0:%s", env_port && *env_port ? env_port : "8118");
-    const char *job_id = NULL, *token = getenv("MSRUN_TOKEN");
+    const char *job_id = NULL, *token = getenv("MSRUN_TOKEN"), *state_file = NULL;
     int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
     for (int i = 0; i < argc; i++) {
@@ -115,6 +117,8 @@ int msr_coordinator_main(int argc, char **argv)
             bad = parse_secs(v, &node_timeout) != 0;
         } else if (strcmp(name, "--cluster_time_out") == 0) {
             bad = parse_secs(v, &cluster_time_out) != 0;
+        } else if (strcmp(name, "--state_file") == 0) {
+            state_file = v;
         } else if (strcmp(name, "--ready_fd") == 0) {
             bad = msr_parse_i64(v, 0, 1 << 20, &ready_fd) != MSR_OK;
         } else if (strcmp(name, "--log_level") == 0) {
@@ -153,6 +157,7 @@ int msr_coordinator_main(int argc, char **argv)
         .max_restarts = (int)max_restarts,
         .node_timeout_ms = node_timeout,
         .join_timeout_ms = cluster_time_out,
+        .state_file = state_file,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -165,7 +170,9 @@ int msr_coordinator_main(int argc, char **argv)
     msr_status_t st = msr_coord_server_create(bind, &cfg, &port, &server);
     char line[400];
     if (st != MSR_OK) {
-        int n = snprintf(line, sizeof line, "error cannot listen on %s: %s\n", bind,
+        int n = snprintf(line, sizeof line, "error cannot %s %s: %s\n",
+                         st == MSR_ERR_CORRUPT ? "resume from" : "listen on",
+                         st == MSR_ERR_CORRUPT ? state_file : bind,
                          st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
                                                    : msr_status_str(st));
         if (ready_fd >= 0)

@@ -168,6 +168,7 @@ void msr_link_destroy(msr_link_t *l)
         msr_sleep_ms(5);
     }
     atomic_store(&l->stop, 1);
+    msr_rpc_loop_shutdown(l->loop); /* wakes the completion thread at once */
     pthread_join(l->thread, NULL);
     msr_list_for_each_safe(pos, tmp, &l->calls)
     {

@@ -27,7 +27,7 @@ typedef struct msr_options {
     int64_t grace_ms;     /* SIGTERM -> SIGKILL */
     int64_t heartbeat_ms; /* long-poll interval */
     int64_t node_timeout_ms;
-    int64_t worker_timeout_ms; /* 0: off */
+    int64_t coordinator_timeout_ms; /* workers run on this long without it */
     char *error_file;
     char *show_ranks; /* NULL: all ranks reach the terminal */
     int log_level;

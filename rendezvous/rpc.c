@@ -2,7 +2,9 @@
 #include "rendezvous/rpc.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,7 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_DELETE] = METHOD("Store", Delete, delete),
     [MSR_RPC_BARRIER] = METHOD("Store", Barrier, barrier),
     [MSR_RPC_ALLGATHER] = METHOD("Store", Allgather, allgather),
+    [MSR_RPC_BEAT] = METHOD("Agent", Beat, beat),
 };
 
 static void *pb_alloc(void *data, size_t size)
@@ -132,10 +135,36 @@ static void grpc_log_to_msr(gpr_log_func_args *args)
     MSR_DEBUG("grpc: %s (%s:%d)", args->message, args->file, args->line);
 }
 
+/* Debian's abseil (under gRPC) is built with absl::Mutex deadlock detection
+ * on: every lock records edges in one global graph, so gRPC's cost grows
+ * with the number of mutexes alive -- about one set per connection. With
+ * 1024 connections that made connecting 2.5x slower. The switch is a C++
+ * function (absl::SetMutexDeadlockDetectionMode(kIgnore = 0)); call it when
+ * the library exports it. */
+static void absl_deadlock_detection_off(void)
+{
+    static const char *const names[] = {
+        "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl7debian229SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl7debian429SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE",
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(names); i++) {
+        void *sym = dlsym(RTLD_DEFAULT, names[i]);
+        if (sym) {
+            void (*set_mode)(int);
+            memcpy(&set_mode, &sym, sizeof set_mode);
+            set_mode(0);
+            return;
+        }
+    }
+}
+
 void msr_rpc_library_ref(void)
 {
     pthread_mutex_lock(&lib_lock);
     if (lib_refs++ == 0) {
+        absl_deadlock_detection_off();
         gpr_set_log_function(grpc_log_to_msr);
         grpc_init();
     }
@@ -223,7 +252,8 @@ static void slice_to_cstr(grpc_slice s, char *out, size_t outlen)
 
 struct msr_rpc_loop {
     grpc_completion_queue *cq;
-    int shut;
+    int shut;                   /* the queue reported GRPC_QUEUE_SHUTDOWN */
+    atomic_int shutdown_called; /* grpc_completion_queue_shutdown was called */
 };
 
 msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p)
@@ -261,11 +291,17 @@ int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline)
     }
 }
 
+void msr_rpc_loop_shutdown(msr_rpc_loop_t *loop)
+{
+    if (!atomic_exchange(&loop->shutdown_called, 1))
+        grpc_completion_queue_shutdown(loop->cq);
+}
+
 void msr_rpc_loop_destroy(msr_rpc_loop_t *loop)
 {
     if (loop == NULL)
         return;
-    grpc_completion_queue_shutdown(loop->cq);
+    msr_rpc_loop_shutdown(loop);
     while (!loop->shut)
         msr_rpc_loop_poll(loop, MSR_DEADLINE_NEVER);
     grpc_completion_queue_destroy(loop->cq);
@@ -285,7 +321,8 @@ struct msr_rpc_server {
     uint64_t calls[MSR_RPC_METHOD_COUNT];
     msr_list_t live; /* every msr_rpc_call not yet freed */
     msr_rpc_op_t shutdown_op;
-    int shutting_down, shutdown_done;
+    atomic_int shutting_down;
+    int shutdown_done;
 };
 
 struct msr_rpc_call {
@@ -475,7 +512,7 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         call_release(c);
         return;
     }
-    if (!s->shutting_down)
+    if (!atomic_load(&s->shutting_down))
         server_post_request(s, c->method);
     s->calls[c->method]++;
     /* Watch for the end of the call; the request op's reference passes to
@@ -552,18 +589,28 @@ static grpc_channel_args *common_args(int server)
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}},
         {GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}},
     };
-    static grpc_arg client_args[] = {
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},
-        /* Reconnect to a restarted coordinator within about a second. */
-        {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},
-    };
+    /* clang-format off */
+    /* Reconnect to a restarted coordinator within about a second; a receive
+     * window large enough for an allgather's answer without waiting for
+     * window updates on a fresh connection. */
+#define CLIENT_ARGS                                                                 \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},       \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},          \
+    {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},                 \
+    {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},    \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},        \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},      \
+    {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 4 << 20}}
+    /* clang-format on */
+    static grpc_arg client_args[] = {CLIENT_ARGS};
+    /* the same plus a subchannel pool of the channel's own: its own connection */
+    static grpc_arg own_args[] = {
+        CLIENT_ARGS, {GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, {.integer = 1}}};
+#undef CLIENT_ARGS
     static grpc_channel_args sa = {MSR_ARRAY_SIZE(server_args), server_args};
     static grpc_channel_args ca = {MSR_ARRAY_SIZE(client_args), client_args};
-    return server ? &sa : &ca;
+    static grpc_channel_args oa = {MSR_ARRAY_SIZE(own_args), own_args};
+    return server == 1 ? &sa : server == 2 ? &oa : &ca;
 }
 
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
@@ -624,13 +671,19 @@ err_free:
     return st;
 }
 
+void msr_rpc_server_shutdown(msr_rpc_server_t *s)
+{
+    if (atomic_exchange(&s->shutting_down, 1))
+        return;
+    grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
+    grpc_server_cancel_all_calls(s->server);
+}
+
 void msr_rpc_server_destroy(msr_rpc_server_t *s)
 {
     if (s == NULL)
         return;
-    s->shutting_down = 1;
-    grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
-    grpc_server_cancel_all_calls(s->server);
+    msr_rpc_server_shutdown(s);
     while (!s->shutdown_done || !msr_list_empty(&s->live)) {
         if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
             break;
@@ -684,8 +737,23 @@ static char *channel_target(const char *target)
     return msr_strdup(target);
 }
 
+static msr_status_t channel_create(const char *target, const char *token, int own,
+                                   msr_rpc_channel_t **channel_p);
+
 msr_status_t msr_rpc_channel_create(const char *target, const char *token,
                                     msr_rpc_channel_t **channel_p)
+{
+    return channel_create(target, token, 0, channel_p);
+}
+
+msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
+                                        msr_rpc_channel_t **channel_p)
+{
+    return channel_create(target, token, 1, channel_p);
+}
+
+static msr_status_t channel_create(const char *target, const char *token, int own,
+                                   msr_rpc_channel_t **channel_p)
 {
     if (target == NULL || *target == '\0')
         return MSR_ERR_INVALID_ARG;
@@ -702,7 +770,7 @@ msr_status_t msr_rpc_channel_create(const char *target, const char *token,
     }
     msr_rpc_library_ref();
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    ch->channel = grpc_channel_create(gtarget, creds, common_args(0));
+    ch->channel = grpc_channel_create(gtarget, creds, common_args(own ? 2 : 0));
     grpc_channel_credentials_release(creds);
     msr_free(gtarget);
     if (ch->channel == NULL) {
@@ -757,10 +825,13 @@ typedef struct client_call {
     const char *error_string;
 } client_call_t;
 
+/* Creates and starts a call. With ref_p, a reference on the grpc_call is
+ * taken before the batch starts (the call may complete on another thread at
+ * once) and stored there. */
 static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *cq,
                                  msr_rpc_method_t method, const ProtobufCMessage *req,
                                  uint64_t deadline, int wait_for_ready, client_call_t *cc,
-                                 void *tag)
+                                 void *tag, void **ref_p)
 {
     memset(cc, 0, sizeof *cc);
     cc->request = pack_message(req);
@@ -799,8 +870,16 @@ static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *c
     ops[5].data.recv_status_on_client.status = &cc->code;
     ops[5].data.recv_status_on_client.status_details = &cc->details;
     ops[5].data.recv_status_on_client.error_string = &cc->error_string;
+    if (ref_p) {
+        grpc_call_ref(cc->call);
+        *ref_p = cc->call;
+    }
     grpc_call_error err = grpc_call_start_batch(cc->call, ops, 6, tag, NULL);
     if (err != GRPC_CALL_OK) {
+        if (ref_p) {
+            grpc_call_unref(cc->call);
+            *ref_p = NULL;
+        }
         grpc_call_unref(cc->call);
         grpc_byte_buffer_destroy(cc->request);
         grpc_metadata_array_destroy(&cc->initial_md);
@@ -812,9 +891,12 @@ static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *c
 
 /* Turns a finished call into a status and a parsed response; frees cc. */
 static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method, client_call_t *cc,
-                                  int ok, ProtobufCMessage **resp_p, char *err, size_t errlen)
+                                  int ok, ProtobufCMessage **resp_p, grpc_byte_buffer **raw_p,
+                                  int *code_p, char *err, size_t errlen)
 {
     msr_status_t st;
+    if (code_p)
+        *code_p = ok ? (int)cc->code : (int)GRPC_STATUS_INTERNAL;
     if (!ok) {
         st = MSR_ERR_INTERNAL;
         if (err)
@@ -834,6 +916,15 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
             else
                 snprintf(err, errlen, "%s", details[0] ? details : msr_status_str(st));
         }
+    } else if (raw_p) {
+        *raw_p = cc->response;
+        cc->response = NULL;
+        st = *raw_p ? MSR_OK : MSR_ERR_PROTOCOL;
+        if (st != MSR_OK && code_p)
+            *code_p = GRPC_STATUS_INTERNAL;
+        if (st != MSR_OK && err)
+            snprintf(err, errlen, "empty %s response from %s", msr_rpc_methods[method].name,
+                     ch->target);
     } else {
         ProtobufCMessage *resp = unpack_buffer(cc->response, msr_rpc_methods[method].response);
         if (resp == NULL) {
@@ -892,7 +983,7 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     if (cq == NULL)
         return MSR_ERR_NO_MEMORY;
     client_call_t cc;
-    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc);
+    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc, NULL);
     if (st != MSR_OK) {
         channel_give_cq(ch, cq);
         if (err)
@@ -902,8 +993,8 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     }
     /* The call's own deadline bounds this wait. */
     grpc_event ev = grpc_completion_queue_pluck(cq, &cc, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, err,
-                       errlen);
+    st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, NULL,
+                       NULL, err, errlen);
     channel_give_cq(ch, cq);
     return st;
 }
@@ -913,7 +1004,10 @@ static void async_done(msr_rpc_op_t *op, int ok)
     msr_rpc_async_t *a = MSR_CONTAINER_OF(op, msr_rpc_async_t, op);
     client_call_t *cc = a->call_;
     a->resp = NULL;
-    a->status = client_finish(a->priv_, a->method, cc, ok, &a->resp, a->err, sizeof a->err);
+    grpc_byte_buffer *raw = NULL;
+    a->status = client_finish(a->priv_, a->method, cc, ok, &a->resp, a->raw ? &raw : NULL,
+                              &a->grpc_code, a->err, sizeof a->err);
+    a->raw_ = raw;
     msr_free(cc);
     a->call_ = NULL;
     a->done(a);
@@ -929,19 +1023,27 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr
     a->call_ = cc;
     a->priv_ = ch;
     a->resp = NULL;
+    a->raw_ = NULL;
     a->err[0] = '\0';
     a->status = MSR_IN_PROGRESS;
     a->gcall_ = NULL;
-    msr_status_t st =
-        client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc, &a->op);
+    msr_status_t st = client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc,
+                                   &a->op, &a->gcall_);
     if (st != MSR_OK) {
         msr_free(cc);
         a->call_ = NULL;
-        return st;
     }
-    grpc_call_ref(cc->call);
-    a->gcall_ = cc->call;
-    return MSR_OK;
+    return st;
+}
+
+size_t msr_rpc_async_raw_len(const msr_rpc_async_t *a)
+{
+    return a->raw_ ? grpc_byte_buffer_length(a->raw_) : 0;
+}
+
+ProtobufCMessage *msr_rpc_async_raw_unpack(const msr_rpc_async_t *a)
+{
+    return unpack_buffer(a->raw_, msr_rpc_methods[a->method].response);
 }
 
 void msr_rpc_async_cancel(msr_rpc_async_t *a)
@@ -950,12 +1052,38 @@ void msr_rpc_async_cancel(msr_rpc_async_t *a)
         grpc_call_cancel(a->gcall_, NULL);
 }
 
+msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *a)
+{
+    if (a->status == MSR_OK && a->raw_) {
+        grpc_byte_buffer *copy = grpc_byte_buffer_copy(a->raw_); /* references the slices */
+        if (copy == NULL) {
+            call_send(call, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return MSR_ERR_NO_MEMORY;
+        }
+        return call_send(call, copy, GRPC_STATUS_OK, NULL);
+    }
+    int code = a->grpc_code == GRPC_STATUS_OK ? GRPC_STATUS_INTERNAL : a->grpc_code;
+    return call_send(call, NULL, (grpc_status_code)code,
+                     a->err[0] ? a->err : "upstream call failed");
+}
+
 void msr_rpc_async_cleanup(msr_rpc_async_t *a)
 {
     msr_rpc_message_free(a->resp);
     a->resp = NULL;
+    if (a->raw_) {
+        grpc_byte_buffer_destroy(a->raw_);
+        a->raw_ = NULL;
+    }
     if (a->gcall_) {
         grpc_call_unref(a->gcall_);
         a->gcall_ = NULL;
     }
 }
+
+_Static_assert((int)MSR_RPC_UNAVAILABLE == (int)GRPC_STATUS_UNAVAILABLE &&
+                   (int)MSR_RPC_DEADLINE_EXCEEDED == (int)GRPC_STATUS_DEADLINE_EXCEEDED &&
+                   (int)MSR_RPC_RESOURCE_EXHAUSTED == (int)GRPC_STATUS_RESOURCE_EXHAUSTED &&
+                   (int)MSR_RPC_INVALID_ARGUMENT == (int)GRPC_STATUS_INVALID_ARGUMENT &&
+                   (int)MSR_RPC_ABORTED == (int)GRPC_STATUS_ABORTED,
+               "msr_rpc_code_t follows gRPC's status codes");

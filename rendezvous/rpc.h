@@ -21,6 +21,24 @@
 /* Most bytes one store key may have (keys may not contain NUL or be empty). */
 #define MSR_KEY_MAX 1024
 
+/* gRPC's status codes (fixed by the gRPC specification), for the modules
+ * that answer calls without including gRPC's headers. */
+typedef enum msr_rpc_code {
+    MSR_RPC_OK = 0,
+    MSR_RPC_CANCELLED = 1,
+    MSR_RPC_INVALID_ARGUMENT = 3,
+    MSR_RPC_DEADLINE_EXCEEDED = 4,
+    MSR_RPC_NOT_FOUND = 5,
+    MSR_RPC_PERMISSION_DENIED = 7,
+    MSR_RPC_RESOURCE_EXHAUSTED = 8,
+    MSR_RPC_FAILED_PRECONDITION = 9,
+    MSR_RPC_ABORTED = 10,
+    MSR_RPC_OUT_OF_RANGE = 11,
+    MSR_RPC_UNIMPLEMENTED = 12,
+    MSR_RPC_INTERNAL = 13,
+    MSR_RPC_UNAVAILABLE = 14,
+} msr_rpc_code_t;
+
 typedef enum msr_rpc_method {
     MSR_RPC_JOIN,
     MSR_RPC_HEARTBEAT,
@@ -34,6 +52,7 @@ typedef enum msr_rpc_method {
     MSR_RPC_DELETE,
     MSR_RPC_BARRIER,
     MSR_RPC_ALLGATHER,
+    MSR_RPC_BEAT, /* served by a node's msrun, never by the coordinator */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 
@@ -83,6 +102,10 @@ msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p);
  * timeout, -1 once the loop has shut down. Call from one thread at a time. */
 int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline);
 
+/* Shuts the queue down from any thread: msr_rpc_loop_poll returns -1 once
+ * what is queued has been dispatched. No new work may be added after. */
+void msr_rpc_loop_shutdown(msr_rpc_loop_t *loop);
+
 /* Shuts the queue down, drains it and frees the loop. Servers created on it
  * must be destroyed and async calls finished first. */
 void msr_rpc_loop_destroy(msr_rpc_loop_t *loop);
@@ -117,6 +140,11 @@ typedef struct msr_rpc_server_config {
  * unix sockets). MSR_ERR_ADDR_IN_USE when the address cannot be bound. */
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
                                    int *port_p, msr_rpc_server_t **server_p);
+
+/* Starts the shutdown from any thread: no new calls are accepted and the
+ * calls in flight are cancelled; the thread polling the loop wakes up. Call
+ * msr_rpc_server_destroy on the polling thread to finish. */
+void msr_rpc_server_shutdown(msr_rpc_server_t *server);
 
 /* Stops accepting calls, cancels the calls in flight (the cancel callback runs
  * for those the handler holds), and frees the server. Polls the loop itself. */
@@ -155,6 +183,12 @@ typedef struct msr_rpc_channel msr_rpc_channel_t;
  * Safe to use from several threads at once. */
 msr_status_t msr_rpc_channel_create(const char *target, const char *token,
                                     msr_rpc_channel_t **channel_p);
+
+/* Like msr_rpc_channel_create, but the channel gets a TCP connection of its
+ * own instead of sharing one with other channels of this process to the same
+ * target (for simulating many nodes in one process). */
+msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
+                                        msr_rpc_channel_t **channel_p);
 void msr_rpc_channel_destroy(msr_rpc_channel_t *channel);
 const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
 
@@ -180,18 +214,33 @@ struct msr_rpc_async {
     int wait_for_ready;
     void (*done)(msr_rpc_async_t *async);
     void *arg;
+    int raw; /* keep the response as bytes (for msr_rpc_call_forward), resp stays NULL */
     /* results */
     msr_status_t status;
+    int grpc_code; /* the call's gRPC status code */
     ProtobufCMessage *resp;
     char err[256];
     /* private */
     void *call_;
     void *priv_;
     void *gcall_; /* a reference on the grpc_call, for cancellation */
+    void *raw_;   /* the response bytes (grpc_byte_buffer) in raw mode */
 };
 
 msr_status_t msr_rpc_call_start(msr_rpc_channel_t *channel, msr_rpc_loop_t *loop,
                                 msr_rpc_async_t *async, const ProtobufCMessage *req);
+
+/* Answers a server call with a finished async call's outcome: its response
+ * bytes unchanged (raw mode) when it succeeded, else its status code and
+ * message. A proxy forwards upstream answers this way without repacking; one
+ * async may answer many calls. Ownership of call ends here. */
+msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *async);
+
+/* For a finished raw-mode async: the response's size in bytes, and the
+ * response unpacked on demand (NULL if malformed; free with
+ * msr_rpc_message_free). */
+size_t msr_rpc_async_raw_len(const msr_rpc_async_t *async);
+ProtobufCMessage *msr_rpc_async_raw_unpack(const msr_rpc_async_t *async);
 
 /* Cancels a started async call from any thread; done() still runs (with
  * MSR_ERR_CANCELED unless it had already finished). */

@@ -25,47 +25,47 @@ typedef struct msr_test {
 
 int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n);
 
-#define MSR_TEST_MAIN(argc, argv, table)                                                           \
+#define MSR_TEST_MAIN(argc, argv, table) \
     msr_test_main((argc), (argv), (table), sizeof(table) / sizeof((table)[0]))
 
 /* Reports a failed check and ends the test's process. */
 void msr_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
-#define MSR_CHECK(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            msr_test_fail(__FILE__, __LINE__, "check failed: %s", #cond);                          \
+#define MSR_CHECK(cond)                                                   \
+    do {                                                                  \
+        if (!(cond))                                                      \
+            msr_test_fail(__FILE__, __LINE__, "check failed: %s", #cond); \
     } while (0)
 
-#define MSR_CHECK_MSG(cond, ...)                                                                   \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            msr_test_fail(__FILE__, __LINE__, __VA_ARGS__);                                        \
+#define MSR_CHECK_MSG(cond, ...)                            \
+    do {                                                    \
+        if (!(cond))                                        \
+            msr_test_fail(__FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 
-#define MSR_CHECK_EQ(a, b)                                                                         \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_)                                                                              \
-            msr_test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_, b_);           \
+#define MSR_CHECK_EQ(a, b)                                                               \
+    do {                                                                                 \
+        long long a_ = (long long)(a), b_ = (long long)(b);                              \
+        if (a_ != b_)                                                                    \
+            msr_test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_, b_); \
     } while (0)
 
-#define MSR_CHECK_STR(a, b)                                                                        \
-    do {                                                                                           \
-        const char *a_ = (a), *b_ = (b);                                                           \
-        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                                       \
-            msr_test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b,                \
-                          a_ ? a_ : "(null)", b_ ? b_ : "(null)");                                 \
+#define MSR_CHECK_STR(a, b)                                                         \
+    do {                                                                            \
+        const char *a_ = (a), *b_ = (b);                                            \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                        \
+            msr_test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, \
+                          a_ ? a_ : "(null)", b_ ? b_ : "(null)");                  \
     } while (0)
 
 /* For msr_status_t results: names the status on failure. */
-#define MSR_CHECK_STATUS(expr, want)                                                               \
-    do {                                                                                           \
-        int got_ = (int)(expr);                                                                    \
-        if (got_ != (int)(want))                                                                   \
-            msr_test_fail(__FILE__, __LINE__, "%s: got %d (%s), want %s", #expr, got_,             \
-                          msr_status_name((msr_status_t)got_), #want);                             \
+#define MSR_CHECK_STATUS(expr, want)                                                   \
+    do {                                                                               \
+        int got_ = (int)(expr);                                                        \
+        if (got_ != (int)(want))                                                       \
+            msr_test_fail(__FILE__, __LINE__, "%s: got %d (%s), want %s", #expr, got_, \
+                          msr_status_name((msr_status_t)got_), #want);                 \
     } while (0)
 
 #define MSR_CHECK_OK(expr) MSR_CHECK_STATUS(expr, MSR_OK)

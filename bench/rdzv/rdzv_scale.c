@@ -1,0 +1,353 @@
+/* Rendezvous at scale: N simulated nodes of R ranks against a real
+ * coordinator process. Every node joins (each over a TCP connection of its
+ * own, as separate hosts would), then every rank contributes B bytes to one
+ * allgather and every node receives all N*R contributions, the way a node's
+ * msrun proxy does for its ranks. With --direct every rank is a client of its
+ * own instead (no proxy), for comparison.
+ *
+ *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] [--direct]
+ *
+ * One line per N: join time, allgather time, the coordinator's peak memory
+ * and the time per rank. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "rendezvous/rpc.h"
+
+typedef struct sim {
+    int nodes, ranks, bytes, direct, clients;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t **ch;
+    char (*ids)[32];
+    int pending, failed;
+    size_t want_bytes;
+    char err[300];
+} sim_t;
+
+typedef struct op {
+    msr_rpc_async_t a;
+    sim_t *sim;
+    int client, node;
+} op_t;
+
+static const char *token = "rdzv-scale-token";
+
+static pid_t start_coordinator(const char *msrun, int world, int local, int *port_p)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    char wn[16], lwn[16];
+    snprintf(wn, sizeof wn, "%d", world);
+    snprintf(lwn, sizeof lwn, "%d", local);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 3);
+        setenv("MSRUN_TOKEN", token, 1);
+        execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3", "--job_id",
+              "scale", "--worker_num", wn, "--local_worker_num", lwn, "--max_restarts", "0",
+              "--node_timeout", "60", "--log_level", "error", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[128] = "";
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 10000) <= 0)
+            break;
+        ssize_t n = read(fds[0], line + got, sizeof line - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (memchr(line, '\n', got))
+            break;
+    }
+    close(fds[0]);
+    line[got] = '\0';
+    if (sscanf(line, "port %d", port_p) != 1) {
+        fprintf(stderr, "rdzv_scale: the coordinator did not start: %s\n", line);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+static void op_done(msr_rpc_async_t *a)
+{
+    op_t *o = (op_t *)a;
+    sim_t *s = o->sim;
+    s->pending--;
+    if (a->status != MSR_OK) {
+        if (!s->failed)
+            snprintf(s->err, sizeof s->err, "%s of client %d: %s", msr_rpc_methods[a->method].name,
+                     o->client, a->err);
+        s->failed = 1;
+    } else if (a->method == MSR_RPC_JOIN) {
+        snprintf(s->ids[o->node], sizeof s->ids[0], "%s", ((Msr__JoinResponse *)a->resp)->node_id);
+    } else if (a->method == MSR_RPC_HEARTBEAT) {
+        const Msr__HeartbeatResponse *r = (const Msr__HeartbeatResponse *)a->resp;
+        if (r->state != MSR__JOB_STATE__JOB_RUNNING || r->assignment == NULL) {
+            if (!s->failed)
+                snprintf(s->err, sizeof s->err, "node %d: not running after the heartbeat",
+                         o->client);
+            s->failed = 1;
+        }
+    } else if (a->method == MSR_RPC_ALLGATHER) {
+        /* Answers arrive as bytes, as a node's proxy receives them to pass
+         * on; every answer must be complete, and every 64th is unpacked and
+         * checked entry by entry. */
+        int bad = msr_rpc_async_raw_len(a) < s->want_bytes;
+        if (!bad && o->client % 64 == 0) {
+            Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)msr_rpc_async_raw_unpack(a);
+            bad = r == NULL || r->data.len != s->want_bytes ||
+                  r->n_lengths != (size_t)s->nodes * s->ranks;
+            for (size_t i = 0; !bad && i < r->n_lengths; i++) {
+                uint32_t idx;
+                memcpy(&idx, r->data.data + i * (size_t)s->bytes, sizeof idx);
+                bad = idx != i || r->lengths[i] != (uint32_t)s->bytes;
+            }
+            if (r)
+                msr_rpc_message_free(&r->base);
+        }
+        if (bad) {
+            if (!s->failed)
+                snprintf(s->err, sizeof s->err, "client %d: wrong allgather result", o->client);
+            s->failed = 1;
+        }
+    }
+    msr_rpc_async_cleanup(a);
+    free(o);
+}
+
+/* Starts a call of client (a channel); node is the simulated node it is for. */
+static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    op_t *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return -1;
+    o->sim = s;
+    o->client = client;
+    o->node = node;
+    o->a.method = m;
+    o->a.deadline = msr_deadline_in_ms(120000);
+    o->a.wait_for_ready = 1;
+    o->a.done = op_done;
+    o->a.raw = m == MSR_RPC_ALLGATHER;
+    if (msr_rpc_call_start(s->ch[client], s->loop, &o->a, req) != MSR_OK) {
+        free(o);
+        return -1;
+    }
+    s->pending++;
+    return 0;
+}
+
+static int drain(sim_t *s)
+{
+    while (s->pending > 0)
+        if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
+            return -1;
+    return s->failed ? -1 : 0;
+}
+
+static uint64_t coordinator_peak_kb(msr_rpc_channel_t *ch)
+{
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    char err[256];
+    if (msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(30000), 1, &resp, err,
+                     sizeof err) != MSR_OK)
+        return 0;
+    uint64_t kb = ((Msr__StatusResponse *)resp)->peak_rss_kb;
+    msr_rpc_message_free(resp);
+    return kb;
+}
+
+static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct)
+{
+    sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = nodes;
+    s.ranks = ranks;
+    s.bytes = bytes;
+    s.direct = direct;
+    s.clients = direct ? nodes * ranks : nodes;
+    s.want_bytes = (size_t)nodes * ranks * bytes;
+    int world = nodes * ranks, port = 0, rc = 1;
+    pid_t coord = start_coordinator(msrun, world, ranks, &port);
+    if (coord < 0)
+        return 1;
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    s.ch = calloc((size_t)s.clients, sizeof *s.ch);
+    s.ids = calloc((size_t)nodes, sizeof *s.ids);
+    msr_rpc_loop_create(&s.loop);
+    for (int i = 0; i < s.clients; i++)
+        if (msr_rpc_channel_create_own(target, token, &s.ch[i]) != MSR_OK) {
+            fprintf(stderr, "rdzv_scale: cannot create channel %d\n", i);
+            goto out;
+        }
+
+    /* connect: every client opens its connection (a Status call each) */
+    uint64_t tc = msr_now_ns();
+    for (int c = 0; c < s.clients; c++) {
+        Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
+        if (start_op(&s, c, direct ? c / ranks : c, MSR_RPC_STATUS, &st.base) != 0)
+            goto out;
+    }
+    if (drain(&s) != 0)
+        goto fail;
+
+    /* join: every node registers (over the channel of its first rank with
+     * --direct), then reports ready; the last one forms the job and every
+     * held heartbeat hears it */
+    uint64_t t0 = msr_now_ns();
+    char host[32];
+    for (int n = 0; n < nodes; n++) {
+        Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+        j.protocol_version = MSR_PROTOCOL_VERSION;
+        j.job_id = "scale";
+        snprintf(host, sizeof host, "10.%d.%d.%d", n >> 16, (n >> 8) & 255, n & 255);
+        j.host = host;
+        j.pid = 1000 + n;
+        j.local_worker_num = ranks;
+        j.worker_num = world;
+        j.node_rank = -1;
+        j.free_port = 29500;
+        if (start_op(&s, direct ? n * ranks : n, n, MSR_RPC_JOIN, &j.base) != 0)
+            goto out;
+    }
+    if (drain(&s) != 0)
+        goto fail;
+    for (int n = 0; n < nodes; n++) {
+        Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
+        h.node_id = s.ids[n];
+        h.generation = 0;
+        h.known_state = MSR__JOB_STATE__JOB_WAITING;
+        h.ready_generation = 0;
+        h.wait_ms = 60000;
+        if (start_op(&s, direct ? n * ranks : n, n, MSR_RPC_HEARTBEAT, &h.base) != 0)
+            goto out;
+    }
+    if (drain(&s) != 0)
+        goto fail;
+    uint64_t t1 = msr_now_ns();
+
+    /* allgather: every rank contributes `bytes`, starting with its index */
+    uint8_t *payload = calloc((size_t)world, (size_t)bytes);
+    Msr__Contribution *entries = calloc((size_t)world, sizeof *entries);
+    Msr__Contribution **eptr = calloc((size_t)world, sizeof *eptr);
+    for (int r = 0; r < world; r++) {
+        uint32_t idx = (uint32_t)r;
+        memcpy(payload + (size_t)r * bytes, &idx, sizeof idx);
+        msr__contribution__init(&entries[r]);
+        entries[r].index = idx;
+        entries[r].data.data = payload + (size_t)r * bytes;
+        entries[r].data.len = (size_t)bytes;
+        eptr[r] = &entries[r];
+    }
+    for (int c = 0; c < s.clients; c++) {
+        Msr__AllgatherRequest g = MSR__ALLGATHER_REQUEST__INIT;
+        g.generation = 0;
+        g.name = "scale";
+        g.count = (uint32_t)world;
+        g.wait_ms = 60000;
+        g.n_entries = direct ? 1 : (size_t)ranks;
+        g.entries = eptr + (direct ? c : c * ranks);
+        if (start_op(&s, c, direct ? c / ranks : c, MSR_RPC_ALLGATHER, &g.base) != 0)
+            goto out;
+    }
+    int ok = drain(&s) == 0;
+    uint64_t t2 = msr_now_ns();
+    free(payload);
+    free(entries);
+    free(eptr);
+    if (!ok)
+        goto fail;
+    uint64_t peak = coordinator_peak_kb(s.ch[0]);
+    double conn_ms = (double)(t0 - tc) / 1e6, join_ms = (double)(t1 - t0) / 1e6,
+           ag_ms = (double)(t2 - t1) / 1e6, total = conn_ms + join_ms + ag_ms;
+    printf("nodes=%-5d ranks=%-6d mode=%-6s connect_ms=%-7.1f join_ms=%-7.1f allgather_ms=%-7.1f "
+           "total_ms=%-7.1f coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
+           nodes, world, direct ? "direct" : "proxy", conn_ms, join_ms, ag_ms, total,
+           (double)peak / 1024.0, total * 1000.0 / world);
+    fflush(stdout);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "rdzv_scale: nodes=%d: %s\n", nodes, s.err);
+out:
+    for (int i = 0; i < s.clients; i++)
+        msr_rpc_channel_destroy(s.ch[i]);
+    while (s.pending > 0 && msr_rpc_loop_poll(s.loop, msr_deadline_in_ms(1000)) >= 0) {
+    }
+    msr_rpc_loop_destroy(s.loop);
+    free(s.ch);
+    free(s.ids);
+    kill(coord, SIGTERM);
+    waitpid(coord, NULL, 0);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *list = "16,128,1024";
+    int ranks = 8, bytes = 64, direct = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
+            list = argv[++i];
+        else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc)
+            ranks = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc)
+            bytes = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--direct") == 0)
+            direct = 1;
+        else {
+            fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
+                            "[--direct]\n");
+            return 2;
+        }
+    }
+    if (ranks < 1 || bytes < 4) {
+        fprintf(stderr, "rdzv_scale: --ranks must be >= 1 and --bytes >= 4\n");
+        return 2;
+    }
+    /* Many connections: raise the descriptor limit as far as allowed. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    char msrun[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
+    if (n <= 0)
+        return 1;
+    msrun[n] = '\0';
+    char *slash = strrchr(msrun, '/');
+    snprintf(slash + 1, sizeof msrun - (size_t)(slash + 1 - msrun), "msrun");
+    signal(SIGPIPE, SIG_IGN);
+    msr_rpc_library_ref();
+    int rc = 0;
+    for (const char *p = list; *p;) {
+        int nodes = atoi(p);
+        if (nodes > 0 && run_one(msrun, nodes, ranks, bytes, direct) != 0)
+            rc = 1;
+        p = strchr(p, ',');
+        if (p == NULL)
+            break;
+        p++;
+    }
+    msr_rpc_library_unref();
+    return rc;
+}

@@ -1,0 +1,475 @@
+/* The node's store proxy, on a thread of its own: one completion queue for
+ * the workers' calls and the upstream calls. */
+#include "msrun/proxy.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/heap.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/map.h"
+#include "base/time.h"
+#include "rendezvous/rpc.h"
+
+/* A node's participants of one barrier or allgather, collected until all
+ * local_count of them are here, then sent upstream as one call. */
+typedef struct group {
+    msr_proxy_t *proxy;
+    char key[MSR_KEY_MAX + 48];
+    msr_rpc_method_t method;
+    int generation;
+    uint32_t count, local_count;
+    uint32_t arrived; /* participants (barrier weights, allgather entries) */
+    msr_rpc_call_t **calls;
+    ProtobufCMessage **reqs; /* the calls' requests, alive while held */
+    uint32_t ncalls;
+    msr_timer_t timer;
+    int sent;
+    char name[MSR_KEY_MAX + 1];
+} group_t;
+
+/* One upstream call, answering one worker's call or a whole group. */
+typedef struct fwd {
+    msr_rpc_async_t async;
+    msr_proxy_t *proxy;
+    msr_rpc_call_t *call; /* a single forward; NULL once its client is gone */
+    group_t *group;       /* or a group */
+    msr_list_t link;
+} fwd_t;
+
+/* What the proxy knows about a held worker call (msr_rpc_call_set_data). */
+typedef struct held {
+    fwd_t *fwd;     /* forwarded alone */
+    group_t *group; /* or waiting in a group */
+} held_t;
+
+struct msr_proxy {
+    msr_rpc_loop_t *loop;
+    msr_rpc_server_t *server;
+    msr_rpc_channel_t *up;
+    char socket_path[256];
+    pthread_t thread;
+    atomic_int stop;
+    pthread_mutex_t stop_lock; /* held while another thread starts the shutdown */
+    msr_map_t groups;
+    msr_heap_t timers;
+    msr_list_t fwds; /* upstream calls in flight */
+    _Atomic uint64_t calls_in, calls_up;
+};
+
+static void held_free(msr_rpc_call_t *call)
+{
+    msr_free(msr_rpc_call_get_data(call));
+    msr_rpc_call_set_data(call, NULL);
+}
+
+static void group_free(msr_proxy_t *p, group_t *g)
+{
+    msr_heap_remove(&p->timers, &g->timer);
+    if (!g->sent)
+        msr_map_remove(&p->groups, g->key);
+    msr_free(g->calls);
+    msr_free(g->reqs);
+    msr_free(g);
+}
+
+/* ---- upstream ---- */
+
+static void fwd_done(msr_rpc_async_t *a)
+{
+    fwd_t *f = MSR_CONTAINER_OF(a, fwd_t, async);
+    msr_proxy_t *p = f->proxy;
+    msr_list_remove(&f->link);
+    if (f->group) {
+        group_t *g = f->group;
+        for (uint32_t i = 0; i < g->ncalls; i++) {
+            if (g->calls[i]) {
+                held_free(g->calls[i]);
+                msr_rpc_call_forward(g->calls[i], a);
+            }
+        }
+        group_free(p, g);
+    } else if (f->call) {
+        held_free(f->call);
+        msr_rpc_call_forward(f->call, a);
+    }
+    msr_rpc_async_cleanup(a);
+    msr_free(f);
+}
+
+/* Sends req upstream on behalf of call (single) or group. */
+static msr_status_t send_up(msr_proxy_t *p, msr_rpc_method_t method, const ProtobufCMessage *req,
+                            uint64_t deadline, msr_rpc_call_t *call, group_t *group)
+{
+    fwd_t *f = msr_calloc(1, sizeof *f);
+    if (f == NULL)
+        return MSR_ERR_NO_MEMORY;
+    f->proxy = p;
+    f->call = call;
+    f->group = group;
+    f->async.method = method;
+    f->async.deadline = deadline;
+    f->async.wait_for_ready = 1;
+    f->async.done = fwd_done;
+    f->async.raw = 1;
+    msr_list_push_back(&p->fwds, &f->link);
+    msr_status_t st = msr_rpc_call_start(p->up, p->loop, &f->async, req);
+    if (st != MSR_OK) {
+        msr_list_remove(&f->link);
+        msr_free(f);
+        return st;
+    }
+    if (call) {
+        held_t *h = msr_rpc_call_get_data(call);
+        h->fwd = f;
+    }
+    atomic_fetch_add(&p->calls_up, 1);
+    return MSR_OK;
+}
+
+/* ---- groups ---- */
+
+static uint32_t wait_left(uint64_t deadline)
+{
+    int64_t ms = msr_deadline_left_ms(deadline);
+    return ms > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+static void group_send(msr_proxy_t *p, group_t *g)
+{
+    msr_map_remove(&p->groups, g->key);
+    msr_heap_remove(&p->timers, &g->timer);
+    g->sent = 1;
+    /* the last caller's deadline bounds the upstream call */
+    uint64_t deadline = msr_rpc_call_deadline(g->calls[g->ncalls - 1]);
+    msr_status_t st;
+    if (g->method == MSR_RPC_BARRIER) {
+        Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+        r.generation = g->generation;
+        r.name = g->name;
+        r.count = g->count;
+        r.weight = g->arrived;
+        r.wait_ms = wait_left(deadline);
+        st = send_up(p, MSR_RPC_BARRIER, &r.base, deadline, NULL, g);
+    } else {
+        Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+        Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
+        st = MSR_ERR_NO_MEMORY;
+        if (entries) {
+            size_t n = 0;
+            for (uint32_t i = 0; i < g->ncalls; i++) {
+                Msr__AllgatherRequest *q = (Msr__AllgatherRequest *)g->reqs[i];
+                for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
+                    entries[n++] = q->entries[k];
+            }
+            r.generation = g->generation;
+            r.name = g->name;
+            r.count = g->count;
+            r.n_entries = n;
+            r.entries = entries;
+            r.wait_ms = wait_left(deadline);
+            st = send_up(p, MSR_RPC_ALLGATHER, &r.base, deadline, NULL, g);
+            msr_free(entries);
+        }
+    }
+    if (st != MSR_OK) {
+        for (uint32_t i = 0; i < g->ncalls; i++) {
+            if (g->calls[i]) {
+                held_free(g->calls[i]);
+                msr_rpc_call_fail(g->calls[i], MSR_RPC_UNAVAILABLE,
+                                  "msrun's proxy cannot forward %s '%s': %s",
+                                  msr_rpc_methods[g->method].name, g->name, msr_status_str(st));
+            }
+        }
+        group_free(p, g);
+    }
+}
+
+static void group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t method,
+                      ProtobufCMessage *req, int generation, const char *name, uint32_t count,
+                      uint32_t local_count, uint32_t weight, uint32_t wait_ms)
+{
+    char key[sizeof((group_t *)0)->key];
+    snprintf(key, sizeof key, "%c/%d/%u/%s", method == MSR_RPC_BARRIER ? 'b' : 'a', generation,
+             count, name);
+    group_t *g = msr_map_get(&p->groups, key);
+    if (g == NULL) {
+        g = msr_calloc(1, sizeof *g);
+        if (g) {
+            g->calls = msr_calloc(local_count, sizeof *g->calls);
+            g->reqs = msr_calloc(local_count, sizeof *g->reqs);
+        }
+        if (g == NULL || g->calls == NULL || g->reqs == NULL ||
+            msr_map_put(&p->groups, key, g, NULL) != MSR_OK) {
+            if (g) {
+                msr_free(g->calls);
+                msr_free(g->reqs);
+            }
+            msr_free(g);
+            msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+            return;
+        }
+        g->proxy = p;
+        snprintf(g->key, sizeof g->key, "%s", key);
+        snprintf(g->name, sizeof g->name, "%s", name);
+        g->method = method;
+        g->generation = generation;
+        g->count = count;
+        g->local_count = local_count;
+        msr_timer_init(&g->timer);
+    } else if (g->local_count != local_count) {
+        msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
+                          "%s '%s': local_count %u differs from the %u given on this node",
+                          msr_rpc_methods[method].name, name, local_count, g->local_count);
+        return;
+    }
+    if (weight > g->local_count - g->arrived || g->ncalls == g->local_count) {
+        msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
+                          "%s '%s': more participants on this node than its local_count of %u",
+                          msr_rpc_methods[method].name, name, g->local_count);
+        if (g->ncalls == 0)
+            group_free(p, g);
+        return;
+    }
+    held_t *h = msr_calloc(1, sizeof *h);
+    if (h == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+        if (g->ncalls == 0)
+            group_free(p, g);
+        return;
+    }
+    h->group = g;
+    msr_rpc_call_set_data(call, h);
+    g->calls[g->ncalls] = call;
+    g->reqs[g->ncalls] = req;
+    g->ncalls++;
+    g->arrived += weight;
+    /* Answer before the earliest caller's deadline. */
+    uint64_t d = msr_rpc_call_deadline(call);
+    uint64_t w = wait_ms == UINT32_MAX ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
+    if (w < d)
+        d = w;
+    if (d != MSR_DEADLINE_NEVER && (!msr_timer_armed(&g->timer) || d < g->timer.deadline))
+        msr_heap_push(&p->timers, &g->timer, d);
+    if (g->arrived == g->local_count)
+        group_send(p, g);
+}
+
+static void group_expired(msr_proxy_t *p, group_t *g)
+{
+    for (uint32_t i = 0; i < g->ncalls; i++) {
+        if (g->calls[i]) {
+            held_free(g->calls[i]);
+            msr_rpc_call_fail(g->calls[i], MSR_RPC_DEADLINE_EXCEEDED,
+                              "%s '%s': %u of %u participants on this node arrived in time",
+                              g->method == MSR_RPC_BARRIER ? "barrier" : "allgather", g->name,
+                              g->arrived, g->local_count);
+        }
+    }
+    group_free(p, g);
+}
+
+/* ---- the worker-facing server ---- */
+
+static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
+{
+    msr_proxy_t *p = arg;
+    atomic_fetch_add(&p->calls_in, 1);
+    if (atomic_load(&p->stop)) {
+        msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
+        return;
+    }
+    if (method == MSR_RPC_BARRIER) {
+        Msr__BarrierRequest *r = (Msr__BarrierRequest *)req;
+        uint32_t weight = r->weight ? r->weight : 1;
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+            group_add(p, call, method, req, r->generation, r->name, r->count, r->local_count,
+                      weight, r->wait_ms);
+            return;
+        }
+    } else if (method == MSR_RPC_ALLGATHER) {
+        Msr__AllgatherRequest *r = (Msr__AllgatherRequest *)req;
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count &&
+            r->n_entries > 0 && r->n_entries <= r->local_count) {
+            group_add(p, call, method, req, r->generation, r->name, r->count, r->local_count,
+                      (uint32_t)r->n_entries, r->wait_ms);
+            return;
+        }
+    }
+    /* Everything else goes up as it is, and its answer comes back as it is. */
+    held_t *h = msr_calloc(1, sizeof *h);
+    if (h == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+        return;
+    }
+    msr_rpc_call_set_data(call, h);
+    msr_status_t st = send_up(p, method, req, msr_rpc_call_deadline(call), call, NULL);
+    if (st != MSR_OK) {
+        held_free(call);
+        msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun's proxy cannot forward %s: %s",
+                          msr_rpc_methods[method].name, msr_status_str(st));
+    }
+}
+
+static void on_cancel(void *arg, msr_rpc_call_t *call)
+{
+    msr_proxy_t *p = arg;
+    held_t *h = msr_rpc_call_get_data(call);
+    if (h == NULL)
+        return;
+    if (h->fwd) {
+        h->fwd->call = NULL;
+        msr_rpc_async_cancel(&h->fwd->async);
+    } else if (h->group) {
+        group_t *g = h->group;
+        for (uint32_t i = 0; i < g->ncalls; i++)
+            if (g->calls[i] == call)
+                g->calls[i] = NULL;
+        if (!g->sent) {
+            /* Its contribution cannot go up without its request: the others
+             * will wait for a replacement or time out. */
+            uint32_t k = 0;
+            g->arrived = 0;
+            for (uint32_t i = 0; i < g->ncalls; i++) {
+                if (g->calls[i] == NULL)
+                    continue;
+                g->calls[k] = g->calls[i];
+                g->reqs[k] = g->reqs[i];
+                g->arrived += g->method == MSR_RPC_BARRIER
+                                  ? (((Msr__BarrierRequest *)g->reqs[k])->weight
+                                         ? ((Msr__BarrierRequest *)g->reqs[k])->weight
+                                         : 1)
+                                  : (uint32_t)((Msr__AllgatherRequest *)g->reqs[k])->n_entries;
+                k++;
+            }
+            g->ncalls = k;
+            if (k == 0)
+                group_free(p, g);
+        }
+    }
+    held_free(call);
+}
+
+static void *proxy_thread(void *arg)
+{
+    msr_proxy_t *p = arg;
+    while (!atomic_load(&p->stop)) {
+        uint64_t deadline = msr_deadline_in_ms(100);
+        msr_timer_t *t = msr_heap_top(&p->timers);
+        if (t && t->deadline < deadline)
+            deadline = t->deadline;
+        if (msr_rpc_loop_poll(p->loop, deadline) < 0)
+            break;
+        uint64_t now = msr_now_ns();
+        while ((t = msr_heap_top(&p->timers)) != NULL && t->deadline <= now)
+            group_expired(p, MSR_CONTAINER_OF(t, group_t, timer));
+    }
+    /* Shutting down: once msr_proxy_stop's shutdown call has returned, the
+     * server cancels what the workers still hold (the cancel callback
+     * forgets them), then the upstream calls end. */
+    pthread_mutex_lock(&p->stop_lock);
+    pthread_mutex_unlock(&p->stop_lock);
+    msr_rpc_server_destroy(p->server);
+    p->server = NULL;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &p->fwds)
+    {
+        fwd_t *f = MSR_CONTAINER_OF(pos, fwd_t, link);
+        msr_rpc_async_cancel(&f->async);
+    }
+    uint64_t limit = msr_deadline_in_ms(5000);
+    while (!msr_list_empty(&p->fwds) && !msr_deadline_passed(limit))
+        msr_rpc_loop_poll(p->loop, msr_deadline_in_ms(100));
+    return NULL;
+}
+
+msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
+                             msr_proxy_t **proxy_p)
+{
+    msr_proxy_t *p = msr_calloc(1, sizeof *p);
+    if (p == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_list_init(&p->fwds);
+    pthread_mutex_init(&p->stop_lock, NULL);
+    snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
+    msr_status_t st = msr_rpc_loop_create(&p->loop);
+    if (st != MSR_OK)
+        goto err_free;
+    st = msr_rpc_channel_create(upstream, token, &p->up);
+    if (st != MSR_OK)
+        goto err_loop;
+    char address[300];
+    snprintf(address, sizeof address, "unix:%s", socket_path);
+    msr_rpc_server_config_t sc = {
+        .address = address,
+        .token = token,
+        .handler = on_call,
+        .cancel = on_cancel,
+        .arg = p,
+        .log_name = "msrun proxy",
+    };
+    st = msr_rpc_server_create(p->loop, &sc, NULL, &p->server);
+    if (st != MSR_OK) {
+        MSR_ERROR("cannot listen on %s for the workers", socket_path);
+        goto err_channel;
+    }
+    if (pthread_create(&p->thread, NULL, proxy_thread, p) != 0) {
+        st = MSR_ERR_SYSTEM;
+        goto err_server;
+    }
+    *proxy_p = p;
+    return MSR_OK;
+
+err_server:
+    msr_rpc_server_destroy(p->server);
+err_channel:
+    msr_rpc_channel_destroy(p->up);
+err_loop:
+    msr_rpc_loop_destroy(p->loop);
+err_free:
+    msr_free(p);
+    return st;
+}
+
+static void free_group_value(void *v)
+{
+    group_t *g = v;
+    msr_free(g->calls);
+    msr_free(g->reqs);
+    msr_free(g);
+}
+
+void msr_proxy_stop(msr_proxy_t *p)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->stop_lock);
+    atomic_store(&p->stop, 1);
+    msr_rpc_server_shutdown(p->server); /* wakes the proxy's thread */
+    pthread_mutex_unlock(&p->stop_lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->stop_lock);
+    msr_map_cleanup(&p->groups, free_group_value);
+    msr_heap_cleanup(&p->timers);
+    msr_rpc_channel_destroy(p->up);
+    msr_rpc_loop_destroy(p->loop);
+    if (unlink(p->socket_path) != 0 && errno != ENOENT)
+        MSR_DEBUG("cannot remove %s: %s", p->socket_path, strerror(errno));
+    msr_free(p);
+}
+
+uint64_t msr_proxy_calls_in(const msr_proxy_t *p)
+{
+    return atomic_load(&p->calls_in);
+}
+
+uint64_t msr_proxy_calls_up(const msr_proxy_t *p)
+{
+    return atomic_load(&p->calls_up);
+}

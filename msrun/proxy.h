@@ -1,0 +1,29 @@
+/* The node's store proxy: workers call it on a unix socket in the job's
+ * 0700 directory; it forwards their calls to the coordinator and combines a
+ * node's Barrier and Allgather participants into one upstream call, so the
+ * coordinator sees one client per node (as PMIx daemons do). It runs in a
+ * thread of its own; start and stop it from the agent's thread. */
+#ifndef MSR_MSRUN_PROXY_H
+#define MSR_MSRUN_PROXY_H
+
+#include <stdint.h>
+
+#include "msrun/base.h"
+
+typedef struct msr_proxy msr_proxy_t;
+
+/* Listens on socket_path (which must not exist) and forwards to upstream
+ * ("host:port") with token; calls without the token are refused too. */
+msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
+                             msr_proxy_t **proxy_p);
+
+/* Fails what is held, stops the thread, removes the socket, frees. NULL is
+ * fine. */
+void msr_proxy_stop(msr_proxy_t *proxy);
+
+/* Calls received from workers and calls sent upstream so far (read from
+ * the agent thread; approximate while running). */
+uint64_t msr_proxy_calls_in(const msr_proxy_t *proxy);
+uint64_t msr_proxy_calls_up(const msr_proxy_t *proxy);
+
+#endif

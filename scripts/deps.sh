@@ -1,0 +1,26 @@
+#!/bin/bash
+# Installs the Debian packages msrun needs that are missing.
+#   scripts/deps.sh build   what building and running msrun needs
+#   scripts/deps.sh test    that, plus what the test suite and benchmarks use
+#                           (Open MPI and PyTorch as peers, clang for fuzzing)
+set -euo pipefail
+what=${1:-build}
+build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-compiler
+    libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev python3)
+test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev iproute2 procps)
+pkgs=("${build[@]}")
+[ "$what" = test ] && pkgs+=("${test[@]}")
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps: everything needed is installed"
+    exit 0
+fi
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,234 @@
+/* A worker for the integration tests, linked against libmsrun like a user's
+ * program. The first argument picks what it does:
+ *   env               print the msrun and torch variables, one per line
+ *   store             exercise the store's semantics across all ranks
+ *   barrier           msr_init, one barrier, msr_finalize
+ *   token             use a wrong job token and expect a refusal
+ *   exit CODE [RANK]  exit with CODE (only RANK, if given; others wait)
+ *   output N          write N lines to stdout and to stderr
+ *   sleep SECONDS     say "ready" and sleep (for signal tests)
+ * Any failed check prints "CHECK FAILED ..." to stderr and exits 1. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "msrun/msrun.h"
+
+#define CHECK(cond, ...)                                                             \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "CHECK FAILED (%s:%d) %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, " [last error: %s]\n", msr_last_error());                \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_ST(expr, want)                                             \
+    do {                                                                 \
+        msr_status_t st_ = (expr);                                       \
+        CHECK(st_ == (want), "%s gave %s", #expr, msr_status_name(st_)); \
+    } while (0)
+
+static void sleep_ms(int ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+static int do_env(void)
+{
+    static const char *const names[] = {
+        "MSR_RANK",
+        "MSR_WORLD_SIZE",
+        "MSR_LOCAL_RANK",
+        "MSR_LOCAL_WORLD_SIZE",
+        "MSR_NODE_RANK",
+        "MSR_NODE_COUNT",
+        "MSR_GENERATION",
+        "MSR_JOB_ID",
+        "MSR_COORDINATOR",
+        "MSR_AGENT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "OMP_NUM_THREADS",
+        "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_RUN_ID",
+    };
+    const char *rank = getenv("MSR_RANK");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        printf("ENV %s %s=%s\n", rank ? rank : "?", names[i], v ? v : "(unset)");
+    }
+    printf("ENV %s MSR_TOKEN_SET=%d\n", rank ? rank : "?", getenv("MSR_TOKEN") != NULL);
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    printf("CTX %d rank=%d world=%d local=%d/%d node=%d/%d gen=%d job=%s\n", msr_rank(ctx),
+           msr_rank(ctx), msr_world_size(ctx), msr_local_rank(ctx), msr_local_world_size(ctx),
+           msr_node_rank(ctx), msr_node_count(ctx), msr_generation(ctx), msr_job_id(ctx));
+    msr_finalize(ctx);
+    return 0;
+}
+
+static int do_store(void)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    int rank = msr_rank(ctx), world = msr_world_size(ctx);
+    void *v = NULL;
+    size_t len = 0;
+
+    /* 1. a waiting get is answered when the key is set */
+    if (rank == 0) {
+        sleep_ms(200);
+        CHECK_ST(msr_store_set(ctx, "wk", "ready", 5), MSR_OK);
+    }
+    CHECK_ST(msr_store_get(ctx, "wk", 20000, &v, &len), MSR_OK);
+    CHECK(len == 5 && memcmp(v, "ready", 5) == 0, "got %zu bytes", len);
+    free(v);
+
+    /* 2. add under contention from every rank */
+    for (int i = 0; i < 50; i++)
+        CHECK_ST(msr_store_add(ctx, "ctr", 1, NULL), MSR_OK);
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    int64_t total = -1;
+    CHECK_ST(msr_store_add(ctx, "ctr", 0, &total), MSR_OK);
+    CHECK(total == 50LL * world, "counter is %lld, want %lld", (long long)total, 50LL * world);
+
+    /* 3. compare-set: exactly one rank wins the lock */
+    char me[32];
+    snprintf(me, sizeof me, "rank %d", rank);
+    int swapped = -1;
+    CHECK_ST(msr_store_compare_set(ctx, "lock", NULL, 0, me, strlen(me), &swapped), MSR_OK);
+    if (swapped)
+        CHECK_ST(msr_store_add(ctx, "winners", 1, NULL), MSR_OK);
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    CHECK_ST(msr_store_get(ctx, "winners", 0, &v, &len), MSR_OK);
+    CHECK(len == 1 && ((char *)v)[0] == '1', "winners = %.*s", (int)len, (char *)v);
+    free(v);
+    CHECK_ST(msr_store_get(ctx, "lock", 0, &v, &len), MSR_OK);
+    CHECK(strncmp(v, "rank ", 5) == 0, "lock holds '%s'", (char *)v);
+    free(v);
+
+    /* 4. allgather keeps rank order and lengths */
+    char data[64];
+    memset(data, 'a' + rank % 26, sizeof data);
+    msr_gather_result_t *g = NULL;
+    CHECK_ST(msr_store_allgather(ctx, "order", (uint32_t)world, (uint32_t)rank,
+                                 (uint32_t)msr_local_world_size(ctx), data, (size_t)rank + 1, -1,
+                                 &g),
+             MSR_OK);
+    CHECK(g->count == (uint32_t)world, "count %u", g->count);
+    for (int r = 0; r < world; r++) {
+        CHECK(g->lengths[r] == (size_t)r + 1, "length of %d is %zu", r, g->lengths[r]);
+        for (int j = 0; j <= r; j++)
+            CHECK(g->data[g->offsets[r] + (size_t)j] == 'a' + r % 26, "byte %d of %d", j, r);
+    }
+    msr_gather_result_free(g);
+    /* equal-size allgather of every rank */
+    int *all = calloc((size_t)(world > 0 ? world : 1), sizeof *all);
+    CHECK_ST(msr_allgather(ctx, &rank, sizeof rank, all), MSR_OK);
+    for (int r = 0; r < world; r++)
+        CHECK(all[r] == r, "all[%d] = %d", r, all[r]);
+    free(all);
+
+    /* 5. absent keys, deadlines, bad keys */
+    CHECK_ST(msr_store_get(ctx, "absent", 0, &v, &len), MSR_ERR_NOT_FOUND);
+    CHECK_ST(msr_store_get(ctx, "absent", 100, &v, &len), MSR_ERR_TIMEOUT);
+    CHECK(strstr(msr_last_error(), "absent") != NULL, "message: %s", msr_last_error());
+    CHECK_ST(msr_store_set(ctx, "", "x", 1), MSR_ERR_BAD_KEY);
+    CHECK_ST(msr_store_set(ctx, "bad\nkey", "x", 1), MSR_ERR_BAD_KEY);
+    CHECK(strstr(msr_last_error(), "bad key") != NULL, "message: %s", msr_last_error());
+    CHECK_ST(msr_store_add(ctx, "wk", 1, NULL), MSR_ERR_INVALID_ARG); /* not a counter */
+
+    /* 6. delete */
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    if (rank == 0) {
+        int existed = 0;
+        CHECK_ST(msr_store_delete(ctx, "wk", &existed), MSR_OK);
+        CHECK(existed, "wk did not exist");
+    }
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    CHECK_ST(msr_store_get(ctx, "wk", 0, &v, &len), MSR_ERR_NOT_FOUND);
+
+    /* 7. a store from another generation is refused */
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    printf("store checks passed on rank %d of %d\n", rank, world);
+    msr_finalize(ctx);
+    return 0;
+}
+
+static int do_barrier(void)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    msr_finalize(ctx);
+    return 0;
+}
+
+static int do_token(void)
+{
+    setenv("MSR_TOKEN", "not-the-token", 1);
+    unsetenv("MSR_AGENT"); /* talk to the coordinator itself */
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    CHECK_ST(msr_store_set(ctx, "k", "v", 1), MSR_ERR_PERMISSION);
+    printf("refused: %s\n", msr_last_error());
+    msr_finalize(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "env") == 0)
+        return do_env();
+    if (strcmp(mode, "store") == 0)
+        return do_store();
+    if (strcmp(mode, "barrier") == 0)
+        return do_barrier();
+    if (strcmp(mode, "token") == 0)
+        return do_token();
+    if (strcmp(mode, "exit") == 0 && argc > 2) {
+        const char *rank = getenv("MSR_RANK");
+        if (argc > 3 && (rank == NULL || strcmp(rank, argv[3]) != 0)) {
+            sleep(30); /* stopped by msrun when the failing rank exits */
+            return 0;
+        }
+        fprintf(stderr, "rank %s is about to exit with %s\n", rank ? rank : "?", argv[2]);
+        fprintf(stderr, "last words of rank %s\n", rank ? rank : "?");
+        if (strncmp(argv[2], "SIG", 3) == 0) {
+            int sig = strcmp(argv[2], "SIGKILL") == 0   ? SIGKILL
+                      : strcmp(argv[2], "SIGSEGV") == 0 ? SIGSEGV
+                                                        : SIGTERM;
+            signal(sig, SIG_DFL);
+            raise(sig);
+        }
+        return atoi(argv[2]);
+    }
+    if (strcmp(mode, "output") == 0 && argc > 2) {
+        int n = atoi(argv[2]);
+        for (int i = 0; i < n; i++) {
+            printf("out line %d of rank %s\n", i, getenv("MSR_RANK"));
+            fprintf(stderr, "err line %d of rank %s\n", i, getenv("MSR_RANK"));
+        }
+        printf("no newline at the end");
+        return 0;
+    }
+    if (strcmp(mode, "sleep") == 0 && argc > 2) {
+        printf("ready\n");
+        sleep((unsigned)atoi(argv[2]));
+        return 0;
+    }
+    fprintf(stderr, "usage: it_worker env|store|barrier|token|exit CODE [RANK]|output N|sleep S\n");
+    return 2;
+}

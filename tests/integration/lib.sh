@@ -1,0 +1,98 @@
+# Shared helpers for the integration tests: run the real msrun with a
+# deadline, check its output, and make sure nothing is left behind.
+set -u
+BUILD=${MSRUN_BUILD:?MSRUN_BUILD must point at the build directory}
+MSRUN=$BUILD/bin/msrun
+WORKER=$BUILD/tests/it_worker
+TMP=$(mktemp -d /tmp/msrun-test.XXXXXX)
+# Only msrun and its children carry this marker: the test shell does not.
+MARKER="msrt-$$-$RANDOM$RANDOM"
+FAILED=0
+
+# Processes (pid list) that still carry this test's marker.
+leftovers() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ -r "$p/environ" ] || continue
+        if tr "\\0" "\\n" 2>/dev/null <"$p/environ" | grep -qx "MSRUN_TEST_MARKER=$MARKER"; then
+            echo "${p#/proc/}"
+        fi
+    done
+}
+
+cleanup() {
+    local left
+    left=$(leftovers)
+    if [ -n "$left" ]; then
+        echo "cleanup: killing leftover processes: $left" >&2
+        kill -9 $left 2>/dev/null
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL $*" >&2
+    FAILED=1
+    if [ -f "$TMP/out" ]; then echo "--- stdout:" >&2; tail -n 30 "$TMP/out" >&2; fi
+    if [ -f "$TMP/err" ]; then echo "--- stderr:" >&2; tail -n 30 "$TMP/err" >&2; fi
+    exit 1
+}
+
+ok() { echo "ok   $*"; }
+
+# run_msrun ARGS...: runs msrun (60 s at most) with stdout in $TMP/out,
+# stderr in $TMP/err and the exit status in $CODE.
+run_msrun() {
+    CODE=0
+    timeout -k 5 60 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/out" 2>"$TMP/err" || CODE=$?
+}
+
+# Starts msrun in the background; $BG_PID is msrun's pid.
+start_msrun() {
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/out" 2>"$TMP/err" &
+    BG_PID=$!
+}
+
+# wait_for PATTERN FILE SECONDS: waits until FILE has at least one line
+# matching PATTERN.
+wait_for() {
+    local i
+    for ((i = 0; i < $3 * 20; i++)); do
+        grep -q -- "$1" "$2" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# wait_count PATTERN FILE N SECONDS: waits for N matching lines.
+wait_count() {
+    local i
+    for ((i = 0; i < $4 * 20; i++)); do
+        [ "$(grep -c -- "$1" "$2" 2>/dev/null)" -ge "$3" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+expect_code() {
+    [ "$CODE" = "$1" ] || fail "$2: exit status $CODE, want $1"
+}
+
+expect_in() {
+    grep -q -- "$1" "$2" || fail "$3: '$1' not in $(basename "$2")"
+}
+
+expect_not_in() {
+    ! grep -q -- "$1" "$2" || fail "$3: '$1' unexpectedly in $(basename "$2")"
+}
+
+no_leftovers() {
+    local i left
+    for ((i = 0; i < 40; i++)); do
+        left=$(leftovers)
+        [ -z "$left" ] && return 0
+        sleep 0.05
+    done
+    fail "$1: processes left behind: $(for p in $left; do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)"
+}

@@ -1,0 +1,56 @@
+#!/bin/bash
+# Bad input: one clear line and exit status 2, before any worker starts.
+. "$(dirname "$0")/lib.sh"
+
+printf '#!/bin/sh\ntouch "%s/started.$MSR_RANK"\n' "$TMP" >"$TMP/prog.sh"
+chmod +x "$TMP/prog.sh"
+printf 'not executable\n' >"$TMP/plain"
+
+bad() {
+    local want="$1"
+    shift
+    run_msrun "$@"
+    expect_code 2 "msrun $*"
+    grep -q -- "$want" "$TMP/err" || fail "msrun $*: message '$want' missing"
+    [ "$(grep -c "error" "$TMP/err")" = 1 ] || fail "msrun $*: one error line"
+    ls "$TMP"/started.* >/dev/null 2>&1 && fail "msrun $*: a worker started"
+    ok "$want"
+}
+
+bad "unknown option '--bogus'" --bogus 3 "$TMP/prog.sh"
+bad "no program given" --worker_num=2
+bad "--worker_num=abc is not a positive integer" --worker_num=abc "$TMP/prog.sh"
+bad "--worker_num=0 is not a positive integer" --worker_num=0 "$TMP/prog.sh"
+bad "--local_worker_num=-1 is not a positive integer" --local_worker_num=-1 "$TMP/prog.sh"
+bad "worker_num 6 is not a multiple of local_worker_num 4" --worker_num=6 --local_worker_num=4 \
+    "$TMP/prog.sh"
+bad "program 'no-such-program-xyz' not found in PATH" --worker_num=2 no-such-program-xyz
+bad "is not executable" --worker_num=2 "$TMP/plain"
+bad "is a directory" --worker_num=2 "$TMP"
+bad "is not a port number" --master_port=99999 "$TMP/prog.sh"
+bad "node_rank 2 is out of range" --worker_num=2 --node_rank=2 "$TMP/prog.sh"
+bad "needs --master_addr" --worker_num=4 --local_worker_num=2 "$TMP/prog.sh"
+# the environment variable case needs the variable set for msrun only
+CODE=0
+timeout 30 env MSRUN_TEST_MARKER="$MARKER" MSRUN_WORKER_NUM=x "$MSRUN" "$TMP/prog.sh" \
+    >"$TMP/out" 2>"$TMP/err" || CODE=$?
+expect_code 2 "bad MSRUN_WORKER_NUM"
+expect_in "MSRUN_WORKER_NUM=x is not a positive integer" "$TMP/err" "environment checked"
+ok "MSRUN_WORKER_NUM=x"
+
+# a port in use by another program
+python3 - "$TMP/port" <<'PY' &
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+time.sleep(30)
+PY
+holder=$!
+for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.05; done
+port=$(cat "$TMP/port")
+bad "port $port on 127.0.0.1 is in use" --master_addr=127.0.0.1 --master_port="$port" \
+    --worker_num=2 "$TMP/prog.sh"
+kill "$holder"
+no_leftovers "bad input"

@@ -1,0 +1,44 @@
+#!/bin/bash
+# The module dependency check passes on the project and fails on includes
+# that cross the architecture's lines.
+. "$(dirname "$0")/lib.sh"
+SRC=${MSRUN_SOURCE:?}
+CHECK=$SRC/scripts/check-deps.sh
+
+"$CHECK" "$SRC" >"$TMP/out" || fail "the project itself passes"
+ok "the project passes"
+
+make_tree() {
+    rm -rf "$TMP/tree"
+    mkdir -p "$TMP/tree/include/msrun" "$TMP/tree/base" "$TMP/tree/comm" "$TMP/tree/msrun" \
+        "$TMP/tree/cluster" "$TMP/tree/parallel" "$TMP/tree/rendezvous"
+    for h in base.h store.h comm.h; do echo '#include "msrun/base.h"' >"$TMP/tree/include/msrun/$h"; done
+    echo '/* ok */' >"$TMP/tree/include/msrun/base.h"
+}
+
+crossing() {
+    local file="$1" line="$2" want="$3"
+    make_tree
+    echo "$line" >"$TMP/tree/$file"
+    if "$CHECK" "$TMP/tree" >"$TMP/out"; then
+        fail "'$line' in $file was not refused"
+    fi
+    grep -q -- "$want" "$TMP/out" || fail "'$line' in $file: message '$want' missing"
+    ok "refused: $line in $file"
+}
+
+crossing comm/x.c '#include "cluster/coord.h"' "comm/ may not depend on cluster/"
+crossing comm/x.c '#include "msrun/agent.h"' "comm/ may not depend on msrun/"
+crossing parallel/x.c '#include "rendezvous/rpc.h"' "parallel/ may not depend on rendezvous/"
+crossing base/x.c '#include "rendezvous/rpc.h"' "base/ may not depend on rendezvous/"
+crossing msrun/x.c '#include "comm/comm.h"' "msrun/ may not depend on comm/"
+crossing msrun/x.c '#include "msrun/comm.h"' "may not use the public msrun/comm.h"
+crossing msrun/x.c '#include <ucp/api/ucp.h>' "UCX belongs to comm/ only"
+crossing cluster/x.c '#include <nccl.h>' "CUDA/NCCL belongs to"
+crossing comm/x.c '#include <grpc/grpc.h>' "gRPC belongs to"
+
+make_tree
+echo '#include "base/log.h"' >"$TMP/tree/comm/ok.c"
+echo '#include "comm/ok.h"' >"$TMP/tree/parallel/ok.c"
+"$CHECK" "$TMP/tree" >"$TMP/out" || fail "allowed includes pass"
+ok "allowed includes pass"

@@ -1,0 +1,15 @@
+#!/bin/bash
+# The store's semantics across 8 real worker processes on this machine, and
+# a worker with a wrong token refused.
+. "$(dirname "$0")/lib.sh"
+
+run_msrun --worker_num=8 --local_worker_num=8 "$WORKER" store
+expect_code 0 "store checks"
+[ "$(grep -c "store checks passed on rank" "$TMP/out")" = 8 ] || fail "all 8 ranks passed"
+ok "waiting get, add under contention, compare-set, allgather order, barrier, delete (8 ranks)"
+
+run_msrun --worker_num=2 --local_worker_num=2 "$WORKER" token
+expect_code 0 "token refusal"
+expect_in "refused: .*token" "$TMP/out" "the refusal says why"
+ok "a wrong token is refused (PERMISSION_DENIED)"
+no_leftovers "store"

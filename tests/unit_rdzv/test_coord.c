@@ -1,0 +1,767 @@
+/* Unit tests of the coordinator core, driven through a responder that
+ * records answers in memory: membership, generations, failures, and the
+ * store's semantics, deadlines and generation scoping. */
+#include <grpc/status.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/time.h"
+#include "cluster/coord.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+
+/* ---- a fake call ---- */
+
+typedef struct fcall {
+    int answered;
+    int code; /* grpc status; 0 = OK */
+    char message[512];
+    msr_rpc_method_t method;
+    ProtobufCMessage *resp; /* unpacked answer */
+    uint64_t deadline;
+    void *data;
+} fcall_t;
+
+static msr_rpc_method_t reply_method;
+
+static void f_reply(void *call, const ProtobufCMessage *resp)
+{
+    fcall_t *c = call;
+    MSR_CHECK(!c->answered);
+    c->answered = 1;
+    c->code = 0;
+    /* Round-trip through the wire format, as the real binding does. */
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    /* plain malloc: the allocation-failure test must only fail the core's */
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(resp, buf);
+    c->resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
+    free(buf);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_reply_blob(void *call, msr_blob_t *blob)
+{
+    fcall_t *c = call;
+    MSR_CHECK(!c->answered);
+    c->answered = 1;
+    c->code = 0;
+    c->resp =
+        protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_fail(void *call, int code, const char *message)
+{
+    fcall_t *c = call;
+    MSR_CHECK(!c->answered);
+    c->answered = 1;
+    c->code = code;
+    snprintf(c->message, sizeof c->message, "%s", message);
+}
+
+static uint64_t f_deadline(void *call)
+{
+    return ((fcall_t *)call)->deadline;
+}
+
+static const char *f_peer(void *call)
+{
+    (void)call;
+    return "test";
+}
+
+static void f_set_data(void *call, void *data)
+{
+    ((fcall_t *)call)->data = data;
+}
+
+static void *f_get_data(void *call)
+{
+    return ((fcall_t *)call)->data;
+}
+
+static const msr_coord_responder_t responder = {f_reply, f_reply_blob, f_fail,    f_deadline,
+                                                f_peer,  f_set_data,   f_get_data};
+
+static void fcall_reset(fcall_t *c)
+{
+    if (c->resp)
+        protobuf_c_message_free_unpacked(c->resp, NULL);
+    memset(c, 0, sizeof *c);
+    c->deadline = MSR_DEADLINE_NEVER;
+}
+
+static void call(msr_coord_t *co, fcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    fcall_reset(c);
+    c->method = m;
+    reply_method = m;
+    msr_coord_call(co, c, m, req);
+}
+
+/* ---- helpers for the job ---- */
+
+static int job_max_restarts;
+
+static msr_coord_t *make_coord(int worker_num, int local, int max_restarts)
+{
+    job_max_restarts = max_restarts;
+    msr_coord_config_t cfg = {
+        .token = "t",
+        .job_id = "job",
+        .worker_num = worker_num,
+        .local_worker_num = local,
+        .max_restarts = max_restarts,
+        .node_timeout_ms = 300,
+        .join_timeout_ms = 60000,
+    };
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    return co;
+}
+
+static Msr__JoinRequest join_req(int worker_num, int local, int node_rank, int max_restarts)
+{
+    Msr__JoinRequest r = MSR__JOIN_REQUEST__INIT;
+    r.protocol_version = MSR_PROTOCOL_VERSION;
+    r.job_id = "job";
+    r.host = "127.0.0.1";
+    r.pid = 100;
+    r.worker_num = worker_num;
+    r.local_worker_num = local;
+    r.node_rank = node_rank;
+    r.max_restarts = max_restarts;
+    r.free_port = 5000;
+    return r;
+}
+
+/* Joins a node; returns its id (static storage per slot). */
+static const char *join(msr_coord_t *co, int slot, int worker_num, int local, int node_rank)
+{
+    static char ids[16][64];
+    fcall_t c = {0};
+    Msr__JoinRequest r = join_req(worker_num, local, node_rank, job_max_restarts);
+    r.pid = 100 + slot;
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "join failed: %d %s", c.code, c.message);
+    snprintf(ids[slot], sizeof ids[slot], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
+    fcall_reset(&c);
+    return ids[slot];
+}
+
+/* A heartbeat that answers at once (wait 0); returns the response. */
+static Msr__HeartbeatResponse *beat(msr_coord_t *co, fcall_t *c, const char *id, int gen, int ready)
+{
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = (char *)id;
+    r.generation = gen;
+    r.ready_generation = ready;
+    r.wait_ms = 0;
+    call(co, c, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK_MSG(c->answered && c->code == 0, "heartbeat: %d %s", c->code, c->message);
+    return (Msr__HeartbeatResponse *)c->resp;
+}
+
+static void report(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig)
+{
+    Msr__Failure f = MSR__FAILURE__INIT;
+    char *tail[] = {"boom"};
+    f.rank = rank;
+    f.exit_code = code;
+    f.signal = sig;
+    f.n_stderr_tail = 1;
+    f.stderr_tail = tail;
+    f.reason = "exited";
+    Msr__ReportRequest r = MSR__REPORT_REQUEST__INIT;
+    r.node_id = (char *)id;
+    r.generation = gen;
+    r.exit = &f;
+    fcall_t c = {0};
+    call(co, &c, MSR_RPC_REPORT, &r.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    fcall_reset(&c);
+}
+
+/* ---- membership ---- */
+
+static void test_join_validation(void)
+{
+    msr_coord_t *co = make_coord(4, 2, 0);
+    fcall_t c = {0};
+    Msr__JoinRequest r = join_req(4, 2, -1, 0);
+    r.protocol_version = 99;
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
+    MSR_CHECK(strstr(c.message, "protocol version 99") != NULL);
+
+    r = join_req(8, 2, -1, 0);
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
+    MSR_CHECK_MSG(strstr(c.message, "worker_num is 8 but the job's is 4") != NULL, "%s", c.message);
+
+    r = join_req(4, 2, -1, 0);
+    r.job_id = "other";
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
+    MSR_CHECK(strstr(c.message, "'other'") != NULL);
+
+    r = join_req(4, 2, 2, 0);
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT); /* node rank out of range */
+
+    join(co, 0, 4, 2, 1);
+    r = join_req(4, 2, 1, 0);
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
+    MSR_CHECK(strstr(c.message, "node rank 1 is already taken") != NULL);
+
+    join(co, 1, 4, 2, -1);
+    r = join_req(4, 2, -1, 0);
+    call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_RESOURCE_EXHAUSTED); /* full */
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_formation_and_ranks(void)
+{
+    msr_coord_t *co = make_coord(6, 2, 0);
+    const char *a = join(co, 0, 6, 2, -1);
+    const char *b = join(co, 1, 6, 2, 0); /* wants rank 0 */
+    fcall_t c = {0};
+    Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_WAITING);
+    MSR_CHECK_EQ(r->joined_nodes, 1);
+    MSR_CHECK_EQ(r->expected_nodes, 3);
+    MSR_CHECK(r->n_missing >= 1);
+    r = beat(co, &c, b, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_WAITING);
+    const char *d = join(co, 2, 6, 2, -1);
+    r = beat(co, &c, d, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK(r->assignment != NULL);
+    /* arrival order fills the ranks the explicit node did not take */
+    MSR_CHECK_EQ(r->assignment->node_rank, 2);
+    MSR_CHECK_EQ(r->assignment->rank_offset, 4);
+    MSR_CHECK_EQ(r->assignment->world_size, 6);
+    r = beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(r->assignment->node_rank, 1);
+    r = beat(co, &c, b, 0, 0);
+    MSR_CHECK_EQ(r->assignment->node_rank, 0);
+    MSR_CHECK_EQ(r->assignment->rank_offset, 0);
+    MSR_CHECK_STR(r->assignment->master_addr, "127.0.0.1");
+    MSR_CHECK_EQ(r->assignment->master_port, 5000);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_heartbeat_long_poll(void)
+{
+    msr_coord_t *co = make_coord(2, 1, 0);
+    const char *a = join(co, 0, 2, 1, -1);
+    const char *b = join(co, 1, 2, 1, -1);
+    fcall_t held = {0}, c = {0};
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = (char *)a;
+    r.generation = 0;
+    r.known_state = MSR__JOB_STATE__JOB_WAITING;
+    r.ready_generation = 0;
+    r.wait_ms = 5000;
+    call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(!held.answered); /* nothing changed: held */
+    beat(co, &c, b, 0, 0);     /* the job forms: the held beat is answered */
+    MSR_CHECK(held.answered);
+    MSR_CHECK_EQ(((Msr__HeartbeatResponse *)held.resp)->state, MSR__JOB_STATE__JOB_RUNNING);
+    /* a held beat times out into a normal answer */
+    r.known_state = MSR__JOB_STATE__JOB_RUNNING;
+    r.wait_ms = 50;
+    call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(!held.answered);
+    msr_sleep_ms(60);
+    msr_coord_tick(co, msr_now_ns());
+    MSR_CHECK(held.answered && held.code == 0);
+    /* a cancelled beat is forgotten */
+    call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK_MSG(!held.answered, "answered at once: %d %s", held.code, held.message);
+    msr_coord_cancel(co, &held);
+    msr_coord_tick(co, msr_now_ns() + 100000000ull);
+    MSR_CHECK(!held.answered);
+    fcall_reset(&held);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_failure_restart_and_done(void)
+{
+    msr_coord_t *co = make_coord(2, 1, 1);
+    const char *a = join(co, 0, 2, 1, -1);
+    const char *b = join(co, 1, 2, 1, -1);
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(co, a, 0, 0, 3, 0); /* rank 0 fails: one restart left */
+    Msr__HeartbeatResponse *r = beat(co, &c, b, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
+    MSR_CHECK_EQ(r->generation, 1);
+    MSR_CHECK_EQ(r->restart_count, 1);
+    MSR_CHECK(r->failure != NULL && r->failure->exit_code == 3 && r->failure->rank == 0);
+    MSR_CHECK(r->failure->n_stderr_tail == 1);
+    MSR_CHECK_STR(r->failure->stderr_tail[0], "boom");
+    /* a late report from the old generation changes nothing */
+    report(co, b, 0, 1, 9, 0);
+    MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->generation, 1);
+    /* both stop their workers and are ready for generation 1 */
+    beat(co, &c, a, 1, 1);
+    MSR_CHECK_EQ(beat(co, &c, b, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(co, a, 1, 0, 0, 0);
+    MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(co, b, 1, 1, 0, 0);
+    MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_DONE);
+    MSR_CHECK(!msr_coord_finished(co));
+    Msr__LeaveRequest lv = MSR__LEAVE_REQUEST__INIT;
+    lv.node_id = (char *)a;
+    call(co, &c, MSR_RPC_LEAVE, &lv.base);
+    lv.node_id = (char *)b;
+    call(co, &c, MSR_RPC_LEAVE, &lv.base);
+    MSR_CHECK(msr_coord_finished(co));
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_restarts_exhausted(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 0);
+    const char *a = join(co, 0, 1, 1, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(co, a, 0, 0, 0, 9); /* killed by SIGKILL */
+    Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_FAILED);
+    MSR_CHECK_EQ(r->failure->signal, 9);
+    MSR_CHECK(strstr(r->message, "SIGKILL") != NULL);
+    /* no new node joins an ended job */
+    Msr__JoinRequest j = join_req(1, 1, -1, 0);
+    call(co, &c, MSR_RPC_JOIN, &j.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_node_lost(void)
+{
+    msr_coord_t *co = make_coord(2, 1, 0);
+    const char *a = join(co, 0, 2, 1, -1);
+    const char *b = join(co, 1, 2, 1, -1);
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    beat(co, &c, b, 0, 0);
+    /* b goes silent; a keeps beating past the node timeout (300 ms) */
+    for (int i = 0; i < 8; i++) {
+        msr_sleep_ms(60);
+        beat(co, &c, a, 0, 0);
+        msr_coord_tick(co, msr_now_ns());
+    }
+    Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_FAILED);
+    MSR_CHECK(r->failure && r->failure->rank == -1);
+    MSR_CHECK(strstr(r->message, "lost") != NULL);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* ---- the store ---- */
+
+static msr_coord_t *running_coord(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 0);
+    const char *a = join(co, 0, 1, 1, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    fcall_reset(&c);
+    return co;
+}
+
+static void set_kv(msr_coord_t *co, const char *k, const char *v)
+{
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = (char *)k;
+    s.value.data = (uint8_t *)v;
+    s.value.len = strlen(v);
+    fcall_t c = {0};
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    fcall_reset(&c);
+}
+
+static void test_store_get_wait(void)
+{
+    msr_coord_t *co = running_coord();
+    fcall_t c = {0}, w1 = {0}, w2 = {0};
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "k";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND);
+    g.wait_ms = 10000;
+    call(co, &w1, MSR_RPC_GET, &g.base);
+    call(co, &w2, MSR_RPC_GET, &g.base);
+    MSR_CHECK(!w1.answered && !w2.answered);
+    set_kv(co, "k", "hello");
+    MSR_CHECK(w1.answered && w2.answered && w1.code == 0);
+    Msr__GetResponse *r = (Msr__GetResponse *)w1.resp;
+    MSR_CHECK_EQ(r->value.len, 5);
+    MSR_CHECK(memcmp(r->value.data, "hello", 5) == 0);
+    /* a wait that runs out answers DEADLINE_EXCEEDED with the key's name */
+    g.key = "never";
+    g.wait_ms = 30;
+    call(co, &w1, MSR_RPC_GET, &g.base);
+    msr_sleep_ms(40);
+    msr_coord_tick(co, msr_now_ns());
+    MSR_CHECK_EQ(w1.code, GRPC_STATUS_DEADLINE_EXCEEDED);
+    MSR_CHECK(strstr(w1.message, "'never'") != NULL);
+    /* the client's own deadline bounds the wait even with a long wait_ms */
+    fcall_reset(&w2);
+    w2.method = MSR_RPC_GET;
+    w2.deadline = msr_now_ns() + 250 * 1000000ull;
+    g.wait_ms = 100000;
+    msr_coord_call(co, &w2, MSR_RPC_GET, &g.base);
+    MSR_CHECK(!w2.answered);
+    msr_coord_tick(co, msr_now_ns() + 60 * 1000000ull);
+    MSR_CHECK(w2.answered && w2.code == GRPC_STATUS_DEADLINE_EXCEEDED);
+    fcall_reset(&c);
+    fcall_reset(&w1);
+    fcall_reset(&w2);
+    msr_coord_destroy(co);
+}
+
+static void test_store_add_cas_delete(void)
+{
+    msr_coord_t *co = running_coord();
+    fcall_t c = {0};
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = "ctr";
+    for (int i = 1; i <= 100; i++) {
+        a.delta = 2;
+        call(co, &c, MSR_RPC_ADD, &a.base);
+        MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, 2 * i);
+    }
+    a.delta = -250;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, -50);
+    set_kv(co, "text", "abc");
+    a.key = "text";
+    a.delta = 1;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    set_kv(co, "big", "9223372036854775807");
+    a.key = "big";
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_OUT_OF_RANGE);
+
+    Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
+    cs.key = "lock";
+    cs.expect_absent = 1;
+    cs.desired.data = (uint8_t *)"owner1";
+    cs.desired.len = 6;
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    MSR_CHECK(((Msr__CompareSetResponse *)c.resp)->swapped);
+    cs.desired.data = (uint8_t *)"owner2";
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    Msr__CompareSetResponse *r = (Msr__CompareSetResponse *)c.resp;
+    MSR_CHECK(!r->swapped && r->present);
+    MSR_CHECK(r->current.len == 6 && memcmp(r->current.data, "owner1", 6) == 0);
+    cs.expect_absent = 0;
+    cs.expected.data = (uint8_t *)"owner1";
+    cs.expected.len = 6;
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    MSR_CHECK(((Msr__CompareSetResponse *)c.resp)->swapped);
+    cs.expected.data = (uint8_t *)"owner1"; /* stale expectation */
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    MSR_CHECK(!((Msr__CompareSetResponse *)c.resp)->swapped);
+
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "lock";
+    call(co, &c, MSR_RPC_DELETE, &d.base);
+    MSR_CHECK(((Msr__DeleteResponse *)c.resp)->existed);
+    call(co, &c, MSR_RPC_DELETE, &d.base);
+    MSR_CHECK(!((Msr__DeleteResponse *)c.resp)->existed);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_store_bad_keys_and_generation(void)
+{
+    msr_coord_t *co = running_coord();
+    fcall_t c = {0};
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = "";
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    s.key = "a\nb";
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    char longkey[MSR_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    s.key = longkey;
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    s.key = "ok";
+    s.generation = 3; /* not the job's generation */
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_ABORTED);
+    MSR_CHECK(strstr(c.message, "stale generation 3") != NULL);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static void test_store_reset_on_restart(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 1);
+    const char *a = join(co, 0, 1, 1, -1);
+    fcall_t c = {0}, w = {0};
+    beat(co, &c, a, 0, 0);
+    set_kv(co, "x", "1");
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "y";
+    g.wait_ms = 10000;
+    call(co, &w, MSR_RPC_GET, &g.base);
+    MSR_CHECK(!w.answered);
+    report(co, a, 0, 0, 1, 0); /* restart: generation 1 */
+    MSR_CHECK_EQ(w.code, GRPC_STATUS_ABORTED);
+    beat(co, &c, a, 1, 1);
+    g.generation = 1;
+    g.key = "x";
+    g.wait_ms = 0;
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND); /* the old keys are gone */
+    fcall_reset(&c);
+    fcall_reset(&w);
+    msr_coord_destroy(co);
+}
+
+static void test_barrier(void)
+{
+    msr_coord_t *co = running_coord();
+    fcall_t c[4] = {{0}};
+    Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+    b.name = "b";
+    b.count = 5;
+    b.wait_ms = 10000;
+    b.weight = 2; /* a proxy's call for two participants */
+    call(co, &c[0], MSR_RPC_BARRIER, &b.base);
+    b.weight = 1;
+    call(co, &c[1], MSR_RPC_BARRIER, &b.base);
+    b.count = 6; /* disagrees */
+    call(co, &c[2], MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK_EQ(c[2].code, GRPC_STATUS_INVALID_ARGUMENT);
+    b.count = 5;
+    b.weight = 3; /* too many */
+    call(co, &c[2], MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK_EQ(c[2].code, GRPC_STATUS_INVALID_ARGUMENT);
+    MSR_CHECK(!c[0].answered && !c[1].answered);
+    b.weight = 2;
+    call(co, &c[3], MSR_RPC_BARRIER, &b.base);
+    for (int i = 0; i < 4; i++)
+        MSR_CHECK(i == 2 || (c[i].answered && c[i].code == 0));
+    /* the same name starts a new barrier afterwards */
+    b.count = 2;
+    b.weight = 1;
+    b.wait_ms = 20;
+    call(co, &c[0], MSR_RPC_BARRIER, &b.base);
+    msr_sleep_ms(30);
+    msr_coord_tick(co, msr_now_ns());
+    MSR_CHECK_EQ(c[0].code, GRPC_STATUS_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(c[0].message, "1 of 2 participants") != NULL, "%s", c[0].message);
+    for (int i = 0; i < 4; i++)
+        fcall_reset(&c[i]);
+    msr_coord_destroy(co);
+}
+
+static void test_allgather(void)
+{
+    msr_coord_t *co = running_coord();
+    enum { N = 5 };
+    fcall_t c[N] = {{0}};
+    /* contributions arrive out of order and with different lengths */
+    int order[N] = {3, 0, 4, 1, 2};
+    for (int k = 0; k < N; k++) {
+        int i = order[k];
+        char data[16];
+        memset(data, 'a' + i, (size_t)i + 1);
+        Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+        Msr__Contribution *ep[1] = {&e};
+        e.index = (uint32_t)i;
+        e.data.data = (uint8_t *)data;
+        e.data.len = (size_t)i + 1;
+        Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+        r.name = "g";
+        r.count = N;
+        r.n_entries = 1;
+        r.entries = ep;
+        r.wait_ms = 10000;
+        call(co, &c[k], MSR_RPC_ALLGATHER, &r.base);
+        if (k < N - 1)
+            MSR_CHECK(!c[k].answered);
+    }
+    for (int k = 0; k < N; k++) {
+        MSR_CHECK(c[k].answered && c[k].code == 0);
+        Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)c[k].resp;
+        MSR_CHECK_EQ(r->n_lengths, N);
+        size_t off = 0;
+        for (int i = 0; i < N; i++) {
+            MSR_CHECK_EQ(r->lengths[i], i + 1);
+            for (int j = 0; j <= i; j++)
+                MSR_CHECK_EQ(r->data.data[off + (size_t)j], 'a' + i);
+            off += (size_t)i + 1;
+        }
+        fcall_reset(&c[k]);
+    }
+    /* duplicates and out-of-range indexes are refused, leaving no trace */
+    Msr__Contribution e1 = MSR__CONTRIBUTION__INIT, e2 = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep[2] = {&e1, &e2};
+    e1.index = 0;
+    e2.index = 0;
+    Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+    r.name = "h";
+    r.count = 2;
+    r.n_entries = 2;
+    r.entries = ep;
+    call(co, &c[0], MSR_RPC_ALLGATHER, &r.base);
+    MSR_CHECK_EQ(c[0].code, GRPC_STATUS_INVALID_ARGUMENT);
+    e2.index = 7;
+    call(co, &c[0], MSR_RPC_ALLGATHER, &r.base);
+    MSR_CHECK_EQ(c[0].code, GRPC_STATUS_INVALID_ARGUMENT);
+    /* a proxy's call with both entries completes at once */
+    e2.index = 1;
+    call(co, &c[0], MSR_RPC_ALLGATHER, &r.base);
+    MSR_CHECK(c[0].answered && c[0].code == 0);
+    MSR_CHECK_EQ(((Msr__AllgatherResponse *)c[0].resp)->n_lengths, 2);
+    fcall_reset(&c[0]);
+    msr_coord_destroy(co);
+}
+
+static void test_persist_and_resume(void)
+{
+    char dir[] = "/tmp/msrun-coord-test-XXXXXX";
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/state", dir);
+    msr_coord_config_t cfg = {.token = "t", .job_id = "job", .worker_num = 2,
+                              .local_worker_num = 1, .max_restarts = 3, .node_timeout_ms = 5000,
+                              .join_timeout_ms = 60000, .state_file = path};
+    job_max_restarts = 3;
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s", join(co, 0, 2, 1, -1));
+    snprintf(b, sizeof b, "%s", join(co, 1, 2, 1, -1));
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    report(co, a, 0, 0, 1, 0); /* not running yet: ignored */
+    beat(co, &c, b, 0, 0);
+    report(co, a, 0, 0, 1, 0); /* a failure: restart 1 of 3, generation 1 */
+    beat(co, &c, a, 1, 1);
+    MSR_CHECK_EQ(beat(co, &c, b, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    Msr__SetRequest sr = MSR__SET_REQUEST__INIT;
+    sr.generation = 1;
+    sr.key = "kept";
+    sr.value.data = (uint8_t *)"value";
+    sr.value.len = 5;
+    call(co, &c, MSR_RPC_SET, &sr.base);
+    MSR_CHECK_EQ(c.code, 0);
+    report(co, a, 1, 0, 0, 0); /* rank 0 done */
+    msr_coord_tick(co, msr_now_ns() + 1000000000ull);
+    fcall_reset(&c);
+    msr_coord_destroy(co); /* the coordinator dies */
+
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    Msr__HeartbeatResponse *r = beat(co, &c, b, 1, 1);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(r->generation, 1);
+    MSR_CHECK_EQ(r->restart_count, 1);
+    MSR_CHECK(r->assignment != NULL);
+    int rank_b = r->assignment->node_rank;
+    MSR_CHECK(r->failure != NULL && r->failure->exit_code == 1);
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.generation = 1;
+    g.key = "kept";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK_EQ(c.code, 0);
+    MSR_CHECK(((Msr__GetResponse *)c.resp)->value.len == 5);
+    report(co, b, 1, rank_b, 0, 0); /* the other rank: the job is done */
+    MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_DONE);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+
+    /* a corrupt state file is refused, not half-read */
+    FILE *f = fopen(path, "wb");
+    MSR_CHECK(f != NULL);
+    fputs("not a state file", f);
+    fclose(f);
+    MSR_CHECK_STATUS(msr_coord_create(&cfg, &responder, &co), MSR_ERR_CORRUPT);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Fail each allocation of a store workload in turn: every call is answered
+ * (with an error or not) and the core stays usable. */
+static void test_alloc_failures(void)
+{
+    for (long k = 0; k < 400; k++) {
+        msr_coord_t *co = running_coord();
+        msr_alloc_fail_at(k);
+        fcall_t c[3] = {{0}};
+        Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+        s.key = "k";
+        s.value.data = (uint8_t *)"v";
+        s.value.len = 1;
+        call(co, &c[0], MSR_RPC_SET, &s.base);
+        Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+        Msr__Contribution *ep[1] = {&e};
+        Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+        r.name = "g";
+        r.count = 1;
+        r.n_entries = 1;
+        r.entries = ep;
+        call(co, &c[1], MSR_RPC_ALLGATHER, &r.base);
+        Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+        b.name = "b";
+        b.count = 1;
+        call(co, &c[2], MSR_RPC_BARRIER, &b.base);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        for (int i = 0; i < 3; i++) {
+            MSR_CHECK_MSG(c[i].answered, "call %d unanswered with allocation %ld failing", i, k);
+            fcall_reset(&c[i]);
+        }
+        msr_coord_destroy(co);
+        if (!failed)
+            return;
+    }
+    MSR_CHECK_MSG(0, "the workload never ran without a failed allocation");
+}
+
+static const msr_test_t tests[] = {
+    {"join_validation", test_join_validation, 10},
+    {"formation_and_ranks", test_formation_and_ranks, 10},
+    {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
+    {"failure_restart_and_done", test_failure_restart_and_done, 10},
+    {"restarts_exhausted", test_restarts_exhausted, 10},
+    {"node_lost", test_node_lost, 10},
+    {"store_get_wait", test_store_get_wait, 10},
+    {"store_add_cas_delete", test_store_add_cas_delete, 10},
+    {"store_bad_keys_and_generation", test_store_bad_keys_and_generation, 10},
+    {"store_reset_on_restart", test_store_reset_on_restart, 10},
+    {"barrier", test_barrier, 10},
+    {"allgather", test_allgather, 10},
+    {"persist_and_resume", test_persist_and_resume, 10},
+    {"alloc_failures", test_alloc_failures, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}

@@ -1,0 +1,179 @@
+/* Tests of the coordinator over real gRPC on loopback: token checks, clear
+ * errors for an unreachable coordinator and for deadlines, and messages
+ * larger than gRPC's default limit. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/time.h"
+#include "cluster/server.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+
+typedef struct served {
+    msr_coord_server_t *server;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+    int port;
+    char target[64];
+} served_t;
+
+static void *serve(void *arg)
+{
+    served_t *s = arg;
+    msr_coord_server_run(s->server, &s->stop, 0);
+    return NULL;
+}
+
+/* A coordinator for a 1-node, 1-worker job, already running. */
+static void start(served_t *s, const char *token)
+{
+    memset(s, 0, sizeof *s);
+    msr_coord_config_t cfg = {
+        .token = token, .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
+    MSR_CHECK_OK(msr_coord_server_create("127.0.0.1:0", &cfg, &s->port, &s->server));
+    MSR_CHECK(s->port > 0);
+    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", s->port);
+    MSR_CHECK(pthread_create(&s->thread, NULL, serve, s) == 0);
+}
+
+static void stop(served_t *s)
+{
+    s->stop = 1;
+    pthread_join(s->thread, NULL);
+    msr_coord_server_destroy(s->server);
+}
+
+static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len, char *err,
+                            size_t errlen)
+{
+    Msr__SetRequest r = MSR__SET_REQUEST__INIT;
+    r.key = (char *)key;
+    uint8_t *v = calloc(1, len ? len : 1);
+    r.value.data = v;
+    r.value.len = len;
+    ProtobufCMessage *resp = NULL;
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_SET, &r.base, msr_deadline_in_ms(10000), 1, &resp, err, errlen);
+    msr_rpc_message_free(resp);
+    free(v);
+    return st;
+}
+
+static void test_token(void)
+{
+    served_t s;
+    start(&s, "secret");
+    char err[400];
+    msr_rpc_channel_t *good, *bad, *none;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "secret", &good));
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "wrong", &bad));
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, NULL, &none));
+    MSR_CHECK_OK(set_key(good, "k", 3, err, sizeof err));
+    MSR_CHECK_STATUS(set_key(bad, "k", 3, err, sizeof err), MSR_ERR_PERMISSION);
+    MSR_CHECK_MSG(strstr(err, "token") != NULL, "%s", err);
+    MSR_CHECK_STATUS(set_key(none, "k", 3, err, sizeof err), MSR_ERR_PERMISSION);
+    msr_rpc_channel_destroy(good);
+    msr_rpc_channel_destroy(bad);
+    msr_rpc_channel_destroy(none);
+    stop(&s);
+}
+
+static void test_unreachable(void)
+{
+    /* a port nobody listens on: find one by starting and stopping a server */
+    served_t s;
+    start(&s, "t");
+    char target[64];
+    snprintf(target, sizeof target, "%s", s.target);
+    stop(&s);
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(target, "t", &ch));
+    Msr__StatusRequest r = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    char err[400];
+    uint64_t t0 = msr_now_ns();
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(5000), 0, &resp,
+                                   err, sizeof err);
+    MSR_CHECK_STATUS(st, MSR_ERR_UNREACHABLE);
+    MSR_CHECK_MSG(strstr(err, "unreachable") && strstr(err, target), "%s", err);
+    MSR_CHECK(msr_now_ns() - t0 < 3000000000ull); /* fails fast without wait_for_ready */
+    /* with wait_for_ready it waits for its deadline */
+    st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(300), 1, &resp, err,
+                      sizeof err);
+    MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
+    msr_rpc_channel_destroy(ch);
+}
+
+static void test_wait_deadline(void)
+{
+    served_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "absent";
+    g.wait_ms = 200;
+    ProtobufCMessage *resp = NULL;
+    char err[400];
+    uint64_t t0 = msr_now_ns();
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(5000), 1, &resp, err, sizeof err);
+    uint64_t took = msr_now_ns() - t0;
+    MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
+    MSR_CHECK_MSG(strstr(err, "'absent'") != NULL, "%s", err);
+    MSR_CHECK(took >= 190000000ull && took < 3000000000ull);
+    /* a client deadline shorter than the wait ends the call at the deadline */
+    g.wait_ms = 60000;
+    t0 = msr_now_ns();
+    st = msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(300), 1, &resp, err, sizeof err);
+    MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
+    MSR_CHECK(msr_now_ns() - t0 < 3000000000ull);
+    msr_rpc_channel_destroy(ch);
+    stop(&s);
+}
+
+static void test_large_messages(void)
+{
+    served_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    char err[400];
+    size_t big = 12u << 20; /* three times gRPC's default receive limit */
+    MSR_CHECK_OK(set_key(ch, "big", big, err, sizeof err));
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "big";
+    ProtobufCMessage *resp = NULL;
+    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp, err,
+                              sizeof err));
+    MSR_CHECK_EQ(((Msr__GetResponse *)resp)->value.len, big);
+    msr_rpc_message_free(resp);
+    msr_rpc_channel_destroy(ch);
+    stop(&s);
+}
+
+static void test_port_in_use(void)
+{
+    served_t s;
+    start(&s, "t");
+    msr_coord_config_t cfg = {.token = "t", .worker_num = 1, .local_worker_num = 1};
+    msr_coord_server_t *second = NULL;
+    int port = 0;
+    MSR_CHECK_STATUS(msr_coord_server_create(s.target, &cfg, &port, &second), MSR_ERR_ADDR_IN_USE);
+    stop(&s);
+}
+
+static const msr_test_t tests[] = {
+    {"token", test_token, 30},
+    {"unreachable", test_unreachable, 30},
+    {"wait_deadline", test_wait_deadline, 30},
+    {"large_messages", test_large_messages, 30},
+    {"port_in_use", test_port_in_use, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
