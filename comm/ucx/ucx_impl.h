@@ -166,7 +166,7 @@ struct ucx_req {
     char *scratch;
     size_t scratch_len;
     int scratch_from; /* 0 inline, 1 the comm's cache, 2 malloc */
-    char inline_scratch[UCX_INLINE_SCRATCH];
+    _Alignas(64) char inline_scratch[UCX_INLINE_SCRATCH]; /* aligned for any dtype */
 };
 
 /* engine.c */

@@ -30,6 +30,7 @@
 
 static int g_rank = -1;
 static char g_case[256];
+static long g_checks; /* results compared, for the final line */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
@@ -170,6 +171,7 @@ static void check_bytes(const void *got, const void *want, size_t count, size_t 
                         const char *what)
 {
     const unsigned char *g = got, *w = want;
+    g_checks++;
     for (size_t i = 0; i < count; i++)
         if (memcmp(g + i * es, w + i * es, es) != 0) {
             unsigned long long gv = 0, wv = 0;
@@ -853,7 +855,8 @@ int main(int argc, char **argv)
     OK(msr_comm_barrier(world));
     msr_comm_destroy(world);
     if (g_rank == 0)
-        printf("ok %s (%.1f s)\n", mode, (now_ms() - t0) / 1e3);
+        printf("ok %s (%ld results checked on rank 0, %.1f s)\n", mode, g_checks,
+               (now_ms() - t0) / 1e3);
     msr_finalize(ctx);
     return 0;
 }

@@ -180,7 +180,7 @@ static void test_kernels(void)
                     break;
                 }
                 case MSR_DTYPE_I64: {
-                    int64_t p = x << 40, q = y << 30;
+                    int64_t p = x * ((int64_t)1 << 40), q = y * ((int64_t)1 << 30);
                     ((int64_t *)a)[i] = p;
                     ((int64_t *)b)[i] = q;
                     ((int64_t *)ref)[i] = op == MSR_OP_PROD  ? (int64_t)((uint64_t)p * (uint64_t)q)
