@@ -6,5 +6,6 @@
 #include "msrun/base.h"
 #include "msrun/store.h"
 #include "msrun/checkpoint.h"
+#include "msrun/comm.h"
 
 #endif

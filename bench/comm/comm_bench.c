@@ -1,0 +1,172 @@
+/* Collective latency and bus bandwidth of msrun's communicators. Started
+ * under msrun; rank 0 prints one line per operation and size:
+ *   op=allreduce np=2 bytes=8 lat_us=0.61 busbw_GBs=0.013
+ * where lat_us is the slowest rank's mean time per call and busbw follows
+ * nccl-tests (allreduce: bytes/time * 2(n-1)/n; reduce_scatter, allgather,
+ * alltoall: * (n-1)/n; broadcast, reduce: * 1). bytes is the whole vector
+ * (allgather: the gathered output; reduce_scatter: the input).
+ * Usage: comm_bench [--op NAME|all] [--sizes LIST] [--iters N] [--dtype T] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "msrun/msrun.h"
+
+static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                  "reduce",    "alltoall",       "barrier"};
+#define N_OPS (sizeof ops / sizeof ops[0])
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static msr_status_t run_op(msr_comm_t *c, const char *op, void *a, void *b, size_t count,
+                           msr_dtype_t dt)
+{
+    if (strcmp(op, "allreduce") == 0)
+        return msr_comm_allreduce(c, a, b, count, dt, MSR_OP_SUM);
+    if (strcmp(op, "reduce_scatter") == 0)
+        return msr_comm_reduce_scatter(c, a, b, count, dt, MSR_OP_SUM);
+    if (strcmp(op, "allgather") == 0)
+        return msr_comm_allgather(c, a, b, count, dt);
+    if (strcmp(op, "broadcast") == 0)
+        return msr_comm_broadcast(c, a, count, dt, 0);
+    if (strcmp(op, "reduce") == 0)
+        return msr_comm_reduce(c, a, b, count, dt, MSR_OP_SUM, 0);
+    if (strcmp(op, "alltoall") == 0)
+        return msr_comm_alltoall(c, a, b, count, dt);
+    return msr_comm_barrier(c);
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: comm_bench [--op allreduce|reduce_scatter|allgather|broadcast|"
+                    "reduce|alltoall|barrier|all] [--sizes 8,1024,...] [--iters N] "
+                    "[--dtype f32|f64|f16|bf16|i32|i64|u8]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    const char *op_arg = "allreduce";
+    const char *sizes_arg = "8,1024,65536,1048576,16777216,67108864";
+    long iters_arg = 0;
+    msr_dtype_t dt = MSR_DTYPE_F32;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
+            op_arg = argv[++i];
+        } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+            sizes_arg = argv[++i];
+        } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+            iters_arg = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            const char *t = argv[++i];
+            int found = 0;
+            for (int d = 0; d < MSR_DTYPE_COUNT; d++)
+                if (strcmp(t, msr_dtype_name((msr_dtype_t)d)) == 0) {
+                    dt = (msr_dtype_t)d;
+                    found = 1;
+                }
+            if (!found)
+                return usage();
+        } else {
+            return usage();
+        }
+    }
+    int all = strcmp(op_arg, "all") == 0, known = all;
+    for (size_t k = 0; k < N_OPS; k++)
+        known |= strcmp(op_arg, ops[k]) == 0;
+    if (!known)
+        return usage();
+
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "comm_bench: msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    msr_comm_t *comm = NULL;
+    st = msr_comm_world(ctx, &comm);
+    if (st != MSR_OK) {
+        fprintf(stderr, "comm_bench: msr_comm_world: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        msr_finalize(ctx);
+        return 1;
+    }
+    int n = msr_comm_size(comm), rank = msr_comm_rank(comm);
+    size_t es = msr_dtype_size(dt);
+    int rc = 0;
+    for (size_t k = 0; k < N_OPS && rc == 0; k++) {
+        const char *op = ops[k];
+        if (!all && strcmp(op, op_arg) != 0)
+            continue;
+        char list[1024];
+        snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : sizes_arg);
+        char *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok && rc == 0;
+             tok = strtok_r(NULL, ",", &save)) {
+            size_t bytes = strtoull(tok, NULL, 10);
+            /* count: per rank for the collectives that split the vector */
+            int per_rank = strcmp(op, "reduce_scatter") == 0 || strcmp(op, "allgather") == 0 ||
+                           strcmp(op, "alltoall") == 0;
+            size_t count = bytes / es;
+            if (per_rank)
+                count /= (size_t)n;
+            if (count == 0 && bytes > 0)
+                count = 1;
+            size_t total = per_rank ? count * (size_t)n : count;
+            size_t used = strcmp(op, "barrier") == 0 ? 0 : total * es;
+            char *a = malloc(total * es + 64), *b = malloc(total * es + 64);
+            if (a == NULL || b == NULL) {
+                fprintf(stderr, "comm_bench: out of memory for %zu bytes\n", used);
+                rc = 1;
+                free(a);
+                free(b);
+                break;
+            }
+            for (size_t i = 0; i < total * es; i++)
+                a[i] = (char)(rank + i % 7);
+            memset(b, 0, total * es);
+            long iters = iters_arg > 0         ? iters_arg
+                         : bytes < 65536       ? 2000
+                         : bytes < (1 << 20)   ? 200
+                         : bytes < (16u << 20) ? 50
+                                               : 10;
+            for (int w = 0; w < 3 && st == MSR_OK; w++)
+                st = run_op(comm, op, a, b, count, dt);
+            if (st == MSR_OK)
+                st = msr_comm_barrier(comm);
+            double t = now_s();
+            for (long i = 0; i < iters && st == MSR_OK; i++)
+                st = run_op(comm, op, a, b, count, dt);
+            t = (now_s() - t) / (double)iters;
+            double worst = 0;
+            if (st == MSR_OK)
+                st = msr_comm_allreduce(comm, &t, &worst, 1, MSR_DTYPE_F64, MSR_OP_MAX);
+            free(a);
+            free(b);
+            if (st != MSR_OK) {
+                fprintf(stderr, "comm_bench: %s of %zu bytes: %s: %s\n", op, used,
+                        msr_status_str(st), msr_last_error());
+                rc = 1;
+                break;
+            }
+            double factor = strcmp(op, "allreduce") == 0 ? 2.0 * (n - 1) / n
+                            : per_rank                   ? (double)(n - 1) / n
+                            : strcmp(op, "barrier") == 0 ? 0.0
+                                                         : 1.0;
+            if (rank == 0) {
+                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f\n", op, n, used,
+                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                fflush(stdout);
+            }
+        }
+    }
+    msr_comm_destroy(comm);
+    msr_finalize(ctx);
+    return rc;
+}

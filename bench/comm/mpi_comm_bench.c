@@ -1,0 +1,102 @@
+/* The Open MPI reference for comm_bench: the same operations, sizes,
+ * iteration counts and output lines, measured the same way (the slowest
+ * rank's mean time per call; bus bandwidth by the nccl-tests convention).
+ * Run: mpirun --allow-run-as-root --oversubscribe -np N mpi_comm_bench
+ *      [--op NAME|all] [--sizes LIST] [--iters N] */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                  "reduce",    "alltoall",       "barrier"};
+#define N_OPS (sizeof ops / sizeof ops[0])
+
+static int run_op(const char *op, float *a, float *b, int count, int n)
+{
+    if (strcmp(op, "allreduce") == 0)
+        return MPI_Allreduce(a, b, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (strcmp(op, "reduce_scatter") == 0)
+        return MPI_Reduce_scatter_block(a, b, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (strcmp(op, "allgather") == 0)
+        return MPI_Allgather(a, count, MPI_FLOAT, b, count, MPI_FLOAT, MPI_COMM_WORLD);
+    if (strcmp(op, "broadcast") == 0)
+        return MPI_Bcast(a, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (strcmp(op, "reduce") == 0)
+        return MPI_Reduce(a, b, count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (strcmp(op, "alltoall") == 0)
+        return MPI_Alltoall(a, count, MPI_FLOAT, b, count, MPI_FLOAT, MPI_COMM_WORLD);
+    (void)n;
+    return MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    const char *op_arg = "allreduce";
+    const char *sizes_arg = "8,1024,65536,1048576,16777216,67108864";
+    long iters_arg = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--op") == 0 && i + 1 < argc)
+            op_arg = argv[++i];
+        else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
+            sizes_arg = argv[++i];
+        else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+            iters_arg = strtol(argv[++i], NULL, 10);
+    }
+    int rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int all = strcmp(op_arg, "all") == 0;
+    for (size_t k = 0; k < N_OPS; k++) {
+        const char *op = ops[k];
+        if (!all && strcmp(op, op_arg) != 0)
+            continue;
+        char list[1024];
+        snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : sizes_arg);
+        char *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            size_t bytes = strtoull(tok, NULL, 10);
+            int per_rank = strcmp(op, "reduce_scatter") == 0 || strcmp(op, "allgather") == 0 ||
+                           strcmp(op, "alltoall") == 0;
+            size_t count = bytes / sizeof(float);
+            if (per_rank)
+                count /= (size_t)n;
+            if (count == 0 && bytes > 0)
+                count = 1;
+            size_t total = per_rank ? count * (size_t)n : count;
+            size_t used = strcmp(op, "barrier") == 0 ? 0 : total * sizeof(float);
+            float *a = malloc(total * sizeof(float) + 64), *b = malloc(total * sizeof(float) + 64);
+            for (size_t i = 0; i < total; i++)
+                a[i] = (float)(rank + i % 7);
+            memset(b, 0, total * sizeof(float));
+            long iters = iters_arg > 0         ? iters_arg
+                         : bytes < 65536       ? 2000
+                         : bytes < (1 << 20)   ? 200
+                         : bytes < (16u << 20) ? 50
+                                               : 10;
+            for (int w = 0; w < 3; w++)
+                run_op(op, a, b, (int)count, n);
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (long i = 0; i < iters; i++)
+                run_op(op, a, b, (int)count, n);
+            t = (MPI_Wtime() - t) / (double)iters;
+            double worst;
+            MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            double factor = strcmp(op, "allreduce") == 0 ? 2.0 * (n - 1) / n
+                            : per_rank                   ? (double)(n - 1) / n
+                            : strcmp(op, "barrier") == 0 ? 0.0
+                                                         : 1.0;
+            if (rank == 0) {
+                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f\n", op, n, used,
+                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                fflush(stdout);
+            }
+            free(a);
+            free(b);
+        }
+    }
+    MPI_Finalize();
+    return 0;
+}

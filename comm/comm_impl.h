@@ -1,0 +1,110 @@
+/* The communicators' private structures and the table of operations every
+ * backend (ucx/, later nccl/) provides. */
+#ifndef MSR_COMM_IMPL_H
+#define MSR_COMM_IMPL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "msrun/comm.h"
+
+typedef enum msr_coll {
+    MSR_COLL_ALLREDUCE,
+    MSR_COLL_REDUCE_SCATTER,
+    MSR_COLL_ALLGATHER,
+    MSR_COLL_BROADCAST,
+    MSR_COLL_REDUCE,
+    MSR_COLL_ALLTOALL,
+    MSR_COLL_ALLTOALLV,
+    MSR_COLL_BARRIER,
+    MSR_COLL_SEND,
+    MSR_COLL_RECV,
+} msr_coll_t;
+
+/* One operation, with MSR_IN_PLACE already resolved by comm.c: sendbuf then
+ * points where the collective's in-place convention puts this rank's input
+ * (inside recvbuf), and in_place is set. */
+typedef struct msr_coll_args {
+    msr_coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    uint64_t count; /* allreduce, reduce, broadcast, send, recv: elements;
+                     * reduce_scatter, allgather, alltoall: per rank */
+    msr_dtype_t dtype;
+    msr_op_t op;
+    int root; /* broadcast and reduce: the root; send and recv: the peer */
+    int tag;
+    int in_place;
+    /* alltoallv: sendcounts, sdispls, recvcounts, rdispls, size each, owned
+     * by the request (one allocation) */
+    uint64_t *v;
+    /* device backends: the stream to order the operation on; NULL for host
+     * memory */
+    void *stream;
+} msr_coll_args_t;
+
+/* What comm.c sees of a request; a backend embeds it first in its own. */
+struct msr_comm_req {
+    msr_comm_t *comm;
+    msr_coll_args_t args;
+    uint64_t deadline;
+    msr_status_t status; /* MSR_IN_PROGRESS until finished */
+    int local;           /* finished by comm.c without the backend */
+    char error[160];     /* why it failed, for msr_last_error() */
+};
+
+typedef struct msr_comm_backend_ops {
+    const char *name;
+    /* Starts req (comm, args and deadline are filled in). MSR_OK: req is
+     * running or already finished (req->status says); an error: nothing was
+     * started, req is still the caller's. */
+    msr_status_t (*post)(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *args,
+                         uint64_t deadline);
+    /* Drives req to its end or deadline; returns req->status. */
+    msr_status_t (*wait)(msr_comm_req_t *req);
+    /* Drives progress once; returns req->status. */
+    msr_status_t (*test)(msr_comm_req_t *req);
+    /* Frees a finished req. */
+    void (*req_free)(msr_comm_req_t *req);
+    /* As msr_comm_split / msr_comm_dup, after comm.c checked the arguments. */
+    msr_status_t (*split)(msr_comm_t *comm, int color, int key, unsigned flags,
+                          msr_comm_t **newcomm_p);
+    /* msr_comm_destroy: cancels comm's requests in flight (they finish with
+     * MSR_ERR_CANCELED and no longer touch the network or user buffers). */
+    void (*close)(msr_comm_t *comm);
+    /* Frees the backend's part of comm once nothing refers to it (after
+     * close and after the last request was freed). */
+    void (*release)(msr_comm_t *comm);
+} msr_comm_backend_ops_t;
+
+struct msr_comm {
+    const msr_comm_backend_ops_t *ops;
+    msr_ctx_t *ctx;
+    int rank, size;
+    int *world_ranks; /* size entries: member i's job rank */
+    _Atomic int64_t timeout_ms;
+    _Atomic int broken; /* msr_status_t: MSR_OK while healthy */
+    _Atomic int refs;   /* the owner's reference and one per request */
+    void *be;           /* the backend's state */
+};
+
+/* Allocates the common part of a communicator (world_ranks copied). */
+msr_status_t msr_comm_alloc(msr_ctx_t *ctx, const msr_comm_backend_ops_t *ops, int rank, int size,
+                            const int *world_ranks, int64_t timeout_ms, msr_comm_t **comm_p);
+/* Frees what msr_comm_alloc made. */
+void msr_comm_free(msr_comm_t *comm);
+
+/* Drops one reference; the last frees comm (through ops->release). */
+void msr_comm_unref(msr_comm_t *comm);
+
+/* Marks comm broken with st; the first status wins. Returns 1 when this
+ * call broke it, 0 when it already was. */
+int msr_comm_break(msr_comm_t *comm, msr_status_t st);
+
+/* split's flags from msr_comm_dup: the same group, in the same order */
+#define MSR_COMM_SPLIT_DUP 0x100u
+
+/* The UCX backend's entry: the world communicator. */
+msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p);
+
+#endif

@@ -1,0 +1,392 @@
+/* The UCX backend's ops table: the world communicator, split and dup,
+ * requests (post, wait, test, free) and destruction. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "comm/ucx/ucx_impl.h"
+#include "rendezvous/client.h"
+
+#define MAX_FREE_REQS 8
+
+static const msr_comm_backend_ops_t ucx_ops;
+
+/* ---- the abort receive ---- */
+
+static void abort_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                     void *user_data)
+{
+    ucx_comm_t *uc = user_data;
+    (void)request;
+    (void)info;
+    if (status == UCS_OK) {
+        uc->abort_arrived = 1;
+        uc->engine->abort_pending = 1;
+    }
+}
+
+/* Posts the receive for other members' abort notices. Lock held. */
+static msr_status_t post_abort_recv(ucx_comm_t *uc)
+{
+    ucp_request_param_t prm = {
+        .op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = abort_cb,
+        .user_data = uc,
+    };
+    void *h = ucp_tag_recv_nbx(uc->engine->worker, uc->abort_in, sizeof uc->abort_in,
+                               ucx_tag(UCX_TAG_CTRL, uc->id, 0, 0), UCX_TAG_MASK_CTRL, &prm);
+    if (UCS_PTR_IS_ERR(h)) {
+        msr_client_set_error("comm: cannot post the abort receive: %s",
+                             ucs_status_string(UCS_PTR_STATUS(h)));
+        return MSR_ERR_BACKEND;
+    }
+    uc->abort_req = h;
+    return MSR_OK;
+}
+
+/* Cancels the abort receive and waits (briefly) until UCX lets go of it.
+ * Lock held. */
+static void drop_abort_recv(ucx_comm_t *uc)
+{
+    ucx_engine_t *e = uc->engine;
+    if (uc->abort_req == NULL)
+        return;
+    ucp_request_cancel(e->worker, uc->abort_req);
+    uint64_t deadline = msr_deadline_in_ms(1000);
+    while (ucp_request_check_status(uc->abort_req) == UCS_INPROGRESS &&
+           !msr_deadline_passed(deadline))
+        ucp_worker_progress(e->worker);
+    if (ucp_request_check_status(uc->abort_req) == UCS_INPROGRESS) {
+        /* Still held by UCX: keep the buffer it may write to. */
+        ucx_engine_orphan(e, uc->abort_req);
+    } else {
+        ucp_request_free(uc->abort_req);
+    }
+    uc->abort_req = NULL;
+}
+
+/* ---- communicators ---- */
+
+/* Makes a communicator on engine e (whose reference it takes over). */
+static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int rank, int size,
+                              const int *world_ranks, int64_t timeout_ms, msr_comm_t **comm_p)
+{
+    msr_comm_t *comm = NULL;
+    msr_status_t st = msr_comm_alloc(ctx, &ucx_ops, rank, size, world_ranks, timeout_ms, &comm);
+    if (st != MSR_OK)
+        return st;
+    ucx_comm_t *uc = msr_calloc(1, sizeof *uc);
+    if (uc == NULL)
+        goto err_comm;
+    uc->peer = msr_calloc((size_t)size, sizeof *uc->peer);
+    if (uc->peer == NULL)
+        goto err_uc;
+    uc->engine = e;
+    uc->comm = comm;
+    uc->id = id;
+    for (int i = 0; i < size; i++)
+        uc->peer[i] = &e->peers[world_ranks[i]];
+    ucx_tuning_read(&uc->tune, e->local_size);
+    pthread_mutex_lock(&e->lock);
+    st = post_abort_recv(uc);
+    if (st == MSR_OK)
+        msr_list_push_back(&e->comms, &uc->link);
+    pthread_mutex_unlock(&e->lock);
+    if (st != MSR_OK)
+        goto err_peer;
+    comm->be = uc;
+    *comm_p = comm;
+    return MSR_OK;
+
+err_peer:
+    msr_free(uc->peer);
+err_uc:
+    msr_free(uc);
+err_comm:
+    msr_comm_free(comm);
+    return st == MSR_OK ? MSR_ERR_NO_MEMORY : st;
+}
+
+msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
+{
+    int n = msr_world_size(ctx), me = msr_rank(ctx);
+    if (n > UCX_MAX_RANKS) {
+        msr_client_set_error("msr_comm_world: %d ranks, at most %d", n, UCX_MAX_RANKS);
+        return MSR_ERR_UNSUPPORTED;
+    }
+    /* Each world communicator gets its own store keys: count them per rank
+     * in the store (every rank makes the same number). */
+    char key[64], uid[32];
+    snprintf(key, sizeof key, "msr/comm/worlds/%d", me);
+    int64_t k = 0;
+    msr_status_t st = msr_store_add(ctx, key, 1, &k);
+    if (st != MSR_OK)
+        return st;
+    snprintf(uid, sizeof uid, "w%lld", (long long)k);
+    int *ranks = msr_calloc((size_t)n, sizeof *ranks);
+    if (ranks == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (int i = 0; i < n; i++)
+        ranks[i] = i;
+    ucx_engine_t *e = NULL;
+    st = ucx_engine_create(ctx, uid, n, ranks, &e);
+    if (st == MSR_OK) {
+        unsigned id = e->next_comm_id++;
+        st = make_comm(ctx, e, id, me, n, ranks, msr_timeout(ctx), comm_p);
+        if (st != MSR_OK)
+            ucx_engine_unref(e);
+    }
+    msr_free(ranks);
+    return st;
+}
+
+typedef struct split_entry {
+    int64_t color, key, rank;
+} split_entry_t;
+
+static int split_cmp(const void *x, const void *y)
+{
+    const split_entry_t *a = x, *b = y;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
+                              msr_comm_t **newcomm_p)
+{
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_t *e = uc->engine;
+    int n = comm->size;
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    int64_t *all = msr_calloc((size_t)n * 3, sizeof *all);
+    split_entry_t *members = msr_calloc((size_t)n, sizeof *members);
+    int *wr = msr_calloc((size_t)n, sizeof *wr);
+    if (all == NULL || members == NULL || wr == NULL)
+        goto out;
+    pthread_mutex_lock(&e->lock);
+    int64_t mine[3] = {color, key, e->next_comm_id};
+    pthread_mutex_unlock(&e->lock);
+    /* Everyone learns every color and key, and the smallest id that is
+     * free on all members (ids only grow). */
+    st = msr_comm_allgather(comm, mine, all, 3, MSR_DTYPE_I64);
+    if (st != MSR_OK)
+        goto out;
+    int64_t id = 0;
+    for (int i = 0; i < n; i++)
+        if (all[3 * i + 2] > id)
+            id = all[3 * i + 2];
+    pthread_mutex_lock(&e->lock);
+    if (e->next_comm_id <= id)
+        e->next_comm_id = (unsigned)id + 1;
+    pthread_mutex_unlock(&e->lock);
+    if (id > UCX_MAX_COMM_ID) {
+        msr_client_set_error("msr_comm_split: %d communicators made on one engine already",
+                             UCX_MAX_COMM_ID);
+        st = MSR_ERR_OVERFLOW;
+        goto out;
+    }
+    if (color == MSR_COMM_NO_COLOR) {
+        *newcomm_p = NULL;
+        st = MSR_OK;
+        goto out;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (all[3 * i] == color)
+            members[m++] = (split_entry_t){color, all[3 * i + 1], i};
+    qsort(members, (size_t)m, sizeof *members, split_cmp);
+    int newrank = -1;
+    for (int i = 0; i < m; i++) {
+        wr[i] = comm->world_ranks[members[i].rank];
+        if (members[i].rank == comm->rank)
+            newrank = i;
+    }
+    int64_t timeout = atomic_load(&comm->timeout_ms);
+    if (flags & MSR_COMM_OWN_WORKER) {
+        /* A new engine: its own worker and addresses, keyed by the parent's
+         * engine, the agreed id and the group's first member. */
+        char uid[256];
+        snprintf(uid, sizeof uid, "%.200s.%lld.%d", e->uid, (long long)id, wr[0]);
+        ucx_engine_t *ne = NULL;
+        st = ucx_engine_create(comm->ctx, uid, m, wr, &ne);
+        if (st != MSR_OK)
+            goto out;
+        unsigned nid = ne->next_comm_id++;
+        st = make_comm(comm->ctx, ne, nid, newrank, m, wr, timeout, newcomm_p);
+        if (st != MSR_OK)
+            ucx_engine_unref(ne);
+    } else {
+        pthread_mutex_lock(&e->lock);
+        e->refs++;
+        pthread_mutex_unlock(&e->lock);
+        st = make_comm(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
+        if (st != MSR_OK)
+            ucx_engine_unref(e);
+    }
+out:
+    msr_free(wr);
+    msr_free(members);
+    msr_free(all);
+    return st;
+}
+
+static void ucx_close(msr_comm_t *comm)
+{
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_t *e = uc->engine;
+    pthread_mutex_lock(&e->lock);
+    uc->closed = 1;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &e->active)
+    {
+        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
+        if (r->uc == uc)
+            ucx_req_fail(r, MSR_ERR_CANCELED, "the communicator was destroyed");
+    }
+    drop_abort_recv(uc);
+    msr_list_remove(&uc->link);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void ucx_release(msr_comm_t *comm)
+{
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_t *e = uc->engine;
+    msr_free(uc->cache);
+    msr_free(uc->peer);
+    msr_free(uc);
+    ucx_engine_unref(e);
+}
+
+/* ---- requests ---- */
+
+static ucx_req_t *req_get(ucx_engine_t *e)
+{
+    ucx_req_t *r;
+    if (!msr_list_empty(&e->free_reqs)) {
+        msr_list_t *node = e->free_reqs.next;
+        msr_list_remove(node);
+        e->n_free_reqs--;
+        r = MSR_CONTAINER_OF(node, ucx_req_t, link);
+    } else {
+        r = msr_malloc(sizeof *r);
+        if (r == NULL)
+            return NULL;
+    }
+    /* Everything up to the inline scratch starts cleared. */
+    memset(r, 0, offsetof(ucx_req_t, inline_scratch));
+    r->ops = r->inline_ops;
+    r->cap_ops = UCX_INLINE_OPS;
+    msr_list_init(&r->link);
+    return r;
+}
+
+/* Back to the free list (lock held). */
+static void req_put(ucx_engine_t *e, ucx_req_t *r)
+{
+    ucx_req_release_scratch(r);
+    ucx_req_drop_ops(r);
+    if (e->n_free_reqs < MAX_FREE_REQS) {
+        msr_list_push_back(&e->free_reqs, &r->link);
+        e->n_free_reqs++;
+    } else {
+        msr_free(r);
+    }
+}
+
+static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
+                             uint64_t deadline)
+{
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_t *e = uc->engine;
+    pthread_mutex_lock(&e->lock);
+    msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
+    if (st != MSR_OK) {
+        pthread_mutex_unlock(&e->lock);
+        msr_client_set_error("the communicator is broken (%s)", msr_status_str(st));
+        return st;
+    }
+    ucx_req_t *r = req_get(e);
+    if (r == NULL) {
+        pthread_mutex_unlock(&e->lock);
+        msr_client_set_error("out of memory for a request");
+        return MSR_ERR_NO_MEMORY;
+    }
+    r->pub.comm = comm;
+    r->pub.args = *a;
+    r->pub.deadline = deadline;
+    r->pub.status = MSR_IN_PROGRESS;
+    r->uc = uc;
+    r->err = MSR_OK;
+    if (a->coll != MSR_COLL_SEND && a->coll != MSR_COLL_RECV)
+        r->seq = uc->seq++ & ((1u << UCX_TAG_SEQ_BITS) - 1);
+    st = ucx_coll_start(r);
+    if (st != MSR_OK) {
+        r->pub.args.v = NULL; /* stays the caller's */
+        req_put(e, r);
+        pthread_mutex_unlock(&e->lock);
+        msr_client_set_error("%s: cannot start: %s", r->algo ? r->algo : "comm",
+                             msr_status_str(st));
+        return st;
+    }
+    msr_list_push_back(&e->active, &r->link);
+    /* The first step posts the first messages; small operations may finish
+     * right here. */
+    st = r->step(r);
+    if (st == MSR_OK) {
+        r->pub.status = MSR_OK;
+        ucx_req_done(r);
+    } else if (st != MSR_IN_PROGRESS) {
+        ucx_req_fail(r, st, "%s: %s", r->algo, r->pub.error[0] ? r->pub.error : msr_status_str(st));
+    }
+    pthread_mutex_unlock(&e->lock);
+    *req_p = &r->pub;
+    return MSR_OK;
+}
+
+static msr_status_t ucx_wait(msr_comm_req_t *pub)
+{
+    ucx_req_t *r = (ucx_req_t *)pub;
+    return ucx_engine_wait(r->uc->engine, r);
+}
+
+static msr_status_t ucx_test(msr_comm_req_t *pub)
+{
+    ucx_req_t *r = (ucx_req_t *)pub;
+    ucx_engine_t *e = r->uc->engine;
+    pthread_mutex_lock(&e->lock);
+    if (r->pub.status == MSR_IN_PROGRESS) {
+        ucx_engine_progress(e);
+        if (r->pub.status == MSR_IN_PROGRESS && msr_deadline_passed(r->pub.deadline))
+            ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
+                         (long long)atomic_load(&r->uc->comm->timeout_ms));
+    }
+    msr_status_t st = r->pub.status;
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+static void ucx_req_free_(msr_comm_req_t *pub)
+{
+    ucx_req_t *r = (ucx_req_t *)pub;
+    ucx_engine_t *e = r->uc->engine;
+    pthread_mutex_lock(&e->lock);
+    req_put(e, r);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static const msr_comm_backend_ops_t ucx_ops = {
+    .name = "ucx",
+    .post = ucx_post,
+    .wait = ucx_wait,
+    .test = ucx_test,
+    .req_free = ucx_req_free_,
+    .split = ucx_split,
+    .close = ucx_close,
+    .release = ucx_release,
+};

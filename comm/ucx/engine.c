@@ -1,0 +1,831 @@
+/* The UCX engine: a UCP context and worker, the worker addresses of the
+ * group (exchanged through the store), endpoints made on first use, peer
+ * liveness, and the progress loop that spins briefly and then sleeps on the
+ * worker's event fd. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/prctl.h>
+#include <sys/shm.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "comm/ucx/ucx_impl.h"
+#include "rendezvous/client.h"
+
+#define ADDR_MAGIC 0x6d737563u /* "msuc" */
+
+/* What each member contributes to the address exchange. */
+typedef struct addr_head {
+    uint32_t magic;
+    uint32_t pid;
+    int32_t node;
+    int32_t world;
+} addr_head_t;
+
+/* ---- transports ---- */
+
+/* Whether process_vm_readv (UCX's cma) can work between the workers of this
+ * node: seccomp may refuse the call, and Yama's ptrace_scope 1 allows it
+ * only to ancestors unless a process opts in, which we then do. */
+static int cma_usable(char *why, size_t len)
+{
+    char src = 42, dst = 0;
+    struct iovec l = {&dst, 1}, r = {&src, 1};
+    if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != 1 || dst != 42) {
+        snprintf(why, len, "process_vm_readv refused (%s)", strerror(errno));
+        return 0;
+    }
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    if (f == NULL)
+        return 1;
+    int scope = 0;
+    if (fscanf(f, "%d", &scope) != 1)
+        scope = 0;
+    fclose(f);
+    if (scope == 0)
+        return 1;
+    if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+        return 1;
+    snprintf(why, len, "yama ptrace_scope is %d", scope);
+    return 0;
+}
+
+/* posix shared memory lives in /dev/shm, which containers often keep small
+ * (Docker: 64 MB) or read-only. */
+static int posix_shm_usable(char *why, size_t len)
+{
+    struct statvfs st;
+    if (statvfs("/dev/shm", &st) != 0 || access("/dev/shm", W_OK) != 0) {
+        snprintf(why, len, "/dev/shm is not writable (%s)", strerror(errno));
+        return 0;
+    }
+    unsigned long long avail = (unsigned long long)st.f_bavail * st.f_frsize;
+    if (avail < (64ull << 20)) {
+        snprintf(why, len, "/dev/shm has %llu MiB free", avail >> 20);
+        return 0;
+    }
+    return 1;
+}
+
+static int sysv_shm_usable(char *why, size_t len)
+{
+    int id = shmget(IPC_PRIVATE, 4 << 20, IPC_CREAT | 0600);
+    if (id < 0) {
+        snprintf(why, len, "shmget refused (%s)", strerror(errno));
+        return 0;
+    }
+    shmctl(id, IPC_RMID, NULL);
+    return 1;
+}
+
+/* Leaves out the shared-memory transports this machine refuses, unless the
+ * user chose UCX_TLS. */
+static void choose_transports(ucp_config_t *cfg)
+{
+    const char *user = getenv("UCX_TLS");
+    if (user && *user) {
+        MSR_DEBUG("comm: UCX_TLS=%s set by the user", user);
+        return;
+    }
+    char tls[64] = "", why[160];
+    if (!cma_usable(why, sizeof why)) {
+        MSR_DEBUG("comm: not using cma: %s", why);
+        strcat(tls, ",cma");
+    }
+    if (!posix_shm_usable(why, sizeof why)) {
+        MSR_DEBUG("comm: not using posix shared memory: %s", why);
+        strcat(tls, ",posix");
+    }
+    if (!sysv_shm_usable(why, sizeof why)) {
+        MSR_DEBUG("comm: not using sysv shared memory: %s", why);
+        strcat(tls, ",sysv");
+    }
+    if (tls[0]) {
+        tls[0] = '^'; /* "^cma,posix": everything but these */
+        if (ucp_config_modify(cfg, "TLS", tls) != UCS_OK)
+            MSR_WARN("comm: cannot set UCX_TLS=%s", tls);
+        else
+            MSR_DEBUG("comm: UCX_TLS=%s", tls);
+    }
+}
+
+/* Logs the lanes UCX picked for ep (debug level only). */
+static void log_lanes(ucp_ep_h ep, const ucx_peer_t *p)
+{
+    if (msr_log_level_ < MSR_LOG_DEBUG)
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return;
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *lane = strstr(line, "lane[");
+        if (lane)
+            MSR_DEBUG("comm: to job rank %d (%s node): %s", p->world_rank,
+                      p->node == p->engine->my_node ? "same" : "other", lane);
+    }
+    free(text);
+}
+
+/* ---- peers ---- */
+
+static int pidfd_open_(int pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_peer_t *p = arg;
+    (void)ep;
+    if (!p->dead)
+        MSR_DEBUG("comm: UCX reports job rank %d lost: %s", p->world_rank,
+                  ucs_status_string(status));
+    p->dead = 1;
+    p->engine->dead_pending = 1;
+}
+
+ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
+{
+    if (p->ep)
+        return p->ep;
+    int same_node = p->node == e->my_node;
+    const char *mode = getenv("MSR_COMM_UCX_ERR_MODE");
+    int peer_mode = !same_node || (mode && strcmp(mode, "peer") == 0);
+    p->peer_mode = peer_mode;
+    ucp_ep_params_t prm = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)(e->addrs + p->addr_off),
+        /* On one node, error handling PEER would make UCX 1.13 drop shared
+         * memory for TCP; there the pidfds tell us of a lost peer instead. */
+        .err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
+        .err_handler = {.cb = ep_error_cb, .arg = p},
+    };
+    ucs_status_t st = ucp_ep_create(e->worker, &prm, &p->ep);
+    if (st != UCS_OK) {
+        MSR_ERROR("comm: cannot connect to job rank %d: %s", p->world_rank, ucs_status_string(st));
+        p->ep = NULL;
+        return NULL;
+    }
+    log_lanes(p->ep, p);
+    return p->ep;
+}
+
+/* ---- the engine ---- */
+
+static void rebuild_pollfds(ucx_engine_t *e)
+{
+    e->n_pfds = 1;
+    e->pfds[0] = (struct pollfd){.fd = e->efd, .events = POLLIN};
+    e->pfd_peer[0] = -1;
+    for (int i = 0; i < e->world_size; i++) {
+        ucx_peer_t *p = &e->peers[i];
+        if (p->member && p->pidfd >= 0 && !p->dead) {
+            e->pfds[e->n_pfds] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+            e->pfd_peer[e->n_pfds] = i;
+            e->n_pfds++;
+        }
+    }
+}
+
+static int cpus_available(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_ranks, int index,
+                                       const void *addr, size_t addr_len)
+{
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    size_t len = sizeof(addr_head_t) + addr_len;
+    unsigned char *mine = msr_malloc(len);
+    if (mine == NULL)
+        return st;
+    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world};
+    memcpy(mine, &head, sizeof head);
+    memcpy(mine + sizeof head, addr, addr_len);
+    uint32_t local = 0;
+    for (int i = 0; i < n; i++)
+        if (world_ranks[i] / e->local_size == e->my_world / e->local_size)
+            local++;
+    char key[256];
+    snprintf(key, sizeof key, "msr/comm/%s/ucx-address", e->uid);
+    msr_gather_result_t *res = NULL;
+    st = msr_store_allgather(e->ctx, key, (uint32_t)n, (uint32_t)index, local, mine, len, -1, &res);
+    msr_free(mine);
+    if (st != MSR_OK) {
+        MSR_ERROR("comm: address exchange '%s' failed: %s", key, msr_last_error());
+        return st;
+    }
+    size_t total = 0;
+    for (uint32_t i = 0; i < res->count; i++)
+        total += res->lengths[i];
+    e->addrs = msr_malloc(total ? total : 1);
+    if (e->addrs == NULL) {
+        msr_gather_result_free(res);
+        return MSR_ERR_NO_MEMORY;
+    }
+    memcpy(e->addrs, res->data, total);
+    for (uint32_t i = 0; i < res->count; i++) {
+        addr_head_t h;
+        if (res->lengths[i] <= sizeof h) {
+            msr_gather_result_free(res);
+            msr_client_set_error("comm: member %u sent a %zu-byte address", i, res->lengths[i]);
+            return MSR_ERR_PROTOCOL;
+        }
+        memcpy(&h, res->data + res->offsets[i], sizeof h);
+        if (h.magic != ADDR_MAGIC || h.world != world_ranks[i]) {
+            msr_gather_result_free(res);
+            msr_client_set_error("comm: member %u sent a malformed address", i);
+            return MSR_ERR_PROTOCOL;
+        }
+        ucx_peer_t *p = &e->peers[world_ranks[i]];
+        p->member = 1;
+        p->pid = (int)h.pid;
+        p->node = h.node;
+        p->addr_off = res->offsets[i] + sizeof h;
+        p->addr_len = res->lengths[i] - sizeof h;
+        if (p->node == e->my_node && p->world_rank != e->my_world) {
+            p->pidfd = pidfd_open_(p->pid);
+            if (p->pidfd < 0)
+                MSR_DEBUG("comm: no pidfd for pid %d (%s): liveness by polling", p->pid,
+                          strerror(errno));
+        }
+    }
+    msr_gather_result_free(res);
+    return MSR_OK;
+}
+
+msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
+                               ucx_engine_t **engine_p)
+{
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    ucx_engine_t *e = msr_calloc(1, sizeof *e);
+    if (e == NULL)
+        return st;
+    e->ctx = ctx;
+    e->efd = -1;
+    e->world_size = msr_world_size(ctx);
+    e->my_world = msr_rank(ctx);
+    e->my_node = msr_node_rank(ctx);
+    e->local_size = msr_local_world_size(ctx);
+    e->next_comm_id = 1;
+    msr_list_init(&e->active);
+    msr_list_init(&e->comms);
+    msr_list_init(&e->free_reqs);
+    e->uid = msr_strdup(uid);
+    e->peers = msr_calloc((size_t)e->world_size, sizeof *e->peers);
+    e->pfds = msr_calloc((size_t)n + 1, sizeof *e->pfds);
+    e->pfd_peer = msr_calloc((size_t)n + 1, sizeof *e->pfd_peer);
+    if (e->uid == NULL || e->peers == NULL || e->pfds == NULL || e->pfd_peer == NULL)
+        goto err_free;
+    for (int i = 0; i < e->world_size; i++) {
+        e->peers[i].engine = e;
+        e->peers[i].world_rank = i;
+        e->peers[i].pidfd = -1;
+        e->peers[i].node = i / e->local_size;
+    }
+    if (pthread_mutex_init(&e->lock, NULL) != 0)
+        goto err_free;
+
+    int oversubscribed = e->local_size > cpus_available();
+    e->yield = oversubscribed;
+    e->spin_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 20 : 200, 0, 10000000) * 1000;
+
+    ucp_config_t *cfg = NULL;
+    ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
+    if (us != UCS_OK) {
+        msr_client_set_error("comm: ucp_config_read: %s", ucs_status_string(us));
+        st = MSR_ERR_BACKEND;
+        goto err_mutex;
+    }
+    choose_transports(cfg);
+    ucp_params_t prm = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+        .estimated_num_eps = (size_t)n,
+        .estimated_num_ppn = (size_t)e->local_size,
+    };
+    us = ucp_init(&prm, cfg, &e->context);
+    ucp_config_release(cfg);
+    if (us != UCS_OK) {
+        msr_client_set_error("comm: ucp_init: %s", ucs_status_string(us));
+        st = MSR_ERR_BACKEND;
+        goto err_mutex;
+    }
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED, /* our lock serializes every call */
+    };
+    us = ucp_worker_create(e->context, &wp, &e->worker);
+    if (us != UCS_OK) {
+        msr_client_set_error("comm: ucp_worker_create: %s", ucs_status_string(us));
+        st = MSR_ERR_BACKEND;
+        goto err_context;
+    }
+    us = ucp_worker_get_efd(e->worker, &e->efd);
+    if (us != UCS_OK) {
+        msr_client_set_error("comm: ucp_worker_get_efd: %s", ucs_status_string(us));
+        st = MSR_ERR_BACKEND;
+        goto err_worker;
+    }
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    us = ucp_worker_get_address(e->worker, &addr, &addr_len);
+    if (us != UCS_OK) {
+        msr_client_set_error("comm: ucp_worker_get_address: %s", ucs_status_string(us));
+        st = MSR_ERR_BACKEND;
+        goto err_worker;
+    }
+    int index = -1;
+    for (int i = 0; i < n; i++)
+        if (world_ranks[i] == e->my_world)
+            index = i;
+    st = exchange_addresses(e, n, world_ranks, index, addr, addr_len);
+    ucp_worker_release_address(e->worker, addr);
+    if (st != MSR_OK)
+        goto err_peers;
+    rebuild_pollfds(e);
+    e->refs = 1;
+    MSR_DEBUG("comm: engine %s: %d members, %d local ranks on %d cores%s, spin %llu us", e->uid, n,
+              e->local_size, cpus_available(), oversubscribed ? " (oversubscribed: yield)" : "",
+              (unsigned long long)(e->spin_ns / 1000));
+    *engine_p = e;
+    return MSR_OK;
+
+err_peers:
+    for (int i = 0; i < e->world_size; i++)
+        if (e->peers[i].pidfd >= 0)
+            close(e->peers[i].pidfd);
+    msr_free(e->addrs);
+err_worker:
+    ucp_worker_destroy(e->worker);
+err_context:
+    ucp_cleanup(e->context);
+err_mutex:
+    pthread_mutex_destroy(&e->lock);
+err_free:
+    msr_free(e->pfd_peer);
+    msr_free(e->pfds);
+    msr_free(e->peers);
+    msr_free(e->uid);
+    msr_free(e);
+    return st;
+}
+
+void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req)
+{
+    if (e->n_orphans == e->cap_orphans) {
+        size_t cap = e->cap_orphans ? 2 * e->cap_orphans : 16;
+        void **p = msr_realloc_array(e->orphans, cap, sizeof *p);
+        if (p == NULL) {
+            /* Cannot track it: let UCX free it whenever it finishes. */
+            ucp_request_free(ucp_req);
+            return;
+        }
+        e->orphans = p;
+        e->cap_orphans = cap;
+    }
+    e->orphans[e->n_orphans++] = ucp_req;
+}
+
+void ucx_engine_bury(ucx_engine_t *e, void *mem)
+{
+    if (mem == NULL)
+        return;
+    if (e->n_graveyard == e->cap_graveyard) {
+        size_t cap = e->cap_graveyard ? 2 * e->cap_graveyard : 16;
+        void **p = msr_realloc_array(e->graveyard, cap, sizeof *p);
+        if (p == NULL)
+            return; /* leaked rather than freed under a transfer */
+        e->graveyard = p;
+        e->cap_graveyard = cap;
+    }
+    e->graveyard[e->n_graveyard++] = mem;
+}
+
+static void reap_orphans(ucx_engine_t *e)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < e->n_orphans; i++) {
+        if (ucp_request_check_status(e->orphans[i]) != UCS_INPROGRESS)
+            ucp_request_free(e->orphans[i]);
+        else
+            e->orphans[k++] = e->orphans[i];
+    }
+    e->n_orphans = k;
+}
+
+/* Closes the endpoints: flushed to live peers, by force to lost peers where
+ * UCX allows it (error mode PEER), never waiting past a short bound. The
+ * endpoints of lost peers on this node (error mode NONE) are left to
+ * ucp_worker_destroy. */
+static void close_endpoints(ucx_engine_t *e)
+{
+    void **reqs = msr_calloc((size_t)e->world_size, sizeof *reqs);
+    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
+    for (int i = 0; i < e->world_size; i++) {
+        ucx_peer_t *p = &e->peers[i];
+        if (p->ep == NULL || (p->dead && !p->peer_mode))
+            continue;
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = p->dead ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        void *h = ucp_ep_close_nbx(p->ep, &prm);
+        p->ep = NULL;
+        if (!UCS_PTR_IS_PTR(h))
+            continue;
+        if (reqs)
+            reqs[i] = h;
+        else
+            ucx_engine_orphan(e, h);
+    }
+    int pending = reqs != NULL;
+    while (pending && !msr_deadline_passed(deadline)) {
+        ucp_worker_progress(e->worker);
+        pending = 0;
+        for (int i = 0; i < e->world_size; i++) {
+            if (reqs[i] && ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+                ucp_request_free(reqs[i]);
+                reqs[i] = NULL;
+            }
+            pending |= reqs[i] != NULL;
+        }
+    }
+    for (int i = 0; reqs && i < e->world_size; i++)
+        if (reqs[i])
+            ucp_request_free(reqs[i]); /* UCX lets go of it when it ends */
+    msr_free(reqs);
+}
+
+void ucx_engine_unref(ucx_engine_t *e)
+{
+    pthread_mutex_lock(&e->lock);
+    int last = --e->refs == 0;
+    pthread_mutex_unlock(&e->lock);
+    if (!last)
+        return;
+    reap_orphans(e);
+    close_endpoints(e);
+    for (size_t i = 0; i < e->n_orphans; i++)
+        ucp_request_free(e->orphans[i]);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &e->free_reqs)
+    {
+        msr_list_remove(pos);
+        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
+        msr_free(r);
+    }
+    ucp_worker_destroy(e->worker);
+    ucp_cleanup(e->context);
+    for (size_t i = 0; i < e->n_graveyard; i++)
+        msr_free(e->graveyard[i]);
+    for (int i = 0; i < e->world_size; i++)
+        if (e->peers[i].pidfd >= 0)
+            close(e->peers[i].pidfd);
+    pthread_mutex_destroy(&e->lock);
+    msr_free(e->graveyard);
+    msr_free(e->orphans);
+    msr_free(e->addrs);
+    msr_free(e->pfd_peer);
+    msr_free(e->pfds);
+    msr_free(e->peers);
+    msr_free(e->uid);
+    msr_free(e);
+}
+
+/* ---- failures ---- */
+
+static int is_member(const ucx_comm_t *uc, int world_rank)
+{
+    for (int i = 0; i < uc->comm->size; i++)
+        if (uc->comm->world_ranks[i] == world_rank)
+            return 1;
+    return 0;
+}
+
+void ucx_req_done(ucx_req_t *r)
+{
+    msr_list_remove(&r->link);
+}
+
+void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
+{
+    if (r->pub.status != MSR_IN_PROGRESS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->pub.error, sizeof r->pub.error, fmt, ap);
+    va_end(ap);
+    ucx_engine_t *e = r->uc->engine;
+    /* Operations in flight may still be read or written by UCX: receives are
+     * canceled, every handle is kept until UCX is done with it, and so is
+     * scratch memory they may touch. */
+    int orphaned = 0;
+    for (int i = 0; i < r->nops; i++) {
+        ucx_op_t *op = &r->ops[i];
+        if (op->h == NULL)
+            continue;
+        if (op->recv)
+            ucp_request_cancel(e->worker, op->h);
+        ucx_engine_orphan(e, op->h);
+        op->h = NULL;
+        orphaned = 1;
+    }
+    r->nops = 0;
+    if (orphaned && r->scratch_from == 2) {
+        ucx_engine_bury(e, r->scratch);
+        r->scratch = NULL;
+        r->scratch_from = 0;
+    } else if (orphaned && r->scratch_from == 1) {
+        /* the comm's cache block: leave it to the graveyard, the comm forgets it */
+        ucx_engine_bury(e, r->scratch);
+        r->uc->cache = NULL;
+        r->uc->cache_len = 0;
+        r->uc->cache_busy = 0;
+        r->scratch = NULL;
+        r->scratch_from = 0;
+    }
+    r->pub.status = st;
+    msr_list_remove(&r->link);
+    if (st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG && st != MSR_ERR_TRUNCATED)
+        ucx_comm_fail(r->uc, st, -1, "%s", r->pub.error);
+}
+
+/* Tells the other members that this communicator failed, so that they stop
+ * waiting for this rank. Fire and forget: the sends become orphans. */
+static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
+{
+    ucx_engine_t *e = uc->engine;
+    int64_t *msg = msr_malloc(2 * sizeof(int64_t));
+    if (msg == NULL)
+        return;
+    msg[0] = st;
+    msg[1] = culprit;
+    ucx_engine_bury(e, msg);
+    for (int i = 0; i < uc->comm->size; i++) {
+        ucx_peer_t *p = uc->peer[i];
+        if (i == uc->comm->rank || p->dead)
+            continue;
+        ucp_ep_h ep = ucx_engine_ep(e, p);
+        if (ep == NULL)
+            continue;
+        ucp_request_param_t prm = {.op_attr_mask = 0};
+        void *h = ucp_tag_send_nbx(ep, msg, 2 * sizeof(int64_t),
+                                   ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
+        if (UCS_PTR_IS_PTR(h))
+            ucx_engine_orphan(e, h);
+    }
+}
+
+void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
+{
+    if (!msr_comm_break(uc->comm, st))
+        return; /* broken before: the first failure did the rest */
+    char why[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (uc->closed)
+        return;
+    MSR_DEBUG("comm %u: broken: %s", uc->id, why);
+    if (st != MSR_ERR_CANCELED)
+        send_aborts(uc, st, culprit);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &uc->engine->active)
+    {
+        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
+        if (r->uc == uc)
+            ucx_req_fail(r, st, "%s", why);
+    }
+}
+
+/* A death noticed by a callback or a pidfd reaches every communicator that
+ * has the peer as a member. */
+static void handle_deaths(ucx_engine_t *e)
+{
+    e->dead_pending = 0;
+    int changed = 0;
+    for (int i = 0; i < e->world_size; i++) {
+        ucx_peer_t *p = &e->peers[i];
+        if (!p->dead || p->dead_noted)
+            continue;
+        p->dead_noted = 1;
+        changed = 1;
+        MSR_DEBUG("comm: job rank %d (pid %d) is lost", p->world_rank, p->pid);
+        msr_list_t *pos, *tmp;
+        msr_list_for_each_safe(pos, tmp, &e->comms)
+        {
+            ucx_comm_t *uc = MSR_CONTAINER_OF(pos, ucx_comm_t, link);
+            if (is_member(uc, p->world_rank))
+                ucx_comm_fail(uc, MSR_ERR_PEER_LOST, p->world_rank,
+                              "peer lost: job rank %d (pid %d) died or disconnected", p->world_rank,
+                              p->pid);
+        }
+    }
+    if (changed)
+        rebuild_pollfds(e);
+}
+
+static void handle_aborts(ucx_engine_t *e)
+{
+    e->abort_pending = 0;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &e->comms)
+    {
+        ucx_comm_t *uc = MSR_CONTAINER_OF(pos, ucx_comm_t, link);
+        if (!uc->abort_arrived)
+            continue;
+        uc->abort_arrived = 0;
+        msr_status_t st = (msr_status_t)uc->abort_in[0];
+        if (st >= 0 || st == MSR_ERR_CANCELED)
+            st = MSR_ERR_PEER_LOST;
+        ucx_comm_fail(uc, st, (int)uc->abort_in[1],
+                      "a member gave up on the communicator (%s%s%lld)", msr_status_str(st),
+                      uc->abort_in[1] >= 0 ? ", lost job rank " : "",
+                      uc->abort_in[1] >= 0 ? (long long)uc->abort_in[1] : 0ll);
+    }
+}
+
+/* Polls the pidfds of the local members without blocking. */
+static void check_liveness(ucx_engine_t *e)
+{
+    if (e->n_pfds <= 1)
+        return;
+    int n = poll(e->pfds + 1, (nfds_t)(e->n_pfds - 1), 0);
+    if (n <= 0)
+        return;
+    for (int i = 1; i < e->n_pfds; i++)
+        if (e->pfds[i].revents) {
+            e->peers[e->pfd_peer[i]].dead = 1;
+            e->dead_pending = 1;
+        }
+}
+
+/* Peers without a pidfd (old kernels) are polled with kill(pid, 0). */
+static void check_liveness_slow(ucx_engine_t *e)
+{
+    for (int i = 0; i < e->world_size; i++) {
+        ucx_peer_t *p = &e->peers[i];
+        if (p->member && !p->dead && p->pidfd < 0 && p->node == e->my_node && i != e->my_world &&
+            kill(p->pid, 0) != 0 && errno == ESRCH) {
+            p->dead = 1;
+            e->dead_pending = 1;
+        }
+    }
+}
+
+/* ---- progress ---- */
+
+/* One round: UCX's progress, news of failures, then every running request.
+ * Returns nonzero when anything happened. Called with the lock held. */
+static int progress_all(ucx_engine_t *e)
+{
+    int events = 0;
+    while (ucp_worker_progress(e->worker))
+        events++;
+    if (e->dead_pending)
+        handle_deaths(e);
+    if (e->abort_pending)
+        handle_aborts(e);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &e->active)
+    {
+        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
+        msr_status_t st = r->step(r);
+        if (st == MSR_IN_PROGRESS)
+            continue;
+        events++;
+        if (st == MSR_OK) {
+            r->pub.status = MSR_OK;
+            ucx_req_done(r);
+        } else {
+            ucx_req_fail(r, st, "%s: %s", r->algo,
+                         r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        }
+    }
+    if (e->n_orphans)
+        reap_orphans(e);
+    return events;
+}
+
+void ucx_engine_progress(ucx_engine_t *e)
+{
+    progress_all(e);
+    uint64_t now = msr_now_ns();
+    if (now >= e->next_liveness_ns) {
+        e->next_liveness_ns = now + 50000000ull;
+        check_liveness(e);
+        check_liveness_slow(e);
+        if (e->dead_pending)
+            progress_all(e);
+    }
+}
+
+/* Sleeps on the worker's event fd and the local members' pidfds, at most
+ * until deadline. Called with the lock held; drops it while asleep. */
+static void sleep_once(ucx_engine_t *e, uint64_t deadline)
+{
+    ucs_status_t us = ucp_worker_arm(e->worker);
+    if (us == UCS_ERR_BUSY)
+        return; /* events arrived meanwhile: progress again */
+    if (us != UCS_OK) {
+        MSR_DEBUG("comm: ucp_worker_arm: %s", ucs_status_string(us));
+        return;
+    }
+    int64_t ms = msr_deadline_left_ms(deadline);
+    /* With other threads in wait, one of them may take our wake-up: nap
+     * briefly. Peers without pidfds are checked every 100 ms. */
+    int64_t cap = e->waiters > 1 ? 1 : 100;
+    if (ms > cap)
+        ms = cap;
+    int nfds = e->n_pfds;
+    struct pollfd fds[nfds > 0 ? nfds : 1];
+    int peer_of[nfds > 0 ? nfds : 1];
+    memcpy(fds, e->pfds, (size_t)nfds * sizeof *fds);
+    memcpy(peer_of, e->pfd_peer, (size_t)nfds * sizeof *peer_of);
+    pthread_mutex_unlock(&e->lock);
+    int n = poll(fds, (nfds_t)nfds, (int)ms);
+    pthread_mutex_lock(&e->lock);
+    if (n > 0)
+        for (int i = 1; i < nfds; i++)
+            if (fds[i].revents) {
+                e->peers[peer_of[i]].dead = 1;
+                e->dead_pending = 1;
+            }
+}
+
+msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
+{
+    pthread_mutex_lock(&e->lock);
+    e->waiters++;
+    uint64_t idle_since = 0;
+    unsigned iter = 0;
+    while (r->pub.status == MSR_IN_PROGRESS) {
+        int events = progress_all(e);
+        if (r->pub.status != MSR_IN_PROGRESS)
+            break;
+        if (events)
+            idle_since = 0;
+        if ((++iter & 31) != 0 && events == 0 && idle_since != 0) {
+            if (e->yield)
+                sched_yield();
+            continue;
+        }
+        uint64_t now = msr_now_ns();
+        if (now >= r->pub.deadline) {
+            ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
+                         (long long)atomic_load(&r->uc->comm->timeout_ms));
+            break;
+        }
+        if (now >= e->next_liveness_ns) {
+            e->next_liveness_ns = now + 50000000ull;
+            check_liveness(e);
+            check_liveness_slow(e);
+        }
+        if (events)
+            continue;
+        if (idle_since == 0) {
+            idle_since = now;
+        } else if (now - idle_since >= e->spin_ns) {
+            sleep_once(e, r->pub.deadline);
+            idle_since = 0;
+        } else if (e->yield) {
+            sched_yield();
+        }
+    }
+    e->waiters--;
+    pthread_mutex_unlock(&e->lock);
+    return r->pub.status;
+}

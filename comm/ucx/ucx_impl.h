@@ -1,0 +1,197 @@
+/* The UCX backend's private structures: the engine (a UCP context and worker
+ * shared by a family of communicators), the communicator's part and the
+ * request with its algorithm state. */
+#ifndef MSR_COMM_UCX_IMPL_H
+#define MSR_COMM_UCX_IMPL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "base/list.h"
+#include "comm/comm_impl.h"
+
+/* ---- tags ----
+ * 63..62 class | 61..46 communicator id | 45..26 sender's rank in the group |
+ * 25..0: collectives: sequence (20 bits) and phase (6 bits); point to point:
+ * the user's tag. Receives name the sender, so messages of different
+ * communicators, operations, senders and phases never match each other. */
+#define UCX_TAG_COLL     0ull
+#define UCX_TAG_P2P      1ull
+#define UCX_TAG_CTRL     2ull
+#define UCX_TAG_ID_BITS  16
+#define UCX_TAG_SRC_BITS 20
+#define UCX_TAG_SEQ_BITS 20
+#define UCX_TAG_PHASES   64
+#define UCX_MAX_RANKS    (1 << UCX_TAG_SRC_BITS)
+#define UCX_MAX_COMM_ID  0xffff
+
+static inline uint64_t ucx_tag(uint64_t cls, unsigned id, int src, uint64_t low)
+{
+    return (cls << 62) | ((uint64_t)id << 46) | ((uint64_t)(unsigned)src << 26) |
+           (low & ((1ull << 26) - 1));
+}
+
+#define UCX_TAG_MASK_FULL (~0ull)
+/* class and communicator: what the abort receive matches */
+#define UCX_TAG_MASK_CTRL (~0ull << 46)
+
+/* Which algorithm a collective runs; "auto" picks by size. */
+typedef enum ucx_algo {
+    UCX_ALGO_AUTO = 0,
+    UCX_ALGO_DIRECT,   /* every rank exchanges with every other at once */
+    UCX_ALGO_RD,       /* recursive doubling */
+    UCX_ALGO_RING,     /* pipelined ring */
+    UCX_ALGO_BINOMIAL, /* binomial tree */
+    UCX_ALGO_CHAIN,    /* pipelined chain */
+    UCX_ALGO_PAIRWISE, /* pairwise exchange */
+} ucx_algo_t;
+
+/* Thresholds and knobs, read from the environment when a communicator is
+ * made (docs/comm.md lists them). Sizes are bytes of the whole vector. */
+typedef struct ucx_tuning {
+    ucx_algo_t force[MSR_COLL_RECV + 1]; /* MSR_COMM_ALGO_<COLL> */
+    size_t allreduce_direct_max;         /* direct up to here (small groups) */
+    size_t allreduce_ring_min;           /* ring from here, recursive doubling below */
+    int direct_max_ranks;                /* direct only for groups up to this size */
+    size_t reduce_scatter_ring_min;
+    size_t allgather_ring_min;
+    size_t bcast_chain_min;
+    size_t reduce_chain_min;
+    size_t segment; /* pipeline segment */
+    int window;     /* segments in flight per direction */
+    int alltoall_window;
+} ucx_tuning_t;
+
+typedef struct ucx_engine ucx_engine_t;
+
+typedef struct ucx_peer {
+    ucx_engine_t *engine;
+    int world_rank;
+    int node;       /* node index (job ranks are contiguous per node) */
+    int pid;        /* on this node only */
+    int pidfd;      /* pidfd of a peer on this node, -1 otherwise */
+    int member;     /* has an address in this engine */
+    int dead;       /* lost: set by the error callback or the liveness check */
+    int dead_noted; /* the communicators were told */
+    int peer_mode;  /* its endpoint uses UCP_ERR_HANDLING_MODE_PEER */
+    ucp_ep_h ep;    /* made on first use */
+    size_t addr_off, addr_len;
+} ucx_peer_t;
+
+struct ucx_engine {
+    msr_ctx_t *ctx;
+    char *uid; /* names its store keys: "w" for the world's, "w.5" for a dup */
+    pthread_mutex_t lock;
+    int refs; /* communicators using it (under lock) */
+    ucp_context_h context;
+    ucp_worker_h worker;
+    int efd;
+    int world_size, my_world, my_node, local_size;
+    ucx_peer_t *peers; /* world_size entries, by job rank */
+    unsigned char *addrs;
+    unsigned next_comm_id;
+    msr_list_t active; /* requests running */
+    msr_list_t comms;  /* communicators alive */
+    /* UCX requests of failed operations, freed as they finish; memory they
+     * may still touch is kept until the engine goes */
+    void **orphans;
+    size_t n_orphans, cap_orphans;
+    void **graveyard;
+    size_t n_graveyard, cap_graveyard;
+    int dead_pending;  /* a peer died: tell the communicators */
+    int abort_pending; /* an abort notice arrived */
+    uint64_t next_liveness_ns;
+    struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
+    int *pfd_peer;
+    int n_pfds;
+    int waiters;      /* threads inside wait */
+    uint64_t spin_ns; /* busy polling before sleeping */
+    int yield;        /* sched_yield while spinning (more ranks than cores) */
+    msr_list_t free_reqs;
+    int n_free_reqs;
+};
+
+typedef struct ucx_comm {
+    ucx_engine_t *engine;
+    msr_comm_t *comm;
+    unsigned id;
+    uint32_t seq;
+    ucx_peer_t **peer; /* by rank in the group */
+    msr_list_t link;   /* in engine->comms */
+    ucx_tuning_t tune;
+    void *abort_req;
+    int64_t abort_in[2]; /* status, job rank */
+    int abort_arrived;
+    int closed;
+    /* one cached scratch block, reused by the next operation */
+    void *cache;
+    size_t cache_len;
+    int cache_busy;
+} ucx_comm_t;
+
+typedef struct ucx_op {
+    void *h;    /* UCX request, NULL when done */
+    size_t len; /* receives: the length expected */
+    int recv;
+} ucx_op_t;
+
+#define UCX_INLINE_OPS     8
+#define UCX_INLINE_SCRATCH 512
+
+typedef struct ucx_req ucx_req_t;
+typedef msr_status_t (*ucx_step_fn)(ucx_req_t *r);
+
+struct ucx_req {
+    msr_comm_req_t pub;
+    ucx_comm_t *uc;
+    msr_list_t link; /* engine->active while running, else free list */
+    ucx_step_fn step;
+    const char *algo;
+    uint32_t seq;
+    int pc; /* where step resumes */
+    msr_status_t err;
+    /* algorithm state */
+    int n, me;
+    size_t es, bytes;
+    int64_t i, j, k, s;
+    int peer, vr, mask, newrank, rem, p2;
+    uint64_t u[8];
+    /* operations in flight */
+    ucx_op_t *ops;
+    int nops, cap_ops;
+    ucx_op_t inline_ops[UCX_INLINE_OPS];
+    /* scratch */
+    char *scratch;
+    size_t scratch_len;
+    int scratch_from; /* 0 inline, 1 the comm's cache, 2 malloc */
+    _Alignas(64) char inline_scratch[UCX_INLINE_SCRATCH]; /* aligned for any dtype */
+};
+
+/* engine.c */
+msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
+                               ucx_engine_t **engine_p);
+void ucx_engine_unref(ucx_engine_t *e);
+ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
+void ucx_engine_progress(ucx_engine_t *e);
+msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
+void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
+void ucx_engine_bury(ucx_engine_t *e, void *mem);
+void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ucx_req_done(ucx_req_t *r);
+
+/* coll.c */
+/* Chooses the algorithm of r->pub.args, fills in r's state and posts the
+ * first messages. */
+msr_status_t ucx_coll_start(ucx_req_t *r);
+void ucx_tuning_read(ucx_tuning_t *t, int local_size);
+
+/* ops helpers (coll.c) */
+void ucx_req_drop_ops(ucx_req_t *r);
+void ucx_req_release_scratch(ucx_req_t *r);
+
+#endif

@@ -1,0 +1,258 @@
+/* libmsrun's communicators: groups of ranks with collectives and
+ * point-to-point messages over UCX (host memory). */
+#ifndef MSRUN_COMM_H
+#define MSRUN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "msrun/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A group of ranks that communicate: the world (every rank of the job) or a
+ * sub-group made by msr_comm_split. Ranks in a communicator are numbered
+ * 0 .. size-1.
+ *
+ * Threads: any thread may call any function below. Communicators made from
+ * one another by split (and the world they come from) share one UCX worker,
+ * its "engine"; calls on them are serialized by the engine's lock, and a
+ * thread that waits drives the progress of every operation in flight on that
+ * engine. A thread that wants its own progress domain (a communication
+ * thread beside the compute thread) makes its communicator with
+ * msr_comm_dup(..., MSR_COMM_OWN_WORKER, ...).
+ *
+ * Ordering: as in MPI, every member calls the collectives of a communicator
+ * in the same order (blocking and non-blocking alike), with matching
+ * arguments (the same count, dtype, op and root everywhere).
+ *
+ * Failures: every call has a deadline (msr_comm_set_timeout; the default is
+ * the context's, MSR_TIMEOUT seconds). An operation that fails after it
+ * started (MSR_ERR_PEER_LOST, MSR_ERR_TIMEOUT, MSR_ERR_BACKEND) breaks the
+ * communicator: its other operations fail with the same status, later calls
+ * return it at once, the other members learn of it (they fail with
+ * MSR_ERR_PEER_LOST or the sender's status), and msr_comm_destroy is the
+ * only useful call left. Errors found before anything was sent
+ * (MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY) leave it usable. msr_last_error()
+ * describes the last failure of the calling thread. */
+typedef struct msr_comm msr_comm_t;
+
+/* A non-blocking operation in flight; finished by msr_comm_wait or
+ * msr_comm_test, which free it. */
+typedef struct msr_comm_req msr_comm_req_t;
+
+typedef enum msr_dtype {
+    MSR_DTYPE_F32 = 0,
+    MSR_DTYPE_F64 = 1,
+    MSR_DTYPE_F16 = 2,  /* IEEE binary16 */
+    MSR_DTYPE_BF16 = 3, /* bfloat16 */
+    MSR_DTYPE_I32 = 4,
+    MSR_DTYPE_I64 = 5,
+    MSR_DTYPE_U8 = 6,
+} msr_dtype_t;
+#define MSR_DTYPE_COUNT 7
+
+/* Reductions. f16 and bf16 are reduced in f32 and rounded (to nearest even)
+ * once per combining step. Integer sum and prod wrap around (two's
+ * complement); avg is the sum divided by the group size (integer division
+ * truncates). min and max of floats that meet a NaN keep one of the two
+ * operands, the same one on every rank. */
+typedef enum msr_op {
+    MSR_OP_SUM = 0,
+    MSR_OP_PROD = 1,
+    MSR_OP_MIN = 2,
+    MSR_OP_MAX = 3,
+    MSR_OP_AVG = 4,
+} msr_op_t;
+#define MSR_OP_COUNT 5
+
+/* Bytes of one element of dtype; 0 for a value outside the enum. */
+MSR_API size_t msr_dtype_size(msr_dtype_t dtype);
+/* "f32", "bf16", ...; "sum", "avg", ...; "?" for values outside the enums. */
+MSR_API const char *msr_dtype_name(msr_dtype_t dtype);
+MSR_API const char *msr_op_name(msr_op_t op);
+
+/* Passed as sendbuf: the input is taken from recvbuf and the result
+ * overwrites it (see each collective for where exactly). */
+#define MSR_IN_PLACE ((const void *)(uintptr_t)1)
+
+/* color for msr_comm_split: this rank joins no sub-group. */
+#define MSR_COMM_NO_COLOR (-1)
+
+/* flags for msr_comm_dup: the new communicator gets a UCX worker of its own
+ * (its own progress domain and lock), exchanged through the store. */
+#define MSR_COMM_OWN_WORKER 1u
+
+/* Largest tag of msr_comm_send/recv. */
+#define MSR_COMM_TAG_MAX ((1 << 24) - 1)
+
+/* ---- communicators ---- */
+
+/* Makes the world communicator: every rank of ctx's job, ranked as the job
+ * ranks them. Collective: every rank of the job must call it (once per
+ * communicator wanted). Creates a UCX context and worker and exchanges the
+ * worker addresses through the store's allgather, so it waits for every
+ * rank, up to ctx's timeout (MSR_ERR_TIMEOUT).
+ *
+ * Fails with MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND (UCX
+ * could not start: msr_last_error() has its message), or the store's errors.
+ * On success *comm_p is the caller's until msr_comm_destroy; ctx must outlive
+ * it. */
+MSR_API msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p);
+
+/* Splits comm as MPI_Comm_split does: the members that pass the same color
+ * (>= 0) form a new communicator, ranked by key, ties broken by their rank in
+ * comm. color MSR_COMM_NO_COLOR gives *newcomm_p = NULL. Collective over
+ * comm. The new communicator shares comm's engine (no store traffic) and
+ * inherits its timeout; it stays valid after comm is destroyed.
+ *
+ * Fails with MSR_ERR_INVALID_ARG (color < -1), MSR_ERR_NO_MEMORY,
+ * MSR_ERR_OVERFLOW (65535 communicators made on one engine), or the errors
+ * of a collective on comm. */
+MSR_API msr_status_t msr_comm_split(msr_comm_t *comm, int color, int key, msr_comm_t **newcomm_p);
+
+/* A copy of comm's group with its own tag space; with MSR_COMM_OWN_WORKER
+ * also its own UCX worker (addresses exchanged through the store, so it
+ * waits for every member up to the timeout). Collective over comm. Errors as
+ * msr_comm_split, plus MSR_ERR_BACKEND and the store's. */
+MSR_API msr_status_t msr_comm_dup(msr_comm_t *comm, unsigned flags, msr_comm_t **newcomm_p);
+
+/* Frees comm. Local (not collective); NULL does nothing. Requests still in
+ * flight on comm fail with MSR_ERR_CANCELED and must still be finished with
+ * msr_comm_wait/msr_comm_test (the memory goes when the last one does). Safe
+ * on a broken communicator. No other call on comm may run at the same time
+ * or after. */
+MSR_API void msr_comm_destroy(msr_comm_t *comm);
+
+MSR_API int msr_comm_rank(const msr_comm_t *comm);
+MSR_API int msr_comm_size(const msr_comm_t *comm);
+/* The job rank of member rank (0 .. size-1); -1 if out of range. */
+MSR_API int msr_comm_world_rank(const msr_comm_t *comm, int rank);
+
+/* The deadline of each later call on comm, in milliseconds from the call
+ * (non-blocking: from the post); ms < 0 means none. */
+MSR_API void msr_comm_set_timeout(msr_comm_t *comm, int64_t ms);
+MSR_API int64_t msr_comm_timeout(const msr_comm_t *comm);
+
+/* MSR_OK, or the status that broke comm. */
+MSR_API msr_status_t msr_comm_status(const msr_comm_t *comm);
+
+/* ---- collectives ----
+ * Each comes blocking (returns when this rank's part is done and its buffers
+ * may be reused) and non-blocking (msr_comm_i...: returns once started; on
+ * success *req_p is the caller's, to finish with msr_comm_wait or
+ * msr_comm_test; the buffers, and for alltoallv the count arrays, must stay
+ * valid and untouched until then). Counts are in elements of dtype. Results
+ * are bitwise the same on every rank and on every run with the same group
+ * size (the reduction order is fixed).
+ * Errors common to all: MSR_ERR_INVALID_ARG (NULL buffers with count > 0,
+ * bad dtype, op or root), MSR_ERR_NO_MEMORY, and the failures above. */
+
+/* recvbuf = op over all ranks of sendbuf (count elements each).
+ * In place: sendbuf MSR_IN_PLACE (or == recvbuf). */
+MSR_API msr_status_t msr_comm_allreduce(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        uint64_t count, msr_dtype_t dtype, msr_op_t op);
+MSR_API msr_status_t msr_comm_iallreduce(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         uint64_t count, msr_dtype_t dtype, msr_op_t op,
+                                         msr_comm_req_t **req_p);
+
+/* sendbuf holds size * recvcount elements; recvbuf gets block rank of their
+ * reduction (recvcount elements). In place, either sendbuf MSR_IN_PLACE and
+ * recvbuf the whole input (size * recvcount elements), or, as in NCCL,
+ * recvbuf == sendbuf + rank * recvcount elements: the result lands in block
+ * rank of the input, where an allgather in place expects it, and the other
+ * blocks are left unspecified. */
+MSR_API msr_status_t msr_comm_reduce_scatter(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             uint64_t recvcount, msr_dtype_t dtype, msr_op_t op);
+MSR_API msr_status_t msr_comm_ireduce_scatter(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                              uint64_t recvcount, msr_dtype_t dtype, msr_op_t op,
+                                              msr_comm_req_t **req_p);
+
+/* recvbuf (size * sendcount elements) gets every rank's sendbuf, in rank
+ * order. In place: sendbuf MSR_IN_PLACE (or == recvbuf + rank * sendcount
+ * elements): this rank's block is already in recvbuf. */
+MSR_API msr_status_t msr_comm_allgather(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        uint64_t sendcount, msr_dtype_t dtype);
+MSR_API msr_status_t msr_comm_iallgather(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         uint64_t sendcount, msr_dtype_t dtype,
+                                         msr_comm_req_t **req_p);
+
+/* buf of root goes to buf of every rank (in place by nature). */
+MSR_API msr_status_t msr_comm_broadcast(msr_comm_t *comm, void *buf, uint64_t count,
+                                        msr_dtype_t dtype, int root);
+MSR_API msr_status_t msr_comm_ibroadcast(msr_comm_t *comm, void *buf, uint64_t count,
+                                         msr_dtype_t dtype, int root, msr_comm_req_t **req_p);
+
+/* recvbuf of root = op over all ranks of sendbuf; recvbuf is not used on
+ * the other ranks (may be NULL). In place (root only): sendbuf MSR_IN_PLACE
+ * (or == recvbuf). */
+MSR_API msr_status_t msr_comm_reduce(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     uint64_t count, msr_dtype_t dtype, msr_op_t op, int root);
+MSR_API msr_status_t msr_comm_ireduce(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      uint64_t count, msr_dtype_t dtype, msr_op_t op, int root,
+                                      msr_comm_req_t **req_p);
+
+/* Block j of sendbuf (count elements) goes to rank j, which stores it as its
+ * block rank. Both buffers hold size * count elements. In place: sendbuf
+ * MSR_IN_PLACE (or == recvbuf). */
+MSR_API msr_status_t msr_comm_alltoall(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       uint64_t count, msr_dtype_t dtype);
+MSR_API msr_status_t msr_comm_ialltoall(msr_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        uint64_t count, msr_dtype_t dtype, msr_comm_req_t **req_p);
+
+/* As alltoall with per-rank counts and displacements (in elements):
+ * sendcounts[j] elements from sendbuf + sdispls[j] go to rank j, which
+ * stores them at its recvbuf + rdispls[rank]; recvcounts[j] must equal what
+ * rank j sends here. Not in place: the buffers must not overlap. */
+MSR_API msr_status_t msr_comm_alltoallv(msr_comm_t *comm, const void *sendbuf,
+                                        const uint64_t *sendcounts, const uint64_t *sdispls,
+                                        void *recvbuf, const uint64_t *recvcounts,
+                                        const uint64_t *rdispls, msr_dtype_t dtype);
+MSR_API msr_status_t msr_comm_ialltoallv(msr_comm_t *comm, const void *sendbuf,
+                                         const uint64_t *sendcounts, const uint64_t *sdispls,
+                                         void *recvbuf, const uint64_t *recvcounts,
+                                         const uint64_t *rdispls, msr_dtype_t dtype,
+                                         msr_comm_req_t **req_p);
+
+/* Returns once every member has entered it. */
+MSR_API msr_status_t msr_comm_barrier(msr_comm_t *comm);
+MSR_API msr_status_t msr_comm_ibarrier(msr_comm_t *comm, msr_comm_req_t **req_p);
+
+/* ---- point to point ----
+ * A message from send(peer=B, tag=T) on rank A matches recv(peer=A, tag=T)
+ * on rank B; messages with the same peer and tag match in the order they
+ * were sent. The receive must give exactly the count that was sent
+ * (MSR_ERR_TRUNCATED otherwise). tag is 0 .. MSR_COMM_TAG_MAX. A send may
+ * complete before the receive is posted (small messages are buffered). */
+MSR_API msr_status_t msr_comm_send(msr_comm_t *comm, const void *buf, uint64_t count,
+                                   msr_dtype_t dtype, int peer, int tag);
+MSR_API msr_status_t msr_comm_recv(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,
+                                   int peer, int tag);
+MSR_API msr_status_t msr_comm_isend(msr_comm_t *comm, const void *buf, uint64_t count,
+                                    msr_dtype_t dtype, int peer, int tag, msr_comm_req_t **req_p);
+MSR_API msr_status_t msr_comm_irecv(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,
+                                    int peer, int tag, msr_comm_req_t **req_p);
+
+/* ---- finishing non-blocking operations ---- */
+
+/* Waits until req finishes or its deadline passes, frees it and returns its
+ * status. NULL returns MSR_ERR_INVALID_ARG. One thread per request. */
+MSR_API msr_status_t msr_comm_wait(msr_comm_req_t *req);
+
+/* Drives progress once without blocking. Returns MSR_IN_PROGRESS while
+ * *req_p runs; otherwise its final status, after freeing it and setting
+ * *req_p to NULL. */
+MSR_API msr_status_t msr_comm_test(msr_comm_req_t **req_p);
+
+/* Waits for every non-NULL reqs[i] (all are freed and set to NULL) and
+ * returns the first failure in array order, MSR_OK if none. */
+MSR_API msr_status_t msr_comm_wait_all(msr_comm_req_t **reqs, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Side-by-side collective benchmark: build/bin/comm_bench under msrun and the
+# Open MPI reference (bench/comm/mpi_comm_bench.c) under mpirun, run
+# alternately ROUNDS times each in one go (the machine is shared and noisy:
+# only figures taken together compare), then per size the median of each and
+# the ratios. lat ratio = msrun / Open MPI (below 1: msrun is faster); bw
+# ratio = msrun / Open MPI (above 1: msrun moves more).
+#
+# Usage: scripts/bench-comm.sh NP [comm_bench options, e.g. --op allreduce]
+# Environment: ROUNDS (3), MSRUN_BUILD (build), MPIRUN_ARGS (extra mpirun
+# options), RAW=1 also prints every raw line.
+set -euo pipefail
+np=${1:?usage: bench-comm.sh NP [--op NAME] [--sizes LIST]}
+shift
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(--op allreduce)
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${MSRUN_BUILD:-$here/build}
+rounds=${ROUNDS:-3}
+msrun=$build/bin/msrun
+bench=$build/bin/comm_bench
+[ -x "$msrun" ] && [ -x "$bench" ] || {
+    echo "bench-comm.sh: build first (cmake -B build && cmake --build build)" >&2
+    exit 2
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+mpi_bench=$build/bin/mpi_comm_bench
+if [ ! -x "$mpi_bench" ] && command -v mpicc >/dev/null; then
+    mpicc -O2 "$here/bench/comm/mpi_comm_bench.c" -o "$tmp/mpi_comm_bench"
+    mpi_bench=$tmp/mpi_comm_bench
+fi
+have_mpi=0
+if [ -x "$mpi_bench" ] && command -v mpirun >/dev/null; then
+    have_mpi=1
+else
+    echo "bench-comm.sh: Open MPI not found (openmpi-bin libopenmpi-dev): msrun only" >&2
+fi
+
+for ((r = 1; r <= rounds; r++)); do
+    "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn "$bench" "${args[@]}" \
+        2>"$tmp/msrun.err.$r" | sed -n 's/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/\2/p' \
+        >>"$tmp/msrun.txt" || { cat "$tmp/msrun.err.$r" >&2; exit 1; }
+    if [ $have_mpi = 1 ]; then
+        # shellcheck disable=SC2086
+        mpirun --allow-run-as-root --oversubscribe -np "$np" ${MPIRUN_ARGS:-} "$mpi_bench" \
+            "${args[@]}" 2>"$tmp/mpi.err.$r" | grep '^op=' >>"$tmp/mpi.txt" ||
+            { cat "$tmp/mpi.err.$r" >&2; exit 1; }
+    fi
+done
+[ "${RAW:-0}" = 1 ] && { sed 's/^/msrun   /' "$tmp/msrun.txt"; [ $have_mpi = 1 ] && sed 's/^/openmpi /' "$tmp/mpi.txt"; }
+[ $have_mpi = 1 ] || : >"$tmp/mpi.txt"
+
+awk -v rounds="$rounds" '
+function field(line, key,    i, n, kv) {
+    n = split(line, kv, " ")
+    for (i = 1; i <= n; i++) if (index(kv[i], key "=") == 1) return substr(kv[i], length(key) + 2)
+    return ""
+}
+function median(list,    n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+    side = FILENAME ~ /mpi.txt$/ ? "mpi" : "msr"
+    key = field($0, "op") " " field($0, "np") " " field($0, "bytes")
+    if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
+    lat[side, key] = lat[side, key] " " field($0, "lat_us")
+    bw[side, key] = bw[side, key] " " field($0, "busbw_GBs")
+}
+END {
+    printf "median of %d alternating runs each; lat ratio = msrun/openmpi, bw ratio = msrun/openmpi\n", rounds
+    printf "%-15s %3s %10s %12s %12s %9s %12s %12s %9s\n", "op", "np", "bytes", "msrun_lat_us", "ompi_lat_us", "lat_ratio", "msrun_busbw", "ompi_busbw", "bw_ratio"
+    for (k = 1; k <= nkeys; k++) {
+        key = order[k]; split(key, p, " ")
+        ml = median(lat["msr", key]); mb = median(bw["msr", key])
+        have = (("mpi" SUBSEP key) in lat)
+        ol = have ? median(lat["mpi", key]) : 0; ob = have ? median(bw["mpi", key]) : 0
+        ols = have ? sprintf("%.2f", ol) : "-"; lr = (have && ol > 0) ? sprintf("%.2f", ml / ol) : "-"
+        obs = have ? sprintf("%.3f", ob) : "-"; br = (have && ob > 0) ? sprintf("%.2f", mb / ob) : "-"
+        printf "%-15s %3s %10s %12.2f %12s %9s %12.3f %12s %9s\n", p[1], p[2], p[3], ml, ols, lr, mb, obs, br
+    }
+}' "$tmp/msrun.txt" "$tmp/mpi.txt"

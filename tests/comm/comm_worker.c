@@ -1,0 +1,862 @@
+/* The worker of the multi-rank communicator tests, started by the real msrun
+ * (tests/comm/run.sh). `comm_worker MODE`:
+ *   collectives  every collective, dtype and op against a serial reference;
+ *                counts 0, 1, a prime and a large odd one; in place and not;
+ *                on the world and on split sub-groups of sizes 1 to 8; with
+ *                each algorithm forced in turn
+ *   inflight     several non-blocking operations on two communicators at
+ *                once, finished in different orders on different ranks
+ *   p2p          send/recv, isend/irecv, tags, truncation, dup with its
+ *                own worker
+ *   determinism  random floats: the same bits on every rank and twice in a
+ *                row; rank 0 prints a hash for run-to-run comparison
+ *   kill         the last rank SIGKILLs itself in the middle of allreduces:
+ *                the others must fail with MSR_ERR_PEER_LOST in time
+ *   stop         rank 1 stops answering (it sleeps): the others must fail
+ *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
+ * Every rank checks its own results; a failed check prints the case and
+ * exits 1. Rank 0 prints "ok MODE" at the end. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "msrun/msrun.h"
+
+static int g_rank = -1;
+static char g_case[256];
+static long g_checks; /* results compared, for the final line */
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "comm_worker rank %d: FAIL [%s]: %s (last error: %s)\n", g_rank, g_case, msg,
+            msr_last_error());
+    fflush(stderr);
+    _exit(1);
+}
+
+#define OK(expr)                                         \
+    do {                                                 \
+        msr_status_t st_ = (expr);                       \
+        if (st_ != MSR_OK)                               \
+            fail("%s: %s", #expr, msr_status_name(st_)); \
+    } while (0)
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- element values, written independently of comm/reduce.c ---- */
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static uint16_t to_f16(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+/* Writes element i of dtype dt: integer types take iv (wrapping), float
+ * types fv. */
+static void put(msr_dtype_t dt, void *p, size_t i, int64_t iv, double fv)
+{
+    switch (dt) {
+    case MSR_DTYPE_F32:
+        ((float *)p)[i] = (float)fv;
+        break;
+    case MSR_DTYPE_F64:
+        ((double *)p)[i] = fv;
+        break;
+    case MSR_DTYPE_F16:
+        ((uint16_t *)p)[i] = to_f16((float)fv);
+        break;
+    case MSR_DTYPE_BF16:
+        ((uint16_t *)p)[i] = to_bf16((float)fv);
+        break;
+    case MSR_DTYPE_I32:
+        ((uint32_t *)p)[i] = (uint32_t)(uint64_t)iv;
+        break;
+    case MSR_DTYPE_I64:
+        ((uint64_t *)p)[i] = (uint64_t)iv;
+        break;
+    case MSR_DTYPE_U8:
+        ((uint8_t *)p)[i] = (uint8_t)(uint64_t)iv;
+        break;
+    }
+}
+
+static int is_float(msr_dtype_t dt)
+{
+    return dt == MSR_DTYPE_F32 || dt == MSR_DTYPE_F64 || dt == MSR_DTYPE_F16 ||
+           dt == MSR_DTYPE_BF16;
+}
+
+/* The input of rank r at index i for op: small integers, so that sums and
+ * products are exact in every type whatever the order. */
+static int64_t input(msr_op_t op, msr_dtype_t dt, int r, uint64_t i)
+{
+    if (op == MSR_OP_PROD) {
+        if ((r + i) % 4 == 1)
+            return 2;
+        return (r + 2 * i) % 5 == 0 ? -1 : 1;
+    }
+    int64_t v = (int64_t)((r * 5 + i * 3 + 1) % 7);
+    return dt == MSR_DTYPE_U8 ? v : v - 3;
+}
+
+/* The reference reduction of index i over ranks 0..n-1, written to ref[i]. */
+static void reference(msr_op_t op, msr_dtype_t dt, int n, uint64_t i, void *ref, size_t at)
+{
+    int64_t acc = input(op, dt, 0, i);
+    for (int r = 1; r < n; r++) {
+        int64_t x = input(op, dt, r, i);
+        switch (op) {
+        case MSR_OP_PROD:
+            acc *= x;
+            break;
+        case MSR_OP_MIN:
+            acc = x < acc ? x : acc;
+            break;
+        case MSR_OP_MAX:
+            acc = x > acc ? x : acc;
+            break;
+        default:
+            acc += x;
+            break;
+        }
+    }
+    if (op != MSR_OP_AVG) {
+        put(dt, ref, at, acc, (double)acc);
+        return;
+    }
+    if (!is_float(dt)) {
+        put(dt, ref, at, acc / n, 0);
+    } else if (dt == MSR_DTYPE_F64) {
+        put(dt, ref, at, 0, (double)acc / (double)n);
+    } else {
+        float q = (float)acc / (float)n; /* one f32 division, rounded once */
+        put(dt, ref, at, 0, (double)q);
+    }
+}
+
+/* A value that identifies (a, b, k) in every type (for data movement). */
+static void put_id(msr_dtype_t dt, void *p, size_t i, int a, int b, uint64_t k)
+{
+    int64_t v = (int64_t)((a * 37 + b * 11 + k * 7) % 251);
+    put(dt, p, i, v, (double)v);
+}
+
+static void check_bytes(const void *got, const void *want, size_t count, size_t es,
+                        const char *what)
+{
+    const unsigned char *g = got, *w = want;
+    g_checks++;
+    for (size_t i = 0; i < count; i++)
+        if (memcmp(g + i * es, w + i * es, es) != 0) {
+            unsigned long long gv = 0, wv = 0;
+            memcpy(&gv, g + i * es, es);
+            memcpy(&wv, w + i * es, es);
+            fail("%s: element %zu of %zu is 0x%llx, expected 0x%llx", what, i, count, gv, wv);
+        }
+}
+
+/* ---- the collectives ---- */
+
+typedef struct tc {
+    msr_comm_t *comm;
+    const char *label;
+    int n, me;
+} tc_t;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        fail("out of memory for %zu bytes", n);
+    return p;
+}
+
+static void check_allreduce(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, int inplace)
+{
+    size_t es = msr_dtype_size(dt);
+    unsigned char *in = xmalloc(count * es), *out = xmalloc(count * es), *ref = xmalloc(count * es);
+    for (uint64_t i = 0; i < count; i++) {
+        int64_t v = input(op, dt, t->me, i);
+        put(dt, in, i, v, (double)v);
+        reference(op, dt, t->n, i, ref, i);
+    }
+    memset(out, 0xee, count * es);
+    if (inplace) {
+        memcpy(out, in, count * es);
+        OK(msr_comm_allreduce(t->comm, MSR_IN_PLACE, out, count, dt, op));
+    } else {
+        OK(msr_comm_allreduce(t->comm, in, out, count, dt, op));
+    }
+    check_bytes(out, ref, count, es, "allreduce");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void check_reduce_scatter(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t rc, int inplace)
+{
+    size_t es = msr_dtype_size(dt), total = rc * (size_t)t->n;
+    unsigned char *in = xmalloc(total * es), *out = xmalloc(total * es), *ref = xmalloc(rc * es);
+    for (uint64_t i = 0; i < total; i++) {
+        int64_t v = input(op, dt, t->me, i);
+        put(dt, in, i, v, (double)v);
+    }
+    for (uint64_t j = 0; j < rc; j++)
+        reference(op, dt, t->n, (uint64_t)t->me * rc + j, ref, j);
+    memset(out, 0xee, total * es);
+    unsigned char *mine;
+    if (inplace == 1) { /* MSR_IN_PLACE: recvbuf is the whole input */
+        memcpy(out, in, total * es);
+        OK(msr_comm_reduce_scatter(t->comm, MSR_IN_PLACE, out, rc, dt, op));
+        mine = out + (size_t)t->me * rc * es;
+    } else if (inplace == 2) { /* NCCL style: recvbuf inside sendbuf */
+        memcpy(out, in, total * es);
+        mine = out + (size_t)t->me * rc * es;
+        OK(msr_comm_reduce_scatter(t->comm, out, mine, rc, dt, op));
+    } else {
+        OK(msr_comm_reduce_scatter(t->comm, in, out, rc, dt, op));
+        mine = out;
+    }
+    check_bytes(mine, ref, rc, es, "reduce_scatter");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void check_reduce(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, int root,
+                         int inplace)
+{
+    size_t es = msr_dtype_size(dt);
+    unsigned char *in = xmalloc(count * es), *out = xmalloc(count * es), *ref = xmalloc(count * es);
+    for (uint64_t i = 0; i < count; i++) {
+        int64_t v = input(op, dt, t->me, i);
+        put(dt, in, i, v, (double)v);
+        reference(op, dt, t->n, i, ref, i);
+    }
+    memset(out, 0xee, count * es);
+    if (inplace && t->me == root) {
+        memcpy(out, in, count * es);
+        OK(msr_comm_reduce(t->comm, MSR_IN_PLACE, out, count, dt, op, root));
+    } else {
+        OK(msr_comm_reduce(t->comm, in, t->me == root ? out : NULL, count, dt, op, root));
+    }
+    if (t->me == root)
+        check_bytes(out, ref, count, es, "reduce");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void check_allgather(tc_t *t, msr_dtype_t dt, uint64_t sc, int inplace)
+{
+    size_t es = msr_dtype_size(dt), total = sc * (size_t)t->n;
+    unsigned char *in = xmalloc(sc * es), *out = xmalloc(total * es), *ref = xmalloc(total * es);
+    for (uint64_t k = 0; k < sc; k++)
+        put_id(dt, in, k, t->me, 0, k);
+    for (int r = 0; r < t->n; r++)
+        for (uint64_t k = 0; k < sc; k++)
+            put_id(dt, ref, (size_t)r * sc + k, r, 0, k);
+    memset(out, 0xee, total * es);
+    if (inplace) {
+        memcpy(out + (size_t)t->me * sc * es, in, sc * es);
+        OK(msr_comm_allgather(t->comm, MSR_IN_PLACE, out, sc, dt));
+    } else {
+        OK(msr_comm_allgather(t->comm, in, out, sc, dt));
+    }
+    check_bytes(out, ref, total, es, "allgather");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void check_broadcast(tc_t *t, msr_dtype_t dt, uint64_t count, int root)
+{
+    size_t es = msr_dtype_size(dt);
+    unsigned char *buf = xmalloc(count * es), *ref = xmalloc(count * es);
+    for (uint64_t k = 0; k < count; k++)
+        put_id(dt, ref, k, root, 1, k);
+    if (t->me == root)
+        memcpy(buf, ref, count * es);
+    else
+        memset(buf, 0xee, count * es);
+    OK(msr_comm_broadcast(t->comm, buf, count, dt, root));
+    check_bytes(buf, ref, count, es, "broadcast");
+    free(buf);
+    free(ref);
+}
+
+static void check_alltoall(tc_t *t, msr_dtype_t dt, uint64_t count, int inplace)
+{
+    size_t es = msr_dtype_size(dt), total = count * (size_t)t->n;
+    unsigned char *in = xmalloc(total * es), *out = xmalloc(total * es), *ref = xmalloc(total * es);
+    for (int j = 0; j < t->n; j++)
+        for (uint64_t k = 0; k < count; k++) {
+            put_id(dt, in, (size_t)j * count + k, t->me, j, k);  /* to rank j */
+            put_id(dt, ref, (size_t)j * count + k, j, t->me, k); /* from rank j */
+        }
+    memset(out, 0xee, total * es);
+    if (inplace) {
+        memcpy(out, in, total * es);
+        OK(msr_comm_alltoall(t->comm, MSR_IN_PLACE, out, count, dt));
+    } else {
+        OK(msr_comm_alltoall(t->comm, in, out, count, dt));
+    }
+    check_bytes(out, ref, total, es, "alltoall");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void check_alltoallv(tc_t *t, msr_dtype_t dt, uint64_t scale)
+{
+    size_t es = msr_dtype_size(dt);
+    int n = t->n;
+    uint64_t *sc = xmalloc(n * sizeof *sc), *sd = xmalloc(n * sizeof *sd);
+    uint64_t *rc = xmalloc(n * sizeof *rc), *rd = xmalloc(n * sizeof *rd);
+    uint64_t stot = 0, rtot = 0;
+    /* rank a sends (a + b) % 3 * scale elements to rank b, with gaps */
+    for (int j = 0; j < n; j++) {
+        sc[j] = (uint64_t)((t->me + j) % 3) * scale;
+        rc[j] = (uint64_t)((j + t->me) % 3) * scale;
+        sd[j] = stot + 1;
+        stot += sc[j] + 1;
+        rd[j] = rtot + 2;
+        rtot += rc[j] + 2;
+    }
+    unsigned char *in = xmalloc(stot * es), *out = xmalloc(rtot * es), *ref = xmalloc(rtot * es);
+    memset(in, 0, stot * es);
+    memset(out, 0xee, rtot * es);
+    memset(ref, 0xee, rtot * es);
+    for (int j = 0; j < n; j++) {
+        for (uint64_t k = 0; k < sc[j]; k++)
+            put_id(dt, in, sd[j] + k, t->me, j, k);
+        for (uint64_t k = 0; k < rc[j]; k++)
+            put_id(dt, ref, rd[j] + k, j, t->me, k);
+    }
+    OK(msr_comm_alltoallv(t->comm, in, sc, sd, out, rc, rd, dt));
+    check_bytes(out, ref, rtot, es, "alltoallv");
+    free(in);
+    free(out);
+    free(ref);
+    free(sc);
+    free(sd);
+    free(rc);
+    free(rd);
+}
+
+/* Everything on one communicator. large: a count that is prime and not a
+ * multiple of any group size here, big enough for several segments. */
+static void check_all(tc_t *t, uint64_t large)
+{
+    const uint64_t counts[] = {0, 1, 37, large};
+    for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
+        msr_dtype_t dt = (msr_dtype_t)d;
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            uint64_t count = counts[c];
+            for (int o = 0; o < MSR_OP_COUNT; o++) {
+                msr_op_t op = (msr_op_t)o;
+                /* The large count with every op for f32 and bf16, with sum
+                 * for the others. */
+                if (count == large && op != MSR_OP_SUM && dt != MSR_DTYPE_F32 &&
+                    dt != MSR_DTYPE_BF16)
+                    continue;
+                for (int ip = 0; ip < 3; ip++) {
+                    snprintf(g_case, sizeof g_case, "%s n=%d %s %s count=%llu inplace=%d", t->label,
+                             t->n, msr_dtype_name(dt), msr_op_name(op), (unsigned long long)count,
+                             ip);
+                    if (ip < 2) {
+                        check_allreduce(t, dt, op, count, ip);
+                        check_reduce(t, dt, op, count, (int)(count % (uint64_t)t->n), ip);
+                    }
+                    uint64_t rc = count == large ? count / 8 + 1 : count;
+                    check_reduce_scatter(t, dt, op, rc, ip);
+                }
+            }
+            for (int ip = 0; ip < 2; ip++) {
+                snprintf(g_case, sizeof g_case, "%s n=%d %s count=%llu inplace=%d", t->label, t->n,
+                         msr_dtype_name(dt), (unsigned long long)count, ip);
+                uint64_t per = count == large ? count / 8 + 1 : count;
+                check_allgather(t, dt, per, ip);
+                check_alltoall(t, dt, per, ip);
+                check_broadcast(t, dt, count, (int)((count + (uint64_t)ip) % (uint64_t)t->n));
+            }
+            snprintf(g_case, sizeof g_case, "%s n=%d %s alltoallv scale=%llu", t->label, t->n,
+                     msr_dtype_name(dt), (unsigned long long)(count / 4 + 1));
+            check_alltoallv(t, dt, count / 4 + 1);
+        }
+    }
+    snprintf(g_case, sizeof g_case, "%s n=%d barrier", t->label, t->n);
+    OK(msr_comm_barrier(t->comm));
+}
+
+/* The algorithm settings tried in turn; each makes its communicators anew
+ * (settings are read when a communicator is made). */
+static const char *const configs[][8] = {
+    {"auto", NULL},
+    {"direct", "MSR_COMM_ALGO_ALLREDUCE=direct", "MSR_COMM_ALGO_REDUCE_SCATTER=direct",
+     "MSR_COMM_ALGO_ALLGATHER=direct", "MSR_COMM_ALGO_BROADCAST=binomial",
+     "MSR_COMM_ALGO_REDUCE=binomial", NULL},
+    {"rd+chain", "MSR_COMM_ALGO_ALLREDUCE=rd", "MSR_COMM_ALGO_BROADCAST=chain",
+     "MSR_COMM_ALGO_REDUCE=chain", "MSR_COMM_SEGMENT=4096", "MSR_COMM_WINDOW=2", NULL},
+    {"ring", "MSR_COMM_ALGO_ALLREDUCE=ring", "MSR_COMM_ALGO_REDUCE_SCATTER=ring",
+     "MSR_COMM_ALGO_ALLGATHER=ring", "MSR_COMM_SEGMENT=4096", "MSR_COMM_WINDOW=3", NULL},
+};
+
+static void set_config(const char *const *cfg)
+{
+    static const char *const vars[] = {"MSR_COMM_ALGO_ALLREDUCE", "MSR_COMM_ALGO_REDUCE_SCATTER",
+                                       "MSR_COMM_ALGO_ALLGATHER", "MSR_COMM_ALGO_BROADCAST",
+                                       "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_SEGMENT",
+                                       "MSR_COMM_WINDOW"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    for (int i = 1; cfg[i]; i++) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", cfg[i]);
+        char *eq = strchr(buf, '=');
+        *eq = '\0';
+        setenv(buf, eq + 1, 1);
+    }
+}
+
+static void mode_collectives(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    const uint64_t large = 10007;
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        set_config(configs[c]);
+        msr_comm_t *w = NULL;
+        snprintf(g_case, sizeof g_case, "dup for %s", configs[c][0]);
+        OK(msr_comm_dup(world, 0, &w));
+        char label[64];
+        snprintf(label, sizeof label, "%s world", configs[c][0]);
+        tc_t t = {w, label, n, me};
+        check_all(&t, large);
+        /* Sub-groups: with 8 ranks, sizes 1, 2, 3 (split A), 4 (split B,
+         * ranked backwards by key) and 5 (split C, the rest without one). */
+        int colors[3], keys[3];
+        colors[0] = me == 0 ? 0 : me <= 2 ? 1 : me <= 5 ? 2 : 3;
+        keys[0] = me;
+        colors[1] = me < n / 2 ? 0 : 1;
+        keys[1] = -me;
+        colors[2] = me < 5 ? 7 : MSR_COMM_NO_COLOR;
+        keys[2] = 0;
+        for (int s = 0; s < 3; s++) {
+            msr_comm_t *sub = NULL;
+            snprintf(g_case, sizeof g_case, "split %d for %s", s, configs[c][0]);
+            OK(msr_comm_split(w, colors[s], keys[s], &sub));
+            if (colors[s] == MSR_COMM_NO_COLOR) {
+                if (sub != NULL)
+                    fail("split with no color gave a communicator");
+                continue;
+            }
+            if (s == 1 && n >= 2) { /* keys -rank: ranks in reverse order */
+                int hi = colors[1] == 0 ? n / 2 : n;
+                int want = hi - 1 - me;
+                if (msr_comm_rank(sub) != want)
+                    fail("split by key: rank %d, expected %d", msr_comm_rank(sub), want);
+            }
+            snprintf(label, sizeof label, "%s split%d", configs[c][0], s);
+            tc_t st = {sub, label, msr_comm_size(sub), msr_comm_rank(sub)};
+            check_all(&st, large);
+            msr_comm_destroy(sub);
+        }
+        msr_comm_destroy(w);
+    }
+    /* A large allreduce with the default settings: many segments. */
+    snprintf(g_case, sizeof g_case, "large allreduce");
+    set_config(configs[0]);
+    tc_t t = {world, "world", n, me};
+    check_allreduce(&t, MSR_DTYPE_F32, MSR_OP_SUM, 1000003, 0);
+    check_allreduce(&t, MSR_DTYPE_BF16, MSR_OP_AVG, 1000003, 1);
+    check_reduce_scatter(&t, MSR_DTYPE_F32, MSR_OP_SUM, 200003, 0);
+}
+
+/* ---- several operations in flight on two communicators ---- */
+
+static void mode_inflight(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    msr_comm_t *a = NULL, *b = NULL;
+    OK(msr_comm_dup(world, 0, &a));
+    OK(msr_comm_split(world, 0, -me, &b)); /* reversed ranks */
+    int bme = msr_comm_rank(b);
+    enum { K = 6, COUNT = 50021 };
+    float *in[K], *out[K];
+    msr_comm_req_t *req[K];
+    for (int round = 0; round < 20; round++) {
+        snprintf(g_case, sizeof g_case, "inflight round %d", round);
+        for (int k = 0; k < K; k++) {
+            in[k] = xmalloc(COUNT * sizeof(float) * (size_t)n);
+            out[k] = xmalloc(COUNT * sizeof(float) * (size_t)n);
+            for (size_t i = 0; i < COUNT * (size_t)n; i++)
+                in[k][i] = (float)((i + (size_t)k + (size_t)me) % 5);
+        }
+        size_t cnt = round % 2 ? COUNT : 7;
+        OK(msr_comm_iallreduce(a, in[0], out[0], cnt, MSR_DTYPE_F32, MSR_OP_SUM, &req[0]));
+        OK(msr_comm_iallgather(b, in[1], out[1], cnt, MSR_DTYPE_F32, &req[1]));
+        OK(msr_comm_ibroadcast(a, in[2], cnt, MSR_DTYPE_F32, round % n, &req[2]));
+        OK(msr_comm_ireduce_scatter(b, in[3], out[3], cnt, MSR_DTYPE_F32, MSR_OP_MAX, &req[3]));
+        OK(msr_comm_iallreduce(b, in[4], out[4], cnt, MSR_DTYPE_F32, MSR_OP_MIN, &req[4]));
+        OK(msr_comm_ibarrier(a, &req[5]));
+        /* Even ranks finish b's first, odd ranks a's: only progress of
+         * every operation in flight gets both through. */
+        int order[K] = {1, 3, 4, 0, 2, 5};
+        if (me % 2)
+            for (int k = 0; k < K; k++)
+                order[k] = k;
+        if (round % 3 == 2) { /* polling with test */
+            int left = K;
+            while (left > 0)
+                for (int k = 0; k < K; k++)
+                    if (req[k]) {
+                        msr_status_t st = msr_comm_test(&req[k]);
+                        if (st == MSR_IN_PROGRESS)
+                            continue;
+                        if (st != MSR_OK)
+                            fail("test of op %d: %s", k, msr_status_name(st));
+                        left--;
+                    }
+        } else {
+            for (int k = 0; k < K; k++)
+                OK(msr_comm_wait(req[order[k]]));
+        }
+        for (size_t i = 0; i < cnt; i++) {
+            float sum = 0, mn = 1e9f;
+            for (int r = 0; r < n; r++) {
+                sum += (float)((i + 0 + (size_t)r) % 5);
+                float v = (float)((i + 4 + (size_t)r) % 5);
+                mn = v < mn ? v : mn;
+            }
+            if (out[0][i] != sum || out[4][i] != mn)
+                fail("allreduce at %zu: %g %g, expected %g %g", i, out[0][i], out[4][i], sum, mn);
+            float bc = (float)((i + 2 + (size_t)(round % n)) % 5);
+            if (in[2][i] != bc)
+                fail("broadcast at %zu: %g, expected %g", i, in[2][i], bc);
+            /* b ranks are reversed: block r of the gather is job rank n-1-r */
+            for (int r = 0; r < n; r++) {
+                float g = (float)((i + 1 + (size_t)(n - 1 - r)) % 5);
+                if (out[1][(size_t)r * cnt + i] != g)
+                    fail("allgather block %d at %zu", r, i);
+            }
+            float mx = -1;
+            for (int r = 0; r < n; r++) {
+                float v = (float)(((size_t)bme * cnt + i + 3 + (size_t)r) % 5);
+                mx = v > mx ? v : mx;
+            }
+            if (out[3][i] != mx)
+                fail("reduce_scatter at %zu: %g, expected %g", i, out[3][i], mx);
+        }
+        for (int k = 0; k < K; k++) {
+            free(in[k]);
+            free(out[k]);
+        }
+    }
+    /* destroy with an operation in flight: it fails with MSR_ERR_CANCELED */
+    msr_comm_t *c = NULL;
+    OK(msr_comm_dup(world, 0, &c));
+    float x = 1, y = 0;
+    msr_comm_req_t *r = NULL;
+    snprintf(g_case, sizeof g_case, "destroy in flight");
+    OK(msr_comm_irecv(c, &y, 1, MSR_DTYPE_F32, (me + 1) % n, 99, &r));
+    msr_comm_destroy(c);
+    msr_status_t st = msr_comm_wait(r);
+    if (st != MSR_ERR_CANCELED)
+        fail("wait after destroy: %s, expected MSR_ERR_CANCELED", msr_status_name(st));
+    (void)x;
+    msr_comm_destroy(a);
+    msr_comm_destroy(b);
+}
+
+/* ---- point to point ---- */
+
+static void mode_p2p(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    snprintf(g_case, sizeof g_case, "p2p ring");
+    for (size_t count = 1; count <= (1u << 20); count *= 16) {
+        int64_t *s = xmalloc(count * 8), *r = xmalloc(count * 8);
+        for (size_t i = 0; i < count; i++)
+            s[i] = (int64_t)(me * 1000003 + (int64_t)i);
+        msr_comm_req_t *q[2];
+        OK(msr_comm_irecv(world, r, count, MSR_DTYPE_I64, left, 5, &q[0]));
+        OK(msr_comm_isend(world, s, count, MSR_DTYPE_I64, right, 5, &q[1]));
+        OK(msr_comm_wait_all(q, 2));
+        for (size_t i = 0; i < count; i++)
+            if (r[i] != (int64_t)(left * 1000003 + (int64_t)i))
+                fail("p2p %zu elements: wrong value at %zu", count, i);
+        free(s);
+        free(r);
+    }
+    /* tags keep messages apart; same tag keeps order */
+    snprintf(g_case, sizeof g_case, "p2p tags");
+    int v[4] = {me, me + 100, me + 200, me + 300}, got[4] = {0};
+    msr_comm_req_t *q[8];
+    OK(msr_comm_irecv(world, &got[0], 1, MSR_DTYPE_I32, left, 7, &q[0]));
+    OK(msr_comm_irecv(world, &got[1], 1, MSR_DTYPE_I32, left, MSR_COMM_TAG_MAX, &q[1]));
+    OK(msr_comm_irecv(world, &got[2], 1, MSR_DTYPE_I32, left, 7, &q[2]));
+    OK(msr_comm_irecv(world, &got[3], 1, MSR_DTYPE_I32, left, 0, &q[3]));
+    OK(msr_comm_isend(world, &v[3], 1, MSR_DTYPE_I32, right, 0, &q[4]));
+    OK(msr_comm_isend(world, &v[0], 1, MSR_DTYPE_I32, right, 7, &q[5]));
+    OK(msr_comm_isend(world, &v[1], 1, MSR_DTYPE_I32, right, MSR_COMM_TAG_MAX, &q[6]));
+    OK(msr_comm_isend(world, &v[2], 1, MSR_DTYPE_I32, right, 7, &q[7]));
+    OK(msr_comm_wait_all(q, 8));
+    if (got[0] != left || got[1] != left + 100 || got[2] != left + 200 || got[3] != left + 300)
+        fail("tags: got %d %d %d %d", got[0], got[1], got[2], got[3]);
+    /* a receive that expects less than was sent fails, and the
+     * communicator stays usable */
+    snprintf(g_case, sizeof g_case, "p2p truncation");
+    int32_t big[4] = {1, 2, 3, 4}, small[2];
+    msr_comm_req_t *t[2];
+    OK(msr_comm_isend(world, big, 4, MSR_DTYPE_I32, right, 11, &t[0]));
+    msr_status_t st = msr_comm_recv(world, small, 2, MSR_DTYPE_I32, left, 11);
+    if (st != MSR_ERR_TRUNCATED)
+        fail("short receive: %s, expected MSR_ERR_TRUNCATED", msr_status_name(st));
+    OK(msr_comm_wait(t[0]));
+    OK(msr_comm_barrier(world));
+    /* bad arguments change nothing */
+    snprintf(g_case, sizeof g_case, "bad arguments");
+    if (msr_comm_send(world, big, 1, MSR_DTYPE_I32, n, 0) != MSR_ERR_INVALID_ARG ||
+        msr_comm_send(world, big, 1, MSR_DTYPE_I32, 0, -1) != MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, 1, (msr_dtype_t)42, MSR_OP_SUM) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, 1, MSR_DTYPE_I32, (msr_op_t)9) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_broadcast(world, big, 1, MSR_DTYPE_I32, -1) != MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, NULL, small, 1, MSR_DTYPE_I32, MSR_OP_SUM) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, UINT64_MAX / 2, MSR_DTYPE_I32, MSR_OP_SUM) !=
+            MSR_ERR_OVERFLOW ||
+        msr_comm_split(world, -5, 0, &(msr_comm_t *){NULL}) != MSR_ERR_INVALID_ARG)
+        fail("a bad argument was not refused");
+    if (msr_comm_status(world) != MSR_OK)
+        fail("bad arguments broke the communicator");
+    /* dup with its own worker, used alongside the world */
+    snprintf(g_case, sizeof g_case, "dup own worker");
+    msr_comm_t *own = NULL;
+    OK(msr_comm_dup(world, MSR_COMM_OWN_WORKER, &own));
+    int64_t x = me + 1, sum = 0, sum2 = 0;
+    msr_comm_req_t *q2[2];
+    OK(msr_comm_iallreduce(own, &x, &sum, 1, MSR_DTYPE_I64, MSR_OP_SUM, &q2[0]));
+    OK(msr_comm_iallreduce(world, &x, &sum2, 1, MSR_DTYPE_I64, MSR_OP_SUM, &q2[1]));
+    OK(msr_comm_wait(q2[1]));
+    OK(msr_comm_wait(q2[0]));
+    if (sum != (int64_t)n * (n + 1) / 2 || sum2 != sum)
+        fail("own-worker allreduce: %lld %lld", (long long)sum, (long long)sum2);
+    if (msr_comm_world_rank(own, msr_comm_rank(own)) != me || msr_comm_size(own) != n)
+        fail("own-worker dup: rank %d of %d", msr_comm_rank(own), msr_comm_size(own));
+    msr_comm_destroy(own);
+}
+
+/* ---- determinism ---- */
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void mode_determinism(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    const size_t count = 300007;
+    float *in = xmalloc(count * 4), *out = xmalloc(count * 4);
+    uint16_t *hin = xmalloc(count * 2), *hout = xmalloc(count * 2);
+    uint64_t seed = 88172645463325252ull + (uint64_t)me * 7919;
+    for (size_t i = 0; i < count; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        in[i] = (float)((double)(seed % 2000001) / 1000.0 - 1000.0) * 1.0001f;
+        hin[i] = to_f16(in[i] / 64.0f);
+    }
+    static const char *const algos[] = {"direct", "rd", "ring"};
+    uint64_t all = 1469598103934665603ull;
+    for (size_t a = 0; a < 3; a++) {
+        setenv("MSR_COMM_ALGO_ALLREDUCE", algos[a], 1);
+        msr_comm_t *c = NULL;
+        OK(msr_comm_dup(world, 0, &c));
+        for (int dt = 0; dt < 2; dt++) {
+            size_t cnt = a == 0 ? 1001 : count; /* direct: small vectors */
+            uint64_t h[2];
+            for (int rep = 0; rep < 2; rep++) {
+                snprintf(g_case, sizeof g_case, "determinism %s %s rep %d", algos[a],
+                         dt ? "f16" : "f32", rep);
+                if (dt == 0) {
+                    OK(msr_comm_allreduce(c, in, out, cnt, MSR_DTYPE_F32, MSR_OP_SUM));
+                    h[rep] = fnv(out, cnt * 4);
+                } else {
+                    OK(msr_comm_allreduce(c, hin, hout, cnt, MSR_DTYPE_F16, MSR_OP_SUM));
+                    h[rep] = fnv(hout, cnt * 2);
+                }
+            }
+            if (h[0] != h[1])
+                fail("two identical allreduces gave different bits");
+            uint64_t *hs = xmalloc((size_t)n * 8);
+            OK(msr_comm_allgather(c, &h[0], hs, 1, MSR_DTYPE_I64));
+            for (int r = 0; r < n; r++)
+                if (hs[r] != h[0])
+                    fail("rank %d got different bits than this rank", r);
+            free(hs);
+            all = (all ^ h[0]) * 1099511628211ull;
+        }
+        msr_comm_destroy(c);
+    }
+    unsetenv("MSR_COMM_ALGO_ALLREDUCE");
+    if (me == 0)
+        printf("determinism hash %016llx\n", (unsigned long long)all);
+    free(in);
+    free(out);
+    free(hin);
+    free(hout);
+}
+
+/* ---- failures ---- */
+
+static void *killer(void *arg)
+{
+    int ms = *(int *)arg;
+    usleep((useconds_t)ms * 1000);
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+/* The victim dies (kill) or stops answering (stop) while the others loop
+ * allreduces; each survivor must fail with one of the expected statuses
+ * within limit_ms of the event and can destroy the communicator. */
+static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int victim = stop ? 1 : n - 1;
+    /* msrun sends SIGTERM to the survivors when a worker dies: this test
+     * wants to see them notice on their own. */
+    signal(SIGTERM, SIG_IGN);
+    int *pids = xmalloc((size_t)n * sizeof *pids);
+    int pid = getpid();
+    OK(msr_allgather(ctx, &pid, sizeof pid, pids));
+    int64_t timeout_ms = stop ? 3000 : 30000;
+    msr_comm_set_timeout(world, timeout_ms);
+    const size_t count = 1 << 18;
+    float *a = xmalloc(count * 4), *b = xmalloc(count * 4);
+    for (size_t i = 0; i < count; i++)
+        a[i] = 1.0f;
+    OK(msr_comm_barrier(world));
+    if (me == victim && !stop) {
+        static int delay = 300;
+        pthread_t th;
+        pthread_create(&th, NULL, killer, &delay);
+    }
+    double start = now_ms(), event = start + (stop ? 300 : 300);
+    msr_status_t st = MSR_OK;
+    long iters = 0;
+    while (st == MSR_OK) {
+        if (stop && me == victim && now_ms() >= event) {
+            /* stops answering: sleeps (SIGTERM ignored) until killed */
+            for (;;)
+                pause();
+        }
+        st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+        iters++;
+        if (now_ms() - start > 60000)
+            fail("still running after 60 s");
+    }
+    double took = now_ms() - event;
+    int expected =
+        stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
+    if (!expected)
+        fail("allreduce failed with %s (%s)", msr_status_name(st), msr_last_error());
+    double limit = (double)timeout_ms + 2000;
+    if (took > limit)
+        fail("noticed after %.0f ms, limit %.0f ms", took, limit);
+    if (msr_comm_status(world) == MSR_OK)
+        fail("the communicator is not marked broken");
+    msr_status_t again = msr_comm_barrier(world);
+    if (again == MSR_OK)
+        fail("a broken communicator still works");
+    msr_comm_destroy(world);
+    printf("rank %d survived: %s after %.0f ms (%ld allreduces)\n", me, msr_status_name(st), took,
+           iters);
+    fflush(stdout);
+    if (stop && me == 0)
+        kill(pids[victim], SIGKILL); /* the stopped rank would wait forever */
+    free(pids);
+    free(a);
+    free(b);
+    msr_finalize(ctx);
+    exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: comm_worker collectives|inflight|p2p|determinism|kill|stop\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    g_rank = msr_rank(ctx);
+    msr_comm_t *world = NULL;
+    snprintf(g_case, sizeof g_case, "world");
+    OK(msr_comm_world(ctx, &world));
+    if (msr_comm_size(world) != msr_world_size(ctx) || msr_comm_rank(world) != g_rank ||
+        msr_comm_world_rank(world, g_rank) != g_rank)
+        fail("world: rank %d of %d", msr_comm_rank(world), msr_comm_size(world));
+    double t0 = now_ms();
+    if (strcmp(mode, "collectives") == 0)
+        mode_collectives(world);
+    else if (strcmp(mode, "inflight") == 0)
+        mode_inflight(world);
+    else if (strcmp(mode, "p2p") == 0)
+        mode_p2p(world);
+    else if (strcmp(mode, "determinism") == 0)
+        mode_determinism(world);
+    else if (strcmp(mode, "kill") == 0)
+        mode_failure(ctx, world, 0);
+    else if (strcmp(mode, "stop") == 0)
+        mode_failure(ctx, world, 1);
+    else
+        fail("unknown mode %s", mode);
+    snprintf(g_case, sizeof g_case, "final barrier");
+    OK(msr_comm_barrier(world));
+    msr_comm_destroy(world);
+    if (g_rank == 0)
+        printf("ok %s (%ld results checked on rank 0, %.1f s)\n", mode, g_checks,
+               (now_ms() - t0) / 1e3);
+    msr_finalize(ctx);
+    return 0;
+}

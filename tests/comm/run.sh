@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Runs tests/comm/comm_worker MODE under the real msrun with NP ranks on this
+# host and checks the outcome the mode expects. Cleans up every process of
+# its job (found by the job id in their environment) whatever happens.
+# Usage: run.sh MODE NP [LIMIT_SECONDS]    (MSRUN_BUILD: the build directory)
+set -u
+mode=$1
+np=$2
+limit=${3:-150}
+build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
+msrun=$build/bin/msrun
+worker=$build/tests/comm_worker
+job=commtest-$mode-$$-$RANDOM
+out=$(mktemp -d)
+shm_before=$(ls /dev/shm 2>/dev/null | sort)
+
+# Under AddressSanitizer UCX must not hook malloc/mmap (it would fight ASan
+# over the same symbols). Leaks are checked in the workers (this module's
+# code); msrun itself is the launcher's business and runs without it.
+prog=("$worker" "$mode")
+if [ -n "${MSRUN_SANITIZE:-}" ]; then
+    export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+    worker_asan=${ASAN_OPTIONS:-detect_leaks=1}
+    export ASAN_OPTIONS=detect_leaks=0
+    prog=(env "ASAN_OPTIONS=$worker_asan" "$worker" "$mode")
+fi
+
+job_pids() {
+    grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+    pgrep -f -- "$job" 2>/dev/null
+}
+
+cleanup() {
+    local p
+    for p in $(job_pids); do
+        [ "$p" != "$$" ] && kill -KILL "$p" 2>/dev/null
+    done
+    # Shared-memory files our processes left (UCX unlinks its own at once;
+    # this only catches leftovers that no live process maps).
+    local shm_after f
+    shm_after=$(ls /dev/shm 2>/dev/null | sort)
+    for f in $(comm -13 <(echo "$shm_before") <(echo "$shm_after")); do
+        case $f in
+        ucx_shm_posix_* | msr-*)
+            grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || rm -f "/dev/shm/$f"
+            ;;
+        esac
+    done
+    rm -rf "$out"
+}
+trap cleanup EXIT
+
+run_once() { # $1: log file
+    "$msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
+        "${prog[@]}" >"$1" 2>&1 &
+    local pid=$! end=$((SECONDS + limit))
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$SECONDS" -ge "$end" ]; then
+            echo "run.sh: $mode with $np ranks still running after ${limit} s: killing it" >>"$1"
+            kill -TERM "$pid" 2>/dev/null
+            sleep 2
+            for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
+            break
+        fi
+        sleep 0.2
+    done
+    wait "$pid"
+}
+
+failed() {
+    echo "FAIL: $*"
+    echo "---- output ----"
+    cat "$out"/log* 2>/dev/null
+    exit 1
+}
+
+case $mode in
+collectives | inflight | p2p)
+    run_once "$out/log"
+    rc=$?
+    [ $rc -eq 0 ] || failed "msrun exited with $rc"
+    grep -q "ok $mode" "$out/log" || failed "rank 0 did not report ok"
+    ;;
+determinism)
+    run_once "$out/log1"
+    rc=$?
+    [ $rc -eq 0 ] || failed "first run: msrun exited with $rc"
+    job=$job-2
+    run_once "$out/log2"
+    rc=$?
+    [ $rc -eq 0 ] || failed "second run: msrun exited with $rc"
+    h1=$(grep -o 'determinism hash [0-9a-f]*' "$out/log1")
+    h2=$(grep -o 'determinism hash [0-9a-f]*' "$out/log2")
+    [ -n "$h1" ] || failed "no hash printed"
+    [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
+    echo "$h1 in both runs"
+    ;;
+kill | stop)
+    run_once "$out/log"
+    rc=$?
+    [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
+    want=$((np - 1))
+    if [ "$mode" = kill ]; then
+        got=$(grep -c "survived: MSR_ERR_PEER_LOST" "$out/log")
+    else
+        got=$(grep -cE "survived: MSR_ERR_(TIMEOUT|PEER_LOST)" "$out/log")
+    fi
+    [ "$got" -eq "$want" ] || failed "$got of $want survivors reported the failure"
+    grep "survived" "$out/log"
+    ;;
+*)
+    echo "run.sh: unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
+echo "PASS: $mode with $np ranks"
