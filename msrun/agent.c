@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -95,6 +96,7 @@ typedef struct agent {
     int interrupted; /* the signal that interrupted msrun, 0 if none */
     int leave_sent;
     int pending_reports;
+    msr_list_t reports; /* reports not yet acknowledged */
     char coord_bind[300]; /* where the embedded coordinator listens (restarts) */
     char state_file[300]; /* the embedded coordinator's state */
     uint64_t coord_restarts;
@@ -625,6 +627,7 @@ static void stopping_done(agent_t *a)
  * coordinator that restarts meanwhile still hears of it. */
 typedef struct report {
     agent_t *agent;
+    msr_list_t link; /* in agent->reports */
     struct event *retry;
     int64_t backoff_ms;
     int generation, rank, pid, exit_code, signal;
@@ -636,6 +639,7 @@ typedef struct report {
 
 static void report_free(report_t *r)
 {
+    msr_list_remove(&r->link);
     for (int i = 0; i < r->ntail; i++)
         msr_free(r->tail[i]);
     if (r->retry)
@@ -705,6 +709,7 @@ static void report_exit(agent_t *a, msr_worker_t *w)
     }
     r->agent = a;
     r->backoff_ms = 50;
+    msr_list_push_back(&a->reports, &r->link);
     r->generation = a->worker_generation;
     r->rank = w->rank;
     r->pid = (int)w->pid;
@@ -1215,6 +1220,7 @@ int msr_agent_run(msr_options_t *o)
     a.ready_generation = -1;
     a.backoff_ms = 50;
     a.state = MSR__JOB_STATE__JOB_STATE_UNKNOWN;
+    msr_list_init(&a.reports);
     msr_log_init("msrun", -1, -1);
     msr_log_set_level((msr_log_level_t)o->log_level);
     a.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -1361,6 +1367,9 @@ out_base:
         event_free(a.hang_ev);
     msr_proxy_stop(a.proxy);
     msr_link_destroy(a.link);
+    /* reports still unacknowledged: their calls were cancelled with the link */
+    while (!msr_list_empty(&a.reports))
+        report_free(MSR_CONTAINER_OF(a.reports.next, report_t, link));
     msr_free(a.workers);
     event_base_free(a.base);
 out_coord:
