@@ -59,8 +59,10 @@ void msr_ckpt_hash_update(msr_ckpt_hasher_t *hs, const void *data, size_t len)
     }
     for (; len >= 8; p += 8, len -= 8)
         hs->h = hash_word(hs->h, p);
-    memcpy(hs->part + hs->npart, p, len);
-    hs->npart += len;
+    if (len > 0) {
+        memcpy(hs->part + hs->npart, p, len);
+        hs->npart += len;
+    }
 }
 
 uint64_t msr_ckpt_hash_final(const msr_ckpt_hasher_t *hs)
@@ -332,7 +334,8 @@ msr_status_t msr_ckpt_latest(const char *dir, uint64_t *step_p, uint32_t *world_
         msr_free(s.steps);
         return MSR_ERR_NO_MEMORY;
     }
-    qsort(s.steps, s.n, sizeof *s.steps, cmp_desc);
+    if (s.n > 1)
+        qsort(s.steps, s.n, sizeof *s.steps, cmp_desc);
     st = MSR_ERR_NOT_FOUND;
     for (size_t i = 0; i < s.n; i++) {
         manifest_t m;

@@ -210,7 +210,10 @@ void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, cons
     }
 }
 
-/* gelu(x) = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3) */
+/* gelu(x) = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3),
+ * computed as x * sigmoid(2u) (the same function: (1 + tanh(u))/2 =
+ * 1/(1 + exp(-2u))), which costs one exp instead of a tanh. For very
+ * negative x, exp(-2u) overflows to inf and gelu(x) = x/inf = -0. */
 #define GELU_S R(0.7978845608028654)
 #define GELU_A R(0.044715)
 
@@ -219,18 +222,20 @@ void LAYER(gelu_forward)(real *out, const real *inp, size_t n)
     for (size_t i = 0; i < n; i++) {
         real x = inp[i];
         real u = GELU_S * (x + GELU_A * x * x * x);
-        out[i] = R(0.5) * x * (R(1) + tanh(u));
+        out[i] = x / (R(1) + exp(R(-2) * u));
     }
 }
 
+/* With s = sigmoid(2u): gelu' = s + 2 x s (1 - s) du/dx, since
+ * (1 - tanh(u)^2) / 2 = 2 s (1 - s). */
 void LAYER(gelu_backward)(real *dinp, const real *inp, const real *dout, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         real x = inp[i];
         real u = GELU_S * (x + GELU_A * x * x * x);
-        real th = tanh(u);
+        real s = R(1) / (R(1) + exp(R(-2) * u));
         real du = GELU_S * (R(1) + R(3) * GELU_A * x * x);
-        real g = R(0.5) * (R(1) + th) + R(0.5) * x * (R(1) - th * th) * du;
+        real g = s + R(2) * x * s * (R(1) - s) * du;
         dinp[i] += g * dout[i];
     }
 }
