@@ -65,7 +65,7 @@ static const opt_spec_t specs[] = {
     OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
     OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
     OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
-    OPT("dp", OPT_INT, dp, 1, 1 << 20, "data-parallel degree (1)"),
+    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
     OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3 (0)"),
@@ -158,9 +158,20 @@ static int parse_options(int argc, char **argv, options_t *o)
     return 0;
 }
 
-/* The combinations this build can run; prints why not and returns -1. */
-static int check_combination(const options_t *o, int world)
+/* The combinations this build can run; prints why not and returns -1.
+ * Fills in dp when it was left to the world size. */
+static int check_combination(options_t *o, int world)
 {
+    if (o->dp == 0) {
+        if (world % (o->tp * o->pp) != 0) {
+            fprintf(stderr,
+                    "train_gpt: the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
+                    "\n",
+                    world, o->tp, o->pp);
+            return -1;
+        }
+        o->dp = world / (o->tp * o->pp);
+    }
     if (o->dp * o->tp * o->pp != world) {
         fprintf(stderr,
                 "train_gpt: dp %" PRId64 " x tp %" PRId64 " x pp %" PRId64 " = %" PRId64
@@ -263,7 +274,7 @@ int main(int argc, char **argv)
         .seq = 64,
         .micro_batch = 8,
         .grad_accum = 1,
-        .dp = 1,
+        .dp = 0,
         .tp = 1,
         .pp = 1,
         .zero = 0,

@@ -29,7 +29,8 @@ refuse "not a number" --lr fast
 refuse "do not divide into --heads 3" --heads 3
 refuse "but the job has 1" --dp 2
 refuse "not built yet" --zero 1
-refuse "but the job has 1" --tp 2
+refuse "do not divide into tp 2" --tp 2
+refuse "but the job has 1" --tp 2 --dp 1
 refuse "need --ckpt-dir" --resume
 refuse "no data" --data "$work/missing"
 printf 'short' >"$work/short"
@@ -62,17 +63,18 @@ head -c 20000 "$bin/train_gpt" >"$work/data.bin"
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 2 --data "$work/data.bin" >"$work/out"
 [[ $(wc -l <"$work/out") -eq 2 ]] || fail "--data: $(cat "$work/out")"
 
-# under msrun: a world of one trains, a world of two with dp 1 is refused
+# under msrun: a world of one trains, a world of two with dp 1 is refused,
+# and a world of two is dp 2 unless told otherwise
 timeout 60 "$bin/msrun" --worker_num=1 --local_worker_num=1 "$bin/train_gpt" "${small[@]}" \
     --steps 2 >"$work/out" 2>"$work/err" || fail "under msrun: $(cat "$work/err")"
 [[ $(grep -c -E 'step [0-9]+ loss [0-9]+\.[0-9]{6} tok/s [0-9]+$' "$work/out") -eq 2 ]] ||
     fail "under msrun: $(cat "$work/out")"
 rc=0
 timeout 60 "$bin/msrun" --worker_num=2 --local_worker_num=2 "$bin/train_gpt" "${small[@]}" \
-    >"$work/out" 2>"$work/err" || rc=$?
+    --dp 1 >"$work/out" 2>"$work/err" || rc=$?
 [[ $rc -eq 2 ]] || fail "msrun with 2 workers and dp 1 exited $rc, want 2"
 grep -q "but the job has 2" "$work/err" || fail "no reason: $(cat "$work/err")"
-for degrees in "--dp 2" "--tp 2" "--dp 2 --zero 1"; do # right count, not built yet
+for degrees in "" "--dp 2" "--tp 2" "--dp 2 --zero 1"; do # right count, not built yet
     rc=0
     # shellcheck disable=SC2086
     timeout 60 "$bin/msrun" --worker_num=2 --local_worker_num=2 "$bin/train_gpt" "${small[@]}" \
