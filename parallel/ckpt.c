@@ -137,6 +137,7 @@ msr_status_t msr_ckpt_shard_write(const char *dir, const msr_ckpt_shard_t *shard
     if ((st = msr_ckpt_io_mkdirs(step_dir)) != MSR_OK)
         return st;
     msr_ckpt_entry_t e;
+    memset(&e, 0, sizeof e); /* no stray bytes when the entry travels to rank 0 */
     snprintf(e.name, sizeof e.name, "rank_%05u.bin", s->rank);
     if ((st = join_path(path, step_dir, e.name)) != MSR_OK)
         return st;

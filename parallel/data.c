@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -90,14 +91,22 @@ static const char *const numbers[] = {"one", "two",   "three", "four", "five",
 
 #define PICK(list, r) list[(r) % (sizeof(list) / sizeof((list)[0]))]
 
-/* Appends text to out (capacity cap, filled len), cutting at cap. */
-static void put(char *out, size_t cap, size_t *len, const char *text)
+/* Appends printf-formatted text to out (capacity cap, *len filled), cut at
+ * cap. */
+__attribute__((format(printf, 4, 5))) static void append(char *out, size_t cap, size_t *len,
+                                                         const char *fmt, ...)
 {
-    size_t n = strlen(text);
-    if (n > cap - *len)
-        n = cap - *len;
-    memcpy(out + *len, text, n);
-    *len += n;
+    char line[160];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t m = MSR_MIN((size_t)n, sizeof line - 1);
+    m = MSR_MIN(m, cap - *len);
+    memcpy(out + *len, line, m);
+    *len += m;
 }
 
 msr_status_t msr_dataset_generate(uint64_t seed, size_t size, msr_dataset_t **ds_p)
@@ -116,27 +125,22 @@ msr_status_t msr_dataset_generate(uint64_t seed, size_t size, msr_dataset_t **ds
     }
     size_t len = 0;
     uint64_t k = 0;
-    char line[160];
     while (len < size) {
         uint64_t r = msr_rng_u64(seed, CORPUS_STREAM, k++);
         unsigned kind = (unsigned)(r % 8);
         r >>= 3;
         if (kind < 5) { /* a sentence, sometimes with a place or time */
-            snprintf(line, sizeof line, "%s %s %s%s%s. ", PICK(subjects, r & 0xff),
-                     PICK(verbs, (r >> 8) & 0xff), PICK(objects, (r >> 16) & 0xff),
-                     kind < 3 ? " " : "", kind < 3 ? PICK(places, (r >> 24) & 0xff) : "");
+            append(text, size, &len, "%s %s %s%s%s. ", PICK(subjects, r & 0xff),
+                   PICK(verbs, (r >> 8) & 0xff), PICK(objects, (r >> 16) & 0xff),
+                   kind < 3 ? " " : "", kind < 3 ? PICK(places, (r >> 24) & 0xff) : "");
         } else if (kind < 7) { /* a sum of two small numbers */
             unsigned a = (unsigned)(r % 50), b = (unsigned)((r >> 8) % 50);
-            snprintf(line, sizeof line, "%u plus %u is %u. ", a, b, a + b);
+            append(text, size, &len, "%u plus %u is %u. ", a, b, a + b);
         } else { /* counting, then the end of a paragraph */
             unsigned n = 3 + (unsigned)((r >> 8) % 5), from = (unsigned)(r % (11 - n));
-            line[0] = '\0';
-            for (unsigned i = 0; i < n; i++) {
-                strcat(line, numbers[from + i]);
-                strcat(line, i + 1 < n ? " " : ".\n");
-            }
+            for (unsigned i = 0; i < n; i++)
+                append(text, size, &len, "%s%s", numbers[from + i], i + 1 < n ? " " : ".\n");
         }
-        put(text, size, &len, line);
     }
     ds->owned = text;
     ds->bytes = (const uint8_t *)text;

@@ -268,7 +268,8 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
     m->max_batch = max_batch;
     m->num_params = msr_gpt_num_params(cfg);
     m->num_segments = cfg->layers + 2;
-    m->tensors = msr_calloc((size_t)(4 + MSR_GPT_BLOCK_TENSORS * cfg->layers), sizeof *m->tensors);
+    m->tensors =
+        msr_calloc(4 + (size_t)MSR_GPT_BLOCK_TENSORS * (size_t)cfg->layers, sizeof *m->tensors);
     m->segments = msr_calloc((size_t)m->num_segments, sizeof *m->segments);
     m->acts.blocks = msr_calloc((size_t)cfg->layers, sizeof *m->acts.blocks);
     if (m->tensors == NULL || m->segments == NULL || m->acts.blocks == NULL)

@@ -139,7 +139,7 @@ void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int 
         for (int h = 0; h < NH; h++) {
             const real *q = qkv + (size_t)b * T * C3 + (size_t)h * HS; /* (T,HS), row stride 3C */
             const real *k = q + C;                                     /* (T,HS), row stride 3C */
-            const real *v = q + 2 * C;                                 /* (T,HS), row stride 3C */
+            const real *v = q + (size_t)2 * C;                         /* (T,HS), row stride 3C */
             real *a = att + ((size_t)b * NH + h) * T * T;              /* (T,T) */
             real *o = out + (size_t)b * T * C + (size_t)h * HS;        /* (T,HS), row stride C */
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a,
@@ -182,10 +182,10 @@ void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, cons
             size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
             const real *q = qkv + qoff;                                /* (T,HS), stride 3C */
             const real *k = q + C;                                     /* (T,HS), stride 3C */
-            const real *v = q + 2 * C;                                 /* (T,HS), stride 3C */
+            const real *v = q + (size_t)2 * C;                         /* (T,HS), stride 3C */
             real *dq = dqkv + qoff;                                    /* (T,HS), stride 3C */
             real *dk = dq + C;                                         /* (T,HS), stride 3C */
-            real *dv = dq + 2 * C;                                     /* (T,HS), stride 3C */
+            real *dv = dq + (size_t)2 * C;                             /* (T,HS), stride 3C */
             const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
