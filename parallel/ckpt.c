@@ -32,7 +32,7 @@ static size_t shard_head_len(size_t meta_len)
 #define HASH_INIT  0xcbf29ce484222325ULL
 #define HASH_PRIME 0x100000001b3ULL
 
-void msr_ckpt_hash_init(msr_ckpt_hasher_t *hs)
+void msr_tckpt_hash_init(msr_tckpt_hasher_t *hs)
 {
     hs->h = HASH_INIT;
     hs->npart = 0;
@@ -46,7 +46,7 @@ static uint64_t hash_word(uint64_t h, const unsigned char *p)
     return h ^ (h >> 29);
 }
 
-void msr_ckpt_hash_update(msr_ckpt_hasher_t *hs, const void *data, size_t len)
+void msr_tckpt_hash_update(msr_tckpt_hasher_t *hs, const void *data, size_t len)
 {
     const unsigned char *p = data;
     while (len > 0 && hs->npart > 0) { /* finish the word begun by the last piece */
@@ -65,7 +65,7 @@ void msr_ckpt_hash_update(msr_ckpt_hasher_t *hs, const void *data, size_t len)
     }
 }
 
-uint64_t msr_ckpt_hash_final(const msr_ckpt_hasher_t *hs)
+uint64_t msr_tckpt_hash_final(const msr_tckpt_hasher_t *hs)
 {
     uint64_t h = hs->h;
     for (size_t i = 0; i < hs->npart; i++)
@@ -73,15 +73,15 @@ uint64_t msr_ckpt_hash_final(const msr_ckpt_hasher_t *hs)
     return h;
 }
 
-uint64_t msr_ckpt_hash(const void *data, size_t len)
+uint64_t msr_tckpt_hash(const void *data, size_t len)
 {
-    msr_ckpt_hasher_t hs;
-    msr_ckpt_hash_init(&hs);
-    msr_ckpt_hash_update(&hs, data, len);
-    return msr_ckpt_hash_final(&hs);
+    msr_tckpt_hasher_t hs;
+    msr_tckpt_hash_init(&hs);
+    msr_tckpt_hash_update(&hs, data, len);
+    return msr_tckpt_hash_final(&hs);
 }
 
-msr_status_t msr_ckpt_step_dir(const char *dir, uint64_t step, char *out, size_t out_len)
+msr_status_t msr_tckpt_step_dir(const char *dir, uint64_t step, char *out, size_t out_len)
 {
     int n = snprintf(out, out_len, "%s/step_%08llu", dir, (unsigned long long)step);
     if (n < 0 || (size_t)n >= out_len) {
@@ -116,12 +116,12 @@ static void put_u64(unsigned char **p, uint64_t v)
     *p += 8;
 }
 
-msr_status_t msr_ckpt_shard_write(const char *dir, const msr_ckpt_shard_t *shard,
-                                  msr_ckpt_entry_t *entry_p)
+msr_status_t msr_tckpt_shard_write(const char *dir, const msr_tckpt_shard_t *shard,
+                                   msr_tckpt_entry_t *entry_p)
 {
-    const msr_ckpt_shard_t *s = shard;
+    const msr_tckpt_shard_t *s = shard;
     size_t meta_len = s->meta != NULL ? strlen(s->meta) : 0;
-    if (meta_len >= MSR_CKPT_META_MAX || s->params_lo > s->params_hi ||
+    if (meta_len >= MSR_TCKPT_META_MAX || s->params_lo > s->params_hi ||
         s->params_hi > s->num_params || s->opt_lo > s->opt_hi || s->opt_hi > s->num_params ||
         s->world == 0 || s->rank >= s->world || s->world > MAX_WORLD) {
         MSR_ERROR("checkpoint: inconsistent shard (rank %u of %u, params [%" PRIu64 ", %" PRIu64
@@ -131,12 +131,12 @@ msr_status_t msr_ckpt_shard_write(const char *dir, const msr_ckpt_shard_t *shard
         return MSR_ERR_INVALID_ARG;
     }
     char step_dir[PATH_MAX], path[PATH_MAX];
-    msr_status_t st = msr_ckpt_step_dir(dir, s->step, step_dir, sizeof step_dir);
+    msr_status_t st = msr_tckpt_step_dir(dir, s->step, step_dir, sizeof step_dir);
     if (st != MSR_OK)
         return st;
-    if ((st = msr_ckpt_io_mkdirs(step_dir)) != MSR_OK)
+    if ((st = msr_tckpt_io_mkdirs(step_dir)) != MSR_OK)
         return st;
-    msr_ckpt_entry_t e;
+    msr_tckpt_entry_t e;
     memset(&e, 0, sizeof e); /* no stray bytes when the entry travels to rank 0 */
     snprintf(e.name, sizeof e.name, "rank_%05u.bin", s->rank);
     if ((st = join_path(path, step_dir, e.name)) != MSR_OK)
@@ -165,32 +165,32 @@ msr_status_t msr_ckpt_shard_write(const char *dir, const msr_ckpt_shard_t *shard
 
     size_t np = (size_t)(s->params_hi - s->params_lo) * sizeof(float);
     size_t no = (size_t)(s->opt_hi - s->opt_lo) * sizeof(float);
-    msr_ckpt_piece_t pieces[7] = {
+    msr_tckpt_piece_t pieces[7] = {
         {head, sizeof head}, {s->meta, meta_len}, {zeros, head_len - SHARD_FIXED - meta_len},
         {s->params, np},     {s->m, no},          {s->v, no},
     };
-    msr_ckpt_hasher_t hs;
-    msr_ckpt_hash_init(&hs);
+    msr_tckpt_hasher_t hs;
+    msr_tckpt_hash_init(&hs);
     for (int i = 0; i < 6; i++)
-        msr_ckpt_hash_update(&hs, pieces[i].data, pieces[i].len);
-    uint64_t h = msr_ckpt_hash_final(&hs);
-    pieces[6] = (msr_ckpt_piece_t){&h, sizeof h};
-    if ((st = msr_ckpt_io_write(path, pieces, 7)) != MSR_OK)
+        msr_tckpt_hash_update(&hs, pieces[i].data, pieces[i].len);
+    uint64_t h = msr_tckpt_hash_final(&hs);
+    pieces[6] = (msr_tckpt_piece_t){&h, sizeof h};
+    if ((st = msr_tckpt_io_write(path, pieces, 7)) != MSR_OK)
         return st;
     e.size = head_len + np + 2 * no + sizeof h;
-    msr_ckpt_hash_update(&hs, &h, sizeof h);
-    e.hash = msr_ckpt_hash_final(&hs);
+    msr_tckpt_hash_update(&hs, &h, sizeof h);
+    e.hash = msr_tckpt_hash_final(&hs);
     *entry_p = e;
     return MSR_OK;
 }
 
 /* ---- the manifest ---- */
 
-msr_status_t msr_ckpt_manifest_write(const char *dir, uint64_t step, uint32_t world,
-                                     const msr_ckpt_entry_t *entries)
+msr_status_t msr_tckpt_manifest_write(const char *dir, uint64_t step, uint32_t world,
+                                      const msr_tckpt_entry_t *entries)
 {
     char step_dir[PATH_MAX], path[PATH_MAX];
-    msr_status_t st = msr_ckpt_step_dir(dir, step, step_dir, sizeof step_dir);
+    msr_status_t st = msr_tckpt_step_dir(dir, step, step_dir, sizeof step_dir);
     if (st != MSR_OK)
         return st;
     if ((st = join_path(path, step_dir, MANIFEST_NAME)) != MSR_OK)
@@ -208,8 +208,8 @@ msr_status_t msr_ckpt_manifest_write(const char *dir, uint64_t step, uint32_t wo
         MSR_ERROR("checkpoint: out of memory for a manifest of %u shards", world);
         goto err_buf;
     }
-    msr_ckpt_piece_t piece = {b.data, b.len};
-    st = msr_ckpt_io_write(path, &piece, 1);
+    msr_tckpt_piece_t piece = {b.data, b.len};
+    st = msr_tckpt_io_write(path, &piece, 1);
 
 err_buf:
     msr_buf_cleanup(&b);
@@ -220,7 +220,7 @@ err_buf:
 typedef struct manifest {
     uint64_t step;
     uint32_t world;
-    msr_ckpt_entry_t *entries; /* [world] */
+    msr_tckpt_entry_t *entries; /* [world] */
 } manifest_t;
 
 /* Reads and checks the manifest of checkpoint `step`: well formed, ending
@@ -229,14 +229,14 @@ typedef struct manifest {
 static msr_status_t manifest_load(const char *dir, uint64_t step, manifest_t *m, const char **why)
 {
     char step_dir[PATH_MAX], path[PATH_MAX];
-    msr_status_t st = msr_ckpt_step_dir(dir, step, step_dir, sizeof step_dir);
+    msr_status_t st = msr_tckpt_step_dir(dir, step, step_dir, sizeof step_dir);
     if (st != MSR_OK)
         return st;
     if ((st = join_path(path, step_dir, MANIFEST_NAME)) != MSR_OK)
         return st;
     char *text;
     size_t len;
-    st = msr_ckpt_io_read(path, (void **)&text, &len);
+    st = msr_tckpt_io_read(path, (void **)&text, &len);
     if (st != MSR_OK) {
         *why = "no manifest";
         return st == MSR_ERR_NOT_FOUND ? MSR_ERR_NOT_FOUND : st;
@@ -277,7 +277,7 @@ static msr_status_t manifest_load(const char *dir, uint64_t step, manifest_t *m,
         if (strchr(m->entries[r].name, '/') != NULL)
             goto err_entries;
         if (join_path(path, step_dir, m->entries[r].name) != MSR_OK ||
-            msr_ckpt_io_size(path, &size) != MSR_OK || size != m->entries[r].size)
+            msr_tckpt_io_size(path, &size) != MSR_OK || size != m->entries[r].size)
             goto err_entries;
     }
     m->step = step;
@@ -325,10 +325,10 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-msr_status_t msr_ckpt_latest(const char *dir, uint64_t *step_p, uint32_t *world_p)
+msr_status_t msr_tckpt_latest(const char *dir, uint64_t *step_p, uint32_t *world_p)
 {
     scan_t s = {NULL, 0, 0, 0};
-    msr_status_t st = msr_ckpt_io_list(dir, scan_entry, &s);
+    msr_status_t st = msr_tckpt_io_list(dir, scan_entry, &s);
     if (st != MSR_OK)
         return st;
     if (s.no_memory) {
@@ -378,8 +378,8 @@ static uint64_t get_u64(const unsigned char **p)
     return v;
 }
 
-msr_status_t msr_ckpt_shard_read(const char *dir, uint64_t step, uint32_t rank,
-                                 msr_ckpt_shard_t *shard_p, void **buf_p)
+msr_status_t msr_tckpt_shard_read(const char *dir, uint64_t step, uint32_t rank,
+                                  msr_tckpt_shard_t *shard_p, void **buf_p)
 {
     manifest_t m;
     const char *why = "";
@@ -398,17 +398,17 @@ msr_status_t msr_ckpt_shard_read(const char *dir, uint64_t step, uint32_t rank,
     }
     char step_dir[PATH_MAX], path[PATH_MAX];
     unsigned char *buf;
-    if ((st = msr_ckpt_step_dir(dir, step, step_dir, sizeof step_dir)) != MSR_OK ||
+    if ((st = msr_tckpt_step_dir(dir, step, step_dir, sizeof step_dir)) != MSR_OK ||
         (st = join_path(path, step_dir, m.entries[rank].name)) != MSR_OK)
         goto err_manifest;
     size_t len;
-    if ((st = msr_ckpt_io_read(path, (void **)&buf, &len)) != MSR_OK) {
+    if ((st = msr_tckpt_io_read(path, (void **)&buf, &len)) != MSR_OK) {
         if (st == MSR_ERR_NOT_FOUND)
             MSR_ERROR("checkpoint: %s vanished", path);
         goto err_manifest;
     }
     st = MSR_ERR_CORRUPT;
-    if (len != m.entries[rank].size || msr_ckpt_hash(buf, len) != m.entries[rank].hash) {
+    if (len != m.entries[rank].size || msr_tckpt_hash(buf, len) != m.entries[rank].hash) {
         MSR_ERROR("checkpoint: %s does not match its manifest (size or hash)", path);
         goto err_buf;
     }
@@ -418,12 +418,12 @@ msr_status_t msr_ckpt_shard_read(const char *dir, uint64_t step, uint32_t rank,
     }
     uint64_t trailer;
     memcpy(&trailer, buf + len - 8, 8);
-    if (msr_ckpt_hash(buf, len - 8) != trailer) {
+    if (msr_tckpt_hash(buf, len - 8) != trailer) {
         MSR_ERROR("checkpoint: %s fails its own hash", path);
         goto err_buf;
     }
     const unsigned char *p = buf + 8;
-    msr_ckpt_shard_t s;
+    msr_tckpt_shard_t s;
     uint32_t version = get_u32(&p), head_len = get_u32(&p);
     s.step = get_u64(&p);
     s.adam_t = get_u64(&p);
@@ -437,7 +437,7 @@ msr_status_t msr_ckpt_shard_read(const char *dir, uint64_t step, uint32_t rank,
     s.rank = get_u32(&p);
     s.world = get_u32(&p);
     uint32_t meta_len = get_u32(&p);
-    if (version != SHARD_VERSION || meta_len >= MSR_CKPT_META_MAX ||
+    if (version != SHARD_VERSION || meta_len >= MSR_TCKPT_META_MAX ||
         head_len != shard_head_len(meta_len) || (size_t)head_len + 8 > len ||
         buf[SHARD_FIXED + meta_len] != '\0' || s.num_params > len / sizeof(float) ||
         s.step != step || s.rank != rank || s.world != m.world || s.params_lo > s.params_hi ||

@@ -39,7 +39,7 @@ static msr_status_t sync_parent(const char *path)
     return MSR_OK;
 }
 
-msr_status_t msr_ckpt_io_write(const char *path, const msr_ckpt_piece_t *pieces, size_t n)
+msr_status_t msr_tckpt_io_write(const char *path, const msr_tckpt_piece_t *pieces, size_t n)
 {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
@@ -86,7 +86,7 @@ err_unlink:
     return st;
 }
 
-msr_status_t msr_ckpt_io_read(const char *path, void **data_p, size_t *len_p)
+msr_status_t msr_tckpt_io_read(const char *path, void **data_p, size_t *len_p)
 {
     msr_status_t st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -127,7 +127,7 @@ err_close:
     return st;
 }
 
-msr_status_t msr_ckpt_io_mkdirs(const char *dir)
+msr_status_t msr_tckpt_io_mkdirs(const char *dir)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path || path[0] == '\0') {
@@ -156,7 +156,7 @@ msr_status_t msr_ckpt_io_mkdirs(const char *dir)
     return MSR_OK;
 }
 
-msr_status_t msr_ckpt_io_size(const char *path, uint64_t *size_p)
+msr_status_t msr_tckpt_io_size(const char *path, uint64_t *size_p)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -165,7 +165,7 @@ msr_status_t msr_ckpt_io_size(const char *path, uint64_t *size_p)
     return MSR_OK;
 }
 
-msr_status_t msr_ckpt_io_list(const char *dir, void (*fn)(void *arg, const char *name), void *arg)
+msr_status_t msr_tckpt_io_list(const char *dir, void (*fn)(void *arg, const char *name), void *arg)
 {
     DIR *d = opendir(dir);
     if (d == NULL) {

@@ -139,9 +139,9 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
 }
 
 msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *dir, const char *meta,
-                              msr_ckpt_entry_t *entry_p)
+                              msr_tckpt_entry_t *entry_p)
 {
-    msr_ckpt_shard_t s = {
+    msr_tckpt_shard_t s = {
         .step = tr->step,
         .adam_t = tr->opt->t,
         .data_seed = tr->sampler.seed,
@@ -158,14 +158,14 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *dir, const char *me
         .m = tr->opt->m,
         .v = tr->opt->v,
     };
-    return msr_ckpt_shard_write(dir, &s, entry_p);
+    return msr_tckpt_shard_write(dir, &s, entry_p);
 }
 
 msr_status_t msr_trainer_load(msr_trainer_t *tr, const char *dir, uint64_t step, const char *meta)
 {
-    msr_ckpt_shard_t s;
+    msr_tckpt_shard_t s;
     void *buf;
-    msr_status_t st = msr_ckpt_shard_read(dir, step, (uint32_t)tr->cfg.dp_rank, &s, &buf);
+    msr_status_t st = msr_tckpt_shard_read(dir, step, (uint32_t)tr->cfg.dp_rank, &s, &buf);
     if (st != MSR_OK)
         return st;
     st = MSR_ERR_CONFIG;

@@ -82,14 +82,14 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
  * the parameters, this rank's AdamW moments, the optimizer's step count and
  * the sampler. meta is the text a resume must match (the options that decide
  * the numbers). On success *entry_p is the manifest's entry for this rank;
- * the checkpoint is complete once msr_ckpt_manifest_write ran. */
+ * the checkpoint is complete once msr_tckpt_manifest_write ran. */
 msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *dir, const char *meta,
-                              msr_ckpt_entry_t *entry_p);
+                              msr_tckpt_entry_t *entry_p);
 
 /* Restores rank dp_rank's state from complete checkpoint `step` under dir.
  * A checkpoint whose meta differs from `meta`, or whose layout (parameter
  * count, shard ranges) differs from this trainer's, is refused with
- * MSR_ERR_CONFIG, both texts logged. Other errors: msr_ckpt_shard_read's. */
+ * MSR_ERR_CONFIG, both texts logged. Other errors: msr_tckpt_shard_read's. */
 msr_status_t msr_trainer_load(msr_trainer_t *tr, const char *dir, uint64_t step, const char *meta);
 
 #endif

@@ -238,7 +238,7 @@ static msr_status_t job_join(job_t *job)
 static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const char *dir,
                                     const char *meta)
 {
-    msr_ckpt_entry_t mine, *all = &mine;
+    msr_tckpt_entry_t mine, *all = &mine;
     msr_status_t st = msr_trainer_save(tr, dir, meta, &mine);
     if (st != MSR_OK)
         return st;
@@ -253,7 +253,7 @@ static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const c
         }
     }
     if (job->rank == 0 &&
-        (st = msr_ckpt_manifest_write(dir, tr->step, (uint32_t)job->world, all)) != MSR_OK)
+        (st = msr_tckpt_manifest_write(dir, tr->step, (uint32_t)job->world, all)) != MSR_OK)
         goto err_all;
     if (job->ctx != NULL && (st = msr_barrier(job->ctx)) != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint barrier: %s: %s\n", msr_status_str(st),
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
     if (o.resume) {
         uint64_t step;
         uint32_t world;
-        st = msr_ckpt_latest(o.ckpt_dir, &step, &world);
+        st = msr_tckpt_latest(o.ckpt_dir, &step, &world);
         if (st == MSR_OK) {
             st = msr_trainer_load(tr, o.ckpt_dir, step, meta);
             if (st == MSR_ERR_CONFIG)

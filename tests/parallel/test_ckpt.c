@@ -33,7 +33,7 @@ typedef struct shard_data {
     float params[NP], m[NP], v[NP];
 } shard_data_t;
 
-static msr_ckpt_shard_t make_shard(shard_data_t *d, uint64_t step, uint32_t rank, uint32_t world)
+static msr_tckpt_shard_t make_shard(shard_data_t *d, uint64_t step, uint32_t rank, uint32_t world)
 {
     for (int i = 0; i < NP; i++) {
         d->params[i] = (float)msr_rng_normal(step, rank, i);
@@ -42,7 +42,7 @@ static msr_ckpt_shard_t make_shard(shard_data_t *d, uint64_t step, uint32_t rank
     }
     /* rank r keeps moments for its shard [lo, hi) of the NP parameters */
     uint64_t lo = (uint64_t)NP * rank / world, hi = (uint64_t)NP * (rank + 1) / world;
-    msr_ckpt_shard_t s = {
+    msr_tckpt_shard_t s = {
         .step = step,
         .adam_t = step,
         .data_seed = 99,
@@ -64,15 +64,15 @@ static msr_ckpt_shard_t make_shard(shard_data_t *d, uint64_t step, uint32_t rank
 
 static void write_checkpoint(const char *dir, uint64_t step, uint32_t world, int manifest)
 {
-    msr_ckpt_entry_t entries[4];
+    msr_tckpt_entry_t entries[4];
     for (uint32_t r = 0; r < world; r++) {
         shard_data_t *d = malloc(sizeof *d);
-        msr_ckpt_shard_t s = make_shard(d, step, r, world);
-        MSR_CHECK_OK(msr_ckpt_shard_write(dir, &s, &entries[r]));
+        msr_tckpt_shard_t s = make_shard(d, step, r, world);
+        MSR_CHECK_OK(msr_tckpt_shard_write(dir, &s, &entries[r]));
         free(d);
     }
     if (manifest)
-        MSR_CHECK_OK(msr_ckpt_manifest_write(dir, step, world, entries));
+        MSR_CHECK_OK(msr_tckpt_manifest_write(dir, step, world, entries));
 }
 
 static void shard_path(const char *dir, uint64_t step, uint32_t rank, char *out, size_t len)
@@ -87,14 +87,14 @@ static void test_round_trip(void)
     write_checkpoint(dir, 7, 3, 1);
     uint64_t step = 0;
     uint32_t world = 0;
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
     MSR_CHECK_EQ(step, 7);
     MSR_CHECK_EQ(world, 3);
     for (uint32_t r = 0; r < 3; r++) {
         shard_data_t *want = malloc(sizeof *want);
-        msr_ckpt_shard_t w = make_shard(want, 7, r, 3), got;
+        msr_tckpt_shard_t w = make_shard(want, 7, r, 3), got;
         void *buf = NULL;
-        MSR_CHECK_OK(msr_ckpt_shard_read(dir, 7, r, &got, &buf));
+        MSR_CHECK_OK(msr_tckpt_shard_read(dir, 7, r, &got, &buf));
         MSR_CHECK_EQ(got.step, 7);
         MSR_CHECK_EQ(got.adam_t, 7);
         MSR_CHECK_EQ(got.data_seed, 99);
@@ -111,9 +111,9 @@ static void test_round_trip(void)
         free(want);
     }
     void *buf = NULL;
-    msr_ckpt_shard_t s;
-    MSR_CHECK_STATUS(msr_ckpt_shard_read(dir, 7, 3, &s, &buf), MSR_ERR_NOT_FOUND); /* no rank 3 */
-    MSR_CHECK_STATUS(msr_ckpt_shard_read(dir, 8, 0, &s, &buf), MSR_ERR_NOT_FOUND); /* no step 8 */
+    msr_tckpt_shard_t s;
+    MSR_CHECK_STATUS(msr_tckpt_shard_read(dir, 7, 3, &s, &buf), MSR_ERR_NOT_FOUND); /* no rank 3 */
+    MSR_CHECK_STATUS(msr_tckpt_shard_read(dir, 8, 0, &s, &buf), MSR_ERR_NOT_FOUND); /* no step 8 */
     /* nothing but the shards and the manifest is left behind */
     char cmd[256];
     snprintf(cmd, sizeof cmd, "test $(ls '%s/step_00000007' | wc -l) -eq 4", dir);
@@ -127,29 +127,29 @@ static void test_latest_needs_manifest(void)
     temp_dir(dir, sizeof dir);
     uint64_t step;
     uint32_t world;
-    MSR_CHECK_STATUS(msr_ckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
-    MSR_CHECK_STATUS(msr_ckpt_latest("/tmp/msrun_no_such_dir", &step, &world), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_STATUS(msr_tckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_STATUS(msr_tckpt_latest("/tmp/msrun_no_such_dir", &step, &world), MSR_ERR_NOT_FOUND);
     write_checkpoint(dir, 5, 2, 1);
     write_checkpoint(dir, 10, 2, 0); /* shards written, manifest not: a crash in between */
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
     MSR_CHECK_EQ(step, 5);
     write_checkpoint(dir, 10, 2, 1);
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
     MSR_CHECK_EQ(step, 10);
     /* a shard lost after its manifest was written: step 10 no longer counts */
     char path[256];
     shard_path(dir, 10, 1, path, sizeof path);
     MSR_CHECK(unlink(path) == 0);
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
     MSR_CHECK_EQ(step, 5);
     /* a truncated shard does not count either */
     shard_path(dir, 5, 0, path, sizeof path);
     MSR_CHECK(truncate(path, 100) == 0);
-    MSR_CHECK_STATUS(msr_ckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_STATUS(msr_tckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
     /* other names in the directory are ignored */
     snprintf(path, sizeof path, "%s/step_12x", dir);
     MSR_CHECK(mkdir(path, 0755) == 0);
-    MSR_CHECK_STATUS(msr_ckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_STATUS(msr_tckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
     rm_tree(dir);
 }
 
@@ -170,16 +170,16 @@ static void test_corruption(void)
     temp_dir(dir, sizeof dir);
     write_checkpoint(dir, 3, 1, 1);
     shard_path(dir, 3, 0, path, sizeof path);
-    msr_ckpt_shard_t s;
+    msr_tckpt_shard_t s;
     void *buf = NULL;
     /* one flipped bit in the parameters: same size, so it is still listed, but refused */
     overwrite_byte(path, 2000);
     uint64_t step;
     uint32_t world;
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
-    MSR_CHECK_STATUS(msr_ckpt_shard_read(dir, 3, 0, &s, &buf), MSR_ERR_CORRUPT);
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
+    MSR_CHECK_STATUS(msr_tckpt_shard_read(dir, 3, 0, &s, &buf), MSR_ERR_CORRUPT);
     overwrite_byte(path, 2000);
-    MSR_CHECK_OK(msr_ckpt_shard_read(dir, 3, 0, &s, &buf));
+    MSR_CHECK_OK(msr_tckpt_shard_read(dir, 3, 0, &s, &buf));
     msr_free(buf);
 
     /* a manifest without its last line is incomplete */
@@ -187,18 +187,18 @@ static void test_corruption(void)
     snprintf(mpath, sizeof mpath, "%s/step_00000003/MANIFEST", dir);
     void *text;
     size_t len;
-    MSR_CHECK_OK(msr_ckpt_io_read(mpath, &text, &len));
+    MSR_CHECK_OK(msr_tckpt_io_read(mpath, &text, &len));
     MSR_CHECK(len > 4 && strcmp((char *)text + len - 4, "end\n") == 0);
-    msr_ckpt_piece_t piece = {text, len - 4};
-    MSR_CHECK_OK(msr_ckpt_io_write(mpath, &piece, 1));
-    MSR_CHECK_STATUS(msr_ckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
-    MSR_CHECK_STATUS(msr_ckpt_shard_read(dir, 3, 0, &s, &buf), MSR_ERR_NOT_FOUND);
+    msr_tckpt_piece_t piece = {text, len - 4};
+    MSR_CHECK_OK(msr_tckpt_io_write(mpath, &piece, 1));
+    MSR_CHECK_STATUS(msr_tckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_STATUS(msr_tckpt_shard_read(dir, 3, 0, &s, &buf), MSR_ERR_NOT_FOUND);
     /* a manifest naming a file outside its directory is refused */
     char evil[512];
     snprintf(evil, sizeof evil, "msrun-checkpoint 1\nstep 3\nworld 1\nshard 0 ../x 10 0\nend\n");
-    piece = (msr_ckpt_piece_t){evil, strlen(evil)};
-    MSR_CHECK_OK(msr_ckpt_io_write(mpath, &piece, 1));
-    MSR_CHECK_STATUS(msr_ckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
+    piece = (msr_tckpt_piece_t){evil, strlen(evil)};
+    MSR_CHECK_OK(msr_tckpt_io_write(mpath, &piece, 1));
+    MSR_CHECK_STATUS(msr_tckpt_latest(dir, &step, &world), MSR_ERR_NOT_FOUND);
     msr_free(text);
     rm_tree(dir);
 }
@@ -208,15 +208,15 @@ static void test_bad_shard(void)
     char dir[64];
     temp_dir(dir, sizeof dir);
     shard_data_t *d = malloc(sizeof *d);
-    msr_ckpt_shard_t s = make_shard(d, 1, 0, 1);
-    msr_ckpt_entry_t e;
+    msr_tckpt_shard_t s = make_shard(d, 1, 0, 1);
+    msr_tckpt_entry_t e;
     s.opt_hi = NP + 1;
-    MSR_CHECK_STATUS(msr_ckpt_shard_write(dir, &s, &e), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_tckpt_shard_write(dir, &s, &e), MSR_ERR_INVALID_ARG);
     s = make_shard(d, 1, 2, 2); /* rank 2 of 2 */
-    MSR_CHECK_STATUS(msr_ckpt_shard_write(dir, &s, &e), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_tckpt_shard_write(dir, &s, &e), MSR_ERR_INVALID_ARG);
     s = make_shard(d, 1, 0, 1);
     s.meta = NULL; /* no meta is fine */
-    MSR_CHECK_OK(msr_ckpt_shard_write(dir, &s, &e));
+    MSR_CHECK_OK(msr_tckpt_shard_write(dir, &s, &e));
     /* a checkpoint directory that cannot be created (its parent is a file) */
     char file[128], under[160];
     snprintf(file, sizeof file, "%s/file", dir);
@@ -224,7 +224,7 @@ static void test_bad_shard(void)
     MSR_CHECK(fd >= 0);
     close(fd);
     snprintf(under, sizeof under, "%s/ckpt", file);
-    MSR_CHECK(msr_ckpt_shard_write(under, &s, &e) != MSR_OK);
+    MSR_CHECK(msr_tckpt_shard_write(under, &s, &e) != MSR_OK);
     free(d);
     rm_tree(dir);
 }
@@ -235,20 +235,20 @@ static void test_hash_pieces(void)
     unsigned char data[300];
     for (int i = 0; i < 300; i++)
         data[i] = (unsigned char)msr_rng_u64(1, 0, i);
-    uint64_t whole = msr_ckpt_hash(data, sizeof data);
+    uint64_t whole = msr_tckpt_hash(data, sizeof data);
     static const size_t cuts[][3] = {{1, 2, 3}, {7, 8, 9}, {100, 101, 299}, {0, 0, 300}};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
-        msr_ckpt_hasher_t hs;
-        msr_ckpt_hash_init(&hs);
-        msr_ckpt_hash_update(&hs, data, cuts[k][0]);
-        msr_ckpt_hash_update(&hs, data + cuts[k][0], cuts[k][1] - cuts[k][0]);
-        msr_ckpt_hash_update(&hs, data + cuts[k][1], cuts[k][2] - cuts[k][1]);
-        msr_ckpt_hash_update(&hs, data + cuts[k][2], sizeof data - cuts[k][2]);
-        MSR_CHECK(msr_ckpt_hash_final(&hs) == whole);
+        msr_tckpt_hasher_t hs;
+        msr_tckpt_hash_init(&hs);
+        msr_tckpt_hash_update(&hs, data, cuts[k][0]);
+        msr_tckpt_hash_update(&hs, data + cuts[k][0], cuts[k][1] - cuts[k][0]);
+        msr_tckpt_hash_update(&hs, data + cuts[k][1], cuts[k][2] - cuts[k][1]);
+        msr_tckpt_hash_update(&hs, data + cuts[k][2], sizeof data - cuts[k][2]);
+        MSR_CHECK(msr_tckpt_hash_final(&hs) == whole);
     }
     data[150] ^= 1;
-    MSR_CHECK(msr_ckpt_hash(data, sizeof data) != whole);
-    MSR_CHECK(msr_ckpt_hash(data, 0) != msr_ckpt_hash(data, 1));
+    MSR_CHECK(msr_tckpt_hash(data, sizeof data) != whole);
+    MSR_CHECK(msr_tckpt_hash(data, 0) != msr_tckpt_hash(data, 1));
 }
 
 static const msr_test_t tests[] = {

@@ -94,15 +94,15 @@ static void test_resume_bitwise(void)
     MSR_CHECK_OK(msr_trainer_create(&c, ds, &a));
     double la[7], lb[7];
     train(a, 3, la);
-    msr_ckpt_entry_t e;
+    msr_tckpt_entry_t e;
     MSR_CHECK_OK(msr_trainer_save(a, dir, meta, &e));
-    MSR_CHECK_OK(msr_ckpt_manifest_write(dir, 3, 1, &e));
+    MSR_CHECK_OK(msr_tckpt_manifest_write(dir, 3, 1, &e));
     train(a, 4, la + 3);
 
     MSR_CHECK_OK(msr_trainer_create(&c, ds, &b));
     uint64_t step;
     uint32_t world;
-    MSR_CHECK_OK(msr_ckpt_latest(dir, &step, &world));
+    MSR_CHECK_OK(msr_tckpt_latest(dir, &step, &world));
     MSR_CHECK_EQ(step, 3);
     MSR_CHECK_OK(msr_trainer_load(b, dir, step, meta));
     MSR_CHECK_EQ(b->step, 3);
