@@ -968,6 +968,7 @@ static void join_done(msr_rpc_async_t *as, void *arg)
         return;
     }
     switch (as->status) {
+    case MSR_ERR_REFUSED: /* the job is full: a lost node may not be reaped yet */
     case MSR_ERR_UNREACHABLE:
     case MSR_ERR_TIMEOUT:
     case MSR_ERR_CANCELED: {
@@ -981,7 +982,11 @@ static void join_done(msr_rpc_async_t *as, void *arg)
             return;
         }
         if (now - a->last_progress > 5000000000ull) {
-            MSR_INFO("waiting for the coordinator at %s", a->coord_target);
+            if (as->status == MSR_ERR_REFUSED)
+                MSR_INFO("the job at %s is full (%s); waiting for a free place", a->coord_target,
+                         as->err);
+            else
+                MSR_INFO("waiting for the coordinator at %s", a->coord_target);
             a->last_progress = now;
         }
         schedule_retry(a);
