@@ -316,10 +316,19 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     if (pthread_mutex_init(&e->lock, NULL) != 0)
         goto err_free;
 
+    /* Waiting: poll for spin_ns, then poll and sched_yield until yield_ns,
+     * then sleep on the event fd. With a core per rank, yielding only hands
+     * the core to unrelated work and sleeping costs a scheduler wake-up
+     * (milliseconds on a busy machine): poll for long. With more ranks than
+     * cores, the core is what the peers need: yield at once, sleep soon. */
     int oversubscribed = e->local_size > cpus_available();
-    e->yield = oversubscribed;
-    e->spin_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 20 : 200, 0, 10000000) * 1000;
+    e->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0,
+                                       INT32_MAX) *
+                 1000;
+    e->yield_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) *
+        1000;
+    e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
 
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
@@ -378,9 +387,10 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
         goto err_peers;
     rebuild_pollfds(e);
     e->refs = 1;
-    MSR_DEBUG("comm: engine %s: %d members, %d local ranks on %d cores%s, spin %llu us", e->uid, n,
-              e->local_size, cpus_available(), oversubscribed ? " (oversubscribed: yield)" : "",
-              (unsigned long long)(e->spin_ns / 1000));
+    MSR_DEBUG("comm: engine %s: %d members, %d local ranks on %d cores: a wait polls %llu us, "
+              "yields until %llu us, then sleeps",
+              e->uid, n, e->local_size, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
+              (unsigned long long)(e->yield_ns / 1000));
     *engine_p = e;
     return MSR_OK;
 
@@ -495,6 +505,10 @@ void ucx_engine_unref(ucx_engine_t *e)
     pthread_mutex_unlock(&e->lock);
     if (!last)
         return;
+    MSR_DEBUG("comm: engine %s: %llu waits, %llu sleeps (%llu ended by the timer), %.1f ms "
+              "asleep",
+              e->uid, (unsigned long long)e->stat_waits, (unsigned long long)e->stat_sleeps,
+              (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     reap_orphans(e);
     close_endpoints(e);
     for (size_t i = 0; i < e->n_orphans; i++)
@@ -719,9 +733,11 @@ static int progress_all(ucx_engine_t *e)
         handle_deaths(e);
     if (e->abort_pending)
         handle_aborts(e);
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &e->active)
-    {
+    /* A request that ends leaves the list, and one that fails may take
+     * others of its communicator with it: start over after each. */
+    msr_list_t *pos;
+restart:
+    for (pos = e->active.next; pos != &e->active; pos = pos->next) {
         ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
         msr_status_t st = r->step(r);
         if (st == MSR_IN_PROGRESS)
@@ -734,6 +750,7 @@ static int progress_all(ucx_engine_t *e)
             ucx_req_fail(r, st, "%s: %s", r->algo,
                          r->pub.error[0] ? r->pub.error : msr_status_str(st));
         }
+        goto restart;
     }
     if (e->n_orphans)
         reap_orphans(e);
@@ -776,8 +793,14 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
     memcpy(fds, e->pfds, (size_t)nfds * sizeof *fds);
     memcpy(peer_of, e->pfd_peer, (size_t)nfds * sizeof *peer_of);
     pthread_mutex_unlock(&e->lock);
+    uint64_t t0 = msr_now_ns();
     int n = poll(fds, (nfds_t)nfds, (int)ms);
+    uint64_t slept = msr_now_ns() - t0;
     pthread_mutex_lock(&e->lock);
+    e->stat_sleeps++;
+    e->stat_slept_ns += slept;
+    if (n == 0)
+        e->stat_sleep_timeouts++;
     if (n > 0)
         for (int i = 1; i < nfds; i++)
             if (fds[i].revents) {
@@ -790,16 +813,21 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
 {
     pthread_mutex_lock(&e->lock);
     e->waiters++;
-    uint64_t idle_since = 0;
+    e->stat_waits++;
+    uint64_t idle_since = 0; /* when the current stretch without events began */
     unsigned iter = 0;
+    int yielding = 0; /* in the second phase of the current idle stretch */
     while (r->pub.status == MSR_IN_PROGRESS) {
         int events = progress_all(e);
         if (r->pub.status != MSR_IN_PROGRESS)
             break;
-        if (events)
-            idle_since = 0;
-        if ((++iter & 31) != 0 && events == 0 && idle_since != 0) {
-            if (e->yield)
+        /* The clock is read every 16 rounds, and on the first idle one. */
+        if (events == 0 && idle_since == 0)
+            iter = 0;
+        if ((iter++ & 15) != 0) {
+            if (events)
+                idle_since = 0;
+            else if (idle_since != 0 && yielding)
                 sched_yield();
             continue;
         }
@@ -814,15 +842,22 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
             check_liveness(e);
             check_liveness_slow(e);
         }
-        if (events)
+        if (events) {
+            idle_since = 0;
+            yielding = 0;
             continue;
-        if (idle_since == 0) {
+        }
+        if (idle_since == 0)
             idle_since = now;
-        } else if (now - idle_since >= e->spin_ns) {
+        uint64_t idle = now - idle_since;
+        if (idle >= e->yield_ns) {
             sleep_once(e, r->pub.deadline);
             idle_since = 0;
-        } else if (e->yield) {
-            sched_yield();
+            yielding = 0;
+        } else {
+            yielding = idle >= e->spin_ns; /* phase two: let the core go */
+            if (yielding)
+                sched_yield();
         }
     }
     e->waiters--;

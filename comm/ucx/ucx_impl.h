@@ -107,10 +107,12 @@ struct ucx_engine {
     int *pfd_peer;
     int n_pfds;
     int waiters;      /* threads inside wait */
-    uint64_t spin_ns; /* busy polling before sleeping */
-    int yield;        /* sched_yield while spinning (more ranks than cores) */
+    uint64_t spin_ns;  /* busy polling, then */
+    uint64_t yield_ns; /* polling with sched_yield until this, then sleeping */
     msr_list_t free_reqs;
     int n_free_reqs;
+    /* for the debug line at the end */
+    uint64_t stat_waits, stat_sleeps, stat_sleep_timeouts, stat_slept_ns;
 };
 
 typedef struct ucx_comm {
