@@ -33,7 +33,26 @@ typedef struct addr_head {
     uint32_t pid;
     int32_t node;
     int32_t world;
+    uint64_t host; /* which machine: several msrun "nodes" may share one */
 } addr_head_t;
+
+/* A hash of the host name and the kernel's boot id. */
+static uint64_t host_id(void)
+{
+    char buf[256 + 64] = "";
+    gethostname(buf, 255);
+    size_t n = strlen(buf);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(buf + n, (int)(sizeof buf - n), f) == NULL)
+            buf[n] = '\0';
+        fclose(f);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = buf; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
 
 /* ---- transports ---- */
 
@@ -229,7 +248,7 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     unsigned char *mine = msr_malloc(len);
     if (mine == NULL)
         return st;
-    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world};
+    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, host_id()};
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0;
@@ -268,6 +287,8 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
             return MSR_ERR_PROTOCOL;
         }
         ucx_peer_t *p = &e->peers[world_ranks[i]];
+        if (h.host == head.host)
+            e->host_ranks++;
         p->member = 1;
         p->pid = (int)h.pid;
         p->node = h.node;
@@ -282,6 +303,26 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     }
     msr_gather_result_free(res);
     return MSR_OK;
+}
+
+/* Waiting: poll for spin_ns, then poll and sched_yield until yield_ns, then
+ * sleep on the event fd. With a core per rank, yielding only hands the core
+ * to unrelated work and sleeping costs a scheduler wake-up (milliseconds on
+ * a busy machine): poll for long. With more ranks on this machine than cores
+ * (counting every msrun "node" the machine runs), the core is what the peers
+ * need: yield at once, sleep soon. */
+static int set_waiting(ucx_engine_t *e)
+{
+    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
+    int oversubscribed = ranks > cpus_available();
+    e->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0,
+                                       INT32_MAX) *
+                 1000;
+    e->yield_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) *
+        1000;
+    e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
+    return ranks;
 }
 
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
@@ -315,20 +356,6 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     }
     if (pthread_mutex_init(&e->lock, NULL) != 0)
         goto err_free;
-
-    /* Waiting: poll for spin_ns, then poll and sched_yield until yield_ns,
-     * then sleep on the event fd. With a core per rank, yielding only hands
-     * the core to unrelated work and sleeping costs a scheduler wake-up
-     * (milliseconds on a busy machine): poll for long. With more ranks than
-     * cores, the core is what the peers need: yield at once, sleep soon. */
-    int oversubscribed = e->local_size > cpus_available();
-    e->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0,
-                                       INT32_MAX) *
-                 1000;
-    e->yield_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) *
-        1000;
-    e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
 
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
@@ -387,9 +414,10 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
         goto err_peers;
     rebuild_pollfds(e);
     e->refs = 1;
-    MSR_DEBUG("comm: engine %s: %d members, %d local ranks on %d cores: a wait polls %llu us, "
-              "yields until %llu us, then sleeps",
-              e->uid, n, e->local_size, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
+    int ranks = set_waiting(e);
+    MSR_DEBUG("comm: engine %s: %d members, %d ranks on this machine's %d cores: a wait polls "
+              "%llu us, yields until %llu us, then sleeps",
+              e->uid, n, ranks, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
               (unsigned long long)(e->yield_ns / 1000));
     *engine_p = e;
     return MSR_OK;

@@ -89,6 +89,7 @@ struct ucx_engine {
     ucp_worker_h worker;
     int efd;
     int world_size, my_world, my_node, local_size;
+    int host_ranks; /* members on this machine (several "nodes" may share it) */
     ucx_peer_t *peers; /* world_size entries, by job rank */
     unsigned char *addrs;
     unsigned next_comm_id;
