@@ -354,13 +354,14 @@ static msr_status_t step_allreduce_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     CO_BEGIN;
-    /* slot j holds rank j's vector; slot me a copy of ours when in place */
+    /* Sends first: they are what the others wait for. Slot j gets rank j's
+     * vector; slot me a copy of ours when in place. */
+    for (int d = 1; d < r->n; d++)
+        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     for (int d = 1; d < r->n; d++) {
         int j = mod(r->me - d, r->n);
         TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
     }
-    for (int d = 1; d < r->n; d++)
-        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     if (a->in_place)
         memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
     CO_WAIT_OPS();

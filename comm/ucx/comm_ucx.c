@@ -278,10 +278,17 @@ static ucx_req_t *req_get(ucx_engine_t *e)
         if (r == NULL)
             return NULL;
     }
-    /* Everything up to the inline scratch starts cleared. */
-    memset(r, 0, offsetof(ucx_req_t, inline_scratch));
+    /* The algorithm state starts cleared; the rest is set below and in
+     * begin(). */
+    memset(&r->step, 0, offsetof(ucx_req_t, ops) - offsetof(ucx_req_t, step));
+    r->pub.local = 0;
+    r->pub.error[0] = '\0';
     r->ops = r->inline_ops;
     r->cap_ops = UCX_INLINE_OPS;
+    r->nops = 0;
+    r->scratch = NULL;
+    r->scratch_len = 0;
+    r->scratch_from = 0;
     msr_list_init(&r->link);
     return r;
 }
@@ -299,21 +306,20 @@ static void req_put(ucx_engine_t *e, ucx_req_t *r)
     }
 }
 
-static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
-                             uint64_t deadline)
+/* Starts an operation: a request, the algorithm, its first messages. Lock
+ * held. On success *r_p is running (in e->active) or already finished. */
+static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t deadline,
+                          ucx_req_t **r_p)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
-    pthread_mutex_lock(&e->lock);
     msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
     if (st != MSR_OK) {
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("the communicator is broken (%s)", msr_status_str(st));
         return st;
     }
     ucx_req_t *r = req_get(e);
     if (r == NULL) {
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("out of memory for a request");
         return MSR_ERR_NO_MEMORY;
     }
@@ -322,16 +328,14 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
     r->pub.deadline = deadline;
     r->pub.status = MSR_IN_PROGRESS;
     r->uc = uc;
-    r->err = MSR_OK;
     if (a->coll != MSR_COLL_SEND && a->coll != MSR_COLL_RECV)
         r->seq = uc->seq++ & ((1u << UCX_TAG_SEQ_BITS) - 1);
     st = ucx_coll_start(r);
     if (st != MSR_OK) {
         r->pub.args.v = NULL; /* stays the caller's */
-        req_put(e, r);
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("%s: cannot start: %s", r->algo ? r->algo : "comm",
                              msr_status_str(st));
+        req_put(e, r);
         return st;
     }
     msr_list_push_back(&e->active, &r->link);
@@ -342,11 +346,44 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
         r->pub.status = MSR_OK;
         ucx_req_done(r);
     } else if (st != MSR_IN_PROGRESS) {
-        ucx_req_fail(r, st, "%s: %s", r->algo, r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        ucx_req_fail(r, st, "%s: %s", r->algo,
+                     r->pub.error[0] ? r->pub.error : msr_status_str(st));
+    }
+    *r_p = r;
+    return MSR_OK;
+}
+
+static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
+                             uint64_t deadline)
+{
+    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    ucx_req_t *r = NULL;
+    pthread_mutex_lock(&e->lock);
+    msr_status_t st = begin(comm, a, deadline, &r);
+    pthread_mutex_unlock(&e->lock);
+    if (st == MSR_OK)
+        *req_p = &r->pub;
+    return st;
+}
+
+/* Blocking: begin, wait and free under one hold of the lock. */
+static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t deadline)
+{
+    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    ucx_req_t *r = NULL;
+    pthread_mutex_lock(&e->lock);
+    msr_status_t st = begin(comm, a, deadline, &r);
+    if (st == MSR_OK) {
+        if (r->pub.status == MSR_IN_PROGRESS)
+            ucx_engine_wait_locked(e, r);
+        st = r->pub.status;
+        if (st != MSR_OK)
+            msr_client_set_error("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        r->pub.args.v = NULL; /* the caller's */
+        req_put(e, r);
     }
     pthread_mutex_unlock(&e->lock);
-    *req_p = &r->pub;
-    return MSR_OK;
+    return st;
 }
 
 static msr_status_t ucx_wait(msr_comm_req_t *pub)
@@ -362,6 +399,8 @@ static msr_status_t ucx_test(msr_comm_req_t *pub)
     pthread_mutex_lock(&e->lock);
     if (r->pub.status == MSR_IN_PROGRESS) {
         ucx_engine_progress(e);
+        if (r->pub.deadline == MSR_DEADLINE_LAZY)
+            r->pub.deadline = msr_deadline_in_ms(atomic_load(&r->uc->comm->timeout_ms));
         if (r->pub.status == MSR_IN_PROGRESS && msr_deadline_passed(r->pub.deadline))
             ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
                          (long long)atomic_load(&r->uc->comm->timeout_ms));
@@ -383,6 +422,7 @@ static void ucx_req_free_(msr_comm_req_t *pub)
 static const msr_comm_backend_ops_t ucx_ops = {
     .name = "ucx",
     .post = ucx_post,
+    .run = ucx_run,
     .wait = ucx_wait,
     .test = ucx_test,
     .req_free = ucx_req_free_,

@@ -757,6 +757,11 @@ static int progress_all(ucx_engine_t *e)
     int events = 0;
     while (ucp_worker_progress(e->worker))
         events++;
+    /* UCX requests only finish inside ucp_worker_progress (or inside the
+     * step that posts them, which then carries on by itself): with nothing
+     * progressed, the steps have nothing new to see. */
+    if (events == 0 && !e->dead_pending && !e->abort_pending)
+        return 0;
     if (e->dead_pending)
         handle_deaths(e);
     if (e->abort_pending)
@@ -840,6 +845,13 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
 {
     pthread_mutex_lock(&e->lock);
+    msr_status_t st = ucx_engine_wait_locked(e, r);
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
+{
     e->waiters++;
     e->stat_waits++;
     uint64_t idle_since = 0; /* when the current stretch without events began */
@@ -849,10 +861,8 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
         int events = progress_all(e);
         if (r->pub.status != MSR_IN_PROGRESS)
             break;
-        /* The clock is read every 16 rounds, and on the first idle one. */
-        if (events == 0 && idle_since == 0)
-            iter = 0;
-        if ((iter++ & 15) != 0) {
+        /* The clock is read every 16 rounds (a short wait never reads it). */
+        if ((++iter & 15) != 0) {
             if (events)
                 idle_since = 0;
             else if (idle_since != 0 && yielding)
@@ -860,6 +870,8 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
             continue;
         }
         uint64_t now = msr_now_ns();
+        if (r->pub.deadline == MSR_DEADLINE_LAZY)
+            r->pub.deadline = msr_deadline_in_ms(atomic_load(&r->uc->comm->timeout_ms));
         if (now >= r->pub.deadline) {
             ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
                          (long long)atomic_load(&r->uc->comm->timeout_ms));
@@ -889,6 +901,5 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
         }
     }
     e->waiters--;
-    pthread_mutex_unlock(&e->lock);
     return r->pub.status;
 }

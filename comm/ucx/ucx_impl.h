@@ -150,6 +150,7 @@ struct ucx_req {
     msr_comm_req_t pub;
     ucx_comm_t *uc;
     msr_list_t link; /* engine->active while running, else free list */
+    /* from here to ops: cleared for each operation */
     ucx_step_fn step;
     const char *algo;
     uint32_t seq;
@@ -179,6 +180,8 @@ void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
 void ucx_engine_progress(ucx_engine_t *e);
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
+/* The same with e->lock already held. */
+msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r);
 void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
 void ucx_engine_bury(ucx_engine_t *e, void *mem);
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
