@@ -177,18 +177,15 @@ msr_status_t msr_comm_status(const msr_comm_t *comm)
 
 /* ---- argument checks ---- */
 
-/* n * a * b bytes fit in size_t (and in the signed range UCX lengths use). */
+/* n * a * b bytes fit in size_t (and in the signed range UCX lengths use).
+ * No divisions: this runs on every call. */
 static int bytes_fit(uint64_t n, uint64_t a, uint64_t b, size_t *bytes_p)
 {
-    const uint64_t max = (uint64_t)INT64_MAX;
-    if (a != 0 && n > max / a)
+    uint64_t x, y;
+    if (__builtin_mul_overflow(n, a, &x) || __builtin_mul_overflow(x, b, &y) ||
+        y > (uint64_t)INT64_MAX || y > (uint64_t)SIZE_MAX)
         return 0;
-    uint64_t x = n * a;
-    if (b != 0 && x > max / b)
-        return 0;
-    if (x * b > (uint64_t)SIZE_MAX)
-        return 0;
-    *bytes_p = (size_t)(x * b);
+    *bytes_p = (size_t)y;
     return 1;
 }
 

@@ -754,9 +754,9 @@ static void check_liveness_slow(ucx_engine_t *e)
  * Returns nonzero when anything happened. Called with the lock held. */
 static int progress_all(ucx_engine_t *e)
 {
-    int events = 0;
-    while (ucp_worker_progress(e->worker))
-        events++;
+    /* One call: as soon as something moved, the steps look at it (the wait
+     * loop comes back for more). */
+    int events = (int)ucp_worker_progress(e->worker);
     /* UCX requests only finish inside ucp_worker_progress (or inside the
      * step that posts them, which then carries on by itself): with nothing
      * progressed, the steps have nothing new to see. */

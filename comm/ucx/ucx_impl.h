@@ -52,8 +52,9 @@ typedef enum ucx_algo {
  * made (docs/comm.md lists them). Sizes are bytes of the whole vector. */
 typedef struct ucx_tuning {
     ucx_algo_t force[MSR_COLL_RECV + 1]; /* MSR_COMM_ALGO_<COLL> */
-    size_t allreduce_direct_max;         /* direct up to here (small groups) */
-    size_t allreduce_ring_min;           /* ring from here, recursive doubling below */
+    size_t allreduce_direct_max; /* 3+ ranks: direct up to here (small groups) */
+    size_t allreduce_ring_min;   /* 3+ ranks: ring from here, recursive doubling below */
+    size_t allreduce_ring_min_2; /* 2 ranks: ring from here, direct below */
     int direct_max_ranks;                /* direct only for groups up to this size */
     size_t reduce_scatter_ring_min;
     size_t allgather_ring_min;
