@@ -596,9 +596,7 @@ static msr_status_t alltoallv(msr_comm_t *comm, const void *sendbuf, const uint6
         a.v[4 * j + 3] = rdispls[j];
     }
     if (req_p == NULL) {
-        st = is_local(comm, &a)
-                 ? run_local(comm, &a)
-                 : comm->ops->run(comm, &a, MSR_DEADLINE_LAZY);
+        st = is_local(comm, &a) ? run_local(comm, &a) : comm->ops->run(comm, &a, MSR_DEADLINE_LAZY);
         msr_free(a.v);
         return st;
     }

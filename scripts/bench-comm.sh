@@ -36,7 +36,7 @@ if [ "${ALGOS:-0}" = 1 ]; then
         [ "${args[$i]}" = --op ] && op=${args[$((i + 1))]}
     done
     case $op in
-    allreduce) algos="direct rd ring" ;;
+    allreduce) algos="shm direct rd ring" ;;
     reduce_scatter | allgather) algos="direct ring" ;;
     broadcast | reduce) algos="binomial chain" ;;
     *) echo "bench-comm.sh: $op has one algorithm" >&2; exit 2 ;;
@@ -44,7 +44,9 @@ if [ "${ALGOS:-0}" = 1 ]; then
     var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
     for ((r = 1; r <= rounds; r++)); do
         for a in $algos; do
-            env "$var=$a" "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
+            # shm: slots big enough for every size of the sweep
+            env "$var=$a" MSR_COMM_SHM_MAX=$([ "$a" = shm ] && echo $((4 << 20)) || echo 0) \
+                "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
                 "$bench" "${args[@]}" 2>"$tmp/err" |
                 sed -n "s/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/$a \2/p" >>"$tmp/algos.txt" ||
                 { cat "$tmp/err" >&2; exit 1; }

@@ -885,8 +885,8 @@ static msr_status_t step_alltoall(ucx_req_t *r)
 
 /* ---- choosing ---- */
 
-static const char *const algo_names[] = {"auto",     "direct", "rd",      "ring",
-                                         "binomial", "chain",  "pairwise"};
+static const char *const algo_names[] = {"auto",     "direct", "rd",       "ring",
+                                         "binomial", "chain",  "pairwise", "shm"};
 
 static ucx_algo_t parse_algo(const char *var)
 {
@@ -897,7 +897,7 @@ static ucx_algo_t parse_algo(const char *var)
         if (strcmp(v, algo_names[i]) == 0)
             return (ucx_algo_t)i;
     MSR_WARN("comm: %s=%s is not an algorithm (auto, direct, rd, ring, binomial, chain, "
-             "pairwise): using auto",
+             "pairwise, shm): using auto",
              var, v);
     return UCX_ALGO_AUTO;
 }
@@ -930,6 +930,10 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
         t->segment = 4096;
     t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 4, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
+    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 256 << 10);
+    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 8 << 20);
+    if (t->shm_max > ((size_t)64 << 20))
+        t->shm_max = (size_t)64 << 20;
 }
 
 static ucx_algo_t choose(const ucx_req_t *r)
@@ -941,6 +945,8 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int small_group = r->n <= t->direct_max_ranks;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
+        if (r->uc->shm && bytes <= r->uc->shm_slot && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+            return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RD || f == UCX_ALGO_RING)
             return f;
         if (r->n == 2) /* direct and recursive doubling are the same exchange */
@@ -949,7 +955,7 @@ static ucx_algo_t choose(const ucx_req_t *r)
             return UCX_ALGO_DIRECT;
         /* the ring needs an element per rank to be worth its 2(n-1) steps */
         return bytes >= t->allreduce_ring_min && a->count >= (uint64_t)r->n ? UCX_ALGO_RING
-                                                                           : UCX_ALGO_RD;
+                                                                            : UCX_ALGO_RD;
     case MSR_COLL_REDUCE_SCATTER:
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RING)
             return f;
@@ -992,6 +998,19 @@ static msr_status_t chain_setup(ucx_req_t *r, int slots)
     return MSR_OK;
 }
 
+/* The shared-memory path: the operation's number is counted on every
+ * member alike (the choice depends only on arguments all ranks share). */
+static msr_status_t shm_start(ucx_req_t *r, const char *algo)
+{
+    r->step = ucx_shm_step;
+    r->algo = algo;
+    r->u[0] = ++r->uc->shm_seq;
+    r->u[1] = 0;
+    r->shm = 1;
+    r->uc->engine->shm_active++;
+    return MSR_OK;
+}
+
 msr_status_t ucx_coll_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -1011,6 +1030,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->algo = "recv";
         return MSR_OK;
     case MSR_COLL_BARRIER:
+        if (r->uc->shm)
+            return shm_start(r, "barrier(shm)");
         r->step = step_barrier;
         r->algo = "barrier";
         return ops_reserve(r, 2);
@@ -1034,6 +1055,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     ucx_algo_t algo = choose(r);
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
+        if (algo == UCX_ALGO_SHM)
+            return shm_start(r, "allreduce(shm)");
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allreduce_direct;
             r->algo = "allreduce(direct)";

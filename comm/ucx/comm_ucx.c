@@ -111,6 +111,18 @@ err_comm:
     return st == MSR_OK ? MSR_ERR_NO_MEMORY : st;
 }
 
+/* Gives a new communicator its shared-memory segment where its members
+ * share a node; a failure of that collective step undoes the communicator. */
+static msr_status_t with_shm(msr_comm_t **comm_p)
+{
+    msr_status_t st = ucx_shm_setup((*comm_p)->be);
+    if (st != MSR_OK) {
+        msr_comm_destroy(*comm_p);
+        *comm_p = NULL;
+    }
+    return st;
+}
+
 msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
 {
     int n = msr_world_size(ctx), me = msr_rank(ctx);
@@ -139,6 +151,8 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
         st = make_comm(ctx, e, id, me, n, ranks, msr_timeout(ctx), comm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
+        else
+            st = with_shm(comm_p);
     }
     msr_free(ranks);
     return st;
@@ -228,6 +242,8 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         if (st != MSR_OK)
             ucx_engine_unref(e);
     }
+    if (st == MSR_OK && *newcomm_p != NULL)
+        st = with_shm(newcomm_p);
 out:
     msr_free(wr);
     msr_free(members);
@@ -257,6 +273,7 @@ static void ucx_release(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
+    ucx_shm_free(uc);
     msr_free(uc->cache);
     msr_free(uc->peer);
     msr_free(uc);
@@ -346,8 +363,7 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
         r->pub.status = MSR_OK;
         ucx_req_done(r);
     } else if (st != MSR_IN_PROGRESS) {
-        ucx_req_fail(r, st, "%s: %s", r->algo,
-                     r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        ucx_req_fail(r, st, "%s: %s", r->algo, r->pub.error[0] ? r->pub.error : msr_status_str(st));
     }
     *r_p = r;
     return MSR_OK;

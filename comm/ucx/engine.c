@@ -315,12 +315,10 @@ static int set_waiting(ucx_engine_t *e)
 {
     int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
     int oversubscribed = ranks > cpus_available();
-    e->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0,
-                                       INT32_MAX) *
-                 1000;
+    e->spin_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0, INT32_MAX) * 1000;
     e->yield_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) *
-        1000;
+        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) * 1000;
     e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
     return ranks;
 }
@@ -576,9 +574,19 @@ static int is_member(const ucx_comm_t *uc, int world_rank)
     return 0;
 }
 
-void ucx_req_done(ucx_req_t *r)
+/* What every request does when it leaves the running list. */
+static void req_leave(ucx_req_t *r)
 {
     msr_list_remove(&r->link);
+    if (r->shm) {
+        r->shm = 0;
+        r->uc->engine->shm_active--;
+    }
+}
+
+void ucx_req_done(ucx_req_t *r)
+{
+    req_leave(r);
 }
 
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
@@ -619,7 +627,7 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
         r->scratch_from = 0;
     }
     r->pub.status = st;
-    msr_list_remove(&r->link);
+    req_leave(r);
     if (st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG && st != MSR_ERR_TRUNCATED)
         ucx_comm_fail(r->uc, st, -1, "%s", r->pub.error);
 }
@@ -760,7 +768,7 @@ static int progress_all(ucx_engine_t *e)
     /* UCX requests only finish inside ucp_worker_progress (or inside the
      * step that posts them, which then carries on by itself): with nothing
      * progressed, the steps have nothing new to see. */
-    if (events == 0 && !e->dead_pending && !e->abort_pending)
+    if (events == 0 && !e->dead_pending && !e->abort_pending && !e->shm_active)
         return 0;
     if (e->dead_pending)
         handle_deaths(e);
@@ -815,9 +823,10 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
         return;
     }
     int64_t ms = msr_deadline_left_ms(deadline);
-    /* With other threads in wait, one of them may take our wake-up: nap
-     * briefly. Peers without pidfds are checked every 100 ms. */
-    int64_t cap = e->waiters > 1 ? 1 : 100;
+    /* With other threads in wait, one of them may take our wake-up, and
+     * shared-memory operations wake nobody: nap briefly. Peers without
+     * pidfds are checked every 100 ms. */
+    int64_t cap = e->waiters > 1 || e->shm_active ? 1 : 100;
     if (ms > cap)
         ms = cap;
     int nfds = e->n_pfds;

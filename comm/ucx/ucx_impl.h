@@ -46,15 +46,16 @@ typedef enum ucx_algo {
     UCX_ALGO_BINOMIAL, /* binomial tree */
     UCX_ALGO_CHAIN,    /* pipelined chain */
     UCX_ALGO_PAIRWISE, /* pairwise exchange */
+    UCX_ALGO_SHM,      /* through the group's shared-memory segment (one node) */
 } ucx_algo_t;
 
 /* Thresholds and knobs, read from the environment when a communicator is
  * made (docs/comm.md lists them). Sizes are bytes of the whole vector. */
 typedef struct ucx_tuning {
     ucx_algo_t force[MSR_COLL_RECV + 1]; /* MSR_COMM_ALGO_<COLL> */
-    size_t allreduce_direct_max; /* 3+ ranks: direct up to here (small groups) */
-    size_t allreduce_ring_min;   /* 3+ ranks: ring from here, recursive doubling below */
-    size_t allreduce_ring_min_2; /* 2 ranks: ring from here, direct below */
+    size_t allreduce_direct_max;         /* 3+ ranks: direct up to here (small groups) */
+    size_t allreduce_ring_min;           /* 3+ ranks: ring from here, recursive doubling below */
+    size_t allreduce_ring_min_2;         /* 2 ranks: ring from here, direct below */
     int direct_max_ranks;                /* direct only for groups up to this size */
     size_t reduce_scatter_ring_min;
     size_t allgather_ring_min;
@@ -63,6 +64,8 @@ typedef struct ucx_tuning {
     size_t segment; /* pipeline segment */
     int window;     /* segments in flight per direction */
     int alltoall_window;
+    size_t shm_max;     /* allreduce through shared memory up to here (0: never) */
+    size_t shm_segment; /* bytes of slots in one segment at most */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -90,7 +93,7 @@ struct ucx_engine {
     ucp_worker_h worker;
     int efd;
     int world_size, my_world, my_node, local_size;
-    int host_ranks; /* members on this machine (several "nodes" may share it) */
+    int host_ranks;    /* members on this machine (several "nodes" may share it) */
     ucx_peer_t *peers; /* world_size entries, by job rank */
     unsigned char *addrs;
     unsigned next_comm_id;
@@ -108,7 +111,8 @@ struct ucx_engine {
     struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
     int *pfd_peer;
     int n_pfds;
-    int waiters;      /* threads inside wait */
+    int waiters;       /* threads inside wait */
+    int shm_active;    /* shared-memory operations running: they need polling */
     uint64_t spin_ns;  /* busy polling, then */
     uint64_t yield_ns; /* polling with sched_yield until this, then sleeping */
     msr_list_t free_reqs;
@@ -133,6 +137,10 @@ typedef struct ucx_comm {
     void *cache;
     size_t cache_len;
     int cache_busy;
+    /* the shared-memory segment of a group on one node (shm.c), or NULL */
+    struct ucx_shm *shm;
+    size_t shm_slot;  /* its slots: the largest allreduce it takes */
+    uint64_t shm_seq; /* shared-memory operations started */
 } ucx_comm_t;
 
 typedef struct ucx_op {
@@ -154,6 +162,7 @@ struct ucx_req {
     /* from here to ops: cleared for each operation */
     ucx_step_fn step;
     const char *algo;
+    int shm; /* counted in engine->shm_active */
     uint32_t seq;
     int pc; /* where step resumes */
     msr_status_t err;
@@ -190,6 +199,14 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ucx_req_done(ucx_req_t *r);
+
+/* shm.c: a segment for comm's members when all are on this node, made
+ * collectively over comm (which must work); any failure on any member
+ * leaves uc->shm NULL everywhere (the UCX algorithms then serve). */
+msr_status_t ucx_shm_setup(ucx_comm_t *uc);
+void ucx_shm_free(ucx_comm_t *uc);
+/* The shared-memory allreduce (and barrier: count 0) as a step function. */
+msr_status_t ucx_shm_step(ucx_req_t *r);
 
 /* coll.c */
 /* Chooses the algorithm of r->pub.args, fills in r's state and posts the

@@ -124,12 +124,12 @@ determinism)
     [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
     echo "$h1 in both runs"
     ;;
-kill | stop)
+kill | killsmall | stop)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
     want=$((np - 1))
-    if [ "$mode" = kill ]; then
+    if [ "$mode" != stop ]; then
         got=$(grep -c "survived: MSR_ERR_PEER_LOST" "$out/log")
     else
         got=$(grep -cE "survived: MSR_ERR_(TIMEOUT|PEER_LOST)" "$out/log")
