@@ -930,7 +930,7 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
         t->segment = 4096;
     t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 4, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
-    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 256 << 10);
+    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 1 << 20);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 8 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
