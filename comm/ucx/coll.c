@@ -919,7 +919,7 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     /* Measured on the 2-core development machine (docs/comm.md). */
     t->allreduce_direct_max = env_bytes("MSR_COMM_ALLREDUCE_DIRECT_MAX", 2048);
     t->allreduce_ring_min = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN", 16384);
-    t->allreduce_ring_min_2 = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN_2", 2 << 20);
+    t->allreduce_ring_min_2 = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN_2", 1 << 20);
     t->direct_max_ranks = (int)msr_env_i64("MSR_COMM_DIRECT_MAX_RANKS", 8, 2, 1 << 20);
     t->reduce_scatter_ring_min = env_bytes("MSR_COMM_REDUCE_SCATTER_RING_MIN", 4 << 20);
     t->allgather_ring_min = env_bytes("MSR_COMM_ALLGATHER_RING_MIN", 32 << 20);

@@ -91,11 +91,11 @@ static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int 
     for (int i = 0; i < size; i++)
         uc->peer[i] = &e->peers[world_ranks[i]];
     ucx_tuning_read(&uc->tune, e->local_size);
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     st = post_abort_recv(uc);
     if (st == MSR_OK)
         msr_list_push_back(&e->comms, &uc->link);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (st != MSR_OK)
         goto err_peer;
     comm->be = uc;
@@ -182,9 +182,9 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
     int *wr = msr_calloc((size_t)n, sizeof *wr);
     if (all == NULL || members == NULL || wr == NULL)
         goto out;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     int64_t mine[3] = {color, key, e->next_comm_id};
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     /* Everyone learns every color and key, and the smallest id that is
      * free on all members (ids only grow). */
     st = msr_comm_allgather(comm, mine, all, 3, MSR_DTYPE_I64);
@@ -194,10 +194,10 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
     for (int i = 0; i < n; i++)
         if (all[3 * i + 2] > id)
             id = all[3 * i + 2];
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     if (e->next_comm_id <= id)
         e->next_comm_id = (unsigned)id + 1;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (id > UCX_MAX_COMM_ID) {
         msr_client_set_error("msr_comm_split: %d communicators made on one engine already",
                              UCX_MAX_COMM_ID);
@@ -235,9 +235,9 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         if (st != MSR_OK)
             ucx_engine_unref(ne);
     } else {
-        pthread_mutex_lock(&e->lock);
+        ucx_engine_lock(e);
         e->refs++;
-        pthread_mutex_unlock(&e->lock);
+        ucx_engine_unlock(e);
         st = make_comm(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
@@ -255,7 +255,7 @@ static void ucx_close(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     uc->closed = 1;
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &e->active)
@@ -266,7 +266,7 @@ static void ucx_close(msr_comm_t *comm)
     }
     drop_abort_recv(uc);
     msr_list_remove(&uc->link);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
 }
 
 static void ucx_release(msr_comm_t *comm)
@@ -374,9 +374,9 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
 {
     ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
     ucx_req_t *r = NULL;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     msr_status_t st = begin(comm, a, deadline, &r);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (st == MSR_OK)
         *req_p = &r->pub;
     return st;
@@ -387,7 +387,7 @@ static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t
 {
     ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
     ucx_req_t *r = NULL;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     msr_status_t st = begin(comm, a, deadline, &r);
     if (st == MSR_OK) {
         if (r->pub.status == MSR_IN_PROGRESS)
@@ -398,7 +398,7 @@ static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t
         r->pub.args.v = NULL; /* the caller's */
         req_put(e, r);
     }
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     return st;
 }
 
@@ -412,7 +412,7 @@ static msr_status_t ucx_test(msr_comm_req_t *pub)
 {
     ucx_req_t *r = (ucx_req_t *)pub;
     ucx_engine_t *e = r->uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     if (r->pub.status == MSR_IN_PROGRESS) {
         ucx_engine_progress(e);
         if (r->pub.deadline == MSR_DEADLINE_LAZY)
@@ -422,7 +422,7 @@ static msr_status_t ucx_test(msr_comm_req_t *pub)
                          (long long)atomic_load(&r->uc->comm->timeout_ms));
     }
     msr_status_t st = r->pub.status;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     return st;
 }
 
@@ -430,9 +430,9 @@ static void ucx_req_free_(msr_comm_req_t *pub)
 {
     ucx_req_t *r = (ucx_req_t *)pub;
     ucx_engine_t *e = r->uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     req_put(e, r);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
 }
 
 static const msr_comm_backend_ops_t ucx_ops = {

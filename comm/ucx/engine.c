@@ -526,9 +526,9 @@ static void close_endpoints(ucx_engine_t *e)
 
 void ucx_engine_unref(ucx_engine_t *e)
 {
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     int last = --e->refs == 0;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (!last)
         return;
     MSR_DEBUG("comm: engine %s: %llu waits, %llu sleeps (%llu ended by the timer), %.1f ms "
@@ -834,11 +834,11 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
     int peer_of[nfds > 0 ? nfds : 1];
     memcpy(fds, e->pfds, (size_t)nfds * sizeof *fds);
     memcpy(peer_of, e->pfd_peer, (size_t)nfds * sizeof *peer_of);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     uint64_t t0 = msr_now_ns();
     int n = poll(fds, (nfds_t)nfds, (int)ms);
     uint64_t slept = msr_now_ns() - t0;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     e->stat_sleeps++;
     e->stat_slept_ns += slept;
     if (n == 0)
@@ -853,9 +853,9 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
 
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
 {
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     msr_status_t st = ucx_engine_wait_locked(e, r);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     return st;
 }
 
@@ -890,6 +890,12 @@ msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
             e->next_liveness_ns = now + 50000000ull;
             check_liveness(e);
             check_liveness_slow(e);
+        }
+        if (atomic_load_explicit(&e->contenders, memory_order_relaxed) > 0) {
+            /* another thread wants the engine: let it post its work */
+            ucx_engine_unlock(e);
+            sched_yield();
+            ucx_engine_lock(e);
         }
         if (events) {
             idle_since = 0;

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
@@ -88,7 +89,8 @@ struct ucx_engine {
     msr_ctx_t *ctx;
     char *uid; /* names its store keys: "w" for the world's, "w.5" for a dup */
     pthread_mutex_t lock;
-    int refs; /* communicators using it (under lock) */
+    _Atomic int contenders; /* threads waiting for the lock */
+    int refs;               /* communicators using it (under lock) */
     ucp_context_h context;
     ucp_worker_h worker;
     int efd;
@@ -182,6 +184,20 @@ struct ucx_req {
     int scratch_from; /* 0 inline, 1 the comm's cache, 2 malloc */
     _Alignas(64) char inline_scratch[UCX_INLINE_SCRATCH]; /* aligned for any dtype */
 };
+
+/* The engine's lock, counting who waits for it: a thread that spins in a
+ * wait lets it go for a moment when someone does. */
+static inline void ucx_engine_lock(ucx_engine_t *e)
+{
+    atomic_fetch_add_explicit(&e->contenders, 1, memory_order_relaxed);
+    pthread_mutex_lock(&e->lock);
+    atomic_fetch_sub_explicit(&e->contenders, 1, memory_order_relaxed);
+}
+
+static inline void ucx_engine_unlock(ucx_engine_t *e)
+{
+    pthread_mutex_unlock(&e->lock);
+}
 
 /* engine.c */
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,

@@ -8,6 +8,8 @@
  *                once, finished in different orders on different ranks
  *   p2p          send/recv, isend/irecv, tags, truncation, dup with its
  *                own worker
+ *   threads      three threads at once: on the world, on a dup with its own
+ *                worker, and on a dup sharing the world's engine
  *   determinism  random floats: the same bits on every rank and twice in a
  *                row; rank 0 prints a hash for run-to-run comparison
  *   kill         the last rank SIGKILLs itself in the middle of allreduces:
@@ -595,6 +597,57 @@ static void mode_inflight(msr_comm_t *world)
     msr_comm_destroy(b);
 }
 
+/* ---- two threads: one on the world, one on a dup with its own worker,
+ * and both on one shared engine through a split ---- */
+
+typedef struct thr_arg {
+    msr_comm_t *comm;
+    int n, rounds;
+    msr_status_t st;
+    int bad;
+} thr_arg_t;
+
+static void *thr_allreduce(void *p)
+{
+    thr_arg_t *t = p;
+    int64_t x[257], y[257];
+    int me = msr_comm_rank(t->comm);
+    for (int k = 0; k < t->rounds && t->st == MSR_OK; k++) {
+        size_t cnt = k % 2 ? 257 : 3;
+        for (size_t i = 0; i < cnt; i++)
+            x[i] = me + (int64_t)i + k;
+        t->st = msr_comm_allreduce(t->comm, x, y, cnt, MSR_DTYPE_I64, MSR_OP_SUM);
+        for (size_t i = 0; t->st == MSR_OK && i < cnt; i++)
+            if (y[i] != (int64_t)t->n * (t->n - 1) / 2 + t->n * ((int64_t)i + k))
+                t->bad = 1;
+    }
+    return NULL;
+}
+
+static void mode_threads(msr_comm_t *world)
+{
+    int n = msr_comm_size(world);
+    msr_comm_t *own = NULL, *shared = NULL;
+    snprintf(g_case, sizeof g_case, "threads setup");
+    OK(msr_comm_dup(world, MSR_COMM_OWN_WORKER, &own));
+    OK(msr_comm_dup(world, 0, &shared));
+    thr_arg_t args[3] = {
+        {world, n, 300, MSR_OK, 0}, {own, n, 300, MSR_OK, 0}, {shared, n, 300, MSR_OK, 0}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        if (pthread_create(&th[i], NULL, thr_allreduce, &args[i]) != 0)
+            fail("pthread_create");
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        snprintf(g_case, sizeof g_case, "thread %d", i);
+        if (args[i].st != MSR_OK || args[i].bad)
+            fail("thread %d: %s, wrong result %d", i, msr_status_name(args[i].st), args[i].bad);
+    }
+    msr_comm_destroy(shared);
+    msr_comm_destroy(own);
+}
+
 /* ---- point to point ---- */
 
 static void mode_p2p(msr_comm_t *world)
@@ -819,8 +872,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr,
-                "usage: comm_worker collectives|inflight|p2p|determinism|kill|killsmall|stop\n");
+        fprintf(stderr, "usage: comm_worker "
+                        "collectives|inflight|p2p|threads|determinism|kill|killsmall|stop\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -844,6 +897,8 @@ int main(int argc, char **argv)
         mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)
         mode_p2p(world);
+    else if (strcmp(mode, "threads") == 0)
+        mode_threads(world);
     else if (strcmp(mode, "determinism") == 0)
         mode_determinism(world);
     else if (strcmp(mode, "kill") == 0) /* 1 MiB: the UCX ring */
