@@ -495,8 +495,13 @@ static void close_endpoints(ucx_engine_t *e)
         ucx_peer_t *p = &e->peers[i];
         if (p->ep == NULL || (p->dead && !p->peer_mode))
             continue;
+        /* After a failure, requests may be stuck on live peers too (a peer
+         * that gave up never answers): a PEER-mode endpoint is then closed
+         * by force, which completes them; UCX would assert on destroying an
+         * endpoint with requests still queued. */
+        int force = p->dead || (e->saw_failure && p->peer_mode);
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                   .flags = p->dead ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                                   .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         void *h = ucp_ep_close_nbx(p->ep, &prm);
         p->ep = NULL;
         if (!UCS_PTR_IS_PTR(h))
@@ -660,6 +665,8 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
 
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
 {
+    if (st != MSR_ERR_CANCELED)
+        uc->engine->saw_failure = 1;
     if (!msr_comm_break(uc->comm, st))
         return; /* broken before: the first failure did the rest */
     char why[160];

@@ -108,6 +108,7 @@ struct ucx_engine {
     void **graveyard;
     size_t n_graveyard, cap_graveyard;
     int dead_pending;  /* a peer died: tell the communicators */
+    int saw_failure;   /* a communicator broke: close endpoints by force */
     int abort_pending; /* an abort notice arrived */
     uint64_t next_liveness_ns;
     struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
