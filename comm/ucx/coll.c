@@ -925,10 +925,10 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->allgather_ring_min = env_bytes("MSR_COMM_ALLGATHER_RING_MIN", 32 << 20);
     t->bcast_chain_min = env_bytes("MSR_COMM_BCAST_CHAIN_MIN", 8 << 20);
     t->reduce_chain_min = env_bytes("MSR_COMM_REDUCE_CHAIN_MIN", 1024);
-    t->segment = env_bytes("MSR_COMM_SEGMENT", 256 << 10);
+    t->segment = env_bytes("MSR_COMM_SEGMENT", 1 << 20);
     if (t->segment < 4096)
         t->segment = 4096;
-    t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 4, 1, 256);
+    t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 2, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
     t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 1 << 20);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 8 << 20);
