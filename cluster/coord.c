@@ -163,6 +163,17 @@ static node_t *node_find(msr_coord_t *c, const char *id)
     return NULL;
 }
 
+static int elastic(const msr_coord_t *c)
+{
+    return c->min_nodes > 0 && c->max_nodes > c->min_nodes;
+}
+
+/* The world size of the running generation. */
+static int world_size(const msr_coord_t *c)
+{
+    return c->node_count * c->local_worker_num;
+}
+
 static int alive_nodes(const msr_coord_t *c)
 {
     int n = 0;
@@ -228,7 +239,10 @@ void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m)
 static void describe_failure(const failure_t *f, char *out, size_t len)
 {
     char sig[32];
-    if (f->signal > 0)
+    if (f->rank >= 0 && strncmp(f->reason, "hung", 4) == 0)
+        snprintf(out, len, "rank %d on node %d (%s) %s and was killed", f->rank, f->node_rank,
+                 f->host, f->reason);
+    else if (f->signal > 0)
         snprintf(out, len, "rank %d on node %d (%s) was killed by %s", f->rank, f->node_rank,
                  f->host, msr_signal_name(f->signal, sig, sizeof sig));
     else if (f->rank >= 0)
@@ -783,40 +797,89 @@ static void fail_job(msr_coord_t *c, const char *fmt, ...)
     set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
-/* Forms the generation once enough nodes are ready for it. */
+static int ready_for(const msr_coord_t *c, const node_t *n)
+{
+    return n->alive && n->ready_generation >= c->generation;
+}
+
+/* Elastic: the members of the next generation in a stable order: the ranks
+ * they had, then newcomers by arrival; renumbered from 0. */
+static void assign_elastic(msr_coord_t *c, int count)
+{
+    node_t **order = msr_calloc((size_t)c->nnodes, sizeof *order);
+    int n = 0;
+    for (size_t i = 0; order && i < c->nnodes; i++)
+        if (ready_for(c, c->nodes[i]))
+            order[n++] = c->nodes[i];
+    for (int a = 1; a < n; a++) /* insertion sort: old rank, then arrival */
+        for (int b = a; b > 0; b--) {
+            node_t *x = order[b - 1], *y = order[b];
+            int xr = x->rank >= 0 ? x->rank : INT32_MAX, yr = y->rank >= 0 ? y->rank : INT32_MAX;
+            if (xr < yr || (xr == yr && x->joined_seq <= y->joined_seq))
+                break;
+            order[b - 1] = y;
+            order[b] = x;
+        }
+    for (size_t i = 0; i < c->nnodes; i++)
+        c->nodes[i]->rank = -1;
+    for (int k = 0; k < n && k < count; k++)
+        order[k]->rank = k;
+    msr_free(order);
+}
+
+/* Forms the generation once enough nodes are ready for it. Fixed size: all
+ * node_count. Elastic: MAX at once; at least MIN once the last call has
+ * passed (first generation), or once every live node is ready (after a
+ * failure, when who is left is known). */
 static void try_form(msr_coord_t *c)
 {
     if (!state_forming(c->state) || !c->configured)
         return;
-    int ready = 0;
+    int ready = 0, alive = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
-        node_t *n = c->nodes[i];
-        ready += n->alive && n->ready_generation >= c->generation;
+        ready += ready_for(c, c->nodes[i]);
+        alive += c->nodes[i]->alive;
     }
-    if (ready < c->node_count)
-        return;
-    /* Wanted ranks first, then the rest by arrival. */
-    for (size_t i = 0; i < c->nnodes; i++) {
-        node_t *n = c->nodes[i];
-        n->rank = -1;
-        if (n->alive && n->ready_generation >= c->generation && n->wanted_rank >= 0)
-            n->rank = n->wanted_rank;
-    }
-    int next = 0;
-    for (size_t i = 0; i < c->nnodes; i++) {
-        node_t *n = c->nodes[i];
-        if (!n->alive || n->ready_generation < c->generation || n->rank >= 0)
-            continue;
-        while (member_of_rank(c, next))
-            next++;
-        n->rank = next;
+    if (elastic(c)) {
+        if (ready < c->min_nodes)
+            return;
+        uint64_t now = msr_now_ns();
+        int all_in = ready == alive && c->state == MSR__JOB_STATE__JOB_RESTARTING;
+        if (ready < c->max_nodes && !all_in) {
+            if (c->last_call == 0)
+                c->last_call = now + (uint64_t)c->config.last_call_ms * 1000000ull;
+            if (now < c->last_call)
+                return; /* more nodes may come */
+        }
+        c->last_call = 0;
+        c->node_count = ready < c->max_nodes ? ready : c->max_nodes;
+        assign_elastic(c, c->node_count);
+    } else {
+        if (ready < c->node_count)
+            return;
+        /* Wanted ranks first, then the rest by arrival. */
+        for (size_t i = 0; i < c->nnodes; i++) {
+            node_t *n = c->nodes[i];
+            n->rank = -1;
+            if (ready_for(c, n) && n->wanted_rank >= 0)
+                n->rank = n->wanted_rank;
+        }
+        int next = 0;
+        for (size_t i = 0; i < c->nnodes; i++) {
+            node_t *n = c->nodes[i];
+            if (!ready_for(c, n) || n->rank >= 0)
+                continue;
+            while (member_of_rank(c, next))
+                next++;
+            n->rank = next;
+        }
     }
     node_t *zero = member_of_rank(c, 0);
     snprintf(c->master_addr, sizeof c->master_addr, "%s", zero ? zero->host : "");
     c->master_port = zero ? zero->free_port : 0;
     c->message[0] = '\0';
     MSR_INFO("job %s: generation %d formed with %d nodes (%d workers)", c->job_id, c->generation,
-             c->node_count, c->worker_num);
+             c->node_count, world_size(c));
     set_state(c, MSR__JOB_STATE__JOB_RUNNING);
 }
 
@@ -854,7 +917,7 @@ static void fill_assignment(const msr_coord_t *c, const node_t *n, Msr__Assignme
     msr__assignment__init(a);
     a->node_rank = n->rank;
     a->node_count = c->node_count;
-    a->world_size = c->worker_num;
+    a->world_size = world_size(c);
     a->rank_offset = n->rank * c->local_worker_num;
     a->local_world_size = c->local_worker_num;
     a->master_addr = (char *)c->master_addr;
@@ -923,11 +986,17 @@ static void job_configure(msr_coord_t *c, const Msr__JoinRequest *req)
         c->local_worker_num = req->local_worker_num;
     if (c->max_restarts < 0)
         c->max_restarts = req->max_restarts;
+    if (c->min_nodes <= 0 && c->max_nodes <= 0) {
+        c->min_nodes = req->min_nodes;
+        c->max_nodes = req->max_nodes;
+    }
 }
 
 msr_status_t msr_coord_settings_valid(msr_coord_t *c)
 {
     if (c->worker_num <= 0 || c->local_worker_num <= 0 || c->worker_num % c->local_worker_num)
+        return MSR_ERR_INVALID_ARG;
+    if (elastic(c) && c->worker_num != c->max_nodes * c->local_worker_num)
         return MSR_ERR_INVALID_ARG;
     c->node_count = c->worker_num / c->local_worker_num;
     if (c->rank_done == NULL) {
@@ -993,7 +1062,15 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     MISMATCH("worker_num", c->worker_num, req->worker_num);
     MISMATCH("local_worker_num", c->local_worker_num, req->local_worker_num);
     MISMATCH("max_restarts", c->max_restarts, req->max_restarts);
+    MISMATCH("nnodes minimum", c->min_nodes, req->min_nodes);
+    MISMATCH("nnodes maximum", c->max_nodes, req->max_nodes);
     node_t *n = node_find(c, req->node_id);
+    if (n == NULL && elastic(c) && req->node_rank >= 0) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "an elastic job (--nnodes %d:%d) assigns node ranks itself: leave --node_rank at -1",
+             c->min_nodes, c->max_nodes);
+        return;
+    }
     if (n == NULL) {
         if (req->node_rank >= c->node_count) {
             fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -1012,9 +1089,10 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
                 return;
             }
         }
-        if (alive_nodes(c) >= c->node_count) {
+        int capacity = elastic(c) ? c->max_nodes : c->node_count;
+        if (alive_nodes(c) >= capacity) {
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
-                 c->node_count);
+                 capacity);
             return;
         }
         n = msr_coord_node_add(c, host);
@@ -1027,6 +1105,11 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
         for (size_t i = 0; i < sizeof rnd; i++)
             snprintf(n->id + 2 * i, 3, "%02x", rnd[i]);
         n->wanted_rank = req->node_rank >= 0 ? req->node_rank : -1;
+        n->joined_seq = ++c->join_seq;
+        if (elastic(c) && c->state == MSR__JOB_STATE__JOB_RUNNING && c->last_call == 0) {
+            /* taken in at the next generation, after a last call for others */
+            c->last_call = msr_now_ns() + (uint64_t)c->config.last_call_ms * 1000000ull;
+        }
         MSR_INFO("job %s: node %s joined from %s (pid %d, %d workers, %d of %d nodes)", c->job_id,
                  n->id, host, req->pid, req->local_worker_num, alive_nodes(c) + 1, c->node_count);
     }
@@ -1035,6 +1118,7 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     n->local_worker_num = req->local_worker_num;
     n->free_port = req->free_port;
     n->last_seen = msr_now_ns();
+    n->suspect_until = 0;
     MARK_DIRTY(c, 1);
     Msr__JoinResponse r = MSR__JOIN_RESPONSE__INIT;
     r.node_id = n->id;
@@ -1059,6 +1143,7 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
         return;
     }
     n->last_seen = msr_now_ns();
+    n->suspect_until = 0;
     if (n->hb) {
         /* A newer heartbeat replaces the held one. */
         waiter_t *w = n->hb;
@@ -1101,13 +1186,13 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     }
     if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
         if (e->exit_code == 0 && e->signal == 0) {
-            if (e->rank >= 0 && e->rank < c->worker_num && !c->rank_done[e->rank]) {
+            if (e->rank >= 0 && e->rank < world_size(c) && !c->rank_done[e->rank]) {
                 c->rank_done[e->rank] = 1;
                 c->ndone++;
                 MARK_DIRTY(c, 1);
-                if (c->ndone == c->worker_num) {
+                if (c->ndone == world_size(c)) {
                     snprintf(c->message, sizeof c->message, "all %d workers exited 0",
-                             c->worker_num);
+                             world_size(c));
                     set_state(c, MSR__JOB_STATE__JOB_DONE);
                 }
             }
@@ -1221,6 +1306,10 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     c->worker_num = config->worker_num;
     c->local_worker_num = config->local_worker_num;
     c->max_restarts = config->max_restarts;
+    c->min_nodes = config->min_nodes;
+    c->max_nodes = config->max_nodes;
+    if (c->config.last_call_ms <= 0)
+        c->config.last_call_ms = 1000;
     if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
         if (msr_coord_settings_valid(c) != MSR_OK) {
             msr_free(c->job_id);
@@ -1329,9 +1418,16 @@ void msr_coord_cancel(msr_coord_t *c, void *call)
     if (w == NULL)
         return;
     if (w->kind == W_HEARTBEAT) {
+        /* The node's long poll ended without an answer: its connection broke
+         * (the agent died, or the network). A live agent calls again within a
+         * second; a dead one is declared lost after a short grace instead of
+         * the whole node timeout. */
         node_t *n = w->owner;
+        uint64_t now = msr_now_ns();
+        int64_t grace = c->config.node_timeout_ms < 1500 ? c->config.node_timeout_ms : 1500;
         n->hb = NULL;
-        n->last_seen = msr_now_ns();
+        n->last_seen = now;
+        n->suspect_until = now + (uint64_t)grace * 1000000ull;
     }
     waiter_free(c, w);
     /* An empty get-wait record stays until its key is set or the generation
@@ -1379,8 +1475,17 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         waiter_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
     if (now >= c->next_check) {
         uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
+        c->next_check = now + limit / 4;
         for (size_t i = 0; i < c->nnodes; i++) {
             node_t *n = c->nodes[i];
+            if (n->alive && n->hb == NULL && n->suspect_until && !state_terminal(c->state)) {
+                if (now >= n->suspect_until) {
+                    node_lost(c, n, "was lost: its connection broke and it did not call again");
+                    continue;
+                }
+                if (n->suspect_until < c->next_check)
+                    c->next_check = n->suspect_until;
+            }
             if (n->alive && n->hb == NULL && now > n->last_seen && now - n->last_seen > limit &&
                 !state_terminal(c->state)) {
                 char why[96];
@@ -1389,7 +1494,21 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
                 node_lost(c, n, why);
             }
         }
-        c->next_check = now + limit / 4;
+    }
+    if (elastic(c) && c->last_call && now >= c->last_call) {
+        if (c->state == MSR__JOB_STATE__JOB_RUNNING && alive_nodes(c) > c->node_count) {
+            /* nodes joined a running job: re-form to take them in (a change
+             * of membership, not a failure: no restart is counted) */
+            int joined = alive_nodes(c) - c->node_count;
+            c->last_call = 0;
+            snprintf(c->message, sizeof c->message, "%d node%s joined: re-forming with up to %d",
+                     joined, joined == 1 ? "" : "s", alive_nodes(c));
+            MSR_INFO("job %s: %s", c->job_id, c->message);
+            start_generation(c, c->generation + 1, "nodes joined");
+            set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+        } else {
+            try_form(c);
+        }
     }
     if (state_forming(c->state) && c->form_deadline != MSR_DEADLINE_NEVER &&
         now >= c->form_deadline) {
@@ -1435,6 +1554,8 @@ uint64_t msr_coord_next_deadline(const msr_coord_t *c)
         d = t->deadline;
     if (state_forming(c->state) && c->form_deadline < d)
         d = c->form_deadline;
+    if (c->last_call && c->last_call < d)
+        d = c->last_call;
     return d;
 }
 

@@ -74,6 +74,8 @@ typedef struct node {
     int ready_generation; /* the generation it can start, -1 before any */
     int alive, left;
     uint64_t last_seen;
+    uint64_t suspect_until; /* its connection broke: lost unless it calls by then */
+    uint64_t joined_seq;    /* order of arrival */
     waiter_t *hb; /* the held heartbeat, if any */
 } node_t;
 
@@ -95,6 +97,8 @@ struct msr_coord {
     msr_map_t store, getwait, barriers, gathers;
     msr_heap_t timers;
     uint64_t form_deadline, next_check;
+    uint64_t last_call;     /* elastic: form (or take in joiners) at this time */
+    uint64_t join_seq;
     uint8_t *rank_done;
     int ndone;
     int dirty; /* what changed since the state file was written: 1 store or

@@ -3,6 +3,7 @@
  * child exits, worker output, timers and the coordinator's answers. */
 #include "msrun/agent.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -85,7 +87,7 @@ typedef struct agent {
     uint64_t forming_since, last_progress;
     int last_joined;
 
-    struct event *retry_ev, *kill_ev, *stuck_ev, *stopped_ev;
+    struct event *retry_ev, *kill_ev, *stuck_ev, *stopped_ev, *hang_ev;
     struct event *sig_ev[8];
     int nsig;
 
@@ -94,6 +96,7 @@ typedef struct agent {
     int interrupted; /* the signal that interrupted msrun, 0 if none */
     int leave_sent;
     int pending_reports;
+    msr_list_t reports;   /* reports not yet acknowledged */
     char coord_bind[300]; /* where the embedded coordinator listens (restarts) */
     char state_file[300]; /* the embedded coordinator's state */
     uint64_t coord_restarts;
@@ -155,7 +158,10 @@ static int cause_exit_code(const root_cause_t *c)
 static void cause_describe(const root_cause_t *c, char *out, size_t len)
 {
     char sig[32];
-    if (c->rank < 0)
+    if (c->rank >= 0 && strncmp(c->reason, "hung", 4) == 0)
+        snprintf(out, len, "rank %d on node %d (%s, pid %d) %s and was killed", c->rank,
+                 c->node_rank, c->host, c->pid, c->reason);
+    else if (c->rank < 0)
         snprintf(out, len, "node %d (%s, pid %d) %s", c->node_rank, c->host, c->pid, c->reason);
     else if (c->signal > 0)
         snprintf(out, len, "rank %d on node %d (%s, pid %d) was killed by %s", c->rank,
@@ -227,29 +233,27 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
     /* The embedded coordinator speaks up for warnings unless asked for more. */
     snprintf(a_ll, sizeof a_ll, "%d",
              a->o->log_level >= MSR_LOG_DEBUG ? a->o->log_level : MSR_LOG_WARN);
-    char *argv[] = {"msrun",
-                    "coordinator",
-                    "--bind",
-                    a_bind,
-                    "--ready_fd",
-                    a_fd,
-                    "--job_id",
-                    a->job_id,
-                    "--worker_num",
-                    a_wn,
-                    "--local_worker_num",
-                    a_lwn,
-                    "--max_restarts",
-                    a_mr,
-                    "--node_timeout",
-                    a_nt,
-                    "--cluster_time_out",
-                    a_ct,
-                    "--log_level",
-                    a_ll,
-                    a->state_file[0] ? "--state_file" : NULL,
-                    a->state_file,
-                    NULL};
+    char a_nn[48], a_lc[32];
+    snprintf(a_nn, sizeof a_nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
+    snprintf(a_lc, sizeof a_lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
+    char *argv[40];
+    int k = 0;
+    const char *fixed[] = {
+        "msrun",          "coordinator", "--bind",         a_bind, "--ready_fd",         a_fd,
+        "--job_id",       a->job_id,     "--worker_num",   a_wn,   "--local_worker_num", a_lwn,
+        "--max_restarts", a_mr,          "--node_timeout", a_nt,   "--cluster_time_out", a_ct,
+        "--log_level",    a_ll,          "--last_call",    a_lc};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(fixed); i++)
+        argv[k++] = (char *)fixed[i];
+    if (a->o->max_nodes > a->o->min_nodes) {
+        argv[k++] = "--nnodes";
+        argv[k++] = a_nn;
+    }
+    if (a->state_file[0]) {
+        argv[k++] = "--state_file";
+        argv[k++] = a->state_file;
+    }
+    argv[k] = NULL;
     /* The token travels in the environment, not on the command line. */
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -398,34 +402,33 @@ static int setup_coordinator(agent_t *a)
     return 0;
 }
 
+/* Waits up to ms for child pid to exit; 1 if it did (or is not ours). */
+static int wait_child(pid_t pid, int64_t ms)
+{
+    uint64_t deadline = msr_deadline_in_ms(ms);
+    int status;
+    do {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return 1;
+        msr_sleep_ms(10);
+    } while (!msr_deadline_passed(deadline));
+    return 0;
+}
+
 static void stop_coordinator(agent_t *a)
 {
     if (a->coord_pid <= 0)
         return;
     /* The other nodes must hear the outcome: the coordinator exits by itself
      * once every node has left. Give it a moment, then stop it. */
-    uint64_t deadline = msr_deadline_in_ms(a->nworkers && a->node_count > 1 ? 10000 : 2000);
-    int status;
-    while (!msr_deadline_passed(deadline)) {
-        pid_t r = waitpid(a->coord_pid, &status, WNOHANG);
-        if (r == a->coord_pid || (r < 0 && errno == ECHILD)) {
-            a->coord_pid = 0;
-            return;
+    if (!wait_child(a->coord_pid, a->nworkers && a->node_count > 1 ? 10000 : 2000)) {
+        kill(a->coord_pid, SIGTERM);
+        if (!wait_child(a->coord_pid, 3000)) {
+            kill(a->coord_pid, SIGKILL);
+            waitpid(a->coord_pid, NULL, 0);
         }
-        msr_sleep_ms(10);
     }
-    kill(a->coord_pid, SIGTERM);
-    deadline = msr_deadline_in_ms(3000);
-    while (!msr_deadline_passed(deadline)) {
-        pid_t r = waitpid(a->coord_pid, &status, WNOHANG);
-        if (r == a->coord_pid || (r < 0 && errno == ECHILD)) {
-            a->coord_pid = 0;
-            return;
-        }
-        msr_sleep_ms(10);
-    }
-    kill(a->coord_pid, SIGKILL);
-    waitpid(a->coord_pid, &status, 0);
     a->coord_pid = 0;
 }
 
@@ -454,6 +457,7 @@ static void spawn_workers(agent_t *a)
         .log_dir = o->log_dir,
         .bind_core = o->bind_core,
         .devnull = a->devnull,
+        .worker_timeout_ms = o->worker_timeout_ms,
     };
     a->worker_generation = a->generation;
     for (int i = 0; i < a->nworkers; i++) {
@@ -475,6 +479,35 @@ static void spawn_workers(agent_t *a)
     MSR_INFO("generation %d: started %d worker%s (ranks %d..%d of %d)", a->generation, a->nworkers,
              a->nworkers == 1 ? "" : "s", a->rank_offset, a->rank_offset + a->nworkers - 1,
              a->world_size);
+}
+
+/* --worker_timeout: kills workers whose libmsrun stopped beating, or that
+ * stopped calling msr_heartbeat() after calling it. Workers that never beat
+ * (programs without libmsrun) are only watched for their exit. */
+static void on_hang_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    agent_t *a = arg;
+    if (a->stopping || a->proxy == NULL)
+        return;
+    uint64_t now = msr_now_ns(), limit = (uint64_t)a->o->worker_timeout_ms * 1000000ull;
+    double secs = (double)a->o->worker_timeout_ms / 1000.0;
+    for (int i = 0; i < a->nworkers; i++) {
+        msr_worker_t *w = &a->workers[i];
+        msr_beat_info_t b;
+        if (!w->running || w->stopping || w->hung[0] ||
+            !msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &b))
+            continue;
+        if (now > b.last_beat_ns && now - b.last_beat_ns > limit)
+            snprintf(w->hung, sizeof w->hung, "hung: no libmsrun beat for %.1f s", secs);
+        else if (b.progress > 0 && now > b.progress_ns && now - b.progress_ns > limit)
+            snprintf(w->hung, sizeof w->hung, "hung: no msr_heartbeat() for %.1f s", secs);
+        if (w->hung[0]) {
+            MSR_WARN("rank %d (pid %d) %s: killing it", w->rank, (int)w->pid, w->hung);
+            msr_worker_signal(w, SIGKILL);
+        }
+    }
 }
 
 static void on_kill_timer(evutil_socket_t fd, short what, void *arg)
@@ -593,16 +626,19 @@ static void stopping_done(agent_t *a)
  * coordinator that restarts meanwhile still hears of it. */
 typedef struct report {
     agent_t *agent;
+    msr_list_t link; /* in agent->reports */
     struct event *retry;
     int64_t backoff_ms;
     int generation, rank, pid, exit_code, signal;
     double time;
+    char reason[96];
     char *tail[MSR_TAIL_LINES];
     int ntail;
 } report_t;
 
 static void report_free(report_t *r)
 {
+    msr_list_remove(&r->link);
     for (int i = 0; i < r->ntail; i++)
         msr_free(r->tail[i]);
     if (r->retry)
@@ -649,7 +685,7 @@ static void report_send(report_t *r)
     f.signal = r->signal;
     f.time = r->time;
     f.generation = r->generation;
-    f.reason = r->signal ? "signal" : "exited";
+    f.reason = r->reason;
     f.n_stderr_tail = (size_t)r->ntail;
     f.stderr_tail = r->tail;
     Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
@@ -672,12 +708,17 @@ static void report_exit(agent_t *a, msr_worker_t *w)
     }
     r->agent = a;
     r->backoff_ms = 50;
+    msr_list_push_back(&a->reports, &r->link);
     r->generation = a->worker_generation;
     r->rank = w->rank;
     r->pid = (int)w->pid;
     r->exit_code = WIFSIGNALED(w->status) ? -1 : WEXITSTATUS(w->status);
     r->signal = WIFSIGNALED(w->status) ? WTERMSIG(w->status) : 0;
     r->time = w->exit_time;
+    snprintf(r->reason, sizeof r->reason, "%s",
+             w->hung[0]  ? w->hung
+             : r->signal ? "signal"
+                         : "exited");
     if (r->exit_code != 0 || r->signal) {
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
         for (int i = 0; i < w->tail_count; i++) {
@@ -926,6 +967,7 @@ static void join_done(msr_rpc_async_t *as, void *arg)
         return;
     }
     switch (as->status) {
+    case MSR_ERR_REFUSED: /* the job is full: a lost node may not be reaped yet */
     case MSR_ERR_UNREACHABLE:
     case MSR_ERR_TIMEOUT:
     case MSR_ERR_CANCELED: {
@@ -939,7 +981,11 @@ static void join_done(msr_rpc_async_t *as, void *arg)
             return;
         }
         if (now - a->last_progress > 5000000000ull) {
-            MSR_INFO("waiting for the coordinator at %s", a->coord_target);
+            if (as->status == MSR_ERR_REFUSED)
+                MSR_INFO("the job at %s is full (%s); waiting for a free place", a->coord_target,
+                         as->err);
+            else
+                MSR_INFO("waiting for the coordinator at %s", a->coord_target);
             a->last_progress = now;
         }
         schedule_retry(a);
@@ -1086,6 +1132,36 @@ static void print_outcome(agent_t *a)
     }
 }
 
+/* Removes job directories left by msrun processes that are gone (killed by
+ * SIGKILL, say): <job>-<pid> whose pid no longer exists. */
+static void sweep_stale_job_dirs(const char *top)
+{
+    DIR *d = opendir(top);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *dash = strrchr(e->d_name, '-');
+        int64_t pid;
+        if (e->d_name[0] == '.' || dash == NULL ||
+            msr_parse_i64(dash + 1, 1, INT32_MAX, &pid) != MSR_OK)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        char path[600];
+        static const char *const files[] = {"agent.sock", "coordinator.state",
+                                            "coordinator.state.tmp"};
+        for (size_t i = 0; i < MSR_ARRAY_SIZE(files); i++) {
+            snprintf(path, sizeof path, "%s/%s/%s", top, e->d_name, files[i]);
+            unlink(path);
+        }
+        snprintf(path, sizeof path, "%s/%s", top, e->d_name);
+        if (rmdir(path) == 0)
+            MSR_DEBUG("removed %s, left by a msrun that is gone", path);
+    }
+    closedir(d);
+}
+
 /* The job's private directory: <tmp>/msrun-<uid>/<job>-<pid>, both 0700, so
  * only this user reaches the proxy's socket. */
 static int make_job_dir(agent_t *a)
@@ -1105,6 +1181,7 @@ static int make_job_dir(agent_t *a)
         MSR_ERROR("%s is not a private directory of this user (mode 0700 expected)", top);
         return -1;
     }
+    sweep_stale_job_dirs(top);
     char job[48];
     size_t n = 0;
     for (const char *c = a->job_id; *c && n < sizeof job - 1; c++)
@@ -1147,6 +1224,7 @@ int msr_agent_run(msr_options_t *o)
     a.ready_generation = -1;
     a.backoff_ms = 50;
     a.state = MSR__JOB_STATE__JOB_STATE_UNKNOWN;
+    msr_list_init(&a.reports);
     msr_log_init("msrun", -1, -1);
     msr_log_set_level((msr_log_level_t)o->log_level);
     a.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -1215,7 +1293,16 @@ int msr_agent_run(msr_options_t *o)
     a.kill_ev = evtimer_new(a.base, on_kill_timer, &a);
     a.stuck_ev = evtimer_new(a.base, on_stuck_timer, &a);
     a.stopped_ev = event_new(a.base, -1, 0, on_stopped, &a);
-    if (a.workers == NULL || !a.retry_ev || !a.kill_ev || !a.stuck_ev || !a.stopped_ev) {
+    a.hang_ev = event_new(a.base, -1, EV_PERSIST, on_hang_check, &a);
+    if (a.hang_ev && o->worker_timeout_ms > 0) {
+        int64_t every = o->worker_timeout_ms / 4 < 50 ? 50 : o->worker_timeout_ms / 4;
+        if (every > 1000)
+            every = 1000;
+        struct timeval tv = {(time_t)(every / 1000), (suseconds_t)((every % 1000) * 1000)};
+        event_add(a.hang_ev, &tv);
+    }
+    if (a.workers == NULL || !a.retry_ev || !a.kill_ev || !a.stuck_ev || !a.stopped_ev ||
+        !a.hang_ev) {
         fprintf(stderr, "msrun: error: out of memory\n");
         rc = 1;
         goto out_base;
@@ -1280,8 +1367,13 @@ out_base:
         event_free(a.stuck_ev);
     if (a.stopped_ev)
         event_free(a.stopped_ev);
+    if (a.hang_ev)
+        event_free(a.hang_ev);
     msr_proxy_stop(a.proxy);
     msr_link_destroy(a.link);
+    /* reports still unacknowledged: their calls were cancelled with the link */
+    while (!msr_list_empty(&a.reports))
+        report_free(MSR_CONTAINER_OF(a.reports.next, report_t, link));
     msr_free(a.workers);
     event_base_free(a.base);
 out_coord:

@@ -39,6 +39,8 @@ static void coordinator_usage(FILE *out)
             "  --local_worker_num N   workers per node [default: from the first node]\n"
             "  --max_restarts N       job-wide restarts [default: from the first node]\n"
             "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
+            "  --nnodes MIN:MAX       an elastic job's range of nodes [default: fixed]\n"
+            "  --last_call SEC        elastic: wait this long for more than MIN [default 1]\n"
             "  --cluster_time_out SEC a generation must form within [default 600]\n"
             "  --log_level LEVEL      error, warn, info, debug [default info]\n"
             "  --state_file PATH      keep the job's state in PATH (written atomically on\n"
@@ -73,6 +75,7 @@ int msr_coordinator_main(int argc, char **argv)
     const char *job_id = NULL, *token = getenv("MSRUN_TOKEN"), *state_file = NULL;
     int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
+    int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
@@ -117,6 +120,17 @@ int msr_coordinator_main(int argc, char **argv)
             bad = parse_secs(v, &node_timeout) != 0;
         } else if (strcmp(name, "--cluster_time_out") == 0) {
             bad = parse_secs(v, &cluster_time_out) != 0;
+        } else if (strcmp(name, "--nnodes") == 0) {
+            char *colon = strchr(v, ':');
+            bad = colon == NULL;
+            if (!bad) {
+                char lo[32];
+                snprintf(lo, sizeof lo, "%.*s", (int)(colon - v), v);
+                bad = msr_parse_i64(lo, 1, 1 << 20, &min_nodes) != MSR_OK ||
+                      msr_parse_i64(colon + 1, min_nodes, 1 << 20, &max_nodes) != MSR_OK;
+            }
+        } else if (strcmp(name, "--last_call") == 0) {
+            bad = parse_secs(v, &last_call) != 0;
         } else if (strcmp(name, "--state_file") == 0) {
             state_file = v;
         } else if (strcmp(name, "--ready_fd") == 0) {
@@ -158,6 +172,9 @@ int msr_coordinator_main(int argc, char **argv)
         .node_timeout_ms = node_timeout,
         .join_timeout_ms = cluster_time_out,
         .state_file = state_file,
+        .min_nodes = min_nodes < max_nodes ? (int)min_nodes : 0,
+        .max_nodes = min_nodes < max_nodes ? (int)max_nodes : 0,
+        .last_call_ms = last_call,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

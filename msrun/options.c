@@ -30,6 +30,7 @@ typedef enum opt_id {
     O_CLUSTER_TIME_OUT,
     O_BIND_CORE,
     O_NNODES,
+    O_LAST_CALL,
     O_MAX_RESTARTS,
     O_STANDALONE,
     O_JOB_ID,
@@ -38,6 +39,7 @@ typedef enum opt_id {
     O_HEARTBEAT,
     O_NODE_TIMEOUT,
     O_COORDINATOR_TIMEOUT,
+    O_WORKER_TIMEOUT,
     O_ERROR_FILE,
     O_SHOW_RANKS,
     O_LOG_LEVEL,
@@ -80,8 +82,12 @@ static const opt_def_t opt_defs[] = {
      "how long the job waits for all its nodes to join (or rejoin after a restart)."},
     {O_BIND_CORE, "bind_core", {NULL}, T_BOOL, "false", "BOOL",
      "pin each worker to an equal share of this node's allowed CPU cores."},
-    {O_NNODES, "nnodes", {NULL}, T_NNODES, "1", "N",
-     "number of nodes (torchrun's MIN:MAX elastic ranges are refused for now)."},
+    {O_NNODES, "nnodes", {NULL}, T_NNODES, "1", "N|MIN:MAX",
+     "number of nodes, or an elastic range: the job runs on any number of nodes from MIN to "
+     "MAX, re-forms smaller when nodes are lost and takes in nodes that join later (the "
+     "world size is then nodes x local_worker_num)."},
+    {O_LAST_CALL, "last_call", {NULL}, T_SECONDS, "1", "SEC",
+     "elastic jobs: once MIN nodes are in, how long to wait for more before starting."},
     {O_MAX_RESTARTS, "max_restarts", {NULL}, T_INT, "0", "N",
      "restarts of the whole job after a worker failure, counted job-wide."},
     {O_STANDALONE, "standalone", {NULL}, T_BOOL, "false", NULL,
@@ -102,6 +108,9 @@ static const opt_def_t opt_defs[] = {
     {O_COORDINATOR_TIMEOUT, "coordinator_timeout", {NULL}, T_SECONDS, "30", "SEC",
      "workers keep running this long while the coordinator cannot be reached (it may be "
      "restarting); then the job stops."},
+    {O_WORKER_TIMEOUT, "worker_timeout", {NULL}, T_SECONDS, "0", "SEC",
+     "a worker linking libmsrun whose process stops beating this long, or that stops "
+     "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
     {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
      "write the root cause of a failure as JSON to PATH."},
     {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
@@ -284,6 +293,9 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
     case O_MAX_RESTARTS:
         o->max_restarts = (int)x;
         break;
+    case O_LAST_CALL:
+        o->last_call_ms = x;
+        break;
     case O_STANDALONE:
         o->standalone = (int)x;
         break;
@@ -322,6 +334,13 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
             return -1;
         }
         o->coordinator_timeout_ms = x;
+        break;
+    case O_WORKER_TIMEOUT:
+        if (x != 0 && x < 100) {
+            opt_error("%s=%s: the worker timeout must be 0 (off) or at least 0.1 s", where, v);
+            return -1;
+        }
+        o->worker_timeout_ms = x;
         break;
     case O_ERROR_FILE:
         return set_string(&o->error_file, v);
@@ -526,6 +545,7 @@ static void defaults(msr_options_t *o)
     o->heartbeat_ms = 1000;
     o->node_timeout_ms = 5000;
     o->coordinator_timeout_ms = 30000;
+    o->last_call_ms = 1000;
     o->log_level = MSR_LOG_INFO;
 }
 
@@ -640,9 +660,20 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         return 2;
     }
     if (o->max_nodes && o->min_nodes != o->max_nodes) {
-        opt_error("elastic --nnodes=%d:%d is not supported yet; give a fixed node count",
-                  o->min_nodes, o->max_nodes);
-        return 2;
+        /* elastic: the world is nodes x local_worker_num, at most MAX nodes */
+        if (o->given_worker_num && o->worker_num != o->max_nodes * o->local_worker_num) {
+            opt_error("in an elastic job (--nnodes=%d:%d) the world size is nodes x "
+                      "local_worker_num: leave --worker_num out (or give %d)",
+                      o->min_nodes, o->max_nodes, o->max_nodes * o->local_worker_num);
+            return 2;
+        }
+        if (o->node_rank >= 0) {
+            opt_error("an elastic job (--nnodes=%d:%d) assigns node ranks: leave --node_rank out",
+                      o->min_nodes, o->max_nodes);
+            return 2;
+        }
+    } else {
+        o->min_nodes = o->max_nodes = 0; /* a fixed size, however it was given */
     }
     if (o->master_addr == NULL && job_nodes > 1) {
         opt_error("a job of %d nodes needs --master_addr (worker_num %d, local_worker_num %d)",

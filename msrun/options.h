@@ -19,7 +19,8 @@ typedef struct msr_options {
     int join;
     int64_t cluster_time_out_ms;
     int bind_core;
-    int min_nodes, max_nodes; /* from --nnodes; 0 when not given */
+    int min_nodes, max_nodes; /* elastic range from --nnodes MIN:MAX; 0 for a fixed size */
+    int64_t last_call_ms;
     int max_restarts;
     int standalone;
     char *job_id;
@@ -28,6 +29,7 @@ typedef struct msr_options {
     int64_t heartbeat_ms; /* long-poll interval */
     int64_t node_timeout_ms;
     int64_t coordinator_timeout_ms; /* workers run on this long without it */
+    int64_t worker_timeout_ms;      /* 0: hangs are not watched */
     char *error_file;
     char *show_ranks; /* NULL: all ranks reach the terminal */
     int log_level;

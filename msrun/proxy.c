@@ -38,8 +38,11 @@ typedef struct group {
 typedef struct fwd {
     msr_rpc_async_t async;
     msr_proxy_t *proxy;
-    msr_rpc_call_t *call; /* a single forward; NULL once its client is gone */
-    group_t *group;       /* or a group */
+    msr_rpc_call_t *call;  /* a single forward; NULL once its client is gone */
+    ProtobufCMessage *req; /* its request (the call's, alive while held) */
+    group_t *group;        /* or a group */
+    uint64_t deadline;
+    msr_timer_t retry; /* armed while waiting to send again */
     msr_list_t link;
 } fwd_t;
 
@@ -58,8 +61,15 @@ struct msr_proxy {
     atomic_int stop;
     pthread_mutex_t stop_lock; /* held while another thread starts the shutdown */
     msr_map_t groups;
-    msr_heap_t timers;
-    msr_list_t fwds; /* upstream calls in flight */
+    msr_heap_t timers;  /* groups' deadlines */
+    msr_heap_t retries; /* upstream calls to send again */
+    msr_list_t fwds;    /* upstream calls in flight */
+    pthread_mutex_t beats_lock;
+    struct beat_entry {
+        int rank, pid;
+        msr_beat_info_t info;
+    } * beats;
+    size_t nbeats, beats_cap;
     _Atomic uint64_t calls_in, calls_up;
 };
 
@@ -81,10 +91,22 @@ static void group_free(msr_proxy_t *p, group_t *g)
 
 /* ---- upstream ---- */
 
-static void fwd_done(msr_rpc_async_t *a)
+static int fwd_wanted(const fwd_t *f)
 {
-    fwd_t *f = MSR_CONTAINER_OF(a, fwd_t, async);
+    if (f->group == NULL)
+        return f->call != NULL;
+    for (uint32_t i = 0; i < f->group->ncalls; i++)
+        if (f->group->calls[i])
+            return 1;
+    return 0;
+}
+
+/* Answers the workers waiting on f with its outcome (the last attempt's,
+ * when it ends without a new one) and frees f. */
+static void fwd_finish(fwd_t *f)
+{
     msr_proxy_t *p = f->proxy;
+    msr_rpc_async_t *a = &f->async;
     msr_list_remove(&f->link);
     if (f->group) {
         group_t *g = f->group;
@@ -103,8 +125,75 @@ static void fwd_done(msr_rpc_async_t *a)
     msr_free(f);
 }
 
-/* Sends req upstream on behalf of call (single) or group. */
-static msr_status_t send_up(msr_proxy_t *p, msr_rpc_method_t method, const ProtobufCMessage *req,
+static void fwd_done(msr_rpc_async_t *a)
+{
+    fwd_t *f = MSR_CONTAINER_OF(a, fwd_t, async);
+    msr_proxy_t *p = f->proxy;
+    if (a->status == MSR_ERR_UNREACHABLE && !atomic_load(&p->stop) && fwd_wanted(f) &&
+        msr_deadline_left_ms(f->deadline) > 100) {
+        /* The coordinator went away mid-call (it may be restarting): send
+         * again shortly; the workers keep waiting within their deadline. */
+        msr_rpc_async_cleanup(a);
+        if (msr_heap_push(&p->retries, &f->retry, msr_deadline_in_ms(50)) == MSR_OK)
+            return;
+    }
+    fwd_finish(f);
+}
+
+static uint32_t wait_left(uint64_t deadline)
+{
+    int64_t ms = msr_deadline_left_ms(deadline);
+    return ms > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+/* Builds the upstream request of f (a group's combined one, or the worker's
+ * own) and starts it. */
+static msr_status_t fwd_start(fwd_t *f)
+{
+    msr_proxy_t *p = f->proxy;
+    msr_status_t st;
+    f->async.deadline = f->deadline;
+    f->async.wait_for_ready = 1;
+    f->async.done = fwd_done;
+    f->async.raw = 1;
+    group_t *g = f->group;
+    if (g == NULL) {
+        st = msr_rpc_call_start(p->up, p->loop, &f->async, f->req);
+    } else if (g->method == MSR_RPC_BARRIER) {
+        Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+        r.generation = g->generation;
+        r.name = g->name;
+        r.count = g->count;
+        r.weight = g->arrived;
+        r.wait_ms = wait_left(f->deadline);
+        st = msr_rpc_call_start(p->up, p->loop, &f->async, &r.base);
+    } else {
+        Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+        Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
+        if (entries == NULL)
+            return MSR_ERR_NO_MEMORY;
+        size_t n = 0;
+        for (uint32_t i = 0; i < g->ncalls; i++) {
+            Msr__AllgatherRequest *q = (Msr__AllgatherRequest *)g->reqs[i];
+            for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
+                entries[n++] = q->entries[k];
+        }
+        r.generation = g->generation;
+        r.name = g->name;
+        r.count = g->count;
+        r.n_entries = n;
+        r.entries = entries;
+        r.wait_ms = wait_left(f->deadline);
+        st = msr_rpc_call_start(p->up, p->loop, &f->async, &r.base);
+        msr_free(entries);
+    }
+    if (st == MSR_OK)
+        atomic_fetch_add(&p->calls_up, 1);
+    return st;
+}
+
+/* Sends upstream on behalf of call (single, with its req) or group. */
+static msr_status_t send_up(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req,
                             uint64_t deadline, msr_rpc_call_t *call, group_t *group)
 {
     fwd_t *f = msr_calloc(1, sizeof *f);
@@ -112,14 +201,13 @@ static msr_status_t send_up(msr_proxy_t *p, msr_rpc_method_t method, const Proto
         return MSR_ERR_NO_MEMORY;
     f->proxy = p;
     f->call = call;
+    f->req = req;
     f->group = group;
+    f->deadline = deadline;
     f->async.method = method;
-    f->async.deadline = deadline;
-    f->async.wait_for_ready = 1;
-    f->async.done = fwd_done;
-    f->async.raw = 1;
+    msr_timer_init(&f->retry);
     msr_list_push_back(&p->fwds, &f->link);
-    msr_status_t st = msr_rpc_call_start(p->up, p->loop, &f->async, req);
+    msr_status_t st = fwd_start(f);
     if (st != MSR_OK) {
         msr_list_remove(&f->link);
         msr_free(f);
@@ -129,17 +217,10 @@ static msr_status_t send_up(msr_proxy_t *p, msr_rpc_method_t method, const Proto
         held_t *h = msr_rpc_call_get_data(call);
         h->fwd = f;
     }
-    atomic_fetch_add(&p->calls_up, 1);
     return MSR_OK;
 }
 
 /* ---- groups ---- */
-
-static uint32_t wait_left(uint64_t deadline)
-{
-    int64_t ms = msr_deadline_left_ms(deadline);
-    return ms > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-}
 
 static void group_send(msr_proxy_t *p, group_t *g)
 {
@@ -148,36 +229,7 @@ static void group_send(msr_proxy_t *p, group_t *g)
     g->sent = 1;
     /* the last caller's deadline bounds the upstream call */
     uint64_t deadline = msr_rpc_call_deadline(g->calls[g->ncalls - 1]);
-    msr_status_t st;
-    if (g->method == MSR_RPC_BARRIER) {
-        Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
-        r.generation = g->generation;
-        r.name = g->name;
-        r.count = g->count;
-        r.weight = g->arrived;
-        r.wait_ms = wait_left(deadline);
-        st = send_up(p, MSR_RPC_BARRIER, &r.base, deadline, NULL, g);
-    } else {
-        Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
-        Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
-        st = MSR_ERR_NO_MEMORY;
-        if (entries) {
-            size_t n = 0;
-            for (uint32_t i = 0; i < g->ncalls; i++) {
-                Msr__AllgatherRequest *q = (Msr__AllgatherRequest *)g->reqs[i];
-                for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
-                    entries[n++] = q->entries[k];
-            }
-            r.generation = g->generation;
-            r.name = g->name;
-            r.count = g->count;
-            r.n_entries = n;
-            r.entries = entries;
-            r.wait_ms = wait_left(deadline);
-            st = send_up(p, MSR_RPC_ALLGATHER, &r.base, deadline, NULL, g);
-            msr_free(entries);
-        }
-    }
+    msr_status_t st = send_up(p, g->method, NULL, deadline, NULL, g);
     if (st != MSR_OK) {
         for (uint32_t i = 0; i < g->ncalls; i++) {
             if (g->calls[i]) {
@@ -277,10 +329,62 @@ static void group_expired(msr_proxy_t *p, group_t *g)
 
 /* ---- the worker-facing server ---- */
 
+static void on_beat(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__BeatRequest *r)
+{
+    uint64_t now = msr_now_ns();
+    pthread_mutex_lock(&p->beats_lock);
+    struct beat_entry *e = NULL;
+    for (size_t i = 0; i < p->nbeats && e == NULL; i++)
+        if (p->beats[i].rank == r->rank)
+            e = &p->beats[i];
+    if (e == NULL && p->nbeats == p->beats_cap) {
+        size_t cap = p->beats_cap ? p->beats_cap * 2 : 16;
+        struct beat_entry *nb = msr_realloc_array(p->beats, cap, sizeof *nb);
+        if (nb) {
+            p->beats = nb;
+            p->beats_cap = cap;
+        }
+    }
+    if (e == NULL && p->nbeats < p->beats_cap) {
+        e = &p->beats[p->nbeats++];
+        memset(e, 0, sizeof *e);
+        e->rank = r->rank;
+    }
+    if (e) {
+        if (e->pid != r->pid || e->info.progress != r->progress || e->info.progress_ns == 0) {
+            e->info.progress = r->progress;
+            e->info.progress_ns = now;
+        }
+        e->pid = r->pid;
+        e->info.last_beat_ns = now;
+    }
+    pthread_mutex_unlock(&p->beats_lock);
+    Msr__BeatResponse resp = MSR__BEAT_RESPONSE__INIT;
+    msr_rpc_call_reply(call, &resp.base);
+}
+
+int msr_proxy_beat_info(msr_proxy_t *p, int rank, int pid, msr_beat_info_t *info_p)
+{
+    int found = 0;
+    pthread_mutex_lock(&p->beats_lock);
+    for (size_t i = 0; i < p->nbeats && !found; i++) {
+        if (p->beats[i].rank == rank && p->beats[i].pid == pid) {
+            *info_p = p->beats[i].info;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&p->beats_lock);
+    return found;
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_proxy_t *p = arg;
     atomic_fetch_add(&p->calls_in, 1);
+    if (method == MSR_RPC_BEAT) {
+        on_beat(p, call, (const Msr__BeatRequest *)req);
+        return;
+    }
     if (atomic_load(&p->stop)) {
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
         return;
@@ -325,6 +429,7 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
         return;
     if (h->fwd) {
         h->fwd->call = NULL;
+        h->fwd->req = NULL;
         msr_rpc_async_cancel(&h->fwd->async);
     } else if (h->group) {
         group_t *g = h->group;
@@ -364,11 +469,21 @@ static void *proxy_thread(void *arg)
         msr_timer_t *t = msr_heap_top(&p->timers);
         if (t && t->deadline < deadline)
             deadline = t->deadline;
+        t = msr_heap_top(&p->retries);
+        if (t && t->deadline < deadline)
+            deadline = t->deadline;
         if (msr_rpc_loop_poll(p->loop, deadline) < 0)
             break;
         uint64_t now = msr_now_ns();
         while ((t = msr_heap_top(&p->timers)) != NULL && t->deadline <= now)
             group_expired(p, MSR_CONTAINER_OF(t, group_t, timer));
+        while ((t = msr_heap_top(&p->retries)) != NULL && t->deadline <= now) {
+            fwd_t *f = MSR_CONTAINER_OF(t, fwd_t, retry);
+            msr_heap_remove(&p->retries, t);
+            if (fwd_wanted(f) && fwd_start(f) == MSR_OK)
+                continue;
+            fwd_finish(f); /* nobody waits any more, or it cannot be sent */
+        }
     }
     /* Shutting down: once msr_proxy_stop's shutdown call has returned, the
      * server cancels what the workers still hold (the cancel callback
@@ -377,6 +492,11 @@ static void *proxy_thread(void *arg)
     pthread_mutex_unlock(&p->stop_lock);
     msr_rpc_server_destroy(p->server);
     p->server = NULL;
+    msr_timer_t *t;
+    while ((t = msr_heap_top(&p->retries)) != NULL) {
+        msr_heap_remove(&p->retries, t);
+        fwd_finish(MSR_CONTAINER_OF(t, fwd_t, retry)); /* not in gRPC's hands */
+    }
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &p->fwds)
     {
@@ -397,6 +517,7 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
         return MSR_ERR_NO_MEMORY;
     msr_list_init(&p->fwds);
     pthread_mutex_init(&p->stop_lock, NULL);
+    pthread_mutex_init(&p->beats_lock, NULL);
     snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
     msr_status_t st = msr_rpc_loop_create(&p->loop);
     if (st != MSR_OK)
@@ -455,8 +576,11 @@ void msr_proxy_stop(msr_proxy_t *p)
     pthread_mutex_unlock(&p->stop_lock);
     pthread_join(p->thread, NULL);
     pthread_mutex_destroy(&p->stop_lock);
+    pthread_mutex_destroy(&p->beats_lock);
+    msr_free(p->beats);
     msr_map_cleanup(&p->groups, free_group_value);
     msr_heap_cleanup(&p->timers);
+    msr_heap_cleanup(&p->retries);
     msr_rpc_channel_destroy(p->up);
     msr_rpc_loop_destroy(p->loop);
     if (unlink(p->socket_path) != 0 && errno != ENOENT)

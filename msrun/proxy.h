@@ -21,6 +21,16 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
  * fine. */
 void msr_proxy_stop(msr_proxy_t *proxy);
 
+/* What the proxy heard from a worker's libmsrun beats. */
+typedef struct msr_beat_info {
+    uint64_t last_beat_ns; /* msr_now_ns() of the last beat */
+    uint64_t progress;     /* the worker's msr_heartbeat() count */
+    uint64_t progress_ns;  /* when that count last changed */
+} msr_beat_info_t;
+
+/* The beats of the worker (rank, pid); 0 if it never beat. Any thread. */
+int msr_proxy_beat_info(msr_proxy_t *proxy, int rank, int pid, msr_beat_info_t *info_p);
+
 /* Calls received from workers and calls sent upstream so far (read from
  * the agent thread; approximate while running). */
 uint64_t msr_proxy_calls_in(const msr_proxy_t *proxy);

@@ -255,6 +255,13 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
             goto err;
         k++;
     }
+    if (e->worker_timeout_ms > 0) {
+        char line[64];
+        snprintf(line, sizeof line, "MSR_WORKER_TIMEOUT_MS=%lld", (long long)e->worker_timeout_ms);
+        if ((envp[k] = msr_strdup(line)) == NULL)
+            goto err;
+        k++;
+    }
     if (getenv("OMP_NUM_THREADS") == NULL) {
         if ((envp[k] = msr_strdup("OMP_NUM_THREADS=1")) == NULL)
             goto err;

@@ -34,6 +34,7 @@ typedef struct msr_worker {
     msr_stream_t out, err;
     int log_fd;                 /* -1 without --log_dir */
     int show;                   /* its output reaches the terminal */
+    char hung[96];              /* why msrun killed it as hung, "" if it did not */
     char *tail[MSR_TAIL_LINES]; /* ring of the last stderr lines */
     int tail_count, tail_next;
     char prefix[48]; /* "[node N rank R] " */
@@ -52,6 +53,7 @@ typedef struct msr_spawn_env {
     const char *log_dir;
     int bind_core;
     int devnull;
+    int64_t worker_timeout_ms; /* 0: no beats asked for */
 } msr_spawn_env_t;
 
 /* Starts worker local_rank. The child gets its own process group and dies

@@ -1,10 +1,13 @@
 /* libmsrun's job context and store client. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -17,6 +20,14 @@
 
 struct msr_ctx {
     int rank, world_size, local_rank, local_world_size, node_rank, node_count, generation;
+    /* beats to the node's msrun (when it watches for hangs) */
+    pthread_t beat_thread;
+    int beating;
+    int64_t beat_ms;
+    pthread_mutex_t beat_lock;
+    pthread_cond_t beat_cond;
+    int beat_stop;
+    atomic_ullong progress;
     char *job_id;
     msr_rpc_channel_t *channel;
     int via_agent;
@@ -38,6 +49,42 @@ void msr_client_set_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+}
+
+/* ---- beats ---- */
+
+static void *beat_main(void *arg)
+{
+    msr_ctx_t *ctx = arg;
+    pthread_mutex_lock(&ctx->beat_lock);
+    while (!ctx->beat_stop) {
+        pthread_mutex_unlock(&ctx->beat_lock);
+        Msr__BeatRequest req = MSR__BEAT_REQUEST__INIT;
+        req.rank = ctx->rank;
+        req.pid = (int)getpid();
+        req.progress = atomic_load(&ctx->progress);
+        ProtobufCMessage *resp = NULL;
+        char err[200];
+        if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
+                         &resp, err, sizeof err) == MSR_OK)
+            msr_rpc_message_free(resp);
+        pthread_mutex_lock(&ctx->beat_lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (ctx->beat_ms % 1000) * 1000000;
+        ts.tv_sec += ctx->beat_ms / 1000 + ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        if (!ctx->beat_stop)
+            pthread_cond_timedwait(&ctx->beat_cond, &ctx->beat_lock, &ts);
+    }
+    pthread_mutex_unlock(&ctx->beat_lock);
+    return NULL;
+}
+
+void msr_heartbeat(msr_ctx_t *ctx)
+{
+    if (ctx)
+        atomic_fetch_add_explicit(&ctx->progress, 1, memory_order_relaxed);
 }
 
 /* ---- environment ---- */
@@ -140,6 +187,21 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         ctx->generation = ((Msr__StatusResponse *)resp)->generation;
         msr_rpc_message_free(resp);
     }
+    /* Under msrun --worker_timeout, beat to the node's msrun from a thread
+     * of our own: it stops only when the whole process stops. */
+    int64_t timeout_ms = msr_env_i64("MSR_WORKER_TIMEOUT_MS", 0, 0, INT32_MAX);
+    if (ctx->via_agent && timeout_ms > 0) {
+        ctx->beat_ms = timeout_ms / 4 < 50 ? 50 : timeout_ms / 4 > 2000 ? 2000 : timeout_ms / 4;
+        pthread_mutex_init(&ctx->beat_lock, NULL);
+        pthread_cond_init(&ctx->beat_cond, NULL);
+        if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) == 0) {
+            ctx->beating = 1;
+        } else {
+            pthread_mutex_destroy(&ctx->beat_lock);
+            pthread_cond_destroy(&ctx->beat_cond);
+            MSR_WARN("cannot start the beat thread: hang detection is off for this worker");
+        }
+    }
     *ctx_p = ctx;
     return MSR_OK;
 
@@ -155,6 +217,15 @@ void msr_finalize(msr_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    if (ctx->beating) {
+        pthread_mutex_lock(&ctx->beat_lock);
+        ctx->beat_stop = 1;
+        pthread_cond_signal(&ctx->beat_cond);
+        pthread_mutex_unlock(&ctx->beat_lock);
+        pthread_join(ctx->beat_thread, NULL);
+        pthread_mutex_destroy(&ctx->beat_lock);
+        pthread_cond_destroy(&ctx->beat_cond);
+    }
     msr_rpc_channel_destroy(ctx->channel);
     msr_free(ctx->job_id);
     msr_free(ctx);

@@ -8,8 +8,5 @@ scripts/deps.sh build
 cmake -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 main_job=(build/bin/hello_store)
-if [ -x build/bin/train_gpt ]; then
-    main_job=(build/bin/train_gpt --steps 20)
-fi
 echo "+ build/bin/msrun --worker_num=4 --local_worker_num=4 ${main_job[*]}"
 exec build/bin/msrun --worker_num=4 --local_worker_num=4 "${main_job[@]}"

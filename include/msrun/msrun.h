@@ -5,6 +5,7 @@
 
 #include "msrun/base.h"
 #include "msrun/store.h"
+#include "msrun/checkpoint.h"
 #include "msrun/comm.h"
 
 #endif

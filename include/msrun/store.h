@@ -52,6 +52,13 @@ MSR_API const char *msr_job_id(const msr_ctx_t *ctx);
 MSR_API void msr_set_timeout(msr_ctx_t *ctx, int64_t ms);
 MSR_API int64_t msr_timeout(const msr_ctx_t *ctx);
 
+/* Tells the node's msrun that this worker makes progress (call it once per
+ * training step, say). Under msrun --worker_timeout, a worker that has called
+ * it once and then does not for the timeout is killed as hung; a worker
+ * whose process stops (its libmsrun beat stops) is killed either way.
+ * Cheap (an atomic increment); any thread. */
+MSR_API void msr_heartbeat(msr_ctx_t *ctx);
+
 /* A sentence about the last failed call made by this thread (which key,
  * which address, which deadline); "" when none failed. Valid until this
  * thread's next call. */

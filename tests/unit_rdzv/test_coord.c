@@ -706,6 +706,90 @@ static void test_persist_and_resume(void)
     rmdir(dir);
 }
 
+static void test_elastic(void)
+{
+    msr_coord_config_t cfg = {.token = "t", .job_id = "job", .worker_num = 4,
+                              .local_worker_num = 1, .max_restarts = 2, .min_nodes = 2,
+                              .max_nodes = 4, .last_call_ms = 50, .node_timeout_ms = 400,
+                              .join_timeout_ms = 60000};
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    fcall_t c = {0};
+    char ids[4][64];
+    for (int i = 0; i < 3; i++) {
+        Msr__JoinRequest j = join_req(4, 1, -1, 2);
+        j.min_nodes = 2;
+        j.max_nodes = 4;
+        j.pid = 200 + i;
+        call(co, &c, MSR_RPC_JOIN, &j.base);
+        MSR_CHECK_MSG(c.code == 0, "join: %s", c.message);
+        snprintf(ids[i], sizeof ids[i], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
+        if (i == 1) {
+            /* two nodes (MIN) ready: the job forms after the last call */
+            beat(co, &c, ids[0], 0, 0);
+            MSR_CHECK_EQ(beat(co, &c, ids[1], 0, 0)->state, MSR__JOB_STATE__JOB_WAITING);
+            msr_sleep_ms(60);
+            msr_coord_tick(co, msr_now_ns());
+            Msr__HeartbeatResponse *r = beat(co, &c, ids[0], 0, 0);
+            MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+            MSR_CHECK_EQ(r->assignment->world_size, 2);
+            MSR_CHECK_EQ(r->assignment->node_count, 2);
+        }
+    }
+    /* a fixed node rank is refused in an elastic job */
+    Msr__JoinRequest j = join_req(4, 1, 1, 2);
+    j.min_nodes = 2;
+    j.max_nodes = 4;
+    call(co, &c, MSR_RPC_JOIN, &j.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    /* the third node is taken in at the next generation, without a restart */
+    msr_sleep_ms(60);
+    msr_coord_tick(co, msr_now_ns());
+    Msr__HeartbeatResponse *r = beat(co, &c, ids[0], 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
+    MSR_CHECK_EQ(r->generation, 1);
+    MSR_CHECK_EQ(r->restart_count, 0);
+    for (int i = 0; i < 3; i++)
+        r = beat(co, &c, ids[i], 1, 1);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(r->assignment->world_size, 3);
+    int ranks_seen = 0;
+    for (int i = 0; i < 3; i++)
+        ranks_seen |= 1 << beat(co, &c, ids[i], 1, 1)->assignment->node_rank;
+    MSR_CHECK_EQ(ranks_seen, 7);
+    /* node 1's connection breaks: lost after the short grace, the job
+     * re-forms on the two left, renumbered, one restart counted */
+    fcall_t held = {0};
+    Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
+    h.node_id = ids[1];
+    h.generation = 1;
+    h.known_state = MSR__JOB_STATE__JOB_RUNNING;
+    h.ready_generation = 1;
+    h.wait_ms = 10000;
+    call(co, &held, MSR_RPC_HEARTBEAT, &h.base);
+    MSR_CHECK(!held.answered);
+    msr_coord_cancel(co, &held);
+    for (int k = 0; k < 12; k++) { /* the others keep beating */
+        msr_sleep_ms(50);
+        beat(co, &c, ids[0], 1, 1);
+        beat(co, &c, ids[2], 1, 1);
+        msr_coord_tick(co, msr_now_ns());
+    }
+    r = beat(co, &c, ids[0], 1, 1);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
+    MSR_CHECK_EQ(r->restart_count, 1);
+    beat(co, &c, ids[0], 2, 2);
+    r = beat(co, &c, ids[2], 2, 2);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(r->assignment->world_size, 2);
+    int a0 = beat(co, &c, ids[0], 2, 2)->assignment->node_rank;
+    int a2 = beat(co, &c, ids[2], 2, 2)->assignment->node_rank;
+    MSR_CHECK((a0 == 0 && a2 == 1) || (a0 == 1 && a2 == 0));
+    fcall_reset(&c);
+    fcall_reset(&held);
+    msr_coord_destroy(co);
+}
+
 /* Fail each allocation of a store workload in turn: every call is answered
  * (with an error or not) and the core stays usable. */
 static void test_alloc_failures(void)
@@ -758,6 +842,7 @@ static const msr_test_t tests[] = {
     {"barrier", test_barrier, 10},
     {"allgather", test_allgather, 10},
     {"persist_and_resume", test_persist_and_resume, 10},
+    {"elastic", test_elastic, 20},
     {"alloc_failures", test_alloc_failures, 60},
 };
 

@@ -1,0 +1,70 @@
+/* libmsrun's checkpoints: each rank saves its own state atomically; a step
+ * counts only once every rank's state for it is on disk; after a restart
+ * every rank agrees on the latest complete step and loads its own state.
+ *
+ * On disk, under the directory given (shared by all ranks, or one per node):
+ *   step-<N>/rank-<R>.bin     a rank's state: a header (magic, step, rank,
+ *                             world size, generation, length, CRC-32) and
+ *                             the bytes; written to a temporary file,
+ *                             fsync'd and renamed
+ *   step-<N>/rank-<R>.commit  written by rank R once every rank's state of
+ *                             step N is durable
+ *   step-<N>/MANIFEST         written by rank 0 after the same point: step,
+ *                             world size, generation, every rank's length and
+ *                             CRC, as JSON (for people and tools)
+ * A checkpoint taken with one world size is never loaded by another. */
+#ifndef MSRUN_CHECKPOINT_H
+#define MSRUN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "msrun/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Saves len bytes as this rank's state of step (>= 0) in dir (created if
+ * missing). Every rank of the job must call it for the same step: it waits
+ * for all of them (a store allgather), then marks the step complete. Keeps
+ * the `keep` latest complete steps of this rank and removes older ones
+ * (keep <= 0 keeps all).
+ * Errors: MSR_ERR_IO (with the file and errno in msr_last_error()),
+ * MSR_ERR_INVALID_ARG, and the store's errors. */
+MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
+                                   size_t len, int keep);
+
+/* The latest step complete for every rank of the job in dir, agreed by all
+ * ranks (a store allgather: every rank must call it), in *step_p; -1 when
+ * there is none. */
+MSR_API msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p);
+
+/* Loads this rank's state of step: *data_p (free with free(3)) and *len_p.
+ * MSR_ERR_NOT_FOUND when absent or incomplete, MSR_ERR_CORRUPT when its
+ * header or CRC does not check out or it was written by another world
+ * size. Does not communicate. */
+MSR_API msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
+                                   size_t *len_p);
+
+/* For resuming in another world size (an elastic job re-formed, or
+ * resharding by the program): the newest step whose MANIFEST says every rank
+ * of the world that saved it committed, decided by rank 0 and agreed by all
+ * (every rank must call it). *step_p is -1 when there is none; *world_p gets
+ * the world size that saved it. Rank 0 must see dir (a shared directory, or
+ * node 0's). */
+MSR_API msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p,
+                                         int *world_p);
+
+/* Loads the state that rank `rank` of the saving world wrote at step,
+ * whatever the world size now (rank 0's, for state every rank holds alike).
+ * Checks the header and the CRC like msr_ckpt_load. Does not communicate. */
+MSR_API msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                        void **data_p, size_t *len_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,545 @@
+/* The reference GPT model: layout, initialisation, forward, backward. */
+#include "parallel/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "parallel/layers.h"
+#include "parallel/rng.h"
+
+/* Limits that keep every size product far from overflowing size_t. */
+#define GPT_MAX_SEQ      16384
+#define GPT_MAX_CHANNELS 16384
+#define GPT_MAX_LAYERS   1024
+#define GPT_MAX_VOCAB    65536
+#define GPT_MAX_BATCH    65536
+
+/* The RNG stream of parameter initialisation. */
+#define GPT_INIT_STREAM 0x696e6974ULL
+
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len)
+{
+    char tmp[160];
+    if (why == NULL) {
+        why = tmp;
+        why_len = sizeof tmp;
+    }
+    if (cfg->vocab < 1 || cfg->vocab > GPT_MAX_VOCAB) {
+        snprintf(why, why_len, "vocabulary %d is not in [1, %d]", cfg->vocab, GPT_MAX_VOCAB);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->max_seq < 1 || cfg->max_seq > GPT_MAX_SEQ) {
+        snprintf(why, why_len, "sequence length %d is not in [1, %d]", cfg->max_seq, GPT_MAX_SEQ);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->layers < 1 || cfg->layers > GPT_MAX_LAYERS) {
+        snprintf(why, why_len, "layers %d is not in [1, %d]", cfg->layers, GPT_MAX_LAYERS);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->channels < 1 || cfg->channels > GPT_MAX_CHANNELS) {
+        snprintf(why, why_len, "channels %d is not in [1, %d]", cfg->channels, GPT_MAX_CHANNELS);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->heads < 1 || cfg->heads > cfg->channels || cfg->channels % cfg->heads != 0) {
+        snprintf(why, why_len, "channels %d do not divide into %d heads", cfg->channels,
+                 cfg->heads);
+        return MSR_ERR_CONFIG;
+    }
+    return MSR_OK;
+}
+
+size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
+{
+    size_t C = (size_t)cfg->channels;
+    size_t block = 12 * C * C + 13 * C;
+    return (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C + (size_t)cfg->layers * block + 2 * C;
+}
+
+/* ---- the tensor table ---- */
+
+/* Initialisation of a tensor: std > 0 draws N(0, std), else the constant. */
+typedef struct tensor_init {
+    double std;
+    float constant;
+} tensor_init_t;
+
+static void add_tensor(msr_gpt_t *m, size_t *offset, int seg, const char *name, int rows, int cols,
+                       int decay)
+{
+    msr_gpt_tensor_t *t = &m->tensors[m->num_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->segment = seg;
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols > 0 ? cols : 1;
+    t->offset = *offset;
+    t->count = (size_t)rows * (size_t)t->shape[1];
+    t->decay = decay;
+    *offset += t->count;
+}
+
+/* Fills m->tensors and m->segments in flat-buffer order (see gpt.h). */
+static void build_layout(msr_gpt_t *m)
+{
+    int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, maxT = m->cfg.max_seq;
+    size_t off = 0;
+    char name[24];
+    m->num_tensors = 0;
+
+    m->segments[0].offset = off;
+    add_tensor(m, &off, 0, "wte", V, C, 1);
+    add_tensor(m, &off, 0, "wpe", maxT, C, 1);
+    m->segments[0].count = off - m->segments[0].offset;
+
+    static const struct {
+        const char *name;
+        int rows_c, cols_c, decay; /* rows and cols in units of C; cols 0: 1-D */
+    } block[MSR_GPT_BLOCK_TENSORS] = {
+        [MSR_GPT_LN1W] = {"ln1w", 1, 0, 0},         [MSR_GPT_LN1B] = {"ln1b", 1, 0, 0},
+        [MSR_GPT_QKVW] = {"qkvw", 3, 1, 1},         [MSR_GPT_QKVB] = {"qkvb", 3, 0, 0},
+        [MSR_GPT_ATTPROJW] = {"attprojw", 1, 1, 1}, [MSR_GPT_ATTPROJB] = {"attprojb", 1, 0, 0},
+        [MSR_GPT_LN2W] = {"ln2w", 1, 0, 0},         [MSR_GPT_LN2B] = {"ln2b", 1, 0, 0},
+        [MSR_GPT_FCW] = {"fcw", 4, 1, 1},           [MSR_GPT_FCB] = {"fcb", 4, 0, 0},
+        [MSR_GPT_FCPROJW] = {"fcprojw", 1, 4, 1},   [MSR_GPT_FCPROJB] = {"fcprojb", 1, 0, 0},
+    };
+    for (int l = 0; l < L; l++) {
+        msr_gpt_segment_t *s = &m->segments[1 + l];
+        s->offset = off;
+        for (int k = 0; k < MSR_GPT_BLOCK_TENSORS; k++) {
+            snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
+            add_tensor(m, &off, 1 + l, name, block[k].rows_c * C, block[k].cols_c * C,
+                       block[k].decay);
+        }
+        s->count = off - s->offset;
+    }
+
+    msr_gpt_segment_t *f = &m->segments[L + 1];
+    f->offset = off;
+    add_tensor(m, &off, L + 1, "lnfw", C, 0, 0);
+    add_tensor(m, &off, L + 1, "lnfb", C, 0, 0);
+    f->count = off - f->offset;
+}
+
+static tensor_init_t tensor_init(const msr_gpt_t *m, const msr_gpt_tensor_t *t)
+{
+    tensor_init_t in = {0.0, 0.0f};
+    const char *kind = strchr(t->name, '.');
+    kind = kind != NULL ? kind + 1 : t->name;
+    if (strcmp(kind, "wpe") == 0)
+        in.std = 0.01;
+    else if (strcmp(kind, "attprojw") == 0 || strcmp(kind, "fcprojw") == 0)
+        in.std = 0.02 / sqrt(2.0 * m->cfg.layers);
+    else if (t->ndim == 2)
+        in.std = 0.02;
+    else if (strcmp(kind, "ln1w") == 0 || strcmp(kind, "ln2w") == 0 || strcmp(kind, "lnfw") == 0)
+        in.constant = 1.0f;
+    return in;
+}
+
+void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst)
+{
+    for (int k = 0; k < model->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &model->tensors[k];
+        size_t a = MSR_MAX(lo, t->offset), b = MSR_MIN(hi, t->offset + t->count);
+        if (a >= b)
+            continue;
+        tensor_init_t in = tensor_init(model, t);
+        for (size_t i = a; i < b; i++)
+            dst[i - lo] = in.std > 0.0 ? (float)(in.std * msr_rng_normal(seed, GPT_INIT_STREAM, i))
+                                       : in.constant;
+    }
+}
+
+void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed)
+{
+    msr_gpt_init_range(model, seed, 0, model->num_params, model->params);
+}
+
+void msr_gpt_zero_grad(msr_gpt_t *model)
+{
+    memset(model->grads, 0, model->num_params * sizeof(float));
+}
+
+void msr_gpt_segment_reset(msr_gpt_t *model, int s)
+{
+    model->segments[s].params = model->params + model->segments[s].offset;
+    model->segments[s].grads = model->grads + model->segments[s].offset;
+}
+
+void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
+{
+    size_t C = (size_t)cfg->channels;
+    float *x = base;
+    p->ln1w = x, x += C;
+    p->ln1b = x, x += C;
+    p->qkvw = x, x += 3 * C * C;
+    p->qkvb = x, x += 3 * C;
+    p->attprojw = x, x += C * C;
+    p->attprojb = x, x += C;
+    p->ln2w = x, x += C;
+    p->ln2b = x, x += C;
+    p->fcw = x, x += 4 * C * C;
+    p->fcb = x, x += 4 * C;
+    p->fcprojw = x, x += 4 * C * C;
+    p->fcprojb = x;
+}
+
+/* ---- activations and work space ---- */
+
+/* Hands out consecutive pieces of one buffer; with base == NULL it only
+ * counts, so the same code sizes the buffer and then points into it. */
+typedef struct carve {
+    float *base;
+    size_t used;
+} carve_t;
+
+static float *carve(carve_t *c, size_t n)
+{
+    float *p = c->base != NULL ? c->base + c->used : NULL;
+    c->used += n;
+    return p;
+}
+
+static void point_acts(msr_gpt_t *m, carve_t *c)
+{
+    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
+    size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, N = B * T;
+    msr_gpt_acts_t *a = &m->acts;
+    a->encoded = carve(c, N * C);
+    for (int l = 0; l < m->cfg.layers; l++) {
+        msr_gpt_block_acts_t *b = &a->blocks[l];
+        b->ln1 = carve(c, N * C);
+        b->ln1_mean = carve(c, N);
+        b->ln1_rstd = carve(c, N);
+        b->qkv = carve(c, N * 3 * C);
+        b->atty = carve(c, N * C);
+        b->att = carve(c, B * NH * T * T);
+        b->res2 = carve(c, N * C);
+        b->ln2 = carve(c, N * C);
+        b->ln2_mean = carve(c, N);
+        b->ln2_rstd = carve(c, N);
+        b->fch = carve(c, N * 4 * C);
+        b->fch_gelu = carve(c, N * 4 * C);
+        b->res3 = carve(c, N * C);
+    }
+    a->lnf = carve(c, N * C);
+    a->lnf_mean = carve(c, N);
+    a->lnf_rstd = carve(c, N);
+    a->logits = carve(c, N * V);
+    a->probs = carve(c, N * V);
+    a->losses = carve(c, N);
+    a->proj = carve(c, N * C);
+}
+
+static void point_work(msr_gpt_t *m, carve_t *c)
+{
+    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
+    size_t V = (size_t)m->cfg.vocab, N = B * T;
+    msr_gpt_work_t *w = &m->work;
+    w->dres = carve(c, N * C);
+    w->dln = carve(c, N * C);
+    w->dqkv = carve(c, N * 3 * C);
+    w->datty = carve(c, N * C);
+    w->dfch = carve(c, N * 4 * C);
+    w->dfch_gelu = carve(c, N * 4 * C);
+    w->datt = carve(c, T * T);
+    w->dlogits = carve(c, N * V);
+}
+
+msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)
+{
+    char why[160];
+    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
+        MSR_ERROR("gpt: %s", why);
+        return MSR_ERR_CONFIG;
+    }
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
+        MSR_ERROR("gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
+        return MSR_ERR_CONFIG;
+    }
+    msr_gpt_t *m = msr_calloc(1, sizeof *m);
+    if (m == NULL)
+        goto err_no_memory;
+    m->cfg = *cfg;
+    m->max_batch = max_batch;
+    m->num_params = msr_gpt_num_params(cfg);
+    m->num_segments = cfg->layers + 2;
+    m->tensors =
+        msr_calloc(4 + (size_t)MSR_GPT_BLOCK_TENSORS * (size_t)cfg->layers, sizeof *m->tensors);
+    m->segments = msr_calloc((size_t)m->num_segments, sizeof *m->segments);
+    m->acts.blocks = msr_calloc((size_t)cfg->layers, sizeof *m->acts.blocks);
+    if (m->tensors == NULL || m->segments == NULL || m->acts.blocks == NULL)
+        goto err_free;
+    build_layout(m);
+
+    m->params = msr_calloc(m->num_params, sizeof(float));
+    m->grads = msr_calloc(m->num_params, sizeof(float));
+    if (m->params == NULL || m->grads == NULL)
+        goto err_free;
+    for (int s = 0; s < m->num_segments; s++)
+        msr_gpt_segment_reset(m, s);
+
+    carve_t count = {NULL, 0};
+    point_acts(m, &count);
+    m->acts_count = count.used;
+    count.used = 0;
+    point_work(m, &count);
+    m->work_count = count.used;
+    size_t N = (size_t)max_batch * (size_t)cfg->max_seq;
+    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
+    m->work_mem = msr_calloc(m->work_count, sizeof(float));
+    m->inputs = msr_calloc(N, sizeof(int));
+    m->targets = msr_calloc(N, sizeof(int));
+    if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
+        goto err_free;
+    carve_t acts = {m->acts_mem, 0}, work = {m->work_mem, 0};
+    point_acts(m, &acts);
+    point_work(m, &work);
+    *model_p = m;
+    return MSR_OK;
+
+err_free:
+    msr_gpt_destroy(m);
+err_no_memory:
+    MSR_ERROR("gpt: out of memory for a model of %zu parameters, batch %d x %d",
+              msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
+    return MSR_ERR_NO_MEMORY;
+}
+
+void msr_gpt_destroy(msr_gpt_t *model)
+{
+    if (model == NULL)
+        return;
+    msr_free(model->inputs);
+    msr_free(model->targets);
+    msr_free(model->work_mem);
+    msr_free(model->acts_mem);
+    msr_free(model->grads);
+    msr_free(model->params);
+    msr_free(model->acts.blocks);
+    msr_free(model->segments);
+    msr_free(model->tensors);
+    msr_free(model);
+}
+
+/* ---- hooks ---- */
+
+static msr_status_t hook_acquire(const msr_gpt_hooks_t *h, msr_gpt_t *m, int seg, msr_gpt_pass_t p)
+{
+    return h != NULL && h->acquire != NULL ? h->acquire(h->arg, m, seg, p) : MSR_OK;
+}
+
+static msr_status_t hook_release(const msr_gpt_hooks_t *h, msr_gpt_t *m, int seg, msr_gpt_pass_t p)
+{
+    return h != NULL && h->release != NULL ? h->release(h->arg, m, seg, p) : MSR_OK;
+}
+
+static msr_status_t hook_grads_ready(const msr_gpt_hooks_t *h, msr_gpt_t *m, int seg)
+{
+    return h != NULL && h->grads_ready != NULL ? h->grads_ready(h->arg, m, seg) : MSR_OK;
+}
+
+/* ---- forward ---- */
+
+void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T)
+{
+    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    msr_gpt_block_params_t p;
+    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
+    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
+    float *proj = model->acts.proj; /* (N, C) */
+
+    /* x + attn(ln1(x)) */
+    msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C);
+    msr_matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C);
+    msr_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    msr_matmul_forward(proj, a->atty, p.attprojw, p.attprojb, N, C, C);
+    msr_residual_forward(a->res2, in, proj, NC);
+    /* x + mlp(ln2(x)) */
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, N, C);
+    msr_matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    msr_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    msr_matmul_forward(proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    msr_residual_forward(a->res3, a->res2, proj, NC);
+}
+
+static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            MSR_ERROR("gpt: %s[%zu] = %d is not a token in [0, %d)", what, i, tokens[i], V);
+            return MSR_ERR_INVALID_ARG;
+        }
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *targets, int B, int T,
+                             const msr_gpt_hooks_t *hooks, double *loss_p)
+{
+    const msr_gpt_config_t *cfg = &model->cfg;
+    int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    if (B < 1 || B > model->max_batch || T < 1 || T > cfg->max_seq) {
+        MSR_ERROR("gpt: batch %d x %d does not fit the model's %d x %d", B, T, model->max_batch,
+                  cfg->max_seq);
+        return MSR_ERR_INVALID_ARG;
+    }
+    int N = B * T;
+    msr_status_t st = check_tokens(inputs, (size_t)N, V, "inputs");
+    if (st == MSR_OK && targets != NULL)
+        st = check_tokens(targets, (size_t)N, V, "targets");
+    if (st != MSR_OK)
+        return st;
+    model->B = model->T = 0; /* no backward until this forward completes */
+    msr_gpt_acts_t *acts = &model->acts;
+
+    /* embeddings: (B,T) tokens -> (B,T,C) */
+    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    const float *wte = model->segments[0].params;   /* (V, C) */
+    const float *wpe = wte + (size_t)V * (size_t)C; /* (maxT, C) */
+    msr_encoder_forward(acts->encoded, inputs, wte, wpe, B, T, C);
+    if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+
+    /* the blocks, each reading the previous one's output */
+    const float *x = acts->encoded; /* (B,T,C) */
+    for (int l = 0; l < L; l++) {
+        if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
+            return st;
+        msr_gpt_block_forward(model, l, x, B, T);
+        if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
+            return st;
+        x = acts->blocks[l].res3;
+    }
+
+    /* final layernorm */
+    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    const float *lnfw = model->segments[L + 1].params; /* (C) */
+    const float *lnfb = lnfw + C;                      /* (C) */
+    msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfb, N, C);
+    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+
+    /* the output head, tied to wte: logits (B,T,V) = lnf (B,T,C) @ wte^T */
+    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    msr_matmul_forward(acts->logits, acts->lnf, model->segments[0].params, NULL, N, C, V);
+    if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    if (targets == NULL)
+        return MSR_OK;
+
+    msr_crossentropy_forward(acts->losses, acts->probs, acts->logits, targets, N, V);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += acts->losses[i];
+    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
+    memcpy(model->targets, targets, (size_t)N * sizeof(int));
+    model->B = B;
+    model->T = T;
+    *loss_p = sum / N;
+    return MSR_OK;
+}
+
+/* ---- backward ---- */
+
+void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T)
+{
+    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    msr_gpt_block_params_t p, g;
+    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
+    msr_gpt_block_point(&model->cfg, model->segments[1 + l].grads, &g);
+    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
+    msr_gpt_work_t *w = &model->work;
+    memset(w->dln, 0, NC * sizeof(float));
+    memset(w->dqkv, 0, 3 * NC * sizeof(float));
+    memset(w->datty, 0, NC * sizeof(float));
+    memset(w->dfch, 0, 4 * NC * sizeof(float));
+    memset(w->dfch_gelu, 0, 4 * NC * sizeof(float));
+
+    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
+     * skip, and is the gradient of the MLP's output. */
+    msr_matmul_backward(w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw, N, 4 * C,
+                        C);
+    msr_gelu_backward(w->dfch, a->fch, w->dfch_gelu, 4 * NC);
+    msr_matmul_backward(w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C);
+    msr_layernorm_backward(dres, g.ln2w, g.ln2b, w->dln, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd,
+                           N, C);
+    /* now dres = d res2. res2 = in + attn(ln1(in)): the same again. */
+    msr_matmul_backward(w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C);
+    msr_attention_backward(w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH);
+    memset(w->dln, 0, NC * sizeof(float));
+    msr_matmul_backward(w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C);
+    msr_layernorm_backward(dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd, N,
+                           C);
+    /* now dres = d in */
+}
+
+msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
+{
+    if (model->B == 0) {
+        MSR_ERROR("gpt: backward without a forward with targets");
+        return MSR_ERR_STATE;
+    }
+    const msr_gpt_config_t *cfg = &model->cfg;
+    int B = model->B, T = model->T, N = B * T;
+    int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    size_t NC = (size_t)N * C;
+    msr_gpt_acts_t *acts = &model->acts;
+    msr_gpt_work_t *w = &model->work;
+    msr_status_t st;
+
+    memset(w->dlogits, 0, (size_t)N * V * sizeof(float));
+    memset(w->dres, 0, NC * sizeof(float));
+    memset(w->dln, 0, NC * sizeof(float));
+    msr_crossentropy_backward(w->dlogits, acts->probs, model->targets, dloss, N, V);
+
+    /* the head: dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
+    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    msr_matmul_backward(w->dln, model->segments[0].grads, NULL, w->dlogits, acts->lnf,
+                        model->segments[0].params, N, C, V);
+    if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+
+    /* final layernorm: its input is the last block's output */
+    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    const float *lnfw = model->segments[L + 1].params; /* (C) */
+    float *dlnfw = model->segments[L + 1].grads;       /* (C) */
+    msr_layernorm_backward(w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
+                           acts->lnf_mean, acts->lnf_rstd, N, C);
+    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    if ((st = hook_grads_ready(hooks, model, L + 1)) != MSR_OK)
+        return st;
+
+    for (int l = L - 1; l >= 0; l--) {
+        const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3; /* (B,T,C) */
+        if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+        msr_gpt_block_backward(model, l, in, w->dres, B, T);
+        if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+        if ((st = hook_grads_ready(hooks, model, 1 + l)) != MSR_OK)
+            return st;
+    }
+
+    /* embeddings: dwte and dwpe get the rows of dres */
+    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    float *dwte = model->segments[0].grads;     /* (V, C) */
+    float *dwpe = dwte + (size_t)V * (size_t)C; /* (maxT, C) */
+    msr_encoder_backward(dwte, dwpe, w->dres, model->inputs, B, T, C);
+    if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    return hook_grads_ready(hooks, model, 0);
+}

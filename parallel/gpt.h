@@ -1,0 +1,258 @@
+/* The reference model: a GPT-2 style transformer over bytes, in fp32 on the
+ * CPU, forward and backward written by hand.
+ *
+ *   tokens (B,T) -> wte[token] + wpe[t] -> L x block -> layernorm -> @ wte^T
+ *   -> logits (B,T,V) -> softmax cross-entropy against the next byte
+ *   block: x += attn(ln1(x)); x += mlp(ln2(x)), mlp = fcproj(gelu(fc(.)))
+ *
+ * Parameters live in ONE flat buffer of num_params floats, gradients in a
+ * second of the same layout (AdamW's m and v follow it too, see adamw.h), so a
+ * checkpoint is one write and a ZeRO shard is one slice [lo, hi). The layout
+ * is grouped by segment, in this order:
+ *
+ *   segment 0      embeddings: wte (V,C), wpe (maxT,C)
+ *   segment 1+l    block l:    ln1w (C), ln1b (C), qkvw (3C,C), qkvb (3C),
+ *                              attprojw (C,C), attprojb (C), ln2w (C), ln2b (C),
+ *                              fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)
+ *   segment L+1    final norm: lnfw (C), lnfb (C)
+ *
+ * Backward finishes the segments' gradients from the end of the buffer to
+ * its start (L+1, L, ..., 1, 0), so the gradients that are ready always form
+ * one contiguous tail of the flat buffer: data parallel reduces them in
+ * buckets cut from the end while backward goes on.
+ *
+ * The model reads a segment's parameters and writes its gradients through
+ * segments[s].params and segments[s].grads, which point into the flat
+ * buffers unless a hook (below) points them elsewhere: that is how ZeRO-3
+ * gathers a block's parameters just before it runs, and how ZeRO-2 catches a
+ * block's gradients in a temporary buffer to reduce-scatter them.
+ *
+ * Not thread-safe: one thread drives a model at a time. */
+#ifndef MSR_PARALLEL_GPT_H
+#define MSR_PARALLEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+
+/* The model's shape. */
+typedef struct msr_gpt_config {
+    int vocab;    /* V: 256, bytes as tokens */
+    int max_seq;  /* maxT: the longest sequence (rows of wpe) */
+    int layers;   /* L: transformer blocks */
+    int heads;    /* NH: attention heads; C % NH == 0 */
+    int channels; /* C: the width of the residual stream */
+} msr_gpt_config_t;
+
+#define MSR_GPT_VOCAB 256
+
+/* Checks a shape: every size positive and bounded, C divisible by NH.
+ * On failure writes a one-line reason into why (may be NULL) and returns
+ * MSR_ERR_CONFIG. */
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len);
+
+/* The number of parameters of a shape: V*C + maxT*C + L*(12C^2 + 13C) + 2C. */
+size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
+
+/* The parameter tensors of a block, in their flat-buffer order. */
+typedef enum msr_gpt_block_tensor {
+    MSR_GPT_LN1W,
+    MSR_GPT_LN1B,
+    MSR_GPT_QKVW,
+    MSR_GPT_QKVB,
+    MSR_GPT_ATTPROJW,
+    MSR_GPT_ATTPROJB,
+    MSR_GPT_LN2W,
+    MSR_GPT_LN2B,
+    MSR_GPT_FCW,
+    MSR_GPT_FCB,
+    MSR_GPT_FCPROJW,
+    MSR_GPT_FCPROJB,
+    MSR_GPT_BLOCK_TENSORS
+} msr_gpt_block_tensor_t;
+
+/* One entry of the model's tensor table. */
+typedef struct msr_gpt_tensor {
+    char name[24]; /* "wte", "wpe", "h3.qkvw", "lnfw" (as the torch test names them) */
+    int segment;   /* 0, 1 + layer, or L + 1 */
+    int ndim;      /* 1 or 2 */
+    int shape[2];  /* (rows, cols), or (n) with shape[1] = 1 */
+    size_t offset; /* first element in the flat buffers */
+    size_t count;  /* elements */
+    int decay;     /* AdamW's weight decay applies: matrices yes, biases and norms no */
+} msr_gpt_tensor_t;
+
+/* Where a segment is, and where the model reads and writes it right now. */
+typedef struct msr_gpt_segment {
+    size_t offset; /* first element in the flat buffers */
+    size_t count;  /* elements */
+    float *params; /* (count) its parameters; default: model->params + offset */
+    float *grads;  /* (count) its gradients;  default: model->grads + offset */
+} msr_gpt_segment_t;
+
+/* Pointers to one block's parameters (or gradients: same layout). */
+typedef struct msr_gpt_block_params {
+    float *ln1w;     /* (C) */
+    float *ln1b;     /* (C) */
+    float *qkvw;     /* (3C, C) */
+    float *qkvb;     /* (3C) */
+    float *attprojw; /* (C, C) */
+    float *attprojb; /* (C) */
+    float *ln2w;     /* (C) */
+    float *ln2b;     /* (C) */
+    float *fcw;      /* (4C, C) */
+    float *fcb;      /* (4C) */
+    float *fcprojw;  /* (C, 4C) */
+    float *fcprojb;  /* (C) */
+} msr_gpt_block_params_t;
+
+/* One block's activations, kept from forward for backward. N = B*T. */
+typedef struct msr_gpt_block_acts {
+    float *ln1;      /* (N, C) */
+    float *ln1_mean; /* (N) */
+    float *ln1_rstd; /* (N) */
+    float *qkv;      /* (N, 3C) */
+    float *atty;     /* (N, C) attention output before its projection */
+    float *att;      /* (B, NH, T, T) attention probabilities */
+    float *res2;     /* (N, C) residual after attention */
+    float *ln2;      /* (N, C) */
+    float *ln2_mean; /* (N) */
+    float *ln2_rstd; /* (N) */
+    float *fch;      /* (N, 4C) */
+    float *fch_gelu; /* (N, 4C) */
+    float *res3;     /* (N, C) residual after the MLP: the block's output */
+} msr_gpt_block_acts_t;
+
+/* The model's activations: one buffer (acts_mem), a table of pointers. */
+typedef struct msr_gpt_acts {
+    float *encoded;               /* (N, C) embeddings, the first block's input */
+    msr_gpt_block_acts_t *blocks; /* [L] */
+    float *lnf;                   /* (N, C) */
+    float *lnf_mean;              /* (N) */
+    float *lnf_rstd;              /* (N) */
+    float *logits;                /* (N, V) */
+    float *probs;                 /* (N, V) */
+    float *losses;                /* (N) */
+    float *proj;                  /* (N, C) scratch: a projection before its residual add */
+} msr_gpt_acts_t;
+
+/* Backward's work space: one buffer (work_mem), a table of pointers. The
+ * per-block buffers are zeroed and reused by every block. */
+typedef struct msr_gpt_work {
+    float *dres;      /* (N, C) gradient of the residual stream, passed down the blocks */
+    float *dln;       /* (N, C) gradient of a layernorm's output */
+    float *dqkv;      /* (N, 3C) */
+    float *datty;     /* (N, C) */
+    float *dfch;      /* (N, 4C) */
+    float *dfch_gelu; /* (N, 4C) */
+    float *datt;      /* (T, T) attention backward scratch */
+    float *dlogits;   /* (N, V) */
+} msr_gpt_work_t;
+
+typedef struct msr_gpt {
+    msr_gpt_config_t cfg;
+    int max_batch; /* B the activations were sized for */
+    size_t num_params;
+    float *params; /* (num_params) the flat parameter buffer */
+    float *grads;  /* (num_params) the flat gradient buffer */
+
+    int num_tensors; /* 2 + 12 L + 2 */
+    msr_gpt_tensor_t *tensors;
+    int num_segments; /* L + 2 */
+    msr_gpt_segment_t *segments;
+
+    float *acts_mem;
+    size_t acts_count;
+    msr_gpt_acts_t acts;
+    float *work_mem;
+    size_t work_count;
+    msr_gpt_work_t work;
+
+    /* the last forward, for backward */
+    int *inputs;  /* (B, T) */
+    int *targets; /* (B, T) */
+    int B, T;     /* 0, 0 until a forward with targets ran */
+} msr_gpt_t;
+
+/* Creates a model of shape cfg whose activations hold up to max_batch
+ * sequences of up to cfg->max_seq tokens. Parameters and gradients are
+ * zero; call msr_gpt_init_params. Errors: MSR_ERR_CONFIG (logged),
+ * MSR_ERR_NO_MEMORY. */
+msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p);
+void msr_gpt_destroy(msr_gpt_t *model);
+
+/* Points p at the block parameters inside a segment base (a block segment's
+ * params or grads). */
+void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p);
+
+/* Writes the initial value of flat elements [lo, hi) into dst (hi - lo
+ * floats), as GPT-2 initialises: matrices N(0, 0.02), the two residual
+ * projections N(0, 0.02/sqrt(2L)), wpe N(0, 0.01), biases 0, norm weights 1.
+ * Element i depends only on (seed, i), so any slice of the buffer (a ZeRO-3
+ * shard) gets the same numbers as the whole. */
+void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst);
+
+/* msr_gpt_init_range over the whole flat buffer. */
+void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed);
+
+/* Sets every gradient to zero (the flat buffer; segments pointed elsewhere
+ * are the hook's business). */
+void msr_gpt_zero_grad(msr_gpt_t *model);
+
+/* Points segment s back at the model's flat buffers. */
+void msr_gpt_segment_reset(msr_gpt_t *model, int s);
+
+/* What a forward or backward is doing when it calls a hook. */
+typedef enum msr_gpt_pass {
+    MSR_GPT_FORWARD = 0,
+    MSR_GPT_BACKWARD = 1,
+} msr_gpt_pass_t;
+
+/* Calls into the parallel runtime, made by forward and backward from the
+ * calling thread. Any member may be NULL. A hook that fails stops the pass
+ * and its status is returned; the model is then in an unspecified state
+ * until the next forward.
+ *
+ * acquire(s): the pass is about to read segment s's parameters (and, in
+ *   backward, add to its gradients); the hook may point
+ *   model->segments[s].params / .grads elsewhere first.
+ * release(s): the pass is done with segment s for now.
+ * grads_ready(s): backward, only: segment s's gradients are final for this
+ *   backward (called once per segment, in the order L+1, L, ..., 1, 0).
+ *
+ * Forward visits 0 (embeddings), 1..L, L+1 (final norm), then 0 again (the
+ * output head reads wte). Backward visits 0 (head), L+1, L..1, 0 (embeddings),
+ * and segment 0's gradients are ready only after that last visit. */
+typedef struct msr_gpt_hooks {
+    void *arg;
+    msr_status_t (*acquire)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
+    msr_status_t (*release)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
+    msr_status_t (*grads_ready)(void *arg, msr_gpt_t *model, int seg);
+} msr_gpt_hooks_t;
+
+/* Runs the model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=
+ * maxT. With targets (B,T), also computes the per-token losses and writes
+ * their mean (summed in double) to *loss_p, and keeps what backward needs;
+ * with targets == NULL, computes only acts.logits (B,T,V) and leaves *loss_p
+ * alone. hooks may be NULL. Errors: MSR_ERR_INVALID_ARG (sizes, a token out
+ * of range; logged), or a hook's status. */
+msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *targets, int B, int T,
+                             const msr_gpt_hooks_t *hooks, double *loss_p);
+
+/* Adds to the gradients (+=) the gradient of dloss * (sum of the last
+ * forward's token losses): dloss = 1 / (B*T) gives the gradient of that
+ * micro-batch's mean loss, 1 / (tokens of the whole step) the share of one
+ * micro-batch in the step's mean. Calls the hooks as described above.
+ * Errors: MSR_ERR_STATE (no forward with targets before), a hook's status. */
+msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks);
+
+/* The parts of forward and backward, exposed so that tensor and pipeline
+ * parallel and recompute can compose them. Block l reads its input from
+ * `in` (N, C) and writes its output to acts.blocks[l].res3. Backward takes
+ * dres (N,C), the gradient of the block's output, and turns it in place into
+ * the gradient of the block's input. */
+void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T);
+void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T);
+
+#endif

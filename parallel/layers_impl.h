@@ -1,0 +1,286 @@
+/* The body of the layer kernels (documented in layers.h), written once for
+ * the scalar type `real`. layers.c includes this file twice: with real =
+ * float and LAYER(name) = msr_name, and with real = double and LAYER(name) =
+ * msr_name_f64. GEMM is cblas_sgemm or cblas_dgemm to match. The math
+ * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
+ * constants are cast to real (R(...)) so no expression silently widens to
+ * double in the float build.
+ *
+ * No include guard: meant to be included more than once. */
+
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+void LAYER(encoder_forward)(real *out, const int *inp, const real *wte, const real *wpe, int B,
+                            int T, int C)
+{
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            real *o = out + ((size_t)b * T + t) * C;           /* (C) */
+            const real *we = wte + (size_t)inp[b * T + t] * C; /* (C) */
+            const real *pe = wpe + (size_t)t * C;              /* (C) */
+            for (int c = 0; c < C; c++)
+                o[c] = we[c] + pe[c];
+        }
+    }
+}
+
+void LAYER(encoder_backward)(real *dwte, real *dwpe, const real *dout, const int *inp, int B, int T,
+                             int C)
+{
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const real *d = dout + ((size_t)b * T + t) * C; /* (C) */
+            real *dwe = dwte + (size_t)inp[b * T + t] * C;  /* (C) */
+            real *dpe = dwpe + (size_t)t * C;               /* (C) */
+            for (int c = 0; c < C; c++) {
+                dwe[c] += d[c];
+                dpe[c] += d[c];
+            }
+        }
+    }
+}
+
+void LAYER(layernorm_forward)(real *out, real *mean, real *rstd, const real *inp,
+                              const real *weight, const real *bias, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C; /* (C) */
+        real *o = out + (size_t)n * C;       /* (C) */
+        real m = 0;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m = m / (real)C;
+        real v = 0;
+        for (int c = 0; c < C; c++) {
+            real d = x[c] - m;
+            v += d * d;
+        }
+        v = v / (real)C;
+        real s = R(1) / sqrt(v + R(MSR_LAYERNORM_EPS));
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* With xhat = (x - mean) * rstd and g = dout * weight:
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+void LAYER(layernorm_backward)(real *dinp, real *dweight, real *dbias, const real *dout,
+                               const real *inp, const real *weight, const real *mean,
+                               const real *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;  /* (C) */
+        const real *d = dout + (size_t)n * C; /* (C) */
+        real *dx = dinp + (size_t)n * C;      /* (C) */
+        real m = mean[n], s = rstd[n];
+        real gmean = 0, gxmean = 0;
+        for (int c = 0; c < C; c++) {
+            real xhat = (x[c] - m) * s;
+            real g = d[c] * weight[c];
+            gmean += g;
+            gxmean += g * xhat;
+        }
+        gmean = gmean / (real)C;
+        gxmean = gxmean / (real)C;
+        for (int c = 0; c < C; c++) {
+            real xhat = (x[c] - m) * s;
+            real g = d[c] * weight[c];
+            dbias[c] += d[c];
+            dweight[c] += xhat * d[c];
+            dx[c] += s * (g - gmean - xhat * gxmean);
+        }
+    }
+}
+
+void LAYER(matmul_forward)(real *out, const real *inp, const real *weight, const real *bias, int N,
+                           int IC, int OC)
+{
+    /* start from the bias (or zero), then out += inp @ weight^T */
+    for (int n = 0; n < N; n++) {
+        real *o = out + (size_t)n * OC; /* (OC) */
+        for (int j = 0; j < OC; j++)
+            o[j] = bias != NULL ? bias[j] : R(0);
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, R(1), inp, IC, weight, IC, R(1), out,
+         OC);
+}
+
+void LAYER(matmul_backward)(real *dinp, real *dweight, real *dbias, const real *dout,
+                            const real *inp, const real *weight, int N, int IC, int OC)
+{
+    /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1),
+         dinp, IC);
+    /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight,
+         IC);
+    if (dbias != NULL) {
+        for (int n = 0; n < N; n++) {
+            const real *d = dout + (size_t)n * OC; /* (OC) */
+            for (int j = 0; j < OC; j++)
+                dbias[j] += d[j];
+        }
+    }
+}
+
+/* Per batch row b and head h, with Q, K, V the (T,HS) column blocks of qkv:
+ *   pre = Q K^T / sqrt(HS)          (T,T)
+ *   att = softmax over j <= i of pre[i, j], 0 for j > i
+ *   out = att V                     (T,HS) into the head's columns of out
+ * The products run through BLAS on the full T x T square (the masked half is
+ * computed and thrown away: cheaper than a triangle loop at these sizes). */
+void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int T, int C, int NH)
+{
+    int HS = C / NH;
+    int C3 = 3 * C;
+    real scale = R(1) / sqrt((real)HS);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const real *q = qkv + (size_t)b * T * C3 + (size_t)h * HS; /* (T,HS), row stride 3C */
+            const real *k = q + C;                                     /* (T,HS), row stride 3C */
+            const real *v = q + (size_t)2 * C;                         /* (T,HS), row stride 3C */
+            real *a = att + ((size_t)b * NH + h) * T * T;              /* (T,T) */
+            real *o = out + (size_t)b * T * C + (size_t)h * HS;        /* (T,HS), row stride C */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a,
+                 T);
+            for (int i = 0; i < T; i++) {
+                real *row = a + (size_t)i * T; /* (T) */
+                real mx = row[0];
+                for (int j = 1; j <= i; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                real sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    row[j] = exp(row[j] - mx);
+                    sum += row[j];
+                }
+                real inv = R(1) / sum;
+                for (int j = 0; j <= i; j++)
+                    row[j] *= inv;
+                for (int j = i + 1; j < T; j++)
+                    row[j] = 0;
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, R(1), a, T, v, C3, R(0), o,
+                 C);
+        }
+    }
+}
+
+/* Backward of the above, per (b, h):
+ *   datt  = dout V^T                                   (T,T)
+ *   dpre  = att * (datt - rowsum(att * datt))          softmax backward
+ *   dQ   += dpre K / sqrt(HS),  dK += dpre^T Q / sqrt(HS),  dV += att^T dout
+ * att is zero above the diagonal, so the masked entries of dpre are zero. */
+void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, const real *qkv,
+                               const real *att, int B, int T, int C, int NH)
+{
+    int HS = C / NH;
+    int C3 = 3 * C;
+    real scale = R(1) / sqrt((real)HS);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
+            const real *q = qkv + qoff;                                /* (T,HS), stride 3C */
+            const real *k = q + C;                                     /* (T,HS), stride 3C */
+            const real *v = q + (size_t)2 * C;                         /* (T,HS), stride 3C */
+            real *dq = dqkv + qoff;                                    /* (T,HS), stride 3C */
+            real *dk = dq + C;                                         /* (T,HS), stride 3C */
+            real *dv = dq + (size_t)2 * C;                             /* (T,HS), stride 3C */
+            const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
+            const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
+            real *da = scratch;                                        /* (T,T) */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, R(1), d, C, v, C3, R(0), da, T);
+            for (int i = 0; i < T; i++) {
+                const real *arow = a + (size_t)i * T; /* (T) */
+                real *drow = da + (size_t)i * T;      /* (T) */
+                real dot = 0;
+                for (int j = 0; j <= i; j++)
+                    dot += arow[j] * drow[j];
+                for (int j = 0; j <= i; j++)
+                    drow[j] = arow[j] * (drow[j] - dot);
+                for (int j = i + 1; j < T; j++)
+                    drow[j] = 0;
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq,
+                 C3);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk,
+                 C3);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
+        }
+    }
+}
+
+/* gelu(x) = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3),
+ * computed as x * sigmoid(2u) (the same function: (1 + tanh(u))/2 =
+ * 1/(1 + exp(-2u))), which costs one exp instead of a tanh. For very
+ * negative x, exp(-2u) overflows to inf and gelu(x) = x/inf = -0. */
+#define GELU_S R(0.7978845608028654)
+#define GELU_A R(0.044715)
+
+void LAYER(gelu_forward)(real *out, const real *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real u = GELU_S * (x + GELU_A * x * x * x);
+        out[i] = x / (R(1) + exp(R(-2) * u));
+    }
+}
+
+/* With s = sigmoid(2u): gelu' = s + 2 x s (1 - s) du/dx, since
+ * (1 - tanh(u)^2) / 2 = 2 s (1 - s). */
+void LAYER(gelu_backward)(real *dinp, const real *inp, const real *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real u = GELU_S * (x + GELU_A * x * x * x);
+        real s = R(1) / (R(1) + exp(R(-2) * u));
+        real du = GELU_S * (R(1) + R(3) * GELU_A * x * x);
+        real g = s + R(2) * x * s * (R(1) - s) * du;
+        dinp[i] += g * dout[i];
+    }
+}
+
+#undef GELU_S
+#undef GELU_A
+
+void LAYER(residual_forward)(real *out, const real *a, const real *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* loss = logsumexp(logits) - logits[target], computed as max + log(sum
+ * exp(l - max)) - l[target] so it stays accurate when the target's
+ * probability is tiny. */
+void LAYER(crossentropy_forward)(real *losses, real *probs, const real *logits, const int *targets,
+                                 int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const real *l = logits + (size_t)n * V; /* (V) */
+        real *p = probs + (size_t)n * V;        /* (V) */
+        real mx = l[0];
+        for (int i = 1; i < V; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        real sum = 0;
+        for (int i = 0; i < V; i++) {
+            p[i] = exp(l[i] - mx);
+            sum += p[i];
+        }
+        real inv = R(1) / sum;
+        for (int i = 0; i < V; i++)
+            p[i] *= inv;
+        losses[n] = mx + log(sum) - l[targets[n]];
+    }
+}
+
+void LAYER(crossentropy_backward)(real *dlogits, const real *probs, const int *targets, real dloss,
+                                  int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const real *p = probs + (size_t)n * V; /* (V) */
+        real *d = dlogits + (size_t)n * V;     /* (V) */
+        for (int i = 0; i < V; i++)
+            d[i] += p[i] * dloss;
+        d[targets[n]] -= dloss;
+    }
+}

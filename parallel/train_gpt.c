@@ -1,0 +1,407 @@
+/* train_gpt: trains the reference GPT (parallel/gpt.h) on the bytes of a
+ * file, or on the generated corpus when no --data is given, and prints one
+ * line per step on rank 0:
+ *
+ *   step 12 loss 3.141593 tok/s 5120
+ *
+ * Runs alone or under msrun (msrun --worker_num=1 --local_worker_num=1
+ * build/bin/train_gpt ...). Exit status: 0 done, 2 bad options or an
+ * invalid combination (refused before training), 1 a failure while
+ * training. See docs/model.md. */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "msrun/msrun.h"
+#include "parallel/ckpt.h"
+#include "parallel/data.h"
+#include "parallel/train.h"
+
+#define EXIT_BAD_INPUT 2
+
+typedef struct options {
+    int64_t layers, channels, heads, seq;
+    int64_t micro_batch, grad_accum, dp, tp, pp, zero;
+    double bucket_mb;
+    int64_t steps, warmup, seed;
+    double lr, weight_decay, grad_clip;
+    const char *data;
+    int64_t corpus_bytes;
+    const char *ckpt_dir;
+    int64_t ckpt_every;
+    int resume;
+    int64_t threads;
+    int help;
+} options_t;
+
+typedef enum opt_kind { OPT_INT, OPT_REAL, OPT_TEXT, OPT_FLAG } opt_kind_t;
+
+typedef struct opt_spec {
+    const char *name;
+    opt_kind_t kind;
+    size_t offset; /* of the field in options_t */
+    double min, max;
+    const char *help;
+} opt_spec_t;
+
+#define OPT(name, kind, field, min, max, help)                 \
+    {                                                          \
+        name, kind, offsetof(options_t, field), min, max, help \
+    }
+
+static const opt_spec_t specs[] = {
+    OPT("layers", OPT_INT, layers, 1, 1024, "transformer blocks (4)"),
+    OPT("channels", OPT_INT, channels, 1, 16384, "width of the residual stream (128)"),
+    OPT("heads", OPT_INT, heads, 1, 16384, "attention heads; must divide channels (4)"),
+    OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
+    OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
+    OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
+    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
+    OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
+    OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
+    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3 (0)"),
+    OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
+        "gradient bucket size in MiB, for --dp > 1 (25)"),
+    OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
+    OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
+    OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
+    OPT("weight-decay", OPT_REAL, weight_decay, 0, 1e3, "AdamW weight decay on matrices (0.1)"),
+    OPT("grad-clip", OPT_REAL, grad_clip, 0, 1e30, "global gradient-norm limit, 0 = off (1)"),
+    OPT("seed", OPT_INT, seed, 0, 9.2e18, "initialisation and sampling seed (1337)"),
+    OPT("data", OPT_TEXT, data, 0, 0, "a file whose bytes are the data (generated corpus)"),
+    OPT("corpus-bytes", OPT_INT, corpus_bytes, 2, 1 << 30, "size of the generated corpus (1 MiB)"),
+    OPT("ckpt-dir", OPT_TEXT, ckpt_dir, 0, 0, "directory of checkpoints (none)"),
+    OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
+        "steps between checkpoints, 0 = only at the end (0)"),
+    OPT("resume", OPT_FLAG, resume, 0, 0, "continue from the latest complete checkpoint"),
+    OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
+    OPT("help", OPT_FLAG, help, 0, 0, "this text"),
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
+                 "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step.\n\n");
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(specs); i++)
+        fprintf(out, "  --%-14s %s\n", specs[i].name, specs[i].help);
+}
+
+/* Parses argv into o. Returns 0, or prints why to stderr and returns -1. */
+static int parse_options(int argc, char **argv, options_t *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "train_gpt: unexpected argument '%s' (see --help)\n", arg);
+            return -1;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t name_len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+        const opt_spec_t *sp = NULL;
+        for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
+            if (strlen(specs[k].name) == name_len && strncmp(specs[k].name, name, name_len) == 0)
+                sp = &specs[k];
+        if (sp == NULL) {
+            fprintf(stderr, "train_gpt: unknown option '%s' (see --help)\n", arg);
+            return -1;
+        }
+        void *field = (char *)o + sp->offset;
+        if (sp->kind == OPT_FLAG) {
+            if (eq != NULL) {
+                fprintf(stderr, "train_gpt: --%s takes no value\n", sp->name);
+                return -1;
+            }
+            *(int *)field = 1;
+            continue;
+        }
+        const char *value = eq != NULL ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (value == NULL) {
+            fprintf(stderr, "train_gpt: --%s needs a value\n", sp->name);
+            return -1;
+        }
+        if (sp->kind == OPT_TEXT) {
+            if (*value == '\0') {
+                fprintf(stderr, "train_gpt: --%s needs a non-empty value\n", sp->name);
+                return -1;
+            }
+            *(const char **)field = value;
+        } else if (sp->kind == OPT_INT) {
+            int64_t v;
+            if (msr_parse_i64(value, (int64_t)sp->min, (int64_t)sp->max, &v) != MSR_OK) {
+                fprintf(stderr,
+                        "train_gpt: --%s %s: not an integer in [%" PRId64 ", %" PRId64 "]\n",
+                        sp->name, value, (int64_t)sp->min, (int64_t)sp->max);
+                return -1;
+            }
+            *(int64_t *)field = v;
+        } else {
+            char *end = NULL;
+            errno = 0;
+            double v = strtod(value, &end);
+            if (end == value || *end != '\0' || errno != 0 || !(v >= sp->min && v <= sp->max)) {
+                fprintf(stderr, "train_gpt: --%s %s: not a number in [%g, %g]\n", sp->name, value,
+                        sp->min, sp->max);
+                return -1;
+            }
+            *(double *)field = v;
+        }
+    }
+    return 0;
+}
+
+/* The combinations this build can run; prints why not and returns -1.
+ * Fills in dp when it was left to the world size. */
+static int check_combination(options_t *o, int world)
+{
+    if (o->dp == 0) {
+        if (world % (o->tp * o->pp) != 0) {
+            fprintf(stderr,
+                    "train_gpt: the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
+                    "\n",
+                    world, o->tp, o->pp);
+            return -1;
+        }
+        o->dp = world / (o->tp * o->pp);
+    }
+    if (o->dp * o->tp * o->pp != world) {
+        fprintf(stderr,
+                "train_gpt: dp %" PRId64 " x tp %" PRId64 " x pp %" PRId64 " = %" PRId64
+                " ranks, but the job has %d (start it with msrun --worker_num=%" PRId64
+                " or change the degrees)\n",
+                o->dp, o->tp, o->pp, o->dp * o->tp * o->pp, world, o->dp * o->tp * o->pp);
+        return -1;
+    }
+    if (o->tp > 1 || o->pp > 1) {
+        fprintf(stderr,
+                "train_gpt: tensor and pipeline parallel are not built yet (--tp %" PRId64
+                " --pp %" PRId64 "); use 1\n",
+                o->tp, o->pp);
+        return -1;
+    }
+    if (o->dp > 1 || o->zero > 0) {
+        fprintf(stderr,
+                "train_gpt: data parallel and ZeRO need the communicators, which are not built "
+                "yet (--dp %" PRId64 " --zero %" PRId64 "); use --dp 1 --zero 0\n",
+                o->dp, o->zero);
+        return -1;
+    }
+    if (o->channels % o->heads != 0) {
+        fprintf(stderr,
+                "train_gpt: --channels %" PRId64 " do not divide into --heads %" PRId64 "\n",
+                o->channels, o->heads);
+        return -1;
+    }
+    if ((o->ckpt_every > 0 || o->resume) && o->ckpt_dir == NULL) {
+        fprintf(stderr, "train_gpt: --ckpt-every and --resume need --ckpt-dir\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The job this process belongs to: msrun's when it started us, else a
+ * world of one. */
+typedef struct job {
+    msr_ctx_t *ctx; /* NULL when alone */
+    int rank, world;
+} job_t;
+
+static msr_status_t job_join(job_t *job)
+{
+    job->ctx = NULL;
+    job->rank = 0;
+    job->world = 1;
+    if (getenv("MSR_WORLD_SIZE") == NULL)
+        return MSR_OK;
+    msr_status_t st = msr_init(&job->ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot join the msrun job: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return st;
+    }
+    job->rank = msr_rank(job->ctx);
+    job->world = msr_world_size(job->ctx);
+    return MSR_OK;
+}
+
+/* Writes checkpoint tr->step: every rank its shard, then rank 0 the
+ * manifest once it has every rank's entry, then all meet, so that no rank
+ * runs ahead of a checkpoint that is not complete yet. */
+static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const char *dir,
+                                    const char *meta)
+{
+    msr_tckpt_entry_t mine, *all = &mine;
+    msr_status_t st = msr_trainer_save(tr, dir, meta, &mine);
+    if (st != MSR_OK)
+        return st;
+    if (job->world > 1) {
+        all = msr_calloc((size_t)job->world, sizeof *all);
+        if (all == NULL)
+            return MSR_ERR_NO_MEMORY;
+        if ((st = msr_allgather(job->ctx, &mine, sizeof mine, all)) != MSR_OK) {
+            fprintf(stderr, "train_gpt: checkpoint allgather: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+            goto err_all;
+        }
+    }
+    if (job->rank == 0 &&
+        (st = msr_tckpt_manifest_write(dir, tr->step, (uint32_t)job->world, all)) != MSR_OK)
+        goto err_all;
+    if (job->ctx != NULL && (st = msr_barrier(job->ctx)) != MSR_OK)
+        fprintf(stderr, "train_gpt: checkpoint barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+
+err_all:
+    if (all != &mine)
+        msr_free(all);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o = {
+        .layers = 4,
+        .channels = 128,
+        .heads = 4,
+        .seq = 64,
+        .micro_batch = 8,
+        .grad_accum = 1,
+        .dp = 0,
+        .tp = 1,
+        .pp = 1,
+        .zero = 0,
+        .bucket_mb = 25.0,
+        .steps = 20,
+        .warmup = 0,
+        .seed = 1337,
+        .lr = 1e-3,
+        .weight_decay = 0.1,
+        .grad_clip = 1.0,
+        .corpus_bytes = 1 << 20,
+    };
+    msr_log_init("train_gpt", -1, -1);
+    if (parse_options(argc, argv, &o) != 0)
+        return EXIT_BAD_INPUT;
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    job_t job;
+    if (job_join(&job) != MSR_OK)
+        return 1;
+    msr_log_init("train_gpt", -1, job.ctx != NULL ? job.rank : -1);
+    int rc = EXIT_BAD_INPUT;
+    msr_dataset_t *data = NULL;
+    msr_trainer_t *tr = NULL;
+    if (check_combination(&o, job.world) != 0)
+        goto out;
+
+    msr_status_t st = o.data != NULL
+                          ? msr_dataset_load(o.data, &data)
+                          : msr_dataset_generate((uint64_t)o.seed, (size_t)o.corpus_bytes, &data);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: no data: %s\n", msr_status_str(st));
+        goto out;
+    }
+    msr_train_config_t cfg = {
+        .model = {MSR_GPT_VOCAB, (int)o.seq, (int)o.layers, (int)o.heads, (int)o.channels},
+        .micro_batch = (int)o.micro_batch,
+        .grad_accum = (int)o.grad_accum,
+        .dp = (int)o.dp,
+        .dp_rank = job.rank / (int)(o.tp * o.pp),
+        .seed = (uint64_t)o.seed,
+        .lr = (float)o.lr,
+        .warmup = (int)o.warmup,
+        .grad_clip = (float)o.grad_clip,
+        .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
+    };
+    char why[200];
+    if (msr_train_config_check(&cfg, data, why, sizeof why) != MSR_OK) {
+        fprintf(stderr, "train_gpt: %s\n", why);
+        goto out;
+    }
+    if (o.threads > 0)
+        openblas_set_num_threads((int)o.threads);
+
+    rc = 1;
+    if (msr_trainer_create(&cfg, data, &tr) != MSR_OK)
+        goto out;
+    uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
+    char meta[1024];
+    snprintf(meta, sizeof meta,
+             "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
+             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
+             cfg.model.layers, cfg.model.channels, cfg.model.heads, cfg.model.max_seq,
+             cfg.model.vocab, (unsigned long long)G, (unsigned long long)cfg.seed, (double)cfg.lr,
+             cfg.warmup, cfg.adamw.weight_decay, (double)cfg.grad_clip, data->origin, data->size);
+    if (job.rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; data: %s\n",
+                tr->model->num_params, cfg.model.layers, cfg.model.channels, cfg.model.heads,
+                cfg.model.max_seq, (unsigned long long)G, cfg.micro_batch, cfg.grad_accum, cfg.dp,
+                data->origin);
+
+    if (o.resume) {
+        uint64_t step;
+        uint32_t world;
+        st = msr_tckpt_latest(o.ckpt_dir, &step, &world);
+        if (st == MSR_OK) {
+            st = msr_trainer_load(tr, o.ckpt_dir, step, meta);
+            if (st == MSR_ERR_CONFIG)
+                rc = EXIT_BAD_INPUT;
+            if (st != MSR_OK)
+                goto out;
+            if (job.rank == 0)
+                fprintf(stderr, "train_gpt: resumed from step %llu under %s\n",
+                        (unsigned long long)step, o.ckpt_dir);
+        } else if (st == MSR_ERR_NOT_FOUND) {
+            if (job.rank == 0)
+                fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
+                        o.ckpt_dir);
+        } else {
+            goto out;
+        }
+    }
+
+    uint64_t tokens = G * (uint64_t)o.seq;
+    while (tr->step < (uint64_t)o.steps) {
+        uint64_t t0 = msr_now_ns();
+        double loss;
+        if ((st = msr_trainer_step(tr, &loss)) != MSR_OK) {
+            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
+                    msr_status_str(st));
+            goto out;
+        }
+        double dt = (double)(msr_now_ns() - t0) * 1e-9;
+        if (!isfinite(loss)) {
+            fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
+                    (unsigned long long)tr->step, loss);
+            goto out;
+        }
+        if (job.rank == 0) {
+            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
+                   (double)tokens / dt);
+            fflush(stdout);
+        }
+        int due = o.ckpt_dir != NULL && ((o.ckpt_every > 0 && tr->step % o.ckpt_every == 0) ||
+                                         tr->step == (uint64_t)o.steps);
+        if (due && save_checkpoint(tr, &job, o.ckpt_dir, meta) != MSR_OK)
+            goto out;
+    }
+    rc = 0;
+
+out:
+    msr_trainer_destroy(tr);
+    msr_dataset_destroy(data);
+    msr_finalize(job.ctx);
+    return rc;
+}

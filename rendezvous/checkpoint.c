@@ -1,0 +1,500 @@
+/* libmsrun's checkpoints: atomic per-rank files, a commit per rank once the
+ * whole step is durable, and agreement on the latest complete step. */
+#include "msrun/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/crc32.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/util.h"
+#include "rendezvous/client.h"
+
+#define CKPT_MAGIC  "MSRCKPT1"
+#define CKPT_HEADER 48
+
+typedef struct ckpt_header {
+    uint32_t rank, world;
+    int32_t generation;
+    int64_t step;
+    uint64_t len;
+    uint32_t crc;
+} ckpt_header_t;
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void header_pack(const ckpt_header_t *h, unsigned char out[CKPT_HEADER])
+{
+    memset(out, 0, CKPT_HEADER);
+    memcpy(out, CKPT_MAGIC, 8);
+    put32(out + 8, 1); /* version */
+    put32(out + 12, h->rank);
+    put32(out + 16, h->world);
+    put32(out + 20, (uint32_t)h->generation);
+    put64(out + 24, (uint64_t)h->step);
+    put64(out + 32, h->len);
+    put32(out + 40, h->crc);
+}
+
+static int header_unpack(const unsigned char in[CKPT_HEADER], ckpt_header_t *h)
+{
+    if (memcmp(in, CKPT_MAGIC, 8) != 0 || get32(in + 8) != 1)
+        return -1;
+    h->rank = get32(in + 12);
+    h->world = get32(in + 16);
+    h->generation = (int32_t)get32(in + 20);
+    h->step = (int64_t)get64(in + 24);
+    h->len = get64(in + 32);
+    h->crc = get32(in + 40);
+    return 0;
+}
+
+static msr_status_t io_error(const char *what, const char *path)
+{
+    int e = errno;
+    msr_client_set_error("checkpoint: %s %s: %s", what, path, strerror(e));
+    MSR_DEBUG("%s", msr_last_error());
+    return MSR_ERR_IO;
+}
+
+static msr_status_t mkdirs(const char *path)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++) {
+        if (*c == '/') {
+            *c = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return io_error("cannot create", p);
+            *c = '/';
+        }
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return io_error("cannot create", p);
+    return MSR_OK;
+}
+
+static void fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Writes a file atomically: temporary name, fsync, rename, fsync the dir. */
+static msr_status_t write_atomic(const char *dir, const char *name, const void *a, size_t alen,
+                                 const void *b, size_t blen)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return io_error("cannot create", tmp);
+    msr_status_t st = msr_write_all(fd, a, alen);
+    if (st == MSR_OK && blen)
+        st = msr_write_all(fd, b, blen);
+    if (st != MSR_OK || fsync(fd) != 0) {
+        io_error("cannot write", tmp);
+        close(fd);
+        unlink(tmp);
+        return MSR_ERR_IO;
+    }
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        io_error("cannot write", path);
+        unlink(tmp);
+        return MSR_ERR_IO;
+    }
+    fsync_dir(dir);
+    return MSR_OK;
+}
+
+/* Every rank's `len` bytes, in rank order, in *all_p (free it). */
+static msr_status_t gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
+{
+    void *all = calloc((size_t)msr_world_size(ctx), len);
+    if (all == NULL) {
+        msr_client_set_error("checkpoint: out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_status_t st = msr_allgather(ctx, mine, len, all);
+    if (st != MSR_OK) {
+        free(all);
+        return st;
+    }
+    *all_p = all;
+    return MSR_OK;
+}
+
+static void step_dir(const char *dir, int64_t step, char *out, size_t len)
+{
+    snprintf(out, len, "%s/step-%" PRId64, dir, step);
+}
+
+/* Whether this rank's state of step is committed and its header fits. */
+static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));
+    if (access(path, F_OK) != 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    unsigned char hb[CKPT_HEADER];
+    ckpt_header_t h;
+    int ok = msr_read_full(fd, hb, sizeof hb) == MSR_OK && header_unpack(hb, &h) == 0 &&
+             h.step == step && h.rank == (uint32_t)msr_rank(ctx) &&
+             h.world == (uint32_t)msr_world_size(ctx);
+    close(fd);
+    return ok;
+}
+
+/* Steps found in dir (step-N folders), in *steps_p (malloc'd). */
+static size_t list_steps(const char *dir, int64_t **steps_p)
+{
+    *steps_p = NULL;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    size_t n = 0, cap = 0;
+    int64_t *steps = NULL;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s;
+        if (strncmp(e->d_name, "step-", 5) != 0 ||
+            msr_parse_i64(e->d_name + 5, 0, INT64_MAX, &s) != MSR_OK)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *ns = realloc(steps, cap * sizeof *ns);
+            if (ns == NULL)
+                break;
+            steps = ns;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    *steps_p = steps;
+    return n;
+}
+
+/* Removes this rank's files of committed steps older than the keep newest. */
+static void prune(msr_ctx_t *ctx, const char *dir, int keep)
+{
+    if (keep <= 0)
+        return;
+    int64_t *steps;
+    size_t n = list_steps(dir, &steps);
+    /* newest first */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int64_t t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!have_step(ctx, dir, steps[i]))
+            continue;
+        if (kept++ < keep)
+            continue;
+        char sd[4096], path[4200];
+        step_dir(dir, steps[i], sd, sizeof sd);
+        snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));
+        unlink(path);
+        snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+        unlink(path);
+        if (msr_rank(ctx) == 0) {
+            snprintf(path, sizeof path, "%s/MANIFEST", sd);
+            unlink(path);
+        }
+        rmdir(sd); /* the last rank to leave removes it */
+    }
+    free(steps);
+}
+
+msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
+                           size_t len, int keep)
+{
+    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 || (data == NULL && len)) {
+        msr_client_set_error("checkpoint: bad arguments (dir, step >= 0, data)");
+        return MSR_ERR_INVALID_ARG;
+    }
+    char sd[4096];
+    step_dir(dir, step, sd, sizeof sd);
+    msr_status_t st = mkdirs(sd);
+    if (st != MSR_OK)
+        return st;
+    ckpt_header_t h = {
+        (uint32_t)msr_rank(ctx), (uint32_t)msr_world_size(ctx), msr_generation(ctx), step, len,
+        msr_crc32(0, data, len)};
+    unsigned char hb[CKPT_HEADER];
+    header_pack(&h, hb);
+    char name[64];
+    snprintf(name, sizeof name, "rank-%d.bin", msr_rank(ctx));
+    st = write_atomic(sd, name, hb, sizeof hb, data, len);
+    if (st != MSR_OK)
+        return st;
+    /* Every rank's state is durable once everyone is past this point. */
+    uint64_t mine[2] = {len, h.crc};
+    int world = msr_world_size(ctx);
+    uint64_t *all = NULL;
+    st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    if (st != MSR_OK)
+        return st;
+    if (msr_rank(ctx) == 0) {
+        msr_buf_t m = MSR_BUF_INIT;
+        msr_buf_printf(&m,
+                       "{\n  \"step\": %" PRId64 ",\n  \"world_size\": %d,\n  \"generation\": %d,\n"
+                       "  \"shards\": [",
+                       step, world, msr_generation(ctx));
+        for (int r = 0; r < world; r++)
+            msr_buf_printf(&m,
+                           "%s\n    {\"rank\": %d, \"bytes\": %" PRIu64 ", \"crc32\": %" PRIu64 "}",
+                           r ? "," : "", r, all[2 * r], all[2 * r + 1]);
+        msr_buf_printf(&m, "\n  ]\n}\n");
+        st = m.data ? write_atomic(sd, "MANIFEST", m.data, m.len, NULL, 0) : MSR_ERR_NO_MEMORY;
+        msr_buf_cleanup(&m);
+    }
+    free(all);
+    if (st != MSR_OK)
+        return st;
+    char commit[64];
+    snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
+    int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", step);
+    st = write_atomic(sd, name, commit, (size_t)n, NULL, 0);
+    if (st == MSR_OK)
+        prune(ctx, dir, keep);
+    return st;
+}
+
+/* How many of its newest complete steps each rank offers when they agree. */
+#define CKPT_OFFER 16
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Each rank offers its newest complete steps; the job's latest is the
+     * newest step every rank offers. Every rank computes it from the same
+     * gathered lists, so all agree even when one crashed before committing
+     * a step the others committed. */
+    int64_t mine[CKPT_OFFER];
+    for (int i = 0; i < CKPT_OFFER; i++)
+        mine[i] = -1;
+    int64_t *steps;
+    size_t n = list_steps(dir, &steps);
+    for (size_t i = 0; i < n; i++) {
+        if (!have_step(ctx, dir, steps[i]))
+            continue;
+        /* insert into the descending list of the CKPT_OFFER newest */
+        int64_t v = steps[i];
+        for (int k = 0; k < CKPT_OFFER; k++) {
+            if (v > mine[k]) {
+                int64_t t = mine[k];
+                mine[k] = v;
+                v = t;
+            }
+        }
+    }
+    free(steps);
+    int world = msr_world_size(ctx);
+    int64_t *all = NULL;
+    msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    if (st == MSR_OK) {
+        int64_t agreed = -1;
+        for (int k = 0; k < CKPT_OFFER && agreed < 0; k++) {
+            int64_t cand = all[k]; /* rank 0's k-th newest */
+            if (cand < 0)
+                break;
+            int everywhere = 1;
+            for (int r = 1; r < world && everywhere; r++) {
+                int found = 0;
+                for (int q = 0; q < CKPT_OFFER && !found; q++)
+                    found = all[(size_t)r * CKPT_OFFER + (size_t)q] == cand;
+                everywhere = found;
+            }
+            if (everywhere)
+                agreed = cand;
+        }
+        *step_p = agreed;
+    }
+    free(all);
+    return st;
+}
+
+/* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
+static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
+                              size_t *len_p)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            msr_client_set_error("checkpoint: %s does not exist", path);
+            return MSR_ERR_NOT_FOUND;
+        }
+        return io_error("cannot open", path);
+    }
+    unsigned char hb[CKPT_HEADER];
+    ckpt_header_t h;
+    msr_status_t st = MSR_ERR_CORRUPT;
+    void *data = NULL;
+    struct stat sb;
+    if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
+        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len || h.step != step ||
+        h.rank != (uint32_t)rank || (world >= 0 && h.world != (uint32_t)world)) {
+        msr_client_set_error("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path,
+                             rank, step, world >= 0 ? " for this world size" : "");
+        goto out;
+    }
+    data = malloc(h.len ? h.len : 1);
+    if (data == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (msr_read_full(fd, data, h.len) != MSR_OK || msr_crc32(0, data, h.len) != h.crc) {
+        msr_client_set_error("checkpoint: %s does not match its CRC", path);
+        free(data);
+        goto out;
+    }
+    *data_p = data;
+    if (len_p)
+        *len_p = h.len;
+    st = MSR_OK;
+out:
+    close(fd);
+    return st;
+}
+
+msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
+                           size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || data_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (!have_step(ctx, dir, step)) {
+        msr_client_set_error("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
+                             msr_rank(ctx), dir);
+        return MSR_ERR_NOT_FOUND;
+    }
+    return load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), data_p, len_p);
+}
+
+msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                void **data_p, size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || rank < 0 || data_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    return load_file(dir, step, rank, -1, data_p, len_p);
+}
+
+/* The world size a step's MANIFEST records, or -1 when the step has none
+ * (not complete) or it cannot be read. */
+static int manifest_world(const char *dir, int64_t step)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/MANIFEST", sd);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *w = strstr(buf, "\"world_size\": ");
+    int64_t world;
+    char num[16];
+    if (w == NULL)
+        return -1;
+    w += strlen("\"world_size\": ");
+    size_t k = 0;
+    while (k < sizeof num - 1 && w[k] >= '0' && w[k] <= '9') {
+        num[k] = w[k];
+        k++;
+    }
+    num[k] = '\0';
+    if (msr_parse_i64(num, 1, 1 << 30, &world) != MSR_OK)
+        return -1;
+    return (int)world;
+}
+
+msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p, int *world_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    int64_t found[2] = {-1, 0}; /* step, world: rank 0's decides */
+    if (msr_rank(ctx) == 0) {
+        int64_t *steps;
+        size_t n = list_steps(dir, &steps);
+        for (size_t i = 0; i < n; i++) {
+            if (steps[i] <= found[0])
+                continue;
+            int w = manifest_world(dir, steps[i]);
+            if (w > 0) {
+                found[0] = steps[i];
+                found[1] = w;
+            }
+        }
+        free(steps);
+    }
+    int64_t *all = NULL;
+    msr_status_t st = gather_all(ctx, found, sizeof found, (void **)&all);
+    if (st == MSR_OK) {
+        *step_p = all[0];
+        if (world_p)
+            *world_p = (int)all[1];
+    }
+    free(all);
+    return st;
+}

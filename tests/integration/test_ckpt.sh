@@ -1,0 +1,11 @@
+#!/bin/bash
+# libmsrun's checkpoints with 4 real workers.
+. "$(dirname "$0")/lib.sh"
+run_msrun --worker_num=4 --local_worker_num=4 "$WORKER" ckpt "$TMP/ck"
+expect_code 0 "checkpoint job"
+[ "$(grep -c "checkpoint checks passed" "$TMP/out")" = 4 ] || fail "all 4 ranks passed"
+[ -d "$TMP/ck/step-3" ] && [ ! -e "$TMP/ck/step-2" ] || fail "the 3 newest steps are kept"
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['step']==5 and m['world_size']==4 and len(m['shards'])==4" \
+    "$TMP/ck/step-5/MANIFEST" || fail "MANIFEST"
+ok "save, prune, agree on the latest complete step, load, detect corruption"
+no_leftovers "ckpt"

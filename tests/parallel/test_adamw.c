@@ -1,0 +1,151 @@
+/* AdamW against hand computations, sharded updates against whole ones,
+ * gradient-norm clipping. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/adamw.h"
+#include "parallel/rng.h"
+#include "tests/runner.h"
+
+static const msr_adamw_config_t cfg = {0.9, 0.95, 1e-8, 0.1};
+
+/* Two tensors: a decaying matrix of 4 and a bias of 2. */
+static void two_tensors(msr_gpt_tensor_t t[2])
+{
+    memset(t, 0, 2 * sizeof *t);
+    t[0] = (msr_gpt_tensor_t){"w", 0, 2, {2, 2}, 0, 4, 1};
+    t[1] = (msr_gpt_tensor_t){"b", 0, 1, {2, 1}, 4, 2, 0};
+}
+
+static void test_first_step_by_hand(void)
+{
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *opt = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 0, 6, &opt));
+    MSR_CHECK_EQ(opt->num_spans, 2);
+    float p[6] = {1, 1, -2, 0.5f, 1, 1};
+    float g[6] = {0.5f, -0.5f, 2, 0, 0.5f, -3};
+    msr_adamw_update(opt, p, g, 0.1f, 1.0f);
+    MSR_CHECK_EQ(opt->t, 1);
+    /* step 1: m = 0.1 g, v = 0.05 g^2, so m/(1-0.9) = g and sqrt(v/(1-0.95)) = |g|:
+     * p = p (1 - lr wd) - lr g / (|g| + eps)  (decay only on the matrix) */
+    MSR_CHECK(fabsf(p[0] - (0.99f - 0.1f)) < 1e-6f);  /* 0.89 */
+    MSR_CHECK(fabsf(p[1] - (0.99f + 0.1f)) < 1e-6f);  /* 1.09 */
+    MSR_CHECK(fabsf(p[2] - (-1.98f - 0.1f)) < 1e-6f); /* -2.08 */
+    MSR_CHECK(fabsf(p[3] - 0.495f) < 1e-7f);          /* g = 0: decay alone */
+    MSR_CHECK(fabsf(p[4] - 0.9f) < 1e-6f);            /* bias: no decay */
+    MSR_CHECK(fabsf(p[5] - 1.1f) < 1e-6f);
+    MSR_CHECK(fabsf(opt->m[5] - (-0.3f)) < 1e-7f);
+    MSR_CHECK(fabsf(opt->v[5] - 0.45f) < 1e-6f);
+    msr_adamw_destroy(opt);
+    msr_adamw_destroy(NULL);
+}
+
+/* Several steps against the formula written out in double. */
+static void test_steps_against_formula(void)
+{
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *opt = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 0, 6, &opt));
+    float p[6];
+    double P[6], M[6] = {0}, V[6] = {0};
+    for (int i = 0; i < 6; i++)
+        P[i] = p[i] = (float)msr_rng_normal(1, 0, i);
+    for (int step = 1; step <= 5; step++) {
+        float g[6], lr = 0.01f * step, scale = step == 3 ? 0.5f : 1.0f;
+        for (int i = 0; i < 6; i++)
+            g[i] = (float)msr_rng_normal(2, step, i);
+        msr_adamw_update(opt, p, g, lr, scale);
+        for (int i = 0; i < 6; i++) {
+            double gg = (double)g[i] * scale, wd = i < 4 ? 0.1 : 0.0;
+            M[i] = 0.9 * M[i] + 0.1 * gg;
+            V[i] = 0.95 * V[i] + 0.05 * gg * gg;
+            double mhat = M[i] / (1 - pow(0.9, step)), vhat = V[i] / (1 - pow(0.95, step));
+            P[i] = P[i] * (1 - lr * wd) - lr * mhat / (sqrt(vhat) + 1e-8);
+        }
+    }
+    for (int i = 0; i < 6; i++)
+        MSR_CHECK_MSG(fabs(p[i] - P[i]) < 1e-6 * (1 + fabs(P[i])), "p[%d] %.9g want %.9g", i,
+                      (double)p[i], P[i]);
+    msr_adamw_destroy(opt);
+}
+
+/* A ZeRO shard updates exactly as the same elements of the whole buffer,
+ * wherever the cuts fall (here through both tensors). */
+static void test_shards_match_whole(void)
+{
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *whole = NULL, *a = NULL, *b = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 0, 6, &whole));
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 0, 3, &a));
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 3, 6, &b));
+    MSR_CHECK_EQ(a->num_spans, 1);
+    MSR_CHECK_EQ(b->num_spans, 2);
+    MSR_CHECK_EQ(b->spans[0].end, 1); /* element 3 decays, 4 and 5 do not */
+    float p1[6], p2[6];
+    for (int i = 0; i < 6; i++)
+        p1[i] = p2[i] = (float)msr_rng_normal(3, 0, i);
+    for (int step = 0; step < 4; step++) {
+        float g[6];
+        for (int i = 0; i < 6; i++)
+            g[i] = (float)msr_rng_normal(4, step, i);
+        msr_adamw_update(whole, p1, g, 0.05f, 0.7f);
+        msr_adamw_update(a, p2, g, 0.05f, 0.7f);
+        msr_adamw_update(b, p2 + 3, g + 3, 0.05f, 0.7f);
+    }
+    MSR_CHECK(memcmp(p1, p2, sizeof p1) == 0);
+    MSR_CHECK(memcmp(whole->m + 3, b->m, 3 * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(whole->v, a->v, 3 * sizeof(float)) == 0);
+    msr_adamw_destroy(whole);
+    msr_adamw_destroy(a);
+    msr_adamw_destroy(b);
+}
+
+static void test_clip_and_norm(void)
+{
+    float x[4] = {3, 4, 0, 0};
+    MSR_CHECK(msr_sumsq(x, 4) == 25.0);
+    MSR_CHECK(msr_sumsq(x, 0) == 0.0);
+    MSR_CHECK(fabsf(msr_clip_scale(5.0, 1.0f) - 0.2f) < 1e-7f);
+    MSR_CHECK(msr_clip_scale(0.5, 1.0f) == 1.0f);
+    MSR_CHECK(msr_clip_scale(1e9, 0.0f) == 1.0f); /* clipping off */
+    /* the norm of shards summed equals the norm of the whole */
+    float y[1000];
+    for (int i = 0; i < 1000; i++)
+        y[i] = (float)msr_rng_normal(5, 0, i);
+    double whole = msr_sumsq(y, 1000), parts = msr_sumsq(y, 333) + msr_sumsq(y + 333, 667);
+    MSR_CHECK(fabs(whole - parts) < 1e-12 * whole);
+}
+
+static void test_bad_config(void)
+{
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *opt = NULL;
+    MSR_CHECK_STATUS(msr_adamw_create(&cfg, t, 2, 3, 3, &opt), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_adamw_create(&cfg, t, 2, 0, 7, &opt), MSR_ERR_INVALID_ARG);
+    msr_adamw_config_t bad = cfg;
+    bad.beta2 = 1.0;
+    MSR_CHECK_STATUS(msr_adamw_create(&bad, t, 2, 0, 6, &opt), MSR_ERR_INVALID_ARG);
+    bad = cfg;
+    bad.eps = 0;
+    MSR_CHECK_STATUS(msr_adamw_create(&bad, t, 2, 0, 6, &opt), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(opt == NULL);
+}
+
+static const msr_test_t tests[] = {
+    {"first_step_by_hand", test_first_step_by_hand, 10},
+    {"steps_against_formula", test_steps_against_formula, 10},
+    {"shards_match_whole", test_shards_match_whole, 10},
+    {"clip_and_norm", test_clip_and_norm, 10},
+    {"bad_config", test_bad_config, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}

@@ -1,0 +1,436 @@
+/* The layer kernels: every backward against central finite differences of
+ * its forward, in double (msr_*_f64, the same source as the float kernels),
+ * where differences of h = 1e-5 are exact to ~1e-10; then the float kernels
+ * against the double ones on the same inputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/layers.h"
+#include "parallel/rng.h"
+#include "tests/runner.h"
+
+#define FD_H   1e-5
+#define FD_TOL 1e-7 /* absolute + relative */
+
+/* ---- helpers ---- */
+
+typedef struct rng {
+    uint64_t seed, n;
+} rng_t;
+
+static double rnd(rng_t *r)
+{
+    return msr_rng_normal(r->seed, 7, r->n++);
+}
+
+static double *vec(rng_t *r, size_t n, double scale)
+{
+    double *x = malloc(n * sizeof *x);
+    MSR_CHECK(x != NULL);
+    for (size_t i = 0; i < n; i++)
+        x[i] = r != NULL ? scale * rnd(r) : 0.0;
+    return x;
+}
+
+static double dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* The objective is sum(w * out) for a fixed random w, whose gradient with
+ * respect to out is w: backward with dout = w gives its exact gradient. */
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares analytic (n) with central differences of f in every element of
+ * x (n), restoring x afterwards. */
+static void check_grad(const char *what, objective_fn f, void *ctx, double *x,
+                       const double *analytic, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double old = x[i];
+        x[i] = old + FD_H;
+        double lp = f(ctx);
+        x[i] = old - FD_H;
+        double lm = f(ctx);
+        x[i] = old;
+        double num = (lp - lm) / (2 * FD_H);
+        MSR_CHECK_MSG(fabs(num - analytic[i]) <= FD_TOL * (1.0 + fabs(analytic[i])),
+                      "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, analytic[i],
+                      num);
+    }
+}
+
+/* max |a - b| / max(|b|) between a float and a double array */
+static double rel_diff(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - b[i]));
+        den = fmax(den, fabs(b[i]));
+    }
+    return num / den;
+}
+
+static float *to_float(const double *x, size_t n)
+{
+    float *f = malloc(n * sizeof *f);
+    MSR_CHECK(f != NULL);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)x[i];
+    return f;
+}
+
+/* ---- encoder ---- */
+
+enum { EB = 2, ET = 3, EC = 4, EV = 5, EMAXT = 4 };
+
+typedef struct enc_ctx {
+    int inp[EB * ET];
+    double *wte, *wpe, *out, *w;
+} enc_ctx_t;
+
+static double enc_objective(void *p)
+{
+    enc_ctx_t *c = p;
+    msr_encoder_forward_f64(c->out, c->inp, c->wte, c->wpe, EB, ET, EC);
+    return dot(c->out, c->w, EB * ET * EC);
+}
+
+static void test_encoder(void)
+{
+    rng_t r = {1, 0};
+    enc_ctx_t c = {{1, 3, 1, 0, 1, 4}, NULL, NULL, NULL, NULL}; /* token 1 repeats */
+    c.wte = vec(&r, EV * EC, 1);
+    c.wpe = vec(&r, EMAXT * EC, 1);
+    c.out = vec(NULL, EB * ET * EC, 0);
+    c.w = vec(&r, EB * ET * EC, 1);
+    double *dwte = vec(NULL, EV * EC, 0), *dwpe = vec(NULL, EMAXT * EC, 0);
+    msr_encoder_forward_f64(c.out, c.inp, c.wte, c.wpe, EB, ET, EC);
+    MSR_CHECK(c.out[(1 * ET + 2) * EC + 3] == c.wte[4 * EC + 3] + c.wpe[2 * EC + 3]);
+    msr_encoder_backward_f64(dwte, dwpe, c.w, c.inp, EB, ET, EC);
+    check_grad("dwte", enc_objective, &c, c.wte, dwte, EV * EC);
+    check_grad("dwpe", enc_objective, &c, c.wpe, dwpe, EMAXT * EC);
+    /* a token that never occurs and a position past T get no gradient */
+    for (int k = 0; k < EC; k++) {
+        MSR_CHECK(dwte[2 * EC + k] == 0.0);
+        MSR_CHECK(dwpe[3 * EC + k] == 0.0);
+    }
+    free(dwte), free(dwpe), free(c.wte), free(c.wpe), free(c.out), free(c.w);
+}
+
+/* ---- layernorm ---- */
+
+enum { LN = 3, LC = 7 };
+
+typedef struct ln_ctx {
+    double *inp, *weight, *bias, *out, *mean, *rstd, *w;
+} ln_ctx_t;
+
+static double ln_objective(void *p)
+{
+    ln_ctx_t *c = p;
+    msr_layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->weight, c->bias, LN, LC);
+    return dot(c->out, c->w, LN * LC);
+}
+
+static void test_layernorm(void)
+{
+    rng_t r = {2, 0};
+    ln_ctx_t c;
+    c.inp = vec(&r, LN * LC, 2);
+    for (int i = 0; i < LN * LC; i++)
+        c.inp[i] += 0.5; /* a non-zero mean */
+    c.weight = vec(&r, LC, 1);
+    c.bias = vec(&r, LC, 1);
+    c.out = vec(NULL, LN * LC, 0);
+    c.mean = vec(NULL, LN, 0);
+    c.rstd = vec(NULL, LN, 0);
+    c.w = vec(&r, LN * LC, 1);
+    double *dinp = vec(NULL, LN * LC, 0), *dw = vec(NULL, LC, 0), *db = vec(NULL, LC, 0);
+    ln_objective(&c);
+    /* with weight 1 and bias 0 a row comes out with mean 0 and variance ~1 */
+    double *ones = vec(NULL, LC, 0), *zeros = vec(NULL, LC, 0), *o = vec(NULL, LN * LC, 0);
+    for (int i = 0; i < LC; i++)
+        ones[i] = 1;
+    msr_layernorm_forward_f64(o, c.mean, c.rstd, c.inp, ones, zeros, LN, LC);
+    double m = 0, v = 0;
+    for (int i = 0; i < LC; i++)
+        m += o[i];
+    for (int i = 0; i < LC; i++)
+        v += (o[i] - m / LC) * (o[i] - m / LC);
+    MSR_CHECK(fabs(m / LC) < 1e-12);
+    MSR_CHECK(fabs(v / LC - 1) < 1e-4); /* eps 1e-5 shrinks it a little */
+    ln_objective(&c);
+    msr_layernorm_backward_f64(dinp, dw, db, c.w, c.inp, c.weight, c.mean, c.rstd, LN, LC);
+    check_grad("dinp", ln_objective, &c, c.inp, dinp, LN * LC);
+    check_grad("dweight", ln_objective, &c, c.weight, dw, LC);
+    check_grad("dbias", ln_objective, &c, c.bias, db, LC);
+
+    /* float agrees with double */
+    float *fi = to_float(c.inp, LN * LC), *fw = to_float(c.weight, LC), *fb = to_float(c.bias, LC);
+    float *fo = malloc(LN * LC * sizeof *fo), fm[LN], fr[LN];
+    float *fdi = calloc(LN * LC, sizeof *fdi), *fdw = calloc(LC, sizeof *fdw),
+          *fdb = calloc(LC, sizeof *fdb), *fd = to_float(c.w, LN * LC);
+    msr_layernorm_forward(fo, fm, fr, fi, fw, fb, LN, LC);
+    msr_layernorm_backward(fdi, fdw, fdb, fd, fi, fw, fm, fr, LN, LC);
+    ln_objective(&c);
+    MSR_CHECK(rel_diff(fo, c.out, LN * LC) < 1e-5);
+    MSR_CHECK(rel_diff(fdi, dinp, LN * LC) < 1e-5);
+    MSR_CHECK(rel_diff(fdw, dw, LC) < 1e-5);
+    MSR_CHECK(rel_diff(fdb, db, LC) < 1e-5);
+    free(fi), free(fw), free(fb), free(fo), free(fdi), free(fdw), free(fdb), free(fd);
+    free(ones), free(zeros), free(o), free(dinp), free(dw), free(db);
+    free(c.inp), free(c.weight), free(c.bias), free(c.out), free(c.mean), free(c.rstd), free(c.w);
+}
+
+/* ---- matmul ---- */
+
+enum { MN = 5, MIC = 7, MOC = 3 };
+
+typedef struct mm_ctx {
+    double *inp, *weight, *bias, *out, *w;
+} mm_ctx_t;
+
+static double mm_objective(void *p)
+{
+    mm_ctx_t *c = p;
+    msr_matmul_forward_f64(c->out, c->inp, c->weight, c->bias, MN, MIC, MOC);
+    return dot(c->out, c->w, MN * MOC);
+}
+
+static void test_matmul(void)
+{
+    rng_t r = {3, 0};
+    mm_ctx_t c;
+    c.inp = vec(&r, MN * MIC, 1);
+    c.weight = vec(&r, MOC * MIC, 1);
+    c.bias = vec(&r, MOC, 1);
+    c.out = vec(NULL, MN * MOC, 0);
+    c.w = vec(&r, MN * MOC, 1);
+    mm_objective(&c);
+    /* out[n][o] = bias[o] + sum_i inp[n][i] weight[o][i] */
+    double want = c.bias[2];
+    for (int i = 0; i < MIC; i++)
+        want += c.inp[4 * MIC + i] * c.weight[2 * MIC + i];
+    MSR_CHECK(fabs(c.out[4 * MOC + 2] - want) < 1e-12);
+    double *dinp = vec(NULL, MN * MIC, 0), *dw = vec(NULL, MOC * MIC, 0), *db = vec(NULL, MOC, 0);
+    msr_matmul_backward_f64(dinp, dw, db, c.w, c.inp, c.weight, MN, MIC, MOC);
+    check_grad("dinp", mm_objective, &c, c.inp, dinp, MN * MIC);
+    check_grad("dweight", mm_objective, &c, c.weight, dw, MOC * MIC);
+    check_grad("dbias", mm_objective, &c, c.bias, db, MOC);
+
+    /* backward accumulates: a second call doubles every gradient */
+    double *dinp2 = vec(NULL, MN * MIC, 0), *dw2 = vec(NULL, MOC * MIC, 0),
+           *db2 = vec(NULL, MOC, 0);
+    msr_matmul_backward_f64(dinp2, dw2, db2, c.w, c.inp, c.weight, MN, MIC, MOC);
+    msr_matmul_backward_f64(dinp2, dw2, db2, c.w, c.inp, c.weight, MN, MIC, MOC);
+    for (int i = 0; i < MOC * MIC; i++)
+        MSR_CHECK(fabs(dw2[i] - 2 * dw[i]) <= 1e-12 * (1 + fabs(dw[i])));
+    for (int i = 0; i < MN * MIC; i++)
+        MSR_CHECK(fabs(dinp2[i] - 2 * dinp[i]) <= 1e-12 * (1 + fabs(dinp[i])));
+
+    /* no bias: out is the plain product, dbias NULL is allowed */
+    c.bias[0] = c.bias[1] = c.bias[2] = 0;
+    double *o2 = vec(NULL, MN * MOC, 0);
+    msr_matmul_forward_f64(o2, c.inp, c.weight, NULL, MN, MIC, MOC);
+    mm_objective(&c);
+    for (int i = 0; i < MN * MOC; i++)
+        MSR_CHECK(o2[i] == c.out[i]);
+    msr_matmul_backward_f64(dinp2, dw2, NULL, c.w, c.inp, c.weight, MN, MIC, MOC);
+
+    float *fi = to_float(c.inp, MN * MIC), *fw = to_float(c.weight, MOC * MIC);
+    float *fo = malloc(MN * MOC * sizeof *fo);
+    msr_matmul_forward(fo, fi, fw, NULL, MN, MIC, MOC);
+    MSR_CHECK(rel_diff(fo, c.out, MN * MOC) < 1e-5);
+    free(fi), free(fw), free(fo), free(o2), free(dinp2), free(dw2), free(db2);
+    free(dinp), free(dw), free(db), free(c.inp), free(c.weight), free(c.bias), free(c.out),
+        free(c.w);
+}
+
+/* ---- attention ---- */
+
+enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
+
+typedef struct att_ctx {
+    double *qkv, *out, *att, *w;
+} att_ctx_t;
+
+static double att_objective(void *p)
+{
+    att_ctx_t *c = p;
+    msr_attention_forward_f64(c->out, c->att, c->qkv, AB, AT, AC, ANH);
+    return dot(c->out, c->w, AB * AT * AC);
+}
+
+static void test_attention(void)
+{
+    rng_t r = {4, 0};
+    att_ctx_t c;
+    c.qkv = vec(&r, AB * AT * 3 * AC, 1);
+    c.out = vec(NULL, AB * AT * AC, 0);
+    c.att = vec(NULL, AB * ANH * AT * AT, 0);
+    c.w = vec(&r, AB * AT * AC, 1);
+    att_objective(&c);
+    /* every row of att is a distribution over the positions up to its own */
+    for (int bh = 0; bh < AB * ANH; bh++) {
+        for (int i = 0; i < AT; i++) {
+            const double *row = c.att + ((size_t)bh * AT + i) * AT;
+            double s = 0;
+            for (int j = 0; j < AT; j++) {
+                MSR_CHECK(row[j] >= 0);
+                MSR_CHECK(j <= i || row[j] == 0);
+                s += row[j];
+            }
+            MSR_CHECK(fabs(s - 1) < 1e-12);
+        }
+    }
+    /* position 0 attends only to itself: its output is its own v */
+    for (int h = 0; h < ANH; h++)
+        for (int k = 0; k < AC / ANH; k++)
+            MSR_CHECK(fabs(c.out[h * (AC / ANH) + k] - c.qkv[2 * AC + h * (AC / ANH) + k]) < 1e-12);
+    double *dqkv = vec(NULL, AB * AT * 3 * AC, 0), *scratch = vec(NULL, AT * AT, 0);
+    msr_attention_backward_f64(dqkv, scratch, c.w, c.qkv, c.att, AB, AT, AC, ANH);
+    check_grad("dqkv", att_objective, &c, c.qkv, dqkv, AB * AT * 3 * AC);
+
+    /* causal: changing the last position leaves the earlier outputs alone */
+    double *before = vec(NULL, AB * AT * AC, 0);
+    memcpy(before, c.out, AB * AT * AC * sizeof *before);
+    for (int k = 0; k < 3 * AC; k++)
+        c.qkv[(AT - 1) * 3 * AC + k] += 1.0;
+    att_objective(&c);
+    for (int t = 0; t < AT - 1; t++)
+        for (int k = 0; k < AC; k++)
+            MSR_CHECK(c.out[t * AC + k] == before[t * AC + k]);
+    for (int k = 0; k < 3 * AC; k++)
+        c.qkv[(AT - 1) * 3 * AC + k] -= 1.0;
+    att_objective(&c);
+
+    float *fq = to_float(c.qkv, AB * AT * 3 * AC), *fo = malloc(AB * AT * AC * sizeof *fo);
+    float *fa = malloc(AB * ANH * AT * AT * sizeof *fa), *fs = malloc(AT * AT * sizeof *fs);
+    float *fd = to_float(c.w, AB * AT * AC), *fdq = calloc(AB * AT * 3 * AC, sizeof *fdq);
+    msr_attention_forward(fo, fa, fq, AB, AT, AC, ANH);
+    msr_attention_backward(fdq, fs, fd, fq, fa, AB, AT, AC, ANH);
+    MSR_CHECK(rel_diff(fo, c.out, AB * AT * AC) < 1e-5);
+    MSR_CHECK(rel_diff(fdq, dqkv, AB * AT * 3 * AC) < 1e-5);
+    free(fq), free(fo), free(fa), free(fs), free(fd), free(fdq), free(before);
+    free(dqkv), free(scratch), free(c.qkv), free(c.out), free(c.att), free(c.w);
+}
+
+/* ---- gelu and residual ---- */
+
+enum { GN = 41 };
+
+typedef struct gelu_ctx {
+    double *inp, *out, *w;
+} gelu_ctx_t;
+
+static double gelu_objective(void *p)
+{
+    gelu_ctx_t *c = p;
+    msr_gelu_forward_f64(c->out, c->inp, GN);
+    return dot(c->out, c->w, GN);
+}
+
+static void test_gelu(void)
+{
+    rng_t r = {5, 0};
+    gelu_ctx_t c;
+    c.inp = vec(NULL, GN, 0);
+    for (int i = 0; i < GN; i++)
+        c.inp[i] = -5.0 + 0.25 * i; /* [-5, 5] */
+    c.out = vec(NULL, GN, 0);
+    c.w = vec(&r, GN, 1);
+    gelu_objective(&c);
+    /* gelu(0) = 0, gelu(x) ~ x for large x, ~0 for very negative x */
+    MSR_CHECK(fabs(c.out[20]) < 1e-15);
+    MSR_CHECK(fabs(c.out[40] - 5.0) < 1e-5);
+    MSR_CHECK(fabs(c.out[0]) < 1e-5);
+    /* torch.nn.functional.gelu(torch.tensor(1.0, dtype=float64), approximate="tanh") */
+    MSR_CHECK(fabs(c.out[24] - 0.8411919906082768) < 1e-12);
+    double *dinp = vec(NULL, GN, 0);
+    msr_gelu_backward_f64(dinp, c.inp, c.w, GN);
+    check_grad("dinp", gelu_objective, &c, c.inp, dinp, GN);
+    float *fi = to_float(c.inp, GN), *fo = malloc(GN * sizeof *fo);
+    float *fd = to_float(c.w, GN), *fdi = calloc(GN, sizeof *fdi);
+    msr_gelu_forward(fo, fi, GN);
+    msr_gelu_backward(fdi, fi, fd, GN);
+    gelu_objective(&c); /* check_grad left out computed at a perturbed input */
+    MSR_CHECK_MSG(rel_diff(fo, c.out, GN) < 1e-6, "%g", rel_diff(fo, c.out, GN));
+    MSR_CHECK_MSG(rel_diff(fdi, dinp, GN) < 1e-6, "%g", rel_diff(fdi, dinp, GN));
+
+    double a[3] = {1, 2, 3}, b[3] = {0.5, -2, 4}, o[3];
+    msr_residual_forward_f64(o, a, b, 3);
+    MSR_CHECK(o[0] == 1.5 && o[1] == 0 && o[2] == 7);
+    free(fi), free(fo), free(fd), free(fdi), free(dinp), free(c.inp), free(c.out), free(c.w);
+}
+
+/* ---- softmax cross-entropy ---- */
+
+enum { XN = 4, XV = 6 };
+
+typedef struct xent_ctx {
+    double *logits, *probs, *losses;
+    int targets[XN];
+    double dloss;
+} xent_ctx_t;
+
+static double xent_objective(void *p)
+{
+    xent_ctx_t *c = p;
+    msr_crossentropy_forward_f64(c->losses, c->probs, c->logits, c->targets, XN, XV);
+    double s = 0;
+    for (int n = 0; n < XN; n++)
+        s += c->dloss * c->losses[n];
+    return s;
+}
+
+static void test_crossentropy(void)
+{
+    rng_t r = {6, 0};
+    xent_ctx_t c = {NULL, NULL, NULL, {0, 5, 2, 2}, 0.37};
+    c.logits = vec(&r, XN * XV, 3);
+    c.probs = vec(NULL, XN * XV, 0);
+    c.losses = vec(NULL, XN, 0);
+    xent_objective(&c);
+    for (int n = 0; n < XN; n++) {
+        double z = 0, s = 0;
+        for (int i = 0; i < XV; i++) {
+            z += exp(c.logits[n * XV + i]);
+            s += c.probs[n * XV + i];
+        }
+        MSR_CHECK(fabs(s - 1) < 1e-12);
+        MSR_CHECK(fabs(c.losses[n] - (log(z) - c.logits[n * XV + c.targets[n]])) < 1e-12);
+    }
+    /* a huge logit neither overflows nor loses the loss */
+    c.logits[0] = 1000.0;
+    xent_objective(&c);
+    MSR_CHECK(isfinite(c.losses[0]) && fabs(c.losses[0]) < 1e-9); /* target 0 has it all */
+    c.logits[0] = 0.3;
+    double *dlogits = vec(NULL, XN * XV, 0);
+    xent_objective(&c);
+    msr_crossentropy_backward_f64(dlogits, c.probs, c.targets, c.dloss, XN, XV);
+    check_grad("dlogits", xent_objective, &c, c.logits, dlogits, XN * XV);
+
+    float *fl = to_float(c.logits, XN * XV), *fp = malloc(XN * XV * sizeof *fp);
+    float fls[XN], *fdl = calloc(XN * XV, sizeof *fdl);
+    msr_crossentropy_forward(fls, fp, fl, c.targets, XN, XV);
+    msr_crossentropy_backward(fdl, fp, c.targets, (float)c.dloss, XN, XV);
+    MSR_CHECK(rel_diff(fls, c.losses, XN) < 1e-6);
+    MSR_CHECK(rel_diff(fdl, dlogits, XN * XV) < 1e-6);
+    free(fl), free(fp), free(fdl), free(dlogits), free(c.logits), free(c.probs), free(c.losses);
+}
+
+static const msr_test_t tests[] = {
+    {"encoder", test_encoder, 10}, {"layernorm", test_layernorm, 10},
+    {"matmul", test_matmul, 10},   {"attention", test_attention, 10},
+    {"gelu", test_gelu, 10},       {"crossentropy", test_crossentropy, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}

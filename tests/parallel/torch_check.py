@@ -1,0 +1,175 @@
+"""Repeats gpt_torch_dump's training in PyTorch and compares.
+
+The same tiny GPT (parameters loaded from the C model's flat buffer, in the
+layout of parallel/gpt.h), the same batches, torch.optim.AdamW with the same
+decay groups and clip_grad_norm_. Checks, in fp32: every step's loss and
+gradient norm within 1e-5 relative, the first step's gradient of every
+tensor within 1e-5 of that tensor's largest, and the final parameters within
+1e-5 relative (norm; the key bias, whose
+gradient is zero but for rounding, left out). Exits 1 on a mismatch, printing the worst numbers.
+
+usage: torch_check.py DUMP
+"""
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+TOL = 1e-5
+
+
+def read_dump(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"MSRGPTD1":
+        sys.exit(f"{path}: not a gpt_torch_dump file")
+    off = 8
+    V, maxT, L, NH, C, micro, accum, steps = struct.unpack_from("8i", data, off)
+    off += 32
+    (P,) = struct.unpack_from("Q", data, off)
+    off += 8
+    lr, wd, b1, b2, eps, clip = struct.unpack_from("6d", data, off)
+    off += 48
+
+    def floats(n):
+        nonlocal off
+        t = torch.frombuffer(bytearray(data[off:off + 4 * n]), dtype=torch.float32)
+        off += 4 * n
+        return t
+
+    def ints(n):
+        nonlocal off
+        t = torch.frombuffer(bytearray(data[off:off + 4 * n]), dtype=torch.int32).long()
+        off += 4 * n
+        return t
+
+    params0 = floats(P)
+    G, T = micro * accum, maxT
+    batches = []
+    for _ in range(steps):
+        inp, tgt = ints(G * T).view(G, T), ints(G * T).view(G, T)
+        loss, norm = struct.unpack_from("2d", data, off)
+        off += 16
+        batches.append((inp, tgt, loss, norm))
+    grads1, params_end = floats(P), floats(P)
+    if off != len(data):
+        sys.exit(f"{path}: {len(data) - off} bytes left over")
+    cfg = dict(V=V, maxT=maxT, L=L, NH=NH, C=C, lr=lr, wd=wd, b1=b1, b2=b2, eps=eps, clip=clip)
+    return cfg, params0, batches, grads1, params_end
+
+
+def layout(cfg):
+    """(name, shape, decay) in flat-buffer order, as parallel/gpt.h lays it out."""
+    V, maxT, L, C = cfg["V"], cfg["maxT"], cfg["L"], cfg["C"]
+    out = [("wte", (V, C), True), ("wpe", (maxT, C), True)]
+    for l in range(L):
+        for name, shape, decay in [("ln1w", (C,), False), ("ln1b", (C,), False),
+                                   ("qkvw", (3 * C, C), True), ("qkvb", (3 * C,), False),
+                                   ("attprojw", (C, C), True), ("attprojb", (C,), False),
+                                   ("ln2w", (C,), False), ("ln2b", (C,), False),
+                                   ("fcw", (4 * C, C), True), ("fcb", (4 * C,), False),
+                                   ("fcprojw", (C, 4 * C), True), ("fcprojb", (C,), False)]:
+            out.append((f"h{l}.{name}", shape, decay))
+    out += [("lnfw", (C,), False), ("lnfb", (C,), False)]
+    return out
+
+
+def unflatten(cfg, flat):
+    params, off = {}, 0
+    for name, shape, _ in layout(cfg):
+        n = math.prod(shape)
+        params[name] = flat[off:off + n].view(shape).clone()
+        off += n
+    assert off == flat.numel(), (off, flat.numel())
+    return params
+
+
+def loss_of(cfg, p, inp, tgt):
+    V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
+    B, T = inp.shape
+    HS = C // NH
+    x = p["wte"][inp] + p["wpe"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        q = lambda n: p[f"h{l}.{n}"]
+        h = F.layer_norm(x, (C,), q("ln1w"), q("ln1b"), 1e-5)
+        qkv = h @ q("qkvw").T + q("qkvb")
+        qq, kk, vv = (t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=2))
+        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(HS)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ q("attprojw").T + q("attprojb")
+        h = F.layer_norm(x, (C,), q("ln2w"), q("ln2b"), 1e-5)
+        h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
+        x = x + h @ q("fcprojw").T + q("fcprojb")
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
+    logits = x @ p["wte"].T
+    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1))
+
+
+def main():
+    torch.set_num_threads(1)
+    cfg, params0, batches, grads1, params_end = read_dump(sys.argv[1])
+    p = unflatten(cfg, params0)
+    for t in p.values():
+        t.requires_grad_(True)
+    lay = layout(cfg)
+    decay = [p[n] for n, _, d in lay if d]
+    no_decay = [p[n] for n, _, d in lay if not d]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["wd"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]), eps=cfg["eps"])
+    failures = []
+    c_grads1 = unflatten(cfg, grads1)
+    for s, (inp, tgt, c_loss, c_norm) in enumerate(batches):
+        opt.zero_grad()
+        loss = loss_of(cfg, p, inp, tgt)
+        loss.backward()
+        if s == 0:  # before clipping: the C trainer clips inside the update
+            worst = 0.0
+            for name, _, _ in lay:
+                g = p[name].grad
+                scale = g.abs().max().item()
+                err = (g - c_grads1[name]).abs().max().item() / max(scale, 1e-30)
+                worst = max(worst, err)
+                if err > TOL:
+                    failures.append(f"step 1: gradient of {name} differs by {err:.2e} of its "
+                                    f"largest element {scale:.3e}")
+            print(f"step 1 gradients: worst tensor differs by {worst:.1e} of its largest element")
+        norm = torch.nn.utils.clip_grad_norm_([p[n] for n, _, _ in lay], cfg["clip"]).item()
+        rel = abs(loss.item() - c_loss) / abs(loss.item())
+        reln = abs(norm - c_norm) / norm
+        print(f"step {s + 1}: loss torch {loss.item():.7f} C {c_loss:.7f} (rel {rel:.1e}), "
+              f"grad norm torch {norm:.6f} C {c_norm:.6f} (rel {reln:.1e})")
+        if rel > TOL or reln > TOL:
+            failures.append(f"step {s + 1}: loss or gradient norm differs")
+        opt.step()
+    # The key bias (columns [C, 2C) of qkvb) has a true gradient of exactly
+    # zero: softmax ignores a score shift shared by a query's whole row. Its
+    # computed gradient is rounding noise, which Adam scales up to full-size
+    # steps, so it is left out of the comparison of the final parameters.
+    C = cfg["C"]
+    c_end = unflatten(cfg, params_end)
+    mine, theirs = [], []
+    for n, _, _ in lay:
+        a, b = p[n].detach().reshape(-1), c_end[n].reshape(-1)
+        if n.endswith(".qkvb"):
+            a, b = torch.cat([a[:C], a[2 * C:]]), torch.cat([b[:C], b[2 * C:]])
+        mine.append(a)
+        theirs.append(b)
+    flat, params_end = torch.cat(mine), torch.cat(theirs)
+    relp = ((flat - params_end).norm() / flat.norm()).item()
+    print(f"parameters after {len(batches)} steps differ by {relp:.1e} (relative norm, "
+          f"key biases left out)")
+    if relp > TOL:
+        failures.append("final parameters differ")
+    if failures:
+        print("MISMATCH:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("torch agrees")
+
+
+if __name__ == "__main__":
+    main()

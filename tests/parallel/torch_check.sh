@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The reference model against PyTorch (torch_check.py); skipped (exit 77)
+# when /usr/bin/python3 cannot import torch.
+set -euo pipefail
+if ! timeout 60 /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "SKIP: /usr/bin/python3 cannot import torch (install python3-torch to run this check)"
+    exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+timeout 60 "$MSRUN_BUILD/tests/gpt_torch_dump" "$work/dump.bin"
+timeout 120 /usr/bin/python3 "$MSRUN_SOURCE/tests/parallel/torch_check.py" "$work/dump.bin"
