@@ -177,18 +177,15 @@ msr_status_t msr_comm_status(const msr_comm_t *comm)
 
 /* ---- argument checks ---- */
 
-/* n * a * b bytes fit in size_t (and in the signed range UCX lengths use). */
+/* n * a * b bytes fit in size_t (and in the signed range UCX lengths use).
+ * No divisions: this runs on every call. */
 static int bytes_fit(uint64_t n, uint64_t a, uint64_t b, size_t *bytes_p)
 {
-    const uint64_t max = (uint64_t)INT64_MAX;
-    if (a != 0 && n > max / a)
+    uint64_t x, y;
+    if (__builtin_mul_overflow(n, a, &x) || __builtin_mul_overflow(x, b, &y) ||
+        y > (uint64_t)INT64_MAX || y > (uint64_t)SIZE_MAX)
         return 0;
-    uint64_t x = n * a;
-    if (b != 0 && x > max / b)
-        return 0;
-    if (x * b > (uint64_t)SIZE_MAX)
-        return 0;
-    *bytes_p = (size_t)(x * b);
+    *bytes_p = (size_t)y;
     return 1;
 }
 
@@ -438,11 +435,7 @@ static msr_status_t run(msr_comm_t *comm, msr_coll_args_t *a, const char *what,
     if (req_p == NULL) {
         if (is_local(comm, a))
             return run_local(comm, a);
-        msr_comm_req_t *req = NULL;
-        st = start(comm, a, &req);
-        if (st != MSR_OK)
-            return st;
-        return msr_comm_wait(req);
+        return comm->ops->run(comm, a, MSR_DEADLINE_LAZY);
     }
     return start(comm, a, req_p);
 }
@@ -602,22 +595,15 @@ static msr_status_t alltoallv(msr_comm_t *comm, const void *sendbuf, const uint6
         a.v[4 * j + 2] = recvcounts[j];
         a.v[4 * j + 3] = rdispls[j];
     }
-    if (req_p == NULL && is_local(comm, &a)) {
-        st = run_local(comm, &a);
+    if (req_p == NULL) {
+        st = is_local(comm, &a) ? run_local(comm, &a) : comm->ops->run(comm, &a, MSR_DEADLINE_LAZY);
         msr_free(a.v);
         return st;
     }
-    msr_comm_req_t *req = NULL;
-    st = start(comm, &a, &req);
-    if (st != MSR_OK) {
+    st = start(comm, &a, req_p);
+    if (st != MSR_OK)
         msr_free(a.v);
-        return st;
-    }
-    if (req_p) {
-        *req_p = req;
-        return MSR_OK;
-    }
-    return msr_comm_wait(req);
+    return st;
 }
 
 msr_status_t msr_comm_alltoallv(msr_comm_t *comm, const void *sendbuf, const uint64_t *sendcounts,

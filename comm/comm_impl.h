@@ -53,6 +53,8 @@ struct msr_comm_req {
     char error[160];     /* why it failed, for msr_last_error() */
 };
 
+#define MSR_DEADLINE_LAZY 0
+
 typedef struct msr_comm_backend_ops {
     const char *name;
     /* Starts req (comm, args and deadline are filled in). MSR_OK: req is
@@ -60,6 +62,11 @@ typedef struct msr_comm_backend_ops {
      * started, req is still the caller's. */
     msr_status_t (*post)(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *args,
                          uint64_t deadline);
+    /* A blocking operation from start to end (no request for the caller):
+     * returns its status, with msr_last_error() set on failure. deadline
+     * MSR_DEADLINE_LAZY: the communicator's timeout from the first time the
+     * wait reads the clock (a call that finishes at once never does). */
+    msr_status_t (*run)(msr_comm_t *comm, const msr_coll_args_t *args, uint64_t deadline);
     /* Drives req to its end or deadline; returns req->status. */
     msr_status_t (*wait)(msr_comm_req_t *req);
     /* Drives progress once; returns req->status. */

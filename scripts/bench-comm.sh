@@ -9,6 +9,10 @@
 # Usage: scripts/bench-comm.sh NP [comm_bench options, e.g. --op allreduce]
 # Environment: ROUNDS (3), MSRUN_BUILD (build), MPIRUN_ARGS (extra mpirun
 # options), RAW=1 also prints every raw line.
+#
+# ALGOS=1 compares msrun's own algorithms instead (how the thresholds in
+# docs/comm.md were measured): the op's algorithms are forced in turn with
+# MSR_COMM_ALGO_<OP>, alternating, and the median latency of each is shown.
 set -euo pipefail
 np=${1:?usage: bench-comm.sh NP [--op NAME] [--sizes LIST]}
 shift
@@ -25,6 +29,54 @@ bench=$build/bin/comm_bench
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+if [ "${ALGOS:-0}" = 1 ]; then
+    op=allreduce
+    for ((i = 0; i < ${#args[@]}; i++)); do
+        [ "${args[$i]}" = --op ] && op=${args[$((i + 1))]}
+    done
+    case $op in
+    allreduce) algos="shm direct rd ring" ;;
+    reduce_scatter | allgather) algos="direct ring" ;;
+    broadcast | reduce) algos="binomial chain" ;;
+    *) echo "bench-comm.sh: $op has one algorithm" >&2; exit 2 ;;
+    esac
+    var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
+    for ((r = 1; r <= rounds; r++)); do
+        for a in $algos; do
+            # shm: slots big enough for every size of the sweep
+            env "$var=$a" MSR_COMM_SHM_MAX=$([ "$a" = shm ] && echo $((4 << 20)) || echo 0) \
+                "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
+                "$bench" "${args[@]}" 2>"$tmp/err" |
+                sed -n "s/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/$a \2/p" >>"$tmp/algos.txt" ||
+                { cat "$tmp/err" >&2; exit 1; }
+        done
+    done
+    [ "${RAW:-0}" = 1 ] && cat "$tmp/algos.txt"
+    awk -v algos="$algos" -v rounds="$rounds" -v op="$op" -v np="$np" '
+    function median(list,    n, a, i, j, t) {
+        n = split(list, a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    {
+        for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+        if (!(f["bytes"] in seen)) { seen[f["bytes"]] = 1; sizes[++ns] = f["bytes"] }
+        lat[$1, f["bytes"]] = lat[$1, f["bytes"]] " " f["lat_us"]
+    }
+    END {
+        na = split(algos, al, " ")
+        printf "%s np=%s: median lat_us of %d alternating runs per algorithm\n%10s", op, np, rounds, "bytes"
+        for (a = 1; a <= na; a++) printf " %12s", al[a]
+        printf "\n"
+        for (k = 1; k <= ns; k++) {
+            printf "%10s", sizes[k]
+            for (a = 1; a <= na; a++) printf " %12.2f", median(lat[al[a], sizes[k]])
+            printf "\n"
+        }
+    }' "$tmp/algos.txt"
+    exit 0
+fi
 
 mpi_bench=$build/bin/mpi_comm_bench
 if [ ! -x "$mpi_bench" ] && command -v mpicc >/dev/null; then

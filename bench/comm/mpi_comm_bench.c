@@ -75,8 +75,14 @@ int main(int argc, char **argv)
                          : bytes < (1 << 20)   ? 200
                          : bytes < (16u << 20) ? 50
                                                : 10;
-            for (int w = 0; w < 3; w++)
-                run_op(op, a, b, (int)count, n);
+            /* the same warm-up as comm_bench: 0.2 s on the slowest rank */
+            double w0 = MPI_Wtime();
+            for (int done = 0; !done;) {
+                for (int w = 0; w < 4; w++)
+                    run_op(op, a, b, (int)count, n);
+                int mine = MPI_Wtime() - w0 >= 0.2;
+                MPI_Allreduce(&mine, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            }
             MPI_Barrier(MPI_COMM_WORLD);
             double t = MPI_Wtime();
             for (long i = 0; i < iters; i++)

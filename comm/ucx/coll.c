@@ -269,8 +269,16 @@ void ucx_req_release_scratch(ucx_req_t *r)
 
 /* ---- geometry ---- */
 
+/* a mod n for a in (-2n, 2n) without a division (the common case), else
+ * with one. */
 static inline int mod(int64_t a, int n)
 {
+    if (a >= 0 && a < n)
+        return (int)a;
+    if (a < 0 && a >= -(int64_t)n)
+        return (int)(a + n);
+    if (a >= n && a < 2 * (int64_t)n)
+        return (int)(a - n);
     int64_t m = a % n;
     return (int)(m < 0 ? m + n : m);
 }
@@ -305,8 +313,8 @@ static msr_status_t step_barrier(ucx_req_t *r)
 {
     CO_BEGIN;
     for (r->k = 0, r->i = 1; r->i < r->n; r->i <<= 1, r->k++) {
-        TRY(post_recv(r, next_op(r), mod(r->me - r->i, r->n), NULL, 0, (unsigned)r->k));
         TRY(post_send(r, next_op(r), mod(r->me + r->i, r->n), NULL, 0, (unsigned)r->k));
+        TRY(post_recv(r, next_op(r), mod(r->me - r->i, r->n), NULL, 0, (unsigned)r->k));
         CO_WAIT_OPS();
     }
     CO_END;
@@ -354,13 +362,14 @@ static msr_status_t step_allreduce_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     CO_BEGIN;
-    /* slot j holds rank j's vector; slot me a copy of ours when in place */
+    /* Sends first: they are what the others wait for. Slot j gets rank j's
+     * vector; slot me a copy of ours when in place. */
+    for (int d = 1; d < r->n; d++)
+        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     for (int d = 1; d < r->n; d++) {
         int j = mod(r->me - d, r->n);
         TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
     }
-    for (int d = 1; d < r->n; d++)
-        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     if (a->in_place)
         memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
     CO_WAIT_OPS();
@@ -375,13 +384,13 @@ static msr_status_t step_reduce_scatter_direct(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     CO_BEGIN;
     for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me - d, r->n);
-        TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
-    }
-    for (int d = 1; d < r->n; d++) {
         int j = mod(r->me + d, r->n);
         TRY(post_send(r, next_op(r), j, at(a->sendbuf, (uint64_t)j * a->count, r->es), r->bytes,
                       0));
+    }
+    for (int d = 1; d < r->n; d++) {
+        int j = mod(r->me - d, r->n);
+        TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
     }
     if (a->in_place)
         memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
@@ -397,13 +406,13 @@ static msr_status_t step_allgather_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     CO_BEGIN;
+    for (int d = 1; d < r->n; d++)
+        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     for (int d = 1; d < r->n; d++) {
         int j = mod(r->me - d, r->n);
         TRY(post_recv(r, next_op(r), j, at(a->recvbuf, (uint64_t)j * a->count, r->es), r->bytes,
                       0));
     }
-    for (int d = 1; d < r->n; d++)
-        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
     if (!a->in_place && r->bytes)
         memcpy(at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
     CO_WAIT_OPS();
@@ -444,8 +453,8 @@ static msr_status_t step_allreduce_rd(ucx_req_t *r)
     if (r->newrank >= 0) {
         for (r->mask = 1, r->k = 1; r->mask < r->p2; r->mask <<= 1, r->k++) {
             r->peer = rd_real(r, r->newrank ^ r->mask);
-            TRY(post_recv(r, next_op(r), r->peer, r->scratch, r->bytes, (unsigned)r->k));
             TRY(post_send(r, next_op(r), r->peer, acc, r->bytes, (unsigned)r->k));
+            TRY(post_recv(r, next_op(r), r->peer, r->scratch, r->bytes, (unsigned)r->k));
             CO_WAIT_OPS();
             if ((r->newrank ^ r->mask) < r->newrank)
                 msr_reduce(a->op, a->dtype, acc, r->scratch, acc, a->count);
@@ -541,13 +550,6 @@ static msr_status_t step_ring(ucx_req_t *r)
     int busy = 1;
     while (busy) {
         busy = 0;
-        /* receives, in stream order */
-        while ((uint64_t)r->i < units && (uint64_t)(r->i - r->j) < w) {
-            ring_unit(r, count, (uint64_t)r->i, &u);
-            void *dst = u.ag ? ring_dst(r, &u) : r->scratch + ((uint64_t)r->i % w) * r->u[6];
-            TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], left, dst, u.len * r->es, 0));
-            r->i++;
-        }
         /* sends whose data is ready: the first nseg are our own input */
         while ((uint64_t)r->k < sends && (uint64_t)r->k < nseg + (uint64_t)r->j &&
                (uint64_t)(r->k - r->s) < sw) {
@@ -572,6 +574,14 @@ static msr_status_t step_ring(ucx_req_t *r)
                 return r->err;
             r->s++;
             busy = 1;
+        }
+        /* receives, in stream order (after the sends: those are what the
+         * neighbour waits for) */
+        while ((uint64_t)r->i < units && (uint64_t)(r->i - r->j) < w) {
+            ring_unit(r, count, (uint64_t)r->i, &u);
+            void *dst = u.ag ? ring_dst(r, &u) : r->scratch + ((uint64_t)r->i % w) * r->u[6];
+            TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], left, dst, u.len * r->es, 0));
+            r->i++;
         }
         /* the oldest receive, then its reduction */
         if ((uint64_t)r->j < (uint64_t)r->i && op_test(r, &r->ops[(uint64_t)r->j % w])) {
@@ -853,10 +863,10 @@ static msr_status_t step_alltoall(ucx_req_t *r)
         while (r->i < r->n && (uint64_t)(r->i - r->j) < w) {
             int to = mod(r->me + r->i, r->n), from = mod(r->me - r->i, r->n);
             ucx_op_t *ops = &r->ops[2 * ((uint64_t)r->i % w)];
-            a2a_block(r, from, 0, &buf, &len);
-            TRY(post_recv(r, &ops[0], from, (char *)buf, len, 0));
             a2a_block(r, to, 1, &buf, &len);
             TRY(post_send(r, &ops[1], to, buf, len, 0));
+            a2a_block(r, from, 0, &buf, &len);
+            TRY(post_recv(r, &ops[0], from, (char *)buf, len, 0));
             r->i++;
         }
         if (r->j < r->i) {
@@ -875,8 +885,8 @@ static msr_status_t step_alltoall(ucx_req_t *r)
 
 /* ---- choosing ---- */
 
-static const char *const algo_names[] = {"auto",     "direct", "rd",      "ring",
-                                         "binomial", "chain",  "pairwise"};
+static const char *const algo_names[] = {"auto",     "direct", "rd",       "ring",
+                                         "binomial", "chain",  "pairwise", "shm"};
 
 static ucx_algo_t parse_algo(const char *var)
 {
@@ -887,7 +897,7 @@ static ucx_algo_t parse_algo(const char *var)
         if (strcmp(v, algo_names[i]) == 0)
             return (ucx_algo_t)i;
     MSR_WARN("comm: %s=%s is not an algorithm (auto, direct, rd, ring, binomial, chain, "
-             "pairwise): using auto",
+             "pairwise, shm): using auto",
              var, v);
     return UCX_ALGO_AUTO;
 }
@@ -907,18 +917,23 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->force[MSR_COLL_BROADCAST] = parse_algo("MSR_COMM_ALGO_BROADCAST");
     t->force[MSR_COLL_REDUCE] = parse_algo("MSR_COMM_ALGO_REDUCE");
     /* Measured on the 2-core development machine (docs/comm.md). */
-    t->allreduce_direct_max = env_bytes("MSR_COMM_ALLREDUCE_DIRECT_MAX", 8192);
-    t->allreduce_ring_min = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN", 65536);
+    t->allreduce_direct_max = env_bytes("MSR_COMM_ALLREDUCE_DIRECT_MAX", 2048);
+    t->allreduce_ring_min = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN", 16384);
+    t->allreduce_ring_min_2 = env_bytes("MSR_COMM_ALLREDUCE_RING_MIN_2", 1 << 20);
     t->direct_max_ranks = (int)msr_env_i64("MSR_COMM_DIRECT_MAX_RANKS", 8, 2, 1 << 20);
-    t->reduce_scatter_ring_min = env_bytes("MSR_COMM_REDUCE_SCATTER_RING_MIN", 65536);
-    t->allgather_ring_min = env_bytes("MSR_COMM_ALLGATHER_RING_MIN", 1 << 20);
-    t->bcast_chain_min = env_bytes("MSR_COMM_BCAST_CHAIN_MIN", 256 << 10);
-    t->reduce_chain_min = env_bytes("MSR_COMM_REDUCE_CHAIN_MIN", 256 << 10);
-    t->segment = env_bytes("MSR_COMM_SEGMENT", 256 << 10);
+    t->reduce_scatter_ring_min = env_bytes("MSR_COMM_REDUCE_SCATTER_RING_MIN", 4 << 20);
+    t->allgather_ring_min = env_bytes("MSR_COMM_ALLGATHER_RING_MIN", 32 << 20);
+    t->bcast_chain_min = env_bytes("MSR_COMM_BCAST_CHAIN_MIN", 8 << 20);
+    t->reduce_chain_min = env_bytes("MSR_COMM_REDUCE_CHAIN_MIN", 1024);
+    t->segment = env_bytes("MSR_COMM_SEGMENT", 1 << 20);
     if (t->segment < 4096)
         t->segment = 4096;
-    t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 4, 1, 256);
+    t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 2, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
+    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 1 << 20);
+    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 8 << 20);
+    if (t->shm_max > ((size_t)64 << 20))
+        t->shm_max = (size_t)64 << 20;
 }
 
 static ucx_algo_t choose(const ucx_req_t *r)
@@ -930,11 +945,15 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int small_group = r->n <= t->direct_max_ranks;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
+        if (r->uc->shm && bytes <= r->uc->shm_slot && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+            return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RD || f == UCX_ALGO_RING)
             return f;
+        if (r->n == 2) /* direct and recursive doubling are the same exchange */
+            return bytes >= t->allreduce_ring_min_2 ? UCX_ALGO_RING : UCX_ALGO_DIRECT;
         if (bytes <= t->allreduce_direct_max && small_group)
             return UCX_ALGO_DIRECT;
-        /* the ring needs a segment per rank to be worth its 2(n-1) steps */
+        /* the ring needs an element per rank to be worth its 2(n-1) steps */
         return bytes >= t->allreduce_ring_min && a->count >= (uint64_t)r->n ? UCX_ALGO_RING
                                                                             : UCX_ALGO_RD;
     case MSR_COLL_REDUCE_SCATTER:
@@ -946,13 +965,15 @@ static ucx_algo_t choose(const ucx_req_t *r)
             return f;
         return total < t->allgather_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_BROADCAST:
+    case MSR_COLL_REDUCE: {
         if (f == UCX_ALGO_BINOMIAL || f == UCX_ALGO_CHAIN)
             return f;
-        return bytes >= t->bcast_chain_min ? UCX_ALGO_CHAIN : UCX_ALGO_BINOMIAL;
-    case MSR_COLL_REDUCE:
-        if (f == UCX_ALGO_BINOMIAL || f == UCX_ALGO_CHAIN)
-            return f;
-        return bytes >= t->reduce_chain_min ? UCX_ALGO_CHAIN : UCX_ALGO_BINOMIAL;
+        /* A chain is n-1 hops deep: in large groups only for large vectors. */
+        size_t min = a->coll == MSR_COLL_BROADCAST ? t->bcast_chain_min : t->reduce_chain_min;
+        if (!small_group && min < ((size_t)1 << 20))
+            min = (size_t)1 << 20;
+        return bytes >= min ? UCX_ALGO_CHAIN : UCX_ALGO_BINOMIAL;
+    }
     default:
         return UCX_ALGO_PAIRWISE;
     }
@@ -977,6 +998,19 @@ static msr_status_t chain_setup(ucx_req_t *r, int slots)
     return MSR_OK;
 }
 
+/* The shared-memory path: the operation's number is counted on every
+ * member alike (the choice depends only on arguments all ranks share). */
+static msr_status_t shm_start(ucx_req_t *r, const char *algo)
+{
+    r->step = ucx_shm_step;
+    r->algo = algo;
+    r->u[0] = ++r->uc->shm_seq;
+    r->u[1] = 0;
+    r->shm = 1;
+    r->uc->engine->shm_active++;
+    return MSR_OK;
+}
+
 msr_status_t ucx_coll_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -996,6 +1030,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->algo = "recv";
         return MSR_OK;
     case MSR_COLL_BARRIER:
+        if (r->uc->shm)
+            return shm_start(r, "barrier(shm)");
         r->step = step_barrier;
         r->algo = "barrier";
         return ops_reserve(r, 2);
@@ -1019,6 +1055,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     ucx_algo_t algo = choose(r);
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
+        if (algo == UCX_ALGO_SHM)
+            return shm_start(r, "allreduce(shm)");
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allreduce_direct;
             r->algo = "allreduce(direct)";

@@ -91,11 +91,11 @@ static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int 
     for (int i = 0; i < size; i++)
         uc->peer[i] = &e->peers[world_ranks[i]];
     ucx_tuning_read(&uc->tune, e->local_size);
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     st = post_abort_recv(uc);
     if (st == MSR_OK)
         msr_list_push_back(&e->comms, &uc->link);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (st != MSR_OK)
         goto err_peer;
     comm->be = uc;
@@ -109,6 +109,18 @@ err_uc:
 err_comm:
     msr_comm_free(comm);
     return st == MSR_OK ? MSR_ERR_NO_MEMORY : st;
+}
+
+/* Gives a new communicator its shared-memory segment where its members
+ * share a node; a failure of that collective step undoes the communicator. */
+static msr_status_t with_shm(msr_comm_t **comm_p)
+{
+    msr_status_t st = ucx_shm_setup((*comm_p)->be);
+    if (st != MSR_OK) {
+        msr_comm_destroy(*comm_p);
+        *comm_p = NULL;
+    }
+    return st;
 }
 
 msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
@@ -139,6 +151,8 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
         st = make_comm(ctx, e, id, me, n, ranks, msr_timeout(ctx), comm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
+        else
+            st = with_shm(comm_p);
     }
     msr_free(ranks);
     return st;
@@ -168,9 +182,9 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
     int *wr = msr_calloc((size_t)n, sizeof *wr);
     if (all == NULL || members == NULL || wr == NULL)
         goto out;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     int64_t mine[3] = {color, key, e->next_comm_id};
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     /* Everyone learns every color and key, and the smallest id that is
      * free on all members (ids only grow). */
     st = msr_comm_allgather(comm, mine, all, 3, MSR_DTYPE_I64);
@@ -180,10 +194,10 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
     for (int i = 0; i < n; i++)
         if (all[3 * i + 2] > id)
             id = all[3 * i + 2];
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     if (e->next_comm_id <= id)
         e->next_comm_id = (unsigned)id + 1;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (id > UCX_MAX_COMM_ID) {
         msr_client_set_error("msr_comm_split: %d communicators made on one engine already",
                              UCX_MAX_COMM_ID);
@@ -221,13 +235,15 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         if (st != MSR_OK)
             ucx_engine_unref(ne);
     } else {
-        pthread_mutex_lock(&e->lock);
+        ucx_engine_lock(e);
         e->refs++;
-        pthread_mutex_unlock(&e->lock);
+        ucx_engine_unlock(e);
         st = make_comm(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
     }
+    if (st == MSR_OK && *newcomm_p != NULL)
+        st = with_shm(newcomm_p);
 out:
     msr_free(wr);
     msr_free(members);
@@ -239,7 +255,7 @@ static void ucx_close(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     uc->closed = 1;
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &e->active)
@@ -250,13 +266,14 @@ static void ucx_close(msr_comm_t *comm)
     }
     drop_abort_recv(uc);
     msr_list_remove(&uc->link);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
 }
 
 static void ucx_release(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
+    ucx_shm_free(uc);
     msr_free(uc->cache);
     msr_free(uc->peer);
     msr_free(uc);
@@ -278,10 +295,17 @@ static ucx_req_t *req_get(ucx_engine_t *e)
         if (r == NULL)
             return NULL;
     }
-    /* Everything up to the inline scratch starts cleared. */
-    memset(r, 0, offsetof(ucx_req_t, inline_scratch));
+    /* The algorithm state starts cleared; the rest is set below and in
+     * begin(). */
+    memset(&r->step, 0, offsetof(ucx_req_t, ops) - offsetof(ucx_req_t, step));
+    r->pub.local = 0;
+    r->pub.error[0] = '\0';
     r->ops = r->inline_ops;
     r->cap_ops = UCX_INLINE_OPS;
+    r->nops = 0;
+    r->scratch = NULL;
+    r->scratch_len = 0;
+    r->scratch_from = 0;
     msr_list_init(&r->link);
     return r;
 }
@@ -299,21 +323,20 @@ static void req_put(ucx_engine_t *e, ucx_req_t *r)
     }
 }
 
-static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
-                             uint64_t deadline)
+/* Starts an operation: a request, the algorithm, its first messages. Lock
+ * held. On success *r_p is running (in e->active) or already finished. */
+static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t deadline,
+                          ucx_req_t **r_p)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
-    pthread_mutex_lock(&e->lock);
     msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
     if (st != MSR_OK) {
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("the communicator is broken (%s)", msr_status_str(st));
         return st;
     }
     ucx_req_t *r = req_get(e);
     if (r == NULL) {
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("out of memory for a request");
         return MSR_ERR_NO_MEMORY;
     }
@@ -322,16 +345,14 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
     r->pub.deadline = deadline;
     r->pub.status = MSR_IN_PROGRESS;
     r->uc = uc;
-    r->err = MSR_OK;
     if (a->coll != MSR_COLL_SEND && a->coll != MSR_COLL_RECV)
         r->seq = uc->seq++ & ((1u << UCX_TAG_SEQ_BITS) - 1);
     st = ucx_coll_start(r);
     if (st != MSR_OK) {
         r->pub.args.v = NULL; /* stays the caller's */
-        req_put(e, r);
-        pthread_mutex_unlock(&e->lock);
         msr_client_set_error("%s: cannot start: %s", r->algo ? r->algo : "comm",
                              msr_status_str(st));
+        req_put(e, r);
         return st;
     }
     msr_list_push_back(&e->active, &r->link);
@@ -344,9 +365,41 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
     } else if (st != MSR_IN_PROGRESS) {
         ucx_req_fail(r, st, "%s: %s", r->algo, r->pub.error[0] ? r->pub.error : msr_status_str(st));
     }
-    pthread_mutex_unlock(&e->lock);
-    *req_p = &r->pub;
+    *r_p = r;
     return MSR_OK;
+}
+
+static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
+                             uint64_t deadline)
+{
+    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    ucx_req_t *r = NULL;
+    ucx_engine_lock(e);
+    msr_status_t st = begin(comm, a, deadline, &r);
+    ucx_engine_unlock(e);
+    if (st == MSR_OK)
+        *req_p = &r->pub;
+    return st;
+}
+
+/* Blocking: begin, wait and free under one hold of the lock. */
+static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t deadline)
+{
+    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    ucx_req_t *r = NULL;
+    ucx_engine_lock(e);
+    msr_status_t st = begin(comm, a, deadline, &r);
+    if (st == MSR_OK) {
+        if (r->pub.status == MSR_IN_PROGRESS)
+            ucx_engine_wait_locked(e, r);
+        st = r->pub.status;
+        if (st != MSR_OK)
+            msr_client_set_error("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        r->pub.args.v = NULL; /* the caller's */
+        req_put(e, r);
+    }
+    ucx_engine_unlock(e);
+    return st;
 }
 
 static msr_status_t ucx_wait(msr_comm_req_t *pub)
@@ -359,15 +412,17 @@ static msr_status_t ucx_test(msr_comm_req_t *pub)
 {
     ucx_req_t *r = (ucx_req_t *)pub;
     ucx_engine_t *e = r->uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     if (r->pub.status == MSR_IN_PROGRESS) {
         ucx_engine_progress(e);
+        if (r->pub.deadline == MSR_DEADLINE_LAZY)
+            r->pub.deadline = msr_deadline_in_ms(atomic_load(&r->uc->comm->timeout_ms));
         if (r->pub.status == MSR_IN_PROGRESS && msr_deadline_passed(r->pub.deadline))
             ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
                          (long long)atomic_load(&r->uc->comm->timeout_ms));
     }
     msr_status_t st = r->pub.status;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     return st;
 }
 
@@ -375,14 +430,15 @@ static void ucx_req_free_(msr_comm_req_t *pub)
 {
     ucx_req_t *r = (ucx_req_t *)pub;
     ucx_engine_t *e = r->uc->engine;
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     req_put(e, r);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
 }
 
 static const msr_comm_backend_ops_t ucx_ops = {
     .name = "ucx",
     .post = ucx_post,
+    .run = ucx_run,
     .wait = ucx_wait,
     .test = ucx_test,
     .req_free = ucx_req_free_,

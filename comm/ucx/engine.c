@@ -33,7 +33,26 @@ typedef struct addr_head {
     uint32_t pid;
     int32_t node;
     int32_t world;
+    uint64_t host; /* which machine: several msrun "nodes" may share one */
 } addr_head_t;
+
+/* A hash of the host name and the kernel's boot id. */
+static uint64_t host_id(void)
+{
+    char buf[256 + 64] = "";
+    gethostname(buf, 255);
+    size_t n = strlen(buf);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(buf + n, (int)(sizeof buf - n), f) == NULL)
+            buf[n] = '\0';
+        fclose(f);
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = buf; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
 
 /* ---- transports ---- */
 
@@ -229,7 +248,7 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     unsigned char *mine = msr_malloc(len);
     if (mine == NULL)
         return st;
-    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world};
+    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, host_id()};
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0;
@@ -268,6 +287,8 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
             return MSR_ERR_PROTOCOL;
         }
         ucx_peer_t *p = &e->peers[world_ranks[i]];
+        if (h.host == head.host)
+            e->host_ranks++;
         p->member = 1;
         p->pid = (int)h.pid;
         p->node = h.node;
@@ -282,6 +303,24 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     }
     msr_gather_result_free(res);
     return MSR_OK;
+}
+
+/* Waiting: poll for spin_ns, then poll and sched_yield until yield_ns, then
+ * sleep on the event fd. With a core per rank, yielding only hands the core
+ * to unrelated work and sleeping costs a scheduler wake-up (milliseconds on
+ * a busy machine): poll for long. With more ranks on this machine than cores
+ * (counting every msrun "node" the machine runs), the core is what the peers
+ * need: yield at once, sleep soon. */
+static int set_waiting(ucx_engine_t *e)
+{
+    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
+    int oversubscribed = ranks > cpus_available();
+    e->spin_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0, INT32_MAX) * 1000;
+    e->yield_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) * 1000;
+    e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
+    return ranks;
 }
 
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
@@ -315,11 +354,6 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     }
     if (pthread_mutex_init(&e->lock, NULL) != 0)
         goto err_free;
-
-    int oversubscribed = e->local_size > cpus_available();
-    e->yield = oversubscribed;
-    e->spin_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 20 : 200, 0, 10000000) * 1000;
 
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
@@ -378,9 +412,11 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
         goto err_peers;
     rebuild_pollfds(e);
     e->refs = 1;
-    MSR_DEBUG("comm: engine %s: %d members, %d local ranks on %d cores%s, spin %llu us", e->uid, n,
-              e->local_size, cpus_available(), oversubscribed ? " (oversubscribed: yield)" : "",
-              (unsigned long long)(e->spin_ns / 1000));
+    int ranks = set_waiting(e);
+    MSR_DEBUG("comm: engine %s: %d members, %d ranks on this machine's %d cores: a wait polls "
+              "%llu us, yields until %llu us, then sleeps",
+              e->uid, n, ranks, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
+              (unsigned long long)(e->yield_ns / 1000));
     *engine_p = e;
     return MSR_OK;
 
@@ -459,8 +495,13 @@ static void close_endpoints(ucx_engine_t *e)
         ucx_peer_t *p = &e->peers[i];
         if (p->ep == NULL || (p->dead && !p->peer_mode))
             continue;
+        /* After a failure, requests may be stuck on live peers too (a peer
+         * that gave up never answers): a PEER-mode endpoint is then closed
+         * by force, which completes them; UCX would assert on destroying an
+         * endpoint with requests still queued. */
+        int force = p->dead || (e->saw_failure && p->peer_mode);
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                   .flags = p->dead ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                                   .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         void *h = ucp_ep_close_nbx(p->ep, &prm);
         p->ep = NULL;
         if (!UCS_PTR_IS_PTR(h))
@@ -490,11 +531,15 @@ static void close_endpoints(ucx_engine_t *e)
 
 void ucx_engine_unref(ucx_engine_t *e)
 {
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
     int last = --e->refs == 0;
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
     if (!last)
         return;
+    MSR_DEBUG("comm: engine %s: %llu waits, %llu sleeps (%llu ended by the timer), %.1f ms "
+              "asleep",
+              e->uid, (unsigned long long)e->stat_waits, (unsigned long long)e->stat_sleeps,
+              (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     reap_orphans(e);
     close_endpoints(e);
     for (size_t i = 0; i < e->n_orphans; i++)
@@ -534,9 +579,19 @@ static int is_member(const ucx_comm_t *uc, int world_rank)
     return 0;
 }
 
-void ucx_req_done(ucx_req_t *r)
+/* What every request does when it leaves the running list. */
+static void req_leave(ucx_req_t *r)
 {
     msr_list_remove(&r->link);
+    if (r->shm) {
+        r->shm = 0;
+        r->uc->engine->shm_active--;
+    }
+}
+
+void ucx_req_done(ucx_req_t *r)
+{
+    req_leave(r);
 }
 
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
@@ -577,7 +632,7 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
         r->scratch_from = 0;
     }
     r->pub.status = st;
-    msr_list_remove(&r->link);
+    req_leave(r);
     if (st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG && st != MSR_ERR_TRUNCATED)
         ucx_comm_fail(r->uc, st, -1, "%s", r->pub.error);
 }
@@ -610,6 +665,8 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
 
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
 {
+    if (st != MSR_ERR_CANCELED)
+        uc->engine->saw_failure = 1;
     if (!msr_comm_break(uc->comm, st))
         return; /* broken before: the first failure did the rest */
     char why[160];
@@ -712,16 +769,23 @@ static void check_liveness_slow(ucx_engine_t *e)
  * Returns nonzero when anything happened. Called with the lock held. */
 static int progress_all(ucx_engine_t *e)
 {
-    int events = 0;
-    while (ucp_worker_progress(e->worker))
-        events++;
+    /* One call: as soon as something moved, the steps look at it (the wait
+     * loop comes back for more). */
+    int events = (int)ucp_worker_progress(e->worker);
+    /* UCX requests only finish inside ucp_worker_progress (or inside the
+     * step that posts them, which then carries on by itself): with nothing
+     * progressed, the steps have nothing new to see. */
+    if (events == 0 && !e->dead_pending && !e->abort_pending && !e->shm_active)
+        return 0;
     if (e->dead_pending)
         handle_deaths(e);
     if (e->abort_pending)
         handle_aborts(e);
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &e->active)
-    {
+    /* A request that ends leaves the list, and one that fails may take
+     * others of its communicator with it: start over after each. */
+    msr_list_t *pos;
+restart:
+    for (pos = e->active.next; pos != &e->active; pos = pos->next) {
         ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
         msr_status_t st = r->step(r);
         if (st == MSR_IN_PROGRESS)
@@ -734,6 +798,7 @@ static int progress_all(ucx_engine_t *e)
             ucx_req_fail(r, st, "%s: %s", r->algo,
                          r->pub.error[0] ? r->pub.error : msr_status_str(st));
         }
+        goto restart;
     }
     if (e->n_orphans)
         reap_orphans(e);
@@ -765,9 +830,10 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
         return;
     }
     int64_t ms = msr_deadline_left_ms(deadline);
-    /* With other threads in wait, one of them may take our wake-up: nap
-     * briefly. Peers without pidfds are checked every 100 ms. */
-    int64_t cap = e->waiters > 1 ? 1 : 100;
+    /* With other threads in wait, one of them may take our wake-up, and
+     * shared-memory operations wake nobody: nap briefly. Peers without
+     * pidfds are checked every 100 ms. */
+    int64_t cap = e->waiters > 1 || e->shm_active ? 1 : 100;
     if (ms > cap)
         ms = cap;
     int nfds = e->n_pfds;
@@ -775,9 +841,15 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
     int peer_of[nfds > 0 ? nfds : 1];
     memcpy(fds, e->pfds, (size_t)nfds * sizeof *fds);
     memcpy(peer_of, e->pfd_peer, (size_t)nfds * sizeof *peer_of);
-    pthread_mutex_unlock(&e->lock);
+    ucx_engine_unlock(e);
+    uint64_t t0 = msr_now_ns();
     int n = poll(fds, (nfds_t)nfds, (int)ms);
-    pthread_mutex_lock(&e->lock);
+    uint64_t slept = msr_now_ns() - t0;
+    ucx_engine_lock(e);
+    e->stat_sleeps++;
+    e->stat_slept_ns += slept;
+    if (n == 0)
+        e->stat_sleep_timeouts++;
     if (n > 0)
         for (int i = 1; i < nfds; i++)
             if (fds[i].revents) {
@@ -788,22 +860,34 @@ static void sleep_once(ucx_engine_t *e, uint64_t deadline)
 
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
 {
-    pthread_mutex_lock(&e->lock);
+    ucx_engine_lock(e);
+    msr_status_t st = ucx_engine_wait_locked(e, r);
+    ucx_engine_unlock(e);
+    return st;
+}
+
+msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
+{
     e->waiters++;
-    uint64_t idle_since = 0;
+    e->stat_waits++;
+    uint64_t idle_since = 0; /* when the current stretch without events began */
     unsigned iter = 0;
+    int yielding = 0; /* in the second phase of the current idle stretch */
     while (r->pub.status == MSR_IN_PROGRESS) {
         int events = progress_all(e);
         if (r->pub.status != MSR_IN_PROGRESS)
             break;
-        if (events)
-            idle_since = 0;
-        if ((++iter & 31) != 0 && events == 0 && idle_since != 0) {
-            if (e->yield)
+        /* The clock is read every 16 rounds (a short wait never reads it). */
+        if ((++iter & 15) != 0) {
+            if (events)
+                idle_since = 0;
+            else if (idle_since != 0 && yielding)
                 sched_yield();
             continue;
         }
         uint64_t now = msr_now_ns();
+        if (r->pub.deadline == MSR_DEADLINE_LAZY)
+            r->pub.deadline = msr_deadline_in_ms(atomic_load(&r->uc->comm->timeout_ms));
         if (now >= r->pub.deadline) {
             ucx_req_fail(r, MSR_ERR_TIMEOUT, "%s: deadline passed after %lld ms", r->algo,
                          (long long)atomic_load(&r->uc->comm->timeout_ms));
@@ -814,18 +898,30 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r)
             check_liveness(e);
             check_liveness_slow(e);
         }
-        if (events)
+        if (atomic_load_explicit(&e->contenders, memory_order_relaxed) > 0) {
+            /* another thread wants the engine: let it post its work */
+            ucx_engine_unlock(e);
+            sched_yield();
+            ucx_engine_lock(e);
+        }
+        if (events) {
+            idle_since = 0;
+            yielding = 0;
             continue;
-        if (idle_since == 0) {
+        }
+        if (idle_since == 0)
             idle_since = now;
-        } else if (now - idle_since >= e->spin_ns) {
+        uint64_t idle = now - idle_since;
+        if (idle >= e->yield_ns) {
             sleep_once(e, r->pub.deadline);
             idle_since = 0;
-        } else if (e->yield) {
-            sched_yield();
+            yielding = 0;
+        } else {
+            yielding = idle >= e->spin_ns; /* phase two: let the core go */
+            if (yielding)
+                sched_yield();
         }
     }
     e->waiters--;
-    pthread_mutex_unlock(&e->lock);
     return r->pub.status;
 }

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
@@ -46,14 +47,16 @@ typedef enum ucx_algo {
     UCX_ALGO_BINOMIAL, /* binomial tree */
     UCX_ALGO_CHAIN,    /* pipelined chain */
     UCX_ALGO_PAIRWISE, /* pairwise exchange */
+    UCX_ALGO_SHM,      /* through the group's shared-memory segment (one node) */
 } ucx_algo_t;
 
 /* Thresholds and knobs, read from the environment when a communicator is
  * made (docs/comm.md lists them). Sizes are bytes of the whole vector. */
 typedef struct ucx_tuning {
     ucx_algo_t force[MSR_COLL_RECV + 1]; /* MSR_COMM_ALGO_<COLL> */
-    size_t allreduce_direct_max;         /* direct up to here (small groups) */
-    size_t allreduce_ring_min;           /* ring from here, recursive doubling below */
+    size_t allreduce_direct_max;         /* 3+ ranks: direct up to here (small groups) */
+    size_t allreduce_ring_min;           /* 3+ ranks: ring from here, recursive doubling below */
+    size_t allreduce_ring_min_2;         /* 2 ranks: ring from here, direct below */
     int direct_max_ranks;                /* direct only for groups up to this size */
     size_t reduce_scatter_ring_min;
     size_t allgather_ring_min;
@@ -62,6 +65,8 @@ typedef struct ucx_tuning {
     size_t segment; /* pipeline segment */
     int window;     /* segments in flight per direction */
     int alltoall_window;
+    size_t shm_max;     /* allreduce through shared memory up to here (0: never) */
+    size_t shm_segment; /* bytes of slots in one segment at most */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -84,11 +89,13 @@ struct ucx_engine {
     msr_ctx_t *ctx;
     char *uid; /* names its store keys: "w" for the world's, "w.5" for a dup */
     pthread_mutex_t lock;
-    int refs; /* communicators using it (under lock) */
+    _Atomic int contenders; /* threads waiting for the lock */
+    int refs;               /* communicators using it (under lock) */
     ucp_context_h context;
     ucp_worker_h worker;
     int efd;
     int world_size, my_world, my_node, local_size;
+    int host_ranks;    /* members on this machine (several "nodes" may share it) */
     ucx_peer_t *peers; /* world_size entries, by job rank */
     unsigned char *addrs;
     unsigned next_comm_id;
@@ -101,16 +108,20 @@ struct ucx_engine {
     void **graveyard;
     size_t n_graveyard, cap_graveyard;
     int dead_pending;  /* a peer died: tell the communicators */
+    int saw_failure;   /* a communicator broke: close endpoints by force */
     int abort_pending; /* an abort notice arrived */
     uint64_t next_liveness_ns;
     struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
     int *pfd_peer;
     int n_pfds;
-    int waiters;      /* threads inside wait */
-    uint64_t spin_ns; /* busy polling before sleeping */
-    int yield;        /* sched_yield while spinning (more ranks than cores) */
+    int waiters;       /* threads inside wait */
+    int shm_active;    /* shared-memory operations running: they need polling */
+    uint64_t spin_ns;  /* busy polling, then */
+    uint64_t yield_ns; /* polling with sched_yield until this, then sleeping */
     msr_list_t free_reqs;
     int n_free_reqs;
+    /* for the debug line at the end */
+    uint64_t stat_waits, stat_sleeps, stat_sleep_timeouts, stat_slept_ns;
 };
 
 typedef struct ucx_comm {
@@ -129,6 +140,10 @@ typedef struct ucx_comm {
     void *cache;
     size_t cache_len;
     int cache_busy;
+    /* the shared-memory segment of a group on one node (shm.c), or NULL */
+    struct ucx_shm *shm;
+    size_t shm_slot;  /* its slots: the largest allreduce it takes */
+    uint64_t shm_seq; /* shared-memory operations started */
 } ucx_comm_t;
 
 typedef struct ucx_op {
@@ -147,8 +162,10 @@ struct ucx_req {
     msr_comm_req_t pub;
     ucx_comm_t *uc;
     msr_list_t link; /* engine->active while running, else free list */
+    /* from here to ops: cleared for each operation */
     ucx_step_fn step;
     const char *algo;
+    int shm; /* counted in engine->shm_active */
     uint32_t seq;
     int pc; /* where step resumes */
     msr_status_t err;
@@ -169,6 +186,20 @@ struct ucx_req {
     _Alignas(64) char inline_scratch[UCX_INLINE_SCRATCH]; /* aligned for any dtype */
 };
 
+/* The engine's lock, counting who waits for it: a thread that spins in a
+ * wait lets it go for a moment when someone does. */
+static inline void ucx_engine_lock(ucx_engine_t *e)
+{
+    atomic_fetch_add_explicit(&e->contenders, 1, memory_order_relaxed);
+    pthread_mutex_lock(&e->lock);
+    atomic_fetch_sub_explicit(&e->contenders, 1, memory_order_relaxed);
+}
+
+static inline void ucx_engine_unlock(ucx_engine_t *e)
+{
+    pthread_mutex_unlock(&e->lock);
+}
+
 /* engine.c */
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
                                ucx_engine_t **engine_p);
@@ -176,6 +207,8 @@ void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
 void ucx_engine_progress(ucx_engine_t *e);
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
+/* The same with e->lock already held. */
+msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r);
 void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
 void ucx_engine_bury(ucx_engine_t *e, void *mem);
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
@@ -183,6 +216,14 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ucx_req_done(ucx_req_t *r);
+
+/* shm.c: a segment for comm's members when all are on this node, made
+ * collectively over comm (which must work); any failure on any member
+ * leaves uc->shm NULL everywhere (the UCX algorithms then serve). */
+msr_status_t ucx_shm_setup(ucx_comm_t *uc);
+void ucx_shm_free(ucx_comm_t *uc);
+/* The shared-memory allreduce (and barrier: count 0) as a step function. */
+msr_status_t ucx_shm_step(ucx_req_t *r);
 
 /* coll.c */
 /* Chooses the algorithm of r->pub.args, fills in r's state and posts the

@@ -127,6 +127,8 @@ MSR_API msr_status_t msr_comm_dup(msr_comm_t *comm, unsigned flags, msr_comm_t *
  * or after. */
 MSR_API void msr_comm_destroy(msr_comm_t *comm);
 
+/* This process's rank in comm (0 .. size-1) and comm's size. Never fail;
+ * any thread, also on a broken communicator. */
 MSR_API int msr_comm_rank(const msr_comm_t *comm);
 MSR_API int msr_comm_size(const msr_comm_t *comm);
 /* The job rank of member rank (0 .. size-1); -1 if out of range. */

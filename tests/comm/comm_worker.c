@@ -8,10 +8,13 @@
  *                once, finished in different orders on different ranks
  *   p2p          send/recv, isend/irecv, tags, truncation, dup with its
  *                own worker
+ *   threads      three threads at once: on the world, on a dup with its own
+ *                worker, and on a dup sharing the world's engine
  *   determinism  random floats: the same bits on every rank and twice in a
  *                row; rank 0 prints a hash for run-to-run comparison
  *   kill         the last rank SIGKILLs itself in the middle of allreduces:
  *                the others must fail with MSR_ERR_PEER_LOST in time
+ *   killsmall    the same with 8-byte allreduces (the shared-memory path)
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  * Every rank checks its own results; a failed check prints the case and
@@ -594,6 +597,57 @@ static void mode_inflight(msr_comm_t *world)
     msr_comm_destroy(b);
 }
 
+/* ---- two threads: one on the world, one on a dup with its own worker,
+ * and both on one shared engine through a split ---- */
+
+typedef struct thr_arg {
+    msr_comm_t *comm;
+    int n, rounds;
+    msr_status_t st;
+    int bad;
+} thr_arg_t;
+
+static void *thr_allreduce(void *p)
+{
+    thr_arg_t *t = p;
+    int64_t x[257], y[257];
+    int me = msr_comm_rank(t->comm);
+    for (int k = 0; k < t->rounds && t->st == MSR_OK; k++) {
+        size_t cnt = k % 2 ? 257 : 3;
+        for (size_t i = 0; i < cnt; i++)
+            x[i] = me + (int64_t)i + k;
+        t->st = msr_comm_allreduce(t->comm, x, y, cnt, MSR_DTYPE_I64, MSR_OP_SUM);
+        for (size_t i = 0; t->st == MSR_OK && i < cnt; i++)
+            if (y[i] != (int64_t)t->n * (t->n - 1) / 2 + t->n * ((int64_t)i + k))
+                t->bad = 1;
+    }
+    return NULL;
+}
+
+static void mode_threads(msr_comm_t *world)
+{
+    int n = msr_comm_size(world);
+    msr_comm_t *own = NULL, *shared = NULL;
+    snprintf(g_case, sizeof g_case, "threads setup");
+    OK(msr_comm_dup(world, MSR_COMM_OWN_WORKER, &own));
+    OK(msr_comm_dup(world, 0, &shared));
+    thr_arg_t args[3] = {
+        {world, n, 300, MSR_OK, 0}, {own, n, 300, MSR_OK, 0}, {shared, n, 300, MSR_OK, 0}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        if (pthread_create(&th[i], NULL, thr_allreduce, &args[i]) != 0)
+            fail("pthread_create");
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        snprintf(g_case, sizeof g_case, "thread %d", i);
+        if (args[i].st != MSR_OK || args[i].bad)
+            fail("thread %d: %s, wrong result %d", i, msr_status_name(args[i].st), args[i].bad);
+    }
+    msr_comm_destroy(shared);
+    msr_comm_destroy(own);
+}
+
 /* ---- point to point ---- */
 
 static void mode_p2p(msr_comm_t *world)
@@ -700,14 +754,14 @@ static void mode_determinism(msr_comm_t *world)
         in[i] = (float)((double)(seed % 2000001) / 1000.0 - 1000.0) * 1.0001f;
         hin[i] = to_f16(in[i] / 64.0f);
     }
-    static const char *const algos[] = {"direct", "rd", "ring"};
+    static const char *const algos[] = {"direct", "shm", "rd", "ring"};
     uint64_t all = 1469598103934665603ull;
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < 4; a++) {
         setenv("MSR_COMM_ALGO_ALLREDUCE", algos[a], 1);
         msr_comm_t *c = NULL;
         OK(msr_comm_dup(world, 0, &c));
         for (int dt = 0; dt < 2; dt++) {
-            size_t cnt = a == 0 ? 1001 : count; /* direct: small vectors */
+            size_t cnt = a <= 1 ? 1001 : count; /* direct, shm: small vectors */
             uint64_t h[2];
             for (int rep = 0; rep < 2; rep++) {
                 snprintf(g_case, sizeof g_case, "determinism %s %s rep %d", algos[a],
@@ -754,7 +808,7 @@ static void *killer(void *arg)
 /* The victim dies (kill) or stops answering (stop) while the others loop
  * allreduces; each survivor must fail with one of the expected statuses
  * within limit_ms of the event and can destroy the communicator. */
-static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop)
+static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     int victim = stop ? 1 : n - 1;
@@ -766,7 +820,6 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop)
     OK(msr_allgather(ctx, &pid, sizeof pid, pids));
     int64_t timeout_ms = stop ? 3000 : 30000;
     msr_comm_set_timeout(world, timeout_ms);
-    const size_t count = 1 << 18;
     float *a = xmalloc(count * 4), *b = xmalloc(count * 4);
     for (size_t i = 0; i < count; i++)
         a[i] = 1.0f;
@@ -819,7 +872,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: comm_worker collectives|inflight|p2p|determinism|kill|stop\n");
+        fprintf(stderr, "usage: comm_worker "
+                        "collectives|inflight|p2p|threads|determinism|kill|killsmall|stop\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -843,12 +897,16 @@ int main(int argc, char **argv)
         mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)
         mode_p2p(world);
+    else if (strcmp(mode, "threads") == 0)
+        mode_threads(world);
     else if (strcmp(mode, "determinism") == 0)
         mode_determinism(world);
-    else if (strcmp(mode, "kill") == 0)
-        mode_failure(ctx, world, 0);
+    else if (strcmp(mode, "kill") == 0) /* 1 MiB: the UCX ring */
+        mode_failure(ctx, world, 0, 1 << 18);
+    else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
+        mode_failure(ctx, world, 0, 2);
     else if (strcmp(mode, "stop") == 0)
-        mode_failure(ctx, world, 1);
+        mode_failure(ctx, world, 1, 1 << 18);
     else
         fail("unknown mode %s", mode);
     snprintf(g_case, sizeof g_case, "final barrier");

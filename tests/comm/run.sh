@@ -2,11 +2,15 @@
 # Runs tests/comm/comm_worker MODE under the real msrun with NP ranks on this
 # host and checks the outcome the mode expects. Cleans up every process of
 # its job (found by the job id in their environment) whatever happens.
-# Usage: run.sh MODE NP [LIMIT_SECONDS]    (MSRUN_BUILD: the build directory)
+# Usage: run.sh MODE NP [LIMIT_SECONDS [NODES]]  (MSRUN_BUILD: the build dir)
+# NODES > 1 starts that many msrun processes on loopback, each with NP/NODES
+# workers: a multi-node job on one host (endpoints between "nodes" then use
+# UCX's network path and its peer-failure handling).
 set -u
 mode=$1
 np=$2
 limit=${3:-150}
+nodes=${4:-1}
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 msrun=$build/bin/msrun
 worker=$build/tests/comm_worker
@@ -50,21 +54,46 @@ cleanup() {
 }
 trap cleanup EXIT
 
-run_once() { # $1: log file
-    "$msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
-        "${prog[@]}" >"$1" 2>&1 &
-    local pid=$! end=$((SECONDS + limit))
-    while kill -0 "$pid" 2>/dev/null; do
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run_once() { # $1: log file; the exit status of node 0's msrun
+    local pids=() n
+    if [ "$nodes" -le 1 ]; then
+        "$msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
+            "${prog[@]}" >"$1" 2>&1 &
+        pids=($!)
+    else
+        local port
+        port=$(free_port)
+        for ((n = nodes - 1; n >= 0; n--)); do
+            "$msrun" --worker_num="$np" --local_worker_num=$((np / nodes)) --job_id="$job" \
+                --master_addr=127.0.0.1 --master_port="$port" --node_rank=$n --grace_period=30 \
+                "${prog[@]}" >"$1.node$n" 2>&1 &
+            pids=($! "${pids[@]}")
+        done
+    fi
+    local end=$((SECONDS + limit)) alive
+    while :; do
+        alive=0
+        for n in "${pids[@]}"; do kill -0 "$n" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
         if [ "$SECONDS" -ge "$end" ]; then
             echo "run.sh: $mode with $np ranks still running after ${limit} s: killing it" >>"$1"
-            kill -TERM "$pid" 2>/dev/null
+            kill -TERM "${pids[@]}" 2>/dev/null
             sleep 2
             for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
             break
         fi
         sleep 0.2
     done
-    wait "$pid"
+    local rc=0 code
+    for ((n = ${#pids[@]} - 1; n >= 0; n--)); do
+        code=0
+        wait "${pids[$n]}" || code=$?
+        [ "$n" = 0 ] && rc=$code
+    done
+    [ "$nodes" -gt 1 ] && cat "$1".node* >"$1"
+    return $rc
 }
 
 failed() {
@@ -75,7 +104,7 @@ failed() {
 }
 
 case $mode in
-collectives | inflight | p2p)
+collectives | inflight | p2p | threads)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
@@ -95,12 +124,12 @@ determinism)
     [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
     echo "$h1 in both runs"
     ;;
-kill | stop)
+kill | killsmall | stop)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
     want=$((np - 1))
-    if [ "$mode" = kill ]; then
+    if [ "$mode" != stop ]; then
         got=$(grep -c "survived: MSR_ERR_PEER_LOST" "$out/log")
     else
         got=$(grep -cE "survived: MSR_ERR_(TIMEOUT|PEER_LOST)" "$out/log")
