@@ -434,6 +434,8 @@ static void stop_coordinator(agent_t *a)
 
 /* ---- workers ---- */
 
+static void cleanup_workers(agent_t *a);
+
 static void spawn_workers(agent_t *a)
 {
     msr_options_t *o = a->o;
@@ -460,6 +462,9 @@ static void spawn_workers(agent_t *a)
         .worker_timeout_ms = o->worker_timeout_ms,
     };
     a->worker_generation = a->generation;
+    /* slots of workers that exited by themselves (no stop was needed) still
+     * hold their last stderr lines */
+    cleanup_workers(a);
     for (int i = 0; i < a->nworkers; i++) {
         msr_worker_t *w = &a->workers[i];
         char err[600];

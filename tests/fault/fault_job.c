@@ -19,7 +19,7 @@
 
 #include "msrun/msrun.h"
 
-#define DIM 64
+#define DIM    64
 #define SHARDS 12
 
 typedef struct state {
@@ -42,10 +42,12 @@ static double wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-#define DIE(what)                                                                                  \
-    do {                                                                                           \
-        fprintf(stderr, "fault_job rank %d: %s: %s\n", rank, what, msr_last_error());              \
-        return 1;                                                                                  \
+#define DIE(what)                                                                     \
+    do {                                                                              \
+        fprintf(stderr, "fault_job rank %d: %s: %s\n", rank, what, msr_last_error()); \
+        msr_comm_destroy(comm);                                                       \
+        msr_finalize(ctx);                                                            \
+        return 1;                                                                     \
     } while (0)
 
 int main(int argc, char **argv)
@@ -60,11 +62,11 @@ int main(int argc, char **argv)
     int sleep_ms = atoi(argv[4]);
     int rank = -1;
     msr_ctx_t *ctx = NULL;
+    msr_comm_t *comm = NULL;
     if (msr_init(&ctx) != MSR_OK)
         DIE("msr_init");
     rank = msr_rank(ctx);
     int world = msr_world_size(ctx);
-    msr_comm_t *comm = NULL;
     if (msr_comm_world(ctx, &comm) != MSR_OK)
         DIE("msr_comm_world");
 
@@ -114,7 +116,8 @@ int main(int argc, char **argv)
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", out);
         FILE *f = fopen(tmp, "w");
-        if (f == NULL || fprintf(f, "iters %" PRId64 " digest %016" PRIx64 "\n", st.iter, digest) < 0 ||
+        if (f == NULL ||
+            fprintf(f, "iters %" PRId64 " digest %016" PRIx64 "\n", st.iter, digest) < 0 ||
             fclose(f) != 0 || rename(tmp, out) != 0)
             DIE("writing the result");
         printf("done: iters %" PRId64 " digest %016" PRIx64 "\n", st.iter, digest);
