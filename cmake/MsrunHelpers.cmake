@@ -47,6 +47,13 @@ macro(msrun_find_cuda)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
     if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       set(MSRUN_HAVE_CUDA ON)
+      # NCCL has no CMake package: an imported target of its own (its
+      # headers are system headers, like CUDA's)
+      if(NOT TARGET msrun::nccl)
+        add_library(msrun::nccl UNKNOWN IMPORTED)
+        set_target_properties(msrun::nccl PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
+          INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+      endif()
       message(STATUS "msrun: CUDA ${CUDAToolkit_VERSION} and NCCL found: building the GPU parts")
     else()
       message(STATUS "msrun: CUDA or NCCL not found: the GPU parts are skipped")

@@ -57,6 +57,8 @@ msr_status_t msr_comm_alloc(msr_ctx_t *ctx, const msr_comm_backend_ops_t *ops, i
     atomic_init(&comm->timeout_ms, timeout_ms);
     atomic_init(&comm->broken, MSR_OK);
     atomic_init(&comm->refs, 1);
+    comm->gpu = -1;
+    atomic_init(&comm->stream, NULL);
     *comm_p = comm;
     return MSR_OK;
 }
@@ -175,6 +177,52 @@ msr_status_t msr_comm_status(const msr_comm_t *comm)
     return (msr_status_t)atomic_load(&comm->broken);
 }
 
+/* ---- device communicators: what comm.c keeps for them ---- */
+
+const char *msr_comm_backend(const msr_comm_t *comm)
+{
+    return comm && comm->ops->name ? comm->ops->name : "?";
+}
+
+int msr_comm_gpu(const msr_comm_t *comm)
+{
+    return comm ? comm->gpu : -1;
+}
+
+msr_status_t msr_comm_set_stream(msr_comm_t *comm, void *stream)
+{
+    if (comm == NULL) {
+        msr_client_set_error("msr_comm_set_stream: comm is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (comm->gpu < 0) {
+        msr_client_set_error("msr_comm_set_stream: a host communicator (%s) has no stream",
+                             msr_comm_backend(comm));
+        return MSR_ERR_UNSUPPORTED;
+    }
+    atomic_store(&comm->stream, stream ? stream : comm->own_stream);
+    return MSR_OK;
+}
+
+void *msr_comm_stream(const msr_comm_t *comm)
+{
+    return comm && comm->gpu >= 0 ? atomic_load(&((msr_comm_t *)comm)->stream) : NULL;
+}
+
+msr_status_t msr_comm_wait_stream(msr_comm_req_t *req, void *stream)
+{
+    if (req == NULL || stream == NULL) {
+        msr_client_set_error("msr_comm_wait_stream: req or stream is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (req->comm->gpu < 0 || req->comm->ops->wait_stream == NULL) {
+        msr_client_set_error("msr_comm_wait_stream: a request of a host communicator (%s)",
+                             msr_comm_backend(req->comm));
+        return MSR_ERR_UNSUPPORTED;
+    }
+    return req->comm->ops->wait_stream(req, stream);
+}
+
 /* ---- argument checks ---- */
 
 /* n * a * b bytes fit in size_t (and in the signed range UCX lengths use).
@@ -288,6 +336,7 @@ static msr_status_t check_args(msr_comm_t *comm, msr_coll_args_t *a, const char 
     case MSR_COLL_BARRIER:
         break;
     }
+    a->stream = atomic_load(&comm->stream); /* NULL on host communicators */
     return MSR_OK;
 }
 
@@ -326,9 +375,11 @@ static msr_status_t run_local(msr_comm_t *comm, const msr_coll_args_t *a)
     return MSR_OK;
 }
 
+/* One rank of a host communicator: plain copies (device buffers go to their
+ * backend, which copies on the device). */
 static int is_local(const msr_comm_t *comm, const msr_coll_args_t *a)
 {
-    return comm->size == 1 && a->coll != MSR_COLL_SEND && a->coll != MSR_COLL_RECV;
+    return comm->size == 1 && comm->gpu < 0 && a->coll != MSR_COLL_SEND && a->coll != MSR_COLL_RECV;
 }
 
 /* Starts a checked operation; on success *req_p is running or finished. */

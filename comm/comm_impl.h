@@ -1,5 +1,5 @@
 /* The communicators' private structures and the table of operations every
- * backend (ucx/, later nccl/) provides. */
+ * backend (ucx/, nccl/) provides. */
 #ifndef MSR_COMM_IMPL_H
 #define MSR_COMM_IMPL_H
 
@@ -82,6 +82,8 @@ typedef struct msr_comm_backend_ops {
     /* Frees the backend's part of comm once nothing refers to it (after
      * close and after the last request was freed). */
     void (*release)(msr_comm_t *comm);
+    /* Device backends (NULL for host ones): msr_comm_wait_stream. */
+    msr_status_t (*wait_stream)(msr_comm_req_t *req, void *stream);
 } msr_comm_backend_ops_t;
 
 struct msr_comm {
@@ -93,6 +95,12 @@ struct msr_comm {
     _Atomic int broken; /* msr_status_t: MSR_OK while healthy */
     _Atomic int refs;   /* the owner's reference and one per request */
     void *be;           /* the backend's state */
+    /* device communicators: the CUDA device (-1: a host communicator, whose
+     * one-rank calls comm.c runs as host copies), the backend's own stream
+     * and the stream the next operations go to (args.stream) */
+    int gpu;
+    void *own_stream;
+    void *_Atomic stream;
 };
 
 /* Allocates the common part of a communicator (world_ranks copied). */

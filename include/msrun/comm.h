@@ -1,5 +1,6 @@
 /* libmsrun's communicators: groups of ranks with collectives and
- * point-to-point messages over UCX (host memory). */
+ * point-to-point messages over UCX (host memory), and device communicators
+ * for GPU memory over NCCL or staged through host memory. */
 #ifndef MSRUN_COMM_H
 #define MSRUN_COMM_H
 
@@ -252,6 +253,129 @@ MSR_API msr_status_t msr_comm_test(msr_comm_req_t **req_p);
 /* Waits for every non-NULL reqs[i] (all are freed and set to NULL) and
  * returns the first failure in array order, MSR_OK if none. */
 MSR_API msr_status_t msr_comm_wait_all(msr_comm_req_t **reqs, size_t n);
+
+/* ---- device (GPU) communicators ----
+ * A device communicator runs the calls above on CUDA device memory: the same
+ * collectives, point-to-point calls, requests, deadlines and failure rules,
+ * with buffers that are device pointers. It is made from a host
+ * communicator, collectively, and has the same members and ranks. Each
+ * member uses one GPU, picked as msr_gpu_select does. Its backend is chosen
+ * when it is made, the same on every member:
+ *
+ *   "nccl"    an NCCL communicator (non-blocking, so that every wait is
+ *             bounded by the call's deadline and a failure aborts it with
+ *             ncclCommAbort), when no two members use the same GPU;
+ *   "staged"  device buffers are copied to pinned host memory, reduced or
+ *             moved by a host (UCX) communicator and copied back: slower,
+ *             but it runs where members share a GPU (more ranks than GPUs
+ *             on a machine), which NCCL refuses.
+ *
+ * The choice is automatic; the environment variable MSR_COMM_GPU (auto,
+ * nccl, staged; the same on every member) or the flag MSR_COMM_STAGED
+ * overrides it. MSR_LOG_LEVEL=debug logs it with its reason.
+ *
+ * Streams: every operation is ordered on the communicator's stream (see
+ * msr_comm_set_stream): it starts after the work already queued there, and
+ * work queued there after it sees its results. A blocking call returns when
+ * the operation is done on the device (the host waits, bounded by the
+ * deadline); a non-blocking call returns once the operation is queued, and
+ * msr_comm_wait/msr_comm_test tell when it is done, or msr_comm_wait_stream
+ * makes another stream wait for it without blocking the host.
+ *
+ * Point-to-point on device communicators: tag must be 0 (NCCL matches
+ * messages by order only; MSR_ERR_UNSUPPORTED otherwise), and a receive must
+ * give the count that was sent.
+ *
+ * Results: "nccl" reduces in NCCL's order (the same on every rank; avg of
+ * floats scales each input by 1/size before summing, so its last bits may
+ * differ from a host communicator's); "staged" gives exactly the host
+ * communicator's bits.
+ *
+ * Without CUDA (libmsrun built with -DMSRUN_CUDA=OFF or without the CUDA
+ * toolkit) the calls below fail with MSR_ERR_UNSUPPORTED; host
+ * communicators answer msr_comm_set_stream and msr_comm_wait_stream with
+ * MSR_ERR_UNSUPPORTED. */
+
+/* flag for msr_comm_device: stage through host memory even where NCCL could
+ * serve (the same on every member). */
+#define MSR_COMM_STAGED 2u
+
+/* Picks this process's GPU from its local rank, local_rank % (number of
+ * visible devices), and makes it the calling thread's current device
+ * (cudaSetDevice). Local: no communication. More local ranks than devices
+ * means several ranks share a GPU (device communicators then stage through
+ * host memory).
+ *
+ * Fails with MSR_ERR_INVALID_ARG (NULL arguments), MSR_ERR_UNSUPPORTED (no
+ * CUDA in this build, no driver or no device: msr_last_error() has CUDA's
+ * reason) or MSR_ERR_BACKEND. *device_p is written only on success. Any
+ * thread; it sets that thread's current device only. */
+MSR_API msr_status_t msr_gpu_select(msr_ctx_t *ctx, int *device_p);
+
+/* Makes a device communicator with comm's members and ranks. Collective
+ * over comm (every member calls it, with the same flags): picks the GPU
+ * (msr_gpu_select) and sets it current on the calling thread, duplicates
+ * comm for its own use (a host communicator that stays the device
+ * communicator's, so comm may be destroyed first), agrees on the backend
+ * with the other members (one allgather over comm), and for "nccl" lets
+ * member 0 make the NCCL unique id, which the others read from the store
+ * (key "msr/comm/gpu/<k>/nccl-id" of the current generation), then
+ * initializes the NCCL communicator, polling it against comm's timeout. The
+ * new communicator inherits comm's timeout and starts on a stream of its
+ * own (cudaStreamNonBlocking).
+ *
+ * flags: MSR_COMM_OWN_WORKER (its host communicator gets a UCX worker of
+ * its own, as msr_comm_dup), MSR_COMM_STAGED.
+ *
+ * Fails, on every member alike, with MSR_ERR_INVALID_ARG (unknown flags,
+ * flags or MSR_COMM_GPU that differ between members or are not understood),
+ * MSR_ERR_UNSUPPORTED (no CUDA, no device on some member, or MSR_COMM_GPU=
+ * nccl where members share a GPU), MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND (CUDA
+ * or NCCL failed: msr_last_error() has their message), MSR_ERR_TIMEOUT,
+ * MSR_ERR_PEER_LOST, or the errors of comm's collectives and of the store.
+ * On success *dcomm_p is the caller's until msr_comm_destroy (which also
+ * frees the NCCL communicator: ncclCommFinalize and ncclCommDestroy when it
+ * is idle and healthy, bounded by MSR_COMM_CLOSE_MS, else ncclCommAbort).
+ * Threads: as any collective on comm. */
+MSR_API msr_status_t msr_comm_device(msr_comm_t *comm, unsigned flags, msr_comm_t **dcomm_p);
+
+/* msr_comm_device over a world communicator made for it (msr_comm_world,
+ * then destroyed): every rank of the job must call it. Errors as
+ * msr_comm_world and msr_comm_device. */
+MSR_API msr_status_t msr_comm_device_world(msr_ctx_t *ctx, unsigned flags, msr_comm_t **dcomm_p);
+
+/* The backend of comm: "ucx" (host memory), "nccl" or "staged". Never NULL;
+ * any thread. */
+MSR_API const char *msr_comm_backend(const msr_comm_t *comm);
+
+/* The CUDA device comm's buffers live on; -1 for host communicators. */
+MSR_API int msr_comm_gpu(const msr_comm_t *comm);
+
+/* Orders later operations of device communicator comm on stream (a
+ * cudaStream_t of comm's device, which stays the caller's and must outlive
+ * those operations); NULL goes back to the communicator's own stream.
+ * Operations already queued keep their stream. Fails with
+ * MSR_ERR_INVALID_ARG (comm NULL) or MSR_ERR_UNSUPPORTED (a host
+ * communicator). Any thread; calls racing with it get one stream or the
+ * other. */
+MSR_API msr_status_t msr_comm_set_stream(msr_comm_t *comm, void *stream);
+
+/* The stream comm's next operations go to (a cudaStream_t): the caller's
+ * from msr_comm_set_stream or the communicator's own. NULL for host
+ * communicators. Queue work there (or make a stream wait on an event
+ * recorded there) to order it with comm's operations. */
+MSR_API void *msr_comm_stream(const msr_comm_t *comm);
+
+/* Makes stream (a cudaStream_t of the request's device) wait on the device
+ * until the non-blocking device operation req is done. On "nccl" the host
+ * does not block; on "staged" the host first waits for the operation's host
+ * part (as msr_comm_wait, bounded by its deadline), then only the last copy
+ * back is left to the stream. req stays the caller's, still to be finished with msr_comm_wait or
+ * msr_comm_test, which also report a failure (work that stream runs after a
+ * failed operation sees unspecified buffer contents). Fails with
+ * MSR_ERR_INVALID_ARG (NULL), MSR_ERR_UNSUPPORTED (a host request),
+ * MSR_ERR_BACKEND. One thread per request, as msr_comm_wait. */
+MSR_API msr_status_t msr_comm_wait_stream(msr_comm_req_t *req, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,130 @@
+/* The table of real CUDA and NCCL calls (CUDA builds only), on this machine
+ * whatever it has: every result code of nccl.h and the CUDA errors that
+ * matter mapped to the right status, dtypes and ops to NCCL's, every call
+ * present, and what the runtime answers without a device (a clear refusal,
+ * not a crash). Needs no GPU. */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <string.h>
+
+#include "comm/nccl/gpu_api.h"
+#include "tests/runner.h"
+
+static void test_nccl_status(void)
+{
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclSuccess), MSR_OK);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclInProgress), MSR_IN_PROGRESS);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclRemoteError), MSR_ERR_PEER_LOST);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclInvalidArgument), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclInvalidUsage), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclSystemError), MSR_ERR_BACKEND);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclInternalError), MSR_ERR_BACKEND);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclUnhandledCudaError), MSR_ERR_BACKEND);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(ncclNumResults), MSR_ERR_BACKEND);
+    MSR_CHECK_STATUS(msr_gpu_nccl_status(12345), MSR_ERR_BACKEND);
+    /* every code nccl.h knows maps to something, and only success to OK */
+    for (int r = 0; r < ncclNumResults; r++) {
+        msr_status_t st = msr_gpu_nccl_status(r);
+        MSR_CHECK((st == MSR_OK) == (r == ncclSuccess));
+        MSR_CHECK((st == MSR_IN_PROGRESS) == (r == ncclInProgress));
+    }
+}
+
+static void test_cuda_status(void)
+{
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaSuccess), MSR_OK);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorNotReady), MSR_IN_PROGRESS);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorMemoryAllocation), MSR_ERR_NO_MEMORY);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorNoDevice), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorInsufficientDriver), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorInvalidValue), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorLaunchFailure), MSR_ERR_BACKEND);
+    MSR_CHECK_STATUS(msr_gpu_cuda_status(cudaErrorIllegalAddress), MSR_ERR_BACKEND);
+}
+
+static void test_types(void)
+{
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_F32), ncclFloat32);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_F64), ncclFloat64);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_F16), ncclFloat16);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_BF16), ncclBfloat16);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_I32), ncclInt32);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_I64), ncclInt64);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype(MSR_DTYPE_U8), ncclUint8);
+    MSR_CHECK_EQ(msr_gpu_nccl_dtype((msr_dtype_t)MSR_DTYPE_COUNT), -1);
+    MSR_CHECK_EQ(msr_gpu_nccl_op(MSR_OP_SUM), ncclSum);
+    MSR_CHECK_EQ(msr_gpu_nccl_op(MSR_OP_PROD), ncclProd);
+    MSR_CHECK_EQ(msr_gpu_nccl_op(MSR_OP_MIN), ncclMin);
+    MSR_CHECK_EQ(msr_gpu_nccl_op(MSR_OP_MAX), ncclMax);
+    MSR_CHECK_EQ(msr_gpu_nccl_op(MSR_OP_AVG), ncclAvg);
+    MSR_CHECK_EQ(msr_gpu_nccl_op((msr_op_t)MSR_OP_COUNT), -1);
+    /* the element sizes agree */
+    MSR_CHECK_EQ(sizeof(ncclUniqueId), MSR_GPU_ID_BYTES);
+}
+
+static void test_table(void)
+{
+    const msr_gpu_api_t *g = msr_gpu_api_cuda();
+    MSR_CHECK(g != NULL && g->data == NULL);
+    /* every slot filled: the table is a run of function pointers after name
+     * and data */
+    const msr_gpu_api_t zero = {0};
+    size_t from = offsetof(msr_gpu_api_t, device_count);
+    for (size_t off = from; off + sizeof(void (*)(void)) <= sizeof *g;
+         off += sizeof(void (*)(void))) {
+        void (*fp)(void), (*zp)(void);
+        memcpy(&fp, (const char *)g + off, sizeof fp);
+        memcpy(&zp, (const char *)&zero + off, sizeof zp);
+        MSR_CHECK_MSG(memcmp(&fp, &zp, sizeof fp) != 0, "slot at offset %zu is empty", off);
+    }
+}
+
+/* What the runtime says on this machine: a device count, or (no driver, no
+ * device) a refusal that names the call. */
+static void test_runtime_here(void)
+{
+    const msr_gpu_api_t *g = msr_gpu_api_cuda();
+    int n = -1;
+    msr_status_t st = g->device_count(g, &n);
+    if (st == MSR_OK) {
+        MSR_CHECK(n >= 0);
+        printf("cuda: %d device(s) here\n", n);
+    } else {
+        MSR_CHECK_MSG(st == MSR_ERR_UNSUPPORTED || st == MSR_ERR_BACKEND, "got %s",
+                      msr_status_name(st));
+        MSR_CHECK(n == -1);
+        MSR_CHECK(strstr(msr_last_error(), "cudaGetDeviceCount") != NULL);
+        printf("cuda: no device here: %s\n", msr_last_error());
+    }
+}
+
+/* ncclGetUniqueId needs no GPU (it opens the bootstrap socket): two ids
+ * differ. Where NCCL cannot make one, it says why. */
+static void test_unique_id(void)
+{
+    const msr_gpu_api_t *g = msr_gpu_api_cuda();
+    unsigned char a[MSR_GPU_ID_BYTES], b[MSR_GPU_ID_BYTES], zero[MSR_GPU_ID_BYTES] = {0};
+    msr_status_t st = g->unique_id(g, a);
+    if (st != MSR_OK) {
+        MSR_CHECK(strstr(msr_last_error(), "ncclGetUniqueId") != NULL);
+        printf("nccl: no unique id here: %s\n", msr_last_error());
+        return;
+    }
+    MSR_CHECK_OK(g->unique_id(g, b));
+    MSR_CHECK(memcmp(a, zero, sizeof a) != 0);
+    MSR_CHECK(memcmp(a, b, sizeof a) != 0);
+}
+
+static const msr_test_t tests[] = {
+    {"nccl_status", test_nccl_status, 10},
+    {"cuda_status", test_cuda_status, 10},
+    {"types", test_types, 10},
+    {"table", test_table, 10},
+    {"runtime_here", test_runtime_here, 60},
+    {"unique_id", test_unique_id, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
