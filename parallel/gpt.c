@@ -161,13 +161,15 @@ void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed)
 
 void msr_gpt_zero_grad(msr_gpt_t *model)
 {
-    memset(model->grads, 0, model->num_params * sizeof(float));
+    if (model->grads != NULL)
+        memset(model->grads, 0, model->num_params * sizeof(float));
 }
 
 void msr_gpt_segment_reset(msr_gpt_t *model, int s)
 {
-    model->segments[s].params = model->params + model->segments[s].offset;
-    model->segments[s].grads = model->grads + model->segments[s].offset;
+    size_t off = model->segments[s].offset;
+    model->segments[s].params = model->params != NULL ? model->params + off : NULL;
+    model->segments[s].grads = model->grads != NULL ? model->grads + off : NULL;
 }
 
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
@@ -252,6 +254,12 @@ static void point_work(msr_gpt_t *m, carve_t *c)
 
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)
 {
+    return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
+}
+
+msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p)
+{
     char why[160];
     if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
         MSR_ERROR("gpt: %s", why);
@@ -276,9 +284,11 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
         goto err_free;
     build_layout(m);
 
-    m->params = msr_calloc(m->num_params, sizeof(float));
-    m->grads = msr_calloc(m->num_params, sizeof(float));
-    if (m->params == NULL || m->grads == NULL)
+    if (!(flags & MSR_GPT_NO_PARAMS) &&
+        (m->params = msr_calloc(m->num_params, sizeof(float))) == NULL)
+        goto err_free;
+    if (!(flags & MSR_GPT_NO_GRADS) &&
+        (m->grads = msr_calloc(m->num_params, sizeof(float))) == NULL)
         goto err_free;
     for (int s = 0; s < m->num_segments; s++)
         msr_gpt_segment_reset(m, s);
