@@ -313,6 +313,20 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
     return MSR_OK;
 }
 
+/* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
+static long peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
 /* One line per rank: bytes held and where the time went. */
 static void report(const msr_trainer_t *tr, const job_t *job)
 {
@@ -323,12 +337,12 @@ static void report(const msr_trainer_t *tr, const job_t *job)
     fprintf(stderr,
             "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
             "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
-            "%.2f bucket-wait %.2f update %.2f gather-wait %.2f; buckets %d\n",
+            "%.2f bucket-wait %.2f update %.2f gather-wait %.2f; buckets %d; peak RSS %ld KiB\n",
             job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak,
             m.shard_elems, tr->model->num_params, m.replicated_elems,
             1e-6 * (double)s->forward_ns / n, 1e-6 * (double)s->backward_ns / n,
             1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->update_ns / n,
-            1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets);
+            1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
 }
 
 int main(int argc, char **argv)
