@@ -473,6 +473,12 @@ static msr_status_t hook_grads_ready(void *arg, msr_gpt_t *model, int s)
     return progress(dp);
 }
 
+static msr_status_t hook_poll(void *arg, msr_gpt_t *model)
+{
+    (void)model;
+    return progress(arg);
+}
+
 /* ---- create / destroy ---- */
 
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
@@ -536,7 +542,7 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
     } else {
         msr_gpt_init_params(model, seed);
     }
-    dp->hooks = (msr_gpt_hooks_t){dp, hook_acquire, hook_release, hook_grads_ready};
+    dp->hooks = (msr_gpt_hooks_t){dp, hook_acquire, hook_release, hook_grads_ready, hook_poll};
     *dp_p = dp;
     return MSR_OK;
 
@@ -635,7 +641,17 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp)
             if (st == MSR_OK)
                 bucket_finish(dp, b);
         }
-        dp->stats.wait_ns += msr_now_ns() - t0;
+        uint64_t waited = msr_now_ns() - t0;
+        dp->stats.wait_ns += waited;
+        /* the last rank to finish backward waits only for what its
+         * communication still had to do: the exposed part */
+        double w[1] = {(double)waited};
+        if (st == MSR_OK && dp->cfg.measure && dp->comm != NULL) {
+            st = msr_comm_allreduce(dp->comm, MSR_IN_PLACE, w, 1, MSR_DTYPE_F64, MSR_OP_MIN);
+            if (st != MSR_OK)
+                comm_failed("allreduce of the wait times, rank", dp->rank, st);
+        }
+        dp->stats.exposed_ns += (uint64_t)w[0];
     }
     /* ZeRO-3 frees every segment as its last visit ends; this catches a
      * pass cut short */

@@ -14,6 +14,8 @@
  * is driven by msr_comm_test from every later hook, so it overlaps the rest
  * of backward (UCX has no background progress). overlap = 0 starts every
  * bucket after backward instead (for measuring what the overlap hides).
+ * Progress is also driven between the kernels of a block (the model's poll
+ * hook), so a bucket's messages move every few milliseconds of compute.
  *
  * Units and shards. The buffer is cut at every bucket and segment boundary
  * into units. A unit is either sharded: rank j owns its block j of
@@ -81,6 +83,7 @@ typedef struct msr_dp_config {
     size_t first_bucket_bytes; /* the first bucket's size (capped at bucket_bytes) */
     size_t zero_min_bytes;     /* segments smaller than this stay replicated */
     int overlap;               /* 1: a bucket starts when ready; 0: after backward */
+    int measure;               /* also measure the exposed wait (one more allreduce per step) */
 } msr_dp_config_t;
 
 /* The model flags (msr_gpt_create_ex) a stage needs. */
@@ -133,6 +136,9 @@ typedef struct msr_dp_stats {
     uint64_t forward_ns;  /* in msr_gpt_forward (the trainer adds these two) */
     uint64_t backward_ns; /* in msr_gpt_backward, hooks and their communication included */
     uint64_t wait_ns;     /* waiting for gradient buckets after backward */
+    uint64_t exposed_ns;  /* the least wait over the ranks (with measure): the
+                           * communication the last rank to finish backward
+                           * could not hide behind it */
     uint64_t update_ns;   /* norm, AdamW and the parameter allgather */
     uint64_t gather_ns;   /* ZeRO-3: waiting for parameter gathers in acquire */
     uint64_t buckets;     /* bucket reductions done */

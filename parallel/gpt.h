@@ -241,6 +241,10 @@ typedef struct msr_gpt_hooks {
     msr_status_t (*acquire)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
     msr_status_t (*release)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
     msr_status_t (*grads_ready)(void *arg, msr_gpt_t *model, int seg);
+    /* poll(): called between the kernels of a block and of the head (a few
+     * times per segment), so that communication in flight makes progress
+     * while the pass computes; it must not touch the segments' pointers. */
+    msr_status_t (*poll)(void *arg, msr_gpt_t *model);
 } msr_gpt_hooks_t;
 
 /* Runs the model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=
