@@ -136,4 +136,12 @@ grep -q "other settings" "$work/err" || fail "other settings: $(cat "$work/err")
 msrun_n 1 "${small[@]}" --steps 1 --ckpt-dir "$work/empty" --resume >"$work/out" 2>"$work/err" ||
     fail "fresh start: $(cat "$work/err")"
 grep -q 'step 1 ' "$work/out" || fail "fresh start with --resume: $(cat "$work/out")"
+# the main job (scripts/quickstart.sh): 4 workers, the default model, ZeRO
+# stage 1, 20 steps; the loss falls from ln 256 by more than 2
+msrun_n 4 --steps 20 --zero 1 >"$work/main" 2>"$work/err" || fail "main job: $(cat "$work/err")"
+[[ $(grep -c -E 'step [0-9]+ loss [0-9]+\.[0-9]{6} tok/s [0-9]+$' "$work/main") -eq 20 ]] ||
+    fail "main job: $(cat "$work/main")"
+awk '/ step 1 loss / { first = $8 } / step 20 loss / { last = $8 }
+     END { exit !(first > 5.4 && last < first - 2) }' "$work/main" ||
+    fail "main job: the loss did not fall: $(cat "$work/main")"
 echo "train_gpt CLI: ok"
