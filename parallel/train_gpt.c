@@ -30,7 +30,7 @@
 
 typedef struct options {
     int64_t layers, channels, heads, seq;
-    int64_t micro_batch, grad_accum, dp, tp, pp, zero;
+    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
     double bucket_mb;
     int64_t zero_min_bytes, overlap;
     int64_t steps, warmup, seed;
@@ -68,6 +68,9 @@ static const opt_spec_t specs[] = {
     OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
     OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
     OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
+    OPT("global-batch", OPT_INT, global_batch, 0, 1 << 30,
+        "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
+        "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
     OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
@@ -199,6 +202,18 @@ static int check_combination(options_t *o, int world, int in_job)
                 " --pp %" PRId64 "); use 1\n",
                 o->tp, o->pp);
         return -1;
+    }
+    if (o->global_batch > 0) {
+        if (o->global_batch % (o->micro_batch * o->dp) != 0 ||
+            o->global_batch / (o->micro_batch * o->dp) > 65536) {
+            fprintf(stderr,
+                    "train_gpt: --global-batch %" PRId64
+                    " is not a multiple of micro-batch %" PRId64 " x dp %" PRId64
+                    " (with at most 65536 micro-batches per rank)\n",
+                    o->global_batch, o->micro_batch, o->dp);
+            return -1;
+        }
+        o->grad_accum = o->global_batch / (o->micro_batch * o->dp);
     }
     if (o->channels % o->heads != 0) {
         fprintf(stderr,

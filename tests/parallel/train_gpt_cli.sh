@@ -50,6 +50,7 @@ refuse "do not divide into --heads 3" --heads 3
 refuse "but the job has 1" --dp 2
 refuse "do not divide into tp 2" --tp 2
 refuse "but the job has 1" --tp 2 --dp 1
+refuse "not a multiple of micro-batch 4 x dp 1" --micro-batch 4 --global-batch 6
 refuse "need --ckpt-dir" --resume
 refuse "need --ckpt-dir" --ckpt-keep 2
 refuse "run under msrun" --ckpt-dir "$work/ck"
@@ -112,10 +113,10 @@ diff "$work/whole" <(cat "$work/first" "$work/second") ||
     fail "the resumed run differs from the uninterrupted one"
 
 # the same checkpoint resumed by 4 workers (accum 1) and by 1 (accum 4, ZeRO
-# 3): the same global batch, so the same losses up to float rounding
+# 3), told the global batch (16): the same losses up to float rounding
 for n in 4 1; do
     cp -r "$work/ck3" "$work/ck$n"
-    msrun_n $n "${small[@]}" --steps 6 --grad-accum $((4 / n)) --zero $((n == 1 ? 3 : 1)) \
+    msrun_n $n "${small[@]}" --steps 6 --global-batch 16 --zero $((n == 1 ? 3 : 1)) \
         --ckpt-dir "$work/ck$n" --resume >"$work/re$n" 2>"$work/err" ||
         fail "resume on $n: $(cat "$work/err")"
     grep -q "resumed from step 3 under .* (saved by 2 ranks)" "$work/err" ||
