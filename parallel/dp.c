@@ -206,23 +206,28 @@ static size_t moment_off(const msr_dp_t *dp, const msr_dp_unit_t *u)
 
 /* ---- progress ---- */
 
-/* Tests the oldest request in flight: one test drives the engine's
- * progress for every operation, so later ones move too. */
+static void bucket_finish(msr_dp_t *dp, int b);
+
+/* Tests the oldest request in flight (one test drives the engine's
+ * progress for every operation, so later ones move too) and finishes the
+ * buckets whose reductions are done, freeing their buffers early. */
 static msr_status_t progress(msr_dp_t *dp)
 {
     if (dp->comm == NULL)
         return MSR_OK;
     for (int b = 0; b < dp->next_start; b++) {
+        msr_dp_bucket_t *B = &dp->buckets[b];
         for (int k = 0; k < 2; k++) {
-            msr_comm_req_t **req = &dp->buckets[b].req[k];
-            if (*req == NULL)
+            if (B->req[k] == NULL)
                 continue;
-            msr_status_t st = msr_comm_test(req);
+            msr_status_t st = msr_comm_test(&B->req[k]);
             if (st == MSR_IN_PROGRESS)
                 return MSR_OK;
             if (st != MSR_OK)
                 return comm_failed("reduction of bucket", b, st);
         }
+        if (!B->finished)
+            bucket_finish(dp, b);
     }
     for (int s = 0; s < dp->num_segs; s++) {
         msr_comm_req_t **req = &dp->segs[s].req;
@@ -293,6 +298,7 @@ static msr_status_t bucket_start(msr_dp_t *dp, int b)
 static void bucket_finish(msr_dp_t *dp, int b)
 {
     msr_dp_bucket_t *B = &dp->buckets[b];
+    B->finished = 1;
     dp->stats.buckets++;
     if (dp->cfg.zero == 0)
         return;
@@ -613,7 +619,7 @@ msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last)
     dp->next_start = 0;
     dp->vi = 0;
     for (int b = 0; b < dp->num_buckets; b++)
-        dp->buckets[b].started = 0;
+        dp->buckets[b].started = dp->buckets[b].finished = 0;
     if (first && dp->cfg.zero <= 1)
         msr_gpt_zero_grad(dp->model);
     return MSR_OK;
@@ -638,7 +644,7 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp)
                 if (st != MSR_OK)
                     comm_failed("reduction of bucket", b, st);
             }
-            if (st == MSR_OK)
+            if (st == MSR_OK && !B->finished)
                 bucket_finish(dp, b);
         }
         uint64_t waited = msr_now_ns() - t0;

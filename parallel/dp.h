@@ -108,6 +108,7 @@ typedef struct msr_dp_bucket {
     float *packed;          /* (dp * blk + rep) while in use */
     msr_comm_req_t *req[2]; /* reduce-scatter (or allreduce) and allreduce */
     int started;            /* its reduction was started this micro-batch */
+    int finished;           /* ... and its results were moved into place */
 } msr_dp_bucket_t;
 
 typedef struct msr_dp_seg {
