@@ -244,6 +244,36 @@ static msr_status_t progress(msr_dp_t *dp)
 
 /* ---- buckets ---- */
 
+/* Bounds the packed bucket buffers alive at once (a rank ahead of its
+ * peers would otherwise hold every bucket's until they catch up): while
+ * MSR_DP_MAX_PACKED are, waits for the oldest started one and finishes it. */
+static msr_status_t make_room(msr_dp_t *dp)
+{
+    for (;;) {
+        int alive = 0, oldest = -1;
+        for (int b = 0; b < dp->num_buckets; b++) {
+            const msr_dp_bucket_t *B = &dp->buckets[b];
+            if (B->packed == NULL)
+                continue;
+            alive++;
+            if (oldest < 0 && B->started && !B->finished)
+                oldest = b;
+        }
+        if (alive < MSR_DP_MAX_PACKED || oldest < 0)
+            return MSR_OK;
+        msr_dp_bucket_t *B = &dp->buckets[oldest];
+        for (int k = 0; k < 2; k++) {
+            if (B->req[k] == NULL)
+                continue;
+            msr_status_t st = msr_comm_wait(B->req[k]);
+            B->req[k] = NULL;
+            if (st != MSR_OK)
+                return comm_failed("reduction of bucket", oldest, st);
+        }
+        bucket_finish(dp, oldest);
+    }
+}
+
 /* Copies segment s's gradients into the packed buffers of its buckets. */
 static msr_status_t pack_grads(msr_dp_t *dp, int s)
 {
@@ -254,8 +284,13 @@ static msr_status_t pack_grads(msr_dp_t *dp, int s)
     for (int k = G->u0; k < G->u1; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         msr_dp_bucket_t *B = &dp->buckets[u->bucket];
-        if (B->packed == NULL && (B->packed = tmp_alloc(dp, size * B->blk + B->rep, 0)) == NULL)
-            return MSR_ERR_NO_MEMORY;
+        if (B->packed == NULL) {
+            msr_status_t st = make_room(dp);
+            if (st != MSR_OK)
+                return st;
+            if ((B->packed = tmp_alloc(dp, size * B->blk + B->rep, 0)) == NULL)
+                return MSR_ERR_NO_MEMORY;
+        }
         const float *src = base + (u->lo - soff);
         if (u->replicated) {
             memcpy(B->packed + size * B->blk + u->bpack, src, u->n * sizeof(float));

@@ -42,7 +42,9 @@
  *      shard: acquire all-gathers a segment
  *      (the next one is prefetched), release
  *      frees it
- * plus temporary buffers (packed buckets, gathered segments), counted in
+ * plus temporary buffers (at most MSR_DP_MAX_PACKED packed buckets, and
+ * under ZeRO-2/3 the gradient of the segments in backward, under ZeRO-3 the
+ * gathered segments: the current one and the prefetched next), counted in
  * msr_dp_memory_t.transient_peak.
  *
  * Gradient accumulation: stages 0 and 1 accumulate micro-batches in the
@@ -76,6 +78,9 @@
 #define MSR_DP_BUCKET_BYTES       (25u << 20)
 #define MSR_DP_FIRST_BUCKET_BYTES (1u << 20)
 #define MSR_DP_ZERO_MIN_BYTES     (64u << 10)
+/* ZeRO >= 1: packed bucket buffers alive at once, at most; a rank that
+ * would need another waits for its oldest reduction first. */
+#define MSR_DP_MAX_PACKED         4
 
 typedef struct msr_dp_config {
     int zero;                  /* ZeRO stage, 0..3 */
