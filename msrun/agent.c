@@ -96,7 +96,7 @@ typedef struct agent {
     int interrupted; /* the signal that interrupted msrun, 0 if none */
     int leave_sent;
     int pending_reports;
-    msr_list_t reports; /* reports not yet acknowledged */
+    msr_list_t reports;   /* reports not yet acknowledged */
     char coord_bind[300]; /* where the embedded coordinator listens (restarts) */
     char state_file[300]; /* the embedded coordinator's state */
     uint64_t coord_restarts;
@@ -402,34 +402,33 @@ static int setup_coordinator(agent_t *a)
     return 0;
 }
 
+/* Waits up to ms for child pid to exit; 1 if it did (or is not ours). */
+static int wait_child(pid_t pid, int64_t ms)
+{
+    uint64_t deadline = msr_deadline_in_ms(ms);
+    int status;
+    do {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return 1;
+        msr_sleep_ms(10);
+    } while (!msr_deadline_passed(deadline));
+    return 0;
+}
+
 static void stop_coordinator(agent_t *a)
 {
     if (a->coord_pid <= 0)
         return;
     /* The other nodes must hear the outcome: the coordinator exits by itself
      * once every node has left. Give it a moment, then stop it. */
-    uint64_t deadline = msr_deadline_in_ms(a->nworkers && a->node_count > 1 ? 10000 : 2000);
-    int status;
-    while (!msr_deadline_passed(deadline)) {
-        pid_t r = waitpid(a->coord_pid, &status, WNOHANG);
-        if (r == a->coord_pid || (r < 0 && errno == ECHILD)) {
-            a->coord_pid = 0;
-            return;
+    if (!wait_child(a->coord_pid, a->nworkers && a->node_count > 1 ? 10000 : 2000)) {
+        kill(a->coord_pid, SIGTERM);
+        if (!wait_child(a->coord_pid, 3000)) {
+            kill(a->coord_pid, SIGKILL);
+            waitpid(a->coord_pid, NULL, 0);
         }
-        msr_sleep_ms(10);
     }
-    kill(a->coord_pid, SIGTERM);
-    deadline = msr_deadline_in_ms(3000);
-    while (!msr_deadline_passed(deadline)) {
-        pid_t r = waitpid(a->coord_pid, &status, WNOHANG);
-        if (r == a->coord_pid || (r < 0 && errno == ECHILD)) {
-            a->coord_pid = 0;
-            return;
-        }
-        msr_sleep_ms(10);
-    }
-    kill(a->coord_pid, SIGKILL);
-    waitpid(a->coord_pid, &status, 0);
     a->coord_pid = 0;
 }
 
@@ -968,6 +967,7 @@ static void join_done(msr_rpc_async_t *as, void *arg)
         return;
     }
     switch (as->status) {
+    case MSR_ERR_REFUSED: /* the job is full: a lost node may not be reaped yet */
     case MSR_ERR_UNREACHABLE:
     case MSR_ERR_TIMEOUT:
     case MSR_ERR_CANCELED: {
@@ -981,7 +981,11 @@ static void join_done(msr_rpc_async_t *as, void *arg)
             return;
         }
         if (now - a->last_progress > 5000000000ull) {
-            MSR_INFO("waiting for the coordinator at %s", a->coord_target);
+            if (as->status == MSR_ERR_REFUSED)
+                MSR_INFO("the job at %s is full (%s); waiting for a free place", a->coord_target,
+                         as->err);
+            else
+                MSR_INFO("waiting for the coordinator at %s", a->coord_target);
             a->last_progress = now;
         }
         schedule_retry(a);

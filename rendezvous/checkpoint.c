@@ -146,6 +146,23 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     return MSR_OK;
 }
 
+/* Every rank's `len` bytes, in rank order, in *all_p (free it). */
+static msr_status_t gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
+{
+    void *all = calloc((size_t)msr_world_size(ctx), len);
+    if (all == NULL) {
+        msr_client_set_error("checkpoint: out of memory");
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_status_t st = msr_allgather(ctx, mine, len, all);
+    if (st != MSR_OK) {
+        free(all);
+        return st;
+    }
+    *all_p = all;
+    return MSR_OK;
+}
+
 static void step_dir(const char *dir, int64_t step, char *out, size_t len)
 {
     snprintf(out, len, "%s/step-%" PRId64, dir, step);
@@ -261,16 +278,10 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
     /* Every rank's state is durable once everyone is past this point. */
     uint64_t mine[2] = {len, h.crc};
     int world = msr_world_size(ctx);
-    uint64_t *all = calloc((size_t)world, sizeof mine);
-    if (all == NULL) {
-        msr_client_set_error("checkpoint: out of memory");
-        return MSR_ERR_NO_MEMORY;
-    }
-    st = msr_allgather(ctx, mine, sizeof mine, all);
-    if (st != MSR_OK) {
-        free(all);
+    uint64_t *all = NULL;
+    st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    if (st != MSR_OK)
         return st;
-    }
     if (msr_rank(ctx) == 0) {
         msr_buf_t m = MSR_BUF_INIT;
         msr_buf_printf(&m,
@@ -330,12 +341,8 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
     }
     free(steps);
     int world = msr_world_size(ctx);
-    int64_t *all = calloc((size_t)world, sizeof mine);
-    if (all == NULL) {
-        msr_client_set_error("checkpoint: out of memory");
-        return MSR_ERR_NO_MEMORY;
-    }
-    msr_status_t st = msr_allgather(ctx, mine, sizeof mine, all);
+    int64_t *all = NULL;
+    msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
     if (st == MSR_OK) {
         int64_t agreed = -1;
         for (int k = 0; k < CKPT_OFFER && agreed < 0; k++) {
@@ -481,13 +488,8 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
         }
         free(steps);
     }
-    int world = msr_world_size(ctx);
-    int64_t *all = calloc((size_t)world, sizeof found);
-    if (all == NULL) {
-        msr_client_set_error("checkpoint: out of memory");
-        return MSR_ERR_NO_MEMORY;
-    }
-    msr_status_t st = msr_allgather(ctx, found, sizeof found, all);
+    int64_t *all = NULL;
+    msr_status_t st = gather_all(ctx, found, sizeof found, (void **)&all);
     if (st == MSR_OK) {
         *step_p = all[0];
         if (world_p)

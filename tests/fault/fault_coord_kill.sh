@@ -13,8 +13,7 @@ coord=$(pids_of "msrun coordinator")
 [ -n "$coord" ] || fail "no coordinator process"
 kill -9 $coord
 echo "killed the coordinator ($coord) after ${d}s"
-CODE=0
-wait "$BG_PID" || CODE=$?
+wait_pid "$BG_PID" 90
 expect_code 0 "the job after a killed coordinator"
 expect_in "the embedded coordinator exited (SIGKILL); restarted it" "$TMP/err" "restarted"
 expect_not_in "start gen 1" "$TMP/out" "the workers were not restarted"

@@ -6,14 +6,13 @@
 start_msrun --worker_num=3 --local_worker_num=3 --max_restarts=1 --error_file="$TMP/e.json" \
     "$JOB" "$TMP/ck" 100000 "$EVERY" "$SLEEP_MS" "$TMP/result"
 wait_started 3 "$TMP/out"
-kill -9 $(pick $(pids_of fault_job))
+kill -9 $(pick $(worker_pids))
 wait_for "start gen 1" "$TMP/out" 30 || fail "generation 1"
 wait_count "start gen 1" "$TMP/out" 3 30 || fail "generation 1 running"
 sleep "$(rand_delay 0.1 0.5)"
-victim=$(pick $(pids_of fault_job))
+victim=$(pick $(worker_pids))
 kill -KILL "$victim"
-CODE=0
-wait "$BG_PID" || CODE=$?
+wait_pid "$BG_PID" 90
 expect_code 137 "restarts exhausted"
 expect_in "job failed (generation 1): rank [0-9] on node 0 .*pid $victim) was killed by SIGKILL" \
     "$TMP/err" "the root cause names the last failure"

@@ -8,8 +8,7 @@ wait_started 4 "$TMP/out"
 sleep "$(rand_delay 0.1 0.8)"
 t0=$(date +%s.%N)
 kill -INT "$BG_PID"
-CODE=0
-wait "$BG_PID" || CODE=$?
+wait_pid "$BG_PID" 90
 t1=$(date +%s.%N)
 expect_code 130 "SIGINT"
 python3 -c "import sys; sys.exit(0 if $t1 - $t0 < 3 else 1)" || fail "stopped within the grace"

@@ -9,11 +9,10 @@ start_msrun --worker_num=4 --local_worker_num=4 --max_restarts=3 "$JOB" "$TMP/ck
 wait_started 4 "$TMP/out"
 d=$(rand_delay 0.2 1.0)
 sleep "$d"
-victim=$(pick $(pids_of fault_job))
+victim=$(pick $(worker_pids))
 kill -9 "$victim" 2>/dev/null
 echo "killed worker $victim after ${d}s"
-CODE=0
-wait "$BG_PID" || CODE=$?
+wait_pid "$BG_PID" 90
 expect_code 0 "the job after a killed worker"
 expect_in "restart 1 of 3 after rank [0-9] on node 0 .* was killed by SIGKILL" "$TMP/err" "restart"
 expect_in "start gen 1" "$TMP/out" "a new generation ran"

@@ -9,11 +9,10 @@ start_msrun --worker_num=4 --local_worker_num=4 --max_restarts=3 --worker_timeou
 wait_started 4 "$TMP/out"
 d=$(rand_delay 0.2 1.0)
 sleep "$d"
-victim=$(pick $(pids_of fault_job))
+victim=$(pick $(worker_pids))
 kill -STOP "$victim" 2>/dev/null
 echo "stopped worker $victim after ${d}s"
-CODE=0
-wait "$BG_PID" || CODE=$?
+wait_pid "$BG_PID" 90
 expect_code 0 "the job after a hung worker"
 expect_in "hung: no libmsrun beat" "$TMP/err" "the hang was found"
 expect_digest "$TMP/result"

@@ -32,6 +32,15 @@ pids_of() {
     done
 }
 
+# Pids of this test's workers: processes whose program (argv[0]) is the job.
+worker_pids() {
+    local p a0
+    for p in $(leftovers); do
+        a0=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -n 1)
+        [ "${a0##*/}" = fault_job ] && echo "$p"
+    done
+}
+
 # pick WORDS...: one of its arguments at random
 pick() {
     local a=("$@")
@@ -43,12 +52,20 @@ rand_delay() {
     python3 -c "import random; print('%.3f' % random.uniform($1, $2))"
 }
 
-# No file left in /dev/shm that was not there when the test started.
+# No shared-memory file of ours (UCX's ucx_*, msrun's msr-*) left in
+# /dev/shm that was not there when the test started and that no live process
+# maps (a mapped one belongs to a program still running beside this test).
 no_shm_leftovers() {
-    local now new
+    local now f left=""
     now=$(ls /dev/shm 2>/dev/null | sort)
-    new=$(comm -13 <(echo "$SHM_BEFORE") <(echo "$now"))
-    [ -z "$new" ] || fail "$1: files left in /dev/shm: $new"
+    for f in $(comm -13 <(echo "$SHM_BEFORE") <(echo "$now")); do
+        case "$f" in
+        ucx_* | msr-*)
+            grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || left="$left $f"
+            ;;
+        esac
+    done
+    [ -z "$left" ] || fail "$1: files left in /dev/shm:$left"
 }
 
 # wait_started N FILE: until N workers printed their start line

@@ -96,3 +96,20 @@ no_leftovers() {
     done
     fail "$1: processes left behind: $(for p in $left; do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)"
 }
+
+# wait_pid PID SECONDS: waits for a background process, at most SECONDS;
+# sets CODE to its exit status, or kills it and fails the test.
+wait_pid() {
+    local pid=$1 limit=$2 i
+    for ((i = 0; i < limit * 20; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            CODE=0
+            wait "$pid" || CODE=$?
+            return 0
+        fi
+        sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    fail "process $pid still running after $limit s"
+}

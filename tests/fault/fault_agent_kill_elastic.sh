@@ -1,0 +1,40 @@
+#!/bin/bash
+# kill -9 of an agent in an elastic job (--nnodes 2:3): the job re-forms on
+# the two nodes left (world size 3 -> 2), then takes in a node that joins
+# later; it ends with the fault-free result (the job's result does not
+# depend on the world size).
+. "$MSRUN_SOURCE/tests/integration/lib.sh"
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
+ITERS=1500
+reference_digest >/dev/null
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=1
+    --max_restarts=3 --node_timeout=2 --last_call=0.3 --log_level=info)
+args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
+for n in 0 1 2; do
+    # no timeout wrapper: $pN must be msrun itself (ctest's limit bounds the test)
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" "${args[@]}" \
+        >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
+    eval "p$n=$!"
+    [ $n = 0 ] && sleep 0.3 # the first starts the coordinator
+done
+wait_count "start gen 0 rank [0-9] of 3" "$TMP/n0.out" 1 30 || fail "3 nodes formed"
+sleep "$(rand_delay 0.2 0.6)"
+kill -9 "$p2"
+wait "$p2" 2>/dev/null
+wait_for "start gen [1-9] rank [0-9] of 2" "$TMP/n0.out" 20 || fail "re-formed on 2 nodes"
+# a node joining later is taken in at the next generation
+env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" "${args[@]}" \
+    >"$TMP/n3.out" 2>"$TMP/n3.err" &
+p3=$!
+for n in 0 1 3; do
+    eval "pid=\$p$n"
+    wait_pid "$pid" 90
+    c=$CODE
+    [ "$c" = 0 ] || { cat "$TMP/n$n.err" >&2; fail "node process $n exited $c"; }
+done
+expect_in "start gen [1-9] rank [0-9] of 3" "$TMP/n3.out" "the late node was taken in (world 3 again)"
+expect_digest "$TMP/result"
+no_leftovers "elastic agent kill"
+no_shm_leftovers "elastic agent kill"
+ok "elastic: a lost node, re-formed smaller, a late node taken in, same result"
