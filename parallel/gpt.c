@@ -161,13 +161,15 @@ void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed)
 
 void msr_gpt_zero_grad(msr_gpt_t *model)
 {
-    memset(model->grads, 0, model->num_params * sizeof(float));
+    if (model->grads != NULL)
+        memset(model->grads, 0, model->num_params * sizeof(float));
 }
 
 void msr_gpt_segment_reset(msr_gpt_t *model, int s)
 {
-    model->segments[s].params = model->params + model->segments[s].offset;
-    model->segments[s].grads = model->grads + model->segments[s].offset;
+    size_t off = model->segments[s].offset;
+    model->segments[s].params = model->params != NULL ? model->params + off : NULL;
+    model->segments[s].grads = model->grads != NULL ? model->grads + off : NULL;
 }
 
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
@@ -252,6 +254,12 @@ static void point_work(msr_gpt_t *m, carve_t *c)
 
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)
 {
+    return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
+}
+
+msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p)
+{
     char why[160];
     if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
         MSR_ERROR("gpt: %s", why);
@@ -276,9 +284,11 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
         goto err_free;
     build_layout(m);
 
-    m->params = msr_calloc(m->num_params, sizeof(float));
-    m->grads = msr_calloc(m->num_params, sizeof(float));
-    if (m->params == NULL || m->grads == NULL)
+    if (!(flags & MSR_GPT_NO_PARAMS) &&
+        (m->params = msr_calloc(m->num_params, sizeof(float))) == NULL)
+        goto err_free;
+    if (!(flags & MSR_GPT_NO_GRADS) &&
+        (m->grads = msr_calloc(m->num_params, sizeof(float))) == NULL)
         goto err_free;
     for (int s = 0; s < m->num_segments; s++)
         msr_gpt_segment_reset(m, s);
@@ -343,9 +353,24 @@ static msr_status_t hook_grads_ready(const msr_gpt_hooks_t *h, msr_gpt_t *m, int
     return h != NULL && h->grads_ready != NULL ? h->grads_ready(h->arg, m, seg) : MSR_OK;
 }
 
+static msr_status_t hook_poll(const msr_gpt_hooks_t *h, msr_gpt_t *m)
+{
+    return h != NULL && h->poll != NULL ? h->poll(h->arg, m) : MSR_OK;
+}
+
+/* Runs a kernel call, then polls; leaves the function on a failed poll. */
+#define THEN_POLL(call)                                  \
+    do {                                                 \
+        call;                                            \
+        msr_status_t poll_st_ = hook_poll(hooks, model); \
+        if (poll_st_ != MSR_OK)                          \
+            return poll_st_;                             \
+    } while (0)
+
 /* ---- forward ---- */
 
-void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T)
+static msr_status_t block_forward(msr_gpt_t *model, int l, const float *in, int B, int T,
+                                  const msr_gpt_hooks_t *hooks)
 {
     int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
     size_t NC = (size_t)N * C;
@@ -356,16 +381,22 @@ void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int 
 
     /* x + attn(ln1(x)) */
     msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C);
-    msr_matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-    msr_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    THEN_POLL(msr_matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C));
+    THEN_POLL(msr_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH));
     msr_matmul_forward(proj, a->atty, p.attprojw, p.attprojb, N, C, C);
-    msr_residual_forward(a->res2, in, proj, NC);
+    THEN_POLL(msr_residual_forward(a->res2, in, proj, NC));
     /* x + mlp(ln2(x)) */
     msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, N, C);
-    msr_matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+    THEN_POLL(msr_matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C));
     msr_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    msr_matmul_forward(proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    THEN_POLL(msr_matmul_forward(proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C));
     msr_residual_forward(a->res3, a->res2, proj, NC);
+    return MSR_OK;
+}
+
+void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T)
+{
+    (void)block_forward(model, l, in, B, T, NULL);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
@@ -412,7 +443,8 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     for (int l = 0; l < L; l++) {
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        msr_gpt_block_forward(model, l, x, B, T);
+        if ((st = block_forward(model, l, x, B, T, hooks)) != MSR_OK)
+            return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
         x = acts->blocks[l].res3;
@@ -450,7 +482,8 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 
 /* ---- backward ---- */
 
-void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T)
+static msr_status_t block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B,
+                                   int T, const msr_gpt_hooks_t *hooks)
 {
     int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
     size_t NC = (size_t)N * C;
@@ -467,20 +500,27 @@ void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dre
 
     /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
      * skip, and is the gradient of the MLP's output. */
-    msr_matmul_backward(w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw, N, 4 * C,
-                        C);
+    THEN_POLL(msr_matmul_backward(w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw,
+                                  N, 4 * C, C));
     msr_gelu_backward(w->dfch, a->fch, w->dfch_gelu, 4 * NC);
-    msr_matmul_backward(w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C);
+    THEN_POLL(msr_matmul_backward(w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C));
     msr_layernorm_backward(dres, g.ln2w, g.ln2b, w->dln, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd,
                            N, C);
     /* now dres = d res2. res2 = in + attn(ln1(in)): the same again. */
-    msr_matmul_backward(w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C);
-    msr_attention_backward(w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH);
+    THEN_POLL(
+        msr_matmul_backward(w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C));
+    THEN_POLL(msr_attention_backward(w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH));
     memset(w->dln, 0, NC * sizeof(float));
-    msr_matmul_backward(w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C);
+    THEN_POLL(msr_matmul_backward(w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C));
     msr_layernorm_backward(dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd, N,
                            C);
     /* now dres = d in */
+    return MSR_OK;
+}
+
+void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T)
+{
+    (void)block_backward(model, l, in, dres, B, T, NULL);
 }
 
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
@@ -526,7 +566,8 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3; /* (B,T,C) */
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
-        msr_gpt_block_backward(model, l, in, w->dres, B, T);
+        if ((st = block_backward(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
+            return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
         if ((st = hook_grads_ready(hooks, model, 1 + l)) != MSR_OK)

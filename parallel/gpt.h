@@ -180,6 +180,17 @@ typedef struct msr_gpt {
  * zero; call msr_gpt_init_params. Errors: MSR_ERR_CONFIG (logged),
  * MSR_ERR_NO_MEMORY. */
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p);
+
+/* flags for msr_gpt_create_ex: leave out the flat parameter or gradient
+ * buffer (model->params / model->grads NULL, and so every segment's pointer
+ * NULL until a hook points it somewhere). ZeRO-2 keeps no full gradient,
+ * ZeRO-3 neither a full gradient nor full parameters. */
+#define MSR_GPT_NO_PARAMS 1u
+#define MSR_GPT_NO_GRADS  2u
+
+/* msr_gpt_create with flags. */
+msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p);
 void msr_gpt_destroy(msr_gpt_t *model);
 
 /* Points p at the block parameters inside a segment base (a block segment's
@@ -193,14 +204,15 @@ void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block
  * shard) gets the same numbers as the whole. */
 void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst);
 
-/* msr_gpt_init_range over the whole flat buffer. */
+/* msr_gpt_init_range over the whole flat buffer (which must exist). */
 void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed);
 
-/* Sets every gradient to zero (the flat buffer; segments pointed elsewhere
- * are the hook's business). */
+/* Sets every gradient to zero (the flat buffer, if any; segments pointed
+ * elsewhere are the hook's business). */
 void msr_gpt_zero_grad(msr_gpt_t *model);
 
-/* Points segment s back at the model's flat buffers. */
+/* Points segment s back at the model's flat buffers (NULL for one left
+ * out). */
 void msr_gpt_segment_reset(msr_gpt_t *model, int s);
 
 /* What a forward or backward is doing when it calls a hook. */
@@ -229,6 +241,10 @@ typedef struct msr_gpt_hooks {
     msr_status_t (*acquire)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
     msr_status_t (*release)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);
     msr_status_t (*grads_ready)(void *arg, msr_gpt_t *model, int seg);
+    /* poll(): called between the kernels of a block and of the head (a few
+     * times per segment), so that communication in flight makes progress
+     * while the pass computes; it must not touch the segments' pointers. */
+    msr_status_t (*poll)(void *arg, msr_gpt_t *model);
 } msr_gpt_hooks_t;
 
 /* Runs the model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=

@@ -8,7 +8,18 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "parallel/ckpt.h"
+#include "base/time.h"
+
+void msr_train_config_defaults(msr_train_config_t *cfg)
+{
+    cfg->par = (msr_dp_config_t){
+        .zero = 0,
+        .bucket_bytes = MSR_DP_BUCKET_BYTES,
+        .first_bucket_bytes = MSR_DP_FIRST_BUCKET_BYTES,
+        .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
+        .overlap = 1,
+    };
+}
 
 msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                     char *why, size_t why_len)
@@ -39,21 +50,29 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                  (double)cfg->lr, cfg->warmup, (double)cfg->grad_clip);
         return MSR_ERR_CONFIG;
     }
+    if (cfg->par.zero < 0 || cfg->par.zero > 3 || cfg->par.bucket_bytes < sizeof(float)) {
+        snprintf(why, why_len,
+                 "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
+                 cfg->par.zero, cfg->par.bucket_bytes);
+        return MSR_ERR_CONFIG;
+    }
     return MSR_OK;
 }
 
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
-                                msr_trainer_t **tr_p)
+                                msr_comm_t *comm, msr_trainer_t **tr_p)
 {
     char why[200];
     if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
         MSR_ERROR("train: %s", why);
         return MSR_ERR_CONFIG;
     }
-    if (cfg->dp > 1) {
-        MSR_ERROR("train: data parallel (dp %d) needs the communicators, which are not built yet",
-                  cfg->dp);
-        return MSR_ERR_UNSUPPORTED;
+    int size = comm != NULL ? msr_comm_size(comm) : 1,
+        rank = comm != NULL ? msr_comm_rank(comm) : 0;
+    if (cfg->dp != size || cfg->dp_rank != rank) {
+        MSR_ERROR("train: dp %d (rank %d) needs a communicator of %d ranks, not %d (rank %d)",
+                  cfg->dp, cfg->dp_rank, cfg->dp, size, rank);
+        return MSR_ERR_CONFIG;
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
@@ -67,14 +86,11 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     tr->targets = msr_calloc(N, sizeof(int));
     if (tr->inputs == NULL || tr->targets == NULL)
         goto err_free;
-    if ((st = msr_gpt_create(&cfg->model, cfg->micro_batch, &tr->model)) != MSR_OK)
+    st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
+                           &tr->model);
+    if (st != MSR_OK)
         goto err_free;
-    msr_gpt_init_params(tr->model, cfg->seed);
-    /* dp: under ZeRO this becomes the rank's shard of the flat buffer */
-    tr->opt_lo = 0;
-    tr->opt_hi = tr->model->num_params;
-    st = msr_adamw_create(&cfg->adamw, tr->model->tensors, tr->model->num_tensors, tr->opt_lo,
-                          tr->opt_hi, &tr->opt);
+    st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
         goto err_free;
     *tr_p = tr;
@@ -89,7 +105,7 @@ void msr_trainer_destroy(msr_trainer_t *tr)
 {
     if (tr == NULL)
         return;
-    msr_adamw_destroy(tr->opt);
+    msr_dp_destroy(tr->dp);
     msr_gpt_destroy(tr->model);
     msr_free(tr->targets);
     msr_free(tr->inputs);
@@ -110,90 +126,209 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     uint64_t G = (uint64_t)B * (uint64_t)c->grad_accum * (uint64_t)c->dp; /* global batch */
     float dloss = (float)(1.0 / ((double)G * (double)T));
     msr_gpt_t *model = tr->model;
+    msr_dp_t *dp = tr->dp;
+    const msr_gpt_hooks_t *hooks = msr_dp_hooks(dp);
     msr_status_t st;
 
-    msr_gpt_zero_grad(model);
     double loss_sum = 0.0;
     for (int m = 0; m < c->grad_accum; m++) {
         uint64_t first = ((uint64_t)c->dp_rank * (uint64_t)c->grad_accum + (uint64_t)m) * B;
         msr_sampler_fill(&tr->sampler, tr->data, T, first, B, tr->inputs, tr->targets);
         double loss;
-        /* dp: hooks here; the last micro-batch's grads_ready starts the buckets */
-        if ((st = msr_gpt_forward(model, tr->inputs, tr->targets, B, T, NULL, &loss)) != MSR_OK)
+        if ((st = msr_dp_micro_begin(dp, m == 0, m == c->grad_accum - 1)) != MSR_OK)
             return st;
-        if ((st = msr_gpt_backward(model, dloss, NULL)) != MSR_OK)
+        uint64_t t0 = msr_now_ns();
+        if ((st = msr_gpt_forward(model, tr->inputs, tr->targets, B, T, hooks, &loss)) != MSR_OK)
+            return st;
+        uint64_t t1 = msr_now_ns();
+        if ((st = msr_gpt_backward(model, dloss, hooks)) != MSR_OK)
+            return st;
+        dp->stats.forward_ns += t1 - t0;
+        dp->stats.backward_ns += msr_now_ns() - t1;
+        if ((st = msr_dp_micro_end(dp)) != MSR_OK)
             return st;
         loss_sum += loss;
     }
-    /* dp: wait for the buckets; sum loss_sum and the squared norm over the group */
-    double norm = sqrt(msr_sumsq(model->grads + tr->opt_lo, tr->opt_hi - tr->opt_lo));
-    float scale = msr_clip_scale(norm, c->grad_clip);
-    msr_adamw_update(tr->opt, model->params + tr->opt_lo, model->grads + tr->opt_lo,
-                     msr_trainer_lr(tr, tr->step), scale);
-    /* dp: ZeRO all-gathers the updated parameters here */
+    double total, norm;
+    st = msr_dp_update(dp, msr_trainer_lr(tr, tr->step), c->grad_clip, loss_sum, &total, &norm);
+    if (st != MSR_OK)
+        return st;
     tr->sampler.position += G;
     tr->step++;
     tr->last_grad_norm = norm;
-    *loss_p = loss_sum / (double)(c->grad_accum * c->dp);
+    *loss_p = total / (double)(c->grad_accum * c->dp);
     return MSR_OK;
 }
 
-msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *dir, const char *meta,
-                              msr_tckpt_entry_t *entry_p)
+msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
 {
-    msr_tckpt_shard_t s = {
-        .step = tr->step,
-        .adam_t = tr->opt->t,
-        .data_seed = tr->sampler.seed,
-        .data_position = tr->sampler.position,
-        .rank = (uint32_t)tr->cfg.dp_rank,
-        .world = (uint32_t)tr->cfg.dp,
-        .num_params = tr->model->num_params,
-        .params_lo = 0,
-        .params_hi = tr->model->num_params,
-        .opt_lo = tr->opt_lo,
-        .opt_hi = tr->opt_hi,
-        .meta = meta,
-        .params = tr->model->params,
-        .m = tr->opt->m,
-        .v = tr->opt->v,
-    };
-    return msr_tckpt_shard_write(dir, &s, entry_p);
+    return msr_dp_gather_params(tr->dp, out);
 }
 
-msr_status_t msr_trainer_load(msr_trainer_t *tr, const char *dir, uint64_t step, const char *meta)
+msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
-    msr_tckpt_shard_t s;
+    int n = msr_dp_num_owned(tr->dp);
+    msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
+    if (r == NULL) {
+        MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
+        return MSR_ERR_NO_MEMORY;
+    }
+    for (int k = 0; k < n; k++) {
+        msr_dp_piece_t p;
+        msr_dp_owned(tr->dp, k, &p);
+        r[k] = (msr_tckpt_range_t){p.lo, p.n, p.params, p.m, p.v};
+    }
+    msr_tckpt_header_t h = {
+        .step = tr->step,
+        .adam_t = tr->dp->opt->t,
+        .data_seed = tr->sampler.seed,
+        .data_position = tr->sampler.position,
+        .num_params = tr->model->num_params,
+        .rank = (uint32_t)tr->cfg.dp_rank,
+        .world = (uint32_t)tr->cfg.dp,
+        .zero = (uint32_t)tr->cfg.par.zero,
+        .meta = meta,
+    };
+    msr_status_t st = msr_tckpt_encode(&h, r, (uint32_t)n, buf_p, len_p);
+    msr_free(r);
+    return st;
+}
+
+/* One saved rank's payload, decoded. */
+typedef struct payload {
     void *buf;
-    msr_status_t st = msr_tckpt_shard_read(dir, step, (uint32_t)tr->cfg.dp_rank, &s, &buf);
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *ranges;
+    uint32_t n;
+} payload_t;
+
+static void payload_free(payload_t *p)
+{
+    msr_free(p->ranges);
+    msr_free(p->buf);
+    memset(p, 0, sizeof *p);
+}
+
+static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
+{
+    size_t len;
+    char what[48];
+    memset(p, 0, sizeof *p);
+    msr_status_t st = fetch(arg, rank, &p->buf, &len);
     if (st != MSR_OK)
         return st;
-    st = MSR_ERR_CONFIG;
-    if (strcmp(s.meta, meta) != 0) {
-        MSR_ERROR("train: the checkpoint of step %llu under %s was written with other settings",
-                  (unsigned long long)step, dir);
-        MSR_ERROR("train:   checkpoint: %s", s.meta);
-        MSR_ERROR("train:   this run:   %s", meta);
-        goto err_buf;
-    }
-    if (s.num_params != tr->model->num_params || s.params_lo != 0 ||
-        s.params_hi != tr->model->num_params || s.opt_lo != tr->opt_lo || s.opt_hi != tr->opt_hi ||
-        s.world != (uint32_t)tr->cfg.dp) {
-        MSR_ERROR("train: the checkpoint of step %llu under %s was written by %u ranks with "
-                  "another layout than this run's %d",
-                  (unsigned long long)step, dir, s.world, tr->cfg.dp);
-        goto err_buf;
-    }
-    memcpy(tr->model->params, s.params, tr->model->num_params * sizeof(float));
-    memcpy(tr->opt->m, s.m, (tr->opt_hi - tr->opt_lo) * sizeof(float));
-    memcpy(tr->opt->v, s.v, (tr->opt_hi - tr->opt_lo) * sizeof(float));
-    tr->opt->t = s.adam_t;
-    tr->sampler.seed = s.data_seed;
-    tr->sampler.position = s.data_position;
-    tr->step = s.step;
-    st = MSR_OK;
+    snprintf(what, sizeof what, "the shard of rank %d", rank);
+    st = msr_tckpt_decode(p->buf, len, what, &p->h, &p->ranges, &p->n);
+    if (st != MSR_OK)
+        payload_free(p);
+    return st;
+}
 
-err_buf:
-    msr_free(buf);
+/* Whether p holds exactly the pieces this rank owns. */
+static int same_layout(const msr_trainer_t *tr, const payload_t *p)
+{
+    if ((int)p->n != msr_dp_num_owned(tr->dp))
+        return 0;
+    for (uint32_t k = 0; k < p->n; k++) {
+        msr_dp_piece_t mine;
+        msr_dp_owned(tr->dp, (int)k, &mine);
+        if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
+            return 0;
+    }
+    return 1;
+}
+
+static void payload_apply(msr_trainer_t *tr, const payload_t *p)
+{
+    for (uint32_t k = 0; k < p->n; k++) {
+        const msr_tckpt_range_t *r = &p->ranges[k];
+        msr_dp_piece_t piece = {r->lo, r->n, r->params, r->m, r->v};
+        msr_dp_load_piece(tr->dp, &piece);
+    }
+}
+
+/* Whether two payloads belong to the same checkpoint. */
+static int same_checkpoint(const payload_t *a, const payload_t *b, int world)
+{
+    return a->h.step == b->h.step && a->h.adam_t == b->h.adam_t &&
+           a->h.data_seed == b->h.data_seed && a->h.data_position == b->h.data_position &&
+           a->h.num_params == b->h.num_params && a->h.world == (uint32_t)world &&
+           b->h.world == (uint32_t)world && strcmp(a->h.meta, b->h.meta) == 0;
+}
+
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg)
+{
+    msr_dp_t *dp = tr->dp;
+    int first = world == tr->cfg.dp ? tr->cfg.dp_rank : 0;
+    payload_t p0, p;
+    msr_status_t st = payload_fetch(fetch, arg, first, &p0);
+    /* flags every rank agrees on: fetched, same settings, own layout */
+    int32_t agree[3] = {st == MSR_OK, 0, 0};
+    msr_status_t fetch_st = st;
+    if (st == MSR_OK) {
+        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == tr->model->num_params &&
+                   p0.h.world == (uint32_t)world;
+        agree[2] = world == tr->cfg.dp && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
+        if (!agree[1]) {
+            MSR_ERROR("train: the checkpoint of step %llu was written with other settings",
+                      (unsigned long long)p0.h.step);
+            MSR_ERROR("train:   checkpoint: %s (%llu parameters, %u ranks)", p0.h.meta,
+                      (unsigned long long)p0.h.num_params, p0.h.world);
+            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta,
+                      tr->model->num_params, world);
+        }
+    }
+    if (dp->comm != NULL) {
+        msr_status_t cst =
+            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, agree, 3, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK) {
+            MSR_ERROR("train: agreeing on a checkpoint: %s: %s", msr_status_str(cst),
+                      msr_last_error());
+            st = cst;
+            goto err_p0;
+        }
+    }
+    if (!agree[0]) {
+        st = fetch_st != MSR_OK ? fetch_st : MSR_ERR_CORRUPT;
+        if (fetch_st == MSR_OK)
+            MSR_ERROR("train: another rank could not read its checkpoint shard");
+        goto err_p0;
+    }
+    if (!agree[1]) {
+        st = MSR_ERR_CONFIG;
+        goto err_p0;
+    }
+    /* whatever fails here, every rank still reaches load_end, which agrees */
+    msr_status_t read_st = msr_dp_load_begin(dp);
+    if (read_st == MSR_OK)
+        payload_apply(tr, &p0);
+    for (int r = 0; r < world && !agree[2] && read_st == MSR_OK; r++) {
+        if (r == first)
+            continue;
+        if ((read_st = payload_fetch(fetch, arg, r, &p)) != MSR_OK)
+            break;
+        if (!same_checkpoint(&p0, &p, world) || p.h.rank != (uint32_t)r) {
+            MSR_ERROR("train: the shards of ranks %d and %d belong to different checkpoints", first,
+                      r);
+            read_st = MSR_ERR_CORRUPT;
+        } else {
+            payload_apply(tr, &p);
+        }
+        payload_free(&p);
+    }
+    st = msr_dp_load_end(dp, agree[2], read_st != MSR_OK);
+    if (st != MSR_OK) {
+        if (read_st != MSR_OK)
+            st = read_st;
+        goto err_p0;
+    }
+    dp->opt->t = p0.h.adam_t;
+    tr->sampler.seed = p0.h.data_seed;
+    tr->sampler.position = p0.h.data_position;
+    tr->step = p0.h.step;
+
+err_p0:
+    payload_free(&p0);
     return st;
 }

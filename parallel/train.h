@@ -1,21 +1,15 @@
 /* The training step: micro-batches from the sampler, forward and backward
- * with gradient accumulation, global gradient-norm clipping, AdamW; and a
- * trainer's checkpoint shard.
+ * with gradient accumulation, data parallel and ZeRO (parallel/dp.h),
+ * global gradient-norm clipping, AdamW; and the trainer's checkpoint shard.
  *
  * A step's global batch is micro_batch x grad_accum x dp sequences, rows
  * [0, G) of the step in the sampler's numbering; dp rank r's micro-batch m
  * reads rows [(r * grad_accum + m) * micro_batch, ... + micro_batch). Each
  * micro-batch's backward adds 1/(G*T) of its token losses' gradient, so the
- * summed gradient is that of the mean loss over the global batch however the
- * batch is split.
- *
- * Where a data-parallel runtime plugs in (phase 2; this file runs dp = 1):
- * the model's hooks (gpt.h) carry bucketed gradient reduction during
- * backward of the LAST micro-batch only and ZeRO's gathers; after backward
- * the step waits for the buckets, sums the loss and the squared gradient
- * norm over the group, updates its own slice [opt_lo, opt_hi) of the flat
- * buffer, and (ZeRO) all-gathers the parameters. Every one of those places
- * is marked "dp:" in train.c.
+ * gradients summed over micro-batches and ranks are those of the mean loss
+ * over the global batch however the batch is split: the ranks' buckets are
+ * summed (not averaged), and the result equals one process training the
+ * whole global batch up to the order of the additions.
  *
  * Not thread-safe: one thread drives a trainer. */
 #ifndef MSR_PARALLEL_TRAIN_H
@@ -25,29 +19,35 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "msrun/comm.h"
 #include "parallel/adamw.h"
 #include "parallel/ckpt.h"
 #include "parallel/data.h"
+#include "parallel/dp.h"
 #include "parallel/gpt.h"
 
 typedef struct msr_train_config {
     msr_gpt_config_t model; /* model.max_seq is the sequence length T */
     int micro_batch;        /* B: sequences per forward/backward */
     int grad_accum;         /* micro-batches per step on each dp rank */
-    int dp;                 /* data-parallel ranks (1 in this phase) */
+    int dp;                 /* data-parallel ranks: the communicator's size (1 alone) */
     int dp_rank;            /* this rank's index in [0, dp) */
     uint64_t seed;          /* parameter initialisation and the sampler */
     float lr;               /* peak learning rate */
     int warmup;             /* steps of linear warm-up to lr (0: none) */
     float grad_clip;        /* global gradient-norm limit (0: none) */
     msr_adamw_config_t adamw;
+    msr_dp_config_t par; /* ZeRO stage, buckets */
 } msr_train_config_t;
+
+/* cfg->par with the defaults: stage 0, 25 MiB buckets (the first 1 MiB),
+ * segments under 64 KiB replicated, overlap on. */
+void msr_train_config_defaults(msr_train_config_t *cfg);
 
 typedef struct msr_trainer {
     msr_train_config_t cfg;
     msr_gpt_t *model;
-    msr_adamw_t *opt;          /* owns m, v of flat [opt_lo, opt_hi) */
-    size_t opt_lo, opt_hi;     /* the whole buffer when dp = 1 */
+    msr_dp_t *dp;              /* buckets, shards, the optimizer (dp->opt) */
     const msr_dataset_t *data; /* borrowed */
     msr_sampler_t sampler;     /* position: the first sample of the next step */
     uint64_t step;             /* optimizer steps done */
@@ -57,17 +57,21 @@ typedef struct msr_trainer {
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
- * dp_rank < dp, a data set longer than T, sane hyperparameters. On failure
- * writes a one-line reason into why and returns MSR_ERR_CONFIG. */
+ * dp_rank < dp, a data set longer than T, sane hyperparameters, a ZeRO
+ * stage 0..3 and a bucket of at least one float. On failure writes a
+ * one-line reason into why and returns MSR_ERR_CONFIG. */
 msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                     char *why, size_t why_len);
 
-/* Creates a trainer at step 0 with freshly initialised parameters. data
- * must outlive it. Errors: MSR_ERR_CONFIG (logged with the reason),
- * MSR_ERR_UNSUPPORTED (dp > 1 before the communicators exist),
- * MSR_ERR_NO_MEMORY. */
+/* Creates a trainer at step 0 with freshly initialised parameters, data
+ * parallel over comm (NULL: alone, cfg->dp must be 1; else cfg->dp and
+ * cfg->dp_rank must be comm's size and rank). data and comm must outlive
+ * it. Errors: MSR_ERR_CONFIG (logged with the reason), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
-                                msr_trainer_t **tr_p);
+                                msr_comm_t *comm, msr_trainer_t **tr_p);
+
+/* Frees tr. After a failed step, destroy the communicator first (see
+ * msr_dp_destroy). */
 void msr_trainer_destroy(msr_trainer_t *tr);
 
 /* The learning rate of step index `step` (0-based): linear warm-up over
@@ -75,21 +79,36 @@ void msr_trainer_destroy(msr_trainer_t *tr);
 float msr_trainer_lr(const msr_trainer_t *tr, uint64_t step);
 
 /* Runs one optimizer step and writes the mean loss over the step's global
- * batch to *loss_p. Errors: those of the model's hooks. */
+ * batch to *loss_p (the same on every rank). Collective over the
+ * communicator. Errors: the model's and the communicator's. */
 msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
 
-/* Writes this rank's shard of checkpoint tr->step under dir (see ckpt.h):
- * the parameters, this rank's AdamW moments, the optimizer's step count and
- * the sampler. meta is the text a resume must match (the options that decide
- * the numbers). On success *entry_p is the manifest's entry for this rank;
- * the checkpoint is complete once msr_tckpt_manifest_write ran. */
-msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *dir, const char *meta,
-                              msr_tckpt_entry_t *entry_p);
+/* All parameters (P floats) into out; collective under ZeRO-3. */
+msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 
-/* Restores rank dp_rank's state from complete checkpoint `step` under dir.
- * A checkpoint whose meta differs from `meta`, or whose layout (parameter
- * count, shard ranges) differs from this trainer's, is refused with
- * MSR_ERR_CONFIG, both texts logged. Other errors: msr_tckpt_shard_read's. */
-msr_status_t msr_trainer_load(msr_trainer_t *tr, const char *dir, uint64_t step, const char *meta);
+/* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
+ * elements it owns with their parameters and moments, AdamW's step count,
+ * the sampler, and meta, the text a resume must match (the settings that
+ * decide the numbers: shape, global batch, seed, hyperparameters, data).
+ * *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,
+ * MSR_ERR_INVALID_ARG (meta too long). */
+msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+
+/* Gives the payload that rank `rank` of the saving world wrote, into *buf_p
+ * (msr_free'd by the caller) and *len_p. */
+typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, size_t *len_p);
+
+/* Restores the state of a checkpoint saved by `world` data-parallel ranks,
+ * whatever this run's dp, ZeRO stage or buckets (the global batch, hence
+ * meta, must be the same). When world is this run's dp and the saved
+ * layout is this run's, each rank reads only its own payload and the ranks
+ * rebuild the rest together; otherwise each rank reads every payload and
+ * keeps what it needs. Collective over the communicator: every rank calls
+ * it, and all succeed or all fail. Errors: MSR_ERR_CONFIG (meta differs:
+ * both texts logged; or another model size), MSR_ERR_CORRUPT (payloads
+ * inconsistent, or something missing), the fetch's and communicator's
+ * errors. On failure the trainer is to be destroyed. */
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg);
 
 #endif

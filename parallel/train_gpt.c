@@ -1,13 +1,14 @@
 /* train_gpt: trains the reference GPT (parallel/gpt.h) on the bytes of a
- * file, or on the generated corpus when no --data is given, and prints one
- * line per step on rank 0:
+ * file, or on the generated corpus when no --data is given, data parallel
+ * with ZeRO over every rank of the msrun job, and prints one line per step
+ * on rank 0:
  *
  *   step 12 loss 3.141593 tok/s 5120
  *
- * Runs alone or under msrun (msrun --worker_num=1 --local_worker_num=1
- * build/bin/train_gpt ...). Exit status: 0 done, 2 bad options or an
- * invalid combination (refused before training), 1 a failure while
- * training. See docs/model.md. */
+ * Runs alone (dp 1, no checkpoints) or under msrun (msrun --worker_num=4
+ * --local_worker_num=4 build/bin/train_gpt ...: dp 4). Exit status: 0 done,
+ * 2 bad options or an invalid combination (refused before training), 1 a
+ * failure while training. See docs/model.md. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -22,7 +23,6 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "msrun/msrun.h"
-#include "parallel/ckpt.h"
 #include "parallel/data.h"
 #include "parallel/train.h"
 
@@ -30,16 +30,19 @@
 
 typedef struct options {
     int64_t layers, channels, heads, seq;
-    int64_t micro_batch, grad_accum, dp, tp, pp, zero;
+    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
     double bucket_mb;
+    int64_t zero_min_bytes, overlap;
     int64_t steps, warmup, seed;
     double lr, weight_decay, grad_clip;
     const char *data;
     int64_t corpus_bytes;
     const char *ckpt_dir;
-    int64_t ckpt_every;
+    int64_t ckpt_every, ckpt_keep;
     int resume;
     int64_t threads;
+    const char *loss_log;
+    int report;
     int help;
 } options_t;
 
@@ -65,12 +68,19 @@ static const opt_spec_t specs[] = {
     OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
     OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
     OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
+    OPT("global-batch", OPT_INT, global_batch, 0, 1 << 30,
+        "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
+        "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
     OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
     OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3 (0)"),
     OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
-        "gradient bucket size in MiB, for --dp > 1 (25)"),
+        "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
+    OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
+        "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
+    OPT("overlap", OPT_INT, overlap, 0, 1,
+        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1)"),
     OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
     OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
@@ -82,8 +92,14 @@ static const opt_spec_t specs[] = {
     OPT("ckpt-dir", OPT_TEXT, ckpt_dir, 0, 0, "directory of checkpoints (none)"),
     OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
         "steps between checkpoints, 0 = only at the end (0)"),
+    OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
     OPT("resume", OPT_FLAG, resume, 0, 0, "continue from the latest complete checkpoint"),
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
+    OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
+        "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
+    OPT("report", OPT_FLAG, report, 0, 0,
+        "every rank prints its memory and time breakdown at the end (and the exposed "
+        "communication: one more allreduce per step)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
 
@@ -160,7 +176,7 @@ static int parse_options(int argc, char **argv, options_t *o)
 
 /* The combinations this build can run; prints why not and returns -1.
  * Fills in dp when it was left to the world size. */
-static int check_combination(options_t *o, int world)
+static int check_combination(options_t *o, int world, int in_job)
 {
     if (o->dp == 0) {
         if (world % (o->tp * o->pp) != 0) {
@@ -187,12 +203,17 @@ static int check_combination(options_t *o, int world)
                 o->tp, o->pp);
         return -1;
     }
-    if (o->dp > 1 || o->zero > 0) {
-        fprintf(stderr,
-                "train_gpt: data parallel and ZeRO need the communicators, which are not built "
-                "yet (--dp %" PRId64 " --zero %" PRId64 "); use --dp 1 --zero 0\n",
-                o->dp, o->zero);
-        return -1;
+    if (o->global_batch > 0) {
+        if (o->global_batch % (o->micro_batch * o->dp) != 0 ||
+            o->global_batch / (o->micro_batch * o->dp) > 65536) {
+            fprintf(stderr,
+                    "train_gpt: --global-batch %" PRId64
+                    " is not a multiple of micro-batch %" PRId64 " x dp %" PRId64
+                    " (with at most 65536 micro-batches per rank)\n",
+                    o->global_batch, o->micro_batch, o->dp);
+            return -1;
+        }
+        o->grad_accum = o->global_batch / (o->micro_batch * o->dp);
     }
     if (o->channels % o->heads != 0) {
         fprintf(stderr,
@@ -200,8 +221,13 @@ static int check_combination(options_t *o, int world)
                 o->channels, o->heads);
         return -1;
     }
-    if ((o->ckpt_every > 0 || o->resume) && o->ckpt_dir == NULL) {
-        fprintf(stderr, "train_gpt: --ckpt-every and --resume need --ckpt-dir\n");
+    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0) && o->ckpt_dir == NULL) {
+        fprintf(stderr, "train_gpt: --ckpt-every, --ckpt-keep and --resume need --ckpt-dir\n");
+        return -1;
+    }
+    if (o->ckpt_dir != NULL && !in_job) {
+        fprintf(stderr, "train_gpt: checkpoints are libmsrun's: run under msrun for --ckpt-dir "
+                        "(msrun --worker_num=1 --local_worker_num=1 train_gpt ...)\n");
         return -1;
     }
     return 0;
@@ -232,37 +258,109 @@ static msr_status_t job_join(job_t *job)
     return MSR_OK;
 }
 
-/* Writes checkpoint tr->step: every rank its shard, then rank 0 the
- * manifest once it has every rank's entry, then all meet, so that no rank
- * runs ahead of a checkpoint that is not complete yet. */
-static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const char *dir,
+/* Writes checkpoint tr->step through libmsrun: every rank its shard; the
+ * step counts once every rank's is durable (msr_ckpt_save waits for all). */
+static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const options_t *o,
                                     const char *meta)
 {
-    msr_tckpt_entry_t mine, *all = &mine;
-    msr_status_t st = msr_trainer_save(tr, dir, meta, &mine);
+    void *buf;
+    size_t len;
+    msr_status_t st = msr_trainer_snapshot(tr, meta, &buf, &len);
     if (st != MSR_OK)
         return st;
-    if (job->world > 1) {
-        all = msr_calloc((size_t)job->world, sizeof *all);
-        if (all == NULL)
-            return MSR_ERR_NO_MEMORY;
-        if ((st = msr_allgather(job->ctx, &mine, sizeof mine, all)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: checkpoint allgather: %s: %s\n", msr_status_str(st),
-                    msr_last_error());
-            goto err_all;
-        }
-    }
-    if (job->rank == 0 &&
-        (st = msr_tckpt_manifest_write(dir, tr->step, (uint32_t)job->world, all)) != MSR_OK)
-        goto err_all;
-    if (job->ctx != NULL && (st = msr_barrier(job->ctx)) != MSR_OK)
-        fprintf(stderr, "train_gpt: checkpoint barrier: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-
-err_all:
-    if (all != &mine)
-        msr_free(all);
+    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
+                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
+    msr_free(buf);
     return st;
+}
+
+/* Where msr_trainer_restore reads the saved ranks' payloads from. */
+typedef struct fetch_arg {
+    msr_ctx_t *ctx;
+    const char *dir;
+    int64_t step;
+    int own_complete; /* msr_ckpt_latest found this step complete for this world */
+} fetch_arg_t;
+
+static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    fetch_arg_t *f = arg;
+    msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
+                          ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
+                          : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: reading rank %d's shard of step %lld under %s: %s: %s\n", rank,
+                (long long)f->step, f->dir, msr_status_str(st), msr_last_error());
+    return st;
+}
+
+/* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
+ * newest step any world size completed (msr_ckpt_latest_any); its shards
+ * are read with msr_ckpt_load when this world completed it too, else
+ * picked out of the saving world's shards. *resumed_p tells whether one was
+ * found. */
+static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t *o,
+                           const char *meta, int *resumed_p)
+{
+    int64_t same = -1, any = -1;
+    int world = 0;
+    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, &same);
+    if (st == MSR_OK)
+        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, &any, &world);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
+                msr_status_str(st), msr_last_error());
+        return st;
+    }
+    *resumed_p = 0;
+    if (any < 0)
+        return MSR_OK;
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
+    /* the saving world counted every rank; its data-parallel ranks are all
+     * of them while tp = pp = 1 */
+    if ((st = msr_trainer_restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
+        return st;
+    *resumed_p = 1;
+    if (job->rank == 0)
+        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
+                (long long)any, o->ckpt_dir, world);
+    return MSR_OK;
+}
+
+/* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
+static long peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+/* One line per rank: bytes held and where the time went. */
+static void report(const msr_trainer_t *tr, const job_t *job)
+{
+    msr_dp_memory_t m;
+    msr_dp_memory(tr->dp, &m);
+    const msr_dp_stats_t *s = &tr->dp->stats;
+    double n = s->steps > 0 ? (double)s->steps : 1.0;
+    fprintf(
+        stderr,
+        "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
+        "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
+        "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; peak RSS %ld "
+        "KiB\n",
+        job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak, m.shard_elems,
+        tr->model->num_params, m.replicated_elems, 1e-6 * (double)s->forward_ns / n,
+        1e-6 * (double)s->backward_ns / n, 1e-6 * (double)s->wait_ns / n,
+        1e-6 * (double)s->exposed_ns / n, 1e-6 * (double)s->update_ns / n,
+        1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
 }
 
 int main(int argc, char **argv)
@@ -279,6 +377,8 @@ int main(int argc, char **argv)
         .pp = 1,
         .zero = 0,
         .bucket_mb = 25.0,
+        .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
+        .overlap = 1,
         .steps = 20,
         .warmup = 0,
         .seed = 1337,
@@ -301,7 +401,9 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     msr_trainer_t *tr = NULL;
-    if (check_combination(&o, job.world) != 0)
+    msr_comm_t *comm = NULL;
+    FILE *loss_log = NULL;
+    if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
 
     msr_status_t st = o.data != NULL
@@ -323,16 +425,32 @@ int main(int argc, char **argv)
         .grad_clip = (float)o.grad_clip,
         .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
     };
+    msr_train_config_defaults(&cfg);
+    cfg.par.zero = (int)o.zero;
+    cfg.par.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;
+    cfg.par.overlap = (int)o.overlap;
+    cfg.par.measure = o.report;
     char why[200];
     if (msr_train_config_check(&cfg, data, why, sizeof why) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", why);
+        goto out;
+    }
+    if (o.loss_log != NULL && job.rank == 0 && (loss_log = fopen(o.loss_log, "a")) == NULL) {
+        fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o.loss_log, strerror(errno));
         goto out;
     }
     if (o.threads > 0)
         openblas_set_num_threads((int)o.threads);
 
     rc = 1;
-    if (msr_trainer_create(&cfg, data, &tr) != MSR_OK)
+    /* the data-parallel group is the whole job while tp = pp = 1 */
+    if (cfg.dp > 1 && (st = msr_comm_world(job.ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    if (msr_trainer_create(&cfg, data, comm, &tr) != MSR_OK)
         goto out;
     uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
     char meta[1024];
@@ -345,34 +463,25 @@ int main(int argc, char **argv)
     if (job.rank == 0)
         fprintf(stderr,
                 "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
-                "micro %d x accum %d x dp %d; data: %s\n",
+                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
                 tr->model->num_params, cfg.model.layers, cfg.model.channels, cfg.model.heads,
                 cfg.model.max_seq, (unsigned long long)G, cfg.micro_batch, cfg.grad_accum, cfg.dp,
-                data->origin);
+                cfg.par.zero, tr->dp->num_buckets, data->origin);
 
     if (o.resume) {
-        uint64_t step;
-        uint32_t world;
-        st = msr_tckpt_latest(o.ckpt_dir, &step, &world);
-        if (st == MSR_OK) {
-            st = msr_trainer_load(tr, o.ckpt_dir, step, meta);
+        int resumed = 0;
+        if ((st = resume(tr, &job, &o, meta, &resumed)) != MSR_OK) {
             if (st == MSR_ERR_CONFIG)
                 rc = EXIT_BAD_INPUT;
-            if (st != MSR_OK)
-                goto out;
-            if (job.rank == 0)
-                fprintf(stderr, "train_gpt: resumed from step %llu under %s\n",
-                        (unsigned long long)step, o.ckpt_dir);
-        } else if (st == MSR_ERR_NOT_FOUND) {
-            if (job.rank == 0)
-                fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
-                        o.ckpt_dir);
-        } else {
             goto out;
         }
+        if (!resumed && job.rank == 0)
+            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
+                    o.ckpt_dir);
     }
 
-    uint64_t tokens = G * (uint64_t)o.seq;
+    uint64_t tokens = G * (uint64_t)o.seq, first_step = tr->step, timed = 0;
+    double timed_s = 0.0;
     while (tr->step < (uint64_t)o.steps) {
         uint64_t t0 = msr_now_ns();
         double loss;
@@ -382,26 +491,47 @@ int main(int argc, char **argv)
             goto out;
         }
         double dt = (double)(msr_now_ns() - t0) * 1e-9;
+        msr_heartbeat(job.ctx);
         if (!isfinite(loss)) {
             fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
                     (unsigned long long)tr->step, loss);
             goto out;
         }
+        if (tr->step > first_step + 1) { /* the first step warms caches up */
+            timed++;
+            timed_s += dt;
+        }
         if (job.rank == 0) {
             printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
                    (double)tokens / dt);
             fflush(stdout);
+            if (loss_log != NULL) {
+                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
+                        tr->last_grad_norm);
+                fflush(loss_log);
+            }
         }
         int due = o.ckpt_dir != NULL && ((o.ckpt_every > 0 && tr->step % o.ckpt_every == 0) ||
                                          tr->step == (uint64_t)o.steps);
-        if (due && save_checkpoint(tr, &job, o.ckpt_dir, meta) != MSR_OK)
+        if (due && save_checkpoint(tr, &job, &o, meta) != MSR_OK)
             goto out;
     }
+    if (job.rank == 0 && timed > 0)
+        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
+                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
+                (double)tokens * (double)timed / timed_s);
+    if (o.report)
+        report(tr, &job);
     rc = 0;
 
 out:
+    /* the communicator first: requests a failed step left in flight then
+     * end at once (see msr_trainer_destroy) */
+    msr_comm_destroy(comm);
     msr_trainer_destroy(tr);
     msr_dataset_destroy(data);
+    if (loss_log != NULL)
+        fclose(loss_log);
     msr_finalize(job.ctx);
     return rc;
 }

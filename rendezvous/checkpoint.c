@@ -233,11 +233,14 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
             steps[j - 1] = t;
         }
     int kept = 0;
+    int64_t oldest_kept = -1;
     for (size_t i = 0; i < n; i++) {
         if (!have_step(ctx, dir, steps[i]))
             continue;
-        if (kept++ < keep)
+        if (kept++ < keep) {
+            oldest_kept = steps[i];
             continue;
+        }
         char sd[4096], path[4200];
         step_dir(dir, steps[i], sd, sizeof sd);
         snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));
@@ -249,6 +252,28 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
             unlink(path);
         }
         rmdir(sd); /* the last rank to leave removes it */
+    }
+    /* Steps older than the kept window that another world wrote (before a
+     * restart on another world size), or that a crash left incomplete, have
+     * no rank of this world to remove them: rank 0 removes them whole. */
+    if (msr_rank(ctx) == 0 && kept >= keep && oldest_kept >= 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (steps[i] >= oldest_kept)
+                continue;
+            char sd[4096], path[4400];
+            step_dir(dir, steps[i], sd, sizeof sd);
+            DIR *d = opendir(sd);
+            struct dirent *e;
+            while (d && (e = readdir(d)) != NULL) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                    continue;
+                snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
+                unlink(path);
+            }
+            if (d)
+                closedir(d);
+            rmdir(sd);
+        }
     }
     free(steps);
 }

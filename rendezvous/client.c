@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "msrun/store.h"
 #include "rendezvous/client.h"
+#include "rendezvous/local_store.h"
 #include "rendezvous/rpc.h"
 
 struct msr_ctx {
@@ -30,6 +31,7 @@ struct msr_ctx {
     atomic_ullong progress;
     char *job_id;
     msr_rpc_channel_t *channel;
+    msr_local_store_t *local; /* a singleton job's store, instead of a channel */
     int via_agent;
     _Atomic int64_t timeout_ms;
     int64_t connect_ms;
@@ -128,8 +130,15 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         msr_client_set_error("msr_init: out of memory");
         return MSR_ERR_NO_MEMORY;
     }
-    if (env_int("MSR_WORLD_SIZE", "SLURM_NTASKS", -1, 1, 1 << 30, &ctx->world_size) ||
-        env_int("MSR_RANK", "SLURM_PROCID", -1, 0, ctx->world_size - 1, &ctx->rank) ||
+    const char *agent = getenv("MSR_AGENT");
+    const char *coord = getenv("MSR_COORDINATOR");
+    int singleton = (agent == NULL || *agent == '\0') && (coord == NULL || *coord == '\0');
+    /* Started without msrun and without a coordinator: a job of one rank,
+     * with a store in this process (as MPI's singleton init). */
+    if (env_int("MSR_WORLD_SIZE", "SLURM_NTASKS", singleton ? 1 : -1, 1, 1 << 30,
+                &ctx->world_size) ||
+        env_int("MSR_RANK", "SLURM_PROCID", singleton ? 0 : -1, 0, ctx->world_size - 1,
+                &ctx->rank) ||
         env_int("MSR_LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", 1, 1, ctx->world_size,
                 &ctx->local_world_size) ||
         env_int("MSR_LOCAL_RANK", "SLURM_LOCALID", 0, 0, ctx->local_world_size - 1,
@@ -146,7 +155,7 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     msr_log_init("libmsrun", ctx->node_rank, ctx->rank);
 
     const char *job = getenv("MSR_JOB_ID");
-    ctx->job_id = msr_strdup(job ? job : "");
+    ctx->job_id = msr_strdup(job ? job : singleton ? "singleton" : "");
     if (ctx->job_id == NULL) {
         st = MSR_ERR_NO_MEMORY;
         goto err_free;
@@ -156,20 +165,27 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         ctx->timeout_ms = -1;
     ctx->connect_ms = msr_env_i64("MSR_CONNECT_TIMEOUT", 10, 0, INT32_MAX) * 1000;
 
-    const char *agent = getenv("MSR_AGENT");
-    const char *coord = getenv("MSR_COORDINATOR");
     const char *token = getenv("MSR_TOKEN");
     char target[4200];
+    if (singleton && ctx->world_size > 1) {
+        msr_client_set_error(
+            "msr_init: a job of %d ranks needs msrun (or MSR_COORDINATOR=host:port "
+            "and MSR_TOKEN); only a job of one rank runs without",
+            ctx->world_size);
+        goto err_free;
+    }
+    if (singleton) {
+        st = msr_local_store_create(&ctx->local);
+        if (st != MSR_OK)
+            goto err_free;
+        *ctx_p = ctx;
+        return MSR_OK;
+    }
     if (agent && *agent) {
         snprintf(target, sizeof target, "unix:%s", agent);
         ctx->via_agent = 1;
-    } else if (coord && *coord) {
-        snprintf(target, sizeof target, "%s", coord);
     } else {
-        msr_client_set_error("msr_init: neither MSR_AGENT nor MSR_COORDINATOR is set (start the "
-                             "program with msrun, or set MSR_COORDINATOR=host:port and "
-                             "MSR_TOKEN)");
-        goto err_free;
+        snprintf(target, sizeof target, "%s", coord);
     }
     st = msr_rpc_channel_create(target, token, &ctx->channel);
     if (st != MSR_OK) {
@@ -227,6 +243,7 @@ void msr_finalize(msr_ctx_t *ctx)
         pthread_cond_destroy(&ctx->beat_cond);
     }
     msr_rpc_channel_destroy(ctx->channel);
+    msr_local_store_destroy(ctx->local);
     msr_free(ctx->job_id);
     msr_free(ctx);
 }
@@ -297,7 +314,9 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
     char err[384];
     for (;;) {
         msr_status_t st =
-            msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
+            ctx->local
+                ? msr_local_store_call(ctx->local, method, req, deadline, resp_p, err, sizeof err)
+                : msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
         if (st == MSR_OK)
             return MSR_OK;
         if (st == MSR_ERR_UNREACHABLE && !msr_deadline_passed(connect_deadline) &&

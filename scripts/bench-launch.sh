@@ -29,9 +29,8 @@ timeit() { # prints seconds
     t1=$(date +%s.%N)
     echo "$t1 - $t0" | bc -l
 }
-msrun_nodes() { # one msrun per node, all at once; fails if any fails
-    local port pids=() n rc=0
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+msrun_nodes() { # one msrun per node on port $1, all at once; fails if any fails
+    local port=$1 pids=() n rc=0
     for ((n = 0; n < nodes; n++)); do
         $b/msrun --master_addr=127.0.0.1 --master_port="$port" --worker_num="$np" \
             --local_worker_num=$((np / nodes)) --log_level=warn $b/msr_barrier &
@@ -44,7 +43,9 @@ for ((i = 0; i < runs; i++)); do
     if [ "$nodes" = 1 ]; then
         timeit $b/msrun --worker_num="$np" --local_worker_num="$np" --log_level=warn $b/msr_barrier >>"$tmp/msrun"
     else
-        timeit msrun_nodes >>"$tmp/msrun"
+        # the free port is picked outside the timed part
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        timeit msrun_nodes "$port" >>"$tmp/msrun"
     fi
     if [ $have_mpi = 1 ]; then
         timeit mpirun --allow-run-as-root --oversubscribe -np "$np" $b/mpi_barrier >>"$tmp/mpirun"

@@ -7,9 +7,11 @@
  * message, no matching: the latency is a few cache-line transfers.
  *
  * Slots alternate between operations. Rank r writes slot (k & 1) for
- * operation k only after seeing every member publish k-1, and a member
- * publishes k-1 only after it finished reading the slots of k-2: so nobody
- * still reads the slot being written. */
+ * operation k only after it finished operation k-1 itself and saw every
+ * member publish k-1; a member publishes k-1 only after it finished
+ * operation k-2, that is read the slots k shares: so nobody still reads the
+ * slot being written. Several operations may be in flight (non-blocking
+ * calls): each waits its turn in this order. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -172,6 +174,16 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     const uint64_t k = r->u[0];
     if (r->pc == 0) {
+        /* our turn: operation k-1 finished here and published everywhere */
+        if (r->uc->shm_done != k - 1)
+            return MSR_IN_PROGRESS;
+        for (int j = (int)r->u[1]; j < r->n; j++) {
+            if (atomic_load_explicit(&s->ctl[j].seq, memory_order_acquire) < k - 1) {
+                r->u[1] = (uint64_t)j;
+                return MSR_IN_PROGRESS;
+            }
+        }
+        r->u[1] = 0;
         if (r->bytes)
             memcpy(slot_of(s, r->me, k), a->sendbuf, r->bytes);
         atomic_store_explicit(&s->ctl[r->me].seq, k, memory_order_release);
@@ -189,5 +201,6 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
             msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, slot_of(s, j, k), a->count);
         msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
     }
+    r->uc->shm_done = k;
     return MSR_OK;
 }

@@ -142,8 +142,9 @@ typedef struct ucx_comm {
     int cache_busy;
     /* the shared-memory segment of a group on one node (shm.c), or NULL */
     struct ucx_shm *shm;
-    size_t shm_slot;  /* its slots: the largest allreduce it takes */
-    uint64_t shm_seq; /* shared-memory operations started */
+    size_t shm_slot;   /* its slots: the largest allreduce it takes */
+    uint64_t shm_seq;  /* shared-memory operations started */
+    uint64_t shm_done; /* the last one this rank finished reading */
 } ucx_comm_t;
 
 typedef struct ucx_op {

@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,6 +502,67 @@ static void mode_collectives(msr_comm_t *world)
     check_reduce_scatter(&t, MSR_DTYPE_F32, MSR_OP_SUM, 200003, 0);
 }
 
+/* ---- several allreduces in flight on one communicator ---- */
+
+static uint64_t hash_bytes(const void *v, size_t n)
+{
+    const unsigned char *p = v;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Non-blocking in-place allreduces of random floats, several posted before
+ * any is waited for, on one communicator (small ones take the
+ * shared-memory path, whose slots the operations take turns on): every
+ * rank must get the same bits, close to the sum computed here. */
+static void mode_samecomm(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    enum { K = 7 };
+    const size_t counts[K] = {7, 500, 500, 1200, 37, 500, 70000};
+    float *buf[K], *want[K];
+    msr_comm_req_t *req[K];
+    for (int round = 0; round < 30; round++) {
+        snprintf(g_case, sizeof g_case, "samecomm round %d", round);
+        for (int k = 0; k < K; k++) {
+            buf[k] = xmalloc(counts[k] * sizeof(float));
+            want[k] = xmalloc(counts[k] * sizeof(float));
+            for (size_t i = 0; i < counts[k]; i++) {
+                want[k][i] = 0;
+                for (int r = 0; r < n; r++) {
+                    uint64_t x = hash_bytes(&(uint64_t){(uint64_t)round << 40 | (uint64_t)k << 32 |
+                                                        (uint64_t)r << 24 | i},
+                                            8);
+                    float v = (float)(x % 2000001) / 1000000.0f - 1.0f;
+                    want[k][i] += v;
+                    if (r == me)
+                        buf[k][i] = v;
+                }
+            }
+        }
+        for (int k = 0; k < K; k++)
+            OK(msr_comm_iallreduce(world, MSR_IN_PLACE, buf[k], counts[k], MSR_DTYPE_F32,
+                                   MSR_OP_SUM, &req[k]));
+        for (int k = K - 1; k >= 0; k--) /* waited for in the reverse order */
+            OK(msr_comm_wait(req[k]));
+        for (int k = 0; k < K; k++) {
+            for (size_t i = 0; i < counts[k]; i++)
+                if (fabsf(buf[k][i] - want[k][i]) > 1e-5f * (float)n)
+                    fail("op %d at %zu: %.9g, expected about %.9g", k, i, buf[k][i], want[k][i]);
+            int64_t h[2];
+            h[0] = h[1] = (int64_t)(hash_bytes(buf[k], counts[k] * sizeof(float)) >> 1);
+            OK(msr_comm_allreduce(world, MSR_IN_PLACE, &h[0], 1, MSR_DTYPE_I64, MSR_OP_MIN));
+            OK(msr_comm_allreduce(world, MSR_IN_PLACE, &h[1], 1, MSR_DTYPE_I64, MSR_OP_MAX));
+            if (h[0] != h[1])
+                fail("op %d (%zu floats): the ranks' results differ", k, counts[k]);
+            free(buf[k]);
+            free(want[k]);
+        }
+    }
+}
+
 /* ---- several operations in flight on two communicators ---- */
 
 static void mode_inflight(msr_comm_t *world)
@@ -872,8 +934,9 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: comm_worker "
-                        "collectives|inflight|p2p|threads|determinism|kill|killsmall|stop\n");
+        fprintf(stderr,
+                "usage: comm_worker "
+                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killsmall|stop\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -893,6 +956,8 @@ int main(int argc, char **argv)
     double t0 = now_ms();
     if (strcmp(mode, "collectives") == 0)
         mode_collectives(world);
+    else if (strcmp(mode, "samecomm") == 0)
+        mode_samecomm(world);
     else if (strcmp(mode, "inflight") == 0)
         mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)

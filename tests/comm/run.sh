@@ -104,7 +104,7 @@ failed() {
 }
 
 case $mode in
-collectives | inflight | p2p | threads)
+collectives | samecomm | inflight | p2p | threads)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"

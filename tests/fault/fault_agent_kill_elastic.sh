@@ -35,6 +35,9 @@ for n in 0 1 3; do
 done
 expect_in "start gen [1-9] rank [0-9] of 3" "$TMP/n3.out" "the late node was taken in (world 3 again)"
 expect_digest "$TMP/result"
+# after the world size changed twice, only the 3 newest steps are left
+steps=$(ls -d "$TMP"/ck/step-* 2>/dev/null | wc -l)
+[ "$steps" -le 3 ] || fail "$steps checkpoint steps left, at most 3 kept: $(ls "$TMP/ck")"
 no_leftovers "elastic agent kill"
 no_shm_leftovers "elastic agent kill"
 ok "elastic: a lost node, re-formed smaller, a late node taken in, same result"

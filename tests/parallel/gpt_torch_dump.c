@@ -41,9 +41,11 @@ int main(int argc, char **argv)
         .grad_clip = 1.0f,
         .adamw = {0.9, 0.95, 1e-8, 0.1},
     };
+    msr_train_config_defaults(&c);
     msr_dataset_t *ds = NULL;
     msr_trainer_t *tr = NULL;
-    if (msr_dataset_generate(11, 1 << 16, &ds) != MSR_OK || msr_trainer_create(&c, ds, &tr) != 0)
+    if (msr_dataset_generate(11, 1 << 16, &ds) != MSR_OK ||
+        msr_trainer_create(&c, ds, NULL, &tr) != 0)
         return 1;
     /* move off GPT-2's init (zero biases, unit norms) so every tensor's
      * gradient is exercised */

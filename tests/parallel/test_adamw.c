@@ -105,6 +105,58 @@ static void test_shards_match_whole(void)
     msr_adamw_destroy(b);
 }
 
+/* An optimizer over several ranges (a ZeRO rank's pieces of every bucket)
+ * updates like the whole, in one call or range by range, and its spans
+ * follow the tensors through the gaps. */
+static void test_ranges_match_whole(void)
+{
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *whole = NULL, *pieces = NULL, *none = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&cfg, t, 2, 0, 6, &whole));
+    /* owned: [1, 3) (matrix) and [3, 5) (matrix then bias) */
+    msr_adamw_range_t r[2] = {{1, 3}, {3, 5}};
+    MSR_CHECK_OK(msr_adamw_create_ranges(&cfg, t, 2, r, 2, &pieces));
+    MSR_CHECK_EQ(pieces->count, 4);
+    MSR_CHECK_EQ(pieces->num_spans, 2); /* [0, 3) decays (merged across ranges), [3, 4) not */
+    MSR_CHECK_EQ(pieces->spans[0].end, 3);
+    MSR_CHECK_OK(msr_adamw_create_ranges(&cfg, t, 2, NULL, 0, &none));
+    MSR_CHECK_EQ(none->count, 0);
+    float p1[6], p2[4], g2[4];
+    for (int i = 0; i < 6; i++)
+        p1[i] = (float)msr_rng_normal(6, 0, i);
+    memcpy(p2, p1 + 1, sizeof p2);
+    for (int step = 0; step < 4; step++) {
+        float g[6];
+        for (int i = 0; i < 6; i++)
+            g[i] = (float)msr_rng_normal(7, step, i);
+        memcpy(g2, g + 1, sizeof g2);
+        msr_adamw_update(whole, p1, g, 0.05f, 0.7f);
+        if (step % 2 == 0) {
+            msr_adamw_update(pieces, p2, g2, 0.05f, 0.7f);
+        } else { /* in pieces, out of order */
+            msr_adamw_begin(pieces, 0.05f, 0.7f);
+            msr_adamw_update_range(pieces, 2, 2, p2 + 2, g2 + 2);
+            msr_adamw_update_range(pieces, 0, 2, p2, g2);
+        }
+        msr_adamw_update(none, NULL, NULL, 0.05f, 0.7f);
+    }
+    MSR_CHECK(memcmp(p1 + 1, p2, sizeof p2) == 0);
+    MSR_CHECK(memcmp(whole->m + 1, pieces->m, 4 * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(whole->v + 1, pieces->v, 4 * sizeof(float)) == 0);
+    MSR_CHECK_EQ(pieces->t, 4);
+    /* out of order, overlapping or empty ranges are refused */
+    msr_adamw_t *bad = NULL;
+    msr_adamw_range_t overlap[2] = {{0, 3}, {2, 4}}, empty[1] = {{2, 2}}, outside[1] = {{4, 7}};
+    MSR_CHECK_STATUS(msr_adamw_create_ranges(&cfg, t, 2, overlap, 2, &bad), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_adamw_create_ranges(&cfg, t, 2, empty, 1, &bad), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_adamw_create_ranges(&cfg, t, 2, outside, 1, &bad), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(bad == NULL);
+    msr_adamw_destroy(whole);
+    msr_adamw_destroy(pieces);
+    msr_adamw_destroy(none);
+}
+
 static void test_clip_and_norm(void)
 {
     float x[4] = {3, 4, 0, 0};
@@ -141,6 +193,7 @@ static const msr_test_t tests[] = {
     {"first_step_by_hand", test_first_step_by_hand, 10},
     {"steps_against_formula", test_steps_against_formula, 10},
     {"shards_match_whole", test_shards_match_whole, 10},
+    {"ranges_match_whole", test_ranges_match_whole, 10},
     {"clip_and_norm", test_clip_and_norm, 10},
     {"bad_config", test_bad_config, 10},
 };

@@ -328,6 +328,65 @@ static void test_hooks_order(void)
     msr_gpt_destroy(m);
 }
 
+/* The poll hook: called inside each block's forward and backward (so
+ * between the acquire and release of a block), and a failing poll stops
+ * the pass with its status. */
+typedef struct poller {
+    int acquired; /* the block segment held now, or -1 */
+    int polls, polls_outside, fail_after;
+} poller_t;
+
+static msr_status_t poll_acquire(void *arg, msr_gpt_t *m, int seg, msr_gpt_pass_t pass)
+{
+    poller_t *p = arg;
+    (void)pass;
+    p->acquired = seg >= 1 && seg <= m->cfg.layers ? seg : -1;
+    return MSR_OK;
+}
+
+static msr_status_t poll_release(void *arg, msr_gpt_t *m, int seg, msr_gpt_pass_t pass)
+{
+    poller_t *p = arg;
+    (void)m, (void)seg, (void)pass;
+    p->acquired = -1;
+    return MSR_OK;
+}
+
+static msr_status_t poll_poll(void *arg, msr_gpt_t *m)
+{
+    poller_t *p = arg;
+    (void)m;
+    p->polls++;
+    p->polls_outside += p->acquired < 0;
+    return p->polls == p->fail_after ? MSR_ERR_TIMEOUT : MSR_OK;
+}
+
+static void test_hooks_poll(void)
+{
+    msr_gpt_t *m = tiny_model(2);
+    poller_t p = {-1, 0, 0, -1};
+    msr_gpt_hooks_t hooks = {&p, poll_acquire, poll_release, NULL, poll_poll};
+    int inp[TB * 8], tgt[TB * 8];
+    tiny_batch(7, inp, tgt, TB * 8);
+    double loss, plain;
+    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, 8, &hooks, &loss));
+    int fwd = p.polls;
+    MSR_CHECK(fwd >= 4 * 2); /* several per block */
+    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / 16, &hooks));
+    MSR_CHECK(p.polls - fwd >= 4 * 2);
+    MSR_CHECK_EQ(p.polls_outside, 0);
+    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, 8, NULL, &plain));
+    MSR_CHECK(plain == loss); /* polling changes nothing */
+    p.polls = 0;
+    p.fail_after = 3;
+    MSR_CHECK_STATUS(msr_gpt_forward(m, inp, tgt, TB, 8, &hooks, &loss), MSR_ERR_TIMEOUT);
+    MSR_CHECK_EQ(p.polls, 3);
+    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, 8, NULL, &plain));
+    p.polls = 0;
+    MSR_CHECK_STATUS(msr_gpt_backward(m, 1.0f / 16, &hooks), MSR_ERR_TIMEOUT);
+    msr_gpt_destroy(m);
+}
+
 /* ZeRO-3's contract: a hook that hands each segment's parameters over in
  * a private copy while acquired and poisons the pointer (NaN) once
  * released, and catches the gradients in private buffers, gives bitwise
@@ -473,7 +532,8 @@ static const msr_test_t tests[] = {
     {"layout", test_layout, 10},           {"init", test_init, 10},
     {"gradient", test_gradient, 60},       {"deterministic", test_deterministic, 10},
     {"hooks_order", test_hooks_order, 10}, {"hooks_redirect", test_hooks_redirect, 10},
-    {"bad_input", test_bad_input, 10},     {"no_memory", test_no_memory, 10},
+    {"hooks_poll", test_hooks_poll, 10},   {"bad_input", test_bad_input, 10},
+    {"no_memory", test_no_memory, 10},
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,251 @@
+/* Data parallel and ZeRO for the reference model: how the flat buffers are
+ * cut into gradient buckets and rank shards, the model hooks that reduce
+ * gradients bucket by bucket while backward runs (and, under ZeRO-3, gather
+ * each segment's parameters just before it is used), and the end of a step:
+ * global gradient norm, AdamW on this rank's shard, parameter allgather.
+ *
+ * Buckets. The flat gradient buffer is cut from its end into buckets of
+ * bucket_bytes (the first one, at the very end, of first_bucket_bytes, as
+ * PyTorch DDP's 1 MiB first bucket: it is ready first, so communication
+ * starts early). Bucket boundaries need not fall between layers. Backward
+ * finishes segments from the end of the buffer to its start, so bucket b is
+ * complete when grads_ready fires for the segment holding its first element,
+ * and buckets complete in index order; its reduction starts right then and
+ * is driven by msr_comm_test from every later hook, so it overlaps the rest
+ * of backward (UCX has no background progress). overlap = 0 starts every
+ * bucket after backward instead (for measuring what the overlap hides).
+ * Progress is also driven between the kernels of a block (the model's poll
+ * hook), so a bucket's messages move every few milliseconds of compute.
+ *
+ * Units and shards. The buffer is cut at every bucket and segment boundary
+ * into units. A unit is either sharded: rank j owns its block j of
+ * ceil(n / dp) elements (the last blocks may be short or empty); or, when
+ * its segment is smaller than zero_min_bytes, replicated: every rank owns
+ * all of it, its gradient is allreduced, and each rank updates it alike.
+ * A rank's owned elements, unit after unit, form its "shard space", where
+ * AdamW's moments (ZeRO >= 1), the gradient shard (ZeRO >= 2) and the
+ * parameter shard (ZeRO-3) live. Collectives work on packed buffers: a
+ * bucket's gradients as dp rank-major blocks (block j: every sharded unit's
+ * block j, zero-padded) followed by its replicated units; a reduce-scatter
+ * in place leaves this rank's reduced block where its own block was.
+ *
+ * Stages (fp32; P parameters, S ~ P/dp owned; bytes per rank):
+ *   0  allreduce each bucket in place           params 4P  grads 4P  adam 8P
+ *   1  reduce-scatter each bucket, update the   params 4P  grads 4P  adam 8S
+ *      own shard in the full parameter buffer,
+ *      allgather the parameters per bucket
+ *   2  as 1, but a segment's gradient lives in  params 4P  grads 4S  adam 8S
+ *      a temporary buffer from its first
+ *      backward touch until grads_ready packs
+ *      it into its buckets
+ *   3  as 2, and parameters live only in the    params 4S  grads 4S  adam 8S
+ *      shard: acquire all-gathers a segment
+ *      (the next one is prefetched), release
+ *      frees it
+ * plus temporary buffers (at most MSR_DP_MAX_PACKED packed buckets, and
+ * under ZeRO-2/3 the gradient of the segments in backward, under ZeRO-3 the
+ * gathered segments: the current one and the prefetched next), counted in
+ * msr_dp_memory_t.transient_peak.
+ *
+ * Gradient accumulation: stages 0 and 1 accumulate micro-batches in the
+ * full gradient buffer and communicate only during the last micro-batch's
+ * backward. Stages 2 and 3 have no full gradient to accumulate into, so
+ * every micro-batch's buckets are reduce-scattered and added into the
+ * gradient shard (DeepSpeed's stage 2 does the same).
+ *
+ * The gradient norm for clipping is global: each rank sums the squares of
+ * its owned elements (replicated units on rank 0 only) in shard order, in
+ * double, and one allreduce adds the ranks' sums; the same partition is used
+ * in every stage, so the norm does not depend on the stage.
+ *
+ * Without a communicator (comm NULL) everything runs with dp = 1 and every
+ * collective is the identity, so the ZeRO paths run in one process too.
+ *
+ * Ordering: every rank makes the same collective calls in the same order
+ * (the hooks fire in the same order everywhere). Not thread-safe: the
+ * thread that drives the model drives this. */
+#ifndef MSR_PARALLEL_DP_H
+#define MSR_PARALLEL_DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "msrun/comm.h"
+#include "parallel/adamw.h"
+#include "parallel/gpt.h"
+
+#define MSR_DP_BUCKET_BYTES       (25u << 20)
+#define MSR_DP_FIRST_BUCKET_BYTES (1u << 20)
+#define MSR_DP_ZERO_MIN_BYTES     (64u << 10)
+/* ZeRO >= 1: packed bucket buffers alive at once, at most; a rank that
+ * would need another waits for its oldest reduction first. */
+#define MSR_DP_MAX_PACKED         4
+
+typedef struct msr_dp_config {
+    int zero;                  /* ZeRO stage, 0..3 */
+    size_t bucket_bytes;       /* gradient bucket size (>= 4) */
+    size_t first_bucket_bytes; /* the first bucket's size (capped at bucket_bytes) */
+    size_t zero_min_bytes;     /* segments smaller than this stay replicated */
+    int overlap;               /* 1: a bucket starts when ready; 0: after backward */
+    int measure;               /* also measure the exposed wait (one more allreduce per step) */
+} msr_dp_config_t;
+
+/* The model flags (msr_gpt_create_ex) a stage needs. */
+unsigned msr_dp_model_flags(int zero);
+
+typedef struct msr_dp_unit {
+    size_t lo, n;         /* flat elements [lo, lo + n) */
+    int seg, bucket;      /* the segment and bucket it lies in */
+    int replicated;       /* allreduced and held whole by every rank */
+    size_t blk;           /* a rank's block: ceil(n / dp); n when replicated */
+    size_t own_lo, own_n; /* this rank's flat elements [own_lo, own_lo + own_n) */
+    size_t shard_off;     /* where they start in the shard space */
+    size_t bpack, spack;  /* offset in its bucket's / segment's packed block */
+} msr_dp_unit_t;
+
+typedef struct msr_dp_bucket {
+    size_t lo, hi;          /* flat elements [lo, hi) */
+    int u0, u1;             /* its units [u0, u1) */
+    int low_seg;            /* the segment of element lo: ready with it */
+    size_t blk;             /* per-rank block of the packed buffer (sharded units) */
+    size_t rep;             /* elements of replicated units after the dp blocks */
+    float *packed;          /* (dp * blk + rep) while in use */
+    msr_comm_req_t *req[2]; /* reduce-scatter (or allreduce) and allreduce */
+    int started;            /* its reduction was started this micro-batch */
+    int finished;           /* ... and its results were moved into place */
+} msr_dp_bucket_t;
+
+typedef struct msr_dp_seg {
+    int u0, u1;          /* its units */
+    int replicated;      /* all its units are */
+    size_t blk;          /* per-rank block of a gather (ZeRO-3) */
+    int direct;          /* one unit of n % dp == 0: gather straight into full */
+    float *full;         /* ZeRO-3: the gathered parameters (count) */
+    float *gbuf;         /* ZeRO-3: the gather buffer (dp * blk), may be full */
+    msr_comm_req_t *req; /* ZeRO-3: the gather in flight */
+    int gathering;       /* a gather was started and not unpacked yet */
+    float *grads;        /* ZeRO-2/3: the segment's gradient during backward (count) */
+} msr_dp_seg_t;
+
+/* Bytes this rank holds. */
+typedef struct msr_dp_memory {
+    size_t params, grads, optim; /* held across steps */
+    size_t transient_peak;       /* the most temporary bytes alive at once */
+    size_t shard_elems;          /* S: elements this rank owns */
+    size_t replicated_elems;     /* elements of replicated units (owned by all) */
+} msr_dp_memory_t;
+
+/* Times of the steps so far, for measuring the overlap. */
+typedef struct msr_dp_stats {
+    uint64_t steps;
+    uint64_t forward_ns;  /* in msr_gpt_forward (the trainer adds these two) */
+    uint64_t backward_ns; /* in msr_gpt_backward, hooks and their communication included */
+    uint64_t wait_ns;     /* waiting for gradient buckets after backward */
+    uint64_t exposed_ns;  /* the least wait over the ranks (with measure): the
+                           * communication the last rank to finish backward
+                           * could not hide behind it */
+    uint64_t update_ns;   /* norm, AdamW and the parameter allgather */
+    uint64_t gather_ns;   /* ZeRO-3: waiting for parameter gathers in acquire */
+    uint64_t buckets;     /* bucket reductions done */
+} msr_dp_stats_t;
+
+typedef struct msr_dp {
+    msr_dp_config_t cfg;
+    msr_comm_t *comm; /* borrowed; NULL: alone */
+    int rank, size;
+    msr_gpt_t *model; /* borrowed */
+    msr_gpt_hooks_t hooks;
+
+    int num_units;
+    msr_dp_unit_t *units;
+    int num_buckets; /* bucket 0 is at the end of the buffer */
+    msr_dp_bucket_t *buckets;
+    int num_segs;
+    msr_dp_seg_t *segs;
+    size_t shard_count; /* S */
+    size_t rep_count;
+
+    float *pshard;    /* ZeRO-3: parameters of the shard space (S) */
+    float *gshard;    /* ZeRO-2/3: gradients of the shard space (S) */
+    msr_adamw_t *opt; /* stage 0: over [0, P); else over the shard space */
+
+    /* the current micro-batch */
+    int reduce_now;  /* this backward reduces its buckets */
+    int first_micro; /* the first of the step: shards are set, not added to */
+    int next_start;  /* the next bucket to start */
+    int *visits;     /* ZeRO-3: the segments in the order acquire sees them */
+    int num_visits, vi;
+
+    size_t transient, transient_peak; /* bytes */
+    msr_dp_stats_t stats;
+    uint8_t *cover; /* while loading a checkpoint: what was found, per element */
+} msr_dp_t;
+
+/* Lays out buckets and shards for model (created with msr_dp_model_flags)
+ * on comm (NULL: alone), allocates the shard buffers and the optimizer, and
+ * initialises the parameters from seed (the flat buffer, or under ZeRO-3
+ * the owned elements: the same numbers). model and comm must outlive dp.
+ * Errors: MSR_ERR_CONFIG (a bad stage or size, or the model lacks or has a
+ * flat buffer the stage needs; logged), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
+                           const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p);
+
+/* Frees dp, first waiting for any request still in flight (after a failed
+ * step, destroy the communicator first: its requests then fail at once). */
+void msr_dp_destroy(msr_dp_t *dp);
+
+/* The hooks to pass to msr_gpt_forward and msr_gpt_backward. */
+const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
+
+/* A step is: msr_dp_micro_begin, forward and backward with the hooks,
+ * msr_dp_micro_end, for each micro-batch; then msr_dp_update.
+ * micro_begin zeroes the full gradient on the first micro-batch (stages 0,
+ * 1); last says whether this backward communicates (always under ZeRO-2/3).
+ * micro_end waits for the buckets of a communicating backward and moves
+ * their results into place. Errors: the communicator's (logged). */
+msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last);
+msr_status_t msr_dp_micro_end(msr_dp_t *dp);
+
+/* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and
+ * the squared gradient norms over the group, clips with max_norm (0: off),
+ * runs AdamW with lr on this rank's shard and gathers the parameters
+ * (stages 1, 2). *loss_sum_p gets the group's sum of loss_local, *norm_p
+ * the global gradient norm before clipping. Errors: the communicator's. */
+msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_local,
+                           double *loss_sum_p, double *norm_p);
+
+/* All parameters into out (P floats) on every rank; collective under
+ * ZeRO-3 (gathers every segment). */
+msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out);
+
+void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
+
+/* ---- checkpoints ----
+ * A rank saves the units it owns (msr_dp_owned: params, m, v of each). A
+ * restore finds the pieces this rank needs among the pieces of the saved
+ * ranks: load_begin; load_piece for each saved piece (any rank's; parts
+ * this rank does not need are skipped); load_end checks that everything
+ * needed was found. With gather = 1 (every rank loaded exactly its own
+ * pieces of a checkpoint saved with this layout), load_end first rebuilds
+ * the replicated state from the ranks' shards (collective). */
+typedef struct msr_dp_piece {
+    size_t lo, n;        /* flat elements */
+    const float *params; /* (n) */
+    const float *m, *v;  /* (n) AdamW's moments */
+} msr_dp_piece_t;
+
+/* The number of owned pieces (units with own_n > 0) and piece k of them. */
+int msr_dp_num_owned(const msr_dp_t *dp);
+void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece);
+
+msr_status_t msr_dp_load_begin(msr_dp_t *dp);
+void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece);
+/* failed: this rank could not read all it meant to (load_end then fails
+ * on every rank). Collective: every rank calls it, even after a failed
+ * load_begin, and all succeed or all fail. Errors: MSR_ERR_CORRUPT
+ * (something needed is missing on some rank; logged), the communicator's.
+ * Frees the load state either way. */
+msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed);
+
+#endif
