@@ -25,6 +25,9 @@
 #include "msrun/msrun.h"
 #include "parallel/data.h"
 #include "parallel/train.h"
+#ifdef MSR_HAVE_CUDA_TRAIN
+#include "parallel/cuda/train_cuda.h"
+#endif
 
 #define EXIT_BAD_INPUT 2
 
@@ -42,6 +45,7 @@ typedef struct options {
     int resume;
     int64_t threads;
     const char *loss_log;
+    const char *device;
     int report;
     int help;
 } options_t;
@@ -97,6 +101,9 @@ static const opt_spec_t specs[] = {
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
+    OPT("device", OPT_TEXT, device, 0, 0,
+        "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
+        "CUDA only; plain data parallel, no checkpoints yet) (cpu)"),
     OPT("report", OPT_FLAG, report, 0, 0,
         "every rank prints its memory and time breakdown at the end (and the exposed "
         "communication: one more allreduce per step)"),
@@ -224,6 +231,23 @@ static int check_combination(options_t *o, int world, int in_job)
     if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0) && o->ckpt_dir == NULL) {
         fprintf(stderr, "train_gpt: --ckpt-every, --ckpt-keep and --resume need --ckpt-dir\n");
         return -1;
+    }
+    if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {
+        fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
+        return -1;
+    }
+    if (strcmp(o->device, "cuda") == 0) {
+#ifndef MSR_HAVE_CUDA_TRAIN
+        fprintf(stderr, "train_gpt: --device cuda: this build has no CUDA training path "
+                        "(configured without CUDA, NCCL or nvcc); use --device cpu\n");
+        return -1;
+#endif
+        if (o->zero != 0 || o->ckpt_dir != NULL || o->resume || o->report) {
+            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel without "
+                            "checkpoints: --zero, --ckpt-dir, --resume and --report are for "
+                            "--device cpu only\n");
+            return -1;
+        }
     }
     if (o->ckpt_dir != NULL && !in_job) {
         fprintf(stderr, "train_gpt: checkpoints are libmsrun's: run under msrun for --ckpt-dir "
@@ -363,6 +387,81 @@ static void report(const msr_trainer_t *tr, const job_t *job)
         1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
 }
 
+#ifdef MSR_HAVE_CUDA_TRAIN
+/* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
+ * through a device communicator over the world (even a world of one, so
+ * NCCL's path runs), a process alone on device 0. Returns the exit status. */
+static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                    const job_t *job, FILE *loss_log)
+{
+    msr_comm_t *comm = NULL;
+    msr_cuda_trainer_t *tr = NULL;
+    int rc = 1;
+    msr_status_t st;
+    if (job->ctx != NULL && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    if ((st = msr_cuda_trainer_create(cfg, data, comm, &tr)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --device cuda: cannot start on the GPU: %s%s%s\n",
+                msr_status_str(st), comm != NULL ? ": " : " (see the lines above)",
+                comm != NULL ? msr_last_error() : "");
+        goto out;
+    }
+    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; on GPU %d%s%s; data: %s\n",
+                tr->layout->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
+                cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
+                tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
+    uint64_t tokens = G * (uint64_t)o->seq, timed = 0;
+    double timed_s = 0.0;
+    while (tr->step < (uint64_t)o->steps) {
+        uint64_t t0 = msr_now_ns();
+        double loss;
+        if ((st = msr_cuda_trainer_step(tr, &loss)) != MSR_OK) {
+            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
+                    msr_status_str(st));
+            goto out;
+        }
+        double dt = (double)(msr_now_ns() - t0) * 1e-9;
+        msr_heartbeat(job->ctx);
+        if (!isfinite(loss)) {
+            fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
+                    (unsigned long long)tr->step, loss);
+            goto out;
+        }
+        if (tr->step > 1) { /* the first step warms the GPU and the libraries up */
+            timed++;
+            timed_s += dt;
+        }
+        if (job->rank == 0) {
+            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
+                   (double)tokens / dt);
+            fflush(stdout);
+            if (loss_log != NULL) {
+                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
+                        tr->last_grad_norm);
+                fflush(loss_log);
+            }
+        }
+    }
+    if (job->rank == 0 && timed > 0)
+        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
+                (unsigned long long)tr->step, 1e3 * timed_s / (double)timed,
+                (double)tokens * (double)timed / timed_s);
+    rc = 0;
+out:
+    msr_cuda_trainer_destroy(tr);
+    msr_comm_destroy(comm);
+    return rc;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     options_t o = {
@@ -386,6 +485,7 @@ int main(int argc, char **argv)
         .weight_decay = 0.1,
         .grad_clip = 1.0,
         .corpus_bytes = 1 << 20,
+        .device = "cpu",
     };
     msr_log_init("train_gpt", -1, -1);
     if (parse_options(argc, argv, &o) != 0)
@@ -442,6 +542,12 @@ int main(int argc, char **argv)
     }
     if (o.threads > 0)
         openblas_set_num_threads((int)o.threads);
+#ifdef MSR_HAVE_CUDA_TRAIN
+    if (strcmp(o.device, "cuda") == 0) {
+        rc = run_cuda(&o, &cfg, data, &job, loss_log);
+        goto out;
+    }
+#endif
 
     rc = 1;
     /* the data-parallel group is the whole job while tp = pp = 1 */

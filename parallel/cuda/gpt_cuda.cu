@@ -1,0 +1,1030 @@
+/* The reference model on a CUDA GPU (see gpt_cuda.h): the CPU model's
+ * forward and backward (parallel/gpt.c, parallel/layers_impl.h) step for
+ * step, with cuBLAS for every matrix product and simple kernels for the
+ * rest: one thread per element, or one warp per row where a row is reduced.
+ *
+ * Matrix products: the CPU code calls row-major cblas_sgemm; gemm_rm below
+ * takes the same arguments and calls column-major cuBLAS with the operands
+ * swapped (row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T),
+ * so each call here reads as its CPU twin. Attention runs per batch row b
+ * with the heads as a strided batch: head h's Q, K, V start h*HS columns in,
+ * a constant stride.
+ *
+ * Every reduction over rows that the CPU does in a loop (bias, layernorm
+ * weight and position-embedding gradients) is a cuBLAS gemv against a
+ * vector of ones; the token-embedding gradient, a scatter, is one thread per
+ * channel walking the tokens in order, so no atomics and the same bits every
+ * run. Kernels are compiled without FMA contraction (CMake passes
+ * --fmad=false) so their roundings follow the CPU code's. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+extern "C" {
+#include "base/alloc.h"
+#include "base/log.h"
+#include "parallel/cuda/gpt_cuda.h"
+#include "parallel/layers.h"
+}
+
+#define WARP         32
+#define THREADS      256 /* per block */
+#define MAX_BLOCKS   65535
+#define SUMSQ_BLOCKS 1024
+
+/* One span of the flat buffer that shares AdamW's decay flag. */
+typedef struct span {
+    size_t lo, n;
+    int decay;
+} span_t;
+
+struct msr_cuda_gpt {
+    msr_gpt_config_t cfg;
+    int max_batch;
+    int device;
+    size_t num_params;
+    int num_spans;
+    span_t *spans; /* host: the tensors, neighbours with one decay flag merged */
+
+    cudaStream_t stream;
+    cublasHandle_t blas;
+
+    /* device buffers, each (num_params) in the CPU model's flat layout */
+    float *params, *grads, *m, *v;
+
+    /* device activations and work space: one allocation, pointer tables
+     * (host arrays of device pointers) in the CPU model's types */
+    float *mem;
+    size_t mem_count;
+    msr_gpt_acts_t acts; /* acts.blocks: [L] */
+    msr_gpt_work_t work; /* work.datt: (NH, T, T), one batch row's heads */
+    float *ln_tmp;       /* (N, C) xhat * dout, for the layernorm weight gradient */
+    float *ones;         /* (N) all 1, for the gemv column sums */
+
+    int *d_inputs, *d_targets; /* (B, T) on the device */
+    int *h_targets;            /* (B, T) host copy, for nothing but checks */
+    float *h_losses;           /* (B, T) host copy of the losses */
+    double *d_partials;        /* (SUMSQ_BLOCKS) */
+    double *h_partials;        /* (SUMSQ_BLOCKS) */
+
+    int B, T;       /* of the last forward with targets; 0 before */
+    int fwd_B, fwd_T; /* of the last forward */
+};
+
+/* ---- error handling ---- */
+
+static msr_status_t cuda_fail(cudaError_t e, const char *what, int line)
+{
+    MSR_ERROR("gpt_cuda: %s (line %d): %s: %s", what, line, cudaGetErrorName(e),
+              cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND;
+}
+
+static msr_status_t blas_fail(cublasStatus_t s, const char *what, int line)
+{
+    MSR_ERROR("gpt_cuda: %s (line %d): cuBLAS status %d (%s)", what, line, (int)s,
+              cublasGetStatusString(s));
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND;
+}
+
+/* Return from the calling function on a failed CUDA or cuBLAS call. */
+#define CU(call)                                   \
+    do {                                           \
+        cudaError_t e_ = (call);                   \
+        if (e_ != cudaSuccess)                     \
+            return cuda_fail(e_, #call, __LINE__); \
+    } while (0)
+#define BLAS(call)                                 \
+    do {                                           \
+        cublasStatus_t s_ = (call);                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)           \
+            return blas_fail(s_, #call, __LINE__); \
+    } while (0)
+/* After a kernel launch: a bad configuration shows here. */
+#define LAUNCHED(what) CU(cudaGetLastError())
+#define TRY(call)                  \
+    do {                           \
+        msr_status_t st_ = (call); \
+        if (st_ != MSR_OK)         \
+            return st_;            \
+    } while (0)
+
+/* Blocks of THREADS for n work items (grid-stride loops cover the rest). */
+static unsigned grid_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
+}
+
+/* Blocks of THREADS for one warp per row. */
+static unsigned grid_rows(size_t rows)
+{
+    return grid_for(rows * WARP);
+}
+
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Rows handled by one warp each, grid-stride. */
+#define WARP_ROWS(row, rows)                                                                \
+    for (size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP; row < (rows); \
+         row += (size_t)gridDim.x * blockDim.x / WARP)
+
+__device__ static float warp_sum(float x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ static float warp_max(float x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* ---- kernels (each the CPU kernel of the same name in layers_impl.h) ---- */
+
+/* out (N,C) = wte[inp[n]] + wpe[n % T] */
+__global__ static void encoder_forward_k(float *out, const int *inp, const float *wte,
+                                         const float *wpe, size_t N, int T, int C)
+{
+    GRID_STRIDE(i, N * (size_t)C)
+    {
+        size_t n = i / (size_t)C, c = i % (size_t)C, t = n % (size_t)T;
+        out[i] = wte[(size_t)inp[n] * C + c] + wpe[t * C + c];
+    }
+}
+
+/* dwte (V,C) += the rows of dout (N,C) by token: one thread per channel,
+ * tokens in order (the CPU's order of additions). */
+__global__ static void encoder_backward_wte_k(float *dwte, const float *dout, const int *inp,
+                                              size_t N, int C)
+{
+    GRID_STRIDE(c, (size_t)C)
+    {
+        for (size_t n = 0; n < N; n++)
+            dwte[(size_t)inp[n] * C + c] += dout[n * C + c];
+    }
+}
+
+/* out[n, j] = bias[j]: a matmul's starting value (then += the product) */
+__global__ static void bias_fill_k(float *out, const float *bias, size_t N, int OC)
+{
+    GRID_STRIDE(i, N * (size_t)OC)
+    out[i] = bias[i % (size_t)OC];
+}
+
+/* One warp per row: mean, rstd, out = (x - mean) * rstd * w + b. */
+__global__ static void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
+                                           const float *weight, const float *bias, size_t N, int C)
+{
+    int lane = threadIdx.x % WARP;
+    WARP_ROWS(n, N)
+    {
+        const float *x = inp + n * C;
+        float *o = out + n * C;
+        float s = 0.0f;
+        for (int c = lane; c < C; c += WARP)
+            s += x[c];
+        float m = warp_sum(s) / (float)C;
+        float v = 0.0f;
+        for (int c = lane; c < C; c += WARP) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        v = warp_sum(v) / (float)C;
+        float r = 1.0f / sqrtf(v + (float)MSR_LAYERNORM_EPS);
+        for (int c = lane; c < C; c += WARP)
+            o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        if (lane == 0) {
+            mean[n] = m;
+            rstd[n] = r;
+        }
+    }
+}
+
+/* One warp per row: dinp (N,C) += rstd * (g - mean(g) - xhat * mean(g xhat)),
+ * g = dout * w; tmp (N,C) = xhat * dout (summed over rows by the caller for
+ * the weight's gradient). */
+__global__ static void layernorm_backward_k(float *dinp, float *tmp, const float *dout,
+                                            const float *inp, const float *weight,
+                                            const float *mean, const float *rstd, size_t N, int C)
+{
+    int lane = threadIdx.x % WARP;
+    WARP_ROWS(n, N)
+    {
+        const float *x = inp + n * C, *d = dout + n * C;
+        float *dx = dinp + n * C, *t = tmp + n * C;
+        float m = mean[n], s = rstd[n];
+        float gm = 0.0f, gxm = 0.0f;
+        for (int c = lane; c < C; c += WARP) {
+            float xhat = (x[c] - m) * s;
+            float g = d[c] * weight[c];
+            gm += g;
+            gxm += g * xhat;
+        }
+        gm = warp_sum(gm) / (float)C;
+        gxm = warp_sum(gxm) / (float)C;
+        for (int c = lane; c < C; c += WARP) {
+            float xhat = (x[c] - m) * s;
+            float g = d[c] * weight[c];
+            t[c] = xhat * d[c];
+            dx[c] += s * (g - gm - xhat * gxm);
+        }
+    }
+}
+
+/* Causal softmax of rows (rows, T) of att in place, row r being query
+ * r % T: entries j <= i normalised, the rest 0. One warp per row. */
+__global__ static void softmax_causal_k(float *att, size_t rows, int T)
+{
+    int lane = threadIdx.x % WARP;
+    WARP_ROWS(r, rows)
+    {
+        float *row = att + r * T;
+        int i = (int)(r % (size_t)T);
+        float mx = -INFINITY;
+        for (int j = lane; j <= i; j += WARP)
+            mx = fmaxf(mx, row[j]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j <= i; j += WARP) {
+            float e = expf(row[j] - mx);
+            row[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / warp_sum(sum);
+        for (int j = lane; j <= i; j += WARP)
+            row[j] *= inv;
+        for (int j = i + 1 + lane; j < T; j += WARP)
+            row[j] = 0.0f;
+    }
+}
+
+/* Softmax backward on rows of (att, datt): datt = att * (datt - rowsum(att *
+ * datt)) for j <= i, 0 above. One warp per row. */
+__global__ static void softmax_causal_backward_k(float *datt, const float *att, size_t rows, int T)
+{
+    int lane = threadIdx.x % WARP;
+    WARP_ROWS(r, rows)
+    {
+        const float *a = att + r * T;
+        float *d = datt + r * T;
+        int i = (int)(r % (size_t)T);
+        float dot = 0.0f;
+        for (int j = lane; j <= i; j += WARP)
+            dot += a[j] * d[j];
+        dot = warp_sum(dot);
+        for (int j = lane; j <= i; j += WARP)
+            d[j] = a[j] * (d[j] - dot);
+        for (int j = i + 1 + lane; j < T; j += WARP)
+            d[j] = 0.0f;
+    }
+}
+
+#define GELU_S 0.7978845608028654f
+#define GELU_A 0.044715f
+
+__global__ static void gelu_forward_k(float *out, const float *inp, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = inp[i];
+        float u = GELU_S * (x + GELU_A * x * x * x);
+        out[i] = x / (1.0f + expf(-2.0f * u));
+    }
+}
+
+__global__ static void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = inp[i];
+        float u = GELU_S * (x + GELU_A * x * x * x);
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
+        float g = s + 2.0f * x * s * (1.0f - s) * du;
+        dinp[i] += g * dout[i];
+    }
+}
+
+__global__ static void residual_forward_k(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_STRIDE(i, n)
+    out[i] = a[i] + b[i];
+}
+
+/* One warp per row: probs = softmax(logits), loss = max + log(sum) - l[t]. */
+__global__ static void crossentropy_forward_k(float *losses, float *probs, const float *logits,
+                                              const int *targets, size_t N, int V)
+{
+    int lane = threadIdx.x % WARP;
+    WARP_ROWS(n, N)
+    {
+        const float *l = logits + n * V;
+        float *p = probs + n * V;
+        float mx = -INFINITY;
+        for (int i = lane; i < V; i += WARP)
+            mx = fmaxf(mx, l[i]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int i = lane; i < V; i += WARP) {
+            float e = expf(l[i] - mx);
+            p[i] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        float inv = 1.0f / sum;
+        for (int i = lane; i < V; i += WARP)
+            p[i] *= inv;
+        if (lane == 0)
+            losses[n] = mx + logf(sum) - l[targets[n]];
+    }
+}
+
+/* dlogits += probs * dloss, then -= dloss at the target (two roundings, as
+ * the CPU kernel). */
+__global__ static void crossentropy_backward_k(float *dlogits, const float *probs,
+                                               const int *targets, float dloss, size_t N, int V)
+{
+    GRID_STRIDE(i, N * (size_t)V)
+    {
+        size_t n = i / (size_t)V;
+        int j = (int)(i % (size_t)V);
+        float d = dlogits[i] + probs[i] * dloss;
+        if (j == targets[n])
+            d -= dloss;
+        dlogits[i] = d;
+    }
+}
+
+/* Per block, the sum of squares (in double) of its grid-stride share of x. */
+__global__ static void sumsq_k(double *partials, const float *x, size_t n)
+{
+    __shared__ double acc[THREADS];
+    double s = 0.0;
+    GRID_STRIDE(i, n)
+    s += (double)x[i] * (double)x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k)
+            acc[threadIdx.x] += acc[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = acc[0];
+}
+
+/* AdamW over n elements of one decay flag (msr_adamw_update_range). */
+__global__ static void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float keep,
+                               msr_cuda_adamw_step_t s)
+{
+    GRID_STRIDE(i, n)
+    {
+        float gr = g[i] * s.grad_scale;
+        float mm = m[i] * s.beta1 + s.one_minus_beta1 * gr;
+        float vv = v[i] * s.beta2 + s.one_minus_beta2 * gr * gr;
+        m[i] = mm;
+        v[i] = vv;
+        float denom = sqrtf(vv) / s.bc2_sqrt + s.eps;
+        p[i] = p[i] * keep - s.step_size * mm / denom;
+    }
+}
+
+/* ---- host helpers ---- */
+
+/* Row-major C (M,N) = alpha op(A) op(B) + beta C, arguments as cblas_sgemm's
+ * (ta, tb: transpose A, B). */
+static msr_status_t gemm_rm(msr_cuda_gpt_t *md, int ta, int tb, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc)
+{
+    BLAS(cublasSgemm(md->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+                     K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    return MSR_OK;
+}
+
+/* gemm_rm over `batch` problems, operand k's problem b at X + b * sX. */
+static msr_status_t gemm_rm_batched(msr_cuda_gpt_t *md, int ta, int tb, int M, int N, int K,
+                                    float alpha, const float *A, int lda, long long sA,
+                                    const float *B, int ldb, long long sB, float beta, float *C,
+                                    int ldc, long long sC, int batch)
+{
+    BLAS(cublasSgemmStridedBatched(md->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sB, A,
+                                   lda, sA, &beta, C, ldc, sC, batch));
+    return MSR_OK;
+}
+
+/* y (cols) += the column sums of row-major X (rows, cols). */
+static msr_status_t colsum_add(msr_cuda_gpt_t *md, float *y, const float *X, int rows, int cols)
+{
+    const float one = 1.0f;
+    /* column-major view: X^T (cols, rows), ld cols; y += X^T ones */
+    BLAS(cublasSgemv(md->blas, CUBLAS_OP_N, cols, rows, &one, X, cols, md->ones, 1, &one, y, 1));
+    return MSR_OK;
+}
+
+static msr_status_t zero(msr_cuda_gpt_t *md, float *p, size_t n)
+{
+    CU(cudaMemsetAsync(p, 0, n * sizeof(float), md->stream));
+    return MSR_OK;
+}
+
+/* matmul_forward: out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias */
+static msr_status_t matmul_forward(msr_cuda_gpt_t *md, float *out, const float *inp,
+                                   const float *weight, const float *bias, int N, int IC, int OC)
+{
+    if (bias != NULL) {
+        bias_fill_k<<<grid_for((size_t)N * OC), THREADS, 0, md->stream>>>(out, bias, (size_t)N, OC);
+        LAUNCHED("bias_fill");
+    }
+    return gemm_rm(md, 0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, bias != NULL ? 1.0f : 0.0f, out,
+                   OC);
+}
+
+/* matmul_backward: dinp += dout @ weight, dweight += dout^T @ inp, dbias +=
+ * column sums of dout */
+static msr_status_t matmul_backward(msr_cuda_gpt_t *md, float *dinp, float *dweight, float *dbias,
+                                    const float *dout, const float *inp, const float *weight, int N,
+                                    int IC, int OC)
+{
+    TRY(gemm_rm(md, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC));
+    TRY(gemm_rm(md, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC));
+    if (dbias != NULL)
+        TRY(colsum_add(md, dbias, dout, N, OC));
+    return MSR_OK;
+}
+
+static msr_status_t layernorm_forward(msr_cuda_gpt_t *md, float *out, float *mean, float *rstd,
+                                      const float *inp, const float *w, const float *b, int N,
+                                      int C)
+{
+    layernorm_forward_k<<<grid_rows((size_t)N), THREADS, 0, md->stream>>>(out, mean, rstd, inp, w,
+                                                                          b, (size_t)N, C);
+    LAUNCHED("layernorm_forward");
+    return MSR_OK;
+}
+
+static msr_status_t layernorm_backward(msr_cuda_gpt_t *md, float *dinp, float *dw, float *db,
+                                       const float *dout, const float *inp, const float *w,
+                                       const float *mean, const float *rstd, int N, int C)
+{
+    layernorm_backward_k<<<grid_rows((size_t)N), THREADS, 0, md->stream>>>(
+        dinp, md->ln_tmp, dout, inp, w, mean, rstd, (size_t)N, C);
+    LAUNCHED("layernorm_backward");
+    TRY(colsum_add(md, dw, md->ln_tmp, N, C));
+    return colsum_add(md, db, dout, N, C);
+}
+
+/* attention_forward, per batch row with the heads as a strided batch */
+static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att, const float *qkv,
+                                      int B, int T, int C, int NH)
+{
+    int HS = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * C3; /* head h: + h*HS; (T,HS), stride 3C */
+        const float *k = q + C;
+        float *a = att + (size_t)b * NH * TT; /* head h: + h*T*T; (T,T) */
+        TRY(gemm_rm_batched(md, 0, 1, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, a, T, TT, NH));
+    }
+    size_t rows = (size_t)B * NH * T;
+    softmax_causal_k<<<grid_rows(rows), THREADS, 0, md->stream>>>(att, rows, T);
+    LAUNCHED("softmax_causal");
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C;
+        const float *a = att + (size_t)b * NH * TT;
+        float *o = out + (size_t)b * T * C; /* head h: + h*HS; (T,HS), stride C */
+        TRY(gemm_rm_batched(md, 0, 0, T, HS, T, 1.0f, a, T, TT, v, C3, HS, 0.0f, o, C, HS, NH));
+    }
+    return MSR_OK;
+}
+
+/* attention_backward: dqkv += ..., datt scratch of (NH, T, T) */
+static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *datt,
+                                       const float *dout, const float *qkv, const float *att, int B,
+                                       int T, int C, int NH)
+{
+    int HS = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        size_t qoff = (size_t)b * T * C3;
+        const float *q = qkv + qoff, *k = q + C, *v = q + 2 * (size_t)C;
+        float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * (size_t)C;
+        const float *a = att + (size_t)b * NH * TT;
+        const float *d = dout + (size_t)b * T * C;
+        /* datt = dout V^T */
+        TRY(gemm_rm_batched(md, 0, 1, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, datt, T, TT, NH));
+        size_t rows = (size_t)NH * T;
+        softmax_causal_backward_k<<<grid_rows(rows), THREADS, 0, md->stream>>>(datt, a, rows, T);
+        LAUNCHED("softmax_causal_backward");
+        /* dq += scale datt K, dk += scale datt^T Q, dv += att^T dout */
+        TRY(gemm_rm_batched(md, 0, 0, T, HS, T, scale, datt, T, TT, k, C3, HS, 1.0f, dq, C3, HS,
+                            NH));
+        TRY(gemm_rm_batched(md, 1, 0, T, HS, T, scale, datt, T, TT, q, C3, HS, 1.0f, dk, C3, HS,
+                            NH));
+        TRY(gemm_rm_batched(md, 1, 0, T, HS, T, 1.0f, a, T, TT, d, C, HS, 1.0f, dv, C3, HS, NH));
+    }
+    return MSR_OK;
+}
+
+/* ---- creation ---- */
+
+/* Hands out consecutive pieces of one allocation (count only when base is
+ * NULL), each rounded up to 64 floats so every piece is 256-byte aligned. */
+typedef struct carver {
+    float *base;
+    size_t used;
+} carver_t;
+
+static float *carve(carver_t *c, size_t n)
+{
+    float *p = c->base != NULL ? c->base + c->used : NULL;
+    c->used += (n + 63) / 64 * 64;
+    return p;
+}
+
+static void layout_acts(msr_cuda_gpt_t *md, carver_t *c)
+{
+    size_t B = (size_t)md->max_batch, T = (size_t)md->cfg.max_seq, C = (size_t)md->cfg.channels;
+    size_t NH = (size_t)md->cfg.heads, V = (size_t)md->cfg.vocab, N = B * T;
+    msr_gpt_acts_t *a = &md->acts;
+    a->encoded = carve(c, N * C);
+    for (int l = 0; l < md->cfg.layers; l++) {
+        msr_gpt_block_acts_t *b = &a->blocks[l];
+        b->ln1 = carve(c, N * C);
+        b->ln1_mean = carve(c, N);
+        b->ln1_rstd = carve(c, N);
+        b->qkv = carve(c, N * 3 * C);
+        b->atty = carve(c, N * C);
+        b->att = carve(c, B * NH * T * T);
+        b->res2 = carve(c, N * C);
+        b->ln2 = carve(c, N * C);
+        b->ln2_mean = carve(c, N);
+        b->ln2_rstd = carve(c, N);
+        b->fch = carve(c, N * 4 * C);
+        b->fch_gelu = carve(c, N * 4 * C);
+        b->res3 = carve(c, N * C);
+    }
+    a->lnf = carve(c, N * C);
+    a->lnf_mean = carve(c, N);
+    a->lnf_rstd = carve(c, N);
+    a->logits = carve(c, N * V);
+    a->probs = carve(c, N * V);
+    a->losses = carve(c, N);
+    a->proj = carve(c, N * C);
+    msr_gpt_work_t *w = &md->work;
+    w->dres = carve(c, N * C);
+    w->dln = carve(c, N * C);
+    w->dqkv = carve(c, N * 3 * C);
+    w->datty = carve(c, N * C);
+    w->dfch = carve(c, N * 4 * C);
+    w->dfch_gelu = carve(c, N * 4 * C);
+    w->datt = carve(c, NH * T * T);
+    w->dlogits = carve(c, N * V);
+    md->ln_tmp = carve(c, N * C);
+    md->ones = carve(c, N);
+}
+
+__global__ static void fill_k(float *p, float value, size_t n)
+{
+    GRID_STRIDE(i, n)
+    p[i] = value;
+}
+
+extern "C" msr_status_t msr_cuda_device_count(int *count_p)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        MSR_ERROR("gpt_cuda: no usable CUDA device: %s: %s", cudaGetErrorName(e),
+                  cudaGetErrorString(e));
+        return MSR_ERR_UNSUPPORTED;
+    }
+    if (n < 1) {
+        MSR_ERROR("gpt_cuda: no CUDA device is visible to this process");
+        return MSR_ERR_UNSUPPORTED;
+    }
+    *count_p = n;
+    return MSR_OK;
+}
+
+static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
+{
+    size_t P = md->num_params, N = (size_t)md->max_batch * md->cfg.max_seq;
+    CU(cudaSetDevice(md->device));
+    CU(cudaStreamCreateWithFlags(&md->stream, cudaStreamNonBlocking));
+    BLAS(cublasCreate(&md->blas));
+    BLAS(cublasSetStream(md->blas, md->stream));
+    /* plain fp32: no TF32 tensor cores, so results follow the CPU's */
+    BLAS(cublasSetMathMode(md->blas, CUBLAS_DEFAULT_MATH));
+    CU(cudaMalloc((void **)&md->params, P * sizeof(float)));
+    CU(cudaMalloc((void **)&md->grads, P * sizeof(float)));
+    CU(cudaMalloc((void **)&md->m, P * sizeof(float)));
+    CU(cudaMalloc((void **)&md->v, P * sizeof(float)));
+    carver_t count = {NULL, 0};
+    layout_acts(md, &count);
+    md->mem_count = count.used;
+    CU(cudaMalloc((void **)&md->mem, md->mem_count * sizeof(float)));
+    carver_t c = {md->mem, 0};
+    layout_acts(md, &c);
+    CU(cudaMalloc((void **)&md->d_inputs, N * sizeof(int)));
+    CU(cudaMalloc((void **)&md->d_targets, N * sizeof(int)));
+    CU(cudaMalloc((void **)&md->d_partials, SUMSQ_BLOCKS * sizeof(double)));
+    TRY(zero(md, md->params, P));
+    TRY(zero(md, md->grads, P));
+    TRY(zero(md, md->m, P));
+    TRY(zero(md, md->v, P));
+    TRY(zero(md, md->mem, md->mem_count));
+    fill_k<<<grid_for(N), THREADS, 0, md->stream>>>(md->ones, 1.0f, N);
+    LAUNCHED("fill");
+    CU(cudaStreamSynchronize(md->stream));
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max_batch, int device,
+                                            const msr_gpt_tensor_t *tensors, int n,
+                                            msr_cuda_gpt_t **model_p)
+{
+    char why[160];
+    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
+        MSR_ERROR("gpt_cuda: %s", why);
+        return MSR_ERR_CONFIG;
+    }
+    size_t P = msr_gpt_num_params(cfg);
+    if (max_batch < 1 || (size_t)max_batch * (size_t)cfg->max_seq > (1u << 24) || device < 0 ||
+        tensors == NULL || n < 1 || tensors[n - 1].offset + tensors[n - 1].count != P) {
+        MSR_ERROR("gpt_cuda: batch %d, device %d or a tensor table of %d entries that does not "
+                  "cover the %zu parameters",
+                  max_batch, device, n, P);
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_cuda_gpt_t *md = (msr_cuda_gpt_t *)msr_calloc(1, sizeof *md);
+    if (md == NULL)
+        return MSR_ERR_NO_MEMORY;
+    md->cfg = *cfg;
+    md->max_batch = max_batch;
+    md->device = device;
+    md->num_params = P;
+    size_t N = (size_t)max_batch * cfg->max_seq;
+    md->acts.blocks =
+        (msr_gpt_block_acts_t *)msr_calloc((size_t)cfg->layers, sizeof(msr_gpt_block_acts_t));
+    md->spans = (span_t *)msr_calloc((size_t)n, sizeof(span_t));
+    md->h_targets = (int *)msr_calloc(N, sizeof(int));
+    md->h_losses = (float *)msr_calloc(N, sizeof(float));
+    md->h_partials = (double *)msr_calloc(SUMSQ_BLOCKS, sizeof(double));
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    if (md->acts.blocks == NULL || md->spans == NULL || md->h_targets == NULL ||
+        md->h_losses == NULL || md->h_partials == NULL) {
+        MSR_ERROR("gpt_cuda: out of host memory");
+        goto err_destroy;
+    }
+    for (int k = 0; k < n; k++) {
+        span_t *last = md->num_spans > 0 ? &md->spans[md->num_spans - 1] : NULL;
+        if (last != NULL && last->decay == tensors[k].decay &&
+            last->lo + last->n == tensors[k].offset)
+            last->n += tensors[k].count;
+        else
+            md->spans[md->num_spans++] =
+                (span_t){tensors[k].offset, tensors[k].count, tensors[k].decay};
+    }
+    if ((st = create_device_parts(md)) != MSR_OK)
+        goto err_destroy;
+    *model_p = md;
+    return MSR_OK;
+
+err_destroy:
+    msr_cuda_gpt_destroy(md);
+    return st;
+}
+
+extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
+{
+    if (md == NULL)
+        return;
+    if (md->stream != NULL) {
+        /* best effort: nothing may be in flight when the buffers go */
+        (void)cudaStreamSynchronize(md->stream);
+    }
+    cudaFree(md->d_partials);
+    cudaFree(md->d_targets);
+    cudaFree(md->d_inputs);
+    cudaFree(md->mem);
+    cudaFree(md->v);
+    cudaFree(md->m);
+    cudaFree(md->grads);
+    cudaFree(md->params);
+    if (md->blas != NULL)
+        cublasDestroy(md->blas);
+    if (md->stream != NULL)
+        cudaStreamDestroy(md->stream);
+    msr_free(md->h_partials);
+    msr_free(md->h_losses);
+    msr_free(md->h_targets);
+    msr_free(md->spans);
+    msr_free(md->acts.blocks);
+    msr_free(md);
+}
+
+extern "C" size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *md)
+{
+    return md->num_params;
+}
+
+extern "C" size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *md)
+{
+    size_t N = (size_t)md->max_batch * md->cfg.max_seq;
+    return (4 * md->num_params + md->mem_count) * sizeof(float) + 2 * N * sizeof(int) +
+           SUMSQ_BLOCKS * sizeof(double);
+}
+
+extern "C" void *msr_cuda_gpt_stream(msr_cuda_gpt_t *md)
+{
+    return md->stream;
+}
+
+extern "C" float *msr_cuda_gpt_grads_device(msr_cuda_gpt_t *md)
+{
+    return md->grads;
+}
+
+static msr_status_t copy_sync(msr_cuda_gpt_t *md, void *dst, const void *src, size_t bytes,
+                              cudaMemcpyKind kind)
+{
+    CU(cudaMemcpyAsync(dst, src, bytes, kind, md->stream));
+    CU(cudaStreamSynchronize(md->stream));
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_set_params(msr_cuda_gpt_t *md, const float *host)
+{
+    return copy_sync(md, md->params, host, md->num_params * sizeof(float), cudaMemcpyHostToDevice);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_get_params(msr_cuda_gpt_t *md, float *host)
+{
+    return copy_sync(md, host, md->params, md->num_params * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_get_grads(msr_cuda_gpt_t *md, float *host)
+{
+    return copy_sync(md, host, md->grads, md->num_params * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_set_moments(msr_cuda_gpt_t *md, const float *m, const float *v)
+{
+    TRY(copy_sync(md, md->m, m, md->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    return copy_sync(md, md->v, v, md->num_params * sizeof(float), cudaMemcpyHostToDevice);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_get_moments(msr_cuda_gpt_t *md, float *m, float *v)
+{
+    TRY(copy_sync(md, m, md->m, md->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    return copy_sync(md, v, md->v, md->num_params * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_zero_grad(msr_cuda_gpt_t *md)
+{
+    return zero(md, md->grads, md->num_params);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_sync(msr_cuda_gpt_t *md)
+{
+    CU(cudaStreamSynchronize(md->stream));
+    return MSR_OK;
+}
+
+/* ---- forward ---- */
+
+static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            MSR_ERROR("gpt_cuda: %s[%zu] = %d is not a token in [0, %d)", what, i, tokens[i], V);
+            return MSR_ERR_INVALID_ARG;
+        }
+    }
+    return MSR_OK;
+}
+
+/* The first flat element of segment s (0 embeddings, 1 + l block l, L + 1
+ * final norm), as gpt.h lays them out. */
+static size_t seg_offset(const msr_cuda_gpt_t *md, int s)
+{
+    size_t C = (size_t)md->cfg.channels;
+    size_t block = 12 * C * C + 13 * C;
+    if (s == 0)
+        return 0;
+    return ((size_t)md->cfg.vocab + (size_t)md->cfg.max_seq) * C + (size_t)(s - 1) * block;
+}
+
+static msr_status_t block_forward(msr_cuda_gpt_t *md, int l, const float *in, int B, int T)
+{
+    int C = md->cfg.channels, NH = md->cfg.heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    msr_gpt_block_params_t p;
+    msr_gpt_block_point(&md->cfg, md->params + seg_offset(md, 1 + l), &p);
+    msr_gpt_block_acts_t *a = &md->acts.blocks[l];
+    float *proj = md->acts.proj; /* (N, C) */
+
+    /* x + attn(ln1(x)) */
+    TRY(layernorm_forward(md, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C));
+    TRY(matmul_forward(md, a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C));
+    TRY(attention_forward(md, a->atty, a->att, a->qkv, B, T, C, NH));
+    TRY(matmul_forward(md, proj, a->atty, p.attprojw, p.attprojb, N, C, C));
+    residual_forward_k<<<grid_for(NC), THREADS, 0, md->stream>>>(a->res2, in, proj, NC);
+    LAUNCHED("residual_forward");
+    /* x + mlp(ln2(x)) */
+    TRY(layernorm_forward(md, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, N, C));
+    TRY(matmul_forward(md, a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C));
+    gelu_forward_k<<<grid_for(4 * NC), THREADS, 0, md->stream>>>(a->fch_gelu, a->fch, 4 * NC);
+    LAUNCHED("gelu_forward");
+    TRY(matmul_forward(md, proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C));
+    residual_forward_k<<<grid_for(NC), THREADS, 0, md->stream>>>(a->res3, a->res2, proj, NC);
+    LAUNCHED("residual_forward");
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inputs,
+                                             const int *targets, int B, int T, double *loss_p)
+{
+    const msr_gpt_config_t *cfg = &md->cfg;
+    int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    if (B < 1 || B > md->max_batch || T < 1 || T > cfg->max_seq) {
+        MSR_ERROR("gpt_cuda: batch %d x %d does not fit the model's %d x %d", B, T, md->max_batch,
+                  cfg->max_seq);
+        return MSR_ERR_INVALID_ARG;
+    }
+    int N = B * T;
+    TRY(check_tokens(inputs, (size_t)N, V, "inputs"));
+    if (targets != NULL)
+        TRY(check_tokens(targets, (size_t)N, V, "targets"));
+    md->B = md->T = 0; /* no backward until this forward completes */
+    md->fwd_B = md->fwd_T = 0;
+    msr_gpt_acts_t *acts = &md->acts;
+    CU(cudaMemcpyAsync(md->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
+                       md->stream));
+
+    const float *wte = md->params;          /* (V, C) */
+    const float *wpe = wte + (size_t)V * C; /* (maxT, C) */
+    encoder_forward_k<<<grid_for((size_t)N * C), THREADS, 0, md->stream>>>(
+        acts->encoded, md->d_inputs, wte, wpe, (size_t)N, T, C);
+    LAUNCHED("encoder_forward");
+    const float *x = acts->encoded; /* (B,T,C) */
+    for (int l = 0; l < L; l++) {
+        TRY(block_forward(md, l, x, B, T));
+        x = acts->blocks[l].res3;
+    }
+    const float *lnfw = md->params + seg_offset(md, L + 1); /* (C) */
+    TRY(layernorm_forward(md, acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfw + C, N, C));
+    /* the output head, tied to wte: logits (N,V) = lnf (N,C) @ wte^T */
+    TRY(matmul_forward(md, acts->logits, acts->lnf, wte, NULL, N, C, V));
+    md->fwd_B = B;
+    md->fwd_T = T;
+    if (targets == NULL) {
+        CU(cudaStreamSynchronize(md->stream));
+        return MSR_OK;
+    }
+    CU(cudaMemcpyAsync(md->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
+                       md->stream));
+    crossentropy_forward_k<<<grid_rows((size_t)N), THREADS, 0, md->stream>>>(
+        acts->losses, acts->probs, acts->logits, md->d_targets, (size_t)N, V);
+    LAUNCHED("crossentropy_forward");
+    CU(cudaMemcpyAsync(md->h_losses, acts->losses, (size_t)N * sizeof(float),
+                       cudaMemcpyDeviceToHost, md->stream));
+    CU(cudaStreamSynchronize(md->stream));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += md->h_losses[i];
+    memcpy(md->h_targets, targets, (size_t)N * sizeof(int));
+    md->B = B;
+    md->T = T;
+    *loss_p = sum / N;
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_get_logits(msr_cuda_gpt_t *md, float *host)
+{
+    size_t n = (size_t)md->fwd_B * md->fwd_T * md->cfg.vocab;
+    if (n == 0) {
+        MSR_ERROR("gpt_cuda: no logits before a forward");
+        return MSR_ERR_STATE;
+    }
+    return copy_sync(md, host, md->acts.logits, n * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+/* ---- backward ---- */
+
+static msr_status_t block_backward(msr_cuda_gpt_t *md, int l, const float *in, float *dres, int B,
+                                   int T)
+{
+    int C = md->cfg.channels, NH = md->cfg.heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    msr_gpt_block_params_t p, g;
+    msr_gpt_block_point(&md->cfg, md->params + seg_offset(md, 1 + l), &p);
+    msr_gpt_block_point(&md->cfg, md->grads + seg_offset(md, 1 + l), &g);
+    const msr_gpt_block_acts_t *a = &md->acts.blocks[l];
+    msr_gpt_work_t *w = &md->work;
+    TRY(zero(md, w->dln, NC));
+    TRY(zero(md, w->dqkv, 3 * NC));
+    TRY(zero(md, w->datty, NC));
+    TRY(zero(md, w->dfch, 4 * NC));
+    TRY(zero(md, w->dfch_gelu, 4 * NC));
+
+    /* the MLP branch: dres is the gradient of its output */
+    TRY(matmul_backward(md, w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw, N,
+                        4 * C, C));
+    gelu_backward_k<<<grid_for(4 * NC), THREADS, 0, md->stream>>>(w->dfch, a->fch, w->dfch_gelu,
+                                                                  4 * NC);
+    LAUNCHED("gelu_backward");
+    TRY(matmul_backward(md, w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C));
+    TRY(layernorm_backward(md, dres, g.ln2w, g.ln2b, w->dln, a->res2, p.ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C));
+    /* now dres = d res2; the attention branch */
+    TRY(matmul_backward(md, w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C));
+    TRY(attention_backward(md, w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH));
+    TRY(zero(md, w->dln, NC));
+    TRY(matmul_backward(md, w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C));
+    TRY(layernorm_backward(md, dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd,
+                           N, C));
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *md, float dloss)
+{
+    if (md->B == 0) {
+        MSR_ERROR("gpt_cuda: backward without a forward with targets");
+        return MSR_ERR_STATE;
+    }
+    const msr_gpt_config_t *cfg = &md->cfg;
+    int B = md->B, T = md->T, N = B * T;
+    int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    size_t NC = (size_t)N * C;
+    msr_gpt_acts_t *acts = &md->acts;
+    msr_gpt_work_t *w = &md->work;
+
+    TRY(zero(md, w->dlogits, (size_t)N * V));
+    TRY(zero(md, w->dres, NC));
+    TRY(zero(md, w->dln, NC));
+    crossentropy_backward_k<<<grid_for((size_t)N * V), THREADS, 0, md->stream>>>(
+        w->dlogits, acts->probs, md->d_targets, dloss, (size_t)N, V);
+    LAUNCHED("crossentropy_backward");
+    /* the head: dlnf += dlogits @ wte, dwte += dlogits^T @ lnf */
+    TRY(matmul_backward(md, w->dln, md->grads, NULL, w->dlogits, acts->lnf, md->params, N, C, V));
+    /* final layernorm, whose input is the last block's output */
+    const float *lnfw = md->params + seg_offset(md, L + 1);
+    float *dlnfw = md->grads + seg_offset(md, L + 1);
+    TRY(layernorm_backward(md, w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
+                           acts->lnf_mean, acts->lnf_rstd, N, C));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3;
+        TRY(block_backward(md, l, in, w->dres, B, T));
+    }
+    /* embeddings: dwte gets the rows of dres by token, dwpe (maxT,C) the
+     * sum over the batch rows of dres viewed as (B, T*C) */
+    float *dwte = md->grads, *dwpe = md->grads + (size_t)V * C;
+    encoder_backward_wte_k<<<grid_for((size_t)C), THREADS, 0, md->stream>>>(
+        dwte, w->dres, md->d_inputs, (size_t)N, C);
+    LAUNCHED("encoder_backward");
+    return colsum_add(md, dwpe, w->dres, B, T * C);
+}
+
+/* ---- the optimizer's parts ---- */
+
+extern "C" msr_status_t msr_cuda_gpt_grad_sumsq(msr_cuda_gpt_t *md, double *sumsq_p)
+{
+    sumsq_k<<<SUMSQ_BLOCKS, THREADS, 0, md->stream>>>(md->d_partials, md->grads, md->num_params);
+    LAUNCHED("sumsq");
+    TRY(copy_sync(md, md->h_partials, md->d_partials, SUMSQ_BLOCKS * sizeof(double),
+                  cudaMemcpyDeviceToHost));
+    double s = 0.0;
+    for (int k = 0; k < SUMSQ_BLOCKS; k++)
+        s += md->h_partials[k];
+    *sumsq_p = s;
+    return MSR_OK;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_adamw(msr_cuda_gpt_t *md, const msr_cuda_adamw_step_t *s)
+{
+    for (int k = 0; k < md->num_spans; k++) {
+        const span_t *sp = &md->spans[k];
+        float keep = sp->decay ? s->decay_keep : 1.0f;
+        adamw_k<<<grid_for(sp->n), THREADS, 0, md->stream>>>(md->params + sp->lo,
+                                                             md->grads + sp->lo, md->m + sp->lo,
+                                                             md->v + sp->lo, sp->n, keep, *s);
+        LAUNCHED("adamw");
+    }
+    return MSR_OK;
+}

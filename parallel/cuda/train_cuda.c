@@ -1,0 +1,184 @@
+/* The training step on a CUDA GPU (see train_cuda.h). */
+#include "parallel/cuda/train_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+
+static msr_status_t comm_failed(const char *what, msr_status_t st)
+{
+    MSR_ERROR("train_cuda: %s: %s: %s", what, msr_status_str(st), msr_last_error());
+    return st;
+}
+
+msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                                     msr_comm_t *comm, msr_cuda_trainer_t **tr_p)
+{
+    char why[200];
+    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
+        MSR_ERROR("train_cuda: %s", why);
+        return MSR_ERR_CONFIG;
+    }
+    int size = comm != NULL ? msr_comm_size(comm) : 1,
+        rank = comm != NULL ? msr_comm_rank(comm) : 0;
+    if (cfg->dp != size || cfg->dp_rank != rank || cfg->par.zero != 0) {
+        MSR_ERROR("train_cuda: dp %d (rank %d) zero %d: needs a communicator of %d ranks (it has "
+                  "%d, rank %d) and ZeRO stage 0",
+                  cfg->dp, cfg->dp_rank, cfg->par.zero, cfg->dp, size, rank);
+        return MSR_ERR_CONFIG;
+    }
+    msr_cuda_trainer_t *tr = msr_calloc(1, sizeof *tr);
+    if (tr == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    float *init = NULL;
+    tr->cfg = *cfg;
+    tr->data = data;
+    tr->comm = comm;
+    tr->sampler.seed = cfg->seed;
+    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
+    tr->inputs = msr_calloc(N, sizeof(int));
+    tr->targets = msr_calloc(N, sizeof(int));
+    if (tr->inputs == NULL || tr->targets == NULL)
+        goto err_destroy;
+    /* the CPU model's tensor table and initialisation, without its buffers
+     * (its activations for one sequence are allocated but never touched) */
+    st = msr_gpt_create_ex(&cfg->model, 1, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &tr->layout);
+    if (st != MSR_OK)
+        goto err_destroy;
+    if (comm != NULL) {
+        if ((st = msr_comm_device(comm, 0, &tr->dcomm)) != MSR_OK) {
+            comm_failed("making the device communicator", st);
+            goto err_destroy;
+        }
+        tr->device = msr_comm_gpu(tr->dcomm);
+    } else {
+        int count;
+        if ((st = msr_cuda_device_count(&count)) != MSR_OK)
+            goto err_destroy;
+        tr->device = 0;
+    }
+    st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,
+                             tr->layout->num_tensors, &tr->model);
+    if (st != MSR_OK)
+        goto err_destroy;
+    if (tr->dcomm != NULL &&
+        (st = msr_comm_set_stream(tr->dcomm, msr_cuda_gpt_stream(tr->model))) != MSR_OK) {
+        comm_failed("ordering the device communicator on the model's stream", st);
+        goto err_destroy;
+    }
+    size_t P = tr->layout->num_params;
+    if ((init = msr_malloc(P * sizeof(float))) == NULL) {
+        MSR_ERROR("train_cuda: out of memory for %zu parameters", P);
+        st = MSR_ERR_NO_MEMORY;
+        goto err_destroy;
+    }
+    msr_gpt_init_range(tr->layout, cfg->seed, 0, P, init);
+    if ((st = msr_cuda_gpt_set_params(tr->model, init)) != MSR_OK)
+        goto err_destroy;
+    msr_free(init);
+    MSR_DEBUG("train_cuda: rank %d on GPU %d, %zu parameters, %zu bytes of device memory%s%s", rank,
+              tr->device, P, msr_cuda_gpt_device_bytes(tr->model),
+              tr->dcomm != NULL ? ", gradients over " : "",
+              tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "");
+    *tr_p = tr;
+    return MSR_OK;
+
+err_destroy:
+    msr_free(init);
+    msr_cuda_trainer_destroy(tr);
+    return st;
+}
+
+void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr)
+{
+    if (tr == NULL)
+        return;
+    /* the communicator first: it may still queue on the model's stream */
+    msr_comm_destroy(tr->dcomm);
+    msr_cuda_gpt_destroy(tr->model);
+    msr_gpt_destroy(tr->layout);
+    msr_free(tr->targets);
+    msr_free(tr->inputs);
+    msr_free(tr);
+}
+
+float msr_cuda_trainer_lr(const msr_cuda_trainer_t *tr, uint64_t step)
+{
+    if (tr->cfg.warmup > 0 && step < (uint64_t)tr->cfg.warmup)
+        return tr->cfg.lr * (float)(step + 1) / (float)tr->cfg.warmup;
+    return tr->cfg.lr;
+}
+
+msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
+{
+    const msr_train_config_t *c = &tr->cfg;
+    int B = c->micro_batch, T = c->model.max_seq;
+    uint64_t G = (uint64_t)B * (uint64_t)c->grad_accum * (uint64_t)c->dp; /* global batch */
+    float dloss = (float)(1.0 / ((double)G * (double)T));
+    msr_status_t st;
+
+    if ((st = msr_cuda_gpt_zero_grad(tr->model)) != MSR_OK)
+        return st;
+    double loss_sum = 0.0;
+    for (int m = 0; m < c->grad_accum; m++) {
+        uint64_t first = ((uint64_t)c->dp_rank * (uint64_t)c->grad_accum + (uint64_t)m) * B;
+        msr_sampler_fill(&tr->sampler, tr->data, T, first, B, tr->inputs, tr->targets);
+        double loss;
+        if ((st = msr_cuda_gpt_forward(tr->model, tr->inputs, tr->targets, B, T, &loss)) != MSR_OK)
+            return st;
+        if ((st = msr_cuda_gpt_backward(tr->model, dloss)) != MSR_OK)
+            return st;
+        loss_sum += loss;
+    }
+    /* sum the ranks' gradients (each already scaled by 1/(G*T)) in place,
+     * queued behind backward on the model's stream */
+    if (tr->dcomm != NULL && c->dp > 1) {
+        st = msr_comm_allreduce(tr->dcomm, MSR_IN_PLACE, msr_cuda_gpt_grads_device(tr->model),
+                                tr->layout->num_params, MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK)
+            return comm_failed("allreduce of the gradients", st);
+    }
+    double sumsq;
+    if ((st = msr_cuda_gpt_grad_sumsq(tr->model, &sumsq)) != MSR_OK)
+        return st;
+    if (tr->comm != NULL && c->dp > 1) {
+        st = msr_comm_allreduce(tr->comm, MSR_IN_PLACE, &loss_sum, 1, MSR_DTYPE_F64, MSR_OP_SUM);
+        if (st != MSR_OK)
+            return comm_failed("allreduce of the loss", st);
+    }
+    double norm = sqrt(sumsq);
+    float scale = msr_clip_scale(norm, c->grad_clip);
+
+    /* AdamW's constants, as msr_adamw_begin */
+    const msr_adamw_config_t *a = &c->adamw;
+    float lr = msr_cuda_trainer_lr(tr, tr->step);
+    uint64_t t = tr->adam_t + 1;
+    double bc1 = 1.0 - pow(a->beta1, (double)t);
+    double bc2 = 1.0 - pow(a->beta2, (double)t);
+    msr_cuda_adamw_step_t s = {
+        .beta1 = (float)a->beta1,
+        .beta2 = (float)a->beta2,
+        .one_minus_beta1 = (float)(1.0 - a->beta1),
+        .one_minus_beta2 = (float)(1.0 - a->beta2),
+        .eps = (float)a->eps,
+        .step_size = (float)((double)lr / bc1),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .decay_keep = (float)(1.0 - (double)lr * a->weight_decay),
+        .grad_scale = scale,
+    };
+    if ((st = msr_cuda_gpt_adamw(tr->model, &s)) != MSR_OK)
+        return st;
+    if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK)
+        return st;
+    tr->adam_t = t;
+    tr->sampler.position += G;
+    tr->step++;
+    tr->last_grad_norm = norm;
+    *loss_p = loss_sum / (double)(c->grad_accum * c->dp);
+    return MSR_OK;
+}

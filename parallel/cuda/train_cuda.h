@@ -1,0 +1,65 @@
+/* The training step on a CUDA GPU: the same step as parallel/train.h
+ * (micro-batches from the sampler, gradient accumulation, the global
+ * gradient norm and clipping, AdamW with warm-up), with the model on the
+ * device (gpt_cuda.h) and the data-parallel gradients summed by a device
+ * communicator (msrun/comm.h: NCCL, or staged through host memory where
+ * ranks share a GPU) over the device's flat gradient buffer.
+ *
+ * Differences from the CPU trainer: plain data parallel only (ZeRO stage
+ * 0), one allreduce of the whole gradient after the step's last backward
+ * (no buckets overlapping backward), and no checkpoints yet. The numbers
+ * are the CPU trainer's up to fp32 rounding order: the same initial
+ * parameters (msr_gpt_init_range), samples, loss scaling and optimizer.
+ *
+ * Not thread-safe: one thread drives a trainer. Built only with CUDA. */
+#ifndef MSR_PARALLEL_CUDA_TRAIN_CUDA_H
+#define MSR_PARALLEL_CUDA_TRAIN_CUDA_H
+
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "msrun/comm.h"
+#include "parallel/cuda/gpt_cuda.h"
+#include "parallel/data.h"
+#include "parallel/train.h"
+
+typedef struct msr_cuda_trainer {
+    msr_train_config_t cfg;
+    msr_gpt_t *layout;     /* a CPU model without buffers: the tensor table, init */
+    msr_cuda_gpt_t *model; /* on the device */
+    msr_comm_t *comm;      /* borrowed host communicator (the loss), NULL alone */
+    msr_comm_t *dcomm;     /* the device communicator made from comm, NULL alone */
+    int device;            /* the CUDA device */
+    const msr_dataset_t *data;
+    msr_sampler_t sampler;
+    uint64_t step;   /* optimizer steps done */
+    uint64_t adam_t; /* AdamW's step count */
+    int *inputs;     /* (B, T) */
+    int *targets;    /* (B, T) */
+    double last_grad_norm;
+} msr_cuda_trainer_t;
+
+/* Creates a trainer at step 0 with the parameters every rank initialises
+ * alike from cfg->seed. comm: the data-parallel host communicator of
+ * cfg->dp members (cfg->dp_rank its rank), or NULL when this process is
+ * alone (cfg->dp 1; it then uses device 0). With comm, collective: a
+ * device communicator is made from it (msr_comm_device, which picks the GPU
+ * from the local rank: local rank % visible devices, and NCCL or the staged
+ * path) and set to queue on the model's stream. cfg->par.zero must be 0.
+ * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG (logged),
+ * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
+ * the communicators'. */
+msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                                     msr_comm_t *comm, msr_cuda_trainer_t **tr_p);
+
+/* Frees tr and its device communicator. */
+void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr);
+
+/* The learning rate of step index `step`, as msr_trainer_lr. */
+float msr_cuda_trainer_lr(const msr_cuda_trainer_t *tr, uint64_t step);
+
+/* One optimizer step; *loss_p gets the mean loss over the step's global
+ * batch (the same on every rank). Collective over the communicators. */
+msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p);
+
+#endif

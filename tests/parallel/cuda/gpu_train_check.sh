@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# train_gpt --device cuda against --device cpu: 10 steps of the same model,
+# data and global batch; every step's loss must match within 1e-4 relative.
+#   gpu_train_check.sh NP MODE    MODE: nccl | staged | alone
+# alone: one process without msrun; NP 1 nccl: an NCCL world of one rank
+# under msrun; NP > 1 staged: NP ranks sharing the GPU(s), gradients through
+# host memory. Exits 77 (skipped) when this machine has no usable GPU.
+set -u
+np=$1
+mode=$2
+build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
+job=gputrain-$np-$$-$RANDOM
+work=$(mktemp -d)
+source "$(dirname "$0")/../job_env.sh"
+cleanup() {
+    kill_job "$job"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+train=(--layers 2 --channels 64 --heads 4 --seq 32 --micro-batch 2 --global-batch 8
+    --steps 10 --warmup 2 --corpus-bytes 65536)
+
+# the probe: a process alone sets the GPU up and trains no step
+if ! timeout -k 5 60 "$build/bin/train_gpt" --device cuda --steps 0 >"$work/probe" 2>&1; then
+    if grep -q "CUDA device\|no CUDA training path" "$work/probe"; then
+        echo "skip: no usable GPU here:"
+        cat "$work/probe"
+        exit 77
+    fi
+    cat "$work/probe"
+    echo "FAIL: train_gpt --device cuda could not start"
+    exit 1
+fi
+
+timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --loss-log "$work/cpu.log" \
+    >"$work/cpu.out" 2>&1 || {
+    cat "$work/cpu.out"
+    echo "FAIL: the CPU reference run failed"
+    exit 1
+}
+rc=0
+if [[ $mode == alone ]]; then
+    timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
+        >"$work/gpu.out" 2>&1 || rc=$?
+else
+    MSR_COMM_GPU=$mode timeout -k 5 240 "${msrun_cmd[@]}" --worker_num="$np" \
+        --local_worker_num="$np" --job_id="$job" "${worker_env[@]}" \
+        "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
+        >"$work/gpu.out" 2>&1 || rc=$?
+fi
+cat "$work/gpu.out"
+if [[ $rc -ne 0 ]]; then
+    echo "FAIL: train_gpt --device cuda ($mode, $np ranks) exited $rc"
+    exit 1
+fi
+if [[ $mode != alone ]] && ! grep -q "gradients over $mode" "$work/gpu.out"; then
+    echo "FAIL: the job did not use the $mode device communicator"
+    exit 1
+fi
+# the loss logs hold exact values (%a): bash's printf reads them
+dec() {
+    local w1 n w3 loss rest
+    while read -r w1 n w3 loss rest; do
+        [[ $w1 == step ]] && printf '%s %.17g\n' "$n" "$loss"
+    done <"$1"
+}
+paste -d' ' <(dec "$work/cpu.log") <(dec "$work/gpu.log") | awk '
+    { c = $2 + 0; g = $4 + 0; d = c - g; if (d < 0) d = -d
+      printf "step %s loss cpu %.6f gpu %.6f rel %.2e\n", $1, c, g, d / c
+      if ($1 != $3 || d > 1e-4 * c) bad = 1; n++ }
+    END { if (n != 10) { print "FAIL: " n " steps logged, not 10"; exit 1 }
+          if (bad) { print "FAIL: losses differ by more than 1e-4 relative"; exit 1 } }' || exit 1
+echo "gpu_train_check $np $mode: ok"

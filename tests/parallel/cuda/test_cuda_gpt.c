@@ -1,0 +1,141 @@
+/* The CUDA model against the CPU reference: logits, loss and every
+ * parameter tensor's gradient of one forward/backward, and the losses and
+ * parameters of 10 training steps (fp32, within 1e-4 relative). Needs a
+ * GPU: without one it prints why and exits 77 (ctest counts it skipped). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/alloc.h"
+#include "parallel/cuda/train_cuda.h"
+#include "parallel/gpt.h"
+#include "parallel/train.h"
+#include "tests/runner.h"
+
+#define SKIP 77
+
+static const msr_gpt_config_t shape = {MSR_GPT_VOCAB, 32, 2, 4, 64}; /* V, T, L, NH, C */
+enum { B = 4 };
+
+/* max |a - b| over n, relative to max |b| (at least 1e-30). */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0.0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+static void random_tokens(int *x, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (int)((seed >> 16) % MSR_GPT_VOCAB);
+    }
+}
+
+static void test_forward_backward(void)
+{
+    int T = shape.max_seq, N = B * T, V = shape.vocab;
+    msr_gpt_t *cpu;
+    MSR_CHECK(msr_gpt_create(&shape, B, &cpu) == MSR_OK);
+    msr_gpt_init_params(cpu, 1337);
+    msr_cuda_gpt_t *gpu;
+    MSR_CHECK(msr_cuda_gpt_create(&shape, B, 0, cpu->tensors, cpu->num_tensors, &gpu) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_set_params(gpu, cpu->params) == MSR_OK);
+    int *in = msr_calloc((size_t)N, sizeof(int)), *tg = msr_calloc((size_t)N, sizeof(int));
+    float *logits = msr_calloc((size_t)N * V, sizeof(float));
+    float *grads = msr_calloc(cpu->num_params, sizeof(float));
+    MSR_CHECK(in != NULL && tg != NULL && logits != NULL && grads != NULL);
+    random_tokens(in, (size_t)N, 1);
+    random_tokens(tg, (size_t)N, 2);
+
+    double lc, lg;
+    msr_gpt_zero_grad(cpu);
+    MSR_CHECK(msr_gpt_forward(cpu, in, tg, B, T, NULL, &lc) == MSR_OK);
+    MSR_CHECK(msr_gpt_backward(cpu, 1.0f / (float)N, NULL) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_zero_grad(gpu) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_forward(gpu, in, tg, B, T, &lg) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_backward(gpu, 1.0f / (float)N) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_get_logits(gpu, logits) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_get_grads(gpu, grads) == MSR_OK);
+
+    double dl = rel_diff(logits, cpu->acts.logits, (size_t)N * V);
+    printf("loss cpu %.9f gpu %.9f; logits rel diff %.3g\n", lc, lg, dl);
+    MSR_CHECK_MSG(fabs(lg - lc) <= 1e-5 * fabs(lc), "loss gpu %.9f cpu %.9f", lg, lc);
+    MSR_CHECK_MSG(dl <= 1e-4, "logits differ by %.3g relative", dl);
+    for (int k = 0; k < cpu->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &cpu->tensors[k];
+        double d = rel_diff(grads + t->offset, cpu->grads + t->offset, t->count);
+        MSR_CHECK_MSG(d <= 1e-3, "gradient of %s differs by %.3g relative", t->name, d);
+    }
+    /* a token out of range is refused, not read */
+    in[3] = V;
+    MSR_CHECK(msr_cuda_gpt_forward(gpu, in, tg, B, T, &lg) == MSR_ERR_INVALID_ARG);
+    msr_free(grads);
+    msr_free(logits);
+    msr_free(tg);
+    msr_free(in);
+    msr_cuda_gpt_destroy(gpu);
+    msr_gpt_destroy(cpu);
+}
+
+static void test_train_10_steps(void)
+{
+    msr_dataset_t *data;
+    MSR_CHECK(msr_dataset_generate(7, 1 << 16, &data) == MSR_OK);
+    msr_train_config_t cfg = {
+        .model = shape,
+        .micro_batch = B,
+        .grad_accum = 2,
+        .dp = 1,
+        .dp_rank = 0,
+        .seed = 1337,
+        .lr = 1e-3f,
+        .warmup = 3,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&cfg);
+    msr_trainer_t *cpu;
+    msr_cuda_trainer_t *gpu;
+    MSR_CHECK(msr_trainer_create(&cfg, data, NULL, &cpu) == MSR_OK);
+    MSR_CHECK(msr_cuda_trainer_create(&cfg, data, NULL, &gpu) == MSR_OK);
+    for (int s = 1; s <= 10; s++) {
+        double lc, lg;
+        MSR_CHECK(msr_trainer_step(cpu, &lc) == MSR_OK);
+        MSR_CHECK(msr_cuda_trainer_step(gpu, &lg) == MSR_OK);
+        printf("step %d loss cpu %.6f gpu %.6f norm cpu %.6f gpu %.6f\n", s, lc, lg,
+               cpu->last_grad_norm, gpu->last_grad_norm);
+        MSR_CHECK_MSG(fabs(lg - lc) <= 1e-4 * fabs(lc), "step %d: loss gpu %.9f cpu %.9f", s, lg,
+                      lc);
+    }
+    size_t P = cpu->model->num_params;
+    float *p = msr_calloc(P, sizeof(float));
+    MSR_CHECK(p != NULL);
+    MSR_CHECK(msr_cuda_gpt_get_params(gpu->model, p) == MSR_OK);
+    double d = rel_diff(p, cpu->model->params, P);
+    printf("parameters after 10 steps: rel diff %.3g\n", d);
+    MSR_CHECK_MSG(d <= 1e-3, "parameters differ by %.3g relative", d);
+    msr_free(p);
+    msr_cuda_trainer_destroy(gpu);
+    msr_trainer_destroy(cpu);
+    msr_dataset_destroy(data);
+}
+
+static const msr_test_t tests[] = {
+    {"forward_backward", test_forward_backward, 60},
+    {"train_10_steps", test_train_10_steps, 120},
+};
+
+int main(int argc, char **argv)
+{
+    int count = 0;
+    if (msr_cuda_device_count(&count) != MSR_OK) {
+        printf("skip: no usable CUDA device (the reason is logged above)\n");
+        return SKIP;
+    }
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
