@@ -137,7 +137,7 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
     }
     /* sum the ranks' gradients (each already scaled by 1/(G*T)) in place,
      * queued behind backward on the model's stream */
-    if (tr->dcomm != NULL && c->dp > 1) {
+    if (tr->dcomm != NULL) {
         st = msr_comm_allreduce(tr->dcomm, MSR_IN_PLACE, msr_cuda_gpt_grads_device(tr->model),
                                 tr->layout->num_params, MSR_DTYPE_F32, MSR_OP_SUM);
         if (st != MSR_OK)
@@ -146,7 +146,7 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
     double sumsq;
     if ((st = msr_cuda_gpt_grad_sumsq(tr->model, &sumsq)) != MSR_OK)
         return st;
-    if (tr->comm != NULL && c->dp > 1) {
+    if (tr->comm != NULL) {
         st = msr_comm_allreduce(tr->comm, MSR_IN_PLACE, &loss_sum, 1, MSR_DTYPE_F64, MSR_OP_SUM);
         if (st != MSR_OK)
             return comm_failed("allreduce of the loss", st);

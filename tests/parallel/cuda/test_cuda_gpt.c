@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "parallel/cuda/train_cuda.h"
@@ -112,13 +113,22 @@ static void test_train_10_steps(void)
         MSR_CHECK_MSG(fabs(lg - lc) <= 1e-4 * fabs(lc), "step %d: loss gpu %.9f cpu %.9f", s, lg,
                       lc);
     }
-    size_t P = cpu->model->num_params;
+    /* every tensor within 1e-3 of its largest element, except the key
+     * bias (columns [C, 2C) of qkvb): its true gradient is zero, so Adam
+     * turns rounding noise into full-size steps there (docs/model.md) */
+    size_t P = cpu->model->num_params, C = (size_t)shape.channels;
     float *p = msr_calloc(P, sizeof(float));
     MSR_CHECK(p != NULL);
     MSR_CHECK(msr_cuda_gpt_get_params(gpu->model, p) == MSR_OK);
-    double d = rel_diff(p, cpu->model->params, P);
-    printf("parameters after 10 steps: rel diff %.3g\n", d);
-    MSR_CHECK_MSG(d <= 1e-3, "parameters differ by %.3g relative", d);
+    for (int k = 0; k < cpu->model->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &cpu->model->tensors[k];
+        const float *a = p + t->offset, *b = cpu->model->params + t->offset;
+        const char *dot = strchr(t->name, '.');
+        double d = dot != NULL && strcmp(dot, ".qkvb") == 0
+                       ? fmax(rel_diff(a, b, C), rel_diff(a + 2 * C, b + 2 * C, C))
+                       : rel_diff(a, b, t->count);
+        MSR_CHECK_MSG(d <= 1e-3, "after 10 steps %s differs by %.3g relative", t->name, d);
+    }
     msr_free(p);
     msr_cuda_trainer_destroy(gpu);
     msr_trainer_destroy(cpu);

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# train_gpt --device cuda on a GPT-2 124M-shaped model: tokens per second
+# and model FLOPs utilisation (MFU), printed beside llm.c's published
+# figures for the same shape. Needs a GPU (exits 2 with the reason if none).
+#
+#   bench/train/gpu_bench.sh [BUILD_DIR] [STEPS] [MICRO_BATCH]
+#
+# Shape: layers 12, channels 768, heads 12, sequence 1024 (GPT-2 124M's),
+# but our vocabulary is 256 bytes, not GPT-2's 50257 BPE tokens: the tied
+# embedding/head matrix is 256 x 768 (0.2M parameters) instead of 50257 x
+# 768 (38.6M), so the model has 86.0M parameters, not 124.4M, and its head
+# costs 1.2 MFLOP per token instead of 231.6 MFLOP.
+#
+# FLOPs per token (the convention of llm.c and the PaLM paper: matrix
+# products only, backward = 2 x forward):
+#   6 * (12 L C^2 + V C)  every weight of the blocks and the tied head
+#   + 12 L T C            attention's two T x T products, full square
+# = 0.624 GFLOP per token here (0.854 with V = 50257). MFU = tok/s x that /
+# the peak. Our path is fp32 on the CUDA cores (TF32 off, so the losses
+# match the CPU's), so its MFU is against the fp32 peak; llm.c trains in
+# bf16 on the tensor cores and quotes MFU against the bf16 peak, so the
+# table gives ours against both. Peaks (dense, per GPU) are read from the
+# GPU's name or from MSRUN_PEAK_FP32_TFLOPS / MSRUN_PEAK_BF16_TFLOPS.
+#
+# MSRUN_GPU_BENCH_NP="2 4" also runs that many ranks under msrun on the
+# GPUs there are (ranks sharing a GPU stage the gradients through host
+# memory); the global batch grows with the ranks.
+set -euo pipefail
+build=${1:-build}
+steps=${2:-20}
+mb=${3:-8}
+bin="$build/bin"
+[[ -x "$bin/train_gpt" ]] || { echo "no $bin/train_gpt: build first" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if ! "$bin/train_gpt" --device cuda --steps 0 >"$tmp/probe" 2>&1; then
+    echo "gpu_bench: train_gpt --device cuda cannot run here:" >&2
+    cat "$tmp/probe" >&2
+    exit 2
+fi
+L=12 C=768 NH=12 T=1024 V=256
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+fp32=${MSRUN_PEAK_FP32_TFLOPS:-}
+bf16=${MSRUN_PEAK_BF16_TFLOPS:-}
+case "$name" in
+*H100*PCIe*) fp32=${fp32:-51} bf16=${bf16:-756} ;;
+*H100* | *H200*) fp32=${fp32:-67} bf16=${bf16:-989} ;;
+*A100*) fp32=${fp32:-19.5} bf16=${bf16:-312} ;;
+esac
+[[ -n "$fp32" && -n "$bf16" ]] || {
+    echo "gpu_bench: unknown GPU '$name': set MSRUN_PEAK_FP32_TFLOPS and MSRUN_PEAK_BF16_TFLOPS" >&2
+    exit 2
+}
+flops=$((6 * (12 * L * C * C + V * C) + 12 * L * T * C))
+params=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
+shape=(--layers $L --channels $C --heads $NH --seq $T --micro-batch "$mb" --steps "$steps"
+    --device cuda --lr 6e-4 --warmup 2)
+
+echo "GPU: $name (peaks: fp32 $fp32, bf16 $bf16 TFLOPS); $params parameters;" \
+    "$flops FLOP per token; micro-batch $mb x $T tokens; $steps steps"
+echo
+echo "| run | ranks | ms/step | tokens/s per GPU | MFU vs fp32 peak | MFU vs bf16 peak |"
+echo "|---|---|---|---|---|---|"
+row() { # NAME RANKS GPUS: reads train_gpt's summary line from $tmp/err
+    local line ms tps
+    line=$(grep "after the first:" "$tmp/err" | tail -n 1)
+    ms=$(sed -E 's/.*first: ([0-9.]+) ms\/step.*/\1/' <<<"$line")
+    tps=$(sed -E 's/.* ([0-9]+) tok\/s.*/\1/' <<<"$line")
+    awk -v n="$1" -v r="$2" -v g="$3" -v ms="$ms" -v t="$tps" -v f="$flops" -v p32="$fp32" \
+        -v p16="$bf16" 'BEGIN { t /= g; printf "| %s | %d | %.1f | %.0f | %.1f%% | %.1f%% |\n",
+            n, r, ms, t, 100 * t * f / (p32 * 1e12), 100 * t * f / (p16 * 1e12) }'
+}
+"$bin/train_gpt" "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+row "train_gpt --device cuda alone (fp32)" 1 1
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+[[ $gpus -ge 1 ]] || gpus=1
+for np in ${MSRUN_GPU_BENCH_NP:-}; do
+    used=$((np < gpus ? np : gpus))
+    timeout 1800 "$bin/msrun" --worker_num="$np" --local_worker_num="$np" "$bin/train_gpt" \
+        "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+    row "msrun, $np ranks on $used GPU(s), $(grep -o 'gradients over [a-z]*' "$tmp/err" |
+        head -n 1 | cut -d' ' -f3)" "$np" "$used"
+done
+echo
+echo "llm.c's published figures for GPT-2 124M (vocabulary 50304 padded, bf16, cuDNN flash"
+echo "attention), tokens/s per GPU derived from the time for 10B tokens:"
+echo "| llm.c run | tokens/s per GPU | MFU (bf16 peak) |"
+echo "|---|---|---|"
+echo "| 8x A100 80GB SXM, 10B tokens in ~90 min (discussion #481) | ~231,000 | up to ~60% |"
+echo "| 8x H100, 10B tokens in ~45 min (modded-nanogpt README) | ~463,000 | not stated |"
