@@ -392,7 +392,7 @@ static msr_status_t step_reduce_scatter_direct(ucx_req_t *r)
         int j = mod(r->me - d, r->n);
         TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
     }
-    if (a->in_place)
+    if (a->in_place && r->bytes > 0) /* count 0 may come with NULL buffers */
         memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
     CO_WAIT_OPS();
     fold_in_order(r, a->recvbuf,
