@@ -83,7 +83,7 @@ char *msr_strndup(const char *s, size_t n)
 
 char *msr_strdup(const char *s)
 {
-    return msr_strndup(s, SIZE_MAX);
+    return msr_strndup(s, strlen(s));
 }
 
 void msr_free(void *ptr)

@@ -2,9 +2,11 @@
 # train_gpt --device cuda against --device cpu: 10 steps of the same model,
 # data and global batch; every step's loss must match within 1e-4 relative.
 #   gpu_train_check.sh NP MODE    MODE: nccl | staged | alone
-# alone: one process without msrun; NP 1 nccl: an NCCL world of one rank
-# under msrun; NP > 1 staged: NP ranks sharing the GPU(s), gradients through
-# host memory. Exits 77 (skipped) when this machine has no usable GPU.
+# alone: one process without msrun; nccl: NP ranks under msrun, each on a
+# GPU of its own (NP 1: an NCCL world of one rank); staged: NP ranks on one
+# GPU (the first visible), where the device communicator must choose the
+# staged path through host memory by itself. Exits 77 (skipped) when this
+# machine has no usable GPU.
 set -u
 np=$1
 mode=$2
@@ -44,7 +46,11 @@ if [[ $mode == alone ]]; then
     timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
         >"$work/gpu.out" 2>&1 || rc=$?
 else
-    MSR_COMM_GPU=$mode timeout -k 5 240 "${msrun_cmd[@]}" --worker_num="$np" \
+    if [[ $mode == staged ]]; then
+        vis=${CUDA_VISIBLE_DEVICES:-0}
+        export CUDA_VISIBLE_DEVICES=${vis%%,*}
+    fi
+    timeout -k 5 240 "${msrun_cmd[@]}" --worker_num="$np" \
         --local_worker_num="$np" --job_id="$job" "${worker_env[@]}" \
         "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
         >"$work/gpu.out" 2>&1 || rc=$?
@@ -55,7 +61,7 @@ if [[ $rc -ne 0 ]]; then
     exit 1
 fi
 if [[ $mode != alone ]] && ! grep -q "gradients over $mode" "$work/gpu.out"; then
-    echo "FAIL: the job did not use the $mode device communicator"
+    echo "FAIL: the job did not choose the $mode device communicator"
     exit 1
 fi
 # the loss logs hold exact values (%a): bash's printf reads them
