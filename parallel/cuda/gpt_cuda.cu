@@ -51,6 +51,7 @@ struct msr_cuda_gpt {
 
     cudaStream_t stream;
     cublasHandle_t blas;
+    cudaEvent_t event; /* msr_cuda_gpt_order's; made on first use */
 
     /* device buffers, each (num_params) in the CPU model's flat layout */
     float *params, *grads, *m, *v;
@@ -70,7 +71,7 @@ struct msr_cuda_gpt {
     double *d_partials;        /* (SUMSQ_BLOCKS) */
     double *h_partials;        /* (SUMSQ_BLOCKS) */
 
-    int B, T;       /* of the last forward with targets; 0 before */
+    int B, T;         /* of the last forward with targets; 0 before */
     int fwd_B, fwd_T; /* of the last forward */
 };
 
@@ -726,6 +727,8 @@ extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
     cudaFree(md->m);
     cudaFree(md->grads);
     cudaFree(md->params);
+    if (md->event != NULL)
+        cudaEventDestroy(md->event);
     if (md->blas != NULL)
         cublasDestroy(md->blas);
     if (md->stream != NULL)
@@ -964,6 +967,19 @@ static msr_status_t block_backward(msr_cuda_gpt_t *md, int l, const float *in, f
 
 extern "C" msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *md, float dloss)
 {
+    return msr_cuda_gpt_backward_ex(md, dloss, NULL, NULL);
+}
+
+/* Calls ready(arg, s) if given; leaves the function on its failure. */
+#define READY(s)                  \
+    do {                          \
+        if (ready != NULL)        \
+            TRY(ready(arg, (s))); \
+    } while (0)
+
+extern "C" msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *md, float dloss,
+                                                 msr_cuda_ready_fn ready, void *arg)
+{
     if (md->B == 0) {
         MSR_ERROR("gpt_cuda: backward without a forward with targets");
         return MSR_ERR_STATE;
@@ -988,9 +1004,11 @@ extern "C" msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *md, float dloss)
     float *dlnfw = md->grads + seg_offset(md, L + 1);
     TRY(layernorm_backward(md, w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
                            acts->lnf_mean, acts->lnf_rstd, N, C));
+    READY(L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3;
         TRY(block_backward(md, l, in, w->dres, B, T));
+        READY(1 + l);
     }
     /* embeddings: dwte gets the rows of dres by token, dwpe (maxT,C) the
      * sum over the batch rows of dres viewed as (B, T*C) */
@@ -998,7 +1016,28 @@ extern "C" msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *md, float dloss)
     encoder_backward_wte_k<<<grid_for((size_t)C), THREADS, 0, md->stream>>>(
         dwte, w->dres, md->d_inputs, (size_t)N, C);
     LAUNCHED("encoder_backward");
-    return colsum_add(md, dwpe, w->dres, B, T * C);
+    TRY(colsum_add(md, dwpe, w->dres, B, T * C));
+    READY(0);
+    return MSR_OK;
+}
+
+extern "C" void msr_cuda_gpt_segment(const msr_cuda_gpt_t *md, int s, size_t *offset_p,
+                                     size_t *count_p)
+{
+    int L = md->cfg.layers;
+    size_t lo = seg_offset(md, s);
+    size_t hi = s <= L ? seg_offset(md, s + 1) : md->num_params;
+    *offset_p = lo;
+    *count_p = hi - lo;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_order(msr_cuda_gpt_t *md, void *stream)
+{
+    if (md->event == NULL)
+        CU(cudaEventCreateWithFlags(&md->event, cudaEventDisableTiming));
+    CU(cudaEventRecord(md->event, md->stream));
+    CU(cudaStreamWaitEvent((cudaStream_t)stream, md->event, 0));
+    return MSR_OK;
 }
 
 /* ---- the optimizer's parts ---- */

@@ -89,6 +89,27 @@ msr_status_t msr_cuda_gpt_get_logits(msr_cuda_gpt_t *model, float *host);
  * forward with targets before. */
 msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *model, float dloss);
 
+/* Called by msr_cuda_gpt_backward_ex once segment s's gradients are final
+ * for this backward, as far as the host can tell: the work that finishes
+ * them is queued on the model's stream (msr_cuda_gpt_order makes another
+ * stream wait for it). Order: L + 1, L, ..., 1, 0, as the CPU model's
+ * grads_ready hook (parallel/gpt.h). A failure stops the backward. */
+typedef msr_status_t (*msr_cuda_ready_fn)(void *arg, int seg);
+
+/* msr_cuda_gpt_backward, calling ready (if not NULL) as each segment's
+ * gradients are queued complete. */
+msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *model, float dloss, msr_cuda_ready_fn ready,
+                                      void *arg);
+
+/* Segment s's flat elements [*offset_p, *offset_p + *count_p) (0
+ * embeddings, 1 + l block l, L + 1 the final norm). */
+void msr_cuda_gpt_segment(const msr_cuda_gpt_t *model, int s, size_t *offset_p, size_t *count_p);
+
+/* Makes stream (a cudaStream_t of the model's device) wait, on the device,
+ * for everything queued on the model's stream so far; the host does not
+ * wait. */
+msr_status_t msr_cuda_gpt_order(msr_cuda_gpt_t *model, void *stream);
+
 /* The sum of squares of the gradients (each summed in double on the
  * device, blocks summed in a fixed order on the host), waiting for it. */
 msr_status_t msr_cuda_gpt_grad_sumsq(msr_cuda_gpt_t *model, double *sumsq_p);

@@ -66,9 +66,9 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
                              tr->layout->num_tensors, &tr->model);
     if (st != MSR_OK)
         goto err_destroy;
-    if (tr->dcomm != NULL &&
-        (st = msr_comm_set_stream(tr->dcomm, msr_cuda_gpt_stream(tr->model))) != MSR_OK) {
-        comm_failed("ordering the device communicator on the model's stream", st);
+    tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
+    if (tr->reqs == NULL) {
+        st = MSR_ERR_NO_MEMORY;
         goto err_destroy;
     }
     size_t P = tr->layout->num_params;
@@ -102,6 +102,7 @@ void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr)
     msr_comm_destroy(tr->dcomm);
     msr_cuda_gpt_destroy(tr->model);
     msr_gpt_destroy(tr->layout);
+    msr_free(tr->reqs);
     msr_free(tr->targets);
     msr_free(tr->inputs);
     msr_free(tr);
@@ -112,6 +113,42 @@ float msr_cuda_trainer_lr(const msr_cuda_trainer_t *tr, uint64_t step)
     if (tr->cfg.warmup > 0 && step < (uint64_t)tr->cfg.warmup)
         return tr->cfg.lr * (float)(step + 1) / (float)tr->cfg.warmup;
     return tr->cfg.lr;
+}
+
+/* Starts the allreduce (sum, in place) of gradient elements [lo, hi) on the
+ * device communicator's stream, after the work queued on the model's stream
+ * so far (which finishes them). */
+static msr_status_t post_bucket(msr_cuda_trainer_t *tr, size_t lo, size_t hi)
+{
+    msr_status_t st = msr_cuda_gpt_order(tr->model, msr_comm_stream(tr->dcomm));
+    if (st != MSR_OK)
+        return st;
+    float *g = msr_cuda_gpt_grads_device(tr->model);
+    st = msr_comm_iallreduce(tr->dcomm, MSR_IN_PLACE, g + lo, hi - lo, MSR_DTYPE_F32, MSR_OP_SUM,
+                             &tr->reqs[tr->nreqs]);
+    if (st != MSR_OK)
+        return comm_failed("starting the allreduce of a gradient bucket", st);
+    tr->nreqs++;
+    return MSR_OK;
+}
+
+/* msr_cuda_ready_fn of the last micro-batch's backward: the segments come
+ * from the end of the buffer down, so the ready ones not yet posted are one
+ * range [pend_lo, pend_hi); a bucket goes once it holds bucket_bytes, and
+ * the rest with segment 0. */
+static msr_status_t on_ready(void *arg, int seg)
+{
+    msr_cuda_trainer_t *tr = arg;
+    size_t off, n;
+    msr_cuda_gpt_segment(tr->model, seg, &off, &n);
+    if (tr->pend_lo == tr->pend_hi)
+        tr->pend_hi = off + n;
+    tr->pend_lo = off;
+    if ((tr->pend_hi - tr->pend_lo) * sizeof(float) < tr->cfg.par.bucket_bytes && seg != 0)
+        return MSR_OK;
+    msr_status_t st = post_bucket(tr, tr->pend_lo, tr->pend_hi);
+    tr->pend_hi = tr->pend_lo;
+    return st;
 }
 
 msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
@@ -131,17 +168,24 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
         double loss;
         if ((st = msr_cuda_gpt_forward(tr->model, tr->inputs, tr->targets, B, T, &loss)) != MSR_OK)
             return st;
-        if ((st = msr_cuda_gpt_backward(tr->model, dloss)) != MSR_OK)
-            return st;
-        loss_sum += loss;
-    }
-    /* sum the ranks' gradients (each already scaled by 1/(G*T)) in place,
-     * queued behind backward on the model's stream */
-    if (tr->dcomm != NULL) {
-        st = msr_comm_allreduce(tr->dcomm, MSR_IN_PLACE, msr_cuda_gpt_grads_device(tr->model),
-                                tr->layout->num_params, MSR_DTYPE_F32, MSR_OP_SUM);
+        /* the ranks' gradients (each already scaled by 1/(G*T)) are summed
+         * in place after the last micro-batch: with overlap, bucket by
+         * bucket while its backward goes on, else in one allreduce after */
+        int last = m == c->grad_accum - 1, overlap = tr->dcomm != NULL && c->par.overlap;
+        tr->nreqs = 0;
+        tr->pend_lo = tr->pend_hi = 0;
+        st = msr_cuda_gpt_backward_ex(tr->model, dloss, last && overlap ? on_ready : NULL, tr);
+        if (st == MSR_OK && last && tr->dcomm != NULL && !overlap)
+            st = post_bucket(tr, 0, tr->layout->num_params);
+        /* the host waits until every bucket is done on the device (or
+         * failed: every request is finished either way) */
+        msr_status_t wst = msr_comm_wait_all(tr->reqs, (size_t)tr->nreqs);
+        tr->nreqs = 0;
         if (st != MSR_OK)
-            return comm_failed("allreduce of the gradients", st);
+            return st;
+        if (wst != MSR_OK)
+            return comm_failed("allreduce of the gradients", wst);
+        loss_sum += loss;
     }
     double sumsq;
     if ((st = msr_cuda_gpt_grad_sumsq(tr->model, &sumsq)) != MSR_OK)

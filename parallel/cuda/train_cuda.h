@@ -5,9 +5,15 @@
  * communicator (msrun/comm.h: NCCL, or staged through host memory where
  * ranks share a GPU) over the device's flat gradient buffer.
  *
- * Differences from the CPU trainer: plain data parallel only (ZeRO stage
- * 0), one allreduce of the whole gradient after the step's last backward
- * (no buckets overlapping backward), and no checkpoints yet. The numbers
+ * Data parallel overlaps communication with backward as the CPU trainer
+ * does (cfg->par.overlap, bucket_bytes): during the step's last backward,
+ * each time the finished segments at the end of the buffer hold a bucket,
+ * the device communicator's stream is made to wait for the model's stream
+ * (an event) and a non-blocking allreduce of that range starts there, so it
+ * runs while backward goes on over the earlier layers; the host waits for
+ * all of them after backward. Without overlap, one allreduce of the whole
+ * buffer follows backward. Differences from the CPU trainer: ZeRO stage 0
+ * only, no smaller first bucket, and no checkpoints yet. The numbers
  * are the CPU trainer's up to fp32 rounding order: the same initial
  * parameters (msr_gpt_init_range), samples, loss scaling and optimizer.
  *
@@ -37,6 +43,10 @@ typedef struct msr_cuda_trainer {
     int *inputs;     /* (B, T) */
     int *targets;    /* (B, T) */
     double last_grad_norm;
+    /* the gradient buckets of the step in flight */
+    msr_comm_req_t **reqs; /* [L + 2], nreqs posted */
+    int nreqs;
+    size_t pend_lo, pend_hi; /* ready, not yet posted */
 } msr_cuda_trainer_t;
 
 /* Creates a trainer at step 0 with the parameters every rank initialises
@@ -45,7 +55,7 @@ typedef struct msr_cuda_trainer {
  * alone (cfg->dp 1; it then uses device 0). With comm, collective: a
  * device communicator is made from it (msr_comm_device, which picks the GPU
  * from the local rank: local rank % visible devices, and NCCL or the staged
- * path) and set to queue on the model's stream. cfg->par.zero must be 0.
+ * path), whose operations wait for backward through events. cfg->par.zero must be 0.
  * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG (logged),
  * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
  * the communicators'. */
