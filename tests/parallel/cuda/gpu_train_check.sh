@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_gpt --device cuda against --device cpu: 10 steps of the same model,
 # data and global batch; every step's loss must match within 1e-4 relative.
-#   gpu_train_check.sh NP MODE    MODE: nccl | staged | alone
+#   gpu_train_check.sh NP MODE [OPTION...]    MODE: nccl | staged | alone
+# (OPTIONs go to the GPU run only, e.g. --bucket-mb 0.01 for many buckets)
 # alone: one process without msrun; nccl: NP ranks under msrun, each on a
 # GPU of its own (NP 1: an NCCL world of one rank); staged: NP ranks on one
 # GPU (the first visible), where the device communicator must choose the
@@ -10,6 +11,8 @@
 set -u
 np=$1
 mode=$2
+shift 2
+extra=("$@")
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 job=gputrain-$np-$$-$RANDOM
 work=$(mktemp -d)
@@ -43,8 +46,8 @@ timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --loss-log "$work/cpu.log"
 }
 rc=0
 if [[ $mode == alone ]]; then
-    timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
-        >"$work/gpu.out" 2>&1 || rc=$?
+    timeout -k 5 120 "$build/bin/train_gpt" "${train[@]}" --device cuda "${extra[@]}" \
+        --loss-log "$work/gpu.log" >"$work/gpu.out" 2>&1 || rc=$?
 else
     if [[ $mode == staged ]]; then
         vis=${CUDA_VISIBLE_DEVICES:-0}
@@ -52,8 +55,8 @@ else
     fi
     timeout -k 5 240 "${msrun_cmd[@]}" --worker_num="$np" \
         --local_worker_num="$np" --job_id="$job" "${worker_env[@]}" \
-        "$build/bin/train_gpt" "${train[@]}" --device cuda --loss-log "$work/gpu.log" \
-        >"$work/gpu.out" 2>&1 || rc=$?
+        "$build/bin/train_gpt" "${train[@]}" --device cuda "${extra[@]}" \
+        --loss-log "$work/gpu.log" >"$work/gpu.out" 2>&1 || rc=$?
 fi
 cat "$work/gpu.out"
 if [[ $rc -ne 0 ]]; then
