@@ -242,10 +242,9 @@ static int check_combination(options_t *o, int world, int in_job)
                         "(configured without CUDA, NCCL or nvcc); use --device cpu\n");
         return -1;
 #endif
-        if (o->zero != 0 || o->ckpt_dir != NULL || o->resume || o->report) {
-            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel without "
-                            "checkpoints: --zero, --ckpt-dir, --resume and --report are for "
-                            "--device cpu only\n");
+        if (o->zero != 0 || o->report) {
+            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel: --zero and "
+                            "--report are for --device cpu only\n");
             return -1;
         }
     }
@@ -280,6 +279,20 @@ static msr_status_t job_join(job_t *job)
     job->rank = msr_rank(job->ctx);
     job->world = msr_world_size(job->ctx);
     return MSR_OK;
+}
+
+/* The text a resume must match: the settings that decide the numbers
+ * (whatever the device, so CPU and GPU runs resume each other). */
+static void make_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
+                      const msr_dataset_t *data)
+{
+    snprintf(meta, len,
+             "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
+             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
+             cfg->model.layers, cfg->model.channels, cfg->model.heads, cfg->model.max_seq,
+             cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
+             (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
+             data->origin, data->size);
 }
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
@@ -391,6 +404,52 @@ static void report(const msr_trainer_t *tr, const job_t *job)
 /* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
  * through a device communicator over the world (even a world of one, so
  * NCCL's path runs), a process alone on device 0. Returns the exit status. */
+/* Writes checkpoint tr->step (every rank its slice; the step counts once
+ * every rank's is durable). */
+static msr_status_t save_checkpoint_cuda(msr_cuda_trainer_t *tr, const job_t *job,
+                                         const options_t *o, const char *meta)
+{
+    void *buf;
+    size_t len;
+    msr_status_t st = msr_cuda_trainer_snapshot(tr, meta, &buf, &len);
+    if (st != MSR_OK)
+        return st;
+    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
+                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
+    msr_free(buf);
+    return st;
+}
+
+/* resume() for the GPU trainer: the latest complete checkpoint of any
+ * world size, CPU or GPU, read whole by every rank. */
+static msr_status_t resume_cuda(msr_cuda_trainer_t *tr, const job_t *job, const options_t *o,
+                                const char *meta, int *resumed_p)
+{
+    int64_t same = -1, any = -1;
+    int world = 0;
+    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, &same);
+    if (st == MSR_OK)
+        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, &any, &world);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
+                msr_status_str(st), msr_last_error());
+        return st;
+    }
+    *resumed_p = 0;
+    if (any < 0)
+        return MSR_OK;
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
+    if ((st = msr_cuda_trainer_restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
+        return st;
+    *resumed_p = 1;
+    if (job->rank == 0)
+        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
+                (long long)any, o->ckpt_dir, world);
+    return MSR_OK;
+}
+
 static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                     const job_t *job, FILE *loss_log)
 {
@@ -418,7 +477,20 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
-    uint64_t tokens = G * (uint64_t)o->seq, timed = 0;
+    char meta[1024];
+    make_meta(meta, sizeof meta, cfg, G, data);
+    if (o->resume) {
+        int resumed = 0;
+        if ((st = resume_cuda(tr, job, o, meta, &resumed)) != MSR_OK) {
+            if (st == MSR_ERR_CONFIG)
+                rc = EXIT_BAD_INPUT;
+            goto out;
+        }
+        if (!resumed && job->rank == 0)
+            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
+                    o->ckpt_dir);
+    }
+    uint64_t tokens = G * (uint64_t)o->seq, first_step = tr->step, timed = 0;
     double timed_s = 0.0;
     while (tr->step < (uint64_t)o->steps) {
         uint64_t t0 = msr_now_ns();
@@ -435,7 +507,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                     (unsigned long long)tr->step, loss);
             goto out;
         }
-        if (tr->step > 1) { /* the first step warms the GPU and the libraries up */
+        if (tr->step > first_step + 1) { /* the first step warms the GPU and libraries up */
             timed++;
             timed_s += dt;
         }
@@ -449,10 +521,14 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 fflush(loss_log);
             }
         }
+        int due = o->ckpt_dir != NULL && ((o->ckpt_every > 0 && tr->step % o->ckpt_every == 0) ||
+                                          tr->step == (uint64_t)o->steps);
+        if (due && save_checkpoint_cuda(tr, job, o, meta) != MSR_OK)
+            goto out;
     }
     if (job->rank == 0 && timed > 0)
         fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
-                (unsigned long long)tr->step, 1e3 * timed_s / (double)timed,
+                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
                 (double)tokens * (double)timed / timed_s);
     rc = 0;
 out:
@@ -560,12 +636,7 @@ int main(int argc, char **argv)
         goto out;
     uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
     char meta[1024];
-    snprintf(meta, sizeof meta,
-             "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
-             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
-             cfg.model.layers, cfg.model.channels, cfg.model.heads, cfg.model.max_seq,
-             cfg.model.vocab, (unsigned long long)G, (unsigned long long)cfg.seed, (double)cfg.lr,
-             cfg.warmup, cfg.adamw.weight_decay, (double)cfg.grad_clip, data->origin, data->size);
+    make_meta(meta, sizeof meta, &cfg, G, data);
     if (job.rank == 0)
         fprintf(stderr,
                 "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "

@@ -226,3 +226,89 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
     *loss_p = loss_sum / (double)(c->grad_accum * c->dp);
     return MSR_OK;
 }
+
+/* Host copies of the whole parameter and moment buffers, 3 x P floats. */
+static msr_status_t host_state(size_t P, float **p, float **m, float **v)
+{
+    *p = msr_malloc(P * sizeof(float));
+    *m = msr_malloc(P * sizeof(float));
+    *v = msr_malloc(P * sizeof(float));
+    if (*p != NULL && *m != NULL && *v != NULL)
+        return MSR_OK;
+    msr_free(*p);
+    msr_free(*m);
+    msr_free(*v);
+    *p = *m = *v = NULL;
+    MSR_ERROR("train_cuda: out of host memory for a checkpoint of %zu parameters", P);
+    return MSR_ERR_NO_MEMORY;
+}
+
+msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta, void **buf_p,
+                                       size_t *len_p)
+{
+    size_t P = tr->layout->num_params;
+    float *p, *m, *v;
+    msr_status_t st = host_state(P, &p, &m, &v);
+    if (st != MSR_OK)
+        return st;
+    if ((st = msr_cuda_gpt_get_params(tr->model, p)) == MSR_OK &&
+        (st = msr_cuda_gpt_get_moments(tr->model, m, v)) == MSR_OK) {
+        msr_tckpt_header_t h = {
+            .step = tr->step,
+            .adam_t = tr->adam_t,
+            .data_seed = tr->sampler.seed,
+            .data_position = tr->sampler.position,
+            .num_params = P,
+            .rank = (uint32_t)tr->cfg.dp_rank,
+            .world = (uint32_t)tr->cfg.dp,
+            .zero = 0,
+            .meta = meta,
+        };
+        st = msr_ckpt_encode_slice(&h, p, m, v, buf_p, len_p);
+    }
+    msr_free(p);
+    msr_free(m);
+    msr_free(v);
+    return st;
+}
+
+msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, int world,
+                                      msr_trainer_fetch_t fetch, void *arg)
+{
+    size_t P = tr->layout->num_params;
+    float *p, *m, *v;
+    msr_tckpt_header_t h;
+    msr_status_t st = host_state(P, &p, &m, &v);
+    if (st == MSR_OK)
+        st = msr_ckpt_gather(fetch, arg, world, meta, P, p, m, v, &h);
+    /* every rank learns the worst outcome: CONFIG (exit 2) before others */
+    int32_t mine[2] = {st == MSR_OK, st != MSR_ERR_CONFIG};
+    if (tr->comm != NULL) {
+        msr_status_t cst =
+            msr_comm_allreduce(tr->comm, MSR_IN_PLACE, mine, 2, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK) {
+            comm_failed("agreeing on a checkpoint", cst);
+            st = cst;
+            goto out;
+        }
+    }
+    if (!mine[0]) {
+        if (st == MSR_OK) {
+            MSR_ERROR("train_cuda: another rank could not read the checkpoint");
+            st = mine[1] ? MSR_ERR_CORRUPT : MSR_ERR_CONFIG;
+        }
+        goto out;
+    }
+    if ((st = msr_cuda_gpt_set_params(tr->model, p)) != MSR_OK ||
+        (st = msr_cuda_gpt_set_moments(tr->model, m, v)) != MSR_OK)
+        goto out;
+    tr->step = h.step;
+    tr->adam_t = h.adam_t;
+    tr->sampler.seed = h.data_seed;
+    tr->sampler.position = h.data_position;
+out:
+    msr_free(p);
+    msr_free(m);
+    msr_free(v);
+    return st;
+}

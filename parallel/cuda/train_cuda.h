@@ -13,7 +13,8 @@
  * runs while backward goes on over the earlier layers; the host waits for
  * all of them after backward. Without overlap, one allreduce of the whole
  * buffer follows backward. Differences from the CPU trainer: ZeRO stage 0
- * only, no smaller first bucket, and no checkpoints yet. The numbers
+ * only, no smaller first bucket; checkpoints hold a contiguous slice per
+ * rank (ckpt_full.h) and restore into and from the CPU trainer's. The numbers
  * are the CPU trainer's up to fp32 rounding order: the same initial
  * parameters (msr_gpt_init_range), samples, loss scaling and optimizer.
  *
@@ -25,6 +26,7 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
+#include "parallel/ckpt_full.h"
 #include "parallel/cuda/gpt_cuda.h"
 #include "parallel/data.h"
 #include "parallel/train.h"
@@ -71,5 +73,26 @@ float msr_cuda_trainer_lr(const msr_cuda_trainer_t *tr, uint64_t step);
 /* One optimizer step; *loss_p gets the mean loss over the step's global
  * batch (the same on every rank). Collective over the communicators. */
 msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p);
+
+/* This rank's checkpoint payload after tr->step steps (ckpt.h's format):
+ * its slice msr_ckpt_slice(dp_rank, dp, P) of the parameters and moments
+ * (copied from the device), AdamW's step count, the sampler, and meta (as
+ * msr_trainer_snapshot's). The ranks' slices cover the buffers once, so
+ * msr_trainer_restore (the CPU trainer) restores it too. *buf_p is the
+ * caller's (msr_free). Errors: MSR_ERR_NO_MEMORY, gpt_cuda's, the
+ * encoder's. */
+msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta, void **buf_p,
+                                       size_t *len_p);
+
+/* Restores a checkpoint saved by `world` ranks, of this trainer or of the
+ * CPU trainer (any ZeRO stage or layout; the same meta): every rank reads
+ * every payload (msr_ckpt_gather) and loads the whole state onto its
+ * device. Collective over the host communicator: every rank calls it, and
+ * all succeed or all fail. Errors: MSR_ERR_CONFIG (other settings: both
+ * texts logged), MSR_ERR_CORRUPT, the fetch's, the communicators',
+ * MSR_ERR_NO_MEMORY, gpt_cuda's. On failure the trainer is to be
+ * destroyed. */
+msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, int world,
+                                      msr_trainer_fetch_t fetch, void *arg);
 
 #endif
