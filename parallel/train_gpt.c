@@ -103,7 +103,7 @@ static const opt_spec_t specs[] = {
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
     OPT("device", OPT_TEXT, device, 0, 0,
         "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
-        "CUDA only; plain data parallel, no checkpoints yet) (cpu)"),
+        "CUDA only; plain data parallel, no --zero) (cpu)"),
     OPT("report", OPT_FLAG, report, 0, 0,
         "every rank prints its memory and time breakdown at the end (and the exposed "
         "communication: one more allreduce per step)"),
