@@ -98,7 +98,7 @@ void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr)
 {
     if (tr == NULL)
         return;
-    /* the communicator first: it may still queue on the model's stream */
+    /* the communicator first: its operations read the model's gradients */
     msr_comm_destroy(tr->dcomm);
     msr_cuda_gpt_destroy(tr->model);
     msr_gpt_destroy(tr->layout);
