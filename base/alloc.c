@@ -83,7 +83,11 @@ char *msr_strndup(const char *s, size_t n)
 
 char *msr_strdup(const char *s)
 {
-    return msr_strndup(s, strlen(s));
+    size_t len = strlen(s);
+    char *d = msr_malloc(len + 1);
+    if (d)
+        memcpy(d, s, len + 1);
+    return d;
 }
 
 void msr_free(void *ptr)

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
 cmake -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target msrun_cli train_gpt
 main_job=(build/bin/train_gpt --steps 20 --zero 1)
 echo "+ build/bin/msrun --worker_num=4 --local_worker_num=4 ${main_job[*]}"
 exec build/bin/msrun --worker_num=4 --local_worker_num=4 "${main_job[@]}"
