@@ -879,6 +879,11 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
     msr_gpt_acts_t *acts = &md->acts;
     CU(cudaMemcpyAsync(md->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
                        md->stream));
+    /* the targets too, before any kernel: a copy from pageable memory may
+     * wait for the stream, which would stall the host behind the forward */
+    if (targets != NULL)
+        CU(cudaMemcpyAsync(md->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
+                           md->stream));
 
     const float *wte = md->params;          /* (V, C) */
     const float *wpe = wte + (size_t)V * C; /* (maxT, C) */
@@ -900,8 +905,6 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
         CU(cudaStreamSynchronize(md->stream));
         return MSR_OK;
     }
-    CU(cudaMemcpyAsync(md->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
-                       md->stream));
     crossentropy_forward_k<<<grid_rows((size_t)N), THREADS, 0, md->stream>>>(
         acts->losses, acts->probs, acts->logits, md->d_targets, (size_t)N, V);
     LAUNCHED("crossentropy_forward");
