@@ -46,19 +46,31 @@ job_pids() {
     pgrep -f -- "$job" 2>/dev/null
 }
 
+# The shared-memory files our processes left: new since the test started,
+# mapped by no live process, and still there a second later (a program
+# starting beside this test, another test suite say, creates, maps and
+# unlinks its own within milliseconds: they are not ours to remove).
+stale_shm() {
+    local f cands=()
+    for f in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort)); do
+        case $f in
+        ucx_shm_posix_* | msr-*) cands+=("$f") ;;
+        esac
+    done
+    [ ${#cands[@]} -eq 0 ] && return 0
+    sleep 1
+    for f in "${cands[@]}"; do
+        [ -e "/dev/shm/$f" ] || continue
+        grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || echo "$f"
+    done
+}
+
 cleanup() {
-    local p f shm_after
+    local p f
     for p in $(job_pids); do
         [ "$p" != "$$" ] && kill -KILL "$p" 2>/dev/null
     done
-    shm_after=$(ls /dev/shm 2>/dev/null | sort)
-    for f in $(comm -13 <(echo "$shm_before") <(echo "$shm_after")); do
-        case $f in
-        ucx_shm_posix_* | msr-*)
-            grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || rm -f "/dev/shm/$f"
-            ;;
-        esac
-    done
+    for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
     rm -rf "$out"
 }
 trap cleanup EXIT

@@ -53,17 +53,22 @@ rand_delay() {
 }
 
 # No shared-memory file of ours (UCX's ucx_*, msrun's msr-*) left in
-# /dev/shm that was not there when the test started and that no live process
-# maps (a mapped one belongs to a program still running beside this test).
+# /dev/shm that was not there when the test started, that no live process
+# maps (a mapped one belongs to a program still running beside this test)
+# and that is still there a second later (a program starting beside this
+# test creates, maps and unlinks its own within milliseconds).
 no_shm_leftovers() {
-    local now f left=""
-    now=$(ls /dev/shm 2>/dev/null | sort)
-    for f in $(comm -13 <(echo "$SHM_BEFORE") <(echo "$now")); do
+    local f cands=() left=""
+    for f in $(comm -13 <(echo "$SHM_BEFORE") <(ls /dev/shm 2>/dev/null | sort)); do
         case "$f" in
-        ucx_* | msr-*)
-            grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || left="$left $f"
-            ;;
+        ucx_* | msr-*) cands+=("$f") ;;
         esac
+    done
+    [ ${#cands[@]} -eq 0 ] && return 0
+    sleep 1
+    for f in "${cands[@]}"; do
+        [ -e "/dev/shm/$f" ] || continue
+        grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || left="$left $f"
     done
     [ -z "$left" ] || fail "$1: files left in /dev/shm:$left"
 }
