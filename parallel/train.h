@@ -45,9 +45,11 @@ typedef struct msr_train_config {
      * micros and zero are filled in from the fields above) */
     int tp, pp;
     msr_mp_config_t mp;
+    int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
 } msr_train_config_t;
 
-/* Whether cfg runs through parallel/mp.h (tp or pp > 1, or recompute). */
+/* Whether cfg runs through parallel/mp.h (tp or pp > 1, sp, chunks,
+ * recompute, or mp_always). */
 int msr_train_uses_mp(const msr_train_config_t *cfg);
 
 /* cfg->par with the defaults: stage 0, 25 MiB buckets (the first 1 MiB),
