@@ -1146,9 +1146,10 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
         const op_t *o = &mp->ops[k];
         uint64_t r0 = mp->recv_ns, a = msr_now_ns();
         st = o->backward ? run_backward(mp, o->m, o->c) : run_forward(mp, o->m, o->c);
-        uint64_t b = msr_now_ns();
-        busy += (b - a) - (mp->recv_ns - r0);
-        span_add(mp, 0, a, b, o->backward ? "B%d.%d" : "F%d.%d", o->m, o->c);
+        uint64_t b = msr_now_ns(), waited = mp->recv_ns - r0;
+        busy += (b - a) - waited;
+        /* the op's receive comes first: its compute starts after it */
+        span_add(mp, 0, a + waited, b, o->backward ? "B%d.%d" : "F%d.%d", o->m, o->c);
         if (st != MSR_OK)
             return st;
     }
