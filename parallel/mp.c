@@ -214,9 +214,8 @@ static void carve_frame(const dims_t *d, int layers, int head, carve_t *keep, ca
 }
 
 size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int tp,
-                          int layers, int with_head, int with_embed)
+                          int layers, int with_head)
 {
-    (void)with_embed; /* the embedding's output is the chunk's input, counted anyway */
     dims_t d = dims_of(model, cfg, tp);
     carve_t keep = {NULL, 0}, scr = {NULL, 0};
     frame_t f = {0};
@@ -997,7 +996,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     for (int c = 0; c < 2; c++) {
         int lay = c == 0 ? max_layers
                          : model->chunk_hi[cfg->chunks - 1] - model->chunk_lo[cfg->chunks - 1];
-        mp->stats.frame_bytes[c] = msr_mp_frame_bytes(&model->cfg, cfg, mp->tp, lay, c, 0);
+        mp->stats.frame_bytes[c] = msr_mp_frame_bytes(&model->cfg, cfg, mp->tp, lay, c);
     }
     *mp_p = mp;
     return MSR_OK;

@@ -159,6 +159,6 @@ const msr_mp_stats_t *msr_mp_stats(const msr_mp_t *mp);
  * backward, per the mode (see above): what acts_peak is made of. with_head:
  * the chunk that ends in the output head. Counted from the shapes alone. */
 size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int tp,
-                          int layers, int with_head, int with_embed);
+                          int layers, int with_head);
 
 #endif

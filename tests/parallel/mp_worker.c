@@ -6,7 +6,7 @@
  * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero", e.g.
  * "2,2,2,1,1f1b,1,full,1". For each, the first dp x pp x tp ranks of the
  * job form a mesh (the others wait for the next layout) and train a tiny
- * GPT (L = 4, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
+ * GPT (L = 8, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
  * sequences (micro-batches of 2: grad-accum = 4 / dp micro-batches per dp
  * rank, the pipeline's micro-batches). Every step's loss must equal the
  * loss of one process training the same global batch within 1e-5
@@ -71,7 +71,7 @@ static int parse_layout(const char *s, layout_t *l)
 static msr_train_config_t config(const layout_t *l, int dp_rank)
 {
     msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 4, 4, 32},
+        .model = {MSR_GPT_VOCAB, 16, 8, 4, 32},
         .micro_batch = MICRO,
         .grad_accum = GLOBAL / (MICRO * l->dp),
         .dp = l->dp,
