@@ -777,8 +777,13 @@ msr_status_t msr_dp_reduce_all(msr_dp_t *dp)
         }
         st = hook_grads_ready(dp, dp->model, s);
     }
-    msr_status_t est = msr_dp_micro_end(dp);
-    return st != MSR_OK ? st : est;
+    if (st != MSR_OK) {
+        /* buckets whose packing failed must not be finished: only wait for
+         * what is in flight and free the temporaries */
+        (void)drain(dp);
+        return st;
+    }
+    return msr_dp_micro_end(dp);
 }
 
 void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm)

@@ -1128,6 +1128,11 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     if (mp->tracing && mp->mesh->world != NULL &&
         (st = msr_comm_barrier(mp->mesh->world)) != MSR_OK)
         return failed("barrier before a traced step", st);
+    /* what a failed run may have left: sends in flight, activations */
+    if ((st = sends_wait(mp)) != MSR_OK)
+        return st;
+    for (size_t k = 0; k < (size_t)mp->cfg.micros * (size_t)mp->cfg.chunks; k++)
+        frame_close(mp, &mp->frames[k]);
     uint64_t t0 = msr_now_ns();
     mp->t0 = t0;
     mp->inputs = inputs;
