@@ -95,7 +95,8 @@ static const opt_spec_t specs[] = {
     OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
         "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
     OPT("overlap", OPT_INT, overlap, 0, 1,
-        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1)"),
+        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); the "
+        "model-parallel runtime (tp, pp, recompute, trace) reduces after the pipeline flush"),
     OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
     OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
@@ -108,16 +109,19 @@ static const opt_spec_t specs[] = {
     OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
         "steps between checkpoints, 0 = only at the end (0)"),
     OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
-    OPT("resume", OPT_FLAG, resume, 0, 0, "continue from the latest complete checkpoint"),
+    OPT("resume", OPT_FLAG, resume, 0, 0,
+        "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
+        "1; otherwise by the same layout)"),
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
     OPT("trace", OPT_TEXT, trace, 0, 0,
-        "rank 0 writes a Chrome-trace JSON of the last step here (every rank's compute and "
-        "communication spans; needs --tp or --pp > 1 or --recompute)"),
+        "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
+        "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
     OPT("report", OPT_FLAG, report, 0, 0,
         "every rank prints its memory and time breakdown at the end (and the exposed "
-        "communication: one more allreduce per step)"),
+        "communication: one more allreduce per step; with the model-parallel runtime its "
+        "stage, bubble and activation peak)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
 
@@ -331,9 +335,10 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, tr->mp != NULL ? tr->mesh : NULL};
+    int split = o->tp > 1 || o->pp > 1; /* each rank holds a part of the model */
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? tr->mesh : NULL};
     int saved_dp = world;
-    if (tr->mp != NULL) {
+    if (split) {
         /* a model-parallel checkpoint loads into the layout that wrote it
          * (its meta names the layout; the world must be the same) */
         if (world != job->world) {
@@ -601,7 +606,7 @@ int main(int argc, char **argv)
              cfg.model.layers, cfg.model.channels, cfg.model.heads, cfg.model.max_seq,
              cfg.model.vocab, (unsigned long long)G, (unsigned long long)cfg.seed, (double)cfg.lr,
              cfg.warmup, cfg.adamw.weight_decay, (double)cfg.grad_clip, data->origin, data->size);
-    if (use_mp) { /* the part each rank holds */
+    if (cfg.tp > 1 || cfg.pp > 1) { /* the part each rank holds */
         size_t len = strlen(meta);
         snprintf(meta + len, sizeof meta - len, "; layout dp %d pp %d tp %d sp %d chunks %d",
                  cfg.dp, cfg.pp, cfg.tp, cfg.mp.sp, cfg.mp.chunks);
@@ -683,6 +688,14 @@ int main(int argc, char **argv)
                 (double)tokens * (double)timed / timed_s);
     if (o.report)
         report(tr, &job);
+    /* nobody leaves while a peer may still be receiving its last message
+     * (the last step's tied embedding, the trace): a lost peer breaks the
+     * communicator even for a message already sent */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
     rc = 0;
 
 out:

@@ -165,6 +165,7 @@ int main(int argc, char **argv)
         msr_comm_destroy(sub);
     }
     msr_dataset_destroy(ds);
+    CHECK_OK(msr_comm_barrier(world)); /* no rank leaves while a peer still receives */
     msr_comm_destroy(world);
     msr_finalize(ctx);
     if (rank == 0)

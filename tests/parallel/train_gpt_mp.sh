@@ -105,4 +105,20 @@ refuse 4 "other settings" "${args[@]}" --pp 1 --tp 4 --schedule 1f1b --virtual-s
     --ckpt-dir "$work/ck2" --resume
 refuse 2 "resumes only in the layout that saved it" "${args[@]}" --tp 1 --ckpt-dir "$work/ck2" \
     --resume
+# with tp = pp = 1 the runtime (recompute, trace) keeps data parallel's
+# checkpoints: dp 2 saved at step 3, resumed by one process with selective
+# recompute on the same global batch, prints the losses of the run that
+# never stopped
+dpargs=("${small[@]}" --steps 5 --global-batch 8)
+timeout 60 "$bin/train_gpt" "${dpargs[@]}" >"$work/dpwhole"
+msrun_n 2 "${dpargs[@]}" --steps 3 --ckpt-dir "$work/ckdp" >/dev/null 2>"$work/err" ||
+    fail "dp 2 part: $(cat "$work/err")"
+msrun_n 1 "${dpargs[@]}" --recompute selective --ckpt-dir "$work/ckdp" --resume >"$work/dprest" \
+    2>"$work/err" || fail "resume with recompute: $(cat "$work/err")"
+grep -q "resumed from step 3 under .* (saved by 2 ranks)" "$work/err" || fail "$(cat "$work/err")"
+paste <(tail -n 2 "$work/dpwhole" | grep -o 'step.*loss [0-9.]*') \
+    <(grep -o 'step.*loss [0-9.]*' "$work/dprest") |
+    awk '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
+         END { exit bad || n != 2 }' ||
+    fail "resumed with recompute: $(paste "$work/dpwhole" "$work/dprest")"
 echo "train_gpt model parallel: ok"
