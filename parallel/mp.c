@@ -258,6 +258,10 @@ struct msr_mp {
     float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
     float *gsend;                /* [micros * chunks] (Nl, C) gradients sent back */
     msr_comm_req_t **sreq;       /* [2 * micros * chunks] sends in flight */
+    msr_comm_req_t *tied_req;    /* the head's wte gradient on its way to the first stage */
+    int overlap;                 /* dp reduces during backward (GPipe, 1F1B; see mp.h) */
+    int backwards;               /* backwards run this step (they go in micro-batch order) */
+    int last_backward;           /* the running backward is the step's last */
 
     op_t *ops;
     int num_ops;
@@ -768,6 +772,8 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
     return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
 }
 
+static msr_status_t seg_done(msr_mp_t *mp, int s);
+
 static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
 {
     msr_gpt_t *model = mp->model;
@@ -808,6 +814,16 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
     float *dres = mp->w.dres;
     msr_status_t st;
+    if (mp->overlap) {
+        /* backwards go in micro-batch order: each is one dp micro-batch */
+        if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
+            return st;
+        mp->last_backward = mp->backwards == mp->cfg.micros - 1;
+        st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
+        mp->backwards++;
+        if (st != MSR_OK)
+            return st;
+    }
     if (j == mp->nv - 1) {
         if (mp->pp == 1 && (st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;
@@ -818,6 +834,16 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
             st = hook(mp, model->seg_lnf, 0);
         if (st == MSR_OK && mp->pp == 1)
             st = hook(mp, model->seg_embed, 0);
+        if (st == MSR_OK)
+            st = seg_done(mp, model->seg_lnf);
+        /* the head's wte gradient is complete after the last backward */
+        if (st == MSR_OK && mp->overlap && mp->pp > 1 && mp->last_backward) {
+            st =
+                msr_comm_isend(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
+                               MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1, &mp->tied_req);
+            if (st != MSR_OK)
+                return failed("sending the tied embedding's gradient", st);
+        }
     } else {
         st = recv_from(mp, dres, (j + 1) % mp->pp, tag_of(mp, 1, m, j));
     }
@@ -836,13 +862,15 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
             return st;
         if ((st = block_backward(mp, &p, &g, la, x, dres)) != MSR_OK)
             return st;
-        if ((st = hook(mp, s, 0)) != MSR_OK)
+        if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
     }
     if (j == 0) {
         if ((st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;
         if ((st = embed_backward(mp, mp->inputs + (size_t)m * N, dres)) != MSR_OK)
+            return st;
+        if ((st = seg_done(mp, model->seg_embed)) != MSR_OK)
             return st;
         st = hook(mp, model->seg_embed, 0);
     } else {
@@ -955,6 +983,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     mp->tp = mesh->tp;
     mp->tr = mesh->tp_rank;
     mp->nv = mesh->pp * cfg->chunks;
+    mp->overlap = cfg->schedule != MSR_MP_INTERLEAVED;
 
     /* the scratch every block shares: everything a fully recomputed block
      * drops (the most any mode drops) */
@@ -1013,6 +1042,9 @@ static msr_status_t sends_wait(msr_mp_t *mp)
 {
     size_t n = 2 * (size_t)mp->cfg.micros * (size_t)mp->cfg.chunks;
     msr_status_t st = mp->sreq != NULL ? msr_comm_wait_all(mp->sreq, n) : MSR_OK;
+    msr_status_t tst = msr_comm_wait_all(&mp->tied_req, 1);
+    if (st == MSR_OK)
+        st = tst;
     return st != MSR_OK ? failed("pipeline send", st) : MSR_OK;
 }
 
@@ -1055,69 +1087,104 @@ msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
     return st != MSR_OK ? failed("sending the tied embedding to the last stage", st) : MSR_OK;
 }
 
-/* End of the step's backwards: the head's wte gradient joins the first
- * stage's, and under sp the tp-replicated parameters' partial gradients
- * are summed over tp. */
+/* The first stage adds the head's wte gradient (sent by the last stage)
+ * to its own; the segment must be acquired. */
+static msr_status_t tied_add(msr_mp_t *mp)
+{
+    msr_gpt_t *m = mp->model;
+    size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+    float *tmp = mp->w.dln; /* (N, C) is free here; used if it is large enough */
+    float *buf = n <= mp->d.N * (size_t)mp->d.C ? tmp : msr_malloc(n * sizeof(float));
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_recv(mp->mesh->pp_comm, buf, n, MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX - 1);
+    if (st == MSR_OK) {
+        float *g = m->segments[m->seg_embed].grads;
+        for (size_t i = 0; i < n; i++)
+            g[i] += buf[i];
+    }
+    span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
+    if (buf != tmp)
+        msr_free(buf);
+    return st != MSR_OK ? failed("receiving the tied embedding's gradient", st) : MSR_OK;
+}
+
+/* Sequence parallel: sums the partial gradients of the tp-replicated
+ * tensors of segment s (seg < 0: of every segment) over tp, packed into
+ * one allreduce. */
+static msr_status_t sp_sum(msr_mp_t *mp, int seg)
+{
+    msr_gpt_t *m = mp->model;
+    size_t total = 0;
+    for (int k = 0; k < m->num_tensors; k++)
+        if (m->tensors[k].tp_replicated && (seg < 0 || m->tensors[k].segment == seg))
+            total += m->tensors[k].count;
+    if (total == 0)
+        return MSR_OK;
+    float *buf = msr_malloc(total * sizeof(float));
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = MSR_OK;
+    for (int pass = 0; pass < 2 && st == MSR_OK; pass++) {
+        size_t off = 0;
+        for (int k = 0; k < m->num_tensors; k++) {
+            const msr_gpt_tensor_t *t = &m->tensors[k];
+            if (!t->tp_replicated || (seg >= 0 && t->segment != seg))
+                continue;
+            const msr_gpt_segment_t *s = &m->segments[t->segment];
+            float *g = s->grads + (t->offset - s->offset);
+            if (pass == 0)
+                memcpy(buf + off, g, t->count * sizeof(float));
+            else
+                memcpy(g, buf + off, t->count * sizeof(float));
+            off += t->count;
+        }
+        if (pass == 0)
+            st = tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
+    }
+    msr_free(buf);
+    return st;
+}
+
+/* Reduce-once path (interleaved): at the end of the step's backwards the
+ * head's wte gradient joins the first stage's, and under sp the
+ * tp-replicated parameters' partial gradients are summed over tp. */
 static msr_status_t finish_grads(msr_mp_t *mp)
 {
     msr_gpt_t *m = mp->model;
     msr_status_t st = MSR_OK;
-    if (mp->pp > 1) {
-        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-        uint64_t a = msr_now_ns();
-        if (mp->pr == mp->pp - 1) {
-            st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, n, MSR_DTYPE_F32, 0,
-                               MSR_COMM_TAG_MAX - 1);
-        } else if (mp->pr == 0) {
-            float *tmp = mp->w.dln; /* (N, C) is free now; use it if it is large enough */
-            float *buf = n <= mp->d.N * (size_t)mp->d.C ? tmp : msr_malloc(n * sizeof(float));
-            if (buf == NULL)
-                return MSR_ERR_NO_MEMORY;
-            if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK)
-                st = msr_comm_recv(mp->mesh->pp_comm, buf, n, MSR_DTYPE_F32, mp->pp - 1,
-                                   MSR_COMM_TAG_MAX - 1);
-            if (st == MSR_OK) {
-                float *g = m->segments[m->seg_embed].grads;
-                for (size_t i = 0; i < n; i++)
-                    g[i] += buf[i];
-                st = hook(mp, m->seg_embed, 0);
-            }
-            if (buf != tmp)
-                msr_free(buf);
-        }
-        span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
+    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
+        st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
+                           MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1);
         if (st != MSR_OK)
-            return failed("adding the tied embedding's gradient", st);
+            return failed("sending the tied embedding's gradient", st);
+    } else if (mp->pp > 1 && mp->pr == 0) {
+        if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = tied_add(mp)) == MSR_OK)
+            st = hook(mp, m->seg_embed, 0);
+        if (st != MSR_OK)
+            return st;
     }
-    if (mp->d.sp) {
-        /* pack every tp-replicated tensor's gradient, one allreduce, unpack */
-        size_t total = 0;
-        for (int k = 0; k < m->num_tensors; k++)
-            if (m->tensors[k].tp_replicated)
-                total += m->tensors[k].count;
-        float *buf = msr_malloc((total > 0 ? total : 1) * sizeof(float));
-        if (buf == NULL)
-            return MSR_ERR_NO_MEMORY;
-        for (int pass = 0; pass < 2 && st == MSR_OK; pass++) {
-            size_t off = 0;
-            for (int k = 0; k < m->num_tensors; k++) {
-                const msr_gpt_tensor_t *t = &m->tensors[k];
-                if (!t->tp_replicated)
-                    continue;
-                const msr_gpt_segment_t *s = &m->segments[t->segment];
-                float *g = s->grads + (t->offset - s->offset);
-                if (pass == 0)
-                    memcpy(buf + off, g, t->count * sizeof(float));
-                else
-                    memcpy(g, buf + off, t->count * sizeof(float));
-                off += t->count;
-            }
-            if (pass == 0)
-                st = tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
-        }
-        msr_free(buf);
-    }
-    return st;
+    return mp->d.sp ? sp_sum(mp, -1) : MSR_OK;
+}
+
+/* Overlap path: segment s is done for this backward. When this backward
+ * reduces (the step's last; every one under ZeRO-2), its gradient is made
+ * final (sp sum, the tied gradient on the last backward) and handed to dp,
+ * whose buckets start as they complete. */
+static msr_status_t seg_done(msr_mp_t *mp, int s)
+{
+    if (!mp->overlap || !mp->dp->reduce_now)
+        return MSR_OK;
+    msr_status_t st;
+    if (mp->d.sp && (st = sp_sum(mp, s)) != MSR_OK)
+        return st;
+    if (s == mp->model->seg_embed && mp->pp > 1 && mp->last_backward &&
+        (st = tied_add(mp)) != MSR_OK)
+        return st;
+    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
+    return h->grads_ready(h->arg, mp->model, s);
 }
 
 msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
@@ -1143,7 +1210,9 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     mp->recv_ns = 0;
     if (mp->head_dwte != NULL)
         memset(mp->head_dwte, 0, (size_t)mp->d.Vl * (size_t)mp->d.C * sizeof(float));
-    if ((st = msr_dp_micro_begin(dp, 1, 1)) != MSR_OK)
+    mp->backwards = 0;
+    mp->last_backward = 0;
+    if (!mp->overlap && (st = msr_dp_micro_begin(dp, 1, 1)) != MSR_OK)
         return st;
     uint64_t busy = 0;
     for (int k = 0; k < mp->num_ops; k++) {
@@ -1160,10 +1229,10 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     uint64_t a = msr_now_ns();
     if ((st = sends_wait(mp)) != MSR_OK)
         return st;
-    if ((st = finish_grads(mp)) != MSR_OK)
+    if (!mp->overlap && (st = finish_grads(mp)) != MSR_OK)
         return st;
     uint64_t b = msr_now_ns();
-    st = msr_dp_reduce_all(dp);
+    st = mp->overlap ? msr_dp_micro_end(dp) : msr_dp_reduce_all(dp);
     span_add(mp, 1, b, msr_now_ns(), "dp reduce");
     (void)a;
     if (st != MSR_OK)

@@ -45,9 +45,15 @@
  * (tensor-parallel collectives included) just before its backward.
  *
  * Data parallel and ZeRO 0-2 run on top (parallel/dp.h over the part's flat
- * buffers): gradients accumulate over the step's micro-batches and are
- * reduced once, after the pipeline flush (msr_dp_reduce_all). ZeRO-3 is not
- * supported with a part (msr_mp_check refuses it).
+ * buffers). GPipe and 1F1B run a rank's backwards in micro-batch order, so
+ * each backward is one dp micro-batch: a segment's gradient goes to dp
+ * (grads_ready) as soon as backward finishes it, summed over tp first under
+ * sp and, for wte on the first stage, with the head's gradient added on the
+ * last backward; buckets reduce while backward goes on, on the step's last
+ * micro-batch (every one under ZeRO-2), as data parallel alone does.
+ * Interleaved 1F1B mixes the chunks' backwards, so it accumulates the whole
+ * step and reduces once after the pipeline flush (msr_dp_reduce_all).
+ * ZeRO-3 is not supported with a part (msr_mp_check refuses it).
  *
  * Not thread-safe: the thread that drives the model drives this. */
 #ifndef MSR_PARALLEL_MP_H

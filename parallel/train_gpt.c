@@ -95,8 +95,8 @@ static const opt_spec_t specs[] = {
     OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
         "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
     OPT("overlap", OPT_INT, overlap, 0, 1,
-        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); the "
-        "model-parallel runtime (tp, pp, recompute, trace) reduces after the pipeline flush"),
+        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
+        "--schedule interleaved reduces after the pipeline flush"),
     OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
     OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
