@@ -1233,7 +1233,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
         return st;
     uint64_t b = msr_now_ns();
     st = mp->overlap ? msr_dp_micro_end(dp) : msr_dp_reduce_all(dp);
-    span_add(mp, 1, b, msr_now_ns(), "dp reduce");
+    span_add(mp, 1, b, msr_now_ns(), "dp wait");
     (void)a;
     if (st != MSR_OK)
         return st;
