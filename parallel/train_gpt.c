@@ -580,6 +580,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt: %s\n", why);
         goto out;
     }
+    if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */
+        FILE *f = fopen(o.trace, "w");
+        if (f == NULL) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", o.trace, strerror(errno));
+            goto out;
+        }
+        fclose(f);
+    }
     if (o.loss_log != NULL && job.rank == 0 && (loss_log = fopen(o.loss_log, "a")) == NULL) {
         fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o.loss_log, strerror(errno));
         goto out;

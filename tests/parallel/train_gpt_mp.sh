@@ -58,6 +58,7 @@ refuse 2 "micro-batches a multiple of the stages: 3 micro-batches" "${small[@]}"
 refuse 2 "need the interleaved schedule" "${small[@]}" --pp 2 --virtual-stages 2 --grad-accum 2
 refuse 2 "ZeRO stage 3 is not supported with tensor or pipeline parallel" "${small[@]}" --tp 2 \
     --zero 3
+refuse 1 "--trace $work/no/such/dir/t.json: No such file" "${small[@]}" --trace "$work/no/such/dir/t.json"
 timeout 30 "$bin/train_gpt" --help | grep -q -- "--virtual-stages" || fail "--help"
 
 # the 2 x 2 x 2 mesh (sp, selective recompute, ZeRO-1) prints the losses of
