@@ -758,6 +758,60 @@ static msr_status_t allgather_flat(msr_dp_t *dp, float *arr)
     return st;
 }
 
+msr_status_t msr_dp_reduce_all(msr_dp_t *dp)
+{
+    dp->reduce_now = 1;
+    dp->first_micro = 1;
+    dp->next_start = 0;
+    for (int b = 0; b < dp->num_buckets; b++)
+        dp->buckets[b].started = dp->buckets[b].finished = 0;
+    msr_status_t st = MSR_OK;
+    for (int s = dp->num_segs - 1; s >= 0 && st == MSR_OK; s--) {
+        /* a segment backward never touched has a zero gradient */
+        if (dp->cfg.zero >= 2 && dp->segs[s].grads == NULL) {
+            if ((dp->segs[s].grads = tmp_alloc(dp, seg_count(dp, s), 1)) == NULL) {
+                st = MSR_ERR_NO_MEMORY;
+                break;
+            }
+            dp->model->segments[s].grads = dp->segs[s].grads;
+        }
+        st = hook_grads_ready(dp, dp->model, s);
+    }
+    if (st != MSR_OK) {
+        /* buckets whose packing failed must not be finished: only wait for
+         * what is in flight and free the temporaries */
+        (void)drain(dp);
+        return st;
+    }
+    return msr_dp_micro_end(dp);
+}
+
+void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm)
+{
+    dp->mp_comm[0] = tp_comm;
+    dp->mp_comm[1] = pp_comm;
+    dp->tp_rank = tp_rank;
+}
+
+/* The squared norm of a unit's owned gradient; on tensor-parallel ranks
+ * other than 0 without the tp-replicated tensors (rank 0 counts them). */
+static double unit_sumsq(const msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    const float *g = grad_at(dp, u);
+    if (dp->tp_rank == 0)
+        return msr_sumsq(g, u->own_n);
+    double sum = 0.0;
+    const msr_gpt_t *m = dp->model;
+    size_t lo = u->own_lo, hi = u->own_lo + u->own_n;
+    for (int k = 0; k < m->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &m->tensors[k];
+        size_t a = MSR_MAX(lo, t->offset), b = MSR_MIN(hi, t->offset + t->count);
+        if (a < b && !t->tp_replicated)
+            sum += msr_sumsq(g + (a - lo), b - a);
+    }
+    return sum;
+}
+
 msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_local,
                            double *loss_sum_p, double *norm_p)
 {
@@ -767,7 +821,7 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
         const msr_dp_unit_t *u = &dp->units[k];
         if (u->own_n == 0 || (u->replicated && dp->rank != 0))
             continue;
-        sumsq += msr_sumsq(grad_at(dp, u), u->own_n);
+        sumsq += unit_sumsq(dp, u);
     }
     double red[2] = {loss_local, sumsq};
     if (dp->comm != NULL) {
@@ -776,6 +830,16 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
         if (st != MSR_OK)
             return comm_failed("allreduce of the loss and gradient norm, step", (int)dp->opt->t + 1,
                                st);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (dp->mp_comm[i] == NULL)
+            continue;
+        msr_status_t st =
+            msr_comm_allreduce(dp->mp_comm[i], MSR_IN_PLACE, red, 2, MSR_DTYPE_F64, MSR_OP_SUM);
+        if (st != MSR_OK)
+            return comm_failed(i == 0 ? "tensor-parallel allreduce of the loss and norm, step"
+                                      : "pipeline allreduce of the loss and norm, step",
+                               (int)dp->opt->t + 1, st);
     }
     double norm = sqrt(red[1]);
     float scale = msr_clip_scale(norm, max_norm);

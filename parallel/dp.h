@@ -179,6 +179,8 @@ typedef struct msr_dp {
 
     size_t transient, transient_peak; /* bytes */
     msr_dp_stats_t stats;
+    msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
+    int tp_rank;
     uint8_t *cover; /* while loading a checkpoint: what was found, per element */
 } msr_dp_t;
 
@@ -206,6 +208,20 @@ const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
  * their results into place. Errors: the communicator's (logged). */
 msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last);
 msr_status_t msr_dp_micro_end(msr_dp_t *dp);
+
+/* Model parallel (parallel/mp.h) runs every micro-batch's backward first
+ * and reduces once, after the pipeline flush: msr_dp_micro_begin(dp, 1, 1)
+ * before the step's backwards (which call only acquire and release), then
+ * msr_dp_reduce_all, which marks every segment ready in order (L+1 .. 0,
+ * buckets start as they complete) and waits as msr_dp_micro_end does.
+ * Errors: the communicator's (logged). */
+msr_status_t msr_dp_reduce_all(msr_dp_t *dp);
+
+/* Model parallel: msr_dp_update also sums the loss and the squared
+ * gradient norm over tp_comm and pp_comm (NULL: no such group), and counts
+ * the tensors every tensor-parallel rank holds (tp_replicated) on tp rank 0
+ * only, so the norm is the whole model's. */
+void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm);
 
 /* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and
  * the squared gradient norms over the group, clips with max_norm (0: off),

@@ -59,6 +59,55 @@ size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
     return (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C + (size_t)cfg->layers * block + 2 * C;
 }
 
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
+                                size_t why_len)
+{
+    char tmp[160];
+    if (why == NULL) {
+        why = tmp;
+        why_len = sizeof tmp;
+    }
+    if (msr_gpt_config_check(cfg, why, why_len) != MSR_OK)
+        return MSR_ERR_CONFIG;
+    if (part->tp < 1 || part->tp_rank < 0 || part->tp_rank >= part->tp || part->pp < 1 ||
+        part->pp_rank < 0 || part->pp_rank >= part->pp || part->chunks < 1 ||
+        part->chunks > MSR_GPT_MAX_CHUNKS) {
+        snprintf(
+            why, why_len, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
+            part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->heads % part->tp != 0) {
+        snprintf(why, why_len, "%d heads do not divide among tp %d ranks", cfg->heads, part->tp);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->vocab % part->tp != 0) {
+        snprintf(why, why_len, "the vocabulary of %d does not divide among tp %d ranks", cfg->vocab,
+                 part->tp);
+        return MSR_ERR_CONFIG;
+    }
+    if ((int64_t)part->pp * part->chunks > cfg->layers) {
+        snprintf(why, why_len,
+                 "%d layers are fewer than the %d pipeline stages (pp %d x %d virtual stages)",
+                 cfg->layers, part->pp * part->chunks, part->pp, part->chunks);
+        return MSR_ERR_CONFIG;
+    }
+    return MSR_OK;
+}
+
+void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p)
+{
+    *lo_p = (int)((int64_t)layers * j / n);
+    *hi_p = (int)((int64_t)layers * (j + 1) / n);
+}
+
+size_t msr_gpt_tensor_full_index(const msr_gpt_tensor_t *t, size_t i)
+{
+    size_t cols = (size_t)t->shape[1], row = i / cols, col = i % cols, rb = (size_t)t->row_block;
+    size_t frow = (row / rb) * (size_t)t->row_stride + (size_t)t->row_offset + row % rb;
+    return t->full_offset + frow * (size_t)t->full_cols + (size_t)t->col_offset + col;
+}
+
 /* ---- the tensor table ---- */
 
 /* Initialisation of a tensor: std > 0 draws N(0, std), else the constant. */
@@ -67,61 +116,135 @@ typedef struct tensor_init {
     float constant;
 } tensor_init_t;
 
-static void add_tensor(msr_gpt_t *m, size_t *offset, int seg, const char *name, int rows, int cols,
-                       int decay)
+/* How a tensor is cut among tensor-parallel ranks. */
+typedef enum tp_split {
+    SPLIT_NONE, /* held whole (tp-replicated) */
+    SPLIT_ROWS, /* row blocks (q, k, v: 3; fc, wte: 1), each cut in tp pieces */
+    SPLIT_COLS, /* columns cut in tp pieces */
+} tp_split_t;
+
+/* A tensor of the whole model: rows x cols (cols 0: 1-D) at full_offset,
+ * cut as split says (blocks row blocks for SPLIT_ROWS). */
+typedef struct tensor_spec {
+    const char *name;
+    int rows, cols, decay;
+    tp_split_t split;
+    int blocks;
+} tensor_spec_t;
+
+static void add_tensor(msr_gpt_t *m, size_t *offset, int seg, const char *name,
+                       const tensor_spec_t *sp, size_t full_offset)
 {
-    msr_gpt_tensor_t *t = &m->tensors[m->num_tensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->segment = seg;
-    t->ndim = cols > 0 ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols > 0 ? cols : 1;
-    t->offset = *offset;
-    t->count = (size_t)rows * (size_t)t->shape[1];
-    t->decay = decay;
-    *offset += t->count;
+    int t = m->part.tp, r = m->part.tp_rank;
+    int cols = sp->cols > 0 ? sp->cols : 1;
+    msr_gpt_tensor_t *x = &m->tensors[m->num_tensors++];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->segment = seg;
+    x->ndim = sp->cols > 0 ? 2 : 1;
+    x->decay = sp->decay;
+    x->tp_replicated = sp->split == SPLIT_NONE;
+    x->full_offset = full_offset;
+    x->full_cols = cols;
+    x->row_block = sp->rows;
+    x->row_stride = 0;
+    x->row_offset = 0;
+    x->col_offset = 0;
+    x->shape[0] = sp->rows;
+    x->shape[1] = cols;
+    if (sp->split == SPLIT_ROWS) {
+        int per_block = sp->rows / sp->blocks; /* whole rows of one block */
+        x->row_block = per_block / t;
+        x->row_stride = per_block;
+        x->row_offset = r * x->row_block;
+        x->shape[0] = sp->blocks * x->row_block;
+    } else if (sp->split == SPLIT_COLS) {
+        x->shape[1] = cols / t;
+        x->col_offset = r * x->shape[1];
+    }
+    x->offset = *offset;
+    x->count = (size_t)x->shape[0] * (size_t)x->shape[1];
+    *offset += x->count;
 }
 
-/* Fills m->tensors and m->segments in flat-buffer order (see gpt.h). */
+static size_t spec_count(const tensor_spec_t *sp)
+{
+    return (size_t)sp->rows * (size_t)(sp->cols > 0 ? sp->cols : 1);
+}
+
+static msr_gpt_segment_t *open_segment(msr_gpt_t *m, size_t off, int layer, int group)
+{
+    msr_gpt_segment_t *s = &m->segments[m->num_segments++];
+    s->offset = off;
+    s->layer = layer;
+    s->group = group;
+    return s;
+}
+
+/* Fills m->tensors and m->segments in flat-buffer order (see gpt.h) for
+ * m->part, and m->num_params. */
 static void build_layout(msr_gpt_t *m)
 {
     int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, maxT = m->cfg.max_seq;
-    size_t off = 0;
+    const msr_gpt_part_t *pt = &m->part;
+    size_t off = 0, fblock0 = (size_t)V * C + (size_t)maxT * C;
+    size_t fblock = 12 * (size_t)C * C + 13 * (size_t)C;
     char name[24];
     m->num_tensors = 0;
+    m->num_segments = 0;
+    m->num_chunks = pt->chunks;
+    int nv = pt->pp * pt->chunks;
+    int has_embed = pt->pp_rank == 0, has_head = pt->pp_rank == pt->pp - 1;
+    m->seg_embed = m->seg_lnf = -1;
 
-    m->segments[0].offset = off;
-    add_tensor(m, &off, 0, "wte", V, C, 1);
-    add_tensor(m, &off, 0, "wpe", maxT, C, 1);
-    m->segments[0].count = off - m->segments[0].offset;
-
-    static const struct {
-        const char *name;
-        int rows_c, cols_c, decay; /* rows and cols in units of C; cols 0: 1-D */
-    } block[MSR_GPT_BLOCK_TENSORS] = {
-        [MSR_GPT_LN1W] = {"ln1w", 1, 0, 0},         [MSR_GPT_LN1B] = {"ln1b", 1, 0, 0},
-        [MSR_GPT_QKVW] = {"qkvw", 3, 1, 1},         [MSR_GPT_QKVB] = {"qkvb", 3, 0, 0},
-        [MSR_GPT_ATTPROJW] = {"attprojw", 1, 1, 1}, [MSR_GPT_ATTPROJB] = {"attprojb", 1, 0, 0},
-        [MSR_GPT_LN2W] = {"ln2w", 1, 0, 0},         [MSR_GPT_LN2B] = {"ln2b", 1, 0, 0},
-        [MSR_GPT_FCW] = {"fcw", 4, 1, 1},           [MSR_GPT_FCB] = {"fcb", 4, 0, 0},
-        [MSR_GPT_FCPROJW] = {"fcprojw", 1, 4, 1},   [MSR_GPT_FCPROJB] = {"fcprojb", 1, 0, 0},
-    };
-    for (int l = 0; l < L; l++) {
-        msr_gpt_segment_t *s = &m->segments[1 + l];
-        s->offset = off;
-        for (int k = 0; k < MSR_GPT_BLOCK_TENSORS; k++) {
-            snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
-            add_tensor(m, &off, 1 + l, name, block[k].rows_c * C, block[k].cols_c * C,
-                       block[k].decay);
-        }
+    if (has_embed) {
+        m->seg_embed = m->num_segments;
+        msr_gpt_segment_t *s = open_segment(m, off, -1, 0);
+        tensor_spec_t wte = {"wte", V, C, 1, SPLIT_ROWS, 1};
+        tensor_spec_t wpe = {"wpe", maxT, C, 1, SPLIT_NONE, 1};
+        add_tensor(m, &off, m->seg_embed, "wte", &wte, 0);
+        add_tensor(m, &off, m->seg_embed, "wpe", &wpe, (size_t)V * C);
         s->count = off - s->offset;
     }
 
-    msr_gpt_segment_t *f = &m->segments[L + 1];
-    f->offset = off;
-    add_tensor(m, &off, L + 1, "lnfw", C, 0, 0);
-    add_tensor(m, &off, L + 1, "lnfb", C, 0, 0);
-    f->count = off - f->offset;
+    const tensor_spec_t block[MSR_GPT_BLOCK_TENSORS] = {
+        [MSR_GPT_LN1W] = {"ln1w", C, 0, 0, SPLIT_NONE, 1},
+        [MSR_GPT_LN1B] = {"ln1b", C, 0, 0, SPLIT_NONE, 1},
+        [MSR_GPT_QKVW] = {"qkvw", 3 * C, C, 1, SPLIT_ROWS, 3},
+        [MSR_GPT_QKVB] = {"qkvb", 3 * C, 0, 0, SPLIT_ROWS, 3},
+        [MSR_GPT_ATTPROJW] = {"attprojw", C, C, 1, SPLIT_COLS, 1},
+        [MSR_GPT_ATTPROJB] = {"attprojb", C, 0, 0, SPLIT_NONE, 1},
+        [MSR_GPT_LN2W] = {"ln2w", C, 0, 0, SPLIT_NONE, 1},
+        [MSR_GPT_LN2B] = {"ln2b", C, 0, 0, SPLIT_NONE, 1},
+        [MSR_GPT_FCW] = {"fcw", 4 * C, C, 1, SPLIT_ROWS, 1},
+        [MSR_GPT_FCB] = {"fcb", 4 * C, 0, 0, SPLIT_ROWS, 1},
+        [MSR_GPT_FCPROJW] = {"fcprojw", C, 4 * C, 1, SPLIT_COLS, 1},
+        [MSR_GPT_FCPROJB] = {"fcprojb", C, 0, 0, SPLIT_NONE, 1},
+    };
+    for (int c = 0; c < pt->chunks; c++) {
+        msr_gpt_stage_layers(L, nv, c * pt->pp + pt->pp_rank, &m->chunk_lo[c], &m->chunk_hi[c]);
+        m->chunk_seg[c] = m->num_segments;
+        for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
+            msr_gpt_segment_t *s = open_segment(m, off, l, c);
+            size_t full = fblock0 + (size_t)l * fblock;
+            for (int k = 0; k < MSR_GPT_BLOCK_TENSORS; k++) {
+                snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
+                add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
+                full += spec_count(&block[k]);
+            }
+            s->count = off - s->offset;
+        }
+    }
+
+    if (has_head) {
+        m->seg_lnf = m->num_segments;
+        msr_gpt_segment_t *s = open_segment(m, off, -1, pt->chunks - 1);
+        tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1};
+        size_t full = fblock0 + (size_t)L * fblock;
+        add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, full);
+        add_tensor(m, &off, m->seg_lnf, "lnfb", &norm, full + (size_t)C);
+        s->count = off - s->offset;
+    }
+    m->num_params = off;
 }
 
 static tensor_init_t tensor_init(const msr_gpt_t *m, const msr_gpt_tensor_t *t)
@@ -148,9 +271,11 @@ void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t
         if (a >= b)
             continue;
         tensor_init_t in = tensor_init(model, t);
-        for (size_t i = a; i < b; i++)
-            dst[i - lo] = in.std > 0.0 ? (float)(in.std * msr_rng_normal(seed, GPT_INIT_STREAM, i))
+        for (size_t i = a; i < b; i++) {
+            uint64_t g = msr_gpt_tensor_full_index(t, i - t->offset);
+            dst[i - lo] = in.std > 0.0 ? (float)(in.std * msr_rng_normal(seed, GPT_INIT_STREAM, g))
                                        : in.constant;
+        }
     }
 }
 
@@ -172,22 +297,28 @@ void msr_gpt_segment_reset(msr_gpt_t *model, int s)
     model->segments[s].grads = model->grads != NULL ? model->grads + off : NULL;
 }
 
-void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
+void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
+                            msr_gpt_block_params_t *p)
 {
-    size_t C = (size_t)cfg->channels;
+    size_t C = (size_t)cfg->channels, Cl = C / (size_t)tp, Hl = 4 * C / (size_t)tp;
     float *x = base;
     p->ln1w = x, x += C;
     p->ln1b = x, x += C;
-    p->qkvw = x, x += 3 * C * C;
-    p->qkvb = x, x += 3 * C;
-    p->attprojw = x, x += C * C;
+    p->qkvw = x, x += 3 * Cl * C;
+    p->qkvb = x, x += 3 * Cl;
+    p->attprojw = x, x += C * Cl;
     p->attprojb = x, x += C;
     p->ln2w = x, x += C;
     p->ln2b = x, x += C;
-    p->fcw = x, x += 4 * C * C;
-    p->fcb = x, x += 4 * C;
-    p->fcprojw = x, x += 4 * C * C;
+    p->fcw = x, x += Hl * C;
+    p->fcb = x, x += Hl;
+    p->fcprojw = x, x += C * Hl;
     p->fcprojb = x;
+}
+
+void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
+{
+    msr_gpt_block_point_tp(cfg, 1, base, p);
 }
 
 /* ---- activations and work space ---- */
@@ -257,28 +388,26 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
     return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
 }
 
-msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
-                               msr_gpt_t **model_p)
+/* The whole model with activations for max_batch (>= 1), or a part with
+ * none (max_batch 0). */
+static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
+                           unsigned flags, msr_gpt_t **model_p)
 {
     char why[160];
-    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
+    if (msr_gpt_part_check(cfg, part, why, sizeof why) != MSR_OK) {
         MSR_ERROR("gpt: %s", why);
-        return MSR_ERR_CONFIG;
-    }
-    if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
-        MSR_ERROR("gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
         return MSR_ERR_CONFIG;
     }
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
     if (m == NULL)
         goto err_no_memory;
     m->cfg = *cfg;
+    m->part = *part;
+    m->whole = part->tp == 1 && part->pp == 1;
     m->max_batch = max_batch;
-    m->num_params = msr_gpt_num_params(cfg);
-    m->num_segments = cfg->layers + 2;
     m->tensors =
         msr_calloc(4 + (size_t)MSR_GPT_BLOCK_TENSORS * (size_t)cfg->layers, sizeof *m->tensors);
-    m->segments = msr_calloc((size_t)m->num_segments, sizeof *m->segments);
+    m->segments = msr_calloc((size_t)cfg->layers + 2, sizeof *m->segments);
     m->acts.blocks = msr_calloc((size_t)cfg->layers, sizeof *m->acts.blocks);
     if (m->tensors == NULL || m->segments == NULL || m->acts.blocks == NULL)
         goto err_free;
@@ -292,6 +421,10 @@ msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsig
         goto err_free;
     for (int s = 0; s < m->num_segments; s++)
         msr_gpt_segment_reset(m, s);
+    if (max_batch == 0) {
+        *model_p = m;
+        return MSR_OK;
+    }
 
     carve_t count = {NULL, 0};
     point_acts(m, &count);
@@ -318,6 +451,28 @@ err_no_memory:
     MSR_ERROR("gpt: out of memory for a model of %zu parameters, batch %d x %d",
               msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
     return MSR_ERR_NO_MEMORY;
+}
+
+msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p)
+{
+    char why[160];
+    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
+        MSR_ERROR("gpt: %s", why);
+        return MSR_ERR_CONFIG;
+    }
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
+        MSR_ERROR("gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
+        return MSR_ERR_CONFIG;
+    }
+    msr_gpt_part_t whole = {1, 0, 1, 0, 1};
+    return create(cfg, &whole, max_batch, flags, model_p);
+}
+
+msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
+                                 unsigned flags, msr_gpt_t **model_p)
+{
+    return create(cfg, part, 0, flags, model_p);
 }
 
 void msr_gpt_destroy(msr_gpt_t *model)
@@ -415,6 +570,10 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 {
     const msr_gpt_config_t *cfg = &model->cfg;
     int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    if (model->max_batch == 0) {
+        MSR_ERROR("gpt: forward of a part of the model (parallel/mp.h runs those)");
+        return MSR_ERR_STATE;
+    }
     if (B < 1 || B > model->max_batch || T < 1 || T > cfg->max_seq) {
         MSR_ERROR("gpt: batch %d x %d does not fit the model's %d x %d", B, T, model->max_batch,
                   cfg->max_seq);

@@ -47,6 +47,42 @@ typedef struct msr_gpt_config {
 
 #define MSR_GPT_VOCAB 256
 
+/* Which part of the model a rank holds under tensor and pipeline parallel
+ * (parallel/mp.h). The whole model is {1, 0, 1, 0, 1}.
+ *
+ * Tensor parallel (Megatron's split): each block's qkv and fc weights are
+ * split by rows (a rank holds the q, k and v rows of its NH/tp heads and
+ * 4C/tp rows of fc: column-parallel layers), attproj and fcproj by columns
+ * (row-parallel layers), wte by vocabulary rows (V/tp); layernorms, wpe and
+ * the row-parallel layers' biases are held whole by every tensor-parallel
+ * rank ("tp-replicated").
+ *
+ * Pipeline parallel: the L blocks are cut into pp * chunks virtual stages
+ * of consecutive layers (as evenly as possible); virtual stage j = c * pp +
+ * pp_rank is this rank's chunk c (interleaved schedules give a rank
+ * several chunks, Megatron's layout). The first virtual stage also holds
+ * the embeddings, the last the final norm and the output head; with pp > 1
+ * the head's tied copy of wte is not part of the flat buffers (parallel/mp.h
+ * keeps it in step with the first stage's). */
+typedef struct msr_gpt_part {
+    int tp, tp_rank; /* tensor-parallel degree and this rank's index */
+    int pp, pp_rank; /* pipeline stages and this rank's */
+    int chunks;      /* model chunks per stage (virtual stages): 1 unless interleaved */
+} msr_gpt_part_t;
+
+#define MSR_GPT_MAX_CHUNKS 64
+
+/* Checks that cfg can be split as part says: tp divides the heads and the
+ * vocabulary, at least one layer per virtual stage, ranks in range. On
+ * failure writes a one-line reason into why (may be NULL) and returns
+ * MSR_ERR_CONFIG. */
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
+                                size_t why_len);
+
+/* The blocks [*lo_p, *hi_p) of virtual stage j of n: layers * j / n to
+ * layers * (j + 1) / n (rounded down). */
+void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p);
+
 /* Checks a shape: every size positive and bounded, C divisible by NH.
  * On failure writes a one-line reason into why (may be NULL) and returns
  * MSR_ERR_CONFIG. */
@@ -74,14 +110,26 @@ typedef enum msr_gpt_block_tensor {
 
 /* One entry of the model's tensor table. */
 typedef struct msr_gpt_tensor {
-    char name[24]; /* "wte", "wpe", "h3.qkvw", "lnfw" (as the torch test names them) */
-    int segment;   /* 0, 1 + layer, or L + 1 */
-    int ndim;      /* 1 or 2 */
-    int shape[2];  /* (rows, cols), or (n) with shape[1] = 1 */
-    size_t offset; /* first element in the flat buffers */
-    size_t count;  /* elements */
-    int decay;     /* AdamW's weight decay applies: matrices yes, biases and norms no */
+    char name[24];     /* "wte", "wpe", "h3.qkvw", "lnfw" (as the torch test names them) */
+    int segment;       /* 0, 1 + layer, or L + 1 */
+    int ndim;          /* 1 or 2 */
+    int shape[2];      /* (rows, cols), or (n) with shape[1] = 1 */
+    size_t offset;     /* first element in the flat buffers */
+    size_t count;      /* elements */
+    int decay;         /* AdamW's weight decay applies: matrices yes, biases and norms no */
+    int tp_replicated; /* every tensor-parallel rank holds all of it (see msr_gpt_part_t) */
+    /* Where the elements are in the whole model's flat buffer: local element
+     * (row i, column j) is whole-tensor element (row (i / row_block) *
+     * row_stride + row_offset + i % row_block, column col_offset + j) of a
+     * tensor of full_cols columns starting at full_offset. The identity for
+     * the whole model; a tensor-parallel slice otherwise. */
+    size_t full_offset;
+    int full_cols;
+    int row_block, row_stride, row_offset, col_offset;
 } msr_gpt_tensor_t;
+
+/* The whole model's flat index of local element i (0 <= i < t->count). */
+size_t msr_gpt_tensor_full_index(const msr_gpt_tensor_t *t, size_t i);
 
 /* Where a segment is, and where the model reads and writes it right now. */
 typedef struct msr_gpt_segment {
@@ -89,6 +137,9 @@ typedef struct msr_gpt_segment {
     size_t count;  /* elements */
     float *params; /* (count) its parameters; default: model->params + offset */
     float *grads;  /* (count) its gradients;  default: model->grads + offset */
+    int layer;     /* the block's layer (global index), -1 for the embeddings and final norm */
+    int group;     /* the model chunk it belongs to (parallel/dp.h reduces a chunk's
+                    * buckets when its backward finishes); 0 for the whole model */
 } msr_gpt_segment_t;
 
 /* Pointers to one block's parameters (or gradients: same layout). */
@@ -151,16 +202,24 @@ typedef struct msr_gpt_work {
 } msr_gpt_work_t;
 
 typedef struct msr_gpt {
-    msr_gpt_config_t cfg;
-    int max_batch; /* B the activations were sized for */
-    size_t num_params;
-    float *params; /* (num_params) the flat parameter buffer */
-    float *grads;  /* (num_params) the flat gradient buffer */
+    msr_gpt_config_t cfg; /* the whole model's shape */
+    msr_gpt_part_t part;  /* what this model holds of it */
+    int whole;            /* part is the whole model */
+    int max_batch;        /* B the activations were sized for; 0: none (a part) */
+    size_t num_params;    /* held here (the whole model's for a whole model) */
+    float *params;        /* (num_params) the flat parameter buffer */
+    float *grads;         /* (num_params) the flat gradient buffer */
 
     int num_tensors; /* 2 + 12 L + 2 */
     msr_gpt_tensor_t *tensors;
-    int num_segments; /* L + 2 */
+    int num_segments; /* L + 2 for the whole model */
     msr_gpt_segment_t *segments;
+    /* the part's segments: [embeddings] [chunk 0's blocks] ... [final norm] */
+    int seg_embed; /* the embeddings' segment, -1 when not held */
+    int seg_lnf;   /* the final norm's segment, -1 when not held */
+    int num_chunks;
+    int chunk_lo[MSR_GPT_MAX_CHUNKS], chunk_hi[MSR_GPT_MAX_CHUNKS]; /* global layers */
+    int chunk_seg[MSR_GPT_MAX_CHUNKS]; /* segment of the chunk's first block */
 
     float *acts_mem;
     size_t acts_count;
@@ -191,17 +250,30 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
 /* msr_gpt_create with flags. */
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p);
+
+/* A rank's part of the model (parameters and gradients of its tensors, in
+ * the layout above, cut as part says), with no activations: forward and
+ * backward of a part are parallel/mp.h's (msr_gpt_forward refuses it).
+ * Errors: MSR_ERR_CONFIG (logged), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
+                                 unsigned flags, msr_gpt_t **model_p);
 void msr_gpt_destroy(msr_gpt_t *model);
 
 /* Points p at the block parameters inside a segment base (a block segment's
  * params or grads). */
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p);
+/* The same for a tensor-parallel rank's block (tp = 1: the whole block):
+ * qkvw (3C/tp, C), qkvb (3C/tp), attprojw (C, C/tp), fcw (4C/tp, C), fcb
+ * (4C/tp), fcprojw (C, 4C/tp); the rest as above. */
+void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
+                            msr_gpt_block_params_t *p);
 
 /* Writes the initial value of flat elements [lo, hi) into dst (hi - lo
  * floats), as GPT-2 initialises: matrices N(0, 0.02), the two residual
  * projections N(0, 0.02/sqrt(2L)), wpe N(0, 0.01), biases 0, norm weights 1.
  * Element i depends only on (seed, i), so any slice of the buffer (a ZeRO-3
- * shard) gets the same numbers as the whole. */
+ * shard) gets the same numbers as the whole; in a part, i is the element's
+ * index in the whole model, so every split starts from the same model. */
 void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst);
 
 /* msr_gpt_init_range over the whole flat buffer (which must exist). */
@@ -247,12 +319,11 @@ typedef struct msr_gpt_hooks {
     msr_status_t (*poll)(void *arg, msr_gpt_t *model);
 } msr_gpt_hooks_t;
 
-/* Runs the model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=
- * maxT. With targets (B,T), also computes the per-token losses and writes
- * their mean (summed in double) to *loss_p, and keeps what backward needs;
- * with targets == NULL, computes only acts.logits (B,T,V) and leaves *loss_p
- * alone. hooks may be NULL. Errors: MSR_ERR_INVALID_ARG (sizes, a token out
- * of range; logged), or a hook's status. */
+/* Runs the whole model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=
+ * maxT (MSR_ERR_STATE for a part). With targets (B,T), also computes the per-token losses and
+ * writes their mean (summed in double) to *loss_p, and keeps what backward needs; with targets ==
+ * NULL, computes only acts.logits (B,T,V) and leaves *loss_p alone. hooks may be NULL. Errors:
+ * MSR_ERR_INVALID_ARG (sizes, a token out of range; logged), or a hook's status. */
 msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *targets, int B, int T,
                              const msr_gpt_hooks_t *hooks, double *loss_p);
 

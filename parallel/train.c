@@ -19,6 +19,26 @@ void msr_train_config_defaults(msr_train_config_t *cfg)
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
         .overlap = 1,
     };
+    cfg->tp = cfg->pp = 1;
+    cfg->mp = (msr_mp_config_t){.schedule = MSR_MP_1F1B, .chunks = 1};
+}
+
+int msr_train_uses_mp(const msr_train_config_t *cfg)
+{
+    return cfg->tp > 1 || cfg->pp > 1 || cfg->mp.recompute != MSR_MP_RECOMPUTE_NONE ||
+           cfg->mp.chunks > 1 || cfg->mp.sp || cfg->mp_always;
+}
+
+/* cfg->mp with the fields the trainer owns filled in. */
+static msr_mp_config_t mp_config(const msr_train_config_t *cfg)
+{
+    msr_mp_config_t m = cfg->mp;
+    m.micro_batch = cfg->micro_batch;
+    m.micros = cfg->grad_accum;
+    m.zero = cfg->par.zero;
+    if (m.chunks < 1)
+        m.chunks = 1;
+    return m;
 }
 
 msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data,
@@ -55,6 +75,15 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                  "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
                  cfg->par.zero, cfg->par.bucket_bytes);
         return MSR_ERR_CONFIG;
+    }
+    if (cfg->tp < 1 || cfg->pp < 1) {
+        snprintf(why, why_len, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
+        return MSR_ERR_CONFIG;
+    }
+    if (msr_train_uses_mp(cfg)) {
+        msr_mp_config_t m = mp_config(cfg);
+        if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp, why, why_len) != MSR_OK)
+            return MSR_ERR_CONFIG;
     }
     return MSR_OK;
 }
@@ -101,10 +130,71 @@ err_free:
     return st;
 }
 
+msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                                     const msr_mesh_t *mesh, msr_trainer_t **tr_p)
+{
+    if (!msr_train_uses_mp(cfg)) {
+        if (mesh->tp != 1 || mesh->pp != 1) {
+            MSR_ERROR("train: a mesh with tp %d pp %d for a data-parallel configuration", mesh->tp,
+                      mesh->pp);
+            return MSR_ERR_CONFIG;
+        }
+        msr_status_t st = msr_trainer_create(cfg, data, mesh->dp_comm, tr_p);
+        if (st == MSR_OK)
+            (*tr_p)->mesh = mesh;
+        return st;
+    }
+    char why[200];
+    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
+        MSR_ERROR("train: %s", why);
+        return MSR_ERR_CONFIG;
+    }
+    if (cfg->dp != mesh->dp || cfg->tp != mesh->tp || cfg->pp != mesh->pp ||
+        cfg->dp_rank != mesh->dp_rank) {
+        MSR_ERROR("train: dp %d (rank %d) x pp %d x tp %d is not the mesh's %d (rank %d) x %d x %d",
+                  cfg->dp, cfg->dp_rank, cfg->pp, cfg->tp, mesh->dp, mesh->dp_rank, mesh->pp,
+                  mesh->tp);
+        return MSR_ERR_CONFIG;
+    }
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
+    if (tr == NULL)
+        return MSR_ERR_NO_MEMORY;
+    tr->cfg = *cfg;
+    tr->cfg.mp = mp_config(cfg);
+    tr->data = data;
+    tr->mesh = mesh;
+    tr->sampler.seed = cfg->seed;
+    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq * (size_t)cfg->grad_accum;
+    tr->inputs = msr_calloc(N, sizeof(int));
+    tr->targets = msr_calloc(N, sizeof(int));
+    if (tr->inputs == NULL || tr->targets == NULL)
+        goto err_free;
+    msr_gpt_part_t part = {mesh->tp, mesh->tp_rank, mesh->pp, mesh->pp_rank, tr->cfg.mp.chunks};
+    st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
+    if (st != MSR_OK)
+        goto err_free;
+    st = msr_dp_create(&cfg->par, mesh->dp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
+    if (st != MSR_OK)
+        goto err_free;
+    msr_dp_set_model_parallel(tr->dp, mesh->tp_comm, mesh->tp_rank, mesh->pp_comm);
+    if ((st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
+        goto err_free;
+    if ((st = msr_mp_sync_tied(tr->mp)) != MSR_OK)
+        goto err_free;
+    *tr_p = tr;
+    return MSR_OK;
+
+err_free:
+    msr_trainer_destroy(tr);
+    return st;
+}
+
 void msr_trainer_destroy(msr_trainer_t *tr)
 {
     if (tr == NULL)
         return;
+    msr_mp_destroy(tr->mp);
     msr_dp_destroy(tr->dp);
     msr_gpt_destroy(tr->model);
     msr_free(tr->targets);
@@ -131,7 +221,19 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     msr_status_t st;
 
     double loss_sum = 0.0;
-    for (int m = 0; m < c->grad_accum; m++) {
+    if (tr->mp != NULL) {
+        size_t N = (size_t)B * (size_t)T;
+        for (int m = 0; m < c->grad_accum; m++) {
+            uint64_t first = ((uint64_t)c->dp_rank * (uint64_t)c->grad_accum + (uint64_t)m) * B;
+            msr_sampler_fill(&tr->sampler, tr->data, T, first, B, tr->inputs + (size_t)m * N,
+                             tr->targets + (size_t)m * N);
+        }
+        uint64_t t0 = msr_now_ns();
+        if ((st = msr_mp_run(tr->mp, dp, tr->inputs, tr->targets, dloss, &loss_sum)) != MSR_OK)
+            return st;
+        dp->stats.backward_ns += msr_now_ns() - t0;
+    }
+    for (int m = 0; m < c->grad_accum && tr->mp == NULL; m++) {
         uint64_t first = ((uint64_t)c->dp_rank * (uint64_t)c->grad_accum + (uint64_t)m) * B;
         msr_sampler_fill(&tr->sampler, tr->data, T, first, B, tr->inputs, tr->targets);
         double loss;
@@ -150,7 +252,12 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
         loss_sum += loss;
     }
     double total, norm;
+    uint64_t u0 = msr_now_ns();
     st = msr_dp_update(dp, msr_trainer_lr(tr, tr->step), c->grad_clip, loss_sum, &total, &norm);
+    if (st == MSR_OK && tr->mp != NULL) {
+        st = msr_mp_sync_tied(tr->mp);
+        msr_mp_span_update(tr->mp, u0, msr_now_ns());
+    }
     if (st != MSR_OK)
         return st;
     tr->sampler.position += G;
@@ -256,6 +363,30 @@ static int same_checkpoint(const payload_t *a, const payload_t *b, int world)
            b->h.world == (uint32_t)world && strcmp(a->h.meta, b->h.meta) == 0;
 }
 
+/* With model parallel, the dp groups of the world agree on the outcome
+ * (all succeed or all fail), and the last stage gets the restored wte. */
+static msr_status_t restore_agree(msr_trainer_t *tr, msr_status_t st)
+{
+    if (tr->mp == NULL)
+        return st;
+    if (tr->mesh->world != NULL) {
+        int32_t ok = st == MSR_OK;
+        msr_status_t cst =
+            msr_comm_allreduce(tr->mesh->world, MSR_IN_PLACE, &ok, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK) {
+            MSR_ERROR("train: agreeing on a restore: %s: %s", msr_status_str(cst),
+                      msr_last_error());
+            return cst;
+        }
+        if (!ok) {
+            if (st == MSR_OK)
+                MSR_ERROR("train: another rank could not restore its checkpoint shard");
+            return st != MSR_OK ? st : MSR_ERR_CORRUPT;
+        }
+    }
+    return st == MSR_OK ? msr_mp_sync_tied(tr->mp) : st;
+}
+
 msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                                  msr_trainer_fetch_t fetch, void *arg)
 {
@@ -330,5 +461,5 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
 
 err_p0:
     payload_free(&p0);
-    return st;
+    return restore_agree(tr, st);
 }

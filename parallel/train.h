@@ -25,6 +25,8 @@
 #include "parallel/data.h"
 #include "parallel/dp.h"
 #include "parallel/gpt.h"
+#include "parallel/mesh.h"
+#include "parallel/mp.h"
 
 typedef struct msr_train_config {
     msr_gpt_config_t model; /* model.max_seq is the sequence length T */
@@ -38,10 +40,21 @@ typedef struct msr_train_config {
     float grad_clip;        /* global gradient-norm limit (0: none) */
     msr_adamw_config_t adamw;
     msr_dp_config_t par; /* ZeRO stage, buckets */
+    /* model parallel (parallel/mp.h): tp and pp degrees (1: none) and the
+     * rest of its settings (sp, schedule, chunks, recompute; micro_batch,
+     * micros and zero are filled in from the fields above) */
+    int tp, pp;
+    msr_mp_config_t mp;
+    int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
 } msr_train_config_t;
 
+/* Whether cfg runs through parallel/mp.h (tp or pp > 1, sp, chunks,
+ * recompute, or mp_always). */
+int msr_train_uses_mp(const msr_train_config_t *cfg);
+
 /* cfg->par with the defaults: stage 0, 25 MiB buckets (the first 1 MiB),
- * segments under 64 KiB replicated, overlap on. */
+ * segments under 64 KiB replicated, overlap on; tp = pp = 1, no sp, 1F1B,
+ * one chunk, no recompute. */
 void msr_train_config_defaults(msr_train_config_t *cfg);
 
 typedef struct msr_trainer {
@@ -54,6 +67,8 @@ typedef struct msr_trainer {
     int *inputs;               /* (B, T) */
     int *targets;              /* (B, T) */
     double last_grad_norm;     /* before clipping, of the last step */
+    const msr_mesh_t *mesh;    /* borrowed; NULL: data parallel only */
+    msr_mp_t *mp;              /* model parallel; NULL: the whole model */
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -69,6 +84,14 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
  * it. Errors: MSR_ERR_CONFIG (logged with the reason), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p);
+
+/* Creates a trainer on a mesh (parallel/mesh.h): this rank's part of the
+ * model (cfg->tp, cfg->pp, cfg->dp must be the mesh's degrees and
+ * cfg->dp_rank its dp rank), data parallel over the mesh's dp group, model
+ * parallel as cfg->mp says when msr_train_uses_mp. mesh must outlive it.
+ * Errors: as msr_trainer_create, and the pipeline's first communication. */
+msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                                     const msr_mesh_t *mesh, msr_trainer_t **tr_p);
 
 /* Frees tr. After a failed step, destroy the communicator first (see
  * msr_dp_destroy). */
@@ -98,7 +121,10 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
  * (msr_free'd by the caller) and *len_p. */
 typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, size_t *len_p);
 
-/* Restores the state of a checkpoint saved by `world` data-parallel ranks,
+/* Restores the state of a checkpoint saved by `world` data-parallel ranks
+ * (with a model-parallel trainer: of a checkpoint saved in the same layout,
+ * each rank's from the rank of the same pp and tp index; fetch gets the
+ * dp index),
  * whatever this run's dp, ZeRO stage or buckets (the global batch, hence
  * meta, must be the same). When world is this run's dp and the saved
  * layout is this run's, each rank reads only its own payload and the ranks

@@ -1,12 +1,14 @@
 /* train_gpt: trains the reference GPT (parallel/gpt.h) on the bytes of a
- * file, or on the generated corpus when no --data is given, data parallel
- * with ZeRO over every rank of the msrun job, and prints one line per step
- * on rank 0:
+ * file, or on the generated corpus when no --data is given, over every rank
+ * of the msrun job cut into the mesh dp x pp x tp (data parallel with ZeRO,
+ * pipeline and tensor/sequence parallel, parallel/mp.h), and prints one
+ * line per step on rank 0:
  *
  *   step 12 loss 3.141593 tok/s 5120
  *
  * Runs alone (dp 1, no checkpoints) or under msrun (msrun --worker_num=4
- * --local_worker_num=4 build/bin/train_gpt ...: dp 4). Exit status: 0 done,
+ * --local_worker_num=4 build/bin/train_gpt ...: dp 4; ... --tp 2 --pp 2:
+ * dp 1). Exit status: 0 done,
  * 2 bad options or an invalid combination (refused before training), 1 a
  * failure while training. See docs/model.md. */
 #include <cblas.h>
@@ -34,6 +36,9 @@
 typedef struct options {
     int64_t layers, channels, heads, seq;
     int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
+    int sp;
+    const char *schedule, *recompute, *trace;
+    int64_t virtual_stages;
     double bucket_mb;
     int64_t zero_min_bytes, overlap;
     int64_t steps, warmup, seed;
@@ -78,13 +83,24 @@ static const opt_spec_t specs[] = {
     OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
-    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3 (0)"),
+    OPT("sp", OPT_FLAG, sp, 0, 0,
+        "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
+    OPT("schedule", OPT_TEXT, schedule, 0, 0,
+        "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
+        "--grad-accum"),
+    OPT("virtual-stages", OPT_INT, virtual_stages, 1, 64,
+        "model chunks per pipeline rank, for --schedule interleaved (1)"),
+    OPT("recompute", OPT_TEXT, recompute, 0, 0,
+        "activation recompute: none, selective (attention probabilities and GELU) or full "
+        "(each block's forward) (none)"),
+    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp or pp > 1: 0..2 (0)"),
     OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
         "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
     OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
         "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
     OPT("overlap", OPT_INT, overlap, 0, 1,
-        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1)"),
+        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
+        "--schedule interleaved reduces after the pipeline flush"),
     OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
     OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
@@ -97,16 +113,22 @@ static const opt_spec_t specs[] = {
     OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
         "steps between checkpoints, 0 = only at the end (0)"),
     OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
-    OPT("resume", OPT_FLAG, resume, 0, 0, "continue from the latest complete checkpoint"),
+    OPT("resume", OPT_FLAG, resume, 0, 0,
+        "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
+        "1; otherwise by the same layout)"),
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
     OPT("device", OPT_TEXT, device, 0, 0,
         "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
         "CUDA only; plain data parallel, no --zero) (cpu)"),
+    OPT("trace", OPT_TEXT, trace, 0, 0,
+        "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
+        "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
     OPT("report", OPT_FLAG, report, 0, 0,
         "every rank prints its memory and time breakdown at the end (and the exposed "
-        "communication: one more allreduce per step)"),
+        "communication: one more allreduce per step; with the model-parallel runtime its "
+        "stage, bubble and activation peak)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
 
@@ -203,13 +225,6 @@ static int check_combination(options_t *o, int world, int in_job)
                 o->dp, o->tp, o->pp, o->dp * o->tp * o->pp, world, o->dp * o->tp * o->pp);
         return -1;
     }
-    if (o->tp > 1 || o->pp > 1) {
-        fprintf(stderr,
-                "train_gpt: tensor and pipeline parallel are not built yet (--tp %" PRId64
-                " --pp %" PRId64 "); use 1\n",
-                o->tp, o->pp);
-        return -1;
-    }
     if (o->global_batch > 0) {
         if (o->global_batch % (o->micro_batch * o->dp) != 0 ||
             o->global_batch / (o->micro_batch * o->dp) > 65536) {
@@ -245,6 +260,13 @@ static int check_combination(options_t *o, int world, int in_job)
         if (o->zero != 0 || o->report) {
             fprintf(stderr, "train_gpt: --device cuda runs plain data parallel: --zero and "
                             "--report are for --device cpu only\n");
+            return -1;
+        }
+        if (o->tp > 1 || o->pp > 1 || o->sp || o->trace != NULL || o->virtual_stages > 1 ||
+            (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
+            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --sp, "
+                            "--virtual-stages, --recompute and --trace are for --device cpu "
+                            "only\n");
             return -1;
         }
     }
@@ -293,6 +315,11 @@ static void make_meta(char *meta, size_t len, const msr_train_config_t *cfg, uin
              cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
              (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
              data->origin, data->size);
+    if (cfg->tp > 1 || cfg->pp > 1) { /* the part each rank holds */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
+                 cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
+    }
 }
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
@@ -318,12 +345,15 @@ typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
     int64_t step;
-    int own_complete; /* msr_ckpt_latest found this step complete for this world */
+    int own_complete;       /* msr_ckpt_latest found this step complete for this world */
+    const msr_mesh_t *mesh; /* model parallel: the saved layout is this one */
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
 {
     fetch_arg_t *f = arg;
+    if (f->mesh != NULL) /* rank is a dp index: the rank of our pp and tp index */
+        rank = msr_mesh_rank_of(f->mesh, rank, f->mesh->pp_rank, f->mesh->tp_rank);
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
@@ -354,10 +384,24 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
-    /* the saving world counted every rank; its data-parallel ranks are all
-     * of them while tp = pp = 1 */
-    if ((st = msr_trainer_restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
+    int split = o->tp > 1 || o->pp > 1; /* each rank holds a part of the model */
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? tr->mesh : NULL};
+    int saved_dp = world;
+    if (split) {
+        /* a model-parallel checkpoint loads into the layout that wrote it
+         * (its meta names the layout; the world must be the same) */
+        if (world != job->world) {
+            fprintf(stderr,
+                    "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
+                    "tensor- or pipeline-parallel run resumes only in the layout that saved it "
+                    "(this job has %d ranks)\n",
+                    (long long)any, o->ckpt_dir, world, job->world);
+            return MSR_ERR_CONFIG;
+        }
+        saved_dp = (int)o->dp;
+    }
+    /* without model parallel the saving world's ranks are all data-parallel */
+    if ((st = msr_trainer_restore(tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
         return st;
     *resumed_p = 1;
     if (job->rank == 0)
@@ -398,6 +442,97 @@ static void report(const msr_trainer_t *tr, const job_t *job)
         1e-6 * (double)s->backward_ns / n, 1e-6 * (double)s->wait_ns / n,
         1e-6 * (double)s->exposed_ns / n, 1e-6 * (double)s->update_ns / n,
         1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
+    if (tr->mp != NULL) {
+        const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
+        double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
+        fprintf(stderr,
+                "train_gpt: rank %d mp: stage %d of %d, tp rank %d of %d: step %.2f ms, busy "
+                "%.2f ms, bubble %.4f, receive wait %.2f ms; activations peak %zu bytes (a "
+                "chunk's micro-batch keeps %zu, with the head %zu)\n",
+                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->tp_rank, tr->mesh->tp,
+                1e-6 * (double)ms->step_ns / steps, 1e-6 * (double)ms->busy_ns / steps,
+                ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
+                1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
+                ms->frame_bytes[1]);
+    }
+}
+
+/* Writes the traced step of every rank as Chrome-trace JSON (chrome://tracing,
+ * Perfetto): rank 0 receives the others' spans over the world and writes
+ * the file; one process per rank, compute on thread 0, communication on 1. */
+static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_t *job,
+                                const char *path)
+{
+    int n = 0;
+    const msr_mp_span_t *mine = msr_mp_spans(tr->mp, &n);
+    msr_status_t st = MSR_OK;
+    if (job->rank != 0) {
+        int64_t cnt = n;
+        st = msr_comm_send(world, &cnt, 1, MSR_DTYPE_I64, 0, 1);
+        if (st == MSR_OK && n > 0)
+            st = msr_comm_send(world, mine, (uint64_t)n * sizeof *mine, MSR_DTYPE_U8, 0, 2);
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: sending the trace to rank 0: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+        return st;
+    }
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
+    if (f != NULL)
+        fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    int first = 1;
+    for (int r = 0; r < job->world; r++) {
+        msr_mp_span_t *buf = NULL;
+        const msr_mp_span_t *sp = mine;
+        int64_t cnt = n;
+        if (r > 0) {
+            if ((st = msr_comm_recv(world, &cnt, 1, MSR_DTYPE_I64, r, 1)) != MSR_OK)
+                break;
+            if (cnt < 0 || cnt > (1 << 24) ||
+                (buf = msr_calloc((size_t)cnt + 1, sizeof *buf)) == NULL) {
+                st = MSR_ERR_NO_MEMORY;
+                break;
+            }
+            if (cnt > 0 && (st = msr_comm_recv(world, buf, (uint64_t)cnt * sizeof *buf,
+                                               MSR_DTYPE_U8, r, 2)) != MSR_OK) {
+                msr_free(buf);
+                break;
+            }
+            sp = buf;
+        }
+        for (int64_t k = 0; k < cnt && f != NULL; k++) {
+            char name[sizeof sp[k].name + 1];
+            memcpy(name, sp[k].name, sizeof sp[k].name);
+            name[sizeof sp[k].name] = '\0';
+            fprintf(f,
+                    "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
+                    "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
+                    first ? "" : ",\n", name, sp[k].comm ? "comm" : "compute", r, sp[k].comm,
+                    1e-3 * (double)sp[k].start_ns, 1e-3 * (double)sp[k].dur_ns);
+            first = 0;
+        }
+        msr_free(buf);
+    }
+    if (f != NULL) {
+        for (int r = 0; r < job->world; r++)
+            fprintf(f,
+                    "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+                    "{\"name\": \"rank %d (dp %d pp %d tp %d)\"}}",
+                    first && r == 0 ? "" : ",\n", r, r, r / (tr->mesh->tp * tr->mesh->pp),
+                    r / tr->mesh->tp % tr->mesh->pp, r % tr->mesh->tp);
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0 && st == MSR_OK) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
+            st = MSR_ERR_IO;
+        }
+    } else if (st == MSR_OK) {
+        st = MSR_ERR_IO;
+    }
+    if (st != MSR_OK && st != MSR_ERR_IO)
+        fprintf(stderr, "train_gpt: collecting the trace: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+    return st;
 }
 
 #ifdef MSR_HAVE_CUDA_TRAIN
@@ -550,6 +685,7 @@ int main(int argc, char **argv)
         .dp = 0,
         .tp = 1,
         .pp = 1,
+        .virtual_stages = 1,
         .zero = 0,
         .bucket_mb = 25.0,
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
@@ -578,9 +714,19 @@ int main(int argc, char **argv)
     msr_dataset_t *data = NULL;
     msr_trainer_t *tr = NULL;
     msr_comm_t *comm = NULL;
+    msr_mesh_t *mesh = NULL;
     FILE *loss_log = NULL;
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
+    int schedule = msr_mp_schedule_parse(o.schedule != NULL ? o.schedule : "1f1b");
+    int recompute = msr_mp_recompute_parse(o.recompute != NULL ? o.recompute : "none");
+    if (schedule < 0 || recompute < 0) {
+        fprintf(stderr, "train_gpt: %s '%s' is not one of %s\n",
+                schedule < 0 ? "--schedule" : "--recompute",
+                schedule < 0 ? o.schedule : o.recompute,
+                schedule < 0 ? "gpipe, 1f1b, interleaved" : "none, selective, full");
+        goto out;
+    }
 
     msr_status_t st = o.data != NULL
                           ? msr_dataset_load(o.data, &data)
@@ -595,6 +741,8 @@ int main(int argc, char **argv)
         .grad_accum = (int)o.grad_accum,
         .dp = (int)o.dp,
         .dp_rank = job.rank / (int)(o.tp * o.pp),
+        .tp = (int)o.tp,
+        .pp = (int)o.pp,
         .seed = (uint64_t)o.seed,
         .lr = (float)o.lr,
         .warmup = (int)o.warmup,
@@ -607,10 +755,26 @@ int main(int argc, char **argv)
     cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;
     cfg.par.overlap = (int)o.overlap;
     cfg.par.measure = o.report;
+    cfg.tp = (int)o.tp;
+    cfg.pp = (int)o.pp;
+    cfg.mp.sp = o.sp;
+    cfg.mp.schedule = (msr_mp_schedule_t)schedule;
+    cfg.mp.chunks = (int)o.virtual_stages;
+    cfg.mp.recompute = (msr_mp_recompute_t)recompute;
+    cfg.mp_always = o.trace != NULL;
+    int use_mp = msr_train_uses_mp(&cfg);
     char why[200];
     if (msr_train_config_check(&cfg, data, why, sizeof why) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", why);
         goto out;
+    }
+    if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */
+        FILE *f = fopen(o.trace, "w");
+        if (f == NULL) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", o.trace, strerror(errno));
+            goto out;
+        }
+        fclose(f);
     }
     if (o.loss_log != NULL && job.rank == 0 && (loss_log = fopen(o.loss_log, "a")) == NULL) {
         fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o.loss_log, strerror(errno));
@@ -626,13 +790,15 @@ int main(int argc, char **argv)
 #endif
 
     rc = 1;
-    /* the data-parallel group is the whole job while tp = pp = 1 */
-    if (cfg.dp > 1 && (st = msr_comm_world(job.ctx, &comm)) != MSR_OK) {
+    if (job.world > 1 && (st = msr_comm_world(job.ctx, &comm)) != MSR_OK) {
         fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
                 msr_last_error());
         goto out;
     }
-    if (msr_trainer_create(&cfg, data, comm, &tr) != MSR_OK)
+    /* the data-parallel group is the whole job while tp = pp = 1 */
+    st = use_mp ? msr_mesh_create(comm, cfg.dp, cfg.pp, cfg.tp, &mesh)
+                : msr_mesh_create_dp(comm, &mesh);
+    if (st != MSR_OK || msr_trainer_create_mesh(&cfg, data, mesh, &tr) != MSR_OK)
         goto out;
     uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
     char meta[1024];
@@ -644,6 +810,13 @@ int main(int argc, char **argv)
                 tr->model->num_params, cfg.model.layers, cfg.model.channels, cfg.model.heads,
                 cfg.model.max_seq, (unsigned long long)G, cfg.micro_batch, cfg.grad_accum, cfg.dp,
                 cfg.par.zero, tr->dp->num_buckets, data->origin);
+    if (job.rank == 0 && use_mp)
+        fprintf(stderr,
+                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
+                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
+                cfg.dp, cfg.pp, cfg.tp, cfg.mp.sp ? " with sequence parallel" : "",
+                msr_mp_schedule_name(cfg.mp.schedule), cfg.mp.chunks, cfg.grad_accum,
+                msr_mp_recompute_name(cfg.mp.recompute), tr->model->num_params);
 
     if (o.resume) {
         int resumed = 0;
@@ -662,12 +835,20 @@ int main(int argc, char **argv)
     while (tr->step < (uint64_t)o.steps) {
         uint64_t t0 = msr_now_ns();
         double loss;
+        int traced = o.trace != NULL && tr->step + 1 == (uint64_t)o.steps;
+        if (traced)
+            msr_mp_trace(tr->mp, 1);
         if ((st = msr_trainer_step(tr, &loss)) != MSR_OK) {
             fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
                     msr_status_str(st));
             goto out;
         }
         double dt = (double)(msr_now_ns() - t0) * 1e-9;
+        if (traced) {
+            msr_mp_trace(tr->mp, 0);
+            if (write_trace(tr, comm, &job, o.trace) != MSR_OK)
+                goto out;
+        }
         msr_heartbeat(job.ctx);
         if (!isfinite(loss)) {
             fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
@@ -699,11 +880,20 @@ int main(int argc, char **argv)
                 (double)tokens * (double)timed / timed_s);
     if (o.report)
         report(tr, &job);
+    /* nobody leaves while a peer may still be receiving its last message
+     * (the last step's tied embedding, the trace): a lost peer breaks the
+     * communicator even for a message already sent */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
     rc = 0;
 
 out:
-    /* the communicator first: requests a failed step left in flight then
+    /* the communicators first: requests a failed step left in flight then
      * end at once (see msr_trainer_destroy) */
+    msr_mesh_destroy(mesh);
     msr_comm_destroy(comm);
     msr_trainer_destroy(tr);
     msr_dataset_destroy(data);

@@ -77,9 +77,10 @@ msrun_n 2 "${small[@]}" --dp 1 >"$work/out" 2>"$work/err" || rc=$?
 [[ $rc -eq 2 ]] || fail "msrun with 2 workers and dp 1 exited $rc, want 2"
 grep -q "but the job has 2" "$work/err" || fail "no reason: $(cat "$work/err")"
 rc=0
-msrun_n 2 "${small[@]}" --tp 2 >"$work/out" 2>"$work/err" || rc=$?
-[[ $rc -eq 2 ]] || fail "msrun, 2 workers, --tp 2 exited $rc, want 2"
-grep -q "not built yet" "$work/err" || fail "--tp 2: no reason: $(cat "$work/err")"
+msrun_n 2 "${small[@]}" --tp 2 --heads 3 --channels 33 >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 ]] || fail "msrun, 2 workers, --tp 2 --heads 3 exited $rc, want 2"
+grep -q "3 heads do not divide among tp 2 ranks" "$work/err" ||
+    fail "--tp 2: no reason: $(cat "$work/err")"
 
 # data parallel prints the losses of one process on the same global batch
 # (printed to 6 decimals: within 2e-6; dp_worker checks 1e-5 relative on

@@ -45,6 +45,8 @@ if [[ $cuda == OFF ]]; then
 fi
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --zero 1
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --report
+expect 2 "for --device cpu only" "${small[@]}" --device cuda --recompute full
+expect 2 "for --device cpu only" "${small[@]}" --device cuda --sp
 rc=0
 timeout -k 5 60 "$tg" "${small[@]}" --steps 2 --device cuda >"$work/out" 2>&1 || rc=$?
 if [[ $rc -eq 0 ]]; then

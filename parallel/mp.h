@@ -1,0 +1,170 @@
+/* Model parallel: forward and backward of a rank's part of the reference
+ * GPT (parallel/gpt.h, msr_gpt_create_part) under tensor, sequence and
+ * pipeline parallel, with recompute, on a mesh (parallel/mesh.h).
+ *
+ * Tensor parallel (tp ranks, Megatron's split). Per block:
+ *   ln1 -> [column-parallel qkv: this rank's NH/tp heads] -> attention ->
+ *   [row-parallel attproj] -> allreduce -> + bias, residual;
+ *   ln2 -> [column-parallel fc: 4C/tp] -> gelu -> [row-parallel fcproj] ->
+ *   allreduce -> + bias, residual.
+ * Forward: identity into a column-parallel layer, an allreduce of the
+ * row-parallel layer's output; backward the conjugates: identity for the
+ * row-parallel layer's output gradient, an allreduce of the gradient of the
+ * column-parallel layer's input. The embedding is vocabulary-parallel (a
+ * rank looks up the tokens of its V/tp rows, the partial embeddings are
+ * summed); the head computes its V/tp logits and the cross-entropy is
+ * computed over the split vocabulary (one allreduce of the row maxima, one
+ * of the exponential sums and target logits), so no rank holds (N, V).
+ * Every rank of a tp group computes the same loss.
+ *
+ * Sequence parallel (sp, needs T % tp == 0): outside the column/row pairs
+ * (layernorms, residuals, embeddings' sum) a rank holds only its T/tp
+ * positions of every sequence; each allreduce above becomes a
+ * reduce-scatter along the sequence, and the identity before a
+ * column-parallel layer an allgather (backward: the conjugates). The
+ * gathered layernorm output is not kept: backward gathers it again. The
+ * tp-replicated parameters (layernorms, row-parallel biases, wpe) then get
+ * partial gradients, summed over tp at the end of the step.
+ *
+ * Pipeline parallel (pp ranks, chunks virtual stages each): activations
+ * (B, T or T/tp, C) go to the next virtual stage and their gradients back,
+ * point to point (non-blocking sends, blocking receives with the
+ * communicator's deadline). A step's micro-batches are its grad_accum
+ * micro-batches. Schedules: GPipe (every forward, then every backward),
+ * 1F1B (pp - rank - 1 warm-up forwards, then one forward one backward;
+ * needs micro-batches >= pp) and interleaved 1F1B (Megatron's order over
+ * chunks; needs micro-batches a multiple of pp). With pp > 1 the last stage
+ * keeps a copy of wte for the head; its gradient is added into the first
+ * stage's at the end of the step, and the first stage sends the updated
+ * wte back after the optimizer step (msr_mp_sync_tied), so both stay equal.
+ *
+ * Recompute: none keeps every activation backward needs; selective drops
+ * the attention probabilities (B, NH/tp, T, T) and the GELU output and
+ * recomputes them from the kept q, k, v and fc output (no communication);
+ * full keeps only each block's input and recomputes the block's forward
+ * (tensor-parallel collectives included) just before its backward.
+ *
+ * Data parallel and ZeRO 0-2 run on top (parallel/dp.h over the part's flat
+ * buffers). GPipe and 1F1B run a rank's backwards in micro-batch order, so
+ * each backward is one dp micro-batch: a segment's gradient goes to dp
+ * (grads_ready) as soon as backward finishes it, summed over tp first under
+ * sp and, for wte on the first stage, with the head's gradient added on the
+ * last backward; buckets reduce while backward goes on, on the step's last
+ * micro-batch (every one under ZeRO-2), as data parallel alone does.
+ * Interleaved 1F1B mixes the chunks' backwards, so it accumulates the whole
+ * step and reduces once after the pipeline flush (msr_dp_reduce_all).
+ * ZeRO-3 is not supported with a part (msr_mp_check refuses it).
+ *
+ * Not thread-safe: the thread that drives the model drives this. */
+#ifndef MSR_PARALLEL_MP_H
+#define MSR_PARALLEL_MP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "parallel/dp.h"
+#include "parallel/gpt.h"
+#include "parallel/mesh.h"
+
+typedef enum msr_mp_schedule {
+    MSR_MP_GPIPE = 0,
+    MSR_MP_1F1B = 1,
+    MSR_MP_INTERLEAVED = 2,
+} msr_mp_schedule_t;
+
+typedef enum msr_mp_recompute {
+    MSR_MP_RECOMPUTE_NONE = 0,
+    MSR_MP_RECOMPUTE_SELECTIVE = 1,
+    MSR_MP_RECOMPUTE_FULL = 2,
+} msr_mp_recompute_t;
+
+typedef struct msr_mp_config {
+    int sp;                       /* sequence parallel */
+    msr_mp_schedule_t schedule;   /* pipeline schedule */
+    int chunks;                   /* virtual stages per rank: 1 unless interleaved */
+    msr_mp_recompute_t recompute; /* what backward recomputes */
+    int micro_batch;              /* B */
+    int micros;                   /* micro-batches per step (grad_accum) */
+    int zero;                     /* the ZeRO stage dp runs (checked) */
+} msr_mp_config_t;
+
+/* Names of the schedules and recompute modes ("gpipe", "1f1b",
+ * "interleaved"; "none", "selective", "full"); -1 for an unknown name. */
+int msr_mp_schedule_parse(const char *name);
+int msr_mp_recompute_parse(const char *name);
+const char *msr_mp_schedule_name(msr_mp_schedule_t s);
+const char *msr_mp_recompute_name(msr_mp_recompute_t r);
+
+/* Checks that the model can run as cfg says on pp x tp: the part's rules
+ * (msr_gpt_part_check: heads and vocabulary divisible by tp, a layer for
+ * every virtual stage), sp with tp > 1 and T % tp == 0, 1F1B with at least
+ * pp micro-batches, interleaved with pp > 1 and micro-batches a multiple of
+ * pp, ZeRO 0..2 when the model is split. On failure writes a one-line
+ * reason into why and returns MSR_ERR_CONFIG. */
+msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp,
+                          char *why, size_t why_len);
+
+/* One span of the trace: a piece of compute or communication. */
+typedef struct msr_mp_span {
+    char name[28];
+    uint8_t comm;      /* 0 compute, 1 communication */
+    uint64_t start_ns; /* from the step's start */
+    uint64_t dur_ns;
+} msr_mp_span_t;
+
+/* What the steps did, summed over steps. */
+typedef struct msr_mp_stats {
+    uint64_t steps;
+    uint64_t step_ns;      /* msr_mp_run, whole */
+    uint64_t busy_ns;      /* forward and backward work, receives' waiting excluded */
+    uint64_t recv_wait_ns; /* blocked in pipeline receives */
+    size_t acts_peak;      /* the most activation bytes kept at once */
+    size_t frame_bytes[2]; /* kept bytes of one micro-batch's chunk: plain / with the head */
+} msr_mp_stats_t;
+
+typedef struct msr_mp msr_mp_t;
+
+/* Makes the runtime of model (a part made for mesh's pp_rank, tp_rank and
+ * cfg->chunks) on mesh, for micro-batches of cfg->micro_batch x T tokens.
+ * model and mesh must outlive it. Errors: MSR_ERR_CONFIG (logged),
+ * MSR_ERR_NO_MEMORY. */
+msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
+                           msr_mp_t **mp_p);
+void msr_mp_destroy(msr_mp_t *mp);
+
+/* Runs one step's forwards and backwards: inputs and targets hold cfg
+ * micros micro-batches of (B, T) tokens each. Each micro-batch's backward
+ * adds dloss x the gradient of its token losses' sum. Starts dp's step
+ * (msr_dp_micro_begin), and ends with every gradient of the part final and
+ * reduced over dp (tied wte and sequence-parallel sums included); the
+ * caller then runs msr_dp_update. *loss_p gets the sum of the micro-batches'
+ * mean losses on the last stage's tp rank 0, 0 elsewhere (what
+ * msr_dp_update sums). Collective over the mesh. Errors: the
+ * communicators' (logged), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
+                        float dloss, double *loss_p);
+
+/* Pipeline with pp > 1: the first stage sends its wte to the last stage's
+ * head copy (after initialisation, an optimizer step or a restore).
+ * Collective over the pipeline group; does nothing otherwise. */
+msr_status_t msr_mp_sync_tied(msr_mp_t *mp);
+
+/* Tracing: while on, msr_mp_run records its spans (each run starts a new
+ * list, timed from a barrier of the world so ranks line up). */
+void msr_mp_trace(msr_mp_t *mp, int on);
+/* The last run's spans (valid until the next run). */
+const msr_mp_span_t *msr_mp_spans(const msr_mp_t *mp, int *n_p);
+
+/* Adds the span of the optimizer step (times from msr_now_ns) to the trace. */
+void msr_mp_span_update(msr_mp_t *mp, uint64_t start_ns, uint64_t end_ns);
+
+const msr_mp_stats_t *msr_mp_stats(const msr_mp_t *mp);
+
+/* The activation bytes one micro-batch's chunk keeps from forward to
+ * backward, per the mode (see above): what acts_peak is made of. with_head:
+ * the chunk that ends in the output head. Counted from the shapes alone. */
+size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int tp,
+                          int layers, int with_head);
+
+#endif

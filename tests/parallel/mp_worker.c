@@ -1,0 +1,174 @@
+/* Tensor, sequence and pipeline parallel under the real msrun (mp_check.sh
+ * starts it): the rule that proves it, checked on every rank.
+ *
+ *   mp_worker LAYOUT...
+ *
+ * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero", e.g.
+ * "2,2,2,1,1f1b,1,full,1". For each, the first dp x pp x tp ranks of the
+ * job form a mesh (the others wait for the next layout) and train a tiny
+ * GPT (L = 8, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
+ * sequences (micro-batches of 2: grad-accum = 4 / dp micro-batches per dp
+ * rank, the pipeline's micro-batches). Every step's loss must equal the
+ * loss of one process training the same global batch within 1e-5
+ * relative, and the gradient norm (the whole model's: tensor-parallel
+ * replicated parameters counted once, the tied embedding once) within 1e-5.
+ *
+ * Exits 0 when every check passed; prints what failed, with the rank. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msrun/comm.h"
+#include "msrun/msrun.h"
+#include "parallel/train.h"
+
+enum { STEPS = 10, GLOBAL = 8, MICRO = 2 };
+
+static int g_rank = -1;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mp_worker rank %d: FAIL: ", g_rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+#define CHECK(cond, ...)       \
+    do {                       \
+        if (!(cond))           \
+            fail(__VA_ARGS__); \
+    } while (0)
+#define CHECK_OK(expr)                                                        \
+    do {                                                                      \
+        msr_status_t st_ = (expr);                                            \
+        if (st_ != MSR_OK)                                                    \
+            fail("%s: %s: %s", #expr, msr_status_str(st_), msr_last_error()); \
+    } while (0)
+
+typedef struct layout {
+    int dp, pp, tp, sp, chunks, zero;
+    int schedule, recompute;
+} layout_t;
+
+static int parse_layout(const char *s, layout_t *l)
+{
+    char sched[16], rc[16];
+    if (sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d", &l->dp, &l->pp, &l->tp, &l->sp, sched,
+               &l->chunks, rc, &l->zero) != 8)
+        return -1;
+    l->schedule = msr_mp_schedule_parse(sched);
+    l->recompute = msr_mp_recompute_parse(rc);
+    return l->schedule < 0 || l->recompute < 0 || l->dp < 1 || l->pp < 1 || l->tp < 1 ? -1 : 0;
+}
+
+static msr_train_config_t config(const layout_t *l, int dp_rank)
+{
+    msr_train_config_t c = {
+        .model = {MSR_GPT_VOCAB, 16, 8, 4, 32},
+        .micro_batch = MICRO,
+        .grad_accum = GLOBAL / (MICRO * l->dp),
+        .dp = l->dp,
+        .dp_rank = dp_rank,
+        .seed = 11,
+        .lr = 3e-3f,
+        .warmup = 2,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&c);
+    c.par.zero = l->zero;
+    c.par.bucket_bytes = 4000; /* buckets cut through the layers */
+    c.par.zero_min_bytes = 1024;
+    c.tp = l->tp;
+    c.pp = l->pp;
+    c.mp.sp = l->sp;
+    c.mp.schedule = (msr_mp_schedule_t)l->schedule;
+    c.mp.chunks = l->chunks;
+    c.mp.recompute = (msr_mp_recompute_t)l->recompute;
+    return c;
+}
+
+static double rel(double a, double b)
+{
+    return fabs(a - b) / fmax(fabs(b), 1e-30);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: mp_worker LAYOUT... (under msrun; see the source)\n");
+        return 2;
+    }
+    msr_ctx_t *ctx = NULL;
+    msr_comm_t *world = NULL;
+    CHECK_OK(msr_init(&ctx));
+    g_rank = msr_rank(ctx);
+    CHECK_OK(msr_comm_world(ctx, &world));
+    int size = msr_comm_size(world), rank = msr_comm_rank(world);
+    msr_dataset_t *ds = NULL;
+    CHECK_OK(msr_dataset_generate(5, 1 << 16, &ds));
+
+    /* one process alone, the whole global batch as micro-batches */
+    layout_t one = {1, 1, 1, 0, 1, 0, MSR_MP_1F1B, MSR_MP_RECOMPUTE_NONE};
+    msr_train_config_t rc = config(&one, 0);
+    msr_trainer_t *ref = NULL;
+    CHECK_OK(msr_trainer_create(&rc, ds, NULL, &ref));
+    double want[STEPS], want_norm[STEPS];
+    for (int i = 0; i < STEPS; i++) {
+        CHECK_OK(msr_trainer_step(ref, &want[i]));
+        want_norm[i] = ref->last_grad_norm;
+    }
+    msr_trainer_destroy(ref);
+
+    for (int a = 1; a < argc; a++) {
+        layout_t l;
+        CHECK(parse_layout(argv[a], &l) == 0, "bad layout '%s'", argv[a]);
+        int n = l.dp * l.pp * l.tp;
+        CHECK(n <= size, "layout %s needs %d ranks, the job has %d", argv[a], n, size);
+        msr_comm_t *sub = NULL;
+        CHECK_OK(msr_comm_split(world, rank < n ? 0 : MSR_COMM_NO_COLOR, rank, &sub));
+        if (sub == NULL)
+            continue; /* not in this layout */
+        msr_mesh_t *mesh = NULL;
+        CHECK_OK(msr_mesh_create(sub, l.dp, l.pp, l.tp, &mesh));
+        msr_train_config_t c = config(&l, mesh->dp_rank);
+        msr_trainer_t *tr = NULL;
+        CHECK_OK(msr_trainer_create_mesh(&c, ds, mesh, &tr));
+        double worst = 0.0, worst_norm = 0.0;
+        for (int i = 0; i < STEPS; i++) {
+            double loss;
+            CHECK_OK(msr_trainer_step(tr, &loss));
+            double e = rel(loss, want[i]), en = rel(tr->last_grad_norm, want_norm[i]);
+            CHECK(e <= 1e-5, "%s: step %d loss %.9f, one process %.9f (%.1e relative)", argv[a],
+                  i + 1, loss, want[i], e);
+            CHECK(en <= 1e-5, "%s: step %d gradient norm %.9f, one process %.9f (%.1e relative)",
+                  argv[a], i + 1, tr->last_grad_norm, want_norm[i], en);
+            worst = fmax(worst, e);
+            worst_norm = fmax(worst_norm, en);
+        }
+        if (tr->mp != NULL) {
+            const msr_mp_stats_t *s = msr_mp_stats(tr->mp);
+            CHECK(s->acts_peak > 0, "%s: no activations counted", argv[a]);
+        }
+        if (rank == 0)
+            printf("layout %s: %d steps, losses within %.1e, norms within %.1e of one process\n",
+                   argv[a], STEPS, worst, worst_norm);
+        msr_trainer_destroy(tr);
+        msr_mesh_destroy(mesh);
+        msr_comm_destroy(sub);
+    }
+    msr_dataset_destroy(ds);
+    CHECK_OK(msr_comm_barrier(world)); /* no rank leaves while a peer still receives */
+    msr_comm_destroy(world);
+    msr_finalize(ctx);
+    if (rank == 0)
+        printf("mp_worker: %d layouts: all checks passed\n", argc - 1);
+    return 0;
+}
