@@ -125,7 +125,8 @@ static const opt_spec_t specs[] = {
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
     OPT("device", OPT_TEXT, device, 0, 0,
         "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
-        "CUDA only; plain data parallel, no --zero) (cpu)"),
+        "CUDA only; plain data parallel, no --zero; the trainer is loaded from "
+        "../lib/libmsrun_train_cuda.so beside the executable, or $MSRUN_CUDA_TRAINER) (cpu)"),
     OPT("trace", OPT_TEXT, trace, 0, 0,
         "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
         "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
