@@ -28,6 +28,10 @@
 #include "parallel/data.h"
 #include "parallel/train.h"
 #ifdef MSR_HAVE_CUDA_TRAIN
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
 #include "parallel/cuda/train_cuda.h"
 #endif
 
@@ -121,7 +125,8 @@ static const opt_spec_t specs[] = {
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
     OPT("device", OPT_TEXT, device, 0, 0,
         "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
-        "CUDA only; plain data parallel, no --zero) (cpu)"),
+        "CUDA only; plain data parallel, no --zero; the trainer is loaded from "
+        "../lib/libmsrun_train_cuda.so beside the executable, or $MSRUN_CUDA_TRAINER) (cpu)"),
     OPT("trace", OPT_TEXT, trace, 0, 0,
         "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
         "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
@@ -536,17 +541,93 @@ static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_
 }
 
 #ifdef MSR_HAVE_CUDA_TRAIN
+/* The CUDA trainer's functions, looked up in the module (libmsrun_train_cuda.so,
+ * parallel/CMakeLists.txt) only for --device cuda: linking it would map cuBLAS
+ * into every CPU run. */
+typedef struct cuda_api {
+    void *handle;
+    void (*log_init)(const char *prog, int node, int rank);
+    msr_status_t (*create)(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                           msr_comm_t *comm, msr_cuda_trainer_t **tr_p);
+    void (*destroy)(msr_cuda_trainer_t *tr);
+    msr_status_t (*step)(msr_cuda_trainer_t *tr, double *loss_p);
+    msr_status_t (*snapshot)(msr_cuda_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+    msr_status_t (*restore)(msr_cuda_trainer_t *tr, const char *meta, int world,
+                            msr_trainer_fetch_t fetch, void *arg);
+} cuda_api_t;
+
+/* Loads the module: $MSRUN_CUDA_TRAINER when set, else ../lib/<module> next
+ * to this executable's directory (build/bin and build/lib). Returns 0, or -1
+ * with the reason printed; the table is filled only on success. */
+static int cuda_api_load(cuda_api_t *api, int rank)
+{
+    char path[PATH_MAX + 64];
+    const char *env = getenv("MSRUN_CUDA_TRAINER");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) {
+            fprintf(stderr,
+                    "train_gpt: --device cuda: cannot find this executable "
+                    "(/proc/self/exe): %s; set MSRUN_CUDA_TRAINER to %s\n",
+                    strerror(errno), MSR_CUDA_TRAINER_NAME);
+            return -1;
+        }
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash != NULL)
+            *slash = '\0';
+        snprintf(path, sizeof path, "%s/../lib/%s", exe, MSR_CUDA_TRAINER_NAME);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        fprintf(stderr,
+                "train_gpt: --device cuda: cannot load the CUDA trainer: %s "
+                "(MSRUN_CUDA_TRAINER names another path)\n",
+                dlerror());
+        return -1;
+    }
+    cuda_api_t a = {.handle = h};
+    static const char *const names[] = {"msr_cuda_trainer_log_init", "msr_cuda_trainer_create",
+                                        "msr_cuda_trainer_destroy",  "msr_cuda_trainer_step",
+                                        "msr_cuda_trainer_snapshot", "msr_cuda_trainer_restore"};
+    void *fn[6];
+    for (int i = 0; i < 6; i++) {
+        dlerror();
+        if ((fn[i] = dlsym(h, names[i])) == NULL) {
+            const char *why = dlerror();
+            fprintf(stderr, "train_gpt: --device cuda: %s: no %s: %s\n", path, names[i],
+                    why != NULL ? why : "null symbol");
+            dlclose(h);
+            return -1;
+        }
+    }
+    /* POSIX allows converting dlsym's void * to a function pointer; memcpy
+     * keeps -Wpedantic quiet about it */
+    memcpy(&a.log_init, &fn[0], sizeof fn[0]);
+    memcpy(&a.create, &fn[1], sizeof fn[1]);
+    memcpy(&a.destroy, &fn[2], sizeof fn[2]);
+    memcpy(&a.step, &fn[3], sizeof fn[3]);
+    memcpy(&a.snapshot, &fn[4], sizeof fn[4]);
+    memcpy(&a.restore, &fn[5], sizeof fn[5]);
+    a.log_init("train_gpt", -1, rank);
+    *api = a;
+    return 0;
+}
+
 /* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
  * through a device communicator over the world (even a world of one, so
  * NCCL's path runs), a process alone on device 0. Returns the exit status. */
 /* Writes checkpoint tr->step (every rank its slice; the step counts once
  * every rank's is durable). */
-static msr_status_t save_checkpoint_cuda(msr_cuda_trainer_t *tr, const job_t *job,
-                                         const options_t *o, const char *meta)
+static msr_status_t save_checkpoint_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr,
+                                         const job_t *job, const options_t *o, const char *meta)
 {
     void *buf;
     size_t len;
-    msr_status_t st = msr_cuda_trainer_snapshot(tr, meta, &buf, &len);
+    msr_status_t st = api->snapshot(tr, meta, &buf, &len);
     if (st != MSR_OK)
         return st;
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
@@ -559,8 +640,8 @@ static msr_status_t save_checkpoint_cuda(msr_cuda_trainer_t *tr, const job_t *jo
 
 /* resume() for the GPU trainer: the latest complete checkpoint of any
  * world size, CPU or GPU, read whole by every rank. */
-static msr_status_t resume_cuda(msr_cuda_trainer_t *tr, const job_t *job, const options_t *o,
-                                const char *meta, int *resumed_p)
+static msr_status_t resume_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr, const job_t *job,
+                                const options_t *o, const char *meta, int *resumed_p)
 {
     int64_t same = -1, any = -1;
     int world = 0;
@@ -576,7 +657,7 @@ static msr_status_t resume_cuda(msr_cuda_trainer_t *tr, const job_t *job, const 
     if (any < 0)
         return MSR_OK;
     fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
-    if ((st = msr_cuda_trainer_restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
+    if ((st = api->restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
         return st;
     *resumed_p = 1;
     if (job->rank == 0)
@@ -590,14 +671,18 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
 {
     msr_comm_t *comm = NULL;
     msr_cuda_trainer_t *tr = NULL;
+    cuda_api_t cuda;
     int rc = 1;
     msr_status_t st;
+    if (cuda_api_load(&cuda, job->ctx != NULL ? job->rank : -1) != 0)
+        return 1;
+    const cuda_api_t *api = &cuda;
     if (job->ctx != NULL && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
         fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
                 msr_last_error());
         goto out;
     }
-    if ((st = msr_cuda_trainer_create(cfg, data, comm, &tr)) != MSR_OK) {
+    if ((st = api->create(cfg, data, comm, &tr)) != MSR_OK) {
         fprintf(stderr, "train_gpt: --device cuda: cannot start on the GPU: %s%s%s\n",
                 msr_status_str(st), comm != NULL ? ": " : " (see the lines above)",
                 comm != NULL ? msr_last_error() : "");
@@ -616,7 +701,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
     make_meta(meta, sizeof meta, cfg, G, data);
     if (o->resume) {
         int resumed = 0;
-        if ((st = resume_cuda(tr, job, o, meta, &resumed)) != MSR_OK) {
+        if ((st = resume_cuda(api, tr, job, o, meta, &resumed)) != MSR_OK) {
             if (st == MSR_ERR_CONFIG)
                 rc = EXIT_BAD_INPUT;
             goto out;
@@ -630,7 +715,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
     while (tr->step < (uint64_t)o->steps) {
         uint64_t t0 = msr_now_ns();
         double loss;
-        if ((st = msr_cuda_trainer_step(tr, &loss)) != MSR_OK) {
+        if ((st = api->step(tr, &loss)) != MSR_OK) {
             fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
                     msr_status_str(st));
             goto out;
@@ -658,7 +743,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
         }
         int due = o->ckpt_dir != NULL && ((o->ckpt_every > 0 && tr->step % o->ckpt_every == 0) ||
                                           tr->step == (uint64_t)o->steps);
-        if (due && save_checkpoint_cuda(tr, job, o, meta) != MSR_OK)
+        if (due && save_checkpoint_cuda(api, tr, job, o, meta) != MSR_OK)
             goto out;
     }
     if (job->rank == 0 && timed > 0)
@@ -667,8 +752,10 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 (double)tokens * (double)timed / timed_s);
     rc = 0;
 out:
-    msr_cuda_trainer_destroy(tr);
+    api->destroy(tr);
     msr_comm_destroy(comm);
+    /* the module stays mapped: the CUDA runtime and NCCL may keep threads
+     * and exit handlers in it until the process ends */
     return rc;
 }
 #endif

@@ -9,6 +9,11 @@
 #include "base/log.h"
 #include "base/status.h"
 
+void msr_cuda_trainer_log_init(const char *prog, int node, int rank)
+{
+    msr_log_init(prog, node, rank);
+}
+
 static msr_status_t comm_failed(const char *what, msr_status_t st)
 {
     MSR_ERROR("train_cuda: %s: %s: %s", what, msr_status_str(st), msr_last_error());

@@ -18,7 +18,10 @@
  * are the CPU trainer's up to fp32 rounding order: the same initial
  * parameters (msr_gpt_init_range), samples, loss scaling and optimizer.
  *
- * Not thread-safe: one thread drives a trainer. Built only with CUDA. */
+ * Not thread-safe: one thread drives a trainer. Built only with CUDA, as a
+ * static library (the tests) and as the module libmsrun_train_cuda.so that
+ * train_gpt loads with dlopen for --device cuda; the MSR_API functions are
+ * the ones it looks up. */
 #ifndef MSR_PARALLEL_CUDA_TRAIN_CUDA_H
 #define MSR_PARALLEL_CUDA_TRAIN_CUDA_H
 
@@ -61,18 +64,25 @@ typedef struct msr_cuda_trainer {
  * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG (logged),
  * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
  * the communicators'. */
-msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
-                                     msr_comm_t *comm, msr_cuda_trainer_t **tr_p);
+/* Gives this copy of the logging state (base/log.h) the caller's identity
+ * and MSR_LOG_LEVEL, as msr_log_init: the module links its own copy of the
+ * base objects, so train_gpt calls this once after dlopen, before any
+ * other function here. Never fails. */
+MSR_API void msr_cuda_trainer_log_init(const char *prog, int node, int rank);
+
+MSR_API msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg,
+                                             const msr_dataset_t *data, msr_comm_t *comm,
+                                             msr_cuda_trainer_t **tr_p);
 
 /* Frees tr and its device communicator. */
-void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr);
+MSR_API void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr);
 
 /* The learning rate of step index `step`, as msr_trainer_lr. */
 float msr_cuda_trainer_lr(const msr_cuda_trainer_t *tr, uint64_t step);
 
 /* One optimizer step; *loss_p gets the mean loss over the step's global
  * batch (the same on every rank). Collective over the communicators. */
-msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p);
+MSR_API msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p);
 
 /* This rank's checkpoint payload after tr->step steps (ckpt.h's format):
  * its slice msr_ckpt_slice(dp_rank, dp, P) of the parameters and moments
@@ -81,8 +91,8 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p);
  * msr_trainer_restore (the CPU trainer) restores it too. *buf_p is the
  * caller's (msr_free). Errors: MSR_ERR_NO_MEMORY, gpt_cuda's, the
  * encoder's. */
-msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta, void **buf_p,
-                                       size_t *len_p);
+MSR_API msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta,
+                                               void **buf_p, size_t *len_p);
 
 /* Restores a checkpoint saved by `world` ranks, of this trainer or of the
  * CPU trainer (any ZeRO stage or layout; the same meta): every rank reads
@@ -92,7 +102,7 @@ msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta,
  * texts logged), MSR_ERR_CORRUPT, the fetch's, the communicators',
  * MSR_ERR_NO_MEMORY, gpt_cuda's. On failure the trainer is to be
  * destroyed. */
-msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, int world,
-                                      msr_trainer_fetch_t fetch, void *arg);
+MSR_API msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, int world,
+                                              msr_trainer_fetch_t fetch, void *arg);
 
 #endif

@@ -47,6 +47,14 @@ expect 2 "for --device cpu only" "${small[@]}" --device cuda --zero 1
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --report
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --recompute full
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --sp
+# the trainer is a module loaded for --device cuda: a missing one is a
+# failure at run time (exit 1) with dlerror's reason, never a crash
+rc=0
+MSRUN_CUDA_TRAINER="$work/missing.so" timeout -k 5 60 "$tg" "${small[@]}" --steps 2 \
+    --device cuda >"$work/out" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || fail "--device cuda with a missing trainer module exited $rc, not 1"
+grep -q "cannot load the CUDA trainer: .*missing.so" "$work/out" ||
+    fail "a missing trainer module gave no reason"
 rc=0
 timeout -k 5 60 "$tg" "${small[@]}" --steps 2 --device cuda >"$work/out" 2>&1 || rc=$?
 if [[ $rc -eq 0 ]]; then
