@@ -43,9 +43,9 @@ typedef struct msr_coord_config {
     int worker_num;     /* 0: taken from the first node to join */
     int local_worker_num;
     int max_restarts;        /* -1: taken from the first node to join */
-    int min_nodes;        /* elastic range (both 0: a fixed size; taken from the */
-    int max_nodes;        /* first node when the job is not configured here) */
-    int64_t last_call_ms; /* elastic: how long to wait for more nodes once MIN are in */
+    int min_nodes;           /* elastic range (both 0: a fixed size; taken from the */
+    int max_nodes;           /* first node when the job is not configured here) */
+    int64_t last_call_ms;    /* elastic: how long to wait for more nodes once MIN are in */
     int64_t node_timeout_ms; /* a node silent this long is lost */
     int64_t join_timeout_ms; /* the first generation must form within */
     const char *state_file;  /* NULL: no persistence */

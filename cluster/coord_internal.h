@@ -76,7 +76,7 @@ typedef struct node {
     uint64_t last_seen;
     uint64_t suspect_until; /* its connection broke: lost unless it calls by then */
     uint64_t joined_seq;    /* order of arrival */
-    waiter_t *hb; /* the held heartbeat, if any */
+    waiter_t *hb;           /* the held heartbeat, if any */
 } node_t;
 
 struct msr_coord {
@@ -97,7 +97,7 @@ struct msr_coord {
     msr_map_t store, getwait, barriers, gathers;
     msr_heap_t timers;
     uint64_t form_deadline, next_check;
-    uint64_t last_call;     /* elastic: form (or take in joiners) at this time */
+    uint64_t last_call; /* elastic: form (or take in joiners) at this time */
     uint64_t join_seq;
     uint8_t *rank_done;
     int ndone;
@@ -111,10 +111,10 @@ struct msr_coord {
 /* Changes of level 1 are written at most every this many milliseconds. */
 #define MSR_PERSIST_DELAY_MS 10
 
-#define MARK_DIRTY(c, level)                                                                       \
-    do {                                                                                           \
-        if ((c)->dirty < (level))                                                                  \
-            (c)->dirty = (level);                                                                  \
+#define MARK_DIRTY(c, level)      \
+    do {                          \
+        if ((c)->dirty < (level)) \
+            (c)->dirty = (level); \
     } while (0)
 
 /* Shared between coord.c and persist.c. */

@@ -649,9 +649,14 @@ static void test_persist_and_resume(void)
     MSR_CHECK(mkdtemp(dir) != NULL);
     char path[128];
     snprintf(path, sizeof path, "%s/state", dir);
-    msr_coord_config_t cfg = {.token = "t", .job_id = "job", .worker_num = 2,
-                              .local_worker_num = 1, .max_restarts = 3, .node_timeout_ms = 5000,
-                              .join_timeout_ms = 60000, .state_file = path};
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 2,
+                              .local_worker_num = 1,
+                              .max_restarts = 3,
+                              .node_timeout_ms = 5000,
+                              .join_timeout_ms = 60000,
+                              .state_file = path};
     job_max_restarts = 3;
     msr_coord_t *co = NULL;
     MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
@@ -708,9 +713,15 @@ static void test_persist_and_resume(void)
 
 static void test_elastic(void)
 {
-    msr_coord_config_t cfg = {.token = "t", .job_id = "job", .worker_num = 4,
-                              .local_worker_num = 1, .max_restarts = 2, .min_nodes = 2,
-                              .max_nodes = 4, .last_call_ms = 50, .node_timeout_ms = 400,
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 4,
+                              .local_worker_num = 1,
+                              .max_restarts = 2,
+                              .min_nodes = 2,
+                              .max_nodes = 4,
+                              .last_call_ms = 50,
+                              .node_timeout_ms = 400,
                               .join_timeout_ms = 60000};
     msr_coord_t *co = NULL;
     MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
