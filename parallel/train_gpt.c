@@ -368,6 +368,21 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
     return st;
 }
 
+/* The newest step this world completed under o->ckpt_dir (*same_p) and the
+ * newest any world size completed (*any_p, saved by *world_p ranks); -1
+ * when none. Logs and returns the store's error. */
+static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *same_p,
+                                int64_t *any_p, int *world_p)
+{
+    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p);
+    if (st == MSR_OK)
+        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
+                msr_status_str(st), msr_last_error());
+    return st;
+}
+
 /* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
  * newest step any world size completed (msr_ckpt_latest_any); its shards
  * are read with msr_ckpt_load when this world completed it too, else
@@ -378,14 +393,9 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
 {
     int64_t same = -1, any = -1;
     int world = 0;
-    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, &same);
-    if (st == MSR_OK)
-        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, &any, &world);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
-                msr_status_str(st), msr_last_error());
+    msr_status_t st = find_latest(job, o, &same, &any, &world);
+    if (st != MSR_OK)
         return st;
-    }
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
@@ -645,14 +655,9 @@ static msr_status_t resume_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr, c
 {
     int64_t same = -1, any = -1;
     int world = 0;
-    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, &same);
-    if (st == MSR_OK)
-        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, &any, &world);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
-                msr_status_str(st), msr_last_error());
+    msr_status_t st = find_latest(job, o, &same, &any, &world);
+    if (st != MSR_OK)
         return st;
-    }
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
