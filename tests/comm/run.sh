@@ -16,7 +16,7 @@ msrun=$build/bin/msrun
 worker=$build/tests/comm_worker
 job=commtest-$mode-$$-$RANDOM
 out=$(mktemp -d)
-shm_before=$(ls /dev/shm 2>/dev/null | sort)
+. "$(dirname "$0")/../shm_files.sh"
 
 # Under AddressSanitizer UCX must not hook malloc/mmap (it would fight ASan
 # over the same symbols). Leaks are checked in the workers (this module's
@@ -32,25 +32,6 @@ fi
 job_pids() {
     grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
     pgrep -f -- "$job" 2>/dev/null
-}
-
-# The shared-memory files our processes left: new since the test started,
-# mapped by no live process, and still there a second later (a program
-# starting beside this test, another test suite say, creates, maps and
-# unlinks its own within milliseconds: they are not ours to remove).
-stale_shm() {
-    local f cands=()
-    for f in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort)); do
-        case $f in
-        ucx_shm_posix_* | msr-*) cands+=("$f") ;;
-        esac
-    done
-    [ ${#cands[@]} -eq 0 ] && return 0
-    sleep 1
-    for f in "${cands[@]}"; do
-        [ -e "/dev/shm/$f" ] || continue
-        grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || echo "$f"
-    done
 }
 
 cleanup() {

@@ -3,7 +3,7 @@ JOB=$BUILD/tests/fault_job
 ITERS=${FAULT_ITERS:-300}
 EVERY=10
 SLEEP_MS=${FAULT_SLEEP_MS:-4}
-SHM_BEFORE=$(ls /dev/shm 2>/dev/null | sort)
+. "$MSRUN_SOURCE/tests/shm_files.sh"
 
 # The digest of a run without faults (one worker: the result does not depend
 # on the world size).
@@ -52,25 +52,11 @@ rand_delay() {
     python3 -c "import random; print('%.3f' % random.uniform($1, $2))"
 }
 
-# No shared-memory file of ours (UCX's ucx_*, msrun's msr-*) left in
-# /dev/shm that was not there when the test started, that no live process
-# maps (a mapped one belongs to a program still running beside this test)
-# and that is still there a second later (a program starting beside this
-# test creates, maps and unlinks its own within milliseconds).
+# No shared-memory file of ours left in /dev/shm (tests/shm_files.sh).
 no_shm_leftovers() {
-    local f cands=() left=""
-    for f in $(comm -13 <(echo "$SHM_BEFORE") <(ls /dev/shm 2>/dev/null | sort)); do
-        case "$f" in
-        ucx_* | msr-*) cands+=("$f") ;;
-        esac
-    done
-    [ ${#cands[@]} -eq 0 ] && return 0
-    sleep 1
-    for f in "${cands[@]}"; do
-        [ -e "/dev/shm/$f" ] || continue
-        grep -qs "/dev/shm/$f" /proc/[0-9]*/maps || left="$left $f"
-    done
-    [ -z "$left" ] || fail "$1: files left in /dev/shm:$left"
+    local left
+    left=$(stale_shm | tr '\n' ' ')
+    [ -z "$left" ] || fail "$1: files left in /dev/shm: $left"
 }
 
 # wait_started N FILE: until N workers printed their start line
