@@ -930,8 +930,10 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
         t->segment = 4096;
     t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 2, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
-    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 1 << 20);
-    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 8 << 20);
+    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 16 << 10);
+    t->shm_tile = env_bytes("MSR_COMM_SHM_TILE", 256 << 10);
+    t->shm_depth = (int)msr_env_i64("MSR_COMM_SHM_TILES", 4, 2, 64);
+    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
 }
@@ -945,7 +947,8 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int small_group = r->n <= t->direct_max_ranks;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
-        if (r->uc->shm && bytes <= r->uc->shm_slot && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+        if (r->uc->shm && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM) &&
+            (bytes <= r->uc->shm_slot || r->uc->shm_tile))
             return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RD || f == UCX_ALGO_RING)
             return f;
@@ -957,10 +960,14 @@ static ucx_algo_t choose(const ucx_req_t *r)
         return bytes >= t->allreduce_ring_min && a->count >= (uint64_t)r->n ? UCX_ALGO_RING
                                                                             : UCX_ALGO_RD;
     case MSR_COLL_REDUCE_SCATTER:
+        if (r->uc->shm_tile && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+            return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RING)
             return f;
         return total < t->reduce_scatter_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_ALLGATHER:
+        if (r->uc->shm_tile && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+            return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RING)
             return f;
         return total < t->allgather_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
@@ -1011,6 +1018,15 @@ static msr_status_t shm_start(ucx_req_t *r, const char *algo)
     return MSR_OK;
 }
 
+/* The tiled path, for vectors larger than the slots. */
+static msr_status_t shm_tiled_start(ucx_req_t *r, const char *algo)
+{
+    shm_start(r, algo);
+    r->step = ucx_shm_tiled_step;
+    ucx_shm_tiled_init(r);
+    return MSR_OK;
+}
+
 msr_status_t ucx_coll_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -1056,7 +1072,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
         if (algo == UCX_ALGO_SHM)
-            return shm_start(r, "allreduce(shm)");
+            return r->bytes <= r->uc->shm_slot ? shm_start(r, "allreduce(shm)")
+                                               : shm_tiled_start(r, "allreduce(shm tiles)");
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allreduce_direct;
             r->algo = "allreduce(direct)";
@@ -1076,6 +1093,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         TRY(ops_reserve(r, 2));
         return scratch_get(r, r->bytes);
     case MSR_COLL_REDUCE_SCATTER:
+        if (algo == UCX_ALGO_SHM)
+            return shm_tiled_start(r, "reduce_scatter(shm tiles)");
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_reduce_scatter_direct;
             r->algo = "reduce_scatter(direct)";
@@ -1086,6 +1105,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->algo = "reduce_scatter(ring)";
         return ring_setup(r);
     case MSR_COLL_ALLGATHER:
+        if (algo == UCX_ALGO_SHM)
+            return shm_tiled_start(r, "allgather(shm tiles)");
         TRY(ops_reserve(r, 2 * (n - 1)));
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allgather_direct;

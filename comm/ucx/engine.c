@@ -802,6 +802,9 @@ restart:
     }
     if (e->n_orphans)
         reap_orphans(e);
+    /* tiled shared-memory operations that moved are busy, not idle */
+    events += e->shm_moved;
+    e->shm_moved = 0;
     return events;
 }
 

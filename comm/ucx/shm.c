@@ -26,18 +26,26 @@
 #include "comm/reduce.h"
 #include "comm/ucx/ucx_impl.h"
 
-#define SHM_MAGIC 0x6d737368u /* "mssh" */
+#define SHM_MAGIC 0x6d737369u /* "mssi": with the tiled area */
 #define LINE      64
 
 typedef struct shm_hdr {
     uint32_t magic;
     int32_t n;
     uint64_t slot;
+    uint64_t tile;
+    uint64_t depth;
 } shm_hdr_t;
 
+/* A member's counters, on its own cache line; only the member writes them.
+ * seq: the last operation it published. The tiled path counts tiles over
+ * the communicator's life: in, the tiles it staged; red, the tiles whose
+ * stage slots it finished reading; out, the tiles it finished with. */
+enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
+
 typedef struct shm_ctl {
-    _Atomic uint64_t seq; /* the last operation this member published */
-    char pad[LINE - sizeof(uint64_t)];
+    _Atomic uint64_t c[C_N];
+    char pad[LINE - C_N * sizeof(uint64_t)];
 } shm_ctl_t;
 
 struct ucx_shm {
@@ -46,6 +54,10 @@ struct ucx_shm {
     shm_ctl_t *ctl;
     char *slots;
     size_t slot;
+    char *stage;  /* per member, depth slots of tile bytes */
+    char *result; /* depth slots of tile bytes (allreduce) */
+    size_t tile;  /* 0: no tiled path */
+    uint64_t depth;
     int n;
 };
 
@@ -82,20 +94,28 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     ucx_engine_t *e = uc->engine;
     int n = comm->size, me = comm->rank;
     uc->shm = NULL;
-    if (n < 2 || uc->tune.shm_max == 0)
+    if (n < 2 || (uc->tune.shm_max == 0 && uc->tune.shm_tile == 0))
         return MSR_OK;
     for (int i = 0; i < n; i++)
         if (uc->peer[i]->node != e->my_node)
             return MSR_OK; /* the same answer on every member */
-    /* Slots of shm_max bytes, smaller in large groups: a segment holds at
-     * most MSR_COMM_SHM_SEGMENT bytes of slots. */
+    /* Slots of shm_max bytes, smaller in large groups: the slots take at
+     * most MSR_COMM_SHM_SEGMENT bytes. */
     size_t slot = uc->tune.shm_max;
     if (slot > uc->tune.shm_segment / (2 * (size_t)n))
         slot = uc->tune.shm_segment / (2 * (size_t)n);
     slot = slot / LINE * LINE;
-    if (slot < LINE)
-        return MSR_OK;
-    size_t len = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot;
+    /* The tiled path: n stages and a result of depth tiles each, smaller
+     * tiles in large groups (the same limit); none when a tile would leave
+     * a member less than a line. */
+    size_t tile = uc->tune.shm_tile / LINE * LINE;
+    uint64_t depth = (uint64_t)uc->tune.shm_depth;
+    while (tile && (size_t)(n + 1) * depth * tile > uc->tune.shm_segment)
+        tile = tile / 2 / LINE * LINE;
+    if (tile < (size_t)n * LINE)
+        tile = 0;
+    size_t len = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
+                 (tile ? (size_t)(n + 1) * depth * tile : 0);
     char name[160];
     shm_name(uc, name, sizeof name);
 
@@ -103,12 +123,18 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     void *base = MAP_FAILED;
     if (me == 0) {
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        /* the pages reserved now: a full /dev/shm refuses here, not with a
+         * SIGBUS on first touch in the middle of an operation */
+        int err = 0;
         if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
+            (err = posix_fallocate(fd, 0, (off_t)len)) != 0 ||
             (base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+            if (err)
+                errno = err;
             MSR_DEBUG("comm %u: no shared-memory segment %s: %s", uc->id, name, strerror(errno));
             ok = 0;
         } else {
-            shm_hdr_t h = {SHM_MAGIC, n, slot};
+            shm_hdr_t h = {SHM_MAGIC, n, slot, tile, depth};
             memcpy(base, &h, sizeof h);
         }
         if (fd >= 0)
@@ -125,7 +151,8 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
             ok = 0;
         } else {
             memcpy(&h, base, sizeof h);
-            ok = h.magic == SHM_MAGIC && h.n == n && h.slot == slot;
+            ok = h.magic == SHM_MAGIC && h.n == n && h.slot == slot && h.tile == tile &&
+                 h.depth == depth;
         }
         if (fd >= 0)
             close(fd);
@@ -150,11 +177,17 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->ctl = (shm_ctl_t *)((char *)base + LINE);
     s->slots = (char *)base + LINE + (size_t)n * sizeof(shm_ctl_t);
     s->slot = slot;
+    s->stage = s->slots + (size_t)n * 2 * slot;
+    s->result = s->stage + (size_t)n * depth * tile;
+    s->tile = tile;
+    s->depth = depth;
     s->n = n;
     uc->shm = s;
     uc->shm_slot = slot;
-    MSR_DEBUG("comm %u: %d ranks share a %zu-byte segment (slots of %zu bytes)", uc->id, n, len,
-              slot);
+    uc->shm_tile = tile;
+    MSR_DEBUG("comm %u: %d ranks share a %zu-byte segment (slots of %zu bytes, %llu tiles of "
+              "%zu bytes)",
+              uc->id, n, len, slot, (unsigned long long)depth, tile);
     return MSR_OK;
 }
 
@@ -178,7 +211,7 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         if (r->uc->shm_done != k - 1)
             return MSR_IN_PROGRESS;
         for (int j = (int)r->u[1]; j < r->n; j++) {
-            if (atomic_load_explicit(&s->ctl[j].seq, memory_order_acquire) < k - 1) {
+            if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k - 1) {
                 r->u[1] = (uint64_t)j;
                 return MSR_IN_PROGRESS;
             }
@@ -186,11 +219,11 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         r->u[1] = 0;
         if (r->bytes)
             memcpy(slot_of(s, r->me, k), a->sendbuf, r->bytes);
-        atomic_store_explicit(&s->ctl[r->me].seq, k, memory_order_release);
+        atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
         r->pc = 1;
     }
     for (int j = (int)r->u[1]; j < r->n; j++) {
-        if (atomic_load_explicit(&s->ctl[j].seq, memory_order_acquire) < k) {
+        if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->u[1] = (uint64_t)j;
             return MSR_IN_PROGRESS;
         }
@@ -201,6 +234,250 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
             msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, slot_of(s, j, k), a->count);
         msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
     }
+    r->uc->shm_done = k;
+    return MSR_OK;
+}
+
+/* ---- the tiled path ----
+ * Large allreduce, reduce-scatter and allgather of a group on one node go
+ * through the segment tile by tile, pipelined: a member copies a tile of its
+ * input into its stage slot (stage), folds its part of the tile from every
+ * member's stage in rank order (reduce: into the result slot for an
+ * allreduce, straight into its output for a reduce-scatter), and copies the
+ * whole tile out (copy). Every byte crosses between processes once, by
+ * memcpy, where the UCX ring pulls it through process_vm_readv twice; and
+ * every element is folded by one member, in rank order, so every rank gets
+ * the same bits, whatever the tile size.
+ *
+ * Slots are reused every depth tiles. Tile g goes into slot g % depth; a
+ * member stages tile g once every member's red has passed g - depth (nobody
+ * reads the slot's last tile any more), and reduces into result slot
+ * g % depth once every member's out has passed g - depth. Tiles are counted
+ * over the communicator's life, so consecutive operations pipeline without
+ * a barrier; the sequence word orders them with the small path. */
+
+static uint64_t min_of(const struct ucx_shm *s, int c)
+{
+    uint64_t m = UINT64_MAX;
+    for (int j = 0; j < s->n; j++) {
+        uint64_t v = atomic_load_explicit(&s->ctl[j].c[c], memory_order_acquire);
+        if (v < m)
+            m = v;
+    }
+    return m;
+}
+
+static void publish(const struct ucx_shm *s, int me, int c, uint64_t v)
+{
+    atomic_store_explicit(&s->ctl[me].c[c], v, memory_order_release);
+}
+
+static char *stage_of(const struct ucx_shm *s, int rank, uint64_t g)
+{
+    return s->stage + ((size_t)rank * s->depth + g % s->depth) * s->tile;
+}
+
+static char *result_of(const struct ucx_shm *s, uint64_t g)
+{
+    return s->result + (size_t)(g % s->depth) * s->tile;
+}
+
+/* Part k of n balanced parts of count elements. */
+static void part_of(uint64_t count, int n, int k, uint64_t *off, uint64_t *len)
+{
+    uint64_t base = count / (uint64_t)n, extra = count % (uint64_t)n, uk = (uint64_t)k;
+    *off = uk * base + (uk < extra ? uk : extra);
+    *len = base + (uk < extra);
+}
+
+/* dst = src[0] op src[1] op ... op src[n-1], folded in rank order. */
+static void fold(const msr_coll_args_t *a, void *dst, const void *const *src, int n, uint64_t count)
+{
+    msr_reduce(a->op, a->dtype, dst, src[0], src[1], count);
+    for (int j = 2; j < n; j++)
+        msr_reduce(a->op, a->dtype, dst, dst, src[j], count);
+    msr_reduce_finish(a->op, a->dtype, dst, count, n);
+}
+
+/* Elements per tile: a whole tile for an allreduce or an allgather, a
+ * line-aligned n-th of one per member for a reduce-scatter. */
+static uint64_t tile_elems(const struct ucx_shm *s, msr_coll_t coll, size_t es)
+{
+    if (coll == MSR_COLL_REDUCE_SCATTER)
+        return (s->tile / (size_t)s->n / LINE * LINE) / es;
+    return s->tile / es;
+}
+
+void ucx_shm_tiled_init(ucx_req_t *r)
+{
+    const struct ucx_shm *s = r->uc->shm;
+    uint64_t te = tile_elems(s, r->pub.args.coll, r->es);
+    uint64_t nt = (r->pub.args.count + te - 1) / te;
+    r->u[2] = r->uc->shm_tiles; /* the first tile's number */
+    r->u[3] = nt;
+    r->u[4] = r->u[5] = r->u[6] = 0; /* tiles staged, reduced, copied */
+    r->u[7] = te;
+    r->uc->shm_tiles += nt;
+}
+
+/* Tile i of an allreduce: elements [i * te, i * te + len). */
+static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth;
+    uint64_t ci = r->u[4], cr = r->u[5], co = r->u[6];
+    size_t es = r->es;
+    int me = r->me, n = r->n;
+    if (cr < ci && min_of(s, C_IN) > base + cr &&
+        (base + cr < D || min_of(s, C_OUT) > base + cr - D)) {
+        uint64_t g = base + cr, first = cr * te,
+                 len = a->count - first < te ? a->count - first : te;
+        uint64_t off, cnt;
+        part_of(len, n, me, &off, &cnt);
+        if (cnt) {
+            const void *src[n];
+            for (int j = 0; j < n; j++)
+                src[j] = j == me ? (const char *)a->sendbuf + (first + off) * es
+                                 : stage_of(s, j, g) + off * es;
+            fold(a, result_of(s, g) + off * es, src, n, cnt);
+        }
+        publish(s, me, C_RED, g + 1);
+        r->u[5] = cr + 1;
+        return 1;
+    }
+    if (co < cr && min_of(s, C_RED) > base + co) {
+        uint64_t g = base + co, first = co * te,
+                 len = a->count - first < te ? a->count - first : te;
+        memcpy((char *)a->recvbuf + first * es, result_of(s, g), len * es);
+        publish(s, me, C_OUT, g + 1);
+        r->u[6] = co + 1;
+        *done = co + 1 == nt;
+        return 1;
+    }
+    if (ci < nt && (base + ci < D || min_of(s, C_RED) > base + ci - D)) {
+        uint64_t g = base + ci, first = ci * te,
+                 len = a->count - first < te ? a->count - first : te;
+        uint64_t off, cnt;
+        part_of(len, n, me, &off, &cnt);
+        /* everything but our own part, which we fold from sendbuf */
+        const char *in = (const char *)a->sendbuf + first * es;
+        char *st = stage_of(s, me, g);
+        memcpy(st, in, off * es);
+        memcpy(st + (off + cnt) * es, in + (off + cnt) * es, (len - off - cnt) * es);
+        publish(s, me, C_IN, g + 1);
+        r->u[4] = ci + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Tile i of a reduce-scatter: elements [i * te, i * te + len) of every
+ * block; member j's slice q of a stage slot holds its block q's. */
+static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth, c = a->count;
+    uint64_t ci = r->u[4], cr = r->u[5];
+    size_t es = r->es, slice = te * es;
+    int me = r->me, n = r->n;
+    /* in place, our block is also the output: fold it from the stage */
+    int own_staged = a->in_place;
+    if (cr < ci && min_of(s, C_IN) > base + cr) {
+        uint64_t g = base + cr, first = cr * te, len = c - first < te ? c - first : te;
+        const void *src[n];
+        for (int j = 0; j < n; j++)
+            src[j] = j == me && !own_staged
+                         ? (const char *)a->sendbuf + ((uint64_t)me * c + first) * es
+                         : stage_of(s, j, g) + (size_t)me * slice;
+        fold(a, (char *)a->recvbuf + first * es, src, n, len);
+        publish(s, me, C_RED, g + 1);
+        publish(s, me, C_OUT, g + 1);
+        r->u[5] = cr + 1;
+        *done = cr + 1 == nt;
+        return 1;
+    }
+    if (ci < nt && (base + ci < D || min_of(s, C_RED) > base + ci - D)) {
+        uint64_t g = base + ci, first = ci * te, len = c - first < te ? c - first : te;
+        char *st = stage_of(s, me, g);
+        for (int q = 0; q < n; q++)
+            if (q != me || own_staged)
+                memcpy(st + (size_t)q * slice,
+                       (const char *)a->sendbuf + ((uint64_t)q * c + first) * es, len * es);
+        publish(s, me, C_IN, g + 1);
+        r->u[4] = ci + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Tile i of an allgather: elements [i * te, i * te + len) of every block. */
+static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth, c = a->count;
+    uint64_t ci = r->u[4], co = r->u[6];
+    size_t es = r->es;
+    int me = r->me, n = r->n;
+    if (co < ci && min_of(s, C_IN) > base + co) {
+        uint64_t g = base + co, first = co * te, len = c - first < te ? c - first : te;
+        for (int j = 0; j < n; j++) {
+            char *dst = (char *)a->recvbuf + ((uint64_t)j * c + first) * es;
+            if (j != me)
+                memcpy(dst, stage_of(s, j, g), len * es);
+            else if (!a->in_place)
+                memcpy(dst, (const char *)a->sendbuf + first * es, len * es);
+        }
+        publish(s, me, C_RED, g + 1);
+        publish(s, me, C_OUT, g + 1);
+        r->u[6] = co + 1;
+        *done = co + 1 == nt;
+        return 1;
+    }
+    if (ci < nt && (base + ci < D || min_of(s, C_OUT) > base + ci - D)) {
+        uint64_t g = base + ci, first = ci * te, len = c - first < te ? c - first : te;
+        memcpy(stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
+        publish(s, me, C_IN, g + 1);
+        r->u[4] = ci + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* u[0]: the operation's number; u[2]..u[7]: see ucx_shm_tiled_init. Does
+ * every move it can, then lets the others catch up. */
+msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
+{
+    const struct ucx_shm *s = r->uc->shm;
+    const uint64_t k = r->u[0];
+    if (r->pc == 0) {
+        if (r->uc->shm_done != k - 1)
+            return MSR_IN_PROGRESS; /* an earlier operation is still running here */
+        r->pc = 1;
+    }
+    uint64_t done = r->u[3] == 0;
+    int moved = 0;
+    while (!done) {
+        int m;
+        switch (r->pub.args.coll) {
+        case MSR_COLL_ALLREDUCE:
+            m = ar_move(r, s, &done);
+            break;
+        case MSR_COLL_REDUCE_SCATTER:
+            m = rs_move(r, s, &done);
+            break;
+        default:
+            m = ag_move(r, s, &done);
+            break;
+        }
+        if (!m)
+            break;
+        moved = 1;
+    }
+    if (moved)
+        r->uc->engine->shm_moved++;
+    if (!done)
+        return MSR_IN_PROGRESS;
+    publish(s, r->me, C_SEQ, k);
     r->uc->shm_done = k;
     return MSR_OK;
 }

@@ -65,8 +65,10 @@ typedef struct ucx_tuning {
     size_t segment; /* pipeline segment */
     int window;     /* segments in flight per direction */
     int alltoall_window;
-    size_t shm_max;     /* allreduce through shared memory up to here (0: never) */
-    size_t shm_segment; /* bytes of slots in one segment at most */
+    size_t shm_max;     /* allreduce through the slots up to here (0: never) */
+    size_t shm_tile;    /* the tiled path's tile (0: none) */
+    int shm_depth;      /* its tiles in flight */
+    size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -116,6 +118,7 @@ struct ucx_engine {
     int n_pfds;
     int waiters;       /* threads inside wait */
     int shm_active;    /* shared-memory operations running: they need polling */
+    int shm_moved;     /* steps of tiled operations that moved since the last look */
     uint64_t spin_ns;  /* busy polling, then */
     uint64_t yield_ns; /* polling with sched_yield until this, then sleeping */
     msr_list_t free_reqs;
@@ -142,9 +145,11 @@ typedef struct ucx_comm {
     int cache_busy;
     /* the shared-memory segment of a group on one node (shm.c), or NULL */
     struct ucx_shm *shm;
-    size_t shm_slot;   /* its slots: the largest allreduce it takes */
-    uint64_t shm_seq;  /* shared-memory operations started */
-    uint64_t shm_done; /* the last one this rank finished reading */
+    size_t shm_slot;    /* its slots: the largest allreduce it takes */
+    size_t shm_tile;    /* its tiles (0: no tiled path) */
+    uint64_t shm_tiles; /* tiles of the tiled operations started */
+    uint64_t shm_seq;   /* shared-memory operations started */
+    uint64_t shm_done;  /* the last one this rank finished reading */
 } ucx_comm_t;
 
 typedef struct ucx_op {
@@ -225,6 +230,10 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
 /* The shared-memory allreduce (and barrier: count 0) as a step function. */
 msr_status_t ucx_shm_step(ucx_req_t *r);
+/* The tiled allreduce, reduce-scatter and allgather: init counts the
+ * operation's tiles (r->u[0] already numbered it), step runs it. */
+void ucx_shm_tiled_init(ucx_req_t *r);
+msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
 
 /* coll.c */
 /* Chooses the algorithm of r->pub.args, fills in r's state and posts the

@@ -14,7 +14,10 @@
  *                row; rank 0 prints a hash for run-to-run comparison
  *   kill         the last rank SIGKILLs itself in the middle of allreduces:
  *                the others must fail with MSR_ERR_PEER_LOST in time
- *   killsmall    the same with 8-byte allreduces (the shared-memory path)
+ *                (1 MiB: the tiled shared-memory path on one node, the UCX
+ *                ring across nodes)
+ *   killring     the same with the UCX ring forced
+ *   killsmall    the same with 8-byte allreduces (the shared-memory slots)
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  * Every rank checks its own results; a failed check prints the case and
@@ -430,6 +433,11 @@ static const char *const configs[][8] = {
      "MSR_COMM_ALGO_REDUCE=chain", "MSR_COMM_SEGMENT=4096", "MSR_COMM_WINDOW=2", NULL},
     {"ring", "MSR_COMM_ALGO_ALLREDUCE=ring", "MSR_COMM_ALGO_REDUCE_SCATTER=ring",
      "MSR_COMM_ALGO_ALLGATHER=ring", "MSR_COMM_SEGMENT=4096", "MSR_COMM_WINDOW=3", NULL},
+    /* the tiled shared-memory path with tiles small enough for many of
+     * them (and parts of a few elements) in every case */
+    {"shm tiles", "MSR_COMM_ALGO_ALLREDUCE=shm", "MSR_COMM_ALGO_REDUCE_SCATTER=shm",
+     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
+     "MSR_COMM_SHM_TILES=2", NULL},
 };
 
 static void set_config(const char *const *cfg)
@@ -437,7 +445,8 @@ static void set_config(const char *const *cfg)
     static const char *const vars[] = {"MSR_COMM_ALGO_ALLREDUCE", "MSR_COMM_ALGO_REDUCE_SCATTER",
                                        "MSR_COMM_ALGO_ALLGATHER", "MSR_COMM_ALGO_BROADCAST",
                                        "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_SEGMENT",
-                                       "MSR_COMM_WINDOW"};
+                                       "MSR_COMM_WINDOW",         "MSR_COMM_SHM_MAX",
+                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     for (int i = 1; cfg[i]; i++) {
@@ -816,10 +825,17 @@ static void mode_determinism(msr_comm_t *world)
         in[i] = (float)((double)(seed % 2000001) / 1000.0 - 1000.0) * 1.0001f;
         hin[i] = to_f16(in[i] / 64.0f);
     }
-    static const char *const algos[] = {"direct", "shm", "rd", "ring"};
-    uint64_t all = 1469598103934665603ull;
-    for (size_t a = 0; a < 4; a++) {
-        setenv("MSR_COMM_ALGO_ALLREDUCE", algos[a], 1);
+    /* "tiles": the tiled shared-memory path (several tiles); it folds in
+     * rank order like direct, so its first 1001 elements must have the
+     * same bits as direct's whole result */
+    static const char *const algos[] = {"direct", "shm", "rd", "ring", "tiles"};
+    uint64_t all = 1469598103934665603ull, direct[2] = {0, 0};
+    for (size_t a = 0; a < 5; a++) {
+        setenv("MSR_COMM_ALGO_ALLREDUCE", a == 4 ? "shm" : algos[a], 1);
+        if (a == 4) {
+            setenv("MSR_COMM_SHM_MAX", "0", 1);
+            setenv("MSR_COMM_SHM_TILE", "65536", 1);
+        }
         msr_comm_t *c = NULL;
         OK(msr_comm_dup(world, 0, &c));
         for (int dt = 0; dt < 2; dt++) {
@@ -838,6 +854,10 @@ static void mode_determinism(msr_comm_t *world)
             }
             if (h[0] != h[1])
                 fail("two identical allreduces gave different bits");
+            if (a == 0)
+                direct[dt] = h[0];
+            if (a == 4 && (dt ? fnv(hout, 1001 * 2) : fnv(out, 1001 * 4)) != direct[dt])
+                fail("the tiled path and direct folded differently");
             uint64_t *hs = xmalloc((size_t)n * 8);
             OK(msr_comm_allgather(c, &h[0], hs, 1, MSR_DTYPE_I64));
             for (int r = 0; r < n; r++)
@@ -848,6 +868,8 @@ static void mode_determinism(msr_comm_t *world)
         }
         msr_comm_destroy(c);
     }
+    unsetenv("MSR_COMM_SHM_MAX");
+    unsetenv("MSR_COMM_SHM_TILE");
     unsetenv("MSR_COMM_ALGO_ALLREDUCE");
     if (me == 0)
         printf("determinism hash %016llx\n", (unsigned long long)all);
@@ -936,7 +958,8 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr,
                 "usage: comm_worker "
-                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killsmall|stop\n");
+                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
+                "stop\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -947,6 +970,8 @@ int main(int argc, char **argv)
         return 1;
     }
     g_rank = msr_rank(ctx);
+    if (strcmp(mode, "killring") == 0)
+        setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
     msr_comm_t *world = NULL;
     snprintf(g_case, sizeof g_case, "world");
     OK(msr_comm_world(ctx, &world));
@@ -966,7 +991,7 @@ int main(int argc, char **argv)
         mode_threads(world);
     else if (strcmp(mode, "determinism") == 0)
         mode_determinism(world);
-    else if (strcmp(mode, "kill") == 0) /* 1 MiB: the UCX ring */
+    else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0) /* 1 MiB */
         mode_failure(ctx, world, 0, 1 << 18);
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2);
