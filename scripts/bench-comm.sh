@@ -36,16 +36,23 @@ if [ "${ALGOS:-0}" = 1 ]; then
         [ "${args[$i]}" = --op ] && op=${args[$((i + 1))]}
     done
     case $op in
-    allreduce) algos="shm direct rd ring" ;;
-    reduce_scatter | allgather) algos="direct ring" ;;
+    allreduce) algos="slots tiles direct rd ring" ;;
+    reduce_scatter | allgather) algos="tiles direct ring" ;;
     broadcast | reduce) algos="binomial chain" ;;
     *) echo "bench-comm.sh: $op has one algorithm" >&2; exit 2 ;;
     esac
     var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
     for ((r = 1; r <= rounds; r++)); do
         for a in $algos; do
-            # shm: slots big enough for every size of the sweep
-            env "$var=$a" MSR_COMM_SHM_MAX=$([ "$a" = shm ] && echo $((4 << 20)) || echo 0) \
+            # slots: the shared-memory slots, big enough for the sweep's
+            # sizes up to 1 MiB (the segment's limit at 8 ranks); tiles: the
+            # tiled shared-memory path at every size
+            case $a in
+            slots) set_env=("$var=shm" MSR_COMM_SHM_MAX=$((1 << 20)) MSR_COMM_SHM_TILE=0) ;;
+            tiles) set_env=("$var=shm" MSR_COMM_SHM_MAX=0) ;;
+            *) set_env=("$var=$a" MSR_COMM_SHM_MAX=0 MSR_COMM_SHM_TILE=0) ;;
+            esac
+            env "${set_env[@]}" \
                 "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
                 "$bench" "${args[@]}" 2>"$tmp/err" |
                 sed -n "s/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/$a \2/p" >>"$tmp/algos.txt" ||

@@ -320,6 +320,15 @@ static int set_waiting(ucx_engine_t *e)
     e->yield_ns =
         (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) * 1000;
     e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
+    /* Shared-memory operations cannot wake a sleeper (a nap is a blind
+     * millisecond), and their waits are short hand-offs between members
+     * that time-share the cores: yield longer before napping. */
+    e->shm_yield_ns =
+        (uint64_t)msr_env_i64("MSR_COMM_SHM_YIELD_US", oversubscribed ? 5000 : 0, 0, INT32_MAX) *
+            1000 +
+        e->spin_ns;
+    if (e->shm_yield_ns < e->yield_ns)
+        e->shm_yield_ns = e->yield_ns;
     return ranks;
 }
 
@@ -414,9 +423,10 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     e->refs = 1;
     int ranks = set_waiting(e);
     MSR_DEBUG("comm: engine %s: %d members, %d ranks on this machine's %d cores: a wait polls "
-              "%llu us, yields until %llu us, then sleeps",
+              "%llu us, yields until %llu us (%llu us in shared memory), then sleeps",
               e->uid, n, ranks, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
-              (unsigned long long)(e->yield_ns / 1000));
+              (unsigned long long)(e->yield_ns / 1000),
+              (unsigned long long)(e->shm_yield_ns / 1000));
     *engine_p = e;
     return MSR_OK;
 
@@ -915,7 +925,7 @@ msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
         if (idle_since == 0)
             idle_since = now;
         uint64_t idle = now - idle_since;
-        if (idle >= e->yield_ns) {
+        if (idle >= (e->shm_active ? e->shm_yield_ns : e->yield_ns)) {
             sleep_once(e, r->pub.deadline);
             idle_since = 0;
             yielding = 0;

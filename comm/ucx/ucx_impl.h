@@ -116,11 +116,12 @@ struct ucx_engine {
     struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
     int *pfd_peer;
     int n_pfds;
-    int waiters;       /* threads inside wait */
-    int shm_active;    /* shared-memory operations running: they need polling */
-    int shm_moved;     /* steps of tiled operations that moved since the last look */
-    uint64_t spin_ns;  /* busy polling, then */
-    uint64_t yield_ns; /* polling with sched_yield until this, then sleeping */
+    int waiters;           /* threads inside wait */
+    int shm_active;        /* shared-memory operations running: they need polling */
+    int shm_moved;         /* steps of tiled operations that moved since the last look */
+    uint64_t spin_ns;      /* busy polling, then */
+    uint64_t yield_ns;     /* polling with sched_yield until this, then sleeping */
+    uint64_t shm_yield_ns; /* the same while shared-memory operations run */
     msr_list_t free_reqs;
     int n_free_reqs;
     /* for the debug line at the end */
