@@ -902,6 +902,18 @@ static ucx_algo_t parse_algo(const char *var)
     return UCX_ALGO_AUTO;
 }
 
+/* never (0), always (1) or auto (2, by measurement: shm.c) */
+static int parse_nt(const char *var)
+{
+    const char *v = getenv(var);
+    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0)
+        return 2;
+    if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+        return *v - '0';
+    MSR_WARN("comm: %s=%s is not 0, 1 or auto: using auto", var, v);
+    return 2;
+}
+
 static size_t env_bytes(const char *name, size_t def)
 {
     return (size_t)msr_env_i64(name, (int64_t)def, 0, INT64_MAX);
@@ -933,6 +945,8 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 16 << 10);
     t->shm_tile = env_bytes("MSR_COMM_SHM_TILE", 256 << 10);
     t->shm_depth = (int)msr_env_i64("MSR_COMM_SHM_TILES", 4, 2, 64);
+    t->shm_nt = parse_nt("MSR_COMM_SHM_NT");
+    t->shm_nt_min = env_bytes("MSR_COMM_SHM_NT_MIN", 64 << 10);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
@@ -1021,6 +1035,9 @@ static msr_status_t shm_start(ucx_req_t *r, const char *algo)
 /* The tiled path, for vectors larger than the slots. */
 static msr_status_t shm_tiled_start(ucx_req_t *r, const char *algo)
 {
+    size_t scratch = ucx_shm_tiled_scratch(r);
+    if (scratch)
+        TRY(scratch_get(r, scratch)); /* before the operation is numbered */
     shm_start(r, algo);
     r->step = ucx_shm_tiled_step;
     ucx_shm_tiled_init(r);

@@ -21,7 +21,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#define SHM_HAVE_NT 1
+#else
+#define SHM_HAVE_NT 0
+#endif
+
 #include "base/alloc.h"
+#include "base/time.h"
 #include "base/log.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ucx_impl.h"
@@ -59,6 +67,11 @@ struct ucx_shm {
     size_t tile;  /* 0: no tiled path */
     uint64_t depth;
     int n;
+    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long an
+     * operation took per KiB with plain stores [0] and bypassing the cache
+     * [1] (moving averages, 0: not measured yet), and operations seen */
+    uint64_t ns_per_kib[64][2];
+    uint32_t ops[64];
 };
 
 static char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
@@ -256,6 +269,55 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
  * over the communicator's life, so consecutive operations pipeline without
  * a barrier; the sequence word orders them with the small path. */
 
+/* memcpy with stores that bypass the cache, for data another core reads
+ * next: when the two cores do not share a cache (on this development VM the
+ * hypervisor moves the two vCPUs between core complexes every few seconds),
+ * the reader then fetches it from memory instead of snooping it out of the
+ * writer's cache, which is 3-4x slower there; where they share one, reading
+ * from memory costs a little. Large operations only (MSR_COMM_SHM_NT_MIN).
+ * nt_fence() orders these stores before the counter that publishes them. */
+static void copy_nt(void *dst, const void *src, size_t len)
+{
+#if SHM_HAVE_NT
+    char *d = dst;
+    const char *p = src;
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (head > len)
+        head = len;
+    memcpy(d, p, head);
+    d += head, p += head, len -= head;
+    for (; len >= 64; len -= 64, d += 64, p += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)p);
+        __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(p + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(p + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, p, len);
+#else
+    memcpy(dst, src, len);
+#endif
+}
+
+static void nt_fence(void)
+{
+#if SHM_HAVE_NT
+    _mm_sfence();
+#endif
+}
+
+/* the stage and result copies of r: bypassing the cache or not */
+static void copy_for_peers(const ucx_req_t *r, void *dst, const void *src, size_t len)
+{
+    if (r->u[1])
+        copy_nt(dst, src, len);
+    else
+        memcpy(dst, src, len);
+}
+
 static uint64_t min_of(const struct ucx_shm *s, int c)
 {
     uint64_t m = UINT64_MAX;
@@ -308,11 +370,81 @@ static uint64_t tile_elems(const struct ucx_shm *s, msr_coll_t coll, size_t es)
     return s->tile / es;
 }
 
+/* The whole vector (for a reduce-scatter or an allgather, every rank's
+ * block). */
+static size_t total_bytes(const ucx_req_t *r)
+{
+    return r->pub.args.coll == MSR_COLL_ALLREDUCE ? r->bytes : r->bytes * (size_t)r->n;
+}
+
+/* May this operation's stores bypass the cache (MSR_COMM_SHM_NT and
+ * MSR_COMM_SHM_NT_MIN)? */
+static int may_bypass(const ucx_req_t *r)
+{
+    return r->uc->tune.shm_nt != 0 && total_bytes(r) >= r->uc->tune.shm_nt_min;
+}
+
+static int size_class(size_t bytes)
+{
+    int c = 0;
+    while (bytes >>= 1)
+        c++;
+    return c;
+}
+
+/* Whether this operation bypasses the cache. Which is faster depends on
+ * whether the members' cores share a cache, which can change while a job
+ * runs (a VM's vCPUs move between core complexes): with "auto", each size
+ * class runs with the store kind that was faster lately, and every eighth
+ * operation with the other, to notice a change. The choice is this rank's
+ * own (the bits of the result do not depend on it); the probes fall on the
+ * same operations on every member, since all count the same operations. */
+static int choose_bypass(ucx_req_t *r)
+{
+    if (!may_bypass(r))
+        return 0;
+    if (r->uc->tune.shm_nt == 1)
+        return 1;
+    struct ucx_shm *s = r->uc->shm;
+    int c = size_class(total_bytes(r));
+    uint32_t k = s->ops[c]++;
+    const uint64_t *t = s->ns_per_kib[c];
+    if (t[0] == 0 || t[1] == 0)
+        return t[0] != 0; /* measure plain stores first, then the other */
+    int best = t[1] < t[0];
+    return k % 8 == 7 ? !best : best;
+}
+
+/* An operation that chose by measurement ended: its time goes into the
+ * average of its class and store kind. */
+static void account(ucx_req_t *r)
+{
+    if (r->uc->tune.shm_nt != 2 || !may_bypass(r))
+        return;
+    struct ucx_shm *s = r->uc->shm;
+    uint64_t ns = msr_now_ns() - (uint64_t)r->i;
+    uint64_t per = ns * 1024 / (total_bytes(r) | 1) + 1;
+    uint64_t *avg = &s->ns_per_kib[size_class(total_bytes(r))][r->u[1] ? 1 : 0];
+    *avg = *avg ? (*avg + per) / 2 : per;
+}
+
+size_t ucx_shm_tiled_scratch(const ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll != MSR_COLL_ALLREDUCE || !a->in_place || a->count == 0 || !may_bypass(r))
+        return 0;
+    /* an allreduce in place bypassing the cache folds its part there */
+    uint64_t te = tile_elems(r->uc->shm, a->coll, r->es);
+    return (size_t)((te + (uint64_t)r->n - 1) / (uint64_t)r->n) * r->es;
+}
+
 void ucx_shm_tiled_init(ucx_req_t *r)
 {
     const struct ucx_shm *s = r->uc->shm;
-    uint64_t te = tile_elems(s, r->pub.args.coll, r->es);
-    uint64_t nt = (r->pub.args.count + te - 1) / te;
+    const msr_coll_args_t *a = &r->pub.args;
+    uint64_t te = tile_elems(s, a->coll, r->es);
+    uint64_t nt = (a->count + te - 1) / te;
+    r->u[1] = (uint64_t)choose_bypass(r);
     r->u[2] = r->uc->shm_tiles; /* the first tile's number */
     r->u[3] = nt;
     r->u[4] = r->u[5] = r->u[6] = 0; /* tiles staged, reduced, copied */
@@ -339,7 +471,22 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
             for (int j = 0; j < n; j++)
                 src[j] = j == me ? (const char *)a->sendbuf + (first + off) * es
                                  : stage_of(s, j, g) + off * es;
-            fold(a, result_of(s, g) + off * es, src, n, cnt);
+            if (r->u[1]) {
+                /* our part goes straight into our output too (in place,
+                 * through scratch: the fold still reads our input there),
+                 * so that the copy leaves it out */
+                char *mine = (char *)a->recvbuf + (first + off) * es;
+                if (a->in_place) {
+                    fold(a, r->scratch, src, n, cnt);
+                    memcpy(mine, r->scratch, cnt * es);
+                } else {
+                    fold(a, mine, src, n, cnt);
+                }
+                copy_nt(result_of(s, g) + off * es, mine, cnt * es);
+                nt_fence();
+            } else {
+                fold(a, result_of(s, g) + off * es, src, n, cnt);
+            }
         }
         publish(s, me, C_RED, g + 1);
         r->u[5] = cr + 1;
@@ -348,7 +495,16 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     if (co < cr && min_of(s, C_RED) > base + co) {
         uint64_t g = base + co, first = co * te,
                  len = a->count - first < te ? a->count - first : te;
-        memcpy((char *)a->recvbuf + first * es, result_of(s, g), len * es);
+        char *out = (char *)a->recvbuf + first * es;
+        const char *res = result_of(s, g);
+        if (r->u[1]) { /* our part is there already */
+            uint64_t off, cnt;
+            part_of(len, n, me, &off, &cnt);
+            memcpy(out, res, off * es);
+            memcpy(out + (off + cnt) * es, res + (off + cnt) * es, (len - off - cnt) * es);
+        } else {
+            memcpy(out, res, len * es);
+        }
         publish(s, me, C_OUT, g + 1);
         r->u[6] = co + 1;
         *done = co + 1 == nt;
@@ -362,8 +518,9 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         /* everything but our own part, which we fold from sendbuf */
         const char *in = (const char *)a->sendbuf + first * es;
         char *st = stage_of(s, me, g);
-        memcpy(st, in, off * es);
-        memcpy(st + (off + cnt) * es, in + (off + cnt) * es, (len - off - cnt) * es);
+        copy_for_peers(r, st, in, off * es);
+        copy_for_peers(r, st + (off + cnt) * es, in + (off + cnt) * es, (len - off - cnt) * es);
+        nt_fence();
         publish(s, me, C_IN, g + 1);
         r->u[4] = ci + 1;
         return 1;
@@ -401,8 +558,9 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         char *st = stage_of(s, me, g);
         for (int q = 0; q < n; q++)
             if (q != me || own_staged)
-                memcpy(st + (size_t)q * slice,
-                       (const char *)a->sendbuf + ((uint64_t)q * c + first) * es, len * es);
+                copy_for_peers(r, st + (size_t)q * slice,
+                               (const char *)a->sendbuf + ((uint64_t)q * c + first) * es, len * es);
+        nt_fence();
         publish(s, me, C_IN, g + 1);
         r->u[4] = ci + 1;
         return 1;
@@ -435,7 +593,8 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     }
     if (ci < nt && (base + ci < D || min_of(s, C_OUT) > base + ci - D)) {
         uint64_t g = base + ci, first = ci * te, len = c - first < te ? c - first : te;
-        memcpy(stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
+        copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
+        nt_fence();
         publish(s, me, C_IN, g + 1);
         r->u[4] = ci + 1;
         return 1;
@@ -453,6 +612,7 @@ msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
         if (r->uc->shm_done != k - 1)
             return MSR_IN_PROGRESS; /* an earlier operation is still running here */
         r->pc = 1;
+        r->i = (int64_t)msr_now_ns();
     }
     uint64_t done = r->u[3] == 0;
     int moved = 0;
@@ -479,5 +639,6 @@ msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
         return MSR_IN_PROGRESS;
     publish(s, r->me, C_SEQ, k);
     r->uc->shm_done = k;
+    account(r);
     return MSR_OK;
 }

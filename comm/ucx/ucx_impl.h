@@ -68,6 +68,8 @@ typedef struct ucx_tuning {
     size_t shm_max;     /* allreduce through the slots up to here (0: never) */
     size_t shm_tile;    /* the tiled path's tile (0: none) */
     int shm_depth;      /* its tiles in flight */
+    int shm_nt;         /* tiled stores past the cache: 0 never, 1 always, 2 auto */
+    size_t shm_nt_min;  /* ... for operations from this size */
     size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
 } ucx_tuning_t;
 
@@ -231,8 +233,10 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
 /* The shared-memory allreduce (and barrier: count 0) as a step function. */
 msr_status_t ucx_shm_step(ucx_req_t *r);
-/* The tiled allreduce, reduce-scatter and allgather: init counts the
- * operation's tiles (r->u[0] already numbered it), step runs it. */
+/* The tiled allreduce, reduce-scatter and allgather: scratch tells the
+ * bytes of r->scratch it needs, init counts the operation's tiles (r->u[0]
+ * already numbered it), step runs it. */
+size_t ucx_shm_tiled_scratch(const ucx_req_t *r);
 void ucx_shm_tiled_init(ucx_req_t *r);
 msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
 

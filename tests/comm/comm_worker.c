@@ -424,7 +424,7 @@ static void check_all(tc_t *t, uint64_t large)
 
 /* The algorithm settings tried in turn; each makes its communicators anew
  * (settings are read when a communicator is made). */
-static const char *const configs[][8] = {
+static const char *const configs[][10] = {
     {"auto", NULL},
     {"direct", "MSR_COMM_ALGO_ALLREDUCE=direct", "MSR_COMM_ALGO_REDUCE_SCATTER=direct",
      "MSR_COMM_ALGO_ALLGATHER=direct", "MSR_COMM_ALGO_BROADCAST=binomial",
@@ -438,6 +438,10 @@ static const char *const configs[][8] = {
     {"shm tiles", "MSR_COMM_ALGO_ALLREDUCE=shm", "MSR_COMM_ALGO_REDUCE_SCATTER=shm",
      "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
      "MSR_COMM_SHM_TILES=2", NULL},
+    /* the same with every store bypassing the cache */
+    {"shm tiles nt", "MSR_COMM_ALGO_ALLREDUCE=shm", "MSR_COMM_ALGO_REDUCE_SCATTER=shm",
+     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
+     "MSR_COMM_SHM_TILES=3", "MSR_COMM_SHM_NT=1", "MSR_COMM_SHM_NT_MIN=0", NULL},
 };
 
 static void set_config(const char *const *cfg)
@@ -446,7 +450,8 @@ static void set_config(const char *const *cfg)
                                        "MSR_COMM_ALGO_ALLGATHER", "MSR_COMM_ALGO_BROADCAST",
                                        "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_SEGMENT",
                                        "MSR_COMM_WINDOW",         "MSR_COMM_SHM_MAX",
-                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES"};
+                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES",
+                                       "MSR_COMM_SHM_NT",         "MSR_COMM_SHM_NT_MIN"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     for (int i = 1; cfg[i]; i++) {
@@ -828,13 +833,14 @@ static void mode_determinism(msr_comm_t *world)
     /* "tiles": the tiled shared-memory path (several tiles); it folds in
      * rank order like direct, so its first 1001 elements must have the
      * same bits as direct's whole result */
-    static const char *const algos[] = {"direct", "shm", "rd", "ring", "tiles"};
+    static const char *const algos[] = {"direct", "shm", "rd", "ring", "tiles", "tiles-nt"};
     uint64_t all = 1469598103934665603ull, direct[2] = {0, 0};
-    for (size_t a = 0; a < 5; a++) {
-        setenv("MSR_COMM_ALGO_ALLREDUCE", a == 4 ? "shm" : algos[a], 1);
-        if (a == 4) {
+    for (size_t a = 0; a < 6; a++) {
+        setenv("MSR_COMM_ALGO_ALLREDUCE", a >= 4 ? "shm" : algos[a], 1);
+        if (a >= 4) {
             setenv("MSR_COMM_SHM_MAX", "0", 1);
             setenv("MSR_COMM_SHM_TILE", "65536", 1);
+            setenv("MSR_COMM_SHM_NT", a == 5 ? "1" : "0", 1);
         }
         msr_comm_t *c = NULL;
         OK(msr_comm_dup(world, 0, &c));
@@ -856,7 +862,7 @@ static void mode_determinism(msr_comm_t *world)
                 fail("two identical allreduces gave different bits");
             if (a == 0)
                 direct[dt] = h[0];
-            if (a == 4 && (dt ? fnv(hout, 1001 * 2) : fnv(out, 1001 * 4)) != direct[dt])
+            if (a >= 4 && (dt ? fnv(hout, 1001 * 2) : fnv(out, 1001 * 4)) != direct[dt])
                 fail("the tiled path and direct folded differently");
             uint64_t *hs = xmalloc((size_t)n * 8);
             OK(msr_comm_allgather(c, &h[0], hs, 1, MSR_DTYPE_I64));
@@ -870,6 +876,7 @@ static void mode_determinism(msr_comm_t *world)
     }
     unsetenv("MSR_COMM_SHM_MAX");
     unsetenv("MSR_COMM_SHM_TILE");
+    unsetenv("MSR_COMM_SHM_NT");
     unsetenv("MSR_COMM_ALGO_ALLREDUCE");
     if (me == 0)
         printf("determinism hash %016llx\n", (unsigned long long)all);
