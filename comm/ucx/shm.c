@@ -51,10 +51,14 @@ typedef struct shm_hdr {
  * stage slots it finished reading; out, the tiles it finished with. */
 enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
 
+#define SHM_INLINE 16 /* vectors up to this size travel in the counters' line */
+
 typedef struct shm_ctl {
     _Atomic uint64_t c[C_N];
-    char pad[LINE - C_N * sizeof(uint64_t)];
+    char inl[2][SHM_INLINE];
 } shm_ctl_t;
+
+_Static_assert(sizeof(shm_ctl_t) == LINE, "a member's counters fill one cache line");
 
 struct ucx_shm {
     void *base;
@@ -77,6 +81,15 @@ struct ucx_shm {
 static char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
 {
     return s->slots + ((size_t)rank * 2 + (size_t)(k & 1)) * s->slot;
+}
+
+/* Operation k's data of a member: a vector of a few bytes goes in its
+ * counters' line, so that the line that publishes it also carries it (one
+ * cache-line transfer on the reader's path instead of two); alternating as
+ * the slots do. */
+static char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
+{
+    return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
 }
 
 /* /msr-<job>-<engine>-<comm id>-<first member>: unique in the job and
@@ -231,7 +244,7 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         }
         r->u[1] = 0;
         if (r->bytes)
-            memcpy(slot_of(s, r->me, k), a->sendbuf, r->bytes);
+            memcpy(data_of(s, r->me, k, r->bytes), a->sendbuf, r->bytes);
         atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
         r->pc = 1;
     }
@@ -242,9 +255,11 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         }
     }
     if (a->coll == MSR_COLL_ALLREDUCE && r->bytes) {
-        msr_reduce(a->op, a->dtype, a->recvbuf, slot_of(s, 0, k), slot_of(s, 1, k), a->count);
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, r->bytes),
+                   data_of(s, 1, k, r->bytes), a->count);
         for (int j = 2; j < r->n; j++)
-            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, slot_of(s, j, k), a->count);
+            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, data_of(s, j, k, r->bytes),
+                       a->count);
         msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
     }
     r->uc->shm_done = k;
