@@ -60,6 +60,8 @@ typedef struct shm_ctl {
 
 _Static_assert(sizeof(shm_ctl_t) == LINE, "a member's counters fill one cache line");
 
+#define NT_SAMPLES 4
+
 struct ucx_shm {
     void *base;
     size_t len;
@@ -71,11 +73,11 @@ struct ucx_shm {
     size_t tile;  /* 0: no tiled path */
     uint64_t depth;
     int n;
-    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long an
-     * operation took per KiB with plain stores [0] and bypassing the cache
-     * [1] (moving averages, 0: not measured yet), and operations seen */
-    uint64_t ns_per_kib[64][2];
-    uint32_t ops[64];
+    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
+     * the last NT_SAMPLES operations took per KiB with plain stores [0] and
+     * bypassing the cache [1] (0: not measured), and operations seen */
+    uint64_t ns_per_kib[64][2][NT_SAMPLES];
+    uint32_t ops[64], next[64][2];
 };
 
 static char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
@@ -407,13 +409,30 @@ static int size_class(size_t bytes)
     return c;
 }
 
+/* The estimate for a size class and store kind: the best of its last
+ * samples (a rank's time for an operation only grows with the delays of
+ * sharing a core); 0 while any is missing. */
+static uint64_t estimate(const struct ucx_shm *s, int c, int kind)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < NT_SAMPLES; i++) {
+        uint64_t v = s->ns_per_kib[c][kind][i];
+        if (v == 0)
+            return 0;
+        if (v < best)
+            best = v;
+    }
+    return best;
+}
+
 /* Whether this operation bypasses the cache. Which is faster depends on
  * whether the members' cores share a cache, which can change while a job
  * runs (a VM's vCPUs move between core complexes): with "auto", each size
- * class runs with the store kind that was faster lately, and every eighth
- * operation with the other, to notice a change. The choice is this rank's
- * own (the bits of the result do not depend on it); the probes fall on the
- * same operations on every member, since all count the same operations. */
+ * class first measures both kinds of store, then runs with the one whose
+ * recent best was faster, and every fourth operation with the other, to
+ * notice a change. The choice is this rank's own (the bits of the result
+ * do not depend on it); the probes fall on the same operations on every
+ * member, since all count the same operations. */
 static int choose_bypass(ucx_req_t *r)
 {
     if (!may_bypass(r))
@@ -423,24 +442,24 @@ static int choose_bypass(ucx_req_t *r)
     struct ucx_shm *s = r->uc->shm;
     int c = size_class(total_bytes(r));
     uint32_t k = s->ops[c]++;
-    const uint64_t *t = s->ns_per_kib[c];
-    if (t[0] == 0 || t[1] == 0)
-        return t[0] != 0; /* measure plain stores first, then the other */
-    int best = t[1] < t[0];
-    return k % 8 == 7 ? !best : best;
+    uint64_t plain = estimate(s, c, 0), past = estimate(s, c, 1);
+    if (plain == 0 || past == 0)
+        return k & 1; /* measuring both, alternately */
+    int best = past < plain;
+    return k % 4 == 3 ? !best : best;
 }
 
-/* An operation that chose by measurement ended: its time goes into the
- * average of its class and store kind. */
+/* An operation that chose by measurement ended: its time per KiB replaces
+ * the oldest sample of its class and store kind. */
 static void account(ucx_req_t *r)
 {
     if (r->uc->tune.shm_nt != 2 || !may_bypass(r))
         return;
     struct ucx_shm *s = r->uc->shm;
+    int c = size_class(total_bytes(r)), kind = r->u[1] ? 1 : 0;
     uint64_t ns = msr_now_ns() - (uint64_t)r->i;
-    uint64_t per = ns * 1024 / (total_bytes(r) | 1) + 1;
-    uint64_t *avg = &s->ns_per_kib[size_class(total_bytes(r))][r->u[1] ? 1 : 0];
-    *avg = *avg ? (*avg + per) / 2 : per;
+    s->ns_per_kib[c][kind][s->next[c][kind]] = ns * 1024 / (total_bytes(r) | 1) + 1;
+    s->next[c][kind] = (s->next[c][kind] + 1) % NT_SAMPLES;
 }
 
 size_t ucx_shm_tiled_scratch(const ucx_req_t *r)
