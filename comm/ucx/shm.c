@@ -486,18 +486,29 @@ void ucx_shm_tiled_init(ucx_req_t *r)
     r->uc->shm_tiles += nt;
 }
 
+/* Elements in tile i of count elements cut into tiles of te. */
+static uint64_t tile_len(uint64_t count, uint64_t te, uint64_t i)
+{
+    return count - i * te < te ? count - i * te : te;
+}
+
+/* May tile g take its slot? Yes once every member's counter c has passed
+ * the slot's previous tile, g - depth. */
+static int slot_free(const struct ucx_shm *s, uint64_t g, int c)
+{
+    return g < s->depth || min_of(s, c) > g - s->depth;
+}
+
 /* Tile i of an allreduce: elements [i * te, i * te + len). */
 static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7];
     uint64_t ci = r->u[4], cr = r->u[5], co = r->u[6];
     size_t es = r->es;
     int me = r->me, n = r->n;
-    if (cr < ci && min_of(s, C_IN) > base + cr &&
-        (base + cr < D || min_of(s, C_OUT) > base + cr - D)) {
-        uint64_t g = base + cr, first = cr * te,
-                 len = a->count - first < te ? a->count - first : te;
+    if (cr < ci && min_of(s, C_IN) > base + cr && slot_free(s, base + cr, C_OUT)) {
+        uint64_t g = base + cr, first = cr * te, len = tile_len(a->count, te, cr);
         uint64_t off, cnt;
         part_of(len, n, me, &off, &cnt);
         if (cnt) {
@@ -527,8 +538,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         return 1;
     }
     if (co < cr && min_of(s, C_RED) > base + co) {
-        uint64_t g = base + co, first = co * te,
-                 len = a->count - first < te ? a->count - first : te;
+        uint64_t g = base + co, first = co * te, len = tile_len(a->count, te, co);
         char *out = (char *)a->recvbuf + first * es;
         const char *res = result_of(s, g);
         if (r->u[1]) { /* our part is there already */
@@ -544,9 +554,8 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         *done = co + 1 == nt;
         return 1;
     }
-    if (ci < nt && (base + ci < D || min_of(s, C_RED) > base + ci - D)) {
-        uint64_t g = base + ci, first = ci * te,
-                 len = a->count - first < te ? a->count - first : te;
+    if (ci < nt && slot_free(s, base + ci, C_RED)) {
+        uint64_t g = base + ci, first = ci * te, len = tile_len(a->count, te, ci);
         uint64_t off, cnt;
         part_of(len, n, me, &off, &cnt);
         /* everything but our own part, which we fold from sendbuf */
@@ -567,14 +576,14 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth, c = a->count;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], c = a->count;
     uint64_t ci = r->u[4], cr = r->u[5];
     size_t es = r->es, slice = te * es;
     int me = r->me, n = r->n;
     /* in place, our block is also the output: fold it from the stage */
     int own_staged = a->in_place;
     if (cr < ci && min_of(s, C_IN) > base + cr) {
-        uint64_t g = base + cr, first = cr * te, len = c - first < te ? c - first : te;
+        uint64_t g = base + cr, first = cr * te, len = tile_len(c, te, cr);
         const void *src[n];
         for (int j = 0; j < n; j++)
             src[j] = j == me && !own_staged
@@ -587,8 +596,8 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         *done = cr + 1 == nt;
         return 1;
     }
-    if (ci < nt && (base + ci < D || min_of(s, C_RED) > base + ci - D)) {
-        uint64_t g = base + ci, first = ci * te, len = c - first < te ? c - first : te;
+    if (ci < nt && slot_free(s, base + ci, C_RED)) {
+        uint64_t g = base + ci, first = ci * te, len = tile_len(c, te, ci);
         char *st = stage_of(s, me, g);
         for (int q = 0; q < n; q++)
             if (q != me || own_staged)
@@ -606,12 +615,12 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], D = s->depth, c = a->count;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], c = a->count;
     uint64_t ci = r->u[4], co = r->u[6];
     size_t es = r->es;
     int me = r->me, n = r->n;
     if (co < ci && min_of(s, C_IN) > base + co) {
-        uint64_t g = base + co, first = co * te, len = c - first < te ? c - first : te;
+        uint64_t g = base + co, first = co * te, len = tile_len(c, te, co);
         for (int j = 0; j < n; j++) {
             char *dst = (char *)a->recvbuf + ((uint64_t)j * c + first) * es;
             if (j != me)
@@ -625,8 +634,8 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         *done = co + 1 == nt;
         return 1;
     }
-    if (ci < nt && (base + ci < D || min_of(s, C_OUT) > base + ci - D)) {
-        uint64_t g = base + ci, first = ci * te, len = c - first < te ? c - first : te;
+    if (ci < nt && slot_free(s, base + ci, C_OUT)) {
+        uint64_t g = base + ci, first = ci * te, len = tile_len(c, te, ci);
         copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
         nt_fence();
         publish(s, me, C_IN, g + 1);
