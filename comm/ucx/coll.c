@@ -283,14 +283,6 @@ static inline int mod(int64_t a, int n)
     return (int)(m < 0 ? m + n : m);
 }
 
-/* Part k of n balanced parts of count elements. */
-static inline void part(uint64_t count, uint64_t n, uint64_t k, uint64_t *off, uint64_t *len)
-{
-    uint64_t base = count / n, extra = count % n;
-    *off = k * base + (k < extra ? k : extra);
-    *len = base + (k < extra);
-}
-
 static inline char *at(const void *p, uint64_t elems, size_t es)
 {
     return (char *)p + elems * es;
@@ -506,8 +498,8 @@ static void ring_unit(const ucx_req_t *r, uint64_t count, uint64_t i, ring_unit_
     uint64_t jseg = i % nseg;
     u->chunk = mod(r->me - u->s - (u->ag ? 1 : 2), r->n);
     uint64_t coff, clen, soff;
-    part(count, (uint64_t)r->n, (uint64_t)u->chunk, &coff, &clen);
-    part(clen, nseg, jseg, &soff, &u->len);
+    ucx_part(count, (uint64_t)r->n, (uint64_t)u->chunk, &coff, &clen);
+    ucx_part(clen, nseg, jseg, &soff, &u->len);
     u->off = coff + soff;
 }
 
@@ -528,7 +520,7 @@ static char *ring_dst(const ucx_req_t *r, const ring_unit_t *u)
     const msr_coll_args_t *a = &r->pub.args;
     if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place && u->s == r->n - 2 && !u->ag) {
         uint64_t coff, clen;
-        part(a->count * (uint64_t)r->n, (uint64_t)r->n, (uint64_t)r->me, &coff, &clen);
+        ucx_part(a->count * (uint64_t)r->n, (uint64_t)r->n, (uint64_t)r->me, &coff, &clen);
         return at(a->recvbuf, u->off - coff, r->es);
     }
     return at(ring_full(r), u->off, r->es);
@@ -557,8 +549,8 @@ static msr_status_t step_ring(ucx_req_t *r)
             uint64_t len;
             if ((uint64_t)r->k < nseg) {
                 uint64_t coff, clen, soff;
-                part(count, (uint64_t)r->n, (uint64_t)mod(r->me - 1, r->n), &coff, &clen);
-                part(clen, nseg, (uint64_t)r->k, &soff, &len);
+                ucx_part(count, (uint64_t)r->n, (uint64_t)mod(r->me - 1, r->n), &coff, &clen);
+                ucx_part(clen, nseg, (uint64_t)r->k, &soff, &len);
                 src = at(a->sendbuf, coff + soff, r->es);
             } else {
                 ring_unit(r, count, (uint64_t)r->k - nseg, &u);
@@ -701,7 +693,7 @@ static msr_status_t step_bcast_chain(ucx_req_t *r)
     while (busy) {
         busy = 0;
         while (!first && (uint64_t)r->i < nseg && (uint64_t)(r->i - r->j) < w) {
-            part(a->count, nseg, (uint64_t)r->i, &off, &len);
+            ucx_part(a->count, nseg, (uint64_t)r->i, &off, &len);
             TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], vreal(r, r->vr - 1),
                           at(a->recvbuf, off, r->es), len * r->es, 0));
             r->i++;
@@ -714,7 +706,7 @@ static msr_status_t step_bcast_chain(ucx_req_t *r)
         }
         uint64_t ready = first ? nseg : (uint64_t)r->j;
         while (!last && (uint64_t)r->k < ready && (uint64_t)(r->k - r->s) < sw) {
-            part(a->count, nseg, (uint64_t)r->k, &off, &len);
+            ucx_part(a->count, nseg, (uint64_t)r->k, &off, &len);
             TRY(post_send(r, &r->ops[w + (uint64_t)r->k % sw], vreal(r, r->vr + 1),
                           at(a->recvbuf, off, r->es), len * r->es, 0));
             r->k++;
@@ -774,7 +766,7 @@ static msr_status_t step_reduce_chain(ucx_req_t *r)
     while (busy) {
         busy = 0;
         while (!leaf && (uint64_t)r->i < nseg && (uint64_t)(r->i - r->j) < w) {
-            part(a->count, nseg, (uint64_t)r->i, &off, &len);
+            ucx_part(a->count, nseg, (uint64_t)r->i, &off, &len);
             TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], vreal(r, r->vr + 1),
                           r->scratch + ((uint64_t)r->i % w) * r->u[6], len * r->es, 0));
             r->i++;
@@ -782,7 +774,7 @@ static msr_status_t step_reduce_chain(ucx_req_t *r)
         if (!leaf && (uint64_t)r->j < (uint64_t)r->i && op_test(r, &r->ops[(uint64_t)r->j % w])) {
             if (r->err != MSR_OK)
                 return r->err;
-            part(a->count, nseg, (uint64_t)r->j, &off, &len);
+            ucx_part(a->count, nseg, (uint64_t)r->j, &off, &len);
             msr_reduce(a->op, a->dtype, at(partial, off, r->es), at(a->sendbuf, off, r->es),
                        r->scratch + ((uint64_t)r->j % w) * r->u[6], len);
             if (root)
@@ -792,7 +784,7 @@ static msr_status_t step_reduce_chain(ucx_req_t *r)
         }
         uint64_t ready = leaf ? nseg : (uint64_t)r->j;
         while (!root && (uint64_t)r->k < ready && (uint64_t)(r->k - r->s) < sw) {
-            part(a->count, nseg, (uint64_t)r->k, &off, &len);
+            ucx_part(a->count, nseg, (uint64_t)r->k, &off, &len);
             const char *src = leaf ? at(a->sendbuf, off, r->es) : at(partial, off, r->es);
             TRY(post_send(r, &r->ops[w + (uint64_t)r->k % sw], vreal(r, r->vr - 1), src,
                           len * r->es, 0));

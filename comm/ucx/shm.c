@@ -361,14 +361,6 @@ static char *result_of(const struct ucx_shm *s, uint64_t g)
     return s->result + (size_t)(g % s->depth) * s->tile;
 }
 
-/* Part k of n balanced parts of count elements. */
-static void part_of(uint64_t count, int n, int k, uint64_t *off, uint64_t *len)
-{
-    uint64_t base = count / (uint64_t)n, extra = count % (uint64_t)n, uk = (uint64_t)k;
-    *off = uk * base + (uk < extra ? uk : extra);
-    *len = base + (uk < extra);
-}
-
 /* dst = src[0] op src[1] op ... op src[n-1], folded in rank order. */
 static void fold(const msr_coll_args_t *a, void *dst, const void *const *src, int n, uint64_t count)
 {
@@ -510,7 +502,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     if (cr < ci && min_of(s, C_IN) > base + cr && slot_free(s, base + cr, C_OUT)) {
         uint64_t g = base + cr, first = cr * te, len = tile_len(a->count, te, cr);
         uint64_t off, cnt;
-        part_of(len, n, me, &off, &cnt);
+        ucx_part(len, (uint64_t)n, (uint64_t)me, &off, &cnt);
         if (cnt) {
             const void *src[n];
             for (int j = 0; j < n; j++)
@@ -543,7 +535,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         const char *res = result_of(s, g);
         if (r->u[1]) { /* our part is there already */
             uint64_t off, cnt;
-            part_of(len, n, me, &off, &cnt);
+            ucx_part(len, (uint64_t)n, (uint64_t)me, &off, &cnt);
             memcpy(out, res, off * es);
             memcpy(out + (off + cnt) * es, res + (off + cnt) * es, (len - off - cnt) * es);
         } else {
@@ -557,7 +549,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     if (ci < nt && slot_free(s, base + ci, C_RED)) {
         uint64_t g = base + ci, first = ci * te, len = tile_len(a->count, te, ci);
         uint64_t off, cnt;
-        part_of(len, n, me, &off, &cnt);
+        ucx_part(len, (uint64_t)n, (uint64_t)me, &off, &cnt);
         /* everything but our own part, which we fold from sendbuf */
         const char *in = (const char *)a->sendbuf + first * es;
         char *st = stage_of(s, me, g);

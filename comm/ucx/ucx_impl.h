@@ -195,6 +195,15 @@ struct ucx_req {
     _Alignas(64) char inline_scratch[UCX_INLINE_SCRATCH]; /* aligned for any dtype */
 };
 
+/* Part k of n balanced parts of count elements (the first count % n parts
+ * one element longer). */
+static inline void ucx_part(uint64_t count, uint64_t n, uint64_t k, uint64_t *off, uint64_t *len)
+{
+    uint64_t base = count / n, extra = count % n;
+    *off = k * base + (k < extra ? k : extra);
+    *len = base + (k < extra);
+}
+
 /* The engine's lock, counting who waits for it: a thread that spins in a
  * wait lets it go for a moment when someone does. */
 static inline void ucx_engine_lock(ucx_engine_t *e)
