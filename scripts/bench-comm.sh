@@ -38,7 +38,7 @@ if [ "${ALGOS:-0}" = 1 ]; then
     case $op in
     allreduce) algos="slots tiles direct rd ring" ;;
     reduce_scatter | allgather) algos="tiles direct ring" ;;
-    broadcast | reduce) algos="binomial chain" ;;
+    broadcast | reduce) algos="tiles binomial chain" ;;
     *) echo "bench-comm.sh: $op has one algorithm" >&2; exit 2 ;;
     esac
     var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)

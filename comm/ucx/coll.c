@@ -979,6 +979,9 @@ static ucx_algo_t choose(const ucx_req_t *r)
         return total < t->allgather_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_BROADCAST:
     case MSR_COLL_REDUCE: {
+        /* small vectors: the tree's messages beat the tiles' hand-offs */
+        if (r->uc->shm_tile && (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && bytes > t->shm_max)))
+            return UCX_ALGO_SHM;
         if (f == UCX_ALGO_BINOMIAL || f == UCX_ALGO_CHAIN)
             return f;
         /* A chain is n-1 hops deep: in large groups only for large vectors. */
@@ -1126,6 +1129,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         }
         return MSR_OK;
     case MSR_COLL_BROADCAST:
+        if (algo == UCX_ALGO_SHM)
+            return shm_tiled_start(r, "broadcast(shm tiles)");
         if (algo == UCX_ALGO_CHAIN) {
             r->step = step_bcast_chain;
             r->algo = "broadcast(chain)";
@@ -1135,6 +1140,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->algo = "broadcast(binomial)";
         return ops_reserve(r, 64);
     case MSR_COLL_REDUCE:
+        if (algo == UCX_ALGO_SHM)
+            return shm_tiled_start(r, "reduce(shm tiles)");
         if (algo == UCX_ALGO_CHAIN) {
             r->step = step_reduce_chain;
             r->algo = "reduce(chain)";

@@ -383,14 +383,18 @@ static uint64_t tile_elems(const struct ucx_shm *s, msr_coll_t coll, size_t es)
  * block). */
 static size_t total_bytes(const ucx_req_t *r)
 {
-    return r->pub.args.coll == MSR_COLL_ALLREDUCE ? r->bytes : r->bytes * (size_t)r->n;
+    msr_coll_t c = r->pub.args.coll;
+    return c == MSR_COLL_REDUCE_SCATTER || c == MSR_COLL_ALLGATHER ? r->bytes * (size_t)r->n
+                                                                   : r->bytes;
 }
 
 /* May this operation's stores bypass the cache (MSR_COMM_SHM_NT and
  * MSR_COMM_SHM_NT_MIN)? */
 static int may_bypass(const ucx_req_t *r)
 {
-    return r->uc->tune.shm_nt != 0 && total_bytes(r) >= r->uc->tune.shm_nt_min;
+    /* not a reduce: the members but the root have no output to fold into */
+    return r->uc->tune.shm_nt != 0 && r->pub.args.coll != MSR_COLL_REDUCE &&
+           total_bytes(r) >= r->uc->tune.shm_nt_min;
 }
 
 static int size_class(size_t bytes)
@@ -491,7 +495,8 @@ static int slot_free(const struct ucx_shm *s, uint64_t g, int c)
     return g < s->depth || min_of(s, c) > g - s->depth;
 }
 
-/* Tile i of an allreduce: elements [i * te, i * te + len). */
+/* Tile i of an allreduce, or of a reduce (only the root copies the
+ * result out): elements [i * te, i * te + len). */
 static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -527,6 +532,11 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         }
         publish(s, me, C_RED, g + 1);
         r->u[5] = cr + 1;
+        if (a->coll == MSR_COLL_REDUCE && me != a->root) { /* the root copies */
+            publish(s, me, C_OUT, g + 1);
+            r->u[6] = cr + 1;
+            *done = cr + 1 == nt;
+        }
         return 1;
     }
     if (co < cr && min_of(s, C_RED) > base + co) {
@@ -637,6 +647,40 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     return 0;
 }
 
+/* Tile i of a broadcast: the root stages it, the others copy it out of the
+ * root's stage slot. */
+static int bc_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7];
+    uint64_t ci = r->u[4], co = r->u[6];
+    size_t es = r->es;
+    int me = r->me, root = a->root;
+    char *buf = a->recvbuf;
+    if (me == root) {
+        if (ci >= nt || !slot_free(s, base + ci, C_OUT))
+            return 0;
+        uint64_t g = base + ci, len = tile_len(a->count, te, ci);
+        copy_for_peers(r, stage_of(s, me, g), buf + ci * te * es, len * es);
+        nt_fence();
+        publish(s, me, C_IN, g + 1);
+        publish(s, me, C_RED, g + 1);
+        publish(s, me, C_OUT, g + 1);
+        r->u[4] = ci + 1;
+        *done = ci + 1 == nt;
+        return 1;
+    }
+    uint64_t g = base + co;
+    if (co >= nt || atomic_load_explicit(&s->ctl[root].c[C_IN], memory_order_acquire) <= g)
+        return 0;
+    memcpy(buf + co * te * es, stage_of(s, root, g), tile_len(a->count, te, co) * es);
+    publish(s, me, C_RED, g + 1);
+    publish(s, me, C_OUT, g + 1);
+    r->u[6] = co + 1;
+    *done = co + 1 == nt;
+    return 1;
+}
+
 /* u[0]: the operation's number; u[2]..u[7]: see ucx_shm_tiled_init. Does
  * every move it can, then lets the others catch up. */
 msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
@@ -655,7 +699,11 @@ msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
         int m;
         switch (r->pub.args.coll) {
         case MSR_COLL_ALLREDUCE:
+        case MSR_COLL_REDUCE:
             m = ar_move(r, s, &done);
+            break;
+        case MSR_COLL_BROADCAST:
+            m = bc_move(r, s, &done);
             break;
         case MSR_COLL_REDUCE_SCATTER:
             m = rs_move(r, s, &done);

@@ -424,7 +424,7 @@ static void check_all(tc_t *t, uint64_t large)
 
 /* The algorithm settings tried in turn; each makes its communicators anew
  * (settings are read when a communicator is made). */
-static const char *const configs[][10] = {
+static const char *const configs[][12] = {
     {"auto", NULL},
     {"direct", "MSR_COMM_ALGO_ALLREDUCE=direct", "MSR_COMM_ALGO_REDUCE_SCATTER=direct",
      "MSR_COMM_ALGO_ALLGATHER=direct", "MSR_COMM_ALGO_BROADCAST=binomial",
@@ -436,12 +436,13 @@ static const char *const configs[][10] = {
     /* the tiled shared-memory path with tiles small enough for many of
      * them (and parts of a few elements) in every case */
     {"shm tiles", "MSR_COMM_ALGO_ALLREDUCE=shm", "MSR_COMM_ALGO_REDUCE_SCATTER=shm",
-     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
-     "MSR_COMM_SHM_TILES=2", NULL},
+     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_ALGO_BROADCAST=shm", "MSR_COMM_ALGO_REDUCE=shm",
+     "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096", "MSR_COMM_SHM_TILES=2", NULL},
     /* the same with every store bypassing the cache */
     {"shm tiles nt", "MSR_COMM_ALGO_ALLREDUCE=shm", "MSR_COMM_ALGO_REDUCE_SCATTER=shm",
-     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
-     "MSR_COMM_SHM_TILES=3", "MSR_COMM_SHM_NT=1", "MSR_COMM_SHM_NT_MIN=0", NULL},
+     "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_ALGO_BROADCAST=shm", "MSR_COMM_ALGO_REDUCE=shm",
+     "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096", "MSR_COMM_SHM_TILES=3", "MSR_COMM_SHM_NT=1",
+     "MSR_COMM_SHM_NT_MIN=0", NULL},
 };
 
 static void set_config(const char *const *cfg)
