@@ -425,10 +425,11 @@ static uint64_t estimate(const struct ucx_shm *s, int c, int kind)
  * whether the members' cores share a cache, which can change while a job
  * runs (a VM's vCPUs move between core complexes): with "auto", each size
  * class first measures both kinds of store, then runs with the one whose
- * recent best was faster, and every fourth operation with the other, to
- * notice a change. The choice is this rank's own (the bits of the result
- * do not depend on it); the probes fall on the same operations on every
- * member, since all count the same operations. */
+ * recent best was faster, and every sixteenth operation with the other, to
+ * notice a change (one good sample of it is enough to switch back). The
+ * choice is this rank's own (the bits of the result do not depend on it);
+ * the probes fall on the same operations on every member, since all count
+ * the same operations. */
 static int choose_bypass(ucx_req_t *r)
 {
     if (!may_bypass(r))
@@ -442,7 +443,7 @@ static int choose_bypass(ucx_req_t *r)
     if (plain == 0 || past == 0)
         return k & 1; /* measuring both, alternately */
     int best = past < plain;
-    return k % 4 == 3 ? !best : best;
+    return k % 16 == 15 ? !best : best;
 }
 
 /* An operation that chose by measurement ended: its time per KiB replaces
