@@ -36,6 +36,13 @@ fail() {
     FAILED=1
     if [ -f "$TMP/out" ]; then echo "--- stdout:" >&2; tail -n 30 "$TMP/out" >&2; fi
     if [ -f "$TMP/err" ]; then echo "--- stderr:" >&2; tail -n 30 "$TMP/err" >&2; fi
+    # the output of each msrun of a multi-node test (a.out, n0.err, ...)
+    local f
+    for f in "$TMP"/*.out "$TMP"/*.err; do
+        [ -f "$f" ] || continue
+        echo "--- $(basename "$f"):" >&2
+        tail -n 30 "$f" >&2
+    done
     exit 1
 }
 
