@@ -1,6 +1,7 @@
-/* The shared-memory path for small collectives of a group whose members are
- * all on this node: one segment per communicator with, per member, a
- * sequence word on its own cache line and two data slots. An allreduce
+/* The shared-memory paths of a group whose members are all on this node:
+ * one segment per communicator with, per member, a sequence word on its own
+ * cache line and two data slots for small allreduces and barriers, and an
+ * area for the tiled path of larger collectives (below). An allreduce
  * copies its input into its slot, publishes the operation's number, waits
  * until every member has published it, and folds the slots in rank order
  * (so every rank gets the same bits, as with the direct algorithm). No
@@ -269,15 +270,15 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
 }
 
 /* ---- the tiled path ----
- * Large allreduce, reduce-scatter and allgather of a group on one node go
- * through the segment tile by tile, pipelined: a member copies a tile of its
- * input into its stage slot (stage), folds its part of the tile from every
- * member's stage in rank order (reduce: into the result slot for an
- * allreduce, straight into its output for a reduce-scatter), and copies the
- * whole tile out (copy). Every byte crosses between processes once, by
- * memcpy, where the UCX ring pulls it through process_vm_readv twice; and
- * every element is folded by one member, in rank order, so every rank gets
- * the same bits, whatever the tile size.
+ * Large allreduce, broadcast and reduce, and reduce-scatter and allgather,
+ * of a group on one node go through the segment tile by tile, pipelined: a
+ * member copies a tile of its input into its stage slot (stage), folds its
+ * part of the tile from every member's stage in rank order (reduce: into
+ * the result slot for an allreduce, straight into its output for a
+ * reduce-scatter), and copies the whole tile out (copy). Every byte crosses
+ * between processes once, by memcpy, where the UCX ring pulls it through
+ * process_vm_readv twice; and every element is folded by one member, in
+ * rank order, so every rank gets the same bits, whatever the tile size.
  *
  * Slots are reused every depth tiles. Tile g goes into slot g % depth; a
  * member stages tile g once every member's red has passed g - depth (nobody

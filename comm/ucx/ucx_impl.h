@@ -242,9 +242,9 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
 /* The shared-memory allreduce (and barrier: count 0) as a step function. */
 msr_status_t ucx_shm_step(ucx_req_t *r);
-/* The tiled allreduce, reduce-scatter and allgather: scratch tells the
- * bytes of r->scratch it needs, init counts the operation's tiles (r->u[0]
- * already numbered it), step runs it. */
+/* The tiled allreduce, reduce-scatter, allgather, broadcast and reduce:
+ * scratch tells the bytes of r->scratch it needs, init counts the
+ * operation's tiles (r->u[0] already numbered it), step runs it. */
 size_t ucx_shm_tiled_scratch(const ucx_req_t *r);
 void ucx_shm_tiled_init(ucx_req_t *r);
 msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
