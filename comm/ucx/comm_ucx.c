@@ -29,7 +29,7 @@ static void abort_cb(void *request, ucs_status_t status, const ucp_tag_recv_info
 }
 
 /* Posts the receive for other members' abort notices. Lock held. */
-static msr_status_t post_abort_recv(ucx_comm_t *uc)
+msr_status_t ucx_post_abort_recv(ucx_comm_t *uc)
 {
     ucp_request_param_t prm = {
         .op_attr_mask =
@@ -83,7 +83,8 @@ static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int 
     if (uc == NULL)
         goto err_comm;
     uc->peer = msr_calloc((size_t)size, sizeof *uc->peer);
-    if (uc->peer == NULL)
+    uc->left = msr_calloc((size_t)size, 1);
+    if (uc->peer == NULL || uc->left == NULL)
         goto err_uc;
     uc->engine = e;
     uc->comm = comm;
@@ -92,7 +93,7 @@ static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int 
         uc->peer[i] = &e->peers[world_ranks[i]];
     ucx_tuning_read(&uc->tune, e->local_size);
     ucx_engine_lock(e);
-    st = post_abort_recv(uc);
+    st = ucx_post_abort_recv(uc);
     if (st == MSR_OK)
         msr_list_push_back(&e->comms, &uc->link);
     ucx_engine_unlock(e);
@@ -103,8 +104,9 @@ static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int 
     return MSR_OK;
 
 err_peer:
-    msr_free(uc->peer);
 err_uc:
+    msr_free(uc->peer);
+    msr_free(uc->left);
     msr_free(uc);
 err_comm:
     msr_comm_free(comm);
@@ -256,6 +258,8 @@ static void ucx_close(msr_comm_t *comm)
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
     ucx_engine_lock(e);
+    if (msr_comm_status(comm) == MSR_OK)
+        ucx_comm_say_left(uc);
     uc->closed = 1;
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &e->active)
@@ -276,6 +280,7 @@ static void ucx_release(msr_comm_t *comm)
     ucx_shm_free(uc);
     msr_free(uc->cache);
     msr_free(uc->peer);
+    msr_free(uc->left);
     msr_free(uc);
     ucx_engine_unref(e);
 }

@@ -493,6 +493,34 @@ static void reap_orphans(ucx_engine_t *e)
     e->n_orphans = k;
 }
 
+/* Receives and drops the notices (left, abort) that arrived for
+ * communicators already gone, so that UCX has no unmatched message to warn
+ * about when the worker goes. */
+static void drain_notices(ucx_engine_t *e)
+{
+    ucp_tag_recv_info_t info;
+    int64_t sink[2];
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    for (int i = 0; i < 1 << 16; i++) {
+        ucp_tag_message_h m =
+            ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0), ~0ull << 62, 1, &info);
+        if (m == NULL)
+            return;
+        void *h = ucp_tag_msg_recv_nbx(e->worker, sink, sizeof sink, m, &prm);
+        if (UCS_PTR_IS_ERR(h))
+            return;
+        uint64_t deadline = msr_deadline_in_ms(100);
+        while (h != NULL && ucp_request_check_status(h) == UCS_INPROGRESS &&
+               !msr_deadline_passed(deadline))
+            ucp_worker_progress(e->worker);
+        if (h != NULL) {
+            if (ucp_request_check_status(h) == UCS_INPROGRESS)
+                return; /* leave it to ucp_worker_destroy */
+            ucp_request_free(h);
+        }
+    }
+}
+
 /* Closes the endpoints: flushed to live peers, by force to lost peers where
  * UCX allows it (error mode PEER), never waiting past a short bound. The
  * endpoints of lost peers on this node (error mode NONE) are left to
@@ -552,6 +580,7 @@ void ucx_engine_unref(ucx_engine_t *e)
               (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     reap_orphans(e);
     close_endpoints(e);
+    drain_notices(e);
     for (size_t i = 0; i < e->n_orphans; i++)
         ucp_request_free(e->orphans[i]);
     msr_list_t *pos, *tmp;
@@ -580,6 +609,15 @@ void ucx_engine_unref(ucx_engine_t *e)
 }
 
 /* ---- failures ---- */
+
+/* Did the member with this job rank say it left the communicator? */
+static int has_left(const ucx_comm_t *uc, int world_rank)
+{
+    for (int i = 0; i < uc->comm->size; i++)
+        if (uc->comm->world_ranks[i] == world_rank)
+            return uc->left[i];
+    return 0;
+}
 
 static int is_member(const ucx_comm_t *uc, int world_rank)
 {
@@ -673,6 +711,12 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
     }
 }
 
+void ucx_comm_say_left(ucx_comm_t *uc)
+{
+    if (uc->comm->size > 1)
+        send_aborts(uc, MSR_OK, uc->comm->rank);
+}
+
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
 {
     if (st != MSR_ERR_CANCELED)
@@ -715,7 +759,7 @@ static void handle_deaths(ucx_engine_t *e)
         msr_list_for_each_safe(pos, tmp, &e->comms)
         {
             ucx_comm_t *uc = MSR_CONTAINER_OF(pos, ucx_comm_t, link);
-            if (is_member(uc, p->world_rank))
+            if (is_member(uc, p->world_rank) && !has_left(uc, p->world_rank))
                 ucx_comm_fail(uc, MSR_ERR_PEER_LOST, p->world_rank,
                               "peer lost: job rank %d (pid %d) died or disconnected", p->world_rank,
                               p->pid);
@@ -736,6 +780,18 @@ static void handle_aborts(ucx_engine_t *e)
             continue;
         uc->abort_arrived = 0;
         msr_status_t st = (msr_status_t)uc->abort_in[0];
+        if (st == MSR_OK) {
+            /* a member destroyed the communicator cleanly: its exit is not
+             * a failure here; listen for the next notice */
+            int64_t who = uc->abort_in[1];
+            if (who >= 0 && who < uc->comm->size)
+                uc->left[who] = 1;
+            ucp_request_free(uc->abort_req);
+            uc->abort_req = NULL;
+            if (!uc->closed && ucx_post_abort_recv(uc) != MSR_OK)
+                MSR_DEBUG("comm %u: cannot post the abort receive again", uc->id);
+            continue;
+        }
         if (st >= 0 || st == MSR_ERR_CANCELED)
             st = MSR_ERR_PEER_LOST;
         ucx_comm_fail(uc, st, (int)uc->abort_in[1],
@@ -787,10 +843,11 @@ static int progress_all(ucx_engine_t *e)
      * progressed, the steps have nothing new to see. */
     if (events == 0 && !e->dead_pending && !e->abort_pending && !e->shm_active)
         return 0;
-    if (e->dead_pending)
-        handle_deaths(e);
+    /* notices first: a member that said it left and then exited is not lost */
     if (e->abort_pending)
         handle_aborts(e);
+    if (e->dead_pending)
+        handle_deaths(e);
     /* A request that ends leaves the list, and one that fails may take
      * others of its communicator with it: start over after each. */
     msr_list_t *pos;

@@ -139,8 +139,9 @@ typedef struct ucx_comm {
     msr_list_t link;   /* in engine->comms */
     ucx_tuning_t tune;
     void *abort_req;
-    int64_t abort_in[2]; /* status, job rank */
+    int64_t abort_in[2]; /* status, job rank (status MSR_OK: that member left) */
     int abort_arrived;
+    unsigned char *left; /* by rank: the member destroyed its communicator cleanly */
     int closed;
     /* one cached scratch block, reused by the next operation */
     void *cache;
@@ -231,6 +232,11 @@ void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
 void ucx_engine_bury(ucx_engine_t *e, void *mem);
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Tells the other members of a healthy communicator that this rank is done
+ * with it, so that its exit afterwards does not break it for them. */
+void ucx_comm_say_left(ucx_comm_t *uc);
+/* comm_ucx.c: (re)posts the receive of the members' notices. Lock held. */
+msr_status_t ucx_post_abort_recv(ucx_comm_t *uc);
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ucx_req_done(ucx_req_t *r);

@@ -18,6 +18,9 @@
  *                ring across nodes)
  *   killring     the same with the UCX ring forced
  *   killsmall    the same with 8-byte allreduces (the shared-memory slots)
+ *   leave        rank 0 destroys the world after a barrier and exits; the
+ *                others, still holding it, go on among themselves on it
+ *                (point to point): a member that left cleanly is not lost
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  * Every rank checks its own results; a failed check prints the case and
@@ -887,6 +890,40 @@ static void mode_determinism(msr_comm_t *world)
     free(hout);
 }
 
+/* ---- a member leaves cleanly ---- */
+
+static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    if (n < 3)
+        fail("leave needs 3 ranks or more");
+    snprintf(g_case, sizeof g_case, "leave: barrier");
+    OK(msr_comm_barrier(world));
+    if (me == 0) {
+        msr_comm_destroy(world);
+        msr_finalize(ctx);
+        printf("ok leave (rank 0 left)\n");
+        fflush(stdout);
+        exit(0);
+    }
+    /* long enough for rank 0's exit to be noticed (liveness every 50 ms) */
+    usleep(500 * 1000);
+    snprintf(g_case, sizeof g_case, "leave: ring among the others");
+    int next = me == n - 1 ? 1 : me + 1, prev = me == 1 ? n - 1 : me - 1;
+    int64_t out = me * 1000, in = -1;
+    msr_comm_req_t *req = NULL;
+    OK(msr_comm_isend(world, &out, 1, MSR_DTYPE_I64, next, 7, &req));
+    OK(msr_comm_recv(world, &in, 1, MSR_DTYPE_I64, prev, 7));
+    OK(msr_comm_wait(req));
+    if (in != prev * 1000)
+        fail("got %lld from rank %d", (long long)in, prev);
+    if (msr_comm_status(world) != MSR_OK)
+        fail("the communicator broke when rank 0 left");
+    msr_comm_destroy(world);
+    msr_finalize(ctx);
+    exit(0);
+}
+
 /* ---- failures ---- */
 
 static void *killer(void *arg)
@@ -967,7 +1004,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "stop\n");
+                "leave|stop\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1003,6 +1040,8 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 1 << 18);
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2);
+    else if (strcmp(mode, "leave") == 0)
+        mode_leave(ctx, world);
     else if (strcmp(mode, "stop") == 0)
         mode_failure(ctx, world, 1, 1 << 18);
     else

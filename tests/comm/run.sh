@@ -97,7 +97,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | p2p | threads)
+collectives | samecomm | inflight | p2p | threads | leave)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
