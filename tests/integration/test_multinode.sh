@@ -4,6 +4,7 @@
 # combining of a node's calls, and workers that join without msrun.
 . "$(dirname "$0")/lib.sh"
 BATCH=$BUILD/tests/batch_worker
+use_token_file
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
