@@ -77,7 +77,8 @@ static const opt_def_t opt_defs[] = {
     {O_NODE_RANK, "node_rank", {NULL}, T_INT, "-1", "R",
      "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
     {O_LOG_DIR, "log_dir", {NULL}, T_STR, "none", "DIR",
-     "also write each worker's output to DIR/worker_<rank>.log."},
+     "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
+     "msrun makes are 0700; DIR must belong to you)."},
     {O_JOIN, "join", {NULL}, T_BOOL, "true", "BOOL",
      "accepted for MindSpore compatibility: msrun always stays and supervises its workers."},
     {O_CLUSTER_TIME_OUT, "cluster_time_out", {"rdzv_timeout"}, T_SECONDS, "600", "SEC",
@@ -117,7 +118,7 @@ static const opt_def_t opt_defs[] = {
      "a worker linking libmsrun whose process stops beating this long, or that stops "
      "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
     {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
-     "write the root cause of a failure as JSON to PATH."},
+     "write the root cause of a failure as JSON to PATH (mode 0600)."},
     {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
      "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
      "get all)."},
@@ -493,8 +494,8 @@ int msr_options_show_rank(const msr_options_t *o, int rank)
 void msr_options_usage(FILE *out)
 {
     fprintf(out, "usage: msrun [options] PROGRAM [ARGS...]\n"
-                 "       msrun coordinator [--port P] [--bind ADDR] [options]\n"
-                 "       msrun status [--master_addr A] [--master_port P] [--token T]\n"
+                 "       msrun coordinator [--port P] [--host ADDR] [options]\n"
+                 "       msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"
