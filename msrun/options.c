@@ -613,11 +613,12 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
             }
             v = v_arg = argv[++i];
         }
-        if ((d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN])) {
+        int bad =
+            (d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN]);
+        if (bad)
             opt_error("give --token or --token_file, not both");
-            return 2;
-        }
-        int bad = apply(o, d, v, where) != 0;
+        else
+            bad = apply(o, d, v, where) != 0;
         /* The token leaves the process list (/proc/PID/cmdline) at once;
          * apply() copied it. */
         if (d->id == O_TOKEN)

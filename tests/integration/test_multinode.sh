@@ -100,7 +100,7 @@ ok "proxy: 8 ranks on 2 nodes make 2 coordinator calls per allgather and barrier
 
 # 6. workers started without msrun join the coordinator directly
 port=$(free_port)
-env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=direct-token "$MSRUN" coordinator \
+env -u MSRUN_TOKEN_FILE MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=direct-token "$MSRUN" coordinator \
     --bind "127.0.0.1:$port" --log_level=warn >"$TMP/coord.out" 2>&1 &
 coord=$!
 pids=()
