@@ -1,7 +1,8 @@
 #!/bin/bash
 # An existing --log_dir that belongs to another user is refused: that user
-# could read the logs or put links in them. Making such a directory needs
-# root (chown); skipped with exit 77 otherwise.
+# could read the logs or put links in them; so is a token file of another
+# user (they chose, and know, the token). Making such files needs root
+# (chown); skipped with exit 77 otherwise.
 . "$(dirname "$0")/lib.sh"
 
 if [ "$(id -u)" != 0 ]; then
@@ -21,4 +22,11 @@ expect_code 2 "another user's log directory"
 expect_in "belongs to uid $other" "$TMP/err" "the refusal names the owner"
 [ -z "$(ls -A "$TMP/theirs")" ] || fail "nothing is written there: $(ls -A "$TMP/theirs")"
 ok "an existing log directory of another user is refused"
+
+(umask 077 && echo "their-token" >"$TMP/theirs.token")
+chown nobody "$TMP/theirs.token"
+run_msrun --worker_num=1 --token_file="$TMP/theirs.token" "$TMP/say.sh"
+expect_code 2 "another user's token file"
+expect_in "owned by uid $other, not by this user" "$TMP/err" "the refusal names the owner"
+ok "a token file of another user is refused"
 no_leftovers "files owner"
