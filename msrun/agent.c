@@ -29,6 +29,7 @@
 #include "msrun/link.h"
 #include "msrun/net.h"
 #include "msrun/proxy.h"
+#include "msrun/token.h"
 #include "msrun/workers.h"
 #include "rendezvous/rpc.h"
 
@@ -49,12 +50,14 @@ typedef struct agent {
     char coord_target[300]; /* host:port of the coordinator */
     char coord_ip[64];
     int coord_port;
-    char token[256];
+    char token[MSR_TOKEN_MAX + 1]; /* "" until decided (setup_coordinator) */
+    char token_file[300];          /* the token this node generated, for the others */
     char job_id[256];
     pid_t coord_pid; /* the embedded coordinator, 0 if none */
     msr_proxy_t *proxy;
     char job_dir[240]; /* 0700, holds the proxy's socket */
     char socket_path[280];
+    int log_dir_fd; /* --log_dir, checked and opened once; -1 without */
     char node_id[64];
     char host[64]; /* where peers reach this node */
     int free_port;
@@ -202,7 +205,10 @@ static void write_error_file(agent_t *a)
     msr_buf_printf(&b, "%s]\n}\n", c->ntail ? "\n  " : "");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", a->o->error_file, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Readable by this user only, and never through a link planted at the
+     * temporary name: the rename then replaces the name itself. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || msr_write_all(fd, b.data, b.len) != MSR_OK || fsync(fd) != 0 || close(fd) != 0 ||
         rename(tmp, a->o->error_file) != 0) {
         MSR_ERROR("cannot write the error file %s: %s", a->o->error_file, strerror(errno));
@@ -211,6 +217,50 @@ static void write_error_file(agent_t *a)
         unlink(tmp);
     }
     msr_buf_cleanup(&b);
+}
+
+/* Creates the missing parts of --log_dir (mode 0700: logs are this user's
+ * business) and opens it. An existing directory must belong to this user:
+ * another user's (a world-writable /tmp/logs planted in advance, say) could
+ * read, replace or redirect the logs. Prints the error; returns the
+ * directory's descriptor or -1. */
+static int open_log_dir(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        fprintf(stderr, "msrun: error: log_dir %.100s...: the path is too long\n", dir);
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0700);
+            *p = '/';
+        }
+    }
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "msrun: error: cannot create log_dir %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    /* The checks look at the directory that is opened, not at a name that
+     * could change in between; the logs are then opened relative to it. */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        fprintf(stderr, "msrun: error: cannot open log_dir %s: %s\n", dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (sb.st_uid != geteuid()) {
+        fprintf(stderr,
+                "msrun: error: log_dir %s belongs to uid %u, not to this user (uid %u): another "
+                "user could read or redirect the logs there; choose a directory of your own\n",
+                dir, (unsigned)sb.st_uid, (unsigned)geteuid());
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* ---- the embedded coordinator ---- */
@@ -278,6 +328,7 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
         }
         dup2(a->devnull, STDIN_FILENO);
         setenv("MSRUN_TOKEN", a->token, 1);
+        unsetenv("MSRUN_TOKEN_FILE");
         execv("/proc/self/exe", argv);
         _exit(127);
     }
@@ -365,8 +416,26 @@ static int setup_coordinator(agent_t *a)
         char target[300];
         snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
         char perr[400];
-        if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0 &&
-            probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+        int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
+        int generated = 0;
+        if (a->token[0] == '\0') {
+            /* No token given: only the node that starts the coordinator may
+             * make one up; the others cannot guess it (that is the point). */
+            if (!here) {
+                fprintf(stderr,
+                        "msrun: error: no job token: every node of a multi-node job needs the "
+                        "job's token; give this node the one node 0 generated (it printed where "
+                        "it wrote it), or give every node the same with --token_file FILE "
+                        "(mode 0600) or MSRUN_TOKEN\n");
+                return 2;
+            }
+            if (msr_token_generate(a->token, sizeof a->token, err, sizeof err) != MSR_OK) {
+                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+                return 2;
+            }
+            generated = 1;
+        }
+        if (here && !generated && probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
             /* another msrun on this host already started it */
             MSR_DEBUG("joining the coordinator already running at %s", target);
         } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
@@ -376,6 +445,14 @@ static int setup_coordinator(agent_t *a)
                 /* Taken: by this job's coordinator (another msrun on this host
                  * started it), or by something else. */
                 msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
+                if (st == MSR_ERR_PERMISSION && generated) {
+                    fprintf(stderr,
+                            "msrun: error: port %d on %s is in use by a msrun coordinator and "
+                            "this node has no job token: if it is this job's, give this node "
+                            "the job's token (--token_file FILE or MSRUN_TOKEN)\n",
+                            a->coord_port, a->coord_ip);
+                    return 2;
+                }
                 if (st == MSR_ERR_PERMISSION) {
                     fprintf(stderr,
                             "msrun: error: port %d on %s is in use by another msrun job "
@@ -395,6 +472,19 @@ static int setup_coordinator(agent_t *a)
                     return 2;
                 }
                 MSR_INFO("joining the coordinator another msrun started at %s", target);
+            } else if (generated && (o->max_nodes > 1 || o->worker_num > o->local_worker_num)) {
+                /* The others need it: in a file only this user can read,
+                 * never in a log line that others may read. */
+                snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
+                if (msr_token_write_file(a->token_file, a->token, err, sizeof err) != MSR_OK) {
+                    a->token_file[0] = '\0';
+                    fprintf(stderr, "msrun: error: %s\n", err);
+                    return 2;
+                }
+                MSR_WARN("no job token given: generated one in %s (readable only by you); start "
+                         "the other nodes with --token_file set to a copy of that file (mode "
+                         "0600), or with MSRUN_TOKEN set to its content",
+                         a->token_file);
             }
         }
     }
@@ -457,6 +547,7 @@ static void spawn_workers(agent_t *a)
         .master_addr = a->master_addr,
         .master_port = a->master_port,
         .log_dir = o->log_dir,
+        .log_dir_fd = a->log_dir_fd,
         .bind_core = o->bind_core,
         .devnull = a->devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
@@ -1155,7 +1246,7 @@ static void sweep_stale_job_dirs(const char *top)
             continue; /* alive (or not ours to judge) */
         char path[600];
         static const char *const files[] = {"agent.sock", "coordinator.state",
-                                            "coordinator.state.tmp"};
+                                            "coordinator.state.tmp", "token"};
         for (size_t i = 0; i < MSR_ARRAY_SIZE(files); i++) {
             snprintf(path, sizeof path, "%s/%s/%s", top, e->d_name, files[i]);
             unlink(path);
@@ -1210,6 +1301,8 @@ static void remove_job_dir(agent_t *a)
     if (a->job_dir[0] == '\0')
         return;
     unlink(a->socket_path);
+    if (a->token_file[0])
+        unlink(a->token_file);
     unlink(a->state_file);
     char tmp[sizeof a->state_file + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", a->state_file);
@@ -1237,23 +1330,10 @@ int msr_agent_run(msr_options_t *o)
         fprintf(stderr, "msrun: error: /dev/null: %s\n", strerror(errno));
         return 2;
     }
+    a.log_dir_fd = -1;
     int rc = 2;
-    if (o->log_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s", o->log_dir);
-        for (char *p = path + 1; *p; p++) {
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(path, 0755);
-                *p = '/';
-            }
-        }
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "msrun: error: cannot create log_dir %s: %s\n", o->log_dir,
-                    strerror(errno));
-            goto out_devnull;
-        }
-    }
+    if (o->log_dir && (a.log_dir_fd = open_log_dir(o->log_dir)) < 0)
+        goto out_devnull;
     /* Job identity: standalone jobs get random ones. */
     unsigned char rnd[16];
     msr_random_bytes(rnd, sizeof rnd);
@@ -1263,13 +1343,17 @@ int msr_agent_run(msr_options_t *o)
         snprintf(a.job_id, sizeof a.job_id, "job-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
     else
         snprintf(a.job_id, sizeof a.job_id, "default");
+    /* The token: given, or random (a standalone job's here; a multi-node
+     * job's in setup_coordinator, which knows whether this node starts the
+     * coordinator). Never derived from anything others know. */
     if (o->token) {
         snprintf(a.token, sizeof a.token, "%s", o->token);
     } else if (o->master_addr == NULL) {
-        for (int i = 0; i < 16; i++)
-            snprintf(a.token + 2 * i, 3, "%02x", rnd[i]);
-    } else {
-        msr_default_token(a.job_id, a.token, sizeof a.token);
+        char err[300];
+        if (msr_token_generate(a.token, sizeof a.token, err, sizeof err) != MSR_OK) {
+            fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+            goto out_devnull;
+        }
     }
     /* Block nothing, ignore SIGPIPE (a closed terminal must not kill msrun). */
     signal(SIGPIPE, SIG_IGN);
@@ -1386,16 +1470,8 @@ out_coord:
 out_devnull:
     remove_job_dir(&a);
     cause_clear(&a.cause);
+    if (a.log_dir_fd >= 0)
+        close(a.log_dir_fd);
     close(a.devnull);
     return rc;
-}
-
-void msr_default_token(const char *job_id, char *out, size_t len)
-{
-    uint64_t h1 = 1469598103934665603ull, h2 = 0x9e3779b97f4a7c15ull;
-    for (const unsigned char *p = (const unsigned char *)job_id; *p; p++) {
-        h1 = (h1 ^ *p) * 1099511628211ull;
-        h2 = (h2 ^ *p) * 0xff51afd7ed558ccdull;
-    }
-    snprintf(out, len, "msr-%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
 }

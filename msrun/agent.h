@@ -15,8 +15,4 @@ int msr_coordinator_main(int argc, char **argv);
 /* `msrun status ...`: prints the job's members and state. */
 int msr_status_main(int argc, char **argv);
 
-/* The token nodes use when none is given: derived from the job id (not a
- * secret; --token gives real protection). out gets 33 bytes. */
-void msr_default_token(const char *job_id, char *out, size_t len);
-
 #endif

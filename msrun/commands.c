@@ -6,12 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/server.h"
 #include "msrun/agent.h"
+#include "msrun/token.h"
 #include "rendezvous/rpc.h"
 
 static volatile sig_atomic_t coord_stop;
@@ -24,28 +26,80 @@ static void on_stop_signal(int sig)
 
 static void coordinator_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: msrun coordinator [options]\n"
-            "\n"
-            "Serves one job's coordinator until the job ends and every node has left (or\n"
-            "until SIGINT/SIGTERM). Agents reach it with --master_addr/--master_port.\n"
-            "\n"
-            "  --port P               listen on 0.0.0.0:P [default 8118; env MSRUN_MASTER_PORT]\n"
-            "  --bind ADDR:PORT       listen on this address instead\n"
-            "  --job_id ID            the job's id [default: taken from the first node]\n"
-            "  --token SECRET         the job token [env MSRUN_TOKEN; default derived from\n"
-            "                         the job id, as agents do]\n"
-            "  --worker_num N         the job's world size [default: from the first node]\n"
-            "  --local_worker_num N   workers per node [default: from the first node]\n"
-            "  --max_restarts N       job-wide restarts [default: from the first node]\n"
-            "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
-            "  --nnodes MIN:MAX       an elastic job's range of nodes [default: fixed]\n"
-            "  --last_call SEC        elastic: wait this long for more than MIN [default 1]\n"
-            "  --cluster_time_out SEC a generation must form within [default 600]\n"
-            "  --log_level LEVEL      error, warn, info, debug [default info]\n"
-            "  --state_file PATH      keep the job's state in PATH (written atomically on\n"
-            "                         every change) and resume from it if it exists\n"
-            "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
+    fprintf(out, "usage: msrun coordinator [options]\n"
+                 "\n"
+                 "Serves one job's coordinator until the job ends and every node has left (or\n"
+                 "until SIGINT/SIGTERM). Agents reach it with --master_addr/--master_port.\n"
+                 "\n"
+                 "  --port P               listen on port P of --host [default 8118; env\n"
+                 "                         MSRUN_MASTER_PORT]\n"
+                 "  --host ADDR, --master_addr ADDR\n"
+                 "                         listen on this address only [default 127.0.0.1; env\n"
+                 "                         MSRUN_MASTER_ADDR]; 0.0.0.0 (every interface) only\n"
+                 "                         when given\n"
+                 "  --bind ADDR:PORT       listen on this address and port\n"
+                 "  --job_id ID            the job's id [default: taken from the first node]\n"
+                 "  --token_file PATH      read the job token from PATH, a file only you may read\n"
+                 "                         (mode 0600) [env MSRUN_TOKEN_FILE]\n"
+                 "  --token SECRET         the job token [env MSRUN_TOKEN; prefer either of those\n"
+                 "                         to this: others may see a command line]. Required:\n"
+                 "                         there is no default token\n"
+                 "  --worker_num N         the job's world size [default: from the first node]\n"
+                 "  --local_worker_num N   workers per node [default: from the first node]\n"
+                 "  --max_restarts N       job-wide restarts [default: from the first node]\n"
+                 "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
+                 "  --nnodes MIN:MAX       an elastic job's range of nodes [default: fixed]\n"
+                 "  --last_call SEC        elastic: wait this long for more than MIN [default 1]\n"
+                 "  --cluster_time_out SEC a generation must form within [default 600]\n"
+                 "  --log_level LEVEL      error, warn, info, debug [default info]\n"
+                 "  --state_file PATH      keep the job's state in PATH (written atomically on\n"
+                 "                         every change) and resume from it if it exists\n"
+                 "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
+}
+
+/* The job token of `msrun coordinator` and `msrun status`: --token or
+ * --token_file from the command line (tok, file; NULL when not given), else
+ * MSRUN_TOKEN or MSRUN_TOKEN_FILE. There is no default: a token others can
+ * compute protects nothing. Writes the token to out and returns 0, or prints
+ * why (prog names the command) and returns 2. */
+static int resolve_token(const char *prog, const char *tok, const char *file, char *out, size_t len)
+{
+    char err[600];
+    if (tok && file) {
+        fprintf(stderr, "%s: error: give --token or --token_file, not both\n", prog);
+        return 2;
+    }
+    if (tok == NULL && file == NULL) {
+        const char *et = getenv("MSRUN_TOKEN"), *ef = getenv("MSRUN_TOKEN_FILE");
+        tok = et && *et ? et : NULL;
+        file = ef && *ef ? ef : NULL;
+        if (tok && file) {
+            fprintf(stderr, "%s: error: MSRUN_TOKEN and MSRUN_TOKEN_FILE are both set: unset one\n",
+                    prog);
+            return 2;
+        }
+    }
+    if (file) {
+        if (msr_token_read_file(file, out, len, err, sizeof err) != MSR_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, err);
+            return 2;
+        }
+        return 0;
+    }
+    if (tok == NULL) {
+        fprintf(stderr,
+                "%s: error: no job token: give the job's token with --token_file FILE (mode "
+                "0600) or MSRUN_TOKEN\n",
+                prog);
+        return 2;
+    }
+    if (!msr_token_valid(tok) || strlen(tok) >= len) {
+        fprintf(stderr, "%s: error: a token is 1 to %d printable characters without spaces\n", prog,
+                MSR_TOKEN_MAX);
+        return 2;
+    }
+    snprintf(out, len, "%s", tok);
+    return 0;
 }
 
 static int need_value(int argc, char **argv, int i)
@@ -67,12 +121,34 @@ static int parse_secs(const char *v, int64_t *ms)
     return 0;
 }
 
+/* Keeps a copy of a token given on the command line, so that its argv
+ * memory can be hidden at once. */
+static int set_token_arg(const char **token_p, char **copy_p, const char *v)
+{
+    char *c = msr_strdup(v);
+    if (c == NULL)
+        return -1;
+    if (*copy_p) {
+        memset(*copy_p, 0, strlen(*copy_p));
+        msr_free(*copy_p);
+    }
+    *copy_p = c;
+    *token_p = c;
+    return 0;
+}
+
 int msr_coordinator_main(int argc, char **argv)
 {
+    char *token_copy = NULL;
     char bind[300] = "";
-    const char *env_port = getenv("MSRUN_MASTER_PORT");
-    snprintf(bind, sizeof bind, "0.0.0.0:%s", env_port && *env_port ? env_port : "8118");
-    const char *job_id = NULL, *token = getenv("MSRUN_TOKEN"), *state_file = NULL;
+    const char *env_port = getenv("MSRUN_MASTER_PORT"), *env_host = getenv("MSRUN_MASTER_ADDR");
+    const char *host = env_host && *env_host ? env_host : "127.0.0.1";
+    int64_t port_arg = -1;
+    if (env_port && *env_port && msr_parse_i64(env_port, 0, 65535, &port_arg) != MSR_OK) {
+        fprintf(stderr, "msrun coordinator: error: MSRUN_MASTER_PORT=%s is not a port\n", env_port);
+        return 2;
+    }
+    const char *job_id = NULL, *token = NULL, *token_file = NULL, *state_file = NULL;
     int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
     int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
@@ -100,16 +176,25 @@ int msr_coordinator_main(int argc, char **argv)
         }
         int bad = 0;
         if (strcmp(name, "--port") == 0) {
-            int64_t p;
-            bad = msr_parse_i64(v, 0, 65535, &p) != MSR_OK;
-            snprintf(bind, sizeof bind, "0.0.0.0:%lld", (long long)p);
+            bad = msr_parse_i64(v, 0, 65535, &port_arg) != MSR_OK;
+        } else if (strcmp(name, "--host") == 0 || strcmp(name, "--master_addr") == 0) {
+            host = v;
+            bad = *v == '\0';
         } else if (strcmp(name, "--bind") == 0) {
             snprintf(bind, sizeof bind, "%s", v);
             bad = strchr(v, ':') == NULL;
         } else if (strcmp(name, "--job_id") == 0) {
             job_id = v;
-        } else if (strcmp(name, "--token") == 0) {
-            token = v;
+        } else if (strcmp(name, "--token") == 0 || strcmp(name, "--job_token") == 0) {
+            /* copied, then hidden from ps (/proc/PID/cmdline) */
+            if (set_token_arg(&token, &token_copy, v) != 0) {
+                fprintf(stderr, "msrun coordinator: error: out of memory\n");
+                return 2;
+            }
+            msr_token_scrub_arg(argv[i], eq != NULL);
+            v = "***";
+        } else if (strcmp(name, "--token_file") == 0) {
+            token_file = v;
         } else if (strcmp(name, "--worker_num") == 0) {
             bad = msr_parse_i64(v, 1, INT32_MAX, &worker_num) != MSR_OK;
         } else if (strcmp(name, "--local_worker_num") == 0) {
@@ -149,12 +234,17 @@ int msr_coordinator_main(int argc, char **argv)
     }
     msr_log_init("msrun-coordinator", -1, -1);
     msr_log_set_level((msr_log_level_t)level);
-    char derived[64];
-    if (token == NULL || *token == '\0') {
-        msr_default_token(job_id && *job_id ? job_id : "default", derived, sizeof derived);
-        token = derived;
-        if (job_id == NULL)
-            job_id = "default";
+    char tok[MSR_TOKEN_MAX + 1];
+    int r = resolve_token("msrun coordinator", token, token_file, tok, sizeof tok);
+    msr_free(token_copy);
+    if (r != 0)
+        return r;
+    token = tok;
+    if (bind[0] == '\0') {
+        /* --port on --host: loopback unless another address is asked for */
+        int colon = strchr(host, ':') != NULL && host[0] != '[';
+        snprintf(bind, sizeof bind, colon ? "[%s]:%lld" : "%s:%lld", host,
+                 (long long)(port_arg >= 0 ? port_arg : 8118));
     }
     if (worker_num && local_worker_num && worker_num % local_worker_num) {
         fprintf(stderr,
@@ -232,13 +322,15 @@ int msr_status_main(int argc, char **argv)
 {
     const char *addr = getenv("MSRUN_MASTER_ADDR");
     const char *port = getenv("MSRUN_MASTER_PORT");
-    const char *token = getenv("MSRUN_TOKEN");
-    const char *job_id = getenv("MSRUN_JOB_ID");
+    const char *token = NULL, *token_file = NULL;
+    char *token_copy = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            printf("usage: msrun status [--master_addr A] [--master_port P] [--token T] "
-                   "[--job_id ID]\n\nPrints the job's state and its nodes.\n");
+            printf("usage: msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
+                   "\nPrints the job's state and its nodes. The job's token comes from\n"
+                   "--token_file (a file only you may read), --token, MSRUN_TOKEN_FILE or\n"
+                   "MSRUN_TOKEN.\n");
             return 0;
         }
         const char *eq = strchr(a, '=');
@@ -252,22 +344,29 @@ int msr_status_main(int argc, char **argv)
             addr = v;
         else if (nl == 13 && strncmp(a, "--master_port", nl) == 0)
             port = v;
-        else if (nl == 7 && strncmp(a, "--token", nl) == 0)
-            token = v;
+        else if (nl == 7 && strncmp(a, "--token", nl) == 0) {
+            if (set_token_arg(&token, &token_copy, v) != 0) {
+                fprintf(stderr, "msrun status: error: out of memory\n");
+                return 2;
+            }
+            msr_token_scrub_arg(argv[i], eq != NULL);
+        } else if (nl == 12 && strncmp(a, "--token_file", nl) == 0)
+            token_file = v;
         else if (nl == 8 && strncmp(a, "--job_id", nl) == 0)
-            job_id = v;
+            continue; /* accepted for scripts written for older versions */
         else {
             fprintf(stderr, "msrun status: error: unknown option '%.*s'\n", (int)nl, a);
             return 2;
         }
     }
-    char target[300], derived[64];
+    char target[300], tok[MSR_TOKEN_MAX + 1];
     snprintf(target, sizeof target, "%s:%s", addr && *addr ? addr : "127.0.0.1",
              port && *port ? port : "8118");
-    if (token == NULL || *token == '\0') {
-        msr_default_token(job_id && *job_id ? job_id : "default", derived, sizeof derived);
-        token = derived;
-    }
+    int bad = resolve_token("msrun status", token, token_file, tok, sizeof tok);
+    msr_free(token_copy);
+    if (bad != 0)
+        return bad;
+    token = tok;
     msr_log_init("msrun", -1, -1);
     msr_rpc_channel_t *ch = NULL;
     if (msr_rpc_channel_create(target, token, &ch) != MSR_OK) {

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
+#include "msrun/token.h"
 
 typedef enum opt_type { T_INT, T_BOOL, T_STR, T_SECONDS, T_NNODES, T_LEVEL } opt_type_t;
 
@@ -35,6 +36,7 @@ typedef enum opt_id {
     O_STANDALONE,
     O_JOB_ID,
     O_TOKEN,
+    O_TOKEN_FILE,
     O_GRACE,
     O_HEARTBEAT,
     O_NODE_TIMEOUT,
@@ -75,7 +77,8 @@ static const opt_def_t opt_defs[] = {
     {O_NODE_RANK, "node_rank", {NULL}, T_INT, "-1", "R",
      "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
     {O_LOG_DIR, "log_dir", {NULL}, T_STR, "none", "DIR",
-     "also write each worker's output to DIR/worker_<rank>.log."},
+     "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
+     "msrun makes are 0700; DIR must belong to you)."},
     {O_JOIN, "join", {NULL}, T_BOOL, "true", "BOOL",
      "accepted for MindSpore compatibility: msrun always stays and supervises its workers."},
     {O_CLUSTER_TIME_OUT, "cluster_time_out", {"rdzv_timeout"}, T_SECONDS, "600", "SEC",
@@ -97,8 +100,11 @@ static const opt_def_t opt_defs[] = {
      "the job's name; every node must give the same. Default: random when standalone, "
      "else 'default'."},
     {O_TOKEN, "token", {"job_token"}, T_STR, NULL, "SECRET",
-     "the job token every call must carry. Default: random when standalone, else derived "
-     "from job_id, which is no secret: set it for real protection."},
+     "the job token every call must carry (prefer MSRUN_TOKEN or --token_file: others may "
+     "see a command line). Default: random; in a job of several nodes, node 0 generates it "
+     "and writes it to a file only you can read, and the other nodes must be given it."},
+    {O_TOKEN_FILE, "token_file", {NULL}, T_STR, NULL, "PATH",
+     "read the job token from PATH, a file that only you may read (mode 0600, owned by you)."},
     {O_GRACE, "grace_period", {NULL}, T_SECONDS, "5", "SEC",
      "after SIGTERM, how long workers have to exit before SIGKILL."},
     {O_HEARTBEAT, "heartbeat_interval", {NULL}, T_SECONDS, "1", "SEC",
@@ -112,7 +118,7 @@ static const opt_def_t opt_defs[] = {
      "a worker linking libmsrun whose process stops beating this long, or that stops "
      "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
     {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
-     "write the root cause of a failure as JSON to PATH."},
+     "write the root cause of a failure as JSON to PATH (mode 0600)."},
     {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
      "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
      "get all)."},
@@ -306,11 +312,22 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
         }
         return set_string(&o->job_id, v);
     case O_TOKEN:
-        if (*v == '\0') {
-            opt_error("%s is empty", where);
+        if (!msr_token_valid(v)) {
+            opt_error("%s: a token is 1 to %d printable characters without spaces", where,
+                      MSR_TOKEN_MAX);
             return -1;
         }
         return set_string(&o->token, v);
+    case O_TOKEN_FILE: {
+        char token[MSR_TOKEN_MAX + 1], err[600];
+        if (msr_token_read_file(v, token, sizeof token, err, sizeof err) != MSR_OK) {
+            opt_error("%s: %s", where, err);
+            return -1;
+        }
+        int r = set_string(&o->token, token);
+        memset(token, 0, sizeof token);
+        return r ? r : set_string(&o->token_file, v);
+    }
     case O_GRACE:
         o->grace_ms = x;
         break;
@@ -477,8 +494,8 @@ int msr_options_show_rank(const msr_options_t *o, int rank)
 void msr_options_usage(FILE *out)
 {
     fprintf(out, "usage: msrun [options] PROGRAM [ARGS...]\n"
-                 "       msrun coordinator [--port P] [--bind ADDR] [options]\n"
-                 "       msrun status [--master_addr A] [--master_port P] [--token T]\n"
+                 "       msrun coordinator [--port P] [--host ADDR] [options]\n"
+                 "       msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"
@@ -552,7 +569,7 @@ static void defaults(msr_options_t *o)
 int msr_options_parse(int argc, char **argv, msr_options_t *o)
 {
     defaults(o);
-    int seen[O_COUNT] = {0};
+    int seen[O_COUNT] = {0}; /* 1: on the command line, 2: from the environment */
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -579,24 +596,34 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
             return 2;
         }
         const char *v;
+        char *v_arg; /* the argv string that holds v */
         char where[80];
         snprintf(where, sizeof where, "--%s", d->name);
         if (eq) {
             v = eq + 1;
+            v_arg = argv[i];
         } else if (d->type == T_BOOL) {
             /* --flag alone is true; a following boolean literal is its value */
-            if (i + 1 < argc && is_bool_literal(argv[i + 1]))
-                v = argv[++i];
-            else
-                v = "true";
+            v_arg = i + 1 < argc && is_bool_literal(argv[i + 1]) ? argv[++i] : NULL;
+            v = v_arg ? v_arg : "true";
         } else {
             if (i + 1 >= argc) {
                 opt_error("option %s needs a value (%s)", where, d->metavar ? d->metavar : "");
                 return 2;
             }
-            v = argv[++i];
+            v = v_arg = argv[++i];
         }
-        if (apply(o, d, v, where) != 0)
+        int bad =
+            (d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN]);
+        if (bad)
+            opt_error("give --token or --token_file, not both");
+        else
+            bad = apply(o, d, v, where) != 0;
+        /* The token leaves the process list (/proc/PID/cmdline) at once;
+         * apply() copied it. */
+        if (d->id == O_TOKEN)
+            msr_token_scrub_arg(v_arg, eq != NULL);
+        if (bad)
             return 2;
         seen[d->id] = 1;
     }
@@ -605,13 +632,22 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         const opt_def_t *d = &opt_defs[k];
         if (seen[d->id])
             continue;
+        /* a token given on the command line wins over either variable */
+        if ((d->id == O_TOKEN && seen[O_TOKEN_FILE] == 1) ||
+            (d->id == O_TOKEN_FILE && seen[O_TOKEN] == 1))
+            continue;
         char env[64];
         env_name(d, env, sizeof env);
         const char *v = getenv(env);
         if (v == NULL || *v == '\0')
             continue;
+        if ((d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN])) {
+            opt_error("MSRUN_TOKEN and MSRUN_TOKEN_FILE are both set: unset one");
+            return 2;
+        }
         if (apply(o, d, v, env) != 0)
             return 2;
+        seen[d->id] = 2; /* from the environment */
     }
     if (i >= argc) {
         opt_error("no program given: msrun [options] PROGRAM [ARGS...]");
@@ -712,7 +748,10 @@ void msr_options_cleanup(msr_options_t *o)
     msr_free(o->master_addr);
     msr_free(o->log_dir);
     msr_free(o->job_id);
+    if (o->token)
+        memset(o->token, 0, strlen(o->token));
     msr_free(o->token);
+    msr_free(o->token_file);
     msr_free(o->error_file);
     msr_free(o->show_ranks);
     msr_free(o->program);

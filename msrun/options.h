@@ -24,7 +24,8 @@ typedef struct msr_options {
     int max_restarts;
     int standalone;
     char *job_id;
-    char *token;
+    char *token;          /* NULL: none given (the agent decides, see agent.c) */
+    char *token_file;     /* where the token was read from, or NULL */
     int64_t grace_ms;     /* SIGTERM -> SIGKILL */
     int64_t heartbeat_ms; /* long-poll interval */
     int64_t node_timeout_ms;

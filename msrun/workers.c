@@ -330,13 +330,27 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
         return MSR_ERR_NO_MEMORY;
     }
     if (e->log_dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/worker_%d.log", e->log_dir, w->rank);
-        w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        char name[64];
+        struct stat sb;
+        snprintf(name, sizeof name, "worker_%d.log", w->rank);
+        /* This user's only (0600), and never through a symbolic link planted
+         * in the log's place: O_NOFOLLOW refuses it (ELOOP). */
+        w->log_fd =
+            openat(e->log_dir_fd, name,
+                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
         if (w->log_fd < 0) {
-            snprintf(err, errlen, "cannot open log file %s: %s", path, strerror(errno));
+            snprintf(err, errlen, "cannot open log file %s/%s: %s", e->log_dir, name,
+                     errno == ELOOP ? "it is a symbolic link" : strerror(errno));
             goto err_env;
         }
+        if (fstat(w->log_fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+            snprintf(err, errlen, "log file %s/%s is not a regular file of this user", e->log_dir,
+                     name);
+            close(w->log_fd);
+            w->log_fd = -1;
+            goto err_env;
+        }
+        msr_fd_set_nonblock(w->log_fd, 0);
         if (e->generation > 0) {
             char line[80];
             int n = snprintf(line, sizeof line, "---- msrun: generation %d ----\n", e->generation);

@@ -50,7 +50,8 @@ typedef struct msr_spawn_env {
     const char *job_id, *coordinator, *token, *agent_socket;
     const char *master_addr;
     int master_port;
-    const char *log_dir;
+    const char *log_dir; /* for messages; NULL: no log files */
+    int log_dir_fd;      /* the checked --log_dir, where worker_<rank>.log is opened */
     int bind_core;
     int devnull;
     int64_t worker_timeout_ms; /* 0: no beats asked for */

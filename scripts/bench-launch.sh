@@ -22,6 +22,12 @@ have_mpi=0
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the job token every msrun of a multi-node job shares (there is no default;
+# a standalone job makes its own)
+if [ "$nodes" -gt 1 ]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
+    export MSRUN_TOKEN_FILE=$tmp/token
+fi
 timeit() { # prints seconds
     local t0 t1
     t0=$(date +%s.%N)

@@ -16,6 +16,9 @@ J=$build/tests/fault_job
 [ -x "$J" ] || { echo "build first" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+# the job token every msrun of a multi-node job shares (there is no default)
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
+export MSRUN_TOKEN_FILE=$tmp/token
 now() { date +%s.%N; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # latest N start times of generation G in FILES... minus T0, or "" if missing

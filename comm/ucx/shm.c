@@ -32,6 +32,7 @@
 #include "base/alloc.h"
 #include "base/time.h"
 #include "base/log.h"
+#include "base/util.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ucx_impl.h"
 
@@ -95,9 +96,11 @@ static char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes
     return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
 }
 
-/* /msr-<job>-<engine>-<comm id>-<first member>: unique in the job and
- * generation; job ids are cut down to safe characters. */
-static void shm_name(const ucx_comm_t *uc, char *buf, size_t len)
+/* /msr-<job>-g<generation>-<engine>-<comm id>-<first member>-<nonce>: the
+ * nonce, random and chosen by the first member, makes the name unique among
+ * jobs that share a job id (and hard to guess for anyone who would take it
+ * first); job ids are cut down to safe characters. */
+static void shm_name(const ucx_comm_t *uc, uint64_t nonce, char *buf, size_t len)
 {
     char job[48];
     const char *j = msr_job_id(uc->engine->ctx);
@@ -107,8 +110,8 @@ static void shm_name(const ucx_comm_t *uc, char *buf, size_t len)
             *j == '-' || *j == '_')
             job[k++] = *j;
     job[k] = '\0';
-    snprintf(buf, len, "/msr-%s-g%d-%s-%u-%d", job, msr_generation(uc->engine->ctx),
-             uc->engine->uid, uc->id, uc->comm->world_ranks[0]);
+    snprintf(buf, len, "/msr-%s-g%d-%s-%u-%d-%016llx", job, msr_generation(uc->engine->ctx),
+             uc->engine->uid, uc->id, uc->comm->world_ranks[0], (unsigned long long)nonce);
 }
 
 /* Every member's ok, agreed (MIN) over the communicator's UCX path. */
@@ -145,12 +148,17 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
         tile = 0;
     size_t len = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
                  (tile ? (size_t)(n + 1) * depth * tile : 0);
-    char name[160];
-    shm_name(uc, name, sizeof name);
-
+    char name[200];
+    /* offer[0]: whether the first member made the segment, offer[1]: the
+     * nonce in its name; broadcast to the others, who then open it */
+    int64_t offer[2] = {0, 0};
     int32_t ok = 1, all = 0;
     void *base = MAP_FAILED;
     if (me == 0) {
+        uint64_t nonce;
+        msr_random_bytes(&nonce, sizeof nonce);
+        offer[1] = (int64_t)nonce;
+        shm_name(uc, nonce, name, sizeof name);
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         /* the pages reserved now: a full /dev/shm refuses here, not with a
          * SIGBUS on first touch in the middle of an operation */
@@ -169,8 +177,11 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
         if (fd >= 0)
             close(fd);
     }
-    msr_status_t st = agree(uc, ok, &all);
+    offer[0] = ok;
+    msr_status_t st = msr_comm_broadcast(comm, offer, 2, MSR_DTYPE_I64, 0);
+    all = st == MSR_OK && offer[0] == 1;
     if (st == MSR_OK && all && me != 0) {
+        shm_name(uc, (uint64_t)offer[1], name, sizeof name);
         int fd = shm_open(name, O_RDWR, 0);
         struct stat sb;
         shm_hdr_t h;

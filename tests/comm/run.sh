@@ -17,6 +17,9 @@ worker=$build/tests/comm_worker
 job=commtest-$mode-$$-$RANDOM
 out=$(mktemp -d)
 . "$(dirname "$0")/../shm_files.sh"
+# the job's token, for every msrun of a multi-node job (there is no default)
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/token")
+export MSRUN_TOKEN_FILE=$out/token
 
 # Under AddressSanitizer UCX must not hook malloc/mmap (it would fight ASan
 # over the same symbols). Leaks are checked in the workers (this module's

@@ -5,6 +5,7 @@
 # fault-free result.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
+use_token_file
 reference_digest >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2

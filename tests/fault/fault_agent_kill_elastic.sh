@@ -5,6 +5,7 @@
 # depend on the world size).
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
+use_token_file
 ITERS=1500
 reference_digest >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

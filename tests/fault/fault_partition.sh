@@ -7,6 +7,7 @@
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/integration/netns.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
+use_token_file
 if ! why=$(netns_available); then
     echo "SKIP: $why"
     exit 0

@@ -48,6 +48,14 @@ fail() {
 
 ok() { echo "ok   $*"; }
 
+# use_token_file: every msrun started after this gets the same job token
+# from a 0600 file, as a scheduler would hand one out (a job of several
+# nodes has no default token; only its node 0 can make one up).
+use_token_file() {
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TMP/token")
+    export MSRUN_TOKEN_FILE="$TMP/token"
+}
+
 # run_msrun ARGS...: runs msrun (60 s at most) with stdout in $TMP/out,
 # stderr in $TMP/err and the exit status in $CODE.
 run_msrun() {

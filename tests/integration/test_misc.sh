@@ -1,6 +1,7 @@
 #!/bin/bash
 # msrun status, --bind_core, --standalone, --rdzv_endpoint, --join.
 . "$(dirname "$0")/lib.sh"
+use_token_file
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

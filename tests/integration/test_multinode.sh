@@ -4,6 +4,7 @@
 # combining of a node's calls, and workers that join without msrun.
 . "$(dirname "$0")/lib.sh"
 BATCH=$BUILD/tests/batch_worker
+use_token_file
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -99,7 +100,7 @@ ok "proxy: 8 ranks on 2 nodes make 2 coordinator calls per allgather and barrier
 
 # 6. workers started without msrun join the coordinator directly
 port=$(free_port)
-env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=direct-token "$MSRUN" coordinator \
+env -u MSRUN_TOKEN_FILE MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=direct-token "$MSRUN" coordinator \
     --bind "127.0.0.1:$port" --log_level=warn >"$TMP/coord.out" 2>&1 &
 coord=$!
 pids=()

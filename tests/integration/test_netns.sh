@@ -4,6 +4,7 @@
 # where namespaces cannot be made.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/netns.sh"
+use_token_file
 if ! why=$(netns_available); then
     echo "SKIP: $why"
     exit 0

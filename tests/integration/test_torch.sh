@@ -1,6 +1,7 @@
 #!/bin/bash
 # An unchanged PyTorch program (gloo, env://) under msrun on 1 and 2 nodes.
 . "$(dirname "$0")/lib.sh"
+use_token_file
 SRC=${MSRUN_SOURCE:?}
 PY=/usr/bin/python3
 if ! "$PY" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then

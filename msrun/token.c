@@ -1,0 +1,160 @@
+/* The job token: generation, token files and hiding it from ps. */
+#include "msrun/token.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "base/util.h"
+
+msr_status_t msr_token_generate(char *out, size_t len, char *err, size_t errlen)
+{
+    unsigned char rnd[MSR_TOKEN_GEN_CHARS / 2];
+    size_t got = 0;
+    if (len <= MSR_TOKEN_GEN_CHARS) {
+        snprintf(err, errlen, "no room for a token");
+        return MSR_ERR_INVALID_ARG;
+    }
+    while (got < sizeof rnd) {
+        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "getrandom: %s", n < 0 ? strerror(errno) : "no bytes");
+            return MSR_ERR_SYSTEM;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(out + 2 * i, 3, "%02x", rnd[i]);
+    memset(rnd, 0, sizeof rnd);
+    return MSR_OK;
+}
+
+int msr_token_valid(const char *token)
+{
+    size_t n = 0;
+    for (const char *p = token; *p; p++, n++)
+        if (*p < 0x21 || *p > 0x7e || n >= MSR_TOKEN_MAX)
+            return 0;
+    return n > 0;
+}
+
+msr_status_t msr_token_read_file(const char *path, char *out, size_t len, char *err, size_t errlen)
+{
+    char buf[MSR_TOKEN_MAX + 3];
+    struct stat sb;
+    msr_status_t st = MSR_ERR_IO;
+    if (len <= MSR_TOKEN_MAX) {
+        snprintf(err, errlen, "no room for a token");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* O_NOFOLLOW: a link planted in the file's place is refused, and the
+     * checks below look at the file that is read, not at a name. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open the token file %s: %s", path,
+                 errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        return MSR_ERR_IO;
+    }
+    if (fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "cannot stat the token file %s: %s", path, strerror(errno));
+        goto err_fd;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "the token file %s is not a regular file", path);
+        st = MSR_ERR_INVALID_ARG;
+        goto err_fd;
+    }
+    if (sb.st_uid != geteuid()) {
+        snprintf(err, errlen, "the token file %s is owned by uid %u, not by this user (uid %u)",
+                 path, (unsigned)sb.st_uid, (unsigned)geteuid());
+        st = MSR_ERR_PERMISSION;
+        goto err_fd;
+    }
+    if (sb.st_mode & 077) {
+        snprintf(err, errlen,
+                 "the token file %s has mode %04o: others may read it; make it readable only by "
+                 "you (chmod 600 %s)",
+                 path, (unsigned)(sb.st_mode & 07777), path);
+        st = MSR_ERR_PERMISSION;
+        goto err_fd;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "cannot read the token file %s: %s", path, strerror(errno));
+            goto err_fd;
+        }
+        if (r == 0 || n + (size_t)r == sizeof buf - 1) {
+            n += (size_t)r;
+            break;
+        }
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    if (strlen(buf) != n || !msr_token_valid(buf)) {
+        snprintf(err, errlen,
+                 "the token file %s must hold one token: 1 to %d printable characters without "
+                 "spaces, on one line",
+                 path, MSR_TOKEN_MAX);
+        st = MSR_ERR_INVALID_ARG;
+        goto err_fd;
+    }
+    close(fd);
+    memcpy(out, buf, n + 1);
+    memset(buf, 0, sizeof buf);
+    return MSR_OK;
+
+err_fd:
+    close(fd);
+    memset(buf, 0, sizeof buf);
+    return st;
+}
+
+msr_status_t msr_token_write_file(const char *path, const char *token, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create the token file %s: %s", path, strerror(errno));
+        return MSR_ERR_IO;
+    }
+    /* 0600 whatever the umask says; fchmod before anything is written */
+    if (fchmod(fd, 0600) != 0 || msr_write_all(fd, token, strlen(token)) != MSR_OK ||
+        msr_write_all(fd, "\n", 1) != MSR_OK) {
+        snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
+        goto err_file;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
+        goto err_file;
+    }
+    return MSR_OK;
+
+err_file:
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    return MSR_ERR_IO;
+}
+
+void msr_token_scrub_arg(char *arg, int after_eq)
+{
+    char *eq = after_eq ? strchr(arg, '=') : NULL;
+    char *v = eq ? eq + 1 : arg;
+    size_t n = strlen(v);
+    size_t stars = n < 3 ? n : 3;
+    memset(v, '*', stars);
+    memset(v + stars, '\0', n - stars);
+}
