@@ -480,14 +480,9 @@ static int job_valid(const Msr__PersistedState *ps, char *why, size_t whylen)
         bad = "worker_num / local_worker_num";
     else if (ps->node_count < 0 || ps->node_count > ps->worker_num / ps->local_worker_num)
         bad = "node_count";
-    else if (ps->min_nodes < 0 || ps->max_nodes < 0 || ps->min_nodes > ps->max_nodes ||
-             ps->max_nodes > ps->worker_num / ps->local_worker_num)
-        bad = "nnodes range";
     else if (ps->state < MSR__JOB_STATE__JOB_WAITING || ps->state > MSR__JOB_STATE__JOB_FAILED)
         bad = "state";
-    else if (ps->generation < 0 || ps->generation > GEN_MAX || ps->restart_count < 0 ||
-             ps->max_restarts < -1 ||
-             (ps->max_restarts >= 0 && ps->restart_count > ps->max_restarts))
+    else if (ps->generation < 0 || ps->restart_count < 0)
         bad = "generation / restart count";
     else if (ps->n_nodes > NODES_MAX)
         bad = "node list";
@@ -497,8 +492,8 @@ static int job_valid(const Msr__PersistedState *ps, char *why, size_t whylen)
         const Msr__PersistedNode *n = ps->nodes[i];
         int nodes = ps->worker_num / ps->local_worker_num;
         if (n->rank < -1 || n->rank >= nodes || n->wanted_rank < -1 || n->wanted_rank >= nodes ||
-            n->ready_generation < -1 || n->ready_generation > GEN_MAX ||
-            n->local_worker_num != ps->local_worker_num || n->host == NULL)
+            n->ready_generation < -1 || n->local_worker_num != ps->local_worker_num ||
+            n->host == NULL)
             bad = "a node's rank, generation or worker count";
     }
     if (bad)
