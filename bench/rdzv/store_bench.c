@@ -1,0 +1,220 @@
+/* Store write latency and throughput against a real coordinator process,
+ * with and without its state file: C client threads (each on a connection
+ * of its own) each make N Sets (or Adds) of B bytes one after the other.
+ *
+ *   store_bench [--clients 1,8] [--ops 2000] [--bytes 16] [--op set|add]
+ *               [--state on|off] [--msrun PATH]
+ *
+ * One line per client count: the median and 99th percentile of one call's
+ * latency and the writes per second of all clients together. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "rendezvous/rpc.h"
+
+static const char *token = "store-bench-token";
+
+static pid_t start_coordinator(const char *msrun, const char *state, int *port_p)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 3);
+        setenv("MSRUN_TOKEN", token, 1);
+        if (state)
+            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
+                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
+                  "--max_restarts", "0", "--log_level", "error", "--state_file", state,
+                  (char *)NULL);
+        else
+            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
+                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
+                  "--max_restarts", "0", "--log_level", "error", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[128] = "";
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 10000) <= 0)
+            break;
+        ssize_t n = read(fds[0], line + got, sizeof line - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (memchr(line, '\n', got))
+            break;
+    }
+    close(fds[0]);
+    line[got] = '\0';
+    if (sscanf(line, "port %d", port_p) != 1) {
+        fprintf(stderr, "store_bench: the coordinator did not start: %s\n", line);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+typedef struct worker {
+    pthread_t thread;
+    int id, ops, bytes, add;
+    char target[64];
+    uint64_t *lat_ns;
+    int failed;
+    char err[300];
+} worker_t;
+
+static void *run(void *arg)
+{
+    worker_t *w = arg;
+    msr_rpc_channel_t *ch = NULL;
+    if (msr_rpc_channel_create_own(w->target, token, &ch) != MSR_OK) {
+        w->failed = 1;
+        return NULL;
+    }
+    char *value = malloc((size_t)w->bytes + 1);
+    memset(value, 'x', (size_t)w->bytes);
+    for (int i = 0; i < w->ops && !w->failed; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "bench/%d/%d", w->id, w->add ? 0 : i);
+        Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+        Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+        s.key = a.key = key;
+        s.value.data = (uint8_t *)value;
+        s.value.len = (size_t)w->bytes;
+        a.delta = 1;
+        s.client_id = a.client_id = (uint64_t)w->id + 1;
+        s.request_id = a.request_id = (uint64_t)i + 1;
+        ProtobufCMessage *resp = NULL;
+        uint64_t t0 = msr_now_ns();
+        msr_status_t st =
+            msr_rpc_call(ch, w->add ? MSR_RPC_ADD : MSR_RPC_SET, w->add ? &a.base : &s.base,
+                         msr_deadline_in_ms(30000), 1, &resp, w->err, sizeof w->err);
+        w->lat_ns[i] = msr_now_ns() - t0;
+        msr_rpc_message_free(resp);
+        if (st != MSR_OK)
+            w->failed = 1;
+    }
+    free(value);
+    msr_rpc_channel_destroy(ch);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const char *clients_arg = "1,8", *op = "set", *state = "on";
+    int ops = 2000, bytes = 16;
+    char msrun[4200] = "";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--clients") == 0)
+            clients_arg = argv[i + 1];
+        else if (strcmp(argv[i], "--ops") == 0)
+            ops = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--bytes") == 0)
+            bytes = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--op") == 0)
+            op = argv[i + 1];
+        else if (strcmp(argv[i], "--state") == 0)
+            state = argv[i + 1];
+        else if (strcmp(argv[i], "--msrun") == 0)
+            snprintf(msrun, sizeof msrun, "%s", argv[i + 1]);
+        else {
+            fprintf(stderr, "store_bench: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (ops <= 0 || bytes < 0) {
+        fprintf(stderr, "store_bench: --ops and --bytes must be positive\n");
+        return 2;
+    }
+    if (msrun[0] == '\0') { /* next to this program */
+        ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
+        if (n <= 0)
+            return 1;
+        msrun[n] = '\0';
+        char *slash = strrchr(msrun, '/');
+        snprintf(slash + 1, 8, "msrun");
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char dir[] = "/tmp/store-bench-XXXXXX", path[64] = "";
+    int with_state = strcmp(state, "on") == 0;
+    if (with_state) {
+        if (mkdtemp(dir) == NULL)
+            return 1;
+        snprintf(path, sizeof path, "%s/state", dir);
+    }
+    int rc = 0;
+    for (const char *p = clients_arg; *p;) {
+        int nclients = atoi(p);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+        if (nclients <= 0)
+            continue;
+        unlink(path);
+        int port = 0;
+        pid_t pid = start_coordinator(msrun, with_state ? path : NULL, &port);
+        if (pid < 0)
+            return 1;
+        worker_t *w = calloc((size_t)nclients, sizeof *w);
+        uint64_t *all = calloc((size_t)nclients * (size_t)ops, sizeof *all);
+        uint64_t t0 = msr_now_ns();
+        for (int c = 0; c < nclients; c++) {
+            w[c].id = c;
+            w[c].ops = ops;
+            w[c].bytes = bytes;
+            w[c].add = strcmp(op, "add") == 0;
+            w[c].lat_ns = all + (size_t)c * (size_t)ops;
+            snprintf(w[c].target, sizeof w[c].target, "127.0.0.1:%d", port);
+            pthread_create(&w[c].thread, NULL, run, &w[c]);
+        }
+        int failed = 0;
+        for (int c = 0; c < nclients; c++) {
+            pthread_join(w[c].thread, NULL);
+            if (w[c].failed && !failed) {
+                fprintf(stderr, "store_bench: client %d: %s\n", c, w[c].err);
+                failed = 1;
+            }
+        }
+        double secs = (double)(msr_now_ns() - t0) / 1e9;
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        size_t n = (size_t)nclients * (size_t)ops;
+        qsort(all, n, sizeof *all, cmp_u64);
+        if (failed)
+            rc = 1;
+        else
+            printf("op=%s state=%s clients=%d ops=%d bytes=%d p50_us=%.1f p99_us=%.1f "
+                   "writes_per_s=%.0f\n",
+                   op, state, nclients, ops, bytes, (double)all[n / 2] / 1e3,
+                   (double)all[n * 99 / 100] / 1e3, (double)n / secs);
+        fflush(stdout);
+        free(all);
+        free(w);
+    }
+    if (with_state) {
+        char tmp[80];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        unlink(path);
+        unlink(tmp);
+        rmdir(dir);
+    }
+    return rc;
+}
