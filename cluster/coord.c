@@ -196,7 +196,8 @@ msr_status_t msr_coord_request_add(msr_coord_t *c, uint64_t client_id, uint64_t 
     }
     msr_list_push_back(&c->requests, &r->link);
     c->request_bytes += len;
-    c->new_requests += !saved;
+    if (!saved && c->config.state_file && *c->config.state_file)
+        c->new_requests++; /* to be saved with the next save */
     /* Oldest first out: a retry comes within seconds, not thousands of
      * writes later. */
     while (c->requests.next != &r->link &&
@@ -1765,7 +1766,8 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         fail_job(c, "generation %d did not form within %lld s: %d of %d nodes ready", c->generation,
                  (long long)(c->config.join_timeout_ms / 1000), ready, c->node_count);
     }
-    if (msr_coord_persist_pending(c) && msr_now_ns() >= c->retry_save_at)
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) &&
+        msr_now_ns() >= c->retry_save_at)
         commit(c);
 }
 
@@ -1778,7 +1780,7 @@ void msr_coord_flush(msr_coord_t *c)
 uint64_t msr_coord_next_deadline(const msr_coord_t *c)
 {
     uint64_t d = c->next_check;
-    if (msr_coord_persist_pending(c) && c->retry_save_at < d)
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) && c->retry_save_at < d)
         d = c->retry_save_at;
     msr_timer_t *t = msr_heap_top(&c->timers);
     if (t && t->deadline < d)

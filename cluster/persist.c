@@ -200,11 +200,26 @@ typedef struct req_collect {
     size_t n;
 } req_collect_t;
 
+/* The records to save: all, or the unsaved ones, which are the newest (a
+ * save marks every record saved; new ones are added at the end). */
+static msr_list_t *requests_first(msr_coord_t *c, int unsaved_only, size_t *n_p)
+{
+    size_t n = 0;
+    msr_list_t *first = &c->requests;
+    for (msr_list_t *p = c->requests.prev; p != &c->requests; p = p->prev) {
+        if (unsaved_only && MSR_CONTAINER_OF(p, request_rec_t, link)->saved)
+            break;
+        first = p;
+        n++;
+    }
+    *n_p = n;
+    return first;
+}
+
 static msr_status_t collect_requests(msr_coord_t *c, int unsaved_only, req_collect_t *rc)
 {
     size_t n = 0;
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &c->requests) n++;
+    msr_list_t *first = requests_first(c, unsaved_only, &n);
     rc->n = 0;
     rc->reqs = msr_calloc(n ? n : 1, sizeof *rc->reqs);
     rc->ptrs = msr_calloc(n ? n : 1, sizeof *rc->ptrs);
@@ -213,11 +228,8 @@ static msr_status_t collect_requests(msr_coord_t *c, int unsaved_only, req_colle
         msr_free(rc->ptrs);
         return MSR_ERR_NO_MEMORY;
     }
-    msr_list_for_each_safe(pos, tmp, &c->requests)
-    {
+    for (msr_list_t *pos = first; pos != &c->requests && rc->n < n; pos = pos->next) {
         request_rec_t *r = MSR_CONTAINER_OF(pos, request_rec_t, link);
-        if (unsaved_only && r->saved)
-            continue;
         Msr__PersistedRequest *p = &rc->reqs[rc->n];
         msr__persisted_request__init(p);
         p->client_id = r->client_id;
@@ -232,9 +244,12 @@ static msr_status_t collect_requests(msr_coord_t *c, int unsaved_only, req_colle
 
 static void requests_saved(msr_coord_t *c)
 {
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &c->requests) MSR_CONTAINER_OF(pos, request_rec_t, link)
-        ->saved = 1;
+    for (msr_list_t *p = c->requests.prev; p != &c->requests; p = p->prev) {
+        request_rec_t *r = MSR_CONTAINER_OF(p, request_rec_t, link);
+        if (r->saved)
+            break; /* and every one before it */
+        r->saved = 1;
+    }
     c->new_requests = 0;
 }
 
