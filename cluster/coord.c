@@ -41,9 +41,66 @@ static msr_blob_t *blob_pack(const ProtobufCMessage *msg)
     return b;
 }
 
+/* ---- answers: given now, or held until what they may reflect is saved ---- */
+
+/* Whether answers must wait for a save: something changed since the last
+ * one (an answer given now could tell of a change a crash would undo), or
+ * earlier answers wait (answers leave in order). */
+static int must_hold(const msr_coord_t *c)
+{
+    return !c->closing && (msr_coord_persist_pending(c) || !msr_list_empty(&c->held));
+}
+
+static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, int code, const char *message)
+{
+    size_t mlen = message ? strlen(message) : 0;
+    held_t *h = msr_malloc(sizeof *h + mlen + 1);
+    if (h == NULL)
+        return NULL;
+    h->kind = W_HELD;
+    h->call = call;
+    h->blob = blob;
+    h->code = code;
+    memcpy(h->message, message ? message : "", mlen + 1);
+    msr_list_push_back(&c->held, &h->link);
+    c->responder.set_data(call, h);
+    return h;
+}
+
+static void answer_fail(msr_coord_t *c, void *call, int code, const char *message)
+{
+    if (must_hold(c) && hold(c, call, NULL, code, message) != NULL)
+        return;
+    c->responder.fail(call, code, message);
+}
+
+/* Out of memory while holding an answer: it cannot wait, and it cannot be
+ * given before the save, so the call fails (the change stays and is saved;
+ * a retry with the same request id learns its outcome). */
+static void answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob)
+{
+    if (!must_hold(c)) {
+        c->responder.reply_blob(call, blob);
+        return;
+    }
+    atomic_fetch_add(&blob->refs, 1);
+    if (hold(c, call, blob, 0, NULL) == NULL) {
+        msr_blob_unref(blob);
+        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    }
+}
+
 static void reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
 {
-    c->responder.reply(call, resp);
+    if (!must_hold(c)) {
+        c->responder.reply(call, resp);
+        return;
+    }
+    msr_blob_t *blob = blob_pack(resp);
+    if (blob == NULL || hold(c, call, blob, 0, NULL) == NULL) {
+        msr_blob_unref(blob);
+        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    }
 }
 
 static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
@@ -56,7 +113,158 @@ static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->responder.fail(call, code, msg);
+    answer_fail(c, call, code, msg);
+}
+
+/* Sends every held answer; after a failed save (why != NULL) fails them
+ * instead, saying why. */
+static void release_held(msr_coord_t *c, const char *why)
+{
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &c->held)
+    {
+        held_t *h = MSR_CONTAINER_OF(pos, held_t, link);
+        msr_list_remove(&h->link);
+        c->responder.set_data(h->call, NULL);
+        if (why)
+            c->responder.fail(h->call, GRPC_STATUS_INTERNAL, why);
+        else if (h->blob)
+            c->responder.reply_blob(h->call, h->blob);
+        else
+            c->responder.fail(h->call, h->code, h->message);
+        msr_blob_unref(h->blob);
+        msr_free(h);
+    }
+}
+
+/* Saves what changed and releases the answers that waited for it. */
+static void commit(msr_coord_t *c)
+{
+    char why[400];
+    msr_status_t st = msr_coord_persist_save(c, why, sizeof why);
+    if (st != MSR_OK)
+        c->retry_save_at = msr_now_ns() + 100 * 1000000ull; /* not a busy loop */
+    else
+        c->retry_save_at = 0;
+    release_held(c, st == MSR_OK ? NULL : why);
+}
+
+/* ---- request records: a retried write is answered, not applied again ---- */
+
+void msr_coord_request_key(uint64_t client_id, uint64_t request_id, char out[40])
+{
+    snprintf(out, 40, "%016" PRIx64 ":%016" PRIx64, client_id, request_id);
+}
+
+static void request_drop(msr_coord_t *c, request_rec_t *r)
+{
+    char key[40];
+    msr_coord_request_key(r->client_id, r->request_id, key);
+    msr_map_remove(&c->request_map, key);
+    msr_list_remove(&r->link);
+    c->request_bytes -= r->len;
+    msr_free(r);
+}
+
+msr_status_t msr_coord_request_add(msr_coord_t *c, uint64_t client_id, uint64_t request_id,
+                                   uint32_t method, const uint8_t *response, size_t len, int saved)
+{
+    if (len > MSR_REQUESTS_BYTES_MAX)
+        return MSR_ERR_INVALID_ARG;
+    request_rec_t *r = msr_malloc(sizeof *r + len);
+    if (r == NULL)
+        return MSR_ERR_NO_MEMORY;
+    r->client_id = client_id;
+    r->request_id = request_id;
+    r->method = method;
+    r->saved = saved;
+    r->len = len;
+    if (len)
+        memcpy(r->response, response, len);
+    char key[40];
+    msr_coord_request_key(client_id, request_id, key);
+    void *old = NULL;
+    if (msr_map_put(&c->request_map, key, r, &old) != MSR_OK) {
+        msr_free(r);
+        return MSR_ERR_NO_MEMORY;
+    }
+    if (old) { /* the same id again (a replayed log): the newer answer */
+        request_rec_t *o = old;
+        msr_list_remove(&o->link);
+        c->request_bytes -= o->len;
+        msr_free(o);
+    }
+    msr_list_push_back(&c->requests, &r->link);
+    c->request_bytes += len;
+    if (!saved && c->config.state_file && *c->config.state_file)
+        c->new_requests++; /* to be saved with the next save */
+    /* Oldest first out: a retry comes within seconds, not thousands of
+     * writes later. */
+    while (c->requests.next != &r->link &&
+           (c->request_map.count > MSR_REQUESTS_MAX || c->request_bytes > MSR_REQUESTS_BYTES_MAX))
+        request_drop(c, MSR_CONTAINER_OF(c->requests.next, request_rec_t, link));
+    return MSR_OK;
+}
+
+void msr_coord_requests_clear(msr_coord_t *c)
+{
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &c->requests)
+        request_drop(c, MSR_CONTAINER_OF(pos, request_rec_t, link));
+    msr_map_cleanup(&c->request_map, NULL);
+}
+
+/* A write carrying a request id the core has applied before: answers it as
+ * the first time and returns 1. */
+static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
+                        uint64_t request_id)
+{
+    if (client_id == 0 || request_id == 0)
+        return 0;
+    char key[40];
+    msr_coord_request_key(client_id, request_id, key);
+    request_rec_t *r = msr_map_get(&c->request_map, key);
+    if (r == NULL)
+        return 0;
+    if (r->method != (uint32_t)method) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "request id %" PRIu64 " of client %016" PRIx64 " was used by a %s before", request_id,
+             client_id,
+             r->method < MSR_RPC_METHOD_COUNT ? msr_rpc_methods[r->method].name : "another call");
+        return 1;
+    }
+    msr_blob_t *b = msr_malloc(sizeof *b + r->len);
+    if (b == NULL) {
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return 1;
+    }
+    atomic_init(&b->refs, 1);
+    b->len = r->len;
+    if (r->len)
+        memcpy(b->data, r->response, r->len);
+    answer_blob(c, call, b);
+    msr_blob_unref(b);
+    return 1;
+}
+
+/* Answers a write and, when it carries a request id, remembers the answer
+ * (saved with the write: a retry after a restart is answered from it). */
+static void reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
+                        uint64_t request_id, const ProtobufCMessage *resp)
+{
+    if (client_id && request_id) {
+        size_t len = protobuf_c_message_get_packed_size(resp);
+        uint8_t *buf = len <= MSR_REQUESTS_BYTES_MAX ? msr_malloc(len ? len : 1) : NULL;
+        if (buf) {
+            protobuf_c_message_pack(resp, buf);
+            if (msr_coord_request_add(c, client_id, request_id, (uint32_t)method, buf, len, 0) !=
+                MSR_OK)
+                MSR_DEBUG("cannot remember request %" PRIu64 ": a retry may apply it again",
+                          request_id);
+            msr_free(buf);
+        }
+    }
+    reply(c, call, resp);
 }
 
 static const char *state_name(Msr__JobState s)
@@ -316,6 +524,9 @@ static void store_reset(msr_coord_t *c, const char *why)
         }
     }
     msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->dirty_keys, NULL);
+    msr_coord_requests_clear(c);
+    c->store_cleared = 1;
     msr_map_cleanup(&c->getwait, getwait_free);
     msr_map_cleanup(&c->barriers, barrier_free);
     msr_map_cleanup(&c->gathers, gather_free);
@@ -377,6 +588,18 @@ static void wake_getters(msr_coord_t *c, const char *key, const kv_t *v)
     getwait_free(gw);
 }
 
+/* Notes a key as changed for the next save (with a state file). */
+static int mark_key(msr_coord_t *c, const char *key)
+{
+    if (c->config.state_file == NULL || *c->config.state_file == '\0' ||
+        msr_map_get(&c->dirty_keys, key) != NULL)
+        return 1;
+    if (msr_map_put(&c->dirty_keys, key, (void *)1, NULL) == MSR_OK)
+        return 1;
+    c->need_snapshot = 1; /* the next save writes everything instead */
+    return 1;
+}
+
 static int store_put(msr_coord_t *c, void *call, const char *key, const void *data, size_t len)
 {
     kv_t *v = kv_new(data, len);
@@ -387,18 +610,19 @@ static int store_put(msr_coord_t *c, void *call, const char *key, const void *da
         return 0;
     }
     kv_free(old);
-    MARK_DIRTY(c, 1);
+    mark_key(c, key);
     wake_getters(c, key, v);
     return 1;
 }
 
 static void do_set(msr_coord_t *c, void *call, const Msr__SetRequest *req)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
+        request_seen(c, call, MSR_RPC_SET, req->client_id, req->request_id))
         return;
     if (store_put(c, call, req->key, req->value.data, req->value.len)) {
         Msr__SetResponse r = MSR__SET_RESPONSE__INIT;
-        reply(c, call, &r.base);
+        reply_write(c, call, MSR_RPC_SET, req->client_id, req->request_id, &r.base);
     }
 }
 
@@ -449,7 +673,8 @@ static int parse_counter(const kv_t *v, int64_t *out)
 
 static void do_add(msr_coord_t *c, void *call, const Msr__AddRequest *req)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
+        request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
         return;
     int64_t value = 0;
     kv_t *v = msr_map_get(&c->store, req->key);
@@ -469,13 +694,15 @@ static void do_add(msr_coord_t *c, void *call, const Msr__AddRequest *req)
     if (store_put(c, call, req->key, text, (size_t)n)) {
         Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
         r.value = value;
-        reply(c, call, &r.base);
+        reply_write(c, call, MSR_RPC_ADD, req->client_id, req->request_id, &r.base);
     }
 }
 
 static void do_compare_set(msr_coord_t *c, void *call, const Msr__CompareSetRequest *req)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "compare-set", req->key))
+    if (!check_generation(c, call, req->generation) ||
+        !check_key(c, call, "compare-set", req->key) ||
+        request_seen(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id))
         return;
     kv_t *v = msr_map_get(&c->store, req->key);
     int match = req->expect_absent
@@ -494,20 +721,21 @@ static void do_compare_set(msr_coord_t *c, void *call, const Msr__CompareSetRequ
         r.current.data = v->data;
         r.current.len = v->len;
     }
-    reply(c, call, &r.base);
+    reply_write(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id, &r.base);
 }
 
 static void do_delete(msr_coord_t *c, void *call, const Msr__DeleteRequest *req)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
+        request_seen(c, call, MSR_RPC_DELETE, req->client_id, req->request_id))
         return;
     kv_t *v = msr_map_remove(&c->store, req->key);
     Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
     r.existed = v != NULL;
     if (v)
-        MARK_DIRTY(c, 1);
+        mark_key(c, req->key);
     kv_free(v);
-    reply(c, call, &r.base);
+    reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
 }
 
 static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *req)
@@ -697,12 +925,12 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         void *wcall = w->call;
         waiter_free(c, w);
         if (blob)
-            c->responder.reply_blob(wcall, blob);
+            answer_blob(c, wcall, blob);
         else
             fail(c, wcall, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
     if (blob)
-        c->responder.reply_blob(call, blob);
+        answer_blob(c, call, blob);
     else
         fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
     msr_blob_unref(blob);
@@ -1186,7 +1414,8 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     }
     if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
         if (e->exit_code == 0 && e->signal == 0) {
-            if (e->rank >= 0 && e->rank < world_size(c) && !c->rank_done[e->rank]) {
+            if (e->rank >= 0 && e->rank < world_size(c) && e->rank < c->worker_num &&
+                !c->rank_done[e->rank]) {
                 c->rank_done[e->rank] = 1;
                 c->ndone++;
                 MARK_DIRTY(c, 1);
@@ -1294,6 +1523,9 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         return MSR_ERR_NO_MEMORY;
     c->config = *config;
     c->responder = *responder;
+    msr_list_init(&c->held);
+    msr_list_init(&c->requests);
+    c->log_fd = -1;
     c->job_id = msr_strdup(config->job_id ? config->job_id : "");
     if (c->job_id == NULL) {
         msr_free(c);
@@ -1324,6 +1556,10 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         msr_coord_destroy(c);
         return st;
     }
+    /* A resumed job starts a fresh snapshot (no answer waits on it; a
+     * failure is logged and the save tried again with the first change). */
+    char why[400];
+    msr_coord_persist_save(c, why, sizeof why);
     c->form_deadline = state_forming(c->state) ? msr_deadline_in_ms(c->config.join_timeout_ms)
                                                : MSR_DEADLINE_NEVER;
     c->next_check = msr_now_ns();
@@ -1336,6 +1572,8 @@ void msr_coord_destroy(msr_coord_t *c)
     if (c == NULL)
         return;
     msr_coord_flush(c);
+    c->closing = 1; /* what is answered from here on changes nothing saved */
+    release_held(c, "coordinator shutting down");
     for (size_t i = 0; i < c->nnodes; i++) {
         node_t *n = c->nodes[i];
         if (n->hb) {
@@ -1352,6 +1590,9 @@ void msr_coord_destroy(msr_coord_t *c)
     }
     msr_free(c->nodes);
     failure_clear(&c->failure);
+    msr_map_cleanup(&c->dirty_keys, NULL);
+    msr_coord_requests_clear(c);
+    msr_coord_persist_close(c);
     msr_heap_cleanup(&c->timers);
     msr_free(c->rank_done);
     msr_free(c->job_id);
@@ -1417,6 +1658,15 @@ void msr_coord_cancel(msr_coord_t *c, void *call)
     waiter_t *w = c->responder.get_data(call);
     if (w == NULL)
         return;
+    if (w->kind == W_HELD) {
+        /* Its client is gone: the change it made is still saved. */
+        held_t *h = (held_t *)w;
+        msr_list_remove(&h->link);
+        c->responder.set_data(call, NULL);
+        msr_blob_unref(h->blob);
+        msr_free(h);
+        return;
+    }
     if (w->kind == W_HEARTBEAT) {
         /* The node's long poll ended without an answer: its connection broke
          * (the agent died, or the network). A live agent calls again within a
@@ -1463,10 +1713,8 @@ static void waiter_expired(msr_coord_t *c, waiter_t *w)
         snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
     }
     waiter_free(c, w);
-    c->responder.fail(call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
+    answer_fail(c, call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
 }
-
-static void persist_if_due(msr_coord_t *c, uint64_t now);
 
 void msr_coord_tick(msr_coord_t *c, uint64_t now)
 {
@@ -1518,37 +1766,22 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         fail_job(c, "generation %d did not form within %lld s: %d of %d nodes ready", c->generation,
                  (long long)(c->config.join_timeout_ms / 1000), ready, c->node_count);
     }
-    persist_if_due(c, now);
-}
-
-static void persist_if_due(msr_coord_t *c, uint64_t now)
-{
-    if (!c->dirty || c->config.state_file == NULL)
-        return;
-    if (c->dirty < 2 && now < c->last_persist + MSR_PERSIST_DELAY_MS * 1000000ull)
-        return;
-    msr_coord_persist_write(c, c->dirty >= 2);
-    c->dirty = 0;
-    c->last_persist = now;
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) &&
+        msr_now_ns() >= c->retry_save_at)
+        commit(c);
 }
 
 void msr_coord_flush(msr_coord_t *c)
 {
-    if (c->dirty && c->config.state_file) {
-        msr_coord_persist_write(c, 1);
-        c->dirty = 0;
-        c->last_persist = msr_now_ns();
-    }
+    if (msr_coord_persist_pending(c) || !msr_list_empty(&c->held))
+        commit(c);
 }
 
 uint64_t msr_coord_next_deadline(const msr_coord_t *c)
 {
     uint64_t d = c->next_check;
-    if (c->dirty && c->config.state_file) {
-        uint64_t due = c->dirty >= 2 ? 0 : c->last_persist + MSR_PERSIST_DELAY_MS * 1000000ull;
-        if (due < d)
-            d = due;
-    }
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) && c->retry_save_at < d)
+        d = c->retry_save_at;
     msr_timer_t *t = msr_heap_top(&c->timers);
     if (t && t->deadline < d)
         d = t->deadline;

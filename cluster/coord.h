@@ -23,7 +23,10 @@ void msr_blob_unref(msr_blob_t *blob);
 
 /* How the core answers the calls it is given. Each call is answered exactly
  * once (reply, reply_blob or fail), or the binding reports it cancelled
- * (msr_coord_cancel) before that. */
+ * (msr_coord_cancel) before that. With a state file, an answer given while
+ * changes are unsaved (the call's own write, or one its answer could tell
+ * of) is held and given by reply_blob or fail from msr_coord_tick or
+ * msr_coord_flush, once a save covers it. */
 typedef struct msr_coord_responder {
     void (*reply)(void *call, const ProtobufCMessage *resp);
     /* takes a reference of its own if it keeps the blob */
@@ -48,7 +51,8 @@ typedef struct msr_coord_config {
     int64_t last_call_ms;    /* elastic: how long to wait for more nodes once MIN are in */
     int64_t node_timeout_ms; /* a node silent this long is lost */
     int64_t join_timeout_ms; /* the first generation must form within */
-    const char *state_file;  /* NULL: no persistence */
+    const char *state_file;  /* NULL: no persistence; else a snapshot and a log
+                              * of changes (docs/store.md), created 0600 */
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;
@@ -66,14 +70,18 @@ void msr_coord_call(msr_coord_t *coord, void *call, msr_rpc_method_t method,
 void msr_coord_cancel(msr_coord_t *coord, void *call);
 
 /* Runs the timers that are due at now (answers waits whose deadline passed,
- * declares silent nodes lost, fails a job that did not form in time). */
+ * declares silent nodes lost, fails a job that did not form in time), then
+ * saves what changed and releases the answers that waited for it (group
+ * commit: call it once after each batch of msr_coord_call). After a failed
+ * save the next attempt waits about 100 ms. */
 void msr_coord_tick(msr_coord_t *coord, uint64_t now);
 
-/* When msr_coord_tick next has something to do (MSR_DEADLINE_NEVER if not). */
+/* When msr_coord_tick next has something to do (MSR_DEADLINE_NEVER if not);
+ * now or earlier while answers wait for a save. */
 uint64_t msr_coord_next_deadline(const msr_coord_t *coord);
 
-/* Writes the state file now if anything changed (msr_coord_tick writes it
- * when due; call this before exiting). */
+/* Saves what changed now and releases (or, when the save fails, fails with
+ * INTERNAL) the held answers; nothing to do without a state file. */
 void msr_coord_flush(msr_coord_t *coord);
 
 /* Whether the job has ended (done or failed) and every node has left. */

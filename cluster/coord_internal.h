@@ -13,18 +13,46 @@
 #define MSR_FAILURE_TAIL 32         /* stderr lines kept for the root cause */
 #define MSR_GATHER_MAX   (1u << 24) /* most entries one allgather may have */
 
-typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT } waiter_kind_t;
+typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT, W_HELD } waiter_kind_t;
 
-/* A call the core holds until something happens or its deadline passes. */
+/* A call the core holds until something happens or its deadline passes.
+ * kind comes first: a call's data slot holds a waiter_t or a held_t. */
 typedef struct waiter {
-    msr_timer_t timer; /* armed unless the wait has no deadline */
     waiter_kind_t kind;
+    msr_timer_t timer; /* armed unless the wait has no deadline */
     void *call;
     void *owner;     /* getwait_t, barrier_t, gather_t or node_t */
     msr_list_t link; /* in the owner's list (not for heartbeats) */
     int64_t wait_ms;
     char what[240]; /* for the deadline message */
 } waiter_t;
+
+/* An answer held until the changes it may reflect are saved (group commit):
+ * released in order after the next save, or failed when the save
+ * fails. */
+typedef struct held {
+    waiter_kind_t kind; /* W_HELD */
+    msr_list_t link;    /* in msr_coord.held, oldest first */
+    void *call;
+    msr_blob_t *blob; /* the packed answer, or NULL for a failure */
+    int code;         /* the failure's gRPC status */
+    char message[];   /* the failure's message */
+} held_t;
+
+/* A write applied for (client_id, request_id), remembered so that a retry of
+ * it gets the same answer instead of being applied again. */
+typedef struct request_rec {
+    msr_list_t link; /* in msr_coord.requests, oldest first */
+    uint64_t client_id, request_id;
+    uint32_t method;
+    int saved; /* written to the state file */
+    size_t len;
+    uint8_t response[]; /* the packed answer */
+} request_rec_t;
+
+/* Most writes remembered for retries, and most bytes of their answers. */
+#define MSR_REQUESTS_MAX       16384
+#define MSR_REQUESTS_BYTES_MAX (8u << 20)
 
 typedef struct kv {
     size_t len;
@@ -101,21 +129,29 @@ struct msr_coord {
     uint64_t join_seq;
     uint8_t *rank_done;
     int ndone;
-    int dirty; /* what changed since the state file was written: 1 store or
-                * liveness (written within MSR_PERSIST_DELAY_MS), 2 the job's
-                * state, generation or membership (written and synced now) */
-    uint64_t last_persist;
+    /* What changed since the last save (with a state file): */
+    int dirty;             /* the job's record (members, state, generation, done ranks) */
+    msr_map_t dirty_keys;  /* store keys set or deleted */
+    int store_cleared;     /* the store was emptied (a new generation) */
+    msr_list_t held;       /* answers held until the next save (held_t) */
+    msr_list_t requests;   /* writes remembered for retries (request_rec_t) */
+    msr_map_t request_map; /* the same, by request_key() */
+    size_t request_bytes;  /* their answers' bytes */
+    int new_requests;      /* records not yet saved */
+    /* The state file: a snapshot then a log of changes (persist.c). */
+    int log_fd;             /* open for appending, or -1 before the first save */
+    uint64_t log_end;       /* bytes of whole records in the file */
+    uint64_t snapshot_len;  /* bytes of its snapshot */
+    int need_snapshot;      /* write a whole snapshot at the next save */
+    int save_failures;      /* saves failed in a row (logged at the first) */
+    int closing;            /* being destroyed: answers go out at once */
+    uint64_t retry_save_at; /* after a failed save: the next attempt */
     uint64_t calls[MSR_RPC_METHOD_COUNT];
 };
 
-/* Changes of level 1 are written at most every this many milliseconds. */
-#define MSR_PERSIST_DELAY_MS 10
-
-#define MARK_DIRTY(c, level)      \
-    do {                          \
-        if ((c)->dirty < (level)) \
-            (c)->dirty = (level); \
-    } while (0)
+/* Marks the job's record changed (level is kept for the callers' sake: every
+ * change is saved before the answers given after it are released). */
+#define MARK_DIRTY(c, level) ((void)(level), (c)->dirty = 1)
 
 /* Shared between coord.c and persist.c. */
 void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m);
@@ -123,11 +159,39 @@ void msr_coord_failure_from_msg(failure_t *f, const Msr__Failure *m);
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);
 node_t *msr_coord_node_add(msr_coord_t *c, const char *host);
 
-/* Writes the state file (fsync'ing it when sync); MSR_OK without one. */
-msr_status_t msr_coord_persist_write(msr_coord_t *c, int sync);
+/* Whether anything changed since the last save (always 0 without a state
+ * file): answers given meanwhile are held until it is saved. */
+int msr_coord_persist_pending(const msr_coord_t *c);
 
-/* Reads the state file into a freshly created core: MSR_ERR_NOT_FOUND when
- * there is none, MSR_ERR_CORRUPT when it cannot be read. */
+/* Saves what changed: a log record, fdatasync'ed, or a whole new snapshot
+ * (temporary file, fsync, rename, fsync of the directory) when the log has
+ * grown past MSR_LOG_COMPACT_FACTOR times the snapshot or a save failed
+ * before. MSR_OK without a state file or when nothing changed. On failure,
+ * why says what failed (logged here at the first failure in a row only) and
+ * the next save writes a whole snapshot. The caller releases or fails the
+ * held answers. */
+msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen);
+
+/* Reads the state file (snapshot, then the log up to its first torn or
+ * corrupt record, which is cut off) into a freshly created core:
+ * MSR_ERR_NOT_FOUND when there is none, MSR_ERR_CORRUPT when it cannot be
+ * read or holds counts the job cannot have. */
 msr_status_t msr_coord_persist_load(msr_coord_t *c);
+
+/* Closes the state file. */
+void msr_coord_persist_close(msr_coord_t *c);
+
+/* Request records (coord.c): the key a record is found by, and how one is
+ * added (from a save or from the state file); takes nothing on failure. */
+void msr_coord_request_key(uint64_t client_id, uint64_t request_id, char out[40]);
+msr_status_t msr_coord_request_add(msr_coord_t *c, uint64_t client_id, uint64_t request_id,
+                                   uint32_t method, const uint8_t *response, size_t len, int saved);
+void msr_coord_requests_clear(msr_coord_t *c);
+
+/* The log grows to this many times the snapshot (and at least
+ * MSR_LOG_COMPACT_MIN bytes) before the snapshot is rewritten: saving costs
+ * what changed, and reading the file back at most a few times the state. */
+#define MSR_LOG_COMPACT_FACTOR 4
+#define MSR_LOG_COMPACT_MIN    (1u << 20)
 
 #endif

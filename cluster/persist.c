@@ -1,10 +1,22 @@
-/* The coordinator's state file: the job (members, generation, restart count,
- * failure, store) as one PersistedState message, written atomically
- * (temporary file, rename; fsync for the changes that matter most), and read
- * back by a coordinator restarted on the same file. Waits in progress
- * (barriers, allgathers, long polls) are not kept: their clients retry. */
+/* The coordinator's state file: a snapshot of the job (members, generation,
+ * restart count, failure, store, recent writes' answers) followed by a log
+ * of changes, each a framed record with its length and CRC. A save appends
+ * what changed since the last one and fdatasyncs it; once the log has grown
+ * past a few times the snapshot, the snapshot is rewritten atomically
+ * (temporary file, fsync, rename, fsync of the directory). A coordinator
+ * restarted on the same file reads the snapshot and replays the log up to
+ * its first torn or corrupt record, which it cuts off. Waits in progress
+ * (barriers, allgathers, long polls) are not kept: their clients retry.
+ *
+ * Layout (integers little-endian):
+ *   "MSRSTAT2"                        8 bytes
+ *   record: u32 length, u32 CRC-32 of the payload, payload
+ *   the first record's payload is a PersistedState, the others'
+ *   PersistedChange (rendezvous/msrun.proto). */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,16 +24,150 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/crc32.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/coord_internal.h"
 
+#define MAGIC      "MSRSTAT2"
+#define MAGIC_LEN  8
+#define FRAME_LEN  8
+#define RECORD_MAX (1u << 30) /* a longer record is corrupt */
+#define FILE_MAX   (1ull << 32)
+#define NODES_MAX  (1u << 20) /* members ever seen: joins are bounded by the job */
+#define GEN_MAX    (1 << 30)
+
+static const char *state_path(const msr_coord_t *c)
+{
+    const char *p = c->config.state_file;
+    return p && *p ? p : NULL;
+}
+
+int msr_coord_persist_pending(const msr_coord_t *c)
+{
+    return state_path(c) != NULL && (c->dirty || c->dirty_keys.count || c->store_cleared ||
+                                     c->new_requests || c->need_snapshot);
+}
+
+void msr_coord_persist_close(msr_coord_t *c)
+{
+    if (c->log_fd >= 0)
+        close(c->log_fd);
+    c->log_fd = -1;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Packs msg as one framed record after prefix bytes of room; *len_p gets
+ * the whole length. NULL when out of memory. */
+static uint8_t *frame(const ProtobufCMessage *msg, size_t prefix, size_t *len_p)
+{
+    size_t plen = protobuf_c_message_get_packed_size(msg);
+    if (plen > RECORD_MAX)
+        return NULL;
+    uint8_t *buf = msr_malloc(prefix + FRAME_LEN + plen);
+    if (buf == NULL)
+        return NULL;
+    uint8_t *payload = buf + prefix + FRAME_LEN;
+    protobuf_c_message_pack(msg, payload);
+    put_u32(buf + prefix, (uint32_t)plen);
+    put_u32(buf + prefix + 4, msr_crc32(0, payload, plen));
+    *len_p = prefix + FRAME_LEN + plen;
+    return buf;
+}
+
+/* ---- building records ---- */
+
+/* The job's part of a PersistedState, pointing into c (valid until c
+ * changes); job_free releases what it allocated. */
+typedef struct job_msg {
+    Msr__Failure failure;
+    Msr__PersistedNode *nodes;
+    Msr__PersistedNode **nptrs;
+    int32_t *done;
+} job_msg_t;
+
+static void job_free(job_msg_t *j)
+{
+    msr_free(j->nodes);
+    msr_free(j->nptrs);
+    msr_free(j->done);
+}
+
+static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t *j)
+{
+    memset(j, 0, sizeof *j);
+    ps->version = 1;
+    ps->job_id = c->job_id ? c->job_id : "";
+    ps->worker_num = c->worker_num;
+    ps->local_worker_num = c->local_worker_num;
+    ps->max_restarts = c->max_restarts;
+    ps->min_nodes = c->min_nodes;
+    ps->max_nodes = c->max_nodes;
+    ps->state = c->state;
+    ps->generation = c->generation;
+    ps->restart_count = c->restart_count;
+    ps->message = c->message;
+    ps->master_addr = c->master_addr;
+    ps->master_port = c->master_port;
+    ps->node_count = c->node_count;
+    if (c->failure.set) {
+        msr_coord_failure_to_msg(&c->failure, &j->failure);
+        ps->failure = &j->failure;
+    }
+    size_t nn = c->nnodes;
+    j->nodes = msr_calloc(nn ? nn : 1, sizeof *j->nodes);
+    j->nptrs = msr_calloc(nn ? nn : 1, sizeof *j->nptrs);
+    j->done = msr_calloc(c->worker_num > 0 ? (size_t)c->worker_num : 1, sizeof *j->done);
+    if (j->nodes == NULL || j->nptrs == NULL || j->done == NULL) {
+        job_free(j);
+        return MSR_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        const node_t *n = c->nodes[i];
+        Msr__PersistedNode *pn = &j->nodes[i];
+        msr__persisted_node__init(pn);
+        pn->node_id = (char *)n->id;
+        pn->host = n->host;
+        pn->pid = n->pid;
+        pn->local_worker_num = n->local_worker_num;
+        pn->free_port = n->free_port;
+        pn->wanted_rank = n->wanted_rank;
+        pn->rank = n->rank;
+        pn->ready_generation = n->ready_generation;
+        pn->alive = n->alive;
+        j->nptrs[i] = pn;
+    }
+    ps->n_nodes = nn;
+    ps->nodes = j->nptrs;
+    size_t nd = 0;
+    for (int r = 0; c->rank_done && r < c->worker_num; r++)
+        if (c->rank_done[r])
+            j->done[nd++] = r;
+    ps->n_done_ranks = nd;
+    ps->done_ranks = j->done;
+    return MSR_OK;
+}
+
 typedef struct kv_collect {
+    msr_coord_t *c;
     Msr__PersistedKey *keys;
     Msr__PersistedKey **ptrs;
-    size_t n;
+    char **deleted;
+    size_t n, ndeleted;
 } kv_collect_t;
 
 static void collect_key(const char *key, void *value, void *arg)
@@ -36,141 +182,356 @@ static void collect_key(const char *key, void *value, void *arg)
     k->n++;
 }
 
-msr_status_t msr_coord_persist_write(msr_coord_t *c, int sync)
+/* A changed key: its value now, or its deletion. */
+static void collect_dirty(const char *key, void *value, void *arg)
 {
-    const char *path = c->config.state_file;
-    if (path == NULL || *path == '\0')
-        return MSR_OK;
-    msr_status_t st = MSR_ERR_NO_MEMORY;
-    Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
-    Msr__Failure f;
-    ps.version = 1;
-    ps.job_id = c->job_id ? c->job_id : "";
-    ps.worker_num = c->worker_num;
-    ps.local_worker_num = c->local_worker_num;
-    ps.max_restarts = c->max_restarts;
-    ps.min_nodes = c->min_nodes;
-    ps.max_nodes = c->max_nodes;
-    ps.state = c->state;
-    ps.generation = c->generation;
-    ps.restart_count = c->restart_count;
-    ps.message = c->message;
-    ps.master_addr = c->master_addr;
-    ps.master_port = c->master_port;
-    ps.node_count = c->node_count;
-    if (c->failure.set) {
-        msr_coord_failure_to_msg(&c->failure, &f);
-        ps.failure = &f;
+    (void)value;
+    kv_collect_t *k = arg;
+    kv_t *v = msr_map_get(&k->c->store, key);
+    if (v)
+        collect_key(key, v, arg);
+    else
+        k->deleted[k->ndeleted++] = (char *)key;
+}
+
+typedef struct req_collect {
+    Msr__PersistedRequest *reqs;
+    Msr__PersistedRequest **ptrs;
+    size_t n;
+} req_collect_t;
+
+/* The records to save: all, or the unsaved ones, which are the newest (a
+ * save marks every record saved; new ones are added at the end). */
+static msr_list_t *requests_first(msr_coord_t *c, int unsaved_only, size_t *n_p)
+{
+    size_t n = 0;
+    msr_list_t *first = &c->requests;
+    for (msr_list_t *p = c->requests.prev; p != &c->requests; p = p->prev) {
+        if (unsaved_only && MSR_CONTAINER_OF(p, request_rec_t, link)->saved)
+            break;
+        first = p;
+        n++;
     }
-    size_t nn = c->nnodes;
-    Msr__PersistedNode *nodes = msr_calloc(nn ? nn : 1, sizeof *nodes);
-    Msr__PersistedNode **nptrs = msr_calloc(nn ? nn : 1, sizeof *nptrs);
-    kv_collect_t kc = {msr_calloc(c->store.count ? c->store.count : 1, sizeof *kc.keys),
-                       msr_calloc(c->store.count ? c->store.count : 1, sizeof *kc.ptrs), 0};
-    int32_t *done = msr_calloc(c->worker_num > 0 ? (size_t)c->worker_num : 1, sizeof *done);
+    *n_p = n;
+    return first;
+}
+
+static msr_status_t collect_requests(msr_coord_t *c, int unsaved_only, req_collect_t *rc)
+{
+    size_t n = 0;
+    msr_list_t *first = requests_first(c, unsaved_only, &n);
+    rc->n = 0;
+    rc->reqs = msr_calloc(n ? n : 1, sizeof *rc->reqs);
+    rc->ptrs = msr_calloc(n ? n : 1, sizeof *rc->ptrs);
+    if (rc->reqs == NULL || rc->ptrs == NULL) {
+        msr_free(rc->reqs);
+        msr_free(rc->ptrs);
+        return MSR_ERR_NO_MEMORY;
+    }
+    for (msr_list_t *pos = first; pos != &c->requests && rc->n < n; pos = pos->next) {
+        request_rec_t *r = MSR_CONTAINER_OF(pos, request_rec_t, link);
+        Msr__PersistedRequest *p = &rc->reqs[rc->n];
+        msr__persisted_request__init(p);
+        p->client_id = r->client_id;
+        p->request_id = r->request_id;
+        p->method = r->method;
+        p->response.data = r->response;
+        p->response.len = r->len;
+        rc->ptrs[rc->n++] = p;
+    }
+    return MSR_OK;
+}
+
+static void requests_saved(msr_coord_t *c)
+{
+    for (msr_list_t *p = c->requests.prev; p != &c->requests; p = p->prev) {
+        request_rec_t *r = MSR_CONTAINER_OF(p, request_rec_t, link);
+        if (r->saved)
+            break; /* and every one before it */
+        r->saved = 1;
+    }
+    c->new_requests = 0;
+}
+
+/* ---- writing ---- */
+
+static msr_status_t sys_fail(char *why, size_t whylen, const char *what, const char *path)
+{
+    int e = errno;
+    snprintf(why, whylen, "the coordinator could not save its state file: %s %s: %s", what, path,
+             strerror(e));
+    return msr_status_from_errno(e);
+}
+
+/* Syncs the directory holding path, so that a rename in it survives a
+ * crash (best effort: some file systems refuse to sync directories). */
+static void sync_dir(const char *path)
+{
+    char *copy = msr_strdup(path);
+    if (copy == NULL)
+        return;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0)
+            MSR_DEBUG("cannot fsync the directory of %s: %s", path, strerror(errno));
+        close(dfd);
+    }
+    msr_free(copy);
+}
+
+/* Writes the whole state as a new file and renames it over the old one;
+ * changes are then appended to the new file. */
+static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
+{
+    const char *path = state_path(c);
+    Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
+    job_msg_t j;
+    req_collect_t rc = {0};
+    size_t nk = c->store.count ? c->store.count : 1;
+    kv_collect_t kc = {c, NULL, NULL, NULL, 0, 0};
     uint8_t *buf = NULL;
     char *tmp = NULL;
-    int fd = -1;
-    if (nodes == NULL || nptrs == NULL || kc.keys == NULL || kc.ptrs == NULL || done == NULL)
+    size_t len = 0;
+    snprintf(why, whylen, "the coordinator could not save its state file: out of memory");
+    msr_status_t st = job_fill(c, &ps, &j);
+    if (st != MSR_OK)
+        return st;
+    st = collect_requests(c, 0, &rc);
+    if (st != MSR_OK)
+        goto out_job;
+    st = MSR_ERR_NO_MEMORY;
+    kc.keys = msr_calloc(nk, sizeof *kc.keys);
+    kc.ptrs = msr_calloc(nk, sizeof *kc.ptrs);
+    if (kc.keys == NULL || kc.ptrs == NULL)
         goto out;
-    for (size_t i = 0; i < nn; i++) {
-        const node_t *n = c->nodes[i];
-        msr__persisted_node__init(&nodes[i]);
-        nodes[i].node_id = (char *)n->id;
-        nodes[i].host = n->host;
-        nodes[i].pid = n->pid;
-        nodes[i].local_worker_num = n->local_worker_num;
-        nodes[i].free_port = n->free_port;
-        nodes[i].wanted_rank = n->wanted_rank;
-        nodes[i].rank = n->rank;
-        nodes[i].ready_generation = n->ready_generation;
-        nodes[i].alive = n->alive;
-        nptrs[i] = &nodes[i];
-    }
-    ps.n_nodes = nn;
-    ps.nodes = nptrs;
     msr_map_foreach(&c->store, collect_key, &kc);
     ps.n_store = kc.n;
     ps.store = kc.ptrs;
-    size_t nd = 0;
-    for (int r = 0; c->rank_done && r < c->worker_num; r++)
-        if (c->rank_done[r])
-            done[nd++] = r;
-    ps.n_done_ranks = nd;
-    ps.done_ranks = done;
-
-    size_t len = protobuf_c_message_get_packed_size(&ps.base);
-    buf = msr_malloc(len ? len : 1);
-    size_t plen = strlen(path) + 16;
+    ps.n_requests = rc.n;
+    ps.requests = rc.ptrs;
+    buf = frame(&ps.base, MAGIC_LEN, &len);
+    size_t plen = strlen(path) + 8;
     tmp = msr_malloc(plen);
     if (buf == NULL || tmp == NULL)
         goto out;
-    protobuf_c_message_pack(&ps.base, buf);
+    memcpy(buf, MAGIC, MAGIC_LEN);
     snprintf(tmp, plen, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        st = msr_status_from_errno(errno);
-        MSR_ERROR("cannot write the state file %s: %s", tmp, strerror(errno));
+    /* A file of our own, never one planted under the name (O_EXCL,
+     * O_NOFOLLOW), readable by its owner only. */
+    if (unlink(tmp) != 0 && errno != ENOENT) {
+        st = sys_fail(why, whylen, "cannot remove", tmp);
         goto out;
     }
-    st = msr_write_all(fd, buf, len);
-    if (st == MSR_OK && sync && fsync(fd) != 0)
-        st = msr_status_from_errno(errno);
-    if (close(fd) != 0 && st == MSR_OK)
-        st = msr_status_from_errno(errno);
-    fd = -1;
-    if (st == MSR_OK && rename(tmp, path) != 0)
-        st = msr_status_from_errno(errno);
-    if (st != MSR_OK) {
-        MSR_ERROR("cannot write the state file %s: %s", path, strerror(errno));
-        unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        st = sys_fail(why, whylen, "cannot create", tmp);
+        goto out;
     }
+    if (msr_write_all(fd, buf, len) != MSR_OK) {
+        st = sys_fail(why, whylen, "cannot write", tmp);
+        goto err_file;
+    }
+    if (fsync(fd) != 0) {
+        st = sys_fail(why, whylen, "cannot fsync", tmp);
+        goto err_file;
+    }
+    if (rename(tmp, path) != 0) {
+        st = sys_fail(why, whylen, "cannot rename it to", path);
+        goto err_file;
+    }
+    sync_dir(path);
+    msr_coord_persist_close(c);
+    c->log_fd = fd; /* now the state file itself */
+    c->log_end = len;
+    c->snapshot_len = len;
+    why[0] = '\0';
+    st = MSR_OK;
+    goto out;
+
+err_file:
+    close(fd);
+    unlink(tmp);
 out:
-    if (fd >= 0)
-        close(fd);
     msr_free(tmp);
     msr_free(buf);
-    msr_free(done);
     msr_free(kc.keys);
     msr_free(kc.ptrs);
-    msr_free(nodes);
-    msr_free(nptrs);
+    msr_free(rc.reqs);
+    msr_free(rc.ptrs);
+out_job:
+    job_free(&j);
     return st;
 }
 
-msr_status_t msr_coord_persist_load(msr_coord_t *c)
+/* Packs what changed since the last save as one framed record. */
+static uint8_t *change_record(msr_coord_t *c, size_t *len_p)
 {
-    const char *path = c->config.state_file;
-    if (path == NULL || *path == '\0')
-        return MSR_ERR_NOT_FOUND;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? MSR_ERR_NOT_FOUND : msr_status_from_errno(errno);
-    struct stat sb;
-    msr_status_t st = MSR_ERR_IO;
+    Msr__PersistedChange ch = MSR__PERSISTED_CHANGE__INIT;
+    Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
+    job_msg_t j;
+    int have_job = 0;
+    req_collect_t rc = {0};
+    size_t nk = c->dirty_keys.count ? c->dirty_keys.count : 1;
+    kv_collect_t kc = {c,
+                       msr_calloc(nk, sizeof *kc.keys),
+                       msr_calloc(nk, sizeof *kc.ptrs),
+                       msr_calloc(nk, sizeof *kc.deleted),
+                       0,
+                       0};
     uint8_t *buf = NULL;
-    Msr__PersistedState *ps = NULL;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || sb.st_size > (1 << 30))
+    if (kc.keys == NULL || kc.ptrs == NULL || kc.deleted == NULL)
         goto out;
-    buf = msr_malloc((size_t)sb.st_size + 1);
-    if (buf == NULL) {
-        st = MSR_ERR_NO_MEMORY;
-        goto out;
+    if (c->dirty) {
+        if (job_fill(c, &ps, &j) != MSR_OK)
+            goto out;
+        have_job = 1;
+        ch.job = &ps;
     }
-    st = msr_read_full(fd, buf, (size_t)sb.st_size);
-    if (st != MSR_OK)
+    if (collect_requests(c, 1, &rc) != MSR_OK)
         goto out;
-    ps = msr__persisted_state__unpack(&msr_rpc_pb_allocator, (size_t)sb.st_size, buf);
-    if (ps == NULL || ps->version != 1 || ps->worker_num <= 0 || ps->local_worker_num <= 0 ||
-        ps->worker_num % ps->local_worker_num != 0) {
-        MSR_ERROR("the state file %s is corrupt or of another version", path);
-        st = MSR_ERR_CORRUPT;
-        goto out;
+    msr_map_foreach(&c->dirty_keys, collect_dirty, &kc);
+    ch.store_cleared = c->store_cleared;
+    ch.n_set = kc.n;
+    ch.set = kc.ptrs;
+    ch.n_deleted = kc.ndeleted;
+    ch.deleted = kc.deleted;
+    ch.n_requests = rc.n;
+    ch.requests = rc.ptrs;
+    buf = frame(&ch.base, 0, len_p);
+out:
+    if (have_job)
+        job_free(&j);
+    msr_free(rc.reqs);
+    msr_free(rc.ptrs);
+    msr_free(kc.keys);
+    msr_free(kc.ptrs);
+    msr_free(kc.deleted);
+    return buf;
+}
+
+static void saved(msr_coord_t *c)
+{
+    c->dirty = 0;
+    c->store_cleared = 0;
+    c->need_snapshot = 0;
+    msr_map_cleanup(&c->dirty_keys, NULL);
+    requests_saved(c);
+    if (c->save_failures)
+        MSR_INFO("the state file %s is saved again (after %d failed saves)", state_path(c),
+                 c->save_failures);
+    c->save_failures = 0;
+}
+
+msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    if (!msr_coord_persist_pending(c))
+        return MSR_OK;
+    msr_status_t st;
+    uint64_t log_len = c->log_end - c->snapshot_len;
+    uint64_t limit = (uint64_t)MSR_LOG_COMPACT_FACTOR * c->snapshot_len;
+    if (limit < MSR_LOG_COMPACT_MIN)
+        limit = MSR_LOG_COMPACT_MIN;
+    if (c->log_fd < 0 || c->need_snapshot || log_len >= limit) {
+        st = write_snapshot(c, why, whylen);
+    } else {
+        size_t len = 0;
+        uint8_t *rec = change_record(c, &len);
+        if (rec == NULL) {
+            st = MSR_ERR_NO_MEMORY;
+            snprintf(why, whylen, "the coordinator could not save its state file: out of memory");
+        } else {
+            ssize_t n = pwrite(c->log_fd, rec, len, (off_t)c->log_end);
+            if (n != (ssize_t)len) {
+                if (n >= 0)
+                    errno = ENOSPC; /* a short write: the disk is full */
+                st = sys_fail(why, whylen, "cannot append to", state_path(c));
+            } else if (fdatasync(c->log_fd) != 0) {
+                st = sys_fail(why, whylen, "cannot fdatasync", state_path(c));
+            } else {
+                st = MSR_OK;
+                c->log_end += len;
+            }
+            if (st != MSR_OK && ftruncate(c->log_fd, (off_t)c->log_end) != 0)
+                MSR_DEBUG("cannot cut %s back to %" PRIu64 " bytes: %s", state_path(c), c->log_end,
+                          strerror(errno));
+            msr_free(rec);
+        }
     }
-    st = MSR_ERR_NO_MEMORY;
-    char *job = msr_strdup(ps->job_id);
+    if (st == MSR_OK) {
+        saved(c);
+        return MSR_OK;
+    }
+    /* Whatever reached the file, the next save rewrites all of it. */
+    c->need_snapshot = 1;
+    c->dirty = 0;
+    c->store_cleared = 0;
+    msr_map_cleanup(&c->dirty_keys, NULL);
+    if (c->save_failures++ == 0)
+        MSR_ERROR("%s; the writes it carried are failed, and it is tried again", why);
+    return st;
+}
+
+/* ---- reading ---- */
+
+/* Whether a job record's counts fit together, so that nothing sized from
+ * one of them is indexed by another (node_count by report ranks, node
+ * ranks by the assignment). */
+static int job_unconfigured(const Msr__PersistedState *ps)
+{
+    return ps->worker_num == 0 && ps->local_worker_num == 0 && ps->node_count == 0 &&
+           ps->n_nodes == 0 && ps->n_done_ranks == 0 && ps->generation == 0;
+}
+
+static int job_valid(const Msr__PersistedState *ps, char *why, size_t whylen)
+{
+    const char *bad = NULL;
+    if (ps->version == 1 && job_unconfigured(ps))
+        return 1; /* saved before the first node joined: nothing to check */
+    if (ps->version != 1)
+        bad = "version";
+    else if (ps->worker_num <= 0 || ps->worker_num > (1 << 24) || ps->local_worker_num <= 0 ||
+             ps->worker_num % ps->local_worker_num != 0)
+        bad = "worker_num / local_worker_num";
+    else if (ps->node_count < 0 || ps->node_count > ps->worker_num / ps->local_worker_num)
+        bad = "node_count";
+    else if (ps->state < MSR__JOB_STATE__JOB_WAITING || ps->state > MSR__JOB_STATE__JOB_FAILED)
+        bad = "state";
+    else if (ps->generation < 0 || ps->restart_count < 0)
+        bad = "generation / restart count";
+    else if (ps->n_nodes > NODES_MAX)
+        bad = "node list";
+    else if (ps->n_done_ranks > (size_t)ps->worker_num)
+        bad = "done ranks";
+    for (size_t i = 0; bad == NULL && i < ps->n_nodes; i++) {
+        const Msr__PersistedNode *n = ps->nodes[i];
+        int nodes = ps->worker_num / ps->local_worker_num;
+        if (n->rank < -1 || n->rank >= nodes || n->wanted_rank < -1 || n->wanted_rank >= nodes ||
+            n->ready_generation < -1 || n->local_worker_num != ps->local_worker_num ||
+            n->host == NULL)
+            bad = "a node's rank, generation or worker count";
+    }
+    if (bad)
+        snprintf(why, whylen, "%s out of range", bad);
+    return bad == NULL;
+}
+
+static void nodes_clear(msr_coord_t *c)
+{
+    for (size_t i = 0; i < c->nnodes; i++) {
+        msr_free(c->nodes[i]->host);
+        msr_free(c->nodes[i]);
+    }
+    c->nnodes = 0;
+}
+
+static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
+{
+    if (job_unconfigured(ps))
+        return MSR_OK; /* the store and requests only */
+    char *job = msr_strdup(ps->job_id ? ps->job_id : "");
     if (job == NULL)
-        goto out;
+        return MSR_ERR_NO_MEMORY;
     msr_free(c->job_id);
     c->job_id = job;
     c->worker_num = ps->worker_num;
@@ -178,10 +539,11 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
     c->max_restarts = ps->max_restarts;
     c->min_nodes = ps->min_nodes;
     c->max_nodes = ps->max_nodes;
-    msr_free(c->rank_done);
+    msr_free(c->rank_done); /* sized again from this record's worker_num */
     c->rank_done = NULL;
-    if (msr_coord_settings_valid(c) != MSR_OK)
-        goto out;
+    msr_status_t st = msr_coord_settings_valid(c);
+    if (st != MSR_OK)
+        return st;
     c->configured = 1;
     c->state = ps->state;
     c->generation = ps->generation;
@@ -200,13 +562,14 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
             c->ndone++;
         }
     }
+    nodes_clear(c);
     uint64_t now = msr_now_ns();
     for (size_t i = 0; i < ps->n_nodes; i++) {
         const Msr__PersistedNode *pn = ps->nodes[i];
         node_t *n = msr_coord_node_add(c, pn->host);
         if (n == NULL)
-            goto out;
-        snprintf(n->id, sizeof n->id, "%s", pn->node_id);
+            return MSR_ERR_NO_MEMORY;
+        snprintf(n->id, sizeof n->id, "%s", pn->node_id ? pn->node_id : "");
         n->pid = pn->pid;
         n->local_worker_num = pn->local_worker_num;
         n->free_port = pn->free_port;
@@ -216,27 +579,210 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         n->alive = pn->alive;
         n->last_seen = now; /* every node gets a full timeout to come back */
     }
-    for (size_t i = 0; i < ps->n_store; i++) {
-        const Msr__PersistedKey *k = ps->store[i];
-        kv_t *v = msr_malloc(sizeof *v + k->value.len);
-        if (v == NULL)
-            goto out;
-        v->len = k->value.len;
-        if (v->len)
-            memcpy(v->data, k->value.data, v->len);
-        void *old = NULL;
-        if (msr_map_put(&c->store, k->key, v, &old) != MSR_OK) {
-            msr_free(v);
-            goto out;
-        }
-        msr_free(old);
+    return MSR_OK;
+}
+
+static msr_status_t key_apply(msr_coord_t *c, const Msr__PersistedKey *k)
+{
+    if (!msr_rpc_key_valid(k->key))
+        return MSR_ERR_CORRUPT;
+    kv_t *v = msr_malloc(sizeof *v + k->value.len);
+    if (v == NULL)
+        return MSR_ERR_NO_MEMORY;
+    v->len = k->value.len;
+    if (v->len)
+        memcpy(v->data, k->value.data, v->len);
+    void *old = NULL;
+    if (msr_map_put(&c->store, k->key, v, &old) != MSR_OK) {
+        msr_free(v);
+        return MSR_ERR_NO_MEMORY;
     }
-    st = MSR_OK;
-    MSR_INFO("resumed job %s from %s: generation %d, %zu nodes, %zu keys, restarts %d of %d",
-             c->job_id, path, c->generation, ps->n_nodes, ps->n_store, c->restart_count,
-             c->max_restarts);
-out:
+    msr_free(old);
+    return MSR_OK;
+}
+
+static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Msr__PersistedRequest *r = reqs[i];
+        if (r->client_id == 0 || r->request_id == 0 || r->method >= MSR_RPC_METHOD_COUNT)
+            return MSR_ERR_CORRUPT;
+        msr_status_t st = msr_coord_request_add(c, r->client_id, r->request_id, r->method,
+                                                r->response.data, r->response.len, 1);
+        if (st != MSR_OK)
+            return st == MSR_ERR_INVALID_ARG ? MSR_ERR_CORRUPT : st;
+    }
+    return MSR_OK;
+}
+
+static void kv_free_value(void *v)
+{
+    msr_free(v);
+}
+
+static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps, char *why,
+                                   size_t whylen)
+{
+    if (!job_valid(ps, why, whylen))
+        return MSR_ERR_CORRUPT;
+    msr_status_t st = job_apply(c, ps);
+    for (size_t i = 0; st == MSR_OK && i < ps->n_store; i++)
+        st = key_apply(c, ps->store[i]);
+    if (st == MSR_OK)
+        st = requests_apply(c, ps->requests, ps->n_requests);
+    if (st == MSR_ERR_CORRUPT)
+        snprintf(why, whylen, "a bad key or request record");
+    return st;
+}
+
+/* Checks a whole change before applying any of it. */
+static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch, char *why,
+                                 size_t whylen)
+{
+    if (ch->job && !job_valid(ch->job, why, whylen))
+        return MSR_ERR_CORRUPT;
+    for (size_t i = 0; i < ch->n_set; i++)
+        if (!msr_rpc_key_valid(ch->set[i]->key))
+            return MSR_ERR_CORRUPT;
+    for (size_t i = 0; i < ch->n_requests; i++)
+        if (ch->requests[i]->client_id == 0 || ch->requests[i]->request_id == 0 ||
+            ch->requests[i]->method >= MSR_RPC_METHOD_COUNT)
+            return MSR_ERR_CORRUPT;
+    if (ch->store_cleared) {
+        msr_map_cleanup(&c->store, kv_free_value);
+        msr_coord_requests_clear(c);
+    }
+    msr_status_t st = ch->job ? job_apply(c, ch->job) : MSR_OK;
+    for (size_t i = 0; st == MSR_OK && i < ch->n_deleted; i++)
+        msr_free(msr_map_remove(&c->store, ch->deleted[i] ? ch->deleted[i] : ""));
+    for (size_t i = 0; st == MSR_OK && i < ch->n_set; i++)
+        st = key_apply(c, ch->set[i]);
+    if (st == MSR_OK)
+        st = requests_apply(c, ch->requests, ch->n_requests);
+    return st;
+}
+
+/* Reads a record at off of a file of len bytes: its payload and length, or
+ * 0 when it is torn or corrupt. */
+static int record_at(const uint8_t *buf, uint64_t len, uint64_t off, const uint8_t **payload_p,
+                     size_t *plen_p)
+{
+    if (len - off < FRAME_LEN)
+        return 0;
+    uint32_t plen = get_u32(buf + off);
+    uint32_t crc = get_u32(buf + off + 4);
+    if (plen > RECORD_MAX || plen > len - off - FRAME_LEN)
+        return 0;
+    if (msr_crc32(0, buf + off + FRAME_LEN, plen) != crc)
+        return 0;
+    *payload_p = buf + off + FRAME_LEN;
+    *plen_p = plen;
+    return 1;
+}
+
+msr_status_t msr_coord_persist_load(msr_coord_t *c)
+{
+    const char *path = state_path(c);
+    if (path == NULL)
+        return MSR_ERR_NOT_FOUND;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return MSR_ERR_NOT_FOUND;
+        MSR_ERROR("cannot open the state file %s: %s", path, strerror(errno));
+        return msr_status_from_errno(errno);
+    }
+    struct stat sb;
+    msr_status_t st = MSR_ERR_IO;
+    uint8_t *buf = NULL;
+    char why[200] = "";
+    uint64_t len = 0;
+    size_t nchanges = 0;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
+        (uint64_t)sb.st_size > FILE_MAX) {
+        MSR_ERROR("the state file %s is not a regular file of at most %llu bytes", path,
+                  (unsigned long long)FILE_MAX);
+        st = MSR_ERR_CORRUPT;
+        goto out;
+    }
+    len = (uint64_t)sb.st_size;
+    buf = msr_malloc(len + 1);
+    if (buf == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto out;
+    }
+    st = msr_read_full(fd, buf, len);
+    if (st != MSR_OK) {
+        MSR_ERROR("cannot read the state file %s: %s", path, msr_status_str(st));
+        goto out;
+    }
+    const uint8_t *payload;
+    size_t plen;
+    if (len < MAGIC_LEN || memcmp(buf, MAGIC, MAGIC_LEN) != 0) {
+        /* The format before the log: one PersistedState. Read it, and write
+         * the new format at the first save. */
+        Msr__PersistedState *ps =
+            msr__persisted_state__unpack(&msr_rpc_pb_allocator, (size_t)len, buf);
+        st = ps ? snapshot_apply(c, ps, why, sizeof why) : MSR_ERR_CORRUPT;
+        msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+        if (st != MSR_OK)
+            goto bad;
+        c->need_snapshot = 1;
+        goto done;
+    }
+    if (!record_at(buf, len, MAGIC_LEN, &payload, &plen)) {
+        snprintf(why, sizeof why, "its snapshot is torn or fails its CRC");
+        st = MSR_ERR_CORRUPT;
+        goto bad;
+    }
+    Msr__PersistedState *ps = msr__persisted_state__unpack(&msr_rpc_pb_allocator, plen, payload);
+    st = ps ? snapshot_apply(c, ps, why, sizeof why) : MSR_ERR_CORRUPT;
     msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+    if (st != MSR_OK)
+        goto bad;
+    uint64_t off = MAGIC_LEN + FRAME_LEN + plen;
+    while (off < len) {
+        Msr__PersistedChange *ch = NULL;
+        if (record_at(buf, len, off, &payload, &plen))
+            ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
+        char cwhy[200] = "torn or fails its CRC";
+        st = ch ? change_apply(c, ch, cwhy, sizeof cwhy) : MSR_ERR_CORRUPT;
+        msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
+        if (st == MSR_ERR_NO_MEMORY)
+            goto out;
+        if (st != MSR_OK) {
+            /* A save cut short by a crash (or a damaged tail): everything
+             * before it was saved whole, nothing after it was answered. */
+            MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
+                     "%" PRIu64 " bytes",
+                     path, off, cwhy, len - off);
+            int wfd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
+                MSR_WARN("cannot cut %s: %s (the next save rewrites it)", path, strerror(errno));
+            if (wfd >= 0)
+                close(wfd);
+            break;
+        }
+        off += FRAME_LEN + plen;
+        nchanges++;
+    }
+done:
+    /* The first save writes a fresh snapshot: the log starts empty. */
+    c->need_snapshot = 1;
+    c->dirty = 0;
+    st = MSR_OK;
+    MSR_INFO("resumed job %s from %s: generation %d, %zu nodes, %zu keys, %zu changes replayed, "
+             "restarts %d of %d",
+             c->job_id, path, c->generation, c->nnodes, c->store.count, nchanges, c->restart_count,
+             c->max_restarts);
+    goto out;
+bad:
+    if (st == MSR_ERR_NO_MEMORY)
+        goto out;
+    MSR_ERROR("the state file %s is corrupt or of another version%s%s", path, why[0] ? ": " : "",
+              why);
+    st = MSR_ERR_CORRUPT;
+out:
     msr_free(buf);
     close(fd);
     return st;

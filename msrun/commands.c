@@ -52,8 +52,8 @@ static void coordinator_usage(FILE *out)
                  "  --last_call SEC        elastic: wait this long for more than MIN [default 1]\n"
                  "  --cluster_time_out SEC a generation must form within [default 600]\n"
                  "  --log_level LEVEL      error, warn, info, debug [default info]\n"
-                 "  --state_file PATH      keep the job's state in PATH (written atomically on\n"
-                 "                         every change) and resume from it if it exists\n"
+                 "  --state_file PATH      keep the job's state in PATH (saved before every\n"
+                 "                         answer that depends on it) and resume from it\n"
                  "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
 }
 

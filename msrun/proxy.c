@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/map.h"
 #include "base/time.h"
+#include "base/util.h"
 #include "rendezvous/rpc.h"
 
 /* A node's participants of one barrier or allgather, collected until all
@@ -71,7 +72,40 @@ struct msr_proxy {
     } * beats;
     size_t nbeats, beats_cap;
     _Atomic uint64_t calls_in, calls_up;
+    /* ids for store writes that come without (the proxy thread's only):
+     * retries upstream then apply them once too */
+    uint64_t client_id, request_seq;
 };
+
+/* Gives a store write that has no request id one of the proxy's own. */
+static void stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req)
+{
+    uint64_t *client = NULL, *id = NULL;
+    switch (method) {
+    case MSR_RPC_SET:
+        client = &((Msr__SetRequest *)req)->client_id;
+        id = &((Msr__SetRequest *)req)->request_id;
+        break;
+    case MSR_RPC_ADD:
+        client = &((Msr__AddRequest *)req)->client_id;
+        id = &((Msr__AddRequest *)req)->request_id;
+        break;
+    case MSR_RPC_COMPARE_SET:
+        client = &((Msr__CompareSetRequest *)req)->client_id;
+        id = &((Msr__CompareSetRequest *)req)->request_id;
+        break;
+    case MSR_RPC_DELETE:
+        client = &((Msr__DeleteRequest *)req)->client_id;
+        id = &((Msr__DeleteRequest *)req)->request_id;
+        break;
+    default:
+        return;
+    }
+    if (*client != 0 && *id != 0)
+        return;
+    *client = p->client_id;
+    *id = ++p->request_seq;
+}
 
 static void held_free(msr_rpc_call_t *call)
 {
@@ -406,7 +440,9 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
             return;
         }
     }
-    /* Everything else goes up as it is, and its answer comes back as it is. */
+    /* Everything else goes up as it is (a write without a request id gets
+     * one), and its answer comes back as it is. */
+    stamp_request(p, method, req);
     held_t *h = msr_calloc(1, sizeof *h);
     if (h == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
@@ -519,6 +555,9 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
     pthread_mutex_init(&p->stop_lock, NULL);
     pthread_mutex_init(&p->beats_lock, NULL);
     snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
+    do
+        msr_random_bytes(&p->client_id, sizeof p->client_id);
+    while (p->client_id == 0);
     msr_status_t st = msr_rpc_loop_create(&p->loop);
     if (st != MSR_OK)
         goto err_free;

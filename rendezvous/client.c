@@ -36,7 +36,18 @@ struct msr_ctx {
     _Atomic int64_t timeout_ms;
     int64_t connect_ms;
     atomic_uint barrier_seq, allgather_seq;
+    /* Store writes carry (client_id, request id): a write retried after a
+     * lost connection is applied once by the coordinator. */
+    uint64_t client_id;
+    atomic_ullong request_seq;
 };
+
+/* Stamps a store write with this context's id and the next request id. */
+static void request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *request_id)
+{
+    *client_id = ctx->client_id;
+    *request_id = atomic_fetch_add(&ctx->request_seq, 1) + 1;
+}
 
 static _Thread_local char last_error[512];
 
@@ -154,6 +165,9 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         goto err_free;
     msr_log_init("libmsrun", ctx->node_rank, ctx->rank);
 
+    do
+        msr_random_bytes(&ctx->client_id, sizeof ctx->client_id);
+    while (ctx->client_id == 0);
     const char *job = getenv("MSR_JOB_ID");
     ctx->job_id = msr_strdup(job ? job : singleton ? "singleton" : "");
     if (ctx->job_id == NULL) {
@@ -362,6 +376,7 @@ msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *value, s
         return st;
     Msr__SetRequest req = MSR__SET_REQUEST__INIT;
     req.generation = ctx->generation;
+    request_ids(ctx, &req.client_id, &req.request_id);
     req.key = (char *)key;
     req.value.data = (uint8_t *)value;
     req.value.len = len;
@@ -414,6 +429,7 @@ msr_status_t msr_store_add(msr_ctx_t *ctx, const char *key, int64_t delta, int64
         return st;
     Msr__AddRequest req = MSR__ADD_REQUEST__INIT;
     req.generation = ctx->generation;
+    request_ids(ctx, &req.client_id, &req.request_id);
     req.key = (char *)key;
     req.delta = delta;
     ProtobufCMessage *resp = NULL;
@@ -435,6 +451,7 @@ msr_status_t msr_store_compare_set(msr_ctx_t *ctx, const char *key, const void *
         return st;
     Msr__CompareSetRequest req = MSR__COMPARE_SET_REQUEST__INIT;
     req.generation = ctx->generation;
+    request_ids(ctx, &req.client_id, &req.request_id);
     req.key = (char *)key;
     req.expect_absent = expected == NULL;
     req.expected.data = (uint8_t *)expected;
@@ -458,6 +475,7 @@ msr_status_t msr_store_delete(msr_ctx_t *ctx, const char *key, int *existed_p)
         return st;
     Msr__DeleteRequest req = MSR__DELETE_REQUEST__INIT;
     req.generation = ctx->generation;
+    request_ids(ctx, &req.client_id, &req.request_id);
     req.key = (char *)key;
     ProtobufCMessage *resp = NULL;
     char what[80];

@@ -185,6 +185,8 @@ static gpr_timespec to_gpr_deadline(uint64_t deadline)
 {
     if (deadline == MSR_DEADLINE_NEVER)
         return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    if (deadline == 0) /* do not wait (gRPC rounds "now" up to a 1 ms wait) */
+        return gpr_inf_past(GPR_CLOCK_MONOTONIC);
     uint64_t now = msr_now_ns();
     int64_t left = deadline > now ? (int64_t)(deadline - now) : 0;
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(left, GPR_TIMESPAN));

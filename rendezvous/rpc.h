@@ -98,8 +98,8 @@ typedef struct msr_rpc_loop msr_rpc_loop_t;
 msr_status_t msr_rpc_loop_create(msr_rpc_loop_t **loop_p);
 
 /* Waits until one completion arrives or the deadline (msr_now_ns units)
- * passes, and dispatches it. Returns 1 when an event was handled, 0 on
- * timeout, -1 once the loop has shut down. Call from one thread at a time. */
+ * passes, and dispatches it; deadline 0 does not wait at all. Returns 1 when an event was handled,
+ * 0 on timeout, -1 once the loop has shut down. Call from one thread at a time. */
 int msr_rpc_loop_poll(msr_rpc_loop_t *loop, uint64_t deadline);
 
 /* Shuts the queue down from any thread: msr_rpc_loop_poll returns -1 once

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Store latency and throughput: build/bin/store_bench under msrun (NP local
+# Store latency and throughput: build/bin/store_job under msrun (NP local
 # workers, embedded coordinator, the default state file), RUNS runs; with
 # several build folders the runs alternate between them, so every build sees
 # the same machine. Prints, per build and call kind, the medians over the
@@ -14,8 +14,8 @@ shift $(($# < 2 ? $# : 2))
 builds=("$@")
 [ ${#builds[@]} -gt 0 ] || builds=(build)
 for b in "${builds[@]}"; do
-    [ -x "$b/bin/msrun" ] && [ -x "$b/bin/store_bench" ] ||
-        { echo "$b: build first (msrun and store_bench)" >&2; exit 2; }
+    [ -x "$b/bin/msrun" ] && [ -x "$b/bin/store_job" ] ||
+        { echo "$b: build first (msrun and store_job)" >&2; exit 2; }
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,7 +23,7 @@ for ((r = 0; r < runs; r++)); do
     for i in "${!builds[@]}"; do
         b=${builds[$i]}
         "$b/bin/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
-            "$b/bin/store_bench" --iters "${ITERS:-500}" --bytes "${BYTES:-64}" \
+            "$b/bin/store_job" --iters "${ITERS:-500}" --bytes "${BYTES:-64}" \
             >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; echo "failed: $b" >&2; exit 1; }
         sed -n 's/.*op=\([a-z]*\) .*p50_us=\([0-9.]*\) p99_us=\([0-9.]*\) ops_s=\([0-9]*\).*/\1 \2 \3 \4/p' \
             "$tmp/out" | while read -r op p50 p99 ops; do

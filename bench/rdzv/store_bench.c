@@ -1,139 +1,220 @@
-/* Store latency and throughput as a worker sees them: every rank of the job
- * times small store calls through libmsrun (its node's msrun, or the
- * coordinator directly), and rank 0 prints one line per call kind:
- *   op=set np=4 bytes=64 p50_us=180.2 p99_us=420.7 ops_s=21000
- * p50/p99 are over every rank's calls; ops_s is the whole job's rate. */
+/* Store write latency and throughput against a real coordinator process,
+ * with and without its state file: C client threads (each on a connection
+ * of its own) each make N Sets (or Adds) of B bytes one after the other.
+ *
+ *   store_bench [--clients 1,8] [--ops 2000] [--bytes 16] [--op set|add]
+ *               [--state on|off] [--msrun PATH]
+ *
+ * One line per client count: the median and 99th percentile of one call's
+ * latency and the writes per second of all clients together. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "msrun/msrun.h"
+#include "base/time.h"
+#include "rendezvous/rpc.h"
 
-enum { OP_SET, OP_GET, OP_ADD, OP_COUNT };
-static const char *const op_names[OP_COUNT] = {"set", "get", "add"};
+static const char *token = "store-bench-token";
 
-static double now_s(void)
+static pid_t start_coordinator(const char *msrun, const char *state, int *port_p)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int fail(const char *what, msr_status_t st)
-{
-    fprintf(stderr, "store_bench: %s: %s: %s\n", what, msr_status_str(st), msr_last_error());
-    return 1;
-}
-
-/* Times iters calls of op by this rank; lat gets each call's seconds. */
-static msr_status_t run_op(msr_ctx_t *ctx, int op, int iters, const char *value, size_t bytes,
-                           double *lat)
-{
-    char key[64];
-    int rank = msr_rank(ctx);
-    for (int i = 0; i < iters; i++) {
-        msr_status_t st = MSR_OK;
-        double t0 = now_s();
-        switch (op) {
-        case OP_SET:
-            snprintf(key, sizeof key, "bench/%d/%d", rank, i);
-            st = msr_store_set(ctx, key, value, bytes);
-            break;
-        case OP_GET: {
-            snprintf(key, sizeof key, "bench/%d/%d", rank, i);
-            void *v = NULL;
-            size_t len = 0;
-            st = msr_store_get(ctx, key, 0, &v, &len);
-            if (st == MSR_OK && len != bytes)
-                st = MSR_ERR_CORRUPT;
-            free(v);
-            break;
-        }
-        case OP_ADD:
-            st = msr_store_add(ctx, "bench/counter", 1, NULL);
-            break;
-        }
-        lat[i] = now_s() - t0;
-        if (st != MSR_OK)
-            return st;
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 3);
+        setenv("MSRUN_TOKEN", token, 1);
+        if (state)
+            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
+                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
+                  "--max_restarts", "0", "--log_level", "error", "--state_file", state,
+                  (char *)NULL);
+        else
+            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
+                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
+                  "--max_restarts", "0", "--log_level", "error", (char *)NULL);
+        _exit(127);
     }
-    return MSR_OK;
+    close(fds[1]);
+    char line[128] = "";
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 10000) <= 0)
+            break;
+        ssize_t n = read(fds[0], line + got, sizeof line - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (memchr(line, '\n', got))
+            break;
+    }
+    close(fds[0]);
+    line[got] = '\0';
+    if (sscanf(line, "port %d", port_p) != 1) {
+        fprintf(stderr, "store_bench: the coordinator did not start: %s\n", line);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+typedef struct worker {
+    pthread_t thread;
+    int id, ops, bytes, add;
+    char target[64];
+    uint64_t *lat_ns;
+    int failed;
+    char err[300];
+} worker_t;
+
+static void *run(void *arg)
+{
+    worker_t *w = arg;
+    msr_rpc_channel_t *ch = NULL;
+    if (msr_rpc_channel_create_own(w->target, token, &ch) != MSR_OK) {
+        w->failed = 1;
+        return NULL;
+    }
+    char *value = malloc((size_t)w->bytes + 1);
+    memset(value, 'x', (size_t)w->bytes);
+    for (int i = 0; i < w->ops && !w->failed; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "bench/%d/%d", w->id, w->add ? 0 : i);
+        Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+        Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+        s.key = a.key = key;
+        s.value.data = (uint8_t *)value;
+        s.value.len = (size_t)w->bytes;
+        a.delta = 1;
+        s.client_id = a.client_id = (uint64_t)w->id + 1;
+        s.request_id = a.request_id = (uint64_t)i + 1;
+        ProtobufCMessage *resp = NULL;
+        uint64_t t0 = msr_now_ns();
+        msr_status_t st =
+            msr_rpc_call(ch, w->add ? MSR_RPC_ADD : MSR_RPC_SET, w->add ? &a.base : &s.base,
+                         msr_deadline_in_ms(30000), 1, &resp, w->err, sizeof w->err);
+        w->lat_ns[i] = msr_now_ns() - t0;
+        msr_rpc_message_free(resp);
+        if (st != MSR_OK)
+            w->failed = 1;
+    }
+    free(value);
+    msr_rpc_channel_destroy(ch);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
 {
-    int iters = 500;
-    size_t bytes = 64;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
-            iters = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc)
-            bytes = (size_t)strtoull(argv[++i], NULL, 10);
+    const char *clients_arg = "1,8", *op = "set", *state = "on";
+    int ops = 2000, bytes = 16;
+    char msrun[4200] = "";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--clients") == 0)
+            clients_arg = argv[i + 1];
+        else if (strcmp(argv[i], "--ops") == 0)
+            ops = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--bytes") == 0)
+            bytes = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--op") == 0)
+            op = argv[i + 1];
+        else if (strcmp(argv[i], "--state") == 0)
+            state = argv[i + 1];
+        else if (strcmp(argv[i], "--msrun") == 0)
+            snprintf(msrun, sizeof msrun, "%s", argv[i + 1]);
         else {
-            fprintf(stderr, "usage: store_bench [--iters N] [--bytes B]\n");
+            fprintf(stderr, "store_bench: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (iters < 1 || bytes < 1 || bytes > (64u << 20)) {
-        fprintf(stderr, "store_bench: --iters must be >= 1 and --bytes 1 .. 64 MiB\n");
+    if (ops <= 0 || bytes < 0) {
+        fprintf(stderr, "store_bench: --ops and --bytes must be positive\n");
         return 2;
     }
-    msr_ctx_t *ctx = NULL;
-    msr_status_t st = msr_init(&ctx);
-    if (st != MSR_OK)
-        return fail("msr_init", st);
-    int np = msr_world_size(ctx), rank = msr_rank(ctx);
-    char *value = malloc(bytes);
-    double *lat = malloc(sizeof *lat * (size_t)iters);
-    double *all = malloc(sizeof *all * (size_t)iters * (size_t)np);
-    if (value == NULL || lat == NULL || all == NULL) {
-        fprintf(stderr, "store_bench: out of memory\n");
-        return 1;
+    if (msrun[0] == '\0') { /* next to this program */
+        ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
+        if (n <= 0)
+            return 1;
+        msrun[n] = '\0';
+        char *slash = strrchr(msrun, '/');
+        snprintf(slash + 1, 8, "msrun");
     }
-    memset(value, 'v', bytes);
+    signal(SIGPIPE, SIG_IGN);
+    char dir[] = "/tmp/store-bench-XXXXXX", path[64] = "";
+    int with_state = strcmp(state, "on") == 0;
+    if (with_state) {
+        if (mkdtemp(dir) == NULL)
+            return 1;
+        snprintf(path, sizeof path, "%s/state", dir);
+    }
     int rc = 0;
-    for (int op = 0; op < OP_COUNT && rc == 0; op++) {
-        if ((st = msr_barrier(ctx)) != MSR_OK) {
-            rc = fail("barrier", st);
-            break;
+    for (const char *p = clients_arg; *p;) {
+        int nclients = atoi(p);
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+        if (nclients <= 0)
+            continue;
+        unlink(path);
+        int port = 0;
+        pid_t pid = start_coordinator(msrun, with_state ? path : NULL, &port);
+        if (pid < 0)
+            return 1;
+        worker_t *w = calloc((size_t)nclients, sizeof *w);
+        uint64_t *all = calloc((size_t)nclients * (size_t)ops, sizeof *all);
+        uint64_t t0 = msr_now_ns();
+        for (int c = 0; c < nclients; c++) {
+            w[c].id = c;
+            w[c].ops = ops;
+            w[c].bytes = bytes;
+            w[c].add = strcmp(op, "add") == 0;
+            w[c].lat_ns = all + (size_t)c * (size_t)ops;
+            snprintf(w[c].target, sizeof w[c].target, "127.0.0.1:%d", port);
+            pthread_create(&w[c].thread, NULL, run, &w[c]);
         }
-        double t0 = now_s();
-        if ((st = run_op(ctx, op, iters, value, bytes, lat)) != MSR_OK) {
-            rc = fail(op_names[op], st);
-            break;
+        int failed = 0;
+        for (int c = 0; c < nclients; c++) {
+            pthread_join(w[c].thread, NULL);
+            if (w[c].failed && !failed) {
+                fprintf(stderr, "store_bench: client %d: %s\n", c, w[c].err);
+                failed = 1;
+            }
         }
-        /* the job's rate: every rank's calls over the slowest rank's time */
-        double wall = now_s() - t0, walls_max = wall;
-        double *walls = malloc(sizeof *walls * (size_t)np);
-        if (walls == NULL || (st = msr_allgather(ctx, &wall, sizeof wall, walls)) != MSR_OK ||
-            (st = msr_allgather(ctx, lat, sizeof *lat * (size_t)iters, all)) != MSR_OK) {
-            free(walls);
-            rc = fail("allgather", st);
-            break;
-        }
-        for (int r = 0; r < np; r++)
-            if (walls[r] > walls_max)
-                walls_max = walls[r];
-        free(walls);
-        if (rank == 0) {
-            size_t n = (size_t)iters * (size_t)np;
-            qsort(all, n, sizeof *all, cmp_double);
-            printf("op=%s np=%d bytes=%zu p50_us=%.1f p99_us=%.1f ops_s=%.0f\n", op_names[op], np,
-                   op == OP_ADD ? (size_t)8 : bytes, all[n / 2] * 1e6,
-                   all[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1] * 1e6, (double)n / walls_max);
-            fflush(stdout);
-        }
+        double secs = (double)(msr_now_ns() - t0) / 1e9;
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        size_t n = (size_t)nclients * (size_t)ops;
+        qsort(all, n, sizeof *all, cmp_u64);
+        if (failed)
+            rc = 1;
+        else
+            printf("op=%s state=%s clients=%d ops=%d bytes=%d p50_us=%.1f p99_us=%.1f "
+                   "writes_per_s=%.0f\n",
+                   op, state, nclients, ops, bytes, (double)all[n / 2] / 1e3,
+                   (double)all[n * 99 / 100] / 1e3, (double)n / secs);
+        fflush(stdout);
+        free(all);
+        free(w);
     }
-    free(all);
-    free(lat);
-    free(value);
-    msr_finalize(ctx);
+    if (with_state) {
+        char tmp[80];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        unlink(path);
+        unlink(tmp);
+        rmdir(dir);
+    }
     return rc;
 }

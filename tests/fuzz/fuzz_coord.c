@@ -11,11 +11,15 @@
  *   op & 0x20: run the timers as if 100 ms had passed
  *   op & 0x40: the call's client deadline is 50 ms away
  * The first input byte picks the job: even = configured (4 workers, 2 per
- * node, 1 restart), odd = configured by the first node to join. */
+ * node, 1 restart), odd = configured by the first node to join; with 0x02
+ * set the coordinator keeps a state file: answers then wait for a save
+ * (made after each op unless op & 0x80), and at the end the file must read
+ * back into a new coordinator. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/time.h"
 #include "cluster/coord.h"
@@ -125,9 +129,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         cfg.max_restarts = -1;
     }
+    char dir[] = "/tmp/msrun-fuzz-XXXXXX", path[64] = "";
+    if ((data[0] & 2) && mkdtemp(dir) != NULL) {
+        snprintf(path, sizeof path, "%s/state", dir);
+        cfg.state_file = path;
+    }
     msr_coord_t *co = NULL;
-    if (msr_coord_create(&cfg, &responder, &co) != MSR_OK)
+    if (msr_coord_create(&cfg, &responder, &co) != MSR_OK) {
+        if (path[0])
+            rmdir(dir);
         return 0;
+    }
     njoined = 0;
     fcall_t *all = NULL; /* every call made, freed at the end */
     size_t i = 1;
@@ -183,9 +195,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             clock += 100000000ull;
             msr_coord_tick(co, clock);
         }
+        if (!(op & 0x80))
+            msr_coord_flush(co); /* as the server does after each batch */
     }
     msr_coord_tick(co, clock);
     msr_coord_destroy(co); /* answers everything still held */
+    if (path[0]) {
+        /* whatever the coordinator saved, a restarted one reads back */
+        if (msr_coord_create(&cfg, &responder, &co) != MSR_OK) {
+            fprintf(stderr, "fuzz_coord: the state file it wrote does not read back\n");
+            abort();
+        }
+        msr_coord_destroy(co);
+        char tmp[80];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        unlink(path);
+        unlink(tmp);
+        rmdir(dir);
+    }
     for (fcall_t *c = all; c;) {
         fcall_t *next = c->next;
         if (!c->answered) {

@@ -1,13 +1,20 @@
 /* Unit tests of the coordinator core, driven through a responder that
  * records answers in memory: membership, generations, failures, and the
  * store's semantics, deadlines and generation scoping. */
+#include <errno.h>
+#include <fcntl.h>
 #include <grpc/status.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/time.h"
+#include "base/status.h"
+#include "base/util.h"
 #include "cluster/coord.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
@@ -94,12 +101,18 @@ static void fcall_reset(fcall_t *c)
     c->deadline = MSR_DEADLINE_NEVER;
 }
 
+/* Whether call() saves after each call, as the server's loop does after
+ * each batch (with a state file, answers wait for the save). */
+static int hold_answers;
+
 static void call(msr_coord_t *co, fcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
 {
     fcall_reset(c);
     c->method = m;
     reply_method = m;
     msr_coord_call(co, c, m, req);
+    if (!hold_answers)
+        msr_coord_flush(co);
 }
 
 /* ---- helpers for the job ---- */
@@ -711,6 +724,407 @@ static void test_persist_and_resume(void)
     rmdir(dir);
 }
 
+/* ---- durability: the state file's log, held answers, request ids ---- */
+
+typedef struct tmpstate {
+    char dir[64];
+    char path[128];
+} tmpstate_t;
+
+static void tmpstate_make(tmpstate_t *t)
+{
+    snprintf(t->dir, sizeof t->dir, "/tmp/msrun-coord-test-XXXXXX");
+    MSR_CHECK(mkdtemp(t->dir) != NULL);
+    snprintf(t->path, sizeof t->path, "%s/state", t->dir);
+}
+
+static void tmpstate_remove(tmpstate_t *t)
+{
+    char p[200];
+    unlink(t->path);
+    snprintf(p, sizeof p, "%s.tmp", t->path);
+    unlink(p);
+    rmdir(t->dir);
+}
+
+static msr_coord_t *durable_coord(const char *path)
+{
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 1,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .node_timeout_ms = 60000,
+                              .join_timeout_ms = 60000,
+                              .state_file = path};
+    job_max_restarts = 0;
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    return co;
+}
+
+static int set_key(msr_coord_t *co, fcall_t *c, const char *key, const char *value)
+{
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = (char *)key;
+    s.value.data = (uint8_t *)value;
+    s.value.len = strlen(value);
+    call(co, c, MSR_RPC_SET, &s.base);
+    return c->code;
+}
+
+/* The value of key ("" when absent). */
+static const char *get_key(msr_coord_t *co, const char *key)
+{
+    static char out[256];
+    fcall_t c = {0};
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = (char *)key;
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK(c.answered);
+    out[0] = '\0';
+    if (c.code == 0) {
+        Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
+        snprintf(out, sizeof out, "%.*s", (int)r->value.len, (const char *)r->value.data);
+    }
+    fcall_reset(&c);
+    return out;
+}
+
+/* Bytes this process has written with write(2) and its kin so far. */
+static long long bytes_written(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[128];
+    long long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "wchar: %lld", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* A write is answered only once it is saved; writes that arrive together
+ * share one save and are answered together. */
+static void test_write_held_until_saved(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    hold_answers = 1;
+    fcall_t c[3] = {{0}};
+    set_key(co, &c[0], "a", "1");
+    set_key(co, &c[1], "b", "2");
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "a";
+    call(co, &c[2], MSR_RPC_GET, &g.base); /* it reads an unsaved write */
+    MSR_CHECK(!c[0].answered && !c[1].answered && !c[2].answered);
+    MSR_CHECK(msr_coord_next_deadline(co) <= msr_now_ns()); /* the loop saves at once */
+    msr_coord_tick(co, msr_now_ns());
+    for (int i = 0; i < 3; i++)
+        MSR_CHECK_MSG(c[i].answered && c[i].code == 0, "call %d: %d %s", i, c[i].code,
+                      c[i].message);
+    struct stat sb;
+    MSR_CHECK(stat(t.path, &sb) == 0);
+    MSR_CHECK_EQ(sb.st_mode & 0777, 0600);
+    /* a call cancelled while its answer waits is forgotten, its write kept */
+    set_key(co, &c[0], "c", "3");
+    MSR_CHECK(!c[0].answered);
+    msr_coord_cancel(co, &c[0]);
+    msr_coord_flush(co);
+    MSR_CHECK(!c[0].answered);
+    hold_answers = 0;
+    for (int i = 0; i < 3; i++)
+        fcall_reset(&c[i]);
+    /* a kill -9 now (no destroy, no flush) loses nothing answered */
+    long before = file_size(t.path);
+    MSR_CHECK(before > 0);
+    msr_coord_t *again = durable_coord(t.path);
+    MSR_CHECK(strcmp(get_key(again, "a"), "1") == 0);
+    MSR_CHECK(strcmp(get_key(again, "b"), "2") == 0);
+    MSR_CHECK(strcmp(get_key(again, "c"), "3") == 0);
+    msr_coord_destroy(again);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
+/* A save that fails fails the writes it carried, with the reason; the next
+ * save writes everything. */
+static void test_save_failure_fails_writes(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "small", "x"), 0);
+    /* the file may not grow any more: the append fails with EFBIG */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    MSR_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)file_size(t.path);
+    MSR_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    char big[200];
+    memset(big, 'v', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    MSR_CHECK_EQ(set_key(co, &c, "big", big), GRPC_STATUS_INTERNAL);
+    MSR_CHECK_MSG(strstr(c.message, "state file") && strstr(c.message, strerror(EFBIG)),
+                  "message: %s", c.message);
+    /* until a save succeeds, every answer says so (it could tell of an
+     * unsaved write) */
+    MSR_CHECK_EQ(set_key(co, &c, "other", "y"), GRPC_STATUS_INTERNAL);
+    MSR_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    msr_sleep_ms(120); /* the next attempt comes after a pause */
+    msr_coord_tick(co, msr_now_ns());
+    MSR_CHECK_EQ(set_key(co, &c, "after", "z"), 0);
+    fcall_reset(&c);
+    msr_coord_t *again = durable_coord(t.path);
+    MSR_CHECK(strcmp(get_key(again, "small"), "x") == 0);
+    MSR_CHECK(strcmp(get_key(again, "after"), "z") == 0);
+    msr_coord_destroy(again);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
+static int64_t add_req(msr_coord_t *co, const char *key, int64_t delta, uint64_t client,
+                       uint64_t id)
+{
+    fcall_t c = {0};
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = (char *)key;
+    a.delta = delta;
+    a.client_id = client;
+    a.request_id = id;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "add: %d %s", c.code, c.message);
+    int64_t v = ((Msr__AddResponse *)c.resp)->value;
+    fcall_reset(&c);
+    return v;
+}
+
+/* A retried Add (same client and request id) is applied once, also after a
+ * restart of the coordinator; without ids every Add counts. */
+static void test_request_ids(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    MSR_CHECK_EQ(add_req(co, "n", 5, 7, 1), 5);
+    MSR_CHECK_EQ(add_req(co, "n", 5, 7, 1), 5); /* the retry: the first answer */
+    MSR_CHECK_EQ(add_req(co, "n", 5, 7, 2), 10);
+    MSR_CHECK_EQ(add_req(co, "n", 5, 8, 1), 15); /* another client's id 1 */
+    MSR_CHECK_EQ(add_req(co, "n", 1, 0, 0), 16);
+    MSR_CHECK_EQ(add_req(co, "n", 1, 0, 0), 17);
+    /* an id used by another method is refused, not answered wrongly */
+    fcall_t c = {0};
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = "n";
+    s.client_id = 7;
+    s.request_id = 2;
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    fcall_reset(&c);
+    /* the coordinator dies without a word and comes back */
+    msr_coord_t *again = durable_coord(t.path);
+    MSR_CHECK_EQ(add_req(again, "n", 5, 7, 2), 10);
+    MSR_CHECK_EQ(add_req(again, "n", 5, 8, 1), 15);
+    MSR_CHECK(strcmp(get_key(again, "n"), "17") == 0);
+    MSR_CHECK_EQ(add_req(again, "n", 5, 7, 3), 22);
+    msr_coord_destroy(again);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
+/* Saving appends what changed; the log is compacted into a new snapshot as
+ * it grows; reading it back replays it. */
+static void test_log_and_compaction(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    char big[4000];
+    memset(big, 'b', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 200; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "big%d", i);
+        MSR_CHECK_EQ(set_key(co, &c, k, big), 0);
+    }
+    long with_big = file_size(t.path);
+    /* one small change costs a small record, not the 800 KB stored */
+    long long w0 = bytes_written();
+    MSR_CHECK_EQ(set_key(co, &c, "small", "1"), 0);
+    long long wrote = bytes_written() - w0;
+    long grew = file_size(t.path) - with_big;
+    MSR_CHECK_MSG(grew > 0 && grew < 200, "one small Set appended %ld bytes", grew);
+    MSR_CHECK_MSG(w0 < 0 || wrote < 1000, "one small Set wrote %lld bytes", wrote);
+    /* 8 MB of changes to one key: the log is compacted into a new snapshot
+     * once it passes 4 times the snapshot, so the file stays near 5 times
+     * the state (without compaction it would reach 10 times) */
+    for (int i = 0; i < 2000; i++) {
+        snprintf(big, sizeof big, "%d", i);
+        big[strlen(big)] = '-';
+        MSR_CHECK_EQ(set_key(co, &c, "big0", big), 0);
+    }
+    long sz = file_size(t.path);
+    MSR_CHECK_MSG(sz < 5 * with_big + with_big / 2, "state file of %ld bytes for %ld of state", sz,
+                  with_big);
+    MSR_CHECK_EQ(set_key(co, &c, "small", "19999"), 0);
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "big7";
+    call(co, &c, MSR_RPC_DELETE, &d.base);
+    MSR_CHECK_EQ(c.code, 0);
+    fcall_reset(&c);
+    msr_coord_t *again = durable_coord(t.path);
+    MSR_CHECK(strcmp(get_key(again, "small"), "19999") == 0);
+    MSR_CHECK(strcmp(get_key(again, "big7"), "") == 0);
+    MSR_CHECK_EQ(strlen(get_key(again, "big8")), 255);
+    msr_coord_destroy(again);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
+/* A save cut short (the tail of the file torn or damaged) is cut off at
+ * recovery: what came before is kept. */
+static void test_torn_tail(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "one", "1"), 0);
+    long good = file_size(t.path);
+    MSR_CHECK_EQ(set_key(co, &c, "two", "2"), 0);
+    long full = file_size(t.path);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    /* the last record torn in the middle */
+    MSR_CHECK(truncate(t.path, full - 3) == 0);
+    co = durable_coord(t.path);
+    MSR_CHECK(strcmp(get_key(co, "one"), "1") == 0);
+    MSR_CHECK(strcmp(get_key(co, "two"), "") == 0);
+    MSR_CHECK_EQ(set_key(co, &c, "three", "3"), 0);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    /* a damaged byte in the last record, and garbage after it */
+    long len = file_size(t.path);
+    int fd = open(t.path, O_RDWR);
+    MSR_CHECK(fd >= 0);
+    char x;
+    MSR_CHECK(pread(fd, &x, 1, len - 1) == 1);
+    x ^= 0x40;
+    MSR_CHECK(pwrite(fd, &x, 1, len - 1) == 1);
+    MSR_CHECK(pwrite(fd, "\xff\xff\xff\x7f garbage", 12, len) == 12);
+    close(fd);
+    co = durable_coord(t.path);
+    MSR_CHECK(strcmp(get_key(co, "one"), "1") == 0);
+    MSR_CHECK(strcmp(get_key(co, "three"), "") == 0);
+    msr_coord_destroy(co);
+    (void)good;
+    tmpstate_remove(&t);
+}
+
+/* Counts read from the state file are checked against the job: a file that
+ * says the running generation has 1000 nodes of a 2-worker job is refused
+ * (it used to be taken, and a report of rank 500 then wrote out of bounds). */
+static void test_state_file_counts(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    const struct {
+        int node_count, node_rank, generation;
+        const char *what;
+    } bad[] = {{1000, 0, 1, "node_count"}, {2, 7, 1, "node rank"}, {2, 0, -5, "generation"}};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(bad); i++) {
+        Msr__PersistedNode n = MSR__PERSISTED_NODE__INIT;
+        Msr__PersistedNode *np[1] = {&n};
+        n.node_id = "aaaa";
+        n.host = "127.0.0.1";
+        n.local_worker_num = 1;
+        n.wanted_rank = -1;
+        n.rank = bad[i].node_rank;
+        n.ready_generation = 1;
+        n.alive = 1;
+        Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
+        ps.version = 1;
+        ps.job_id = "job";
+        ps.worker_num = 2;
+        ps.local_worker_num = 1;
+        ps.max_restarts = 3;
+        ps.state = MSR__JOB_STATE__JOB_RUNNING;
+        ps.generation = bad[i].generation;
+        ps.node_count = bad[i].node_count;
+        ps.n_nodes = 1;
+        ps.nodes = np;
+        size_t len = protobuf_c_message_get_packed_size(&ps.base);
+        uint8_t *buf = malloc(len);
+        protobuf_c_message_pack(&ps.base, buf);
+        FILE *f = fopen(t.path, "wb");
+        MSR_CHECK(f != NULL && fwrite(buf, 1, len, f) == len);
+        fclose(f);
+        free(buf);
+        msr_coord_config_t cfg = {.token = "t",
+                                  .max_restarts = -1,
+                                  .node_timeout_ms = 60000,
+                                  .join_timeout_ms = 60000,
+                                  .state_file = t.path};
+        msr_coord_t *co = NULL;
+        msr_status_t st = msr_coord_create(&cfg, &responder, &co);
+        if (st == MSR_OK) { /* what a report then does with it */
+            report(co, "aaaa", 1, 500, 0, 0);
+            msr_coord_destroy(co);
+        }
+        MSR_CHECK_MSG(st == MSR_ERR_CORRUPT, "a state file with a bad %s was taken: %s",
+                      bad[i].what, msr_status_str(st));
+    }
+    tmpstate_remove(&t);
+}
+
+/* The state file is the coordinator's own: a symlink planted at its
+ * temporary name is replaced, not followed; one planted at its name is
+ * refused. */
+static void test_state_file_symlinks(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    char tmp[200], victim[200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", t.path);
+    snprintf(victim, sizeof victim, "%s/victim", t.dir);
+    FILE *f = fopen(victim, "w");
+    MSR_CHECK(f != NULL);
+    fputs("keep", f);
+    fclose(f);
+    MSR_CHECK(symlink(victim, tmp) == 0);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "k", "v"), 0);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    MSR_CHECK_EQ(file_size(victim), 4);
+    struct stat sb;
+    MSR_CHECK(lstat(t.path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0777) == 0600);
+    MSR_CHECK(unlink(t.path) == 0);
+    MSR_CHECK(symlink(victim, t.path) == 0);
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 1,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .state_file = t.path};
+    MSR_CHECK(msr_coord_create(&cfg, &responder, &co) != MSR_OK);
+    MSR_CHECK_EQ(file_size(victim), 4);
+    unlink(victim);
+    tmpstate_remove(&t);
+}
+
 static void test_elastic(void)
 {
     msr_coord_config_t cfg = {.token = "t",
@@ -839,6 +1253,46 @@ static void test_alloc_failures(void)
     MSR_CHECK_MSG(0, "the workload never ran without a failed allocation");
 }
 
+/* The same with a state file: answers wait for saves, and a save (or a
+ * held answer) that cannot get memory still answers every call; what was
+ * saved reads back. */
+static void test_alloc_failures_durable(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    for (long k = 0; k < 2000; k++) {
+        unlink(t.path);
+        msr_coord_t *co = durable_coord(t.path);
+        hold_answers = 1;
+        msr_alloc_fail_at(k);
+        fcall_t c[3] = {{0}};
+        set_key(co, &c[0], "k", "v");
+        Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+        a.key = "n";
+        a.delta = 1;
+        a.client_id = 1;
+        a.request_id = 1;
+        call(co, &c[1], MSR_RPC_ADD, &a.base);
+        call(co, &c[2], MSR_RPC_ADD, &a.base);
+        msr_coord_flush(co);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        hold_answers = 0;
+        for (int i = 0; i < 3; i++) {
+            MSR_CHECK_MSG(c[i].answered, "call %d unanswered with allocation %ld failing", i, k);
+            fcall_reset(&c[i]);
+        }
+        msr_coord_destroy(co);
+        co = durable_coord(t.path); /* whatever was saved reads back */
+        msr_coord_destroy(co);
+        if (!failed) {
+            tmpstate_remove(&t);
+            return;
+        }
+    }
+    MSR_CHECK_MSG(0, "the workload never ran without a failed allocation");
+}
+
 static const msr_test_t tests[] = {
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
@@ -853,8 +1307,16 @@ static const msr_test_t tests[] = {
     {"barrier", test_barrier, 10},
     {"allgather", test_allgather, 10},
     {"persist_and_resume", test_persist_and_resume, 10},
+    {"write_held_until_saved", test_write_held_until_saved, 10},
+    {"save_failure_fails_writes", test_save_failure_fails_writes, 10},
+    {"request_ids", test_request_ids, 10},
+    {"log_and_compaction", test_log_and_compaction, 30},
+    {"torn_tail", test_torn_tail, 10},
+    {"state_file_counts", test_state_file_counts, 10},
+    {"state_file_symlinks", test_state_file_symlinks, 10},
     {"elastic", test_elastic, 20},
     {"alloc_failures", test_alloc_failures, 60},
+    {"alloc_failures_durable", test_alloc_failures_durable, 120},
 };
 
 int main(int argc, char **argv)
