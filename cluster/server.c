@@ -1,8 +1,10 @@
 /* The coordinator served over gRPC on one thread. */
 #include "cluster/server.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
@@ -82,12 +84,31 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
         msr_coord_cancel(s->coord, call);
 }
 
+/* Every connection holds a descriptor, and gRPC 1.51 stops accepting for
+ * good once accept fails for want of one: the coordinator takes all the
+ * descriptors its hard limit allows (Debian's soft default is 1024). */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        MSR_WARN("cannot raise the descriptor limit from %llu to %llu: %s", (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max, strerror(errno));
+    else
+        MSR_DEBUG("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                  (unsigned long long)rl.rlim_max);
+}
+
 msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
                                      int *port_p, msr_coord_server_t **server_p)
 {
     msr_coord_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
+    raise_fd_limit();
     msr_status_t st = msr_coord_create(config, &grpc_responder, &s->coord);
     if (st != MSR_OK)
         goto err_free;
