@@ -105,6 +105,13 @@ static void raise_fd_limit(void)
 msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
                                      int *port_p, msr_coord_server_t **server_p)
 {
+    return msr_coord_server_create_tls(address, config, NULL, port_p, server_p);
+}
+
+msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_config_t *config,
+                                         const msr_rpc_tls_t *tls, int *port_p,
+                                         msr_coord_server_t **server_p)
+{
     msr_coord_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
@@ -122,6 +129,7 @@ msr_status_t msr_coord_server_create(const char *address, const msr_coord_config
         .cancel = on_cancel,
         .arg = s,
         .log_name = "coordinator",
+        .tls = tls,
     };
     st = msr_rpc_server_create(s->loop, &sc, port_p, &s->rpc);
     if (st != MSR_OK)

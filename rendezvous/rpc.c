@@ -1245,6 +1245,13 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
             if (cc->code == GRPC_STATUS_UNAVAILABLE)
                 snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
                          details[0] ? details : "connection failed");
+            else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED &&
+                     grpc_channel_check_connectivity_state(ch->channel, 0) != GRPC_CHANNEL_READY)
+                snprintf(err, errlen,
+                         "%s call to %s: deadline passed before a connection was made (nothing "
+                         "listens there, or the TLS handshake failed: check both sides' "
+                         "--tls_* options)",
+                         msr_rpc_methods[method].name, ch->target);
             else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED && details[0] == '\0')
                 snprintf(err, errlen, "%s call to %s: deadline passed",
                          msr_rpc_methods[method].name, ch->target);
