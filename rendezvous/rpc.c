@@ -18,6 +18,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
+#include <grpc/support/string_util.h>
 #include <grpc/support/time.h>
 
 #include "base/alloc.h"
@@ -25,6 +26,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "rendezvous/rpc_accept.h"
 
 /* ---- methods and messages ---- */
 
@@ -326,7 +328,8 @@ struct msr_rpc_server {
     size_t max_message;
     void *method_handles[MSR_RPC_METHOD_COUNT];
     uint64_t calls[MSR_RPC_METHOD_COUNT];
-    msr_list_t live; /* every msr_rpc_call not yet freed */
+    msr_list_t live;              /* every msr_rpc_call not yet freed */
+    msr_rpc_acceptor_t *acceptor; /* our own listener, or NULL */
     msr_rpc_op_t shutdown_op;
     atomic_int shutting_down;
     int shutdown_done;
@@ -480,8 +483,16 @@ uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call)
 
 const char *msr_rpc_call_peer(msr_rpc_call_t *call)
 {
-    if (call->peer == NULL)
+    if (call->peer == NULL) {
         call->peer = grpc_call_get_peer(call->call);
+        /* Connections from our own listener are "fd:N" to gRPC. */
+        char real[96];
+        if (call->peer && call->server->acceptor &&
+            msr_rpc_acceptor_peer(call->server->acceptor, call->peer, real, sizeof real) == 0) {
+            gpr_free(call->peer);
+            call->peer = gpr_strdup(real);
+        }
+    }
     return call->peer ? call->peer : "unknown peer";
 }
 
@@ -664,6 +675,11 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         msr_rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED,
                           "refused: missing or wrong job token (%s)", MSR_TOKEN_METADATA);
         return;
+    }
+    if (s->acceptor) {
+        char *raw = grpc_call_get_peer(c->call);
+        msr_rpc_acceptor_authenticated(s->acceptor, raw);
+        gpr_free(raw);
     }
     grpc_op recv;
     memset(&recv, 0, sizeof recv);
@@ -900,14 +916,31 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
         s->method_handles[m] = grpc_server_register_method(s->server, msr_rpc_methods[m].path, NULL,
                                                            GRPC_SRM_PAYLOAD_NONE, 0);
-    int port = grpc_server_add_http2_port(s->server, config->address, creds);
+    int own_accept = config->max_connections > 0 && config->max_unauth_per_host > 0 &&
+                     !msr_rpc_tls_enabled(config->tls) && strncmp(config->address, "unix:", 5) != 0;
+    int port = 0;
+    if (!own_accept) {
+        port = grpc_server_add_http2_port(s->server, config->address, creds);
+        if (port == 0) {
+            st = MSR_ERR_ADDR_IN_USE;
+            goto err_server;
+        }
+    }
     grpc_server_credentials_release(creds);
     creds = NULL;
-    if (port == 0) {
-        st = MSR_ERR_ADDR_IN_USE;
-        goto err_server;
-    }
     grpc_server_start(s->server);
+    if (own_accept) {
+        msr_rpc_acceptor_config_t ac = {
+            .address = config->address,
+            .max_total = config->max_connections,
+            .max_unauth_per_host = config->max_unauth_per_host,
+            .grace_ms = config->unauth_grace_ms > 0 ? config->unauth_grace_ms : 5000,
+            .log_name = s->log_name,
+        };
+        st = msr_rpc_acceptor_start(s->server, &ac, &port, &s->acceptor);
+        if (st != MSR_OK)
+            goto err_started;
+    }
     /* Several accept slots per method keep bursts (every node joining at
      * once) from queueing behind one. */
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
@@ -918,6 +951,11 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     *server_p = s;
     return MSR_OK;
 
+err_started:
+    grpc_server_shutdown_and_notify(s->server, loop->cq, &s->shutdown_op);
+    grpc_server_cancel_all_calls(s->server);
+    while (!s->shutdown_done && msr_rpc_loop_poll(loop, msr_deadline_in_ms(1000)) >= 0) {
+    }
 err_server:
     grpc_server_destroy(s->server);
 err_lib:
@@ -935,6 +973,9 @@ void msr_rpc_server_shutdown(msr_rpc_server_t *s)
 {
     if (atomic_exchange(&s->shutting_down, 1))
         return;
+    /* No new connections; those already made are gRPC's to close. */
+    if (s->acceptor)
+        msr_rpc_acceptor_stop(s->acceptor);
     grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
     grpc_server_cancel_all_calls(s->server);
 }
@@ -949,6 +990,7 @@ void msr_rpc_server_destroy(msr_rpc_server_t *s)
             break;
     }
     grpc_server_destroy(s->server);
+    msr_rpc_acceptor_destroy(s->acceptor);
     msr_rpc_library_unref();
     msr_free(s->token);
     msr_free(s->log_name);

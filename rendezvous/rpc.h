@@ -164,6 +164,16 @@ typedef struct msr_rpc_server_config {
      * requests of the small methods are held to MSR_RPC_SMALL_REQUEST_MAX. */
     size_t max_message;
     const msr_rpc_tls_t *tls; /* NULL or no cert: plaintext */
+    /* Connection bounds for a plaintext TCP server (0: none, gRPC's own
+     * listener): the server accepts connections itself and keeps at most
+     * max_connections at once, at most max_unauth_per_host per peer address
+     * that have not yet made a call with the token, and closes those after
+     * unauth_grace_ms (0: 5 s). Each connection costs two descriptors. With
+     * TLS gRPC 1.51 must do the accepting, and only the handshake timeout
+     * and the idle limit below apply. */
+    int max_connections;
+    int max_unauth_per_host;
+    int unauth_grace_ms;
 } msr_rpc_server_config_t;
 
 /* Binds and starts a server on loop. *port_p gets the bound TCP port (0 for
