@@ -352,10 +352,11 @@ struct msr_rpc_call {
     grpc_slice details;
     int have_details;
     msr_rpc_op_t request_op, recv_op, close_op, send_op;
-    int cancelled; /* written by RECV_CLOSE_ON_SERVER */
-    int refs;      /* ops in flight + 1 while unanswered */
-    int owned;     /* unanswered: this layer or the handler must answer it */
-    int handed;    /* the handler has it (the cancel callback applies) */
+    int cancelled;  /* written by RECV_CLOSE_ON_SERVER */
+    int refs;       /* ops in flight + 1 while unanswered */
+    int owned;      /* unanswered: this layer or the handler must answer it */
+    int handed;     /* the handler has it (the cancel callback applies) */
+    int no_request; /* answered for want of a request: logged when it ends */
     ProtobufCMessage *req;
     void *data;
     char *peer;
@@ -395,6 +396,16 @@ static void call_close_done(msr_rpc_op_t *op, int ok)
 {
     (void)ok;
     msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, close_op);
+    if (c->no_request) {
+        /* Only now is it known whether the client cancelled the call (a
+         * client that cancels mid-send looks like one that sent nothing). */
+        if (c->cancelled)
+            MSR_DEBUG("%s: %s from %s cancelled while sending its request", c->server->log_name,
+                      msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
+        else
+            MSR_WARN("%s: %s from %s sent no request", c->server->log_name,
+                     msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
+    }
     if (c->owned) {
         /* Closed before anyone answered: the client is gone. */
         c->owned = 0;
@@ -608,15 +619,11 @@ static void call_recv_done(msr_rpc_op_t *op, int ok)
     }
     call_release(c); /* the receive op's reference; the hold remains */
     if (!ok || c->payload == NULL) {
-        /* !ok: the client cancelled or went away mid-send; no payload: it
-         * closed its side without sending a message. */
-        if (!ok)
-            MSR_DEBUG("%s: %s from %s cancelled while sending its request", s->log_name, m->name,
-                      msr_rpc_call_peer(c));
-        else
-            MSR_WARN("%s: %s from %s sent no request", s->log_name, m->name, msr_rpc_call_peer(c));
-        msr_rpc_call_fail(c, ok ? GRPC_STATUS_INVALID_ARGUMENT : GRPC_STATUS_CANCELLED,
-                          "%s: no request received", m->name);
+        /* The client cancelled or went away mid-send, or closed its side
+         * without a message: logged once the call ends and says which. */
+        c->no_request = 1;
+        msr_rpc_call_peer(c); /* while gRPC still knows it */
+        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: no request received", m->name);
         return;
     }
     size_t len = grpc_byte_buffer_length(c->payload);
@@ -677,9 +684,15 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         return;
     }
     if (s->acceptor) {
+        /* gRPC names our listener's connections "fd:N" */
         char *raw = grpc_call_get_peer(c->call);
         msr_rpc_acceptor_authenticated(s->acceptor, raw);
-        gpr_free(raw);
+        c->peer = raw;
+        char real[96];
+        if (raw && msr_rpc_acceptor_peer(s->acceptor, raw, real, sizeof real) == 0) {
+            gpr_free(c->peer);
+            c->peer = gpr_strdup(real);
+        }
     }
     grpc_op recv;
     memset(&recv, 0, sizeof recv);

@@ -25,6 +25,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "cluster/server.h"
@@ -47,6 +48,7 @@ typedef struct coord_proc {
     pid_t pid;
     int port;
     char target[64];
+    char log[64]; /* the coordinator's stderr */
 } coord_proc_t;
 
 /* Starts a coordinator for a job of nodes nodes (one worker each) in a
@@ -54,6 +56,9 @@ typedef struct coord_proc {
  * Debian default is 1024). Call before this process uses gRPC. */
 static void coord_start(coord_proc_t *cp, int nodes, rlim_t nofile)
 {
+    snprintf(cp->log, sizeof cp->log, "/tmp/sec_attack.%d.log", (int)getpid());
+    int log = open(cp->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    MSR_CHECK(log >= 0);
     int fds[2];
     MSR_CHECK(pipe(fds) == 0);
     pid_t pid = fork();
@@ -61,6 +66,9 @@ static void coord_start(coord_proc_t *cp, int nodes, rlim_t nofile)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(fds[0]);
+        dup2(log, STDERR_FILENO);
+        msr_log_init("coordinator", -1, -1);
+        msr_log_set_level(MSR_LOG_DEBUG);
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_term;
@@ -90,6 +98,7 @@ static void coord_start(coord_proc_t *cp, int nodes, rlim_t nofile)
         _exit(0);
     }
     close(fds[1]);
+    close(log);
     int port = 0;
     ssize_t n = read(fds[0], &port, sizeof port);
     close(fds[0]);
@@ -104,6 +113,19 @@ static void coord_end(coord_proc_t *cp)
     kill(cp->pid, SIGTERM);
     int status = 0;
     waitpid(cp->pid, &status, 0);
+}
+
+/* Lines of the coordinator's log that contain what. */
+static int log_lines(const coord_proc_t *cp, const char *what)
+{
+    FILE *f = fopen(cp->log, "r");
+    MSR_CHECK(f != NULL);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
 }
 
 /* A line of /proc/PID/status in kB ("VmHWM", "VmRSS"). */
@@ -359,8 +381,14 @@ static void test_big_unauthenticated_sets(void)
     free(before);
     coord_end(&cp);
 
+    int refusal_lines = log_lines(&cp, "missing or wrong job token");
+    printf("refusals logged in %d lines\n", refusal_lines);
+    unlink(cp.log);
     MSR_CHECK_EQ(denied, done);
     MSR_CHECK_EQ(pr.lat.failed, 0);
+    /* one line for the first refusal of a host, then one every 5 s */
+    MSR_CHECK_MSG(refusal_lines >= 1 && refusal_lines <= 2 + (int)(attack_s / 5),
+                  "%d log lines for %d refused calls in %.1f s", refusal_lines, done, attack_s);
     MSR_CHECK_MSG(hwm1 - hwm0 < 64 * 1024,
                   "the coordinator's peak memory grew by %ld kB under the attack", hwm1 - hwm0);
     msr_rpc_library_unref();
@@ -537,13 +565,118 @@ static void test_idle_connections(void)
     int failed = idle_attack(&cp, "127.0.0.2", want);
     failed += idle_attack(&cp, "127.0.0.1", want);
     coord_end(&cp);
+    unlink(cp.log);
     msr_rpc_library_unref();
     MSR_CHECK_MSG(failed == 0, "valid calls failed, or idle connections stayed open");
+}
+
+/* A valid client that cancels its calls while their bodies are on the way
+ * is logged as having cancelled them, not as sending malformed requests. */
+static void test_cancelled_mid_send(void)
+{
+    coord_proc_t cp;
+    coord_start(&cp, 2, 0);
+    msr_rpc_library_ref();
+    grpc_slice body = set_body((size_t)48 << 20);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_arg args[] = {{GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}}};
+    grpc_channel_args cargs = {MSR_ARRAY_SIZE(args), args};
+    char gtarget[80];
+    snprintf(gtarget, sizeof gtarget, "ipv4:%s", cp.target);
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(gtarget, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    /* connect first: a refused call */
+    {
+        attack_call_t warm;
+        grpc_slice tiny = set_body(8);
+        attack_start(ch, cq, &warm, tiny, 0);
+        while (warm.pending > 0) {
+            grpc_event ev = grpc_completion_queue_next(
+                cq,
+                gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)),
+                NULL);
+            MSR_CHECK(ev.type == GRPC_OP_COMPLETE);
+            warm.pending--;
+        }
+        MSR_CHECK_EQ(warm.code, GRPC_STATUS_PERMISSION_DENIED);
+        attack_finish(&warm);
+        grpc_slice_unref(tiny);
+    }
+    const int calls = 5;
+    for (int k = 0; k < calls; k++) {
+        grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                                   grpc_slice_from_static_string("/msr.Store/Set"),
+                                                   NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
+        grpc_metadata token = {grpc_slice_from_static_string(MSR_TOKEN_METADATA),
+                               grpc_slice_from_static_string(TOKEN),
+                               {{NULL, NULL, NULL, NULL}}};
+        grpc_metadata_array md;
+        grpc_metadata_array_init(&md);
+        grpc_status_code code;
+        grpc_slice details = grpc_empty_slice();
+        grpc_op ops[3];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &token;
+        ops[1].op = GRPC_OP_SEND_MESSAGE;
+        ops[1].data.send_message.send_message = bb;
+        MSR_CHECK(grpc_call_start_batch(call, ops, 2, (void *)1, NULL) == GRPC_CALL_OK);
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        ops[0].data.recv_status_on_client.trailing_metadata = &md;
+        ops[0].data.recv_status_on_client.status = &code;
+        ops[0].data.recv_status_on_client.status_details = &details;
+        MSR_CHECK(grpc_call_start_batch(call, ops, 1, (void *)2, NULL) == GRPC_CALL_OK);
+        usleep(2000 + 3000 * k); /* part of the body is sent */
+        grpc_call_cancel(call, NULL);
+        for (int got = 0; got < 2;) {
+            grpc_event ev = grpc_completion_queue_next(
+                cq,
+                gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)),
+                NULL);
+            MSR_CHECK(ev.type == GRPC_OP_COMPLETE);
+            got++;
+        }
+        grpc_call_unref(call);
+        grpc_byte_buffer_destroy(bb);
+        grpc_metadata_array_destroy(&md);
+        grpc_slice_unref(details);
+    }
+    /* a valid call after them: the coordinator has handled the cancels */
+    msr_rpc_channel_t *good = NULL;
+    MSR_CHECK_OK(msr_rpc_channel_create(cp.target, TOKEN, &good));
+    latency_t *l = calloc(1, sizeof *l);
+    small_set(good, l);
+    MSR_CHECK_EQ(l->failed, 0);
+    free(l);
+    msr_rpc_channel_destroy(good);
+    grpc_channel_destroy(ch);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    grpc_slice_unref(body);
+    coord_end(&cp);
+    int malformed = log_lines(&cp, "malformed"), cancelled = log_lines(&cp, "cancelled");
+    printf("%d calls cancelled mid-send: %d log lines say cancelled, %d say malformed\n", calls,
+           cancelled, malformed);
+    if (getenv("SEC_KEEP_LOG"))
+        printf("log: %s\n", cp.log);
+    else
+        unlink(cp.log);
+    msr_rpc_library_unref();
+    MSR_CHECK_EQ(malformed, 0);
+    MSR_CHECK(cancelled >= 1);
 }
 
 static const msr_test_t tests[] = {
     {"big_unauthenticated_sets", test_big_unauthenticated_sets, 150},
     {"idle_connections", test_idle_connections, 90},
+    {"cancelled_mid_send", test_cancelled_mid_send, 60},
 };
 
 int main(int argc, char **argv)
