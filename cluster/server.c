@@ -86,7 +86,7 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
 
 /* The world size assumed while the job's is not known yet (a standalone
  * coordinator learns it from the first node). */
-#define UNKNOWN_WORLD 1024
+#define UNKNOWN_WORLD 4096
 
 /* Every connection holds a descriptor, and gRPC 1.51 stops accepting for
  * good once accept fails for want of one: the coordinator takes all the

@@ -37,6 +37,7 @@ typedef struct conn {
     int dfd;              /* our duplicate, watched for the connection's end */
     int authed;           /* a call with the right token came on it */
     int expired;          /* shut down for staying unauthenticated */
+    uint32_t gen;         /* bumped per use of the slot: stale events are told apart */
     uint64_t deadline_ns; /* unauthenticated: shut down then */
     char peer[80];        /* "ipv4:1.2.3.4:5678" */
     char host[64];        /* "1.2.3.4" */
@@ -210,6 +211,7 @@ static int accept_one(msr_rpc_acceptor_t *a)
     }
     conn_t *c = &a->conns[slot];
     c->dfd = dfd;
+    c->gen++;
     c->authed = 0;
     c->expired = 0;
     c->deadline_ns = msr_now_ns() + (uint64_t)a->cfg.grace_ms * 1000000ull;
@@ -218,7 +220,8 @@ static int accept_one(msr_rpc_acceptor_t *a)
     a->gfd[slot] = fd;
     a->count++;
     a->nunauth++;
-    struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = (uint64_t)slot + 2};
+    struct epoll_event ev = {.events = EPOLLRDHUP,
+                             .data.u64 = ((uint64_t)c->gen << 32) | ((uint64_t)slot + 2)};
     if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, dfd, &ev) != 0)
         MSR_DEBUG("%s: epoll_ctl: %s", a->log_name, strerror(errno));
     pthread_mutex_unlock(&a->lock);
@@ -283,8 +286,10 @@ static void *accept_thread(void *arg)
                 continue;
             }
             pthread_mutex_lock(&a->lock);
-            int i = (int)(d - 2);
-            if (a->gfd[i] >= 0)
+            int i = (int)((d & 0xffffffffu) - 2);
+            /* an event of the slot's previous connection, freed earlier in
+             * this batch, is stale */
+            if (a->gfd[i] >= 0 && a->conns[i].gen == (uint32_t)(d >> 32))
                 slot_free(a, i);
             pthread_mutex_unlock(&a->lock);
         }
