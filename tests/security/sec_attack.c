@@ -212,6 +212,15 @@ static void *probe_loop(void *arg)
 
 #define ATTACK_SLOTS 6
 
+/* The most the coordinator's peak memory may grow under the attack (it
+ * grew by 1.5 GB when bodies were read before the token was checked).
+ * AddressSanitizer keeps freed memory in a quarantine of 256 MiB. */
+#if defined(__SANITIZE_ADDRESS__)
+#define GROWTH_LIMIT_KB ((64 + 448) * 1024)
+#else
+#define GROWTH_LIMIT_KB (64 * 1024)
+#endif
+
 typedef struct attack_call {
     grpc_call *call;
     grpc_metadata_array init_md, trail_md;
@@ -389,7 +398,7 @@ static void test_big_unauthenticated_sets(void)
     /* one line for the first refusal of a host, then one every 5 s */
     MSR_CHECK_MSG(refusal_lines >= 1 && refusal_lines <= 2 + (int)(attack_s / 5),
                   "%d log lines for %d refused calls in %.1f s", refusal_lines, done, attack_s);
-    MSR_CHECK_MSG(hwm1 - hwm0 < 64 * 1024,
+    MSR_CHECK_MSG(hwm1 - hwm0 < GROWTH_LIMIT_KB,
                   "the coordinator's peak memory grew by %ld kB under the attack", hwm1 - hwm0);
     msr_rpc_library_unref();
 }
