@@ -163,14 +163,14 @@ typedef struct msr_rpc_server_config {
     /* The most bytes one request may have (0: MSR_RPC_MAX_MESSAGE_DEFAULT);
      * requests of the small methods are held to MSR_RPC_SMALL_REQUEST_MAX. */
     size_t max_message;
-    const msr_rpc_tls_t *tls; /* NULL or no cert: plaintext */
+    const msr_rpc_tls_t *tls; /* TLS when msr_rpc_tls_enabled (needs cert and key) */
     /* Connection bounds for a plaintext TCP server (0: none, gRPC's own
      * listener): the server accepts connections itself and keeps at most
      * max_connections at once, at most max_unauth_per_host per peer address
      * that have not yet made a call with the token, and closes those after
      * unauth_grace_ms (0: 5 s). Each connection costs two descriptors. With
      * TLS gRPC 1.51 must do the accepting, and only the handshake timeout
-     * and the idle limit below apply. */
+     * and the idle limit of msr_rpc_server_create apply. */
     int max_connections;
     int max_unauth_per_host;
     int unauth_grace_ms;
@@ -183,8 +183,8 @@ typedef struct msr_rpc_server_config {
  * What an unauthenticated peer can cost the server: a call's token is
  * checked from its metadata before its body is read, so a refused call
  * costs at most the HTTP/2 flow-control window; connections that do not
- * finish their handshake within a few seconds, and connections without
- * calls for a minute, are closed. */
+ * finish their handshake within 10 s, and connections without calls for
+ * 60 s, are closed; the connection bounds of the config apply on top. */
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
                                    int *port_p, msr_rpc_server_t **server_p);
 
