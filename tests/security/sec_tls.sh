@@ -97,7 +97,49 @@ ok "libmsrun's direct mode over TLS (MSR_TLS_CERT, MSR_TLS_KEY, MSR_TLS_CA)"
 kill -TERM "$coord"
 wait "$coord" 2>/dev/null
 
-# ---- 3. bad TLS options end with a clear error ----
+# ---- 3. a TLS coordinator (gRPC's own listener) under 3000 idle connections,
+# started with Debian's default soft descriptor limit: it raises the limit
+# and keeps answering ----
+port=$(free_port)
+(ulimit -Sn 1024 && exec env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=tls-token "$MSRUN" coordinator \
+    --bind "127.0.0.1:$port" --log_level=warn "${TLS[@]}") >"$TMP/coord2.out" 2>&1 &
+coord=$!
+wait_port() { python3 - "$1" <<'PY'
+import socket, sys, time
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.05)
+sys.exit(1)
+PY
+}
+wait_port "$port" || fail "the TLS coordinator did not listen"
+python3 - "$port" "$TMP/idle.ready" <<'PY' &
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+conns = []
+for _ in range(min(3000, hard - 64)):
+    try:
+        conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2))
+    except OSError:
+        break
+open(sys.argv[2], "w").write("%d\n" % len(conns))
+time.sleep(8)
+PY
+idle=$!
+wait_for . "$TMP/idle.ready" 30 || fail "idle connections"
+status "${TLS[@]}"
+[ "$CODE" = 0 ] || { cat "$TMP/st" >&2; fail "msrun status over TLS while $(cat "$TMP/idle.ready") idle connections are held: exit $CODE"; }
+wait "$idle"
+status "${TLS[@]}"
+[ "$CODE" = 0 ] || { cat "$TMP/st" >&2; fail "msrun status over TLS after the idle connections: exit $CODE"; }
+kill -TERM "$coord"
+wait "$coord" 2>/dev/null
+ok "TLS coordinator with a 1024 soft limit: status answers while $(cat "$TMP/idle.ready") idle connections are held and after"
+
+# ---- 4. bad TLS options end with a clear error ----
 run_msrun --tls_cert="$C/node.pem" "$WORKER" env
 expect_code 2 "--tls_cert without --tls_key"
 expect_in "tls_key" "$TMP/err" "--tls_cert without --tls_key"
