@@ -316,16 +316,25 @@ static msr_status_t listen_on(const char *address, int *fd_p, int *port_p)
     struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_socktype = SOCK_STREAM}, *res = NULL;
     if (getaddrinfo(hl ? host : NULL, colon + 1, &hints, &res) != 0 || res == NULL)
         return MSR_ERR_ADDR_IN_USE;
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    /* One socket: a name such as "localhost" takes its IPv4 address (what
+     * agents connect to); "[::]" listens on both families. */
+    struct addrinfo *ai = res;
+    for (struct addrinfo *p = res; p; p = p->ai_next) {
+        if (p->ai_family == AF_INET) {
+            ai = p;
+            break;
+        }
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         freeaddrinfo(res);
         return MSR_ERR_SYSTEM;
     }
     int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (res->ai_family == AF_INET6)
+    if (ai->ai_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    int ok = bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 4096) == 0;
+    int ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0;
     freeaddrinfo(res);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
