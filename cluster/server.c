@@ -1,8 +1,10 @@
 /* The coordinator served over gRPC on one thread. */
 #include "cluster/server.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
@@ -82,12 +84,80 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
         msr_coord_cancel(s->coord, call);
 }
 
+/* The world size assumed while the job's is not known yet (a standalone
+ * coordinator learns it from the first node). */
+#define UNKNOWN_WORLD 4096
+
+/* Every connection holds a descriptor, and gRPC 1.51 stops accepting for
+ * good once accept fails for want of one: the coordinator takes all the
+ * descriptors its hard limit allows (Debian's soft default is 1024).
+ * Returns the soft limit now. */
+static rlim_t raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    if (rl.rlim_cur >= rl.rlim_max)
+        return rl.rlim_cur;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        MSR_WARN("cannot raise the descriptor limit from %llu to %llu: %s", (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max, strerror(errno));
+    else
+        MSR_DEBUG("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                  (unsigned long long)rl.rlim_max);
+    return getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : was;
+}
+
+/* Connection bounds sized from the job. Legitimate connections: one per
+ * msrun (its link, proxy and probes share it), one per rank that joins
+ * directly (workers started by srun with MSR_COORDINATOR), and a few for
+ * `msrun status`; a host may carry all of them (a job on one machine, or a
+ * node's directly joining ranks connecting at once). So per host, world +
+ * 16 connections may wait for their first call, and in all twice the
+ * world plus the nodes plus 64 (room for reconnects whose old connection
+ * is not yet gone), never more than the descriptors allow (two each). */
+static void size_connections(const msr_coord_config_t *config, rlim_t nofile, int *total_p,
+                             int *per_host_p)
+{
+    long world = config->worker_num;
+    if (config->max_nodes > 0 && config->local_worker_num > 0)
+        world = (long)config->max_nodes * config->local_worker_num;
+    if (world <= 0)
+        world = UNKNOWN_WORLD;
+    long nodes = config->local_worker_num > 0 ? world / config->local_worker_num : world;
+    long total = 2 * world + nodes + 64;
+    long fd_cap = nofile > 256 ? (long)((nofile - 128) / 2) : 64;
+    if (fd_cap > (1l << 30))
+        fd_cap = 1l << 30;
+    if (total > fd_cap) {
+        MSR_WARN("the descriptor limit (%llu) allows %ld connections to the coordinator, fewer "
+                 "than a job of %ld ranks may want (%ld): raise its hard limit (ulimit -Hn)",
+                 (unsigned long long)nofile, fd_cap, world, total);
+        total = fd_cap;
+    }
+    long per_host = world + 16;
+    *total_p = (int)total;
+    *per_host_p = (int)(per_host < total ? per_host : total);
+}
+
 msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
                                      int *port_p, msr_coord_server_t **server_p)
+{
+    return msr_coord_server_create_tls(address, config, NULL, port_p, server_p);
+}
+
+msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_config_t *config,
+                                         const msr_rpc_tls_t *tls, int *port_p,
+                                         msr_coord_server_t **server_p)
 {
     msr_coord_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
+    rlim_t nofile = raise_fd_limit();
+    int max_connections, max_unauth_per_host;
+    size_connections(config, nofile, &max_connections, &max_unauth_per_host);
     msr_status_t st = msr_coord_create(config, &grpc_responder, &s->coord);
     if (st != MSR_OK)
         goto err_free;
@@ -101,6 +171,9 @@ msr_status_t msr_coord_server_create(const char *address, const msr_coord_config
         .cancel = on_cancel,
         .arg = s,
         .log_name = "coordinator",
+        .tls = tls,
+        .max_connections = max_connections,
+        .max_unauth_per_host = max_unauth_per_host,
     };
     st = msr_rpc_server_create(s->loop, &sc, port_p, &s->rpc);
     if (st != MSR_OK)

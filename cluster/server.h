@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "cluster/coord.h"
+#include "rendezvous/rpc.h"
 
 typedef struct msr_coord_server msr_coord_server_t;
 
@@ -13,6 +14,15 @@ typedef struct msr_coord_server msr_coord_server_t;
  * gets the bound port. MSR_ERR_ADDR_IN_USE when the port is taken. */
 msr_status_t msr_coord_server_create(const char *address, const msr_coord_config_t *config,
                                      int *port_p, msr_coord_server_t **server_p);
+
+/* Like msr_coord_server_create, serving TLS when msr_rpc_tls_enabled(tls)
+ * (a certificate and key; with a CA, clients must show a certificate it
+ * signed). tls is read here, not kept; MSR_ERR_INVALID_ARG (logged) when
+ * its files are unusable. Both raise this process's soft descriptor limit
+ * to its hard limit: every connection holds one. */
+msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_config_t *config,
+                                         const msr_rpc_tls_t *tls, int *port_p,
+                                         msr_coord_server_t **server_p);
 
 /* Serves on the calling thread until *stop is set (by a signal handler, say)
  * or, when exit_when_finished, the job has ended and every node has left.

@@ -52,6 +52,7 @@ typedef struct agent {
     int coord_port;
     char token[MSR_TOKEN_MAX + 1]; /* "" until decided (setup_coordinator) */
     char token_file[300];          /* the token this node generated, for the others */
+    msr_rpc_tls_t tls;             /* strings owned by the options */
     char job_id[256];
     pid_t coord_pid; /* the embedded coordinator, 0 if none */
     msr_proxy_t *proxy;
@@ -303,6 +304,14 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
         argv[k++] = "--state_file";
         argv[k++] = a->state_file;
     }
+    const char *tls_flags[][2] = {
+        {"--tls_cert", a->o->tls_cert}, {"--tls_key", a->o->tls_key}, {"--tls_ca", a->o->tls_ca}};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(tls_flags); i++) {
+        if (tls_flags[i][1]) {
+            argv[k++] = (char *)tls_flags[i][0];
+            argv[k++] = (char *)tls_flags[i][1];
+        }
+    }
     argv[k] = NULL;
     /* The token travels in the environment, not on the command line. */
     pid_t parent = getpid();
@@ -377,7 +386,7 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_f
                                       size_t errlen)
 {
     msr_rpc_channel_t *ch = NULL;
-    msr_status_t st = msr_rpc_channel_create(target, a->token, &ch);
+    msr_status_t st = msr_rpc_channel_create_tls(target, a->token, &a->tls, &ch);
     if (st != MSR_OK)
         return st;
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
@@ -1355,6 +1364,10 @@ int msr_agent_run(msr_options_t *o)
             goto out_devnull;
         }
     }
+    /* TLS to the coordinator: its certificate must name master_addr as the
+     * user wrote it (a host name or an address), unless told otherwise. */
+    a.tls = (msr_rpc_tls_t){o->tls_cert, o->tls_key, o->tls_ca,
+                            o->tls_server_name ? o->tls_server_name : o->master_addr};
     /* Block nothing, ignore SIGPIPE (a closed terminal must not kill msrun). */
     signal(SIGPIPE, SIG_IGN);
     /* The job's private directory holds the proxy's socket and the embedded
@@ -1413,13 +1426,13 @@ int msr_agent_run(msr_options_t *o)
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
         on_child(&a, pid, status);
-    if (msr_link_create(a.base, a.coord_target, a.token, &a.link) != MSR_OK) {
+    if (msr_link_create(a.base, a.coord_target, a.token, &a.tls, &a.link) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the link to the coordinator\n");
         rc = 1;
         goto out_base;
     }
     /* The workers' store calls go through this node's proxy. */
-    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.proxy) != MSR_OK) {
+    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.tls, &a.proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         rc = 1;
         goto out_base;

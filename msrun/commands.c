@@ -54,7 +54,11 @@ static void coordinator_usage(FILE *out)
                  "  --log_level LEVEL      error, warn, info, debug [default info]\n"
                  "  --state_file PATH      keep the job's state in PATH (saved before every\n"
                  "                         answer that depends on it) and resume from it\n"
-                 "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n");
+                 "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n"
+                 "  --tls_cert PEM         serve TLS with this certificate [env MSRUN_TLS_CERT]\n"
+                 "  --tls_key PEM          and this private key [env MSRUN_TLS_KEY]\n"
+                 "  --tls_ca PEM           require client certificates signed by this CA (mutual\n"
+                 "                         TLS) [env MSRUN_TLS_CA]\n");
 }
 
 /* The job token of `msrun coordinator` and `msrun status`: --token or
@@ -149,6 +153,8 @@ int msr_coordinator_main(int argc, char **argv)
         return 2;
     }
     const char *job_id = NULL, *token = NULL, *token_file = NULL, *state_file = NULL;
+    msr_rpc_tls_t tls = {getenv("MSRUN_TLS_CERT"), getenv("MSRUN_TLS_KEY"), getenv("MSRUN_TLS_CA"),
+                         NULL};
     int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
     int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
@@ -218,6 +224,12 @@ int msr_coordinator_main(int argc, char **argv)
             bad = parse_secs(v, &last_call) != 0;
         } else if (strcmp(name, "--state_file") == 0) {
             state_file = v;
+        } else if (strcmp(name, "--tls_cert") == 0) {
+            tls.cert = v;
+        } else if (strcmp(name, "--tls_key") == 0) {
+            tls.key = v;
+        } else if (strcmp(name, "--tls_ca") == 0) {
+            tls.ca = v;
         } else if (strcmp(name, "--ready_fd") == 0) {
             bad = msr_parse_i64(v, 0, 1 << 20, &ready_fd) != MSR_OK;
         } else if (strcmp(name, "--log_level") == 0) {
@@ -245,6 +257,10 @@ int msr_coordinator_main(int argc, char **argv)
         int colon = strchr(host, ':') != NULL && host[0] != '[';
         snprintf(bind, sizeof bind, colon ? "[%s]:%lld" : "%s:%lld", host,
                  (long long)(port_arg >= 0 ? port_arg : 8118));
+    }
+    if (msr_rpc_tls_enabled(&tls) && (!tls.cert || !*tls.cert || !tls.key || !*tls.key)) {
+        fprintf(stderr, "msrun coordinator: error: TLS needs both --tls_cert and --tls_key\n");
+        return 2;
     }
     if (worker_num && local_worker_num && worker_num % local_worker_num) {
         fprintf(stderr,
@@ -274,14 +290,17 @@ int msr_coordinator_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     msr_coord_server_t *server = NULL;
     int port = 0;
-    msr_status_t st = msr_coord_server_create(bind, &cfg, &port, &server);
+    msr_status_t st = msr_coord_server_create_tls(bind, &cfg, &tls, &port, &server);
     char line[400];
     if (st != MSR_OK) {
-        int n = snprintf(line, sizeof line, "error cannot %s %s: %s\n",
-                         st == MSR_ERR_CORRUPT ? "resume from" : "listen on",
-                         st == MSR_ERR_CORRUPT ? state_file : bind,
-                         st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
-                                                   : msr_status_str(st));
+        int n =
+            st == MSR_ERR_INVALID_ARG && msr_rpc_tls_enabled(&tls)
+                ? snprintf(line, sizeof line, "error cannot use the TLS certificate %s\n", tls.cert)
+                : snprintf(line, sizeof line, "error cannot %s %s: %s\n",
+                           st == MSR_ERR_CORRUPT ? "resume from" : "listen on",
+                           st == MSR_ERR_CORRUPT ? state_file : bind,
+                           st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
+                                                     : msr_status_str(st));
         if (ready_fd >= 0)
             msr_write_all((int)ready_fd, line, (size_t)n);
         else
@@ -324,10 +343,14 @@ int msr_status_main(int argc, char **argv)
     const char *port = getenv("MSRUN_MASTER_PORT");
     const char *token = NULL, *token_file = NULL;
     char *token_copy = NULL;
+    msr_rpc_tls_t tls = {getenv("MSRUN_TLS_CERT"), getenv("MSRUN_TLS_KEY"), getenv("MSRUN_TLS_CA"),
+                         getenv("MSRUN_TLS_SERVER_NAME")};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             printf("usage: msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
+                   "                    [--tls_cert PEM --tls_key PEM] [--tls_ca PEM] "
+                   "[--tls_server_name NAME]\n"
                    "\nPrints the job's state and its nodes. The job's token comes from\n"
                    "--token_file (a file only you may read), --token, MSRUN_TOKEN_FILE or\n"
                    "MSRUN_TOKEN.\n");
@@ -352,6 +375,14 @@ int msr_status_main(int argc, char **argv)
             msr_token_scrub_arg(argv[i], eq != NULL);
         } else if (nl == 12 && strncmp(a, "--token_file", nl) == 0)
             token_file = v;
+        else if (nl == 10 && strncmp(a, "--tls_cert", nl) == 0)
+            tls.cert = v;
+        else if (nl == 9 && strncmp(a, "--tls_key", nl) == 0)
+            tls.key = v;
+        else if (nl == 8 && strncmp(a, "--tls_ca", nl) == 0)
+            tls.ca = v;
+        else if (nl == 17 && strncmp(a, "--tls_server_name", nl) == 0)
+            tls.server_name = v;
         else if (nl == 8 && strncmp(a, "--job_id", nl) == 0)
             continue; /* accepted for scripts written for older versions */
         else {
@@ -368,8 +399,10 @@ int msr_status_main(int argc, char **argv)
         return bad;
     token = tok;
     msr_log_init("msrun", -1, -1);
+    if (tls.server_name == NULL || *tls.server_name == '\0')
+        tls.server_name = addr && *addr ? addr : NULL; /* the name as given */
     msr_rpc_channel_t *ch = NULL;
-    if (msr_rpc_channel_create(target, token, &ch) != MSR_OK) {
+    if (msr_rpc_channel_create_tls(target, token, &tls, &ch) != MSR_OK) {
         fprintf(stderr, "msrun status: error: cannot reach %s\n", target);
         return 1;
     }

@@ -92,7 +92,7 @@ static void on_wakeup(evutil_socket_t fd, short what, void *arg)
 }
 
 msr_status_t msr_link_create(struct event_base *base, const char *target, const char *token,
-                             msr_link_t **link_p)
+                             const msr_rpc_tls_t *tls, msr_link_t **link_p)
 {
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_link_t *l = msr_calloc(1, sizeof *l);
@@ -113,7 +113,7 @@ msr_status_t msr_link_create(struct event_base *base, const char *target, const 
     st = msr_rpc_loop_create(&l->loop);
     if (st != MSR_OK)
         goto err_ev;
-    st = msr_rpc_channel_create(target, token, &l->channel);
+    st = msr_rpc_channel_create_tls(target, token, tls, &l->channel);
     if (st != MSR_OK)
         goto err_loop;
     if (pthread_create(&l->thread, NULL, completion_thread, l) != 0) {

@@ -14,8 +14,10 @@ typedef struct msr_link msr_link_t;
  * err). The async and its response are freed after this returns. */
 typedef void (*msr_link_cb_t)(msr_rpc_async_t *async, void *arg);
 
+/* A link to the coordinator at target, over TLS when
+ * msr_rpc_tls_enabled(tls) (tls is read here, not kept). */
 msr_status_t msr_link_create(struct event_base *base, const char *target, const char *token,
-                             msr_link_t **link_p);
+                             const msr_rpc_tls_t *tls, msr_link_t **link_p);
 
 /* Cancels the calls in flight (their callbacks do not run), stops the
  * completion thread and frees the link. NULL does nothing. */

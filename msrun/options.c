@@ -46,6 +46,11 @@ typedef enum opt_id {
     O_SHOW_RANKS,
     O_LOG_LEVEL,
     O_RDZV_ENDPOINT,
+    /* TLS (kept together) */
+    O_TLS_CERT,
+    O_TLS_KEY,
+    O_TLS_CA,
+    O_TLS_SERVER_NAME,
     O_COUNT
 } opt_id_t;
 
@@ -126,6 +131,19 @@ static const opt_def_t opt_defs[] = {
      "msrun's own messages: error, warn, info or debug."},
     {O_RDZV_ENDPOINT, "rdzv_endpoint", {NULL}, T_STR, NULL, "HOST:PORT",
      "torchrun's spelling of master_addr and master_port together."},
+    /* TLS for every connection to the coordinator (kept together) */
+    {O_TLS_CERT, "tls_cert", {NULL}, T_STR, "none", "PEM",
+     "this node's TLS certificate (chain). With tls_key, every connection to the coordinator "
+     "is encrypted; the node that runs the coordinator serves it with this certificate."},
+    {O_TLS_KEY, "tls_key", {NULL}, T_STR, "none", "PEM",
+     "the private key of tls_cert (keep it readable only by its owner)."},
+    {O_TLS_CA, "tls_ca", {NULL}, T_STR, "none", "PEM",
+     "the CA that signed the certificates: msrun verifies the coordinator's certificate with "
+     "it, and the coordinator then requires every client to show a certificate it signed "
+     "(mutual TLS). None: the system's CAs, and no client certificates asked for."},
+    {O_TLS_SERVER_NAME, "tls_server_name", {NULL}, T_STR, NULL, "NAME",
+     "the name the coordinator's certificate must carry. Default: the host part of "
+     "master_addr (an IP address is checked against the certificate's IP entries)."},
 };
 /* clang-format on */
 
@@ -327,6 +345,24 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
         int r = set_string(&o->token, token);
         memset(token, 0, sizeof token);
         return r ? r : set_string(&o->token_file, v);
+    }
+    case O_TLS_CERT:
+    case O_TLS_KEY:
+    case O_TLS_CA:
+    case O_TLS_SERVER_NAME: {
+        char **slot = d->id == O_TLS_CERT  ? &o->tls_cert
+                      : d->id == O_TLS_KEY ? &o->tls_key
+                      : d->id == O_TLS_CA  ? &o->tls_ca
+                                           : &o->tls_server_name;
+        if (*v == '\0') {
+            opt_error("%s is empty", where);
+            return -1;
+        }
+        if (d->id != O_TLS_SERVER_NAME && access(v, R_OK) != 0) {
+            opt_error("%s=%s: cannot read it: %s", where, v, strerror(errno));
+            return -1;
+        }
+        return set_string(slot, v);
     }
     case O_GRACE:
         o->grace_ms = x;
@@ -738,6 +774,15 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
                   (double)o->node_timeout_ms / 1000, (double)o->heartbeat_ms / 1000);
         return 2;
     }
+    if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
+        opt_error("--tls_cert and --tls_key go together (only --%s given)",
+                  o->tls_cert ? "tls_cert" : "tls_key");
+        return 2;
+    }
+    if (o->tls_server_name && !o->tls_cert && !o->tls_ca) {
+        opt_error("--tls_server_name needs TLS: give --tls_ca (or --tls_cert and --tls_key)");
+        return 2;
+    }
     if (resolve_program(o) != 0)
         return 2;
     return 0;
@@ -752,6 +797,10 @@ void msr_options_cleanup(msr_options_t *o)
         memset(o->token, 0, strlen(o->token));
     msr_free(o->token);
     msr_free(o->token_file);
+    msr_free(o->tls_cert);
+    msr_free(o->tls_key);
+    msr_free(o->tls_ca);
+    msr_free(o->tls_server_name);
     msr_free(o->error_file);
     msr_free(o->show_ranks);
     msr_free(o->program);

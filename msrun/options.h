@@ -24,10 +24,14 @@ typedef struct msr_options {
     int max_restarts;
     int standalone;
     char *job_id;
-    char *token;          /* NULL: none given (the agent decides, see agent.c) */
-    char *token_file;     /* where the token was read from, or NULL */
-    int64_t grace_ms;     /* SIGTERM -> SIGKILL */
-    int64_t heartbeat_ms; /* long-poll interval */
+    char *token;      /* NULL: none given (the agent decides, see agent.c) */
+    char *token_file; /* where the token was read from, or NULL */
+    /* TLS (PEM files; NULL: none): every connection to the coordinator is
+     * encrypted when tls_cert/tls_key or tls_ca are given */
+    char *tls_cert, *tls_key, *tls_ca;
+    char *tls_server_name; /* NULL: the host part of master_addr */
+    int64_t grace_ms;      /* SIGTERM -> SIGKILL */
+    int64_t heartbeat_ms;  /* long-poll interval */
     int64_t node_timeout_ms;
     int64_t coordinator_timeout_ms; /* workers run on this long without it */
     int64_t worker_timeout_ms;      /* 0: hangs are not watched */

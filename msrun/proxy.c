@@ -546,7 +546,7 @@ static void *proxy_thread(void *arg)
 }
 
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             msr_proxy_t **proxy_p)
+                             const msr_rpc_tls_t *tls, msr_proxy_t **proxy_p)
 {
     msr_proxy_t *p = msr_calloc(1, sizeof *p);
     if (p == NULL)
@@ -561,7 +561,7 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
     msr_status_t st = msr_rpc_loop_create(&p->loop);
     if (st != MSR_OK)
         goto err_free;
-    st = msr_rpc_channel_create(upstream, token, &p->up);
+    st = msr_rpc_channel_create_tls(upstream, token, tls, &p->up);
     if (st != MSR_OK)
         goto err_loop;
     char address[300];

@@ -9,13 +9,16 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "rendezvous/rpc.h"
 
 typedef struct msr_proxy msr_proxy_t;
 
 /* Listens on socket_path (which must not exist) and forwards to upstream
- * ("host:port") with token; calls without the token are refused too. */
+ * ("host:port") with token, over TLS when msr_rpc_tls_enabled(tls) (read
+ * here, not kept); calls without the token are refused too. The workers'
+ * unix socket itself needs no TLS. */
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             msr_proxy_t **proxy_p);
+                             const msr_rpc_tls_t *tls, msr_proxy_t **proxy_p);
 
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is
  * fine. */

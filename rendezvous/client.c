@@ -201,7 +201,11 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     } else {
         snprintf(target, sizeof target, "%s", coord);
     }
-    st = msr_rpc_channel_create(target, token, &ctx->channel);
+    /* Direct mode may cross the network: TLS as msrun's --tls_* options
+     * give it. The agent's unix socket needs none. */
+    msr_rpc_tls_t tls = {getenv("MSR_TLS_CERT"), getenv("MSR_TLS_KEY"), getenv("MSR_TLS_CA"),
+                         getenv("MSR_TLS_SERVER_NAME")};
+    st = msr_rpc_channel_create_tls(target, token, ctx->via_agent ? NULL : &tls, &ctx->channel);
     if (st != MSR_OK) {
         msr_client_set_error("msr_init: cannot create a channel to %s: %s", target,
                              msr_status_str(st));

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/log.h>
+#include <grpc/support/string_util.h>
 #include <grpc/support/time.h>
 
 #include "base/alloc.h"
@@ -24,6 +26,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "rendezvous/rpc_accept.h"
 
 /* ---- methods and messages ---- */
 
@@ -313,18 +316,31 @@ void msr_rpc_loop_destroy(msr_rpc_loop_t *loop)
 
 /* ---- server ---- */
 
+/* Refused calls are logged at most this often, with a count of the rest. */
+#define REFUSAL_LOG_INTERVAL_NS (5ull * 1000000000ull)
+/* Hosts remembered as already logged (a new host is logged at once). */
+#define REFUSAL_HOSTS           16
+
 struct msr_rpc_server {
     msr_rpc_loop_t *loop;
     grpc_server *server;
     msr_rpc_server_config_t config;
     char *token;
     char *log_name;
+    size_t max_message;
     void *method_handles[MSR_RPC_METHOD_COUNT];
     uint64_t calls[MSR_RPC_METHOD_COUNT];
-    msr_list_t live; /* every msr_rpc_call not yet freed */
+    msr_list_t live;              /* every msr_rpc_call not yet freed */
+    msr_rpc_acceptor_t *acceptor; /* our own listener, or NULL */
     msr_rpc_op_t shutdown_op;
     atomic_int shutting_down;
     int shutdown_done;
+    /* refusal log rate limit (polling thread only) */
+    uint64_t refusal_logged_ns;
+    uint64_t refusals_suppressed;
+    int refusal_lines; /* lines in the current interval */
+    char refusal_hosts[REFUSAL_HOSTS][64];
+    int refusal_next;
 };
 
 struct msr_rpc_call {
@@ -337,10 +353,12 @@ struct msr_rpc_call {
     grpc_byte_buffer *reply;
     grpc_slice details;
     int have_details;
-    msr_rpc_op_t request_op, close_op, send_op;
-    int cancelled; /* written by RECV_CLOSE_ON_SERVER */
-    int refs;      /* ops in flight + 1 while the handler owns the call */
-    int owned;     /* the handler holds it */
+    msr_rpc_op_t request_op, recv_op, close_op, send_op;
+    int cancelled;  /* written by RECV_CLOSE_ON_SERVER */
+    int refs;       /* ops in flight + 1 while unanswered */
+    int owned;      /* unanswered: this layer or the handler must answer it */
+    int handed;     /* the handler has it (the cancel callback applies) */
+    int no_request; /* answered for want of a request: logged when it ends */
     ProtobufCMessage *req;
     void *data;
     char *peer;
@@ -380,10 +398,20 @@ static void call_close_done(msr_rpc_op_t *op, int ok)
 {
     (void)ok;
     msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, close_op);
+    if (c->no_request) {
+        /* Only now is it known whether the client cancelled the call (a
+         * client that cancels mid-send looks like one that sent nothing). */
+        if (c->cancelled)
+            MSR_DEBUG("%s: %s from %s cancelled while sending its request", c->server->log_name,
+                      msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
+        else
+            MSR_WARN("%s: %s from %s sent no request", c->server->log_name,
+                     msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
+    }
     if (c->owned) {
-        /* Closed before the handler answered: the client is gone. */
+        /* Closed before anyone answered: the client is gone. */
         c->owned = 0;
-        if (c->server->config.cancel)
+        if (c->handed && c->server->config.cancel)
             c->server->config.cancel(c->server->config.arg, c);
         call_release(c);
     }
@@ -468,8 +496,16 @@ uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call)
 
 const char *msr_rpc_call_peer(msr_rpc_call_t *call)
 {
-    if (call->peer == NULL)
+    if (call->peer == NULL) {
         call->peer = grpc_call_get_peer(call->call);
+        /* Connections from our own listener are "fd:N" to gRPC. */
+        char real[96];
+        if (call->peer && call->server->acceptor &&
+            msr_rpc_acceptor_peer(call->server->acceptor, call->peer, real, sizeof real) == 0) {
+            gpr_free(call->peer);
+            call->peer = gpr_strdup(real);
+        }
+    }
     return call->peer ? call->peer : "unknown peer";
 }
 
@@ -504,6 +540,120 @@ static int token_matches(msr_rpc_server_t *s, const grpc_metadata_array *md)
     return 0;
 }
 
+/* The most bytes a request of method may have. Requests that carry store
+ * values may be as large as the server's limit; the others are small (a
+ * report carries at most 20 stderr lines of 400 bytes). */
+static size_t request_limit(const msr_rpc_server_t *s, msr_rpc_method_t method)
+{
+    switch (method) {
+    case MSR_RPC_SET:
+    case MSR_RPC_COMPARE_SET:
+    case MSR_RPC_ALLGATHER:
+        return s->max_message;
+    default:
+        return MSR_RPC_SMALL_REQUEST_MAX < s->max_message ? MSR_RPC_SMALL_REQUEST_MAX
+                                                          : s->max_message;
+    }
+}
+
+/* "ipv4:10.0.0.7:41234" -> "10.0.0.7": refusals are counted per host. */
+static void peer_host(const char *peer, char *out, size_t outlen)
+{
+    const char *p = strchr(peer, ':');
+    p = p ? p + 1 : peer;
+    const char *end = strrchr(p, ':');
+    size_t n = end && end > p ? (size_t)(end - p) : strlen(p);
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+/* Logs a refused call unless that would flood the log: the first refusal
+ * of a host not seen lately is logged (at most 10 lines an interval), and
+ * otherwise one line an interval says how many were left out. */
+static void log_refusal(msr_rpc_server_t *s, msr_rpc_call_t *c)
+{
+    const char *peer = msr_rpc_call_peer(c);
+    char host[64];
+    peer_host(peer, host, sizeof host);
+    uint64_t now = msr_now_ns();
+    int fresh_interval = now - s->refusal_logged_ns >= REFUSAL_LOG_INTERVAL_NS;
+    int known = 0;
+    for (int i = 0; i < REFUSAL_HOSTS && !known; i++)
+        known = strcmp(s->refusal_hosts[i], host) == 0;
+    if (!fresh_interval && (known || s->refusal_lines >= 10)) {
+        s->refusals_suppressed++;
+        return;
+    }
+    if (!known) {
+        snprintf(s->refusal_hosts[s->refusal_next], sizeof s->refusal_hosts[0], "%s", host);
+        s->refusal_next = (s->refusal_next + 1) % REFUSAL_HOSTS;
+    }
+    if (fresh_interval) {
+        s->refusal_logged_ns = now;
+        s->refusal_lines = 0;
+    }
+    s->refusal_lines++;
+    if (s->refusals_suppressed)
+        MSR_WARN("%s: refused %s from %s: missing or wrong job token (and %llu more refused "
+                 "calls not logged)",
+                 s->log_name, msr_rpc_methods[c->method].name, peer,
+                 (unsigned long long)s->refusals_suppressed);
+    else
+        MSR_WARN("%s: refused %s from %s: missing or wrong job token", s->log_name,
+                 msr_rpc_methods[c->method].name, peer);
+    s->refusals_suppressed = 0;
+}
+
+/* The request's body has arrived (or the call ended first). */
+static void call_recv_done(msr_rpc_op_t *op, int ok)
+{
+    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, recv_op);
+    msr_rpc_server_t *s = c->server;
+    const msr_rpc_method_info_t *m = &msr_rpc_methods[c->method];
+    if (!c->owned) {
+        /* The call ended while its body was on the way. */
+        MSR_DEBUG("%s: %s from %s cancelled before its request arrived", s->log_name, m->name,
+                  msr_rpc_call_peer(c));
+        call_release(c);
+        return;
+    }
+    call_release(c); /* the receive op's reference; the hold remains */
+    if (!ok || c->payload == NULL) {
+        /* The client cancelled or went away mid-send, or closed its side
+         * without a message: logged once the call ends and says which. */
+        c->no_request = 1;
+        msr_rpc_call_peer(c); /* while gRPC still knows it */
+        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: no request received", m->name);
+        return;
+    }
+    size_t len = grpc_byte_buffer_length(c->payload);
+    size_t limit = request_limit(s, c->method);
+    if (len > limit) {
+        MSR_WARN("%s: refused %s from %s: request of %zu bytes exceeds its limit of %zu",
+                 s->log_name, m->name, msr_rpc_call_peer(c), len, limit);
+        msr_rpc_call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "%s request of %zu bytes exceeds the limit of %zu bytes", m->name, len,
+                          limit);
+        return;
+    }
+    c->req = unpack_buffer(c->payload, m->request);
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    if (c->req == NULL) {
+        MSR_WARN("%s: malformed %s request from %s", s->log_name, m->name, msr_rpc_call_peer(c));
+        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s request",
+                          m->request->short_name);
+        return;
+    }
+    c->handed = 1;
+    s->config.handler(s->config.arg, c, c->method, c->req);
+}
+
+/* A call has arrived with its metadata only: the token is checked before
+ * a byte of its body is read, so a refused call costs no more than gRPC's
+ * flow-control window. */
 static void call_request_done(msr_rpc_op_t *op, int ok)
 {
     msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, request_op);
@@ -518,7 +668,7 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         server_post_request(s, c->method);
     s->calls[c->method]++;
     /* Watch for the end of the call; the request op's reference passes to
-     * the close op, and the handler's hold is one more. */
+     * the close op, and the hold until it is answered is one more. */
     grpc_op close_op;
     memset(&close_op, 0, sizeof close_op);
     close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -529,22 +679,32 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
     }
     c->refs++;
     c->owned = 1;
-    const msr_rpc_method_info_t *m = &msr_rpc_methods[c->method];
     if (!token_matches(s, &c->md)) {
-        MSR_WARN("%s: refused %s from %s: missing or wrong job token", s->log_name, m->name,
-                 msr_rpc_call_peer(c));
+        log_refusal(s, c);
         msr_rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED,
                           "refused: missing or wrong job token (%s)", MSR_TOKEN_METADATA);
         return;
     }
-    c->req = unpack_buffer(c->payload, m->request);
-    if (c->req == NULL) {
-        MSR_WARN("%s: malformed %s request from %s", s->log_name, m->name, msr_rpc_call_peer(c));
-        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s request",
-                          m->request->short_name);
-        return;
+    if (s->acceptor) {
+        /* gRPC names our listener's connections "fd:N" */
+        char *raw = grpc_call_get_peer(c->call);
+        msr_rpc_acceptor_authenticated(s->acceptor, raw);
+        c->peer = raw;
+        char real[96];
+        if (raw && msr_rpc_acceptor_peer(s->acceptor, raw, real, sizeof real) == 0) {
+            gpr_free(c->peer);
+            c->peer = gpr_strdup(real);
+        }
     }
-    s->config.handler(s->config.arg, c, c->method, c->req);
+    grpc_op recv;
+    memset(&recv, 0, sizeof recv);
+    recv.op = GRPC_OP_RECV_MESSAGE;
+    recv.data.recv_message.recv_message = &c->payload;
+    c->refs++;
+    if (grpc_call_start_batch(c->call, &recv, 1, &c->recv_op, NULL) != GRPC_CALL_OK) {
+        c->refs--;
+        msr_rpc_call_fail(c, GRPC_STATUS_INTERNAL, "cannot read the request");
+    }
 }
 
 static void server_post_request(msr_rpc_server_t *s, msr_rpc_method_t method)
@@ -559,13 +719,14 @@ static void server_post_request(msr_rpc_server_t *s, msr_rpc_method_t method)
     c->method = method;
     c->refs = 1;
     c->request_op.done = call_request_done;
+    c->recv_op.done = call_recv_done;
     c->close_op.done = call_close_done;
     c->send_op.done = call_send_done;
     grpc_metadata_array_init(&c->md);
     msr_list_push_back(&s->live, &c->link);
     grpc_call_error err = grpc_server_request_registered_call(
-        s->server, s->method_handles[method], &c->call, &c->deadline, &c->md, &c->payload,
-        s->loop->cq, s->loop->cq, &c->request_op);
+        s->server, s->method_handles[method], &c->call, &c->deadline, &c->md, NULL, s->loop->cq,
+        s->loop->cq, &c->request_op);
     if (err != GRPC_CALL_OK) {
         MSR_ERROR("%s: cannot accept %s calls: %s", s->log_name, msr_rpc_methods[method].name,
                   grpc_call_error_to_string(err));
@@ -581,16 +742,40 @@ static void server_shutdown_done(msr_rpc_op_t *op, int ok)
     s->shutdown_done = 1;
 }
 
-static grpc_channel_args *common_args(int server)
+/* Connections that have not finished their HTTP/2 (and TLS) handshake in
+ * this long are closed: an idle TCP connection holds a descriptor. */
+#define SERVER_HANDSHAKE_TIMEOUT_MS 10000
+/* Connections without a call for this long are closed (GOAWAY); clients
+ * reconnect on their next call. Long polls keep busy connections open. */
+#define SERVER_IDLE_TIMEOUT_MS      60000
+
+/* The server's channel arguments, in args (at least 8 slots). */
+static size_t server_args(const msr_rpc_server_t *s, grpc_arg *args)
 {
-    static grpc_arg server_args[] = {
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
-        /* A second coordinator on the same port must fail to bind. */
-        {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
-        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}},
-        {GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}},
-    };
+    int max = s->max_message > (size_t)INT32_MAX ? INT32_MAX : (int)s->max_message;
+    size_t n = 0;
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max}};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
+    /* A second coordinator on the same port must fail to bind. */
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
+    args[n++] = (grpc_arg){
+        GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}};
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
+                           GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                           {.integer = SERVER_HANDSHAKE_TIMEOUT_MS}};
+    args[n++] = (grpc_arg){
+        GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONNECTION_IDLE_MS, {.integer = SERVER_IDLE_TIMEOUT_MS}};
+    /* gRPC's bandwidth-delay probing grows the window every new stream
+     * starts with to hundreds of megabytes on a fast link: a client could
+     * then push that much into a call before its token is checked. A fixed
+     * window bounds what an unread call can cost. */
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}};
+    return n;
+}
+
+static grpc_channel_args *common_args(int own)
+{
     /* clang-format off */
     /* Reconnect to a restarted coordinator within about a second; a receive
      * window large enough for an allgather's answer without waiting for
@@ -609,16 +794,87 @@ static grpc_channel_args *common_args(int server)
     static grpc_arg own_args[] = {
         CLIENT_ARGS, {GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, {.integer = 1}}};
 #undef CLIENT_ARGS
-    static grpc_channel_args sa = {MSR_ARRAY_SIZE(server_args), server_args};
     static grpc_channel_args ca = {MSR_ARRAY_SIZE(client_args), client_args};
     static grpc_channel_args oa = {MSR_ARRAY_SIZE(own_args), own_args};
-    return server == 1 ? &sa : server == 2 ? &oa : &ca;
+    return own ? &oa : &ca;
+}
+
+/* ---- TLS ---- */
+
+int msr_rpc_tls_enabled(const msr_rpc_tls_t *tls)
+{
+    return tls && ((tls->cert && *tls->cert) || (tls->key && *tls->key) || (tls->ca && *tls->ca));
+}
+
+/* Reads a PEM file whole (NUL-terminated); NULL for an empty path. Logs and
+ * returns MSR_ERR_INVALID_ARG when it cannot be read. */
+static msr_status_t read_pem(const char *what, const char *path, char **out_p)
+{
+    *out_p = NULL;
+    if (path == NULL || *path == '\0')
+        return MSR_OK;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        MSR_ERROR("cannot read the TLS %s '%s': %s", what, path, strerror(errno));
+        return MSR_ERR_INVALID_ARG;
+    }
+    size_t cap = 1 << 20, n = 0; /* PEM files are a few kilobytes */
+    char *buf = msr_malloc(cap + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return MSR_ERR_NO_MEMORY;
+    }
+    n = fread(buf, 1, cap + 1, f);
+    int bad = ferror(f) || n == 0 || n > cap;
+    fclose(f);
+    if (bad || strstr((buf[n < cap ? n : cap] = '\0', buf), "-----BEGIN") == NULL) {
+        MSR_ERROR("the TLS %s '%s' is not a PEM file", what, path);
+        msr_free(buf);
+        return MSR_ERR_INVALID_ARG;
+    }
+    *out_p = buf;
+    return MSR_OK;
+}
+
+typedef struct pem_set {
+    char *cert, *key, *ca;
+} pem_set_t;
+
+static void pem_set_free(pem_set_t *p)
+{
+    msr_free(p->cert);
+    if (p->key) {
+        memset(p->key, 0, strlen(p->key)); /* a private key */
+        msr_free(p->key);
+    }
+    msr_free(p->ca);
+}
+
+/* Reads the files of tls; a cert needs its key and the other way round. */
+static msr_status_t pem_set_read(const msr_rpc_tls_t *tls, pem_set_t *p)
+{
+    memset(p, 0, sizeof *p);
+    msr_status_t st;
+    if ((st = read_pem("certificate", tls->cert, &p->cert)) != MSR_OK ||
+        (st = read_pem("key", tls->key, &p->key)) != MSR_OK ||
+        (st = read_pem("CA", tls->ca, &p->ca)) != MSR_OK) {
+        pem_set_free(p);
+        return st;
+    }
+    if ((p->cert == NULL) != (p->key == NULL)) {
+        MSR_ERROR("TLS needs both a certificate and its key (%s given alone)",
+                  p->cert ? "the certificate" : "the key");
+        pem_set_free(p);
+        return MSR_ERR_INVALID_ARG;
+    }
+    return MSR_OK;
 }
 
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
                                    int *port_p, msr_rpc_server_t **server_p)
 {
     msr_status_t st = MSR_ERR_NO_MEMORY;
+    grpc_server_credentials *creds = NULL;
     msr_rpc_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
@@ -626,6 +882,8 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     s->config = *config;
     msr_list_init(&s->live);
     s->shutdown_op.done = server_shutdown_done;
+    s->max_message = config->max_message ? config->max_message : MSR_RPC_MAX_MESSAGE_DEFAULT;
+    s->config.tls = NULL; /* read below, not kept */
     s->log_name = msr_strdup(config->log_name ? config->log_name : "server");
     if (s->log_name == NULL)
         goto err_free;
@@ -634,24 +892,70 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
         if (s->token == NULL)
             goto err_free;
     }
+    if (msr_rpc_tls_enabled(config->tls)) {
+        pem_set_t pem;
+        st = pem_set_read(config->tls, &pem);
+        if (st != MSR_OK)
+            goto err_free;
+        if (pem.cert == NULL) {
+            MSR_ERROR("%s: TLS needs a certificate and key for the server", s->log_name);
+            pem_set_free(&pem);
+            st = MSR_ERR_INVALID_ARG;
+            goto err_free;
+        }
+        grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
+        /* With a CA, every client must show a certificate it signed. */
+        creds = grpc_ssl_server_credentials_create_ex(
+            pem.ca, &pair, 1,
+            pem.ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
+        pem_set_free(&pem);
+        if (creds == NULL) {
+            MSR_ERROR("%s: gRPC refused the TLS certificate or key", s->log_name);
+            st = MSR_ERR_INVALID_ARG;
+            goto err_free;
+        }
+    }
     msr_rpc_library_ref();
-    s->server = grpc_server_create(common_args(1), NULL);
+    if (creds == NULL)
+        creds = grpc_insecure_server_credentials_create();
+    grpc_arg args[8];
+    grpc_channel_args cargs = {server_args(s, args), args};
+    s->server = grpc_server_create(&cargs, NULL);
     if (s->server == NULL) {
         st = MSR_ERR_INTERNAL;
         goto err_lib;
     }
     grpc_server_register_completion_queue(s->server, loop->cq, NULL);
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
-        s->method_handles[m] = grpc_server_register_method(
-            s->server, msr_rpc_methods[m].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(s->server, config->address, creds);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
-        st = MSR_ERR_ADDR_IN_USE;
-        goto err_server;
+        s->method_handles[m] = grpc_server_register_method(s->server, msr_rpc_methods[m].path, NULL,
+                                                           GRPC_SRM_PAYLOAD_NONE, 0);
+    int own_accept = config->max_connections > 0 && config->max_unauth_per_host > 0 &&
+                     !msr_rpc_tls_enabled(config->tls) && strncmp(config->address, "unix:", 5) != 0;
+    int port = 0;
+    if (!own_accept) {
+        port = grpc_server_add_http2_port(s->server, config->address, creds);
+        if (port == 0) {
+            st = MSR_ERR_ADDR_IN_USE;
+            goto err_server;
+        }
     }
+    grpc_server_credentials_release(creds);
+    creds = NULL;
     grpc_server_start(s->server);
+    if (own_accept) {
+        msr_rpc_acceptor_config_t ac = {
+            .address = config->address,
+            .max_total = config->max_connections,
+            .max_unauth_per_host = config->max_unauth_per_host,
+            .grace_ms = config->unauth_grace_ms > 0 ? config->unauth_grace_ms : 5000,
+            .log_name = s->log_name,
+        };
+        st = msr_rpc_acceptor_start(s->server, &ac, &port, &s->acceptor);
+        if (st != MSR_OK)
+            goto err_started;
+    }
     /* Several accept slots per method keep bursts (every node joining at
      * once) from queueing behind one. */
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
@@ -662,9 +966,16 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     *server_p = s;
     return MSR_OK;
 
+err_started:
+    grpc_server_shutdown_and_notify(s->server, loop->cq, &s->shutdown_op);
+    grpc_server_cancel_all_calls(s->server);
+    while (!s->shutdown_done && msr_rpc_loop_poll(loop, msr_deadline_in_ms(1000)) >= 0) {
+    }
 err_server:
     grpc_server_destroy(s->server);
 err_lib:
+    if (creds)
+        grpc_server_credentials_release(creds);
     msr_rpc_library_unref();
 err_free:
     msr_free(s->token);
@@ -677,6 +988,9 @@ void msr_rpc_server_shutdown(msr_rpc_server_t *s)
 {
     if (atomic_exchange(&s->shutting_down, 1))
         return;
+    /* No new connections; those already made are gRPC's to close. */
+    if (s->acceptor)
+        msr_rpc_acceptor_stop(s->acceptor);
     grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
     grpc_server_cancel_all_calls(s->server);
 }
@@ -691,6 +1005,7 @@ void msr_rpc_server_destroy(msr_rpc_server_t *s)
             break;
     }
     grpc_server_destroy(s->server);
+    msr_rpc_acceptor_destroy(s->acceptor);
     msr_rpc_library_unref();
     msr_free(s->token);
     msr_free(s->log_name);
@@ -739,23 +1054,73 @@ static char *channel_target(const char *target)
     return msr_strdup(target);
 }
 
-static msr_status_t channel_create(const char *target, const char *token, int own,
-                                   msr_rpc_channel_t **channel_p);
+static msr_status_t channel_create(const char *target, const char *token, const msr_rpc_tls_t *tls,
+                                   int own, msr_rpc_channel_t **channel_p);
 
 msr_status_t msr_rpc_channel_create(const char *target, const char *token,
                                     msr_rpc_channel_t **channel_p)
 {
-    return channel_create(target, token, 0, channel_p);
+    return channel_create(target, token, NULL, 0, channel_p);
 }
 
 msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
                                         msr_rpc_channel_t **channel_p)
 {
-    return channel_create(target, token, 1, channel_p);
+    return channel_create(target, token, NULL, 1, channel_p);
 }
 
-static msr_status_t channel_create(const char *target, const char *token, int own,
-                                   msr_rpc_channel_t **channel_p)
+msr_status_t msr_rpc_channel_create_tls(const char *target, const char *token,
+                                        const msr_rpc_tls_t *tls, msr_rpc_channel_t **channel_p)
+{
+    return channel_create(target, token, tls, 0, channel_p);
+}
+
+/* The host part of "host:port", "[v6]:port" or "unix:/path" (the last has
+ * none: ""). */
+static void target_host(const char *target, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    if (strncmp(target, "unix:", 5) == 0)
+        return;
+    const char *start = target, *end = strrchr(target, ':');
+    if (*start == '[') {
+        start++;
+        end = strchr(start, ']');
+    }
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, start, n);
+    out[n] = '\0';
+}
+
+/* TLS credentials for a channel to target, and the name the server's
+ * certificate must carry (in name). */
+static msr_status_t channel_tls(const char *target, const msr_rpc_tls_t *tls,
+                                grpc_channel_credentials **creds_p, char *name, size_t namelen)
+{
+    pem_set_t pem;
+    msr_status_t st = pem_set_read(tls, &pem);
+    if (st != MSR_OK)
+        return st;
+    grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
+    grpc_channel_credentials *creds =
+        grpc_ssl_credentials_create(pem.ca, pem.cert ? &pair : NULL, NULL, NULL);
+    pem_set_free(&pem);
+    if (creds == NULL) {
+        MSR_ERROR("gRPC refused the TLS files for %s", target);
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (tls->server_name && *tls->server_name)
+        snprintf(name, namelen, "%s", tls->server_name);
+    else
+        target_host(target, name, namelen);
+    *creds_p = creds;
+    return MSR_OK;
+}
+
+static msr_status_t channel_create(const char *target, const char *token, const msr_rpc_tls_t *tls,
+                                   int own, msr_rpc_channel_t **channel_p)
 {
     if (target == NULL || *target == '\0')
         return MSR_ERR_INVALID_ARG;
@@ -771,8 +1136,33 @@ static msr_status_t channel_create(const char *target, const char *token, int ow
         return MSR_ERR_NO_MEMORY;
     }
     msr_rpc_library_ref();
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    ch->channel = grpc_channel_create(gtarget, creds, common_args(own ? 2 : 0));
+    grpc_channel_credentials *creds = NULL;
+    char name[256] = "";
+    if (msr_rpc_tls_enabled(tls)) {
+        msr_status_t st = channel_tls(target, tls, &creds, name, sizeof name);
+        if (st != MSR_OK) {
+            msr_rpc_library_unref();
+            msr_free(gtarget);
+            msr_free(ch->target);
+            msr_free(ch);
+            return st;
+        }
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
+    const grpc_channel_args *base = common_args(own);
+    grpc_arg args[16];
+    size_t n = base->num_args;
+    memcpy(args, base->args, n * sizeof *args);
+    if (name[0]) {
+        /* The name checked against the server's certificate: the host the
+         * user named (an IP address is matched against IP SANs). */
+        args[n++] =
+            (grpc_arg){GRPC_ARG_STRING, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, {.string = name}};
+        args[n++] = (grpc_arg){GRPC_ARG_STRING, GRPC_ARG_DEFAULT_AUTHORITY, {.string = name}};
+    }
+    grpc_channel_args cargs = {n, args};
+    ch->channel = grpc_channel_create(gtarget, creds, &cargs);
     grpc_channel_credentials_release(creds);
     msr_free(gtarget);
     if (ch->channel == NULL) {
@@ -912,6 +1302,13 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
             if (cc->code == GRPC_STATUS_UNAVAILABLE)
                 snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
                          details[0] ? details : "connection failed");
+            else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED &&
+                     grpc_channel_check_connectivity_state(ch->channel, 0) != GRPC_CHANNEL_READY)
+                snprintf(err, errlen,
+                         "%s call to %s: deadline passed before a connection was made (nothing "
+                         "listens there, or the TLS handshake failed: check both sides' "
+                         "--tls_* options)",
+                         msr_rpc_methods[method].name, ch->target);
             else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED && details[0] == '\0')
                 snprintf(err, errlen, "%s call to %s: deadline passed",
                          msr_rpc_methods[method].name, ch->target);

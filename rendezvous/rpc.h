@@ -21,6 +21,15 @@
 /* Most bytes one store key may have (keys may not contain NUL or be empty). */
 #define MSR_KEY_MAX 1024
 
+/* The default limit on one message a server receives: a store value of
+ * 64 MiB plus room for its key and framing. */
+#define MSR_RPC_MAX_MESSAGE_DEFAULT ((size_t)64 * 1024 * 1024 + 64 * 1024)
+
+/* The most bytes a request of a method that carries no store value (Join,
+ * Heartbeat, Report, Leave, Status, Get, Add, Delete, Barrier, Beat) may
+ * have. */
+#define MSR_RPC_SMALL_REQUEST_MAX ((size_t)64 * 1024)
+
 /* gRPC's status codes (fixed by the gRPC specification), for the modules
  * that answer calls without including gRPC's headers. */
 typedef enum msr_rpc_code {
@@ -115,6 +124,23 @@ void msr_rpc_loop_destroy(msr_rpc_loop_t *loop);
 typedef struct msr_rpc_server msr_rpc_server_t;
 typedef struct msr_rpc_call msr_rpc_call_t;
 
+/* TLS for gRPC connections: paths of PEM files. A server encrypts when cert
+ * and key are given, and with ca also asks every client for a certificate
+ * signed by it (mutual TLS). A client encrypts when ca or cert is given:
+ * it verifies the server's certificate against ca (the system's roots when
+ * NULL) and the name server_name (the host part of the target when NULL),
+ * and shows cert and key when the server asks for them. The strings are
+ * read at create time only. */
+typedef struct msr_rpc_tls {
+    const char *cert;
+    const char *key;
+    const char *ca;
+    const char *server_name;
+} msr_rpc_tls_t;
+
+/* Whether tls asks for TLS at all (any of cert, key, ca given). */
+int msr_rpc_tls_enabled(const msr_rpc_tls_t *tls);
+
 /* Called on the polling thread for every call whose token matched and whose
  * request parsed. The handler owns the call until it answers it
  * (msr_rpc_call_reply / msr_rpc_call_fail), which it may do at once or later
@@ -134,10 +160,31 @@ typedef struct msr_rpc_server_config {
     msr_rpc_cancel_fn cancel; /* may be NULL if the handler never holds calls */
     void *arg;
     const char *log_name; /* what refusals are logged as, e.g. "coordinator" */
+    /* The most bytes one request may have (0: MSR_RPC_MAX_MESSAGE_DEFAULT);
+     * requests of the small methods are held to MSR_RPC_SMALL_REQUEST_MAX. */
+    size_t max_message;
+    const msr_rpc_tls_t *tls; /* TLS when msr_rpc_tls_enabled (needs cert and key) */
+    /* Connection bounds for a plaintext TCP server (0: none, gRPC's own
+     * listener): the server accepts connections itself and keeps at most
+     * max_connections at once, at most max_unauth_per_host per peer address
+     * that have not yet made a call with the token, and closes those after
+     * unauth_grace_ms (0: 5 s). Each connection costs two descriptors. With
+     * TLS gRPC 1.51 must do the accepting, and only the handshake timeout
+     * and the idle limit of msr_rpc_server_create apply. */
+    int max_connections;
+    int max_unauth_per_host;
+    int unauth_grace_ms;
 } msr_rpc_server_config_t;
 
 /* Binds and starts a server on loop. *port_p gets the bound TCP port (0 for
- * unix sockets). MSR_ERR_ADDR_IN_USE when the address cannot be bound. */
+ * unix sockets). MSR_ERR_ADDR_IN_USE when the address cannot be bound,
+ * MSR_ERR_INVALID_ARG (logged) when a TLS file cannot be read.
+ *
+ * What an unauthenticated peer can cost the server: a call's token is
+ * checked from its metadata before its body is read, so a refused call
+ * costs at most the HTTP/2 flow-control window; connections that do not
+ * finish their handshake within 10 s, and connections without calls for
+ * 60 s, are closed; the connection bounds of the config apply on top. */
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
                                    int *port_p, msr_rpc_server_t **server_p);
 
@@ -189,6 +236,11 @@ msr_status_t msr_rpc_channel_create(const char *target, const char *token,
  * target (for simulating many nodes in one process). */
 msr_status_t msr_rpc_channel_create_own(const char *target, const char *token,
                                         msr_rpc_channel_t **channel_p);
+
+/* Like msr_rpc_channel_create, over TLS when msr_rpc_tls_enabled(tls).
+ * MSR_ERR_INVALID_ARG (logged) when a TLS file cannot be read. */
+msr_status_t msr_rpc_channel_create_tls(const char *target, const char *token,
+                                        const msr_rpc_tls_t *tls, msr_rpc_channel_t **channel_p);
 void msr_rpc_channel_destroy(msr_rpc_channel_t *channel);
 const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
 

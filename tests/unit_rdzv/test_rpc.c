@@ -154,6 +154,38 @@ static void test_large_messages(void)
     stop(&s);
 }
 
+/* A request larger than its method's limit is refused with
+ * RESOURCE_EXHAUSTED, naming the limit, and the server carries on. */
+static void test_request_limits(void)
+{
+    served_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    char err[400];
+    /* Get carries no value: 64 KiB at most */
+    size_t n = MSR_RPC_SMALL_REQUEST_MAX + 100;
+    char *key = malloc(n + 1);
+    MSR_CHECK(key != NULL);
+    memset(key, 'k', n);
+    key[n] = '\0';
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = key;
+    ProtobufCMessage *resp = NULL;
+    MSR_CHECK_STATUS(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp,
+                                  err, sizeof err),
+                     MSR_ERR_REFUSED);
+    MSR_CHECK_MSG(strstr(err, "exceeds the limit") != NULL, "%s", err);
+    free(key);
+    /* a Set over the server's message limit */
+    MSR_CHECK_STATUS(set_key(ch, "huge", MSR_RPC_MAX_MESSAGE_DEFAULT + 1, err, sizeof err),
+                     MSR_ERR_REFUSED);
+    /* and the server still answers */
+    MSR_CHECK_OK(set_key(ch, "small", 10, err, sizeof err));
+    msr_rpc_channel_destroy(ch);
+    stop(&s);
+}
+
 static void test_port_in_use(void)
 {
     served_t s;
@@ -170,6 +202,7 @@ static const msr_test_t tests[] = {
     {"unreachable", test_unreachable, 30},
     {"wait_deadline", test_wait_deadline, 30},
     {"large_messages", test_large_messages, 30},
+    {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
 };
 
