@@ -53,6 +53,13 @@ typedef struct msr_coord_config {
     int64_t join_timeout_ms; /* the first generation must form within */
     const char *state_file;  /* NULL: no persistence; else a snapshot and a log
                               * of changes (docs/store.md), created 0600 */
+    /* How far a save goes before its answers are released: 0 (the default)
+     * waits for the disk (fdatasync), so an answered write survives a crash
+     * of the node; 1 stops at the kernel (write(2)), so it survives any end
+     * of the coordinator's process but not of the node -- for a state file
+     * that does not outlive the node's boot anyway (the embedded
+     * coordinator's, removed when its msrun ends). */
+    int state_sync_process;
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;

@@ -1,7 +1,8 @@
 /* The coordinator's state file: a snapshot of the job (members, generation,
  * restart count, failure, store, recent writes' answers) followed by a log
  * of changes, each a framed record with its length and CRC. A save appends
- * what changed since the last one and fdatasyncs it; once the log has grown
+ * what changed since the last one and fdatasyncs it (unless the config's
+ * state_sync_process says the kernel is far enough); once the log has grown
  * past a few times the snapshot, the snapshot is rewritten atomically
  * (temporary file, fsync, rename, fsync of the directory). A coordinator
  * restarted on the same file reads the snapshot and replays the log up to
@@ -331,7 +332,7 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
         st = sys_fail(why, whylen, "cannot write", tmp);
         goto err_file;
     }
-    if (fsync(fd) != 0) {
+    if (!c->config.state_sync_process && fsync(fd) != 0) {
         st = sys_fail(why, whylen, "cannot fsync", tmp);
         goto err_file;
     }
@@ -339,7 +340,8 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
         st = sys_fail(why, whylen, "cannot rename it to", path);
         goto err_file;
     }
-    sync_dir(path);
+    if (!c->config.state_sync_process)
+        sync_dir(path);
     msr_coord_persist_close(c);
     c->log_fd = fd; /* now the state file itself */
     c->log_end = len;
@@ -446,7 +448,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen)
                 if (n >= 0)
                     errno = ENOSPC; /* a short write: the disk is full */
                 st = sys_fail(why, whylen, "cannot append to", state_path(c));
-            } else if (fdatasync(c->log_fd) != 0) {
+            } else if (!c->config.state_sync_process && fdatasync(c->log_fd) != 0) {
                 st = sys_fail(why, whylen, "cannot fdatasync", state_path(c));
             } else {
                 st = MSR_OK;

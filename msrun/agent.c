@@ -301,8 +301,13 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
         argv[k++] = a_nn;
     }
     if (a->state_file[0]) {
+        /* The file lives in the job's directory, removed when this msrun
+         * ends: it serves a coordinator restarted by this msrun, in this
+         * boot, so a save need not wait for the disk. */
         argv[k++] = "--state_file";
         argv[k++] = a->state_file;
+        argv[k++] = "--state_sync";
+        argv[k++] = "process";
     }
     const char *tls_flags[][2] = {
         {"--tls_cert", a->o->tls_cert}, {"--tls_key", a->o->tls_key}, {"--tls_ca", a->o->tls_ca}};

@@ -54,6 +54,10 @@ static void coordinator_usage(FILE *out)
                  "  --log_level LEVEL      error, warn, info, debug [default info]\n"
                  "  --state_file PATH      keep the job's state in PATH (saved before every\n"
                  "                         answer that depends on it) and resume from it\n"
+                 "  --state_sync disk|process\n"
+                 "                         a save waits for the disk (fdatasync: answered writes\n"
+                 "                         survive a crash of this host) or only for the kernel\n"
+                 "                         (they survive any end of the coordinator) [disk]\n"
                  "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n"
                  "  --tls_cert PEM         serve TLS with this certificate [env MSRUN_TLS_CERT]\n"
                  "  --tls_key PEM          and this private key [env MSRUN_TLS_KEY]\n"
@@ -158,6 +162,7 @@ int msr_coordinator_main(int argc, char **argv)
     int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
     int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
+    int state_sync_process = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
@@ -224,6 +229,9 @@ int msr_coordinator_main(int argc, char **argv)
             bad = parse_secs(v, &last_call) != 0;
         } else if (strcmp(name, "--state_file") == 0) {
             state_file = v;
+        } else if (strcmp(name, "--state_sync") == 0) {
+            bad = strcmp(v, "disk") != 0 && strcmp(v, "process") != 0;
+            state_sync_process = strcmp(v, "process") == 0;
         } else if (strcmp(name, "--tls_cert") == 0) {
             tls.cert = v;
         } else if (strcmp(name, "--tls_key") == 0) {
@@ -278,6 +286,7 @@ int msr_coordinator_main(int argc, char **argv)
         .node_timeout_ms = node_timeout,
         .join_timeout_ms = cluster_time_out,
         .state_file = state_file,
+        .state_sync_process = state_sync_process,
         .min_nodes = min_nodes < max_nodes ? (int)min_nodes : 0,
         .max_nodes = min_nodes < max_nodes ? (int)max_nodes : 0,
         .last_call_ms = last_call,

@@ -3,7 +3,12 @@
  * of its own) each make N Sets (or Adds) of B bytes one after the other.
  *
  *   store_bench [--clients 1,8] [--ops 2000] [--bytes 16] [--op set|add]
- *               [--state on|off] [--msrun PATH]
+ *               [--state on|process|off] [--msrun PATH]
+ *
+ * --state on: the coordinator keeps a state file and saves to the disk
+ * before answering (--state_sync disk); process: it saves to the kernel
+ * only (--state_sync process, as msrun's embedded coordinator does); off:
+ * no state file.
  *
  * One line per client count: the median and 99th percentile of one call's
  * latency and the writes per second of all clients together. */
@@ -23,7 +28,7 @@
 
 static const char *token = "store-bench-token";
 
-static pid_t start_coordinator(const char *msrun, const char *state, int *port_p)
+static pid_t start_coordinator(const char *msrun, const char *state, const char *sync, int *port_p)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -32,15 +37,33 @@ static pid_t start_coordinator(const char *msrun, const char *state, int *port_p
     if (pid == 0) {
         dup2(fds[1], 3);
         setenv("MSRUN_TOKEN", token, 1);
-        if (state)
-            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
-                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
-                  "--max_restarts", "0", "--log_level", "error", "--state_file", state,
-                  (char *)NULL);
-        else
-            execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3",
-                  "--job_id", "bench", "--worker_num", "1", "--local_worker_num", "1",
-                  "--max_restarts", "0", "--log_level", "error", (char *)NULL);
+        char *args[32] = {"msrun",
+                          "coordinator",
+                          "--bind",
+                          "127.0.0.1:0",
+                          "--ready_fd",
+                          "3",
+                          "--job_id",
+                          "bench",
+                          "--worker_num",
+                          "1",
+                          "--local_worker_num",
+                          "1",
+                          "--max_restarts",
+                          "0",
+                          "--log_level",
+                          "error"};
+        int k = 16;
+        if (state) {
+            args[k++] = "--state_file";
+            args[k++] = (char *)state;
+        }
+        if (state && sync) { /* not given otherwise: older builds lack it */
+            args[k++] = "--state_sync";
+            args[k++] = (char *)sync;
+        }
+        args[k] = NULL;
+        execv(msrun, args);
         _exit(127);
     }
     close(fds[1]);
@@ -156,7 +179,12 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     char dir[] = "/tmp/store-bench-XXXXXX", path[64] = "";
-    int with_state = strcmp(state, "on") == 0;
+    if (strcmp(state, "on") != 0 && strcmp(state, "process") != 0 && strcmp(state, "off") != 0) {
+        fprintf(stderr, "store_bench: --state is on, process or off\n");
+        return 2;
+    }
+    int with_state = strcmp(state, "off") != 0;
+    const char *sync = strcmp(state, "process") == 0 ? "process" : NULL;
     if (with_state) {
         if (mkdtemp(dir) == NULL)
             return 1;
@@ -170,7 +198,7 @@ int main(int argc, char **argv)
             continue;
         unlink(path);
         int port = 0;
-        pid_t pid = start_coordinator(msrun, with_state ? path : NULL, &port);
+        pid_t pid = start_coordinator(msrun, with_state ? path : NULL, sync, &port);
         if (pid < 0)
             return 1;
         worker_t *w = calloc((size_t)nclients, sizeof *w);

@@ -3,7 +3,10 @@
 # a standalone coordinator with a state file; the coordinator is killed with
 # SIGKILL at random points 20 times and restarted on the same file each
 # time; after recovery every acknowledged Set is there and the counter
-# equals the acknowledged Adds (each applied once, retries included).
+# equals the acknowledged Adds (each applied once, retries included). The
+# restarts alternate between --state_sync disk and process (what msrun's
+# embedded coordinator uses): a kill of the process must lose nothing in
+# either.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 WRITER=$BUILD/tests/durable_writer
 KILLS=${DURABLE_KILLS:-20}
@@ -11,10 +14,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 port=$(free_port)
 TOKEN="durable-$RANDOM$RANDOM"
 
-start_coord() {
+start_coord() { # $1: the --state_sync kind
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --bind "127.0.0.1:$port" \
         --token "$TOKEN" --job_id durable --worker_num 1 --local_worker_num 1 --max_restarts 0 \
-        --state_file "$TMP/state" --log_level warn 2>>"$TMP/coord.err" &
+        --state_file "$TMP/state" --state_sync "${1:-disk}" --log_level warn 2>>"$TMP/coord.err" &
     COORD=$!
 }
 
@@ -37,7 +40,7 @@ for ((k = 1; k <= KILLS; k++)); do
     kill -9 "$COORD"
     wait "$COORD" 2>/dev/null
     kill -0 "$WRITER_PID" 2>/dev/null || fail "the writer died"
-    start_coord
+    start_coord "$( ((k % 2)) && echo process || echo disk)"
 done
 before=$(acks)
 for ((i = 0; i < 200 && $(acks) <= before; i++)); do sleep 0.05; done
