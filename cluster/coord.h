@@ -10,6 +10,7 @@
 
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/store_limits.h"
 
 /* A reference-counted packed message shared by many answers (an allgather's
  * result goes to every participant without being packed again). */
@@ -49,6 +50,7 @@ typedef struct msr_coord_config {
     int64_t node_timeout_ms; /* a node silent this long is lost */
     int64_t join_timeout_ms; /* the first generation must form within */
     const char *state_file;  /* NULL: no persistence */
+    msr_store_limits_t store_limits; /* zeros: the defaults (store_limits.h) */
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;

@@ -253,6 +253,16 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
         argv[k++] = "--state_file";
         argv[k++] = a->state_file;
     }
+    char a_store[3][24];
+    const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
+    const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
+    for (int i = 0; i < 3; i++) {
+        if (store[i] <= 0)
+            continue; /* the coordinator's default */
+        snprintf(a_store[i], sizeof a_store[i], "%lld", (long long)store[i]);
+        argv[k++] = (char *)store_opt[i];
+        argv[k++] = a_store[i];
+    }
     argv[k] = NULL;
     /* The token travels in the environment, not on the command line. */
     pid_t parent = getpid();
@@ -1335,7 +1345,8 @@ int msr_agent_run(msr_options_t *o)
         goto out_base;
     }
     /* The workers' store calls go through this node's proxy. */
-    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.proxy) != MSR_OK) {
+    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, a.o->local_worker_num,
+                        &a.proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         rc = 1;
         goto out_base;

@@ -13,9 +13,11 @@
 typedef struct msr_proxy msr_proxy_t;
 
 /* Listens on socket_path (which must not exist) and forwards to upstream
- * ("host:port") with token; calls without the token are refused too. */
+ * ("host:port") with token; calls without the token are refused too. A
+ * barrier or allgather may name at most local_workers participants on this
+ * node (its local_count; more is refused, never allocated). */
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             msr_proxy_t **proxy_p);
+                             int local_workers, msr_proxy_t **proxy_p);
 
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is
  * fine. */

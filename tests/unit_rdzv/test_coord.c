@@ -374,10 +374,12 @@ static void test_node_lost(void)
 
 /* ---- the store ---- */
 
+/* A running job of one node with 8 workers (barriers and allgathers may
+ * have up to 8 participants). */
 static msr_coord_t *running_coord(void)
 {
-    msr_coord_t *co = make_coord(1, 1, 0);
-    const char *a = join(co, 0, 1, 1, -1);
+    msr_coord_t *co = make_coord(8, 8, 0);
+    const char *a = join(co, 0, 8, 8, -1);
     fcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     fcall_reset(&c);
