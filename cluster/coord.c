@@ -472,8 +472,8 @@ static int store_put(msr_coord_t *c, void *call, const char *key, const void *da
 {
     const kv_t *cur = msr_map_get(&c->store, key);
     char err[512];
-    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL,
-                               cur ? cur->len : 0, len, err, sizeof err) != MSR_OK) {
+    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
+                               len, err, sizeof err) != MSR_OK) {
         fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
         return 0;
     }
@@ -751,7 +751,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
             e->data.len > UINT32_MAX) {
             fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
                  req->name, e->index,
-                 e->index >= req->count ? "not below the count"
+                 e->index >= req->count      ? "not below the count"
                  : e->data.len <= UINT32_MAX ? "given twice"
                                              : "too large");
             return;

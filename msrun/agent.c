@@ -1345,8 +1345,8 @@ int msr_agent_run(msr_options_t *o)
         goto out_base;
     }
     /* The workers' store calls go through this node's proxy. */
-    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, a.o->local_worker_num,
-                        &a.proxy) != MSR_OK) {
+    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, a.o->local_worker_num, &a.proxy) !=
+        MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         rc = 1;
         goto out_base;

@@ -94,8 +94,7 @@ int msr_coordinator_main(int argc, char **argv)
         if (v && *v &&
             (k == 1 ? msr_parse_i64(v, 1, INT32_MAX, &store_limit[k])
                     : msr_parse_size(v, 1, INT64_MAX, &store_limit[k])) != MSR_OK) {
-            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", store_env[k],
-                    v);
+            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", store_env[k], v);
             return 2;
         }
     }

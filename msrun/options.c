@@ -234,8 +234,7 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
         break;
     case T_SIZE:
         if (msr_parse_size(v, 1, INT64_MAX, &x) != MSR_OK) {
-            opt_error("%s=%s is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)", where,
-                      v);
+            opt_error("%s=%s is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)", where, v);
             return -1;
         }
         break;

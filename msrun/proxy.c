@@ -390,16 +390,16 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
         return;
     }
-    if ((method == MSR_RPC_BARRIER && ((Msr__BarrierRequest *)req)->local_count > p->local_workers) ||
+    if ((method == MSR_RPC_BARRIER &&
+         ((Msr__BarrierRequest *)req)->local_count > p->local_workers) ||
         (method == MSR_RPC_ALLGATHER &&
          ((Msr__AllgatherRequest *)req)->local_count > p->local_workers)) {
         /* a group is sized by local_count: never more than the node has */
         msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
                           "%s: local_count %u is more than this node's %u workers",
                           msr_rpc_methods[method].name,
-                          method == MSR_RPC_BARRIER
-                              ? ((Msr__BarrierRequest *)req)->local_count
-                              : ((Msr__AllgatherRequest *)req)->local_count,
+                          method == MSR_RPC_BARRIER ? ((Msr__BarrierRequest *)req)->local_count
+                                                    : ((Msr__AllgatherRequest *)req)->local_count,
                           p->local_workers);
         return;
     }

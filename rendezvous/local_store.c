@@ -227,8 +227,7 @@ static msr_status_t join_group(msr_local_store_t *ls, msr_rpc_method_t m, const 
         return MSR_ERR_INVALID_ARG;
     }
     if (count == 0 || weight > (g ? g->count - g->arrived : count)) {
-        snprintf(err, errlen, "%s '%s': more participants than its count of %u", what, name,
-                 count);
+        snprintf(err, errlen, "%s '%s': more participants than its count of %u", what, name, count);
         return MSR_ERR_INVALID_ARG;
     }
     /* Every contribution checked, and the memory it takes admitted, before
@@ -251,12 +250,12 @@ static msr_status_t join_group(msr_local_store_t *ls, msr_rpc_method_t m, const 
             return st;
         bytes += entries[i]->data.len;
     }
-    uint64_t tables = m == MSR_RPC_ALLGATHER ? (uint64_t)count * (sizeof(uint8_t *) + sizeof(size_t))
-                                             : 0;
+    uint64_t tables =
+        m == MSR_RPC_ALLGATHER ? (uint64_t)count * (sizeof(uint8_t *) + sizeof(size_t)) : 0;
     uint64_t name_bytes = msr_store_entry_bytes(strlen(key), 0);
-    msr_status_t st = msr_store_limits_check_add(&ls->limits, &ls->usage, what, name, g ? 0 : 1,
-                                                 bytes + (g ? 0 : name_bytes + tables), err,
-                                                 errlen);
+    msr_status_t st =
+        msr_store_limits_check_add(&ls->limits, &ls->usage, what, name, g ? 0 : 1,
+                                   bytes + (g ? 0 : name_bytes + tables), err, errlen);
     if (st != MSR_OK)
         return st;
     if (g == NULL) {

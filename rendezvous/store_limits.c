@@ -75,8 +75,8 @@ msr_status_t msr_store_limits_check(const msr_store_limits_t *limits,
                                       then > now ? then - now : 0, err, errlen);
 }
 
-void msr_store_usage_put(msr_store_usage_t *usage, const char *key, int old_present,
-                         size_t old_len, size_t len)
+void msr_store_usage_put(msr_store_usage_t *usage, const char *key, int old_present, size_t old_len,
+                         size_t len)
 {
     if (old_present)
         msr_store_usage_remove(usage, key, old_len);

@@ -65,8 +65,7 @@ msr_status_t msr_store_limits_check(const msr_store_limits_t *limits,
 /* The value size limit alone, for one allgather contribution (or value) of
  * len bytes under name; as msr_store_limits_check. */
 msr_status_t msr_store_limits_check_value(const msr_store_limits_t *limits, const char *what,
-                                          const char *name, size_t len, char *err,
-                                          size_t errlen);
+                                          const char *name, size_t len, char *err, size_t errlen);
 
 /* Whether new_keys more names or keys and add_bytes more bytes fit (a
  * waited-on name: 1 and msr_store_entry_bytes(strlen(name), 0); allgather
@@ -78,8 +77,8 @@ msr_status_t msr_store_limits_check_add(const msr_store_limits_t *limits,
 
 /* Accounts a write that msr_store_limits_check allowed (old_present and
  * old_len as given to it), and the removal of a key holding len bytes. */
-void msr_store_usage_put(msr_store_usage_t *usage, const char *key, int old_present,
-                         size_t old_len, size_t len);
+void msr_store_usage_put(msr_store_usage_t *usage, const char *key, int old_present, size_t old_len,
+                         size_t len);
 void msr_store_usage_remove(msr_store_usage_t *usage, const char *key, size_t len);
 
 #endif
