@@ -5,7 +5,9 @@
 # CRC) makes every rank fail with a message instead of hanging; leftover
 # .tmp files are removed; files are 0600 and folders 0700; a symbolic link
 # planted as a step folder is not written through.
-#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link
+# A run resumed from a checkpoint whose values are NaN names that checkpoint
+# when its loss goes bad.
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan
 set -euo pipefail
 case_name=${1:?which case: fallback, edit, leftovers or link}
 bin="$MSRUN_BUILD/bin"
@@ -110,6 +112,26 @@ link)
     [[ -z $(ls -A "$work/elsewhere") ]] ||
         fail "files appeared where the link points: $(ls "$work/elsewhere")"
     echo "ok   symbolic link at a checkpoint path: refused, nothing written through it"
+    ;;
+nan)
+    train "$work/a" 10
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    for r in 0 1; do
+        python3 - "$work/a/step-10/rank-$r.bin" <<'PY'
+import struct, sys, zlib
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+hl = struct.unpack_from("<I", b, 48 + 12)[0]  # the payload's header bytes
+b[48 + hl:] = b"\xff" * (len(b) - 48 - hl)  # every float NaN
+struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
+open(path, "wb").write(b)
+PY
+    done
+    train "$work/a" 15
+    [[ $rc -ne 0 ]] || fail "a NaN model trained on"
+    grep -q "after resuming from the checkpoint of step 10 under $work/a" "$work/log" ||
+        fail "the bad loss does not name the checkpoint"
+    echo "ok   NaN after a resume: $(grep -o 'the loss of step.*' "$work/log" | head -1)"
     ;;
 *)
     fail "unknown case $case_name"
