@@ -323,11 +323,20 @@ static void store_reset(msr_coord_t *c, const char *why)
 }
 
 /* The most participants a barrier or allgather may have: the ranks of the
- * running generation (the job's world size before it first forms). */
+ * running generation (the job's world size before it first forms). When no
+ * node ever joined (workers that reach the coordinator directly, started by
+ * another launcher) the job's size is unknown: then only the store's byte
+ * limit bounds an allgather, through its entry table (gather_table). */
 static uint32_t participants_max(const msr_coord_t *c)
 {
     int n = world_size(c) > 0 ? world_size(c) : c->worker_num;
-    return n > 0 ? (uint32_t)n : 0;
+    return n > 0 ? (uint32_t)n : UINT32_MAX;
+}
+
+/* The bytes an allgather of count entries takes before any contribution. */
+static uint64_t gather_table(uint32_t count)
+{
+    return (uint64_t)count * sizeof(gather_entry_t);
 }
 
 /* Admits a new waited-on name into the store's usage, or refuses the call
@@ -362,7 +371,8 @@ static void gather_unlist(msr_coord_t *c, gather_t *g)
 {
     msr_map_remove(&c->gathers, g->name);
     msr_store_usage_remove(&c->usage, g->name, 0);
-    c->usage.bytes = c->usage.bytes >= g->bytes ? c->usage.bytes - g->bytes : 0;
+    uint64_t held = g->bytes + gather_table(g->count);
+    c->usage.bytes = c->usage.bytes >= held ? c->usage.bytes - held : 0;
 }
 
 /* Takes back the contributions call gave to g. */
@@ -764,7 +774,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         bytes += e->data.len;
     }
     if (g == NULL) {
-        if (!name_admit(c, call, "allgather", req->name, bytes))
+        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
             return;
     } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes,
                                           err, sizeof err) != MSR_OK) {
@@ -789,6 +799,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         g->count = req->count;
         msr_list_init(&g->waiters);
         msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
+        c->usage.bytes += gather_table(g->count);
         created = 1;
     }
     const char *bad = NULL;

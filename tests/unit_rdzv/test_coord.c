@@ -913,6 +913,23 @@ static void test_store_counts_bounded(void)
     MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
     fcall_reset(&c);
     msr_coord_destroy(co);
+    /* workers that reach a coordinator no node joined (another launcher
+     * started them): the job's size is unknown, and an allgather's entry
+     * table counts against the byte limit instead */
+    job_limits = (msr_store_limits_t){.bytes_max = 1 << 20};
+    co = make_coord(0, 0, -1);
+    job_limits = (msr_store_limits_t){0, 0, 0};
+    r.count = 1u << 24;
+    call(co, &c, MSR_RPC_ALLGATHER, &r.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    MSR_CHECK_MSG(strstr(c.message, "--store_bytes_max") != NULL, "%s", c.message);
+    r.count = 2;
+    r.wait_ms = 10000;
+    call(co, &c, MSR_RPC_ALLGATHER, &r.base);
+    MSR_CHECK(!c.answered);
+    msr_coord_cancel(co, &c);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
 }
 
 /* A wait that expires or is cancelled takes back what it brought: its
