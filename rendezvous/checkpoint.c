@@ -93,24 +93,44 @@ static msr_status_t io_error(const char *what, const char *path)
 }
 
 /* Checkpoints hold a job's whole state: the folders msrun creates are 0700
- * and the files 0600 (the umask may narrow them further); open them wider
- * with chmod if others must read them. */
-#define CKPT_DIR_MODE  0700
-#define CKPT_FILE_MODE 0600
+ * and the files 0600 (the umask may narrow them further), unless
+ * MSR_CKPT_MODE asks for a wider file mode (octal, read and write bits
+ * only, e.g. 0640: then folders get execute where files get read, 0750). */
+static mode_t ckpt_file_mode(void)
+{
+    const char *v = getenv("MSR_CKPT_MODE");
+    char *end = NULL;
+    long m = v && *v ? strtol(v, &end, 8) : 0;
+    if (v == NULL || *v == '\0')
+        return 0600;
+    if (*end != '\0' || (m & ~0666L) != 0 || (m & 0600) != 0600) {
+        MSR_WARN("checkpoint: MSR_CKPT_MODE=%s is not a file mode like 0640 (read and write "
+                 "bits, the owner's included): using 0600",
+                 v);
+        return 0600;
+    }
+    return (mode_t)m;
+}
+
+static mode_t ckpt_dir_mode(mode_t file_mode)
+{
+    return file_mode | ((file_mode & 0444) >> 2);
+}
 
 static msr_status_t mkdirs(const char *path)
 {
+    mode_t mode = ckpt_dir_mode(ckpt_file_mode());
     char p[4096];
     snprintf(p, sizeof p, "%s", path);
     for (char *c = p + 1; *c; c++) {
         if (*c == '/') {
             *c = '\0';
-            if (mkdir(p, CKPT_DIR_MODE) != 0 && errno != EEXIST)
+            if (mkdir(p, mode) != 0 && errno != EEXIST)
                 return io_error("cannot create", p);
             *c = '/';
         }
     }
-    if (mkdir(p, CKPT_DIR_MODE) != 0 && errno != EEXIST)
+    if (mkdir(p, mode) != 0 && errno != EEXIST)
         return io_error("cannot create", p);
     return MSR_OK;
 }
@@ -152,7 +172,7 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     /* a fresh file of ours: never through a link, never one planted there */
     unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, CKPT_FILE_MODE);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
     if (fd < 0)
         return io_error("cannot create", tmp);
     msr_status_t st = msr_write_all(fd, a, alen);

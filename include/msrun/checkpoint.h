@@ -13,7 +13,8 @@
  *                             world size, generation, every rank's length and
  *                             CRC, as JSON (for people and tools)
  * A checkpoint taken with one world size is never loaded by another.
- * Folders are created 0700 and files 0600 (chmod them to share); files are
+ * Folders are created 0700 and files 0600 (MSR_CKPT_MODE=0640 in the
+ * environment makes files 0640 and folders 0750, to share with a group); files are
  * never opened through a symbolic link, and a step folder that is a link or
  * another user's is refused. Temporary files a killed writer left behind
  * are removed by the rank that wrote them, when it next saves into that

@@ -72,6 +72,12 @@ leftovers)
         [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
     done
     echo "ok   checkpoint files 0600, folders 0700"
+    # a wider mode when asked (the umask may narrow it: clear it here)
+    (umask 022 && MSR_CKPT_MODE=0640 train "$work/g" 5)
+    [[ $(stat -c %a "$work/g/step-5") == 750 ]] || fail "MSR_CKPT_MODE: folder $(stat -c %a "$work/g/step-5")"
+    [[ $(stat -c %a "$work/g/step-5/rank-0.bin") == 640 ]] ||
+        fail "MSR_CKPT_MODE: file $(stat -c %a "$work/g/step-5/rank-0.bin")"
+    echo "ok   MSR_CKPT_MODE=0640: files 0640, folders 0750"
     # leftovers of writes killed mid-way, by both ranks
     touch "$work/a/step-10/rank-1.bin.tmp.99999" "$work/a/step-5/rank-0.commit.tmp.4242" \
         "$work/a/step-10/MANIFEST.tmp.31337"
