@@ -43,13 +43,13 @@ typedef struct msr_coord_config {
     const char *job_id; /* NULL or "": taken from the first node to join */
     int worker_num;     /* 0: taken from the first node to join */
     int local_worker_num;
-    int max_restarts;        /* -1: taken from the first node to join */
-    int min_nodes;           /* elastic range (both 0: a fixed size; taken from the */
-    int max_nodes;           /* first node when the job is not configured here) */
-    int64_t last_call_ms;    /* elastic: how long to wait for more nodes once MIN are in */
-    int64_t node_timeout_ms; /* a node silent this long is lost */
-    int64_t join_timeout_ms; /* the first generation must form within */
-    const char *state_file;  /* NULL: no persistence */
+    int max_restarts;                /* -1: taken from the first node to join */
+    int min_nodes;                   /* elastic range (both 0: a fixed size; taken from the */
+    int max_nodes;                   /* first node when the job is not configured here) */
+    int64_t last_call_ms;            /* elastic: how long to wait for more nodes once MIN are in */
+    int64_t node_timeout_ms;         /* a node silent this long is lost */
+    int64_t join_timeout_ms;         /* the first generation must form within */
+    const char *state_file;          /* NULL: no persistence */
     msr_store_limits_t store_limits; /* zeros: the defaults (store_limits.h) */
 } msr_coord_config_t;
 
