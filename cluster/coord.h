@@ -43,14 +43,15 @@ typedef struct msr_coord_config {
     const char *job_id; /* NULL or "": taken from the first node to join */
     int worker_num;     /* 0: taken from the first node to join */
     int local_worker_num;
-    int max_restarts;                /* -1: taken from the first node to join */
-    int min_nodes;                   /* elastic range (both 0: a fixed size; taken from the */
-    int max_nodes;                   /* first node when the job is not configured here) */
-    int64_t last_call_ms;            /* elastic: how long to wait for more nodes once MIN are in */
-    int64_t node_timeout_ms;         /* a node silent this long is lost */
-    int64_t join_timeout_ms;         /* the first generation must form within */
-    const char *state_file;          /* NULL: no persistence */
-    msr_store_limits_t store_limits; /* zeros: the defaults (store_limits.h) */
+    int max_restarts;        /* -1: taken from the first node to join */
+    int min_nodes;           /* elastic range (both 0: a fixed size; taken from the */
+    int max_nodes;           /* first node when the job is not configured here) */
+    int64_t last_call_ms;    /* elastic: how long to wait for more nodes once MIN are in */
+    int64_t node_timeout_ms; /* a node silent this long is lost */
+    int64_t join_timeout_ms; /* the first generation must form within */
+    const char *state_file;  /* NULL: no persistence */
+    /* the store's limits; zeros: the defaults (rendezvous/store_limits.h) */
+    msr_store_limits_t store_limits;
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;
