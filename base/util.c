@@ -50,6 +50,33 @@ msr_status_t msr_parse_bool(const char *text, int *out_p)
     return MSR_ERR_INVALID_ARG;
 }
 
+msr_status_t msr_parse_size(const char *text, int64_t min, int64_t max, int64_t *out_p)
+{
+    if (text == NULL || *text == '\0')
+        return MSR_ERR_INVALID_ARG;
+    char num[32];
+    size_t n = strlen(text);
+    int shift = 0;
+    const char *units = "KMGT";
+    const char *u = strchr(units, toupper((unsigned char)text[n - 1]));
+    if (u != NULL) { /* text[n - 1] is not the NUL, so u is a unit */
+        shift = 10 * (int)(u - units + 1);
+        n--;
+    }
+    if (n == 0 || n >= sizeof num)
+        return MSR_ERR_INVALID_ARG;
+    memcpy(num, text, n);
+    num[n] = '\0';
+    int64_t v;
+    if (msr_parse_i64(num, 0, INT64_MAX >> shift, &v) != MSR_OK)
+        return MSR_ERR_INVALID_ARG;
+    v <<= shift;
+    if (v < min || v > max)
+        return MSR_ERR_INVALID_ARG;
+    *out_p = v;
+    return MSR_OK;
+}
+
 int64_t msr_env_i64(const char *name, int64_t def, int64_t min, int64_t max)
 {
     const char *v = getenv(name);

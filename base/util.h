@@ -11,6 +11,9 @@
 /* Parses a whole decimal integer in [min, max]; leading/trailing spaces and
  * junk are refused. Writes *out_p only on success. */
 msr_status_t msr_parse_i64(const char *text, int64_t min, int64_t max, int64_t *out_p);
+/* Parses a size in bytes: a whole decimal number with an optional suffix K,
+ * M, G or T (any case; powers of 1024), in [min, max]. */
+msr_status_t msr_parse_size(const char *text, int64_t min, int64_t max, int64_t *out_p);
 /* Parses a boolean: 1/0, true/false, yes/no, on/off (any case). */
 msr_status_t msr_parse_bool(const char *text, int *out_p);
 

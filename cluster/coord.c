@@ -530,6 +530,107 @@ static void store_reset(msr_coord_t *c, const char *why)
     msr_map_cleanup(&c->getwait, getwait_free);
     msr_map_cleanup(&c->barriers, barrier_free);
     msr_map_cleanup(&c->gathers, gather_free);
+    memset(&c->usage, 0, sizeof c->usage);
+}
+
+/* The most participants a barrier or allgather may have: the ranks of the
+ * running generation (the job's world size before it first forms). When no
+ * node ever joined (workers that reach the coordinator directly, started by
+ * another launcher) the job's size is unknown: then only the store's byte
+ * limit bounds an allgather, through its entry table (gather_table). */
+static uint32_t participants_max(const msr_coord_t *c)
+{
+    int n = world_size(c) > 0 ? world_size(c) : c->worker_num;
+    return n > 0 ? (uint32_t)n : UINT32_MAX;
+}
+
+/* The bytes an allgather of count entries takes before any contribution. */
+static uint64_t gather_table(uint32_t count)
+{
+    return (uint64_t)count * sizeof(gather_entry_t);
+}
+
+/* Admits a new waited-on name into the store's usage, or refuses the call
+ * with the limit it would pass. */
+static int name_admit(msr_coord_t *c, void *call, const char *what, const char *name,
+                      uint64_t more_bytes)
+{
+    char err[512];
+    if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
+                                   msr_store_entry_bytes(strlen(name), 0) + more_bytes, err,
+                                   sizeof err) == MSR_OK)
+        return 1;
+    fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+    return 0;
+}
+
+/* Records leave their map and the store's usage. */
+static void getwait_drop(msr_coord_t *c, getwait_t *gw)
+{
+    msr_map_remove(&c->getwait, gw->key);
+    msr_store_usage_remove(&c->usage, gw->key, 0);
+    getwait_free(gw);
+}
+
+static void barrier_unlist(msr_coord_t *c, barrier_t *b)
+{
+    msr_map_remove(&c->barriers, b->name);
+    msr_store_usage_remove(&c->usage, b->name, 0);
+}
+
+static void gather_unlist(msr_coord_t *c, gather_t *g)
+{
+    msr_map_remove(&c->gathers, g->name);
+    msr_store_usage_remove(&c->usage, g->name, 0);
+    uint64_t held = g->bytes + gather_table(g->count);
+    c->usage.bytes = c->usage.bytes >= held ? c->usage.bytes - held : 0;
+}
+
+/* Takes back the contributions call gave to g. */
+static void gather_withdraw(msr_coord_t *c, gather_t *g, void *call)
+{
+    for (uint32_t i = 0; i < g->count && g->received > 0; i++) {
+        gather_entry_t *ge = &g->entries[i];
+        if (!ge->present || ge->call != call)
+            continue;
+        g->bytes -= ge->len;
+        c->usage.bytes = c->usage.bytes >= ge->len ? c->usage.bytes - ge->len : 0;
+        msr_free(ge->data);
+        memset(ge, 0, sizeof *ge);
+        g->received--;
+    }
+}
+
+/* A waiting store call gives up (its deadline passed, or it was
+ * cancelled): what it brought is withdrawn (a barrier arrival, allgather
+ * contributions), and the record goes once nobody waits on it, so a call
+ * that gives up leaves nothing behind and may be made again. */
+static void waiter_withdraw(msr_coord_t *c, waiter_t *w)
+{
+    void *call = w->call;
+    waiter_kind_t kind = w->kind;
+    void *owner = w->owner;
+    uint32_t weight = w->weight;
+    waiter_free(c, w);
+    if (kind == W_GET) {
+        getwait_t *gw = owner;
+        if (msr_list_empty(&gw->waiters))
+            getwait_drop(c, gw);
+    } else if (kind == W_BARRIER) {
+        barrier_t *b = owner;
+        b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
+        if (msr_list_empty(&b->waiters)) {
+            barrier_unlist(c, b);
+            barrier_free(b);
+        }
+    } else if (kind == W_ALLGATHER) {
+        gather_t *g = owner;
+        gather_withdraw(c, g, call);
+        if (msr_list_empty(&g->waiters)) {
+            gather_unlist(c, g);
+            gather_free(g);
+        }
+    }
 }
 
 static int check_generation(msr_coord_t *c, void *call, int generation)
@@ -574,7 +675,7 @@ static void reply_value(msr_coord_t *c, void *call, const kv_t *v)
 /* Answers everyone waiting for key now that it has a value. */
 static void wake_getters(msr_coord_t *c, const char *key, const kv_t *v)
 {
-    getwait_t *gw = msr_map_remove(&c->getwait, key);
+    getwait_t *gw = msr_map_get(&c->getwait, key);
     if (gw == NULL)
         return;
     msr_list_t *pos, *tmp;
@@ -585,7 +686,7 @@ static void wake_getters(msr_coord_t *c, const char *key, const kv_t *v)
         waiter_free(c, w);
         reply_value(c, call, v);
     }
-    getwait_free(gw);
+    getwait_drop(c, gw);
 }
 
 /* Notes a key as changed for the next save (with a state file). */
@@ -602,6 +703,13 @@ static int mark_key(msr_coord_t *c, const char *key)
 
 static int store_put(msr_coord_t *c, void *call, const char *key, const void *data, size_t len)
 {
+    const kv_t *cur = msr_map_get(&c->store, key);
+    char err[512];
+    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
+                               len, err, sizeof err) != MSR_OK) {
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        return 0;
+    }
     kv_t *v = kv_new(data, len);
     void *old = NULL;
     if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
@@ -609,6 +717,7 @@ static int store_put(msr_coord_t *c, void *call, const char *key, const void *da
         fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 0;
     }
+    msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
     kv_free(old);
     mark_key(c, key);
     wake_getters(c, key, v);
@@ -641,19 +750,24 @@ static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
     }
     getwait_t *gw = msr_map_get(&c->getwait, req->key);
     if (gw == NULL) {
-        gw = msr_calloc(1, sizeof *gw);
+        if (!name_admit(c, call, "get", req->key, 0))
+            return;
+        size_t kl = strlen(req->key);
+        gw = msr_calloc(1, sizeof *gw + kl + 1);
         if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
             msr_free(gw);
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
+        memcpy(gw->key, req->key, kl + 1);
         msr_list_init(&gw->waiters);
+        msr_store_usage_put(&c->usage, gw->key, 0, 0, 0);
     }
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
     waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
-            getwait_free(msr_map_remove(&c->getwait, req->key));
+            getwait_drop(c, gw);
         fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
@@ -732,8 +846,10 @@ static void do_delete(msr_coord_t *c, void *call, const Msr__DeleteRequest *req)
     kv_t *v = msr_map_remove(&c->store, req->key);
     Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
     r.existed = v != NULL;
-    if (v)
+    if (v) {
+        msr_store_usage_remove(&c->usage, req->key, v->len);
         mark_key(c, req->key);
+    }
     kv_free(v);
     reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
 }
@@ -743,20 +859,28 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
         return;
     uint32_t weight = req->weight ? req->weight : 1;
-    if (req->count == 0) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "barrier '%.200s': count is 0", req->name);
+    uint32_t most = participants_max(c);
+    if (req->count == 0 || req->count > most) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name, req->count,
+             most);
         return;
     }
     barrier_t *b = msr_map_get(&c->barriers, req->name);
     if (b == NULL) {
-        b = msr_calloc(1, sizeof *b);
+        if (!name_admit(c, call, "barrier", req->name, 0))
+            return;
+        size_t nl = strlen(req->name);
+        b = msr_calloc(1, sizeof *b + nl + 1);
         if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
             msr_free(b);
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
+        memcpy(b->name, req->name, nl + 1);
         b->count = req->count;
         msr_list_init(&b->waiters);
+        msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
     } else if (b->count != req->count) {
         fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
              "barrier '%.200s': count %u differs from the %u given by earlier participants",
@@ -767,6 +891,10 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
         fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
              "barrier '%.200s': %u more participants than its count of %u", req->name,
              weight - (b->count - b->arrived), b->count);
+        if (msr_list_empty(&b->waiters)) {
+            barrier_unlist(c, b);
+            barrier_free(b);
+        }
         return;
     }
     b->arrived += weight;
@@ -775,15 +903,20 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
         waiter_t *w = waiter_new(c, call, W_BARRIER, b, &b->waiters, wait);
         if (w == NULL) {
             b->arrived -= weight;
+            if (msr_list_empty(&b->waiters)) {
+                barrier_unlist(c, b);
+                barrier_free(b);
+            }
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
         w->wait_ms = wait;
+        w->weight = weight;
         return;
     }
     /* Everyone is here: release them all and forget the barrier. */
-    msr_map_remove(&c->barriers, req->name);
+    barrier_unlist(c, b);
     Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &b->waiters)
@@ -826,20 +959,60 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
         return;
-    if (req->count == 0 || req->count > MSR_GATHER_MAX) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': count %u not in 1..%u",
-             req->name, req->count, MSR_GATHER_MAX);
+    uint32_t most = participants_max(c);
+    if (req->count == 0 || req->count > most) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
+             req->count, most);
         return;
     }
-    if (req->n_entries == 0) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': no contribution",
-             req->name);
+    if (req->n_entries == 0 || req->n_entries > req->count) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "allgather '%.200s': %zu contributions for a count of %u", req->name, req->n_entries,
+             req->count);
         return;
     }
     gather_t *g = msr_map_get(&c->gathers, req->name);
+    if (g != NULL && g->count != req->count) {
+        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "allgather '%.200s': count %u differs from the %u given by earlier participants",
+             req->name, req->count, g->count);
+        return;
+    }
+    /* Check every entry before taking any, so a bad request changes nothing
+     * (a duplicate inside the request is caught while taking, and undone). */
+    uint64_t bytes = 0;
+    char err[512];
+    for (size_t i = 0; i < req->n_entries; i++) {
+        const Msr__Contribution *e = req->entries[i];
+        if (e->index >= req->count || (g && g->entries[e->index].present) ||
+            e->data.len > UINT32_MAX) {
+            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
+                 req->name, e->index,
+                 e->index >= req->count      ? "not below the count"
+                 : e->data.len <= UINT32_MAX ? "given twice"
+                                             : "too large");
+            return;
+        }
+        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len, err,
+                                         sizeof err) != MSR_OK) {
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+            return;
+        }
+        bytes += e->data.len;
+    }
+    if (g == NULL) {
+        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
+            return;
+    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes,
+                                          err, sizeof err) != MSR_OK) {
+        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        return;
+    }
     int created = 0;
     if (g == NULL) {
-        g = msr_calloc(1, sizeof *g);
+        size_t nl = strlen(req->name);
+        g = msr_calloc(1, sizeof *g + nl + 1);
         if (g)
             g->entries = msr_calloc(req->count, sizeof *g->entries);
         if (g == NULL || g->entries == NULL ||
@@ -850,80 +1023,67 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
             fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
+        memcpy(g->name, req->name, nl + 1);
         g->count = req->count;
         msr_list_init(&g->waiters);
+        msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
+        c->usage.bytes += gather_table(g->count);
         created = 1;
-    } else if (g->count != req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "allgather '%.200s': count %u differs from the %u given by earlier participants",
-             req->name, req->count, g->count);
-        return;
     }
-    /* Check every entry before taking any, so a bad request changes nothing. */
-    for (size_t i = 0; i < req->n_entries; i++) {
-        uint32_t idx = req->entries[i]->index;
-        int dup = idx < g->count && g->entries[idx].present;
-        for (size_t j = 0; j < i && !dup; j++)
-            dup = req->entries[j]->index == idx;
-        if (idx >= g->count || dup || req->entries[i]->data.len > UINT32_MAX) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
-                 req->name, idx,
-                 idx >= g->count ? "not below the count"
-                 : dup           ? "given twice"
-                                 : "too large");
-            if (created)
-                gather_free(msr_map_remove(&c->gathers, req->name));
-            return;
-        }
-    }
-    size_t i;
-    for (i = 0; i < req->n_entries; i++) {
+    const char *bad = NULL;
+    for (size_t i = 0; i < req->n_entries && bad == NULL; i++) {
         const Msr__Contribution *e = req->entries[i];
-        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
-        if (copy == NULL)
+        gather_entry_t *ge = &g->entries[e->index];
+        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
+        if (copy == NULL) {
+            bad = ge->present ? "given twice" : "out of memory";
             break;
+        }
         if (e->data.len)
             memcpy(copy, e->data.data, e->data.len);
-        g->entries[e->index].data = copy;
-        g->entries[e->index].len = e->data.len;
-        g->entries[e->index].present = 1;
+        ge->data = copy;
+        ge->len = e->data.len;
+        ge->present = 1;
+        ge->call = call;
         g->bytes += e->data.len;
+        c->usage.bytes += e->data.len;
         g->received++;
     }
-    if (i < req->n_entries) {
-        /* Undo this request's entries: it failed as a whole. */
-        while (i-- > 0) {
-            gather_entry_t *ge = &g->entries[req->entries[i]->index];
-            g->bytes -= ge->len;
-            msr_free(ge->data);
-            memset(ge, 0, sizeof *ge);
-            g->received--;
-        }
-        if (created)
-            gather_free(msr_map_remove(&c->gathers, req->name));
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        return;
-    }
-    if (g->received < g->count) {
+    waiter_t *w = NULL;
+    if (bad == NULL && g->received < g->count) {
         int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        waiter_t *w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
-        if (w == NULL) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
+        if (w == NULL)
+            bad = "out of memory";
+        else {
+            snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
+            w->wait_ms = wait;
             return;
         }
-        snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
-        w->wait_ms = wait;
+    }
+    if (bad != NULL) {
+        /* Undo this request's entries: it failed as a whole. */
+        gather_withdraw(c, g, call);
+        if (created || msr_list_empty(&g->waiters)) {
+            gather_unlist(c, g);
+            gather_free(g);
+        }
+        if (strcmp(bad, "out of memory") == 0)
+            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        else
+            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': an index is %s",
+                 req->name, bad);
         return;
     }
     /* Complete: pack the result once and send it to every participant. */
-    msr_map_remove(&c->gathers, req->name);
+    gather_unlist(c, g);
     msr_blob_t *blob = gather_result(g);
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &g->waiters)
     {
-        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *wcall = w->call;
-        waiter_free(c, w);
+        waiter_t *ww = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *wcall = ww->call;
+        waiter_free(c, ww);
         if (blob)
             answer_blob(c, wcall, blob);
         else
@@ -1515,6 +1675,11 @@ static void do_status(msr_coord_t *c, void *call)
 
 /* ---- entry points ---- */
 
+static void usage_count_key(const char *key, void *value, void *arg)
+{
+    msr_store_usage_put(arg, key, 0, 0, ((const kv_t *)value)->len);
+}
+
 msr_status_t msr_coord_create(const msr_coord_config_t *config,
                               const msr_coord_responder_t *responder, msr_coord_t **coord_p)
 {
@@ -1551,11 +1716,15 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         c->configured = 1;
     }
     c->state = MSR__JOB_STATE__JOB_WAITING;
+    c->limits = msr_store_limits_resolve(&config->store_limits);
     msr_status_t st = msr_coord_persist_load(c);
     if (st != MSR_OK && st != MSR_ERR_NOT_FOUND) {
         msr_coord_destroy(c);
         return st;
     }
+    /* What a resumed store holds counts against the limits (it may already
+     * pass lowered ones: then only removals and shrinking writes succeed). */
+    msr_map_foreach(&c->store, usage_count_key, &c->usage);
     /* A resumed job starts a fresh snapshot (no answer waits on it; a
      * failure is logged and the save tried again with the first change). */
     char why[400];
@@ -1679,9 +1848,10 @@ void msr_coord_cancel(msr_coord_t *c, void *call)
         n->last_seen = now;
         n->suspect_until = now + (uint64_t)grace * 1000000ull;
     }
-    waiter_free(c, w);
-    /* An empty get-wait record stays until its key is set or the generation
-     * ends; barrier and allgather records keep their contributions. */
+    if (w->kind == W_HEARTBEAT)
+        waiter_free(c, w);
+    else
+        waiter_withdraw(c, w);
 }
 
 static void waiter_expired(msr_coord_t *c, waiter_t *w)
@@ -1712,7 +1882,7 @@ static void waiter_expired(msr_coord_t *c, waiter_t *w)
     default:
         snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
     }
-    waiter_free(c, w);
+    waiter_withdraw(c, w);
     answer_fail(c, call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
 }
 

@@ -10,6 +10,7 @@
 
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/store_limits.h"
 
 /* A reference-counted packed message shared by many answers (an allgather's
  * result goes to every participant without being packed again). */
@@ -60,6 +61,8 @@ typedef struct msr_coord_config {
      * that does not outlive the node's boot anyway (the embedded
      * coordinator's, removed when its msrun ends). */
     int state_sync_process;
+    /* the store's limits; zeros: the defaults (rendezvous/store_limits.h) */
+    msr_store_limits_t store_limits;
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;

@@ -10,8 +10,7 @@
 #include "base/map.h"
 #include "cluster/coord.h"
 
-#define MSR_FAILURE_TAIL 32         /* stderr lines kept for the root cause */
-#define MSR_GATHER_MAX   (1u << 24) /* most entries one allgather may have */
+#define MSR_FAILURE_TAIL 32 /* stderr lines kept for the root cause */
 
 typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT, W_HELD } waiter_kind_t;
 
@@ -24,7 +23,8 @@ typedef struct waiter {
     void *owner;     /* getwait_t, barrier_t, gather_t or node_t */
     msr_list_t link; /* in the owner's list (not for heartbeats) */
     int64_t wait_ms;
-    char what[240]; /* for the deadline message */
+    uint32_t weight; /* barrier: the participants this call stands for */
+    char what[240];  /* for the deadline message */
 } waiter_t;
 
 /* An answer held until the changes it may reflect are saved (group commit):
@@ -59,19 +59,26 @@ typedef struct kv {
     uint8_t data[];
 } kv_t;
 
+/* Get-waits, barriers and allgathers live while a call waits on them: the
+ * last waiter to leave (answered, expired or cancelled) takes the record
+ * and what it contributed with it. Each is counted in the store's usage
+ * under its name. */
 typedef struct getwait {
     msr_list_t waiters;
+    char key[]; /* as in the getwait map */
 } getwait_t;
 
 typedef struct barrier {
     uint32_t count, arrived;
     msr_list_t waiters;
+    char name[];
 } barrier_t;
 
 typedef struct gather_entry {
     uint8_t *data;
     size_t len;
     int present;
+    void *call; /* the call that gave it, to withdraw it when that call gives up */
 } gather_entry_t;
 
 typedef struct gather {
@@ -79,6 +86,7 @@ typedef struct gather {
     size_t bytes;
     gather_entry_t *entries;
     msr_list_t waiters;
+    char name[];
 } gather_t;
 
 typedef struct failure {
@@ -123,6 +131,8 @@ struct msr_coord {
     node_t **nodes;
     size_t nnodes, cap;
     msr_map_t store, getwait, barriers, gathers;
+    msr_store_limits_t limits; /* resolved from config.store_limits */
+    msr_store_usage_t usage;   /* store, waited-on names and allgather contributions */
     msr_heap_t timers;
     uint64_t form_deadline, next_check;
     uint64_t last_call; /* elastic: form (or take in joiners) at this time */

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/store_limits.h"
 
 struct msr_coord_server {
     msr_rpc_loop_t *loop;
@@ -164,8 +165,17 @@ msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_co
     st = msr_rpc_loop_create(&s->loop);
     if (st != MSR_OK)
         goto err_coord;
+    /* The largest message a call may bring: a value at the store's limit,
+     * or an allgather request in which a node's proxy combines every local
+     * worker's contribution at that limit; plus room for keys and framing.
+     * Larger ones are refused by gRPC before they are held. */
+    msr_store_limits_t limits = msr_store_limits_resolve(&config->store_limits);
+    uint64_t per_call =
+        limits.value_max * (uint64_t)(config->local_worker_num > 1 ? config->local_worker_num : 1) +
+        (64u << 10);
     msr_rpc_server_config_t sc = {
         .address = address,
+        .max_message = per_call < INT32_MAX ? (size_t)per_call : (size_t)INT32_MAX,
         .token = config->token,
         .handler = on_call,
         .cancel = on_cancel,

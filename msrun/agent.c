@@ -287,7 +287,7 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
     char a_nn[48], a_lc[32];
     snprintf(a_nn, sizeof a_nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
     snprintf(a_lc, sizeof a_lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
-    char *argv[40];
+    char *argv[48];
     int k = 0;
     const char *fixed[] = {
         "msrun",          "coordinator", "--bind",         a_bind, "--ready_fd",         a_fd,
@@ -316,6 +316,16 @@ static int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_
             argv[k++] = (char *)tls_flags[i][0];
             argv[k++] = (char *)tls_flags[i][1];
         }
+    }
+    char a_store[3][24];
+    const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
+    const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
+    for (int i = 0; i < 3; i++) {
+        if (store[i] <= 0)
+            continue; /* the coordinator's default */
+        snprintf(a_store[i], sizeof a_store[i], "%lld", (long long)store[i]);
+        argv[k++] = (char *)store_opt[i];
+        argv[k++] = a_store[i];
     }
     argv[k] = NULL;
     /* The token travels in the environment, not on the command line. */
@@ -1437,7 +1447,8 @@ int msr_agent_run(msr_options_t *o)
         goto out_base;
     }
     /* The workers' store calls go through this node's proxy. */
-    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.tls, &a.proxy) != MSR_OK) {
+    if (msr_proxy_start(a.socket_path, a.coord_target, a.token, &a.tls, a.o->local_worker_num,
+                        &a.proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         rc = 1;
         goto out_base;

@@ -62,7 +62,14 @@ static void coordinator_usage(FILE *out)
                  "  --tls_cert PEM         serve TLS with this certificate [env MSRUN_TLS_CERT]\n"
                  "  --tls_key PEM          and this private key [env MSRUN_TLS_KEY]\n"
                  "  --tls_ca PEM           require client certificates signed by this CA (mutual\n"
-                 "                         TLS) [env MSRUN_TLS_CA]\n");
+                 "                         TLS) [env MSRUN_TLS_CA]\n"
+                 "  --store_value_max B    refuse a store value larger than B bytes (K, M, G\n"
+                 "                         suffixes) [default 16M; env MSRUN_STORE_VALUE_MAX]\n"
+                 "  --store_keys_max N     hold at most N keys and waited-on names\n"
+                 "                         [default 1048576; env MSRUN_STORE_KEYS_MAX]\n"
+                 "  --store_bytes_max B    hold at most B bytes of keys, values and pending\n"
+                 "                         allgather contributions, 64 more per key [default 1G;\n"
+                 "                         env MSRUN_STORE_BYTES_MAX]\n");
 }
 
 /* The job token of `msrun coordinator` and `msrun status`: --token or
@@ -163,6 +170,21 @@ int msr_coordinator_main(int argc, char **argv)
     int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
     int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
     int state_sync_process = 0;
+    /* the store's limits: the environment first, the command line over it */
+    int64_t store_limit[3] = {0, 0, 0}; /* value, keys, bytes; 0: defaults */
+    static const char *const store_opt[3] = {"--store_value_max", "--store_keys_max",
+                                             "--store_bytes_max"};
+    static const char *const store_env[3] = {"MSRUN_STORE_VALUE_MAX", "MSRUN_STORE_KEYS_MAX",
+                                             "MSRUN_STORE_BYTES_MAX"};
+    for (int k = 0; k < 3; k++) {
+        const char *v = getenv(store_env[k]);
+        if (v && *v &&
+            (k == 1 ? msr_parse_i64(v, 1, INT32_MAX, &store_limit[k])
+                    : msr_parse_size(v, 1, INT64_MAX, &store_limit[k])) != MSR_OK) {
+            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", store_env[k], v);
+            return 2;
+        }
+    }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
@@ -240,6 +262,11 @@ int msr_coordinator_main(int argc, char **argv)
             tls.ca = v;
         } else if (strcmp(name, "--ready_fd") == 0) {
             bad = msr_parse_i64(v, 0, 1 << 20, &ready_fd) != MSR_OK;
+        } else if (strcmp(name, store_opt[0]) == 0 || strcmp(name, store_opt[1]) == 0 ||
+                   strcmp(name, store_opt[2]) == 0) {
+            int k = strcmp(name, store_opt[0]) == 0 ? 0 : strcmp(name, store_opt[1]) == 0 ? 1 : 2;
+            bad = (k == 1 ? msr_parse_i64(v, 1, INT32_MAX, &store_limit[k])
+                          : msr_parse_size(v, 1, INT64_MAX, &store_limit[k])) != MSR_OK;
         } else if (strcmp(name, "--log_level") == 0) {
             level = msr_log_level_parse(v);
             bad = level < 0;
@@ -290,6 +317,8 @@ int msr_coordinator_main(int argc, char **argv)
         .min_nodes = min_nodes < max_nodes ? (int)min_nodes : 0,
         .max_nodes = min_nodes < max_nodes ? (int)max_nodes : 0,
         .last_call_ms = last_call,
+        .store_limits = {(uint64_t)store_limit[0], (uint64_t)store_limit[1],
+                         (uint64_t)store_limit[2]},
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -18,7 +18,7 @@
 #include "base/util.h"
 #include "msrun/token.h"
 
-typedef enum opt_type { T_INT, T_BOOL, T_STR, T_SECONDS, T_NNODES, T_LEVEL } opt_type_t;
+typedef enum opt_type { T_INT, T_BOOL, T_STR, T_SECONDS, T_NNODES, T_LEVEL, T_SIZE } opt_type_t;
 
 typedef enum opt_id {
     O_WORKER_NUM,
@@ -51,6 +51,10 @@ typedef enum opt_id {
     O_TLS_KEY,
     O_TLS_CA,
     O_TLS_SERVER_NAME,
+    /* the coordinator's store limits */
+    O_STORE_VALUE_MAX,
+    O_STORE_KEYS_MAX,
+    O_STORE_BYTES_MAX,
     O_COUNT
 } opt_id_t;
 
@@ -144,6 +148,15 @@ static const opt_def_t opt_defs[] = {
     {O_TLS_SERVER_NAME, "tls_server_name", {NULL}, T_STR, NULL, "NAME",
      "the name the coordinator's certificate must carry. Default: the host part of "
      "master_addr (an IP address is checked against the certificate's IP entries)."},
+    /* The coordinator's store limits (used by the node that starts it). */
+    {O_STORE_VALUE_MAX, "store_value_max", {NULL}, T_SIZE, "16M", "BYTES",
+     "the store refuses a value (or allgather contribution) larger than this (K, M, G "
+     "suffixes)."},
+    {O_STORE_KEYS_MAX, "store_keys_max", {NULL}, T_INT, "1048576", "N",
+     "the store holds at most this many keys (and names being waited on)."},
+    {O_STORE_BYTES_MAX, "store_bytes_max", {NULL}, T_SIZE, "1G", "BYTES",
+     "the store holds at most this many bytes of keys, values and pending allgather "
+     "contributions (64 more per key)."},
 };
 /* clang-format on */
 
@@ -240,6 +253,12 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
     case T_SECONDS:
         if (parse_seconds(v, &x) != 0) {
             opt_error("%s=%s is not a number of seconds", where, v);
+            return -1;
+        }
+        break;
+    case T_SIZE:
+        if (msr_parse_size(v, 1, INT64_MAX, &x) != MSR_OK) {
+            opt_error("%s=%s is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)", where, v);
             return -1;
         }
         break;
@@ -419,6 +438,15 @@ static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char
         o->given_master_port = 1;
         return set_string(&o->master_addr, host);
     }
+    case O_STORE_VALUE_MAX:
+        o->store_value_max = x;
+        break;
+    case O_STORE_KEYS_MAX:
+        o->store_keys_max = x;
+        break;
+    case O_STORE_BYTES_MAX:
+        o->store_bytes_max = x;
+        break;
     default:
         break;
     }

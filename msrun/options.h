@@ -38,6 +38,8 @@ typedef struct msr_options {
     char *error_file;
     char *show_ranks; /* NULL: all ranks reach the terminal */
     int log_level;
+    /* the coordinator's store limits; 0: its defaults */
+    int64_t store_value_max, store_keys_max, store_bytes_max;
     /* the program */
     char *program;      /* as given */
     char *program_path; /* resolved through PATH */

@@ -57,6 +57,7 @@ struct msr_proxy {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *server;
     msr_rpc_channel_t *up;
+    uint32_t local_workers; /* the most participants a node's group may have */
     char socket_path[256];
     pthread_t thread;
     atomic_int stop;
@@ -423,6 +424,19 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
         return;
     }
+    if ((method == MSR_RPC_BARRIER &&
+         ((Msr__BarrierRequest *)req)->local_count > p->local_workers) ||
+        (method == MSR_RPC_ALLGATHER &&
+         ((Msr__AllgatherRequest *)req)->local_count > p->local_workers)) {
+        /* a group is sized by local_count: never more than the node has */
+        msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
+                          "%s: local_count %u is more than this node's %u workers",
+                          msr_rpc_methods[method].name,
+                          method == MSR_RPC_BARRIER ? ((Msr__BarrierRequest *)req)->local_count
+                                                    : ((Msr__AllgatherRequest *)req)->local_count,
+                          p->local_workers);
+        return;
+    }
     if (method == MSR_RPC_BARRIER) {
         Msr__BarrierRequest *r = (Msr__BarrierRequest *)req;
         uint32_t weight = r->weight ? r->weight : 1;
@@ -546,11 +560,12 @@ static void *proxy_thread(void *arg)
 }
 
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             const msr_rpc_tls_t *tls, msr_proxy_t **proxy_p)
+                             const msr_rpc_tls_t *tls, int local_workers, msr_proxy_t **proxy_p)
 {
     msr_proxy_t *p = msr_calloc(1, sizeof *p);
     if (p == NULL)
         return MSR_ERR_NO_MEMORY;
+    p->local_workers = local_workers > 0 ? (uint32_t)local_workers : 1;
     msr_list_init(&p->fwds);
     pthread_mutex_init(&p->stop_lock, NULL);
     pthread_mutex_init(&p->beats_lock, NULL);

@@ -16,9 +16,11 @@ typedef struct msr_proxy msr_proxy_t;
 /* Listens on socket_path (which must not exist) and forwards to upstream
  * ("host:port") with token, over TLS when msr_rpc_tls_enabled(tls) (read
  * here, not kept); calls without the token are refused too. The workers'
- * unix socket itself needs no TLS. */
+ * unix socket itself needs no TLS. A barrier or allgather may name at most
+ * local_workers participants on this node (its local_count; more is
+ * refused, never allocated). */
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             const msr_rpc_tls_t *tls, msr_proxy_t **proxy_p);
+                             const msr_rpc_tls_t *tls, int local_workers, msr_proxy_t **proxy_p);
 
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is
  * fine. */

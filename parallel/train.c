@@ -430,6 +430,31 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
         st = MSR_ERR_CONFIG;
         goto err_p0;
     }
+    if (dp->comm != NULL) {
+        /* every rank resumes from the same point, or none does: the step,
+         * optimizer and sampler state of each rank's first shard, their
+         * maxima and (negated) minima across the ranks */
+        int64_t v[8] = {(int64_t)p0.h.step, (int64_t)p0.h.adam_t, (int64_t)p0.h.data_seed,
+                        (int64_t)p0.h.data_position};
+        for (int k = 0; k < 4; k++)
+            v[4 + k] = -v[k];
+        msr_status_t cst =
+            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, v, 8, MSR_DTYPE_I64, MSR_OP_MAX);
+        if (cst != MSR_OK) {
+            MSR_ERROR("train: agreeing on a checkpoint: %s: %s", msr_status_str(cst),
+                      msr_last_error());
+            st = cst;
+            goto err_p0;
+        }
+        if (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6] || v[3] != -v[7]) {
+            MSR_ERROR("train: the ranks' checkpoint shards disagree (step %lld..%lld, optimizer "
+                      "step %lld..%lld, samples drawn %lld..%lld): not resuming from them",
+                      (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
+                      (long long)-v[7], (long long)v[3]);
+            st = MSR_ERR_CORRUPT;
+            goto err_p0;
+        }
+    }
     /* whatever fails here, every rank still reaches load_end, which agrees */
     msr_status_t read_st = msr_dp_load_begin(dp);
     if (read_st == MSR_OK)

@@ -362,25 +362,62 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: reading rank %d's shard of step %lld under %s: %s: %s\n", rank,
                 (long long)f->step, f->dir, msr_status_str(st), msr_last_error());
+        return st;
+    }
+    /* the shard's own step must be the one its file is filed under (the
+     * trainer then checks that every rank's shard agrees) */
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *ranges = NULL;
+    uint32_t n;
+    char what[80];
+    snprintf(what, sizeof what, "rank %d's shard of step %lld", rank, (long long)f->step);
+    st = msr_tckpt_decode(*buf_p, *len_p, what, &h, &ranges, &n);
+    msr_free(ranges);
+    if (st == MSR_OK && h.step != (uint64_t)f->step) {
+        fprintf(stderr,
+                "train_gpt: rank %d's shard of step %lld under %s says it is of step %llu: "
+                "refusing it\n",
+                rank, (long long)f->step, f->dir, (unsigned long long)h.step);
+        st = MSR_ERR_CORRUPT;
+    }
+    if (st != MSR_OK) {
+        free(*buf_p);
+        *buf_p = NULL;
+    }
     return st;
 }
 
 /* The newest step this world completed under o->ckpt_dir (*same_p) and the
  * newest any world size completed (*any_p, saved by *world_p ranks); -1
- * when none. Logs and returns the store's error. */
+ * when none. When this world saved the newest and msr_ckpt_latest fell
+ * back past it to an older step complete and intact everywhere, *any_p is
+ * that step. Logs and returns the store's error. */
 static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *same_p,
                                 int64_t *any_p, int *world_p)
 {
     msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p);
     if (st == MSR_OK)
         st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
                 msr_status_str(st), msr_last_error());
-    return st;
+        return st;
+    }
+    if (*any_p >= 0 && *world_p == job->world && *same_p >= 0 && *same_p < *any_p) {
+        /* this world saved the newest, but not every rank has it complete
+         * and intact (msr_ckpt_latest fell back past it and said why):
+         * resume from the newest step that every rank has */
+        if (job->rank == 0)
+            fprintf(stderr,
+                    "train_gpt: step %lld under %s is not complete and intact on every rank: "
+                    "resuming from step %lld\n",
+                    (long long)*any_p, o->ckpt_dir, (long long)*same_p);
+        *any_p = *same_p;
+    }
+    return MSR_OK;
 }
 
 /* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
@@ -423,6 +460,22 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
         fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
                 (long long)any, o->ckpt_dir, world);
     return MSR_OK;
+}
+
+/* Says that the loss went bad, and what the run resumed from if it did: a
+ * NaN right after a resume points at the checkpoint, not at --lr. */
+static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, const char *dir)
+{
+    if (resumed_from >= 0)
+        fprintf(stderr,
+                "train_gpt: the loss of step %llu is %f, after resuming from the checkpoint of "
+                "step %lld under %s (%s/step-%lld): that checkpoint may hold bad values, or "
+                "lower --lr\n",
+                (unsigned long long)step, loss, (long long)resumed_from, dir, dir,
+                (long long)resumed_from);
+    else
+        fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
+                (unsigned long long)step, loss);
 }
 
 /* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
@@ -704,6 +757,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
     char meta[1024];
     make_meta(meta, sizeof meta, cfg, G, data);
+    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
     if (o->resume) {
         int resumed = 0;
         if ((st = resume_cuda(api, tr, job, o, meta, &resumed)) != MSR_OK) {
@@ -714,6 +768,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
         if (!resumed && job->rank == 0)
             fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                     o->ckpt_dir);
+        resumed_from = resumed ? (int64_t)tr->step : -1;
     }
     uint64_t tokens = G * (uint64_t)o->seq, first_step = tr->step, timed = 0;
     double timed_s = 0.0;
@@ -728,8 +783,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
         double dt = (double)(msr_now_ns() - t0) * 1e-9;
         msr_heartbeat(job->ctx);
         if (!isfinite(loss)) {
-            fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
-                    (unsigned long long)tr->step, loss);
+            report_bad_loss(tr->step, loss, resumed_from, o->ckpt_dir);
             goto out;
         }
         if (tr->step > first_step + 1) { /* the first step warms the GPU and libraries up */
@@ -910,6 +964,7 @@ int main(int argc, char **argv)
                 msr_mp_schedule_name(cfg.mp.schedule), cfg.mp.chunks, cfg.grad_accum,
                 msr_mp_recompute_name(cfg.mp.recompute), tr->model->num_params);
 
+    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
     if (o.resume) {
         int resumed = 0;
         if ((st = resume(tr, &job, &o, meta, &resumed)) != MSR_OK) {
@@ -920,6 +975,7 @@ int main(int argc, char **argv)
         if (!resumed && job.rank == 0)
             fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                     o.ckpt_dir);
+        resumed_from = resumed ? (int64_t)tr->step : -1;
     }
 
     uint64_t tokens = G * (uint64_t)o.seq, first_step = tr->step, timed = 0;
@@ -943,8 +999,7 @@ int main(int argc, char **argv)
         }
         msr_heartbeat(job.ctx);
         if (!isfinite(loss)) {
-            fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
-                    (unsigned long long)tr->step, loss);
+            report_bad_loss(tr->step, loss, resumed_from, o.ckpt_dir);
             goto out;
         }
         if (tr->step > first_step + 1) { /* the first step warms caches up */

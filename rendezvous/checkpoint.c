@@ -92,20 +92,65 @@ static msr_status_t io_error(const char *what, const char *path)
     return MSR_ERR_IO;
 }
 
+/* Checkpoints hold a job's whole state: the folders msrun creates are 0700
+ * and the files 0600 (the umask may narrow them further), unless
+ * MSR_CKPT_MODE asks for a wider file mode (octal, read and write bits
+ * only, e.g. 0640: then folders get execute where files get read, 0750). */
+static mode_t ckpt_file_mode(void)
+{
+    const char *v = getenv("MSR_CKPT_MODE");
+    char *end = NULL;
+    long m = v && *v ? strtol(v, &end, 8) : 0;
+    if (v == NULL || *v == '\0')
+        return 0600;
+    if (*end != '\0' || (m & ~0666L) != 0 || (m & 0600) != 0600) {
+        MSR_WARN("checkpoint: MSR_CKPT_MODE=%s is not a file mode like 0640 (read and write "
+                 "bits, the owner's included): using 0600",
+                 v);
+        return 0600;
+    }
+    return (mode_t)m;
+}
+
+static mode_t ckpt_dir_mode(mode_t file_mode)
+{
+    return file_mode | ((file_mode & 0444) >> 2);
+}
+
 static msr_status_t mkdirs(const char *path)
 {
+    mode_t mode = ckpt_dir_mode(ckpt_file_mode());
     char p[4096];
     snprintf(p, sizeof p, "%s", path);
     for (char *c = p + 1; *c; c++) {
         if (*c == '/') {
             *c = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            if (mkdir(p, mode) != 0 && errno != EEXIST)
                 return io_error("cannot create", p);
             *c = '/';
         }
     }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    if (mkdir(p, mode) != 0 && errno != EEXIST)
         return io_error("cannot create", p);
+    return MSR_OK;
+}
+
+/* A step folder is written into only when it is a real folder of this
+ * user: a symbolic link planted in its place (or a folder of someone else)
+ * would send the job's state where another user chose. */
+static msr_status_t check_step_dir(const char *sd)
+{
+    struct stat sb;
+    if (lstat(sd, &sb) != 0)
+        return io_error("cannot check", sd);
+    if (S_ISLNK(sb.st_mode) || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
+        msr_client_set_error("checkpoint: %s is %s: refusing to write the job's state there", sd,
+                             S_ISLNK(sb.st_mode)    ? "a symbolic link"
+                             : !S_ISDIR(sb.st_mode) ? "not a folder"
+                                                    : "owned by another user");
+        MSR_ERROR("%s", msr_last_error());
+        return MSR_ERR_PERMISSION;
+    }
     return MSR_OK;
 }
 
@@ -125,7 +170,9 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a fresh file of ours: never through a link, never one planted there */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
     if (fd < 0)
         return io_error("cannot create", tmp);
     msr_status_t st = msr_write_all(fd, a, alen);
@@ -177,7 +224,7 @@ static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
     if (access(path, F_OK) != 0)
         return 0;
     snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;
     unsigned char hb[CKPT_HEADER];
@@ -278,6 +325,32 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
     free(steps);
 }
 
+/* Removes the temporary files this rank's writes left in step folder sd
+ * when a process was killed mid-write (rank R: rank-R.bin.tmp.PID and
+ * rank-R.commit.tmp.PID; rank 0 also MANIFEST.tmp.PID). Other ranks' files
+ * are theirs to remove: they may be writing them now. */
+static void remove_leftovers(msr_ctx_t *ctx, const char *sd)
+{
+    char mine[2][48];
+    snprintf(mine[0], sizeof mine[0], "rank-%d.bin.tmp.", msr_rank(ctx));
+    snprintf(mine[1], sizeof mine[1], "rank-%d.commit.tmp.", msr_rank(ctx));
+    DIR *d = opendir(sd);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int ours = strncmp(e->d_name, mine[0], strlen(mine[0])) == 0 ||
+                   strncmp(e->d_name, mine[1], strlen(mine[1])) == 0 ||
+                   (msr_rank(ctx) == 0 && strncmp(e->d_name, "MANIFEST.tmp.", 13) == 0);
+        if (!ours)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
+        if (unlink(path) == 0)
+            MSR_INFO("checkpoint: removed %s, left by a write that did not finish", path);
+    }
+    if (d)
+        closedir(d);
+}
+
 msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
                            size_t len, int keep)
 {
@@ -288,8 +361,11 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
     char sd[4096];
     step_dir(dir, step, sd, sizeof sd);
     msr_status_t st = mkdirs(sd);
+    if (st == MSR_OK)
+        st = check_step_dir(sd);
     if (st != MSR_OK)
         return st;
+    remove_leftovers(ctx, sd);
     ckpt_header_t h = {
         (uint32_t)msr_rank(ctx), (uint32_t)msr_world_size(ctx), msr_generation(ctx), step, len,
         msr_crc32(0, data, len)};
@@ -336,60 +412,6 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
 /* How many of its newest complete steps each rank offers when they agree. */
 #define CKPT_OFFER 16
 
-msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
-{
-    if (ctx == NULL || dir == NULL || step_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    /* Each rank offers its newest complete steps; the job's latest is the
-     * newest step every rank offers. Every rank computes it from the same
-     * gathered lists, so all agree even when one crashed before committing
-     * a step the others committed. */
-    int64_t mine[CKPT_OFFER];
-    for (int i = 0; i < CKPT_OFFER; i++)
-        mine[i] = -1;
-    int64_t *steps;
-    size_t n = list_steps(dir, &steps);
-    for (size_t i = 0; i < n; i++) {
-        if (!have_step(ctx, dir, steps[i]))
-            continue;
-        /* insert into the descending list of the CKPT_OFFER newest */
-        int64_t v = steps[i];
-        for (int k = 0; k < CKPT_OFFER; k++) {
-            if (v > mine[k]) {
-                int64_t t = mine[k];
-                mine[k] = v;
-                v = t;
-            }
-        }
-    }
-    free(steps);
-    int world = msr_world_size(ctx);
-    int64_t *all = NULL;
-    msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
-    if (st == MSR_OK) {
-        int64_t agreed = -1;
-        for (int k = 0; k < CKPT_OFFER && agreed < 0; k++) {
-            int64_t cand = all[k]; /* rank 0's k-th newest */
-            if (cand < 0)
-                break;
-            int everywhere = 1;
-            for (int r = 1; r < world && everywhere; r++) {
-                int found = 0;
-                for (int q = 0; q < CKPT_OFFER && !found; q++)
-                    found = all[(size_t)r * CKPT_OFFER + (size_t)q] == cand;
-                everywhere = found;
-            }
-            if (everywhere)
-                agreed = cand;
-        }
-        *step_p = agreed;
-    }
-    free(all);
-    return st;
-}
-
 /* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
 static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
                               size_t *len_p)
@@ -397,8 +419,12 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
     snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
+        if (errno == ELOOP) {
+            msr_client_set_error("checkpoint: %s is a symbolic link: not read", path);
+            return MSR_ERR_CORRUPT;
+        }
         if (errno == ENOENT) {
             msr_client_set_error("checkpoint: %s does not exist", path);
             return MSR_ERR_NOT_FOUND;
@@ -436,6 +462,108 @@ out:
     return st;
 }
 
+/* Whether this rank's state of step reads back whole (header, length and
+ * CRC); on failure msr_last_error() says why. */
+static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
+{
+    void *data = NULL;
+    msr_status_t st = load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), &data, NULL);
+    free(data);
+    return st == MSR_OK;
+}
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_client_set_error("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Each rank offers its newest complete steps; the candidates are the
+     * steps every rank offers, newest first. Every rank computes them from
+     * the same gathered lists, so all agree even when one crashed before
+     * committing a step the others committed. */
+    int64_t mine[CKPT_OFFER];
+    for (int i = 0; i < CKPT_OFFER; i++)
+        mine[i] = -1;
+    int64_t *steps;
+    size_t n = list_steps(dir, &steps);
+    for (size_t i = 0; i < n; i++) {
+        char sd[4096];
+        step_dir(dir, steps[i], sd, sizeof sd);
+        remove_leftovers(ctx, sd);
+        if (!have_step(ctx, dir, steps[i]))
+            continue;
+        /* insert into the descending list of the CKPT_OFFER newest */
+        int64_t v = steps[i];
+        for (int k = 0; k < CKPT_OFFER; k++) {
+            if (v > mine[k]) {
+                int64_t t = mine[k];
+                mine[k] = v;
+                v = t;
+            }
+        }
+    }
+    free(steps);
+    int world = msr_world_size(ctx);
+    int64_t *all = NULL;
+    msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    if (st != MSR_OK)
+        return st;
+    int64_t agreed = -1, refused = -1;
+    for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
+        int64_t cand = all[k]; /* rank 0's k-th newest */
+        if (cand < 0)
+            break;
+        int everywhere = 1;
+        for (int r = 1; r < world && everywhere; r++) {
+            int found = 0;
+            for (int q = 0; q < CKPT_OFFER && !found; q++)
+                found = all[(size_t)r * CKPT_OFFER + (size_t)q] == cand;
+            everywhere = found;
+        }
+        if (!everywhere)
+            continue;
+        /* Complete everywhere: every rank reads its state back before the
+         * job trusts it; a corrupt one sends all ranks to the next. */
+        int32_t ok = verify_own(ctx, dir, cand), *oks = NULL;
+        if (!ok)
+            MSR_WARN("checkpoint: step %" PRId64 " is not usable on rank %d: %s", cand,
+                     msr_rank(ctx), msr_last_error());
+        st = gather_all(ctx, &ok, sizeof ok, (void **)&oks);
+        if (st != MSR_OK)
+            break;
+        int bad = -1;
+        for (int r = 0; r < world && bad < 0; r++)
+            if (!oks[r])
+                bad = r;
+        free(oks);
+        if (bad < 0) {
+            agreed = cand;
+        } else {
+            if (msr_rank(ctx) == 0)
+                MSR_WARN("checkpoint: refusing step %" PRId64 " under %s: rank %d's state of it "
+                         "is corrupt (its log says why); looking for an older one",
+                         cand, dir, bad);
+            if (refused < 0)
+                refused = cand;
+        }
+    }
+    free(all);
+    if (st != MSR_OK)
+        return st;
+    if (refused >= 0 && msr_rank(ctx) == 0) {
+        if (agreed >= 0)
+            MSR_WARN("checkpoint: falling back to step %" PRId64 " under %s, the newest intact "
+                     "one (step %" PRId64 " was refused)",
+                     agreed, dir, refused);
+        else
+            MSR_WARN("checkpoint: no intact checkpoint under %s (step %" PRId64 " was refused)",
+                     dir, refused);
+    }
+    *step_p = agreed;
+    return MSR_OK;
+}
+
 msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
                            size_t *len_p)
 {
@@ -468,9 +596,13 @@ static int manifest_world(const char *dir, int64_t step)
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
     snprintf(path, sizeof path, "%s/MANIFEST", sd);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     char buf[512];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

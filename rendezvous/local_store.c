@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "rendezvous/store_limits.h"
 
 typedef struct lvalue {
     size_t len;
@@ -25,9 +26,13 @@ typedef struct lvalue {
 
 /* A barrier or allgather of count participants (threads of this process).
  * Once complete it leaves the map; the threads still waiting on it read its
- * result and the last one to leave frees it. */
+ * result and the last one to leave frees it. A thread that gives up
+ * (deadline) takes its arrival and contributions back; the group leaves the
+ * map when nobody has arrived. While in the map it counts in the store's
+ * usage for `charge` bytes (its name, entry tables and contributions). */
 typedef struct lgroup {
     uint32_t count, arrived;
+    uint64_t charge;
     int done;
     int waiting;       /* threads blocked on it */
     uint8_t **entries; /* allgather: count contributions */
@@ -40,6 +45,8 @@ struct msr_local_store {
     pthread_mutex_t lock;
     pthread_cond_t changed;
     msr_map_t kv, groups;
+    msr_store_limits_t limits; /* the defaults of store_limits.h */
+    msr_store_usage_t usage;
 };
 
 static void value_free(void *v)
@@ -71,6 +78,7 @@ msr_status_t msr_local_store_create(msr_local_store_t **ls_p)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ls->changed, &ca);
     pthread_condattr_destroy(&ca);
+    ls->limits = msr_store_limits_resolve(NULL);
     *ls_p = ls;
     return MSR_OK;
 }
@@ -119,8 +127,14 @@ static ProtobufCMessage *copy_message(const ProtobufCMessage *m)
     return out;
 }
 
-static msr_status_t put(msr_local_store_t *ls, const char *key, const void *data, size_t len)
+static msr_status_t put(msr_local_store_t *ls, const char *key, const void *data, size_t len,
+                        char *err, size_t errlen)
 {
+    const lvalue_t *cur = msr_map_get(&ls->kv, key);
+    msr_status_t st = msr_store_limits_check(&ls->limits, &ls->usage, "write", key, cur != NULL,
+                                             cur ? cur->len : 0, len, err, errlen);
+    if (st != MSR_OK)
+        return st;
     lvalue_t *v = msr_malloc(sizeof *v + len);
     if (v == NULL)
         return MSR_ERR_NO_MEMORY;
@@ -132,6 +146,7 @@ static msr_status_t put(msr_local_store_t *ls, const char *key, const void *data
         msr_free(v);
         return MSR_ERR_NO_MEMORY;
     }
+    msr_store_usage_put(&ls->usage, key, old != NULL, old ? ((lvalue_t *)old)->len : 0, len);
     msr_free(old);
     pthread_cond_broadcast(&ls->changed);
     return MSR_OK;
@@ -170,15 +185,79 @@ static msr_status_t gather_result(lgroup_t *g)
     return st;
 }
 
+/* The group leaves the map (complete, or nobody left in it) and the usage. */
+static void group_unlist(msr_local_store_t *ls, const char *key, lgroup_t *g)
+{
+    msr_map_remove(&ls->groups, key);
+    ls->usage.keys = ls->usage.keys ? ls->usage.keys - 1 : 0;
+    ls->usage.bytes = ls->usage.bytes >= g->charge ? ls->usage.bytes - g->charge : 0;
+}
+
+/* Takes back the n contributions given by one caller (all present). */
+static void group_withdraw(msr_local_store_t *ls, lgroup_t *g, Msr__Contribution **entries,
+                           size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t idx = entries[i]->index;
+        g->charge -= g->lens[idx];
+        ls->usage.bytes = ls->usage.bytes >= g->lens[idx] ? ls->usage.bytes - g->lens[idx] : 0;
+        msr_free(g->entries[idx]);
+        g->entries[idx] = NULL;
+        g->lens[idx] = 0;
+    }
+}
+
 /* Barrier (entries NULL) or allgather: joins the group and waits for it. */
 static msr_status_t join_group(msr_local_store_t *ls, msr_rpc_method_t m, const char *name,
                                uint32_t count, uint32_t weight, Msr__Contribution **entries,
                                size_t nentries, uint64_t deadline, ProtobufCMessage **resp_p,
                                char *err, size_t errlen)
 {
+    const char *what = m == MSR_RPC_BARRIER ? "barrier" : "allgather";
     char key[MSR_KEY_MAX + 16];
     snprintf(key, sizeof key, "%c/%s", m == MSR_RPC_BARRIER ? 'b' : 'a', name);
     lgroup_t *g = msr_map_get(&ls->groups, key);
+    if (g != NULL && g->count != count) {
+        snprintf(err, errlen, "%s '%s': count %u differs from the %u given before", what, name,
+                 count, g->count);
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (m == MSR_RPC_ALLGATHER && nentries == 0) {
+        snprintf(err, errlen, "allgather '%s': no contribution", name);
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (count == 0 || weight > (g ? g->count - g->arrived : count)) {
+        snprintf(err, errlen, "%s '%s': more participants than its count of %u", what, name, count);
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Every contribution checked, and the memory it takes admitted, before
+     * anything changes. A new group's entry tables count too, so a count far
+     * beyond what the store may hold is refused, not allocated. */
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nentries; i++) {
+        uint32_t idx = entries[i]->index;
+        int dup = idx < count && g != NULL && g->entries[idx] != NULL;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = entries[j]->index == idx;
+        if (idx >= count || dup) {
+            snprintf(err, errlen, "allgather '%s': index %u is %s", name, idx,
+                     idx >= count ? "not below the count" : "given twice");
+            return MSR_ERR_INVALID_ARG;
+        }
+        msr_status_t st = msr_store_limits_check_value(&ls->limits, what, name,
+                                                       entries[i]->data.len, err, errlen);
+        if (st != MSR_OK)
+            return st;
+        bytes += entries[i]->data.len;
+    }
+    uint64_t tables =
+        m == MSR_RPC_ALLGATHER ? (uint64_t)count * (sizeof(uint8_t *) + sizeof(size_t)) : 0;
+    uint64_t name_bytes = msr_store_entry_bytes(strlen(key), 0);
+    msr_status_t st =
+        msr_store_limits_check_add(&ls->limits, &ls->usage, what, name, g ? 0 : 1,
+                                   bytes + (g ? 0 : name_bytes + tables), err, errlen);
+    if (st != MSR_OK)
+        return st;
     if (g == NULL) {
         g = msr_calloc(1, sizeof *g);
         if (g && m == MSR_RPC_ALLGATHER) {
@@ -191,33 +270,30 @@ static msr_status_t join_group(msr_local_store_t *ls, msr_rpc_method_t m, const 
             return MSR_ERR_NO_MEMORY;
         }
         g->count = count;
-    } else if (g->count != count) {
-        snprintf(err, errlen, "%s '%s': count %u differs from the %u given before",
-                 msr_rpc_methods[m].name, name, count, g->count);
-        return MSR_ERR_INVALID_ARG;
-    }
-    if (weight > g->count - g->arrived) {
-        snprintf(err, errlen, "%s '%s': more participants than its count of %u",
-                 msr_rpc_methods[m].name, name, g->count);
-        return MSR_ERR_INVALID_ARG;
+        g->charge = name_bytes + tables;
+        ls->usage.keys++;
+        ls->usage.bytes += g->charge;
     }
     for (size_t i = 0; i < nentries; i++) {
         uint32_t idx = entries[i]->index;
-        if (idx >= g->count || g->entries[idx]) {
-            snprintf(err, errlen, "allgather '%s': index %u is %s", name, idx,
-                     idx >= g->count ? "not below the count" : "given twice");
-            return MSR_ERR_INVALID_ARG;
-        }
         g->entries[idx] = msr_malloc(entries[i]->data.len ? entries[i]->data.len : 1);
-        if (g->entries[idx] == NULL)
+        if (g->entries[idx] == NULL) {
+            group_withdraw(ls, g, entries, i);
+            if (g->arrived == 0) {
+                group_unlist(ls, key, g);
+                group_free(g);
+            }
             return MSR_ERR_NO_MEMORY;
+        }
         memcpy(g->entries[idx], entries[i]->data.data, entries[i]->data.len);
         g->lens[idx] = entries[i]->data.len;
+        g->charge += entries[i]->data.len;
+        ls->usage.bytes += entries[i]->data.len;
     }
     g->arrived += weight;
-    msr_status_t st = MSR_OK;
+    st = MSR_OK;
     if (g->arrived == g->count) {
-        msr_map_remove(&ls->groups, key);
+        group_unlist(ls, key, g);
         if (m == MSR_RPC_ALLGATHER)
             st = gather_result(g);
         g->done = 1;
@@ -228,9 +304,17 @@ static msr_status_t join_group(msr_local_store_t *ls, msr_rpc_method_t m, const 
         }
         g->waiting--;
         if (!g->done) {
-            snprintf(err, errlen, "%s '%s': %u of %u participants arrived in time",
-                     m == MSR_RPC_BARRIER ? "barrier" : "allgather", name, g->arrived, g->count);
-            return MSR_ERR_TIMEOUT; /* its contribution stays, as with the coordinator */
+            snprintf(err, errlen, "%s '%s': %u of %u participants arrived in time", what, name,
+                     g->arrived, g->count);
+            /* as with the coordinator: the caller's arrival and
+             * contributions go, and the group once nobody is in it */
+            g->arrived -= weight;
+            group_withdraw(ls, g, entries, nentries);
+            if (g->arrived == 0) {
+                group_unlist(ls, key, g);
+                group_free(g);
+            }
+            return MSR_ERR_TIMEOUT;
         }
         if (m == MSR_RPC_ALLGATHER && g->result == NULL)
             st = MSR_ERR_NO_MEMORY; /* the completer could not pack it */
@@ -260,7 +344,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
     switch (method) {
     case MSR_RPC_SET: {
         const Msr__SetRequest *r = (const Msr__SetRequest *)req;
-        st = put(ls, r->key, r->value.data, r->value.len);
+        st = put(ls, r->key, r->value.data, r->value.len, err, errlen);
         if (st == MSR_OK) {
             Msr__SetResponse a = MSR__SET_RESPONSE__INIT;
             resp = copy_message(&a.base);
@@ -318,7 +402,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
             value += r->delta;
             char text[32];
             int n = snprintf(text, sizeof text, "%" PRId64, value);
-            st = put(ls, r->key, text, (size_t)n);
+            st = put(ls, r->key, text, (size_t)n, err, errlen);
         }
         if (st == MSR_OK) {
             Msr__AddResponse a = MSR__ADD_RESPONSE__INIT;
@@ -336,7 +420,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
                            (v->len == 0 || memcmp(v->data, r->expected.data, v->len) == 0));
         Msr__CompareSetResponse a = MSR__COMPARE_SET_RESPONSE__INIT;
         if (match) {
-            st = put(ls, r->key, r->desired.data, r->desired.len);
+            st = put(ls, r->key, r->desired.data, r->desired.len, err, errlen);
             v = msr_map_get(&ls->kv, r->key);
             a.swapped = 1;
         }
@@ -355,6 +439,8 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
         lvalue_t *v = msr_map_remove(&ls->kv, r->key);
         Msr__DeleteResponse a = MSR__DELETE_RESPONSE__INIT;
         a.existed = v != NULL;
+        if (v)
+            msr_store_usage_remove(&ls->usage, r->key, v->len);
         msr_free(v);
         resp = copy_message(&a.base);
         break;

@@ -12,7 +12,13 @@
  *   step-<N>/MANIFEST         written by rank 0 after the same point: step,
  *                             world size, generation, every rank's length and
  *                             CRC, as JSON (for people and tools)
- * A checkpoint taken with one world size is never loaded by another. */
+ * A checkpoint taken with one world size is never loaded by another.
+ * Folders are created 0700 and files 0600 (MSR_CKPT_MODE=0640 in the
+ * environment makes files 0640 and folders 0750, to share with a group); files are
+ * never opened through a symbolic link, and a step folder that is a link or
+ * another user's is refused. Temporary files a killed writer left behind
+ * are removed by the rank that wrote them, when it next saves into that
+ * step or looks for the latest. */
 #ifndef MSRUN_CHECKPOINT_H
 #define MSRUN_CHECKPOINT_H
 
@@ -32,13 +38,17 @@ extern "C" {
  * the `keep` latest complete steps of this rank and removes older ones
  * (keep <= 0 keeps all).
  * Errors: MSR_ERR_IO (with the file and errno in msr_last_error()),
- * MSR_ERR_INVALID_ARG, and the store's errors. */
+ * MSR_ERR_PERMISSION (the step folder is a symbolic link or not this
+ * user's), MSR_ERR_INVALID_ARG, and the store's errors. */
 MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
                                    size_t len, int keep);
 
-/* The latest step complete for every rank of the job in dir, agreed by all
- * ranks (a store allgather: every rank must call it), in *step_p; -1 when
- * there is none. */
+/* The latest step complete and intact for every rank of the job in dir,
+ * agreed by all ranks (store allgathers: every rank must call it), in
+ * *step_p; -1 when there is none. Every rank reads its state of the newest
+ * complete step back (header, length, CRC); when one rank's does not check
+ * out, all ranks fall back to the next older complete step, and the log
+ * says which step was refused, on which rank and why. */
 MSR_API msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p);
 
 /* Loads this rank's state of step: *data_p (free with free(3)) and *len_p.

@@ -70,7 +70,12 @@ MSR_API const char *msr_last_error(void);
  * and a process of an older generation is refused (MSR_ERR_STALE).
  * Errors common to all: MSR_ERR_UNREACHABLE (no coordinator answered within
  * the connect window), MSR_ERR_TIMEOUT (the deadline passed),
- * MSR_ERR_PERMISSION (wrong job token), MSR_ERR_NO_MEMORY. */
+ * MSR_ERR_PERMISSION (wrong job token), MSR_ERR_NO_MEMORY, MSR_ERR_REFUSED
+ * (a write past one of the store's limits on a value's size, the number of
+ * keys or the total bytes: msr_last_error() names the limit and its msrun
+ * option; docs/store.md). A barrier or allgather count above the job's
+ * world size, or a local_count above the node's workers, is
+ * MSR_ERR_INVALID_ARG. */
 
 /* Stores a copy of len bytes under key, replacing any value. */
 MSR_API msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *value, size_t len);

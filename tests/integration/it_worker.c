@@ -276,6 +276,26 @@ static int do_token(void)
     return 0;
 }
 
+/* Huge counts through the node's msrun: a local_count beyond the node's
+ * workers and a count beyond the job's ranks are refused at once (the
+ * proxy used to reserve 16 bytes per local participant and then wait). */
+static int do_counts(void)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    CHECK_ST(msr_store_barrier(ctx, "huge-local", 200000000, 100000000, 2000), MSR_ERR_INVALID_ARG);
+    printf("refused: %s\n", msr_last_error());
+    msr_gather_result_t *r = NULL;
+    CHECK_ST(msr_store_allgather(ctx, "huge-local", 200000000, 0, 100000000, "x", 1, 2000, &r),
+             MSR_ERR_INVALID_ARG);
+    CHECK_ST(msr_store_allgather(ctx, "huge", 1u << 24, 0, 0, "x", 1, 2000, &r),
+             MSR_ERR_INVALID_ARG);
+    printf("refused: %s\n", msr_last_error());
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    msr_finalize(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -292,6 +312,8 @@ int main(int argc, char **argv)
         return do_ckpt(argv[2]);
     if (strcmp(mode, "token") == 0)
         return do_token();
+    if (strcmp(mode, "counts") == 0)
+        return do_counts();
     if (strcmp(mode, "exit") == 0 && argc > 2) {
         const char *rank = getenv("MSR_RANK");
         if (argc > 3 && (rank == NULL || strcmp(rank, argv[3]) != 0)) {
@@ -323,6 +345,7 @@ int main(int argc, char **argv)
         sleep((unsigned)atoi(argv[2]));
         return 0;
     }
-    fprintf(stderr, "usage: it_worker env|store|barrier|token|exit CODE [RANK]|output N|sleep S\n");
+    fprintf(stderr,
+            "usage: it_worker env|store|barrier|token|counts|exit CODE [RANK]|output N|sleep S\n");
     return 2;
 }

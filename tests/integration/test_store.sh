@@ -12,4 +12,9 @@ run_msrun --worker_num=2 --local_worker_num=2 "$WORKER" token
 expect_code 0 "token refusal"
 expect_in "refused: .*token" "$TMP/out" "the refusal says why"
 ok "a wrong token is refused (PERMISSION_DENIED)"
+run_msrun --worker_num=2 --local_worker_num=2 "$WORKER" counts
+expect_code 0 "huge counts"
+expect_in "local_count 100000000 is more than this node's 2 workers" "$TMP/out" "the proxy says why"
+expect_in "count 16777216 is not in 1..2" "$TMP/out" "the coordinator says why"
+ok "huge barrier and allgather counts refused by the node's msrun and the coordinator"
 no_leftovers "store"

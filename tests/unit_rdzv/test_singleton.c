@@ -126,7 +126,34 @@ static void test_threads(void)
     msr_finalize(ctx);
 }
 
+/* The singleton's store keeps the coordinator's limits (the defaults), and a
+ * participant that gave up is not counted when it comes again. */
+static void test_limits(void)
+{
+    msr_ctx_t *ctx = init_singleton();
+    size_t big = (16u << 20) + 1; /* one byte over the default value limit */
+    char *buf = calloc(1, big);
+    MSR_CHECK(buf != NULL);
+    MSR_CHECK_STATUS(msr_store_set(ctx, "big", buf, big), MSR_ERR_REFUSED);
+    MSR_CHECK_MSG(strstr(msr_last_error(), "--store_value_max") != NULL, "%s", msr_last_error());
+    MSR_CHECK_OK(msr_store_set(ctx, "big", buf, big - 1));
+    msr_gather_result_t *r = NULL;
+    MSR_CHECK_STATUS(msr_store_allgather(ctx, "g", 2, 0, 0, buf, big, 50, &r), MSR_ERR_REFUSED);
+    /* an allgather whose entry tables alone pass the total is refused, not
+     * allocated */
+    MSR_CHECK_STATUS(msr_store_allgather(ctx, "huge", 1u << 30, 0, 0, buf, 1, 50, &r),
+                     MSR_ERR_REFUSED);
+    MSR_CHECK_MSG(strstr(msr_last_error(), "--store_bytes_max") != NULL, "%s", msr_last_error());
+    free(buf);
+    /* the barrier of two: the first arrival expires, so the one that comes
+     * next waits for a second participant again */
+    MSR_CHECK_STATUS(msr_store_barrier(ctx, "b", 2, 0, 20), MSR_ERR_TIMEOUT);
+    MSR_CHECK_STATUS(msr_store_barrier(ctx, "b", 2, 0, 20), MSR_ERR_TIMEOUT);
+    msr_finalize(ctx);
+}
+
 static const msr_test_t tests[] = {
+    {"limits", test_limits, 20},
     {"identity", test_identity, 10},
     {"store", test_store, 10},
     {"threads", test_threads, 20},

@@ -1,0 +1,302 @@
+/* An attack client for the store's limits, against a real coordinator:
+ *
+ *   store_flood ADDR TOKEN COORD_PID VALUE_MAX BYTES_MAX
+ *
+ * 1. small writes (16 bytes) alone: their latency;
+ * 2. a flood of 1 GiB of attempted writes on a connection of its own (values
+ *    of VALUE_MAX bytes, every fourth one byte more, each under a new key)
+ *    while small writes go on beside it: the over-size writes must get
+ *    RESOURCE_EXHAUSTED naming --store_value_max, the writes past the total
+ *    RESOURCE_EXHAUSTED naming --store_bytes_max, the small writes must all
+ *    succeed, and the coordinator's peak memory (VmHWM) must stay within
+ *    BYTES_MAX plus a margin over where it started;
+ * 3. ~30-byte allgather and barrier requests with huge counts: refused with
+ *    INVALID_ARGUMENT, the coordinator's memory unchanged;
+ * 4. waits that expire (get, barrier, allgather under names never used
+ *    again) leave nothing behind: afterwards the store still admits keys up
+ *    to its key limit (run with --store_keys_max 1000).
+ * Prints what it measured; exits 1 on the first broken promise. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/status.h>
+
+#include "base/time.h"
+#include "rendezvous/rpc.h"
+
+#define FLOOD_TOTAL (1ull << 30)
+#define KEYS_MAX    1000 /* the coordinator runs with --store_keys_max 1000 */
+
+static const char *addr, *token;
+static long coord_pid;
+static unsigned long long value_max, bytes_max;
+/* STORE_FLOOD_MEASURE_ONLY=1: the flood's outcomes are counted, not checked,
+ * and it stops after the flood (to measure a coordinator without limits) */
+static int measure_only;
+
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fprintf(stderr, "\n");                               \
+            exit(1);                                             \
+        }                                                        \
+    } while (0)
+
+/* A field of /proc/PID/status in KiB ("VmRSS", "VmHWM"). */
+static long proc_kib(const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", coord_pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    size_t n = strlen(field);
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            kib = strtol(line + n + 1, NULL, 10);
+    if (f != NULL)
+        fclose(f);
+    CHECK(kib >= 0, "cannot read %s of pid %ld", field, coord_pid);
+    return kib;
+}
+
+/* One call; returns the gRPC code (0 = OK) and the server's message. */
+static int call(msr_rpc_channel_t *ch, msr_rpc_method_t m, const ProtobufCMessage *req, char *err,
+                size_t errlen)
+{
+    ProtobufCMessage *resp = NULL;
+    err[0] = '\0';
+    msr_status_t st = msr_rpc_call(ch, m, req, msr_deadline_in_ms(30000), 1, &resp, err, errlen);
+    msr_rpc_message_free(resp);
+    if (st == MSR_OK)
+        return 0;
+    switch (st) {
+    case MSR_ERR_REFUSED:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case MSR_ERR_INVALID_ARG:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case MSR_ERR_TIMEOUT:
+        return GRPC_STATUS_DEADLINE_EXCEEDED;
+    default:
+        return GRPC_STATUS_UNKNOWN;
+    }
+}
+
+static int set(msr_rpc_channel_t *ch, const char *key, const void *data, size_t len, char *err,
+               size_t errlen)
+{
+    Msr__SetRequest r = MSR__SET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.value.data = (uint8_t *)data;
+    r.value.len = len;
+    return call(ch, MSR_RPC_SET, &r.base, err, errlen);
+}
+
+/* Latencies of small writes, in microseconds. */
+typedef struct lat {
+    double us[200000];
+    size_t n;
+} lat_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void lat_print(const char *what, lat_t *l)
+{
+    qsort(l->us, l->n, sizeof l->us[0], cmp_double);
+    printf("small writes %s: %zu, median %.0f us, p99 %.0f us, max %.0f us\n", what, l->n,
+           l->us[l->n / 2], l->us[l->n * 99 / 100], l->us[l->n - 1]);
+}
+
+static void small_write(msr_rpc_channel_t *ch, lat_t *l)
+{
+    char err[512];
+    uint64_t t0 = msr_now_ns();
+    int code = set(ch, "small", "0123456789abcdef", 16, err, sizeof err);
+    CHECK(code == 0, "a small write failed beside the flood: %s", err);
+    if (l->n < sizeof l->us / sizeof l->us[0])
+        l->us[l->n++] = (double)(msr_now_ns() - t0) / 1e3;
+}
+
+typedef struct flood {
+    unsigned long long attempted, accepted;
+    int accepted_n, refused_value, refused_total, oversize;
+    _Atomic int done;
+} flood_t;
+
+static void *flood_thread(void *arg)
+{
+    flood_t *f = arg;
+    msr_rpc_channel_t *ch = NULL;
+    CHECK(msr_rpc_channel_create_own(addr, token, &ch) == MSR_OK, "channel");
+    uint8_t *buf = malloc(value_max + 1);
+    CHECK(buf != NULL, "out of memory");
+    memset(buf, 'x', value_max + 1);
+    char err[512], key[64];
+    for (int i = 0; f->attempted < FLOOD_TOTAL; i++) {
+        int over = i % 4 == 3;
+        size_t len = over ? value_max + 1 : value_max;
+        snprintf(key, sizeof key, "flood/%d", i);
+        int code = set(ch, key, buf, len, err, sizeof err);
+        f->attempted += len;
+        f->oversize += over;
+        if (measure_only) {
+            f->accepted += code == 0 ? len : 0;
+            f->accepted_n += code == 0;
+        } else if (code == 0) {
+            CHECK(!over, "a value of %zu bytes was accepted (limit %llu)", len, value_max);
+            f->accepted += len;
+            f->accepted_n++;
+        } else if (code == GRPC_STATUS_RESOURCE_EXHAUSTED && over) {
+            CHECK(strstr(err, "--store_value_max") != NULL, "over-size refusal says: %s", err);
+            f->refused_value++;
+        } else if (code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+            CHECK(strstr(err, "--store_bytes_max") != NULL, "over-total refusal says: %s", err);
+            f->refused_total++;
+        } else {
+            CHECK(0, "write %d of %zu bytes: code %d: %s", i, len, code, err);
+        }
+    }
+    free(buf);
+    msr_rpc_channel_destroy(ch);
+    f->done = 1;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: store_flood ADDR TOKEN COORD_PID VALUE_MAX BYTES_MAX\n");
+        return 2;
+    }
+    addr = argv[1];
+    token = argv[2];
+    coord_pid = strtol(argv[3], NULL, 10);
+    value_max = strtoull(argv[4], NULL, 10);
+    bytes_max = strtoull(argv[5], NULL, 10);
+    measure_only = getenv("STORE_FLOOD_MEASURE_ONLY") != NULL;
+    msr_rpc_channel_t *ch = NULL;
+    CHECK(msr_rpc_channel_create_own(addr, token, &ch) == MSR_OK, "channel");
+    char err[512];
+
+    /* 1. small writes alone */
+    static lat_t before, during;
+    for (int i = 0; i < 500; i++)
+        small_write(ch, &before);
+    long rss0 = proc_kib("VmRSS"), hwm0 = proc_kib("VmHWM");
+    printf("coordinator before the flood: VmRSS %ld KiB, VmHWM %ld KiB\n", rss0, hwm0);
+
+    /* 2. the flood, small writes beside it */
+    static flood_t f;
+    pthread_t t;
+    uint64_t t0 = msr_now_ns();
+    CHECK(pthread_create(&t, NULL, flood_thread, &f) == 0, "thread");
+    while (!f.done)
+        small_write(ch, &during);
+    pthread_join(t, NULL);
+    double secs = (double)(msr_now_ns() - t0) / 1e9;
+    long rss1 = proc_kib("VmRSS"), hwm1 = proc_kib("VmHWM");
+    printf("flood: %llu MiB attempted in %.1f s: %d values (%llu MiB) accepted, %d refused over "
+           "--store_value_max, %d refused over --store_bytes_max\n",
+           f.attempted >> 20, secs, f.accepted_n, f.accepted >> 20, f.refused_value,
+           f.refused_total);
+    printf("coordinator after the flood: VmRSS %ld KiB, VmHWM %ld KiB (limit %llu KiB)\n", rss1,
+           hwm1, bytes_max >> 10);
+    lat_print("alone", &before);
+    lat_print("beside the flood", &during);
+    if (measure_only)
+        return 0;
+    CHECK(f.refused_value == f.oversize, "%d over-size writes, %d refused", f.oversize,
+          f.refused_value);
+    CHECK(f.refused_total > 0, "no write was refused over the total");
+    CHECK(f.accepted <= bytes_max, "%llu bytes accepted over a limit of %llu", f.accepted,
+          bytes_max);
+    /* margin: the messages in flight (a received value is held by gRPC,
+     * unpacked and copied: about 3 x VALUE_MAX, several at once) and
+     * allocator slack */
+    long margin_kib = (long)(6 * value_max >> 10) + 32 * 1024;
+    CHECK(hwm1 <= hwm0 + (long)(bytes_max >> 10) + margin_kib,
+          "the coordinator's peak grew from %ld to %ld KiB (limit %llu KiB + margin %ld KiB)", hwm0,
+          hwm1, bytes_max >> 10, margin_kib);
+
+    /* 3. huge counts in tiny requests */
+    long rss2 = proc_kib("VmRSS");
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep[1] = {&e};
+    e.data.data = (uint8_t *)"x";
+    e.data.len = 1;
+    Msr__AllgatherRequest ag = MSR__ALLGATHER_REQUEST__INIT;
+    ag.name = "huge";
+    ag.count = 1u << 24;
+    ag.n_entries = 1;
+    ag.entries = ep;
+    ag.wait_ms = 100;
+    int code = call(ch, MSR_RPC_ALLGATHER, &ag.base, err, sizeof err);
+    printf("allgather of %zu bytes with count %u: code %d: %s\n",
+           protobuf_c_message_get_packed_size(&ag.base), ag.count, code, err);
+    CHECK(code == GRPC_STATUS_INVALID_ARGUMENT, "the huge allgather was not refused");
+    Msr__BarrierRequest br = MSR__BARRIER_REQUEST__INIT;
+    br.name = "huge";
+    br.count = 100000000;
+    br.wait_ms = 100;
+    code = call(ch, MSR_RPC_BARRIER, &br.base, err, sizeof err);
+    printf("barrier of %zu bytes with count %u: code %d: %s\n",
+           protobuf_c_message_get_packed_size(&br.base), br.count, code, err);
+    CHECK(code == GRPC_STATUS_INVALID_ARGUMENT, "the huge barrier was not refused");
+    long rss3 = proc_kib("VmRSS");
+    printf("coordinator around the huge counts: VmRSS %ld -> %ld KiB\n", rss2, rss3);
+    CHECK(rss3 - rss2 < 16 * 1024, "VmRSS grew by %ld KiB", rss3 - rss2);
+
+    /* 4. expired waits leave nothing: make room, wait on 3 x KEYS_MAX names
+     * that are never set or completed, then fill the store to its key limit */
+    for (int i = 0; i < f.accepted_n + 8; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "flood/%d", i);
+        Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+        d.key = key;
+        CHECK(call(ch, MSR_RPC_DELETE, &d.base, err, sizeof err) == 0, "delete: %s", err);
+    }
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "small";
+    CHECK(call(ch, MSR_RPC_DELETE, &d.base, err, sizeof err) == 0, "delete: %s", err);
+    for (int i = 0; i < KEYS_MAX; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "gone/%d", i);
+        Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+        g.key = name;
+        g.wait_ms = 1;
+        code = call(ch, MSR_RPC_GET, &g.base, err, sizeof err);
+        CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "get-wait %d: code %d: %s", i, code, err);
+        br.name = name;
+        br.count = 2;
+        br.wait_ms = 1;
+        code = call(ch, MSR_RPC_BARRIER, &br.base, err, sizeof err);
+        CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "barrier %d: code %d: %s", i, code, err);
+        ag.name = name;
+        ag.count = 2;
+        ag.wait_ms = 1;
+        code = call(ch, MSR_RPC_ALLGATHER, &ag.base, err, sizeof err);
+        CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "allgather %d: code %d: %s", i, code, err);
+    }
+    for (int i = 0; i < KEYS_MAX; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "fill/%d", i);
+        code = set(ch, key, "v", 1, err, sizeof err);
+        CHECK(code == 0, "after %d expired waits, key %d of %d refused: %s", 3 * KEYS_MAX, i,
+              KEYS_MAX, err);
+    }
+    code = set(ch, "one-too-many", "v", 1, err, sizeof err);
+    CHECK(code == GRPC_STATUS_RESOURCE_EXHAUSTED && strstr(err, "--store_keys_max") != NULL,
+          "key %d: code %d: %s", KEYS_MAX + 1, code, err);
+    printf("%d expired waits left nothing: %d keys admitted, the next refused: %s\n", 3 * KEYS_MAX,
+           KEYS_MAX, err);
+    msr_rpc_channel_destroy(ch);
+    printf("ok\n");
+    return 0;
+}

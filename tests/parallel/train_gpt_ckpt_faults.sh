@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# train_gpt --resume against damaged checkpoints (2 ranks, steps 5 and 10
+# saved): a corrupt newest step is refused and the job falls back to step 5
+# and says so; a step edited consistently in one rank's file (payload and
+# CRC) makes every rank fail with a message instead of hanging; leftover
+# .tmp files are removed; files are 0600 and folders 0700; a symbolic link
+# planted as a step folder is not written through.
+# A run resumed from a checkpoint whose values are NaN names that checkpoint
+# when its loss goes bad.
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan
+set -euo pipefail
+case_name=${1:?which case: fallback, edit, leftovers or link}
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+work=$(mktemp -d)
+job=ckfault-$$-$RANDOM
+cleanup() {
+    kill_job "$job"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    cat "$work/log" >&2 2>/dev/null || true
+    exit 1
+}
+args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
+    --ckpt-every 5 --resume)
+# train DIR STEPS: runs the job (60 s at most); $rc gets msrun's status
+train() {
+    rc=0
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${args[@]}" --ckpt-dir "$1" --steps "$2" \
+        >"$work/log" 2>&1 || rc=$?
+    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job hung (killed after 60 s)"
+}
+# set_u64 FILE OFFSET VALUE: writes VALUE there and fixes the file's CRC
+# (libmsrun's header: 48 bytes, the CRC-32 of the rest at offset 40)
+set_u64() {
+    python3 - "$@" <<'PY'
+import struct, sys, zlib
+path, off, val = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+b = bytearray(open(path, "rb").read())
+assert zlib.crc32(bytes(b[48:])) == struct.unpack_from("<I", b, 40)[0], "not zlib's CRC"
+struct.pack_into("<Q", b, off, val)
+struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
+open(path, "wb").write(b)
+PY
+}
+
+case $case_name in
+fallback)
+    # the newest step corrupt on rank 1: fall back to step 5, and say so
+    train "$work/a" 10
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    [[ -f "$work/a/step-10/rank-1.bin" && -f "$work/a/step-5/rank-1.bin" ]] || fail "no checkpoints"
+    printf '\xff' | dd of="$work/a/step-10/rank-1.bin" bs=1 seek=300 conv=notrunc status=none
+    train "$work/a" 15
+    [[ $rc -eq 0 ]] || fail "the run after the corruption failed ($rc)"
+    grep -q "refusing step 10" "$work/log" || fail "the refusal of step 10 was not said"
+    grep -q "rank 1.*does not match its CRC" "$work/log" || fail "the reason was not said"
+    grep -q "falling back to step 5" "$work/log" || fail "the fallback was not said"
+    grep -q "resumed from step 5 under" "$work/log" || fail "did not resume from step 5"
+    echo "ok   corrupt newest checkpoint: $(grep -o 'falling back to step 5[^(]*' "$work/log" | head -1)"
+    ;;
+leftovers)
+    train "$work/a" 10
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    # files 0600, folders 0700
+    [[ $(stat -c %a "$work/a/step-10") == 700 ]] || fail "step folder mode $(stat -c %a "$work/a/step-10")"
+    for f in "$work"/a/step-10/*; do
+        [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
+    done
+    echo "ok   checkpoint files 0600, folders 0700"
+    # a wider mode when asked (the umask may narrow it: clear it here)
+    (umask 022 && MSR_CKPT_MODE=0640 train "$work/g" 5)
+    [[ $(stat -c %a "$work/g/step-5") == 750 ]] || fail "MSR_CKPT_MODE: folder $(stat -c %a "$work/g/step-5")"
+    [[ $(stat -c %a "$work/g/step-5/rank-0.bin") == 640 ]] ||
+        fail "MSR_CKPT_MODE: file $(stat -c %a "$work/g/step-5/rank-0.bin")"
+    echo "ok   MSR_CKPT_MODE=0640: files 0640, folders 0750"
+    # leftovers of writes killed mid-way, by both ranks
+    touch "$work/a/step-10/rank-1.bin.tmp.99999" "$work/a/step-5/rank-0.commit.tmp.4242" \
+        "$work/a/step-10/MANIFEST.tmp.31337"
+    train "$work/a" 15
+    [[ $rc -eq 0 ]] || fail "the resumed run failed ($rc)"
+    left=$(find "$work/a" -name '*.tmp.*' | wc -l)
+    [[ $left -eq 0 ]] || fail "leftover .tmp files remain: $(find "$work/a" -name '*.tmp.*')"
+    echo "ok   leftover .tmp files removed"
+    ;;
+edit)
+    # a consistent edit of one rank's step: every rank fails with a message
+    train "$work/b" 10
+    [[ $rc -eq 0 ]] || fail "the first run of b failed ($rc)"
+    set_u64 "$work/b/step-10/rank-0.bin" $((48 + 16)) 7 # the payload's step
+    train "$work/b" 15
+    [[ $rc -ne 0 ]] || fail "a rank resumed from a shard whose step was edited"
+    grep -q "says it is of step 7" "$work/log" || fail "no message names the edited step"
+    echo "ok   edited step: every rank failed ($rc) with a message, no hang"
+    # the same with the optimizer step (the shard's step intact): the ranks
+    # compare their shards
+    train "$work/c" 10
+    [[ $rc -eq 0 ]] || fail "the first run of c failed ($rc)"
+    set_u64 "$work/c/step-10/rank-1.bin" $((48 + 24)) 3 # the payload's AdamW step
+    train "$work/c" 15
+    [[ $rc -ne 0 ]] || fail "the ranks resumed from shards that disagree"
+    grep -q "checkpoint shards disagree" "$work/log" || fail "no message says the shards disagree"
+    echo "ok   edited optimizer step: every rank failed ($rc) with a message, no hang"
+    ;;
+link)
+    # a symbolic link planted as the next step's folder is not written through
+    train "$work/a" 5
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    mkdir -p "$work/elsewhere"
+    ln -s "$work/elsewhere" "$work/a/step-10"
+    train "$work/a" 10
+    [[ $rc -ne 0 ]] || fail "the job wrote its checkpoint through a symbolic link"
+    grep -q "step-10 is a symbolic link" "$work/log" || fail "the refusal was not said"
+    [[ -z $(ls -A "$work/elsewhere") ]] ||
+        fail "files appeared where the link points: $(ls "$work/elsewhere")"
+    echo "ok   symbolic link at a checkpoint path: refused, nothing written through it"
+    ;;
+nan)
+    train "$work/a" 10
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    for r in 0 1; do
+        python3 - "$work/a/step-10/rank-$r.bin" <<'PY'
+import struct, sys, zlib
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+hl = struct.unpack_from("<I", b, 48 + 12)[0]  # the payload's header bytes
+b[48 + hl:] = b"\xff" * (len(b) - 48 - hl)  # every float NaN
+struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
+open(path, "wb").write(b)
+PY
+    done
+    train "$work/a" 15
+    [[ $rc -ne 0 ]] || fail "a NaN model trained on"
+    grep -q "after resuming from the checkpoint of step 10 under $work/a" "$work/log" ||
+        fail "the bad loss does not name the checkpoint"
+    echo "ok   NaN after a resume: $(grep -o 'the loss of step.*' "$work/log" | head -1)"
+    ;;
+*)
+    fail "unknown case $case_name"
+    ;;
+esac
