@@ -479,6 +479,7 @@ test: ^test_coord$
 <<<
     wake_getters(c, key, v);
 ===
+    (void)wake_getters;
 >>>
 
 # ---- the node's store proxy (msrun/proxy.c)
@@ -509,13 +510,22 @@ test: ^(it_store|it_multinode)$
             for (size_t k = 0; k + 1 < q->n_entries && n < g->arrived; k++)
 >>>
 
-@ proxy.barrier.not_grouped
+@ proxy.barrier.not_grouped_for_two
 file: msrun/proxy.c
 test: ^(it_store|it_multinode)$
 <<<
         if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
 ===
         if (r->local_count > 2 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+>>>
+
+@ proxy.barrier.grouping_removed
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+===
+        if (0 && r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
 >>>
 
 @ proxy.group.sent_when_full
@@ -667,13 +677,13 @@ test: ^test_parallel_adamw$
             float denom = sqrtf(vv[i] / (bc2_sqrt * bc2_sqrt) + eps);
 >>>
 
-@ adamw.no_bias_correction_1
+@ adamw.bias_correction_1_inverted
 file: parallel/adamw.c
 test: ^test_parallel_adamw$
 <<<
     opt->step_size = (float)((double)lr / bc1);
 ===
-    opt->step_size = lr;
+    opt->step_size = (float)((double)lr * bc1);
 >>>
 
 @ adamw.decay_on_every_tensor
