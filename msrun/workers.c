@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "msrun/cpus.h"
 
 extern char **environ;
 
@@ -274,28 +275,14 @@ err:
     return NULL;
 }
 
-/* The CPUs worker local_rank is pinned to: an equal share of the allowed
- * set, or one CPU round-robin when there are more workers than CPUs. */
+/* The CPUs worker local_rank is pinned to: its share of the CPUs this
+ * process may run on (msr_cpu_share). */
 static int cpu_share(int local_rank, int local_world, cpu_set_t *set)
 {
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
         return -1;
-    int cpus[CPU_SETSIZE], n = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &allowed))
-            cpus[n++] = c;
-    if (n == 0)
-        return -1;
-    CPU_ZERO(set);
-    int share = n / local_world;
-    if (share == 0) {
-        CPU_SET(cpus[local_rank % n], set);
-    } else {
-        for (int i = 0; i < share; i++)
-            CPU_SET(cpus[local_rank * share + i], set);
-    }
-    return 0;
+    return msr_cpu_share(&allowed, local_rank, local_world, set);
 }
 
 static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_base *base, int fd,

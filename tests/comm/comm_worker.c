@@ -820,6 +820,76 @@ static uint64_t fnv(const void *p, size_t n)
     return h;
 }
 
+/* The paths that promise to fold in rank order (direct, the small
+ * shared-memory slots, inline or not, and the tiled path) give the bits of
+ * the serial sum x0 + x1 + ... + x(n-1), on values of very different
+ * magnitudes where any other order rounds differently. */
+static float order_value(int r, uint64_t i)
+{
+    static const int exps[] = {24, 0, -3, 13, -8, 20, 2, 17, -1, 9, 26, -5, 6};
+    int e = exps[((uint64_t)r * 7 + i * 3) % 13];
+    float v = ldexpf(1.0f + (float)((i * 5 + (uint64_t)r) % 8) / 8.0f, e);
+    return (r + i) % 3 == 1 ? -v : v;
+}
+
+static void check_fold_order(msr_comm_t *world)
+{
+    int n = msr_comm_size(world);
+    if (n < 3)
+        return; /* a sum of two is the same whichever adds */
+    enum { COUNT = 1001 };
+    float *in = xmalloc(COUNT * 4), *out = xmalloc(COUNT * 4), *ref = xmalloc(COUNT * 4);
+    int differs = 0;
+    for (uint64_t i = 0; i < COUNT; i++) {
+        in[i] = order_value(msr_comm_rank(world), i);
+        float fwd = order_value(0, i), rev = order_value(n - 1, i);
+        for (int r = 1; r < n; r++) {
+            fwd += order_value(r, i);
+            rev += order_value(n - 1 - r, i);
+        }
+        ref[i] = fwd;
+        differs += memcmp(&fwd, &rev, 4) != 0;
+    }
+    if (differs == 0)
+        fail("fold order: the test values do not depend on the order");
+    static const char *const algos[][4] = {
+        /* label, MSR_COMM_ALGO_ALLREDUCE, MSR_COMM_SHM_MAX, MSR_COMM_SHM_TILE */
+        {"direct", "direct", NULL, NULL},
+        {"shm slots", "shm", NULL, NULL},
+        {"shm tiles", "shm", "0", "4096"},
+    };
+    static const size_t counts[] = {3, 64, COUNT};
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+        setenv("MSR_COMM_ALGO_ALLREDUCE", algos[a][1], 1);
+        if (algos[a][2]) {
+            setenv("MSR_COMM_SHM_MAX", algos[a][2], 1);
+            setenv("MSR_COMM_SHM_TILE", algos[a][3], 1);
+        }
+        msr_comm_t *c = NULL;
+        OK(msr_comm_dup(world, 0, &c));
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            snprintf(g_case, sizeof g_case, "fold order %s count %zu", algos[a][0], counts[k]);
+            memset(out, 0, COUNT * 4);
+            OK(msr_comm_allreduce(c, in, out, counts[k], MSR_DTYPE_F32, MSR_OP_SUM));
+            for (size_t i = 0; i < counts[k]; i++)
+                if (memcmp(&out[i], &ref[i], 4) != 0)
+                    fail("%s: element %zu is %a, the rank-order sum is %a", g_case, i,
+                         (double)out[i], (double)ref[i]);
+            memcpy(out, in, COUNT * 4);
+            OK(msr_comm_allreduce(c, MSR_IN_PLACE, out, counts[k], MSR_DTYPE_F32, MSR_OP_SUM));
+            if (memcmp(out, ref, counts[k] * 4) != 0)
+                fail("%s in place: not the rank-order sum", g_case);
+        }
+        msr_comm_destroy(c);
+        unsetenv("MSR_COMM_SHM_MAX");
+        unsetenv("MSR_COMM_SHM_TILE");
+    }
+    unsetenv("MSR_COMM_ALGO_ALLREDUCE");
+    free(in);
+    free(out);
+    free(ref);
+}
+
 static void mode_determinism(msr_comm_t *world)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
@@ -882,6 +952,7 @@ static void mode_determinism(msr_comm_t *world)
     unsetenv("MSR_COMM_SHM_TILE");
     unsetenv("MSR_COMM_SHM_NT");
     unsetenv("MSR_COMM_ALGO_ALLREDUCE");
+    check_fold_order(world);
     if (me == 0)
         printf("determinism hash %016llx\n", (unsigned long long)all);
     free(in);

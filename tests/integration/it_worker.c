@@ -233,6 +233,44 @@ static int do_ckpt(const char *dir)
     return 0;
 }
 
+/* Checkpoint agreement reads every rank's offer, the last rank's too: save
+ * steps 0..2, the last rank loses its commit of step 2 (the job agrees on
+ * 1), then rank 0 loses its commit of step 1 (the job agrees on 0). */
+static int do_ckpt_last(const char *dir)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    int rank = msr_rank(ctx), last = msr_world_size(ctx) - 1;
+    char data[64], path[4096];
+    int64_t latest = -1;
+    memset(data, 'a' + rank, sizeof data);
+    for (int step = 0; step <= 2; step++)
+        CHECK_ST(msr_ckpt_save(ctx, dir, step, data, sizeof data, 3), MSR_OK);
+    CHECK_ST(msr_ckpt_latest(ctx, dir, &latest), MSR_OK);
+    CHECK(latest == 2, "latest is %lld, want 2", (long long)latest);
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    if (rank == last) {
+        snprintf(path, sizeof path, "%s/step-2/rank-%d.commit", dir, last);
+        CHECK(unlink(path) == 0, "unlink %s", path);
+    }
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    CHECK_ST(msr_ckpt_latest(ctx, dir, &latest), MSR_OK);
+    CHECK(latest == 1, "without rank %d's commit of step 2, latest is %lld, want 1", last,
+          (long long)latest);
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/step-1/rank-0.commit", dir);
+        CHECK(unlink(path) == 0, "unlink %s", path);
+    }
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    CHECK_ST(msr_ckpt_latest(ctx, dir, &latest), MSR_OK);
+    CHECK(latest == 0, "without rank 0's commit of step 1, latest is %lld, want 0",
+          (long long)latest);
+    printf("last-rank checkpoint checks passed on rank %d\n", rank);
+    msr_finalize(ctx);
+    return 0;
+}
+
 /* Hang detection: rank `who` stops its own process (how == "stop") or stops
  * calling msr_heartbeat() (how == "stall"); the others beat for 20 s. */
 static int do_hang(const char *how, int who)
@@ -310,6 +348,8 @@ int main(int argc, char **argv)
         return do_hang(argv[2], atoi(argv[3]));
     if (strcmp(mode, "ckpt") == 0 && argc > 2)
         return do_ckpt(argv[2]);
+    if (strcmp(mode, "ckpt_last") == 0 && argc > 2)
+        return do_ckpt_last(argv[2]);
     if (strcmp(mode, "token") == 0)
         return do_token();
     if (strcmp(mode, "counts") == 0)

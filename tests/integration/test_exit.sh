@@ -38,4 +38,25 @@ run_msrun --worker_num=2 "$TMP/noshebang"
 expect_code 2 "exec failure"
 expect_in "cannot execute '$TMP/noshebang': Exec format error" "$TMP/err" "exec error reported"
 ok "exec failure reported"
+
+# the stderr tail keeps the last 20 lines, in order, of a worker that wrote
+# more than 20 (the ring of lines has turned over)
+cat >"$TMP/many.sh" <<'SH'
+#!/bin/sh
+i=1
+while [ $i -le 50 ]; do echo "numbered line $i" >&2; i=$((i + 1)); done
+exit 5
+SH
+chmod +x "$TMP/many.sh"
+run_msrun --worker_num=1 --error_file="$TMP/many.json" "$TMP/many.sh"
+expect_code 5 "a worker with 50 stderr lines exits 5"
+got=$(grep -o '| numbered line [0-9]*$' "$TMP/err" | sed 's/.* //' | paste -sd' ')
+want=$(seq 31 50 | paste -sd' ')
+[ "$got" = "$want" ] || fail "stderr tail: got lines '$got', want '$want'"
+python3 - "$TMP/many.json" <<'PY' || fail "error file's stderr tail"
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["stderr_tail"] == ["numbered line %d" % i for i in range(31, 51)], e["stderr_tail"]
+PY
+ok "the last 20 of 50 stderr lines, in order, in the report and the error file"
 no_leftovers "exit"

@@ -97,6 +97,16 @@ cat "$TMP"/node[01].out >"$TMP/all.out"
 # and msr_barrier from 8 ranks on 2 nodes reach the coordinator as 2 calls each
 expect_in "COUNTS allgather=10 barrier=12" "$TMP/all.out" "2 coordinator calls per operation"
 ok "proxy: 8 ranks on 2 nodes make 2 coordinator calls per allgather and barrier"
+# the same with 2 workers per node: the smallest group is combined too
+port=$(free_port)
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2)
+start_node 0 "${common[@]}" "$BATCH"
+start_node 1 "${common[@]}" "$BATCH"
+wait_node 0 0
+wait_node 1 0
+cat "$TMP"/node[01].out >"$TMP/all.out"
+expect_in "COUNTS allgather=10 barrier=12" "$TMP/all.out" "2 coordinator calls per operation"
+ok "proxy: 2 workers per node make 1 coordinator call per node and operation"
 
 # 6. workers started without msrun join the coordinator directly
 port=$(free_port)

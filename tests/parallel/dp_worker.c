@@ -115,6 +115,19 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return sqrt(diff / norm);
 }
 
+/* The gradient norms of run r against want's, step by step: within 1e-5
+ * relative (the sum over dp ranks of gradients each divided by the global
+ * batch is the one process's gradient; a missing 1/dp shows here even
+ * where clipping and AdamW hide it from the losses). */
+static void compare_norms(const char *what, const run_t *r, const run_t *want)
+{
+    for (int i = 0; i < STEPS; i++) {
+        double rel = fabs(r->norm[i] - want->norm[i]) / want->norm[i];
+        CHECK(want->norm[i] > 0 && rel <= 1e-5, "%s: step %d gradient norm %.9g, want %.9g", what,
+              i + 1, r->norm[i], want->norm[i]);
+    }
+}
+
 /* Compares run r against want: losses within 1e-5 relative (bitwise if
  * asked), parameters within 1e-5 (bitwise if asked). Returns the largest
  * relative loss difference. */
@@ -320,6 +333,7 @@ int main(int argc, char **argv)
                  * add the same way and a sum of dp <= 2 is commutative */
                 int same_adds = zero <= 1 || accums[a] == 1;
                 double worst = compare(what, &got, &want, P, dp == 1 && same_adds);
+                compare_norms(what, &got, &want);
                 if (zero == 0)
                     stage0 = got;
                 else

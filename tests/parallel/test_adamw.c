@@ -173,6 +173,40 @@ static void test_clip_and_norm(void)
     MSR_CHECK(fabs(whole - parts) < 1e-12 * whole);
 }
 
+/* Epsilon is added to sqrt(v-hat), outside the root: with a large eps and
+ * gradients of its size, two steps by hand (in double, closed form). */
+static void test_eps_outside_the_root(void)
+{
+    const msr_adamw_config_t big_eps = {0.9, 0.95, 0.01, 0.0};
+    msr_gpt_tensor_t t[2];
+    two_tensors(t);
+    msr_adamw_t *opt = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&big_eps, t, 2, 0, 6, &opt));
+    float p[6] = {0, 0, 0, 0, 0, 0};
+    float g1[6] = {0.01f, -0.01f, 0.03f, 0.001f, -0.02f, 0.005f};
+    float g2[6] = {0.02f, 0.01f, -0.01f, 0.0f, -0.02f, 0.04f};
+    double P[6] = {0}, M[6] = {0}, V[6] = {0};
+    const double lr = 0.1;
+    for (int step = 1; step <= 2; step++) {
+        const float *g = step == 1 ? g1 : g2;
+        msr_adamw_update(opt, p, g, (float)lr, 1.0f);
+        /* step 1 in closed form: -lr g / (|g| + eps); element 0 has g = eps */
+        if (step == 1)
+            MSR_CHECK_MSG(fabsf(p[0] - -0.05f) < 1e-6f, "p[0] %.9g after step 1, want -0.05",
+                          (double)p[0]);
+        for (int i = 0; i < 6; i++) {
+            M[i] = 0.9 * M[i] + 0.1 * g[i];
+            V[i] = 0.95 * V[i] + 0.05 * (double)g[i] * g[i];
+            double mhat = M[i] / (1 - pow(0.9, step)), vhat = V[i] / (1 - pow(0.95, step));
+            P[i] -= lr * mhat / (sqrt(vhat) + 0.01);
+        }
+        for (int i = 0; i < 6; i++)
+            MSR_CHECK_MSG(fabs(p[i] - P[i]) < 1e-6, "step %d p[%d] %.9g want %.9g", step, i,
+                          (double)p[i], P[i]);
+    }
+    msr_adamw_destroy(opt);
+}
+
 static void test_bad_config(void)
 {
     msr_gpt_tensor_t t[2];
@@ -195,6 +229,7 @@ static const msr_test_t tests[] = {
     {"shards_match_whole", test_shards_match_whole, 10},
     {"ranges_match_whole", test_ranges_match_whole, 10},
     {"clip_and_norm", test_clip_and_norm, 10},
+    {"eps_outside_the_root", test_eps_outside_the_root, 10},
     {"bad_config", test_bad_config, 10},
 };
 

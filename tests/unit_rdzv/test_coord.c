@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grpc/status.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -657,6 +658,278 @@ static void test_allgather(void)
     MSR_CHECK(c[0].answered && c[0].code == 0);
     MSR_CHECK_EQ(((Msr__AllgatherResponse *)c[0].resp)->n_lengths, 2);
     fcall_reset(&c[0]);
+    msr_coord_destroy(co);
+}
+
+/* ---- the store's guards, each on its own (mutation tests, scripts/mutate.sh) ---- */
+
+/* A job of one node that runs generation 1, after one restart. */
+static msr_coord_t *restarted_coord(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 1);
+    const char *a = join(co, 0, 1, 1, -1);
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    report(co, a, 0, 0, 1, 0);
+    MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(((Msr__HeartbeatResponse *)c.resp)->generation, 1);
+    fcall_reset(&c);
+    return co;
+}
+
+static void check_stale(const fcall_t *c, const char *what)
+{
+    MSR_CHECK_MSG(c->answered && c->code == GRPC_STATUS_ABORTED,
+                  "%s of generation 0 at generation 1: answered %d, code %d", what, c->answered,
+                  c->code);
+    MSR_CHECK_MSG(strstr(c->message, "stale generation 0") != NULL, "%s: %s", what, c->message);
+}
+
+/* The value of key in generation 1, "" if absent. */
+static void get1(msr_coord_t *co, const char *key, char *out, size_t len)
+{
+    fcall_t c = {0};
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = (char *)key;
+    g.generation = 1;
+    call(co, &c, MSR_RPC_GET, &g.base);
+    out[0] = '\0';
+    if (c.code == 0) {
+        Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
+        MSR_CHECK(r->value.len < len);
+        memcpy(out, r->value.data, r->value.len);
+        out[r->value.len] = '\0';
+    } else {
+        MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND);
+    }
+    fcall_reset(&c);
+}
+
+/* Every store call of a past generation (older than the job's, the usual
+ * case: a process left over from before a restart) is refused and changes
+ * nothing; not only set. */
+static void test_store_stale_generation_every_call(void)
+{
+    msr_coord_t *co = restarted_coord();
+    fcall_t c = {0};
+    char got[64];
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = "k";
+    s.value.data = (uint8_t *)"v1";
+    s.value.len = 2;
+    s.generation = 1;
+    call(co, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    s.generation = 0;
+    s.value.data = (uint8_t *)"v0";
+    call(co, &c, MSR_RPC_SET, &s.base);
+    check_stale(&c, "set");
+
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "k";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    check_stale(&c, "get");
+    g.key = "absent";
+    g.wait_ms = 10000; /* would wait, not be refused, without the check */
+    call(co, &c, MSR_RPC_GET, &g.base);
+    check_stale(&c, "waiting get");
+
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = "ctr";
+    a.delta = 5;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    check_stale(&c, "add");
+    a.generation = 1;
+    a.delta = 1;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, 1); /* the stale add left no trace */
+
+    Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
+    cs.key = "k";
+    cs.expected.data = (uint8_t *)"v1";
+    cs.expected.len = 2;
+    cs.desired.data = (uint8_t *)"v0";
+    cs.desired.len = 2;
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    check_stale(&c, "compare-set");
+
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "k";
+    call(co, &c, MSR_RPC_DELETE, &d.base);
+    check_stale(&c, "delete");
+    get1(co, "k", got, sizeof got);
+    MSR_CHECK_STR(got, "v1"); /* neither the set, compare-set nor delete applied */
+
+    Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+    b.name = "b";
+    b.count = 1;
+    call(co, &c, MSR_RPC_BARRIER, &b.base);
+    check_stale(&c, "barrier");
+
+    uint8_t byte = 'x';
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep[1] = {&e};
+    e.data.data = &byte;
+    e.data.len = 1;
+    Msr__AllgatherRequest ag = MSR__ALLGATHER_REQUEST__INIT;
+    ag.name = "g";
+    ag.count = 1;
+    ag.n_entries = 1;
+    ag.entries = ep;
+    call(co, &c, MSR_RPC_ALLGATHER, &ag.base);
+    check_stale(&c, "allgather");
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static int cas(msr_coord_t *co, const char *key, const char *expected, const char *desired,
+               char *current, size_t len)
+{
+    fcall_t c = {0};
+    Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
+    cs.key = (char *)key;
+    cs.expected.data = (uint8_t *)expected;
+    cs.expected.len = strlen(expected);
+    cs.desired.data = (uint8_t *)desired;
+    cs.desired.len = strlen(desired);
+    call(co, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    Msr__CompareSetResponse *r = (Msr__CompareSetResponse *)c.resp;
+    current[0] = '\0';
+    if (r->present) {
+        MSR_CHECK(r->current.len < len);
+        memcpy(current, r->current.data, r->current.len);
+        current[r->current.len] = '\0';
+    }
+    int swapped = r->swapped ? 1 : r->present ? 0 : -1; /* -1: absent */
+    fcall_reset(&c);
+    return swapped;
+}
+
+/* compare-set swaps only on an exact match: not a prefix, not a longer
+ * value, and an empty expectation matches an empty value, not an absent
+ * key. */
+static void test_store_compare_set_exact(void)
+{
+    msr_coord_t *co = running_coord();
+    char cur[64];
+    set_kv(co, "k", "owner1");
+    MSR_CHECK_EQ(cas(co, "k", "owner", "x", cur, sizeof cur), 0);
+    MSR_CHECK_STR(cur, "owner1");
+    MSR_CHECK_EQ(cas(co, "k", "o", "x", cur, sizeof cur), 0);
+    MSR_CHECK_EQ(cas(co, "k", "", "x", cur, sizeof cur), 0);
+    MSR_CHECK_EQ(cas(co, "k", "owner12", "x", cur, sizeof cur), 0);
+    MSR_CHECK_EQ(cas(co, "k", "owner2", "x", cur, sizeof cur), 0);
+    MSR_CHECK_STR(cur, "owner1");
+    MSR_CHECK_EQ(cas(co, "k", "owner1", "owner2", cur, sizeof cur), 1);
+    MSR_CHECK_STR(cur, "owner2");
+    /* an empty expectation is not "absent" */
+    MSR_CHECK_EQ(cas(co, "none", "", "x", cur, sizeof cur), -1);
+    fcall_t c = {0};
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "none";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND);
+    /* an empty value matches an empty expectation only */
+    set_kv(co, "e", "");
+    MSR_CHECK_EQ(cas(co, "e", "x", "y", cur, sizeof cur), 0);
+    MSR_CHECK_STR(cur, "");
+    MSR_CHECK_EQ(cas(co, "e", "", "y", cur, sizeof cur), 1);
+    MSR_CHECK_STR(cur, "y");
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* add reaches the counter's limits exactly and refuses one step past them,
+ * leaving the counter as it was. */
+static void test_store_add_limits(void)
+{
+    msr_coord_t *co = running_coord();
+    fcall_t c = {0};
+    char got[64];
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    set_kv(co, "hi", "9223372036854775806");
+    a.key = "hi";
+    a.delta = 1;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, INT64_MAX);
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_OUT_OF_RANGE);
+    set_kv(co, "lo", "-9223372036854775807");
+    a.key = "lo";
+    a.delta = -1;
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, INT64_MIN);
+    call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_OUT_OF_RANGE);
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "lo";
+    call(co, &c, MSR_RPC_GET, &g.base);
+    MSR_CHECK(c.code == 0);
+    Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
+    snprintf(got, sizeof got, "%.*s", (int)r->value.len, (const char *)r->value.data);
+    MSR_CHECK_STR(got, "-9223372036854775808");
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A barrier and an allgather half-reached when a generation ends are
+ * forgotten: the next generation's of the same name start from nothing and
+ * are not released early by the old arrivals. */
+static void test_barrier_allgather_reset_on_restart(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 1);
+    const char *a = join(co, 0, 1, 1, -1);
+    fcall_t c = {0}, b0 = {0}, g0 = {0}, b1 = {0}, g1 = {0};
+    beat(co, &c, a, 0, 0);
+    Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+    b.name = "b";
+    b.count = 2;
+    b.wait_ms = 10000;
+    call(co, &b0, MSR_RPC_BARRIER, &b.base);
+    uint8_t old = 'o', neu[2] = {'n', 'm'};
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep[1] = {&e};
+    e.index = 0;
+    e.data.data = &old;
+    e.data.len = 1;
+    Msr__AllgatherRequest ag = MSR__ALLGATHER_REQUEST__INIT;
+    ag.name = "g";
+    ag.count = 2;
+    ag.n_entries = 1;
+    ag.entries = ep;
+    ag.wait_ms = 10000;
+    call(co, &g0, MSR_RPC_ALLGATHER, &ag.base);
+    MSR_CHECK(!b0.answered && !g0.answered);
+    report(co, a, 0, 0, 1, 0); /* restart: generation 1 */
+    MSR_CHECK_EQ(b0.code, GRPC_STATUS_ABORTED);
+    MSR_CHECK_EQ(g0.code, GRPC_STATUS_ABORTED);
+    beat(co, &c, a, 1, 1);
+    b.generation = 1;
+    call(co, &b1, MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK_MSG(!b1.answered, "the next generation's barrier was released by an old arrival");
+    ag.generation = 1;
+    e.index = 1;
+    e.data.data = &neu[1];
+    call(co, &g1, MSR_RPC_ALLGATHER, &ag.base);
+    MSR_CHECK_MSG(!g1.answered, "the next generation's allgather completed with an old entry");
+    /* the second participants complete both, with this generation's data */
+    call(co, &c, MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK(c.answered && c.code == 0 && b1.answered && b1.code == 0);
+    e.index = 0;
+    e.data.data = &neu[0];
+    call(co, &c, MSR_RPC_ALLGATHER, &ag.base);
+    MSR_CHECK(c.answered && c.code == 0 && g1.answered && g1.code == 0);
+    Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)g1.resp;
+    MSR_CHECK(r->data.len == 2 && memcmp(r->data.data, "nm", 2) == 0);
+    fcall_reset(&c);
+    fcall_reset(&b0);
+    fcall_reset(&g0);
+    fcall_reset(&b1);
+    fcall_reset(&g1);
     msr_coord_destroy(co);
 }
 
@@ -1522,6 +1795,10 @@ static const msr_test_t tests[] = {
     {"store_limits", test_store_limits, 10},
     {"store_counts_bounded", test_store_counts_bounded, 10},
     {"store_expired_waits_withdraw", test_store_expired_waits_withdraw, 10},
+    {"store_stale_generation_every_call", test_store_stale_generation_every_call, 10},
+    {"store_compare_set_exact", test_store_compare_set_exact, 10},
+    {"store_add_limits", test_store_add_limits, 10},
+    {"barrier_allgather_reset_on_restart", test_barrier_allgather_reset_on_restart, 10},
     {"persist_and_resume", test_persist_and_resume, 10},
     {"write_held_until_saved", test_write_held_until_saved, 10},
     {"save_failure_fails_writes", test_save_failure_fails_writes, 10},

@@ -1,0 +1,734 @@
+#!/usr/bin/env bash
+# A mutation pass: one deliberate bug at a time, the tests that should notice
+# it run against each, and the survivors (bugs no test noticed) reported.
+#
+# Each mutation in the list at the bottom names a file, an exact snippet of
+# it (which must occur exactly once), its replacement, and a ctest regex
+# of the tests that should catch it. For each: the snippet is replaced, the
+# build is brought up to date (incremental: only what the file feeds), the
+# tests run with a timeout, and the file is put back as it was, also when
+# the build or a test fails or the pass is interrupted. A mutation whose
+# snippet is not found exactly once is STALE: an error, not a survivor, so
+# the list cannot quietly go out of date as the code changes (the CTest test
+# mutate_list runs `--check` in every build). Mutations marked `equivalent`
+# cannot change behaviour (the reason is given); they are listed but not run
+# or counted.
+#
+# Usage: scripts/mutate.sh [--list] [--check] [--build DIR] [--only REGEX]
+#                          [--timeout S] [--no-baseline] [--goal PCT]
+#   --list         print the mutations and exit
+#   --check        only check that every snippet occurs exactly once
+#   --build DIR    the build directory (default: build, configured already)
+#   --only REGEX   run only the mutations whose name matches (grep -E)
+#   --timeout S    ctest's timeout per test (default 240)
+#   --no-baseline  skip the first run of every named test without mutation
+#   --goal PCT     exit 1 when fewer are caught (default 90)
+#
+# The working tree's files are restored byte for byte from a copy taken
+# before each mutation (uncommitted edits survive). At the end the build is
+# brought back up to date with the unmutated sources. Not run by CI: the
+# whole pass takes about 25-40 minutes on 2 cores (most of it the
+# multi-process comm and data-parallel tests); one mutation takes from a few
+# seconds (unit tests) to about two minutes.
+#
+# Exit status: 0 when nothing is stale, every mutant built, and at least
+# the goal's share was caught; 1 otherwise; 2 on bad usage.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+build=build
+only=
+timeout=240
+baseline=1
+goal=90
+mode=run
+while [ $# -gt 0 ]; do
+    case $1 in
+    --list) mode=list ;;
+    --check) mode=check ;;
+    --build) build=$2; shift ;;
+    --build=*) build=${1#*=} ;;
+    --only) only=$2; shift ;;
+    --only=*) only=${1#*=} ;;
+    --timeout) timeout=$2; shift ;;
+    --timeout=*) timeout=${1#*=} ;;
+    --no-baseline) baseline=0 ;;
+    --goal) goal=$2; shift ;;
+    --goal=*) goal=${1#*=} ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "mutate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+LIST=$(mktemp)
+WORK=$(mktemp -d)
+trap 'rm -rf "$LIST" "$WORK"' EXIT
+# The list: everything after the __MUTATIONS__ line of this script.
+sed -n '/^__MUTATIONS__$/,/^__END__$/p' "$0" | sed '1d;$d' >"$LIST"
+
+# mut CMD [ARGS]: the list's parser (python3): list, check, apply N, field N KEY.
+mut() {
+    python3 - "$LIST" "$ROOT" "$@" <<'PY'
+import sys, os
+path, root, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+muts, cur, section = [], None, None
+for line in open(path).read().split("\n"):
+    if section in ("orig", "repl"):
+        if line == "===" and section == "orig":
+            section = "repl"
+            continue
+        if line == ">>>":
+            section = None
+            continue
+        cur[section].append(line)
+        continue
+    if line.startswith("@ "):
+        cur = {"name": line[2:].strip(), "file": "", "test": "", "build": "",
+               "equivalent": "", "orig": [], "repl": []}
+        muts.append(cur)
+    elif line == "<<<":
+        section = "orig"
+    elif line.strip() == "" or line.startswith("#"):
+        continue
+    elif ":" in line and cur is not None:
+        k, v = line.split(":", 1)
+        cur[k.strip()] = v.strip()
+    else:
+        sys.exit("mutate.sh: cannot parse list line: " + line)
+for m in muts:
+    m["orig"] = "\n".join(m["orig"])
+    m["repl"] = "\n".join(m["repl"])
+    if not m["file"] or not m["orig"] or (not m["test"] and not m["equivalent"]):
+        sys.exit("mutate.sh: mutation %s lacks file, snippet or test" % m["name"])
+
+def count(m):
+    try:
+        return open(os.path.join(root, m["file"])).read().count(m["orig"])
+    except OSError:
+        return -1
+
+if cmd == "list":
+    for i, m in enumerate(muts):
+        kind = "equivalent" if m["equivalent"] else "run"
+        print("\t".join([str(i), m["name"], m["file"], m["test"] or "-", kind]))
+elif cmd == "check":
+    bad = 0
+    for m in muts:
+        n = count(m)
+        if n != 1:
+            bad += 1
+            print("STALE %s: its snippet occurs %d times in %s" % (m["name"], max(n, 0), m["file"]))
+    names = [m["name"] for m in muts]
+    for n in set(names):
+        if names.count(n) > 1:
+            bad += 1
+            print("DUPLICATE name %s" % n)
+    print("%d mutations, %d stale or duplicate" % (len(muts), bad))
+    sys.exit(1 if bad else 0)
+elif cmd == "field":
+    print(muts[int(args[0])][args[1]])
+elif cmd == "apply":
+    m = muts[int(args[0])]
+    p = os.path.join(root, m["file"])
+    text = open(p).read()
+    if text.count(m["orig"]) != 1:
+        sys.exit(3)
+    open(p, "w").write(text.replace(m["orig"], m["repl"]))
+PY
+}
+
+if [ "$mode" = list ]; then
+    mut list | awk -F'\t' '{printf "%-3s %-44s %-28s %-10s %s\n", $1, $2, $3, $5, $4}'
+    exit $?
+fi
+if [ "$mode" = check ]; then
+    mut check
+    exit $?
+fi
+
+[ -f "$build/CMakeCache.txt" ] || {
+    echo "mutate.sh: $build is not a configured build directory (cmake -B $build first)" >&2
+    exit 2
+}
+command -v python3 >/dev/null || { echo "mutate.sh: needs python3" >&2; exit 2; }
+
+# The file being mutated and its saved copy; restored on any exit.
+CUR_FILE=
+restore() {
+    if [ -n "$CUR_FILE" ]; then
+        # a plain copy (new mtime), so the next build recompiles it
+        cat "$WORK/saved" >"$ROOT/$CUR_FILE"
+        CUR_FILE=
+    fi
+}
+on_exit() {
+    restore
+    rm -rf "$LIST" "$WORK"
+}
+trap on_exit EXIT
+trap 'echo "mutate.sh: interrupted: restoring the file" >&2; exit 130' INT TERM
+
+jobs=$(nproc)
+build_all() { # incremental: only what the changed file feeds is redone
+    cmake --build "$build" -j"$jobs" >"$WORK/build.log" 2>&1
+}
+run_tests() { # $1: regex; the ctest status
+    (cd "$build" && ctest -R "$1" --timeout "$timeout" --output-on-failure) >"$WORK/test.log" 2>&1
+}
+
+mapfile -t rows < <(mut list)
+[ ${#rows[@]} -gt 0 ] || { echo "mutate.sh: the list is empty" >&2; exit 1; }
+
+echo "== stale check"
+mut check || { echo "mutate.sh: fix the stale mutations above first" >&2; exit 1; }
+
+start=$SECONDS
+echo "== build"
+build_all || { tail -n 30 "$WORK/build.log"; echo "mutate.sh: the unmutated build fails" >&2; exit 1; }
+
+if [ $baseline = 1 ]; then
+    regexes=()
+    for row in "${rows[@]}"; do
+        IFS=$'\t' read -r i name file test kind <<<"$row"
+        [ "$kind" = run ] || continue
+        [ -z "$only" ] || grep -qE -- "$only" <<<"$name" || continue
+        regexes+=("$test")
+    done
+    all=$(printf '%s\n' "${regexes[@]}" | sort -u | paste -sd'|')
+    echo "== baseline: the named tests without mutation ($all)"
+    if ! run_tests "$all"; then
+        grep -E "tests passed|Failed|\*\*\*" "$WORK/test.log" | tail -n 20
+        echo "mutate.sh: tests fail without any mutation: nothing to measure" >&2
+        exit 1
+    fi
+fi
+
+results=()
+caught=0 survived=0 errors=0 equivalent=0
+for row in "${rows[@]}"; do
+    IFS=$'\t' read -r i name file test kind <<<"$row"
+    [ -z "$only" ] || grep -qE -- "$only" <<<"$name" || continue
+    if [ "$kind" = equivalent ]; then
+        equivalent=$((equivalent + 1))
+        results+=("$name|$file|EQUIVALENT|-|$(mut field "$i" equivalent)")
+        continue
+    fi
+    t0=$SECONDS
+    cp "$ROOT/$file" "$WORK/saved"
+    CUR_FILE=$file
+    mut apply "$i"
+    rc=$?
+    if [ $rc = 3 ]; then
+        CUR_FILE=
+        errors=$((errors + 1))
+        results+=("$name|$file|STALE|0|snippet not found exactly once")
+        printf '%-44s STALE\n' "$name"
+        continue
+    elif [ $rc != 0 ]; then
+        restore
+        errors=$((errors + 1))
+        results+=("$name|$file|ERROR|0|could not apply")
+        continue
+    fi
+    if ! build_all; then
+        restore
+        errors=$((errors + 1))
+        results+=("$name|$file|NO-BUILD|$((SECONDS - t0))|$(grep -m1 'error' "$WORK/build.log")")
+        printf '%-44s NO-BUILD\n' "$name"
+        continue
+    fi
+    if run_tests "$test"; then
+        verdict=SURVIVED
+        survived=$((survived + 1))
+        why="no test of '$test' failed"
+    else
+        verdict=caught
+        caught=$((caught + 1))
+        why=$(grep -oE '^[[:space:]]*[0-9]+ - [^ ]+' "$WORK/test.log" | awk '{print $3}' |
+            paste -sd' ')
+        why="failed: ${why:-?}"
+    fi
+    restore
+    results+=("$name|$file|$verdict|$((SECONDS - t0))|$why")
+    printf '%-44s %-9s %4d s  %s\n' "$name" "$verdict" $((SECONDS - t0)) "$why"
+done
+
+echo "== rebuilding without mutations"
+build_all || echo "mutate.sh: the final rebuild failed: see $build" >&2
+
+echo
+echo "| mutation | file | result | seconds | notes |"
+echo "|---|---|---|---|---|"
+for r in "${results[@]}"; do
+    IFS='|' read -r a b c d e <<<"$r"
+    echo "| $a | $b | $c | $d | $e |"
+done
+total=$((caught + survived))
+pct=0
+[ $total = 0 ] || pct=$((100 * caught / total))
+echo
+echo "caught $caught of $total ($pct%); $equivalent equivalent (not counted); $errors stale or not built; $((SECONDS - start)) s"
+[ $errors = 0 ] && [ $pct -ge "$goal" ] || exit 1
+exit 0
+
+# The mutations. Each block:
+#   @ name
+#   file: path from the repository root
+#   test: ctest regex of the tests that must catch it
+#   equivalent: why it cannot change behaviour (then it is not run)
+#   <<<
+#   the exact original lines (must occur exactly once)
+#   ===
+#   the replacement lines
+#   >>>
+# The list is a here-document, so `bash -n` does not read it as commands.
+: <<'__END__'
+__MUTATIONS__
+# ---- the coordinator's store (cluster/coord.c): every call's generation guard
+@ coord.set.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key))
+===
+    if (!check_key(c, call, "set", req->key))
+>>>
+
+@ coord.get.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
+===
+    if (!check_key(c, call, "get", req->key))
+>>>
+
+@ coord.add.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
+===
+    if (!check_key(c, call, "add", req->key))
+>>>
+
+@ coord.compare_set.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "compare-set", req->key))
+===
+    if (!check_key(c, call, "compare-set", req->key))
+>>>
+
+@ coord.delete.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key))
+===
+    if (!check_key(c, call, "delete", req->key))
+>>>
+
+@ coord.barrier.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
+===
+    if (!check_key(c, call, "barrier", req->name))
+>>>
+
+@ coord.allgather.no_generation_check
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
+===
+    if (!check_key(c, call, "allgather", req->name))
+>>>
+
+@ coord.generation.older_accepted
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (generation == c->generation)
+        return 1;
+===
+    if (generation <= c->generation)
+        return 1;
+>>>
+
+# ---- compare-set matching
+@ coord.compare_set.prefix_matches
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+                    : (v != NULL && v->len == req->expected.len &&
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+===
+                    : (v != NULL && v->len >= req->expected.len &&
+                       (req->expected.len == 0 || memcmp(v->data, req->expected.data, req->expected.len) == 0));
+>>>
+
+@ coord.compare_set.empty_matches_absent
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+                    : (v != NULL && v->len == req->expected.len &&
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+===
+                    : (v == NULL ? req->expected.len == 0 : v->len == req->expected.len &&
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+>>>
+
+@ coord.compare_set.no_empty_shortcut
+file: cluster/coord.c
+equivalent: memcmp of 0 bytes is 0 anyway; the shortcut only keeps a NULL data pointer of an empty value away from memcmp
+<<<
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+===
+                       (memcmp(v->data, req->expected.data, v->len) == 0));
+>>>
+
+# ---- a new generation starts from nothing
+@ coord.reset.keeps_barriers
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    msr_map_cleanup(&c->barriers, barrier_free);
+===
+>>>
+
+@ coord.reset.keeps_gathers
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    msr_map_cleanup(&c->gathers, gather_free);
+===
+>>>
+
+@ coord.reset.keeps_keys
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    msr_map_cleanup(&c->store, kv_free);
+===
+>>>
+
+# ---- add's limits, barriers and allgathers
+@ coord.add.overflow_off_by_one
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
+===
+    if ((req->delta > 0 && value >= INT64_MAX - req->delta) ||
+>>>
+
+@ coord.add.underflow_off_by_one
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+        (req->delta < 0 && value < INT64_MIN - req->delta)) {
+===
+        (req->delta < 0 && value <= INT64_MIN - req->delta)) {
+>>>
+
+@ coord.barrier.released_one_early
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (b->arrived < b->count) {
+===
+    if (b->arrived + 1 < b->count) {
+>>>
+
+@ coord.barrier.weight_check_off_by_one
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (weight > b->count - b->arrived) {
+===
+    if (weight >= b->count - b->arrived) {
+>>>
+
+@ coord.allgather.duplicate_in_request
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+            dup = req->entries[j]->index == idx;
+===
+            dup = 0;
+>>>
+
+@ coord.allgather.completes_one_early
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (g->received < g->count) {
+===
+    if (g->received + 1 < g->count) {
+>>>
+
+@ coord.set.waiters_not_woken
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    wake_getters(c, key, v);
+===
+    (void)wake_getters;
+>>>
+
+# ---- the node's store proxy (msrun/proxy.c)
+@ proxy.barrier.weight_lost
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+        r.weight = g->arrived;
+===
+        r.weight = 1;
+>>>
+
+@ proxy.group.capacity_off_by_one
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+    if (weight > g->local_count - g->arrived || g->ncalls == g->local_count) {
+===
+    if (weight >= g->local_count - g->arrived || g->ncalls == g->local_count) {
+>>>
+
+@ proxy.allgather.last_entry_dropped
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+            for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
+===
+            for (size_t k = 0; k + 1 < q->n_entries && n < g->arrived; k++)
+>>>
+
+@ proxy.barrier.not_grouped_for_two
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+===
+        if (r->local_count > 2 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+>>>
+
+@ proxy.barrier.grouping_removed
+file: msrun/proxy.c
+test: ^(it_store|it_multinode)$
+<<<
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+===
+        if (0 && r->local_count > 1 && msr_rpc_key_valid(r->name) && r->count >= r->local_count) {
+>>>
+
+@ proxy.group.sent_when_full
+file: msrun/proxy.c
+equivalent: arrived never exceeds local_count (a call that would is refused above), so == and >= agree
+<<<
+    if (g->arrived == g->local_count)
+        group_send(p, g);
+===
+    if (g->arrived >= g->local_count)
+        group_send(p, g);
+>>>
+
+# ---- checkpoints (rendezvous/checkpoint.c)
+@ ckpt.agree.skips_last_rank
+file: rendezvous/checkpoint.c
+test: ^it_ckpt$
+<<<
+            for (int r = 1; r < world && everywhere; r++) {
+===
+            for (int r = 1; r < world - 1 && everywhere; r++) {
+>>>
+
+@ ckpt.agree.skips_rank_1
+file: rendezvous/checkpoint.c
+test: ^it_ckpt$
+<<<
+            for (int r = 1; r < world && everywhere; r++) {
+===
+            for (int r = 2; r < world && everywhere; r++) {
+>>>
+
+@ ckpt.agree.newest_only
+file: rendezvous/checkpoint.c
+test: ^it_ckpt$
+<<<
+        for (int k = 0; k < CKPT_OFFER && agreed < 0; k++) {
+===
+        for (int k = 0; k < 1 && agreed < 0; k++) {
+>>>
+
+@ ckpt.have_step.commit_ignored
+file: rendezvous/checkpoint.c
+test: ^it_ckpt$
+<<<
+    if (access(path, F_OK) != 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+===
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+>>>
+
+# ---- the collectives (comm/)
+@ comm.shm_slots.reverse_fold
+file: comm/ucx/shm.c
+test: ^comm_determinism_np4$
+<<<
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, r->bytes),
+                   data_of(s, 1, k, r->bytes), a->count);
+        for (int j = 2; j < r->n; j++)
+===
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, r->n - 1, k, r->bytes),
+                   data_of(s, r->n - 2, k, r->bytes), a->count);
+        for (int j = r->n - 3; j >= 0; j--)
+>>>
+
+@ comm.shm_tiles.reverse_fold
+file: comm/ucx/shm.c
+test: ^comm_determinism_np4$
+<<<
+    msr_reduce(a->op, a->dtype, dst, src[0], src[1], count);
+    for (int j = 2; j < n; j++)
+===
+    msr_reduce(a->op, a->dtype, dst, src[n - 1], src[n - 2], count);
+    for (int j = n - 3; j >= 0; j--)
+>>>
+
+@ comm.direct.reverse_fold
+file: comm/ucx/coll.c
+test: ^comm_determinism_np4$
+<<<
+    const void *x0 = r->me == 0 ? own : slots;
+    const void *x1 = r->me == 1 ? own : slots + stride;
+    msr_reduce(a->op, a->dtype, dst, x0, x1, count);
+    for (int j = 2; j < r->n; j++)
+===
+    int l = r->n - 1;
+    const void *x0 = r->me == l ? own : slots + (size_t)l * stride;
+    const void *x1 = r->me == l - 1 ? own : slots + (size_t)(l - 1) * stride;
+    msr_reduce(a->op, a->dtype, dst, x0, x1, count);
+    for (int j = l - 2; j >= 0; j--)
+>>>
+
+@ comm.avg.not_divided_for_two
+file: comm/reduce.c
+test: ^(test_comm_reduce|comm_collectives_np3)$
+<<<
+    if (op != MSR_OP_AVG || n <= 1)
+===
+    if (op != MSR_OP_AVG || n <= 2)
+>>>
+
+# ---- data parallel (parallel/)
+@ train.gradient_not_divided_by_dp
+file: parallel/train.c
+test: ^test_parallel_dp_np(2|4)$
+<<<
+    float dloss = (float)(1.0 / ((double)G * (double)T));
+===
+    float dloss = (float)(1.0 / ((double)(G / (uint64_t)c->dp) * (double)T));
+>>>
+
+@ dp.gradients_averaged_twice
+file: parallel/dp.c
+test: ^test_parallel_dp_np(2|4)$
+<<<
+                                 MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
+    } else {
+===
+                                 MSR_DTYPE_F32, MSR_OP_AVG, &B->req[0]);
+    } else {
+>>>
+
+@ dp.norm.replicated_counted_on_every_rank
+file: parallel/dp.c
+test: ^test_parallel_dp_np(2|4)$
+<<<
+        if (u->own_n == 0 || (u->replicated && dp->rank != 0))
+===
+        if (u->own_n == 0)
+>>>
+
+@ dp.loss.local_only
+file: parallel/dp.c
+test: ^test_parallel_dp_np(2|4)$
+<<<
+    *loss_sum_p = red[0];
+===
+    *loss_sum_p = loss_local;
+>>>
+
+# ---- AdamW (parallel/adamw.c)
+@ adamw.eps_inside_sqrt
+file: parallel/adamw.c
+test: ^test_parallel_adamw$
+<<<
+            float denom = sqrtf(vv[i]) / bc2_sqrt + eps;
+===
+            float denom = sqrtf(vv[i] / (bc2_sqrt * bc2_sqrt) + eps);
+>>>
+
+@ adamw.bias_correction_1_inverted
+file: parallel/adamw.c
+test: ^test_parallel_adamw$
+<<<
+    opt->step_size = (float)((double)lr / bc1);
+===
+    opt->step_size = (float)((double)lr * bc1);
+>>>
+
+@ adamw.decay_on_every_tensor
+file: parallel/adamw.c
+test: ^test_parallel_adamw$
+<<<
+        float keep = sp->decay ? opt->decay_keep : 1.0f;
+===
+        float keep = opt->decay_keep;
+>>>
+
+@ adamw.clip_at_exactly_one
+file: parallel/adamw.c
+equivalent: at coef == 1.0 both branches give 1.0f
+<<<
+    return coef < 1.0 ? (float)coef : 1.0f;
+===
+    return coef <= 1.0 ? (float)coef : 1.0f;
+>>>
+
+# ---- the launcher (msrun/)
+@ agent.stderr_tail.not_rotated
+file: msrun/agent.c
+test: ^it_exit$
+<<<
+        int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
+===
+        int start = 0;
+>>>
+
+@ cpus.bind_core.overlapping_shares
+file: msrun/cpus.c
+test: ^(test_cpu_share|it_misc)$
+<<<
+            CPU_SET(cpus[local_rank * share + i], set);
+===
+            CPU_SET(cpus[local_rank + i], set);
+>>>
+
+@ cpus.bind_core.all_on_first_core
+file: msrun/cpus.c
+test: ^(test_cpu_share|it_misc)$
+<<<
+        CPU_SET(cpus[local_rank % n], set);
+===
+        CPU_SET(cpus[0], set);
+>>>
+__END__
