@@ -881,8 +881,9 @@ static void test_store_add_limits(void)
  * are not released early by the old arrivals. */
 static void test_barrier_allgather_reset_on_restart(void)
 {
-    msr_coord_t *co = make_coord(1, 1, 1);
-    const char *a = join(co, 0, 1, 1, -1);
+    /* two ranks on one node, so that counts of 2 are the job's own */
+    msr_coord_t *co = make_coord(2, 2, 1);
+    const char *a = join(co, 0, 2, 2, -1);
     fcall_t c = {0}, b0 = {0}, g0 = {0}, b1 = {0}, g1 = {0};
     beat(co, &c, a, 0, 0);
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
