@@ -799,7 +799,8 @@ static int cas(msr_coord_t *co, const char *key, const char *expected, const cha
     current[0] = '\0';
     if (r->present) {
         MSR_CHECK(r->current.len < len);
-        memcpy(current, r->current.data, r->current.len);
+        if (r->current.len) /* an empty value may come as NULL */
+            memcpy(current, r->current.data, r->current.len);
         current[r->current.len] = '\0';
     }
     int swapped = r->swapped ? 1 : r->present ? 0 : -1; /* -1: absent */
