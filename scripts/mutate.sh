@@ -291,9 +291,9 @@ __MUTATIONS__
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
 ===
-    if (!check_key(c, call, "set", req->key))
+    if (!check_key(c, call, "set", req->key) ||
 >>>
 
 @ coord.get.no_generation_check
@@ -309,27 +309,28 @@ test: ^test_coord$
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
 ===
-    if (!check_key(c, call, "add", req->key))
+    if (!check_key(c, call, "add", req->key) ||
 >>>
 
 @ coord.compare_set.no_generation_check
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "compare-set", req->key))
+    if (!check_generation(c, call, req->generation) ||
+        !check_key(c, call, "compare-set", req->key) ||
 ===
-    if (!check_key(c, call, "compare-set", req->key))
+    if (!check_key(c, call, "compare-set", req->key) ||
 >>>
 
 @ coord.delete.no_generation_check
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
 ===
-    if (!check_key(c, call, "delete", req->key))
+    if (!check_key(c, call, "delete", req->key) ||
 >>>
 
 @ coord.barrier.no_generation_check
@@ -459,18 +460,18 @@ test: ^test_coord$
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-            dup = req->entries[j]->index == idx;
+        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
 ===
-            dup = 0;
+        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
 >>>
 
 @ coord.allgather.completes_one_early
 file: cluster/coord.c
 test: ^test_coord$
 <<<
-    if (g->received < g->count) {
+    if (bad == NULL && g->received < g->count) {
 ===
-    if (g->received + 1 < g->count) {
+    if (bad == NULL && g->received + 1 < g->count) {
 >>>
 
 @ coord.set.waiters_not_woken
@@ -544,27 +545,27 @@ equivalent: arrived never exceeds local_count (a call that would is refused abov
 file: rendezvous/checkpoint.c
 test: ^it_ckpt$
 <<<
-            for (int r = 1; r < world && everywhere; r++) {
+        for (int r = 1; r < world && everywhere; r++) {
 ===
-            for (int r = 1; r < world - 1 && everywhere; r++) {
+        for (int r = 1; r < world - 1 && everywhere; r++) {
 >>>
 
 @ ckpt.agree.skips_rank_1
 file: rendezvous/checkpoint.c
 test: ^it_ckpt$
 <<<
-            for (int r = 1; r < world && everywhere; r++) {
+        for (int r = 1; r < world && everywhere; r++) {
 ===
-            for (int r = 2; r < world && everywhere; r++) {
+        for (int r = 2; r < world && everywhere; r++) {
 >>>
 
 @ ckpt.agree.newest_only
 file: rendezvous/checkpoint.c
 test: ^it_ckpt$
 <<<
-        for (int k = 0; k < CKPT_OFFER && agreed < 0; k++) {
+    for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
 ===
-        for (int k = 0; k < 1 && agreed < 0; k++) {
+    for (int k = 0; k < 1 && agreed < 0 && st == MSR_OK; k++) {
 >>>
 
 @ ckpt.have_step.commit_ignored
