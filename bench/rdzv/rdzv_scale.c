@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_coord.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
 
@@ -44,44 +45,23 @@ static const char *token = "rdzv-scale-token";
 
 static pid_t start_coordinator(const char *msrun, int world, int local, int *port_p)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
     char wn[16], lwn[16];
     snprintf(wn, sizeof wn, "%d", world);
     snprintf(lwn, sizeof lwn, "%d", local);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 3);
-        setenv("MSRUN_TOKEN", token, 1);
-        execl(msrun, "msrun", "coordinator", "--bind", "127.0.0.1:0", "--ready_fd", "3", "--job_id",
-              "scale", "--worker_num", wn, "--local_worker_num", lwn, "--max_restarts", "0",
-              "--node_timeout", "60", "--log_level", "error", (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    char line[128] = "";
-    size_t got = 0;
-    while (got < sizeof line - 1) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 10000) <= 0)
-            break;
-        ssize_t n = read(fds[0], line + got, sizeof line - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (memchr(line, '\n', got))
-            break;
-    }
-    close(fds[0]);
-    line[got] = '\0';
-    if (sscanf(line, "port %d", port_p) != 1) {
-        fprintf(stderr, "rdzv_scale: the coordinator did not start: %s\n", line);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    return pid;
+    const char *args[] = {"--job_id",
+                          "scale",
+                          "--worker_num",
+                          wn,
+                          "--local_worker_num",
+                          lwn,
+                          "--max_restarts",
+                          "0",
+                          "--node_timeout",
+                          "60",
+                          "--log_level",
+                          "error",
+                          NULL};
+    return bench_coord_start("rdzv_scale", msrun, token, args, port_p);
 }
 
 static void op_done(msr_rpc_async_t *a)

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_coord.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
 
@@ -30,65 +31,20 @@ static const char *token = "store-bench-token";
 
 static pid_t start_coordinator(const char *msrun, const char *state, const char *sync, int *port_p)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 3);
-        setenv("MSRUN_TOKEN", token, 1);
-        char *args[32] = {"msrun",
-                          "coordinator",
-                          "--bind",
-                          "127.0.0.1:0",
-                          "--ready_fd",
-                          "3",
-                          "--job_id",
-                          "bench",
-                          "--worker_num",
-                          "1",
-                          "--local_worker_num",
-                          "1",
-                          "--max_restarts",
-                          "0",
-                          "--log_level",
-                          "error"};
-        int k = 16;
-        if (state) {
-            args[k++] = "--state_file";
-            args[k++] = (char *)state;
-        }
-        if (state && sync) { /* not given otherwise: older builds lack it */
-            args[k++] = "--state_sync";
-            args[k++] = (char *)sync;
-        }
-        args[k] = NULL;
-        execv(msrun, args);
-        _exit(127);
+    const char *args[24] = {"--job_id",           "bench", "--worker_num",   "1",
+                            "--local_worker_num", "1",     "--max_restarts", "0",
+                            "--log_level",        "error"};
+    int k = 10;
+    if (state) {
+        args[k++] = "--state_file";
+        args[k++] = state;
     }
-    close(fds[1]);
-    char line[128] = "";
-    size_t got = 0;
-    while (got < sizeof line - 1) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (poll(&p, 1, 10000) <= 0)
-            break;
-        ssize_t n = read(fds[0], line + got, sizeof line - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (memchr(line, '\n', got))
-            break;
+    if (state && sync) { /* not given otherwise: older builds lack it */
+        args[k++] = "--state_sync";
+        args[k++] = sync;
     }
-    close(fds[0]);
-    line[got] = '\0';
-    if (sscanf(line, "port %d", port_p) != 1) {
-        fprintf(stderr, "store_bench: the coordinator did not start: %s\n", line);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    return pid;
+    args[k] = NULL;
+    return bench_coord_start("store_bench", msrun, token, args, port_p);
 }
 
 typedef struct worker {
