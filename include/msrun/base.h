@@ -72,6 +72,11 @@ MSR_API const char *msr_status_str(msr_status_t status);
 /* The enumerator's name ("MSR_ERR_TIMEOUT"); never NULL. Thread-safe. */
 MSR_API const char *msr_status_name(msr_status_t status);
 
+/* A sentence about the last failed call made by this thread in any part of
+ * libmsrun (which key, which address, which deadline, which peer); "" when
+ * none failed. Valid until this thread's next call. Thread-safe. */
+MSR_API const char *msr_last_error(void);
+
 /* Log levels, lowest is most severe. */
 typedef enum msr_log_level {
     MSR_LOG_ERROR = 0,

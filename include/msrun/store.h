@@ -59,10 +59,6 @@ MSR_API int64_t msr_timeout(const msr_ctx_t *ctx);
  * Cheap (an atomic increment); any thread. */
 MSR_API void msr_heartbeat(msr_ctx_t *ctx);
 
-/* A sentence about the last failed call made by this thread (which key,
- * which address, which deadline); "" when none failed. Valid until this
- * thread's next call. */
-MSR_API const char *msr_last_error(void);
 
 /* ---- the store ----
  * Keys are 1 to 1024 bytes of printable text (MSR_ERR_BAD_KEY otherwise).
