@@ -13,6 +13,8 @@
 #include "base/util.h"
 #include "cluster/server.h"
 #include "msrun/agent.h"
+#include "msrun/options.h"
+#include "msrun/optparse.h"
 #include "msrun/token.h"
 #include "rendezvous/rpc.h"
 
@@ -24,301 +26,168 @@ static void on_stop_signal(int sig)
     coord_stop = 1;
 }
 
+/* `msrun coordinator`'s options. */
+typedef struct coord_args {
+    int port;
+    char *host;
+    char *bind_host; /* --bind HOST:PORT; NULL: --host and --port */
+    int bind_port;
+    char *job_id, *token, *token_file, *state_file;
+    int worker_num, local_worker_num, max_restarts; /* 0, 0, -1: from the first node */
+    int64_t node_timeout_ms, cluster_time_out_ms, last_call_ms;
+    int min_nodes, max_nodes;
+    int log_level, state_sync, ready_fd;
+    char *tls_cert, *tls_key, *tls_ca;
+    int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
+} coord_args_t;
+
+#define C(field) MSR_OPT_DEST(coord_args_t, field)
+
+static const char *const state_sync_names[] = {"disk", "process", NULL};
+
+/* clang-format off */
+static const msr_opt_t coord_opts[] = {
+    {.name = "port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
+     .dest = C(port), .def = "8118", .metavar = "P",
+     .help = "listen on port P of --host."},
+    {.name = "host", .aliases = {"master_addr"}, .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
+     .dest = C(host), .def = "127.0.0.1", .metavar = "ADDR",
+     .help = "listen on this address only; 0.0.0.0 (every interface) only when given."},
+    {.name = "bind", .kind = MSR_OPT_HOSTPORT, MSR_OPTB_PORT, .dest = C(bind_host),
+     .dest2 = offsetof(coord_args_t, bind_port), .metavar = "ADDR:PORT",
+     .help = "listen on this address and port."},
+    {.name = "job_id", .kind = MSR_OPT_STRING, .dest = C(job_id), .def = "from the first node",
+     .metavar = "ID",
+     .help = "the job's id."},
+    {.name = "token_file", .kind = MSR_OPT_STRING, .group = 1, .env = "MSRUN_TOKEN_FILE",
+     .dest = C(token_file), .metavar = "PATH",
+     .help = "read the job token from PATH, a file only you may read (mode 0600)."},
+    {.name = "token", .aliases = {"job_token"}, .kind = MSR_OPT_SECRET, .group = 1,
+     .env = "MSRUN_TOKEN", .dest = C(token), .metavar = "SECRET",
+     .help = "the job token (prefer MSRUN_TOKEN or --token_file: others may see a command line). "
+             "Required: there is no default token."},
+    {.name = "worker_num", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .dest = C(worker_num),
+     .def = "from the first node", .metavar = "N",
+     .help = "the job's world size."},
+    {.name = "local_worker_num", .aliases = {"nproc_per_node"}, .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
+     .dest = C(local_worker_num), .def = "from the first node", .metavar = "N",
+     .help = "workers per node."},
+    {.name = "max_restarts", .kind = MSR_OPT_INT, MSR_OPTB_RESTARTS, .dest = C(max_restarts),
+     .def = "from the first node", .metavar = "N",
+     .help = "job-wide restarts."},
+    {.name = "node_timeout", .kind = MSR_OPT_SECONDS, MSR_OPTB_NODE_TIMEOUT,
+     .dest = C(node_timeout_ms), .def = "5", .metavar = "SEC",
+     .help = "a node silent this long is lost."},
+    {.name = "nnodes", .kind = MSR_OPT_RANGE, MSR_OPTB_NODES, .dest = C(min_nodes),
+     .dest2 = offsetof(coord_args_t, max_nodes), .def = "fixed", .metavar = "MIN:MAX",
+     .help = "an elastic job's range of nodes."},
+    {.name = "last_call", .kind = MSR_OPT_SECONDS, MSR_OPTB_LAST_CALL, .dest = C(last_call_ms),
+     .def = "1", .metavar = "SEC",
+     .help = "elastic: once MIN nodes are in, wait this long for more."},
+    {.name = "cluster_time_out", .aliases = {"rdzv_timeout"}, .kind = MSR_OPT_SECONDS,
+     MSR_OPTB_CLUSTER_TIME_OUT, .dest = C(cluster_time_out_ms), .def = "600", .metavar = "SEC",
+     .help = "a generation must form within this long."},
+    {.name = "log_level", .kind = MSR_OPT_LEVEL, .dest = C(log_level), .def = "info",
+     .metavar = "LEVEL",
+     .help = "error, warn, info or debug."},
+    {.name = "state_file", .kind = MSR_OPT_STRING, .dest = C(state_file), .metavar = "PATH",
+     .help = "keep the job's state in PATH (saved before every answer that depends on it) and "
+             "resume from it."},
+    {.name = "state_sync", .kind = MSR_OPT_ENUM, .choices = state_sync_names, .dest = C(state_sync),
+     .def = "disk", .metavar = "disk|process",
+     .help = "a save waits for the disk (fdatasync: answered writes survive a crash of this "
+             "host) or only for the kernel (they survive any end of the coordinator)."},
+    {.name = "ready_fd", .kind = MSR_OPT_INT, .min = 0, .max = 1 << 20, .dest = C(ready_fd),
+     .metavar = "FD",
+     .help = "write 'port N' (or 'error ...') to FD once listening."},
+    {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = C(tls_cert),
+     .metavar = "PEM",
+     .help = "serve TLS with this certificate (chain)."},
+    {.name = "tls_key", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_KEY", .dest = C(tls_key),
+     .metavar = "PEM",
+     .help = "and this private key."},
+    {.name = "tls_ca", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CA", .dest = C(tls_ca),
+     .metavar = "PEM",
+     .help = "require client certificates signed by this CA (mutual TLS)."},
+    {.name = "store_value_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_STORE_VALUE_MAX", .dest = C(store_value_max), .def = "16M", .metavar = "BYTES",
+     .help = "refuse a store value larger than this (K, M, G suffixes)."},
+    {.name = "store_keys_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_STORE_KEYS_MAX",
+     .dest = C(store_keys_max), .def = "1048576", .metavar = "N",
+     .help = "hold at most this many keys and waited-on names."},
+    {.name = "store_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G", .metavar = "BYTES",
+     .help = "hold at most this many bytes of keys, values and pending allgather contributions "
+             "(64 more per key)."},
+};
+/* clang-format on */
+
+static const msr_optset_t coord_set = {"msrun coordinator", coord_opts, MSR_ARRAY_SIZE(coord_opts),
+                                       0};
+
 static void coordinator_usage(FILE *out)
 {
     fprintf(out, "usage: msrun coordinator [options]\n"
                  "\n"
                  "Serves one job's coordinator until the job ends and every node has left (or\n"
                  "until SIGINT/SIGTERM). Agents reach it with --master_addr/--master_port.\n"
+                 "Names take '-' or '_' alike.\n"
                  "\n"
-                 "  --port P               listen on port P of --host [default 8118; env\n"
-                 "                         MSRUN_MASTER_PORT]\n"
-                 "  --host ADDR, --master_addr ADDR\n"
-                 "                         listen on this address only [default 127.0.0.1; env\n"
-                 "                         MSRUN_MASTER_ADDR]; 0.0.0.0 (every interface) only\n"
-                 "                         when given\n"
-                 "  --bind ADDR:PORT       listen on this address and port\n"
-                 "  --job_id ID            the job's id [default: taken from the first node]\n"
-                 "  --token_file PATH      read the job token from PATH, a file only you may read\n"
-                 "                         (mode 0600) [env MSRUN_TOKEN_FILE]\n"
-                 "  --token SECRET         the job token [env MSRUN_TOKEN; prefer either of those\n"
-                 "                         to this: others may see a command line]. Required:\n"
-                 "                         there is no default token\n"
-                 "  --worker_num N         the job's world size [default: from the first node]\n"
-                 "  --local_worker_num N   workers per node [default: from the first node]\n"
-                 "  --max_restarts N       job-wide restarts [default: from the first node]\n"
-                 "  --node_timeout SEC     a node silent this long is lost [default 5]\n"
-                 "  --nnodes MIN:MAX       an elastic job's range of nodes [default: fixed]\n"
-                 "  --last_call SEC        elastic: wait this long for more than MIN [default 1]\n"
-                 "  --cluster_time_out SEC a generation must form within [default 600]\n"
-                 "  --log_level LEVEL      error, warn, info, debug [default info]\n"
-                 "  --state_file PATH      keep the job's state in PATH (saved before every\n"
-                 "                         answer that depends on it) and resume from it\n"
-                 "  --state_sync disk|process\n"
-                 "                         a save waits for the disk (fdatasync: answered writes\n"
-                 "                         survive a crash of this host) or only for the kernel\n"
-                 "                         (they survive any end of the coordinator) [disk]\n"
-                 "  --ready_fd FD          write 'port N' (or 'error ...') to FD once listening\n"
-                 "  --tls_cert PEM         serve TLS with this certificate [env MSRUN_TLS_CERT]\n"
-                 "  --tls_key PEM          and this private key [env MSRUN_TLS_KEY]\n"
-                 "  --tls_ca PEM           require client certificates signed by this CA (mutual\n"
-                 "                         TLS) [env MSRUN_TLS_CA]\n"
-                 "  --store_value_max B    refuse a store value larger than B bytes (K, M, G\n"
-                 "                         suffixes) [default 16M; env MSRUN_STORE_VALUE_MAX]\n"
-                 "  --store_keys_max N     hold at most N keys and waited-on names\n"
-                 "                         [default 1048576; env MSRUN_STORE_KEYS_MAX]\n"
-                 "  --store_bytes_max B    hold at most B bytes of keys, values and pending\n"
-                 "                         allgather contributions, 64 more per key [default 1G;\n"
-                 "                         env MSRUN_STORE_BYTES_MAX]\n");
+                 "options:\n");
+    msr_opts_usage(&coord_set, out);
 }
 
-/* The job token of `msrun coordinator` and `msrun status`: --token or
- * --token_file from the command line (tok, file; NULL when not given), else
- * MSRUN_TOKEN or MSRUN_TOKEN_FILE. There is no default: a token others can
- * compute protects nothing. Writes the token to out and returns 0, or prints
- * why (prog names the command) and returns 2. */
-static int resolve_token(const char *prog, const char *tok, const char *file, char *out, size_t len)
+/* Parses `msrun coordinator`'s arguments into a (holding its defaults):
+ * 0 to go on, else the exit status (after printing --help or why). */
+static int coord_parse(int argc, char **argv, coord_args_t *a)
 {
-    char err[600];
-    if (tok && file) {
-        fprintf(stderr, "%s: error: give --token or --token_file, not both\n", prog);
-        return 2;
-    }
-    if (tok == NULL && file == NULL) {
-        const char *et = getenv("MSRUN_TOKEN"), *ef = getenv("MSRUN_TOKEN_FILE");
-        tok = et && *et ? et : NULL;
-        file = ef && *ef ? ef : NULL;
-        if (tok && file) {
-            fprintf(stderr, "%s: error: MSRUN_TOKEN and MSRUN_TOKEN_FILE are both set: unset one\n",
-                    prog);
-            return 2;
-        }
-    }
-    if (file) {
-        if (msr_token_read_file(file, out, len, err, sizeof err) != MSR_OK) {
-            fprintf(stderr, "%s: error: %s\n", prog, err);
-            return 2;
-        }
-        return 0;
-    }
-    if (tok == NULL) {
-        fprintf(stderr,
-                "%s: error: no job token: give the job's token with --token_file FILE (mode "
-                "0600) or MSRUN_TOKEN\n",
-                prog);
-        return 2;
-    }
-    if (!msr_token_valid(tok) || strlen(tok) >= len) {
-        fprintf(stderr, "%s: error: a token is 1 to %d printable characters without spaces\n", prog,
-                MSR_TOKEN_MAX);
-        return 2;
-    }
-    snprintf(out, len, "%s", tok);
-    return 0;
-}
-
-static int need_value(int argc, char **argv, int i)
-{
-    if (i + 1 >= argc) {
-        fprintf(stderr, "msrun coordinator: error: %s needs a value\n", argv[i]);
-        return 0;
-    }
-    return 1;
-}
-
-static int parse_secs(const char *v, int64_t *ms)
-{
-    char *end;
-    double s = strtod(v, &end);
-    if (end == v || *end || s <= 0 || s > 1e9)
+    unsigned char seen[MSR_ARRAY_SIZE(coord_opts)];
+    int next;
+    switch (msr_opts_parse(&coord_set, argc, argv, a, seen, &next)) {
+    case MSR_OPTS_HELP:
+        coordinator_usage(stdout);
         return -1;
-    *ms = (int64_t)(s * 1000 + 0.5);
-    return 0;
-}
-
-/* Keeps a copy of a token given on the command line, so that its argv
- * memory can be hidden at once. */
-static int set_token_arg(const char **token_p, char **copy_p, const char *v)
-{
-    char *c = msr_strdup(v);
-    if (c == NULL)
-        return -1;
-    if (*copy_p) {
-        memset(*copy_p, 0, strlen(*copy_p));
-        msr_free(*copy_p);
-    }
-    *copy_p = c;
-    *token_p = c;
-    return 0;
-}
-
-int msr_coordinator_main(int argc, char **argv)
-{
-    char *token_copy = NULL;
-    char bind[300] = "";
-    const char *env_port = getenv("MSRUN_MASTER_PORT"), *env_host = getenv("MSRUN_MASTER_ADDR");
-    const char *host = env_host && *env_host ? env_host : "127.0.0.1";
-    int64_t port_arg = -1;
-    if (env_port && *env_port && msr_parse_i64(env_port, 0, 65535, &port_arg) != MSR_OK) {
-        fprintf(stderr, "msrun coordinator: error: MSRUN_MASTER_PORT=%s is not a port\n", env_port);
+    case MSR_OPTS_OK:
+        break;
+    default:
+        msr_opts_print_error(&coord_set);
         return 2;
     }
-    const char *job_id = NULL, *token = NULL, *token_file = NULL, *state_file = NULL;
-    msr_rpc_tls_t tls = {getenv("MSRUN_TLS_CERT"), getenv("MSRUN_TLS_KEY"), getenv("MSRUN_TLS_CA"),
-                         NULL};
-    int64_t worker_num = 0, local_worker_num = 0, max_restarts = -1, ready_fd = -1;
-    int64_t node_timeout = 5000, cluster_time_out = 600000, level = MSR_LOG_INFO;
-    int64_t min_nodes = 0, max_nodes = 0, last_call = 1000;
-    int state_sync_process = 0;
-    /* the store's limits: the environment first, the command line over it */
-    int64_t store_limit[3] = {0, 0, 0}; /* value, keys, bytes; 0: defaults */
-    static const char *const store_opt[3] = {"--store_value_max", "--store_keys_max",
-                                             "--store_bytes_max"};
-    static const char *const store_env[3] = {"MSRUN_STORE_VALUE_MAX", "MSRUN_STORE_KEYS_MAX",
-                                             "MSRUN_STORE_BYTES_MAX"};
-    for (int k = 0; k < 3; k++) {
-        const char *v = getenv(store_env[k]);
-        if (v && *v &&
-            (k == 1 ? msr_parse_i64(v, 1, INT32_MAX, &store_limit[k])
-                    : msr_parse_size(v, 1, INT64_MAX, &store_limit[k])) != MSR_OK) {
-            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", store_env[k], v);
-            return 2;
-        }
-    }
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *eq = strchr(a, '=');
-        char name[64];
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name)
-            nl = sizeof name - 1;
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        for (char *p = name; *p; p++)
-            if (*p == '-' && p > name + 1)
-                *p = '_';
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            coordinator_usage(stdout);
-            return 0;
-        }
-        const char *v = eq ? eq + 1 : NULL;
-        if (v == NULL) {
-            if (!need_value(argc, argv, i))
-                return 2;
-            v = argv[++i];
-        }
-        int bad = 0;
-        if (strcmp(name, "--port") == 0) {
-            bad = msr_parse_i64(v, 0, 65535, &port_arg) != MSR_OK;
-        } else if (strcmp(name, "--host") == 0 || strcmp(name, "--master_addr") == 0) {
-            host = v;
-            bad = *v == '\0';
-        } else if (strcmp(name, "--bind") == 0) {
-            snprintf(bind, sizeof bind, "%s", v);
-            bad = strchr(v, ':') == NULL;
-        } else if (strcmp(name, "--job_id") == 0) {
-            job_id = v;
-        } else if (strcmp(name, "--token") == 0 || strcmp(name, "--job_token") == 0) {
-            /* copied, then hidden from ps (/proc/PID/cmdline) */
-            if (set_token_arg(&token, &token_copy, v) != 0) {
-                fprintf(stderr, "msrun coordinator: error: out of memory\n");
-                return 2;
-            }
-            msr_token_scrub_arg(argv[i], eq != NULL);
-            v = "***";
-        } else if (strcmp(name, "--token_file") == 0) {
-            token_file = v;
-        } else if (strcmp(name, "--worker_num") == 0) {
-            bad = msr_parse_i64(v, 1, INT32_MAX, &worker_num) != MSR_OK;
-        } else if (strcmp(name, "--local_worker_num") == 0) {
-            bad = msr_parse_i64(v, 1, INT32_MAX, &local_worker_num) != MSR_OK;
-        } else if (strcmp(name, "--max_restarts") == 0) {
-            bad = msr_parse_i64(v, -1, INT32_MAX, &max_restarts) != MSR_OK;
-        } else if (strcmp(name, "--node_timeout") == 0) {
-            bad = parse_secs(v, &node_timeout) != 0;
-        } else if (strcmp(name, "--cluster_time_out") == 0) {
-            bad = parse_secs(v, &cluster_time_out) != 0;
-        } else if (strcmp(name, "--nnodes") == 0) {
-            char *colon = strchr(v, ':');
-            bad = colon == NULL;
-            if (!bad) {
-                char lo[32];
-                snprintf(lo, sizeof lo, "%.*s", (int)(colon - v), v);
-                bad = msr_parse_i64(lo, 1, 1 << 20, &min_nodes) != MSR_OK ||
-                      msr_parse_i64(colon + 1, min_nodes, 1 << 20, &max_nodes) != MSR_OK;
-            }
-        } else if (strcmp(name, "--last_call") == 0) {
-            bad = parse_secs(v, &last_call) != 0;
-        } else if (strcmp(name, "--state_file") == 0) {
-            state_file = v;
-        } else if (strcmp(name, "--state_sync") == 0) {
-            bad = strcmp(v, "disk") != 0 && strcmp(v, "process") != 0;
-            state_sync_process = strcmp(v, "process") == 0;
-        } else if (strcmp(name, "--tls_cert") == 0) {
-            tls.cert = v;
-        } else if (strcmp(name, "--tls_key") == 0) {
-            tls.key = v;
-        } else if (strcmp(name, "--tls_ca") == 0) {
-            tls.ca = v;
-        } else if (strcmp(name, "--ready_fd") == 0) {
-            bad = msr_parse_i64(v, 0, 1 << 20, &ready_fd) != MSR_OK;
-        } else if (strcmp(name, store_opt[0]) == 0 || strcmp(name, store_opt[1]) == 0 ||
-                   strcmp(name, store_opt[2]) == 0) {
-            int k = strcmp(name, store_opt[0]) == 0 ? 0 : strcmp(name, store_opt[1]) == 0 ? 1 : 2;
-            bad = (k == 1 ? msr_parse_i64(v, 1, INT32_MAX, &store_limit[k])
-                          : msr_parse_size(v, 1, INT64_MAX, &store_limit[k])) != MSR_OK;
-        } else if (strcmp(name, "--log_level") == 0) {
-            level = msr_log_level_parse(v);
-            bad = level < 0;
-        } else {
-            fprintf(stderr, "msrun coordinator: error: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (bad) {
-            fprintf(stderr, "msrun coordinator: error: bad value for %s: '%s'\n", name, v);
-            return 2;
-        }
-    }
-    msr_log_init("msrun-coordinator", -1, -1);
-    msr_log_set_level((msr_log_level_t)level);
-    char tok[MSR_TOKEN_MAX + 1];
-    int r = resolve_token("msrun coordinator", token, token_file, tok, sizeof tok);
-    msr_free(token_copy);
-    if (r != 0)
-        return r;
-    token = tok;
-    if (bind[0] == '\0') {
-        /* --port on --host: loopback unless another address is asked for */
-        int colon = strchr(host, ':') != NULL && host[0] != '[';
-        snprintf(bind, sizeof bind, colon ? "[%s]:%lld" : "%s:%lld", host,
-                 (long long)(port_arg >= 0 ? port_arg : 8118));
-    }
-    if (msr_rpc_tls_enabled(&tls) && (!tls.cert || !*tls.cert || !tls.key || !*tls.key)) {
+    if ((a->tls_cert || a->tls_key || a->tls_ca) && (!a->tls_cert || !a->tls_key)) {
         fprintf(stderr, "msrun coordinator: error: TLS needs both --tls_cert and --tls_key\n");
         return 2;
     }
-    if (worker_num && local_worker_num && worker_num % local_worker_num) {
+    if (a->worker_num && a->local_worker_num && a->worker_num % a->local_worker_num) {
         fprintf(stderr,
-                "msrun coordinator: error: worker_num %lld is not a multiple of "
-                "local_worker_num %lld\n",
-                (long long)worker_num, (long long)local_worker_num);
+                "msrun coordinator: error: worker_num %d is not a multiple of "
+                "local_worker_num %d\n",
+                a->worker_num, a->local_worker_num);
         return 2;
     }
+    return msr_options_need_token("msrun coordinator", &a->token, a->token_file);
+}
+
+/* Serves the coordinator of a's job on bind until it ends (or a signal). */
+static int coord_serve(const coord_args_t *a, const char *bind)
+{
+    msr_rpc_tls_t tls = {a->tls_cert, a->tls_key, a->tls_ca, NULL};
+    int64_t ready_fd = a->ready_fd;
+    const char *state_file = a->state_file;
     msr_coord_config_t cfg = {
-        .token = token,
-        .job_id = job_id,
-        .worker_num = (int)worker_num,
-        .local_worker_num = (int)local_worker_num,
-        .max_restarts = (int)max_restarts,
-        .node_timeout_ms = node_timeout,
-        .join_timeout_ms = cluster_time_out,
-        .state_file = state_file,
-        .state_sync_process = state_sync_process,
-        .min_nodes = min_nodes < max_nodes ? (int)min_nodes : 0,
-        .max_nodes = min_nodes < max_nodes ? (int)max_nodes : 0,
-        .last_call_ms = last_call,
-        .store_limits = {(uint64_t)store_limit[0], (uint64_t)store_limit[1],
-                         (uint64_t)store_limit[2]},
+        .token = a->token,
+        .job_id = a->job_id,
+        .worker_num = a->worker_num,
+        .local_worker_num = a->local_worker_num,
+        .max_restarts = a->max_restarts,
+        .node_timeout_ms = a->node_timeout_ms,
+        .join_timeout_ms = a->cluster_time_out_ms,
+        .state_file = a->state_file,
+        .state_sync_process = a->state_sync == 1,
+        .min_nodes = a->min_nodes < a->max_nodes ? a->min_nodes : 0,
+        .max_nodes = a->min_nodes < a->max_nodes ? a->max_nodes : 0,
+        .last_call_ms = a->last_call_ms,
+        .store_limits = {(uint64_t)a->store_value_max, (uint64_t)a->store_keys_max,
+                         (uint64_t)a->store_bytes_max},
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -357,6 +226,32 @@ int msr_coordinator_main(int argc, char **argv)
     return end == MSR__JOB_STATE__JOB_DONE ? 0 : 1;
 }
 
+int msr_coordinator_main(int argc, char **argv)
+{
+    coord_args_t a = {.port = 8118,
+                      .max_restarts = -1,
+                      .node_timeout_ms = 5000,
+                      .cluster_time_out_ms = 600000,
+                      .last_call_ms = 1000,
+                      .log_level = MSR_LOG_INFO,
+                      .ready_fd = -1};
+    int r = coord_parse(argc, argv, &a);
+    if (r == 0) {
+        msr_log_init("msrun-coordinator", -1, -1);
+        msr_log_set_level((msr_log_level_t)a.log_level);
+        /* --port on --host (loopback unless another address is asked for),
+         * or --bind */
+        const char *host = a.bind_host ? a.bind_host : a.host ? a.host : "127.0.0.1";
+        int port = a.bind_host ? a.bind_port : a.port;
+        int colon = strchr(host, ':') != NULL && host[0] != '[';
+        char bind[300];
+        snprintf(bind, sizeof bind, colon ? "[%s]:%d" : "%s:%d", host, port);
+        r = coord_serve(&a, bind);
+    }
+    msr_opts_free(&coord_set, &a);
+    return r < 0 ? 0 : r;
+}
+
 static const char *state_text(Msr__JobState s)
 {
     switch (s) {
@@ -375,70 +270,74 @@ static const char *state_text(Msr__JobState s)
     }
 }
 
-int msr_status_main(int argc, char **argv)
+/* `msrun status`'s options. */
+typedef struct status_args {
+    char *master_addr;
+    int master_port;
+    char *token, *token_file;
+    char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
+    char *job_id; /* accepted for scripts written for older versions */
+} status_args_t;
+
+#define S(field) MSR_OPT_DEST(status_args_t, field)
+
+/* clang-format off */
+static const msr_opt_t status_opts[] = {
+    {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
+     .dest = S(master_addr), .def = "127.0.0.1", .metavar = "ADDR",
+     .help = "address of the coordinator."},
+    {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
+     .dest = S(master_port), .def = "8118", .metavar = "PORT",
+     .help = "port of the coordinator."},
+    {.name = "token_file", .kind = MSR_OPT_STRING, .group = 1, .env = "MSRUN_TOKEN_FILE",
+     .dest = S(token_file), .metavar = "PATH",
+     .help = "read the job token from PATH, a file only you may read (mode 0600)."},
+    {.name = "token", .aliases = {"job_token"}, .kind = MSR_OPT_SECRET, .group = 1,
+     .env = "MSRUN_TOKEN", .dest = S(token), .metavar = "SECRET",
+     .help = "the job token (prefer MSRUN_TOKEN or --token_file: others may see a command line)."},
+    {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = S(tls_cert),
+     .metavar = "PEM",
+     .help = "this client's TLS certificate (chain), with tls_key."},
+    {.name = "tls_key", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_KEY", .dest = S(tls_key),
+     .metavar = "PEM",
+     .help = "the private key of tls_cert."},
+    {.name = "tls_ca", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CA", .dest = S(tls_ca),
+     .metavar = "PEM",
+     .help = "the CA that signed the coordinator's certificate."},
+    {.name = "tls_server_name", .kind = MSR_OPT_STRING, .env = "MSRUN_TLS_SERVER_NAME",
+     .dest = S(tls_server_name), .metavar = "NAME",
+     .help = "the name the coordinator's certificate must carry. Default: master_addr as given."},
+    {.name = "job_id", .kind = MSR_OPT_STRING, .dest = S(job_id), .metavar = "ID",
+     .help = "ignored (the coordinator serves one job)."},
+};
+/* clang-format on */
+
+static const msr_optset_t status_set = {"msrun status", status_opts, MSR_ARRAY_SIZE(status_opts),
+                                        0};
+
+static void status_usage(FILE *out)
 {
-    const char *addr = getenv("MSRUN_MASTER_ADDR");
-    const char *port = getenv("MSRUN_MASTER_PORT");
-    const char *token = NULL, *token_file = NULL;
-    char *token_copy = NULL;
-    msr_rpc_tls_t tls = {getenv("MSRUN_TLS_CERT"), getenv("MSRUN_TLS_KEY"), getenv("MSRUN_TLS_CA"),
-                         getenv("MSRUN_TLS_SERVER_NAME")};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            printf("usage: msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
-                   "                    [--tls_cert PEM --tls_key PEM] [--tls_ca PEM] "
-                   "[--tls_server_name NAME]\n"
-                   "\nPrints the job's state and its nodes. The job's token comes from\n"
-                   "--token_file (a file only you may read), --token, MSRUN_TOKEN_FILE or\n"
-                   "MSRUN_TOKEN.\n");
-            return 0;
-        }
-        const char *eq = strchr(a, '=');
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (v == NULL) {
-            fprintf(stderr, "msrun status: error: %s needs a value\n", a);
-            return 2;
-        }
-        if (nl == 13 && strncmp(a, "--master_addr", nl) == 0)
-            addr = v;
-        else if (nl == 13 && strncmp(a, "--master_port", nl) == 0)
-            port = v;
-        else if (nl == 7 && strncmp(a, "--token", nl) == 0) {
-            if (set_token_arg(&token, &token_copy, v) != 0) {
-                fprintf(stderr, "msrun status: error: out of memory\n");
-                return 2;
-            }
-            msr_token_scrub_arg(argv[i], eq != NULL);
-        } else if (nl == 12 && strncmp(a, "--token_file", nl) == 0)
-            token_file = v;
-        else if (nl == 10 && strncmp(a, "--tls_cert", nl) == 0)
-            tls.cert = v;
-        else if (nl == 9 && strncmp(a, "--tls_key", nl) == 0)
-            tls.key = v;
-        else if (nl == 8 && strncmp(a, "--tls_ca", nl) == 0)
-            tls.ca = v;
-        else if (nl == 17 && strncmp(a, "--tls_server_name", nl) == 0)
-            tls.server_name = v;
-        else if (nl == 8 && strncmp(a, "--job_id", nl) == 0)
-            continue; /* accepted for scripts written for older versions */
-        else {
-            fprintf(stderr, "msrun status: error: unknown option '%.*s'\n", (int)nl, a);
-            return 2;
-        }
-    }
-    char target[300], tok[MSR_TOKEN_MAX + 1];
-    snprintf(target, sizeof target, "%s:%s", addr && *addr ? addr : "127.0.0.1",
-             port && *port ? port : "8118");
-    int bad = resolve_token("msrun status", token, token_file, tok, sizeof tok);
-    msr_free(token_copy);
-    if (bad != 0)
-        return bad;
-    token = tok;
+    fprintf(out, "usage: msrun status [options]\n"
+                 "\n"
+                 "Prints the job's state and its nodes. The job's token comes from\n"
+                 "--token_file (a file only you may read), --token, MSRUN_TOKEN_FILE or\n"
+                 "MSRUN_TOKEN. Names take '-' or '_' alike.\n"
+                 "\n"
+                 "options:\n");
+    msr_opts_usage(&status_set, out);
+}
+
+/* Asks the coordinator of a for the job's state and prints it. */
+static int status_show(const status_args_t *a)
+{
+    char target[300];
+    const char *addr = a->master_addr ? a->master_addr : "127.0.0.1";
+    snprintf(target, sizeof target, "%s:%d", addr, a->master_port);
+    msr_rpc_tls_t tls = {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name};
+    const char *token = a->token;
     msr_log_init("msrun", -1, -1);
-    if (tls.server_name == NULL || *tls.server_name == '\0')
-        tls.server_name = addr && *addr ? addr : NULL; /* the name as given */
+    if (tls.server_name == NULL)
+        tls.server_name = a->master_addr; /* the name as given */
     msr_rpc_channel_t *ch = NULL;
     if (msr_rpc_channel_create_tls(target, token, &tls, &ch) != MSR_OK) {
         fprintf(stderr, "msrun status: error: cannot reach %s\n", target);
@@ -469,4 +368,27 @@ int msr_status_main(int argc, char **argv)
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
     return 0;
+}
+
+int msr_status_main(int argc, char **argv)
+{
+    status_args_t a = {.master_port = 8118};
+    unsigned char seen[MSR_ARRAY_SIZE(status_opts)];
+    int next, r = 2;
+    switch (msr_opts_parse(&status_set, argc, argv, &a, seen, &next)) {
+    case MSR_OPTS_HELP:
+        status_usage(stdout);
+        r = 0;
+        break;
+    case MSR_OPTS_OK:
+        r = msr_options_need_token("msrun status", &a.token, a.token_file);
+        if (r == 0)
+            r = status_show(&a);
+        break;
+    default:
+        msr_opts_print_error(&status_set);
+        break;
+    }
+    msr_opts_free(&status_set, &a);
+    return r;
 }

@@ -1,7 +1,6 @@
 /* msrun's command line, environment variables, defaults and --help. */
 #include "msrun/options.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -18,147 +17,142 @@
 #include "base/util.h"
 #include "msrun/token.h"
 
-typedef enum opt_type { T_INT, T_BOOL, T_STR, T_SECONDS, T_NNODES, T_LEVEL, T_SIZE } opt_type_t;
-
-typedef enum opt_id {
-    O_WORKER_NUM,
-    O_LOCAL_WORKER_NUM,
-    O_MASTER_ADDR,
-    O_MASTER_PORT,
-    O_NODE_RANK,
-    O_LOG_DIR,
-    O_JOIN,
-    O_CLUSTER_TIME_OUT,
-    O_BIND_CORE,
-    O_NNODES,
-    O_LAST_CALL,
-    O_MAX_RESTARTS,
-    O_STANDALONE,
-    O_JOB_ID,
-    O_TOKEN,
-    O_TOKEN_FILE,
-    O_GRACE,
-    O_HEARTBEAT,
-    O_NODE_TIMEOUT,
-    O_COORDINATOR_TIMEOUT,
-    O_WORKER_TIMEOUT,
-    O_ERROR_FILE,
-    O_SHOW_RANKS,
-    O_LOG_LEVEL,
-    O_RDZV_ENDPOINT,
-    /* TLS (kept together) */
-    O_TLS_CERT,
-    O_TLS_KEY,
-    O_TLS_CA,
-    O_TLS_SERVER_NAME,
-    /* the coordinator's store limits */
-    O_STORE_VALUE_MAX,
-    O_STORE_KEYS_MAX,
-    O_STORE_BYTES_MAX,
-    O_COUNT
-} opt_id_t;
-
-typedef struct opt_def {
-    opt_id_t id;
-    const char *name; /* MindSpore-style, with underscores */
-    const char *aliases[3];
-    opt_type_t type;
-    const char *def; /* shown in --help; NULL when the default is computed */
-    const char *metavar;
-    const char *help;
-} opt_def_t;
+#define D(field) MSR_OPT_DEST(msr_options_t, field)
 
 /* Every option also reads MSRUN_<NAME upper-cased>; dashes and underscores
  * are interchangeable in names. */
 /* clang-format off */
-static const opt_def_t opt_defs[] = {
-    {O_WORKER_NUM, "worker_num", {NULL}, T_INT, NULL, "N",
-     "total number of workers in the job (all nodes). Default: local_worker_num x nodes "
-     "when local_worker_num is given, else 8."},
-    {O_LOCAL_WORKER_NUM, "local_worker_num", {"nproc_per_node"}, T_INT, NULL, "N",
-     "workers started on this node. Default: worker_num / nodes when worker_num is given, "
-     "else 8."},
-    {O_MASTER_ADDR, "master_addr", {NULL}, T_STR, "none", "ADDR",
-     "address of the coordinator. The node where this address is local starts it. None: a "
-     "standalone job on this host."},
-    {O_MASTER_PORT, "master_port", {NULL}, T_INT, "8118", "PORT",
-     "port of the coordinator (a standalone job picks a free loopback port)."},
-    {O_NODE_RANK, "node_rank", {NULL}, T_INT, "-1", "R",
-     "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
-    {O_LOG_DIR, "log_dir", {NULL}, T_STR, "none", "DIR",
-     "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
-     "msrun makes are 0700; DIR must belong to you)."},
-    {O_JOIN, "join", {NULL}, T_BOOL, "true", "BOOL",
-     "accepted for MindSpore compatibility: msrun always stays and supervises its workers."},
-    {O_CLUSTER_TIME_OUT, "cluster_time_out", {"rdzv_timeout"}, T_SECONDS, "600", "SEC",
-     "how long the job waits for all its nodes to join (or rejoin after a restart)."},
-    {O_BIND_CORE, "bind_core", {NULL}, T_BOOL, "false", "BOOL",
-     "pin each worker to an equal share of this node's allowed CPU cores."},
-    {O_NNODES, "nnodes", {NULL}, T_NNODES, "1", "N|MIN:MAX",
-     "number of nodes, or an elastic range: the job runs on any number of nodes from MIN to "
-     "MAX, re-forms smaller when nodes are lost and takes in nodes that join later (the "
-     "world size is then nodes x local_worker_num)."},
-    {O_LAST_CALL, "last_call", {NULL}, T_SECONDS, "1", "SEC",
-     "elastic jobs: once MIN nodes are in, how long to wait for more before starting."},
-    {O_MAX_RESTARTS, "max_restarts", {NULL}, T_INT, "0", "N",
-     "restarts of the whole job after a worker failure, counted job-wide."},
-    {O_STANDALONE, "standalone", {NULL}, T_BOOL, "false", NULL,
-     "a one-node job with an embedded coordinator on a free loopback port (ignores "
-     "master_addr and master_port)."},
-    {O_JOB_ID, "job_id", {"rdzv_id", "run_id"}, T_STR, NULL, "ID",
-     "the job's name; every node must give the same. Default: random when standalone, "
-     "else 'default'."},
-    {O_TOKEN, "token", {"job_token"}, T_STR, NULL, "SECRET",
-     "the job token every call must carry (prefer MSRUN_TOKEN or --token_file: others may "
-     "see a command line). Default: random; in a job of several nodes, node 0 generates it "
-     "and writes it to a file only you can read, and the other nodes must be given it."},
-    {O_TOKEN_FILE, "token_file", {NULL}, T_STR, NULL, "PATH",
-     "read the job token from PATH, a file that only you may read (mode 0600, owned by you)."},
-    {O_GRACE, "grace_period", {NULL}, T_SECONDS, "5", "SEC",
-     "after SIGTERM, how long workers have to exit before SIGKILL."},
-    {O_HEARTBEAT, "heartbeat_interval", {NULL}, T_SECONDS, "1", "SEC",
-     "how often this node's msrun reports to the coordinator."},
-    {O_NODE_TIMEOUT, "node_timeout", {NULL}, T_SECONDS, "5", "SEC",
-     "a node silent this long is declared lost."},
-    {O_COORDINATOR_TIMEOUT, "coordinator_timeout", {NULL}, T_SECONDS, "30", "SEC",
-     "workers keep running this long while the coordinator cannot be reached (it may be "
-     "restarting); then the job stops."},
-    {O_WORKER_TIMEOUT, "worker_timeout", {NULL}, T_SECONDS, "0", "SEC",
-     "a worker linking libmsrun whose process stops beating this long, or that stops "
-     "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
-    {O_ERROR_FILE, "error_file", {NULL}, T_STR, "none", "PATH",
-     "write the root cause of a failure as JSON to PATH (mode 0600)."},
-    {O_SHOW_RANKS, "show_ranks", {NULL}, T_STR, "all", "LIST",
-     "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
-     "get all)."},
-    {O_LOG_LEVEL, "log_level", {NULL}, T_LEVEL, "info", "LEVEL",
-     "msrun's own messages: error, warn, info or debug."},
-    {O_RDZV_ENDPOINT, "rdzv_endpoint", {NULL}, T_STR, NULL, "HOST:PORT",
-     "torchrun's spelling of master_addr and master_port together."},
+static const msr_opt_t opt_defs[] = {
+    {.name = "worker_num", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_WORKER_NUM",
+     .dest = D(worker_num), .metavar = "N",
+     .help = "total number of workers in the job (all nodes). Default: local_worker_num x nodes "
+             "when local_worker_num is given, else 8."},
+    {.name = "local_worker_num", .aliases = {"nproc_per_node"}, .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
+     .env = "MSRUN_LOCAL_WORKER_NUM", .dest = D(local_worker_num), .metavar = "N",
+     .help = "workers started on this node. Default: worker_num / nodes when worker_num is "
+             "given, else 8."},
+    {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
+     .dest = D(master_addr), .def = "none", .metavar = "ADDR",
+     .help = "address of the coordinator. The node where this address is local starts it. None: "
+             "a standalone job on this host."},
+    {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
+     .dest = D(master_port), .def = "8118", .metavar = "PORT",
+     .help = "port of the coordinator (a standalone job picks a free loopback port)."},
+    {.name = "node_rank", .kind = MSR_OPT_INT, .min = -1, .max = INT32_MAX,
+     .env = "MSRUN_NODE_RANK", .dest = D(node_rank), .def = "-1", .metavar = "R",
+     .help = "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
+    {.name = "log_dir", .kind = MSR_OPT_STRING, .env = "MSRUN_LOG_DIR", .dest = D(log_dir),
+     .def = "none", .metavar = "DIR",
+     .help = "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
+             "msrun makes are 0700; DIR must belong to you)."},
+    {.name = "join", .kind = MSR_OPT_BOOL, .env = "MSRUN_JOIN", .dest = D(join), .def = "true",
+     .metavar = "BOOL",
+     .help = "accepted for MindSpore compatibility: msrun always stays and supervises its "
+             "workers."},
+    {.name = "cluster_time_out", .aliases = {"rdzv_timeout"}, .kind = MSR_OPT_SECONDS,
+     MSR_OPTB_CLUSTER_TIME_OUT, .env = "MSRUN_CLUSTER_TIME_OUT", .dest = D(cluster_time_out_ms),
+     .def = "600", .metavar = "SEC",
+     .help = "how long the job waits for all its nodes to join (or rejoin after a restart)."},
+    {.name = "bind_core", .kind = MSR_OPT_BOOL, .env = "MSRUN_BIND_CORE", .dest = D(bind_core),
+     .def = "false", .metavar = "BOOL",
+     .help = "pin each worker to an equal share of this node's allowed CPU cores."},
+    {.name = "nnodes", .kind = MSR_OPT_RANGE, MSR_OPTB_NODES, .env = "MSRUN_NNODES",
+     .dest = D(min_nodes), .dest2 = offsetof(msr_options_t, max_nodes), .def = "1",
+     .metavar = "N|MIN:MAX",
+     .help = "number of nodes, or an elastic range: the job runs on any number of nodes from MIN "
+             "to MAX, re-forms smaller when nodes are lost and takes in nodes that join later "
+             "(the world size is then nodes x local_worker_num)."},
+    {.name = "last_call", .kind = MSR_OPT_SECONDS, MSR_OPTB_LAST_CALL, .env = "MSRUN_LAST_CALL",
+     .dest = D(last_call_ms), .def = "1", .metavar = "SEC",
+     .help = "elastic jobs: once MIN nodes are in, how long to wait for more before starting."},
+    {.name = "max_restarts", .kind = MSR_OPT_INT, MSR_OPTB_RESTARTS, .env = "MSRUN_MAX_RESTARTS",
+     .dest = D(max_restarts), .def = "0", .metavar = "N",
+     .help = "restarts of the whole job after a worker failure, counted job-wide."},
+    {.name = "standalone", .kind = MSR_OPT_BOOL, .env = "MSRUN_STANDALONE", .dest = D(standalone),
+     .def = "false",
+     .help = "a one-node job with an embedded coordinator on a free loopback port (ignores "
+             "master_addr and master_port)."},
+    {.name = "job_id", .aliases = {"rdzv_id", "run_id"}, .kind = MSR_OPT_STRING,
+     .env = "MSRUN_JOB_ID", .dest = D(job_id), .metavar = "ID",
+     .help = "the job's name; every node must give the same. Default: random when standalone, "
+             "else 'default'."},
+    {.name = "token", .aliases = {"job_token"}, .kind = MSR_OPT_SECRET, .env = "MSRUN_TOKEN",
+     .dest = D(token), .group = 1, .metavar = "SECRET",
+     .help = "the job token every call must carry (prefer MSRUN_TOKEN or --token_file: others "
+             "may see a command line). Default: random; in a job of several nodes, node 0 "
+             "generates it and writes it to a file only you can read, and the other nodes must "
+             "be given it."},
+    {.name = "token_file", .kind = MSR_OPT_STRING, .env = "MSRUN_TOKEN_FILE", .dest = D(token_file),
+     .group = 1, .metavar = "PATH",
+     .help = "read the job token from PATH, a file that only you may read (mode 0600, owned by "
+             "you)."},
+    {.name = "grace_period", .kind = MSR_OPT_SECONDS, .min = 0, .max = MSR_OPTB_SECONDS_MAX,
+     .env = "MSRUN_GRACE_PERIOD", .dest = D(grace_ms), .def = "5", .metavar = "SEC",
+     .help = "after SIGTERM, how long workers have to exit before SIGKILL."},
+    {.name = "heartbeat_interval", .kind = MSR_OPT_SECONDS, .min = 10, .max = MSR_OPTB_SECONDS_MAX,
+     .env = "MSRUN_HEARTBEAT_INTERVAL", .dest = D(heartbeat_ms), .def = "1", .metavar = "SEC",
+     .help = "how often this node's msrun reports to the coordinator."},
+    {.name = "node_timeout", .kind = MSR_OPT_SECONDS, MSR_OPTB_NODE_TIMEOUT,
+     .env = "MSRUN_NODE_TIMEOUT", .dest = D(node_timeout_ms), .def = "5", .metavar = "SEC",
+     .help = "a node silent this long is declared lost."},
+    {.name = "coordinator_timeout", .kind = MSR_OPT_SECONDS, .min = 100,
+     .max = MSR_OPTB_SECONDS_MAX, .env = "MSRUN_COORDINATOR_TIMEOUT",
+     .dest = D(coordinator_timeout_ms), .def = "30", .metavar = "SEC",
+     .help = "workers keep running this long while the coordinator cannot be reached (it may be "
+             "restarting); then the job stops."},
+    {.name = "worker_timeout", .kind = MSR_OPT_SECONDS, .min = 100, .max = MSR_OPTB_SECONDS_MAX,
+     .env = "MSRUN_WORKER_TIMEOUT", .dest = D(worker_timeout_ms), .flags = MSR_OPT_ZERO_OFF,
+     .def = "0", .metavar = "SEC",
+     .help = "a worker linking libmsrun whose process stops beating this long, or that stops "
+             "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
+    {.name = "error_file", .kind = MSR_OPT_STRING, .env = "MSRUN_ERROR_FILE", .dest = D(error_file),
+     .def = "none", .metavar = "PATH",
+     .help = "write the root cause of a failure as JSON to PATH (mode 0600)."},
+    {.name = "show_ranks", .kind = MSR_OPT_STRING, .env = "MSRUN_SHOW_RANKS", .dest = D(show_ranks),
+     .def = "all", .metavar = "LIST",
+     .help = "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
+             "get all)."},
+    {.name = "log_level", .kind = MSR_OPT_LEVEL, .env = "MSRUN_LOG_LEVEL", .dest = D(log_level),
+     .def = "info", .metavar = "LEVEL",
+     .help = "msrun's own messages: error, warn, info or debug."},
+    {.name = "rdzv_endpoint", .kind = MSR_OPT_HOSTPORT, .min = 1, .max = 65535,
+     .env = "MSRUN_RDZV_ENDPOINT", .dest = D(master_addr),
+     .dest2 = offsetof(msr_options_t, master_port), .metavar = "HOST:PORT",
+     .help = "torchrun's spelling of master_addr and master_port together."},
     /* TLS for every connection to the coordinator (kept together) */
-    {O_TLS_CERT, "tls_cert", {NULL}, T_STR, "none", "PEM",
-     "this node's TLS certificate (chain). With tls_key, every connection to the coordinator "
-     "is encrypted; the node that runs the coordinator serves it with this certificate."},
-    {O_TLS_KEY, "tls_key", {NULL}, T_STR, "none", "PEM",
-     "the private key of tls_cert (keep it readable only by its owner)."},
-    {O_TLS_CA, "tls_ca", {NULL}, T_STR, "none", "PEM",
-     "the CA that signed the certificates: msrun verifies the coordinator's certificate with "
-     "it, and the coordinator then requires every client to show a certificate it signed "
-     "(mutual TLS). None: the system's CAs, and no client certificates asked for."},
-    {O_TLS_SERVER_NAME, "tls_server_name", {NULL}, T_STR, NULL, "NAME",
-     "the name the coordinator's certificate must carry. Default: the host part of "
-     "master_addr (an IP address is checked against the certificate's IP entries)."},
+    {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = D(tls_cert),
+     .def = "none", .metavar = "PEM",
+     .help = "this node's TLS certificate (chain). With tls_key, every connection to the "
+             "coordinator is encrypted; the node that runs the coordinator serves it with this "
+             "certificate."},
+    {.name = "tls_key", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_KEY", .dest = D(tls_key),
+     .def = "none", .metavar = "PEM",
+     .help = "the private key of tls_cert (keep it readable only by its owner)."},
+    {.name = "tls_ca", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CA", .dest = D(tls_ca),
+     .def = "none", .metavar = "PEM",
+     .help = "the CA that signed the certificates: msrun verifies the coordinator's certificate "
+             "with it, and the coordinator then requires every client to show a certificate it "
+             "signed (mutual TLS). None: the system's CAs, and no client certificates asked for."},
+    {.name = "tls_server_name", .kind = MSR_OPT_STRING, .env = "MSRUN_TLS_SERVER_NAME",
+     .dest = D(tls_server_name), .metavar = "NAME",
+     .help = "the name the coordinator's certificate must carry. Default: the host part of "
+             "master_addr (an IP address is checked against the certificate's IP entries)."},
     /* The coordinator's store limits (used by the node that starts it). */
-    {O_STORE_VALUE_MAX, "store_value_max", {NULL}, T_SIZE, "16M", "BYTES",
-     "the store refuses a value (or allgather contribution) larger than this (K, M, G "
-     "suffixes)."},
-    {O_STORE_KEYS_MAX, "store_keys_max", {NULL}, T_INT, "1048576", "N",
-     "the store holds at most this many keys (and names being waited on)."},
-    {O_STORE_BYTES_MAX, "store_bytes_max", {NULL}, T_SIZE, "1G", "BYTES",
-     "the store holds at most this many bytes of keys, values and pending allgather "
-     "contributions (64 more per key)."},
+    {.name = "store_value_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_STORE_VALUE_MAX", .dest = D(store_value_max), .def = "16M", .metavar = "BYTES",
+     .help = "the store refuses a value (or allgather contribution) larger than this (K, M, G "
+             "suffixes)."},
+    {.name = "store_keys_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_STORE_KEYS_MAX",
+     .dest = D(store_keys_max), .def = "1048576", .metavar = "N",
+     .help = "the store holds at most this many keys (and names being waited on)."},
+    {.name = "store_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_STORE_BYTES_MAX", .dest = D(store_bytes_max), .def = "1G", .metavar = "BYTES",
+     .help = "the store holds at most this many bytes of keys, values and pending allgather "
+             "contributions (64 more per key)."},
 };
 /* clang-format on */
+
+const msr_optset_t msr_options_set = {"msrun", opt_defs, MSR_ARRAY_SIZE(opt_defs), 1};
 
 static void opt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -170,42 +164,6 @@ static void opt_error(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "msrun: error: %s (see msrun --help)\n", msg);
-}
-
-/* Compares option names treating '-' and '_' alike. */
-static int name_eq(const char *a, size_t alen, const char *b)
-{
-    size_t i = 0;
-    for (; i < alen && b[i]; i++) {
-        char x = a[i] == '-' ? '_' : a[i];
-        char y = b[i] == '-' ? '_' : b[i];
-        if (x != y)
-            return 0;
-    }
-    return i == alen && b[i] == '\0';
-}
-
-static const opt_def_t *find_opt(const char *name, size_t len)
-{
-    for (size_t i = 0; i < MSR_ARRAY_SIZE(opt_defs); i++) {
-        if (name_eq(name, len, opt_defs[i].name))
-            return &opt_defs[i];
-        for (int k = 0; k < 3 && opt_defs[i].aliases[k]; k++)
-            if (name_eq(name, len, opt_defs[i].aliases[k]))
-                return &opt_defs[i];
-    }
-    return NULL;
-}
-
-static int parse_seconds(const char *v, int64_t *ms_p)
-{
-    char *end = NULL;
-    errno = 0;
-    double s = strtod(v, &end);
-    if (end == v || *end != '\0' || errno || s < 0 || s > 1e9 || s != s)
-        return -1;
-    *ms_p = (int64_t)(s * 1000.0 + 0.5);
-    return 0;
 }
 
 static int set_string(char **slot, const char *v)
@@ -220,251 +178,30 @@ static int set_string(char **slot, const char *v)
     return 0;
 }
 
-/* Applies one value; where says "--name" or "MSRUN_NAME" for messages. */
-static int apply(msr_options_t *o, const opt_def_t *d, const char *v, const char *where)
+static int given(const unsigned char *seen, const char *name)
 {
-    int64_t x;
-    int b;
-    switch (d->type) {
-    case T_INT: {
-        int64_t min = d->id == O_NODE_RANK ? -1 : d->id == O_MAX_RESTARTS ? 0 : 1;
-        int64_t max = d->id == O_MASTER_PORT ? 65535 : INT32_MAX;
-        if (d->id == O_MASTER_PORT)
-            min = 0;
-        msr_status_t st = msr_parse_i64(v, min, max, &x);
-        if (st != MSR_OK) {
-            if (d->id == O_MASTER_PORT)
-                opt_error("%s=%s is not a port number (0..65535)", where, v);
-            else if (min == 1)
-                opt_error("%s=%s is not a positive integer", where, v);
-            else
-                opt_error("%s=%s is not an integer >= %lld", where, v, (long long)min);
-            return -1;
-        }
-        break;
-    }
-    case T_BOOL:
-        if (msr_parse_bool(v, &b) != MSR_OK) {
-            opt_error("%s=%s is not a boolean (true/false)", where, v);
-            return -1;
-        }
-        x = b;
-        break;
-    case T_SECONDS:
-        if (parse_seconds(v, &x) != 0) {
-            opt_error("%s=%s is not a number of seconds", where, v);
-            return -1;
-        }
-        break;
-    case T_SIZE:
-        if (msr_parse_size(v, 1, INT64_MAX, &x) != MSR_OK) {
-            opt_error("%s=%s is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)", where, v);
-            return -1;
-        }
-        break;
-    case T_LEVEL: {
-        int lvl = msr_log_level_parse(v);
-        if (lvl < 0) {
-            opt_error("%s=%s is not a log level (error, warn, info, debug)", where, v);
-            return -1;
-        }
-        x = lvl;
-        break;
-    }
-    default:
-        x = 0;
-    }
-    switch (d->id) {
-    case O_WORKER_NUM:
-        o->worker_num = (int)x;
-        o->given_worker_num = 1;
-        break;
-    case O_LOCAL_WORKER_NUM:
-        o->local_worker_num = (int)x;
-        o->given_local_worker_num = 1;
-        break;
-    case O_MASTER_ADDR:
-        if (*v == '\0') {
-            opt_error("%s is empty", where);
-            return -1;
-        }
-        return set_string(&o->master_addr, v);
-    case O_MASTER_PORT:
-        o->master_port = (int)x;
-        o->given_master_port = 1;
-        break;
-    case O_NODE_RANK:
-        o->node_rank = (int)x;
-        break;
-    case O_LOG_DIR:
-        return set_string(&o->log_dir, v);
-    case O_JOIN:
-        o->join = (int)x;
-        break;
-    case O_CLUSTER_TIME_OUT:
-        o->cluster_time_out_ms = x;
-        break;
-    case O_BIND_CORE:
-        o->bind_core = (int)x;
-        break;
-    case O_NNODES: {
-        const char *colon = strchr(v, ':');
-        int64_t lo, hi;
-        if (colon) {
-            char left[32];
-            size_t n = (size_t)(colon - v);
-            if (n >= sizeof left)
-                n = sizeof left - 1;
-            memcpy(left, v, n);
-            left[n] = '\0';
-            if (msr_parse_i64(left, 1, 1 << 20, &lo) || msr_parse_i64(colon + 1, 1, 1 << 20, &hi) ||
-                lo > hi) {
-                opt_error("%s=%s is not N or MIN:MAX with 1 <= MIN <= MAX", where, v);
-                return -1;
-            }
-        } else {
-            if (msr_parse_i64(v, 1, 1 << 20, &lo)) {
-                opt_error("%s=%s is not a positive integer or MIN:MAX", where, v);
-                return -1;
-            }
-            hi = lo;
-        }
-        o->min_nodes = (int)lo;
-        o->max_nodes = (int)hi;
-        break;
-    }
-    case O_MAX_RESTARTS:
-        o->max_restarts = (int)x;
-        break;
-    case O_LAST_CALL:
-        o->last_call_ms = x;
-        break;
-    case O_STANDALONE:
-        o->standalone = (int)x;
-        break;
-    case O_JOB_ID:
-        if (*v == '\0') {
-            opt_error("%s is empty", where);
-            return -1;
-        }
-        return set_string(&o->job_id, v);
-    case O_TOKEN:
-        if (!msr_token_valid(v)) {
-            opt_error("%s: a token is 1 to %d printable characters without spaces", where,
-                      MSR_TOKEN_MAX);
-            return -1;
-        }
-        return set_string(&o->token, v);
-    case O_TOKEN_FILE: {
+    return seen[msr_opts_find(&msr_options_set, name)] != 0;
+}
+
+/* The token as given, or read from --token_file; where names its source. */
+static int read_token(char **token_p, const char *token_file, const char *where)
+{
+    if (token_file) {
         char token[MSR_TOKEN_MAX + 1], err[600];
-        if (msr_token_read_file(v, token, sizeof token, err, sizeof err) != MSR_OK) {
+        if (msr_token_read_file(token_file, token, sizeof token, err, sizeof err) != MSR_OK) {
             opt_error("%s: %s", where, err);
             return -1;
         }
-        int r = set_string(&o->token, token);
+        int r = set_string(token_p, token);
         memset(token, 0, sizeof token);
-        return r ? r : set_string(&o->token_file, v);
+        return r;
     }
-    case O_TLS_CERT:
-    case O_TLS_KEY:
-    case O_TLS_CA:
-    case O_TLS_SERVER_NAME: {
-        char **slot = d->id == O_TLS_CERT  ? &o->tls_cert
-                      : d->id == O_TLS_KEY ? &o->tls_key
-                      : d->id == O_TLS_CA  ? &o->tls_ca
-                                           : &o->tls_server_name;
-        if (*v == '\0') {
-            opt_error("%s is empty", where);
-            return -1;
-        }
-        if (d->id != O_TLS_SERVER_NAME && access(v, R_OK) != 0) {
-            opt_error("%s=%s: cannot read it: %s", where, v, strerror(errno));
-            return -1;
-        }
-        return set_string(slot, v);
-    }
-    case O_GRACE:
-        o->grace_ms = x;
-        break;
-    case O_HEARTBEAT:
-        if (x < 10) {
-            opt_error("%s=%s: the heartbeat interval must be at least 0.01 s", where, v);
-            return -1;
-        }
-        o->heartbeat_ms = x;
-        break;
-    case O_NODE_TIMEOUT:
-        if (x < 100) {
-            opt_error("%s=%s: the node timeout must be at least 0.1 s", where, v);
-            return -1;
-        }
-        o->node_timeout_ms = x;
-        break;
-    case O_COORDINATOR_TIMEOUT:
-        if (x < 100) {
-            opt_error("%s=%s: the coordinator timeout must be at least 0.1 s", where, v);
-            return -1;
-        }
-        o->coordinator_timeout_ms = x;
-        break;
-    case O_WORKER_TIMEOUT:
-        if (x != 0 && x < 100) {
-            opt_error("%s=%s: the worker timeout must be 0 (off) or at least 0.1 s", where, v);
-            return -1;
-        }
-        o->worker_timeout_ms = x;
-        break;
-    case O_ERROR_FILE:
-        return set_string(&o->error_file, v);
-    case O_SHOW_RANKS:
-        return set_string(&o->show_ranks, v);
-    case O_LOG_LEVEL:
-        o->log_level = (int)x;
-        break;
-    case O_RDZV_ENDPOINT: {
-        const char *colon = strrchr(v, ':');
-        int64_t port;
-        if (colon == NULL || colon == v || msr_parse_i64(colon + 1, 1, 65535, &port)) {
-            opt_error("%s=%s is not HOST:PORT", where, v);
-            return -1;
-        }
-        char host[256];
-        size_t n = (size_t)(colon - v);
-        if (n >= sizeof host)
-            n = sizeof host - 1;
-        memcpy(host, v, n);
-        host[n] = '\0';
-        o->master_port = (int)port;
-        o->given_master_port = 1;
-        return set_string(&o->master_addr, host);
-    }
-    case O_STORE_VALUE_MAX:
-        o->store_value_max = x;
-        break;
-    case O_STORE_KEYS_MAX:
-        o->store_keys_max = x;
-        break;
-    case O_STORE_BYTES_MAX:
-        o->store_bytes_max = x;
-        break;
-    default:
-        break;
+    if (*token_p && !msr_token_valid(*token_p)) {
+        opt_error("%s: a token is 1 to %d printable characters without spaces", where,
+                  MSR_TOKEN_MAX);
+        return -1;
     }
     return 0;
-}
-
-static void env_name(const opt_def_t *d, char *out, size_t len)
-{
-    size_t n = (size_t)snprintf(out, len, "MSRUN_");
-    for (const char *p = d->name; *p && n + 1 < len; p++)
-        out[n++] = (char)toupper((unsigned char)*p);
-    out[n] = '\0';
-}
-
-static int is_bool_literal(const char *s)
-{
-    int b;
-    return msr_parse_bool(s, &b) == MSR_OK;
 }
 
 /* Finds prog the way execvp would, so a missing program is refused before
@@ -567,38 +304,7 @@ void msr_options_usage(FILE *out)
                  "environment variable MSRUN_<NAME> (e.g. MSRUN_WORKER_NUM) when not given.\n"
                  "\n"
                  "options:\n");
-    for (size_t i = 0; i < MSR_ARRAY_SIZE(opt_defs); i++) {
-        const opt_def_t *d = &opt_defs[i];
-        char head[128];
-        int n = snprintf(head, sizeof head, "  --%s%s%s", d->name, d->metavar ? " " : "",
-                         d->metavar ? d->metavar : "");
-        for (int k = 0; k < 3 && d->aliases[k]; k++)
-            n += snprintf(head + n, sizeof head - (size_t)n, ", --%s", d->aliases[k]);
-        fprintf(out, "%s\n", head);
-        /* wrap the help at 76 columns, indented by 6 */
-        const char *h = d->help;
-        while (*h) {
-            size_t len = strlen(h);
-            size_t cut = len;
-            if (len > 70) {
-                cut = 70;
-                while (cut > 0 && h[cut] != ' ')
-                    cut--;
-                if (cut == 0)
-                    cut = 70;
-            }
-            fprintf(out, "      %.*s\n", (int)cut, h);
-            h += cut;
-            while (*h == ' ')
-                h++;
-        }
-        char env[64];
-        env_name(d, env, sizeof env);
-        if (d->def)
-            fprintf(out, "      [default: %s; env %s]\n", d->def, env);
-        else
-            fprintf(out, "      [env %s]\n", env);
-    }
+    msr_opts_usage(&msr_options_set, out);
     fprintf(out,
             "  -h, --help      this text\n"
             "  --version       msrun's version\n"
@@ -630,105 +336,10 @@ static void defaults(msr_options_t *o)
     o->log_level = MSR_LOG_INFO;
 }
 
-int msr_options_parse(int argc, char **argv, msr_options_t *o)
+/* Worker counts and node counts: derives what was not given and checks
+ * that they agree. */
+static int derive_counts(msr_options_t *o)
 {
-    defaults(o);
-    int seen[O_COUNT] = {0}; /* 1: on the command line, 2: from the environment */
-    int i = 0;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--") == 0) {
-            i++;
-            break;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            msr_options_usage(stdout);
-            return 1;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("msrun %s (protocol 1)\n", MSR_VERSION_STRING);
-            return 1;
-        }
-        if (a[0] != '-' || a[1] == '\0')
-            break; /* the program */
-        const char *name = a + (a[1] == '-' ? 2 : 1);
-        const char *eq = strchr(name, '=');
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        const opt_def_t *d = find_opt(name, nlen);
-        if (d == NULL) {
-            opt_error("unknown option '%.*s'", (int)(nlen + (size_t)(name - a)), a);
-            return 2;
-        }
-        const char *v;
-        char *v_arg; /* the argv string that holds v */
-        char where[80];
-        snprintf(where, sizeof where, "--%s", d->name);
-        if (eq) {
-            v = eq + 1;
-            v_arg = argv[i];
-        } else if (d->type == T_BOOL) {
-            /* --flag alone is true; a following boolean literal is its value */
-            v_arg = i + 1 < argc && is_bool_literal(argv[i + 1]) ? argv[++i] : NULL;
-            v = v_arg ? v_arg : "true";
-        } else {
-            if (i + 1 >= argc) {
-                opt_error("option %s needs a value (%s)", where, d->metavar ? d->metavar : "");
-                return 2;
-            }
-            v = v_arg = argv[++i];
-        }
-        int bad =
-            (d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN]);
-        if (bad)
-            opt_error("give --token or --token_file, not both");
-        else
-            bad = apply(o, d, v, where) != 0;
-        /* The token leaves the process list (/proc/PID/cmdline) at once;
-         * apply() copied it. */
-        if (d->id == O_TOKEN)
-            msr_token_scrub_arg(v_arg, eq != NULL);
-        if (bad)
-            return 2;
-        seen[d->id] = 1;
-    }
-    /* Environment variables for options not on the command line. */
-    for (size_t k = 0; k < MSR_ARRAY_SIZE(opt_defs); k++) {
-        const opt_def_t *d = &opt_defs[k];
-        if (seen[d->id])
-            continue;
-        /* a token given on the command line wins over either variable */
-        if ((d->id == O_TOKEN && seen[O_TOKEN_FILE] == 1) ||
-            (d->id == O_TOKEN_FILE && seen[O_TOKEN] == 1))
-            continue;
-        char env[64];
-        env_name(d, env, sizeof env);
-        const char *v = getenv(env);
-        if (v == NULL || *v == '\0')
-            continue;
-        if ((d->id == O_TOKEN && seen[O_TOKEN_FILE]) || (d->id == O_TOKEN_FILE && seen[O_TOKEN])) {
-            opt_error("MSRUN_TOKEN and MSRUN_TOKEN_FILE are both set: unset one");
-            return 2;
-        }
-        if (apply(o, d, v, env) != 0)
-            return 2;
-        seen[d->id] = 2; /* from the environment */
-    }
-    if (i >= argc) {
-        opt_error("no program given: msrun [options] PROGRAM [ARGS...]");
-        return 2;
-    }
-    o->argc = argc - i;
-    o->argv = msr_calloc((size_t)o->argc + 1, sizeof *o->argv);
-    if (o->argv == NULL) {
-        opt_error("out of memory");
-        return 2;
-    }
-    for (int k = 0; k < o->argc; k++)
-        o->argv[k] = argv[i + k];
-    if (set_string(&o->program, argv[i]) != 0)
-        return 2;
-
-    /* Worker counts: derive what was not given. */
     int nodes = o->max_nodes ? o->max_nodes : 1;
     if (o->standalone) {
         msr_free(o->master_addr);
@@ -785,6 +396,13 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
                   job_nodes == 1 ? "" : "s");
         return 2;
     }
+    return 0;
+}
+
+/* Checks of options against each other and of the program, once all are
+ * known. */
+static int check_rest(msr_options_t *o)
+{
     if (o->master_addr && o->master_port == 0) {
         opt_error("master_port 0 is only valid for a standalone job");
         return 2;
@@ -816,21 +434,90 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     return 0;
 }
 
+int msr_options_parse(int argc, char **argv, msr_options_t *o)
+{
+    const msr_optset_t *set = &msr_options_set;
+    unsigned char seen[MSR_ARRAY_SIZE(opt_defs)];
+    int i = 0;
+    defaults(o);
+    switch (msr_opts_parse(set, argc, argv, o, seen, &i)) {
+    case MSR_OPTS_HELP:
+        msr_options_usage(stdout);
+        return 1;
+    case MSR_OPTS_VERSION:
+        printf("msrun %s (protocol 1)\n", MSR_VERSION_STRING);
+        return 1;
+    case MSR_OPTS_BAD:
+        msr_opts_print_error(set);
+        return 2;
+    case MSR_OPTS_OK:
+        break;
+    }
+    o->given_worker_num = given(seen, "worker_num");
+    o->given_local_worker_num = given(seen, "local_worker_num");
+    o->given_master_port = given(seen, "master_port") || given(seen, "rdzv_endpoint");
+    char where[64];
+    const char *tw = o->token_file ? msr_opts_where(set, seen, "token_file", where, sizeof where)
+                                   : msr_opts_where(set, seen, "token", where, sizeof where);
+    if (read_token(&o->token, o->token_file, tw) != 0)
+        return 2;
+    if (i >= argc) {
+        opt_error("no program given: msrun [options] PROGRAM [ARGS...]");
+        return 2;
+    }
+    o->argc = argc - i;
+    o->argv = msr_calloc((size_t)o->argc + 1, sizeof *o->argv);
+    if (o->argv == NULL) {
+        opt_error("out of memory");
+        return 2;
+    }
+    for (int k = 0; k < o->argc; k++)
+        o->argv[k] = argv[i + k];
+    if (set_string(&o->program, argv[i]) != 0)
+        return 2;
+    if (derive_counts(o) != 0 || check_rest(o) != 0)
+        return 2;
+    return 0;
+}
+
+int msr_options_need_token(const char *prog, char **token_p, const char *token_file)
+{
+    if (token_file) {
+        char token[MSR_TOKEN_MAX + 1], err[600];
+        if (msr_token_read_file(token_file, token, sizeof token, err, sizeof err) != MSR_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, err);
+            return 2;
+        }
+        char *copy = msr_strdup(token);
+        memset(token, 0, sizeof token);
+        if (copy == NULL) {
+            fprintf(stderr, "%s: error: out of memory\n", prog);
+            return 2;
+        }
+        if (*token_p)
+            memset(*token_p, 0, strlen(*token_p));
+        msr_free(*token_p);
+        *token_p = copy;
+        return 0;
+    }
+    if (*token_p == NULL) {
+        fprintf(stderr,
+                "%s: error: no job token: give the job's token with --token_file FILE (mode "
+                "0600) or MSRUN_TOKEN\n",
+                prog);
+        return 2;
+    }
+    if (!msr_token_valid(*token_p)) {
+        fprintf(stderr, "%s: error: a token is 1 to %d printable characters without spaces\n", prog,
+                MSR_TOKEN_MAX);
+        return 2;
+    }
+    return 0;
+}
+
 void msr_options_cleanup(msr_options_t *o)
 {
-    msr_free(o->master_addr);
-    msr_free(o->log_dir);
-    msr_free(o->job_id);
-    if (o->token)
-        memset(o->token, 0, strlen(o->token));
-    msr_free(o->token);
-    msr_free(o->token_file);
-    msr_free(o->tls_cert);
-    msr_free(o->tls_key);
-    msr_free(o->tls_ca);
-    msr_free(o->tls_server_name);
-    msr_free(o->error_file);
-    msr_free(o->show_ranks);
+    msr_opts_free(&msr_options_set, o);
     msr_free(o->program);
     msr_free(o->program_path);
     msr_free(o->argv);

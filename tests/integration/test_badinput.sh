@@ -38,6 +38,46 @@ expect_code 2 "bad MSRUN_WORKER_NUM"
 expect_in "MSRUN_WORKER_NUM=x is not a positive integer" "$TMP/err" "environment checked"
 ok "MSRUN_WORKER_NUM=x"
 
+# msrun, `msrun coordinator` and `msrun status` parse with one table-driven
+# parser: one set of bounds, and '-' or '_' alike in every name.
+bad "--cluster_time_out=0: must be at least" --cluster_time_out=0 "$TMP/prog.sh"
+
+# verdict CMD ARGS...: "accepted" when the options parsed (the command then
+# stops at its next check: the missing program, the missing token), else
+# "refused: <error line>". Nothing is started either way.
+verdict() {
+    local code=0
+    timeout -k 5 20 env -u MSRUN_TOKEN -u MSRUN_TOKEN_FILE MSRUN_TEST_MARKER="$MARKER" \
+        "$MSRUN" "$@" >"$TMP/out" 2>"$TMP/err" || code=$?
+    [ "$code" = 2 ] || fail "msrun $*: exit status $code, not 2"
+    if grep -q "no-such-program-xyz' not found\|no job token" "$TMP/err"; then
+        echo accepted
+    else
+        echo "refused: $(cat "$TMP/err")"
+    fi
+}
+for opt in cluster_time_out=0 cluster_time_out=0.0001 cluster_time_out=0.5 last_call=0 \
+    last_call=2 node_timeout=0.05 node_timeout=7 worker_num=0 worker_num=4 max_restarts=-1 \
+    max_restarts=3 nnodes=0:2 nnodes=3:2 nnodes=1:2 store_keys_max=0 store_keys_max=9 \
+    store_value_max=0 store_value_max=64K log_level=loud log_level=debug; do
+    agent=$(verdict --"$opt" --local_worker_num=1 --master_addr=127.0.0.1 no-such-program-xyz)
+    coord=$(verdict coordinator --"$opt")
+    [ "${agent%%:*}" = "${coord%%:*}" ] ||
+        fail "--$opt: msrun and msrun coordinator disagree: '$agent' against '$coord'"
+done
+ok "msrun and msrun coordinator accept the same values"
+
+out=$(verdict --cluster-time-out=5 --master-addr=127.0.0.1 --job-id=j --local-worker-num=1 \
+    no-such-program-xyz)
+[ "$out" = accepted ] || fail "msrun with dashes: $out"
+out=$(verdict coordinator --cluster-time-out=5 --master-addr=127.0.0.1 --job-id=j \
+    --node-timeout=7 --store-keys-max=9)
+[ "$out" = accepted ] || fail "msrun coordinator with dashes: $out"
+# status stops at the unreadable file: after parsing every name before it
+out=$(verdict status --master-addr=127.0.0.1 --master-port=1 --job-id=j --tls-ca="$TMP/none.pem")
+case "$out" in *"--tls_ca=$TMP/none.pem: cannot read it"*) ;; *) fail "status --tls-ca: $out" ;; esac
+ok "'-' and '_' alike in msrun, msrun coordinator and msrun status"
+
 # a port in use by another program
 python3 - "$TMP/port" <<'PY' &
 import socket, sys, time

@@ -1,0 +1,394 @@
+/* The table-driven command-line parser of msrun and its subcommands. */
+#include "msrun/optparse.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "msrun/token.h"
+
+/* Compares option names treating '-' and '_' alike. */
+static int name_eq(const char *a, size_t alen, const char *b)
+{
+    size_t i = 0;
+    for (; i < alen && b[i]; i++) {
+        char x = a[i] == '-' ? '_' : a[i];
+        char y = b[i] == '-' ? '_' : b[i];
+        if (x != y)
+            return 0;
+    }
+    return i == alen && b[i] == '\0';
+}
+
+static int find_opt(const msr_optset_t *set, const char *name, size_t len)
+{
+    for (size_t i = 0; i < set->count; i++) {
+        const msr_opt_t *d = &set->opts[i];
+        if (name_eq(name, len, d->name))
+            return (int)i;
+        for (int k = 0; k < 3 && d->aliases[k]; k++)
+            if (name_eq(name, len, d->aliases[k]))
+                return (int)i;
+    }
+    return -1;
+}
+
+int msr_opts_find(const msr_optset_t *set, const char *name)
+{
+    return find_opt(set, name, strlen(name));
+}
+
+const char *msr_opts_where(const msr_optset_t *set, const unsigned char *seen, const char *name,
+                           char *buf, size_t len)
+{
+    int i = msr_opts_find(set, name);
+    if (i >= 0 && seen[i] == 2 && set->opts[i].env)
+        return set->opts[i].env;
+    snprintf(buf, len, "--%s", name);
+    return buf;
+}
+
+static void store_int(void *obj, size_t off, size_t size, int64_t v)
+{
+    char *p = (char *)obj + off;
+    if (size == sizeof(int64_t)) {
+        memcpy(p, &v, sizeof v);
+    } else {
+        int i = (int)v;
+        memcpy(p, &i, sizeof i);
+    }
+}
+
+static msr_status_t store_string(void *obj, size_t off, const char *v, size_t n)
+{
+    char *d = msr_malloc(n + 1);
+    if (d == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory");
+    memcpy(d, v, n);
+    d[n] = '\0';
+    char **slot = (char **)(void *)((char *)obj + off);
+    msr_free(*slot);
+    *slot = d;
+    return MSR_OK;
+}
+
+/* seconds as a decimal number, to milliseconds */
+static int parse_seconds(const char *v, int64_t *ms_p)
+{
+    char *end = NULL;
+    errno = 0;
+    double s = strtod(v, &end);
+    if (end == v || *end != '\0' || errno || s < 0 || s > 1e9 || s != s)
+        return -1;
+    *ms_p = (int64_t)(s * 1000.0 + 0.5);
+    return 0;
+}
+
+static msr_status_t bad(const char *where, const char *v, const char *what)
+{
+    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s %s", where, v, what);
+}
+
+static msr_status_t parse_int(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+{
+    if (msr_parse_i64(v, d->min, d->max, x) == MSR_OK)
+        return MSR_OK;
+    if (d->kind == MSR_OPT_PORT)
+        return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not a port number (%lld..%lld)", w, v,
+                       (long long)d->min, (long long)d->max);
+    if (d->min == 1 && d->max >= INT32_MAX)
+        return bad(w, v, "is not a positive integer");
+    if (d->max >= INT32_MAX)
+        return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not an integer >= %lld", w, v,
+                       (long long)d->min);
+    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not an integer in %lld..%lld", w, v,
+                   (long long)d->min, (long long)d->max);
+}
+
+static msr_status_t parse_secs(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+{
+    if (parse_seconds(v, x) != 0)
+        return bad(w, v, "is not a number of seconds");
+    if (*x == 0 && (d->flags & MSR_OPT_ZERO_OFF))
+        return MSR_OK;
+    if (*x >= d->min && *x <= d->max)
+        return MSR_OK;
+    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s: must be %sat least %g s", w, v,
+                   (d->flags & MSR_OPT_ZERO_OFF) ? "0 (off) or " : "", (double)d->min / 1000.0);
+}
+
+/* "N" or "MIN:MAX" */
+static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w, void *obj)
+{
+    const char *colon = strchr(v, ':');
+    int64_t lo, hi;
+    if (colon) {
+        char left[32];
+        snprintf(left, sizeof left, "%.*s", (int)(colon - v), v);
+        if (msr_parse_i64(left, d->min, d->max, &lo) != MSR_OK ||
+            msr_parse_i64(colon + 1, d->min, d->max, &hi) != MSR_OK || lo > hi)
+            return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not N or MIN:MAX with %lld <= MIN <= MAX",
+                           w, v, (long long)d->min);
+    } else {
+        if (msr_parse_i64(v, d->min, d->max, &lo) != MSR_OK)
+            return bad(w, v, "is not a positive integer or MIN:MAX");
+        hi = lo;
+    }
+    store_int(obj, d->dest, sizeof(int), lo);
+    store_int(obj, d->dest2, sizeof(int), hi);
+    return MSR_OK;
+}
+
+/* "HOST:PORT", split at the last colon ("[::1]:80" keeps its brackets) */
+static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char *w, void *obj)
+{
+    const char *colon = strrchr(v, ':');
+    int64_t port;
+    if (colon == NULL || colon == v || msr_parse_i64(colon + 1, d->min, d->max, &port) != MSR_OK)
+        return bad(w, v, "is not HOST:PORT");
+    msr_status_t st = store_string(obj, d->dest, v, (size_t)(colon - v));
+    if (st == MSR_OK)
+        store_int(obj, d->dest2, sizeof(int), port);
+    return st;
+}
+
+static msr_status_t parse_enum(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+{
+    char list[200] = "";
+    for (int k = 0; d->choices[k]; k++) {
+        if (strcmp(v, d->choices[k]) == 0) {
+            *x = k;
+            return MSR_OK;
+        }
+        size_t n = strlen(list);
+        snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", d->choices[k]);
+    }
+    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not one of %s", w, v, list);
+}
+
+/* Checks v and writes it to the option's destination in obj; w names where
+ * v came from ("--name" or the variable) for messages. */
+static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void *obj)
+{
+    int64_t x = 0;
+    int b;
+    msr_status_t st = MSR_OK;
+    switch (d->kind) {
+    case MSR_OPT_INT:
+    case MSR_OPT_PORT:
+        st = parse_int(d, v, w, &x);
+        break;
+    case MSR_OPT_SECONDS:
+        st = parse_secs(d, v, w, &x);
+        break;
+    case MSR_OPT_SIZE:
+        if (msr_parse_size(v, d->min, d->max, &x) != MSR_OK)
+            st = bad(w, v, "is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)");
+        break;
+    case MSR_OPT_BOOL:
+        if (msr_parse_bool(v, &b) != MSR_OK)
+            st = bad(w, v, "is not a boolean (true/false)");
+        x = b;
+        break;
+    case MSR_OPT_LEVEL:
+        x = msr_log_level_parse(v);
+        if (x < 0)
+            st = bad(w, v, "is not a log level (error, warn, info, debug)");
+        break;
+    case MSR_OPT_ENUM:
+        st = parse_enum(d, v, w, &x);
+        break;
+    case MSR_OPT_PATH:
+        if (*v != '\0' && access(v, R_OK) != 0)
+            return msr_err(MSR_ERR_INVALID_ARG, "%s=%s: cannot read it: %s", w, v, strerror(errno));
+        /* fall through */
+    case MSR_OPT_STRING:
+    case MSR_OPT_SECRET:
+        if (*v == '\0')
+            return msr_err(MSR_ERR_INVALID_ARG, "%s is empty", w);
+        return store_string(obj, d->dest, v, strlen(v));
+    case MSR_OPT_RANGE:
+        return parse_range(d, v, w, obj);
+    case MSR_OPT_HOSTPORT:
+        return parse_hostport(d, v, w, obj);
+    }
+    if (st == MSR_OK)
+        store_int(obj, d->dest, d->size, x);
+    return st;
+}
+
+static int is_bool_literal(const char *s)
+{
+    int b;
+    return msr_parse_bool(s, &b) == MSR_OK;
+}
+
+/* One option in argv[*i] (and its value, which may be argv[*i + 1]). */
+static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, int *i, void *obj,
+                              unsigned char *seen)
+{
+    const char *a = argv[*i];
+    const char *name = a + (a[1] == '-' ? 2 : 1);
+    const char *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    int k = find_opt(set, name, nlen);
+    if (k < 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "unknown option '%.*s'",
+                       (int)(nlen + (size_t)(name - a)), a);
+    const msr_opt_t *d = &set->opts[k];
+    char where[80];
+    snprintf(where, sizeof where, "--%s", d->name);
+    char *v_arg; /* the argv string that holds the value */
+    const char *v;
+    if (eq) {
+        v = eq + 1;
+        v_arg = argv[*i];
+    } else if (d->kind == MSR_OPT_BOOL) {
+        /* --flag alone is true; a following boolean literal is its value */
+        v_arg = *i + 1 < argc && is_bool_literal(argv[*i + 1]) ? argv[++*i] : NULL;
+        v = v_arg ? v_arg : "true";
+    } else if (*i + 1 >= argc) {
+        return msr_err(MSR_ERR_INVALID_ARG, "option %s needs a value (%s)", where,
+                       d->metavar ? d->metavar : "");
+    } else {
+        v = v_arg = argv[++*i];
+    }
+    msr_status_t st = MSR_OK;
+    for (size_t o = 0; d->group && o < set->count; o++)
+        if (o != (size_t)k && set->opts[o].group == d->group && seen[o] == 1)
+            st = msr_err(MSR_ERR_INVALID_ARG, "give --%s or --%s, not both", set->opts[o].name,
+                         d->name);
+    if (st == MSR_OK)
+        st = apply(d, v, where, obj);
+    /* a secret leaves the process list (/proc/PID/cmdline) at once: apply()
+     * copied it */
+    if (d->kind == MSR_OPT_SECRET)
+        msr_token_scrub_arg(v_arg, eq != NULL);
+    if (st == MSR_OK)
+        seen[k] = 1;
+    return st;
+}
+
+/* The environment variables of the options not on the command line. One
+ * of a group given on the command line wins over the group's variables. */
+static msr_status_t parse_env(const msr_optset_t *set, void *obj, unsigned char *seen)
+{
+    for (size_t k = 0; k < set->count; k++) {
+        const msr_opt_t *d = &set->opts[k];
+        const char *v = d->env ? getenv(d->env) : NULL;
+        if (seen[k] || v == NULL || *v == '\0')
+            continue;
+        int skip = 0;
+        for (size_t o = 0; d->group && o < set->count; o++) {
+            if (o == k || set->opts[o].group != d->group)
+                continue;
+            if (seen[o] == 1)
+                skip = 1;
+            else if (seen[o] == 2)
+                return msr_err(MSR_ERR_INVALID_ARG, "%s and %s are both set: unset one",
+                               set->opts[o].env, d->env);
+        }
+        if (skip)
+            continue;
+        msr_status_t st = apply(d, v, d->env, obj);
+        if (st != MSR_OK)
+            return st;
+        seen[k] = 2;
+    }
+    return MSR_OK;
+}
+
+msr_opts_result_t msr_opts_parse(const msr_optset_t *set, int argc, char **argv, void *obj,
+                                 unsigned char *seen, int *next_p)
+{
+    memset(seen, 0, set->count);
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0 && set->positional) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            return MSR_OPTS_HELP;
+        if (strcmp(a, "--version") == 0 && set->positional)
+            return MSR_OPTS_VERSION;
+        if (a[0] != '-' || a[1] == '\0') {
+            if (set->positional)
+                break;
+            msr_err(MSR_ERR_INVALID_ARG, "unexpected argument '%s'", a);
+            return MSR_OPTS_BAD;
+        }
+        if (parse_one(set, argc, argv, &i, obj, seen) != MSR_OK)
+            return MSR_OPTS_BAD;
+    }
+    if (parse_env(set, obj, seen) != MSR_OK)
+        return MSR_OPTS_BAD;
+    *next_p = i;
+    return MSR_OPTS_OK;
+}
+
+void msr_opts_print_error(const msr_optset_t *set)
+{
+    fprintf(stderr, "%s: error: %s (see %s --help)\n", set->prog, msr_err_msg(), set->prog);
+}
+
+/* Writes text wrapped at 76 columns, indented by 6. */
+static void print_wrapped(FILE *out, const char *h)
+{
+    while (*h) {
+        size_t len = strlen(h);
+        size_t cut = len;
+        if (len > 70) {
+            cut = 70;
+            while (cut > 0 && h[cut] != ' ')
+                cut--;
+            if (cut == 0)
+                cut = 70;
+        }
+        fprintf(out, "      %.*s\n", (int)cut, h);
+        h += cut;
+        while (*h == ' ')
+            h++;
+    }
+}
+
+void msr_opts_usage(const msr_optset_t *set, FILE *out)
+{
+    for (size_t i = 0; i < set->count; i++) {
+        const msr_opt_t *d = &set->opts[i];
+        char head[128];
+        int n = snprintf(head, sizeof head, "  --%s%s%s", d->name, d->metavar ? " " : "",
+                         d->metavar ? d->metavar : "");
+        for (int k = 0; k < 3 && d->aliases[k]; k++)
+            n += snprintf(head + n, sizeof head - (size_t)n, ", --%s", d->aliases[k]);
+        fprintf(out, "%s\n", head);
+        print_wrapped(out, d->help);
+        if (d->def && d->env)
+            fprintf(out, "      [default: %s; env %s]\n", d->def, d->env);
+        else if (d->def)
+            fprintf(out, "      [default: %s]\n", d->def);
+        else if (d->env)
+            fprintf(out, "      [env %s]\n", d->env);
+    }
+}
+
+void msr_opts_free(const msr_optset_t *set, void *obj)
+{
+    for (size_t i = 0; i < set->count; i++) {
+        const msr_opt_t *d = &set->opts[i];
+        if (d->kind != MSR_OPT_STRING && d->kind != MSR_OPT_SECRET && d->kind != MSR_OPT_PATH &&
+            d->kind != MSR_OPT_HOSTPORT)
+            continue;
+        char **slot = (char **)(void *)((char *)obj + d->dest);
+        if (*slot && d->kind == MSR_OPT_SECRET)
+            memset(*slot, 0, strlen(*slot));
+        msr_free(*slot);
+        *slot = NULL;
+    }
+}

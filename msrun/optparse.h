@@ -1,0 +1,97 @@
+/* One table-driven parser for the command lines of msrun, `msrun
+ * coordinator` and `msrun status`: each option's name, kind, bounds,
+ * environment variable and destination live in a table, so the three
+ * commands share one syntax and one set of bounds. */
+#ifndef MSR_MSRUN_OPTPARSE_H
+#define MSR_MSRUN_OPTPARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "msrun/base.h"
+
+/* What an option's value is and where it goes (dest: the option's field in
+ * the command's struct, size: that field's size). */
+typedef enum msr_opt_kind {
+    MSR_OPT_INT,      /* integer in [min, max]; int or int64_t */
+    MSR_OPT_PORT,     /* port number in [min, max]; int */
+    MSR_OPT_SECONDS,  /* seconds, stored as milliseconds in [min, max]; int64_t */
+    MSR_OPT_SIZE,     /* bytes with K, M, G suffixes, in [min, max]; int64_t */
+    MSR_OPT_BOOL,     /* 1/0, true/false...; "--name" alone is true; int */
+    MSR_OPT_LEVEL,    /* a log level (error, warn, info, debug); int */
+    MSR_OPT_ENUM,     /* one of choices, stored as its index; int */
+    MSR_OPT_STRING,   /* a non-empty string, copied; char * the caller frees */
+    MSR_OPT_SECRET,   /* a STRING whose command-line bytes are hidden from ps */
+    MSR_OPT_PATH,     /* a STRING naming a file this process can read */
+    MSR_OPT_RANGE,    /* N or MIN:MAX with min <= MIN <= MAX <= max; int at dest, int at dest2 */
+    MSR_OPT_HOSTPORT, /* HOST:PORT with PORT in [min, max]; char * at dest, int at dest2 */
+} msr_opt_kind_t;
+
+/* flags */
+#define MSR_OPT_ZERO_OFF 1 /* SECONDS: 0 (off) is valid as well as [min, max] */
+
+typedef struct msr_opt {
+    const char *name;       /* with underscores; '-' and '_' match alike */
+    const char *aliases[3]; /* other names (torchrun's, older ones) */
+    msr_opt_kind_t kind;
+    int64_t min, max;  /* bounds of INT, PORT, SECONDS (ms), SIZE, RANGE; HOSTPORT's port */
+    const char *env;   /* read when the option is not on the command line; NULL: none */
+    size_t dest, size; /* the field's offset and size (MSR_OPT_DEST) */
+    size_t dest2;      /* RANGE's MAX, HOSTPORT's port */
+    int flags;         /* MSR_OPT_ZERO_OFF */
+    int group;         /* nonzero: options of one group exclude each other */
+    const char *const *choices; /* ENUM: NULL-terminated */
+    /* for --help */
+    const char *def;     /* the default as shown; NULL: none shown */
+    const char *metavar; /* NULL: takes no value in the usage line (BOOL) */
+    const char *help;
+} msr_opt_t;
+
+#define MSR_OPT_DEST(type, field) offsetof(type, field), sizeof(((type *)0)->field)
+
+/* A command: its table and how its arguments end. */
+typedef struct msr_optset {
+    const char *prog; /* "msrun", "msrun coordinator": starts every error line */
+    const msr_opt_t *opts;
+    size_t count;
+    int positional; /* options end at the first non-option or "--" (msrun's PROGRAM) */
+} msr_optset_t;
+
+typedef enum msr_opts_result {
+    MSR_OPTS_OK,      /* parsed; *next_p is the first argument that is not an option */
+    MSR_OPTS_HELP,    /* -h or --help was given */
+    MSR_OPTS_VERSION, /* --version was given */
+    MSR_OPTS_BAD,     /* bad input: the reason is this thread's error text (base/err.h) */
+} msr_opts_result_t;
+
+/* Parses argv into obj (the command's struct, holding its defaults):
+ * options from the command line, then the environment variables of options
+ * not given there. seen (count entries) is set to 1 for an option given on
+ * the command line, 2 for one read from the environment, 0 otherwise. A
+ * command without positional arguments refuses any. Strings already in obj
+ * are freed when replaced; on MSR_OPTS_BAD obj may be partly written (free
+ * it with msr_opts_free). */
+msr_opts_result_t msr_opts_parse(const msr_optset_t *set, int argc, char **argv, void *obj,
+                                 unsigned char *seen, int *next_p);
+
+/* Prints "PROG: error: <this thread's error text> (see PROG --help)" to stderr. */
+void msr_opts_print_error(const msr_optset_t *set);
+
+/* Prints the option list: name, aliases, help wrapped at 76 columns,
+ * default and environment variable. */
+void msr_opts_usage(const msr_optset_t *set, FILE *out);
+
+/* Frees the strings the table's STRING, SECRET, PATH and HOSTPORT options
+ * put in obj (a SECRET is wiped first) and sets them to NULL. */
+void msr_opts_free(const msr_optset_t *set, void *obj);
+
+/* The index of the option called name in set, or -1. */
+int msr_opts_find(const msr_optset_t *set, const char *name);
+
+/* Where option name's value came from, for messages: its environment
+ * variable when seen[] says so, else "--name" written to buf. */
+const char *msr_opts_where(const msr_optset_t *set, const unsigned char *seen, const char *name,
+                           char *buf, size_t len);
+
+#endif
