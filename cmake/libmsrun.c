@@ -2,8 +2,6 @@
  * shared library a translation unit of its own. */
 #include "msrun/msrun.h"
 
-MSR_API const char *msr_version(void);
-
 MSR_API const char *msr_version(void)
 {
     return MSR_VERSION_STRING;

@@ -77,6 +77,15 @@ MSR_API const char *msr_status_name(msr_status_t status);
  * none failed. Valid until this thread's next call. Thread-safe. */
 MSR_API const char *msr_last_error(void);
 
+/* libmsrun's version, "MAJOR.MINOR.PATCH" (MSR_VERSION_STRING of the library
+ * loaded, which may differ from the header's); never NULL. Thread-safe. */
+MSR_API const char *msr_version(void);
+
+/* ---- logging ----
+ * libmsrun writes its own messages to stderr, one line each, starting with
+ * "libmsrun[node N rank R]". msr_log_set_level is the one public logging
+ * call: the rest of logging is internal to libmsrun. */
+
 /* Log levels, lowest is most severe. */
 typedef enum msr_log_level {
     MSR_LOG_ERROR = 0,
@@ -86,9 +95,12 @@ typedef enum msr_log_level {
     MSR_LOG_TRACE = 4,
 } msr_log_level_t;
 
-/* Sets the level below which msrun's own messages are dropped. The default
- * comes from MSR_LOG_LEVEL (error, warn, info, debug, trace), else warn.
- * Call before starting threads that log. */
+/* Sets the level of libmsrun's messages: those less severe are dropped
+ * (levels outside the list are clamped to it). The default is warn, or
+ * MSR_LOG_LEVEL (error, warn, info, debug, trace) when set; msr_init reads
+ * MSR_LOG_LEVEL again, so a program that wants its own level over the
+ * variable's calls this after msr_init. Process-wide; call it before
+ * starting threads that use libmsrun. */
 MSR_API void msr_log_set_level(msr_log_level_t level);
 
 #ifdef __cplusplus

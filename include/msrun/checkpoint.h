@@ -12,7 +12,11 @@
  *   step-<N>/MANIFEST         written by rank 0 after the same point: step,
  *                             world size, generation, every rank's length and
  *                             CRC, as JSON (for people and tools)
- * A checkpoint taken with one world size is never loaded by another.
+ * msr_ckpt_latest and msr_ckpt_load resume the same world size: they only
+ * take a step this world size saved (msr_ckpt_load refuses another's with
+ * MSR_ERR_CORRUPT). Resuming in another world size is explicit:
+ * msr_ckpt_latest_any and msr_ckpt_load_rank read what any world saved, and
+ * the program reshards it.
  * Folders are created 0700 and files 0600 (MSR_CKPT_MODE=0640 in the
  * environment makes files 0640 and folders 0750, to share with a group); files are
  * never opened through a symbolic link, and a step folder that is a link or

@@ -24,12 +24,18 @@ typedef struct msr_ctx msr_ctx_t;
  * MSR_AGENT (the node's msrun) or MSR_COORDINATOR and MSR_TOKEN (the
  * coordinator directly, e.g. for programs started by another launcher; the
  * rank and size may then come from MSR_RANK/MSR_WORLD_SIZE or from Slurm's
- * SLURM_PROCID/SLURM_NTASKS). The default deadline of every call is
- * MSR_TIMEOUT seconds (300 if unset).
+ * SLURM_PROCID/SLURM_NTASKS). With neither MSR_AGENT nor MSR_COORDINATOR,
+ * a job of one rank whose store lives in this process. The default deadline
+ * of every call is MSR_TIMEOUT seconds (300 if unset).
+ *
+ * Under msrun, and in a job of one rank, msr_init does not contact the
+ * coordinator (the first store call does). In direct mode without
+ * MSR_GENERATION it asks the coordinator for the job's generation, within
+ * the default deadline, and so may also fail like a store call
+ * (MSR_ERR_UNREACHABLE, MSR_ERR_TIMEOUT, MSR_ERR_PERMISSION...).
  *
  * Fails with MSR_ERR_INVALID_ARG when the environment is missing or
  * inconsistent (msr_last_error() says which variable), MSR_ERR_NO_MEMORY.
- * Does not contact the coordinator: the first store call does.
  * On success *ctx_p is the caller's until msr_finalize. */
 MSR_API msr_status_t msr_init(msr_ctx_t **ctx_p);
 
