@@ -5,7 +5,12 @@
   scripts/check-deps.sh --binaries BUILD  checks that the launcher links no
                                           data-plane or GPU library
 
-Exits 1 and names every include that crosses a line, 0 when none does."""
+An include crosses a line when what it names may not be used by the
+including file's module, or when anything it brings in, through headers of
+the tree however deep, may not be (a header a module may include that
+itself includes a forbidden one). Exits 1 and names every include that
+crosses a line (with the chain of headers for an indirect one), 0 when
+none does."""
 import os
 import re
 import subprocess
@@ -37,8 +42,89 @@ SYSTEM = [
     (re.compile(r"^event2/"), {"msrun"}, "libevent"),
     (re.compile(r"^protobuf-c/"), {"rendezvous", "cluster", "msrun"}, "protobuf-c"),
 ]
+# Indirect crossings known and being removed: (module, the include that
+# brings one in, the include it reaches) -> why. They are reported as notes, not failures, and a
+# note says when one no longer occurs (then delete it here).
+PENDING = {
+    ("comm", "rendezvous/client.h", "protobuf-c/protobuf-c.h"):
+        "comm/ sets error text through the rendezvous client, which brings in "
+        "protobuf-c; it moves to base/err.h (issue 14, item 3)",
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 SOURCES = (".c", ".h", ".cu", ".cuh")
+# headers generated at build time (not in the tree) and what they include
+GENERATED = {"rendezvous/msrun.pb-c.h": [("<", "protobuf-c/protobuf-c.h")]}
+
+
+def includes_of(path):
+    """The (line, kind, name) of every #include in path."""
+    found = []
+    try:
+        with open(path, errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if m:
+                    found.append((lineno, m.group(1), m.group(2)))
+    except OSError:
+        pass
+    return found
+
+
+def resolve(root, public, including, inc):
+    """The tree's file that #include "inc" in file `including` names (a path
+    relative to root), a key of GENERATED, or None (not in the tree)."""
+    if inc in GENERATED:
+        return inc
+    parts = inc.split("/")
+    if parts[0] == "msrun" and len(parts) == 2 and parts[1] in public:
+        return os.path.join("include", inc)
+    if "/" not in inc:
+        beside = os.path.join(os.path.dirname(including), inc)
+        return beside if os.path.isfile(os.path.join(root, beside)) else None
+    if os.path.isfile(os.path.join(root, inc)):
+        return inc
+    return None
+
+
+def verdict(module, kind, inc, public):
+    """Why module may not include inc, or None when it may."""
+    if kind == '"':
+        first = inc.split("/")[0]
+        if first == "msrun" and inc.split("/", 1)[1] in public:
+            if inc.split("/", 1)[1] in PUBLIC_FORBIDDEN.get(module, set()):
+                return f"{module}/ may not use the public {inc}"
+            return None
+        if "/" not in inc:
+            return None  # a file beside this one
+        if first == "tests":
+            return f"{module}/ may not include tests/"
+        if first in ALLOWED and first not in ALLOWED[module]:
+            return f"{module}/ may not depend on {first}/"
+        return None
+    for pattern, owners, what in SYSTEM:
+        if pattern.match(inc) and module not in owners:
+            return f"{what} belongs to {', '.join(sorted(owners))}/ only"
+    return None
+
+
+def reached(root, public, start):
+    """Every include reached from the file start (relative to root), each
+    once, with the chain of headers that leads to it: (kind, inc, chain)."""
+    out, seen = [], {start}
+    todo = [(start, [])]
+    while todo:
+        path, chain = todo.pop()
+        incs = ([(0, k, i) for k, i in GENERATED[path]] if path in GENERATED
+                else includes_of(os.path.join(root, path)))
+        for _, kind, inc in incs:
+            out.append((kind, inc, chain))
+            if kind != '"':
+                continue
+            target = resolve(root, public, path, inc)
+            if target and target not in seen:
+                seen.add(target)
+                todo.append((target, chain + [inc]))
+    return out
 
 
 def check_tree(root):
@@ -46,49 +132,47 @@ def check_tree(root):
     pubdir = os.path.join(root, "include", "msrun")
     if os.path.isdir(pubdir):
         public = set(os.listdir(pubdir))
-    problems = []
+    problems, pending_seen = [], set()
     for module in ALLOWED:
         top = os.path.join(root, module)
         for dirpath, _, files in os.walk(top):
-            for name in files:
+            for name in sorted(files):
                 if not name.endswith(SOURCES):
                     continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
-                with open(path, errors="replace") as f:
-                    for lineno, line in enumerate(f, 1):
-                        m = INCLUDE.match(line)
-                        if not m:
+                rel = os.path.relpath(os.path.join(dirpath, name), root)
+                for lineno, kind, inc in includes_of(os.path.join(root, rel)):
+                    close = ">" if kind == "<" else kind
+                    where = f"{rel}:{lineno}: #include {kind}{inc}{close}"
+                    why = verdict(module, kind, inc, public)
+                    if why:
+                        problems.append(f"{where}: {why}")
+                        continue
+                    if kind != '"':
+                        continue
+                    # what this allowed include brings in, however deep
+                    target = resolve(root, public, rel, inc)
+                    if target is None:
+                        continue
+                    for k2, inc2, chain in reached(root, public, target):
+                        why = verdict(module, k2, inc2, public)
+                        if why and (module, inc, inc2) in PENDING:
+                            pending_seen.add((module, inc, inc2))
                             continue
-                        kind, inc = m.groups()
-                        where = f"{rel}:{lineno}: #include {kind}{inc}{'>' if kind == '<' else kind}"
-                        if kind == '"':
-                            first = inc.split("/")[0]
-                            if first == "msrun" and inc.split("/", 1)[1] in public:
-                                if inc.split("/", 1)[1] in PUBLIC_FORBIDDEN.get(module, set()):
-                                    problems.append(f"{where}: {module}/ may not use the public {inc}")
-                                continue
-                            if "/" not in inc:
-                                continue  # a file beside this one
-                            if first == "tests" or first not in ALLOWED:
-                                if first == "tests":
-                                    problems.append(f"{where}: {module}/ may not include tests/")
-                                continue
-                            if first not in ALLOWED[module]:
-                                problems.append(f"{where}: {module}/ may not depend on {first}/")
-                        else:
-                            for pattern, owners, what in SYSTEM:
-                                if pattern.match(inc) and module not in owners:
-                                    problems.append(f"{where}: {what} belongs to {', '.join(sorted(owners))}/ only")
+                        if why:
+                            via = " -> ".join([inc] + chain + [inc2])
+                            problems.append(f"{where}: through {via}: {why}")
+                            break
+    for key, why in PENDING.items():
+        if key in pending_seen:
+            print(f"check-deps: note: {key[0]}/ reaches {key[2]} through {key[1]}: {why}")
+        else:
+            print(f"check-deps: note: {key[0]}/ no longer reaches {key[2]} through {key[1]}: "
+                  f"remove it from PENDING in scripts/check-deps.sh")
     # public headers include only public headers
     for name in sorted(public):
-        path = os.path.join(pubdir, name)
-        with open(path, errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                m = INCLUDE.match(line)
-                if m and m.group(1) == '"' and not (m.group(2).startswith("msrun/") and
-                                                    m.group(2).split("/", 1)[1] in public):
-                    problems.append(f"include/msrun/{name}:{lineno}: public headers include only public headers")
+        for lineno, kind, inc in includes_of(os.path.join(pubdir, name)):
+            if kind == '"' and not (inc.startswith("msrun/") and inc.split("/", 1)[1] in public):
+                problems.append(f"include/msrun/{name}:{lineno}: public headers include only public headers")
     return problems
 
 

@@ -37,6 +37,31 @@ crossing msrun/x.c '#include <ucp/api/ucp.h>' "UCX belongs to comm/ only"
 crossing cluster/x.c '#include <nccl.h>' "CUDA/NCCL belongs to"
 crossing comm/x.c '#include <grpc/grpc.h>' "gRPC belongs to"
 
+# indirect: an include the module may use that brings in one it may not
+indirect() {
+    local file="$1" line="$2" header="$3" hline="$4" want="$5"
+    make_tree
+    echo "$line" >"$TMP/tree/$file"
+    echo "$hline" >"$TMP/tree/$header"
+    if "$CHECK" "$TMP/tree" >"$TMP/out"; then
+        fail "'$line' in $file, through $header, was not refused"
+    fi
+    grep -q -- "$want" "$TMP/out" || { cat "$TMP/out"; fail "$file through $header: '$want' missing"; }
+    ok "refused: $line in $file, through $header"
+}
+indirect parallel/x.c '#include "comm/ok.h"' comm/ok.h '#include "rendezvous/rpc.h"' \
+    "through comm/ok.h -> rendezvous/rpc.h: parallel/ may not depend on rendezvous/"
+indirect msrun/x.c '#include "msrun/store.h"' include/msrun/store.h '#include "msrun/comm.h"' \
+    "through msrun/store.h -> msrun/comm.h: msrun/ may not use the public msrun/comm.h"
+make_tree
+echo '#include <ucp/api/ucp.h>' >"$TMP/tree/rendezvous/a2.h"
+echo '#include "rendezvous/a.h"' >"$TMP/tree/cluster/x.c"
+echo '#include "a2.h"' >"$TMP/tree/rendezvous/a.h"
+"$CHECK" "$TMP/tree" >"$TMP/out" && fail "a system library two headers deep was not refused"
+grep -q -- "cluster/x.c:1: #include \"rendezvous/a.h\": through rendezvous/a.h -> a2.h -> ucp/api/ucp.h: UCX" \
+    "$TMP/out" || { cat "$TMP/out"; fail "two headers deep: message missing"; }
+ok "refused: a system library two headers deep"
+
 make_tree
 echo '#include "base/log.h"' >"$TMP/tree/comm/ok.c"
 echo '#include "comm/ok.h"' >"$TMP/tree/parallel/ok.c"
