@@ -152,7 +152,7 @@ static const msr_opt_t opt_defs[] = {
 };
 /* clang-format on */
 
-const msr_optset_t msr_options_set = {"msrun", opt_defs, MSR_ARRAY_SIZE(opt_defs), 1};
+static const msr_optset_t options_set = {"msrun", opt_defs, MSR_ARRAY_SIZE(opt_defs), 1};
 
 static void opt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -180,7 +180,7 @@ static int set_string(char **slot, const char *v)
 
 static int given(const unsigned char *seen, const char *name)
 {
-    return seen[msr_opts_find(&msr_options_set, name)] != 0;
+    return seen[msr_opts_find(&options_set, name)] != 0;
 }
 
 /* The token as given, or read from --token_file; where names its source. */
@@ -304,7 +304,7 @@ void msr_options_usage(FILE *out)
                  "environment variable MSRUN_<NAME> (e.g. MSRUN_WORKER_NUM) when not given.\n"
                  "\n"
                  "options:\n");
-    msr_opts_usage(&msr_options_set, out);
+    msr_opts_usage(&options_set, out);
     fprintf(out,
             "  -h, --help      this text\n"
             "  --version       msrun's version\n"
@@ -436,7 +436,7 @@ static int check_rest(msr_options_t *o)
 
 int msr_options_parse(int argc, char **argv, msr_options_t *o)
 {
-    const msr_optset_t *set = &msr_options_set;
+    const msr_optset_t *set = &options_set;
     unsigned char seen[MSR_ARRAY_SIZE(opt_defs)];
     int i = 0;
     defaults(o);
@@ -517,7 +517,7 @@ int msr_options_need_token(const char *prog, char **token_p, const char *token_f
 
 void msr_options_cleanup(msr_options_t *o)
 {
-    msr_opts_free(&msr_options_set, o);
+    msr_opts_free(&options_set, o);
     msr_free(o->program);
     msr_free(o->program_path);
     msr_free(o->argv);

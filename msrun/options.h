@@ -12,12 +12,12 @@
 /* The bounds of the options that msrun, `msrun coordinator` and `msrun
  * status` share, so that a value one accepts the others accept too (the
  * agent passes its own to the coordinator it starts). Seconds in ms. */
-#define MSR_OPTB_SECONDS_MAX INT64_C(1000000000000)
-#define MSR_OPTB_COUNT       .min = 1, .max = INT32_MAX /* worker_num, store_keys_max... */
-#define MSR_OPTB_RESTARTS    .min = 0, .max = INT32_MAX
-#define MSR_OPTB_PORT        .min = 0, .max = 65535
-#define MSR_OPTB_NODES       .min = 1, .max = (1 << 20) /* nnodes */
-#define MSR_OPTB_BYTES       .min = 1, .max = INT64_MAX /* store_value_max, store_bytes_max */
+#define MSR_OPTB_SECONDS_MAX      INT64_C(1000000000000)
+#define MSR_OPTB_COUNT            .min = 1, .max = INT32_MAX /* worker_num, store_keys_max... */
+#define MSR_OPTB_RESTARTS         .min = 0, .max = INT32_MAX
+#define MSR_OPTB_PORT             .min = 0, .max = 65535
+#define MSR_OPTB_NODES            .min = 1, .max = (1 << 20) /* nnodes */
+#define MSR_OPTB_BYTES            .min = 1, .max = INT64_MAX /* store_value_max, store_bytes_max */
 #define MSR_OPTB_CLUSTER_TIME_OUT .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
@@ -80,9 +80,6 @@ void msr_options_usage(FILE *out);
  * token_file; prog names the command in the error line. Returns 0, or
  * prints why and returns 2. */
 int msr_options_need_token(const char *prog, char **token_p, const char *token_file);
-
-/* The agent's table, for tests. */
-extern const msr_optset_t msr_options_set;
 
 /* Whether global rank r passes the --show_ranks filter. */
 int msr_options_show_rank(const msr_options_t *opts, int rank);
