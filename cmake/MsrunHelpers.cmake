@@ -1,9 +1,39 @@
 # Helpers shared by every module's CMakeLists.
 
+# Sources generated at build time (rendezvous/msrun.pb-c.h), under their
+# module's folder name.
+set(MSRUN_GENERATED_DIR ${PROJECT_BINARY_DIR}/generated)
+
+# The folders that are modules (docs/architecture.md, section 2). A target in
+# one of them sees only its own folder and, through the targets it links,
+# theirs: a file in comm/ that includes cluster/... does not compile.
+set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm parallel)
+
+# The include root of module dir: a folder holding only a link named dir to
+# the module's sources, so "dir/x.h" resolves there and nothing else does.
+function(msrun_module_root dir out_var)
+  set(_root ${PROJECT_BINARY_DIR}/module_roots/${dir})
+  if(NOT EXISTS ${_root}/${dir})
+    file(MAKE_DIRECTORY ${_root})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${_root}/${dir} SYMBOLIC)
+  endif()
+  set(${out_var} ${_root} PARENT_SCOPE)
+endfunction()
+
 # Common settings for a target of this project: C11, warnings, visibility,
-# the project's include roots and the chosen sanitizers.
+# include roots and the chosen sanitizers. A target defined in a module's
+# folder gets that module's root PUBLIC (its dependencies' roots come with
+# target_link_libraries); tests, benchmarks and examples see the whole tree.
+# Every target sees the public headers (include/).
 function(msrun_target_setup target)
-  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  file(RELATIVE_PATH _rel ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  string(REGEX REPLACE "/.*" "" _top "${_rel}")
+  if(_top IN_LIST MSRUN_MODULE_DIRS)
+    msrun_module_root(${_top} _root)
+    target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${_root}>)
+  else()
+    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${MSRUN_GENERATED_DIR})
+  endif()
   target_include_directories(${target} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

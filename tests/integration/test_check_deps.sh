@@ -67,3 +67,57 @@ echo '#include "base/log.h"' >"$TMP/tree/comm/ok.c"
 echo '#include "comm/ok.h"' >"$TMP/tree/parallel/ok.c"
 "$CHECK" "$TMP/tree" >"$TMP/out" || fail "allowed includes pass"
 ok "allowed includes pass"
+
+# The build enforces the same lines: a module's sources are compiled with the
+# include roots of the modules it may depend on only (never the whole tree),
+# so an include that crosses a line does not compile.
+CC_JSON=$MSRUN_BUILD/compile_commands.json
+[ -f "$CC_JSON" ] || fail "$CC_JSON missing (CMAKE_EXPORT_COMPILE_COMMANDS is on)"
+python3 - "$CHECK" "$SRC" "$MSRUN_BUILD" "$TMP" >"$TMP/out" 2>&1 <<'PY' || { cat "$TMP/out"; fail "include roots"; }
+import importlib.machinery, json, os, shlex, subprocess, sys
+check, src, build, tmp = sys.argv[1:]
+deps = importlib.machinery.SourceFileLoader("deps", check).load_module()
+src, roots = os.path.realpath(src), os.path.realpath(os.path.join(build, "module_roots"))
+bad, modules, probe = [], set(), None
+for e in json.load(open(os.path.join(build, "compile_commands.json"))):
+    path = os.path.realpath(os.path.join(e["directory"], e["file"]))
+    rel = os.path.relpath(path, src)
+    module = rel.split("/")[0]
+    # a module's file compiled by the module's own target (tests compile
+    # some into their programs, with the whole tree)
+    owner = os.path.relpath(os.path.realpath(e["directory"]), os.path.realpath(build))
+    if rel.startswith("..") or module not in deps.ALLOWED or owner.split("/")[0] != module:
+        continue
+    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+    incs = [a[2:] for a in args if a.startswith("-I")]
+    for d in map(os.path.realpath, incs):
+        if d == src:
+            bad.append(f"{rel}: compiled with the whole tree ({d}) on its include path")
+        elif d.startswith(roots + "/"):
+            seen = d[len(roots) + 1:].split("/")[0]
+            if seen not in deps.ALLOWED[module]:
+                bad.append(f"{rel}: sees {seen}/, which {module}/ may not include")
+    modules.add(module)
+    if module == "comm" and probe is None:
+        probe = (e["directory"], args)
+if bad:
+    print("\n".join(bad))
+    sys.exit(1)
+# one real compile: a comm/ file that includes cluster/ fails
+d, args = probe
+with open(os.path.join(tmp, "cross.c"), "w") as f:
+    f.write('#include "cluster/coord.h"\n')
+cmd = [args[0]]
+for i, a in enumerate(args[1:], 1):
+    if a.startswith(("-I", "-D")):
+        cmd.append(a)
+    elif a == "-isystem":
+        cmd += [a, args[i + 1]]
+cmd += ["-fsyntax-only", os.path.join(tmp, "cross.c")]
+r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+if r.returncode == 0 or "cluster/coord.h" not in r.stderr:
+    print("a comm/ file including cluster/coord.h compiled:", r.stderr)
+    sys.exit(1)
+print("modules:", " ".join(sorted(modules)))
+PY
+ok "the build gives each module only its own and its dependencies' include roots"
