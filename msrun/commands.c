@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "cluster/failure.h"
 #include "cluster/server.h"
 #include "msrun/agent.h"
 #include "msrun/token.h"
@@ -357,24 +358,6 @@ int msr_coordinator_main(int argc, char **argv)
     return end == MSR__JOB_STATE__JOB_DONE ? 0 : 1;
 }
 
-static const char *state_text(Msr__JobState s)
-{
-    switch (s) {
-    case MSR__JOB_STATE__JOB_WAITING:
-        return "waiting for nodes";
-    case MSR__JOB_STATE__JOB_RUNNING:
-        return "running";
-    case MSR__JOB_STATE__JOB_RESTARTING:
-        return "restarting";
-    case MSR__JOB_STATE__JOB_DONE:
-        return "done";
-    case MSR__JOB_STATE__JOB_FAILED:
-        return "failed";
-    default:
-        return "unknown";
-    }
-}
-
 int msr_status_main(int argc, char **argv)
 {
     const char *addr = getenv("MSRUN_MASTER_ADDR");
@@ -456,7 +439,7 @@ int msr_status_main(int argc, char **argv)
     }
     const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
     printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
-           state_text(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
+           msr_job_state_name(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
            r->max_restarts);
     for (size_t i = 0; i < r->n_nodes; i++) {
         const Msr__NodeStatus *n = r->nodes[i];
