@@ -707,7 +707,7 @@ equivalent: at coef == 1.0 both branches give 1.0f
 
 # ---- the launcher (msrun/)
 @ agent.stderr_tail.not_rotated
-file: msrun/agent.c
+file: msrun/report.c
 test: ^it_exit$
 <<<
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
