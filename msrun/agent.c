@@ -395,12 +395,10 @@ static void leave(agent_t *a)
     req.node_id = a->node_id;
     req.reason = a->node.leave_reason;
     ProtobufCMessage *resp = NULL;
-    char err[256];
-    if (msr_link_call_sync(a->link, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp, err, sizeof err) ==
-        MSR_OK)
+    if (msr_link_call_sync(a->link, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp) == MSR_OK)
         msr_rpc_message_free(resp);
     else
-        MSR_DEBUG("leave: %s", err);
+        MSR_DEBUG("leave: %s", msr_err_msg());
 }
 
 static void print_outcome(const msr_node_t *n)
@@ -490,7 +488,8 @@ static int loop_setup(agent_t *a)
         a->nsig++;
     }
     if (msr_link_create(a->base, a->coord_target, a->token, &a->tls, &a->link) != MSR_OK) {
-        fprintf(stderr, "msrun: error: cannot create the link to the coordinator\n");
+        fprintf(stderr, "msrun: error: cannot create the link to the coordinator: %s\n",
+                msr_err_msg());
         return 1;
     }
     /* The workers' store calls go through this node's proxy. */
