@@ -504,8 +504,8 @@ static int loop_setup(agent_t *a)
 /* Runs the loop; returns the exit status once the machine exits. */
 static int loop_run(agent_t *a)
 {
-    msr_node_on_start(&a->node, msr_now_ns());
     reap(a); /* a coordinator child that died before the loop started */
+    msr_node_on_start(&a->node, msr_now_ns());
     msr_agent_run_node(a);
     event_base_dispatch(a->base);
 
