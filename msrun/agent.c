@@ -401,29 +401,6 @@ static void leave(agent_t *a)
         MSR_DEBUG("leave: %s", msr_err_msg());
 }
 
-static void print_outcome(const msr_node_t *n)
-{
-    if (n->state == MSR_JOB_FAILED && n->interrupted == 0 && n->exit_code != 0) {
-        char what[700];
-        const msr_failure_t *c = &n->cause;
-        if (c->set) {
-            msr_failure_describe(c, what, sizeof what);
-            MSR_ERROR("job failed (generation %d): %s", c->generation, what);
-            if (n->max_restarts > 0)
-                MSR_ERROR("restarts used: %d of %d", n->restart_count, n->max_restarts);
-            if (c->ntail > 0) {
-                MSR_ERROR("last lines rank %d wrote to stderr:", c->rank);
-                for (size_t i = 0; i < c->ntail; i++)
-                    MSR_ERROR("  | %s", c->tail[i]);
-            }
-        } else {
-            MSR_ERROR("job failed: %s", n->message);
-        }
-    } else if (n->interrupted != 0 && n->exit_code != 0) {
-        MSR_ERROR("%s", n->message[0] ? n->message : "stopped");
-    }
-}
-
 /* Who this job is: its id and, for a standalone job, its token (a
  * multi-node job's is decided in setup_coordinator, which knows whether this
  * node starts the coordinator). Never derived from anything others know. */
@@ -524,7 +501,7 @@ static int loop_run(agent_t *a)
         leave(a);
     msr_link_destroy(a->link);
     a->link = NULL;
-    print_outcome(&a->node);
+    msr_node_print_outcome(&a->node);
     int rc = a->node.exit_code;
     if (rc != 0 && a->node.state == MSR_JOB_FAILED && a->o->error_file &&
         msr_error_file_write(a->o->error_file, a->job_id, &a->node.cause, a->node.message) !=

@@ -553,3 +553,26 @@ static void finish(msr_node_t *n, int code, const char *error)
     a->code = code;
     a->long_text = error;
 }
+
+void msr_node_print_outcome(const msr_node_t *n)
+{
+    if (n->state == MSR_JOB_FAILED && n->interrupted == 0 && n->exit_code != 0) {
+        char what[700];
+        const msr_failure_t *c = &n->cause;
+        if (c->set) {
+            msr_failure_describe(c, what, sizeof what);
+            MSR_ERROR("job failed (generation %d): %s", c->generation, what);
+            if (n->max_restarts > 0)
+                MSR_ERROR("restarts used: %d of %d", n->restart_count, n->max_restarts);
+            if (c->ntail > 0) {
+                MSR_ERROR("last lines rank %d wrote to stderr:", c->rank);
+                for (size_t i = 0; i < c->ntail; i++)
+                    MSR_ERROR("  | %s", c->tail[i]);
+            }
+        } else {
+            MSR_ERROR("job failed: %s", n->message);
+        }
+    } else if (n->interrupted != 0 && n->exit_code != 0) {
+        MSR_ERROR("%s", n->message[0] ? n->message : "stopped");
+    }
+}

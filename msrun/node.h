@@ -156,6 +156,11 @@ int msr_node_next_action(msr_node_t *n, msr_node_action_t *act_p);
  * timer fires then and feeds msr_node_on_tick. */
 uint64_t msr_node_next_deadline(const msr_node_t *n);
 
+/* After the exit: the job's outcome for people, the root cause first (what
+ * failed, the restarts used, its last stderr lines), or why msrun stopped.
+ * Logs only when the exit code is not 0. */
+void msr_node_print_outcome(const msr_node_t *n);
+
 /* ---- events ---- */
 
 /* The loop runs: join (and start watching beats). */
