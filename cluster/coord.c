@@ -267,24 +267,6 @@ static void reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     reply(c, call, resp);
 }
 
-static const char *state_name(Msr__JobState s)
-{
-    switch (s) {
-    case MSR__JOB_STATE__JOB_WAITING:
-        return "waiting";
-    case MSR__JOB_STATE__JOB_RUNNING:
-        return "running";
-    case MSR__JOB_STATE__JOB_RESTARTING:
-        return "restarting";
-    case MSR__JOB_STATE__JOB_DONE:
-        return "done";
-    case MSR__JOB_STATE__JOB_FAILED:
-        return "failed";
-    default:
-        return "unknown";
-    }
-}
-
 static int state_terminal(Msr__JobState s)
 {
     return s == MSR__JOB_STATE__JOB_DONE || s == MSR__JOB_STATE__JOB_FAILED;
@@ -396,68 +378,6 @@ static node_t *member_of_rank(const msr_coord_t *c, int rank)
         if (c->nodes[i]->alive && c->nodes[i]->rank == rank)
             return c->nodes[i];
     return NULL;
-}
-
-/* ---- failures ---- */
-
-static void failure_clear(failure_t *f)
-{
-    for (size_t i = 0; i < f->ntail; i++)
-        msr_free(f->tail[i]);
-    memset(f, 0, sizeof *f);
-}
-
-void msr_coord_failure_from_msg(failure_t *f, const Msr__Failure *m)
-{
-    failure_clear(f);
-    f->set = 1;
-    f->node_rank = m->node_rank;
-    snprintf(f->host, sizeof f->host, "%s", m->host ? m->host : "");
-    f->rank = m->rank;
-    f->pid = m->pid;
-    f->exit_code = m->exit_code;
-    f->signal = m->signal;
-    f->time = m->time;
-    f->generation = m->generation;
-    snprintf(f->reason, sizeof f->reason, "%s", m->reason ? m->reason : "");
-    size_t n = m->n_stderr_tail < MSR_FAILURE_TAIL ? m->n_stderr_tail : MSR_FAILURE_TAIL;
-    for (size_t i = 0; i < n; i++) {
-        f->tail[f->ntail] = msr_strndup(m->stderr_tail[i], 4096);
-        if (f->tail[f->ntail])
-            f->ntail++;
-    }
-}
-
-void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m)
-{
-    msr__failure__init(m);
-    m->node_rank = f->node_rank;
-    m->host = (char *)f->host;
-    m->rank = f->rank;
-    m->pid = f->pid;
-    m->exit_code = f->exit_code;
-    m->signal = f->signal;
-    m->time = f->time;
-    m->n_stderr_tail = f->ntail;
-    m->stderr_tail = (char **)f->tail;
-    m->generation = f->generation;
-    m->reason = (char *)f->reason;
-}
-
-static void describe_failure(const failure_t *f, char *out, size_t len)
-{
-    char sig[32];
-    if (f->rank >= 0 && strncmp(f->reason, "hung", 4) == 0)
-        snprintf(out, len, "rank %d on node %d (%s) %s and was killed", f->rank, f->node_rank,
-                 f->host, f->reason);
-    else if (f->signal > 0)
-        snprintf(out, len, "rank %d on node %d (%s) was killed by %s", f->rank, f->node_rank,
-                 f->host, msr_signal_name(f->signal, sig, sizeof sig));
-    else if (f->rank >= 0)
-        snprintf(out, len, "rank %d on node %d (%s) %s with code %d", f->rank, f->node_rank,
-                 f->host, f->reason[0] ? f->reason : "exited", f->exit_code);
-    else
-        snprintf(out, len, "node %d (%s): %s", f->node_rank, f->host, f->reason);
 }
 
 /* ---- the store ---- */
@@ -1120,7 +1040,7 @@ static void set_state(msr_coord_t *c, Msr__JobState s)
 {
     if (c->state != s)
         MSR_INFO("job %s: generation %d %s", c->job_id ? c->job_id : "?", c->generation,
-                 state_name(s));
+                 msr_job_state_name(s));
     c->state = s;
     if (state_forming(s))
         c->form_deadline = msr_deadline_in_ms(c->config.join_timeout_ms);
@@ -1145,15 +1065,15 @@ static void start_generation(msr_coord_t *c, int generation, const char *why)
 
 /* Ends the running generation after a failure: a new one if restarts remain,
  * else the job fails. Takes the tail strings of f. */
-static void generation_failed(msr_coord_t *c, failure_t *f)
+static void generation_failed(msr_coord_t *c, msr_failure_t *f)
 {
     char what[512];
-    describe_failure(f, what, sizeof what);
+    msr_failure_describe(f, what, sizeof what);
     if (!c->failure.set || c->failure.generation != f->generation) {
-        failure_clear(&c->failure);
+        msr_failure_clear(&c->failure);
         c->failure = *f; /* the tail strings now belong to c->failure */
     } else {
-        failure_clear(f);
+        msr_failure_clear(f);
     }
     if (c->restart_count < c->max_restarts) {
         c->restart_count++;
@@ -1283,7 +1203,7 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
     }
     MSR_WARN("job %s: node %d (%s, pid %d) %s", c->job_id, n->rank, n->host, n->pid, why);
     if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0) {
-        failure_t f;
+        msr_failure_t f;
         memset(&f, 0, sizeof f);
         f.set = 1;
         f.node_rank = n->rank;
@@ -1356,7 +1276,7 @@ static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
         r.missing = missing;
     }
     if (c->failure.set) {
-        msr_coord_failure_to_msg(&c->failure, &f);
+        msr_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
     reply(c, call, &r.base);
@@ -1586,9 +1506,9 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
                 }
             }
         } else {
-            failure_t f;
+            msr_failure_t f;
             memset(&f, 0, sizeof f);
-            msr_coord_failure_from_msg(&f, e);
+            msr_failure_from_msg(&f, e);
             f.node_rank = n->rank;
             snprintf(f.host, sizeof f.host, "%s", n->host);
             f.generation = c->generation;
@@ -1665,7 +1585,7 @@ static void do_status(msr_coord_t *c, void *call)
     r.call_names = names;
     r.call_counts = c->calls;
     if (c->failure.set) {
-        msr_coord_failure_to_msg(&c->failure, &f);
+        msr_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
     reply(c, call, &r.base);
@@ -1758,7 +1678,7 @@ void msr_coord_destroy(msr_coord_t *c)
         msr_free(c->nodes[i]);
     }
     msr_free(c->nodes);
-    failure_clear(&c->failure);
+    msr_failure_clear(&c->failure);
     msr_map_cleanup(&c->dirty_keys, NULL);
     msr_coord_requests_clear(c);
     msr_coord_persist_close(c);

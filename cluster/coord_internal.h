@@ -9,8 +9,7 @@
 #include "base/list.h"
 #include "base/map.h"
 #include "cluster/coord.h"
-
-#define MSR_FAILURE_TAIL 32 /* stderr lines kept for the root cause */
+#include "cluster/failure.h"
 
 typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT, W_HELD } waiter_kind_t;
 
@@ -89,18 +88,6 @@ typedef struct gather {
     char name[];
 } gather_t;
 
-typedef struct failure {
-    int set;
-    int node_rank;
-    char host[256];
-    int rank, pid, exit_code, signal;
-    double time;
-    char *tail[MSR_FAILURE_TAIL];
-    size_t ntail;
-    int generation;
-    char reason[128];
-} failure_t;
-
 typedef struct node {
     char id[32];
     char *host;
@@ -124,7 +111,7 @@ struct msr_coord {
     int min_nodes, max_nodes; /* elastic range; 0 when the size is fixed */
     Msr__JobState state;
     int generation, restart_count;
-    failure_t failure;
+    msr_failure_t failure;
     char message[600];
     char master_addr[256];
     int master_port;
@@ -164,8 +151,6 @@ struct msr_coord {
 #define MARK_DIRTY(c, level) ((void)(level), (c)->dirty = 1)
 
 /* Shared between coord.c and persist.c. */
-void msr_coord_failure_to_msg(const failure_t *f, Msr__Failure *m);
-void msr_coord_failure_from_msg(failure_t *f, const Msr__Failure *m);
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);
 node_t *msr_coord_node_add(msr_coord_t *c, const char *host);
 

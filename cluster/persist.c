@@ -126,7 +126,7 @@ static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t 
     ps->master_port = c->master_port;
     ps->node_count = c->node_count;
     if (c->failure.set) {
-        msr_coord_failure_to_msg(&c->failure, &j->failure);
+        msr_failure_to_msg(&c->failure, &j->failure);
         ps->failure = &j->failure;
     }
     size_t nn = c->nnodes;
@@ -555,7 +555,7 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
     snprintf(c->master_addr, sizeof c->master_addr, "%s", ps->master_addr ? ps->master_addr : "");
     c->master_port = ps->master_port;
     if (ps->failure)
-        msr_coord_failure_from_msg(&c->failure, ps->failure);
+        msr_failure_from_msg(&c->failure, ps->failure);
     c->ndone = 0;
     for (size_t i = 0; i < ps->n_done_ranks; i++) {
         int r = ps->done_ranks[i];

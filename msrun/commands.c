@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "cluster/failure.h"
 #include "cluster/server.h"
 #include "msrun/agent.h"
 #include "msrun/options.h"
@@ -252,24 +253,6 @@ int msr_coordinator_main(int argc, char **argv)
     return r < 0 ? 0 : r;
 }
 
-static const char *state_text(Msr__JobState s)
-{
-    switch (s) {
-    case MSR__JOB_STATE__JOB_WAITING:
-        return "waiting for nodes";
-    case MSR__JOB_STATE__JOB_RUNNING:
-        return "running";
-    case MSR__JOB_STATE__JOB_RESTARTING:
-        return "restarting";
-    case MSR__JOB_STATE__JOB_DONE:
-        return "done";
-    case MSR__JOB_STATE__JOB_FAILED:
-        return "failed";
-    default:
-        return "unknown";
-    }
-}
-
 /* `msrun status`'s options. */
 typedef struct status_args {
     char *master_addr;
@@ -355,7 +338,7 @@ static int status_show(const status_args_t *a)
     }
     const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
     printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
-           state_text(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
+           msr_job_state_name(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
            r->max_restarts);
     for (size_t i = 0; i < r->n_nodes; i++) {
         const Msr__NodeStatus *n = r->nodes[i];

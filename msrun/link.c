@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
@@ -94,30 +95,37 @@ static void on_wakeup(evutil_socket_t fd, short what, void *arg)
 msr_status_t msr_link_create(struct event_base *base, const char *target, const char *token,
                              const msr_rpc_tls_t *tls, msr_link_t **link_p)
 {
-    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_status_t st;
     msr_link_t *l = msr_calloc(1, sizeof *l);
     if (l == NULL)
-        return st;
+        return msr_err(MSR_ERR_NO_MEMORY, "no memory for the link");
     l->base = base;
     msr_list_init(&l->calls);
     pthread_mutex_init(&l->lock, NULL);
     l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->efd < 0) {
-        MSR_ERROR("eventfd: %s", strerror(errno));
-        st = MSR_ERR_SYSTEM;
+        st = msr_err(MSR_ERR_SYSTEM, "eventfd: %s", strerror(errno));
         goto err_free;
     }
     l->ev = event_new(base, l->efd, EV_READ | EV_PERSIST, on_wakeup, l);
-    if (l->ev == NULL || event_add(l->ev, NULL) != 0)
+    if (l->ev == NULL || event_add(l->ev, NULL) != 0) {
+        st = msr_err(MSR_ERR_NO_MEMORY, "cannot watch the link's eventfd");
         goto err_fd;
+    }
+    msr_err_clear(); /* what the rpc layer says, if anything, follows the context */
     st = msr_rpc_loop_create(&l->loop);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
+        st = msr_err_prefix(st, "the link's completion queue");
         goto err_ev;
+    }
     st = msr_rpc_channel_create_tls(target, token, tls, &l->channel);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
+        st = msr_err_prefix(st, "the channel to %s", target);
         goto err_loop;
-    if (pthread_create(&l->thread, NULL, completion_thread, l) != 0) {
-        st = MSR_ERR_SYSTEM;
+    }
+    int rc = pthread_create(&l->thread, NULL, completion_thread, l);
+    if (rc != 0) {
+        st = msr_err(MSR_ERR_SYSTEM, "the link's completion thread: %s", strerror(rc));
         goto err_channel;
     }
     *link_p = l;
@@ -217,11 +225,14 @@ msr_status_t msr_link_call(msr_link_t *l, msr_rpc_method_t method, const Protobu
 }
 
 msr_status_t msr_link_call_sync(msr_link_t *l, msr_rpc_method_t method, const ProtobufCMessage *req,
-                                int64_t timeout_ms, int wait_for_ready, ProtobufCMessage **resp_p,
-                                char *err, size_t errlen)
+                                int64_t timeout_ms, int wait_for_ready, ProtobufCMessage **resp_p)
 {
-    return msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms), wait_for_ready,
-                        resp_p, err, errlen);
+    char err[256] = "";
+    msr_status_t st = msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms),
+                                   wait_for_ready, resp_p, err, sizeof err);
+    if (st != MSR_OK)
+        return msr_err(st, "%s", err[0] ? err : msr_status_str(st));
+    return MSR_OK;
 }
 
 const char *msr_link_target(const msr_link_t *l)

@@ -28,10 +28,11 @@ void msr_link_destroy(msr_link_t *link);
 msr_status_t msr_link_call(msr_link_t *link, msr_rpc_method_t method, const ProtobufCMessage *req,
                            int64_t timeout_ms, int wait_for_ready, msr_link_cb_t cb, void *arg);
 
-/* A blocking call on the same channel (for start-up and shutdown). */
+/* A blocking call on the same channel (for start-up and shutdown). On
+ * failure the reason is in this thread's error text (base/err.h). */
 msr_status_t msr_link_call_sync(msr_link_t *link, msr_rpc_method_t method,
                                 const ProtobufCMessage *req, int64_t timeout_ms, int wait_for_ready,
-                                ProtobufCMessage **resp_p, char *err, size_t errlen);
+                                ProtobufCMessage **resp_p);
 
 const char *msr_link_target(const msr_link_t *link);
 

@@ -707,12 +707,30 @@ equivalent: at coef == 1.0 both branches give 1.0f
 
 # ---- the launcher (msrun/)
 @ agent.stderr_tail.not_rotated
-file: msrun/agent.c
+file: msrun/report.c
 test: ^it_exit$
 <<<
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
 ===
         int start = 0;
+>>>
+
+@ node.interrupted.exit_code_off_by_one
+file: msrun/node.c
+test: ^(test_node|fuzz_node_corpus)$
+<<<
+        finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
+===
+        finish(n, n->interrupted > 0 ? 127 + n->interrupted : n->exit_code, NULL);
+>>>
+
+@ node.spawn.while_old_workers_run
+file: msrun/node.c
+test: ^(test_node|fuzz_node_corpus)$
+<<<
+        if (n->nrunning > 0 && n->worker_generation != n->generation)
+===
+        if (0 && n->nrunning > 0 && n->worker_generation != n->generation)
 >>>
 
 @ cpus.bind_core.overlapping_shares

@@ -35,5 +35,11 @@ if [ "${MSRUN_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
     build-fuzz/tests/fuzz_coord -max_total_time="${MSRUN_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         -artifact_prefix="$work/" "$work" tests/fuzz/corpus/coord 2>&1 | tail -n 3
     rm -rf "$work"
+    echo "== fuzzing the node's state machine (${MSRUN_FUZZ_SECONDS:-30} s)"
+    cmake --build build-fuzz -j"$jobs" --target fuzz_node
+    work=$(mktemp -d)
+    build-fuzz/tests/fuzz_node -max_total_time="${MSRUN_FUZZ_SECONDS:-30}" -print_final_stats=1 \
+        -artifact_prefix="$work/" "$work" tests/fuzz/corpus/node 2>&1 | tail -n 3
+    rm -rf "$work"
 fi
 echo "== all tests passed in $(($(date +%s) - start)) s"

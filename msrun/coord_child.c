@@ -1,0 +1,303 @@
+/* The embedded coordinator as a child process of the agent: deciding where
+ * the coordinator is (starting it here when this node should), starting it,
+ * and stopping it at the end. Moved out of agent.c as it was; the node's
+ * machine asks for a restart (MSR_NODE_ACT_COORD_RESTART) and the agent's
+ * wiring calls start_coordinator. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "msrun/agent_impl.h"
+#include "msrun/net.h"
+#include "msrun/token.h"
+
+int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_t errlen)
+{
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    char a_bind[300], a_fd[16], a_wn[16], a_lwn[16], a_mr[16], a_nt[32], a_ct[32], a_ll[16];
+    snprintf(a_bind, sizeof a_bind, "%s", bind_addr);
+    snprintf(a_fd, sizeof a_fd, "%d", 3);
+    snprintf(a_wn, sizeof a_wn, "%d", a->o->worker_num);
+    snprintf(a_lwn, sizeof a_lwn, "%d", a->o->local_worker_num);
+    snprintf(a_mr, sizeof a_mr, "%d", a->o->max_restarts);
+    snprintf(a_nt, sizeof a_nt, "%.3f", (double)a->o->node_timeout_ms / 1000.0);
+    snprintf(a_ct, sizeof a_ct, "%.3f", (double)a->o->cluster_time_out_ms / 1000.0);
+    /* The embedded coordinator speaks up for warnings unless asked for more. */
+    snprintf(a_ll, sizeof a_ll, "%d",
+             a->o->log_level >= MSR_LOG_DEBUG ? a->o->log_level : MSR_LOG_WARN);
+    char a_nn[48], a_lc[32];
+    snprintf(a_nn, sizeof a_nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
+    snprintf(a_lc, sizeof a_lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
+    char *argv[48];
+    int k = 0;
+    const char *fixed[] = {
+        "msrun",          "coordinator", "--bind",         a_bind, "--ready_fd",         a_fd,
+        "--job_id",       a->job_id,     "--worker_num",   a_wn,   "--local_worker_num", a_lwn,
+        "--max_restarts", a_mr,          "--node_timeout", a_nt,   "--cluster_time_out", a_ct,
+        "--log_level",    a_ll,          "--last_call",    a_lc};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(fixed); i++)
+        argv[k++] = (char *)fixed[i];
+    if (a->o->max_nodes > a->o->min_nodes) {
+        argv[k++] = "--nnodes";
+        argv[k++] = a_nn;
+    }
+    if (a->state_file[0]) {
+        /* The file lives in the job's directory, removed when this msrun
+         * ends: it serves a coordinator restarted by this msrun, in this
+         * boot, so a save need not wait for the disk. */
+        argv[k++] = "--state_file";
+        argv[k++] = a->state_file;
+        argv[k++] = "--state_sync";
+        argv[k++] = "process";
+    }
+    const char *tls_flags[][2] = {
+        {"--tls_cert", a->o->tls_cert}, {"--tls_key", a->o->tls_key}, {"--tls_ca", a->o->tls_ca}};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(tls_flags); i++) {
+        if (tls_flags[i][1]) {
+            argv[k++] = (char *)tls_flags[i][0];
+            argv[k++] = (char *)tls_flags[i][1];
+        }
+    }
+    char a_store[3][24];
+    const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
+    const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
+    for (int i = 0; i < 3; i++) {
+        if (store[i] <= 0)
+            continue; /* the coordinator's default */
+        snprintf(a_store[i], sizeof a_store[i], "%lld", (long long)store[i]);
+        argv[k++] = (char *)store_opt[i];
+        argv[k++] = a_store[i];
+    }
+    argv[k] = NULL;
+    /* The token travels in the environment, not on the command line. */
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(ready[0]);
+        close(ready[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (ready[1] != 3) {
+            dup2(ready[1], 3);
+        } else {
+            fcntl(3, F_SETFD, 0);
+        }
+        dup2(a->devnull, STDIN_FILENO);
+        setenv("MSRUN_TOKEN", a->token, 1);
+        unsetenv("MSRUN_TOKEN_FILE");
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(ready[1]);
+    a->coord_pid = pid;
+    /* Wait for "port N" or "error ..." from the child. */
+    char line[512];
+    size_t got = 0;
+    uint64_t deadline = msr_deadline_in_ms(15000);
+    while (got < sizeof line - 1) {
+        struct pollfd p = {ready[0], POLLIN, 0};
+        int ms = (int)msr_deadline_left_ms(deadline);
+        if (ms <= 0 || (poll(&p, 1, ms) <= 0 && errno != EINTR))
+            break;
+        ssize_t n = read(ready[0], line + got, sizeof line - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (memchr(line, '\n', got))
+            break;
+    }
+    close(ready[0]);
+    line[got] = '\0';
+    char *nl = strchr(line, '\n');
+    if (nl)
+        *nl = '\0';
+    int port = 0;
+    if (sscanf(line, "port %d", &port) == 1 && port > 0)
+        return port;
+    snprintf(err, errlen, "%s",
+             strncmp(line, "error ", 6) == 0 ? line + 6
+             : got                           ? line
+                                             : "the coordinator did not start");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    a->coord_pid = 0;
+    return -1;
+}
+
+/* Whether an msrun coordinator of this job answers at target. With
+ * wait_for_ready, waits up to 2 s for it to come up; without, a refused
+ * connection answers at once. */
+static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_for_ready, char *err,
+                                      size_t errlen)
+{
+    msr_rpc_channel_t *ch = NULL;
+    msr_status_t st = msr_rpc_channel_create_tls(target, a->token, &a->tls, &ch);
+    if (st != MSR_OK)
+        return st;
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), wait_for_ready,
+                      &resp, err, errlen);
+    msr_rpc_message_free(resp);
+    msr_rpc_channel_destroy(ch);
+    return st;
+}
+
+/* Decides where the coordinator is, starting it here when this node should. */
+int setup_coordinator(agent_t *a)
+{
+    msr_options_t *o = a->o;
+    char err[600];
+    if (o->master_addr == NULL) {
+        /* standalone: loopback, a free port */
+        snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
+        snprintf(a->host, sizeof a->host, "127.0.0.1");
+        int port = start_coordinator(a, "127.0.0.1:0", err, sizeof err);
+        if (port < 0) {
+            fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", err);
+            return 2;
+        }
+        a->coord_port = port;
+        snprintf(a->coord_bind, sizeof a->coord_bind, "127.0.0.1:%d", port);
+    } else {
+        if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
+            fprintf(stderr, "msrun: error: master_addr: %s\n", a->coord_ip);
+            return 2;
+        }
+        a->coord_port = o->master_port;
+        if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
+            snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
+        char target[300];
+        snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
+        char perr[400];
+        int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
+        int generated = 0;
+        if (a->token[0] == '\0') {
+            /* No token given: only the node that starts the coordinator may
+             * make one up; the others cannot guess it (that is the point). */
+            if (!here) {
+                fprintf(stderr,
+                        "msrun: error: no job token: every node of a multi-node job needs the "
+                        "job's token; give this node the one node 0 generated (it printed where "
+                        "it wrote it), or give every node the same with --token_file FILE "
+                        "(mode 0600) or MSRUN_TOKEN\n");
+                return 2;
+            }
+            if (msr_token_generate(a->token, sizeof a->token, err, sizeof err) != MSR_OK) {
+                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+                return 2;
+            }
+            generated = 1;
+        }
+        if (here && !generated && probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+            /* another msrun on this host already started it */
+            MSR_DEBUG("joining the coordinator already running at %s", target);
+        } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
+            snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
+            int port = start_coordinator(a, target, err, sizeof err);
+            if (port < 0) {
+                /* Taken: by this job's coordinator (another msrun on this host
+                 * started it), or by something else. */
+                msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
+                if (st == MSR_ERR_PERMISSION && generated) {
+                    fprintf(stderr,
+                            "msrun: error: port %d on %s is in use by a msrun coordinator and "
+                            "this node has no job token: if it is this job's, give this node "
+                            "the job's token (--token_file FILE or MSRUN_TOKEN)\n",
+                            a->coord_port, a->coord_ip);
+                    return 2;
+                }
+                if (st == MSR_ERR_PERMISSION) {
+                    fprintf(stderr,
+                            "msrun: error: port %d on %s is in use by another msrun job "
+                            "(its token differs)\n",
+                            a->coord_port, a->coord_ip);
+                    return 2;
+                }
+                if (st != MSR_OK) {
+                    if (strstr(err, "in use"))
+                        fprintf(stderr,
+                                "msrun: error: port %d on %s is in use by another program (no "
+                                "msrun coordinator answers there)\n",
+                                a->coord_port, a->coord_ip);
+                    else
+                        fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n",
+                                target, err);
+                    return 2;
+                }
+                MSR_INFO("joining the coordinator another msrun started at %s", target);
+            } else if (generated && (o->max_nodes > 1 || o->worker_num > o->local_worker_num)) {
+                /* The others need it: in a file only this user can read,
+                 * never in a log line that others may read. */
+                snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
+                if (msr_token_write_file(a->token_file, a->token, err, sizeof err) != MSR_OK) {
+                    a->token_file[0] = '\0';
+                    fprintf(stderr, "msrun: error: %s\n", err);
+                    return 2;
+                }
+                MSR_WARN("no job token given: generated one in %s (readable only by you); start "
+                         "the other nodes with --token_file set to a copy of that file (mode "
+                         "0600), or with MSRUN_TOKEN set to its content",
+                         a->token_file);
+            }
+        }
+    }
+    snprintf(a->coord_target, sizeof a->coord_target, "%s:%d", a->coord_ip, a->coord_port);
+    return 0;
+}
+
+/* Waits up to ms for child pid to exit; 1 if it did (or is not ours). */
+static int wait_child(pid_t pid, int64_t ms)
+{
+    uint64_t deadline = msr_deadline_in_ms(ms);
+    int status;
+    do {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return 1;
+        msr_sleep_ms(10);
+    } while (!msr_deadline_passed(deadline));
+    return 0;
+}
+
+void stop_coordinator(agent_t *a)
+{
+    if (a->coord_pid <= 0)
+        return;
+    /* The other nodes must hear the outcome: the coordinator exits by itself
+     * once every node has left. Give it a moment, then stop it. */
+    if (!wait_child(a->coord_pid, a->nworkers && a->node_count > 1 ? 10000 : 2000)) {
+        kill(a->coord_pid, SIGTERM);
+        if (!wait_child(a->coord_pid, 3000)) {
+            kill(a->coord_pid, SIGKILL);
+            waitpid(a->coord_pid, NULL, 0);
+        }
+    }
+    a->coord_pid = 0;
+}

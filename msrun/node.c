@@ -1,0 +1,578 @@
+/* The node's state machine (node.h): decisions only; the agent performs
+ * them. Logs what it decides, like the coordinator's core. */
+#include "msrun/node.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#define NS_PER_MS    1000000ull
+#define BACKOFF_MIN  50   /* ms: the first retry of a join or heartbeat */
+#define BACKOFF_MAX  1000 /* ms: retries back off to this */
+#define STUCK_MS     5000 /* after SIGKILL, how long before giving up on a worker */
+#define SLOW_FORM_MS 1000 /* forming takes longer than this: say who is awaited */
+
+static void finish(msr_node_t *n, int code, const char *error);
+static void stop_workers(msr_node_t *n, uint64_t now, int sig);
+
+/* ---- the queue ---- */
+
+static msr_node_action_t *push(msr_node_t *n, msr_node_act_kind_t kind)
+{
+    static msr_node_action_t dropped;
+    if (n->acts_len == n->acts_cap) {
+        /* cannot happen: the queue holds two actions per worker and more
+         * than one event queues at once; the fuzzer checks it */
+        MSR_ERROR("node: action queue full, dropping action %d", (int)kind);
+        memset(&dropped, 0, sizeof dropped);
+        return &dropped;
+    }
+    msr_node_action_t *a = &n->acts[(n->acts_head + n->acts_len) % n->acts_cap];
+    n->acts_len++;
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->local = -1;
+    return a;
+}
+
+int msr_node_next_action(msr_node_t *n, msr_node_action_t *act_p)
+{
+    if (n->acts_len == 0)
+        return 0;
+    *act_p = n->acts[n->acts_head];
+    n->acts_head = (n->acts_head + 1) % n->acts_cap;
+    n->acts_len--;
+    return 1;
+}
+
+msr_status_t msr_node_init(msr_node_t *n, const msr_node_config_t *cfg)
+{
+    memset(n, 0, sizeof *n);
+    n->cfg = *cfg;
+    n->node_rank = -1;
+    n->worker_generation = -1;
+    n->ready_generation = -1;
+    n->backoff_ms = BACKOFF_MIN;
+    n->state = MSR_JOB_UNKNOWN;
+    n->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
+    n->acts_cap = 2 * (size_t)(cfg->nworkers > 0 ? cfg->nworkers : 0) + 32;
+    n->workers = msr_calloc(cfg->nworkers > 0 ? (size_t)cfg->nworkers : 1, sizeof *n->workers);
+    n->acts = msr_calloc(n->acts_cap, sizeof *n->acts);
+    if (n->workers == NULL || n->acts == NULL) {
+        msr_node_cleanup(n);
+        return msr_err(MSR_ERR_NO_MEMORY, "node: no memory for %d workers", cfg->nworkers);
+    }
+    return MSR_OK;
+}
+
+void msr_node_cleanup(msr_node_t *n)
+{
+    msr_failure_clear(&n->cause);
+    msr_free(n->workers);
+    msr_free(n->acts);
+    n->workers = NULL;
+    n->acts = NULL;
+    n->acts_cap = n->acts_len = 0;
+}
+
+static uint64_t min_armed(uint64_t a, uint64_t b)
+{
+    return a == 0 ? b : b == 0 ? a : a < b ? a : b;
+}
+
+uint64_t msr_node_next_deadline(const msr_node_t *n)
+{
+    if (n->finished)
+        return 0;
+    uint64_t d = min_armed(n->retry_at, n->kill_at);
+    return min_armed(min_armed(d, n->stuck_at), n->hang_at);
+}
+
+/* ---- the coordinator ---- */
+
+/* A retry between backoff/2 and backoff from now, so that many nodes
+ * retrying at once spread; the backoff doubles up to BACKOFF_MAX. */
+static void schedule_retry(msr_node_t *n, uint64_t now)
+{
+    n->rng ^= n->rng << 13;
+    n->rng ^= n->rng >> 7;
+    n->rng ^= n->rng << 17;
+    int64_t ms = n->backoff_ms;
+    int64_t d = ms / 2 + (int64_t)(n->rng % (uint64_t)(ms / 2 + 1));
+    n->retry_at = now + (uint64_t)d * NS_PER_MS;
+    n->backoff_ms = n->backoff_ms * 2 > BACKOFF_MAX ? BACKOFF_MAX : n->backoff_ms * 2;
+}
+
+static void heartbeat(msr_node_t *n)
+{
+    if (n->finished || !n->joined)
+        return;
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_HEARTBEAT);
+    a->generation = n->generation;
+    n->hb_inflight++;
+}
+
+void msr_node_on_start(msr_node_t *n, uint64_t now)
+{
+    if (n->cfg.worker_timeout_ms > 0) {
+        int64_t every = n->cfg.worker_timeout_ms / 4 < 50 ? 50 : n->cfg.worker_timeout_ms / 4;
+        n->hang_at = now + (uint64_t)(every > 1000 ? 1000 : every) * NS_PER_MS;
+    }
+    push(n, MSR_NODE_ACT_JOIN);
+}
+
+void msr_node_on_send_failed(msr_node_t *n, uint64_t now, const char *why)
+{
+    if (n->finished)
+        return;
+    if (!n->joined) {
+        MSR_ERROR("cannot send the join request: %s", why);
+        finish(n, 1, NULL);
+        return;
+    }
+    n->hb_inflight--;
+    schedule_retry(n, now);
+}
+
+void msr_node_on_joined(msr_node_t *n, uint64_t now, int generation, int max_restarts)
+{
+    (void)now;
+    if (n->finished || n->joined)
+        return;
+    n->generation = generation;
+    n->max_restarts = max_restarts;
+    n->joined = 1;
+    n->coord_lost_since = 0;
+    n->backoff_ms = BACKOFF_MIN;
+    n->ready_generation = generation;
+    heartbeat(n);
+}
+
+void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t e, const char *why)
+{
+    if (n->finished || n->joined)
+        return;
+    if (e == MSR_NODE_JOIN_REFUSED) {
+        snprintf(n->error, sizeof n->error, "the coordinator at %s refused this node: %s",
+                 n->cfg.coord_target, why);
+        finish(n, 2, n->error);
+        return;
+    }
+    /* away, or full (a lost node may not be reaped yet) */
+    if (n->coord_lost_since == 0)
+        n->coord_lost_since = now;
+    if (now - n->coord_lost_since > (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS) {
+        snprintf(n->error, sizeof n->error, "no coordinator answered at %s within %.0f s",
+                 n->cfg.coord_target, (double)n->cfg.cluster_time_out_ms / 1000.0);
+        finish(n, 1, n->error);
+        return;
+    }
+    if (now - n->last_progress > 5000 * NS_PER_MS) {
+        if (e == MSR_NODE_JOIN_FULL)
+            MSR_INFO("the job at %s is full (%s); waiting for a free place", n->cfg.coord_target,
+                     why);
+        else
+            MSR_INFO("waiting for the coordinator at %s", n->cfg.coord_target);
+        n->last_progress = now;
+    }
+    schedule_retry(n, now);
+}
+
+/* The node cannot go on with the job (the coordinator lost, or forgot this
+ * node): stop the workers and exit 1. */
+static void give_up(msr_node_t *n, uint64_t now)
+{
+    MSR_ERROR("%s", n->message);
+    n->interrupted = -1;
+    n->exit_code = 1;
+    if (n->nrunning)
+        stop_workers(n, now, SIGTERM);
+    else
+        finish(n, 1, NULL);
+}
+
+void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const char *why)
+{
+    n->hb_inflight--;
+    if (n->finished)
+        return;
+    if (gone) {
+        snprintf(n->message, sizeof n->message, "the coordinator no longer knows this node: %s",
+                 why);
+        give_up(n, now);
+        return;
+    }
+    if (n->coord_lost_since == 0) {
+        n->coord_lost_since = now;
+        MSR_WARN("no answer from the coordinator at %s: %s; retrying", n->cfg.coord_target, why);
+    } else if (now - n->coord_lost_since > (uint64_t)n->cfg.coordinator_timeout_ms * NS_PER_MS) {
+        snprintf(n->message, sizeof n->message,
+                 "lost the coordinator at %s: no answer for %.1f s (%.200s)", n->cfg.coord_target,
+                 (double)n->cfg.coordinator_timeout_ms / 1000.0, why);
+        give_up(n, now);
+        return;
+    }
+    if (n->hb_inflight == 0)
+        schedule_retry(n, now);
+}
+
+/* "waiting for nodes: 1 of 2 joined": quiet when forming is quick, then at
+ * each change or every 10 s. */
+static void print_progress(msr_node_t *n, uint64_t now, const msr_node_update_t *u)
+{
+    if (n->forming_since == 0)
+        n->forming_since = now;
+    int changed = u->joined_nodes != n->last_joined;
+    if (now - n->forming_since < SLOW_FORM_MS * NS_PER_MS && u->joined_nodes < u->expected_nodes)
+        return;
+    if (!changed && now - n->last_progress < 10000 * NS_PER_MS)
+        return;
+    n->last_joined = u->joined_nodes;
+    n->last_progress = now;
+    int some = u->missing && u->missing[0];
+    MSR_INFO("waiting for nodes: %d of %d joined%s%s%s", u->joined_nodes, u->expected_nodes,
+             some ? " (awaiting: " : "", some ? u->missing : "", some ? ")" : "");
+}
+
+static void take_update(msr_node_t *n, const msr_node_update_t *u)
+{
+    n->generation = u->generation;
+    n->state = u->state;
+    n->restart_count = u->restart_count;
+    n->max_restarts = u->max_restarts;
+    snprintf(n->message, sizeof n->message, "%s", u->message ? u->message : "");
+    if (u->failure) {
+        msr_failure_clear(&n->cause);
+        n->cause = *u->failure; /* the tail strings now belong to the node */
+        memset(u->failure, 0, sizeof *u->failure);
+    }
+    if (u->has_assignment && u->state == MSR_JOB_RUNNING) {
+        if (n->node_rank != u->node_rank)
+            push(n, MSR_NODE_ACT_LOG_RANK)->code = u->node_rank;
+        n->node_rank = u->node_rank;
+        n->node_count = u->node_count;
+        n->world_size = u->world_size;
+        n->rank_offset = u->rank_offset;
+        snprintf(n->master_addr, sizeof n->master_addr, "%s", u->master_addr ? u->master_addr : "");
+        n->master_port = u->master_port;
+    }
+}
+
+static void spawn(msr_node_t *n)
+{
+    n->worker_generation = n->generation;
+    push(n, MSR_NODE_ACT_SPAWN)->generation = n->generation;
+}
+
+/* Makes the workers follow the job's state. */
+static void follow(msr_node_t *n, uint64_t now, const msr_node_update_t *u, int new_generation)
+{
+    switch (u->state) {
+    case MSR_JOB_FAILED:
+    case MSR_JOB_DONE:
+        if (n->nrunning > 0 || n->stopping)
+            stop_workers(n, now, SIGTERM);
+        else
+            finish(n, u->state == MSR_JOB_DONE ? 0 : msr_failure_exit_code(&n->cause), NULL);
+        break;
+    case MSR_JOB_RUNNING:
+        n->forming_since = 0;
+        if (n->nrunning > 0 && n->worker_generation != n->generation)
+            stop_workers(n, now, SIGTERM); /* workers of an older generation */
+        else if (!n->stopping && u->has_assignment && n->worker_generation != n->generation &&
+                 n->ready_generation >= n->generation)
+            spawn(n);
+        break;
+    case MSR_JOB_WAITING:
+    case MSR_JOB_RESTARTING:
+        if (new_generation && n->generation > 0 && n->message[0])
+            MSR_WARN("%s", n->message);
+        if (n->nrunning > 0 || n->stopping) {
+            stop_workers(n, now, SIGTERM);
+        } else if (n->ready_generation < n->generation) {
+            n->ready_generation = n->generation;
+            heartbeat(n); /* tell the coordinator at once */
+        }
+        print_progress(n, now, u);
+        break;
+    default:
+        break;
+    }
+}
+
+void msr_node_on_update(msr_node_t *n, uint64_t now, const msr_node_update_t *u)
+{
+    n->hb_inflight--;
+    if (n->finished)
+        return;
+    if (n->coord_lost_since)
+        MSR_INFO("the coordinator at %s answers again", n->cfg.coord_target);
+    n->coord_lost_since = 0;
+    n->backoff_ms = BACKOFF_MIN;
+    int new_generation = u->generation != n->generation;
+    take_update(n, u);
+    if (!n->interrupted) /* else already on the way out */
+        follow(n, now, u, new_generation);
+    if (!n->finished && n->hb_inflight == 0)
+        heartbeat(n);
+}
+
+/* ---- workers ---- */
+
+void msr_node_on_spawned(msr_node_t *n, int local, int pid)
+{
+    if (local < 0 || local >= n->cfg.nworkers || n->workers[local].running)
+        return;
+    msr_node_worker_t *w = &n->workers[local];
+    memset(w, 0, sizeof *w);
+    w->running = 1;
+    w->pid = pid;
+    w->rank = n->rank_offset + local;
+    n->nrunning++;
+}
+
+void msr_node_on_spawn_failed(msr_node_t *n, uint64_t now, const char *why)
+{
+    if (n->finished)
+        return;
+    snprintf(n->message, sizeof n->message, "%s", why);
+    n->exit_code = 2;
+    n->interrupted = -1; /* finish with exit_code once stopped */
+    stop_workers(n, now, SIGKILL);
+}
+
+/* Every worker is gone: the next generation, or the end. */
+static void stopping_done(msr_node_t *n)
+{
+    if (!n->stopping || n->nrunning > 0)
+        return;
+    n->stopping = 0;
+    n->kill_at = n->stuck_at = 0;
+    push(n, MSR_NODE_ACT_RELEASE);
+    for (int i = 0; i < n->cfg.nworkers; i++)
+        memset(&n->workers[i], 0, sizeof n->workers[i]);
+    n->worker_generation = -1;
+    if (n->interrupted) {
+        finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
+    } else if (n->state == MSR_JOB_FAILED) {
+        finish(n, msr_failure_exit_code(&n->cause), NULL);
+    } else if (n->state == MSR_JOB_DONE) {
+        finish(n, 0, NULL);
+    } else if (n->ready_generation < n->generation) {
+        n->ready_generation = n->generation; /* ready for the next generation */
+        heartbeat(n);
+    }
+}
+
+/* Stops every running worker: sig now, SIGKILL after the grace period;
+ * stopping_done() follows once all are gone. */
+static void stop_workers(msr_node_t *n, uint64_t now, int sig)
+{
+    if (!n->stopping) {
+        n->stopping = 1;
+        n->kill_sent = 0;
+        n->kill_at = now + (uint64_t)n->cfg.grace_ms * NS_PER_MS;
+        if (n->kill_at == 0)
+            n->kill_at = 1;
+    }
+    if (n->nrunning > 0)
+        push(n, MSR_NODE_ACT_SIGNAL)->sig = sig;
+    else
+        stopping_done(n);
+}
+
+void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig)
+{
+    if (local < 0 || local >= n->cfg.nworkers || !n->workers[local].running)
+        return;
+    msr_node_worker_t *w = &n->workers[local];
+    w->running = 0;
+    n->nrunning--;
+    if (n->stopping) {
+        stopping_done(n);
+        return;
+    }
+    if (n->finished)
+        return;
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_REPORT);
+    a->local = local;
+    a->generation = n->worker_generation;
+    a->exit_code = sig ? -1 : exit_code;
+    a->sig = sig;
+    snprintf(a->text, sizeof a->text, "%s", w->hung[0] ? w->hung : sig ? "signal" : "exited");
+}
+
+void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat_ns,
+                      uint64_t progress, uint64_t progress_ns)
+{
+    if (n->stopping || n->finished || local < 0 || local >= n->cfg.nworkers)
+        return;
+    msr_node_worker_t *w = &n->workers[local];
+    if (!w->running || w->hung[0])
+        return;
+    uint64_t limit = (uint64_t)n->cfg.worker_timeout_ms * NS_PER_MS;
+    double secs = (double)n->cfg.worker_timeout_ms / 1000.0;
+    if (now > last_beat_ns && now - last_beat_ns > limit)
+        snprintf(w->hung, sizeof w->hung, "hung: no libmsrun beat for %.1f s", secs);
+    else if (progress > 0 && now > progress_ns && now - progress_ns > limit)
+        snprintf(w->hung, sizeof w->hung, "hung: no msr_heartbeat() for %.1f s", secs);
+    if (w->hung[0]) {
+        MSR_WARN("rank %d (pid %d) %s: killing it", w->rank, w->pid, w->hung);
+        msr_node_action_t *a = push(n, MSR_NODE_ACT_SIGNAL);
+        a->local = local;
+        a->sig = SIGKILL;
+        snprintf(a->text, sizeof a->text, "%s", w->hung);
+    }
+}
+
+/* ---- the timer ---- */
+
+static void kill_after_grace(msr_node_t *n, uint64_t now)
+{
+    if (n->nrunning > 0) {
+        push(n, MSR_NODE_ACT_SIGNAL)->sig = SIGKILL;
+        MSR_WARN("%d worker%s did not stop within %.1f s of SIGTERM: sent SIGKILL", n->nrunning,
+                 n->nrunning == 1 ? "" : "s", (double)n->cfg.grace_ms / 1000.0);
+    }
+    n->kill_sent = 1;
+    n->stuck_at = now + STUCK_MS * NS_PER_MS;
+}
+
+/* Workers that outlive SIGKILL are in uninterruptible sleep: say which, and
+ * carry on without them. */
+static void give_up_on_stuck(msr_node_t *n)
+{
+    char list[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < n->cfg.nworkers; i++) {
+        msr_node_worker_t *w = &n->workers[i];
+        if (!w->running)
+            continue;
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d (rank %d)",
+                                    len ? ", " : "", w->pid, w->rank);
+        w->running = 0;
+    }
+    MSR_ERROR("these worker processes would not die even after SIGKILL: %s", list);
+    n->nrunning = 0;
+    stopping_done(n);
+}
+
+void msr_node_on_tick(msr_node_t *n, uint64_t now)
+{
+    if (n->finished)
+        return;
+    if (n->retry_at && now >= n->retry_at) {
+        n->retry_at = 0;
+        if (n->joined)
+            heartbeat(n);
+        else
+            push(n, MSR_NODE_ACT_JOIN);
+    }
+    if (n->kill_at && now >= n->kill_at) {
+        n->kill_at = 0;
+        kill_after_grace(n, now);
+    }
+    if (n->stuck_at && now >= n->stuck_at) {
+        n->stuck_at = 0;
+        give_up_on_stuck(n);
+    }
+    if (n->hang_at && now >= n->hang_at) {
+        int64_t every = n->cfg.worker_timeout_ms / 4 < 50 ? 50 : n->cfg.worker_timeout_ms / 4;
+        n->hang_at = now + (uint64_t)(every > 1000 ? 1000 : every) * NS_PER_MS;
+        if (!n->stopping && n->nrunning > 0 && !n->finished)
+            push(n, MSR_NODE_ACT_POLL_BEATS);
+    }
+}
+
+/* ---- signals, the coordinator child, the end ---- */
+
+void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
+{
+    char name[32];
+    msr_signal_name(sig, name, sizeof name);
+    if (n->finished)
+        return;
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        MSR_INFO("forwarding %s to the workers", name);
+        if (n->nrunning > 0)
+            push(n, MSR_NODE_ACT_SIGNAL)->sig = sig;
+        return;
+    }
+    /* SIGINT, SIGTERM, SIGHUP */
+    if (n->interrupted > 0) {
+        MSR_WARN("%s again: killing the workers now", name);
+        if (n->nrunning > 0)
+            push(n, MSR_NODE_ACT_SIGNAL)->sig = SIGKILL;
+        return;
+    }
+    n->interrupted = sig;
+    snprintf(n->message, sizeof n->message, "msrun on node %d was interrupted by %s", n->node_rank,
+             name);
+    if (n->nrunning > 0) {
+        MSR_WARN("interrupted by %s: stopping the workers (SIGKILL after %.1f s)", name,
+                 (double)n->cfg.grace_ms / 1000.0);
+        stop_workers(n, now, sig == SIGHUP ? SIGTERM : sig);
+    } else {
+        finish(n, 128 + sig, NULL);
+    }
+}
+
+void msr_node_on_coord_exit(msr_node_t *n, const char *how)
+{
+    /* The workers keep running: a coordinator restarted on the same port
+     * and state file resumes the job. */
+    if (n->finished)
+        return;
+    snprintf(push(n, MSR_NODE_ACT_COORD_RESTART)->text, sizeof n->acts[0].text, "%s", how);
+}
+
+/* The end: leave (once joined; after the loop, with the workers gone), stop
+ * the embedded coordinator, exit. error, if any, is for stderr. */
+static void finish(msr_node_t *n, int code, const char *error)
+{
+    if (n->finished)
+        return;
+    n->finished = 1;
+    n->exit_code = code;
+    n->retry_at = n->kill_at = n->stuck_at = n->hang_at = 0;
+    if (n->joined) {
+        if (n->interrupted != 0)
+            snprintf(n->leave_reason, sizeof n->leave_reason, "%s", n->message);
+        else
+            snprintf(n->leave_reason, sizeof n->leave_reason, "finished (exit status %d)", code);
+        push(n, MSR_NODE_ACT_LEAVE)->long_text = n->leave_reason;
+    }
+    push(n, MSR_NODE_ACT_COORD_STOP);
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_EXIT);
+    a->code = code;
+    a->long_text = error;
+}
+
+void msr_node_print_outcome(const msr_node_t *n)
+{
+    if (n->state == MSR_JOB_FAILED && n->interrupted == 0 && n->exit_code != 0) {
+        char what[700];
+        const msr_failure_t *c = &n->cause;
+        if (c->set) {
+            msr_failure_describe(c, what, sizeof what);
+            MSR_ERROR("job failed (generation %d): %s", c->generation, what);
+            if (n->max_restarts > 0)
+                MSR_ERROR("restarts used: %d of %d", n->restart_count, n->max_restarts);
+            if (c->ntail > 0) {
+                MSR_ERROR("last lines rank %d wrote to stderr:", c->rank);
+                for (size_t i = 0; i < c->ntail; i++)
+                    MSR_ERROR("  | %s", c->tail[i]);
+            }
+        } else {
+            MSR_ERROR("job failed: %s", n->message);
+        }
+    } else if (n->interrupted != 0 && n->exit_code != 0) {
+        MSR_ERROR("%s", n->message[0] ? n->message : "stopped");
+    }
+}

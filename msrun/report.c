@@ -1,0 +1,132 @@
+/* Workers' exits reported to the coordinator, each kept until it is
+ * acknowledged: a coordinator that restarts meanwhile still hears of it.
+ * Retries are due times the agent's one timer serves (msr_reports_cron). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "msrun/agent_impl.h"
+
+#define NS_PER_MS 1000000ull
+
+typedef struct report {
+    agent_t *agent;
+    msr_list_t link;   /* in agent->reports */
+    uint64_t retry_at; /* 0 while a call is in flight */
+    int64_t backoff_ms;
+    int generation, rank, pid, exit_code, signal;
+    double time;
+    char reason[128];
+    char *tail[MSR_TAIL_LINES];
+    int ntail;
+} report_t;
+
+static void report_free(report_t *r)
+{
+    msr_list_remove(&r->link);
+    for (int i = 0; i < r->ntail; i++)
+        msr_free(r->tail[i]);
+    msr_free(r);
+}
+
+/* A delay between ms/2 and ms, so that many nodes retrying at once spread. */
+static uint64_t jittered_ns(int64_t ms)
+{
+    uint32_t x;
+    msr_random_bytes(&x, sizeof x);
+    return (uint64_t)(ms / 2 + (int64_t)(x % (uint32_t)(ms / 2 + 1))) * NS_PER_MS;
+}
+
+static void report_done(msr_rpc_async_t *as, void *arg)
+{
+    report_t *r = arg;
+    agent_t *a = r->agent;
+    if (as->status == MSR_OK || a->node.finished || as->status == MSR_ERR_NOT_FOUND ||
+        as->status == MSR_ERR_CANCELED) {
+        if (as->status != MSR_OK && !a->node.finished)
+            MSR_WARN("the report of rank %d's exit was not taken: %s", r->rank, as->err);
+        report_free(r);
+        return;
+    }
+    /* the coordinator is away: try again, it may be restarting */
+    r->retry_at = msr_now_ns() + jittered_ns(r->backoff_ms);
+    r->backoff_ms = r->backoff_ms * 2 > 1000 ? 1000 : r->backoff_ms * 2;
+    msr_agent_run_node(a); /* re-arms the timer */
+}
+
+static void report_send(report_t *r)
+{
+    agent_t *a = r->agent;
+    Msr__Failure f = MSR__FAILURE__INIT;
+    f.node_rank = a->node.node_rank;
+    f.host = a->host;
+    f.rank = r->rank;
+    f.pid = r->pid;
+    f.exit_code = r->exit_code;
+    f.signal = r->signal;
+    f.time = r->time;
+    f.generation = r->generation;
+    f.reason = r->reason;
+    f.n_stderr_tail = (size_t)r->ntail;
+    f.stderr_tail = r->tail;
+    Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
+    req.node_id = a->node_id;
+    req.generation = r->generation;
+    req.exit = &f;
+    r->retry_at = 0;
+    if (msr_link_call(a->link, MSR_RPC_REPORT, &req.base, 5000, 1, report_done, r) != MSR_OK)
+        r->retry_at = msr_now_ns() + 200 * NS_PER_MS;
+}
+
+void msr_report_exit(agent_t *a, const msr_worker_t *w, const msr_node_action_t *act)
+{
+    report_t *r = msr_calloc(1, sizeof *r);
+    if (r == NULL) {
+        MSR_ERROR("out of memory: rank %d's exit is not reported", w->rank);
+        return;
+    }
+    r->agent = a;
+    r->backoff_ms = 50;
+    msr_list_push_back(&a->reports, &r->link);
+    r->generation = act->generation;
+    r->rank = w->rank;
+    r->pid = (int)w->pid;
+    r->exit_code = act->exit_code;
+    r->signal = act->sig;
+    r->time = w->exit_time;
+    snprintf(r->reason, sizeof r->reason, "%s", act->text);
+    if (r->exit_code != 0 || r->signal) {
+        int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
+        for (int i = 0; i < w->tail_count; i++) {
+            r->tail[r->ntail] = msr_strdup(w->tail[(start + i) % MSR_TAIL_LINES]);
+            if (r->tail[r->ntail])
+                r->ntail++;
+        }
+    }
+    report_send(r);
+}
+
+uint64_t msr_reports_cron(agent_t *a, uint64_t now)
+{
+    uint64_t next = 0;
+    msr_list_t *it = a->reports.next;
+    while (it != &a->reports) {
+        report_t *r = MSR_CONTAINER_OF(it, report_t, link);
+        it = it->next;
+        if (r->retry_at && now >= r->retry_at)
+            report_send(r);
+        if (r->retry_at && (next == 0 || r->retry_at < next))
+            next = r->retry_at;
+    }
+    return next;
+}
+
+void msr_reports_free(agent_t *a)
+{
+    while (!msr_list_empty(&a->reports))
+        report_free(MSR_CONTAINER_OF(a->reports.next, report_t, link));
+}

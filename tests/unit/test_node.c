@@ -1,0 +1,383 @@
+/* The node's state machine (msrun/node.h) fed events by hand: each test
+ * plays a story (a clean run, a failure, a restart, a signal, a lost
+ * coordinator, a hung worker) and checks the actions that come out, in
+ * order. No process, no socket: the machine decides, nothing is done. */
+#include <signal.h>
+#include <string.h>
+
+#include "msrun/node.h"
+#include "tests/runner.h"
+
+#define MS 1000000ull
+#define T0 (1000 * MS) /* the time the stories start at */
+
+static msr_node_t n;
+static msr_node_action_t act;
+
+static void setup(int nworkers, int64_t worker_timeout_ms)
+{
+    msr_node_config_t cfg = {
+        .nworkers = nworkers,
+        .grace_ms = 3000,
+        .coordinator_timeout_ms = 10000,
+        .cluster_time_out_ms = 5000,
+        .worker_timeout_ms = worker_timeout_ms,
+        .coord_target = "127.0.0.1:1",
+        .seed = 7,
+    };
+    MSR_CHECK(msr_node_init(&n, &cfg) == MSR_OK);
+}
+
+static const char *const kinds[] = {"JOIN",    "HEARTBEAT", "SPAWN",      "SIGNAL",
+                                    "POLL",    "REPORT",    "RELEASE",    "LOG_RANK",
+                                    "RESTART", "LEAVE",     "COORD_STOP", "EXIT"};
+
+/* The next action must be of kind k. */
+static void expect(msr_node_act_kind_t k)
+{
+    MSR_CHECK_MSG(msr_node_next_action(&n, &act), "expected %s, got nothing", kinds[k]);
+    MSR_CHECK_MSG(act.kind == k, "expected %s, got %s", kinds[k], kinds[act.kind]);
+}
+
+static void expect_none(void)
+{
+    if (msr_node_next_action(&n, &act))
+        MSR_CHECK_MSG(0, "expected nothing, got %s", kinds[act.kind]);
+}
+
+static void expect_exit(int code)
+{
+    expect(MSR_NODE_ACT_COORD_STOP);
+    expect(MSR_NODE_ACT_EXIT);
+    MSR_CHECK_EQ(act.code, code);
+    expect_none();
+    MSR_CHECK(n.finished);
+    MSR_CHECK_EQ(msr_node_next_deadline(&n), 0);
+}
+
+static void update(int generation, msr_job_state_t state, int assigned, msr_failure_t *f)
+{
+    msr_node_update_t u = {
+        .generation = generation,
+        .state = state,
+        .max_restarts = 3,
+        .message = "",
+        .failure = f,
+        .has_assignment = assigned,
+        .node_rank = 0,
+        .node_count = 1,
+        .world_size = n.cfg.nworkers,
+        .master_addr = "127.0.0.1",
+        .master_port = 5,
+        .expected_nodes = 1,
+    };
+    msr_node_on_update(&n, T0, &u);
+}
+
+/* Joined, generation 0 running with every worker started. */
+static void run_generation0(void)
+{
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_joined(&n, T0, 0, 3);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    update(0, MSR_JOB_RUNNING, 1, NULL);
+    expect(MSR_NODE_ACT_LOG_RANK);
+    MSR_CHECK_EQ(act.code, 0);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.generation, 0);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    expect_none();
+    for (int i = 0; i < n.cfg.nworkers; i++)
+        msr_node_on_spawned(&n, i, 100 + i);
+    MSR_CHECK_EQ(n.nrunning, n.cfg.nworkers);
+}
+
+static void test_clean_run(void)
+{
+    setup(2, 0);
+    run_generation0();
+    msr_node_on_worker_exit(&n, 0, 0, 0);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.local, 0);
+    MSR_CHECK_EQ(act.exit_code, 0);
+    MSR_CHECK_STR(act.text, "exited");
+    msr_node_on_worker_exit(&n, 1, 0, 0);
+    expect(MSR_NODE_ACT_REPORT);
+    update(0, MSR_JOB_DONE, 0, NULL);
+    expect(MSR_NODE_ACT_LEAVE);
+    MSR_CHECK_STR(act.long_text, "finished (exit status 0)");
+    expect_exit(0);
+    /* nothing after the end */
+    msr_node_on_signal(&n, T0, SIGINT);
+    msr_node_on_tick(&n, T0 + 100000 * MS);
+    expect_none();
+    msr_node_cleanup(&n);
+}
+
+static void test_failure_exit_code(void)
+{
+    setup(2, 0);
+    run_generation0();
+    msr_node_on_worker_exit(&n, 1, 3, 0);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.exit_code, 3);
+    expect_none();
+    msr_failure_t f = {.set = 1, .rank = 1, .exit_code = 3, .generation = 0};
+    update(0, MSR_JOB_FAILED, 0, &f);
+    MSR_CHECK_EQ(f.set, 0); /* taken */
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    MSR_CHECK_EQ(act.local, -1);
+    expect(MSR_NODE_ACT_HEARTBEAT); /* every answer is followed by the next long-poll */
+    MSR_CHECK(msr_node_next_deadline(&n) == T0 + 3000 * MS); /* SIGKILL after the grace */
+    msr_node_on_worker_exit(&n, 0, -1, SIGTERM);             /* stopped: not reported */
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_LEAVE);
+    expect_exit(3);
+    msr_node_cleanup(&n);
+}
+
+static void test_signal_exit_code(void)
+{
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_worker_exit(&n, 0, -1, SIGSEGV);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.sig, SIGSEGV);
+    MSR_CHECK_EQ(act.exit_code, -1);
+    MSR_CHECK_STR(act.text, "signal");
+    msr_failure_t f = {.set = 1, .rank = 0, .exit_code = -1, .signal = SIGSEGV};
+    update(0, MSR_JOB_FAILED, 0, &f);
+    expect(MSR_NODE_ACT_LEAVE);
+    expect_exit(128 + SIGSEGV);
+    msr_node_cleanup(&n);
+}
+
+static void test_restart_waits_for_the_old_workers(void)
+{
+    setup(2, 0);
+    run_generation0();
+    msr_node_on_worker_exit(&n, 0, -1, SIGKILL);
+    expect(MSR_NODE_ACT_REPORT);
+    update(1, MSR_JOB_RESTARTING, 0, NULL);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    expect_none();
+    /* generation 1 runs elsewhere already: no spawn while ours live */
+    update(1, MSR_JOB_RUNNING, 1, NULL);
+    expect(MSR_NODE_ACT_SIGNAL); /* told again to stop */
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    expect_none();
+    msr_node_on_worker_exit(&n, 1, -1, SIGTERM);
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_HEARTBEAT); /* ready for generation 1 at once */
+    MSR_CHECK_EQ(n.ready_generation, 1);
+    expect_none();
+    update(1, MSR_JOB_RUNNING, 1, NULL);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.generation, 1);
+    msr_node_cleanup(&n);
+}
+
+static void test_grace_then_sigkill_then_give_up(void)
+{
+    setup(2, 0);
+    run_generation0();
+    update(1, MSR_JOB_RESTARTING, 0, NULL);
+    expect(MSR_NODE_ACT_SIGNAL);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    msr_node_on_tick(&n, T0 + 2999 * MS);
+    expect_none();
+    msr_node_on_tick(&n, T0 + 3000 * MS);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGKILL);
+    MSR_CHECK(n.kill_sent);
+    MSR_CHECK(msr_node_next_deadline(&n) == T0 + 8000 * MS);
+    msr_node_on_worker_exit(&n, 0, -1, SIGKILL);
+    msr_node_on_tick(&n, T0 + 8000 * MS); /* rank 1 would not die: carry on */
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    MSR_CHECK_EQ(n.nrunning, 0);
+    MSR_CHECK(!n.stopping);
+    msr_node_cleanup(&n);
+}
+
+static void test_sigint_twice(void)
+{
+    setup(2, 0);
+    run_generation0();
+    msr_node_on_signal(&n, T0, SIGINT);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGINT);
+    msr_node_on_signal(&n, T0, SIGINT);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGKILL);
+    msr_node_on_worker_exit(&n, 0, -1, SIGINT);
+    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_LEAVE);
+    MSR_CHECK(strstr(act.long_text, "interrupted by SIGINT") != NULL);
+    expect_exit(128 + SIGINT);
+    msr_node_cleanup(&n);
+}
+
+static void test_sighup_stops_with_sigterm(void)
+{
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_signal(&n, T0, SIGHUP);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    msr_node_on_signal(&n, T0, SIGUSR1); /* forwarded as it is */
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGUSR1);
+    msr_node_cleanup(&n);
+}
+
+static void test_signal_before_join(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_signal(&n, T0, SIGTERM);
+    expect_exit(128 + SIGTERM); /* no LEAVE: never joined */
+    msr_node_cleanup(&n);
+}
+
+static void test_join_retries_then_gives_up(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    uint64_t t = T0;
+    for (int i = 0; i < 10; i++) {
+        msr_node_on_join_failed(&n, t, i % 2 ? MSR_NODE_JOIN_FULL : MSR_NODE_JOIN_AWAY, "away");
+        expect_none();
+        uint64_t at = msr_node_next_deadline(&n);
+        MSR_CHECK(at > t && at <= t + 1000 * MS); /* armed, backed off up to 1 s */
+        msr_node_on_tick(&n, at);
+        expect(MSR_NODE_ACT_JOIN);
+        t = at;
+    }
+    msr_node_on_join_failed(&n, T0 + 5001 * MS, MSR_NODE_JOIN_AWAY, "away");
+    MSR_CHECK(strstr(n.error, "no coordinator answered at 127.0.0.1:1 within 5 s") != NULL);
+    expect_exit(1);
+    msr_node_cleanup(&n);
+}
+
+static void test_join_refused(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_join_failed(&n, T0, MSR_NODE_JOIN_REFUSED, "worker_num is 6");
+    expect(MSR_NODE_ACT_COORD_STOP);
+    expect(MSR_NODE_ACT_EXIT);
+    MSR_CHECK_EQ(act.code, 2);
+    MSR_CHECK(strstr(act.long_text, "refused this node: worker_num is 6") != NULL);
+    msr_node_cleanup(&n);
+}
+
+static void test_coordinator_lost(void)
+{
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_heartbeat_failed(&n, T0, 0, "unavailable");
+    MSR_CHECK(n.retry_at != 0);
+    msr_node_on_tick(&n, n.retry_at);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    msr_node_on_heartbeat_failed(&n, T0 + 10001 * MS, 0, "unavailable");
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    msr_node_on_worker_exit(&n, 0, -1, SIGTERM);
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_LEAVE);
+    MSR_CHECK(strstr(act.long_text, "lost the coordinator") != NULL);
+    expect_exit(1);
+    msr_node_cleanup(&n);
+}
+
+static void test_hung_worker_killed_and_reported(void)
+{
+    setup(2, 1000);
+    run_generation0();
+    uint64_t at = msr_node_next_deadline(&n);
+    MSR_CHECK(at == T0 + 250 * MS); /* a quarter of the timeout */
+    msr_node_on_tick(&n, T0 + 2000 * MS);
+    expect(MSR_NODE_ACT_POLL_BEATS);
+    msr_node_on_beat(&n, T0 + 2000 * MS, 0, T0 + 1900 * MS, 0, 0); /* beats */
+    msr_node_on_beat(&n, T0 + 2000 * MS, 1, T0 + 500 * MS, 0, 0);  /* silent 1.5 s */
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.local, 1);
+    MSR_CHECK_EQ(act.sig, SIGKILL);
+    MSR_CHECK_STR(act.text, "hung: no libmsrun beat for 1.0 s");
+    expect_none();
+    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_STR(act.text, "hung: no libmsrun beat for 1.0 s");
+    /* beating but no msr_heartbeat() progress */
+    msr_node_on_beat(&n, T0 + 3000 * MS, 0, T0 + 2990 * MS, 5, T0 + 1000 * MS);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_STR(act.text, "hung: no msr_heartbeat() for 1.0 s");
+    msr_node_cleanup(&n);
+}
+
+static void test_spawn_failure(void)
+{
+    setup(2, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_joined(&n, T0, 0, 0);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    update(0, MSR_JOB_RUNNING, 1, NULL);
+    expect(MSR_NODE_ACT_LOG_RANK);
+    expect(MSR_NODE_ACT_SPAWN);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    msr_node_on_spawned(&n, 0, 100);
+    msr_node_on_spawn_failed(&n, T0, "rank 1: cannot run ./nothing: No such file");
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGKILL);
+    msr_node_on_worker_exit(&n, 0, -1, SIGKILL);
+    expect(MSR_NODE_ACT_RELEASE);
+    expect(MSR_NODE_ACT_LEAVE);
+    MSR_CHECK(strstr(act.long_text, "cannot run") != NULL);
+    expect_exit(2);
+    msr_node_cleanup(&n);
+}
+
+static void test_coordinator_child_restarted(void)
+{
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_coord_exit(&n, "SIGKILL");
+    expect(MSR_NODE_ACT_COORD_RESTART);
+    MSR_CHECK_STR(act.text, "SIGKILL");
+    expect_none();
+    MSR_CHECK_EQ(n.nrunning, 1); /* the workers keep running */
+    msr_node_cleanup(&n);
+}
+
+static const msr_test_t tests[] = {
+    {"clean_run", test_clean_run, 10},
+    {"failure_exit_code", test_failure_exit_code, 10},
+    {"signal_exit_code", test_signal_exit_code, 10},
+    {"restart_waits_for_the_old_workers", test_restart_waits_for_the_old_workers, 10},
+    {"grace_then_sigkill_then_give_up", test_grace_then_sigkill_then_give_up, 10},
+    {"sigint_twice", test_sigint_twice, 10},
+    {"sighup_stops_with_sigterm", test_sighup_stops_with_sigterm, 10},
+    {"signal_before_join", test_signal_before_join, 10},
+    {"join_retries_then_gives_up", test_join_retries_then_gives_up, 10},
+    {"join_refused", test_join_refused, 10},
+    {"coordinator_lost", test_coordinator_lost, 10},
+    {"hung_worker_killed_and_reported", test_hung_worker_killed_and_reported, 10},
+    {"spawn_failure", test_spawn_failure, 10},
+    {"coordinator_child_restarted", test_coordinator_child_restarted, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
