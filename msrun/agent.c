@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/err.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -453,8 +454,8 @@ static int setup_coordinator(agent_t *a)
                         "(mode 0600) or MSRUN_TOKEN\n");
                 return 2;
             }
-            if (msr_token_generate(a->token, sizeof a->token, err, sizeof err) != MSR_OK) {
-                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+            if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
+                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
                 return 2;
             }
             generated = 1;
@@ -500,9 +501,9 @@ static int setup_coordinator(agent_t *a)
                 /* The others need it: in a file only this user can read,
                  * never in a log line that others may read. */
                 snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
-                if (msr_token_write_file(a->token_file, a->token, err, sizeof err) != MSR_OK) {
+                if (msr_token_write_file(a->token_file, a->token) != MSR_OK) {
                     a->token_file[0] = '\0';
-                    fprintf(stderr, "msrun: error: %s\n", err);
+                    fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
                     return 2;
                 }
                 MSR_WARN("no job token given: generated one in %s (readable only by you); start "
@@ -1373,9 +1374,8 @@ int msr_agent_run(msr_options_t *o)
     if (o->token) {
         snprintf(a.token, sizeof a.token, "%s", o->token);
     } else if (o->master_addr == NULL) {
-        char err[300];
-        if (msr_token_generate(a.token, sizeof a.token, err, sizeof err) != MSR_OK) {
-            fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+        if (msr_token_generate(a.token, sizeof a.token) != MSR_OK) {
+            fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
             goto out_devnull;
         }
     }
