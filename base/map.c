@@ -4,14 +4,11 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 static size_t map_hash(const char *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
-        h ^= *p;
-        h *= 1099511628211ull;
-    }
+    uint64_t h = msr_fnv1a_str(MSR_FNV1A_INIT, key);
     return (size_t)(h ^ (h >> 29));
 }
 

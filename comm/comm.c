@@ -8,7 +8,7 @@
 #include "base/time.h"
 #include "comm/comm_impl.h"
 #include "comm/reduce.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 static const struct {
     const char *name;
@@ -90,7 +90,7 @@ int msr_comm_break(msr_comm_t *comm, msr_status_t st)
 msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
 {
     if (ctx == NULL || comm_p == NULL) {
-        msr_client_set_error("msr_comm_world: ctx or comm_p is NULL");
+        msr_err_set("msr_comm_world: ctx or comm_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     return msr_ucx_comm_world(ctx, comm_p);
@@ -99,12 +99,12 @@ msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
 static msr_status_t check_usable(const msr_comm_t *comm, const char *what)
 {
     if (comm == NULL) {
-        msr_client_set_error("%s: comm is NULL", what);
+        msr_err_set("%s: comm is NULL", what);
         return MSR_ERR_INVALID_ARG;
     }
     msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
     if (st != MSR_OK) {
-        msr_client_set_error("%s: the communicator is broken (%s)", what, msr_status_str(st));
+        msr_err_set("%s: the communicator is broken (%s)", what, msr_status_str(st));
         return st;
     }
     return MSR_OK;
@@ -116,9 +116,9 @@ msr_status_t msr_comm_split(msr_comm_t *comm, int color, int key, msr_comm_t **n
     if (st != MSR_OK)
         return st;
     if (newcomm_p == NULL || color < MSR_COMM_NO_COLOR) {
-        msr_client_set_error("msr_comm_split: color %d is neither >= 0 nor MSR_COMM_NO_COLOR, or "
-                             "newcomm_p is NULL",
-                             color);
+        msr_err_set("msr_comm_split: color %d is neither >= 0 nor MSR_COMM_NO_COLOR, or "
+                    "newcomm_p is NULL",
+                    color);
         return MSR_ERR_INVALID_ARG;
     }
     return comm->ops->split(comm, color, key, 0, newcomm_p);
@@ -130,7 +130,7 @@ msr_status_t msr_comm_dup(msr_comm_t *comm, unsigned flags, msr_comm_t **newcomm
     if (st != MSR_OK)
         return st;
     if (newcomm_p == NULL || (flags & ~MSR_COMM_OWN_WORKER) != 0) {
-        msr_client_set_error("msr_comm_dup: unknown flags 0x%x or newcomm_p is NULL", flags);
+        msr_err_set("msr_comm_dup: unknown flags 0x%x or newcomm_p is NULL", flags);
         return MSR_ERR_INVALID_ARG;
     }
     /* A dup is a split where everyone has the same color and keeps its rank. */
@@ -192,12 +192,12 @@ int msr_comm_gpu(const msr_comm_t *comm)
 msr_status_t msr_comm_set_stream(msr_comm_t *comm, void *stream)
 {
     if (comm == NULL) {
-        msr_client_set_error("msr_comm_set_stream: comm is NULL");
+        msr_err_set("msr_comm_set_stream: comm is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if (comm->gpu < 0) {
-        msr_client_set_error("msr_comm_set_stream: a host communicator (%s) has no stream",
-                             msr_comm_backend(comm));
+        msr_err_set("msr_comm_set_stream: a host communicator (%s) has no stream",
+                    msr_comm_backend(comm));
         return MSR_ERR_UNSUPPORTED;
     }
     atomic_store(&comm->stream, stream ? stream : comm->own_stream);
@@ -212,12 +212,12 @@ void *msr_comm_stream(const msr_comm_t *comm)
 msr_status_t msr_comm_wait_stream(msr_comm_req_t *req, void *stream)
 {
     if (req == NULL || stream == NULL) {
-        msr_client_set_error("msr_comm_wait_stream: req or stream is NULL");
+        msr_err_set("msr_comm_wait_stream: req or stream is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if (req->comm->gpu < 0 || req->comm->ops->wait_stream == NULL) {
-        msr_client_set_error("msr_comm_wait_stream: a request of a host communicator (%s)",
-                             msr_comm_backend(req->comm));
+        msr_err_set("msr_comm_wait_stream: a request of a host communicator (%s)",
+                    msr_comm_backend(req->comm));
         return MSR_ERR_UNSUPPORTED;
     }
     return req->comm->ops->wait_stream(req, stream);
@@ -239,7 +239,7 @@ static int bytes_fit(uint64_t n, uint64_t a, uint64_t b, size_t *bytes_p)
 
 static msr_status_t bad(const char *what, const char *why)
 {
-    msr_client_set_error("%s: %s", what, why);
+    msr_err_set("%s: %s", what, why);
     return MSR_ERR_INVALID_ARG;
 }
 
@@ -264,8 +264,8 @@ static msr_status_t check_args(msr_comm_t *comm, msr_coll_args_t *a, const char 
                        ? (uint64_t)n
                        : 1;
     if (!bytes_fit(a->count, es, per, &bytes)) {
-        msr_client_set_error("%s: %llu elements of %zu bytes (times %llu) do not fit in memory",
-                             what, (unsigned long long)a->count, es, (unsigned long long)per);
+        msr_err_set("%s: %llu elements of %zu bytes (times %llu) do not fit in memory", what,
+                    (unsigned long long)a->count, es, (unsigned long long)per);
         return MSR_ERR_OVERFLOW;
     }
     block = (size_t)a->count * es;
@@ -360,8 +360,8 @@ static msr_status_t run_local(msr_comm_t *comm, const msr_coll_args_t *a)
     case MSR_COLL_ALLTOALLV: {
         const uint64_t *sc = a->v, *sd = a->v + 1, *rc = a->v + 2, *rd = a->v + 3;
         if (sc[0] != rc[0]) {
-            msr_client_set_error("alltoallv: sends %llu elements to itself but expects %llu",
-                                 (unsigned long long)sc[0], (unsigned long long)rc[0]);
+            msr_err_set("alltoallv: sends %llu elements to itself but expects %llu",
+                        (unsigned long long)sc[0], (unsigned long long)rc[0]);
             return MSR_ERR_INVALID_ARG;
         }
         if (sc[0])
@@ -390,7 +390,7 @@ static msr_status_t start(msr_comm_t *comm, const msr_coll_args_t *a, msr_comm_r
     if (is_local(comm, a)) {
         msr_comm_req_t *req = msr_calloc(1, sizeof *req);
         if (req == NULL) {
-            msr_client_set_error("out of memory for a request");
+            msr_err_set("out of memory for a request");
             return MSR_ERR_NO_MEMORY;
         }
         req->comm = comm;
@@ -427,7 +427,7 @@ static msr_status_t finish(msr_comm_req_t *req)
 {
     msr_status_t st = req->status;
     if (st != MSR_OK)
-        msr_client_set_error("%s", req->error[0] ? req->error : msr_status_str(st));
+        msr_err_set("%s", req->error[0] ? req->error : msr_status_str(st));
     req_free(req);
     return st;
 }
@@ -435,7 +435,7 @@ static msr_status_t finish(msr_comm_req_t *req)
 msr_status_t msr_comm_wait(msr_comm_req_t *req)
 {
     if (req == NULL) {
-        msr_client_set_error("msr_comm_wait: req is NULL");
+        msr_err_set("msr_comm_wait: req is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if (!req->local && req->status == MSR_IN_PROGRESS)
@@ -446,7 +446,7 @@ msr_status_t msr_comm_wait(msr_comm_req_t *req)
 msr_status_t msr_comm_test(msr_comm_req_t **req_p)
 {
     if (req_p == NULL || *req_p == NULL) {
-        msr_client_set_error("msr_comm_test: no request");
+        msr_err_set("msr_comm_test: no request");
         return MSR_ERR_INVALID_ARG;
     }
     msr_comm_req_t *req = *req_p;
@@ -472,7 +472,7 @@ msr_status_t msr_comm_wait_all(msr_comm_req_t **reqs, size_t n)
         }
     }
     if (first != MSR_OK)
-        msr_client_set_error("%s", why);
+        msr_err_set("%s", why);
     return first;
 }
 
@@ -496,7 +496,7 @@ static msr_status_t run(msr_comm_t *comm, msr_coll_args_t *a, const char *what,
 static msr_status_t need_req(msr_comm_req_t **req_p, const char *what)
 {
     if (req_p == NULL) {
-        msr_client_set_error("%s: req_p is NULL", what);
+        msr_err_set("%s: req_p is NULL", what);
         return MSR_ERR_INVALID_ARG;
     }
     return MSR_OK;
@@ -627,7 +627,7 @@ static msr_status_t alltoallv(msr_comm_t *comm, const void *sendbuf, const uint6
         if (!bytes_fit(sendcounts[j] + sdispls[j], es, 1, &bytes) ||
             !bytes_fit(recvcounts[j] + rdispls[j], es, 1, &bytes) ||
             sendcounts[j] + sdispls[j] < sdispls[j] || recvcounts[j] + rdispls[j] < rdispls[j]) {
-            msr_client_set_error("%s: the range for rank %zu overflows", what, j);
+            msr_err_set("%s: the range for rank %zu overflows", what, j);
             return MSR_ERR_OVERFLOW;
         }
         if ((sendcounts[j] && sendbuf == NULL) || (recvcounts[j] && recvbuf == NULL))
@@ -635,7 +635,7 @@ static msr_status_t alltoallv(msr_comm_t *comm, const void *sendbuf, const uint6
     }
     a.v = msr_malloc(4 * n * sizeof(uint64_t));
     if (a.v == NULL) {
-        msr_client_set_error("%s: out of memory", what);
+        msr_err_set("%s: out of memory", what);
         return MSR_ERR_NO_MEMORY;
     }
     /* interleaved: v[4j] sendcount, v[4j+1] sdispl, v[4j+2] recvcount,

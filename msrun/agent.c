@@ -419,9 +419,8 @@ static int job_identity(agent_t *a)
     if (o->token) {
         snprintf(a->token, sizeof a->token, "%s", o->token);
     } else if (o->master_addr == NULL) {
-        char err[300];
-        if (msr_token_generate(a->token, sizeof a->token, err, sizeof err) != MSR_OK) {
-            fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+        if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
+            fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
             return 2;
         }
     }

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -209,8 +210,8 @@ int setup_coordinator(agent_t *a)
                         "(mode 0600) or MSRUN_TOKEN\n");
                 return 2;
             }
-            if (msr_token_generate(a->token, sizeof a->token, err, sizeof err) != MSR_OK) {
-                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", err);
+            if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
+                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
                 return 2;
             }
             generated = 1;
@@ -256,9 +257,9 @@ int setup_coordinator(agent_t *a)
                 /* The others need it: in a file only this user can read,
                  * never in a log line that others may read. */
                 snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
-                if (msr_token_write_file(a->token_file, a->token, err, sizeof err) != MSR_OK) {
+                if (msr_token_write_file(a->token_file, a->token) != MSR_OK) {
                     a->token_file[0] = '\0';
-                    fprintf(stderr, "msrun: error: %s\n", err);
+                    fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
                     return 2;
                 }
                 MSR_WARN("no job token given: generated one in %s (readable only by you); start "

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
@@ -187,9 +188,9 @@ static int given(const unsigned char *seen, const char *name)
 static int read_token(char **token_p, const char *token_file, const char *where)
 {
     if (token_file) {
-        char token[MSR_TOKEN_MAX + 1], err[600];
-        if (msr_token_read_file(token_file, token, sizeof token, err, sizeof err) != MSR_OK) {
-            opt_error("%s: %s", where, err);
+        char token[MSR_TOKEN_MAX + 1];
+        if (msr_token_read_file(token_file, token, sizeof token) != MSR_OK) {
+            opt_error("%s: %s", where, msr_err_msg());
             return -1;
         }
         int r = set_string(token_p, token);
@@ -483,9 +484,9 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
 int msr_options_need_token(const char *prog, char **token_p, const char *token_file)
 {
     if (token_file) {
-        char token[MSR_TOKEN_MAX + 1], err[600];
-        if (msr_token_read_file(token_file, token, sizeof token, err, sizeof err) != MSR_OK) {
-            fprintf(stderr, "%s: error: %s\n", prog, err);
+        char token[MSR_TOKEN_MAX + 1];
+        if (msr_token_read_file(token_file, token, sizeof token) != MSR_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, msr_err_msg());
             return 2;
         }
         char *copy = msr_strdup(token);

@@ -9,24 +9,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/status.h"
 #include "base/util.h"
 
-msr_status_t msr_token_generate(char *out, size_t len, char *err, size_t errlen)
+msr_status_t msr_token_generate(char *out, size_t len)
 {
     unsigned char rnd[MSR_TOKEN_GEN_CHARS / 2];
     size_t got = 0;
     if (len <= MSR_TOKEN_GEN_CHARS) {
-        snprintf(err, errlen, "no room for a token");
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "no room for a token");
     }
     while (got < sizeof rnd) {
         ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            snprintf(err, errlen, "getrandom: %s", n < 0 ? strerror(errno) : "no bytes");
-            return MSR_ERR_SYSTEM;
+            return msr_err(MSR_ERR_SYSTEM, "getrandom: %s", n < 0 ? strerror(errno) : "no bytes");
         }
         got += (size_t)n;
     }
@@ -45,43 +44,40 @@ int msr_token_valid(const char *token)
     return n > 0;
 }
 
-msr_status_t msr_token_read_file(const char *path, char *out, size_t len, char *err, size_t errlen)
+msr_status_t msr_token_read_file(const char *path, char *out, size_t len)
 {
     char buf[MSR_TOKEN_MAX + 3];
     struct stat sb;
     msr_status_t st = MSR_ERR_IO;
     if (len <= MSR_TOKEN_MAX) {
-        snprintf(err, errlen, "no room for a token");
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "no room for a token");
     }
     /* O_NOFOLLOW: a link planted in the file's place is refused, and the
      * checks below look at the file that is read, not at a name. */
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open the token file %s: %s", path,
-                 errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-        return MSR_ERR_IO;
+        return msr_err(MSR_ERR_IO, "cannot open the token file %s: %s", path,
+                       errno == ELOOP ? "it is a symbolic link" : strerror(errno));
     }
     if (fstat(fd, &sb) != 0) {
-        snprintf(err, errlen, "cannot stat the token file %s: %s", path, strerror(errno));
+        msr_err_set("cannot stat the token file %s: %s", path, strerror(errno));
         goto err_fd;
     }
     if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "the token file %s is not a regular file", path);
+        msr_err_set("the token file %s is not a regular file", path);
         st = MSR_ERR_INVALID_ARG;
         goto err_fd;
     }
     if (sb.st_uid != geteuid()) {
-        snprintf(err, errlen, "the token file %s is owned by uid %u, not by this user (uid %u)",
-                 path, (unsigned)sb.st_uid, (unsigned)geteuid());
+        msr_err_set("the token file %s is owned by uid %u, not by this user (uid %u)", path,
+                    (unsigned)sb.st_uid, (unsigned)geteuid());
         st = MSR_ERR_PERMISSION;
         goto err_fd;
     }
     if (sb.st_mode & 077) {
-        snprintf(err, errlen,
-                 "the token file %s has mode %04o: others may read it; make it readable only by "
-                 "you (chmod 600 %s)",
-                 path, (unsigned)(sb.st_mode & 07777), path);
+        msr_err_set("the token file %s has mode %04o: others may read it; make it readable only by "
+                    "you (chmod 600 %s)",
+                    path, (unsigned)(sb.st_mode & 07777), path);
         st = MSR_ERR_PERMISSION;
         goto err_fd;
     }
@@ -91,7 +87,7 @@ msr_status_t msr_token_read_file(const char *path, char *out, size_t len, char *
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            snprintf(err, errlen, "cannot read the token file %s: %s", path, strerror(errno));
+            msr_err_set("cannot read the token file %s: %s", path, strerror(errno));
             goto err_fd;
         }
         if (r == 0 || n + (size_t)r == sizeof buf - 1) {
@@ -104,10 +100,9 @@ msr_status_t msr_token_read_file(const char *path, char *out, size_t len, char *
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
     if (strlen(buf) != n || !msr_token_valid(buf)) {
-        snprintf(err, errlen,
-                 "the token file %s must hold one token: 1 to %d printable characters without "
-                 "spaces, on one line",
-                 path, MSR_TOKEN_MAX);
+        msr_err_set("the token file %s must hold one token: 1 to %d printable characters without "
+                    "spaces, on one line",
+                    path, MSR_TOKEN_MAX);
         st = MSR_ERR_INVALID_ARG;
         goto err_fd;
     }
@@ -122,22 +117,20 @@ err_fd:
     return st;
 }
 
-msr_status_t msr_token_write_file(const char *path, const char *token, char *err, size_t errlen)
+msr_status_t msr_token_write_file(const char *path, const char *token)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create the token file %s: %s", path, strerror(errno));
-        return MSR_ERR_IO;
-    }
+    if (fd < 0)
+        return msr_err(MSR_ERR_IO, "cannot create the token file %s: %s", path, strerror(errno));
     /* 0600 whatever the umask says; fchmod before anything is written */
     if (fchmod(fd, 0600) != 0 || msr_write_all(fd, token, strlen(token)) != MSR_OK ||
         msr_write_all(fd, "\n", 1) != MSR_OK) {
-        snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
+        msr_err_set("cannot write the token file %s: %s", path, strerror(errno));
         goto err_file;
     }
     if (close(fd) != 0) {
         fd = -1;
-        snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
+        msr_err_set("cannot write the token file %s: %s", path, strerror(errno));
         goto err_file;
     }
     return MSR_OK;

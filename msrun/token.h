@@ -15,9 +15,9 @@
 
 /* Writes a fresh token of MSR_TOKEN_GEN_CHARS hex characters and a NUL to
  * out (len > MSR_TOKEN_GEN_CHARS) from getrandom(2). Fails with
- * MSR_ERR_SYSTEM (err says why) rather than fall back to anything guessable;
+ * MSR_ERR_SYSTEM (msr_err_msg() says why) rather than fall back to anything guessable;
  * out is written only on success. */
-msr_status_t msr_token_generate(char *out, size_t len, char *err, size_t errlen);
+msr_status_t msr_token_generate(char *out, size_t len);
 
 /* Whether token is acceptable: 1 to MSR_TOKEN_MAX printable ASCII
  * characters (it travels as a gRPC metadata value). */
@@ -26,15 +26,15 @@ int msr_token_valid(const char *token);
 /* Reads the token in the file at path: a regular file (a symbolic link is
  * refused), owned by this user, that neither group nor others may read or
  * write, holding one valid token (a trailing newline is dropped). On
- * failure returns MSR_ERR_PERMISSION (ownership or mode: err says which and
+ * failure returns MSR_ERR_PERMISSION (ownership or mode: msr_err_msg() says which and
  * how to fix it), MSR_ERR_INVALID_ARG (the content) or MSR_ERR_IO (cannot
  * open or read it); out (len > MSR_TOKEN_MAX) is written only on success. */
-msr_status_t msr_token_read_file(const char *path, char *out, size_t len, char *err, size_t errlen);
+msr_status_t msr_token_read_file(const char *path, char *out, size_t len);
 
 /* Creates path (it must not exist; a symbolic link there is not followed)
- * with mode 0600 holding token and a newline. MSR_ERR_IO with err on
+ * with mode 0600 holding token and a newline. MSR_ERR_IO with msr_err_msg() on
  * failure, and no file is left behind. */
-msr_status_t msr_token_write_file(const char *path, const char *token, char *err, size_t errlen);
+msr_status_t msr_token_write_file(const char *path, const char *token);
 
 /* Hides a token given on the command line in the memory the kernel shows
  * in /proc/PID/cmdline (and ps): arg is the argv string that held it; with

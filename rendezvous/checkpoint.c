@@ -17,7 +17,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 #define CKPT_MAGIC  "MSRCKPT1"
 #define CKPT_HEADER 48
@@ -87,7 +87,7 @@ static int header_unpack(const unsigned char in[CKPT_HEADER], ckpt_header_t *h)
 static msr_status_t io_error(const char *what, const char *path)
 {
     int e = errno;
-    msr_client_set_error("checkpoint: %s %s: %s", what, path, strerror(e));
+    msr_err_set("checkpoint: %s %s: %s", what, path, strerror(e));
     MSR_DEBUG("%s", msr_last_error());
     return MSR_ERR_IO;
 }
@@ -144,10 +144,10 @@ static msr_status_t check_step_dir(const char *sd)
     if (lstat(sd, &sb) != 0)
         return io_error("cannot check", sd);
     if (S_ISLNK(sb.st_mode) || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
-        msr_client_set_error("checkpoint: %s is %s: refusing to write the job's state there", sd,
-                             S_ISLNK(sb.st_mode)    ? "a symbolic link"
-                             : !S_ISDIR(sb.st_mode) ? "not a folder"
-                                                    : "owned by another user");
+        msr_err_set("checkpoint: %s is %s: refusing to write the job's state there", sd,
+                    S_ISLNK(sb.st_mode)    ? "a symbolic link"
+                    : !S_ISDIR(sb.st_mode) ? "not a folder"
+                                           : "owned by another user");
         MSR_ERROR("%s", msr_last_error());
         return MSR_ERR_PERMISSION;
     }
@@ -198,7 +198,7 @@ static msr_status_t gather_all(msr_ctx_t *ctx, const void *mine, size_t len, voi
 {
     void *all = calloc((size_t)msr_world_size(ctx), len);
     if (all == NULL) {
-        msr_client_set_error("checkpoint: out of memory");
+        msr_err_set("checkpoint: out of memory");
         return MSR_ERR_NO_MEMORY;
     }
     msr_status_t st = msr_allgather(ctx, mine, len, all);
@@ -355,7 +355,7 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
                            size_t len, int keep)
 {
     if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 || (data == NULL && len)) {
-        msr_client_set_error("checkpoint: bad arguments (dir, step >= 0, data)");
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
         return MSR_ERR_INVALID_ARG;
     }
     char sd[4096];
@@ -422,11 +422,11 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ELOOP) {
-            msr_client_set_error("checkpoint: %s is a symbolic link: not read", path);
+            msr_err_set("checkpoint: %s is a symbolic link: not read", path);
             return MSR_ERR_CORRUPT;
         }
         if (errno == ENOENT) {
-            msr_client_set_error("checkpoint: %s does not exist", path);
+            msr_err_set("checkpoint: %s does not exist", path);
             return MSR_ERR_NOT_FOUND;
         }
         return io_error("cannot open", path);
@@ -439,8 +439,8 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
         fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len || h.step != step ||
         h.rank != (uint32_t)rank || (world >= 0 && h.world != (uint32_t)world)) {
-        msr_client_set_error("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path,
-                             rank, step, world >= 0 ? " for this world size" : "");
+        msr_err_set("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path, rank, step,
+                    world >= 0 ? " for this world size" : "");
         goto out;
     }
     data = malloc(h.len ? h.len : 1);
@@ -449,7 +449,7 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
         goto out;
     }
     if (msr_read_full(fd, data, h.len) != MSR_OK || msr_crc32(0, data, h.len) != h.crc) {
-        msr_client_set_error("checkpoint: %s does not match its CRC", path);
+        msr_err_set("checkpoint: %s does not match its CRC", path);
         free(data);
         goto out;
     }
@@ -475,7 +475,7 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
 msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
 {
     if (ctx == NULL || dir == NULL || step_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
+        msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
     /* Each rank offers its newest complete steps; the candidates are the
@@ -568,12 +568,12 @@ msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void *
                            size_t *len_p)
 {
     if (ctx == NULL || dir == NULL || step < 0 || data_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
+        msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
     if (!have_step(ctx, dir, step)) {
-        msr_client_set_error("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
-                             msr_rank(ctx), dir);
+        msr_err_set("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
+                    msr_rank(ctx), dir);
         return MSR_ERR_NOT_FOUND;
     }
     return load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), data_p, len_p);
@@ -583,7 +583,7 @@ msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
                                 void **data_p, size_t *len_p)
 {
     if (ctx == NULL || dir == NULL || step < 0 || rank < 0 || data_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
+        msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
     return load_file(dir, step, rank, -1, data_p, len_p);
@@ -627,7 +627,7 @@ static int manifest_world(const char *dir, int64_t step)
 msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p, int *world_p)
 {
     if (ctx == NULL || dir == NULL || step_p == NULL) {
-        msr_client_set_error("checkpoint: bad arguments");
+        msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
     int64_t found[2] = {-1, 0}; /* step, world: rank 0's decides */

@@ -50,17 +50,6 @@ static void request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *request_i
     *request_id = atomic_fetch_add(&ctx->request_seq, 1) + 1;
 }
 
-void msr_client_set_error(const char *fmt, ...)
-{
-    /* kept for the callers not yet moved to base/err.h */
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    msr_err_set("%s", text);
-}
-
 /* ---- beats ---- */
 
 static void *beat_main(void *arg)
@@ -109,8 +98,7 @@ static int env_int(const char *name, const char *alt, int def, int min, int max,
     }
     if (v == NULL || *v == '\0') {
         if (def < min) {
-            msr_client_set_error("msr_init: %s is not set (is this program running under msrun?)",
-                                 name);
+            msr_err_set("msr_init: %s is not set (is this program running under msrun?)", name);
             return -1;
         }
         *out_p = def;
@@ -118,7 +106,7 @@ static int env_int(const char *name, const char *alt, int def, int min, int max,
     }
     int64_t x;
     if (msr_parse_i64(v, min, max, &x) != MSR_OK) {
-        msr_client_set_error("msr_init: %s=%s is not an integer in [%d, %d]", used, v, min, max);
+        msr_err_set("msr_init: %s=%s is not an integer in [%d, %d]", used, v, min, max);
         return -1;
     }
     *out_p = (int)x;
@@ -130,12 +118,12 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     msr_status_t st = MSR_ERR_INVALID_ARG;
     msr_err_clear();
     if (ctx_p == NULL) {
-        msr_client_set_error("msr_init: ctx_p is NULL");
+        msr_err_set("msr_init: ctx_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     msr_ctx_t *ctx = msr_calloc(1, sizeof *ctx);
     if (ctx == NULL) {
-        msr_client_set_error("msr_init: out of memory");
+        msr_err_set("msr_init: out of memory");
         return MSR_ERR_NO_MEMORY;
     }
     const char *agent = getenv("MSR_AGENT");
@@ -179,10 +167,9 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     const char *token = getenv("MSR_TOKEN");
     char target[4200];
     if (singleton && ctx->world_size > 1) {
-        msr_client_set_error(
-            "msr_init: a job of %d ranks needs msrun (or MSR_COORDINATOR=host:port "
-            "and MSR_TOKEN); only a job of one rank runs without",
-            ctx->world_size);
+        msr_err_set("msr_init: a job of %d ranks needs msrun (or MSR_COORDINATOR=host:port "
+                    "and MSR_TOKEN); only a job of one rank runs without",
+                    ctx->world_size);
         goto err_free;
     }
     if (singleton) {
@@ -204,8 +191,7 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
                          getenv("MSR_TLS_SERVER_NAME")};
     st = msr_rpc_channel_create_tls(target, token, ctx->via_agent ? NULL : &tls, &ctx->channel);
     if (st != MSR_OK) {
-        msr_client_set_error("msr_init: cannot create a channel to %s: %s", target,
-                             msr_status_str(st));
+        msr_err_set("msr_init: cannot create a channel to %s: %s", target, msr_status_str(st));
         goto err_free;
     }
     if (!gen_set && !ctx->via_agent) {
@@ -342,10 +328,10 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
             continue;
         }
         if (st == MSR_ERR_TIMEOUT && limit >= 0)
-            msr_client_set_error("%s%s%s: deadline passed after %lld ms", what ? what : "",
-                                 what ? ": " : "", msr_rpc_methods[method].name, (long long)limit);
+            msr_err_set("%s%s%s: deadline passed after %lld ms", what ? what : "", what ? ": " : "",
+                        msr_rpc_methods[method].name, (long long)limit);
         else
-            msr_client_set_error("%s%s%s", what ? what : "", what ? ": " : "", err);
+            msr_err_set("%s%s%s", what ? what : "", what ? ": " : "", err);
         if (st != MSR_ERR_NOT_FOUND)
             MSR_DEBUG("%s", msr_err_msg());
         return st;
@@ -355,8 +341,8 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
 static msr_status_t check_key(const char *op, const char *key)
 {
     if (!msr_rpc_key_valid(key)) {
-        msr_client_set_error("%s: bad key (keys are 1 to %d printable bytes)%s%s%s", op,
-                             MSR_KEY_MAX, key ? ": '" : "", key ? key : "", key ? "'" : "");
+        msr_err_set("%s: bad key (keys are 1 to %d printable bytes)%s%s%s", op, MSR_KEY_MAX,
+                    key ? ": '" : "", key ? key : "", key ? "'" : "");
         return MSR_ERR_BAD_KEY;
     }
     return MSR_OK;
@@ -410,7 +396,7 @@ msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, voi
     char *copy = malloc(r->value.len + 1);
     if (copy == NULL) {
         msr_rpc_message_free(resp);
-        msr_client_set_error("%s: out of memory", what);
+        msr_err_set("%s: out of memory", what);
         return MSR_ERR_NO_MEMORY;
     }
     if (r->value.len)
@@ -495,7 +481,7 @@ msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,
     if (st != MSR_OK)
         return st;
     if (count == 0) {
-        msr_client_set_error("barrier '%.40s': count is 0", name);
+        msr_err_set("barrier '%.40s': count is 0", name);
         return MSR_ERR_INVALID_ARG;
     }
     Msr__BarrierRequest req = MSR__BARRIER_REQUEST__INIT;
@@ -529,8 +515,7 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
     if (st != MSR_OK)
         return st;
     if (count == 0 || index >= count) {
-        msr_client_set_error("allgather '%.40s': index %u is not below count %u", name, index,
-                             count);
+        msr_err_set("allgather '%.40s': index %u is not below count %u", name, index, count);
         return MSR_ERR_INVALID_ARG;
     }
     Msr__Contribution entry = MSR__CONTRIBUTION__INIT;
@@ -556,7 +541,7 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
     Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)resp;
     if (r->n_lengths != count) {
         msr_rpc_message_free(resp);
-        msr_client_set_error("%s: %zu entries received, %u expected", what, r->n_lengths, count);
+        msr_err_set("%s: %zu entries received, %u expected", what, r->n_lengths, count);
         return MSR_ERR_PROTOCOL;
     }
     size_t total = 0;
@@ -564,8 +549,7 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
         total += r->lengths[i];
     if (total != r->data.len) {
         msr_rpc_message_free(resp);
-        msr_client_set_error("%s: lengths add up to %zu bytes, %zu received", what, total,
-                             r->data.len);
+        msr_err_set("%s: lengths add up to %zu bytes, %zu received", what, total, r->data.len);
         return MSR_ERR_PROTOCOL;
     }
     /* One allocation: the header, the lengths, the offsets and the data. */
@@ -573,7 +557,7 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
     msr_gather_result_t *out = malloc(head + total + 1);
     if (out == NULL) {
         msr_rpc_message_free(resp);
-        msr_client_set_error("%s: out of memory for %zu bytes", what, total);
+        msr_err_set("%s: out of memory for %zu bytes", what, total);
         return MSR_ERR_NO_MEMORY;
     }
     size_t *lengths = (size_t *)(out + 1);
@@ -618,8 +602,8 @@ msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out
         return st;
     for (uint32_t i = 0; i < r->count; i++) {
         if (r->lengths[i] != len) {
-            msr_client_set_error("allgather '%s': rank %u gave %zu bytes, this rank %zu", name, i,
-                                 r->lengths[i], len);
+            msr_err_set("allgather '%s': rank %u gave %zu bytes, this rank %zu", name, i,
+                        r->lengths[i], len);
             msr_gather_result_free(r);
             return MSR_ERR_INVALID_ARG;
         }

@@ -12,7 +12,4 @@
 msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const ProtobufCMessage *req,
                              int64_t wait_ms, const char *what, ProtobufCMessage **resp_p);
 
-/* Sets this thread's msr_last_error() message. */
-void msr_client_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 #endif

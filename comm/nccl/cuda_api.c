@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm/nccl/gpu_api.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 msr_status_t msr_gpu_cuda_status(int cuda_error)
 {
@@ -94,7 +94,7 @@ static msr_status_t cu(cudaError_t e, const char *call)
 {
     msr_status_t st = msr_gpu_cuda_status(e);
     if (st < 0) {
-        msr_client_set_error("cuda: %s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+        msr_err_set("cuda: %s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
         (void)cudaGetLastError(); /* clears it (unless sticky) for the next call */
     }
     return st;
@@ -106,8 +106,8 @@ static msr_status_t nc_(ncclResult_t r, ncclComm_t comm, const char *call)
     msr_status_t st = msr_gpu_nccl_status(r);
     if (st < 0) {
         const char *last = ncclGetLastError(comm);
-        msr_client_set_error("nccl: %s: %s%s%s", call, ncclGetErrorString(r),
-                             last && *last ? ": " : "", last ? last : "");
+        msr_err_set("nccl: %s: %s%s%s", call, ncclGetErrorString(r), last && *last ? ": " : "",
+                    last ? last : "");
     }
     return st;
 }

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "comm/nccl/gpu_impl.h"
 #include "comm/nccl/gpu_test.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 /* The device of this process: local rank modulo the devices it sees, made
  * current. *count_p gets the number of devices. */
@@ -25,11 +26,11 @@ static msr_status_t select_device(msr_ctx_t *ctx, const msr_gpu_api_t *api, int 
     if (st != MSR_OK) {
         char why[200];
         snprintf(why, sizeof why, "%s", msr_last_error());
-        msr_client_set_error("comm: no usable CUDA device: %s", why);
+        msr_err_set("comm: no usable CUDA device: %s", why);
         return st == MSR_ERR_BACKEND ? MSR_ERR_UNSUPPORTED : st;
     }
     if (count < 1) {
-        msr_client_set_error("comm: no CUDA device is visible to this process");
+        msr_err_set("comm: no CUDA device is visible to this process");
         return MSR_ERR_UNSUPPORTED;
     }
     int lr = msr_local_rank(ctx), ls = msr_local_world_size(ctx);
@@ -47,11 +48,11 @@ static msr_status_t select_device(msr_ctx_t *ctx, const msr_gpu_api_t *api, int 
 msr_status_t msr_gpu_select_with(msr_ctx_t *ctx, const msr_gpu_api_t *api, int *device_p)
 {
     if (ctx == NULL || device_p == NULL) {
-        msr_client_set_error("msr_gpu_select: ctx or device_p is NULL");
+        msr_err_set("msr_gpu_select: ctx or device_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if (api == NULL) {
-        msr_client_set_error("msr_gpu_select: libmsrun was built without CUDA");
+        msr_err_set("msr_gpu_select: libmsrun was built without CUDA");
         return MSR_ERR_UNSUPPORTED;
     }
     int count;
@@ -74,7 +75,7 @@ static void describe(msr_comm_t *comm, unsigned flags, const msr_gpu_api_t *api,
     me->magic = GPU_MEMBER_MAGIC;
     me->flags = flags;
     me->pid = (int32_t)getpid();
-    me->host = gpu_host_id();
+    me->host = msr_host_id();
     me->local_size = msr_local_world_size(ctx);
     me->device = -1;
     me->key = -1;
@@ -106,26 +107,25 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
                                  msr_comm_t **dcomm_p)
 {
     if (comm == NULL || dcomm_p == NULL) {
-        msr_client_set_error("msr_comm_device: comm or dcomm_p is NULL");
+        msr_err_set("msr_comm_device: comm or dcomm_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if ((flags & ~(MSR_COMM_OWN_WORKER | MSR_COMM_STAGED)) != 0) {
-        msr_client_set_error("msr_comm_device: unknown flags 0x%x", flags);
+        msr_err_set("msr_comm_device: unknown flags 0x%x", flags);
         return MSR_ERR_INVALID_ARG;
     }
     if (comm->gpu >= 0) {
-        msr_client_set_error("msr_comm_device: comm is a device communicator already (use "
-                             "msr_comm_dup)");
+        msr_err_set("msr_comm_device: comm is a device communicator already (use "
+                    "msr_comm_dup)");
         return MSR_ERR_INVALID_ARG;
     }
     if (api == NULL) {
-        msr_client_set_error("msr_comm_device: libmsrun was built without CUDA");
+        msr_err_set("msr_comm_device: libmsrun was built without CUDA");
         return MSR_ERR_UNSUPPORTED;
     }
     msr_status_t st = msr_comm_status(comm);
     if (st != MSR_OK) {
-        msr_client_set_error("msr_comm_device: the communicator is broken (%s)",
-                             msr_status_str(st));
+        msr_err_set("msr_comm_device: the communicator is broken (%s)", msr_status_str(st));
         return st;
     }
     msr_ctx_t *ctx = comm->ctx;
@@ -149,7 +149,7 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
     }
     gpu_member_t *all = msr_calloc((size_t)n, sizeof *all);
     if (all == NULL) {
-        msr_client_set_error("msr_comm_device: out of memory for %d members", n);
+        msr_err_set("msr_comm_device: out of memory for %d members", n);
         st = MSR_ERR_NO_MEMORY;
         goto err_host;
     }
@@ -158,26 +158,25 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
         goto err_all;
     for (int i = 0; i < n; i++) {
         if (all[i].magic != GPU_MEMBER_MAGIC) {
-            msr_client_set_error("msr_comm_device: member %d sent a malformed description", i);
+            msr_err_set("msr_comm_device: member %d sent a malformed description", i);
             st = MSR_ERR_PROTOCOL;
             goto err_all;
         }
         if (all[i].status != MSR_OK) {
             st = (msr_status_t)all[i].status;
             if (i == rank)
-                msr_client_set_error("msr_comm_device: %s", why);
+                msr_err_set("msr_comm_device: %s", why);
             else
-                msr_client_set_error("msr_comm_device: member %d (job rank %d, pid %d) cannot "
-                                     "take part (%s)",
-                                     i, msr_comm_world_rank(host, i), all[i].pid,
-                                     msr_status_name(st));
+                msr_err_set("msr_comm_device: member %d (job rank %d, pid %d) cannot "
+                            "take part (%s)",
+                            i, msr_comm_world_rank(host, i), all[i].pid, msr_status_name(st));
             goto err_all;
         }
     }
     gpu_kind_t kind;
     st = gpu_decide(all, n, &kind, why, sizeof why);
     if (st != MSR_OK) {
-        msr_client_set_error("msr_comm_device: %s", why);
+        msr_err_set("msr_comm_device: %s", why);
         goto err_all;
     }
     MSR_DEBUG("comm: device communicator of %d members on GPU %d (local rank %d of %d, %d GPUs "
@@ -195,7 +194,7 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
     st = gpu_agree(host, mine); /* host is dcomm's once made, alive either way */
     if (st != MSR_OK) {
         if (mine != MSR_OK)
-            msr_client_set_error("msr_comm_device: %s", why);
+            msr_err_set("msr_comm_device: %s", why);
         if (dcomm) {
             msr_comm_destroy(dcomm); /* and host with it */
             return st;
@@ -215,7 +214,7 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
         }
         if (st != MSR_OK) {
             if (mine != MSR_OK)
-                msr_client_set_error("msr_comm_device: %s", why);
+                msr_err_set("msr_comm_device: %s", why);
             msr_comm_destroy(dcomm);
             return st;
         }
@@ -238,11 +237,11 @@ msr_status_t msr_comm_device(msr_comm_t *comm, unsigned flags, msr_comm_t **dcom
 msr_status_t msr_comm_device_world(msr_ctx_t *ctx, unsigned flags, msr_comm_t **dcomm_p)
 {
     if (ctx == NULL || dcomm_p == NULL) {
-        msr_client_set_error("msr_comm_device_world: ctx or dcomm_p is NULL");
+        msr_err_set("msr_comm_device_world: ctx or dcomm_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
     if (msr_gpu_api_cuda() == NULL) {
-        msr_client_set_error("msr_comm_device_world: libmsrun was built without CUDA");
+        msr_err_set("msr_comm_device_world: libmsrun was built without CUDA");
         return MSR_ERR_UNSUPPORTED;
     }
     msr_comm_t *world = NULL;

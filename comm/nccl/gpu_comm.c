@@ -13,7 +13,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "comm/nccl/gpu_impl.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 const msr_comm_backend_ops_t gpu_nccl_ops;
 const msr_comm_backend_ops_t gpu_staged_ops;
@@ -97,7 +97,7 @@ msr_status_t gpu_comm_make(msr_ctx_t *ctx, const msr_gpu_api_t *api, gpu_kind_t 
     msr_list_init(&gc->active);
     gc->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_GPU_SPIN_US", 2000, 0, INT32_MAX) * 1000;
     if (pthread_mutex_init(&gc->lock, NULL) != 0) {
-        msr_client_set_error("comm: pthread_mutex_init failed");
+        msr_err_set("comm: pthread_mutex_init failed");
         st = MSR_ERR_SYSTEM;
         goto err_gc;
     }
@@ -325,7 +325,7 @@ msr_status_t gpu_settle(gpu_comm_t *gc, void *nc, uint64_t deadline)
             return st;
         uint64_t now = msr_now_ns();
         if (now >= deadline) {
-            msr_client_set_error("nccl: still in progress at the deadline");
+            msr_err_set("nccl: still in progress at the deadline");
             return MSR_ERR_TIMEOUT;
         }
         watch_check(gc, now);
@@ -346,7 +346,7 @@ msr_status_t gpu_agree(msr_comm_t *host, msr_status_t mine)
     int n = msr_comm_size(host);
     int32_t *all = msr_calloc((size_t)n, sizeof *all);
     if (all == NULL) {
-        msr_client_set_error("comm: out of memory for the agreement of %d members", n);
+        msr_err_set("comm: out of memory for the agreement of %d members", n);
         return MSR_ERR_NO_MEMORY;
     }
     int32_t me = mine;
@@ -356,8 +356,7 @@ msr_status_t gpu_agree(msr_comm_t *host, msr_status_t mine)
             if (all[i] != MSR_OK) {
                 st = (msr_status_t)all[i];
                 if (i != msr_comm_rank(host))
-                    msr_client_set_error("member %d of the group failed (%s)", i,
-                                         msr_status_name(st));
+                    msr_err_set("member %d of the group failed (%s)", i, msr_status_name(st));
                 break;
             }
     }
@@ -372,14 +371,14 @@ msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_col
 {
     gpu_comm_t *gc = comm->be;
     if ((a->coll == MSR_COLL_SEND || a->coll == MSR_COLL_RECV) && a->tag != 0) {
-        msr_client_set_error("%s: tag %d on a device communicator (device messages match by "
-                             "order: the tag must be 0)",
-                             a->coll == MSR_COLL_SEND ? "send" : "recv", a->tag);
+        msr_err_set("%s: tag %d on a device communicator (device messages match by "
+                    "order: the tag must be 0)",
+                    a->coll == MSR_COLL_SEND ? "send" : "recv", a->tag);
         return MSR_ERR_UNSUPPORTED;
     }
     gpu_req_t *r = msr_calloc(1, sizeof *r);
     if (r == NULL) {
-        msr_client_set_error("out of memory for a request");
+        msr_err_set("out of memory for a request");
         return MSR_ERR_NO_MEMORY;
     }
     r->gc = gc;
@@ -394,7 +393,7 @@ msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_col
     pthread_mutex_lock(&gc->lock);
     msr_status_t st = msr_comm_status(comm);
     if (st != MSR_OK) {
-        msr_client_set_error("the communicator is broken (%s)", msr_status_str(st));
+        msr_err_set("the communicator is broken (%s)", msr_status_str(st));
         goto err_unlock;
     }
     st = gc->api->set_device(gc->api, gc->device);
@@ -489,7 +488,7 @@ msr_status_t gpu_op_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t dea
         return st;
     st = req->status == MSR_IN_PROGRESS ? gpu_op_wait(req) : req->status;
     if (st != MSR_OK)
-        msr_client_set_error("%s", req->error[0] ? req->error : msr_status_str(st));
+        msr_err_set("%s", req->error[0] ? req->error : msr_status_str(st));
     req->args.v = NULL; /* the caller's */
     gpu_op_req_free(req);
     return st;
@@ -519,7 +518,7 @@ msr_status_t gpu_op_wait_stream(msr_comm_req_t *pub, void *stream)
     pthread_mutex_lock(&gc->lock);
     if (r->pub.status != MSR_IN_PROGRESS && r->pub.status != MSR_OK) {
         st = r->pub.status;
-        msr_client_set_error("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        msr_err_set("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
     } else if (r->event) {
         gc->api->set_device(gc->api, gc->device);
         st = gc->api->stream_wait_event(gc->api, stream, r->event);
@@ -570,8 +569,8 @@ msr_status_t gpu_op_split(msr_comm_t *comm, int color, int key, unsigned flags,
             int nr = -1;
             msr_status_t rs = api->comm_user_rank(api, nnc, &nr);
             if (rs == MSR_OK && nr != msr_comm_rank(hnew)) {
-                msr_client_set_error("ncclCommSplit ranked this member %d, the host split %d", nr,
-                                     msr_comm_rank(hnew));
+                msr_err_set("ncclCommSplit ranked this member %d, the host split %d", nr,
+                            msr_comm_rank(hnew));
                 mine = MSR_ERR_INTERNAL;
             }
         }
@@ -595,7 +594,7 @@ msr_status_t gpu_op_split(msr_comm_t *comm, int color, int key, unsigned flags,
         return MSR_OK;
     }
     if (mine != MSR_OK)
-        msr_client_set_error("%s", why);
+        msr_err_set("%s", why);
     if (dnew)
         msr_comm_destroy(dnew);
     if (nnc)

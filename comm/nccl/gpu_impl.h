@@ -38,9 +38,6 @@ int gpu_pick_device(int local_rank, int device_count);
  * one). */
 int gpu_node_shared(int local_size, int device_count);
 
-/* A hash of the host name and the kernel's boot id: which machine. */
-uint64_t gpu_host_id(void);
-
 #define GPU_MEMBER_MAGIC 0x6d736770u /* "msgp" */
 
 /* What each member of a new device communicator tells the others (one
@@ -53,7 +50,7 @@ typedef struct gpu_member {
     int32_t device; /* CUDA ordinal */
     int32_t pid;    /* for messages */
     int32_t local_size, device_count;
-    uint64_t host; /* gpu_host_id() */
+    uint64_t host; /* msr_host_id() */
     int64_t key;   /* member 0: the number naming the NCCL id's store key */
     unsigned char uuid[MSR_GPU_UUID_BYTES]; /* all zero when unknown */
 } gpu_member_t;

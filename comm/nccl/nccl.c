@@ -12,7 +12,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "comm/nccl/gpu_impl.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 /* What member 0 stores: its status making the id, then the id. */
 typedef struct id_msg {
@@ -35,7 +35,7 @@ static msr_status_t share_id(gpu_comm_t *gc, const char *key, unsigned char id[M
         /* stored either way, so the others learn of a failure at once */
         msr_status_t sst = msr_store_set(ctx, key, &m, sizeof m);
         if (st != MSR_OK) {
-            msr_client_set_error("nccl: member 0 cannot make the unique id: %s", why);
+            msr_err_set("nccl: member 0 cannot make the unique id: %s", why);
             return st;
         }
         if (sst != MSR_OK)
@@ -51,15 +51,15 @@ static msr_status_t share_id(gpu_comm_t *gc, const char *key, unsigned char id[M
         return st;
     id_msg_t m;
     if (len != sizeof m) {
-        msr_client_set_error("nccl: '%s' holds %zu bytes, expected %zu", key, len, sizeof m);
+        msr_err_set("nccl: '%s' holds %zu bytes, expected %zu", key, len, sizeof m);
         free(v);
         return MSR_ERR_PROTOCOL;
     }
     memcpy(&m, v, sizeof m);
     free(v);
     if (m.status != MSR_OK) {
-        msr_client_set_error("nccl: member 0 could not make the unique id (%s)",
-                             msr_status_name((msr_status_t)m.status));
+        msr_err_set("nccl: member 0 could not make the unique id (%s)",
+                    msr_status_name((msr_status_t)m.status));
         return (msr_status_t)m.status;
     }
     memcpy(id, m.id, sizeof m.id);
@@ -89,7 +89,7 @@ msr_status_t gpu_nccl_attach(gpu_comm_t *gc, int64_t key)
             char why[200];
             snprintf(why, sizeof why, "%s", msr_last_error());
             gpu_comm_fail(gc, st, 1, "ncclCommInitRankConfig of %d ranks: %s", gc->comm->size, why);
-            msr_client_set_error("ncclCommInitRankConfig of %d ranks: %s", gc->comm->size, why);
+            msr_err_set("ncclCommInitRankConfig of %d ranks: %s", gc->comm->size, why);
         }
     }
     pthread_mutex_unlock(&gc->lock);

@@ -1,7 +1,6 @@
 /* The device communicators' policy: which GPU a rank uses, whether ranks
  * share one, and which backend a group of members gets. Pure functions of
- * their arguments (and, for gpu_host_id, the machine), unit-tested without
- * a GPU. */
+ * their arguments, unit-tested without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,23 +41,6 @@ int gpu_pick_device(int local_rank, int device_count)
 int gpu_node_shared(int local_size, int device_count)
 {
     return device_count >= 1 && local_size > device_count;
-}
-
-uint64_t gpu_host_id(void)
-{
-    char buf[256 + 64] = "";
-    gethostname(buf, 255);
-    size_t n = strlen(buf);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(buf + n, (int)(sizeof buf - n), f) == NULL)
-            buf[n] = '\0';
-        fclose(f);
-    }
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *p = buf; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
 }
 
 static int uuid_known(const gpu_member_t *m)

@@ -16,7 +16,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "comm/nccl/gpu_impl.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 /* The extents of alltoallv's send and receive parts, in bytes. */
 static void v_extents(const gpu_req_t *r, size_t es, size_t *send_p, size_t *recv_p)
@@ -229,14 +229,14 @@ msr_status_t gpu_staged_start(gpu_req_t *r)
     if (r->pub.args.coll == MSR_COLL_ALLTOALLV) {
         r->hv = msr_calloc(4 * (size_t)gc->comm->size, sizeof *r->hv);
         if (r->hv == NULL) {
-            msr_client_set_error("staged: out of memory for alltoallv's counts");
+            msr_err_set("staged: out of memory for alltoallv's counts");
             return MSR_ERR_NO_MEMORY;
         }
     }
     msr_status_t st = get_block(r, block_len(r));
     if (st != MSR_OK) {
-        msr_client_set_error("staged: no pinned host block of %zu bytes: %s", block_len(r),
-                             msr_last_error());
+        msr_err_set("staged: no pinned host block of %zu bytes: %s", block_len(r),
+                    msr_last_error());
         return st; /* not started */
     }
     int any;

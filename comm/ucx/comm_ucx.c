@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "comm/ucx/ucx_impl.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 #define MAX_FREE_REQS 8
 
@@ -40,8 +40,8 @@ msr_status_t ucx_post_abort_recv(ucx_comm_t *uc)
     void *h = ucp_tag_recv_nbx(uc->engine->worker, uc->abort_in, sizeof uc->abort_in,
                                ucx_tag(UCX_TAG_CTRL, uc->id, 0, 0), UCX_TAG_MASK_CTRL, &prm);
     if (UCS_PTR_IS_ERR(h)) {
-        msr_client_set_error("comm: cannot post the abort receive: %s",
-                             ucs_status_string(UCS_PTR_STATUS(h)));
+        msr_err_set("comm: cannot post the abort receive: %s",
+                    ucs_status_string(UCS_PTR_STATUS(h)));
         return MSR_ERR_BACKEND;
     }
     uc->abort_req = h;
@@ -129,7 +129,7 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
 {
     int n = msr_world_size(ctx), me = msr_rank(ctx);
     if (n > UCX_MAX_RANKS) {
-        msr_client_set_error("msr_comm_world: %d ranks, at most %d", n, UCX_MAX_RANKS);
+        msr_err_set("msr_comm_world: %d ranks, at most %d", n, UCX_MAX_RANKS);
         return MSR_ERR_UNSUPPORTED;
     }
     /* Each world communicator gets its own store keys: count them per rank
@@ -201,8 +201,7 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         e->next_comm_id = (unsigned)id + 1;
     ucx_engine_unlock(e);
     if (id > UCX_MAX_COMM_ID) {
-        msr_client_set_error("msr_comm_split: %d communicators made on one engine already",
-                             UCX_MAX_COMM_ID);
+        msr_err_set("msr_comm_split: %d communicators made on one engine already", UCX_MAX_COMM_ID);
         st = MSR_ERR_OVERFLOW;
         goto out;
     }
@@ -337,12 +336,12 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
     ucx_engine_t *e = uc->engine;
     msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
     if (st != MSR_OK) {
-        msr_client_set_error("the communicator is broken (%s)", msr_status_str(st));
+        msr_err_set("the communicator is broken (%s)", msr_status_str(st));
         return st;
     }
     ucx_req_t *r = req_get(e);
     if (r == NULL) {
-        msr_client_set_error("out of memory for a request");
+        msr_err_set("out of memory for a request");
         return MSR_ERR_NO_MEMORY;
     }
     r->pub.comm = comm;
@@ -355,8 +354,7 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
     st = ucx_coll_start(r);
     if (st != MSR_OK) {
         r->pub.args.v = NULL; /* stays the caller's */
-        msr_client_set_error("%s: cannot start: %s", r->algo ? r->algo : "comm",
-                             msr_status_str(st));
+        msr_err_set("%s: cannot start: %s", r->algo ? r->algo : "comm", msr_status_str(st));
         req_put(e, r);
         return st;
     }
@@ -399,7 +397,7 @@ static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t
             ucx_engine_wait_locked(e, r);
         st = r->pub.status;
         if (st != MSR_OK)
-            msr_client_set_error("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
+            msr_err_set("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
         r->pub.args.v = NULL; /* the caller's */
         req_put(e, r);
     }

@@ -23,7 +23,8 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "comm/ucx/ucx_impl.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
+#include "base/hash.h"
 
 #define ADDR_MAGIC 0x6d737563u /* "msuc" */
 
@@ -35,24 +36,6 @@ typedef struct addr_head {
     int32_t world;
     uint64_t host; /* which machine: several msrun "nodes" may share one */
 } addr_head_t;
-
-/* A hash of the host name and the kernel's boot id. */
-static uint64_t host_id(void)
-{
-    char buf[256 + 64] = "";
-    gethostname(buf, 255);
-    size_t n = strlen(buf);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(buf + n, (int)(sizeof buf - n), f) == NULL)
-            buf[n] = '\0';
-        fclose(f);
-    }
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = buf; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
-}
 
 /* ---- transports ---- */
 
@@ -248,7 +231,7 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     unsigned char *mine = msr_malloc(len);
     if (mine == NULL)
         return st;
-    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, host_id()};
+    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, msr_host_id()};
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0;
@@ -277,13 +260,13 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
         addr_head_t h;
         if (res->lengths[i] <= sizeof h) {
             msr_gather_result_free(res);
-            msr_client_set_error("comm: member %u sent a %zu-byte address", i, res->lengths[i]);
+            msr_err_set("comm: member %u sent a %zu-byte address", i, res->lengths[i]);
             return MSR_ERR_PROTOCOL;
         }
         memcpy(&h, res->data + res->offsets[i], sizeof h);
         if (h.magic != ADDR_MAGIC || h.world != world_ranks[i]) {
             msr_gather_result_free(res);
-            msr_client_set_error("comm: member %u sent a malformed address", i);
+            msr_err_set("comm: member %u sent a malformed address", i);
             return MSR_ERR_PROTOCOL;
         }
         ucx_peer_t *p = &e->peers[world_ranks[i]];
@@ -367,7 +350,7 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK) {
-        msr_client_set_error("comm: ucp_config_read: %s", ucs_status_string(us));
+        msr_err_set("comm: ucp_config_read: %s", ucs_status_string(us));
         st = MSR_ERR_BACKEND;
         goto err_mutex;
     }
@@ -383,7 +366,7 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     us = ucp_init(&prm, cfg, &e->context);
     ucp_config_release(cfg);
     if (us != UCS_OK) {
-        msr_client_set_error("comm: ucp_init: %s", ucs_status_string(us));
+        msr_err_set("comm: ucp_init: %s", ucs_status_string(us));
         st = MSR_ERR_BACKEND;
         goto err_mutex;
     }
@@ -393,13 +376,13 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     };
     us = ucp_worker_create(e->context, &wp, &e->worker);
     if (us != UCS_OK) {
-        msr_client_set_error("comm: ucp_worker_create: %s", ucs_status_string(us));
+        msr_err_set("comm: ucp_worker_create: %s", ucs_status_string(us));
         st = MSR_ERR_BACKEND;
         goto err_context;
     }
     us = ucp_worker_get_efd(e->worker, &e->efd);
     if (us != UCS_OK) {
-        msr_client_set_error("comm: ucp_worker_get_efd: %s", ucs_status_string(us));
+        msr_err_set("comm: ucp_worker_get_efd: %s", ucs_status_string(us));
         st = MSR_ERR_BACKEND;
         goto err_worker;
     }
@@ -407,7 +390,7 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     size_t addr_len = 0;
     us = ucp_worker_get_address(e->worker, &addr, &addr_len);
     if (us != UCS_OK) {
-        msr_client_set_error("comm: ucp_worker_get_address: %s", ucs_status_string(us));
+        msr_err_set("comm: ucp_worker_get_address: %s", ucs_status_string(us));
         st = MSR_ERR_BACKEND;
         goto err_worker;
     }

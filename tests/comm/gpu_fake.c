@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "rendezvous/client.h"
+#include "base/err.h"
 
 #define FAKE(g) ((gpu_fake_t *)(g)->data)
 
@@ -33,7 +33,7 @@ static msr_status_t device_count(const msr_gpu_api_t *g, int *count_p)
 static msr_status_t set_device(const msr_gpu_api_t *g, int device)
 {
     if (device < 0 || device >= FAKE(g)->devices) {
-        msr_client_set_error("fake: no device %d of %d", device, FAKE(g)->devices);
+        msr_err_set("fake: no device %d of %d", device, FAKE(g)->devices);
         return MSR_ERR_INVALID_ARG;
     }
     return MSR_OK;
@@ -154,7 +154,7 @@ static msr_status_t unique_id(const msr_gpu_api_t *g, unsigned char id[MSR_GPU_I
 {
     gpu_fake_t *f = FAKE(g);
     if (f->unique_id_fails) {
-        msr_client_set_error("fake: ncclGetUniqueId refused");
+        msr_err_set("fake: ncclGetUniqueId refused");
         return MSR_ERR_BACKEND;
     }
     if (f->real && f->real->unique_id(f->real, id) == MSR_OK) {
@@ -219,7 +219,7 @@ static msr_status_t comm_async_error(const msr_gpu_api_t *g, void *nc)
     if (!c->failed && f->async_error_after > 0 && c->polls >= f->async_error_after)
         c->failed = 1;
     if (c->failed) {
-        msr_client_set_error("fake: injected asynchronous error");
+        msr_err_set("fake: injected asynchronous error");
         return f->async_status;
     }
     if (c->polls_left > 0) {
@@ -234,7 +234,7 @@ static msr_status_t comm_user_rank(const msr_gpu_api_t *g, void *nc, int *rank_p
     (void)g;
     fake_nc_t *c = nc;
     if (c->rank < 0) {
-        msr_client_set_error("fake: the rank of a split communicator is unknown");
+        msr_err_set("fake: the rank of a split communicator is unknown");
         return MSR_ERR_UNSUPPORTED;
     }
     *rank_p = c->rank;
@@ -290,7 +290,7 @@ static msr_status_t coll(const msr_gpu_api_t *g, void *nc, size_t count, void *d
     gpu_fake_t *f = FAKE(g);
     fake_nc_t *c = nc;
     if (f->refuse_count && count == f->refuse_count) {
-        msr_client_set_error("fake: refusing a call with %zu elements", count);
+        msr_err_set("fake: refusing a call with %zu elements", count);
         return MSR_ERR_INVALID_ARG;
     }
     f->ops++;

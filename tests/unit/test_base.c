@@ -1,10 +1,13 @@
 /* Unit tests of base/: statuses, containers, parsing, the allocator hook. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/err.h"
+#include "base/hash.h"
 #include "base/heap.h"
 #include "base/map.h"
 #include "base/status.h"
@@ -173,6 +176,68 @@ static void test_signal_names(void)
     MSR_CHECK_STR(msr_signal_name(15, b, sizeof b), "SIGTERM");
 }
 
+/* The error channel: msr_err sets and returns, prefix adds context in
+ * front, a long text is cut, not overrun, and each thread has its own. */
+static void test_err_channel(void)
+{
+    msr_err_clear();
+    MSR_CHECK_STR(msr_err_msg(), "");
+    MSR_CHECK_STR(msr_err_msg_or(MSR_ERR_TIMEOUT), "deadline passed");
+    MSR_CHECK_STATUS(msr_err(MSR_ERR_IO, "open %s: %s", "f", "gone"), MSR_ERR_IO);
+    MSR_CHECK_STR(msr_err_msg(), "open f: gone");
+    MSR_CHECK_STR(msr_last_error(), "open f: gone");
+    MSR_CHECK_STATUS(msr_err_prefix(MSR_ERR_IO, "loading %d", 3), MSR_ERR_IO);
+    MSR_CHECK_STR(msr_err_msg(), "loading 3: open f: gone");
+    msr_err_clear();
+    msr_err_prefix(MSR_ERR_IO, "only context");
+    MSR_CHECK_STR(msr_err_msg(), "only context");
+
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    msr_err_set("%s", big);
+    size_t n = strlen(msr_err_msg());
+    MSR_CHECK(n > 100 && n < sizeof big);
+    msr_err_prefix(MSR_ERR_IO, "%s", big);
+    MSR_CHECK(strlen(msr_err_msg()) == n);
+    msr_err_set("short");
+    msr_err_prefix(MSR_ERR_IO, "%s", big);
+    MSR_CHECK(strlen(msr_err_msg()) == n); /* the context alone fills it */
+    msr_err_set("mine");
+}
+
+static void *err_other_thread(void *arg)
+{
+    char *seen = arg;
+    strcpy(seen, msr_err_msg()); /* a new thread starts with no text */
+    msr_err_set("theirs");
+    return NULL;
+}
+
+static void test_err_per_thread(void)
+{
+    char seen[64] = "unset";
+    pthread_t t;
+    msr_err_set("mine");
+    MSR_CHECK(pthread_create(&t, NULL, err_other_thread, seen) == 0);
+    pthread_join(t, NULL);
+    MSR_CHECK_STR(seen, "");
+    MSR_CHECK_STR(msr_err_msg(), "mine");
+}
+
+/* FNV-1a's published values, and one machine identity per machine. */
+static void test_hash(void)
+{
+    MSR_CHECK(msr_fnv1a_str(MSR_FNV1A_INIT, "") == 0xcbf29ce484222325ull);
+    MSR_CHECK(msr_fnv1a_str(MSR_FNV1A_INIT, "a") == 0xaf63dc4c8601ec8cull);
+    MSR_CHECK(msr_fnv1a_str(MSR_FNV1A_INIT, "foobar") == 0x85944171f73967e8ull);
+    MSR_CHECK(msr_fnv1a(MSR_FNV1A_INIT, "foobar", 6) == 0x85944171f73967e8ull);
+    MSR_CHECK(msr_fnv1a(msr_fnv1a(MSR_FNV1A_INIT, "foo", 3), "bar", 3) == 0x85944171f73967e8ull);
+    uint64_t h = msr_host_id();
+    MSR_CHECK(h != 0 && h != MSR_FNV1A_INIT);
+    MSR_CHECK(h == msr_host_id());
+}
+
 static const msr_test_t tests[] = {
     {"status_strings", test_status_strings, 5},
     {"parse", test_parse, 5},
@@ -182,6 +247,9 @@ static const msr_test_t tests[] = {
     {"deadlines", test_deadlines, 5},
     {"alloc_failures", test_alloc_failures, 20},
     {"signal_names", test_signal_names, 5},
+    {"err_channel", test_err_channel, 5},
+    {"err_per_thread", test_err_per_thread, 5},
+    {"hash", test_hash, 5},
 };
 
 int main(int argc, char **argv)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "base/err.h"
 #include "msrun/token.h"
 #include "tests/runner.h"
 
@@ -41,16 +42,16 @@ static const char *put(const char *name, const char *content, mode_t mode)
 
 static void test_generate(void)
 {
-    char a[MSR_TOKEN_GEN_CHARS + 1], b[MSR_TOKEN_GEN_CHARS + 1], err[128];
-    MSR_CHECK_OK(msr_token_generate(a, sizeof a, err, sizeof err));
-    MSR_CHECK_OK(msr_token_generate(b, sizeof b, err, sizeof err));
+    char a[MSR_TOKEN_GEN_CHARS + 1], b[MSR_TOKEN_GEN_CHARS + 1];
+    MSR_CHECK_OK(msr_token_generate(a, sizeof a));
+    MSR_CHECK_OK(msr_token_generate(b, sizeof b));
     MSR_CHECK_EQ(strlen(a), MSR_TOKEN_GEN_CHARS);
     MSR_CHECK_EQ(strspn(a, "0123456789abcdef"), MSR_TOKEN_GEN_CHARS);
     MSR_CHECK(strcmp(a, b) != 0);
     MSR_CHECK(msr_token_valid(a));
     char small[MSR_TOKEN_GEN_CHARS];
     memset(small, 'x', sizeof small);
-    MSR_CHECK_STATUS(msr_token_generate(small, sizeof small, err, sizeof err), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_token_generate(small, sizeof small), MSR_ERR_INVALID_ARG);
     MSR_CHECK(small[0] == 'x'); /* written only on success */
 }
 
@@ -71,70 +72,65 @@ static void test_valid(void)
 
 static void test_read_file(void)
 {
-    char tok[MSR_TOKEN_MAX + 1] = "unchanged", err[600];
+    char tok[MSR_TOKEN_MAX + 1] = "unchanged";
     make_dir();
-    MSR_CHECK_OK(
-        msr_token_read_file(put("ok", "s3cret\n", 0600), tok, sizeof tok, err, sizeof err));
+    MSR_CHECK_OK(msr_token_read_file(put("ok", "s3cret\n", 0600), tok, sizeof tok));
     MSR_CHECK_STR(tok, "s3cret");
-    MSR_CHECK_OK(msr_token_read_file(put("ro", "s3cret", 0400), tok, sizeof tok, err, sizeof err));
+    MSR_CHECK_OK(msr_token_read_file(put("ro", "s3cret", 0400), tok, sizeof tok));
     /* readable or writable by others: refused, and says how to fix it */
     snprintf(tok, sizeof tok, "unchanged");
     static const mode_t loose[] = {0640, 0604, 0620, 0644, 0666};
     for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
-        MSR_CHECK_STATUS(
-            msr_token_read_file(put("loose", "s3cret", loose[i]), tok, sizeof tok, err, sizeof err),
-            MSR_ERR_PERMISSION);
-        MSR_CHECK_MSG(strstr(err, "chmod 600") != NULL, "message: %s", err);
+        MSR_CHECK_STATUS(msr_token_read_file(put("loose", "s3cret", loose[i]), tok, sizeof tok),
+                         MSR_ERR_PERMISSION);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), "chmod 600") != NULL, "message: %s", msr_err_msg());
     }
     MSR_CHECK_STR(tok, "unchanged");
     /* a symbolic link to a good file: refused */
     char link_path[128];
     snprintf(link_path, sizeof link_path, "%s/link", dir);
     MSR_CHECK(symlink(put("target", "s3cret", 0600), link_path) == 0);
-    MSR_CHECK_STATUS(msr_token_read_file(link_path, tok, sizeof tok, err, sizeof err), MSR_ERR_IO);
-    MSR_CHECK_MSG(strstr(err, "symbolic link") != NULL, "message: %s", err);
+    MSR_CHECK_STATUS(msr_token_read_file(link_path, tok, sizeof tok), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "symbolic link") != NULL, "message: %s", msr_err_msg());
     /* content: empty, spaces, two lines, too long; a directory; missing */
-    MSR_CHECK_STATUS(msr_token_read_file(put("empty", "", 0600), tok, sizeof tok, err, sizeof err),
+    MSR_CHECK_STATUS(msr_token_read_file(put("empty", "", 0600), tok, sizeof tok),
                      MSR_ERR_INVALID_ARG);
-    MSR_CHECK_STATUS(
-        msr_token_read_file(put("sp", "a b\n", 0600), tok, sizeof tok, err, sizeof err),
-        MSR_ERR_INVALID_ARG);
-    MSR_CHECK_STATUS(
-        msr_token_read_file(put("two", "a\nb\n", 0600), tok, sizeof tok, err, sizeof err),
-        MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_token_read_file(put("sp", "a b\n", 0600), tok, sizeof tok),
+                     MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_token_read_file(put("two", "a\nb\n", 0600), tok, sizeof tok),
+                     MSR_ERR_INVALID_ARG);
     char big[MSR_TOKEN_MAX + 8];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    MSR_CHECK_STATUS(msr_token_read_file(put("big", big, 0600), tok, sizeof tok, err, sizeof err),
+    MSR_CHECK_STATUS(msr_token_read_file(put("big", big, 0600), tok, sizeof tok),
                      MSR_ERR_INVALID_ARG);
-    MSR_CHECK_STATUS(msr_token_read_file(dir, tok, sizeof tok, err, sizeof err),
-                     MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_token_read_file(dir, tok, sizeof tok), MSR_ERR_INVALID_ARG);
     snprintf(link_path, sizeof link_path, "%s/missing", dir);
-    MSR_CHECK_STATUS(msr_token_read_file(link_path, tok, sizeof tok, err, sizeof err), MSR_ERR_IO);
+    MSR_CHECK_STATUS(msr_token_read_file(link_path, tok, sizeof tok), MSR_ERR_IO);
     MSR_CHECK_STR(tok, "unchanged");
     cleanup_dir();
 }
 
 static void test_write_file(void)
 {
-    char tok[MSR_TOKEN_MAX + 1], err[600], path[128];
+    char tok[MSR_TOKEN_MAX + 1], path[128];
     make_dir();
     snprintf(path, sizeof path, "%s/new", dir);
     mode_t old = umask(0);
-    msr_status_t st = msr_token_write_file(path, "abc123", err, sizeof err);
+    msr_status_t st = msr_token_write_file(path, "abc123");
     umask(old);
     MSR_CHECK_OK(st);
     struct stat sb;
     MSR_CHECK(stat(path, &sb) == 0);
     MSR_CHECK_EQ(sb.st_mode & 07777, 0600);
-    MSR_CHECK_OK(msr_token_read_file(path, tok, sizeof tok, err, sizeof err));
+    MSR_CHECK_OK(msr_token_read_file(path, tok, sizeof tok));
     MSR_CHECK_STR(tok, "abc123");
     /* never over an existing name, nor through a link */
-    MSR_CHECK_STATUS(msr_token_write_file(path, "other", err, sizeof err), MSR_ERR_IO);
+    MSR_CHECK_STATUS(msr_token_write_file(path, "other"), MSR_ERR_IO);
     char link_path[128];
     snprintf(link_path, sizeof link_path, "%s/link", dir);
     MSR_CHECK(symlink("/nonexistent-target-of-a-planted-link", link_path) == 0);
-    MSR_CHECK_STATUS(msr_token_write_file(link_path, "other", err, sizeof err), MSR_ERR_IO);
+    MSR_CHECK_STATUS(msr_token_write_file(link_path, "other"), MSR_ERR_IO);
     MSR_CHECK(access("/nonexistent-target-of-a-planted-link", F_OK) != 0);
     cleanup_dir();
 }
