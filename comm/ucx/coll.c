@@ -1,17 +1,6 @@
 /* The collective algorithms of the UCX backend, each a step function that
  * posts tagged messages, returns MSR_IN_PROGRESS while they fly and resumes
- * where it stopped. The state that lives from one step to the next is the
- * algorithm's struct in the request (ucx_impl.h); a step function that waits
- * in the middle keeps the point where it resumes in that struct's phase,
- * jumps there first, and sets the phase before each wait:
- *
- *     switch (x->phase) { case X_START: break; case X_WAIT: goto wait; }
- *     ... post ...
- *     x->phase = X_WAIT;
- * wait:
- *     st = ops_wait(r);
- *     if (st != MSR_OK)
- *         return st;  (MSR_IN_PROGRESS, or the failure)
+ * where it stopped.
  *
  *   allreduce       direct (small, small groups), recursive doubling, ring
  *   reduce_scatter  direct, ring
@@ -20,6 +9,21 @@
  *   reduce          binomial tree, pipelined chain
  *   alltoall(v)     pairwise exchange, a window of steps in flight
  *   barrier         dissemination
+ *
+ * The state that lives from one step to the next is the algorithm's struct
+ * in the request (ucx_impl.h). The pipelined ones (ring, chains, alltoall)
+ * do all they can at each step from their counters; the others keep where
+ * they resume in their struct's phase, jump there first and set it before
+ * each wait:
+ *
+ *     switch (x->phase) { case X_START: break; case X_WAIT: goto wait; }
+ *     ... post ...
+ *     x->phase = X_WAIT;
+ * wait:
+ *     st = ops_wait(r);
+ *     if (st != MSR_OK)
+ *         return st;  (MSR_IN_PROGRESS, or the failure)
+ *     ... use what arrived ...
  *
  * Every reduction combines operands in an order fixed by the ranks alone
  * (never by arrival), so results are bitwise reproducible. */
@@ -362,48 +366,24 @@ static void fold_in_order(ucx_req_t *r, void *dst, const void *own, const char *
     msr_reduce_finish(a->op, a->dtype, dst, count, r->n);
 }
 
-/* Posts the sends of the direct algorithms: block j of sendbuf (stride
- * bytes apart; stride 0: the whole of it) to each rank j but us, nearest
- * first: they are what the others wait for. */
-static msr_status_t direct_post_sends(ucx_req_t *r, size_t stride)
-{
-    const msr_coll_args_t *a = &r->pub.args;
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me + d, r->n);
-        msr_status_t st =
-            post_send(r, next_op(r), j, (const char *)a->sendbuf + (size_t)j * stride, r->bytes, 0);
-        if (st != MSR_OK)
-            return st;
-    }
-    return MSR_OK;
-}
-
-/* Posts the receives of the direct algorithms: rank j's block into
- * slots + j * bytes. */
-static msr_status_t direct_post_recvs(ucx_req_t *r, char *slots)
-{
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me - d, r->n);
-        msr_status_t st = post_recv(r, next_op(r), j, slots + (size_t)j * r->bytes, r->bytes, 0);
-        if (st != MSR_OK)
-            return st;
-    }
-    return MSR_OK;
-}
-
 static msr_status_t step_allreduce_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        /* Slot j gets rank j's vector; slot me a copy of ours when in
-         * place. */
-        st = direct_post_sends(r, 0);
-        if (st != MSR_OK)
-            return st;
-        st = direct_post_recvs(r, r->scratch);
-        if (st != MSR_OK)
-            return st;
+        /* Sends first: they are what the others wait for. Slot j gets rank
+         * j's vector; slot me a copy of ours when in place. */
+        for (int d = 1; d < r->n; d++) {
+            st = post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
         if (a->in_place)
             memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;
@@ -422,12 +402,19 @@ static msr_status_t step_reduce_scatter_direct(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        st = direct_post_sends(r, r->bytes);
-        if (st != MSR_OK)
-            return st;
-        st = direct_post_recvs(r, r->scratch);
-        if (st != MSR_OK)
-            return st;
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me + d, r->n);
+            st = post_send(r, next_op(r), j, at(a->sendbuf, (uint64_t)j * a->count, r->es),
+                           r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
         if (a->in_place && r->bytes > 0) /* count 0 may come with NULL buffers */
             memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;
@@ -445,13 +432,20 @@ static msr_status_t step_reduce_scatter_direct(ucx_req_t *r)
 static msr_status_t step_allgather_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        msr_status_t st = direct_post_sends(r, 0);
-        if (st != MSR_OK)
-            return st;
-        st = direct_post_recvs(r, a->recvbuf);
-        if (st != MSR_OK)
-            return st;
+        for (int d = 1; d < r->n; d++) {
+            st = post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, at(a->recvbuf, (uint64_t)j * a->count, r->es),
+                           r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
         if (!a->in_place && r->bytes)
             memcpy(at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;
@@ -579,8 +573,8 @@ static msr_status_t pipe_setup(ucx_req_t *r, ucx_pipe_t *p)
  * place, scratch after the slots otherwise). */
 
 typedef struct ring_unit {
-    int ag;
-    int64_t s;
+    int ag;       /* an allgather unit (else reduce-scatter) */
+    int64_t step; /* of its half: 0 .. n - 2 */
     int chunk;
     uint64_t off, len; /* elements, in the whole vector */
 } ring_unit_t;
@@ -591,9 +585,9 @@ static void ring_unit(const ucx_req_t *r, uint64_t count, uint64_t i, ring_unit_
     u->ag = i >= per;
     if (u->ag)
         i -= per;
-    u->s = (int64_t)(i / nseg);
+    u->step = (int64_t)(i / nseg);
     uint64_t jseg = i % nseg;
-    u->chunk = mod(r->me - u->s - (u->ag ? 1 : 2), r->n);
+    u->chunk = mod(r->me - u->step - (u->ag ? 1 : 2), r->n);
     uint64_t coff, clen, soff;
     ucx_part(count, (uint64_t)r->n, (uint64_t)u->chunk, &coff, &clen);
     ucx_part(clen, nseg, jseg, &soff, &u->len);
@@ -615,7 +609,7 @@ static char *ring_full(const ucx_req_t *r)
 static char *ring_dst(const ucx_req_t *r, const ring_unit_t *u)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place && u->s == r->n - 2 && !u->ag) {
+    if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place && u->step == r->n - 2 && !u->ag) {
         uint64_t coff, clen;
         ucx_part(a->count * (uint64_t)r->n, (uint64_t)r->n, (uint64_t)r->me, &coff, &clen);
         return at(a->recvbuf, u->off - coff, r->es);
@@ -688,7 +682,7 @@ static msr_status_t step_ring(ucx_req_t *r)
                 char *dst = ring_dst(r, &u);
                 const char *slot = r->scratch + (p->recvs_done % w) * p->slot_bytes;
                 msr_reduce(a->op, a->dtype, dst, slot, at(a->sendbuf, u.off, r->es), u.len);
-                if (u.s == r->n - 2)
+                if (u.step == r->n - 2)
                     msr_reduce_finish(a->op, a->dtype, dst, u.len, r->n);
             }
             p->recvs_done++;

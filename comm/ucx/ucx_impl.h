@@ -207,9 +207,9 @@ typedef struct ucx_rd {
 } ucx_rd_t;
 
 /* A pipeline of segments (the ring, the chains): two ordered streams, of
- * receives in ops[0 .. window) (each into a slot of slot_bytes in scratch,
- * where it has one) and of sends in ops[window .. window + send_window).
- * The counters only grow; stream position x uses op x % window. */
+ * receives (each into a slot of slot_bytes in scratch, where it has one)
+ * and of sends. The counters only grow: receive x is in ops[x % window],
+ * send x in ops[window + x % send_window]. */
 typedef struct ucx_pipe {
     uint64_t nseg;                     /* segments of a chunk (ring) or of the vector (chain) */
     uint64_t window;                   /* receives in flight at most */
@@ -303,7 +303,7 @@ struct ucx_req {
     /* the operation's shape, for every algorithm */
     int n, me;    /* the group's size, our rank in it */
     size_t es;    /* bytes of an element */
-    size_t bytes; /* bytes of the vector (per rank's block: count elements) */
+    size_t bytes; /* bytes of count elements: the vector, or one rank's block */
     union {       /* the state of the algorithm that step runs */
         ucx_direct_t direct;
         ucx_barrier_t barrier;
