@@ -1019,7 +1019,7 @@ static msr_status_t step_alltoall(ucx_req_t *r)
         busy = 0;
         while (x->posted < r->n && x->posted - x->done < w) {
             int to = mod(r->me + x->posted, r->n), from = mod(r->me - x->posted, r->n);
-            ucx_op_t *ops = &r->ops[2 * (x->posted % w)];
+            ucx_op_t *ops = &r->ops[2 * (size_t)(x->posted % w)];
             a2a_block(r, to, 1, &buf, &len);
             msr_status_t st = post_send(r, &ops[1], to, buf, len, 0);
             if (st != MSR_OK)
@@ -1031,7 +1031,7 @@ static msr_status_t step_alltoall(ucx_req_t *r)
             x->posted++;
         }
         if (x->done < x->posted) {
-            ucx_op_t *ops = &r->ops[2 * (x->done % w)];
+            ucx_op_t *ops = &r->ops[2 * (size_t)(x->done % w)];
             int d0 = op_test(r, &ops[0]), d1 = op_test(r, &ops[1]);
             if (r->err != MSR_OK)
                 return r->err;
