@@ -1,7 +1,6 @@
 /* The collective algorithms of the UCX backend, each a step function that
  * posts tagged messages, returns MSR_IN_PROGRESS while they fly and resumes
- * where it stopped (a small coroutine: r->pc is the resume point, and the
- * state that lives across yields is in the request).
+ * where it stopped.
  *
  *   allreduce       direct (small, small groups), recursive doubling, ring
  *   reduce_scatter  direct, ring
@@ -10,6 +9,21 @@
  *   reduce          binomial tree, pipelined chain
  *   alltoall(v)     pairwise exchange, a window of steps in flight
  *   barrier         dissemination
+ *
+ * The state that lives from one step to the next is the algorithm's struct
+ * in the request (ucx_impl.h). The pipelined ones (ring, chains, alltoall)
+ * do all they can at each step from their counters; the others keep where
+ * they resume in their struct's phase, jump there first and set it before
+ * each wait:
+ *
+ *     switch (x->phase) { case X_START: break; case X_WAIT: goto wait; }
+ *     ... post ...
+ *     x->phase = X_WAIT;
+ * wait:
+ *     st = ops_wait(r);
+ *     if (st != MSR_OK)
+ *         return st;  (MSR_IN_PROGRESS, or the failure)
+ *     ... use what arrived ...
  *
  * Every reduction combines operands in an order fixed by the ranks alone
  * (never by arrival), so results are bitwise reproducible. */
@@ -22,36 +36,6 @@
 #include "base/util.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ucx_impl.h"
-
-/* ---- the coroutine ---- */
-
-#define CO_BEGIN     \
-    switch (r->pc) { \
-    case 0:
-#define CO_AWAIT(cond)                \
-    do {                              \
-        r->pc = __LINE__;             \
-        __attribute__((fallthrough)); \
-    case __LINE__:                    \
-        if (!(cond))                  \
-            return MSR_IN_PROGRESS;   \
-    } while (0)
-#define CO_END \
-    }          \
-    return MSR_OK
-/* Waits for every operation posted so far. */
-#define CO_WAIT_OPS()          \
-    do {                       \
-        CO_AWAIT(ops_done(r)); \
-        if (r->err != MSR_OK)  \
-            return r->err;     \
-    } while (0)
-#define TRY(expr)                  \
-    do {                           \
-        msr_status_t st_ = (expr); \
-        if (st_ != MSR_OK)         \
-            return st_;            \
-    } while (0)
 
 /* ---- messages ---- */
 
@@ -116,7 +100,9 @@ static msr_status_t post_send_tag(ucx_req_t *r, ucx_op_t *op, int peer, const vo
     ucp_ep_h ep;
     op->h = NULL;
     op->recv = 0;
-    TRY(peer_ep(r, peer, &ep));
+    msr_status_t st = peer_ep(r, peer, &ep);
+    if (st != MSR_OK)
+        return st;
     ucp_request_param_t prm = {.op_attr_mask = 0};
     void *h = ucp_tag_send_nbx(ep, buf, len, tag, &prm);
     if (UCS_PTR_IS_ERR(h))
@@ -199,6 +185,15 @@ static int ops_done(ucx_req_t *r)
     if (all)
         r->nops = 0;
     return all;
+}
+
+/* MSR_OK once every operation posted so far is finished, MSR_IN_PROGRESS
+ * while one runs, or the failure of one. */
+static msr_status_t ops_wait(ucx_req_t *r)
+{
+    if (!ops_done(r))
+        return MSR_IN_PROGRESS;
+    return r->err;
 }
 
 void ucx_req_drop_ops(ucx_req_t *r)
@@ -303,13 +298,28 @@ static uint64_t nsegments(uint64_t elems, size_t es, size_t segment)
 
 static msr_status_t step_barrier(ucx_req_t *r)
 {
-    CO_BEGIN;
-    for (r->k = 0, r->i = 1; r->i < r->n; r->i <<= 1, r->k++) {
-        TRY(post_send(r, next_op(r), mod(r->me + r->i, r->n), NULL, 0, (unsigned)r->k));
-        TRY(post_recv(r, next_op(r), mod(r->me - r->i, r->n), NULL, 0, (unsigned)r->k));
-        CO_WAIT_OPS();
+    ucx_barrier_t *b = &r->barrier;
+    msr_status_t st;
+    switch (b->phase) {
+    case UCX_BARRIER_START:
+        break;
+    case UCX_BARRIER_ROUND:
+        goto round;
     }
-    CO_END;
+    for (b->round = 0, b->dist = 1; b->dist < r->n; b->dist <<= 1, b->round++) {
+        st = post_send(r, next_op(r), mod(r->me + b->dist, r->n), NULL, 0, b->round);
+        if (st != MSR_OK)
+            return st;
+        st = post_recv(r, next_op(r), mod(r->me - b->dist, r->n), NULL, 0, b->round);
+        if (st != MSR_OK)
+            return st;
+        b->phase = UCX_BARRIER_ROUND;
+    round:
+        st = ops_wait(r);
+        if (st != MSR_OK)
+            return st;
+    }
+    return MSR_OK;
 }
 
 /* ---- point to point ---- */
@@ -317,21 +327,27 @@ static msr_status_t step_barrier(ucx_req_t *r)
 static msr_status_t step_send(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    TRY(post_send_tag(r, next_op(r), a->root, a->sendbuf, r->bytes,
-                      ucx_tag(UCX_TAG_P2P, r->uc->id, r->me, (uint64_t)a->tag)));
-    CO_WAIT_OPS();
-    CO_END;
+    if (r->direct.phase == UCX_DIRECT_POST) {
+        msr_status_t st = post_send_tag(r, next_op(r), a->root, a->sendbuf, r->bytes,
+                                        ucx_tag(UCX_TAG_P2P, r->uc->id, r->me, (uint64_t)a->tag));
+        if (st != MSR_OK)
+            return st;
+        r->direct.phase = UCX_DIRECT_WAIT;
+    }
+    return ops_wait(r);
 }
 
 static msr_status_t step_recv(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    TRY(post_recv_tag(r, next_op(r), a->root, a->recvbuf, r->bytes,
-                      ucx_tag(UCX_TAG_P2P, r->uc->id, a->root, (uint64_t)a->tag)));
-    CO_WAIT_OPS();
-    CO_END;
+    if (r->direct.phase == UCX_DIRECT_POST) {
+        msr_status_t st = post_recv_tag(r, next_op(r), a->root, a->recvbuf, r->bytes,
+                                        ucx_tag(UCX_TAG_P2P, r->uc->id, a->root, (uint64_t)a->tag));
+        if (st != MSR_OK)
+            return st;
+        r->direct.phase = UCX_DIRECT_WAIT;
+    }
+    return ops_wait(r);
 }
 
 /* ---- direct: everyone exchanges with everyone in one round ---- */
@@ -353,62 +369,88 @@ static void fold_in_order(ucx_req_t *r, void *dst, const void *own, const char *
 static msr_status_t step_allreduce_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    /* Sends first: they are what the others wait for. Slot j gets rank j's
-     * vector; slot me a copy of ours when in place. */
-    for (int d = 1; d < r->n; d++)
-        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me - d, r->n);
-        TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
+    msr_status_t st;
+    if (r->direct.phase == UCX_DIRECT_POST) {
+        /* Sends first: they are what the others wait for. Slot j gets rank
+         * j's vector; slot me a copy of ours when in place. */
+        for (int d = 1; d < r->n; d++) {
+            st = post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        if (a->in_place)
+            memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
+        r->direct.phase = UCX_DIRECT_WAIT;
     }
-    if (a->in_place)
-        memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
-    CO_WAIT_OPS();
+    st = ops_wait(r);
+    if (st != MSR_OK)
+        return st;
     fold_in_order(r, a->recvbuf,
                   a->in_place ? (const void *)(r->scratch + (size_t)r->me * r->bytes) : a->sendbuf,
                   r->scratch, r->bytes, a->count);
-    CO_END;
+    return MSR_OK;
 }
 
 static msr_status_t step_reduce_scatter_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me + d, r->n);
-        TRY(post_send(r, next_op(r), j, at(a->sendbuf, (uint64_t)j * a->count, r->es), r->bytes,
-                      0));
+    msr_status_t st;
+    if (r->direct.phase == UCX_DIRECT_POST) {
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me + d, r->n);
+            st = post_send(r, next_op(r), j, at(a->sendbuf, (uint64_t)j * a->count, r->es),
+                           r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        if (a->in_place && r->bytes > 0) /* count 0 may come with NULL buffers */
+            memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
+        r->direct.phase = UCX_DIRECT_WAIT;
     }
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me - d, r->n);
-        TRY(post_recv(r, next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0));
-    }
-    if (a->in_place && r->bytes > 0) /* count 0 may come with NULL buffers */
-        memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
-    CO_WAIT_OPS();
+    st = ops_wait(r);
+    if (st != MSR_OK)
+        return st;
     fold_in_order(r, a->recvbuf,
                   a->in_place ? (const void *)(r->scratch + (size_t)r->me * r->bytes)
                               : at(a->sendbuf, (uint64_t)r->me * a->count, r->es),
                   r->scratch, r->bytes, a->count);
-    CO_END;
+    return MSR_OK;
 }
 
 static msr_status_t step_allgather_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    for (int d = 1; d < r->n; d++)
-        TRY(post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0));
-    for (int d = 1; d < r->n; d++) {
-        int j = mod(r->me - d, r->n);
-        TRY(post_recv(r, next_op(r), j, at(a->recvbuf, (uint64_t)j * a->count, r->es), r->bytes,
-                      0));
+    msr_status_t st;
+    if (r->direct.phase == UCX_DIRECT_POST) {
+        for (int d = 1; d < r->n; d++) {
+            st = post_send(r, next_op(r), mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        for (int d = 1; d < r->n; d++) {
+            int j = mod(r->me - d, r->n);
+            st = post_recv(r, next_op(r), j, at(a->recvbuf, (uint64_t)j * a->count, r->es),
+                           r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+        if (!a->in_place && r->bytes)
+            memcpy(at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
+        r->direct.phase = UCX_DIRECT_WAIT;
     }
-    if (!a->in_place && r->bytes)
-        memcpy(at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
-    CO_WAIT_OPS();
-    CO_END;
+    return ops_wait(r);
 }
 
 /* ---- allreduce: recursive doubling ----
@@ -416,53 +458,105 @@ static msr_status_t step_allgather_direct(ucx_req_t *r)
  * two exchange whole vectors log2 times (each pair computes lower op upper,
  * so both get the same bits), and the folded ranks get the result back. */
 
-static int rd_real(const ucx_req_t *r, int newrank)
+static int rd_real(const ucx_rd_t *rd, int newrank)
 {
-    return newrank < r->rem ? newrank * 2 + 1 : newrank + r->rem;
+    return newrank < rd->rem ? newrank * 2 + 1 : newrank + rd->rem;
 }
 
 static msr_status_t step_allreduce_rd(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    ucx_rd_t *rd = &r->rd;
     void *acc = a->recvbuf;
-    CO_BEGIN;
+    const int folds = r->me < 2 * rd->rem; /* one of a pair folded in and out */
+    int peer;
+    msr_status_t st;
+    switch (rd->phase) {
+    case UCX_RD_START:
+        break;
+    case UCX_RD_FOLD_IN:
+        goto fold_in;
+    case UCX_RD_EXCHANGE:
+        goto exchange;
+    case UCX_RD_FOLD_OUT:
+        goto fold_out;
+    }
     if (!a->in_place && r->bytes)
         memcpy(acc, a->sendbuf, r->bytes);
-    if (r->me < 2 * r->rem) {
+    if (folds) {
+        /* the even one of a pair hands its vector to the odd one */
         if (r->me % 2 == 0) {
-            TRY(post_send(r, next_op(r), r->me + 1, acc, r->bytes, 0));
-            CO_WAIT_OPS();
-            r->newrank = -1;
+            st = post_send(r, next_op(r), r->me + 1, acc, r->bytes, 0);
+            rd->newrank = -1;
         } else {
-            TRY(post_recv(r, next_op(r), r->me - 1, r->scratch, r->bytes, 0));
-            CO_WAIT_OPS();
-            msr_reduce(a->op, a->dtype, acc, r->scratch, acc, a->count);
-            r->newrank = r->me / 2;
+            st = post_recv(r, next_op(r), r->me - 1, r->scratch, r->bytes, 0);
+            rd->newrank = r->me / 2;
         }
+        if (st != MSR_OK)
+            return st;
+        rd->phase = UCX_RD_FOLD_IN;
+    fold_in:
+        st = ops_wait(r);
+        if (st != MSR_OK)
+            return st;
+        if (rd->newrank >= 0)
+            msr_reduce(a->op, a->dtype, acc, r->scratch, acc, a->count);
     } else {
-        r->newrank = r->me - r->rem;
+        rd->newrank = r->me - rd->rem;
     }
-    if (r->newrank >= 0) {
-        for (r->mask = 1, r->k = 1; r->mask < r->p2; r->mask <<= 1, r->k++) {
-            r->peer = rd_real(r, r->newrank ^ r->mask);
-            TRY(post_send(r, next_op(r), r->peer, acc, r->bytes, (unsigned)r->k));
-            TRY(post_recv(r, next_op(r), r->peer, r->scratch, r->bytes, (unsigned)r->k));
-            CO_WAIT_OPS();
-            if ((r->newrank ^ r->mask) < r->newrank)
+    if (rd->newrank >= 0) {
+        for (rd->mask = 1, rd->round = 1; rd->mask < rd->p2; rd->mask <<= 1, rd->round++) {
+            peer = rd_real(rd, rd->newrank ^ rd->mask);
+            st = post_send(r, next_op(r), peer, acc, r->bytes, rd->round);
+            if (st != MSR_OK)
+                return st;
+            st = post_recv(r, next_op(r), peer, r->scratch, r->bytes, rd->round);
+            if (st != MSR_OK)
+                return st;
+            rd->phase = UCX_RD_EXCHANGE;
+        exchange:
+            st = ops_wait(r);
+            if (st != MSR_OK)
+                return st;
+            if ((rd->newrank ^ rd->mask) < rd->newrank)
                 msr_reduce(a->op, a->dtype, acc, r->scratch, acc, a->count);
             else
                 msr_reduce(a->op, a->dtype, acc, acc, r->scratch, a->count);
         }
         msr_reduce_finish(a->op, a->dtype, acc, a->count, r->n);
     }
-    if (r->me < 2 * r->rem) {
+    if (folds) {
         if (r->me % 2 == 1)
-            TRY(post_send(r, next_op(r), r->me - 1, acc, r->bytes, UCX_TAG_PHASES - 1));
+            st = post_send(r, next_op(r), r->me - 1, acc, r->bytes, UCX_TAG_PHASES - 1);
         else
-            TRY(post_recv(r, next_op(r), r->me + 1, acc, r->bytes, UCX_TAG_PHASES - 1));
-        CO_WAIT_OPS();
+            st = post_recv(r, next_op(r), r->me + 1, acc, r->bytes, UCX_TAG_PHASES - 1);
+        if (st != MSR_OK)
+            return st;
+        rd->phase = UCX_RD_FOLD_OUT;
+    fold_out:
+        st = ops_wait(r);
+        if (st != MSR_OK)
+            return st;
     }
-    CO_END;
+    return MSR_OK;
+}
+
+/* ---- pipelines: the ring and the chains ---- */
+
+/* Sizes p's windows from the tuning and readies its ops (the slots are
+ * the caller's: slot_bytes). */
+static msr_status_t pipe_setup(ucx_req_t *r, ucx_pipe_t *p)
+{
+    const ucx_tuning_t *t = &r->uc->tune;
+    p->window = (uint64_t)t->window;
+    p->send_window = (uint64_t)t->window * 2;
+    msr_status_t st = ops_reserve(r, (int)(p->window + p->send_window));
+    if (st != MSR_OK)
+        return st;
+    r->nops = (int)(p->window + p->send_window);
+    for (int i = 0; i < r->nops; i++)
+        r->ops[i].h = NULL;
+    return MSR_OK;
 }
 
 /* ---- the pipelined ring: reduce-scatter, then (allreduce) allgather ----
@@ -473,30 +567,27 @@ static msr_status_t step_allreduce_rd(ucx_req_t *r)
  * allgather then passes complete chunks around the ring. Receives and sends
  * are two ordered streams of units (one unit = one segment of one step), so
  * step s+1 of segment j starts as soon as step s of segment j is done: a
- * window of w receives in flight (reduce-scatter ones into scratch slots,
- * allgather ones straight into place) and up to sw sends.
- *
- * state: u[0] nseg, u[1] units, u[2] sends, u[3] allgather?, u[4] w,
- * u[5] sw, u[6] segment slot bytes; i receives posted, j units processed,
- * k sends posted, s sends finished. full: where partial sums live (the
- * output for allreduce, the input in place, scratch otherwise). */
+ * window of receives in flight (reduce-scatter ones into scratch slots,
+ * allgather ones straight into place) and a window of sends (ucx_pipe_t).
+ * full: where partial sums live (the output for allreduce, the input in
+ * place, scratch after the slots otherwise). */
 
 typedef struct ring_unit {
-    int ag;
-    int64_t s;
+    int ag;       /* an allgather unit (else reduce-scatter) */
+    int64_t step; /* of its half: 0 .. n - 2 */
     int chunk;
     uint64_t off, len; /* elements, in the whole vector */
 } ring_unit_t;
 
 static void ring_unit(const ucx_req_t *r, uint64_t count, uint64_t i, ring_unit_t *u)
 {
-    uint64_t nseg = r->u[0], per = (uint64_t)(r->n - 1) * nseg;
+    uint64_t nseg = r->ring.pipe.nseg, per = (uint64_t)(r->n - 1) * nseg;
     u->ag = i >= per;
     if (u->ag)
         i -= per;
-    u->s = (int64_t)(i / nseg);
+    u->step = (int64_t)(i / nseg);
     uint64_t jseg = i % nseg;
-    u->chunk = mod(r->me - u->s - (u->ag ? 1 : 2), r->n);
+    u->chunk = mod(r->me - u->step - (u->ag ? 1 : 2), r->n);
     uint64_t coff, clen, soff;
     ucx_part(count, (uint64_t)r->n, (uint64_t)u->chunk, &coff, &clen);
     ucx_part(clen, nseg, jseg, &soff, &u->len);
@@ -510,7 +601,7 @@ static char *ring_full(const ucx_req_t *r)
         return a->recvbuf;
     if (a->in_place)
         return (char *)a->sendbuf;
-    return r->scratch + r->u[4] * r->u[6];
+    return r->scratch + r->ring.pipe.window * r->ring.pipe.slot_bytes;
 }
 
 /* Where unit i's result lives (its reduced partial, or the received
@@ -518,7 +609,7 @@ static char *ring_full(const ucx_req_t *r)
 static char *ring_dst(const ucx_req_t *r, const ring_unit_t *u)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place && u->s == r->n - 2 && !u->ag) {
+    if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place && u->step == r->n - 2 && !u->ag) {
         uint64_t coff, clen;
         ucx_part(a->count * (uint64_t)r->n, (uint64_t)r->n, (uint64_t)r->me, &coff, &clen);
         return at(a->recvbuf, u->off - coff, r->es);
@@ -535,63 +626,70 @@ static uint64_t ring_count(const ucx_req_t *r)
 static msr_status_t step_ring(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t count = ring_count(r), nseg = r->u[0], units = r->u[1], sends = r->u[2];
-    const uint64_t w = r->u[4], sw = r->u[5];
+    ucx_ring_t *g = &r->ring;
+    ucx_pipe_t *p = &g->pipe;
+    const uint64_t count = ring_count(r), nseg = p->nseg, units = g->units, sends = g->sends;
+    const uint64_t w = p->window, sw = p->send_window;
     const int left = mod(r->me - 1, r->n), right = mod(r->me + 1, r->n);
     ring_unit_t u;
+    msr_status_t st;
     int busy = 1;
     while (busy) {
         busy = 0;
         /* sends whose data is ready: the first nseg are our own input */
-        while ((uint64_t)r->k < sends && (uint64_t)r->k < nseg + (uint64_t)r->j &&
-               (uint64_t)(r->k - r->s) < sw) {
+        while (p->sends_posted < sends && p->sends_posted < nseg + p->recvs_done &&
+               p->sends_posted - p->sends_done < sw) {
             const char *src;
             uint64_t len;
-            if ((uint64_t)r->k < nseg) {
+            if (p->sends_posted < nseg) {
                 uint64_t coff, clen, soff;
                 ucx_part(count, (uint64_t)r->n, (uint64_t)mod(r->me - 1, r->n), &coff, &clen);
-                ucx_part(clen, nseg, (uint64_t)r->k, &soff, &len);
+                ucx_part(clen, nseg, p->sends_posted, &soff, &len);
                 src = at(a->sendbuf, coff + soff, r->es);
             } else {
-                ring_unit(r, count, (uint64_t)r->k - nseg, &u);
+                ring_unit(r, count, p->sends_posted - nseg, &u);
                 src = ring_dst(r, &u);
                 len = u.len;
             }
-            TRY(post_send(r, &r->ops[w + (uint64_t)r->k % sw], right, src, len * r->es, 0));
-            r->k++;
+            st = post_send(r, &r->ops[w + p->sends_posted % sw], right, src, len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->sends_posted++;
             busy = 1;
         }
-        while (r->s < r->k && op_test(r, &r->ops[w + (uint64_t)r->s % sw])) {
+        while (p->sends_done < p->sends_posted && op_test(r, &r->ops[w + p->sends_done % sw])) {
             if (r->err != MSR_OK)
                 return r->err;
-            r->s++;
+            p->sends_done++;
             busy = 1;
         }
         /* receives, in stream order (after the sends: those are what the
          * neighbour waits for) */
-        while ((uint64_t)r->i < units && (uint64_t)(r->i - r->j) < w) {
-            ring_unit(r, count, (uint64_t)r->i, &u);
-            void *dst = u.ag ? ring_dst(r, &u) : r->scratch + ((uint64_t)r->i % w) * r->u[6];
-            TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], left, dst, u.len * r->es, 0));
-            r->i++;
+        while (p->recvs_posted < units && p->recvs_posted - p->recvs_done < w) {
+            ring_unit(r, count, p->recvs_posted, &u);
+            void *dst = u.ag ? ring_dst(r, &u) : r->scratch + (p->recvs_posted % w) * p->slot_bytes;
+            st = post_recv(r, &r->ops[p->recvs_posted % w], left, dst, u.len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->recvs_posted++;
         }
         /* the oldest receive, then its reduction */
-        if ((uint64_t)r->j < (uint64_t)r->i && op_test(r, &r->ops[(uint64_t)r->j % w])) {
+        if (p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
             if (r->err != MSR_OK)
                 return r->err;
-            ring_unit(r, count, (uint64_t)r->j, &u);
+            ring_unit(r, count, p->recvs_done, &u);
             if (!u.ag) {
                 char *dst = ring_dst(r, &u);
-                const char *slot = r->scratch + ((uint64_t)r->j % w) * r->u[6];
+                const char *slot = r->scratch + (p->recvs_done % w) * p->slot_bytes;
                 msr_reduce(a->op, a->dtype, dst, slot, at(a->sendbuf, u.off, r->es), u.len);
-                if (u.s == r->n - 2)
+                if (u.step == r->n - 2)
                     msr_reduce_finish(a->op, a->dtype, dst, u.len, r->n);
             }
-            r->j++;
+            p->recvs_done++;
             busy = 1;
         }
     }
-    if ((uint64_t)r->j == units && (uint64_t)r->s == sends)
+    if (p->recvs_done == units && p->sends_done == sends)
         return MSR_OK;
     return MSR_IN_PROGRESS;
 }
@@ -599,33 +697,27 @@ static msr_status_t step_ring(ucx_req_t *r)
 static msr_status_t ring_setup(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const ucx_tuning_t *t = &r->uc->tune;
+    ucx_ring_t *g = &r->ring;
+    ucx_pipe_t *p = &g->pipe;
     uint64_t count = ring_count(r);
     uint64_t maxchunk = (count + (uint64_t)r->n - 1) / (uint64_t)r->n;
-    uint64_t nseg = nsegments(maxchunk, r->es, t->segment);
+    uint64_t nseg = nsegments(maxchunk, r->es, r->uc->tune.segment);
     uint64_t seg_elems = (maxchunk + nseg - 1) / nseg;
-    int ag = a->coll == MSR_COLL_ALLREDUCE;
     uint64_t per = (uint64_t)(r->n - 1) * nseg;
-    r->u[0] = nseg;
-    r->u[1] = ag ? 2 * per : per;
+    p->nseg = nseg;
+    p->slot_bytes = seg_elems * r->es;
+    g->units = a->coll == MSR_COLL_ALLREDUCE ? 2 * per : per;
     /* Sends: the nseg segments of our own input, then one per processed
      * unit except those of the very last step, which send nothing: as many
      * as there are units. */
-    r->u[2] = r->u[1];
-    r->u[3] = (uint64_t)ag;
-    r->u[4] = (uint64_t)t->window;
-    r->u[5] = (uint64_t)t->window * 2;
-    r->u[6] = seg_elems * r->es;
-    size_t scratch = (size_t)(r->u[4] * r->u[6]);
+    g->sends = g->units;
+    msr_status_t st = pipe_setup(r, p);
+    if (st != MSR_OK)
+        return st;
+    size_t scratch = (size_t)(p->window * p->slot_bytes);
     if (a->coll == MSR_COLL_REDUCE_SCATTER && !a->in_place)
         scratch += (size_t)(count * r->es); /* partial sums */
-    TRY(scratch_get(r, scratch));
-    TRY(ops_reserve(r, (int)(r->u[4] + r->u[5])));
-    r->nops = (int)(r->u[4] + r->u[5]);
-    for (int i = 0; i < r->nops; i++)
-        r->ops[i].h = NULL;
-    r->i = r->j = r->k = r->s = 0;
-    return MSR_OK;
+    return scratch_get(r, scratch);
 }
 
 /* ---- allgather: ring ---- */
@@ -633,27 +725,46 @@ static msr_status_t ring_setup(ucx_req_t *r)
 static msr_status_t step_allgather_ring(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    ucx_ag_ring_t *g = &r->ag_ring;
     const int left = mod(r->me - 1, r->n), right = mod(r->me + 1, r->n);
-    CO_BEGIN;
+    msr_status_t st;
+    switch (g->phase) {
+    case UCX_AG_RING_START:
+        break;
+    case UCX_AG_RING_SEND:
+        goto send;
+    case UCX_AG_RING_WAIT:
+        goto wait;
+    }
     if (!a->in_place && r->bytes)
         memcpy(at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
     /* receives: ops[0 .. n-2], step s gets block me-s-1 */
-    for (r->s = 0; r->s < r->n - 1; r->s++)
-        TRY(post_recv(r, next_op(r), left,
-                      at(a->recvbuf, (uint64_t)mod(r->me - r->s - 1, r->n) * a->count, r->es),
-                      r->bytes, 0));
-    for (r->s = 0; r->s < r->n - 1; r->s++) {
-        if (r->s > 0) {
-            CO_AWAIT(op_test(r, &r->ops[r->s - 1]));
+    for (int s = 0; s < r->n - 1; s++) {
+        st = post_recv(r, next_op(r), left,
+                       at(a->recvbuf, (uint64_t)mod(r->me - s - 1, r->n) * a->count, r->es),
+                       r->bytes, 0);
+        if (st != MSR_OK)
+            return st;
+    }
+    /* step s sends block me-s: ours, then the one step s-1 received */
+    for (g->step = 0; g->step < r->n - 1; g->step++) {
+        if (g->step > 0) {
+            g->phase = UCX_AG_RING_SEND;
+        send:
+            if (!op_test(r, &r->ops[g->step - 1]))
+                return MSR_IN_PROGRESS;
             if (r->err != MSR_OK)
                 return r->err;
         }
-        TRY(post_send(r, next_op(r), right,
-                      at(a->recvbuf, (uint64_t)mod(r->me - r->s, r->n) * a->count, r->es), r->bytes,
-                      0));
+        st = post_send(r, next_op(r), right,
+                       at(a->recvbuf, (uint64_t)mod(r->me - g->step, r->n) * a->count, r->es),
+                       r->bytes, 0);
+        if (st != MSR_OK)
+            return st;
     }
-    CO_WAIT_OPS();
-    CO_END;
+    g->phase = UCX_AG_RING_WAIT;
+wait:
+    return ops_wait(r);
 }
 
 /* ---- broadcast ---- */
@@ -666,60 +777,89 @@ static int vreal(const ucx_req_t *r, int vr)
 static msr_status_t step_bcast_binomial(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    CO_BEGIN;
-    for (r->mask = 1; r->mask < r->n; r->mask <<= 1)
-        if (r->vr & r->mask)
-            break;
-    if (r->vr != 0) {
-        TRY(post_recv(r, next_op(r), vreal(r, r->vr - r->mask), a->recvbuf, r->bytes, 0));
-        CO_WAIT_OPS();
+    ucx_tree_t *t = &r->tree;
+    msr_status_t st;
+    switch (t->phase) {
+    case UCX_TREE_FROM_PARENT:
+        goto from_parent;
+    case UCX_TREE_TO_CHILDREN:
+        goto to_children;
+    default:
+        break;
     }
-    for (r->mask >>= 1; r->mask > 0; r->mask >>= 1)
-        if (r->vr + r->mask < r->n)
-            TRY(post_send(r, next_op(r), vreal(r, r->vr + r->mask), a->recvbuf, r->bytes, 0));
-    CO_WAIT_OPS();
-    CO_END;
+    /* the parent: vr with its lowest set bit cleared */
+    for (t->mask = 1; t->mask < r->n; t->mask <<= 1)
+        if (t->vr & t->mask)
+            break;
+    if (t->vr != 0) {
+        st = post_recv(r, next_op(r), vreal(r, t->vr - t->mask), a->recvbuf, r->bytes, 0);
+        if (st != MSR_OK)
+            return st;
+        t->phase = UCX_TREE_FROM_PARENT;
+    from_parent:
+        st = ops_wait(r);
+        if (st != MSR_OK)
+            return st;
+    }
+    /* the children: vr plus each lower bit */
+    for (t->mask >>= 1; t->mask > 0; t->mask >>= 1) {
+        if (t->vr + t->mask < r->n) {
+            st = post_send(r, next_op(r), vreal(r, t->vr + t->mask), a->recvbuf, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+        }
+    }
+    t->phase = UCX_TREE_TO_CHILDREN;
+to_children:
+    return ops_wait(r);
 }
 
-/* Chain vr 0 -> 1 -> ... -> n-1 in segments: u[0] nseg, u[4] w, u[5] sw;
- * i receives posted, j received, k sends posted, s sends done. */
+/* Chain vr 0 -> 1 -> ... -> n-1 in segments, received straight into place
+ * and passed on as they arrive. */
 static msr_status_t step_bcast_chain(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t nseg = r->u[0], w = r->u[4], sw = r->u[5];
-    const int first = r->vr == 0, last = r->vr == r->n - 1;
+    ucx_chain_t *c = &r->chain;
+    ucx_pipe_t *p = &c->pipe;
+    const uint64_t nseg = p->nseg, w = p->window, sw = p->send_window;
+    const int first = c->vr == 0, last = c->vr == r->n - 1;
     uint64_t off, len;
+    msr_status_t st;
     int busy = 1;
     while (busy) {
         busy = 0;
-        while (!first && (uint64_t)r->i < nseg && (uint64_t)(r->i - r->j) < w) {
-            ucx_part(a->count, nseg, (uint64_t)r->i, &off, &len);
-            TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], vreal(r, r->vr - 1),
-                          at(a->recvbuf, off, r->es), len * r->es, 0));
-            r->i++;
+        while (!first && p->recvs_posted < nseg && p->recvs_posted - p->recvs_done < w) {
+            ucx_part(a->count, nseg, p->recvs_posted, &off, &len);
+            st = post_recv(r, &r->ops[p->recvs_posted % w], vreal(r, c->vr - 1),
+                           at(a->recvbuf, off, r->es), len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->recvs_posted++;
         }
-        if (!first && (uint64_t)r->j < (uint64_t)r->i && op_test(r, &r->ops[(uint64_t)r->j % w])) {
+        if (!first && p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
             if (r->err != MSR_OK)
                 return r->err;
-            r->j++;
+            p->recvs_done++;
             busy = 1;
         }
-        uint64_t ready = first ? nseg : (uint64_t)r->j;
-        while (!last && (uint64_t)r->k < ready && (uint64_t)(r->k - r->s) < sw) {
-            ucx_part(a->count, nseg, (uint64_t)r->k, &off, &len);
-            TRY(post_send(r, &r->ops[w + (uint64_t)r->k % sw], vreal(r, r->vr + 1),
-                          at(a->recvbuf, off, r->es), len * r->es, 0));
-            r->k++;
+        uint64_t ready = first ? nseg : p->recvs_done;
+        while (!last && p->sends_posted < ready && p->sends_posted - p->sends_done < sw) {
+            ucx_part(a->count, nseg, p->sends_posted, &off, &len);
+            st = post_send(r, &r->ops[w + p->sends_posted % sw], vreal(r, c->vr + 1),
+                           at(a->recvbuf, off, r->es), len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->sends_posted++;
             busy = 1;
         }
-        while (r->s < r->k && op_test(r, &r->ops[w + (uint64_t)r->s % sw])) {
+        while (p->sends_done < p->sends_posted && op_test(r, &r->ops[w + p->sends_done % sw])) {
             if (r->err != MSR_OK)
                 return r->err;
-            r->s++;
+            p->sends_done++;
             busy = 1;
         }
     }
-    if ((first || (uint64_t)r->j == nseg) && (last || (uint64_t)r->s == nseg))
+    if ((first || p->recvs_done == nseg) && (last || p->sends_done == nseg))
         return MSR_OK;
     return MSR_IN_PROGRESS;
 }
@@ -729,83 +869,107 @@ static msr_status_t step_bcast_chain(ucx_req_t *r)
 static msr_status_t step_reduce_binomial(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    ucx_tree_t *t = &r->tree;
     /* acc: the root's output, else scratch; tmp: after it */
-    char *acc = r->vr == 0 ? (char *)a->recvbuf : r->scratch;
-    char *tmp = r->scratch + (r->vr == 0 ? 0 : r->bytes);
-    CO_BEGIN;
+    char *acc = t->vr == 0 ? (char *)a->recvbuf : r->scratch;
+    char *tmp = r->scratch + (t->vr == 0 ? 0 : r->bytes);
+    msr_status_t st;
+    switch (t->phase) {
+    case UCX_TREE_FROM_CHILD:
+        goto from_child;
+    case UCX_TREE_TO_PARENT:
+        goto to_parent;
+    default:
+        break;
+    }
     if (!a->in_place && r->bytes)
         memcpy(acc, a->sendbuf, r->bytes);
-    for (r->mask = 1; r->mask < r->n; r->mask <<= 1) {
-        if (r->vr & r->mask) {
-            TRY(post_send(r, next_op(r), vreal(r, r->vr - r->mask), acc, r->bytes, 0));
-            CO_WAIT_OPS();
-            break;
+    /* from the children (vr plus each bit below our lowest set one) in
+     * order, then to the parent (vr with it cleared) */
+    for (t->mask = 1; t->mask < r->n; t->mask <<= 1) {
+        if (t->vr & t->mask) {
+            st = post_send(r, next_op(r), vreal(r, t->vr - t->mask), acc, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+            t->phase = UCX_TREE_TO_PARENT;
+        to_parent:
+            return ops_wait(r);
         }
-        if (r->vr + r->mask < r->n) {
-            TRY(post_recv(r, next_op(r), vreal(r, r->vr + r->mask), tmp, r->bytes, 0));
-            CO_WAIT_OPS();
+        if (t->vr + t->mask < r->n) {
+            st = post_recv(r, next_op(r), vreal(r, t->vr + t->mask), tmp, r->bytes, 0);
+            if (st != MSR_OK)
+                return st;
+            t->phase = UCX_TREE_FROM_CHILD;
+        from_child:
+            st = ops_wait(r);
+            if (st != MSR_OK)
+                return st;
             msr_reduce(a->op, a->dtype, acc, acc, tmp, a->count);
         }
     }
-    if (r->vr == 0)
-        msr_reduce_finish(a->op, a->dtype, acc, a->count, r->n);
-    CO_END;
+    msr_reduce_finish(a->op, a->dtype, acc, a->count, r->n); /* the root */
+    return MSR_OK;
 }
 
 /* Chain vr n-1 -> ... -> 0 in segments: each adds its own input to what
  * comes from above (own first) and passes it down; the root keeps it.
- * Scratch: w receive slots of u[6] bytes, then the partial sums (non-root). */
+ * Scratch: the receive slots, then the partial sums (but the root's). */
 static msr_status_t step_reduce_chain(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t nseg = r->u[0], w = r->u[4], sw = r->u[5];
-    const int root = r->vr == 0, leaf = r->vr == r->n - 1;
-    char *partial = root ? (char *)a->recvbuf : r->scratch + w * r->u[6];
+    ucx_chain_t *c = &r->chain;
+    ucx_pipe_t *p = &c->pipe;
+    const uint64_t nseg = p->nseg, w = p->window, sw = p->send_window;
+    const int root = c->vr == 0, leaf = c->vr == r->n - 1;
+    char *partial = root ? (char *)a->recvbuf : r->scratch + w * p->slot_bytes;
     uint64_t off, len;
+    msr_status_t st;
     int busy = 1;
     while (busy) {
         busy = 0;
-        while (!leaf && (uint64_t)r->i < nseg && (uint64_t)(r->i - r->j) < w) {
-            ucx_part(a->count, nseg, (uint64_t)r->i, &off, &len);
-            TRY(post_recv(r, &r->ops[(uint64_t)r->i % w], vreal(r, r->vr + 1),
-                          r->scratch + ((uint64_t)r->i % w) * r->u[6], len * r->es, 0));
-            r->i++;
+        while (!leaf && p->recvs_posted < nseg && p->recvs_posted - p->recvs_done < w) {
+            ucx_part(a->count, nseg, p->recvs_posted, &off, &len);
+            st = post_recv(r, &r->ops[p->recvs_posted % w], vreal(r, c->vr + 1),
+                           r->scratch + (p->recvs_posted % w) * p->slot_bytes, len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->recvs_posted++;
         }
-        if (!leaf && (uint64_t)r->j < (uint64_t)r->i && op_test(r, &r->ops[(uint64_t)r->j % w])) {
+        if (!leaf && p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
             if (r->err != MSR_OK)
                 return r->err;
-            ucx_part(a->count, nseg, (uint64_t)r->j, &off, &len);
+            ucx_part(a->count, nseg, p->recvs_done, &off, &len);
             msr_reduce(a->op, a->dtype, at(partial, off, r->es), at(a->sendbuf, off, r->es),
-                       r->scratch + ((uint64_t)r->j % w) * r->u[6], len);
+                       r->scratch + (p->recvs_done % w) * p->slot_bytes, len);
             if (root)
                 msr_reduce_finish(a->op, a->dtype, at(partial, off, r->es), len, r->n);
-            r->j++;
+            p->recvs_done++;
             busy = 1;
         }
-        uint64_t ready = leaf ? nseg : (uint64_t)r->j;
-        while (!root && (uint64_t)r->k < ready && (uint64_t)(r->k - r->s) < sw) {
-            ucx_part(a->count, nseg, (uint64_t)r->k, &off, &len);
+        uint64_t ready = leaf ? nseg : p->recvs_done;
+        while (!root && p->sends_posted < ready && p->sends_posted - p->sends_done < sw) {
+            ucx_part(a->count, nseg, p->sends_posted, &off, &len);
             const char *src = leaf ? at(a->sendbuf, off, r->es) : at(partial, off, r->es);
-            TRY(post_send(r, &r->ops[w + (uint64_t)r->k % sw], vreal(r, r->vr - 1), src,
-                          len * r->es, 0));
-            r->k++;
+            st = post_send(r, &r->ops[w + p->sends_posted % sw], vreal(r, c->vr - 1), src,
+                           len * r->es, 0);
+            if (st != MSR_OK)
+                return st;
+            p->sends_posted++;
             busy = 1;
         }
-        while (r->s < r->k && op_test(r, &r->ops[w + (uint64_t)r->s % sw])) {
+        while (p->sends_done < p->sends_posted && op_test(r, &r->ops[w + p->sends_done % sw])) {
             if (r->err != MSR_OK)
                 return r->err;
-            r->s++;
+            p->sends_done++;
             busy = 1;
         }
     }
-    if ((leaf || (uint64_t)r->j == nseg) && (root || (uint64_t)r->s == nseg))
+    if ((leaf || p->recvs_done == nseg) && (root || p->sends_done == nseg))
         return MSR_OK;
     return MSR_IN_PROGRESS;
 }
 
-/* ---- alltoall(v): pairwise, a window of steps in flight ----
- * Step d (1 .. n-1) sends to me+d and receives from me-d. u[4]: window;
- * i steps posted, j steps done. */
+/* ---- alltoall(v): pairwise, a window of steps in flight ---- */
 
 static void a2a_block(const ucx_req_t *r, int peer, int sending, const char **buf, size_t *len)
 {
@@ -829,11 +993,12 @@ static void a2a_block(const ucx_req_t *r, int peer, int sending, const char **bu
 static msr_status_t step_alltoall(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t w = r->u[4];
+    ucx_a2a_t *x = &r->a2a;
+    const int w = x->window;
     const char *buf;
     size_t len;
-    if (r->pc == 0) {
-        r->pc = 1;
+    if (!x->started) {
+        x->started = 1;
         if (a->in_place && r->bytes != 0)
             memcpy(r->scratch, a->recvbuf, r->bytes * (size_t)r->n);
         const char *src;
@@ -847,32 +1012,36 @@ static msr_status_t step_alltoall(ucx_req_t *r)
         }
         if (slen && src != buf)
             memmove((char *)buf, src, slen);
-        r->i = r->j = 1;
+        x->posted = x->done = 1;
     }
     int busy = 1;
     while (busy) {
         busy = 0;
-        while (r->i < r->n && (uint64_t)(r->i - r->j) < w) {
-            int to = mod(r->me + r->i, r->n), from = mod(r->me - r->i, r->n);
-            ucx_op_t *ops = &r->ops[2 * ((uint64_t)r->i % w)];
+        while (x->posted < r->n && x->posted - x->done < w) {
+            int to = mod(r->me + x->posted, r->n), from = mod(r->me - x->posted, r->n);
+            ucx_op_t *ops = &r->ops[2 * (size_t)(x->posted % w)];
             a2a_block(r, to, 1, &buf, &len);
-            TRY(post_send(r, &ops[1], to, buf, len, 0));
+            msr_status_t st = post_send(r, &ops[1], to, buf, len, 0);
+            if (st != MSR_OK)
+                return st;
             a2a_block(r, from, 0, &buf, &len);
-            TRY(post_recv(r, &ops[0], from, (char *)buf, len, 0));
-            r->i++;
+            st = post_recv(r, &ops[0], from, (char *)buf, len, 0);
+            if (st != MSR_OK)
+                return st;
+            x->posted++;
         }
-        if (r->j < r->i) {
-            ucx_op_t *ops = &r->ops[2 * ((uint64_t)r->j % w)];
+        if (x->done < x->posted) {
+            ucx_op_t *ops = &r->ops[2 * (size_t)(x->done % w)];
             int d0 = op_test(r, &ops[0]), d1 = op_test(r, &ops[1]);
             if (r->err != MSR_OK)
                 return r->err;
             if (d0 && d1) {
-                r->j++;
+                x->done++;
                 busy = 1;
             }
         }
     }
-    return r->j == r->n ? MSR_OK : MSR_IN_PROGRESS;
+    return x->done == r->n ? MSR_OK : MSR_IN_PROGRESS;
 }
 
 /* ---- choosing ---- */
@@ -995,35 +1164,38 @@ static ucx_algo_t choose(const ucx_req_t *r)
     }
 }
 
+/* A chain of ranks relative to root: slots, whether it receives into
+ * slots in scratch (and keeps its partial sums after them). */
 static msr_status_t chain_setup(ucx_req_t *r, int slots)
 {
-    const ucx_tuning_t *t = &r->uc->tune;
     const msr_coll_args_t *a = &r->pub.args;
-    uint64_t nseg = nsegments(a->count, r->es, t->segment);
-    r->u[0] = nseg;
-    r->u[4] = (uint64_t)t->window;
-    r->u[5] = (uint64_t)t->window * 2;
-    r->u[6] = ((a->count + nseg - 1) / nseg) * r->es;
-    if (slots)
-        TRY(scratch_get(r, (size_t)(r->u[4] * r->u[6]) + (r->vr == 0 ? 0 : r->bytes)));
-    TRY(ops_reserve(r, (int)(r->u[4] + r->u[5])));
-    r->nops = (int)(r->u[4] + r->u[5]);
-    for (int i = 0; i < r->nops; i++)
-        r->ops[i].h = NULL;
-    r->i = r->j = r->k = r->s = 0;
-    return MSR_OK;
+    ucx_chain_t *c = &r->chain;
+    ucx_pipe_t *p = &c->pipe;
+    uint64_t nseg = nsegments(a->count, r->es, r->uc->tune.segment);
+    c->vr = mod(r->me - a->root, r->n);
+    p->nseg = nseg;
+    p->slot_bytes = ((a->count + nseg - 1) / nseg) * r->es;
+    msr_status_t st = pipe_setup(r, p);
+    if (st != MSR_OK || !slots)
+        return st;
+    return scratch_get(r, (size_t)(p->window * p->slot_bytes) + (c->vr == 0 ? 0 : r->bytes));
 }
 
-/* The shared-memory path: the operation's number is counted on every
- * member alike (the choice depends only on arguments all ranks share). */
+/* The shared-memory paths: the operation's number, counted on every member
+ * alike (the choice depends only on arguments all ranks share). */
+static uint64_t shm_number(ucx_req_t *r, const char *algo)
+{
+    r->algo = algo;
+    r->shm = 1;
+    r->uc->engine->shm_active++;
+    return ++r->uc->shm_seq;
+}
+
+/* The slots, for vectors up to a slot (and the barrier). */
 static msr_status_t shm_start(ucx_req_t *r, const char *algo)
 {
     r->step = ucx_shm_step;
-    r->algo = algo;
-    r->u[0] = ++r->uc->shm_seq;
-    r->u[1] = 0;
-    r->shm = 1;
-    r->uc->engine->shm_active++;
+    r->slots.seq = shm_number(r, algo);
     return MSR_OK;
 }
 
@@ -1031,10 +1203,13 @@ static msr_status_t shm_start(ucx_req_t *r, const char *algo)
 static msr_status_t shm_tiled_start(ucx_req_t *r, const char *algo)
 {
     size_t scratch = ucx_shm_tiled_scratch(r);
-    if (scratch)
-        TRY(scratch_get(r, scratch)); /* before the operation is numbered */
-    shm_start(r, algo);
+    if (scratch) {
+        msr_status_t st = scratch_get(r, scratch); /* before the operation is numbered */
+        if (st != MSR_OK)
+            return st;
+    }
     r->step = ucx_shm_tiled_step;
+    r->tiles.seq = shm_number(r, algo);
     ucx_shm_tiled_init(r);
     return MSR_OK;
 }
@@ -1046,8 +1221,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     r->me = r->uc->comm->rank;
     r->es = msr_dtype_size(a->dtype);
     r->bytes = (size_t)a->count * r->es;
-    r->vr = mod(r->me - a->root, r->n);
     int n = r->n;
+    msr_status_t st;
     switch (a->coll) {
     case MSR_COLL_SEND:
         r->step = step_send;
@@ -1068,13 +1243,15 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->step = step_alltoall;
         r->algo = a->coll == MSR_COLL_ALLTOALL ? "alltoall" : "alltoallv";
         int w = r->uc->tune.alltoall_window < n ? r->uc->tune.alltoall_window : n;
-        r->u[4] = (uint64_t)w;
-        TRY(ops_reserve(r, 2 * w));
+        r->a2a.window = w;
+        st = ops_reserve(r, 2 * w);
+        if (st != MSR_OK)
+            return st;
         r->nops = 2 * w;
         for (int i = 0; i < r->nops; i++)
             r->ops[i].h = NULL;
         if (a->coll == MSR_COLL_ALLTOALL && a->in_place)
-            TRY(scratch_get(r, r->bytes * (size_t)n));
+            return scratch_get(r, r->bytes * (size_t)n);
         return MSR_OK;
     }
     default:
@@ -1089,7 +1266,9 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allreduce_direct;
             r->algo = "allreduce(direct)";
-            TRY(ops_reserve(r, 2 * (n - 1)));
+            st = ops_reserve(r, 2 * (n - 1));
+            if (st != MSR_OK)
+                return st;
             return scratch_get(r, r->bytes * (size_t)n);
         }
         if (algo == UCX_ALGO_RING) {
@@ -1099,10 +1278,12 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         }
         r->step = step_allreduce_rd;
         r->algo = "allreduce(rd)";
-        for (r->p2 = 1; r->p2 * 2 <= n; r->p2 *= 2) {
+        for (r->rd.p2 = 1; r->rd.p2 * 2 <= n; r->rd.p2 *= 2) {
         }
-        r->rem = n - r->p2;
-        TRY(ops_reserve(r, 2));
+        r->rd.rem = n - r->rd.p2;
+        st = ops_reserve(r, 2);
+        if (st != MSR_OK)
+            return st;
         return scratch_get(r, r->bytes);
     case MSR_COLL_REDUCE_SCATTER:
         if (algo == UCX_ALGO_SHM)
@@ -1110,7 +1291,9 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_reduce_scatter_direct;
             r->algo = "reduce_scatter(direct)";
-            TRY(ops_reserve(r, 2 * (n - 1)));
+            st = ops_reserve(r, 2 * (n - 1));
+            if (st != MSR_OK)
+                return st;
             return scratch_get(r, r->bytes * (size_t)n);
         }
         r->step = step_ring;
@@ -1119,7 +1302,6 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     case MSR_COLL_ALLGATHER:
         if (algo == UCX_ALGO_SHM)
             return shm_tiled_start(r, "allgather(shm tiles)");
-        TRY(ops_reserve(r, 2 * (n - 1)));
         if (algo == UCX_ALGO_DIRECT) {
             r->step = step_allgather_direct;
             r->algo = "allgather(direct)";
@@ -1127,7 +1309,7 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
             r->step = step_allgather_ring;
             r->algo = "allgather(ring)";
         }
-        return MSR_OK;
+        return ops_reserve(r, 2 * (n - 1));
     case MSR_COLL_BROADCAST:
         if (algo == UCX_ALGO_SHM)
             return shm_tiled_start(r, "broadcast(shm tiles)");
@@ -1138,6 +1320,7 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         }
         r->step = step_bcast_binomial;
         r->algo = "broadcast(binomial)";
+        r->tree.vr = mod(r->me - a->root, n);
         return ops_reserve(r, 64);
     case MSR_COLL_REDUCE:
         if (algo == UCX_ALGO_SHM)
@@ -1149,8 +1332,11 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         }
         r->step = step_reduce_binomial;
         r->algo = "reduce(binomial)";
-        TRY(ops_reserve(r, 2));
-        return scratch_get(r, r->vr == 0 ? r->bytes : 2 * r->bytes);
+        r->tree.vr = mod(r->me - a->root, n);
+        st = ops_reserve(r, 2);
+        if (st != MSR_OK)
+            return st;
+        return scratch_get(r, r->tree.vr == 0 ? r->bytes : 2 * r->bytes);
     default:
         return MSR_ERR_INTERNAL;
     }

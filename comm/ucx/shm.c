@@ -240,31 +240,34 @@ void ucx_shm_free(ucx_comm_t *uc)
     uc->shm = NULL;
 }
 
-/* u[0]: this operation's number; u[1]: the first member not yet seen. */
+/* The slots: wait for our turn (the operation before finished here and
+ * every member published it), publish our input, then wait for every
+ * member's and fold them in rank order. */
 msr_status_t ucx_shm_step(ucx_req_t *r)
 {
     const struct ucx_shm *s = r->uc->shm;
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t k = r->u[0];
-    if (r->pc == 0) {
+    ucx_shm_slots_t *sl = &r->slots;
+    const uint64_t k = sl->seq;
+    if (!sl->published) {
         /* our turn: operation k-1 finished here and published everywhere */
         if (r->uc->shm_done != k - 1)
             return MSR_IN_PROGRESS;
-        for (int j = (int)r->u[1]; j < r->n; j++) {
+        for (int j = sl->first_unseen; j < r->n; j++) {
             if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k - 1) {
-                r->u[1] = (uint64_t)j;
+                sl->first_unseen = j;
                 return MSR_IN_PROGRESS;
             }
         }
-        r->u[1] = 0;
+        sl->first_unseen = 0;
         if (r->bytes)
             memcpy(data_of(s, r->me, k, r->bytes), a->sendbuf, r->bytes);
         atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
-        r->pc = 1;
+        sl->published = 1;
     }
-    for (int j = (int)r->u[1]; j < r->n; j++) {
+    for (int j = sl->first_unseen; j < r->n; j++) {
         if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
-            r->u[1] = (uint64_t)j;
+            sl->first_unseen = j;
             return MSR_IN_PROGRESS;
         }
     }
@@ -341,7 +344,7 @@ static void nt_fence(void)
 /* the stage and result copies of r: bypassing the cache or not */
 static void copy_for_peers(const ucx_req_t *r, void *dst, const void *src, size_t len)
 {
-    if (r->u[1])
+    if (r->tiles.bypass)
         copy_nt(dst, src, len);
     else
         memcpy(dst, src, len);
@@ -465,8 +468,8 @@ static void account(ucx_req_t *r)
     if (r->uc->tune.shm_nt != 2 || !may_bypass(r))
         return;
     struct ucx_shm *s = r->uc->shm;
-    int c = size_class(total_bytes(r)), kind = r->u[1] ? 1 : 0;
-    uint64_t ns = msr_now_ns() - (uint64_t)r->i;
+    int c = size_class(total_bytes(r)), kind = r->tiles.bypass ? 1 : 0;
+    uint64_t ns = msr_now_ns() - r->tiles.start_ns;
     s->ns_per_kib[c][kind][s->next[c][kind]] = ns * 1024 / (total_bytes(r) | 1) + 1;
     s->next[c][kind] = (s->next[c][kind] + 1) % NT_SAMPLES;
 }
@@ -487,11 +490,11 @@ void ucx_shm_tiled_init(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     uint64_t te = tile_elems(s, a->coll, r->es);
     uint64_t nt = (a->count + te - 1) / te;
-    r->u[1] = (uint64_t)choose_bypass(r);
-    r->u[2] = r->uc->shm_tiles; /* the first tile's number */
-    r->u[3] = nt;
-    r->u[4] = r->u[5] = r->u[6] = 0; /* tiles staged, reduced, copied */
-    r->u[7] = te;
+    ucx_shm_tiles_t *t = &r->tiles;
+    t->bypass = choose_bypass(r);
+    t->first_tile = r->uc->shm_tiles;
+    t->ntiles = nt;
+    t->tile_elems = te;
     r->uc->shm_tiles += nt;
 }
 
@@ -513,8 +516,9 @@ static int slot_free(const struct ucx_shm *s, uint64_t g, int c)
 static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7];
-    uint64_t ci = r->u[4], cr = r->u[5], co = r->u[6];
+    ucx_shm_tiles_t *t = &r->tiles;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems;
+    uint64_t ci = t->staged, cr = t->reduced, co = t->copied;
     size_t es = r->es;
     int me = r->me, n = r->n;
     if (cr < ci && min_of(s, C_IN) > base + cr && slot_free(s, base + cr, C_OUT)) {
@@ -526,7 +530,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
             for (int j = 0; j < n; j++)
                 src[j] = j == me ? (const char *)a->sendbuf + (first + off) * es
                                  : stage_of(s, j, g) + off * es;
-            if (r->u[1]) {
+            if (t->bypass) {
                 /* our part goes straight into our output too (in place,
                  * through scratch: the fold still reads our input there),
                  * so that the copy leaves it out */
@@ -544,10 +548,10 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
             }
         }
         publish(s, me, C_RED, g + 1);
-        r->u[5] = cr + 1;
+        t->reduced = cr + 1;
         if (a->coll == MSR_COLL_REDUCE && me != a->root) { /* the root copies */
             publish(s, me, C_OUT, g + 1);
-            r->u[6] = cr + 1;
+            t->copied = cr + 1;
             *done = cr + 1 == nt;
         }
         return 1;
@@ -556,7 +560,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         uint64_t g = base + co, first = co * te, len = tile_len(a->count, te, co);
         char *out = (char *)a->recvbuf + first * es;
         const char *res = result_of(s, g);
-        if (r->u[1]) { /* our part is there already */
+        if (t->bypass) { /* our part is there already */
             uint64_t off, cnt;
             ucx_part(len, (uint64_t)n, (uint64_t)me, &off, &cnt);
             memcpy(out, res, off * es);
@@ -565,7 +569,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
             memcpy(out, res, len * es);
         }
         publish(s, me, C_OUT, g + 1);
-        r->u[6] = co + 1;
+        t->copied = co + 1;
         *done = co + 1 == nt;
         return 1;
     }
@@ -580,7 +584,7 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         copy_for_peers(r, st + (off + cnt) * es, in + (off + cnt) * es, (len - off - cnt) * es);
         nt_fence();
         publish(s, me, C_IN, g + 1);
-        r->u[4] = ci + 1;
+        t->staged = ci + 1;
         return 1;
     }
     return 0;
@@ -591,8 +595,9 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], c = a->count;
-    uint64_t ci = r->u[4], cr = r->u[5];
+    ucx_shm_tiles_t *t = &r->tiles;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems, c = a->count;
+    uint64_t ci = t->staged, cr = t->reduced;
     size_t es = r->es, slice = te * es;
     int me = r->me, n = r->n;
     /* in place, our block is also the output: fold it from the stage */
@@ -607,7 +612,7 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         fold(a, (char *)a->recvbuf + first * es, src, n, len);
         publish(s, me, C_RED, g + 1);
         publish(s, me, C_OUT, g + 1);
-        r->u[5] = cr + 1;
+        t->reduced = cr + 1;
         *done = cr + 1 == nt;
         return 1;
     }
@@ -620,7 +625,7 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
                                (const char *)a->sendbuf + ((uint64_t)q * c + first) * es, len * es);
         nt_fence();
         publish(s, me, C_IN, g + 1);
-        r->u[4] = ci + 1;
+        t->staged = ci + 1;
         return 1;
     }
     return 0;
@@ -630,8 +635,9 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7], c = a->count;
-    uint64_t ci = r->u[4], co = r->u[6];
+    ucx_shm_tiles_t *t = &r->tiles;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems, c = a->count;
+    uint64_t ci = t->staged, co = t->copied;
     size_t es = r->es;
     int me = r->me, n = r->n;
     if (co < ci && min_of(s, C_IN) > base + co) {
@@ -645,7 +651,7 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         }
         publish(s, me, C_RED, g + 1);
         publish(s, me, C_OUT, g + 1);
-        r->u[6] = co + 1;
+        t->copied = co + 1;
         *done = co + 1 == nt;
         return 1;
     }
@@ -654,7 +660,7 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
         nt_fence();
         publish(s, me, C_IN, g + 1);
-        r->u[4] = ci + 1;
+        t->staged = ci + 1;
         return 1;
     }
     return 0;
@@ -665,8 +671,9 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 static int bc_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    const uint64_t base = r->u[2], nt = r->u[3], te = r->u[7];
-    uint64_t ci = r->u[4], co = r->u[6];
+    ucx_shm_tiles_t *t = &r->tiles;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems;
+    uint64_t ci = t->staged, co = t->copied;
     size_t es = r->es;
     int me = r->me, root = a->root;
     char *buf = a->recvbuf;
@@ -679,7 +686,7 @@ static int bc_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         publish(s, me, C_IN, g + 1);
         publish(s, me, C_RED, g + 1);
         publish(s, me, C_OUT, g + 1);
-        r->u[4] = ci + 1;
+        t->staged = ci + 1;
         *done = ci + 1 == nt;
         return 1;
     }
@@ -689,24 +696,25 @@ static int bc_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     memcpy(buf + co * te * es, stage_of(s, root, g), tile_len(a->count, te, co) * es);
     publish(s, me, C_RED, g + 1);
     publish(s, me, C_OUT, g + 1);
-    r->u[6] = co + 1;
+    t->copied = co + 1;
     *done = co + 1 == nt;
     return 1;
 }
 
-/* u[0]: the operation's number; u[2]..u[7]: see ucx_shm_tiled_init. Does
- * every move it can, then lets the others catch up. */
+/* Waits for the operations before to finish here, then does every move it
+ * can and lets the others catch up. */
 msr_status_t ucx_shm_tiled_step(ucx_req_t *r)
 {
     const struct ucx_shm *s = r->uc->shm;
-    const uint64_t k = r->u[0];
-    if (r->pc == 0) {
+    ucx_shm_tiles_t *t = &r->tiles;
+    const uint64_t k = t->seq;
+    if (!t->started) {
         if (r->uc->shm_done != k - 1)
             return MSR_IN_PROGRESS; /* an earlier operation is still running here */
-        r->pc = 1;
-        r->i = (int64_t)msr_now_ns();
+        t->started = 1;
+        t->start_ns = msr_now_ns();
     }
-    uint64_t done = r->u[3] == 0;
+    uint64_t done = t->ntiles == 0;
     int moved = 0;
     while (!done) {
         int m;

@@ -165,6 +165,128 @@ typedef struct ucx_op {
 #define UCX_INLINE_OPS     8
 #define UCX_INLINE_SCRATCH 512
 
+/* ---- algorithm state ----
+ * One struct per algorithm (coll.c, shm.c), in a union in the request: the
+ * state that lives from one step to the next. A request starts with it
+ * cleared, so every phase below starts at its first value (0). A step
+ * function that posts messages and waits for them keeps the point where it
+ * resumes in its phase. */
+
+/* send, receive and the direct algorithms (allreduce, reduce-scatter,
+ * allgather): every message posted at once, then waited for */
+typedef enum ucx_direct_phase { UCX_DIRECT_POST, UCX_DIRECT_WAIT } ucx_direct_phase_t;
+typedef struct ucx_direct {
+    ucx_direct_phase_t phase;
+} ucx_direct_t;
+
+/* barrier: dissemination; in each round a rank signals rank me + dist and
+ * hears from rank me - dist */
+typedef enum ucx_barrier_phase { UCX_BARRIER_START, UCX_BARRIER_ROUND } ucx_barrier_phase_t;
+typedef struct ucx_barrier {
+    ucx_barrier_phase_t phase;
+    int dist;       /* 1, 2, 4, ... below n */
+    unsigned round; /* log2(dist): the tag's phase */
+} ucx_barrier_t;
+
+/* allreduce by recursive doubling: ranks 0 .. 2 rem - 1 fold pairwise into
+ * rem (fold in), p2 ranks exchange log2(p2) times, the folded ones get the
+ * result back (fold out) */
+typedef enum ucx_rd_phase {
+    UCX_RD_START,
+    UCX_RD_FOLD_IN,
+    UCX_RD_EXCHANGE,
+    UCX_RD_FOLD_OUT,
+} ucx_rd_phase_t;
+typedef struct ucx_rd {
+    ucx_rd_phase_t phase;
+    int p2;         /* the largest power of two up to n */
+    int rem;        /* n - p2 */
+    int newrank;    /* rank among the p2 that exchange; -1 for one folded in */
+    int mask;       /* this exchange's partner: newrank ^ mask */
+    unsigned round; /* this exchange's tag phase: 1 .. log2(p2) */
+} ucx_rd_t;
+
+/* A pipeline of segments (the ring, the chains): two ordered streams, of
+ * receives (each into a slot of slot_bytes in scratch, where it has one)
+ * and of sends. The counters only grow: receive x is in ops[x % window],
+ * send x in ops[window + x % send_window]. */
+typedef struct ucx_pipe {
+    uint64_t nseg;                     /* segments of a chunk (ring) or of the vector (chain) */
+    uint64_t window;                   /* receives in flight at most */
+    uint64_t send_window;              /* sends in flight at most */
+    uint64_t slot_bytes;               /* a receive slot: the largest segment */
+    uint64_t recvs_posted, recvs_done; /* done: finished (and folded in) */
+    uint64_t sends_posted, sends_done;
+} ucx_pipe_t;
+
+/* the pipelined ring (reduce-scatter, then for an allreduce allgather): a
+ * unit is one segment of one step; see coll.c */
+typedef struct ucx_ring {
+    ucx_pipe_t pipe;
+    uint64_t units; /* receive units: (n - 1) nseg, twice for an allreduce */
+    uint64_t sends; /* sends in all: as many as units */
+} ucx_ring_t;
+
+/* allgather by a ring, unpipelined: step s receives block me - s - 1 and
+ * sends block me - s once it is there */
+typedef enum ucx_ag_ring_phase {
+    UCX_AG_RING_START,
+    UCX_AG_RING_SEND, /* waiting for the block step sends */
+    UCX_AG_RING_WAIT, /* every send posted */
+} ucx_ag_ring_phase_t;
+typedef struct ucx_ag_ring {
+    ucx_ag_ring_phase_t phase;
+    int step; /* 0 .. n - 2 */
+} ucx_ag_ring_t;
+
+/* broadcast and reduce by a binomial tree over ranks relative to the root */
+typedef enum ucx_tree_phase {
+    UCX_TREE_START,
+    UCX_TREE_FROM_PARENT, /* broadcast: the vector is coming */
+    UCX_TREE_TO_CHILDREN, /* broadcast: sent to every child */
+    UCX_TREE_FROM_CHILD,  /* reduce: a child's partial sum is coming */
+    UCX_TREE_TO_PARENT,   /* reduce: ours is going */
+} ucx_tree_phase_t;
+typedef struct ucx_tree {
+    ucx_tree_phase_t phase;
+    int vr;   /* this rank relative to the root (the root is 0) */
+    int mask; /* the bit of vr this level of the tree is about */
+} ucx_tree_t;
+
+/* broadcast and reduce by a pipelined chain of ranks relative to the root:
+ * vr 0 -> 1 -> ... -> n - 1 (broadcast) or back (reduce) */
+typedef struct ucx_chain {
+    ucx_pipe_t pipe;
+    int vr; /* this rank relative to the root */
+} ucx_chain_t;
+
+/* alltoall(v), pairwise: step d (1 .. n - 1) sends to me + d and receives
+ * from me - d, window steps in flight, step d in ops[2 (d % window)] */
+typedef struct ucx_a2a {
+    int started; /* our own block is copied */
+    int window;
+    int posted, done; /* steps posted and finished, from 1 */
+} ucx_a2a_t;
+
+/* shm.c: the shared-memory allreduce and barrier through the slots */
+typedef struct ucx_shm_slots {
+    uint64_t seq;     /* this operation's number (the communicator's count) */
+    int published;    /* our input is in our slot and our sequence word says so */
+    int first_unseen; /* the first member not seen at the awaited number yet */
+} ucx_shm_slots_t;
+
+/* shm.c: the tiled path; tiles are counted over the communicator's life */
+typedef struct ucx_shm_tiles {
+    uint64_t seq;        /* this operation's number */
+    int started;         /* the earlier operations finished here: running */
+    int bypass;          /* stores for the others bypass the cache */
+    uint64_t first_tile; /* the number of this operation's first tile */
+    uint64_t ntiles;
+    uint64_t tile_elems;              /* elements of a full tile */
+    uint64_t staged, reduced, copied; /* tiles of this operation */
+    uint64_t start_ns;                /* when it started running */
+} ucx_shm_tiles_t;
+
 typedef struct ucx_req ucx_req_t;
 typedef msr_status_t (*ucx_step_fn)(ucx_req_t *r);
 
@@ -177,14 +299,23 @@ struct ucx_req {
     const char *algo;
     int shm; /* counted in engine->shm_active */
     uint32_t seq;
-    int pc; /* where step resumes */
     msr_status_t err;
-    /* algorithm state */
-    int n, me;
-    size_t es, bytes;
-    int64_t i, j, k, s;
-    int peer, vr, mask, newrank, rem, p2;
-    uint64_t u[8];
+    /* the operation's shape, for every algorithm */
+    int n, me;    /* the group's size, our rank in it */
+    size_t es;    /* bytes of an element */
+    size_t bytes; /* bytes of count elements: the vector, or one rank's block */
+    union {       /* the state of the algorithm that step runs */
+        ucx_direct_t direct;
+        ucx_barrier_t barrier;
+        ucx_rd_t rd;
+        ucx_ring_t ring;
+        ucx_ag_ring_t ag_ring;
+        ucx_tree_t tree;
+        ucx_chain_t chain;
+        ucx_a2a_t a2a;
+        ucx_shm_slots_t slots;
+        ucx_shm_tiles_t tiles;
+    };
     /* operations in flight */
     ucx_op_t *ops;
     int nops, cap_ops;
@@ -250,7 +381,7 @@ void ucx_shm_free(ucx_comm_t *uc);
 msr_status_t ucx_shm_step(ucx_req_t *r);
 /* The tiled allreduce, reduce-scatter, allgather, broadcast and reduce:
  * scratch tells the bytes of r->scratch it needs, init counts the
- * operation's tiles (r->u[0] already numbered it), step runs it. */
+ * operation's tiles (r->tiles.seq already numbered it), step runs it. */
 size_t ucx_shm_tiled_scratch(const ucx_req_t *r);
 void ucx_shm_tiled_init(ucx_req_t *r);
 msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
