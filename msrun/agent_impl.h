@@ -17,6 +17,15 @@
 #include "msrun/workers.h"
 #include "rendezvous/rpc.h"
 
+/* How long a starting coordinator has to say its port. */
+#define MSR_COORD_READY_MS 15000
+
+/* What a starting coordinator wrote on its ready pipe so far. */
+typedef struct msr_coord_ready {
+    char line[512];
+    size_t got;
+} msr_coord_ready_t;
+
 typedef struct agent {
     msr_options_t *o;
     struct event_base *base;
@@ -40,6 +49,10 @@ typedef struct agent {
     char coord_bind[300]; /* where the embedded coordinator listens (restarts) */
     char state_file[300]; /* the embedded coordinator's state */
     uint64_t coord_restarts;
+    struct event *coord_ready_ev; /* a restarted coordinator's ready pipe */
+    int coord_ready_fd;           /* -1 unless a restart is under way */
+    msr_coord_ready_t coord_ready;
+    char coord_exit_how[128]; /* how the coordinator being replaced ended */
 
     msr_node_t node; /* what the node does: the machine the wiring feeds */
     msr_worker_t *workers;
@@ -54,8 +67,23 @@ typedef struct agent {
     msr_list_t reports; /* report_t, not yet acknowledged */
 } agent_t;
 
-/* coord_child.c */
-int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_t errlen);
+/* coord_child.c: the embedded coordinator, a child started with msr_spawn */
+
+/* Starts `msrun coordinator` for this job listening on bind_addr (its token
+ * in its environment, stdin /dev/null, its ready pipe at fd 3, its own
+ * process group, SIGTERM when this msrun dies). Sets a->coord_pid and
+ * *ready_fd_p, the pipe's read end, on which it writes "port N\n" once it
+ * listens or "error ...\n". */
+msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready_fd_p);
+/* Reads what is there on fd (non-blocking or readable): the port (> 0)
+ * once the line is complete, 0 while more is to come, -1 if the child
+ * failed (msr_err_msg() has its words). */
+int msr_coord_ready_feed(msr_coord_ready_t *r, int fd);
+/* Kills and reaps the coordinator child, if any. */
+void msr_coord_child_kill(agent_t *a);
+/* Spawns and waits up to MSR_COORD_READY_MS for the port: the port, or -1
+ * (msr_err_msg() says why; no child is left). Before the loop runs only. */
+int start_coordinator(agent_t *a, const char *bind_addr);
 int setup_coordinator(agent_t *a);
 void stop_coordinator(agent_t *a);
 

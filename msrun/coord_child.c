@@ -1,8 +1,10 @@
 /* The embedded coordinator as a child process of the agent: deciding where
  * the coordinator is (starting it here when this node should), starting it,
- * and stopping it at the end. Moved out of agent.c as it was; the node's
- * machine asks for a restart (MSR_NODE_ACT_COORD_RESTART) and the agent's
- * wiring calls start_coordinator. */
+ * and stopping it at the end. Every start goes through msr_spawn. The
+ * first start waits for the child's port (start_coordinator); a restart,
+ * asked for by the node's machine (MSR_NODE_ACT_COORD_RESTART), is watched
+ * from the agent's event loop instead (msr_coord_ready_feed), so the loop
+ * keeps serving while the new coordinator comes up. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -10,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,15 +22,11 @@
 #include "base/util.h"
 #include "msrun/agent_impl.h"
 #include "msrun/net.h"
+#include "msrun/spawn.h"
 #include "msrun/token.h"
 
-int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_t errlen)
+msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready_fd_p)
 {
-    int ready[2];
-    if (pipe2(ready, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
-        return -1;
-    }
     char a_bind[300], a_fd[16], a_wn[16], a_lwn[16], a_mr[16], a_nt[32], a_ct[32], a_ll[16];
     snprintf(a_bind, sizeof a_bind, "%s", bind_addr);
     snprintf(a_fd, sizeof a_fd, "%d", 3);
@@ -85,70 +82,107 @@ int start_coordinator(agent_t *a, const char *bind_addr, char *err, size_t errle
         argv[k++] = a_store[i];
     }
     argv[k] = NULL;
-    /* The token travels in the environment, not on the command line. */
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errlen, "fork: %s", strerror(errno));
-        close(ready[0]);
-        close(ready[1]);
-        return -1;
+    /* The token travels in the environment, not on the command line; the
+     * environment is built here, before fork. */
+    char token_var[MSR_TOKEN_MAX + 16];
+    snprintf(token_var, sizeof token_var, "MSRUN_TOKEN=%s", a->token);
+    const char *drop[] = {"MSRUN_TOKEN", "MSRUN_TOKEN_FILE", NULL};
+    const char *add[] = {token_var, NULL};
+    char **envp = msr_spawn_env(NULL, drop, add);
+    memset(token_var, 0, sizeof token_var);
+    if (envp == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        msr_spawn_env_free(envp);
+        return msr_err(MSR_ERR_SYSTEM, "pipe: %s", strerror(errno));
     }
-    if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (ready[1] != 3) {
-            dup2(ready[1], 3);
-        } else {
-            fcntl(3, F_SETFD, 0);
-        }
-        dup2(a->devnull, STDIN_FILENO);
-        setenv("MSRUN_TOKEN", a->token, 1);
-        unsetenv("MSRUN_TOKEN_FILE");
-        execv("/proc/self/exe", argv);
-        _exit(127);
-    }
+    msr_spawn_options_t so = {
+        .path = "/proc/self/exe",
+        .argv = argv,
+        .envp = envp,
+        .stdio = {{MSR_SPAWN_DEVNULL, -1}, {MSR_SPAWN_INHERIT, -1}, {MSR_SPAWN_INHERIT, -1}},
+        .extra_fd = ready[1],
+        .extra_fd_as = 3,
+        .new_group = 1,
+        .death_signal = SIGTERM,
+    };
+    pid_t pid;
+    msr_status_t st = msr_spawn(&so, &pid);
+    msr_spawn_env_free(envp);
     close(ready[1]);
+    if (st != MSR_OK) {
+        close(ready[0]);
+        return st;
+    }
     a->coord_pid = pid;
-    /* Wait for "port N" or "error ..." from the child. */
-    char line[512];
-    size_t got = 0;
-    uint64_t deadline = msr_deadline_in_ms(15000);
-    while (got < sizeof line - 1) {
-        struct pollfd p = {ready[0], POLLIN, 0};
-        int ms = (int)msr_deadline_left_ms(deadline);
-        if (ms <= 0 || (poll(&p, 1, ms) <= 0 && errno != EINTR))
-            break;
-        ssize_t n = read(ready[0], line + got, sizeof line - 1 - got);
+    *ready_fd_p = ready[0];
+    return MSR_OK;
+}
+
+int msr_coord_ready_feed(msr_coord_ready_t *r, int fd)
+{
+    for (;;) {
+        ssize_t n = read(fd, r->line + r->got, sizeof r->line - 1 - r->got);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (memchr(line, '\n', got))
-            break;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n > 0)
+            r->got += (size_t)n;
+        r->line[r->got] = '\0';
+        char *nl = strchr(r->line, '\n');
+        if (n > 0 && nl == NULL && r->got < sizeof r->line - 1)
+            continue;
+        if (nl)
+            *nl = '\0';
+        int port = 0;
+        if (sscanf(r->line, "port %d", &port) == 1 && port > 0 && port < 65536)
+            return port;
+        msr_err_set("%s", strncmp(r->line, "error ", 6) == 0 ? r->line + 6
+                          : r->got                           ? r->line
+                                                             : "the coordinator did not start");
+        return -1;
     }
-    close(ready[0]);
-    line[got] = '\0';
-    char *nl = strchr(line, '\n');
-    if (nl)
-        *nl = '\0';
-    int port = 0;
-    if (sscanf(line, "port %d", &port) == 1 && port > 0)
-        return port;
-    snprintf(err, errlen, "%s",
-             strncmp(line, "error ", 6) == 0 ? line + 6
-             : got                           ? line
-                                             : "the coordinator did not start");
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+}
+
+void msr_coord_child_kill(agent_t *a)
+{
+    if (a->coord_pid <= 0)
+        return;
+    kill(a->coord_pid, SIGKILL);
+    while (waitpid(a->coord_pid, NULL, 0) < 0 && errno == EINTR)
+        ;
     a->coord_pid = 0;
-    return -1;
+}
+
+int start_coordinator(agent_t *a, const char *bind_addr)
+{
+    int fd;
+    if (msr_coord_child_spawn(a, bind_addr, &fd) != MSR_OK)
+        return -1;
+    /* Wait for "port N" or "error ..." from the child. */
+    msr_coord_ready_t r = {.got = 0};
+    uint64_t deadline = msr_deadline_in_ms(MSR_COORD_READY_MS);
+    int port = 0;
+    while (port == 0) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int ms = (int)msr_deadline_left_ms(deadline);
+        int ready = ms > 0 ? poll(&p, 1, ms) : 0;
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0) {
+            msr_err_set("the coordinator did not say its port within %d s",
+                        MSR_COORD_READY_MS / 1000);
+            port = -1;
+            break;
+        }
+        port = msr_coord_ready_feed(&r, fd);
+    }
+    close(fd);
+    if (port < 0)
+        msr_coord_child_kill(a);
+    return port;
 }
 
 /* Whether an msrun coordinator of this job answers at target. With
@@ -174,14 +208,13 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_f
 int setup_coordinator(agent_t *a)
 {
     msr_options_t *o = a->o;
-    char err[600];
     if (o->master_addr == NULL) {
         /* standalone: loopback, a free port */
         snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
         snprintf(a->host, sizeof a->host, "127.0.0.1");
-        int port = start_coordinator(a, "127.0.0.1:0", err, sizeof err);
+        int port = start_coordinator(a, "127.0.0.1:0");
         if (port < 0) {
-            fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", err);
+            fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", msr_err_msg());
             return 2;
         }
         a->coord_port = port;
@@ -221,7 +254,9 @@ int setup_coordinator(agent_t *a)
             MSR_DEBUG("joining the coordinator already running at %s", target);
         } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
             snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
-            int port = start_coordinator(a, target, err, sizeof err);
+            int port = start_coordinator(a, target);
+            char err[600];
+            snprintf(err, sizeof err, "%s", msr_err_msg());
             if (port < 0) {
                 /* Taken: by this job's coordinator (another msrun on this host
                  * started it), or by something else. */

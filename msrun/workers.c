@@ -1,5 +1,6 @@
 /* Spawning workers and forwarding their output. */
 #include "msrun/workers.h"
+#include "msrun/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -299,10 +301,10 @@ static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_b
 }
 
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *e,
-                              int local_rank, int show, char *err, size_t errlen)
+                              int local_rank, int show)
 {
     msr_status_t st = MSR_ERR_SYSTEM;
-    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, execp[2] = {-1, -1};
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     memset(w, 0, sizeof *w);
     w->local_rank = local_rank;
     w->rank = e->rank_offset + local_rank;
@@ -312,10 +314,8 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     w->prefix_len =
         snprintf(w->prefix, sizeof w->prefix, "[node %d rank %d] ", e->node_rank, w->rank);
     char **envp = build_env(e, local_rank);
-    if (envp == NULL) {
-        snprintf(err, errlen, "out of memory building the environment");
-        return MSR_ERR_NO_MEMORY;
-    }
+    if (envp == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
     if (e->log_dir) {
         char name[64];
         struct stat sb;
@@ -326,13 +326,12 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
             openat(e->log_dir_fd, name,
                    O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
         if (w->log_fd < 0) {
-            snprintf(err, errlen, "cannot open log file %s/%s: %s", e->log_dir, name,
-                     errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+            msr_err_set("cannot open log file %s/%s: %s", e->log_dir, name,
+                        errno == ELOOP ? "it is a symbolic link" : strerror(errno));
             goto err_env;
         }
         if (fstat(w->log_fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
-            snprintf(err, errlen, "log file %s/%s is not a regular file of this user", e->log_dir,
-                     name);
+            msr_err_set("log file %s/%s is not a regular file of this user", e->log_dir, name);
             close(w->log_fd);
             w->log_fd = -1;
             goto err_env;
@@ -346,63 +345,34 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     }
     cpu_set_t cpus;
     int pin = e->bind_core && cpu_share(local_rank, e->local_world_size, &cpus) == 0;
-    if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(execp, O_CLOEXEC)) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
+    if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
+        msr_err_set("pipe: %s", strerror(errno));
         goto err_pipes;
     }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errlen, "fork: %s", strerror(errno));
-        goto err_pipes;
-    }
-    if (pid == 0) {
-        /* The child: only async-signal-safe calls until exec. */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        dup2(e->devnull, STDIN_FILENO);
-        dup2(outp[1], STDOUT_FILENO);
-        dup2(errp[1], STDERR_FILENO);
-        if (pin)
-            sched_setaffinity(0, sizeof cpus, &cpus);
-        execve(e->path, e->argv, envp);
-        int code = errno;
-        ssize_t wr = write(execp[1], &code, sizeof code);
-        (void)wr;
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here, so a signal sent right away finds the group */
+    msr_spawn_options_t so = {
+        .path = e->path,
+        .argv = e->argv,
+        .envp = envp,
+        .stdio = {{MSR_SPAWN_FD, e->devnull}, {MSR_SPAWN_FD, outp[1]}, {MSR_SPAWN_FD, errp[1]}},
+        .extra_fd = -1,
+        .new_group = 1,
+        .death_signal = SIGKILL,
+        .cpus = pin ? &cpus : NULL,
+    };
+    pid_t pid;
+    st = msr_spawn(&so, &pid);
     close(outp[1]);
     close(errp[1]);
-    close(execp[1]);
-    outp[1] = errp[1] = execp[1] = -1;
-    int code = 0;
-    ssize_t r;
-    do {
-        r = read(execp[0], &code, sizeof code);
-    } while (r < 0 && errno == EINTR);
-    close(execp[0]);
-    execp[0] = -1;
+    outp[1] = errp[1] = -1;
     free_env(envp);
     envp = NULL;
+    if (st != MSR_OK)
+        goto err_pipes;
     w->pid = pid;
     w->running = 1;
-    if (r == (ssize_t)sizeof code) {
-        /* exec failed: the child has exited with 127 */
-        snprintf(err, errlen, "cannot execute '%s': %s", e->path, strerror(code));
-        close(outp[0]);
-        close(errp[0]);
-        return MSR_ERR_SYSTEM;
-    }
     if (stream_open(&w->out, w, base, outp[0], 0) != MSR_OK ||
         stream_open(&w->err, w, base, errp[0], 1) != MSR_OK) {
-        snprintf(err, errlen, "cannot watch the output of rank %d", w->rank);
+        msr_err_set("cannot watch the output of rank %d", w->rank);
         if (w->out.fd < 0)
             close(outp[0]);
         if (w->err.fd < 0)
@@ -417,8 +387,6 @@ err_pipes:
             close(outp[i]);
         if (errp[i] >= 0)
             close(errp[i]);
-        if (execp[i] >= 0)
-            close(execp[i]);
     }
     if (w->log_fd >= 0)
         close(w->log_fd);

@@ -57,12 +57,12 @@ typedef struct msr_spawn_env {
     int64_t worker_timeout_ms; /* 0: no beats asked for */
 } msr_spawn_env_t;
 
-/* Starts worker local_rank. The child gets its own process group and dies
- * with msrun (PR_SET_PDEATHSIG); an exec failure is reported through a
- * close-on-exec pipe and returned as an error with the reason in err.
- * On success the worker's pipes are registered with base. */
+/* Starts worker local_rank through msr_spawn: its own process group, dead
+ * with msrun (SIGKILL as the parent-death signal), stdin /dev/null, its
+ * output into pipes registered with base. On failure (exec's included) no
+ * worker is running and msr_err_msg() says why. */
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *env,
-                              int local_rank, int show, char *err, size_t errlen);
+                              int local_rank, int show);
 
 /* Reads what is left in the worker's pipes (after it exited) and closes
  * them, flushing an unfinished last line. */

@@ -1,0 +1,261 @@
+/* The one way msrun starts a process (spawn.h). */
+#include "msrun/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+
+extern char **environ;
+
+/* The child's steps, in order; the one that failed comes back with errno. */
+typedef enum spawn_step {
+    STEP_SETPGID,
+    STEP_DEATH_SIGNAL,
+    STEP_PARENT_GONE,
+    STEP_SIGNALS,
+    STEP_MOVE_FDS,
+    STEP_STDIN,
+    STEP_STDOUT,
+    STEP_STDERR,
+    STEP_EXTRA_FD,
+    STEP_CPUS,
+    STEP_CHDIR,
+    STEP_EXEC,
+} spawn_step_t;
+
+static const char *const step_names[] = {
+    [STEP_SETPGID] = "setpgid",
+    [STEP_DEATH_SIGNAL] = "parent-death signal",
+    [STEP_PARENT_GONE] = "parent exited before the child started",
+    [STEP_SIGNALS] = "signal reset",
+    [STEP_MOVE_FDS] = "fcntl",
+    [STEP_STDIN] = "dup2 of stdin",
+    [STEP_STDOUT] = "dup2 of stdout",
+    [STEP_STDERR] = "dup2 of stderr",
+    [STEP_EXTRA_FD] = "dup2 of the extra fd",
+    [STEP_CPUS] = "sched_setaffinity",
+    [STEP_CHDIR] = "chdir",
+    [STEP_EXEC] = "exec",
+};
+
+typedef struct spawn_failure {
+    int step;
+    int err;
+} spawn_failure_t;
+
+/* In the child: tells the parent which step failed, and exits. */
+static void __attribute__((noreturn)) child_fail(int pipe_fd, spawn_step_t step)
+{
+    spawn_failure_t f = {(int)step, errno};
+    ssize_t n;
+    do {
+        n = write(pipe_fd, &f, sizeof f);
+    } while (n < 0 && errno == EINTR);
+    _exit(127);
+}
+
+/* In the child, between fork and exec: async-signal-safe calls only. The
+ * fds to place are first copied above every target, so that placing one
+ * never overwrites another's source, and a source equal to its target still
+ * loses close-on-exec through dup2. */
+static void __attribute__((noreturn))
+child_main(const msr_spawn_options_t *o, char *const *envp, int devnull, int pipe_fd, pid_t parent)
+{
+    if (o->new_group && setpgid(0, 0) != 0)
+        child_fail(pipe_fd, STEP_SETPGID);
+    if (o->death_signal) {
+        if (prctl(PR_SET_PDEATHSIG, o->death_signal) != 0)
+            child_fail(pipe_fd, STEP_DEATH_SIGNAL);
+        if (getppid() != parent) {
+            errno = ESRCH;
+            child_fail(pipe_fd, STEP_PARENT_GONE);
+        }
+    }
+    /* every disposition back to the default, then nothing blocked */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        if (sigaction(sig, &dfl, NULL) != 0 && errno != EINVAL)
+            child_fail(pipe_fd, STEP_SIGNALS);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0)
+        child_fail(pipe_fd, STEP_SIGNALS);
+
+    int floor = o->extra_fd >= 0 && o->extra_fd_as >= 3 ? o->extra_fd_as + 1 : 3;
+    if (pipe_fd < floor) {
+        int moved = fcntl(pipe_fd, F_DUPFD_CLOEXEC, floor);
+        if (moved < 0)
+            child_fail(pipe_fd, STEP_MOVE_FDS);
+        pipe_fd = moved;
+    }
+    int src[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < 3; i++) {
+        int fd = o->stdio[i].how == MSR_SPAWN_DEVNULL ? devnull
+                 : o->stdio[i].how == MSR_SPAWN_FD    ? o->stdio[i].fd
+                                                      : -1;
+        if (fd >= 0 && (src[i] = fcntl(fd, F_DUPFD_CLOEXEC, floor)) < 0)
+            child_fail(pipe_fd, STEP_MOVE_FDS);
+    }
+    if (o->extra_fd >= 0 && (src[3] = fcntl(o->extra_fd, F_DUPFD_CLOEXEC, floor)) < 0)
+        child_fail(pipe_fd, STEP_MOVE_FDS);
+    static const spawn_step_t place_step[3] = {STEP_STDIN, STEP_STDOUT, STEP_STDERR};
+    for (int i = 0; i < 3; i++)
+        if (src[i] >= 0 && dup2(src[i], i) < 0)
+            child_fail(pipe_fd, place_step[i]);
+    if (src[3] >= 0 && dup2(src[3], o->extra_fd_as) < 0)
+        child_fail(pipe_fd, STEP_EXTRA_FD);
+
+    if (o->cpus && sched_setaffinity(0, sizeof *o->cpus, o->cpus) != 0)
+        child_fail(pipe_fd, STEP_CPUS);
+    if (o->cwd && chdir(o->cwd) != 0)
+        child_fail(pipe_fd, STEP_CHDIR);
+    execve(o->path, o->argv, envp);
+    child_fail(pipe_fd, STEP_EXEC);
+}
+
+static msr_status_t status_of(int err)
+{
+    switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+        return MSR_ERR_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+        return MSR_ERR_PERMISSION;
+    default:
+        return MSR_ERR_SYSTEM;
+    }
+}
+
+static int needs_devnull(const msr_spawn_options_t *o)
+{
+    for (int i = 0; i < 3; i++)
+        if (o->stdio[i].how == MSR_SPAWN_DEVNULL)
+            return 1;
+    return 0;
+}
+
+msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
+{
+    if (o == NULL || o->path == NULL || o->argv == NULL || o->argv[0] == NULL || pid_p == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "spawn: no program or argv");
+    if (o->extra_fd >= 0 && o->extra_fd_as < 3)
+        return msr_err(MSR_ERR_INVALID_ARG, "spawn: the extra fd must land at 3 or above");
+    char *const *envp = o->envp ? o->envp : environ;
+    int devnull = -1, pipefd[2] = {-1, -1};
+    if (needs_devnull(o) && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+        return msr_err(msr_status_from_errno(errno), "cannot open /dev/null: %s", strerror(errno));
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        msr_err_set("pipe: %s", strerror(errno));
+        goto err_devnull;
+    }
+    /* No handler of this process may run in the child between fork and the
+     * reset of dispositions there. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        child_main(o, envp, devnull, pipefd[1], parent);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(pipefd[1]);
+    if (pid < 0) {
+        msr_err_set("cannot start '%s': fork: %s", o->path, strerror(fork_errno));
+        goto err_pipe;
+    }
+    /* also here, so a signal sent to the group right away finds it */
+    if (o->new_group)
+        setpgid(pid, pid);
+    spawn_failure_t f;
+    ssize_t n;
+    do {
+        n = read(pipefd[0], &f, sizeof f);
+    } while (n < 0 && errno == EINTR);
+    close(pipefd[0]);
+    if (devnull >= 0)
+        close(devnull);
+    if (n == 0) {
+        *pid_p = pid;
+        return MSR_OK;
+    }
+    /* the child failed before exec (or the pipe did): reap it */
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (n != (ssize_t)sizeof f || f.step < 0 || f.step > STEP_EXEC)
+        return msr_err(MSR_ERR_SYSTEM, "cannot start '%s': no word from the child", o->path);
+    if (f.step == STEP_EXEC)
+        return msr_err(status_of(f.err), "cannot execute '%s': %s", o->path, strerror(f.err));
+    return msr_err(status_of(f.err), "cannot start '%s': %s: %s", o->path, step_names[f.step],
+                   strerror(f.err));
+
+err_pipe:
+    close(pipefd[0]);
+err_devnull:
+    if (devnull >= 0)
+        close(devnull);
+    return MSR_ERR_SYSTEM;
+}
+
+static int dropped(const char *entry, const char *const *drop)
+{
+    for (; drop && *drop; drop++) {
+        size_t n = strlen(*drop);
+        if (strncmp(entry, *drop, n) == 0 && entry[n] == '=')
+            return 1;
+    }
+    return 0;
+}
+
+char **msr_spawn_env(char *const *base, const char *const *drop, const char *const *add)
+{
+    if (base == NULL)
+        base = environ;
+    size_t nbase = 0, nadd = 0;
+    while (base[nbase])
+        nbase++;
+    while (add && add[nadd])
+        nadd++;
+    char **envp = msr_calloc(nbase + nadd + 1, sizeof *envp);
+    if (envp == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < nbase; i++) {
+        if (dropped(base[i], drop))
+            continue;
+        if ((envp[k++] = msr_strdup(base[i])) == NULL)
+            goto err;
+    }
+    for (size_t i = 0; i < nadd; i++)
+        if ((envp[k++] = msr_strdup(add[i])) == NULL)
+            goto err;
+    envp[k] = NULL;
+    return envp;
+err:
+    msr_spawn_env_free(envp);
+    return NULL;
+}
+
+void msr_spawn_env_free(char **envp)
+{
+    if (envp == NULL)
+        return;
+    for (char **p = envp; *p; p++)
+        msr_free(*p);
+    msr_free(envp);
+}

@@ -1,0 +1,235 @@
+/* Unit tests of msrun's one spawn path (msrun/spawn.c), with real
+ * processes: what the child gets (environment, stdio, process group, fds),
+ * and what the parent learns when the child cannot start. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "msrun/spawn.h"
+#include "tests/runner.h"
+
+/* A file in a private temporary directory, removed by the caller. */
+static void temp_path(char *buf, size_t len, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/msrun-spawn-%d-%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), name);
+}
+
+/* Runs argv with its stdout into a file and returns the file's content
+ * (static buffer) once the child exited 0. */
+static const char *run_capture(msr_spawn_options_t *o)
+{
+    static char out[8192];
+    char path[256];
+    temp_path(path, sizeof path, "out");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    MSR_CHECK(fd >= 0);
+    o->stdio[1].how = MSR_SPAWN_FD;
+    o->stdio[1].fd = fd;
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn(o, &pid));
+    close(fd);
+    int status;
+    MSR_CHECK(waitpid(pid, &status, 0) == pid);
+    MSR_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    MSR_CHECK(fd >= 0);
+    ssize_t n = read(fd, out, sizeof out - 1);
+    MSR_CHECK(n >= 0);
+    out[n] = '\0';
+    close(fd);
+    unlink(path);
+    return out;
+}
+
+static void test_exec_failure(void)
+{
+    char *argv[] = {"nothing-here", NULL};
+    msr_spawn_options_t o = {.path = "/nonexistent/nothing-here", .argv = argv, .extra_fd = -1};
+    pid_t pid = -1;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_spawn(&o, &pid), MSR_ERR_NOT_FOUND);
+    MSR_CHECK(pid == -1);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "cannot execute '/nonexistent/nothing-here'") &&
+                      strstr(msr_err_msg(), strerror(ENOENT)),
+                  "message: %s", msr_err_msg());
+    /* the failed child was reaped: no child is left */
+    MSR_CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+
+    /* not executable: EACCES, as a permission error */
+    char path[256];
+    temp_path(path, sizeof path, "noexec");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    MSR_CHECK(fd >= 0);
+    close(fd);
+    o.path = path;
+    MSR_CHECK_STATUS(msr_spawn(&o, &pid), MSR_ERR_PERMISSION);
+    unlink(path);
+}
+
+/* A failure before exec names its step. */
+static void test_setup_failure(void)
+{
+    char *argv[] = {"true", NULL};
+    msr_spawn_options_t o = {
+        .path = "/bin/true", .argv = argv, .extra_fd = -1, .cwd = "/nonexistent/dir"};
+    pid_t pid;
+    MSR_CHECK_STATUS(msr_spawn(&o, &pid), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "cannot start '/bin/true': chdir:"), "message: %s",
+                  msr_err_msg());
+    o.cwd = NULL;
+    o.stdio[0].how = MSR_SPAWN_FD;
+    o.stdio[0].fd = 1000; /* not open */
+    MSR_CHECK_STATUS(msr_spawn(&o, &pid), MSR_ERR_SYSTEM);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "fcntl"), "message: %s", msr_err_msg());
+    o.stdio[0].how = MSR_SPAWN_INHERIT;
+    o.extra_fd = 0;
+    o.extra_fd_as = 1;
+    MSR_CHECK_STATUS(msr_spawn(&o, &pid), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+}
+
+/* The environment is exactly the one given, and the helper that builds it
+ * drops and adds as asked. */
+static void test_environment(void)
+{
+    char *argv[] = {"env", NULL};
+    char *envp[] = {"A=1", "B=two words", NULL};
+    msr_spawn_options_t o = {.path = "/usr/bin/env", .argv = argv, .envp = envp, .extra_fd = -1};
+    MSR_CHECK_STR(run_capture(&o), "A=1\nB=two words\n");
+
+    char *base[] = {"KEEP=1", "MSRUN_TOKEN=old", "MSRUN_TOKEN_FILE=/f", "MSRUN_TOKENX=2", NULL};
+    const char *drop[] = {"MSRUN_TOKEN", "MSRUN_TOKEN_FILE", NULL};
+    const char *add[] = {"MSRUN_TOKEN=new", NULL};
+    char **built = msr_spawn_env(base, drop, add);
+    MSR_CHECK(built != NULL);
+    o.envp = built;
+    MSR_CHECK_STR(run_capture(&o), "KEEP=1\nMSRUN_TOKENX=2\nMSRUN_TOKEN=new\n");
+    msr_spawn_env_free(built);
+}
+
+/* stdin from /dev/null, and the extra fd where it was asked for. */
+static void test_stdio(void)
+{
+    char *argv[] = {"readlink", "/proc/self/fd/0", NULL};
+    msr_spawn_options_t o = {.path = "/usr/bin/readlink", .argv = argv, .extra_fd = -1};
+    o.stdio[0].how = MSR_SPAWN_DEVNULL;
+    MSR_CHECK_STR(run_capture(&o), "/dev/null\n");
+
+    /* the extra fd's source is fd 0 itself: placing it must not lose it */
+    int p[2];
+    MSR_CHECK(pipe2(p, O_CLOEXEC) == 0);
+    char *argv2[] = {"sh", "-c", "echo ready >&3", NULL};
+    msr_spawn_options_t o2 = {.path = "/bin/sh", .argv = argv2, .extra_fd = p[1], .extra_fd_as = 3};
+    o2.stdio[0].how = MSR_SPAWN_DEVNULL;
+    MSR_CHECK_STR(run_capture(&o2), "");
+    close(p[1]);
+    char buf[32] = "";
+    MSR_CHECK(read(p[0], buf, sizeof buf - 1) == 6);
+    MSR_CHECK_STR(buf, "ready\n");
+    close(p[0]);
+}
+
+/* Only stdio and the extra fd reach the child: none of msr_spawn's own
+ * (the error pipe, /dev/null, the copies made while placing fds). */
+static void test_no_fd_leaks(void)
+{
+    char *argv[] = {"sh", "-c", "ls /proc/$$/fd | sort -n | tr '\\n' ' '", NULL};
+    msr_spawn_options_t o = {.path = "/bin/sh", .argv = argv, .extra_fd = -1};
+    char plain[512];
+    snprintf(plain, sizeof plain, "%s", run_capture(&o));
+    o.stdio[0].how = MSR_SPAWN_DEVNULL;
+    o.stdio[2].how = MSR_SPAWN_DEVNULL;
+    MSR_CHECK_STR(run_capture(&o), plain);
+    int p[2];
+    MSR_CHECK(pipe2(p, O_CLOEXEC) == 0);
+    o.extra_fd = p[1];
+    o.extra_fd_as = 9;
+    char with[512];
+    snprintf(with, sizeof with, " %s", run_capture(&o));
+    close(p[0]);
+    close(p[1]);
+    /* the same fds plus 9 (fds this test inherited may be above it) */
+    char *nine = strstr(with, " 9 ");
+    MSR_CHECK_MSG(nine != NULL, "fds '%s' lack 9", with);
+    memmove(nine, nine + 2, strlen(nine + 2) + 1);
+    MSR_CHECK_MSG(strcmp(with + 1, plain) == 0, "fds '%s' besides 9, want '%s'", with + 1, plain);
+}
+
+/* The child leads its own group (so one kill reaches its whole tree), and
+ * starts with default dispositions even when this process ignores one. */
+static void test_group_and_signals(void)
+{
+    signal(SIGTERM, SIG_IGN);
+    char *argv[] = {"sleep", "30", NULL};
+    msr_spawn_options_t o = {.path = "/bin/sleep", .argv = argv, .extra_fd = -1, .new_group = 1};
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    MSR_CHECK_EQ(getpgid(pid), pid);
+    MSR_CHECK(kill(-pid, SIGTERM) == 0);
+    int status;
+    MSR_CHECK(waitpid(pid, &status, 0) == pid);
+    MSR_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    signal(SIGTERM, SIG_DFL);
+}
+
+/* The parent-death signal: the child dies with the process that spawned it. */
+static void test_death_signal(void)
+{
+    int p[2];
+    MSR_CHECK(pipe(p) == 0);
+    pid_t mid = fork();
+    MSR_CHECK(mid >= 0);
+    if (mid == 0) {
+        char *argv[] = {"sleep", "30", NULL};
+        msr_spawn_options_t o = {
+            .path = "/bin/sleep", .argv = argv, .extra_fd = -1, .death_signal = SIGKILL};
+        pid_t pid = -1;
+        if (msr_spawn(&o, &pid) != MSR_OK)
+            _exit(1);
+        ssize_t w = write(p[1], &pid, sizeof pid);
+        _exit(w == (ssize_t)sizeof pid ? 0 : 1);
+    }
+    close(p[1]);
+    pid_t child = -1;
+    MSR_CHECK(read(p[0], &child, sizeof child) == (ssize_t)sizeof child);
+    close(p[0]);
+    int status;
+    MSR_CHECK(waitpid(mid, &status, 0) == mid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* gone, or a zombie of whoever adopted it: never still sleeping */
+    for (int i = 0; i < 500; i++) {
+        char path[64], stat[256] = "";
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)child);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return;
+        size_t n = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[n] = '\0';
+        const char *rp = strrchr(stat, ')');
+        if (rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'))
+            return;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(child, SIGKILL);
+    MSR_CHECK_MSG(0, "pid %d outlived the process that spawned it", (int)child);
+}
+
+static const msr_test_t tests[] = {
+    {"exec_failure", test_exec_failure, 10}, {"setup_failure", test_setup_failure, 10},
+    {"environment", test_environment, 10},   {"stdio", test_stdio, 10},
+    {"no_fd_leaks", test_no_fd_leaks, 10},   {"group_and_signals", test_group_and_signals, 40},
+    {"death_signal", test_death_signal, 20},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
