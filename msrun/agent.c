@@ -241,63 +241,6 @@ static void report(agent_t *a, const msr_node_action_t *act)
     msr_report_exit(a, w, act);
 }
 
-/* A restart of the embedded coordinator ends: port > 0 it listens, else
- * it failed (msr_err_msg() says why) and no child is left. */
-static void coord_restart_done(agent_t *a, int port)
-{
-    event_free(a->coord_ready_ev);
-    a->coord_ready_ev = NULL;
-    close(a->coord_ready_fd);
-    a->coord_ready_fd = -1;
-    if (port > 0) {
-        MSR_WARN("the embedded coordinator exited (%s); restarted it on %s", a->coord_exit_how,
-                 a->coord_bind);
-        return;
-    }
-    MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", a->coord_exit_how,
-              msr_err_msg());
-    msr_coord_child_kill(a);
-}
-
-static void on_coord_ready(evutil_socket_t fd, short what, void *arg)
-{
-    agent_t *a = arg;
-    int port;
-    if (what & EV_TIMEOUT) {
-        msr_err_set("it did not say its port within %d s", MSR_COORD_READY_MS / 1000);
-        port = -1;
-    } else if ((port = msr_coord_ready_feed(&a->coord_ready, fd)) == 0) {
-        return;
-    }
-    coord_restart_done(a, port);
-}
-
-/* Starts a new coordinator on the same address and state file, and watches
- * its ready pipe from the loop: heartbeats, worker exits and signals are
- * served while it comes up. */
-static void restart_coordinator(agent_t *a, const char *how)
-{
-    if (a->coord_ready_fd >= 0)
-        return; /* one under way */
-    a->coord_restarts++;
-    snprintf(a->coord_exit_how, sizeof a->coord_exit_how, "%s", how);
-    int fd;
-    if (msr_coord_child_spawn(a, a->coord_bind, &fd) != MSR_OK) {
-        MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", how,
-                  msr_err_msg());
-        return;
-    }
-    msr_fd_set_nonblock(fd, 1);
-    a->coord_ready = (msr_coord_ready_t){.got = 0};
-    a->coord_ready_fd = fd;
-    a->coord_ready_ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_coord_ready, a);
-    struct timeval tv = {MSR_COORD_READY_MS / 1000, 0};
-    if (a->coord_ready_ev == NULL || event_add(a->coord_ready_ev, &tv) != 0) {
-        msr_err_set("out of memory");
-        coord_restart_done(a, -1);
-    }
-}
-
 /* ---- performing the machine's actions ---- */
 
 static void perform(agent_t *a, const msr_node_action_t *act)
@@ -328,7 +271,7 @@ static void perform(agent_t *a, const msr_node_action_t *act)
         msr_log_init("msrun", act->code, -1);
         break;
     case MSR_NODE_ACT_COORD_RESTART:
-        restart_coordinator(a, act->text);
+        msr_coord_child_restart(a, act->text);
         break;
     case MSR_NODE_ACT_LEAVE:
         a->leave_due = 1; /* once the loop ends and the workers are gone */
@@ -393,16 +336,8 @@ static void on_child(agent_t *a, pid_t pid, int status)
             msr_signal_name(WTERMSIG(status), how, sizeof how);
         else
             snprintf(how, sizeof how, "code %d", WEXITSTATUS(status));
-        if (a->coord_ready_fd >= 0) {
-            /* a restarted one ended before or right after saying its port */
-            int port = msr_coord_ready_feed(&a->coord_ready, a->coord_ready_fd);
-            if (port <= 0 && msr_err_msg()[0] == '\0')
-                msr_err_set("it exited (%s)", how);
-            coord_restart_done(a, port > 0 ? port : -1);
-            if (port <= 0)
-                return;
-        }
-        msr_node_on_coord_exit(&a->node, how);
+        if (msr_coord_child_exited(a, how))
+            msr_node_on_coord_exit(&a->node, how);
         return;
     }
     for (int i = 0; i < a->nworkers; i++) {

@@ -79,6 +79,14 @@ msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready
  * once the line is complete, 0 while more is to come, -1 if the child
  * failed (msr_err_msg() has its words). */
 int msr_coord_ready_feed(msr_coord_ready_t *r, int fd);
+/* MSR_NODE_ACT_COORD_RESTART: starts a new coordinator on the same address
+ * and state file, and watches its ready pipe from the event loop, so
+ * heartbeats, worker exits and signals are served while it comes up. */
+void msr_coord_child_restart(agent_t *a, const char *how);
+/* The coordinator child exited (how: "code N" or a signal's name); call
+ * with a->coord_pid already 0. 1 if the node's machine should hear of it,
+ * 0 if it was a restart that failed (logged here). */
+int msr_coord_child_exited(agent_t *a, const char *how);
 /* Kills and reaps the coordinator child, if any. */
 void msr_coord_child_kill(agent_t *a);
 /* Spawns and waits up to MSR_COORD_READY_MS for the port: the port, or -1

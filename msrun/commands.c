@@ -338,8 +338,8 @@ static int status_show(const status_args_t *a)
     }
     const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
     printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
-           msr_job_state_name(r->state), r->generation, r->node_count, r->world_size, r->restart_count,
-           r->max_restarts);
+           msr_job_state_name(r->state), r->generation, r->node_count, r->world_size,
+           r->restart_count, r->max_restarts);
     for (size_t i = 0; i < r->n_nodes; i++) {
         const Msr__NodeStatus *n = r->nodes[i];
         printf("  node %-3d %-16s pid %-8d %d workers  %-5s  seen %u ms ago\n", n->node_rank,

@@ -25,63 +25,72 @@
 #include "msrun/spawn.h"
 #include "msrun/token.h"
 
-msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready_fd_p)
-{
-    char a_bind[300], a_fd[16], a_wn[16], a_lwn[16], a_mr[16], a_nt[32], a_ct[32], a_ll[16];
-    snprintf(a_bind, sizeof a_bind, "%s", bind_addr);
-    snprintf(a_fd, sizeof a_fd, "%d", 3);
-    snprintf(a_wn, sizeof a_wn, "%d", a->o->worker_num);
-    snprintf(a_lwn, sizeof a_lwn, "%d", a->o->local_worker_num);
-    snprintf(a_mr, sizeof a_mr, "%d", a->o->max_restarts);
-    snprintf(a_nt, sizeof a_nt, "%.3f", (double)a->o->node_timeout_ms / 1000.0);
-    snprintf(a_ct, sizeof a_ct, "%.3f", (double)a->o->cluster_time_out_ms / 1000.0);
-    /* The embedded coordinator speaks up for warnings unless asked for more. */
-    snprintf(a_ll, sizeof a_ll, "%d",
-             a->o->log_level >= MSR_LOG_DEBUG ? a->o->log_level : MSR_LOG_WARN);
-    char a_nn[48], a_lc[32];
-    snprintf(a_nn, sizeof a_nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
-    snprintf(a_lc, sizeof a_lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
+/* The embedded coordinator's command line: this job's settings. */
+typedef struct coord_argv {
+    char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
+    char store[3][24];
     char *argv[48];
+} coord_argv_t;
+
+static void coord_argv(agent_t *a, const char *bind_addr, coord_argv_t *c)
+{
+    snprintf(c->bind, sizeof c->bind, "%s", bind_addr);
+    snprintf(c->fd, sizeof c->fd, "%d", 3);
+    snprintf(c->wn, sizeof c->wn, "%d", a->o->worker_num);
+    snprintf(c->lwn, sizeof c->lwn, "%d", a->o->local_worker_num);
+    snprintf(c->mr, sizeof c->mr, "%d", a->o->max_restarts);
+    snprintf(c->nt, sizeof c->nt, "%.3f", (double)a->o->node_timeout_ms / 1000.0);
+    snprintf(c->ct, sizeof c->ct, "%.3f", (double)a->o->cluster_time_out_ms / 1000.0);
+    /* The embedded coordinator speaks up for warnings unless asked for more. */
+    snprintf(c->ll, sizeof c->ll, "%d",
+             a->o->log_level >= MSR_LOG_DEBUG ? a->o->log_level : MSR_LOG_WARN);
+    snprintf(c->nn, sizeof c->nn, "%d:%d", a->o->min_nodes, a->o->max_nodes);
+    snprintf(c->lc, sizeof c->lc, "%.3f", (double)a->o->last_call_ms / 1000.0);
     int k = 0;
     const char *fixed[] = {
-        "msrun",          "coordinator", "--bind",         a_bind, "--ready_fd",         a_fd,
-        "--job_id",       a->job_id,     "--worker_num",   a_wn,   "--local_worker_num", a_lwn,
-        "--max_restarts", a_mr,          "--node_timeout", a_nt,   "--cluster_time_out", a_ct,
-        "--log_level",    a_ll,          "--last_call",    a_lc};
+        "msrun",          "coordinator", "--bind",         c->bind, "--ready_fd",         c->fd,
+        "--job_id",       a->job_id,     "--worker_num",   c->wn,   "--local_worker_num", c->lwn,
+        "--max_restarts", c->mr,         "--node_timeout", c->nt,   "--cluster_time_out", c->ct,
+        "--log_level",    c->ll,         "--last_call",    c->lc};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(fixed); i++)
-        argv[k++] = (char *)fixed[i];
+        c->argv[k++] = (char *)fixed[i];
     if (a->o->max_nodes > a->o->min_nodes) {
-        argv[k++] = "--nnodes";
-        argv[k++] = a_nn;
+        c->argv[k++] = "--nnodes";
+        c->argv[k++] = c->nn;
     }
     if (a->state_file[0]) {
         /* The file lives in the job's directory, removed when this msrun
          * ends: it serves a coordinator restarted by this msrun, in this
          * boot, so a save need not wait for the disk. */
-        argv[k++] = "--state_file";
-        argv[k++] = a->state_file;
-        argv[k++] = "--state_sync";
-        argv[k++] = "process";
+        c->argv[k++] = "--state_file";
+        c->argv[k++] = a->state_file;
+        c->argv[k++] = "--state_sync";
+        c->argv[k++] = "process";
     }
     const char *tls_flags[][2] = {
         {"--tls_cert", a->o->tls_cert}, {"--tls_key", a->o->tls_key}, {"--tls_ca", a->o->tls_ca}};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(tls_flags); i++) {
         if (tls_flags[i][1]) {
-            argv[k++] = (char *)tls_flags[i][0];
-            argv[k++] = (char *)tls_flags[i][1];
+            c->argv[k++] = (char *)tls_flags[i][0];
+            c->argv[k++] = (char *)tls_flags[i][1];
         }
     }
-    char a_store[3][24];
     const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
     const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
     for (int i = 0; i < 3; i++) {
         if (store[i] <= 0)
             continue; /* the coordinator's default */
-        snprintf(a_store[i], sizeof a_store[i], "%lld", (long long)store[i]);
-        argv[k++] = (char *)store_opt[i];
-        argv[k++] = a_store[i];
+        snprintf(c->store[i], sizeof c->store[i], "%lld", (long long)store[i]);
+        c->argv[k++] = (char *)store_opt[i];
+        c->argv[k++] = c->store[i];
     }
-    argv[k] = NULL;
+    c->argv[k] = NULL;
+}
+
+msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready_fd_p)
+{
+    coord_argv_t c;
+    coord_argv(a, bind_addr, &c);
     /* The token travels in the environment, not on the command line; the
      * environment is built here, before fork. */
     char token_var[MSR_TOKEN_MAX + 16];
@@ -99,7 +108,7 @@ msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready
     }
     msr_spawn_options_t so = {
         .path = "/proc/self/exe",
-        .argv = argv,
+        .argv = c.argv,
         .envp = envp,
         .stdio = {{MSR_SPAWN_DEVNULL, -1}, {MSR_SPAWN_INHERIT, -1}, {MSR_SPAWN_INHERIT, -1}},
         .extra_fd = ready[1],
@@ -185,6 +194,76 @@ int start_coordinator(agent_t *a, const char *bind_addr)
     return port;
 }
 
+/* A restart of the embedded coordinator ends: port > 0 it listens, else
+ * it failed (msr_err_msg() says why) and no child is left. */
+static void coord_restart_done(agent_t *a, int port)
+{
+    event_free(a->coord_ready_ev);
+    a->coord_ready_ev = NULL;
+    close(a->coord_ready_fd);
+    a->coord_ready_fd = -1;
+    if (port > 0) {
+        MSR_WARN("the embedded coordinator exited (%s); restarted it on %s", a->coord_exit_how,
+                 a->coord_bind);
+        return;
+    }
+    MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", a->coord_exit_how,
+              msr_err_msg());
+    msr_coord_child_kill(a);
+}
+
+static void on_coord_ready(evutil_socket_t fd, short what, void *arg)
+{
+    agent_t *a = arg;
+    int port;
+    if (what & EV_TIMEOUT) {
+        msr_err_set("it did not say its port within %d s", MSR_COORD_READY_MS / 1000);
+        port = -1;
+    } else if ((port = msr_coord_ready_feed(&a->coord_ready, fd)) == 0) {
+        return;
+    }
+    coord_restart_done(a, port);
+}
+
+/* Starts a new coordinator on the same address and state file, and watches
+ * its ready pipe from the loop: heartbeats, worker exits and signals are
+ * served while it comes up. */
+void msr_coord_child_restart(agent_t *a, const char *how)
+{
+    if (a->coord_ready_fd >= 0)
+        return; /* one under way */
+    a->coord_restarts++;
+    snprintf(a->coord_exit_how, sizeof a->coord_exit_how, "%s", how);
+    int fd;
+    if (msr_coord_child_spawn(a, a->coord_bind, &fd) != MSR_OK) {
+        MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", how,
+                  msr_err_msg());
+        return;
+    }
+    msr_fd_set_nonblock(fd, 1);
+    a->coord_ready = (msr_coord_ready_t){.got = 0};
+    a->coord_ready_fd = fd;
+    a->coord_ready_ev = event_new(a->base, fd, EV_READ | EV_PERSIST, on_coord_ready, a);
+    struct timeval tv = {MSR_COORD_READY_MS / 1000, 0};
+    if (a->coord_ready_ev == NULL || event_add(a->coord_ready_ev, &tv) != 0) {
+        msr_err_set("out of memory");
+        coord_restart_done(a, -1);
+    }
+}
+
+int msr_coord_child_exited(agent_t *a, const char *how)
+{
+    if (a->coord_ready_fd < 0)
+        return 1;
+    /* a restarted one ended before or right after saying its port */
+    msr_err_clear();
+    int port = msr_coord_ready_feed(&a->coord_ready, a->coord_ready_fd);
+    if (port <= 0 && msr_err_msg()[0] == '\0')
+        msr_err_set("it exited (%s)", how);
+    coord_restart_done(a, port > 0 ? port : -1);
+    return port > 0;
+}
+
 /* Whether an msrun coordinator of this job answers at target. With
  * wait_for_ready, waits up to 2 s for it to come up; without, a refused
  * connection answers at once. */
@@ -204,107 +283,133 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_f
     return st;
 }
 
+/* Standalone: the coordinator on loopback, on a free port. */
+static int setup_standalone(agent_t *a)
+{
+    snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
+    snprintf(a->host, sizeof a->host, "127.0.0.1");
+    int port = start_coordinator(a, "127.0.0.1:0");
+    if (port < 0) {
+        fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", msr_err_msg());
+        return 2;
+    }
+    a->coord_port = port;
+    snprintf(a->coord_bind, sizeof a->coord_bind, "127.0.0.1:%d", port);
+    return 0;
+}
+
+/* The job's token when none was given: only the node that starts the
+ * coordinator may make one up; the others cannot guess it (that is the
+ * point). Sets *generated when it made one. */
+static int decide_token(agent_t *a, int here, int *generated)
+{
+    *generated = 0;
+    if (a->token[0] != '\0')
+        return 0;
+    if (!here) {
+        fprintf(stderr, "msrun: error: no job token: every node of a multi-node job needs the "
+                        "job's token; give this node the one node 0 generated (it printed where "
+                        "it wrote it), or give every node the same with --token_file FILE "
+                        "(mode 0600) or MSRUN_TOKEN\n");
+        return 2;
+    }
+    if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
+        return 2;
+    }
+    *generated = 1;
+    return 0;
+}
+
+/* The port could not be bound: taken by this job's coordinator (another
+ * msrun on this host started it), which is fine, or by something else. */
+static int port_taken(agent_t *a, const char *target, const char *err, int generated)
+{
+    char perr[400];
+    msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
+    if (st == MSR_ERR_PERMISSION && generated) {
+        fprintf(stderr,
+                "msrun: error: port %d on %s is in use by a msrun coordinator and this node has "
+                "no job token: if it is this job's, give this node the job's token "
+                "(--token_file FILE or MSRUN_TOKEN)\n",
+                a->coord_port, a->coord_ip);
+        return 2;
+    }
+    if (st == MSR_ERR_PERMISSION) {
+        fprintf(stderr,
+                "msrun: error: port %d on %s is in use by another msrun job (its token "
+                "differs)\n",
+                a->coord_port, a->coord_ip);
+        return 2;
+    }
+    if (st != MSR_OK) {
+        if (strstr(err, "in use"))
+            fprintf(stderr,
+                    "msrun: error: port %d on %s is in use by another program (no msrun "
+                    "coordinator answers there)\n",
+                    a->coord_port, a->coord_ip);
+        else
+            fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n", target, err);
+        return 2;
+    }
+    MSR_INFO("joining the coordinator another msrun started at %s", target);
+    return 0;
+}
+
+/* A generated token goes where the other nodes' users can fetch it: a file
+ * only this user can read, never a log line that others may read. */
+static int share_token(agent_t *a)
+{
+    snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
+    if (msr_token_write_file(a->token_file, a->token) != MSR_OK) {
+        a->token_file[0] = '\0';
+        fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
+        return 2;
+    }
+    MSR_WARN("no job token given: generated one in %s (readable only by you); start the other "
+             "nodes with --token_file set to a copy of that file (mode 0600), or with "
+             "MSRUN_TOKEN set to its content",
+             a->token_file);
+    return 0;
+}
+
 /* Decides where the coordinator is, starting it here when this node should. */
 int setup_coordinator(agent_t *a)
 {
     msr_options_t *o = a->o;
     if (o->master_addr == NULL) {
-        /* standalone: loopback, a free port */
-        snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
-        snprintf(a->host, sizeof a->host, "127.0.0.1");
-        int port = start_coordinator(a, "127.0.0.1:0");
-        if (port < 0) {
-            fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", msr_err_msg());
-            return 2;
-        }
-        a->coord_port = port;
-        snprintf(a->coord_bind, sizeof a->coord_bind, "127.0.0.1:%d", port);
-    } else {
-        if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
-            fprintf(stderr, "msrun: error: master_addr: %s\n", a->coord_ip);
-            return 2;
-        }
-        a->coord_port = o->master_port;
-        if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
-            snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
-        char target[300];
-        snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
-        char perr[400];
-        int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
-        int generated = 0;
-        if (a->token[0] == '\0') {
-            /* No token given: only the node that starts the coordinator may
-             * make one up; the others cannot guess it (that is the point). */
-            if (!here) {
-                fprintf(stderr,
-                        "msrun: error: no job token: every node of a multi-node job needs the "
-                        "job's token; give this node the one node 0 generated (it printed where "
-                        "it wrote it), or give every node the same with --token_file FILE "
-                        "(mode 0600) or MSRUN_TOKEN\n");
-                return 2;
-            }
-            if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
-                fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
-                return 2;
-            }
-            generated = 1;
-        }
-        if (here && !generated && probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
-            /* another msrun on this host already started it */
-            MSR_DEBUG("joining the coordinator already running at %s", target);
-        } else if (msr_net_is_local(a->coord_ip) && o->node_rank <= 0) {
-            snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
-            int port = start_coordinator(a, target);
-            char err[600];
-            snprintf(err, sizeof err, "%s", msr_err_msg());
-            if (port < 0) {
-                /* Taken: by this job's coordinator (another msrun on this host
-                 * started it), or by something else. */
-                msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
-                if (st == MSR_ERR_PERMISSION && generated) {
-                    fprintf(stderr,
-                            "msrun: error: port %d on %s is in use by a msrun coordinator and "
-                            "this node has no job token: if it is this job's, give this node "
-                            "the job's token (--token_file FILE or MSRUN_TOKEN)\n",
-                            a->coord_port, a->coord_ip);
-                    return 2;
-                }
-                if (st == MSR_ERR_PERMISSION) {
-                    fprintf(stderr,
-                            "msrun: error: port %d on %s is in use by another msrun job "
-                            "(its token differs)\n",
-                            a->coord_port, a->coord_ip);
-                    return 2;
-                }
-                if (st != MSR_OK) {
-                    if (strstr(err, "in use"))
-                        fprintf(stderr,
-                                "msrun: error: port %d on %s is in use by another program (no "
-                                "msrun coordinator answers there)\n",
-                                a->coord_port, a->coord_ip);
-                    else
-                        fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n",
-                                target, err);
-                    return 2;
-                }
-                MSR_INFO("joining the coordinator another msrun started at %s", target);
-            } else if (generated && (o->max_nodes > 1 || o->worker_num > o->local_worker_num)) {
-                /* The others need it: in a file only this user can read,
-                 * never in a log line that others may read. */
-                snprintf(a->token_file, sizeof a->token_file, "%s/token", a->job_dir);
-                if (msr_token_write_file(a->token_file, a->token) != MSR_OK) {
-                    a->token_file[0] = '\0';
-                    fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
-                    return 2;
-                }
-                MSR_WARN("no job token given: generated one in %s (readable only by you); start "
-                         "the other nodes with --token_file set to a copy of that file (mode "
-                         "0600), or with MSRUN_TOKEN set to its content",
-                         a->token_file);
-            }
-        }
+        int rc = setup_standalone(a);
+        if (rc == 0)
+            snprintf(a->coord_target, sizeof a->coord_target, "%s:%d", a->coord_ip, a->coord_port);
+        return rc;
     }
-    snprintf(a->coord_target, sizeof a->coord_target, "%s:%d", a->coord_ip, a->coord_port);
+    if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
+        fprintf(stderr, "msrun: error: master_addr: %s\n", a->coord_ip);
+        return 2;
+    }
+    a->coord_port = o->master_port;
+    if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
+        snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
+    char target[300], perr[400];
+    snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
+    snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
+    int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
+    int generated, rc = decide_token(a, here, &generated);
+    if (rc != 0 || !here)
+        return rc;
+    if (!generated && probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+        /* another msrun on this host already started it */
+        MSR_DEBUG("joining the coordinator already running at %s", target);
+        return 0;
+    }
+    snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
+    if (start_coordinator(a, target) < 0) {
+        char err[600];
+        snprintf(err, sizeof err, "%s", msr_err_msg());
+        return port_taken(a, target, err, generated);
+    }
+    if (generated && (o->max_nodes > 1 || o->worker_num > o->local_worker_num))
+        return share_token(a);
     return 0;
 }
 

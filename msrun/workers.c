@@ -300,6 +300,36 @@ static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_b
     return MSR_OK;
 }
 
+/* Opens worker w's log file in --log_dir: this user's only (0600), and
+ * never through a symbolic link planted in the log's place (O_NOFOLLOW
+ * refuses it: ELOOP). */
+static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e)
+{
+    char name[64];
+    struct stat sb;
+    snprintf(name, sizeof name, "worker_%d.log", w->rank);
+    w->log_fd = openat(e->log_dir_fd, name,
+                       O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (w->log_fd < 0) {
+        msr_err_set("cannot open log file %s/%s: %s", e->log_dir, name,
+                    errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        return MSR_ERR_SYSTEM;
+    }
+    if (fstat(w->log_fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+        msr_err_set("log file %s/%s is not a regular file of this user", e->log_dir, name);
+        close(w->log_fd);
+        w->log_fd = -1;
+        return MSR_ERR_SYSTEM;
+    }
+    msr_fd_set_nonblock(w->log_fd, 0);
+    if (e->generation > 0) {
+        char line[80];
+        int n = snprintf(line, sizeof line, "---- msrun: generation %d ----\n", e->generation);
+        msr_write_all(w->log_fd, line, (size_t)n);
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *e,
                               int local_rank, int show)
 {
@@ -316,33 +346,8 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     char **envp = build_env(e, local_rank);
     if (envp == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
-    if (e->log_dir) {
-        char name[64];
-        struct stat sb;
-        snprintf(name, sizeof name, "worker_%d.log", w->rank);
-        /* This user's only (0600), and never through a symbolic link planted
-         * in the log's place: O_NOFOLLOW refuses it (ELOOP). */
-        w->log_fd =
-            openat(e->log_dir_fd, name,
-                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-        if (w->log_fd < 0) {
-            msr_err_set("cannot open log file %s/%s: %s", e->log_dir, name,
-                        errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-            goto err_env;
-        }
-        if (fstat(w->log_fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
-            msr_err_set("log file %s/%s is not a regular file of this user", e->log_dir, name);
-            close(w->log_fd);
-            w->log_fd = -1;
-            goto err_env;
-        }
-        msr_fd_set_nonblock(w->log_fd, 0);
-        if (e->generation > 0) {
-            char line[80];
-            int n = snprintf(line, sizeof line, "---- msrun: generation %d ----\n", e->generation);
-            msr_write_all(w->log_fd, line, (size_t)n);
-        }
-    }
+    if (e->log_dir && open_worker_log(w, e) != MSR_OK)
+        goto err_env;
     cpu_set_t cpus;
     int pin = e->bind_core && cpu_share(local_rank, e->local_world_size, &cpus) == 0;
     if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
