@@ -9,8 +9,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include <grpc/status.h>
-
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/heap.h"
@@ -51,7 +49,8 @@ static int must_hold(const msr_coord_t *c)
     return !c->closing && (msr_coord_persist_pending(c) || !msr_list_empty(&c->held));
 }
 
-static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, int code, const char *message)
+static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code_t code,
+                    const char *message)
 {
     size_t mlen = message ? strlen(message) : 0;
     held_t *h = msr_malloc(sizeof *h + mlen + 1);
@@ -67,7 +66,7 @@ static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, int code, cons
     return h;
 }
 
-static void answer_fail(msr_coord_t *c, void *call, int code, const char *message)
+static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message)
 {
     if (must_hold(c) && hold(c, call, NULL, code, message) != NULL)
         return;
@@ -86,7 +85,7 @@ static void answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob)
     atomic_fetch_add(&blob->refs, 1);
     if (hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
@@ -99,14 +98,14 @@ static void reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
     msr_blob_t *blob = blob_pack(resp);
     if (blob == NULL || hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
-static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -127,7 +126,7 @@ static void release_held(msr_coord_t *c, const char *why)
         msr_list_remove(&h->link);
         c->responder.set_data(h->call, NULL);
         if (why)
-            c->responder.fail(h->call, GRPC_STATUS_INTERNAL, why);
+            c->responder.fail(h->call, MSR_RPC_INTERNAL, why);
         else if (h->blob)
             c->responder.reply_blob(h->call, h->blob);
         else
@@ -227,7 +226,7 @@ static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     if (r == NULL)
         return 0;
     if (r->method != (uint32_t)method) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "request id %" PRIu64 " of client %016" PRIx64 " was used by a %s before", request_id,
              client_id,
              r->method < MSR_RPC_METHOD_COUNT ? msr_rpc_methods[r->method].name : "another call");
@@ -235,7 +234,7 @@ static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     }
     msr_blob_t *b = msr_malloc(sizeof *b + r->len);
     if (b == NULL) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 1;
     }
     atomic_init(&b->refs, 1);
@@ -502,7 +501,7 @@ static void store_reset(msr_coord_t *c, const char *why)
         }
         void *call = w->call;
         waiter_free(c, w); /* moves another timer into this slot */
-        fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
+        fail(c, call, MSR_RPC_ABORTED, "%s", why);
     }
     /* Waits with no deadline are not in the heap: walk the records. */
     msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
@@ -518,7 +517,7 @@ static void store_reset(msr_coord_t *c, const char *why)
                     waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
                     void *call = w->call;
                     waiter_free(c, w);
-                    fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
+                    fail(c, call, MSR_RPC_ABORTED, "%s", why);
                 }
             }
         }
@@ -560,7 +559,7 @@ static int name_admit(msr_coord_t *c, void *call, const char *what, const char *
                                    msr_store_entry_bytes(strlen(name), 0) + more_bytes, err,
                                    sizeof err) == MSR_OK)
         return 1;
-    fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+    fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
     return 0;
 }
 
@@ -637,7 +636,7 @@ static int check_generation(msr_coord_t *c, void *call, int generation)
 {
     if (generation == c->generation)
         return 1;
-    fail(c, call, GRPC_STATUS_ABORTED,
+    fail(c, call, MSR_RPC_ABORTED,
          "stale generation %d: the job is at generation %d (this process belongs to a round "
          "that has ended)",
          generation, c->generation);
@@ -648,7 +647,7 @@ static int check_key(msr_coord_t *c, void *call, const char *what, const char *k
 {
     if (msr_rpc_key_valid(key))
         return 1;
-    fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
+    fail(c, call, MSR_RPC_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
          MSR_KEY_MAX);
     return 0;
 }
@@ -707,14 +706,14 @@ static int store_put(msr_coord_t *c, void *call, const char *key, const void *da
     char err[512];
     if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
                                len, err, sizeof err) != MSR_OK) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
         return 0;
     }
     kv_t *v = kv_new(data, len);
     void *old = NULL;
     if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
         msr_free(v);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 0;
     }
     msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
@@ -745,7 +744,7 @@ static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
         return;
     }
     if (req->wait_ms == 0) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND, "key '%.200s' not found", req->key);
+        fail(c, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
         return;
     }
     getwait_t *gw = msr_map_get(&c->getwait, req->key);
@@ -756,7 +755,7 @@ static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
         gw = msr_calloc(1, sizeof *gw + kl + 1);
         if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
             msr_free(gw);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         memcpy(gw->key, req->key, kl + 1);
@@ -768,7 +767,7 @@ static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
             getwait_drop(c, gw);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     snprintf(w->what, sizeof w->what, "key '%.200s' was not set", req->key);
@@ -793,13 +792,13 @@ static void do_add(msr_coord_t *c, void *call, const Msr__AddRequest *req)
     int64_t value = 0;
     kv_t *v = msr_map_get(&c->store, req->key);
     if (v && !parse_counter(v, &value)) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "add: key '%.200s' holds a value that is not a counter", req->key);
         return;
     }
     if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
         (req->delta < 0 && value < INT64_MIN - req->delta)) {
-        fail(c, call, GRPC_STATUS_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
+        fail(c, call, MSR_RPC_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
         return;
     }
     value += req->delta;
@@ -861,7 +860,7 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
     uint32_t weight = req->weight ? req->weight : 1;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name, req->count,
              most);
         return;
@@ -874,7 +873,7 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
         b = msr_calloc(1, sizeof *b + nl + 1);
         if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
             msr_free(b);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         memcpy(b->name, req->name, nl + 1);
@@ -882,13 +881,13 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
         msr_list_init(&b->waiters);
         msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
     } else if (b->count != req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "barrier '%.200s': count %u differs from the %u given by earlier participants",
              req->name, req->count, b->count);
         return;
     }
     if (weight > b->count - b->arrived) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "barrier '%.200s': %u more participants than its count of %u", req->name,
              weight - (b->count - b->arrived), b->count);
         if (msr_list_empty(&b->waiters)) {
@@ -907,7 +906,7 @@ static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *re
                 barrier_unlist(c, b);
                 barrier_free(b);
             }
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
@@ -961,20 +960,20 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         return;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
              req->count, most);
         return;
     }
     if (req->n_entries == 0 || req->n_entries > req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "allgather '%.200s': %zu contributions for a count of %u", req->name, req->n_entries,
              req->count);
         return;
     }
     gather_t *g = msr_map_get(&c->gathers, req->name);
     if (g != NULL && g->count != req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "allgather '%.200s': count %u differs from the %u given by earlier participants",
              req->name, req->count, g->count);
         return;
@@ -987,8 +986,8 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         const Msr__Contribution *e = req->entries[i];
         if (e->index >= req->count || (g && g->entries[e->index].present) ||
             e->data.len > UINT32_MAX) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
-                 req->name, e->index,
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s", req->name,
+                 e->index,
                  e->index >= req->count      ? "not below the count"
                  : e->data.len <= UINT32_MAX ? "given twice"
                                              : "too large");
@@ -996,7 +995,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         }
         if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len, err,
                                          sizeof err) != MSR_OK) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
             return;
         }
         bytes += e->data.len;
@@ -1006,7 +1005,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
             return;
     } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes,
                                           err, sizeof err) != MSR_OK) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
         return;
     }
     int created = 0;
@@ -1020,7 +1019,7 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
             if (g)
                 msr_free(g->entries);
             msr_free(g);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         memcpy(g->name, req->name, nl + 1);
@@ -1069,10 +1068,10 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
             gather_free(g);
         }
         if (strcmp(bad, "out of memory") == 0)
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         else
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': an index is %s",
-                 req->name, bad);
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': an index is %s", req->name,
+                 bad);
         return;
     }
     /* Complete: pack the result once and send it to every participant. */
@@ -1087,12 +1086,12 @@ static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest
         if (blob)
             answer_blob(c, wcall, blob);
         else
-            fail(c, wcall, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, wcall, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
     if (blob)
         answer_blob(c, call, blob);
     else
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     msr_blob_unref(blob);
     gather_free(g);
 }
@@ -1279,7 +1278,7 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         void *call = w->call;
         n->hb = NULL;
         waiter_free(c, w);
-        fail(c, call, GRPC_STATUS_UNAVAILABLE, "node %s: %s", n->id, why);
+        fail(c, call, MSR_RPC_UNAVAILABLE, "node %s: %s", n->id, why);
     }
     MSR_WARN("job %s: node %d (%s, pid %d) %s", c->job_id, n->rank, n->host, n->pid, why);
     if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0) {
@@ -1395,16 +1394,31 @@ msr_status_t msr_coord_settings_valid(msr_coord_t *c)
     return MSR_OK;
 }
 
-#define MISMATCH(opt, mine, theirs)                                                                \
-    do {                                                                                           \
-        if ((mine) != (theirs)) {                                                                  \
-            MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id, \
-                     req->host, req->pid, opt, (int)(theirs), (int)(mine));                        \
-            fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,                                         \
-                 "this node's %s is %d but the job's is %d", opt, (int)(theirs), (int)(mine));     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+/* Whether a joining node's settings match the job's; refuses the call,
+ * naming the first that differs, when one does. */
+static int settings_match(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
+{
+    const struct {
+        const char *opt;
+        int mine, theirs;
+    } checks[] = {
+        {"worker_num", c->worker_num, req->worker_num},
+        {"local_worker_num", c->local_worker_num, req->local_worker_num},
+        {"max_restarts", c->max_restarts, req->max_restarts},
+        {"nnodes minimum", c->min_nodes, req->min_nodes},
+        {"nnodes maximum", c->max_nodes, req->max_nodes},
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(checks); i++) {
+        if (checks[i].mine == checks[i].theirs)
+            continue;
+        MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id,
+                 req->host, req->pid, checks[i].opt, checks[i].theirs, checks[i].mine);
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "this node's %s is %d but the job's is %d",
+             checks[i].opt, checks[i].theirs, checks[i].mine);
+        return 0;
+    }
+    return 1;
+}
 
 static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
 {
@@ -1412,21 +1426,21 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (req->protocol_version != MSR_PROTOCOL_VERSION) {
         MSR_WARN("refused node %s (pid %d): protocol version %u, the coordinator speaks %d", host,
                  req->pid, req->protocol_version, MSR_PROTOCOL_VERSION);
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
              "this node speaks protocol version %u but the coordinator speaks %d (mixed msrun "
              "versions?)",
              req->protocol_version, MSR_PROTOCOL_VERSION);
         return;
     }
     if (state_terminal(c->state)) {
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION, "the job has already %s",
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "the job has already %s",
              c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
         return;
     }
     if (!c->configured) {
         job_configure(c, req);
         if (msr_coord_settings_valid(c) != MSR_OK) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
                  "worker_num %d is not a positive multiple of local_worker_num %d", req->worker_num,
                  req->local_worker_num);
             /* Let a correct node configure the job instead. */
@@ -1442,26 +1456,23 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (strcmp(jid, c->job_id) != 0) {
         MSR_WARN("job %s: refused node %s (pid %d): its job id is '%s'", c->job_id, host, req->pid,
                  jid);
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
              "this node's job id is '%.100s' but the coordinator runs job '%.100s'", jid,
              c->job_id);
         return;
     }
-    MISMATCH("worker_num", c->worker_num, req->worker_num);
-    MISMATCH("local_worker_num", c->local_worker_num, req->local_worker_num);
-    MISMATCH("max_restarts", c->max_restarts, req->max_restarts);
-    MISMATCH("nnodes minimum", c->min_nodes, req->min_nodes);
-    MISMATCH("nnodes maximum", c->max_nodes, req->max_nodes);
+    if (!settings_match(c, call, req))
+        return;
     node_t *n = node_find(c, req->node_id);
     if (n == NULL && elastic(c) && req->node_rank >= 0) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "an elastic job (--nnodes %d:%d) assigns node ranks itself: leave --node_rank at -1",
              c->min_nodes, c->max_nodes);
         return;
     }
     if (n == NULL) {
         if (req->node_rank >= c->node_count) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
                  "node_rank %d is out of range: the job has %d nodes (0 .. %d)", req->node_rank,
                  c->node_count, c->node_count - 1);
             return;
@@ -1471,7 +1482,7 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
             if (m->alive && req->node_rank >= 0 && m->wanted_rank == req->node_rank) {
                 MSR_WARN("job %s: refused node %s (pid %d): node rank %d is taken by %s (pid %d)",
                          c->job_id, host, req->pid, req->node_rank, m->host, m->pid);
-                fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+                fail(c, call, MSR_RPC_FAILED_PRECONDITION,
                      "node rank %d is already taken by %s (pid %d)", req->node_rank, m->host,
                      m->pid);
                 return;
@@ -1479,13 +1490,13 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
         }
         int capacity = elastic(c) ? c->max_nodes : c->node_count;
         if (alive_nodes(c) >= capacity) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
                  capacity);
             return;
         }
         n = msr_coord_node_add(c, host);
         if (n == NULL) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         unsigned char rnd[12];
@@ -1525,7 +1536,7 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
 {
     node_t *n = node_find(c, req->node_id);
     if (n == NULL || !n->alive) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND,
+        fail(c, call, MSR_RPC_NOT_FOUND,
              n ? "this node was declared lost; join again"
                : "unknown node (the coordinator may have restarted); join again");
         return;
@@ -1563,13 +1574,13 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     node_t *n = node_find(c, req->node_id);
     Msr__ReportResponse r = MSR__REPORT_RESPONSE__INIT;
     if (n == NULL) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND, "unknown node; join again");
+        fail(c, call, MSR_RPC_NOT_FOUND, "unknown node; join again");
         return;
     }
     n->last_seen = msr_now_ns();
     const Msr__Failure *e = req->exit;
     if (e == NULL) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "report without an exit");
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "report without an exit");
         return;
     }
     if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
@@ -1639,7 +1650,7 @@ static void do_status(msr_coord_t *c, void *call)
     if (ns == NULL || nsp == NULL) {
         msr_free(ns);
         msr_free(nsp);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     uint64_t now = msr_now_ns();
@@ -1749,7 +1760,7 @@ void msr_coord_destroy(msr_coord_t *c)
             void *call = n->hb->call;
             waiter_free(c, n->hb);
             n->hb = NULL;
-            fail(c, call, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+            fail(c, call, MSR_RPC_UNAVAILABLE, "coordinator shutting down");
         }
     }
     store_reset(c, "coordinator shutting down");
@@ -1772,7 +1783,7 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
                     const ProtobufCMessage *req)
 {
     if ((unsigned)method >= MSR_RPC_METHOD_COUNT) {
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
         return;
     }
     c->calls[method]++;
@@ -1814,11 +1825,11 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         do_allgather(c, call, (const Msr__AllgatherRequest *)req);
         break;
     case MSR_RPC_BEAT:
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED,
+        fail(c, call, MSR_RPC_UNIMPLEMENTED,
              "Beat is served by a node's msrun, not by the coordinator");
         break;
     default:
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
     }
 }
 
@@ -1883,7 +1894,7 @@ static void waiter_expired(msr_coord_t *c, waiter_t *w)
         snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
     }
     waiter_withdraw(c, w);
-    answer_fail(c, call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
+    answer_fail(c, call, MSR_RPC_DEADLINE_EXCEEDED, msg);
 }
 
 void msr_coord_tick(msr_coord_t *c, uint64_t now)

@@ -32,7 +32,8 @@ typedef struct msr_coord_responder {
     void (*reply)(void *call, const ProtobufCMessage *resp);
     /* takes a reference of its own if it keeps the blob */
     void (*reply_blob)(void *call, msr_blob_t *blob);
-    void (*fail)(void *call, int grpc_code, const char *message);
+    /* code: an msr_rpc_code_t (gRPC's status code of the same number) */
+    void (*fail)(void *call, int code, const char *message);
     /* the client's deadline (msr_now_ns units; MSR_DEADLINE_NEVER if none) */
     uint64_t (*deadline)(void *call);
     const char *(*peer)(void *call);

@@ -34,9 +34,9 @@ typedef struct held {
     waiter_kind_t kind; /* W_HELD */
     msr_list_t link;    /* in msr_coord.held, oldest first */
     void *call;
-    msr_blob_t *blob; /* the packed answer, or NULL for a failure */
-    int code;         /* the failure's gRPC status */
-    char message[];   /* the failure's message */
+    msr_blob_t *blob;    /* the packed answer, or NULL for a failure */
+    msr_rpc_code_t code; /* the failure's status */
+    char message[];      /* the failure's message */
 } held_t;
 
 /* A write applied for (client_id, request_id), remembered so that a retry of
