@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/heap.h"
 #include "base/list.h"
 #include "base/map.h"
@@ -260,12 +261,10 @@ static uint64_t gather_table(uint32_t count)
 static int name_admit(msr_store_core_t *c, void *call, const char *what, const char *name,
                       uint64_t more_bytes)
 {
-    char err[512];
     if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
-                                   msr_store_entry_bytes(strlen(name), 0) + more_bytes, err,
-                                   sizeof err) == MSR_OK)
+                                   msr_store_entry_bytes(strlen(name), 0) + more_bytes) == MSR_OK)
         return 1;
-    fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
+    fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
     return 0;
 }
 
@@ -398,10 +397,9 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
 static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
 {
     const kv_t *cur = msr_map_get(&c->store, key);
-    char err[512];
     if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
-                               len, err, sizeof err) != MSR_OK) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
+                               len) != MSR_OK) {
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;
     }
     kv_t *v = kv_new(data, len);
@@ -676,7 +674,6 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
     /* Check every entry before taking any, so a bad request changes nothing
      * (a duplicate inside the request is caught while taking, and undone). */
     uint64_t bytes = 0;
-    char err[512];
     for (size_t i = 0; i < req->n_entries; i++) {
         const Msr__Contribution *e = req->entries[i];
         if (e->index >= req->count || (g && g->entries[e->index].present) ||
@@ -688,9 +685,9 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
                                              : "too large");
             return;
         }
-        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len, err,
-                                         sizeof err) != MSR_OK) {
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
+        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len) !=
+            MSR_OK) {
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
             return;
         }
         bytes += e->data.len;
@@ -698,9 +695,9 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
     if (g == NULL) {
         if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
             return;
-    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes,
-                                          err, sizeof err) != MSR_OK) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", err);
+    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0,
+                                          bytes) != MSR_OK) {
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return;
     }
     int created = 0;
