@@ -208,6 +208,16 @@ static void gather_free(void *v)
     msr_free(g);
 }
 
+/* Empties the store and frees the records of waits (their waiters gone). */
+static void records_free(msr_store_core_t *c)
+{
+    msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->getwait, getwait_free);
+    msr_map_cleanup(&c->barriers, barrier_free);
+    msr_map_cleanup(&c->gathers, gather_free);
+    memset(&c->usage, 0, sizeof c->usage);
+}
+
 void msr_store_core_reset(msr_store_core_t *c, const char *why)
 {
     for (msr_timer_t **pt = c->timers.items; pt && pt < c->timers.items + c->timers.count;) {
@@ -235,11 +245,7 @@ void msr_store_core_reset(msr_store_core_t *c, const char *why)
             }
         }
     }
-    msr_map_cleanup(&c->store, kv_free);
-    msr_map_cleanup(&c->getwait, getwait_free);
-    msr_map_cleanup(&c->barriers, barrier_free);
-    msr_map_cleanup(&c->gathers, gather_free);
-    memset(&c->usage, 0, sizeof c->usage);
+    records_free(c);
 }
 
 /* The most participants a barrier or allgather may have, as the user says;
@@ -868,10 +874,7 @@ void msr_store_core_destroy(msr_store_core_t *c)
             }
         }
     }
-    msr_map_cleanup(&c->store, kv_free);
-    msr_map_cleanup(&c->getwait, getwait_free);
-    msr_map_cleanup(&c->barriers, barrier_free);
-    msr_map_cleanup(&c->gathers, gather_free);
+    records_free(c);
     msr_heap_cleanup(&c->timers);
     msr_free(c);
 }
