@@ -150,11 +150,12 @@ static void wait_change(msr_local_store_t *ls, uint64_t deadline)
         pthread_cond_wait(&ls->changed, &ls->lock);
         return;
     }
-    if (msr_deadline_passed(deadline))
+    uint64_t now = msr_now_ns();
+    if (deadline <= now)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t left = deadline - msr_now_ns();
+    uint64_t left = deadline - now;
     uint64_t ns = (uint64_t)ts.tv_nsec + left % 1000000000ull;
     ts.tv_sec += (time_t)(left / 1000000000ull + ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
