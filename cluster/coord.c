@@ -279,6 +279,18 @@ static int state_forming(Msr__JobState s)
 
 /* ---- waiters ---- */
 
+/* A held call is answered 200 ms before its client's deadline, so the
+ * client hears why (MSR_DEADLINE_NEVER when the client set none). */
+static uint64_t answer_by(const msr_coord_t *c, void *call)
+{
+    uint64_t client = c->responder.deadline(call);
+    if (client == MSR_DEADLINE_NEVER)
+        return MSR_DEADLINE_NEVER;
+    uint64_t margin = 200 * 1000000ull;
+    uint64_t now = msr_now_ns();
+    return client > now + margin ? client - margin : now;
+}
+
 static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void *owner,
                             msr_list_t *list, int64_t wait_ms)
 {
@@ -290,16 +302,10 @@ static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void
     w->call = call;
     w->owner = owner;
     msr_list_init(&w->link);
-    /* Answer before the client's own deadline, so it hears why. */
     uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
-    uint64_t client = c->responder.deadline(call);
-    if (client != MSR_DEADLINE_NEVER) {
-        uint64_t margin = 200 * 1000000ull;
-        uint64_t now = msr_now_ns();
-        uint64_t cl = client > now + margin ? client - margin : now;
-        if (cl < deadline)
-            deadline = cl;
-    }
+    uint64_t by = answer_by(c, call);
+    if (by < deadline)
+        deadline = by;
     if (deadline != MSR_DEADLINE_NEVER &&
         msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
         msr_free(w);
@@ -459,17 +465,9 @@ static void s_fail(void *ctx, void *call, msr_rpc_code_t code, const char *messa
     answer_fail(ctx, call, code, message);
 }
 
-/* A held store call is answered 200 ms before its client's deadline, so the
- * client hears why. */
 static uint64_t s_deadline(void *ctx, void *call)
 {
-    msr_coord_t *c = ctx;
-    uint64_t client = c->responder.deadline(call);
-    if (client == MSR_DEADLINE_NEVER)
-        return MSR_DEADLINE_NEVER;
-    uint64_t margin = 200 * 1000000ull;
-    uint64_t now = msr_now_ns();
-    return client > now + margin ? client - margin : now;
+    return answer_by(ctx, call);
 }
 
 static void s_set_data(void *ctx, void *call, void *data)
