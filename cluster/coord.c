@@ -9,8 +9,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include <grpc/status.h>
-
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/heap.h"
@@ -24,23 +22,6 @@
 
 /* ---- small helpers ---- */
 
-void msr_blob_unref(msr_blob_t *blob)
-{
-    if (blob && atomic_fetch_sub(&blob->refs, 1) == 1)
-        msr_free(blob);
-}
-
-static msr_blob_t *blob_pack(const ProtobufCMessage *msg)
-{
-    size_t len = protobuf_c_message_get_packed_size(msg);
-    msr_blob_t *b = msr_malloc(sizeof *b + len);
-    if (b == NULL)
-        return NULL;
-    atomic_init(&b->refs, 1);
-    b->len = protobuf_c_message_pack(msg, b->data);
-    return b;
-}
-
 /* ---- answers: given now, or held until what they may reflect is saved ---- */
 
 /* Whether answers must wait for a save: something changed since the last
@@ -51,7 +32,8 @@ static int must_hold(const msr_coord_t *c)
     return !c->closing && (msr_coord_persist_pending(c) || !msr_list_empty(&c->held));
 }
 
-static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, int code, const char *message)
+static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code_t code,
+                    const char *message)
 {
     size_t mlen = message ? strlen(message) : 0;
     held_t *h = msr_malloc(sizeof *h + mlen + 1);
@@ -67,7 +49,7 @@ static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, int code, cons
     return h;
 }
 
-static void answer_fail(msr_coord_t *c, void *call, int code, const char *message)
+static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message)
 {
     if (must_hold(c) && hold(c, call, NULL, code, message) != NULL)
         return;
@@ -86,7 +68,7 @@ static void answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob)
     atomic_fetch_add(&blob->refs, 1);
     if (hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
@@ -96,17 +78,17 @@ static void reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
         c->responder.reply(call, resp);
         return;
     }
-    msr_blob_t *blob = blob_pack(resp);
+    msr_blob_t *blob = msr_blob_pack(resp);
     if (blob == NULL || hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
-static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static void fail(msr_coord_t *c, void *call, int code, const char *fmt, ...)
+static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -127,7 +109,7 @@ static void release_held(msr_coord_t *c, const char *why)
         msr_list_remove(&h->link);
         c->responder.set_data(h->call, NULL);
         if (why)
-            c->responder.fail(h->call, GRPC_STATUS_INTERNAL, why);
+            c->responder.fail(h->call, MSR_RPC_INTERNAL, why);
         else if (h->blob)
             c->responder.reply_blob(h->call, h->blob);
         else
@@ -227,7 +209,7 @@ static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     if (r == NULL)
         return 0;
     if (r->method != (uint32_t)method) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "request id %" PRIu64 " of client %016" PRIx64 " was used by a %s before", request_id,
              client_id,
              r->method < MSR_RPC_METHOD_COUNT ? msr_rpc_methods[r->method].name : "another call");
@@ -235,7 +217,7 @@ static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     }
     msr_blob_t *b = msr_malloc(sizeof *b + r->len);
     if (b == NULL) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 1;
     }
     atomic_init(&b->refs, 1);
@@ -279,6 +261,18 @@ static int state_forming(Msr__JobState s)
 
 /* ---- waiters ---- */
 
+/* A held call is answered 200 ms before its client's deadline, so the
+ * client hears why (MSR_DEADLINE_NEVER when the client set none). */
+static uint64_t answer_by(const msr_coord_t *c, void *call)
+{
+    uint64_t client = c->responder.deadline(call);
+    if (client == MSR_DEADLINE_NEVER)
+        return MSR_DEADLINE_NEVER;
+    uint64_t margin = 200 * 1000000ull;
+    uint64_t now = msr_now_ns();
+    return client > now + margin ? client - margin : now;
+}
+
 static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void *owner,
                             msr_list_t *list, int64_t wait_ms)
 {
@@ -290,16 +284,10 @@ static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void
     w->call = call;
     w->owner = owner;
     msr_list_init(&w->link);
-    /* Answer before the client's own deadline, so it hears why. */
     uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
-    uint64_t client = c->responder.deadline(call);
-    if (client != MSR_DEADLINE_NEVER) {
-        uint64_t margin = 200 * 1000000ull;
-        uint64_t now = msr_now_ns();
-        uint64_t cl = client > now + margin ? client - margin : now;
-        if (cl < deadline)
-            deadline = cl;
-    }
+    uint64_t by = answer_by(c, call);
+    if (by < deadline)
+        deadline = by;
     if (deadline != MSR_DEADLINE_NEVER &&
         msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
         msr_free(w);
@@ -380,641 +368,100 @@ static node_t *member_of_rank(const msr_coord_t *c, int rank)
     return NULL;
 }
 
-/* ---- the store ---- */
+/* ---- the store (rendezvous/store_core.c) and how it answers here ---- */
 
-static void kv_free(void *v)
+static void s_reply(void *ctx, void *call, const ProtobufCMessage *resp)
 {
-    msr_free(v);
+    reply(ctx, call, resp);
 }
 
-static void getwait_free(void *v)
+static void s_reply_blob(void *ctx, void *call, msr_blob_t *blob)
 {
-    msr_free(v);
+    answer_blob(ctx, call, blob);
 }
 
-static void barrier_free(void *v)
+static void s_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
 {
-    barrier_t *b = v;
-    if (b)
-        msr_free(b);
+    answer_fail(ctx, call, code, message);
 }
 
-static void gather_free(void *v)
+static uint64_t s_deadline(void *ctx, void *call)
 {
-    gather_t *g = v;
-    if (g == NULL)
+    return answer_by(ctx, call);
+}
+
+static void s_set_data(void *ctx, void *call, void *data)
+{
+    ((msr_coord_t *)ctx)->responder.set_data(call, data);
+}
+
+static void *s_get_data(void *ctx, void *call)
+{
+    return ((msr_coord_t *)ctx)->responder.get_data(call);
+}
+
+static int s_request_seen(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                          uint64_t request_id)
+{
+    return request_seen(ctx, call, method, client_id, request_id);
+}
+
+static void s_reply_write(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                          uint64_t request_id, const ProtobufCMessage *resp)
+{
+    reply_write(ctx, call, method, client_id, request_id, resp);
+}
+
+/* Notes a key as changed for the next save (with a state file). */
+static void s_key_changed(void *ctx, const char *key)
+{
+    msr_coord_t *c = ctx;
+    if (c->config.state_file == NULL || *c->config.state_file == '\0' ||
+        msr_map_get(&c->dirty_keys, key) != NULL)
         return;
-    for (uint32_t i = 0; i < g->count; i++)
-        msr_free(g->entries[i].data);
-    msr_free(g->entries);
-    msr_free(g);
+    if (msr_map_put(&c->dirty_keys, key, (void *)1, NULL) != MSR_OK)
+        c->need_snapshot = 1; /* the next save writes everything instead */
 }
 
-/* Fails every waiting store call and empties the store: a new generation
- * starts from nothing. */
-static void store_reset(msr_coord_t *c, const char *why)
+static int s_generation(void *ctx)
 {
-    for (msr_timer_t **pt = c->timers.items; pt && pt < c->timers.items + c->timers.count;) {
-        waiter_t *w = MSR_CONTAINER_OF(*pt, waiter_t, timer);
-        if (w->kind == W_HEARTBEAT) {
-            pt++;
-            continue;
-        }
-        void *call = w->call;
-        waiter_free(c, w); /* moves another timer into this slot */
-        fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
-    }
-    /* Waits with no deadline are not in the heap: walk the records. */
-    msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
-    for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
-        for (size_t i = 0; i < maps[m]->nbuckets; i++) {
-            for (msr_map_entry_t *e = maps[m]->buckets[i]; e; e = e->next) {
-                msr_list_t *list = m == 0   ? &((getwait_t *)e->value)->waiters
-                                   : m == 1 ? &((barrier_t *)e->value)->waiters
-                                            : &((gather_t *)e->value)->waiters;
-                msr_list_t *pos, *tmp;
-                msr_list_for_each_safe(pos, tmp, list)
-                {
-                    waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-                    void *call = w->call;
-                    waiter_free(c, w);
-                    fail(c, call, GRPC_STATUS_ABORTED, "%s", why);
-                }
-            }
-        }
-    }
-    msr_map_cleanup(&c->store, kv_free);
-    msr_map_cleanup(&c->dirty_keys, NULL);
-    msr_coord_requests_clear(c);
-    c->store_cleared = 1;
-    msr_map_cleanup(&c->getwait, getwait_free);
-    msr_map_cleanup(&c->barriers, barrier_free);
-    msr_map_cleanup(&c->gathers, gather_free);
-    memset(&c->usage, 0, sizeof c->usage);
+    return ((msr_coord_t *)ctx)->generation;
 }
 
 /* The most participants a barrier or allgather may have: the ranks of the
  * running generation (the job's world size before it first forms). When no
  * node ever joined (workers that reach the coordinator directly, started by
  * another launcher) the job's size is unknown: then only the store's byte
- * limit bounds an allgather, through its entry table (gather_table). */
-static uint32_t participants_max(const msr_coord_t *c)
+ * limit bounds an allgather. */
+static uint32_t s_participants_max(void *ctx)
 {
+    const msr_coord_t *c = ctx;
     int n = world_size(c) > 0 ? world_size(c) : c->worker_num;
     return n > 0 ? (uint32_t)n : UINT32_MAX;
 }
 
-/* The bytes an allgather of count entries takes before any contribution. */
-static uint64_t gather_table(uint32_t count)
-{
-    return (uint64_t)count * sizeof(gather_entry_t);
-}
+static const msr_store_ops_t store_ops = {
+    .reply = s_reply,
+    .reply_blob = s_reply_blob,
+    .fail = s_fail,
+    .deadline = s_deadline,
+    .set_data = s_set_data,
+    .get_data = s_get_data,
+    .request_seen = s_request_seen,
+    .reply_write = s_reply_write,
+    .key_changed = s_key_changed,
+    .generation = s_generation,
+    .participants_max = s_participants_max,
+};
 
-/* Admits a new waited-on name into the store's usage, or refuses the call
- * with the limit it would pass. */
-static int name_admit(msr_coord_t *c, void *call, const char *what, const char *name,
-                      uint64_t more_bytes)
+/* Fails every waiting store call and empties the store: a new generation
+ * starts from nothing. */
+static void store_reset(msr_coord_t *c, const char *why)
 {
-    char err[512];
-    if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
-                                   msr_store_entry_bytes(strlen(name), 0) + more_bytes, err,
-                                   sizeof err) == MSR_OK)
-        return 1;
-    fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-    return 0;
-}
-
-/* Records leave their map and the store's usage. */
-static void getwait_drop(msr_coord_t *c, getwait_t *gw)
-{
-    msr_map_remove(&c->getwait, gw->key);
-    msr_store_usage_remove(&c->usage, gw->key, 0);
-    getwait_free(gw);
-}
-
-static void barrier_unlist(msr_coord_t *c, barrier_t *b)
-{
-    msr_map_remove(&c->barriers, b->name);
-    msr_store_usage_remove(&c->usage, b->name, 0);
-}
-
-static void gather_unlist(msr_coord_t *c, gather_t *g)
-{
-    msr_map_remove(&c->gathers, g->name);
-    msr_store_usage_remove(&c->usage, g->name, 0);
-    uint64_t held = g->bytes + gather_table(g->count);
-    c->usage.bytes = c->usage.bytes >= held ? c->usage.bytes - held : 0;
-}
-
-/* Takes back the contributions call gave to g. */
-static void gather_withdraw(msr_coord_t *c, gather_t *g, void *call)
-{
-    for (uint32_t i = 0; i < g->count && g->received > 0; i++) {
-        gather_entry_t *ge = &g->entries[i];
-        if (!ge->present || ge->call != call)
-            continue;
-        g->bytes -= ge->len;
-        c->usage.bytes = c->usage.bytes >= ge->len ? c->usage.bytes - ge->len : 0;
-        msr_free(ge->data);
-        memset(ge, 0, sizeof *ge);
-        g->received--;
-    }
-}
-
-/* A waiting store call gives up (its deadline passed, or it was
- * cancelled): what it brought is withdrawn (a barrier arrival, allgather
- * contributions), and the record goes once nobody waits on it, so a call
- * that gives up leaves nothing behind and may be made again. */
-static void waiter_withdraw(msr_coord_t *c, waiter_t *w)
-{
-    void *call = w->call;
-    waiter_kind_t kind = w->kind;
-    void *owner = w->owner;
-    uint32_t weight = w->weight;
-    waiter_free(c, w);
-    if (kind == W_GET) {
-        getwait_t *gw = owner;
-        if (msr_list_empty(&gw->waiters))
-            getwait_drop(c, gw);
-    } else if (kind == W_BARRIER) {
-        barrier_t *b = owner;
-        b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
-        if (msr_list_empty(&b->waiters)) {
-            barrier_unlist(c, b);
-            barrier_free(b);
-        }
-    } else if (kind == W_ALLGATHER) {
-        gather_t *g = owner;
-        gather_withdraw(c, g, call);
-        if (msr_list_empty(&g->waiters)) {
-            gather_unlist(c, g);
-            gather_free(g);
-        }
-    }
-}
-
-static int check_generation(msr_coord_t *c, void *call, int generation)
-{
-    if (generation == c->generation)
-        return 1;
-    fail(c, call, GRPC_STATUS_ABORTED,
-         "stale generation %d: the job is at generation %d (this process belongs to a round "
-         "that has ended)",
-         generation, c->generation);
-    return 0;
-}
-
-static int check_key(msr_coord_t *c, void *call, const char *what, const char *key)
-{
-    if (msr_rpc_key_valid(key))
-        return 1;
-    fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
-         MSR_KEY_MAX);
-    return 0;
-}
-
-static kv_t *kv_new(const void *data, size_t len)
-{
-    kv_t *v = msr_malloc(sizeof *v + len);
-    if (v == NULL)
-        return NULL;
-    v->len = len;
-    if (len)
-        memcpy(v->data, data, len);
-    return v;
-}
-
-static void reply_value(msr_coord_t *c, void *call, const kv_t *v)
-{
-    Msr__GetResponse r = MSR__GET_RESPONSE__INIT;
-    r.value.data = (uint8_t *)v->data;
-    r.value.len = v->len;
-    reply(c, call, &r.base);
-}
-
-/* Answers everyone waiting for key now that it has a value. */
-static void wake_getters(msr_coord_t *c, const char *key, const kv_t *v)
-{
-    getwait_t *gw = msr_map_get(&c->getwait, key);
-    if (gw == NULL)
-        return;
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &gw->waiters)
-    {
-        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *call = w->call;
-        waiter_free(c, w);
-        reply_value(c, call, v);
-    }
-    getwait_drop(c, gw);
-}
-
-/* Notes a key as changed for the next save (with a state file). */
-static int mark_key(msr_coord_t *c, const char *key)
-{
-    if (c->config.state_file == NULL || *c->config.state_file == '\0' ||
-        msr_map_get(&c->dirty_keys, key) != NULL)
-        return 1;
-    if (msr_map_put(&c->dirty_keys, key, (void *)1, NULL) == MSR_OK)
-        return 1;
-    c->need_snapshot = 1; /* the next save writes everything instead */
-    return 1;
-}
-
-static int store_put(msr_coord_t *c, void *call, const char *key, const void *data, size_t len)
-{
-    const kv_t *cur = msr_map_get(&c->store, key);
-    char err[512];
-    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
-                               len, err, sizeof err) != MSR_OK) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-        return 0;
-    }
-    kv_t *v = kv_new(data, len);
-    void *old = NULL;
-    if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
-        msr_free(v);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        return 0;
-    }
-    msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
-    kv_free(old);
-    mark_key(c, key);
-    wake_getters(c, key, v);
-    return 1;
-}
-
-static void do_set(msr_coord_t *c, void *call, const Msr__SetRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
-        request_seen(c, call, MSR_RPC_SET, req->client_id, req->request_id))
-        return;
-    if (store_put(c, call, req->key, req->value.data, req->value.len)) {
-        Msr__SetResponse r = MSR__SET_RESPONSE__INIT;
-        reply_write(c, call, MSR_RPC_SET, req->client_id, req->request_id, &r.base);
-    }
-}
-
-static void do_get(msr_coord_t *c, void *call, const Msr__GetRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
-        return;
-    kv_t *v = msr_map_get(&c->store, req->key);
-    if (v) {
-        reply_value(c, call, v);
-        return;
-    }
-    if (req->wait_ms == 0) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND, "key '%.200s' not found", req->key);
-        return;
-    }
-    getwait_t *gw = msr_map_get(&c->getwait, req->key);
-    if (gw == NULL) {
-        if (!name_admit(c, call, "get", req->key, 0))
-            return;
-        size_t kl = strlen(req->key);
-        gw = msr_calloc(1, sizeof *gw + kl + 1);
-        if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
-            msr_free(gw);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(gw->key, req->key, kl + 1);
-        msr_list_init(&gw->waiters);
-        msr_store_usage_put(&c->usage, gw->key, 0, 0, 0);
-    }
-    int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
-    if (w == NULL) {
-        if (msr_list_empty(&gw->waiters))
-            getwait_drop(c, gw);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        return;
-    }
-    snprintf(w->what, sizeof w->what, "key '%.200s' was not set", req->key);
-    w->wait_ms = wait;
-}
-
-static int parse_counter(const kv_t *v, int64_t *out)
-{
-    char text[32];
-    if (v->len == 0 || v->len >= sizeof text)
-        return 0;
-    memcpy(text, v->data, v->len);
-    text[v->len] = '\0';
-    return msr_parse_i64(text, INT64_MIN, INT64_MAX, out) == MSR_OK;
-}
-
-static void do_add(msr_coord_t *c, void *call, const Msr__AddRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
-        request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
-        return;
-    int64_t value = 0;
-    kv_t *v = msr_map_get(&c->store, req->key);
-    if (v && !parse_counter(v, &value)) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "add: key '%.200s' holds a value that is not a counter", req->key);
-        return;
-    }
-    if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
-        (req->delta < 0 && value < INT64_MIN - req->delta)) {
-        fail(c, call, GRPC_STATUS_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
-        return;
-    }
-    value += req->delta;
-    char text[32];
-    int n = snprintf(text, sizeof text, "%" PRId64, value);
-    if (store_put(c, call, req->key, text, (size_t)n)) {
-        Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
-        r.value = value;
-        reply_write(c, call, MSR_RPC_ADD, req->client_id, req->request_id, &r.base);
-    }
-}
-
-static void do_compare_set(msr_coord_t *c, void *call, const Msr__CompareSetRequest *req)
-{
-    if (!check_generation(c, call, req->generation) ||
-        !check_key(c, call, "compare-set", req->key) ||
-        request_seen(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id))
-        return;
-    kv_t *v = msr_map_get(&c->store, req->key);
-    int match = req->expect_absent
-                    ? v == NULL
-                    : (v != NULL && v->len == req->expected.len &&
-                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
-    Msr__CompareSetResponse r = MSR__COMPARE_SET_RESPONSE__INIT;
-    if (match) {
-        if (!store_put(c, call, req->key, req->desired.data, req->desired.len))
-            return;
-        v = msr_map_get(&c->store, req->key);
-        r.swapped = 1;
-    }
-    if (v) {
-        r.present = 1;
-        r.current.data = v->data;
-        r.current.len = v->len;
-    }
-    reply_write(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id, &r.base);
-}
-
-static void do_delete(msr_coord_t *c, void *call, const Msr__DeleteRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
-        request_seen(c, call, MSR_RPC_DELETE, req->client_id, req->request_id))
-        return;
-    kv_t *v = msr_map_remove(&c->store, req->key);
-    Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
-    r.existed = v != NULL;
-    if (v) {
-        msr_store_usage_remove(&c->usage, req->key, v->len);
-        mark_key(c, req->key);
-    }
-    kv_free(v);
-    reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
-}
-
-static void do_barrier(msr_coord_t *c, void *call, const Msr__BarrierRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
-        return;
-    uint32_t weight = req->weight ? req->weight : 1;
-    uint32_t most = participants_max(c);
-    if (req->count == 0 || req->count > most) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name, req->count,
-             most);
-        return;
-    }
-    barrier_t *b = msr_map_get(&c->barriers, req->name);
-    if (b == NULL) {
-        if (!name_admit(c, call, "barrier", req->name, 0))
-            return;
-        size_t nl = strlen(req->name);
-        b = msr_calloc(1, sizeof *b + nl + 1);
-        if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
-            msr_free(b);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(b->name, req->name, nl + 1);
-        b->count = req->count;
-        msr_list_init(&b->waiters);
-        msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
-    } else if (b->count != req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "barrier '%.200s': count %u differs from the %u given by earlier participants",
-             req->name, req->count, b->count);
-        return;
-    }
-    if (weight > b->count - b->arrived) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "barrier '%.200s': %u more participants than its count of %u", req->name,
-             weight - (b->count - b->arrived), b->count);
-        if (msr_list_empty(&b->waiters)) {
-            barrier_unlist(c, b);
-            barrier_free(b);
-        }
-        return;
-    }
-    b->arrived += weight;
-    if (b->arrived < b->count) {
-        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        waiter_t *w = waiter_new(c, call, W_BARRIER, b, &b->waiters, wait);
-        if (w == NULL) {
-            b->arrived -= weight;
-            if (msr_list_empty(&b->waiters)) {
-                barrier_unlist(c, b);
-                barrier_free(b);
-            }
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
-        w->wait_ms = wait;
-        w->weight = weight;
-        return;
-    }
-    /* Everyone is here: release them all and forget the barrier. */
-    barrier_unlist(c, b);
-    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &b->waiters)
-    {
-        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *wcall = w->call;
-        waiter_free(c, w);
-        reply(c, wcall, &r.base);
-    }
-    barrier_free(b);
-    reply(c, call, &r.base);
-}
-
-static msr_blob_t *gather_result(const gather_t *g)
-{
-    uint8_t *concat = msr_malloc(g->bytes ? g->bytes : 1);
-    uint32_t *lengths = msr_malloc(sizeof *lengths * g->count);
-    msr_blob_t *blob = NULL;
-    if (concat && lengths) {
-        size_t off = 0;
-        for (uint32_t i = 0; i < g->count; i++) {
-            lengths[i] = (uint32_t)g->entries[i].len;
-            if (g->entries[i].len)
-                memcpy(concat + off, g->entries[i].data, g->entries[i].len);
-            off += g->entries[i].len;
-        }
-        Msr__AllgatherResponse r = MSR__ALLGATHER_RESPONSE__INIT;
-        r.data.data = concat;
-        r.data.len = g->bytes;
-        r.n_lengths = g->count;
-        r.lengths = lengths;
-        blob = blob_pack(&r.base);
-    }
-    msr_free(concat);
-    msr_free(lengths);
-    return blob;
-}
-
-static void do_allgather(msr_coord_t *c, void *call, const Msr__AllgatherRequest *req)
-{
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
-        return;
-    uint32_t most = participants_max(c);
-    if (req->count == 0 || req->count > most) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
-             req->count, most);
-        return;
-    }
-    if (req->n_entries == 0 || req->n_entries > req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "allgather '%.200s': %zu contributions for a count of %u", req->name, req->n_entries,
-             req->count);
-        return;
-    }
-    gather_t *g = msr_map_get(&c->gathers, req->name);
-    if (g != NULL && g->count != req->count) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
-             "allgather '%.200s': count %u differs from the %u given by earlier participants",
-             req->name, req->count, g->count);
-        return;
-    }
-    /* Check every entry before taking any, so a bad request changes nothing
-     * (a duplicate inside the request is caught while taking, and undone). */
-    uint64_t bytes = 0;
-    char err[512];
-    for (size_t i = 0; i < req->n_entries; i++) {
-        const Msr__Contribution *e = req->entries[i];
-        if (e->index >= req->count || (g && g->entries[e->index].present) ||
-            e->data.len > UINT32_MAX) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s",
-                 req->name, e->index,
-                 e->index >= req->count      ? "not below the count"
-                 : e->data.len <= UINT32_MAX ? "given twice"
-                                             : "too large");
-            return;
-        }
-        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len, err,
-                                         sizeof err) != MSR_OK) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-            return;
-        }
-        bytes += e->data.len;
-    }
-    if (g == NULL) {
-        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
-            return;
-    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes,
-                                          err, sizeof err) != MSR_OK) {
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-        return;
-    }
-    int created = 0;
-    if (g == NULL) {
-        size_t nl = strlen(req->name);
-        g = msr_calloc(1, sizeof *g + nl + 1);
-        if (g)
-            g->entries = msr_calloc(req->count, sizeof *g->entries);
-        if (g == NULL || g->entries == NULL ||
-            msr_map_put(&c->gathers, req->name, g, NULL) != MSR_OK) {
-            if (g)
-                msr_free(g->entries);
-            msr_free(g);
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(g->name, req->name, nl + 1);
-        g->count = req->count;
-        msr_list_init(&g->waiters);
-        msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
-        c->usage.bytes += gather_table(g->count);
-        created = 1;
-    }
-    const char *bad = NULL;
-    for (size_t i = 0; i < req->n_entries && bad == NULL; i++) {
-        const Msr__Contribution *e = req->entries[i];
-        gather_entry_t *ge = &g->entries[e->index];
-        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
-        if (copy == NULL) {
-            bad = ge->present ? "given twice" : "out of memory";
-            break;
-        }
-        if (e->data.len)
-            memcpy(copy, e->data.data, e->data.len);
-        ge->data = copy;
-        ge->len = e->data.len;
-        ge->present = 1;
-        ge->call = call;
-        g->bytes += e->data.len;
-        c->usage.bytes += e->data.len;
-        g->received++;
-    }
-    waiter_t *w = NULL;
-    if (bad == NULL && g->received < g->count) {
-        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
-        if (w == NULL)
-            bad = "out of memory";
-        else {
-            snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
-            w->wait_ms = wait;
-            return;
-        }
-    }
-    if (bad != NULL) {
-        /* Undo this request's entries: it failed as a whole. */
-        gather_withdraw(c, g, call);
-        if (created || msr_list_empty(&g->waiters)) {
-            gather_unlist(c, g);
-            gather_free(g);
-        }
-        if (strcmp(bad, "out of memory") == 0)
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        else
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "allgather '%.200s': an index is %s",
-                 req->name, bad);
-        return;
-    }
-    /* Complete: pack the result once and send it to every participant. */
-    gather_unlist(c, g);
-    msr_blob_t *blob = gather_result(g);
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &g->waiters)
-    {
-        waiter_t *ww = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *wcall = ww->call;
-        waiter_free(c, ww);
-        if (blob)
-            answer_blob(c, wcall, blob);
-        else
-            fail(c, wcall, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-    }
-    if (blob)
-        answer_blob(c, call, blob);
-    else
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
-    msr_blob_unref(blob);
-    gather_free(g);
+    msr_store_core_reset(c->store, why);
+    msr_map_cleanup(&c->dirty_keys, NULL);
+    msr_coord_requests_clear(c);
+    c->store_cleared = 1;
 }
 
 /* ---- the job ---- */
@@ -1199,7 +646,7 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         void *call = w->call;
         n->hb = NULL;
         waiter_free(c, w);
-        fail(c, call, GRPC_STATUS_UNAVAILABLE, "node %s: %s", n->id, why);
+        fail(c, call, MSR_RPC_UNAVAILABLE, "node %s: %s", n->id, why);
     }
     MSR_WARN("job %s: node %d (%s, pid %d) %s", c->job_id, n->rank, n->host, n->pid, why);
     if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0) {
@@ -1315,16 +762,31 @@ msr_status_t msr_coord_settings_valid(msr_coord_t *c)
     return MSR_OK;
 }
 
-#define MISMATCH(opt, mine, theirs)                                                                \
-    do {                                                                                           \
-        if ((mine) != (theirs)) {                                                                  \
-            MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id, \
-                     req->host, req->pid, opt, (int)(theirs), (int)(mine));                        \
-            fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,                                         \
-                 "this node's %s is %d but the job's is %d", opt, (int)(theirs), (int)(mine));     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+/* Whether a joining node's settings match the job's; refuses the call,
+ * naming the first that differs, when one does. */
+static int settings_match(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
+{
+    const struct {
+        const char *opt;
+        int mine, theirs;
+    } checks[] = {
+        {"worker_num", c->worker_num, req->worker_num},
+        {"local_worker_num", c->local_worker_num, req->local_worker_num},
+        {"max_restarts", c->max_restarts, req->max_restarts},
+        {"nnodes minimum", c->min_nodes, req->min_nodes},
+        {"nnodes maximum", c->max_nodes, req->max_nodes},
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(checks); i++) {
+        if (checks[i].mine == checks[i].theirs)
+            continue;
+        MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id,
+                 req->host, req->pid, checks[i].opt, checks[i].theirs, checks[i].mine);
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "this node's %s is %d but the job's is %d",
+             checks[i].opt, checks[i].theirs, checks[i].mine);
+        return 0;
+    }
+    return 1;
+}
 
 static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
 {
@@ -1332,21 +794,21 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (req->protocol_version != MSR_PROTOCOL_VERSION) {
         MSR_WARN("refused node %s (pid %d): protocol version %u, the coordinator speaks %d", host,
                  req->pid, req->protocol_version, MSR_PROTOCOL_VERSION);
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
              "this node speaks protocol version %u but the coordinator speaks %d (mixed msrun "
              "versions?)",
              req->protocol_version, MSR_PROTOCOL_VERSION);
         return;
     }
     if (state_terminal(c->state)) {
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION, "the job has already %s",
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "the job has already %s",
              c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
         return;
     }
     if (!c->configured) {
         job_configure(c, req);
         if (msr_coord_settings_valid(c) != MSR_OK) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
                  "worker_num %d is not a positive multiple of local_worker_num %d", req->worker_num,
                  req->local_worker_num);
             /* Let a correct node configure the job instead. */
@@ -1362,26 +824,23 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (strcmp(jid, c->job_id) != 0) {
         MSR_WARN("job %s: refused node %s (pid %d): its job id is '%s'", c->job_id, host, req->pid,
                  jid);
-        fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
              "this node's job id is '%.100s' but the coordinator runs job '%.100s'", jid,
              c->job_id);
         return;
     }
-    MISMATCH("worker_num", c->worker_num, req->worker_num);
-    MISMATCH("local_worker_num", c->local_worker_num, req->local_worker_num);
-    MISMATCH("max_restarts", c->max_restarts, req->max_restarts);
-    MISMATCH("nnodes minimum", c->min_nodes, req->min_nodes);
-    MISMATCH("nnodes maximum", c->max_nodes, req->max_nodes);
+    if (!settings_match(c, call, req))
+        return;
     node_t *n = node_find(c, req->node_id);
     if (n == NULL && elastic(c) && req->node_rank >= 0) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
              "an elastic job (--nnodes %d:%d) assigns node ranks itself: leave --node_rank at -1",
              c->min_nodes, c->max_nodes);
         return;
     }
     if (n == NULL) {
         if (req->node_rank >= c->node_count) {
-            fail(c, call, GRPC_STATUS_INVALID_ARGUMENT,
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
                  "node_rank %d is out of range: the job has %d nodes (0 .. %d)", req->node_rank,
                  c->node_count, c->node_count - 1);
             return;
@@ -1391,7 +850,7 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
             if (m->alive && req->node_rank >= 0 && m->wanted_rank == req->node_rank) {
                 MSR_WARN("job %s: refused node %s (pid %d): node rank %d is taken by %s (pid %d)",
                          c->job_id, host, req->pid, req->node_rank, m->host, m->pid);
-                fail(c, call, GRPC_STATUS_FAILED_PRECONDITION,
+                fail(c, call, MSR_RPC_FAILED_PRECONDITION,
                      "node rank %d is already taken by %s (pid %d)", req->node_rank, m->host,
                      m->pid);
                 return;
@@ -1399,13 +858,13 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
         }
         int capacity = elastic(c) ? c->max_nodes : c->node_count;
         if (alive_nodes(c) >= capacity) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
                  capacity);
             return;
         }
         n = msr_coord_node_add(c, host);
         if (n == NULL) {
-            fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         unsigned char rnd[12];
@@ -1445,7 +904,7 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
 {
     node_t *n = node_find(c, req->node_id);
     if (n == NULL || !n->alive) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND,
+        fail(c, call, MSR_RPC_NOT_FOUND,
              n ? "this node was declared lost; join again"
                : "unknown node (the coordinator may have restarted); join again");
         return;
@@ -1483,13 +942,13 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     node_t *n = node_find(c, req->node_id);
     Msr__ReportResponse r = MSR__REPORT_RESPONSE__INIT;
     if (n == NULL) {
-        fail(c, call, GRPC_STATUS_NOT_FOUND, "unknown node; join again");
+        fail(c, call, MSR_RPC_NOT_FOUND, "unknown node; join again");
         return;
     }
     n->last_seen = msr_now_ns();
     const Msr__Failure *e = req->exit;
     if (e == NULL) {
-        fail(c, call, GRPC_STATUS_INVALID_ARGUMENT, "report without an exit");
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "report without an exit");
         return;
     }
     if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
@@ -1550,7 +1009,7 @@ static void do_status(msr_coord_t *c, void *call)
     r.node_count = c->node_count;
     r.restart_count = c->restart_count;
     r.max_restarts = c->max_restarts;
-    r.store_keys = c->store.count;
+    r.store_keys = msr_store_core_keys(c->store);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         r.peak_rss_kb = (uint64_t)ru.ru_maxrss;
@@ -1559,7 +1018,7 @@ static void do_status(msr_coord_t *c, void *call)
     if (ns == NULL || nsp == NULL) {
         msr_free(ns);
         msr_free(nsp);
-        fail(c, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     uint64_t now = msr_now_ns();
@@ -1595,11 +1054,6 @@ static void do_status(msr_coord_t *c, void *call)
 
 /* ---- entry points ---- */
 
-static void usage_count_key(const char *key, void *value, void *arg)
-{
-    msr_store_usage_put(arg, key, 0, 0, ((const kv_t *)value)->len);
-}
-
 msr_status_t msr_coord_create(const msr_coord_config_t *config,
                               const msr_coord_responder_t *responder, msr_coord_t **coord_p)
 {
@@ -1611,8 +1065,12 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     msr_list_init(&c->held);
     msr_list_init(&c->requests);
     c->log_fd = -1;
+    msr_store_ops_t ops = store_ops;
+    ops.ctx = c;
     c->job_id = msr_strdup(config->job_id ? config->job_id : "");
-    if (c->job_id == NULL) {
+    if (c->job_id == NULL ||
+        msr_store_core_create(&config->store_limits, &ops, &c->store) != MSR_OK) {
+        msr_free(c->job_id);
         msr_free(c);
         return MSR_ERR_NO_MEMORY;
     }
@@ -1629,6 +1087,7 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         c->config.last_call_ms = 1000;
     if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
         if (msr_coord_settings_valid(c) != MSR_OK) {
+            msr_store_core_destroy(c->store);
             msr_free(c->job_id);
             msr_free(c);
             return MSR_ERR_INVALID_ARG;
@@ -1636,7 +1095,6 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         c->configured = 1;
     }
     c->state = MSR__JOB_STATE__JOB_WAITING;
-    c->limits = msr_store_limits_resolve(&config->store_limits);
     msr_status_t st = msr_coord_persist_load(c);
     if (st != MSR_OK && st != MSR_ERR_NOT_FOUND) {
         msr_coord_destroy(c);
@@ -1644,7 +1102,7 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     }
     /* What a resumed store holds counts against the limits (it may already
      * pass lowered ones: then only removals and shrinking writes succeed). */
-    msr_map_foreach(&c->store, usage_count_key, &c->usage);
+    msr_store_core_recount(c->store);
     /* A resumed job starts a fresh snapshot (no answer waits on it; a
      * failure is logged and the save tried again with the first change). */
     char why[400];
@@ -1669,7 +1127,7 @@ void msr_coord_destroy(msr_coord_t *c)
             void *call = n->hb->call;
             waiter_free(c, n->hb);
             n->hb = NULL;
-            fail(c, call, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+            fail(c, call, MSR_RPC_UNAVAILABLE, "coordinator shutting down");
         }
     }
     store_reset(c, "coordinator shutting down");
@@ -1683,6 +1141,7 @@ void msr_coord_destroy(msr_coord_t *c)
     msr_coord_requests_clear(c);
     msr_coord_persist_close(c);
     msr_heap_cleanup(&c->timers);
+    msr_store_core_destroy(c->store);
     msr_free(c->rank_done);
     msr_free(c->job_id);
     msr_free(c);
@@ -1692,7 +1151,7 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
                     const ProtobufCMessage *req)
 {
     if ((unsigned)method >= MSR_RPC_METHOD_COUNT) {
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
         return;
     }
     c->calls[method]++;
@@ -1713,32 +1172,20 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         do_status(c, call);
         break;
     case MSR_RPC_SET:
-        do_set(c, call, (const Msr__SetRequest *)req);
-        break;
     case MSR_RPC_GET:
-        do_get(c, call, (const Msr__GetRequest *)req);
-        break;
     case MSR_RPC_ADD:
-        do_add(c, call, (const Msr__AddRequest *)req);
-        break;
     case MSR_RPC_COMPARE_SET:
-        do_compare_set(c, call, (const Msr__CompareSetRequest *)req);
-        break;
     case MSR_RPC_DELETE:
-        do_delete(c, call, (const Msr__DeleteRequest *)req);
-        break;
     case MSR_RPC_BARRIER:
-        do_barrier(c, call, (const Msr__BarrierRequest *)req);
-        break;
     case MSR_RPC_ALLGATHER:
-        do_allgather(c, call, (const Msr__AllgatherRequest *)req);
+        msr_store_core_call(c->store, call, method, req);
         break;
     case MSR_RPC_BEAT:
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED,
+        fail(c, call, MSR_RPC_UNIMPLEMENTED,
              "Beat is served by a node's msrun, not by the coordinator");
         break;
     default:
-        fail(c, call, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
     }
 }
 
@@ -1771,46 +1218,26 @@ void msr_coord_cancel(msr_coord_t *c, void *call)
     if (w->kind == W_HEARTBEAT)
         waiter_free(c, w);
     else
-        waiter_withdraw(c, w);
+        msr_store_core_cancel(c->store, call);
 }
 
-static void waiter_expired(msr_coord_t *c, waiter_t *w)
+/* A held heartbeat is answered at its deadline with the job as it is. */
+static void heartbeat_expired(msr_coord_t *c, waiter_t *w)
 {
     void *call = w->call;
-    if (w->kind == W_HEARTBEAT) {
-        node_t *n = w->owner;
-        n->hb = NULL;
-        n->last_seen = msr_now_ns();
-        waiter_free(c, w);
-        heartbeat_reply(c, call, n);
-        return;
-    }
-    char msg[400];
-    switch (w->kind) {
-    case W_BARRIER: {
-        barrier_t *b = w->owner;
-        snprintf(msg, sizeof msg, "%s: %u of %u participants arrived within %lld ms", w->what,
-                 b->arrived, b->count, (long long)w->wait_ms);
-        break;
-    }
-    case W_ALLGATHER: {
-        gather_t *g = w->owner;
-        snprintf(msg, sizeof msg, "%s: %u of %u contributions arrived within %lld ms", w->what,
-                 g->received, g->count, (long long)w->wait_ms);
-        break;
-    }
-    default:
-        snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
-    }
-    waiter_withdraw(c, w);
-    answer_fail(c, call, GRPC_STATUS_DEADLINE_EXCEEDED, msg);
+    node_t *n = w->owner;
+    n->hb = NULL;
+    n->last_seen = msr_now_ns();
+    waiter_free(c, w);
+    heartbeat_reply(c, call, n);
 }
 
 void msr_coord_tick(msr_coord_t *c, uint64_t now)
 {
+    msr_store_core_tick(c->store, now);
     msr_timer_t *t;
     while ((t = msr_heap_top(&c->timers)) != NULL && t->deadline <= now)
-        waiter_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
+        heartbeat_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
     if (now >= c->next_check) {
         uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
         c->next_check = now + limit / 4;
@@ -1875,6 +1302,8 @@ uint64_t msr_coord_next_deadline(const msr_coord_t *c)
     msr_timer_t *t = msr_heap_top(&c->timers);
     if (t && t->deadline < d)
         d = t->deadline;
+    if (msr_store_core_next_deadline(c->store) < d)
+        d = msr_store_core_next_deadline(c->store);
     if (state_forming(c->state) && c->form_deadline < d)
         d = c->form_deadline;
     if (c->last_call && c->last_call < d)

@@ -10,17 +10,8 @@
 
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/store_core.h"
 #include "rendezvous/store_limits.h"
-
-/* A reference-counted packed message shared by many answers (an allgather's
- * result goes to every participant without being packed again). */
-typedef struct msr_blob {
-    _Atomic int refs; /* the gRPC binding drops references from its threads */
-    size_t len;
-    uint8_t data[];
-} msr_blob_t;
-
-void msr_blob_unref(msr_blob_t *blob);
 
 /* How the core answers the calls it is given. Each call is answered exactly
  * once (reply, reply_blob or fail), or the binding reports it cancelled
@@ -32,7 +23,8 @@ typedef struct msr_coord_responder {
     void (*reply)(void *call, const ProtobufCMessage *resp);
     /* takes a reference of its own if it keeps the blob */
     void (*reply_blob)(void *call, msr_blob_t *blob);
-    void (*fail)(void *call, int grpc_code, const char *message);
+    /* code: an msr_rpc_code_t (gRPC's status code of the same number) */
+    void (*fail)(void *call, int code, const char *message);
     /* the client's deadline (msr_now_ns units; MSR_DEADLINE_NEVER if none) */
     uint64_t (*deadline)(void *call);
     const char *(*peer)(void *call);

@@ -10,32 +10,32 @@
 #include "base/map.h"
 #include "cluster/coord.h"
 #include "cluster/failure.h"
+#include "rendezvous/store_core.h"
 
-typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_HEARTBEAT, W_HELD } waiter_kind_t;
+/* What a call's data slot holds: the store core's waiter (its first int is
+ * MSR_STORE_SLOT_WAIT), a held heartbeat (waiter_t) or a held answer
+ * (held_t); kind comes first in each. */
+typedef enum waiter_kind { W_HEARTBEAT = MSR_STORE_SLOT_USER, W_HELD } waiter_kind_t;
 
-/* A call the core holds until something happens or its deadline passes.
- * kind comes first: a call's data slot holds a waiter_t or a held_t. */
+/* A heartbeat the core holds until the job changes or its deadline passes. */
 typedef struct waiter {
-    waiter_kind_t kind;
+    int kind;          /* W_HEARTBEAT */
     msr_timer_t timer; /* armed unless the wait has no deadline */
     void *call;
-    void *owner;     /* getwait_t, barrier_t, gather_t or node_t */
-    msr_list_t link; /* in the owner's list (not for heartbeats) */
-    int64_t wait_ms;
-    uint32_t weight; /* barrier: the participants this call stands for */
-    char what[240];  /* for the deadline message */
+    void *owner;     /* node_t */
+    msr_list_t link; /* not in a list: heartbeats are found through their node */
 } waiter_t;
 
 /* An answer held until the changes it may reflect are saved (group commit):
  * released in order after the next save, or failed when the save
  * fails. */
 typedef struct held {
-    waiter_kind_t kind; /* W_HELD */
-    msr_list_t link;    /* in msr_coord.held, oldest first */
+    int kind;        /* W_HELD */
+    msr_list_t link; /* in msr_coord.held, oldest first */
     void *call;
-    msr_blob_t *blob; /* the packed answer, or NULL for a failure */
-    int code;         /* the failure's gRPC status */
-    char message[];   /* the failure's message */
+    msr_blob_t *blob;    /* the packed answer, or NULL for a failure */
+    msr_rpc_code_t code; /* the failure's status */
+    char message[];      /* the failure's message */
 } held_t;
 
 /* A write applied for (client_id, request_id), remembered so that a retry of
@@ -53,40 +53,8 @@ typedef struct request_rec {
 #define MSR_REQUESTS_MAX       16384
 #define MSR_REQUESTS_BYTES_MAX (8u << 20)
 
-typedef struct kv {
-    size_t len;
-    uint8_t data[];
-} kv_t;
-
-/* Get-waits, barriers and allgathers live while a call waits on them: the
- * last waiter to leave (answered, expired or cancelled) takes the record
- * and what it contributed with it. Each is counted in the store's usage
- * under its name. */
-typedef struct getwait {
-    msr_list_t waiters;
-    char key[]; /* as in the getwait map */
-} getwait_t;
-
-typedef struct barrier {
-    uint32_t count, arrived;
-    msr_list_t waiters;
-    char name[];
-} barrier_t;
-
-typedef struct gather_entry {
-    uint8_t *data;
-    size_t len;
-    int present;
-    void *call; /* the call that gave it, to withdraw it when that call gives up */
-} gather_entry_t;
-
-typedef struct gather {
-    uint32_t count, received;
-    size_t bytes;
-    gather_entry_t *entries;
-    msr_list_t waiters;
-    char name[];
-} gather_t;
+/* A stored value (persist.c saves and loads the store's map). */
+typedef msr_store_value_t kv_t;
 
 typedef struct node {
     char id[32];
@@ -117,10 +85,8 @@ struct msr_coord {
     int master_port;
     node_t **nodes;
     size_t nnodes, cap;
-    msr_map_t store, getwait, barriers, gathers;
-    msr_store_limits_t limits; /* resolved from config.store_limits */
-    msr_store_usage_t usage;   /* store, waited-on names and allgather contributions */
-    msr_heap_t timers;
+    msr_store_core_t *store; /* keys, waits, barriers, allgathers (store_core.h) */
+    msr_heap_t timers;       /* held heartbeats */
     uint64_t form_deadline, next_check;
     uint64_t last_call; /* elastic: form (or take in joiners) at this time */
     uint64_t join_seq;

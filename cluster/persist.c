@@ -188,7 +188,7 @@ static void collect_dirty(const char *key, void *value, void *arg)
 {
     (void)value;
     kv_collect_t *k = arg;
-    kv_t *v = msr_map_get(&k->c->store, key);
+    kv_t *v = msr_map_get(msr_store_core_map(k->c->store), key);
     if (v)
         collect_key(key, v, arg);
     else
@@ -288,7 +288,7 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
     job_msg_t j;
     req_collect_t rc = {0};
-    size_t nk = c->store.count ? c->store.count : 1;
+    size_t nk = msr_store_core_keys(c->store) ? msr_store_core_keys(c->store) : 1;
     kv_collect_t kc = {c, NULL, NULL, NULL, 0, 0};
     uint8_t *buf = NULL;
     char *tmp = NULL;
@@ -305,7 +305,7 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
     kc.ptrs = msr_calloc(nk, sizeof *kc.ptrs);
     if (kc.keys == NULL || kc.ptrs == NULL)
         goto out;
-    msr_map_foreach(&c->store, collect_key, &kc);
+    msr_map_foreach(msr_store_core_map(c->store), collect_key, &kc);
     ps.n_store = kc.n;
     ps.store = kc.ptrs;
     ps.n_requests = rc.n;
@@ -595,7 +595,7 @@ static msr_status_t key_apply(msr_coord_t *c, const Msr__PersistedKey *k)
     if (v->len)
         memcpy(v->data, k->value.data, v->len);
     void *old = NULL;
-    if (msr_map_put(&c->store, k->key, v, &old) != MSR_OK) {
+    if (msr_map_put(msr_store_core_map(c->store), k->key, v, &old) != MSR_OK) {
         msr_free(v);
         return MSR_ERR_NO_MEMORY;
     }
@@ -651,12 +651,13 @@ static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch,
             ch->requests[i]->method >= MSR_RPC_METHOD_COUNT)
             return MSR_ERR_CORRUPT;
     if (ch->store_cleared) {
-        msr_map_cleanup(&c->store, kv_free_value);
+        msr_map_cleanup(msr_store_core_map(c->store), kv_free_value);
         msr_coord_requests_clear(c);
     }
     msr_status_t st = ch->job ? job_apply(c, ch->job) : MSR_OK;
     for (size_t i = 0; st == MSR_OK && i < ch->n_deleted; i++)
-        msr_free(msr_map_remove(&c->store, ch->deleted[i] ? ch->deleted[i] : ""));
+        msr_free(
+            msr_map_remove(msr_store_core_map(c->store), ch->deleted[i] ? ch->deleted[i] : ""));
     for (size_t i = 0; st == MSR_OK && i < ch->n_set; i++)
         st = key_apply(c, ch->set[i]);
     if (st == MSR_OK)
@@ -775,8 +776,8 @@ done:
     st = MSR_OK;
     MSR_INFO("resumed job %s from %s: generation %d, %zu nodes, %zu keys, %zu changes replayed, "
              "restarts %d of %d",
-             c->job_id, path, c->generation, c->nnodes, c->store.count, nchanges, c->restart_count,
-             c->max_restarts);
+             c->job_id, path, c->generation, c->nnodes, msr_store_core_keys(c->store), nchanges,
+             c->restart_count, c->max_restarts);
     goto out;
 bad:
     if (st == MSR_ERR_NO_MEMORY)

@@ -39,9 +39,25 @@ static void r_reply_blob(void *call, msr_blob_t *blob)
     grpc_slice_unref(s);
 }
 
+/* The core answers with msr_rpc_code_t, whose numbers are gRPC's. */
+_Static_assert(MSR_RPC_OK == (int)GRPC_STATUS_OK &&
+                   MSR_RPC_CANCELLED == (int)GRPC_STATUS_CANCELLED &&
+                   MSR_RPC_INVALID_ARGUMENT == (int)GRPC_STATUS_INVALID_ARGUMENT &&
+                   MSR_RPC_DEADLINE_EXCEEDED == (int)GRPC_STATUS_DEADLINE_EXCEEDED &&
+                   MSR_RPC_NOT_FOUND == (int)GRPC_STATUS_NOT_FOUND &&
+                   MSR_RPC_PERMISSION_DENIED == (int)GRPC_STATUS_PERMISSION_DENIED &&
+                   MSR_RPC_RESOURCE_EXHAUSTED == (int)GRPC_STATUS_RESOURCE_EXHAUSTED &&
+                   MSR_RPC_FAILED_PRECONDITION == (int)GRPC_STATUS_FAILED_PRECONDITION &&
+                   MSR_RPC_ABORTED == (int)GRPC_STATUS_ABORTED &&
+                   MSR_RPC_OUT_OF_RANGE == (int)GRPC_STATUS_OUT_OF_RANGE &&
+                   MSR_RPC_UNIMPLEMENTED == (int)GRPC_STATUS_UNIMPLEMENTED &&
+                   MSR_RPC_INTERNAL == (int)GRPC_STATUS_INTERNAL &&
+                   MSR_RPC_UNAVAILABLE == (int)GRPC_STATUS_UNAVAILABLE,
+               "msr_rpc_code_t must number its codes as gRPC does");
+
 static void r_fail(void *call, int code, const char *message)
 {
-    msr_rpc_call_fail(call, code, "%s", message);
+    msr_rpc_call_fail(call, (grpc_status_code)code, "%s", message);
 }
 
 static uint64_t r_deadline(void *call)

@@ -314,10 +314,14 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
     int64_t backoff = 10;
     char err[384];
     for (;;) {
-        msr_status_t st =
-            ctx->local
-                ? msr_local_store_call(ctx->local, method, req, deadline, resp_p, err, sizeof err)
-                : msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
+        msr_status_t st;
+        if (ctx->local) {
+            st = msr_local_store_call(ctx->local, method, req, deadline, resp_p);
+            if (st != MSR_OK)
+                snprintf(err, sizeof err, "%s", msr_err_msg());
+        } else {
+            st = msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
+        }
         if (st == MSR_OK)
             return MSR_OK;
         if (st == MSR_ERR_UNREACHABLE && !msr_deadline_passed(connect_deadline) &&

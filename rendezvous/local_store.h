@@ -12,9 +12,10 @@ void msr_local_store_destroy(msr_local_store_t *ls);
 
 /* Answers req (a request of method) as the coordinator would, waiting up to
  * deadline where the request waits; *resp_p is freed with
- * msr_rpc_message_free. On failure err gets the reason. Thread-safe. */
+ * msr_rpc_message_free. On failure the error text (base/err.h) says why.
+ * Thread-safe. */
 msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method,
                                   const ProtobufCMessage *req, uint64_t deadline,
-                                  ProtobufCMessage **resp_p, char *err, size_t errlen);
+                                  ProtobufCMessage **resp_p);
 
 #endif

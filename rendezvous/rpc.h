@@ -1,6 +1,7 @@
-/* gRPC C core and protobuf-c glue: a completion-queue loop, a server whose
- * calls are answered whenever the owner likes (long polls hold no thread),
- * and synchronous and asynchronous unary client calls. Private to msrun. */
+/* gRPC C core and protobuf-c glue: a completion-queue loop and the methods'
+ * messages (rpc.c), a server whose calls are answered whenever the owner
+ * likes, long polls holding no thread (rpc_server.c), and synchronous and
+ * asynchronous unary client calls (rpc_client.c). Private to msrun. */
 #ifndef MSR_RENDEZVOUS_RPC_H
 #define MSR_RENDEZVOUS_RPC_H
 

@@ -5,7 +5,7 @@
  * address that have not yet made a call with the right token, and those
  * closed after grace_ms. A listener that runs out of descriptors keeps
  * accepting (and closing) instead of stopping for good as gRPC's does.
- * gRPC 1.51 takes connections this way only without TLS. Private to rpc.c. */
+ * gRPC 1.51 takes connections this way only without TLS. Private to rpc_server.c. */
 #ifndef MSR_RENDEZVOUS_RPC_ACCEPT_H
 #define MSR_RENDEZVOUS_RPC_ACCEPT_H
 

@@ -1,5 +1,6 @@
 /* The store's limits, one rule for both stores that answer store calls: the
- * coordinator's (cluster/coord.c) and a singleton's (rendezvous/local_store.c).
+ * one store core (store_core.c) that the coordinator and a singleton's
+ * store (local_store.c) share.
  *
  * What counts:
  *   value_max  the bytes of one value (set, compare-set's desired value) or
@@ -55,25 +56,23 @@ uint64_t msr_store_entry_bytes(size_t keylen, size_t len);
 /* Whether a write of len bytes under key keeps the store within its limits:
  * the key holds old_len bytes now when old_present, else it would be a new
  * key. what names the call in the message ("set", "add"). MSR_OK, or
- * MSR_ERR_REFUSED with err set to a sentence naming the limit and its
- * option (the coordinator answers it as RESOURCE_EXHAUSTED). */
+ * MSR_ERR_REFUSED with the error text (base/err.h) a sentence naming the
+ * limit and its option (the store answers it as RESOURCE_EXHAUSTED). */
 msr_status_t msr_store_limits_check(const msr_store_limits_t *limits,
                                     const msr_store_usage_t *usage, const char *what,
-                                    const char *key, int old_present, size_t old_len, size_t len,
-                                    char *err, size_t errlen);
+                                    const char *key, int old_present, size_t old_len, size_t len);
 
 /* The value size limit alone, for one allgather contribution (or value) of
  * len bytes under name; as msr_store_limits_check. */
 msr_status_t msr_store_limits_check_value(const msr_store_limits_t *limits, const char *what,
-                                          const char *name, size_t len, char *err, size_t errlen);
+                                          const char *name, size_t len);
 
 /* Whether new_keys more names or keys and add_bytes more bytes fit (a
  * waited-on name: 1 and msr_store_entry_bytes(strlen(name), 0); allgather
  * contributions: 0 and their bytes); as msr_store_limits_check. */
 msr_status_t msr_store_limits_check_add(const msr_store_limits_t *limits,
                                         const msr_store_usage_t *usage, const char *what,
-                                        const char *name, uint64_t new_keys, uint64_t add_bytes,
-                                        char *err, size_t errlen);
+                                        const char *name, uint64_t new_keys, uint64_t add_bytes);
 
 /* Accounts a write that msr_store_limits_check allowed (old_present and
  * old_len as given to it), and the removal of a key holding len bytes. */

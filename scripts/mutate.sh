@@ -286,9 +286,9 @@ exit 0
 # The list is a here-document, so `bash -n` does not read it as commands.
 : <<'__END__'
 __MUTATIONS__
-# ---- the coordinator's store (cluster/coord.c): every call's generation guard
+# ---- the store core (rendezvous/store_core.c, the coordinator's store): every call's generation guard
 @ coord.set.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
@@ -297,7 +297,7 @@ test: ^test_coord$
 >>>
 
 @ coord.get.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
@@ -306,7 +306,7 @@ test: ^test_coord$
 >>>
 
 @ coord.add.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
@@ -315,7 +315,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) ||
@@ -325,7 +325,7 @@ test: ^test_coord$
 >>>
 
 @ coord.delete.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
@@ -334,7 +334,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
@@ -343,7 +343,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.no_generation_check
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
@@ -352,19 +352,19 @@ test: ^test_coord$
 >>>
 
 @ coord.generation.older_accepted
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
-    if (generation == c->generation)
+    if (generation == current)
         return 1;
 ===
-    if (generation <= c->generation)
+    if (generation <= current)
         return 1;
 >>>
 
 # ---- compare-set matching
 @ coord.compare_set.prefix_matches
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
                     : (v != NULL && v->len == req->expected.len &&
@@ -375,7 +375,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.empty_matches_absent
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
                     : (v != NULL && v->len == req->expected.len &&
@@ -386,7 +386,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.no_empty_shortcut
-file: cluster/coord.c
+file: rendezvous/store_core.c
 equivalent: memcmp of 0 bytes is 0 anyway; the shortcut only keeps a NULL data pointer of an empty value away from memcmp
 <<<
                        (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
@@ -396,7 +396,7 @@ equivalent: memcmp of 0 bytes is 0 anyway; the shortcut only keeps a NULL data p
 
 # ---- a new generation starts from nothing
 @ coord.reset.keeps_barriers
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     msr_map_cleanup(&c->barriers, barrier_free);
@@ -404,7 +404,7 @@ test: ^test_coord$
 >>>
 
 @ coord.reset.keeps_gathers
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     msr_map_cleanup(&c->gathers, gather_free);
@@ -412,7 +412,7 @@ test: ^test_coord$
 >>>
 
 @ coord.reset.keeps_keys
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     msr_map_cleanup(&c->store, kv_free);
@@ -421,7 +421,7 @@ test: ^test_coord$
 
 # ---- add's limits, barriers and allgathers
 @ coord.add.overflow_off_by_one
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
@@ -430,7 +430,7 @@ test: ^test_coord$
 >>>
 
 @ coord.add.underflow_off_by_one
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
         (req->delta < 0 && value < INT64_MIN - req->delta)) {
@@ -439,7 +439,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.released_one_early
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (b->arrived < b->count) {
@@ -448,7 +448,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.weight_check_off_by_one
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (weight > b->count - b->arrived) {
@@ -457,7 +457,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.duplicate_in_request
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
         uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
@@ -466,7 +466,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.completes_one_early
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     if (bad == NULL && g->received < g->count) {
@@ -475,7 +475,7 @@ test: ^test_coord$
 >>>
 
 @ coord.set.waiters_not_woken
-file: cluster/coord.c
+file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     wake_getters(c, key, v);

@@ -1,0 +1,931 @@
+/* The store's semantics (store_core.h): keys, get-waits, barriers and
+ * allgathers, with the limits of store_limits.h; answers go through the
+ * user's ops. */
+#include "rendezvous/store_core.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/heap.h"
+#include "base/list.h"
+#include "base/map.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+
+typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER } waiter_kind_t;
+
+/* A call the core holds until something happens or its deadline passes. */
+typedef struct waiter {
+    int slot; /* MSR_STORE_SLOT_WAIT: what the call's data slot holds */
+    waiter_kind_t kind;
+    msr_timer_t timer; /* armed unless the wait has no deadline */
+    void *call;
+    void *owner;     /* getwait_t, barrier_t or gather_t */
+    msr_list_t link; /* in the owner's list */
+    int64_t wait_ms;
+    uint32_t weight; /* barrier: the participants this call stands for */
+    char what[240];  /* for the deadline message */
+} waiter_t;
+
+typedef msr_store_value_t kv_t;
+
+/* Get-waits, barriers and allgathers live while a call waits on them: the
+ * last waiter to leave (answered, expired or cancelled) takes the record
+ * and what it contributed with it. Each is counted in the store's usage
+ * under its name. */
+typedef struct getwait {
+    msr_list_t waiters;
+    char key[]; /* as in the getwait map */
+} getwait_t;
+
+typedef struct barrier {
+    uint32_t count, arrived;
+    msr_list_t waiters;
+    char name[];
+} barrier_t;
+
+typedef struct gather_entry {
+    uint8_t *data;
+    size_t len;
+    int present;
+    void *call; /* the call that gave it, to withdraw it when that call gives up */
+} gather_entry_t;
+
+typedef struct gather {
+    uint32_t count, received;
+    size_t bytes;
+    gather_entry_t *entries;
+    msr_list_t waiters;
+    char name[];
+} gather_t;
+
+struct msr_store_core {
+    msr_store_ops_t ops;
+    msr_map_t store, getwait, barriers, gathers;
+    msr_store_limits_t limits;
+    msr_store_usage_t usage; /* store, waited-on names and allgather contributions */
+    msr_heap_t timers;
+};
+
+/* ---- blobs ---- */
+
+void msr_blob_unref(msr_blob_t *blob)
+{
+    if (blob && atomic_fetch_sub(&blob->refs, 1) == 1)
+        msr_free(blob);
+}
+
+msr_blob_t *msr_blob_pack(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    msr_blob_t *b = msr_malloc(sizeof *b + len);
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->len = protobuf_c_message_pack(msg, b->data);
+    return b;
+}
+
+/* ---- answers ---- */
+
+static void reply(msr_store_core_t *c, void *call, const ProtobufCMessage *resp)
+{
+    c->ops.reply(c->ops.ctx, call, resp);
+}
+
+static void answer_blob(msr_store_core_t *c, void *call, msr_blob_t *blob)
+{
+    c->ops.reply_blob(c->ops.ctx, call, blob);
+}
+
+static void reply_write(msr_store_core_t *c, void *call, msr_rpc_method_t method,
+                        uint64_t client_id, uint64_t request_id, const ProtobufCMessage *resp)
+{
+    if (c->ops.reply_write)
+        c->ops.reply_write(c->ops.ctx, call, method, client_id, request_id, resp);
+    else
+        c->ops.reply(c->ops.ctx, call, resp);
+}
+
+static int request_seen(msr_store_core_t *c, void *call, msr_rpc_method_t method,
+                        uint64_t client_id, uint64_t request_id)
+{
+    return c->ops.request_seen &&
+           c->ops.request_seen(c->ops.ctx, call, method, client_id, request_id);
+}
+
+static void fail(msr_store_core_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(msr_store_core_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->ops.fail(c->ops.ctx, call, code, msg);
+}
+
+/* Notes a key as set or deleted. */
+static void mark_key(msr_store_core_t *c, const char *key)
+{
+    if (c->ops.key_changed)
+        c->ops.key_changed(c->ops.ctx, key);
+}
+
+/* ---- waiters ---- */
+
+static waiter_t *waiter_new(msr_store_core_t *c, void *call, waiter_kind_t kind, void *owner,
+                            msr_list_t *list, int64_t wait_ms)
+{
+    waiter_t *w = msr_calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    msr_timer_init(&w->timer);
+    w->slot = MSR_STORE_SLOT_WAIT;
+    w->kind = kind;
+    w->call = call;
+    w->owner = owner;
+    msr_list_init(&w->link);
+    /* The wait ends at wait_ms or the latest time the user allows. */
+    uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
+    uint64_t latest = c->ops.deadline(c->ops.ctx, call);
+    if (latest < deadline)
+        deadline = latest;
+    if (deadline != MSR_DEADLINE_NEVER &&
+        msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
+        msr_free(w);
+        return NULL;
+    }
+    if (list)
+        msr_list_push_back(list, &w->link);
+    c->ops.set_data(c->ops.ctx, call, w);
+    return w;
+}
+
+static void waiter_free(msr_store_core_t *c, waiter_t *w)
+{
+    msr_heap_remove(&c->timers, &w->timer);
+    msr_list_remove(&w->link);
+    c->ops.set_data(c->ops.ctx, w->call, NULL);
+    msr_free(w);
+}
+
+/* ---- the store ---- */
+
+static void kv_free(void *v)
+{
+    msr_free(v);
+}
+
+static void getwait_free(void *v)
+{
+    msr_free(v);
+}
+
+static void barrier_free(void *v)
+{
+    barrier_t *b = v;
+    if (b)
+        msr_free(b);
+}
+
+static void gather_free(void *v)
+{
+    gather_t *g = v;
+    if (g == NULL)
+        return;
+    for (uint32_t i = 0; i < g->count; i++)
+        msr_free(g->entries[i].data);
+    msr_free(g->entries);
+    msr_free(g);
+}
+
+/* Empties the store and frees the records of waits (their waiters gone). */
+static void records_free(msr_store_core_t *c)
+{
+    msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->getwait, getwait_free);
+    msr_map_cleanup(&c->barriers, barrier_free);
+    msr_map_cleanup(&c->gathers, gather_free);
+    memset(&c->usage, 0, sizeof c->usage);
+}
+
+void msr_store_core_reset(msr_store_core_t *c, const char *why)
+{
+    for (msr_timer_t **pt = c->timers.items; pt && pt < c->timers.items + c->timers.count;) {
+        waiter_t *w = MSR_CONTAINER_OF(*pt, waiter_t, timer);
+        void *call = w->call;
+        waiter_free(c, w); /* moves another timer into this slot */
+        fail(c, call, MSR_RPC_ABORTED, "%s", why);
+    }
+    /* Waits with no deadline are not in the heap: walk the records. */
+    msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
+    for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
+        for (size_t i = 0; i < maps[m]->nbuckets; i++) {
+            for (msr_map_entry_t *e = maps[m]->buckets[i]; e; e = e->next) {
+                msr_list_t *list = m == 0   ? &((getwait_t *)e->value)->waiters
+                                   : m == 1 ? &((barrier_t *)e->value)->waiters
+                                            : &((gather_t *)e->value)->waiters;
+                msr_list_t *pos, *tmp;
+                msr_list_for_each_safe(pos, tmp, list)
+                {
+                    waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+                    void *call = w->call;
+                    waiter_free(c, w);
+                    fail(c, call, MSR_RPC_ABORTED, "%s", why);
+                }
+            }
+        }
+    }
+    records_free(c);
+}
+
+/* The most participants a barrier or allgather may have, as the user says;
+ * without a bound only the store's byte limit bounds an allgather, through
+ * its entry table (gather_table). */
+static uint32_t participants_max(const msr_store_core_t *c)
+{
+    return c->ops.participants_max ? c->ops.participants_max(c->ops.ctx) : UINT32_MAX;
+}
+
+/* The bytes an allgather of count entries takes before any contribution. */
+static uint64_t gather_table(uint32_t count)
+{
+    return (uint64_t)count * sizeof(gather_entry_t);
+}
+
+/* Admits a new waited-on name into the store's usage, or refuses the call
+ * with the limit it would pass. */
+static int name_admit(msr_store_core_t *c, void *call, const char *what, const char *name,
+                      uint64_t more_bytes)
+{
+    if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
+                                   msr_store_entry_bytes(strlen(name), 0) + more_bytes) == MSR_OK)
+        return 1;
+    fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+    return 0;
+}
+
+/* Records leave their map and the store's usage. */
+static void getwait_drop(msr_store_core_t *c, getwait_t *gw)
+{
+    msr_map_remove(&c->getwait, gw->key);
+    msr_store_usage_remove(&c->usage, gw->key, 0);
+    getwait_free(gw);
+}
+
+static void barrier_unlist(msr_store_core_t *c, barrier_t *b)
+{
+    msr_map_remove(&c->barriers, b->name);
+    msr_store_usage_remove(&c->usage, b->name, 0);
+}
+
+static void gather_unlist(msr_store_core_t *c, gather_t *g)
+{
+    msr_map_remove(&c->gathers, g->name);
+    msr_store_usage_remove(&c->usage, g->name, 0);
+    uint64_t held = g->bytes + gather_table(g->count);
+    c->usage.bytes = c->usage.bytes >= held ? c->usage.bytes - held : 0;
+}
+
+/* Takes back the contributions call gave to g. */
+static void gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
+{
+    for (uint32_t i = 0; i < g->count && g->received > 0; i++) {
+        gather_entry_t *ge = &g->entries[i];
+        if (!ge->present || ge->call != call)
+            continue;
+        g->bytes -= ge->len;
+        c->usage.bytes = c->usage.bytes >= ge->len ? c->usage.bytes - ge->len : 0;
+        msr_free(ge->data);
+        memset(ge, 0, sizeof *ge);
+        g->received--;
+    }
+}
+
+/* A waiting store call gives up (its deadline passed, or it was
+ * cancelled): what it brought is withdrawn (a barrier arrival, allgather
+ * contributions), and the record goes once nobody waits on it, so a call
+ * that gives up leaves nothing behind and may be made again. */
+static void waiter_withdraw(msr_store_core_t *c, waiter_t *w)
+{
+    void *call = w->call;
+    waiter_kind_t kind = w->kind;
+    void *owner = w->owner;
+    uint32_t weight = w->weight;
+    waiter_free(c, w);
+    if (kind == W_GET) {
+        getwait_t *gw = owner;
+        if (msr_list_empty(&gw->waiters))
+            getwait_drop(c, gw);
+    } else if (kind == W_BARRIER) {
+        barrier_t *b = owner;
+        b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
+        if (msr_list_empty(&b->waiters)) {
+            barrier_unlist(c, b);
+            barrier_free(b);
+        }
+    } else if (kind == W_ALLGATHER) {
+        gather_t *g = owner;
+        gather_withdraw(c, g, call);
+        if (msr_list_empty(&g->waiters)) {
+            gather_unlist(c, g);
+            gather_free(g);
+        }
+    }
+}
+
+static int check_generation(msr_store_core_t *c, void *call, int generation)
+{
+    int current = c->ops.generation ? c->ops.generation(c->ops.ctx) : generation;
+    if (generation == current)
+        return 1;
+    fail(c, call, MSR_RPC_ABORTED,
+         "stale generation %d: the job is at generation %d (this process belongs to a round "
+         "that has ended)",
+         generation, current);
+    return 0;
+}
+
+static int check_key(msr_store_core_t *c, void *call, const char *what, const char *key)
+{
+    if (msr_rpc_key_valid(key))
+        return 1;
+    fail(c, call, MSR_RPC_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
+         MSR_KEY_MAX);
+    return 0;
+}
+
+static kv_t *kv_new(const void *data, size_t len)
+{
+    kv_t *v = msr_malloc(sizeof *v + len);
+    if (v == NULL)
+        return NULL;
+    v->len = len;
+    if (len)
+        memcpy(v->data, data, len);
+    return v;
+}
+
+static void reply_value(msr_store_core_t *c, void *call, const kv_t *v)
+{
+    Msr__GetResponse r = MSR__GET_RESPONSE__INIT;
+    r.value.data = (uint8_t *)v->data;
+    r.value.len = v->len;
+    reply(c, call, &r.base);
+}
+
+/* Answers everyone waiting for key now that it has a value. */
+static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
+{
+    getwait_t *gw = msr_map_get(&c->getwait, key);
+    if (gw == NULL)
+        return;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &gw->waiters)
+    {
+        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *call = w->call;
+        waiter_free(c, w);
+        reply_value(c, call, v);
+    }
+    getwait_drop(c, gw);
+}
+
+static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
+{
+    const kv_t *cur = msr_map_get(&c->store, key);
+    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
+                               len) != MSR_OK) {
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+        return 0;
+    }
+    kv_t *v = kv_new(data, len);
+    void *old = NULL;
+    if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
+        msr_free(v);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return 0;
+    }
+    msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
+    kv_free(old);
+    mark_key(c, key);
+    wake_getters(c, key, v);
+    return 1;
+}
+
+static void do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
+        request_seen(c, call, MSR_RPC_SET, req->client_id, req->request_id))
+        return;
+    if (store_put(c, call, req->key, req->value.data, req->value.len)) {
+        Msr__SetResponse r = MSR__SET_RESPONSE__INIT;
+        reply_write(c, call, MSR_RPC_SET, req->client_id, req->request_id, &r.base);
+    }
+}
+
+static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
+        return;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    if (v) {
+        reply_value(c, call, v);
+        return;
+    }
+    if (req->wait_ms == 0) {
+        fail(c, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
+        return;
+    }
+    getwait_t *gw = msr_map_get(&c->getwait, req->key);
+    if (gw == NULL) {
+        if (!name_admit(c, call, "get", req->key, 0))
+            return;
+        size_t kl = strlen(req->key);
+        gw = msr_calloc(1, sizeof *gw + kl + 1);
+        if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
+            msr_free(gw);
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        memcpy(gw->key, req->key, kl + 1);
+        msr_list_init(&gw->waiters);
+        msr_store_usage_put(&c->usage, gw->key, 0, 0, 0);
+    }
+    int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+    waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
+    if (w == NULL) {
+        if (msr_list_empty(&gw->waiters))
+            getwait_drop(c, gw);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    snprintf(w->what, sizeof w->what, "key '%.200s' was not set", req->key);
+    w->wait_ms = wait;
+}
+
+static int parse_counter(const kv_t *v, int64_t *out)
+{
+    char text[32];
+    if (v->len == 0 || v->len >= sizeof text)
+        return 0;
+    memcpy(text, v->data, v->len);
+    text[v->len] = '\0';
+    return msr_parse_i64(text, INT64_MIN, INT64_MAX, out) == MSR_OK;
+}
+
+static void do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
+        request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
+        return;
+    int64_t value = 0;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    if (v && !parse_counter(v, &value)) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "add: key '%.200s' holds a value that is not a counter", req->key);
+        return;
+    }
+    if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
+        (req->delta < 0 && value < INT64_MIN - req->delta)) {
+        fail(c, call, MSR_RPC_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
+        return;
+    }
+    value += req->delta;
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRId64, value);
+    if (store_put(c, call, req->key, text, (size_t)n)) {
+        Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
+        r.value = value;
+        reply_write(c, call, MSR_RPC_ADD, req->client_id, req->request_id, &r.base);
+    }
+}
+
+static void do_compare_set(msr_store_core_t *c, void *call, const Msr__CompareSetRequest *req)
+{
+    if (!check_generation(c, call, req->generation) ||
+        !check_key(c, call, "compare-set", req->key) ||
+        request_seen(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id))
+        return;
+    kv_t *v = msr_map_get(&c->store, req->key);
+    int match = req->expect_absent
+                    ? v == NULL
+                    : (v != NULL && v->len == req->expected.len &&
+                       (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
+    Msr__CompareSetResponse r = MSR__COMPARE_SET_RESPONSE__INIT;
+    if (match) {
+        if (!store_put(c, call, req->key, req->desired.data, req->desired.len))
+            return;
+        v = msr_map_get(&c->store, req->key);
+        r.swapped = 1;
+    }
+    if (v) {
+        r.present = 1;
+        r.current.data = v->data;
+        r.current.len = v->len;
+    }
+    reply_write(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id, &r.base);
+}
+
+static void do_delete(msr_store_core_t *c, void *call, const Msr__DeleteRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
+        request_seen(c, call, MSR_RPC_DELETE, req->client_id, req->request_id))
+        return;
+    kv_t *v = msr_map_remove(&c->store, req->key);
+    Msr__DeleteResponse r = MSR__DELETE_RESPONSE__INIT;
+    r.existed = v != NULL;
+    if (v) {
+        msr_store_usage_remove(&c->usage, req->key, v->len);
+        mark_key(c, req->key);
+    }
+    kv_free(v);
+    reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
+}
+
+static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
+        return;
+    uint32_t weight = req->weight ? req->weight : 1;
+    uint32_t most = participants_max(c);
+    if (req->count == 0 || req->count > most) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name, req->count,
+             most);
+        return;
+    }
+    barrier_t *b = msr_map_get(&c->barriers, req->name);
+    if (b == NULL) {
+        if (!name_admit(c, call, "barrier", req->name, 0))
+            return;
+        size_t nl = strlen(req->name);
+        b = msr_calloc(1, sizeof *b + nl + 1);
+        if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
+            msr_free(b);
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        memcpy(b->name, req->name, nl + 1);
+        b->count = req->count;
+        msr_list_init(&b->waiters);
+        msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
+    } else if (b->count != req->count) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "barrier '%.200s': count %u differs from the %u given by earlier participants",
+             req->name, req->count, b->count);
+        return;
+    }
+    if (weight > b->count - b->arrived) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "barrier '%.200s': %u more participants than its count of %u", req->name,
+             weight - (b->count - b->arrived), b->count);
+        if (msr_list_empty(&b->waiters)) {
+            barrier_unlist(c, b);
+            barrier_free(b);
+        }
+        return;
+    }
+    b->arrived += weight;
+    if (b->arrived < b->count) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        waiter_t *w = waiter_new(c, call, W_BARRIER, b, &b->waiters, wait);
+        if (w == NULL) {
+            b->arrived -= weight;
+            if (msr_list_empty(&b->waiters)) {
+                barrier_unlist(c, b);
+                barrier_free(b);
+            }
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
+        w->wait_ms = wait;
+        w->weight = weight;
+        return;
+    }
+    /* Everyone is here: release them all and forget the barrier. */
+    barrier_unlist(c, b);
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &b->waiters)
+    {
+        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *wcall = w->call;
+        waiter_free(c, w);
+        reply(c, wcall, &r.base);
+    }
+    barrier_free(b);
+    reply(c, call, &r.base);
+}
+
+static msr_blob_t *gather_result(const gather_t *g)
+{
+    uint8_t *concat = msr_malloc(g->bytes ? g->bytes : 1);
+    uint32_t *lengths = msr_malloc(sizeof *lengths * g->count);
+    msr_blob_t *blob = NULL;
+    if (concat && lengths) {
+        size_t off = 0;
+        for (uint32_t i = 0; i < g->count; i++) {
+            lengths[i] = (uint32_t)g->entries[i].len;
+            if (g->entries[i].len)
+                memcpy(concat + off, g->entries[i].data, g->entries[i].len);
+            off += g->entries[i].len;
+        }
+        Msr__AllgatherResponse r = MSR__ALLGATHER_RESPONSE__INIT;
+        r.data.data = concat;
+        r.data.len = g->bytes;
+        r.n_lengths = g->count;
+        r.lengths = lengths;
+        blob = msr_blob_pack(&r.base);
+    }
+    msr_free(concat);
+    msr_free(lengths);
+    return blob;
+}
+
+static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
+        return;
+    uint32_t most = participants_max(c);
+    if (req->count == 0 || req->count > most) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
+             req->count, most);
+        return;
+    }
+    if (req->n_entries == 0 || req->n_entries > req->count) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "allgather '%.200s': %zu contributions for a count of %u", req->name, req->n_entries,
+             req->count);
+        return;
+    }
+    gather_t *g = msr_map_get(&c->gathers, req->name);
+    if (g != NULL && g->count != req->count) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
+             "allgather '%.200s': count %u differs from the %u given by earlier participants",
+             req->name, req->count, g->count);
+        return;
+    }
+    /* Check every entry before taking any, so a bad request changes nothing
+     * (a duplicate inside the request is caught while taking, and undone). */
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < req->n_entries; i++) {
+        const Msr__Contribution *e = req->entries[i];
+        if (e->index >= req->count || (g && g->entries[e->index].present) ||
+            e->data.len > UINT32_MAX) {
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s", req->name,
+                 e->index,
+                 e->index >= req->count      ? "not below the count"
+                 : e->data.len <= UINT32_MAX ? "given twice"
+                                             : "too large");
+            return;
+        }
+        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len) !=
+            MSR_OK) {
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+            return;
+        }
+        bytes += e->data.len;
+    }
+    if (g == NULL) {
+        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
+            return;
+    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0,
+                                          bytes) != MSR_OK) {
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+        return;
+    }
+    int created = 0;
+    if (g == NULL) {
+        size_t nl = strlen(req->name);
+        g = msr_calloc(1, sizeof *g + nl + 1);
+        if (g)
+            g->entries = msr_calloc(req->count, sizeof *g->entries);
+        if (g == NULL || g->entries == NULL ||
+            msr_map_put(&c->gathers, req->name, g, NULL) != MSR_OK) {
+            if (g)
+                msr_free(g->entries);
+            msr_free(g);
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+        memcpy(g->name, req->name, nl + 1);
+        g->count = req->count;
+        msr_list_init(&g->waiters);
+        msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
+        c->usage.bytes += gather_table(g->count);
+        created = 1;
+    }
+    const char *bad = NULL;
+    for (size_t i = 0; i < req->n_entries && bad == NULL; i++) {
+        const Msr__Contribution *e = req->entries[i];
+        gather_entry_t *ge = &g->entries[e->index];
+        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
+        if (copy == NULL) {
+            bad = ge->present ? "given twice" : "out of memory";
+            break;
+        }
+        if (e->data.len)
+            memcpy(copy, e->data.data, e->data.len);
+        ge->data = copy;
+        ge->len = e->data.len;
+        ge->present = 1;
+        ge->call = call;
+        g->bytes += e->data.len;
+        c->usage.bytes += e->data.len;
+        g->received++;
+    }
+    waiter_t *w = NULL;
+    if (bad == NULL && g->received < g->count) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
+        if (w == NULL)
+            bad = "out of memory";
+        else {
+            snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
+            w->wait_ms = wait;
+            return;
+        }
+    }
+    if (bad != NULL) {
+        /* Undo this request's entries: it failed as a whole. */
+        gather_withdraw(c, g, call);
+        if (created || msr_list_empty(&g->waiters)) {
+            gather_unlist(c, g);
+            gather_free(g);
+        }
+        if (strcmp(bad, "out of memory") == 0)
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        else
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': an index is %s", req->name,
+                 bad);
+        return;
+    }
+    /* Complete: pack the result once and send it to every participant. */
+    gather_unlist(c, g);
+    msr_blob_t *blob = gather_result(g);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &g->waiters)
+    {
+        waiter_t *ww = MSR_CONTAINER_OF(pos, waiter_t, link);
+        void *wcall = ww->call;
+        waiter_free(c, ww);
+        if (blob)
+            answer_blob(c, wcall, blob);
+        else
+            fail(c, wcall, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    }
+    if (blob)
+        answer_blob(c, call, blob);
+    else
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    msr_blob_unref(blob);
+    gather_free(g);
+}
+
+/* ---- held calls that give up ---- */
+
+int msr_store_core_cancel(msr_store_core_t *c, void *call)
+{
+    waiter_t *w = c->ops.get_data(c->ops.ctx, call);
+    if (w == NULL || w->slot != MSR_STORE_SLOT_WAIT)
+        return 0;
+    waiter_withdraw(c, w);
+    return 1;
+}
+
+static void waiter_expired(msr_store_core_t *c, waiter_t *w)
+{
+    void *call = w->call;
+    char msg[400];
+    switch (w->kind) {
+    case W_BARRIER: {
+        barrier_t *b = w->owner;
+        snprintf(msg, sizeof msg, "%s: %u of %u participants arrived within %lld ms", w->what,
+                 b->arrived, b->count, (long long)w->wait_ms);
+        break;
+    }
+    case W_ALLGATHER: {
+        gather_t *g = w->owner;
+        snprintf(msg, sizeof msg, "%s: %u of %u contributions arrived within %lld ms", w->what,
+                 g->received, g->count, (long long)w->wait_ms);
+        break;
+    }
+    default:
+        snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
+    }
+    waiter_withdraw(c, w);
+    c->ops.fail(c->ops.ctx, call, MSR_RPC_DEADLINE_EXCEEDED, msg);
+}
+
+void msr_store_core_tick(msr_store_core_t *c, uint64_t now)
+{
+    msr_timer_t *t;
+    while ((t = msr_heap_top(&c->timers)) != NULL && t->deadline <= now)
+        waiter_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
+}
+
+uint64_t msr_store_core_next_deadline(const msr_store_core_t *c)
+{
+    msr_timer_t *t = msr_heap_top(&c->timers);
+    return t ? t->deadline : MSR_DEADLINE_NEVER;
+}
+
+/* ---- entry points ---- */
+
+msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_store_ops_t *ops,
+                                   msr_store_core_t **core_p)
+{
+    msr_store_core_t *c = msr_calloc(1, sizeof *c);
+    if (c == NULL)
+        return MSR_ERR_NO_MEMORY;
+    c->ops = *ops;
+    c->limits = msr_store_limits_resolve(limits);
+    *core_p = c;
+    return MSR_OK;
+}
+
+void msr_store_core_destroy(msr_store_core_t *c)
+{
+    if (c == NULL)
+        return;
+    /* Waiters go with their records, unanswered. */
+    msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
+    for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
+        for (size_t i = 0; i < maps[m]->nbuckets; i++) {
+            for (msr_map_entry_t *e = maps[m]->buckets[i]; e; e = e->next) {
+                msr_list_t *list = m == 0   ? &((getwait_t *)e->value)->waiters
+                                   : m == 1 ? &((barrier_t *)e->value)->waiters
+                                            : &((gather_t *)e->value)->waiters;
+                msr_list_t *pos, *tmp;
+                msr_list_for_each_safe(pos, tmp, list)
+                    waiter_free(c, MSR_CONTAINER_OF(pos, waiter_t, link));
+            }
+        }
+    }
+    records_free(c);
+    msr_heap_cleanup(&c->timers);
+    msr_free(c);
+}
+
+void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t method,
+                         const ProtobufCMessage *req)
+{
+    switch (method) {
+    case MSR_RPC_SET:
+        do_set(c, call, (const Msr__SetRequest *)req);
+        break;
+    case MSR_RPC_GET:
+        do_get(c, call, (const Msr__GetRequest *)req);
+        break;
+    case MSR_RPC_ADD:
+        do_add(c, call, (const Msr__AddRequest *)req);
+        break;
+    case MSR_RPC_COMPARE_SET:
+        do_compare_set(c, call, (const Msr__CompareSetRequest *)req);
+        break;
+    case MSR_RPC_DELETE:
+        do_delete(c, call, (const Msr__DeleteRequest *)req);
+        break;
+    case MSR_RPC_BARRIER:
+        do_barrier(c, call, (const Msr__BarrierRequest *)req);
+        break;
+    case MSR_RPC_ALLGATHER:
+        do_allgather(c, call, (const Msr__AllgatherRequest *)req);
+        break;
+    default:
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
+    }
+}
+
+size_t msr_store_core_keys(const msr_store_core_t *c)
+{
+    return c->store.count;
+}
+
+msr_map_t *msr_store_core_map(msr_store_core_t *c)
+{
+    return &c->store;
+}
+
+static void usage_count_key(const char *key, void *value, void *arg)
+{
+    msr_store_usage_put(arg, key, 0, 0, ((const kv_t *)value)->len);
+}
+
+void msr_store_core_recount(msr_store_core_t *c)
+{
+    memset(&c->usage, 0, sizeof c->usage);
+    msr_map_foreach(&c->store, usage_count_key, &c->usage);
+}

@@ -1,0 +1,124 @@
+/* The store's semantics, written once: set, wait-get, add, compare-set,
+ * delete, barrier and allgather, the generation guard and the limits of
+ * store_limits.h. No transport and no I/O: the coordinator (cluster/coord.c)
+ * and a singleton's store (local_store.c) hand it calls and answer them
+ * through the ops they give it.
+ *
+ * A call that must wait (a get of a key not yet set, a barrier or allgather
+ * not yet complete) is held by the core until what it waits for happens, its
+ * deadline passes (msr_store_core_tick) or its owner cancels it. Each call is
+ * answered exactly once through reply, reply_blob, reply_write or fail,
+ * unless msr_store_core_cancel takes it back first. Every function must be
+ * called from one thread at a time (the owner's lock or thread). */
+#ifndef MSR_RENDEZVOUS_STORE_CORE_H
+#define MSR_RENDEZVOUS_STORE_CORE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/map.h"
+#include "msrun/base.h"
+#include "rendezvous/rpc.h"
+#include "rendezvous/store_limits.h"
+
+/* A reference-counted packed message shared by many answers (an allgather's
+ * result goes to every participant without being packed again). */
+typedef struct msr_blob {
+    _Atomic int refs; /* a transport may drop references from its threads */
+    size_t len;
+    uint8_t data[];
+} msr_blob_t;
+
+/* Packs msg into a new blob holding one reference; NULL when out of memory. */
+msr_blob_t *msr_blob_pack(const ProtobufCMessage *msg);
+void msr_blob_unref(msr_blob_t *blob);
+
+/* A stored value (the values of msr_store_core_map). */
+typedef struct msr_store_value {
+    size_t len;
+    uint8_t data[];
+} msr_store_value_t;
+
+/* What the core keeps in a held call's data slot starts with an int equal to
+ * MSR_STORE_SLOT_WAIT. A user that keeps records of its own in the same slot
+ * starts them with an int of MSR_STORE_SLOT_USER or more, to tell them
+ * apart. */
+enum { MSR_STORE_SLOT_WAIT = 1, MSR_STORE_SLOT_USER = 16 };
+
+/* How the core answers and what it asks of its user. ctx is passed back to
+ * each. Required: reply, reply_blob, fail, deadline, set_data, get_data. */
+typedef struct msr_store_ops {
+    void *ctx;
+    void (*reply)(void *ctx, void *call, const ProtobufCMessage *resp);
+    /* takes a reference of its own if it keeps the blob */
+    void (*reply_blob)(void *ctx, void *call, msr_blob_t *blob);
+    void (*fail)(void *ctx, void *call, msr_rpc_code_t code, const char *message);
+    /* the latest time (msr_now_ns units) a held call may be answered:
+     * MSR_DEADLINE_NEVER when only the request's wait_ms bounds it */
+    uint64_t (*deadline)(void *ctx, void *call);
+    /* one slot per call for the core's waiter */
+    void (*set_data)(void *ctx, void *call, void *data);
+    void *(*get_data)(void *ctx, void *call);
+    /* Optional (NULL: not done). request_seen: a write carrying
+     * (client_id, request_id) that was applied before is answered as the
+     * first time, returning 1. reply_write: answers a write and remembers
+     * the answer for its retries (NULL: reply). key_changed: a key was set
+     * or deleted. generation: the job's generation, checked against every
+     * request's. participants_max: the most participants a barrier or
+     * allgather may have (NULL: the store's byte limit alone bounds it). */
+    int (*request_seen)(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                        uint64_t request_id);
+    void (*reply_write)(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                        uint64_t request_id, const ProtobufCMessage *resp);
+    void (*key_changed)(void *ctx, const char *key);
+    int (*generation)(void *ctx);
+    uint32_t (*participants_max)(void *ctx);
+} msr_store_ops_t;
+
+typedef struct msr_store_core msr_store_core_t;
+
+/* limits: NULL or zeros for the defaults. MSR_ERR_NO_MEMORY on failure. */
+msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_store_ops_t *ops,
+                                   msr_store_core_t **core_p);
+
+/* Frees the core and what it holds; held calls are dropped unanswered (call
+ * msr_store_core_reset first to fail them). NULL does nothing. */
+void msr_store_core_destroy(msr_store_core_t *core);
+
+/* Answers or holds a store call (Set, Get, Add, CompareSet, Delete, Barrier,
+ * Allgather; any other method is refused with UNIMPLEMENTED). req stays the
+ * caller's and is not used after this returns. */
+void msr_store_core_call(msr_store_core_t *core, void *call, msr_rpc_method_t method,
+                         const ProtobufCMessage *req);
+
+/* Takes back a call the core holds (its client gave up): what it brought
+ * (a barrier arrival, allgather contributions) is withdrawn. Returns 1 when
+ * the core held it, else 0. */
+int msr_store_core_cancel(msr_store_core_t *core, void *call);
+
+/* Fails every held call with DEADLINE_EXCEEDED whose deadline is at or
+ * before now. */
+void msr_store_core_tick(msr_store_core_t *core, uint64_t now);
+
+/* The earliest deadline of a held call, or MSR_DEADLINE_NEVER. */
+uint64_t msr_store_core_next_deadline(const msr_store_core_t *core);
+
+/* Fails every held call with ABORTED and message why, and empties the store
+ * (a new generation starts from nothing). */
+void msr_store_core_reset(msr_store_core_t *core, const char *why);
+
+/* The number of keys stored. */
+size_t msr_store_core_keys(const msr_store_core_t *core);
+
+/* The stored keys (values: msr_store_value_t, allocated with msr_malloc),
+ * for the coordinator's state file to save and load. Whoever changes the
+ * map directly calls msr_store_core_recount before the next call. */
+msr_map_t *msr_store_core_map(msr_store_core_t *core);
+
+/* Recomputes the store's usage from its keys, while no call is held (after a
+ * load: a resumed store may already pass lowered limits, then only removals
+ * and shrinking writes succeed). */
+void msr_store_core_recount(msr_store_core_t *core);
+
+#endif

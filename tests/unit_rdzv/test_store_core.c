@@ -1,0 +1,533 @@
+/* The store core alone (rendezvous/store_core.h): each operation, held calls
+ * with deadlines, generations, limits and allgathers of unequal sizes,
+ * answered through fake ops with no transport. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/time.h"
+#include "rendezvous/store_core.h"
+#include "tests/runner.h"
+
+typedef struct tcall {
+    msr_rpc_method_t method;
+    uint64_t deadline;
+    void *data;
+    int answered;
+    int code; /* msr_rpc_code_t; 0 = OK */
+    char message[512];
+    ProtobufCMessage *resp;
+} tcall_t;
+
+typedef struct tctx {
+    int generation;
+    uint32_t participants;
+    int keys_changed;
+    int writes_remembered;
+    int seen; /* request_seen answers 1 */
+} tctx_t;
+
+static void answer(tcall_t *c)
+{
+    MSR_CHECK_MSG(!c->answered, "a call answered twice");
+    c->answered = 1;
+}
+
+static void t_reply(void *ctx, void *call, const ProtobufCMessage *resp)
+{
+    (void)ctx;
+    tcall_t *c = call;
+    answer(c);
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    uint8_t buf[4096];
+    MSR_CHECK(len <= sizeof buf);
+    protobuf_c_message_pack(resp, buf);
+    c->resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void t_reply_blob(void *ctx, void *call, msr_blob_t *blob)
+{
+    (void)ctx;
+    tcall_t *c = call;
+    answer(c);
+    c->resp =
+        protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void t_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
+{
+    (void)ctx;
+    tcall_t *c = call;
+    answer(c);
+    c->code = code;
+    snprintf(c->message, sizeof c->message, "%s", message);
+}
+
+static uint64_t t_deadline(void *ctx, void *call)
+{
+    (void)ctx;
+    return ((tcall_t *)call)->deadline;
+}
+
+static void t_set_data(void *ctx, void *call, void *data)
+{
+    (void)ctx;
+    ((tcall_t *)call)->data = data;
+}
+
+static void *t_get_data(void *ctx, void *call)
+{
+    (void)ctx;
+    return ((tcall_t *)call)->data;
+}
+
+static int t_request_seen(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                          uint64_t request_id)
+{
+    tctx_t *t = ctx;
+    (void)method;
+    if (!t->seen || client_id == 0 || request_id == 0)
+        return 0;
+    Msr__SetResponse r = MSR__SET_RESPONSE__INIT;
+    t_reply(ctx, call, &r.base);
+    return 1;
+}
+
+static void t_reply_write(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
+                          uint64_t request_id, const ProtobufCMessage *resp)
+{
+    tctx_t *t = ctx;
+    (void)method;
+    if (client_id && request_id)
+        t->writes_remembered++;
+    t_reply(ctx, call, resp);
+}
+
+static void t_key_changed(void *ctx, const char *key)
+{
+    (void)key;
+    ((tctx_t *)ctx)->keys_changed++;
+}
+
+static int t_generation(void *ctx)
+{
+    return ((tctx_t *)ctx)->generation;
+}
+
+static uint32_t t_participants(void *ctx)
+{
+    return ((tctx_t *)ctx)->participants;
+}
+
+static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
+{
+    memset(t, 0, sizeof *t);
+    t->participants = 8;
+    msr_store_ops_t ops = {
+        .ctx = t,
+        .reply = t_reply,
+        .reply_blob = t_reply_blob,
+        .fail = t_fail,
+        .deadline = t_deadline,
+        .set_data = t_set_data,
+        .get_data = t_get_data,
+        .request_seen = t_request_seen,
+        .reply_write = t_reply_write,
+        .key_changed = t_key_changed,
+        .generation = t_generation,
+        .participants_max = t_participants,
+    };
+    msr_store_core_t *core = NULL;
+    MSR_CHECK_EQ(msr_store_core_create(limits, &ops, &core), MSR_OK);
+    return core;
+}
+
+static void call_init(tcall_t *c, msr_rpc_method_t m)
+{
+    memset(c, 0, sizeof *c);
+    c->method = m;
+    c->deadline = MSR_DEADLINE_NEVER;
+}
+
+static void done(tcall_t *c)
+{
+    if (c->resp)
+        protobuf_c_message_free_unpacked(c->resp, NULL);
+    c->resp = NULL;
+}
+
+static void do_set(msr_store_core_t *core, tcall_t *c, const char *key, const char *value)
+{
+    call_init(c, MSR_RPC_SET);
+    Msr__SetRequest r = MSR__SET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.value.data = (uint8_t *)value;
+    r.value.len = strlen(value);
+    msr_store_core_call(core, c, MSR_RPC_SET, &r.base);
+}
+
+static void do_get(msr_store_core_t *core, tcall_t *c, const char *key, uint32_t wait_ms)
+{
+    call_init(c, MSR_RPC_GET);
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.wait_ms = wait_ms;
+    msr_store_core_call(core, c, MSR_RPC_GET, &r.base);
+}
+
+static void do_add(msr_store_core_t *core, tcall_t *c, const char *key, int64_t delta)
+{
+    call_init(c, MSR_RPC_ADD);
+    Msr__AddRequest r = MSR__ADD_REQUEST__INIT;
+    r.key = (char *)key;
+    r.delta = delta;
+    msr_store_core_call(core, c, MSR_RPC_ADD, &r.base);
+}
+
+static void do_barrier(msr_store_core_t *core, tcall_t *c, const char *name, uint32_t count,
+                       uint32_t weight, uint32_t wait_ms)
+{
+    call_init(c, MSR_RPC_BARRIER);
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = (char *)name;
+    r.count = count;
+    r.weight = weight;
+    r.wait_ms = wait_ms;
+    msr_store_core_call(core, c, MSR_RPC_BARRIER, &r.base);
+}
+
+static void do_gather(msr_store_core_t *core, tcall_t *c, const char *name, uint32_t count,
+                      uint32_t index, const char *data, size_t len, uint32_t wait_ms)
+{
+    call_init(c, MSR_RPC_ALLGATHER);
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep = &e;
+    e.index = index;
+    e.data.data = (uint8_t *)data;
+    e.data.len = len;
+    Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
+    r.name = (char *)name;
+    r.count = count;
+    r.n_entries = 1;
+    r.entries = &ep;
+    r.wait_ms = wait_ms;
+    msr_store_core_call(core, c, MSR_RPC_ALLGATHER, &r.base);
+}
+
+static void check_value(tcall_t *c, const char *want)
+{
+    MSR_CHECK_MSG(c->answered && c->code == 0, "get: code %d %s", c->code, c->message);
+    const Msr__GetResponse *g = (const Msr__GetResponse *)c->resp;
+    MSR_CHECK_EQ(g->value.len, strlen(want));
+    MSR_CHECK(memcmp(g->value.data, want, g->value.len) == 0);
+    done(c);
+}
+
+static void test_each_op(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    tcall_t c;
+    do_set(core, &c, "k", "v1");
+    MSR_CHECK(c.answered && c.code == 0);
+    done(&c);
+    MSR_CHECK_EQ(t.keys_changed, 1);
+    do_get(core, &c, "k", 0);
+    check_value(&c, "v1");
+    do_get(core, &c, "missing", 0);
+    MSR_CHECK_EQ(c.code, MSR_RPC_NOT_FOUND);
+    do_get(core, &c, "", 0);
+    MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT);
+
+    do_add(core, &c, "n", 5);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, 5);
+    done(&c);
+    do_add(core, &c, "n", -7);
+    MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, -2);
+    done(&c);
+    do_get(core, &c, "n", 0);
+    check_value(&c, "-2");
+    do_add(core, &c, "k", 1);
+    MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT); /* "v1" is not a counter */
+    do_add(core, &c, "n", INT64_MIN);
+    MSR_CHECK_EQ(c.code, MSR_RPC_OUT_OF_RANGE);
+
+    /* compare-set: absent expected on a present key, then a match */
+    call_init(&c, MSR_RPC_COMPARE_SET);
+    Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
+    cs.key = "k";
+    cs.expect_absent = 1;
+    cs.desired.data = (uint8_t *)"x";
+    cs.desired.len = 1;
+    msr_store_core_call(core, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    const Msr__CompareSetResponse *csr = (const Msr__CompareSetResponse *)c.resp;
+    MSR_CHECK(!csr->swapped && csr->present && csr->current.len == 2);
+    done(&c);
+    call_init(&c, MSR_RPC_COMPARE_SET);
+    cs.expect_absent = 0;
+    cs.expected.data = (uint8_t *)"v1";
+    cs.expected.len = 2;
+    msr_store_core_call(core, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    csr = (const Msr__CompareSetResponse *)c.resp;
+    MSR_CHECK(csr->swapped && csr->present && csr->current.len == 1);
+    done(&c);
+    do_get(core, &c, "k", 0);
+    check_value(&c, "x");
+
+    MSR_CHECK_EQ(msr_store_core_keys(core), 2);
+    for (int i = 0; i < 2; i++) {
+        call_init(&c, MSR_RPC_DELETE);
+        Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+        d.key = "k";
+        msr_store_core_call(core, &c, MSR_RPC_DELETE, &d.base);
+        MSR_CHECK_EQ(((Msr__DeleteResponse *)c.resp)->existed, i == 0);
+        done(&c);
+    }
+    MSR_CHECK_EQ(msr_store_core_keys(core), 1);
+
+    call_init(&c, MSR_RPC_JOIN);
+    Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+    msr_store_core_call(core, &c, MSR_RPC_JOIN, &j.base);
+    MSR_CHECK_EQ(c.code, MSR_RPC_UNIMPLEMENTED);
+    msr_store_core_destroy(core);
+}
+
+static void test_held_gets_and_deadlines(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+    tcall_t a, b, w;
+    do_get(core, &a, "late", UINT32_MAX); /* no deadline at all */
+    do_get(core, &b, "late", 60000);
+    MSR_CHECK(!a.answered && !b.answered);
+    MSR_CHECK(msr_store_core_next_deadline(core) != MSR_DEADLINE_NEVER);
+    do_set(core, &w, "late", "here");
+    done(&w);
+    check_value(&a, "here");
+    check_value(&b, "here");
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+
+    /* the wait's own deadline passes */
+    do_get(core, &a, "never", 50);
+    MSR_CHECK(!a.answered);
+    msr_store_core_tick(core, msr_now_ns());
+    MSR_CHECK(!a.answered);
+    msr_store_core_tick(core, msr_now_ns() + 10ull * 1000000000ull);
+    MSR_CHECK_EQ(a.code, MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(a.message, "never") != NULL, "%s", a.message);
+
+    /* the ops' deadline comes first when earlier */
+    call_init(&b, MSR_RPC_GET);
+    b.deadline = msr_now_ns() + 1000000ull;
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "never";
+    g.wait_ms = UINT32_MAX;
+    msr_store_core_call(core, &b, MSR_RPC_GET, &g.base);
+    MSR_CHECK(!b.answered);
+    MSR_CHECK(msr_store_core_next_deadline(core) <= b.deadline);
+    msr_store_core_tick(core, b.deadline);
+    MSR_CHECK_EQ(b.code, MSR_RPC_DEADLINE_EXCEEDED);
+
+    /* a cancelled get leaves nothing held */
+    do_get(core, &a, "gone", 60000);
+    MSR_CHECK(a.data != NULL);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &a), 1);
+    MSR_CHECK(a.data == NULL && !a.answered);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &a), 0);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+    msr_store_core_destroy(core);
+}
+
+static void test_barrier(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    tcall_t a, b, c;
+    do_barrier(core, &a, "b", 2, 1, 60000);
+    MSR_CHECK(!a.answered);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &a), 1); /* its arrival is withdrawn */
+    do_barrier(core, &b, "b", 2, 1, 60000);
+    MSR_CHECK(!b.answered);
+    do_barrier(core, &c, "b", 3, 1, 60000);
+    MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT); /* count differs */
+    do_barrier(core, &c, "b", 2, 2, 60000);
+    MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT); /* one more than its count */
+    do_barrier(core, &c, "b", 2, 1, 60000);
+    MSR_CHECK(b.answered && b.code == 0 && c.answered && c.code == 0);
+    done(&b);
+    done(&c);
+    /* weights: one call stands for three participants */
+    do_barrier(core, &a, "w", 4, 3, 60000);
+    MSR_CHECK(!a.answered);
+    do_barrier(core, &b, "w", 4, 1, 60000);
+    MSR_CHECK(a.code == 0 && b.code == 0 && a.answered && b.answered);
+    done(&a);
+    done(&b);
+    t.participants = 4;
+    do_barrier(core, &a, "big", 5, 1, 60000);
+    MSR_CHECK_EQ(a.code, MSR_RPC_INVALID_ARGUMENT); /* more than the job's ranks */
+    /* a barrier whose deadline passes says how many arrived */
+    do_barrier(core, &a, "slow", 3, 1, 10);
+    msr_store_core_tick(core, msr_now_ns() + 10ull * 1000000000ull);
+    MSR_CHECK_EQ(a.code, MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(a.message, "1 of 3") != NULL, "%s", a.message);
+    msr_store_core_destroy(core);
+}
+
+static void test_allgather_unequal_sizes(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    static char big[3000];
+    memset(big, 'z', sizeof big);
+    tcall_t c[3], bad;
+    do_gather(core, &c[2], "g", 3, 2, big, sizeof big, 60000);
+    do_gather(core, &c[0], "g", 3, 0, "", 0, 60000);
+    MSR_CHECK(!c[0].answered && !c[2].answered);
+    do_gather(core, &bad, "g", 3, 2, "dup", 3, 60000);
+    MSR_CHECK_EQ(bad.code, MSR_RPC_INVALID_ARGUMENT); /* index 2 given twice */
+    do_gather(core, &bad, "g", 4, 1, "x", 1, 60000);
+    MSR_CHECK_EQ(bad.code, MSR_RPC_INVALID_ARGUMENT); /* count differs */
+    do_gather(core, &bad, "g", 3, 3, "x", 1, 60000);
+    MSR_CHECK_EQ(bad.code, MSR_RPC_INVALID_ARGUMENT); /* index not below the count */
+    do_gather(core, &c[1], "g", 3, 1, "hello", 5, 60000);
+    for (int i = 0; i < 3; i++) {
+        MSR_CHECK_MSG(c[i].answered && c[i].code == 0, "%d: %d %s", i, c[i].code, c[i].message);
+        const Msr__AllgatherResponse *r = (const Msr__AllgatherResponse *)c[i].resp;
+        MSR_CHECK_EQ(r->n_lengths, 3);
+        MSR_CHECK_EQ(r->lengths[0], 0);
+        MSR_CHECK_EQ(r->lengths[1], 5);
+        MSR_CHECK_EQ(r->lengths[2], sizeof big);
+        MSR_CHECK_EQ(r->data.len, 5 + sizeof big);
+        MSR_CHECK(memcmp(r->data.data, "hello", 5) == 0);
+        MSR_CHECK(memcmp(r->data.data + 5, big, sizeof big) == 0);
+        done(&c[i]);
+    }
+    /* a contribution that gives up is withdrawn: the index is free again */
+    do_gather(core, &c[0], "h", 2, 0, "a", 1, 60000);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &c[0]), 1);
+    do_gather(core, &c[0], "h", 2, 0, "bb", 2, 60000);
+    do_gather(core, &c[1], "h", 2, 1, "c", 1, 60000);
+    MSR_CHECK(c[0].code == 0 && c[1].code == 0);
+    MSR_CHECK_EQ(((Msr__AllgatherResponse *)c[0].resp)->lengths[0], 2);
+    done(&c[0]);
+    done(&c[1]);
+    msr_store_core_destroy(core);
+}
+
+static void test_generations_and_reset(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    t.generation = 3;
+    tcall_t c, held, bar;
+    call_init(&c, MSR_RPC_SET);
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = "k";
+    s.generation = 2;
+    msr_store_core_call(core, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK_EQ(c.code, MSR_RPC_ABORTED);
+    MSR_CHECK_MSG(strstr(c.message, "stale generation 2") != NULL, "%s", c.message);
+    MSR_CHECK_EQ(msr_store_core_keys(core), 0);
+    call_init(&c, MSR_RPC_SET);
+    s.generation = 3;
+    msr_store_core_call(core, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    done(&c);
+    MSR_CHECK_EQ(msr_store_core_keys(core), 1);
+
+    call_init(&held, MSR_RPC_GET);
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "next";
+    g.wait_ms = UINT32_MAX;
+    g.generation = 3;
+    msr_store_core_call(core, &held, MSR_RPC_GET, &g.base);
+    call_init(&bar, MSR_RPC_BARRIER);
+    Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+    b.name = "b";
+    b.count = 2;
+    b.wait_ms = 60000;
+    b.generation = 3;
+    msr_store_core_call(core, &bar, MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK(!held.answered && !bar.answered);
+    t.generation = 4;
+    msr_store_core_reset(core, "generation 3 ended");
+    MSR_CHECK_EQ(held.code, MSR_RPC_ABORTED);
+    MSR_CHECK_STR(held.message, "generation 3 ended");
+    MSR_CHECK_EQ(bar.code, MSR_RPC_ABORTED);
+    MSR_CHECK_EQ(msr_store_core_keys(core), 0);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+    /* the barrier starts again from nothing */
+    call_init(&bar, MSR_RPC_BARRIER);
+    b.generation = 4;
+    msr_store_core_call(core, &bar, MSR_RPC_BARRIER, &b.base);
+    MSR_CHECK(!bar.answered);
+    msr_store_core_destroy(core); /* drops what it holds, unanswered */
+}
+
+static void test_request_ids(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    tcall_t c;
+    call_init(&c, MSR_RPC_SET);
+    Msr__SetRequest s = MSR__SET_REQUEST__INIT;
+    s.key = "k";
+    s.client_id = 7;
+    s.request_id = 1;
+    msr_store_core_call(core, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK(c.code == 0 && c.answered);
+    done(&c);
+    MSR_CHECK_EQ(t.writes_remembered, 1);
+    /* a write the user has seen before is answered by it, not applied */
+    t.seen = 1;
+    call_init(&c, MSR_RPC_SET);
+    s.key = "other";
+    msr_store_core_call(core, &c, MSR_RPC_SET, &s.base);
+    MSR_CHECK(c.code == 0 && c.answered);
+    done(&c);
+    MSR_CHECK_EQ(msr_store_core_keys(core), 1);
+    MSR_CHECK_EQ(t.writes_remembered, 1);
+    msr_store_core_destroy(core);
+}
+
+static void test_limits(void)
+{
+    tctx_t t;
+    msr_store_limits_t l = {.value_max = 10, .keys_max = 2, .bytes_max = 0};
+    msr_store_core_t *core = core_new(&t, &l);
+    tcall_t c, w;
+    do_set(core, &c, "k", "01234567890");
+    MSR_CHECK_EQ(c.code, MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_MSG(strstr(c.message, "--store_value_max") != NULL, "%s", c.message);
+    do_set(core, &c, "a", "1");
+    done(&c);
+    do_get(core, &w, "b", 60000); /* a waited-on name counts as a key */
+    MSR_CHECK(!w.answered);
+    do_set(core, &c, "c", "1");
+    MSR_CHECK_EQ(c.code, MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_MSG(strstr(c.message, "--store_keys_max") != NULL, "%s", c.message);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &w), 1); /* the name is given back */
+    do_set(core, &c, "c", "1");
+    MSR_CHECK_MSG(c.code == 0, "%s", c.message);
+    done(&c);
+    msr_store_core_destroy(core);
+}
+
+static const msr_test_t tests[] = {
+    {"each_op", test_each_op, 10},
+    {"held_gets_and_deadlines", test_held_gets_and_deadlines, 10},
+    {"barrier", test_barrier, 10},
+    {"allgather_unequal_sizes", test_allgather_unequal_sizes, 10},
+    {"generations_and_reset", test_generations_and_reset, 10},
+    {"request_ids", test_request_ids, 10},
+    {"limits", test_limits, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
