@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -328,11 +329,10 @@ static int status_show(const status_args_t *a)
     }
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    char err[400];
-    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1,
-                                   &resp, err, sizeof err);
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1, &resp);
     if (st != MSR_OK) {
-        fprintf(stderr, "msrun status: error: %s\n", err);
+        fprintf(stderr, "msrun status: error: %s\n", msr_err_msg());
         msr_rpc_channel_destroy(ch);
         return 1;
     }

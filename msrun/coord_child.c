@@ -267,8 +267,7 @@ int msr_coord_child_exited(agent_t *a, const char *how)
 /* Whether an msrun coordinator of this job answers at target. With
  * wait_for_ready, waits up to 2 s for it to come up; without, a refused
  * connection answers at once. */
-static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_for_ready, char *err,
-                                      size_t errlen)
+static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_for_ready)
 {
     msr_rpc_channel_t *ch = NULL;
     msr_status_t st = msr_rpc_channel_create_tls(target, a->token, &a->tls, &ch);
@@ -277,7 +276,7 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_f
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
     st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(2000), wait_for_ready,
-                      &resp, err, errlen);
+                      &resp);
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
     return st;
@@ -325,8 +324,7 @@ static int decide_token(agent_t *a, int here, int *generated)
  * msrun on this host started it), which is fine, or by something else. */
 static int port_taken(agent_t *a, const char *target, const char *err, int generated)
 {
-    char perr[400];
-    msr_status_t st = probe_coordinator(a, target, 1, perr, sizeof perr);
+    msr_status_t st = probe_coordinator(a, target, 1);
     if (st == MSR_ERR_PERMISSION && generated) {
         fprintf(stderr,
                 "msrun: error: port %d on %s is in use by a msrun coordinator and this node has "
@@ -390,14 +388,14 @@ int setup_coordinator(agent_t *a)
     a->coord_port = o->master_port;
     if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
         snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
-    char target[300], perr[400];
+    char target[300];
     snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
     snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
     int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
     int generated, rc = decide_token(a, here, &generated);
     if (rc != 0 || !here)
         return rc;
-    if (!generated && probe_coordinator(a, target, 0, perr, sizeof perr) == MSR_OK) {
+    if (!generated && probe_coordinator(a, target, 0) == MSR_OK) {
         /* another msrun on this host already started it */
         MSR_DEBUG("joining the coordinator already running at %s", target);
         return 0;

@@ -227,12 +227,9 @@ msr_status_t msr_link_call(msr_link_t *l, msr_rpc_method_t method, const Protobu
 msr_status_t msr_link_call_sync(msr_link_t *l, msr_rpc_method_t method, const ProtobufCMessage *req,
                                 int64_t timeout_ms, int wait_for_ready, ProtobufCMessage **resp_p)
 {
-    char err[256] = "";
-    msr_status_t st = msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms),
-                                   wait_for_ready, resp_p, err, sizeof err);
-    if (st != MSR_OK)
-        return msr_err(st, "%s", err[0] ? err : msr_status_str(st));
-    return MSR_OK;
+    /* msr_rpc_call leaves its message in the error channel */
+    return msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms), wait_for_ready,
+                        resp_p);
 }
 
 const char *msr_link_target(const msr_link_t *l)

@@ -63,9 +63,8 @@ static void *beat_main(void *arg)
         req.pid = (int)getpid();
         req.progress = atomic_load(&ctx->progress);
         ProtobufCMessage *resp = NULL;
-        char err[200];
         if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
-                         &resp, err, sizeof err) == MSR_OK)
+                         &resp) == MSR_OK)
             msr_rpc_message_free(resp);
         pthread_mutex_lock(&ctx->beat_lock);
         struct timespec ts;
@@ -315,15 +314,13 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
     char err[384];
     for (;;) {
         msr_status_t st;
-        if (ctx->local) {
+        if (ctx->local)
             st = msr_local_store_call(ctx->local, method, req, deadline, resp_p);
-            if (st != MSR_OK)
-                snprintf(err, sizeof err, "%s", msr_err_msg());
-        } else {
-            st = msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p, err, sizeof err);
-        }
+        else
+            st = msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p);
         if (st == MSR_OK)
             return MSR_OK;
+        snprintf(err, sizeof err, "%s", msr_err_msg());
         if (st == MSR_ERR_UNREACHABLE && !msr_deadline_passed(connect_deadline) &&
             msr_deadline_left_ms(deadline) > backoff) {
             /* Not connected yet, or the coordinator is restarting. */

@@ -248,11 +248,11 @@ const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
 /* A blocking unary call. With wait_for_ready the call waits for the channel
  * to connect (up to the deadline) instead of failing at once when the server
  * cannot be reached. On MSR_OK *resp_p holds the response (free it with
- * msr_rpc_message_free). On failure err (if not NULL) receives a message
- * from the server or from gRPC. Thread-safe. */
+ * msr_rpc_message_free). On failure msr_err_msg() has the server's or
+ * gRPC's message. Thread-safe. */
 msr_status_t msr_rpc_call(msr_rpc_channel_t *channel, msr_rpc_method_t method,
                           const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
-                          ProtobufCMessage **resp_p, char *err, size_t errlen);
+                          ProtobufCMessage **resp_p);
 
 /* An asynchronous unary call. Fill method/deadline/wait_for_ready/done/arg,
  * start it with msr_rpc_call_start; when it completes, done() runs on the

@@ -16,6 +16,7 @@
 #include <grpc/support/time.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -404,27 +405,26 @@ static void channel_give_cq(msr_rpc_channel_t *ch, grpc_completion_queue *cq)
 
 msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
                           const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
-                          ProtobufCMessage **resp_p, char *err, size_t errlen)
+                          ProtobufCMessage **resp_p)
 {
-    if (err && errlen)
-        err[0] = '\0';
     grpc_completion_queue *cq = channel_take_cq(ch);
     if (cq == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "%s call: out of memory", msr_rpc_methods[method].name);
     client_call_t cc;
     msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc, NULL);
     if (st != MSR_OK) {
         channel_give_cq(ch, cq);
-        if (err)
-            snprintf(err, errlen, "cannot start %s call: %s", msr_rpc_methods[method].name,
-                     msr_status_str(st));
-        return st;
+        return msr_err(st, "cannot start %s call: %s", msr_rpc_methods[method].name,
+                       msr_status_str(st));
     }
     /* The call's own deadline bounds this wait. */
     grpc_event ev = grpc_completion_queue_pluck(cq, &cc, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    char err[512] = "";
     st = client_finish(ch, method, &cc, ev.type == GRPC_OP_COMPLETE && ev.success, resp_p, NULL,
-                       NULL, err, errlen);
+                       NULL, err, sizeof err);
     channel_give_cq(ch, cq);
+    if (st != MSR_OK)
+        msr_err_set("%s", err);
     return st;
 }
 

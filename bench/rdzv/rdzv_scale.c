@@ -145,9 +145,7 @@ static uint64_t coordinator_peak_kb(msr_rpc_channel_t *ch)
 {
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    char err[256];
-    if (msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(30000), 1, &resp, err,
-                     sizeof err) != MSR_OK)
+    if (msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(30000), 1, &resp) != MSR_OK)
         return 0;
     uint64_t kb = ((Msr__StatusResponse *)resp)->peak_rss_kb;
     msr_rpc_message_free(resp);

@@ -81,7 +81,7 @@ static void *run(void *arg)
         uint64_t t0 = msr_now_ns();
         msr_status_t st =
             msr_rpc_call(ch, w->add ? MSR_RPC_ADD : MSR_RPC_SET, w->add ? &a.base : &s.base,
-                         msr_deadline_in_ms(30000), 1, &resp, w->err, sizeof w->err);
+                         msr_deadline_in_ms(30000), 1, &resp);
         w->lat_ns[i] = msr_now_ns() - t0;
         msr_rpc_message_free(resp);
         if (st != MSR_OK)

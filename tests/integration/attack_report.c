@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
 
@@ -29,7 +30,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: attack_report HOST:PORT JOB_ID\n");
         return 1;
     }
-    char token[64], err[512];
+    char token[64];
     old_default_token(argv[2], token, sizeof token);
     msr_rpc_channel_t *ch = NULL;
     if (msr_rpc_channel_create(argv[1], token, &ch) != MSR_OK) {
@@ -39,10 +40,11 @@ int main(int argc, char **argv)
     int rc = 1;
     Msr__StatusRequest sreq = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &sreq.base, msr_deadline_in_ms(10000), 1,
-                                   &resp, err, sizeof err);
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_STATUS, &sreq.base, msr_deadline_in_ms(10000), 1, &resp);
     if (st != MSR_OK) {
-        printf("attack: status %s: %s\n", st == MSR_ERR_PERMISSION ? "refused" : "failed", err);
+        printf("attack: status %s: %s\n", st == MSR_ERR_PERMISSION ? "refused" : "failed",
+               msr_err_msg());
         rc = st == MSR_ERR_PERMISSION ? 3 : 1;
         goto out;
     }
@@ -62,14 +64,14 @@ int main(int argc, char **argv)
     req.generation = s->generation;
     req.exit = &f;
     ProtobufCMessage *rresp = NULL;
-    st = msr_rpc_call(ch, MSR_RPC_REPORT, &req.base, msr_deadline_in_ms(10000), 1, &rresp, err,
-                      sizeof err);
+    st = msr_rpc_call(ch, MSR_RPC_REPORT, &req.base, msr_deadline_in_ms(10000), 1, &rresp);
     msr_rpc_message_free(rresp);
     if (st == MSR_OK) {
         printf("attack: the fake report was taken\n");
         rc = 0;
     } else {
-        printf("attack: report %s: %s\n", st == MSR_ERR_PERMISSION ? "refused" : "failed", err);
+        printf("attack: report %s: %s\n", st == MSR_ERR_PERMISSION ? "refused" : "failed",
+               msr_err_msg());
         rc = st == MSR_ERR_PERMISSION ? 3 : 1;
     }
 out:

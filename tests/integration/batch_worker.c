@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/time.h"
 #include "msrun/msrun.h"
 #include "rendezvous/rpc.h"
@@ -40,10 +41,9 @@ int main(void)
             return 1;
         Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
         ProtobufCMessage *resp = NULL;
-        char err[256];
-        if (msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp, err,
-                         sizeof err) != MSR_OK) {
-            fprintf(stderr, "status: %s\n", err);
+        if (msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp) !=
+            MSR_OK) {
+            fprintf(stderr, "status: %s\n", msr_err_msg());
             return 1;
         }
         Msr__StatusResponse *r = (Msr__StatusResponse *)resp;

@@ -23,6 +23,7 @@
 
 #include <grpc/status.h>
 
+#include "base/err.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
 
@@ -78,10 +79,11 @@ static int call(msr_rpc_channel_t *ch, msr_rpc_method_t m, const ProtobufCMessag
 {
     ProtobufCMessage *resp = NULL;
     err[0] = '\0';
-    msr_status_t st = msr_rpc_call(ch, m, req, msr_deadline_in_ms(30000), 1, &resp, err, errlen);
+    msr_status_t st = msr_rpc_call(ch, m, req, msr_deadline_in_ms(30000), 1, &resp);
     msr_rpc_message_free(resp);
     if (st == MSR_OK)
         return 0;
+    snprintf(err, errlen, "%s", msr_err_msg());
     switch (st) {
     case MSR_ERR_REFUSED:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;

@@ -25,6 +25,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -178,14 +179,12 @@ static void small_set(msr_rpc_channel_t *ch, latency_t *l)
     r.value.data = value;
     r.value.len = sizeof value;
     ProtobufCMessage *resp = NULL;
-    char err[256];
     uint64_t t0 = msr_now_ns();
-    msr_status_t st = msr_rpc_call(ch, MSR_RPC_SET, &r.base, msr_deadline_in_ms(30000), 1, &resp,
-                                   err, sizeof err);
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_SET, &r.base, msr_deadline_in_ms(30000), 1, &resp);
     double ms = (double)(msr_now_ns() - t0) / 1e6;
     msr_rpc_message_free(resp);
     if (st != MSR_OK) {
-        fprintf(stderr, "valid Set failed: %s\n", err);
+        fprintf(stderr, "valid Set failed: %s\n", msr_err_msg());
         l->failed++;
     } else if (l->n < (int)MSR_ARRAY_SIZE(l->ms)) {
         l->ms[l->n++] = ms;
@@ -506,23 +505,21 @@ static int valid_calls(const char *target, const char *when)
     j.node_rank = -1;
     j.free_port = 5000;
     ProtobufCMessage *resp = NULL;
-    char err[300];
     uint64_t t0 = msr_now_ns();
-    msr_status_t js = msr_rpc_call(ch, MSR_RPC_JOIN, &j.base, msr_deadline_in_ms(20000), 1, &resp,
-                                   err, sizeof err);
+    msr_status_t js = msr_rpc_call(ch, MSR_RPC_JOIN, &j.base, msr_deadline_in_ms(20000), 1, &resp);
     double join_ms = (double)(msr_now_ns() - t0) / 1e6;
     msr_rpc_message_free(resp);
     if (js != MSR_OK)
-        fprintf(stderr, "Join %s: %s\n", when, err);
+        fprintf(stderr, "Join %s: %s\n", when, msr_err_msg());
     Msr__StatusRequest s = MSR__STATUS_REQUEST__INIT;
     resp = NULL;
     t0 = msr_now_ns();
-    msr_status_t ss = msr_rpc_call(ch, MSR_RPC_STATUS, &s.base, msr_deadline_in_ms(20000), 1, &resp,
-                                   err, sizeof err);
+    msr_status_t ss =
+        msr_rpc_call(ch, MSR_RPC_STATUS, &s.base, msr_deadline_in_ms(20000), 1, &resp);
     double status_ms = (double)(msr_now_ns() - t0) / 1e6;
     msr_rpc_message_free(resp);
     if (ss != MSR_OK)
-        fprintf(stderr, "Status %s: %s\n", when, err);
+        fprintf(stderr, "Status %s: %s\n", when, msr_err_msg());
     printf("%-34s Join %-8s %8.1f ms   Status %-8s %8.1f ms\n", when, msr_status_name(js), join_ms,
            msr_status_name(ss), status_ms);
     msr_rpc_channel_destroy(ch);

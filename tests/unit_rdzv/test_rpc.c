@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/time.h"
 #include "cluster/server.h"
 #include "rendezvous/rpc.h"
@@ -45,8 +46,7 @@ static void stop(served_t *s)
     msr_coord_server_destroy(s->server);
 }
 
-static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len, char *err,
-                            size_t errlen)
+static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len)
 {
     Msr__SetRequest r = MSR__SET_REQUEST__INIT;
     r.key = (char *)key;
@@ -54,8 +54,7 @@ static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len, 
     r.value.data = v;
     r.value.len = len;
     ProtobufCMessage *resp = NULL;
-    msr_status_t st =
-        msr_rpc_call(ch, MSR_RPC_SET, &r.base, msr_deadline_in_ms(10000), 1, &resp, err, errlen);
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_SET, &r.base, msr_deadline_in_ms(10000), 1, &resp);
     msr_rpc_message_free(resp);
     free(v);
     return st;
@@ -65,15 +64,14 @@ static void test_token(void)
 {
     served_t s;
     start(&s, "secret");
-    char err[400];
     msr_rpc_channel_t *good, *bad, *none;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "secret", &good));
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "wrong", &bad));
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, NULL, &none));
-    MSR_CHECK_OK(set_key(good, "k", 3, err, sizeof err));
-    MSR_CHECK_STATUS(set_key(bad, "k", 3, err, sizeof err), MSR_ERR_PERMISSION);
-    MSR_CHECK_MSG(strstr(err, "token") != NULL, "%s", err);
-    MSR_CHECK_STATUS(set_key(none, "k", 3, err, sizeof err), MSR_ERR_PERMISSION);
+    MSR_CHECK_OK(set_key(good, "k", 3));
+    MSR_CHECK_STATUS(set_key(bad, "k", 3), MSR_ERR_PERMISSION);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "token") != NULL, "%s", msr_err_msg());
+    MSR_CHECK_STATUS(set_key(none, "k", 3), MSR_ERR_PERMISSION);
     msr_rpc_channel_destroy(good);
     msr_rpc_channel_destroy(bad);
     msr_rpc_channel_destroy(none);
@@ -92,16 +90,14 @@ static void test_unreachable(void)
     MSR_CHECK_OK(msr_rpc_channel_create(target, "t", &ch));
     Msr__StatusRequest r = MSR__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    char err[400];
     uint64_t t0 = msr_now_ns();
-    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(5000), 0, &resp,
-                                   err, sizeof err);
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(5000), 0, &resp);
     MSR_CHECK_STATUS(st, MSR_ERR_UNREACHABLE);
-    MSR_CHECK_MSG(strstr(err, "unreachable") && strstr(err, target), "%s", err);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "unreachable") && strstr(msr_err_msg(), target), "%s",
+                  msr_err_msg());
     MSR_CHECK(msr_now_ns() - t0 < 3000000000ull); /* fails fast without wait_for_ready */
     /* with wait_for_ready it waits for its deadline */
-    st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(300), 1, &resp, err,
-                      sizeof err);
+    st = msr_rpc_call(ch, MSR_RPC_STATUS, &r.base, msr_deadline_in_ms(300), 1, &resp);
     MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
     msr_rpc_channel_destroy(ch);
 }
@@ -116,18 +112,16 @@ static void test_wait_deadline(void)
     g.key = "absent";
     g.wait_ms = 200;
     ProtobufCMessage *resp = NULL;
-    char err[400];
     uint64_t t0 = msr_now_ns();
-    msr_status_t st =
-        msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(5000), 1, &resp, err, sizeof err);
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(5000), 1, &resp);
     uint64_t took = msr_now_ns() - t0;
     MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
-    MSR_CHECK_MSG(strstr(err, "'absent'") != NULL, "%s", err);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "'absent'") != NULL, "%s", msr_err_msg());
     MSR_CHECK(took >= 190000000ull && took < 3000000000ull);
     /* a client deadline shorter than the wait ends the call at the deadline */
     g.wait_ms = 60000;
     t0 = msr_now_ns();
-    st = msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(300), 1, &resp, err, sizeof err);
+    st = msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(300), 1, &resp);
     MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
     MSR_CHECK(msr_now_ns() - t0 < 3000000000ull);
     msr_rpc_channel_destroy(ch);
@@ -140,14 +134,12 @@ static void test_large_messages(void)
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
-    char err[400];
     size_t big = 12u << 20; /* three times gRPC's default receive limit */
-    MSR_CHECK_OK(set_key(ch, "big", big, err, sizeof err));
+    MSR_CHECK_OK(set_key(ch, "big", big));
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = "big";
     ProtobufCMessage *resp = NULL;
-    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp, err,
-                              sizeof err));
+    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp));
     MSR_CHECK_EQ(((Msr__GetResponse *)resp)->value.len, big);
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
@@ -162,7 +154,6 @@ static void test_request_limits(void)
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
-    char err[400];
     /* Get carries no value: 64 KiB at most */
     size_t n = MSR_RPC_SMALL_REQUEST_MAX + 100;
     char *key = malloc(n + 1);
@@ -172,16 +163,14 @@ static void test_request_limits(void)
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = key;
     ProtobufCMessage *resp = NULL;
-    MSR_CHECK_STATUS(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp,
-                                  err, sizeof err),
+    MSR_CHECK_STATUS(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp),
                      MSR_ERR_REFUSED);
-    MSR_CHECK_MSG(strstr(err, "exceeds the limit") != NULL, "%s", err);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "exceeds the limit") != NULL, "%s", msr_err_msg());
     free(key);
     /* a Set over the server's message limit */
-    MSR_CHECK_STATUS(set_key(ch, "huge", MSR_RPC_MAX_MESSAGE_DEFAULT + 1, err, sizeof err),
-                     MSR_ERR_REFUSED);
+    MSR_CHECK_STATUS(set_key(ch, "huge", MSR_RPC_MAX_MESSAGE_DEFAULT + 1), MSR_ERR_REFUSED);
     /* and the server still answers */
-    MSR_CHECK_OK(set_key(ch, "small", 10, err, sizeof err));
+    MSR_CHECK_OK(set_key(ch, "small", 10));
     msr_rpc_channel_destroy(ch);
     stop(&s);
 }
