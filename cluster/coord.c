@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "base/err.h"
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/heap.h"
@@ -122,13 +123,12 @@ static void release_held(msr_coord_t *c, const char *why)
 /* Saves what changed and releases the answers that waited for it. */
 static void commit(msr_coord_t *c)
 {
-    char why[400];
-    msr_status_t st = msr_coord_persist_save(c, why, sizeof why);
+    msr_status_t st = msr_coord_persist_save(c);
     if (st != MSR_OK)
         c->retry_save_at = msr_now_ns() + 100 * 1000000ull; /* not a busy loop */
     else
         c->retry_save_at = 0;
-    release_held(c, st == MSR_OK ? NULL : why);
+    release_held(c, st == MSR_OK ? NULL : msr_err_msg());
 }
 
 /* ---- request records: a retried write is answered, not applied again ---- */
@@ -1105,8 +1105,7 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     msr_store_core_recount(c->store);
     /* A resumed job starts a fresh snapshot (no answer waits on it; a
      * failure is logged and the save tried again with the first change). */
-    char why[400];
-    msr_coord_persist_save(c, why, sizeof why);
+    msr_coord_persist_save(c);
     c->form_deadline = state_forming(c->state) ? msr_deadline_in_ms(c->config.join_timeout_ms)
                                                : MSR_DEADLINE_NEVER;
     c->next_check = msr_now_ns();

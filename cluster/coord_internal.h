@@ -128,10 +128,10 @@ int msr_coord_persist_pending(const msr_coord_t *c);
  * (temporary file, fsync, rename, fsync of the directory) when the log has
  * grown past MSR_LOG_COMPACT_FACTOR times the snapshot or a save failed
  * before. MSR_OK without a state file or when nothing changed. On failure,
- * why says what failed (logged here at the first failure in a row only) and
- * the next save writes a whole snapshot. The caller releases or fails the
- * held answers. */
-msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen);
+ * msr_err_msg() says what failed (logged here at the first failure in a row
+ * only) and the next save writes a whole snapshot. The caller releases or
+ * fails the held answers. */
+msr_status_t msr_coord_persist_save(msr_coord_t *c);
 
 /* Reads the state file (snapshot, then the log up to its first torn or
  * corrupt record, which is cut off) into a freshly created core:

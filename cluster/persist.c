@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/crc32.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -256,12 +257,12 @@ static void requests_saved(msr_coord_t *c)
 
 /* ---- writing ---- */
 
-static msr_status_t sys_fail(char *why, size_t whylen, const char *what, const char *path)
+static msr_status_t sys_fail(const char *what, const char *path)
 {
     int e = errno;
-    snprintf(why, whylen, "the coordinator could not save its state file: %s %s: %s", what, path,
-             strerror(e));
-    return msr_status_from_errno(e);
+    return msr_err(msr_status_from_errno(e),
+                   "the coordinator could not save its state file: %s %s: %s", what, path,
+                   strerror(e));
 }
 
 /* Syncs the directory holding path, so that a rename in it survives a
@@ -282,7 +283,7 @@ static void sync_dir(const char *path)
 
 /* Writes the whole state as a new file and renames it over the old one;
  * changes are then appended to the new file. */
-static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
+static msr_status_t write_snapshot(msr_coord_t *c)
 {
     const char *path = state_path(c);
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
@@ -293,7 +294,7 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
     uint8_t *buf = NULL;
     char *tmp = NULL;
     size_t len = 0;
-    snprintf(why, whylen, "the coordinator could not save its state file: out of memory");
+    msr_err_set("the coordinator could not save its state file: out of memory");
     msr_status_t st = job_fill(c, &ps, &j);
     if (st != MSR_OK)
         return st;
@@ -320,24 +321,24 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
     /* A file of our own, never one planted under the name (O_EXCL,
      * O_NOFOLLOW), readable by its owner only. */
     if (unlink(tmp) != 0 && errno != ENOENT) {
-        st = sys_fail(why, whylen, "cannot remove", tmp);
+        st = sys_fail("cannot remove", tmp);
         goto out;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        st = sys_fail(why, whylen, "cannot create", tmp);
+        st = sys_fail("cannot create", tmp);
         goto out;
     }
     if (msr_write_all(fd, buf, len) != MSR_OK) {
-        st = sys_fail(why, whylen, "cannot write", tmp);
+        st = sys_fail("cannot write", tmp);
         goto err_file;
     }
     if (!c->config.state_sync_process && fsync(fd) != 0) {
-        st = sys_fail(why, whylen, "cannot fsync", tmp);
+        st = sys_fail("cannot fsync", tmp);
         goto err_file;
     }
     if (rename(tmp, path) != 0) {
-        st = sys_fail(why, whylen, "cannot rename it to", path);
+        st = sys_fail("cannot rename it to", path);
         goto err_file;
     }
     if (!c->config.state_sync_process)
@@ -346,7 +347,6 @@ static msr_status_t write_snapshot(msr_coord_t *c, char *why, size_t whylen)
     c->log_fd = fd; /* now the state file itself */
     c->log_end = len;
     c->snapshot_len = len;
-    why[0] = '\0';
     st = MSR_OK;
     goto out;
 
@@ -424,9 +424,8 @@ static void saved(msr_coord_t *c)
     c->save_failures = 0;
 }
 
-msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen)
+msr_status_t msr_coord_persist_save(msr_coord_t *c)
 {
-    why[0] = '\0';
     if (!msr_coord_persist_pending(c))
         return MSR_OK;
     msr_status_t st;
@@ -435,21 +434,21 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen)
     if (limit < MSR_LOG_COMPACT_MIN)
         limit = MSR_LOG_COMPACT_MIN;
     if (c->log_fd < 0 || c->need_snapshot || log_len >= limit) {
-        st = write_snapshot(c, why, whylen);
+        st = write_snapshot(c);
     } else {
         size_t len = 0;
         uint8_t *rec = change_record(c, &len);
         if (rec == NULL) {
-            st = MSR_ERR_NO_MEMORY;
-            snprintf(why, whylen, "the coordinator could not save its state file: out of memory");
+            st = msr_err(MSR_ERR_NO_MEMORY,
+                         "the coordinator could not save its state file: out of memory");
         } else {
             ssize_t n = pwrite(c->log_fd, rec, len, (off_t)c->log_end);
             if (n != (ssize_t)len) {
                 if (n >= 0)
                     errno = ENOSPC; /* a short write: the disk is full */
-                st = sys_fail(why, whylen, "cannot append to", state_path(c));
+                st = sys_fail("cannot append to", state_path(c));
             } else if (!c->config.state_sync_process && fdatasync(c->log_fd) != 0) {
-                st = sys_fail(why, whylen, "cannot fdatasync", state_path(c));
+                st = sys_fail("cannot fdatasync", state_path(c));
             } else {
                 st = MSR_OK;
                 c->log_end += len;
@@ -470,7 +469,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c, char *why, size_t whylen)
     c->store_cleared = 0;
     msr_map_cleanup(&c->dirty_keys, NULL);
     if (c->save_failures++ == 0)
-        MSR_ERROR("%s; the writes it carried are failed, and it is tried again", why);
+        MSR_ERROR("%s; the writes it carried are failed, and it is tried again", msr_err_msg());
     return st;
 }
 
@@ -485,7 +484,7 @@ static int job_unconfigured(const Msr__PersistedState *ps)
            ps->n_nodes == 0 && ps->n_done_ranks == 0 && ps->generation == 0;
 }
 
-static int job_valid(const Msr__PersistedState *ps, char *why, size_t whylen)
+static int job_valid(const Msr__PersistedState *ps)
 {
     const char *bad = NULL;
     if (ps->version == 1 && job_unconfigured(ps))
@@ -514,7 +513,7 @@ static int job_valid(const Msr__PersistedState *ps, char *why, size_t whylen)
             bad = "a node's rank, generation or worker count";
     }
     if (bad)
-        snprintf(why, whylen, "%s out of range", bad);
+        msr_err_set("%s out of range", bad);
     return bad == NULL;
 }
 
@@ -622,10 +621,10 @@ static void kv_free_value(void *v)
     msr_free(v);
 }
 
-static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps, char *why,
-                                   size_t whylen)
+/* On failure msr_err_msg() says what is wrong (or nothing, for memory). */
+static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps)
 {
-    if (!job_valid(ps, why, whylen))
+    if (!job_valid(ps))
         return MSR_ERR_CORRUPT;
     msr_status_t st = job_apply(c, ps);
     for (size_t i = 0; st == MSR_OK && i < ps->n_store; i++)
@@ -633,15 +632,14 @@ static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps
     if (st == MSR_OK)
         st = requests_apply(c, ps->requests, ps->n_requests);
     if (st == MSR_ERR_CORRUPT)
-        snprintf(why, whylen, "a bad key or request record");
+        msr_err_set("a bad key or request record");
     return st;
 }
 
 /* Checks a whole change before applying any of it. */
-static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch, char *why,
-                                 size_t whylen)
+static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch)
 {
-    if (ch->job && !job_valid(ch->job, why, whylen))
+    if (ch->job && !job_valid(ch->job))
         return MSR_ERR_CORRUPT;
     for (size_t i = 0; i < ch->n_set; i++)
         if (!msr_rpc_key_valid(ch->set[i]->key))
@@ -698,7 +696,6 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
     struct stat sb;
     msr_status_t st = MSR_ERR_IO;
     uint8_t *buf = NULL;
-    char why[200] = "";
     uint64_t len = 0;
     size_t nchanges = 0;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
@@ -726,7 +723,8 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
          * the new format at the first save. */
         Msr__PersistedState *ps =
             msr__persisted_state__unpack(&msr_rpc_pb_allocator, (size_t)len, buf);
-        st = ps ? snapshot_apply(c, ps, why, sizeof why) : MSR_ERR_CORRUPT;
+        msr_err_clear();
+        st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
         msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
         if (st != MSR_OK)
             goto bad;
@@ -734,12 +732,13 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         goto done;
     }
     if (!record_at(buf, len, MAGIC_LEN, &payload, &plen)) {
-        snprintf(why, sizeof why, "its snapshot is torn or fails its CRC");
+        msr_err_set("its snapshot is torn or fails its CRC");
         st = MSR_ERR_CORRUPT;
         goto bad;
     }
     Msr__PersistedState *ps = msr__persisted_state__unpack(&msr_rpc_pb_allocator, plen, payload);
-    st = ps ? snapshot_apply(c, ps, why, sizeof why) : MSR_ERR_CORRUPT;
+    msr_err_clear();
+    st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
     msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
     if (st != MSR_OK)
         goto bad;
@@ -748,8 +747,8 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         Msr__PersistedChange *ch = NULL;
         if (record_at(buf, len, off, &payload, &plen))
             ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
-        char cwhy[200] = "torn or fails its CRC";
-        st = ch ? change_apply(c, ch, cwhy, sizeof cwhy) : MSR_ERR_CORRUPT;
+        msr_err_set("torn or fails its CRC");
+        st = ch ? change_apply(c, ch) : MSR_ERR_CORRUPT;
         msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
         if (st == MSR_ERR_NO_MEMORY)
             goto out;
@@ -758,7 +757,7 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
              * before it was saved whole, nothing after it was answered. */
             MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
                      "%" PRIu64 " bytes",
-                     path, off, cwhy, len - off);
+                     path, off, msr_err_msg(), len - off);
             int wfd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
             if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
                 MSR_WARN("cannot cut %s: %s (the next save rewrites it)", path, strerror(errno));
@@ -782,8 +781,8 @@ done:
 bad:
     if (st == MSR_ERR_NO_MEMORY)
         goto out;
-    MSR_ERROR("the state file %s is corrupt or of another version%s%s", path, why[0] ? ": " : "",
-              why);
+    MSR_ERROR("the state file %s is corrupt or of another version%s%s", path,
+              msr_err_msg()[0] ? ": " : "", msr_err_msg());
     st = MSR_ERR_CORRUPT;
 out:
     msr_free(buf);
