@@ -483,9 +483,9 @@ test: ^test_coord$
     (void)wake_getters;
 >>>
 
-# ---- the node's store proxy (msrun/proxy.c)
+# ---- the node's store proxy (msrun/proxy.c, proxy_up.c)
 @ proxy.barrier.weight_lost
-file: msrun/proxy.c
+file: msrun/proxy_up.c
 test: ^(it_store|it_multinode)$
 <<<
         r.weight = g->arrived;
@@ -494,7 +494,7 @@ test: ^(it_store|it_multinode)$
 >>>
 
 @ proxy.group.capacity_off_by_one
-file: msrun/proxy.c
+file: msrun/proxy_up.c
 test: ^(it_store|it_multinode)$
 <<<
     if (weight > g->local_count - g->arrived || g->ncalls == g->local_count) {
@@ -503,7 +503,7 @@ test: ^(it_store|it_multinode)$
 >>>
 
 @ proxy.allgather.last_entry_dropped
-file: msrun/proxy.c
+file: msrun/proxy_up.c
 test: ^(it_store|it_multinode)$
 <<<
             for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
@@ -530,7 +530,7 @@ test: ^(it_store|it_multinode)$
 >>>
 
 @ proxy.group.sent_when_full
-file: msrun/proxy.c
+file: msrun/proxy_up.c
 equivalent: arrived never exceeds local_count (a call that would is refused above), so == and >= agree
 <<<
     if (g->arrived == g->local_count)

@@ -1,0 +1,91 @@
+/* The store proxy's insides, shared by its server side (proxy.c: the
+ * workers' calls, beats, the thread) and its upstream side (proxy_up.c:
+ * forwarding, retries, a node's barrier and allgather groups). The proxy's
+ * thread only. */
+#ifndef MSR_MSRUN_PROXY_IMPL_H
+#define MSR_MSRUN_PROXY_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "base/heap.h"
+#include "base/list.h"
+#include "base/map.h"
+#include "msrun/proxy.h"
+#include "rendezvous/rpc.h"
+
+/* A node's participants of one barrier or allgather, collected until all
+ * local_count of them are here, then sent upstream as one call. */
+typedef struct group {
+    msr_proxy_t *proxy;
+    char key[MSR_KEY_MAX + 48];
+    msr_rpc_method_t method;
+    int generation;
+    uint32_t count, local_count;
+    uint32_t arrived; /* participants (barrier weights, allgather entries) */
+    msr_rpc_call_t **calls;
+    ProtobufCMessage **reqs; /* the calls' requests, alive while held */
+    uint32_t ncalls;
+    msr_timer_t timer;
+    int sent;
+    char name[MSR_KEY_MAX + 1];
+} group_t;
+
+/* One upstream call, answering one worker's call or a whole group. */
+typedef struct fwd {
+    msr_rpc_async_t async;
+    msr_proxy_t *proxy;
+    msr_rpc_call_t *call;  /* a single forward; NULL once its client is gone */
+    ProtobufCMessage *req; /* its request (the call's, alive while held) */
+    group_t *group;        /* or a group */
+    uint64_t deadline;
+    msr_timer_t retry; /* armed while waiting to send again */
+    msr_list_t link;
+} fwd_t;
+
+/* What the proxy knows about a held worker call (msr_rpc_call_set_data). */
+typedef struct held {
+    fwd_t *fwd;     /* forwarded alone */
+    group_t *group; /* or waiting in a group */
+} held_t;
+
+struct msr_proxy {
+    msr_rpc_loop_t *loop;
+    msr_rpc_server_t *server;
+    msr_rpc_channel_t *up;
+    uint32_t local_workers; /* the most participants a node's group may have */
+    char socket_path[256];
+    pthread_t thread;
+    atomic_int stop;
+    pthread_mutex_t stop_lock; /* held while another thread starts the shutdown */
+    msr_map_t groups;
+    msr_heap_t timers;  /* groups' deadlines */
+    msr_heap_t retries; /* upstream calls to send again */
+    msr_list_t fwds;    /* upstream calls in flight */
+    pthread_mutex_t beats_lock;
+    struct beat_entry {
+        int rank, pid;
+        msr_beat_info_t info;
+    } * beats;
+    size_t nbeats, beats_cap;
+    _Atomic uint64_t calls_in, calls_up;
+    /* ids for store writes that come without (the proxy thread's only):
+     * retries upstream then apply them once too */
+    uint64_t client_id, request_seq;
+};
+
+/* proxy_up.c */
+void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req);
+void msr_proxy_held_free(msr_rpc_call_t *call);
+void msr_proxy_group_free(msr_proxy_t *p, group_t *g);
+int msr_proxy_fwd_wanted(const fwd_t *f);
+void msr_proxy_fwd_finish(fwd_t *f);
+msr_status_t msr_proxy_fwd_start(fwd_t *f);
+msr_status_t msr_proxy_send_up(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req,
+                               uint64_t deadline, msr_rpc_call_t *call, group_t *group);
+void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t method,
+                         ProtobufCMessage *req, int generation, const char *name, uint32_t count,
+                         uint32_t local_count, uint32_t weight, uint32_t wait_ms);
+void msr_proxy_group_expired(msr_proxy_t *p, group_t *g);
+
+#endif
