@@ -148,7 +148,6 @@ static msr_status_t check_step_dir(const char *sd)
                     S_ISLNK(sb.st_mode)    ? "a symbolic link"
                     : !S_ISDIR(sb.st_mode) ? "not a folder"
                                            : "owned by another user");
-        MSR_ERROR("%s", msr_last_error());
         return MSR_ERR_PERMISSION;
     }
     return MSR_OK;

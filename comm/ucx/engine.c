@@ -189,7 +189,9 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
     };
     ucs_status_t st = ucp_ep_create(e->worker, &prm, &p->ep);
     if (st != UCS_OK) {
-        MSR_ERROR("comm: cannot connect to job rank %d: %s", p->world_rank, ucs_status_string(st));
+        /* the caller fails the operation saying which rank; UCX's reason
+         * is for debugging */
+        MSR_DEBUG("comm: cannot connect to job rank %d: %s", p->world_rank, ucs_status_string(st));
         p->ep = NULL;
         return NULL;
     }
@@ -243,10 +245,8 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     msr_gather_result_t *res = NULL;
     st = msr_store_allgather(e->ctx, key, (uint32_t)n, (uint32_t)index, local, mine, len, -1, &res);
     msr_free(mine);
-    if (st != MSR_OK) {
-        MSR_ERROR("comm: address exchange '%s' failed: %s", key, msr_last_error());
-        return st;
-    }
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "comm: address exchange '%s'", key);
     size_t total = 0;
     for (uint32_t i = 0; i < res->count; i++)
         total += res->lengths[i];
