@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "parallel/block.h"
 #include "parallel/layers.h"
 #include "parallel/rng.h"
 
@@ -513,45 +514,62 @@ static msr_status_t hook_poll(const msr_gpt_hooks_t *h, msr_gpt_t *m)
     return h != NULL && h->poll != NULL ? h->poll(h->arg, m) : MSR_OK;
 }
 
-/* Runs a kernel call, then polls; leaves the function on a failed poll. */
-#define THEN_POLL(call)                                  \
-    do {                                                 \
-        call;                                            \
-        msr_status_t poll_st_ = hook_poll(hooks, model); \
-        if (poll_st_ != MSR_OK)                          \
-            return poll_st_;                             \
-    } while (0)
-
 /* ---- forward ---- */
 
-static msr_status_t block_forward(msr_gpt_t *model, int l, const float *in, int B, int T,
-                                  const msr_gpt_hooks_t *hooks)
-{
-    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
-    msr_gpt_block_params_t p;
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
-    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    float *proj = model->acts.proj; /* (N, C) */
+/* The whole model's block (parallel/block.h): tp = 1, the model's work
+ * space, the hooks' poll between the kernels. */
+typedef struct block_poll {
+    const msr_gpt_hooks_t *hooks;
+    msr_gpt_t *model;
+} block_poll_t;
 
-    /* x + attn(ln1(x)) */
-    msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C);
-    THEN_POLL(msr_matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C));
-    THEN_POLL(msr_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH));
-    msr_matmul_forward(proj, a->atty, p.attprojw, p.attprojb, N, C, C);
-    THEN_POLL(msr_residual_forward(a->res2, in, proj, NC));
-    /* x + mlp(ln2(x)) */
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, N, C);
-    THEN_POLL(msr_matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C));
-    msr_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    THEN_POLL(msr_matmul_forward(proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C));
-    msr_residual_forward(a->res3, a->res2, proj, NC);
-    return MSR_OK;
+static msr_status_t block_poll(void *arg)
+{
+    block_poll_t *bp = arg;
+    return hook_poll(bp->hooks, bp->model);
 }
 
-void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T)
+static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm, msr_block_t *b)
 {
-    (void)block_forward(model, l, in, B, T, NULL);
+    int C = m->cfg.channels;
+    size_t N = (size_t)B * (size_t)T;
+    const msr_gpt_work_t *w = &m->work;
+    *b = (msr_block_t){
+        .B = B,
+        .T = T,
+        .C = C,
+        .tp = 1,
+        .NHl = m->cfg.heads,
+        .Cl = C,
+        .Hl = 4 * C,
+        .N = N,
+        .Nl = N,
+        .comm = comm,
+        .proj = m->acts.proj,
+        .dln = w->dln,
+        .dqkv = w->dqkv,
+        .datty = w->datty,
+        .dfch = w->dfch,
+        .dfch_gelu = w->dfch_gelu,
+        .datt = w->datt,
+    };
+}
+
+/* Block l on in (B,T,C), or its backward (dres: see msr_block_backward). */
+static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T,
+                               const msr_gpt_hooks_t *hooks)
+{
+    block_poll_t bp = {hooks, model};
+    msr_block_comm_t comm = {&bp, NULL, NULL, block_poll};
+    msr_block_t b;
+    whole_block(model, B, T, &comm, &b);
+    const msr_gpt_segment_t *s = &model->segments[1 + l];
+    msr_gpt_block_params_t p, g;
+    msr_gpt_block_point(&model->cfg, s->params, &p);
+    if (dres == NULL)
+        return msr_block_forward(&b, &p, &model->acts.blocks[l], in);
+    msr_gpt_block_point(&model->cfg, s->grads, &g);
+    return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
@@ -602,7 +620,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     for (int l = 0; l < L; l++) {
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        if ((st = block_forward(model, l, x, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, x, NULL, B, T, hooks)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
@@ -640,47 +658,6 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 }
 
 /* ---- backward ---- */
-
-static msr_status_t block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B,
-                                   int T, const msr_gpt_hooks_t *hooks)
-{
-    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
-    msr_gpt_block_params_t p, g;
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].grads, &g);
-    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    msr_gpt_work_t *w = &model->work;
-    memset(w->dln, 0, NC * sizeof(float));
-    memset(w->dqkv, 0, 3 * NC * sizeof(float));
-    memset(w->datty, 0, NC * sizeof(float));
-    memset(w->dfch, 0, 4 * NC * sizeof(float));
-    memset(w->dfch_gelu, 0, 4 * NC * sizeof(float));
-
-    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
-     * skip, and is the gradient of the MLP's output. */
-    THEN_POLL(msr_matmul_backward(w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw,
-                                  N, 4 * C, C));
-    msr_gelu_backward(w->dfch, a->fch, w->dfch_gelu, 4 * NC);
-    THEN_POLL(msr_matmul_backward(w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C));
-    msr_layernorm_backward(dres, g.ln2w, g.ln2b, w->dln, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd,
-                           N, C);
-    /* now dres = d res2. res2 = in + attn(ln1(in)): the same again. */
-    THEN_POLL(
-        msr_matmul_backward(w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C));
-    THEN_POLL(msr_attention_backward(w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH));
-    memset(w->dln, 0, NC * sizeof(float));
-    THEN_POLL(msr_matmul_backward(w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C));
-    msr_layernorm_backward(dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd, N,
-                           C);
-    /* now dres = d in */
-    return MSR_OK;
-}
-
-void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T)
-{
-    (void)block_backward(model, l, in, dres, B, T, NULL);
-}
 
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
 {
@@ -725,7 +702,7 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3; /* (B,T,C) */
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
-        if ((st = block_backward(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;

@@ -334,12 +334,4 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
  * Errors: MSR_ERR_STATE (no forward with targets before), a hook's status. */
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks);
 
-/* The parts of forward and backward, exposed so that tensor and pipeline
- * parallel and recompute can compose them. Block l reads its input from
- * `in` (N, C) and writes its output to acts.blocks[l].res3. Backward takes
- * dres (N,C), the gradient of the block's output, and turns it in place into
- * the gradient of the block's input. */
-void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T);
-void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T);
-
 #endif

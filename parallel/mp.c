@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "parallel/block.h"
 #include "parallel/layers.h"
 
 /* ---- names and checks ---- */
@@ -147,21 +148,9 @@ static float *carve(carve_t *c, size_t n)
     return p;
 }
 
-/* One block's activations for one micro-batch. */
-typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (Nl, C), (Nl), (Nl) */
-    float *qkv;                       /* (N, 3 Cl): q, k, v of this rank's heads */
-    float *atty;                      /* (N, Cl) */
-    float *att;                       /* (B, NHl, T, T) */
-    float *res2;                      /* (Nl, C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (Nl, C), (Nl), (Nl) */
-    float *fch, *fch_gelu;            /* (N, Hl) */
-    float *res3;                      /* (Nl, C): the block's output */
-} layer_acts_t;
-
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,
  * overwritten by the next block) as the recompute mode says. */
-static void carve_layer(const dims_t *d, carve_t *keep, carve_t *scr, layer_acts_t *la)
+static void carve_layer(const dims_t *d, carve_t *keep, carve_t *scr, msr_gpt_block_acts_t *la)
 {
     size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
     int all = d->mode == MSR_MP_RECOMPUTE_NONE, sel = d->mode == MSR_MP_RECOMPUTE_SELECTIVE;
@@ -187,7 +176,7 @@ typedef struct frame {
     size_t bytes;
     int live;
     float *in;                        /* (Nl, C) the chunk's input */
-    layer_acts_t *layers;             /* [the chunk's blocks] */
+    msr_gpt_block_acts_t *layers;     /* [the chunk's blocks] */
     float *lnf, *lnf_mean, *lnf_rstd; /* head: (Nl, C), (Nl), (Nl) */
     float *probs;                     /* head: (N, Vl) */
 } frame_t;
@@ -196,7 +185,7 @@ static void carve_frame(const dims_t *d, int layers, int head, carve_t *keep, ca
                         frame_t *f)
 {
     size_t Nl = d->Nl, C = (size_t)d->C;
-    layer_acts_t dummy;
+    msr_gpt_block_acts_t dummy;
     f->in = carve(keep, Nl * C);
     for (int i = 0; i < layers; i++) {
         carve_t s = *scr; /* every block reuses the same scratch */
@@ -253,6 +242,8 @@ struct msr_mp {
     float *wmem;
     work_t w;
     size_t scratch_count;
+    msr_block_t blk;           /* the blocks' shape and work space (in w) */
+    msr_block_comm_t blk_comm; /* their tensor-parallel communication */
 
     frame_t *frames;             /* [micros * chunks] */
     float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
@@ -389,7 +380,7 @@ static msr_status_t tp_reduce(msr_mp_t *mp, float *full, float *local, float **o
 }
 
 /* The input of a column-parallel layer: x (Nl, C) itself, or gathered. */
-static msr_status_t tp_enter(msr_mp_t *mp, float *x, float *gbuf, float **out_p)
+static msr_status_t tp_enter(msr_mp_t *mp, const float *x, float *gbuf, const float **out_p)
 {
     if (!mp->d.sp) {
         *out_p = x;
@@ -399,18 +390,15 @@ static msr_status_t tp_enter(msr_mp_t *mp, float *x, float *gbuf, float **out_p)
     return seq_gather(mp, x, gbuf);
 }
 
-static void add_bias(float *x, const float *bias, size_t N, int C)
+/* The block's communication (parallel/block.h): tp_enter and tp_reduce. */
+static msr_status_t block_enter(void *arg, const float *x, float *gbuf, const float **out_p)
 {
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            x[n * (size_t)C + c] += bias[c];
+    return tp_enter(arg, x, gbuf, out_p);
 }
 
-static void add_colsum(float *db, const float *d, size_t N, int C)
+static msr_status_t block_reduce(void *arg, float *full, float *local, float **out_p)
 {
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            db[c] += d[n * (size_t)C + c];
+    return tp_reduce(arg, full, local, out_p);
 }
 
 /* ---- a block ---- */
@@ -420,104 +408,13 @@ static int seg_of_layer(const msr_gpt_t *m, int c, int l)
     return m->chunk_seg[c] + (l - m->chunk_lo[c]);
 }
 
-static msr_status_t block_forward(msr_mp_t *mp, const msr_gpt_block_params_t *p, layer_acts_t *la,
-                                  const float *x)
-{
-    const dims_t *d = &mp->d;
-    work_t *w = &mp->w;
-    int C = d->C, tp1 = d->tp == 1;
-    size_t N = d->N, Nl = d->Nl;
-    float *g, *r;
-    msr_status_t st;
-
-    /* x + attn(ln1(x)) */
-    msr_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1w, p->ln1b, (int)Nl, C);
-    if ((st = tp_enter(mp, la->ln1, w->gat, &g)) != MSR_OK)
-        return st;
-    msr_matmul_forward(la->qkv, g, p->qkvw, p->qkvb, (int)N, C, 3 * d->Cl);
-    msr_attention_forward(la->atty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
-    msr_matmul_forward(w->proj, la->atty, p->attprojw, tp1 ? p->attprojb : NULL, (int)N, d->Cl, C);
-    if ((st = tp_reduce(mp, w->proj, w->projl, &r)) != MSR_OK)
-        return st;
-    if (!tp1)
-        add_bias(r, p->attprojb, Nl, C);
-    msr_residual_forward(la->res2, x, r, Nl * (size_t)C);
-    /* x + mlp(ln2(x)) */
-    msr_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w, p->ln2b, (int)Nl,
-                          C);
-    if ((st = tp_enter(mp, la->ln2, w->gat, &g)) != MSR_OK)
-        return st;
-    msr_matmul_forward(la->fch, g, p->fcw, p->fcb, (int)N, C, d->Hl);
-    msr_gelu_forward(la->fch_gelu, la->fch, N * (size_t)d->Hl);
-    msr_matmul_forward(w->proj, la->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, (int)N, d->Hl,
-                       C);
-    if ((st = tp_reduce(mp, w->proj, w->projl, &r)) != MSR_OK)
-        return st;
-    if (!tp1)
-        add_bias(r, p->fcprojb, Nl, C);
-    msr_residual_forward(la->res3, la->res2, r, Nl * (size_t)C);
-    return MSR_OK;
-}
-
-/* dres (Nl, C): the gradient of the block's output in, of its input out. */
-static msr_status_t block_backward(msr_mp_t *mp, const msr_gpt_block_params_t *p,
-                                   const msr_gpt_block_params_t *gr, const layer_acts_t *la,
-                                   const float *x, float *dres)
-{
-    const dims_t *d = &mp->d;
-    work_t *w = &mp->w;
-    int C = d->C, tp1 = d->tp == 1;
-    size_t N = d->N, Nl = d->Nl, NC = N * (size_t)C;
-    float *g, *dfull, *dl;
-    msr_status_t st;
-
-    /* the MLP: row-parallel fcproj (its output gradient enters as is) */
-    if ((st = tp_enter(mp, dres, w->dgat, &dfull)) != MSR_OK)
-        return st;
-    memset(w->dfch_gelu, 0, N * (size_t)d->Hl * sizeof(float));
-    msr_matmul_backward(w->dfch_gelu, gr->fcprojw, tp1 ? gr->fcprojb : NULL, dfull, la->fch_gelu,
-                        p->fcprojw, (int)N, d->Hl, C);
-    if (!tp1)
-        add_colsum(gr->fcprojb, dres, Nl, C);
-    memset(w->dfch, 0, N * (size_t)d->Hl * sizeof(float));
-    msr_gelu_backward(w->dfch, la->fch, w->dfch_gelu, N * (size_t)d->Hl);
-    /* column-parallel fc: its input gradient is summed over tp */
-    if ((st = tp_enter(mp, la->ln2, w->gat, &g)) != MSR_OK)
-        return st;
-    memset(w->dln, 0, NC * sizeof(float));
-    msr_matmul_backward(w->dln, gr->fcw, gr->fcb, w->dfch, g, p->fcw, (int)N, C, d->Hl);
-    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, gr->ln2w, gr->ln2b, dl, la->res2, p->ln2w, la->ln2_mean,
-                           la->ln2_rstd, (int)Nl, C);
-    /* attention: row-parallel attproj, then column-parallel qkv */
-    if ((st = tp_enter(mp, dres, w->dgat, &dfull)) != MSR_OK)
-        return st;
-    memset(w->datty, 0, N * (size_t)d->Cl * sizeof(float));
-    msr_matmul_backward(w->datty, gr->attprojw, tp1 ? gr->attprojb : NULL, dfull, la->atty,
-                        p->attprojw, (int)N, d->Cl, C);
-    if (!tp1)
-        add_colsum(gr->attprojb, dres, Nl, C);
-    memset(w->dqkv, 0, N * 3 * (size_t)d->Cl * sizeof(float));
-    msr_attention_backward(w->dqkv, w->datt, w->datty, la->qkv, la->att, d->B, d->T, d->Cl, d->NHl);
-    if ((st = tp_enter(mp, la->ln1, w->gat, &g)) != MSR_OK)
-        return st;
-    memset(w->dln, 0, NC * sizeof(float));
-    msr_matmul_backward(w->dln, gr->qkvw, gr->qkvb, w->dqkv, g, p->qkvw, (int)N, C, 3 * d->Cl);
-    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, gr->ln1w, gr->ln1b, dl, x, p->ln1w, la->ln1_mean, la->ln1_rstd,
-                           (int)Nl, C);
-    return MSR_OK;
-}
-
 /* Brings back what the recompute mode dropped, just before backward. */
-static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p, layer_acts_t *la,
-                              const float *x)
+static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                              msr_gpt_block_acts_t *la, const float *x)
 {
     const dims_t *d = &mp->d;
     if (d->mode == MSR_MP_RECOMPUTE_FULL)
-        return block_forward(mp, p, la, x);
+        return msr_block_forward(&mp->blk, p, la, x);
     if (d->mode == MSR_MP_RECOMPUTE_SELECTIVE) {
         /* the attention output is kept; the recomputed copy goes to scratch */
         msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
@@ -580,7 +477,7 @@ static msr_status_t embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
             for (int c = 0; c < d->C; c++)
                 pe[c] += x[c];
         }
-    float *dfull;
+    const float *dfull;
     msr_status_t st = tp_enter(mp, dout, mp->w.dgat, &dfull);
     if (st != MSR_OK)
         return st;
@@ -613,7 +510,7 @@ static msr_status_t head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     msr_gpt_t *m = mp->model;
     work_t *w = &mp->w;
     const float *lnfw = m->segments[m->seg_lnf].params;
-    float *g;
+    const float *g;
     msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl, d->C);
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
@@ -686,7 +583,8 @@ static msr_status_t head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
                 dl[v] -= mp->dloss;
         }
     }
-    float *g, *dl;
+    const float *g;
+    float *dl;
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
@@ -791,11 +689,11 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         return st;
     const float *x = f->in;
     for (int l = model->chunk_lo[c]; l < model->chunk_hi[c]; l++) {
-        layer_acts_t *la = &f->layers[l - model->chunk_lo[c]];
+        msr_gpt_block_acts_t *la = &f->layers[l - model->chunk_lo[c]];
         msr_gpt_block_params_t p;
         msr_gpt_block_point_tp(&model->cfg, mp->tp,
                                model->segments[seg_of_layer(model, c, l)].params, &p);
-        if ((st = block_forward(mp, &p, la, x)) != MSR_OK)
+        if ((st = msr_block_forward(&mp->blk, &p, la, x)) != MSR_OK)
             return st;
         x = la->res3;
     }
@@ -851,7 +749,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         return st;
     for (int l = hi - 1; l >= lo; l--) {
         int s = seg_of_layer(model, c, l);
-        layer_acts_t *la = &f->layers[l - lo];
+        msr_gpt_block_acts_t *la = &f->layers[l - lo];
         const float *x = l == lo ? f->in : f->layers[l - lo - 1].res3;
         if ((st = hook(mp, s, 1)) != MSR_OK)
             return st;
@@ -860,7 +758,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         msr_gpt_block_point_tp(&model->cfg, mp->tp, model->segments[s].grads, &g);
         if ((st = recompute(mp, &p, la, x)) != MSR_OK)
             return st;
-        if ((st = block_backward(mp, &p, &g, la, x, dres)) != MSR_OK)
+        if ((st = msr_block_backward(&mp->blk, &p, &g, la, x, dres)) != MSR_OK)
             return st;
         if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
@@ -955,6 +853,38 @@ static void point_work(msr_mp_t *mp, carve_t *c)
     w->red = carve(c, 2 * N);
 }
 
+/* The blocks' view of the runtime: this rank's shape, the work space, the
+ * tensor-parallel communication (none at tp = 1). */
+static void point_block(msr_mp_t *mp)
+{
+    const dims_t *d = &mp->d;
+    const work_t *w = &mp->w;
+    mp->blk_comm = (msr_block_comm_t){mp, block_enter, block_reduce, NULL};
+    mp->blk = (msr_block_t){
+        .B = d->B,
+        .T = d->T,
+        .C = d->C,
+        .tp = d->tp,
+        .NHl = d->NHl,
+        .Cl = d->Cl,
+        .Hl = d->Hl,
+        .N = d->N,
+        .Nl = d->Nl,
+        .comm = d->tp > 1 ? &mp->blk_comm : NULL,
+        .proj = w->proj,
+        .projl = w->projl,
+        .gat = w->gat,
+        .dgat = w->dgat,
+        .dln = w->dln,
+        .dlnl = w->dlnl,
+        .dqkv = w->dqkv,
+        .datty = w->datty,
+        .dfch = w->dfch,
+        .dfch_gelu = w->dfch_gelu,
+        .datt = w->datt,
+    };
+}
+
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p)
 {
@@ -990,7 +920,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     dims_t all = mp->d;
     all.mode = MSR_MP_RECOMPUTE_FULL;
     carve_t keep = {NULL, 0}, scr = {NULL, 0};
-    layer_acts_t dummy;
+    msr_gpt_block_acts_t dummy;
     carve_layer(&all, &keep, &scr, &dummy);
     mp->scratch_count = scr.used;
     carve_t cw = {NULL, 0};
@@ -1008,8 +938,10 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     cw.base = mp->wmem;
     cw.used = 0;
     point_work(mp, &cw);
+    point_block(mp);
     for (size_t k = 0; k < nframes; k++)
-        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(layer_acts_t))) == NULL)
+        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
+            NULL)
             goto err_free;
     if (mp->pp > 1 && (mp->pr > 0 || cfg->chunks > 1) &&
         (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
