@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "parallel/block.h"
@@ -22,33 +23,26 @@
 /* The RNG stream of parameter initialisation. */
 #define GPT_INIT_STREAM 0x696e6974ULL
 
-msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len)
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg)
 {
-    char tmp[160];
-    if (why == NULL) {
-        why = tmp;
-        why_len = sizeof tmp;
-    }
     if (cfg->vocab < 1 || cfg->vocab > GPT_MAX_VOCAB) {
-        snprintf(why, why_len, "vocabulary %d is not in [1, %d]", cfg->vocab, GPT_MAX_VOCAB);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "vocabulary %d is not in [1, %d]", cfg->vocab,
+                       GPT_MAX_VOCAB);
     }
     if (cfg->max_seq < 1 || cfg->max_seq > GPT_MAX_SEQ) {
-        snprintf(why, why_len, "sequence length %d is not in [1, %d]", cfg->max_seq, GPT_MAX_SEQ);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "sequence length %d is not in [1, %d]", cfg->max_seq,
+                       GPT_MAX_SEQ);
     }
     if (cfg->layers < 1 || cfg->layers > GPT_MAX_LAYERS) {
-        snprintf(why, why_len, "layers %d is not in [1, %d]", cfg->layers, GPT_MAX_LAYERS);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "layers %d is not in [1, %d]", cfg->layers, GPT_MAX_LAYERS);
     }
     if (cfg->channels < 1 || cfg->channels > GPT_MAX_CHANNELS) {
-        snprintf(why, why_len, "channels %d is not in [1, %d]", cfg->channels, GPT_MAX_CHANNELS);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "channels %d is not in [1, %d]", cfg->channels,
+                       GPT_MAX_CHANNELS);
     }
     if (cfg->heads < 1 || cfg->heads > cfg->channels || cfg->channels % cfg->heads != 0) {
-        snprintf(why, why_len, "channels %d do not divide into %d heads", cfg->channels,
-                 cfg->heads);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "channels %d do not divide into %d heads", cfg->channels,
+                       cfg->heads);
     }
     return MSR_OK;
 }
@@ -60,38 +54,30 @@ size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
     return (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C + (size_t)cfg->layers * block + 2 * C;
 }
 
-msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
-                                size_t why_len)
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part)
 {
-    char tmp[160];
-    if (why == NULL) {
-        why = tmp;
-        why_len = sizeof tmp;
-    }
-    if (msr_gpt_config_check(cfg, why, why_len) != MSR_OK)
+    if (msr_gpt_config_check(cfg) != MSR_OK)
         return MSR_ERR_CONFIG;
     if (part->tp < 1 || part->tp_rank < 0 || part->tp_rank >= part->tp || part->pp < 1 ||
         part->pp_rank < 0 || part->pp_rank >= part->pp || part->chunks < 1 ||
         part->chunks > MSR_GPT_MAX_CHUNKS) {
-        snprintf(
-            why, why_len, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
+        return msr_err(
+            MSR_ERR_CONFIG, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
             part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
-        return MSR_ERR_CONFIG;
     }
     if (cfg->heads % part->tp != 0) {
-        snprintf(why, why_len, "%d heads do not divide among tp %d ranks", cfg->heads, part->tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "%d heads do not divide among tp %d ranks", cfg->heads,
+                       part->tp);
     }
     if (cfg->vocab % part->tp != 0) {
-        snprintf(why, why_len, "the vocabulary of %d does not divide among tp %d ranks", cfg->vocab,
-                 part->tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "the vocabulary of %d does not divide among tp %d ranks",
+                       cfg->vocab, part->tp);
     }
     if ((int64_t)part->pp * part->chunks > cfg->layers) {
-        snprintf(why, why_len,
-                 "%d layers are fewer than the %d pipeline stages (pp %d x %d virtual stages)",
-                 cfg->layers, part->pp * part->chunks, part->pp, part->chunks);
-        return MSR_ERR_CONFIG;
+        return msr_err(
+            MSR_ERR_CONFIG,
+            "%d layers are fewer than the %d pipeline stages (pp %d x %d virtual stages)",
+            cfg->layers, part->pp * part->chunks, part->pp, part->chunks);
     }
     return MSR_OK;
 }
@@ -394,9 +380,8 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
 static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
                            unsigned flags, msr_gpt_t **model_p)
 {
-    char why[160];
-    if (msr_gpt_part_check(cfg, part, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("gpt: %s", why);
+    if (msr_gpt_part_check(cfg, part) != MSR_OK) {
+        MSR_ERROR("gpt: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
@@ -457,9 +442,8 @@ err_no_memory:
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p)
 {
-    char why[160];
-    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("gpt: %s", why);
+    if (msr_gpt_config_check(cfg) != MSR_OK) {
+        MSR_ERROR("gpt: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {

@@ -74,19 +74,18 @@ typedef struct msr_gpt_part {
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
  * vocabulary, at least one layer per virtual stage, ranks in range. On
- * failure writes a one-line reason into why (may be NULL) and returns
+ * failure sets the error text (base/err.h: a one-line reason) and returns
  * MSR_ERR_CONFIG. */
-msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
-                                size_t why_len);
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
 
 /* The blocks [*lo_p, *hi_p) of virtual stage j of n: layers * j / n to
  * layers * (j + 1) / n (rounded down). */
 void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH.
- * On failure writes a one-line reason into why (may be NULL) and returns
+ * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
-msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len);
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
 
 /* The number of parameters of a shape: V*C + maxT*C + L*(12C^2 + 13C) + 2C. */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);

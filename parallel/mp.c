@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -45,61 +46,54 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r)
     return (unsigned)r < 3 ? recompute_names[r] : "?";
 }
 
-msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp,
-                          char *why, size_t why_len)
+msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
 {
     msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks};
-    if (msr_gpt_part_check(model, &part, why, why_len) != MSR_OK)
+    if (msr_gpt_part_check(model, &part) != MSR_OK)
         return MSR_ERR_CONFIG;
     if ((unsigned)cfg->schedule > MSR_MP_INTERLEAVED ||
         (unsigned)cfg->recompute > MSR_MP_RECOMPUTE_FULL || cfg->micro_batch < 1 ||
         cfg->micros < 1) {
-        snprintf(why, why_len,
-                 "schedule %d, recompute %d, micro-batch %d or %d micro-batches "
-                 "out of range",
-                 (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "schedule %d, recompute %d, micro-batch %d or %d micro-batches "
+                       "out of range",
+                       (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
     }
     if (cfg->sp && tp < 2) {
-        snprintf(why, why_len,
-                 "sequence parallel splits the sequence over tp ranks: it needs tp > 1");
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "sequence parallel splits the sequence over tp ranks: it needs tp > 1");
     }
     if (cfg->sp && model->max_seq % tp != 0) {
-        snprintf(why, why_len,
-                 "sequence parallel: the sequence of %d does not divide among tp %d ranks",
-                 model->max_seq, tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "sequence parallel: the sequence of %d does not divide among tp %d ranks",
+                       model->max_seq, tp);
     }
     if (cfg->chunks > 1 && cfg->schedule != MSR_MP_INTERLEAVED) {
-        snprintf(why, why_len, "%d virtual stages need the interleaved schedule", cfg->chunks);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "%d virtual stages need the interleaved schedule",
+                       cfg->chunks);
     }
     if (cfg->schedule == MSR_MP_1F1B && cfg->micros < pp) {
-        snprintf(why, why_len,
-                 "1F1B needs at least as many micro-batches as stages: %d micro-batches "
-                 "(--grad-accum) for %d stages",
-                 cfg->micros, pp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "1F1B needs at least as many micro-batches as stages: %d micro-batches "
+                       "(--grad-accum) for %d stages",
+                       cfg->micros, pp);
     }
     if (cfg->schedule == MSR_MP_INTERLEAVED && (pp < 2 || cfg->micros % pp != 0)) {
-        snprintf(why, why_len,
-                 "interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: "
-                 "%d micro-batches (--grad-accum) for %d stages",
-                 cfg->micros, pp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: "
+                       "%d micro-batches (--grad-accum) for %d stages",
+                       cfg->micros, pp);
     }
     if ((tp > 1 || pp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
-        snprintf(why, why_len,
-                 "ZeRO stage %d is not supported with tensor or pipeline parallel (use 0, 1 or 2)",
-                 cfg->zero);
-        return MSR_ERR_CONFIG;
+        return msr_err(
+            MSR_ERR_CONFIG,
+            "ZeRO stage %d is not supported with tensor or pipeline parallel (use 0, 1 or 2)",
+            cfg->zero);
     }
     if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
-        snprintf(why, why_len,
-                 "%d micro-batches x %d virtual stages are too many for the message tags",
-                 cfg->micros, pp * cfg->chunks);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "%d micro-batches x %d virtual stages are too many for the message tags",
+                       cfg->micros, pp * cfg->chunks);
     }
     return MSR_OK;
 }
@@ -888,9 +882,8 @@ static void point_block(msr_mp_t *mp)
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p)
 {
-    char why[200];
-    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("mp: %s", why);
+    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK) {
+        MSR_ERROR("mp: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     if (model->part.tp != mesh->tp || model->part.tp_rank != mesh->tp_rank ||

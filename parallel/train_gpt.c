@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -909,9 +910,8 @@ int main(int argc, char **argv)
     cfg.mp.recompute = (msr_mp_recompute_t)recompute;
     cfg.mp_always = o.trace != NULL;
     int use_mp = msr_train_uses_mp(&cfg);
-    char why[200];
-    if (msr_train_config_check(&cfg, data, why, sizeof why) != MSR_OK) {
-        fprintf(stderr, "train_gpt: %s\n", why);
+    if (msr_train_config_check(&cfg, data) != MSR_OK) {
+        fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
         goto out;
     }
     if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "parallel/cuda/gpt_cuda.h"
 #include "parallel/layers.h"
@@ -659,9 +660,8 @@ extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max
                                             const msr_gpt_tensor_t *tensors, int n,
                                             msr_cuda_gpt_t **model_p)
 {
-    char why[160];
-    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("gpt_cuda: %s", why);
+    if (msr_gpt_config_check(cfg) != MSR_OK) {
+        MSR_ERROR("gpt_cuda: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     size_t P = msr_gpt_num_params(cfg);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -23,9 +24,8 @@ static msr_status_t comm_failed(const char *what, msr_status_t st)
 msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      msr_comm_t *comm, msr_cuda_trainer_t **tr_p)
 {
-    char why[200];
-    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("train_cuda: %s", why);
+    if (msr_train_config_check(cfg, data) != MSR_OK) {
+        MSR_ERROR("train_cuda: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     int size = comm != NULL ? msr_comm_size(comm) : 1,
