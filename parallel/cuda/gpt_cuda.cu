@@ -606,19 +606,34 @@ __global__ static void fill_k(float *p, float value, size_t n)
     p[i] = value;
 }
 
+/* Whether a failed cudaGetDeviceCount means that this machine has no GPU:
+ * CUDA says so, or no driver is installed at all (the runtime then answers
+ * cudaErrorInsufficientDriver and the driver's version is 0). A driver too
+ * old for this runtime, or any other error, is a failure, not an absence. */
+static int no_device(cudaError_t e)
+{
+    int version = -1;
+    if (e == cudaErrorNoDevice)
+        return 1;
+    return e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&version) == cudaSuccess &&
+           version == 0;
+}
+
 extern "C" msr_status_t msr_cuda_device_count(int *count_p)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess && no_device(e))
+        return msr_err(MSR_ERR_UNSUPPORTED, "gpt_cuda: no CUDA device here: %s: %s",
+                       cudaGetErrorName(e), cudaGetErrorString(e));
     if (e != cudaSuccess) {
-        MSR_ERROR("gpt_cuda: no usable CUDA device: %s: %s", cudaGetErrorName(e),
-                  cudaGetErrorString(e));
-        return MSR_ERR_UNSUPPORTED;
+        (void)cudaGetLastError();
+        return msr_err(MSR_ERR_BACKEND, "gpt_cuda: CUDA is unusable here: cudaGetDeviceCount: %s: %s",
+                       cudaGetErrorName(e), cudaGetErrorString(e));
     }
-    if (n < 1) {
-        MSR_ERROR("gpt_cuda: no CUDA device is visible to this process");
-        return MSR_ERR_UNSUPPORTED;
-    }
+    if (n < 1)
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "gpt_cuda: no CUDA device here: none is visible to this process");
     *count_p = n;
     return MSR_OK;
 }

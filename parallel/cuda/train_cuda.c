@@ -63,8 +63,10 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
         tr->device = msr_comm_gpu(tr->dcomm);
     } else {
         int count;
-        if ((st = msr_cuda_device_count(&count)) != MSR_OK)
+        if ((st = msr_cuda_device_count(&count)) != MSR_OK) {
+            MSR_ERROR("%s", msr_err_msg());
             goto err_destroy;
+        }
         tr->device = 0;
     }
     st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,
