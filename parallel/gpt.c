@@ -310,69 +310,87 @@ void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block
 
 /* ---- activations and work space ---- */
 
-/* Hands out consecutive pieces of one buffer; with base == NULL it only
- * counts, so the same code sizes the buffer and then points into it. */
-typedef struct carve {
-    float *base;
-    size_t used;
-} carve_t;
-
-static float *carve(carve_t *c, size_t n)
+float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n)
 {
+    size_t a = c->align > 1 ? c->align : 1;
     float *p = c->base != NULL ? c->base + c->used : NULL;
-    c->used += n;
+    c->used += (n + a - 1) / a * a;
     return p;
 }
 
-static void point_acts(msr_gpt_t *m, carve_t *c)
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+                        msr_gpt_acts_t *a)
 {
-    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
-    size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, N = B * T;
-    msr_gpt_acts_t *a = &m->acts;
-    a->encoded = carve(c, N * C);
-    for (int l = 0; l < m->cfg.layers; l++) {
+    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
+    size_t NH = (size_t)cfg->heads, V = (size_t)cfg->vocab, N = B * T;
+    a->encoded = msr_gpt_carve(c, N * C);
+    for (int l = 0; l < cfg->layers; l++) {
         msr_gpt_block_acts_t *b = &a->blocks[l];
-        b->ln1 = carve(c, N * C);
-        b->ln1_mean = carve(c, N);
-        b->ln1_rstd = carve(c, N);
-        b->qkv = carve(c, N * 3 * C);
-        b->atty = carve(c, N * C);
-        b->att = carve(c, B * NH * T * T);
-        b->res2 = carve(c, N * C);
-        b->ln2 = carve(c, N * C);
-        b->ln2_mean = carve(c, N);
-        b->ln2_rstd = carve(c, N);
-        b->fch = carve(c, N * 4 * C);
-        b->fch_gelu = carve(c, N * 4 * C);
-        b->res3 = carve(c, N * C);
+        b->ln1 = msr_gpt_carve(c, N * C);
+        b->ln1_mean = msr_gpt_carve(c, N);
+        b->ln1_rstd = msr_gpt_carve(c, N);
+        b->qkv = msr_gpt_carve(c, N * 3 * C);
+        b->atty = msr_gpt_carve(c, N * C);
+        b->att = msr_gpt_carve(c, B * NH * T * T);
+        b->res2 = msr_gpt_carve(c, N * C);
+        b->ln2 = msr_gpt_carve(c, N * C);
+        b->ln2_mean = msr_gpt_carve(c, N);
+        b->ln2_rstd = msr_gpt_carve(c, N);
+        b->fch = msr_gpt_carve(c, N * 4 * C);
+        b->fch_gelu = msr_gpt_carve(c, N * 4 * C);
+        b->res3 = msr_gpt_carve(c, N * C);
     }
-    a->lnf = carve(c, N * C);
-    a->lnf_mean = carve(c, N);
-    a->lnf_rstd = carve(c, N);
-    a->logits = carve(c, N * V);
-    a->probs = carve(c, N * V);
-    a->losses = carve(c, N);
-    a->proj = carve(c, N * C);
+    a->lnf = msr_gpt_carve(c, N * C);
+    a->lnf_mean = msr_gpt_carve(c, N);
+    a->lnf_rstd = msr_gpt_carve(c, N);
+    a->logits = msr_gpt_carve(c, N * V);
+    a->probs = msr_gpt_carve(c, N * V);
+    a->losses = msr_gpt_carve(c, N);
+    a->proj = msr_gpt_carve(c, N * C);
 }
 
-static void point_work(msr_gpt_t *m, carve_t *c)
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
+                        msr_gpt_work_t *w)
 {
-    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
-    size_t V = (size_t)m->cfg.vocab, N = B * T;
-    msr_gpt_work_t *w = &m->work;
-    w->dres = carve(c, N * C);
-    w->dln = carve(c, N * C);
-    w->dqkv = carve(c, N * 3 * C);
-    w->datty = carve(c, N * C);
-    w->dfch = carve(c, N * 4 * C);
-    w->dfch_gelu = carve(c, N * 4 * C);
-    w->datt = carve(c, T * T);
-    w->dlogits = carve(c, N * V);
+    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
+    size_t V = (size_t)cfg->vocab, N = B * T;
+    w->dres = msr_gpt_carve(c, N * C);
+    w->dln = msr_gpt_carve(c, N * C);
+    w->dqkv = msr_gpt_carve(c, N * 3 * C);
+    w->datty = msr_gpt_carve(c, N * C);
+    w->dfch = msr_gpt_carve(c, N * 4 * C);
+    w->dfch_gelu = msr_gpt_carve(c, N * 4 * C);
+    w->datt = msr_gpt_carve(c, (size_t)datt_heads * T * T);
+    w->dlogits = msr_gpt_carve(c, N * V);
 }
 
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)
 {
     return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
+}
+
+/* The activations and work space of a whole model, carved from the table
+ * the CUDA model shares (msr_gpt_carve_acts), and the kept tokens. */
+static msr_status_t alloc_acts(msr_gpt_t *m)
+{
+    int B = m->max_batch;
+    size_t N = (size_t)B * (size_t)m->cfg.max_seq;
+    msr_gpt_carve_t acts = {NULL, 0, 1}, work = {NULL, 0, 1};
+    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    m->acts_count = acts.used;
+    m->work_count = work.used;
+    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
+    m->work_mem = msr_calloc(m->work_count, sizeof(float));
+    m->inputs = msr_calloc(N, sizeof(int));
+    m->targets = msr_calloc(N, sizeof(int));
+    if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
+        return MSR_ERR_NO_MEMORY;
+    acts = (msr_gpt_carve_t){m->acts_mem, 0, 1};
+    work = (msr_gpt_carve_t){m->work_mem, 0, 1};
+    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    return MSR_OK;
 }
 
 /* The whole model with activations for max_batch (>= 1), or a part with
@@ -412,22 +430,8 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
         return MSR_OK;
     }
 
-    carve_t count = {NULL, 0};
-    point_acts(m, &count);
-    m->acts_count = count.used;
-    count.used = 0;
-    point_work(m, &count);
-    m->work_count = count.used;
-    size_t N = (size_t)max_batch * (size_t)cfg->max_seq;
-    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
-    m->work_mem = msr_calloc(m->work_count, sizeof(float));
-    m->inputs = msr_calloc(N, sizeof(int));
-    m->targets = msr_calloc(N, sizeof(int));
-    if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
+    if (alloc_acts(m) != MSR_OK)
         goto err_free;
-    carve_t acts = {m->acts_mem, 0}, work = {m->work_mem, 0};
-    point_acts(m, &acts);
-    point_work(m, &work);
     *model_p = m;
     return MSR_OK;
 

@@ -200,6 +200,27 @@ typedef struct msr_gpt_work {
     float *dlogits;   /* (N, V) */
 } msr_gpt_work_t;
 
+/* The activations' and work space's table: the CPU model and the CUDA
+ * model (parallel/cuda) carve their buffers by it, so both hold the same
+ * tensors in the same order with the same shapes. */
+typedef struct msr_gpt_carve {
+    float *base;  /* NULL: only count */
+    size_t used;  /* floats handed out so far: the size the buffer needs */
+    size_t align; /* each piece rounded up to a multiple of this many floats; 0 or 1: packed */
+} msr_gpt_carve_t;
+
+/* The next n floats of c (NULL when only counting). */
+float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n);
+
+/* Points acts (acts->blocks: [L], the caller's) into c for batch x max_seq
+ * tokens. */
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+                        msr_gpt_acts_t *acts);
+/* Points work into c; datt holds datt_heads (T, T) matrices (the CPU runs
+ * one head at a time: 1; the GPU a batch row's heads at once: NH). */
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
+                        msr_gpt_work_t *work);
+
 typedef struct msr_gpt {
     msr_gpt_config_t cfg; /* the whole model's shape */
     msr_gpt_part_t part;  /* what this model holds of it */

@@ -128,40 +128,28 @@ static dims_t dims_of(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int
     return d;
 }
 
-/* Hands out consecutive pieces of one buffer; with base == NULL it only
- * counts. */
-typedef struct carve {
-    float *base;
-    size_t used;
-} carve_t;
-
-static float *carve(carve_t *c, size_t n)
-{
-    float *p = c->base != NULL ? c->base + c->used : NULL;
-    c->used += n;
-    return p;
-}
-
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,
  * overwritten by the next block) as the recompute mode says. */
-static void carve_layer(const dims_t *d, carve_t *keep, carve_t *scr, msr_gpt_block_acts_t *la)
+static void carve_layer(const dims_t *d, msr_gpt_carve_t *keep, msr_gpt_carve_t *scr,
+                        msr_gpt_block_acts_t *la)
 {
     size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
     int all = d->mode == MSR_MP_RECOMPUTE_NONE, sel = d->mode == MSR_MP_RECOMPUTE_SELECTIVE;
-    carve_t *k = all || sel ? keep : scr; /* dropped only by full recompute */
-    la->ln1 = carve(k, Nl * C);
-    la->ln1_mean = carve(k, Nl);
-    la->ln1_rstd = carve(k, Nl);
-    la->qkv = carve(k, N * 3 * (size_t)d->Cl);
-    la->atty = carve(k, N * (size_t)d->Cl);
-    la->att = carve(all ? keep : scr, (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
-    la->res2 = carve(k, Nl * C);
-    la->ln2 = carve(k, Nl * C);
-    la->ln2_mean = carve(k, Nl);
-    la->ln2_rstd = carve(k, Nl);
-    la->fch = carve(k, N * (size_t)d->Hl);
-    la->fch_gelu = carve(all ? keep : scr, N * (size_t)d->Hl);
-    la->res3 = carve(keep, Nl * C);
+    msr_gpt_carve_t *k = all || sel ? keep : scr; /* dropped only by full recompute */
+    la->ln1 = msr_gpt_carve(k, Nl * C);
+    la->ln1_mean = msr_gpt_carve(k, Nl);
+    la->ln1_rstd = msr_gpt_carve(k, Nl);
+    la->qkv = msr_gpt_carve(k, N * 3 * (size_t)d->Cl);
+    la->atty = msr_gpt_carve(k, N * (size_t)d->Cl);
+    la->att = msr_gpt_carve(all ? keep : scr,
+                            (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
+    la->res2 = msr_gpt_carve(k, Nl * C);
+    la->ln2 = msr_gpt_carve(k, Nl * C);
+    la->ln2_mean = msr_gpt_carve(k, Nl);
+    la->ln2_rstd = msr_gpt_carve(k, Nl);
+    la->fch = msr_gpt_carve(k, N * (size_t)d->Hl);
+    la->fch_gelu = msr_gpt_carve(all ? keep : scr, N * (size_t)d->Hl);
+    la->res3 = msr_gpt_carve(keep, Nl * C);
 }
 
 /* What a micro-batch's chunk keeps between its forward and backward. */
@@ -175,24 +163,24 @@ typedef struct frame {
     float *probs;                     /* head: (N, Vl) */
 } frame_t;
 
-static void carve_frame(const dims_t *d, int layers, int head, carve_t *keep, carve_t *scr,
-                        frame_t *f)
+static void carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *keep,
+                        msr_gpt_carve_t *scr, frame_t *f)
 {
     size_t Nl = d->Nl, C = (size_t)d->C;
     msr_gpt_block_acts_t dummy;
-    f->in = carve(keep, Nl * C);
+    f->in = msr_gpt_carve(keep, Nl * C);
     for (int i = 0; i < layers; i++) {
-        carve_t s = *scr; /* every block reuses the same scratch */
+        msr_gpt_carve_t s = *scr; /* every block reuses the same scratch */
         carve_layer(d, keep, &s, f->layers != NULL ? &f->layers[i] : &dummy);
         if (i == layers - 1)
             scr->used = s.used;
     }
     f->lnf = f->lnf_mean = f->lnf_rstd = f->probs = NULL;
     if (head) {
-        f->lnf = carve(keep, Nl * C);
-        f->lnf_mean = carve(keep, Nl);
-        f->lnf_rstd = carve(keep, Nl);
-        f->probs = carve(keep, d->N * (size_t)d->Vl);
+        f->lnf = msr_gpt_carve(keep, Nl * C);
+        f->lnf_mean = msr_gpt_carve(keep, Nl);
+        f->lnf_rstd = msr_gpt_carve(keep, Nl);
+        f->probs = msr_gpt_carve(keep, d->N * (size_t)d->Vl);
     }
 }
 
@@ -200,7 +188,7 @@ size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *
                           int layers, int with_head)
 {
     dims_t d = dims_of(model, cfg, tp);
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
     frame_t f = {0};
     carve_frame(&d, layers, with_head, &keep, &scr, &f);
     return keep.used * sizeof(float);
@@ -608,7 +596,7 @@ static frame_t *frame_at(msr_mp_t *mp, int m, int c)
 static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
 {
     int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
     carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
     if ((f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
         MSR_ERROR("mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
@@ -821,30 +809,30 @@ static void build_schedule(msr_mp_t *mp)
 
 /* ---- create / destroy ---- */
 
-static void point_work(msr_mp_t *mp, carve_t *c)
+static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
 {
     const dims_t *d = &mp->d;
     work_t *w = &mp->w;
     size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
-    w->scratch = carve(c, mp->scratch_count);
-    w->gat = carve(c, N * C);
-    w->dgat = carve(c, N * C);
-    w->perm = carve(c, N * C);
-    w->proj = carve(c, N * C);
-    w->projl = carve(c, Nl * C);
-    w->dres = carve(c, Nl * C);
-    w->dln = carve(c, N * C);
-    w->dlnl = carve(c, Nl * C);
-    w->dqkv = carve(c, N * 3 * (size_t)d->Cl);
-    w->datty = carve(c, N * (size_t)d->Cl);
-    w->dfch = carve(c, N * (size_t)d->Hl);
-    w->dfch_gelu = carve(c, N * (size_t)d->Hl);
-    w->datt = carve(c, (size_t)d->T * (size_t)d->T);
-    w->logits = carve(c, N * (size_t)d->Vl);
-    w->dlogits = carve(c, N * (size_t)d->Vl);
-    w->losses = carve(c, N);
-    w->rmax = carve(c, N);
-    w->red = carve(c, 2 * N);
+    w->scratch = msr_gpt_carve(c, mp->scratch_count);
+    w->gat = msr_gpt_carve(c, N * C);
+    w->dgat = msr_gpt_carve(c, N * C);
+    w->perm = msr_gpt_carve(c, N * C);
+    w->proj = msr_gpt_carve(c, N * C);
+    w->projl = msr_gpt_carve(c, Nl * C);
+    w->dres = msr_gpt_carve(c, Nl * C);
+    w->dln = msr_gpt_carve(c, N * C);
+    w->dlnl = msr_gpt_carve(c, Nl * C);
+    w->dqkv = msr_gpt_carve(c, N * 3 * (size_t)d->Cl);
+    w->datty = msr_gpt_carve(c, N * (size_t)d->Cl);
+    w->dfch = msr_gpt_carve(c, N * (size_t)d->Hl);
+    w->dfch_gelu = msr_gpt_carve(c, N * (size_t)d->Hl);
+    w->datt = msr_gpt_carve(c, (size_t)d->T * (size_t)d->T);
+    w->logits = msr_gpt_carve(c, N * (size_t)d->Vl);
+    w->dlogits = msr_gpt_carve(c, N * (size_t)d->Vl);
+    w->losses = msr_gpt_carve(c, N);
+    w->rmax = msr_gpt_carve(c, N);
+    w->red = msr_gpt_carve(c, 2 * N);
 }
 
 /* The blocks' view of the runtime: this rank's shape, the work space, the
@@ -912,11 +900,11 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
      * drops (the most any mode drops) */
     dims_t all = mp->d;
     all.mode = MSR_MP_RECOMPUTE_FULL;
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
     msr_gpt_block_acts_t dummy;
     carve_layer(&all, &keep, &scr, &dummy);
     mp->scratch_count = scr.used;
-    carve_t cw = {NULL, 0};
+    msr_gpt_carve_t cw = {NULL, 0, 1};
     point_work(mp, &cw);
     size_t nframes = (size_t)cfg->micros * (size_t)cfg->chunks;
     int max_layers = 0;

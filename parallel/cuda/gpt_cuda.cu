@@ -544,60 +544,16 @@ static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *d
 
 /* ---- creation ---- */
 
-/* Hands out consecutive pieces of one allocation (count only when base is
- * NULL), each rounded up to 64 floats so every piece is 256-byte aligned. */
-typedef struct carver {
-    float *base;
-    size_t used;
-} carver_t;
-
-static float *carve(carver_t *c, size_t n)
+/* The activations and work space: the CPU model's table (gpt.h), each
+ * piece rounded up to 64 floats so every one is 256-byte aligned, then this
+ * model's own scratch. */
+static void layout_acts(msr_cuda_gpt_t *md, msr_gpt_carve_t *c)
 {
-    float *p = c->base != NULL ? c->base + c->used : NULL;
-    c->used += (n + 63) / 64 * 64;
-    return p;
-}
-
-static void layout_acts(msr_cuda_gpt_t *md, carver_t *c)
-{
-    size_t B = (size_t)md->max_batch, T = (size_t)md->cfg.max_seq, C = (size_t)md->cfg.channels;
-    size_t NH = (size_t)md->cfg.heads, V = (size_t)md->cfg.vocab, N = B * T;
-    msr_gpt_acts_t *a = &md->acts;
-    a->encoded = carve(c, N * C);
-    for (int l = 0; l < md->cfg.layers; l++) {
-        msr_gpt_block_acts_t *b = &a->blocks[l];
-        b->ln1 = carve(c, N * C);
-        b->ln1_mean = carve(c, N);
-        b->ln1_rstd = carve(c, N);
-        b->qkv = carve(c, N * 3 * C);
-        b->atty = carve(c, N * C);
-        b->att = carve(c, B * NH * T * T);
-        b->res2 = carve(c, N * C);
-        b->ln2 = carve(c, N * C);
-        b->ln2_mean = carve(c, N);
-        b->ln2_rstd = carve(c, N);
-        b->fch = carve(c, N * 4 * C);
-        b->fch_gelu = carve(c, N * 4 * C);
-        b->res3 = carve(c, N * C);
-    }
-    a->lnf = carve(c, N * C);
-    a->lnf_mean = carve(c, N);
-    a->lnf_rstd = carve(c, N);
-    a->logits = carve(c, N * V);
-    a->probs = carve(c, N * V);
-    a->losses = carve(c, N);
-    a->proj = carve(c, N * C);
-    msr_gpt_work_t *w = &md->work;
-    w->dres = carve(c, N * C);
-    w->dln = carve(c, N * C);
-    w->dqkv = carve(c, N * 3 * C);
-    w->datty = carve(c, N * C);
-    w->dfch = carve(c, N * 4 * C);
-    w->dfch_gelu = carve(c, N * 4 * C);
-    w->datt = carve(c, NH * T * T);
-    w->dlogits = carve(c, N * V);
-    md->ln_tmp = carve(c, N * C);
-    md->ones = carve(c, N);
+    size_t N = (size_t)md->max_batch * (size_t)md->cfg.max_seq, C = (size_t)md->cfg.channels;
+    msr_gpt_carve_acts(&md->cfg, md->max_batch, c, &md->acts);
+    msr_gpt_carve_work(&md->cfg, md->max_batch, md->cfg.heads, c, &md->work);
+    md->ln_tmp = msr_gpt_carve(c, N * C);
+    md->ones = msr_gpt_carve(c, N);
 }
 
 __global__ static void fill_k(float *p, float value, size_t n)
@@ -651,11 +607,11 @@ static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
     CU(cudaMalloc((void **)&md->grads, P * sizeof(float)));
     CU(cudaMalloc((void **)&md->m, P * sizeof(float)));
     CU(cudaMalloc((void **)&md->v, P * sizeof(float)));
-    carver_t count = {NULL, 0};
+    msr_gpt_carve_t count = {NULL, 0, 64};
     layout_acts(md, &count);
     md->mem_count = count.used;
     CU(cudaMalloc((void **)&md->mem, md->mem_count * sizeof(float)));
-    carver_t c = {md->mem, 0};
+    msr_gpt_carve_t c = {md->mem, 0, 64};
     layout_acts(md, &c);
     CU(cudaMalloc((void **)&md->d_inputs, N * sizeof(int)));
     CU(cudaMalloc((void **)&md->d_targets, N * sizeof(int)));
