@@ -309,6 +309,53 @@ static msr_status_t job_join(job_t *job)
     return MSR_OK;
 }
 
+/* A trainer as the step loop, checkpoints and resume see it: the CPU
+ * trainer (parallel/train.h) or the GPU's (parallel/cuda/train_cuda.h,
+ * called through the module). */
+typedef struct trainer_ops {
+    msr_status_t (*step)(void *tr, double *loss_p);
+    msr_status_t (*snapshot)(void *tr, const char *meta, void **buf_p, size_t *len_p);
+    msr_status_t (*restore)(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                            void *arg);
+    uint64_t (*steps)(const void *tr);   /* optimizer steps done */
+    double (*grad_norm)(const void *tr); /* the last step's global gradient norm */
+} trainer_ops_t;
+
+typedef struct trainer {
+    const trainer_ops_t *ops;
+    void *tr;
+    msr_trainer_t *cpu; /* tr when it is the CPU trainer (mesh, trace), else NULL */
+} trainer_t;
+
+static msr_status_t cpu_step(void *tr, double *loss_p)
+{
+    return msr_trainer_step(tr, loss_p);
+}
+
+static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_t *len_p)
+{
+    return msr_trainer_snapshot(tr, meta, buf_p, len_p);
+}
+
+static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                void *arg)
+{
+    return msr_trainer_restore(tr, meta, world, fetch, arg);
+}
+
+static uint64_t cpu_steps(const void *tr)
+{
+    return ((const msr_trainer_t *)tr)->step;
+}
+
+static double cpu_grad_norm(const void *tr)
+{
+    return ((const msr_trainer_t *)tr)->last_grad_norm;
+}
+
+static const trainer_ops_t cpu_ops = {cpu_step, cpu_snapshot, cpu_restore, cpu_steps,
+                                      cpu_grad_norm};
+
 /* The text a resume must match: the settings that decide the numbers
  * (whatever the device, so CPU and GPU runs resume each other). */
 static void make_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
@@ -330,18 +377,19 @@ static void make_meta(char *meta, size_t len, const msr_train_config_t *cfg, uin
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
  * step counts once every rank's is durable (msr_ckpt_save waits for all). */
-static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const options_t *o,
+static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
                                     const char *meta)
 {
     void *buf;
     size_t len;
-    msr_status_t st = msr_trainer_snapshot(tr, meta, &buf, &len);
+    uint64_t step = t->ops->steps(t->tr);
+    msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK)
         return st;
-    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
+    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
-                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
+                (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
     msr_free(buf);
     return st;
 }
@@ -426,7 +474,7 @@ static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *s
  * are read with msr_ckpt_load when this world completed it too, else
  * picked out of the saving world's shards. *resumed_p tells whether one was
  * found. */
-static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t *o,
+static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t *o,
                            const char *meta, int *resumed_p)
 {
     int64_t same = -1, any = -1;
@@ -437,8 +485,9 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
-    int split = o->tp > 1 || o->pp > 1; /* each rank holds a part of the model */
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? tr->mesh : NULL};
+    /* each rank holds a part of the model (CPU only: --device cuda refuses tp and pp) */
+    int split = o->tp > 1 || o->pp > 1;
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? t->cpu->mesh : NULL};
     int saved_dp = world;
     if (split) {
         /* a model-parallel checkpoint loads into the layout that wrote it
@@ -454,7 +503,7 @@ static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t 
         saved_dp = (int)o->dp;
     }
     /* without model parallel the saving world's ranks are all data-parallel */
-    if ((st = msr_trainer_restore(tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
+    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
         return st;
     *resumed_p = 1;
     if (job->rank == 0)
@@ -604,6 +653,163 @@ static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_
     return st;
 }
 
+/* o->resume: restores the latest checkpoint, if any; *resumed_from_p gets
+ * its step (-1: none). Returns the exit status (0: go on). */
+static int start_from_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
+                                 const char *meta, int64_t *resumed_from_p)
+{
+    int resumed = 0;
+    *resumed_from_p = -1;
+    if (!o->resume)
+        return 0;
+    msr_status_t st = resume(t, job, o, meta, &resumed);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CONFIG ? EXIT_BAD_INPUT : 1;
+    if (!resumed && job->rank == 0)
+        fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
+                o->ckpt_dir);
+    *resumed_from_p = resumed ? (int64_t)t->ops->steps(t->tr) : -1;
+    return 0;
+}
+
+/* One step, timed into *dt_p (seconds); --trace records the last step's
+ * spans and writes them (model parallel on the CPU). */
+static msr_status_t timed_step(const trainer_t *t, const job_t *job, const options_t *o,
+                               msr_comm_t *comm, double *loss_p, double *dt_p)
+{
+    uint64_t step = t->ops->steps(t->tr) + 1, t0 = msr_now_ns();
+    int traced = t->cpu != NULL && o->trace != NULL && step == (uint64_t)o->steps;
+    if (traced)
+        msr_mp_trace(t->cpu->mp, 1);
+    msr_status_t st = t->ops->step(t->tr, loss_p);
+    *dt_p = (double)(msr_now_ns() - t0) * 1e-9;
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)step,
+                msr_status_str(st));
+        return st;
+    }
+    if (traced) {
+        msr_mp_trace(t->cpu->mp, 0);
+        st = write_trace(t->cpu, comm, job, o->trace);
+    }
+    return st;
+}
+
+static void print_step(uint64_t step, double loss, double norm, double tok_s, FILE *loss_log)
+{
+    printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)step, loss, tok_s);
+    fflush(stdout);
+    if (loss_log != NULL) {
+        fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)step, loss, norm);
+        fflush(loss_log);
+    }
+}
+
+/* The run, whatever the device: resumes when asked, steps to o->steps
+ * (printing each step's loss on rank 0), saves the checkpoints that are due
+ * and says the speed after the first step (which warms caches, the GPU and
+ * libraries up). tokens: a step's global tokens. Returns the exit status. */
+static int train(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                 msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+{
+    int64_t resumed_from;
+    int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
+    if (rc != 0)
+        return rc;
+    uint64_t first_step = t->ops->steps(t->tr), step = first_step, timed = 0;
+    double timed_s = 0.0;
+    while (step < (uint64_t)o->steps) {
+        double loss, dt;
+        if (timed_step(t, job, o, comm, &loss, &dt) != MSR_OK)
+            return 1;
+        step = t->ops->steps(t->tr);
+        msr_heartbeat(job->ctx);
+        if (!isfinite(loss)) {
+            report_bad_loss(step, loss, resumed_from, o->ckpt_dir);
+            return 1;
+        }
+        if (step > first_step + 1) {
+            timed++;
+            timed_s += dt;
+        }
+        if (job->rank == 0)
+            print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
+        int due = o->ckpt_dir != NULL &&
+                  ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
+        if (due && save_checkpoint(t, job, o, meta) != MSR_OK)
+            return 1;
+    }
+    if (job->rank == 0 && timed > 0)
+        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
+                (unsigned long long)(step - first_step), 1e3 * timed_s / (double)timed,
+                (double)tokens * (double)timed / timed_s);
+    return 0;
+}
+
+/* Trains on the CPU (parallel/train.h): data parallel over the job, or
+ * the mesh of model parallel. Returns the exit status. */
+static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                   const job_t *job, FILE *loss_log)
+{
+    msr_trainer_t *tr = NULL;
+    msr_comm_t *comm = NULL;
+    msr_mesh_t *mesh = NULL;
+    int rc = 1;
+    msr_status_t st;
+    if (job->world > 1 && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    /* the data-parallel group is the whole job while tp = pp = 1 */
+    int use_mp = msr_train_uses_mp(cfg);
+    st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->tp, &mesh)
+                : msr_mesh_create_dp(comm, &mesh);
+    if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
+        goto out;
+    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    char meta[1024];
+    make_meta(meta, sizeof meta, cfg, G, data);
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
+                tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
+                cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0 && use_mp)
+        fprintf(stderr,
+                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
+                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
+                cfg->dp, cfg->pp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+                msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
+                msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+
+    trainer_t t = {&cpu_ops, tr, tr};
+    if ((rc = train(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log)) != 0)
+        goto out;
+    rc = 1;
+    if (o->report)
+        report(tr, job);
+    /* nobody leaves while a peer may still be receiving its last message
+     * (the last step's tied embedding, the trace): a lost peer breaks the
+     * communicator even for a message already sent */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    rc = 0;
+
+out:
+    /* the communicators first: requests a failed step left in flight then
+     * end at once (see msr_trainer_destroy) */
+    msr_mesh_destroy(mesh);
+    msr_comm_destroy(comm);
+    msr_trainer_destroy(tr);
+    return rc;
+}
+
 #ifdef MSR_HAVE_CUDA_TRAIN
 /* The CUDA trainer's functions, looked up in the module (libmsrun_train_cuda.so,
  * parallel/CMakeLists.txt) only for --device cuda: linking it would map cuBLAS
@@ -681,50 +887,50 @@ static int cuda_api_load(cuda_api_t *api, int rank)
     return 0;
 }
 
+/* The GPU trainer behind trainer_ops_t: the module's functions and the
+ * trainer they drive. */
+typedef struct cuda_run {
+    const cuda_api_t *api;
+    msr_cuda_trainer_t *tr;
+} cuda_run_t;
+
+static msr_status_t cuda_step(void *arg, double *loss_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->step(c->tr, loss_p);
+}
+
+static msr_status_t cuda_snapshot(void *arg, const char *meta, void **buf_p, size_t *len_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->snapshot(c->tr, meta, buf_p, len_p);
+}
+
+static msr_status_t cuda_restore(void *arg, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                 void *farg)
+{
+    cuda_run_t *c = arg;
+    return c->api->restore(c->tr, meta, world, fetch, farg);
+}
+
+static uint64_t cuda_steps(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->step;
+}
+
+static double cuda_grad_norm(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->last_grad_norm;
+}
+
+static const trainer_ops_t cuda_ops = {cuda_step, cuda_snapshot, cuda_restore, cuda_steps,
+                                       cuda_grad_norm};
+
 /* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
  * through a device communicator over the world (even a world of one, so
- * NCCL's path runs), a process alone on device 0. Returns the exit status. */
-/* Writes checkpoint tr->step (every rank its slice; the step counts once
- * every rank's is durable). */
-static msr_status_t save_checkpoint_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr,
-                                         const job_t *job, const options_t *o, const char *meta)
-{
-    void *buf;
-    size_t len;
-    msr_status_t st = api->snapshot(tr, meta, &buf, &len);
-    if (st != MSR_OK)
-        return st;
-    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
-    if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
-                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
-    msr_free(buf);
-    return st;
-}
-
-/* resume() for the GPU trainer: the latest complete checkpoint of any
- * world size, CPU or GPU, read whole by every rank. */
-static msr_status_t resume_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr, const job_t *job,
-                                const options_t *o, const char *meta, int *resumed_p)
-{
-    int64_t same = -1, any = -1;
-    int world = 0;
-    msr_status_t st = find_latest(job, o, &same, &any, &world);
-    if (st != MSR_OK)
-        return st;
-    *resumed_p = 0;
-    if (any < 0)
-        return MSR_OK;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
-    if ((st = api->restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
-        return st;
-    *resumed_p = 1;
-    if (job->rank == 0)
-        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
-                (long long)any, o->ckpt_dir, world);
-    return MSR_OK;
-}
-
+ * NCCL's path runs), a process alone on device 0; the step loop,
+ * checkpoints and resume are the CPU run's (train). Returns the exit
+ * status. */
 static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                     const job_t *job, FILE *loss_log)
 {
@@ -758,59 +964,9 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
     char meta[1024];
     make_meta(meta, sizeof meta, cfg, G, data);
-    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
-    if (o->resume) {
-        int resumed = 0;
-        if ((st = resume_cuda(api, tr, job, o, meta, &resumed)) != MSR_OK) {
-            if (st == MSR_ERR_CONFIG)
-                rc = EXIT_BAD_INPUT;
-            goto out;
-        }
-        if (!resumed && job->rank == 0)
-            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
-                    o->ckpt_dir);
-        resumed_from = resumed ? (int64_t)tr->step : -1;
-    }
-    uint64_t tokens = G * (uint64_t)o->seq, first_step = tr->step, timed = 0;
-    double timed_s = 0.0;
-    while (tr->step < (uint64_t)o->steps) {
-        uint64_t t0 = msr_now_ns();
-        double loss;
-        if ((st = api->step(tr, &loss)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
-                    msr_status_str(st));
-            goto out;
-        }
-        double dt = (double)(msr_now_ns() - t0) * 1e-9;
-        msr_heartbeat(job->ctx);
-        if (!isfinite(loss)) {
-            report_bad_loss(tr->step, loss, resumed_from, o->ckpt_dir);
-            goto out;
-        }
-        if (tr->step > first_step + 1) { /* the first step warms the GPU and libraries up */
-            timed++;
-            timed_s += dt;
-        }
-        if (job->rank == 0) {
-            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
-                   (double)tokens / dt);
-            fflush(stdout);
-            if (loss_log != NULL) {
-                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
-                        tr->last_grad_norm);
-                fflush(loss_log);
-            }
-        }
-        int due = o->ckpt_dir != NULL && ((o->ckpt_every > 0 && tr->step % o->ckpt_every == 0) ||
-                                          tr->step == (uint64_t)o->steps);
-        if (due && save_checkpoint_cuda(api, tr, job, o, meta) != MSR_OK)
-            goto out;
-    }
-    if (job->rank == 0 && timed > 0)
-        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
-                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
-                (double)tokens * (double)timed / timed_s);
-    rc = 0;
+    cuda_run_t run = {api, tr};
+    trainer_t t = {&cuda_ops, &run, NULL};
+    rc = train(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log);
 out:
     api->destroy(tr);
     msr_comm_destroy(comm);
@@ -859,9 +1015,6 @@ int main(int argc, char **argv)
     msr_log_init("train_gpt", -1, job.ctx != NULL ? job.rank : -1);
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
-    msr_trainer_t *tr = NULL;
-    msr_comm_t *comm = NULL;
-    msr_mesh_t *mesh = NULL;
     FILE *loss_log = NULL;
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
@@ -909,7 +1062,6 @@ int main(int argc, char **argv)
     cfg.mp.chunks = (int)o.virtual_stages;
     cfg.mp.recompute = (msr_mp_recompute_t)recompute;
     cfg.mp_always = o.trace != NULL;
-    int use_mp = msr_train_uses_mp(&cfg);
     if (msr_train_config_check(&cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
         goto out;
@@ -935,114 +1087,9 @@ int main(int argc, char **argv)
     }
 #endif
 
-    rc = 1;
-    if (job.world > 1 && (st = msr_comm_world(job.ctx, &comm)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-        goto out;
-    }
-    /* the data-parallel group is the whole job while tp = pp = 1 */
-    st = use_mp ? msr_mesh_create(comm, cfg.dp, cfg.pp, cfg.tp, &mesh)
-                : msr_mesh_create_dp(comm, &mesh);
-    if (st != MSR_OK || msr_trainer_create_mesh(&cfg, data, mesh, &tr) != MSR_OK)
-        goto out;
-    uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
-    char meta[1024];
-    make_meta(meta, sizeof meta, &cfg, G, data);
-    if (job.rank == 0)
-        fprintf(stderr,
-                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
-                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
-                tr->model->num_params, cfg.model.layers, cfg.model.channels, cfg.model.heads,
-                cfg.model.max_seq, (unsigned long long)G, cfg.micro_batch, cfg.grad_accum, cfg.dp,
-                cfg.par.zero, tr->dp->num_buckets, data->origin);
-    if (job.rank == 0 && use_mp)
-        fprintf(stderr,
-                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
-                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
-                cfg.dp, cfg.pp, cfg.tp, cfg.mp.sp ? " with sequence parallel" : "",
-                msr_mp_schedule_name(cfg.mp.schedule), cfg.mp.chunks, cfg.grad_accum,
-                msr_mp_recompute_name(cfg.mp.recompute), tr->model->num_params);
-
-    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
-    if (o.resume) {
-        int resumed = 0;
-        if ((st = resume(tr, &job, &o, meta, &resumed)) != MSR_OK) {
-            if (st == MSR_ERR_CONFIG)
-                rc = EXIT_BAD_INPUT;
-            goto out;
-        }
-        if (!resumed && job.rank == 0)
-            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
-                    o.ckpt_dir);
-        resumed_from = resumed ? (int64_t)tr->step : -1;
-    }
-
-    uint64_t tokens = G * (uint64_t)o.seq, first_step = tr->step, timed = 0;
-    double timed_s = 0.0;
-    while (tr->step < (uint64_t)o.steps) {
-        uint64_t t0 = msr_now_ns();
-        double loss;
-        int traced = o.trace != NULL && tr->step + 1 == (uint64_t)o.steps;
-        if (traced)
-            msr_mp_trace(tr->mp, 1);
-        if ((st = msr_trainer_step(tr, &loss)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
-                    msr_status_str(st));
-            goto out;
-        }
-        double dt = (double)(msr_now_ns() - t0) * 1e-9;
-        if (traced) {
-            msr_mp_trace(tr->mp, 0);
-            if (write_trace(tr, comm, &job, o.trace) != MSR_OK)
-                goto out;
-        }
-        msr_heartbeat(job.ctx);
-        if (!isfinite(loss)) {
-            report_bad_loss(tr->step, loss, resumed_from, o.ckpt_dir);
-            goto out;
-        }
-        if (tr->step > first_step + 1) { /* the first step warms caches up */
-            timed++;
-            timed_s += dt;
-        }
-        if (job.rank == 0) {
-            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
-                   (double)tokens / dt);
-            fflush(stdout);
-            if (loss_log != NULL) {
-                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
-                        tr->last_grad_norm);
-                fflush(loss_log);
-            }
-        }
-        int due = o.ckpt_dir != NULL && ((o.ckpt_every > 0 && tr->step % o.ckpt_every == 0) ||
-                                         tr->step == (uint64_t)o.steps);
-        if (due && save_checkpoint(tr, &job, &o, meta) != MSR_OK)
-            goto out;
-    }
-    if (job.rank == 0 && timed > 0)
-        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
-                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
-                (double)tokens * (double)timed / timed_s);
-    if (o.report)
-        report(tr, &job);
-    /* nobody leaves while a peer may still be receiving its last message
-     * (the last step's tied embedding, the trace): a lost peer breaks the
-     * communicator even for a message already sent */
-    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-        goto out;
-    }
-    rc = 0;
+    rc = run_cpu(&o, &cfg, data, &job, loss_log);
 
 out:
-    /* the communicators first: requests a failed step left in flight then
-     * end at once (see msr_trainer_destroy) */
-    msr_mesh_destroy(mesh);
-    msr_comm_destroy(comm);
-    msr_trainer_destroy(tr);
     msr_dataset_destroy(data);
     if (loss_log != NULL)
         fclose(loss_log);
