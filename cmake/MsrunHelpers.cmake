@@ -15,13 +15,6 @@ function(msrun_target_setup target)
     C_VISIBILITY_PRESET hidden
     POSITION_INDEPENDENT_CODE ON)
   target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
-  if(_type STREQUAL "EXECUTABLE")
-    # An executable that links a static module carries its own copy of
-    # base/ (the error channel among it): none of it may be exported, or
-    # libmsrun's calls to its public functions (msr_last_error) bind to the
-    # executable's copy and read the executable's error text, not libmsrun's.
-    target_link_options(${target} PRIVATE -Wl,--exclude-libs,libmsrun_base.a)
-  endif()
   if(MSRUN_FUZZ)
     # coverage for libFuzzer in every module the fuzz targets link
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
