@@ -71,8 +71,3 @@ void msr_err_clear(void)
 {
     err_text[0] = '\0';
 }
-
-const char *msr_last_error(void)
-{
-    return err_text;
-}

@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "parallel/block.h"
 #include "parallel/layers.h"
 #include "parallel/rng.h"
 
@@ -21,33 +23,26 @@
 /* The RNG stream of parameter initialisation. */
 #define GPT_INIT_STREAM 0x696e6974ULL
 
-msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len)
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg)
 {
-    char tmp[160];
-    if (why == NULL) {
-        why = tmp;
-        why_len = sizeof tmp;
-    }
     if (cfg->vocab < 1 || cfg->vocab > GPT_MAX_VOCAB) {
-        snprintf(why, why_len, "vocabulary %d is not in [1, %d]", cfg->vocab, GPT_MAX_VOCAB);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "vocabulary %d is not in [1, %d]", cfg->vocab,
+                       GPT_MAX_VOCAB);
     }
     if (cfg->max_seq < 1 || cfg->max_seq > GPT_MAX_SEQ) {
-        snprintf(why, why_len, "sequence length %d is not in [1, %d]", cfg->max_seq, GPT_MAX_SEQ);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "sequence length %d is not in [1, %d]", cfg->max_seq,
+                       GPT_MAX_SEQ);
     }
     if (cfg->layers < 1 || cfg->layers > GPT_MAX_LAYERS) {
-        snprintf(why, why_len, "layers %d is not in [1, %d]", cfg->layers, GPT_MAX_LAYERS);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "layers %d is not in [1, %d]", cfg->layers, GPT_MAX_LAYERS);
     }
     if (cfg->channels < 1 || cfg->channels > GPT_MAX_CHANNELS) {
-        snprintf(why, why_len, "channels %d is not in [1, %d]", cfg->channels, GPT_MAX_CHANNELS);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "channels %d is not in [1, %d]", cfg->channels,
+                       GPT_MAX_CHANNELS);
     }
     if (cfg->heads < 1 || cfg->heads > cfg->channels || cfg->channels % cfg->heads != 0) {
-        snprintf(why, why_len, "channels %d do not divide into %d heads", cfg->channels,
-                 cfg->heads);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "channels %d do not divide into %d heads", cfg->channels,
+                       cfg->heads);
     }
     return MSR_OK;
 }
@@ -59,38 +54,30 @@ size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
     return (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C + (size_t)cfg->layers * block + 2 * C;
 }
 
-msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
-                                size_t why_len)
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part)
 {
-    char tmp[160];
-    if (why == NULL) {
-        why = tmp;
-        why_len = sizeof tmp;
-    }
-    if (msr_gpt_config_check(cfg, why, why_len) != MSR_OK)
+    if (msr_gpt_config_check(cfg) != MSR_OK)
         return MSR_ERR_CONFIG;
     if (part->tp < 1 || part->tp_rank < 0 || part->tp_rank >= part->tp || part->pp < 1 ||
         part->pp_rank < 0 || part->pp_rank >= part->pp || part->chunks < 1 ||
         part->chunks > MSR_GPT_MAX_CHUNKS) {
-        snprintf(
-            why, why_len, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
+        return msr_err(
+            MSR_ERR_CONFIG, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
             part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
-        return MSR_ERR_CONFIG;
     }
     if (cfg->heads % part->tp != 0) {
-        snprintf(why, why_len, "%d heads do not divide among tp %d ranks", cfg->heads, part->tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "%d heads do not divide among tp %d ranks", cfg->heads,
+                       part->tp);
     }
     if (cfg->vocab % part->tp != 0) {
-        snprintf(why, why_len, "the vocabulary of %d does not divide among tp %d ranks", cfg->vocab,
-                 part->tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "the vocabulary of %d does not divide among tp %d ranks",
+                       cfg->vocab, part->tp);
     }
     if ((int64_t)part->pp * part->chunks > cfg->layers) {
-        snprintf(why, why_len,
-                 "%d layers are fewer than the %d pipeline stages (pp %d x %d virtual stages)",
-                 cfg->layers, part->pp * part->chunks, part->pp, part->chunks);
-        return MSR_ERR_CONFIG;
+        return msr_err(
+            MSR_ERR_CONFIG,
+            "%d layers are fewer than the %d pipeline stages (pp %d x %d virtual stages)",
+            cfg->layers, part->pp * part->chunks, part->pp, part->chunks);
     }
     return MSR_OK;
 }
@@ -323,64 +310,58 @@ void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block
 
 /* ---- activations and work space ---- */
 
-/* Hands out consecutive pieces of one buffer; with base == NULL it only
- * counts, so the same code sizes the buffer and then points into it. */
-typedef struct carve {
-    float *base;
-    size_t used;
-} carve_t;
-
-static float *carve(carve_t *c, size_t n)
+float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n)
 {
+    size_t a = c->align > 1 ? c->align : 1;
     float *p = c->base != NULL ? c->base + c->used : NULL;
-    c->used += n;
+    c->used += (n + a - 1) / a * a;
     return p;
 }
 
-static void point_acts(msr_gpt_t *m, carve_t *c)
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+                        msr_gpt_acts_t *a)
 {
-    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
-    size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, N = B * T;
-    msr_gpt_acts_t *a = &m->acts;
-    a->encoded = carve(c, N * C);
-    for (int l = 0; l < m->cfg.layers; l++) {
+    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
+    size_t NH = (size_t)cfg->heads, V = (size_t)cfg->vocab, N = B * T;
+    a->encoded = msr_gpt_carve(c, N * C);
+    for (int l = 0; l < cfg->layers; l++) {
         msr_gpt_block_acts_t *b = &a->blocks[l];
-        b->ln1 = carve(c, N * C);
-        b->ln1_mean = carve(c, N);
-        b->ln1_rstd = carve(c, N);
-        b->qkv = carve(c, N * 3 * C);
-        b->atty = carve(c, N * C);
-        b->att = carve(c, B * NH * T * T);
-        b->res2 = carve(c, N * C);
-        b->ln2 = carve(c, N * C);
-        b->ln2_mean = carve(c, N);
-        b->ln2_rstd = carve(c, N);
-        b->fch = carve(c, N * 4 * C);
-        b->fch_gelu = carve(c, N * 4 * C);
-        b->res3 = carve(c, N * C);
+        b->ln1 = msr_gpt_carve(c, N * C);
+        b->ln1_mean = msr_gpt_carve(c, N);
+        b->ln1_rstd = msr_gpt_carve(c, N);
+        b->qkv = msr_gpt_carve(c, N * 3 * C);
+        b->atty = msr_gpt_carve(c, N * C);
+        b->att = msr_gpt_carve(c, B * NH * T * T);
+        b->res2 = msr_gpt_carve(c, N * C);
+        b->ln2 = msr_gpt_carve(c, N * C);
+        b->ln2_mean = msr_gpt_carve(c, N);
+        b->ln2_rstd = msr_gpt_carve(c, N);
+        b->fch = msr_gpt_carve(c, N * 4 * C);
+        b->fch_gelu = msr_gpt_carve(c, N * 4 * C);
+        b->res3 = msr_gpt_carve(c, N * C);
     }
-    a->lnf = carve(c, N * C);
-    a->lnf_mean = carve(c, N);
-    a->lnf_rstd = carve(c, N);
-    a->logits = carve(c, N * V);
-    a->probs = carve(c, N * V);
-    a->losses = carve(c, N);
-    a->proj = carve(c, N * C);
+    a->lnf = msr_gpt_carve(c, N * C);
+    a->lnf_mean = msr_gpt_carve(c, N);
+    a->lnf_rstd = msr_gpt_carve(c, N);
+    a->logits = msr_gpt_carve(c, N * V);
+    a->probs = msr_gpt_carve(c, N * V);
+    a->losses = msr_gpt_carve(c, N);
+    a->proj = msr_gpt_carve(c, N * C);
 }
 
-static void point_work(msr_gpt_t *m, carve_t *c)
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
+                        msr_gpt_work_t *w)
 {
-    size_t B = (size_t)m->max_batch, T = (size_t)m->cfg.max_seq, C = (size_t)m->cfg.channels;
-    size_t V = (size_t)m->cfg.vocab, N = B * T;
-    msr_gpt_work_t *w = &m->work;
-    w->dres = carve(c, N * C);
-    w->dln = carve(c, N * C);
-    w->dqkv = carve(c, N * 3 * C);
-    w->datty = carve(c, N * C);
-    w->dfch = carve(c, N * 4 * C);
-    w->dfch_gelu = carve(c, N * 4 * C);
-    w->datt = carve(c, T * T);
-    w->dlogits = carve(c, N * V);
+    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
+    size_t V = (size_t)cfg->vocab, N = B * T;
+    w->dres = msr_gpt_carve(c, N * C);
+    w->dln = msr_gpt_carve(c, N * C);
+    w->dqkv = msr_gpt_carve(c, N * 3 * C);
+    w->datty = msr_gpt_carve(c, N * C);
+    w->dfch = msr_gpt_carve(c, N * 4 * C);
+    w->dfch_gelu = msr_gpt_carve(c, N * 4 * C);
+    w->datt = msr_gpt_carve(c, (size_t)datt_heads * T * T);
+    w->dlogits = msr_gpt_carve(c, N * V);
 }
 
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)
@@ -388,14 +369,37 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
     return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
 }
 
+/* The activations and work space of a whole model, carved from the table
+ * the CUDA model shares (msr_gpt_carve_acts), and the kept tokens. */
+static msr_status_t alloc_acts(msr_gpt_t *m)
+{
+    int B = m->max_batch;
+    size_t N = (size_t)B * (size_t)m->cfg.max_seq;
+    msr_gpt_carve_t acts = {NULL, 0, 1}, work = {NULL, 0, 1};
+    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    m->acts_count = acts.used;
+    m->work_count = work.used;
+    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
+    m->work_mem = msr_calloc(m->work_count, sizeof(float));
+    m->inputs = msr_calloc(N, sizeof(int));
+    m->targets = msr_calloc(N, sizeof(int));
+    if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
+        return MSR_ERR_NO_MEMORY;
+    acts = (msr_gpt_carve_t){m->acts_mem, 0, 1};
+    work = (msr_gpt_carve_t){m->work_mem, 0, 1};
+    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    return MSR_OK;
+}
+
 /* The whole model with activations for max_batch (>= 1), or a part with
  * none (max_batch 0). */
 static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
                            unsigned flags, msr_gpt_t **model_p)
 {
-    char why[160];
-    if (msr_gpt_part_check(cfg, part, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("gpt: %s", why);
+    if (msr_gpt_part_check(cfg, part) != MSR_OK) {
+        MSR_ERROR("gpt: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
@@ -426,22 +430,8 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
         return MSR_OK;
     }
 
-    carve_t count = {NULL, 0};
-    point_acts(m, &count);
-    m->acts_count = count.used;
-    count.used = 0;
-    point_work(m, &count);
-    m->work_count = count.used;
-    size_t N = (size_t)max_batch * (size_t)cfg->max_seq;
-    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
-    m->work_mem = msr_calloc(m->work_count, sizeof(float));
-    m->inputs = msr_calloc(N, sizeof(int));
-    m->targets = msr_calloc(N, sizeof(int));
-    if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
+    if (alloc_acts(m) != MSR_OK)
         goto err_free;
-    carve_t acts = {m->acts_mem, 0}, work = {m->work_mem, 0};
-    point_acts(m, &acts);
-    point_work(m, &work);
     *model_p = m;
     return MSR_OK;
 
@@ -456,9 +446,8 @@ err_no_memory:
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p)
 {
-    char why[160];
-    if (msr_gpt_config_check(cfg, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("gpt: %s", why);
+    if (msr_gpt_config_check(cfg) != MSR_OK) {
+        MSR_ERROR("gpt: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
@@ -513,45 +502,62 @@ static msr_status_t hook_poll(const msr_gpt_hooks_t *h, msr_gpt_t *m)
     return h != NULL && h->poll != NULL ? h->poll(h->arg, m) : MSR_OK;
 }
 
-/* Runs a kernel call, then polls; leaves the function on a failed poll. */
-#define THEN_POLL(call)                                  \
-    do {                                                 \
-        call;                                            \
-        msr_status_t poll_st_ = hook_poll(hooks, model); \
-        if (poll_st_ != MSR_OK)                          \
-            return poll_st_;                             \
-    } while (0)
-
 /* ---- forward ---- */
 
-static msr_status_t block_forward(msr_gpt_t *model, int l, const float *in, int B, int T,
-                                  const msr_gpt_hooks_t *hooks)
-{
-    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
-    msr_gpt_block_params_t p;
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
-    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    float *proj = model->acts.proj; /* (N, C) */
+/* The whole model's block (parallel/block.h): tp = 1, the model's work
+ * space, the hooks' poll between the kernels. */
+typedef struct block_poll {
+    const msr_gpt_hooks_t *hooks;
+    msr_gpt_t *model;
+} block_poll_t;
 
-    /* x + attn(ln1(x)) */
-    msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C);
-    THEN_POLL(msr_matmul_forward(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C));
-    THEN_POLL(msr_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH));
-    msr_matmul_forward(proj, a->atty, p.attprojw, p.attprojb, N, C, C);
-    THEN_POLL(msr_residual_forward(a->res2, in, proj, NC));
-    /* x + mlp(ln2(x)) */
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, N, C);
-    THEN_POLL(msr_matmul_forward(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C));
-    msr_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    THEN_POLL(msr_matmul_forward(proj, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C));
-    msr_residual_forward(a->res3, a->res2, proj, NC);
-    return MSR_OK;
+static msr_status_t block_poll(void *arg)
+{
+    block_poll_t *bp = arg;
+    return hook_poll(bp->hooks, bp->model);
 }
 
-void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T)
+static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm, msr_block_t *b)
 {
-    (void)block_forward(model, l, in, B, T, NULL);
+    int C = m->cfg.channels;
+    size_t N = (size_t)B * (size_t)T;
+    const msr_gpt_work_t *w = &m->work;
+    *b = (msr_block_t){
+        .B = B,
+        .T = T,
+        .C = C,
+        .tp = 1,
+        .NHl = m->cfg.heads,
+        .Cl = C,
+        .Hl = 4 * C,
+        .N = N,
+        .Nl = N,
+        .comm = comm,
+        .proj = m->acts.proj,
+        .dln = w->dln,
+        .dqkv = w->dqkv,
+        .datty = w->datty,
+        .dfch = w->dfch,
+        .dfch_gelu = w->dfch_gelu,
+        .datt = w->datt,
+    };
+}
+
+/* Block l on in (B,T,C), or its backward (dres: see msr_block_backward). */
+static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T,
+                               const msr_gpt_hooks_t *hooks)
+{
+    block_poll_t bp = {hooks, model};
+    msr_block_comm_t comm = {&bp, NULL, NULL, block_poll};
+    msr_block_t b;
+    whole_block(model, B, T, &comm, &b);
+    const msr_gpt_segment_t *s = &model->segments[1 + l];
+    msr_gpt_block_params_t p, g;
+    msr_gpt_block_point(&model->cfg, s->params, &p);
+    if (dres == NULL)
+        return msr_block_forward(&b, &p, &model->acts.blocks[l], in);
+    msr_gpt_block_point(&model->cfg, s->grads, &g);
+    return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
@@ -602,7 +608,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     for (int l = 0; l < L; l++) {
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        if ((st = block_forward(model, l, x, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, x, NULL, B, T, hooks)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
@@ -640,47 +646,6 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 }
 
 /* ---- backward ---- */
-
-static msr_status_t block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B,
-                                   int T, const msr_gpt_hooks_t *hooks)
-{
-    int C = model->cfg.channels, NH = model->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
-    msr_gpt_block_params_t p, g;
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].params, &p);
-    msr_gpt_block_point(&model->cfg, model->segments[1 + l].grads, &g);
-    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    msr_gpt_work_t *w = &model->work;
-    memset(w->dln, 0, NC * sizeof(float));
-    memset(w->dqkv, 0, 3 * NC * sizeof(float));
-    memset(w->datty, 0, NC * sizeof(float));
-    memset(w->dfch, 0, 4 * NC * sizeof(float));
-    memset(w->dfch_gelu, 0, 4 * NC * sizeof(float));
-
-    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
-     * skip, and is the gradient of the MLP's output. */
-    THEN_POLL(msr_matmul_backward(w->dfch_gelu, g.fcprojw, g.fcprojb, dres, a->fch_gelu, p.fcprojw,
-                                  N, 4 * C, C));
-    msr_gelu_backward(w->dfch, a->fch, w->dfch_gelu, 4 * NC);
-    THEN_POLL(msr_matmul_backward(w->dln, g.fcw, g.fcb, w->dfch, a->ln2, p.fcw, N, C, 4 * C));
-    msr_layernorm_backward(dres, g.ln2w, g.ln2b, w->dln, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd,
-                           N, C);
-    /* now dres = d res2. res2 = in + attn(ln1(in)): the same again. */
-    THEN_POLL(
-        msr_matmul_backward(w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C));
-    THEN_POLL(msr_attention_backward(w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH));
-    memset(w->dln, 0, NC * sizeof(float));
-    THEN_POLL(msr_matmul_backward(w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C));
-    msr_layernorm_backward(dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd, N,
-                           C);
-    /* now dres = d in */
-    return MSR_OK;
-}
-
-void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T)
-{
-    (void)block_backward(model, l, in, dres, B, T, NULL);
-}
 
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
 {
@@ -725,7 +690,7 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3; /* (B,T,C) */
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
-        if ((st = block_backward(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;

@@ -74,19 +74,18 @@ typedef struct msr_gpt_part {
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
  * vocabulary, at least one layer per virtual stage, ranks in range. On
- * failure writes a one-line reason into why (may be NULL) and returns
+ * failure sets the error text (base/err.h: a one-line reason) and returns
  * MSR_ERR_CONFIG. */
-msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, char *why,
-                                size_t why_len);
+msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
 
 /* The blocks [*lo_p, *hi_p) of virtual stage j of n: layers * j / n to
  * layers * (j + 1) / n (rounded down). */
 void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH.
- * On failure writes a one-line reason into why (may be NULL) and returns
+ * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
-msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg, char *why, size_t why_len);
+msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
 
 /* The number of parameters of a shape: V*C + maxT*C + L*(12C^2 + 13C) + 2C. */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
@@ -200,6 +199,27 @@ typedef struct msr_gpt_work {
     float *datt;      /* (T, T) attention backward scratch */
     float *dlogits;   /* (N, V) */
 } msr_gpt_work_t;
+
+/* The activations' and work space's table: the CPU model and the CUDA
+ * model (parallel/cuda) carve their buffers by it, so both hold the same
+ * tensors in the same order with the same shapes. */
+typedef struct msr_gpt_carve {
+    float *base;  /* NULL: only count */
+    size_t used;  /* floats handed out so far: the size the buffer needs */
+    size_t align; /* each piece rounded up to a multiple of this many floats; 0 or 1: packed */
+} msr_gpt_carve_t;
+
+/* The next n floats of c (NULL when only counting). */
+float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n);
+
+/* Points acts (acts->blocks: [L], the caller's) into c for batch x max_seq
+ * tokens. */
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+                        msr_gpt_acts_t *acts);
+/* Points work into c; datt holds datt_heads (T, T) matrices (the CPU runs
+ * one head at a time: 1; the GPU a batch row's heads at once: NH). */
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
+                        msr_gpt_work_t *work);
 
 typedef struct msr_gpt {
     msr_gpt_config_t cfg; /* the whole model's shape */
@@ -333,13 +353,5 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
  * micro-batch in the step's mean. Calls the hooks as described above.
  * Errors: MSR_ERR_STATE (no forward with targets before), a hook's status. */
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks);
-
-/* The parts of forward and backward, exposed so that tensor and pipeline
- * parallel and recompute can compose them. Block l reads its input from
- * `in` (N, C) and writes its output to acts.blocks[l].res3. Backward takes
- * dres (N,C), the gradient of the block's output, and turns it in place into
- * the gradient of the block's input. */
-void msr_gpt_block_forward(msr_gpt_t *model, int l, const float *in, int B, int T);
-void msr_gpt_block_backward(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T);
 
 #endif

@@ -1,5 +1,6 @@
-/* Model parallel: tensor, sequence and pipeline parallel forward and
- * backward of a part of the GPT, with recompute and tracing (see mp.h). */
+/* Model parallel (see mp.h): the runtime, the pipeline of forwards and
+ * backwards with recompute, the step and its tracing. The plan (checks,
+ * sizes, schedule) is mp_plan.c's, the tensor-parallel side mp_tp.c's. */
 #include "parallel/mp.h"
 
 #include <math.h>
@@ -8,280 +9,14 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "parallel/layers.h"
+#include "parallel/mp_impl.h"
 
-/* ---- names and checks ---- */
-
-static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved"};
-static const char *const recompute_names[] = {"none", "selective", "full"};
-
-int msr_mp_schedule_parse(const char *name)
-{
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, schedule_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-int msr_mp_recompute_parse(const char *name)
-{
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, recompute_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-const char *msr_mp_schedule_name(msr_mp_schedule_t s)
-{
-    return (unsigned)s < 3 ? schedule_names[s] : "?";
-}
-
-const char *msr_mp_recompute_name(msr_mp_recompute_t r)
-{
-    return (unsigned)r < 3 ? recompute_names[r] : "?";
-}
-
-msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp,
-                          char *why, size_t why_len)
-{
-    msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks};
-    if (msr_gpt_part_check(model, &part, why, why_len) != MSR_OK)
-        return MSR_ERR_CONFIG;
-    if ((unsigned)cfg->schedule > MSR_MP_INTERLEAVED ||
-        (unsigned)cfg->recompute > MSR_MP_RECOMPUTE_FULL || cfg->micro_batch < 1 ||
-        cfg->micros < 1) {
-        snprintf(why, why_len,
-                 "schedule %d, recompute %d, micro-batch %d or %d micro-batches "
-                 "out of range",
-                 (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
-        return MSR_ERR_CONFIG;
-    }
-    if (cfg->sp && tp < 2) {
-        snprintf(why, why_len,
-                 "sequence parallel splits the sequence over tp ranks: it needs tp > 1");
-        return MSR_ERR_CONFIG;
-    }
-    if (cfg->sp && model->max_seq % tp != 0) {
-        snprintf(why, why_len,
-                 "sequence parallel: the sequence of %d does not divide among tp %d ranks",
-                 model->max_seq, tp);
-        return MSR_ERR_CONFIG;
-    }
-    if (cfg->chunks > 1 && cfg->schedule != MSR_MP_INTERLEAVED) {
-        snprintf(why, why_len, "%d virtual stages need the interleaved schedule", cfg->chunks);
-        return MSR_ERR_CONFIG;
-    }
-    if (cfg->schedule == MSR_MP_1F1B && cfg->micros < pp) {
-        snprintf(why, why_len,
-                 "1F1B needs at least as many micro-batches as stages: %d micro-batches "
-                 "(--grad-accum) for %d stages",
-                 cfg->micros, pp);
-        return MSR_ERR_CONFIG;
-    }
-    if (cfg->schedule == MSR_MP_INTERLEAVED && (pp < 2 || cfg->micros % pp != 0)) {
-        snprintf(why, why_len,
-                 "interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: "
-                 "%d micro-batches (--grad-accum) for %d stages",
-                 cfg->micros, pp);
-        return MSR_ERR_CONFIG;
-    }
-    if ((tp > 1 || pp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
-        snprintf(why, why_len,
-                 "ZeRO stage %d is not supported with tensor or pipeline parallel (use 0, 1 or 2)",
-                 cfg->zero);
-        return MSR_ERR_CONFIG;
-    }
-    if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
-        snprintf(why, why_len,
-                 "%d micro-batches x %d virtual stages are too many for the message tags",
-                 cfg->micros, pp * cfg->chunks);
-        return MSR_ERR_CONFIG;
-    }
-    return MSR_OK;
-}
-
-/* ---- sizes ---- */
-
-typedef struct dims {
-    int B, T, C, V, tp, sp, mode;
-    int Cl, NHl, Hl,
-        Vl;       /* this rank's share: channels of its heads, heads, MLP width, vocabulary */
-    int Tl;       /* positions held outside the tensor-parallel layers */
-    size_t N, Nl; /* token rows: all of them, held outside */
-} dims_t;
-
-static dims_t dims_of(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp)
-{
-    dims_t d;
-    d.B = cfg->micro_batch;
-    d.T = m->max_seq;
-    d.C = m->channels;
-    d.V = m->vocab;
-    d.tp = tp;
-    d.sp = cfg->sp;
-    d.mode = (int)cfg->recompute;
-    d.Cl = m->channels / tp;
-    d.NHl = m->heads / tp;
-    d.Hl = 4 * m->channels / tp;
-    d.Vl = m->vocab / tp;
-    d.Tl = cfg->sp ? d.T / tp : d.T;
-    d.N = (size_t)d.B * (size_t)d.T;
-    d.Nl = (size_t)d.B * (size_t)d.Tl;
-    return d;
-}
-
-/* Hands out consecutive pieces of one buffer; with base == NULL it only
- * counts. */
-typedef struct carve {
-    float *base;
-    size_t used;
-} carve_t;
-
-static float *carve(carve_t *c, size_t n)
-{
-    float *p = c->base != NULL ? c->base + c->used : NULL;
-    c->used += n;
-    return p;
-}
-
-/* One block's activations for one micro-batch. */
-typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (Nl, C), (Nl), (Nl) */
-    float *qkv;                       /* (N, 3 Cl): q, k, v of this rank's heads */
-    float *atty;                      /* (N, Cl) */
-    float *att;                       /* (B, NHl, T, T) */
-    float *res2;                      /* (Nl, C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (Nl, C), (Nl), (Nl) */
-    float *fch, *fch_gelu;            /* (N, Hl) */
-    float *res3;                      /* (Nl, C): the block's output */
-} layer_acts_t;
-
-/* Points la into keep (what the frame keeps) and scr (the shared scratch,
- * overwritten by the next block) as the recompute mode says. */
-static void carve_layer(const dims_t *d, carve_t *keep, carve_t *scr, layer_acts_t *la)
-{
-    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
-    int all = d->mode == MSR_MP_RECOMPUTE_NONE, sel = d->mode == MSR_MP_RECOMPUTE_SELECTIVE;
-    carve_t *k = all || sel ? keep : scr; /* dropped only by full recompute */
-    la->ln1 = carve(k, Nl * C);
-    la->ln1_mean = carve(k, Nl);
-    la->ln1_rstd = carve(k, Nl);
-    la->qkv = carve(k, N * 3 * (size_t)d->Cl);
-    la->atty = carve(k, N * (size_t)d->Cl);
-    la->att = carve(all ? keep : scr, (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
-    la->res2 = carve(k, Nl * C);
-    la->ln2 = carve(k, Nl * C);
-    la->ln2_mean = carve(k, Nl);
-    la->ln2_rstd = carve(k, Nl);
-    la->fch = carve(k, N * (size_t)d->Hl);
-    la->fch_gelu = carve(all ? keep : scr, N * (size_t)d->Hl);
-    la->res3 = carve(keep, Nl * C);
-}
-
-/* What a micro-batch's chunk keeps between its forward and backward. */
-typedef struct frame {
-    float *mem;
-    size_t bytes;
-    int live;
-    float *in;                        /* (Nl, C) the chunk's input */
-    layer_acts_t *layers;             /* [the chunk's blocks] */
-    float *lnf, *lnf_mean, *lnf_rstd; /* head: (Nl, C), (Nl), (Nl) */
-    float *probs;                     /* head: (N, Vl) */
-} frame_t;
-
-static void carve_frame(const dims_t *d, int layers, int head, carve_t *keep, carve_t *scr,
-                        frame_t *f)
-{
-    size_t Nl = d->Nl, C = (size_t)d->C;
-    layer_acts_t dummy;
-    f->in = carve(keep, Nl * C);
-    for (int i = 0; i < layers; i++) {
-        carve_t s = *scr; /* every block reuses the same scratch */
-        carve_layer(d, keep, &s, f->layers != NULL ? &f->layers[i] : &dummy);
-        if (i == layers - 1)
-            scr->used = s.used;
-    }
-    f->lnf = f->lnf_mean = f->lnf_rstd = f->probs = NULL;
-    if (head) {
-        f->lnf = carve(keep, Nl * C);
-        f->lnf_mean = carve(keep, Nl);
-        f->lnf_rstd = carve(keep, Nl);
-        f->probs = carve(keep, d->N * (size_t)d->Vl);
-    }
-}
-
-size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int tp,
-                          int layers, int with_head)
-{
-    dims_t d = dims_of(model, cfg, tp);
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
-    frame_t f = {0};
-    carve_frame(&d, layers, with_head, &keep, &scr, &f);
-    return keep.used * sizeof(float);
-}
-
-/* ---- the runtime ---- */
-
-typedef struct op {
-    uint8_t backward;
-    int m, c;
-} op_t;
-
-typedef struct work {
-    float *scratch;             /* the blocks' dropped activations */
-    float *gat, *dgat, *perm;   /* (N, C) gathered input, gathered gradient, permutation */
-    float *proj, *projl;        /* (N, C) a row-parallel output, (Nl, C) reduced */
-    float *dres, *dln, *dlnl;   /* (Nl, C), (N, C), (Nl, C) */
-    float *dqkv, *datty;        /* (N, 3 Cl), (N, Cl) */
-    float *dfch, *dfch_gelu;    /* (N, Hl) */
-    float *datt;                /* (T, T) */
-    float *logits, *dlogits;    /* (N, Vl) */
-    float *losses, *rmax, *red; /* (N), (N), (2N) */
-} work_t;
-
-struct msr_mp {
-    msr_mp_config_t cfg;
-    const msr_mesh_t *mesh;
-    msr_gpt_t *model;
-    dims_t d;
-    int pp, pr, nv; /* stages, this stage, virtual stages */
-    int tp, tr;
-
-    float *wmem;
-    work_t w;
-    size_t scratch_count;
-
-    frame_t *frames;             /* [micros * chunks] */
-    float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
-    float *gsend;                /* [micros * chunks] (Nl, C) gradients sent back */
-    msr_comm_req_t **sreq;       /* [2 * micros * chunks] sends in flight */
-    msr_comm_req_t *tied_req;    /* the head's wte gradient on its way to the first stage */
-    int overlap;                 /* dp reduces during backward (GPipe, 1F1B; see mp.h) */
-    int backwards;               /* backwards run this step (they go in micro-batch order) */
-    int last_backward;           /* the running backward is the step's last */
-
-    op_t *ops;
-    int num_ops;
-
-    const int *inputs, *targets; /* this step's (micros, B, T) */
-    float dloss;
-    double loss_sum;
-    msr_dp_t *dp;
-
-    size_t acts_live;
-    msr_mp_stats_t stats;
-    uint64_t recv_ns; /* this step */
-
-    int tracing;
-    uint64_t t0;
-    msr_mp_span_t *spans;
-    int num_spans, cap_spans;
-};
-
-static msr_status_t failed(const char *what, msr_status_t st)
+msr_status_t msr_mp_failed(const char *what, msr_status_t st)
 {
     MSR_ERROR("mp: %s: %s: %s", what, msr_status_str(st), msr_last_error());
     return st;
@@ -289,9 +24,7 @@ static msr_status_t failed(const char *what, msr_status_t st)
 
 /* ---- tracing ---- */
 
-static void span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
+void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
 {
     if (!mp->tracing)
         return;
@@ -329,90 +62,6 @@ const msr_mp_stats_t *msr_mp_stats(const msr_mp_t *mp)
     return &mp->stats;
 }
 
-/* ---- tensor-parallel communication ---- */
-
-static msr_status_t tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,
-                                 const char *what)
-{
-    if (mp->mesh->tp_comm == NULL)
-        return MSR_OK;
-    uint64_t a = msr_now_ns();
-    msr_status_t st = msr_comm_allreduce(mp->mesh->tp_comm, MSR_IN_PLACE, x, n, t, op);
-    span_add(mp, 1, a, msr_now_ns(), "allreduce %s", what);
-    return st != MSR_OK ? failed(what, st) : MSR_OK;
-}
-
-/* full (B, T, C) on every rank from each rank's local (B, T/tp, C). */
-static msr_status_t seq_gather(msr_mp_t *mp, const float *local, float *full)
-{
-    const dims_t *d = &mp->d;
-    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
-    uint64_t a = msr_now_ns();
-    msr_status_t st = msr_comm_allgather(mp->mesh->tp_comm, local, mp->w.perm, blk, MSR_DTYPE_F32);
-    if (st != MSR_OK)
-        return failed("sequence allgather", st);
-    for (int r = 0; r < d->tp; r++)
-        for (int b = 0; b < d->B; b++)
-            memcpy(full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C,
-                   mp->w.perm + (size_t)r * blk + (size_t)b * row, row * sizeof(float));
-    span_add(mp, 1, a, msr_now_ns(), "allgather seq");
-    return MSR_OK;
-}
-
-/* local (B, T/tp, C) = this rank's positions of the sum over ranks of full
- * (B, T, C). full is left unspecified. */
-static msr_status_t seq_scatter(msr_mp_t *mp, const float *full, float *local)
-{
-    const dims_t *d = &mp->d;
-    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
-    uint64_t a = msr_now_ns();
-    for (int r = 0; r < d->tp; r++)
-        for (int b = 0; b < d->B; b++)
-            memcpy(mp->w.perm + (size_t)r * blk + (size_t)b * row,
-                   full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C, row * sizeof(float));
-    msr_status_t st = msr_comm_reduce_scatter(mp->mesh->tp_comm, mp->w.perm, local, blk,
-                                              MSR_DTYPE_F32, MSR_OP_SUM);
-    span_add(mp, 1, a, msr_now_ns(), "reduce-scatter seq");
-    return st != MSR_OK ? failed("sequence reduce-scatter", st) : MSR_OK;
-}
-
-/* The sum over tp of full (N, C) partial results, this rank's rows of it
- * (Nl, C): in place (an allreduce) without sp, into local with sp. */
-static msr_status_t tp_reduce(msr_mp_t *mp, float *full, float *local, float **out_p)
-{
-    if (mp->d.sp) {
-        *out_p = local;
-        return seq_scatter(mp, full, local);
-    }
-    *out_p = full;
-    return tp_allreduce(mp, full, mp->d.N * (size_t)mp->d.C, MSR_DTYPE_F32, MSR_OP_SUM, "tp");
-}
-
-/* The input of a column-parallel layer: x (Nl, C) itself, or gathered. */
-static msr_status_t tp_enter(msr_mp_t *mp, float *x, float *gbuf, float **out_p)
-{
-    if (!mp->d.sp) {
-        *out_p = x;
-        return MSR_OK;
-    }
-    *out_p = gbuf;
-    return seq_gather(mp, x, gbuf);
-}
-
-static void add_bias(float *x, const float *bias, size_t N, int C)
-{
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            x[n * (size_t)C + c] += bias[c];
-}
-
-static void add_colsum(float *db, const float *d, size_t N, int C)
-{
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            db[c] += d[n * (size_t)C + c];
-}
-
 /* ---- a block ---- */
 
 static int seg_of_layer(const msr_gpt_t *m, int c, int l)
@@ -420,284 +69,18 @@ static int seg_of_layer(const msr_gpt_t *m, int c, int l)
     return m->chunk_seg[c] + (l - m->chunk_lo[c]);
 }
 
-static msr_status_t block_forward(msr_mp_t *mp, const msr_gpt_block_params_t *p, layer_acts_t *la,
-                                  const float *x)
-{
-    const dims_t *d = &mp->d;
-    work_t *w = &mp->w;
-    int C = d->C, tp1 = d->tp == 1;
-    size_t N = d->N, Nl = d->Nl;
-    float *g, *r;
-    msr_status_t st;
-
-    /* x + attn(ln1(x)) */
-    msr_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1w, p->ln1b, (int)Nl, C);
-    if ((st = tp_enter(mp, la->ln1, w->gat, &g)) != MSR_OK)
-        return st;
-    msr_matmul_forward(la->qkv, g, p->qkvw, p->qkvb, (int)N, C, 3 * d->Cl);
-    msr_attention_forward(la->atty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
-    msr_matmul_forward(w->proj, la->atty, p->attprojw, tp1 ? p->attprojb : NULL, (int)N, d->Cl, C);
-    if ((st = tp_reduce(mp, w->proj, w->projl, &r)) != MSR_OK)
-        return st;
-    if (!tp1)
-        add_bias(r, p->attprojb, Nl, C);
-    msr_residual_forward(la->res2, x, r, Nl * (size_t)C);
-    /* x + mlp(ln2(x)) */
-    msr_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w, p->ln2b, (int)Nl,
-                          C);
-    if ((st = tp_enter(mp, la->ln2, w->gat, &g)) != MSR_OK)
-        return st;
-    msr_matmul_forward(la->fch, g, p->fcw, p->fcb, (int)N, C, d->Hl);
-    msr_gelu_forward(la->fch_gelu, la->fch, N * (size_t)d->Hl);
-    msr_matmul_forward(w->proj, la->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, (int)N, d->Hl,
-                       C);
-    if ((st = tp_reduce(mp, w->proj, w->projl, &r)) != MSR_OK)
-        return st;
-    if (!tp1)
-        add_bias(r, p->fcprojb, Nl, C);
-    msr_residual_forward(la->res3, la->res2, r, Nl * (size_t)C);
-    return MSR_OK;
-}
-
-/* dres (Nl, C): the gradient of the block's output in, of its input out. */
-static msr_status_t block_backward(msr_mp_t *mp, const msr_gpt_block_params_t *p,
-                                   const msr_gpt_block_params_t *gr, const layer_acts_t *la,
-                                   const float *x, float *dres)
-{
-    const dims_t *d = &mp->d;
-    work_t *w = &mp->w;
-    int C = d->C, tp1 = d->tp == 1;
-    size_t N = d->N, Nl = d->Nl, NC = N * (size_t)C;
-    float *g, *dfull, *dl;
-    msr_status_t st;
-
-    /* the MLP: row-parallel fcproj (its output gradient enters as is) */
-    if ((st = tp_enter(mp, dres, w->dgat, &dfull)) != MSR_OK)
-        return st;
-    memset(w->dfch_gelu, 0, N * (size_t)d->Hl * sizeof(float));
-    msr_matmul_backward(w->dfch_gelu, gr->fcprojw, tp1 ? gr->fcprojb : NULL, dfull, la->fch_gelu,
-                        p->fcprojw, (int)N, d->Hl, C);
-    if (!tp1)
-        add_colsum(gr->fcprojb, dres, Nl, C);
-    memset(w->dfch, 0, N * (size_t)d->Hl * sizeof(float));
-    msr_gelu_backward(w->dfch, la->fch, w->dfch_gelu, N * (size_t)d->Hl);
-    /* column-parallel fc: its input gradient is summed over tp */
-    if ((st = tp_enter(mp, la->ln2, w->gat, &g)) != MSR_OK)
-        return st;
-    memset(w->dln, 0, NC * sizeof(float));
-    msr_matmul_backward(w->dln, gr->fcw, gr->fcb, w->dfch, g, p->fcw, (int)N, C, d->Hl);
-    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, gr->ln2w, gr->ln2b, dl, la->res2, p->ln2w, la->ln2_mean,
-                           la->ln2_rstd, (int)Nl, C);
-    /* attention: row-parallel attproj, then column-parallel qkv */
-    if ((st = tp_enter(mp, dres, w->dgat, &dfull)) != MSR_OK)
-        return st;
-    memset(w->datty, 0, N * (size_t)d->Cl * sizeof(float));
-    msr_matmul_backward(w->datty, gr->attprojw, tp1 ? gr->attprojb : NULL, dfull, la->atty,
-                        p->attprojw, (int)N, d->Cl, C);
-    if (!tp1)
-        add_colsum(gr->attprojb, dres, Nl, C);
-    memset(w->dqkv, 0, N * 3 * (size_t)d->Cl * sizeof(float));
-    msr_attention_backward(w->dqkv, w->datt, w->datty, la->qkv, la->att, d->B, d->T, d->Cl, d->NHl);
-    if ((st = tp_enter(mp, la->ln1, w->gat, &g)) != MSR_OK)
-        return st;
-    memset(w->dln, 0, NC * sizeof(float));
-    msr_matmul_backward(w->dln, gr->qkvw, gr->qkvb, w->dqkv, g, p->qkvw, (int)N, C, 3 * d->Cl);
-    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, gr->ln1w, gr->ln1b, dl, x, p->ln1w, la->ln1_mean, la->ln1_rstd,
-                           (int)Nl, C);
-    return MSR_OK;
-}
-
 /* Brings back what the recompute mode dropped, just before backward. */
-static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p, layer_acts_t *la,
-                              const float *x)
+static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                              msr_gpt_block_acts_t *la, const float *x)
 {
     const dims_t *d = &mp->d;
     if (d->mode == MSR_MP_RECOMPUTE_FULL)
-        return block_forward(mp, p, la, x);
+        return msr_block_forward(&mp->blk, p, la, x);
     if (d->mode == MSR_MP_RECOMPUTE_SELECTIVE) {
         /* the attention output is kept; the recomputed copy goes to scratch */
         msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
         msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
     }
-    return MSR_OK;
-}
-
-/* ---- embeddings and head ---- */
-
-/* out (Nl, C): this rank's rows of wte[token] + wpe[t]. */
-static msr_status_t embed_forward(msr_mp_t *mp, const int *tokens, float *out)
-{
-    const dims_t *d = &mp->d;
-    msr_gpt_t *m = mp->model;
-    const float *wte = m->segments[m->seg_embed].params; /* (Vl, C) */
-    const float *wpe = wte + (size_t)d->Vl * d->C;       /* (maxT, C) */
-    if (d->tp == 1) {
-        msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
-        return MSR_OK;
-    }
-    int lo = mp->tr * d->Vl;
-    float *part = mp->w.proj, *r;
-    memset(part, 0, d->N * (size_t)d->C * sizeof(float));
-    for (size_t n = 0; n < d->N; n++) {
-        int v = tokens[n] - lo;
-        if (v >= 0 && v < d->Vl)
-            memcpy(part + n * d->C, wte + (size_t)v * d->C, (size_t)d->C * sizeof(float));
-    }
-    msr_status_t st = tp_reduce(mp, part, mp->w.projl, &r);
-    if (st != MSR_OK)
-        return st;
-    int t0 = d->sp ? mp->tr * d->Tl : 0;
-    for (int b = 0; b < d->B; b++)
-        for (int t = 0; t < d->Tl; t++) {
-            float *o = out + ((size_t)b * d->Tl + t) * d->C;
-            const float *x = r + ((size_t)b * d->Tl + t) * d->C,
-                        *pe = wpe + (size_t)(t0 + t) * d->C;
-            for (int c = 0; c < d->C; c++)
-                o[c] = x[c] + pe[c];
-        }
-    return MSR_OK;
-}
-
-static msr_status_t embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
-{
-    const dims_t *d = &mp->d;
-    msr_gpt_t *m = mp->model;
-    float *dwte = m->segments[m->seg_embed].grads; /* (Vl, C) */
-    float *dwpe = dwte + (size_t)d->Vl * d->C;     /* (maxT, C) */
-    if (d->tp == 1) {
-        msr_encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
-        return MSR_OK;
-    }
-    int t0 = d->sp ? mp->tr * d->Tl : 0;
-    for (int b = 0; b < d->B; b++)
-        for (int t = 0; t < d->Tl; t++) {
-            const float *x = dout + ((size_t)b * d->Tl + t) * d->C;
-            float *pe = dwpe + (size_t)(t0 + t) * d->C;
-            for (int c = 0; c < d->C; c++)
-                pe[c] += x[c];
-        }
-    float *dfull;
-    msr_status_t st = tp_enter(mp, dout, mp->w.dgat, &dfull);
-    if (st != MSR_OK)
-        return st;
-    int lo = mp->tr * d->Vl;
-    for (size_t n = 0; n < d->N; n++) {
-        int v = tokens[n] - lo;
-        if (v < 0 || v >= d->Vl)
-            continue;
-        float *row = dwte + (size_t)v * d->C;
-        const float *x = dfull + n * d->C;
-        for (int c = 0; c < d->C; c++)
-            row[c] += x[c];
-    }
-    return MSR_OK;
-}
-
-static float *head_wte(msr_mp_t *mp, int grads)
-{
-    msr_gpt_t *m = mp->model;
-    if (mp->pp > 1)
-        return grads ? mp->head_dwte : mp->head_wte;
-    return grads ? m->segments[m->seg_embed].grads : m->segments[m->seg_embed].params;
-}
-
-/* The final norm, the head and the loss of one micro-batch; x (Nl, C) is
- * the last block's output. Adds the mean loss to mp->loss_sum. */
-static msr_status_t head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
-{
-    const dims_t *d = &mp->d;
-    msr_gpt_t *m = mp->model;
-    work_t *w = &mp->w;
-    const float *lnfw = m->segments[m->seg_lnf].params;
-    float *g;
-    msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl, d->C);
-    msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
-    if (st != MSR_OK)
-        return st;
-    msr_matmul_forward(w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
-    size_t N = d->N, Vl = (size_t)d->Vl;
-    if (d->tp == 1) {
-        msr_crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
-    } else {
-        /* the softmax over the split vocabulary: the row maxima, then the
-         * sums of exponentials and the target logits, each summed over tp */
-        int lo = mp->tr * d->Vl;
-        for (size_t n = 0; n < N; n++) {
-            const float *l = w->logits + n * Vl;
-            float mx = l[0];
-            for (size_t i = 1; i < Vl; i++)
-                mx = l[i] > mx ? l[i] : mx;
-            w->rmax[n] = mx;
-        }
-        if ((st = tp_allreduce(mp, w->rmax, N, MSR_DTYPE_F32, MSR_OP_MAX, "max")) != MSR_OK)
-            return st;
-        for (size_t n = 0; n < N; n++) {
-            const float *l = w->logits + n * Vl;
-            float *p = f->probs + n * Vl, sum = 0.0f;
-            for (size_t i = 0; i < Vl; i++) {
-                p[i] = expf(l[i] - w->rmax[n]);
-                sum += p[i];
-            }
-            int v = targets[n] - lo;
-            w->red[n] = sum;
-            w->red[N + n] = v >= 0 && v < d->Vl ? l[v] : 0.0f;
-        }
-        if ((st = tp_allreduce(mp, w->red, 2 * N, MSR_DTYPE_F32, MSR_OP_SUM, "loss")) != MSR_OK)
-            return st;
-        for (size_t n = 0; n < N; n++) {
-            float *p = f->probs + n * Vl, inv = 1.0f / w->red[n];
-            for (size_t i = 0; i < Vl; i++)
-                p[i] *= inv;
-            w->losses[n] = w->rmax[n] + logf(w->red[n]) - w->red[N + n];
-        }
-    }
-    double sum = 0.0;
-    for (size_t n = 0; n < N; n++)
-        sum += w->losses[n];
-    mp->loss_sum += sum / (double)N;
-    return MSR_OK;
-}
-
-/* Backward of head_forward: leaves the gradient of x in w->dres. */
-static msr_status_t head_backward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
-{
-    const dims_t *d = &mp->d;
-    msr_gpt_t *m = mp->model;
-    work_t *w = &mp->w;
-    size_t N = d->N, Vl = (size_t)d->Vl;
-    memset(w->dlogits, 0, N * Vl * sizeof(float));
-    memset(w->dres, 0, d->Nl * (size_t)d->C * sizeof(float));
-    memset(w->dln, 0, N * (size_t)d->C * sizeof(float));
-    if (d->tp == 1) {
-        msr_crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
-    } else {
-        int lo = mp->tr * d->Vl;
-        for (size_t n = 0; n < N; n++) {
-            const float *p = f->probs + n * Vl;
-            float *dl = w->dlogits + n * Vl;
-            for (size_t i = 0; i < Vl; i++)
-                dl[i] += p[i] * mp->dloss;
-            int v = targets[n] - lo;
-            if (v >= 0 && v < d->Vl)
-                dl[v] -= mp->dloss;
-        }
-    }
-    float *g, *dl;
-    msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
-    if (st != MSR_OK)
-        return st;
-    msr_matmul_backward(w->dln, head_wte(mp, 1), NULL, w->dlogits, g, head_wte(mp, 0), (int)N, d->C,
-                        d->Vl);
-    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
-        return st;
-    const float *lnfw = m->segments[m->seg_lnf].params;
-    float *dlnfw = m->segments[m->seg_lnf].grads;
-    msr_layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
-                           (int)d->Nl, d->C);
     return MSR_OK;
 }
 
@@ -716,8 +99,8 @@ static frame_t *frame_at(msr_mp_t *mp, int m, int c)
 static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
 {
     int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
-    carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
+    msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
     if ((f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
         MSR_ERROR("mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
                   keep.used * sizeof(float));
@@ -727,7 +110,7 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
     keep.used = 0;
     scr.base = mp->w.scratch;
     scr.used = 0;
-    carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
     f->bytes = keep.used * sizeof(float);
     f->live = 1;
     mp->acts_live += f->bytes;
@@ -753,15 +136,15 @@ static msr_status_t recv_from(msr_mp_t *mp, float *buf, int peer, int tag)
         msr_comm_recv(mp->mesh->pp_comm, buf, mp->d.Nl * (size_t)mp->d.C, MSR_DTYPE_F32, peer, tag);
     uint64_t b = msr_now_ns();
     mp->recv_ns += b - a;
-    span_add(mp, 1, a, b, "recv from %d", peer);
-    return st != MSR_OK ? failed("pipeline receive", st) : MSR_OK;
+    msr_mp_span_add(mp, 1, a, b, "recv from %d", peer);
+    return st != MSR_OK ? msr_mp_failed("pipeline receive", st) : MSR_OK;
 }
 
 static msr_status_t send_to(msr_mp_t *mp, const float *buf, int peer, int tag, msr_comm_req_t **req)
 {
     msr_status_t st = msr_comm_isend(mp->mesh->pp_comm, buf, mp->d.Nl * (size_t)mp->d.C,
                                      MSR_DTYPE_F32, peer, tag, req);
-    return st != MSR_OK ? failed("pipeline send", st) : MSR_OK;
+    return st != MSR_OK ? msr_mp_failed("pipeline send", st) : MSR_OK;
 }
 
 static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
@@ -784,23 +167,23 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
     if (st != MSR_OK)
         return st;
     if (j == 0)
-        st = embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
+        st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
     else
         st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
     if (st != MSR_OK)
         return st;
     const float *x = f->in;
     for (int l = model->chunk_lo[c]; l < model->chunk_hi[c]; l++) {
-        layer_acts_t *la = &f->layers[l - model->chunk_lo[c]];
+        msr_gpt_block_acts_t *la = &f->layers[l - model->chunk_lo[c]];
         msr_gpt_block_params_t p;
         msr_gpt_block_point_tp(&model->cfg, mp->tp,
                                model->segments[seg_of_layer(model, c, l)].params, &p);
-        if ((st = block_forward(mp, &p, la, x)) != MSR_OK)
+        if ((st = msr_block_forward(&mp->blk, &p, la, x)) != MSR_OK)
             return st;
         x = la->res3;
     }
     if (j == mp->nv - 1)
-        return head_forward(mp, f, x, mp->targets + (size_t)m * N);
+        return msr_mp_head_forward(mp, f, x, mp->targets + (size_t)m * N);
     return send_to(mp, x, (j + 1) % mp->pp, tag_of(mp, 0, m, j + 1),
                    &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
 }
@@ -829,7 +212,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
             return st;
         if ((st = hook(mp, model->seg_lnf, 1)) != MSR_OK)
             return st;
-        st = head_backward(mp, f, f->layers[hi - lo - 1].res3, mp->targets + (size_t)m * N);
+        st = msr_mp_head_backward(mp, f, f->layers[hi - lo - 1].res3, mp->targets + (size_t)m * N);
         if (st == MSR_OK)
             st = hook(mp, model->seg_lnf, 0);
         if (st == MSR_OK && mp->pp == 1)
@@ -842,7 +225,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
                 msr_comm_isend(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                                MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1, &mp->tied_req);
             if (st != MSR_OK)
-                return failed("sending the tied embedding's gradient", st);
+                return msr_mp_failed("sending the tied embedding's gradient", st);
         }
     } else {
         st = recv_from(mp, dres, (j + 1) % mp->pp, tag_of(mp, 1, m, j));
@@ -851,7 +234,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         return st;
     for (int l = hi - 1; l >= lo; l--) {
         int s = seg_of_layer(model, c, l);
-        layer_acts_t *la = &f->layers[l - lo];
+        msr_gpt_block_acts_t *la = &f->layers[l - lo];
         const float *x = l == lo ? f->in : f->layers[l - lo - 1].res3;
         if ((st = hook(mp, s, 1)) != MSR_OK)
             return st;
@@ -860,7 +243,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         msr_gpt_block_point_tp(&model->cfg, mp->tp, model->segments[s].grads, &g);
         if ((st = recompute(mp, &p, la, x)) != MSR_OK)
             return st;
-        if ((st = block_backward(mp, &p, &g, la, x, dres)) != MSR_OK)
+        if ((st = msr_block_backward(&mp->blk, &p, &g, la, x, dres)) != MSR_OK)
             return st;
         if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
@@ -868,7 +251,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     if (j == 0) {
         if ((st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;
-        if ((st = embed_backward(mp, mp->inputs + (size_t)m * N, dres)) != MSR_OK)
+        if ((st = msr_mp_embed_backward(mp, mp->inputs + (size_t)m * N, dres)) != MSR_OK)
             return st;
         if ((st = seg_done(mp, model->seg_embed)) != MSR_OK)
             return st;
@@ -884,83 +267,39 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     return st;
 }
 
-/* This rank's order of forwards and backwards (see mp.h). */
-static void build_schedule(msr_mp_t *mp)
-{
-    int M = mp->cfg.micros, p = mp->pp, r = mp->pr, v = mp->cfg.chunks, n = 0;
-    op_t *o = mp->ops;
-#define PUT(b, mm, cc) (o[n++] = (op_t){(uint8_t)(b), (mm), (cc)})
-    if (mp->cfg.schedule == MSR_MP_GPIPE) {
-        for (int m = 0; m < M; m++)
-            PUT(0, m, 0);
-        for (int m = 0; m < M; m++)
-            PUT(1, m, 0);
-    } else if (mp->cfg.schedule == MSR_MP_1F1B || v == 1) {
-        int warm = MSR_MIN(p - r - 1, M);
-        for (int m = 0; m < warm; m++)
-            PUT(0, m, 0);
-        for (int i = 0; i < M - warm; i++) {
-            PUT(0, warm + i, 0);
-            PUT(1, i, 0);
-        }
-        for (int m = M - warm; m < M; m++)
-            PUT(1, m, 0);
-    } else {
-        /* Megatron's interleaved order: groups of p micro-batches go through
-         * chunk 0, then chunk 1, ...; backward runs the chunks the other way */
-        int total = M * v;
-        int warm = M == p ? total : MSR_MIN((p - r - 1) * 2 + (v - 1) * p, total);
-#define FM(k) (((k) / (p * v)) * p + (k) % p)
-#define FC(k) (((k) % (p * v)) / p)
-        for (int k = 0; k < warm; k++)
-            PUT(0, FM(k), FC(k));
-        for (int i = 0; i < total - warm; i++) {
-            PUT(0, FM(warm + i), FC(warm + i));
-            PUT(1, FM(i), v - 1 - FC(i));
-        }
-        for (int k = total - warm; k < total; k++)
-            PUT(1, FM(k), v - 1 - FC(k));
-#undef FM
-#undef FC
-    }
-#undef PUT
-    mp->num_ops = n;
-}
-
 /* ---- create / destroy ---- */
 
-static void point_work(msr_mp_t *mp, carve_t *c)
+static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
 {
     const dims_t *d = &mp->d;
     work_t *w = &mp->w;
     size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
-    w->scratch = carve(c, mp->scratch_count);
-    w->gat = carve(c, N * C);
-    w->dgat = carve(c, N * C);
-    w->perm = carve(c, N * C);
-    w->proj = carve(c, N * C);
-    w->projl = carve(c, Nl * C);
-    w->dres = carve(c, Nl * C);
-    w->dln = carve(c, N * C);
-    w->dlnl = carve(c, Nl * C);
-    w->dqkv = carve(c, N * 3 * (size_t)d->Cl);
-    w->datty = carve(c, N * (size_t)d->Cl);
-    w->dfch = carve(c, N * (size_t)d->Hl);
-    w->dfch_gelu = carve(c, N * (size_t)d->Hl);
-    w->datt = carve(c, (size_t)d->T * (size_t)d->T);
-    w->logits = carve(c, N * (size_t)d->Vl);
-    w->dlogits = carve(c, N * (size_t)d->Vl);
-    w->losses = carve(c, N);
-    w->rmax = carve(c, N);
-    w->red = carve(c, 2 * N);
+    w->scratch = msr_gpt_carve(c, mp->scratch_count);
+    w->gat = msr_gpt_carve(c, N * C);
+    w->dgat = msr_gpt_carve(c, N * C);
+    w->perm = msr_gpt_carve(c, N * C);
+    w->proj = msr_gpt_carve(c, N * C);
+    w->projl = msr_gpt_carve(c, Nl * C);
+    w->dres = msr_gpt_carve(c, Nl * C);
+    w->dln = msr_gpt_carve(c, N * C);
+    w->dlnl = msr_gpt_carve(c, Nl * C);
+    w->dqkv = msr_gpt_carve(c, N * 3 * (size_t)d->Cl);
+    w->datty = msr_gpt_carve(c, N * (size_t)d->Cl);
+    w->dfch = msr_gpt_carve(c, N * (size_t)d->Hl);
+    w->dfch_gelu = msr_gpt_carve(c, N * (size_t)d->Hl);
+    w->datt = msr_gpt_carve(c, (size_t)d->T * (size_t)d->T);
+    w->logits = msr_gpt_carve(c, N * (size_t)d->Vl);
+    w->dlogits = msr_gpt_carve(c, N * (size_t)d->Vl);
+    w->losses = msr_gpt_carve(c, N);
+    w->rmax = msr_gpt_carve(c, N);
+    w->red = msr_gpt_carve(c, 2 * N);
 }
 
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p)
 {
-    char why[200];
-    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("mp: %s", why);
+    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK) {
+        MSR_ERROR("mp: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     if (model->part.tp != mesh->tp || model->part.tp_rank != mesh->tp_rank ||
@@ -977,7 +316,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     mp->cfg = *cfg;
     mp->mesh = mesh;
     mp->model = model;
-    mp->d = dims_of(&model->cfg, cfg, mesh->tp);
+    mp->d = msr_mp_dims(&model->cfg, cfg, mesh->tp);
     mp->pp = mesh->pp;
     mp->pr = mesh->pp_rank;
     mp->tp = mesh->tp;
@@ -989,11 +328,11 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
      * drops (the most any mode drops) */
     dims_t all = mp->d;
     all.mode = MSR_MP_RECOMPUTE_FULL;
-    carve_t keep = {NULL, 0}, scr = {NULL, 0};
-    layer_acts_t dummy;
-    carve_layer(&all, &keep, &scr, &dummy);
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
+    msr_gpt_block_acts_t dummy;
+    msr_mp_carve_layer(&all, &keep, &scr, &dummy);
     mp->scratch_count = scr.used;
-    carve_t cw = {NULL, 0};
+    msr_gpt_carve_t cw = {NULL, 0, 1};
     point_work(mp, &cw);
     size_t nframes = (size_t)cfg->micros * (size_t)cfg->chunks;
     int max_layers = 0;
@@ -1008,8 +347,10 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     cw.base = mp->wmem;
     cw.used = 0;
     point_work(mp, &cw);
+    msr_mp_point_block(mp);
     for (size_t k = 0; k < nframes; k++)
-        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(layer_acts_t))) == NULL)
+        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
+            NULL)
             goto err_free;
     if (mp->pp > 1 && (mp->pr > 0 || cfg->chunks > 1) &&
         (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
@@ -1021,7 +362,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
         if (mp->head_wte == NULL || mp->head_dwte == NULL)
             goto err_free;
     }
-    build_schedule(mp);
+    msr_mp_build_schedule(mp);
     for (int c = 0; c < 2; c++) {
         int lay = c == 0 ? max_layers
                          : model->chunk_hi[cfg->chunks - 1] - model->chunk_lo[cfg->chunks - 1];
@@ -1045,7 +386,7 @@ static msr_status_t sends_wait(msr_mp_t *mp)
     msr_status_t tst = msr_comm_wait_all(&mp->tied_req, 1);
     if (st == MSR_OK)
         st = tst;
-    return st != MSR_OK ? failed("pipeline send", st) : MSR_OK;
+    return st != MSR_OK ? msr_mp_failed("pipeline send", st) : MSR_OK;
 }
 
 void msr_mp_destroy(msr_mp_t *mp)
@@ -1084,7 +425,8 @@ msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
                            MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX);
     else if (mp->pr == mp->pp - 1)
         st = msr_comm_recv(mp->mesh->pp_comm, mp->head_wte, n, MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX);
-    return st != MSR_OK ? failed("sending the tied embedding to the last stage", st) : MSR_OK;
+    return st != MSR_OK ? msr_mp_failed("sending the tied embedding to the last stage", st)
+                        : MSR_OK;
 }
 
 /* The first stage adds the head's wte gradient (sent by the last stage)
@@ -1105,10 +447,10 @@ static msr_status_t tied_add(msr_mp_t *mp)
         for (size_t i = 0; i < n; i++)
             g[i] += buf[i];
     }
-    span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
     if (buf != tmp)
         msr_free(buf);
-    return st != MSR_OK ? failed("receiving the tied embedding's gradient", st) : MSR_OK;
+    return st != MSR_OK ? msr_mp_failed("receiving the tied embedding's gradient", st) : MSR_OK;
 }
 
 /* Sequence parallel: sums the partial gradients of the tp-replicated
@@ -1142,7 +484,7 @@ static msr_status_t sp_sum(msr_mp_t *mp, int seg)
             off += t->count;
         }
         if (pass == 0)
-            st = tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
+            st = msr_mp_tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
     }
     msr_free(buf);
     return st;
@@ -1159,7 +501,7 @@ static msr_status_t finish_grads(msr_mp_t *mp)
         st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                            MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1);
         if (st != MSR_OK)
-            return failed("sending the tied embedding's gradient", st);
+            return msr_mp_failed("sending the tied embedding's gradient", st);
     } else if (mp->pp > 1 && mp->pr == 0) {
         if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = tied_add(mp)) == MSR_OK)
             st = hook(mp, m->seg_embed, 0);
@@ -1194,7 +536,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     mp->num_spans = 0;
     if (mp->tracing && mp->mesh->world != NULL &&
         (st = msr_comm_barrier(mp->mesh->world)) != MSR_OK)
-        return failed("barrier before a traced step", st);
+        return msr_mp_failed("barrier before a traced step", st);
     /* what a failed run may have left: sends in flight, activations */
     if ((st = sends_wait(mp)) != MSR_OK)
         return st;
@@ -1222,7 +564,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
         uint64_t b = msr_now_ns(), waited = mp->recv_ns - r0;
         busy += (b - a) - waited;
         /* the op's receive comes first: its compute starts after it */
-        span_add(mp, 0, a + waited, b, o->backward ? "B%d.%d" : "F%d.%d", o->m, o->c);
+        msr_mp_span_add(mp, 0, a + waited, b, o->backward ? "B%d.%d" : "F%d.%d", o->m, o->c);
         if (st != MSR_OK)
             return st;
     }
@@ -1233,7 +575,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
         return st;
     uint64_t b = msr_now_ns();
     st = mp->overlap ? msr_dp_micro_end(dp) : msr_dp_reduce_all(dp);
-    span_add(mp, 1, b, msr_now_ns(), "dp wait");
+    msr_mp_span_add(mp, 1, b, msr_now_ns(), "dp wait");
     (void)a;
     if (st != MSR_OK)
         return st;
@@ -1247,5 +589,5 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
 
 void msr_mp_span_update(msr_mp_t *mp, uint64_t a, uint64_t b)
 {
-    span_add(mp, 0, a, b, "optimizer");
+    msr_mp_span_add(mp, 0, a, b, "optimizer");
 }

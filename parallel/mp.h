@@ -100,10 +100,10 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r);
  * (msr_gpt_part_check: heads and vocabulary divisible by tp, a layer for
  * every virtual stage), sp with tp > 1 and T % tp == 0, 1F1B with at least
  * pp micro-batches, interleaved with pp > 1 and micro-batches a multiple of
- * pp, ZeRO 0..2 when the model is split. On failure writes a one-line
- * reason into why and returns MSR_ERR_CONFIG. */
-msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp,
-                          char *why, size_t why_len);
+ * pp, ZeRO 0..2 when the model is split. On failure sets the error text
+ * (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
+msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp,
+                          int tp);
 
 /* One span of the trace: a piece of compute or communication. */
 typedef struct msr_mp_span {

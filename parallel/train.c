@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -41,48 +42,41 @@ static msr_mp_config_t mp_config(const msr_train_config_t *cfg)
     return m;
 }
 
-msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data,
-                                    char *why, size_t why_len)
+msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data)
 {
-    if (msr_gpt_config_check(&cfg->model, why, why_len) != MSR_OK)
+    if (msr_gpt_config_check(&cfg->model) != MSR_OK)
         return MSR_ERR_CONFIG;
     if (cfg->micro_batch < 1 || cfg->micro_batch > 65536 ||
         (int64_t)cfg->micro_batch * cfg->model.max_seq > (1 << 24)) {
-        snprintf(why, why_len, "micro-batch %d x sequence %d is not in [1, 2^24] tokens",
-                 cfg->micro_batch, cfg->model.max_seq);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "micro-batch %d x sequence %d is not in [1, 2^24] tokens",
+                       cfg->micro_batch, cfg->model.max_seq);
     }
     if (cfg->grad_accum < 1 || cfg->grad_accum > 65536) {
-        snprintf(why, why_len, "grad-accum %d is not in [1, 65536]", cfg->grad_accum);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "grad-accum %d is not in [1, 65536]", cfg->grad_accum);
     }
     if (cfg->dp < 1 || cfg->dp_rank < 0 || cfg->dp_rank >= cfg->dp) {
-        snprintf(why, why_len, "dp rank %d is not in [0, %d)", cfg->dp_rank, cfg->dp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "dp rank %d is not in [0, %d)", cfg->dp_rank, cfg->dp);
     }
     if (data->size <= (size_t)cfg->model.max_seq) {
-        snprintf(why, why_len, "the data (%zu bytes) must be longer than the sequence (%d)",
-                 data->size, cfg->model.max_seq);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "the data (%zu bytes) must be longer than the sequence (%d)",
+                       data->size, cfg->model.max_seq);
     }
     if (!(cfg->lr > 0.0f && cfg->lr < 1e3f) || cfg->warmup < 0 || !(cfg->grad_clip >= 0.0f)) {
-        snprintf(why, why_len, "learning rate %g, warm-up %d or gradient clip %g out of range",
-                 (double)cfg->lr, cfg->warmup, (double)cfg->grad_clip);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "learning rate %g, warm-up %d or gradient clip %g out of range",
+                       (double)cfg->lr, cfg->warmup, (double)cfg->grad_clip);
     }
     if (cfg->par.zero < 0 || cfg->par.zero > 3 || cfg->par.bucket_bytes < sizeof(float)) {
-        snprintf(why, why_len,
-                 "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
-                 cfg->par.zero, cfg->par.bucket_bytes);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
+                       cfg->par.zero, cfg->par.bucket_bytes);
     }
     if (cfg->tp < 1 || cfg->pp < 1) {
-        snprintf(why, why_len, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
     }
     if (msr_train_uses_mp(cfg)) {
         msr_mp_config_t m = mp_config(cfg);
-        if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp, why, why_len) != MSR_OK)
+        if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp) != MSR_OK)
             return MSR_ERR_CONFIG;
     }
     return MSR_OK;
@@ -91,9 +85,8 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p)
 {
-    char why[200];
-    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("train: %s", why);
+    if (msr_train_config_check(cfg, data) != MSR_OK) {
+        MSR_ERROR("train: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     int size = comm != NULL ? msr_comm_size(comm) : 1,
@@ -144,9 +137,8 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
             (*tr_p)->mesh = mesh;
         return st;
     }
-    char why[200];
-    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("train: %s", why);
+    if (msr_train_config_check(cfg, data) != MSR_OK) {
+        MSR_ERROR("train: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     if (cfg->dp != mesh->dp || cfg->tp != mesh->tp || cfg->pp != mesh->pp ||

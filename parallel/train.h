@@ -73,10 +73,9 @@ typedef struct msr_trainer {
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
  * dp_rank < dp, a data set longer than T, sane hyperparameters, a ZeRO
- * stage 0..3 and a bucket of at least one float. On failure writes a
- * one-line reason into why and returns MSR_ERR_CONFIG. */
-msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data,
-                                    char *why, size_t why_len);
+ * stage 0..3 and a bucket of at least one float. On failure sets the error
+ * text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
+msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dataset_t *data);
 
 /* Creates a trainer at step 0 with freshly initialised parameters, data
  * parallel over comm (NULL: alone, cfg->dp must be 1; else cfg->dp and

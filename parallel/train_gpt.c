@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -27,6 +28,7 @@
 #include "msrun/msrun.h"
 #include "parallel/data.h"
 #include "parallel/train.h"
+#include "parallel/train_gpt.h"
 #ifdef MSR_HAVE_CUDA_TRAIN
 #include <dlfcn.h>
 #include <limits.h>
@@ -34,30 +36,6 @@
 
 #include "parallel/cuda/train_cuda.h"
 #endif
-
-#define EXIT_BAD_INPUT 2
-
-typedef struct options {
-    int64_t layers, channels, heads, seq;
-    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
-    int sp;
-    const char *schedule, *recompute, *trace;
-    int64_t virtual_stages;
-    double bucket_mb;
-    int64_t zero_min_bytes, overlap;
-    int64_t steps, warmup, seed;
-    double lr, weight_decay, grad_clip;
-    const char *data;
-    int64_t corpus_bytes;
-    const char *ckpt_dir;
-    int64_t ckpt_every, ckpt_keep;
-    int resume;
-    int64_t threads;
-    const char *loss_log;
-    const char *device;
-    int report;
-    int help;
-} options_t;
 
 typedef enum opt_kind { OPT_INT, OPT_REAL, OPT_TEXT, OPT_FLAG } opt_kind_t;
 
@@ -283,13 +261,6 @@ static int check_combination(options_t *o, int world, int in_job)
     return 0;
 }
 
-/* The job this process belongs to: msrun's when it started us, else a
- * world of one. */
-typedef struct job {
-    msr_ctx_t *ctx; /* NULL when alone */
-    int rank, world;
-} job_t;
-
 static msr_status_t job_join(job_t *job)
 {
     job->ctx = NULL;
@@ -308,299 +279,68 @@ static msr_status_t job_join(job_t *job)
     return MSR_OK;
 }
 
-/* The text a resume must match: the settings that decide the numbers
- * (whatever the device, so CPU and GPU runs resume each other). */
-static void make_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
-                      const msr_dataset_t *data)
+/* Trains on the CPU (parallel/train.h): data parallel over the job, or
+ * the mesh of model parallel. Returns the exit status. */
+static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                   const job_t *job, FILE *loss_log)
 {
-    snprintf(meta, len,
-             "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
-             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
-             cfg->model.layers, cfg->model.channels, cfg->model.heads, cfg->model.max_seq,
-             cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
-             (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
-             data->origin, data->size);
-    if (cfg->tp > 1 || cfg->pp > 1) { /* the part each rank holds */
-        size_t used = strlen(meta);
-        snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
-                 cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
-    }
-}
-
-/* Writes checkpoint tr->step through libmsrun: every rank its shard; the
- * step counts once every rank's is durable (msr_ckpt_save waits for all). */
-static msr_status_t save_checkpoint(msr_trainer_t *tr, const job_t *job, const options_t *o,
-                                    const char *meta)
-{
-    void *buf;
-    size_t len;
-    msr_status_t st = msr_trainer_snapshot(tr, meta, &buf, &len);
-    if (st != MSR_OK)
-        return st;
-    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
-    if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
-                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
-    msr_free(buf);
-    return st;
-}
-
-/* Where msr_trainer_restore reads the saved ranks' payloads from. */
-typedef struct fetch_arg {
-    msr_ctx_t *ctx;
-    const char *dir;
-    int64_t step;
-    int own_complete;       /* msr_ckpt_latest found this step complete for this world */
-    const msr_mesh_t *mesh; /* model parallel: the saved layout is this one */
-} fetch_arg_t;
-
-static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
-{
-    fetch_arg_t *f = arg;
-    if (f->mesh != NULL) /* rank is a dp index: the rank of our pp and tp index */
-        rank = msr_mesh_rank_of(f->mesh, rank, f->mesh->pp_rank, f->mesh->tp_rank);
-    msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
-                          ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
-                          : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: reading rank %d's shard of step %lld under %s: %s: %s\n", rank,
-                (long long)f->step, f->dir, msr_status_str(st), msr_last_error());
-        return st;
-    }
-    /* the shard's own step must be the one its file is filed under (the
-     * trainer then checks that every rank's shard agrees) */
-    msr_tckpt_header_t h;
-    msr_tckpt_range_t *ranges = NULL;
-    uint32_t n;
-    char what[80];
-    snprintf(what, sizeof what, "rank %d's shard of step %lld", rank, (long long)f->step);
-    st = msr_tckpt_decode(*buf_p, *len_p, what, &h, &ranges, &n);
-    msr_free(ranges);
-    if (st == MSR_OK && h.step != (uint64_t)f->step) {
-        fprintf(stderr,
-                "train_gpt: rank %d's shard of step %lld under %s says it is of step %llu: "
-                "refusing it\n",
-                rank, (long long)f->step, f->dir, (unsigned long long)h.step);
-        st = MSR_ERR_CORRUPT;
-    }
-    if (st != MSR_OK) {
-        free(*buf_p);
-        *buf_p = NULL;
-    }
-    return st;
-}
-
-/* The newest step this world completed under o->ckpt_dir (*same_p) and the
- * newest any world size completed (*any_p, saved by *world_p ranks); -1
- * when none. When this world saved the newest and msr_ckpt_latest fell
- * back past it to an older step complete and intact everywhere, *any_p is
- * that step. Logs and returns the store's error. */
-static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *same_p,
-                                int64_t *any_p, int *world_p)
-{
-    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p);
-    if (st == MSR_OK)
-        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
-                msr_status_str(st), msr_last_error());
-        return st;
-    }
-    if (*any_p >= 0 && *world_p == job->world && *same_p >= 0 && *same_p < *any_p) {
-        /* this world saved the newest, but not every rank has it complete
-         * and intact (msr_ckpt_latest fell back past it and said why):
-         * resume from the newest step that every rank has */
-        if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: step %lld under %s is not complete and intact on every rank: "
-                    "resuming from step %lld\n",
-                    (long long)*any_p, o->ckpt_dir, (long long)*same_p);
-        *any_p = *same_p;
-    }
-    return MSR_OK;
-}
-
-/* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
- * newest step any world size completed (msr_ckpt_latest_any); its shards
- * are read with msr_ckpt_load when this world completed it too, else
- * picked out of the saving world's shards. *resumed_p tells whether one was
- * found. */
-static msr_status_t resume(msr_trainer_t *tr, const job_t *job, const options_t *o,
-                           const char *meta, int *resumed_p)
-{
-    int64_t same = -1, any = -1;
-    int world = 0;
-    msr_status_t st = find_latest(job, o, &same, &any, &world);
-    if (st != MSR_OK)
-        return st;
-    *resumed_p = 0;
-    if (any < 0)
-        return MSR_OK;
-    int split = o->tp > 1 || o->pp > 1; /* each rank holds a part of the model */
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? tr->mesh : NULL};
-    int saved_dp = world;
-    if (split) {
-        /* a model-parallel checkpoint loads into the layout that wrote it
-         * (its meta names the layout; the world must be the same) */
-        if (world != job->world) {
-            fprintf(stderr,
-                    "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
-                    "tensor- or pipeline-parallel run resumes only in the layout that saved it "
-                    "(this job has %d ranks)\n",
-                    (long long)any, o->ckpt_dir, world, job->world);
-            return MSR_ERR_CONFIG;
-        }
-        saved_dp = (int)o->dp;
-    }
-    /* without model parallel the saving world's ranks are all data-parallel */
-    if ((st = msr_trainer_restore(tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
-        return st;
-    *resumed_p = 1;
-    if (job->rank == 0)
-        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
-                (long long)any, o->ckpt_dir, world);
-    return MSR_OK;
-}
-
-/* Says that the loss went bad, and what the run resumed from if it did: a
- * NaN right after a resume points at the checkpoint, not at --lr. */
-static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, const char *dir)
-{
-    if (resumed_from >= 0)
-        fprintf(stderr,
-                "train_gpt: the loss of step %llu is %f, after resuming from the checkpoint of "
-                "step %lld under %s (%s/step-%lld): that checkpoint may hold bad values, or "
-                "lower --lr\n",
-                (unsigned long long)step, loss, (long long)resumed_from, dir, dir,
-                (long long)resumed_from);
-    else
-        fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
-                (unsigned long long)step, loss);
-}
-
-/* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
-static long peak_rss_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = 0;
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f != NULL)
-        fclose(f);
-    return kib;
-}
-
-/* One line per rank: bytes held and where the time went. */
-static void report(const msr_trainer_t *tr, const job_t *job)
-{
-    msr_dp_memory_t m;
-    msr_dp_memory(tr->dp, &m);
-    const msr_dp_stats_t *s = &tr->dp->stats;
-    double n = s->steps > 0 ? (double)s->steps : 1.0;
-    fprintf(
-        stderr,
-        "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
-        "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
-        "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; peak RSS %ld "
-        "KiB\n",
-        job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak, m.shard_elems,
-        tr->model->num_params, m.replicated_elems, 1e-6 * (double)s->forward_ns / n,
-        1e-6 * (double)s->backward_ns / n, 1e-6 * (double)s->wait_ns / n,
-        1e-6 * (double)s->exposed_ns / n, 1e-6 * (double)s->update_ns / n,
-        1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
-    if (tr->mp != NULL) {
-        const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
-        double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
-        fprintf(stderr,
-                "train_gpt: rank %d mp: stage %d of %d, tp rank %d of %d: step %.2f ms, busy "
-                "%.2f ms, bubble %.4f, receive wait %.2f ms; activations peak %zu bytes (a "
-                "chunk's micro-batch keeps %zu, with the head %zu)\n",
-                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->tp_rank, tr->mesh->tp,
-                1e-6 * (double)ms->step_ns / steps, 1e-6 * (double)ms->busy_ns / steps,
-                ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
-                1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
-                ms->frame_bytes[1]);
-    }
-}
-
-/* Writes the traced step of every rank as Chrome-trace JSON (chrome://tracing,
- * Perfetto): rank 0 receives the others' spans over the world and writes
- * the file; one process per rank, compute on thread 0, communication on 1. */
-static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_t *job,
-                                const char *path)
-{
-    int n = 0;
-    const msr_mp_span_t *mine = msr_mp_spans(tr->mp, &n);
-    msr_status_t st = MSR_OK;
-    if (job->rank != 0) {
-        int64_t cnt = n;
-        st = msr_comm_send(world, &cnt, 1, MSR_DTYPE_I64, 0, 1);
-        if (st == MSR_OK && n > 0)
-            st = msr_comm_send(world, mine, (uint64_t)n * sizeof *mine, MSR_DTYPE_U8, 0, 2);
-        if (st != MSR_OK)
-            fprintf(stderr, "train_gpt: sending the trace to rank 0: %s: %s\n", msr_status_str(st),
-                    msr_last_error());
-        return st;
-    }
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
-    if (f != NULL)
-        fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-    int first = 1;
-    for (int r = 0; r < job->world; r++) {
-        msr_mp_span_t *buf = NULL;
-        const msr_mp_span_t *sp = mine;
-        int64_t cnt = n;
-        if (r > 0) {
-            if ((st = msr_comm_recv(world, &cnt, 1, MSR_DTYPE_I64, r, 1)) != MSR_OK)
-                break;
-            if (cnt < 0 || cnt > (1 << 24) ||
-                (buf = msr_calloc((size_t)cnt + 1, sizeof *buf)) == NULL) {
-                st = MSR_ERR_NO_MEMORY;
-                break;
-            }
-            if (cnt > 0 && (st = msr_comm_recv(world, buf, (uint64_t)cnt * sizeof *buf,
-                                               MSR_DTYPE_U8, r, 2)) != MSR_OK) {
-                msr_free(buf);
-                break;
-            }
-            sp = buf;
-        }
-        for (int64_t k = 0; k < cnt && f != NULL; k++) {
-            char name[sizeof sp[k].name + 1];
-            memcpy(name, sp[k].name, sizeof sp[k].name);
-            name[sizeof sp[k].name] = '\0';
-            fprintf(f,
-                    "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
-                    "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
-                    first ? "" : ",\n", name, sp[k].comm ? "comm" : "compute", r, sp[k].comm,
-                    1e-3 * (double)sp[k].start_ns, 1e-3 * (double)sp[k].dur_ns);
-            first = 0;
-        }
-        msr_free(buf);
-    }
-    if (f != NULL) {
-        for (int r = 0; r < job->world; r++)
-            fprintf(f,
-                    "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
-                    "{\"name\": \"rank %d (dp %d pp %d tp %d)\"}}",
-                    first && r == 0 ? "" : ",\n", r, r, r / (tr->mesh->tp * tr->mesh->pp),
-                    r / tr->mesh->tp % tr->mesh->pp, r % tr->mesh->tp);
-        fprintf(f, "\n]}\n");
-        if (fclose(f) != 0 && st == MSR_OK) {
-            fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
-            st = MSR_ERR_IO;
-        }
-    } else if (st == MSR_OK) {
-        st = MSR_ERR_IO;
-    }
-    if (st != MSR_OK && st != MSR_ERR_IO)
-        fprintf(stderr, "train_gpt: collecting the trace: %s: %s\n", msr_status_str(st),
+    msr_trainer_t *tr = NULL;
+    msr_comm_t *comm = NULL;
+    msr_mesh_t *mesh = NULL;
+    int rc = 1;
+    msr_status_t st;
+    if (job->world > 1 && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
                 msr_last_error());
-    return st;
+        goto out;
+    }
+    /* the data-parallel group is the whole job while tp = pp = 1 */
+    int use_mp = msr_train_uses_mp(cfg);
+    st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->tp, &mesh)
+                : msr_mesh_create_dp(comm, &mesh);
+    if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
+        goto out;
+    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    char meta[1024];
+    train_gpt_meta(meta, sizeof meta, cfg, G, data);
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
+                tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
+                cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0 && use_mp)
+        fprintf(stderr,
+                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
+                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
+                cfg->dp, cfg->pp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+                msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
+                msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+
+    trainer_t t = {&train_gpt_cpu_ops, tr, tr};
+    if ((rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log)) != 0)
+        goto out;
+    rc = 1;
+    if (o->report)
+        train_gpt_report(tr, job);
+    /* nobody leaves while a peer may still be receiving its last message
+     * (the last step's tied embedding, the trace): a lost peer breaks the
+     * communicator even for a message already sent */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    rc = 0;
+
+out:
+    /* the communicators first: requests a failed step left in flight then
+     * end at once (see msr_trainer_destroy) */
+    msr_mesh_destroy(mesh);
+    msr_comm_destroy(comm);
+    msr_trainer_destroy(tr);
+    return rc;
 }
 
 #ifdef MSR_HAVE_CUDA_TRAIN
@@ -680,50 +420,50 @@ static int cuda_api_load(cuda_api_t *api, int rank)
     return 0;
 }
 
+/* The GPU trainer behind trainer_ops_t: the module's functions and the
+ * trainer they drive. */
+typedef struct cuda_run {
+    const cuda_api_t *api;
+    msr_cuda_trainer_t *tr;
+} cuda_run_t;
+
+static msr_status_t cuda_step(void *arg, double *loss_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->step(c->tr, loss_p);
+}
+
+static msr_status_t cuda_snapshot(void *arg, const char *meta, void **buf_p, size_t *len_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->snapshot(c->tr, meta, buf_p, len_p);
+}
+
+static msr_status_t cuda_restore(void *arg, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                 void *farg)
+{
+    cuda_run_t *c = arg;
+    return c->api->restore(c->tr, meta, world, fetch, farg);
+}
+
+static uint64_t cuda_steps(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->step;
+}
+
+static double cuda_grad_norm(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->last_grad_norm;
+}
+
+static const trainer_ops_t cuda_ops = {cuda_step, cuda_snapshot, cuda_restore, cuda_steps,
+                                       cuda_grad_norm};
+
 /* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
  * through a device communicator over the world (even a world of one, so
- * NCCL's path runs), a process alone on device 0. Returns the exit status. */
-/* Writes checkpoint tr->step (every rank its slice; the step counts once
- * every rank's is durable). */
-static msr_status_t save_checkpoint_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr,
-                                         const job_t *job, const options_t *o, const char *meta)
-{
-    void *buf;
-    size_t len;
-    msr_status_t st = api->snapshot(tr, meta, &buf, &len);
-    if (st != MSR_OK)
-        return st;
-    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)tr->step, buf, len, (int)o->ckpt_keep);
-    if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
-                (unsigned long long)tr->step, o->ckpt_dir, msr_status_str(st), msr_last_error());
-    msr_free(buf);
-    return st;
-}
-
-/* resume() for the GPU trainer: the latest complete checkpoint of any
- * world size, CPU or GPU, read whole by every rank. */
-static msr_status_t resume_cuda(const cuda_api_t *api, msr_cuda_trainer_t *tr, const job_t *job,
-                                const options_t *o, const char *meta, int *resumed_p)
-{
-    int64_t same = -1, any = -1;
-    int world = 0;
-    msr_status_t st = find_latest(job, o, &same, &any, &world);
-    if (st != MSR_OK)
-        return st;
-    *resumed_p = 0;
-    if (any < 0)
-        return MSR_OK;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
-    if ((st = api->restore(tr, meta, world, fetch_payload, &f)) != MSR_OK)
-        return st;
-    *resumed_p = 1;
-    if (job->rank == 0)
-        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
-                (long long)any, o->ckpt_dir, world);
-    return MSR_OK;
-}
-
+ * NCCL's path runs), a process alone on device 0; the step loop,
+ * checkpoints and resume are the CPU run's (train). Returns the exit
+ * status. */
 static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                     const job_t *job, FILE *loss_log)
 {
@@ -756,60 +496,10 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
     char meta[1024];
-    make_meta(meta, sizeof meta, cfg, G, data);
-    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
-    if (o->resume) {
-        int resumed = 0;
-        if ((st = resume_cuda(api, tr, job, o, meta, &resumed)) != MSR_OK) {
-            if (st == MSR_ERR_CONFIG)
-                rc = EXIT_BAD_INPUT;
-            goto out;
-        }
-        if (!resumed && job->rank == 0)
-            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
-                    o->ckpt_dir);
-        resumed_from = resumed ? (int64_t)tr->step : -1;
-    }
-    uint64_t tokens = G * (uint64_t)o->seq, first_step = tr->step, timed = 0;
-    double timed_s = 0.0;
-    while (tr->step < (uint64_t)o->steps) {
-        uint64_t t0 = msr_now_ns();
-        double loss;
-        if ((st = api->step(tr, &loss)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
-                    msr_status_str(st));
-            goto out;
-        }
-        double dt = (double)(msr_now_ns() - t0) * 1e-9;
-        msr_heartbeat(job->ctx);
-        if (!isfinite(loss)) {
-            report_bad_loss(tr->step, loss, resumed_from, o->ckpt_dir);
-            goto out;
-        }
-        if (tr->step > first_step + 1) { /* the first step warms the GPU and libraries up */
-            timed++;
-            timed_s += dt;
-        }
-        if (job->rank == 0) {
-            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
-                   (double)tokens / dt);
-            fflush(stdout);
-            if (loss_log != NULL) {
-                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
-                        tr->last_grad_norm);
-                fflush(loss_log);
-            }
-        }
-        int due = o->ckpt_dir != NULL && ((o->ckpt_every > 0 && tr->step % o->ckpt_every == 0) ||
-                                          tr->step == (uint64_t)o->steps);
-        if (due && save_checkpoint_cuda(api, tr, job, o, meta) != MSR_OK)
-            goto out;
-    }
-    if (job->rank == 0 && timed > 0)
-        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
-                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
-                (double)tokens * (double)timed / timed_s);
-    rc = 0;
+    train_gpt_meta(meta, sizeof meta, cfg, G, data);
+    cuda_run_t run = {api, tr};
+    trainer_t t = {&cuda_ops, &run, NULL};
+    rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log);
 out:
     api->destroy(tr);
     msr_comm_destroy(comm);
@@ -858,9 +548,6 @@ int main(int argc, char **argv)
     msr_log_init("train_gpt", -1, job.ctx != NULL ? job.rank : -1);
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
-    msr_trainer_t *tr = NULL;
-    msr_comm_t *comm = NULL;
-    msr_mesh_t *mesh = NULL;
     FILE *loss_log = NULL;
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
@@ -908,10 +595,8 @@ int main(int argc, char **argv)
     cfg.mp.chunks = (int)o.virtual_stages;
     cfg.mp.recompute = (msr_mp_recompute_t)recompute;
     cfg.mp_always = o.trace != NULL;
-    int use_mp = msr_train_uses_mp(&cfg);
-    char why[200];
-    if (msr_train_config_check(&cfg, data, why, sizeof why) != MSR_OK) {
-        fprintf(stderr, "train_gpt: %s\n", why);
+    if (msr_train_config_check(&cfg, data) != MSR_OK) {
+        fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
         goto out;
     }
     if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */
@@ -935,114 +620,9 @@ int main(int argc, char **argv)
     }
 #endif
 
-    rc = 1;
-    if (job.world > 1 && (st = msr_comm_world(job.ctx, &comm)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-        goto out;
-    }
-    /* the data-parallel group is the whole job while tp = pp = 1 */
-    st = use_mp ? msr_mesh_create(comm, cfg.dp, cfg.pp, cfg.tp, &mesh)
-                : msr_mesh_create_dp(comm, &mesh);
-    if (st != MSR_OK || msr_trainer_create_mesh(&cfg, data, mesh, &tr) != MSR_OK)
-        goto out;
-    uint64_t G = (uint64_t)o.micro_batch * (uint64_t)o.grad_accum * (uint64_t)o.dp;
-    char meta[1024];
-    make_meta(meta, sizeof meta, &cfg, G, data);
-    if (job.rank == 0)
-        fprintf(stderr,
-                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
-                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
-                tr->model->num_params, cfg.model.layers, cfg.model.channels, cfg.model.heads,
-                cfg.model.max_seq, (unsigned long long)G, cfg.micro_batch, cfg.grad_accum, cfg.dp,
-                cfg.par.zero, tr->dp->num_buckets, data->origin);
-    if (job.rank == 0 && use_mp)
-        fprintf(stderr,
-                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
-                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
-                cfg.dp, cfg.pp, cfg.tp, cfg.mp.sp ? " with sequence parallel" : "",
-                msr_mp_schedule_name(cfg.mp.schedule), cfg.mp.chunks, cfg.grad_accum,
-                msr_mp_recompute_name(cfg.mp.recompute), tr->model->num_params);
-
-    int64_t resumed_from = -1; /* the checkpoint's step, once resumed */
-    if (o.resume) {
-        int resumed = 0;
-        if ((st = resume(tr, &job, &o, meta, &resumed)) != MSR_OK) {
-            if (st == MSR_ERR_CONFIG)
-                rc = EXIT_BAD_INPUT;
-            goto out;
-        }
-        if (!resumed && job.rank == 0)
-            fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
-                    o.ckpt_dir);
-        resumed_from = resumed ? (int64_t)tr->step : -1;
-    }
-
-    uint64_t tokens = G * (uint64_t)o.seq, first_step = tr->step, timed = 0;
-    double timed_s = 0.0;
-    while (tr->step < (uint64_t)o.steps) {
-        uint64_t t0 = msr_now_ns();
-        double loss;
-        int traced = o.trace != NULL && tr->step + 1 == (uint64_t)o.steps;
-        if (traced)
-            msr_mp_trace(tr->mp, 1);
-        if ((st = msr_trainer_step(tr, &loss)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)tr->step + 1,
-                    msr_status_str(st));
-            goto out;
-        }
-        double dt = (double)(msr_now_ns() - t0) * 1e-9;
-        if (traced) {
-            msr_mp_trace(tr->mp, 0);
-            if (write_trace(tr, comm, &job, o.trace) != MSR_OK)
-                goto out;
-        }
-        msr_heartbeat(job.ctx);
-        if (!isfinite(loss)) {
-            report_bad_loss(tr->step, loss, resumed_from, o.ckpt_dir);
-            goto out;
-        }
-        if (tr->step > first_step + 1) { /* the first step warms caches up */
-            timed++;
-            timed_s += dt;
-        }
-        if (job.rank == 0) {
-            printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)tr->step, loss,
-                   (double)tokens / dt);
-            fflush(stdout);
-            if (loss_log != NULL) {
-                fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)tr->step, loss,
-                        tr->last_grad_norm);
-                fflush(loss_log);
-            }
-        }
-        int due = o.ckpt_dir != NULL && ((o.ckpt_every > 0 && tr->step % o.ckpt_every == 0) ||
-                                         tr->step == (uint64_t)o.steps);
-        if (due && save_checkpoint(tr, &job, &o, meta) != MSR_OK)
-            goto out;
-    }
-    if (job.rank == 0 && timed > 0)
-        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
-                (unsigned long long)(tr->step - first_step), 1e3 * timed_s / (double)timed,
-                (double)tokens * (double)timed / timed_s);
-    if (o.report)
-        report(tr, &job);
-    /* nobody leaves while a peer may still be receiving its last message
-     * (the last step's tied embedding, the trace): a lost peer breaks the
-     * communicator even for a message already sent */
-    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-        goto out;
-    }
-    rc = 0;
+    rc = run_cpu(&o, &cfg, data, &job, loss_log);
 
 out:
-    /* the communicators first: requests a failed step left in flight then
-     * end at once (see msr_trainer_destroy) */
-    msr_mesh_destroy(mesh);
-    msr_comm_destroy(comm);
-    msr_trainer_destroy(tr);
     msr_dataset_destroy(data);
     if (loss_log != NULL)
         fclose(loss_log);

@@ -112,11 +112,29 @@ static msr_status_t nc_(ncclResult_t r, ncclComm_t comm, const char *call)
     return st;
 }
 
+/* Whether a failed cudaGetDeviceCount means that this machine has no GPU:
+ * CUDA says so, or no driver is installed at all (the runtime answers
+ * cudaErrorInsufficientDriver and the driver's version is 0). */
+static int no_device(cudaError_t e)
+{
+    int version = -1;
+    if (e == cudaErrorNoDevice)
+        return 1;
+    return e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&version) == cudaSuccess &&
+           version == 0;
+}
+
+/* MSR_ERR_UNSUPPORTED only where the machine has no GPU; a driver too old
+ * for the runtime is MSR_ERR_BACKEND, so a GPU test fails on it instead of
+ * skipping (select_device refuses both alike). */
 static msr_status_t device_count(const msr_gpu_api_t *g, int *count_p)
 {
     (void)g;
     int n = 0;
-    msr_status_t st = cu(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    cudaError_t e = cudaGetDeviceCount(&n);
+    msr_status_t st = cu(e, "cudaGetDeviceCount");
+    if (st == MSR_ERR_UNSUPPORTED && !no_device(e))
+        st = MSR_ERR_BACKEND;
     if (st == MSR_OK)
         *count_p = n;
     return st;

@@ -34,8 +34,12 @@ extern "C" {
 
 typedef struct msr_cuda_gpt msr_cuda_gpt_t;
 
-/* The number of CUDA devices this process sees, into *count_p; fails with
- * MSR_ERR_UNSUPPORTED (no driver, no device: logged with CUDA's reason). */
+/* The number of CUDA devices this process sees, into *count_p. Fails with
+ * MSR_ERR_UNSUPPORTED only where this machine has no GPU (no device, none
+ * visible, no driver installed), and with MSR_ERR_BACKEND on any other
+ * CUDA error (a driver too old for the runtime, say): the GPU tests skip on
+ * the first and fail on the second. The reason is in the error text
+ * (base/err.h), not logged. */
 msr_status_t msr_cuda_device_count(int *count_p);
 
 /* Creates a model of shape cfg on `device` (made the calling thread's

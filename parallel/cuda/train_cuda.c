@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -23,9 +24,8 @@ static msr_status_t comm_failed(const char *what, msr_status_t st)
 msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      msr_comm_t *comm, msr_cuda_trainer_t **tr_p)
 {
-    char why[200];
-    if (msr_train_config_check(cfg, data, why, sizeof why) != MSR_OK) {
-        MSR_ERROR("train_cuda: %s", why);
+    if (msr_train_config_check(cfg, data) != MSR_OK) {
+        MSR_ERROR("train_cuda: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
     int size = comm != NULL ? msr_comm_size(comm) : 1,
@@ -63,8 +63,10 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
         tr->device = msr_comm_gpu(tr->dcomm);
     } else {
         int count;
-        if ((st = msr_cuda_device_count(&count)) != MSR_OK)
+        if ((st = msr_cuda_device_count(&count)) != MSR_OK) {
+            MSR_ERROR("%s", msr_err_msg());
             goto err_destroy;
+        }
         tr->device = 0;
     }
     st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,

@@ -455,13 +455,23 @@ static void battery(pair_t *p, const char *label)
     vs_streams(p);
 }
 
+/* Exits 77 (skipped) only where the machine has no GPU (no device, no
+ * driver installed: the runtime answers cudaErrorInsufficientDriver and the
+ * driver's version is 0) or fewer than the test needs; any other CUDA error
+ * (a driver too old for the runtime) fails. */
 static int probe(int want)
 {
-    int n = 0;
+    int n = 0, version = -1;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
+    if (e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver &&
+                                   cudaDriverGetVersion(&version) == cudaSuccess && version == 0)) {
         printf("no CUDA device here: cudaGetDeviceCount: %s\n", cudaGetErrorString(e));
         return 77;
+    }
+    if (e != cudaSuccess) {
+        printf("CUDA is unusable here: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e),
+               cudaGetErrorString(e));
+        return 1;
     }
     if (n < want) {
         printf("%d CUDA device(s) here, the test needs %d\n", n, want);

@@ -23,10 +23,9 @@ if [ "$name" = gpu_worker ]; then
     probe=$(timeout 60 "$worker" probe "${GPU_NEED:-1}" 2>&1)
     rc=$?
     if [ $rc -ne 0 ]; then
-        echo "SKIP: $probe"
         rm -rf "$out"
-        [ $rc -eq 77 ] && exit 77
-        echo "FAIL: the GPU probe exited with $rc"
+        [ $rc -eq 77 ] && echo "SKIP: $probe" && exit 77
+        echo "FAIL: the GPU probe exited with $rc: $probe"
         exit 1
     fi
     echo "$probe"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/alloc.h"
 #include "parallel/gpt.h"
 #include "parallel/layers.h"
@@ -468,18 +469,17 @@ static void test_hooks_redirect(void)
 
 static void test_bad_input(void)
 {
-    char why[160];
     msr_gpt_config_t c = tiny;
-    MSR_CHECK_OK(msr_gpt_config_check(&c, why, sizeof why));
+    MSR_CHECK_OK(msr_gpt_config_check(&c));
     c.heads = 3;
-    MSR_CHECK_STATUS(msr_gpt_config_check(&c, why, sizeof why), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(why, "heads") != NULL);
+    MSR_CHECK_STATUS(msr_gpt_config_check(&c), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "heads") != NULL);
     c = tiny;
     c.layers = 0;
-    MSR_CHECK_STATUS(msr_gpt_config_check(&c, why, sizeof why), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_gpt_config_check(&c), MSR_ERR_CONFIG);
     c = tiny;
     c.max_seq = 1 << 20;
-    MSR_CHECK_STATUS(msr_gpt_config_check(&c, NULL, 0), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_gpt_config_check(&c), MSR_ERR_CONFIG);
     msr_gpt_t *m = NULL;
     c = tiny;
     c.channels = -4;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/alloc.h"
 #include "parallel/train.h"
 #include "tests/runner.h"
@@ -79,9 +80,9 @@ static void test_refusals(void)
                              .micro_batch = 2,
                              .micros = cases[i].micros,
                              .zero = cases[i].zero};
-        char why[200] = "";
-        MSR_CHECK_STATUS(msr_mp_check(&m, &c, cases[i].pp, cases[i].tp, why, sizeof why),
-                         MSR_ERR_CONFIG);
+        msr_err_clear();
+        MSR_CHECK_STATUS(msr_mp_check(&m, &c, cases[i].pp, cases[i].tp), MSR_ERR_CONFIG);
+        const char *why = msr_err_msg();
         MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: '%s' lacks '%s'", i, why,
                       cases[i].why);
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/alloc.h"
 #include "parallel/train.h"
 #include "tests/runner.h"
@@ -326,20 +327,19 @@ static void test_bad_config(void)
 {
     msr_dataset_t *ds = corpus(), *tiny = NULL;
     msr_trainer_t *tr = NULL;
-    char why[200];
     msr_train_config_t c = small_config(2, 1);
     c.dp = 2; /* without a communicator of 2 */
     MSR_CHECK_STATUS(msr_trainer_create(&c, ds, NULL, &tr), MSR_ERR_CONFIG);
     c = small_config(2, 1);
     c.par.zero = 4;
-    MSR_CHECK_STATUS(msr_train_config_check(&c, ds, why, sizeof why), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(why, "ZeRO") != NULL);
+    MSR_CHECK_STATUS(msr_train_config_check(&c, ds), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "ZeRO") != NULL);
     c = small_config(2, 1);
     c.par.bucket_bytes = 3;
     MSR_CHECK_STATUS(msr_trainer_create(&c, ds, NULL, &tr), MSR_ERR_CONFIG);
     c = small_config(0, 1);
-    MSR_CHECK_STATUS(msr_train_config_check(&c, ds, why, sizeof why), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(why, "micro-batch") != NULL);
+    MSR_CHECK_STATUS(msr_train_config_check(&c, ds), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "micro-batch") != NULL);
     c = small_config(2, 1);
     c.model.heads = 5;
     MSR_CHECK_STATUS(msr_trainer_create(&c, ds, NULL, &tr), MSR_ERR_CONFIG);
@@ -348,8 +348,8 @@ static void test_bad_config(void)
     MSR_CHECK_STATUS(msr_trainer_create(&c, ds, NULL, &tr), MSR_ERR_CONFIG);
     MSR_CHECK_OK(msr_dataset_generate(1, 16, &tiny)); /* not longer than T = 16 */
     c = small_config(2, 1);
-    MSR_CHECK_STATUS(msr_train_config_check(&c, tiny, why, sizeof why), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(why, "longer") != NULL);
+    MSR_CHECK_STATUS(msr_train_config_check(&c, tiny), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "longer") != NULL);
     MSR_CHECK(tr == NULL);
     msr_dataset_destroy(tiny);
     msr_dataset_destroy(ds);

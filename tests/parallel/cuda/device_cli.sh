@@ -63,7 +63,7 @@ if [[ $rc -eq 0 ]]; then
     exit 0
 fi
 [[ $rc -eq 1 ]] || fail "--device cuda without a GPU exited $rc, not 1"
-grep -q "no usable CUDA device\|no CUDA device" "$work/out" || fail "no reason given"
+grep -q "no CUDA device here\|CUDA is unusable here" "$work/out" || fail "no reason given"
 # a job: every rank fails alike when the device communicator cannot be made
 rc=0
 timeout -k 5 90 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \

@@ -1,0 +1,127 @@
+/* Model parallel's private structures (see mp.h), shared by its files:
+ * mp_plan.c (checks, sizes, the schedule), mp_tp.c (tensor-parallel
+ * communication, the embeddings and the head) and mp.c (the pipeline, the
+ * step). */
+#ifndef MSR_PARALLEL_MP_IMPL_H
+#define MSR_PARALLEL_MP_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/block.h"
+#include "parallel/mp.h"
+
+typedef struct dims {
+    int B, T, C, V, tp, sp, mode;
+    int Cl, NHl, Hl,
+        Vl;       /* this rank's share: channels of its heads, heads, MLP width, vocabulary */
+    int Tl;       /* positions held outside the tensor-parallel layers */
+    size_t N, Nl; /* token rows: all of them, held outside */
+} dims_t;
+
+/* What a micro-batch's chunk keeps between its forward and backward. */
+typedef struct frame {
+    float *mem;
+    size_t bytes;
+    int live;
+    float *in;                        /* (Nl, C) the chunk's input */
+    msr_gpt_block_acts_t *layers;     /* [the chunk's blocks] */
+    float *lnf, *lnf_mean, *lnf_rstd; /* head: (Nl, C), (Nl), (Nl) */
+    float *probs;                     /* head: (N, Vl) */
+} frame_t;
+
+typedef struct op {
+    uint8_t backward;
+    int m, c;
+} op_t;
+
+typedef struct work {
+    float *scratch;             /* the blocks' dropped activations */
+    float *gat, *dgat, *perm;   /* (N, C) gathered input, gathered gradient, permutation */
+    float *proj, *projl;        /* (N, C) a row-parallel output, (Nl, C) reduced */
+    float *dres, *dln, *dlnl;   /* (Nl, C), (N, C), (Nl, C) */
+    float *dqkv, *datty;        /* (N, 3 Cl), (N, Cl) */
+    float *dfch, *dfch_gelu;    /* (N, Hl) */
+    float *datt;                /* (T, T) */
+    float *logits, *dlogits;    /* (N, Vl) */
+    float *losses, *rmax, *red; /* (N), (N), (2N) */
+} work_t;
+
+struct msr_mp {
+    msr_mp_config_t cfg;
+    const msr_mesh_t *mesh;
+    msr_gpt_t *model;
+    dims_t d;
+    int pp, pr, nv; /* stages, this stage, virtual stages */
+    int tp, tr;
+
+    float *wmem;
+    work_t w;
+    size_t scratch_count;
+    msr_block_t blk;           /* the blocks' shape and work space (in w) */
+    msr_block_comm_t blk_comm; /* their tensor-parallel communication */
+
+    frame_t *frames;             /* [micros * chunks] */
+    float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
+    float *gsend;                /* [micros * chunks] (Nl, C) gradients sent back */
+    msr_comm_req_t **sreq;       /* [2 * micros * chunks] sends in flight */
+    msr_comm_req_t *tied_req;    /* the head's wte gradient on its way to the first stage */
+    int overlap;                 /* dp reduces during backward (GPipe, 1F1B; see mp.h) */
+    int backwards;               /* backwards run this step (they go in micro-batch order) */
+    int last_backward;           /* the running backward is the step's last */
+
+    op_t *ops;
+    int num_ops;
+
+    const int *inputs, *targets; /* this step's (micros, B, T) */
+    float dloss;
+    double loss_sum;
+    msr_dp_t *dp;
+
+    size_t acts_live;
+    msr_mp_stats_t stats;
+    uint64_t recv_ns; /* this step */
+
+    int tracing;
+    uint64_t t0;
+    msr_mp_span_t *spans;
+    int num_spans, cap_spans;
+};
+
+/* This rank's sizes for cfg on a tp-way split. */
+dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp);
+/* Points la into keep (what the frame keeps) and scr (the shared scratch,
+ * overwritten by the next block) as the recompute mode says. */
+void msr_mp_carve_layer(const dims_t *d, msr_gpt_carve_t *keep, msr_gpt_carve_t *scr,
+                        msr_gpt_block_acts_t *la);
+/* Points f into keep and scr for a chunk of `layers` blocks (head: with the
+ * final norm and the head); f->layers NULL: only counts. */
+void msr_mp_carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *keep,
+                        msr_gpt_carve_t *scr, frame_t *f);
+/* Fills mp->ops with this rank's order of forwards and backwards. */
+void msr_mp_build_schedule(msr_mp_t *mp);
+
+/* Logs a failed communication (what, the status, libmsrun's reason) and
+ * returns st. */
+msr_status_t msr_mp_failed(const char *what, msr_status_t st);
+/* Adds a span to the trace while tracing. */
+void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* An allreduce over the tensor-parallel group (nothing at tp = 1). */
+msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,
+                                 const char *what);
+/* Points mp->blk at this rank's shape, the work space and the
+ * tensor-parallel communication (none at tp = 1). */
+void msr_mp_point_block(msr_mp_t *mp);
+/* The embeddings: out (Nl, C) = this rank's rows of wte[token] + wpe[t];
+ * backward adds dout's rows to wte's and wpe's gradients. */
+msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out);
+msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout);
+/* The final norm, the head and the loss of one micro-batch; x (Nl, C) is
+ * the last block's output. Forward adds the mean loss to mp->loss_sum;
+ * backward leaves the gradient of x in mp->w.dres. */
+msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets);
+msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets);
+
+#endif

@@ -1,0 +1,305 @@
+/* Model parallel's tensor-parallel side (see mp.h): the collectives
+ * between the layers (sequence parallel's included), the blocks' view of
+ * them, and the vocabulary-parallel embeddings and head. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "parallel/layers.h"
+#include "parallel/mp_impl.h"
+
+/* ---- tensor-parallel communication ---- */
+
+msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,
+                                 const char *what)
+{
+    if (mp->mesh->tp_comm == NULL)
+        return MSR_OK;
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_allreduce(mp->mesh->tp_comm, MSR_IN_PLACE, x, n, t, op);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "allreduce %s", what);
+    return st != MSR_OK ? msr_mp_failed(what, st) : MSR_OK;
+}
+
+/* full (B, T, C) on every rank from each rank's local (B, T/tp, C). */
+static msr_status_t seq_gather(msr_mp_t *mp, const float *local, float *full)
+{
+    const dims_t *d = &mp->d;
+    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_allgather(mp->mesh->tp_comm, local, mp->w.perm, blk, MSR_DTYPE_F32);
+    if (st != MSR_OK)
+        return msr_mp_failed("sequence allgather", st);
+    for (int r = 0; r < d->tp; r++)
+        for (int b = 0; b < d->B; b++)
+            memcpy(full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C,
+                   mp->w.perm + (size_t)r * blk + (size_t)b * row, row * sizeof(float));
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "allgather seq");
+    return MSR_OK;
+}
+
+/* local (B, T/tp, C) = this rank's positions of the sum over ranks of full
+ * (B, T, C). full is left unspecified. */
+static msr_status_t seq_scatter(msr_mp_t *mp, const float *full, float *local)
+{
+    const dims_t *d = &mp->d;
+    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
+    uint64_t a = msr_now_ns();
+    for (int r = 0; r < d->tp; r++)
+        for (int b = 0; b < d->B; b++)
+            memcpy(mp->w.perm + (size_t)r * blk + (size_t)b * row,
+                   full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C, row * sizeof(float));
+    msr_status_t st = msr_comm_reduce_scatter(mp->mesh->tp_comm, mp->w.perm, local, blk,
+                                              MSR_DTYPE_F32, MSR_OP_SUM);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "reduce-scatter seq");
+    return st != MSR_OK ? msr_mp_failed("sequence reduce-scatter", st) : MSR_OK;
+}
+
+/* The sum over tp of full (N, C) partial results, this rank's rows of it
+ * (Nl, C): in place (an allreduce) without sp, into local with sp. */
+static msr_status_t tp_reduce(msr_mp_t *mp, float *full, float *local, float **out_p)
+{
+    if (mp->d.sp) {
+        *out_p = local;
+        return seq_scatter(mp, full, local);
+    }
+    *out_p = full;
+    return msr_mp_tp_allreduce(mp, full, mp->d.N * (size_t)mp->d.C, MSR_DTYPE_F32, MSR_OP_SUM,
+                               "tp");
+}
+
+/* The input of a column-parallel layer: x (Nl, C) itself, or gathered. */
+static msr_status_t tp_enter(msr_mp_t *mp, const float *x, float *gbuf, const float **out_p)
+{
+    if (!mp->d.sp) {
+        *out_p = x;
+        return MSR_OK;
+    }
+    *out_p = gbuf;
+    return seq_gather(mp, x, gbuf);
+}
+
+/* The block's communication (parallel/block.h): tp_enter and tp_reduce. */
+static msr_status_t block_enter(void *arg, const float *x, float *gbuf, const float **out_p)
+{
+    return tp_enter(arg, x, gbuf, out_p);
+}
+
+static msr_status_t block_reduce(void *arg, float *full, float *local, float **out_p)
+{
+    return tp_reduce(arg, full, local, out_p);
+}
+
+/* The blocks' view of the runtime: this rank's shape, the work space, the
+ * tensor-parallel communication (none at tp = 1). */
+void msr_mp_point_block(msr_mp_t *mp)
+{
+    const dims_t *d = &mp->d;
+    const work_t *w = &mp->w;
+    mp->blk_comm = (msr_block_comm_t){mp, block_enter, block_reduce, NULL};
+    mp->blk = (msr_block_t){
+        .B = d->B,
+        .T = d->T,
+        .C = d->C,
+        .tp = d->tp,
+        .NHl = d->NHl,
+        .Cl = d->Cl,
+        .Hl = d->Hl,
+        .N = d->N,
+        .Nl = d->Nl,
+        .comm = d->tp > 1 ? &mp->blk_comm : NULL,
+        .proj = w->proj,
+        .projl = w->projl,
+        .gat = w->gat,
+        .dgat = w->dgat,
+        .dln = w->dln,
+        .dlnl = w->dlnl,
+        .dqkv = w->dqkv,
+        .datty = w->datty,
+        .dfch = w->dfch,
+        .dfch_gelu = w->dfch_gelu,
+        .datt = w->datt,
+    };
+}
+
+/* ---- embeddings and head ---- */
+
+/* out (Nl, C): this rank's rows of wte[token] + wpe[t]. */
+msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
+{
+    const dims_t *d = &mp->d;
+    msr_gpt_t *m = mp->model;
+    const float *wte = m->segments[m->seg_embed].params; /* (Vl, C) */
+    const float *wpe = wte + (size_t)d->Vl * d->C;       /* (maxT, C) */
+    if (d->tp == 1) {
+        msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
+        return MSR_OK;
+    }
+    int lo = mp->tr * d->Vl;
+    float *part = mp->w.proj, *r;
+    memset(part, 0, d->N * (size_t)d->C * sizeof(float));
+    for (size_t n = 0; n < d->N; n++) {
+        int v = tokens[n] - lo;
+        if (v >= 0 && v < d->Vl)
+            memcpy(part + n * d->C, wte + (size_t)v * d->C, (size_t)d->C * sizeof(float));
+    }
+    msr_status_t st = tp_reduce(mp, part, mp->w.projl, &r);
+    if (st != MSR_OK)
+        return st;
+    int t0 = d->sp ? mp->tr * d->Tl : 0;
+    for (int b = 0; b < d->B; b++)
+        for (int t = 0; t < d->Tl; t++) {
+            float *o = out + ((size_t)b * d->Tl + t) * d->C;
+            const float *x = r + ((size_t)b * d->Tl + t) * d->C,
+                        *pe = wpe + (size_t)(t0 + t) * d->C;
+            for (int c = 0; c < d->C; c++)
+                o[c] = x[c] + pe[c];
+        }
+    return MSR_OK;
+}
+
+msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
+{
+    const dims_t *d = &mp->d;
+    msr_gpt_t *m = mp->model;
+    float *dwte = m->segments[m->seg_embed].grads; /* (Vl, C) */
+    float *dwpe = dwte + (size_t)d->Vl * d->C;     /* (maxT, C) */
+    if (d->tp == 1) {
+        msr_encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
+        return MSR_OK;
+    }
+    int t0 = d->sp ? mp->tr * d->Tl : 0;
+    for (int b = 0; b < d->B; b++)
+        for (int t = 0; t < d->Tl; t++) {
+            const float *x = dout + ((size_t)b * d->Tl + t) * d->C;
+            float *pe = dwpe + (size_t)(t0 + t) * d->C;
+            for (int c = 0; c < d->C; c++)
+                pe[c] += x[c];
+        }
+    const float *dfull;
+    msr_status_t st = tp_enter(mp, dout, mp->w.dgat, &dfull);
+    if (st != MSR_OK)
+        return st;
+    int lo = mp->tr * d->Vl;
+    for (size_t n = 0; n < d->N; n++) {
+        int v = tokens[n] - lo;
+        if (v < 0 || v >= d->Vl)
+            continue;
+        float *row = dwte + (size_t)v * d->C;
+        const float *x = dfull + n * d->C;
+        for (int c = 0; c < d->C; c++)
+            row[c] += x[c];
+    }
+    return MSR_OK;
+}
+
+static float *head_wte(msr_mp_t *mp, int grads)
+{
+    msr_gpt_t *m = mp->model;
+    if (mp->pp > 1)
+        return grads ? mp->head_dwte : mp->head_wte;
+    return grads ? m->segments[m->seg_embed].grads : m->segments[m->seg_embed].params;
+}
+
+/* The final norm, the head and the loss of one micro-batch; x (Nl, C) is
+ * the last block's output. Adds the mean loss to mp->loss_sum. */
+msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
+{
+    const dims_t *d = &mp->d;
+    msr_gpt_t *m = mp->model;
+    work_t *w = &mp->w;
+    const float *lnfw = m->segments[m->seg_lnf].params;
+    const float *g;
+    msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl, d->C);
+    msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
+    if (st != MSR_OK)
+        return st;
+    msr_matmul_forward(w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
+    size_t N = d->N, Vl = (size_t)d->Vl;
+    if (d->tp == 1) {
+        msr_crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
+    } else {
+        /* the softmax over the split vocabulary: the row maxima, then the
+         * sums of exponentials and the target logits, each summed over tp */
+        int lo = mp->tr * d->Vl;
+        for (size_t n = 0; n < N; n++) {
+            const float *l = w->logits + n * Vl;
+            float mx = l[0];
+            for (size_t i = 1; i < Vl; i++)
+                mx = l[i] > mx ? l[i] : mx;
+            w->rmax[n] = mx;
+        }
+        if ((st = msr_mp_tp_allreduce(mp, w->rmax, N, MSR_DTYPE_F32, MSR_OP_MAX, "max")) != MSR_OK)
+            return st;
+        for (size_t n = 0; n < N; n++) {
+            const float *l = w->logits + n * Vl;
+            float *p = f->probs + n * Vl, sum = 0.0f;
+            for (size_t i = 0; i < Vl; i++) {
+                p[i] = expf(l[i] - w->rmax[n]);
+                sum += p[i];
+            }
+            int v = targets[n] - lo;
+            w->red[n] = sum;
+            w->red[N + n] = v >= 0 && v < d->Vl ? l[v] : 0.0f;
+        }
+        if ((st = msr_mp_tp_allreduce(mp, w->red, 2 * N, MSR_DTYPE_F32, MSR_OP_SUM, "loss")) !=
+            MSR_OK)
+            return st;
+        for (size_t n = 0; n < N; n++) {
+            float *p = f->probs + n * Vl, inv = 1.0f / w->red[n];
+            for (size_t i = 0; i < Vl; i++)
+                p[i] *= inv;
+            w->losses[n] = w->rmax[n] + logf(w->red[n]) - w->red[N + n];
+        }
+    }
+    double sum = 0.0;
+    for (size_t n = 0; n < N; n++)
+        sum += w->losses[n];
+    mp->loss_sum += sum / (double)N;
+    return MSR_OK;
+}
+
+/* Backward of head_forward: leaves the gradient of x in w->dres. */
+msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
+{
+    const dims_t *d = &mp->d;
+    msr_gpt_t *m = mp->model;
+    work_t *w = &mp->w;
+    size_t N = d->N, Vl = (size_t)d->Vl;
+    memset(w->dlogits, 0, N * Vl * sizeof(float));
+    memset(w->dres, 0, d->Nl * (size_t)d->C * sizeof(float));
+    memset(w->dln, 0, N * (size_t)d->C * sizeof(float));
+    if (d->tp == 1) {
+        msr_crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
+    } else {
+        int lo = mp->tr * d->Vl;
+        for (size_t n = 0; n < N; n++) {
+            const float *p = f->probs + n * Vl;
+            float *dl = w->dlogits + n * Vl;
+            for (size_t i = 0; i < Vl; i++)
+                dl[i] += p[i] * mp->dloss;
+            int v = targets[n] - lo;
+            if (v >= 0 && v < d->Vl)
+                dl[v] -= mp->dloss;
+        }
+    }
+    const float *g;
+    float *dl;
+    msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
+    if (st != MSR_OK)
+        return st;
+    msr_matmul_backward(w->dln, head_wte(mp, 1), NULL, w->dlogits, g, head_wte(mp, 0), (int)N, d->C,
+                        d->Vl);
+    if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
+        return st;
+    const float *lnfw = m->segments[m->seg_lnf].params;
+    float *dlnfw = m->segments[m->seg_lnf].grads;
+    msr_layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
+                           (int)d->Nl, d->C);
+    return MSR_OK;
+}

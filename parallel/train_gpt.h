@@ -1,0 +1,82 @@
+/* train_gpt's own parts (parallel/train_gpt.c: options, devices, main;
+ * train_gpt_run.c: the step loop, checkpoints, resume, reports): what they
+ * share. Not a library: one program's private header. */
+#ifndef MSR_PARALLEL_TRAIN_GPT_H
+#define MSR_PARALLEL_TRAIN_GPT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "msrun/msrun.h"
+#include "parallel/train.h"
+
+#define EXIT_BAD_INPUT 2
+
+typedef struct options {
+    int64_t layers, channels, heads, seq;
+    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
+    int sp;
+    const char *schedule, *recompute, *trace;
+    int64_t virtual_stages;
+    double bucket_mb;
+    int64_t zero_min_bytes, overlap;
+    int64_t steps, warmup, seed;
+    double lr, weight_decay, grad_clip;
+    const char *data;
+    int64_t corpus_bytes;
+    const char *ckpt_dir;
+    int64_t ckpt_every, ckpt_keep;
+    int resume;
+    int64_t threads;
+    const char *loss_log;
+    const char *device;
+    int report;
+    int help;
+} options_t;
+
+/* The job this process belongs to: msrun's when it started us, else a
+ * world of one. */
+typedef struct job {
+    msr_ctx_t *ctx; /* NULL when alone */
+    int rank, world;
+} job_t;
+
+/* A trainer as the step loop, checkpoints and resume see it: the CPU
+ * trainer (parallel/train.h) or the GPU's (parallel/cuda/train_cuda.h,
+ * called through the module). */
+typedef struct trainer_ops {
+    msr_status_t (*step)(void *tr, double *loss_p);
+    msr_status_t (*snapshot)(void *tr, const char *meta, void **buf_p, size_t *len_p);
+    msr_status_t (*restore)(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                            void *arg);
+    uint64_t (*steps)(const void *tr);   /* optimizer steps done */
+    double (*grad_norm)(const void *tr); /* the last step's global gradient norm */
+} trainer_ops_t;
+
+typedef struct trainer {
+    const trainer_ops_t *ops;
+    void *tr;
+    msr_trainer_t *cpu; /* tr when it is the CPU trainer (mesh, trace), else NULL */
+} trainer_t;
+
+/* The CPU trainer (msr_trainer_t) behind trainer_ops_t. */
+extern const trainer_ops_t train_gpt_cpu_ops;
+
+/* The text a resume must match: the settings that decide the numbers
+ * (whatever the device, so CPU and GPU runs resume each other). G: the
+ * global batch in sequences. */
+void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
+                    const msr_dataset_t *data);
+
+/* The run, whatever the device: resumes when asked (o->resume), steps to
+ * o->steps printing each step's loss on rank 0, saves the checkpoints that
+ * are due, traces the last step (--trace, CPU), and says the speed after
+ * the first step. comm: the world (the trace), NULL alone; tokens: a
+ * step's global tokens. Returns the exit status. */
+int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log);
+
+/* --report: one line per rank, bytes held and where the time went. */
+void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
+
+#endif
