@@ -65,7 +65,6 @@ MSR_API int64_t msr_timeout(const msr_ctx_t *ctx);
  * Cheap (an atomic increment); any thread. */
 MSR_API void msr_heartbeat(msr_ctx_t *ctx);
 
-
 /* ---- the store ----
  * Keys are 1 to 1024 bytes of printable text (MSR_ERR_BAD_KEY otherwise).
  * They live in the current generation: after a restart the store is empty
