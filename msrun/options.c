@@ -113,6 +113,14 @@ static const msr_opt_t opt_defs[] = {
      .def = "all", .metavar = "LIST",
      .help = "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
              "get all)."},
+    {.name = "module", .aliases = {"m"}, .kind = MSR_OPT_BOOL, .dest = D(module), .def = "false",
+     .help = "PROGRAM is a Python module: run it as python -m PROGRAM (torchrun's -m)."},
+    {.name = "no_python", .kind = MSR_OPT_BOOL, .env = "MSRUN_NO_PYTHON", .dest = D(no_python),
+     .def = "false",
+     .help = "run PROGRAM as given even when it ends in .py (torchrun's --no-python)."},
+    {.name = "python", .kind = MSR_OPT_STRING, .env = "MSRUN_PYTHON", .dest = D(python),
+     .def = "python3", .metavar = "PATH",
+     .help = "the interpreter that runs a PROGRAM ending in .py, or -m's module."},
     {.name = "log_level", .kind = MSR_OPT_LEVEL, .env = "MSRUN_LOG_LEVEL", .dest = D(log_level),
      .def = "info", .metavar = "LEVEL",
      .help = "msrun's own messages: error, warn, info or debug."},
@@ -205,27 +213,26 @@ static int read_token(char **token_p, const char *token_file, const char *where)
     return 0;
 }
 
-/* Finds prog the way execvp would, so a missing program is refused before
- * any worker starts. */
-static int resolve_program(msr_options_t *o)
+/* Finds prog the way execvp would into *out_p, so a missing program is
+ * refused before any worker starts; what names it in messages. */
+static int find_program(const char *prog, const char *what, char **out_p)
 {
-    const char *prog = o->program;
     char path[PATH_MAX];
     struct stat sb;
     if (strchr(prog, '/')) {
         if (stat(prog, &sb) != 0) {
-            opt_error("program '%s' does not exist", prog);
+            opt_error("%s '%s' does not exist", what, prog);
             return -1;
         }
         if (S_ISDIR(sb.st_mode)) {
-            opt_error("program '%s' is a directory", prog);
+            opt_error("%s '%s' is a directory", what, prog);
             return -1;
         }
         if (access(prog, X_OK) != 0) {
-            opt_error("program '%s' is not executable: %s", prog, strerror(errno));
+            opt_error("%s '%s' is not executable: %s", what, prog, strerror(errno));
             return -1;
         }
-        return set_string(&o->program_path, prog);
+        return set_string(out_p, prog);
     }
     const char *env = getenv("PATH");
     const char *dirs = env && *env ? env : "/usr/local/bin:/usr/bin:/bin";
@@ -236,16 +243,62 @@ static int resolve_program(msr_options_t *o)
         int n = snprintf(path, sizeof path, "%.*s%s%s", (int)dl, p, dl ? "/" : "", prog);
         if (n > 0 && (size_t)n < sizeof path && stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
             if (access(path, X_OK) == 0)
-                return set_string(&o->program_path, path);
+                return set_string(out_p, path);
             found_noexec = 1;
         }
         p = end ? end + 1 : p + dl;
     }
     if (found_noexec)
-        opt_error("program '%s' was found in PATH but is not executable", prog);
+        opt_error("%s '%s' was found in PATH but is not executable", what, prog);
     else
-        opt_error("program '%s' not found in PATH", prog);
+        opt_error("%s '%s' not found in PATH", what, prog);
     return -1;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+/* What runs: PROGRAM itself, or for a Python program (PROGRAM.py, or -m
+ * MODULE) the interpreter with PROGRAM (after -m) in front of the
+ * arguments, as MindSpore's msrun and torchrun run them. */
+static int resolve_program(msr_options_t *o)
+{
+    const char *prog = o->program;
+    if (o->module && o->no_python) {
+        opt_error("-m runs a module with Python: it cannot go with --no_python");
+        return -1;
+    }
+    int python = o->module || (!o->no_python && ends_with(prog, ".py"));
+    if (!python)
+        return find_program(prog, "program", &o->program_path);
+    struct stat sb;
+    if (!o->module && stat(prog, &sb) != 0) {
+        opt_error("program '%s' does not exist", prog);
+        return -1;
+    }
+    if (find_program(o->python ? o->python : "python3", "Python interpreter", &o->program_path) !=
+        0)
+        return -1;
+    /* python [-m] PROGRAM ARGS...: o->argv points into the command line */
+    char **argv = msr_calloc((size_t)o->argc + 3, sizeof *argv);
+    if (argv == NULL) {
+        opt_error("out of memory");
+        return -1;
+    }
+    int k = 0;
+    argv[k++] = o->program_path;
+    if (o->module)
+        argv[k++] = "-m";
+    for (int i = 0; i < o->argc; i++)
+        argv[k++] = o->argv[i];
+    argv[k] = NULL;
+    msr_free(o->argv);
+    o->argv = argv;
+    o->argc = k;
+    return 0;
 }
 
 static int parse_rank_list(const char *s, int rank, int *valid)

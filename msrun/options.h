@@ -56,8 +56,12 @@ typedef struct msr_options {
     int64_t store_value_max, store_keys_max, store_bytes_max;
     /* the program */
     char *program;      /* as given */
-    char *program_path; /* resolved through PATH */
-    char **argv;        /* program and its arguments, NULL-terminated */
+    char *program_path; /* what is executed: resolved through PATH */
+    char **argv;        /* what is executed and its arguments, NULL-terminated */
+    /* Python programs: PROGRAM.py (or -m MODULE) runs as "python PROGRAM
+     * ARGS" unless no_python */
+    int module, no_python;
+    char *python; /* the interpreter, "python3" unless given */
     int argc;
     /* which flags were given explicitly (command line or environment) */
     int given_worker_num, given_local_worker_num, given_master_port;

@@ -141,6 +141,27 @@ static msr_status_t status_of(int err)
     }
 }
 
+/* exec's ENOENT for a file that exists means its interpreter (#!) is
+ * missing: say that, not "No such file or directory". */
+static msr_status_t exec_failure(const char *path, int err)
+{
+    char line[256] = "";
+    int fd = err == ENOENT ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0) {
+        ssize_t n = read(fd, line, sizeof line - 1);
+        close(fd);
+        line[n > 0 ? n : 0] = '\0';
+        if (line[0] == '#' && line[1] == '!') {
+            char *interp = line + 2;
+            interp += strspn(interp, " \t");
+            interp[strcspn(interp, " \t\r\n")] = '\0';
+            return msr_err(MSR_ERR_NOT_FOUND, "cannot execute '%s': interpreter '%s' not found",
+                           path, interp);
+        }
+    }
+    return msr_err(status_of(err), "cannot execute '%s': %s", path, strerror(err));
+}
+
 static int needs_devnull(const msr_spawn_options_t *o)
 {
     for (int i = 0; i < 3; i++)
@@ -200,7 +221,7 @@ msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
     if (n != (ssize_t)sizeof f || f.step < 0 || f.step > STEP_EXEC)
         return msr_err(MSR_ERR_SYSTEM, "cannot start '%s': no word from the child", o->path);
     if (f.step == STEP_EXEC)
-        return msr_err(status_of(f.err), "cannot execute '%s': %s", o->path, strerror(f.err));
+        return exec_failure(o->path, f.err);
     return msr_err(status_of(f.err), "cannot start '%s': %s: %s", o->path, step_names[f.step],
                    strerror(f.err));
 

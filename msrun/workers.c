@@ -265,6 +265,13 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
             goto err;
         k++;
     }
+    /* Python's stdout is block-buffered on a pipe: without this a worker's
+     * lines arrive when it exits */
+    if (getenv("PYTHONUNBUFFERED") == NULL) {
+        if ((envp[k] = msr_strdup("PYTHONUNBUFFERED=1")) == NULL)
+            goto err;
+        k++;
+    }
     if (getenv("OMP_NUM_THREADS") == NULL) {
         if ((envp[k] = msr_strdup("OMP_NUM_THREADS=1")) == NULL)
             goto err;
