@@ -282,14 +282,18 @@ static msr_status_t probe_coordinator(agent_t *a, const char *target, int wait_f
     return st;
 }
 
-/* Standalone: the coordinator on loopback, on a free port. */
+/* Standalone: the coordinator on loopback, on --master_port or a free port. */
 static int setup_standalone(agent_t *a)
 {
     snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
     snprintf(a->host, sizeof a->host, "127.0.0.1");
-    int port = start_coordinator(a, "127.0.0.1:0");
+    /* --master_port given: the embedded coordinator listens there */
+    char bind[32];
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", a->o->given_master_port ? a->o->master_port : 0);
+    int port = start_coordinator(a, bind);
     if (port < 0) {
-        fprintf(stderr, "msrun: error: cannot start the coordinator: %s\n", msr_err_msg());
+        fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n", bind,
+                msr_err_msg());
         return 2;
     }
     a->coord_port = port;

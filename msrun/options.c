@@ -38,7 +38,8 @@ static const msr_opt_t opt_defs[] = {
              "a standalone job on this host."},
     {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
      .dest = D(master_port), .def = "8118", .metavar = "PORT",
-     .help = "port of the coordinator (a standalone job picks a free loopback port)."},
+     .help = "port of the coordinator (a standalone job without it picks a free loopback "
+             "port)."},
     {.name = "node_rank", .kind = MSR_OPT_INT, .min = -1, .max = INT32_MAX,
      .env = "MSRUN_NODE_RANK", .dest = D(node_rank), .def = "-1", .metavar = "R",
      .help = "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
@@ -48,8 +49,8 @@ static const msr_opt_t opt_defs[] = {
              "msrun makes are 0700; DIR must belong to you)."},
     {.name = "join", .kind = MSR_OPT_BOOL, .env = "MSRUN_JOIN", .dest = D(join), .def = "true",
      .metavar = "BOOL",
-     .help = "accepted for MindSpore compatibility: msrun always stays and supervises its "
-             "workers."},
+     .help = "MindSpore's flag: true (msrun stays and supervises its workers) is the only "
+             "value accepted."},
     {.name = "cluster_time_out", .aliases = {"rdzv_timeout"}, .kind = MSR_OPT_SECONDS,
      MSR_OPTB_CLUSTER_TIME_OUT, .env = "MSRUN_CLUSTER_TIME_OUT", .dest = D(cluster_time_out_ms),
      .def = "600", .metavar = "SEC",
@@ -301,11 +302,14 @@ static int resolve_program(msr_options_t *o)
     return 0;
 }
 
-static int parse_rank_list(const char *s, int rank, int *valid)
+static int parse_rank_list(const char *s, int rank, int *valid, long *top_p)
 {
-    /* Returns whether rank is in the list; *valid tells if the list parsed. */
+    /* Returns whether rank is in the list; *valid tells if the list parsed,
+     * *top_p (may be NULL) its largest rank. */
     int in = 0;
     *valid = 1;
+    if (top_p)
+        *top_p = -1;
     const char *p = s;
     while (*p) {
         char *end;
@@ -328,6 +332,8 @@ static int parse_rank_list(const char *s, int rank, int *valid)
         }
         if (rank >= a && rank <= b)
             in = 1;
+        if (top_p && b > *top_p)
+            *top_p = b;
         if (*p == ',')
             p++;
         else if (*p != '\0') {
@@ -343,7 +349,7 @@ int msr_options_show_rank(const msr_options_t *o, int rank)
     int valid;
     if (o->show_ranks == NULL || strcmp(o->show_ranks, "all") == 0)
         return 1;
-    return parse_rank_list(o->show_ranks, rank, &valid);
+    return parse_rank_list(o->show_ranks, rank, &valid, NULL);
 }
 
 void msr_options_usage(FILE *out)
@@ -463,11 +469,26 @@ static int check_rest(msr_options_t *o)
     }
     if (o->show_ranks && strcmp(o->show_ranks, "all") != 0) {
         int valid;
-        parse_rank_list(o->show_ranks, 0, &valid);
+        long top;
+        parse_rank_list(o->show_ranks, 0, &valid, &top);
         if (!valid) {
             opt_error("--show_ranks=%s is not a list like 0,2-3", o->show_ranks);
             return 2;
         }
+        /* the most ranks the job can have (an elastic job at its largest) */
+        long world = o->worker_num;
+        if (o->max_nodes > 0 && (long)o->max_nodes * o->local_worker_num > world)
+            world = (long)o->max_nodes * o->local_worker_num;
+        if (top >= world) {
+            opt_error("--show_ranks=%s: rank %ld is out of range (the job has %ld rank%s)",
+                      o->show_ranks, top, world, world == 1 ? "" : "s");
+            return 2;
+        }
+    }
+    if (!o->join) {
+        opt_error("--join=false (exit once the workers are started) is not supported: msrun "
+                  "stays and supervises its workers");
+        return 2;
     }
     if (o->node_timeout_ms <= o->heartbeat_ms) {
         opt_error("node_timeout (%.1f s) must be longer than heartbeat_interval (%.1f s)",

@@ -29,6 +29,11 @@ bad "is not executable" --worker_num=2 "$TMP/plain"
 bad "is a directory" --worker_num=2 "$TMP"
 bad "is not a port number" --master_port=99999 "$TMP/prog.sh"
 bad "node_rank 2 is out of range" --worker_num=2 --node_rank=2 "$TMP/prog.sh"
+bad "rank 5 is out of range (the job has 2 ranks)" --worker_num=2 --local_worker_num=2 \
+    --show_ranks=5 "$TMP/prog.sh"
+bad "rank 3 is out of range" --worker_num=2 --local_worker_num=2 --show_ranks=0,2-3 "$TMP/prog.sh"
+bad "--join=false (exit once the workers are started) is not supported" --worker_num=1 \
+    --local_worker_num=1 --join=false "$TMP/prog.sh"
 bad "needs --master_addr" --worker_num=4 --local_worker_num=2 "$TMP/prog.sh"
 # the environment variable case needs the variable set for msrun only
 CODE=0
