@@ -1,9 +1,10 @@
 #!/bin/bash
-# Refreshes the copy of `msrun --help` in docs/usage.md (tests/integration
+# Refreshes the copy of `msrun --help` in docs/usage.md from
+# ${MSRUN_BUILD:-build}/bin/msrun (tests/integration
 # test_docs.sh fails while they differ).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-help=$(build/bin/msrun --help)
+help=$("${MSRUN_BUILD:-build}"/bin/msrun --help)
 python3 - "$help" <<'PY'
 import sys
 help_text = sys.argv[1]
