@@ -386,14 +386,14 @@ int setup_coordinator(agent_t *a)
         return rc;
     }
     if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
-        fprintf(stderr, "msrun: error: master_addr: %s\n", a->coord_ip);
+        fprintf(stderr, "msrun: error: master_addr: %s\n", msr_err_msg());
         return 2;
     }
     a->coord_port = o->master_port;
     if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
         snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
     char target[300];
-    snprintf(target, sizeof target, "%s:%d", a->coord_ip, a->coord_port);
+    msr_net_join(a->coord_ip, a->coord_port, target, sizeof target);
     snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
     int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
     int generated, rc = decide_token(a, here, &generated);

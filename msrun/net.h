@@ -5,19 +5,23 @@
 
 #include <stddef.h>
 
-/* Resolves host (name or IPv4 literal) to dotted IPv4 text in out.
- * Returns 0 on success, -1 (with a message in out) on failure. */
+/* Resolves host (a name, or an IPv4 or IPv6 literal without brackets) to
+ * an address's text in out: a name's IPv4 address when it has one, else
+ * its IPv6 one. Returns 0 on success, -1 with msr_err_msg() saying why. */
 int msr_net_resolve(const char *host, char *out, size_t len);
 
-/* Whether the IPv4 address (dotted text) belongs to this host: loopback or
- * an address of one of its interfaces. */
+/* Whether the address (IPv4 or IPv6 text) belongs to this host: loopback
+ * or an address of one of its interfaces. */
 int msr_net_is_local(const char *ip);
 
 /* The local address this host uses to reach ip:port (no packet is sent);
- * "127.0.0.1" for loopback targets. Returns 0 on success. */
+ * "127.0.0.1" or "::1" for loopback targets. Returns 0 on success. */
 int msr_net_outward(const char *ip, int port, char *out, size_t len);
 
 /* A TCP port that is free on ip right now (0 on failure). */
 int msr_net_free_port(const char *ip);
+
+/* "ip:port", or "[ip]:port" for an IPv6 address. */
+void msr_net_join(const char *ip, int port, char *out, size_t len);
 
 #endif

@@ -1,0 +1,45 @@
+#!/bin/bash
+# What the command line means, as a torchrun or MindSpore user types it: a
+# flag's value only after '=', IPv6 coordinator addresses.
+. "$(dirname "$0")/lib.sh"
+use_token_file
+
+# a flag never takes the next word: `--standalone true` runs the program
+# `true` (before: "no program given", true being taken as the flag's value)
+run_msrun --worker_num=2 --standalone true
+expect_code 0 "--standalone true"
+expect_in "generation 0: started 2 workers" "$TMP/err" "the program ran"
+run_msrun --worker_num=1 --standalone --bind_core "$WORKER" exit 0
+expect_code 0 "two flags in a row"
+run_msrun --worker_num=1 --standalone=false --bind_core=0 "$WORKER" exit 0
+expect_code 0 "flags with values after '='"
+ok "a flag takes a value only after '=': the next word is the program"
+
+# IPv6: ::1, [::1] and [::1]:PORT reach an embedded coordinator on ::1
+if ! python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null
+then
+    echo "skip IPv6: this machine has no ::1 (IPv6 is disabled)"
+else
+    port=$(free_port)
+    run_msrun --master_addr=::1 --master_port="$port" --worker_num=2 "$WORKER" env
+    expect_code 0 "--master_addr=::1"
+    expect_in "ENV 1 MSR_COORDINATOR=\[::1\]:$port" "$TMP/out" "the coordinator's address"
+    expect_in "ENV 0 MASTER_ADDR=::1" "$TMP/out" "torch's MASTER_ADDR"
+    port=$(free_port)
+    run_msrun --rdzv_endpoint="[::1]:$port" --worker_num=2 "$WORKER" barrier
+    expect_code 0 "--rdzv_endpoint=[::1]:PORT"
+    # two nodes on ::1: the second gives the address in brackets
+    port=$(free_port)
+    start_msrun --master_addr=::1 --master_port="$port" --nnodes=2 --local_worker_num=2 \
+        --node_rank=0 "$WORKER" barrier
+    node0=$BG_PID
+    CODE=0
+    timeout -k 5 60 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --master_addr="[::1]" \
+        --master_port="$port" --nnodes=2 --local_worker_num=2 --node_rank=1 "$WORKER" barrier \
+        >"$TMP/out1" 2>"$TMP/err1" || CODE=$?
+    expect_code 0 "node 1 over IPv6 ($(cat "$TMP/err1"))"
+    wait_pid "$node0" 30
+    expect_code 0 "node 0 over IPv6"
+    ok "IPv6 coordinator addresses: ::1, [::1], [::1]:PORT, two nodes"
+fi
+no_leftovers "cli"
