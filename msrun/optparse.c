@@ -144,14 +144,25 @@ static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w
     return MSR_OK;
 }
 
-/* "HOST:PORT", split at the last colon ("[::1]:80" keeps its brackets) */
+/* "HOST:PORT", split at the last colon; an IPv6 address in brackets
+ * ("[::1]:80") is stored without them */
 static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char *w, void *obj)
 {
     const char *colon = strrchr(v, ':');
     int64_t port;
     if (colon == NULL || colon == v || msr_parse_i64(colon + 1, d->min, d->max, &port) != MSR_OK)
         return bad(w, v, "is not HOST:PORT");
-    msr_status_t st = store_string(obj, d->dest, v, (size_t)(colon - v));
+    const char *host = v;
+    size_t hlen = (size_t)(colon - v);
+    if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') {
+        host++;
+        hlen -= 2;
+    } else if (memchr(host, ':', hlen) != NULL) {
+        return bad(w, v, "is not HOST:PORT (an IPv6 address goes in brackets: [::1]:29500)");
+    }
+    if (hlen == 0)
+        return bad(w, v, "is not HOST:PORT");
+    msr_status_t st = store_string(obj, d->dest, host, hlen);
     if (st == MSR_OK)
         store_int(obj, d->dest2, sizeof(int), port);
     return st;
@@ -222,12 +233,6 @@ static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void
     return st;
 }
 
-static int is_bool_literal(const char *s)
-{
-    int b;
-    return msr_parse_bool(s, &b) == MSR_OK;
-}
-
 /* One option in argv[*i] (and its value, which may be argv[*i + 1]). */
 static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, int *i, void *obj,
                               unsigned char *seen)
@@ -249,9 +254,10 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
         v = eq + 1;
         v_arg = argv[*i];
     } else if (d->kind == MSR_OPT_BOOL) {
-        /* --flag alone is true; a following boolean literal is its value */
-        v_arg = *i + 1 < argc && is_bool_literal(argv[*i + 1]) ? argv[++*i] : NULL;
-        v = v_arg ? v_arg : "true";
+        /* --flag alone is true; a value only with '=' (--join=false), as
+         * torchrun's flags: the next word is the program or an option */
+        v_arg = NULL;
+        v = "true";
     } else if (*i + 1 >= argc) {
         return msr_err(MSR_ERR_INVALID_ARG, "option %s needs a value (%s)", where,
                        d->metavar ? d->metavar : "");
@@ -363,8 +369,11 @@ void msr_opts_usage(const msr_optset_t *set, FILE *out)
     for (size_t i = 0; i < set->count; i++) {
         const msr_opt_t *d = &set->opts[i];
         char head[128];
-        int n = snprintf(head, sizeof head, "  --%s%s%s", d->name, d->metavar ? " " : "",
-                         d->metavar ? d->metavar : "");
+        /* a flag's value goes after '=' only: --join[=BOOL] */
+        int flag = d->kind == MSR_OPT_BOOL;
+        int n = snprintf(head, sizeof head, "  --%s%s%s%s", d->name,
+                         d->metavar ? (flag ? "[=" : " ") : "", d->metavar ? d->metavar : "",
+                         d->metavar && flag ? "]" : "");
         for (int k = 0; k < 3 && d->aliases[k]; k++)
             n += snprintf(head + n, sizeof head - (size_t)n, ", --%s", d->aliases[k]);
         fprintf(out, "%s\n", head);

@@ -35,6 +35,15 @@ bad "rank 3 is out of range" --worker_num=2 --local_worker_num=2 --show_ranks=0,
 bad "--join=false (exit once the workers are started) is not supported" --worker_num=1 \
     --local_worker_num=1 --join=false "$TMP/prog.sh"
 bad "needs --master_addr" --worker_num=4 --local_worker_num=2 "$TMP/prog.sh"
+# a name that cannot be resolved is said whole, with the resolver's reason
+long=no-such-host-with-a-name-longer-than-sixty-four-bytes-for-msrun.invalid
+bad "master_addr: cannot resolve '$long': [A-Z][a-z]" --master_addr="$long" --worker_num=1 \
+    "$TMP/prog.sh"
+bad "is not HOST:PORT (an IPv6 address goes in brackets" --rdzv_endpoint=::1:29500 \
+    --worker_num=1 "$TMP/prog.sh"
+# a flag takes a value only after '=': the next word is the program
+bad "program 'True' not found in PATH (a flag takes a value only after '='" --worker_num=1 \
+    --bind_core True
 # the environment variable case needs the variable set for msrun only
 CODE=0
 timeout 30 env MSRUN_TEST_MARKER="$MARKER" MSRUN_WORKER_NUM=x "$MSRUN" "$TMP/prog.sh" \
