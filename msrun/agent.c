@@ -64,7 +64,7 @@ static void join_send(agent_t *a)
     req.max_nodes = a->o->max_nodes;
     req.max_restarts = a->o->max_restarts;
     req.free_port = a->free_port;
-    int64_t left = (int64_t)a->o->cluster_time_out_ms;
+    int64_t left = msr_node_join_left_ms(&a->node, msr_now_ns());
     msr_status_t st =
         msr_link_call(a->link, MSR_RPC_JOIN, &req.base, left < 5000 ? left : 5000, 1, join_done, a);
     if (st != MSR_OK)
@@ -224,8 +224,12 @@ static void poll_beats(agent_t *a)
     for (int i = 0; i < a->nworkers && a->proxy; i++) {
         msr_worker_t *w = &a->workers[i];
         msr_beat_info_t b;
-        if (w->running && msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &b))
+        if (!w->running)
+            continue;
+        if (msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &b))
             msr_node_on_beat(&a->node, now, i, b.last_beat_ns, b.progress, b.progress_ns);
+        else
+            msr_node_on_no_beat(&a->node, now, i);
     }
 }
 
@@ -234,10 +238,9 @@ static void report(agent_t *a, const msr_node_action_t *act)
     msr_worker_t *w = &a->workers[act->local];
     char how[96];
     msr_worker_describe(w, how, sizeof how);
-    if (act->exit_code == 0 && act->sig == 0)
-        MSR_DEBUG("rank %d (pid %d) %s", w->rank, (int)w->pid, how);
-    else
-        MSR_WARN("rank %d (pid %d) %s", w->rank, (int)w->pid, how);
+    /* a failure reaches the user once: in the restart line or the final
+     * report, which the coordinator's decision brings to every node */
+    MSR_DEBUG("rank %d (pid %d) %s", w->rank, (int)w->pid, how);
     msr_report_exit(a, w, act);
 }
 
@@ -336,8 +339,9 @@ static void on_child(agent_t *a, pid_t pid, int status)
             msr_signal_name(WTERMSIG(status), how, sizeof how);
         else
             snprintf(how, sizeof how, "code %d", WEXITSTATUS(status));
+        int job_over = WIFEXITED(status) && WEXITSTATUS(status) <= 1;
         if (msr_coord_child_exited(a, how))
-            msr_node_on_coord_exit(&a->node, how);
+            msr_node_on_coord_exit(&a->node, msr_now_ns(), how, job_over);
         return;
     }
     for (int i = 0; i < a->nworkers; i++) {

@@ -123,6 +123,8 @@ void msr_node_on_start(msr_node_t *n, uint64_t now)
         int64_t every = n->cfg.worker_timeout_ms / 4 < 50 ? 50 : n->cfg.worker_timeout_ms / 4;
         n->hang_at = now + (uint64_t)(every > 1000 ? 1000 : every) * NS_PER_MS;
     }
+    /* cluster_time_out counts from here, not from the first failed call */
+    n->coord_lost_since = now;
     push(n, MSR_NODE_ACT_JOIN);
 }
 
@@ -166,10 +168,10 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
     /* away, or full (a lost node may not be reaped yet) */
     if (n->coord_lost_since == 0)
         n->coord_lost_since = now;
-    if (now - n->coord_lost_since > (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS) {
-        snprintf(n->error, sizeof n->error, "no coordinator answered at %s within %.0f s",
+    if (now - n->coord_lost_since >= (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS) {
+        snprintf(n->error, sizeof n->error, "no coordinator answered at %s within %g s",
                  n->cfg.coord_target, (double)n->cfg.cluster_time_out_ms / 1000.0);
-        finish(n, 1, n->error);
+        finish(n, MSR_EXIT_NOT_FORMED, n->error);
         return;
     }
     if (now - n->last_progress > 5000 * NS_PER_MS) {
@@ -181,6 +183,19 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
         n->last_progress = now;
     }
     schedule_retry(n, now);
+    /* the last try ends at the deadline, not a backoff after it */
+    uint64_t end = n->coord_lost_since + (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS;
+    if (n->retry_at > end)
+        n->retry_at = end;
+}
+
+int64_t msr_node_join_left_ms(const msr_node_t *n, uint64_t now)
+{
+    uint64_t end = n->coord_lost_since + (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS;
+    if (n->joined || n->coord_lost_since == 0)
+        return n->cfg.cluster_time_out_ms;
+    int64_t left = now >= end ? 0 : (int64_t)((end - now) / NS_PER_MS);
+    return left < 1 ? 1 : left;
 }
 
 /* The node cannot go on with the job (the coordinator lost, or forgot this
@@ -263,10 +278,24 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
     }
 }
 
-static void spawn(msr_node_t *n)
+static void spawn(msr_node_t *n, uint64_t now)
 {
     n->worker_generation = n->generation;
+    n->spawned = 1;
+    n->spawned_at = now;
+    for (int i = 0; i < n->cfg.nworkers; i++)
+        n->workers[i].beaten = 0;
     push(n, MSR_NODE_ACT_SPAWN)->generation = n->generation;
+}
+
+/* The exit status of a failed job: the root cause's, or MSR_EXIT_NOT_FORMED
+ * when the job failed before any worker of this node ran and without a
+ * worker's failure (it did not form in time). */
+static int failed_code(const msr_node_t *n)
+{
+    if (!n->cause.set && !n->spawned)
+        return MSR_EXIT_NOT_FORMED;
+    return msr_failure_exit_code(&n->cause);
 }
 
 /* Makes the workers follow the job's state. */
@@ -278,7 +307,7 @@ static void follow(msr_node_t *n, uint64_t now, const msr_node_update_t *u, int 
         if (n->nrunning > 0 || n->stopping)
             stop_workers(n, now, SIGTERM);
         else
-            finish(n, u->state == MSR_JOB_DONE ? 0 : msr_failure_exit_code(&n->cause), NULL);
+            finish(n, u->state == MSR_JOB_DONE ? 0 : failed_code(n), NULL);
         break;
     case MSR_JOB_RUNNING:
         n->forming_since = 0;
@@ -286,7 +315,7 @@ static void follow(msr_node_t *n, uint64_t now, const msr_node_update_t *u, int 
             stop_workers(n, now, SIGTERM); /* workers of an older generation */
         else if (!n->stopping && u->has_assignment && n->worker_generation != n->generation &&
                  n->ready_generation >= n->generation)
-            spawn(n);
+            spawn(n, now);
         break;
     case MSR_JOB_WAITING:
     case MSR_JOB_RESTARTING:
@@ -360,7 +389,7 @@ static void stopping_done(msr_node_t *n)
     if (n->interrupted) {
         finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
     } else if (n->state == MSR_JOB_FAILED) {
-        finish(n, msr_failure_exit_code(&n->cause), NULL);
+        finish(n, failed_code(n), NULL);
     } else if (n->state == MSR_JOB_DONE) {
         finish(n, 0, NULL);
     } else if (n->ready_generation < n->generation) {
@@ -415,6 +444,7 @@ void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat
     msr_node_worker_t *w = &n->workers[local];
     if (!w->running || w->hung[0])
         return;
+    w->beaten = 1;
     uint64_t limit = (uint64_t)n->cfg.worker_timeout_ms * NS_PER_MS;
     double secs = (double)n->cfg.worker_timeout_ms / 1000.0;
     if (now > last_beat_ns && now - last_beat_ns > limit)
@@ -428,6 +458,20 @@ void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat
         a->sig = SIGKILL;
         snprintf(a->text, sizeof a->text, "%s", w->hung);
     }
+}
+
+void msr_node_on_no_beat(msr_node_t *n, uint64_t now, int local)
+{
+    if (n->stopping || n->finished || local < 0 || local >= n->cfg.nworkers)
+        return;
+    msr_node_worker_t *w = &n->workers[local];
+    if (!w->running || w->beaten || n->unwatched_said ||
+        now - n->spawned_at <= (uint64_t)n->cfg.worker_timeout_ms * NS_PER_MS)
+        return;
+    n->unwatched_said = 1;
+    MSR_WARN("--worker_timeout: rank %d (pid %d) has not called msr_init() after %.1f s: only "
+             "workers that link libmsrun are watched for hangs (said once)",
+             w->rank, w->pid, (double)(now - n->spawned_at) / 1e9);
 }
 
 /* ---- the timer ---- */
@@ -523,12 +567,21 @@ void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
     }
 }
 
-void msr_node_on_coord_exit(msr_node_t *n, const char *how)
+void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int job_over)
 {
-    /* The workers keep running: a coordinator restarted on the same port
-     * and state file resumes the job. */
+    (void)now;
     if (n->finished)
         return;
+    if (job_over && !n->joined) {
+        /* it ended the job (its message said why) before this node was in:
+         * a restarted one would only read the same end from its state */
+        snprintf(n->error, sizeof n->error,
+                 "the embedded coordinator ended the job before this node joined (%s)", how);
+        finish(n, MSR_EXIT_NOT_FORMED, n->error);
+        return;
+    }
+    /* The workers keep running: a coordinator restarted on the same port
+     * and state file resumes the job. */
     snprintf(push(n, MSR_NODE_ACT_COORD_RESTART)->text, sizeof n->acts[0].text, "%s", how);
 }
 

@@ -25,6 +25,10 @@
 #ifndef MSR_MSRUN_NODE_H
 #define MSR_MSRUN_NODE_H
 
+/* msrun's exit status when the job never formed: no coordinator answered,
+ * or not every node joined, within --cluster_time_out. No worker ran. */
+#define MSR_EXIT_NOT_FORMED 124
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +99,7 @@ typedef struct msr_node_worker {
     int running;   /* started and not yet seen exit */
     int pid, rank; /* for messages */
     char hung[96]; /* why it was killed as hung, "" if not */
+    int beaten;    /* libmsrun beats seen from it (this generation) */
 } msr_node_worker_t;
 
 /* Read-only outside node.c (the agent and the tests read it). */
@@ -122,7 +127,10 @@ typedef struct msr_node {
     /* the coordinator */
     int joined;
     int hb_inflight;
-    uint64_t coord_lost_since; /* 0 while it answers */
+    uint64_t coord_lost_since; /* 0 while it answers; the start before joining */
+    int spawned;               /* workers were started in some generation */
+    uint64_t spawned_at;       /* when the current generation's were */
+    int unwatched_said;        /* the worker_timeout warning for non-libmsrun workers */
     int64_t backoff_ms;
     uint64_t forming_since, last_progress;
     int last_joined;
@@ -185,9 +193,20 @@ void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig);
 /* After ACT_POLL_BEATS: worker local's libmsrun beats (see msr_beat_info_t). */
 void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat_ns,
                       uint64_t progress, uint64_t progress_ns);
+/* After ACT_POLL_BEATS: worker local has never beaten (it does not link
+ * libmsrun, or has not reached msr_init yet): said once per job when it
+ * lasts longer than worker_timeout, as such a worker cannot be watched. */
+void msr_node_on_no_beat(msr_node_t *n, uint64_t now, int local);
 /* A signal to msrun (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2). */
 void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig);
 /* The embedded coordinator exited; how: "SIGKILL", "code 1". */
-void msr_node_on_coord_exit(msr_node_t *n, const char *how);
+/* job_over: it exited by itself with the code that says the job ended (0
+ * done, 1 failed): a node that never joined then stops, as the job it
+ * waited for is over. */
+void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int job_over);
+
+/* Before joining: how long the join may still take (at least 1 ms), so that
+ * a JOIN call never outlives cluster_time_out. */
+int64_t msr_node_join_left_ms(const msr_node_t *n, uint64_t now);
 
 #endif

@@ -91,7 +91,10 @@ static void check_exit(model_t *m, const msr_node_action_t *a)
         CHECK(a->code == 128 + n->interrupted, "interrupted by %d, exit %d", n->interrupted,
               a->code);
     else if (n->interrupted == 0 && n->joined && n->state == MSR_JOB_FAILED)
-        CHECK(a->code == msr_failure_exit_code(&n->cause), "failed job, exit %d", a->code);
+        /* the root cause's status, or "never formed" when nothing ran */
+        CHECK(a->code == (!n->cause.set && !n->spawned ? MSR_EXIT_NOT_FORMED
+                                                       : msr_failure_exit_code(&n->cause)),
+              "failed job, exit %d", a->code);
     else if (n->interrupted == 0 && n->joined && n->state == MSR_JOB_DONE)
         CHECK(a->code == 0, "done job, exit %d", a->code);
     m->exited = 1;
@@ -278,7 +281,7 @@ static void step(model_t *m, uint8_t op)
         msr_node_on_signal(&m->n, m->now, sigs[byte(m) % 5]);
         break;
     case 9:
-        msr_node_on_coord_exit(&m->n, "SIGKILL");
+        msr_node_on_coord_exit(&m->n, m->now, "code 1", byte(m) & 1);
         break;
     case 10:
         b = byte(m);

@@ -48,6 +48,9 @@ fail() {
 
 ok() { echo "ok   $*"; }
 
+# a TCP port free on loopback right now
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 # use_token_file: every msrun started after this gets the same job token
 # from a 0600 file, as a scheduler would hand one out (a job of several
 # nodes has no default token; only its node 0 can make one up).

@@ -7,7 +7,6 @@
 . "$(dirname "$0")/lib.sh"
 ATTACK=$BUILD/tests/attack_report
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 cat >"$TMP/sleep.sh" <<'SH'
 #!/bin/sh

@@ -264,7 +264,7 @@ static void test_join_retries_then_gives_up(void)
     }
     msr_node_on_join_failed(&n, T0 + 5001 * MS, MSR_NODE_JOIN_AWAY, "away");
     MSR_CHECK(strstr(n.error, "no coordinator answered at 127.0.0.1:1 within 5 s") != NULL);
-    expect_exit(1);
+    expect_exit(MSR_EXIT_NOT_FORMED);
     msr_node_cleanup(&n);
 }
 
@@ -352,7 +352,7 @@ static void test_coordinator_child_restarted(void)
 {
     setup(1, 0);
     run_generation0();
-    msr_node_on_coord_exit(&n, "SIGKILL");
+    msr_node_on_coord_exit(&n, T0, "SIGKILL", 0);
     expect(MSR_NODE_ACT_COORD_RESTART);
     MSR_CHECK_STR(act.text, "SIGKILL");
     expect_none();
@@ -360,7 +360,59 @@ static void test_coordinator_child_restarted(void)
     msr_node_cleanup(&n);
 }
 
+/* cluster_time_out counts from the start: a first call that took 3 of the
+ * 5 s leaves 2, the calls and the retries are cut to what is left, and the
+ * node gives up at 5 s, not 3 + 5. */
+static void test_join_deadline_from_the_start(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    MSR_CHECK_EQ(msr_node_join_left_ms(&n, T0), 5000);
+    msr_node_on_join_failed(&n, T0 + 3000 * MS, MSR_NODE_JOIN_AWAY, "deadline");
+    expect_none();
+    MSR_CHECK_EQ(msr_node_join_left_ms(&n, T0 + 3000 * MS), 2000);
+    msr_node_on_join_failed(&n, T0 + 4900 * MS, MSR_NODE_JOIN_AWAY, "deadline");
+    MSR_CHECK(msr_node_next_deadline(&n) <= T0 + 5000 * MS); /* no retry after the end */
+    MSR_CHECK_EQ(msr_node_join_left_ms(&n, T0 + 5000 * MS), 1);
+    msr_node_on_join_failed(&n, T0 + 5000 * MS, MSR_NODE_JOIN_AWAY, "deadline");
+    MSR_CHECK(strstr(n.error, "within 5 s") != NULL);
+    expect_exit(MSR_EXIT_NOT_FORMED);
+    msr_node_cleanup(&n);
+}
+
+/* The job failed (it did not form) before this node ran a worker: the
+ * status says so, not 1 like a worker's failure. */
+static void test_not_formed_exit_code(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_joined(&n, T0, 0, 3);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    update(0, MSR_JOB_FAILED, 0, NULL);
+    expect(MSR_NODE_ACT_LEAVE);
+    expect_exit(MSR_EXIT_NOT_FORMED);
+    msr_node_cleanup(&n);
+}
+
+/* The embedded coordinator ended the job (exit 1) before this node joined:
+ * no restart loop, the node stops with the not-formed status. */
+static void test_coordinator_ended_before_join(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_coord_exit(&n, T0, "code 1", 1);
+    MSR_CHECK(strstr(n.error, "ended the job before this node joined") != NULL);
+    expect_exit(MSR_EXIT_NOT_FORMED);
+    msr_node_cleanup(&n);
+}
+
 static const msr_test_t tests[] = {
+    {"join_deadline_from_the_start", test_join_deadline_from_the_start, 10},
+    {"not_formed_exit_code", test_not_formed_exit_code, 10},
+    {"coordinator_ended_before_join", test_coordinator_ended_before_join, 10},
     {"clean_run", test_clean_run, 10},
     {"failure_exit_code", test_failure_exit_code, 10},
     {"signal_exit_code", test_signal_exit_code, 10},
