@@ -483,6 +483,12 @@ static void wake_heartbeats(msr_coord_t *c)
     }
 }
 
+/* How loud a restart or the job's failure is (see outcome_reported). */
+static msr_log_level_t outcome_level(const msr_coord_t *c)
+{
+    return c->config.outcome_reported ? MSR_LOG_INFO : MSR_LOG_WARN;
+}
+
 static void set_state(msr_coord_t *c, Msr__JobState s)
 {
     if (c->state != s)
@@ -526,7 +532,7 @@ static void generation_failed(msr_coord_t *c, msr_failure_t *f)
         c->restart_count++;
         snprintf(c->message, sizeof c->message, "restart %d of %d after %s", c->restart_count,
                  c->max_restarts, what);
-        MSR_WARN("job %s: %s", c->job_id, c->message);
+        MSR_LOG(outcome_level(c), "job %s: %s", c->job_id, c->message);
         start_generation(c, c->generation + 1, what);
         set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
         return;
@@ -536,7 +542,7 @@ static void generation_failed(msr_coord_t *c, msr_failure_t *f)
                  c->restart_count);
     else
         snprintf(c->message, sizeof c->message, "%s", what);
-    MSR_WARN("job %s failed: %s", c->job_id, c->message);
+    MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id, c->message);
     set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
@@ -548,7 +554,7 @@ static void fail_job(msr_coord_t *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->message, sizeof c->message, fmt, ap);
     va_end(ap);
-    MSR_WARN("job %s failed: %s", c->job_id ? c->job_id : "?", c->message);
+    MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id ? c->job_id : "?", c->message);
     set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
@@ -1279,8 +1285,8 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         int ready = 0;
         for (size_t i = 0; i < c->nnodes; i++)
             ready += c->nodes[i]->alive && c->nodes[i]->ready_generation >= c->generation;
-        fail_job(c, "generation %d did not form within %lld s: %d of %d nodes ready", c->generation,
-                 (long long)(c->config.join_timeout_ms / 1000), ready, c->node_count);
+        fail_job(c, "generation %d did not form within %g s: %d of %d nodes ready", c->generation,
+                 (double)c->config.join_timeout_ms / 1000.0, ready, c->node_count);
     }
     if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) &&
         msr_now_ns() >= c->retry_save_at)

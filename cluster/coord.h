@@ -53,6 +53,10 @@ typedef struct msr_coord_config {
      * that does not outlive the node's boot anyway (the embedded
      * coordinator's, removed when its msrun ends). */
     int state_sync_process;
+    /* The job's restarts and its end are logged at info instead of warn:
+     * the msrun that embeds this coordinator reports them itself, so its
+     * user reads each failure once. */
+    int outcome_reported;
     /* the store's limits; zeros: the defaults (rendezvous/store_limits.h) */
     msr_store_limits_t store_limits;
 } msr_coord_config_t;

@@ -101,7 +101,9 @@ static const msr_opt_t coord_opts[] = {
              "host) or only for the kernel (they survive any end of the coordinator)."},
     {.name = "ready_fd", .kind = MSR_OPT_INT, .min = 0, .max = 1 << 20, .dest = C(ready_fd),
      .metavar = "FD",
-     .help = "write 'port N' (or 'error ...') to FD once listening."},
+     .help = "write 'port N' (or 'error ...') to FD once listening. msrun starts its embedded "
+             "coordinator so; such a coordinator logs the job's restarts and end at info, as its "
+             "msrun reports them."},
     {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = C(tls_cert),
      .metavar = "PEM",
      .help = "serve TLS with this certificate (chain)."},
@@ -185,6 +187,9 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .join_timeout_ms = a->cluster_time_out_ms,
         .state_file = a->state_file,
         .state_sync_process = a->state_sync == 1,
+        /* an msrun started it (--ready_fd): that msrun reports restarts and
+         * the end to its user */
+        .outcome_reported = a->ready_fd >= 0,
         .min_nodes = a->min_nodes < a->max_nodes ? a->min_nodes : 0,
         .max_nodes = a->min_nodes < a->max_nodes ? a->max_nodes : 0,
         .last_call_ms = a->last_call_ms,

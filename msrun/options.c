@@ -34,8 +34,9 @@ static const msr_opt_t opt_defs[] = {
              "given, else 8."},
     {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
      .dest = D(master_addr), .def = "none", .metavar = "ADDR",
-     .help = "address of the coordinator. The node where this address is local starts it. None: "
-             "a standalone job on this host."},
+     .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1). "
+             "The node where this address is local starts it. None: a standalone job on this "
+             "host."},
     {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
      .dest = D(master_port), .def = "8118", .metavar = "PORT",
      .help = "port of the coordinator (a standalone job without it picks a free loopback "
@@ -54,7 +55,8 @@ static const msr_opt_t opt_defs[] = {
     {.name = "cluster_time_out", .aliases = {"rdzv_timeout"}, .kind = MSR_OPT_SECONDS,
      MSR_OPTB_CLUSTER_TIME_OUT, .env = "MSRUN_CLUSTER_TIME_OUT", .dest = D(cluster_time_out_ms),
      .def = "600", .metavar = "SEC",
-     .help = "how long the job waits for all its nodes to join (or rejoin after a restart)."},
+     .help = "how long the job waits for all its nodes to join (or rejoin after a restart), "
+             "counted from msrun's start; then msrun exits 124."},
     {.name = "bind_core", .kind = MSR_OPT_BOOL, .env = "MSRUN_BIND_CORE", .dest = D(bind_core),
      .def = "false", .metavar = "BOOL",
      .help = "pin each worker to an equal share of this node's allowed CPU cores."},
@@ -105,8 +107,10 @@ static const msr_opt_t opt_defs[] = {
     {.name = "worker_timeout", .kind = MSR_OPT_SECONDS, .min = 100, .max = MSR_OPTB_SECONDS_MAX,
      .env = "MSRUN_WORKER_TIMEOUT", .dest = D(worker_timeout_ms), .flags = MSR_OPT_ZERO_OFF,
      .def = "0", .metavar = "SEC",
-     .help = "a worker linking libmsrun whose process stops beating this long, or that stops "
-             "calling msr_heartbeat() after calling it once, is killed as hung (0: off)."},
+     .help = "a worker linking libmsrun whose process stops beating this long (from msr_init "
+             "on), or that stops calling msr_heartbeat() after calling it once, is killed as hung "
+             "(0: off). Needs libmsrun: other programs are watched only for their exit (msrun "
+             "says so once)."},
     {.name = "error_file", .kind = MSR_OPT_STRING, .env = "MSRUN_ERROR_FILE", .dest = D(error_file),
      .def = "none", .metavar = "PATH",
      .help = "write the root cause of a failure as JSON to PATH (mode 0600)."},
@@ -128,7 +132,8 @@ static const msr_opt_t opt_defs[] = {
     {.name = "rdzv_endpoint", .kind = MSR_OPT_HOSTPORT, .min = 1, .max = 65535,
      .env = "MSRUN_RDZV_ENDPOINT", .dest = D(master_addr),
      .dest2 = offsetof(msr_options_t, master_port), .metavar = "HOST:PORT",
-     .help = "torchrun's spelling of master_addr and master_port together."},
+     .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
+             "IPv6)."},
     /* TLS for every connection to the coordinator (kept together) */
     {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = D(tls_cert),
      .def = "none", .metavar = "PEM",
@@ -249,8 +254,14 @@ static int find_program(const char *prog, const char *what, char **out_p)
         }
         p = end ? end + 1 : p + dl;
     }
+    int b;
     if (found_noexec)
         opt_error("%s '%s' was found in PATH but is not executable", what, prog);
+    else if (msr_parse_bool(prog, &b) == MSR_OK)
+        /* "--bind_core True": the flag ended, True is taken as the program */
+        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. "
+                  "--bind_core=%s)",
+                  what, prog, prog);
     else
         opt_error("%s '%s' not found in PATH", what, prog);
     return -1;
@@ -375,8 +386,10 @@ void msr_options_usage(FILE *out)
             "MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,\n"
             "TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS=1 unless set.\n"
             "\n"
-            "Exit status: the first failing worker's exit code (128 + signal number if it was\n"
-            "killed), 2 for bad input before any worker starts, 0 when all workers exit 0.\n");
+            "Exit status: 0 when all workers exit 0; the failing worker's exit code (128 +\n"
+            "signal number if it was killed); 2 for bad input before any worker starts; 124\n"
+            "when the job never formed (no coordinator answered, or not every node joined,\n"
+            "within cluster_time_out: no worker ran).\n");
 }
 
 static void defaults(msr_options_t *o)
@@ -463,6 +476,16 @@ static int derive_counts(msr_options_t *o)
  * known. */
 static int check_rest(msr_options_t *o)
 {
+    /* an IPv6 address may come in brackets, as in a URL: [::1] */
+    size_t alen = o->master_addr ? strlen(o->master_addr) : 0;
+    if (alen >= 2 && o->master_addr[0] == '[' && o->master_addr[alen - 1] == ']') {
+        memmove(o->master_addr, o->master_addr + 1, alen - 2);
+        o->master_addr[alen - 2] = '\0';
+    }
+    if (o->master_addr && o->master_addr[0] == '\0') {
+        opt_error("--master_addr is empty");
+        return 2;
+    }
     if (o->master_addr && o->master_port == 0) {
         opt_error("master_port 0 is only valid for a standalone job");
         return 2;

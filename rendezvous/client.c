@@ -52,20 +52,25 @@ static void request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *request_i
 
 /* ---- beats ---- */
 
+static void beat_once(msr_ctx_t *ctx)
+{
+    Msr__BeatRequest req = MSR__BEAT_REQUEST__INIT;
+    req.rank = ctx->rank;
+    req.pid = (int)getpid();
+    req.progress = atomic_load(&ctx->progress);
+    ProtobufCMessage *resp = NULL;
+    if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
+                     &resp) == MSR_OK)
+        msr_rpc_message_free(resp);
+}
+
 static void *beat_main(void *arg)
 {
     msr_ctx_t *ctx = arg;
     pthread_mutex_lock(&ctx->beat_lock);
     while (!ctx->beat_stop) {
         pthread_mutex_unlock(&ctx->beat_lock);
-        Msr__BeatRequest req = MSR__BEAT_REQUEST__INIT;
-        req.rank = ctx->rank;
-        req.pid = (int)getpid();
-        req.progress = atomic_load(&ctx->progress);
-        ProtobufCMessage *resp = NULL;
-        if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
-                         &resp) == MSR_OK)
-            msr_rpc_message_free(resp);
+        beat_once(ctx);
         pthread_mutex_lock(&ctx->beat_lock);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -208,6 +213,9 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     int64_t timeout_ms = msr_env_i64("MSR_WORKER_TIMEOUT_MS", 0, 0, INT32_MAX);
     if (ctx->via_agent && timeout_ms > 0) {
         ctx->beat_ms = timeout_ms / 4 < 50 ? 50 : timeout_ms / 4 > 2000 ? 2000 : timeout_ms / 4;
+        /* the first beat before msr_init returns: msrun watches this
+         * process from here, even if it is stopped before the thread runs */
+        beat_once(ctx);
         pthread_mutex_init(&ctx->beat_lock, NULL);
         pthread_cond_init(&ctx->beat_cond, NULL);
         if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) == 0) {

@@ -271,13 +271,16 @@ static int do_ckpt_last(const char *dir)
     return 0;
 }
 
-/* Hang detection: rank `who` stops its own process (how == "stop") or stops
- * calling msr_heartbeat() (how == "stall"); the others beat for 20 s. */
+/* Hang detection: rank `who` stops its own process (how == "stop"; with
+ * "stop_at_init" as soon as msr_init returns) or stops calling
+ * msr_heartbeat() (how == "stall"); the others beat for 20 s. */
 static int do_hang(const char *how, int who)
 {
     msr_ctx_t *ctx = NULL;
     CHECK_ST(msr_init(&ctx), MSR_OK);
     int rank = msr_rank(ctx);
+    if (rank == who && strcmp(how, "stop_at_init") == 0)
+        raise(SIGSTOP);
     printf("rank %d ready\n", rank);
     for (int i = 0; i < 200; i++) {
         if (rank == who && i == 5) {

@@ -16,6 +16,13 @@ python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['rank']==1
 python3 -c "import sys; sys.exit(0 if $t1 - $t0 < 10 else 1)" || fail "found within seconds"
 ok "SIGSTOP'd worker killed as hung (no beat) and reported"
 
+# stopped before its beat thread could run: msr_init's own first beat makes
+# it watched from the start
+run_msrun --worker_num=3 --worker_timeout=1 "$WORKER" hang stop_at_init 0
+expect_code 137 "a worker stopped right after msr_init"
+expect_in "rank 0 .* hung: no libmsrun beat for 1.0 s: killing it" "$TMP/err" "found"
+ok "a worker stopped right after msr_init is killed as hung"
+
 run_msrun --worker_num=3 --worker_timeout=1 "$WORKER" hang stall 2
 expect_code 137 "a stalled worker"
 expect_in "rank 2 on node 0 .* hung: no msr_heartbeat() for 1.0 s and was killed" "$TMP/err" \
@@ -31,5 +38,7 @@ chmod +x "$TMP/plain.sh"
 run_msrun --worker_num=2 --worker_timeout=0.5 "$TMP/plain.sh"
 expect_code 0 "programs without libmsrun"
 [ "$(grep -c "plain worker done" "$TMP/out")" = 2 ] || fail "both finished"
-ok "programs without libmsrun are watched only for their exit"
+[ "$(grep -c "only workers that link libmsrun are watched" "$TMP/err")" = 1 ] ||
+    fail "msrun says once that programs without libmsrun are not watched: $(cat "$TMP/err")"
+ok "programs without libmsrun are watched only for their exit, and msrun says so once"
 no_leftovers "hang"

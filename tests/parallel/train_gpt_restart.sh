@@ -52,7 +52,8 @@ kill -KILL "$victim"
 rc=0
 wait "$msrun_pid" || rc=$?
 [[ $rc -eq 0 ]] || fail "msrun exited $rc after the restart"
-grep -q "rank 1 (pid $victim) was killed by SIGKILL" "$work/log" || fail "the kill was not seen"
+grep -q "restart 1 of .* after rank 1 on node 0 ([^,]*, pid $victim) was killed by SIGKILL" "$work/log" ||
+    fail "the kill was not seen"
 grep -q "generation 1: started 2 workers" "$work/log" || fail "no restart"
 grep -q -E "resumed from step [0-9]*[05] under" "$work/log" ||
     fail "generation 1 did not resume from a checkpoint"
