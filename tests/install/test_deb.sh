@@ -14,6 +14,9 @@ for tool in cpack dpkg-deb; do
 done
 version=$(sed -n 's/^#define MSR_VERSION_STRING *"\(.*\)"/\1/p' "$SRC/include/msrun/base.h")
 major=${version%%.*}
+# lib, or lib/<multiarch> where the build was configured for /usr
+LIB=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+LIB=${LIB:-lib}
 
 (cd "$TMP" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" -B "$TMP/pkg") >"$TMP/cpack.log" 2>&1 ||
     fail "cpack -G DEB: $(tail -n 15 "$TMP/cpack.log")"
@@ -33,20 +36,21 @@ done
 ok "Depends: the runtime libraries, no CUDA or NCCL"
 
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./||' >"$TMP/files"
-for f in usr/bin/msrun usr/lib/libmsrun.so "usr/lib/libmsrun.so.$major" "usr/lib/libmsrun.so.$version" \
-    usr/lib/libmsrun.a usr/include/msrun/msrun.h usr/include/msrun/base.h usr/lib/pkgconfig/msrun.pc \
-    usr/lib/cmake/msrun/msrunConfig.cmake usr/lib/cmake/msrun/msrunConfigVersion.cmake \
-    usr/lib/cmake/msrun/msrunTargets.cmake; do
+L=usr/$LIB
+for f in usr/bin/msrun "$L/libmsrun.so" "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" \
+    "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h "$L/pkgconfig/msrun.pc" \
+    "$L/cmake/msrun/msrunConfig.cmake" "$L/cmake/msrun/msrunConfigVersion.cmake" \
+    "$L/cmake/msrun/msrunTargets.cmake"; do
     grep -qx "$f" "$TMP/files" || fail "the package lacks /$f"
 done
 ok "contents: /usr/bin/msrun, libmsrun.so.$version and its links, libmsrun.a, headers, msrun.pc, CMake package"
 
 # the packaged files are those cmake --install writes, and usable in place
 dpkg-deb -x "$deb" "$TMP/root"
-if readelf -d "$TMP/root/usr/lib/libmsrun.so.$version" | grep -E "NEEDED.*(cuda|nccl)"; then
+if readelf -d "$TMP/root/$L/libmsrun.so.$version" | grep -E "NEEDED.*(cuda|nccl)"; then
     fail "the packaged libmsrun.so needs a CUDA library"
 fi
-[ "$(PKG_CONFIG_PATH=$TMP/root/usr/lib/pkgconfig pkg-config --modversion msrun)" = "$version" ] ||
+[ "$(PKG_CONFIG_PATH=$TMP/root/$L/pkgconfig pkg-config --modversion msrun)" = "$version" ] ||
     fail "the packaged msrun.pc"
 "$TMP/root/usr/bin/msrun" --version >"$TMP/out" 2>&1 || fail "the packaged msrun --version"
 expect_in "msrun $version" "$TMP/out" "packaged msrun --version"

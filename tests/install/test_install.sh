@@ -19,17 +19,20 @@ P=$TMP/p
 MSRUN=$P/bin/msrun # run_msrun runs the installed launcher
 version=$(sed -n 's/^#define MSR_VERSION_STRING *"\(.*\)"/\1/p' "$SRC/include/msrun/base.h")
 major=${version%%.*}
+# lib, or lib/<multiarch> where the build was configured for /usr
+LIB=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+LIB=${LIB:-lib}
 
 # ---- the files
-for f in bin/msrun lib/libmsrun.so "lib/libmsrun.so.$major" "lib/libmsrun.so.$version" \
-    lib/libmsrun.a lib/pkgconfig/msrun.pc lib/cmake/msrun/msrunConfig.cmake \
-    lib/cmake/msrun/msrunConfigVersion.cmake lib/cmake/msrun/msrunTargets.cmake; do
+for f in bin/msrun "$LIB/libmsrun.so" "$LIB/libmsrun.so.$major" "$LIB/libmsrun.so.$version" \
+    "$LIB/libmsrun.a" "$LIB/pkgconfig/msrun.pc" "$LIB/cmake/msrun/msrunConfig.cmake" \
+    "$LIB/cmake/msrun/msrunConfigVersion.cmake" "$LIB/cmake/msrun/msrunTargets.cmake"; do
     [ -e "$P/$f" ] || fail "install: no $f"
 done
-[ "$(readlink "$P/lib/libmsrun.so")" = "libmsrun.so.$major" ] || fail "libmsrun.so -> $(readlink "$P/lib/libmsrun.so")"
-[ "$(readlink "$P/lib/libmsrun.so.$major")" = "libmsrun.so.$version" ] ||
-    fail "libmsrun.so.$major -> $(readlink "$P/lib/libmsrun.so.$major")"
-readelf -d "$P/lib/libmsrun.so.$version" >"$TMP/dyn"
+[ "$(readlink "$P/$LIB/libmsrun.so")" = "libmsrun.so.$major" ] || fail "libmsrun.so -> $(readlink "$P/$LIB/libmsrun.so")"
+[ "$(readlink "$P/$LIB/libmsrun.so.$major")" = "libmsrun.so.$version" ] ||
+    fail "libmsrun.so.$major -> $(readlink "$P/$LIB/libmsrun.so.$major")"
+readelf -d "$P/$LIB/libmsrun.so.$version" >"$TMP/dyn"
 grep -q "Library soname: \[libmsrun.so.$major\]" "$TMP/dyn" || fail "SONAME: $(grep SONAME "$TMP/dyn")"
 # libmsrun loads CUDA and NCCL only when a device communicator is asked for
 if grep -E "NEEDED.*(cuda|nccl|cublas)" "$TMP/dyn"; then fail "libmsrun.so needs a CUDA library"; fi
@@ -57,7 +60,7 @@ ok "each installed header compiles on its own"
 run_worker() {
     local what=$1 exe=$2
     if readelf -d "$exe" | grep -q "NEEDED.*libmsrun"; then
-        env -u LD_LIBRARY_PATH ldd "$exe" | grep -q "libmsrun.so.$major => $P/lib/" ||
+        env -u LD_LIBRARY_PATH ldd "$exe" | grep -q "libmsrun.so.$major => $P/$LIB/" ||
             fail "$what: does not load the installed libmsrun: $(ldd "$exe" | grep msrun)"
     fi
     CODE=0
@@ -70,10 +73,10 @@ run_worker() {
 }
 
 # ---- pkg-config (the prefix is found from the .pc file's place)
-export PKG_CONFIG_PATH=$P/lib/pkgconfig
+export PKG_CONFIG_PATH=$P/$LIB/pkgconfig
 [ "$(pkg-config --modversion msrun)" = "$version" ] || fail "pkg-config --modversion msrun"
 libdir=$(pkg-config --variable=libdir msrun)
-[ "$(cd "$libdir" && pwd -P)" = "$(cd "$P/lib" && pwd -P)" ] || fail "pkg-config libdir $libdir"
+[ "$(cd "$libdir" && pwd -P)" = "$(cd "$P/$LIB" && pwd -P)" ] || fail "pkg-config libdir $libdir"
 # shellcheck disable=SC2046 # pkg-config's words
 $CC -std=c11 -Wall -Wextra -Werror "$SRC/tests/install/worker.c" -o "$TMP/w_pc" \
     $(pkg-config --cflags --libs msrun) -Wl,-rpath,"$libdir" >"$TMP/cc" 2>&1 ||
