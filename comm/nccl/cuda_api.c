@@ -149,10 +149,11 @@ static void load(void)
     else
         snprintf(soname, sizeof soname, "libcudart.so.%d.0", CUDART_MAJOR);
     if (lib_open("MSR_CUDART_LIBRARY", soname, MSR_CUDART_DIR, cudart_syms,
-                 sizeof cudart_syms / sizeof cudart_syms[0], &cudart, why, sizeof why) == 0)
-        cudart_loaded = 1;
-    else
+                 sizeof cudart_syms / sizeof cudart_syms[0], &cudart, why, sizeof why) != 0) {
         snprintf(cudart_why, sizeof cudart_why, "CUDA runtime not available: %s", why);
+        return; /* no table: NCCL would be of no use */
+    }
+    cudart_loaded = 1;
     snprintf(soname, sizeof soname, "libnccl.so.%d", NCCL_MAJOR);
     if (lib_open("MSR_NCCL_LIBRARY", soname, MSR_NCCL_DIR, nccl_syms,
                  sizeof nccl_syms / sizeof nccl_syms[0], &libnccl, why, sizeof why) == 0)

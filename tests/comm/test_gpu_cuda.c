@@ -176,6 +176,7 @@ static void test_cudart_missing(void)
     MSR_CHECK_STATUS(msr_gpu_select((msr_ctx_t *)&dev, &dev), MSR_ERR_UNSUPPORTED);
     MSR_CHECK_EQ(dev, -1);
     MSR_CHECK(strstr(msr_last_error(), "msr_gpu_select: CUDA runtime not available") != NULL);
+    MSR_CHECK(!mapped("libnccl.so"));
 }
 
 static const msr_test_t tests[] = {
