@@ -179,7 +179,16 @@ def check_binaries(build):
     out = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     bad = [l.split()[0] for l in out.splitlines()
            if re.search(r"lib(ucp|uct|ucs|nccl|cuda|cudart|cublas|openblas|msrun_comm)", l)]
-    return [f"{exe} links {b}: the launcher stays free of data-plane and GPU libraries" for b in bad]
+    problems = [f"{exe} links {b}: the launcher stays free of data-plane and GPU libraries"
+                for b in bad]
+    # libmsrun loads CUDA and NCCL with dlopen when a device communicator is
+    # asked for: a CPU program never maps them, and the package needs no CUDA
+    lib = os.path.join(build, "lib", "libmsrun.so")
+    if os.path.exists(lib):
+        dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
+        problems += [f"{lib} needs {m}: libmsrun loads CUDA and NCCL only on demand (dlopen)"
+                     for m in re.findall(r"NEEDED.*\[(lib(?:nccl|cuda|cudart|cublas)[^\]]*)\]", dyn)]
+    return problems
 
 
 def main(argv):

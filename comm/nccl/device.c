@@ -52,7 +52,7 @@ msr_status_t msr_gpu_select_with(msr_ctx_t *ctx, const msr_gpu_api_t *api, int *
         return MSR_ERR_INVALID_ARG;
     }
     if (api == NULL) {
-        msr_err_set("msr_gpu_select: libmsrun was built without CUDA");
+        msr_err_set("msr_gpu_select: %s", msr_gpu_api_why());
         return MSR_ERR_UNSUPPORTED;
     }
     int count;
@@ -120,7 +120,7 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
         return MSR_ERR_INVALID_ARG;
     }
     if (api == NULL) {
-        msr_err_set("msr_comm_device: libmsrun was built without CUDA");
+        msr_err_set("msr_comm_device: %s", msr_gpu_api_why());
         return MSR_ERR_UNSUPPORTED;
     }
     msr_status_t st = msr_comm_status(comm);
@@ -241,7 +241,7 @@ msr_status_t msr_comm_device_world(msr_ctx_t *ctx, unsigned flags, msr_comm_t **
         return MSR_ERR_INVALID_ARG;
     }
     if (msr_gpu_api_cuda() == NULL) {
-        msr_err_set("msr_comm_device_world: libmsrun was built without CUDA");
+        msr_err_set("msr_comm_device_world: %s", msr_gpu_api_why());
         return MSR_ERR_UNSUPPORTED;
     }
     msr_comm_t *world = NULL;

@@ -93,9 +93,20 @@ struct msr_gpu_api {
                          int peer, void *nc, void *stream);
 };
 
-/* The real table (cuda_api.c), or NULL in a build without CUDA (no_cuda.c).
- * Immutable; shared by every thread. */
+/* The real table (cuda_api.c), or NULL in a build without CUDA (no_cuda.c)
+ * or where the CUDA runtime cannot be loaded: the first call loads the CUDA
+ * runtime and NCCL with dlopen (libmsrun links neither), so only a program
+ * that asks for a device communicator maps them. NCCL is optional: without
+ * it the table's unique_id and comm_init fail with MSR_ERR_UNSUPPORTED and
+ * "NCCL not available: <the loader's reason>"; the staged communicators
+ * still work. $MSR_CUDART_LIBRARY and $MSR_NCCL_LIBRARY name other files
+ * to load. Immutable; shared by every thread; any thread may call. */
 const msr_gpu_api_t *msr_gpu_api_cuda(void);
+
+/* Why msr_gpu_api_cuda() is NULL ("libmsrun was built without CUDA", "CUDA
+ * runtime not available: libcudart.so.13: cannot open shared object file:
+ * ..."), for messages. Never NULL. */
+const char *msr_gpu_api_why(void);
 
 /* The mappings cuda_api.c uses, exposed for the unit tests (CUDA builds
  * only): a cudaError_t or ncclResult_t value to a status; an msrun dtype or

@@ -7,3 +7,8 @@ const msr_gpu_api_t *msr_gpu_api_cuda(void)
 {
     return NULL;
 }
+
+const char *msr_gpu_api_why(void)
+{
+    return "libmsrun was built without CUDA";
+}

@@ -291,10 +291,17 @@ MSR_API msr_status_t msr_comm_wait_all(msr_comm_req_t **reqs, size_t n);
  * differ from a host communicator's); "staged" gives exactly the host
  * communicator's bits.
  *
- * Without CUDA (libmsrun built with -DMSRUN_CUDA=OFF or without the CUDA
- * toolkit) the calls below fail with MSR_ERR_UNSUPPORTED; host
- * communicators answer msr_comm_set_stream and msr_comm_wait_stream with
- * MSR_ERR_UNSUPPORTED. */
+ * libmsrun links no CUDA library: the first of the calls below loads the
+ * CUDA runtime (libcudart.so.<major>) and NCCL (libnccl.so.2) with dlopen,
+ * so a program that makes no device communicator never maps them.
+ * $MSR_CUDART_LIBRARY and $MSR_NCCL_LIBRARY name other files to load.
+ * Without the CUDA runtime (not found, or libmsrun built with
+ * -DMSRUN_CUDA=OFF or without the CUDA toolkit) the calls below fail with
+ * MSR_ERR_UNSUPPORTED and msr_last_error() says why ("CUDA runtime not
+ * available: libcudart.so.13: cannot open shared object file: ..."); without
+ * NCCL, staged communicators work and NCCL ones fail the same way ("NCCL
+ * not available: ..."). Host communicators answer msr_comm_set_stream and
+ * msr_comm_wait_stream with MSR_ERR_UNSUPPORTED. */
 
 /* flag for msr_comm_device: stage through host memory even where NCCL could
  * serve (the same on every member). */

@@ -2,9 +2,12 @@
  * whatever it has: every result code of nccl.h and the CUDA errors that
  * matter mapped to the right status, dtypes and ops to NCCL's, every call
  * present, and what the runtime answers without a device (a clear refusal,
- * not a crash). Needs no GPU. */
+ * not a crash); the libraries loaded only when the table is asked for, and
+ * a missing one named. Needs no GPU. */
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/nccl/gpu_api.h"
@@ -116,6 +119,66 @@ static void test_unique_id(void)
     MSR_CHECK(memcmp(a, b, sizeof a) != 0);
 }
 
+/* Whether this process maps a file whose name contains what. */
+static int mapped(const char *what)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    MSR_CHECK(f != NULL);
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Nothing maps the CUDA runtime or NCCL until the table is asked for (the
+ * program links no CUDA library); then both are loaded. */
+static void test_loaded_on_demand(void)
+{
+    MSR_CHECK_MSG(!mapped("libcudart.so"), "libcudart is mapped before it is asked for");
+    MSR_CHECK_MSG(!mapped("libnccl.so"), "libnccl is mapped before it is asked for");
+    MSR_CHECK(msr_gpu_api_cuda() != NULL);
+    MSR_CHECK(mapped("libcudart.so"));
+    MSR_CHECK(mapped("libnccl.so"));
+}
+
+/* NCCL that cannot be loaded: the table still works (the staged
+ * communicators need only the CUDA runtime); the calls that make NCCL state
+ * refuse, naming the library and the loader's reason. */
+static void test_nccl_missing(void)
+{
+    setenv("MSR_NCCL_LIBRARY", "/no/such/libnccl.so.2", 1);
+    const msr_gpu_api_t *g = msr_gpu_api_cuda();
+    MSR_CHECK(g != NULL);
+    unsigned char id[MSR_GPU_ID_BYTES];
+    MSR_CHECK_STATUS(g->unique_id(g, id), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK_MSG(strstr(msr_last_error(), "NCCL not available: /no/such/libnccl.so.2: cannot "
+                                           "open shared object file") != NULL,
+                  "got '%s'", msr_last_error());
+    void *nc = NULL;
+    MSR_CHECK_STATUS(g->comm_init(g, &nc, 2, id, 0), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK(nc == NULL);
+    MSR_CHECK(strstr(msr_last_error(), "ncclCommInitRankConfig: NCCL not available") != NULL);
+    MSR_CHECK(!mapped("libnccl.so"));
+}
+
+/* A CUDA runtime that cannot be loaded: no table, and the public calls say
+ * why instead of "built without CUDA". */
+static void test_cudart_missing(void)
+{
+    setenv("MSR_CUDART_LIBRARY", "/no/such/libcudart.so.13", 1);
+    MSR_CHECK(msr_gpu_api_cuda() == NULL);
+    MSR_CHECK(strstr(msr_gpu_api_why(), "CUDA runtime not available: /no/such/libcudart.so.13: "
+                                        "cannot open shared object file") != NULL);
+    int dev = -1;
+    /* any non-NULL context: the call stops at the missing table */
+    MSR_CHECK_STATUS(msr_gpu_select((msr_ctx_t *)&dev, &dev), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK_EQ(dev, -1);
+    MSR_CHECK(strstr(msr_last_error(), "msr_gpu_select: CUDA runtime not available") != NULL);
+    MSR_CHECK(!mapped("libnccl.so"));
+}
+
 static const msr_test_t tests[] = {
     {"nccl_status", test_nccl_status, 10},
     {"cuda_status", test_cuda_status, 10},
@@ -123,6 +186,9 @@ static const msr_test_t tests[] = {
     {"table", test_table, 10},
     {"runtime_here", test_runtime_here, 60},
     {"unique_id", test_unique_id, 60},
+    {"loaded_on_demand", test_loaded_on_demand, 60},
+    {"nccl_missing", test_nccl_missing, 60},
+    {"cudart_missing", test_cudart_missing, 60},
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,82 @@
+# What `cmake --install` and `cpack -G DEB` install: the msrun launcher,
+# libmsrun (shared, with a versioned SONAME, and static), the public headers,
+# a pkg-config file and a CMake package (find_package(msrun) gives
+# msrun::msrun). Included last from the top-level CMakeLists.txt.
+include(CMakePackageConfigHelpers)
+
+# The headers' version is the project's (msr_version() returns it).
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/msrun/base.h _ver_line
+  REGEX "^#define MSR_VERSION_STRING")
+if(NOT _ver_line MATCHES "\"${PROJECT_VERSION}\"")
+  message(FATAL_ERROR "include/msrun/base.h: MSR_VERSION_STRING (${_ver_line}) is not the "
+    "project's version ${PROJECT_VERSION}")
+endif()
+
+# libmsrun.a: the same objects as libmsrun.so, for programs linked whole
+# (pkg-config --static msrun gives its dependencies).
+add_library(msrun_lib_static STATIC cmake/libmsrun.c
+  $<TARGET_OBJECTS:msrun_base> $<TARGET_OBJECTS:msrun_rdzv>)
+if(TARGET msrun_comm)
+  target_sources(msrun_lib_static PRIVATE $<TARGET_OBJECTS:msrun_comm>)
+endif()
+msrun_target_setup(msrun_lib_static)
+set_target_properties(msrun_lib_static PROPERTIES OUTPUT_NAME msrun)
+set_target_properties(msrun_lib PROPERTIES EXPORT_NAME msrun)
+
+set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/msrun)
+install(TARGETS msrun_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS msrun_lib EXPORT msrunTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS msrun_lib_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/msrun DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+install(EXPORT msrunTargets NAMESPACE msrun:: DESTINATION ${_cmakedir})
+configure_package_config_file(cmake/msrunConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/install/msrunConfig.cmake INSTALL_DESTINATION ${_cmakedir})
+# 0.x: a new minor version may change the API; the SONAME is the major one
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/install/msrunConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/install/msrunConfig.cmake
+  ${PROJECT_BINARY_DIR}/install/msrunConfigVersion.cmake DESTINATION ${_cmakedir})
+
+# msrun.pc: the prefix relative to the file (lib/pkgconfig -> ../..), and
+# what a static link needs besides libmsrun.a (the shared library carries
+# its own dependencies).
+set(_pcdir ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+file(RELATIVE_PATH MSRUN_PC_TO_PREFIX /prefix/${_pcdir} /prefix)
+string(REGEX REPLACE "/$" "" MSRUN_PC_TO_PREFIX "${MSRUN_PC_TO_PREFIX}")
+set(MSRUN_PC_REQUIRES_PRIVATE "grpc gpr libprotobuf-c ucx")
+set(MSRUN_PC_LIBS_PRIVATE "-pthread -lm")
+if(CMAKE_DL_LIBS)
+  string(APPEND MSRUN_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}") # dlopen of CUDA and NCCL
+endif()
+configure_file(cmake/msrun.pc.in ${PROJECT_BINARY_DIR}/install/msrun.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/install/msrun.pc DESTINATION ${_pcdir})
+
+# cpack -G DEB: one package with the same files under /usr. Its Depends come
+# from dpkg-shlibdeps, which reads what the binaries need (libmsrun needs no
+# CUDA library: it loads CUDA and NCCL with dlopen); without dpkg-shlibdeps,
+# the Debian 12 names of the same libraries.
+set(CPACK_PACKAGE_NAME msrun)
+set(CPACK_PACKAGE_VENDOR msrun)
+set(CPACK_PACKAGE_CONTACT "msrun developers")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+  "per-node launcher and C runtime for distributed training")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_GENERATOR DEB)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+find_program(MSRUN_DPKG_SHLIBDEPS dpkg-shlibdeps)
+mark_as_advanced(MSRUN_DPKG_SHLIBDEPS)
+if(MSRUN_DPKG_SHLIBDEPS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+else()
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS
+    "libc6, libevent-core-2.1-7, libgrpc29, libprotobuf-c1, libucx0")
+endif()
+# pkg-config msrun needs the .pc files of libmsrun's own dependencies
+# (Requires.private); find_package(msrun) needs nothing more
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev")
+include(CPack)
