@@ -222,12 +222,6 @@ static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void
     return st;
 }
 
-static int is_bool_literal(const char *s)
-{
-    int b;
-    return msr_parse_bool(s, &b) == MSR_OK;
-}
-
 /* One option in argv[*i] (and its value, which may be argv[*i + 1]). */
 static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, int *i, void *obj,
                               unsigned char *seen)
@@ -249,9 +243,11 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
         v = eq + 1;
         v_arg = argv[*i];
     } else if (d->kind == MSR_OPT_BOOL) {
-        /* --flag alone is true; a following boolean literal is its value */
-        v_arg = *i + 1 < argc && is_bool_literal(argv[*i + 1]) ? argv[++*i] : NULL;
-        v = v_arg ? v_arg : "true";
+        /* --flag alone is true; a value only after '=' (--flag=false): the
+         * next word is never taken, so `msrun --standalone true` runs a
+         * program called true, as torchrun's flags do */
+        v_arg = NULL;
+        v = "true";
     } else if (*i + 1 >= argc) {
         return msr_err(MSR_ERR_INVALID_ARG, "option %s needs a value (%s)", where,
                        d->metavar ? d->metavar : "");

@@ -18,7 +18,7 @@ typedef enum msr_opt_kind {
     MSR_OPT_PORT,     /* port number in [min, max]; int */
     MSR_OPT_SECONDS,  /* seconds, stored as milliseconds in [min, max]; int64_t */
     MSR_OPT_SIZE,     /* bytes with K, M, G suffixes, in [min, max]; int64_t */
-    MSR_OPT_BOOL,     /* 1/0, true/false...; "--name" alone is true; int */
+    MSR_OPT_BOOL,     /* "--name" alone is true; 1/0, true/false... only after "="; int */
     MSR_OPT_LEVEL,    /* a log level (error, warn, info, debug); int */
     MSR_OPT_ENUM,     /* one of choices, stored as its index; int */
     MSR_OPT_STRING,   /* a non-empty string, copied; char * the caller frees */
