@@ -1004,6 +1004,20 @@ static void do_leave(msr_coord_t *c, void *call, const Msr__LeaveRequest *req)
     reply(c, call, &r.base);
 }
 
+/* What node n is doing, in the words of NodeStatus.state. */
+static char *node_state_name(const msr_coord_t *c, const node_t *n)
+{
+    if (n->left)
+        return "left";
+    if (!n->alive)
+        return "lost";
+    if (n->rank >= 0)
+        return state_terminal(c->state) ? "finished" : "running";
+    if (n->ready_generation >= c->generation)
+        return "waiting";
+    return n->ready_generation >= 0 ? "stopping" : "joining";
+}
+
 static void do_status(msr_coord_t *c, void *call)
 {
     Msr__StatusResponse r = MSR__STATUS_RESPONSE__INIT;
@@ -1011,8 +1025,22 @@ static void do_status(msr_coord_t *c, void *call)
     r.job_id = c->job_id ? c->job_id : "";
     r.state = c->state;
     r.generation = c->generation;
-    r.world_size = c->worker_num;
-    r.node_count = c->node_count;
+    /* the admitted nodes: an elastic job's size is what formed, not MAX */
+    int members = 0;
+    for (size_t i = 0; i < c->nnodes; i++)
+        members += c->nodes[i]->rank >= 0;
+    r.node_count = members;
+    r.world_size = members * c->local_worker_num;
+    r.local_worker_num = c->local_worker_num;
+    if (elastic(c)) {
+        r.min_nodes = c->min_nodes;
+        r.max_nodes = c->max_nodes;
+    }
+    if (state_forming(c->state)) {
+        r.expected_nodes = elastic(c) ? c->min_nodes : c->node_count;
+        for (size_t i = 0; i < c->nnodes; i++)
+            r.ready_nodes += ready_for(c, c->nodes[i]);
+    }
     r.restart_count = c->restart_count;
     r.max_restarts = c->max_restarts;
     r.store_keys = msr_store_core_keys(c->store);
@@ -1039,6 +1067,7 @@ static void do_status(msr_coord_t *c, void *call)
         ns[i].alive = n->alive;
         ns[i].last_seen_ms = n->hb ? 0 : (uint32_t)((now - n->last_seen) / 1000000ull);
         ns[i].ready_generation = n->ready_generation;
+        ns[i].state = node_state_name(c, n);
         nsp[i] = &ns[i];
     }
     r.n_nodes = c->nnodes;

@@ -25,6 +25,7 @@
 #include "msrun/agent_impl.h"
 #include "msrun/jobdir.h"
 #include "msrun/net.h"
+#include "msrun/rundir.h"
 
 /* ---- the coordinator's answers, decoded into events ---- */
 
@@ -498,7 +499,32 @@ static int loop_run(agent_t *a)
         msr_error_file_write(a->o->error_file, a->job_id, &a->node.cause, a->node.message) !=
             MSR_OK)
         MSR_ERROR("%s", msr_err_msg());
+    if (rc == 0 && a->node.state == MSR_JOB_DONE && a->o->error_file &&
+        msr_error_file_write_ok(a->o->error_file, a->job_id,
+                                (double)(msr_now_ns() - a->start_ns) / 1e9, a->node.generation + 1,
+                                a->node.restart_count) != MSR_OK)
+        MSR_ERROR("%s", msr_err_msg());
     return rc;
+}
+
+/* Records the job for `msrun status`; a failure costs only that. */
+static void record_job(agent_t *a)
+{
+    int tls = msr_rpc_tls_enabled(&a->tls);
+    msr_run_record_t r = {
+        .job_id = a->job_id,
+        .coordinator = a->coord_target,
+        .token = a->token,
+        .tls_cert = tls ? a->tls.cert : NULL,
+        .tls_key = tls ? a->tls.key : NULL,
+        .tls_ca = tls ? a->tls.ca : NULL,
+        .tls_server_name = tls ? a->tls.server_name : NULL,
+        .pid = (int)getpid(),
+        .node_rank = a->o->node_rank,
+        .start_time = msr_wall_time(),
+    };
+    if (msr_run_record_write(&r, a->run_record, sizeof a->run_record) != MSR_OK)
+        MSR_WARN("msrun status will not find this job: %s", msr_err_msg());
 }
 
 static void loop_teardown(agent_t *a)
@@ -530,6 +556,7 @@ int msr_agent_run(msr_options_t *o)
     a.nworkers = o->local_worker_num;
     a.log_dir_fd = -1;
     a.coord_ready_fd = -1;
+    a.start_ns = msr_now_ns();
     msr_list_init(&a.reports);
     msr_log_init("msrun", -1, -1);
     msr_log_set_level((msr_log_level_t)o->log_level);
@@ -559,6 +586,7 @@ int msr_agent_run(msr_options_t *o)
     rc = setup_coordinator(&a);
     if (rc != 0)
         goto out_dir;
+    record_job(&a);
     a.free_port = msr_net_free_port(a.host);
     rc = loop_setup(&a);
     if (rc == 0)
@@ -567,6 +595,7 @@ int msr_agent_run(msr_options_t *o)
     a.node_count = a.node.node_count;
     stop_coordinator(&a);
 out_dir:
+    msr_run_record_remove(a.run_record);
     msr_job_dir_remove(a.job_dir);
 out_devnull:
     if (a.log_dir_fd >= 0)

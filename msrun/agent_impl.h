@@ -65,6 +65,9 @@ typedef struct agent {
     int performing;     /* in run_node: events fed meanwhile queue their actions */
     int leave_due;      /* MSR_NODE_ACT_LEAVE: leave once the loop ends */
     msr_list_t reports; /* report_t, not yet acknowledged */
+
+    char run_record[4200]; /* this msrun's record for `msrun status` (rundir.h); "" if none */
+    uint64_t start_ns;     /* when msrun started (monotonic), for --error_file */
 } agent_t;
 
 /* coord_child.c: the embedded coordinator, a child started with msr_spawn */

@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -17,6 +18,7 @@
 #include "msrun/agent.h"
 #include "msrun/options.h"
 #include "msrun/optparse.h"
+#include "msrun/rundir.h"
 #include "msrun/token.h"
 #include "rendezvous/rpc.h"
 
@@ -265,7 +267,8 @@ typedef struct status_args {
     int master_port;
     char *token, *token_file;
     char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
-    char *job_id; /* accepted for scripts written for older versions */
+    char *job_id;
+    int json;
 } status_args_t;
 
 #define S(field) MSR_OPT_DEST(status_args_t, field)
@@ -273,10 +276,10 @@ typedef struct status_args {
 /* clang-format off */
 static const msr_opt_t status_opts[] = {
     {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
-     .dest = S(master_addr), .def = "127.0.0.1", .metavar = "ADDR",
-     .help = "address of the coordinator."},
+     .dest = S(master_addr), .def = "the jobs found on this machine", .metavar = "ADDR",
+     .help = "address of the coordinator (127.0.0.1 when only --master_port is given)."},
     {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
-     .dest = S(master_port), .def = "8118", .metavar = "PORT",
+     .dest = S(master_port), .def = "8118 when --master_addr is given", .metavar = "PORT",
      .help = "port of the coordinator."},
     {.name = "token_file", .kind = MSR_OPT_STRING, .group = 1, .env = "MSRUN_TOKEN_FILE",
      .dest = S(token_file), .metavar = "PATH",
@@ -297,7 +300,11 @@ static const msr_opt_t status_opts[] = {
      .dest = S(tls_server_name), .metavar = "NAME",
      .help = "the name the coordinator's certificate must carry. Default: master_addr as given."},
     {.name = "job_id", .kind = MSR_OPT_STRING, .dest = S(job_id), .metavar = "ID",
-     .help = "ignored (the coordinator serves one job)."},
+     .help = "show this job of the ones running on this machine; with --master_addr or "
+             "--master_port, the coordinator there must serve it."},
+    {.name = "json", .kind = MSR_OPT_BOOL, .dest = S(json), .def = "false",
+     .help = "print JSON: one object for one job (an address or --job_id), else an array of "
+             "every job found."},
 };
 /* clang-format on */
 
@@ -306,56 +313,305 @@ static const msr_optset_t status_set = {"msrun status", status_opts, MSR_ARRAY_S
 
 static void status_usage(FILE *out)
 {
-    fprintf(out, "usage: msrun status [options]\n"
+    fprintf(out, "usage: msrun status [--json] [--job_id ID]\n"
+                 "       msrun status [--json] --master_addr A [--master_port P] [--token_file F]\n"
                  "\n"
-                 "Prints the job's state and its nodes. The job's token comes from\n"
-                 "--token_file (a file only you may read), --token, MSRUN_TOKEN_FILE or\n"
-                 "MSRUN_TOKEN. Names take '-' or '_' alike.\n"
+                 "Prints the state of a job and of its nodes. Without an address, it shows the\n"
+                 "jobs that msrun processes of this user run on this machine (each records its\n"
+                 "job, coordinator and token in $XDG_RUNTIME_DIR/msrun, or /tmp/msrun-<uid>,\n"
+                 "mode 0700). With --master_addr or --master_port, it asks that coordinator;\n"
+                 "the job's token then comes from --token_file (a file only you may read),\n"
+                 "--token, MSRUN_TOKEN_FILE, MSRUN_TOKEN or a job of this machine at that\n"
+                 "address. Names take '-' or '_' alike.\n"
+                 "\n"
+                 "Exit status: 0 when every job asked about answered, 1 when none was found or\n"
+                 "one could not be reached, 2 for bad input.\n"
                  "\n"
                  "options:\n");
     msr_opts_usage(&status_set, out);
 }
 
-/* Asks the coordinator of a for the job's state and prints it. */
-static int status_show(const status_args_t *a)
+/* One job to ask about: where its coordinator is and how to talk to it. */
+typedef struct status_target {
+    const char *job_id; /* expected; NULL: any */
+    const char *coordinator;
+    const char *token;
+    msr_rpc_tls_t tls;
+    double start_time; /* from this machine's record; 0: unknown */
+} status_target_t;
+
+/* The node's state, from an older coordinator that does not say it. */
+static const char *node_state_of(const Msr__NodeStatus *n)
 {
-    char target[300];
-    const char *addr = a->master_addr ? a->master_addr : "127.0.0.1";
-    snprintf(target, sizeof target, "%s:%d", addr, a->master_port);
-    msr_rpc_tls_t tls = {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name};
-    const char *token = a->token;
-    msr_log_init("msrun", -1, -1);
-    if (tls.server_name == NULL)
-        tls.server_name = a->master_addr; /* the name as given */
-    msr_rpc_channel_t *ch = NULL;
-    if (msr_rpc_channel_create_tls(target, token, &tls, &ch) != MSR_OK) {
-        fprintf(stderr, "msrun status: error: cannot reach %s\n", target);
-        return 1;
-    }
-    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    msr_status_t st =
-        msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1, &resp);
-    if (st != MSR_OK) {
-        fprintf(stderr, "msrun status: error: %s\n", msr_err_msg());
-        msr_rpc_channel_destroy(ch);
-        return 1;
-    }
-    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
+    if (n->state && *n->state)
+        return n->state;
+    if (!n->alive)
+        return "lost";
+    return n->node_rank >= 0 ? "running" : "waiting";
+}
+
+static int forming(const Msr__StatusResponse *r)
+{
+    return r->state == MSR__JOB_STATE__JOB_WAITING || r->state == MSR__JOB_STATE__JOB_RESTARTING;
+}
+
+static void status_text(const status_target_t *t, const Msr__StatusResponse *r)
+{
     printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
            msr_job_state_name(r->state), r->generation, r->node_count, r->world_size,
            r->restart_count, r->max_restarts);
+    printf("  coordinator %s", t->coordinator);
+    if (r->max_nodes > 0)
+        printf(", elastic: %d to %d nodes of %d workers", r->min_nodes, r->max_nodes,
+               r->local_worker_num);
+    if (forming(r) && r->expected_nodes > 0 && r->max_nodes > 0)
+        printf(", forming: %d ready (%d needed)", r->ready_nodes, r->expected_nodes);
+    else if (forming(r) && r->expected_nodes > 0)
+        printf(", forming: %d of %d nodes ready", r->ready_nodes, r->expected_nodes);
+    printf("\n");
     for (size_t i = 0; i < r->n_nodes; i++) {
         const Msr__NodeStatus *n = r->nodes[i];
-        printf("  node %-3d %-16s pid %-8d %d workers  %-5s  seen %u ms ago\n", n->node_rank,
-               n->host, n->pid, n->local_worker_num, n->alive ? "alive" : "gone", n->last_seen_ms);
+        char rank[16] = "-";
+        if (n->node_rank >= 0)
+            snprintf(rank, sizeof rank, "%d", n->node_rank);
+        printf("  node %-3s %-16s pid %-8d %d workers  %-8s  seen %u ms ago\n", rank, n->host,
+               n->pid, n->local_worker_num, node_state_of(n), n->last_seen_ms);
     }
     if (r->failure)
         printf("  failure: rank %d on node %d exited with code %d (signal %d)\n", r->failure->rank,
                r->failure->node_rank, r->failure->exit_code, r->failure->signal);
-    msr_rpc_message_free(resp);
+}
+
+static void json_str(msr_buf_t *b, const char *s)
+{
+    s = s ? s : "";
+    msr_buf_json_string(b, s, strlen(s));
+}
+
+/* The job as one JSON object (r NULL: the call failed with st, why in err). */
+static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__StatusResponse *r,
+                        msr_status_t st, const char *err, const char *indent)
+{
+    msr_buf_printf(b, "%s{\n%s  \"job_id\": ", indent, indent);
+    json_str(b, r ? r->job_id : t->job_id);
+    msr_buf_printf(b, ",\n%s  \"coordinator\": ", indent);
+    json_str(b, t->coordinator);
+    if (t->start_time > 0)
+        msr_buf_printf(b, ",\n%s  \"start_time\": %.3f", indent, t->start_time);
+    if (r == NULL) {
+        msr_buf_printf(b, ",\n%s  \"state\": \"%s\",\n%s  \"error\": ", indent,
+                       st == MSR_ERR_UNREACHABLE || st == MSR_ERR_TIMEOUT ? "unreachable" : "error",
+                       indent);
+        json_str(b, err);
+        msr_buf_printf(b, "\n%s}", indent);
+        return;
+    }
+    msr_buf_printf(b, ",\n%s  \"state\": \"%s\",\n%s  \"generation\": %d", indent,
+                   msr_job_state_name(r->state), indent, r->generation);
+    msr_buf_printf(b, ",\n%s  \"restarts\": %d,\n%s  \"max_restarts\": %d", indent,
+                   r->restart_count, indent, r->max_restarts);
+    msr_buf_printf(b, ",\n%s  \"world_size\": %d,\n%s  \"node_count\": %d", indent, r->world_size,
+                   indent, r->node_count);
+    msr_buf_printf(b, ",\n%s  \"local_worker_num\": %d", indent, r->local_worker_num);
+    if (r->max_nodes > 0)
+        msr_buf_printf(b, ",\n%s  \"min_nodes\": %d,\n%s  \"max_nodes\": %d", indent, r->min_nodes,
+                       indent, r->max_nodes);
+    else
+        msr_buf_printf(b, ",\n%s  \"min_nodes\": null,\n%s  \"max_nodes\": null", indent, indent);
+    if (forming(r))
+        msr_buf_printf(b, ",\n%s  \"ready_nodes\": %d,\n%s  \"expected_nodes\": %d", indent,
+                       r->ready_nodes, indent, r->expected_nodes);
+    msr_buf_printf(b, ",\n%s  \"nodes\": [", indent);
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const Msr__NodeStatus *n = r->nodes[i];
+        msr_buf_printf(b, "%s\n%s    {\"node_rank\": ", i ? "," : "", indent);
+        if (n->node_rank >= 0)
+            msr_buf_printf(b, "%d", n->node_rank);
+        else
+            msr_buf_printf(b, "null");
+        msr_buf_printf(b, ", \"host\": ");
+        json_str(b, n->host);
+        msr_buf_printf(b, ", \"pid\": %d, \"state\": ", n->pid);
+        json_str(b, node_state_of(n));
+        msr_buf_printf(b, ", \"workers\": %d, \"last_seen_ms\": %u}", n->local_worker_num,
+                       n->last_seen_ms);
+    }
+    if (r->n_nodes)
+        msr_buf_printf(b, "\n%s  ", indent);
+    msr_buf_printf(b, "]");
+    msr_buf_printf(b, ",\n%s  \"failure\": ", indent);
+    if (r->failure) {
+        const Msr__Failure *f = r->failure;
+        msr_buf_printf(b, "{\"node_rank\": %d, \"host\": ", f->node_rank);
+        json_str(b, f->host);
+        msr_buf_printf(b,
+                       ", \"rank\": %d, \"pid\": %d, \"exit_code\": %d, \"signal\": %d, "
+                       "\"generation\": %d, \"reason\": ",
+                       f->rank, f->pid, f->exit_code, f->signal, f->generation);
+        json_str(b, f->reason);
+        msr_buf_printf(b, "}");
+    } else {
+        msr_buf_printf(b, "null");
+    }
+    msr_buf_printf(b, "\n%s}", indent);
+}
+
+/* Asks t's coordinator for the job's state into *resp_p: MSR_OK, or the
+ * failure's status with its words in err. */
+static msr_status_t status_ask(const status_target_t *t, ProtobufCMessage **resp_p, char *err,
+                               size_t errlen)
+{
+    msr_rpc_channel_t *ch = NULL;
+    if (msr_rpc_channel_create_tls(t->coordinator, t->token, &t->tls, &ch) != MSR_OK) {
+        snprintf(err, errlen, "cannot reach %s", t->coordinator);
+        return MSR_ERR_UNREACHABLE;
+    }
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1, resp_p);
+    if (st != MSR_OK)
+        snprintf(err, errlen, "%s", msr_err_msg());
     msr_rpc_channel_destroy(ch);
-    return 0;
+    return st;
+}
+
+/* Asks about each of the n targets and prints them: one object (or block)
+ * when single, else a JSON array (or blocks apart by a blank line). */
+static int status_show(const status_target_t *t, size_t n, int json, int single)
+{
+    int rc = 0;
+    msr_buf_t b = MSR_BUF_INIT;
+    if (json && !single)
+        msr_buf_printf(&b, "[");
+    for (size_t i = 0; i < n; i++) {
+        ProtobufCMessage *resp = NULL;
+        char err[600] = "";
+        msr_status_t st = status_ask(&t[i], &resp, err, sizeof err);
+        const Msr__StatusResponse *r = st == MSR_OK ? (const Msr__StatusResponse *)resp : NULL;
+        if (r && t[i].job_id && strcmp(r->job_id, t[i].job_id) != 0) {
+            snprintf(err, sizeof err, "the coordinator at %s serves job %s, not %s",
+                     t[i].coordinator, r->job_id, t[i].job_id);
+            r = NULL;
+            st = MSR_ERR_NOT_FOUND;
+        }
+        if (r == NULL) {
+            rc = 1;
+            fprintf(stderr, "msrun status: error: %s\n", err);
+        }
+        if (json) {
+            msr_buf_printf(&b, "%s", single ? "" : i ? ",\n" : "\n");
+            status_json(&b, &t[i], r, st, err, single ? "" : "  ");
+        } else if (r) {
+            if (i > 0)
+                printf("\n");
+            status_text(&t[i], r);
+        } else if (!single) {
+            if (i > 0)
+                printf("\n");
+            printf("job %s: %s (coordinator %s)\n", t[i].job_id,
+                   st == MSR_ERR_UNREACHABLE || st == MSR_ERR_TIMEOUT ? "unreachable" : "error",
+                   t[i].coordinator);
+        }
+        msr_rpc_message_free(resp);
+    }
+    if (json && !single)
+        msr_buf_printf(&b, "%s]", n ? "\n" : "");
+    if (json && b.data)
+        printf("%s\n", b.data);
+    msr_buf_cleanup(&b);
+    fflush(stdout);
+    return rc;
+}
+
+/* Without an address: the jobs this user's msrun processes run here. */
+static int status_local(const status_args_t *a)
+{
+    msr_run_entry_t *e = NULL;
+    size_t n = 0;
+    if (msr_run_records_list(&e, &n) != MSR_OK) {
+        fprintf(stderr, "msrun status: error: %s\n", msr_err_msg());
+        return 1;
+    }
+    status_target_t *t = msr_calloc(n ? n : 1, sizeof *t);
+    if (t == NULL) {
+        msr_run_entries_free(e, n);
+        fprintf(stderr, "msrun status: error: out of memory\n");
+        return 1;
+    }
+    /* One target per job: the nodes of one job on this host share it. */
+    size_t nt = 0;
+    for (size_t i = 0; i < n; i++) {
+        const msr_run_record_t *r = &e[i].rec;
+        if (a->job_id && strcmp(r->job_id, a->job_id) != 0)
+            continue;
+        size_t k;
+        for (k = 0; k < nt; k++)
+            if (strcmp(t[k].coordinator, r->coordinator) == 0 &&
+                strcmp(t[k].job_id, r->job_id) == 0)
+                break;
+        if (k < nt)
+            continue;
+        t[nt++] = (status_target_t){r->job_id,
+                                    r->coordinator,
+                                    r->token,
+                                    {r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name},
+                                    r->start_time};
+    }
+    int rc;
+    if (nt == 0) {
+        if (a->job_id)
+            fprintf(stderr, "msrun status: error: no job %s runs on this machine\n", a->job_id);
+        else
+            fprintf(stderr, "msrun status: error: no msrun job of this user runs on this "
+                            "machine; give --master_addr and --master_port for one elsewhere\n");
+        if (a->json && !a->job_id)
+            printf("[]\n");
+        rc = 1;
+    } else {
+        /* --job_id names one job (the oldest, when two coordinators here
+         * serve jobs of the same name) */
+        rc = status_show(t, a->job_id ? 1 : nt, a->json, a->job_id != NULL);
+    }
+    msr_free(t);
+    msr_run_entries_free(e, n);
+    return rc;
+}
+
+/* With an address: that coordinator, with the token given or, when none
+ * is, the token of a job of this machine that uses it. */
+static int status_remote(status_args_t *a)
+{
+    char target[300];
+    const char *addr = a->master_addr ? a->master_addr : "127.0.0.1";
+    int colon = strchr(addr, ':') != NULL && addr[0] != '[';
+    snprintf(target, sizeof target, colon ? "[%s]:%d" : "%s:%d", addr, a->master_port);
+    status_target_t t = {
+        a->job_id, target, NULL, {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name}, 0};
+    if (t.tls.server_name == NULL)
+        t.tls.server_name = a->master_addr; /* the name as given */
+    msr_run_entry_t *e = NULL;
+    size_t n = 0;
+    if (a->token == NULL && a->token_file == NULL && msr_run_records_list(&e, &n) == MSR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            const msr_run_record_t *r = &e[i].rec;
+            if (strcmp(r->coordinator, target) != 0)
+                continue;
+            t.token = r->token;
+            t.start_time = r->start_time;
+            if (!msr_rpc_tls_enabled(&t.tls))
+                t.tls = (msr_rpc_tls_t){r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name};
+            break;
+        }
+    }
+    int rc = 0;
+    if (t.token == NULL) {
+        rc = msr_options_need_token("msrun status", &a->token, a->token_file);
+        t.token = a->token;
+    }
+    if (rc == 0)
+        rc = status_show(&t, 1, a->json, 1);
+    msr_run_entries_free(e, n);
+    return rc;
 }
 
 int msr_status_main(int argc, char **argv)
@@ -369,9 +625,12 @@ int msr_status_main(int argc, char **argv)
         r = 0;
         break;
     case MSR_OPTS_OK:
-        r = msr_options_need_token("msrun status", &a.token, a.token_file);
-        if (r == 0)
-            r = status_show(&a);
+        msr_log_init("msrun", -1, -1);
+        if (seen[msr_opts_find(&status_set, "master_addr")] ||
+            seen[msr_opts_find(&status_set, "master_port")])
+            r = status_remote(&a);
+        else
+            r = status_local(&a);
         break;
     default:
         msr_opts_print_error(&status_set);

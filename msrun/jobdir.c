@@ -138,7 +138,7 @@ static void failure_json(msr_buf_t *b, const char *job_id, const msr_failure_t *
     char sig[32] = "";
     if (c->signal > 0)
         msr_signal_name(c->signal, sig, sizeof sig);
-    msr_buf_printf(b, "{\n  \"job_id\": ");
+    msr_buf_printf(b, "{\n  \"status\": \"failed\",\n  \"job_id\": ");
     msr_buf_json_string(b, job_id, strlen(job_id));
     msr_buf_printf(b, ",\n  \"node\": %d,\n  \"host\": ", c->node_rank);
     msr_buf_json_string(b, c->host, strlen(c->host));
@@ -160,11 +160,9 @@ static void failure_json(msr_buf_t *b, const char *job_id, const msr_failure_t *
     msr_buf_printf(b, "%s]\n}\n", c->ntail ? "\n  " : "");
 }
 
-msr_status_t msr_error_file_write(const char *path, const char *job_id, const msr_failure_t *c,
-                                  const char *message)
+/* Writes b to path atomically. */
+static msr_status_t report_write(const char *path, const msr_buf_t *b)
 {
-    msr_buf_t b = MSR_BUF_INIT;
-    failure_json(&b, job_id, c, message);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     /* Readable by this user only, and never through a link planted at the
@@ -172,13 +170,38 @@ msr_status_t msr_error_file_write(const char *path, const char *job_id, const ms
     unlink(tmp);
     msr_status_t st = MSR_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    int ok = fd >= 0 && msr_write_all(fd, b.data, b.len) == MSR_OK && fsync(fd) == 0;
+    int ok = fd >= 0 && b->data != NULL && msr_write_all(fd, b->data, b->len) == MSR_OK &&
+             fsync(fd) == 0;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
     if (!ok || rename(tmp, path) != 0) {
-        st = msr_err(MSR_ERR_IO, "cannot write the error file %s: %s", path, strerror(errno));
+        st = msr_err(MSR_ERR_IO, "cannot write the error file %s: %s", path,
+                     b->data ? strerror(errno) : "out of memory");
         unlink(tmp);
     }
+    return st;
+}
+
+msr_status_t msr_error_file_write(const char *path, const char *job_id, const msr_failure_t *c,
+                                  const char *message)
+{
+    msr_buf_t b = MSR_BUF_INIT;
+    failure_json(&b, job_id, c, message);
+    msr_status_t st = report_write(path, &b);
+    msr_buf_cleanup(&b);
+    return st;
+}
+
+msr_status_t msr_error_file_write_ok(const char *path, const char *job_id, double duration_s,
+                                     int generations, int restarts)
+{
+    msr_buf_t b = MSR_BUF_INIT;
+    msr_buf_printf(&b, "{\n  \"status\": \"ok\",\n  \"job_id\": ");
+    msr_buf_json_string(&b, job_id, strlen(job_id));
+    msr_buf_printf(&b,
+                   ",\n  \"duration_s\": %.3f,\n  \"generations\": %d,\n  \"restarts\": %d\n}\n",
+                   duration_s, generations, restarts);
+    msr_status_t st = report_write(path, &b);
     msr_buf_cleanup(&b);
     return st;
 }

@@ -24,9 +24,15 @@ msr_status_t msr_job_dir_create(const char *job_id, char *dir, size_t len);
 /* Removes dir and the files msrun keeps there. */
 void msr_job_dir_remove(const char *dir);
 
-/* Writes the failure as JSON to path, atomically (a temporary file of this
- * user's only, fsync, rename). */
+/* Writes the failure as JSON ("status": "failed", then the root cause) to
+ * path, atomically (a temporary file of this user's only, fsync, rename). */
 msr_status_t msr_error_file_write(const char *path, const char *job_id, const msr_failure_t *c,
                                   const char *message);
+
+/* Writes the report of a job that succeeded ("status": "ok", the job id,
+ * how long this msrun ran, the generations it saw and the restarts used)
+ * to path, the same way. */
+msr_status_t msr_error_file_write_ok(const char *path, const char *job_id, double duration_s,
+                                     int generations, int restarts);
 
 #endif

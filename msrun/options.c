@@ -113,7 +113,9 @@ static const msr_opt_t opt_defs[] = {
              "says so once)."},
     {.name = "error_file", .kind = MSR_OPT_STRING, .env = "MSRUN_ERROR_FILE", .dest = D(error_file),
      .def = "none", .metavar = "PATH",
-     .help = "write the root cause of a failure as JSON to PATH (mode 0600)."},
+     .help = "write a JSON report to PATH (mode 0600): \"status\": \"failed\" and the root "
+             "cause of a failure, or \"status\": \"ok\" with the duration, generations and "
+             "restarts of a job that succeeded."},
     {.name = "show_ranks", .kind = MSR_OPT_STRING, .env = "MSRUN_SHOW_RANKS", .dest = D(show_ranks),
      .def = "all", .metavar = "LIST",
      .help = "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
@@ -367,7 +369,7 @@ void msr_options_usage(FILE *out)
 {
     fprintf(out, "usage: msrun [options] PROGRAM [ARGS...]\n"
                  "       msrun coordinator [--port P] [--host ADDR] [options]\n"
-                 "       msrun status [--master_addr A] [--master_port P] [--token_file F]\n"
+                 "       msrun status [--json] [--job_id ID] [--master_addr A --master_port P]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"

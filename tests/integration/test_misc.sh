@@ -20,7 +20,7 @@ timeout 20 "$MSRUN" status --master_addr=127.0.0.1 --master_port="$port" --job_i
     >"$TMP/status" 2>&1 || { cat "$TMP/status"; fail "msrun status"; }
 grep -q "job statusjob: running, generation 0, 1 nodes, 2 workers, restarts 0 of 0" "$TMP/status" ||
     { cat "$TMP/status"; fail "status line"; }
-grep -qE "node 0 +127.0.0.1 +pid [0-9]+ +2 workers +alive" "$TMP/status" || fail "node line"
+grep -qE "node 0 +127.0.0.1 +pid [0-9]+ +2 workers +running" "$TMP/status" || fail "node line"
 CODE=0
 timeout 20 "$MSRUN" status --master_addr=127.0.0.1 --master_port="$port" --token=wrong \
     >"$TMP/status" 2>&1 || CODE=$?

@@ -147,4 +147,33 @@ run_msrun --tls_ca="$C/missing.pem" "$WORKER" env
 expect_code 2 "a missing CA file"
 expect_in "missing.pem" "$TMP/err" "a missing CA file"
 ok "bad TLS options: one clear line, exit 2"
+
+# ---- 5. `msrun status` without an address finds a TLS job of this machine:
+# the record keeps its TLS files (named relative to msrun's directory here)
+# and its token ----
+export XDG_RUNTIME_DIR=$TMP/xdg
+mkdir -m 700 "$XDG_RUNTIME_DIR"
+cat >"$TMP/hold.sh" <<SH
+#!/bin/sh
+echo up
+i=0
+while [ ! -e "$TMP/stop" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
+SH
+chmod +x "$TMP/hold.sh"
+port=$(free_port)
+(cd "$C" && exec env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --master_addr=127.0.0.1 \
+    --master_port="$port" --worker_num=1 --job_id=tlsjob --token=tls-held-token \
+    --tls_cert=node.pem --tls_key=node.key --tls_ca=ca.pem "$TMP/hold.sh") >"$TMP/out" 2>"$TMP/err" &
+held=$!
+wait_for "up" "$TMP/out" 20 || fail "the TLS job started"
+CODE=0
+env -u MSRUN_TOKEN -u MSRUN_TOKEN_FILE timeout -k 5 30 "$MSRUN" status --job_id=tlsjob \
+    >"$TMP/st" 2>&1 || CODE=$?
+[ "$CODE" = 0 ] || { cat "$TMP/st" >&2; fail "msrun status finding a TLS job: exit $CODE"; }
+grep -q "^job tlsjob: running" "$TMP/st" || fail "msrun status finding a TLS job: $(cat "$TMP/st")"
+touch "$TMP/stop"
+wait_pid "$held" 30
+expect_code 0 "the held TLS job"
+unset XDG_RUNTIME_DIR
+ok "msrun status without an address reaches a TLS job of this machine"
 no_leftovers "tls"
