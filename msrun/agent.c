@@ -160,6 +160,11 @@ static void spawn_workers(agent_t *a)
 {
     msr_options_t *o = a->o;
     const msr_node_t *n = &a->node;
+    /* placed once: a restarted generation's workers go where the first went */
+    if (o->bind_to != MSR_BIND_NONE && !a->placed) {
+        a->places = msr_cpu_plan((msr_bind_t)o->bind_to, a->nworkers);
+        a->placed = 1;
+    }
     msr_spawn_env_t env = {
         .path = o->program_path,
         .argv = o->argv,
@@ -179,7 +184,7 @@ static void spawn_workers(agent_t *a)
         .master_port = n->master_port,
         .log_dir = o->log_dir,
         .log_dir_fd = a->log_dir_fd,
-        .bind_core = o->bind_core,
+        .places = a->places,
         .devnull = a->devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
@@ -565,6 +570,7 @@ int msr_agent_run(msr_options_t *o)
 out_dir:
     msr_job_dir_remove(a.job_dir);
 out_devnull:
+    msr_free(a.places);
     if (a.log_dir_fd >= 0)
         close(a.log_dir_fd);
     close(a.devnull);
