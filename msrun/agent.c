@@ -161,6 +161,11 @@ static void spawn_workers(agent_t *a)
 {
     msr_options_t *o = a->o;
     const msr_node_t *n = &a->node;
+    /* placed once: a restarted generation's workers go where the first went */
+    if (o->bind_to != MSR_BIND_NONE && !a->placed) {
+        a->places = msr_cpu_plan((msr_bind_t)o->bind_to, a->nworkers);
+        a->placed = 1;
+    }
     msr_spawn_env_t env = {
         .path = o->program_path,
         .argv = o->argv,
@@ -180,7 +185,7 @@ static void spawn_workers(agent_t *a)
         .master_port = n->master_port,
         .log_dir = o->log_dir,
         .log_dir_fd = a->log_dir_fd,
-        .bind_core = o->bind_core,
+        .places = a->places,
         .devnull = a->devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
@@ -598,6 +603,7 @@ out_dir:
     msr_run_record_remove(a.run_record);
     msr_job_dir_remove(a.job_dir);
 out_devnull:
+    msr_free(a.places);
     if (a.log_dir_fd >= 0)
         close(a.log_dir_fd);
     close(a.devnull);

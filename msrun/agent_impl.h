@@ -57,6 +57,9 @@ typedef struct agent {
     msr_node_t node; /* what the node does: the machine the wiring feeds */
     msr_worker_t *workers;
     int nworkers;
+    /* --bind_to's CPUs of each local worker (NULL: unbound), once placed */
+    msr_cpu_place_t *places;
+    int placed;
     int node_count; /* node.node_count, for stop_coordinator */
 
     struct event *cron; /* the one timer: the machine's and the reports' deadlines */

@@ -16,9 +16,13 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
+#include "msrun/cpus.h"
 #include "msrun/token.h"
 
 #define D(field) MSR_OPT_DEST(msr_options_t, field)
+
+/* --bind_to's values, in msr_bind_t's order */
+static const char *const bind_choices[] = {"none", "core", "numa", NULL};
 
 /* Every option also reads MSRUN_<NAME upper-cased>; dashes and underscores
  * are interchangeable in names. */
@@ -59,7 +63,15 @@ static const msr_opt_t opt_defs[] = {
              "counted from msrun's start; then msrun exits 124."},
     {.name = "bind_core", .kind = MSR_OPT_BOOL, .env = "MSRUN_BIND_CORE", .dest = D(bind_core),
      .def = "false", .metavar = "BOOL",
-     .help = "pin each worker to an equal share of this node's allowed CPU cores."},
+     .help = "MindSpore's flag: true is --bind_to=core."},
+    {.name = "bind_to", .kind = MSR_OPT_ENUM, .env = "MSRUN_BIND_TO", .dest = D(bind_to),
+     .choices = bind_choices, .def = "none", .metavar = "core|numa|none",
+     .help = "bind each worker to CPUs of this node that msrun may use. core: whole cores (all "
+             "their hardware threads) of one NUMA node, an equal number each; numa: all cores "
+             "of one NUMA node, workers taking the nodes in turn. Workers with a GPU get cores "
+             "near it when the GPU is found on the PCI bus. More workers than cores share cores "
+             "round-robin (msrun says so once). A bound worker's OMP_NUM_THREADS is its number "
+             "of cores (numa: its share of the node's) unless set."},
     {.name = "nnodes", .kind = MSR_OPT_RANGE, MSR_OPTB_NODES, .env = "MSRUN_NNODES",
      .dest = D(min_nodes), .dest2 = offsetof(msr_options_t, max_nodes), .def = "1",
      .metavar = "N|MIN:MAX",
@@ -386,12 +398,32 @@ void msr_options_usage(FILE *out)
             "MSR_NODE_RANK, MSR_NODE_COUNT, MSR_GENERATION, MSR_JOB_ID, MSR_COORDINATOR,\n"
             "MSR_TOKEN, and torch's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
             "MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,\n"
-            "TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS=1 unless set.\n"
+            "TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS unless set: 1, or with --bind_to the\n"
+            "number of cores the worker was given.\n"
             "\n"
             "Exit status: 0 when all workers exit 0; the failing worker's exit code (128 +\n"
             "signal number if it was killed); 2 for bad input before any worker starts; 124\n"
             "when the job never formed (no coordinator answered, or not every node joined,\n"
             "within cluster_time_out: no worker ran).\n");
+}
+
+/* --bind_core=true is --bind_to=core, false --bind_to=none: the command line
+ * wins over MSRUN_*; the two given at the same level must agree. */
+static int resolve_binding(msr_options_t *o, const unsigned char *seen)
+{
+    int core = seen[msr_opts_find(&options_set, "bind_core")];
+    int to = seen[msr_opts_find(&options_set, "bind_to")];
+    int from_core = o->bind_core ? MSR_BIND_CORE : MSR_BIND_NONE;
+    if (core == 0 || (to != 0 && to < core))
+        return 0; /* 1: command line, 2: environment */
+    if (to == core && o->bind_to != from_core) {
+        opt_error("%s=%s and %s=%s disagree: give one",
+                  core == 1 ? "--bind_core" : "MSRUN_BIND_CORE", o->bind_core ? "true" : "false",
+                  to == 1 ? "--bind_to" : "MSRUN_BIND_TO", bind_choices[o->bind_to]);
+        return -1;
+    }
+    o->bind_to = from_core;
+    return 0;
 }
 
 static void defaults(msr_options_t *o)
@@ -556,6 +588,8 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     o->given_worker_num = given(seen, "worker_num");
     o->given_local_worker_num = given(seen, "local_worker_num");
     o->given_master_port = given(seen, "master_port") || given(seen, "rdzv_endpoint");
+    if (resolve_binding(o, seen) != 0)
+        return 2;
     char where[64];
     const char *tw = o->token_file ? msr_opts_where(set, seen, "token_file", where, sizeof where)
                                    : msr_opts_where(set, seen, "token", where, sizeof where);

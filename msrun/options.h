@@ -32,7 +32,8 @@ typedef struct msr_options {
     char *log_dir; /* NULL: no per-rank files */
     int join;
     int64_t cluster_time_out_ms;
-    int bind_core;
+    int bind_core;            /* as given; bind_to says what is done */
+    int bind_to;              /* msr_bind_t (msrun/cpus.h) */
     int min_nodes, max_nodes; /* elastic range from --nnodes MIN:MAX; 0 for a fixed size */
     int64_t last_call_ms;
     int max_restarts;

@@ -273,7 +273,10 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
         k++;
     }
     if (getenv("OMP_NUM_THREADS") == NULL) {
-        if ((envp[k] = msr_strdup("OMP_NUM_THREADS=1")) == NULL)
+        char line[40]; /* a bound worker: one thread per core it was given */
+        snprintf(line, sizeof line, "OMP_NUM_THREADS=%d",
+                 e->places ? e->places[local_rank].cores : 1);
+        if ((envp[k] = msr_strdup(line)) == NULL)
             goto err;
         k++;
     }
@@ -282,16 +285,6 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
 err:
     free_env(envp);
     return NULL;
-}
-
-/* The CPUs worker local_rank is pinned to: its share of the CPUs this
- * process may run on (msr_cpu_share). */
-static int cpu_share(int local_rank, int local_world, cpu_set_t *set)
-{
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return -1;
-    return msr_cpu_share(&allowed, local_rank, local_world, set);
 }
 
 static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_base *base, int fd,
@@ -355,8 +348,6 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
     if (e->log_dir && open_worker_log(w, e) != MSR_OK)
         goto err_env;
-    cpu_set_t cpus;
-    int pin = e->bind_core && cpu_share(local_rank, e->local_world_size, &cpus) == 0;
     if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
         msr_err_set("pipe: %s", strerror(errno));
         goto err_pipes;
@@ -369,7 +360,7 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
         .extra_fd = -1,
         .new_group = 1,
         .death_signal = SIGKILL,
-        .cpus = pin ? &cpus : NULL,
+        .cpus = e->places ? &e->places[local_rank].cpus : NULL,
     };
     pid_t pid;
     st = msr_spawn(&so, &pid);

@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "msrun/base.h"
+#include "msrun/cpus.h"
 
 #define MSR_TAIL_LINES    20
 #define MSR_TAIL_LINE_MAX 400
@@ -52,7 +53,8 @@ typedef struct msr_spawn_env {
     int master_port;
     const char *log_dir; /* for messages; NULL: no log files */
     int log_dir_fd;      /* the checked --log_dir, where worker_<rank>.log is opened */
-    int bind_core;
+    /* --bind_to's CPUs of each local worker ([local_world_size]); NULL: unbound */
+    const msr_cpu_place_t *places;
     int devnull;
     int64_t worker_timeout_ms; /* 0: no beats asked for */
 } msr_spawn_env_t;

@@ -40,6 +40,7 @@ SYSTEM = [
     (re.compile(r"^(cblas\.h|openblas)"), {"parallel"}, "BLAS"),
     (re.compile(r"^grpc/"), {"rendezvous", "cluster"}, "gRPC"),
     (re.compile(r"^event2/"), {"msrun"}, "libevent"),
+    (re.compile(r"^hwloc"), {"msrun"}, "hwloc"),
     (re.compile(r"^protobuf-c/"), {"rendezvous", "cluster", "msrun"}, "protobuf-c"),
 ]
 # Indirect crossings known and being removed: (module, the include that

@@ -735,19 +735,92 @@ test: ^(test_node|fuzz_node_corpus)$
 
 @ cpus.bind_core.overlapping_shares
 file: msrun/cpus.c
-test: ^(test_cpu_share|it_misc)$
+test: ^(test_cpu_share|it_bind)$
 <<<
-            CPU_SET(cpus[local_rank * share + i], set);
+            give_core(t, u->order[u->start[node] + used[node]++], &places[r]);
 ===
-            CPU_SET(cpus[local_rank + i], set);
+            give_core(t, u->order[u->start[node] + i], &places[r]);
 >>>
 
 @ cpus.bind_core.all_on_first_core
 file: msrun/cpus.c
-test: ^(test_cpu_share|it_misc)$
+test: ^(test_cpu_share|it_bind)$
 <<<
-        CPU_SET(cpus[local_rank % n], set);
+            give_core(t, u.order[r % u.total], &p[r]);
 ===
-        CPU_SET(cpus[0], set);
+            give_core(t, u.order[0], &p[r]);
 >>>
+
+@ cpus.bind_core.straddles_numa_nodes
+file: msrun/cpus.c
+test: ^test_cpu_share$
+<<<
+    while (k > 1 && capacity(t, u, k) < nranks)
+===
+    while (k > 1 && capacity(t, u, k) < 0)
+>>>
+
+@ cpus.bind_core.gpu_ignored
+file: msrun/cpus.c
+test: ^test_cpu_share$
+<<<
+        if (n >= 0 && used[n] < u->count[n] / k) {
+===
+        if (0 && n >= 0 && used[n] < u->count[n] / k) {
+>>>
+
+@ cpus.bind_core.not_restricted_to_allowed
+file: msrun/cpus.c
+test: ^(test_cpu_share|it_bind)$
+<<<
+    CPU_AND(&threads, &t->cores[c].pus, &t->allowed);
+===
+    CPU_OR(&threads, &t->cores[c].pus, &t->cores[c].pus);
+>>>
+
+@ cpus.bind_numa.threads_not_shared
+file: msrun/cpus.c
+test: ^(test_cpu_share|it_bind)$
+<<<
+        int share = u->count[places[r].numa] / sharing[places[r].numa];
+===
+        int share = u->count[places[r].numa];
+>>>
+
+@ workers.omp_num_threads_not_cores
+file: msrun/workers.c
+test: ^it_bind$
+<<<
+                 e->places ? e->places[local_rank].cores : 1);
+===
+                 1);
+>>>
+
+@ cpus_hwloc.gpu_locality_lost
+file: msrun/cpus_hwloc.c
+test: ^it_bind$
+<<<
+        near[r] = at && at->cpuset ? numa_of(topo, at->cpuset) : -1;
+===
+        near[r] = at && at->cpuset ? -1 : -1;
+>>>
+
+@ cpus_hwloc.gpus_not_in_bus_order
+file: msrun/cpus_hwloc.c
+test: ^it_bind$
+<<<
+        for (; i > 0 && pci_before(o, gpus[i - 1]); i--)
+===
+        for (; 0 && pci_before(o, gpus[i - 1]); i--)
+>>>
+
+@ cpus_hwloc.visible_devices_ignored
+file: msrun/cpus_hwloc.c
+test: ^it_bind$
+<<<
+        hwloc_obj_t gpu = gpus[visible[r % nvisible]];
+===
+        hwloc_obj_t gpu = gpus[(r + 0 * visible[0]) % ngpus];
+>>>
+
 __END__
