@@ -153,7 +153,7 @@ static void cleanup_workers(agent_t *a)
             kill(-w->pid, SIGKILL);
         msr_worker_cleanup(w);
         memset(w, 0, sizeof *w);
-        w->out.fd = w->err.fd = w->log_fd = -1;
+        w->out.fd = w->err.fd = w->log_fd = w->log.fd = -1;
     }
 }
 
@@ -183,9 +183,11 @@ static void spawn_workers(agent_t *a)
         .agent_socket = a->proxy ? a->socket_path : NULL,
         .master_addr = n->master_addr,
         .master_port = n->master_port,
-        .log_dir = o->log_dir,
+        .log_dir = a->log_dir_fd >= 0 ? a->log_run_dir : NULL,
         .log_dir_fd = a->log_dir_fd,
         .places = a->places,
+        .output = &a->output,
+        .pty = o->pty,
         .devnull = a->devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
@@ -195,7 +197,15 @@ static void spawn_workers(agent_t *a)
     for (int i = 0; i < a->nworkers; i++) {
         msr_worker_t *w = &a->workers[i];
         int rank = n->rank_offset + i;
-        msr_status_t st = msr_worker_spawn(w, a->base, &env, i, msr_options_show_rank(o, rank));
+        msr_worker_io_t io = {0};
+        int off = 0;
+        msr_options_streams(o, i, &io.file, &off);
+        if (msr_options_show_rank(o, rank))
+            io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
+        if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->host,
+                                           io.log_name, sizeof io.log_name) != MSR_OK)
+            io.file = 0; /* checked with the options: not reached */
+        msr_status_t st = msr_worker_spawn(w, a->base, &env, i, &io);
         if (w->running)
             msr_node_on_spawned(&a->node, i, (int)w->pid);
         if (st != MSR_OK) {
@@ -451,7 +461,8 @@ static int loop_setup(agent_t *a)
         return 1;
     }
     for (int i = 0; i < a->nworkers; i++)
-        a->workers[i].out.fd = a->workers[i].err.fd = a->workers[i].log_fd = -1;
+        a->workers[i].out.fd = a->workers[i].err.fd = a->workers[i].log_fd = a->workers[i].log.fd =
+            -1;
     int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(sigs); i++) {
         a->sig_ev[a->nsig] = evsignal_new(a->base, sigs[i], on_signal, a);
@@ -571,12 +582,20 @@ int msr_agent_run(msr_options_t *o)
         return 2;
     }
     int rc = 2;
-    if (o->log_dir && msr_log_dir_open(o->log_dir, &a.log_dir_fd) != MSR_OK) {
+    msr_output_init(&a.output, o->tag_output, o->timestamps);
+    if (job_identity(&a) != 0)
+        goto out_devnull;
+    /* each run writes into a directory of its own: <log_dir>/<job id> */
+    char run[256];
+    if (o->log_dir &&
+        msr_log_run_dir_open(o->log_dir, a.job_id, &a.log_dir_fd, run, sizeof run) != MSR_OK) {
         fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
         goto out_devnull;
     }
-    if (job_identity(&a) != 0)
-        goto out_devnull;
+    if (o->log_dir) {
+        snprintf(a.log_run_dir, sizeof a.log_run_dir, "%s/%s", o->log_dir, run);
+        MSR_INFO("logs in %s", a.log_run_dir);
+    }
     /* Block nothing, ignore SIGPIPE (a closed terminal must not kill msrun). */
     signal(SIGPIPE, SIG_IGN);
     /* The job's private directory holds the proxy's socket and the embedded

@@ -41,7 +41,9 @@ typedef struct agent {
     msr_proxy_t *proxy;
     char job_dir[240]; /* 0700, holds the proxy's socket */
     char socket_path[280];
-    int log_dir_fd; /* --log_dir, checked and opened once; -1 without */
+    int log_dir_fd; /* this run's directory in --log_dir, made and opened once; -1 without */
+    char log_run_dir[4400]; /* its path, for messages */
+    msr_output_t output;    /* the terminal, shared by the workers' output */
     char node_id[64];
     char host[64]; /* where peers reach this node */
     int free_port;

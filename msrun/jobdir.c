@@ -205,3 +205,133 @@ msr_status_t msr_error_file_write_ok(const char *path, const char *job_id, doubl
     msr_buf_cleanup(&b);
     return st;
 }
+
+msr_status_t msr_log_run_dir_open(const char *dir, const char *job_id, int *fd_p, char *name,
+                                  size_t len)
+{
+    int top;
+    msr_status_t st = msr_log_dir_open(dir, &top);
+    if (st != MSR_OK)
+        return st;
+    /* the job id as a file name: no '/', no leading '.' */
+    char base[200];
+    size_t n = 0;
+    for (const char *c = job_id; *c && n < sizeof base - 1; c++) {
+        int keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                   (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || (*c == '.' && n > 0);
+        base[n++] = keep ? *c : '_';
+    }
+    base[n] = '\0';
+    char run[240];
+    int made = 0;
+    for (int k = 0; k < MSR_LOG_RUN_DIRS_MAX && !made; k++) {
+        if (k == 0)
+            snprintf(run, sizeof run, "%s", base);
+        else
+            snprintf(run, sizeof run, "%s.%d", base, k);
+        if (mkdirat(top, run, 0700) == 0)
+            made = 1;
+        else if (errno != EEXIST) {
+            st = msr_err(MSR_ERR_IO, "cannot create %s/%s: %s", dir, run, strerror(errno));
+            goto err_top;
+        }
+    }
+    if (!made) {
+        st = msr_err(MSR_ERR_IO,
+                     "cannot create a directory for this run in log_dir %s: %s and "
+                     "%d more like it exist",
+                     dir, base, MSR_LOG_RUN_DIRS_MAX - 1);
+        goto err_top;
+    }
+    int fd = openat(top, run, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        st = msr_err(MSR_ERR_IO, "cannot open %s/%s: %s", dir, run, strerror(errno));
+        goto err_top;
+    }
+    /* latest -> run, replaced in one step; a "latest" that is not a link
+     * is the user's and stays */
+    struct stat sb;
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".latest.%d", (int)getpid());
+    unlinkat(top, tmp, 0);
+    if (fstatat(top, "latest", &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISLNK(sb.st_mode)) {
+        MSR_DEBUG("%s/latest is not a symbolic link: left as it is", dir);
+    } else if (symlinkat(run, top, tmp) != 0 || renameat(top, tmp, top, "latest") != 0) {
+        MSR_DEBUG("cannot point %s/latest at %s: %s", dir, run, strerror(errno));
+        unlinkat(top, tmp, 0);
+    }
+    close(top);
+    snprintf(name, len, "%s", run);
+    *fd_p = fd;
+    return MSR_OK;
+
+err_top:
+    close(top);
+    return st;
+}
+
+msr_status_t msr_log_name_format(const char *pattern, int rank, int local_rank, int node_rank,
+                                 const char *host, char *buf, size_t len)
+{
+    static const char *const keys[] = {"rank", "local_rank", "node_rank", "hostname", "ip"};
+    msr_buf_t b = MSR_BUF_INIT;
+    msr_status_t st = MSR_OK;
+    int has_rank = 0;
+    char hostname[256] = "";
+    if (pattern == NULL)
+        pattern = "worker_{rank}.log";
+    for (const char *p = pattern; *p; p++) {
+        if (*p != '{') {
+            msr_buf_append(&b, p, 1);
+            continue;
+        }
+        const char *end = strchr(p, '}');
+        size_t k = 0, n = end ? (size_t)(end - p - 1) : 0;
+        while (k < MSR_ARRAY_SIZE(keys) && (strlen(keys[k]) != n || strncmp(p + 1, keys[k], n)))
+            k++;
+        if (end == NULL || k == MSR_ARRAY_SIZE(keys)) {
+            st = msr_err(MSR_ERR_INVALID_ARG,
+                         "worker_log_name '%s': unknown placeholder at '%.20s' (known: {rank}, "
+                         "{local_rank}, {node_rank}, {hostname}, {ip})",
+                         pattern, p);
+            goto out;
+        }
+        switch (k) {
+        case 0:
+            msr_buf_printf(&b, "%d", rank);
+            has_rank = 1;
+            break;
+        case 1:
+            msr_buf_printf(&b, "%d", local_rank);
+            has_rank = 1;
+            break;
+        case 2:
+            msr_buf_printf(&b, "%d", node_rank);
+            break;
+        case 3:
+            if (hostname[0] == '\0' && gethostname(hostname, sizeof hostname - 1) != 0)
+                snprintf(hostname, sizeof hostname, "localhost");
+            msr_buf_printf(&b, "%s", hostname);
+            break;
+        default:
+            msr_buf_printf(&b, "%s", host ? host : "");
+            break;
+        }
+        p = end;
+    }
+    /* MindSpore's pattern names no rank: it gets "_<rank>.log", as there */
+    if (!has_rank)
+        msr_buf_printf(&b, "_%d.log", rank);
+    if (b.len == 0 || b.len >= len || memchr(b.data, '/', b.len) || strcmp(b.data, ".") == 0 ||
+        strcmp(b.data, "..") == 0) {
+        st = msr_err(MSR_ERR_INVALID_ARG,
+                     "worker_log_name '%s' gives '%s', which is not a file name of at most %zu "
+                     "bytes",
+                     pattern, b.data ? b.data : "", len - 1);
+        goto out;
+    }
+    snprintf(buf, len, "%s", b.data);
+out:
+    msr_buf_cleanup(&b);
+    return st;
+}

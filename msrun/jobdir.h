@@ -16,6 +16,30 @@
  * advance, say) could read, replace or redirect the logs. */
 msr_status_t msr_log_dir_open(const char *dir, int *fd_p);
 
+/* How many runs of one job id a log directory holds: <job>, <job>.1 ...
+ * <job>.(MSR_LOG_RUN_DIRS_MAX - 1). */
+#define MSR_LOG_RUN_DIRS_MAX 10000
+
+/* Makes this run's own directory in the log directory dir (opened and
+ * checked by msr_log_dir_open): <dir>/<job_id>, or <job_id>.1, .2 ... when
+ * an earlier run has that name (a run never writes into an earlier run's
+ * files), mode 0700, and points the symbolic link <dir>/latest at it (a
+ * "latest" that is not a symbolic link is left alone). Characters of the
+ * job id other than letters, digits, '-', '_' and a '.' that does not
+ * start it become '_'. On success *fd_p is the run's directory and name
+ * (len) its name in dir. */
+msr_status_t msr_log_run_dir_open(const char *dir, const char *job_id, int *fd_p, char *name,
+                                  size_t len);
+
+/* The name of a worker's log file from --worker_log_name's pattern (NULL:
+ * "worker_{rank}.log"): {rank}, {local_rank}, {node_rank}, {hostname} and
+ * {ip} (host) are replaced; a pattern with neither {rank} nor {local_rank}
+ * gets "_<rank>.log" appended, as MindSpore's msrun does. Refuses
+ * (MSR_ERR_INVALID_ARG) an unknown placeholder and a result that is not a
+ * plain file name that fits len. */
+msr_status_t msr_log_name_format(const char *pattern, int rank, int local_rank, int node_rank,
+                                 const char *host, char *buf, size_t len);
+
 /* Creates the job's private directory <tmp>/msrun-<uid>/<job>-<pid> (both
  * 0700, so only this user reaches the proxy's socket) into dir, after
  * removing the directories of msrun processes that are gone. */

@@ -17,7 +17,9 @@
 #include "base/status.h"
 #include "base/util.h"
 #include "msrun/cpus.h"
+#include "msrun/jobdir.h"
 #include "msrun/token.h"
+#include "msrun/workers.h"
 
 #define D(field) MSR_OPT_DEST(msr_options_t, field)
 
@@ -132,6 +134,38 @@ static const msr_opt_t opt_defs[] = {
      .def = "all", .metavar = "LIST",
      .help = "only these global ranks' output reaches the terminal, e.g. 0 or 0,2-3 (log files "
              "get all)."},
+    {.name = "tail_worker_log", .kind = MSR_OPT_STRING, .env = "MSRUN_TAIL_WORKER_LOG",
+     .dest = D(tail_worker_log), .def = "-1", .metavar = "LIST",
+     .help = "MindSpore's name for show_ranks: these global ranks' output reaches the terminal, "
+             "-1 for all. Given with show_ranks, a rank is shown when both lists hold it."},
+    {.name = "tag_output", .kind = MSR_OPT_BOOL, .env = "MSRUN_TAG_OUTPUT", .dest = D(tag_output),
+     .def = "true", .metavar = "BOOL",
+     .help = "start each line on the terminal with \"[node N rank R] \" (--tag_output=0: the "
+             "workers' output as they wrote it)."},
+    {.name = "timestamps", .kind = MSR_OPT_BOOL, .env = "MSRUN_TIMESTAMPS", .dest = D(timestamps),
+     .def = "false", .metavar = "BOOL",
+     .help = "start each line, on the terminal and in the log files, with the time msrun read "
+             "it: ISO 8601, UTC, milliseconds (2026-11-24T18:30:01.123Z)."},
+    {.name = "redirects", .aliases = {"r"}, .kind = MSR_OPT_STRING, .env = "MSRUN_REDIRECTS",
+     .dest = D(redirects), .metavar = "STD",
+     .help = "torchrun's: these streams go to the log file only, not to the terminal: 0 none, "
+             "1 stdout, 2 stderr, 3 both; one value for every worker or per local rank, e.g. "
+             "0:3,1:1 (ranks not named: 0). Needs log_dir."},
+    {.name = "tee", .aliases = {"t"}, .kind = MSR_OPT_STRING, .env = "MSRUN_TEE", .dest = D(tee),
+     .metavar = "STD",
+     .help = "torchrun's: these streams go to the log file and the terminal (values as for "
+             "redirects). Without tee and redirects, log_dir gets both streams of every worker; "
+             "with either, only the streams they name."},
+    {.name = "worker_log_name", .kind = MSR_OPT_STRING, .env = "MSRUN_WORKER_LOG_NAME",
+     .dest = D(worker_log_name), .def = "worker_{rank}.log", .metavar = "PATTERN",
+     .help = "the log file's name in the run's log directory: {rank}, {local_rank}, {node_rank}, "
+             "{hostname} and {ip} are replaced; a pattern without {rank} or {local_rank} gets "
+             "_<rank>.log appended (MindSpore's msrun)."},
+    {.name = "pty", .kind = MSR_OPT_BOOL, .env = "MSRUN_PTY", .dest = D(pty), .def = "false",
+     .metavar = "BOOL",
+     .help = "give each worker a pseudo-terminal as stdout and stderr (merged into one stream, "
+             "as on a terminal; its stdout values of tee and redirects apply), for programs that "
+             "flush or draw progress only on a terminal."},
     {.name = "module", .aliases = {"m"}, .kind = MSR_OPT_BOOL, .dest = D(module), .def = "false",
      .help = "PROGRAM is a Python module: run it as python -m PROGRAM (torchrun's -m)."},
     {.name = "no_python", .kind = MSR_OPT_BOOL, .env = "MSRUN_NO_PYTHON", .dest = D(no_python),
@@ -372,9 +406,130 @@ static int parse_rank_list(const char *s, int rank, int *valid, long *top_p)
 int msr_options_show_rank(const msr_options_t *o, int rank)
 {
     int valid;
+    if (o->tail_worker_log && strcmp(o->tail_worker_log, "-1") != 0 &&
+        !parse_rank_list(o->tail_worker_log, rank, &valid, NULL))
+        return 0;
     if (o->show_ranks == NULL || strcmp(o->show_ranks, "all") == 0)
         return 1;
     return parse_rank_list(o->show_ranks, rank, &valid, NULL);
+}
+
+/* A --tee or --redirects value (torchrun's): "N" for every worker, or
+ * "L:N,L:N..." per local rank (others 0), N in 0..3. *value_p gets
+ * local_rank's, *top_p (may be NULL) the largest local rank named. Returns
+ * 0, or -1 if s is malformed. */
+static int parse_std_spec(const char *s, int local_rank, int *value_p, long *top_p)
+{
+    *value_p = 0;
+    if (top_p)
+        *top_p = -1;
+    if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') {
+        *value_p = s[0] - '0';
+        return 0;
+    }
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long l = strtol(p, &end, 10);
+        if (end == p || l < 0 || errno || *end != ':' || end[1] < '0' || end[1] > '3' ||
+            (end[2] != ',' && end[2] != '\0') || (end[2] == ',' && end[3] == '\0'))
+            return -1;
+        if (l == local_rank)
+            *value_p = end[1] - '0';
+        if (top_p && l > *top_p)
+            *top_p = l;
+        p = end + 2;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+void msr_options_streams(const msr_options_t *o, int local_rank, int *file_p, int *off_p)
+{
+    int tee = 0, redir = 0;
+    *file_p = *off_p = 0;
+    if (o->log_dir == NULL)
+        return;
+    if (o->tee == NULL && o->redirects == NULL) {
+        *file_p = MSR_STD_OUT | MSR_STD_ERR;
+        return;
+    }
+    if (o->tee)
+        parse_std_spec(o->tee, local_rank, &tee, NULL);
+    if (o->redirects)
+        parse_std_spec(o->redirects, local_rank, &redir, NULL);
+    *file_p = tee | redir;
+    *off_p = redir & ~tee;
+}
+
+/* Checks --tee and --redirects (name) against the node's workers. */
+static int check_std_spec(const msr_options_t *o, const char *name, const char *value)
+{
+    int v;
+    long top;
+    if (value == NULL)
+        return 0;
+    if (parse_std_spec(value, 0, &v, &top) != 0) {
+        opt_error("--%s=%s: give 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local "
+                  "rank like 0:3,1:1",
+                  name, value);
+        return -1;
+    }
+    if (top >= o->local_worker_num) {
+        opt_error("--%s=%s: local rank %ld is out of range (this node has %d worker%s)", name,
+                  value, top, o->local_worker_num, o->local_worker_num == 1 ? "" : "s");
+        return -1;
+    }
+    if (o->log_dir == NULL) {
+        opt_error("--%s needs --log_dir: the streams it names are written to log files there",
+                  name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks a list of global ranks (--show_ranks, --tail_worker_log). */
+static int check_rank_list(const msr_options_t *o, const char *name, const char *list)
+{
+    int valid;
+    long top;
+    parse_rank_list(list, 0, &valid, &top);
+    if (!valid) {
+        opt_error("--%s=%s is not a list like 0,2-3", name, list);
+        return -1;
+    }
+    /* the most ranks the job can have (an elastic job at its largest) */
+    long world = o->worker_num;
+    if (o->max_nodes > 0 && (long)o->max_nodes * o->local_worker_num > world)
+        world = (long)o->max_nodes * o->local_worker_num;
+    if (top >= world) {
+        opt_error("--%s=%s: rank %ld is out of range (the job has %ld rank%s)", name, list, top,
+                  world, world == 1 ? "" : "s");
+        return -1;
+    }
+    return 0;
+}
+
+/* The output and log options. */
+static int check_output(const msr_options_t *o)
+{
+    if (o->show_ranks && strcmp(o->show_ranks, "all") != 0 &&
+        check_rank_list(o, "show_ranks", o->show_ranks) != 0)
+        return -1;
+    if (o->tail_worker_log && strcmp(o->tail_worker_log, "-1") != 0 &&
+        check_rank_list(o, "tail_worker_log", o->tail_worker_log) != 0)
+        return -1;
+    if (check_std_spec(o, "redirects", o->redirects) != 0 || check_std_spec(o, "tee", o->tee) != 0)
+        return -1;
+    char name[256];
+    if (o->worker_log_name && msr_log_name_format(o->worker_log_name, 0, 0, 0, "127.0.0.1", name,
+                                                  sizeof name) != MSR_OK) {
+        opt_error("%s", msr_err_msg());
+        return -1;
+    }
+    return 0;
 }
 
 void msr_options_usage(FILE *out)
@@ -441,6 +596,7 @@ static void defaults(msr_options_t *o)
     o->coordinator_timeout_ms = 30000;
     o->last_call_ms = 1000;
     o->log_level = MSR_LOG_INFO;
+    o->tag_output = 1;
 }
 
 /* Worker counts and node counts: derives what was not given and checks
@@ -524,24 +680,8 @@ static int check_rest(msr_options_t *o)
         opt_error("master_port 0 is only valid for a standalone job");
         return 2;
     }
-    if (o->show_ranks && strcmp(o->show_ranks, "all") != 0) {
-        int valid;
-        long top;
-        parse_rank_list(o->show_ranks, 0, &valid, &top);
-        if (!valid) {
-            opt_error("--show_ranks=%s is not a list like 0,2-3", o->show_ranks);
-            return 2;
-        }
-        /* the most ranks the job can have (an elastic job at its largest) */
-        long world = o->worker_num;
-        if (o->max_nodes > 0 && (long)o->max_nodes * o->local_worker_num > world)
-            world = (long)o->max_nodes * o->local_worker_num;
-        if (top >= world) {
-            opt_error("--show_ranks=%s: rank %ld is out of range (the job has %ld rank%s)",
-                      o->show_ranks, top, world, world == 1 ? "" : "s");
-            return 2;
-        }
-    }
+    if (check_output(o) != 0)
+        return 2;
     if (!o->join) {
         opt_error("--join=false (exit once the workers are started) is not supported: msrun "
                   "stays and supervises its workers");

@@ -52,6 +52,11 @@ typedef struct msr_options {
     int64_t worker_timeout_ms;      /* 0: hangs are not watched */
     char *error_file;
     char *show_ranks; /* NULL: all ranks reach the terminal */
+    /* output and logs */
+    char *tail_worker_log; /* "-1" or NULL: all ranks (MindSpore's show_ranks) */
+    int tag_output, timestamps, pty;
+    char *tee, *redirects; /* "N" or "LOCAL:N,..." (torchrun); NULL: not given */
+    char *worker_log_name; /* NULL: worker_{rank}.log */
     int log_level;
     /* the coordinator's store limits; 0: its defaults */
     int64_t store_value_max, store_keys_max, store_bytes_max;
@@ -86,7 +91,13 @@ void msr_options_usage(FILE *out);
  * prints why and returns 2. */
 int msr_options_need_token(const char *prog, char **token_p, const char *token_file);
 
-/* Whether global rank r passes the --show_ranks filter. */
+/* Whether global rank r passes the --show_ranks and --tail_worker_log
+ * filters. */
 int msr_options_show_rank(const msr_options_t *opts, int rank);
+
+/* Where worker local_rank's streams go (MSR_STD_OUT, MSR_STD_ERR bits):
+ * *file_p those written to its log file (none without --log_dir), *off_p
+ * those kept off the terminal (--redirects without --tee). */
+void msr_options_streams(const msr_options_t *opts, int local_rank, int *file_p, int *off_p);
 
 #endif

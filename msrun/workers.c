@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,7 +12,10 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -24,9 +28,32 @@
 
 extern char **environ;
 
-#define LINE_MAX_BYTES 65536
-
 /* ---- output ---- */
+
+void msr_iso_time(double t, char *buf, size_t len)
+{
+    time_t secs = (time_t)t;
+    int ms = (int)((t - (double)secs) * 1000);
+    if (ms > 999)
+        ms = 999;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char day[24];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%03dZ", day, ms);
+}
+
+void msr_output_init(msr_output_t *out, int tag, int timestamps)
+{
+    memset(out, 0, sizeof *out);
+    out->term[0].fd = STDOUT_FILENO;
+    out->term[1].fd = STDERR_FILENO;
+    out->tag = tag;
+    out->timestamps = timestamps;
+    struct stat a, b;
+    out->same_file = fstat(STDOUT_FILENO, &a) == 0 && fstat(STDERR_FILENO, &b) == 0 &&
+                     a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 
 static void tail_push(msr_worker_t *w, const char *line, size_t len)
 {
@@ -42,53 +69,208 @@ static void tail_push(msr_worker_t *w, const char *line, size_t len)
         w->tail_count++;
 }
 
-/* Writes the complete lines of data (plus the final fragment when flush is
- * set) with the worker's prefix, in one write per call. Returns the bytes
- * consumed. */
-static size_t emit_lines(msr_stream_t *s, const char *data, size_t len, int flush)
+/* What one read of a stream writes: a buffer for each sink it feeds, so
+ * each gets one write per read. */
+typedef struct emit {
+    msr_stream_t *s;
+    struct {
+        msr_sink_t *sink; /* NULL: the stream does not go there */
+        msr_buf_t buf;
+        int tag; /* the sink's lines carry the worker's tag */
+    } to[2];
+    char stamp[40]; /* "<time> " with --timestamps, else "" */
+} emit_t;
+
+/* The sink that holds the owner of fd's line (stdout and stderr share one
+ * when they are the same file). */
+static msr_sink_t *owner_sink(msr_output_t *o, msr_sink_t *k)
+{
+    return o->same_file && k == &o->term[1] ? &o->term[0] : k;
+}
+
+static void emit_init(emit_t *e, msr_stream_t *s)
 {
     msr_worker_t *w = s->worker;
-    msr_buf_t out = MSR_BUF_INIT;
-    size_t used = 0;
-    while (used < len) {
-        const char *nl = memchr(data + used, '\n', len - used);
-        size_t line_len;
-        int complete = nl != NULL;
-        if (complete) {
-            line_len = (size_t)(nl - (data + used));
-        } else if (flush || len - used >= LINE_MAX_BYTES) {
-            line_len = len - used;
-        } else {
+    memset(e, 0, sizeof *e);
+    e->s = s;
+    if (s->to_term) {
+        e->to[0].sink = &w->output->term[s->is_err ? 1 : 0];
+        e->to[0].tag = 1;
+    }
+    if (s->to_file && w->log_fd >= 0)
+        e->to[1].sink = &w->log;
+    if (w->output->timestamps) {
+        msr_iso_time(msr_wall_time(), e->stamp, sizeof e->stamp - 1);
+        strcat(e->stamp, " ");
+    }
+}
+
+static void emit_prefix(emit_t *e, msr_buf_t *b, int tag)
+{
+    msr_worker_t *w = e->s->worker;
+    msr_buf_append(b, e->stamp, strlen(e->stamp));
+    if (tag)
+        msr_buf_append(b, w->prefix, (size_t)w->prefix_len);
+}
+
+/* Makes the sink ready for a piece of s's current line: ends another
+ * stream's line there (or writes over it, when both are progress lines),
+ * starts s's line with its prefix, or starts it again after a carriage
+ * return. A continuation of a line that another stream cut in two is
+ * marked "..." after the prefix. */
+static void sink_begin(emit_t *e, int i)
+{
+    msr_stream_t *s = e->s;
+    msr_sink_t *k = owner_sink(s->worker->output, e->to[i].sink);
+    msr_buf_t *b = &e->to[i].buf;
+    msr_stream_t *o = k->owner;
+    if (o == s) {
+        if (s->cr_pending) {
+            msr_buf_append(b, "\r", 1);
+            emit_prefix(e, b, e->to[i].tag);
+        }
+        return;
+    }
+    if (o != NULL)
+        msr_buf_append(b, s->cr_pending && o->cr ? "\r" : "\n", 1);
+    emit_prefix(e, b, e->to[i].tag);
+    if (s->in_line && !s->cr_pending)
+        msr_buf_append(b, "...", 3);
+    k->owner = s;
+}
+
+/* A piece of the current line (no '\n' or '\r' in it). */
+static void emit_piece(emit_t *e, const char *text, size_t len)
+{
+    msr_stream_t *s = e->s;
+    for (int i = 0; i < 2; i++) {
+        if (e->to[i].sink == NULL)
+            continue;
+        sink_begin(e, i);
+        msr_buf_append(&e->to[i].buf, text, len);
+    }
+    size_t room = sizeof s->seg - s->seg_len;
+    if (len > room)
+        s->seg_whole = 0;
+    memcpy(s->seg + s->seg_len, text, len < room ? len : room);
+    s->seg_len += len < room ? len : room;
+    s->in_line = 1;
+    s->cr_pending = 0;
+}
+
+/* A carriage return: what follows starts the line again. */
+static void emit_carriage(emit_t *e)
+{
+    msr_stream_t *s = e->s;
+    s->cr = 1;
+    s->cr_pending = 1;
+    s->seg_len = 0;
+    s->seg_whole = 1;
+}
+
+/* The end of the line. */
+static void emit_line_end(emit_t *e)
+{
+    msr_stream_t *s = e->s;
+    for (int i = 0; i < 2; i++) {
+        if (e->to[i].sink == NULL)
+            continue;
+        msr_sink_t *k = owner_sink(s->worker->output, e->to[i].sink);
+        msr_buf_t *b = &e->to[i].buf;
+        if (k->owner == s || !s->in_line) {
+            /* an empty line, or the end of s's open one */
+            int was_open = k->owner == s;
+            s->cr_pending = 0;
+            if (!was_open)
+                sink_begin(e, i);
+            msr_buf_append(b, "\n", 1);
+            k->owner = NULL;
+        } else if (s->cr && !s->cr_pending && s->seg_whole) {
+            /* another stream wrote over this progress line: show its last
+             * state once more, on a line of its own */
+            s->cr_pending = 1;
+            sink_begin(e, i);
+            s->cr_pending = 0;
+            msr_buf_append(b, s->seg, s->seg_len);
+            msr_buf_append(b, "\n", 1);
+            k->owner = NULL;
+        }
+        /* else its first part is there, ended by another stream's line */
+    }
+    if (s->keep_tail)
+        tail_push(s->worker, s->seg, s->seg_len);
+    s->in_line = s->cr = s->cr_pending = 0;
+    s->seg_len = 0;
+    s->seg_whole = 1;
+}
+
+static void emit_flush(emit_t *e)
+{
+    for (int i = 0; i < 2; i++) {
+        if (e->to[i].buf.len)
+            msr_write_all(e->to[i].sink->fd, e->to[i].buf.data, e->to[i].buf.len);
+        msr_buf_cleanup(&e->to[i].buf);
+    }
+}
+
+/* Forwards what data holds (plus everything when flush is set): complete
+ * lines with the prefix; a progress line (one with '\r') piece by piece as
+ * it comes; a line longer than MSR_LINE_HOLD_MAX without waiting for its
+ * end. "\r\n" ends a line as "\n" does. Returns the bytes consumed; the
+ * rest (an unfinished line, or a last '\r') waits for more. */
+static size_t emit_data(msr_stream_t *s, const char *data, size_t len, int flush)
+{
+    emit_t e;
+    emit_init(&e, s);
+    size_t i = 0;
+    while (i < len) {
+        const char *p = data + i;
+        size_t n = len - i, j = 0;
+        while (j < n && p[j] != '\n' && p[j] != '\r')
+            j++;
+        if (j == n) {
+            if (!s->cr && !s->in_line && !flush && n < MSR_LINE_HOLD_MAX)
+                break; /* an unfinished line: wait for its end */
+            emit_piece(&e, p, n);
+            i = len;
             break;
         }
-        const char *line = data + used;
-        if (s->is_err)
-            tail_push(w, line, line_len);
-        if (w->show) {
-            msr_buf_append(&out, w->prefix, (size_t)w->prefix_len);
-            msr_buf_append(&out, line, line_len);
-            msr_buf_append(&out, "\n", 1);
+        if (j > 0)
+            emit_piece(&e, p, j);
+        if (p[j] == '\n') {
+            emit_line_end(&e);
+            i += j + 1;
+        } else if (j + 1 == n && !flush) {
+            i += j; /* a last '\r': "\r\n" or a new start? */
+            break;
+        } else if (j + 1 < n && p[j + 1] == '\n') {
+            emit_line_end(&e);
+            i += j + 2;
+        } else {
+            emit_carriage(&e);
+            i += j + 1;
         }
-        if (w->log_fd >= 0) {
-            msr_write_all(w->log_fd, line, line_len);
-            msr_write_all(w->log_fd, "\n", 1);
-        }
-        used += line_len + (complete ? 1 : 0);
     }
-    if (out.len)
-        msr_write_all(s->is_err ? STDERR_FILENO : STDOUT_FILENO, out.data, out.len);
-    msr_buf_cleanup(&out);
-    return used;
+    if (flush && s->in_line)
+        emit_line_end(&e);
+    emit_flush(&e);
+    return i;
 }
 
 static void stream_close(msr_stream_t *s)
 {
     if (s->fd < 0)
         return;
-    if (s->partial.len) {
-        emit_lines(s, s->partial.data, s->partial.len, 1);
+    if (s->partial.len || s->in_line) {
+        emit_data(s, s->partial.data ? s->partial.data : "", s->partial.len, 1);
         msr_buf_clear(&s->partial);
     }
+    msr_output_t *o = s->worker->output;
+    for (int i = 0; i < 2; i++)
+        if (o->term[i].owner == s)
+            o->term[i].owner = NULL;
+    if (s->worker->log.owner == s)
+        s->worker->log.owner = NULL;
     if (s->ev) {
         event_free(s->ev);
         s->ev = NULL;
@@ -97,7 +279,8 @@ static void stream_close(msr_stream_t *s)
     s->fd = -1;
 }
 
-/* Reads what is available; returns 0 at end of file or error, 1 otherwise. */
+/* Reads what is available; returns 0 at end of file or error (a
+ * pseudo-terminal's EIO once the worker's side is closed), 1 otherwise. */
 static int stream_read(msr_stream_t *s)
 {
     char chunk[16384];
@@ -110,12 +293,12 @@ static int stream_read(msr_stream_t *s)
         if (n <= 0)
             return 0;
         if (s->partial.len == 0) {
-            size_t used = emit_lines(s, chunk, (size_t)n, 0);
+            size_t used = emit_data(s, chunk, (size_t)n, 0);
             if (used < (size_t)n)
                 msr_buf_append(&s->partial, chunk + used, (size_t)n - used);
         } else {
             msr_buf_append(&s->partial, chunk, (size_t)n);
-            size_t used = emit_lines(s, s->partial.data, s->partial.len, 0);
+            size_t used = emit_data(s, s->partial.data, s->partial.len, 0);
             msr_buf_consume(&s->partial, used);
         }
     }
@@ -131,6 +314,23 @@ static void on_stream(evutil_socket_t fd, short what, void *arg)
         stream_close(s);
 }
 
+/* A pseudo-terminal: read until its end (EIO), at most MSR_PTY_DRAIN_MS. */
+static void pty_drain(msr_stream_t *s)
+{
+    uint64_t until = msr_now_ns() + (uint64_t)MSR_PTY_DRAIN_MS * 1000000;
+    for (;;) {
+        if (!stream_read(s))
+            return;
+        uint64_t now = msr_now_ns();
+        if (now >= until)
+            return;
+        struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+        int left_ms = (int)((until - now + 999999) / 1000000);
+        if (poll(&pfd, 1, left_ms) == 0)
+            return;
+    }
+}
+
 void msr_worker_drain(msr_worker_t *w)
 {
     msr_stream_t *streams[2] = {&w->out, &w->err};
@@ -140,7 +340,10 @@ void msr_worker_drain(msr_worker_t *w)
             continue;
         /* The process is gone; a grandchild may still hold the pipe, so read
          * only what is there now. */
-        stream_read(s);
+        if (w->pty && i == 0)
+            pty_drain(s);
+        else
+            stream_read(s);
         stream_close(s);
     }
 }
@@ -293,6 +496,7 @@ static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_b
     s->worker = w;
     s->fd = fd;
     s->is_err = is_err;
+    s->seg_whole = 1;
     msr_fd_set_nonblock(fd, 1);
     s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_stream, s);
     if (s->ev == NULL || event_add(s->ev, NULL) != 0)
@@ -300,14 +504,13 @@ static msr_status_t stream_open(msr_stream_t *s, msr_worker_t *w, struct event_b
     return MSR_OK;
 }
 
-/* Opens worker w's log file in --log_dir: this user's only (0600), and
- * never through a symbolic link planted in the log's place (O_NOFOLLOW
- * refuses it: ELOOP). */
-static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e)
+/* Opens worker w's log file in the run's log directory: this user's only
+ * (0600), and never through a symbolic link planted in the log's place
+ * (O_NOFOLLOW refuses it: ELOOP). A restart appends to the file of this
+ * run; every generation's start is marked in it. */
+static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e, const char *name)
 {
-    char name[64];
     struct stat sb;
-    snprintf(name, sizeof name, "worker_%d.log", w->rank);
     w->log_fd = openat(e->log_dir_fd, name,
                        O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (w->log_fd < 0) {
@@ -322,16 +525,58 @@ static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e)
         return MSR_ERR_SYSTEM;
     }
     msr_fd_set_nonblock(w->log_fd, 0);
-    if (e->generation > 0) {
-        char line[80];
-        int n = snprintf(line, sizeof line, "---- msrun: generation %d ----\n", e->generation);
-        msr_write_all(w->log_fd, line, (size_t)n);
+    w->log.fd = w->log_fd;
+    char when[40], line[200];
+    msr_iso_time(msr_wall_time(), when, sizeof when);
+    int n;
+    if (e->restart_count > 0)
+        n = snprintf(line, sizeof line,
+                     "=== msrun: generation %d started %s (restart %d of %d) ===\n", e->generation,
+                     when, e->restart_count, e->max_restarts);
+    else
+        n = snprintf(line, sizeof line, "=== msrun: generation %d started %s ===\n", e->generation,
+                     when);
+    msr_write_all(w->log_fd, line, (size_t)n);
+    return MSR_OK;
+}
+
+/* A pseudo-terminal for a worker's stdout and stderr: msrun keeps the
+ * master (*master_p), the worker gets the other side (*slave_p), which does
+ * not become its controlling terminal (O_NOCTTY, and the worker makes no
+ * session), so the worker stays in the process group msrun signals. '\n'
+ * is not turned into "\r\n", and the window is msrun's terminal's, when it
+ * has one. */
+static msr_status_t pty_open(int *master_p, int *slave_p)
+{
+    char name[128];
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), s = -1;
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0 || ptsname_r(m, name, sizeof name) != 0 ||
+        (s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        msr_err_set("cannot open a pseudo-terminal: %s", strerror(errno));
+        if (m >= 0)
+            close(m);
+        return MSR_ERR_SYSTEM;
     }
+    struct termios t;
+    if (tcgetattr(s, &t) == 0) {
+        t.c_oflag &= ~(tcflag_t)ONLCR;
+        tcsetattr(s, TCSANOW, &t);
+    }
+    struct winsize ws;
+    int fds[3] = {STDOUT_FILENO, STDERR_FILENO, STDIN_FILENO};
+    for (int i = 0; i < 3; i++) {
+        if (ioctl(fds[i], TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+            ioctl(m, TIOCSWINSZ, &ws);
+            break;
+        }
+    }
+    *master_p = m;
+    *slave_p = s;
     return MSR_OK;
 }
 
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *e,
-                              int local_rank, int show)
+                              int local_rank, const msr_worker_io_t *io)
 {
     msr_status_t st = MSR_ERR_SYSTEM;
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
@@ -339,24 +584,31 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     w->local_rank = local_rank;
     w->rank = e->rank_offset + local_rank;
     w->out.fd = w->err.fd = -1;
-    w->log_fd = -1;
-    w->show = show;
-    w->prefix_len =
-        snprintf(w->prefix, sizeof w->prefix, "[node %d rank %d] ", e->node_rank, w->rank);
+    w->log_fd = w->log.fd = -1;
+    w->output = e->output;
+    w->pty = e->pty;
+    if (e->output->tag)
+        w->prefix_len =
+            snprintf(w->prefix, sizeof w->prefix, "[node %d rank %d] ", e->node_rank, w->rank);
     char **envp = build_env(e, local_rank);
     if (envp == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
-    if (e->log_dir && open_worker_log(w, e) != MSR_OK)
+    if (e->log_dir && io->file && io->log_name[0] && open_worker_log(w, e, io->log_name) != MSR_OK)
         goto err_env;
-    if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
+    if (e->pty) {
+        /* one stream, as on a terminal: both ends in outp, errp unused */
+        if (pty_open(&outp[0], &outp[1]) != MSR_OK)
+            goto err_pipes;
+    } else if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
         msr_err_set("pipe: %s", strerror(errno));
         goto err_pipes;
     }
+    int err_fd = e->pty ? outp[1] : errp[1];
     msr_spawn_options_t so = {
         .path = e->path,
         .argv = e->argv,
         .envp = envp,
-        .stdio = {{MSR_SPAWN_FD, e->devnull}, {MSR_SPAWN_FD, outp[1]}, {MSR_SPAWN_FD, errp[1]}},
+        .stdio = {{MSR_SPAWN_FD, e->devnull}, {MSR_SPAWN_FD, outp[1]}, {MSR_SPAWN_FD, err_fd}},
         .extra_fd = -1,
         .new_group = 1,
         .death_signal = SIGKILL,
@@ -365,7 +617,8 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     pid_t pid;
     st = msr_spawn(&so, &pid);
     close(outp[1]);
-    close(errp[1]);
+    if (errp[1] >= 0)
+        close(errp[1]);
     outp[1] = errp[1] = -1;
     free_env(envp);
     envp = NULL;
@@ -374,14 +627,21 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     w->pid = pid;
     w->running = 1;
     if (stream_open(&w->out, w, base, outp[0], 0) != MSR_OK ||
-        stream_open(&w->err, w, base, errp[0], 1) != MSR_OK) {
+        (!e->pty && stream_open(&w->err, w, base, errp[0], 1) != MSR_OK)) {
         msr_err_set("cannot watch the output of rank %d", w->rank);
         if (w->out.fd < 0)
             close(outp[0]);
-        if (w->err.fd < 0)
+        if (w->err.fd < 0 && errp[0] >= 0)
             close(errp[0]);
         return MSR_ERR_NO_MEMORY;
     }
+    /* with a pseudo-terminal, out carries stderr too: the stdout bits decide */
+    w->out.to_term = (io->terminal & MSR_STD_OUT) != 0;
+    w->out.to_file = (io->file & MSR_STD_OUT) != 0;
+    w->out.keep_tail = e->pty;
+    w->err.to_term = (io->terminal & MSR_STD_ERR) != 0;
+    w->err.to_file = (io->file & MSR_STD_ERR) != 0;
+    w->err.keep_tail = 1;
     return MSR_OK;
 
 err_pipes:
@@ -393,7 +653,7 @@ err_pipes:
     }
     if (w->log_fd >= 0)
         close(w->log_fd);
-    w->log_fd = -1;
+    w->log_fd = w->log.fd = -1;
 err_env:
     free_env(envp);
     return st;
@@ -413,7 +673,8 @@ void msr_worker_cleanup(msr_worker_t *w)
     msr_buf_cleanup(&w->err.partial);
     if (w->log_fd >= 0)
         close(w->log_fd);
-    w->log_fd = -1;
+    w->log_fd = w->log.fd = -1;
+    w->log.owner = NULL;
     for (int i = 0; i < MSR_TAIL_LINES; i++) {
         msr_free(w->tail[i]);
         w->tail[i] = NULL;

@@ -15,15 +15,58 @@
 #define MSR_TAIL_LINES    20
 #define MSR_TAIL_LINE_MAX 400
 
+/* A worker's streams, as bits (--tee, --redirects). */
+#define MSR_STD_OUT 1
+#define MSR_STD_ERR 2
+
+/* A line of output that is longer than this is written before its newline
+ * arrives, and the rest follows as it comes (the line is not cut). */
+#define MSR_LINE_HOLD_MAX 65536
+
+#define MSR_PTY_DRAIN_MS 200
+
 struct msr_worker;
+struct msr_stream;
+
+/* Where output goes: msrun's stdout or stderr, or a worker's log file. A
+ * stream's line is open on a sink (its owner) from its first piece to its
+ * newline; another stream that writes there meanwhile ends that line first,
+ * or, both being progress lines (carriage returns), writes over it. */
+typedef struct msr_sink {
+    int fd;
+    struct msr_stream *owner; /* whose line is open here; NULL at a line's start */
+} msr_sink_t;
+
+/* The terminal side, shared by every worker of the node. */
+typedef struct msr_output {
+    msr_sink_t term[2]; /* msrun's stdout and stderr */
+    int same_file;      /* both are one file (a terminal): term[0] holds the owner */
+    int tag;            /* "[node N rank R] " before each line */
+    int timestamps;     /* an ISO 8601 UTC time before each line, terminal and files */
+} msr_output_t;
 
 typedef struct msr_stream {
     struct msr_worker *worker;
-    int fd; /* -1 once closed */
-    int is_err;
+    int fd;        /* -1 once closed */
+    int is_err;    /* goes to msrun's stderr (else stdout) */
+    int keep_tail; /* its last lines are kept for the failure report */
+    int to_term, to_file;
     struct event *ev;
-    msr_buf_t partial; /* an unfinished line */
+    msr_buf_t partial;           /* what is held: an unfinished line, or a last '\r' */
+    int in_line;                 /* part of the current line was written */
+    int cr;                      /* the current line had a carriage return: a progress line */
+    int cr_pending;              /* a carriage return came: the next piece starts the line again */
+    char seg[MSR_TAIL_LINE_MAX]; /* the current line since its last '\r' */
+    size_t seg_len;
+    int seg_whole; /* seg holds all of it */
 } msr_stream_t;
+
+/* Where worker's output goes, decided by the agent from the options. */
+typedef struct msr_worker_io {
+    int terminal;       /* MSR_STD_* bits of the streams shown on msrun's terminal */
+    int file;           /* MSR_STD_* bits of the streams written to the log file */
+    char log_name[256]; /* its log file in the run's log directory; "": none */
+} msr_worker_io_t;
 
 typedef struct msr_worker {
     int local_rank, rank;
@@ -32,15 +75,24 @@ typedef struct msr_worker {
     int stopping; /* msrun asked it to stop: its exit is not a failure */
     int status;   /* wait status, once reaped */
     double exit_time;
-    msr_stream_t out, err;
-    int log_fd;                 /* -1 without --log_dir */
-    int show;                   /* its output reaches the terminal */
+    msr_stream_t out, err; /* with --pty, out carries both and err is closed */
+    int pty;               /* out is a pseudo-terminal */
+    int log_fd;            /* -1 without a log file */
+    msr_sink_t log;        /* log_fd as a sink for out and err */
+    msr_output_t *output;
     char hung[96];              /* why msrun killed it as hung, "" if it did not */
     char *tail[MSR_TAIL_LINES]; /* ring of the last stderr lines */
     int tail_count, tail_next;
-    char prefix[48]; /* "[node N rank R] " */
+    char prefix[48]; /* "[node N rank R] ", or "" without --tag_output */
     int prefix_len;
 } msr_worker_t;
+
+/* Prepares out for msrun's stdout and stderr. */
+void msr_output_init(msr_output_t *out, int tag, int timestamps);
+
+/* Writes an ISO 8601 UTC time with milliseconds ("2026-11-24T18:30:01.123Z")
+ * for wall-clock time t (seconds) into buf (at least 32 bytes). */
+void msr_iso_time(double t, char *buf, size_t len);
 
 /* Everything a spawn needs that is the same for all local workers. */
 typedef struct msr_spawn_env {
@@ -51,8 +103,10 @@ typedef struct msr_spawn_env {
     const char *job_id, *coordinator, *token, *agent_socket;
     const char *master_addr;
     int master_port;
-    const char *log_dir; /* for messages; NULL: no log files */
-    int log_dir_fd;      /* the checked --log_dir, where worker_<rank>.log is opened */
+    const char *log_dir; /* the run's log directory, for messages; NULL: no log files */
+    int log_dir_fd;      /* that directory, where the workers' logs are opened */
+    msr_output_t *output;
+    int pty; /* a pseudo-terminal for stdout and stderr instead of pipes */
     /* --bind_to's CPUs of each local worker ([local_world_size]); NULL: unbound */
     const msr_cpu_place_t *places;
     int devnull;
@@ -61,13 +115,17 @@ typedef struct msr_spawn_env {
 
 /* Starts worker local_rank through msr_spawn: its own process group, dead
  * with msrun (SIGKILL as the parent-death signal), stdin /dev/null, its
- * output into pipes registered with base. On failure (exec's included) no
- * worker is running and msr_err_msg() says why. */
+ * output into pipes (or one pseudo-terminal, env->pty) registered with base,
+ * shown and logged as io says. Its log file gets a line marking the
+ * generation's start. On failure (exec's included) no worker is running and
+ * msr_err_msg() says why. */
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *env,
-                              int local_rank, int show);
+                              int local_rank, const msr_worker_io_t *io);
 
 /* Reads what is left in the worker's pipes (after it exited) and closes
- * them, flushing an unfinished last line. */
+ * them, flushing an unfinished last line. A pseudo-terminal is read until
+ * its end for at most MSR_PTY_DRAIN_MS (the kernel passes what the worker
+ * wrote last to msrun's side a moment later). */
 void msr_worker_drain(msr_worker_t *w);
 
 /* Sends sig to the worker's whole process group (ignored once gone). */
