@@ -56,6 +56,15 @@ void msr_log_init(const char *prog, int node, int rank)
         snprintf(log_identity, sizeof log_identity, "%s", prog);
 }
 
+static void (*log_sink)(void *, const char *, size_t);
+static void *log_sink_arg;
+
+void msr_log_set_sink(void (*sink)(void *arg, const char *line, size_t len), void *arg)
+{
+    log_sink_arg = arg;
+    log_sink = sink;
+}
+
 void msr_log_write(msr_log_level_t level, const char *fmt, ...)
 {
     char line[2048];
@@ -72,6 +81,11 @@ void msr_log_write(msr_log_level_t level, const char *fmt, ...)
     if (len > sizeof line - 2)
         len = sizeof line - 2;
     line[len++] = '\n';
+    if (log_sink) {
+        log_sink(log_sink_arg, line, len);
+        errno = saved;
+        return;
+    }
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(STDERR_FILENO, line + off, len - off);

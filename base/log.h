@@ -3,6 +3,7 @@
 #define MSR_BASE_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include "msrun/base.h"
 
@@ -23,6 +24,11 @@ int msr_log_level_parse(const char *text);
  * write(2), so lines from many processes do not interleave mid-line. */
 void msr_log_write(msr_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Where lines go instead of stderr (NULL: stderr again): msrun's progress
+ * board puts them above its rows. sink gets the whole line, newline
+ * included, from any thread. */
+void msr_log_set_sink(void (*sink)(void *arg, const char *line, size_t len), void *arg);
 
 #define MSR_LOG(level, ...)                      \
     do {                                         \

@@ -622,6 +622,7 @@ out_dir:
     msr_run_record_remove(a.run_record);
     msr_job_dir_remove(a.job_dir);
 out_devnull:
+    msr_output_cleanup(&a.output);
     msr_free(a.places);
     if (a.log_dir_fd >= 0)
         close(a.log_dir_fd);

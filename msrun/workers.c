@@ -53,6 +53,13 @@ void msr_output_init(msr_output_t *out, int tag, int timestamps)
     struct stat a, b;
     out->same_file = fstat(STDOUT_FILENO, &a) == 0 && fstat(STDERR_FILENO, &b) == 0 &&
                      a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    /* rows need one screen that both streams (and msrun's log) share */
+    msr_board_init(&out->board, STDOUT_FILENO, out->same_file);
+}
+
+void msr_output_cleanup(msr_output_t *out)
+{
+    msr_board_cleanup(&out->board);
 }
 
 static void tail_push(msr_worker_t *w, const char *line, size_t len)
@@ -79,6 +86,8 @@ typedef struct emit {
         int tag; /* the sink's lines carry the worker's tag */
     } to[2];
     char stamp[40]; /* "<time> " with --timestamps, else "" */
+    int board;      /* the terminal has a progress board */
+    int row;        /* s's progress line changed its board row */
 } emit_t;
 
 /* The sink that holds the owner of fd's line (stdout and stderr share one
@@ -103,6 +112,7 @@ static void emit_init(emit_t *e, msr_stream_t *s)
         msr_iso_time(msr_wall_time(), e->stamp, sizeof e->stamp - 1);
         strcat(e->stamp, " ");
     }
+    e->board = s->to_term && w->output->board.active;
 }
 
 static void emit_prefix(emit_t *e, msr_buf_t *b, int tag)
@@ -139,13 +149,24 @@ static void sink_begin(emit_t *e, int i)
     k->owner = s;
 }
 
-/* A piece of the current line (no '\n' or '\r' in it). */
-static void emit_piece(emit_t *e, const char *text, size_t len)
+/* A piece of the current line (no '\n' or '\r' in it); progress: a '\r'
+ * came or follows, so on a terminal with a board the piece goes to s's row
+ * instead of the flow. */
+static void emit_piece(emit_t *e, const char *text, size_t len, int progress)
 {
     msr_stream_t *s = e->s;
     for (int i = 0; i < 2; i++) {
         if (e->to[i].sink == NULL)
             continue;
+        if (i == 0 && e->board && progress) {
+            msr_sink_t *k = owner_sink(s->worker->output, e->to[0].sink);
+            if (k->owner == s) { /* its start went out as a plain line: end it */
+                msr_buf_append(&e->to[0].buf, "\n", 1);
+                k->owner = NULL;
+            }
+            e->row = 1;
+            continue;
+        }
         sink_begin(e, i);
         msr_buf_append(&e->to[i].buf, text, len);
     }
@@ -175,6 +196,21 @@ static void emit_line_end(emit_t *e)
     for (int i = 0; i < 2; i++) {
         if (e->to[i].sink == NULL)
             continue;
+        if (i == 0 && e->board && s->cr) {
+            /* a finished progress line: its row goes, its last state stays
+             * on the screen as a line */
+            msr_board_t *bd = &s->worker->output->board;
+            msr_board_lock(bd);
+            msr_board_remove(bd, s);
+            msr_board_unlock(bd);
+            e->row = 0;
+            if (s->seg_len) {
+                emit_prefix(e, &e->to[0].buf, e->to[0].tag);
+                msr_buf_append(&e->to[0].buf, s->seg, s->seg_len);
+                msr_buf_append(&e->to[0].buf, "\n", 1);
+            }
+            continue;
+        }
         msr_sink_t *k = owner_sink(s->worker->output, e->to[i].sink);
         msr_buf_t *b = &e->to[i].buf;
         if (k->owner == s || !s->in_line) {
@@ -206,7 +242,36 @@ static void emit_line_end(emit_t *e)
 
 static void emit_flush(emit_t *e)
 {
+    msr_stream_t *s = e->s;
     for (int i = 0; i < 2; i++) {
+        if (i == 0 && e->board && (e->to[0].buf.len || e->row)) {
+            /* one write: rows erased, the new lines, rows drawn again (not
+             * while a line is half written: they come with its end) */
+            msr_output_t *o = s->worker->output;
+            msr_board_t *bd = &o->board;
+            msr_buf_t out = {0};
+            msr_board_lock(bd);
+            msr_board_erase(bd, &out);
+            msr_buf_append(&out, e->to[0].buf.data, e->to[0].buf.len);
+            if (e->row && s->cr && s->in_line) {
+                msr_buf_t text = {0};
+                emit_prefix(e, &text, e->to[0].tag);
+                msr_buf_append(&text, s->seg, s->seg_len);
+                if (msr_board_set(bd, s, text.data, text.len) != 0) {
+                    /* no room: the line passes through as it is */
+                    msr_buf_append(&out, text.data, text.len);
+                    msr_buf_append(&out, "\n", 1);
+                }
+                msr_buf_cleanup(&text);
+            }
+            if (owner_sink(o, e->to[0].sink)->owner == NULL)
+                msr_board_draw(bd, &out);
+            msr_write_all(e->to[0].sink->fd, out.data, out.len);
+            msr_board_unlock(bd);
+            msr_buf_cleanup(&out);
+            msr_buf_cleanup(&e->to[0].buf);
+            continue;
+        }
         if (e->to[i].buf.len)
             msr_write_all(e->to[i].sink->fd, e->to[i].buf.data, e->to[i].buf.len);
         msr_buf_cleanup(&e->to[i].buf);
@@ -231,12 +296,12 @@ static size_t emit_data(msr_stream_t *s, const char *data, size_t len, int flush
         if (j == n) {
             if (!s->cr && !s->in_line && !flush && n < MSR_LINE_HOLD_MAX)
                 break; /* an unfinished line: wait for its end */
-            emit_piece(&e, p, n);
+            emit_piece(&e, p, n, s->cr);
             i = len;
             break;
         }
         if (j > 0)
-            emit_piece(&e, p, j);
+            emit_piece(&e, p, j, s->cr || p[j] == '\r');
         if (p[j] == '\n') {
             emit_line_end(&e);
             i += j + 1;
@@ -269,6 +334,9 @@ static void stream_close(msr_stream_t *s)
     for (int i = 0; i < 2; i++)
         if (o->term[i].owner == s)
             o->term[i].owner = NULL;
+    msr_board_lock(&o->board);
+    msr_board_remove(&o->board, s); /* its line was ended above; never kept */
+    msr_board_unlock(&o->board);
     if (s->worker->log.owner == s)
         s->worker->log.owner = NULL;
     if (s->ev) {

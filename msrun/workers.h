@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "base/buf.h"
+#include "msrun/board.h"
 #include "msrun/base.h"
 #include "msrun/cpus.h"
 
@@ -43,6 +44,7 @@ typedef struct msr_output {
     int same_file;      /* both are one file (a terminal): term[0] holds the owner */
     int tag;            /* "[node N rank R] " before each line */
     int timestamps;     /* an ISO 8601 UTC time before each line, terminal and files */
+    msr_board_t board;  /* progress lines as rows at the bottom, on a terminal */
 } msr_output_t;
 
 typedef struct msr_stream {
@@ -87,8 +89,13 @@ typedef struct msr_worker {
     int prefix_len;
 } msr_worker_t;
 
-/* Prepares out for msrun's stdout and stderr. */
+/* Prepares out for msrun's stdout and stderr (and, when they are one
+ * terminal, its progress board, through which msrun's log lines then go). */
 void msr_output_init(msr_output_t *out, int tag, int timestamps);
+
+/* Leaves the progress rows on the screen as plain lines and gives msrun's
+ * log lines back to stderr. */
+void msr_output_cleanup(msr_output_t *out);
 
 /* Writes an ISO 8601 UTC time with milliseconds ("2026-11-24T18:30:01.123Z")
  * for wall-clock time t (seconds) into buf (at least 32 bytes). */
