@@ -179,8 +179,11 @@ msr_cpu_place_t *msr_cpu_plan(msr_bind_t how, int nworkers)
     msr_topo_core_t *cores = NULL;
     int *near = NULL;
     msr_topo_t t;
-    /* PCI devices, for the GPUs' locality */
+    /* PCI devices, for the GPUs' locality, read from sysfs by hwloc's linux
+     * component: its "pci" plugin (libpciaccess) finds the same devices
+     * but leaks memory on every load, which a leak checker reports */
     hwloc_topology_set_type_filter(topo, HWLOC_OBJ_PCI_DEVICE, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
     if (hwloc_topology_load(topo) != 0 || describe(topo, &allowed, &t, &cores) != 0) {
         MSR_WARN("--bind_to %s: hwloc cannot describe this machine: workers run unbound",
                  bind_name(how));
