@@ -228,15 +228,18 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     int port = 0;
     msr_status_t st = msr_coord_server_create_tls(bind, &cfg, &tls, &port, &server);
     char line[400];
+    /* the state could not be read back (etcd: not reached either) */
+    int resume_failed = st == MSR_ERR_CORRUPT || (a->etcd_endpoints && st == MSR_ERR_UNREACHABLE);
     if (st != MSR_OK) {
         int n =
             st == MSR_ERR_INVALID_ARG && msr_rpc_tls_enabled(&tls)
                 ? snprintf(line, sizeof line, "error cannot use the TLS certificate %s\n", tls.cert)
                 : snprintf(line, sizeof line, "error cannot %s %s: %s\n",
-                           st == MSR_ERR_CORRUPT ? "resume from" : "listen on",
-                           st == MSR_ERR_CORRUPT ? state_file : bind,
+                           resume_failed ? "resume from" : "listen on",
+                           resume_failed ? state_file : bind,
                            st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
-                                                     : msr_status_str(st));
+                           : resume_failed && st == MSR_ERR_UNREACHABLE ? "etcd unreachable"
+                                                                        : msr_status_str(st));
         if (ready_fd >= 0)
             msr_write_all((int)ready_fd, line, (size_t)n);
         else
