@@ -178,7 +178,7 @@ msr_status_t msr_coord_request_add(msr_coord_t *c, uint64_t client_id, uint64_t 
     }
     msr_list_push_back(&c->requests, &r->link);
     c->request_bytes += len;
-    if (!saved && c->config.state_file && *c->config.state_file)
+    if (!saved && msr_coord_persisting(c))
         c->new_requests++; /* to be saved with the next save */
     /* Oldest first out: a retry comes within seconds, not thousands of
      * writes later. */
@@ -416,8 +416,7 @@ static void s_reply_write(void *ctx, void *call, msr_rpc_method_t method, uint64
 static void s_key_changed(void *ctx, const char *key)
 {
     msr_coord_t *c = ctx;
-    if (c->config.state_file == NULL || *c->config.state_file == '\0' ||
-        msr_map_get(&c->dirty_keys, key) != NULL)
+    if (!msr_coord_persisting(c) || msr_map_get(&c->dirty_keys, key) != NULL)
         return;
     if (msr_map_put(&c->dirty_keys, key, (void *)1, NULL) != MSR_OK)
         c->need_snapshot = 1; /* the next save writes everything instead */

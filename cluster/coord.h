@@ -53,6 +53,14 @@ typedef struct msr_coord_config {
      * that does not outlive the node's boot anyway (the embedded
      * coordinator's, removed when its msrun ends). */
     int state_sync_process;
+    /* Instead of the state file: the same records in etcd (persist_etcd.c),
+     * the snapshot at <etcd_prefix>/state and the changes under
+     * <etcd_prefix>/log/. With etcd_lease, a write is applied only while
+     * <etcd_prefix>/leader is held by that lease (a deposed coordinator
+     * writes nothing). */
+    const char *etcd_endpoints;
+    const char *etcd_prefix;
+    int64_t etcd_lease;
     /* The job's restarts and its end are logged at info instead of warn:
      * the msrun that embeds this coordinator reports them itself, so its
      * user reads each failure once. */

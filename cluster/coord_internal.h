@@ -109,6 +109,13 @@ struct msr_coord {
     int save_failures;      /* saves failed in a row (logged at the first) */
     int closing;            /* being destroyed: answers go out at once */
     uint64_t retry_save_at; /* after a failed save: the next attempt */
+    /* With etcd (persist_etcd.c): the client, the next log record's number,
+     * and while etcd cannot be reached, when to try it again (answers are
+     * not held meanwhile: the job runs on without failover). */
+    struct msr_etcd *etcd;
+    uint64_t etcd_seq;
+    int etcd_down;
+    uint64_t etcd_retry_at;
     uint64_t calls[MSR_RPC_METHOD_COUNT];
 };
 
@@ -141,6 +148,25 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c);
 
 /* Closes the state file. */
 void msr_coord_persist_close(msr_coord_t *c);
+
+/* Whether the core persists its state (a state file or etcd). */
+int msr_coord_persisting(const msr_coord_t *c);
+
+/* persist.c's records for persist_etcd.c: the whole state, or what changed
+ * since the last save, packed as one framed record (length, CRC, payload);
+ * NULL when out of memory. After a successful write, msr_coord_persist_saved
+ * marks it all saved. */
+uint8_t *msr_coord_persist_snapshot_record(msr_coord_t *c, size_t *len_p);
+uint8_t *msr_coord_persist_change_record(msr_coord_t *c, size_t *len_p);
+void msr_coord_persist_saved(msr_coord_t *c);
+/* Applies one framed record read back (a snapshot, or a change); on
+ * failure msr_err_msg() says what is wrong. */
+msr_status_t msr_coord_persist_apply(msr_coord_t *c, const uint8_t *rec, size_t len, int snapshot);
+
+/* persist_etcd.c: msr_coord_persist_save and _load with etcd. */
+msr_status_t msr_coord_etcd_save(msr_coord_t *c);
+msr_status_t msr_coord_etcd_load(msr_coord_t *c);
+void msr_coord_etcd_close(msr_coord_t *c);
 
 /* Request records (coord.c): the key a record is found by, and how one is
  * added (from a save or from the state file); takes nothing on failure. */

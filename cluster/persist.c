@@ -47,10 +47,24 @@ static const char *state_path(const msr_coord_t *c)
     return p && *p ? p : NULL;
 }
 
+static int use_etcd(const msr_coord_t *c)
+{
+    return c->config.etcd_endpoints && *c->config.etcd_endpoints;
+}
+
+int msr_coord_persisting(const msr_coord_t *c)
+{
+    return state_path(c) != NULL || use_etcd(c);
+}
+
 int msr_coord_persist_pending(const msr_coord_t *c)
 {
-    return state_path(c) != NULL && (c->dirty || c->dirty_keys.count || c->store_cleared ||
-                                     c->new_requests || c->need_snapshot);
+    if (!msr_coord_persisting(c))
+        return 0;
+    if (c->etcd_down) /* nothing waits for etcd while it is away; retried now and then */
+        return msr_now_ns() >= c->etcd_retry_at;
+    return c->dirty || c->dirty_keys.count || c->store_cleared || c->new_requests ||
+           c->need_snapshot;
 }
 
 void msr_coord_persist_close(msr_coord_t *c)
@@ -58,6 +72,7 @@ void msr_coord_persist_close(msr_coord_t *c)
     if (c->log_fd >= 0)
         close(c->log_fd);
     c->log_fd = -1;
+    msr_coord_etcd_close(c);
 }
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -283,25 +298,19 @@ static void sync_dir(const char *path)
 
 /* Writes the whole state as a new file and renames it over the old one;
  * changes are then appended to the new file. */
-static msr_status_t write_snapshot(msr_coord_t *c)
+/* The whole state as one framed record after prefix bytes of room. */
+static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, size_t *len_p)
 {
-    const char *path = state_path(c);
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
     job_msg_t j;
     req_collect_t rc = {0};
     size_t nk = msr_store_core_keys(c->store) ? msr_store_core_keys(c->store) : 1;
     kv_collect_t kc = {c, NULL, NULL, NULL, 0, 0};
     uint8_t *buf = NULL;
-    char *tmp = NULL;
-    size_t len = 0;
-    msr_err_set("the coordinator could not save its state file: out of memory");
-    msr_status_t st = job_fill(c, &ps, &j);
-    if (st != MSR_OK)
-        return st;
-    st = collect_requests(c, 0, &rc);
-    if (st != MSR_OK)
+    if (job_fill(c, &ps, &j) != MSR_OK)
+        return NULL;
+    if (collect_requests(c, 0, &rc) != MSR_OK)
         goto out_job;
-    st = MSR_ERR_NO_MEMORY;
     kc.keys = msr_calloc(nk, sizeof *kc.keys);
     kc.ptrs = msr_calloc(nk, sizeof *kc.ptrs);
     if (kc.keys == NULL || kc.ptrs == NULL)
@@ -311,7 +320,30 @@ static msr_status_t write_snapshot(msr_coord_t *c)
     ps.store = kc.ptrs;
     ps.n_requests = rc.n;
     ps.requests = rc.ptrs;
-    buf = frame(&ps.base, MAGIC_LEN, &len);
+    buf = frame(&ps.base, prefix, len_p);
+out:
+    msr_free(kc.keys);
+    msr_free(kc.ptrs);
+    msr_free(rc.reqs);
+    msr_free(rc.ptrs);
+out_job:
+    job_free(&j);
+    return buf;
+}
+
+uint8_t *msr_coord_persist_snapshot_record(msr_coord_t *c, size_t *len_p)
+{
+    return snapshot_record(c, 0, len_p);
+}
+
+static msr_status_t write_snapshot(msr_coord_t *c)
+{
+    const char *path = state_path(c);
+    char *tmp = NULL;
+    size_t len = 0;
+    msr_err_set("the coordinator could not save its state file: out of memory");
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    uint8_t *buf = snapshot_record(c, MAGIC_LEN, &len);
     size_t plen = strlen(path) + 8;
     tmp = msr_malloc(plen);
     if (buf == NULL || tmp == NULL)
@@ -356,17 +388,11 @@ err_file:
 out:
     msr_free(tmp);
     msr_free(buf);
-    msr_free(kc.keys);
-    msr_free(kc.ptrs);
-    msr_free(rc.reqs);
-    msr_free(rc.ptrs);
-out_job:
-    job_free(&j);
     return st;
 }
 
 /* Packs what changed since the last save as one framed record. */
-static uint8_t *change_record(msr_coord_t *c, size_t *len_p)
+uint8_t *msr_coord_persist_change_record(msr_coord_t *c, size_t *len_p)
 {
     Msr__PersistedChange ch = MSR__PERSISTED_CHANGE__INIT;
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
@@ -411,7 +437,7 @@ out:
     return buf;
 }
 
-static void saved(msr_coord_t *c)
+void msr_coord_persist_saved(msr_coord_t *c)
 {
     c->dirty = 0;
     c->store_cleared = 0;
@@ -419,8 +445,9 @@ static void saved(msr_coord_t *c)
     msr_map_cleanup(&c->dirty_keys, NULL);
     requests_saved(c);
     if (c->save_failures)
-        MSR_INFO("the state file %s is saved again (after %d failed saves)", state_path(c),
-                 c->save_failures);
+        MSR_INFO("the state %s%s is saved again (after %d failed saves)",
+                 use_etcd(c) ? "in etcd at " : "file ",
+                 use_etcd(c) ? c->config.etcd_prefix : state_path(c), c->save_failures);
     c->save_failures = 0;
 }
 
@@ -428,6 +455,8 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c)
 {
     if (!msr_coord_persist_pending(c))
         return MSR_OK;
+    if (use_etcd(c))
+        return msr_coord_etcd_save(c);
     msr_status_t st;
     uint64_t log_len = c->log_end - c->snapshot_len;
     uint64_t limit = (uint64_t)MSR_LOG_COMPACT_FACTOR * c->snapshot_len;
@@ -437,7 +466,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c)
         st = write_snapshot(c);
     } else {
         size_t len = 0;
-        uint8_t *rec = change_record(c, &len);
+        uint8_t *rec = msr_coord_persist_change_record(c, &len);
         if (rec == NULL) {
             st = msr_err(MSR_ERR_NO_MEMORY,
                          "the coordinator could not save its state file: out of memory");
@@ -460,7 +489,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c)
         }
     }
     if (st == MSR_OK) {
-        saved(c);
+        msr_coord_persist_saved(c);
         return MSR_OK;
     }
     /* Whatever reached the file, the next save rewrites all of it. */
@@ -681,8 +710,36 @@ static int record_at(const uint8_t *buf, uint64_t len, uint64_t off, const uint8
     return 1;
 }
 
+msr_status_t msr_coord_persist_apply(msr_coord_t *c, const uint8_t *rec, size_t len, int snapshot)
+{
+    const uint8_t *payload;
+    size_t plen;
+    msr_err_clear();
+    if (!record_at(rec, len, 0, &payload, &plen) || FRAME_LEN + plen != len) {
+        msr_err_set("a record is torn or fails its CRC");
+        return MSR_ERR_CORRUPT;
+    }
+    msr_status_t st;
+    if (snapshot) {
+        Msr__PersistedState *ps =
+            msr__persisted_state__unpack(&msr_rpc_pb_allocator, plen, payload);
+        st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
+        msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+    } else {
+        Msr__PersistedChange *ch =
+            msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
+        st = ch ? change_apply(c, ch) : MSR_ERR_CORRUPT;
+        msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
+    }
+    if (st == MSR_ERR_CORRUPT && msr_err_msg()[0] == '\0')
+        msr_err_set("a record does not parse");
+    return st;
+}
+
 msr_status_t msr_coord_persist_load(msr_coord_t *c)
 {
+    if (use_etcd(c))
+        return msr_coord_etcd_load(c);
     const char *path = state_path(c);
     if (path == NULL)
         return MSR_ERR_NOT_FOUND;

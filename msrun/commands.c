@@ -43,6 +43,8 @@ typedef struct coord_args {
     int log_level, state_sync, ready_fd;
     char *tls_cert, *tls_key, *tls_ca;
     int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
+    char *etcd_endpoints, *etcd_prefix; /* the state in etcd instead of a file */
+    int64_t etcd_lease;
 } coord_args_t;
 
 #define C(field) MSR_OPT_DEST(coord_args_t, field)
@@ -125,6 +127,15 @@ static const msr_opt_t coord_opts[] = {
      .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G", .metavar = "BYTES",
      .help = "hold at most this many bytes of keys, values and pending allgather contributions "
              "(64 more per key)."},
+    {.name = "etcd_endpoints", .kind = MSR_OPT_STRING, .dest = C(etcd_endpoints),
+     .metavar = "HOST:PORT,...",
+     .help = "keep the job's state in etcd (instead of --state_file) and resume from it."},
+    {.name = "etcd_prefix", .kind = MSR_OPT_STRING, .dest = C(etcd_prefix),
+     .def = "/msrun/JOB_ID", .metavar = "KEY",
+     .help = "the etcd keys of the job's state: KEY/state and KEY/log/."},
+    {.name = "etcd_lease", .kind = MSR_OPT_INT, .min = 0, .max = INT64_MAX,
+     .dest = C(etcd_lease), .metavar = "ID",
+     .help = "write only while KEY/leader is held by this etcd lease (msrun's election)."},
 };
 /* clang-format on */
 
@@ -179,6 +190,12 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     msr_rpc_tls_t tls = {a->tls_cert, a->tls_key, a->tls_ca, NULL};
     int64_t ready_fd = a->ready_fd;
     const char *state_file = a->state_file;
+    char etcd_prefix[600];
+    snprintf(etcd_prefix, sizeof etcd_prefix, "%s", a->etcd_prefix ? a->etcd_prefix : "");
+    if (etcd_prefix[0] == '\0')
+        snprintf(etcd_prefix, sizeof etcd_prefix, "/msrun/%s", a->job_id ? a->job_id : "job");
+    if (a->etcd_endpoints)
+        state_file = etcd_prefix;
     msr_coord_config_t cfg = {
         .token = a->token,
         .job_id = a->job_id,
@@ -189,6 +206,9 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .join_timeout_ms = a->cluster_time_out_ms,
         .state_file = a->state_file,
         .state_sync_process = a->state_sync == 1,
+        .etcd_endpoints = a->etcd_endpoints,
+        .etcd_prefix = etcd_prefix,
+        .etcd_lease = a->etcd_lease,
         /* an msrun started it (--ready_fd): that msrun reports restarts and
          * the end to its user */
         .outcome_reported = a->ready_fd >= 0,
@@ -208,15 +228,18 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     int port = 0;
     msr_status_t st = msr_coord_server_create_tls(bind, &cfg, &tls, &port, &server);
     char line[400];
+    /* the state could not be read back (etcd: not reached either) */
+    int resume_failed = st == MSR_ERR_CORRUPT || (a->etcd_endpoints && st == MSR_ERR_UNREACHABLE);
     if (st != MSR_OK) {
         int n =
             st == MSR_ERR_INVALID_ARG && msr_rpc_tls_enabled(&tls)
                 ? snprintf(line, sizeof line, "error cannot use the TLS certificate %s\n", tls.cert)
                 : snprintf(line, sizeof line, "error cannot %s %s: %s\n",
-                           st == MSR_ERR_CORRUPT ? "resume from" : "listen on",
-                           st == MSR_ERR_CORRUPT ? state_file : bind,
+                           resume_failed ? "resume from" : "listen on",
+                           resume_failed ? state_file : bind,
                            st == MSR_ERR_ADDR_IN_USE ? "address in use or not available"
-                                                     : msr_status_str(st));
+                           : resume_failed && st == MSR_ERR_UNREACHABLE ? "etcd unreachable"
+                                                                        : msr_status_str(st));
         if (ready_fd >= 0)
             msr_write_all((int)ready_fd, line, (size_t)n);
         else

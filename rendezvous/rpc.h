@@ -254,6 +254,14 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *channel, msr_rpc_method_t method,
                           const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
                           ProtobufCMessage **resp_p);
 
+/* A blocking unary call to another service's method at path
+ * ("/etcdserverpb.KV/Range"), its response parsed as resp_desc; otherwise
+ * as msr_rpc_call. The channel's token, if any, is sent along. */
+msr_status_t msr_rpc_call_path(msr_rpc_channel_t *channel, const char *path,
+                               const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, uint64_t deadline,
+                               int wait_for_ready, ProtobufCMessage **resp_p);
+
 /* An asynchronous unary call. Fill method/deadline/wait_for_ready/done/arg,
  * start it with msr_rpc_call_start; when it completes, done() runs on the
  * thread polling loop with status, resp (owned by the async, freed by

@@ -251,17 +251,23 @@ typedef struct client_call {
  * taken before the batch starts (the call may complete on another thread at
  * once) and stored there. */
 static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *cq,
-                                 msr_rpc_method_t method, const ProtobufCMessage *req,
-                                 uint64_t deadline, int wait_for_ready, client_call_t *cc,
-                                 void *tag, void **ref_p)
+                                 msr_rpc_method_t method, const char *path,
+                                 const ProtobufCMessage *req, uint64_t deadline, int wait_for_ready,
+                                 client_call_t *cc, void *tag, void **ref_p)
 {
     memset(cc, 0, sizeof *cc);
     cc->request = msr_rpc_pack_message(req);
     if (cc->request == NULL)
         return MSR_ERR_NO_MEMORY;
-    cc->call = grpc_channel_create_registered_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                                   ch->registered[method],
-                                                   msr_rpc_to_gpr_deadline(deadline), NULL);
+    if (path) { /* another service's method (msr_rpc_call_path) */
+        grpc_slice m = grpc_slice_from_static_string(path);
+        cc->call = grpc_channel_create_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
+                                            msr_rpc_to_gpr_deadline(deadline), NULL);
+    } else {
+        cc->call = grpc_channel_create_registered_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS,
+                                                       cq, ch->registered[method],
+                                                       msr_rpc_to_gpr_deadline(deadline), NULL);
+    }
     if (cc->call == NULL) {
         grpc_byte_buffer_destroy(cc->request);
         return MSR_ERR_INTERNAL;
@@ -411,7 +417,8 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     if (cq == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "%s call: out of memory", msr_rpc_methods[method].name);
     client_call_t cc;
-    msr_status_t st = client_start(ch, cq, method, req, deadline, wait_for_ready, &cc, &cc, NULL);
+    msr_status_t st =
+        client_start(ch, cq, method, NULL, req, deadline, wait_for_ready, &cc, &cc, NULL);
     if (st != MSR_OK) {
         channel_give_cq(ch, cq);
         return msr_err(st, "cannot start %s call: %s", msr_rpc_methods[method].name,
@@ -425,6 +432,49 @@ msr_status_t msr_rpc_call(msr_rpc_channel_t *ch, msr_rpc_method_t method,
     channel_give_cq(ch, cq);
     if (st != MSR_OK)
         msr_err_set("%s", err);
+    return st;
+}
+
+msr_status_t msr_rpc_call_path(msr_rpc_channel_t *ch, const char *path, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, uint64_t deadline,
+                               int wait_for_ready, ProtobufCMessage **resp_p)
+{
+    grpc_completion_queue *cq = channel_take_cq(ch);
+    if (cq == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "%s call: out of memory", path);
+    client_call_t cc;
+    msr_status_t st = client_start(ch, cq, 0, path, req, deadline, wait_for_ready, &cc, &cc, NULL);
+    if (st != MSR_OK) {
+        channel_give_cq(ch, cq);
+        return msr_err(st, "cannot start %s call: %s", path, msr_status_str(st));
+    }
+    grpc_event ev = grpc_completion_queue_pluck(cq, &cc, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    int ok = ev.type == GRPC_OP_COMPLETE && ev.success;
+    char details[384] = "";
+    if (!ok) {
+        st = MSR_ERR_INTERNAL;
+        snprintf(details, sizeof details, "%s call to %s failed in gRPC", path, ch->target);
+    } else if (cc.code != GRPC_STATUS_OK) {
+        st = msr_rpc_status_from_grpc(cc.code);
+        msr_rpc_slice_to_cstr(cc.details, details, sizeof details);
+        if (details[0] == '\0')
+            snprintf(details, sizeof details, "%s", msr_status_str(st));
+    } else if ((*resp_p = msr_rpc_unpack_buffer(cc.response, resp_desc)) == NULL) {
+        st = MSR_ERR_PROTOCOL;
+        snprintf(details, sizeof details, "malformed %s response from %s", path, ch->target);
+    }
+    if (cc.error_string)
+        gpr_free((void *)cc.error_string);
+    grpc_slice_unref(cc.details);
+    grpc_metadata_array_destroy(&cc.initial_md);
+    grpc_metadata_array_destroy(&cc.trailing_md);
+    grpc_byte_buffer_destroy(cc.request);
+    if (cc.response)
+        grpc_byte_buffer_destroy(cc.response);
+    grpc_call_unref(cc.call);
+    channel_give_cq(ch, cq);
+    if (st != MSR_OK)
+        msr_err_set("%s", details);
     return st;
 }
 
@@ -456,8 +506,8 @@ msr_status_t msr_rpc_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr
     a->err[0] = '\0';
     a->status = MSR_IN_PROGRESS;
     a->gcall_ = NULL;
-    msr_status_t st = client_start(ch, loop->cq, a->method, req, a->deadline, a->wait_for_ready, cc,
-                                   &a->op, &a->gcall_);
+    msr_status_t st = client_start(ch, loop->cq, a->method, NULL, req, a->deadline,
+                                   a->wait_for_ready, cc, &a->op, &a->gcall_);
     if (st != MSR_OK) {
         msr_free(cc);
         a->call_ = NULL;
