@@ -385,17 +385,33 @@ int setup_coordinator(agent_t *a)
             snprintf(a->coord_target, sizeof a->coord_target, "%s:%d", a->coord_ip, a->coord_port);
         return rc;
     }
+    /* --coordinator_here (or node rank 0 under a scheduler): this node hosts
+     * it on every address, whatever master_addr is (a Service's address is
+     * never the pod's own), and reaches it over loopback */
+    int forced = o->coordinator_here > 0;
     if (msr_net_resolve(o->master_addr, a->coord_ip, sizeof a->coord_ip) != 0) {
-        fprintf(stderr, "msrun: error: master_addr: %s\n", msr_err_msg());
-        return 2;
+        if (!forced) {
+            fprintf(stderr, "msrun: error: master_addr: %s\n", msr_err_msg());
+            return 2;
+        }
+        MSR_DEBUG("master_addr %s does not resolve here (%s); this node hosts the coordinator",
+                  o->master_addr, msr_err_msg());
+        char name[256];
+        if (gethostname(name, sizeof name) != 0 ||
+            msr_net_resolve(name, a->coord_ip, sizeof a->coord_ip) != 0)
+            snprintf(a->coord_ip, sizeof a->coord_ip, "127.0.0.1");
     }
     a->coord_port = o->master_port;
     if (msr_net_outward(a->coord_ip, a->coord_port, a->host, sizeof a->host) != 0)
         snprintf(a->host, sizeof a->host, "%s", a->coord_ip);
-    char target[300];
-    msr_net_join(a->coord_ip, a->coord_port, target, sizeof target);
+    int v6 = strchr(a->coord_ip, ':') != NULL;
+    char target[300], bind[300];
+    msr_net_join(forced ? (v6 ? "::1" : "127.0.0.1") : a->coord_ip, a->coord_port, target,
+                 sizeof target);
+    msr_net_join(v6 ? "::" : "0.0.0.0", a->coord_port, bind, sizeof bind);
     snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
-    int here = msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
+    int here = o->coordinator_here >= 0 ? o->coordinator_here
+                                        : msr_net_is_local(a->coord_ip) && o->node_rank <= 0;
     int generated, rc = decide_token(a, here, &generated);
     if (rc != 0 || !here)
         return rc;
@@ -404,8 +420,8 @@ int setup_coordinator(agent_t *a)
         MSR_DEBUG("joining the coordinator already running at %s", target);
         return 0;
     }
-    snprintf(a->coord_bind, sizeof a->coord_bind, "%s", target);
-    if (start_coordinator(a, target) < 0) {
+    snprintf(a->coord_bind, sizeof a->coord_bind, "%s", forced ? bind : target);
+    if (start_coordinator(a, a->coord_bind) < 0) {
         char err[600];
         snprintf(err, sizeof err, "%s", msr_err_msg());
         return port_taken(a, target, err, generated);

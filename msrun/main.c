@@ -17,6 +17,11 @@ int main(int argc, char **argv)
         msr_options_cleanup(&opts);
         return r == 1 ? 0 : 2;
     }
+    if (opts.dry_run) {
+        msr_options_print_resolved(&opts, stdout);
+        msr_options_cleanup(&opts);
+        return 0;
+    }
     int rc = msr_agent_run(&opts);
     msr_options_cleanup(&opts);
     return rc;

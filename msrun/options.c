@@ -25,6 +25,8 @@
 
 /* --bind_to's values, in msr_bind_t's order */
 static const char *const bind_choices[] = {"none", "core", "numa", NULL};
+/* --rdzv_backend's values */
+static const char *const backend_choices[] = {"static", "etcd", NULL};
 
 /* Every option also reads MSRUN_<NAME upper-cased>; dashes and underscores
  * are interchangeable in names. */
@@ -182,6 +184,23 @@ static const msr_opt_t opt_defs[] = {
      .dest2 = offsetof(msr_options_t, master_port), .metavar = "HOST:PORT",
      .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
              "IPv6)."},
+    {.name = "rdzv_backend", .kind = MSR_OPT_ENUM, .env = "MSRUN_RDZV_BACKEND",
+     .dest = D(rdzv_backend), .choices = backend_choices, .def = "static", .metavar = "static|etcd",
+     .help = "where the job's control state lives. static: in the coordinator that one node "
+             "hosts (node rank 0 under a scheduler, else the node where master_addr is local). "
+             "etcd is not available in this build."},
+    {.name = "coordinator_here", .kind = MSR_OPT_BOOL, .env = "MSRUN_COORDINATOR_HERE",
+     .dest = D(coordinator_here), .def = "auto", .metavar = "BOOL",
+     .help = "true: this node hosts the coordinator, listening on 0.0.0.0:master_port, without "
+             "checking that master_addr is one of its addresses (a Kubernetes Service's address "
+             "never is); false: it never hosts it. Default: under Slurm or Kubernetes the node of "
+             "rank 0 hosts it, otherwise the node where master_addr is a local address."},
+    {.name = "dry_run", .kind = MSR_OPT_BOOL, .env = "MSRUN_DRY_RUN", .dest = D(dry_run),
+     .def = "false",
+     .help = "print the resolved settings (node rank, nodes, master address and port, workers, "
+             "job id, authentication) and where each came from (option, env, slurm, kubernetes, "
+             "derived, default), one 'name = value (source)' per line, and exit 0 without "
+             "starting anything."},
     /* TLS for every connection to the coordinator (kept together) */
     {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = D(tls_cert),
      .def = "none", .metavar = "PEM",
@@ -588,6 +607,7 @@ static void defaults(msr_options_t *o)
     o->local_worker_num = 8;
     o->master_port = 8118;
     o->node_rank = -1;
+    o->coordinator_here = -1;
     o->join = 1;
     o->cluster_time_out_ms = 600000;
     o->grace_ms = 5000;
@@ -597,6 +617,181 @@ static void defaults(msr_options_t *o)
     o->last_call_ms = 1000;
     o->log_level = MSR_LOG_INFO;
     o->tag_output = 1;
+}
+
+/* The origin of option name when it was given (seen: 1 command line, 2
+ * environment); left alone otherwise. */
+static void origin_given(const unsigned char *seen, const char *name, msr_origin_t *org)
+{
+    int k = msr_opts_find(&options_set, name);
+    if (k < 0 || seen[k] == 0)
+        return;
+    char buf[64];
+    msr_origin_set(org, seen[k] == 2 ? MSR_SRC_ENV : MSR_SRC_OPTION, "%s",
+                   msr_opts_where(&options_set, seen, name, buf, sizeof buf));
+}
+
+/* Slurm and Kubernetes (msrun/sched.h): their values fill what the options
+ * and MSRUN_* variables left at the default. Without a scheduler's
+ * variables nothing changes. */
+static int apply_sched(msr_options_t *o, const unsigned char *seen)
+{
+    msr_origins_t *g = &o->origins;
+    origin_given(seen, "node_rank", &g->node_rank);
+    origin_given(seen, "nnodes", &g->nnodes);
+    origin_given(seen, "master_addr", &g->master_addr);
+    origin_given(seen, "master_port", &g->master_port);
+    origin_given(seen, "rdzv_endpoint", &g->master_addr);
+    origin_given(seen, "rdzv_endpoint", &g->master_port);
+    origin_given(seen, "local_worker_num", &g->local_worker_num);
+    origin_given(seen, "worker_num", &g->worker_num);
+    origin_given(seen, "job_id", &g->job_id);
+    origin_given(seen, "coordinator_here", &g->coordinator_here);
+    origin_given(seen, o->token_file ? "token_file" : "token", &g->auth);
+    origin_given(seen, "rdzv_backend", &g->rdzv_backend);
+    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT;
+    msr_sched_env_t env;
+    msr_sched_env_system(&env);
+    msr_sched_t s;
+    if (msr_sched_detect(&env, !addr_given && !o->standalone, &s) != MSR_OK) {
+        fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
+        return -1;
+    }
+    o->sched = s.kind;
+    if (s.kind == MSR_SCHED_NONE)
+        return 0;
+    if (s.kind == MSR_SCHED_SLURM && !s.in_step && s.has_nodes && s.max_nodes > 1 &&
+        !o->standalone && !addr_given && g->nnodes.src == MSR_SRC_DEFAULT &&
+        g->node_rank.src == MSR_SRC_DEFAULT) {
+        fprintf(stderr,
+                "msrun: error: this Slurm job has %d nodes but msrun runs outside srun (no "
+                "SLURM_STEP_ID: a batch script or salloc shell), so only this node would start; "
+                "run one msrun per node: srun -N%d --ntasks-per-node=1 msrun ...\n",
+                s.max_nodes, s.max_nodes);
+        return -1;
+    }
+    if (!o->standalone) {
+        if (s.has_nodes && g->nnodes.src == MSR_SRC_DEFAULT) {
+            o->min_nodes = s.min_nodes;
+            o->max_nodes = s.max_nodes;
+            g->nnodes = s.nodes_from;
+        }
+        /* an elastic job's coordinator assigns node ranks */
+        if (s.has_node_rank && g->node_rank.src == MSR_SRC_DEFAULT &&
+            o->min_nodes == o->max_nodes) {
+            o->node_rank = s.node_rank;
+            g->node_rank = s.node_rank_from;
+        }
+        if (s.has_addr && !addr_given && o->max_nodes != 1) {
+            if (set_string(&o->master_addr, s.master_addr) != 0)
+                return -1;
+            g->master_addr = s.addr_from;
+        }
+        if (s.has_port && g->master_port.src == MSR_SRC_DEFAULT && o->master_addr) {
+            o->master_port = s.master_port;
+            g->master_port = s.port_from;
+        }
+    }
+    if (s.has_local && g->local_worker_num.src == MSR_SRC_DEFAULT &&
+        g->worker_num.src == MSR_SRC_DEFAULT) {
+        o->local_worker_num = s.local_worker_num;
+        o->given_local_worker_num = 1;
+        g->local_worker_num = s.local_from;
+    }
+    if (s.has_job_id && g->job_id.src == MSR_SRC_DEFAULT) {
+        if (set_string(&o->job_id, s.job_id) != 0)
+            return -1;
+        g->job_id = s.job_id_from;
+    }
+    msr_src_t src = s.kind == MSR_SCHED_SLURM ? MSR_SRC_SLURM : MSR_SRC_KUBERNETES;
+    int rank = o->node_rank >= 0 ? o->node_rank : s.host_rank;
+    if (g->coordinator_here.src == MSR_SRC_DEFAULT && rank >= 0) {
+        o->coordinator_here = rank == 0;
+        msr_origin_set(&g->coordinator_here, src, "node rank %d%s", rank,
+                       rank == 0 ? " hosts it" : "");
+    }
+    if (s.kind == MSR_SCHED_SLURM && o->token == NULL && o->master_addr) {
+        /* never a token made from the job id: others could guess it */
+        o->auth_munge = 1;
+        msr_origin_set(&g->auth, MSR_SRC_SLURM, "no token given: munge credentials");
+    }
+    return 0;
+}
+
+/* The origins of the worker counts derive_counts filled in. */
+static void origins_derived(msr_options_t *o)
+{
+    msr_origins_t *g = &o->origins;
+    if (g->local_worker_num.src == MSR_SRC_DEFAULT && o->given_worker_num)
+        msr_origin_set(&g->local_worker_num, MSR_SRC_DERIVED, "worker_num / nnodes");
+    if (g->worker_num.src == MSR_SRC_DEFAULT)
+        msr_origin_set(&g->worker_num, MSR_SRC_DERIVED, "local_worker_num x %snnodes",
+                       o->max_nodes > o->min_nodes ? "MAX " : "");
+}
+
+static void print_line(FILE *out, const char *name, const char *value, const msr_origin_t *org,
+                       const char *default_what)
+{
+    const char *what =
+        org->src == MSR_SRC_DEFAULT && org->what[0] == '\0' ? default_what : org->what;
+    fprintf(out, "%s = %s (%s%s%s)\n", name, value, msr_src_name(org->src),
+            what && *what ? ": " : "", what ? what : "");
+}
+
+void msr_options_print_resolved(const msr_options_t *o, FILE *out)
+{
+    const msr_origins_t *g = &o->origins;
+    char v[320];
+    msr_origin_t org = {MSR_SRC_DEFAULT, ""};
+    if (o->sched == MSR_SCHED_SLURM)
+        msr_origin_set(&org, MSR_SRC_SLURM, "SLURM_JOB_ID is set");
+    else if (o->sched == MSR_SCHED_KUBERNETES)
+        msr_origin_set(&org, MSR_SRC_KUBERNETES, "its variables are set");
+    print_line(out, "scheduler", msr_sched_kind_name((msr_sched_kind_t)o->sched), &org,
+               "no Slurm or Kubernetes variables");
+    snprintf(v, sizeof v, "%d", o->node_rank);
+    print_line(out, "node_rank", v, &g->node_rank, "the coordinator assigns it");
+    if (o->max_nodes > o->min_nodes)
+        snprintf(v, sizeof v, "%d:%d", o->min_nodes, o->max_nodes);
+    else
+        snprintf(v, sizeof v, "%d", o->worker_num / o->local_worker_num);
+    msr_origin_t nn = g->nnodes;
+    if (nn.src == MSR_SRC_DEFAULT)
+        msr_origin_set(&nn, MSR_SRC_DERIVED, "worker_num / local_worker_num");
+    print_line(out, "nnodes", v, &nn, NULL);
+    print_line(out, "master_addr", o->master_addr ? o->master_addr : "none", &g->master_addr,
+               "a standalone job on this host");
+    if (o->master_addr || o->given_master_port)
+        snprintf(v, sizeof v, "%d", o->master_port);
+    else
+        snprintf(v, sizeof v, "0");
+    print_line(out, "master_port", v, &g->master_port,
+               o->master_addr || o->given_master_port ? NULL : "0: a free loopback port");
+    print_line(out, "coordinator_here",
+               o->master_addr == NULL     ? "true"
+               : o->coordinator_here > 0  ? "true"
+               : o->coordinator_here == 0 ? "false"
+                                          : "auto",
+               &g->coordinator_here,
+               o->master_addr ? "when master_addr is a local address" : "standalone");
+    snprintf(v, sizeof v, "%d", o->local_worker_num);
+    print_line(out, "local_worker_num", v, &g->local_worker_num, NULL);
+    snprintf(v, sizeof v, "%d", o->worker_num);
+    print_line(out, "worker_num", v, &g->worker_num, NULL);
+    print_line(out, "job_id",
+               o->job_id        ? o->job_id
+               : o->master_addr ? "default"
+                                : "random",
+               &g->job_id, o->master_addr ? NULL : "a new one each run");
+    const char *auth = o->auth_munge                 ? "munge"
+                       : (o->token || o->token_file) ? "token"
+                                                     : "generated";
+    print_line(out, "auth", auth, &g->auth,
+               o->master_addr ? "node 0 makes a token up; the other nodes must be given it"
+                              : "a random token");
+    print_line(out, "rdzv_backend", backend_choices[o->rdzv_backend], &g->rdzv_backend, NULL);
+    msr_origin_set(&org, MSR_SRC_OPTION, "PROGRAM");
+    print_line(out, "program", o->program_path ? o->program_path : o->program, &org, NULL);
 }
 
 /* Worker counts and node counts: derives what was not given and checks
@@ -682,6 +877,11 @@ static int check_rest(msr_options_t *o)
     }
     if (check_output(o) != 0)
         return 2;
+    if (o->rdzv_backend != 0) {
+        opt_error("--rdzv_backend=etcd is not available in this build: the job's state lives in "
+                  "its coordinator (--rdzv_backend=static)");
+        return 2;
+    }
     if (!o->join) {
         opt_error("--join=false (exit once the workers are started) is not supported: msrun "
                   "stays and supervises its workers");
@@ -749,8 +949,11 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
+    if (apply_sched(o, seen) != 0)
+        return 2;
     if (derive_counts(o) != 0 || check_rest(o) != 0)
         return 2;
+    origins_derived(o);
     return 0;
 }
 

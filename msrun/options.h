@@ -8,6 +8,7 @@
 
 #include "msrun/base.h"
 #include "msrun/optparse.h"
+#include "msrun/sched.h"
 
 /* The bounds of the options that msrun, `msrun coordinator` and `msrun
  * status` share, so that a value one accepts the others accept too (the
@@ -71,6 +72,17 @@ typedef struct msr_options {
     int argc;
     /* which flags were given explicitly (command line or environment) */
     int given_worker_num, given_local_worker_num, given_master_port;
+    /* schedulers (msrun/sched.h) and where each setting came from */
+    int sched;            /* msr_sched_kind_t seen in the environment */
+    int coordinator_here; /* 1: host it on 0.0.0.0:master_port; 0: never; -1: if master_addr is
+                             local */
+    int rdzv_backend;     /* 0 static, 1 etcd */
+    int dry_run;          /* print the resolved settings and exit */
+    /* set by Slurm detection when no token is given (--token, --token_file,
+     * MSRUN_TOKEN, MSRUN_TOKEN_FILE): the job authenticates with munge
+     * credentials instead; the munge code uses it */
+    int auth_munge;
+    msr_origins_t origins;
 } msr_options_t;
 
 /* Parses argv (after "msrun"), reading MSRUN_* variables for options not
@@ -81,6 +93,10 @@ typedef struct msr_options {
 int msr_options_parse(int argc, char **argv, msr_options_t *opts);
 
 void msr_options_cleanup(msr_options_t *opts);
+
+/* --dry_run: prints the resolved settings, one "name = value (source)"
+ * per line (docs/clusters.md). */
+void msr_options_print_resolved(const msr_options_t *opts, FILE *out);
 
 /* Prints the usage text for the agent. */
 void msr_options_usage(FILE *out);

@@ -7,7 +7,8 @@ set -euo pipefail
 what=${1:-build}
 build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-compiler
     libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev python3)
-test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev iproute2 procps openssl etcd-server etcd-client)
+test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev iproute2 procps openssl
+    etcd-server etcd-client python3-yaml)
 pkgs=("${build[@]}")
 [ "$what" = test ] && pkgs+=("${test[@]}")
 missing=()
