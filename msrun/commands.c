@@ -43,11 +43,14 @@ typedef struct coord_args {
     int log_level, state_sync, ready_fd;
     char *tls_cert, *tls_key, *tls_ca;
     int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
+    int auth_munge;
+    char *munge_socket;
 } coord_args_t;
 
 #define C(field) MSR_OPT_DEST(coord_args_t, field)
 
 static const char *const state_sync_names[] = {"disk", "process", NULL};
+static const char *const auth_names[] = {"token", "munge", NULL};
 
 /* clang-format off */
 static const msr_opt_t coord_opts[] = {
@@ -125,6 +128,14 @@ static const msr_opt_t coord_opts[] = {
      .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G", .metavar = "BYTES",
      .help = "hold at most this many bytes of keys, values and pending allgather contributions "
              "(64 more per key)."},
+    {.name = "auth", .kind = MSR_OPT_ENUM, .choices = auth_names, .env = "MSRUN_AUTH",
+     .dest = C(auth_munge), .def = "token", .metavar = "token|munge",
+     .help = "munge: also hand the job token to a node that shows a munge credential of the "
+             "job's user (SLURM_JOB_UID, else this process' uid) made for this job (--job_id, "
+             "required) and this address."},
+    {.name = "munge_socket", .kind = MSR_OPT_STRING, .env = "MSRUN_MUNGE_SOCKET",
+     .dest = C(munge_socket), .def = "munge's default", .metavar = "PATH",
+     .help = "the socket of munged for auth=munge."},
 };
 /* clang-format on */
 
@@ -170,6 +181,11 @@ static int coord_parse(int argc, char **argv, coord_args_t *a)
                 a->worker_num, a->local_worker_num);
         return 2;
     }
+    if (a->auth_munge && (a->job_id == NULL || a->job_id[0] == '\0')) {
+        fprintf(stderr, "msrun coordinator: error: --auth=munge needs --job_id: credentials name "
+                        "the job\n");
+        return 2;
+    }
     return msr_options_need_token("msrun coordinator", &a->token, a->token_file);
 }
 
@@ -197,6 +213,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .last_call_ms = a->last_call_ms,
         .store_limits = {(uint64_t)a->store_value_max, (uint64_t)a->store_keys_max,
                          (uint64_t)a->store_bytes_max},
+        .auth_munge = a->auth_munge,
+        .munge_socket = a->munge_socket,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
