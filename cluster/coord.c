@@ -1217,6 +1217,9 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         fail(c, call, MSR_RPC_UNIMPLEMENTED,
              "Beat is served by a node's msrun, not by the coordinator");
         break;
+    case MSR_RPC_AUTH:
+        fail(c, call, MSR_RPC_UNIMPLEMENTED, "Auth is answered by the coordinator's server");
+        break;
     default:
         fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
     }

@@ -34,9 +34,16 @@ typedef struct msr_coord_responder {
 } msr_coord_responder_t;
 
 typedef struct msr_coord_config {
-    const char *token;  /* the job token (checked by the server binding) */
-    const char *job_id; /* NULL or "": taken from the first node to join */
-    int worker_num;     /* 0: taken from the first node to join */
+    const char *token; /* the job token (checked by the server binding) */
+    /* Munge authentication (the server binding's too): a node without the
+     * token gets it from an Auth call whose munge credential is of the
+     * job's uid (msr_munge_job_uid()) and names job_id and this
+     * coordinator (cluster/munge_auth.h). 0: Auth calls are refused. Needs
+     * job_id. */
+    int auth_munge;
+    const char *munge_socket; /* munged's socket; NULL: libmunge's default */
+    const char *job_id;       /* NULL or "": taken from the first node to join */
+    int worker_num;           /* 0: taken from the first node to join */
     int local_worker_num;
     int max_restarts;        /* -1: taken from the first node to join */
     int min_nodes;           /* elastic range (both 0: a fixed size; taken from the */

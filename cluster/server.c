@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -11,14 +12,24 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/err.h"
 #include "base/time.h"
+#include "cluster/munge_auth.h"
 #include "rendezvous/rpc.h"
 #include "rendezvous/store_limits.h"
+
+/* Refused Auth calls are logged at most this often, with a count of the
+ * rest: anyone may send them. */
+#define AUTH_LOG_INTERVAL_NS (5ull * 1000000000ull)
 
 struct msr_coord_server {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *rpc;
     msr_coord_t *coord;
+    char *token;                 /* handed out by Auth */
+    msr_munge_verifier_t *munge; /* NULL: Auth is refused */
+    uint64_t auth_logged_ns;     /* refusal log rate limit */
+    unsigned long auth_unlogged;
 };
 
 static void r_reply(void *call, const ProtobufCMessage *resp)
@@ -84,11 +95,49 @@ static const msr_coord_responder_t grpc_responder = {
     r_reply, r_reply_blob, r_fail, r_deadline, r_peer, r_set_data, r_get_data,
 };
 
+/* Auth: a munge credential of the job's user for the job token. Served
+ * without the token (the credential is the proof), so a refusal says why
+ * to the caller but reaches the log at most once per interval. */
+static void on_auth(msr_coord_server_t *s, msr_rpc_call_t *call, const Msr__AuthRequest *req)
+{
+    if (s->munge == NULL) {
+        msr_rpc_call_fail(call, GRPC_STATUS_UNIMPLEMENTED,
+                          "this coordinator does not accept munge credentials (its msrun was not "
+                          "started with --auth=munge)");
+        return;
+    }
+    msr_status_t st = msr_munge_verify(s->munge, req->credential);
+    if (st != MSR_OK) {
+        uint64_t now = msr_now_ns();
+        if (now - s->auth_logged_ns >= AUTH_LOG_INTERVAL_NS) {
+            MSR_WARN("coordinator: refused Auth from %s: %s%s", msr_rpc_call_peer(call),
+                     msr_err_msg(), s->auth_unlogged ? " (and earlier refusals not logged)" : "");
+            s->auth_logged_ns = now;
+            s->auth_unlogged = 0;
+        } else {
+            s->auth_unlogged++;
+        }
+        msr_rpc_call_fail(call,
+                          st == MSR_ERR_PERMISSION ? GRPC_STATUS_PERMISSION_DENIED
+                                                   : GRPC_STATUS_UNAVAILABLE,
+                          "munge authentication refused: %s", msr_err_msg());
+        return;
+    }
+    MSR_INFO("coordinator: %s authenticated with munge", msr_rpc_call_peer(call));
+    Msr__AuthResponse resp = MSR__AUTH_RESPONSE__INIT;
+    resp.token = s->token;
+    msr_rpc_call_reply(call, &resp.base);
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_coord_server_t *s = arg;
     if (s->coord == NULL) {
         msr_rpc_call_fail(call, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+        return;
+    }
+    if (method == MSR_RPC_AUTH) {
+        on_auth(s, call, (const Msr__AuthRequest *)req);
         return;
     }
     msr_coord_call(s->coord, call, method, req);
@@ -169,9 +218,18 @@ msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_co
                                          const msr_rpc_tls_t *tls, int *port_p,
                                          msr_coord_server_t **server_p)
 {
+    if (config->auth_munge && (config->job_id == NULL || config->job_id[0] == '\0' ||
+                               config->token == NULL || config->token[0] == '\0')) {
+        MSR_ERROR("munge authentication needs the job's id and token");
+        return MSR_ERR_INVALID_ARG;
+    }
     msr_coord_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
+    if (config->auth_munge && (s->token = msr_strdup(config->token)) == NULL) {
+        msr_free(s);
+        return MSR_ERR_NO_MEMORY;
+    }
     rlim_t nofile = raise_fd_limit();
     int max_connections, max_unauth_per_host;
     size_connections(config, nofile, &max_connections, &max_unauth_per_host);
@@ -200,18 +258,37 @@ msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_co
         .tls = tls,
         .max_connections = max_connections,
         .max_unauth_per_host = max_unauth_per_host,
+        .tokenless_methods = config->auth_munge ? 1u << MSR_RPC_AUTH : 0,
     };
-    st = msr_rpc_server_create(s->loop, &sc, port_p, &s->rpc);
+    int port = 0;
+    st = msr_rpc_server_create(s->loop, &sc, &port, &s->rpc);
     if (st != MSR_OK)
         goto err_loop;
+    if (config->auth_munge) {
+        /* credentials name the address with the port bound (address may say 0) */
+        char bind[320];
+        const char *colon = strrchr(address, ':');
+        snprintf(bind, sizeof bind, "%.*s:%d", colon ? (int)(colon - address) : 0, address, port);
+        msr_munge_verifier_config_t mc = {config->munge_socket, config->job_id, msr_munge_job_uid(),
+                                          bind};
+        st = msr_munge_verifier_create(&mc, &s->munge);
+        if (st != MSR_OK) {
+            MSR_ERROR("%s", msr_err_msg_or(st));
+            goto err_rpc;
+        }
+    }
+    *port_p = port;
     *server_p = s;
     return MSR_OK;
 
+err_rpc:
+    msr_rpc_server_destroy(s->rpc);
 err_loop:
     msr_rpc_loop_destroy(s->loop);
 err_coord:
     msr_coord_destroy(s->coord);
 err_free:
+    msr_free(s->token);
     msr_free(s);
     return st;
 }
@@ -250,5 +327,9 @@ void msr_coord_server_destroy(msr_coord_server_t *s)
     s->coord = NULL;
     msr_rpc_server_destroy(s->rpc);
     msr_rpc_loop_destroy(s->loop);
+    msr_munge_verifier_destroy(s->munge);
+    if (s->token)
+        memset(s->token, 0, strlen(s->token));
+    msr_free(s->token);
     msr_free(s);
 }

@@ -45,11 +45,14 @@ typedef struct coord_args {
     int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
     char *etcd_endpoints, *etcd_prefix; /* the state in etcd instead of a file */
     int64_t etcd_lease;
+    int auth_munge;
+    char *munge_socket;
 } coord_args_t;
 
 #define C(field) MSR_OPT_DEST(coord_args_t, field)
 
 static const char *const state_sync_names[] = {"disk", "process", NULL};
+static const char *const auth_names[] = {"token", "munge", NULL};
 
 /* clang-format off */
 static const msr_opt_t coord_opts[] = {
@@ -136,6 +139,14 @@ static const msr_opt_t coord_opts[] = {
     {.name = "etcd_lease", .kind = MSR_OPT_INT, .min = 0, .max = INT64_MAX,
      .dest = C(etcd_lease), .metavar = "ID",
      .help = "write only while KEY/leader is held by this etcd lease (msrun's election)."},
+    {.name = "auth", .kind = MSR_OPT_ENUM, .choices = auth_names, .env = "MSRUN_AUTH",
+     .dest = C(auth_munge), .def = "token", .metavar = "token|munge",
+     .help = "munge: also hand the job token to a node that shows a munge credential of the "
+             "job's user (SLURM_JOB_UID, else this process' uid) made for this job (--job_id, "
+             "required) and this address."},
+    {.name = "munge_socket", .kind = MSR_OPT_STRING, .env = "MSRUN_MUNGE_SOCKET",
+     .dest = C(munge_socket), .def = "munge's default", .metavar = "PATH",
+     .help = "the socket of munged for auth=munge."},
 };
 /* clang-format on */
 
@@ -181,6 +192,11 @@ static int coord_parse(int argc, char **argv, coord_args_t *a)
                 a->worker_num, a->local_worker_num);
         return 2;
     }
+    if (a->auth_munge && (a->job_id == NULL || a->job_id[0] == '\0')) {
+        fprintf(stderr, "msrun coordinator: error: --auth=munge needs --job_id: credentials name "
+                        "the job\n");
+        return 2;
+    }
     return msr_options_need_token("msrun coordinator", &a->token, a->token_file);
 }
 
@@ -217,6 +233,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .last_call_ms = a->last_call_ms,
         .store_limits = {(uint64_t)a->store_value_max, (uint64_t)a->store_keys_max,
                          (uint64_t)a->store_bytes_max},
+        .auth_munge = a->auth_munge,
+        .munge_socket = a->munge_socket,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

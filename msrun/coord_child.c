@@ -19,7 +19,9 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "base/alloc.h"
 #include "base/util.h"
+#include "cluster/munge_auth.h"
 #include "msrun/agent_impl.h"
 #include "msrun/net.h"
 #include "msrun/spawn.h"
@@ -29,7 +31,7 @@
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
     char store[3][24];
-    char *argv[48];
+    char *argv[56];
 } coord_argv_t;
 
 static void coord_argv(agent_t *a, const char *bind_addr, coord_argv_t *c)
@@ -73,6 +75,14 @@ static void coord_argv(agent_t *a, const char *bind_addr, coord_argv_t *c)
         if (tls_flags[i][1]) {
             c->argv[k++] = (char *)tls_flags[i][0];
             c->argv[k++] = (char *)tls_flags[i][1];
+        }
+    }
+    if (a->o->auth_munge) {
+        c->argv[k++] = "--auth";
+        c->argv[k++] = "munge";
+        if (a->o->munge_socket) {
+            c->argv[k++] = "--munge_socket";
+            c->argv[k++] = a->o->munge_socket;
         }
     }
     const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
@@ -301,14 +311,103 @@ static int setup_standalone(agent_t *a)
     return 0;
 }
 
+/* One Auth call with cred: MSR_OK with the token in a->token, else the
+ * call's status. */
+static msr_status_t auth_munge_once(agent_t *a, msr_rpc_channel_t *ch, char *cred,
+                                    uint64_t deadline)
+{
+    Msr__AuthRequest req = MSR__AUTH_REQUEST__INIT;
+    req.job_id = a->job_id;
+    req.credential = cred;
+    ProtobufCMessage *resp = NULL;
+    uint64_t call_deadline = msr_deadline_in_ms(5000);
+    msr_status_t st = msr_rpc_call(ch, MSR_RPC_AUTH, &req.base,
+                                   call_deadline < deadline ? call_deadline : deadline, 1, &resp);
+    if (st != MSR_OK)
+        return st;
+    const char *token = ((Msr__AuthResponse *)resp)->token;
+    if (token == NULL || !msr_token_valid(token)) {
+        msr_rpc_message_free(resp);
+        return msr_err(MSR_ERR_PROTOCOL, "the coordinator answered Auth without a valid token");
+    }
+    snprintf(a->token, sizeof a->token, "%s", token);
+    memset(((Msr__AuthResponse *)resp)->token, 0, strlen(token));
+    msr_rpc_message_free(resp);
+    return MSR_OK;
+}
+
+/* --auth=munge, a node without the token: it proves to the coordinator
+ * with a munge credential that it runs as the job's user and receives the
+ * token. The coordinator may not be up yet: tries again until
+ * cluster_time_out (from msrun's start) is spent, then exits 124 as a job
+ * that never formed. A refusal is final (exit 2). */
+static int fetch_token(agent_t *a)
+{
+    uint64_t deadline = a->start_ns + (uint64_t)a->o->cluster_time_out_ms * 1000000ull;
+    msr_rpc_channel_t *ch = NULL;
+    if (msr_rpc_channel_create_tls(a->coord_target, NULL, &a->tls, &ch) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot reach the coordinator at %s: %s\n", a->coord_target,
+                msr_err_msg());
+        return 2;
+    }
+    int64_t backoff_ms = 100;
+    int rc;
+    for (;;) {
+        /* a fresh credential for each call: one is accepted only once */
+        char *cred = NULL;
+        msr_status_t st = msr_munge_encode(a->o->munge_socket, a->job_id, a->coord_target,
+                                           msr_munge_job_uid(), &cred);
+        if (st != MSR_OK) {
+            fprintf(stderr, "msrun: error: --auth=munge: %s\n", msr_err_msg_or(st));
+            rc = 2;
+            break;
+        }
+        msr_err_clear();
+        st = auth_munge_once(a, ch, cred, deadline);
+        msr_free(cred);
+        if (st == MSR_OK) {
+            MSR_INFO("authenticated to the coordinator at %s with munge", a->coord_target);
+            rc = 0;
+            break;
+        }
+        if (st == MSR_ERR_PERMISSION || st == MSR_ERR_UNSUPPORTED || st == MSR_ERR_PROTOCOL ||
+            st == MSR_ERR_INVALID_ARG) {
+            fprintf(stderr,
+                    "msrun: error: munge authentication to the coordinator at %s failed: %s\n",
+                    a->coord_target, msr_err_msg_or(st));
+            rc = 2;
+            break;
+        }
+        if (msr_deadline_passed(deadline)) {
+            fprintf(stderr,
+                    "msrun: error: no coordinator at %s gave this node the job token within "
+                    "cluster_time_out (%.0f s): %s\n",
+                    a->coord_target, (double)a->o->cluster_time_out_ms / 1000.0,
+                    msr_err_msg_or(st));
+            rc = 124;
+            break;
+        }
+        MSR_DEBUG("munge authentication to %s: %s; trying again", a->coord_target,
+                  msr_err_msg_or(st));
+        int64_t left = msr_deadline_left_ms(deadline);
+        msr_sleep_ms(backoff_ms < left ? backoff_ms : left);
+        backoff_ms = backoff_ms < 1000 ? backoff_ms * 2 : 1000;
+    }
+    msr_rpc_channel_destroy(ch);
+    return rc;
+}
+
 /* The job's token when none was given: only the node that starts the
  * coordinator may make one up; the others cannot guess it (that is the
- * point). Sets *generated when it made one. */
+ * point): they are given it, or with --auth=munge fetch it (fetch_token).
+ * Sets *generated when it made one. */
 static int decide_token(agent_t *a, int here, int *generated)
 {
     *generated = 0;
     if (a->token[0] != '\0')
         return 0;
+    if (!here && a->o->auth_munge)
+        return fetch_token(a);
     if (!here) {
         fprintf(stderr, "msrun: error: no job token: every node of a multi-node job needs the "
                         "job's token; give this node the one node 0 generated (it printed where "
@@ -329,6 +428,11 @@ static int decide_token(agent_t *a, int here, int *generated)
 static int port_taken(agent_t *a, const char *target, const char *err, int generated)
 {
     msr_status_t st = probe_coordinator(a, target, 1);
+    if (st == MSR_ERR_PERMISSION && generated && a->o->auth_munge) {
+        /* another msrun of this host started it: get its token with munge */
+        memset(a->token, 0, sizeof a->token);
+        return fetch_token(a);
+    }
     if (st == MSR_ERR_PERMISSION && generated) {
         fprintf(stderr,
                 "msrun: error: port %d on %s is in use by a msrun coordinator and this node has "
@@ -426,7 +530,8 @@ int setup_coordinator(agent_t *a)
         snprintf(err, sizeof err, "%s", msr_err_msg());
         return port_taken(a, target, err, generated);
     }
-    if (generated && (o->max_nodes > 1 || o->worker_num > o->local_worker_num))
+    /* With --auth=munge the other nodes get the token from the coordinator. */
+    if (generated && !o->auth_munge && (o->max_nodes > 1 || o->worker_num > o->local_worker_num))
         return share_token(a);
     return 0;
 }

@@ -27,6 +27,8 @@
 static const char *const bind_choices[] = {"none", "core", "numa", NULL};
 /* --rdzv_backend's values */
 static const char *const backend_choices[] = {"static", "etcd", NULL};
+/* --auth's values: auth_munge is the index */
+static const char *const auth_choices[] = {"token", "munge", NULL};
 
 /* Every option also reads MSRUN_<NAME upper-cased>; dashes and underscores
  * are interchangeable in names. */
@@ -219,6 +221,16 @@ static const msr_opt_t opt_defs[] = {
      .dest = D(tls_server_name), .metavar = "NAME",
      .help = "the name the coordinator's certificate must carry. Default: the host part of "
              "master_addr (an IP address is checked against the certificate's IP entries)."},
+    /* How a node without the job token joins (kept together) */
+    {.name = "auth", .kind = MSR_OPT_ENUM, .env = "MSRUN_AUTH", .dest = D(auth_munge),
+     .choices = auth_choices, .def = "token", .metavar = "token|munge",
+     .help = "munge: a node without the job token proves to the coordinator with a munge "
+             "credential (Slurm's authentication; munged must run on every node) that it runs as "
+             "the job's user, and receives the token that node 0 generated. token: every node "
+             "must be given the token."},
+    {.name = "munge_socket", .kind = MSR_OPT_STRING, .env = "MSRUN_MUNGE_SOCKET",
+     .dest = D(munge_socket), .def = "munge's default", .metavar = "PATH",
+     .help = "the socket of munged for auth=munge."},
     /* The coordinator's store limits (used by the node that starts it). */
     {.name = "store_value_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
      .env = "MSRUN_STORE_VALUE_MAX", .dest = D(store_value_max), .def = "16M", .metavar = "BYTES",

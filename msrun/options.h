@@ -46,8 +46,13 @@ typedef struct msr_options {
      * encrypted when tls_cert/tls_key or tls_ca are given */
     char *tls_cert, *tls_key, *tls_ca;
     char *tls_server_name; /* NULL: the host part of master_addr */
-    int64_t grace_ms;      /* SIGTERM -> SIGKILL */
-    int64_t heartbeat_ms;  /* long-poll interval */
+    /* --auth=munge: a node without a token gets it from the coordinator
+     * with a munge credential (cluster/munge_auth.h); the node that starts
+     * the coordinator makes it accept them. Set by scheduler detection too. */
+    int auth_munge;
+    char *munge_socket;   /* NULL: libmunge's default */
+    int64_t grace_ms;     /* SIGTERM -> SIGKILL */
+    int64_t heartbeat_ms; /* long-poll interval */
     int64_t node_timeout_ms;
     int64_t coordinator_timeout_ms; /* workers run on this long without it */
     int64_t worker_timeout_ms;      /* 0: hangs are not watched */
@@ -78,10 +83,6 @@ typedef struct msr_options {
                              local */
     int rdzv_backend;     /* 0 static, 1 etcd */
     int dry_run;          /* print the resolved settings and exit */
-    /* set by Slurm detection when no token is given (--token, --token_file,
-     * MSRUN_TOKEN, MSRUN_TOKEN_FILE): the job authenticates with munge
-     * credentials instead; the munge code uses it */
-    int auth_munge;
     msr_origins_t origins;
 } msr_options_t;
 

@@ -16,7 +16,7 @@
 /* Raised whenever a change to msrun.proto would be misread by an older peer. */
 #define MSR_PROTOCOL_VERSION 1
 
-/* gRPC metadata key that carries the job token on every call. */
+/* gRPC metadata key that carries the job token on every call (but Auth). */
 #define MSR_TOKEN_METADATA "msr-token"
 
 /* Most bytes one store key may have (keys may not contain NUL or be empty). */
@@ -63,6 +63,7 @@ typedef enum msr_rpc_method {
     MSR_RPC_BARRIER,
     MSR_RPC_ALLGATHER,
     MSR_RPC_BEAT, /* served by a node's msrun, never by the coordinator */
+    MSR_RPC_AUTH, /* a munge credential for the job token: served without the token */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 
@@ -142,10 +143,10 @@ typedef struct msr_rpc_tls {
 /* Whether tls asks for TLS at all (any of cert, key, ca given). */
 int msr_rpc_tls_enabled(const msr_rpc_tls_t *tls);
 
-/* Called on the polling thread for every call whose token matched and whose
- * request parsed. The handler owns the call until it answers it
- * (msr_rpc_call_reply / msr_rpc_call_fail), which it may do at once or later
- * from the polling thread. req belongs to the call and lives until then. */
+/* Called on the polling thread for every call whose token matched (or whose
+ * method is one of the config's tokenless_methods) and whose request parsed. The handler owns the
+ * call until it answers it (msr_rpc_call_reply / msr_rpc_call_fail), which it may do at once or
+ * later from the polling thread. req belongs to the call and lives until then. */
 typedef void (*msr_rpc_handler_fn)(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
                                    ProtobufCMessage *req);
 
@@ -175,6 +176,11 @@ typedef struct msr_rpc_server_config {
     int max_connections;
     int max_unauth_per_host;
     int unauth_grace_ms;
+    /* Methods served without the token, as bits (1u << method): their
+     * request must carry a proof of its own (Auth's munge credential). Their
+     * body is read (held to MSR_RPC_SMALL_REQUEST_MAX), and a call of one
+     * does not count as a call with the token for the connection bounds. */
+    uint32_t tokenless_methods;
 } msr_rpc_server_config_t;
 
 /* Binds and starts a server on loop. *port_p gets the bound TCP port (0 for

@@ -30,7 +30,7 @@ ok "cpack -G DEB: $(basename "$deb")"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
 if grep -Eqi "cuda|nccl|cublas|nvidia" <<<"$depends"; then fail "the package depends on CUDA: $depends"; fi
-for lib in libc6 libgrpc libprotobuf-c libucx libevent-core libhwloc; do
+for lib in libc6 libgrpc libprotobuf-c libucx libevent-core libhwloc libmunge; do
     grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
 ok "Depends: the runtime libraries, no CUDA or NCCL"

@@ -21,6 +21,8 @@ leftovers() {
 }
 
 cleanup() {
+    # a test's own daemons (munged, slurmd, ...) go first
+    if declare -F test_cleanup >/dev/null; then test_cleanup; fi
     local left
     left=$(leftovers)
     if [ -n "$left" ]; then
@@ -57,6 +59,47 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 use_token_file() {
     (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TMP/token")
     export MSRUN_TOKEN_FILE="$TMP/token"
+}
+
+# start_munged: a munged of this test's own (key, socket, pid, seed and
+# log in $TMP/munge), stopped by stop_munged (call it from test_cleanup);
+# exports MSRUN_MUNGE_SOCKET. Exits 77 (skipped) when munged is missing.
+# $TMP becomes 0711 so that other users (runuser) can reach the socket.
+start_munged() {
+    MUNGED=$(command -v munged || echo /usr/sbin/munged)
+    if [ ! -x "$MUNGED" ] || ! command -v munge >/dev/null; then
+        echo "SKIP: munged or munge is not installed (Debian: munge)"
+        exit 77
+    fi
+    local d=$TMP/munge i
+    chmod 0711 "$TMP"
+    mkdir -m 0755 "$d"
+    head -c 128 /dev/urandom >"$d/munge.key"
+    chmod 0400 "$d/munge.key"
+    export MSRUN_MUNGE_SOCKET=$d/munge.sock
+    "$MUNGED" -F --key-file="$d/munge.key" --socket="$MSRUN_MUNGE_SOCKET" \
+        --pid-file="$d/munged.pid" --seed-file="$d/munged.seed" >"$d/munged.log" 2>&1 &
+    MUNGED_PID=$!
+    for ((i = 0; i < 200; i++)); do
+        munge -S "$MSRUN_MUNGE_SOCKET" -n >/dev/null 2>&1 && return 0
+        kill -0 "$MUNGED_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$d/munged.log" >&2
+    fail "munged did not answer on $MSRUN_MUNGE_SOCKET within 10 s"
+}
+
+stop_munged() {
+    [ -n "${MUNGED_PID:-}" ] || return 0
+    kill "$MUNGED_PID" 2>/dev/null
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$MUNGED_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -9 "$MUNGED_PID" 2>/dev/null
+    wait "$MUNGED_PID" 2>/dev/null
+    MUNGED_PID=
 }
 
 # run_msrun ARGS...: runs msrun (60 s at most) with stdout in $TMP/out,
