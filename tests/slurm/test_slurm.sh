@@ -10,9 +10,10 @@
 # Needs root and Debian's slurmctld slurmd slurm-client munge; skipped (77)
 # with the reason otherwise.
 #
-# The options that say where the job is (--master_addr, --nnodes,
-# --node_rank from SLURM_NODEID, --auth=munge) are given explicitly in
-# node.sh: once msrun reads them from Slurm itself, they can go.
+# msrun is given no option that says where the job is: the node rank, the
+# node count, the job id, the master's address (the first host of
+# SLURM_JOB_NODELIST, n1, which only Slurm's NodeAddr resolves) and munge
+# authentication (no token) all come from Slurm.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/slurm_lib.sh"
 
@@ -21,14 +22,11 @@ start_slurm
 unset MSRUN_TOKEN MSRUN_TOKEN_FILE
 
 # What srun starts on each node; srun and sbatch pass the environment on.
-export MSRUN PORT NNODES=2
+export MSRUN EXTRA=
 cat >"$TMP/node.sh" <<'SH'
 #!/bin/bash
-rank=(--node_rank="$SLURM_NODEID")
-case $NNODES in *:*) rank=() ;; esac # an elastic job assigns node ranks
-"$MSRUN" --auth=munge --master_addr=127.0.0.1 --master_port="$PORT" --nnodes="$NNODES" \
-    "${rank[@]}" --local_worker_num=2 --job_id="slurm-$SLURM_JOB_ID" \
-    --node_timeout=2 --max_restarts=1 "$@"
+# shellcheck disable=SC2086 # EXTRA: the case's own options, word-split
+"$MSRUN" --local_worker_num=2 $EXTRA "$@"
 echo "MSRUN-EXIT node $SLURM_NODEID code $?"
 SH
 cat >"$TMP/survivor.sh" <<'SH'
@@ -49,19 +47,26 @@ srun_job() {
     SRUN_PID=$!
 }
 
+# what msrun resolves under srun, and from where
+env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 srun -N2 --ntasks-per-node=1 "$MSRUN" --dry_run \
+    --local_worker_num=2 true >"$TMP/dry.out" 2>&1 || fail "srun msrun --dry_run: $(cat "$TMP/dry.out")"
+for want in "node_rank = 1 (slurm" "nodes = 2 (slurm" "master_addr = 127.0.0.1 (slurm" \
+    "job_id = slurm-[0-9]* (slurm" "auth = munge (slurm"; do
+    grep -q "$want" "$TMP/dry.out" || fail "--dry_run under srun lacks '$want': $(cat "$TMP/dry.out")"
+done
+ok "srun msrun --dry_run: node rank, nodes, master (n1 through NodeAddr), job id, munge from Slurm"
+
 # a. srun, munge authentication, a barrier across the nodes
-PORT=$(free_port)
 srun_job a "$WORKER" barrier
 wait_pid "$SRUN_PID" 90
 expect_code 0 "srun job"
 [ "$(grep -c "MSRUN-EXIT node . code 0" "$TMP/a.out")" = 2 ] || fail "srun: both msruns exit 0"
-expect_in "authenticated to the coordinator at 127.0.0.1:$PORT with munge" "$TMP/a.err" \
+expect_in "authenticated to the coordinator at 127.0.0.1:[0-9]* with munge" "$TMP/a.err" \
     "srun: node 1 authenticated with munge"
 no_leftovers "srun job"
-ok "a. srun -N2 --ntasks-per-node=1 msrun --auth=munge: both nodes join with munge, the barrier passes"
+ok "a. srun -N2 --ntasks-per-node=1 msrun --local_worker_num=2: no other option, munge, barrier passes"
 
 # b. sbatch of the same job, waited for
-PORT=$(free_port)
 cat >"$TMP/batch.sh" <<SH
 #!/bin/bash
 srun -N2 --ntasks-per-node=1 "$TMP/node.sh" "$WORKER" barrier
@@ -75,7 +80,6 @@ no_leftovers "sbatch job"
 ok "b. sbatch -N2 of the same job: both msruns exit 0"
 
 # c. scancel of a running job
-PORT=$(free_port)
 srun_job c "$TMP/survivor.sh"
 wait_count " W node" "$TMP/c.out" 4 60 || fail "scancel: the 4 workers started"
 jobid=$(squeue -h -n c -o %i)
@@ -95,8 +99,7 @@ ok "c. scancel of a running job: msrun, its coordinator and every worker are gon
 #    generation 1 and ends there. (Both nodes are on this host, so both
 #    try to start the coordinator: the second gets the job's token with
 #    munge from the first's.)
-PORT=$(free_port)
-NNODES=1:2
+EXTRA="--nnodes=1:2 --node_timeout=2 --max_restarts=1"
 srun_job d "$TMP/survivor.sh"
 wait_count "gen 0 world 4" "$TMP/d.out" 4 60 || fail "kill: the 4 workers started"
 msruns=() coord_parent=
