@@ -25,6 +25,8 @@
 
 /* --bind_to's values, in msr_bind_t's order */
 static const char *const bind_choices[] = {"none", "core", "numa", NULL};
+/* --rdzv_backend's values, in msr_rdzv_backend_t's order */
+static const char *const rdzv_choices[] = {"static", "etcd", NULL};
 
 /* Every option also reads MSRUN_<NAME upper-cased>; dashes and underscores
  * are interchangeable in names. */
@@ -177,11 +179,20 @@ static const msr_opt_t opt_defs[] = {
     {.name = "log_level", .kind = MSR_OPT_LEVEL, .env = "MSRUN_LOG_LEVEL", .dest = D(log_level),
      .def = "info", .metavar = "LEVEL",
      .help = "msrun's own messages: error, warn, info or debug."},
-    {.name = "rdzv_endpoint", .kind = MSR_OPT_HOSTPORT, .min = 1, .max = 65535,
-     .env = "MSRUN_RDZV_ENDPOINT", .dest = D(master_addr),
-     .dest2 = offsetof(msr_options_t, master_port), .metavar = "HOST:PORT",
+    {.name = "rdzv_endpoint", .kind = MSR_OPT_STRING, .env = "MSRUN_RDZV_ENDPOINT",
+     .dest = D(rdzv_endpoint), .metavar = "HOST:PORT",
      .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
-             "IPv6)."},
+             "IPv6). With --rdzv_backend=etcd: etcd's endpoints, HOST:PORT[,HOST:PORT...]."},
+    {.name = "rdzv_backend", .kind = MSR_OPT_ENUM, .env = "MSRUN_RDZV_BACKEND",
+     .dest = D(rdzv_backend), .choices = rdzv_choices, .def = "static", .metavar = "static|etcd",
+     .help = "static: the coordinator runs where master_addr is. etcd: the nodes elect the node "
+             "that runs it through etcd (--rdzv_endpoint), which keeps the job's state under "
+             "/msrun/<rdzv_id>/; when that node dies another takes over and the job goes on. "
+             "Every node needs the job's token (MSRUN_TOKEN or --token_file)."},
+    {.name = "etcd_lease", .kind = MSR_OPT_INT, .min = 1, .max = 3600, .env = "MSRUN_ETCD_LEASE",
+     .dest = D(etcd_lease), .def = "2", .metavar = "SEC",
+     .help = "--rdzv_backend=etcd: the coordinator's etcd lease; a dead coordinator's node is "
+             "replaced after about this long."},
     /* TLS for every connection to the coordinator (kept together) */
     {.name = "tls_cert", .kind = MSR_OPT_PATH, .env = "MSRUN_TLS_CERT", .dest = D(tls_cert),
      .def = "none", .metavar = "PEM",
@@ -597,6 +608,7 @@ static void defaults(msr_options_t *o)
     o->last_call_ms = 1000;
     o->log_level = MSR_LOG_INFO;
     o->tag_output = 1;
+    o->etcd_lease = 2;
 }
 
 /* Worker counts and node counts: derives what was not given and checks
@@ -649,7 +661,7 @@ static int derive_counts(msr_options_t *o)
     } else {
         o->min_nodes = o->max_nodes = 0; /* a fixed size, however it was given */
     }
-    if (o->master_addr == NULL && job_nodes > 1) {
+    if (o->master_addr == NULL && o->etcd_endpoints == NULL && job_nodes > 1) {
         opt_error("a job of %d nodes needs --master_addr (worker_num %d, local_worker_num %d)",
                   job_nodes, o->worker_num, o->local_worker_num);
         return 2;
@@ -659,6 +671,39 @@ static int derive_counts(msr_options_t *o)
                   job_nodes == 1 ? "" : "s");
         return 2;
     }
+    return 0;
+}
+
+/* --rdzv_endpoint: master_addr and master_port (static), or etcd's
+ * endpoints (etcd), which also needs the job's token on every node. */
+static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
+{
+    char where[64];
+    const char *w = msr_opts_where(&options_set, seen, "rdzv_endpoint", where, sizeof where);
+    if (o->rdzv_backend != MSR_RDZV_ETCD) {
+        if (o->rdzv_endpoint && msr_opts_hostport(o->rdzv_endpoint, w, 1, 65535, &o->master_addr,
+                                                  &o->master_port) != MSR_OK) {
+            fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
+            return 2;
+        }
+        return 0;
+    }
+    if (o->rdzv_endpoint == NULL || o->rdzv_endpoint[0] == '\0') {
+        opt_error("--rdzv_backend=etcd needs etcd's endpoints: --rdzv_endpoint=HOST:PORT[,...]");
+        return 2;
+    }
+    if (o->master_addr || o->standalone) {
+        opt_error("--rdzv_backend=etcd elects the coordinator's node: leave --%s out",
+                  o->standalone ? "standalone" : "master_addr");
+        return 2;
+    }
+    if (o->token == NULL) {
+        opt_error("--rdzv_backend=etcd needs the job's token on every node (MSRUN_TOKEN or "
+                  "--token_file FILE): whichever node is elected cannot hand out one it made up");
+        return 2;
+    }
+    o->etcd_endpoints = o->rdzv_endpoint;
+    o->rdzv_endpoint = NULL;
     return 0;
 }
 
@@ -749,7 +794,7 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
-    if (derive_counts(o) != 0 || check_rest(o) != 0)
+    if (resolve_rdzv(o, seen) != 0 || derive_counts(o) != 0 || check_rest(o) != 0)
         return 2;
     return 0;
 }
@@ -792,6 +837,7 @@ int msr_options_need_token(const char *prog, char **token_p, const char *token_f
 void msr_options_cleanup(msr_options_t *o)
 {
     msr_opts_free(&options_set, o);
+    msr_free(o->etcd_endpoints);
     msr_free(o->program);
     msr_free(o->program_path);
     msr_free(o->argv);

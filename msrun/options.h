@@ -22,6 +22,12 @@
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
 
+/* --rdzv_backend */
+typedef enum msr_rdzv_backend {
+    MSR_RDZV_STATIC = 0,
+    MSR_RDZV_ETCD = 1,
+} msr_rdzv_backend_t;
+
 /* Everything the agent needs, after parsing and validation. */
 typedef struct msr_options {
     int worker_num;       /* the job's world size */
@@ -69,6 +75,11 @@ typedef struct msr_options {
     int module, no_python;
     char *python; /* the interpreter, "python3" unless given */
     int argc;
+    /* rendezvous */
+    char *rdzv_endpoint;  /* as given; moved to master_addr/port or etcd_endpoints */
+    int rdzv_backend;     /* msr_rdzv_backend_t */
+    char *etcd_endpoints; /* etcd: "host:port[,host:port...]"; NULL: static */
+    int etcd_lease;       /* seconds */
     /* which flags were given explicitly (command line or environment) */
     int given_worker_num, given_local_worker_num, given_master_port;
 } msr_options_t;
