@@ -333,6 +333,52 @@ void msr_agent_run_node(agent_t *a)
         perform(a, &act);
     a->performing = 0;
     arm_cron(a, msr_now_ns());
+    /* a job that ended elects no new coordinator */
+    if (a->elect &&
+        (a->node.finished || a->node.state == MSR_JOB_DONE || a->node.state == MSR_JOB_FAILED))
+        msr_elect_quiet(a->elect);
+}
+
+/* ---- the election through etcd ---- */
+
+void msr_agent_coord_moved(agent_t *a, const char *target)
+{
+    if (strcmp(target, a->coord_target) == 0)
+        return;
+    if (msr_link_retarget(a->link, target) != MSR_OK ||
+        (a->proxy && msr_proxy_retarget(a->proxy, target) != MSR_OK)) {
+        MSR_ERROR("cannot reach the new coordinator at %s: %s", target, msr_err_msg());
+        return;
+    }
+    MSR_WARN("the coordinator is now at %s", target);
+    snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
+    msr_node_on_coord_moved(&a->node, msr_now_ns());
+    msr_agent_run_node(a);
+}
+
+static void on_elect(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    agent_t *a = arg;
+    msr_elect_event_t ev;
+    while (msr_elect_next(a->elect, &ev) != MSR_ELECT_NONE) {
+        switch (ev.kind) {
+        case MSR_ELECT_WON:
+            if (!a->node.finished)
+                msr_coord_child_takeover(a);
+            break;
+        case MSR_ELECT_LEADER:
+            msr_agent_coord_moved(a, ev.addr);
+            break;
+        case MSR_ELECT_LOST:
+            MSR_WARN("this node's etcd lease expired: its coordinator stops, another is elected");
+            msr_coord_child_kill(a);
+            break;
+        case MSR_ELECT_NONE:
+            break;
+        }
+    }
 }
 
 static void on_cron(evutil_socket_t fd, short what, void *arg)
@@ -419,7 +465,7 @@ static int job_identity(agent_t *a)
     msr_random_bytes(rnd, sizeof rnd);
     if (o->job_id)
         snprintf(a->job_id, sizeof a->job_id, "%s", o->job_id);
-    else if (o->master_addr == NULL)
+    else if (o->master_addr == NULL && o->etcd_endpoints == NULL)
         snprintf(a->job_id, sizeof a->job_id, "job-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
                  rnd[3]);
     else
@@ -482,6 +528,14 @@ static int loop_setup(agent_t *a)
                         &a->proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         return 1;
+    }
+    if (a->elect) {
+        a->elect_ev = event_new(a->base, msr_elect_fd(a->elect), EV_READ | EV_PERSIST, on_elect, a);
+        if (a->elect_ev == NULL || event_add(a->elect_ev, NULL) != 0 ||
+            msr_elect_start(a->elect) != MSR_OK) {
+            fprintf(stderr, "msrun: error: cannot watch the election in etcd: %s\n", msr_err_msg());
+            return 1;
+        }
     }
     return 0;
 }
@@ -555,6 +609,9 @@ static void loop_teardown(agent_t *a)
     if (a->coord_ready_fd >= 0)
         close(a->coord_ready_fd);
     a->coord_ready_fd = -1;
+    if (a->elect_ev)
+        event_free(a->elect_ev);
+    a->elect_ev = NULL;
     msr_proxy_stop(a->proxy);
     msr_link_destroy(a->link);
     msr_reports_free(a); /* unacknowledged: their calls were cancelled with the link */
@@ -615,10 +672,17 @@ int msr_agent_run(msr_options_t *o)
     rc = loop_setup(&a);
     if (rc == 0)
         rc = loop_run(&a);
+    int job_over =
+        a.node.finished && (a.node.state == MSR_JOB_DONE || a.node.state == MSR_JOB_FAILED);
     loop_teardown(&a);
     a.node_count = a.node.node_count;
     stop_coordinator(&a);
+    msr_elect_destroy(a.elect, job_over);
+    a.elect = NULL;
 out_dir:
+    if (a.elect)
+        msr_coord_child_kill(&a);
+    msr_elect_destroy(a.elect, 0);
     msr_run_record_remove(a.run_record);
     msr_job_dir_remove(a.job_dir);
 out_devnull:

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "base/list.h"
+#include "msrun/elect.h"
 #include "msrun/link.h"
 #include "msrun/node.h"
 #include "msrun/options.h"
@@ -56,6 +57,13 @@ typedef struct agent {
     msr_coord_ready_t coord_ready;
     char coord_exit_how[128]; /* how the coordinator being replaced ended */
 
+    /* --rdzv_backend=etcd (elect.h); NULL: static */
+    msr_elect_t *elect;
+    struct event *elect_ev;
+    char etcd_prefix[300]; /* /msrun/<job> */
+    int64_t coord_lease;   /* the lease the coordinator child writes under; 0 none */
+    int coord_takeover;    /* the coordinator starting is this node's after an election */
+
     msr_node_t node; /* what the node does: the machine the wiring feeds */
     msr_worker_t *workers;
     int nworkers;
@@ -101,6 +109,11 @@ void msr_coord_child_kill(agent_t *a);
  * (msr_err_msg() says why; no child is left). Before the loop runs only. */
 int start_coordinator(agent_t *a, const char *bind_addr);
 int setup_coordinator(agent_t *a);
+/* etcd: this node won the election in the loop: starts a coordinator (its
+ * ready pipe watched from the loop) that publishes itself once it listens. */
+void msr_coord_child_takeover(agent_t *a);
+/* etcd: the coordinator is now at target: links and proxy follow. */
+void msr_agent_coord_moved(agent_t *a, const char *target);
 void stop_coordinator(agent_t *a);
 
 /* report.c: a worker's exit, sent until the coordinator takes it. */

@@ -30,6 +30,7 @@
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
+    char lease[24];
     char store[3][24];
     char *argv[56];
 } coord_argv_t;
@@ -60,7 +61,16 @@ static void coord_argv(agent_t *a, const char *bind_addr, coord_argv_t *c)
         c->argv[k++] = "--nnodes";
         c->argv[k++] = c->nn;
     }
-    if (a->state_file[0]) {
+    if (a->elect) {
+        /* the state in etcd, written only while this node's lease leads */
+        snprintf(c->lease, sizeof c->lease, "%lld", (long long)a->coord_lease);
+        c->argv[k++] = "--etcd_endpoints";
+        c->argv[k++] = a->o->etcd_endpoints;
+        c->argv[k++] = "--etcd_prefix";
+        c->argv[k++] = a->etcd_prefix;
+        c->argv[k++] = "--etcd_lease";
+        c->argv[k++] = c->lease;
+    } else if (a->state_file[0]) {
         /* The file lives in the job's directory, removed when this msrun
          * ends: it serves a coordinator restarted by this msrun, in this
          * boot, so a save need not wait for the disk. */
@@ -212,11 +222,20 @@ static void coord_restart_done(agent_t *a, int port)
     a->coord_ready_ev = NULL;
     close(a->coord_ready_fd);
     a->coord_ready_fd = -1;
+    if (port > 0 && a->coord_takeover) {
+        a->coord_takeover = 0;
+        msr_net_join(a->host, port, a->coord_bind, sizeof a->coord_bind);
+        MSR_WARN("elected to run the coordinator: it listens on %s", a->coord_bind);
+        msr_elect_publish(a->elect, a->coord_bind);
+        msr_agent_coord_moved(a, a->coord_bind);
+        return;
+    }
     if (port > 0) {
         MSR_WARN("the embedded coordinator exited (%s); restarted it on %s", a->coord_exit_how,
                  a->coord_bind);
         return;
     }
+    a->coord_takeover = 0;
     MSR_ERROR("the embedded coordinator exited (%s) and cannot be restarted: %s", a->coord_exit_how,
               msr_err_msg());
     msr_coord_child_kill(a);
@@ -235,6 +254,8 @@ static void on_coord_ready(evutil_socket_t fd, short what, void *arg)
     coord_restart_done(a, port);
 }
 
+static void coord_child_watch(agent_t *a, const char *how);
+
 /* Starts a new coordinator on the same address and state file, and watches
  * its ready pipe from the loop: heartbeats, worker exits and signals are
  * served while it comes up. */
@@ -243,6 +264,21 @@ void msr_coord_child_restart(agent_t *a, const char *how)
     if (a->coord_ready_fd >= 0)
         return; /* one under way */
     a->coord_restarts++;
+    coord_child_watch(a, how);
+}
+
+void msr_coord_child_takeover(agent_t *a)
+{
+    if (a->coord_ready_fd >= 0 || a->coord_pid > 0)
+        return; /* one under way, or running (a restart after a lost lease) */
+    a->coord_lease = msr_elect_lease(a->elect);
+    a->coord_takeover = 1;
+    msr_net_join(a->host, 0, a->coord_bind, sizeof a->coord_bind);
+    coord_child_watch(a, "taken over");
+}
+
+static void coord_child_watch(agent_t *a, const char *how)
+{
     snprintf(a->coord_exit_how, sizeof a->coord_exit_how, "%s", how);
     int fd;
     if (msr_coord_child_spawn(a, a->coord_bind, &fd) != MSR_OK) {
@@ -479,10 +515,88 @@ static int share_token(agent_t *a)
     return 0;
 }
 
+/* --rdzv_backend=etcd: the nodes elect the one that runs the coordinator;
+ * it listens on this host's address toward etcd, on a free port. */
+static int setup_etcd(agent_t *a)
+{
+    msr_options_t *o = a->o;
+    snprintf(a->etcd_prefix, sizeof a->etcd_prefix, "/msrun/%s", a->job_id);
+    uint64_t deadline = msr_deadline_in_ms(o->cluster_time_out_ms);
+    /* the first endpoint's host says which of this host's addresses peers see */
+    char first[300], ip[64];
+    const char *ep = o->etcd_endpoints;
+    if (strncmp(ep, "http://", 7) == 0)
+        ep += 7;
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(ep, ","), ep);
+    char *colon = strrchr(first, ':');
+    int port = colon ? atoi(colon + 1) : 2379;
+    if (colon)
+        *colon = '\0';
+    if (msr_net_resolve(first[0] == '[' ? first + 1 : first, ip, sizeof ip) != 0) {
+        fprintf(stderr, "msrun: error: --rdzv_endpoint: %s\n", msr_err_msg());
+        return 2;
+    }
+    if (msr_net_outward(ip, port, a->host, sizeof a->host) != 0)
+        snprintf(a->host, sizeof a->host, "%s", ip);
+    msr_status_t st =
+        msr_elect_create(o->etcd_endpoints, a->etcd_prefix, o->etcd_lease, deadline, &a->elect);
+    if (st == MSR_ERR_INVALID_ARG) {
+        fprintf(stderr, "msrun: error: --rdzv_endpoint: %s\n", msr_err_msg());
+        return 2;
+    }
+    if (st != MSR_OK) {
+        fprintf(stderr, "msrun: error: %s (within --cluster_time_out %g s)\n", msr_err_msg(),
+                (double)o->cluster_time_out_ms / 1000.0);
+        return MSR_EXIT_NOT_FORMED;
+    }
+    int leader = 0;
+    st = msr_elect_campaign(a->elect, deadline, &leader, a->coord_target, sizeof a->coord_target);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msrun: error: no coordinator elected through etcd within %g s: %s\n",
+                (double)o->cluster_time_out_ms / 1000.0, msr_err_msg());
+        return MSR_EXIT_NOT_FORMED;
+    }
+    if (leader) {
+        a->coord_lease = msr_elect_lease(a->elect);
+        char bind[300];
+        msr_net_join(a->host, 0, bind, sizeof bind);
+        int cport = start_coordinator(a, bind);
+        if (cport < 0) {
+            fprintf(stderr, "msrun: error: cannot start the coordinator on %s: %s\n", bind,
+                    msr_err_msg());
+            return 2;
+        }
+        msr_net_join(a->host, cport, a->coord_bind, sizeof a->coord_bind);
+        snprintf(a->coord_target, sizeof a->coord_target, "%s", a->coord_bind);
+        if (msr_elect_publish_sync(a->elect, a->coord_bind, deadline) != MSR_OK) {
+            fprintf(stderr, "msrun: error: cannot publish the coordinator's address in etcd: %s\n",
+                    msr_err_msg());
+            return MSR_EXIT_NOT_FORMED;
+        }
+        MSR_DEBUG("elected to run the coordinator: it listens on %s", a->coord_bind);
+    } else {
+        MSR_DEBUG("the coordinator elected through etcd is at %s", a->coord_target);
+    }
+    /* where peers reach this node: toward the coordinator */
+    char cip[300];
+    snprintf(cip, sizeof cip, "%s", a->coord_target);
+    colon = strrchr(cip, ':');
+    if (colon) {
+        *colon = '\0';
+        if (msr_net_outward(cip, atoi(colon + 1), a->host, sizeof a->host) != 0)
+            snprintf(a->host, sizeof a->host, "%s", ip);
+    }
+    snprintf(a->coord_ip, sizeof a->coord_ip, "%.63s", cip);
+    a->coord_port = colon ? atoi(colon + 1) : 0;
+    return 0;
+}
+
 /* Decides where the coordinator is, starting it here when this node should. */
 int setup_coordinator(agent_t *a)
 {
     msr_options_t *o = a->o;
+    if (o->etcd_endpoints)
+        return setup_etcd(a);
     if (o->master_addr == NULL) {
         int rc = setup_standalone(a);
         if (rc == 0)

@@ -31,6 +31,10 @@ struct msr_link {
     int efd;
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *channel;
+    msr_rpc_channel_t **old; /* replaced channels: calls in flight still use them */
+    int nold;
+    char *token;
+    msr_rpc_tls_t tls; /* strings owned by the caller's options */
     pthread_t thread;
     atomic_int stop;
     pthread_mutex_t lock;
@@ -123,6 +127,8 @@ msr_status_t msr_link_create(struct event_base *base, const char *target, const 
         st = msr_err_prefix(st, "the channel to %s", target);
         goto err_loop;
     }
+    l->token = msr_strdup(token ? token : "");
+    l->tls = tls ? *tls : (msr_rpc_tls_t){0};
     int rc = pthread_create(&l->thread, NULL, completion_thread, l);
     if (rc != 0) {
         st = msr_err(MSR_ERR_SYSTEM, "the link's completion thread: %s", strerror(rc));
@@ -190,6 +196,13 @@ void msr_link_destroy(msr_link_t *l)
          * free memory gRPC will write to */
     }
     msr_rpc_channel_destroy(l->channel);
+    for (int i = 0; i < l->nold; i++)
+        msr_rpc_channel_destroy(l->old[i]);
+    msr_free(l->old);
+    if (l->token) {
+        memset(l->token, 0, strlen(l->token));
+        msr_free(l->token);
+    }
     msr_rpc_loop_destroy(l->loop);
     event_free(l->ev);
     close(l->efd);
@@ -230,6 +243,22 @@ msr_status_t msr_link_call_sync(msr_link_t *l, msr_rpc_method_t method, const Pr
     /* msr_rpc_call leaves its message in the error channel */
     return msr_rpc_call(l->channel, method, req, msr_deadline_in_ms(timeout_ms), wait_for_ready,
                         resp_p);
+}
+
+msr_status_t msr_link_retarget(msr_link_t *l, const char *target)
+{
+    msr_rpc_channel_t *ch = NULL, **old = msr_realloc(l->old, (size_t)(l->nold + 1) * sizeof *old);
+    if (old == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory");
+    l->old = old;
+    msr_status_t st = msr_rpc_channel_create_tls(target, l->token, &l->tls, &ch);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "the channel to %s", target);
+    pthread_mutex_lock(&l->lock);
+    l->old[l->nold++] = l->channel;
+    l->channel = ch;
+    pthread_mutex_unlock(&l->lock);
+    return MSR_OK;
 }
 
 const char *msr_link_target(const msr_link_t *l)

@@ -34,6 +34,10 @@ msr_status_t msr_link_call_sync(msr_link_t *link, msr_rpc_method_t method,
                                 const ProtobufCMessage *req, int64_t timeout_ms, int wait_for_ready,
                                 ProtobufCMessage **resp_p);
 
+/* Calls started from now on go to target (same token and TLS); calls in
+ * flight finish on the old channel, which is freed with the link. */
+msr_status_t msr_link_retarget(msr_link_t *link, const char *target);
+
 const char *msr_link_target(const msr_link_t *link);
 
 /* Calls started and not yet delivered. */

@@ -236,6 +236,15 @@ void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const c
         schedule_retry(n, now);
 }
 
+void msr_node_on_coord_moved(msr_node_t *n, uint64_t now)
+{
+    if (n->finished)
+        return;
+    n->backoff_ms = BACKOFF_MIN;
+    if (n->retry_at)
+        n->retry_at = now; /* the retry waiting for the old one goes to the new one now */
+}
+
 /* "waiting for nodes: 1 of 2 joined": quiet when forming is quick, then at
  * each change or every 10 s. */
 static void print_progress(msr_node_t *n, uint64_t now, const msr_node_update_t *u)

@@ -180,6 +180,9 @@ void msr_node_on_tick(msr_node_t *n, uint64_t now);
 void msr_node_on_send_failed(msr_node_t *n, uint64_t now, const char *why);
 void msr_node_on_joined(msr_node_t *n, uint64_t now, int generation, int max_restarts);
 void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t e, const char *why);
+/* The coordinator moved (an election through etcd): a retry due later is
+ * sent now, to the new one. */
+void msr_node_on_coord_moved(msr_node_t *n, uint64_t now);
 /* A heartbeat's answer. */
 void msr_node_on_update(msr_node_t *n, uint64_t now, const msr_node_update_t *u);
 /* A heartbeat failed: gone = the coordinator no longer knows this node. */

@@ -25,8 +25,8 @@
 
 /* --bind_to's values, in msr_bind_t's order */
 static const char *const bind_choices[] = {"none", "core", "numa", NULL};
-/* --rdzv_backend's values */
-static const char *const backend_choices[] = {"static", "etcd", NULL};
+/* --rdzv_backend's values, in msr_rdzv_backend_t's order */
+static const char *const rdzv_choices[] = {"static", "etcd", NULL};
 /* --auth's values: auth_munge is the index */
 static const char *const auth_choices[] = {"token", "munge", NULL};
 
@@ -181,16 +181,21 @@ static const msr_opt_t opt_defs[] = {
     {.name = "log_level", .kind = MSR_OPT_LEVEL, .env = "MSRUN_LOG_LEVEL", .dest = D(log_level),
      .def = "info", .metavar = "LEVEL",
      .help = "msrun's own messages: error, warn, info or debug."},
-    {.name = "rdzv_endpoint", .kind = MSR_OPT_HOSTPORT, .min = 1, .max = 65535,
-     .env = "MSRUN_RDZV_ENDPOINT", .dest = D(master_addr),
-     .dest2 = offsetof(msr_options_t, master_port), .metavar = "HOST:PORT",
+    {.name = "rdzv_endpoint", .kind = MSR_OPT_STRING, .env = "MSRUN_RDZV_ENDPOINT",
+     .dest = D(rdzv_endpoint), .metavar = "HOST:PORT",
      .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
-             "IPv6)."},
+             "IPv6). With --rdzv_backend=etcd: etcd's endpoints, HOST:PORT[,HOST:PORT...]."},
     {.name = "rdzv_backend", .kind = MSR_OPT_ENUM, .env = "MSRUN_RDZV_BACKEND",
-     .dest = D(rdzv_backend), .choices = backend_choices, .def = "static", .metavar = "static|etcd",
-     .help = "where the job's control state lives. static: in the coordinator that one node "
-             "hosts (node rank 0 under a scheduler, else the node where master_addr is local). "
-             "etcd is not available in this build."},
+     .dest = D(rdzv_backend), .choices = rdzv_choices, .def = "static", .metavar = "static|etcd",
+     .help = "static: one node runs the coordinator (node rank 0 under a scheduler, else the "
+             "node where master_addr is local). etcd: the nodes elect the node "
+             "that runs it through etcd (--rdzv_endpoint), which keeps the job's state under "
+             "/msrun/<rdzv_id>/; when that node dies another takes over and the job goes on. "
+             "Every node needs the job's token (MSRUN_TOKEN or --token_file)."},
+    {.name = "etcd_lease", .kind = MSR_OPT_INT, .min = 1, .max = 3600, .env = "MSRUN_ETCD_LEASE",
+     .dest = D(etcd_lease), .def = "2", .metavar = "SEC",
+     .help = "--rdzv_backend=etcd: the coordinator's etcd lease; a dead coordinator's node is "
+             "replaced after about this long."},
     {.name = "coordinator_here", .kind = MSR_OPT_BOOL, .env = "MSRUN_COORDINATOR_HERE",
      .dest = D(coordinator_here), .def = "auto", .metavar = "BOOL",
      .help = "true: this node hosts the coordinator, listening on 0.0.0.0:master_port, without "
@@ -629,6 +634,7 @@ static void defaults(msr_options_t *o)
     o->last_call_ms = 1000;
     o->log_level = MSR_LOG_INFO;
     o->tag_output = 1;
+    o->etcd_lease = 2;
 }
 
 /* The origin of option name when it was given (seen: 1 command line, 2
@@ -661,7 +667,8 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
     origin_given(seen, "coordinator_here", &g->coordinator_here);
     origin_given(seen, o->token_file ? "token_file" : "token", &g->auth);
     origin_given(seen, "rdzv_backend", &g->rdzv_backend);
-    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT;
+    /* etcd elects the coordinator's node: no master address to find */
+    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT || o->etcd_endpoints != NULL;
     msr_sched_env_t env;
     msr_sched_env_system(&env);
     msr_sched_t s;
@@ -771,21 +778,34 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
     if (nn.src == MSR_SRC_DEFAULT)
         msr_origin_set(&nn, MSR_SRC_DERIVED, "worker_num / local_worker_num");
     print_line(out, "nnodes", v, &nn, NULL);
-    print_line(out, "master_addr", o->master_addr ? o->master_addr : "none", &g->master_addr,
-               "a standalone job on this host");
-    if (o->master_addr || o->given_master_port)
-        snprintf(v, sizeof v, "%d", o->master_port);
-    else
-        snprintf(v, sizeof v, "0");
-    print_line(out, "master_port", v, &g->master_port,
-               o->master_addr || o->given_master_port ? NULL : "0: a free loopback port");
-    print_line(out, "coordinator_here",
-               o->master_addr == NULL     ? "true"
-               : o->coordinator_here > 0  ? "true"
-               : o->coordinator_here == 0 ? "false"
-                                          : "auto",
-               &g->coordinator_here,
-               o->master_addr ? "when master_addr is a local address" : "standalone");
+    if (o->etcd_endpoints) {
+        msr_origin_t eo = g->rdzv_backend;
+        print_line(out, "master_addr", "elected through etcd", &eo, NULL);
+        print_line(out, "etcd_endpoints", o->etcd_endpoints, &eo, NULL);
+    } else {
+        print_line(out, "master_addr", o->master_addr ? o->master_addr : "none", &g->master_addr,
+                   "a standalone job on this host");
+    }
+    if (o->etcd_endpoints) {
+        msr_origin_t d;
+        msr_origin_set(&d, MSR_SRC_DERIVED, "--rdzv_backend=etcd");
+        print_line(out, "master_port", "0", &d, "a free port on the node etcd elects");
+        print_line(out, "coordinator_here", "if elected", &d, NULL);
+    } else {
+        if (o->master_addr || o->given_master_port)
+            snprintf(v, sizeof v, "%d", o->master_port);
+        else
+            snprintf(v, sizeof v, "0");
+        print_line(out, "master_port", v, &g->master_port,
+                   o->master_addr || o->given_master_port ? NULL : "0: a free loopback port");
+        print_line(out, "coordinator_here",
+                   o->master_addr == NULL     ? "true"
+                   : o->coordinator_here > 0  ? "true"
+                   : o->coordinator_here == 0 ? "false"
+                                              : "auto",
+                   &g->coordinator_here,
+                   o->master_addr ? "when master_addr is a local address" : "standalone");
+    }
     snprintf(v, sizeof v, "%d", o->local_worker_num);
     print_line(out, "local_worker_num", v, &g->local_worker_num, NULL);
     snprintf(v, sizeof v, "%d", o->worker_num);
@@ -801,7 +821,7 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
     print_line(out, "auth", auth, &g->auth,
                o->master_addr ? "node 0 makes a token up; the other nodes must be given it"
                               : "a random token");
-    print_line(out, "rdzv_backend", backend_choices[o->rdzv_backend], &g->rdzv_backend, NULL);
+    print_line(out, "rdzv_backend", rdzv_choices[o->rdzv_backend], &g->rdzv_backend, NULL);
     msr_origin_set(&org, MSR_SRC_OPTION, "PROGRAM");
     print_line(out, "program", o->program_path ? o->program_path : o->program, &org, NULL);
 }
@@ -856,7 +876,7 @@ static int derive_counts(msr_options_t *o)
     } else {
         o->min_nodes = o->max_nodes = 0; /* a fixed size, however it was given */
     }
-    if (o->master_addr == NULL && job_nodes > 1) {
+    if (o->master_addr == NULL && o->etcd_endpoints == NULL && job_nodes > 1) {
         opt_error("a job of %d nodes needs --master_addr (worker_num %d, local_worker_num %d)",
                   job_nodes, o->worker_num, o->local_worker_num);
         return 2;
@@ -866,6 +886,39 @@ static int derive_counts(msr_options_t *o)
                   job_nodes == 1 ? "" : "s");
         return 2;
     }
+    return 0;
+}
+
+/* --rdzv_endpoint: master_addr and master_port (static), or etcd's
+ * endpoints (etcd), which also needs the job's token on every node. */
+static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
+{
+    char where[64];
+    const char *w = msr_opts_where(&options_set, seen, "rdzv_endpoint", where, sizeof where);
+    if (o->rdzv_backend != MSR_RDZV_ETCD) {
+        if (o->rdzv_endpoint && msr_opts_hostport(o->rdzv_endpoint, w, 1, 65535, &o->master_addr,
+                                                  &o->master_port) != MSR_OK) {
+            fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
+            return 2;
+        }
+        return 0;
+    }
+    if (o->rdzv_endpoint == NULL || o->rdzv_endpoint[0] == '\0') {
+        opt_error("--rdzv_backend=etcd needs etcd's endpoints: --rdzv_endpoint=HOST:PORT[,...]");
+        return 2;
+    }
+    if (o->master_addr || o->standalone) {
+        opt_error("--rdzv_backend=etcd elects the coordinator's node: leave --%s out",
+                  o->standalone ? "standalone" : "master_addr");
+        return 2;
+    }
+    if (o->token == NULL) {
+        opt_error("--rdzv_backend=etcd needs the job's token on every node (MSRUN_TOKEN or "
+                  "--token_file FILE): whichever node is elected cannot hand out one it made up");
+        return 2;
+    }
+    o->etcd_endpoints = o->rdzv_endpoint;
+    o->rdzv_endpoint = NULL;
     return 0;
 }
 
@@ -889,11 +942,6 @@ static int check_rest(msr_options_t *o)
     }
     if (check_output(o) != 0)
         return 2;
-    if (o->rdzv_backend != 0) {
-        opt_error("--rdzv_backend=etcd is not available in this build: the job's state lives in "
-                  "its coordinator (--rdzv_backend=static)");
-        return 2;
-    }
     if (!o->join) {
         opt_error("--join=false (exit once the workers are started) is not supported: msrun "
                   "stays and supervises its workers");
@@ -961,9 +1009,8 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
-    if (apply_sched(o, seen) != 0)
-        return 2;
-    if (derive_counts(o) != 0 || check_rest(o) != 0)
+    if (resolve_rdzv(o, seen) != 0 || apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
+        check_rest(o) != 0)
         return 2;
     origins_derived(o);
     return 0;
@@ -1007,6 +1054,7 @@ int msr_options_need_token(const char *prog, char **token_p, const char *token_f
 void msr_options_cleanup(msr_options_t *o)
 {
     msr_opts_free(&options_set, o);
+    msr_free(o->etcd_endpoints);
     msr_free(o->program);
     msr_free(o->program_path);
     msr_free(o->argv);

@@ -23,6 +23,12 @@
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
 
+/* --rdzv_backend */
+typedef enum msr_rdzv_backend {
+    MSR_RDZV_STATIC = 0,
+    MSR_RDZV_ETCD = 1,
+} msr_rdzv_backend_t;
+
 /* Everything the agent needs, after parsing and validation. */
 typedef struct msr_options {
     int worker_num;       /* the job's world size */
@@ -75,13 +81,17 @@ typedef struct msr_options {
     int module, no_python;
     char *python; /* the interpreter, "python3" unless given */
     int argc;
+    /* rendezvous */
+    char *rdzv_endpoint;  /* as given; moved to master_addr/port or etcd_endpoints */
+    int rdzv_backend;     /* msr_rdzv_backend_t */
+    char *etcd_endpoints; /* etcd: "host:port[,host:port...]"; NULL: static */
+    int etcd_lease;       /* seconds */
     /* which flags were given explicitly (command line or environment) */
     int given_worker_num, given_local_worker_num, given_master_port;
     /* schedulers (msrun/sched.h) and where each setting came from */
     int sched;            /* msr_sched_kind_t seen in the environment */
     int coordinator_here; /* 1: host it on 0.0.0.0:master_port; 0: never; -1: if master_addr is
                              local */
-    int rdzv_backend;     /* 0 static, 1 etcd */
     int dry_run;          /* print the resolved settings and exit */
     msr_origins_t origins;
 } msr_options_t;

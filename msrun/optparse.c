@@ -146,11 +146,12 @@ static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w
 
 /* "HOST:PORT", split at the last colon; an IPv6 address in brackets
  * ("[::1]:80") is stored without them */
-static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char *w, void *obj)
+msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_t max,
+                               char **host_p, int *port_p)
 {
     const char *colon = strrchr(v, ':');
     int64_t port;
-    if (colon == NULL || colon == v || msr_parse_i64(colon + 1, d->min, d->max, &port) != MSR_OK)
+    if (colon == NULL || colon == v || msr_parse_i64(colon + 1, min, max, &port) != MSR_OK)
         return bad(w, v, "is not HOST:PORT");
     const char *host = v;
     size_t hlen = (size_t)(colon - v);
@@ -162,7 +163,25 @@ static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char
     }
     if (hlen == 0)
         return bad(w, v, "is not HOST:PORT");
-    msr_status_t st = store_string(obj, d->dest, host, hlen);
+    char *h = msr_malloc(hlen + 1);
+    if (h == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory");
+    memcpy(h, host, hlen);
+    h[hlen] = '\0';
+    msr_free(*host_p);
+    *host_p = h;
+    *port_p = (int)port;
+    return MSR_OK;
+}
+
+static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char *w, void *obj)
+{
+    char *host = NULL;
+    int port = 0;
+    msr_status_t st = msr_opts_hostport(v, w, d->min, d->max, &host, &port);
+    if (st == MSR_OK)
+        st = store_string(obj, d->dest, host, strlen(host));
+    msr_free(host);
     if (st == MSR_OK)
         store_int(obj, d->dest2, sizeof(int), port);
     return st;

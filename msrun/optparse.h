@@ -87,6 +87,12 @@ void msr_opts_usage(const msr_optset_t *set, FILE *out);
 void msr_opts_free(const msr_optset_t *set, void *obj);
 
 /* The index of the option called name in set, or -1. */
+/* Splits "HOST:PORT" ("[v6]:PORT") into *host_p (msr_malloc'ed, replacing
+ * what was there) and *port_p (min..max); w names the value's source in
+ * the error (msr_err_msg()). */
+msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_t max,
+                               char **host_p, int *port_p);
+
 int msr_opts_find(const msr_optset_t *set, const char *name);
 
 /* Where option name's value came from, for messages: its environment

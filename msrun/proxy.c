@@ -225,6 +225,8 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
     msr_list_init(&p->fwds);
     pthread_mutex_init(&p->stop_lock, NULL);
     pthread_mutex_init(&p->beats_lock, NULL);
+    pthread_mutex_init(&p->up_lock, NULL);
+    p->tls = tls ? *tls : (msr_rpc_tls_t){0};
     snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
     do
         msr_random_bytes(&p->client_id, sizeof p->client_id);
@@ -235,6 +237,11 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
     st = msr_rpc_channel_create_tls(upstream, token, tls, &p->up);
     if (st != MSR_OK)
         goto err_loop;
+    p->token = msr_strdup(token ? token : "");
+    if (p->token == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto err_channel;
+    }
     char address[300];
     snprintf(address, sizeof address, "unix:%s", socket_path);
     msr_rpc_server_config_t sc = {
@@ -261,9 +268,11 @@ err_server:
     msr_rpc_server_destroy(p->server);
 err_channel:
     msr_rpc_channel_destroy(p->up);
+    msr_free(p->token);
 err_loop:
     msr_rpc_loop_destroy(p->loop);
 err_free:
+    pthread_mutex_destroy(&p->up_lock);
     msr_free(p);
     return st;
 }
@@ -292,10 +301,40 @@ void msr_proxy_stop(msr_proxy_t *p)
     msr_heap_cleanup(&p->timers);
     msr_heap_cleanup(&p->retries);
     msr_rpc_channel_destroy(p->up);
+    for (int i = 0; i < p->nold; i++)
+        msr_rpc_channel_destroy(p->old[i]);
+    msr_free(p->old);
+    memset(p->token, 0, strlen(p->token));
+    msr_free(p->token);
+    pthread_mutex_destroy(&p->up_lock);
     msr_rpc_loop_destroy(p->loop);
     if (unlink(p->socket_path) != 0 && errno != ENOENT)
         MSR_DEBUG("cannot remove %s: %s", p->socket_path, strerror(errno));
     msr_free(p);
+}
+
+msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p)
+{
+    pthread_mutex_lock(&p->up_lock);
+    msr_rpc_channel_t *ch = p->up;
+    pthread_mutex_unlock(&p->up_lock);
+    return ch;
+}
+
+msr_status_t msr_proxy_retarget(msr_proxy_t *p, const char *upstream)
+{
+    msr_rpc_channel_t *ch = NULL, **old = msr_realloc(p->old, (size_t)(p->nold + 1) * sizeof *old);
+    if (old == NULL)
+        return MSR_ERR_NO_MEMORY;
+    p->old = old;
+    msr_status_t st = msr_rpc_channel_create_tls(upstream, p->token, &p->tls, &ch);
+    if (st != MSR_OK)
+        return st;
+    pthread_mutex_lock(&p->up_lock);
+    p->old[p->nold++] = p->up;
+    p->up = ch;
+    pthread_mutex_unlock(&p->up_lock);
+    return MSR_OK;
 }
 
 uint64_t msr_proxy_calls_in(const msr_proxy_t *p)

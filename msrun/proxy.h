@@ -22,6 +22,10 @@ typedef struct msr_proxy msr_proxy_t;
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
                              const msr_rpc_tls_t *tls, int local_workers, msr_proxy_t **proxy_p);
 
+/* Upstream calls started from now on go to upstream (same token and TLS);
+ * those in flight finish where they were sent. The agent's thread. */
+msr_status_t msr_proxy_retarget(msr_proxy_t *proxy, const char *upstream);
+
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is
  * fine. */
 void msr_proxy_stop(msr_proxy_t *proxy);

@@ -52,7 +52,12 @@ typedef struct held {
 struct msr_proxy {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *server;
-    msr_rpc_channel_t *up;
+    msr_rpc_channel_t *up;   /* read through msr_proxy_up (the agent may retarget it) */
+    msr_rpc_channel_t **old; /* replaced upstream channels, freed at the stop */
+    int nold;
+    pthread_mutex_t up_lock;
+    char *token;
+    msr_rpc_tls_t tls;      /* strings owned by the caller's options */
     uint32_t local_workers; /* the most participants a node's group may have */
     char socket_path[256];
     pthread_t thread;
@@ -73,6 +78,9 @@ struct msr_proxy {
      * retries upstream then apply them once too */
     uint64_t client_id, request_seq;
 };
+
+/* proxy.c: the upstream channel (any thread). */
+msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p);
 
 /* proxy_up.c */
 void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req);

@@ -127,7 +127,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
     f->async.raw = 1;
     group_t *g = f->group;
     if (g == NULL) {
-        st = msr_rpc_call_start(p->up, p->loop, &f->async, f->req);
+        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, f->req);
     } else if (g->method == MSR_RPC_BARRIER) {
         Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
         r.generation = g->generation;
@@ -135,7 +135,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.count = g->count;
         r.weight = g->arrived;
         r.wait_ms = wait_left(f->deadline);
-        st = msr_rpc_call_start(p->up, p->loop, &f->async, &r.base);
+        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
     } else {
         Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
         Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
@@ -153,7 +153,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.n_entries = n;
         r.entries = entries;
         r.wait_ms = wait_left(f->deadline);
-        st = msr_rpc_call_start(p->up, p->loop, &f->async, &r.base);
+        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
         msr_free(entries);
     }
     if (st == MSR_OK)
