@@ -40,9 +40,14 @@ run() {
         done
         [ "$(wc -l <"$dir/loss.log" 2>/dev/null || echo 0)" -ge "$want" ] ||
             fail "$job: training did not reach step $want before kill $k"
-        local coord agent
-        coord=$(pgrep -f "msrun coordinator .*--etcd_prefix /msrun/$job " | head -1)
-        [ -n "$coord" ] || fail "$job: no coordinator to kill"
+        local coord= agent
+        # the coordinator of the moment (a failover may be under way: wait)
+        for ((i = 0; i < 300; i++)); do
+            coord=$(pgrep -f "msrun coordinator .*--etcd_prefix /msrun/$job " | head -1)
+            [ -n "$coord" ] && break
+            sleep 0.1
+        done
+        [ -n "$coord" ] || fail "$job: no coordinator to kill within 30 s"
         agent=$(ps -o ppid= -p "$coord" | tr -d ' ')
         kill -9 "$agent" "$coord"
         echo "kill $k: msrun $agent and its coordinator $coord"
