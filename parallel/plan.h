@@ -99,8 +99,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
 
 /* Rank rank's bytes. GPT in fp32: the runtime accounting (exact); anything
  * else: the paper accounting. The layout must have passed msr_plan_check. */
-void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l,
-                   msr_plan_precision_t prec, int rank, msr_plan_rank_t *out);
+void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
+                   int rank, msr_plan_rank_t *out);
 
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,

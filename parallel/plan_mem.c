@@ -101,6 +101,8 @@ typedef struct dp_layout {
     uint64_t shard, replicated;
     uint64_t packed_max; /* the largest packed bucket buffer (dp * blk + rep) */
     uint64_t seg_max;    /* the largest segment */
+    uint64_t gather_max; /* the largest ZeRO-3 gather buffer (dp * its blocks' sum) */
+    int span_max;        /* the most buckets one segment lies in */
 } dp_layout_t;
 
 static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
@@ -110,12 +112,16 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
     uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
     /* buckets cut from the end: bucket 0 is [P - fb, P), then bb each */
     out->buckets = P <= fb ? 1 : 1 + (int)ceil_div(P - fb, bb);
-    out->shard = out->replicated = out->packed_max = out->seg_max = 0;
-    uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0;
-    int s = 0, cur_bucket = -1;
+    out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
+    out->span_max = 0;
+    uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
+    int s = 0, cur_bucket = -1, span = 0;
     for (uint64_t pos = 0; pos < P;) {
-        while (seg_lo + seg_count(p, s) <= pos)
+        while (seg_lo + seg_count(p, s) <= pos) {
             seg_lo += seg_count(p, s++);
+            span = 0;
+            seg_blk = 0;
+        }
         uint64_t sc = seg_count(p, s);
         out->seg_max = max_u64(out->seg_max, sc);
         /* the bucket holding pos: its end */
@@ -145,7 +151,11 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
             uint64_t a = min_u64(n, (uint64_t)dp_rank * blk), e = min_u64(n, a + blk);
             out->shard += e - a;
             cur_blk += blk;
+            seg_blk += blk;
         }
+        span++;
+        out->span_max = span > out->span_max ? span : out->span_max;
+        out->gather_max = max_u64(out->gather_max, size * seg_blk);
         pos = end;
     }
     out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
@@ -180,8 +190,8 @@ static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *
 static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                   msr_plan_precision_t prec, int layers)
 {
-    double b = msr_plan_layer_act_bytes(m->seq, l->micro_batch, m->channels, m->heads, l->tp,
-                                        l->sp, l->recompute);
+    double b = msr_plan_layer_act_bytes(m->seq, l->micro_batch, m->channels, m->heads, l->tp, l->sp,
+                                        l->recompute);
     if (m->arch == MSR_PLAN_LLAMA) {
         /* Llama's terms (plan.h's table, second half) */
         double s = m->seq, B = l->micro_batch, h = m->channels, a = m->heads, t = l->tp;
@@ -209,17 +219,17 @@ static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t
     int M = l->micros, p = l->pp, r = pr, v = l->chunks;
     uint64_t live = 0, peak = 0;
     int held = 0, most = 0;
-#define FWD(c)                                                                                     \
-    do {                                                                                           \
-        live += chunk_bytes[c];                                                                    \
-        held++;                                                                                    \
-        peak = max_u64(peak, live);                                                                \
-        most = held > most ? held : most;                                                          \
+#define FWD(c)                            \
+    do {                                  \
+        live += chunk_bytes[c];           \
+        held++;                           \
+        peak = max_u64(peak, live);       \
+        most = held > most ? held : most; \
     } while (0)
-#define BWD(c)                                                                                     \
-    do {                                                                                           \
-        live -= chunk_bytes[c];                                                                    \
-        held--;                                                                                    \
+#define BWD(c)                  \
+    do {                        \
+        live -= chunk_bytes[c]; \
+        held--;                 \
     } while (0)
     if (l->schedule == MSR_PLAN_GPIPE) {
         for (int m = 0; m < M; m++)
@@ -259,23 +269,20 @@ static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t
 
 /* ---- checks ---- */
 
-int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
-                   size_t why_len)
+int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why, size_t why_len)
 {
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        snprintf(why, why_len, __VA_ARGS__);                                                       \
-        return -1;                                                                                 \
+#define BAD(...)                             \
+    do {                                     \
+        snprintf(why, why_len, __VA_ARGS__); \
+        return -1;                           \
     } while (0)
     if (m->layers < 1 || m->channels < 1 || m->heads < 1 || m->vocab < 1 || m->seq < 1)
         BAD("layers, channels, heads, vocabulary and sequence must be positive");
     if (m->channels % m->heads != 0)
         BAD("%d channels do not divide into %d heads", m->channels, m->heads);
-    if (m->arch == MSR_PLAN_LLAMA &&
-        (m->kv_heads < 1 || m->heads % m->kv_heads != 0 || m->ffn < 1))
+    if (m->arch == MSR_PLAN_LLAMA && (m->kv_heads < 1 || m->heads % m->kv_heads != 0 || m->ffn < 1))
         BAD("%d kv heads do not divide %d heads (or ffn %d < 1)", m->kv_heads, m->heads, m->ffn);
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->chunks < 1 || l->micro_batch < 1 ||
-        l->micros < 1)
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->chunks < 1 || l->micro_batch < 1 || l->micros < 1)
         BAD("dp, tp, pp, virtual stages, micro-batch and micro-batches must be positive");
     if (m->heads % l->tp != 0)
         BAD("%d heads do not divide among tp %d", m->heads, l->tp);
@@ -385,19 +392,22 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     if (l.pp > 1 && o->pp_rank == l.pp - 1 && m->arch == MSR_PLAN_GPT)
         o->comm += 2 * (uint64_t)(m->vocab / l.tp) * C * w;
 
-    /* dp's temporaries, at most: MSR_DP_MAX_PACKED packed buckets (ZeRO
-     * >= 1), a segment's gradient under ZeRO-2/3, the gathered current and
-     * next segments (with their gather buffers) under ZeRO-3 */
+    /* dp's temporaries, at most (parallel/dp.c): packed buckets under ZeRO
+     * >= 1 (MSR_DP_MAX_PACKED started ones, plus those of the segment being
+     * packed, which cannot start before it is ready); two segments'
+     * gradients under ZeRO-2/3 (the embedding's, held from the tied head's
+     * backward to the end, and the current one); the current and the
+     * prefetched segment, each with its gather buffer, under ZeRO-3 */
     uint64_t g = runtime ? F32 : w;
     if (l.zero >= 1)
-        o->buckets_bound += MSR_DP_MAX_PACKED * d.packed_max * g;
+        o->buckets_bound += (uint64_t)(MSR_DP_MAX_PACKED + d.span_max) * d.packed_max * g;
     if (l.zero >= 2)
         o->buckets_bound += 2 * d.seg_max * g;
     if (l.zero >= 3)
-        o->buckets_bound += 2 * (d.seg_max + (uint64_t)l.dp * ceil_div(d.seg_max, l.dp)) * g;
+        o->buckets_bound += 2 * (d.seg_max + d.gather_max) * g;
 
-    o->total = o->params + o->grads + o->optim + o->master + o->activations + o->comm +
-               o->buckets_bound;
+    o->total =
+        o->params + o->grads + o->optim + o->master + o->activations + o->comm + o->buckets_bound;
 }
 
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,

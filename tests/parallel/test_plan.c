@@ -28,11 +28,11 @@ static void test_zero_paper(void)
             MSR_CHECK(msr_plan_zero_bytes(P, 3, nds[j]) == (4 + K) * P / N);
         }
     }
-    /* the paper's figure 1: 7.5B parameters on 64 devices */
+    /* the paper's figure 1 (7.5B parameters, 64 devices), as printed to 0.1 GB */
     MSR_CHECK(msr_plan_zero_bytes(7.5e9, 0, 64) == 120e9);
-    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 1, 64) - 31.4e9) < 0.01e9);
+    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 1, 64) - 31.4e9) < 0.05e9);
     MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 2, 64) - 16.6e9) < 0.05e9);
-    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 3, 64) - 1.9e9) < 0.01e9);
+    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 3, 64) - 1.9e9) < 0.05e9);
 }
 
 /* Korthikanti et al. (2022): bytes per layer in 16-bit. Sizes are powers
@@ -42,7 +42,7 @@ static void test_korthikanti(void)
     const double cfg[][5] = {
         /* s, b, h, a, t */
         {2048, 1, 12288, 96, 8}, /* GPT-3 175B, t = 8 */
-        {2048, 4, 4096, 32, 4},  {1024, 2, 2048, 16, 2}, {4096, 1, 16384, 128, 8},
+        {2048, 4, 4096, 32, 4},  {1024, 2, 2048, 16, 2},    {4096, 1, 16384, 128, 8},
         {512, 8, 1024, 8, 1},    {2048, 1, 20480, 160, 16},
     };
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -91,13 +91,13 @@ static void test_runtime_part_and_frames(void)
                     continue;
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     for (int rc = 0; rc < 3; rc++) {
-                        msr_plan_layout_t l = layout(1, tp, pp, sp, 0, rc,
-                                                     v > 1 ? MSR_PLAN_INTERLEAVED : MSR_PLAN_1F1B,
-                                                     v, 4);
+                        msr_plan_layout_t l =
+                            layout(1, tp, pp, sp, 0, rc,
+                                   v > 1 ? MSR_PLAN_INTERLEAVED : MSR_PLAN_1F1B, v, 4);
                         char why[200];
                         MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-                        msr_mp_config_t mc = {sp,          (msr_mp_schedule_t)l.schedule, v,
-                                              (msr_mp_recompute_t)rc, 2, 4, 0};
+                        msr_mp_config_t mc = {
+                            sp, (msr_mp_schedule_t)l.schedule, v, (msr_mp_recompute_t)rc, 2, 4, 0};
                         MSR_CHECK_OK(msr_mp_check(&gc, &mc, pp, tp));
                         for (int r = 0; r < tp * pp; r++) {
                             msr_plan_rank_t o;
