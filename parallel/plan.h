@@ -71,7 +71,7 @@ typedef struct msr_plan_rank {
     uint64_t part_params;      /* parameters of the rank's part (its flat buffers) */
     uint64_t shard_elems;      /* elements this rank owns in dp's layout */
     uint64_t replicated_elems; /* of them, in replicated (small) segments */
-    int buckets;               /* dp's gradient buckets */
+    uint64_t buckets;          /* dp's gradient buckets */
     uint64_t params;           /* parameter bytes held across steps */
     uint64_t grads;            /* gradient bytes */
     uint64_t optim;            /* Adam moments */
@@ -88,6 +88,11 @@ typedef struct msr_plan_rank {
 
 /* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */
 uint64_t msr_plan_num_params(const msr_plan_model_t *m);
+
+/* Checks the model alone: sizes positive, heads dividing channels (and kv
+ * heads dividing heads), its bytes countable in 64 bits. Returns 0, or -1
+ * with a one-line reason in why. */
+int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 
 /* Checks the model and the layout against the runtime's rules (the ones
  * train_gpt refuses: heads, vocabulary and sequence divisible by tp, a

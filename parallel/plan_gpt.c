@@ -205,7 +205,11 @@ int main(int argc, char **argv)
     args_t a;
     int fx[FX_N];
     parse_args(argc, argv, &a, fx);
-    char why[256] = "no layout of the world fits the model";
+    char why[256] = "", first[256] = "";
+    if (msr_plan_check_model(&a.m, why, sizeof why) != 0) {
+        fprintf(stderr, "plan_gpt: error: %s\n", why);
+        return 2;
+    }
     size_t n = 0, cap = 0;
     plan_t *plans = NULL;
     int W = (int)a.world;
@@ -238,8 +242,11 @@ int main(int argc, char **argv)
                                                            per / mb, sched, vs, 0,  0,    0};
                                     l.bucket_bytes = (size_t)(a.bucket_mb * 1048576.0);
                                     l.zero_min_bytes = (size_t)a.zero_min_bytes;
-                                    if (msr_plan_check(&a.m, &l, why, sizeof why) != 0)
+                                    if (msr_plan_check(&a.m, &l, why, sizeof why) != 0) {
+                                        if (first[0] == '\0')
+                                            snprintf(first, sizeof first, "%s", why);
                                         continue;
+                                    }
                                     if (n == cap) {
                                         cap = cap ? 2 * cap : 256;
                                         plan_t *p = realloc(plans, cap * sizeof *p);
@@ -259,7 +266,8 @@ int main(int argc, char **argv)
         }
     }
     if (n == 0) {
-        fprintf(stderr, "plan_gpt: error: no valid layout: %s\n", why);
+        fprintf(stderr, "plan_gpt: error: no valid layout of %d ranks%s%s\n", W,
+                first[0] != '\0' ? "; the first refused: " : " (none matches --fix)", first);
         free(plans);
         return 2;
     }
@@ -303,8 +311,8 @@ int main(int argc, char **argv)
             msr_plan_rank_t o;
             msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
             printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
-                   " replicated %" PRIu64 " buckets %d acts_peak %" PRIu64 " frame %" PRIu64
-                   " frame_head %" PRIu64 " transient_bound %" PRIu64 "\n",
+                   " replicated %" PRIu64 " buckets %" PRIu64 " acts_peak %" PRIu64
+                   " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64 "\n",
                    r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets,
                    o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
         }

@@ -97,7 +97,7 @@ static uint64_t seg_count(const part_t *p, int k)
 /* ---- data parallel's layout (parallel/dp.c build_layout) ---- */
 
 typedef struct dp_layout {
-    int buckets;
+    uint64_t buckets;
     uint64_t shard, replicated;
     uint64_t packed_max; /* the largest packed bucket buffer (dp * blk + rep) */
     uint64_t seg_max;    /* the largest segment */
@@ -111,11 +111,12 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
     uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
     uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
     /* buckets cut from the end: bucket 0 is [P - fb, P), then bb each */
-    out->buckets = P <= fb ? 1 : 1 + (int)ceil_div(P - fb, bb);
+    out->buckets = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
     out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
     out->span_max = 0;
     uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
-    int s = 0, cur_bucket = -1, span = 0;
+    uint64_t cur_bucket = UINT64_MAX;
+    int s = 0, span = 0;
     for (uint64_t pos = 0; pos < P;) {
         while (seg_lo + seg_count(p, s) <= pos) {
             seg_lo += seg_count(p, s++);
@@ -125,15 +126,39 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
         uint64_t sc = seg_count(p, s);
         out->seg_max = max_u64(out->seg_max, sc);
         /* the bucket holding pos: its end */
-        int b;
-        uint64_t bhi;
+        uint64_t b, bhi;
         if (P <= fb || pos >= P - fb) {
             b = 0;
             bhi = P;
         } else {
             uint64_t k = ceil_div(P - fb - pos, bb) - 1;
-            b = 1 + (int)k;
+            b = 1 + k;
             bhi = P - fb - k * bb;
+        }
+        int replicated = l->zero_min_bytes > 0 && sc * F32 < l->zero_min_bytes;
+        /* whole buckets inside the segment are alike: all but the last in
+         * one go (huge models have millions) */
+        uint64_t lim = min_u64(seg_lo + sc, P > fb ? P - fb : 0);
+        if (b >= 1 && bhi >= bb && pos == bhi - bb && lim > pos && (lim - pos) / bb >= 2) {
+            uint64_t k = (lim - pos) / bb - 1, blk = replicated ? bb : ceil_div(bb, size);
+            out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
+            cur_bucket = UINT64_MAX;
+            cur_blk = cur_rep = 0;
+            if (replicated) {
+                out->shard += k * bb;
+                out->replicated += k * bb;
+                out->packed_max = max_u64(out->packed_max, bb);
+            } else {
+                uint64_t a = min_u64(bb, (uint64_t)dp_rank * blk), e = min_u64(bb, a + blk);
+                out->shard += k * (e - a);
+                out->packed_max = max_u64(out->packed_max, size * blk);
+                seg_blk += k * blk;
+            }
+            span += (int)min_u64(k, 1u << 30);
+            out->span_max = span > out->span_max ? span : out->span_max;
+            out->gather_max = max_u64(out->gather_max, size * seg_blk);
+            pos += k * bb;
+            continue;
         }
         if (b != cur_bucket) {
             out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
@@ -141,7 +166,6 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
             cur_blk = cur_rep = 0;
         }
         uint64_t end = min_u64(seg_lo + sc, bhi), n = end - pos;
-        int replicated = l->zero_min_bytes > 0 && sc * F32 < l->zero_min_bytes;
         if (replicated) {
             out->shard += n;
             out->replicated += n;
@@ -269,19 +293,33 @@ static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t
 
 /* ---- checks ---- */
 
-int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why, size_t why_len)
-{
 #define BAD(...)                             \
     do {                                     \
         snprintf(why, why_len, __VA_ARGS__); \
         return -1;                           \
     } while (0)
+
+int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
+{
     if (m->layers < 1 || m->channels < 1 || m->heads < 1 || m->vocab < 1 || m->seq < 1)
         BAD("layers, channels, heads, vocabulary and sequence must be positive");
     if (m->channels % m->heads != 0)
         BAD("%d channels do not divide into %d heads", m->channels, m->heads);
     if (m->arch == MSR_PLAN_LLAMA && (m->kv_heads < 1 || m->heads % m->kv_heads != 0 || m->ffn < 1))
         BAD("%d kv heads do not divide %d heads (or ffn %d < 1)", m->kv_heads, m->heads, m->ffn);
+    /* every count must fit in 64 bits, with room: bytes of the model state */
+    double C = m->channels, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
+    double params =
+        (double)m->vocab * C * 2 + (double)m->seq * C + (double)m->layers * (4 * C * C + 3 * C * F);
+    if (params * 32 > 1e18)
+        BAD("the model is too large to count in bytes (%.3g parameters)", params);
+    return 0;
+}
+
+int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why, size_t why_len)
+{
+    if (msr_plan_check_model(m, why, why_len) != 0)
+        return -1;
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->chunks < 1 || l->micro_batch < 1 || l->micros < 1)
         BAD("dp, tp, pp, virtual stages, micro-batch and micro-batches must be positive");
     if (m->heads % l->tp != 0)
@@ -310,9 +348,15 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
             l->micros, l->pp);
     if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1) && l->zero > 2))
         BAD("ZeRO stage %d: 0..3, and 0..2 with tensor or pipeline parallel", l->zero);
+    /* a step's kept activations, bounded the same way */
+    double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
+    double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *
+                  ((double)m->heads * T * T + 32 * T * (C + F) + T * m->vocab);
+    if (acts * 8 > 1e18)
+        BAD("the layout's activations are too many to count in bytes (%.3g)", acts);
     return 0;
-#undef BAD
 }
+#undef BAD
 
 /* ---- a rank ---- */
 
@@ -415,9 +459,9 @@ uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 {
     uint64_t best = 0;
     int world = l->dp * l->tp * l->pp, who = 0;
-    /* ranks of one (pp, tp) position differ by dp's shard rounding only:
-     * dp rank 0 owns the most */
-    for (int r = 0; r < l->tp * l->pp && r < world; r++) {
+    /* the tp ranks of a stage hold equal slices, and dp rank 0 owns the
+     * largest shard: the stages' first ranks suffice */
+    for (int r = 0; r < l->tp * l->pp && r < world; r += l->tp) {
         msr_plan_rank_t o;
         msr_plan_rank(m, l, prec, r, &o);
         if (o.total > best) {

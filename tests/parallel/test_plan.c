@@ -154,7 +154,7 @@ static void test_runtime_dp_alone(void)
             MSR_CHECK_EQ(o.optim, (uint64_t)mem.optim);
             MSR_CHECK_EQ(o.shard_elems, (uint64_t)mem.shard_elems);
             MSR_CHECK_EQ(o.replicated_elems, (uint64_t)mem.replicated_elems);
-            MSR_CHECK_EQ(o.buckets, dp->num_buckets);
+            MSR_CHECK_EQ(o.buckets, (uint64_t)dp->num_buckets);
             msr_dp_destroy(dp);
             msr_gpt_destroy(g);
         }
@@ -203,6 +203,61 @@ static void test_bf16_states(void)
     }
 }
 
+/* The peak scans one rank per stage: it must be the largest of all ranks. */
+static void test_peak_is_max(void)
+{
+    msr_plan_model_t m = gpt(8, 32, 4, 16);
+    const msr_plan_layout_t ls[] = {
+        layout(2, 2, 2, 1, 2, 0, MSR_PLAN_1F1B, 1, 4),
+        layout(4, 1, 2, 0, 1, 1, MSR_PLAN_INTERLEAVED, 2, 4),
+        layout(3, 1, 1, 0, 3, 0, MSR_PLAN_1F1B, 1, 1),
+        layout(1, 4, 2, 1, 0, 2, MSR_PLAN_GPIPE, 1, 3),
+    };
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        msr_plan_layout_t l = ls[i];
+        l.zero_min_bytes = 0;
+        l.bucket_bytes = 10000;
+        char why[200];
+        MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+        uint64_t most = 0;
+        for (int r = 0; r < l.dp * l.tp * l.pp; r++) {
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+            most = o.total > most ? o.total : most;
+        }
+        MSR_CHECK_EQ(msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL), most);
+    }
+}
+
+/* The paper accounting per rank (GPT in bf16; in fp32 GPT is the runtime's
+ * accounting): Korthikanti's bytes per layer, times the chunk's layers,
+ * times the frames the schedule holds. */
+static void test_paper_activations(void)
+{
+    msr_plan_model_t m = gpt(8, 64, 8, 32);
+    for (int rc = 0; rc < 3; rc++) {
+        msr_plan_layout_t l = layout(1, 2, 4, 1, 0, rc, MSR_PLAN_1F1B, 1, 8);
+        for (int r = 0; r < 8; r++) {
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_BF16, r, &o);
+            double layer = msr_plan_layer_act_bytes(32, 2, 64, 8, 2, 1, rc);
+            double want = layer * 2 /* layers per stage */ * (4 - r / 2) /* frames */;
+            MSR_CHECK_MSG((double)o.activations == want, "rank %d: %llu vs %.0f", r,
+                          (unsigned long long)o.activations, want);
+        }
+    }
+    /* Llama: grouped-query attention shrinks k and v, the untied head adds
+     * a V x C matrix on the last stage */
+    msr_plan_model_t ll = {MSR_PLAN_LLAMA, 4, 64, 8, 2, 160, 1000, 32};
+    uint64_t C = 64, kv = 2 * 8, F = 160;
+    MSR_CHECK_EQ(msr_plan_num_params(&ll),
+                 1000 * C + 4 * (2 * C * C + 2 * C * kv + 3 * C * F + 2 * C) + C + 1000 * C);
+    char why[200];
+    msr_plan_layout_t l = layout(1, 4, 1, 0, 0, 0, MSR_PLAN_1F1B, 1, 1);
+    MSR_CHECK(msr_plan_check(&ll, &l, why, sizeof why) == -1);
+    MSR_CHECK(strstr(why, "2 kv heads do not divide among tp 4") != NULL);
+}
+
 static const msr_test_t tests[] = {
     {"zero_paper", test_zero_paper, 10},
     {"korthikanti", test_korthikanti, 10},
@@ -210,6 +265,8 @@ static const msr_test_t tests[] = {
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
     {"schedules", test_schedules, 10},
     {"bf16_states", test_bf16_states, 10},
+    {"peak_is_max", test_peak_is_max, 10},
+    {"paper_activations", test_paper_activations, 10},
 };
 
 int main(int argc, char **argv)
