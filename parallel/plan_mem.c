@@ -210,6 +210,26 @@ static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *
     return e;
 }
 
+/* train_gpt runs the whole model without the model-parallel runtime when
+ * tp = pp = 1 with no recompute (parallel/train.c msr_train_uses_mp; its
+ * --trace would switch it on). */
+static int whole_path(const msr_plan_layout_t *l)
+{
+    return l->tp == 1 && l->pp == 1 && l->chunks == 1 && !l->sp && l->recompute == MSR_PLAN_RC_NONE;
+}
+
+/* fp32 elements of the whole model's activation table for b sequences. */
+static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
+{
+    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq, C = (uint64_t)m->channels;
+    uint64_t NH = (uint64_t)m->heads, V = (uint64_t)m->vocab, N = B * T;
+    /* per block: ln1, mean, rstd, qkv, atty, att, res2, ln2, mean, rstd,
+     * fch, fch_gelu, res3 */
+    uint64_t block = 5 * N * C + 4 * N + 3 * N * C + B * NH * T * T + 8 * N * C;
+    /* encoded; lnf, mean, rstd, logits, probs, losses, proj */
+    return N * C + (uint64_t)m->layers * block + N * C + 2 * N + 2 * N * V + N + N * C;
+}
+
 /* Paper accounting: bytes of one chunk's kept activations. */
 static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                   msr_plan_precision_t prec, int layers)
@@ -424,6 +444,12 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         o->frame_bytes[1] = frame_paper_bytes(m, &l, prec, last_layers);
     }
     o->activations = schedule_peak(&l, o->pp_rank, chunk_bytes, &o->frames_held);
+    if (runtime && whole_path(&l)) {
+        /* the whole model keeps one micro-batch's activations in its own
+         * table (parallel/gpt.c msr_gpt_carve_acts), reused by the next */
+        o->activations = whole_acts_elems(m, &l) * F32;
+        o->frames_held = 1;
+    }
 
     /* pipeline buffers (parallel/mp.c msr_mp_create): the gradients sent
      * back, one per frame, and the last stage's copy of wte and its

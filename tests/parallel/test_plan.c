@@ -161,6 +161,28 @@ static void test_runtime_dp_alone(void)
     }
 }
 
+/* tp = pp = 1 without recompute: the whole model's own activation table. */
+static void test_runtime_whole(void)
+{
+    const int shapes[][4] = {{2, 32, 4, 16}, {3, 48, 6, 24}, {1, 16, 1, 8}};
+    for (size_t i = 0; i < 3; i++) {
+        msr_plan_model_t m = gpt(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        msr_gpt_config_t gc = {MSR_GPT_VOCAB, shapes[i][3], shapes[i][0], shapes[i][2],
+                               shapes[i][1]};
+        for (int b = 1; b <= 4; b *= 2) {
+            msr_plan_layout_t l = layout(2, 1, 1, 0, 1, 0, MSR_PLAN_1F1B, 1, 3);
+            l.micro_batch = b;
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &o);
+            msr_gpt_t *g = NULL;
+            MSR_CHECK_OK(msr_gpt_create(&gc, b, &g));
+            MSR_CHECK_EQ(o.activations, (uint64_t)g->acts_count * 4);
+            MSR_CHECK_EQ(o.frames_held, 1);
+            msr_gpt_destroy(g);
+        }
+    }
+}
+
 /* The schedules' held frames: GPipe all m, 1F1B p - stage, interleaved
  * Megatron's warm-up count. */
 static void test_schedules(void)
@@ -263,6 +285,7 @@ static const msr_test_t tests[] = {
     {"korthikanti", test_korthikanti, 10},
     {"runtime_part_and_frames", test_runtime_part_and_frames, 30},
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
+    {"runtime_whole", test_runtime_whole, 10},
     {"schedules", test_schedules, 10},
     {"bf16_states", test_bf16_states, 10},
     {"peak_is_max", test_peak_is_max, 10},
