@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# layouts of 4 ranks (dp, tp with and without sp, pp with each schedule,
-# ZeRO 0-3, the recompute modes, small buckets and replicated segments),
-# train_gpt --report runs under msrun, and every rank's parameter, gradient
-# and optimizer bytes, dp shard, replicated elements, buckets, activation
+# 13 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# schedule, ZeRO 0-3, the recompute modes, small buckets and replicated
+# segments), train_gpt --report runs under msrun, and every rank's
+# parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, activation
 # peak and frame sizes must equal plan_gpt --ranks's prediction to the
 # byte; the runtime's temporary peak must stay within the planner's bound.
 set -euo pipefail
@@ -95,4 +95,9 @@ check 8 dp=1,tp=2,pp=2,sp=1,zero=1,recompute=selective,micro_batch=2,$s=interlea
 check 8 dp=2,tp=1,pp=2,sp=0,zero=1,recompute=none,micro_batch=1,$s=interleaved,virtual_stages=4 \
     --pp 2 --schedule interleaved --virtual-stages 4 --grad-accum 2 --zero 1 --bucket-mb 0.01 \
     --zero-min-bytes 0
+check 8 dp=1,tp=1,pp=4,sp=0,zero=2,recompute=none,micro_batch=1,$s=interleaved,virtual_stages=2 \
+    --pp 4 --schedule interleaved --virtual-stages 2 --grad-accum 8 --zero 2
+check 4 dp=1,tp=2,pp=2,sp=1,zero=2,recompute=full,micro_batch=2,$s=gpipe --tp 2 --pp 2 --sp \
+    --schedule gpipe --grad-accum 2 --zero 2 --recompute full --bucket-mb 0.005 \
+    --zero-min-bytes 30000
 echo "ok: $checked layouts, every rank's count equals the plan"
