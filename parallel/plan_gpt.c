@@ -65,8 +65,10 @@ static void parse_fix(const char *s, int *fx)
     if (strlen(s) >= sizeof buf)
         die("--fix %s%s: too long", s, "");
     strcpy(buf, s);
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv != NULL;
-         kv = strtok_r(NULL, ",", &save)) {
+    for (char *kv = buf, *next; kv != NULL; kv = next) {
+        next = strchr(kv, ',');
+        if (next != NULL)
+            *next++ = '\0';
         char *eq = strchr(kv, '=');
         if (eq == NULL)
             die("--fix: '%s' is not key=value%s", kv, "");
