@@ -1,0 +1,129 @@
+/* The planner's memory model: the bytes a rank holds for a model description,
+ * a parallel layout and a precision, by kind (see docs/plan.md). Pure
+ * arithmetic: no I/O, no allocation, no communicator.
+ *
+ * Two accountings:
+ *
+ *   runtime  msrun's own CPU runtime (parallel/dp.h, parallel/mp.h) training
+ *            the reference GPT in fp32, exactly: the part's parameters, dp's
+ *            buckets, units and shards (ZeRO 0-3, replicated small
+ *            segments), each micro-batch chunk's kept activations and the
+ *            most held at once under the rank's schedule. These equal, to
+ *            the byte, what train_gpt --report prints.
+ *
+ *   paper    the published conventions: mixed-precision Adam keeps 2 + 2 +
+ *            K bytes per parameter (K = 12: fp32 master weights and two
+ *            moments) partitioned by ZeRO stage (Rajbhandari et al. 2019);
+ *            activations per layer in 16-bit by Korthikanti et al. (2022)'s
+ *            terms, cut by tensor and sequence parallel and dropped by
+ *            recompute. Used for bf16 and for the Llama-style description.
+ *
+ * Layer and rank conventions follow the runtime: rank = (dp_rank * pp +
+ * pp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
+ * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks. */
+#ifndef MSR_PARALLEL_PLAN_H
+#define MSR_PARALLEL_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum msr_plan_arch {
+    MSR_PLAN_GPT = 0,   /* LayerNorm, GELU MLP of 4C, tied head, learned positions */
+    MSR_PLAN_LLAMA = 1, /* RMSNorm, SwiGLU of ffn, grouped-query attention, untied head */
+} msr_plan_arch_t;
+
+typedef struct msr_plan_model {
+    msr_plan_arch_t arch;
+    int layers;   /* L */
+    int channels; /* C (h) */
+    int heads;    /* NH (a) */
+    int kv_heads; /* Llama: key/value heads (divides heads); GPT: = heads */
+    int ffn;      /* Llama: the SwiGLU width; GPT: 4C */
+    int vocab;    /* V */
+    int seq;      /* T (s) */
+} msr_plan_model_t;
+
+typedef enum msr_plan_precision {
+    MSR_PLAN_FP32 = 0, /* fp32 parameters, gradients and Adam moments (the runtime) */
+    MSR_PLAN_BF16 = 1, /* bf16 parameters and gradients, fp32 master and moments */
+} msr_plan_precision_t;
+
+/* Schedules and recompute modes, numbered as parallel/mp.h's. */
+enum { MSR_PLAN_GPIPE = 0, MSR_PLAN_1F1B = 1, MSR_PLAN_INTERLEAVED = 2 };
+enum { MSR_PLAN_RC_NONE = 0, MSR_PLAN_RC_SELECTIVE = 1, MSR_PLAN_RC_FULL = 2 };
+
+typedef struct msr_plan_layout {
+    int dp, tp, pp;
+    int sp;          /* sequence parallel (tp > 1) */
+    int zero;        /* ZeRO stage 0..3 (3 only with tp = pp = 1) */
+    int recompute;   /* MSR_PLAN_RC_* */
+    int micro_batch; /* b: sequences per micro-batch */
+    int micros;      /* micro-batches per step and dp rank (gradient accumulation) */
+    int schedule;    /* MSR_PLAN_GPIPE, _1F1B, _INTERLEAVED */
+    int chunks;      /* virtual stages per rank (interleaved), else 1 */
+    /* data parallel's buckets (parallel/dp.h; 0: its defaults) */
+    size_t bucket_bytes, first_bucket_bytes, zero_min_bytes;
+} msr_plan_layout_t;
+
+/* One rank's bytes by kind, and the counts behind them. */
+typedef struct msr_plan_rank {
+    int dp_rank, pp_rank, tp_rank;
+    uint64_t part_params;      /* parameters of the rank's part (its flat buffers) */
+    uint64_t shard_elems;      /* elements this rank owns in dp's layout */
+    uint64_t replicated_elems; /* of them, in replicated (small) segments */
+    uint64_t buckets;          /* dp's gradient buckets */
+    uint64_t params;           /* parameter bytes held across steps */
+    uint64_t grads;            /* gradient bytes */
+    uint64_t optim;            /* Adam moments */
+    uint64_t master;           /* fp32 master weights (bf16 only) */
+    uint64_t frame_bytes[2];   /* one micro-batch chunk's kept activations: plain, with head */
+    int frames_held;           /* most chunk frames alive at once under the schedule */
+    uint64_t activations;      /* the most activation bytes held at once */
+    uint64_t comm;             /* pipeline buffers: gradients sent back, the head's wte copy */
+    uint64_t buckets_bound;    /* dp's temporary buffers, at most (packed buckets, ZeRO-2/3
+                                * segment gradients, ZeRO-3 gathers): timing decides the
+                                * runtime's actual peak, so this is a bound, not a count */
+    uint64_t total;            /* the sum of the kinds above (with buckets_bound) */
+} msr_plan_rank_t;
+
+/* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */
+uint64_t msr_plan_num_params(const msr_plan_model_t *m);
+
+/* Checks the model alone: sizes positive, heads dividing channels (and kv
+ * heads dividing heads), its bytes countable in 64 bits. Returns 0, or -1
+ * with a one-line reason in why. */
+int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
+
+/* Checks the model and the layout against the runtime's rules (the ones
+ * train_gpt refuses: heads, vocabulary and sequence divisible by tp, a
+ * layer per virtual stage, 1F1B with micros >= pp, interleaved with pp > 1
+ * and micros % pp == 0, ZeRO 3 only without tp and pp, ...). Returns 0, or
+ * -1 with a one-line reason in why. */
+int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
+                   size_t why_len);
+
+/* Rank rank's bytes. GPT in fp32: the runtime accounting (exact); anything
+ * else: the paper accounting. The layout must have passed msr_plan_check. */
+void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
+                   int rank, msr_plan_rank_t *out);
+
+/* The most any rank holds (total), and which rank. */
+uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                       msr_plan_precision_t prec, int *rank_p);
+
+/* ---- the paper accounting, term by term ---- */
+
+/* ZeRO's model-state bytes per device for psi parameters over nd
+ * data-parallel ranks, mixed-precision Adam (K = 12), stage 0..3:
+ * 2 psi parameters + 2 psi gradients + K psi optimizer states, the later
+ * stages partitioning the optimizer, then the gradients, then the
+ * parameters. */
+double msr_plan_zero_bytes(double psi, int stage, int nd);
+
+/* Korthikanti et al.'s activation bytes of one transformer layer in 16-bit:
+ * sequence s, micro-batch b, hidden h, heads a, tensor size t, sequence
+ * parallel sp, recompute MSR_PLAN_RC_*; summed from the paper's terms. */
+double msr_plan_layer_act_bytes(double s, double b, double h, double a, int t, int sp,
+                                int recompute);
+
+#endif

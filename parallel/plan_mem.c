@@ -1,0 +1,560 @@
+/* The planner's memory model (see plan.h and docs/plan.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/dp.h"
+#include "parallel/plan.h"
+
+#define F32 4u
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* ---- the part a rank holds ---- */
+
+/* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h). */
+static void stage_layers(int layers, int n, int j, int *lo, int *hi)
+{
+    *lo = (int)((int64_t)layers * j / n);
+    *hi = (int)((int64_t)layers * (j + 1) / n);
+}
+
+/* Elements of one block's parameters on a tensor-parallel rank. */
+static uint64_t block_params(const msr_plan_model_t *m, int t)
+{
+    uint64_t C = (uint64_t)m->channels, T = (uint64_t)t;
+    if (m->arch == MSR_PLAN_GPT) /* 12C^2/t + 6C + 7C/t: see gpt.c's tensor table */
+        return 12 * C * C / T + 6 * C + 7 * C / T;
+    uint64_t hd = C / (uint64_t)m->heads, kv = (uint64_t)m->kv_heads * hd, F = (uint64_t)m->ffn;
+    /* q, o: C x C; k, v: C x kv; gate, up, down: C x F (all split); two RMSNorms */
+    return (2 * C * C + 2 * C * kv + 3 * C * F) / T + 2 * C;
+}
+
+static uint64_t embed_params(const msr_plan_model_t *m, int t)
+{
+    uint64_t C = (uint64_t)m->channels, Vl = (uint64_t)(m->vocab / t);
+    return m->arch == MSR_PLAN_GPT ? Vl * C + (uint64_t)m->seq * C : Vl * C;
+}
+
+/* The final norm, and for Llama the untied head's rows. */
+static uint64_t head_params(const msr_plan_model_t *m, int t)
+{
+    uint64_t C = (uint64_t)m->channels;
+    return m->arch == MSR_PLAN_GPT ? 2 * C : C + (uint64_t)(m->vocab / t) * C;
+}
+
+uint64_t msr_plan_num_params(const msr_plan_model_t *m)
+{
+    return embed_params(m, 1) + (uint64_t)m->layers * block_params(m, 1) + head_params(m, 1);
+}
+
+/* The segments of a part in flat order (parallel/gpt.h): the embeddings on
+ * the first stage, a segment per block, the final norm (and head) on the
+ * last. */
+typedef struct part {
+    int has_embed, has_head, blocks;
+    uint64_t embed, block, head, total;
+} part_t;
+
+static void part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int pr, part_t *p)
+{
+    int n = l->pp * l->chunks;
+    p->has_embed = pr == 0;
+    p->has_head = pr == l->pp - 1;
+    p->blocks = 0;
+    for (int c = 0; c < l->chunks; c++) {
+        int lo, hi;
+        stage_layers(m->layers, n, c * l->pp + pr, &lo, &hi);
+        p->blocks += hi - lo;
+    }
+    p->embed = embed_params(m, l->tp);
+    p->block = block_params(m, l->tp);
+    p->head = head_params(m, l->tp);
+    p->total = (p->has_embed ? p->embed : 0) + (uint64_t)p->blocks * p->block +
+               (p->has_head ? p->head : 0);
+}
+
+static uint64_t seg_count(const part_t *p, int k)
+{
+    if (p->has_embed && k == 0)
+        return p->embed;
+    k -= p->has_embed;
+    return k < p->blocks ? p->block : p->head;
+}
+
+/* ---- data parallel's layout (parallel/dp.c build_layout) ---- */
+
+typedef struct dp_layout {
+    uint64_t buckets;
+    uint64_t shard, replicated;
+    uint64_t packed_max; /* the largest packed bucket buffer (dp * blk + rep) */
+    uint64_t seg_max;    /* the largest segment */
+    uint64_t gather_max; /* the largest ZeRO-3 gather buffer (dp * its blocks' sum) */
+    int span_max;        /* the most buckets one segment lies in */
+} dp_layout_t;
+
+static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
+{
+    uint64_t P = p->total, size = (uint64_t)l->dp;
+    uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
+    uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
+    /* buckets cut from the end: bucket 0 is [P - fb, P), then bb each */
+    out->buckets = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
+    out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
+    out->span_max = 0;
+    uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
+    uint64_t cur_bucket = UINT64_MAX;
+    int s = 0, span = 0;
+    for (uint64_t pos = 0; pos < P;) {
+        while (seg_lo + seg_count(p, s) <= pos) {
+            seg_lo += seg_count(p, s++);
+            span = 0;
+            seg_blk = 0;
+        }
+        uint64_t sc = seg_count(p, s);
+        out->seg_max = max_u64(out->seg_max, sc);
+        /* the bucket holding pos: its end */
+        uint64_t b, bhi;
+        if (P <= fb || pos >= P - fb) {
+            b = 0;
+            bhi = P;
+        } else {
+            uint64_t k = ceil_div(P - fb - pos, bb) - 1;
+            b = 1 + k;
+            bhi = P - fb - k * bb;
+        }
+        int replicated = l->zero_min_bytes > 0 && sc * F32 < l->zero_min_bytes;
+        /* whole buckets inside the segment are alike: all but the last in
+         * one go (huge models have millions) */
+        uint64_t lim = min_u64(seg_lo + sc, P > fb ? P - fb : 0);
+        if (b >= 1 && bhi >= bb && pos == bhi - bb && lim > pos && (lim - pos) / bb >= 2) {
+            uint64_t k = (lim - pos) / bb - 1, blk = replicated ? bb : ceil_div(bb, size);
+            out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
+            cur_bucket = UINT64_MAX;
+            cur_blk = cur_rep = 0;
+            if (replicated) {
+                out->shard += k * bb;
+                out->replicated += k * bb;
+                out->packed_max = max_u64(out->packed_max, bb);
+            } else {
+                uint64_t a = min_u64(bb, (uint64_t)dp_rank * blk), e = min_u64(bb, a + blk);
+                out->shard += k * (e - a);
+                out->packed_max = max_u64(out->packed_max, size * blk);
+                seg_blk += k * blk;
+            }
+            span += (int)min_u64(k, 1u << 30);
+            out->span_max = span > out->span_max ? span : out->span_max;
+            out->gather_max = max_u64(out->gather_max, size * seg_blk);
+            pos += k * bb;
+            continue;
+        }
+        if (b != cur_bucket) {
+            out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
+            cur_bucket = b;
+            cur_blk = cur_rep = 0;
+        }
+        uint64_t end = min_u64(seg_lo + sc, bhi), n = end - pos;
+        if (replicated) {
+            out->shard += n;
+            out->replicated += n;
+            cur_rep += n;
+        } else {
+            uint64_t blk = ceil_div(n, size);
+            uint64_t a = min_u64(n, (uint64_t)dp_rank * blk), e = min_u64(n, a + blk);
+            out->shard += e - a;
+            cur_blk += blk;
+            seg_blk += blk;
+        }
+        span++;
+        out->span_max = span > out->span_max ? span : out->span_max;
+        out->gather_max = max_u64(out->gather_max, size * seg_blk);
+        pos = end;
+    }
+    out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
+}
+
+/* ---- activations (parallel/mp_plan.c msr_mp_carve_frame) ---- */
+
+/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT runtime. */
+static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
+                            int head)
+{
+    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
+    uint64_t C = (uint64_t)m->channels, Cl = C / t, NHl = (uint64_t)m->heads / t;
+    uint64_t Hl = 4 * C / t, Vl = (uint64_t)m->vocab / t;
+    uint64_t Tl = l->sp ? T / t : T, N = B * T, Nl = B * Tl;
+    uint64_t layer;
+    if (l->recompute == MSR_PLAN_RC_FULL) {
+        layer = Nl * C; /* res3: the block's output, the next one's input */
+    } else {
+        /* ln1, its mean and rstd, qkv, atty, res2, ln2, its mean and rstd, fch, res3 */
+        layer = 4 * Nl * C + 4 * Nl + N * 3 * Cl + N * Cl + N * Hl;
+        if (l->recompute == MSR_PLAN_RC_NONE)
+            layer += B * NHl * T * T + N * Hl; /* att (probabilities), fch_gelu */
+    }
+    uint64_t e = Nl * C + (uint64_t)layers * layer; /* the chunk's input */
+    if (head)
+        e += Nl * C + 2 * Nl + N * Vl; /* lnf, its mean and rstd, probs */
+    return e;
+}
+
+/* train_gpt runs the whole model without the model-parallel runtime when
+ * tp = pp = 1 with no recompute (parallel/train.c msr_train_uses_mp; its
+ * --trace would switch it on). */
+static int whole_path(const msr_plan_layout_t *l)
+{
+    return l->tp == 1 && l->pp == 1 && l->chunks == 1 && !l->sp && l->recompute == MSR_PLAN_RC_NONE;
+}
+
+/* fp32 elements of the whole model's activation table for b sequences. */
+static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
+{
+    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq, C = (uint64_t)m->channels;
+    uint64_t NH = (uint64_t)m->heads, V = (uint64_t)m->vocab, N = B * T;
+    /* per block: ln1, mean, rstd, qkv, atty, att, res2, ln2, mean, rstd,
+     * fch, fch_gelu, res3 */
+    uint64_t block = 5 * N * C + 4 * N + 3 * N * C + B * NH * T * T + 8 * N * C;
+    /* encoded; lnf, mean, rstd, logits, probs, losses, proj */
+    return N * C + (uint64_t)m->layers * block + N * C + 2 * N + 2 * N * V + N + N * C;
+}
+
+/* Paper accounting: bytes of one chunk's kept activations. */
+static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                                  msr_plan_precision_t prec, int layers)
+{
+    double b = msr_plan_layer_act_bytes(m->seq, l->micro_batch, m->channels, m->heads, l->tp, l->sp,
+                                        l->recompute);
+    if (m->arch == MSR_PLAN_LLAMA) {
+        /* Llama's terms (plan.h's table, second half) */
+        double s = m->seq, B = l->micro_batch, h = m->channels, a = m->heads, t = l->tp;
+        double f = m->ffn, g = (double)m->kv_heads / a, sbh = s * B * h, sbf = s * B * f;
+        double split = 8 * sbh + 4 * sbh * g + 6 * sbf; /* q, k, v, out-proj input, MLP */
+        double sp_only = 8 * sbh;                       /* the two norms' inputs and outputs */
+        double scores = 2 * a * s * s * B;
+        if (l->recompute == MSR_PLAN_RC_FULL)
+            b = 2 * sbh / (l->sp ? t : 1);
+        else
+            b = split / t + sp_only / (l->sp ? t : 1) +
+                (l->recompute == MSR_PLAN_RC_NONE ? scores / t : 0);
+    }
+    if (prec == MSR_PLAN_FP32)
+        b *= 2;
+    return (uint64_t)(b * layers + 0.5);
+}
+
+/* Walks rank pr's schedule (parallel/mp_plan.c msr_mp_build_schedule):
+ * a forward opens a frame of its chunk, its backward closes it. Returns the
+ * most bytes alive at once; *held_p the most frames. */
+static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t *chunk_bytes,
+                              int *held_p)
+{
+    int M = l->micros, p = l->pp, r = pr, v = l->chunks;
+    uint64_t live = 0, peak = 0;
+    int held = 0, most = 0;
+#define FWD(c)                            \
+    do {                                  \
+        live += chunk_bytes[c];           \
+        held++;                           \
+        peak = max_u64(peak, live);       \
+        most = held > most ? held : most; \
+    } while (0)
+#define BWD(c)                  \
+    do {                        \
+        live -= chunk_bytes[c]; \
+        held--;                 \
+    } while (0)
+    if (l->schedule == MSR_PLAN_GPIPE) {
+        for (int m = 0; m < M; m++)
+            FWD(0);
+        for (int m = 0; m < M; m++)
+            BWD(0);
+    } else if (l->schedule == MSR_PLAN_1F1B || v == 1) {
+        int warm = p - r - 1 < M ? p - r - 1 : M;
+        for (int m = 0; m < warm; m++)
+            FWD(0);
+        for (int i = 0; i < M - warm; i++) {
+            FWD(0);
+            BWD(0);
+        }
+        for (int m = M - warm; m < M; m++)
+            BWD(0);
+    } else {
+        int total = M * v;
+        int warm = (p - r - 1) * 2 + (v - 1) * p;
+        warm = M == p ? total : (warm < total ? warm : total);
+#define FC(k) (((k) % (p * v)) / p)
+        for (int k = 0; k < warm; k++)
+            FWD(FC(k));
+        for (int i = 0; i < total - warm; i++) {
+            FWD(FC(warm + i));
+            BWD(v - 1 - FC(i));
+        }
+        for (int k = total - warm; k < total; k++)
+            BWD(v - 1 - FC(k));
+#undef FC
+    }
+#undef FWD
+#undef BWD
+    *held_p = most;
+    return peak;
+}
+
+/* ---- checks ---- */
+
+#define BAD(...)                             \
+    do {                                     \
+        snprintf(why, why_len, __VA_ARGS__); \
+        return -1;                           \
+    } while (0)
+
+int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
+{
+    if (m->layers < 1 || m->channels < 1 || m->heads < 1 || m->vocab < 1 || m->seq < 1)
+        BAD("layers, channels, heads, vocabulary and sequence must be positive");
+    if (m->channels % m->heads != 0)
+        BAD("%d channels do not divide into %d heads", m->channels, m->heads);
+    if (m->arch == MSR_PLAN_LLAMA && (m->kv_heads < 1 || m->heads % m->kv_heads != 0 || m->ffn < 1))
+        BAD("%d kv heads do not divide %d heads (or ffn %d < 1)", m->kv_heads, m->heads, m->ffn);
+    /* every count must fit in 64 bits, with room: bytes of the model state */
+    double C = m->channels, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
+    double params =
+        (double)m->vocab * C * 2 + (double)m->seq * C + (double)m->layers * (4 * C * C + 3 * C * F);
+    if (params * 32 > 1e18)
+        BAD("the model is too large to count in bytes (%.3g parameters)", params);
+    return 0;
+}
+
+int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why, size_t why_len)
+{
+    if (msr_plan_check_model(m, why, why_len) != 0)
+        return -1;
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->chunks < 1 || l->micro_batch < 1 || l->micros < 1)
+        BAD("dp, tp, pp, virtual stages, micro-batch and micro-batches must be positive");
+    if (m->heads % l->tp != 0)
+        BAD("%d heads do not divide among tp %d", m->heads, l->tp);
+    if (m->arch == MSR_PLAN_LLAMA && m->kv_heads % l->tp != 0)
+        BAD("%d kv heads do not divide among tp %d", m->kv_heads, l->tp);
+    if (m->arch == MSR_PLAN_LLAMA && m->ffn % l->tp != 0)
+        BAD("ffn %d does not divide among tp %d", m->ffn, l->tp);
+    if (m->vocab % l->tp != 0)
+        BAD("vocabulary of %d does not divide among tp %d", m->vocab, l->tp);
+    if ((int64_t)l->pp * l->chunks > m->layers)
+        BAD("%d layers are fewer than the %d pipeline stages", m->layers, l->pp * l->chunks);
+    if (l->sp && l->tp < 2)
+        BAD("sequence parallel needs tp > 1");
+    if (l->sp && m->seq % l->tp != 0)
+        BAD("sequence of %d does not divide among tp %d", m->seq, l->tp);
+    if (l->schedule < 0 || l->schedule > MSR_PLAN_INTERLEAVED || l->recompute < 0 ||
+        l->recompute > MSR_PLAN_RC_FULL)
+        BAD("schedule %d or recompute %d out of range", l->schedule, l->recompute);
+    if (l->chunks > 1 && l->schedule != MSR_PLAN_INTERLEAVED)
+        BAD("%d virtual stages need the interleaved schedule", l->chunks);
+    if (l->pp > 1 && l->schedule == MSR_PLAN_1F1B && l->micros < l->pp)
+        BAD("1F1B needs at least as many micro-batches as stages: %d for %d", l->micros, l->pp);
+    if (l->schedule == MSR_PLAN_INTERLEAVED && (l->pp < 2 || l->micros % l->pp != 0))
+        BAD("interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: %d for %d",
+            l->micros, l->pp);
+    if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1) && l->zero > 2))
+        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor or pipeline parallel", l->zero);
+    /* a step's kept activations, bounded the same way */
+    double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
+    double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *
+                  ((double)m->heads * T * T + 32 * T * (C + F) + T * m->vocab);
+    if (acts * 8 > 1e18)
+        BAD("the layout's activations are too many to count in bytes (%.3g)", acts);
+    return 0;
+}
+#undef BAD
+
+/* ---- a rank ---- */
+
+static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
+{
+    msr_plan_layout_t d = *l;
+    if (d.bucket_bytes == 0)
+        d.bucket_bytes = MSR_DP_BUCKET_BYTES;
+    if (d.first_bucket_bytes == 0)
+        d.first_bucket_bytes = MSR_DP_FIRST_BUCKET_BYTES;
+    return d;
+}
+
+void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
+                   msr_plan_precision_t prec, int rank, msr_plan_rank_t *o)
+{
+    msr_plan_layout_t l = with_defaults(lay);
+    memset(o, 0, sizeof *o);
+    o->tp_rank = rank % l.tp;
+    o->pp_rank = rank / l.tp % l.pp;
+    o->dp_rank = rank / (l.tp * l.pp);
+    int runtime = m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32;
+    part_t p;
+    part_of(m, &l, o->pp_rank, &p);
+    dp_layout_t d;
+    dp_layout(&p, &l, o->dp_rank, &d);
+    uint64_t P = p.total, S = d.shard;
+    o->part_params = P;
+    o->shard_elems = S;
+    o->replicated_elems = d.replicated;
+    o->buckets = d.buckets;
+    if (runtime) {
+        /* parallel/dp.c msr_dp_memory */
+        o->params = (l.zero >= 3 ? S : P) * F32;
+        o->grads = (l.zero >= 2 ? S : P) * F32;
+        o->optim = 2 * (l.zero >= 1 ? S : P) * F32;
+    } else {
+        /* paper: 16-bit parameters and gradients with fp32 master weights,
+         * or fp32 without; Adam's two fp32 moments; ZeRO partitions them */
+        uint64_t w = prec == MSR_PLAN_BF16 ? 2 : 4;
+        uint64_t sh = ceil_div(P, (uint64_t)l.dp);
+        o->params = (l.zero >= 3 ? sh : P) * w;
+        o->grads = (l.zero >= 2 ? sh : P) * w;
+        o->optim = 2 * (l.zero >= 1 ? sh : P) * F32;
+        o->master = prec == MSR_PLAN_BF16 ? (l.zero >= 1 ? sh : P) * F32 : 0;
+    }
+
+    /* activations: each chunk's frame, held per the schedule */
+    int n = l.pp * l.chunks, max_layers = 0, last_layers = 0;
+    uint64_t chunk_bytes[64];
+    for (int c = 0; c < l.chunks && c < 64; c++) {
+        int lo, hi, j = c * l.pp + o->pp_rank;
+        stage_layers(m->layers, n, j, &lo, &hi);
+        max_layers = hi - lo > max_layers ? hi - lo : max_layers;
+        if (c == l.chunks - 1)
+            last_layers = hi - lo;
+        chunk_bytes[c] = runtime ? frame_elems(m, &l, hi - lo, j == n - 1) * F32
+                                 : frame_paper_bytes(m, &l, prec, hi - lo);
+    }
+    if (runtime) {
+        o->frame_bytes[0] = frame_elems(m, &l, max_layers, 0) * F32;
+        o->frame_bytes[1] = frame_elems(m, &l, last_layers, 1) * F32;
+    } else {
+        o->frame_bytes[0] = frame_paper_bytes(m, &l, prec, max_layers);
+        o->frame_bytes[1] = frame_paper_bytes(m, &l, prec, last_layers);
+    }
+    o->activations = schedule_peak(&l, o->pp_rank, chunk_bytes, &o->frames_held);
+    if (runtime && whole_path(&l)) {
+        /* the whole model keeps one micro-batch's activations in its own
+         * table (parallel/gpt.c msr_gpt_carve_acts), reused by the next */
+        o->activations = whole_acts_elems(m, &l) * F32;
+        o->frames_held = 1;
+    }
+
+    /* pipeline buffers (parallel/mp.c msr_mp_create): the gradients sent
+     * back, one per frame, and the last stage's copy of wte and its
+     * gradient (GPT's tied head) */
+    uint64_t w = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
+    uint64_t Tl = l.sp ? (uint64_t)(m->seq / l.tp) : (uint64_t)m->seq;
+    uint64_t Nl = (uint64_t)l.micro_batch * Tl, C = (uint64_t)m->channels;
+    if (l.pp > 1 && (o->pp_rank > 0 || l.chunks > 1))
+        o->comm += (uint64_t)l.micros * (uint64_t)l.chunks * Nl * C * w;
+    if (l.pp > 1 && o->pp_rank == l.pp - 1 && m->arch == MSR_PLAN_GPT)
+        o->comm += 2 * (uint64_t)(m->vocab / l.tp) * C * w;
+
+    /* dp's temporaries, at most (parallel/dp.c): packed buckets under ZeRO
+     * >= 1 (MSR_DP_MAX_PACKED started ones, plus those of the segment being
+     * packed, which cannot start before it is ready); two segments'
+     * gradients under ZeRO-2/3 (the embedding's, held from the tied head's
+     * backward to the end, and the current one); the current and the
+     * prefetched segment, each with its gather buffer, under ZeRO-3 */
+    uint64_t g = runtime ? F32 : w;
+    if (l.zero >= 1)
+        o->buckets_bound += (uint64_t)(MSR_DP_MAX_PACKED + d.span_max) * d.packed_max * g;
+    if (l.zero >= 2)
+        o->buckets_bound += 2 * d.seg_max * g;
+    if (l.zero >= 3)
+        o->buckets_bound += 2 * (d.seg_max + d.gather_max) * g;
+
+    o->total =
+        o->params + o->grads + o->optim + o->master + o->activations + o->comm + o->buckets_bound;
+}
+
+uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                       msr_plan_precision_t prec, int *rank_p)
+{
+    uint64_t best = 0;
+    int world = l->dp * l->tp * l->pp, who = 0;
+    /* the tp ranks of a stage hold equal slices, and dp rank 0 owns the
+     * largest shard: the stages' first ranks suffice */
+    for (int r = 0; r < l->tp * l->pp && r < world; r += l->tp) {
+        msr_plan_rank_t o;
+        msr_plan_rank(m, l, prec, r, &o);
+        if (o.total > best) {
+            best = o.total;
+            who = r;
+        }
+    }
+    if (rank_p != NULL)
+        *rank_p = who;
+    return best;
+}
+
+/* ---- the paper accounting ---- */
+
+double msr_plan_zero_bytes(double psi, int stage, int nd)
+{
+    const double K = 12.0; /* fp32 master weights, momentum, variance: 4 + 4 + 4 */
+    double params = 2 * psi, grads = 2 * psi, optim = K * psi;
+    if (stage >= 1)
+        optim /= nd;
+    if (stage >= 2)
+        grads /= nd;
+    if (stage >= 3)
+        params /= nd;
+    return params + grads + optim;
+}
+
+/* Korthikanti et al. (2022), section 4: the bytes one layer keeps, by term.
+ * unit: 0 sbh, 1 sbf (f = 4h for GPT), 2 a s^2 b. split: 1 cut by tensor
+ * parallel, 0 cut only by sequence parallel. dropped: selective recompute
+ * drops it. */
+typedef struct act_term {
+    const char *what;
+    double coef;
+    int unit, split, dropped;
+} act_term_t;
+
+static const act_term_t gpt_terms[] = {
+    {"layernorm 1 input", 2, 0, 0, 0},
+    {"QKV input (layernorm 1 output)", 2, 0, 0, 0},
+    {"Q and K", 4, 0, 1, 0},
+    {"softmax output", 2, 2, 1, 1},
+    {"softmax dropout mask", 1, 2, 1, 1},
+    {"softmax dropout output", 2, 2, 1, 1},
+    {"V", 2, 0, 1, 0},
+    {"attention projection input", 2, 0, 1, 0},
+    {"attention dropout mask", 1, 0, 0, 0},
+    {"layernorm 2 input", 2, 0, 0, 0},
+    {"MLP input (layernorm 2 output)", 2, 0, 0, 0},
+    {"GELU input", 2, 1, 1, 0},
+    {"GELU output (second linear input)", 2, 1, 1, 0},
+    {"MLP dropout mask", 1, 0, 0, 0},
+};
+
+double msr_plan_layer_act_bytes(double s, double b, double h, double a, int t, int sp,
+                                int recompute)
+{
+    double T = t;
+    if (recompute == MSR_PLAN_RC_FULL)
+        return 2 * s * b * h / (sp ? T : 1); /* the layer's input only */
+    double sum = 0;
+    for (size_t i = 0; i < sizeof gpt_terms / sizeof gpt_terms[0]; i++) {
+        const act_term_t *x = &gpt_terms[i];
+        if (x->dropped && recompute == MSR_PLAN_RC_SELECTIVE)
+            continue;
+        double unit = x->unit == 0 ? s * b * h : x->unit == 1 ? s * b * 4 * h : a * s * s * b;
+        sum += x->coef * unit / (x->split || sp ? T : 1);
+    }
+    return sum;
+}

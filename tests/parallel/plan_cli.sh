@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# plan_gpt's command line: bad input is one line "plan_gpt: error: ..." on
+# stderr, nothing on stdout, exit 2; --format kv prints the model line and
+# one plan line per layout with the issue's fields (no step time: there is
+# no time model yet), least peak memory first; --fix narrows the layouts.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+m=(--layers 4 --channels 32 --heads 4 --seq 16 --global-batch 8 --world 4)
+refuse() {
+    local pattern=$1 rc=0
+    shift
+    timeout 30 "$bin/plan_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "plan_gpt $* exited $rc, want 2"
+    [[ ! -s "$work/out" ]] || fail "plan_gpt $* printed: $(cat "$work/out")"
+    [[ $(wc -l <"$work/err") -eq 1 ]] || fail "plan_gpt $*: not one line: $(cat "$work/err")"
+    grep -q "^plan_gpt: error: .*$pattern" "$work/err" ||
+        fail "plan_gpt $*: no '$pattern' in: $(cat "$work/err")"
+}
+refuse "needed" --layers 4
+refuse "--layers x" "${m[@]}" --layers x
+refuse "unknown option '--bogus'" "${m[@]}" --bogus 1
+refuse "--arch rnn" "${m[@]}" --arch rnn
+refuse "--precision fp8" "${m[@]}" --precision fp8
+refuse "--format json" "${m[@]}" --format json
+refuse "are for --arch llama" "${m[@]}" --kv-heads 2
+refuse "unknown key 'foo'" "${m[@]}" --fix foo=1
+refuse "schedule=zigzag" "${m[@]}" --fix schedule=zigzag
+refuse "30 channels do not divide into 4 heads" "${m[@]}" --channels 30
+refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
+refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
+    --global-batch 8 --world 1
+refuse "no valid layout" "${m[@]}" --fix tp=3
+
+"$bin/plan_gpt" "${m[@]}" --format kv >"$work/kv"
+[[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
+n=$(grep -c '^plan ' "$work/kv")
+((n > 100)) || fail "only $n plans for 4 ranks"
+line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
+line+=' micro_batch=[0-9]+ grad_accum=[0-9]+ schedule=(gpipe|1f1b|interleaved)'
+line+=' virtual_stages=[0-9]+ params=[0-9]+ state_bytes=[0-9]+ activation_bytes=[0-9]+'
+line+=' peak_bytes=[0-9]+$'
+bad=$(tail -n +2 "$work/kv" | grep -Evc "$line" || true)
+[[ $bad -eq 0 ]] || fail "$bad malformed plan lines: $(tail -n +2 "$work/kv" | grep -Ev "$line" | head -2)"
+sed 's/.*peak_bytes=//' "$work/kv" | tail -n +2 | sort -c -n || fail "not least peak first"
+grep -q "step_ms\|tokens_per_s" "$work/kv" && fail "a step time without a time model"
+# every plan is a factorization of 4 with batch 8
+tail -n +2 "$work/kv" | awk '{
+    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    if (v["dp"] * v["tp"] * v["pp"] != 4 || v["dp"] * v["micro_batch"] * v["grad_accum"] != 8)
+        { print; exit 1 } }' || fail "a plan that is not 4 ranks with batch 8"
+"$bin/plan_gpt" "${m[@]}" --format kv --fix dp=2,tp=2,zero=2 | tail -n +2 >"$work/fixed"
+[[ -s "$work/fixed" ]] || fail "--fix dp=2,tp=2,zero=2 left nothing"
+grep -v "dp=2 tp=2 pp=1 .*zero=2 " "$work/fixed" && fail "--fix not applied"
+# Llama 3 8B's parameter count
+"$bin/plan_gpt" --layers 32 --channels 4096 --heads 32 --seq 4096 --vocab 128256 --arch llama \
+    --ffn 14336 --kv-heads 8 --precision bf16 --global-batch 64 --world 8 --fix tp=8 \
+    --format kv >"$work/llama"
+[[ $(head -1 "$work/llama") == "model params=8030261248" ]] ||
+    fail "Llama 3 8B: $(head -1 "$work/llama")"
+echo "ok: plan_gpt's refusals, $n plans for 4 ranks"

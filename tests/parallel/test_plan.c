@@ -1,0 +1,298 @@
+/* The planner's memory model (parallel/plan.h): the paper accounting
+ * reproduces the ZeRO paper's per-device bytes and Korthikanti et al.'s
+ * activation bytes per layer; the runtime accounting equals what the
+ * runtime itself builds (a part's parameters, a chunk's kept activations,
+ * dp's shard, buckets and bytes) in one process. The multi-rank comparison
+ * with train_gpt --report is plan_report.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/dp.h"
+#include "parallel/mp.h"
+#include "parallel/plan.h"
+#include "tests/runner.h"
+
+/* ZeRO (Rajbhandari et al. 2019), mixed-precision Adam, K = 12. */
+static void test_zero_paper(void)
+{
+    const double K = 12;
+    const double psis[] = {1e9, 7.5e9, 175e9, 1e12};
+    const int nds[] = {1, 8, 64, 1024};
+    for (size_t i = 0; i < 4; i++) {
+        for (size_t j = 0; j < 4; j++) {
+            double P = psis[i], N = nds[j];
+            MSR_CHECK(msr_plan_zero_bytes(P, 0, nds[j]) == (2 + 2 + K) * P);
+            MSR_CHECK(msr_plan_zero_bytes(P, 1, nds[j]) == 4 * P + K * P / N);
+            MSR_CHECK(msr_plan_zero_bytes(P, 2, nds[j]) == 2 * P + (2 + K) * P / N);
+            MSR_CHECK(msr_plan_zero_bytes(P, 3, nds[j]) == (4 + K) * P / N);
+        }
+    }
+    /* the paper's figure 1 (7.5B parameters, 64 devices), as printed to 0.1 GB */
+    MSR_CHECK(msr_plan_zero_bytes(7.5e9, 0, 64) == 120e9);
+    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 1, 64) - 31.4e9) < 0.05e9);
+    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 2, 64) - 16.6e9) < 0.05e9);
+    MSR_CHECK(fabs(msr_plan_zero_bytes(7.5e9, 3, 64) - 1.9e9) < 0.05e9);
+}
+
+/* Korthikanti et al. (2022): bytes per layer in 16-bit. Sizes are powers
+ * of two and their multiples so every term is exact in double. */
+static void test_korthikanti(void)
+{
+    const double cfg[][5] = {
+        /* s, b, h, a, t */
+        {2048, 1, 12288, 96, 8}, /* GPT-3 175B, t = 8 */
+        {2048, 4, 4096, 32, 4},  {1024, 2, 2048, 16, 2},    {4096, 1, 16384, 128, 8},
+        {512, 8, 1024, 8, 1},    {2048, 1, 20480, 160, 16},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        double s = cfg[i][0], b = cfg[i][1], h = cfg[i][2], a = cfg[i][3], t = cfg[i][4];
+        int ti = (int)t;
+        double sbh = s * b * h;
+        MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, 1, 0, MSR_PLAN_RC_NONE) ==
+                  sbh * (34 + 5 * a * s / h));
+        MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, ti, 0, MSR_PLAN_RC_NONE) ==
+                  sbh * (10 + 24 / t + 5 * a * s / (h * t)));
+        if (ti > 1) {
+            MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, ti, 1, MSR_PLAN_RC_NONE) ==
+                      sbh * (34 + 5 * a * s / h) / t);
+            MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, ti, 1, MSR_PLAN_RC_SELECTIVE) ==
+                      34 * sbh / t);
+        }
+        MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, ti, 0, MSR_PLAN_RC_FULL) == 2 * sbh);
+        MSR_CHECK(msr_plan_layer_act_bytes(s, b, h, a, 1, 0, MSR_PLAN_RC_FULL) == 2 * sbh);
+    }
+}
+
+static msr_plan_model_t gpt(int L, int C, int NH, int T)
+{
+    return (msr_plan_model_t){MSR_PLAN_GPT, L, C, NH, NH, 4 * C, MSR_GPT_VOCAB, T};
+}
+
+static msr_plan_layout_t layout(int dp, int tp, int pp, int sp, int zero, int rc, int sched,
+                                int chunks, int micros)
+{
+    return (msr_plan_layout_t){dp, tp, pp, sp, zero, rc, 2, micros, sched, chunks, 0, 0, 0};
+}
+
+/* A part's parameters and a chunk's kept activations, against the runtime's
+ * own counts (msr_gpt_create_part, msr_mp_frame_bytes). */
+static void test_runtime_part_and_frames(void)
+{
+    const int tps[] = {1, 2, 4}, pps[] = {1, 2, 4}, chunks[] = {1, 2};
+    msr_plan_model_t m = gpt(8, 32, 4, 16);
+    msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 8, 4, 32};
+    MSR_CHECK_EQ(msr_plan_num_params(&m), (uint64_t)msr_gpt_num_params(&gc));
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 3; b++) {
+            for (int c = 0; c < 2; c++) {
+                int tp = tps[a], pp = pps[b], v = chunks[c];
+                if (v > 1 && pp < 2)
+                    continue;
+                for (int sp = 0; sp <= (tp > 1); sp++) {
+                    for (int rc = 0; rc < 3; rc++) {
+                        msr_plan_layout_t l =
+                            layout(1, tp, pp, sp, 0, rc,
+                                   v > 1 ? MSR_PLAN_INTERLEAVED : MSR_PLAN_1F1B, v, 4);
+                        char why[200];
+                        MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+                        msr_mp_config_t mc = {
+                            sp, (msr_mp_schedule_t)l.schedule, v, (msr_mp_recompute_t)rc, 2, 4, 0};
+                        MSR_CHECK_OK(msr_mp_check(&gc, &mc, pp, tp));
+                        for (int r = 0; r < tp * pp; r++) {
+                            msr_plan_rank_t o;
+                            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+                            msr_gpt_part_t part = {tp, r % tp, pp, r / tp, v};
+                            msr_gpt_t *g = NULL;
+                            MSR_CHECK_OK(msr_gpt_create_part(&gc, &part, 0, &g));
+                            MSR_CHECK_EQ(o.part_params, (uint64_t)g->num_params);
+                            int maxl = 0;
+                            for (int k = 0; k < v; k++)
+                                if (g->chunk_hi[k] - g->chunk_lo[k] > maxl)
+                                    maxl = g->chunk_hi[k] - g->chunk_lo[k];
+                            int lastl = g->chunk_hi[v - 1] - g->chunk_lo[v - 1];
+                            MSR_CHECK_EQ(o.frame_bytes[0],
+                                         (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, maxl, 0));
+                            MSR_CHECK_EQ(o.frame_bytes[1],
+                                         (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, lastl, 1));
+                            msr_gpt_destroy(g);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dp's layout and bytes against msr_dp_create's, alone (dp 1), every
+ * stage, small buckets so there are many and replicated segments. */
+static void test_runtime_dp_alone(void)
+{
+    msr_plan_model_t m = gpt(3, 32, 4, 16);
+    msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 3, 4, 32};
+    const size_t buckets[] = {4000, 25u << 20, 40000};
+    for (int zero = 0; zero <= 3; zero++) {
+        for (size_t k = 0; k < 3; k++) {
+            msr_plan_layout_t l = layout(1, 1, 1, 0, zero, 0, MSR_PLAN_1F1B, 1, 1);
+            l.bucket_bytes = buckets[k];
+            l.first_bucket_bytes = 1000;
+            l.zero_min_bytes = 1024 * k;
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &o);
+            msr_gpt_t *g = NULL;
+            MSR_CHECK_OK(msr_gpt_create_part(&gc, &(msr_gpt_part_t){1, 0, 1, 0, 1},
+                                             msr_dp_model_flags(zero), &g));
+            msr_dp_config_t dc = {zero, l.bucket_bytes, l.first_bucket_bytes, l.zero_min_bytes, 1,
+                                  0};
+            msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
+            msr_dp_t *dp = NULL;
+            MSR_CHECK_OK(msr_dp_create(&dc, NULL, g, &ac, 1, &dp));
+            msr_dp_memory_t mem;
+            msr_dp_memory(dp, &mem);
+            MSR_CHECK_EQ(o.params, (uint64_t)mem.params);
+            MSR_CHECK_EQ(o.grads, (uint64_t)mem.grads);
+            MSR_CHECK_EQ(o.optim, (uint64_t)mem.optim);
+            MSR_CHECK_EQ(o.shard_elems, (uint64_t)mem.shard_elems);
+            MSR_CHECK_EQ(o.replicated_elems, (uint64_t)mem.replicated_elems);
+            MSR_CHECK_EQ(o.buckets, (uint64_t)dp->num_buckets);
+            msr_dp_destroy(dp);
+            msr_gpt_destroy(g);
+        }
+    }
+}
+
+/* tp = pp = 1 without recompute: the whole model's own activation table. */
+static void test_runtime_whole(void)
+{
+    const int shapes[][4] = {{2, 32, 4, 16}, {3, 48, 6, 24}, {1, 16, 1, 8}};
+    for (size_t i = 0; i < 3; i++) {
+        msr_plan_model_t m = gpt(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        msr_gpt_config_t gc = {MSR_GPT_VOCAB, shapes[i][3], shapes[i][0], shapes[i][2],
+                               shapes[i][1]};
+        for (int b = 1; b <= 4; b *= 2) {
+            msr_plan_layout_t l = layout(2, 1, 1, 0, 1, 0, MSR_PLAN_1F1B, 1, 3);
+            l.micro_batch = b;
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &o);
+            msr_gpt_t *g = NULL;
+            MSR_CHECK_OK(msr_gpt_create(&gc, b, &g));
+            MSR_CHECK_EQ(o.activations, (uint64_t)g->acts_count * 4);
+            MSR_CHECK_EQ(o.frames_held, 1);
+            msr_gpt_destroy(g);
+        }
+    }
+}
+
+/* The schedules' held frames: GPipe all m, 1F1B p - stage, interleaved
+ * Megatron's warm-up count. */
+static void test_schedules(void)
+{
+    msr_plan_model_t m = gpt(8, 32, 4, 16);
+    for (int pp = 2; pp <= 4; pp *= 2) {
+        for (int r = 0; r < pp; r++) {
+            msr_plan_rank_t o;
+            msr_plan_layout_t l = layout(1, 1, pp, 0, 0, 0, MSR_PLAN_GPIPE, 1, 8);
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r * 1, &o);
+            MSR_CHECK_EQ(o.frames_held, 8);
+            l.schedule = MSR_PLAN_1F1B;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+            MSR_CHECK_EQ(o.frames_held, pp - r);
+            MSR_CHECK_EQ(o.activations, (uint64_t)(pp - r) * o.frame_bytes[r == pp - 1]);
+            l.schedule = MSR_PLAN_INTERLEAVED;
+            l.chunks = 2;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+            /* warm-up (p - r - 1) * 2 + (v - 1) * p, plus the one of the steady state */
+            MSR_CHECK_EQ(o.frames_held, (pp - r - 1) * 2 + pp + 1);
+        }
+    }
+}
+
+/* bf16 with ZeRO follows the paper's per-parameter bytes on one part. */
+static void test_bf16_states(void)
+{
+    msr_plan_model_t m = gpt(4, 64, 4, 16);
+    uint64_t P = msr_plan_num_params(&m);
+    for (int zero = 0; zero <= 3; zero++) {
+        msr_plan_layout_t l = layout(8, 1, 1, 0, zero, 0, MSR_PLAN_1F1B, 1, 1);
+        msr_plan_rank_t o;
+        msr_plan_rank(&m, &l, MSR_PLAN_BF16, 0, &o);
+        uint64_t S = (P + 7) / 8;
+        double want = msr_plan_zero_bytes((double)P, zero, 8);
+        double got = (double)(o.params + o.grads + o.optim + o.master);
+        /* the shard is ceil(P / 8): at most 16 bytes of rounding per term */
+        MSR_CHECK_MSG(fabs(got - want) <= 16.0 * 4, "zero %d: %.0f vs %.0f", zero, got, want);
+        MSR_CHECK_EQ(o.master, (zero >= 1 ? S : P) * 4);
+    }
+}
+
+/* The peak scans one rank per stage: it must be the largest of all ranks. */
+static void test_peak_is_max(void)
+{
+    msr_plan_model_t m = gpt(8, 32, 4, 16);
+    const msr_plan_layout_t ls[] = {
+        layout(2, 2, 2, 1, 2, 0, MSR_PLAN_1F1B, 1, 4),
+        layout(4, 1, 2, 0, 1, 1, MSR_PLAN_INTERLEAVED, 2, 4),
+        layout(3, 1, 1, 0, 3, 0, MSR_PLAN_1F1B, 1, 1),
+        layout(1, 4, 2, 1, 0, 2, MSR_PLAN_GPIPE, 1, 3),
+    };
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        msr_plan_layout_t l = ls[i];
+        l.zero_min_bytes = 0;
+        l.bucket_bytes = 10000;
+        char why[200];
+        MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+        uint64_t most = 0;
+        for (int r = 0; r < l.dp * l.tp * l.pp; r++) {
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+            most = o.total > most ? o.total : most;
+        }
+        MSR_CHECK_EQ(msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL), most);
+    }
+}
+
+/* The paper accounting per rank (GPT in bf16; in fp32 GPT is the runtime's
+ * accounting): Korthikanti's bytes per layer, times the chunk's layers,
+ * times the frames the schedule holds. */
+static void test_paper_activations(void)
+{
+    msr_plan_model_t m = gpt(8, 64, 8, 32);
+    for (int rc = 0; rc < 3; rc++) {
+        msr_plan_layout_t l = layout(1, 2, 4, 1, 0, rc, MSR_PLAN_1F1B, 1, 8);
+        for (int r = 0; r < 8; r++) {
+            msr_plan_rank_t o;
+            msr_plan_rank(&m, &l, MSR_PLAN_BF16, r, &o);
+            double layer = msr_plan_layer_act_bytes(32, 2, 64, 8, 2, 1, rc);
+            double want = layer * 2 /* layers per stage */ * (4 - r / 2) /* frames */;
+            MSR_CHECK_MSG((double)o.activations == want, "rank %d: %llu vs %.0f", r,
+                          (unsigned long long)o.activations, want);
+        }
+    }
+    /* Llama: grouped-query attention shrinks k and v, the untied head adds
+     * a V x C matrix on the last stage */
+    msr_plan_model_t ll = {MSR_PLAN_LLAMA, 4, 64, 8, 2, 160, 1000, 32};
+    uint64_t C = 64, kv = 2 * 8, F = 160;
+    MSR_CHECK_EQ(msr_plan_num_params(&ll),
+                 1000 * C + 4 * (2 * C * C + 2 * C * kv + 3 * C * F + 2 * C) + C + 1000 * C);
+    char why[200];
+    msr_plan_layout_t l = layout(1, 4, 1, 0, 0, 0, MSR_PLAN_1F1B, 1, 1);
+    MSR_CHECK(msr_plan_check(&ll, &l, why, sizeof why) == -1);
+    MSR_CHECK(strstr(why, "2 kv heads do not divide among tp 4") != NULL);
+}
+
+static const msr_test_t tests[] = {
+    {"zero_paper", test_zero_paper, 10},
+    {"korthikanti", test_korthikanti, 10},
+    {"runtime_part_and_frames", test_runtime_part_and_frames, 30},
+    {"runtime_dp_alone", test_runtime_dp_alone, 30},
+    {"runtime_whole", test_runtime_whole, 10},
+    {"schedules", test_schedules, 10},
+    {"bf16_states", test_bf16_states, 10},
+    {"peak_is_max", test_peak_is_max, 10},
+    {"paper_activations", test_paper_activations, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
