@@ -16,6 +16,7 @@
 #include "cluster/failure.h"
 #include "cluster/server.h"
 #include "msrun/agent.h"
+#include "msrun/net.h"
 #include "msrun/options.h"
 #include "msrun/optparse.h"
 #include "msrun/rundir.h"
@@ -293,9 +294,8 @@ int msr_coordinator_main(int argc, char **argv)
          * or --bind */
         const char *host = a.bind_host ? a.bind_host : a.host ? a.host : "127.0.0.1";
         int port = a.bind_host ? a.bind_port : a.port;
-        int colon = strchr(host, ':') != NULL && host[0] != '[';
         char bind[300];
-        snprintf(bind, sizeof bind, colon ? "[%s]:%d" : "%s:%d", host, port);
+        msr_net_join(host, port, bind, sizeof bind);
         r = coord_serve(&a, bind);
     }
     msr_opts_free(&coord_set, &a);
@@ -624,8 +624,7 @@ static int status_remote(status_args_t *a)
 {
     char target[300];
     const char *addr = a->master_addr ? a->master_addr : "127.0.0.1";
-    int colon = strchr(addr, ':') != NULL && addr[0] != '[';
-    snprintf(target, sizeof target, colon ? "[%s]:%d" : "%s:%d", addr, a->master_port);
+    msr_net_join(addr, a->master_port, target, sizeof target);
     status_target_t t = {
         a->job_id, target, NULL, {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name}, 0};
     if (t.tls.server_name == NULL)

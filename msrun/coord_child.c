@@ -600,7 +600,7 @@ int setup_coordinator(agent_t *a)
     if (o->master_addr == NULL) {
         int rc = setup_standalone(a);
         if (rc == 0)
-            snprintf(a->coord_target, sizeof a->coord_target, "%s:%d", a->coord_ip, a->coord_port);
+            msr_net_join(a->coord_ip, a->coord_port, a->coord_target, sizeof a->coord_target);
         return rc;
     }
     /* --coordinator_here (or node rank 0 under a scheduler): this node hosts

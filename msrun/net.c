@@ -150,7 +150,7 @@ int msr_net_free_port(const char *ip)
 
 void msr_net_join(const char *ip, int port, char *out, size_t len)
 {
-    if (strchr(ip, ':'))
+    if (strchr(ip, ':') && ip[0] != '[')
         snprintf(out, len, "[%s]:%d", ip, port);
     else
         snprintf(out, len, "%s:%d", ip, port);

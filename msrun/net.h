@@ -21,7 +21,8 @@ int msr_net_outward(const char *ip, int port, char *out, size_t len);
 /* A TCP port that is free on ip right now (0 on failure). */
 int msr_net_free_port(const char *ip);
 
-/* "ip:port", or "[ip]:port" for an IPv6 address. */
+/* "ip:port", or "[ip]:port" for an IPv6 address (one already in brackets
+ * keeps them). */
 void msr_net_join(const char *ip, int port, char *out, size_t len);
 
 #endif
