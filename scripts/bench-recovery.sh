@@ -19,16 +19,7 @@ trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 # the job token every msrun of a multi-node job shares (there is no default)
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
 export MSRUN_TOKEN_FILE=$tmp/token
-now() { date +%s.%N; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# latest N start times of generation G in FILES... minus T0, or "" if missing
-recovered() {
-    local g=$1 n=$2 t0=$3
-    shift 3
-    grep -h "start gen $g " "$@" | sed -E 's/.* at ([0-9.]+) .*/\1/' | sort -g |
-        awk -v n="$n" -v t0="$t0" 'NR==n {printf "%.3f\n", $1 - t0}'
-}
-median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.3f", a[int((NR+1)/2)]}'; }
+. scripts/bench_lib.sh
 
 for ((i = 0; i < runs; i++)); do
     rm -rf "$tmp"/w && mkdir -p "$tmp/w"
