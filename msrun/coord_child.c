@@ -426,7 +426,10 @@ static int fetch_token(agent_t *a)
         MSR_DEBUG("munge authentication to %s: %s; trying again", a->coord_target,
                   msr_err_msg_or(st));
         int64_t left = msr_deadline_left_ms(deadline);
-        msr_sleep_ms(backoff_ms < left ? backoff_ms : left);
+        if (st == MSR_ERR_UNREACHABLE) /* poll the connection on while waiting */
+            msr_rpc_channel_wait(ch, msr_deadline_in_ms(backoff_ms < left ? backoff_ms : left));
+        else
+            msr_sleep_ms(backoff_ms < left ? backoff_ms : left);
         backoff_ms = backoff_ms < 1000 ? backoff_ms * 2 : 1000;
     }
     msr_rpc_channel_destroy(ch);

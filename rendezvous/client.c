@@ -331,8 +331,12 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
         snprintf(err, sizeof err, "%s", msr_err_msg());
         if (st == MSR_ERR_UNREACHABLE && !msr_deadline_passed(connect_deadline) &&
             msr_deadline_left_ms(deadline) > backoff) {
-            /* Not connected yet, or the coordinator is restarting. */
-            msr_sleep_ms(backoff);
+            /* Not connected yet, or the coordinator is restarting: wait
+             * for the connection (polling it on), not just sleep. */
+            if (ctx->local)
+                msr_sleep_ms(backoff);
+            else
+                msr_rpc_channel_wait(ctx->channel, msr_deadline_in_ms(backoff));
             backoff = backoff * 2 > 500 ? 500 : backoff * 2;
             continue;
         }

@@ -113,8 +113,8 @@ static msr_status_t call(msr_etcd_t *e, const char *path, const ProtobufCMessage
         if (st != MSR_ERR_UNREACHABLE && st != MSR_ERR_TIMEOUT && st != MSR_ERR_INTERNAL)
             return msr_err(st, "etcd at %s refused %s: %s", e->target[e->cur], path, last);
         e->cur = (e->cur + 1) % e->n;
-        if (e->cur == 0 && msr_now_ns() + 50000000u < deadline)
-            msr_sleep_ms(50); /* every endpoint failed at once: not a busy loop */
+        if (e->cur == 0 && msr_now_ns() + 50000000u < deadline) /* all failed: not a busy loop */
+            msr_rpc_channel_wait(e->ch[0], msr_now_ns() + 50000000u);
     }
     return msr_err(MSR_ERR_UNREACHABLE, "etcd unreachable at %s: %s", e->target[e->cur], last);
 }

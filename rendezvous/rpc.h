@@ -251,6 +251,13 @@ msr_status_t msr_rpc_channel_create_tls(const char *target, const char *token,
 void msr_rpc_channel_destroy(msr_rpc_channel_t *channel);
 const char *msr_rpc_channel_target(const msr_rpc_channel_t *channel);
 
+/* Waits until the channel is connected or the deadline passes, asking it to
+ * connect; 1 when connected. Use it instead of sleeping between tries of a
+ * call that found the server unreachable: a sleeping client polls nothing,
+ * so its connection attempts cannot finish (they time out and gRPC's backup
+ * poller, every 5 s, is all that moves them). */
+int msr_rpc_channel_wait(msr_rpc_channel_t *channel, uint64_t deadline);
+
 /* A blocking unary call. With wait_for_ready the call waits for the channel
  * to connect (up to the deadline) instead of failing at once when the server
  * cannot be reached. On MSR_OK *resp_p holds the response (free it with

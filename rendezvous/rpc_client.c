@@ -20,6 +20,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "rendezvous/rpc_internal.h"
 
 static grpc_channel_args *common_args(int own)
@@ -234,6 +235,35 @@ void msr_rpc_channel_destroy(msr_rpc_channel_t *ch)
 const char *msr_rpc_channel_target(const msr_rpc_channel_t *ch)
 {
     return ch->target;
+}
+
+int msr_rpc_channel_wait(msr_rpc_channel_t *ch, uint64_t deadline)
+{
+    grpc_connectivity_state s = grpc_channel_check_connectivity_state(ch->channel, 1);
+    if (s == GRPC_CHANNEL_READY)
+        return 1;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    if (cq == NULL) {
+        msr_sleep_ms(msr_deadline_left_ms(deadline));
+        return 0;
+    }
+    /* Polling this queue is what moves the connection attempt on: gRPC
+     * reads the socket's events only while some thread polls. */
+    while (s != GRPC_CHANNEL_READY && s != GRPC_CHANNEL_SHUTDOWN &&
+           !msr_deadline_passed(deadline)) {
+        grpc_channel_watch_connectivity_state(ch->channel, s, msr_rpc_to_gpr_deadline(deadline), cq,
+                                              NULL);
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE || !ev.success)
+            break; /* the deadline passed with no change */
+        s = grpc_channel_check_connectivity_state(ch->channel, 1);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    return s == GRPC_CHANNEL_READY;
 }
 
 /* The state of one client call, sync or async. */
