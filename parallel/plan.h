@@ -63,6 +63,10 @@ typedef struct msr_plan_layout {
     int chunks;      /* virtual stages per rank (interleaved), else 1 */
     /* data parallel's buckets (parallel/dp.h; 0: its defaults) */
     size_t bucket_bytes, first_bucket_bytes, zero_min_bytes;
+    /* layers of each virtual stage j = c * pp + pp_rank (pp * chunks
+     * entries, summing to the model's layers, each >= 1), as train_gpt's
+     * --pp-layers; NULL: the even split of parallel/gpt.h. Not owned. */
+    const int *stage_layers;
 } msr_plan_layout_t;
 
 /* One rank's bytes by kind, and the counts behind them. */
@@ -110,6 +114,122 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_pl
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);
+
+/* ---- the cluster ---- */
+
+/* What the time model knows of the machines: per rank, as a small
+ * "key = value" file gives it (docs/plan.md). Rates are sustained rates,
+ * as --calibrate measures them, not datasheet peaks unless a user says so. */
+typedef struct msr_plan_cluster {
+    int ranks_per_node; /* ranks_per_node: ranks sharing a node's fast links */
+    double mem_gib;     /* mem_gib: memory per rank (the budget plans must fit) */
+    double peak_tflops; /* peak_tflops: matrix-product rate per rank at the precision */
+    double intra_gbs;   /* intra_gbs: bandwidth per rank inside a node, GB/s */
+    double inter_gbs;   /* inter_gbs: bandwidth per rank between nodes, GB/s */
+    double latency_us;  /* latency_us: one message's fixed cost */
+    double mem_gbs;     /* mem_gbs: memory bandwidth per rank for element-wise work (0: none) */
+    double kernel_us;   /* kernel_us: fixed cost of one kernel call (0: none) */
+} msr_plan_cluster_t;
+
+/* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:
+ * the A100 nodes of Narayanan et al. (2021), in bf16. */
+void msr_plan_cluster_default(msr_plan_cluster_t *c);
+
+/* Parses the text of a cluster file ("key = value" lines, '#' comments,
+ * the keys above; unknown keys and bad values refused) over what *c holds.
+ * Returns 0, or -1 with a one-line reason ("line 3: ...") in why. */
+int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, size_t why_len);
+
+/* Writes *c as a cluster file's text; returns what snprintf returns. */
+int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len);
+
+/* ---- the time model ---- */
+
+/* One step of a layout, in milliseconds, on the slowest pipeline stage. */
+typedef struct msr_plan_time {
+    double flops;           /* the whole model's floating-point operations per step */
+    double compute_ms;      /* forward and backward of the stage's micro-batches */
+    double recompute_ms;    /* of it, forwards run again */
+    double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
+    double pp_comm_ms;      /* sends between stages on the critical path */
+    double bubble_ms;       /* the pipeline's idle time (fill and drain) */
+    double dp_comm_ms;      /* data parallel's gradient reduction, all of it */
+    double dp_exposed_ms;   /* of it, what backward does not hide */
+    double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
+    double optim_ms;        /* the optimizer step */
+    double exposed_comm_ms; /* tp + pp + dp exposed + zero3 */
+    double step_ms;         /* the whole step */
+    double tokens_per_s;    /* global batch x sequence / step */
+} msr_plan_time_t;
+
+/* Step time of a layout that passed msr_plan_check, global batch
+ * dp * micro_batch * micros sequences. */
+void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
+                   const msr_plan_cluster_t *c, msr_plan_time_t *out);
+
+/* ---- the search ---- */
+
+/* Keys a search can fix (-1: free), as plan_gpt's --fix names them. */
+enum {
+    MSR_PLAN_FIX_DP,
+    MSR_PLAN_FIX_TP,
+    MSR_PLAN_FIX_PP,
+    MSR_PLAN_FIX_SP,
+    MSR_PLAN_FIX_ZERO,
+    MSR_PLAN_FIX_RECOMPUTE,
+    MSR_PLAN_FIX_MICRO_BATCH,
+    MSR_PLAN_FIX_SCHEDULE,
+    MSR_PLAN_FIX_VIRTUAL_STAGES,
+    MSR_PLAN_FIX_N
+};
+extern const char *const msr_plan_fix_names[MSR_PLAN_FIX_N];
+extern const char *const msr_plan_schedule_names[3];  /* gpipe 1f1b interleaved */
+extern const char *const msr_plan_recompute_names[3]; /* none selective full */
+
+enum { MSR_PLAN_SEARCH_EXHAUSTIVE = 0, MSR_PLAN_SEARCH_FAST = 1 };
+
+#define MSR_PLAN_MAX_STAGES 256 /* pp * chunks a searched split may have */
+
+typedef struct msr_plan_query {
+    int64_t world;        /* ranks */
+    int64_t global_batch; /* sequences per step */
+    int search;           /* MSR_PLAN_SEARCH_* */
+    int fix[MSR_PLAN_FIX_N];
+    size_t bucket_bytes, zero_min_bytes; /* dp's, as msr_plan_layout_t */
+    int even_split;                      /* 1: keep the even split of layers (no --pp-layers) */
+} msr_plan_query_t;
+
+/* One plan: a layout (its stage_layers pointing into the plan's own
+ * array), its memory and its time. */
+typedef struct msr_plan {
+    msr_plan_layout_t l;
+    int split[MSR_PLAN_MAX_STAGES]; /* the layers of each virtual stage, when searched */
+    uint64_t peak;                  /* the most bytes a rank holds */
+    msr_plan_rank_t at;             /* that rank's bytes */
+    msr_plan_time_t t;
+} msr_plan_t;
+
+/* Why layouts were left out: how many, and the first one's reason. */
+typedef struct msr_plan_pruned {
+    uint64_t invalid;     /* refused by msr_plan_check */
+    uint64_t over_memory; /* over the cluster's mem_gib */
+    char first_invalid[256], first_over[256];
+} msr_plan_pruned_t;
+
+/* Plans for the query: every valid layout within the memory budget, best
+ * (least step time) first, at most keep of them (0: all), *plans_p
+ * allocated (free with free()). Returns the number, or -1 with a reason in
+ * why (bad query, out of memory). */
+int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                        const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
+                        msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
+
+/* The split of the model's layers into the layout's pp * chunks virtual
+ * stages that balances their time (the embedding and the head make the end
+ * stages heavier), by dynamic programming; into split. Returns 0, or -1
+ * when the stages outnumber the layers. */
+int msr_plan_split_layers(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                          msr_plan_precision_t prec, const msr_plan_cluster_t *c, int *split);
 
 /* ---- the paper accounting, term by term ---- */
 
