@@ -112,8 +112,21 @@ static const opt_spec_t specs[] = {
         "every rank prints its memory and time breakdown at the end (and the exposed "
         "communication: one more allreduce per step; with the model-parallel runtime its "
         "stage, bubble and activation peak)"),
+    OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
+        "measure this machine for the planner (the matmul and element-wise rates at the "
+        "model's shapes, a kernel call's cost, the collectives between the job's ranks; a few "
+        "seconds) and write the cluster file here (rank 0); no training"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
+_Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");
+
+int train_gpt_given(const options_t *o, const char *name)
+{
+    for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
+        if (strcmp(specs[k].name, name) == 0)
+            return (o->given >> k) & 1;
+    return 0;
+}
 
 static void usage(FILE *out)
 {
@@ -142,6 +155,7 @@ static int parse_options(int argc, char **argv, options_t *o)
             fprintf(stderr, "train_gpt: unknown option '%s' (see --help)\n", arg);
             return -1;
         }
+        o->given |= (uint64_t)1 << (sp - specs);
         void *field = (char *)o + sp->offset;
         if (sp->kind == OPT_FLAG) {
             if (eq != NULL) {
@@ -549,6 +563,18 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
+    if (o.calibrate != NULL) {
+        if (strcmp(o.device, "cpu") != 0) {
+            if (job.rank == 0)
+                fprintf(stderr,
+                        "train_gpt: --calibrate measures the CPU runtime: not with "
+                        "--device %s\n",
+                        o.device);
+            goto out;
+        }
+        rc = train_gpt_calibrate_main(&o, &job);
+        goto out;
+    }
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
     int schedule = msr_mp_schedule_parse(o.schedule != NULL ? o.schedule : "1f1b");
