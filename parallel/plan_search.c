@@ -20,11 +20,15 @@ static void even_split(int layers, int n, int *split)
         split[j] = (int)((int64_t)layers * (j + 1) / n - (int64_t)layers * j / n);
 }
 
-/* What a virtual stage costs per micro-batch: its blocks, and the
- * embedding or the head on the end stages. */
+/* What a pipeline rank costs per micro-batch: its blocks, and the
+ * embedding (rank 0) or the head (rank pp - 1). The time model runs a
+ * rank's virtual stages one after another (plan_time.c), so the slowest
+ * rank, the sum of its stages, decides; with one stage per rank that is
+ * the slowest stage. */
 typedef struct stage_cost {
     double layer_ms, first_ms, last_ms;
-    int n; /* virtual stages */
+    int n;   /* ranks of the pipeline (pp) */
+    int min; /* layers a rank holds at least: one per virtual stage */
 } stage_cost_t;
 
 static double stage_ms(const stage_cost_t *c, int j, int k)
@@ -37,52 +41,50 @@ static double max_d(double a, double b)
     return a > b ? a : b;
 }
 
-/* The slowest stage of a split. */
-static double split_bottleneck(const stage_cost_t *c, const int *split)
+/* The slowest rank of a split of the ranks' layers. */
+static double split_bottleneck(const stage_cost_t *c, const int *per_rank)
 {
     double worst = 0;
     for (int j = 0; j < c->n; j++)
-        worst = max_d(worst, stage_ms(c, j, split[j]));
+        worst = max_d(worst, stage_ms(c, j, per_rank[j]));
     return worst;
 }
 
-/* Minimises the slowest of n contiguous stages over L layers, each >= 1:
- * f[j][i], the least bottleneck of i layers in stages 0..j, is the least
- * over k of max(f[j-1][i-k], cost(j, k)). f[j-1] never decreases in i and
- * cost(j, k) grows with k, so the best k is where the two cross and moves
- * right as i grows: a pointer finds it, O(n L) in all. The choices are
- * kept to walk the split back. Returns the bottleneck, or -1 when memory
- * runs out. The even split is kept when it is as good (no uneven split
- * for nothing). */
-static double split_dp(const stage_cost_t *c, int L, int *split)
+/* Minimises the slowest of n contiguous groups of L layers, each of at
+ * least min: f[j][i], the least bottleneck of i layers in groups 0..j, is
+ * the least over k of max(f[j-1][i-k], cost(j, k)). f[j-1] never decreases
+ * in i and cost(j, k) grows with k, so the best k is where the two cross
+ * and moves right as i grows: a pointer finds it, O(n L) in all. The
+ * choices are kept to walk the split back. Returns the bottleneck, or -1
+ * when memory runs out. */
+static double split_dp(const stage_cost_t *c, int L, int *per_rank)
 {
-    int n = c->n;
+    int n = c->n, lo = c->min;
     if (n == 1) {
-        split[0] = L;
+        per_rank[0] = L;
         return stage_ms(c, 0, L);
     }
-    double *prev = malloc((size_t)(L + 1) * sizeof *prev);
-    double *cur = malloc((size_t)(L + 1) * sizeof *cur);
-    int *choice = malloc((size_t)n * (size_t)(L + 1) * sizeof *choice);
+    size_t row = (size_t)L + 1;
+    double *prev = malloc(row * sizeof *prev);
+    double *cur = malloc(row * sizeof *cur);
+    int *choice = malloc((size_t)n * row * sizeof *choice);
     double best = -1;
     if (prev == NULL || cur == NULL || choice == NULL)
         goto out;
-    /* stage 0 alone: i layers, i >= 1 */
-    for (int i = 1; i <= L; i++) {
+    /* group 0 alone: i layers, i >= lo */
+    for (int i = lo; i <= L - (n - 1) * lo; i++) {
         prev[i] = stage_ms(c, 0, i);
         choice[i] = i;
     }
     for (int j = 1; j < n; j++) {
-        /* stages 0..j hold i layers, i in [j + 1, L - (n - 1 - j)]; the
-         * earlier ones at least j, so k <= i - j */
-        int k = 1;
-        for (int i = j + 1; i <= L - (n - 1 - j); i++) {
-            while (k + 1 <= i - j &&
-                   max_d(prev[i - k - 1], stage_ms(c, j, k + 1)) <=
-                       max_d(prev[i - k], stage_ms(c, j, k)))
+        /* groups 0..j hold i layers, the earlier ones at least j lo of them */
+        int k = lo;
+        for (int i = (j + 1) * lo; i <= L - (n - 1 - j) * lo; i++) {
+            while (k + 1 <= i - j * lo && max_d(prev[i - k - 1], stage_ms(c, j, k + 1)) <=
+                                              max_d(prev[i - k], stage_ms(c, j, k)))
                 k++;
             cur[i] = max_d(prev[i - k], stage_ms(c, j, k));
-            choice[(size_t)j * (size_t)(L + 1) + (size_t)i] = k;
+            choice[(size_t)j * row + (size_t)i] = k;
         }
         double *t = prev;
         prev = cur;
@@ -90,17 +92,9 @@ static double split_dp(const stage_cost_t *c, int L, int *split)
     }
     best = prev[L];
     for (int j = n - 1, i = L; j >= 0; j--) {
-        int k = choice[(size_t)j * (size_t)(L + 1) + (size_t)i];
-        split[j] = k;
+        int k = choice[(size_t)j * row + (size_t)i];
+        per_rank[j] = k;
         i -= k;
-    }
-    int even[MSR_PLAN_MAX_STAGES];
-    even_split(L, n, even);
-    /* ties within rounding: the even split's bottleneck is a sum of the
-     * same terms */
-    if (split_bottleneck(c, even) <= best * (1 + 1e-12)) {
-        memcpy(split, even, (size_t)n * sizeof *split);
-        best = split_bottleneck(c, even);
     }
 out:
     free(prev);
@@ -109,19 +103,57 @@ out:
     return best;
 }
 
+/* The layers of each pipeline rank's virtual stages, summed. */
+static void rank_sums(const int *split, int pp, int v, int *per_rank)
+{
+    for (int r = 0; r < pp; r++) {
+        per_rank[r] = 0;
+        for (int k = 0; k < v; k++)
+            per_rank[r] += split[k * pp + r];
+    }
+}
+
+/* The balanced split of L layers into the pp * v virtual stages, into
+ * split: the ranks' layers by split_dp, each rank's spread evenly over its
+ * stages. The runtime's even split is kept when it is as good (no uneven
+ * split for nothing). Returns 0, or -1 when memory runs out. */
+static int balance(const stage_cost_t *c, int L, int v, int *split)
+{
+    int per_rank[MSR_PLAN_MAX_STAGES], even[MSR_PLAN_MAX_STAGES], pp = c->n;
+    double best = split_dp(c, L, per_rank);
+    if (best < 0)
+        return -1;
+    for (int r = 0; r < pp; r++)
+        for (int k = 0; k < v; k++)
+            split[k * pp + r] =
+                (int)((int64_t)per_rank[r] * (k + 1) / v - (int64_t)per_rank[r] * k / v);
+    even_split(L, pp * v, even);
+    rank_sums(even, pp, v, per_rank);
+    /* ties within rounding: the even split's bottleneck sums the same terms */
+    if (split_bottleneck(c, per_rank) <= best * (1 + 1e-12))
+        memcpy(split, even, (size_t)(pp * v) * sizeof *split);
+    return 0;
+}
+
 static void costs_of(const msr_plan_layout_t *l, const msr_plan_time_t *t, stage_cost_t *c)
 {
     c->layer_ms = t->layer_ms > 0 ? t->layer_ms : 0;
     c->first_ms = t->first_ms > 0 ? t->first_ms : 0;
     c->last_ms = t->last_ms > 0 ? t->last_ms : 0;
-    c->n = l->pp * l->chunks;
+    c->n = l->pp;
+    c->min = l->schedule == MSR_PLAN_INTERLEAVED ? l->chunks : 1;
+}
+
+static int chunks_of(const msr_plan_layout_t *l)
+{
+    return l->schedule == MSR_PLAN_INTERLEAVED ? l->chunks : 1;
 }
 
 int msr_plan_split_layers(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c, int *split)
 {
-    int64_t n = (int64_t)l->pp * l->chunks;
-    if (n < 1 || n > m->layers || n > MSR_PLAN_MAX_STAGES)
+    int64_t n = (int64_t)l->pp * chunks_of(l);
+    if (l->pp < 1 || n > m->layers || n > MSR_PLAN_MAX_STAGES)
         return -1;
     msr_plan_layout_t even = *l;
     even.stage_layers = NULL;
@@ -129,7 +161,7 @@ int msr_plan_split_layers(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     msr_plan_time(m, &even, prec, c, &t);
     stage_cost_t sc;
     costs_of(l, &t, &sc);
-    return split_dp(&sc, m->layers, split) < 0 ? -1 : 0;
+    return balance(&sc, m->layers, chunks_of(l), split);
 }
 
 /* ---- the search ---- */
@@ -161,14 +193,29 @@ enum { EV_OK, EV_INVALID, EV_OVER };
 
 static void describe(const msr_plan_layout_t *l, char *buf, size_t len)
 {
-    const char *sched = l->schedule >= 0 && l->schedule <= 2 ? msr_plan_schedule_names[l->schedule]
-                                                             : "?";
-    const char *rc = l->recompute >= 0 && l->recompute <= 2 ? msr_plan_recompute_names[l->recompute]
-                                                            : "?";
+    const char *sched =
+        l->schedule >= 0 && l->schedule <= 2 ? msr_plan_schedule_names[l->schedule] : "?";
+    const char *rc =
+        l->recompute >= 0 && l->recompute <= 2 ? msr_plan_recompute_names[l->recompute] : "?";
     snprintf(buf, len,
              "dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d schedule=%s "
              "virtual_stages=%d",
              l->dp, l->tp, l->pp, l->sp, l->zero, rc, l->micro_batch, sched, l->chunks);
+}
+
+/* "layout: reason" into out, cut to fit */
+static void join(char *out, size_t len, const char *a, const char *b)
+{
+    size_t at = 0;
+    const char *parts[] = {a, ": ", b};
+    for (size_t i = 0; i < 3; i++) {
+        size_t k = strlen(parts[i]);
+        if (k > len - 1 - at)
+            k = len - 1 - at;
+        memcpy(out + at, parts[i], k);
+        at += k;
+    }
+    out[at] = '\0';
 }
 
 static void note_invalid(search_t *s, const msr_plan_layout_t *l, const char *why)
@@ -176,7 +223,7 @@ static void note_invalid(search_t *s, const msr_plan_layout_t *l, const char *wh
     if (s->pr.invalid++ == 0) {
         char d[200];
         describe(l, d, sizeof d);
-        snprintf(s->pr.first_invalid, sizeof s->pr.first_invalid, "%s: %s", d, why);
+        join(s->pr.first_invalid, sizeof s->pr.first_invalid, d, why);
     }
 }
 
@@ -187,9 +234,9 @@ static int plan_cmp(const msr_plan_t *a, const msr_plan_t *b)
         return a->t.step_ms < b->t.step_ms ? -1 : 1;
     if (a->peak != b->peak)
         return a->peak < b->peak ? -1 : 1;
-    const int x[] = {a->l.dp,        a->l.tp,        a->l.pp,       a->l.sp,    a->l.zero,
+    const int x[] = {a->l.dp,        a->l.tp,          a->l.pp,       a->l.sp,    a->l.zero,
                      a->l.recompute, a->l.micro_batch, a->l.schedule, a->l.chunks};
-    const int y[] = {b->l.dp,        b->l.tp,        b->l.pp,       b->l.sp,    b->l.zero,
+    const int y[] = {b->l.dp,        b->l.tp,          b->l.pp,       b->l.sp,    b->l.zero,
                      b->l.recompute, b->l.micro_batch, b->l.schedule, b->l.chunks};
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         if (x[i] != y[i])
@@ -249,17 +296,18 @@ static int balanced_split(search_t *s, const msr_plan_layout_t *l)
     stage_cost_t sc;
     costs_of(l, &t, &sc);
     split_cache_t *k = &s->cache;
-    if (k->valid && k->cost.n == sc.n && k->cost.layer_ms == sc.layer_ms &&
+    if (k->valid && k->cost.n == sc.n && k->cost.min == sc.min && k->cost.layer_ms == sc.layer_ms &&
         k->cost.first_ms == sc.first_ms && k->cost.last_ms == sc.last_ms)
         return k->uneven;
     k->valid = 0;
-    if (split_dp(&sc, s->m->layers, k->split) < 0) {
+    int v = chunks_of(l), n = l->pp * v;
+    if (balance(&sc, s->m->layers, v, k->split) != 0) {
         s->oom = 1;
         return 0;
     }
     int even[MSR_PLAN_MAX_STAGES];
-    even_split(s->m->layers, sc.n, even);
-    k->uneven = memcmp(even, k->split, (size_t)sc.n * sizeof *even) != 0;
+    even_split(s->m->layers, n, even);
+    k->uneven = memcmp(even, k->split, (size_t)n * sizeof *even) != 0;
     k->cost = sc;
     k->valid = 1;
     return k->uneven;
@@ -276,7 +324,7 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
         note_invalid(s, &p->l, why);
         return EV_INVALID;
     }
-    int n = p->l.pp * p->l.chunks;
+    int n = p->l.pp * chunks_of(&p->l);
     if (n <= MSR_PLAN_MAX_STAGES) {
         even_split(s->m->layers, n, p->split);
         if (!s->q->even_split && n > 1 && balanced_split(s, &p->l)) {
@@ -295,11 +343,11 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
     }
     if ((double)peak > s->budget) {
         if (s->pr.over_memory++ == 0) {
-            char d[200];
+            char d[200], over[128];
             describe(&p->l, d, sizeof d);
-            snprintf(s->pr.first_over, sizeof s->pr.first_over,
-                     "%s: rank %d holds %.3f GiB, over the budget of %.3f GiB", d, r,
+            snprintf(over, sizeof over, "rank %d holds %.3f GiB, over the budget of %.3f GiB", r,
                      (double)peak / 1073741824.0, s->budget / 1073741824.0);
+            join(s->pr.first_over, sizeof s->pr.first_over, d, over);
         }
         return EV_OVER;
     }
@@ -456,8 +504,9 @@ static int64_t search_run(search_t *s)
                 if (fx[MSR_PLAN_FIX_DP] >= 0) {
                     msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, NULL};
                     char why[128];
-                    snprintf(why, sizeof why, "a global batch of %lld does not divide among dp %lld",
-                             (long long)B, (long long)dp);
+                    snprintf(why, sizeof why,
+                             "a global batch of %lld does not divide among dp %lld", (long long)B,
+                             (long long)dp);
                     note_invalid(s, &l, why);
                 }
                 continue;
@@ -479,8 +528,8 @@ static int64_t search_run(search_t *s)
                     for (int e = 0; e < mbs.n; e++) {
                         int mb = mbs.v[e];
                         if (mb < 1 || per % mb != 0) {
-                            msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, mb, 1, 1, 1,
-                                                   0,       0,  0,  NULL};
+                            msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, mb,
+                                                   1,       1,  1,  0, 0, 0, NULL};
                             char why[160];
                             snprintf(why, sizeof why,
                                      "%lld sequences per dp rank do not divide into "
@@ -539,11 +588,11 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
     if (!(c->mem_gib > 0))
         FAIL("a memory budget of %g GiB per rank: must be positive", c->mem_gib);
     for (int k = 0; k < MSR_PLAN_FIX_N; k++) {
-        int v = q->fix[k], hi = k == MSR_PLAN_FIX_SP              ? 1
-                                : k == MSR_PLAN_FIX_ZERO          ? 3
-                                : k == MSR_PLAN_FIX_RECOMPUTE     ? 2
-                                : k == MSR_PLAN_FIX_SCHEDULE      ? 2
-                                                                  : INT_MAX;
+        int v = q->fix[k], hi = k == MSR_PLAN_FIX_SP          ? 1
+                                : k == MSR_PLAN_FIX_ZERO      ? 3
+                                : k == MSR_PLAN_FIX_RECOMPUTE ? 2
+                                : k == MSR_PLAN_FIX_SCHEDULE  ? 2
+                                                              : INT_MAX;
         int lo = k == MSR_PLAN_FIX_SP || k == MSR_PLAN_FIX_ZERO || k == MSR_PLAN_FIX_RECOMPUTE ||
                          k == MSR_PLAN_FIX_SCHEDULE
                      ? 0
