@@ -147,8 +147,8 @@ static void row_bytes(FILE *f, const char *what, uint64_t b, uint64_t total, con
 {
     char s[32];
     msr_plan_format_bytes((double)b, s, sizeof s);
-    fprintf(f, "    %-24s %12s %5.1f%%  %s\n", what, s,
-            total ? 100.0 * (double)b / (double)total : 0, note);
+    fprintf(f, "    %-24s %12s %5.1f%%%s%s\n", what, s,
+            total ? 100.0 * (double)b / (double)total : 0, note[0] ? "  " : "", note);
 }
 
 static void row_ms(FILE *f, int indent, const char *what, double ms, double step, const char *note)
@@ -229,7 +229,7 @@ static void explain_memory(FILE *f, const msr_plan_t *p, const msr_plan_cluster_
              r->frames_held, fr, frh);
     row_bytes(f, "activations", r->activations, T, note);
     row_bytes(f, "pipeline buffers", r->comm, T, "gradients sent back, the head's wte copy");
-    snprintf(note, sizeof note, "a bound: %" PRIu64 " buckets", r->buckets);
+    snprintf(note, sizeof note, "a bound; gradient buckets: %" PRIu64, r->buckets);
     row_bytes(f, "dp temporaries", r->buckets_bound, T, note);
 }
 
