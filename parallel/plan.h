@@ -219,6 +219,7 @@ typedef struct msr_plan_pruned {
     uint64_t invalid;     /* refused by msr_plan_check */
     uint64_t over_memory; /* over the cluster's mem_gib */
     char first_invalid[256], first_over[256];
+    uint64_t found; /* valid and within the budget: the plans before keep cut them */
 } msr_plan_pruned_t;
 
 /* Plans for the query: every valid layout within the memory budget, best
