@@ -116,6 +116,21 @@ static const opt_spec_t specs[] = {
         "measure this machine for the planner (the matmul and element-wise rates at the "
         "model's shapes, a kernel call's cost, the collectives between the job's ranks; a few "
         "seconds) and write the cluster file here (rank 0); no training"),
+    OPT("plan", OPT_FLAG, plan, 0, 0,
+        "print the planner's 10 best layouts of the model for the job's ranks and the global "
+        "batch (predicted memory per rank, step time, tokens/s, bubble, exposed communication) "
+        "and exit; layout options given fix the search, as with --auto"),
+    OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
+    OPT("explain", OPT_INT, explain, 1, 1e9,
+        "print plan N of --plan's ranking broken down (bytes by kind, time by phase) and exit"),
+    OPT("cluster", OPT_TEXT, cluster, 0, 0,
+        "the cluster file (--calibrate's, or written by hand) for --plan, --explain and --auto "
+        "(measured now, as --calibrate, when not given)"),
+    OPT("auto", OPT_FLAG, auto_plan, 0, 0,
+        "train with the planner's best layout for the job's ranks (rank 0 prints it); the "
+        "global batch is --global-batch, else micro-batch x grad-accum x dp as without --auto; "
+        "--dp, --tp, --pp, --sp, --zero, --recompute, --micro-batch, --schedule and "
+        "--virtual-stages given fix the search (no layout left: exit 2)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
 _Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");
@@ -563,17 +578,12 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
-    if (o.calibrate != NULL) {
-        if (strcmp(o.device, "cpu") != 0) {
-            if (job.rank == 0)
-                fprintf(stderr,
-                        "train_gpt: --calibrate measures the CPU runtime: not with "
-                        "--device %s\n",
-                        o.device);
+    if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
+        o.cluster != NULL) {
+        int done = 0;
+        if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
             goto out;
-        }
-        rc = train_gpt_calibrate_main(&o, &job);
-        goto out;
+        rc = EXIT_BAD_INPUT;
     }
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
