@@ -10,8 +10,8 @@
  * options given on the command line (--dp, --tp, --pp, --sp, --zero,
  * --recompute, --micro-batch, --schedule, --virtual-stages) fix the
  * search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
- * leaves no layout is bad input. Bad input: one line from rank 0, every
- * rank exits 2. */
+ * leaves no layout is bad input. Bad input: one line (from every rank
+ * that meets it), exit status 2. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -32,19 +32,20 @@
 /* --plan's table without --plan-all. */
 #define PLAN_TOP         10
 
-/* Prints one line "train_gpt: ..." on rank 0 (every rank meets the same
- * bad input, one says so) and returns EXIT_BAD_INPUT. */
+/* Prints one line "train_gpt: ..." and returns EXIT_BAD_INPUT. Every rank
+ * meets the same bad input and says so, as train_gpt's other refusals: the
+ * first rank to exit ends the job, so a line from rank 0 alone could be
+ * lost. */
 static int refuse(const job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refuse(const job_t *job, const char *fmt, ...)
 {
-    if (job->rank == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        fprintf(stderr, "train_gpt: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
-        va_end(ap);
-    }
+    (void)job;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "train_gpt: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
     return EXIT_BAD_INPUT;
 }
 
