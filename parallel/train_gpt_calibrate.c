@@ -114,18 +114,27 @@ static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
 }
 
 /* Seconds per call of k on this rank: after one call to warm the caches,
- * rounds of doubling length until one lasts CALIB_ROUND_NS. */
+ * rounds of doubling length until one lasts CALIB_ROUND_NS, then two more
+ * of that length; the median of the three, so that one round another
+ * process disturbed does not decide. */
 static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
 {
     calib_run(b, k);
-    for (uint64_t reps = 1;; reps *= 2) {
+    double t[3];
+    uint64_t reps = 1;
+    for (int n = 0; n < 3;) {
         uint64_t t0 = msr_now_ns();
         for (uint64_t i = 0; i < reps; i++)
             calib_run(b, k);
         uint64_t dt = msr_now_ns() - t0;
-        if (dt >= CALIB_ROUND_NS || reps >= ((uint64_t)1 << 40))
-            return (double)dt * 1e-9 / (double)reps;
+        if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 40)) {
+            reps *= 2;
+            continue;
+        }
+        t[n++] = (double)dt * 1e-9 / (double)reps;
     }
+    double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
 }
 
 static void calib_bufs_free(calib_bufs_t *b)
