@@ -113,24 +113,17 @@ static const opt_spec_t specs[] = {
         "communication: one more allreduce per step; with the model-parallel runtime its "
         "stage, bubble and activation peak)"),
     OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
-        "measure this machine for the planner (the matmul and element-wise rates at the "
-        "model's shapes, a kernel call's cost, the collectives between the job's ranks; a few "
-        "seconds) and write the cluster file here (rank 0); no training"),
+        "measure this machine for the planner (kernels at the model's shapes, the job's "
+        "collectives; seconds) and write the cluster file here (rank 0); no training"),
     OPT("plan", OPT_FLAG, plan, 0, 0,
-        "print the planner's 10 best layouts of the model for the job's ranks and the global "
-        "batch (predicted memory per rank, step time, tokens/s, bubble, exposed communication) "
-        "and exit; layout options given fix the search, as with --auto"),
+        "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
     OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
-    OPT("explain", OPT_INT, explain, 1, 1e9,
-        "print plan N of --plan's ranking broken down (bytes by kind, time by phase) and exit"),
+    OPT("explain", OPT_INT, explain, 1, 1e9, "print plan N broken down, and exit"),
     OPT("cluster", OPT_TEXT, cluster, 0, 0,
-        "the cluster file (--calibrate's, or written by hand) for --plan, --explain and --auto "
-        "(measured now, as --calibrate, when not given)"),
+        "the cluster file for --plan, --explain and --auto (else measured now, as --calibrate)"),
     OPT("auto", OPT_FLAG, auto_plan, 0, 0,
-        "train with the planner's best layout for the job's ranks (rank 0 prints it); the "
-        "global batch is --global-batch, else micro-batch x grad-accum x dp as without --auto; "
-        "--dp, --tp, --pp, --sp, --zero, --recompute, --micro-batch, --schedule and "
-        "--virtual-stages given fix the search (no layout left: exit 2)"),
+        "train with the planner's best layout (rank 0 prints it); layout options given fix the "
+        "search (see docs/plan.md)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
 _Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");

@@ -24,6 +24,7 @@
  *
  * Rates are the slowest rank's and costs the largest, agreed by allreduce,
  * so every rank ends with the same cluster. */
+#include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -448,6 +449,8 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     calib_compute_t cc;
     msr_status_t st;
     uint64_t t0 = msr_now_ns();
+    if (o->threads > 0) /* the kernels run as training will run them */
+        openblas_set_num_threads((int)o->threads);
     /* every rank computes at once, as in training: they share the node */
     if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
