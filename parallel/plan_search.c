@@ -345,7 +345,7 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
         if (s->pr.over_memory++ == 0) {
             char d[200], over[128];
             describe(&p->l, d, sizeof d);
-            snprintf(over, sizeof over, "rank %d holds %.3f GiB, over the budget of %.3f GiB", r,
+            snprintf(over, sizeof over, "rank %d holds %.4g GiB, over the budget of %.4g GiB", r,
                      (double)peak / 1073741824.0, s->budget / 1073741824.0);
             join(s->pr.first_over, sizeof s->pr.first_over, d, over);
         }
