@@ -44,7 +44,7 @@ n=$(grep -c '^plan ' "$work/kv")
 line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
 line+=' micro_batch=[0-9]+ grad_accum=[0-9]+ schedule=(gpipe|1f1b|interleaved)'
 line+=' virtual_stages=[0-9]+ params=[0-9]+ state_bytes=[0-9]+ activation_bytes=[0-9]+'
-line+=' peak_bytes=[0-9]+ step_ms=[0-9.e+-]+ tokens_per_s=[0-9.e+-]+$'
+line+=' peak_bytes=[0-9]+ step_ms=[0-9.e+-]+ tokens_per_s=[0-9.e+-]+ tflops_per_rank=[0-9.e+-]+$'
 grep '^plan ' "$work/kv" >"$work/plans"
 bad=$(grep -Evc "$line" "$work/plans" || true)
 [[ $bad -eq 0 ]] || fail "$bad malformed plan lines: $(grep -Ev "$line" "$work/plans" | head -2)"
