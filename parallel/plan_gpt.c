@@ -10,7 +10,7 @@
  *            [--ranks]
  *
  * --ranks prints, for the one layout --fix leaves, every rank's counts as
- * train_gpt --report names them. Exit status: 0, 2 bad input (one line). */
+ * train_gpt --report names them (with the runtime's even split). Exit status: 0, 2 bad input (one line). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +246,9 @@ int main(int argc, char **argv)
     q.search = a.search;
     q.bucket_bytes = (size_t)(a.bucket_mb * 1048576.0);
     q.zero_min_bytes = (size_t)a.zero_min_bytes;
-    q.even_split = a.even_split;
+    /* --ranks compares with train_gpt --report, which splits evenly
+     * unless told otherwise */
+    q.even_split = a.even_split || a.ranks;
     /* enough plans for the table and the one to explain */
     int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
     msr_plan_t *plans = NULL;

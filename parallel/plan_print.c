@@ -63,6 +63,14 @@ static void split_list(const msr_plan_t *p, char *buf, size_t len)
     }
 }
 
+/* The FLOP rate each rank achieves over the step, in TFLOP/s (recompute's
+ * forwards counted, as the literature reports it). */
+static double tflops_per_rank(const msr_plan_t *p)
+{
+    double world = (double)p->l.dp * p->l.tp * p->l.pp;
+    return p->t.step_ms > 0 ? p->t.flops / (p->t.step_ms / 1e3) / world / 1e12 : 0;
+}
+
 static uint64_t state_bytes(const msr_plan_rank_t *r)
 {
     return r->params + r->grads + r->optim + r->master;
@@ -104,11 +112,11 @@ void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n)
                 "plan dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d grad_accum=%d "
                 "schedule=%s virtual_stages=%d params=%" PRIu64 " state_bytes=%" PRIu64
                 " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64
-                " step_ms=%.6g tokens_per_s=%.6g",
+                " step_ms=%.6g tokens_per_s=%.6g tflops_per_rank=%.4g",
                 l->dp, l->tp, l->pp, l->sp, l->zero, msr_plan_recompute_names[l->recompute],
                 l->micro_batch, l->micros, msr_plan_schedule_names[l->schedule], l->chunks,
                 p->at.part_params, state_bytes(&p->at), p->at.activations, p->peak, p->t.step_ms,
-                p->t.tokens_per_s);
+                p->t.tokens_per_s, tflops_per_rank(p));
         if (l->stage_layers != NULL) {
             fprintf(f, " pp_layers=");
             for (int j = 0; j < stages_of(l); j++)
@@ -255,8 +263,7 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 4, "optimizer", t->optim_ms, S, "AdamW on the rank's shard");
     row_ms(f, 4, "exposed communication", t->exposed_comm_ms, S,
            "tp + pipeline sends + dp exposed + ZeRO-3");
-    int64_t world = (int64_t)p->l.dp * p->l.tp * p->l.pp;
-    double achieved = S > 0 ? t->flops / (S / 1e3) / (double)world / 1e12 : 0;
+    double achieved = tflops_per_rank(p);
     fprintf(f,
             "  %.4g FLOPs a step; %.4g TFLOP/s per rank achieved, %.1f%% of the %.4g it can do\n",
             t->flops, achieved, c->peak_tflops > 0 ? 100 * achieved / c->peak_tflops : 0,

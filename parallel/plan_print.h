@@ -20,7 +20,8 @@ void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n);
 /* One line per plan for scripts: "plan dp=.. tp=.. pp=.. sp=.. zero=..
  * recompute=.. micro_batch=.. grad_accum=.. schedule=.. virtual_stages=..
  * params=.. state_bytes=.. activation_bytes=.. peak_bytes=.. step_ms=..
- * tokens_per_s=.." and " pp_layers=a,b,.." when the split is uneven. */
+ * tokens_per_s=.. tflops_per_rank=.." (the FLOP rate each rank achieves),
+ * and " pp_layers=a,b,.." when the split is uneven. */
 void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n);
 
 /* What the search left out: how many plans fit and are shown, and the

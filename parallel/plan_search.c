@@ -345,7 +345,7 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
         if (s->pr.over_memory++ == 0) {
             char d[200], over[128];
             describe(&p->l, d, sizeof d);
-            snprintf(over, sizeof over, "rank %d holds %.3f GiB, over the budget of %.3f GiB", r,
+            snprintf(over, sizeof over, "rank %d holds %.4g GiB, over the budget of %.4g GiB", r,
                      (double)peak / 1073741824.0, s->budget / 1073741824.0);
             join(s->pr.first_over, sizeof s->pr.first_over, d, over);
         }
@@ -360,7 +360,7 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
 
 /* ---- what to enumerate ---- */
 
-#define MAXV 64 /* values one dimension may take */
+#define MAXV 2048 /* values one dimension may take: no int has more divisors (1,600 at most) */
 
 typedef struct values {
     int n;
@@ -492,10 +492,11 @@ static int64_t search_run(search_t *s)
         int tp = tps.v[a];
         if (W % tp != 0)
             continue;
-        divisors(W / tp, fx[MSR_PLAN_FIX_PP], fast, &pps);
+        /* any pipeline size: worlds of 2520 ranks need pp = 35 */
+        divisors(W / tp, fx[MSR_PLAN_FIX_PP], 0, &pps);
         for (int b = 0; b < pps.n; b++) {
             int pp = pps.v[b];
-            if ((W / tp) % pp != 0)
+            if ((W / tp) % pp != 0 || (fast && pp > s->m->layers && fx[MSR_PLAN_FIX_PP] < 0))
                 continue;
             int64_t dp = W / tp / pp;
             if (fx[MSR_PLAN_FIX_DP] >= 0 && fx[MSR_PLAN_FIX_DP] != dp)
