@@ -219,20 +219,31 @@ typedef struct msr_plan_pruned {
     uint64_t invalid;     /* refused by msr_plan_check */
     uint64_t over_memory; /* over the cluster's mem_gib */
     char first_invalid[256], first_over[256];
+    uint64_t found; /* valid and within the budget: the plans before keep cut them */
 } msr_plan_pruned_t;
 
 /* Plans for the query: every valid layout within the memory budget, best
- * (least step time) first, at most keep of them (0: all), *plans_p
- * allocated (free with free()). Returns the number, or -1 with a reason in
- * why (bad query, out of memory). */
+ * (least step time, then least memory) first, at most keep of them (0:
+ * all), *plans_p allocated (free with free(); NULL when none). Exhaustive
+ * tries every layout (docs/plan.md "Search"); fast prunes the space (tp
+ * and micro-batch powers of two, no GPipe, 2/4/8 virtual stages, the
+ * least recompute that fits). Each layout with pp > 1 gets the split of
+ * msr_plan_split_layers unless q->even_split. *pruned counts what was left
+ * out, and the plans found before keep. Returns the number in *plans_p,
+ * or -1 with a reason in why (bad query, out of memory). Pure: any thread. */
 int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
 /* The split of the model's layers into the layout's pp * chunks virtual
- * stages that balances their time (the embedding and the head make the end
- * stages heavier), by dynamic programming; into split. Returns 0, or -1
- * when the stages outnumber the layers. */
+ * stages that balances their time, by dynamic programming; into split.
+ * The time model runs a rank's virtual stages one after another, so the
+ * split minimises the slowest pipeline rank's time per micro-batch (its
+ * layers' layer_ms, plus first_ms on rank 0 and last_ms on the last: the
+ * embedding and the head make the end stages heavier), each rank's layers
+ * spread evenly over its stages; the even split when that is as fast.
+ * Returns 0, or -1 when the stages outnumber the layers (or
+ * MSR_PLAN_MAX_STAGES) or memory runs out. */
 int msr_plan_split_layers(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c, int *split);
 

@@ -1,38 +1,35 @@
-/* plan_gpt: the memory per rank of every valid layout of a model on a
- * world of N ranks (parallel/plan.h), least peak memory first. The time
- * model and the search ranking by step time are not built yet: the order
- * is by memory only, and no step time is printed.
+/* plan_gpt: the layouts of a model on a world of N ranks, ranked by
+ * predicted step time (parallel/plan.h): every valid one within the
+ * cluster's memory per rank, best first, with its memory and time.
  *
  *   plan_gpt --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256
  *            --global-batch 8 --world 4 [--arch gpt|llama --ffn F
- *            --kv-heads K] [--precision fp32|bf16] [--fix dp=2,tp=2,...]
- *            [--format table|kv] [--ranks]
+ *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
+ *            [--fix dp=2,tp=2,...] [--search exhaustive|fast] [--top N]
+ *            [--all] [--explain N] [--even-split] [--format table|kv]
+ *            [--ranks]
  *
  * --ranks prints, for the one layout --fix leaves, every rank's counts as
- * train_gpt --report names them. Exit status: 0, 2 bad input (one line). */
+ * train_gpt --report names them (with the runtime's even split). Exit status: 0, 2 bad input (one line). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "parallel/plan.h"
+#include "parallel/plan_print.h"
 
 typedef struct args {
     msr_plan_model_t m;
     int64_t global_batch, world;
     msr_plan_precision_t prec;
-    const char *fix, *format;
-    int ranks;
+    const char *fix, *format, *cluster;
+    int ranks, all, even_split, search;
+    int64_t top, explain;
     double bucket_mb;
     int64_t zero_min_bytes;
 } args_t;
-
-/* --fix: a value per key, -1 where free. */
-enum { FX_DP, FX_TP, FX_PP, FX_SP, FX_ZERO, FX_RC, FX_MB, FX_SCHED, FX_VS, FX_N };
-static const char *const fix_names[FX_N] = {
-    "dp", "tp", "pp", "sp", "zero", "recompute", "micro_batch", "schedule", "virtual_stages"};
-static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved"};
-static const char *const rc_names[] = {"none", "selective", "full"};
 
 static void die(const char *fmt, const char *a, const char *b)
 {
@@ -74,15 +71,15 @@ static void parse_fix(const char *s, int *fx)
             die("--fix: '%s' is not key=value%s", kv, "");
         *eq = '\0';
         const char *v = eq + 1;
-        int k = name_index(fix_names, FX_N, kv);
+        int k = name_index(msr_plan_fix_names, MSR_PLAN_FIX_N, kv);
         if (k < 0)
             die("--fix: unknown key '%s'%s (dp, tp, pp, sp, zero, recompute, micro_batch, "
                 "schedule, virtual_stages)",
                 kv, "");
-        if (k == FX_SCHED)
-            fx[k] = name_index(sched_names, 3, v);
-        else if (k == FX_RC)
-            fx[k] = name_index(rc_names, 3, v);
+        if (k == MSR_PLAN_FIX_SCHEDULE)
+            fx[k] = name_index(msr_plan_schedule_names, 3, v);
+        else if (k == MSR_PLAN_FIX_RECOMPUTE)
+            fx[k] = name_index(msr_plan_recompute_names, 3, v);
         else
             fx[k] = (int)parse_int(kv, v, 0, 1 << 24);
         if (fx[k] < 0)
@@ -96,23 +93,28 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     int64_t ffn = 0, kv = 0;
     a->m = (msr_plan_model_t){MSR_PLAN_GPT, 0, 0, 0, 0, 0, 256, 0};
     a->global_batch = a->world = 0;
-    a->fix = NULL;
+    const char *search = "exhaustive";
+    a->fix = a->cluster = NULL;
     a->format = "table";
-    a->ranks = 0;
+    a->ranks = a->all = a->even_split = 0;
+    a->top = 10;
+    a->explain = 0;
     a->bucket_mb = 25.0;
     a->zero_min_bytes = 65536;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (strcmp(o, "--ranks") == 0) {
-            a->ranks = 1;
+        if (strcmp(o, "--ranks") == 0 || strcmp(o, "--all") == 0 ||
+            strcmp(o, "--even-split") == 0) {
+            *(o[2] == 'r' ? &a->ranks : o[2] == 'a' ? &a->all : &a->even_split) = 1;
             continue;
         }
         if (strcmp(o, "--help") == 0) {
             printf("usage: plan_gpt --layers L --channels C --heads H --seq T --vocab V "
                    "--global-batch B --world N [--arch gpt|llama --ffn F --kv-heads K] "
-                   "[--precision fp32|bf16] [--fix dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,"
-                   "micro_batch=..,schedule=..,virtual_stages=..] [--format table|kv] [--ranks] "
-                   "[--bucket-mb X] [--zero-min-bytes N]\n");
+                   "[--precision fp32|bf16] [--cluster FILE] [--fix dp=..,tp=..,pp=..,sp=..,"
+                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..] "
+                   "[--search exhaustive|fast] [--top N] [--all] [--explain N] [--even-split] "
+                   "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N]\n");
             exit(0);
         }
         if (strncmp(o, "--", 2) != 0 || i + 1 >= argc)
@@ -149,6 +151,14 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             prec = v;
         else if (strcmp(n, "fix") == 0)
             a->fix = v;
+        else if (strcmp(n, "cluster") == 0)
+            a->cluster = v;
+        else if (strcmp(n, "search") == 0)
+            search = v;
+        else if (strcmp(n, "top") == 0)
+            a->top = parse_int(n, v, 1, (int64_t)1 << 40);
+        else if (strcmp(n, "explain") == 0)
+            a->explain = parse_int(n, v, 1, (int64_t)1 << 40);
         else if (strcmp(n, "format") == 0)
             a->format = v;
         else
@@ -179,137 +189,119 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
         die("--precision %s%s: not fp32 or bf16", prec, "");
     if (strcmp(a->format, "table") != 0 && strcmp(a->format, "kv") != 0)
         die("--format %s%s: not table or kv", a->format, "");
-    for (int k = 0; k < FX_N; k++)
+    if (strcmp(search, "exhaustive") == 0)
+        a->search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    else if (strcmp(search, "fast") == 0)
+        a->search = MSR_PLAN_SEARCH_FAST;
+    else
+        die("--search %s%s: not exhaustive or fast", search, "");
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
         fx[k] = -1;
     if (a->fix != NULL)
         parse_fix(a->fix, fx);
 }
 
-typedef struct plan {
-    msr_plan_layout_t l;
-    uint64_t peak;
-    msr_plan_rank_t at; /* the rank that holds the most */
-} plan_t;
-
-static int by_peak(const void *x, const void *y)
+/* The cluster file's text over the default cluster. */
+static void read_cluster(const char *path, msr_plan_cluster_t *c)
 {
-    const plan_t *a = x, *b = y;
-    return a->peak < b->peak ? -1 : a->peak > b->peak;
+    char text[65536], why[256];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        die("--cluster %s: cannot open it", path, "");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int big = n == sizeof text - 1 && fgetc(f) != EOF, bad = ferror(f);
+    fclose(f);
+    if (bad || big)
+        die("--cluster %s: %s", path, bad ? "cannot read it" : "larger than 64 KiB");
+    text[n] = '\0';
+    if (strlen(text) != n)
+        die("--cluster %s: %s", path, "not a text file");
+    if (msr_plan_cluster_parse(text, c, why, sizeof why) != 0)
+        die("--cluster %s: %s", path, why);
 }
 
-static int ok(int fx, int v)
+static double now_s(void)
 {
-    return fx < 0 || fx == v;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 int main(int argc, char **argv)
 {
     args_t a;
-    int fx[FX_N];
-    parse_args(argc, argv, &a, fx);
-    char why[256] = "", first[256] = "";
+    msr_plan_query_t q;
+    parse_args(argc, argv, &a, q.fix);
+    char why[256] = "";
     if (msr_plan_check_model(&a.m, why, sizeof why) != 0) {
         fprintf(stderr, "plan_gpt: error: %s\n", why);
         return 2;
     }
-    size_t n = 0, cap = 0;
-    plan_t *plans = NULL;
-    int W = (int)a.world;
-    for (int dp = 1; dp <= W; dp++) {
-        if (W % dp != 0 || !ok(fx[FX_DP], dp) || a.global_batch % dp != 0)
-            continue;
-        for (int pp = 1; pp <= W / dp; pp++) {
-            if ((W / dp) % pp != 0 || !ok(fx[FX_PP], pp))
-                continue;
-            int tp = W / dp / pp;
-            if (!ok(fx[FX_TP], tp))
-                continue;
-            int per = (int)(a.global_batch / dp);
-            for (int mb = 1; mb <= per; mb++) {
-                if (per % mb != 0 || !ok(fx[FX_MB], mb))
-                    continue;
-                for (int sched = 0; sched < 3; sched++) {
-                    if (!ok(fx[FX_SCHED], sched) || (pp == 1 && sched != MSR_PLAN_1F1B))
-                        continue;
-                    for (int vs = 1; vs <= (sched == MSR_PLAN_INTERLEAVED ? 8 : 1); vs *= 2) {
-                        if (!ok(fx[FX_VS], vs) || (sched == MSR_PLAN_INTERLEAVED && vs < 2))
-                            continue;
-                        for (int sp = 0; sp <= 1; sp++)
-                            for (int zero = 0; zero <= 3; zero++)
-                                for (int rc = 0; rc < 3; rc++) {
-                                    if (!ok(fx[FX_SP], sp) || !ok(fx[FX_ZERO], zero) ||
-                                        !ok(fx[FX_RC], rc))
-                                        continue;
-                                    msr_plan_layout_t l = {dp,       tp,    pp, sp, zero, rc, mb,
-                                                           per / mb, sched, vs, 0,  0,    0};
-                                    l.bucket_bytes = (size_t)(a.bucket_mb * 1048576.0);
-                                    l.zero_min_bytes = (size_t)a.zero_min_bytes;
-                                    if (msr_plan_check(&a.m, &l, why, sizeof why) != 0) {
-                                        if (first[0] == '\0')
-                                            snprintf(first, sizeof first, "%s", why);
-                                        continue;
-                                    }
-                                    if (n == cap) {
-                                        cap = cap ? 2 * cap : 256;
-                                        plan_t *p = realloc(plans, cap * sizeof *p);
-                                        if (p == NULL)
-                                            die("out of memory for %s%s plans", "the", "");
-                                        plans = p;
-                                    }
-                                    plan_t *p = &plans[n++];
-                                    p->l = l;
-                                    int r = 0;
-                                    p->peak = msr_plan_peak(&a.m, &l, a.prec, &r);
-                                    msr_plan_rank(&a.m, &l, a.prec, r, &p->at);
-                                }
-                    }
-                }
-            }
-        }
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    if (a.cluster != NULL)
+        read_cluster(a.cluster, &c);
+    q.world = a.world;
+    q.global_batch = a.global_batch;
+    q.search = a.search;
+    q.bucket_bytes = (size_t)(a.bucket_mb * 1048576.0);
+    q.zero_min_bytes = (size_t)a.zero_min_bytes;
+    /* --ranks compares with train_gpt --report, which splits evenly
+     * unless told otherwise */
+    q.even_split = a.even_split || a.ranks;
+    /* enough plans for the table and the one to explain */
+    int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    double t0 = now_s();
+    int64_t n = msr_plan_search(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why);
+    double took = now_s() - t0;
+    if (n < 0) {
+        fprintf(stderr, "plan_gpt: error: %s\n", why);
+        return 2;
     }
     if (n == 0) {
-        fprintf(stderr, "plan_gpt: error: no valid layout of %d ranks%s%s\n", W,
-                first[0] != '\0' ? "; the first refused: " : " (none matches --fix)", first);
+        if (pr.over_memory > 0)
+            fprintf(stderr,
+                    "plan_gpt: error: no layout of %" PRId64 " ranks fits in %g GiB per rank "
+                    "(%" PRIu64 " over it); the first: %s\n",
+                    a.world, c.mem_gib, pr.over_memory, pr.first_over);
+        else
+            fprintf(stderr, "plan_gpt: error: no valid layout of %" PRId64 " ranks%s%s\n", a.world,
+                    pr.invalid > 0 ? "; the first refused: " : " (none matches --fix)",
+                    pr.first_invalid);
         free(plans);
         return 2;
     }
     if (a.ranks && n != 1) {
-        fprintf(stderr, "plan_gpt: error: --ranks needs --fix to leave one layout, not %zu\n", n);
+        fprintf(stderr,
+                "plan_gpt: error: --ranks needs --fix to leave one layout, not %" PRId64 "\n", n);
         free(plans);
         return 2;
     }
-    qsort(plans, n, sizeof *plans, by_peak);
+    if (a.explain > n) {
+        fprintf(stderr, "plan_gpt: error: --explain %" PRId64 ": only %" PRId64 " plans found\n",
+                a.explain, n);
+        free(plans);
+        return 2;
+    }
     int kv = strcmp(a.format, "kv") == 0;
+    int64_t shown = a.all || a.ranks || a.top > n ? n : a.top;
     printf(kv ? "model params=%" PRIu64 "\n" : "model: %" PRIu64 " parameters\n",
            msr_plan_num_params(&a.m));
+    if (kv)
+        msr_plan_print_kv(stdout, plans, shown);
+    else
+        msr_plan_print_table(stdout, plans, shown);
+    msr_plan_print_summary(stdout, &q, &c, &pr, shown, kv);
     if (!kv)
-        printf("%4s %4s %4s %2s %4s %-9s %5s %5s %-11s %12s %14s %14s %14s\n", "dp", "tp", "pp",
-               "sp", "zero", "recompute", "micro", "accum", "schedule", "params", "state_bytes",
-               "activ_bytes", "peak_bytes");
-    for (size_t i = 0; i < n; i++) {
-        const plan_t *p = &plans[i];
-        const msr_plan_layout_t *l = &p->l;
-        uint64_t state = p->at.params + p->at.grads + p->at.optim + p->at.master;
-        char sched[32];
-        if (l->chunks > 1)
-            snprintf(sched, sizeof sched, "%s/%d", sched_names[l->schedule], l->chunks);
-        else
-            snprintf(sched, sizeof sched, "%s", sched_names[l->schedule]);
-        if (kv)
-            printf("plan dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d "
-                   "grad_accum=%d schedule=%s virtual_stages=%d params=%" PRIu64
-                   " state_bytes=%" PRIu64 " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64 "\n",
-                   l->dp, l->tp, l->pp, l->sp, l->zero, rc_names[l->recompute], l->micro_batch,
-                   l->micros, sched_names[l->schedule], l->chunks, p->at.part_params, state,
-                   p->at.activations, p->peak);
-        else
-            printf("%4d %4d %4d %2d %4d %-9s %5d %5d %-11s %12" PRIu64 " %14" PRIu64 " %14" PRIu64
-                   " %14" PRIu64 "\n",
-                   l->dp, l->tp, l->pp, l->sp, l->zero, rc_names[l->recompute], l->micro_batch,
-                   l->micros, sched, p->at.part_params, state, p->at.activations, p->peak);
+        printf("searched in %.3f s\n", took);
+    if (a.explain > 0) {
+        printf("\n");
+        msr_plan_print_explain(stdout, &a.m, a.prec, &c, plans, n, a.explain);
     }
     if (a.ranks) {
-        for (int r = 0; r < W; r++) {
+        for (int r = 0; r < (int)a.world; r++) {
             msr_plan_rank_t o;
             msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
             printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64

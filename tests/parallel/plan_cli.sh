@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # plan_gpt's command line: bad input is one line "plan_gpt: error: ..." on
 # stderr, nothing on stdout, exit 2; --format kv prints the model line and
-# one plan line per layout with the issue's fields (no step time: there is
-# no time model yet), least peak memory first; --fix narrows the layouts.
+# one plan line per layout with the issue's fields, least step time first;
+# --fix narrows the layouts. The search's own options: plan_search_cli.sh.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 work=$(mktemp -d)
@@ -37,24 +37,24 @@ refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
 
-"$bin/plan_gpt" "${m[@]}" --format kv >"$work/kv"
+"$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
 n=$(grep -c '^plan ' "$work/kv")
 ((n > 100)) || fail "only $n plans for 4 ranks"
 line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
 line+=' micro_batch=[0-9]+ grad_accum=[0-9]+ schedule=(gpipe|1f1b|interleaved)'
 line+=' virtual_stages=[0-9]+ params=[0-9]+ state_bytes=[0-9]+ activation_bytes=[0-9]+'
-line+=' peak_bytes=[0-9]+$'
-bad=$(tail -n +2 "$work/kv" | grep -Evc "$line" || true)
-[[ $bad -eq 0 ]] || fail "$bad malformed plan lines: $(tail -n +2 "$work/kv" | grep -Ev "$line" | head -2)"
-sed 's/.*peak_bytes=//' "$work/kv" | tail -n +2 | sort -c -n || fail "not least peak first"
-grep -q "step_ms\|tokens_per_s" "$work/kv" && fail "a step time without a time model"
+line+=' peak_bytes=[0-9]+ step_ms=[0-9.e+-]+ tokens_per_s=[0-9.e+-]+ tflops_per_rank=[0-9.e+-]+$'
+grep '^plan ' "$work/kv" >"$work/plans"
+bad=$(grep -Evc "$line" "$work/plans" || true)
+[[ $bad -eq 0 ]] || fail "$bad malformed plan lines: $(grep -Ev "$line" "$work/plans" | head -2)"
+sed 's/.*step_ms=\([^ ]*\) .*/\1/' "$work/plans" | sort -c -g || fail "not least step time first"
 # every plan is a factorization of 4 with batch 8
-tail -n +2 "$work/kv" | awk '{
+awk '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     if (v["dp"] * v["tp"] * v["pp"] != 4 || v["dp"] * v["micro_batch"] * v["grad_accum"] != 8)
-        { print; exit 1 } }' || fail "a plan that is not 4 ranks with batch 8"
-"$bin/plan_gpt" "${m[@]}" --format kv --fix dp=2,tp=2,zero=2 | tail -n +2 >"$work/fixed"
+        { print; exit 1 } }' "$work/plans" || fail "a plan that is not 4 ranks with batch 8"
+"$bin/plan_gpt" "${m[@]}" --format kv --all --fix dp=2,tp=2,zero=2 | grep '^plan ' >"$work/fixed"
 [[ -s "$work/fixed" ]] || fail "--fix dp=2,tp=2,zero=2 left nothing"
 grep -v "dp=2 tp=2 pp=1 .*zero=2 " "$work/fixed" && fail "--fix not applied"
 # Llama 3 8B's parameter count
