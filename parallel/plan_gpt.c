@@ -6,7 +6,10 @@
  *   plan_gpt --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256
  *            --global-batch 8 --world 4 [--arch gpt|llama --ffn F
  *            --kv-heads K] [--precision fp32|bf16] [--fix dp=2,tp=2,...]
- *            [--format table|kv] [--ranks]
+ *            [--format table|kv] [--ranks] [--pp-layers 3,5,5,3]
+ *
+ * --pp-layers plans the layouts whose pp x virtual stages has that many
+ * stages with that split of the layers (train_gpt's option of the name).
  *
  * --ranks prints, for the one layout --fix leaves, every rank's counts as
  * train_gpt --report names them. Exit status: 0, 2 bad input (one line). */
@@ -15,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
+#include "parallel/gpt.h"
 #include "parallel/plan.h"
 
 typedef struct args {
@@ -25,6 +30,9 @@ typedef struct args {
     int ranks;
     double bucket_mb;
     int64_t zero_min_bytes;
+    const char *pp_layers;
+    int split[MSR_GPT_MAX_STAGES]; /* --pp-layers parsed: split_n entries */
+    int split_n;
 } args_t;
 
 /* --fix: a value per key, -1 where free. */
@@ -101,6 +109,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     a->ranks = 0;
     a->bucket_mb = 25.0;
     a->zero_min_bytes = 65536;
+    a->pp_layers = NULL;
+    a->split_n = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--ranks") == 0) {
@@ -112,7 +122,7 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
                    "--global-batch B --world N [--arch gpt|llama --ffn F --kv-heads K] "
                    "[--precision fp32|bf16] [--fix dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,"
                    "micro_batch=..,schedule=..,virtual_stages=..] [--format table|kv] [--ranks] "
-                   "[--bucket-mb X] [--zero-min-bytes N]\n");
+                   "[--bucket-mb X] [--zero-min-bytes N] [--pp-layers A,B,..]\n");
             exit(0);
         }
         if (strncmp(o, "--", 2) != 0 || i + 1 >= argc)
@@ -151,6 +161,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             a->fix = v;
         else if (strcmp(n, "format") == 0)
             a->format = v;
+        else if (strcmp(n, "pp-layers") == 0)
+            a->pp_layers = v;
         else
             die("unknown option '%s'%s (see --help)", o, "");
     }
@@ -183,6 +195,14 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
         fx[k] = -1;
     if (a->fix != NULL)
         parse_fix(a->fix, fx);
+    if (a->pp_layers != NULL) {
+        /* the count is checked against each layout's pp x virtual stages */
+        int n = 0;
+        if (msr_gpt_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
+            msr_gpt_split_check(a->m.layers, n, a->split, n) != MSR_OK)
+            die("--pp-layers %s: %s", a->pp_layers, msr_err_msg());
+        a->split_n = n;
+    }
 }
 
 typedef struct plan {
@@ -244,7 +264,15 @@ int main(int argc, char **argv)
                                                            per / mb, sched, vs, 0,  0,    0};
                                     l.bucket_bytes = (size_t)(a.bucket_mb * 1048576.0);
                                     l.zero_min_bytes = (size_t)a.zero_min_bytes;
-                                    if (msr_plan_check(&a.m, &l, why, sizeof why) != 0) {
+                                    if (a.split_n > 0 && a.split_n != pp * vs)
+                                        snprintf(why, sizeof why,
+                                                 "--pp-layers has %d entries, pp %d x %d "
+                                                 "virtual stages are %d",
+                                                 a.split_n, pp, vs, pp * vs);
+                                    if (a.split_n > 0)
+                                        l.stage_layers = a.split;
+                                    if ((a.split_n > 0 && a.split_n != pp * vs) ||
+                                        msr_plan_check(&a.m, &l, why, sizeof why) != 0) {
                                         if (first[0] == '\0')
                                             snprintf(first, sizeof first, "%s", why);
                                         continue;
