@@ -162,6 +162,11 @@ typedef struct msr_plan_time {
     double exposed_comm_ms; /* tp + pp + dp exposed + zero3 */
     double step_ms;         /* the whole step */
     double tokens_per_s;    /* global batch x sequence / step */
+    /* one micro-batch, forward and backward (recompute and tp collectives
+     * included), for balancing the pipeline's stages: */
+    double layer_ms; /* a transformer block */
+    double first_ms; /* the embedding, on the first virtual stage */
+    double last_ms;  /* the final norm, head and loss, on the last */
 } msr_plan_time_t;
 
 /* Step time of a layout that passed msr_plan_check, global batch

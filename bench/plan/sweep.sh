@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The planner's accuracy, measured (docs/plan.md "Accuracy"): for worlds of
+# 4 and 8 ranks and three model shapes, calibrate this machine
+# (train_gpt --calibrate), plan every layout of the sweep's space
+# (plan_gpt --all), train each under msrun for a few steps, and print
+# predicted against measured step time and peak RSS; then, per world and
+# shape, Spearman's rho between predicted and measured step times and the
+# tokens/s of the plan --auto takes (the search's first over the whole
+# space, run through train_gpt --auto) against the best measured layout.
+#
+# The sweep's space: every factorization dp x tp x pp of the world, sp,
+# every ZeRO stage, every schedule and virtual-stage count the runtime
+# accepts, at micro-batch 2 without recompute (the full space, with every
+# micro-batch and recompute mode, is several thousand runs: --auto still
+# searches all of it). --quick keeps one shape and ZeRO 0 and 1.
+#
+# Predicted peak RSS = the plan's peak bytes + the process's own footprint,
+# measured once per world as the peak RSS of a model too small to count
+# (1 layer, 8 channels).
+#
+# usage: bench/plan/sweep.sh [--quick] [BUILD_DIR]
+# Takes about 15 minutes on 2 cores (--quick: about 2). Prints markdown.
+set -euo pipefail
+quick=0
+if [[ ${1:-} == --quick ]]; then
+    quick=1
+    shift
+fi
+build=${1:-build}
+bin="$build/bin"
+for p in msrun train_gpt plan_gpt; do
+    [[ -x "$bin/$p" ]] || { echo "no $bin/$p: build first" >&2; exit 1; }
+done
+command -v python3 >/dev/null || { echo "python3 is needed for the statistics" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+steps=4
+gb=16
+shapes=("--layers 8 --channels 128 --heads 8 --seq 64"
+    "--layers 4 --channels 256 --heads 8 --seq 128"
+    "--layers 2 --channels 512 --heads 16 --seq 64")
+fix=micro_batch=2,recompute=none
+if ((quick)); then
+    shapes=("${shapes[0]}")
+fi
+
+# train W OUT ARGS...: msrun with W workers; rank outputs to OUT
+train() {
+    local w=$1 out=$2
+    shift 2
+    timeout 600 "$bin/msrun" --worker_num="$w" --local_worker_num="$w" "$bin/train_gpt" \
+        --threads 1 --steps "$steps" --report "$@" >/dev/null 2>"$out"
+}
+
+# the largest peak RSS (KiB) any rank reported in OUT
+max_rss() { grep -o 'peak RSS [0-9]*' "$1" | awk '$3 > m { m = $3 } END { print m + 0 }'; }
+# rank 0's ms per step after the first
+step_ms() { sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p' "$1" | head -1; }
+
+rows="$tmp/rows"
+: >"$rows"
+for w in 4 8; do
+    train "$w" "$tmp/base.err" --layers 1 --channels 8 --heads 1 --seq 64 --micro-batch 2 ||
+        { echo "baseline run failed:" >&2; cat "$tmp/base.err" >&2; exit 1; }
+    base_kib=$(max_rss "$tmp/base.err")
+    for si in "${!shapes[@]}"; do
+        read -r -a shape <<<"${shapes[$si]}"
+        cluster="$tmp/c$w-$si.cluster"
+        train "$w" "$tmp/cal.err" "${shape[@]}" --micro-batch 2 --calibrate "$cluster" ||
+            { echo "calibrate failed:" >&2; cat "$tmp/cal.err" >&2; exit 1; }
+        plan_args=("${shape[@]}" --vocab 256 --global-batch "$gb" --world "$w" --cluster "$cluster")
+        f="$fix"
+        ((quick)) && f="$fix,zero=0"
+        {
+            "$bin/plan_gpt" "${plan_args[@]}" --all --format kv --fix "$f"
+            if ((quick)); then
+                "$bin/plan_gpt" "${plan_args[@]}" --all --format kv --fix "$fix,zero=1"
+            fi
+        } | grep '^plan ' >"$tmp/plans"
+        # the plan --auto takes: the first of the whole space
+        auto=$("$bin/plan_gpt" "${plan_args[@]}" --top 1 --format kv | grep '^plan ')
+        n=0
+        while read -r line; do
+            n=$((n + 1))
+            # key=value pairs into an associative array
+            declare -A kv=()
+            for pair in $line; do
+                [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
+            done
+            args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --zero "${kv[zero]}"
+                --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
+                --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
+                --virtual-stages "${kv[virtual_stages]}")
+            [[ ${kv[sp]} == 1 ]] && args+=(--sp)
+            [[ -n ${kv[pp_layers]:-} ]] && args+=(--pp-layers "${kv[pp_layers]}")
+            if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
+                ms=$(step_ms "$tmp/run.err")
+                rss=$(max_rss "$tmp/run.err")
+            else
+                ms=failed rss=0
+            fi
+            tag=sweep
+            [[ $line == "$auto" ]] && tag=sweep+auto
+            echo "$w $si $tag ${kv[step_ms]} $ms ${kv[peak_bytes]} $base_kib $rss ${line#plan }" >>"$rows"
+            unset kv
+        done <"$tmp/plans"
+        # --auto itself: the plan it prints must be the search's first
+        if train "$w" "$tmp/auto.err" "${shape[@]}" --global-batch "$gb" --auto \
+            --cluster "$cluster"; then
+            ms=$(step_ms "$tmp/auto.err")
+            rss=$(max_rss "$tmp/auto.err")
+            took=$(sed -n 's/.*train_gpt: --auto: \(plan .*\)/\1/p' "$tmp/auto.err" | head -1)
+        else
+            ms=failed rss=0 took=
+        fi
+        echo "$w $si auto - $ms - $base_kib $rss ${took#plan } | ${auto#plan }" >>"$rows"
+        echo "world $w shape $si: $n layouts" >&2
+    done
+done
+
+python3 - "$rows" "${shapes[@]}" <<'EOF'
+import sys
+
+rows_path, shapes = sys.argv[1], sys.argv[2:]
+
+def ranks(xs):
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
+
+groups = {}
+for line in open(rows_path):
+    f = line.split()
+    groups.setdefault((int(f[0]), int(f[1])), []).append(f)
+
+summary = []
+for (w, si), rows in sorted(groups.items()):
+    print(f"### {w} ranks, model {shapes[si]} --vocab 256, global batch 16\n")
+    print("| layout | predicted ms | measured ms | predicted RSS KiB | measured RSS KiB | RSS error |")
+    print("|---|---:|---:|---:|---:|---:|")
+    pred, meas, rss_err, best, failed = [], [], [], None, 0
+    auto_ms, auto_layout, auto_plan = None, "", ""
+    for f in rows:
+        tag = f[2]
+        if tag == "auto":
+            rest = " ".join(f[8:])
+            took, _, want = rest.partition(" | ")
+            auto_ms = float(f[4]) if f[4] != "failed" else None
+            auto_layout, auto_plan = took, want
+            continue
+        layout = " ".join(x for x in f[8:] if x.split("=")[0] in
+                          ("dp", "tp", "pp", "sp", "zero", "schedule", "virtual_stages",
+                           "pp_layers", "grad_accum"))
+        if f[4] == "failed":
+            failed += 1
+            print(f"| {layout} | {float(f[3]):.2f} | failed | | | |")
+            continue
+        p_ms, m_ms = float(f[3]), float(f[4])
+        p_rss = int(f[5]) / 1024 + int(f[6])
+        m_rss = int(f[7])
+        err = (m_rss - p_rss) / p_rss
+        pred.append(p_ms)
+        meas.append(m_ms)
+        rss_err.append(err)
+        if best is None or m_ms < best[0]:
+            best = (m_ms, layout)
+        mark = " (auto)" if tag == "sweep+auto" else ""
+        print(f"| {layout}{mark} | {p_ms:.2f} | {m_ms:.2f} | {p_rss:.0f} | {m_rss} | {100 * err:+.1f}% |")
+    rho = spearman(pred, meas) if len(pred) > 2 else float("nan")
+    # tokens/s goes as 1 / step time at a fixed global batch
+    ratio = best[0] / auto_ms if auto_ms and best else float("nan")
+    worst = max((abs(e) for e in rss_err), default=float("nan"))
+    same = "yes" if auto_layout == auto_plan else "NO"
+    print()
+    print(f"Spearman's rho {rho:.3f} over {len(pred)} layouts ({failed} failed); "
+          f"--auto took `{auto_layout}` (the search's first: {same}), "
+          f"{auto_ms} ms/step; best measured {best[0]:.2f} ms/step ({best[1]}); "
+          f"--auto at {100 * ratio:.1f}% of the best's tokens/s; largest RSS error {100 * worst:.1f}%\n")
+    summary.append((w, shapes[si], len(pred), rho, ratio, worst))
+
+print("### Summary\n")
+print("| ranks | model | layouts | Spearman rho | --auto / best tokens/s | largest RSS error |")
+print("|---:|---|---:|---:|---:|---:|")
+for w, s, n, rho, ratio, worst in summary:
+    print(f"| {w} | {s} | {n} | {rho:.3f} | {100 * ratio:.1f}% | {100 * worst:.1f}% |")
+EOF

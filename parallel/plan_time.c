@@ -1,0 +1,505 @@
+/* The planner's cluster description and time model (parallel/plan.h,
+ * docs/plan.md "Time model"). Pure arithmetic: no I/O, no allocation.
+ *
+ * A micro-batch's work on one rank is counted in three currencies and
+ * priced by the cluster: matrix-product FLOPs at peak_tflops, element-wise
+ * bytes at mem_gbs, kernel calls at kernel_us. Collectives are priced by the
+ * algorithm the communicator picks for their size and group (comm/ucx/
+ * coll.c: shared memory inside a node; recursive doubling for small and
+ * the ring for large vectors across nodes), with latency_us per message and
+ * intra_gbs or inter_gbs by where the group's ranks sit. The pipeline is
+ * priced stage by stage, so an uneven split and the heavier end stages
+ * count; data parallel's reduction is hidden behind the backward that
+ * overlaps it, as parallel/dp.c's buckets are. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/plan.h"
+
+/* ---- the cluster ---- */
+
+void msr_plan_cluster_default(msr_plan_cluster_t *c)
+{
+    /* Narayanan et al. (2021): DGX A100 80 GB nodes, 8 GPUs joined by
+     * NVLink/NVSwitch (300 GB/s per GPU each way), 8 HDR InfiniBand
+     * adapters per node (25 GB/s per GPU), 312 TFLOP/s bf16 peak per GPU,
+     * HBM2e at about 2 TB/s. */
+    c->ranks_per_node = 8;
+    c->mem_gib = 80;
+    c->peak_tflops = 312;
+    c->intra_gbs = 300;
+    c->inter_gbs = 25;
+    c->latency_us = 5;
+    c->mem_gbs = 2000;
+    c->kernel_us = 5;
+}
+
+enum { K_RPN, K_MEM, K_PEAK, K_INTRA, K_INTER, K_LAT, K_MEMBW, K_KERNEL, K_N };
+static const char *const key_names[K_N] = {"ranks_per_node", "mem_gib",   "peak_tflops",
+                                           "intra_gbs",      "inter_gbs", "latency_us",
+                                           "mem_gbs",        "kernel_us"};
+
+static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
+{
+    if (why == NULL || len == 0)
+        return;
+    int n = snprintf(why, len, "line %d: ", line);
+    if (n >= 0 && (size_t)n < len)
+        snprintf(why + n, len - (size_t)n, fmt, a);
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, size_t why_len)
+{
+    msr_plan_cluster_t out = *c;
+    int seen[K_N] = {0};
+    int line = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        line++;
+        char buf[512];
+        if (n >= sizeof buf) {
+            set_why(why, why_len, line, "longer than 511 bytes%s", "");
+            return -1;
+        }
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        p += n + (nl != NULL ? 1 : 0);
+        char *hash = strchr(buf, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        char *s = trim(buf);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            set_why(why, why_len, line, "'%s' is not key = value", s);
+            return -1;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        int k = 0;
+        while (k < K_N && strcmp(key_names[k], key) != 0)
+            k++;
+        if (k == K_N) {
+            set_why(why, why_len, line,
+                    "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
+                    "inter_gbs, latency_us, mem_gbs, kernel_us)",
+                    key);
+            return -1;
+        }
+        if (seen[k]) {
+            set_why(why, why_len, line, "'%s' given twice", key);
+            return -1;
+        }
+        seen[k] = 1;
+        char *end = NULL;
+        double v = strtod(val, &end);
+        if (end == val || *end != '\0' || !isfinite(v)) {
+            set_why(why, why_len, line, "'%s' is not a number", val);
+            return -1;
+        }
+        if (k == K_RPN) {
+            if (v < 1 || v > 1 << 20 || v != floor(v)) {
+                set_why(why, why_len, line, "ranks_per_node %s: not an integer in [1, 1048576]",
+                        val);
+                return -1;
+            }
+            out.ranks_per_node = (int)v;
+            continue;
+        }
+        /* element-wise bandwidth and kernel cost may be 0 (not counted);
+         * the rates the model divides by must be positive */
+        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT;
+        if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
+            set_why(why, why_len, line,
+                    may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
+                                : "%s: must be more than 0 (and at most 1e12)",
+                    key);
+            return -1;
+        }
+        double *f[K_N] = {NULL,           &out.mem_gib,    &out.peak_tflops, &out.intra_gbs,
+                          &out.inter_gbs, &out.latency_us, &out.mem_gbs,     &out.kernel_us};
+        *f[k] = v;
+    }
+    *c = out;
+    return 0;
+}
+
+int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
+{
+    return snprintf(buf, len,
+                    "ranks_per_node = %d\n"
+                    "mem_gib = %.6g\n"
+                    "peak_tflops = %.6g\n"
+                    "intra_gbs = %.6g\n"
+                    "inter_gbs = %.6g\n"
+                    "latency_us = %.6g\n"
+                    "mem_gbs = %.6g\n"
+                    "kernel_us = %.6g\n",
+                    c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
+                    c->latency_us, c->mem_gbs, c->kernel_us);
+}
+
+/* ---- collectives ---- */
+
+/* The communicator's size thresholds (comm/ucx/coll.c's defaults). */
+#define RING_MIN   16384.0
+#define RING_MIN_2 1048576.0
+
+typedef struct net {
+    double lat_ms; /* per message */
+    double ms_per_byte;
+    int shm; /* one node: the shared-memory algorithms */
+} net_t;
+
+static net_t net_of(const msr_plan_cluster_t *c, int intra)
+{
+    net_t n;
+    n.lat_ms = c->latency_us / 1e3;
+    n.ms_per_byte = 1.0 / ((intra ? c->intra_gbs : c->inter_gbs) * 1e6);
+    n.shm = intra;
+    return n;
+}
+
+/* allreduce of bytes over n ranks */
+static double t_allreduce(const net_t *x, double bytes, int n)
+{
+    if (n <= 1 || bytes <= 0)
+        return 0;
+    if (x->shm) /* each rank reduces its slice, then all copy the result out */
+        return 2 * x->lat_ms + 2.0 * (n - 1) / n * bytes * x->ms_per_byte;
+    double ring_min = n == 2 ? RING_MIN_2 : RING_MIN;
+    double ring = 2.0 * (n - 1) * (x->lat_ms + bytes / n * x->ms_per_byte);
+    if (bytes >= ring_min)
+        return ring;
+    return ceil(log2((double)n)) * (x->lat_ms + bytes * x->ms_per_byte);
+}
+
+/* reduce-scatter or allgather whose whole vector is bytes */
+static double t_scatter(const net_t *x, double bytes, int n)
+{
+    if (n <= 1 || bytes <= 0)
+        return 0;
+    if (x->shm)
+        return x->lat_ms + (double)(n - 1) / n * bytes * x->ms_per_byte;
+    return (n - 1) * (x->lat_ms + bytes / n * x->ms_per_byte);
+}
+
+static double t_p2p(const net_t *x, double bytes)
+{
+    return bytes > 0 ? x->lat_ms + bytes * x->ms_per_byte : 0;
+}
+
+/* ---- work ---- */
+
+/* Work in the three currencies, priced by the cluster. */
+typedef struct work {
+    double flops, bytes, kernels;
+} work_t;
+
+static double price(const msr_plan_cluster_t *c, work_t w)
+{
+    double ms = w.flops / (c->peak_tflops * 1e9);
+    if (c->mem_gbs > 0)
+        ms += w.bytes / (c->mem_gbs * 1e6);
+    ms += w.kernels * c->kernel_us / 1e3;
+    return ms;
+}
+
+/* One micro-batch's forward on one rank, in parts the phases price. */
+typedef struct pieces {
+    work_t layer_f;     /* one block's forward */
+    work_t attn_f;      /* of it, the attention core (what selective recomputes) */
+    double layer_tp_ms; /* one block's tp collectives, forward (backward: the same) */
+    work_t embed_f, embed_b;
+    double embed_tp_ms; /* forward; its backward has none */
+    work_t head_f, head_b;
+    double head_tp_f_ms, head_tp_b_ms;
+    double model_flops_f; /* the whole model's forward FLOPs for one micro-batch (all ranks) */
+    double act_bytes;     /* a stage boundary's activation (or its gradient), per micro-batch */
+} pieces_t;
+
+static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                         msr_plan_precision_t prec, const msr_plan_cluster_t *c, pieces_t *p)
+{
+    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    double t = l->tp, b = l->micro_batch, T = m->seq, C = m->channels, NH = m->heads;
+    double V = m->vocab, N = b * T, Nl = l->sp ? N / t : N;
+    double llama = m->arch == MSR_PLAN_LLAMA;
+    double F = llama ? m->ffn : 4 * C;
+    double KV = llama ? m->kv_heads : NH;
+    double qkv = C + 2 * C * KV / NH; /* output width of the q, k, v projections */
+    memset(p, 0, sizeof *p);
+
+    /* matrix products (2 FLOPs a multiply-add): q/k/v, the output
+     * projection, the MLP (SwiGLU: gate and up, then down) */
+    double mm = 2 * N * (C * qkv + C * C + (llama ? 3 : 2) * C * F);
+    /* attention: Q K^T and A V over the full T x T, per head (the
+     * runtime's kernels skip nothing under the causal mask) */
+    double att = 4 * b * T * T * C;
+    p->model_flops_f = m->layers * (mm + att) + 2 * N * C * V;
+
+    double heads_l = NH / t;
+    p->attn_f.flops = att / t;
+    p->attn_f.bytes = eb * (2 * b * heads_l * T * T); /* softmax reads and writes A */
+    p->attn_f.kernels = 2 * b * heads_l + 1;          /* two products per head and sequence */
+
+    p->layer_f = p->attn_f;
+    p->layer_f.flops += mm / t;
+    /* element-wise: two norms (read, write), two residual adds (two reads
+     * and a write), the activation (GELU: read, write; SwiGLU: two reads
+     * and a write), bias adds folded into the products */
+    p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C + (llama ? 3 : 2) * N * F / t);
+    p->layer_f.kernels += 2 + 4 + (llama ? 3 : 1) + 2;
+
+    net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
+    double act = N * C * eb;
+    if (l->sp) /* two allgathers in, two reduce-scatters out */
+        p->layer_tp_ms = 2 * t_scatter(&tpn, act, l->tp) + 2 * t_scatter(&tpn, act, l->tp);
+    else
+        p->layer_tp_ms = 2 * t_allreduce(&tpn, act, l->tp);
+
+    /* the embedding: gather rows (and positions) into the stream, and
+     * scatter-add their gradients back */
+    p->embed_f.bytes = eb * 3 * N * C;
+    p->embed_f.kernels = 1;
+    p->embed_b.bytes = eb * 3 * N * C;
+    p->embed_b.kernels = 1;
+    /* vocabulary-parallel: the partial rows are summed over tp */
+    p->embed_tp_ms = l->sp ? t_scatter(&tpn, act, l->tp) : t_allreduce(&tpn, act, l->tp);
+
+    /* the head: final norm, the logits of the rank's V/t, cross-entropy */
+    p->head_f.flops = 2 * N * C * V / t;
+    p->head_f.bytes = eb * (2 * Nl * C + 3 * N * V / t);
+    p->head_f.kernels = 3;
+    p->head_b.flops = 2 * p->head_f.flops;
+    p->head_b.bytes = eb * (3 * Nl * C + 2 * N * V / t);
+    p->head_b.kernels = 4;
+    /* the loss's max and sum over the vocabulary shards, and under sp the
+     * stream gathered in; backward: the input's gradient summed over tp */
+    p->head_tp_f_ms =
+        2 * t_allreduce(&tpn, N * 4, l->tp) + (l->sp ? t_scatter(&tpn, act, l->tp) : 0);
+    p->head_tp_b_ms = l->sp ? t_scatter(&tpn, act, l->tp) : t_allreduce(&tpn, act, l->tp);
+
+    p->act_bytes = Nl * C * eb;
+}
+
+static work_t scale(work_t w, double k)
+{
+    w.flops *= k;
+    w.bytes *= k;
+    w.kernels *= k;
+    return w;
+}
+
+static work_t add(work_t a, work_t b)
+{
+    a.flops += b.flops;
+    a.bytes += b.bytes;
+    a.kernels += b.kernels;
+    return a;
+}
+
+/* Which costs a pass counts: turning one off and pricing again tells how
+ * much of the step it is. */
+enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_ALL = 7 };
+
+/* One micro-batch through virtual stage j of n, forward and backward, in ms. */
+static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
+                       int layers, int first, int last, int with)
+{
+    work_t f = scale(p->layer_f, layers);
+    work_t bw = scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
+    double tp = 2 * layers * p->layer_tp_ms;
+    if (with & WITH_RC) {
+        if (l->recompute == MSR_PLAN_RC_SELECTIVE)
+            bw = add(bw, scale(p->attn_f, layers));
+        else if (l->recompute == MSR_PLAN_RC_FULL) {
+            bw = add(bw, f);
+            tp += layers * p->layer_tp_ms;
+        }
+    }
+    if (first) {
+        f = add(f, p->embed_f);
+        bw = add(bw, p->embed_b);
+        tp += p->embed_tp_ms;
+    }
+    if (last) {
+        f = add(f, p->head_f);
+        bw = add(bw, p->head_b);
+        tp += p->head_tp_f_ms + p->head_tp_b_ms;
+    }
+    double ms = price(c, f) + price(c, bw);
+    if (with & WITH_TP)
+        ms += tp;
+    return ms;
+}
+
+static int split_at(const msr_plan_model_t *m, const msr_plan_layout_t *l, int n, int j)
+{
+    if (l->stage_layers != NULL)
+        return l->stage_layers[j];
+    /* the even split: [L j / n, L (j+1) / n) */
+    return (int)((int64_t)m->layers * (j + 1) / n - (int64_t)m->layers * j / n);
+}
+
+/* The pipeline's time for the step's micro-batches: the slowest rank runs
+ * all of them, the others' stages once each fill and drain it. With every
+ * stage alike this is (m + p - 1) t for GPipe and 1F1B and (m + (p - 1) /
+ * v) t interleaved (Narayanan et al. 2021, section 2.2). */
+static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                          const msr_plan_cluster_t *c, const pieces_t *p, int with, double *busy_p,
+                          double *rank_bwd_p)
+{
+    int pp = l->pp, v = l->schedule == MSR_PLAN_INTERLEAVED ? l->chunks : 1, n = pp * v;
+    net_t ppn = net_of(c, (int64_t)l->pp * l->tp <= c->ranks_per_node &&
+                              c->ranks_per_node % (l->pp * l->tp) == 0);
+    double hop = (with & WITH_PP) ? t_p2p(&ppn, p->act_bytes) : 0;
+    double all = 0, rmax = 0, rbwd = 0;
+    for (int r = 0; r < pp; r++) {
+        double rank = 0, bwd = 0;
+        for (int k = 0; k < v; k++) {
+            int j = k * pp + r;
+            int first = j == 0, last = j == n - 1;
+            double s = stage_ms(p, l, c, split_at(m, l, n, j), first, last, with);
+            /* its sends: the output forward, the input's gradient back */
+            s += (last ? 0 : hop) + (first ? 0 : hop);
+            rank += s;
+            bwd += s * 2 / 3;
+        }
+        all += rank;
+        if (rank > rmax) {
+            rmax = rank;
+            rbwd = bwd;
+        }
+    }
+    if (busy_p != NULL)
+        *busy_p = l->micros * rmax;
+    if (rank_bwd_p != NULL)
+        *rank_bwd_p = rbwd;
+    return l->micros * rmax + (all - rmax) / v;
+}
+
+void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
+                   msr_plan_precision_t prec, const msr_plan_cluster_t *c, msr_plan_time_t *out)
+{
+    msr_plan_layout_t l = *lay;
+    if (l.schedule != MSR_PLAN_INTERLEAVED)
+        l.chunks = 1;
+    if (l.bucket_bytes == 0)
+        l.bucket_bytes = 25u << 20;
+    if (l.first_bucket_bytes == 0)
+        l.first_bucket_bytes = 1u << 20;
+    memset(out, 0, sizeof *out);
+    pieces_t p;
+    count_pieces(m, &l, prec, c, &p);
+    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+
+    /* FLOPs of the step, recompute included (as the literature reports
+     * achieved TFLOP/s: Narayanan et al. count full recompute's forward) */
+    double fwd = p.model_flops_f;
+    double rc = l.recompute == MSR_PLAN_RC_FULL
+                    ? fwd - 2 * (double)l.micro_batch * m->seq * m->channels * m->vocab
+                : l.recompute == MSR_PLAN_RC_SELECTIVE
+                    ? m->layers * 4.0 * l.micro_batch * m->seq * m->seq * m->channels
+                    : 0;
+    double micros_all = (double)l.dp * l.micros;
+    out->flops = micros_all * (3 * fwd + rc);
+
+    /* the pipeline, and what each cost adds to it */
+    double busy = 0, rank_bwd = 0;
+    double pipe = pipeline_ms(m, &l, c, &p, WITH_ALL, &busy, &rank_bwd);
+    double no_tp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_TP, NULL, NULL);
+    double no_pp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_PP, NULL, NULL);
+    double no_rc = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_RC, NULL, NULL);
+    double bare = pipeline_ms(m, &l, c, &p, 0, NULL, NULL);
+    out->tp_comm_ms = pipe - no_tp;
+    out->pp_comm_ms = pipe - no_pp;
+    out->recompute_ms = pipe - no_rc;
+    out->compute_ms = bare;
+    out->bubble_ms = pipe - busy;
+    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC);
+    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC);
+    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC);
+
+    /* the tied head's wte crosses the pipeline twice a step (the last
+     * stage's copy in, its gradient back) */
+    double tied = 0;
+    net_t ppn = net_of(c, (int64_t)l.pp * l.tp <= c->ranks_per_node &&
+                              c->ranks_per_node % (l.pp * l.tp) == 0);
+    if (l.pp > 1 && m->arch == MSR_PLAN_GPT)
+        tied = 2 * t_p2p(&ppn, (double)m->vocab / l.tp * m->channels * eb);
+    out->pp_comm_ms += tied;
+
+    /* data parallel, per pipeline stage (the slowest decides): the
+     * gradient reduction, hidden behind the backward it overlaps except
+     * for the last bucket, which completes with backward; the parameters'
+     * allgather after the step (ZeRO 1-2); ZeRO-3's gathers; AdamW */
+    int64_t world = (int64_t)l.dp * l.tp * l.pp;
+    net_t dpn = net_of(c, world <= c->ranks_per_node);
+    double worst = 0;
+    for (int s = 0; s < l.pp; s++) {
+        msr_plan_rank_t r;
+        msr_plan_rank(m, &l, prec, s * l.tp, &r);
+        double G = (double)r.part_params * eb;
+        double last_bucket = G < l.bucket_bytes ? G : (double)l.bucket_bytes;
+        double red = 0, red_exposed = 0, ag = 0, z3 = 0;
+        if (l.dp > 1) {
+            /* stages 2-3 reduce every micro-batch's gradients */
+            double per = l.zero == 0 ? t_allreduce(&dpn, G, l.dp) : t_scatter(&dpn, G, l.dp);
+            double tail = l.zero == 0 ? t_allreduce(&dpn, last_bucket, l.dp)
+                                      : t_scatter(&dpn, last_bucket, l.dp);
+            double times = l.zero >= 2 ? l.micros : 1;
+            double hide = rank_bwd * (1 - (double)l.first_bucket_bytes / (G > 0 ? G : 1));
+            if (hide < 0)
+                hide = 0;
+            double exposed = per - hide > tail ? per - hide : tail;
+            red = times * per;
+            red_exposed = times * exposed;
+            if (l.zero == 1 || l.zero == 2)
+                ag = t_scatter(&dpn, G, l.dp);
+            if (l.zero == 3) {
+                /* each micro-batch gathers every segment forward and again
+                 * backward; the next segment's gather is prefetched behind
+                 * the current one's compute */
+                double gather = 2 * t_scatter(&dpn, G, l.dp);
+                double comp = rank_bwd * 1.5;
+                double e = gather - comp > gather / (2.0 * (m->layers + 2))
+                               ? gather - comp
+                               : gather / (2.0 * (m->layers + 2));
+                z3 = l.micros * e;
+            }
+        }
+        double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params);
+        /* AdamW reads the gradient, both moments and the weights (and
+         * under bf16 the fp32 master), and writes all but the gradient */
+        work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 1};
+        double optim = price(c, opt);
+        double cost = red_exposed + ag + z3 + optim;
+        if (s == 0 || cost > worst) {
+            worst = cost;
+            out->dp_comm_ms = red + ag;
+            out->dp_exposed_ms = red_exposed + ag;
+            out->zero3_ms = z3;
+            out->optim_ms = optim;
+        }
+    }
+    out->exposed_comm_ms = out->tp_comm_ms + out->pp_comm_ms + out->dp_exposed_ms + out->zero3_ms;
+    out->step_ms = pipe + tied + worst;
+    out->tokens_per_s =
+        out->step_ms > 0 ? micros_all * l.micro_batch * m->seq / (out->step_ms / 1e3) : 0;
+}

@@ -1,0 +1,191 @@
+/* The planner's cluster file and time model (parallel/plan.h): the file's
+ * keys, errors and round trip; the step's FLOPs against Narayanan et al.'s
+ * (2021) formulas; the pipeline's bubble against its closed forms; each
+ * communication term present exactly when its dimension is. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/plan.h"
+#include "tests/runner.h"
+
+static void test_cluster_file(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    MSR_CHECK_EQ(c.ranks_per_node, 8);
+    char why[256] = "";
+    /* a partial file keeps what it does not name */
+    MSR_CHECK(msr_plan_cluster_parse("# two nodes of 4\nranks_per_node = 4\n\n"
+                                     "  inter_gbs=12.5   # per rank\r\n",
+                                     &c, why, sizeof why) == 0);
+    MSR_CHECK_EQ(c.ranks_per_node, 4);
+    MSR_CHECK(c.inter_gbs == 12.5 && c.mem_gib == 80 && c.peak_tflops == 312);
+    /* round trip */
+    char text[1024];
+    MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
+    msr_plan_cluster_t d = {0};
+    MSR_CHECK(msr_plan_cluster_parse(text, &d, why, sizeof why) == 0);
+    MSR_CHECK(memcmp(&c, &d, sizeof c) == 0);
+    /* errors name the line and keep *c as it was */
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"mem_gib = 80\nspeed = 3\n", "line 2: unknown key 'speed'"},
+        {"mem_gib = 80\nmem_gib = 40\n", "line 2: 'mem_gib' given twice"},
+        {"peak_tflops = fast\n", "line 1: 'fast' is not a number"},
+        {"peak_tflops = 0\n", "line 1: peak_tflops: must be more than 0"},
+        {"intra_gbs = -1\n", "line 1: intra_gbs: must be more than 0"},
+        {"kernel_us = -1\n", "line 1: kernel_us: must be 0 or more"},
+        {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
+        {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
+        {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msr_plan_cluster_t e = c;
+        MSR_CHECK(msr_plan_cluster_parse(bad[i].text, &e, why, sizeof why) == -1);
+        MSR_CHECK_MSG(strstr(why, bad[i].want) != NULL, "%s: %s", bad[i].want, why);
+        MSR_CHECK(memcmp(&e, &c, sizeof c) == 0);
+    }
+}
+
+static msr_plan_layout_t layout(int dp, int tp, int pp, int zero, int rc, int b, int m, int sched,
+                                int v)
+{
+    msr_plan_layout_t l;
+    memset(&l, 0, sizeof l);
+    l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.recompute = rc;
+    l.micro_batch = b, l.micros = m, l.schedule = sched, l.chunks = v;
+    return l;
+}
+
+/* A cluster where only matrix products cost: the closed forms hold. */
+static msr_plan_cluster_t flops_only(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gbs = 0;
+    c.kernel_us = 0;
+    c.latency_us = 0;
+    c.intra_gbs = c.inter_gbs = 1e12;
+    return c;
+}
+
+/* FLOPs per step: 72 B s l h^2 (1 + s/6h + V/12lh) without recompute and
+ * 96 B s l h^2 (1 + s/6h + V/16lh) with full recompute (Narayanan et al.
+ * 2021, appendix). */
+static void test_flops(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 24, 2304, 24, 24, 4 * 2304, 51200, 2048};
+    msr_plan_cluster_t c = flops_only();
+    msr_plan_time_t t;
+    double B = 512, s = 2048, l = 24, h = 2304, V = 51200;
+    msr_plan_layout_t lay = layout(32, 1, 1, 0, MSR_PLAN_RC_NONE, 2, 8, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_BF16, &c, &t);
+    double want = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    MSR_CHECK_MSG(fabs(t.flops / want - 1) < 1e-12, "%g vs %g", t.flops, want);
+    lay.recompute = MSR_PLAN_RC_FULL;
+    msr_plan_time(&m, &lay, MSR_PLAN_BF16, &c, &t);
+    want = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    MSR_CHECK_MSG(fabs(t.flops / want - 1) < 1e-12, "%g vs %g", t.flops, want);
+    /* one rank, flops only: the step is the FLOPs at the peak rate */
+    lay = layout(1, 1, 1, 0, MSR_PLAN_RC_FULL, 2, 8, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_BF16, &c, &t);
+    MSR_CHECK(fabs(t.step_ms - t.flops / (c.peak_tflops * 1e9)) < 1e-9 * t.step_ms);
+    MSR_CHECK(t.tp_comm_ms == 0 && t.pp_comm_ms == 0 && t.dp_comm_ms == 0 && t.bubble_ms == 0);
+    MSR_CHECK(t.recompute_ms > 0 && t.recompute_ms < t.step_ms / 3);
+    MSR_CHECK(fabs(t.tokens_per_s - 16 * 2048 / (t.step_ms / 1e3)) < 1e-6 * t.tokens_per_s);
+}
+
+/* The bubble: with a vocabulary and positions too small to weigh, every
+ * stage costs the same t and the step is (m + p - 1) t for 1F1B and
+ * (m + (p - 1) / v) t interleaved. */
+static void test_bubble(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 16, 1024, 16, 16, 4096, 16, 1024};
+    msr_plan_cluster_t c = flops_only();
+    msr_plan_time_t one, t;
+    msr_plan_layout_t lay = layout(1, 1, 1, 0, 0, 1, 1, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &one);
+    double layer = one.layer_ms;
+    MSR_CHECK(layer > 0 && one.first_ms < 2e-3 * layer && one.last_ms < 2e-3 * layer);
+    const int ps[] = {2, 4, 8}, ms[] = {8, 16, 32};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 3; j++) {
+            int p = ps[i], mb = ms[j];
+            lay = layout(1, 1, p, 0, 0, 1, mb, MSR_PLAN_1F1B, 1);
+            msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+            double st = layer * 16 / p;
+            MSR_CHECK_MSG(fabs(t.step_ms / ((mb + p - 1) * st) - 1) < 2e-3, "p %d m %d", p, mb);
+            MSR_CHECK(fabs(t.bubble_ms / ((p - 1) * st) - 1) < 2e-3);
+            lay.schedule = MSR_PLAN_INTERLEAVED;
+            lay.chunks = 2;
+            msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+            MSR_CHECK_MSG(fabs(t.step_ms / ((mb + (p - 1) / 2.0) * st) - 1) < 2e-3, "p %d", p);
+        }
+    }
+    /* an uneven split costs its slowest stage: 3 + 13 layers are 13 a
+     * micro-batch, where 8 + 8 are 8 */
+    int uneven[2] = {3, 13};
+    lay = layout(1, 1, 2, 0, 0, 1, 8, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &one);
+    lay.stage_layers = uneven;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(fabs(t.step_ms / (8 * 13 * layer + 3 * layer) - 1) < 2e-3);
+    MSR_CHECK(fabs(one.step_ms / (9 * 8 * layer) - 1) < 2e-3);
+}
+
+/* Each communication term appears with its dimension, grows with slower
+ * links, and inter-node placement costs more than intra-node. */
+static void test_comm_terms(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 8, 256, 8, 8, 1024, 256, 128};
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    msr_plan_time_t t;
+    msr_plan_layout_t lay = layout(2, 2, 2, 1, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(t.tp_comm_ms > 0 && t.pp_comm_ms > 0 && t.dp_comm_ms > 0 && t.bubble_ms > 0);
+    MSR_CHECK(t.dp_exposed_ms <= t.dp_comm_ms + 1e-12 && t.zero3_ms == 0);
+    MSR_CHECK(fabs(t.exposed_comm_ms - (t.tp_comm_ms + t.pp_comm_ms + t.dp_exposed_ms)) < 1e-9);
+    MSR_CHECK(t.step_ms > t.compute_ms + t.exposed_comm_ms - 1e-9);
+    /* the same 8 ranks split over 4 nodes of 2: tp stays inside, pp and dp cross */
+    msr_plan_time_t far;
+    msr_plan_cluster_t c2 = c;
+    c2.ranks_per_node = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c2, &far);
+    MSR_CHECK(fabs(far.tp_comm_ms - t.tp_comm_ms) < 1e-9 * t.tp_comm_ms);
+    MSR_CHECK(far.pp_comm_ms > t.pp_comm_ms && far.dp_comm_ms > t.dp_comm_ms);
+    /* no dp, tp, pp: none of their costs */
+    lay = layout(1, 1, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(t.tp_comm_ms == 0 && t.pp_comm_ms == 0 && t.dp_comm_ms == 0 && t.bubble_ms == 0);
+    /* ZeRO-3 gathers parameters forward and backward: a cost that stage 2
+     * does not have; on slow links more than stage 2's one gather a step */
+    c2.inter_gbs = 0.01;
+    lay = layout(8, 1, 1, 3, 0, 2, 1, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c2, &t);
+    MSR_CHECK(t.zero3_ms > 0);
+    lay.zero = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c2, &far);
+    MSR_CHECK(far.zero3_ms == 0 && far.step_ms < t.step_ms);
+    /* sequence parallel moves the same bytes as tp's allreduces but cuts
+     * the norms' and residuals' work */
+    lay = layout(1, 4, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    lay.sp = 1;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &far);
+    MSR_CHECK(far.compute_ms < t.compute_ms);
+}
+
+static const msr_test_t tests[] = {
+    {"cluster_file", test_cluster_file, 10},
+    {"flops", test_flops, 10},
+    {"bubble", test_bubble, 10},
+    {"comm_terms", test_comm_terms, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
