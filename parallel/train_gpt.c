@@ -191,24 +191,29 @@ static int parse_options(int argc, char **argv, options_t *o)
 
 int train_gpt_split_check(options_t *o)
 {
-    o->split_n = 0;
-    if (o->pp_layers == NULL)
+    if (o->pp_layers == NULL && o->split_n == 0)
         return 0;
-    int n = 0;
-    int stages = (int)(o->pp * o->virtual_stages);
+    char text[8 * MSR_GPT_MAX_STAGES];
+    int n = o->split_n, stages = (int)(o->pp * o->virtual_stages);
+    msr_status_t st = MSR_OK;
+    if (o->pp_layers != NULL) {
+        snprintf(text, sizeof text, "%s", o->pp_layers);
+        st = msr_gpt_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n);
+    } else {
+        msr_gpt_split_format(o->split, n, text, sizeof text);
+    }
     if (o->pp * o->virtual_stages > MSR_GPT_MAX_STAGES) {
         fprintf(stderr,
                 "train_gpt: --pp-layers %s: pp %" PRId64 " x %" PRId64
                 " virtual stages are more than the %d a split can have\n",
-                o->pp_layers, o->pp, o->virtual_stages, MSR_GPT_MAX_STAGES);
+                text, o->pp, o->virtual_stages, MSR_GPT_MAX_STAGES);
         return -1;
     }
-    if (msr_gpt_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
-        msr_gpt_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
+    if (st != MSR_OK || msr_gpt_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
         fprintf(stderr,
                 "train_gpt: --pp-layers %s (pp %" PRId64 " x %" PRId64 " virtual stages, %" PRId64
                 " layers): %s\n",
-                o->pp_layers, o->pp, o->virtual_stages, o->layers, msr_err_msg());
+                text, o->pp, o->virtual_stages, o->layers, msr_err_msg());
         return -1;
     }
     o->split_n = msr_gpt_split_is_even((int)o->layers, n, o->split) ? 0 : n;

@@ -19,8 +19,9 @@ typedef struct options {
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;
     const char *pp_layers; /* --pp-layers' text */
-    /* the layers of each virtual stage when split unevenly (from --pp-layers,
-     * checked by train_gpt_split_check); split_n 0: the even split */
+    /* the layers of each virtual stage when split unevenly: parsed from
+     * pp_layers, or filled in by a planner (pp_layers NULL), then checked by
+     * train_gpt_split_check; split_n 0: the even split */
     int split[MSR_GPT_MAX_STAGES];
     int split_n;
     double bucket_mb;
@@ -67,10 +68,11 @@ typedef struct trainer {
 /* The CPU trainer (msr_trainer_t) behind trainer_ops_t. */
 extern const trainer_ops_t train_gpt_cpu_ops;
 
-/* Parses and checks --pp-layers (o->pp_layers) against --layers, --pp and
- * --virtual-stages into o->split and o->split_n (0 when it is the even
- * split, which then runs and resumes as if not given). Returns 0, or -1
- * with the reason printed. */
+/* Parses --pp-layers (o->pp_layers, when given) into o->split and
+ * o->split_n, and checks that split against --layers, --pp and
+ * --virtual-stages: split_n becomes 0 when it is the even split, which then
+ * runs and resumes as if not given. Returns 0, or -1 with the reason
+ * printed. */
 int train_gpt_split_check(options_t *o);
 
 /* The text a resume must match: the settings that decide the numbers
