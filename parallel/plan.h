@@ -20,7 +20,8 @@
  *
  * Layer and rank conventions follow the runtime: rank = (dp_rank * pp +
  * pp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
- * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks. */
+ * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks, or with
+ * stage_layers (train_gpt --pp-layers) the next stage_layers[j] of them. */
 #ifndef MSR_PARALLEL_PLAN_H
 #define MSR_PARALLEL_PLAN_H
 
@@ -101,7 +102,8 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 /* Checks the model and the layout against the runtime's rules (the ones
  * train_gpt refuses: heads, vocabulary and sequence divisible by tp, a
  * layer per virtual stage, 1F1B with micros >= pp, interleaved with pp > 1
- * and micros % pp == 0, ZeRO 3 only without tp and pp, ...). Returns 0, or
+ * and micros % pp == 0, ZeRO 3 only without tp and pp, stage_layers each
+ * >= 1 and summing to the layers, ...). Returns 0, or
  * -1 with a one-line reason in why. */
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
@@ -202,6 +204,10 @@ typedef struct msr_plan_query {
     int fix[MSR_PLAN_FIX_N];
     size_t bucket_bytes, zero_min_bytes; /* dp's, as msr_plan_layout_t */
     int even_split;                      /* 1: keep the even split of layers (no --pp-layers) */
+    /* a split given (as --pp-layers): only layouts of split_n virtual
+     * stages, with these layers each (not owned); split_n 0: none */
+    const int *split;
+    int split_n;
 } msr_plan_query_t;
 
 /* One plan: a layout (its stage_layers pointing into the plan's own

@@ -24,9 +24,18 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
 
 /* ---- the part a rank holds ---- */
 
-/* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h). */
-static void stage_layers(int layers, int n, int j, int *lo, int *hi)
+/* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h): as the
+ * layout's stage_layers say, else the even split. */
+static void stage_layers(const msr_plan_layout_t *l, int layers, int n, int j, int *lo, int *hi)
 {
+    if (l->stage_layers != NULL) {
+        int a = 0;
+        for (int k = 0; k < j; k++)
+            a += l->stage_layers[k];
+        *lo = a;
+        *hi = a + l->stage_layers[j];
+        return;
+    }
     *lo = (int)((int64_t)layers * j / n);
     *hi = (int)((int64_t)layers * (j + 1) / n);
 }
@@ -76,7 +85,7 @@ static void part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int p
     p->blocks = 0;
     for (int c = 0; c < l->chunks; c++) {
         int lo, hi;
-        stage_layers(m->layers, n, c * l->pp + pr, &lo, &hi);
+        stage_layers(l, m->layers, n, c * l->pp + pr, &lo, &hi);
         p->blocks += hi - lo;
     }
     p->embed = embed_params(m, l->tp);
@@ -352,6 +361,17 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("vocabulary of %d does not divide among tp %d", m->vocab, l->tp);
     if ((int64_t)l->pp * l->chunks > m->layers)
         BAD("%d layers are fewer than the %d pipeline stages", m->layers, l->pp * l->chunks);
+    if (l->stage_layers != NULL) {
+        int64_t sum = 0;
+        for (int j = 0; j < l->pp * l->chunks; j++) {
+            if (l->stage_layers[j] < 1)
+                BAD("virtual stage %d has %d layers: every virtual stage needs at least 1", j,
+                    l->stage_layers[j]);
+            sum += l->stage_layers[j];
+        }
+        if (sum != m->layers)
+            BAD("the stages' layers sum to %lld, not the %d layers", (long long)sum, m->layers);
+    }
     if (l->sp && l->tp < 2)
         BAD("sequence parallel needs tp > 1");
     if (l->sp && m->seq % l->tp != 0)
@@ -429,7 +449,7 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     uint64_t chunk_bytes[64];
     for (int c = 0; c < l.chunks && c < 64; c++) {
         int lo, hi, j = c * l.pp + o->pp_rank;
-        stage_layers(m->layers, n, j, &lo, &hi);
+        stage_layers(&l, m->layers, n, j, &lo, &hi);
         max_layers = hi - lo > max_layers ? hi - lo : max_layers;
         if (c == l.chunks - 1)
             last_layers = hi - lo;

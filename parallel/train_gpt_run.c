@@ -60,6 +60,13 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
         snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
                  cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
     }
+    if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
+        size_t used = strlen(meta);
+        used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
+        if (used < len)
+            msr_gpt_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
+                                 len - used);
+    }
 }
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
