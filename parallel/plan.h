@@ -84,9 +84,13 @@ typedef struct msr_plan_rank {
     int frames_held;           /* most chunk frames alive at once under the schedule */
     uint64_t activations;      /* the most activation bytes held at once */
     uint64_t comm;             /* pipeline buffers: gradients sent back, the head's wte copy */
-    uint64_t buckets_bound;    /* dp's temporary buffers, at most (packed buckets, ZeRO-2/3
-                                * segment gradients, ZeRO-3 gathers): timing decides the
-                                * runtime's actual peak, so this is a bound, not a count */
+    uint64_t work;             /* the runtime's work space: gradients of activations, the
+                                * blocks' shared scratch, logits, the token buffers (runtime
+                                * accounting; 0 in the paper accounting) */
+    uint64_t buckets_bound;    /* dp's temporary buffers at their peak (packed buckets, ZeRO-2/3
+                                * segment gradients, ZeRO-3 gathers), replayed in the runtime's
+                                * order with no reduction finishing before it must: what the
+                                * runtime reaches when communication lags, a bound otherwise */
     uint64_t total;            /* the sum of the kinds above (with buckets_bound) */
 } msr_plan_rank_t;
 
