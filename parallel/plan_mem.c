@@ -409,9 +409,17 @@ static void r_mp_step(replay_t *r, const part_t *p, const msr_plan_layout_t *l)
             r_grads_ready(r, s);
 }
 
-static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int whole, replay_t *r)
+/* The peak of dp's temporaries; *during_p those alive beside the kept
+ * activations (in backward), *after_p those alive once the frames are
+ * freed (the interleaved schedule's msr_dp_reduce_all, the update's
+ * allgather). UINT64_MAX when the part is too large to replay. */
+static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int whole, replay_t *r,
+                               uint64_t *during_p, uint64_t *after_p)
 {
-    if (l->zero == 0 || replay_layout(p, l, r) != 0)
+    *during_p = *after_p = 0;
+    if (l->zero == 0)
+        return 0;
+    if (replay_layout(p, l, r) != 0)
         return UINT64_MAX;
     r->zero = l->zero;
     r->cur = r->peak = 0;
@@ -420,6 +428,7 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
         r_whole_micro(r);
     else
         r_mp_step(r, p, l);
+    uint64_t bwd = r->peak, gather = 0;
     /* the update's allgather: a bucket and the one before it */
     if ((l->zero == 1 || l->zero == 2) && l->dp > 1) {
         uint64_t prev = 0;
@@ -427,11 +436,34 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
             if (r->blk[b] == 0)
                 continue;
             uint64_t g = (uint64_t)r->size * r->blk[b];
-            r->peak = max_u64(r->peak, (prev + g) * F32);
+            gather = max_u64(gather, (prev + g) * F32);
             prev = g;
         }
     }
-    return r->peak;
+    if (whole || l->schedule != MSR_PLAN_INTERLEAVED) {
+        *during_p = bwd;
+        *after_p = gather;
+    } else {
+        /* backward only keeps the segments' gradients (ZeRO-2) */
+        *during_p = l->zero >= 2 ? p->total * F32 : 0;
+        *after_p = max_u64(bwd, gather);
+    }
+    return max_u64(bwd, gather);
+}
+
+/* comm/ucx/shm.c's tiled area for a group of n ranks on one node, with the
+ * library's default tuning (comm/ucx/coll.c: MSR_COMM_SHM_TILE 256 KiB,
+ * MSR_COMM_SHM_TILES 4, MSR_COMM_SHM_SEGMENT 16 MiB): n stages and a
+ * result of 4 tiles each, tiles halved until the area fits. Collectives
+ * over MSR_COMM_SHM_MAX (16 KiB) go through it, cycling over every slot,
+ * so each member's pages of the whole area become resident. */
+static uint64_t shm_tiled(uint64_t n)
+{
+    const uint64_t line = 64, depth = 4, segment = 16u << 20;
+    uint64_t tile = 256u << 10;
+    while (tile && (n + 1) * depth * tile > segment)
+        tile = tile / 2 / line * line;
+    return tile < n * line ? 0 : (n + 1) * depth * tile;
 }
 
 /* ---- activations (parallel/mp_plan.c msr_mp_carve_frame) ---- */
@@ -492,8 +524,10 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
  * dres, dlnl Nl C, dqkv 3 N C/t, datty N C/t, dfch and dfch_gelu N 4C/t,
  * datt T^2, logits and dlogits N V/t, losses and rmax N, red 2 N; the
  * trainer's inputs and targets for every micro-batch of the step. */
-static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l)
+static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                           uint64_t *scratch_p)
 {
+    *scratch_p = 0;
     uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
     uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
     if (whole_path(l))
@@ -503,6 +537,7 @@ static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l
     uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + B * NHl * T * T + 2 * N * Hl;
     uint64_t e =
         scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
+    *scratch_p = scratch * F32;
     return e * F32 + 2 * N * (uint64_t)l->micros * sizeof(int32_t);
 }
 
@@ -751,18 +786,34 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         o->buckets_bound += 2 * d.seg_max * g;
     if (l.zero >= 3)
         o->buckets_bound += 2 * (d.seg_max + d.gather_max) * g;
+    uint64_t during = o->buckets_bound, after = 0, acts_after = 0, untouched = 0;
     if (runtime) {
         /* the runtime's own order, replayed (above); the sum of maxima
          * stays for parts too large to replay */
         static _Thread_local replay_t r;
-        uint64_t peak = transient_peak(&l, &p, whole_path(&l), &r);
+        uint64_t peak = transient_peak(&l, &p, whole_path(&l), &r, &during, &after);
         if (peak != UINT64_MAX)
-            o->buckets_bound = min_u64(peak, o->buckets_bound);
-        o->work = work_bytes(m, &l);
+            o->buckets_bound = peak;
+        else
+            during = o->buckets_bound, after = 0;
+        uint64_t scratch;
+        o->work = work_bytes(m, &l, &scratch);
+        /* without recompute no block writes the shared scratch: its pages
+         * never become resident */
+        if (l.recompute == MSR_PLAN_RC_NONE)
+            untouched = scratch;
+        /* dp's gradients (every part has more than 16 KiB of them) and
+         * tp's activations */
+        const uint64_t shm_max = 16u << 10;
+        if (l.dp > 1 && P * F32 > shm_max)
+            o->shm += shm_tiled((uint64_t)l.dp);
+        if (l.tp > 1 && (uint64_t)l.micro_batch * (uint64_t)m->seq * C * F32 > shm_max)
+            o->shm += shm_tiled((uint64_t)l.tp);
+        acts_after = whole_path(&l) ? o->activations : 0;
     }
 
-    o->total = o->params + o->grads + o->optim + o->master + o->activations + o->comm + o->work +
-               o->buckets_bound;
+    o->total = o->params + o->grads + o->optim + o->master + o->comm + o->work + o->shm +
+               max_u64(o->activations + during, acts_after + after) - untouched;
 }
 
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
