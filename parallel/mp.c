@@ -350,6 +350,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     for (int c = 0; c < cfg->chunks; c++)
         max_layers = MSR_MAX(max_layers, model->chunk_hi[c] - model->chunk_lo[c]);
     mp->wmem = msr_calloc(cw.used, sizeof(float));
+    mp->stats.work_bytes = cw.used * sizeof(float);
     mp->frames = msr_calloc(nframes, sizeof *mp->frames);
     mp->sreq = msr_calloc(2 * nframes, sizeof *mp->sreq);
     mp->ops = msr_calloc(2 * nframes, sizeof *mp->ops);

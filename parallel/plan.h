@@ -85,10 +85,21 @@ typedef struct msr_plan_rank {
     int frames_held;           /* most chunk frames alive at once under the schedule */
     uint64_t activations;      /* the most activation bytes held at once */
     uint64_t comm;             /* pipeline buffers: gradients sent back, the head's wte copy */
-    uint64_t buckets_bound;    /* dp's temporary buffers, at most (packed buckets, ZeRO-2/3
-                                * segment gradients, ZeRO-3 gathers): timing decides the
-                                * runtime's actual peak, so this is a bound, not a count */
-    uint64_t total;            /* the sum of the kinds above (with buckets_bound) */
+    uint64_t work;             /* the runtime's work space: gradients of activations, the
+                                * blocks' shared scratch, logits, the token buffers (runtime
+                                * accounting; 0 in the paper accounting) */
+    uint64_t shm;              /* the communicator's shared-memory areas the rank's dp and tp
+                                * groups touch (an estimate from comm/ucx/shm.c's defaults;
+                                * runtime accounting only) */
+    uint64_t buckets_bound;    /* dp's temporary buffers at their peak (packed buckets, ZeRO-2/3
+                                * segment gradients, ZeRO-3 gathers), replayed in the runtime's
+                                * order with no reduction finishing before it must: what the
+                                * runtime reaches when communication lags, a bound otherwise */
+    uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
+                                * the larger of activations with the temporaries alive beside
+                                * them in backward, and the temporaries after backward (the
+                                * interleaved schedule's reduction, the update's gather) with
+                                * what activations remain then (the whole model's table) */
 } msr_plan_rank_t;
 
 /* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */

@@ -329,10 +329,10 @@ int main(int argc, char **argv)
             msr_plan_rank_t o;
             msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
             printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
-                   " replicated %" PRIu64 " buckets %" PRIu64 " acts_peak %" PRIu64
+                   " replicated %" PRIu64 " buckets %" PRIu64 " work %" PRIu64 " acts_peak %" PRIu64
                    " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64 "\n",
                    r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets,
-                   o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
+                   o.work, o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
         }
     }
     free(plans);

@@ -4,9 +4,10 @@
 # schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
 # modes, small buckets and replicated segments), train_gpt --report runs
 # under msrun, and every rank's
-# parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, activation
-# peak and frame sizes must equal plan_gpt --ranks's prediction to the
-# byte; the runtime's temporary peak must stay within the planner's bound.
+# parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
+# space, activation peak and frame sizes must equal plan_gpt --ranks's
+# prediction to the byte; the runtime's temporary peak must not exceed the
+# planner's replay of it (which lets no reduction finish before it must).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -51,10 +52,10 @@ check() {
         "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --micro-batch "$mb" --dp "$dp" \
         --steps 1 --report "${args[@]}" >"$work/out" 2>"$work/err" ||
         fail "train_gpt ${args[*]}: $(tail -5 "$work/err")"
-    local r want got mp tpeak bound
+    local r want got mp tpeak bound peaks=""
     for r in 0 1 2 3; do
         want=$(grep "^rank $r " "$work/plan")
-        got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\);.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6/p" "$work/err")
+        got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p" "$work/err")
         [[ -n "$got" ]] || fail "${args[*]}: no report of rank $r: $(cat "$work/err")"
         mp=$(sed -n "s/.*train_gpt: rank $r mp: .*activations peak \([0-9]*\) bytes (a chunk's micro-batch keeps \([0-9]*\), with the head \([0-9]*\)).*/ acts_peak \1 frame \2 frame_head \3/p" "$work/err")
         if [[ -n "$mp" ]]; then
@@ -72,7 +73,9 @@ planned
         bound=$(grep "^rank $r " "$work/plan" | sed 's/.* transient_bound //')
         ((tpeak <= bound)) ||
             fail "train_gpt ${args[*]}: rank $r transient peak $tpeak over the bound $bound"
+        peaks="$peaks $tpeak/$bound"
     done
+    echo "$fix: transient peak / planned, ranks 0-3:$peaks"
     checked=$((checked + 1))
 }
 
