@@ -58,22 +58,33 @@ typedef struct msr_gpt_config {
  * rank ("tp-replicated").
  *
  * Pipeline parallel: the L blocks are cut into pp * chunks virtual stages
- * of consecutive layers (as evenly as possible); virtual stage j = c * pp +
- * pp_rank is this rank's chunk c (interleaved schedules give a rank
- * several chunks, Megatron's layout). The first virtual stage also holds
- * the embeddings, the last the final norm and the output head; with pp > 1
- * the head's tied copy of wte is not part of the flat buffers (parallel/mp.h
- * keeps it in step with the first stage's). */
+ * of consecutive layers (as evenly as possible, or as stage_layers says:
+ * an uneven split can balance the end stages' extra work, the embedding
+ * and the head); virtual stage j = c * pp + pp_rank is this rank's chunk c
+ * (interleaved schedules give a rank several chunks, Megatron's layout).
+ * The first virtual stage also holds the embeddings, the last the final
+ * norm and the output head; with pp > 1 the head's tied copy of wte is not
+ * part of the flat buffers (parallel/mp.h keeps it in step with the first
+ * stage's). */
 typedef struct msr_gpt_part {
     int tp, tp_rank; /* tensor-parallel degree and this rank's index */
     int pp, pp_rank; /* pipeline stages and this rank's */
     int chunks;      /* model chunks per stage (virtual stages): 1 unless interleaved */
+    /* the layers of each virtual stage j = c * pp + pp_rank (pp * chunks
+     * entries, each >= 1, summing to L), as train_gpt's --pp-layers; NULL:
+     * the even split (msr_gpt_stage_layers). Read by the call it is passed
+     * to; a model keeps its own copy (model->part.stage_layers). */
+    const int *stage_layers;
 } msr_gpt_part_t;
 
 #define MSR_GPT_MAX_CHUNKS 64
+/* The most virtual stages a split can have: one layer each of the most
+ * layers a model has. */
+#define MSR_GPT_MAX_STAGES 1024
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
- * vocabulary, at least one layer per virtual stage, ranks in range. On
+ * vocabulary, at least one layer per virtual stage, ranks in range, and
+ * stage_layers (when given) a valid split (msr_gpt_split_check). On
  * failure sets the error text (base/err.h: a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
@@ -81,6 +92,32 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
 /* The blocks [*lo_p, *hi_p) of virtual stage j of n: layers * j / n to
  * layers * (j + 1) / n (rounded down). */
 void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p);
+
+/* The blocks [*lo_p, *hi_p) of virtual stage j of n under split (n
+ * entries, the layers of each stage), or the even split when split is
+ * NULL. */
+void msr_gpt_split_stage(int layers, int n, const int *split, int j, int *lo_p, int *hi_p);
+
+/* Checks a split of `layers` layers into `stages` virtual stages: count
+ * entries (count == stages), each at least 1, summing to layers. On failure
+ * sets the error text (a one-line reason naming the fault: the count, the
+ * first empty stage, or the sum) and returns MSR_ERR_CONFIG. */
+msr_status_t msr_gpt_split_check(int layers, int stages, const int *split, int count);
+
+/* Parses "3,5,5,3" (comma-separated decimal counts, no spaces) into split
+ * (room for max entries) and *count_p; the values are checked by
+ * msr_gpt_split_check, not here. On failure (not a number, an empty entry,
+ * more than max entries, a value over 2^24) sets the error text and
+ * returns MSR_ERR_CONFIG; *count_p is written only on success. */
+msr_status_t msr_gpt_split_parse(const char *text, int *split, int max, int *count_p);
+
+/* Whether split (n entries) is the even split of layers (and so can be
+ * left out: NULL means the same). */
+int msr_gpt_split_is_even(int layers, int n, const int *split);
+
+/* Writes split as "3,5,5,3" into buf (len bytes, truncated as snprintf
+ * does); returns what snprintf would. */
+int msr_gpt_split_format(const int *split, int n, char *buf, size_t len);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH.
  * On failure sets the error text (a one-line reason) and returns
@@ -240,6 +277,7 @@ typedef struct msr_gpt {
     int num_chunks;
     int chunk_lo[MSR_GPT_MAX_CHUNKS], chunk_hi[MSR_GPT_MAX_CHUNKS]; /* global layers */
     int chunk_seg[MSR_GPT_MAX_CHUNKS]; /* segment of the chunk's first block */
+    int *stage_layers; /* part.stage_layers: the model's copy (pp * chunks), or NULL */
 
     float *acts_mem;
     size_t acts_count;

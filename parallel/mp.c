@@ -310,10 +310,21 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
                   model->part.chunks);
         return MSR_ERR_CONFIG;
     }
+    for (int c = 0; c < cfg->chunks; c++) {
+        int lo, hi, n = mesh->pp * cfg->chunks;
+        msr_gpt_split_stage(model->cfg.layers, n, cfg->stage_layers, c * mesh->pp + mesh->pp_rank,
+                            &lo, &hi);
+        if (lo != model->chunk_lo[c] || hi != model->chunk_hi[c]) {
+            MSR_ERROR("mp: the model's chunk %d holds layers [%d, %d), the split says [%d, %d)", c,
+                      model->chunk_lo[c], model->chunk_hi[c], lo, hi);
+            return MSR_ERR_CONFIG;
+        }
+    }
     msr_mp_t *mp = msr_calloc(1, sizeof *mp);
     if (mp == NULL)
         goto err_no_memory;
     mp->cfg = *cfg;
+    mp->cfg.stage_layers = model->part.stage_layers; /* outlives cfg's */
     mp->mesh = mesh;
     mp->model = model;
     mp->d = msr_mp_dims(&model->cfg, cfg, mesh->tp);
@@ -339,6 +350,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     for (int c = 0; c < cfg->chunks; c++)
         max_layers = MSR_MAX(max_layers, model->chunk_hi[c] - model->chunk_lo[c]);
     mp->wmem = msr_calloc(cw.used, sizeof(float));
+    mp->stats.work_bytes = cw.used * sizeof(float);
     mp->frames = msr_calloc(nframes, sizeof *mp->frames);
     mp->sreq = msr_calloc(2 * nframes, sizeof *mp->sreq);
     mp->ops = msr_calloc(2 * nframes, sizeof *mp->ops);

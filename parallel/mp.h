@@ -87,6 +87,10 @@ typedef struct msr_mp_config {
     int micro_batch;              /* B */
     int micros;                   /* micro-batches per step (grad_accum) */
     int zero;                     /* the ZeRO stage dp runs (checked) */
+    /* the layers of each of the pp * chunks virtual stages (msr_gpt_part_t's
+     * stage_layers), NULL: the even split. Borrowed: the model's copy
+     * (model->part.stage_layers) once the model is made. */
+    const int *stage_layers;
 } msr_mp_config_t;
 
 /* Names of the schedules and recompute modes ("gpipe", "1f1b",
@@ -98,10 +102,11 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r);
 
 /* Checks that the model can run as cfg says on pp x tp: the part's rules
  * (msr_gpt_part_check: heads and vocabulary divisible by tp, a layer for
- * every virtual stage), sp with tp > 1 and T % tp == 0, 1F1B with at least
- * pp micro-batches, interleaved with pp > 1 and micro-batches a multiple of
- * pp, ZeRO 0..2 when the model is split. On failure sets the error text
- * (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
+ * every virtual stage, cfg->stage_layers a split of the layers), sp with
+ * tp > 1 and T % tp == 0, 1F1B with at least pp micro-batches, interleaved
+ * with pp > 1 and micro-batches a multiple of pp, ZeRO 0..2 when the model
+ * is split. On failure sets the error text (base/err.h: a one-line reason)
+ * and returns MSR_ERR_CONFIG. */
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp,
                           int tp);
 
@@ -121,14 +126,15 @@ typedef struct msr_mp_stats {
     uint64_t recv_wait_ns; /* blocked in pipeline receives */
     size_t acts_peak;      /* the most activation bytes kept at once */
     size_t frame_bytes[2]; /* kept bytes of one micro-batch's chunk: plain / with the head */
+    size_t work_bytes;     /* the work space every block and the head share (point_work) */
 } msr_mp_stats_t;
 
 typedef struct msr_mp msr_mp_t;
 
-/* Makes the runtime of model (a part made for mesh's pp_rank, tp_rank and
- * cfg->chunks) on mesh, for micro-batches of cfg->micro_batch x T tokens.
- * model and mesh must outlive it. Errors: MSR_ERR_CONFIG (logged),
- * MSR_ERR_NO_MEMORY. */
+/* Makes the runtime of model (a part made for mesh's pp_rank, tp_rank,
+ * cfg->chunks and cfg->stage_layers' split) on mesh, for micro-batches of
+ * cfg->micro_batch x T tokens. model and mesh must outlive it. Errors:
+ * MSR_ERR_CONFIG (logged), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p);
 void msr_mp_destroy(msr_mp_t *mp);

@@ -45,7 +45,7 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r)
 
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
 {
-    msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks};
+    msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks, cfg->stage_layers};
     if (msr_gpt_part_check(model, &part) != MSR_OK)
         return MSR_ERR_CONFIG;
     if ((unsigned)cfg->schedule > MSR_MP_INTERLEAVED ||

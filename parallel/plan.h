@@ -20,7 +20,8 @@
  *
  * Layer and rank conventions follow the runtime: rank = (dp_rank * pp +
  * pp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
- * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks. */
+ * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks, or with
+ * stage_layers (train_gpt --pp-layers) the next stage_layers[j] of them. */
 #ifndef MSR_PARALLEL_PLAN_H
 #define MSR_PARALLEL_PLAN_H
 
@@ -84,10 +85,21 @@ typedef struct msr_plan_rank {
     int frames_held;           /* most chunk frames alive at once under the schedule */
     uint64_t activations;      /* the most activation bytes held at once */
     uint64_t comm;             /* pipeline buffers: gradients sent back, the head's wte copy */
-    uint64_t buckets_bound;    /* dp's temporary buffers, at most (packed buckets, ZeRO-2/3
-                                * segment gradients, ZeRO-3 gathers): timing decides the
-                                * runtime's actual peak, so this is a bound, not a count */
-    uint64_t total;            /* the sum of the kinds above (with buckets_bound) */
+    uint64_t work;             /* the runtime's work space: gradients of activations, the
+                                * blocks' shared scratch, logits, the token buffers (runtime
+                                * accounting; 0 in the paper accounting) */
+    uint64_t shm;              /* the communicator's shared-memory areas the rank's dp and tp
+                                * groups touch (an estimate from comm/ucx/shm.c's defaults;
+                                * runtime accounting only) */
+    uint64_t buckets_bound;    /* dp's temporary buffers at their peak (packed buckets, ZeRO-2/3
+                                * segment gradients, ZeRO-3 gathers), replayed in the runtime's
+                                * order with no reduction finishing before it must: what the
+                                * runtime reaches when communication lags, a bound otherwise */
+    uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
+                                * the larger of activations with the temporaries alive beside
+                                * them in backward, and the temporaries after backward (the
+                                * interleaved schedule's reduction, the update's gather) with
+                                * what activations remain then (the whole model's table) */
 } msr_plan_rank_t;
 
 /* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */
@@ -101,7 +113,8 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 /* Checks the model and the layout against the runtime's rules (the ones
  * train_gpt refuses: heads, vocabulary and sequence divisible by tp, a
  * layer per virtual stage, 1F1B with micros >= pp, interleaved with pp > 1
- * and micros % pp == 0, ZeRO 3 only without tp and pp, ...). Returns 0, or
+ * and micros % pp == 0, ZeRO 3 only without tp and pp, stage_layers each
+ * >= 1 and summing to the layers, ...). Returns 0, or
  * -1 with a one-line reason in why. */
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
@@ -202,6 +215,10 @@ typedef struct msr_plan_query {
     int fix[MSR_PLAN_FIX_N];
     size_t bucket_bytes, zero_min_bytes; /* dp's, as msr_plan_layout_t */
     int even_split;                      /* 1: keep the even split of layers (no --pp-layers) */
+    /* a split given (as --pp-layers): only layouts of split_n virtual
+     * stages, with these layers each (not owned); split_n 0: none */
+    const int *split;
+    int split_n;
 } msr_plan_query_t;
 
 /* One plan: a layout (its stage_layers pointing into the plan's own

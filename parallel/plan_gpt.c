@@ -7,16 +7,22 @@
  *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
  *            [--fix dp=2,tp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
- *            [--ranks]
+ *            [--ranks] [--pp-layers 3,5,5,3]
+ *
+ * --pp-layers plans only the layouts whose pp x virtual stages has that
+ * many stages, with that split of the layers (train_gpt's option).
  *
  * --ranks prints, for the one layout --fix leaves, every rank's counts as
- * train_gpt --report names them (with the runtime's even split). Exit status: 0, 2 bad input (one line). */
+ * train_gpt --report names them (with the runtime's even split, or
+ * --pp-layers'). Exit status: 0, 2 bad input (one line). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/err.h"
+#include "parallel/gpt.h"
 #include "parallel/plan.h"
 #include "parallel/plan_print.h"
 
@@ -29,6 +35,9 @@ typedef struct args {
     int64_t top, explain;
     double bucket_mb;
     int64_t zero_min_bytes;
+    const char *pp_layers;
+    int split[MSR_GPT_MAX_STAGES]; /* --pp-layers parsed: split_n entries */
+    int split_n;
 } args_t;
 
 static void die(const char *fmt, const char *a, const char *b)
@@ -101,6 +110,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     a->explain = 0;
     a->bucket_mb = 25.0;
     a->zero_min_bytes = 65536;
+    a->pp_layers = NULL;
+    a->split_n = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--ranks") == 0 || strcmp(o, "--all") == 0 ||
@@ -114,7 +125,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
                    "[--precision fp32|bf16] [--cluster FILE] [--fix dp=..,tp=..,pp=..,sp=..,"
                    "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..] "
                    "[--search exhaustive|fast] [--top N] [--all] [--explain N] [--even-split] "
-                   "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N]\n");
+                   "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N] "
+                   "[--pp-layers A,B,..]\n");
             exit(0);
         }
         if (strncmp(o, "--", 2) != 0 || i + 1 >= argc)
@@ -161,6 +173,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             a->explain = parse_int(n, v, 1, (int64_t)1 << 40);
         else if (strcmp(n, "format") == 0)
             a->format = v;
+        else if (strcmp(n, "pp-layers") == 0)
+            a->pp_layers = v;
         else
             die("unknown option '%s'%s (see --help)", o, "");
     }
@@ -199,6 +213,14 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
         fx[k] = -1;
     if (a->fix != NULL)
         parse_fix(a->fix, fx);
+    if (a->pp_layers != NULL) {
+        /* the count is checked against each layout's pp x virtual stages */
+        int n = 0;
+        if (msr_gpt_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
+            msr_gpt_split_check(a->m.layers, n, a->split, n) != MSR_OK)
+            die("--pp-layers %s: %s", a->pp_layers, msr_err_msg());
+        a->split_n = n;
+    }
 }
 
 /* The cluster file's text over the default cluster. */
@@ -249,6 +271,8 @@ int main(int argc, char **argv)
     /* --ranks compares with train_gpt --report, which splits evenly
      * unless told otherwise */
     q.even_split = a.even_split || a.ranks;
+    q.split = a.split_n > 0 ? a.split : NULL;
+    q.split_n = a.split_n;
     /* enough plans for the table and the one to explain */
     int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
     msr_plan_t *plans = NULL;
@@ -305,10 +329,10 @@ int main(int argc, char **argv)
             msr_plan_rank_t o;
             msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
             printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
-                   " replicated %" PRIu64 " buckets %" PRIu64 " acts_peak %" PRIu64
+                   " replicated %" PRIu64 " buckets %" PRIu64 " work %" PRIu64 " acts_peak %" PRIu64
                    " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64 "\n",
                    r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets,
-                   o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
+                   o.work, o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
         }
     }
     free(plans);

@@ -24,9 +24,18 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
 
 /* ---- the part a rank holds ---- */
 
-/* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h). */
-static void stage_layers(int layers, int n, int j, int *lo, int *hi)
+/* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h): as the
+ * layout's stage_layers say, else the even split. */
+static void stage_layers(const msr_plan_layout_t *l, int layers, int n, int j, int *lo, int *hi)
 {
+    if (l->stage_layers != NULL) {
+        int a = 0;
+        for (int k = 0; k < j; k++)
+            a += l->stage_layers[k];
+        *lo = a;
+        *hi = a + l->stage_layers[j];
+        return;
+    }
     *lo = (int)((int64_t)layers * j / n);
     *hi = (int)((int64_t)layers * (j + 1) / n);
 }
@@ -76,7 +85,7 @@ static void part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int p
     p->blocks = 0;
     for (int c = 0; c < l->chunks; c++) {
         int lo, hi;
-        stage_layers(m->layers, n, c * l->pp + pr, &lo, &hi);
+        stage_layers(l, m->layers, n, c * l->pp + pr, &lo, &hi);
         p->blocks += hi - lo;
     }
     p->embed = embed_params(m, l->tp);
@@ -185,6 +194,287 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
     out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
 }
 
+/* ---- dp's temporaries, replayed (parallel/dp.c) ---- */
+
+/* The runtime's temporary buffers (tmp_alloc) come and go in an order the
+ * planner knows: ZeRO-3's gathers at each acquire (the segment's own and
+ * the next one's, prefetched), ZeRO-2/3's segment gradients from a
+ * segment's backward acquire to its grads_ready, and the packed buckets
+ * from the first segment packed into them until their reduction is
+ * finished. Only that last moment depends on timing: a reduction finishes
+ * when a later progress() finds it done, or when make_room must free a
+ * buffer (MSR_DP_MAX_PACKED alive) or the micro-batch ends. The replay
+ * lets none finish before it must, so its peak is the runtime's when
+ * communication lags behind backward (the usual case on a loaded CPU),
+ * and an upper bound otherwise. The update's allgather (ZeRO 1-2) holds
+ * two consecutive buckets at once. Limits of the replay's arrays: beyond
+ * them the sum of maxima stands in. */
+#define REPLAY_MAX 2048
+
+typedef struct replay {
+    int zero, nseg, nb, size;
+    uint64_t cur, peak;
+    /* buckets: packed elements, lowest segment, state */
+    uint64_t packed[REPLAY_MAX], blk[REPLAY_MAX];
+    int low_seg[REPLAY_MAX];
+    unsigned char alive[REPLAY_MAX];
+    int alive_n, next_start, next_fin;
+    /* segments: elements, gather buffer, first and last bucket, state */
+    uint64_t count[REPLAY_MAX], gbuf[REPLAY_MAX];
+    int b_lo[REPLAY_MAX], b_hi[REPLAY_MAX]; /* bucket of the first / last element */
+    unsigned char rep[REPLAY_MAX], direct[REPLAY_MAX], gat[REPLAY_MAX], grads[REPLAY_MAX];
+} replay_t;
+
+static void r_alloc(replay_t *r, uint64_t n)
+{
+    r->cur += n * F32;
+    r->peak = max_u64(r->peak, r->cur);
+}
+
+static void r_free(replay_t *r, uint64_t n)
+{
+    r->cur -= n * F32;
+}
+
+/* Builds the layout as dp.c's build_layout does; returns -1 past the
+ * arrays' limits. */
+static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *r)
+{
+    uint64_t P = p->total, size = (uint64_t)l->dp;
+    uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
+    uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
+    uint64_t nb = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
+    int nseg = p->has_embed + p->blocks + p->has_head;
+    if (nb > REPLAY_MAX || nseg > REPLAY_MAX)
+        return -1;
+    r->nb = (int)nb;
+    r->nseg = nseg;
+    r->size = l->dp;
+    for (int b = 0; b < r->nb; b++) {
+        r->packed[b] = r->blk[b] = 0;
+        r->low_seg[b] = -1;
+        r->alive[b] = 0;
+    }
+    uint64_t lo = 0;
+    for (int s = 0; s < nseg; s++) {
+        r->count[s] = seg_count(p, s);
+        r->rep[s] = l->zero_min_bytes > 0 && r->count[s] * F32 < l->zero_min_bytes;
+        r->gbuf[s] = 0;
+        r->gat[s] = r->grads[s] = 0;
+        int units = 0;
+        for (uint64_t pos = lo; pos < lo + r->count[s]; units++) {
+            /* the bucket holding pos, and its end */
+            uint64_t b, bhi;
+            if (P <= fb || pos >= P - fb) {
+                b = 0;
+                bhi = P;
+            } else {
+                uint64_t k = ceil_div(P - fb - pos, bb) - 1;
+                b = 1 + k;
+                bhi = P - fb - k * bb;
+            }
+            uint64_t n = min_u64(lo + r->count[s], bhi) - pos;
+            if (units == 0)
+                r->b_lo[s] = (int)b;
+            r->b_hi[s] = (int)b;
+            if (r->low_seg[b] < 0)
+                r->low_seg[b] = s;
+            if (r->rep[s]) {
+                r->packed[b] += n;
+            } else {
+                uint64_t blk = ceil_div(n, size);
+                r->packed[b] += size * blk;
+                r->blk[b] += blk;
+                r->gbuf[s] += size * blk;
+            }
+            pos += n;
+        }
+        r->direct[s] = !r->rep[s] && units == 1 && r->count[s] % size == 0;
+        lo += r->count[s];
+    }
+    return 0;
+}
+
+static void r_finish(replay_t *r, int b)
+{
+    if (r->alive[b]) {
+        r_free(r, r->packed[b]);
+        r->alive[b] = 0;
+        r->alive_n--;
+    }
+}
+
+/* make_room and the packing of segment s's units, in flat order. */
+static void r_pack(replay_t *r, int s)
+{
+    for (int b = r->b_lo[s]; b >= r->b_hi[s]; b--) {
+        if (r->alive[b])
+            continue;
+        while (r->alive_n >= MSR_DP_MAX_PACKED && r->next_fin < r->next_start)
+            r_finish(r, r->next_fin++);
+        r->alive[b] = 1;
+        r->alive_n++;
+        r_alloc(r, r->packed[b]);
+    }
+}
+
+static void r_grads_ready(replay_t *r, int s)
+{
+    if (r->zero >= 1)
+        r_pack(r, s);
+    if (r->zero >= 2 && r->grads[s]) {
+        r_free(r, r->count[s]);
+        r->grads[s] = 0;
+    }
+    while (r->next_start < r->nb && r->low_seg[r->next_start] >= s)
+        r->next_start++;
+}
+
+/* ZeRO-3: gather_start, seg_ready, seg_drop (state 1 gathering, 2 full). */
+static void r_gather_start(replay_t *r, int s)
+{
+    if (r->rep[s] || r->gat[s])
+        return;
+    r_alloc(r, r->direct[s] ? r->count[s] : r->gbuf[s]);
+    r->gat[s] = 1;
+}
+
+static void r_seg_ready(replay_t *r, int s)
+{
+    if (r->rep[s] || r->gat[s] == 2)
+        return;
+    r_gather_start(r, s);
+    if (!r->direct[s]) {
+        r_alloc(r, r->count[s]);
+        r_free(r, r->gbuf[s]);
+    }
+    r->gat[s] = 2;
+}
+
+static void r_seg_drop(replay_t *r, int s)
+{
+    if (r->rep[s] || !r->gat[s])
+        return;
+    r_free(r, r->gat[s] == 1 && !r->direct[s] ? r->gbuf[s] : r->count[s]);
+    r->gat[s] = 0;
+}
+
+/* A backward acquire under ZeRO-2/3: the segment's gradient. */
+static void r_grads(replay_t *r, int s)
+{
+    if (r->zero >= 2 && !r->grads[s]) {
+        r_alloc(r, r->count[s]);
+        r->grads[s] = 1;
+    }
+}
+
+/* The whole model's visits under ZeRO-3 (dp.c build_layout): forward 0,
+ * 1..L, L+1, 0 (the tied head); backward 0, L+1, L..1, 0. */
+static void r_whole_micro(replay_t *r)
+{
+    int L = r->nseg - 2, nv = 0, visits[2 * REPLAY_MAX + 6];
+    char bwd[2 * REPLAY_MAX + 6];
+    for (int s = 0; s <= L + 1; s++)
+        bwd[nv] = 0, visits[nv++] = s;
+    bwd[nv] = 0, visits[nv++] = 0;
+    bwd[nv] = 1, visits[nv++] = 0;
+    bwd[nv] = 1, visits[nv++] = L + 1;
+    for (int s = L; s >= 0; s--)
+        bwd[nv] = 1, visits[nv++] = s;
+    for (int v = 0; v < nv; v++) {
+        int s = visits[v], next = v + 1 < nv ? visits[v + 1] : -1;
+        if (r->zero >= 3) {
+            r_seg_ready(r, s);
+            if (next >= 0 && next != s)
+                r_gather_start(r, next);
+        }
+        if (bwd[v])
+            r_grads(r, s);
+        if (r->zero >= 3 && next != s)
+            r_seg_drop(r, s);
+        /* grads_ready after the head's release, each block's and the embedding's */
+        if (bwd[v] && (v == nv - 1 || (s >= 1 && v > L + 3)))
+            r_grads_ready(r, s);
+    }
+}
+
+/* The model-parallel runtime's backward of one micro-batch (mp.c
+ * run_backward, chunk by chunk): the tied embedding acquired with the head
+ * when pp = 1, then the head, the blocks and the embedding in reverse flat
+ * order; with the interleaved schedule gradients are only kept, and
+ * msr_dp_reduce_all packs every segment at the end. */
+static void r_mp_step(replay_t *r, const part_t *p, const msr_plan_layout_t *l)
+{
+    int overlap = l->schedule != MSR_PLAN_INTERLEAVED;
+    if (p->has_head && l->pp == 1)
+        r_grads(r, 0);
+    for (int s = r->nseg - 1; s >= 0; s--) {
+        r_grads(r, s);
+        if (overlap)
+            r_grads_ready(r, s);
+    }
+    if (!overlap)
+        for (int s = r->nseg - 1; s >= 0; s--)
+            r_grads_ready(r, s);
+}
+
+/* The peak of dp's temporaries; *during_p those alive beside the kept
+ * activations (in backward), *after_p those alive once the frames are
+ * freed (the interleaved schedule's msr_dp_reduce_all, the update's
+ * allgather). UINT64_MAX when the part is too large to replay. */
+static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int whole, replay_t *r,
+                               uint64_t *during_p, uint64_t *after_p)
+{
+    *during_p = *after_p = 0;
+    if (l->zero == 0)
+        return 0;
+    if (replay_layout(p, l, r) != 0)
+        return UINT64_MAX;
+    r->zero = l->zero;
+    r->cur = r->peak = 0;
+    r->alive_n = r->next_start = r->next_fin = 0;
+    if (whole)
+        r_whole_micro(r);
+    else
+        r_mp_step(r, p, l);
+    uint64_t bwd = r->peak, gather = 0;
+    /* the update's allgather: a bucket and the one before it */
+    if ((l->zero == 1 || l->zero == 2) && l->dp > 1) {
+        uint64_t prev = 0;
+        for (int b = 0; b < r->nb; b++) {
+            if (r->blk[b] == 0)
+                continue;
+            uint64_t g = (uint64_t)r->size * r->blk[b];
+            gather = max_u64(gather, (prev + g) * F32);
+            prev = g;
+        }
+    }
+    if (whole || l->schedule != MSR_PLAN_INTERLEAVED) {
+        *during_p = bwd;
+        *after_p = gather;
+    } else {
+        /* backward only keeps the segments' gradients (ZeRO-2) */
+        *during_p = l->zero >= 2 ? p->total * F32 : 0;
+        *after_p = max_u64(bwd, gather);
+    }
+    return max_u64(bwd, gather);
+}
+
+/* comm/ucx/shm.c's tiled area for a group of n ranks on one node, with the
+ * library's default tuning (comm/ucx/coll.c: MSR_COMM_SHM_TILE 256 KiB,
+ * MSR_COMM_SHM_TILES 4, MSR_COMM_SHM_SEGMENT 16 MiB): n stages and a
+ * result of 4 tiles each, tiles halved until the area fits. Collectives
+ * over MSR_COMM_SHM_MAX (16 KiB) go through it, cycling over every slot,
+ * so each member's pages of the whole area become resident. */
+static uint64_t shm_tiled(uint64_t n)
+{
+    const uint64_t line = 64, depth = 4, segment = 16u << 20;
+    uint64_t tile = 256u << 10;
+    while (tile && (n + 1) * depth * tile > segment)
+        tile = tile / 2 / line * line;
+    return tile < n * line ? 0 : (n + 1) * depth * tile;
+}
+
 /* ---- activations (parallel/mp_plan.c msr_mp_carve_frame) ---- */
 
 /* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT runtime. */
@@ -228,6 +518,36 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
     uint64_t block = 5 * N * C + 4 * N + 3 * N * C + B * NH * T * T + 8 * N * C;
     /* encoded; lnf, mean, rstd, logits, probs, losses, proj */
     return N * C + (uint64_t)m->layers * block + N * C + 2 * N + 2 * N * V + N + N * C;
+}
+
+/* ---- the runtime's work space ---- */
+
+/* Bytes of the work space and token buffers a rank allocates besides its
+ * parameters, state and kept activations. Whole model (parallel/gpt.c
+ * msr_gpt_carve_work, one attention head's datt): dres, dln, datty N C,
+ * dqkv 3 N C, dfch and dfch_gelu 4 N C each, datt T^2, dlogits N V; the
+ * model's and the trainer's inputs and targets, N ints each. Model
+ * parallel (parallel/mp.c point_work): the blocks' shared scratch (what
+ * full recompute drops but res3: 3 Nl C + 4 Nl + 3 N C/t + N C/t + b NH/t T^2 +
+ * 2 N 4C/t, msr_mp_carve_layer), gat, dgat, perm, proj, dln N C, projl,
+ * dres, dlnl Nl C, dqkv 3 N C/t, datty N C/t, dfch and dfch_gelu N 4C/t,
+ * datt T^2, logits and dlogits N V/t, losses and rmax N, red 2 N; the
+ * trainer's inputs and targets for every micro-batch of the step. */
+static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                           uint64_t *scratch_p)
+{
+    *scratch_p = 0;
+    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
+    uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
+    if (whole_path(l))
+        return (14 * N * C + T * T + N * V) * F32 + 4 * N * sizeof(int32_t);
+    uint64_t Cl = C / t, Hl = 4 * C / t, Vl = V / t, NHl = (uint64_t)m->heads / t;
+    uint64_t Nl = l->sp ? B * (T / t) : N;
+    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + B * NHl * T * T + 2 * N * Hl;
+    uint64_t e =
+        scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
+    *scratch_p = scratch * F32;
+    return e * F32 + 2 * N * (uint64_t)l->micros * sizeof(int32_t);
 }
 
 /* Paper accounting: bytes of one chunk's kept activations. */
@@ -352,6 +672,17 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("vocabulary of %d does not divide among tp %d", m->vocab, l->tp);
     if ((int64_t)l->pp * l->chunks > m->layers)
         BAD("%d layers are fewer than the %d pipeline stages", m->layers, l->pp * l->chunks);
+    if (l->stage_layers != NULL) {
+        int64_t sum = 0;
+        for (int j = 0; j < l->pp * l->chunks; j++) {
+            if (l->stage_layers[j] < 1)
+                BAD("virtual stage %d has %d layers: every virtual stage needs at least 1", j,
+                    l->stage_layers[j]);
+            sum += l->stage_layers[j];
+        }
+        if (sum != m->layers)
+            BAD("the stages' layers sum to %lld, not the %d layers", (long long)sum, m->layers);
+    }
     if (l->sp && l->tp < 2)
         BAD("sequence parallel needs tp > 1");
     if (l->sp && m->seq % l->tp != 0)
@@ -429,7 +760,7 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     uint64_t chunk_bytes[64];
     for (int c = 0; c < l.chunks && c < 64; c++) {
         int lo, hi, j = c * l.pp + o->pp_rank;
-        stage_layers(m->layers, n, j, &lo, &hi);
+        stage_layers(&l, m->layers, n, j, &lo, &hi);
         max_layers = hi - lo > max_layers ? hi - lo : max_layers;
         if (c == l.chunks - 1)
             last_layers = hi - lo;
@@ -475,9 +806,34 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         o->buckets_bound += 2 * d.seg_max * g;
     if (l.zero >= 3)
         o->buckets_bound += 2 * (d.seg_max + d.gather_max) * g;
+    uint64_t during = o->buckets_bound, after = 0, acts_after = 0, untouched = 0;
+    if (runtime) {
+        /* the runtime's own order, replayed (above); the sum of maxima
+         * stays for parts too large to replay */
+        static _Thread_local replay_t r;
+        uint64_t peak = transient_peak(&l, &p, whole_path(&l), &r, &during, &after);
+        if (peak != UINT64_MAX)
+            o->buckets_bound = peak;
+        else
+            during = o->buckets_bound, after = 0;
+        uint64_t scratch;
+        o->work = work_bytes(m, &l, &scratch);
+        /* without recompute no block writes the shared scratch: its pages
+         * never become resident */
+        if (l.recompute == MSR_PLAN_RC_NONE)
+            untouched = scratch;
+        /* dp's gradients (every part has more than 16 KiB of them) and
+         * tp's activations */
+        const uint64_t shm_max = 16u << 10;
+        if (l.dp > 1 && P * F32 > shm_max)
+            o->shm += shm_tiled((uint64_t)l.dp);
+        if (l.tp > 1 && (uint64_t)l.micro_batch * (uint64_t)m->seq * C * F32 > shm_max)
+            o->shm += shm_tiled((uint64_t)l.tp);
+        acts_after = whole_path(&l) ? o->activations : 0;
+    }
 
-    o->total =
-        o->params + o->grads + o->optim + o->master + o->activations + o->comm + o->buckets_bound;
+    o->total = o->params + o->grads + o->optim + o->master + o->comm + o->work + o->shm +
+               max_u64(o->activations + during, acts_after + after) - untouched;
 }
 
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,

@@ -320,12 +320,24 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
     char why[256];
     p->l = *lin;
     p->l.stage_layers = NULL;
+    int n = p->l.pp * chunks_of(&p->l);
+    if (s->q->split_n > 0) {
+        /* a split given: only layouts of its many virtual stages */
+        if (n != s->q->split_n || n > MSR_PLAN_MAX_STAGES) {
+            snprintf(why, sizeof why,
+                     "--pp-layers has %d entries, pp %d x %d virtual stages are %d", s->q->split_n,
+                     p->l.pp, chunks_of(&p->l), n);
+            note_invalid(s, &p->l, why);
+            return EV_INVALID;
+        }
+        memcpy(p->split, s->q->split, (size_t)n * sizeof *p->split);
+        p->l.stage_layers = p->split;
+    }
     if (msr_plan_check(s->m, &p->l, why, sizeof why) != 0) {
         note_invalid(s, &p->l, why);
         return EV_INVALID;
     }
-    int n = p->l.pp * chunks_of(&p->l);
-    if (n <= MSR_PLAN_MAX_STAGES) {
+    if (s->q->split_n == 0 && n <= MSR_PLAN_MAX_STAGES) {
         even_split(s->m->layers, n, p->split);
         if (!s->q->even_split && n > 1 && balanced_split(s, &p->l)) {
             memcpy(p->split, s->cache.split, (size_t)n * sizeof *p->split);
@@ -334,7 +346,7 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
     }
     int r = 0;
     uint64_t peak = msr_plan_peak(s->m, &p->l, s->prec, &r);
-    if ((double)peak > s->budget && p->l.stage_layers != NULL) {
+    if ((double)peak > s->budget && p->l.stage_layers != NULL && s->q->split_n == 0) {
         /* the balanced split moves layers onto the middle stages: the even
          * one may fit where it does not */
         p->l.stage_layers = NULL;

@@ -78,6 +78,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
         msr_mp_config_t m = mp_config(cfg);
         if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp) != MSR_OK)
             return MSR_ERR_CONFIG;
+    } else if (cfg->mp.stage_layers != NULL) { /* one stage: all the layers */
+        if (msr_gpt_split_check(cfg->model.layers, 1, cfg->mp.stage_layers, 1) != MSR_OK)
+            return MSR_ERR_CONFIG;
     }
     return MSR_OK;
 }
@@ -101,6 +104,7 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     if (tr == NULL)
         return MSR_ERR_NO_MEMORY;
     tr->cfg = *cfg;
+    tr->cfg.mp.stage_layers = NULL; /* the whole model: one stage */
     tr->data = data;
     tr->sampler.seed = cfg->seed;
     size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
@@ -162,10 +166,12 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
     tr->targets = msr_calloc(N, sizeof(int));
     if (tr->inputs == NULL || tr->targets == NULL)
         goto err_free;
-    msr_gpt_part_t part = {mesh->tp, mesh->tp_rank, mesh->pp, mesh->pp_rank, tr->cfg.mp.chunks};
+    msr_gpt_part_t part = {mesh->tp,      mesh->tp_rank,     mesh->pp,
+                           mesh->pp_rank, tr->cfg.mp.chunks, cfg->mp.stage_layers};
     st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
     if (st != MSR_OK)
         goto err_free;
+    tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
     st = msr_dp_create(&cfg->par, mesh->dp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
         goto err_free;

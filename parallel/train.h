@@ -41,8 +41,10 @@ typedef struct msr_train_config {
     msr_adamw_config_t adamw;
     msr_dp_config_t par; /* ZeRO stage, buckets */
     /* model parallel (parallel/mp.h): tp and pp degrees (1: none) and the
-     * rest of its settings (sp, schedule, chunks, recompute; micro_batch,
-     * micros and zero are filled in from the fields above) */
+     * rest of its settings (sp, schedule, chunks, recompute, stage_layers;
+     * micro_batch, micros and zero are filled in from the fields above).
+     * mp.stage_layers is read while the trainer is made (tr->cfg's then
+     * points at the model's copy) */
     int tp, pp;
     msr_mp_config_t mp;
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */

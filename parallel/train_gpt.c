@@ -72,6 +72,9 @@ static const opt_spec_t specs[] = {
         "--grad-accum"),
     OPT("virtual-stages", OPT_INT, virtual_stages, 1, 64,
         "model chunks per pipeline rank, for --schedule interleaved (1)"),
+    OPT("pp-layers", OPT_TEXT, pp_layers, 0, 0,
+        "layers of each virtual stage, e.g. 3,5,5,3: pp x virtual-stages counts, each >= 1, "
+        "summing to --layers; stage j = chunk x pp + pipeline rank (even split)"),
     OPT("recompute", OPT_TEXT, recompute, 0, 0,
         "activation recompute: none, selective (attention probabilities and GELU) or full "
         "(each block's forward) (none)"),
@@ -208,10 +211,43 @@ static int parse_options(int argc, char **argv, options_t *o)
     return 0;
 }
 
+int train_gpt_split_check(options_t *o)
+{
+    if (o->pp_layers == NULL && o->split_n == 0)
+        return 0;
+    char text[8 * MSR_GPT_MAX_STAGES];
+    int n = o->split_n, stages = (int)(o->pp * o->virtual_stages);
+    msr_status_t st = MSR_OK;
+    if (o->pp_layers != NULL) {
+        snprintf(text, sizeof text, "%s", o->pp_layers);
+        st = msr_gpt_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n);
+    } else {
+        msr_gpt_split_format(o->split, n, text, sizeof text);
+    }
+    if (o->pp * o->virtual_stages > MSR_GPT_MAX_STAGES) {
+        fprintf(stderr,
+                "train_gpt: --pp-layers %s: pp %" PRId64 " x %" PRId64
+                " virtual stages are more than the %d a split can have\n",
+                text, o->pp, o->virtual_stages, MSR_GPT_MAX_STAGES);
+        return -1;
+    }
+    if (st != MSR_OK || msr_gpt_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
+        fprintf(stderr,
+                "train_gpt: --pp-layers %s (pp %" PRId64 " x %" PRId64 " virtual stages, %" PRId64
+                " layers): %s\n",
+                text, o->pp, o->virtual_stages, o->layers, msr_err_msg());
+        return -1;
+    }
+    o->split_n = msr_gpt_split_is_even((int)o->layers, n, o->split) ? 0 : n;
+    return 0;
+}
+
 /* The combinations this build can run; prints why not and returns -1.
  * Fills in dp when it was left to the world size. */
 static int check_combination(options_t *o, int world, int in_job)
 {
+    if (train_gpt_split_check(o) != 0)
+        return -1;
     if (o->dp == 0) {
         if (world % (o->tp * o->pp) != 0) {
             fprintf(stderr,
@@ -323,7 +359,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
         goto out;
     uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
-    char meta[1024];
+    char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
     if (job->rank == 0)
         fprintf(stderr,
@@ -339,6 +375,12 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 cfg->dp, cfg->pp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
                 msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
                 msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+    if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
+        char split[8 * MSR_GPT_MAX_STAGES];
+        msr_gpt_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
+                             sizeof split);
+        fprintf(stderr, "train_gpt: layers per virtual stage %s (uneven split)\n", split);
+    }
 
     trainer_t t = {&train_gpt_cpu_ops, tr, tr};
     if ((rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log)) != 0)
@@ -517,7 +559,7 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
-    char meta[1024];
+    char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
     cuda_run_t run = {api, tr};
     trainer_t t = {&cuda_ops, &run, NULL};
@@ -623,6 +665,7 @@ int main(int argc, char **argv)
     cfg.mp.schedule = (msr_mp_schedule_t)schedule;
     cfg.mp.chunks = (int)o.virtual_stages;
     cfg.mp.recompute = (msr_mp_recompute_t)recompute;
+    cfg.mp.stage_layers = o.split_n > 0 ? o.split : NULL;
     cfg.mp_always = o.trace != NULL;
     if (msr_train_config_check(&cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());

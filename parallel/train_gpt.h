@@ -19,6 +19,12 @@ typedef struct options {
     int sp;
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;
+    const char *pp_layers; /* --pp-layers' text */
+    /* the layers of each virtual stage when split unevenly: parsed from
+     * pp_layers, or filled in by a planner (pp_layers NULL), then checked by
+     * train_gpt_split_check; split_n 0: the even split */
+    int split[MSR_GPT_MAX_STAGES];
+    int split_n;
     double bucket_mb;
     int64_t zero_min_bytes, overlap;
     int64_t steps, warmup, seed;
@@ -70,6 +76,13 @@ typedef struct trainer {
 
 /* The CPU trainer (msr_trainer_t) behind trainer_ops_t. */
 extern const trainer_ops_t train_gpt_cpu_ops;
+
+/* Parses --pp-layers (o->pp_layers, when given) into o->split and
+ * o->split_n, and checks that split against --layers, --pp and
+ * --virtual-stages: split_n becomes 0 when it is the even split, which then
+ * runs and resumes as if not given. Returns 0, or -1 with the reason
+ * printed. */
+int train_gpt_split_check(options_t *o);
 
 /* The text a resume must match: the settings that decide the numbers
  * (whatever the device, so CPU and GPU runs resume each other). G: the

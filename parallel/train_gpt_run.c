@@ -60,6 +60,13 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
         snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
                  cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
     }
+    if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
+        size_t used = strlen(meta);
+        used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
+        if (used < len)
+            msr_gpt_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
+                                 len - used);
+    }
 }
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
@@ -229,6 +236,21 @@ static long peak_rss_kib(void)
     return kib;
 }
 
+/* The work space the rank's runtime allocated besides parameters, state
+ * and kept activations: the whole model's (msr_gpt_carve_work, with its
+ * own inputs and targets) or the model-parallel runtime's (point_work),
+ * and the trainer's inputs and targets (every micro-batch of a step under
+ * the model-parallel runtime, one otherwise). */
+static size_t work_bytes(const msr_trainer_t *tr)
+{
+    size_t N = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.max_seq;
+    if (tr->mp != NULL)
+        return msr_mp_stats(tr->mp)->work_bytes + 2 * N * (size_t)tr->cfg.grad_accum * sizeof(int);
+    size_t model = tr->model->work_count * sizeof(float) +
+                   (tr->model->inputs != NULL ? 2 * N * sizeof(int) : 0);
+    return model + 2 * N * sizeof(int);
+}
+
 /* One line per rank: bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
 {
@@ -236,17 +258,17 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
     msr_dp_memory(tr->dp, &m);
     const msr_dp_stats_t *s = &tr->dp->stats;
     double n = s->steps > 0 ? (double)s->steps : 1.0;
-    fprintf(
-        stderr,
-        "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
-        "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
-        "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; peak RSS %ld "
-        "KiB\n",
-        job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak, m.shard_elems,
-        tr->model->num_params, m.replicated_elems, 1e-6 * (double)s->forward_ns / n,
-        1e-6 * (double)s->backward_ns / n, 1e-6 * (double)s->wait_ns / n,
-        1e-6 * (double)s->exposed_ns / n, 1e-6 * (double)s->update_ns / n,
-        1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets, peak_rss_kib());
+    fprintf(stderr,
+            "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
+            "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
+            "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; work %zu "
+            "bytes; peak RSS %ld KiB\n",
+            job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak,
+            m.shard_elems, tr->model->num_params, m.replicated_elems,
+            1e-6 * (double)s->forward_ns / n, 1e-6 * (double)s->backward_ns / n,
+            1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
+            1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
+            work_bytes(tr), peak_rss_kib());
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;

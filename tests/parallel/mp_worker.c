@@ -3,8 +3,10 @@
  *
  *   mp_worker LAYOUT...
  *
- * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero", e.g.
- * "2,2,2,1,1f1b,1,full,1". For each, the first dp x pp x tp ranks of the
+ * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero[,split]", e.g.
+ * "2,2,2,1,1f1b,1,full,1", where split, when given, is the layers of each
+ * virtual stage separated by ':' (train_gpt's --pp-layers, e.g.
+ * "1,4,1,0,1f1b,1,none,0,1:3:3:1"). For each, the first dp x pp x tp ranks of the
  * job form a mesh (the others wait for the next layout) and train a tiny
  * GPT (L = 8, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
  * sequences (micro-batches of 2: grad-accum = 4 / dp micro-batches per dp
@@ -55,13 +57,21 @@ static void fail(const char *fmt, ...)
 typedef struct layout {
     int dp, pp, tp, sp, chunks, zero;
     int schedule, recompute;
+    int split[64], split_n; /* the uneven split; split_n 0: the even one */
 } layout_t;
 
 static int parse_layout(const char *s, layout_t *l)
 {
-    char sched[16], rc[16];
-    if (sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d", &l->dp, &l->pp, &l->tp, &l->sp, sched,
-               &l->chunks, rc, &l->zero) != 8)
+    char sched[16], rc[16], split[256] = "";
+    int n = sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d,%255s", &l->dp, &l->pp, &l->tp, &l->sp,
+                   sched, &l->chunks, rc, &l->zero, split);
+    if (n != 8 && n != 9)
+        return -1;
+    l->split_n = 0;
+    for (char *p = split; *p != '\0'; p++)
+        if (*p == ':')
+            *p = ',';
+    if (n == 9 && msr_gpt_split_parse(split, l->split, 64, &l->split_n) != MSR_OK)
         return -1;
     l->schedule = msr_mp_schedule_parse(sched);
     l->recompute = msr_mp_recompute_parse(rc);
@@ -92,6 +102,7 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
     c.mp.schedule = (msr_mp_schedule_t)l->schedule;
     c.mp.chunks = l->chunks;
     c.mp.recompute = (msr_mp_recompute_t)l->recompute;
+    c.mp.stage_layers = l->split_n > 0 ? l->split : NULL;
     return c;
 }
 
@@ -130,6 +141,9 @@ int main(int argc, char **argv)
     for (int a = 1; a < argc; a++) {
         layout_t l;
         CHECK(parse_layout(argv[a], &l) == 0, "bad layout '%s'", argv[a]);
+        CHECK(l.split_n == 0 || l.split_n == l.pp * l.chunks,
+              "layout %s: the split has %d entries for pp %d x %d chunks", argv[a], l.split_n, l.pp,
+              l.chunks);
         int n = l.dp * l.pp * l.tp;
         CHECK(n <= size, "layout %s needs %d ranks, the job has %d", argv[a], n, size);
         msr_comm_t *sub = NULL;
@@ -141,6 +155,12 @@ int main(int argc, char **argv)
         msr_train_config_t c = config(&l, mesh->dp_rank);
         msr_trainer_t *tr = NULL;
         CHECK_OK(msr_trainer_create_mesh(&c, ds, mesh, &tr));
+        for (int k = 0; k < l.split_n && k < l.chunks; k++) { /* the split is the one asked */
+            int j = k * l.pp + mesh->pp_rank;
+            CHECK(tr->model->chunk_hi[k] - tr->model->chunk_lo[k] == l.split[j],
+                  "%s: rank %d chunk %d holds %d layers, not %d", argv[a], rank, k,
+                  tr->model->chunk_hi[k] - tr->model->chunk_lo[k], l.split[j]);
+        }
         double worst = 0.0, worst_norm = 0.0;
         for (int i = 0; i < STEPS; i++) {
             double loss;

@@ -507,6 +507,114 @@ static void test_bad_input(void)
     msr_gpt_destroy(m);
 }
 
+/* ---- an uneven split of the layers into pipeline stages ---- */
+
+static void test_split(void)
+{
+    int sp[8], n = -1;
+    MSR_CHECK_OK(msr_gpt_split_parse("3,5,5,3", sp, 8, &n));
+    MSR_CHECK_EQ(n, 4);
+    MSR_CHECK(sp[0] == 3 && sp[1] == 5 && sp[2] == 5 && sp[3] == 3);
+    MSR_CHECK_OK(msr_gpt_split_check(16, 4, sp, n));
+    MSR_CHECK(!msr_gpt_split_is_even(16, n, sp));
+    char buf[32];
+    MSR_CHECK_EQ(msr_gpt_split_format(sp, n, buf, sizeof buf), 7);
+    MSR_CHECK_STR(buf, "3,5,5,3");
+    MSR_CHECK_EQ(msr_gpt_split_format(sp, n, buf, 4), 7); /* truncated as snprintf */
+    MSR_CHECK_STR(buf, "3,5");
+    /* the even split of 10 into 4: 2, 3, 2, 3 */
+    const int even[] = {2, 3, 2, 3};
+    MSR_CHECK(msr_gpt_split_is_even(10, 4, even));
+    for (int j = 0; j < 4; j++) {
+        int lo, hi, elo, ehi;
+        msr_gpt_split_stage(10, 4, even, j, &lo, &hi);
+        msr_gpt_split_stage(10, 4, NULL, j, &elo, &ehi);
+        MSR_CHECK(lo == elo && hi == ehi);
+    }
+    int lo = -1, hi = -1;
+    msr_gpt_split_stage(16, 4, sp, 2, &lo, &hi);
+    MSR_CHECK(lo == 8 && hi == 13);
+
+    /* refusals, each naming its fault */
+    const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"", "entry 1 is empty"},
+        {"3,,5", "entry 2 is empty"},
+        {"3,5,", "entry 3 is empty"},
+        {"3,x", "entry 2 'x' is not a layer count"},
+        {"3,-1", "entry 2 '-1' is not a layer count"},
+        {"3, 5", "entry 2 ' 5' is not a layer count"},
+        {"1,1,1,1,1,1,1,1,1", "more than 8 entries"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = -1;
+        MSR_CHECK_STATUS(msr_gpt_split_parse(bad[i].text, sp, 8, &n), MSR_ERR_CONFIG);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad[i].why) != NULL, "'%s': %s", bad[i].text,
+                      msr_err_msg());
+        MSR_CHECK_EQ(n, -1);
+    }
+    const int s3[] = {3, 5, 5}, s0[] = {3, 0, 8, 5}, s15[] = {3, 5, 4, 3};
+    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s3, 3), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "3 entries for 4 virtual stages") != NULL);
+    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s0, 4), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "virtual stage 1 has 0 layers") != NULL);
+    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s15, 4), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "sum to 15, not the 16 layers") != NULL);
+
+    /* a part: pp 2 x 2 chunks of 8 layers split 1,3,3,1; virtual stage j
+     * = c * pp + pp_rank, so rank 0 holds stages 0 and 2: layers 0 and 4..6 */
+    msr_gpt_config_t c = {MSR_GPT_VOCAB, 8, 8, 2, 16};
+    int split[] = {1, 3, 3, 1};
+    msr_gpt_part_t part = {1, 0, 2, 0, 2, split};
+    MSR_CHECK_OK(msr_gpt_part_check(&c, &part));
+    msr_gpt_t *m = NULL;
+    MSR_CHECK_OK(msr_gpt_create_part(&c, &part, 0, &m));
+    MSR_CHECK(m->chunk_lo[0] == 0 && m->chunk_hi[0] == 1);
+    MSR_CHECK(m->chunk_lo[1] == 4 && m->chunk_hi[1] == 7);
+    MSR_CHECK_EQ(m->num_segments, 1 + 1 + 3); /* embeddings, h0, h4..h6 */
+    MSR_CHECK_STR(m->tensors[2].name, "h0.ln1w");
+    MSR_CHECK_STR(m->tensors[2 + 12].name, "h4.ln1w");
+    MSR_CHECK_EQ(m->num_params, msr_gpt_num_params(&c) - 4 * (12 * 16 * 16 + 13 * 16) - 2 * 16);
+    /* the model keeps its own copy */
+    MSR_CHECK(m->part.stage_layers != split && m->part.stage_layers[1] == 3);
+    split[1] = 99;
+    MSR_CHECK_EQ(m->part.stage_layers[1], 3);
+    split[1] = 3;
+    msr_gpt_destroy(m);
+    part.pp_rank = 1; /* stages 1 and 3: layers 1..3 and 7, and the final norm */
+    MSR_CHECK_OK(msr_gpt_create_part(&c, &part, 0, &m));
+    MSR_CHECK(m->chunk_lo[0] == 1 && m->chunk_hi[0] == 4);
+    MSR_CHECK(m->chunk_lo[1] == 7 && m->chunk_hi[1] == 8);
+    MSR_CHECK(m->seg_embed == -1 && m->seg_lnf == m->num_segments - 1);
+    msr_gpt_destroy(m);
+    int wrong[] = {1, 3, 4, 1};
+    part.stage_layers = wrong;
+    MSR_CHECK_STATUS(msr_gpt_part_check(&c, &part), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "sum to 9, not the 8 layers") != NULL);
+    m = NULL;
+    MSR_CHECK_STATUS(msr_gpt_create_part(&c, &part, 0, &m), MSR_ERR_CONFIG);
+    MSR_CHECK(m == NULL);
+
+    /* every allocation failing in turn, the split's copy included */
+    part.stage_layers = split;
+    for (long i = 0;; i++) {
+        m = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_gpt_create_part(&c, &part, 0, &m);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            msr_gpt_destroy(m);
+            MSR_CHECK(i > 1);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+        MSR_CHECK(m == NULL);
+    }
+}
+
 /* Every allocation of create failing in turn gives MSR_ERR_NO_MEMORY and
  * leaks nothing (the sanitizer build checks the leaks). */
 static void test_no_memory(void)
@@ -533,7 +641,7 @@ static const msr_test_t tests[] = {
     {"gradient", test_gradient, 60},       {"deterministic", test_deterministic, 10},
     {"hooks_order", test_hooks_order, 10}, {"hooks_redirect", test_hooks_redirect, 10},
     {"hooks_poll", test_hooks_poll, 10},   {"bad_input", test_bad_input, 10},
-    {"no_memory", test_no_memory, 10},
+    {"no_memory", test_no_memory, 10},     {"split", test_split, 10},
 };
 
 int main(int argc, char **argv)

@@ -124,6 +124,77 @@ static void test_runtime_part_and_frames(void)
     }
 }
 
+/* An uneven split of the layers (layout.stage_layers, train_gpt
+ * --pp-layers): each rank's part and chunk frames against the runtime's
+ * part made with the same split; bad splits refused. */
+static void test_runtime_uneven_split(void)
+{
+    msr_plan_model_t m = gpt(8, 32, 4, 16);
+    msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 8, 4, 32};
+    static const struct {
+        int pp, chunks, split[8];
+    } splits[] = {
+        {2, 1, {1, 7}},       {2, 1, {6, 2}},       {4, 1, {1, 3, 3, 1}},
+        {4, 1, {2, 1, 1, 4}}, {2, 2, {1, 3, 3, 1}}, {2, 2, {4, 1, 1, 2}},
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        int pp = splits[i].pp, v = splits[i].chunks;
+        for (int tp = 1; tp <= 2; tp++) {
+            for (int rc = 0; rc < 3; rc++) {
+                msr_plan_layout_t l =
+                    layout(1, tp, pp, 0, 0, rc, v > 1 ? MSR_PLAN_INTERLEAVED : MSR_PLAN_1F1B, v, 4);
+                l.stage_layers = splits[i].split;
+                char why[200];
+                MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+                msr_mp_config_t mc = {0, (msr_mp_schedule_t)l.schedule,
+                                      v, (msr_mp_recompute_t)rc,
+                                      2, 4,
+                                      0, splits[i].split};
+                MSR_CHECK_OK(msr_mp_check(&gc, &mc, pp, tp));
+                for (int r = 0; r < tp * pp; r++) {
+                    msr_plan_rank_t o, even;
+                    msr_plan_rank(&m, &l, MSR_PLAN_FP32, r, &o);
+                    msr_gpt_part_t part = {tp, r % tp, pp, r / tp, v, splits[i].split};
+                    msr_gpt_t *g = NULL;
+                    MSR_CHECK_OK(msr_gpt_create_part(&gc, &part, 0, &g));
+                    MSR_CHECK_EQ(o.part_params, (uint64_t)g->num_params);
+                    int maxl = 0, held = 0;
+                    for (int k = 0; k < v; k++) {
+                        int n = g->chunk_hi[k] - g->chunk_lo[k];
+                        MSR_CHECK_EQ(n, splits[i].split[k * pp + r / tp]);
+                        maxl = n > maxl ? n : maxl;
+                        held += n;
+                    }
+                    int lastl = g->chunk_hi[v - 1] - g->chunk_lo[v - 1];
+                    MSR_CHECK_EQ(o.frame_bytes[0],
+                                 (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, maxl, 0));
+                    MSR_CHECK_EQ(o.frame_bytes[1],
+                                 (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, lastl, 1));
+                    /* the split moved layers: the even split's part differs
+                     * by the blocks this rank gained or lost */
+                    msr_plan_layout_t le = l;
+                    le.stage_layers = NULL;
+                    msr_plan_rank(&m, &le, MSR_PLAN_FP32, r, &even);
+                    uint64_t block = 12 * 32 * 32 / (uint64_t)tp + 6 * 32 + 7 * 32 / (uint64_t)tp;
+                    MSR_CHECK_EQ(o.part_params + (uint64_t)(v * 8 / (pp * v)) * block,
+                                 even.part_params + (uint64_t)held * block);
+                    msr_gpt_destroy(g);
+                }
+            }
+        }
+    }
+    /* refusals: an empty stage, a wrong sum */
+    msr_plan_layout_t l = layout(1, 1, 2, 0, 0, 0, MSR_PLAN_1F1B, 1, 4);
+    const int zero[] = {0, 8}, seven[] = {3, 4};
+    char why[200];
+    l.stage_layers = zero;
+    MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) == -1);
+    MSR_CHECK_MSG(strstr(why, "virtual stage 0 has 0 layers") != NULL, "%s", why);
+    l.stage_layers = seven;
+    MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) == -1);
+    MSR_CHECK_MSG(strstr(why, "sum to 7, not the 8 layers") != NULL, "%s", why);
+}
+
 /* dp's layout and bytes against msr_dp_create's, alone (dp 1), every
  * stage, small buckets so there are many and replicated segments. */
 static void test_runtime_dp_alone(void)
@@ -284,6 +355,7 @@ static const msr_test_t tests[] = {
     {"zero_paper", test_zero_paper, 10},
     {"korthikanti", test_korthikanti, 10},
     {"runtime_part_and_frames", test_runtime_part_and_frames, 30},
+    {"runtime_uneven_split", test_runtime_uneven_split, 30},
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
     {"runtime_whole", test_runtime_whole, 10},
     {"schedules", test_schedules, 10},
