@@ -8,8 +8,8 @@
  * The cluster is --cluster FILE (read by rank 0 and broadcast) or measured
  * now by every rank together, so that every rank plans alike. Layout
  * options given on the command line (--dp, --tp, --pp, --sp, --zero,
- * --recompute, --micro-batch, --schedule, --virtual-stages) fix the
- * search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
+ * --recompute, --micro-batch, --schedule, --virtual-stages, --pp-layers)
+ * fix the search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
  * leaves no layout is bad input. Bad input: one line (from every rank
  * that meets it), exit status 2. */
 #include <errno.h>
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/status.h"
 #include "parallel/gpt.h"
 #include "parallel/mp.h"
@@ -277,9 +278,16 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     q.search = q.world <= 1024 ? MSR_PLAN_SEARCH_EXHAUSTIVE : MSR_PLAN_SEARCH_FAST;
     q.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
     q.zero_min_bytes = (size_t)o->zero_min_bytes;
-    /* the runtime of this build splits layers evenly (no --pp-layers):
-     * plan what it can run */
-    q.even_split = 1;
+    /* layers split as the search finds best; --pp-layers given fixes it */
+    q.even_split = 0;
+    int given_split[MSR_GPT_MAX_STAGES];
+    if (o->pp_layers != NULL) {
+        int n = 0;
+        if (msr_gpt_split_parse(o->pp_layers, given_split, MSR_GPT_MAX_STAGES, &n) != MSR_OK)
+            return refuse(job, "--pp-layers %s: %s", o->pp_layers, msr_err_msg());
+        q.split = given_split;
+        q.split_n = n;
+    }
 
     msr_plan_cluster_t c;
     const char *origin = NULL;
@@ -333,17 +341,29 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     o->global_batch = q.global_batch;
     o->schedule = msr_mp_schedule_name((msr_mp_schedule_t)p->l.schedule);
     o->virtual_stages = p->l.chunks;
+    /* the split: the planner's, into o->split (train_gpt_split_check
+     * checks it with the rest) */
+    char split_text[8 * MSR_PLAN_MAX_STAGES] = "";
+    o->pp_layers = NULL;
+    o->split_n = 0;
+    if (p->l.stage_layers != NULL) {
+        o->split_n = p->l.pp * p->l.chunks;
+        memcpy(o->split, p->l.stage_layers, (size_t)o->split_n * sizeof o->split[0]);
+        snprintf(split_text, sizeof split_text, " pp-layers ");
+        msr_gpt_split_format(o->split, o->split_n, split_text + strlen(split_text),
+                             sizeof split_text - strlen(split_text));
+    }
     if (job->rank == 0) {
         char peak[32];
         msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
         fprintf(stderr,
                 "train_gpt: --auto: plan 1 of %" PRIu64
                 ": dp %d tp %d pp %d%s zero %d recompute %s micro-batch %d grad-accum %d "
-                "schedule %s virtual-stages %d; predicted %.4g ms per step, %.0f tokens/s, %s "
+                "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
                 "per rank at most (cluster: %s)\n",
                 pruned.found, p->l.dp, p->l.tp, p->l.pp, p->l.sp ? " sp" : "", p->l.zero,
-                o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks, p->t.step_ms,
-                p->t.tokens_per_s, peak, origin);
+                o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks, split_text,
+                p->t.step_ms, p->t.tokens_per_s, peak, origin);
     }
 out:
     free(plans);

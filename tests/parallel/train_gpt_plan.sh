@@ -101,6 +101,26 @@ grep -q "plan 1 of [0-9]*: $want " "$work/err" ||
 grep -q "batch $((dp * mb * accum)) = micro $mb x accum $accum x dp $dp" "$work/err" ||
     fail "--auto: the run's batch: $(cat "$work/err")"
 
+# the split of layers: a head heavier than a layer (8 channels, 256 bytes
+# of vocabulary: the head's 2NCV FLOPs are 1.6 blocks') makes plan 1 of pp
+# 4 with 1F1B uneven; --auto takes that split and the runtime runs it
+uneven=(--layers 16 --channels 8 --heads 2 --seq 32 --global-batch 8 --steps 2 --schedule 1f1b
+    --cluster "$work/cluster")
+msrun_n 4 "${uneven[@]}" --pp 4 --plan >"$work/uplan" 2>"$work/err" || fail "--plan uneven: $(cat "$work/err")"
+split=$(rows "$work/uplan" | awk 'NR == 1 { print $NF }')
+[[ "$split" =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]] || fail "plan 1 not split unevenly: $(cat "$work/uplan")"
+msrun_n 4 "${uneven[@]}" --pp 4 --auto >"$work/out" 2>"$work/err" || fail "--auto uneven: $(cat "$work/err")"
+grep -q "train_gpt: --auto: plan 1 of .* virtual-stages 1 pp-layers $split; predicted" "$work/err" ||
+    fail "--auto did not take the split $split: $(cat "$work/err")"
+grep -q "train_gpt: layers per virtual stage $split (uneven split)" "$work/err" ||
+    fail "the runtime did not run the split $split: $(cat "$work/err")"
+grep -q "step 2 loss" "$work/out" || fail "--auto uneven did not train: $(cat "$work/err")"
+# --pp-layers given fixes the split
+msrun_n 4 "${uneven[@]}" --pp-layers 5,4,4,3 --plan >"$work/fplan" 2>"$work/err" ||
+    fail "--plan --pp-layers: $(cat "$work/err")"
+[[ $(rows "$work/fplan" | awk '$NF != "5,4,4,3"' | wc -l) -eq 0 && $(rows "$work/fplan" | wc -l) -gt 0 ]] ||
+    fail "--pp-layers 5,4,4,3 not kept: $(cat "$work/fplan")"
+
 # --auto on 4 ranks measuring the cluster in memory, with a fix
 msrun_n 4 "${model[@]}" --auto --zero 1 >"$work/out" 2>"$work/err" ||
     fail "--auto measured: $(tail -5 "$work/err")"
@@ -140,6 +160,9 @@ refuse "no layout of 1 ranks and global batch 7 with the options given: [1-9][0-
 refuse "no layout .* over 0.0001 GiB per rank (the first .*over the budget" "${model[@]}" --plan \
     --cluster "$work/tiny"
 refuse "--schedule 'zigzag' is not one of" --auto --schedule zigzag
+refuse "--pp-layers 3,x: entry 2 'x' is not a layer count" --plan --pp-layers 3,x
+refuse "no layout .*--pp-layers has 2 entries, pp 1 x 1 virtual stages are 1" "${model[@]}" \
+    --auto --pp-layers 2,2 --cluster "$work/cluster"
 
 # under msrun: the job exits 2; each rank that says why says the same line
 # (the first to exit ends the job, so not every rank may get to say it)
