@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -41,12 +42,17 @@ static int refuse(const job_t *job, const char *fmt, ...) __attribute__((format(
 static int refuse(const job_t *job, const char *fmt, ...)
 {
     (void)job;
+    /* one write: a rank the job's end kills mid-line leaves no part line */
+    char line[2048];
+    int n = snprintf(line, sizeof line, "train_gpt: ");
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "train_gpt: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
+    strcat(line, "\n");
+    fflush(stderr);
+    ssize_t w = write(STDERR_FILENO, line, strlen(line));
+    (void)w; /* nothing better to do when stderr is gone */
     return EXIT_BAD_INPUT;
 }
 
