@@ -42,8 +42,8 @@
 /* Each measurement repeats its call, doubling the count, until one round
  * lasts this long: long enough to hide the clock and a stray scheduling
  * hiccup, short enough that the whole calibration takes seconds. */
-#define CALIB_ROUND_NS       (60 * 1000 * 1000ull)
-#define CALIB_COMM_ROUND_NS  (100 * 1000 * 1000ull)
+#define CALIB_ROUND_NS       (20 * 1000 * 1000ull)
+#define CALIB_COMM_ROUND_NS  (60 * 1000 * 1000ull)
 /* The activation buffers are sized for one micro-batch but at most this
  * many rows: the rate no longer depends on the rows long before. */
 #define CALIB_MAX_ROWS       4096
