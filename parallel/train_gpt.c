@@ -115,8 +115,29 @@ static const opt_spec_t specs[] = {
         "every rank prints its memory and time breakdown at the end (and the exposed "
         "communication: one more allreduce per step; with the model-parallel runtime its "
         "stage, bubble and activation peak)"),
+    OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
+        "measure this machine for the planner (kernels at the model's shapes, the job's "
+        "collectives; seconds) and write the cluster file here (rank 0); no training"),
+    OPT("plan", OPT_FLAG, plan, 0, 0,
+        "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
+    OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
+    OPT("explain", OPT_INT, explain, 1, 1e9, "print plan N broken down, and exit"),
+    OPT("cluster", OPT_TEXT, cluster, 0, 0,
+        "the cluster file for --plan, --explain and --auto (else measured now, as --calibrate)"),
+    OPT("auto", OPT_FLAG, auto_plan, 0, 0,
+        "train with the planner's best layout (rank 0 prints it); layout options given fix the "
+        "search (see docs/plan.md)"),
     OPT("help", OPT_FLAG, help, 0, 0, "this text"),
 };
+_Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");
+
+int train_gpt_given(const options_t *o, const char *name)
+{
+    for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
+        if (strcmp(specs[k].name, name) == 0)
+            return (o->given >> k) & 1;
+    return 0;
+}
 
 static void usage(FILE *out)
 {
@@ -145,6 +166,7 @@ static int parse_options(int argc, char **argv, options_t *o)
             fprintf(stderr, "train_gpt: unknown option '%s' (see --help)\n", arg);
             return -1;
         }
+        o->given |= (uint64_t)1 << (sp - specs);
         void *field = (char *)o + sp->offset;
         if (sp->kind == OPT_FLAG) {
             if (eq != NULL) {
@@ -591,6 +613,13 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
+    if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
+        o.cluster != NULL) {
+        int done = 0;
+        if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
+            goto out;
+        rc = EXIT_BAD_INPUT;
+    }
     if (check_combination(&o, job.world, job.ctx != NULL) != 0)
         goto out;
     int schedule = msr_mp_schedule_parse(o.schedule != NULL ? o.schedule : "1f1b");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "msrun/msrun.h"
+#include "parallel/plan.h"
 #include "parallel/train.h"
 
 #define EXIT_BAD_INPUT 2
@@ -38,7 +39,15 @@ typedef struct options {
     const char *device;
     int report;
     int help;
+    /* the planner (train_gpt_calibrate.c, train_gpt_plan.c) */
+    const char *calibrate, *cluster;
+    int plan, plan_all, auto_plan;
+    int64_t explain;
+    uint64_t given; /* bit k: specs[k] was on the command line */
 } options_t;
+
+/* Whether option name ("dp", without dashes) was on the command line. */
+int train_gpt_given(const options_t *o, const char *name);
 
 /* The job this process belongs to: msrun's when it started us, else a
  * world of one. */
@@ -91,5 +100,45 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
 
 /* --report: one line per rank, bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
+
+/* ---- the planner's front ends ---- */
+
+/* What --calibrate measured (bits of calib_t.measured); the rest of the
+ * cluster keeps msr_plan_cluster_default's values. */
+enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_INTER };
+
+typedef struct calib {
+    msr_plan_cluster_t c;
+    unsigned measured;
+    double matmul_tflops, attn_tflops; /* of c.peak_tflops, each alone (for the record) */
+    int64_t rows;                      /* the matmuls' rows */
+    size_t comm_bytes;                 /* the allreduce's size */
+    int ranks;
+    double seconds; /* the calibration took */
+} calib_t;
+
+/* Measures this machine at the model's shapes (parallel/train_gpt_calibrate.c,
+ * docs/plan.md "Calibrate"). Collective: every rank of comm calls it (comm
+ * NULL alone). On success every rank holds the same *out. Returns 0, or -1
+ * with the failure printed (by the rank that met it). */
+int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out);
+
+/* The cluster file's text for k: msr_plan_cluster_format's lines under a
+ * header saying what was measured, keys not measured commented out.
+ * Returns the length, or -1 when len is too small. */
+int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, size_t len);
+
+/* One line saying what k measured (no newline). */
+void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len);
+
+/* --calibrate FILE: measures; rank 0 writes FILE. Returns the exit status
+ * (2: FILE cannot be written). */
+int train_gpt_calibrate_main(const options_t *o, const job_t *job);
+
+/* --plan, --plan-all, --explain N and --auto (parallel/train_gpt_plan.c).
+ * Before the usual checks: prints the plans and sets *done_p, or (--auto)
+ * sets o's layout from the best plan. Collective over the job. Returns the
+ * exit status so far (0: go on unless *done_p). */
+int train_gpt_plan(options_t *o, const job_t *job, int *done_p);
 
 #endif

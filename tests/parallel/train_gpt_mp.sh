@@ -59,7 +59,8 @@ refuse 2 "need the interleaved schedule" "${small[@]}" --pp 2 --virtual-stages 2
 refuse 2 "ZeRO stage 3 is not supported with tensor or pipeline parallel" "${small[@]}" --tp 2 \
     --zero 3
 refuse 1 "--trace $work/no/such/dir/t.json: No such file" "${small[@]}" --trace "$work/no/such/dir/t.json"
-timeout 30 "$bin/train_gpt" --help | grep -q -- "--virtual-stages" || fail "--help"
+timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
+grep -q -- "--virtual-stages" "$work/help" || fail "--help"
 
 # the 2 x 2 x 2 mesh (sp, selective recompute, ZeRO-1) prints the losses of
 # one process on the same global batch (to the 6 printed decimals)

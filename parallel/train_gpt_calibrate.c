@@ -1,0 +1,640 @@
+/* train_gpt --calibrate: measures this machine for the planner's time
+ * model (parallel/plan.h's cluster, docs/plan.md "Calibrate") through
+ * train_gpt's own kernels and communicator, a few seconds in all:
+ *
+ *   peak_tflops     the FLOPs of a forward and backward pass over the time
+ *                   train_gpt's kernels take for them at the model's shapes
+ *                   on one micro-batch: msr_matmul_forward/backward for a
+ *                   block's qkv, attproj, fc, fcproj (L times) and the
+ *                   head, and msr_attention_forward/backward (L times),
+ *                   counted as the time model counts them; every rank at
+ *                   once, as in training
+ *   mem_gbs         the element-wise kernels (layernorm, GELU, residual)
+ *                   at the model's activation shapes: bytes read and
+ *                   written per second
+ *   kernel_us       one call of the smallest matmul (1 x 1 x 1)
+ *   latency_us      half a one-element round trip between two ranks
+ *   intra_gbs       an allreduce among the ranks of each node: 2 (n-1)/n
+ *                   bytes over its time less the latencies the time model
+ *                   charges it (the shared-memory algorithm's 2)
+ *   inter_gbs       the same among one rank of each node (several nodes;
+ *                   the ring's 2 (n-1) latencies)
+ *   ranks_per_node  the launcher's local world size
+ *   mem_gib         the node's physical memory over its ranks
+ *
+ * Rates are the slowest rank's and costs the largest, agreed by allreduce,
+ * so every rank ends with the same cluster. */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/time.h"
+#include "parallel/gpt.h"
+#include "parallel/layers.h"
+#include "parallel/train_gpt.h"
+
+/* Each measurement repeats its call, doubling the count, until one round
+ * lasts this long: long enough to hide the clock and a stray scheduling
+ * hiccup, short enough that the whole calibration takes seconds. */
+#define CALIB_ROUND_NS       (20 * 1000 * 1000ull)
+#define CALIB_COMM_ROUND_NS  (60 * 1000 * 1000ull)
+/* The activation buffers are sized for one micro-batch but at most this
+ * many rows: the rate no longer depends on the rows long before. */
+#define CALIB_MAX_ROWS       4096
+/* The allreduce that measures bandwidth moves the model's gradients, held
+ * within these bounds (a tiny model's would measure latency only). */
+#define CALIB_MIN_COMM_BYTES ((size_t)256 << 10)
+#define CALIB_MAX_COMM_BYTES ((size_t)16 << 20)
+
+/* The buffers the kernels run on. */
+typedef struct calib_bufs {
+    int N, C, V, NH, T, B;
+    float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+    float *mean, *rstd, *att, *scratch;
+} calib_bufs_t;
+
+/* One kernel call to time: which, and its matmul sizes. */
+typedef enum calib_kind {
+    K_MM_FWD,
+    K_MM_BWD,
+    K_ATTN_FWD,
+    K_ATTN_BWD,
+    K_LN_FWD,
+    K_LN_BWD,
+    K_GELU_FWD,
+    K_GELU_BWD,
+    K_RESIDUAL,
+} calib_kind_t;
+
+typedef struct calib_call {
+    calib_kind_t kind;
+    int N, IC, OC; /* matmuls: rows, in and out channels */
+} calib_call_t;
+
+static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
+{
+    size_t nc = (size_t)b->N * (size_t)b->C;
+    switch (k->kind) {
+    case K_MM_FWD:
+        msr_matmul_forward(b->out, b->inp, b->weight, b->bias, k->N, k->IC, k->OC);
+        break;
+    case K_MM_BWD:
+        msr_matmul_backward(b->dinp, b->dweight, b->dbias, b->dout, b->inp, b->weight, k->N, k->IC,
+                            k->OC);
+        break;
+    case K_ATTN_FWD:
+        msr_attention_forward(b->out, b->att, b->inp, b->B, b->T, b->C, b->NH);
+        break;
+    case K_ATTN_BWD:
+        msr_attention_backward(b->dinp, b->scratch, b->dout, b->inp, b->att, b->B, b->T, b->C,
+                               b->NH);
+        break;
+    case K_LN_FWD:
+        msr_layernorm_forward(b->out, b->mean, b->rstd, b->inp, b->weight, b->bias, b->N, b->C);
+        break;
+    case K_LN_BWD:
+        msr_layernorm_backward(b->dinp, b->dweight, b->dbias, b->dout, b->inp, b->weight, b->mean,
+                               b->rstd, b->N, b->C);
+        break;
+    case K_GELU_FWD:
+        msr_gelu_forward(b->out, b->inp, 4 * nc);
+        break;
+    case K_GELU_BWD:
+        msr_gelu_backward(b->dinp, b->inp, b->dout, 4 * nc);
+        break;
+    case K_RESIDUAL:
+        msr_residual_forward(b->out, b->inp, b->dout, nc);
+        break;
+    }
+}
+
+/* Seconds per call of k on this rank: after one call to warm the caches,
+ * rounds of doubling length until one lasts CALIB_ROUND_NS, then two more
+ * of that length; the median of the three, so that one round another
+ * process disturbed does not decide. */
+static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
+{
+    calib_run(b, k);
+    double t[3];
+    uint64_t reps = 1;
+    for (int n = 0; n < 3;) {
+        uint64_t t0 = msr_now_ns();
+        for (uint64_t i = 0; i < reps; i++)
+            calib_run(b, k);
+        uint64_t dt = msr_now_ns() - t0;
+        if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 40)) {
+            reps *= 2;
+            continue;
+        }
+        t[n++] = (double)dt * 1e-9 / (double)reps;
+    }
+    double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+}
+
+static void calib_bufs_free(calib_bufs_t *b)
+{
+    float **all[] = {&b->inp,     &b->weight, &b->bias, &b->out,  &b->dout, &b->dinp,
+                     &b->dweight, &b->dbias,  &b->mean, &b->rstd, &b->att,  &b->scratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        msr_free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+/* Buffers for the model's shapes: N rows of one micro-batch (at most
+ * CALIB_MAX_ROWS, whole sequences), the widest weight, filled with small
+ * values so no kernel meets a denormal or an overflow. Returns 0 or -1 (out
+ * of memory). */
+static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
+{
+    memset(b, 0, sizeof *b);
+    b->C = (int)o->channels;
+    b->NH = (int)o->heads;
+    b->V = MSR_GPT_VOCAB;
+    b->T = (int)o->seq;
+    int64_t B = o->micro_batch;
+    while (B > 1 && B * o->seq > CALIB_MAX_ROWS)
+        B--;
+    b->B = (int)B;
+    b->N = (int)(B * o->seq);
+    size_t C = (size_t)b->C, N = (size_t)b->N;
+    size_t wide = 4 * C > (size_t)b->V ? 4 * C : (size_t)b->V; /* the widest output */
+    size_t acts = N * (wide > 3 * C ? wide : 3 * C);           /* qkv (N,3C), fc (N,4C) */
+    size_t w = C * wide;
+    size_t att = (size_t)b->B * (size_t)b->NH * (size_t)b->T * (size_t)b->T;
+    float **bufs[] = {&b->inp,  &b->out,   &b->dout, &b->dinp, &b->weight, &b->dweight,
+                      &b->bias, &b->dbias, &b->mean, &b->rstd, &b->att,    &b->scratch};
+    size_t sizes[] = {acts, acts, acts, acts, w, w, wide, wide, N, N, att, (size_t)b->T * b->T};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if ((*bufs[i] = msr_malloc(sizes[i] * sizeof(float))) == NULL) {
+            calib_bufs_free(b);
+            return -1;
+        }
+        for (size_t j = 0; j < sizes[i]; j++) /* small, varied, never denormal */
+            (*bufs[i])[j] = (float)((int)((j * 2654435761u + i) % 1999u) - 999) * 1e-4f;
+    }
+    for (size_t j = 0; j < N; j++)
+        b->rstd[j] = 1.0f;
+    /* the attention probabilities: each row a distribution */
+    memset(b->att, 0, att * sizeof(float));
+    for (size_t r = 0; r < att / (size_t)b->T; r++) {
+        size_t t = r % (size_t)b->T;
+        for (size_t u = 0; u <= t; u++)
+            b->att[r * (size_t)b->T + u] = 1.0f / (float)(t + 1);
+    }
+    return 0;
+}
+
+/* This rank's compute figures. */
+typedef struct calib_compute {
+    double flops_s;        /* the matmuls' and attention's FLOPs of a pass, per second */
+    double matmul_flops_s; /* the matmuls' alone */
+    double attn_flops_s;   /* attention's (its own loops), FLOP/s */
+    double mem_bytes_s;    /* the element-wise kernels' bytes moved per second */
+    double kernel_s;       /* one smallest call, seconds */
+} calib_compute_t;
+
+static int calib_compute(const options_t *o, calib_compute_t *r)
+{
+    calib_bufs_t b;
+    if (calib_bufs_init(&b, o) != 0) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory for the kernels' buffers\n");
+        return -1;
+    }
+    double N = b.N, C = b.C, L = (double)o->layers;
+    /* a block's matmuls, then the head (tied to wte, no bias) */
+    const calib_call_t mm[5] = {{K_MM_FWD, b.N, b.C, 3 * b.C},
+                                {K_MM_FWD, b.N, b.C, b.C},
+                                {K_MM_FWD, b.N, b.C, 4 * b.C},
+                                {K_MM_FWD, b.N, 4 * b.C, b.C},
+                                {K_MM_FWD, b.N, b.C, b.V}};
+    double flops = 0, secs = 0;
+    for (int i = 0; i < 5; i++) {
+        double per = i < 4 ? L : 1.0; /* per model pass: L blocks, one head */
+        double f = 2.0 * N * mm[i].IC * mm[i].OC;
+        calib_call_t bwd = mm[i];
+        bwd.kind = K_MM_BWD;
+        flops += per * 3.0 * f; /* forward f, backward 2f */
+        secs += per * (calib_time(&b, &mm[i]) + calib_time(&b, &bwd));
+    }
+    r->matmul_flops_s = flops / secs;
+    /* attention: q k^T and the weighted sum of v, 2 B NH T^2 HS each way
+     * forward, twice that backward; the time model prices these FLOPs at
+     * the same rate as the matmuls', so the rate is of both together */
+    double attf = 4.0 * b.B * (double)b.T * b.T * C;
+    calib_call_t af = {K_ATTN_FWD, 0, 0, 0}, ab = {K_ATTN_BWD, 0, 0, 0};
+    double atts = calib_time(&b, &af) + calib_time(&b, &ab);
+    r->attn_flops_s = 3.0 * attf / atts;
+    r->flops_s = (flops + L * 3.0 * attf) / (secs + L * atts);
+    /* element-wise: bytes each call reads and writes (fp32) */
+    double nc = N * C;
+    const struct {
+        calib_kind_t kind;
+        double bytes;
+    } ew[] = {
+        {K_LN_FWD, 4.0 * (2 * nc + 2 * N + 2 * C)}, /* inp; out, mean, rstd */
+        {K_LN_BWD, 4.0 * (4 * nc + 2 * N + 5 * C)}, /* dout, inp, dinp r/w */
+        {K_GELU_FWD, 4.0 * (2 * 4 * nc)},           /* inp; out */
+        {K_GELU_BWD, 4.0 * (4 * 4 * nc)},           /* inp, dout, dinp r/w */
+        {K_RESIDUAL, 4.0 * (3 * nc)},               /* a, b; out */
+    };
+    double bytes = 0;
+    secs = 0;
+    for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
+        calib_call_t k = {ew[i].kind, 0, 0, 0};
+        bytes += ew[i].bytes;
+        secs += calib_time(&b, &k);
+    }
+    r->mem_bytes_s = bytes / secs;
+    calib_call_t tiny = {K_MM_FWD, 1, 1, 1};
+    r->kernel_s = calib_time(&b, &tiny);
+    calib_bufs_free(&b);
+    return 0;
+}
+
+/* ---- the communicator ---- */
+
+typedef struct calib_pingpong {
+    msr_comm_t *comm;
+    int a, b; /* the two ranks; the others wait */
+    float *buf;
+    uint64_t count;
+} calib_pingpong_t;
+
+static msr_status_t calib_pingpong_op(void *arg)
+{
+    calib_pingpong_t *p = arg;
+    int me = msr_comm_rank(p->comm);
+    msr_status_t st = MSR_OK;
+    if (me == p->a) {
+        if ((st = msr_comm_send(p->comm, p->buf, p->count, MSR_DTYPE_F32, p->b, 0)) == MSR_OK)
+            st = msr_comm_recv(p->comm, p->buf, p->count, MSR_DTYPE_F32, p->b, 0);
+    } else if (me == p->b) {
+        if ((st = msr_comm_recv(p->comm, p->buf, p->count, MSR_DTYPE_F32, p->a, 0)) == MSR_OK)
+            st = msr_comm_send(p->comm, p->buf, p->count, MSR_DTYPE_F32, p->a, 0);
+    }
+    return st;
+}
+
+typedef struct calib_allreduce {
+    msr_comm_t *comm; /* NULL: this rank takes no part */
+    float *buf;
+    uint64_t count;
+} calib_allreduce_t;
+
+static msr_status_t calib_allreduce_op(void *arg)
+{
+    calib_allreduce_t *r = arg;
+    if (r->comm == NULL)
+        return MSR_OK;
+    return msr_comm_allreduce(r->comm, MSR_IN_PLACE, r->buf, r->count, MSR_DTYPE_F32, MSR_OP_SUM);
+}
+
+/* Seconds per op on the slowest rank: every rank of world runs op in
+ * rounds of doubling length (op may involve a sub-group or a pair; the
+ * rest pass) until the slowest spent CALIB_COMM_ROUND_NS in one, agreed by
+ * an allreduce so all stop together. Returns 0, or -1 with the failure
+ * printed. */
+static int calib_time_comm(msr_comm_t *world, msr_status_t (*op)(void *), void *arg,
+                           const char *what, double *secs_p)
+{
+    msr_status_t st;
+    if ((st = op(arg)) != MSR_OK) /* warm up: connections, buffers */
+        goto fail;
+    for (uint64_t reps = 1;; reps *= 2) {
+        if ((st = msr_comm_barrier(world)) != MSR_OK)
+            goto fail;
+        uint64_t t0 = msr_now_ns();
+        for (uint64_t i = 0; i < reps; i++)
+            if ((st = op(arg)) != MSR_OK)
+                goto fail;
+        double dt = (double)(msr_now_ns() - t0) * 1e-9;
+        if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &dt, 1, MSR_DTYPE_F64, MSR_OP_MAX)) !=
+            MSR_OK)
+            goto fail;
+        if (dt * 1e9 >= (double)CALIB_COMM_ROUND_NS || reps >= ((uint64_t)1 << 30)) {
+            *secs_p = dt / (double)reps;
+            return 0;
+        }
+    }
+fail:
+    fprintf(stderr, "train_gpt: --calibrate: %s: %s: %s\n", what, msr_status_str(st),
+            msr_last_error());
+    return -1;
+}
+
+/* The per-rank bandwidth, bytes/s, the time model's allreduce of bytes
+ * over n ranks implies when it takes secs with msgs latencies lat: 2
+ * (n-1)/n bytes cross each rank's link (parallel/plan_time.c). */
+static double allreduce_bandwidth(double bytes, int n, double secs, double msgs, double lat)
+{
+    double wire = secs - msgs * lat;
+    if (wire < 0.25 * secs) /* latency measured above the whole: keep the plain rate */
+        wire = secs;
+    return 2.0 * (n - 1) / n * bytes / wire;
+}
+
+/* The first rank of world on another node than rank 0, or on the same
+ * one (same != 0); -1 if none. node[]: every rank's node. */
+static int calib_peer(const int *node, int n, int same)
+{
+    for (int r = 1; r < n; r++)
+        if ((node[r] == node[0]) == (same != 0))
+            return r;
+    return -1;
+}
+
+/* Latency and bandwidth inside a node and between nodes, into c; measured
+ * gets the CALIB_* bits of what was. */
+static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_plan_cluster_t *c,
+                      unsigned *measured)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world), rc = -1;
+    int *node = msr_calloc((size_t)n, sizeof *node);
+    uint64_t count = bytes / sizeof(float);
+    float *buf = msr_calloc(count, sizeof *buf);
+    msr_comm_t *local = NULL, *across = NULL;
+    msr_status_t st;
+    if (node == NULL || buf == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory for the communicator's buffers\n");
+        goto out;
+    }
+    int mine = msr_node_rank(job->ctx), lrank = msr_local_rank(job->ctx);
+    if ((st = msr_comm_allgather(world, &mine, node, 1, MSR_DTYPE_I32)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: sharing the nodes: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    /* the ranks of each node; one rank (the same local rank) of each node */
+    if ((st = msr_comm_split(world, mine, me, &local)) != MSR_OK ||
+        (st = msr_comm_split(world, lrank, me, &across)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: grouping by node: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    double lat = 0;
+    for (int same = 1; same >= 0; same--) {
+        int peer = calib_peer(node, n, same);
+        if (peer < 0)
+            continue;
+        calib_pingpong_t pp = {world, 0, peer, buf, 1};
+        double s;
+        if (calib_time_comm(world, calib_pingpong_op, &pp, "a round trip", &s) != 0)
+            goto out;
+        if (s / 2 > lat) /* the slower kind of link decides */
+            lat = s / 2;
+        *measured |= 1u << CALIB_LATENCY;
+    }
+    if (*measured & (1u << CALIB_LATENCY))
+        c->latency_us = lat * 1e6;
+    for (int inside = 1; inside >= 0; inside--) {
+        msr_comm_t *g = inside ? local : across;
+        int gn = msr_comm_size(g);
+        /* every node's group (or every local rank's) runs at once, as
+         * training's groups do; measured where the group has two ranks */
+        int maxn = gn;
+        if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &maxn, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
+            MSR_OK) {
+            fprintf(stderr, "train_gpt: --calibrate: %s\n", msr_status_str(st));
+            goto out;
+        }
+        if (maxn < 2)
+            continue;
+        calib_allreduce_t ar = {gn > 1 ? g : NULL, buf, count};
+        double s;
+        if (calib_time_comm(world, calib_allreduce_op, &ar,
+                            inside ? "an allreduce inside the node" : "an allreduce across nodes",
+                            &s) != 0)
+            goto out;
+        double msgs = inside ? 2.0 : 2.0 * (maxn - 1);
+        double bw = allreduce_bandwidth((double)count * sizeof(float), maxn, s, msgs, lat) * 1e-9;
+        if (inside) {
+            c->intra_gbs = bw;
+            *measured |= 1u << CALIB_INTRA;
+        } else {
+            c->inter_gbs = bw;
+            *measured |= 1u << CALIB_INTER;
+        }
+    }
+    rc = 0;
+out:
+    msr_comm_destroy(across);
+    msr_comm_destroy(local);
+    msr_free(buf);
+    msr_free(node);
+    return rc;
+}
+
+/* The machine's memory per rank, GiB; 0 when unknown. */
+static double calib_mem_gib(int ranks_per_node)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0 || ranks_per_node < 1)
+        return 0;
+    return (double)pages * (double)page / ranks_per_node / (1024.0 * 1024.0 * 1024.0);
+}
+
+int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out)
+{
+    calib_t k;
+    memset(&k, 0, sizeof k);
+    msr_plan_cluster_default(&k.c);
+    calib_compute_t cc;
+    msr_status_t st;
+    uint64_t t0 = msr_now_ns();
+    if (o->threads > 0) /* the kernels run as training will run them */
+        openblas_set_num_threads((int)o->threads);
+    /* every rank computes at once, as in training: they share the node */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        return -1;
+    }
+    int ok = calib_compute(o, &cc) == 0;
+    int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
+    double mem = calib_mem_gib(rpn);
+    /* the slowest rank's rates, the largest costs; a failed rank sends 0 */
+    double mins[5] = {ok ? cc.flops_s : 0, ok ? cc.matmul_flops_s : 0, ok ? cc.attn_flops_s : 0,
+                      ok ? cc.mem_bytes_s : 0, mem};
+    double maxs[2] = {ok ? cc.kernel_s : 0, (double)rpn};
+    if (comm != NULL &&
+        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 5, MSR_DTYPE_F64, MSR_OP_MIN)) !=
+             MSR_OK ||
+         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 2, MSR_DTYPE_F64, MSR_OP_MAX)) !=
+             MSR_OK)) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        return -1;
+    }
+    if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0))
+        return -1; /* a rank ran out of memory and said so */
+    k.c.peak_tflops = mins[0] * 1e-12;
+    k.matmul_tflops = mins[1] * 1e-12;
+    k.attn_tflops = mins[2] * 1e-12;
+    k.c.mem_gbs = mins[3] * 1e-9;
+    k.c.kernel_us = maxs[0] * 1e6;
+    k.c.ranks_per_node = (int)maxs[1];
+    k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
+    if (mins[4] > 0) {
+        k.c.mem_gib = mins[4];
+        k.measured |= 1u << CALIB_MEM;
+    }
+    if (comm != NULL && msr_comm_size(comm) > 1) {
+        size_t bytes = ((size_t)o->layers * 12 * (size_t)o->channels * (size_t)o->channels +
+                        (size_t)MSR_GPT_VOCAB * (size_t)o->channels) *
+                       sizeof(float);
+        if (bytes < CALIB_MIN_COMM_BYTES)
+            bytes = CALIB_MIN_COMM_BYTES;
+        if (bytes > CALIB_MAX_COMM_BYTES)
+            bytes = CALIB_MAX_COMM_BYTES;
+        k.comm_bytes = bytes;
+        if (calib_comm(comm, job, bytes, &k.c, &k.measured) != 0)
+            return -1;
+    }
+    k.rows = o->micro_batch * o->seq;
+    if (k.rows > CALIB_MAX_ROWS)
+        k.rows = (CALIB_MAX_ROWS / o->seq) * o->seq;
+    if (k.rows < o->seq)
+        k.rows = o->seq;
+    k.ranks = comm != NULL ? msr_comm_size(comm) : 1;
+    k.seconds = (double)(msr_now_ns() - t0) * 1e-9;
+    *out = k;
+    return 0;
+}
+
+/* The keys that are not measured, commented out with why: the reader's
+ * defaults apply to them. */
+static const char *unmeasured_why(const calib_t *k, const char *key)
+{
+    static const struct {
+        const char *key;
+        int bit;
+        const char *why;
+    } keys[] = {
+        {"latency_us", CALIB_LATENCY, "one rank: no message to time"},
+        {"intra_gbs", CALIB_INTRA, "no node with two ranks"},
+        {"inter_gbs", CALIB_INTER, "one node"},
+        {"mem_gib", CALIB_MEM, "the machine's memory is unknown"},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
+            return keys[i].why;
+    return NULL;
+}
+
+int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, size_t len)
+{
+    char body[2048];
+    int n = msr_plan_cluster_format(&k->c, body, sizeof body);
+    if (n < 0 || (size_t)n >= sizeof body)
+        return -1;
+    size_t at = 0;
+    int w = snprintf(buf, len,
+                     "# train_gpt --calibrate: %d ranks, %d per node, %.1f s; kernels at layers "
+                     "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
+                     " rows; allreduce of %zu bytes\n"
+                     "# of peak_tflops: the matmuls alone %.4g TFLOP/s, attention alone %.4g\n",
+                     k->ranks, k->c.ranks_per_node, k->seconds, o->layers, o->channels, o->heads,
+                     o->seq, k->rows, k->comm_bytes, k->matmul_tflops, k->attn_tflops);
+    if (w < 0 || (size_t)w >= len)
+        return -1;
+    at = (size_t)w;
+    for (char *line = body, *next; *line != '\0'; line = next) {
+        next = strchr(line, '\n');
+        next = next != NULL ? next + 1 : line + strlen(line);
+        char key[64];
+        const char *why = NULL;
+        if (sscanf(line, " %63[a-z_]", key) == 1)
+            why = unmeasured_why(k, key);
+        int ll = (int)(next - line);
+        if (ll > 0 && line[ll - 1] == '\n')
+            ll--;
+        w = why != NULL
+                ? snprintf(buf + at, len - at, "# %.*s  (not measured: %s)\n", ll, line, why)
+                : snprintf(buf + at, len - at, "%.*s\n", ll, line);
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+        at += (size_t)w;
+    }
+    return (int)at;
+}
+
+void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len)
+{
+    int n = snprintf(buf, len,
+                     "calibrated %d rank%s in %.1f s: %.4g TFLOP/s, element-wise %.4g GB/s, a "
+                     "kernel call %.3g us",
+                     k->ranks, k->ranks == 1 ? "" : "s", k->seconds, k->c.peak_tflops, k->c.mem_gbs,
+                     k->c.kernel_us);
+    if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_LATENCY)))
+        n += snprintf(buf + n, len - (size_t)n, ", latency %.3g us", k->c.latency_us);
+    if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_INTRA)))
+        n += snprintf(buf + n, len - (size_t)n, ", %.4g GB/s inside a node", k->c.intra_gbs);
+    if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_INTER)))
+        snprintf(buf + n, len - (size_t)n, ", %.4g GB/s between nodes", k->c.inter_gbs);
+}
+
+int train_gpt_calibrate_main(const options_t *o, const job_t *job)
+{
+    msr_comm_t *comm = NULL;
+    FILE *f = NULL;
+    int rc = 1, bad = 0;
+    msr_status_t st;
+    if (job->world > 1 && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    /* the file first: a path that cannot be written stops every rank
+     * before the measurement */
+    if (job->rank == 0 && (f = fopen(o->calibrate, "w")) == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate %s: %s\n", o->calibrate, strerror(errno));
+        bad = 1;
+    }
+    if (comm != NULL && (st = msr_comm_broadcast(comm, &bad, 1, MSR_DTYPE_I32, 0)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        goto out;
+    }
+    if (bad) {
+        rc = EXIT_BAD_INPUT;
+        goto out;
+    }
+    calib_t k;
+    if (train_gpt_calibrate(o, job, comm, &k) != 0)
+        goto out;
+    if (job->rank == 0) {
+        char text[4096];
+        int n = train_gpt_calibrate_text(o, &k, text, sizeof text);
+        int bad_write = n < 0 || fwrite(text, 1, (size_t)n, f) != (size_t)n;
+        int bad_close = fclose(f) != 0;
+        f = NULL;
+        if (bad_write || bad_close) {
+            fprintf(stderr, "train_gpt: --calibrate %s: cannot write: %s\n", o->calibrate,
+                    strerror(errno));
+            remove(o->calibrate);
+            goto out;
+        }
+        char line[512];
+        train_gpt_calibrate_summary(&k, line, sizeof line);
+        fprintf(stderr, "train_gpt: %s; wrote %s\n", line, o->calibrate);
+    }
+    rc = 0;
+    /* nobody leaves while a peer may still be receiving its last message */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        rc = 1;
+    }
+out:
+    if (f != NULL) {
+        fclose(f);
+        remove(o->calibrate); /* no half-written cluster file */
+    }
+    msr_comm_destroy(comm);
+    return rc;
+}

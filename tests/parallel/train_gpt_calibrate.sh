@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# train_gpt --calibrate: under msrun with 2 ranks it writes a cluster file
+# with every key, positive rates, ranks_per_node the launcher's local world
+# size, the latency and the bandwidth inside the node measured and the one
+# between nodes (one node here) commented out as not measured; alone it
+# measures the kernels and marks the communication as not measured; a path
+# that cannot be written is one line and exit status 2, alone and under
+# msrun, and leaves no file.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+work=$(mktemp -d)
+jobs_started=()
+cleanup() {
+    local j
+    for j in "${jobs_started[@]}"; do kill_job "$j"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+small=(--layers 2 --channels 32 --heads 2 --seq 16 --micro-batch 4)
+
+msrun_n() { # msrun_n N ARGS...
+    local n=$1 job=calib-$$-$RANDOM
+    shift
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "$@"
+}
+
+# value KEY FILE: the key's value on an uncommented line, or nothing
+value() { sed -n "s/^$1 = \\([^ ]*\\)\$/\\1/p" "$2"; }
+positive() { # positive KEY FILE
+    local v
+    v=$(value "$1" "$2")
+    [[ -n "$v" ]] || fail "$2: no $1: $(cat "$2")"
+    awk -v v="$v" 'BEGIN { exit !(v + 0 > 0 && v == v + 0) }' || fail "$2: $1 = $v, not positive"
+}
+
+# 2 ranks
+msrun_n 2 "${small[@]}" --calibrate "$work/c2" >"$work/out" 2>"$work/err" ||
+    fail "--calibrate under msrun: $(tail -5 "$work/err")"
+[[ ! -s "$work/out" ]] || fail "--calibrate printed on stdout: $(cat "$work/out")"
+grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s inside a node; wrote" \
+    "$work/err" || fail "no summary line: $(cat "$work/err")"
+[[ $(value ranks_per_node "$work/c2") == 2 ]] || fail "ranks_per_node: $(cat "$work/c2")"
+for k in mem_gib peak_tflops intra_gbs latency_us mem_gbs kernel_us; do positive $k "$work/c2"; done
+grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
+    fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
+# every line a comment or one of the cluster file's keys
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|kernel_us) = [0-9.e+-]+)$' \
+    "$work/c2" || true)
+[[ -z "$bad" ]] || fail "unexpected lines: $bad"
+
+# alone
+timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||
+    fail "--calibrate alone: $(cat "$work/err")"
+[[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
+for k in mem_gib peak_tflops mem_gbs kernel_us; do positive $k "$work/c1"; done
+for k in latency_us intra_gbs inter_gbs; do
+    grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
+done
+
+# bad input: one line, exit 2, no file
+rc=0
+timeout 30 "$bin/train_gpt" --calibrate "$work/no/such/dir" >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 ]] || fail "unwritable --calibrate exited $rc, want 2"
+[[ $(wc -l <"$work/err") -eq 1 ]] || fail "not one line: $(cat "$work/err")"
+grep -q "^train_gpt: --calibrate $work/no/such/dir: No such file or directory$" "$work/err" ||
+    fail "message: $(cat "$work/err")"
+rc=0
+msrun_n 2 --calibrate "$work/no/such/dir" >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 ]] || fail "unwritable --calibrate under msrun exited $rc, want 2"
+[[ $(grep -c "\] train_gpt: --calibrate" "$work/err") -eq 1 ]] ||
+    fail "under msrun, not one line from the ranks: $(cat "$work/err")"
+rc=0
+timeout 30 "$bin/train_gpt" --calibrate "$work/c3" --device cuda >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 && ! -e "$work/c3" ]] ||
+    fail "--calibrate --device cuda: exit $rc: $(cat "$work/err")"
+echo "calibrate: 2 ranks and alone write the cluster file; bad input refused"
