@@ -61,7 +61,12 @@ struct msr_mp {
     msr_block_t blk;           /* the blocks' shape and work space (in w) */
     msr_block_comm_t blk_comm; /* their tensor-parallel communication */
 
-    frame_t *frames;             /* [micros * chunks] */
+    frame_t *frames; /* [micros * chunks] */
+    /* closed frames' memory, kept for the next frame of the same chunk (a
+     * chunk's frames are all one size): freeing it made every step fault
+     * its pages in again, GPipe's m frames most */
+    float **pool;                /* [chunks * micros]: chunk c's at c * micros */
+    int *pool_n;                 /* [chunks] */
     float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
     float *gsend;                /* [micros * chunks] (Nl, C) gradients sent back */
     msr_comm_req_t **sreq;       /* [2 * micros * chunks] sends in flight */
