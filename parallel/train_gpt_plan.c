@@ -113,26 +113,28 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
     }
     if (o->cluster != NULL) {
         /* rank 0's file: the others need not see it */
-        double v[9] = {0};
+        double v[11] = {0};
         if (job->rank == 0) {
             char why[512];
             msr_plan_cluster_t cl;
             if (cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
                 fprintf(stderr, "train_gpt: %s\n", why);
             } else {
-                double w[9] = {1,
-                               cl.ranks_per_node,
-                               cl.mem_gib,
-                               cl.peak_tflops,
-                               cl.intra_gbs,
-                               cl.inter_gbs,
-                               cl.latency_us,
-                               cl.mem_gbs,
-                               cl.kernel_us};
+                double w[11] = {1,
+                                cl.ranks_per_node,
+                                cl.mem_gib,
+                                cl.peak_tflops,
+                                cl.intra_gbs,
+                                cl.inter_gbs,
+                                cl.latency_us,
+                                cl.mem_gbs,
+                                cl.act_gbs,
+                                cl.kernel_us,
+                                cl.cores_per_node};
                 memcpy(v, w, sizeof v);
             }
         }
-        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 9, MSR_DTYPE_F64, 0)) != MSR_OK) {
+        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 11, MSR_DTYPE_F64, 0)) != MSR_OK) {
             fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
                     msr_last_error());
             goto out;
@@ -141,7 +143,17 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
             rc = EXIT_BAD_INPUT;
             goto out;
         }
-        *c = (msr_plan_cluster_t){(int)v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+        memset(c, 0, sizeof *c);
+        c->ranks_per_node = (int)v[1];
+        c->mem_gib = v[2];
+        c->peak_tflops = v[3];
+        c->intra_gbs = v[4];
+        c->inter_gbs = v[5];
+        c->latency_us = v[6];
+        c->mem_gbs = v[7];
+        c->act_gbs = v[8];
+        c->kernel_us = v[9];
+        c->cores_per_node = (int)v[10];
         *origin_p = o->cluster;
     } else {
         calib_t k;
