@@ -141,7 +141,12 @@ typedef struct msr_plan_cluster {
     double inter_gbs;   /* inter_gbs: bandwidth per rank between nodes, GB/s */
     double latency_us;  /* latency_us: one message's fixed cost */
     double mem_gbs;     /* mem_gbs: memory bandwidth per rank for element-wise work (0: none) */
+    double act_gbs;     /* act_gbs: the same for the kernels of exp and tanh (GELU, SwiGLU,
+                         * cross-entropy's softmax), bytes read and written (0: mem_gbs) */
     double kernel_us;   /* kernel_us: fixed cost of one kernel call (0: none) */
+    int cores_per_node; /* cores_per_node: compute units a node's ranks share (CPU cores);
+                         * fewer than its ranks: a rank computes faster while others
+                         * wait (0: one per rank, as GPUs) */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:

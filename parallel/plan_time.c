@@ -34,12 +34,14 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->latency_us = 5;
     c->mem_gbs = 2000;
     c->kernel_us = 5;
+    c->cores_per_node = 0;
+    c->act_gbs = 0;
 }
 
-enum { K_RPN, K_MEM, K_PEAK, K_INTRA, K_INTER, K_LAT, K_MEMBW, K_KERNEL, K_N };
-static const char *const key_names[K_N] = {"ranks_per_node", "mem_gib",   "peak_tflops",
-                                           "intra_gbs",      "inter_gbs", "latency_us",
-                                           "mem_gbs",        "kernel_us"};
+enum { K_RPN, K_MEM, K_PEAK, K_INTRA, K_INTER, K_LAT, K_MEMBW, K_KERNEL, K_CORES, K_ACT, K_N };
+static const char *const key_names[K_N] = {
+    "ranks_per_node", "mem_gib", "peak_tflops", "intra_gbs",      "inter_gbs",
+    "latency_us",     "mem_gbs", "kernel_us",   "cores_per_node", "act_gbs"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -97,7 +99,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         if (k == K_N) {
             set_why(why, why_len, line,
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
-                    "inter_gbs, latency_us, mem_gbs, kernel_us)",
+                    "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node)",
                     key);
             return -1;
         }
@@ -112,18 +114,21 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
             set_why(why, why_len, line, "'%s' is not a number", val);
             return -1;
         }
-        if (k == K_RPN) {
-            if (v < 1 || v > 1 << 20 || v != floor(v)) {
-                set_why(why, why_len, line, "ranks_per_node %s: not an integer in [1, 1048576]",
+        if (k == K_RPN || k == K_CORES) {
+            int lo = k == K_RPN;
+            if (v < lo || v > 1 << 20 || v != floor(v)) {
+                set_why(why, why_len, line,
+                        lo ? "ranks_per_node %s: not an integer in [1, 1048576]"
+                           : "cores_per_node %s: not an integer in [0, 1048576]",
                         val);
                 return -1;
             }
-            out.ranks_per_node = (int)v;
+            *(k == K_RPN ? &out.ranks_per_node : &out.cores_per_node) = (int)v;
             continue;
         }
         /* element-wise bandwidth and kernel cost may be 0 (not counted);
          * the rates the model divides by must be positive */
-        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT;
+        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT;
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -132,7 +137,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
             return -1;
         }
         double *f[K_N] = {NULL,           &out.mem_gib,    &out.peak_tflops, &out.intra_gbs,
-                          &out.inter_gbs, &out.latency_us, &out.mem_gbs,     &out.kernel_us};
+                          &out.inter_gbs, &out.latency_us, &out.mem_gbs,     &out.kernel_us,
+                          NULL,           &out.act_gbs};
         *f[k] = v;
     }
     *c = out;
@@ -149,9 +155,11 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "inter_gbs = %.6g\n"
                     "latency_us = %.6g\n"
                     "mem_gbs = %.6g\n"
-                    "kernel_us = %.6g\n",
+                    "kernel_us = %.6g\n"
+                    "cores_per_node = %d\n"
+                    "act_gbs = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
-                    c->latency_us, c->mem_gbs, c->kernel_us);
+                    c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs);
 }
 
 /* ---- collectives ---- */
@@ -208,7 +216,7 @@ static double t_p2p(const net_t *x, double bytes)
 
 /* Work in the three currencies, priced by the cluster. */
 typedef struct work {
-    double flops, bytes, kernels;
+    double flops, bytes, act, kernels; /* act: bytes of exp/tanh kernels */
 } work_t;
 
 static double price(const msr_plan_cluster_t *c, work_t w)
@@ -216,6 +224,9 @@ static double price(const msr_plan_cluster_t *c, work_t w)
     double ms = w.flops / (c->peak_tflops * 1e9);
     if (c->mem_gbs > 0)
         ms += w.bytes / (c->mem_gbs * 1e6);
+    double act = c->act_gbs > 0 ? c->act_gbs : c->mem_gbs;
+    if (act > 0)
+        ms += w.act / (act * 1e6);
     ms += w.kernels * c->kernel_us / 1e3;
     return ms;
 }
@@ -255,15 +266,17 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
     double heads_l = NH / t;
     p->attn_f.flops = att / t;
-    p->attn_f.bytes = eb * (2 * b * heads_l * T * T); /* softmax reads and writes A */
-    p->attn_f.kernels = 2 * b * heads_l + 1;          /* two products per head and sequence */
+    /* the softmax inside the attention kernel is priced with it: the rate
+     * --calibrate measures for attention is the whole kernel's */
+    p->attn_f.kernels = 2 * b * heads_l + 1; /* two products per head and sequence */
 
     p->layer_f = p->attn_f;
     p->layer_f.flops += mm / t;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */
-    p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C + (llama ? 3 : 2) * N * F / t);
+    p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
+    p->layer_f.act += eb * (llama ? 3 : 2) * N * F / t;
     p->layer_f.kernels += 2 + 4 + (llama ? 3 : 1) + 2;
 
     net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
@@ -284,10 +297,12 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
     /* the head: final norm, the logits of the rank's V/t, cross-entropy */
     p->head_f.flops = 2 * N * C * V / t;
-    p->head_f.bytes = eb * (2 * Nl * C + 3 * N * V / t);
+    p->head_f.bytes = eb * 2 * Nl * C;
+    p->head_f.act = eb * 3 * N * V / t; /* cross-entropy's softmax */
     p->head_f.kernels = 3;
     p->head_b.flops = 2 * p->head_f.flops;
-    p->head_b.bytes = eb * (3 * Nl * C + 2 * N * V / t);
+    p->head_b.bytes = eb * 3 * Nl * C;
+    p->head_b.act = eb * 2 * N * V / t;
     p->head_b.kernels = 4;
     /* the loss's max and sum over the vocabulary shards, and under sp the
      * stream gathered in; backward: the input's gradient summed over tp */
@@ -302,6 +317,7 @@ static work_t scale(work_t w, double k)
 {
     w.flops *= k;
     w.bytes *= k;
+    w.act *= k;
     w.kernels *= k;
     return w;
 }
@@ -310,6 +326,7 @@ static work_t add(work_t a, work_t b)
 {
     a.flops += b.flops;
     a.bytes += b.bytes;
+    a.act += b.act;
     a.kernels += b.kernels;
     return a;
 }
@@ -320,7 +337,7 @@ enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_ALL = 7 };
 
 /* One micro-batch through virtual stage j of n, forward and backward, in ms. */
 static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
-                       int layers, int first, int last, int with)
+                       int layers, int first, int last, int with, double speed)
 {
     work_t f = scale(p->layer_f, layers);
     work_t bw = scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
@@ -343,7 +360,7 @@ static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_
         bw = add(bw, p->head_b);
         tp += p->head_tp_f_ms + p->head_tp_b_ms;
     }
-    double ms = price(c, f) + price(c, bw);
+    double ms = (price(c, f) + price(c, bw)) / speed;
     if (with & WITH_TP)
         ms += tp;
     return ms;
@@ -361,6 +378,26 @@ static int split_at(const msr_plan_model_t *m, const msr_plan_layout_t *l, int n
  * all of them, the others' stages once each fill and drain it. With every
  * stage alike this is (m + p - 1) t for GPipe and 1F1B and (m + (p - 1) /
  * v) t interleaved (Narayanan et al. 2021, section 2.2). */
+/* How much faster one rank computes when others of its node wait: the
+ * cluster's rates are those of every rank busy at once (as --calibrate
+ * measures them), and ranks sharing fewer cores than they are split the
+ * cores among those that run. */
+static double idle_speedup(const msr_plan_cluster_t *c, int64_t world)
+{
+    int64_t on_node = world < c->ranks_per_node ? world : c->ranks_per_node;
+    if (c->cores_per_node <= 0 || c->cores_per_node >= on_node)
+        return 1;
+    return (double)on_node / c->cores_per_node;
+}
+
+/* The pipeline's time for the step's micro-batches: the slowest rank runs
+ * all of them, the others' stages once each fill and drain it. With every
+ * stage alike this is (m + p - 1) t for GPipe and 1F1B and (m + (p - 1) /
+ * v) t interleaved (Narayanan et al. 2021, section 2.2). Where a node's
+ * ranks share fewer cores, a rank computes faster while others wait, so
+ * this path is priced at that speed, and the node's total work over its
+ * cores bounds the step from below: the bubble then costs only what the
+ * cores cannot fill. */
 static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, const pieces_t *p, int with, double *busy_p,
                           double *rank_bwd_p)
@@ -369,29 +406,35 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     net_t ppn = net_of(c, (int64_t)l->pp * l->tp <= c->ranks_per_node &&
                               c->ranks_per_node % (l->pp * l->tp) == 0);
     double hop = (with & WITH_PP) ? t_p2p(&ppn, p->act_bytes) : 0;
-    double all = 0, rmax = 0, rbwd = 0;
+    double speed = idle_speedup(c, (int64_t)l->dp * l->tp * l->pp);
+    double all = 0, rmax = 0, rbwd = 0, work = 0;
     for (int r = 0; r < pp; r++) {
-        double rank = 0, bwd = 0;
+        double rank = 0, bwd = 0, busy = 0;
         for (int k = 0; k < v; k++) {
             int j = k * pp + r;
-            int first = j == 0, last = j == n - 1;
-            double s = stage_ms(p, l, c, split_at(m, l, n, j), first, last, with);
+            int first = j == 0, last = j == n - 1, layers = split_at(m, l, n, j);
+            double sends = (last ? 0 : hop) + (first ? 0 : hop);
             /* its sends: the output forward, the input's gradient back */
-            s += (last ? 0 : hop) + (first ? 0 : hop);
+            double s = stage_ms(p, l, c, layers, first, last, with, speed) + sends;
             rank += s;
-            bwd += s * 2 / 3;
+            double alone = stage_ms(p, l, c, layers, first, last, with, 1) + sends;
+            busy += alone;
+            bwd += alone * 2 / 3;
         }
         all += rank;
+        work += l->micros * busy;
         if (rank > rmax) {
             rmax = rank;
             rbwd = bwd;
         }
     }
+    double path = l->micros * rmax + (all - rmax) / v;
+    double node = work / pp; /* every stage's ranks share a node alike */
     if (busy_p != NULL)
-        *busy_p = l->micros * rmax;
+        *busy_p = l->micros * rmax > node ? l->micros * rmax : node;
     if (rank_bwd_p != NULL)
         *rank_bwd_p = rbwd;
-    return l->micros * rmax + (all - rmax) / v;
+    return path > node ? path : node;
 }
 
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
@@ -432,9 +475,9 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     out->recompute_ms = pipe - no_rc;
     out->compute_ms = bare;
     out->bubble_ms = pipe - busy;
-    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC);
-    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC);
-    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC);
+    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC, 1);
+    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC, 1);
+    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC, 1);
 
     /* the tied head's wte crosses the pipeline twice a step (the last
      * stage's copy in, its gradient back) */
@@ -487,7 +530,7 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params);
         /* AdamW reads the gradient, both moments and the weights (and
          * under bf16 the fp32 master), and writes all but the gradient */
-        work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 1};
+        work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 0, 1};
         double optim = price(c, opt);
         double cost = red_exposed + ag + z3 + optim;
         if (s == 0 || cost > worst) {

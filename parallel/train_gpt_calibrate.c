@@ -9,9 +9,10 @@
  *                   head, and msr_attention_forward/backward (L times),
  *                   counted as the time model counts them; every rank at
  *                   once, as in training
- *   mem_gbs         the element-wise kernels (layernorm, GELU, residual)
- *                   at the model's activation shapes: bytes read and
- *                   written per second
+ *   mem_gbs         the element-wise kernels (layernorm, residual) at the
+ *                   model's activation shapes: bytes read and written per
+ *                   second
+ *   act_gbs         the same for GELU (tanh)
  *   kernel_us       one call of the smallest matmul (1 x 1 x 1)
  *   latency_us      half a one-element round trip between two ranks
  *   intra_gbs       an allreduce among the ranks of each node: 2 (n-1)/n
@@ -21,6 +22,9 @@
  *                   the ring's 2 (n-1) latencies)
  *   ranks_per_node  the launcher's local world size
  *   mem_gib         the node's physical memory over its ranks
+ *   cores_per_node  the cores the ranks may run on (the union of their
+ *                   affinity masks): fewer than the ranks, and a rank
+ *                   computes faster while the others wait
  *
  * Rates are the slowest rank's and costs the largest, agreed by allreduce,
  * so every rank ends with the same cluster. */
@@ -28,6 +32,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +203,7 @@ typedef struct calib_compute {
     double matmul_flops_s; /* the matmuls' alone */
     double attn_flops_s;   /* attention's (its own loops), FLOP/s */
     double mem_bytes_s;    /* the element-wise kernels' bytes moved per second */
+    double act_bytes_s;    /* of GELU's */
     double kernel_s;       /* one smallest call, seconds */
 } calib_compute_t;
 
@@ -245,14 +251,18 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
         {K_GELU_BWD, 4.0 * (4 * 4 * nc)},           /* inp, dout, dinp r/w */
         {K_RESIDUAL, 4.0 * (3 * nc)},               /* a, b; out */
     };
-    double bytes = 0;
+    /* GELU's tanh makes it several times slower per byte than the norms
+     * and adds: its own rate (act_gbs) */
+    double bytes = 0, act_bytes = 0, act_secs = 0;
     secs = 0;
     for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
         calib_call_t k = {ew[i].kind, 0, 0, 0};
-        bytes += ew[i].bytes;
-        secs += calib_time(&b, &k);
+        int act = ew[i].kind == K_GELU_FWD || ew[i].kind == K_GELU_BWD;
+        *(act ? &act_bytes : &bytes) += ew[i].bytes;
+        *(act ? &act_secs : &secs) += calib_time(&b, &k);
     }
     r->mem_bytes_s = bytes / secs;
+    r->act_bytes_s = act_bytes / act_secs;
     calib_call_t tiny = {K_MM_FWD, 1, 1, 1};
     r->kernel_s = calib_time(&b, &tiny);
     calib_bufs_free(&b);
@@ -433,6 +443,23 @@ out:
 }
 
 /* The machine's memory per rank, GiB; 0 when unknown. */
+/* The cores this rank may run on, as a 0/1 vector of CALIB_CPUS. */
+#define CALIB_CPUS 1024
+static void calib_cpus(int32_t *on)
+{
+    memset(on, 0, CALIB_CPUS * sizeof *on);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        for (long i = 0; i < n && i < CALIB_CPUS; i++)
+            on[i] = 1;
+        return;
+    }
+    for (int i = 0; i < CALIB_CPUS && i < CPU_SETSIZE; i++)
+        on[i] = CPU_ISSET(i, &set) ? 1 : 0;
+}
+
 static double calib_mem_gib(int ranks_per_node)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -460,23 +487,46 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
     double mem = calib_mem_gib(rpn);
     /* the slowest rank's rates, the largest costs; a failed rank sends 0 */
-    double mins[5] = {ok ? cc.flops_s : 0, ok ? cc.matmul_flops_s : 0, ok ? cc.attn_flops_s : 0,
-                      ok ? cc.mem_bytes_s : 0, mem};
+    double mins[6] = {ok ? cc.flops_s : 0,
+                      ok ? cc.matmul_flops_s : 0,
+                      ok ? cc.attn_flops_s : 0,
+                      ok ? cc.mem_bytes_s : 0,
+                      mem,
+                      ok ? cc.act_bytes_s : 0};
     double maxs[2] = {ok ? cc.kernel_s : 0, (double)rpn};
     if (comm != NULL &&
-        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 5, MSR_DTYPE_F64, MSR_OP_MIN)) !=
+        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 6, MSR_DTYPE_F64, MSR_OP_MIN)) !=
              MSR_OK ||
          (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 2, MSR_DTYPE_F64, MSR_OP_MAX)) !=
              MSR_OK)) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
         return -1;
     }
-    if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0))
+    if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0))
         return -1; /* a rank ran out of memory and said so */
+    /* the union of the ranks' cores (nodes alike: the world's union) */
+    int32_t *cpus = msr_calloc(CALIB_CPUS, sizeof *cpus);
+    if (cpus == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory\n");
+        return -1;
+    }
+    calib_cpus(cpus);
+    if (comm != NULL && (st = msr_comm_allreduce(comm, MSR_IN_PLACE, cpus, CALIB_CPUS,
+                                                 MSR_DTYPE_I32, MSR_OP_MAX)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        msr_free(cpus);
+        return -1;
+    }
+    int cores = 0;
+    for (int i = 0; i < CALIB_CPUS; i++)
+        cores += cpus[i] != 0;
+    msr_free(cpus);
+    k.c.cores_per_node = cores;
     k.c.peak_tflops = mins[0] * 1e-12;
     k.matmul_tflops = mins[1] * 1e-12;
     k.attn_tflops = mins[2] * 1e-12;
     k.c.mem_gbs = mins[3] * 1e-9;
+    k.c.act_gbs = mins[5] * 1e-9;
     k.c.kernel_us = maxs[0] * 1e6;
     k.c.ranks_per_node = (int)maxs[1];
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
