@@ -34,7 +34,7 @@ done
 command -v python3 >/dev/null || { echo "python3 is needed for the statistics" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-steps=4
+steps=9
 gb=16
 shapes=("--layers 8 --channels 128 --heads 8 --seq 64"
     "--layers 4 --channels 256 --heads 8 --seq 128"
@@ -44,18 +44,45 @@ if ((quick)); then
     shapes=("${shapes[0]}")
 fi
 
-# train W OUT ARGS...: msrun with W workers; rank outputs to OUT
+# train W OUT ARGS...: msrun with W workers; their output to OUT
 train() {
     local w=$1 out=$2
     shift 2
     timeout 600 "$bin/msrun" --worker_num="$w" --local_worker_num="$w" "$bin/train_gpt" \
-        --threads 1 --steps "$steps" --report "$@" >/dev/null 2>"$out"
+        --threads 1 --steps "$steps" --report "$@" >"$out" 2>&1
 }
 
 # the largest peak RSS (KiB) any rank reported in OUT
 max_rss() { grep -o 'peak RSS [0-9]*' "$1" | awk '$3 > m { m = $3 } END { print m + 0 }'; }
-# rank 0's ms per step after the first
-step_ms() { sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p' "$1" | head -1; }
+# rank 0's median ms per step after the first, from its per-step tok/s
+# (the median: 8 ranks time-share 2 cores, and one step in a few is
+# disturbed)
+step_ms() {
+    grep -o 'rank 0\] step [0-9]* loss [0-9.]* tok/s [0-9.]*' "$1" | awk -v tok="$tokens" '
+        $4 > 1 { v[n++] = tok / $8 * 1000 }
+        END { if (n == 0) exit 1
+              for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+              printf "%.2f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
+}
+
+# a layout as one key, from a kv line or from --auto's words (dp 4 tp 1
+# pp 1 sp zero 3 recompute none micro-batch 8 grad-accum 1 schedule 1f1b
+# virtual-stages 1 pp-layers 3,5)
+kv_key() {
+    awk '{ for (i = 2; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] }
+           printf "dp=%s tp=%s pp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
+               v["dp"], v["tp"], v["pp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
+               v["grad_accum"], v["schedule"], v["virtual_stages"], v["pp_layers"] }'
+}
+auto_key() {
+    awk '{ v["sp"] = 0
+           for (i = 1; i <= NF; i++) {
+               if ($i == "sp") { v["sp"] = 1; continue }
+               k = $i; gsub("-", "_", k); v[k] = $(i + 1); i++ }
+           printf "dp=%s tp=%s pp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
+               v["dp"], v["tp"], v["pp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
+               v["grad_accum"], v["schedule"], v["virtual_stages"], v["pp_layers"] }'
+}
 
 rows="$tmp/rows"
 : >"$rows"
@@ -65,6 +92,7 @@ for w in 4 8; do
     base_kib=$(max_rss "$tmp/base.err")
     for si in "${!shapes[@]}"; do
         read -r -a shape <<<"${shapes[$si]}"
+        tokens=$((gb * $(sed 's/.*--seq \([0-9]*\).*/\1/' <<<"${shapes[$si]}")))
         cluster="$tmp/c$w-$si.cluster"
         train "$w" "$tmp/cal.err" "${shape[@]}" --micro-batch 2 --calibrate "$cluster" ||
             { echo "calibrate failed:" >&2; cat "$tmp/cal.err" >&2; exit 1; }
@@ -100,7 +128,7 @@ for w in 4 8; do
                 ms=failed rss=0
             fi
             tag=sweep
-            [[ $line == "$auto" ]] && tag=sweep+auto
+            [[ $(kv_key <<<"$line") == "$(kv_key <<<"$auto")" ]] && tag=sweep+auto
             echo "$w $si $tag ${kv[step_ms]} $ms ${kv[peak_bytes]} $base_kib $rss ${line#plan }" >>"$rows"
             unset kv
         done <"$tmp/plans"
@@ -109,11 +137,12 @@ for w in 4 8; do
             --cluster "$cluster"; then
             ms=$(step_ms "$tmp/auto.err")
             rss=$(max_rss "$tmp/auto.err")
-            took=$(sed -n 's/.*train_gpt: --auto: \(plan .*\)/\1/p' "$tmp/auto.err" | head -1)
+            took=$(sed -n 's/.*train_gpt: --auto: plan 1 of [0-9]*: \([^;]*\);.*/\1/p' \
+                "$tmp/auto.err" | head -1 | auto_key)
         else
             ms=failed rss=0 took=
         fi
-        echo "$w $si auto - $ms - $base_kib $rss ${took#plan } | ${auto#plan }" >>"$rows"
+        echo "$w $si auto - $ms - $base_kib $rss $took | $(kv_key <<<"$auto")" >>"$rows"
         echo "world $w shape $si: $n layouts" >&2
     done
 done
