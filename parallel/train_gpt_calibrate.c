@@ -14,7 +14,9 @@
  *                   second
  *   act_gbs         the same for GELU (tanh)
  *   kernel_us       one call of the smallest matmul (1 x 1 x 1)
- *   latency_us      half a one-element round trip between two ranks
+ *   latency_us      half a one-element round trip between two ranks, or
+ *                   half a one-element allreduce among all of a node's
+ *                   ranks at once, the larger
  *   intra_gbs       an allreduce among the ranks of each node: 2 (n-1)/n
  *                   bytes over its time less the latencies the time model
  *                   charges it (the shared-memory algorithm's 2)
@@ -399,6 +401,19 @@ static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_pla
         if (calib_time_comm(world, calib_pingpong_op, &pp, "a round trip", &s) != 0)
             goto out;
         if (s / 2 > lat) /* the slower kind of link decides */
+            lat = s / 2;
+        *measured |= 1u << CALIB_LATENCY;
+    }
+    /* a message's fixed cost as training pays it: every rank of the node
+     * in a one-element allreduce at once (the shared-memory algorithm's 2
+     * latencies), where ranks sharing few cores wait to be scheduled; the
+     * larger of this and the quiet round trip's */
+    if (msr_comm_size(local) > 1) {
+        calib_allreduce_t ar = {local, buf, 1};
+        double s;
+        if (calib_time_comm(world, calib_allreduce_op, &ar, "a small allreduce", &s) != 0)
+            goto out;
+        if (s / 2 > lat)
             lat = s / 2;
         *measured |= 1u << CALIB_LATENCY;
     }
