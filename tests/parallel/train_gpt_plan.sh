@@ -41,7 +41,9 @@ intra_gbs = 5
 inter_gbs = 1
 latency_us = 2
 mem_gbs = 3
+act_gbs = 1
 kernel_us = 0.2
+cores_per_node = 2
 EOF
 
 # rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp sp zero
@@ -71,6 +73,17 @@ for n in 1 4; do
         fail "--plan on $n: not least step time first: $(cat "$work/rows$n")"
 done
 grep -q "rank [1-3]\]" "$work/plan4" && fail "ranks other than 0 printed: $(cat "$work/plan4")"
+# the same table as plan_gpt's for the same model, world, batch and
+# cluster (--micro-batch given fixes it): every key of the file reaches
+# every rank's plan
+gb=$(sed -n 's/.*plans shown (exhaustive search, 4 ranks, global batch \([0-9]*\).*/\1/p' \
+    "$work/plan4" | head -1)
+[[ -n $gb ]] || fail "no global batch in --plan's summary: $(cat "$work/plan4")"
+"$bin/plan_gpt" --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256 --global-batch "$gb" \
+    --world 4 --cluster "$work/cluster" --fix micro_batch=2 >"$work/plan_gpt" || fail "plan_gpt failed"
+rows "$work/plan_gpt" >"$work/rows_pg"
+diff "$work/rows4" "$work/rows_pg" >/dev/null ||
+    fail "train_gpt --plan and plan_gpt differ: $(diff "$work/rows4" "$work/rows_pg")"
 
 # --plan-all: every plan the summary counts
 timeout 30 "$bin/train_gpt" "${model[@]}" --plan-all --cluster "$work/cluster" >"$work/all" ||
@@ -93,7 +106,7 @@ msrun_n 4 "${model[@]}" --auto --cluster "$work/cluster" >"$work/out" 2>"$work/e
     fail "--auto: not one plan line: $(cat "$work/err")"
 grep -q "step 2 loss" "$work/out" || fail "--auto did not train: $(cat "$work/out" "$work/err")"
 read -r _ dp tp pp sp zero rc mb accum sched _ <"$work/rows4"
-want="dp $dp tp $tp pp $pp$( ((sp)) && echo " sp") zero $zero recompute $rc micro-batch $mb"
+want="dp $dp tp $tp pp $pp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
 want+=" grad-accum $accum schedule $sched"
 grep -q "plan 1 of [0-9]*: $want " "$work/err" ||
     fail "--auto took another plan than --plan's first ($want): $(grep -- --auto "$work/err")"
