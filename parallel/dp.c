@@ -22,10 +22,33 @@ unsigned msr_dp_model_flags(int zero)
 
 /* ---- temporary buffers, counted ---- */
 
+static void tmp_evict(msr_dp_t *dp, int i)
+{
+    msr_free(dp->cache[i].p);
+    dp->cached_bytes -= dp->cache[i].n * sizeof(float);
+    dp->cache[i] = dp->cache[--dp->cached];
+}
+
 static float *tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
 {
     size_t bytes = (n > 0 ? n : 1) * sizeof(float);
-    float *p = zeroed ? msr_calloc(n > 0 ? n : 1, sizeof(float)) : msr_malloc(bytes);
+    float *p = NULL;
+    for (int i = 0; i < dp->cached && p == NULL; i++) {
+        if (dp->cache[i].n == n) {
+            p = dp->cache[i].p;
+            dp->cached_bytes -= n * sizeof(float);
+            dp->cache[i] = dp->cache[--dp->cached];
+            if (zeroed)
+                memset(p, 0, bytes);
+        }
+    }
+    if (p == NULL) {
+        /* the kept and the live together stay within the peak so far */
+        while (dp->cached > 0 && dp->cached_bytes + dp->transient + n * sizeof(float) >
+                                     MSR_MAX(dp->transient_peak, dp->transient + n * sizeof(float)))
+            tmp_evict(dp, dp->cached - 1);
+        p = zeroed ? msr_calloc(n > 0 ? n : 1, sizeof(float)) : msr_malloc(bytes);
+    }
     if (p == NULL) {
         MSR_ERROR("dp: out of memory for a temporary buffer of %zu floats", n);
         return NULL;
@@ -40,7 +63,14 @@ static void tmp_free(msr_dp_t *dp, float **p, size_t n)
 {
     if (*p == NULL)
         return;
-    msr_free(*p);
+    if (dp->cached < MSR_DP_TMP_CACHE) {
+        dp->cache[dp->cached].p = *p;
+        dp->cache[dp->cached].n = n;
+        dp->cached++;
+        dp->cached_bytes += n * sizeof(float);
+    } else {
+        msr_free(*p);
+    }
     *p = NULL;
     dp->transient -= n * sizeof(float);
 }
@@ -629,6 +659,8 @@ void msr_dp_destroy(msr_dp_t *dp)
         return;
     if (dp->buckets != NULL && dp->segs != NULL)
         drain(dp);
+    while (dp->cached > 0)
+        tmp_evict(dp, dp->cached - 1);
     msr_free(dp->cover);
     msr_adamw_destroy(dp->opt);
     msr_free(dp->gshard);

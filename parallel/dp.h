@@ -78,6 +78,7 @@
 #define MSR_DP_BUCKET_BYTES       (25u << 20)
 #define MSR_DP_FIRST_BUCKET_BYTES (1u << 20)
 #define MSR_DP_ZERO_MIN_BYTES     (64u << 10)
+#define MSR_DP_TMP_CACHE          64 /* freed temporaries kept for reuse */
 /* ZeRO >= 1: packed bucket buffers alive at once, at most; a rank that
  * would need another waits for its oldest reduction first. */
 #define MSR_DP_MAX_PACKED         4
@@ -178,6 +179,15 @@ typedef struct msr_dp {
     int num_visits, vi;
 
     size_t transient, transient_peak; /* bytes */
+    /* freed temporaries kept for the next of the same size (a step
+     * allocates the same ones every micro-batch; freeing them made each
+     * fault its pages in again); with the live ones never past the peak */
+    struct {
+        float *p;
+        size_t n;
+    } cache[MSR_DP_TMP_CACHE];
+    int cached;
+    size_t cached_bytes;
     msr_dp_stats_t stats;
     msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
     int tp_rank;
