@@ -171,7 +171,8 @@ typedef struct msr_plan_time {
     double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
     double pp_comm_ms;      /* sends between stages on the critical path */
     double bubble_ms;       /* the pipeline's idle time (fill and drain) */
-    double dp_comm_ms;      /* data parallel's gradient reduction, all of it */
+    double dp_comm_ms;      /* data parallel's gradient reduction, all of it (with ZeRO's
+                             * packing of buckets) */
     double dp_exposed_ms;   /* of it, what backward does not hide */
     double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
     double optim_ms;        /* the optimizer step */

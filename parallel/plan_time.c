@@ -527,6 +527,17 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                 z3 = l.micros * e;
             }
         }
+        /* ZeRO packs buckets in dp rank-major blocks and unpacks them
+         * (dp 1 too): stage 1 once a step (the gradients in, the
+         * parameters back), stages 2-3 each micro-batch's segment
+         * gradients into buckets, then into the shard */
+        if (l.zero >= 1) {
+            double packs = l.zero == 1 ? 4 : 2.0 * l.micros + 2;
+            work_t pack = {0, packs * G, 0, 0};
+            double t = price(c, pack);
+            red += t;
+            red_exposed += t;
+        }
         double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params);
         /* AdamW reads the gradient, both moments and the weights (and
          * under bf16 the fp32 master), and writes all but the gradient */
