@@ -63,7 +63,9 @@ static void tmp_free(msr_dp_t *dp, float **p, size_t n)
 {
     if (*p == NULL)
         return;
-    if (dp->cached < MSR_DP_TMP_CACHE) {
+    /* only under ZeRO-2/3, whose every micro-batch allocates the segments'
+     * gradients and buckets again; elsewhere glibc's reuse holds less */
+    if (dp->cfg.zero >= 2 && dp->cached < MSR_DP_TMP_CACHE) {
         dp->cache[dp->cached].p = *p;
         dp->cache[dp->cached].n = n;
         dp->cached++;
