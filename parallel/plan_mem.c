@@ -460,19 +460,24 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
     return max_u64(bwd, gather);
 }
 
-/* comm/ucx/shm.c's tiled area for a group of n ranks on one node, with the
- * library's default tuning (comm/ucx/coll.c: MSR_COMM_SHM_TILE 256 KiB,
- * MSR_COMM_SHM_TILES 4, MSR_COMM_SHM_SEGMENT 16 MiB): n stages and a
- * result of 4 tiles each, tiles halved until the area fits. Collectives
- * over MSR_COMM_SHM_MAX (16 KiB) go through it, cycling over every slot,
- * so each member's pages of the whole area become resident. */
-static uint64_t shm_tiled(uint64_t n)
+/* The resident part of comm/ucx/shm.c's tiled area for a group of n
+ * ranks on one node, with the library's default tuning (comm/ucx/coll.c:
+ * MSR_COMM_SHM_TILE 256 KiB, MSR_COMM_SHM_TILES 4, MSR_COMM_SHM_SEGMENT
+ * 16 MiB): n stages and a result of 4 tiles each, tiles halved until the
+ * area fits. Collectives over MSR_COMM_SHM_MAX (16 KiB) go through it,
+ * cycling over the 4 slots; a vector of msg bytes fills min(msg, tile) of
+ * each stage's and the result's slot, and every member's pages of those
+ * become resident (measured: the whole area for vectors of a tile or
+ * more, a fraction for smaller ones). */
+static uint64_t shm_tiled(uint64_t n, uint64_t msg)
 {
     const uint64_t line = 64, depth = 4, segment = 16u << 20;
     uint64_t tile = 256u << 10;
     while (tile && (n + 1) * depth * tile > segment)
         tile = tile / 2 / line * line;
-    return tile < n * line ? 0 : (n + 1) * depth * tile;
+    if (tile < n * line)
+        return 0;
+    return (n + 1) * depth * min_u64(msg, tile);
 }
 
 /* ---- activations (parallel/mp_plan.c msr_mp_carve_frame) ---- */
@@ -825,10 +830,12 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         /* dp's gradients (every part has more than 16 KiB of them) and
          * tp's activations */
         const uint64_t shm_max = 16u << 10;
+        uint64_t bucket = l.bucket_bytes; /* with_defaults set it */
         if (l.dp > 1 && P * F32 > shm_max)
-            o->shm += shm_tiled((uint64_t)l.dp);
-        if (l.tp > 1 && (uint64_t)l.micro_batch * (uint64_t)m->seq * C * F32 > shm_max)
-            o->shm += shm_tiled((uint64_t)l.tp);
+            o->shm += shm_tiled((uint64_t)l.dp, min_u64(P * F32, bucket));
+        uint64_t act = (uint64_t)l.micro_batch * (uint64_t)m->seq * C * F32;
+        if (l.tp > 1 && act > shm_max)
+            o->shm += shm_tiled((uint64_t)l.tp, act);
         acts_after = whole_path(&l) ? o->activations : 0;
     }
 
