@@ -206,7 +206,7 @@ for (w, si), rows in sorted(groups.items()):
         p_ms, m_ms = float(f[3]), float(f[4])
         p_rss = int(f[5]) / 1024 + int(f[6])
         m_rss = int(f[7])
-        err = (m_rss - p_rss) / p_rss
+        err = (p_rss - m_rss) / m_rss  # as bench/plan/rss.sh: + when over
         pred.append(p_ms)
         meas.append(m_ms)
         rss_err.append(err)
