@@ -223,25 +223,6 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     }
 }
 
-/* The cluster file's text over the default cluster. */
-static void read_cluster(const char *path, msr_plan_cluster_t *c)
-{
-    char text[65536], why[256];
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        die("--cluster %s: cannot open it", path, "");
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    int big = n == sizeof text - 1 && fgetc(f) != EOF, bad = ferror(f);
-    fclose(f);
-    if (bad || big)
-        die("--cluster %s: %s", path, bad ? "cannot read it" : "larger than 64 KiB");
-    text[n] = '\0';
-    if (strlen(text) != n)
-        die("--cluster %s: %s", path, "not a text file");
-    if (msr_plan_cluster_parse(text, c, why, sizeof why) != 0)
-        die("--cluster %s: %s", path, why);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -262,7 +243,10 @@ int main(int argc, char **argv)
     msr_plan_cluster_t c;
     msr_plan_cluster_default(&c);
     if (a.cluster != NULL)
-        read_cluster(a.cluster, &c);
+        if (msr_plan_cluster_read(a.cluster, &c, why, sizeof why) != 0) {
+            fprintf(stderr, "plan_gpt: error: %s\n", why);
+            return 2;
+        }
     q.world = a.world;
     q.global_batch = a.global_batch;
     q.search = a.search;

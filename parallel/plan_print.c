@@ -1,9 +1,12 @@
 /* The planner's reports, printed (plan_print.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "parallel/plan_print.h"
 
 void msr_plan_format_bytes(double bytes, char *buf, size_t len)
@@ -355,4 +358,46 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
     if (which > 1)
         explain_versus(f, p, &plans[0]);
     return 0;
+}
+
+#define CLUSTER_FILE_MAX (64 << 10)
+
+int msr_plan_cluster_read(const char *path, msr_plan_cluster_t *c, char *why, size_t why_len)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(why, why_len, "--cluster %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *text = msr_malloc(CLUSTER_FILE_MAX + 1);
+    if (text == NULL) {
+        fclose(f);
+        snprintf(why, why_len, "--cluster %s: out of memory", path);
+        return -1;
+    }
+    size_t n = fread(text, 1, CLUSTER_FILE_MAX + 1, f);
+    int err = ferror(f);
+    fclose(f);
+    int rc = -1;
+    if (err) {
+        snprintf(why, why_len, "--cluster %s: cannot read it", path);
+    } else if (n > CLUSTER_FILE_MAX) {
+        snprintf(why, why_len, "--cluster %s: over %d bytes: not a cluster file", path,
+                 CLUSTER_FILE_MAX);
+    } else if (memchr(text, '\0', n) != NULL) {
+        snprintf(why, why_len, "--cluster %s: not a text file", path);
+    } else {
+        text[n] = '\0';
+        msr_plan_cluster_t cl;
+        msr_plan_cluster_default(&cl);
+        char reason[256];
+        if (msr_plan_cluster_parse(text, &cl, reason, sizeof reason) != 0) {
+            snprintf(why, why_len, "--cluster %s: %s", path, reason);
+        } else {
+            *c = cl;
+            rc = 0;
+        }
+    }
+    msr_free(text);
+    return rc;
 }

@@ -43,4 +43,9 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
 /* A byte count for people: "716.4 KiB", "78.30 GiB"; into buf. */
 void msr_plan_format_bytes(double bytes, char *buf, size_t len);
 
+/* Reads a cluster file (at most 64 KiB of text) over the default cluster
+ * into *c. Returns 0, or -1 with a one-line reason naming the path
+ * ("--cluster PATH: ...") in why. */
+int msr_plan_cluster_read(const char *path, msr_plan_cluster_t *c, char *why, size_t why_len);
+
 #endif

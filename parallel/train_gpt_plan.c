@@ -12,7 +12,6 @@
  * fix the search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
  * leaves no layout is bad input. Bad input: one line (from every rank
  * that meets it), exit status 2. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,9 +29,8 @@
 #include "parallel/train_gpt.h"
 
 /* A cluster file is a few lines; anything longer is not one. */
-#define CLUSTER_FILE_MAX (64 << 10)
 /* --plan's table without --plan-all. */
-#define PLAN_TOP         10
+#define PLAN_TOP 10
 
 /* Prints one line "train_gpt: ..." and returns EXIT_BAD_INPUT. Every rank
  * meets the same bad input and says so, as train_gpt's other refusals: the
@@ -56,48 +54,6 @@ static int refuse(const job_t *job, const char *fmt, ...)
     return EXIT_BAD_INPUT;
 }
 
-/* Reads and parses a cluster file over the defaults. Returns 0, or -1 with
- * a one-line reason in why. */
-static int cluster_read(const char *path, msr_plan_cluster_t *c, char *why, size_t why_len)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        snprintf(why, why_len, "--cluster %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char *text = msr_malloc(CLUSTER_FILE_MAX + 1);
-    if (text == NULL) {
-        fclose(f);
-        snprintf(why, why_len, "--cluster %s: out of memory", path);
-        return -1;
-    }
-    size_t n = fread(text, 1, CLUSTER_FILE_MAX + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    int rc = -1;
-    if (err) {
-        snprintf(why, why_len, "--cluster %s: cannot read it", path);
-    } else if (n > CLUSTER_FILE_MAX) {
-        snprintf(why, why_len, "--cluster %s: over %d bytes: not a cluster file", path,
-                 CLUSTER_FILE_MAX);
-    } else if (memchr(text, '\0', n) != NULL) {
-        snprintf(why, why_len, "--cluster %s: not a text file", path);
-    } else {
-        text[n] = '\0';
-        msr_plan_cluster_t cl;
-        msr_plan_cluster_default(&cl);
-        char reason[256];
-        if (msr_plan_cluster_parse(text, &cl, reason, sizeof reason) != 0) {
-            snprintf(why, why_len, "--cluster %s: %s", path, reason);
-        } else {
-            *c = cl;
-            rc = 0;
-        }
-    }
-    msr_free(text);
-    return rc;
-}
-
 /* The cluster every rank plans with: rank 0's file, broadcast, or measured
  * by all. Returns 0, EXIT_BAD_INPUT (the file; rank 0 said why) or 1. */
 static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t *c,
@@ -117,7 +73,7 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         if (job->rank == 0) {
             char why[512];
             msr_plan_cluster_t cl;
-            if (cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
+            if (msr_plan_cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
                 fprintf(stderr, "train_gpt: %s\n", why);
             } else {
                 double w[11] = {1,

@@ -29,7 +29,7 @@ printf '# a budget some layouts pass\nmem_gib = 0.0012\n' >"$work/small"
 refuse "--search slow: not exhaustive or fast" "${m[@]}" --search slow
 refuse "--top 0" "${m[@]}" --top 0
 refuse "--explain x" "${m[@]}" --explain x
-refuse "--cluster $work/none: cannot open it" "${m[@]}" --cluster "$work/none"
+refuse "--cluster $work/none: No such file or directory" "${m[@]}" --cluster "$work/none"
 refuse "line 2: unknown key 'bogus'" "${m[@]}" --cluster "$work/bad_key"
 refuse "--cluster $work/bad_value: line 1" "${m[@]}" --cluster "$work/bad_value"
 refuse "no layout of 4 ranks fits in 0.0001 GiB per rank" "${m[@]}" --cluster "$work/tiny"
