@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "parallel/plan.h"
+#include "parallel/plan_sim.h"
 
 /* ---- the cluster ---- */
 
@@ -236,6 +237,7 @@ typedef struct pieces {
     work_t layer_f;     /* one block's forward */
     work_t attn_f;      /* of it, the attention core (what selective recomputes) */
     double layer_tp_ms; /* one block's tp collectives, forward (backward: the same) */
+    work_t layer_sp;    /* under sp, its copies between sequence and rank order (each pass) */
     work_t embed_f, embed_b;
     double embed_tp_ms; /* forward; its backward has none */
     work_t head_f, head_b;
@@ -281,9 +283,16 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
     net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
     double act = N * C * eb;
-    if (l->sp) /* two allgathers in, two reduce-scatters out */
+    if (l->sp) { /* two allgathers in, two reduce-scatters out */
         p->layer_tp_ms = 2 * t_scatter(&tpn, act, l->tp) + 2 * t_scatter(&tpn, act, l->tp);
-    else
+        /* each reorders the whole (b, T, C) between the runtime's sequence
+         * order and the collective's rank-major blocks (parallel/mp_tp.c):
+         * a read and a write of it */
+        if (l->tp > 1) {
+            p->layer_sp.bytes = 4 * 2 * act;
+            p->layer_sp.kernels = 4;
+        }
+    } else
         p->layer_tp_ms = 2 * t_allreduce(&tpn, act, l->tp);
 
     /* the embedding: gather rows (and positions) into the stream, and
@@ -335,35 +344,55 @@ static work_t add(work_t a, work_t b)
  * much of the step it is. */
 enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_ALL = 7 };
 
-/* One micro-batch through virtual stage j of n, forward and backward, in ms. */
-static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
-                       int layers, int first, int last, int with, double speed)
+/* One micro-batch through a virtual stage: its forward's and backward's
+ * compute at the cluster's rates (every rank busy) and their tp
+ * collectives, in ms. */
+typedef struct stage_cost {
+    double fwd, bwd, tp_fwd, tp_bwd;
+} stage_cost_t;
+
+static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
+                               const msr_plan_cluster_t *c, int layers, int first, int last,
+                               int with)
 {
     work_t f = scale(p->layer_f, layers);
     work_t bw = scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
-    double tp = 2 * layers * p->layer_tp_ms;
+    double tpf = layers * p->layer_tp_ms, tpb = layers * p->layer_tp_ms;
+    f = add(f, scale(p->layer_sp, layers));
+    bw = add(bw, scale(p->layer_sp, layers));
     if (with & WITH_RC) {
         if (l->recompute == MSR_PLAN_RC_SELECTIVE)
             bw = add(bw, scale(p->attn_f, layers));
         else if (l->recompute == MSR_PLAN_RC_FULL) {
             bw = add(bw, f);
-            tp += layers * p->layer_tp_ms;
+            tpb += layers * p->layer_tp_ms;
         }
     }
     if (first) {
         f = add(f, p->embed_f);
         bw = add(bw, p->embed_b);
-        tp += p->embed_tp_ms;
+        tpf += p->embed_tp_ms;
     }
     if (last) {
         f = add(f, p->head_f);
         bw = add(bw, p->head_b);
-        tp += p->head_tp_f_ms + p->head_tp_b_ms;
+        tpf += p->head_tp_f_ms;
+        tpb += p->head_tp_b_ms;
     }
-    double ms = (price(c, f) + price(c, bw)) / speed;
-    if (with & WITH_TP)
-        ms += tp;
-    return ms;
+    stage_cost_t sc = {price(c, f), price(c, bw), 0, 0};
+    if (with & WITH_TP) {
+        sc.tp_fwd = tpf;
+        sc.tp_bwd = tpb;
+    }
+    return sc;
+}
+
+/* One micro-batch through virtual stage j of n, forward and backward, in ms. */
+static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
+                       int layers, int first, int last, int with, double speed)
+{
+    stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with);
+    return (sc.fwd + sc.bwd) / speed + sc.tp_fwd + sc.tp_bwd;
 }
 
 static int split_at(const msr_plan_model_t *m, const msr_plan_layout_t *l, int n, int j)
@@ -398,6 +427,9 @@ static double idle_speedup(const msr_plan_cluster_t *c, int64_t world)
  * this path is priced at that speed, and the node's total work over its
  * cores bounds the step from below: the bubble then costs only what the
  * cores cannot fill. */
+/* Virtual stages a simulated pipeline may have (more: the closed form). */
+#define MAX_SIM_STAGES 256
+
 static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, const pieces_t *p, int with, double *busy_p,
                           double *rank_bwd_p)
@@ -408,6 +440,8 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     double hop = (with & WITH_PP) ? t_p2p(&ppn, p->act_bytes) : 0;
     double speed = idle_speedup(c, (int64_t)l->dp * l->tp * l->pp);
     double all = 0, rmax = 0, rbwd = 0, work = 0;
+    msr_plan_sim_stage_t sim_stage[MAX_SIM_STAGES];
+    int sim = speed > 1 && n <= MAX_SIM_STAGES;
     for (int r = 0; r < pp; r++) {
         double rank = 0, bwd = 0, busy = 0;
         for (int k = 0; k < v; k++) {
@@ -416,6 +450,12 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
             double sends = (last ? 0 : hop) + (first ? 0 : hop);
             /* its sends: the output forward, the input's gradient back */
             double s = stage_ms(p, l, c, layers, first, last, with, speed) + sends;
+            if (sim) {
+                stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with);
+                sim_stage[j] = (msr_plan_sim_stage_t){sc.fwd / speed, sc.bwd / speed,
+                                                      sc.tp_fwd + (last ? 0 : hop),
+                                                      sc.tp_bwd + (first ? 0 : hop)};
+            }
             rank += s;
             double alone = stage_ms(p, l, c, layers, first, last, with, 1) + sends;
             busy += alone;
@@ -434,6 +474,19 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         *busy_p = l->micros * rmax > node ? l->micros * rmax : node;
     if (rank_bwd_p != NULL)
         *rank_bwd_p = rbwd;
+    if (sim) {
+        int64_t world = (int64_t)l->dp * l->tp * l->pp;
+        msr_plan_sim_t q = {pp,
+                            v,
+                            l->micros,
+                            l->schedule,
+                            (double)(world < c->ranks_per_node ? world : c->ranks_per_node),
+                            c->cores_per_node,
+                            sim_stage};
+        double t = msr_plan_sim_pipeline(&q);
+        if (t >= 0)
+            return t;
+    }
     return path > node ? path : node;
 }
 

@@ -182,13 +182,22 @@ static void test_comm_terms(void)
     lay.zero = 2;
     msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c2, &far);
     MSR_CHECK(far.zero3_ms == 0 && far.step_ms < t.step_ms);
-    /* sequence parallel moves the same bytes as tp's allreduces but cuts
-     * the norms' and residuals' work */
-    lay = layout(1, 4, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
-    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    /* sequence parallel moves the same bytes as tp's allreduces; it cuts
+     * the norms' and residuals' work (10 N C elements a layer to 10 N C /
+     * tp) but reorders the stream around each of its 4 collectives (8 N C):
+     * the cut wins at tp 8, the copies at tp 2 (kernel calls aside) */
+    msr_plan_cluster_t c3 = c;
+    c3.kernel_us = 0;
+    lay = layout(1, 8, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c3, &t);
     lay.sp = 1;
-    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &far);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c3, &far);
     MSR_CHECK(far.compute_ms < t.compute_ms);
+    lay = layout(1, 2, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c3, &t);
+    lay.sp = 1;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c3, &far);
+    MSR_CHECK(far.compute_ms > t.compute_ms);
 }
 
 static const msr_test_t tests[] = {

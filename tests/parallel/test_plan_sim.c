@@ -1,0 +1,115 @@
+/* The pipeline simulated under processor sharing (parallel/plan_sim.h):
+ * with a core per rank it gives the closed forms; on one core, the sum of
+ * all work (the core is never idle: some op is always ready); in between,
+ * no faster than either bound and never slower with more cores. */
+#include <math.h>
+#include <stdio.h>
+
+#include "parallel/plan.h"
+#include "parallel/plan_sim.h"
+#include "tests/runner.h"
+
+#define NEAR(a, b) (fabs((double)(a) - (double)(b)) <= 1e-9 * (1 + fabs((double)(b))))
+
+static double run(int pp, int v, int m, int sched, double on_node, double cores,
+                  const msr_plan_sim_stage_t *st)
+{
+    msr_plan_sim_t s = {pp, v, m, sched, on_node, cores, st};
+    return msr_plan_sim_pipeline(&s);
+}
+
+static void fill(msr_plan_sim_stage_t *st, int n, double f, double b, double wf, double wb)
+{
+    for (int j = 0; j < n; j++)
+        st[j] = (msr_plan_sim_stage_t){f, b, wf, wb};
+}
+
+static void test_closed_forms(void)
+{
+    msr_plan_sim_stage_t st[64];
+    /* GPipe and 1F1B: (m + p - 1) (f + b) */
+    for (int p = 1; p <= 8; p *= 2)
+        for (int m = 1; m <= 16; m *= 2) {
+            fill(st, p, 1, 2, 0, 0);
+            double want = (m + p - 1) * 3.0;
+            MSR_CHECK_MSG(NEAR(run(p, 1, m, MSR_PLAN_GPIPE, p, p, st), want), "gpipe p %d m %d", p,
+                          m);
+            MSR_CHECK_MSG(NEAR(run(p, 1, m, MSR_PLAN_1F1B, p, p, st), want), "1f1b p %d m %d", p,
+                          m);
+        }
+    /* interleaved, v chunks of a stage's work: (m + (p - 1) / v) (f + b) */
+    for (int p = 2; p <= 4; p *= 2)
+        for (int v = 2; v <= 4; v++)
+            for (int m = p; m <= 4 * p; m += p) {
+                fill(st, p * v, 1.0 / v, 2.0 / v, 0, 0);
+                double want = (m + (p - 1.0) / v) * 3.0;
+                double got = run(p, v, m, MSR_PLAN_INTERLEAVED, p, p, st);
+                MSR_CHECK_MSG(NEAR(got, want), "interleaved p %d v %d m %d: %g, want %g", p, v, m,
+                              got, want);
+            }
+    /* more ranks on the node than the pipeline (dp, tp), each with a core */
+    fill(st, 4, 1, 2, 0, 0);
+    MSR_CHECK(NEAR(run(4, 1, 8, MSR_PLAN_1F1B, 16, 16, st), 11 * 3.0));
+    /* the waits (collectives, sends) are on the path too */
+    fill(st, 2, 1, 2, 0.5, 0.5);
+    double t = run(2, 1, 1, MSR_PLAN_1F1B, 2, 2, st);
+    MSR_CHECK_MSG(NEAR(t, 2 * 3.0 + 4 * 0.5), "%g", t);
+}
+
+static void test_shared_cores(void)
+{
+    msr_plan_sim_stage_t st[64];
+    int scheds[] = {MSR_PLAN_GPIPE, MSR_PLAN_1F1B, MSR_PLAN_INTERLEAVED};
+    for (int k = 0; k < 3; k++)
+        for (int p = 2; p <= 8; p *= 2)
+            for (int m = p; m <= 4 * p; m *= 2) {
+                int v = scheds[k] == MSR_PLAN_INTERLEAVED ? 2 : 1;
+                /* uneven stages: the last twice as heavy */
+                fill(st, p * v, 1, 2, 0, 0);
+                st[p * v - 1] = (msr_plan_sim_stage_t){2, 4, 0, 0};
+                double work = 0;
+                for (int j = 0; j < p * v; j++)
+                    work += m * (st[j].fwd + st[j].bwd);
+                /* one core: never idle, so the sum of the work */
+                double one = run(p, v, m, scheds[k], p, 1, st);
+                MSR_CHECK_MSG(NEAR(one, work), "sched %d p %d m %d: %g, work %g", scheds[k], p, m,
+                              one, work);
+                /* in between: at least the work over the cores and the path
+                 * with a core each; more cores never slower */
+                double own = run(p, v, m, scheds[k], p, p, st), prev = one;
+                for (int c = 2; c <= p; c++) {
+                    double got = run(p, v, m, scheds[k], p, c, st);
+                    MSR_CHECK_MSG(got >= work / c - 1e-9 && got >= own - 1e-9 && got <= prev + 1e-9,
+                                  "sched %d p %d m %d cores %d: %g (work/c %g, own %g, prev %g)",
+                                  scheds[k], p, m, c, got, work / c, own, prev);
+                    prev = got;
+                }
+            }
+    /* a waiting rank lends its core: 2 ranks on 1 core, m = 1, the second
+     * stage only starts when the first has sent; each runs alone */
+    fill(st, 2, 1, 2, 0, 0);
+    MSR_CHECK(NEAR(run(2, 1, 1, MSR_PLAN_1F1B, 2, 1, st), 6));
+}
+
+static void test_refusals(void)
+{
+    msr_plan_sim_stage_t st[4];
+    fill(st, 4, 1, 2, 0, 0);
+    MSR_CHECK(run(2, 1, MSR_PLAN_SIM_MAX_OPS, MSR_PLAN_1F1B, 2, 1, st) == -1);
+    MSR_CHECK(run(0, 1, 4, MSR_PLAN_1F1B, 2, 1, st) == -1);
+    MSR_CHECK(run(2, 1, 4, MSR_PLAN_1F1B, 2, 0, st) == -1);
+    MSR_CHECK(run(2, 1, 4, MSR_PLAN_1F1B, 2, 1, NULL) == -1);
+    /* the runtime's interleaved order takes whole groups of p */
+    MSR_CHECK(run(2, 2, 3, MSR_PLAN_INTERLEAVED, 2, 1, st) == -1);
+}
+
+static const msr_test_t tests[] = {
+    {"closed_forms", test_closed_forms, 10},
+    {"shared_cores", test_shared_cores, 10},
+    {"refusals", test_refusals, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
