@@ -56,8 +56,10 @@ static const msr_opt_t opt_defs[] = {
      .help = "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
     {.name = "log_dir", .kind = MSR_OPT_STRING, .env = "MSRUN_LOG_DIR", .dest = D(log_dir),
      .def = "none", .metavar = "DIR",
-     .help = "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
-             "msrun makes are 0700; DIR must belong to you)."},
+     .help = "also write the workers' output into a directory of this run, DIR/<job_id>/ "
+             "(DIR/<job_id>.1, .2, ... when that exists), and point the link DIR/latest at it; "
+             "a file per worker, named by worker_log_name (mode 0600; directories msrun makes are "
+             "0700; DIR must belong to you)."},
     {.name = "join", .kind = MSR_OPT_BOOL, .env = "MSRUN_JOIN", .dest = D(join), .def = "true",
      .metavar = "BOOL",
      .help = "MindSpore's flag: true (msrun stays and supervises its workers) is the only "
