@@ -306,8 +306,9 @@ static int read_token(char **token_p, const char *token_file, const char *where)
 }
 
 /* Finds prog the way execvp would into *out_p, so a missing program is
- * refused before any worker starts; what names it in messages. */
-static int find_program(const char *prog, const char *what, char **out_p)
+ * refused before any worker starts; what names it in messages, flag is the
+ * boolean flag given alone just before prog (or NULL), for the hint. */
+static int find_program(const char *prog, const char *what, const char *flag, char **out_p)
 {
     char path[PATH_MAX];
     struct stat sb;
@@ -343,11 +344,10 @@ static int find_program(const char *prog, const char *what, char **out_p)
     int b;
     if (found_noexec)
         opt_error("%s '%s' was found in PATH but is not executable", what, prog);
-    else if (msr_parse_bool(prog, &b) == MSR_OK)
+    else if (flag && msr_parse_bool(prog, &b) == MSR_OK)
         /* "--bind_core True": the flag ended, True is taken as the program */
-        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. "
-                  "--bind_core=%s)",
-                  what, prog, prog);
+        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. %s=%s)",
+                  what, prog, flag, prog);
     else
         opt_error("%s '%s' not found in PATH", what, prog);
     return -1;
@@ -361,8 +361,9 @@ static int ends_with(const char *s, const char *tail)
 
 /* What runs: PROGRAM itself, or for a Python program (PROGRAM.py, or -m
  * MODULE) the interpreter with PROGRAM (after -m) in front of the
- * arguments, as MindSpore's msrun and torchrun run them. */
-static int resolve_program(msr_options_t *o)
+ * arguments, as MindSpore's msrun and torchrun run them. flag: as for
+ * find_program. */
+static int resolve_program(msr_options_t *o, const char *flag)
 {
     const char *prog = o->program;
     if (o->module && o->no_python) {
@@ -371,14 +372,14 @@ static int resolve_program(msr_options_t *o)
     }
     int python = o->module || (!o->no_python && ends_with(prog, ".py"));
     if (!python)
-        return find_program(prog, "program", &o->program_path);
+        return find_program(prog, "program", flag, &o->program_path);
     struct stat sb;
     if (!o->module && stat(prog, &sb) != 0) {
         opt_error("program '%s' does not exist", prog);
         return -1;
     }
-    if (find_program(o->python ? o->python : "python3", "Python interpreter", &o->program_path) !=
-        0)
+    if (find_program(o->python ? o->python : "python3", "Python interpreter", NULL,
+                     &o->program_path) != 0)
         return -1;
     /* python [-m] PROGRAM ARGS...: o->argv points into the command line */
     char **argv = msr_calloc((size_t)o->argc + 3, sizeof *argv);
@@ -925,8 +926,8 @@ static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
 }
 
 /* Checks of options against each other and of the program, once all are
- * known. */
-static int check_rest(msr_options_t *o)
+ * known; flag: as for find_program. */
+static int check_rest(msr_options_t *o, const char *flag)
 {
     /* an IPv6 address may come in brackets, as in a URL: [::1] */
     size_t alen = o->master_addr ? strlen(o->master_addr) : 0;
@@ -963,9 +964,32 @@ static int check_rest(msr_options_t *o)
         opt_error("--tls_server_name needs TLS: give --tls_ca (or --tls_cert and --tls_key)");
         return 2;
     }
-    if (resolve_program(o) != 0)
+    if (resolve_program(o, flag) != 0)
         return 2;
     return 0;
+}
+
+/* The boolean flag given alone just before argv[next] (the program), as
+ * typed ("--tag-output"), or NULL: in "--tag_output 0" the flag ends and 0
+ * is the program. Walks the options as msr_opts_parse does. */
+static const char *flag_before(char **argv, int next)
+{
+    const char *flag = NULL;
+    for (int j = 0; j < next; j++) {
+        const char *a = argv[j];
+        flag = NULL;
+        if (a[0] != '-' || strcmp(a, "--") == 0)
+            continue;
+        const char *name = a + (a[1] == '-' ? 2 : 1);
+        int k = msr_opts_find(&options_set, name);
+        if (k < 0) /* unknown, or --name=value */
+            continue;
+        if (opt_defs[k].kind == MSR_OPT_BOOL)
+            flag = a;
+        else
+            j++; /* its value is the next word */
+    }
+    return flag;
 }
 
 int msr_options_parse(int argc, char **argv, msr_options_t *o)
@@ -1012,7 +1036,7 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
     if (resolve_rdzv(o, seen) != 0 || apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
-        check_rest(o) != 0)
+        check_rest(o, flag_before(argv, i)) != 0)
         return 2;
     origins_derived(o);
     return 0;

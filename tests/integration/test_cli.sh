@@ -15,6 +15,20 @@ run_msrun --worker_num=1 --standalone=false --bind_core=0 "$WORKER" exit 0
 expect_code 0 "flags with values after '='"
 ok "a flag takes a value only after '=': the next word is the program"
 
+# the hint names the flag that was given (before: always --bind_core=0)
+run_msrun --worker_num=1 --tag_output 0
+expect_code 2 "--tag_output 0"
+expect_in "program '0' not found in PATH (a flag takes a value only after '=', e.g. --tag_output=0)" \
+    "$TMP/err" "the hint names --tag_output"
+expect_not_in "bind_core" "$TMP/err" "no other flag named"
+run_msrun --worker_num=1 --tag-output True
+expect_in "e.g. --tag-output=True)" "$TMP/err" "the flag as it was typed"
+# a word that only looks like a boolean, after no flag: no hint
+run_msrun --worker_num=1 --log_dir --tag_output 0
+expect_code 2 "--log_dir --tag_output 0"
+expect_not_in "a flag takes a value" "$TMP/err" "no flag came before the program"
+ok "the '=' hint names the flag given just before the program"
+
 # IPv6: ::1, [::1] and [::1]:PORT reach an embedded coordinator on ::1
 if ! python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null
 then
