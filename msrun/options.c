@@ -44,9 +44,9 @@ static const msr_opt_t opt_defs[] = {
              "given, else 8."},
     {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
      .dest = D(master_addr), .def = "none", .metavar = "ADDR",
-     .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1). "
-             "The node where this address is local starts it. None: a standalone job on this "
-             "host."},
+     .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1), "
+             "optionally with its port (HOST:PORT, [::1]:29500), which is then master_port. The "
+             "node where this address is local starts it. None: a standalone job on this host."},
     {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
      .dest = D(master_port), .def = "8118", .metavar = "PORT",
      .help = "port of the coordinator (a standalone job without it picks a free loopback "
@@ -661,7 +661,8 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
     origin_given(seen, "node_rank", &g->node_rank);
     origin_given(seen, "nnodes", &g->nnodes);
     origin_given(seen, "master_addr", &g->master_addr);
-    origin_given(seen, "master_port", &g->master_port);
+    if (g->master_port.src == MSR_SRC_DEFAULT) /* else it came with master_addr */
+        origin_given(seen, "master_port", &g->master_port);
     origin_given(seen, "rdzv_endpoint", &g->master_addr);
     origin_given(seen, "rdzv_endpoint", &g->master_port);
     origin_given(seen, "local_worker_num", &g->local_worker_num);
@@ -892,6 +893,47 @@ static int derive_counts(msr_options_t *o)
     return 0;
 }
 
+/* --master_addr=HOST:PORT or [v6]:PORT (an address that holds a port, as
+ * --rdzv_endpoint does): split into master_addr and master_port. As for
+ * --bind_core, the command line wins over MSRUN_*; a master_port given at
+ * the same level must be the same port. An IPv6 address without brackets
+ * (::1) or in brackets alone ([::1]) holds no port. */
+static int split_master_addr(msr_options_t *o, const unsigned char *seen)
+{
+    const char *a = o->master_addr;
+    const char *colon = a ? strrchr(a, ':') : NULL;
+    if (colon == NULL)
+        return 0;
+    int has_port = a[0] == '[' ? colon[-1] == ']' : strchr(a, ':') == colon;
+    if (!has_port)
+        return 0;
+    char where[64], pwhere[64];
+    const char *w = msr_opts_where(&options_set, seen, "master_addr", where, sizeof where);
+    char *host = NULL;
+    int port;
+    if (msr_opts_hostport(a, w, 1, 65535, &host, &port) != MSR_OK) {
+        opt_error("%s", msr_err_msg());
+        return 2;
+    }
+    int addr_level = seen[msr_opts_find(&options_set, "master_addr")]; /* 1 or 2 */
+    int port_level = seen[msr_opts_find(&options_set, "master_port")]; /* 0: not given */
+    if (port_level == addr_level && o->master_port != port) {
+        opt_error("%s=%s and %s=%d name different ports: give one", w, a,
+                  msr_opts_where(&options_set, seen, "master_port", pwhere, sizeof pwhere),
+                  o->master_port);
+        msr_free(host);
+        return 2;
+    }
+    if (port_level == 0 || addr_level < port_level) {
+        o->master_port = port;
+        msr_origin_set(&o->origins.master_port, addr_level == 2 ? MSR_SRC_ENV : MSR_SRC_OPTION,
+                       "%s", w);
+    }
+    msr_free(o->master_addr);
+    o->master_addr = host;
+    return 0;
+}
+
 /* --rdzv_endpoint: master_addr and master_port (static), or etcd's
  * endpoints (etcd), which also needs the job's token on every node. */
 static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
@@ -1035,7 +1077,8 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
-    if (resolve_rdzv(o, seen) != 0 || apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
+    if (split_master_addr(o, seen) != 0 || resolve_rdzv(o, seen) != 0 ||
+        apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
         check_rest(o, flag_before(argv, i)) != 0)
         return 2;
     origins_derived(o);
