@@ -653,8 +653,13 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         waiter_free(c, w);
         fail(c, call, MSR_RPC_UNAVAILABLE, "node %s: %s", n->id, why);
     }
-    MSR_WARN("job %s: node %d (%s, pid %d) %s", c->job_id, n->rank, n->host, n->pid, why);
-    if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0) {
+    /* A loss that fails the generation is the job's outcome (a node that
+     * left because its worker could not be started, say): as loud as the
+     * outcome, so the msrun that embeds this coordinator reports it once. */
+    int fails = c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0;
+    MSR_LOG(fails ? outcome_level(c) : MSR_LOG_WARN, "job %s: node %d (%s, pid %d) %s", c->job_id,
+            n->rank, n->host, n->pid, why);
+    if (fails) {
         msr_failure_t f;
         memset(&f, 0, sizeof f);
         f.set = 1;

@@ -44,9 +44,9 @@ static const msr_opt_t opt_defs[] = {
              "given, else 8."},
     {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
      .dest = D(master_addr), .def = "none", .metavar = "ADDR",
-     .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1). "
-             "The node where this address is local starts it. None: a standalone job on this "
-             "host."},
+     .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1), "
+             "optionally with its port (HOST:PORT, [::1]:29500), which is then master_port. The "
+             "node where this address is local starts it. None: a standalone job on this host."},
     {.name = "master_port", .kind = MSR_OPT_PORT, MSR_OPTB_PORT, .env = "MSRUN_MASTER_PORT",
      .dest = D(master_port), .def = "8118", .metavar = "PORT",
      .help = "port of the coordinator (a standalone job without it picks a free loopback "
@@ -56,8 +56,10 @@ static const msr_opt_t opt_defs[] = {
      .help = "this node's rank; -1 lets the coordinator assign ranks in order of arrival."},
     {.name = "log_dir", .kind = MSR_OPT_STRING, .env = "MSRUN_LOG_DIR", .dest = D(log_dir),
      .def = "none", .metavar = "DIR",
-     .help = "also write each worker's output to DIR/worker_<rank>.log (mode 0600; directories "
-             "msrun makes are 0700; DIR must belong to you)."},
+     .help = "also write the workers' output into a directory of this run, DIR/<job_id>/ "
+             "(DIR/<job_id>.1, .2, ... when that exists), and point the link DIR/latest at it; "
+             "a file per worker, named by worker_log_name (mode 0600; directories msrun makes are "
+             "0700; DIR must belong to you)."},
     {.name = "join", .kind = MSR_OPT_BOOL, .env = "MSRUN_JOIN", .dest = D(join), .def = "true",
      .metavar = "BOOL",
      .help = "MindSpore's flag: true (msrun stays and supervises its workers) is the only "
@@ -304,8 +306,9 @@ static int read_token(char **token_p, const char *token_file, const char *where)
 }
 
 /* Finds prog the way execvp would into *out_p, so a missing program is
- * refused before any worker starts; what names it in messages. */
-static int find_program(const char *prog, const char *what, char **out_p)
+ * refused before any worker starts; what names it in messages, flag is the
+ * boolean flag given alone just before prog (or NULL), for the hint. */
+static int find_program(const char *prog, const char *what, const char *flag, char **out_p)
 {
     char path[PATH_MAX];
     struct stat sb;
@@ -341,11 +344,10 @@ static int find_program(const char *prog, const char *what, char **out_p)
     int b;
     if (found_noexec)
         opt_error("%s '%s' was found in PATH but is not executable", what, prog);
-    else if (msr_parse_bool(prog, &b) == MSR_OK)
+    else if (flag && msr_parse_bool(prog, &b) == MSR_OK)
         /* "--bind_core True": the flag ended, True is taken as the program */
-        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. "
-                  "--bind_core=%s)",
-                  what, prog, prog);
+        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. %s=%s)",
+                  what, prog, flag, prog);
     else
         opt_error("%s '%s' not found in PATH", what, prog);
     return -1;
@@ -359,8 +361,9 @@ static int ends_with(const char *s, const char *tail)
 
 /* What runs: PROGRAM itself, or for a Python program (PROGRAM.py, or -m
  * MODULE) the interpreter with PROGRAM (after -m) in front of the
- * arguments, as MindSpore's msrun and torchrun run them. */
-static int resolve_program(msr_options_t *o)
+ * arguments, as MindSpore's msrun and torchrun run them. flag: as for
+ * find_program. */
+static int resolve_program(msr_options_t *o, const char *flag)
 {
     const char *prog = o->program;
     if (o->module && o->no_python) {
@@ -369,14 +372,14 @@ static int resolve_program(msr_options_t *o)
     }
     int python = o->module || (!o->no_python && ends_with(prog, ".py"));
     if (!python)
-        return find_program(prog, "program", &o->program_path);
+        return find_program(prog, "program", flag, &o->program_path);
     struct stat sb;
     if (!o->module && stat(prog, &sb) != 0) {
         opt_error("program '%s' does not exist", prog);
         return -1;
     }
-    if (find_program(o->python ? o->python : "python3", "Python interpreter", &o->program_path) !=
-        0)
+    if (find_program(o->python ? o->python : "python3", "Python interpreter", NULL,
+                     &o->program_path) != 0)
         return -1;
     /* python [-m] PROGRAM ARGS...: o->argv points into the command line */
     char **argv = msr_calloc((size_t)o->argc + 3, sizeof *argv);
@@ -658,7 +661,8 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
     origin_given(seen, "node_rank", &g->node_rank);
     origin_given(seen, "nnodes", &g->nnodes);
     origin_given(seen, "master_addr", &g->master_addr);
-    origin_given(seen, "master_port", &g->master_port);
+    if (g->master_port.src == MSR_SRC_DEFAULT) /* else it came with master_addr */
+        origin_given(seen, "master_port", &g->master_port);
     origin_given(seen, "rdzv_endpoint", &g->master_addr);
     origin_given(seen, "rdzv_endpoint", &g->master_port);
     origin_given(seen, "local_worker_num", &g->local_worker_num);
@@ -889,6 +893,47 @@ static int derive_counts(msr_options_t *o)
     return 0;
 }
 
+/* --master_addr=HOST:PORT or [v6]:PORT (an address that holds a port, as
+ * --rdzv_endpoint does): split into master_addr and master_port. As for
+ * --bind_core, the command line wins over MSRUN_*; a master_port given at
+ * the same level must be the same port. An IPv6 address without brackets
+ * (::1) or in brackets alone ([::1]) holds no port. */
+static int split_master_addr(msr_options_t *o, const unsigned char *seen)
+{
+    const char *a = o->master_addr;
+    const char *colon = a ? strrchr(a, ':') : NULL;
+    if (colon == NULL)
+        return 0;
+    int has_port = a[0] == '[' ? colon[-1] == ']' : strchr(a, ':') == colon;
+    if (!has_port)
+        return 0;
+    char where[64], pwhere[64];
+    const char *w = msr_opts_where(&options_set, seen, "master_addr", where, sizeof where);
+    char *host = NULL;
+    int port;
+    if (msr_opts_hostport(a, w, 1, 65535, &host, &port) != MSR_OK) {
+        opt_error("%s", msr_err_msg());
+        return 2;
+    }
+    int addr_level = seen[msr_opts_find(&options_set, "master_addr")]; /* 1 or 2 */
+    int port_level = seen[msr_opts_find(&options_set, "master_port")]; /* 0: not given */
+    if (port_level == addr_level && o->master_port != port) {
+        opt_error("%s=%s and %s=%d name different ports: give one", w, a,
+                  msr_opts_where(&options_set, seen, "master_port", pwhere, sizeof pwhere),
+                  o->master_port);
+        msr_free(host);
+        return 2;
+    }
+    if (port_level == 0 || addr_level < port_level) {
+        o->master_port = port;
+        msr_origin_set(&o->origins.master_port, addr_level == 2 ? MSR_SRC_ENV : MSR_SRC_OPTION,
+                       "%s", w);
+    }
+    msr_free(o->master_addr);
+    o->master_addr = host;
+    return 0;
+}
+
 /* --rdzv_endpoint: master_addr and master_port (static), or etcd's
  * endpoints (etcd), which also needs the job's token on every node. */
 static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
@@ -923,8 +968,8 @@ static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
 }
 
 /* Checks of options against each other and of the program, once all are
- * known. */
-static int check_rest(msr_options_t *o)
+ * known; flag: as for find_program. */
+static int check_rest(msr_options_t *o, const char *flag)
 {
     /* an IPv6 address may come in brackets, as in a URL: [::1] */
     size_t alen = o->master_addr ? strlen(o->master_addr) : 0;
@@ -961,9 +1006,32 @@ static int check_rest(msr_options_t *o)
         opt_error("--tls_server_name needs TLS: give --tls_ca (or --tls_cert and --tls_key)");
         return 2;
     }
-    if (resolve_program(o) != 0)
+    if (resolve_program(o, flag) != 0)
         return 2;
     return 0;
+}
+
+/* The boolean flag given alone just before argv[next] (the program), as
+ * typed ("--tag-output"), or NULL: in "--tag_output 0" the flag ends and 0
+ * is the program. Walks the options as msr_opts_parse does. */
+static const char *flag_before(char **argv, int next)
+{
+    const char *flag = NULL;
+    for (int j = 0; j < next; j++) {
+        const char *a = argv[j];
+        flag = NULL;
+        if (a[0] != '-' || strcmp(a, "--") == 0)
+            continue;
+        const char *name = a + (a[1] == '-' ? 2 : 1);
+        int k = msr_opts_find(&options_set, name);
+        if (k < 0) /* unknown, or --name=value */
+            continue;
+        if (opt_defs[k].kind == MSR_OPT_BOOL)
+            flag = a;
+        else
+            j++; /* its value is the next word */
+    }
+    return flag;
 }
 
 int msr_options_parse(int argc, char **argv, msr_options_t *o)
@@ -1009,8 +1077,9 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
-    if (resolve_rdzv(o, seen) != 0 || apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
-        check_rest(o) != 0)
+    if (split_master_addr(o, seen) != 0 || resolve_rdzv(o, seen) != 0 ||
+        apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
+        check_rest(o, flag_before(argv, i)) != 0)
         return 2;
     origins_derived(o);
     return 0;

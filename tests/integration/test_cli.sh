@@ -15,6 +15,40 @@ run_msrun --worker_num=1 --standalone=false --bind_core=0 "$WORKER" exit 0
 expect_code 0 "flags with values after '='"
 ok "a flag takes a value only after '=': the next word is the program"
 
+# the hint names the flag that was given (before: always --bind_core=0)
+run_msrun --worker_num=1 --tag_output 0
+expect_code 2 "--tag_output 0"
+expect_in "program '0' not found in PATH (a flag takes a value only after '=', e.g. --tag_output=0)" \
+    "$TMP/err" "the hint names --tag_output"
+expect_not_in "bind_core" "$TMP/err" "no other flag named"
+run_msrun --worker_num=1 --tag-output True
+expect_in "e.g. --tag-output=True)" "$TMP/err" "the flag as it was typed"
+# a word that only looks like a boolean, after no flag: no hint
+run_msrun --worker_num=1 --log_dir --tag_output 0
+expect_code 2 "--log_dir --tag_output 0"
+expect_not_in "a flag takes a value" "$TMP/err" "no flag came before the program"
+ok "the '=' hint names the flag given just before the program"
+
+# --master_addr may hold the port, as --rdzv_endpoint does: HOST:PORT and
+# [v6]:PORT (before: "cannot resolve '[::1]:29500'"); a different
+# --master_port given too is refused, the same one accepted
+port=$(free_port)
+run_msrun --master_addr="127.0.0.1:$port" --worker_num=1 "$WORKER" env
+expect_code 0 "--master_addr=127.0.0.1:PORT"
+expect_in "ENV 0 MSR_COORDINATOR=127.0.0.1:$port" "$TMP/out" "the port given with the address"
+run_msrun --master_addr='[::1]:29500' --master_port=29501 --worker_num=1 true
+expect_code 2 "two different ports"
+expect_in "error: --master_addr=\[::1\]:29500 and --master_port=29501 name different ports" \
+    "$TMP/err" "the conflict named"
+run_msrun --master_addr='[::1]:29500' --master_port=29500 --worker_num=1 --dry_run true
+expect_code 0 "the same port twice"
+expect_in "^master_addr = ::1 " "$TMP/out" "the address without its port"
+expect_in "^master_port = 29500 " "$TMP/out" "the port"
+run_msrun --master_addr='[::1]:' --worker_num=1 true
+expect_code 2 "an empty port"
+expect_in "\[::1\]: is not HOST:PORT" "$TMP/err" "an empty port refused"
+ok "--master_addr=HOST:PORT and [v6]:PORT give the port; a different --master_port is refused"
+
 # IPv6: ::1, [::1] and [::1]:PORT reach an embedded coordinator on ::1
 if ! python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null
 then
@@ -25,6 +59,11 @@ else
     expect_code 0 "--master_addr=::1"
     expect_in "ENV 1 MSR_COORDINATOR=\[::1\]:$port" "$TMP/out" "the coordinator's address"
     expect_in "ENV 0 MASTER_ADDR=::1" "$TMP/out" "torch's MASTER_ADDR"
+    port=$(free_port)
+    run_msrun --master_addr="[::1]:$port" --worker_num=2 "$WORKER" env
+    expect_code 0 "--master_addr=[::1]:PORT"
+    expect_in "ENV 1 MSR_COORDINATOR=\[::1\]:$port" "$TMP/out" "the coordinator's address and port"
+    expect_in "ENV 0 MASTER_ADDR=::1" "$TMP/out" "MASTER_ADDR without the port"
     port=$(free_port)
     run_msrun --rdzv_endpoint="[::1]:$port" --worker_num=2 "$WORKER" barrier
     expect_code 0 "--rdzv_endpoint=[::1]:PORT"
@@ -40,6 +79,6 @@ else
     expect_code 0 "node 1 over IPv6 ($(cat "$TMP/err1"))"
     wait_pid "$node0" 30
     expect_code 0 "node 0 over IPv6"
-    ok "IPv6 coordinator addresses: ::1, [::1], [::1]:PORT, two nodes"
+    ok "IPv6 coordinator addresses: ::1, [::1], [::1]:PORT (both options), two nodes"
 fi
 no_leftovers "cli"

@@ -70,6 +70,44 @@ expect_in "^\[node 0 rank 0\] end\$" "$TMP/out" "the next line"
 [ "$(grep -c '^y*$' "$TMP/long/latest/worker_0.log")" = 1 ] || fail "the long line in the log"
 ok "a long line arrives whole"
 
+# ... and when another rank's line comes in the middle of it, the long line
+# goes on in a line of its own marked "..." after the prefix, never glued to
+# the other rank's output nor cut without a mark: rank 0 writes 100 kB (more
+# than msrun holds back waiting for a line's end) without a newline, rank 1
+# then prints a line, then rank 0 ends its line
+cat >"$TMP/cut.py" <<'PY'
+import os, sys, time
+flags = sys.argv[1]
+def wait(name):
+    while not os.path.exists(os.path.join(flags, name)):
+        time.sleep(0.01)
+    time.sleep(0.5)  # for msrun to read what came before
+if os.environ["MSR_RANK"] == "0":
+    sys.stdout.write("a" * 100000)
+    sys.stdout.flush()
+    open(os.path.join(flags, "a"), "w").close()
+    wait("other")
+    print("b" * 10)
+else:
+    wait("a")
+    print("other")
+    sys.stdout.flush()
+    open(os.path.join(flags, "other"), "w").close()
+PY
+mkdir "$TMP/cut"
+run_msrun --worker_num=2 python3 "$TMP/cut.py" "$TMP/cut"
+expect_code 0 "a long line cut by another rank's"
+printf '%s\n' '^\[node 0 rank 0\] a*$' '^\[node 0 rank 1\] other$' \
+    '^\[node 0 rank 0\] \.\.\.a*b\{10\}$' >"$TMP/cut.want"
+[ "$(wc -l <"$TMP/out")" = 3 ] || fail "the cut long line: 3 lines, not $(wc -l <"$TMP/out")"
+for k in 1 2 3; do
+    sed -n "${k}p" "$TMP/out" | grep -q "$(sed -n "${k}p" "$TMP/cut.want")" ||
+        fail "the cut long line's line $k: $(sed -n "${k}p" "$TMP/out" | cut -c1-40)"
+done
+[ "$(sed 's/^\[node 0 rank [01]\] //' "$TMP/out" | tr -cd a | wc -c)" = 100000 ] ||
+    fail "rank 0's 100000 a's, all of them"
+ok "a long line cut by another rank's line goes on after '...'"
+
 # 4. --redirects and --tee per local rank (torchrun's values)
 cat >"$TMP/both.sh" <<'SH'
 #!/bin/sh
