@@ -18,14 +18,29 @@
 # measured once per world as the peak RSS of a model too small to count
 # (1 layer, 8 channels).
 #
-# usage: bench/plan/sweep.sh [--quick] [BUILD_DIR]
-# Takes about 12 minutes on 2 cores (--quick: about 3). Prints markdown.
+# Each layout runs PASSES times (default 2), every other pass in reverse
+# order, and counts at the fastest of its passes' medians: on a shared
+# machine noise only adds time, and a slow minute then hurts no layout
+# twice.
+#
+# usage: bench/plan/sweep.sh [--quick] [--passes N] [BUILD_DIR]
+# Takes about 12 minutes a pass on 2 cores (--quick: about 3). Prints
+# markdown.
 set -euo pipefail
 quick=0
-if [[ ${1:-} == --quick ]]; then
-    quick=1
+passes=2
+while [[ ${1:-} == --* ]]; do
+    case $1 in
+    --quick) quick=1 ;;
+    --passes)
+        passes=${2:-}
+        shift
+        ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
     shift
-fi
+done
+[[ $passes =~ ^[1-9][0-9]*$ ]] || { echo "--passes takes a count of 1 or more" >&2; exit 2; }
 build=${1:-build}
 bin="$build/bin"
 for p in msrun train_gpt plan_gpt; do
@@ -109,41 +124,68 @@ for w in 4 8; do
         } | grep '^plan ' >"$tmp/plans"
         # the plan --auto takes: the first of the whole space
         auto=$("$bin/plan_gpt" "${plan_args[@]}" --top 1 --format kv | grep '^plan ')
-        n=0
-        while read -r line; do
-            n=$((n + 1))
-            # key=value pairs into an associative array
+        mapfile -t plans <"$tmp/plans"
+        n=${#plans[@]}
+        declare -A best_ms=() top_rss=()
+        for ((pass = 0; pass < passes; pass++)); do
+            for ((k = 0; k < n; k++)); do
+                i=$k
+                ((pass % 2)) && i=$((n - 1 - k))
+                line=${plans[$i]}
+                # key=value pairs into an associative array
+                declare -A kv=()
+                for pair in $line; do
+                    [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
+                done
+                args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --zero "${kv[zero]}"
+                    --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
+                    --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
+                    --virtual-stages "${kv[virtual_stages]}")
+                [[ ${kv[sp]} == 1 ]] && args+=(--sp)
+                [[ -n ${kv[pp_layers]:-} ]] && args+=(--pp-layers "${kv[pp_layers]}")
+                if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
+                    ms=$(step_ms "$tmp/run.err")
+                    rss=$(max_rss "$tmp/run.err")
+                    if [[ -z ${best_ms[$i]:-} || ${best_ms[$i]} == failed ]] ||
+                        awk -v a="$ms" -v b="${best_ms[$i]}" 'BEGIN { exit !(a < b) }'; then
+                        best_ms[$i]=$ms
+                    fi
+                    ((rss > ${top_rss[$i]:-0})) && top_rss[$i]=$rss
+                else
+                    [[ -z ${best_ms[$i]:-} ]] && best_ms[$i]=failed
+                fi
+                unset kv
+            done
+        done
+        for ((i = 0; i < n; i++)); do
+            line=${plans[$i]}
             declare -A kv=()
             for pair in $line; do
                 [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
             done
-            args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --zero "${kv[zero]}"
-                --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
-                --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
-                --virtual-stages "${kv[virtual_stages]}")
-            [[ ${kv[sp]} == 1 ]] && args+=(--sp)
-            [[ -n ${kv[pp_layers]:-} ]] && args+=(--pp-layers "${kv[pp_layers]}")
-            if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
-                ms=$(step_ms "$tmp/run.err")
-                rss=$(max_rss "$tmp/run.err")
-            else
-                ms=failed rss=0
-            fi
+            ms=${best_ms[$i]}
+            rss=${top_rss[$i]:-0}
             tag=sweep
             [[ $(kv_key <<<"$line") == "$(kv_key <<<"$auto")" ]] && tag=sweep+auto
             echo "$w $si $tag ${kv[step_ms]} $ms ${kv[peak_bytes]} $base_kib $rss ${line#plan }" >>"$rows"
             unset kv
-        done <"$tmp/plans"
+        done
+        unset best_ms top_rss
         # --auto itself: the plan it prints must be the search's first
-        if train "$w" "$tmp/auto.err" "${shape[@]}" --global-batch "$gb" --auto \
-            --cluster "$cluster"; then
-            ms=$(step_ms "$tmp/auto.err")
-            rss=$(max_rss "$tmp/auto.err")
-            took=$(sed -n 's/.*train_gpt: --auto: plan 1 of [0-9]*: \([^;]*\);.*/\1/p' \
-                "$tmp/auto.err" | head -1 | auto_key)
-        else
-            ms=failed rss=0 took=
-        fi
+        ms=failed rss=0 took=
+        for ((pass = 0; pass < passes; pass++)); do
+            if train "$w" "$tmp/auto.err" "${shape[@]}" --global-batch "$gb" --auto \
+                --cluster "$cluster"; then
+                m=$(step_ms "$tmp/auto.err")
+                if [[ $ms == failed ]] || awk -v a="$m" -v b="$ms" 'BEGIN { exit !(a < b) }'; then
+                    ms=$m
+                fi
+                r=$(max_rss "$tmp/auto.err")
+                ((r > rss)) && rss=$r
+                took=$(sed -n 's/.*train_gpt: --auto: plan 1 of [0-9]*: \([^;]*\);.*/\1/p' \
+                    "$tmp/auto.err" | head -1 | auto_key)
+            fi
+        done
         echo "$w $si auto - $ms - $base_kib $rss $took | $(kv_key <<<"$auto")" >>"$rows"
         echo "world $w shape $si: $n layouts" >&2
     done
