@@ -132,6 +132,10 @@ check() {
     diff "$TMP/ref/loss.log" "$dir/last" >/dev/null ||
         fail "$1: the losses differ: $(diff "$TMP/ref/loss.log" "$dir/last" | head -5)"
     grep -q "elected to run the coordinator" "$dir"/n*.log || fail "$1: no node took over"
+    # the failover's steps are in the log (scripts/bench-failover.sh times them)
+    grep -q "the coordinator's key /msrun/$1/leader is gone" "$dir"/n*.log ||
+        fail "$1: no node said the leader key was gone"
+    grep -q "won the election for /msrun/$1/leader" "$dir"/n*.log || fail "$1: no 'won the election'"
     # the restarts counted on from what etcd held (a coordinator that
     # started empty would count from 0 again)
     grep -q "restart $2 of 3 after" "$dir"/n*.log || fail "$1: no 'restart $2 of 3'"
