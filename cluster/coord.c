@@ -515,13 +515,27 @@ static void start_generation(msr_coord_t *c, int generation, const char *why)
     MARK_DIRTY(c, 2);
 }
 
+void msr_coord_history_add(msr_coord_t *c, const msr_failure_t *f)
+{
+    if (c->nhistory == MSR_FAILURE_HISTORY) {
+        memmove(&c->history[0], &c->history[1], (MSR_FAILURE_HISTORY - 1) * sizeof c->history[0]);
+        c->nhistory--;
+    }
+    msr_failure_t *h = &c->history[c->nhistory++];
+    *h = *f;
+    memset(h->tail, 0, sizeof h->tail); /* the tail stays with f */
+    h->ntail = 0;
+}
+
 /* Ends the running generation after a failure: a new one if restarts remain,
- * else the job fails. Takes the tail strings of f. */
+ * else the job fails. Takes the tail strings of f. The generation's first
+ * failure is its root cause: the one kept and added to the history. */
 static void generation_failed(msr_coord_t *c, msr_failure_t *f)
 {
     char what[512];
     msr_failure_describe(f, what, sizeof what);
     if (!c->failure.set || c->failure.generation != f->generation) {
+        msr_coord_history_add(c, f);
         msr_failure_clear(&c->failure);
         c->failure = *f; /* the tail strings now belong to c->failure */
     } else {
@@ -1025,7 +1039,7 @@ static char *node_state_name(const msr_coord_t *c, const node_t *n)
 static void do_status(msr_coord_t *c, void *call)
 {
     Msr__StatusResponse r = MSR__STATUS_RESPONSE__INIT;
-    Msr__Failure f;
+    Msr__Failure f, hist[MSR_FAILURE_HISTORY], *histp[MSR_FAILURE_HISTORY];
     r.job_id = c->job_id ? c->job_id : "";
     r.state = c->state;
     r.generation = c->generation;
@@ -1086,6 +1100,12 @@ static void do_status(msr_coord_t *c, void *call)
         msr_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
+    for (int i = 0; i < c->nhistory; i++) {
+        msr_failure_to_msg(&c->history[i], &hist[i]);
+        histp[i] = &hist[i];
+    }
+    r.n_failures = (size_t)c->nhistory;
+    r.failures = histp;
     reply(c, call, &r.base);
     msr_free(ns);
     msr_free(nsp);

@@ -53,6 +53,10 @@ typedef struct request_rec {
 #define MSR_REQUESTS_MAX       16384
 #define MSR_REQUESTS_BYTES_MAX (8u << 20)
 
+/* Failures kept in the job's history (msr_coord.history): each failed
+ * generation's root cause, oldest first; past this many the oldest goes. */
+#define MSR_FAILURE_HISTORY 16
+
 /* A stored value (persist.c saves and loads the store's map). */
 typedef msr_store_value_t kv_t;
 
@@ -80,6 +84,8 @@ struct msr_coord {
     Msr__JobState state;
     int generation, restart_count;
     msr_failure_t failure;
+    msr_failure_t history[MSR_FAILURE_HISTORY]; /* oldest first; no tails */
+    int nhistory;
     char message[600];
     char master_addr[256];
     int master_port;
@@ -126,6 +132,9 @@ struct msr_coord {
 /* Shared between coord.c and persist.c. */
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);
 node_t *msr_coord_node_add(msr_coord_t *c, const char *host);
+/* Appends a copy of f, without its stderr tail, to the failure history,
+ * dropping the oldest past MSR_FAILURE_HISTORY. Cannot fail. */
+void msr_coord_history_add(msr_coord_t *c, const msr_failure_t *f);
 
 /* Whether anything changed since the last save (always 0 without a state
  * file): answers given meanwhile are held until it is saved. */

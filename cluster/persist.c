@@ -1,5 +1,5 @@
 /* The coordinator's state file: a snapshot of the job (members, generation,
- * restart count, failure, store, recent writes' answers) followed by a log
+ * restart count, failure and failure history, store, recent writes' answers) followed by a log
  * of changes, each a framed record with its length and CRC. A save appends
  * what changed since the last one and fdatasyncs it (unless the config's
  * state_sync_process says the kernel is far enough); once the log has grown
@@ -112,6 +112,8 @@ static uint8_t *frame(const ProtobufCMessage *msg, size_t prefix, size_t *len_p)
  * changes); job_free releases what it allocated. */
 typedef struct job_msg {
     Msr__Failure failure;
+    Msr__Failure history[MSR_FAILURE_HISTORY];
+    Msr__Failure *hptrs[MSR_FAILURE_HISTORY];
     Msr__PersistedNode *nodes;
     Msr__PersistedNode **nptrs;
     int32_t *done;
@@ -145,6 +147,12 @@ static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t 
         msr_failure_to_msg(&c->failure, &j->failure);
         ps->failure = &j->failure;
     }
+    for (int i = 0; i < c->nhistory; i++) {
+        msr_failure_to_msg(&c->history[i], &j->history[i]);
+        j->hptrs[i] = &j->history[i];
+    }
+    ps->n_failures = (size_t)c->nhistory;
+    ps->failures = j->hptrs;
     size_t nn = c->nnodes;
     j->nodes = msr_calloc(nn ? nn : 1, sizeof *j->nodes);
     j->nptrs = msr_calloc(nn ? nn : 1, sizeof *j->nptrs);
@@ -584,6 +592,19 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
     c->master_port = ps->master_port;
     if (ps->failure)
         msr_failure_from_msg(&c->failure, ps->failure);
+    /* the history's last MSR_FAILURE_HISTORY; a record from before there
+     * was one has only the last failure */
+    c->nhistory = 0;
+    size_t nh = ps->n_failures, first = nh > MSR_FAILURE_HISTORY ? nh - MSR_FAILURE_HISTORY : 0;
+    for (size_t i = first; i < nh; i++) {
+        msr_failure_t f;
+        memset(&f, 0, sizeof f);
+        msr_failure_from_msg(&f, ps->failures[i]);
+        msr_coord_history_add(c, &f);
+        msr_failure_clear(&f);
+    }
+    if (nh == 0 && c->failure.set)
+        msr_coord_history_add(c, &c->failure);
     c->ndone = 0;
     for (size_t i = 0; i < ps->n_done_ranks; i++) {
         int r = ps->done_ranks[i];

@@ -421,12 +421,36 @@ static void status_text(const status_target_t *t, const Msr__StatusResponse *r)
     if (r->failure)
         printf("  failure: rank %d on node %d exited with code %d (signal %d)\n", r->failure->rank,
                r->failure->node_rank, r->failure->exit_code, r->failure->signal);
+    if (r->n_failures > 1) {
+        printf("  failure history, oldest first:\n");
+        for (size_t i = 0; i < r->n_failures; i++) {
+            msr_failure_t f = {0};
+            char what[512];
+            msr_failure_from_msg(&f, r->failures[i]);
+            msr_failure_describe(&f, what, sizeof what);
+            msr_failure_clear(&f);
+            printf("    generation %d: %s\n", r->failures[i]->generation, what);
+        }
+    }
 }
 
 static void json_str(msr_buf_t *b, const char *s)
 {
     s = s ? s : "";
     msr_buf_json_string(b, s, strlen(s));
+}
+
+/* One failure as a JSON object. */
+static void failure_json(msr_buf_t *b, const Msr__Failure *f)
+{
+    msr_buf_printf(b, "{\"node_rank\": %d, \"host\": ", f->node_rank);
+    json_str(b, f->host);
+    msr_buf_printf(b,
+                   ", \"rank\": %d, \"pid\": %d, \"exit_code\": %d, \"signal\": %d, "
+                   "\"generation\": %d, \"time\": %.3f, \"reason\": ",
+                   f->rank, f->pid, f->exit_code, f->signal, f->generation, f->time);
+    json_str(b, f->reason);
+    msr_buf_printf(b, "}");
 }
 
 /* The job as one JSON object (r NULL: the call failed with st, why in err). */
@@ -481,19 +505,18 @@ static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__Statu
         msr_buf_printf(b, "\n%s  ", indent);
     msr_buf_printf(b, "]");
     msr_buf_printf(b, ",\n%s  \"failure\": ", indent);
-    if (r->failure) {
-        const Msr__Failure *f = r->failure;
-        msr_buf_printf(b, "{\"node_rank\": %d, \"host\": ", f->node_rank);
-        json_str(b, f->host);
-        msr_buf_printf(b,
-                       ", \"rank\": %d, \"pid\": %d, \"exit_code\": %d, \"signal\": %d, "
-                       "\"generation\": %d, \"reason\": ",
-                       f->rank, f->pid, f->exit_code, f->signal, f->generation);
-        json_str(b, f->reason);
-        msr_buf_printf(b, "}");
-    } else {
+    if (r->failure)
+        failure_json(b, r->failure);
+    else
         msr_buf_printf(b, "null");
+    msr_buf_printf(b, ",\n%s  \"failures\": [", indent);
+    for (size_t i = 0; i < r->n_failures; i++) {
+        msr_buf_printf(b, "%s\n%s    ", i ? "," : "", indent);
+        failure_json(b, r->failures[i]);
     }
+    if (r->n_failures)
+        msr_buf_printf(b, "\n%s  ", indent);
+    msr_buf_printf(b, "]");
     msr_buf_printf(b, "\n%s}", indent);
 }
 

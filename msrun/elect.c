@@ -38,7 +38,8 @@ struct msr_elect {
     msr_elect_event_t events[EVENTS_MAX];
     int nevents;
     /* the thread's */
-    int away; /* etcd did not answer the last round */
+    int away;     /* etcd did not answer the last round */
+    int key_seen; /* the leader key was there at the last look */
 };
 
 static int64_t period_ms(const msr_elect_t *e)
@@ -255,9 +256,15 @@ static msr_status_t round_once(msr_elect_t *e, int64_t every)
     if (st != MSR_OK)
         return st;
     if (!kv.found && !quiet) {
+        /* said once per loss of the key: the failover's first step */
+        if (e->key_seen)
+            MSR_INFO("the coordinator's key %s is gone (its node's lease expired): campaigning",
+                     e->key);
+        e->key_seen = 0;
         int won = 0;
         st = campaign(e, msr_deadline_in_ms(every), &won);
         if (st == MSR_OK && won) {
+            MSR_INFO("won the election for %s: starting a coordinator", e->key);
             pthread_mutex_lock(&e->lock);
             e->leader = 1;
             e->seen[0] = '\0';
@@ -265,6 +272,7 @@ static msr_status_t round_once(msr_elect_t *e, int64_t every)
             pthread_mutex_unlock(&e->lock);
         }
     } else if (kv.found) {
+        e->key_seen = 1;
         int64_t mine = atomic_load(&e->lease);
         pthread_mutex_lock(&e->lock);
         if (leader && kv.lease != mine) {

@@ -653,9 +653,11 @@ static void origin_given(const unsigned char *seen, const char *name, msr_origin
 }
 
 /* Slurm and Kubernetes (msrun/sched.h): their values fill what the options
- * and MSRUN_* variables left at the default. Without a scheduler's
- * variables nothing changes. */
-static int apply_sched(msr_options_t *o, const unsigned char *seen)
+ * and MSRUN_* variables left at the default, except the master's address
+ * and port, which apply_sched_master takes once the job's node count is
+ * known. Without a scheduler's variables nothing changes. s gets what the
+ * scheduler said. */
+static int apply_sched(msr_options_t *o, const unsigned char *seen, msr_sched_t *s_p)
 {
     msr_origins_t *g = &o->origins;
     origin_given(seen, "node_rank", &g->node_rank);
@@ -680,6 +682,7 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
         fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
         return -1;
     }
+    *s_p = s;
     o->sched = s.kind;
     if (s.kind == MSR_SCHED_NONE)
         return 0;
@@ -705,15 +708,6 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
             o->node_rank = s.node_rank;
             g->node_rank = s.node_rank_from;
         }
-        if (s.has_addr && !addr_given && o->max_nodes != 1) {
-            if (set_string(&o->master_addr, s.master_addr) != 0)
-                return -1;
-            g->master_addr = s.addr_from;
-        }
-        if (s.has_port && g->master_port.src == MSR_SRC_DEFAULT && o->master_addr) {
-            o->master_port = s.master_port;
-            g->master_port = s.port_from;
-        }
     }
     if (s.has_local && g->local_worker_num.src == MSR_SRC_DEFAULT &&
         g->worker_num.src == MSR_SRC_DEFAULT) {
@@ -733,7 +727,29 @@ static int apply_sched(msr_options_t *o, const unsigned char *seen)
         msr_origin_set(&g->coordinator_here, src, "node rank %d%s", rank,
                        rank == 0 ? " hosts it" : "");
     }
-    if (s.kind == MSR_SCHED_SLURM && o->token == NULL && o->master_addr) {
+    return 0;
+}
+
+/* The scheduler's master address and port (s from apply_sched), for a job
+ * of more than one node only, as one node needs no coordinator elsewhere:
+ * a scheduler's MASTER_ADDR must not turn a one-node job into one node of
+ * a multi-node job that waits for a token. */
+static int apply_sched_master(msr_options_t *o, const msr_sched_t *s, int job_nodes)
+{
+    msr_origins_t *g = &o->origins;
+    if (s->kind == MSR_SCHED_NONE || o->standalone)
+        return 0;
+    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT || o->etcd_endpoints != NULL;
+    if (s->has_addr && !addr_given && job_nodes > 1) {
+        if (set_string(&o->master_addr, s->master_addr) != 0)
+            return -1;
+        g->master_addr = s->addr_from;
+    }
+    if (s->has_port && g->master_port.src == MSR_SRC_DEFAULT && o->master_addr) {
+        o->master_port = s->master_port;
+        g->master_port = s->port_from;
+    }
+    if (s->kind == MSR_SCHED_SLURM && o->token == NULL && o->master_addr) {
         /* never a token made from the job id: others could guess it */
         o->auth_munge = 1;
         msr_origin_set(&g->auth, MSR_SRC_SLURM, "no token given: munge credentials");
@@ -830,9 +846,10 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
     print_line(out, "program", o->program_path ? o->program_path : o->program, &org, NULL);
 }
 
-/* Worker counts and node counts: derives what was not given and checks
- * that they agree. */
-static int derive_counts(msr_options_t *o)
+/* Worker counts and node counts: derives what was not given, takes the
+ * scheduler's master (s) for a job of several nodes, and checks that they
+ * agree. */
+static int derive_counts(msr_options_t *o, const msr_sched_t *s)
 {
     int nodes = o->max_nodes ? o->max_nodes : 1;
     if (o->standalone) {
@@ -880,6 +897,8 @@ static int derive_counts(msr_options_t *o)
     } else {
         o->min_nodes = o->max_nodes = 0; /* a fixed size, however it was given */
     }
+    if (apply_sched_master(o, s, job_nodes) != 0)
+        return 2;
     if (o->master_addr == NULL && o->etcd_endpoints == NULL && job_nodes > 1) {
         opt_error("a job of %d nodes needs --master_addr (worker_num %d, local_worker_num %d)",
                   job_nodes, o->worker_num, o->local_worker_num);
@@ -1077,8 +1096,10 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
         o->argv[k] = argv[i + k];
     if (set_string(&o->program, argv[i]) != 0)
         return 2;
+    msr_sched_t sched;
+    memset(&sched, 0, sizeof sched);
     if (split_master_addr(o, seen) != 0 || resolve_rdzv(o, seen) != 0 ||
-        apply_sched(o, seen) != 0 || derive_counts(o) != 0 ||
+        apply_sched(o, seen, &sched) != 0 || derive_counts(o, &sched) != 0 ||
         check_rest(o, flag_before(argv, i)) != 0)
         return 2;
     origins_derived(o);

@@ -263,9 +263,17 @@ static msr_status_t detect_kubernetes(const msr_sched_env_t *env, msr_sched_t *s
         s->has_local = 1;
         msr_origin_set(&s->local_from, MSR_SRC_KUBERNETES, "PET_NPROC_PER_NODE");
     }
+    /* torchrun's plain MASTER_* count only beside a variable that makes
+     * this pod a node of a job (any pod may carry them, and
+     * KUBERNETES_SERVICE_HOST is in every pod) */
+    static const char *const job_names[] = {"PET_NNODES", "PET_NODE_RANK", "JOB_COMPLETION_INDEX",
+                                            NULL};
+    const char *jobvar;
+    int plain = get_first(env, job_names, &jobvar) != NULL;
     static const char *const addr_names[] = {"PET_MASTER_ADDR", "MASTER_ADDR", NULL};
+    static const char *const pet_addr_names[] = {"PET_MASTER_ADDR", NULL};
     const char *addrvar = NULL;
-    if ((v = get_first(env, addr_names, &addrvar)) != NULL) {
+    if ((v = get_first(env, plain ? addr_names : pet_addr_names, &addrvar)) != NULL) {
         if (strlen(v) >= sizeof s->master_addr)
             return msr_err(MSR_ERR_INVALID_ARG, "%s is longer than %zu characters", addrvar,
                            sizeof s->master_addr - 1);
@@ -274,8 +282,9 @@ static msr_status_t detect_kubernetes(const msr_sched_env_t *env, msr_sched_t *s
         msr_origin_set(&s->addr_from, MSR_SRC_KUBERNETES, "%s", addrvar);
     }
     static const char *const port_names[] = {"PET_MASTER_PORT", "MASTER_PORT", NULL};
+    static const char *const pet_port_names[] = {"PET_MASTER_PORT", NULL};
     const char *portvar = NULL;
-    if (get_first(env, port_names, &portvar)) {
+    if (get_first(env, plain ? port_names : pet_port_names, &portvar)) {
         if (get_int(env, portvar, 1, 65535, &s->master_port) < 0)
             return MSR_ERR_INVALID_ARG;
         s->has_port = 1;

@@ -6,7 +6,11 @@
 # fixed, 3): another node is elected, starts a coordinator that resumes the
 # job from etcd, the nodes follow it, the job restarts from its last
 # checkpoint and ends with exactly the losses of a run never killed. Then
-# the same with two kills. The job's keys are gone from etcd at the end.
+# the same with two kills, the second while the generation the first began
+# runs. The new coordinator carries on what etcd holds: after K kills the
+# job is at generation K with K restarts used and a failure history of
+# generations 0..K-1 (msrun status). The job's keys are gone from etcd at
+# the end.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/integration/etcd_lib.sh"
 start_etcd
@@ -15,31 +19,76 @@ steps=120
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --zero 0
     --steps $steps --ckpt-every 5 --ckpt-keep 2 --resume)
 
+# The workers of generation G wait at a gate while DIR/hold.G exists (30 s
+# at most), each saying so with DIR/held.G.RANK: the test kills and asks
+# while a generation is known to run. Then they train.
+cat >"$TMP/gate.sh" <<'SH'
+g=${MSR_GENERATION:-0}
+if [ -e "$GATE/hold.$g" ]; then
+    touch "$GATE/held.$g.$MSR_RANK"
+    for ((i = 0; i < 300; i++)); do [ -e "$GATE/hold.$g" ] || break; sleep 0.1; done
+fi
+exec "$@"
+SH
+
 # node JOB DIR N: one msrun of job JOB (output in DIR/nN.log)
 node() {
-    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --rdzv_backend=etcd --rdzv_endpoint="$ETCD_EP" \
-        --rdzv_id="$1" --nnodes=3 --local_worker_num=1 --max_restarts=3 --etcd_lease=1 \
-        --heartbeat_interval=0.3 --node_timeout=1.5 --cluster_time_out=60 \
-        "$BUILD/bin/train_gpt" "${args[@]}" --ckpt-dir "$2/ck" --loss-log "$2/loss.log" \
-        >"$2/n$3.log" 2>&1 &
+    env MSRUN_TEST_MARKER="$MARKER" GATE="$2" "$MSRUN" --rdzv_backend=etcd \
+        --rdzv_endpoint="$ETCD_EP" --rdzv_id="$1" --nnodes=3 --local_worker_num=1 \
+        --max_restarts=3 --etcd_lease=1 --heartbeat_interval=0.3 --node_timeout=1.5 \
+        --cluster_time_out=60 bash "$TMP/gate.sh" "$BUILD/bin/train_gpt" "${args[@]}" \
+        --ckpt-dir "$2/ck" --loss-log "$2/loss.log" >"$2/n$3.log" 2>&1 &
     PIDS+=($!)
 }
 
-# run JOB KILLS: the job on 3 nodes, its coordinator's node killed KILLS times
+# held DIR G: waits until the 3 workers of generation G are at the gate
+held() {
+    local i
+    for ((i = 0; i < 600; i++)); do
+        [ -e "$1/held.$2.0" ] && [ -e "$1/held.$2.1" ] && [ -e "$1/held.$2.2" ] && return 0
+        sleep 0.1
+    done
+    fail "$(basename "$1"): generation $2 did not start on 3 nodes within 60 s"
+}
+
+# status_of JOB DIR KILLS: msrun status of the coordinator of the moment
+# (etcd's leader key says where) while generation KILLS runs: it resumed
+# the job from etcd, so generation, restarts and failure history go on
+status_of() {
+    local addr
+    addr=$(etcd_get --print-value-only "/msrun/$1/leader")
+    [ -n "$addr" ] || fail "$1: no leader in etcd"
+    "$MSRUN" status --master_addr "${addr%:*}" --master_port "${addr##*:}" --json \
+        >"$2/status.json" 2>"$2/status.err" || fail "$1: msrun status: $(cat "$2/status.err")"
+    python3 - "$2/status.json" "$3" <<'PY' || fail "$1: status after $3 kills: $(cat "$2/status.json")"
+import json, sys
+s, k = json.load(open(sys.argv[1])), int(sys.argv[2])
+assert s["generation"] == k and s["restarts"] == k, (s["generation"], s["restarts"])
+assert [f["generation"] for f in s["failures"]] == list(range(k)), s["failures"]
+PY
+}
+
+# run JOB KILLS: the job on 3 nodes, its coordinator's node killed KILLS
+# times: first mid-training, then while the generation the kill before began
+# runs (at the gate)
 run() {
     local job=$1 kills=$2 dir="$TMP/$1" k i
     mkdir -p "$dir"
+    for ((k = 1; k <= kills; k++)); do touch "$dir/hold.$k"; done
     PIDS=()
     for i in 0 1 2; do node "$job" "$dir" "$i"; done
     for ((k = 1; k <= kills; k++)); do
-        # once a checkpoint later than the last kill's is complete
-        local want=$((k * 25))
-        for ((i = 0; i < 600; i++)); do
-            [ -f "$dir/loss.log" ] && [ "$(wc -l <"$dir/loss.log")" -ge "$want" ] && break
-            sleep 0.1
-        done
-        [ "$(wc -l <"$dir/loss.log" 2>/dev/null || echo 0)" -ge "$want" ] ||
-            fail "$job: training did not reach step $want before kill $k"
+        if [ $k = 1 ]; then
+            # once a checkpoint is complete
+            for ((i = 0; i < 600; i++)); do
+                [ -f "$dir/loss.log" ] && [ "$(wc -l <"$dir/loss.log")" -ge 25 ] && break
+                sleep 0.1
+            done
+            [ "$(wc -l <"$dir/loss.log" 2>/dev/null || echo 0)" -ge 25 ] ||
+                fail "$job: training did not reach step 25 before kill 1"
+        else
+            held "$dir" $((k - 1))
+        fi
         local coord= agent
         # the coordinator of the moment (a failover may be under way: wait)
         for ((i = 0; i < 300; i++)); do
@@ -53,6 +102,12 @@ run() {
         echo "kill $k: msrun $agent and its coordinator $coord"
         node "$job" "$dir" "r$k" # the replacement of the lost node
     done
+    # the workers held at a gate are stopped when the next generation forms
+    if [ "$kills" -gt 0 ]; then
+        held "$dir" "$kills"
+        status_of "$job" "$dir" "$kills"
+        rm -f "$dir"/hold.*
+    fi
     local rc=0 p
     for p in "${PIDS[@]}"; do
         if wait "$p"; then :; else
@@ -77,15 +132,22 @@ check() {
     diff "$TMP/ref/loss.log" "$dir/last" >/dev/null ||
         fail "$1: the losses differ: $(diff "$TMP/ref/loss.log" "$dir/last" | head -5)"
     grep -q "elected to run the coordinator" "$dir"/n*.log || fail "$1: no node took over"
+    # the failover's steps are in the log (scripts/bench-failover.sh times them)
+    grep -q "the coordinator's key /msrun/$1/leader is gone" "$dir"/n*.log ||
+        fail "$1: no node said the leader key was gone"
+    grep -q "won the election for /msrun/$1/leader" "$dir"/n*.log || fail "$1: no 'won the election'"
+    # the restarts counted on from what etcd held (a coordinator that
+    # started empty would count from 0 again)
+    grep -q "restart $2 of 3 after" "$dir"/n*.log || fail "$1: no 'restart $2 of 3'"
     grep -q "the coordinator is now at" "$dir"/n*.log || fail "$1: no node followed"
     grep -q -E "resumed from step [0-9]*[05] under" "$dir"/n*.log ||
         fail "$1: no resume from a checkpoint"
     [ -z "$(etcd_get --prefix "/msrun/$1" --keys-only)" ] || fail "$1: keys left in etcd"
 }
 run one 1
-check one
+check one 1
 run two 2
-check two
+check two 2
 
 stop_etcd
-echo "failover: the coordinator's node killed once and twice; both jobs ended with the losses of the run never killed"
+echo "failover: the coordinator's node killed once and twice; each new coordinator went on from etcd's state (generation, restarts, failure history); both jobs ended with the losses of the run never killed"

@@ -2,8 +2,10 @@
 # Schedulers as sources of msrun's settings: Slurm's variables as srun sets
 # them (with a fake scontrol that knows the nodes' NodeAddr), Kubernetes'
 # (an Indexed Job, Kubeflow's PyTorchJob), --dry_run's report, explicit
-# options winning, the refusal of several msrun per node, and a 2-node job
-# that needs no option but the workers per node.
+# options winning, the refusal of several msrun per node, a 2-node job
+# that needs no option but the workers per node, and a node that hosts the
+# coordinator on 0.0.0.0 for a master address it cannot resolve (index 0 of
+# an Indexed Job, or --coordinator_here=true without a scheduler).
 . "$(dirname "$0")/lib.sh"
 
 # Slurm's node names n1, n2 do not resolve; scontrol knows their NodeAddr.
@@ -151,22 +153,42 @@ expect_line local_worker_num "2 (kubernetes: PET_NPROC_PER_NODE)" "PET_NPROC_PER
 expect_line worker_num "8 (derived: local_worker_num x nnodes)" "world size"
 ok "Kubeflow's PET_* variables"
 
-# An Indexed Job: node 0's master address is a name it cannot resolve (a
-# Service's), yet it hosts the coordinator on 0.0.0.0; node 1 reaches it.
-port=$(free_port)
-for r in 0 1; do
-    addr=unresolvable-job-0.msrun-test.invalid
-    [ $r = 1 ] && addr=127.0.0.1
-    env JOB_COMPLETION_INDEX=$r MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --nnodes=2 \
-        --local_worker_num=1 --master_addr=$addr --master_port="$port" "$WORKER" env \
-        >"$TMP/k$r.out" 2>"$TMP/k$r.err" &
-    eval "pid$r=\$!"
-done
-wait_pid "$pid0" 60
-expect_code 0 "index 0 hosts the coordinator"
-wait_pid "$pid1" 60
-expect_code 0 "index 1 joins it"
-expect_in "ENV 1 MSR_NODE_RANK=1" "$TMP/k1.out" "JOB_COMPLETION_INDEX is the node rank"
-expect_in "ENV 0 MSR_COORDINATOR=127.0.0.1:$port" "$TMP/k0.out" "node 0 reaches it on loopback"
-no_leftovers "Indexed Job"
+# hosted_anywhere NAME ENV0 ARGS0 ENV1 ARGS1: a 2-node job whose node 0 (its
+# environment ENV0, options ARGS0) has a master address it cannot resolve
+# (a Service's, say), yet hosts the coordinator on 0.0.0.0 without the
+# is-local test (seen with ss before node 1 starts); node 1 reaches it
+# through 127.0.0.1.
+hosted_anywhere() {
+    local port i bound r addr envs=("$2" "$4") args=("$3" "$5")
+    port=$(free_port)
+    for r in 0 1; do
+        addr=unresolvable-job-0.msrun-test.invalid
+        [ $r = 1 ] && addr=127.0.0.1
+        # shellcheck disable=SC2086 # ENVr and ARGSr: words
+        env ${envs[$r]} MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --nnodes=2 --local_worker_num=1 \
+            --master_addr=$addr --master_port="$port" ${args[$r]} "$WORKER" env \
+            >"$TMP/k$r.out" 2>"$TMP/k$r.err" &
+        eval "pid$r=\$!"
+        [ $r = 0 ] || continue
+        for ((i = 0; i < 200; i++)); do
+            bound=$(ss -Hltn "sport = :$port" | awk '{print $4}')
+            [ -n "$bound" ] && break
+            sleep 0.05
+        done
+        [ "$bound" = "0.0.0.0:$port" ] || fail "$1: node 0's coordinator listens on '$bound'"
+    done
+    wait_pid "$pid0" 60
+    expect_code 0 "$1: node 0 hosts the coordinator"
+    wait_pid "$pid1" 60
+    expect_code 0 "$1: node 1 joins it"
+    expect_in "ENV 1 MSR_NODE_RANK=1" "$TMP/k1.out" "$1: node 1's rank"
+    expect_in "ENV 0 MSR_COORDINATOR=127.0.0.1:$port" "$TMP/k0.out" "$1: node 0 reaches it on loopback"
+    expect_in "ENV 1 MSR_COORDINATOR=127.0.0.1:$port" "$TMP/k1.out" "$1: node 1 reaches it through 127.0.0.1"
+    no_leftovers "$1"
+}
+# An Indexed Job: JOB_COMPLETION_INDEX is the node rank, and index 0 hosts it
+hosted_anywhere "Indexed Job" JOB_COMPLETION_INDEX=0 "" JOB_COMPLETION_INDEX=1 ""
 ok "JOB_COMPLETION_INDEX=0 hosts the coordinator on 0.0.0.0 without the is-local test"
+# No scheduler: --coordinator_here=true does the same
+hosted_anywhere "--coordinator_here" "" "--coordinator_here=true --node_rank=0" "" "--node_rank=1"
+ok "--coordinator_here=true without a scheduler hosts it on 0.0.0.0; node 1 joins through 127.0.0.1"

@@ -4,7 +4,8 @@
 #   a. srun -N2: msrun's nodes authenticate with munge (no token) and run a
 #      libmsrun barrier across both nodes;
 #   b. the same job through sbatch;
-#   c. scancel of a running job: everything stops, nothing is left behind;
+#   c. scancel of a running job: everything stops, nothing is left behind
+#      (no process, no shared-memory file, no job directory or run record);
 #   d. kill -9 of one node's msrun: the node is lost and the (elastic) job
 #      re-forms on the node left, as with any lost node.
 # Needs root and Debian's slurmctld slurmd slurm-client munge; skipped (77)
@@ -16,6 +17,7 @@
 # authentication (no token) all come from Slurm.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/slurm_lib.sh"
+. "$(dirname "$0")/../shm_files.sh"
 
 test_cleanup() { stop_slurm; }
 start_slurm
@@ -79,11 +81,20 @@ expect_code 0 "sbatch --wait"
 no_leftovers "sbatch job"
 ok "b. sbatch -N2 of the same job: both msruns exit 0"
 
-# c. scancel of a running job
-srun_job c "$TMP/survivor.sh"
-wait_count " W node" "$TMP/c.out" 4 60 || fail "scancel: the 4 workers started"
+# c. scancel of a running job: workers that communicate (shared memory on
+#    this host), with the job's directories (TMPDIR) and run records
+#    (XDG_RUNTIME_DIR) where the test can see them
+mkdir -m 0700 "$TMP/c.tmp" "$TMP/c.run"
+TMPDIR=$TMP/c.tmp XDG_RUNTIME_DIR=$TMP/c.run srun_job c "$BUILD/tests/fault_job" "$TMP/c.ck" \
+    100000 10 4 "$TMP/c.res"
+wait_count "start gen 0 " "$TMP/c.out" 4 60 || fail "scancel: the 4 workers started"
 jobid=$(squeue -h -n c -o %i)
 [ -n "$jobid" ] || fail "scancel: the job is in squeue"
+# what must be gone after: each msrun's job directory and run record
+[ "$(find "$TMP/c.tmp" -mindepth 2 -maxdepth 2 -type d -name "slurm-$jobid-*" | wc -l)" = 2 ] ||
+    fail "scancel: no job directory of each msrun under TMPDIR: $(find "$TMP/c.tmp")"
+[ "$(find "$TMP/c.run" -name '*.job' | wc -l)" = 2 ] ||
+    fail "scancel: no run record of each msrun: $(find "$TMP/c.run")"
 scancel "$jobid"
 wait_pid "$SRUN_PID" 60
 for ((i = 0; i < 100; i++)); do
@@ -92,7 +103,11 @@ for ((i = 0; i < 100; i++)); do
 done
 [ -z "$(squeue -h -j "$jobid" 2>/dev/null)" ] || fail "scancel: job $jobid still in squeue"
 no_leftovers "scancel"
-ok "c. scancel of a running job: msrun, its coordinator and every worker are gone"
+left=$(stale_shm | tr '\n' ' ')
+[ -z "$left" ] || fail "scancel: files left in /dev/shm: $left"
+left=$(find "$TMP/c.tmp" -mindepth 2; find "$TMP/c.run" -name '*.job')
+[ -z "$left" ] || fail "scancel: left behind: $left"
+ok "c. scancel of a running job: msrun, its coordinator and every worker are gone; no shared memory, job directory or run record is left"
 
 # d. kill -9 of the msrun that does not host the coordinator: its node is
 #    lost, the elastic job (1 to 2 nodes) re-forms on the node left at

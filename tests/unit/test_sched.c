@@ -275,13 +275,20 @@ static void test_kubernetes(void)
     MSR_CHECK(s.master_port == 23456);
     MSR_CHECK_STR(s.port_from.what, "PET_MASTER_PORT");
     MSR_CHECK_EQ(pet.lookups, 0);
-    /* plain MASTER_* inside a pod */
-    fake_t plain = {
-        {"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_ADDR=m.svc", "MASTER_PORT=29500", NULL}, 0};
+    /* plain MASTER_* in a pod that is a node of a job (PET_NNODES) */
+    fake_t plain = {{"KUBERNETES_SERVICE_HOST=10.96.0.1", "PET_NNODES=2", "MASTER_ADDR=m.svc",
+                     "MASTER_PORT=29500", NULL},
+                    0};
     MSR_CHECK(detect(&plain, 1, &s) == MSR_OK);
     MSR_CHECK(s.has_addr && s.has_port && s.master_port == 29500);
     MSR_CHECK_STR(s.addr_from.what, "MASTER_ADDR");
     MSR_CHECK(!s.has_node_rank && s.host_rank == -1);
+    /* ... but any pod may carry them: alone they mean nothing */
+    fake_t pod = {
+        {"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_ADDR=m.svc", "MASTER_PORT=29500", NULL}, 0};
+    MSR_CHECK(detect(&pod, 1, &s) == MSR_OK);
+    MSR_CHECK_EQ(s.kind, MSR_SCHED_KUBERNETES);
+    MSR_CHECK(!s.has_addr && !s.has_port && !s.has_nodes && !s.has_node_rank);
     /* elastic: the coordinator assigns ranks, but rank 0 still hosts it */
     fake_t el = {{"PET_NNODES=1:4", "PET_NODE_RANK=0", "PET_NPROC_PER_NODE=gpu", NULL}, 0};
     MSR_CHECK(detect(&el, 1, &s) == MSR_OK);

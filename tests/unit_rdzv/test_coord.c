@@ -1090,6 +1090,85 @@ static long file_size(const char *path)
     return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
 }
 
+/* The job's Status (the call's answer stays in c). */
+static Msr__StatusResponse *status(msr_coord_t *co, fcall_t *c)
+{
+    Msr__StatusRequest r = MSR__STATUS_REQUEST__INIT;
+    call(co, c, MSR_RPC_STATUS, &r.base);
+    MSR_CHECK_MSG(c->answered && c->code == 0, "status: %d %s", c->code, c->message);
+    return (Msr__StatusResponse *)c->resp;
+}
+
+/* The failure history holds each failed generation's root cause, the last
+ * 16, oldest first, and a coordinator restarted on the state file (as
+ * after a kill -9, or elected after a failover) has it all. */
+static void test_failure_history(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 1,
+                              .local_worker_num = 1,
+                              .max_restarts = 30,
+                              .node_timeout_ms = 60000,
+                              .join_timeout_ms = 60000,
+                              .state_file = t.path};
+    job_max_restarts = 30;
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    char a[64];
+    snprintf(a, sizeof a, "%s", join(co, 0, 1, 1, -1));
+    fcall_t c = {0};
+    const int fails = 18;
+    for (int g = 0; g < fails; g++) {
+        MSR_CHECK_EQ(beat(co, &c, a, g, g)->state, MSR__JOB_STATE__JOB_RUNNING);
+        report(co, a, g, 0, 10 + g, 0);
+        if (g == 0)
+            report(co, a, 0, 0, 99, 0); /* a second failure of generation 0: not kept */
+        msr_coord_tick(co, msr_now_ns());
+    }
+    Msr__StatusResponse *r = status(co, &c);
+    MSR_CHECK_EQ(r->generation, fails);
+    MSR_CHECK_EQ(r->n_failures, 16);
+    for (size_t i = 0; i < r->n_failures; i++) {
+        int g = fails - 16 + (int)i;
+        MSR_CHECK_EQ(r->failures[i]->generation, g);
+        MSR_CHECK_EQ(r->failures[i]->exit_code, 10 + g);
+        MSR_CHECK_EQ(r->failures[i]->rank, 0);
+        MSR_CHECK_EQ(r->failures[i]->n_stderr_tail, 0);
+    }
+    MSR_CHECK(r->failure != NULL && r->failure->n_stderr_tail == 1); /* the last keeps its tail */
+    /* another coordinator on the same file, with no goodbye from this one */
+    msr_coord_t *again = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &again));
+    r = status(again, &c);
+    MSR_CHECK_EQ(r->generation, fails);
+    MSR_CHECK_EQ(r->restart_count, fails);
+    MSR_CHECK_EQ(r->n_failures, 16);
+    for (size_t i = 0; i < r->n_failures; i++) {
+        MSR_CHECK_EQ(r->failures[i]->generation, fails - 16 + (int)i);
+        MSR_CHECK_EQ(r->failures[i]->exit_code, 10 + fails - 16 + (int)i);
+        MSR_CHECK_STR(r->failures[i]->reason, "exited");
+    }
+    /* one more failure, then a restart from the fresh snapshot and its log */
+    MSR_CHECK_EQ(beat(again, &c, a, fails, fails)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(again, a, fails, 0, 77, 0);
+    msr_coord_tick(again, msr_now_ns());
+    fcall_reset(&c);
+    msr_coord_destroy(again);
+    msr_coord_destroy(co);
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    r = status(co, &c);
+    MSR_CHECK_EQ(r->n_failures, 16);
+    MSR_CHECK_EQ(r->failures[0]->generation, fails - 15);
+    MSR_CHECK_EQ(r->failures[15]->generation, fails);
+    MSR_CHECK_EQ(r->failures[15]->exit_code, 77);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
 /* A write is answered only once it is saved; writes that arrive together
  * share one save and are answered together. */
 static void test_write_held_until_saved(void)
@@ -1802,6 +1881,7 @@ static const msr_test_t tests[] = {
     {"store_add_limits", test_store_add_limits, 10},
     {"barrier_allgather_reset_on_restart", test_barrier_allgather_reset_on_restart, 10},
     {"persist_and_resume", test_persist_and_resume, 10},
+    {"failure_history", test_failure_history, 10},
     {"write_held_until_saved", test_write_held_until_saved, 10},
     {"save_failure_fails_writes", test_save_failure_fails_writes, 10},
     {"request_ids", test_request_ids, 10},
