@@ -37,6 +37,15 @@ typedef struct msr_block_comm {
     /* Called between the kernels, so that communication in flight (data
      * parallel's buckets) makes progress while the block computes. */
     msr_status_t (*poll)(void *arg);
+    /* Context parallel: attention of this rank's queries over the whole
+     * sequence (ring attention). out (N,Cl) from qkv (N,3Cl); att gets what
+     * backward needs (the logsumexp, (N,NHl)). NULL: the causal attention
+     * kernel on the rank's own (B,T) sequence, att (B,NHl,T,T). */
+    msr_status_t (*attend)(void *arg, float *out, float *att, const float *qkv);
+    /* Its backward: dqkv (N,3Cl) += from dout (N,Cl), given forward's
+     * qkv, out and att. */
+    msr_status_t (*attend_backward)(void *arg, float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *att);
 } msr_block_comm_t;
 
 /* A block's shape on this rank and the work space its passes share. */
