@@ -126,6 +126,30 @@ static void test_frame_bytes(void)
             }
         }
     }
+    /* context parallel: a rank's T/cp positions everywhere; attention keeps
+     * the logsumexp (N, NH/tp) instead of the probabilities, also under
+     * selective recompute */
+    for (int cp = 2; cp <= 4; cp *= 2) {
+        for (int tp = 1; tp <= 2; tp++) {
+            for (int sp = 0; sp <= (tp > 1); sp++) {
+                size_t Tc = T / cp, N = B * Tc, Nl = sp ? N / tp : N, Cl = C / tp, Hl = 4 * C / tp;
+                size_t kept = 4 * Nl * C + 4 * Nl + 4 * N * Cl + N * Hl, lse = N * (NH / tp);
+                size_t want[3] = {kept + lse + N * Hl, kept + lse, Nl * C};
+                size_t head = Nl * C + 2 * Nl + N * V / tp;
+                for (int rc = 0; rc < 3; rc++) {
+                    msr_mp_config_t c = {.sp = sp,
+                                         .recompute = (msr_mp_recompute_t)rc,
+                                         .micro_batch = (int)B,
+                                         .micros = 1,
+                                         .chunks = 1,
+                                         .cp = cp};
+                    MSR_CHECK_EQ(msr_mp_frame_bytes(&m, &c, tp, 3, 0), 4 * (Nl * C + 3 * want[rc]));
+                    MSR_CHECK_EQ(msr_mp_frame_bytes(&m, &c, tp, 1, 1),
+                                 4 * (Nl * C + want[rc] + head));
+                }
+            }
+        }
+    }
 }
 
 /* tp = pp = 1 through the runtime: bitwise the plain trainer with the same

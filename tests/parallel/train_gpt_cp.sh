@@ -70,8 +70,20 @@ meta = [e["args"]["name"] for e in ev if e["ph"] == "M"]
 assert "rank 2 (dp 0 pp 0 cp 1 tp 0)" in meta, meta
 PY
 msrun_n 4 "${small[@]}" --steps 4 --grad-accum 2 --cp 2 --dp 2 --zero 1 --bucket-mb 0.02 \
-    >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
+    --report >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
 same "$work/one" "$work/cpdp" 4 || fail "cp x dp differs from one process: $(paste "$work/one" "$work/cpdp")"
+# --report counts each rank's kept activations to the byte (docs/model.md,
+# "Context parallel"): B 2, T/cp = 8 positions, N = 16 rows, C 32, 4 heads,
+# MLP 128, vocabulary 256, 2 layers, no recompute; 1F1B on one stage holds
+# one micro-batch's frame at a time, the one with the head
+B=2 Tc=8 C=32 NH=4 H=128 V=256 L=2
+N=$((B * Tc))
+layer=$((4 * N * C + 4 * N + 3 * N * C + N * C + N * H + N * NH + N * H))
+frame=$((4 * (N * C + L * layer + N * C + 2 * N + N * V)))
+for r in 0 1 2 3; do
+    grep -q "rank $r mp: stage 0 of 1, cp rank $((r % 2)) of 2, .*activations peak $frame bytes (a chunk's micro-batch keeps $((frame - 4 * (N * C + 2 * N + N * V))), with the head $frame)" "$work/err" ||
+        fail "rank $r's activations are not $frame bytes: $(grep "rank $r mp:" "$work/err")"
+done
 
 # checkpoints in a cp layout: cp 2 x dp 2, ZeRO-1 (shards over dp x cp),
 # selective recompute; stopped at step 3 and resumed, steps 4..5 are
