@@ -81,7 +81,7 @@ static const opt_spec_t specs[] = {
     OPT("recompute", OPT_TEXT, recompute, 0, 0,
         "activation recompute: none, selective (attention probabilities and GELU) or full "
         "(each block's forward) (none)"),
-    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp or pp > 1: 0..2 (0)"),
+    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
     OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
         "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
     OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
@@ -103,7 +103,7 @@ static const opt_spec_t specs[] = {
     OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
     OPT("resume", OPT_FLAG, resume, 0, 0,
         "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
-        "1; otherwise by the same layout)"),
+        "cp = 1; otherwise by the same layout)"),
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -365,7 +365,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 msr_last_error());
         goto out;
     }
-    /* the data-parallel group is the whole job while tp = pp = 1 */
+    /* the data-parallel group is the whole job while tp = pp = cp = 1 */
     int use_mp = msr_train_uses_mp(cfg);
     st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->cp, cfg->tp, &mesh)
                 : msr_mesh_create_dp(comm, &mesh);
