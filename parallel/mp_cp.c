@@ -69,10 +69,26 @@ static msr_status_t ring_wait(msr_mp_t *mp, msr_comm_req_t **req, size_t n)
     return st != MSR_OK ? msr_mp_failed("ring attention transfer", st) : MSR_OK;
 }
 
+/* Drives the transfers in flight (UCX moves a large message only when the
+ * thread calls in), between the kernels of a step; a finished request is
+ * freed and its slot cleared, the first failure logged and kept in
+ * *st_p. */
+static void ring_poll(msr_comm_req_t **req, int n, msr_status_t *st_p)
+{
+    for (int i = 0; i < n; i++) {
+        if (req[i] == NULL)
+            continue;
+        msr_status_t st = msr_comm_test(&req[i]);
+        if (st != MSR_OK && st != MSR_IN_PROGRESS && *st_p == MSR_OK)
+            *st_p = msr_mp_failed("ring attention transfer", st);
+    }
+}
+
 /* Folds block j's keys and values kv (N, 2Cl) into this rank's queries,
  * chunk pair by chunk pair: a pair whose keys all come after its queries is
  * skipped, which is what balances the causal work across the ring. */
-static void fold_forward(msr_mp_t *mp, float *out, const float *qkv, const float *kv, int j)
+static void fold_forward(msr_mp_t *mp, float *out, const float *qkv, const float *kv, int j,
+                         msr_comm_req_t **req, int nreq, msr_status_t *st_p)
 {
     const dims_t *d = &mp->d;
     int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
@@ -88,6 +104,7 @@ static void fold_forward(msr_mp_t *mp, float *out, const float *qkv, const float
                                            mp->w.rsum + qr * NH, qkv + qr * C3, C3, qpos + qc * S,
                                            S, kv + kr * C2, kv + kr * C2 + d->Cl, C2, kpos + kc * S,
                                            S, d->Cl, NH, mp->w.datt);
+                ring_poll(req, nreq, st_p);
             }
         }
     }
@@ -114,7 +131,7 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
         if (s < mp->cp - 1)
             st = ring_post(mp, &w->kv[s % 2], &w->kv[(s + 1) % 2], &tag, 1, req);
         if (st == MSR_OK)
-            fold_forward(mp, out, qkv, w->kv[s % 2], (mp->cr - s + mp->cp) % mp->cp);
+            fold_forward(mp, out, qkv, w->kv[s % 2], (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
         msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring fwd %d", s);
         msr_status_t wst = ring_wait(mp, req, 2);
         if (st != MSR_OK || wst != MSR_OK)
@@ -127,7 +144,8 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
 /* Block j's share of the gradients: dqkv's q columns += for this rank's
  * queries, dkv (N, 2Cl) += for block j's keys and values. */
 static void fold_backward(msr_mp_t *mp, float *dqkv, float *dkv, const float *dout,
-                          const float *qkv, const float *kv, const float *lse, int j)
+                          const float *qkv, const float *kv, const float *lse, int j,
+                          msr_comm_req_t **req, int nreq, msr_status_t *st_p)
 {
     const dims_t *d = &mp->d;
     int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
@@ -144,6 +162,7 @@ static void fold_backward(msr_mp_t *mp, float *dqkv, float *dkv, const float *do
                                             qkv + qr * C3, kv + kr * C2, kv + kr * C2 + d->Cl,
                                             lse + qr * NH, mp->w.delta + qr * NH, qpos + qc * S, S,
                                             kpos + kc * S, S, d->Cl, NH, mp->w.datt);
+                ring_poll(req, nreq, st_p);
             }
         }
     }
@@ -173,9 +192,10 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
             st = ring_post(mp, &w->kv[cur], &w->kv[nxt], &kv_tag, 1, req);
         if (st == MSR_OK) {
             fold_backward(mp, dqkv, w->dkv[cur], dout, qkv, w->kv[cur], lse,
-                          (mp->cr - s + mp->cp) % mp->cp);
+                          (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
             msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring bwd %d", s);
-            st = ring_post(mp, &w->dkv[cur], &w->dkv[nxt], &dkv_tag, 1, req + 2);
+            if (st == MSR_OK)
+                st = ring_post(mp, &w->dkv[cur], &w->dkv[nxt], &dkv_tag, 1, req + 2);
         }
         msr_status_t wst = ring_wait(mp, req, 4);
         if (st != MSR_OK || wst != MSR_OK)
