@@ -12,7 +12,9 @@
  * enter brings a column-parallel layer's input to every rank (identity, or
  * an allgather along the sequence), reduce sums a row-parallel layer's
  * partial outputs (identity at tp = 1, an allreduce, or a reduce-scatter
- * along the sequence); backward runs their conjugates. At tp = 1 the biases
+ * along the sequence); backward runs their conjugates. attention is the
+ * causal kernel on the rank's sequence, or under context parallel the
+ * attend hook (ring attention over the cp group, see mp.h). At tp = 1 the biases
  * of the row-parallel layers go into their matmuls; with tp > 1 they are
  * added once after the reduction. Bitwise the same at tp = 1 whatever the
  * caller. Not thread-safe: one thread drives a block's buffers. */

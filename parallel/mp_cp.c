@@ -15,6 +15,7 @@ enum { TAG_KV_FORWARD = 1, TAG_KV_BACKWARD = 2, TAG_DKV = 3 };
 
 int msr_mp_cp_position(int cp, int chunk, int r, int t)
 {
+    /* rank r's first chunk is chunk r, its second chunk 2 cp - 1 - r */
     return t < chunk ? r * chunk + t : (2 * cp - 1 - r) * chunk + (t - chunk);
 }
 
@@ -28,7 +29,7 @@ void msr_mp_cp_select(const msr_mp_t *mp, const int *full, int *local)
             local[(size_t)b * d->T + t] = full[(size_t)b * Tg + (size_t)pos[t]];
 }
 
-/* The global chunk index of this rank's (or rank j's) local chunk k. */
+/* The global index of cp rank j's local chunk k (0 or 1). */
 static int chunk_of(int cp, int j, int k)
 {
     return k == 0 ? j : 2 * cp - 1 - j;
@@ -42,23 +43,18 @@ static void pack_kv(const dims_t *d, const float *qkv, float *kv)
         memcpy(kv + n * 2 * Cl, qkv + n * 3 * Cl + Cl, 2 * Cl * sizeof(float));
 }
 
-/* Starts this ring step's transfers: n buffers to the next rank, n from
- * the previous one, tags[i] for buffer i. */
-static msr_status_t ring_post(msr_mp_t *mp, float *const *out, float *const *in, const int *tags,
-                              int n, msr_comm_req_t **req)
+/* Starts one transfer of a ring step: out (N, 2Cl) to the next rank, in
+ * from the previous one; req[0] the receive, req[1] the send. */
+static msr_status_t ring_post(msr_mp_t *mp, const float *out, float *in, int tag,
+                              msr_comm_req_t **req)
 {
     size_t count = mp->d.N * 2 * (size_t)mp->d.Cl;
     int next = (mp->cr + 1) % mp->cp, prev = (mp->cr - 1 + mp->cp) % mp->cp;
     msr_comm_t *c = mp->mesh->cp_comm;
-    for (int i = 0; i < n; i++) {
-        msr_status_t st =
-            msr_comm_irecv(c, in[i], count, MSR_DTYPE_F32, prev, tags[i], &req[2 * i]);
-        if (st == MSR_OK)
-            st = msr_comm_isend(c, out[i], count, MSR_DTYPE_F32, next, tags[i], &req[2 * i + 1]);
-        if (st != MSR_OK)
-            return msr_mp_failed("ring attention transfer", st);
-    }
-    return MSR_OK;
+    msr_status_t st = msr_comm_irecv(c, in, count, MSR_DTYPE_F32, prev, tag, &req[0]);
+    if (st == MSR_OK)
+        st = msr_comm_isend(c, out, count, MSR_DTYPE_F32, next, tag, &req[1]);
+    return st != MSR_OK ? msr_mp_failed("ring attention transfer", st) : MSR_OK;
 }
 
 static msr_status_t ring_wait(msr_mp_t *mp, msr_comm_req_t **req, size_t n)
@@ -125,11 +121,10 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
     for (int s = 0; s < mp->cp; s++) {
         /* the next block travels while this one is computed */
         msr_comm_req_t *req[2] = {NULL, NULL};
-        int tag = TAG_KV_FORWARD;
         uint64_t a = msr_now_ns();
         msr_status_t st = MSR_OK;
         if (s < mp->cp - 1)
-            st = ring_post(mp, &w->kv[s % 2], &w->kv[(s + 1) % 2], &tag, 1, req);
+            st = ring_post(mp, w->kv[s % 2], w->kv[(s + 1) % 2], TAG_KV_FORWARD, req);
         if (st == MSR_OK)
             fold_forward(mp, out, qkv, w->kv[s % 2], (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
         msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring fwd %d", s);
@@ -185,17 +180,16 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
     for (int s = 0; s < mp->cp; s++) {
         int cur = s % 2, nxt = (s + 1) % 2;
         msr_comm_req_t *req[4] = {NULL, NULL, NULL, NULL};
-        int kv_tag = TAG_KV_BACKWARD, dkv_tag = TAG_DKV;
         uint64_t a = msr_now_ns();
         msr_status_t st = MSR_OK;
         if (s < mp->cp - 1)
-            st = ring_post(mp, &w->kv[cur], &w->kv[nxt], &kv_tag, 1, req);
+            st = ring_post(mp, w->kv[cur], w->kv[nxt], TAG_KV_BACKWARD, req);
         if (st == MSR_OK) {
             fold_backward(mp, dqkv, w->dkv[cur], dout, qkv, w->kv[cur], lse,
                           (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
             msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring bwd %d", s);
             if (st == MSR_OK)
-                st = ring_post(mp, &w->dkv[cur], &w->dkv[nxt], &dkv_tag, 1, req + 2);
+                st = ring_post(mp, w->dkv[cur], w->dkv[nxt], TAG_DKV, req + 2);
         }
         msr_status_t wst = ring_wait(mp, req, 4);
         if (st != MSR_OK || wst != MSR_OK)

@@ -132,9 +132,10 @@ void msr_mp_point_block(msr_mp_t *mp);
  * backward adds dout's rows to wte's and wpe's gradients. */
 msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out);
 msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout);
-/* Context parallel (mp_cp.c): global position of local position t on cp
- * rank r; the ring attention behind the block's attend hooks; the rank's
- * positions of (B, T_global) tokens. */
+/* Context parallel (mp_cp.c): the global position of local position t on
+ * cp rank r, chunks of `chunk` positions; ring attention, the block's
+ * attend hooks (arg: the msr_mp_t); local (B, T) = this rank's positions of
+ * full (B, cp T) tokens. */
 int msr_mp_cp_position(int cp, int chunk, int r, int t);
 msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv);
 msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout, const float *qkv,
