@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # train_gpt with context parallel (--cp): layouts that cannot work are
 # refused before training (exit 2, with the reason); cp x tp with sequence
-# parallel and cp x dp with ZeRO-1 print the losses of one process; the
-# trace shows the ring's steps; a checkpoint written in a cp layout resumes
-# in it bitwise, and is refused by another layout.
+# parallel, cp x dp with ZeRO-1 and an odd ring (cp 3 x tp 2) print the
+# losses of one process; the trace shows the ring's steps; --report counts
+# the activations of the formula; a checkpoint written in a cp layout
+# resumes in it bitwise, and is refused by another layout.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -84,6 +85,13 @@ for r in 0 1 2 3; do
     grep -q "rank $r mp: stage 0 of 1, cp rank $((r % 2)) of 2, .*activations peak $frame bytes (a chunk's micro-batch keeps $((frame - 4 * (N * C + 2 * N + N * V))), with the head $frame)" "$work/err" ||
         fail "rank $r's activations are not $frame bytes: $(grep "rank $r mp:" "$work/err")"
 done
+
+# an odd ring (cp 3: the previous and next rank differ, chunks of 2) with
+# tp 2 and sp on 6 ranks
+odd=(--layers 2 --channels 32 --heads 4 --seq 12 --micro-batch 2 --steps 3 --grad-accum 2)
+timeout 60 "$bin/train_gpt" "${odd[@]}" >"$work/one3"
+msrun_n 6 "${odd[@]}" --cp 3 --tp 2 --sp >"$work/cp3" 2>"$work/err" || fail "cp 3: $(cat "$work/err")"
+same "$work/one3" "$work/cp3" 3 || fail "cp 3 differs from one process: $(paste "$work/one3" "$work/cp3")"
 
 # checkpoints in a cp layout: cp 2 x dp 2, ZeRO-1 (shards over dp x cp),
 # selective recompute; stopped at step 3 and resumed, steps 4..5 are
