@@ -384,6 +384,9 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
         mp->cp_tgt = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
         if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
             goto err_free;
+        /* the ring's positions and the step's local tokens are work space too */
+        mp->stats.work_bytes +=
+            ((size_t)mp->cp * T + 2 * (size_t)cfg->micros * mp->d.N) * sizeof(int);
         for (int j = 0; j < mp->cp; j++)
             for (size_t t = 0; t < T; t++)
                 mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);

@@ -144,7 +144,8 @@ typedef struct msr_mp_stats {
     uint64_t recv_wait_ns; /* blocked in pipeline receives */
     size_t acts_peak;      /* the most activation bytes kept at once */
     size_t frame_bytes[2]; /* kept bytes of one micro-batch's chunk: plain / with the head */
-    size_t work_bytes;     /* the work space every block and the head share (point_work) */
+    size_t work_bytes;     /* the work space every block and the head share (point_work),
+                            * and under cp the ring's positions and local tokens */
 } msr_mp_stats_t;
 
 typedef struct msr_mp msr_mp_t;

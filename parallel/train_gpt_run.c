@@ -279,10 +279,9 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
         fprintf(stderr,
-                "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: step "
-                "%.2f ms, busy "
-                "%.2f ms, bubble %.4f, receive wait %.2f ms; activations peak %zu bytes (a "
-                "chunk's micro-batch keeps %zu, with the head %zu)\n",
+                "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: "
+                "step %.2f ms, busy %.2f ms, bubble %.4f, receive wait %.2f ms; activations peak "
+                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu)\n",
                 job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->cp_rank, tr->mesh->cp,
                 tr->mesh->tp_rank, tr->mesh->tp, 1e-6 * (double)ms->step_ns / steps,
                 1e-6 * (double)ms->busy_ns / steps,

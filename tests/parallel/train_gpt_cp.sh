@@ -71,7 +71,7 @@ meta = [e["args"]["name"] for e in ev if e["ph"] == "M"]
 assert "rank 2 (dp 0 pp 0 cp 1 tp 0)" in meta, meta
 PY
 msrun_n 4 "${small[@]}" --steps 4 --grad-accum 2 --cp 2 --dp 2 --zero 1 --bucket-mb 0.02 \
-    --report >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
+    --zero-min-bytes 1024 --report >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
 same "$work/one" "$work/cpdp" 4 || fail "cp x dp differs from one process: $(paste "$work/one" "$work/cpdp")"
 # --report counts each rank's kept activations to the byte (docs/model.md,
 # "Context parallel"): B 2, T/cp = 8 positions, N = 16 rows, C 32, 4 heads,
@@ -85,6 +85,21 @@ for r in 0 1 2 3; do
     grep -q "rank $r mp: stage 0 of 1, cp rank $((r % 2)) of 2, .*activations peak $frame bytes (a chunk's micro-batch keeps $((frame - 4 * (N * C + 2 * N + N * V))), with the head $frame)" "$work/err" ||
         fail "rank $r's activations are not $frame bytes: $(grep "rank $r mp:" "$work/err")"
 done
+# the work space: what full recompute drops, the blocks' and the head's
+# buffers, the ring's K/V blocks, gradients and row statistics (floats);
+# the ring's positions, the local and the step's tokens and targets (ints)
+M=2 CP=2
+scratch=$((3 * N * C + 4 * N + 4 * N * C + N * NH + 2 * N * H))
+floats=$((scratch + 8 * N * C + 4 * N * C + 2 * N * H + Tc * Tc + 2 * N * V + 4 * N))
+floats=$((floats + 8 * N * C + 3 * N * NH))
+ints=$((CP * Tc + 2 * M * N + 2 * M * B * Tc * CP))
+grep -q "rank 0 zero 1: .* work $((4 * floats + 4 * ints)) bytes" "$work/err" ||
+    fail "the work space is not $((4 * floats + 4 * ints)) bytes: $(grep "rank 0 zero" "$work/err")"
+# ZeRO-1 shards over dp x cp: the four ranks' shards (less the small
+# segments every rank holds whole) cover the part once
+sed -n 's/.*rank [0-3] zero 1: .*(shard \([0-9]*\) of \([0-9]*\) elements, \([0-9]*\) replicated).*/\1 \2 \3/p' \
+    "$work/err" | awk '{ s += $1 - $3; p = $2; r = $3; n++ } END { exit n != 4 || s + r != p || r >= p / 4 }' ||
+    fail "the shards do not cover the parameters once: $(grep "zero 1:" "$work/err")"
 
 # an odd ring (cp 3: the previous and next rank differ, chunks of 2) with
 # tp 2 and sp on 6 ranks
@@ -96,7 +111,8 @@ same "$work/one3" "$work/cp3" 3 || fail "cp 3 differs from one process: $(paste 
 # checkpoints in a cp layout: cp 2 x dp 2, ZeRO-1 (shards over dp x cp),
 # selective recompute; stopped at step 3 and resumed, steps 4..5 are
 # bitwise those of the run that never stopped
-args=("${small[@]}" --steps 5 --grad-accum 2 --cp 2 --dp 2 --zero 1 --recompute selective
+args=("${small[@]}" --steps 5 --grad-accum 2 --cp 2 --dp 2 --zero 1 --zero-min-bytes 1024
+    --recompute selective
     --bucket-mb 0.02)
 msrun_n 4 "${args[@]}" --loss-log "$work/whole" >/dev/null 2>"$work/err" ||
     fail "uninterrupted: $(cat "$work/err")"
