@@ -71,8 +71,11 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
     msr_matmul_forward(a->qkv, in, p->qkvw, p->qkvb, N, C, 3 * b->Cl);
     if ((st = poll(b)) != MSR_OK)
         return st;
-    msr_attention_forward(a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
-    if ((st = poll(b)) != MSR_OK)
+    if (b->comm != NULL && b->comm->attend != NULL)
+        st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
+    else
+        msr_attention_forward(a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
+    if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     msr_matmul_forward(b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl, C);
     return residual(b, a->res2, x, p->attprojb);
@@ -163,8 +166,12 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
     if (st != MSR_OK)
         return st;
     memset(b->dqkv, 0, b->N * 3 * (size_t)b->Cl * sizeof(float));
-    msr_attention_backward(b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T, b->Cl, b->NHl);
-    if ((st = poll(b)) != MSR_OK)
+    if (b->comm != NULL && b->comm->attend_backward != NULL)
+        st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
+    else
+        msr_attention_backward(b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T, b->Cl,
+                               b->NHl);
+    if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */
     return norm_backward(b, dres, b->dqkv, 3 * b->Cl, a->ln1, p->qkvw, g->qkvw, g->qkvb, x, p->ln1w,

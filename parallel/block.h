@@ -12,7 +12,9 @@
  * enter brings a column-parallel layer's input to every rank (identity, or
  * an allgather along the sequence), reduce sums a row-parallel layer's
  * partial outputs (identity at tp = 1, an allreduce, or a reduce-scatter
- * along the sequence); backward runs their conjugates. At tp = 1 the biases
+ * along the sequence); backward runs their conjugates. attention is the
+ * causal kernel on the rank's sequence, or under context parallel the
+ * attend hook (ring attention over the cp group, see mp.h). At tp = 1 the biases
  * of the row-parallel layers go into their matmuls; with tp > 1 they are
  * added once after the reduction. Bitwise the same at tp = 1 whatever the
  * caller. Not thread-safe: one thread drives a block's buffers. */
@@ -37,6 +39,15 @@ typedef struct msr_block_comm {
     /* Called between the kernels, so that communication in flight (data
      * parallel's buckets) makes progress while the block computes. */
     msr_status_t (*poll)(void *arg);
+    /* Context parallel: attention of this rank's queries over the whole
+     * sequence (ring attention). out (N,Cl) from qkv (N,3Cl); att gets what
+     * backward needs (the logsumexp, (N,NHl)). NULL: the causal attention
+     * kernel on the rank's own (B,T) sequence, att (B,NHl,T,T). */
+    msr_status_t (*attend)(void *arg, float *out, float *att, const float *qkv);
+    /* Its backward: dqkv (N,3Cl) += from dout (N,Cl), given forward's
+     * qkv, out and att. */
+    msr_status_t (*attend_backward)(void *arg, float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *att);
 } msr_block_comm_t;
 
 /* A block's shape on this rank and the work space its passes share. */

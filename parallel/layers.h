@@ -60,6 +60,37 @@ void msr_attention_forward(float *out, float *att, const float *qkv, int B, int 
 void msr_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH);
 
+/* Ring attention (context parallel, parallel/mp.h): causal attention of a
+ * rank's queries computed one block of keys and values at a time, the
+ * blocks in any order, with the causal mask taken from global positions.
+ * Per sequence and for NH heads of width HS = C / NH:
+ *   q (Tq,C) with row stride ldq, qpos (Tq) the queries' global positions;
+ *   k, v (Tk,C) with row stride ldk, kpos (Tk) the keys' positions;
+ *   acc (Tq,C) the unnormalised output; mx, sum (Tq,NH) the running row
+ *   maxima and sums of exponentials (start: acc 0, mx -inf, sum 0).
+ * forward folds one block into acc, mx and sum (the online softmax);
+ * scratch: Tq*Tk. After the last block, finish turns acc into the output
+ * (in place: out may be acc) and leaves lse (Tq,NH) = mx + log(sum), all
+ * that backward needs besides q, k, v and the output. Every query must
+ * have seen at least one key by then (its own position does). */
+void msr_attention_ring_forward(float *acc, float *mx, float *sum, const float *q, int ldq,
+                                const int *qpos, int Tq, const float *k, const float *v, int ldk,
+                                const int *kpos, int Tk, int C, int NH, float *scratch);
+void msr_attention_ring_finish(float *out, float *lse, const float *mx, const float *sum, int Tq,
+                               int C, int NH);
+/* delta (Tq,NH) = the per-head row sums of dout * out, both (Tq,C): once
+ * per query block, before its backward steps. */
+void msr_attention_ring_delta(float *delta, const float *dout, const float *out, int Tq, int C,
+                              int NH);
+/* One block's backward: dq (Tq,C, stride ldq) +=, and dk, dv (Tk,C, stride
+ * ldk) += the block's share of the gradients; dout (Tq,C) the output's
+ * gradient. scratch: 2*Tq*Tk. Summing over every block gives the full
+ * attention's gradients. */
+void msr_attention_ring_backward(float *dq, int ldq, float *dk, float *dv, int ldk,
+                                 const float *dout, const float *q, const float *k, const float *v,
+                                 const float *lse, const float *delta, const int *qpos, int Tq,
+                                 const int *kpos, int Tk, int C, int NH, float *scratch);
+
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n). */
 void msr_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) += gelu'(inp) * dout. */
@@ -98,6 +129,19 @@ void msr_attention_forward_f64(double *out, double *att, const double *qkv, int 
                                int NH);
 void msr_attention_backward_f64(double *dqkv, double *scratch, const double *dout,
                                 const double *qkv, const double *att, int B, int T, int C, int NH);
+void msr_attention_ring_forward_f64(double *acc, double *mx, double *sum, const double *q, int ldq,
+                                    const int *qpos, int Tq, const double *k, const double *v,
+                                    int ldk, const int *kpos, int Tk, int C, int NH,
+                                    double *scratch);
+void msr_attention_ring_finish_f64(double *out, double *lse, const double *mx, const double *sum,
+                                   int Tq, int C, int NH);
+void msr_attention_ring_delta_f64(double *delta, const double *dout, const double *out, int Tq,
+                                  int C, int NH);
+void msr_attention_ring_backward_f64(double *dq, int ldq, double *dk, double *dv, int ldk,
+                                     const double *dout, const double *q, const double *k,
+                                     const double *v, const double *lse, const double *delta,
+                                     const int *qpos, int Tq, const int *kpos, int Tk, int C,
+                                     int NH, double *scratch);
 void msr_gelu_forward_f64(double *out, const double *inp, size_t n);
 void msr_gelu_backward_f64(double *dinp, const double *inp, const double *dout, size_t n);
 void msr_residual_forward_f64(double *out, const double *a, const double *b, size_t n);

@@ -284,3 +284,121 @@ void LAYER(crossentropy_backward)(real *dlogits, const real *probs, const int *t
         d[targets[n]] -= dloss;
     }
 }
+
+/* Ring attention, one K/V block at a time (the flash-attention recurrence),
+ * per head h with Q, K, V the head's columns:
+ *   s    = Q K^T / sqrt(HS), masked where kpos[j] > qpos[i]   (Tq,Tk)
+ *   m'   = max(m, max_j s[i,j]);  a = exp(m - m')
+ *   sum  = a sum + sum_j exp(s[i,j] - m')
+ *   acc  = a acc + exp(s - m') V
+ * A row that sees nothing of the block is left as it was. */
+void LAYER(attention_ring_forward)(real *acc, real *mx, real *sum, const real *q, int ldq,
+                                   const int *qpos, int Tq, const real *k, const real *v, int ldk,
+                                   const int *kpos, int Tk, int C, int NH, real *scratch)
+{
+    int HS = C / NH;
+    real scale = R(1) / sqrt((real)HS);
+    real *s = scratch; /* (Tq,Tk) */
+    for (int h = 0; h < NH; h++) {
+        const real *qh = q + (size_t)h * HS, *kh = k + (size_t)h * HS, *vh = v + (size_t)h * HS;
+        real *ah = acc + (size_t)h * HS; /* (Tq,HS), row stride C */
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, qh, ldq, kh, ldk, R(0), s,
+             Tk);
+        for (int i = 0; i < Tq; i++) {
+            real *row = s + (size_t)i * Tk; /* (Tk) */
+            real *m = mx + (size_t)i * NH + h, *l = sum + (size_t)i * NH + h;
+            int seen = 0;
+            real bm = 0;
+            for (int j = 0; j < Tk; j++) {
+                if (kpos[j] <= qpos[i] && (seen == 0 || row[j] > bm))
+                    bm = row[j];
+                seen += kpos[j] <= qpos[i];
+            }
+            if (seen == 0) {
+                for (int j = 0; j < Tk; j++)
+                    row[j] = 0;
+                continue;
+            }
+            real mnew = *m > bm ? *m : bm;
+            real a = exp(*m - mnew); /* 0 for the first block a row sees (m = -inf) */
+            real add = 0;
+            for (int j = 0; j < Tk; j++) {
+                row[j] = kpos[j] <= qpos[i] ? exp(row[j] - mnew) : R(0);
+                add += row[j];
+            }
+            *l = a * *l + add;
+            *m = mnew;
+            real *o = ah + (size_t)i * C;
+            for (int c = 0; c < HS; c++)
+                o[c] *= a;
+        }
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, R(1), s, Tk, vh, ldk, R(1), ah,
+             C);
+    }
+}
+
+void LAYER(attention_ring_finish)(real *out, real *lse, const real *mx, const real *sum, int Tq,
+                                  int C, int NH)
+{
+    int HS = C / NH;
+    for (int i = 0; i < Tq; i++) {
+        for (int h = 0; h < NH; h++) {
+            real l = sum[(size_t)i * NH + h], inv = R(1) / l;
+            real *o = out + (size_t)i * C + (size_t)h * HS;
+            for (int c = 0; c < HS; c++)
+                o[c] *= inv;
+            lse[(size_t)i * NH + h] = mx[(size_t)i * NH + h] + log(l);
+        }
+    }
+}
+
+void LAYER(attention_ring_delta)(real *delta, const real *dout, const real *out, int Tq, int C,
+                                 int NH)
+{
+    int HS = C / NH;
+    for (int i = 0; i < Tq; i++) {
+        for (int h = 0; h < NH; h++) {
+            const real *d = dout + (size_t)i * C + (size_t)h * HS;
+            const real *o = out + (size_t)i * C + (size_t)h * HS;
+            real x = 0;
+            for (int c = 0; c < HS; c++)
+                x += d[c] * o[c];
+            delta[(size_t)i * NH + h] = x;
+        }
+    }
+}
+
+/* Per head, with P = exp(s - lse) (masked: 0) the probabilities of this
+ * block's keys:
+ *   dV += P^T dout;  dP = dout V^T;  dS = P * (dP - delta)
+ *   dQ += dS K / sqrt(HS);  dK += dS^T Q / sqrt(HS) */
+void LAYER(attention_ring_backward)(real *dq, int ldq, real *dk, real *dv, int ldk,
+                                    const real *dout, const real *q, const real *k, const real *v,
+                                    const real *lse, const real *delta, const int *qpos, int Tq,
+                                    const int *kpos, int Tk, int C, int NH, real *scratch)
+{
+    int HS = C / NH;
+    real scale = R(1) / sqrt((real)HS);
+    real *p = scratch, *ds = scratch + (size_t)Tq * Tk; /* (Tq,Tk) each */
+    for (int h = 0; h < NH; h++) {
+        size_t ho = (size_t)h * HS;
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, q + ho, ldq, k + ho, ldk,
+             R(0), p, Tk);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, R(1), dout + ho, C, v + ho, ldk,
+             R(0), ds, Tk);
+        for (int i = 0; i < Tq; i++) {
+            real *prow = p + (size_t)i * Tk, *drow = ds + (size_t)i * Tk;
+            real l = lse[(size_t)i * NH + h], dl = delta[(size_t)i * NH + h];
+            for (int j = 0; j < Tk; j++) {
+                prow[j] = kpos[j] <= qpos[i] ? exp(prow[j] - l) : R(0);
+                drow[j] = prow[j] * (drow[j] - dl);
+            }
+        }
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, R(1), p, Tk, dout + ho, C, R(1),
+             dv + ho, ldk);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, scale, ds, Tk, k + ho, ldk,
+             R(1), dq + ho, ldq);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, scale, ds, Tk, q + ho, ldq, R(1),
+             dk + ho, ldk);
+    }
+}

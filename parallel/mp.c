@@ -77,8 +77,10 @@ static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p,
     if (d->mode == MSR_MP_RECOMPUTE_FULL)
         return msr_block_forward(&mp->blk, p, la, x);
     if (d->mode == MSR_MP_RECOMPUTE_SELECTIVE) {
-        /* the attention output is kept; the recomputed copy goes to scratch */
-        msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
+        /* the attention output is kept; the recomputed copy goes to scratch
+         * (under cp the logsumexp was kept: nothing to recompute) */
+        if (d->cp == 1)
+            msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
         msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
     }
     return MSR_OK;
@@ -297,6 +299,15 @@ static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
     w->losses = msr_gpt_carve(c, N);
     w->rmax = msr_gpt_carve(c, N);
     w->red = msr_gpt_carve(c, 2 * N);
+    for (int i = 0; i < 2 && d->cp > 1; i++) {
+        w->kv[i] = msr_gpt_carve(c, N * 2 * (size_t)d->Cl);
+        w->dkv[i] = msr_gpt_carve(c, N * 2 * (size_t)d->Cl);
+    }
+    if (d->cp > 1) {
+        w->rmx = msr_gpt_carve(c, N * (size_t)d->NHl);
+        w->rsum = msr_gpt_carve(c, N * (size_t)d->NHl);
+        w->delta = msr_gpt_carve(c, N * (size_t)d->NHl);
+    }
 }
 
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
@@ -308,10 +319,11 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     }
     if (model->part.tp != mesh->tp || model->part.tp_rank != mesh->tp_rank ||
         model->part.pp != mesh->pp || model->part.pp_rank != mesh->pp_rank ||
-        model->part.chunks != cfg->chunks) {
-        MSR_ERROR("mp: the model part (tp %d/%d pp %d/%d, %d chunks) is not this rank's",
+        model->part.chunks != cfg->chunks || (cfg->cp > 1 ? cfg->cp : 1) != mesh->cp) {
+        MSR_ERROR("mp: the model part (tp %d/%d pp %d/%d, %d chunks, cp %d) is not this rank's "
+                  "(mesh cp %d)",
                   model->part.tp_rank, model->part.tp, model->part.pp_rank, model->part.pp,
-                  model->part.chunks);
+                  model->part.chunks, cfg->cp, mesh->cp);
         return MSR_ERR_CONFIG;
     }
     for (int c = 0; c < cfg->chunks; c++) {
@@ -336,6 +348,8 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     mp->pr = mesh->pp_rank;
     mp->tp = mesh->tp;
     mp->tr = mesh->tp_rank;
+    mp->cp = mesh->cp;
+    mp->cr = mesh->cp_rank;
     mp->nv = mesh->pp * cfg->chunks;
     mp->overlap = cfg->schedule != MSR_MP_INTERLEAVED;
 
@@ -363,6 +377,20 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->pool_n == NULL ||
         mp->sreq == NULL || mp->ops == NULL)
         goto err_free;
+    if (mp->cp > 1) {
+        size_t T = (size_t)mp->d.T;
+        mp->cp_pos = msr_calloc((size_t)mp->cp * T, sizeof(int));
+        mp->cp_in = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
+        mp->cp_tgt = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
+        if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
+            goto err_free;
+        /* the ring's positions and the step's local tokens are work space too */
+        mp->stats.work_bytes +=
+            ((size_t)mp->cp * T + 2 * (size_t)cfg->micros * mp->d.N) * sizeof(int);
+        for (int j = 0; j < mp->cp; j++)
+            for (size_t t = 0; t < T; t++)
+                mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
+    }
     cw.base = mp->wmem;
     cw.used = 0;
     point_work(mp, &cw);
@@ -433,6 +461,9 @@ void msr_mp_destroy(msr_mp_t *mp)
     msr_free(mp->gsend);
     msr_free(mp->head_wte);
     msr_free(mp->head_dwte);
+    msr_free(mp->cp_pos);
+    msr_free(mp->cp_in);
+    msr_free(mp->cp_tgt);
     msr_free(mp->wmem);
     msr_free(mp);
 }
@@ -569,6 +600,16 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
         frame_close(mp, &mp->frames[k]);
     uint64_t t0 = msr_now_ns();
     mp->t0 = t0;
+    if (mp->cp > 1) {
+        /* this rank's positions of every micro-batch: all it computes on */
+        size_t Ng = mp->d.N * (size_t)mp->cp;
+        for (int m = 0; m < mp->cfg.micros; m++) {
+            msr_mp_cp_select(mp, inputs + (size_t)m * Ng, mp->cp_in + (size_t)m * mp->d.N);
+            msr_mp_cp_select(mp, targets + (size_t)m * Ng, mp->cp_tgt + (size_t)m * mp->d.N);
+        }
+        inputs = mp->cp_in;
+        targets = mp->cp_tgt;
+    }
     mp->inputs = inputs;
     mp->targets = targets;
     mp->dloss = dloss;

@@ -26,6 +26,22 @@
  * tp-replicated parameters (layernorms, row-parallel biases, wpe) then get
  * partial gradients, summed over tp at the end of the step.
  *
+ * Context parallel (cp ranks, needs T % (2 cp) == 0): the sequence is cut
+ * into 2 cp chunks of T/(2 cp) positions and cp rank i holds chunks i and
+ * 2 cp - 1 - i (Tc = T/cp positions: causal attention's work is then the
+ * same on every rank). Everything outside attention (embeddings with the
+ * global positions, layernorms, matmuls, the head and loss) runs on the
+ * rank's own positions; sequence parallel then splits those Tc positions
+ * over tp (needs Tc % tp == 0). Attention is ring attention (mp_cp.c):
+ * each rank's K and V travel around the cp group point to point, the next
+ * block's transfer in flight while the current one is folded into the
+ * online softmax (layers.h, msr_attention_ring_forward); what is kept is
+ * the output and the logsumexp (B, Tc, NH/tp), never (T, T). Backward
+ * sends the K/V blocks around again with their gradients, which arrive
+ * back at their owner after a full turn. Parameters are replicated over
+ * cp: gradients are summed over dp x cp (the mesh's dcp_comm, which ZeRO
+ * also shards over), and the loss is each rank's share of the mean.
+ *
  * Pipeline parallel (pp ranks, chunks virtual stages each): activations
  * (B, T or T/tp, C) go to the next virtual stage and their gradients back,
  * point to point (non-blocking sends, blocking receives with the
@@ -40,9 +56,11 @@
  *
  * Recompute: none keeps every activation backward needs; selective drops
  * the attention probabilities (B, NH/tp, T, T) and the GELU output and
- * recomputes them from the kept q, k, v and fc output (no communication);
+ * recomputes them from the kept q, k, v and fc output (no communication;
+ * under cp it keeps the small logsumexp and drops only the GELU output);
  * full keeps only each block's input and recomputes the block's forward
- * (tensor-parallel collectives included) just before its backward.
+ * (tensor-parallel collectives and the ring included) just before its
+ * backward.
  *
  * Data parallel and ZeRO 0-2 run on top (parallel/dp.h over the part's flat
  * buffers). GPipe and 1F1B run a rank's backwards in micro-batch order, so
@@ -91,6 +109,7 @@ typedef struct msr_mp_config {
      * stage_layers), NULL: the even split. Borrowed: the model's copy
      * (model->part.stage_layers) once the model is made. */
     const int *stage_layers;
+    int cp; /* context-parallel degree (the mesh's; 0 or 1: none) */
 } msr_mp_config_t;
 
 /* Names of the schedules and recompute modes ("gpipe", "1f1b",
@@ -100,13 +119,12 @@ int msr_mp_recompute_parse(const char *name);
 const char *msr_mp_schedule_name(msr_mp_schedule_t s);
 const char *msr_mp_recompute_name(msr_mp_recompute_t r);
 
-/* Checks that the model can run as cfg says on pp x tp: the part's rules
- * (msr_gpt_part_check: heads and vocabulary divisible by tp, a layer for
- * every virtual stage, cfg->stage_layers a split of the layers), sp with
- * tp > 1 and T % tp == 0, 1F1B with at least pp micro-batches, interleaved
- * with pp > 1 and micro-batches a multiple of pp, ZeRO 0..2 when the model
- * is split. On failure sets the error text (base/err.h: a one-line reason)
- * and returns MSR_ERR_CONFIG. */
+/* Checks that the model can run as cfg says on pp x tp (and cfg->cp): the
+ * part's rules (msr_gpt_part_check: heads and vocabulary divisible by tp, a
+ * layer for every virtual stage, cfg->stage_layers a split of the layers),
+ * T % (2 cp) == 0, sp with tp > 1 and (T / cp) % tp == 0, 1F1B with at least pp micro-batches,
+ * interleaved with pp > 1 and micro-batches a multiple of pp, ZeRO 0..2 when the model is split. On
+ * failure sets the error text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp,
                           int tp);
 
@@ -126,7 +144,8 @@ typedef struct msr_mp_stats {
     uint64_t recv_wait_ns; /* blocked in pipeline receives */
     size_t acts_peak;      /* the most activation bytes kept at once */
     size_t frame_bytes[2]; /* kept bytes of one micro-batch's chunk: plain / with the head */
-    size_t work_bytes;     /* the work space every block and the head share (point_work) */
+    size_t work_bytes;     /* the work space every block and the head share (point_work),
+                            * and under cp the ring's positions and local tokens */
 } msr_mp_stats_t;
 
 typedef struct msr_mp msr_mp_t;

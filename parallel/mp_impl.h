@@ -13,6 +13,7 @@
 
 typedef struct dims {
     int B, T, C, V, tp, sp, mode;
+    int cp; /* context parallel: T is this rank's T/cp positions of the sequence */
     int Cl, NHl, Hl,
         Vl;       /* this rank's share: channels of its heads, heads, MLP width, vocabulary */
     int Tl;       /* positions held outside the tensor-parallel layers */
@@ -45,6 +46,11 @@ typedef struct work {
     float *datt;                /* (T, T) */
     float *logits, *dlogits;    /* (N, Vl) */
     float *losses, *rmax, *red; /* (N), (N), (2N) */
+    /* context parallel's ring (NULL without cp): K/V blocks in flight and
+     * being computed, their gradients likewise, and the online softmax's
+     * row statistics */
+    float *kv[2], *dkv[2];     /* (N, 2 Cl) each */
+    float *rmx, *rsum, *delta; /* (N, NHl) */
 } work_t;
 
 struct msr_mp {
@@ -54,6 +60,9 @@ struct msr_mp {
     dims_t d;
     int pp, pr, nv; /* stages, this stage, virtual stages */
     int tp, tr;
+    int cp, cr;          /* context parallel: ranks in the ring, this rank's index */
+    int *cp_pos;         /* [cp * T]: rank j's global positions at j * T (T = d.T) */
+    int *cp_in, *cp_tgt; /* [micros * N]: this rank's positions of the step's tokens */
 
     float *wmem;
     work_t w;
@@ -123,6 +132,15 @@ void msr_mp_point_block(msr_mp_t *mp);
  * backward adds dout's rows to wte's and wpe's gradients. */
 msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out);
 msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout);
+/* Context parallel (mp_cp.c): the global position of local position t on
+ * cp rank r, chunks of `chunk` positions; ring attention, the block's
+ * attend hooks (arg: the msr_mp_t); local (B, T) = this rank's positions of
+ * full (B, cp T) tokens. */
+int msr_mp_cp_position(int cp, int chunk, int r, int t);
+msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv);
+msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse);
+void msr_mp_cp_select(const msr_mp_t *mp, const int *full, int *local);
 /* The final norm, the head and the loss of one micro-batch; x (Nl, C) is
  * the last block's output. Forward adds the mean loss to mp->loss_sum;
  * backward leaves the gradient of x in mp->w.dres. */

@@ -56,14 +56,20 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "out of range",
                        (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
     }
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (cp > 1 && model->max_seq % (2 * cp) != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "context parallel: the sequence of %d does not divide into 2 x cp %d chunks",
+                       model->max_seq, cp);
+    }
     if (cfg->sp && tp < 2) {
         return msr_err(MSR_ERR_CONFIG,
                        "sequence parallel splits the sequence over tp ranks: it needs tp > 1");
     }
-    if (cfg->sp && model->max_seq % tp != 0) {
+    if (cfg->sp && model->max_seq / cp % tp != 0) {
         return msr_err(MSR_ERR_CONFIG,
-                       "sequence parallel: the sequence of %d does not divide among tp %d ranks",
-                       model->max_seq, tp);
+                       "sequence parallel: the sequence of %d does not divide among tp %d ranks%s",
+                       model->max_seq / cp, tp, cp > 1 ? " (the positions of one cp rank)" : "");
     }
     if (cfg->chunks > 1 && cfg->schedule != MSR_MP_INTERLEAVED) {
         return msr_err(MSR_ERR_CONFIG, "%d virtual stages need the interleaved schedule",
@@ -81,11 +87,11 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "%d micro-batches (--grad-accum) for %d stages",
                        cfg->micros, pp);
     }
-    if ((tp > 1 || pp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
-        return msr_err(
-            MSR_ERR_CONFIG,
-            "ZeRO stage %d is not supported with tensor or pipeline parallel (use 0, 1 or 2)",
-            cfg->zero);
+    if ((tp > 1 || pp > 1 || cp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "ZeRO stage %d is not supported with tensor, pipeline or context parallel "
+                       "(use 0, 1 or 2)",
+                       cfg->zero);
     }
     if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
         return msr_err(MSR_ERR_CONFIG,
@@ -101,9 +107,10 @@ dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp
 {
     dims_t d;
     d.B = cfg->micro_batch;
-    d.T = m->max_seq;
     d.C = m->channels;
     d.V = m->vocab;
+    d.cp = cfg->cp > 1 ? cfg->cp : 1;
+    d.T = m->max_seq / d.cp;
     d.tp = tp;
     d.sp = cfg->sp;
     d.mode = (int)cfg->recompute;
@@ -130,8 +137,13 @@ void msr_mp_carve_layer(const dims_t *d, msr_gpt_carve_t *keep, msr_gpt_carve_t 
     la->ln1_rstd = msr_gpt_carve(k, Nl);
     la->qkv = msr_gpt_carve(k, N * 3 * (size_t)d->Cl);
     la->atty = msr_gpt_carve(k, N * (size_t)d->Cl);
-    la->att = msr_gpt_carve(all ? keep : scr,
-                            (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
+    /* the probabilities (B, NH/tp, T, T); under cp the logsumexp (N, NH/tp),
+     * which selective recompute keeps (recomputing it takes the ring) */
+    if (d->cp > 1)
+        la->att = msr_gpt_carve(all || sel ? keep : scr, N * (size_t)d->NHl);
+    else
+        la->att = msr_gpt_carve(all ? keep : scr,
+                                (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
     la->res2 = msr_gpt_carve(k, Nl * C);
     la->ln2 = msr_gpt_carve(k, Nl * C);
     la->ln2_mean = msr_gpt_carve(k, Nl);

@@ -101,7 +101,10 @@ void msr_mp_point_block(msr_mp_t *mp)
 {
     const dims_t *d = &mp->d;
     const work_t *w = &mp->w;
-    mp->blk_comm = (msr_block_comm_t){mp, block_enter, block_reduce, NULL};
+    int tp = d->tp > 1, cp = d->cp > 1;
+    mp->blk_comm = (msr_block_comm_t){
+        mp,   tp ? block_enter : NULL,      tp ? block_reduce : NULL,
+        NULL, cp ? msr_mp_cp_attend : NULL, cp ? msr_mp_cp_attend_backward : NULL};
     mp->blk = (msr_block_t){
         .B = d->B,
         .T = d->T,
@@ -112,7 +115,7 @@ void msr_mp_point_block(msr_mp_t *mp)
         .Hl = d->Hl,
         .N = d->N,
         .Nl = d->Nl,
-        .comm = d->tp > 1 ? &mp->blk_comm : NULL,
+        .comm = tp || cp ? &mp->blk_comm : NULL,
         .proj = w->proj,
         .projl = w->projl,
         .gat = w->gat,
@@ -129,6 +132,13 @@ void msr_mp_point_block(msr_mp_t *mp)
 
 /* ---- embeddings and head ---- */
 
+/* The position in the sequence of this rank's local position t (of its
+ * d.T: context parallel holds two chunks of it). */
+static int global_pos(const msr_mp_t *mp, int t)
+{
+    return mp->cp > 1 ? mp->cp_pos[(size_t)mp->cr * mp->d.T + (size_t)t] : t;
+}
+
 /* out (Nl, C): this rank's rows of wte[token] + wpe[t]. */
 msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
 {
@@ -136,7 +146,7 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     msr_gpt_t *m = mp->model;
     const float *wte = m->segments[m->seg_embed].params; /* (Vl, C) */
     const float *wpe = wte + (size_t)d->Vl * d->C;       /* (maxT, C) */
-    if (d->tp == 1) {
+    if (d->tp == 1 && d->cp == 1) {
         msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
         return MSR_OK;
     }
@@ -156,7 +166,7 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
         for (int t = 0; t < d->Tl; t++) {
             float *o = out + ((size_t)b * d->Tl + t) * d->C;
             const float *x = r + ((size_t)b * d->Tl + t) * d->C,
-                        *pe = wpe + (size_t)(t0 + t) * d->C;
+                        *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
             for (int c = 0; c < d->C; c++)
                 o[c] = x[c] + pe[c];
         }
@@ -169,7 +179,7 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
     msr_gpt_t *m = mp->model;
     float *dwte = m->segments[m->seg_embed].grads; /* (Vl, C) */
     float *dwpe = dwte + (size_t)d->Vl * d->C;     /* (maxT, C) */
-    if (d->tp == 1) {
+    if (d->tp == 1 && d->cp == 1) {
         msr_encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
         return MSR_OK;
     }
@@ -177,7 +187,7 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
     for (int b = 0; b < d->B; b++)
         for (int t = 0; t < d->Tl; t++) {
             const float *x = dout + ((size_t)b * d->Tl + t) * d->C;
-            float *pe = dwpe + (size_t)(t0 + t) * d->C;
+            float *pe = dwpe + (size_t)global_pos(mp, t0 + t) * d->C;
             for (int c = 0; c < d->C; c++)
                 pe[c] += x[c];
         }
@@ -260,7 +270,8 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     double sum = 0.0;
     for (size_t n = 0; n < N; n++)
         sum += w->losses[n];
-    mp->loss_sum += sum / (double)N;
+    /* under cp each rank adds its share of the sequence's mean */
+    mp->loss_sum += sum / ((double)N * d->cp);
     return MSR_OK;
 }
 

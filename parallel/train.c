@@ -20,14 +20,15 @@ void msr_train_config_defaults(msr_train_config_t *cfg)
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
         .overlap = 1,
     };
-    cfg->tp = cfg->pp = 1;
+    cfg->tp = cfg->pp = cfg->cp = 1;
     cfg->mp = (msr_mp_config_t){.schedule = MSR_MP_1F1B, .chunks = 1};
 }
 
 int msr_train_uses_mp(const msr_train_config_t *cfg)
 {
-    return cfg->tp > 1 || cfg->pp > 1 || cfg->mp.recompute != MSR_MP_RECOMPUTE_NONE ||
-           cfg->mp.chunks > 1 || cfg->mp.sp || cfg->mp_always;
+    return cfg->tp > 1 || cfg->pp > 1 || cfg->cp > 1 ||
+           cfg->mp.recompute != MSR_MP_RECOMPUTE_NONE || cfg->mp.chunks > 1 || cfg->mp.sp ||
+           cfg->mp_always;
 }
 
 /* cfg->mp with the fields the trainer owns filled in. */
@@ -37,6 +38,7 @@ static msr_mp_config_t mp_config(const msr_train_config_t *cfg)
     m.micro_batch = cfg->micro_batch;
     m.micros = cfg->grad_accum;
     m.zero = cfg->par.zero;
+    m.cp = cfg->cp > 1 ? cfg->cp : 1;
     if (m.chunks < 1)
         m.chunks = 1;
     return m;
@@ -71,8 +73,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                        "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
                        cfg->par.zero, cfg->par.bucket_bytes);
     }
-    if (cfg->tp < 1 || cfg->pp < 1) {
-        return msr_err(MSR_ERR_CONFIG, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
+    if (cfg->tp < 1 || cfg->pp < 1 || cfg->cp < 0) {
+        return msr_err(MSR_ERR_CONFIG, "tp %d, pp %d and cp %d must be at least 1", cfg->tp,
+                       cfg->pp, cfg->cp);
     }
     if (msr_train_uses_mp(cfg)) {
         msr_mp_config_t m = mp_config(cfg);
@@ -145,11 +148,13 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
         MSR_ERROR("train: %s", msr_err_msg());
         return MSR_ERR_CONFIG;
     }
-    if (cfg->dp != mesh->dp || cfg->tp != mesh->tp || cfg->pp != mesh->pp ||
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (cfg->dp != mesh->dp || cfg->tp != mesh->tp || cfg->pp != mesh->pp || cp != mesh->cp ||
         cfg->dp_rank != mesh->dp_rank) {
-        MSR_ERROR("train: dp %d (rank %d) x pp %d x tp %d is not the mesh's %d (rank %d) x %d x %d",
-                  cfg->dp, cfg->dp_rank, cfg->pp, cfg->tp, mesh->dp, mesh->dp_rank, mesh->pp,
-                  mesh->tp);
+        MSR_ERROR("train: dp %d (rank %d) x pp %d x cp %d x tp %d is not the mesh's %d (rank %d) x "
+                  "%d x %d x %d",
+                  cfg->dp, cfg->dp_rank, cfg->pp, cp, cfg->tp, mesh->dp, mesh->dp_rank, mesh->pp,
+                  mesh->cp, mesh->tp);
         return MSR_ERR_CONFIG;
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
@@ -172,7 +177,8 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
     if (st != MSR_OK)
         goto err_free;
     tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
-    st = msr_dp_create(&cfg->par, mesh->dp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
+    /* the replicas of this part: dp x cp (parameters are replicated over cp) */
+    st = msr_dp_create(&cfg->par, mesh->dcp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
         goto err_free;
     msr_dp_set_model_parallel(tr->dp, mesh->tp_comm, mesh->tp_rank, mesh->pp_comm);
@@ -289,8 +295,8 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
         .data_seed = tr->sampler.seed,
         .data_position = tr->sampler.position,
         .num_params = tr->model->num_params,
-        .rank = (uint32_t)tr->cfg.dp_rank,
-        .world = (uint32_t)tr->cfg.dp,
+        .rank = (uint32_t)tr->dp->rank, /* in the replica group (dp x cp) */
+        .world = (uint32_t)tr->dp->size,
         .zero = (uint32_t)tr->cfg.par.zero,
         .meta = meta,
     };
@@ -389,7 +395,7 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                                  msr_trainer_fetch_t fetch, void *arg)
 {
     msr_dp_t *dp = tr->dp;
-    int first = world == tr->cfg.dp ? tr->cfg.dp_rank : 0;
+    int first = world == tr->dp->size ? tr->dp->rank : 0;
     payload_t p0, p;
     msr_status_t st = payload_fetch(fetch, arg, first, &p0);
     /* flags every rank agrees on: fetched, same settings, own layout */
@@ -398,7 +404,7 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     if (st == MSR_OK) {
         agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == tr->model->num_params &&
                    p0.h.world == (uint32_t)world;
-        agree[2] = world == tr->cfg.dp && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
+        agree[2] = world == tr->dp->size && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
         if (!agree[1]) {
             MSR_ERROR("train: the checkpoint of step %llu was written with other settings",
                       (unsigned long long)p0.h.step);

@@ -40,17 +40,19 @@ typedef struct msr_train_config {
     float grad_clip;        /* global gradient-norm limit (0: none) */
     msr_adamw_config_t adamw;
     msr_dp_config_t par; /* ZeRO stage, buckets */
-    /* model parallel (parallel/mp.h): tp and pp degrees (1: none) and the
-     * rest of its settings (sp, schedule, chunks, recompute, stage_layers;
-     * micro_batch, micros and zero are filled in from the fields above).
+    /* model parallel (parallel/mp.h): tp, pp and cp degrees (1: none) and
+     * the rest of its settings (sp, schedule, chunks, recompute,
+     * stage_layers; cp, micro_batch, micros and zero are filled in from the
+     * fields above and below). Under cp every cp rank of a dp rank reads the
+     * same sequences (dp_rank is the dp index, not the dp x cp one).
      * mp.stage_layers is read while the trainer is made (tr->cfg's then
      * points at the model's copy) */
-    int tp, pp;
+    int tp, pp, cp;
     msr_mp_config_t mp;
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
 } msr_train_config_t;
 
-/* Whether cfg runs through parallel/mp.h (tp or pp > 1, sp, chunks,
+/* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,
  * recompute, or mp_always). */
 int msr_train_uses_mp(const msr_train_config_t *cfg);
 
@@ -87,8 +89,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
                                 msr_comm_t *comm, msr_trainer_t **tr_p);
 
 /* Creates a trainer on a mesh (parallel/mesh.h): this rank's part of the
- * model (cfg->tp, cfg->pp, cfg->dp must be the mesh's degrees and
- * cfg->dp_rank its dp rank), data parallel over the mesh's dp group, model
+ * model (cfg->tp, cfg->pp, cfg->cp, cfg->dp must be the mesh's degrees and
+ * cfg->dp_rank its dp rank), data parallel over the mesh's dp x cp group, model
  * parallel as cfg->mp says when msr_train_uses_mp. mesh must outlive it.
  * Errors: as msr_trainer_create, and the pipeline's first communication. */
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,

@@ -1,7 +1,8 @@
 /* train_gpt: trains the reference GPT (parallel/gpt.h) on the bytes of a
  * file, or on the generated corpus when no --data is given, over every rank
- * of the msrun job cut into the mesh dp x pp x tp (data parallel with ZeRO,
- * pipeline and tensor/sequence parallel, parallel/mp.h), and prints one
+ * of the msrun job cut into the mesh dp x pp x cp x tp (data parallel with
+ * ZeRO, pipeline, context and tensor/sequence parallel, parallel/mp.h), and
+ * prints one
  * line per step on rank 0:
  *
  *   step 12 loss 3.141593 tok/s 5120
@@ -62,9 +63,11 @@ static const opt_spec_t specs[] = {
     OPT("global-batch", OPT_INT, global_batch, 0, 1 << 30,
         "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
         "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
-    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
+    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
+    OPT("cp", OPT_INT, cp, 1, 1 << 20,
+        "context-parallel degree: the sequence in 2 x cp chunks, ring attention (1)"),
     OPT("sp", OPT_FLAG, sp, 0, 0,
         "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT("schedule", OPT_TEXT, schedule, 0, 0,
@@ -78,7 +81,7 @@ static const opt_spec_t specs[] = {
     OPT("recompute", OPT_TEXT, recompute, 0, 0,
         "activation recompute: none, selective (attention probabilities and GELU) or full "
         "(each block's forward) (none)"),
-    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp or pp > 1: 0..2 (0)"),
+    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
     OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
         "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
     OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
@@ -100,7 +103,7 @@ static const opt_spec_t specs[] = {
     OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
     OPT("resume", OPT_FLAG, resume, 0, 0,
         "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
-        "1; otherwise by the same layout)"),
+        "cp = 1; otherwise by the same layout)"),
     OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
         "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -248,22 +251,31 @@ static int check_combination(options_t *o, int world, int in_job)
 {
     if (train_gpt_split_check(o) != 0)
         return -1;
+    int64_t mp = o->tp * o->pp * o->cp; /* the ranks of one model replica */
     if (o->dp == 0) {
-        if (world % (o->tp * o->pp) != 0) {
+        if (world % mp != 0) {
             fprintf(stderr,
                     "train_gpt: the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
-                    "\n",
-                    world, o->tp, o->pp);
+                    " x cp %" PRId64 "\n",
+                    world, o->tp, o->pp, o->cp);
             return -1;
         }
-        o->dp = world / (o->tp * o->pp);
+        o->dp = world / mp;
     }
-    if (o->dp * o->tp * o->pp != world) {
+    if (o->dp * mp != world) {
         fprintf(stderr,
-                "train_gpt: dp %" PRId64 " x tp %" PRId64 " x pp %" PRId64 " = %" PRId64
+                "train_gpt: dp %" PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64
+                " = %" PRId64
                 " ranks, but the job has %d (start it with msrun --worker_num=%" PRId64
                 " or change the degrees)\n",
-                o->dp, o->tp, o->pp, o->dp * o->tp * o->pp, world, o->dp * o->tp * o->pp);
+                o->dp, o->tp, o->pp, o->cp, o->dp * mp, world, o->dp * mp);
+        return -1;
+    }
+    if (o->cp > 1 && o->seq % (2 * o->cp) != 0) {
+        fprintf(stderr,
+                "train_gpt: --cp %" PRId64 ": the sequence of %" PRId64
+                " does not divide into 2 x cp = %" PRId64 " chunks\n",
+                o->cp, o->seq, 2 * o->cp);
         return -1;
     }
     if (o->global_batch > 0) {
@@ -303,11 +315,12 @@ static int check_combination(options_t *o, int world, int in_job)
                             "--report are for --device cpu only\n");
             return -1;
         }
-        if (o->tp > 1 || o->pp > 1 || o->sp || o->trace != NULL || o->virtual_stages > 1 ||
-            (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
-            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --sp, "
-                            "--virtual-stages, --recompute and --trace are for --device cpu "
-                            "only\n");
+        if (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL ||
+            o->virtual_stages > 1 || (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
+            fprintf(stderr,
+                    "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --cp, --sp, "
+                    "--virtual-stages, --recompute and --trace are for --device cpu "
+                    "only\n");
             return -1;
         }
     }
@@ -352,9 +365,9 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 msr_last_error());
         goto out;
     }
-    /* the data-parallel group is the whole job while tp = pp = 1 */
+    /* the data-parallel group is the whole job while tp = pp = cp = 1 */
     int use_mp = msr_train_uses_mp(cfg);
-    st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->tp, &mesh)
+    st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->cp, cfg->tp, &mesh)
                 : msr_mesh_create_dp(comm, &mesh);
     if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
         goto out;
@@ -370,9 +383,9 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
     if (job->rank == 0 && use_mp)
         fprintf(stderr,
-                "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "
-                "rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
-                cfg->dp, cfg->pp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+                "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
+                "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
+                cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
                 msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
                 msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
     if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
@@ -585,6 +598,7 @@ int main(int argc, char **argv)
         .dp = 0,
         .tp = 1,
         .pp = 1,
+        .cp = 1,
         .virtual_stages = 1,
         .zero = 0,
         .bucket_mb = 25.0,
@@ -616,6 +630,13 @@ int main(int argc, char **argv)
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL) {
         int done = 0;
+        if (o.cp > 1 && o.calibrate == NULL) {
+            if (job.rank == 0)
+                fprintf(stderr, "train_gpt: the planner does not model context parallel: "
+                                "--plan, --plan-all, --explain, --auto and --cluster take no "
+                                "--cp\n");
+            goto out;
+        }
         if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
             goto out;
         rc = EXIT_BAD_INPUT;
@@ -644,7 +665,7 @@ int main(int argc, char **argv)
         .micro_batch = (int)o.micro_batch,
         .grad_accum = (int)o.grad_accum,
         .dp = (int)o.dp,
-        .dp_rank = job.rank / (int)(o.tp * o.pp),
+        .dp_rank = job.rank / (int)(o.tp * o.pp * o.cp),
         .tp = (int)o.tp,
         .pp = (int)o.pp,
         .seed = (uint64_t)o.seed,
@@ -661,6 +682,7 @@ int main(int argc, char **argv)
     cfg.par.measure = o.report;
     cfg.tp = (int)o.tp;
     cfg.pp = (int)o.pp;
+    cfg.cp = (int)o.cp;
     cfg.mp.sp = o.sp;
     cfg.mp.schedule = (msr_mp_schedule_t)schedule;
     cfg.mp.chunks = (int)o.virtual_stages;

@@ -15,7 +15,7 @@
 
 typedef struct options {
     int64_t layers, channels, heads, seq;
-    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, zero;
+    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, cp, zero;
     int sp;
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;

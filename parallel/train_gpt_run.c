@@ -60,6 +60,10 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
         snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
                  cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
     }
+    if (cfg->cp > 1) { /* the shards are over dp x cp */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; cp %d", cfg->cp);
+    }
     if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
         size_t used = strlen(meta);
         used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
@@ -100,8 +104,9 @@ typedef struct fetch_arg {
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
 {
     fetch_arg_t *f = arg;
-    if (f->mesh != NULL) /* rank is a dp index: the rank of our pp and tp index */
-        rank = msr_mesh_rank_of(f->mesh, rank, f->mesh->pp_rank, f->mesh->tp_rank);
+    if (f->mesh != NULL) /* rank is a dp x cp index: the rank of our pp and tp index */
+        rank = msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp,
+                                f->mesh->tp_rank);
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
@@ -180,7 +185,7 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     if (any < 0)
         return MSR_OK;
     /* each rank holds a part of the model (CPU only: --device cuda refuses tp and pp) */
-    int split = o->tp > 1 || o->pp > 1;
+    int split = o->tp > 1 || o->pp > 1 || o->cp > 1;
     fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? t->cpu->mesh : NULL};
     int saved_dp = world;
     if (split) {
@@ -189,12 +194,13 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
         if (world != job->world) {
             fprintf(stderr,
                     "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
-                    "tensor- or pipeline-parallel run resumes only in the layout that saved it "
+                    "tensor-, pipeline- or context-parallel run resumes only in the layout that "
+                    "saved it "
                     "(this job has %d ranks)\n",
                     (long long)any, o->ckpt_dir, world, job->world);
             return MSR_ERR_CONFIG;
         }
-        saved_dp = (int)o->dp;
+        saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
     }
     /* without model parallel the saving world's ranks are all data-parallel */
     if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
@@ -273,11 +279,12 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
         fprintf(stderr,
-                "train_gpt: rank %d mp: stage %d of %d, tp rank %d of %d: step %.2f ms, busy "
-                "%.2f ms, bubble %.4f, receive wait %.2f ms; activations peak %zu bytes (a "
-                "chunk's micro-batch keeps %zu, with the head %zu)\n",
-                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->tp_rank, tr->mesh->tp,
-                1e-6 * (double)ms->step_ns / steps, 1e-6 * (double)ms->busy_ns / steps,
+                "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: "
+                "step %.2f ms, busy %.2f ms, bubble %.4f, receive wait %.2f ms; activations peak "
+                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu)\n",
+                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->cp_rank, tr->mesh->cp,
+                tr->mesh->tp_rank, tr->mesh->tp, 1e-6 * (double)ms->step_ns / steps,
+                1e-6 * (double)ms->busy_ns / steps,
                 ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
                 1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
                 ms->frame_bytes[1]);
@@ -345,9 +352,11 @@ static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_
         for (int r = 0; r < job->world; r++)
             fprintf(f,
                     "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
-                    "{\"name\": \"rank %d (dp %d pp %d tp %d)\"}}",
-                    first && r == 0 ? "" : ",\n", r, r, r / (tr->mesh->tp * tr->mesh->pp),
-                    r / tr->mesh->tp % tr->mesh->pp, r % tr->mesh->tp);
+                    "{\"name\": \"rank %d (dp %d pp %d cp %d tp %d)\"}}",
+                    first && r == 0 ? "" : ",\n", r, r,
+                    r / (tr->mesh->tp * tr->mesh->cp * tr->mesh->pp),
+                    r / (tr->mesh->tp * tr->mesh->cp) % tr->mesh->pp,
+                    r / tr->mesh->tp % tr->mesh->cp, r % tr->mesh->tp);
         fprintf(f, "\n]}\n");
         if (fclose(f) != 0 && st == MSR_OK) {
             fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));

@@ -3,11 +3,13 @@
  *
  *   mp_worker LAYOUT...
  *
- * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero[,split]", e.g.
- * "2,2,2,1,1f1b,1,full,1", where split, when given, is the layers of each
- * virtual stage separated by ':' (train_gpt's --pp-layers, e.g.
- * "1,4,1,0,1f1b,1,none,0,1:3:3:1"). For each, the first dp x pp x tp ranks of the
- * job form a mesh (the others wait for the next layout) and train a tiny
+ * A LAYOUT is "dp,pp,tp,sp,schedule,chunks,recompute,zero[,split][,cpN]",
+ * e.g. "2,2,2,1,1f1b,1,full,1", where split, when given, is the layers of
+ * each virtual stage separated by ':' (train_gpt's --pp-layers, e.g.
+ * "1,4,1,0,1f1b,1,none,0,1:3:3:1") and cpN the context-parallel degree
+ * (e.g. "1,1,2,1,1f1b,1,none,0,cp2": 4 ranks). For each, the first
+ * dp x pp x cp x tp ranks of the job form a mesh (the others wait for the
+ * next layout) and train a tiny
  * GPT (L = 8, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
  * sequences (micro-batches of 2: grad-accum = 4 / dp micro-batches per dp
  * rank, the pipeline's micro-batches). Every step's loss must equal the
@@ -55,18 +57,24 @@ static void fail(const char *fmt, ...)
     } while (0)
 
 typedef struct layout {
-    int dp, pp, tp, sp, chunks, zero;
+    int dp, pp, tp, sp, chunks, zero, cp;
     int schedule, recompute;
     int split[64], split_n; /* the uneven split; split_n 0: the even one */
 } layout_t;
 
 static int parse_layout(const char *s, layout_t *l)
 {
-    char sched[16], rc[16], split[256] = "";
-    int n = sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d,%255s", &l->dp, &l->pp, &l->tp, &l->sp,
-                   sched, &l->chunks, rc, &l->zero, split);
-    if (n != 8 && n != 9)
+    char sched[16], rc[16], split[256] = "", more[256] = "";
+    int n = sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d,%255[^,],%255s", &l->dp, &l->pp, &l->tp,
+                   &l->sp, sched, &l->chunks, rc, &l->zero, split, more);
+    if (n < 8)
         return -1;
+    l->cp = 1;
+    const char *cp = n == 9 && strncmp(split, "cp", 2) == 0 ? split : n == 10 ? more : NULL;
+    if (cp != NULL && (sscanf(cp, "cp%d", &l->cp) != 1 || l->cp < 1))
+        return -1;
+    if (cp == split)
+        n = 8;
     l->split_n = 0;
     for (char *p = split; *p != '\0'; p++)
         if (*p == ':')
@@ -98,6 +106,7 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
     c.par.zero_min_bytes = 1024;
     c.tp = l->tp;
     c.pp = l->pp;
+    c.cp = l->cp;
     c.mp.sp = l->sp;
     c.mp.schedule = (msr_mp_schedule_t)l->schedule;
     c.mp.chunks = l->chunks;
@@ -127,7 +136,7 @@ int main(int argc, char **argv)
     CHECK_OK(msr_dataset_generate(5, 1 << 16, &ds));
 
     /* one process alone, the whole global batch as micro-batches */
-    layout_t one = {1, 1, 1, 0, 1, 0, MSR_MP_1F1B, MSR_MP_RECOMPUTE_NONE};
+    layout_t one = {1, 1, 1, 0, 1, 0, 1, MSR_MP_1F1B, MSR_MP_RECOMPUTE_NONE};
     msr_train_config_t rc = config(&one, 0);
     msr_trainer_t *ref = NULL;
     CHECK_OK(msr_trainer_create(&rc, ds, NULL, &ref));
@@ -144,14 +153,14 @@ int main(int argc, char **argv)
         CHECK(l.split_n == 0 || l.split_n == l.pp * l.chunks,
               "layout %s: the split has %d entries for pp %d x %d chunks", argv[a], l.split_n, l.pp,
               l.chunks);
-        int n = l.dp * l.pp * l.tp;
+        int n = l.dp * l.pp * l.cp * l.tp;
         CHECK(n <= size, "layout %s needs %d ranks, the job has %d", argv[a], n, size);
         msr_comm_t *sub = NULL;
         CHECK_OK(msr_comm_split(world, rank < n ? 0 : MSR_COMM_NO_COLOR, rank, &sub));
         if (sub == NULL)
             continue; /* not in this layout */
         msr_mesh_t *mesh = NULL;
-        CHECK_OK(msr_mesh_create(sub, l.dp, l.pp, l.tp, &mesh));
+        CHECK_OK(msr_mesh_create(sub, l.dp, l.pp, l.cp, l.tp, &mesh));
         msr_train_config_t c = config(&l, mesh->dp_rank);
         msr_trainer_t *tr = NULL;
         CHECK_OK(msr_trainer_create_mesh(&c, ds, mesh, &tr));

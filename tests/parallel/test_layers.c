@@ -320,6 +320,160 @@ static void test_attention(void)
     free(dqkv), free(scratch), free(c.qkv), free(c.out), free(c.att), free(c.w);
 }
 
+/* ---- ring attention ---- */
+
+enum { RB = 2, RT = 16, RC = 8, RNH = 2 };
+
+/* Global position of local position t on context-parallel rank r of cp:
+ * the sequence in 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r. */
+static int ring_pos(int r, int cp, int t)
+{
+    int S = RT / (2 * cp);
+    return t < S ? r * S + t : (2 * cp - 1 - r) * S + (t - S);
+}
+
+/* Every rank's queries against every rank's keys and values, block by
+ * block in ring order (rank r sees r, r - 1, ...), forward and backward;
+ * the outputs and the gradients (each block's dk, dv summed at its owner)
+ * must be the full attention's at the same positions. In double, to
+ * rounding; in float, to 1e-6 of the float kernel. */
+static void ring_check(int cp, const double *qkv, const double *dout, const double *out,
+                       const double *dqkv)
+{
+    int Tc = RT / cp, C3 = 3 * RC;
+    size_t nq = (size_t)RB * Tc * C3, no = (size_t)RB * Tc * RC, ns = (size_t)Tc * RNH;
+    int *pos = malloc((size_t)cp * Tc * sizeof *pos);
+    double *lq = vec(NULL, (size_t)cp * nq, 0), *ld = vec(NULL, (size_t)cp * no, 0);
+    double *lo = vec(NULL, (size_t)cp * no, 0), *lg = vec(NULL, (size_t)cp * nq, 0);
+    double *mx = vec(NULL, RB * ns, 0), *sum = vec(NULL, RB * ns, 0);
+    double *delta = vec(NULL, ns, 0), *scratch = vec(NULL, 2 * (size_t)Tc * Tc, 0);
+    float *fq = malloc((size_t)cp * nq * sizeof *fq), *fd = malloc((size_t)cp * no * sizeof *fd);
+    float *fo = calloc((size_t)cp * no, sizeof *fo), *fg = calloc((size_t)cp * nq, sizeof *fg);
+    float *fmx = malloc(RB * ns * sizeof *fmx), *fsum = malloc(RB * ns * sizeof *fsum);
+    float *flse = malloc((size_t)cp * RB * ns * sizeof *flse),
+          *fdelta = malloc(ns * sizeof *fdelta);
+    float *fscr = malloc(2 * (size_t)Tc * Tc * sizeof *fscr);
+    double *lse_all = vec(NULL, (size_t)cp * RB * ns, 0);
+    MSR_CHECK(pos != NULL && fq != NULL && fd != NULL && fo != NULL && fg != NULL && fmx != NULL &&
+              fsum != NULL && flse != NULL && fdelta != NULL && fscr != NULL);
+    for (int r = 0; r < cp; r++) {
+        for (int t = 0; t < Tc; t++) {
+            int g = pos[r * Tc + t] = ring_pos(r, cp, t);
+            for (int b = 0; b < RB; b++) {
+                memcpy(lq + r * nq + ((size_t)b * Tc + t) * C3, qkv + ((size_t)b * RT + g) * C3,
+                       C3 * sizeof *lq);
+                memcpy(ld + r * no + ((size_t)b * Tc + t) * RC, dout + ((size_t)b * RT + g) * RC,
+                       RC * sizeof *ld);
+            }
+        }
+    }
+    for (size_t i = 0; i < (size_t)cp * nq; i++)
+        fq[i] = (float)lq[i];
+    for (size_t i = 0; i < (size_t)cp * no; i++)
+        fd[i] = (float)ld[i];
+    /* forward */
+    for (int r = 0; r < cp; r++) {
+        for (size_t i = 0; i < RB * ns; i++)
+            mx[i] = -INFINITY, sum[i] = 0, fmx[i] = -INFINITY, fsum[i] = 0;
+        for (int s = 0; s < cp; s++) {
+            int j = (r - s + cp) % cp;
+            for (int b = 0; b < RB; b++) {
+                size_t qo = r * nq + (size_t)b * Tc * C3, ko = j * nq + (size_t)b * Tc * C3;
+                size_t oo = r * no + (size_t)b * Tc * RC;
+                msr_attention_ring_forward_f64(lo + oo, mx + b * ns, sum + b * ns, lq + qo, C3,
+                                               pos + r * Tc, Tc, lq + ko + RC, lq + ko + 2 * RC, C3,
+                                               pos + j * Tc, Tc, RC, RNH, scratch);
+                msr_attention_ring_forward(fo + oo, fmx + b * ns, fsum + b * ns, fq + qo, C3,
+                                           pos + r * Tc, Tc, fq + ko + RC, fq + ko + 2 * RC, C3,
+                                           pos + j * Tc, Tc, RC, RNH, fscr);
+            }
+        }
+        for (int b = 0; b < RB; b++) {
+            size_t oo = r * no + (size_t)b * Tc * RC, so = ((size_t)r * RB + b) * ns;
+            msr_attention_ring_finish_f64(lo + oo, lse_all + so, mx + b * ns, sum + b * ns, Tc, RC,
+                                          RNH);
+            msr_attention_ring_finish(fo + oo, flse + so, fmx + b * ns, fsum + b * ns, Tc, RC, RNH);
+        }
+    }
+    /* backward: rank r's queries against block j, j's gradients to j */
+    for (int r = 0; r < cp; r++) {
+        for (int b = 0; b < RB; b++) {
+            size_t qo = r * nq + (size_t)b * Tc * C3, oo = r * no + (size_t)b * Tc * RC;
+            size_t so = ((size_t)r * RB + b) * ns;
+            msr_attention_ring_delta_f64(delta, ld + oo, lo + oo, Tc, RC, RNH);
+            msr_attention_ring_delta(fdelta, fd + oo, fo + oo, Tc, RC, RNH);
+            for (int s = 0; s < cp; s++) {
+                int j = (r - s + cp) % cp;
+                size_t ko = j * nq + (size_t)b * Tc * C3;
+                msr_attention_ring_backward_f64(lg + qo, C3, lg + ko + RC, lg + ko + 2 * RC, C3,
+                                                ld + oo, lq + qo, lq + ko + RC, lq + ko + 2 * RC,
+                                                lse_all + so, delta, pos + r * Tc, Tc, pos + j * Tc,
+                                                Tc, RC, RNH, scratch);
+                msr_attention_ring_backward(fg + qo, C3, fg + ko + RC, fg + ko + 2 * RC, C3,
+                                            fd + oo, fq + qo, fq + ko + RC, fq + ko + 2 * RC,
+                                            flse + so, fdelta, pos + r * Tc, Tc, pos + j * Tc, Tc,
+                                            RC, RNH, fscr);
+            }
+        }
+    }
+    /* against the full attention, row by row at the global positions */
+    double num = 0, den = 1e-30, fnum = 0, fden = 1e-30, gnum = 0, gden = 1e-30, fgnum = 0,
+           fgden = 1e-30;
+    float *full_fo = malloc((size_t)RB * RT * RC * sizeof *full_fo);
+    float *full_fa = malloc((size_t)RB * RNH * RT * RT * sizeof *full_fa);
+    float *full_fq = to_float(qkv, (size_t)RB * RT * C3),
+          *full_fd = to_float(dout, (size_t)RB * RT * RC);
+    float *full_fg = calloc((size_t)RB * RT * C3, sizeof *full_fg);
+    float *full_fs = malloc((size_t)RT * RT * sizeof *full_fs);
+    MSR_CHECK(full_fo != NULL && full_fa != NULL && full_fg != NULL && full_fs != NULL);
+    msr_attention_forward(full_fo, full_fa, full_fq, RB, RT, RC, RNH);
+    msr_attention_backward(full_fg, full_fs, full_fd, full_fq, full_fa, RB, RT, RC, RNH);
+    for (int r = 0; r < cp; r++) {
+        for (int b = 0; b < RB; b++) {
+            for (int t = 0; t < Tc; t++) {
+                size_t g = (size_t)b * RT + (size_t)pos[r * Tc + t], l = (size_t)b * Tc + t;
+                for (int c = 0; c < RC; c++) {
+                    double want = out[g * RC + c], fwant = full_fo[g * RC + c];
+                    num = fmax(num, fabs(lo[r * no + l * RC + c] - want));
+                    den = fmax(den, fabs(want));
+                    fnum = fmax(fnum, fabs((double)fo[r * no + l * RC + c] - fwant));
+                    fden = fmax(fden, fabs(fwant));
+                }
+                for (int c = 0; c < C3; c++) {
+                    double want = dqkv[g * C3 + c], fwant = full_fg[g * C3 + c];
+                    gnum = fmax(gnum, fabs(lg[r * nq + l * C3 + c] - want));
+                    gden = fmax(gden, fabs(want));
+                    fgnum = fmax(fgnum, fabs((double)fg[r * nq + l * C3 + c] - fwant));
+                    fgden = fmax(fgden, fabs(fwant));
+                }
+            }
+        }
+    }
+    MSR_CHECK_MSG(num / den < 1e-12 && gnum / gden < 1e-12,
+                  "cp %d, double: output %.3g, gradient %.3g relative", cp, num / den, gnum / gden);
+    MSR_CHECK_MSG(fnum / fden < 1e-6 && fgnum / fgden < 1e-6,
+                  "cp %d, float: output %.3g, gradient %.3g relative", cp, fnum / fden,
+                  fgnum / fgden);
+    free(full_fo), free(full_fa), free(full_fq), free(full_fd), free(full_fg), free(full_fs);
+    free(pos), free(lq), free(ld), free(lo), free(lg), free(mx), free(sum), free(delta);
+    free(scratch), free(fq), free(fd), free(fo), free(fg), free(fmx), free(fsum), free(flse);
+    free(fdelta), free(fscr), free(lse_all);
+}
+
+static void test_attention_ring(void)
+{
+    rng_t r = {9, 0};
+    double *qkv = vec(&r, (size_t)RB * RT * 3 * RC, 1), *dout = vec(&r, (size_t)RB * RT * RC, 1);
+    double *out = vec(NULL, (size_t)RB * RT * RC, 0),
+           *att = vec(NULL, (size_t)RB * RNH * RT * RT, 0);
+    double *dqkv = vec(NULL, (size_t)RB * RT * 3 * RC, 0), *scratch = vec(NULL, RT * RT, 0);
+    msr_attention_forward_f64(out, att, qkv, RB, RT, RC, RNH);
+    msr_attention_backward_f64(dqkv, scratch, dout, qkv, att, RB, RT, RC, RNH);
+    for (int cp = 1; cp <= 8; cp *= 2)
+        ring_check(cp, qkv, dout, out, dqkv);
+    free(qkv), free(dout), free(out), free(att), free(dqkv), free(scratch);
+}
+
 /* ---- gelu and residual ---- */
 
 enum { GN = 41 };
@@ -425,9 +579,13 @@ static void test_crossentropy(void)
 }
 
 static const msr_test_t tests[] = {
-    {"encoder", test_encoder, 10}, {"layernorm", test_layernorm, 10},
-    {"matmul", test_matmul, 10},   {"attention", test_attention, 10},
-    {"gelu", test_gelu, 10},       {"crossentropy", test_crossentropy, 10},
+    {"encoder", test_encoder, 10},
+    {"layernorm", test_layernorm, 10},
+    {"matmul", test_matmul, 10},
+    {"attention", test_attention, 10},
+    {"attention_ring", test_attention_ring, 10},
+    {"gelu", test_gelu, 10},
+    {"crossentropy", test_crossentropy, 10},
 };
 
 int main(int argc, char **argv)

@@ -36,21 +36,28 @@ static msr_train_config_t small_config(int grad_accum, int zero)
 static void test_mesh(void)
 {
     msr_mesh_t *m = NULL;
-    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, &m));
-    MSR_CHECK(m->tp_comm == NULL && m->pp_comm == NULL && m->dp_comm == NULL);
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &m));
+    MSR_CHECK(m->tp_comm == NULL && m->pp_comm == NULL && m->dp_comm == NULL &&
+              m->cp_comm == NULL && m->dcp_comm == NULL);
     MSR_CHECK_EQ(m->rank, 0);
     msr_mesh_destroy(m);
     m = NULL;
-    MSR_CHECK_STATUS(msr_mesh_create(NULL, 2, 1, 1, &m), MSR_ERR_CONFIG);
-    MSR_CHECK_STATUS(msr_mesh_create(NULL, 1, 0, 1, &m), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_mesh_create(NULL, 2, 1, 1, 1, &m), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_mesh_create(NULL, 1, 0, 1, 1, &m), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_mesh_create(NULL, 1, 1, 2, 1, &m), MSR_ERR_CONFIG);
     MSR_CHECK(m == NULL);
     msr_mesh_destroy(NULL);
-    /* tp varies fastest, then pp, then dp */
-    msr_mesh_t g = {.dp = 2, .pp = 3, .tp = 4};
-    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 0, 0, 1), 1);
-    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 0, 1, 0), 4);
-    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 1, 0, 0), 12);
-    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 1, 2, 3), 23);
+    /* tp varies fastest, then cp, then pp, then dp */
+    msr_mesh_t g = {.dp = 2, .pp = 3, .cp = 1, .tp = 4};
+    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 0, 0, 0, 1), 1);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 0, 1, 0, 0), 4);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 1, 0, 0, 0), 12);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&g, 1, 2, 0, 3), 23);
+    msr_mesh_t h = {.dp = 2, .pp = 3, .cp = 2, .tp = 4};
+    MSR_CHECK_EQ(msr_mesh_rank_of(&h, 0, 0, 1, 0), 4);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&h, 0, 1, 0, 0), 8);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&h, 1, 0, 0, 0), 24);
+    MSR_CHECK_EQ(msr_mesh_rank_of(&h, 1, 2, 1, 3), 47);
 }
 
 static void test_refusals(void)
@@ -58,6 +65,7 @@ static void test_refusals(void)
     static const struct {
         int layers, heads, channels, seq, pp, tp, sp, chunks, micros, zero;
         const char *schedule, *why;
+        int cp;
     } cases[] = {
         {2, 4, 32, 16, 1, 3, 0, 1, 1, 0, "1f1b", "4 heads do not divide among tp 3"},
         {2, 6, 36, 16, 1, 3, 0, 1, 1, 0, "1f1b", "vocabulary of 256 does not divide among tp 3"},
@@ -69,11 +77,15 @@ static void test_refusals(void)
         {4, 4, 32, 16, 1, 1, 0, 2, 2, 0, "interleaved", "needs pp > 1"},
         {4, 4, 32, 16, 2, 1, 0, 2, 2, 0, "gpipe", "2 virtual stages need the interleaved"},
         {4, 4, 32, 16, 2, 1, 0, 1, 2, 3, "1f1b", "ZeRO stage 3 is not supported"},
+        {2, 4, 32, 12, 1, 1, 0, 1, 1, 0, "1f1b", "sequence of 12 does not divide into 2 x cp 4", 4},
+        {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "pipeline or context parallel", 2},
+        {2, 4, 32, 20, 1, 4, 1, 1, 1, 0, "1f1b", "sequence of 10 does not divide among tp 4", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         msr_gpt_config_t m = {MSR_GPT_VOCAB, cases[i].seq, cases[i].layers, cases[i].heads,
                               cases[i].channels};
-        msr_mp_config_t c = {.sp = cases[i].sp,
+        msr_mp_config_t c = {.cp = cases[i].cp,
+                             .sp = cases[i].sp,
                              .schedule =
                                  (msr_mp_schedule_t)msr_mp_schedule_parse(cases[i].schedule),
                              .chunks = cases[i].chunks,
@@ -114,6 +126,30 @@ static void test_frame_bytes(void)
             }
         }
     }
+    /* context parallel: a rank's T/cp positions everywhere; attention keeps
+     * the logsumexp (N, NH/tp) instead of the probabilities, also under
+     * selective recompute */
+    for (int cp = 2; cp <= 4; cp *= 2) {
+        for (int tp = 1; tp <= 2; tp++) {
+            for (int sp = 0; sp <= (tp > 1); sp++) {
+                size_t Tc = T / cp, N = B * Tc, Nl = sp ? N / tp : N, Cl = C / tp, Hl = 4 * C / tp;
+                size_t kept = 4 * Nl * C + 4 * Nl + 4 * N * Cl + N * Hl, lse = N * (NH / tp);
+                size_t want[3] = {kept + lse + N * Hl, kept + lse, Nl * C};
+                size_t head = Nl * C + 2 * Nl + N * V / tp;
+                for (int rc = 0; rc < 3; rc++) {
+                    msr_mp_config_t c = {.sp = sp,
+                                         .recompute = (msr_mp_recompute_t)rc,
+                                         .micro_batch = (int)B,
+                                         .micros = 1,
+                                         .chunks = 1,
+                                         .cp = cp};
+                    MSR_CHECK_EQ(msr_mp_frame_bytes(&m, &c, tp, 3, 0), 4 * (Nl * C + 3 * want[rc]));
+                    MSR_CHECK_EQ(msr_mp_frame_bytes(&m, &c, tp, 1, 1),
+                                 4 * (Nl * C + want[rc] + head));
+                }
+            }
+        }
+    }
 }
 
 /* tp = pp = 1 through the runtime: bitwise the plain trainer with the same
@@ -132,7 +168,7 @@ static void test_alone_bitwise(void)
             MSR_CHECK_OK(msr_trainer_step(ref, &want[i]));
         for (int rc = 0; rc < 3; rc++) {
             msr_mesh_t *mesh = NULL;
-            MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, &mesh));
+            MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
             msr_train_config_t m = c;
             m.mp.recompute = (msr_mp_recompute_t)rc;
             m.mp.schedule = rc == 1 ? MSR_MP_GPIPE : MSR_MP_1F1B;
@@ -173,7 +209,7 @@ static void test_alloc_failures(void)
         msr_mesh_t *mesh = NULL;
         msr_trainer_t *tr = NULL;
         msr_alloc_fail_at(i);
-        msr_status_t st = msr_mesh_create(NULL, 1, 1, 1, &mesh);
+        msr_status_t st = msr_mesh_create(NULL, 1, 1, 1, 1, &mesh);
         if (st == MSR_OK)
             st = msr_trainer_create_mesh(&c, ds, mesh, &tr);
         if (st == MSR_OK)

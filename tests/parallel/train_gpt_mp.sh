@@ -56,7 +56,7 @@ refuse 2 "1F1B needs at least as many micro-batches as stages: 1 micro-batches" 
 refuse 2 "micro-batches a multiple of the stages: 3 micro-batches" "${small[@]}" --pp 2 \
     --schedule interleaved --virtual-stages 2 --grad-accum 3
 refuse 2 "need the interleaved schedule" "${small[@]}" --pp 2 --virtual-stages 2 --grad-accum 2
-refuse 2 "ZeRO stage 3 is not supported with tensor or pipeline parallel" "${small[@]}" --tp 2 \
+refuse 2 "ZeRO stage 3 is not supported with tensor, pipeline or context parallel" "${small[@]}" --tp 2 \
     --zero 3
 refuse 1 "--trace $work/no/such/dir/t.json: No such file" "${small[@]}" --trace "$work/no/such/dir/t.json"
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
@@ -71,7 +71,7 @@ paste <(grep -o 'step.*loss [0-9.]*' "$work/one") <(grep -o 'step.*loss [0-9.]*'
     awk '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
          END { exit bad || n != 4 }' ||
     fail "2x2x2 differs from one process: $(paste "$work/one" "$work/mesh")"
-grep -q "mesh dp 2 x pp 2 x tp 2 with sequence parallel" "$work/err" || fail "$(cat "$work/err")"
+grep -q "mesh dp 2 x pp 2 x cp 1 x tp 2 with sequence parallel" "$work/err" || fail "$(cat "$work/err")"
 # the trace: valid JSON, forward and backward spans of all 8 ranks, 4
 # micro-batches each, and communication spans
 python3 - "$work/trace.json" <<'PY' || fail "trace: $(head -c 2000 "$work/trace.json")"

@@ -1,0 +1,208 @@
+/* Model parallel's context-parallel side (see mp.h): the layout of a
+ * rank's positions and ring attention over the cp group. */
+#include <math.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/time.h"
+#include "parallel/layers.h"
+#include "parallel/mp_impl.h"
+
+/* Messages on the cp communicator: each attention call completes its own
+ * before it returns, and every rank of the ring makes the same calls in
+ * the same order (same stage, same schedule), so three tags suffice. */
+enum { TAG_KV_FORWARD = 1, TAG_KV_BACKWARD = 2, TAG_DKV = 3 };
+
+int msr_mp_cp_position(int cp, int chunk, int r, int t)
+{
+    /* rank r's first chunk is chunk r, its second chunk 2 cp - 1 - r */
+    return t < chunk ? r * chunk + t : (2 * cp - 1 - r) * chunk + (t - chunk);
+}
+
+void msr_mp_cp_select(const msr_mp_t *mp, const int *full, int *local)
+{
+    const dims_t *d = &mp->d;
+    const int *pos = mp->cp_pos + (size_t)mp->cr * d->T;
+    size_t Tg = (size_t)d->T * (size_t)d->cp;
+    for (int b = 0; b < d->B; b++)
+        for (int t = 0; t < d->T; t++)
+            local[(size_t)b * d->T + t] = full[(size_t)b * Tg + (size_t)pos[t]];
+}
+
+/* The global index of cp rank j's local chunk k (0 or 1). */
+static int chunk_of(int cp, int j, int k)
+{
+    return k == 0 ? j : 2 * cp - 1 - j;
+}
+
+/* The K and V columns of qkv (N, 3Cl) packed as (N, 2Cl): what travels. */
+static void pack_kv(const dims_t *d, const float *qkv, float *kv)
+{
+    size_t Cl = (size_t)d->Cl;
+    for (size_t n = 0; n < d->N; n++)
+        memcpy(kv + n * 2 * Cl, qkv + n * 3 * Cl + Cl, 2 * Cl * sizeof(float));
+}
+
+/* Starts one transfer of a ring step: out (N, 2Cl) to the next rank, in
+ * from the previous one; req[0] the receive, req[1] the send. */
+static msr_status_t ring_post(msr_mp_t *mp, const float *out, float *in, int tag,
+                              msr_comm_req_t **req)
+{
+    size_t count = mp->d.N * 2 * (size_t)mp->d.Cl;
+    int next = (mp->cr + 1) % mp->cp, prev = (mp->cr - 1 + mp->cp) % mp->cp;
+    msr_comm_t *c = mp->mesh->cp_comm;
+    msr_status_t st = msr_comm_irecv(c, in, count, MSR_DTYPE_F32, prev, tag, &req[0]);
+    if (st == MSR_OK)
+        st = msr_comm_isend(c, out, count, MSR_DTYPE_F32, next, tag, &req[1]);
+    return st != MSR_OK ? msr_mp_failed("ring attention transfer", st) : MSR_OK;
+}
+
+static msr_status_t ring_wait(msr_mp_t *mp, msr_comm_req_t **req, size_t n)
+{
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_wait_all(req, n);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "ring wait");
+    return st != MSR_OK ? msr_mp_failed("ring attention transfer", st) : MSR_OK;
+}
+
+/* Drives the transfers in flight (UCX moves a large message only when the
+ * thread calls in), between the kernels of a step; a finished request is
+ * freed and its slot cleared, the first failure logged and kept in
+ * *st_p. */
+static void ring_poll(msr_comm_req_t **req, int n, msr_status_t *st_p)
+{
+    for (int i = 0; i < n; i++) {
+        if (req[i] == NULL)
+            continue;
+        msr_status_t st = msr_comm_test(&req[i]);
+        if (st != MSR_OK && st != MSR_IN_PROGRESS && *st_p == MSR_OK)
+            *st_p = msr_mp_failed("ring attention transfer", st);
+    }
+}
+
+/* Folds block j's keys and values kv (N, 2Cl) into this rank's queries,
+ * chunk pair by chunk pair: a pair whose keys all come after its queries is
+ * skipped, which is what balances the causal work across the ring. */
+static void fold_forward(msr_mp_t *mp, float *out, const float *qkv, const float *kv, int j,
+                         msr_comm_req_t **req, int nreq, msr_status_t *st_p)
+{
+    const dims_t *d = &mp->d;
+    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
+    const int *qpos = mp->cp_pos + (size_t)mp->cr * d->T, *kpos = mp->cp_pos + (size_t)j * d->T;
+    for (int b = 0; b < d->B; b++) {
+        for (int qc = 0; qc < 2; qc++) {
+            for (int kc = 0; kc < 2; kc++) {
+                if (chunk_of(mp->cp, j, kc) > chunk_of(mp->cp, mp->cr, qc))
+                    continue;
+                size_t qr = (size_t)b * d->T + (size_t)qc * S,
+                       kr = (size_t)b * d->T + (size_t)kc * S;
+                msr_attention_ring_forward(out + qr * d->Cl, mp->w.rmx + qr * NH,
+                                           mp->w.rsum + qr * NH, qkv + qr * C3, C3, qpos + qc * S,
+                                           S, kv + kr * C2, kv + kr * C2 + d->Cl, C2, kpos + kc * S,
+                                           S, d->Cl, NH, mp->w.datt);
+                ring_poll(req, nreq, st_p);
+            }
+        }
+    }
+}
+
+msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv)
+{
+    msr_mp_t *mp = arg;
+    const dims_t *d = &mp->d;
+    work_t *w = &mp->w;
+    size_t rows = d->N * (size_t)d->NHl;
+    memset(out, 0, d->N * (size_t)d->Cl * sizeof(float));
+    for (size_t i = 0; i < rows; i++) {
+        w->rmx[i] = -INFINITY;
+        w->rsum[i] = 0.0f;
+    }
+    pack_kv(d, qkv, w->kv[0]);
+    for (int s = 0; s < mp->cp; s++) {
+        /* the next block travels while this one is computed */
+        msr_comm_req_t *req[2] = {NULL, NULL};
+        uint64_t a = msr_now_ns();
+        msr_status_t st = MSR_OK;
+        if (s < mp->cp - 1)
+            st = ring_post(mp, w->kv[s % 2], w->kv[(s + 1) % 2], TAG_KV_FORWARD, req);
+        if (st == MSR_OK)
+            fold_forward(mp, out, qkv, w->kv[s % 2], (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
+        msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring fwd %d", s);
+        msr_status_t wst = ring_wait(mp, req, 2);
+        if (st != MSR_OK || wst != MSR_OK)
+            return st != MSR_OK ? st : wst;
+    }
+    msr_attention_ring_finish(out, lse, w->rmx, w->rsum, (int)d->N, d->Cl, d->NHl);
+    return MSR_OK;
+}
+
+/* Block j's share of the gradients: dqkv's q columns += for this rank's
+ * queries, dkv (N, 2Cl) += for block j's keys and values. */
+static void fold_backward(msr_mp_t *mp, float *dqkv, float *dkv, const float *dout,
+                          const float *qkv, const float *kv, const float *lse, int j,
+                          msr_comm_req_t **req, int nreq, msr_status_t *st_p)
+{
+    const dims_t *d = &mp->d;
+    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
+    const int *qpos = mp->cp_pos + (size_t)mp->cr * d->T, *kpos = mp->cp_pos + (size_t)j * d->T;
+    for (int b = 0; b < d->B; b++) {
+        for (int qc = 0; qc < 2; qc++) {
+            for (int kc = 0; kc < 2; kc++) {
+                if (chunk_of(mp->cp, j, kc) > chunk_of(mp->cp, mp->cr, qc))
+                    continue;
+                size_t qr = (size_t)b * d->T + (size_t)qc * S,
+                       kr = (size_t)b * d->T + (size_t)kc * S;
+                msr_attention_ring_backward(dqkv + qr * C3, C3, dkv + kr * C2,
+                                            dkv + kr * C2 + d->Cl, C2, dout + qr * d->Cl,
+                                            qkv + qr * C3, kv + kr * C2, kv + kr * C2 + d->Cl,
+                                            lse + qr * NH, mp->w.delta + qr * NH, qpos + qc * S, S,
+                                            kpos + kc * S, S, d->Cl, NH, mp->w.datt);
+                ring_poll(req, nreq, st_p);
+            }
+        }
+    }
+}
+
+/* Backward: at step s this rank holds block j = cr - s with the gradient
+ * its previous holders summed, adds its own share and passes both on; the
+ * K/V blocks stop after cp - 1 hops, the gradients take one more, home.
+ * Each block's gradient is summed in ring order, the same every step. */
+msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse)
+{
+    msr_mp_t *mp = arg;
+    const dims_t *d = &mp->d;
+    work_t *w = &mp->w;
+    size_t n2 = d->N * 2 * (size_t)d->Cl;
+    msr_attention_ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
+    pack_kv(d, qkv, w->kv[0]);
+    memset(w->dkv[0], 0, n2 * sizeof(float));
+    for (int s = 0; s < mp->cp; s++) {
+        int cur = s % 2, nxt = (s + 1) % 2;
+        msr_comm_req_t *req[4] = {NULL, NULL, NULL, NULL};
+        uint64_t a = msr_now_ns();
+        msr_status_t st = MSR_OK;
+        if (s < mp->cp - 1)
+            st = ring_post(mp, w->kv[cur], w->kv[nxt], TAG_KV_BACKWARD, req);
+        if (st == MSR_OK) {
+            fold_backward(mp, dqkv, w->dkv[cur], dout, qkv, w->kv[cur], lse,
+                          (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
+            msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring bwd %d", s);
+            if (st == MSR_OK)
+                st = ring_post(mp, w->dkv[cur], w->dkv[nxt], TAG_DKV, req + 2);
+        }
+        msr_status_t wst = ring_wait(mp, req, 4);
+        if (st != MSR_OK || wst != MSR_OK)
+            return st != MSR_OK ? st : wst;
+    }
+    /* after a full turn, this rank's own block's gradient */
+    const float *mine = w->dkv[mp->cp % 2];
+    size_t Cl = (size_t)d->Cl;
+    for (size_t n = 0; n < d->N; n++) {
+        float *g = dqkv + n * 3 * Cl + Cl;
+        const float *x = mine + n * 2 * Cl;
+        for (size_t c = 0; c < 2 * Cl; c++)
+            g[c] += x[c];
+    }
+    return MSR_OK;
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# train_gpt with context parallel (--cp): layouts that cannot work are
+# refused before training (exit 2, with the reason); cp x tp with sequence
+# parallel, cp x dp with ZeRO-1 and an odd ring (cp 3 x tp 2) print the
+# losses of one process; the trace shows the ring's steps; --report counts
+# the activations of the formula; a checkpoint written in a cp layout
+# resumes in it bitwise, and is refused by another layout.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+work=$(mktemp -d)
+jobs_started=()
+cleanup() {
+    local j
+    for j in "${jobs_started[@]}"; do kill_job "$j"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2)
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+msrun_n() {
+    local n=$1 job=cpcli-$$-$RANDOM
+    shift
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "$@"
+}
+# refused before training: refuse N PATTERN ARGS... (N workers)
+refuse() {
+    local n=$1 pattern=$2 rc=0
+    shift 2
+    msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
+    grep -q "^\\(\\[.*\\] \\)\\?step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
+    return 0
+}
+# the losses of two runs agree to the 6 printed decimals: same A B N
+same() {
+    paste <(grep -o 'step.*loss [0-9.]*' "$1") <(grep -o 'step.*loss [0-9.]*' "$2") |
+        awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
+             END { exit bad || n != want }'
+}
+refuse 2 "the sequence of 18 does not divide into 2 x cp = 4 chunks" "${small[@]}" --seq 18 --cp 2
+refuse 3 "do not divide into tp 1 x pp 1 x cp 2" "${small[@]}" --cp 2
+refuse 2 "x cp 2 = 4 ranks, but the job has 2" "${small[@]}" --cp 2 --dp 2
+refuse 8 "sequence of 6 does not divide among tp 4" "${small[@]}" --seq 12 --cp 2 --tp 4 --sp
+refuse 2 "ZeRO stage 3 is not supported with tensor, pipeline or context parallel" \
+    "${small[@]}" --cp 2 --zero 3
+refuse 2 "the planner does not model context parallel" "${small[@]}" --cp 2 --plan
+
+# cp 2 x tp 2 with sp and full recompute, traced; cp 2 x dp 2 with ZeRO-1:
+# the losses of one process on the same global batch
+timeout 60 "$bin/train_gpt" "${small[@]}" --steps 4 --grad-accum 4 >"$work/one"
+msrun_n 4 "${small[@]}" --steps 4 --grad-accum 4 --cp 2 --tp 2 --sp --recompute full \
+    --trace "$work/trace.json" >"$work/cptp" 2>"$work/err" || fail "cp x tp: $(cat "$work/err")"
+same "$work/one" "$work/cptp" 4 || fail "cp x tp differs from one process: $(paste "$work/one" "$work/cptp")"
+grep -q "mesh dp 1 x pp 1 x cp 2 x tp 2 with sequence parallel" "$work/err" ||
+    fail "$(cat "$work/err")"
+python3 - "$work/trace.json" <<'PY' || fail "trace: $(head -c 2000 "$work/trace.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+for r in range(4):
+    names = {e["name"] for e in x if e["pid"] == r}
+    assert {"ring fwd 0", "ring fwd 1", "ring bwd 0", "ring bwd 1", "ring wait"} <= names, (r, sorted(names))
+meta = [e["args"]["name"] for e in ev if e["ph"] == "M"]
+assert "rank 2 (dp 0 pp 0 cp 1 tp 0)" in meta, meta
+PY
+msrun_n 4 "${small[@]}" --steps 4 --grad-accum 2 --cp 2 --dp 2 --zero 1 --bucket-mb 0.02 \
+    --zero-min-bytes 1024 --report >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
+same "$work/one" "$work/cpdp" 4 || fail "cp x dp differs from one process: $(paste "$work/one" "$work/cpdp")"
+# --report counts each rank's kept activations to the byte (docs/model.md,
+# "Context parallel"): B 2, T/cp = 8 positions, N = 16 rows, C 32, 4 heads,
+# MLP 128, vocabulary 256, 2 layers, no recompute; 1F1B on one stage holds
+# one micro-batch's frame at a time, the one with the head
+B=2 Tc=8 C=32 NH=4 H=128 V=256 L=2
+N=$((B * Tc))
+layer=$((4 * N * C + 4 * N + 3 * N * C + N * C + N * H + N * NH + N * H))
+frame=$((4 * (N * C + L * layer + N * C + 2 * N + N * V)))
+for r in 0 1 2 3; do
+    grep -q "rank $r mp: stage 0 of 1, cp rank $((r % 2)) of 2, .*activations peak $frame bytes (a chunk's micro-batch keeps $((frame - 4 * (N * C + 2 * N + N * V))), with the head $frame)" "$work/err" ||
+        fail "rank $r's activations are not $frame bytes: $(grep "rank $r mp:" "$work/err")"
+done
+# the work space: what full recompute drops, the blocks' and the head's
+# buffers, the ring's K/V blocks, gradients and row statistics (floats);
+# the ring's positions, the local and the step's tokens and targets (ints)
+M=2 CP=2
+scratch=$((3 * N * C + 4 * N + 4 * N * C + N * NH + 2 * N * H))
+floats=$((scratch + 8 * N * C + 4 * N * C + 2 * N * H + Tc * Tc + 2 * N * V + 4 * N))
+floats=$((floats + 8 * N * C + 3 * N * NH))
+ints=$((CP * Tc + 2 * M * N + 2 * M * B * Tc * CP))
+grep -q "rank 0 zero 1: .* work $((4 * floats + 4 * ints)) bytes" "$work/err" ||
+    fail "the work space is not $((4 * floats + 4 * ints)) bytes: $(grep "rank 0 zero" "$work/err")"
+# ZeRO-1 shards over dp x cp: the four ranks' shards (less the small
+# segments every rank holds whole) cover the part once
+sed -n 's/.*rank [0-3] zero 1: .*(shard \([0-9]*\) of \([0-9]*\) elements, \([0-9]*\) replicated).*/\1 \2 \3/p' \
+    "$work/err" | awk '{ s += $1 - $3; p = $2; r = $3; n++ } END { exit n != 4 || s + r != p || r >= p / 4 }' ||
+    fail "the shards do not cover the parameters once: $(grep "zero 1:" "$work/err")"
+
+# an odd ring (cp 3: the previous and next rank differ, chunks of 2) with
+# tp 2 and sp on 6 ranks
+odd=(--layers 2 --channels 32 --heads 4 --seq 12 --micro-batch 2 --steps 3 --grad-accum 2)
+timeout 60 "$bin/train_gpt" "${odd[@]}" >"$work/one3"
+msrun_n 6 "${odd[@]}" --cp 3 --tp 2 --sp >"$work/cp3" 2>"$work/err" || fail "cp 3: $(cat "$work/err")"
+same "$work/one3" "$work/cp3" 3 || fail "cp 3 differs from one process: $(paste "$work/one3" "$work/cp3")"
+
+# checkpoints in a cp layout: cp 2 x dp 2, ZeRO-1 (shards over dp x cp),
+# selective recompute; stopped at step 3 and resumed, steps 4..5 are
+# bitwise those of the run that never stopped
+args=("${small[@]}" --steps 5 --grad-accum 2 --cp 2 --dp 2 --zero 1 --zero-min-bytes 1024
+    --recompute selective
+    --bucket-mb 0.02)
+msrun_n 4 "${args[@]}" --loss-log "$work/whole" >/dev/null 2>"$work/err" ||
+    fail "uninterrupted: $(cat "$work/err")"
+msrun_n 4 "${args[@]}" --steps 3 --ckpt-dir "$work/ck" --loss-log "$work/first" >/dev/null \
+    2>"$work/err" || fail "first part: $(cat "$work/err")"
+cp -r "$work/ck" "$work/ck2"
+msrun_n 4 "${args[@]}" --ckpt-dir "$work/ck" --resume --loss-log "$work/second" >/dev/null \
+    2>"$work/err" || fail "resumed: $(cat "$work/err")"
+grep -q "resumed from step 3" "$work/err" || fail "no resume: $(cat "$work/err")"
+diff "$work/whole" <(cat "$work/first" "$work/second") ||
+    fail "the resumed run differs from the uninterrupted one"
+# another layout of the same world is refused (its meta differs)
+refuse 4 "other settings" "${args[@]}" --cp 1 --dp 4 --grad-accum 1 --tp 1 --pp 1 \
+    --recompute full --ckpt-dir "$work/ck2" --resume
+echo "train_gpt context parallel: ok"
