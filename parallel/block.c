@@ -58,9 +58,8 @@ static msr_status_t residual(const msr_block_t *b, float *out, const float *x, c
     return poll(b);
 }
 
-/* x + attn(ln1(x)) */
-static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                 msr_gpt_block_acts_t *a, const float *x)
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
@@ -100,7 +99,7 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
 msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                msr_gpt_block_acts_t *a, const float *x)
 {
-    msr_status_t st = attn_forward(b, p, a, x);
+    msr_status_t st = msr_block_attn_forward(b, p, a, x);
     return st != MSR_OK ? st : mlp_forward(b, p, a);
 }
 
@@ -158,8 +157,17 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
                        g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
     if (st != MSR_OK)
         return st;
-    /* now dres = d res2; res2 = x + attn(ln1(x)): the same again */
-    st = proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
+    /* now dres = d res2 */
+    return msr_block_attn_backward(b, p, g, a, x, dres);
+}
+
+msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                     const float *x, float *dres)
+{
+    /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
+    msr_status_t st =
+        proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
     if (st != MSR_OK)
         return st;
     memset(b->dqkv, 0, b->N * 3 * (size_t)b->Cl * sizeof(float));

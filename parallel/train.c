@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "parallel/moe.h"
 
 void msr_train_config_defaults(msr_train_config_t *cfg)
 {
@@ -21,6 +22,7 @@ void msr_train_config_defaults(msr_train_config_t *cfg)
         .overlap = 1,
     };
     cfg->tp = cfg->pp = 1;
+    cfg->ep = 1;
     cfg->mp = (msr_mp_config_t){.schedule = MSR_MP_1F1B, .chunks = 1};
 }
 
@@ -74,6 +76,26 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
     if (cfg->tp < 1 || cfg->pp < 1) {
         return msr_err(MSR_ERR_CONFIG, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
     }
+    int E = cfg->model.moe.experts;
+    if (cfg->ep < 1 || (cfg->ep > 1 && E == 0)) {
+        return msr_err(MSR_ERR_CONFIG, "ep %d: expert parallel needs at least 1 and a MoE model",
+                       cfg->ep);
+    }
+    if (E > 0 && E % cfg->ep != 0) {
+        return msr_err(MSR_ERR_CONFIG, "%d experts do not divide among ep %d ranks", E, cfg->ep);
+    }
+    if (cfg->dp % cfg->ep != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "ep %d does not divide dp %d: the expert-parallel groups are cut from the "
+                       "data-parallel group",
+                       cfg->ep, cfg->dp);
+    }
+    if (E > 0 && msr_train_uses_mp(cfg)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "MoE runs with data and expert parallel only: not with tp, pp, sp, "
+                       "virtual stages, recompute or the trace (the model-parallel runtime has "
+                       "no MoE block)");
+    }
     if (msr_train_uses_mp(cfg)) {
         msr_mp_config_t m = mp_config(cfg);
         if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp) != MSR_OK)
@@ -119,6 +141,15 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
         goto err_free;
+    if (cfg->ep > 1) { /* dp ranks [k * ep, (k + 1) * ep) share their experts' work */
+        if ((st = msr_comm_split(comm, rank / cfg->ep, rank, &tr->ep_comm)) != MSR_OK) {
+            MSR_ERROR("train: the expert-parallel group of ep %d: %s: %s", cfg->ep,
+                      msr_status_str(st), msr_last_error());
+            goto err_free;
+        }
+        if ((st = msr_moe_set_ep(tr->model->moe, tr->ep_comm)) != MSR_OK)
+            goto err_free;
+    }
     *tr_p = tr;
     return MSR_OK;
 
@@ -193,6 +224,7 @@ void msr_trainer_destroy(msr_trainer_t *tr)
     if (tr == NULL)
         return;
     msr_mp_destroy(tr->mp);
+    msr_comm_destroy(tr->ep_comm);
     msr_dp_destroy(tr->dp);
     msr_gpt_destroy(tr->model);
     msr_free(tr->targets);
@@ -263,6 +295,33 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     tr->last_grad_norm = norm;
     *loss_p = total / (double)(c->grad_accum * c->dp);
     return MSR_OK;
+}
+
+msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)
+{
+    msr_moe_t *moe = tr->model->moe;
+    if (moe == NULL) {
+        MSR_ERROR("train: router statistics of a dense model");
+        return MSR_ERR_STATE;
+    }
+    int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(moe);
+    for (int i = 0; i < n; i++) {
+        const msr_moe_stats_t *s = msr_moe_stats(moe, i);
+        int64_t *o = out + (size_t)i * (size_t)(E + 2);
+        o[0] = s->tokens;
+        o[1] = s->dropped;
+        memcpy(o + 2, s->load, (size_t)E * sizeof *o);
+    }
+    msr_moe_stats_reset(moe);
+    if (tr->dp->comm == NULL)
+        return MSR_OK;
+    msr_status_t st =
+        msr_comm_allreduce(tr->dp->comm, MSR_IN_PLACE, out, (uint64_t)n * (uint64_t)(E + 2),
+                           MSR_DTYPE_I64, MSR_OP_SUM);
+    if (st != MSR_OK)
+        MSR_ERROR("train: summing the router statistics: %s: %s", msr_status_str(st),
+                  msr_last_error());
+    return st;
 }
 
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)

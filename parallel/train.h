@@ -48,6 +48,12 @@ typedef struct msr_train_config {
     int tp, pp;
     msr_mp_config_t mp;
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
+    /* expert parallel (parallel/moe.h): the MoE blocks' experts are
+     * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
+     * (k + 1) * ep) forming group k; 1: every rank computes them all. Needs
+     * model.moe.experts > 0 divisible by ep, ep dividing dp, and no model
+     * parallel (tp = pp = 1, nothing that runs through parallel/mp.h) */
+    int ep;
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp or pp > 1, sp, chunks,
@@ -71,6 +77,7 @@ typedef struct msr_trainer {
     double last_grad_norm;     /* before clipping, of the last step */
     const msr_mesh_t *mesh;    /* borrowed; NULL: data parallel only */
     msr_mp_t *mp;              /* model parallel; NULL: the whole model */
+    msr_comm_t *ep_comm;       /* the expert-parallel group (owned); NULL: ep 1 */
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -106,6 +113,14 @@ float msr_trainer_lr(const msr_trainer_t *tr, uint64_t step);
  * batch to *loss_p (the same on every rank). Collective over the
  * communicator. Errors: the model's and the communicator's. */
 msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
+
+/* The MoE router's choices since the last call, summed over the
+ * data-parallel group, then reset: for each MoE block i, out[i * (E + 2)
+ * ..] = tokens routed, choices dropped for capacity, and each expert's
+ * kept choices (E). out holds msr_moe_blocks * (E + 2) entries. Collective
+ * over the data-parallel group. Errors: MSR_ERR_STATE (a dense model), the
+ * communicator's. */
+msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
 
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);

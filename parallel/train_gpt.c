@@ -65,6 +65,16 @@ static const opt_spec_t specs[] = {
     OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp) (0)"),
     OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
+    OPT("experts", OPT_INT, experts, 0, MSR_GPT_MAX_EXPERTS,
+        "Mixture-of-Experts: experts in each MoE block's MLP, 0 = a dense model (0)"),
+    OPT("top-k", OPT_INT, top_k, 1, MSR_GPT_MAX_EXPERTS, "experts each token goes to (2)"),
+    OPT("moe-every", OPT_INT, moe_every, 1, 1024, "every N-th block is a MoE block (1)"),
+    OPT("capacity-factor", OPT_REAL, capacity_factor, 1e-6, 1e3,
+        "an expert takes ceil(F x tokens x top-k / experts) of a micro-batch's tokens (1.25)"),
+    OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
+    OPT("ep", OPT_INT, ep, 1, 1 << 20,
+        "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
+        "group (1)"),
     OPT("sp", OPT_FLAG, sp, 0, 0,
         "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT("schedule", OPT_TEXT, schedule, 0, 0,
@@ -290,6 +300,11 @@ static int check_combination(options_t *o, int world, int in_job)
     }
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {
         fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
+        return -1;
+    }
+    if (strcmp(o->device, "cuda") == 0 && (o->experts > 0 || o->ep > 1)) {
+        fprintf(stderr, "train_gpt: --device cuda has no MoE blocks: --experts and --ep are for "
+                        "--device cpu only\n");
         return -1;
     }
     if (strcmp(o->device, "cuda") == 0) {
@@ -586,6 +601,11 @@ int main(int argc, char **argv)
         .tp = 1,
         .pp = 1,
         .virtual_stages = 1,
+        .top_k = 2,
+        .moe_every = 1,
+        .capacity_factor = 1.25,
+        .aux_loss = 0.01,
+        .ep = 1,
         .zero = 0,
         .bucket_mb = 25.0,
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
@@ -654,6 +674,10 @@ int main(int argc, char **argv)
         .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
     };
     msr_train_config_defaults(&cfg);
+    if (o.experts > 0)
+        cfg.model.moe = (msr_gpt_moe_t){(int)o.experts, (int)o.top_k, (int)o.moe_every,
+                                        o.capacity_factor, o.aux_loss};
+    cfg.ep = (int)o.ep;
     cfg.par.zero = (int)o.zero;
     cfg.par.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
     cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;
