@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
 #include "parallel/gpt.h"
 #include "parallel/moe.h"
 #include "parallel/rng.h"
@@ -326,11 +329,55 @@ static void test_model(void)
     msr_gpt_destroy(m);
 }
 
+/* Settings out of range are refused with the reason. */
+static void test_refused(void)
+{
+    const struct {
+        msr_gpt_moe_t moe;
+        const char *why;
+    } bad[] = {
+        {{4, 5, 1, 1.0, 0.0}, "top-k 5 is not in [1, 4 experts]"},
+        {{4, 0, 1, 1.0, 0.0}, "top-k 0 is not in [1, 4 experts]"},
+        {{4, 2, 3, 1.0, 0.0}, "moe-every 3 is not in [1, 2 layers]"},
+        {{4, 2, 1, 0.0, 0.0}, "capacity factor 0"},
+        {{4, 2, 1, 1.0, -1.0}, "aux loss -1"},
+        {{MSR_GPT_MAX_EXPERTS + 1, 1, 1, 1.0, 0.0}, "experts 1025 is not in [0, 1024]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, bad[i].moe};
+        MSR_CHECK_STATUS(msr_gpt_config_check(&cfg), MSR_ERR_CONFIG);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad[i].why) != NULL, "'%s' does not say '%s'",
+                      msr_err_msg(), bad[i].why);
+    }
+}
+
+/* Every allocation of a MoE model failing in turn gives MSR_ERR_NO_MEMORY
+ * and leaks nothing (the sanitizer build checks the leaks). */
+static void test_no_memory(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.01}};
+    for (long i = 0;; i++) {
+        msr_gpt_t *m = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_gpt_create(&cfg, 2, &m);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            MSR_CHECK(m->moe != NULL);
+            msr_gpt_destroy(m);
+            MSR_CHECK(i > 20);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+        MSR_CHECK(m == NULL);
+    }
+}
+
 static const msr_test_t tests[] = {
-    {"capacity", test_capacity, 10},
-    {"forward", test_forward, 10},
-    {"backward", test_backward, 30},
-    {"model", test_model, 30},
+    {"refused", test_refused, 10},   {"no_memory", test_no_memory, 10},
+    {"capacity", test_capacity, 10}, {"forward", test_forward, 10},
+    {"backward", test_backward, 30}, {"model", test_model, 30},
 };
 
 int main(int argc, char **argv)
