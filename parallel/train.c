@@ -76,19 +76,19 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
     if (cfg->tp < 1 || cfg->pp < 1) {
         return msr_err(MSR_ERR_CONFIG, "tp %d and pp %d must be at least 1", cfg->tp, cfg->pp);
     }
-    int E = cfg->model.moe.experts;
-    if (cfg->ep < 1 || (cfg->ep > 1 && E == 0)) {
+    int E = cfg->model.moe.experts, ep = cfg->ep > 1 ? cfg->ep : 1; /* 0: none, as 1 */
+    if (cfg->ep < 0 || (ep > 1 && E == 0)) {
         return msr_err(MSR_ERR_CONFIG, "ep %d: expert parallel needs at least 1 and a MoE model",
                        cfg->ep);
     }
-    if (E > 0 && E % cfg->ep != 0) {
-        return msr_err(MSR_ERR_CONFIG, "%d experts do not divide among ep %d ranks", E, cfg->ep);
+    if (E > 0 && E % ep != 0) {
+        return msr_err(MSR_ERR_CONFIG, "%d experts do not divide among ep %d ranks", E, ep);
     }
-    if (cfg->dp % cfg->ep != 0) {
+    if (cfg->dp % ep != 0) {
         return msr_err(MSR_ERR_CONFIG,
                        "ep %d does not divide dp %d: the expert-parallel groups are cut from the "
                        "data-parallel group",
-                       cfg->ep, cfg->dp);
+                       ep, cfg->dp);
     }
     if (E > 0 && msr_train_uses_mp(cfg)) {
         return msr_err(MSR_ERR_CONFIG,

@@ -50,7 +50,7 @@ typedef struct msr_train_config {
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
     /* expert parallel (parallel/moe.h): the MoE blocks' experts are
      * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
-     * (k + 1) * ep) forming group k; 1: every rank computes them all. Needs
+     * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all. Needs
      * model.moe.experts > 0 divisible by ep, ep dividing dp, and no model
      * parallel (tp = pp = 1, nothing that runs through parallel/mp.h) */
     int ep;

@@ -94,7 +94,7 @@ layout ep2 2 --ep 2
 layout ep4 4 --ep 4
 layout ep2-dp4 4 --ep 2
 layout ep2-zero1 2 --ep 2 --zero 1 --zero-min-bytes 0 --bucket-mb 0.01
-layout ep2-zero2 4 --ep 2 --zero 2 --zero-min-bytes 0 --bucket-mb 0.01
+layout ep2-zero2 2 --ep 2 --zero 2 --zero-min-bytes 0 --bucket-mb 0.01
 layout ep4-zero3 4 --ep 4 --zero 3 --zero-min-bytes 0 --bucket-mb 0.01
 
 # checkpoints: ep 2 on 4 ranks with ZeRO-2, stopped at step 3 and resumed,
