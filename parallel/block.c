@@ -58,8 +58,9 @@ static msr_status_t residual(const msr_block_t *b, float *out, const float *x, c
     return poll(b);
 }
 
-msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                    msr_gpt_block_acts_t *a, const float *x)
+/* x + attn(ln1(x)) */
+static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 msr_gpt_block_acts_t *a, const float *x)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
@@ -99,8 +100,14 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
 msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                msr_gpt_block_acts_t *a, const float *x)
 {
-    msr_status_t st = msr_block_attn_forward(b, p, a, x);
+    msr_status_t st = attn_forward(b, p, a, x);
     return st != MSR_OK ? st : mlp_forward(b, p, a);
+}
+
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x)
+{
+    return attn_forward(b, p, a, x);
 }
 
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)
