@@ -82,9 +82,9 @@ int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l)
 static size_t block_params(const msr_gpt_config_t *cfg, int l)
 {
     size_t C = (size_t)cfg->channels, E = (size_t)cfg->moe.experts;
-    size_t attn = 4 * C * C + 8 * C; /* ln1, qkv, attproj, ln2 */
-    if (msr_gpt_layer_is_moe(cfg, l))
-        return attn + E * C + E * msr_moe_expert_count(cfg->channels);
+    size_t attn = 4 * C * C + 8 * C;  /* ln1, qkv, attproj, ln2 */
+    if (msr_gpt_layer_is_moe(cfg, l)) /* the router; the experts are the MoE state's */
+        return attn + E * C;
     return attn + 8 * C * C + 5 * C;
 }
 
@@ -368,17 +368,10 @@ static void build_layout(msr_gpt_t *m)
                 add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
                 full += spec_count(&block[k]);
             }
-            if (moe) { /* the router, then each expert's MLP */
+            if (moe) { /* the router (the experts are the MoE state's) */
                 snprintf(name, sizeof name, "h%d.routerw", l);
                 add_tensor(m, &off, m->num_segments - 1, name, &router, full);
                 full += spec_count(&router);
-                for (int e = 0; e < m->cfg.moe.experts; e++) {
-                    for (int k = MSR_GPT_FCW; k < MSR_GPT_BLOCK_TENSORS; k++) {
-                        snprintf(name, sizeof name, "h%d.e%d.%s", l, e, block[k].name);
-                        add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
-                        full += spec_count(&block[k]);
-                    }
-                }
             }
             s->count = off - s->offset;
         }
@@ -431,12 +424,16 @@ void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t
 void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed)
 {
     msr_gpt_init_range(model, seed, 0, model->num_params, model->params);
+    if (model->moe != NULL)
+        msr_moe_init_params(model->moe, seed);
 }
 
 void msr_gpt_zero_grad(msr_gpt_t *model)
 {
     if (model->grads != NULL)
         memset(model->grads, 0, model->num_params * sizeof(float));
+    if (model->moe != NULL)
+        msr_moe_zero_grad(model->moe);
 }
 
 void msr_gpt_segment_reset(msr_gpt_t *model, int s)
@@ -478,7 +475,6 @@ void msr_gpt_block_point_layer(const msr_gpt_config_t *cfg, int l, float *base,
     if (!msr_gpt_layer_is_moe(cfg, l))
         return;
     p->routerw = p->fcw; /* the router takes the MLP's place after ln2b */
-    p->experts = p->routerw + (size_t)cfg->moe.experts * (size_t)cfg->channels;
     p->fcw = p->fcb = p->fcprojw = p->fcprojb = NULL;
 }
 
@@ -590,7 +586,7 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
     m->part.stage_layers = m->stage_layers;
     m->whole = part->tp == 1 && part->pp == 1;
     m->max_batch = max_batch;
-    size_t per_block = (size_t)MSR_GPT_BLOCK_TENSORS + 1 + 4 * (size_t)cfg->moe.experts;
+    size_t per_block = (size_t)MSR_GPT_BLOCK_TENSORS + 1;
     m->tensors = msr_calloc(4 + per_block * (size_t)cfg->layers, sizeof *m->tensors);
     m->segments = msr_calloc((size_t)cfg->layers + 2, sizeof *m->segments);
     m->acts.blocks = msr_calloc((size_t)cfg->layers, sizeof *m->acts.blocks);
@@ -782,10 +778,14 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     int moe = msr_gpt_layer_is_moe(&model->cfg, l);
     msr_gpt_block_params_t p, g;
     msr_gpt_block_point_layer(&model->cfg, l, s->params, &p);
+    if (moe)
+        p.experts = msr_moe_block_params(model->moe, l, 0);
     if (dres == NULL)
         return moe ? moe_forward(model, l, &b, &p, in, aux_p)
                    : msr_block_forward(&b, &p, &model->acts.blocks[l], in);
     msr_gpt_block_point_layer(&model->cfg, l, s->grads, &g);
+    if (moe)
+        g.experts = msr_moe_block_params(model->moe, l, 1);
     return moe ? moe_backward(model, l, &b, &p, &g, in, dres, aux_weight)
                : msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
 }

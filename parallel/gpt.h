@@ -144,15 +144,15 @@ int msr_gpt_split_format(const int *split, int n, char *buf, size_t len);
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
 
-/* The number of parameters of a shape: V*C + maxT*C + L*(12C^2 + 13C) + 2C
- * for a dense model; a MoE block holds E*C + E*(8C^2 + 5C) in place of the
- * MLP's 8C^2 + 5C (its router and its experts). */
+/* The number of parameters of a shape in the flat buffers: V*C + maxT*C +
+ * L*(12C^2 + 13C) + 2C for a dense model; a MoE block holds its router, E*C,
+ * in place of the MLP's 8C^2 + 5C (its experts are the MoE state's,
+ * parallel/moe.h: msr_moe_num_params). */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
 
 /* The parameter tensors of a block, in their flat-buffer order. A MoE
- * block has the first eight, then routerw (E, C) and, for e = 0..E-1,
- * expert e's fcw (4C, C), fcb (4C), fcprojw (C, 4C), fcprojb (C), named
- * "h<l>.routerw" and "h<l>.e<e>.fcw" and so on. */
+ * block has the first eight, then routerw (E, C), named "h<l>.routerw";
+ * its experts are not in the flat buffers (parallel/moe.h). */
 typedef enum msr_gpt_block_tensor {
     MSR_GPT_LN1W,
     MSR_GPT_LN1B,
@@ -219,7 +219,8 @@ typedef struct msr_gpt_block_params {
     float *fcprojb;  /* (C) */
     /* a MoE block: the router and the experts (fc* above are NULL) */
     float *routerw; /* (E, C) */
-    float *experts; /* E x [fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)] */
+    float *experts; /* E/ep x [fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)],
+                     * the MoE state's store (msr_moe_block_params) */
 } msr_gpt_block_params_t;
 
 /* One block's activations, kept from forward for backward. N = B*T. */
@@ -352,7 +353,8 @@ void msr_gpt_destroy(msr_gpt_t *model);
 /* Points p at the block parameters inside a segment base (a block segment's
  * params or grads) of a dense block. */
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p);
-/* The same for block l, dense or MoE. */
+/* The same for block l, dense or MoE (experts NULL: they are the MoE
+ * state's). */
 void msr_gpt_block_point_layer(const msr_gpt_config_t *cfg, int l, float *base,
                                msr_gpt_block_params_t *p);
 /* The same for a tensor-parallel rank's block (tp = 1: the whole block):
@@ -369,11 +371,12 @@ void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
  * index in the whole model, so every split starts from the same model. */
 void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst);
 
-/* msr_gpt_init_range over the whole flat buffer (which must exist). */
+/* msr_gpt_init_range over the whole flat buffer (which must exist), and
+ * the MoE state's experts (msr_moe_init_params). */
 void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed);
 
-/* Sets every gradient to zero (the flat buffer, if any; segments pointed
- * elsewhere are the hook's business). */
+/* Sets every gradient to zero (the flat buffer, if any, and the MoE
+ * state's experts; segments pointed elsewhere are the hook's business). */
 void msr_gpt_zero_grad(msr_gpt_t *model);
 
 /* Points segment s back at the model's flat buffers (NULL for one left

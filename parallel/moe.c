@@ -3,12 +3,14 @@
 #include "parallel/moe.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "parallel/layers.h"
+#include "parallel/rng.h"
 
 /* What one MoE block keeps from its forward for its backward. */
 typedef struct moe_slot {
@@ -26,13 +28,18 @@ typedef struct moe_slot {
 } moe_slot_t;
 
 struct msr_moe {
-    int E, K, C, H, every;
+    int E, K, C, H, every, L;
     double F, A;
     int max_tokens, max_cap;
     msr_comm_t *ep_comm; /* NULL: ep 1 */
     int ep, ep_rank;
     int nslots;
     moe_slot_t *slots;
+    /* the experts this rank computes: E/ep per MoE block, block after block */
+    size_t count;              /* their floats */
+    float *params, *grads;     /* (count) */
+    msr_gpt_tensor_t *tensors; /* their table, offsets in params */
+    int num_tensors;
     /* work space shared by the blocks */
     float *send;   /* (E*cap, C) dispatch side: rows by expert */
     float *out;    /* (E*cap, C) expert side: outputs, then input gradients */
@@ -86,10 +93,138 @@ static void slot_free(moe_slot_t *s)
     msr_free(s->stats.load);
 }
 
+/* The GPT-2 initialisation's stream for the experts (the flat buffers'
+ * is another: an expert element's index is its own, see moe.h). */
+#define MOE_INIT_STREAM 0x6578707274ULL
+
+static void store_free(msr_moe_t *moe)
+{
+    msr_free(moe->params);
+    msr_free(moe->grads);
+    msr_free(moe->tensors);
+    moe->params = moe->grads = NULL;
+    moe->tensors = NULL;
+    moe->count = 0;
+    moe->num_tensors = 0;
+}
+
+/* Allocates the store of the experts of ep rank moe->ep_rank (zero) and
+ * its tensor table. */
+static msr_status_t store_alloc(msr_moe_t *moe)
+{
+    static const char *const names[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
+    int C = moe->C, H = moe->H, El = moe->E / moe->ep;
+    int shape[4][2] = {{H, C}, {H, 1}, {C, H}, {C, 1}};
+    store_free(moe);
+    moe->count = (size_t)moe->nslots * (size_t)El * msr_moe_expert_count(C);
+    moe->params = msr_calloc(moe->count, sizeof(float));
+    moe->grads = msr_calloc(moe->count, sizeof(float));
+    moe->tensors = msr_calloc((size_t)moe->nslots * (size_t)El * 4, sizeof *moe->tensors);
+    if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
+        store_free(moe);
+        MSR_ERROR("moe: out of memory for %d experts of %d blocks", El, moe->nslots);
+        return MSR_ERR_NO_MEMORY;
+    }
+    size_t off = 0;
+    for (int i = 0; i < moe->nslots; i++) {
+        for (int le = 0; le < El; le++) {
+            for (int k = 0; k < 4; k++) {
+                msr_gpt_tensor_t *t = &moe->tensors[moe->num_tensors++];
+                snprintf(t->name, sizeof t->name, "h%d.e%d.%s", (i + 1) * moe->every - 1,
+                         moe->ep_rank * El + le, names[k]);
+                t->segment = -1;
+                t->ndim = shape[k][1] > 1 ? 2 : 1;
+                t->shape[0] = shape[k][0];
+                t->shape[1] = shape[k][1];
+                t->offset = off;
+                t->count = (size_t)shape[k][0] * (size_t)shape[k][1];
+                t->decay = t->ndim == 2;
+                t->full_offset = msr_moe_global_lo(moe, i) + (size_t)le * msr_moe_expert_count(C) +
+                                 (k > 0 ? (size_t)H * C : 0) + (k > 1 ? (size_t)H : 0) +
+                                 (k > 2 ? (size_t)C * H : 0);
+                t->full_cols = shape[k][1];
+                t->row_block = shape[k][0];
+                off += t->count;
+            }
+        }
+    }
+    return MSR_OK;
+}
+
+size_t msr_moe_global_lo(const msr_moe_t *moe, int i)
+{
+    int El = moe->E / moe->ep;
+    return ((size_t)i * (size_t)moe->E + (size_t)moe->ep_rank * (size_t)El) *
+           msr_moe_expert_count(moe->C);
+}
+
+size_t msr_moe_num_params(const msr_gpt_config_t *cfg)
+{
+    if (cfg->moe.experts == 0 || cfg->moe.every < 1)
+        return 0;
+    return (size_t)(cfg->layers / cfg->moe.every) * (size_t)cfg->moe.experts *
+           msr_moe_expert_count(cfg->channels);
+}
+
+int msr_moe_local_experts(const msr_moe_t *moe)
+{
+    return moe->E / moe->ep;
+}
+
+size_t msr_moe_count(const msr_moe_t *moe)
+{
+    return moe->count;
+}
+
+float *msr_moe_params(msr_moe_t *moe)
+{
+    return moe->params;
+}
+
+float *msr_moe_grads(msr_moe_t *moe)
+{
+    return moe->grads;
+}
+
+const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p)
+{
+    *n_p = moe->num_tensors;
+    return moe->tensors;
+}
+
+float *msr_moe_block_params(msr_moe_t *moe, int l, int grads)
+{
+    size_t i = (size_t)((l + 1) / moe->every - 1);
+    size_t per = (size_t)(moe->E / moe->ep) * msr_moe_expert_count(moe->C);
+    return (grads ? moe->grads : moe->params) + i * per;
+}
+
+void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
+{
+    for (int k = 0; k < moe->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &moe->tensors[k];
+        const char *kind = strrchr(t->name, '.') + 1;
+        double std = strcmp(kind, "fcw") == 0       ? 0.02
+                     : strcmp(kind, "fcprojw") == 0 ? 0.02 / sqrt(2.0 * moe->L)
+                                                    : 0.0;
+        for (size_t j = 0; j < t->count; j++) {
+            uint64_t g = t->full_offset + j;
+            moe->params[t->offset + j] =
+                std > 0.0 ? (float)(std * msr_rng_normal(seed, MOE_INIT_STREAM, g)) : 0.0f;
+        }
+    }
+}
+
+void msr_moe_zero_grad(msr_moe_t *moe)
+{
+    memset(moe->grads, 0, moe->count * sizeof(float));
+}
+
 void msr_moe_destroy(msr_moe_t *moe)
 {
     if (moe == NULL)
         return;
+    store_free(moe);
     for (int i = 0; i < moe->nslots && moe->slots != NULL; i++)
         slot_free(&moe->slots[i]);
     msr_free(moe->slots);
@@ -118,6 +253,7 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
     moe->C = cfg->channels;
     moe->H = 4 * cfg->channels;
     moe->every = m->every;
+    moe->L = cfg->layers;
     moe->F = m->capacity_factor;
     moe->A = m->aux_loss;
     moe->ep = 1;
@@ -155,6 +291,8 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
     if (moe->send == NULL || moe->out == NULL || moe->dout == NULL || moe->dfch == NULL ||
         moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL)
         goto err_free;
+    if (store_alloc(moe) != MSR_OK)
+        goto err_free;
     *moe_p = moe;
     return MSR_OK;
 
@@ -175,7 +313,7 @@ msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm)
     moe->ep_comm = n > 1 ? comm : NULL;
     moe->ep = n;
     moe->ep_rank = n > 1 ? msr_comm_rank(comm) : 0;
-    return MSR_OK;
+    return store_alloc(moe);
 }
 
 int msr_moe_blocks(const msr_moe_t *moe)
@@ -220,12 +358,12 @@ static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int c
     return st;
 }
 
-/* The global expert of expert-side block b (source rank p, local expert
- * le): rows [b * cap, (b + 1) * cap). */
+/* The local expert (its index among this rank's) of expert-side block b
+ * (source rank p, local expert le = b % (E/ep)): rows [b * cap, (b + 1) *
+ * cap). */
 static int block_expert(const msr_moe_t *moe, int b)
 {
-    int El = moe->E / moe->ep;
-    return moe->ep_rank * El + b % El;
+    return b % (moe->E / moe->ep);
 }
 
 /* The router: probs, each token's top K and the counts of the choices. */

@@ -107,6 +107,59 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
     return MSR_OK;
 }
 
+/* The experts of a MoE model: dp ranks [k * ep, (k + 1) * ep) share their
+ * work (the ep group), the dp ranks of one ep index hold the same experts
+ * and sum their gradients (the replica group), and the experts get their
+ * own optimizer over the store (no ZeRO: every replica holds its experts'
+ * moments whole). */
+static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
+{
+    int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
+    msr_moe_t *moe = tr->model->moe;
+    msr_status_t st;
+    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK) {
+        MSR_ERROR("train: the expert-parallel group of ep %d: %s: %s", ep, msr_status_str(st),
+                  msr_last_error());
+        return st;
+    }
+    if (tr->cfg.dp > ep && (st = msr_comm_split(comm, rank % ep, rank, &tr->rep_comm)) != MSR_OK) {
+        MSR_ERROR("train: the group of the ranks holding the same experts: %s: %s",
+                  msr_status_str(st), msr_last_error());
+        return st;
+    }
+    if ((st = msr_moe_set_ep(moe, tr->ep_comm)) != MSR_OK)
+        return st;
+    msr_moe_init_params(moe, tr->cfg.seed);
+    int n;
+    const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
+    return msr_adamw_create(&tr->cfg.adamw, t, n, 0, msr_moe_count(moe), &tr->eopt);
+}
+
+/* After a step's backward: the experts' gradients summed over the ranks
+ * that hold them, and their squared norm handed to the data-parallel
+ * update (counted by the first replica of each expert only). */
+static msr_status_t experts_reduce(msr_trainer_t *tr)
+{
+    msr_moe_t *moe = tr->model->moe;
+    float *g = msr_moe_grads(moe);
+    size_t n = msr_moe_count(moe);
+    if (tr->rep_comm != NULL) {
+        msr_status_t st =
+            msr_comm_allreduce(tr->rep_comm, MSR_IN_PLACE, g, n, MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK) {
+            MSR_ERROR("train: the allreduce of %zu expert gradients: %s: %s", n, msr_status_str(st),
+                      msr_last_error());
+            return st;
+        }
+    }
+    double sumsq = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sumsq += (double)g[i] * g[i];
+    int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
+    tr->dp->extra_sumsq = tr->cfg.dp_rank < ep ? sumsq : 0.0;
+    return MSR_OK;
+}
+
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p)
 {
@@ -141,15 +194,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
         goto err_free;
-    if (cfg->ep > 1) { /* dp ranks [k * ep, (k + 1) * ep) share their experts' work */
-        if ((st = msr_comm_split(comm, rank / cfg->ep, rank, &tr->ep_comm)) != MSR_OK) {
-            MSR_ERROR("train: the expert-parallel group of ep %d: %s: %s", cfg->ep,
-                      msr_status_str(st), msr_last_error());
-            goto err_free;
-        }
-        if ((st = msr_moe_set_ep(tr->model->moe, tr->ep_comm)) != MSR_OK)
-            goto err_free;
-    }
+    if (tr->model->moe != NULL && (st = experts_create(tr, comm, rank)) != MSR_OK)
+        goto err_free;
     *tr_p = tr;
     return MSR_OK;
 
@@ -224,6 +270,8 @@ void msr_trainer_destroy(msr_trainer_t *tr)
     if (tr == NULL)
         return;
     msr_mp_destroy(tr->mp);
+    msr_adamw_destroy(tr->eopt);
+    msr_comm_destroy(tr->rep_comm);
     msr_comm_destroy(tr->ep_comm);
     msr_dp_destroy(tr->dp);
     msr_gpt_destroy(tr->model);
@@ -251,6 +299,8 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     msr_status_t st;
 
     double loss_sum = 0.0;
+    if (model->moe != NULL)
+        msr_moe_zero_grad(model->moe);
     if (tr->mp != NULL) {
         size_t N = (size_t)B * (size_t)T;
         for (int m = 0; m < c->grad_accum; m++) {
@@ -283,7 +333,13 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     }
     double total, norm;
     uint64_t u0 = msr_now_ns();
-    st = msr_dp_update(dp, msr_trainer_lr(tr, tr->step), c->grad_clip, loss_sum, &total, &norm);
+    if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
+        return st;
+    float lr = msr_trainer_lr(tr, tr->step);
+    st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
+    if (st == MSR_OK && model->moe != NULL)
+        msr_adamw_update(tr->eopt, msr_moe_params(model->moe), msr_moe_grads(model->moe), lr,
+                         msr_clip_scale(norm, c->grad_clip));
     if (st == MSR_OK && tr->mp != NULL) {
         st = msr_mp_sync_tied(tr->mp);
         msr_mp_span_update(tr->mp, u0, msr_now_ns());
@@ -329,25 +385,51 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
     return msr_dp_gather_params(tr->dp, out);
 }
 
+/* The checkpoint's element count: the flat buffers', then the whole
+ * model's experts. */
+static size_t total_params(const msr_trainer_t *tr)
+{
+    return tr->model->num_params + msr_moe_num_params(&tr->cfg.model);
+}
+
+/* The MoE blocks whose experts a payload holds after the flat pieces. */
+static int expert_ranges(const msr_trainer_t *tr)
+{
+    return tr->model->moe != NULL ? msr_moe_blocks(tr->model->moe) : 0;
+}
+
+/* Range k of this rank's experts in the checkpoint's numbering: MoE block
+ * k's, with their parameters and moments. */
+static msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
+{
+    msr_moe_t *moe = tr->model->moe;
+    size_t n = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
+    size_t off = (size_t)k * n;
+    return (msr_tckpt_range_t){tr->model->num_params + msr_moe_global_lo(moe, k), n,
+                               msr_moe_params(moe) + off, tr->eopt->m + off, tr->eopt->v + off};
+}
+
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
-    int n = msr_dp_num_owned(tr->dp);
+    int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
     msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
     if (r == NULL) {
         MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
         return MSR_ERR_NO_MEMORY;
     }
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < n0; k++) {
         msr_dp_piece_t p;
         msr_dp_owned(tr->dp, k, &p);
         r[k] = (msr_tckpt_range_t){p.lo, p.n, p.params, p.m, p.v};
     }
+    for (int k = n0; k < n; k++)
+        r[k] = expert_range(tr, k - n0);
     msr_tckpt_header_t h = {
         .step = tr->step,
         .adam_t = tr->dp->opt->t,
         .data_seed = tr->sampler.seed,
         .data_position = tr->sampler.position,
-        .num_params = tr->model->num_params,
+        .num_params = total_params(tr),
         .rank = (uint32_t)tr->cfg.dp_rank,
         .world = (uint32_t)tr->cfg.dp,
         .zero = (uint32_t)tr->cfg.par.zero,
@@ -389,11 +471,17 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
 }
 
 /* Whether p holds exactly the pieces this rank owns. */
-static int same_layout(const msr_trainer_t *tr, const payload_t *p)
+static int same_layout(msr_trainer_t *tr, const payload_t *p)
 {
-    if ((int)p->n != msr_dp_num_owned(tr->dp))
+    int n0 = msr_dp_num_owned(tr->dp);
+    if ((int)p->n != n0 + expert_ranges(tr))
         return 0;
-    for (uint32_t k = 0; k < p->n; k++) {
+    for (int k = n0; k < (int)p->n; k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k - n0);
+        if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
+            return 0;
+    }
+    for (uint32_t k = 0; k < (uint32_t)n0; k++) {
         msr_dp_piece_t mine;
         msr_dp_owned(tr->dp, (int)k, &mine);
         if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
@@ -402,10 +490,33 @@ static int same_layout(const msr_trainer_t *tr, const payload_t *p)
     return 1;
 }
 
-static void payload_apply(msr_trainer_t *tr, const payload_t *p)
+/* Copies the part of saved range r that this rank's experts hold, marking
+ * it in cover (one flag per store element). */
+static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
+{
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k);
+        size_t lo = MSR_MAX(mine.lo, r->lo), hi = MSR_MIN(mine.lo + mine.n, r->lo + r->n);
+        if (lo >= hi)
+            continue;
+        size_t at = (size_t)(mine.params - msr_moe_params(tr->model->moe)) + (lo - mine.lo);
+        size_t from = lo - r->lo, n = hi - lo;
+        memcpy(msr_moe_params(tr->model->moe) + at, r->params + from, n * sizeof(float));
+        memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
+        memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
+        memset(cover + at, 1, n);
+    }
+}
+
+static void payload_apply(msr_trainer_t *tr, const payload_t *p, uint8_t *cover)
 {
     for (uint32_t k = 0; k < p->n; k++) {
         const msr_tckpt_range_t *r = &p->ranges[k];
+        if (r->lo >= tr->model->num_params) {
+            if (cover != NULL)
+                experts_load(tr, r, cover);
+            continue;
+        }
         msr_dp_piece_t piece = {r->lo, r->n, r->params, r->m, r->v};
         msr_dp_load_piece(tr->dp, &piece);
     }
@@ -455,7 +566,7 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     int32_t agree[3] = {st == MSR_OK, 0, 0};
     msr_status_t fetch_st = st;
     if (st == MSR_OK) {
-        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == tr->model->num_params &&
+        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == total_params(tr) &&
                    p0.h.world == (uint32_t)world;
         agree[2] = world == tr->cfg.dp && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
         if (!agree[1]) {
@@ -463,8 +574,8 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                       (unsigned long long)p0.h.step);
             MSR_ERROR("train:   checkpoint: %s (%llu parameters, %u ranks)", p0.h.meta,
                       (unsigned long long)p0.h.num_params, p0.h.world);
-            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta,
-                      tr->model->num_params, world);
+            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta, total_params(tr),
+                      world);
         }
     }
     if (dp->comm != NULL) {
@@ -514,8 +625,12 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     }
     /* whatever fails here, every rank still reaches load_end, which agrees */
     msr_status_t read_st = msr_dp_load_begin(dp);
+    size_t ecount = tr->model->moe != NULL ? msr_moe_count(tr->model->moe) : 0;
+    uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
+    if (read_st == MSR_OK && ecount > 0 && cover == NULL)
+        read_st = MSR_ERR_NO_MEMORY;
     if (read_st == MSR_OK)
-        payload_apply(tr, &p0);
+        payload_apply(tr, &p0, cover);
     for (int r = 0; r < world && !agree[2] && read_st == MSR_OK; r++) {
         if (r == first)
             continue;
@@ -526,10 +641,17 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                       r);
             read_st = MSR_ERR_CORRUPT;
         } else {
-            payload_apply(tr, &p);
+            payload_apply(tr, &p, cover);
         }
         payload_free(&p);
     }
+    for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
+        if (!cover[i]) {
+            MSR_ERROR("train: the checkpoint lacks expert element %zu of this rank's", i);
+            read_st = MSR_ERR_CORRUPT;
+        }
+    }
+    msr_free(cover);
     st = msr_dp_load_end(dp, agree[2], read_st != MSR_OK);
     if (st != MSR_OK) {
         if (read_st != MSR_OK)
@@ -537,6 +659,8 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
         goto err_p0;
     }
     dp->opt->t = p0.h.adam_t;
+    if (tr->eopt != NULL)
+        tr->eopt->t = p0.h.adam_t;
     tr->sampler.seed = p0.h.data_seed;
     tr->sampler.position = p0.h.data_position;
     tr->step = p0.h.step;

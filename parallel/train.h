@@ -78,6 +78,11 @@ typedef struct msr_trainer {
     const msr_mesh_t *mesh;    /* borrowed; NULL: data parallel only */
     msr_mp_t *mp;              /* model parallel; NULL: the whole model */
     msr_comm_t *ep_comm;       /* the expert-parallel group (owned); NULL: ep 1 */
+    /* the dp ranks with this rank's ep index, which hold the same experts
+     * and reduce their gradients (owned; NULL: dp = ep), and the experts'
+     * optimizer (NULL: a dense model) */
+    msr_comm_t *rep_comm;
+    msr_adamw_t *eopt;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -126,7 +131,9 @@ msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 
 /* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
- * elements it owns with their parameters and moments, AdamW's step count,
+ * elements it owns with their parameters and moments (a MoE model's
+ * experts after them: the experts this rank holds, at P + their index in
+ * the whole model's expert numbering, parallel/moe.h), AdamW's step count,
  * the sampler, and meta, the text a resume must match (the settings that
  * decide the numbers: shape, global batch, seed, hyperparameters, data).
  * *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,

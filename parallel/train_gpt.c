@@ -27,6 +27,7 @@
 #include "base/util.h"
 #include "msrun/msrun.h"
 #include "parallel/data.h"
+#include "parallel/moe.h"
 #include "parallel/train.h"
 #include "parallel/train_gpt.h"
 #ifdef MSR_HAVE_CUDA_TRAIN
@@ -383,6 +384,14 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0 && tr->model->moe != NULL)
+        fprintf(stderr,
+                "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
+                "blocks, %zu expert parameters, %zu on each rank; ep %d\n",
+                cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
+                cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
+                msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
+                cfg->ep > 1 ? cfg->ep : 1);
     if (job->rank == 0 && use_mp)
         fprintf(stderr,
                 "train_gpt: mesh dp %d x pp %d x tp %d%s; schedule %s, %d virtual stages per "

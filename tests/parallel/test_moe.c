@@ -305,22 +305,35 @@ static void test_model(void)
     msr_gpt_zero_grad(m);
     MSR_CHECK_EQ(msr_gpt_backward(m, 1.0f / 12, NULL), MSR_OK);
     const char *names[] = {"h1.routerw", "h1.e0.fcw", "h1.e3.fcprojb", "h1.ln2w", "h0.fcw"};
+    int ne;
+    const msr_gpt_tensor_t *et = msr_moe_tensors(m->moe, &ne);
+    MSR_CHECK_EQ(ne, 4 * 4); /* one MoE block of 4 experts */
+    MSR_CHECK_EQ(msr_moe_count(m->moe), msr_moe_num_params(&cfg));
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        /* the flat buffers' tensors, or the experts' in the MoE state */
         const msr_gpt_tensor_t *t = NULL;
+        float *params = m->params, *grads = m->grads;
         for (int i = 0; i < m->num_tensors; i++)
             if (strcmp(m->tensors[i].name, names[k]) == 0)
                 t = &m->tensors[i];
+        for (int i = 0; i < ne && t == NULL; i++) {
+            if (strcmp(et[i].name, names[k]) == 0) {
+                t = &et[i];
+                params = msr_moe_params(m->moe);
+                grads = msr_moe_grads(m->moe);
+            }
+        }
         MSR_CHECK(t != NULL);
         size_t at[] = {t->offset, t->offset + t->count / 2, t->offset + t->count - 1};
         for (int a = 0; a < 3; a++) {
-            float keep = m->params[at[a]], h = 1e-3f;
+            float keep = params[at[a]], h = 1e-3f;
             double up, down;
-            m->params[at[a]] = keep + h;
+            params[at[a]] = keep + h;
             MSR_CHECK_EQ(msr_gpt_forward(m, in, tg, 2, 6, NULL, &up), MSR_OK);
-            m->params[at[a]] = keep - h;
+            params[at[a]] = keep - h;
             MSR_CHECK_EQ(msr_gpt_forward(m, in, tg, 2, 6, NULL, &down), MSR_OK);
-            m->params[at[a]] = keep;
-            double num = (up - down) / (2.0 * (double)h), an = m->grads[at[a]];
+            params[at[a]] = keep;
+            double num = (up - down) / (2.0 * (double)h), an = grads[at[a]];
             MSR_CHECK_MSG(fabs(num - an) <= 2e-2 * fabs(num) + 3e-4,
                           "%s[%zu]: analytic %g, finite differences %g", names[k],
                           at[a] - t->offset, an, num);
