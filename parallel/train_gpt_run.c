@@ -302,6 +302,14 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
             1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
             1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
             work_bytes(tr), peak_rss_kib());
+    if (tr->model->moe != NULL) {
+        size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
+        fprintf(stderr,
+                "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
+                "%zu optim %zu bytes\n",
+                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
+                2 * ec);
+    }
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;

@@ -106,6 +106,7 @@ msrun_n 4 "${ck[@]}" --loss-log "$work/whole" >/dev/null 2>"$work/err" ||
 msrun_n 4 "${ck[@]}" --steps 3 --ckpt-dir "$work/ck" --loss-log "$work/first" >/dev/null \
     2>"$work/err" || fail "first part: $(cat "$work/err")"
 cp -r "$work/ck" "$work/ck4"
+cp -r "$work/ck" "$work/ck1"
 msrun_n 4 "${ck[@]}" --ckpt-dir "$work/ck" --resume --loss-log "$work/second" >/dev/null \
     2>"$work/err" || fail "resumed: $(cat "$work/err")"
 grep -q "resumed from step 3" "$work/err" || fail "no resume: $(cat "$work/err")"
@@ -123,6 +124,24 @@ worst = max(abs(float.fromhex(x[3]) - float.fromhex(y[3])) / abs(float.fromhex(x
 print(f"resume ep 2 -> ep 4: max relative difference {worst:.3g}")
 assert worst <= 1e-5, worst
 PY
+# and one process (ep 1, every expert) picks all of them out of the 4 payloads
+msrun_n 1 "${ck[@]}" --ep 1 --ckpt-dir "$work/ck1" --resume --loss-log "$work/second1" \
+    >/dev/null 2>"$work/err" || fail "resumed alone: $(cat "$work/err")"
+grep -q "resumed from step 3 under .* (saved by 4 ranks)" "$work/err" || fail "$(cat "$work/err")"
+python3 - "$work/whole" "$work/second1" <<'PY' || fail "the resume alone differs"
+import sys
+a = [l.split() for l in open(sys.argv[1])][3:]
+b = [l.split() for l in open(sys.argv[2])]
+assert len(a) == 2 and [r[1] for r in a] == [r[1] for r in b], (a, b)
+worst = max(abs(float.fromhex(x[3]) - float.fromhex(y[3])) / abs(float.fromhex(x[3]))
+            for x, y in zip(a, b))
+print(f"resume ep 2 x dp 4 -> one process: max relative difference {worst:.3g}")
+assert worst <= 1e-5, worst
+PY
+# the report says how many experts a rank holds: 2 blocks x 2 experts x (8 C^2 + 5 C) floats
+msrun_n 2 "${moe[@]}" --steps 1 --ep 2 >/dev/null 2>"$work/err" || fail "$(cat "$work/err")"
+grep -q "rank 1 experts: 2 of 4 per MoE block held here: params 34048 grads 34048 optim 68096" "$work/err" ||
+    fail "no expert memory in the report: $(cat "$work/err")"
 # another MoE setting is refused (the checkpoint's meta names it)
 refuse 4 "other settings" "${ck[@]}" --capacity-factor 2 --ckpt-dir "$work/ck4" --resume
 echo "train_gpt MoE and expert parallel: ok"
