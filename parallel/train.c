@@ -110,8 +110,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
 /* The experts of a MoE model: dp ranks [k * ep, (k + 1) * ep) share their
  * work (the ep group), the dp ranks of one ep index hold the same experts
  * and sum their gradients (the replica group), and the experts get their
- * own optimizer over the store (no ZeRO: every replica holds its experts'
- * moments whole). */
+ * own optimizer: over the whole store at ZeRO 0, else over this rank's
+ * block of it in the replica group (ZeRO-1 for the experts: gradients
+ * reduce-scattered, the block updated, the parameters all-gathered). */
 static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
 {
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
@@ -130,9 +131,50 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     if ((st = msr_moe_set_ep(moe, tr->ep_comm)) != MSR_OK)
         return st;
     msr_moe_init_params(moe, tr->cfg.seed);
+    size_t count = msr_moe_count(moe);
+    tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
+    tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
+    tr->eshard_lo = 0;
+    tr->eshard_hi = count;
+    if (tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+        tr->eblk = (count + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
+        tr->eshard_lo = MSR_MIN(count, (size_t)tr->rep_rank * tr->eblk);
+        tr->eshard_hi = MSR_MIN(count, tr->eshard_lo + tr->eblk);
+        if ((tr->escratch = msr_calloc(tr->eblk * (size_t)tr->rep_size, sizeof(float))) == NULL)
+            return MSR_ERR_NO_MEMORY;
+    }
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
-    return msr_adamw_create(&tr->cfg.adamw, t, n, 0, msr_moe_count(moe), &tr->eopt);
+    msr_adamw_range_t own = {tr->eshard_lo, tr->eshard_hi};
+    return msr_adamw_create_ranges(&tr->cfg.adamw, t, n, &own, own.lo < own.hi, &tr->eopt);
+}
+
+/* This rank's block of the experts' gradients, after experts_reduce (the
+ * optimizer's shard space). */
+static float *expert_grad_shard(msr_trainer_t *tr)
+{
+    return tr->escratch != NULL ? tr->escratch + (size_t)tr->rep_rank * tr->eblk
+                                : msr_moe_grads(tr->model->moe);
+}
+
+/* ZeRO-1 for the experts, after the update: every replica gets the others'
+ * blocks of the parameters. */
+static msr_status_t experts_gather(msr_trainer_t *tr)
+{
+    if (tr->escratch == NULL)
+        return MSR_OK;
+    float *p = msr_moe_params(tr->model->moe);
+    float *mine = tr->escratch + (size_t)tr->rep_rank * tr->eblk;
+    memcpy(mine, p + tr->eshard_lo, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    msr_status_t st =
+        msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->escratch, tr->eblk, MSR_DTYPE_F32);
+    if (st != MSR_OK) {
+        MSR_ERROR("train: the allgather of the experts' parameters: %s: %s", msr_status_str(st),
+                  msr_last_error());
+        return st;
+    }
+    memcpy(p, tr->escratch, msr_moe_count(tr->model->moe) * sizeof(float));
+    return MSR_OK;
 }
 
 /* After a step's backward: the experts' gradients summed over the ranks
@@ -143,6 +185,23 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     msr_moe_t *moe = tr->model->moe;
     float *g = msr_moe_grads(moe);
     size_t n = msr_moe_count(moe);
+    if (tr->escratch != NULL) { /* ZeRO: each replica gets its block's sum */
+        memcpy(tr->escratch, g, n * sizeof(float));
+        memset(tr->escratch + n, 0, (tr->eblk * (size_t)tr->rep_size - n) * sizeof(float));
+        float *mine = expert_grad_shard(tr);
+        msr_status_t st = msr_comm_reduce_scatter(tr->rep_comm, tr->escratch, mine, tr->eblk,
+                                                  MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK) {
+            MSR_ERROR("train: the reduce-scatter of %zu expert gradients: %s: %s", n,
+                      msr_status_str(st), msr_last_error());
+            return st;
+        }
+        double sumsq = 0.0; /* every element in exactly one replica's block */
+        for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
+            sumsq += (double)mine[i] * mine[i];
+        tr->dp->extra_sumsq = sumsq;
+        return MSR_OK;
+    }
     if (tr->rep_comm != NULL) {
         msr_status_t st =
             msr_comm_allreduce(tr->rep_comm, MSR_IN_PLACE, g, n, MSR_DTYPE_F32, MSR_OP_SUM);
@@ -271,6 +330,7 @@ void msr_trainer_destroy(msr_trainer_t *tr)
         return;
     msr_mp_destroy(tr->mp);
     msr_adamw_destroy(tr->eopt);
+    msr_free(tr->escratch);
     msr_comm_destroy(tr->rep_comm);
     msr_comm_destroy(tr->ep_comm);
     msr_dp_destroy(tr->dp);
@@ -337,9 +397,11 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
         return st;
     float lr = msr_trainer_lr(tr, tr->step);
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
-    if (st == MSR_OK && model->moe != NULL)
-        msr_adamw_update(tr->eopt, msr_moe_params(model->moe), msr_moe_grads(model->moe), lr,
-                         msr_clip_scale(norm, c->grad_clip));
+    if (st == MSR_OK && model->moe != NULL) {
+        msr_adamw_update(tr->eopt, msr_moe_params(model->moe) + tr->eshard_lo,
+                         expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));
+        st = experts_gather(tr);
+    }
     if (st == MSR_OK && tr->mp != NULL) {
         st = msr_mp_sync_tied(tr->mp);
         msr_mp_span_update(tr->mp, u0, msr_now_ns());
@@ -398,21 +460,42 @@ static int expert_ranges(const msr_trainer_t *tr)
     return tr->model->moe != NULL ? msr_moe_blocks(tr->model->moe) : 0;
 }
 
-/* Range k of this rank's experts in the checkpoint's numbering: MoE block
- * k's, with their parameters and moments. */
+/* Range k of the experts this rank saves, in the checkpoint's numbering:
+ * MoE block k's part of the optimizer's shard of the store (all of the
+ * block's at ZeRO 0), with their parameters and moments; n = 0 when the
+ * shard has none of block k. */
 static msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
 {
     msr_moe_t *moe = tr->model->moe;
-    size_t n = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
-    size_t off = (size_t)k * n;
-    return (msr_tckpt_range_t){tr->model->num_params + msr_moe_global_lo(moe, k), n,
-                               msr_moe_params(moe) + off, tr->eopt->m + off, tr->eopt->v + off};
+    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
+    size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
+    size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
+    if (lo >= hi)
+        return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
+    size_t s = lo - tr->eshard_lo;
+    return (msr_tckpt_range_t){tr->model->num_params + msr_moe_global_lo(moe, k) + (lo - k * per),
+                               hi - lo, msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
+}
+
+/* The non-empty ranges of expert_range into r (room for expert_ranges);
+ * returns their number. */
+static int expert_pieces(msr_trainer_t *tr, msr_tckpt_range_t *r)
+{
+    int n = 0;
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t x = expert_range(tr, k);
+        if (x.n > 0)
+            r[n++] = x;
+    }
+    return n;
 }
 
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
     int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
     msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
+    if (r != NULL)
+        n = n0 + expert_pieces(tr, r + n0);
     if (r == NULL) {
         MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
         return MSR_ERR_NO_MEMORY;
@@ -422,8 +505,6 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
         msr_dp_owned(tr->dp, k, &p);
         r[k] = (msr_tckpt_range_t){p.lo, p.n, p.params, p.m, p.v};
     }
-    for (int k = n0; k < n; k++)
-        r[k] = expert_range(tr, k - n0);
     msr_tckpt_header_t h = {
         .step = tr->step,
         .adam_t = tr->dp->opt->t,
@@ -473,14 +554,18 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
 /* Whether p holds exactly the pieces this rank owns. */
 static int same_layout(msr_trainer_t *tr, const payload_t *p)
 {
-    int n0 = msr_dp_num_owned(tr->dp);
-    if ((int)p->n != n0 + expert_ranges(tr))
-        return 0;
-    for (int k = n0; k < (int)p->n; k++) {
-        msr_tckpt_range_t mine = expert_range(tr, k - n0);
-        if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
+    int n0 = msr_dp_num_owned(tr->dp), ne = 0;
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k);
+        if (mine.n == 0)
+            continue;
+        if (n0 + ne >= (int)p->n || mine.lo != p->ranges[n0 + ne].lo ||
+            mine.n != p->ranges[n0 + ne].n)
             return 0;
+        ne++;
     }
+    if ((int)p->n != n0 + ne)
+        return 0;
     for (uint32_t k = 0; k < (uint32_t)n0; k++) {
         msr_dp_piece_t mine;
         msr_dp_owned(tr->dp, (int)k, &mine);
@@ -490,18 +575,21 @@ static int same_layout(msr_trainer_t *tr, const payload_t *p)
     return 1;
 }
 
-/* Copies the part of saved range r that this rank's experts hold, marking
- * it in cover (one flag per store element). */
+/* Copies the part of saved range r that this rank saves itself (its
+ * optimizer's shard of the experts: parameters and moments), marking it in
+ * cover (one flag per shard element). The other replicas' blocks of the
+ * parameters come with experts_gather. */
 static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
 {
     for (int k = 0; k < expert_ranges(tr); k++) {
         msr_tckpt_range_t mine = expert_range(tr, k);
         size_t lo = MSR_MAX(mine.lo, r->lo), hi = MSR_MIN(mine.lo + mine.n, r->lo + r->n);
-        if (lo >= hi)
+        if (mine.n == 0 || lo >= hi)
             continue;
-        size_t at = (size_t)(mine.params - msr_moe_params(tr->model->moe)) + (lo - mine.lo);
+        size_t at = (size_t)(mine.m - tr->eopt->m) + (lo - mine.lo); /* in the shard */
         size_t from = lo - r->lo, n = hi - lo;
-        memcpy(msr_moe_params(tr->model->moe) + at, r->params + from, n * sizeof(float));
+        memcpy(msr_moe_params(tr->model->moe) + tr->eshard_lo + at, r->params + from,
+               n * sizeof(float));
         memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
         memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
         memset(cover + at, 1, n);
@@ -625,7 +713,7 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     }
     /* whatever fails here, every rank still reaches load_end, which agrees */
     msr_status_t read_st = msr_dp_load_begin(dp);
-    size_t ecount = tr->model->moe != NULL ? msr_moe_count(tr->model->moe) : 0;
+    size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = MSR_ERR_NO_MEMORY;
@@ -658,6 +746,8 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
             st = read_st;
         goto err_p0;
     }
+    if (tr->model->moe != NULL && (st = experts_gather(tr)) != MSR_OK)
+        goto err_p0;
     dp->opt->t = p0.h.adam_t;
     if (tr->eopt != NULL)
         tr->eopt->t = p0.h.adam_t;

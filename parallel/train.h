@@ -82,7 +82,14 @@ typedef struct msr_trainer {
      * and reduce their gradients (owned; NULL: dp = ep), and the experts'
      * optimizer (NULL: a dense model) */
     msr_comm_t *rep_comm;
+    int rep_rank, rep_size; /* in the replica group */
     msr_adamw_t *eopt;
+    /* the store elements [eshard_lo, eshard_hi) the experts' optimizer
+     * updates here: all at ZeRO 0; under ZeRO >= 1 this rank's block of
+     * eblk elements in the replica group, reduced and gathered through
+     * escratch (eblk * rep_size floats) */
+    size_t eshard_lo, eshard_hi, eblk;
+    float *escratch;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,

@@ -308,7 +308,7 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
                 "%zu optim %zu bytes\n",
                 job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
-                2 * ec);
+                2 * (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
     }
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);

@@ -90,12 +90,18 @@ layout() {
     diff <(routing "$work/one.err") <(routing "$work/$name.err") >/dev/null ||
         fail "$name routes otherwise: $(diff <(routing "$work/one.err") <(routing "$work/$name.err"))"
 }
+# (ZeRO: everything sharded, 10 KB buckets; with dp > ep the experts'
+# optimizer is sharded over the ranks holding the same experts too)
+zs=(--zero-min-bytes 0 --bucket-mb 0.01)
 layout ep2 2 --ep 2
 layout ep4 4 --ep 4
 layout ep2-dp4 4 --ep 2
-layout ep2-zero1 2 --ep 2 --zero 1 --zero-min-bytes 0 --bucket-mb 0.01
-layout ep2-zero2 2 --ep 2 --zero 2 --zero-min-bytes 0 --bucket-mb 0.01
-layout ep4-zero3 4 --ep 4 --zero 3 --zero-min-bytes 0 --bucket-mb 0.01
+layout ep2-zero1 2 --ep 2 --zero 1 "${zs[@]}"
+layout ep2-dp4-zero1 4 --ep 2 --zero 1 "${zs[@]}"
+layout ep2-zero2 2 --ep 2 --zero 2 "${zs[@]}"
+layout ep1-dp2-zero2 2 --ep 1 --zero 2 "${zs[@]}"
+layout ep2-dp4-zero3 4 --ep 2 --zero 3 "${zs[@]}"
+layout ep4-zero3 4 --ep 4 --zero 3 "${zs[@]}"
 
 # checkpoints: ep 2 on 4 ranks with ZeRO-2, stopped at step 3 and resumed,
 # steps 4..5 are bitwise those of the run that never stopped; the same
@@ -138,10 +144,15 @@ worst = max(abs(float.fromhex(x[3]) - float.fromhex(y[3])) / abs(float.fromhex(x
 print(f"resume ep 2 x dp 4 -> one process: max relative difference {worst:.3g}")
 assert worst <= 1e-5, worst
 PY
-# the report says how many experts a rank holds: 2 blocks x 2 experts x (8 C^2 + 5 C) floats
+# the report says how many experts a rank holds: 2 blocks x 2 experts x
+# (8 C^2 + 5 C) floats; with ZeRO and two ranks per expert, half the moments
 msrun_n 2 "${moe[@]}" --steps 1 --ep 2 >/dev/null 2>"$work/err" || fail "$(cat "$work/err")"
-grep -q "rank 1 experts: 2 of 4 per MoE block held here: params 34048 grads 34048 optim 68096" "$work/err" ||
-    fail "no expert memory in the report: $(cat "$work/err")"
+grep -q "rank 1 experts: 2 of 4 per MoE block held here: params 34048 grads 34048 optim 68096" \
+    "$work/err" || fail "no expert memory in the report: $(cat "$work/err")"
+msrun_n 4 "${moe[@]}" --steps 1 --ep 2 --zero 1 >/dev/null 2>"$work/err" ||
+    fail "$(cat "$work/err")"
+grep -q "rank 3 experts: 2 of 4 per MoE block held here: params 34048 grads 34048 optim 34048" \
+    "$work/err" || fail "no sharded expert moments in the report: $(cat "$work/err")"
 # another MoE setting is refused (the checkpoint's meta names it)
 refuse 4 "other settings" "${ck[@]}" --capacity-factor 2 --ckpt-dir "$work/ck4" --resume
 echo "train_gpt MoE and expert parallel: ok"
