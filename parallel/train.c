@@ -494,12 +494,11 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
 {
     int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
     msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
-    if (r != NULL)
-        n = n0 + expert_pieces(tr, r + n0);
     if (r == NULL) {
         MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
         return MSR_ERR_NO_MEMORY;
     }
+    n = n0 + expert_pieces(tr, r + n0);
     for (int k = 0; k < n0; k++) {
         msr_dp_piece_t p;
         msr_dp_owned(tr->dp, k, &p);
