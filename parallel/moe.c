@@ -23,6 +23,7 @@ typedef struct moe_slot {
     float *fch;   /* (E*cap, H) */
     float *fch_g; /* (E*cap, H) gelu of fch */
     float *comb;  /* (E*cap, C) the experts' outputs back at their tokens' rank */
+    int *used;    /* (E) rows of each expert-side block that hold a token */
     int N, cap;   /* of the last forward; N = 0: none */
     msr_moe_stats_t stats;
 } moe_slot_t;
@@ -90,6 +91,7 @@ static void slot_free(moe_slot_t *s)
     msr_free(s->fch);
     msr_free(s->fch_g);
     msr_free(s->comb);
+    msr_free(s->used);
     msr_free(s->stats.load);
 }
 
@@ -275,10 +277,11 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
         s->fch = msr_calloc(rows * H, sizeof(float));
         s->fch_g = msr_calloc(rows * H, sizeof(float));
         s->comb = msr_calloc(rows * C, sizeof(float));
+        s->used = msr_calloc(E, sizeof(int));
         s->stats.load = msr_calloc(E, sizeof(int64_t));
         if (s->probs == NULL || s->choice == NULL || s->gate == NULL || s->pos == NULL ||
             s->frac == NULL || s->xin == NULL || s->fch == NULL || s->fch_g == NULL ||
-            s->comb == NULL || s->stats.load == NULL)
+            s->comb == NULL || s->used == NULL || s->stats.load == NULL)
             goto err_free;
     }
     moe->send = msr_calloc(rows * C, sizeof(float));
@@ -354,6 +357,23 @@ static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int c
     msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
     if (st != MSR_OK)
         MSR_ERROR("moe: the alltoall of %zu floats over ep %d: %s: %s", n, moe->ep,
+                  msr_status_str(st), msr_last_error());
+    return st;
+}
+
+/* The dispatch's counts: each rank sends the rows it filled at each
+ * expert (count, E) and gets, in used (E), those of expert-side block b =
+ * (source rank, local expert), so the experts run on filled rows only. */
+static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
+{
+    if (moe->ep_comm == NULL) {
+        memcpy(used, count, (size_t)moe->E * sizeof *used);
+        return MSR_OK;
+    }
+    msr_status_t st =
+        msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)(moe->E / moe->ep), MSR_DTYPE_I32);
+    if (st != MSR_OK)
+        MSR_ERROR("moe: the alltoall of the dispatch's counts over ep %d: %s: %s", moe->ep,
                   msr_status_str(st), msr_last_error());
     return st;
 }
@@ -434,16 +454,19 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         }
     }
 
-    /* dispatch, the experts, combine */
-    msr_status_t st = exchange(moe, moe->send, s->xin, cap, C);
-    if (st != MSR_OK)
+    /* dispatch, the experts (on the filled rows of each block), combine */
+    msr_status_t st = exchange_counts(moe, count, s->used);
+    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C)) != MSR_OK)
         return st;
     for (int b = 0; b < E; b++) {
         expert_t w = expert_point(p->experts, block_expert(moe, b), C);
         size_t r0 = (size_t)b * cap;
-        msr_matmul_forward(s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, cap, C, H);
-        msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)cap * H);
-        msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, cap, H, C);
+        int n = s->used[b];
+        if (n == 0)
+            continue;
+        msr_matmul_forward(s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
+        msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
+        msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n, H, C);
     }
     if ((st = exchange(moe, moe->out, s->comb, cap, C)) != MSR_OK)
         return st;
@@ -519,12 +542,14 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         int e = block_expert(moe, b);
         expert_t w = expert_point(p->experts, e, C), dw = expert_point(g->experts, e, C);
         size_t r0 = (size_t)b * cap;
+        int n = s->used[b];
+        if (n == 0)
+            continue;
         msr_matmul_backward(moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb, moe->dout + r0 * C,
-                            s->fch_g + r0 * H, w.fcprojw, cap, H, C);
-        msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H,
-                          (size_t)cap * H);
+                            s->fch_g + r0 * H, w.fcprojw, n, H, C);
+        msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H, (size_t)n * H);
         msr_matmul_backward(moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H, s->xin + r0 * C,
-                            w.fcw, cap, C, H);
+                            w.fcw, n, C, H);
     }
     if ((st = exchange(moe, moe->out, moe->send, cap, C)) != MSR_OK)
         return st;

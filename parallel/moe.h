@@ -25,7 +25,9 @@
  * (i+1) * E/ep). Experts are numbered so that rows e * cap.. of the
  * dispatch buffer are already grouped by the rank that computes them, and
  * one alltoall of E/ep * cap * C floats per peer carries them there
- * (fixed-size capacity buffers); the outputs come back by a second; in
+ * (fixed-size capacity buffers; a first one of E/ep counts per peer says
+ * how many rows are filled, and the experts run on those only); the
+ * outputs come back by a second; in
  * backward the output gradients go out and the input gradients come back
  * the same way. Every rank routes its own tokens with its own capacity, so
  * the routing of a micro-batch does not depend on ep.
