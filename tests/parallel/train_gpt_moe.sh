@@ -81,14 +81,16 @@ timeout 60 "$bin/train_gpt" "${moe[@]}" --steps 10 --loss-log "$work/one" >/dev/
 [[ $(routing "$work/one.err" | wc -l) -eq 20 ]] || fail "no routing report: $(cat "$work/one.err")"
 grep -q "moe step 1 block 0 (layer 0): 128 tokens, [1-9][0-9]* of 256 choices dropped" \
     "$work/one.err" || fail "nothing dropped: $(routing "$work/one.err")"
+# layout NAME RANKS ARGS...: against the one-process run $ref
+ref=one
 layout() {
     local name=$1 n=$2
     shift 2
     msrun_n "$n" "${moe[@]}" --steps 10 --loss-log "$work/$name" "$@" >/dev/null \
         2>"$work/$name.err" || fail "$name: $(cat "$work/$name.err")"
-    close "$work/one" "$work/$name" "$name" || fail "$name differs from one process"
-    diff <(routing "$work/one.err") <(routing "$work/$name.err") >/dev/null ||
-        fail "$name routes otherwise: $(diff <(routing "$work/one.err") <(routing "$work/$name.err"))"
+    close "$work/$ref" "$work/$name" "$name" || fail "$name differs from one process"
+    diff <(routing "$work/$ref.err") <(routing "$work/$name.err") >/dev/null ||
+        fail "$name routes otherwise: $(diff <(routing "$work/$ref.err") <(routing "$work/$name.err"))"
 }
 # (ZeRO: everything sharded, 10 KB buckets; with dp > ep the experts'
 # optimizer is sharded over the ranks holding the same experts too)
@@ -102,6 +104,16 @@ layout ep2-zero2 2 --ep 2 --zero 2 "${zs[@]}"
 layout ep1-dp2-zero2 2 --ep 1 --zero 2 "${zs[@]}"
 layout ep2-dp4-zero3 4 --ep 2 --zero 3 "${zs[@]}"
 layout ep4-zero3 4 --ep 4 --zero 3 "${zs[@]}"
+# a MoE block every second layer of 4 (dense blocks between), one choice
+# per token
+every=(--layers 4 --moe-every 2 --top-k 1)
+timeout 60 "$bin/train_gpt" "${moe[@]}" "${every[@]}" --steps 10 --loss-log "$work/one2" \
+    >/dev/null 2>"$work/one2.err" || fail "one process, moe-every 2: $(cat "$work/one2.err")"
+[[ $(routing "$work/one2.err" | grep -c "block 1 (layer 3)") -eq 10 ]] ||
+    fail "moe-every 2: no routing of layer 3: $(routing "$work/one2.err")"
+ref=one2
+layout ep4-every2-zero1 4 --ep 4 --zero 1 "${zs[@]}" "${every[@]}"
+layout ep2-dp4-every2-zero2 4 --ep 2 --zero 2 "${zs[@]}" "${every[@]}"
 
 # checkpoints: ep 2 on 4 ranks with ZeRO-2, stopped at step 3 and resumed,
 # steps 4..5 are bitwise those of the run that never stopped; the same
