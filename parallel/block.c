@@ -107,6 +107,12 @@ msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_
     return st != MSR_OK ? st : mlp_forward(b, p, a);
 }
 
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x)
+{
+    return attn_forward(b, p, a, x);
+}
+
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)
  * enters as is (gathered under sp); din (N,IC) = its input's gradient. */
 static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, float *db,
@@ -161,8 +167,17 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
                        g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
     if (st != MSR_OK)
         return st;
-    /* now dres = d res2; res2 = x + attn(ln1(x)): the same again */
-    st = proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
+    /* now dres = d res2 */
+    return msr_block_attn_backward(b, p, g, a, x, dres);
+}
+
+msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                     const float *x, float *dres)
+{
+    /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
+    msr_status_t st =
+        proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
     if (st != MSR_OK)
         return st;
     memset(b->dqkv, 0, b->N * 3 * (size_t)b->Cl * sizeof(float));

@@ -77,4 +77,16 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
                                 const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
                                 const float *x, float *dres);
 
+/* The block's first half alone, for a block whose MLP is another's (a
+ * Mixture-of-Experts block, parallel/moe.h): a->res2 (Nl,C) = x +
+ * attn(ln1(x)). */
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x);
+
+/* Its backward: dres (Nl,C), the gradient of res2, becomes the gradient of
+ * x; g's attention half +=. */
+msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                     const float *x, float *dres);
+
 #endif

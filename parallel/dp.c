@@ -857,6 +857,8 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
             continue;
         sumsq += unit_sumsq(dp, u);
     }
+    sumsq += dp->extra_sumsq;
+    dp->extra_sumsq = 0.0;
     double red[2] = {loss_local, sumsq};
     if (dp->comm != NULL) {
         msr_status_t st =

@@ -192,6 +192,10 @@ typedef struct msr_dp {
     msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
     int tp_rank;
     uint8_t *cover; /* while loading a checkpoint: what was found, per element */
+    /* added to this rank's squared gradient norm by the next msr_dp_update,
+     * which resets it: gradients the trainer keeps outside the flat buffers
+     * (the MoE experts), counted once over the group by whoever sets it */
+    double extra_sumsq;
 } msr_dp_t;
 
 /* Lays out buckets and shards for model (created with msr_dp_model_flags)

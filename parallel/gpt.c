@@ -13,6 +13,7 @@
 #include "base/util.h"
 #include "parallel/block.h"
 #include "parallel/layers.h"
+#include "parallel/moe.h"
 #include "parallel/rng.h"
 
 /* Limits that keep every size product far from overflowing size_t. */
@@ -48,14 +49,51 @@ msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg)
         return msr_err(MSR_ERR_CONFIG, "channels %d do not divide into %d heads", cfg->channels,
                        cfg->heads);
     }
+    const msr_gpt_moe_t *m = &cfg->moe;
+    if (m->experts == 0)
+        return MSR_OK;
+    if (m->experts < 0 || m->experts > MSR_GPT_MAX_EXPERTS) {
+        return msr_err(MSR_ERR_CONFIG, "experts %d is not in [0, %d]", m->experts,
+                       MSR_GPT_MAX_EXPERTS);
+    }
+    if (m->top_k < 1 || m->top_k > m->experts) {
+        return msr_err(MSR_ERR_CONFIG, "top-k %d is not in [1, %d experts]", m->top_k, m->experts);
+    }
+    if (m->every < 1 || m->every > cfg->layers) {
+        return msr_err(MSR_ERR_CONFIG, "moe-every %d is not in [1, %d layers]", m->every,
+                       cfg->layers);
+    }
+    if (!(m->capacity_factor > 0.0 && m->capacity_factor <= 1e3) ||
+        !(m->aux_loss >= 0.0 && m->aux_loss <= 1e3)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "capacity factor %g (in (0, 1000]) or aux loss %g (in [0, 1000]) out of "
+                       "range",
+                       m->capacity_factor, m->aux_loss);
+    }
     return MSR_OK;
+}
+
+int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l)
+{
+    return cfg->moe.experts > 0 && cfg->moe.every > 0 && (l + 1) % cfg->moe.every == 0;
+}
+
+/* The parameters of block l of the whole model. */
+static size_t block_params(const msr_gpt_config_t *cfg, int l)
+{
+    size_t C = (size_t)cfg->channels, E = (size_t)cfg->moe.experts;
+    size_t attn = 4 * C * C + 8 * C;  /* ln1, qkv, attproj, ln2 */
+    if (msr_gpt_layer_is_moe(cfg, l)) /* the router; the experts are the MoE state's */
+        return attn + E * C;
+    return attn + 8 * C * C + 5 * C;
 }
 
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
 {
-    size_t C = (size_t)cfg->channels;
-    size_t block = 12 * C * C + 13 * C;
-    return (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C + (size_t)cfg->layers * block + 2 * C;
+    size_t C = (size_t)cfg->channels, n = (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C;
+    for (int l = 0; l < cfg->layers; l++)
+        n += block_params(cfg, l);
+    return n + 2 * C;
 }
 
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part)
@@ -280,7 +318,6 @@ static void build_layout(msr_gpt_t *m)
     int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, maxT = m->cfg.max_seq;
     const msr_gpt_part_t *pt = &m->part;
     size_t off = 0, fblock0 = (size_t)V * C + (size_t)maxT * C;
-    size_t fblock = 12 * (size_t)C * C + 13 * (size_t)C;
     char name[24];
     m->num_tensors = 0;
     m->num_segments = 0;
@@ -313,17 +350,28 @@ static void build_layout(msr_gpt_t *m)
         [MSR_GPT_FCPROJW] = {"fcprojw", C, 4 * C, 1, SPLIT_COLS, 1},
         [MSR_GPT_FCPROJB] = {"fcprojb", C, 0, 0, SPLIT_NONE, 1},
     };
+    const tensor_spec_t router = {"routerw", m->cfg.moe.experts, C, 1, SPLIT_NONE, 1};
+    size_t full_of[GPT_MAX_LAYERS + 1]; /* where block l starts in the whole model */
+    full_of[0] = fblock0;
+    for (int l = 0; l < L; l++)
+        full_of[l + 1] = full_of[l] + block_params(&m->cfg, l);
     for (int c = 0; c < pt->chunks; c++) {
         msr_gpt_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
                             &m->chunk_hi[c]);
         m->chunk_seg[c] = m->num_segments;
         for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
             msr_gpt_segment_t *s = open_segment(m, off, l, c);
-            size_t full = fblock0 + (size_t)l * fblock;
-            for (int k = 0; k < MSR_GPT_BLOCK_TENSORS; k++) {
+            size_t full = full_of[l];
+            int moe = msr_gpt_layer_is_moe(&m->cfg, l);
+            for (int k = 0; k < (moe ? MSR_GPT_FCW : MSR_GPT_BLOCK_TENSORS); k++) {
                 snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
                 add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
                 full += spec_count(&block[k]);
+            }
+            if (moe) { /* the router (the experts are the MoE state's) */
+                snprintf(name, sizeof name, "h%d.routerw", l);
+                add_tensor(m, &off, m->num_segments - 1, name, &router, full);
+                full += spec_count(&router);
             }
             s->count = off - s->offset;
         }
@@ -333,7 +381,7 @@ static void build_layout(msr_gpt_t *m)
         m->seg_lnf = m->num_segments;
         msr_gpt_segment_t *s = open_segment(m, off, -1, pt->chunks - 1);
         tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1};
-        size_t full = fblock0 + (size_t)L * fblock;
+        size_t full = full_of[L];
         add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, full);
         add_tensor(m, &off, m->seg_lnf, "lnfb", &norm, full + (size_t)C);
         s->count = off - s->offset;
@@ -344,7 +392,7 @@ static void build_layout(msr_gpt_t *m)
 static tensor_init_t tensor_init(const msr_gpt_t *m, const msr_gpt_tensor_t *t)
 {
     tensor_init_t in = {0.0, 0.0f};
-    const char *kind = strchr(t->name, '.');
+    const char *kind = strrchr(t->name, '.');
     kind = kind != NULL ? kind + 1 : t->name;
     if (strcmp(kind, "wpe") == 0)
         in.std = 0.01;
@@ -376,12 +424,16 @@ void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t
 void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed)
 {
     msr_gpt_init_range(model, seed, 0, model->num_params, model->params);
+    if (model->moe != NULL)
+        msr_moe_init_params(model->moe, seed);
 }
 
 void msr_gpt_zero_grad(msr_gpt_t *model)
 {
     if (model->grads != NULL)
         memset(model->grads, 0, model->num_params * sizeof(float));
+    if (model->moe != NULL)
+        msr_moe_zero_grad(model->moe);
 }
 
 void msr_gpt_segment_reset(msr_gpt_t *model, int s)
@@ -413,6 +465,17 @@ void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
 {
     msr_gpt_block_point_tp(cfg, 1, base, p);
+}
+
+void msr_gpt_block_point_layer(const msr_gpt_config_t *cfg, int l, float *base,
+                               msr_gpt_block_params_t *p)
+{
+    msr_gpt_block_point_tp(cfg, 1, base, p);
+    p->routerw = p->experts = NULL;
+    if (!msr_gpt_layer_is_moe(cfg, l))
+        return;
+    p->routerw = p->fcw; /* the router takes the MLP's place after ln2b */
+    p->fcw = p->fcb = p->fcprojw = p->fcprojb = NULL;
 }
 
 /* ---- activations and work space ---- */
@@ -523,8 +586,8 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
     m->part.stage_layers = m->stage_layers;
     m->whole = part->tp == 1 && part->pp == 1;
     m->max_batch = max_batch;
-    m->tensors =
-        msr_calloc(4 + (size_t)MSR_GPT_BLOCK_TENSORS * (size_t)cfg->layers, sizeof *m->tensors);
+    size_t per_block = (size_t)MSR_GPT_BLOCK_TENSORS + 1;
+    m->tensors = msr_calloc(4 + per_block * (size_t)cfg->layers, sizeof *m->tensors);
     m->segments = msr_calloc((size_t)cfg->layers + 2, sizeof *m->segments);
     m->acts.blocks = msr_calloc((size_t)cfg->layers, sizeof *m->acts.blocks);
     if (m->tensors == NULL || m->segments == NULL || m->acts.blocks == NULL)
@@ -546,6 +609,13 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
 
     if (alloc_acts(m) != MSR_OK)
         goto err_free;
+    if (cfg->moe.experts > 0) {
+        msr_status_t st = msr_moe_create(cfg, max_batch * cfg->max_seq, &m->moe);
+        if (st != MSR_OK) {
+            msr_gpt_destroy(m);
+            return st;
+        }
+    }
     *model_p = m;
     return MSR_OK;
 
@@ -582,6 +652,7 @@ void msr_gpt_destroy(msr_gpt_t *model)
 {
     if (model == NULL)
         return;
+    msr_moe_destroy(model->moe);
     msr_free(model->stage_layers);
     msr_free(model->inputs);
     msr_free(model->targets);
@@ -658,21 +729,65 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
     };
 }
 
-/* Block l on in (B,T,C), or its backward (dres: see msr_block_backward). */
+/* A MoE block: attention as any block's, then res3 = res2 + moe(ln2(res2))
+ * (parallel/moe.h); *aux_p += its load-balancing loss. */
+static msr_status_t moe_forward(msr_gpt_t *model, int l, const msr_block_t *b,
+                                const msr_gpt_block_params_t *p, const float *in, double *aux_p)
+{
+    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
+    int N = (int)b->N, C = b->C;
+    double aux;
+    msr_status_t st = msr_block_attn_forward(b, p, a, in);
+    if (st != MSR_OK)
+        return st;
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+    if ((st = msr_moe_forward(model->moe, l, p, a->ln2, N, model->acts.proj, &aux)) != MSR_OK)
+        return st;
+    msr_residual_forward(a->res3, a->res2, model->acts.proj, (size_t)N * C);
+    *aux_p += aux;
+    return MSR_OK;
+}
+
+/* Its backward: dres (the gradient of res3) becomes that of in. */
+static msr_status_t moe_backward(msr_gpt_t *model, int l, const msr_block_t *b,
+                                 const msr_gpt_block_params_t *p, const msr_gpt_block_params_t *g,
+                                 const float *in, float *dres, float aux_weight)
+{
+    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
+    int N = (int)b->N, C = b->C;
+    memset(b->dln, 0, (size_t)N * C * sizeof(float));
+    msr_status_t st = msr_moe_backward(model->moe, l, p, g, a->ln2, dres, b->dln, aux_weight);
+    if (st != MSR_OK)
+        return st;
+    msr_layernorm_backward(dres, g->ln2w, g->ln2b, b->dln, a->res2, p->ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C);
+    return msr_block_attn_backward(b, p, g, a, in, dres);
+}
+
+/* Block l on in (B,T,C) (*aux_p += a MoE block's load-balancing loss), or
+ * its backward (dres: see msr_block_backward; aux_weight: the gradient of
+ * that loss). */
 static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *dres, int B, int T,
-                               const msr_gpt_hooks_t *hooks)
+                               const msr_gpt_hooks_t *hooks, double *aux_p, float aux_weight)
 {
     block_poll_t bp = {hooks, model};
     msr_block_comm_t comm = {&bp, NULL, NULL, block_poll};
     msr_block_t b;
     whole_block(model, B, T, &comm, &b);
     const msr_gpt_segment_t *s = &model->segments[1 + l];
+    int moe = msr_gpt_layer_is_moe(&model->cfg, l);
     msr_gpt_block_params_t p, g;
-    msr_gpt_block_point(&model->cfg, s->params, &p);
+    msr_gpt_block_point_layer(&model->cfg, l, s->params, &p);
+    if (moe)
+        p.experts = msr_moe_block_params(model->moe, l, 0);
     if (dres == NULL)
-        return msr_block_forward(&b, &p, &model->acts.blocks[l], in);
-    msr_gpt_block_point(&model->cfg, s->grads, &g);
-    return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
+        return moe ? moe_forward(model, l, &b, &p, in, aux_p)
+                   : msr_block_forward(&b, &p, &model->acts.blocks[l], in);
+    msr_gpt_block_point_layer(&model->cfg, l, s->grads, &g);
+    if (moe)
+        g.experts = msr_moe_block_params(model->moe, l, 1);
+    return moe ? moe_backward(model, l, &b, &p, &g, in, dres, aux_weight)
+               : msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
@@ -720,10 +835,11 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 
     /* the blocks, each reading the previous one's output */
     const float *x = acts->encoded; /* (B,T,C) */
+    double aux = 0.0;               /* the MoE blocks' load-balancing losses */
     for (int l = 0; l < L; l++) {
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        if ((st = block_pass(model, l, x, NULL, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, x, NULL, B, T, hooks, &aux, 0.0f)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
@@ -756,7 +872,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     memcpy(model->targets, targets, (size_t)N * sizeof(int));
     model->B = B;
     model->T = T;
-    *loss_p = sum / N;
+    *loss_p = sum / N + aux;
     return MSR_OK;
 }
 
@@ -805,7 +921,7 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3; /* (B,T,C) */
         if ((st = hook_acquire(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
-        if ((st = block_pass(model, l, in, w->dres, B, T, hooks)) != MSR_OK)
+        if ((st = block_pass(model, l, in, w->dres, B, T, hooks, NULL, dloss * (float)N)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 1 + l, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;

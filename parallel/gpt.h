@@ -36,6 +36,20 @@
 
 #include "msrun/base.h"
 
+/* Mixture-of-Experts (parallel/moe.h, docs/model.md "Mixture-of-Experts"):
+ * every `every`-th block (layers every-1, 2*every-1, ...) has, in place of
+ * its MLP, `experts` MLPs of the dense one's shape behind a softmax router.
+ * experts == 0: a dense model (the rest is then ignored). */
+typedef struct msr_gpt_moe {
+    int experts;            /* E: 0 (dense) or 1..MSR_GPT_MAX_EXPERTS */
+    int top_k;              /* K: experts each token goes to, 1..E */
+    int every;              /* N: every N-th block is MoE (1: all) */
+    double capacity_factor; /* F: capacity = ceil(F * tokens * K / E) per micro-batch */
+    double aux_loss;        /* A: weight of the load-balancing loss (0: none) */
+} msr_gpt_moe_t;
+
+#define MSR_GPT_MAX_EXPERTS 1024
+
 /* The model's shape. */
 typedef struct msr_gpt_config {
     int vocab;    /* V: 256, bytes as tokens */
@@ -43,7 +57,11 @@ typedef struct msr_gpt_config {
     int layers;   /* L: transformer blocks */
     int heads;    /* NH: attention heads; C % NH == 0 */
     int channels; /* C: the width of the residual stream */
+    msr_gpt_moe_t moe;
 } msr_gpt_config_t;
+
+/* Whether block l of cfg is a Mixture-of-Experts block. */
+int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l);
 
 #define MSR_GPT_VOCAB 256
 
@@ -119,15 +137,22 @@ int msr_gpt_split_is_even(int layers, int n, const int *split);
  * does); returns what snprintf would. */
 int msr_gpt_split_format(const int *split, int n, char *buf, size_t len);
 
-/* Checks a shape: every size positive and bounded, C divisible by NH.
+/* Checks a shape: every size positive and bounded, C divisible by NH, and
+ * a MoE setting (when experts > 0) in range: 1 <= K <= E, every >= 1,
+ * capacity factor > 0, aux loss >= 0.
  * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
 
-/* The number of parameters of a shape: V*C + maxT*C + L*(12C^2 + 13C) + 2C. */
+/* The number of parameters of a shape in the flat buffers: V*C + maxT*C +
+ * L*(12C^2 + 13C) + 2C for a dense model; a MoE block holds its router, E*C,
+ * in place of the MLP's 8C^2 + 5C (its experts are the MoE state's,
+ * parallel/moe.h: msr_moe_num_params). */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
 
-/* The parameter tensors of a block, in their flat-buffer order. */
+/* The parameter tensors of a block, in their flat-buffer order. A MoE
+ * block has the first eight, then routerw (E, C), named "h<l>.routerw";
+ * its experts are not in the flat buffers (parallel/moe.h). */
 typedef enum msr_gpt_block_tensor {
     MSR_GPT_LN1W,
     MSR_GPT_LN1B,
@@ -192,6 +217,10 @@ typedef struct msr_gpt_block_params {
     float *fcb;      /* (4C) */
     float *fcprojw;  /* (C, 4C) */
     float *fcprojb;  /* (C) */
+    /* a MoE block: the router and the experts (fc* above are NULL) */
+    float *routerw; /* (E, C) */
+    float *experts; /* E/ep x [fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)],
+                     * the MoE state's store (msr_moe_block_params) */
 } msr_gpt_block_params_t;
 
 /* One block's activations, kept from forward for backward. N = B*T. */
@@ -258,6 +287,8 @@ void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t 
 void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
                         msr_gpt_work_t *work);
 
+typedef struct msr_moe msr_moe_t; /* parallel/moe.h */
+
 typedef struct msr_gpt {
     msr_gpt_config_t cfg; /* the whole model's shape */
     msr_gpt_part_t part;  /* what this model holds of it */
@@ -290,6 +321,8 @@ typedef struct msr_gpt {
     int *inputs;  /* (B, T) */
     int *targets; /* (B, T) */
     int B, T;     /* 0, 0 until a forward with targets ran */
+
+    msr_moe_t *moe; /* the MoE blocks' routing and experts' work (NULL: dense) */
 } msr_gpt_t;
 
 /* Creates a model of shape cfg whose activations hold up to max_batch
@@ -318,8 +351,12 @@ msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part
 void msr_gpt_destroy(msr_gpt_t *model);
 
 /* Points p at the block parameters inside a segment base (a block segment's
- * params or grads). */
+ * params or grads) of a dense block. */
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p);
+/* The same for block l, dense or MoE (experts NULL: they are the MoE
+ * state's). */
+void msr_gpt_block_point_layer(const msr_gpt_config_t *cfg, int l, float *base,
+                               msr_gpt_block_params_t *p);
 /* The same for a tensor-parallel rank's block (tp = 1: the whole block):
  * qkvw (3C/tp, C), qkvb (3C/tp), attprojw (C, C/tp), fcw (4C/tp, C), fcb
  * (4C/tp), fcprojw (C, 4C/tp); the rest as above. */
@@ -334,11 +371,12 @@ void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
  * index in the whole model, so every split starts from the same model. */
 void msr_gpt_init_range(const msr_gpt_t *model, uint64_t seed, size_t lo, size_t hi, float *dst);
 
-/* msr_gpt_init_range over the whole flat buffer (which must exist). */
+/* msr_gpt_init_range over the whole flat buffer (which must exist), and
+ * the MoE state's experts (msr_moe_init_params). */
 void msr_gpt_init_params(msr_gpt_t *model, uint64_t seed);
 
-/* Sets every gradient to zero (the flat buffer, if any; segments pointed
- * elsewhere are the hook's business). */
+/* Sets every gradient to zero (the flat buffer, if any, and the MoE
+ * state's experts; segments pointed elsewhere are the hook's business). */
 void msr_gpt_zero_grad(msr_gpt_t *model);
 
 /* Points segment s back at the model's flat buffers (NULL for one left
@@ -380,16 +418,20 @@ typedef struct msr_gpt_hooks {
 /* Runs the whole model on inputs (B,T) (tokens in [0, V)), B <= max_batch, T <=
  * maxT (MSR_ERR_STATE for a part). With targets (B,T), also computes the per-token losses and
  * writes their mean (summed in double) to *loss_p, and keeps what backward needs; with targets ==
- * NULL, computes only acts.logits (B,T,V) and leaves *loss_p alone. hooks may be NULL. Errors:
- * MSR_ERR_INVALID_ARG (sizes, a token out of range; logged), or a hook's status. */
+ * NULL, computes only acts.logits (B,T,V) and leaves *loss_p alone. hooks may be NULL. A MoE
+ * model's loss is that mean plus the MoE blocks' load-balancing losses (parallel/moe.h). Errors:
+ * MSR_ERR_INVALID_ARG (sizes, a token out of range; logged), a hook's status, or (expert
+ * parallel) the communicator's. */
 msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *targets, int B, int T,
                              const msr_gpt_hooks_t *hooks, double *loss_p);
 
 /* Adds to the gradients (+=) the gradient of dloss * (sum of the last
  * forward's token losses): dloss = 1 / (B*T) gives the gradient of that
  * micro-batch's mean loss, 1 / (tokens of the whole step) the share of one
- * micro-batch in the step's mean. Calls the hooks as described above.
- * Errors: MSR_ERR_STATE (no forward with targets before), a hook's status. */
+ * micro-batch in the step's mean; a MoE block's load-balancing loss gets
+ * the weight dloss * B * T (its share of the step's mean of micro-batch
+ * losses). Calls the hooks as described above. Errors: MSR_ERR_STATE (no
+ * forward with targets before), a hook's status, the communicator's. */
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks);
 
 #endif

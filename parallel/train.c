@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "parallel/moe.h"
 
 void msr_train_config_defaults(msr_train_config_t *cfg)
 {
@@ -21,6 +22,7 @@ void msr_train_config_defaults(msr_train_config_t *cfg)
         .overlap = 1,
     };
     cfg->tp = cfg->pp = cfg->cp = 1;
+    cfg->ep = 1;
     cfg->mp = (msr_mp_config_t){.schedule = MSR_MP_1F1B, .chunks = 1};
 }
 
@@ -77,6 +79,26 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
         return msr_err(MSR_ERR_CONFIG, "tp %d, pp %d and cp %d must be at least 1", cfg->tp,
                        cfg->pp, cfg->cp);
     }
+    int E = cfg->model.moe.experts, ep = cfg->ep > 1 ? cfg->ep : 1; /* 0: none, as 1 */
+    if (cfg->ep < 0 || (ep > 1 && E == 0)) {
+        return msr_err(MSR_ERR_CONFIG, "ep %d: expert parallel needs at least 1 and a MoE model",
+                       cfg->ep);
+    }
+    if (E > 0 && E % ep != 0) {
+        return msr_err(MSR_ERR_CONFIG, "%d experts do not divide among ep %d ranks", E, ep);
+    }
+    if (cfg->dp % ep != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "ep %d does not divide dp %d: the expert-parallel groups are cut from the "
+                       "data-parallel group",
+                       ep, cfg->dp);
+    }
+    if (E > 0 && msr_train_uses_mp(cfg)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "MoE runs with data and expert parallel only: not with tp, pp, cp, sp, "
+                       "virtual stages, recompute or the trace (the model-parallel runtime has "
+                       "no MoE block)");
+    }
     if (msr_train_uses_mp(cfg)) {
         msr_mp_config_t m = mp_config(cfg);
         if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp) != MSR_OK)
@@ -85,6 +107,118 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
         if (msr_gpt_split_check(cfg->model.layers, 1, cfg->mp.stage_layers, 1) != MSR_OK)
             return MSR_ERR_CONFIG;
     }
+    return MSR_OK;
+}
+
+/* The experts of a MoE model: dp ranks [k * ep, (k + 1) * ep) share their
+ * work (the ep group), the dp ranks of one ep index hold the same experts
+ * and sum their gradients (the replica group), and the experts get their
+ * own optimizer: over the whole store at ZeRO 0, else over this rank's
+ * block of it in the replica group (ZeRO-1 for the experts: gradients
+ * reduce-scattered, the block updated, the parameters all-gathered). */
+static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
+{
+    int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
+    msr_moe_t *moe = tr->model->moe;
+    msr_status_t st;
+    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK) {
+        MSR_ERROR("train: the expert-parallel group of ep %d: %s: %s", ep, msr_status_str(st),
+                  msr_last_error());
+        return st;
+    }
+    if (tr->cfg.dp > ep && (st = msr_comm_split(comm, rank % ep, rank, &tr->rep_comm)) != MSR_OK) {
+        MSR_ERROR("train: the group of the ranks holding the same experts: %s: %s",
+                  msr_status_str(st), msr_last_error());
+        return st;
+    }
+    if ((st = msr_moe_set_ep(moe, tr->ep_comm)) != MSR_OK)
+        return st;
+    msr_moe_init_params(moe, tr->cfg.seed);
+    size_t count = msr_moe_count(moe);
+    tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
+    tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
+    tr->eshard_lo = 0;
+    tr->eshard_hi = count;
+    if (tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+        tr->eblk = (count + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
+        tr->eshard_lo = MSR_MIN(count, (size_t)tr->rep_rank * tr->eblk);
+        tr->eshard_hi = MSR_MIN(count, tr->eshard_lo + tr->eblk);
+        if ((tr->escratch = msr_calloc(tr->eblk * (size_t)tr->rep_size, sizeof(float))) == NULL)
+            return MSR_ERR_NO_MEMORY;
+    }
+    int n;
+    const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
+    msr_adamw_range_t own = {tr->eshard_lo, tr->eshard_hi};
+    return msr_adamw_create_ranges(&tr->cfg.adamw, t, n, &own, own.lo < own.hi, &tr->eopt);
+}
+
+/* This rank's block of the experts' gradients, after experts_reduce (the
+ * optimizer's shard space). */
+static float *expert_grad_shard(msr_trainer_t *tr)
+{
+    return tr->escratch != NULL ? tr->escratch + (size_t)tr->rep_rank * tr->eblk
+                                : msr_moe_grads(tr->model->moe);
+}
+
+/* ZeRO-1 for the experts, after the update: every replica gets the others'
+ * blocks of the parameters. */
+static msr_status_t experts_gather(msr_trainer_t *tr)
+{
+    if (tr->escratch == NULL)
+        return MSR_OK;
+    float *p = msr_moe_params(tr->model->moe);
+    float *mine = tr->escratch + (size_t)tr->rep_rank * tr->eblk;
+    memcpy(mine, p + tr->eshard_lo, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    msr_status_t st =
+        msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->escratch, tr->eblk, MSR_DTYPE_F32);
+    if (st != MSR_OK) {
+        MSR_ERROR("train: the allgather of the experts' parameters: %s: %s", msr_status_str(st),
+                  msr_last_error());
+        return st;
+    }
+    memcpy(p, tr->escratch, msr_moe_count(tr->model->moe) * sizeof(float));
+    return MSR_OK;
+}
+
+/* After a step's backward: the experts' gradients summed over the ranks
+ * that hold them, and their squared norm handed to the data-parallel
+ * update (counted by the first replica of each expert only). */
+static msr_status_t experts_reduce(msr_trainer_t *tr)
+{
+    msr_moe_t *moe = tr->model->moe;
+    float *g = msr_moe_grads(moe);
+    size_t n = msr_moe_count(moe);
+    if (tr->escratch != NULL) { /* ZeRO: each replica gets its block's sum */
+        memcpy(tr->escratch, g, n * sizeof(float));
+        memset(tr->escratch + n, 0, (tr->eblk * (size_t)tr->rep_size - n) * sizeof(float));
+        float *mine = expert_grad_shard(tr);
+        msr_status_t st = msr_comm_reduce_scatter(tr->rep_comm, tr->escratch, mine, tr->eblk,
+                                                  MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK) {
+            MSR_ERROR("train: the reduce-scatter of %zu expert gradients: %s: %s", n,
+                      msr_status_str(st), msr_last_error());
+            return st;
+        }
+        double sumsq = 0.0; /* every element in exactly one replica's block */
+        for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
+            sumsq += (double)mine[i] * mine[i];
+        tr->dp->extra_sumsq = sumsq;
+        return MSR_OK;
+    }
+    if (tr->rep_comm != NULL) {
+        msr_status_t st =
+            msr_comm_allreduce(tr->rep_comm, MSR_IN_PLACE, g, n, MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK) {
+            MSR_ERROR("train: the allreduce of %zu expert gradients: %s: %s", n, msr_status_str(st),
+                      msr_last_error());
+            return st;
+        }
+    }
+    double sumsq = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sumsq += (double)g[i] * g[i];
+    int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
+    tr->dp->extra_sumsq = tr->cfg.dp_rank < ep ? sumsq : 0.0;
     return MSR_OK;
 }
 
@@ -121,6 +255,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
         goto err_free;
     st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st != MSR_OK)
+        goto err_free;
+    if (tr->model->moe != NULL && (st = experts_create(tr, comm, rank)) != MSR_OK)
         goto err_free;
     *tr_p = tr;
     return MSR_OK;
@@ -199,6 +335,10 @@ void msr_trainer_destroy(msr_trainer_t *tr)
     if (tr == NULL)
         return;
     msr_mp_destroy(tr->mp);
+    msr_adamw_destroy(tr->eopt);
+    msr_free(tr->escratch);
+    msr_comm_destroy(tr->rep_comm);
+    msr_comm_destroy(tr->ep_comm);
     msr_dp_destroy(tr->dp);
     msr_gpt_destroy(tr->model);
     msr_free(tr->targets);
@@ -225,6 +365,8 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     msr_status_t st;
 
     double loss_sum = 0.0;
+    if (model->moe != NULL)
+        msr_moe_zero_grad(model->moe);
     if (tr->mp != NULL) {
         size_t N = (size_t)B * (size_t)T;
         for (int m = 0; m < c->grad_accum; m++) {
@@ -257,7 +399,15 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     }
     double total, norm;
     uint64_t u0 = msr_now_ns();
-    st = msr_dp_update(dp, msr_trainer_lr(tr, tr->step), c->grad_clip, loss_sum, &total, &norm);
+    if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
+        return st;
+    float lr = msr_trainer_lr(tr, tr->step);
+    st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
+    if (st == MSR_OK && model->moe != NULL) {
+        msr_adamw_update(tr->eopt, msr_moe_params(model->moe) + tr->eshard_lo,
+                         expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));
+        st = experts_gather(tr);
+    }
     if (st == MSR_OK && tr->mp != NULL) {
         st = msr_mp_sync_tied(tr->mp);
         msr_mp_span_update(tr->mp, u0, msr_now_ns());
@@ -271,20 +421,91 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     return MSR_OK;
 }
 
+msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)
+{
+    msr_moe_t *moe = tr->model->moe;
+    if (moe == NULL) {
+        MSR_ERROR("train: router statistics of a dense model");
+        return MSR_ERR_STATE;
+    }
+    int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(moe);
+    for (int i = 0; i < n; i++) {
+        const msr_moe_stats_t *s = msr_moe_stats(moe, i);
+        int64_t *o = out + (size_t)i * (size_t)(E + 2);
+        o[0] = s->tokens;
+        o[1] = s->dropped;
+        memcpy(o + 2, s->load, (size_t)E * sizeof *o);
+    }
+    msr_moe_stats_reset(moe);
+    if (tr->dp->comm == NULL)
+        return MSR_OK;
+    msr_status_t st =
+        msr_comm_allreduce(tr->dp->comm, MSR_IN_PLACE, out, (uint64_t)n * (uint64_t)(E + 2),
+                           MSR_DTYPE_I64, MSR_OP_SUM);
+    if (st != MSR_OK)
+        MSR_ERROR("train: summing the router statistics: %s: %s", msr_status_str(st),
+                  msr_last_error());
+    return st;
+}
+
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
 {
     return msr_dp_gather_params(tr->dp, out);
 }
 
+/* The checkpoint's element count: the flat buffers', then the whole
+ * model's experts. */
+static size_t total_params(const msr_trainer_t *tr)
+{
+    return tr->model->num_params + msr_moe_num_params(&tr->cfg.model);
+}
+
+/* The MoE blocks whose experts a payload holds after the flat pieces. */
+static int expert_ranges(const msr_trainer_t *tr)
+{
+    return tr->model->moe != NULL ? msr_moe_blocks(tr->model->moe) : 0;
+}
+
+/* Range k of the experts this rank saves, in the checkpoint's numbering:
+ * MoE block k's part of the optimizer's shard of the store (all of the
+ * block's at ZeRO 0), with their parameters and moments; n = 0 when the
+ * shard has none of block k. */
+static msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
+{
+    msr_moe_t *moe = tr->model->moe;
+    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
+    size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
+    size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
+    if (lo >= hi)
+        return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
+    size_t s = lo - tr->eshard_lo;
+    return (msr_tckpt_range_t){tr->model->num_params + msr_moe_global_lo(moe, k) + (lo - k * per),
+                               hi - lo, msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
+}
+
+/* The non-empty ranges of expert_range into r (room for expert_ranges);
+ * returns their number. */
+static int expert_pieces(msr_trainer_t *tr, msr_tckpt_range_t *r)
+{
+    int n = 0;
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t x = expert_range(tr, k);
+        if (x.n > 0)
+            r[n++] = x;
+    }
+    return n;
+}
+
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
-    int n = msr_dp_num_owned(tr->dp);
+    int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
     msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
     if (r == NULL) {
         MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
         return MSR_ERR_NO_MEMORY;
     }
-    for (int k = 0; k < n; k++) {
+    n = n0 + expert_pieces(tr, r + n0);
+    for (int k = 0; k < n0; k++) {
         msr_dp_piece_t p;
         msr_dp_owned(tr->dp, k, &p);
         r[k] = (msr_tckpt_range_t){p.lo, p.n, p.params, p.m, p.v};
@@ -294,7 +515,7 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
         .adam_t = tr->dp->opt->t,
         .data_seed = tr->sampler.seed,
         .data_position = tr->sampler.position,
-        .num_params = tr->model->num_params,
+        .num_params = total_params(tr),
         .rank = (uint32_t)tr->dp->rank, /* in the replica group (dp x cp) */
         .world = (uint32_t)tr->dp->size,
         .zero = (uint32_t)tr->cfg.par.zero,
@@ -336,11 +557,21 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
 }
 
 /* Whether p holds exactly the pieces this rank owns. */
-static int same_layout(const msr_trainer_t *tr, const payload_t *p)
+static int same_layout(msr_trainer_t *tr, const payload_t *p)
 {
-    if ((int)p->n != msr_dp_num_owned(tr->dp))
+    int n0 = msr_dp_num_owned(tr->dp), ne = 0;
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k);
+        if (mine.n == 0)
+            continue;
+        if (n0 + ne >= (int)p->n || mine.lo != p->ranges[n0 + ne].lo ||
+            mine.n != p->ranges[n0 + ne].n)
+            return 0;
+        ne++;
+    }
+    if ((int)p->n != n0 + ne)
         return 0;
-    for (uint32_t k = 0; k < p->n; k++) {
+    for (uint32_t k = 0; k < (uint32_t)n0; k++) {
         msr_dp_piece_t mine;
         msr_dp_owned(tr->dp, (int)k, &mine);
         if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
@@ -349,10 +580,36 @@ static int same_layout(const msr_trainer_t *tr, const payload_t *p)
     return 1;
 }
 
-static void payload_apply(msr_trainer_t *tr, const payload_t *p)
+/* Copies the part of saved range r that this rank saves itself (its
+ * optimizer's shard of the experts: parameters and moments), marking it in
+ * cover (one flag per shard element). The other replicas' blocks of the
+ * parameters come with experts_gather. */
+static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
+{
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k);
+        size_t lo = MSR_MAX(mine.lo, r->lo), hi = MSR_MIN(mine.lo + mine.n, r->lo + r->n);
+        if (mine.n == 0 || lo >= hi)
+            continue;
+        size_t at = (size_t)(mine.m - tr->eopt->m) + (lo - mine.lo); /* in the shard */
+        size_t from = lo - r->lo, n = hi - lo;
+        memcpy(msr_moe_params(tr->model->moe) + tr->eshard_lo + at, r->params + from,
+               n * sizeof(float));
+        memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
+        memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
+        memset(cover + at, 1, n);
+    }
+}
+
+static void payload_apply(msr_trainer_t *tr, const payload_t *p, uint8_t *cover)
 {
     for (uint32_t k = 0; k < p->n; k++) {
         const msr_tckpt_range_t *r = &p->ranges[k];
+        if (r->lo >= tr->model->num_params) {
+            if (cover != NULL)
+                experts_load(tr, r, cover);
+            continue;
+        }
         msr_dp_piece_t piece = {r->lo, r->n, r->params, r->m, r->v};
         msr_dp_load_piece(tr->dp, &piece);
     }
@@ -402,7 +659,7 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     int32_t agree[3] = {st == MSR_OK, 0, 0};
     msr_status_t fetch_st = st;
     if (st == MSR_OK) {
-        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == tr->model->num_params &&
+        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == total_params(tr) &&
                    p0.h.world == (uint32_t)world;
         agree[2] = world == tr->dp->size && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
         if (!agree[1]) {
@@ -410,8 +667,8 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                       (unsigned long long)p0.h.step);
             MSR_ERROR("train:   checkpoint: %s (%llu parameters, %u ranks)", p0.h.meta,
                       (unsigned long long)p0.h.num_params, p0.h.world);
-            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta,
-                      tr->model->num_params, world);
+            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta, total_params(tr),
+                      world);
         }
     }
     if (dp->comm != NULL) {
@@ -461,8 +718,12 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     }
     /* whatever fails here, every rank still reaches load_end, which agrees */
     msr_status_t read_st = msr_dp_load_begin(dp);
+    size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
+    uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
+    if (read_st == MSR_OK && ecount > 0 && cover == NULL)
+        read_st = MSR_ERR_NO_MEMORY;
     if (read_st == MSR_OK)
-        payload_apply(tr, &p0);
+        payload_apply(tr, &p0, cover);
     for (int r = 0; r < world && !agree[2] && read_st == MSR_OK; r++) {
         if (r == first)
             continue;
@@ -473,17 +734,28 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                       r);
             read_st = MSR_ERR_CORRUPT;
         } else {
-            payload_apply(tr, &p);
+            payload_apply(tr, &p, cover);
         }
         payload_free(&p);
     }
+    for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
+        if (!cover[i]) {
+            MSR_ERROR("train: the checkpoint lacks expert element %zu of this rank's", i);
+            read_st = MSR_ERR_CORRUPT;
+        }
+    }
+    msr_free(cover);
     st = msr_dp_load_end(dp, agree[2], read_st != MSR_OK);
     if (st != MSR_OK) {
         if (read_st != MSR_OK)
             st = read_st;
         goto err_p0;
     }
+    if (tr->model->moe != NULL && (st = experts_gather(tr)) != MSR_OK)
+        goto err_p0;
     dp->opt->t = p0.h.adam_t;
+    if (tr->eopt != NULL)
+        tr->eopt->t = p0.h.adam_t;
     tr->sampler.seed = p0.h.data_seed;
     tr->sampler.position = p0.h.data_position;
     tr->step = p0.h.step;

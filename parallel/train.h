@@ -50,6 +50,12 @@ typedef struct msr_train_config {
     int tp, pp, cp;
     msr_mp_config_t mp;
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
+    /* expert parallel (parallel/moe.h): the MoE blocks' experts are
+     * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
+     * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all. Needs
+     * model.moe.experts > 0 divisible by ep, ep dividing dp, and no model
+     * parallel (tp = pp = 1, nothing that runs through parallel/mp.h) */
+    int ep;
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,
@@ -73,6 +79,19 @@ typedef struct msr_trainer {
     double last_grad_norm;     /* before clipping, of the last step */
     const msr_mesh_t *mesh;    /* borrowed; NULL: data parallel only */
     msr_mp_t *mp;              /* model parallel; NULL: the whole model */
+    msr_comm_t *ep_comm;       /* the expert-parallel group (owned); NULL: ep 1 */
+    /* the dp ranks with this rank's ep index, which hold the same experts
+     * and reduce their gradients (owned; NULL: dp = ep), and the experts'
+     * optimizer (NULL: a dense model) */
+    msr_comm_t *rep_comm;
+    int rep_rank, rep_size; /* in the replica group */
+    msr_adamw_t *eopt;
+    /* the store elements [eshard_lo, eshard_hi) the experts' optimizer
+     * updates here: all at ZeRO 0; under ZeRO >= 1 this rank's block of
+     * eblk elements in the replica group, reduced and gathered through
+     * escratch (eblk * rep_size floats) */
+    size_t eshard_lo, eshard_hi, eblk;
+    float *escratch;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -109,11 +128,21 @@ float msr_trainer_lr(const msr_trainer_t *tr, uint64_t step);
  * communicator. Errors: the model's and the communicator's. */
 msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
 
+/* The MoE router's choices since the last call, summed over the
+ * data-parallel group, then reset: for each MoE block i, out[i * (E + 2)
+ * ..] = tokens routed, choices dropped for capacity, and each expert's
+ * kept choices (E). out holds msr_moe_blocks * (E + 2) entries. Collective
+ * over the data-parallel group. Errors: MSR_ERR_STATE (a dense model), the
+ * communicator's. */
+msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
+
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 
 /* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
- * elements it owns with their parameters and moments, AdamW's step count,
+ * elements it owns with their parameters and moments (a MoE model's
+ * experts after them: the experts this rank holds, at P + their index in
+ * the whole model's expert numbering, parallel/moe.h), AdamW's step count,
  * the sampler, and meta, the text a resume must match (the settings that
  * decide the numbers: shape, global batch, seed, hyperparameters, data).
  * *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,

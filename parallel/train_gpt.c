@@ -28,6 +28,7 @@
 #include "base/util.h"
 #include "msrun/msrun.h"
 #include "parallel/data.h"
+#include "parallel/moe.h"
 #include "parallel/train.h"
 #include "parallel/train_gpt.h"
 #ifdef MSR_HAVE_CUDA_TRAIN
@@ -68,6 +69,16 @@ static const opt_spec_t specs[] = {
     OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
     OPT("cp", OPT_INT, cp, 1, 1 << 20,
         "context-parallel degree: the sequence in 2 x cp chunks, ring attention (1)"),
+    OPT("experts", OPT_INT, experts, 0, MSR_GPT_MAX_EXPERTS,
+        "Mixture-of-Experts: experts in each MoE block's MLP, 0 = a dense model (0)"),
+    OPT("top-k", OPT_INT, top_k, 1, MSR_GPT_MAX_EXPERTS, "experts each token goes to (2)"),
+    OPT("moe-every", OPT_INT, moe_every, 1, 1024, "every N-th block is a MoE block (1)"),
+    OPT("capacity-factor", OPT_REAL, capacity_factor, 1e-6, 1e3,
+        "an expert takes ceil(F x tokens x top-k / experts) of a micro-batch's tokens (1.25)"),
+    OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
+    OPT("ep", OPT_INT, ep, 1, 1 << 20,
+        "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
+        "group (1)"),
     OPT("sp", OPT_FLAG, sp, 0, 0,
         "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT("schedule", OPT_TEXT, schedule, 0, 0,
@@ -304,6 +315,11 @@ static int check_combination(options_t *o, int world, int in_job)
         fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
         return -1;
     }
+    if (strcmp(o->device, "cuda") == 0 && (o->experts > 0 || o->ep > 1)) {
+        fprintf(stderr, "train_gpt: --device cuda has no MoE blocks: --experts and --ep are for "
+                        "--device cpu only\n");
+        return -1;
+    }
     if (strcmp(o->device, "cuda") == 0) {
 #ifndef MSR_HAVE_CUDA_TRAIN
         fprintf(stderr, "train_gpt: --device cuda: this build has no CUDA training path "
@@ -381,6 +397,14 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0 && tr->model->moe != NULL)
+        fprintf(stderr,
+                "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
+                "blocks, %zu expert parameters, %zu on each rank; ep %d\n",
+                cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
+                cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
+                msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
+                cfg->ep > 1 ? cfg->ep : 1);
     if (job->rank == 0 && use_mp)
         fprintf(stderr,
                 "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
@@ -600,6 +624,11 @@ int main(int argc, char **argv)
         .pp = 1,
         .cp = 1,
         .virtual_stages = 1,
+        .top_k = 2,
+        .moe_every = 1,
+        .capacity_factor = 1.25,
+        .aux_loss = 0.01,
+        .ep = 1,
         .zero = 0,
         .bucket_mb = 25.0,
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
@@ -627,6 +656,11 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
+    if (o.experts > 0 && (o.plan || o.plan_all || o.explain > 0 || o.auto_plan)) {
+        fprintf(stderr, "train_gpt: the planner has no model of MoE blocks: --plan, --plan-all, "
+                        "--explain and --auto are for dense models\n");
+        goto out;
+    }
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL) {
         int done = 0;
@@ -675,6 +709,10 @@ int main(int argc, char **argv)
         .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
     };
     msr_train_config_defaults(&cfg);
+    if (o.experts > 0)
+        cfg.model.moe = (msr_gpt_moe_t){(int)o.experts, (int)o.top_k, (int)o.moe_every,
+                                        o.capacity_factor, o.aux_loss};
+    cfg.ep = (int)o.ep;
     cfg.par.zero = (int)o.zero;
     cfg.par.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
     cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;

@@ -16,6 +16,8 @@
 typedef struct options {
     int64_t layers, channels, heads, seq;
     int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, cp, zero;
+    int64_t experts, top_k, moe_every, ep; /* Mixture-of-Experts, expert parallel */
+    double capacity_factor, aux_loss;
     int sp;
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;
@@ -97,6 +99,11 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
  * step's global tokens. Returns the exit status. */
 int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
                   msr_comm_t *comm, uint64_t tokens, FILE *loss_log);
+
+/* --report with a MoE model, after each step: rank 0 prints each MoE
+ * block's routing over the step's global batch (tokens, dropped choices,
+ * each expert's load). Collective over the data-parallel group. */
+msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t step);
 
 /* --report: one line per rank, bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job);

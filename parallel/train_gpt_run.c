@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "parallel/ckpt.h"
+#include "parallel/moe.h"
 #include "parallel/train_gpt.h"
 
 static msr_status_t cpu_step(void *tr, double *loss_p)
@@ -63,6 +64,13 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
     if (cfg->cp > 1) { /* the shards are over dp x cp */
         size_t used = strlen(meta);
         snprintf(meta + used, len - used, "; cp %d", cfg->cp);
+    }
+    if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
+        const msr_gpt_moe_t *m = &cfg->model.moe;
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used,
+                 "; experts %d top-k %d moe-every %d capacity-factor %.9g aux-loss %.9g",
+                 m->experts, m->top_k, m->every, m->capacity_factor, m->aux_loss);
     }
     if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
         size_t used = strlen(meta);
@@ -257,6 +265,31 @@ static size_t work_bytes(const msr_trainer_t *tr)
     return model + 2 * N * sizeof(int);
 }
 
+msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t step)
+{
+    int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(tr->model->moe);
+    int64_t *s = msr_calloc((size_t)n * (size_t)(E + 2), sizeof *s);
+    if (s == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = msr_trainer_moe_stats(tr, s);
+    for (int i = 0; i < n && st == MSR_OK && job->rank == 0; i++) {
+        const int64_t *b = s + (size_t)i * (size_t)(E + 2);
+        char load[4096];
+        size_t used = 0;
+        load[0] = '\0';
+        for (int e = 0; e < E && used < sizeof load; e++)
+            used += (size_t)snprintf(load + used, sizeof load - used, "%s%lld", e > 0 ? " " : "",
+                                     (long long)b[2 + e]);
+        fprintf(stderr,
+                "train_gpt: moe step %llu block %d (layer %d): %lld tokens, %lld of %lld "
+                "choices dropped; load %s\n",
+                (unsigned long long)step, i, (i + 1) * tr->cfg.model.moe.every - 1, (long long)b[0],
+                (long long)b[1], (long long)b[0] * tr->cfg.model.moe.top_k, load);
+    }
+    msr_free(s);
+    return st;
+}
+
 /* One line per rank: bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
 {
@@ -275,6 +308,14 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
             1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
             1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
             work_bytes(tr), peak_rss_kib());
+    if (tr->model->moe != NULL) {
+        size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
+        fprintf(stderr,
+                "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
+                "%zu optim %zu bytes\n",
+                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
+                2 * (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    }
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
@@ -452,6 +493,9 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
         }
         if (job->rank == 0)
             print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
+        if (o->report && o->experts > 0 && t->cpu != NULL &&
+            train_gpt_moe_report(t->cpu, job, step) != MSR_OK)
+            return 1;
         int due = o->ckpt_dir != NULL &&
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
         if (due && save_checkpoint(t, job, o, meta) != MSR_OK)

@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/alloc.h"
+#include "parallel/moe.h"
 #include "parallel/train.h"
 #include "tests/runner.h"
 
@@ -384,7 +385,106 @@ static void test_alloc_failures(void)
     msr_dataset_destroy(ds);
 }
 
+/* A MoE trainer in one process (every block MoE, choices dropped): ZeRO
+ * 0 and 3 train alike; stopped at step 3 and restored, it goes on bitwise,
+ * experts and their moments included; a checkpoint without the experts is
+ * refused; expert parallel without a group to share is refused. */
+static void test_moe(void)
+{
+    msr_dataset_t *ds = corpus();
+    msr_train_config_t c = small_config(2, 2);
+    c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
+    const char *meta = "moe settings";
+    msr_trainer_t *a = make(&c, ds);
+    MSR_CHECK(a->model->moe != NULL && a->eopt != NULL);
+    double la[6], lb[6];
+    train(a, 3, la);
+    mem_ckpt_t ck = {{NULL}, {0}, 0};
+    MSR_CHECK_OK(msr_trainer_snapshot(a, meta, &ck.buf[0], &ck.len[0]));
+    train(a, 3, la + 3);
+
+    msr_train_config_t z3 = c;
+    z3.par.zero = 3;
+    z3.par.bucket_bytes = 4000;
+    msr_trainer_t *b = make(&z3, ds);
+    train(b, 6, lb);
+    for (int i = 0; i < 6; i++)
+        MSR_CHECK_MSG(fabs(la[i] - lb[i]) <= 1e-5 * la[i], "step %d: zero 0 %.9f, zero 3 %.9f",
+                      i + 1, la[i], lb[i]);
+    msr_trainer_destroy(b);
+
+    b = make(&c, ds);
+    MSR_CHECK_OK(msr_trainer_restore(b, meta, 1, fetch_mem, &ck));
+    MSR_CHECK_EQ(b->eopt->t, 3);
+    train(b, 3, lb + 3);
+    for (int i = 3; i < 6; i++)
+        MSR_CHECK_MSG(la[i] == lb[i], "step %d: %.9f uninterrupted, %.9f restored", i + 1, la[i],
+                      lb[i]);
+    size_t n = msr_moe_count(a->model->moe);
+    MSR_CHECK(memcmp(msr_moe_params(a->model->moe), msr_moe_params(b->model->moe),
+                     n * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(a->eopt->m, b->eopt->m, n * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(a->eopt->v, b->eopt->v, n * sizeof(float)) == 0);
+    msr_trainer_destroy(b);
+
+    /* the same checkpoint without its expert ranges */
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t nr;
+    MSR_CHECK_OK(msr_tckpt_decode(ck.buf[0], ck.len[0], "test", &h, &r, &nr));
+    uint32_t flat = 0;
+    while (flat < nr && r[flat].lo < a->model->num_params)
+        flat++;
+    MSR_CHECK(flat > 0 && flat < nr);
+    mem_ckpt_t cut = {{NULL}, {0}, 0};
+    MSR_CHECK_OK(msr_tckpt_encode(&h, r, flat, &cut.buf[0], &cut.len[0]));
+    b = make(&c, ds);
+    MSR_CHECK_STATUS(msr_trainer_restore(b, meta, 1, fetch_mem, &cut), MSR_ERR_CORRUPT);
+    msr_trainer_destroy(b);
+    msr_free(r);
+    msr_free(cut.buf[0]);
+    msr_free(ck.buf[0]);
+    msr_trainer_destroy(a);
+
+    msr_train_config_t bad = c;
+    bad.ep = 2; /* dp 1 */
+    MSR_CHECK_STATUS(msr_train_config_check(&bad, ds), MSR_ERR_CONFIG);
+    bad = c;
+    bad.tp = 2;
+    MSR_CHECK_STATUS(msr_train_config_check(&bad, ds), MSR_ERR_CONFIG);
+    msr_dataset_destroy(ds);
+}
+
+/* Every allocation of a MoE trainer and of two steps fails in turn. */
+static void test_moe_alloc_failures(void)
+{
+    msr_dataset_t *ds = corpus();
+    msr_train_config_t c = small_config(2, 2);
+    c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
+    c.par.zero = 2;
+    for (long i = 0;; i++) {
+        msr_trainer_t *tr = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_trainer_create(&c, ds, NULL, &tr);
+        double loss;
+        for (int k = 0; k < 2 && st == MSR_OK; k++)
+            st = msr_trainer_step(tr, &loss);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        msr_trainer_destroy(tr);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            MSR_CHECK(i > 20);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+    }
+    msr_dataset_destroy(ds);
+}
+
 static const msr_test_t tests[] = {
+    {"moe", test_moe, 60},
+    {"moe_alloc_failures", test_moe_alloc_failures, 60},
     {"accum_equivalence", test_accum_equivalence, 60},
     {"zero_alone", test_zero_alone, 60},
     {"memory_by_stage", test_memory_by_stage, 20},

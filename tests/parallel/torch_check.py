@@ -8,6 +8,13 @@ tensor within 1e-5 of that tensor's largest, and the final parameters within
 1e-5 relative (norm; the key bias, whose
 gradient is zero but for rounding, left out). Exits 1 on a mismatch, printing the worst numbers.
 
+A Mixture-of-Experts dump ("MSRGPTM1") adds the MoE blocks, written here
+from docs/model.md: softmax router, each token's top K (ties: the lower
+index), gate = the probability, capacity ceil(F * N * K / E) per
+micro-batch with slots handed out choice rank first, then token index,
+dropped choices adding nothing, and the load-balancing loss A * E * sum
+f_e * P_e of each micro-batch, averaged over the step's micro-batches.
+
 usage: torch_check.py DUMP
 """
 import math
@@ -18,13 +25,15 @@ import torch
 import torch.nn.functional as F
 
 TOL = 1e-5
+DROPPED = [0]  # choices dropped for capacity, counted by moe_mlp
 
 
 def read_dump(path):
     with open(path, "rb") as f:
         data = f.read()
-    if data[:8] != b"MSRGPTD1":
+    if data[:8] not in (b"MSRGPTD1", b"MSRGPTM1"):
         sys.exit(f"{path}: not a gpt_torch_dump file")
+    moe = data[:8] == b"MSRGPTM1"
     off = 8
     V, maxT, L, NH, C, micro, accum, steps = struct.unpack_from("8i", data, off)
     off += 32
@@ -32,9 +41,21 @@ def read_dump(path):
     off += 8
     lr, wd, b1, b2, eps, clip = struct.unpack_from("6d", data, off)
     off += 48
+    E = K = every = 0
+    F_cap = A = 0.0
+    PE = 0
+    if moe:
+        E, K, every = struct.unpack_from("3i", data, off)
+        off += 12
+        F_cap, A = struct.unpack_from("2d", data, off)
+        off += 16
+        (PE,) = struct.unpack_from("Q", data, off)
+        off += 8
 
     def floats(n):
         nonlocal off
+        if n == 0:
+            return torch.zeros(0)
         t = torch.frombuffer(bytearray(data[off:off + 4 * n]), dtype=torch.float32)
         off += 4 * n
         return t
@@ -45,7 +66,7 @@ def read_dump(path):
         off += 4 * n
         return t
 
-    params0 = floats(P)
+    params0 = torch.cat([floats(P), floats(PE)])
     G, T = micro * accum, maxT
     batches = []
     for _ in range(steps):
@@ -53,26 +74,41 @@ def read_dump(path):
         loss, norm = struct.unpack_from("2d", data, off)
         off += 16
         batches.append((inp, tgt, loss, norm))
-    grads1, params_end = floats(P), floats(P)
+    grads1 = torch.cat([floats(P), floats(PE)])
+    params_end = torch.cat([floats(P), floats(PE)])
     if off != len(data):
         sys.exit(f"{path}: {len(data) - off} bytes left over")
-    cfg = dict(V=V, maxT=maxT, L=L, NH=NH, C=C, lr=lr, wd=wd, b1=b1, b2=b2, eps=eps, clip=clip)
+    cfg = dict(V=V, maxT=maxT, L=L, NH=NH, C=C, lr=lr, wd=wd, b1=b1, b2=b2, eps=eps, clip=clip,
+               E=E, K=K, every=every, F=F_cap, A=A, micro=micro)
     return cfg, params0, batches, grads1, params_end
 
 
+def is_moe(cfg, l):
+    return cfg["E"] > 0 and (l + 1) % cfg["every"] == 0
+
+
 def layout(cfg):
-    """(name, shape, decay) in flat-buffer order, as parallel/gpt.h lays it out."""
-    V, maxT, L, C = cfg["V"], cfg["maxT"], cfg["L"], cfg["C"]
+    """(name, shape, decay) in flat-buffer order, as parallel/gpt.h lays it out, then the
+    experts in the whole model's expert numbering (parallel/moe.h)."""
+    V, maxT, L, C, E = cfg["V"], cfg["maxT"], cfg["L"], cfg["C"], cfg["E"]
     out = [("wte", (V, C), True), ("wpe", (maxT, C), True)]
+    mlp = [("fcw", (4 * C, C), True), ("fcb", (4 * C,), False),
+           ("fcprojw", (C, 4 * C), True), ("fcprojb", (C,), False)]
     for l in range(L):
         for name, shape, decay in [("ln1w", (C,), False), ("ln1b", (C,), False),
                                    ("qkvw", (3 * C, C), True), ("qkvb", (3 * C,), False),
                                    ("attprojw", (C, C), True), ("attprojb", (C,), False),
-                                   ("ln2w", (C,), False), ("ln2b", (C,), False),
-                                   ("fcw", (4 * C, C), True), ("fcb", (4 * C,), False),
-                                   ("fcprojw", (C, 4 * C), True), ("fcprojb", (C,), False)]:
+                                   ("ln2w", (C,), False), ("ln2b", (C,), False)]:
             out.append((f"h{l}.{name}", shape, decay))
+        if is_moe(cfg, l):
+            out.append((f"h{l}.routerw", (E, C), True))
+        else:
+            out += [(f"h{l}.{name}", shape, decay) for name, shape, decay in mlp]
     out += [("lnfw", (C,), False), ("lnfb", (C,), False)]
+    for l in range(L):
+        if is_moe(cfg, l):
+            out += [(f"h{l}.e{e}.{name}", shape, decay) for e in range(E)
+                    for name, shape, decay in mlp]
     return out
 
 
@@ -86,12 +122,56 @@ def unflatten(cfg, flat):
     return params
 
 
+def moe_mlp(cfg, p, l, h):
+    """MoE block l's MLP on h (B,T,C), routed micro-batch by micro-batch; returns its
+    output and the micro-batches' load-balancing losses summed."""
+    B, T, C = h.shape
+    E, K, A = cfg["E"], cfg["K"], cfg["A"]
+    x = h.reshape(-1, C)
+    outs, aux = [], 0.0
+    per = cfg["micro"] * T
+    for m0 in range(0, x.shape[0], per):
+        xs = x[m0:m0 + per]
+        N = xs.shape[0]
+        probs = (xs @ p[f"h{l}.routerw"].T).softmax(dim=-1)
+        order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices
+        choice = order[:, :K]
+        cap = max(1, math.ceil(cfg["F"] * N * K / E))
+        count = [0] * E
+        kept = torch.zeros(N, K, dtype=torch.bool)
+        for j in range(K):
+            for t in range(N):
+                e = choice[t, j].item()
+                if count[e] < cap:
+                    kept[t, j] = True
+                    count[e] += 1
+                else:
+                    DROPPED[0] += 1
+        y = torch.zeros_like(xs)
+        for e in range(E):
+            rows = [(t, j) for t in range(N) for j in range(K) if kept[t, j] and choice[t, j] == e]
+            if not rows:
+                continue
+            idx = torch.tensor([t for t, _ in rows])
+            q = lambda n: p[f"h{l}.e{e}.{n}"]
+            hid = F.gelu(xs[idx] @ q("fcw").T + q("fcb"), approximate="tanh")
+            o = hid @ q("fcprojw").T + q("fcprojb")
+            y = y.index_add(0, idx, probs[idx, e].unsqueeze(1) * o)
+        outs.append(y)
+        frac = torch.zeros(E)
+        for e in range(E):
+            frac[e] = (choice == e).sum().item() / (N * K)
+        aux = aux + A * E * (frac * probs.mean(dim=0)).sum()
+    return torch.cat(outs).view(B, T, C), aux
+
+
 def loss_of(cfg, p, inp, tgt):
     V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
     B, T = inp.shape
     HS = C // NH
     x = p["wte"][inp] + p["wpe"][:T]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
+    aux = 0.0
     for l in range(L):
         q = lambda n: p[f"h{l}.{n}"]
         h = F.layer_norm(x, (C,), q("ln1w"), q("ln1b"), 1e-5)
@@ -102,11 +182,17 @@ def loss_of(cfg, p, inp, tgt):
         y = (att @ vv).transpose(1, 2).reshape(B, T, C)
         x = x + y @ q("attprojw").T + q("attprojb")
         h = F.layer_norm(x, (C,), q("ln2w"), q("ln2b"), 1e-5)
+        if is_moe(cfg, l):
+            y, a = moe_mlp(cfg, p, l, h)
+            x = x + y
+            aux = aux + a
+            continue
         h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
         x = x + h @ q("fcprojw").T + q("fcprojb")
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
     logits = x @ p["wte"].T
-    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1))
+    micros = B // cfg["micro"]
+    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1)) + aux / micros
 
 
 def main():
@@ -146,6 +232,10 @@ def main():
         if rel > TOL or reln > TOL:
             failures.append(f"step {s + 1}: loss or gradient norm differs")
         opt.step()
+    if cfg["E"] > 0:
+        print(f"MoE: {DROPPED[0]} choices dropped for capacity in {len(batches)} steps")
+        if DROPPED[0] == 0:
+            failures.append("no choice was dropped: the capacity is not exercised")
     # The key bias (columns [C, 2C) of qkvb) has a true gradient of exactly
     # zero: softmax ignores a score shift shared by a query's whole row. Its
     # computed gradient is rounding noise, which Adam scales up to full-size

@@ -1,0 +1,585 @@
+/* Mixture-of-Experts blocks' MLP: routing, capacity, dispatch, experts,
+ * combine and the load-balancing loss (see moe.h). */
+#include "parallel/moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "parallel/layers.h"
+#include "parallel/rng.h"
+
+/* What one MoE block keeps from its forward for its backward. */
+typedef struct moe_slot {
+    float *probs; /* (N,E) router softmax */
+    int *choice;  /* (N,K) experts chosen, most probable first */
+    float *gate;  /* (N,K) their probabilities */
+    int *pos;     /* (N,K) slot at the expert, -1: dropped */
+    double *frac; /* (E) f_e: share of the N*K choices that picked e */
+    float *xin;   /* (E*cap, C) the rows this rank's experts ran on */
+    float *fch;   /* (E*cap, H) */
+    float *fch_g; /* (E*cap, H) gelu of fch */
+    float *comb;  /* (E*cap, C) the experts' outputs back at their tokens' rank */
+    int *used;    /* (E) rows of each expert-side block that hold a token */
+    int N, cap;   /* of the last forward; N = 0: none */
+    msr_moe_stats_t stats;
+} moe_slot_t;
+
+struct msr_moe {
+    int E, K, C, H, every, L;
+    double F, A;
+    int max_tokens, max_cap;
+    msr_comm_t *ep_comm; /* NULL: ep 1 */
+    int ep, ep_rank;
+    int nslots;
+    moe_slot_t *slots;
+    /* the experts this rank computes: E/ep per MoE block, block after block */
+    size_t count;              /* their floats */
+    float *params, *grads;     /* (count) */
+    msr_gpt_tensor_t *tensors; /* their table, offsets in params */
+    int num_tensors;
+    /* work space shared by the blocks */
+    float *send;   /* (E*cap, C) dispatch side: rows by expert */
+    float *out;    /* (E*cap, C) expert side: outputs, then input gradients */
+    float *dout;   /* (E*cap, C) expert side: output gradients */
+    float *dfch;   /* (E*cap, H) */
+    float *dfch_g; /* (E*cap, H) */
+    float *dgate;  /* (N,K) */
+    float *dprobs; /* (N,E) */
+};
+
+int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens)
+{
+    double c =
+        ceil(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
+    return c < 1.0 ? 1 : (int)c;
+}
+
+size_t msr_moe_expert_count(int C)
+{
+    return 8 * (size_t)C * (size_t)C + 5 * (size_t)C;
+}
+
+/* Expert e's tensors inside an experts base. */
+typedef struct expert {
+    float *fcw, *fcb, *fcprojw, *fcprojb;
+} expert_t;
+
+static expert_t expert_point(float *base, int e, int C)
+{
+    size_t H = 4 * (size_t)C;
+    float *x = base + (size_t)e * msr_moe_expert_count(C);
+    expert_t x_p;
+    x_p.fcw = x, x += H * (size_t)C;
+    x_p.fcb = x, x += H;
+    x_p.fcprojw = x, x += (size_t)C * H;
+    x_p.fcprojb = x;
+    return x_p;
+}
+
+static void slot_free(moe_slot_t *s)
+{
+    msr_free(s->probs);
+    msr_free(s->choice);
+    msr_free(s->gate);
+    msr_free(s->pos);
+    msr_free(s->frac);
+    msr_free(s->xin);
+    msr_free(s->fch);
+    msr_free(s->fch_g);
+    msr_free(s->comb);
+    msr_free(s->used);
+    msr_free(s->stats.load);
+}
+
+/* The GPT-2 initialisation's stream for the experts (the flat buffers'
+ * is another: an expert element's index is its own, see moe.h). */
+#define MOE_INIT_STREAM 0x6578707274ULL
+
+static void store_free(msr_moe_t *moe)
+{
+    msr_free(moe->params);
+    msr_free(moe->grads);
+    msr_free(moe->tensors);
+    moe->params = moe->grads = NULL;
+    moe->tensors = NULL;
+    moe->count = 0;
+    moe->num_tensors = 0;
+}
+
+/* Allocates the store of the experts of ep rank moe->ep_rank (zero) and
+ * its tensor table. */
+static msr_status_t store_alloc(msr_moe_t *moe)
+{
+    static const char *const names[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
+    int C = moe->C, H = moe->H, El = moe->E / moe->ep;
+    int shape[4][2] = {{H, C}, {H, 1}, {C, H}, {C, 1}};
+    store_free(moe);
+    moe->count = (size_t)moe->nslots * (size_t)El * msr_moe_expert_count(C);
+    moe->params = msr_calloc(moe->count, sizeof(float));
+    moe->grads = msr_calloc(moe->count, sizeof(float));
+    moe->tensors = msr_calloc((size_t)moe->nslots * (size_t)El * 4, sizeof *moe->tensors);
+    if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
+        store_free(moe);
+        MSR_ERROR("moe: out of memory for %d experts of %d blocks", El, moe->nslots);
+        return MSR_ERR_NO_MEMORY;
+    }
+    size_t off = 0;
+    for (int i = 0; i < moe->nslots; i++) {
+        for (int le = 0; le < El; le++) {
+            for (int k = 0; k < 4; k++) {
+                msr_gpt_tensor_t *t = &moe->tensors[moe->num_tensors++];
+                snprintf(t->name, sizeof t->name, "h%d.e%d.%s", (i + 1) * moe->every - 1,
+                         moe->ep_rank * El + le, names[k]);
+                t->segment = -1;
+                t->ndim = shape[k][1] > 1 ? 2 : 1;
+                t->shape[0] = shape[k][0];
+                t->shape[1] = shape[k][1];
+                t->offset = off;
+                t->count = (size_t)shape[k][0] * (size_t)shape[k][1];
+                t->decay = t->ndim == 2;
+                t->full_offset = msr_moe_global_lo(moe, i) + (size_t)le * msr_moe_expert_count(C) +
+                                 (k > 0 ? (size_t)H * C : 0) + (k > 1 ? (size_t)H : 0) +
+                                 (k > 2 ? (size_t)C * H : 0);
+                t->full_cols = shape[k][1];
+                t->row_block = shape[k][0];
+                off += t->count;
+            }
+        }
+    }
+    return MSR_OK;
+}
+
+size_t msr_moe_global_lo(const msr_moe_t *moe, int i)
+{
+    int El = moe->E / moe->ep;
+    return ((size_t)i * (size_t)moe->E + (size_t)moe->ep_rank * (size_t)El) *
+           msr_moe_expert_count(moe->C);
+}
+
+size_t msr_moe_num_params(const msr_gpt_config_t *cfg)
+{
+    if (cfg->moe.experts == 0 || cfg->moe.every < 1)
+        return 0;
+    return (size_t)(cfg->layers / cfg->moe.every) * (size_t)cfg->moe.experts *
+           msr_moe_expert_count(cfg->channels);
+}
+
+int msr_moe_local_experts(const msr_moe_t *moe)
+{
+    return moe->E / moe->ep;
+}
+
+size_t msr_moe_count(const msr_moe_t *moe)
+{
+    return moe->count;
+}
+
+float *msr_moe_params(msr_moe_t *moe)
+{
+    return moe->params;
+}
+
+float *msr_moe_grads(msr_moe_t *moe)
+{
+    return moe->grads;
+}
+
+const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p)
+{
+    *n_p = moe->num_tensors;
+    return moe->tensors;
+}
+
+float *msr_moe_block_params(msr_moe_t *moe, int l, int grads)
+{
+    size_t i = (size_t)((l + 1) / moe->every - 1);
+    size_t per = (size_t)(moe->E / moe->ep) * msr_moe_expert_count(moe->C);
+    return (grads ? moe->grads : moe->params) + i * per;
+}
+
+void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
+{
+    for (int k = 0; k < moe->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &moe->tensors[k];
+        const char *kind = strrchr(t->name, '.') + 1;
+        double std = strcmp(kind, "fcw") == 0       ? 0.02
+                     : strcmp(kind, "fcprojw") == 0 ? 0.02 / sqrt(2.0 * moe->L)
+                                                    : 0.0;
+        for (size_t j = 0; j < t->count; j++) {
+            uint64_t g = t->full_offset + j;
+            moe->params[t->offset + j] =
+                std > 0.0 ? (float)(std * msr_rng_normal(seed, MOE_INIT_STREAM, g)) : 0.0f;
+        }
+    }
+}
+
+void msr_moe_zero_grad(msr_moe_t *moe)
+{
+    memset(moe->grads, 0, moe->count * sizeof(float));
+}
+
+void msr_moe_destroy(msr_moe_t *moe)
+{
+    if (moe == NULL)
+        return;
+    store_free(moe);
+    for (int i = 0; i < moe->nslots && moe->slots != NULL; i++)
+        slot_free(&moe->slots[i]);
+    msr_free(moe->slots);
+    msr_free(moe->send);
+    msr_free(moe->out);
+    msr_free(moe->dout);
+    msr_free(moe->dfch);
+    msr_free(moe->dfch_g);
+    msr_free(moe->dgate);
+    msr_free(moe->dprobs);
+    msr_free(moe);
+}
+
+msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe_t **moe_p)
+{
+    const msr_gpt_moe_t *m = &cfg->moe;
+    if (m->experts < 1 || max_tokens < 1) {
+        MSR_ERROR("moe: %d experts, %d tokens: a MoE model needs both", m->experts, max_tokens);
+        return MSR_ERR_CONFIG;
+    }
+    msr_moe_t *moe = msr_calloc(1, sizeof *moe);
+    if (moe == NULL)
+        goto err_no_memory;
+    moe->E = m->experts;
+    moe->K = m->top_k;
+    moe->C = cfg->channels;
+    moe->H = 4 * cfg->channels;
+    moe->every = m->every;
+    moe->L = cfg->layers;
+    moe->F = m->capacity_factor;
+    moe->A = m->aux_loss;
+    moe->ep = 1;
+    moe->max_tokens = max_tokens;
+    moe->max_cap = msr_moe_capacity(m, max_tokens);
+    moe->nslots = cfg->layers / m->every;
+    size_t N = (size_t)max_tokens, E = (size_t)moe->E, K = (size_t)moe->K;
+    size_t C = (size_t)moe->C, H = (size_t)moe->H, rows = E * (size_t)moe->max_cap;
+    if ((moe->slots = msr_calloc((size_t)moe->nslots, sizeof *moe->slots)) == NULL)
+        goto err_free;
+    for (int i = 0; i < moe->nslots; i++) {
+        moe_slot_t *s = &moe->slots[i];
+        s->probs = msr_calloc(N * E, sizeof(float));
+        s->choice = msr_calloc(N * K, sizeof(int));
+        s->gate = msr_calloc(N * K, sizeof(float));
+        s->pos = msr_calloc(N * K, sizeof(int));
+        s->frac = msr_calloc(E, sizeof(double));
+        s->xin = msr_calloc(rows * C, sizeof(float));
+        s->fch = msr_calloc(rows * H, sizeof(float));
+        s->fch_g = msr_calloc(rows * H, sizeof(float));
+        s->comb = msr_calloc(rows * C, sizeof(float));
+        s->used = msr_calloc(E, sizeof(int));
+        s->stats.load = msr_calloc(E, sizeof(int64_t));
+        if (s->probs == NULL || s->choice == NULL || s->gate == NULL || s->pos == NULL ||
+            s->frac == NULL || s->xin == NULL || s->fch == NULL || s->fch_g == NULL ||
+            s->comb == NULL || s->used == NULL || s->stats.load == NULL)
+            goto err_free;
+    }
+    moe->send = msr_calloc(rows * C, sizeof(float));
+    moe->out = msr_calloc(rows * C, sizeof(float));
+    moe->dout = msr_calloc(rows * C, sizeof(float));
+    moe->dfch = msr_calloc(rows * H, sizeof(float));
+    moe->dfch_g = msr_calloc(rows * H, sizeof(float));
+    moe->dgate = msr_calloc(N * K, sizeof(float));
+    moe->dprobs = msr_calloc(N * E, sizeof(float));
+    if (moe->send == NULL || moe->out == NULL || moe->dout == NULL || moe->dfch == NULL ||
+        moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL)
+        goto err_free;
+    if (store_alloc(moe) != MSR_OK)
+        goto err_free;
+    *moe_p = moe;
+    return MSR_OK;
+
+err_free:
+    msr_moe_destroy(moe);
+err_no_memory:
+    MSR_ERROR("moe: out of memory for %d experts' work space (%d tokens)", m->experts, max_tokens);
+    return MSR_ERR_NO_MEMORY;
+}
+
+msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm)
+{
+    int n = comm != NULL ? msr_comm_size(comm) : 1;
+    if (moe->E % n != 0) {
+        MSR_ERROR("moe: %d experts do not divide among ep %d ranks", moe->E, n);
+        return MSR_ERR_CONFIG;
+    }
+    moe->ep_comm = n > 1 ? comm : NULL;
+    moe->ep = n;
+    moe->ep_rank = n > 1 ? msr_comm_rank(comm) : 0;
+    return store_alloc(moe);
+}
+
+int msr_moe_blocks(const msr_moe_t *moe)
+{
+    return moe->nslots;
+}
+
+const msr_moe_stats_t *msr_moe_stats(const msr_moe_t *moe, int i)
+{
+    return &moe->slots[i].stats;
+}
+
+void msr_moe_stats_reset(msr_moe_t *moe)
+{
+    for (int i = 0; i < moe->nslots; i++) {
+        msr_moe_stats_t *st = &moe->slots[i].stats;
+        st->tokens = st->dropped = 0;
+        memset(st->load, 0, (size_t)moe->E * sizeof *st->load);
+    }
+}
+
+/* Block l's slot: l is the (i+1)-th MoE block when l + 1 = (i + 1) * every. */
+static moe_slot_t *slot_of(msr_moe_t *moe, int l)
+{
+    return &moe->slots[(l + 1) / moe->every - 1];
+}
+
+/* Sends each rank its block of rows (E/ep experts x cap rows x C) of src
+ * and receives the blocks the ranks send here into dst: the dispatch and
+ * the combine, both ways. At ep 1 a copy. */
+static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int cap, int C)
+{
+    size_t n = (size_t)moe->E * (size_t)cap * (size_t)C;
+    if (moe->ep_comm == NULL) {
+        memcpy(dst, src, n * sizeof(float));
+        return MSR_OK;
+    }
+    msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
+    if (st != MSR_OK)
+        MSR_ERROR("moe: the alltoall of %zu floats over ep %d: %s: %s", n, moe->ep,
+                  msr_status_str(st), msr_last_error());
+    return st;
+}
+
+/* The dispatch's counts: each rank sends the rows it filled at each
+ * expert (count, E) and gets, in used (E), those of expert-side block b =
+ * (source rank, local expert), so the experts run on filled rows only. */
+static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
+{
+    if (moe->ep_comm == NULL) {
+        memcpy(used, count, (size_t)moe->E * sizeof *used);
+        return MSR_OK;
+    }
+    msr_status_t st =
+        msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)(moe->E / moe->ep), MSR_DTYPE_I32);
+    if (st != MSR_OK)
+        MSR_ERROR("moe: the alltoall of the dispatch's counts over ep %d: %s: %s", moe->ep,
+                  msr_status_str(st), msr_last_error());
+    return st;
+}
+
+/* The local expert (its index among this rank's) of expert-side block b
+ * (source rank p, local expert le = b % (E/ep)): rows [b * cap, (b + 1) *
+ * cap). */
+static int block_expert(const msr_moe_t *moe, int b)
+{
+    return b % (moe->E / moe->ep);
+}
+
+/* The router: probs, each token's top K and the counts of the choices. */
+static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
+{
+    int E = moe->E, K = moe->K, C = moe->C;
+    msr_matmul_forward(s->probs, x, routerw, NULL, N, C, E);
+    memset(s->frac, 0, (size_t)E * sizeof(double));
+    for (int t = 0; t < N; t++) {
+        float *p = s->probs + (size_t)t * E;
+        float mx = p[0];
+        for (int e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += p[e];
+        }
+        for (int e = 0; e < E; e++)
+            p[e] = (float)(p[e] / sum);
+        for (int j = 0; j < K; j++) { /* the j-th most probable, ties: lower index */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++)
+                    taken |= s->choice[(size_t)t * K + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            s->choice[(size_t)t * K + j] = best;
+            s->gate[(size_t)t * K + j] = p[best];
+            s->frac[best] += 1.0;
+        }
+    }
+    for (int e = 0; e < E; e++)
+        s->frac[e] /= (double)N * K;
+}
+
+msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p, const float *x,
+                             int N, float *y, double *aux_p)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    int E = moe->E, K = moe->K, C = moe->C, H = moe->H;
+    msr_gpt_moe_t cfg = {E, K, moe->every, moe->F, moe->A};
+    int cap = msr_moe_capacity(&cfg, N);
+    size_t rows = (size_t)E * (size_t)cap;
+    s->N = 0;
+    route(moe, s, p->routerw, x, N);
+
+    /* capacity: choice rank first, then token index */
+    int count[MSR_GPT_MAX_EXPERTS];
+    memset(count, 0, sizeof count);
+    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    s->stats.tokens += N;
+    for (int j = 0; j < K; j++) {
+        for (int t = 0; t < N; t++) {
+            size_t tj = (size_t)t * K + j;
+            int e = s->choice[tj];
+            if (count[e] == cap) {
+                s->pos[tj] = -1;
+                s->stats.dropped++;
+                continue;
+            }
+            s->pos[tj] = count[e]++;
+            s->stats.load[e]++;
+            memcpy(moe->send + ((size_t)e * cap + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
+                   (size_t)C * sizeof(float));
+        }
+    }
+
+    /* dispatch, the experts (on the filled rows of each block), combine */
+    msr_status_t st = exchange_counts(moe, count, s->used);
+    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C)) != MSR_OK)
+        return st;
+    for (int b = 0; b < E; b++) {
+        expert_t w = expert_point(p->experts, block_expert(moe, b), C);
+        size_t r0 = (size_t)b * cap;
+        int n = s->used[b];
+        if (n == 0)
+            continue;
+        msr_matmul_forward(s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
+        msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
+        msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n, H, C);
+    }
+    if ((st = exchange(moe, moe->out, s->comb, cap, C)) != MSR_OK)
+        return st;
+    memset(y, 0, (size_t)N * C * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            if (s->pos[tj] < 0)
+                continue;
+            const float *o = s->comb + ((size_t)s->choice[tj] * cap + (size_t)s->pos[tj]) * C;
+            float g = s->gate[tj];
+            for (int c = 0; c < C; c++)
+                y[(size_t)t * C + c] += g * o[c];
+        }
+    }
+
+    double aux = 0.0;
+    if (moe->A > 0.0) {
+        for (int e = 0; e < E; e++) {
+            double P = 0.0;
+            for (int t = 0; t < N; t++)
+                P += s->probs[(size_t)t * E + e];
+            aux += s->frac[e] * (P / N);
+        }
+        aux *= moe->A * E;
+    }
+    s->N = N;
+    s->cap = cap;
+    *aux_p = aux;
+    return MSR_OK;
+}
+
+msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
+                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
+                              float *dx, float aux_weight)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    if (s->N == 0) {
+        MSR_ERROR("moe: backward of block %d without its forward", l);
+        return MSR_ERR_STATE;
+    }
+    int E = moe->E, K = moe->K, C = moe->C, H = moe->H, N = s->N, cap = s->cap;
+    size_t rows = (size_t)E * (size_t)cap;
+
+    /* combine's backward: the gates' and the outputs' gradients */
+    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        const float *d = dy + (size_t)t * C;
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            moe->dgate[tj] = 0.0f;
+            if (s->pos[tj] < 0)
+                continue;
+            size_t row = (size_t)s->choice[tj] * cap + (size_t)s->pos[tj];
+            const float *o = s->comb + row * C;
+            float *dsend = moe->send + row * C, gt = s->gate[tj], dg = 0.0f;
+            for (int c = 0; c < C; c++) {
+                dg += d[c] * o[c];
+                dsend[c] = gt * d[c];
+            }
+            moe->dgate[tj] = dg;
+        }
+    }
+
+    /* the experts' backward where they ran; their input gradients back */
+    msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C);
+    if (st != MSR_OK)
+        return st;
+    memset(moe->dfch_g, 0, rows * (size_t)H * sizeof(float));
+    memset(moe->dfch, 0, rows * (size_t)H * sizeof(float));
+    memset(moe->out, 0, rows * (size_t)C * sizeof(float));
+    for (int b = 0; b < E; b++) {
+        int e = block_expert(moe, b);
+        expert_t w = expert_point(p->experts, e, C), dw = expert_point(g->experts, e, C);
+        size_t r0 = (size_t)b * cap;
+        int n = s->used[b];
+        if (n == 0)
+            continue;
+        msr_matmul_backward(moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb, moe->dout + r0 * C,
+                            s->fch_g + r0 * H, w.fcprojw, n, H, C);
+        msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H, (size_t)n * H);
+        msr_matmul_backward(moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H, s->xin + r0 * C,
+                            w.fcw, n, C, H);
+    }
+    if ((st = exchange(moe, moe->out, moe->send, cap, C)) != MSR_OK)
+        return st;
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            if (s->pos[tj] < 0)
+                continue;
+            const float *d = moe->send + ((size_t)s->choice[tj] * cap + (size_t)s->pos[tj]) * C;
+            for (int c = 0; c < C; c++)
+                dx[(size_t)t * C + c] += d[c];
+        }
+    }
+
+    /* the router: gates and the load-balancing loss into the probabilities,
+     * softmax's backward into the logits (in place), the router matmul */
+    double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
+    for (int t = 0; t < N; t++) {
+        float *dp = moe->dprobs + (size_t)t * E;
+        const float *pr = s->probs + (size_t)t * E;
+        for (int e = 0; e < E; e++)
+            dp[e] = (float)(daux * s->frac[e]);
+        for (int j = 0; j < K; j++)
+            dp[s->choice[(size_t)t * K + j]] += moe->dgate[(size_t)t * K + j];
+        double dot = 0.0;
+        for (int e = 0; e < E; e++)
+            dot += (double)pr[e] * dp[e];
+        for (int e = 0; e < E; e++)
+            dp[e] = pr[e] * (float)(dp[e] - dot);
+    }
+    msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    return MSR_OK;
+}

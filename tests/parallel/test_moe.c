@@ -1,0 +1,399 @@
+/* The Mixture-of-Experts MLP (parallel/moe.h) against a straightforward
+ * reference written token by token in double: the forward (routing, the
+ * capacity's drop order, the experts, the combine, the load-balancing loss)
+ * and the backward against central finite differences of that reference;
+ * then a MoE model (parallel/gpt.h) against finite differences of its own
+ * loss. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "parallel/gpt.h"
+#include "parallel/moe.h"
+#include "parallel/rng.h"
+#include "tests/runner.h"
+
+enum { TC = 4, TH = 4 * TC, TE = 4, TK = 2, TN = 12, TL = 1 };
+
+/* One MoE layer's inputs and parameters, in double. */
+typedef struct ref {
+    msr_gpt_moe_t cfg;
+    double x[TN * TC];
+    double routerw[TE * TC];
+    double experts[TE * (8 * TC * TC + 5 * TC)];
+    double w[TN * TC]; /* the objective: sum(w * y) + aw * aux */
+    double aw;
+    /* what the reference's last run found */
+    int choice[TN * TK], pos[TN * TK];
+    int dropped;
+    double y[TN * TC], aux;
+} ref_t;
+
+static double gelu(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* The MoE layer as its documentation says, one token at a time; returns
+ * the objective. */
+static double ref_run(ref_t *r)
+{
+    int cap = msr_moe_capacity(&r->cfg, TN), count[TE] = {0};
+    double probs[TN * TE], frac[TE] = {0}, P[TE] = {0};
+    size_t ec = msr_moe_expert_count(TC);
+    for (int t = 0; t < TN; t++) {
+        double mx = -1e300, sum = 0.0, *p = probs + t * TE;
+        for (int e = 0; e < TE; e++) {
+            p[e] = 0.0;
+            for (int c = 0; c < TC; c++)
+                p[e] += r->x[t * TC + c] * r->routerw[e * TC + c];
+            mx = fmax(mx, p[e]);
+        }
+        for (int e = 0; e < TE; e++)
+            sum += (p[e] = exp(p[e] - mx));
+        for (int e = 0; e < TE; e++) {
+            p[e] /= sum;
+            P[e] += p[e] / TN;
+        }
+        int used[TE] = {0};
+        for (int j = 0; j < TK; j++) {
+            int best = -1;
+            for (int e = 0; e < TE; e++)
+                if (!used[e] && (best < 0 || p[e] > p[best]))
+                    best = e;
+            used[best] = 1;
+            r->choice[t * TK + j] = best;
+            frac[best] += 1.0 / (TN * TK);
+        }
+    }
+    r->dropped = 0;
+    for (int j = 0; j < TK; j++) {
+        for (int t = 0; t < TN; t++) {
+            int e = r->choice[t * TK + j];
+            r->pos[t * TK + j] = count[e] < cap ? count[e]++ : -1;
+            r->dropped += r->pos[t * TK + j] < 0;
+        }
+    }
+    double obj = 0.0;
+    for (int t = 0; t < TN; t++) {
+        for (int c = 0; c < TC; c++)
+            r->y[t * TC + c] = 0.0;
+        for (int j = 0; j < TK; j++) {
+            if (r->pos[t * TK + j] < 0)
+                continue;
+            int e = r->choice[t * TK + j];
+            const double *fcw = r->experts + e * ec, *fcb = fcw + TH * TC, *pw = fcb + TH,
+                         *pb = pw + TC * TH;
+            double h[TH];
+            for (int k = 0; k < TH; k++) {
+                double a = fcb[k];
+                for (int c = 0; c < TC; c++)
+                    a += fcw[k * TC + c] * r->x[t * TC + c];
+                h[k] = gelu(a);
+            }
+            for (int c = 0; c < TC; c++) {
+                double o = pb[c];
+                for (int k = 0; k < TH; k++)
+                    o += pw[c * TH + k] * h[k];
+                r->y[t * TC + c] += probs[t * TE + e] * o;
+            }
+        }
+        for (int c = 0; c < TC; c++)
+            obj += r->w[t * TC + c] * r->y[t * TC + c];
+    }
+    r->aux = 0.0;
+    for (int e = 0; e < TE; e++)
+        r->aux += r->cfg.aux_loss * TE * frac[e] * P[e];
+    return obj + r->aw * r->aux;
+}
+
+static void ref_init(ref_t *r, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    /* capacity ceil(0.75 * 12 * 2 / 4) = 5 of the 24 choices: some drop */
+    r->cfg = (msr_gpt_moe_t){TE, TK, 1, 0.75, 0.3};
+    uint64_t n = 0;
+    for (int i = 0; i < TN * TC; i++) {
+        r->x[i] = msr_rng_normal(seed, 1, n++);
+        r->w[i] = msr_rng_normal(seed, 1, n++);
+    }
+    for (int i = 0; i < TE * TC; i++) /* a strong router: uneven loads */
+        r->routerw[i] = 1.5 * msr_rng_normal(seed, 1, n++);
+    size_t ec = msr_moe_expert_count(TC);
+    for (size_t i = 0; i < TE * ec; i++)
+        r->experts[i] = 0.5 * msr_rng_normal(seed, 1, n++);
+    r->aw = 0.7;
+}
+
+static void to_float(float *dst, const double *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)src[i];
+}
+
+/* The float layer on r's values (rounded to float, and r set to the
+ * rounded values so both see the same inputs). */
+typedef struct fl {
+    msr_moe_t *moe;
+    msr_gpt_config_t cfg;
+    float x[TN * TC], dx[TN * TC], y[TN * TC], dy[TN * TC];
+    float params[TE * TC + TE * (8 * TC * TC + 5 * TC)];
+    float grads[TE * TC + TE * (8 * TC * TC + 5 * TC)];
+    msr_gpt_block_params_t p, g;
+} fl_t;
+
+static void round_ref(ref_t *r)
+{
+    double *arrays[] = {r->x, r->routerw, r->experts, r->w};
+    size_t sizes[] = {TN * TC, TE * TC, TE * msr_moe_expert_count(TC), TN * TC};
+    for (int a = 0; a < 4; a++)
+        for (size_t i = 0; i < sizes[a]; i++)
+            arrays[a][i] = (double)(float)arrays[a][i];
+}
+
+static void fl_make(fl_t *f, const ref_t *r)
+{
+    memset(f, 0, sizeof *f);
+    f->cfg = (msr_gpt_config_t){MSR_GPT_VOCAB, TN, TL, 1, TC, r->cfg};
+    MSR_CHECK_EQ(msr_moe_create(&f->cfg, TN, &f->moe), MSR_OK);
+    to_float(f->x, r->x, TN * TC);
+    to_float(f->dy, r->w, TN * TC);
+    to_float(f->params, r->routerw, TE * TC);
+    to_float(f->params + TE * TC, r->experts, TE * msr_moe_expert_count(TC));
+    f->p.routerw = f->params;
+    f->p.experts = f->params + TE * TC;
+    f->g.routerw = f->grads;
+    f->g.experts = f->grads + TE * TC;
+}
+
+static double max_rel(const float *a, const double *b, size_t n)
+{
+    double d = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs(a[i] - b[i]));
+        m = fmax(m, fabs(b[i]));
+    }
+    return d / (m > 0.0 ? m : 1.0);
+}
+
+static void test_forward(void)
+{
+    ref_t r;
+    ref_init(&r, 11);
+    round_ref(&r);
+    fl_t f;
+    fl_make(&f, &r);
+    ref_run(&r);
+    double aux;
+    MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN, f.y, &aux), MSR_OK);
+    MSR_CHECK(max_rel(f.y, r.y, TN * TC) < 1e-5);
+    MSR_CHECK(fabs(aux - r.aux) < 1e-6 * (1.0 + fabs(r.aux)));
+    const msr_moe_stats_t *s = msr_moe_stats(f.moe, 0);
+    MSR_CHECK(r.dropped > 0); /* the case is one that drops */
+    MSR_CHECK_EQ(s->dropped, r.dropped);
+    MSR_CHECK_EQ(s->tokens, TN);
+    int64_t kept = 0;
+    for (int e = 0; e < TE; e++) {
+        MSR_CHECK(s->load[e] <= msr_moe_capacity(&r.cfg, TN));
+        kept += s->load[e];
+    }
+    MSR_CHECK_EQ(kept + s->dropped, TN * TK);
+    /* a token whose every choice was dropped gets zero (the residual
+     * carries it); one whose choices were all kept does not */
+    int all_dropped = 0;
+    for (int t = 0; t < TN; t++) {
+        int kept_t = 0;
+        for (int j = 0; j < TK; j++)
+            kept_t += r.pos[t * TK + j] >= 0;
+        double norm = 0.0;
+        for (int c = 0; c < TC; c++)
+            norm += fabs(f.y[t * TC + c]);
+        MSR_CHECK(kept_t == 0 ? norm == 0.0 : norm > 0.0);
+        all_dropped += kept_t == 0;
+    }
+    (void)all_dropped;
+    /* the drop order: choice rank first, then token index, so a second
+     * choice is never kept at an expert where a first choice was dropped */
+    for (int e = 0; e < TE; e++) {
+        int first_dropped = 0, second_kept = 0;
+        for (int t = 0; t < TN; t++) {
+            first_dropped |= r.choice[t * TK] == e && r.pos[t * TK] < 0;
+            second_kept |= r.choice[t * TK + 1] == e && r.pos[t * TK + 1] >= 0;
+        }
+        MSR_CHECK(!(first_dropped && second_kept));
+    }
+    msr_moe_stats_reset(f.moe);
+    MSR_CHECK_EQ(msr_moe_stats(f.moe, 0)->dropped, 0);
+    msr_moe_destroy(f.moe);
+}
+
+/* Checks analytic (float) against the central difference of the
+ * reference's objective in each of n elements of v. */
+static void check_fd(const char *what, ref_t *r, double *v, const float *analytic, size_t n)
+{
+    const double h = 1e-6;
+    double worst = 0.0, scale = 0.0;
+    ref_run(r);
+    int choice[TN * TK], pos[TN * TK];
+    memcpy(choice, r->choice, sizeof choice);
+    memcpy(pos, r->pos, sizeof pos);
+    for (size_t i = 0; i < n; i++) {
+        double keep = v[i];
+        v[i] = keep + h;
+        double up = ref_run(r);
+        v[i] = keep - h;
+        double down = ref_run(r);
+        v[i] = keep;
+        /* the routing must not change within the step */
+        MSR_CHECK(memcmp(choice, r->choice, sizeof choice) == 0);
+        MSR_CHECK(memcmp(pos, r->pos, sizeof pos) == 0);
+        double num = (up - down) / (2 * h);
+        worst = fmax(worst, fabs(num - analytic[i]));
+        scale = fmax(scale, fabs(num));
+    }
+    MSR_CHECK_MSG(worst <= 1e-4 * (1.0 + scale), "%s: finite differences differ by %g (scale %g)",
+                  what, worst, scale);
+    MSR_CHECK(scale > 0.0); /* something flows */
+}
+
+static void test_backward(void)
+{
+    ref_t r;
+    ref_init(&r, 23);
+    round_ref(&r);
+    fl_t f;
+    fl_make(&f, &r);
+    double aux;
+    MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN, f.y, &aux), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_backward(f.moe, 0, &f.p, &f.g, f.x, f.dy, f.dx, (float)r.aw), MSR_OK);
+    check_fd("x", &r, r.x, f.dx, TN * TC);
+    check_fd("routerw", &r, r.routerw, f.grads, TE * TC);
+    check_fd("experts", &r, r.experts, f.grads + TE * TC, TE * msr_moe_expert_count(TC));
+    /* backward accumulates: a second one doubles the gradients */
+    float once = f.grads[0];
+    MSR_CHECK_EQ(msr_moe_backward(f.moe, 0, &f.p, &f.g, f.x, f.dy, f.dx, (float)r.aw), MSR_OK);
+    MSR_CHECK(fabsf(f.grads[0] - 2 * once) <= 1e-6f * (1.0f + fabsf(once)));
+    msr_moe_destroy(f.moe);
+}
+
+static void test_capacity(void)
+{
+    msr_gpt_moe_t m = {8, 2, 1, 1.25, 0.0};
+    MSR_CHECK_EQ(msr_moe_capacity(&m, 64), 20); /* ceil(1.25 * 64 * 2 / 8) */
+    m.capacity_factor = 0.001;
+    MSR_CHECK_EQ(msr_moe_capacity(&m, 64), 1);
+}
+
+/* A model with MoE blocks every second layer: its loss's gradient against
+ * finite differences of its loss, in a few parameters of each kind. */
+static void test_model(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 2, 1.0, 0.05}};
+    msr_gpt_t *m;
+    MSR_CHECK_EQ(msr_gpt_create(&cfg, 2, &m), MSR_OK);
+    MSR_CHECK_EQ(m->num_params, msr_gpt_num_params(&cfg));
+    MSR_CHECK(!msr_gpt_layer_is_moe(&cfg, 0) && msr_gpt_layer_is_moe(&cfg, 1));
+    msr_gpt_init_params(m, 5);
+    int in[12], tg[12];
+    for (int i = 0; i < 12; i++)
+        in[i] = (i * 37) % 256, tg[i] = (i * 91 + 3) % 256;
+    double loss;
+    MSR_CHECK_EQ(msr_gpt_forward(m, in, tg, 2, 6, NULL, &loss), MSR_OK);
+    msr_gpt_zero_grad(m);
+    MSR_CHECK_EQ(msr_gpt_backward(m, 1.0f / 12, NULL), MSR_OK);
+    const char *names[] = {"h1.routerw", "h1.e0.fcw", "h1.e3.fcprojb", "h1.ln2w", "h0.fcw"};
+    int ne;
+    const msr_gpt_tensor_t *et = msr_moe_tensors(m->moe, &ne);
+    MSR_CHECK_EQ(ne, 4 * 4); /* one MoE block of 4 experts */
+    MSR_CHECK_EQ(msr_moe_count(m->moe), msr_moe_num_params(&cfg));
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        /* the flat buffers' tensors, or the experts' in the MoE state */
+        const msr_gpt_tensor_t *t = NULL;
+        float *params = m->params, *grads = m->grads;
+        for (int i = 0; i < m->num_tensors; i++)
+            if (strcmp(m->tensors[i].name, names[k]) == 0)
+                t = &m->tensors[i];
+        for (int i = 0; i < ne && t == NULL; i++) {
+            if (strcmp(et[i].name, names[k]) == 0) {
+                t = &et[i];
+                params = msr_moe_params(m->moe);
+                grads = msr_moe_grads(m->moe);
+            }
+        }
+        MSR_CHECK(t != NULL);
+        size_t at[] = {t->offset, t->offset + t->count / 2, t->offset + t->count - 1};
+        for (int a = 0; a < 3; a++) {
+            float keep = params[at[a]], h = 1e-3f;
+            double up, down;
+            params[at[a]] = keep + h;
+            MSR_CHECK_EQ(msr_gpt_forward(m, in, tg, 2, 6, NULL, &up), MSR_OK);
+            params[at[a]] = keep - h;
+            MSR_CHECK_EQ(msr_gpt_forward(m, in, tg, 2, 6, NULL, &down), MSR_OK);
+            params[at[a]] = keep;
+            double num = (up - down) / (2.0 * (double)h), an = grads[at[a]];
+            MSR_CHECK_MSG(fabs(num - an) <= 2e-2 * fabs(num) + 3e-4,
+                          "%s[%zu]: analytic %g, finite differences %g", names[k],
+                          at[a] - t->offset, an, num);
+        }
+    }
+    msr_gpt_destroy(m);
+}
+
+/* Settings out of range are refused with the reason. */
+static void test_refused(void)
+{
+    const struct {
+        msr_gpt_moe_t moe;
+        const char *why;
+    } bad[] = {
+        {{4, 5, 1, 1.0, 0.0}, "top-k 5 is not in [1, 4 experts]"},
+        {{4, 0, 1, 1.0, 0.0}, "top-k 0 is not in [1, 4 experts]"},
+        {{4, 2, 3, 1.0, 0.0}, "moe-every 3 is not in [1, 2 layers]"},
+        {{4, 2, 1, 0.0, 0.0}, "capacity factor 0"},
+        {{4, 2, 1, 1.0, -1.0}, "aux loss -1"},
+        {{MSR_GPT_MAX_EXPERTS + 1, 1, 1, 1.0, 0.0}, "experts 1025 is not in [0, 1024]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, bad[i].moe};
+        MSR_CHECK_STATUS(msr_gpt_config_check(&cfg), MSR_ERR_CONFIG);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad[i].why) != NULL, "'%s' does not say '%s'",
+                      msr_err_msg(), bad[i].why);
+    }
+}
+
+/* Every allocation of a MoE model failing in turn gives MSR_ERR_NO_MEMORY
+ * and leaks nothing (the sanitizer build checks the leaks). */
+static void test_no_memory(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.01}};
+    for (long i = 0;; i++) {
+        msr_gpt_t *m = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_gpt_create(&cfg, 2, &m);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            MSR_CHECK(m->moe != NULL);
+            msr_gpt_destroy(m);
+            MSR_CHECK(i > 20);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+        MSR_CHECK(m == NULL);
+    }
+}
+
+static const msr_test_t tests[] = {
+    {"refused", test_refused, 10},   {"no_memory", test_no_memory, 10},
+    {"capacity", test_capacity, 10}, {"forward", test_forward, 10},
+    {"backward", test_backward, 30}, {"model", test_model, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
