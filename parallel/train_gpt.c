@@ -665,10 +665,11 @@ int main(int argc, char **argv)
         o.cluster != NULL) {
         int done = 0;
         if (o.cp > 1 && o.calibrate == NULL) {
-            if (job.rank == 0)
-                fprintf(stderr, "train_gpt: the planner does not model context parallel: "
-                                "--plan, --plan-all, --explain, --auto and --cluster take no "
-                                "--cp\n");
+            /* every rank says it: the first to exit ends the job, perhaps
+             * before rank 0 has written a word */
+            fprintf(stderr, "train_gpt: the planner does not model context parallel: "
+                            "--plan, --plan-all, --explain, --auto and --cluster take no "
+                            "--cp\n");
             goto out;
         }
         if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)

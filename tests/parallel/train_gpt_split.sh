@@ -58,7 +58,8 @@ refuse 1 "entry 2 is empty" "${small[@]}" "${pp2[@]}" --pp-layers 3,,5
 refuse 1 "--pp-layers needs a non-empty value" "${small[@]}" "${pp2[@]}" --pp-layers=
 refuse 1 "the stages' layers sum to 7, not the 8 layers" "${small[@]}" --pp-layers 7
 refuse 2 "virtual stage 1 has 0 layers" "${small[@]}" "${pp2[@]}" --pp-layers 8,0
-timeout 30 "$bin/train_gpt" --help | grep -q -- "--pp-layers" || fail "--help"
+help=$(timeout 30 "$bin/train_gpt" --help) || fail "--help exit status"
+grep -q -- "--pp-layers" <<<"$help" || fail "--help"
 
 # uneven splits print the losses of one process on the same global batch
 # (to the 6 printed decimals): pp 2 split 1,7 (1F1B); pp 2 x tp 2

@@ -34,7 +34,8 @@ expect() {
     grep -q -- "$pattern" "$work/out" || fail "train_gpt $*: no '$pattern' in its output"
 }
 
-"$tg" --help | grep -q -- "--device" || fail "--help does not list --device"
+help=$("$tg" --help) || fail "--help exit status"
+grep -q -- "--device" <<<"$help" || fail "--help does not list --device"
 expect 2 "--device gpu: not cpu or cuda" --device gpu
 expect 2 "needs a value" --device
 expect 0 "^step 2 loss" "${small[@]}" --steps 2 --device cpu
