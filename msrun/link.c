@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ typedef struct link_call {
     msr_link_cb_t cb;
     void *arg;
     int finished;    /* set by the completion thread */
+    int moved;       /* cancelled by a retarget (the event loop's) */
     msr_list_t node; /* in link->calls */
 } link_call_t;
 
@@ -89,6 +91,12 @@ static void on_wakeup(evutil_socket_t fd, short what, void *arg)
         pthread_mutex_unlock(&l->lock);
         if (lc == NULL)
             break;
+        if (lc->moved && lc->async.status == MSR_ERR_CANCELED) {
+            /* to its caller, as a call to a coordinator that died */
+            lc->async.status = MSR_ERR_UNREACHABLE;
+            snprintf(lc->async.err, sizeof lc->async.err,
+                     "the coordinator moved; the call to the old one was given up");
+        }
         if (lc->cb)
             lc->cb(&lc->async, lc->arg);
         msr_rpc_async_cleanup(&lc->async);
@@ -257,6 +265,18 @@ msr_status_t msr_link_retarget(msr_link_t *l, const char *target)
     pthread_mutex_lock(&l->lock);
     l->old[l->nold++] = l->channel;
     l->channel = ch;
+    /* An old coordinator cut off the network answers nothing: its calls
+     * would wait out their deadlines (a heartbeat's is seconds), and the new
+     * one would count this node lost meanwhile. */
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &l->calls)
+    {
+        link_call_t *c = MSR_CONTAINER_OF(pos, link_call_t, node);
+        if (!c->finished && !c->moved) {
+            c->moved = 1;
+            msr_rpc_async_cancel(&c->async);
+        }
+    }
     pthread_mutex_unlock(&l->lock);
     return MSR_OK;
 }

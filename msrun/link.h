@@ -35,7 +35,9 @@ msr_status_t msr_link_call_sync(msr_link_t *link, msr_rpc_method_t method,
                                 ProtobufCMessage **resp_p);
 
 /* Calls started from now on go to target (same token and TLS); calls in
- * flight finish on the old channel, which is freed with the link. */
+ * flight on the old channel are cancelled and finish as MSR_ERR_UNREACHABLE,
+ * as calls to a coordinator that died (their callers retry on the new one).
+ * The old channel is freed with the link. */
 msr_status_t msr_link_retarget(msr_link_t *link, const char *target);
 
 const char *msr_link_target(const msr_link_t *link);
