@@ -152,6 +152,7 @@ static int fixes(const options_t *o, const job_t *job, int *fix)
         fix[MSR_PLAN_FIX_DP] = -1; /* --dp 0: the world's, i.e. free */
     if (o->sp)
         fix[MSR_PLAN_FIX_SP] = 1;
+    fix[MSR_PLAN_FIX_CP] = 1; /* the options refuse --cp with the planner */
     if (o->schedule != NULL &&
         (fix[MSR_PLAN_FIX_SCHEDULE] = msr_mp_schedule_parse(o->schedule)) < 0)
         return refuse(job, "--schedule '%s' is not one of gpipe, 1f1b, interleaved", o->schedule);

@@ -154,38 +154,46 @@ static void test_exhaustive_complete(void)
     int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
     MSR_CHECK_MSG(n > 0, "%s", why);
     uint64_t fit = 0, over = 0, invalid = 0;
+    uint64_t with_cp = 0;
     for (int dp = 1; dp <= 4; dp++)
-        for (int pp = 1; dp * pp <= 4; pp++) {
-            if (4 % (dp * pp) != 0 || 8 % dp != 0)
-                continue;
-            int tp = 4 / dp / pp;
-            for (int mb = 1; mb <= 8 / dp; mb++) {
-                if ((8 / dp) % mb != 0)
+        for (int pp = 1; dp * pp <= 4; pp++)
+            for (int cp = 1; dp * pp * cp <= 4; cp++) {
+                /* cp only where 2 cp chunks divide the sequence */
+                if (4 % (dp * pp * cp) != 0 || 8 % dp != 0 || m.seq % (2 * cp) != 0)
                     continue;
-                for (int sched = 0; sched < 3; sched++)
-                    for (int v = 1; v <= 8; v++) {
-                        if (pp == 1 && sched != MSR_PLAN_1F1B)
-                            continue;
-                        if ((sched == MSR_PLAN_INTERLEAVED) != (v > 1) || pp * v > m.layers)
-                            continue;
-                        for (int sp = 0; sp <= (tp > 1); sp++)
-                            for (int z = 0; z <= (tp == 1 && pp == 1 ? 3 : 2); z++)
-                                for (int rc = 0; rc < 3; rc++) {
-                                    msr_plan_layout_t l = {dp,          tp,    pp, sp, z, rc, mb,
-                                                           8 / dp / mb, sched, v,  0,  0, 0,  NULL};
-                                    if (msr_plan_check(&m, &l, why, sizeof why) != 0) {
-                                        invalid++;
-                                        continue;
+                int tp = 4 / dp / pp / cp;
+                for (int mb = 1; mb <= 8 / dp; mb++) {
+                    if ((8 / dp) % mb != 0)
+                        continue;
+                    for (int sched = 0; sched < 3; sched++)
+                        for (int v = 1; v <= 8; v++) {
+                            if (pp == 1 && sched != MSR_PLAN_1F1B)
+                                continue;
+                            if ((sched == MSR_PLAN_INTERLEAVED) != (v > 1) || pp * v > m.layers)
+                                continue;
+                            int spmax = tp > 1 && m.seq / cp % tp == 0;
+                            int zmax = tp == 1 && pp == 1 && cp == 1 ? 3 : 2;
+                            for (int sp = 0; sp <= spmax; sp++)
+                                for (int z = 0; z <= zmax; z++)
+                                    for (int rc = 0; rc < 3; rc++) {
+                                        msr_plan_layout_t l = {dp, tp, pp,          sp,    z,
+                                                               rc, mb, 8 / dp / mb, sched, v,
+                                                               0,  0,  0,           NULL,  cp};
+                                        if (msr_plan_check(&m, &l, why, sizeof why) != 0) {
+                                            invalid++;
+                                            continue;
+                                        }
+                                        uint64_t peak = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+                                        with_cp += cp > 1;
+                                        if ((double)peak > c.mem_gib * 1073741824.0)
+                                            over++;
+                                        else
+                                            fit++;
                                     }
-                                    uint64_t peak = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
-                                    if ((double)peak > c.mem_gib * 1073741824.0)
-                                        over++;
-                                    else
-                                        fit++;
-                                }
-                    }
+                        }
+                }
             }
-        }
+    MSR_CHECK(with_cp > 0); /* cp 2 and 4 among the valid layouts */
     MSR_CHECK_EQ(pr.found, fit);
     MSR_CHECK_EQ(n, fit);
     MSR_CHECK_EQ(pr.over_memory, over);
@@ -196,7 +204,7 @@ static void test_exhaustive_complete(void)
     for (int64_t i = 0; i < n; i++) {
         msr_plan_t *p = &plans[i];
         MSR_CHECK(p->l.stage_layers == NULL);
-        MSR_CHECK_EQ((int64_t)p->l.dp * p->l.tp * p->l.pp, 4);
+        MSR_CHECK_EQ((int64_t)p->l.dp * p->l.tp * p->l.pp * msr_plan_cp(&p->l), 4);
         MSR_CHECK_EQ((int64_t)p->l.dp * p->l.micro_batch * p->l.micros, 8);
         int r = -1;
         MSR_CHECK_EQ(msr_plan_peak(&m, &p->l, MSR_PLAN_FP32, &r), p->peak);
@@ -215,7 +223,8 @@ static void test_exhaustive_complete(void)
             /* the layouts' numbers (each plan's stage_layers points into
              * its own array, so it always differs) */
             msr_plan_layout_t a = plans[i].l, b = plans[j].l;
-            MSR_CHECK(memcmp(&a, &b, offsetof(msr_plan_layout_t, stage_layers)) != 0);
+            MSR_CHECK(memcmp(&a, &b, offsetof(msr_plan_layout_t, stage_layers)) != 0 ||
+                      a.cp != b.cp);
         }
     free(plans);
 }
