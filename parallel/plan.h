@@ -180,6 +180,7 @@ typedef struct msr_plan_time {
     double compute_ms;      /* forward and backward of the stage's micro-batches */
     double recompute_ms;    /* of it, forwards run again */
     double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
+    double cp_comm_ms;      /* context parallel's ring transfers, what attention does not hide */
     double pp_comm_ms;      /* sends between stages on the critical path */
     double bubble_ms;       /* the pipeline's idle time (fill and drain) */
     double dp_comm_ms;      /* data parallel's gradient reduction, all of it (with ZeRO's
@@ -187,7 +188,7 @@ typedef struct msr_plan_time {
     double dp_exposed_ms;   /* of it, what backward does not hide */
     double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
     double optim_ms;        /* the optimizer step */
-    double exposed_comm_ms; /* tp + pp + dp exposed + zero3 */
+    double exposed_comm_ms; /* tp + cp + pp + dp exposed + zero3 */
     double step_ms;         /* the whole step */
     double tokens_per_s;    /* global batch x sequence / step */
     /* one micro-batch, forward and backward (recompute and tp collectives

@@ -495,19 +495,29 @@ static int group(search_t *s, msr_plan_layout_t l)
     return !ok && over;
 }
 
+/* Positions a chunk of the ring holds at least in the fast search: a ring
+ * step must compute long enough to hide its K/V block's transfer, which
+ * with the default cluster inside a node takes chunks of about a thousand
+ * positions (docs/plan.md "Context parallel"). */
+#define FAST_CP_CHUNK 1024
+
 /* The context-parallel degrees for rest = world / (tp pp) ranks: divisors
- * of rest whose 2 cp chunks divide the sequence (powers of two only in
- * the fast search), or the fixed value alone. */
+ * of rest whose 2 cp chunks divide the sequence (the fast search: powers
+ * of two whose chunks hold FAST_CP_CHUNK positions or more, which keeps
+ * cp out of short sequences' searches), or the fixed value alone. */
 static void cp_choices(const search_t *s, int64_t rest, values_t *out)
 {
     int fixed = s->q->fix[MSR_PLAN_FIX_CP];
-    divisors(rest, fixed, s->q->search == MSR_PLAN_SEARCH_FAST, out);
+    int fast = s->q->search == MSR_PLAN_SEARCH_FAST;
+    divisors(rest, fixed, fast, out);
     if (fixed >= 0)
         return;
     int n = 0;
-    for (int i = 0; i < out->n; i++)
-        if (out->v[i] == 1 || s->m->seq % (2 * (int64_t)out->v[i]) == 0)
+    for (int i = 0; i < out->n; i++) {
+        int64_t two = 2 * (int64_t)out->v[i];
+        if (out->v[i] == 1 || (s->m->seq % two == 0 && (!fast || s->m->seq / two >= FAST_CP_CHUNK)))
             out->v[n++] = out->v[i];
+    }
     out->n = n;
 }
 
