@@ -217,7 +217,8 @@ static void explain_split(FILE *f, const msr_plan_t *p)
     }
 }
 
-static void explain_memory(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t *c)
+static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t *p,
+                           const msr_plan_cluster_t *c)
 {
     const msr_plan_rank_t *r = &p->at;
     char budget[32], total[32], note[128];
@@ -242,6 +243,12 @@ static void explain_memory(FILE *f, const msr_plan_t *p, const msr_plan_cluster_
     snprintf(note, sizeof note, "at most %d micro-batches' frames, each %s (with the head %s)",
              r->frames_held, fr, frh);
     row_bytes(f, "activations", r->activations, T, note);
+    int cp = msr_plan_cp(&p->l);
+    if (cp > 1)
+        fprintf(f,
+                "      context parallel %d: a rank keeps its %d of the %d positions, with the "
+                "ring's logsumexp in place of the attention probabilities\n",
+                cp, m->seq / cp, m->seq);
     row_bytes(f, "pipeline buffers", r->comm, T, "gradients sent back, the head's wte copy");
     snprintf(note, sizeof note, "a bound; gradient buckets: %" PRIu64, r->buckets);
     row_bytes(f, "dp temporaries", r->buckets_bound, T, note);
@@ -260,6 +267,9 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 6, "compute", t->compute_ms, S, "without communication or recompute");
     row_ms(f, 6, "recompute", t->recompute_ms, S, "forwards run again");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S, "never hidden");
+    if (msr_plan_cp(&p->l) > 1)
+        row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
+               "K/V blocks past a ring step's attention, their gradients after it");
     row_ms(f, 6, "pipeline sends", t->pp_comm_ms, S, "on the critical path");
     row_ms(f, 6, "bubble", t->bubble_ms, S, "idle while the pipeline fills and drains");
     format_num(t->dp_comm_ms, a, sizeof a);
@@ -268,7 +278,7 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 4, "ZeRO-3 gathers", t->zero3_ms, S, "exposed");
     row_ms(f, 4, "optimizer", t->optim_ms, S, "AdamW on the rank's shard");
     row_ms(f, 4, "exposed communication", t->exposed_comm_ms, S,
-           "tp + pipeline sends + dp exposed + ZeRO-3");
+           "tp + cp ring + pipeline sends + dp exposed + ZeRO-3");
     double achieved = tflops_per_rank(p);
     fprintf(f,
             "  %.4g FLOPs a step; %.4g TFLOP/s per rank achieved, %.1f%% of the %.4g it can do\n",
@@ -314,6 +324,7 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
         {"compute", t->compute_ms - u->compute_ms},
         {"recompute", t->recompute_ms - u->recompute_ms},
         {"tp collectives", t->tp_comm_ms - u->tp_comm_ms},
+        {"cp ring", t->cp_comm_ms - u->cp_comm_ms},
         {"pipeline sends", t->pp_comm_ms - u->pp_comm_ms},
         {"bubble", t->bubble_ms - u->bubble_ms},
         {"dp exposed", t->dp_exposed_ms - u->dp_exposed_ms},
@@ -359,7 +370,7 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
             m->arch == MSR_PLAN_GPT ? "GPT" : "Llama", msr_plan_num_params(m), m->layers,
             prec == MSR_PLAN_BF16 ? "bf16 with fp32 master weights" : "fp32");
     explain_split(f, p);
-    explain_memory(f, p, c);
+    explain_memory(f, m, p, c);
     explain_time(f, p, c);
     if (which > 1)
         explain_versus(f, p, &plans[0]);

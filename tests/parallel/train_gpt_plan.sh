@@ -105,8 +105,8 @@ msrun_n 4 "${model[@]}" --auto --cluster "$work/cluster" >"$work/out" 2>"$work/e
 [[ $(grep -c "train_gpt: --auto: plan 1 of" "$work/err") -eq 1 ]] ||
     fail "--auto: not one plan line: $(cat "$work/err")"
 grep -q "step 2 loss" "$work/out" || fail "--auto did not train: $(cat "$work/out" "$work/err")"
-read -r _ dp tp pp _ sp zero rc mb accum sched _ <"$work/rows4"
-want="dp $dp tp $tp pp $pp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
+read -r _ dp tp pp cp sp zero rc mb accum sched _ <"$work/rows4"
+want="dp $dp tp $tp pp $pp cp $cp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
 want+=" grad-accum $accum schedule $sched"
 grep -q "plan 1 of [0-9]*: $want " "$work/err" ||
     fail "--auto took another plan than --plan's first ($want): $(grep -- --auto "$work/err")"
@@ -164,7 +164,7 @@ refuse "--cluster is for --plan" --cluster "$work/cluster"
 refuse "--calibrate measures and exits" --calibrate "$work/c" --auto
 refuse "not with --device cuda" --auto --device cuda
 refuse "the job's 1 ranks do not divide into dp 2" --auto --dp 2
-refuse "dp 2 x tp 1 x pp 1 = 2 ranks, but the job has 1" --plan --dp 2 --tp 1 --pp 1 \
+refuse "dp 2 x tp 1 x pp 1 x cp 1 = 2 ranks, but the job has 1" --plan --dp 2 --tp 1 --pp 1 --cp 1 \
     --cluster "$work/cluster"
 refuse "--explain 100000: there are [0-9]* plans" "${model[@]}" --explain 100000 \
     --cluster "$work/cluster"
