@@ -133,8 +133,9 @@ static void test_runtime_cp(void)
     msr_plan_model_t m = gpt(4, 32, 4, 16);
     msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 4, 4, 32};
     char why[200];
+    int refused = 0;
     for (int cp = 2; cp <= 8; cp *= 2)
-        for (int tp = 1; tp <= 2; tp++)
+        for (int tp = 1; tp <= 4; tp *= 2)
             for (int sp = 0; sp <= (tp > 1); sp++)
                 for (int rc = 0; rc < 3; rc++) {
                     msr_plan_layout_t l = layout(1, tp, 2, sp, 0, rc, MSR_PLAN_1F1B, 1, 2);
@@ -146,6 +147,7 @@ static void test_runtime_cp(void)
                     MSR_CHECK_EQ(msr_mp_check(&gc, &mc, 2, tp) == MSR_OK, ok);
                     if (!ok) {
                         MSR_CHECK(strstr(why, "one cp rank") != NULL);
+                        refused++;
                         continue;
                     }
                     msr_plan_rank_t o;
@@ -163,6 +165,7 @@ static void test_runtime_cp(void)
                         MSR_CHECK(o.frame_bytes[0] < o1.frame_bytes[0]);
                     }
                 }
+    MSR_CHECK_EQ(refused, 3); /* cp 8 x tp 4 with sp (2 positions over 4 ranks), each recompute */
     /* docs/model.md: L 2, C 32, NH 4, B 2, T 16 on cp 2, no tp, no
      * recompute: 87168 bytes a micro-batch with the head */
     msr_plan_model_t m2 = gpt(2, 32, 4, 16);
@@ -187,6 +190,17 @@ static void test_runtime_cp(void)
     msr_plan_rank(&m, &d4, MSR_PLAN_FP32, 2 * 2 * 2 + 2 + 1, &o4); /* dp rank 2, the same stage */
     MSR_CHECK_EQ(o.shard_elems, o4.shard_elems);
     MSR_CHECK_EQ(o.optim, o4.optim);
+    /* the paper accounting (bf16): Korthikanti's terms of the T/cp
+     * positions with the scores dropped (what selective recompute drops),
+     * plus the logsumexp in fp32 */
+    msr_plan_model_t big = gpt(2, 1024, 16, 4096);
+    msr_plan_layout_t pl = layout(1, 2, 1, 1, 0, 0, MSR_PLAN_1F1B, 1, 1);
+    pl.cp = 4;
+    MSR_CHECK(msr_plan_check(&big, &pl, why, sizeof why) == 0);
+    msr_plan_rank(&big, &pl, MSR_PLAN_BF16, 0, &o);
+    double per_layer = msr_plan_layer_act_bytes(1024, 2, 1024, 16, 2, 1, MSR_PLAN_RC_SELECTIVE) +
+                       4.0 * 16 * 1024 * 2 / 2;
+    MSR_CHECK_EQ(o.frame_bytes[0], (uint64_t)(2 * per_layer + 0.5));
     /* refused: 2 cp chunks not dividing the sequence, ZeRO-3 with cp */
     l.cp = 3;
     MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "2 x cp 3") != NULL);
