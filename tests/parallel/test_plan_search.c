@@ -461,12 +461,58 @@ static void test_print(void)
     MSR_CHECK_STR(b, "512 B");
 }
 
+/* cp in the search: the exhaustive one tries every cp whose 2 cp chunks
+ * divide the sequence; the fast one only powers of two with chunks of
+ * 1024 positions or more, so a short sequence plans with cp 1 alone; a
+ * fixed cp is kept, and one the runtime refuses is counted with why. */
+static void test_cp_space(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    char why[256];
+    for (int T = 1024; T <= 8192; T *= 8) {
+        msr_plan_model_t m = gpt(4, 64, 4, T, 256);
+        for (int mode = 0; mode < 2; mode++) {
+            msr_plan_query_t q = query(8, 8, mode);
+            msr_plan_t *plans = NULL;
+            msr_plan_pruned_t pr;
+            int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
+            MSR_CHECK_MSG(n > 0, "%s", why);
+            int seen[9] = {0};
+            for (int64_t i = 0; i < n; i++) {
+                int cp = msr_plan_cp(&plans[i].l);
+                MSR_CHECK(cp >= 1 && cp <= 8 && T % (2 * cp) == 0);
+                MSR_CHECK(plans[i].l.zero < 3 || cp == 1);
+                seen[cp]++;
+            }
+            int fast = mode == MSR_PLAN_SEARCH_FAST;
+            MSR_CHECK(seen[1] > 0);
+            /* T 1024: chunks of 256 and less; T 8192: 2048, 1024 and 512 */
+            MSR_CHECK((seen[2] > 0) == (!fast || T >= 4096));
+            MSR_CHECK((seen[4] > 0) == (!fast || T >= 8192));
+            MSR_CHECK((seen[8] > 0) == !fast);
+            free(plans);
+        }
+    }
+    /* a fixed cp is tried as given, and refused with the runtime's reason */
+    msr_plan_model_t m = gpt(4, 64, 4, 24, 256);
+    msr_plan_query_t q = query(8, 8, MSR_PLAN_SEARCH_FAST);
+    q.fix[MSR_PLAN_FIX_CP] = 8; /* 16 chunks of a 24-position sequence */
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    MSR_CHECK(msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) == 0);
+    MSR_CHECK(pr.invalid > 0 && strstr(pr.first_invalid, "cp=8") != NULL &&
+              strstr(pr.first_invalid, "2 x cp 8 chunks") != NULL);
+    free(plans);
+}
+
 static const msr_test_t tests[] = {
     {"split_is_best", test_split_is_best, 20},
     {"exhaustive_complete", test_exhaustive_complete, 20},
     {"keep_fix_split", test_keep_fix_split, 20},
     {"fast_within_exhaustive", test_fast_within_exhaustive, 30},
     {"fast_large", test_fast_large, 20},
+    {"cp_space", test_cp_space, 30},
     {"bad_query", test_bad_query, 10},
     {"names", test_names, 10},
     {"print", test_print, 10},
