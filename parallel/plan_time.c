@@ -551,7 +551,9 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                     ? m->layers * 4.0 * l.micro_batch * m->seq * m->seq * m->channels
                     : 0;
     double micros_all = (double)l.dp * l.micros;
-    out->flops = micros_all * (3 * fwd + rc);
+    /* the ring's backward: five products a chunk pair, not four */
+    double ring_b = cp * m->layers * p.attn_b_more.flops * l.tp;
+    out->flops = micros_all * (3 * fwd + rc + ring_b);
 
     /* the pipeline, and what each cost adds to it */
     double busy = 0, rank_bwd = 0;
