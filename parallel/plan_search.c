@@ -498,13 +498,19 @@ static int group(search_t *s, msr_plan_layout_t l)
 /* Positions a chunk of the ring holds at least in the fast search: a ring
  * step must compute long enough to hide its K/V block's transfer, which
  * with the default cluster inside a node takes chunks of about a thousand
- * positions (docs/plan.md "Context parallel"). */
+ * positions (docs/plan.md "Search"). */
 #define FAST_CP_CHUNK 1024
 
+/* The exhaustive search's cp beyond chunks of FAST_CP_CHUNK: up to this
+ * many ranks a ring (each cp value multiplies the space; 1 to 4 keep a
+ * search of 1,024 ranks within its goal). */
+#define EXHAUSTIVE_CP_MAX 4
+
 /* The context-parallel degrees for rest = world / (tp pp) ranks: divisors
- * of rest whose 2 cp chunks divide the sequence (the fast search: powers
- * of two whose chunks hold FAST_CP_CHUNK positions or more, which keeps
- * cp out of short sequences' searches), or the fixed value alone. */
+ * of rest whose 2 cp chunks divide the sequence and hold FAST_CP_CHUNK
+ * positions or more (the exhaustive search: or cp up to
+ * EXHAUSTIVE_CP_MAX; the fast one: powers of two only), or the fixed value
+ * alone. */
 static void cp_choices(const search_t *s, int64_t rest, values_t *out)
 {
     int fixed = s->q->fix[MSR_PLAN_FIX_CP];
@@ -514,8 +520,10 @@ static void cp_choices(const search_t *s, int64_t rest, values_t *out)
         return;
     int n = 0;
     for (int i = 0; i < out->n; i++) {
-        int64_t two = 2 * (int64_t)out->v[i];
-        if (out->v[i] == 1 || (s->m->seq % two == 0 && (!fast || s->m->seq / two >= FAST_CP_CHUNK)))
+        int64_t cp = out->v[i], two = 2 * cp;
+        int long_chunks = s->m->seq / two >= FAST_CP_CHUNK;
+        if (cp == 1 ||
+            (s->m->seq % two == 0 && (long_chunks || (!fast && cp <= EXHAUSTIVE_CP_MAX))))
             out->v[n++] = out->v[i];
     }
     out->n = n;
