@@ -18,8 +18,8 @@
  *            terms, cut by tensor and sequence parallel and dropped by
  *            recompute. Used for bf16 and for the Llama-style description.
  *
- * Layer and rank conventions follow the runtime: rank = (dp_rank * pp +
- * pp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
+ * Layer and rank conventions follow the runtime: rank = ((dp_rank * pp +
+ * pp_rank) * cp + cp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
  * pp_rank holds layers [L*j/n, L*(j+1)/n) of n = pp * chunks, or with
  * stage_layers (train_gpt --pp-layers) the next stage_layers[j] of them. */
 #ifndef MSR_PARALLEL_PLAN_H
@@ -68,11 +68,21 @@ typedef struct msr_plan_layout {
      * entries, summing to the model's layers, each >= 1), as train_gpt's
      * --pp-layers; NULL: the even split of parallel/gpt.h. Not owned. */
     const int *stage_layers;
+    /* context parallel (train_gpt --cp): ranks each sequence is split over
+     * (0 or 1: none), as parallel/mp.h's msr_mp_config_t.cp; the world is
+     * dp x pp x cp x tp */
+    int cp;
 } msr_plan_layout_t;
+
+/* The layout's context-parallel degree, 0 read as 1. */
+static inline int msr_plan_cp(const msr_plan_layout_t *l)
+{
+    return l->cp > 1 ? l->cp : 1;
+}
 
 /* One rank's bytes by kind, and the counts behind them. */
 typedef struct msr_plan_rank {
-    int dp_rank, pp_rank, tp_rank;
+    int dp_rank, pp_rank, cp_rank, tp_rank;
     uint64_t part_params;      /* parameters of the rank's part (its flat buffers) */
     uint64_t shard_elems;      /* elements this rank owns in dp's layout */
     uint64_t replicated_elems; /* of them, in replicated (small) segments */
@@ -113,8 +123,9 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 /* Checks the model and the layout against the runtime's rules (the ones
  * train_gpt refuses: heads, vocabulary and sequence divisible by tp, a
  * layer per virtual stage, 1F1B with micros >= pp, interleaved with pp > 1
- * and micros % pp == 0, ZeRO 3 only without tp and pp, stage_layers each
- * >= 1 and summing to the layers, ...). Returns 0, or
+ * and micros % pp == 0, ZeRO 3 only without tp, pp and cp, stage_layers each
+ * >= 1 and summing to the layers, the sequence divisible by 2 cp and, with
+ * sp, its T/cp positions by tp, ...). Returns 0, or
  * -1 with a one-line reason in why. */
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
@@ -169,6 +180,7 @@ typedef struct msr_plan_time {
     double compute_ms;      /* forward and backward of the stage's micro-batches */
     double recompute_ms;    /* of it, forwards run again */
     double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
+    double cp_comm_ms;      /* context parallel's ring transfers, what attention does not hide */
     double pp_comm_ms;      /* sends between stages on the critical path */
     double bubble_ms;       /* the pipeline's idle time (fill and drain) */
     double dp_comm_ms;      /* data parallel's gradient reduction, all of it (with ZeRO's
@@ -176,7 +188,7 @@ typedef struct msr_plan_time {
     double dp_exposed_ms;   /* of it, what backward does not hide */
     double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
     double optim_ms;        /* the optimizer step */
-    double exposed_comm_ms; /* tp + pp + dp exposed + zero3 */
+    double exposed_comm_ms; /* tp + cp + pp + dp exposed + zero3 */
     double step_ms;         /* the whole step */
     double tokens_per_s;    /* global batch x sequence / step */
     /* one micro-batch, forward and backward (recompute and tp collectives
@@ -204,6 +216,7 @@ enum {
     MSR_PLAN_FIX_MICRO_BATCH,
     MSR_PLAN_FIX_SCHEDULE,
     MSR_PLAN_FIX_VIRTUAL_STAGES,
+    MSR_PLAN_FIX_CP,
     MSR_PLAN_FIX_N
 };
 extern const char *const msr_plan_fix_names[MSR_PLAN_FIX_N];

@@ -5,7 +5,7 @@
  *   plan_gpt --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256
  *            --global-batch 8 --world 4 [--arch gpt|llama --ffn F
  *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
- *            [--fix dp=2,tp=2,...] [--search exhaustive|fast] [--top N]
+ *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
  *            [--ranks] [--pp-layers 3,5,5,3]
  *
@@ -83,7 +83,7 @@ static void parse_fix(const char *s, int *fx)
         int k = name_index(msr_plan_fix_names, MSR_PLAN_FIX_N, kv);
         if (k < 0)
             die("--fix: unknown key '%s'%s (dp, tp, pp, sp, zero, recompute, micro_batch, "
-                "schedule, virtual_stages)",
+                "schedule, virtual_stages, cp)",
                 kv, "");
         if (k == MSR_PLAN_FIX_SCHEDULE)
             fx[k] = name_index(msr_plan_schedule_names, 3, v);
@@ -123,7 +123,7 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             printf("usage: plan_gpt --layers L --channels C --heads H --seq T --vocab V "
                    "--global-batch B --world N [--arch gpt|llama --ffn F --kv-heads K] "
                    "[--precision fp32|bf16] [--cluster FILE] [--fix dp=..,tp=..,pp=..,sp=..,"
-                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..] "
+                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..,cp=..] "
                    "[--search exhaustive|fast] [--top N] [--all] [--explain N] [--even-split] "
                    "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N] "
                    "[--pp-layers A,B,..]\n");

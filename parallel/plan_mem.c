@@ -22,6 +22,13 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
     return (a + b - 1) / b;
 }
 
+/* The replica group dp's buckets and shards span: dp x cp (parameters are
+ * replicated over cp, parallel/mesh.h). */
+static int replicas(const msr_plan_layout_t *l)
+{
+    return l->dp * msr_plan_cp(l);
+}
+
 /* ---- the part a rank holds ---- */
 
 /* Layers [lo, hi) of virtual stage j of n (parallel/gpt.h): as the
@@ -116,7 +123,7 @@ typedef struct dp_layout {
 
 static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
 {
-    uint64_t P = p->total, size = (uint64_t)l->dp;
+    uint64_t P = p->total, size = (uint64_t)replicas(l);
     uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
     uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
     /* buckets cut from the end: bucket 0 is [P - fb, P), then bb each */
@@ -240,7 +247,7 @@ static void r_free(replay_t *r, uint64_t n)
  * arrays' limits. */
 static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *r)
 {
-    uint64_t P = p->total, size = (uint64_t)l->dp;
+    uint64_t P = p->total, size = (uint64_t)replicas(l);
     uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
     uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
     uint64_t nb = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
@@ -249,7 +256,7 @@ static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *
         return -1;
     r->nb = (int)nb;
     r->nseg = nseg;
-    r->size = l->dp;
+    r->size = replicas(l);
     for (int b = 0; b < r->nb; b++) {
         r->packed[b] = r->blk[b] = 0;
         r->low_seg[b] = -1;
@@ -439,7 +446,7 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
         r_mp_step(r, p, l);
     uint64_t bwd = r->peak, gather = 0;
     /* the update's allgather: a bucket and the one before it */
-    if ((l->zero == 1 || l->zero == 2) && l->dp > 1) {
+    if ((l->zero == 1 || l->zero == 2) && replicas(l) > 1) {
         uint64_t prev = 0;
         for (int b = 0; b < r->nb; b++) {
             if (r->blk[b] == 0)
@@ -486,7 +493,9 @@ static uint64_t shm_tiled(uint64_t n, uint64_t msg)
 static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
                             int head)
 {
-    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
+    /* under cp every count is of the rank's T/cp positions */
+    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch;
+    uint64_t T = (uint64_t)(m->seq / msr_plan_cp(l));
     uint64_t C = (uint64_t)m->channels, Cl = C / t, NHl = (uint64_t)m->heads / t;
     uint64_t Hl = 4 * C / t, Vl = (uint64_t)m->vocab / t;
     uint64_t Tl = l->sp ? T / t : T, N = B * T, Nl = B * Tl;
@@ -497,7 +506,11 @@ static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *
         /* ln1, its mean and rstd, qkv, atty, res2, ln2, its mean and rstd, fch, res3 */
         layer = 4 * Nl * C + 4 * Nl + N * 3 * Cl + N * Cl + N * Hl;
         if (l->recompute == MSR_PLAN_RC_NONE)
-            layer += B * NHl * T * T + N * Hl; /* att (probabilities), fch_gelu */
+            layer += N * Hl; /* fch_gelu */
+        if (msr_plan_cp(l) > 1)
+            layer += N * NHl; /* the ring's logsumexp, kept by selective recompute too */
+        else if (l->recompute == MSR_PLAN_RC_NONE)
+            layer += B * NHl * T * T; /* att (probabilities) */
     }
     uint64_t e = Nl * C + (uint64_t)layers * layer; /* the chunk's input */
     if (head)
@@ -510,7 +523,8 @@ static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *
  * --trace would switch it on). */
 static int whole_path(const msr_plan_layout_t *l)
 {
-    return l->tp == 1 && l->pp == 1 && l->chunks == 1 && !l->sp && l->recompute == MSR_PLAN_RC_NONE;
+    return l->tp == 1 && l->pp == 1 && msr_plan_cp(l) == 1 && l->chunks == 1 && !l->sp &&
+           l->recompute == MSR_PLAN_RC_NONE;
 }
 
 /* fp32 elements of the whole model's activation table for b sequences. */
@@ -537,7 +551,12 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
  * 2 N 4C/t, msr_mp_carve_layer), gat, dgat, perm, proj, dln N C, projl,
  * dres, dlnl Nl C, dqkv 3 N C/t, datty N C/t, dfch and dfch_gelu N 4C/t,
  * datt T^2, logits and dlogits N V/t, losses and rmax N, red 2 N; the
- * trainer's inputs and targets for every micro-batch of the step. */
+ * trainer's inputs and targets for every micro-batch of the step. Under cp
+ * T is the rank's T/cp positions (the trainer's inputs stay whole
+ * sequences), the probabilities in the scratch become the logsumexp N NH/t,
+ * and the ring adds two K/V blocks and two gradient accumulators (4 N 2C/t),
+ * the row statistics (3 N NH/t), every ring rank's positions (cp T ints)
+ * and the step's local inputs and targets (2 micros N ints). */
 static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                            uint64_t *scratch_p)
 {
@@ -546,24 +565,44 @@ static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l
     uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
     if (whole_path(l))
         return (14 * N * C + T * T + N * V) * F32 + 4 * N * sizeof(int32_t);
+    uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
+    uint64_t cp = (uint64_t)msr_plan_cp(l);
+    T /= cp;
+    N = B * T;
     uint64_t Cl = C / t, Hl = 4 * C / t, Vl = V / t, NHl = (uint64_t)m->heads / t;
     uint64_t Nl = l->sp ? B * (T / t) : N;
-    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + B * NHl * T * T + 2 * N * Hl;
+    uint64_t att = cp > 1 ? N * NHl : B * NHl * T * T;
+    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + att + 2 * N * Hl;
     uint64_t e =
         scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
+    uint64_t ints = 0;
+    if (cp > 1) {
+        e += 4 * N * 2 * Cl + 3 * N * NHl;
+        ints = cp * T + 2 * (uint64_t)l->micros * N;
+    }
     *scratch_p = scratch * F32;
-    return e * F32 + 2 * N * (uint64_t)l->micros * sizeof(int32_t);
+    return e * F32 + ints * sizeof(int32_t) + trainer;
 }
 
 /* Paper accounting: bytes of one chunk's kept activations. */
 static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                   msr_plan_precision_t prec, int layers)
 {
-    double b = msr_plan_layer_act_bytes(m->seq, l->micro_batch, m->channels, m->heads, l->tp, l->sp,
-                                        l->recompute);
+    /* under cp a rank keeps its T/cp positions' terms; ring attention keeps
+     * no scores (the terms selective recompute drops) but the logsumexp, a
+     * s b / t in fp32 */
+    int cp = msr_plan_cp(l);
+    double s_cp = (double)(m->seq / cp);
+    int rc = cp > 1 && l->recompute == MSR_PLAN_RC_NONE ? MSR_PLAN_RC_SELECTIVE : l->recompute;
+    double lse = cp > 1 && l->recompute != MSR_PLAN_RC_FULL
+                     ? 4 * (double)m->heads * s_cp * l->micro_batch / l->tp
+                     : 0;
+    double b =
+        msr_plan_layer_act_bytes(s_cp, l->micro_batch, m->channels, m->heads, l->tp, l->sp, rc) +
+        lse;
     if (m->arch == MSR_PLAN_LLAMA) {
         /* Llama's terms (plan.h's table, second half) */
-        double s = m->seq, B = l->micro_batch, h = m->channels, a = m->heads, t = l->tp;
+        double s = s_cp, B = l->micro_batch, h = m->channels, a = m->heads, t = l->tp;
         double f = m->ffn, g = (double)m->kv_heads / a, sbh = s * B * h, sbf = s * B * f;
         double split = 8 * sbh + 4 * sbh * g + 6 * sbf; /* q, k, v, out-proj input, MLP */
         double sp_only = 8 * sbh;                       /* the two norms' inputs and outputs */
@@ -571,8 +610,8 @@ static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layo
         if (l->recompute == MSR_PLAN_RC_FULL)
             b = 2 * sbh / (l->sp ? t : 1);
         else
-            b = split / t + sp_only / (l->sp ? t : 1) +
-                (l->recompute == MSR_PLAN_RC_NONE ? scores / t : 0);
+            b = split / t + sp_only / (l->sp ? t : 1) + (rc == MSR_PLAN_RC_NONE ? scores / t : 0) +
+                lse;
     }
     if (prec == MSR_PLAN_FP32)
         b *= 2;
@@ -690,8 +729,14 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     }
     if (l->sp && l->tp < 2)
         BAD("sequence parallel needs tp > 1");
-    if (l->sp && m->seq % l->tp != 0)
-        BAD("sequence of %d does not divide among tp %d", m->seq, l->tp);
+    int cp = msr_plan_cp(l);
+    if (l->cp < 0)
+        BAD("cp %d must be at least 1", l->cp);
+    if (cp > 1 && m->seq % (2 * cp) != 0)
+        BAD("sequence of %d does not divide into 2 x cp %d chunks", m->seq, cp);
+    if (l->sp && m->seq / cp % l->tp != 0)
+        BAD("sequence of %d does not divide among tp %d%s", m->seq / cp, l->tp,
+            cp > 1 ? " (the positions of one cp rank)" : "");
     if (l->schedule < 0 || l->schedule > MSR_PLAN_INTERLEAVED || l->recompute < 0 ||
         l->recompute > MSR_PLAN_RC_FULL)
         BAD("schedule %d or recompute %d out of range", l->schedule, l->recompute);
@@ -702,8 +747,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     if (l->schedule == MSR_PLAN_INTERLEAVED && (l->pp < 2 || l->micros % l->pp != 0))
         BAD("interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: %d for %d",
             l->micros, l->pp);
-    if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1) && l->zero > 2))
-        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor or pipeline parallel", l->zero);
+    if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1 || cp > 1) && l->zero > 2))
+        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor, pipeline or context parallel", l->zero);
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *
@@ -731,14 +776,16 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
 {
     msr_plan_layout_t l = with_defaults(lay);
     memset(o, 0, sizeof *o);
+    int cp = msr_plan_cp(&l);
     o->tp_rank = rank % l.tp;
-    o->pp_rank = rank / l.tp % l.pp;
-    o->dp_rank = rank / (l.tp * l.pp);
+    o->cp_rank = rank / l.tp % cp;
+    o->pp_rank = rank / (l.tp * cp) % l.pp;
+    o->dp_rank = rank / (l.tp * cp * l.pp);
     int runtime = m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32;
     part_t p;
     part_of(m, &l, o->pp_rank, &p);
     dp_layout_t d;
-    dp_layout(&p, &l, o->dp_rank, &d);
+    dp_layout(&p, &l, o->dp_rank * cp + o->cp_rank, &d); /* its rank among the replicas */
     uint64_t P = p.total, S = d.shard;
     o->part_params = P;
     o->shard_elems = S;
@@ -753,7 +800,7 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         /* paper: 16-bit parameters and gradients with fp32 master weights,
          * or fp32 without; Adam's two fp32 moments; ZeRO partitions them */
         uint64_t w = prec == MSR_PLAN_BF16 ? 2 : 4;
-        uint64_t sh = ceil_div(P, (uint64_t)l.dp);
+        uint64_t sh = ceil_div(P, (uint64_t)replicas(&l));
         o->params = (l.zero >= 3 ? sh : P) * w;
         o->grads = (l.zero >= 2 ? sh : P) * w;
         o->optim = 2 * (l.zero >= 1 ? sh : P) * F32;
@@ -791,7 +838,7 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
      * back, one per frame, and the last stage's copy of wte and its
      * gradient (GPT's tied head) */
     uint64_t w = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
-    uint64_t Tl = l.sp ? (uint64_t)(m->seq / l.tp) : (uint64_t)m->seq;
+    uint64_t Tc = (uint64_t)(m->seq / cp), Tl = l.sp ? Tc / (uint64_t)l.tp : Tc;
     uint64_t Nl = (uint64_t)l.micro_batch * Tl, C = (uint64_t)m->channels;
     if (l.pp > 1 && (o->pp_rank > 0 || l.chunks > 1))
         o->comm += (uint64_t)l.micros * (uint64_t)l.chunks * Nl * C * w;
@@ -831,9 +878,9 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
          * tp's activations */
         const uint64_t shm_max = 16u << 10;
         uint64_t bucket = l.bucket_bytes; /* with_defaults set it */
-        if (l.dp > 1 && P * F32 > shm_max)
-            o->shm += shm_tiled((uint64_t)l.dp, min_u64(P * F32, bucket));
-        uint64_t act = (uint64_t)l.micro_batch * (uint64_t)m->seq * C * F32;
+        if (replicas(&l) > 1 && P * F32 > shm_max)
+            o->shm += shm_tiled((uint64_t)replicas(&l), min_u64(P * F32, bucket));
+        uint64_t act = (uint64_t)l.micro_batch * Tc * C * F32;
         if (l.tp > 1 && act > shm_max)
             o->shm += shm_tiled((uint64_t)l.tp, act);
         acts_after = whole_path(&l) ? o->activations : 0;
@@ -847,10 +894,10 @@ uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p)
 {
     uint64_t best = 0;
-    int world = l->dp * l->tp * l->pp, who = 0;
-    /* the tp ranks of a stage hold equal slices, and dp rank 0 owns the
-     * largest shard: the stages' first ranks suffice */
-    for (int r = 0; r < l->tp * l->pp && r < world; r += l->tp) {
+    int stage = msr_plan_cp(l) * l->tp, who = 0;
+    /* the tp and cp ranks of a stage hold equal slices and positions, and
+     * replica 0 owns the largest shard: the stages' first ranks suffice */
+    for (int r = 0; r < stage * l->pp; r += stage) {
         msr_plan_rank_t o;
         msr_plan_rank(m, l, prec, r, &o);
         if (o.total > best) {

@@ -70,7 +70,7 @@ static void split_list(const msr_plan_t *p, char *buf, size_t len)
  * forwards counted, as the literature reports it). */
 static double tflops_per_rank(const msr_plan_t *p)
 {
-    double world = (double)p->l.dp * p->l.tp * p->l.pp;
+    double world = (double)p->l.dp * p->l.tp * p->l.pp * msr_plan_cp(&p->l);
     return p->t.step_ms > 0 ? p->t.flops / (p->t.step_ms / 1e3) / world / 1e12 : 0;
 }
 
@@ -81,9 +81,9 @@ static uint64_t state_bytes(const msr_plan_rank_t *r)
 
 void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n)
 {
-    fprintf(f, "%4s %5s %4s %4s %2s %4s %-9s %5s %5s %-14s %11s %10s %11s %6s %10s  %s\n", "#",
-            "dp", "tp", "pp", "sp", "zero", "recompute", "micro", "accum", "schedule", "peak/rank",
-            "step_ms", "tokens/s", "bubble", "exposed_ms", "layers");
+    fprintf(f, "%4s %5s %4s %4s %4s %2s %4s %-9s %5s %5s %-14s %11s %10s %11s %6s %10s  %s\n", "#",
+            "dp", "tp", "pp", "cp", "sp", "zero", "recompute", "micro", "accum", "schedule",
+            "peak/rank", "step_ms", "tokens/s", "bubble", "exposed_ms", "layers");
     for (int64_t i = 0; i < n; i++) {
         const msr_plan_t *p = &plans[i];
         const msr_plan_layout_t *l = &p->l;
@@ -100,9 +100,10 @@ void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n)
         double bubble = p->t.step_ms > 0 ? 100 * p->t.bubble_ms / p->t.step_ms : 0;
         fprintf(f,
                 "%4" PRId64
-                " %5d %4d %4d %2d %4d %-9s %5d %5d %-14s %11s %10s %11s %5.1f%% %10s  %s\n",
-                i + 1, l->dp, l->tp, l->pp, l->sp, l->zero, msr_plan_recompute_names[l->recompute],
-                l->micro_batch, l->micros, sched, peak, step, tok, bubble, exp, layers);
+                " %5d %4d %4d %4d %2d %4d %-9s %5d %5d %-14s %11s %10s %11s %5.1f%% %10s  %s\n",
+                i + 1, l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
+                msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros, sched, peak,
+                step, tok, bubble, exp, layers);
     }
 }
 
@@ -111,15 +112,16 @@ void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         const msr_plan_t *p = &plans[i];
         const msr_plan_layout_t *l = &p->l;
-        fprintf(f,
-                "plan dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d grad_accum=%d "
-                "schedule=%s virtual_stages=%d params=%" PRIu64 " state_bytes=%" PRIu64
-                " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64
-                " step_ms=%.6g tokens_per_s=%.6g tflops_per_rank=%.4g",
-                l->dp, l->tp, l->pp, l->sp, l->zero, msr_plan_recompute_names[l->recompute],
-                l->micro_batch, l->micros, msr_plan_schedule_names[l->schedule], l->chunks,
-                p->at.part_params, state_bytes(&p->at), p->at.activations, p->peak, p->t.step_ms,
-                p->t.tokens_per_s, tflops_per_rank(p));
+        fprintf(
+            f,
+            "plan dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d grad_accum=%d "
+            "schedule=%s virtual_stages=%d params=%" PRIu64 " state_bytes=%" PRIu64
+            " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64
+            " step_ms=%.6g tokens_per_s=%.6g tflops_per_rank=%.4g",
+            l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
+            msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros,
+            msr_plan_schedule_names[l->schedule], l->chunks, p->at.part_params, state_bytes(&p->at),
+            p->at.activations, p->peak, p->t.step_ms, p->t.tokens_per_s, tflops_per_rank(p));
         if (l->stage_layers != NULL) {
             fprintf(f, " pp_layers=");
             for (int j = 0; j < stages_of(l); j++)
@@ -215,13 +217,15 @@ static void explain_split(FILE *f, const msr_plan_t *p)
     }
 }
 
-static void explain_memory(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t *c)
+static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t *p,
+                           const msr_plan_cluster_t *c)
 {
     const msr_plan_rank_t *r = &p->at;
     char budget[32], total[32], note[128];
     msr_plan_format_bytes(c->mem_gib * 1073741824.0, budget, sizeof budget);
     msr_plan_format_bytes((double)r->total, total, sizeof total);
-    int rank = (r->dp_rank * p->l.pp + r->pp_rank) * p->l.tp + r->tp_rank;
+    int rank = ((r->dp_rank * p->l.pp + r->pp_rank) * msr_plan_cp(&p->l) + r->cp_rank) * p->l.tp +
+               r->tp_rank;
     fprintf(f, "  memory of rank %d (pipeline stage %d), the fullest: %s of %s (%.1f%%)\n", rank,
             r->pp_rank, total, budget,
             c->mem_gib > 0 ? 100.0 * (double)r->total / (c->mem_gib * 1073741824.0) : 0);
@@ -239,6 +243,12 @@ static void explain_memory(FILE *f, const msr_plan_t *p, const msr_plan_cluster_
     snprintf(note, sizeof note, "at most %d micro-batches' frames, each %s (with the head %s)",
              r->frames_held, fr, frh);
     row_bytes(f, "activations", r->activations, T, note);
+    int cp = msr_plan_cp(&p->l);
+    if (cp > 1)
+        fprintf(f,
+                "      context parallel %d: a rank keeps its %d of the %d positions, with the "
+                "ring's logsumexp in place of the attention probabilities\n",
+                cp, m->seq / cp, m->seq);
     row_bytes(f, "pipeline buffers", r->comm, T, "gradients sent back, the head's wte copy");
     snprintf(note, sizeof note, "a bound; gradient buckets: %" PRIu64, r->buckets);
     row_bytes(f, "dp temporaries", r->buckets_bound, T, note);
@@ -257,6 +267,9 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 6, "compute", t->compute_ms, S, "without communication or recompute");
     row_ms(f, 6, "recompute", t->recompute_ms, S, "forwards run again");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S, "never hidden");
+    if (msr_plan_cp(&p->l) > 1)
+        row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
+               "K/V blocks past a ring step's attention, their gradients after it");
     row_ms(f, 6, "pipeline sends", t->pp_comm_ms, S, "on the critical path");
     row_ms(f, 6, "bubble", t->bubble_ms, S, "idle while the pipeline fills and drains");
     format_num(t->dp_comm_ms, a, sizeof a);
@@ -265,7 +278,7 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 4, "ZeRO-3 gathers", t->zero3_ms, S, "exposed");
     row_ms(f, 4, "optimizer", t->optim_ms, S, "AdamW on the rank's shard");
     row_ms(f, 4, "exposed communication", t->exposed_comm_ms, S,
-           "tp + pipeline sends + dp exposed + ZeRO-3");
+           "tp + cp ring + pipeline sends + dp exposed + ZeRO-3");
     double achieved = tflops_per_rank(p);
     fprintf(f,
             "  %.4g FLOPs a step; %.4g TFLOP/s per rank achieved, %.1f%% of the %.4g it can do\n",
@@ -279,10 +292,13 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
 {
     const msr_plan_layout_t *x = &p->l, *y = &best->l;
     fprintf(f, "  against plan 1:");
-    const int a[] = {x->dp,        x->tp,          x->pp,       x->sp,    x->zero,
-                     x->recompute, x->micro_batch, x->schedule, x->chunks};
-    const int b[] = {y->dp,        y->tp,          y->pp,       y->sp,    y->zero,
-                     y->recompute, y->micro_batch, y->schedule, y->chunks};
+    /* in msr_plan_fix_names' order */
+    const int a[MSR_PLAN_FIX_N] = {x->dp,     x->tp,         x->pp,          x->sp,
+                                   x->zero,   x->recompute,  x->micro_batch, x->schedule,
+                                   x->chunks, msr_plan_cp(x)};
+    const int b[MSR_PLAN_FIX_N] = {y->dp,     y->tp,         y->pp,          y->sp,
+                                   y->zero,   y->recompute,  y->micro_batch, y->schedule,
+                                   y->chunks, msr_plan_cp(y)};
     int same = 1;
     for (int k = 0; k < MSR_PLAN_FIX_N; k++) {
         if (a[k] == b[k])
@@ -308,6 +324,7 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
         {"compute", t->compute_ms - u->compute_ms},
         {"recompute", t->recompute_ms - u->recompute_ms},
         {"tp collectives", t->tp_comm_ms - u->tp_comm_ms},
+        {"cp ring", t->cp_comm_ms - u->cp_comm_ms},
         {"pipeline sends", t->pp_comm_ms - u->pp_comm_ms},
         {"bubble", t->bubble_ms - u->bubble_ms},
         {"dp exposed", t->dp_exposed_ms - u->dp_exposed_ms},
@@ -345,15 +362,15 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
     char sched[32];
     schedule_name(l, sched, sizeof sched);
     fprintf(f,
-            "plan %" PRId64 ": dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d "
+            "plan %" PRId64 ": dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d "
             "grad_accum=%d schedule=%s\n",
-            which, l->dp, l->tp, l->pp, l->sp, l->zero, msr_plan_recompute_names[l->recompute],
-            l->micro_batch, l->micros, sched);
+            which, l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
+            msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros, sched);
     fprintf(f, "  model: %s, %" PRIu64 " parameters, %d layers, %s\n",
             m->arch == MSR_PLAN_GPT ? "GPT" : "Llama", msr_plan_num_params(m), m->layers,
             prec == MSR_PLAN_BF16 ? "bf16 with fp32 master weights" : "fp32");
     explain_split(f, p);
-    explain_memory(f, p, c);
+    explain_memory(f, m, p, c);
     explain_time(f, p, c);
     if (which > 1)
         explain_versus(f, p, &plans[0]);

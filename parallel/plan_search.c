@@ -7,7 +7,7 @@
 #include "parallel/plan.h"
 
 const char *const msr_plan_fix_names[MSR_PLAN_FIX_N] = {
-    "dp", "tp", "pp", "sp", "zero", "recompute", "micro_batch", "schedule", "virtual_stages"};
+    "dp", "tp", "pp", "sp", "zero", "recompute", "micro_batch", "schedule", "virtual_stages", "cp"};
 const char *const msr_plan_schedule_names[3] = {"gpipe", "1f1b", "interleaved"};
 const char *const msr_plan_recompute_names[3] = {"none", "selective", "full"};
 
@@ -198,9 +198,10 @@ static void describe(const msr_plan_layout_t *l, char *buf, size_t len)
     const char *rc =
         l->recompute >= 0 && l->recompute <= 2 ? msr_plan_recompute_names[l->recompute] : "?";
     snprintf(buf, len,
-             "dp=%d tp=%d pp=%d sp=%d zero=%d recompute=%s micro_batch=%d schedule=%s "
+             "dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d schedule=%s "
              "virtual_stages=%d",
-             l->dp, l->tp, l->pp, l->sp, l->zero, rc, l->micro_batch, sched, l->chunks);
+             l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero, rc, l->micro_batch, sched,
+             l->chunks);
 }
 
 /* "layout: reason" into out, cut to fit */
@@ -234,10 +235,12 @@ static int plan_cmp(const msr_plan_t *a, const msr_plan_t *b)
         return a->t.step_ms < b->t.step_ms ? -1 : 1;
     if (a->peak != b->peak)
         return a->peak < b->peak ? -1 : 1;
-    const int x[] = {a->l.dp,        a->l.tp,          a->l.pp,       a->l.sp,    a->l.zero,
-                     a->l.recompute, a->l.micro_batch, a->l.schedule, a->l.chunks};
-    const int y[] = {b->l.dp,        b->l.tp,          b->l.pp,       b->l.sp,    b->l.zero,
-                     b->l.recompute, b->l.micro_batch, b->l.schedule, b->l.chunks};
+    const int x[] = {a->l.dp,     a->l.tp,           a->l.pp,          a->l.sp,
+                     a->l.zero,   a->l.recompute,    a->l.micro_batch, a->l.schedule,
+                     a->l.chunks, msr_plan_cp(&a->l)};
+    const int y[] = {b->l.dp,     b->l.tp,           b->l.pp,          b->l.sp,
+                     b->l.zero,   b->l.recompute,    b->l.micro_batch, b->l.schedule,
+                     b->l.chunks, msr_plan_cp(&b->l)};
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         if (x[i] != y[i])
             return x[i] < y[i] ? -1 : 1;
@@ -469,7 +472,7 @@ static int group(search_t *s, msr_plan_layout_t l)
     const int *fx = s->q->fix;
     int fast = s->q->search == MSR_PLAN_SEARCH_FAST;
     int ok = 0, over = 0;
-    int zmax = l.tp == 1 && l.pp == 1 ? 3 : 2;
+    int zmax = l.tp == 1 && l.pp == 1 && msr_plan_cp(&l) == 1 ? 3 : 2;
     for (int rc = 0; rc < 3; rc++) {
         if (fx[MSR_PLAN_FIX_RECOMPUTE] >= 0 && fx[MSR_PLAN_FIX_RECOMPUTE] != rc)
             continue;
@@ -492,13 +495,122 @@ static int group(search_t *s, msr_plan_layout_t l)
     return !ok && over;
 }
 
-static int64_t search_run(search_t *s)
+/* Positions a chunk of the ring holds at least in the fast search: a ring
+ * step must compute long enough to hide its K/V block's transfer, which
+ * with the default cluster inside a node takes chunks of about a thousand
+ * positions (docs/plan.md "Search"). */
+#define FAST_CP_CHUNK 1024
+
+/* The exhaustive search's cp beyond chunks of FAST_CP_CHUNK: up to this
+ * many ranks a ring (each cp value multiplies the space; 1 to 4 keep a
+ * search of 1,024 ranks within its goal). */
+#define EXHAUSTIVE_CP_MAX 4
+
+/* The context-parallel degrees for rest = world / (tp pp) ranks: divisors
+ * of rest whose 2 cp chunks divide the sequence and hold FAST_CP_CHUNK
+ * positions or more (the exhaustive search: or cp up to
+ * EXHAUSTIVE_CP_MAX; the fast one: powers of two only), or the fixed value
+ * alone. */
+static void cp_choices(const search_t *s, int64_t rest, values_t *out)
+{
+    int fixed = s->q->fix[MSR_PLAN_FIX_CP];
+    int fast = s->q->search == MSR_PLAN_SEARCH_FAST;
+    divisors(rest, fixed, fast, out);
+    if (fixed >= 0)
+        return;
+    int n = 0;
+    for (int i = 0; i < out->n; i++) {
+        int64_t cp = out->v[i], two = 2 * cp;
+        int long_chunks = s->m->seq / two >= FAST_CP_CHUNK;
+        if (cp == 1 ||
+            (s->m->seq % two == 0 && (long_chunks || (!fast && cp <= EXHAUSTIVE_CP_MAX))))
+            out->v[n++] = out->v[i];
+    }
+    out->n = n;
+}
+
+/* One (tp, pp, cp): every dp-compatible sp, schedule and micro-batch. */
+static int search_mesh(search_t *s, int tp, int pp, int cp)
 {
     const msr_plan_query_t *q = s->q;
     const int *fx = q->fix;
     int fast = q->search == MSR_PLAN_SEARCH_FAST;
     int64_t W = q->world, B = q->global_batch;
-    values_t tps, pps, mbs, sps;
+    values_t mbs, sps;
+    int64_t dp = W / tp / pp / cp;
+    if (fx[MSR_PLAN_FIX_DP] >= 0 && fx[MSR_PLAN_FIX_DP] != dp)
+        return 0;
+    if (B % dp != 0) {
+        if (fx[MSR_PLAN_FIX_DP] >= 0) {
+            msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, NULL, cp};
+            char why[128];
+            snprintf(why, sizeof why, "a global batch of %lld does not divide among dp %lld",
+                     (long long)B, (long long)dp);
+            note_invalid(s, &l, why);
+        }
+        return 0;
+    }
+    int64_t per = B / dp;
+    sched_choice_t sch;
+    schedules(s, pp, &sch);
+    if (fx[MSR_PLAN_FIX_SP] >= 0)
+        one_or_fixed(fx[MSR_PLAN_FIX_SP], 0, &sps);
+    else if (tp > 1 && (int64_t)s->m->seq / cp % tp == 0) {
+        sps.n = 0;
+        add_value(&sps, 0);
+        add_value(&sps, 1);
+    } else
+        one_or_fixed(-1, 0, &sps);
+    divisors(per, fx[MSR_PLAN_FIX_MICRO_BATCH], fast, &mbs);
+    for (int c = 0; c < sch.n; c++) {
+        for (int d = 0; d < sps.n; d++) {
+            for (int e = 0; e < mbs.n; e++) {
+                int mb = mbs.v[e];
+                if (mb < 1 || per % mb != 0) {
+                    msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0,    mb, 1,
+                                           1,       1,  0,  0, 0, NULL, cp};
+                    char why[160];
+                    snprintf(why, sizeof why,
+                             "%lld sequences per dp rank do not divide into "
+                             "micro-batches of %d",
+                             (long long)per, mb);
+                    note_invalid(s, &l, why);
+                    continue;
+                }
+                msr_plan_layout_t l = {(int)dp,
+                                       tp,
+                                       pp,
+                                       sps.v[d],
+                                       0,
+                                       0,
+                                       mb,
+                                       (int)(per / mb),
+                                       sch.sched[c],
+                                       sch.chunks[c],
+                                       q->bucket_bytes,
+                                       0,
+                                       q->zero_min_bytes,
+                                       NULL,
+                                       cp};
+                int none_fit = group(s, l);
+                if (s->oom)
+                    return -1;
+                /* more sequences per micro-batch only hold more */
+                if (fast && none_fit)
+                    break;
+            }
+        }
+    }
+    return 0;
+}
+
+static int64_t search_run(search_t *s)
+{
+    const msr_plan_query_t *q = s->q;
+    const int *fx = q->fix;
+    int fast = q->search == MSR_PLAN_SEARCH_FAST;
+    int64_t W = q->world;
+    values_t tps, pps, cps;
     divisors(W, fx[MSR_PLAN_FIX_TP], fast, &tps);
     for (int a = 0; a < tps.n; a++) {
         int tp = tps.v[a];
@@ -510,69 +622,13 @@ static int64_t search_run(search_t *s)
             int pp = pps.v[b];
             if ((W / tp) % pp != 0 || (fast && pp > s->m->layers && fx[MSR_PLAN_FIX_PP] < 0))
                 continue;
-            int64_t dp = W / tp / pp;
-            if (fx[MSR_PLAN_FIX_DP] >= 0 && fx[MSR_PLAN_FIX_DP] != dp)
-                continue;
-            if (B % dp != 0) {
-                if (fx[MSR_PLAN_FIX_DP] >= 0) {
-                    msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, NULL};
-                    char why[128];
-                    snprintf(why, sizeof why,
-                             "a global batch of %lld does not divide among dp %lld", (long long)B,
-                             (long long)dp);
-                    note_invalid(s, &l, why);
-                }
-                continue;
-            }
-            int64_t per = B / dp;
-            sched_choice_t sch;
-            schedules(s, pp, &sch);
-            if (fx[MSR_PLAN_FIX_SP] >= 0)
-                one_or_fixed(fx[MSR_PLAN_FIX_SP], 0, &sps);
-            else if (tp > 1 && (int64_t)s->m->seq % tp == 0) {
-                sps.n = 0;
-                add_value(&sps, 0);
-                add_value(&sps, 1);
-            } else
-                one_or_fixed(-1, 0, &sps);
-            divisors(per, fx[MSR_PLAN_FIX_MICRO_BATCH], fast, &mbs);
-            for (int c = 0; c < sch.n; c++) {
-                for (int d = 0; d < sps.n; d++) {
-                    for (int e = 0; e < mbs.n; e++) {
-                        int mb = mbs.v[e];
-                        if (mb < 1 || per % mb != 0) {
-                            msr_plan_layout_t l = {(int)dp, tp, pp, 0, 0, 0, mb,
-                                                   1,       1,  1,  0, 0, 0, NULL};
-                            char why[160];
-                            snprintf(why, sizeof why,
-                                     "%lld sequences per dp rank do not divide into "
-                                     "micro-batches of %d",
-                                     (long long)per, mb);
-                            note_invalid(s, &l, why);
-                            continue;
-                        }
-                        msr_plan_layout_t l = {(int)dp,
-                                               tp,
-                                               pp,
-                                               sps.v[d],
-                                               0,
-                                               0,
-                                               mb,
-                                               (int)(per / mb),
-                                               sch.sched[c],
-                                               sch.chunks[c],
-                                               q->bucket_bytes,
-                                               0,
-                                               q->zero_min_bytes,
-                                               NULL};
-                        int none_fit = group(s, l);
-                        if (s->oom)
-                            return -1;
-                        /* more sequences per micro-batch only hold more */
-                        if (fast && none_fit)
-                            break;
-                    }
-                }
+            cp_choices(s, W / tp / pp, &cps);
+            for (int k = 0; k < cps.n; k++) {
+                int cp = cps.v[k];
+                if (cp < 1 || (W / tp / pp) % cp != 0)
+                    continue;
+                if (search_mesh(s, tp, pp, cp) != 0)
+                    return -1;
             }
         }
     }

@@ -232,11 +232,33 @@ static double price(const msr_plan_cluster_t *c, work_t w)
     return ms;
 }
 
+static work_t scale(work_t w, double k)
+{
+    w.flops *= k;
+    w.bytes *= k;
+    w.act *= k;
+    w.kernels *= k;
+    return w;
+}
+
+static work_t add(work_t a, work_t b)
+{
+    a.flops += b.flops;
+    a.bytes += b.bytes;
+    a.act += b.act;
+    a.kernels += b.kernels;
+    return a;
+}
+
 /* One micro-batch's forward on one rank, in parts the phases price. */
 typedef struct pieces {
     work_t layer_f;     /* one block's forward */
     work_t attn_f;      /* of it, the attention core (what selective recomputes) */
     double layer_tp_ms; /* one block's tp collectives, forward (backward: the same) */
+    work_t attn_b_more; /* under cp: what the ring's backward computes beyond twice attn_f */
+    work_t gelu_f;      /* the GELU alone (what selective recompute reruns under cp) */
+    double ring_f_ms;   /* under cp: one block's exposed ring transfers, forward */
+    double ring_b_ms;   /* and backward */
     work_t layer_sp;    /* under sp, its copies between sequence and rank order (each pass) */
     work_t embed_f, embed_b;
     double embed_tp_ms; /* forward; its backward has none */
@@ -250,7 +272,10 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                          msr_plan_precision_t prec, const msr_plan_cluster_t *c, pieces_t *p)
 {
     double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
-    double t = l->tp, b = l->micro_batch, T = m->seq, C = m->channels, NH = m->heads;
+    /* under cp a rank works on its T/cp positions: everything but
+     * attention scales with them */
+    int cp = msr_plan_cp(l);
+    double t = l->tp, b = l->micro_batch, T = m->seq / cp, C = m->channels, NH = m->heads;
     double V = m->vocab, N = b * T, Nl = l->sp ? N / t : N;
     double llama = m->arch == MSR_PLAN_LLAMA;
     double F = llama ? m->ffn : 4 * C;
@@ -262,15 +287,37 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * projection, the MLP (SwiGLU: gate and up, then down) */
     double mm = 2 * N * (C * qkv + C * C + (llama ? 3 : 2) * C * F);
     /* attention: Q K^T and A V over the full T x T, per head (the
-     * runtime's kernels skip nothing under the causal mask) */
-    double att = 4 * b * T * T * C;
-    p->model_flops_f = m->layers * (mm + att) + 2 * N * C * V;
+     * runtime's kernels skip nothing under the causal mask); under cp
+     * the ring computes each (query chunk, key chunk) pair of S = T/(2 cp)
+     * positions not above the diagonal in full: a rank's two chunks i and
+     * 2 cp - 1 - i see 2 cp + 1 of them, and its backward runs five
+     * products a pair where the forward runs two */
+    double S = m->seq / (2.0 * cp), pairs = 2.0 * cp + 1;
+    double att = cp > 1 ? 4 * b * pairs * S * S * C : 4 * b * T * T * C;
+    p->model_flops_f = cp * (m->layers * (mm + att) + 2 * N * C * V);
 
     double heads_l = NH / t;
     p->attn_f.flops = att / t;
     /* the softmax inside the attention kernel is priced with it: the rate
      * --calibrate measures for attention is the whole kernel's */
-    p->attn_f.kernels = 2 * b * heads_l + 1; /* two products per head and sequence */
+    p->attn_f.kernels = 2 * b * heads_l * (cp > 1 ? pairs : 1) + 1; /* two products a head */
+    p->gelu_f.act = eb * 2 * N * F / t;
+    p->gelu_f.kernels = 1;
+    if (cp > 1) {
+        p->attn_b_more.flops = 0.5 * p->attn_f.flops;
+        p->attn_b_more.kernels = b * heads_l * pairs;
+        /* the ring (parallel/mp_cp.c): forward, cp - 1 K/V blocks (N, 2C/t)
+         * each sent while a ring step's attention computes, exposed only
+         * past it; backward, the same for the K/V blocks, and cp gradient
+         * blocks of the same size, each sent after its step computes */
+        net_t cpn = net_of(c, (int64_t)l->tp * cp <= c->ranks_per_node &&
+                                  c->ranks_per_node % (l->tp * cp) == 0);
+        double kv = t_p2p(&cpn, N * 2 * C / t * eb);
+        double step_f = price(c, p->attn_f) / cp;
+        double step_b = price(c, add(scale(p->attn_f, 2), p->attn_b_more)) / cp;
+        p->ring_f_ms = (cp - 1) * (kv > step_f ? kv - step_f : 0);
+        p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * kv;
+    }
 
     p->layer_f = p->attn_f;
     p->layer_f.flops += mm / t;
@@ -322,31 +369,13 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     p->act_bytes = Nl * C * eb;
 }
 
-static work_t scale(work_t w, double k)
-{
-    w.flops *= k;
-    w.bytes *= k;
-    w.act *= k;
-    w.kernels *= k;
-    return w;
-}
-
-static work_t add(work_t a, work_t b)
-{
-    a.flops += b.flops;
-    a.bytes += b.bytes;
-    a.act += b.act;
-    a.kernels += b.kernels;
-    return a;
-}
-
 /* Which costs a pass counts: turning one off and pricing again tells how
  * much of the step it is. */
-enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_ALL = 7 };
+enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_CP = 8, WITH_ALL = 15 };
 
 /* One micro-batch through a virtual stage: its forward's and backward's
  * compute at the cluster's rates (every rank busy) and their tp
- * collectives, in ms. */
+ * collectives and exposed ring transfers (cp), in ms. */
 typedef struct stage_cost {
     double fwd, bwd, tp_fwd, tp_bwd;
 } stage_cost_t;
@@ -357,15 +386,21 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
 {
     work_t f = scale(p->layer_f, layers);
     work_t bw = scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
+    bw = add(bw, scale(p->attn_b_more, layers));
     double tpf = layers * p->layer_tp_ms, tpb = layers * p->layer_tp_ms;
+    double ringf = (with & WITH_CP) ? layers * p->ring_f_ms : 0;
+    double ringb = (with & WITH_CP) ? layers * p->ring_b_ms : 0;
     f = add(f, scale(p->layer_sp, layers));
     bw = add(bw, scale(p->layer_sp, layers));
     if (with & WITH_RC) {
+        /* under cp selective keeps the ring's logsumexp: only the GELU
+         * runs again */
         if (l->recompute == MSR_PLAN_RC_SELECTIVE)
-            bw = add(bw, scale(p->attn_f, layers));
+            bw = add(bw, scale(msr_plan_cp(l) > 1 ? p->gelu_f : p->attn_f, layers));
         else if (l->recompute == MSR_PLAN_RC_FULL) {
             bw = add(bw, f);
             tpb += layers * p->layer_tp_ms;
+            ringb += ringf; /* the ring runs again */
         }
     }
     if (first) {
@@ -379,10 +414,10 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
         tpf += p->head_tp_f_ms;
         tpb += p->head_tp_b_ms;
     }
-    stage_cost_t sc = {price(c, f), price(c, bw), 0, 0};
+    stage_cost_t sc = {price(c, f), price(c, bw), ringf, ringb};
     if (with & WITH_TP) {
-        sc.tp_fwd = tpf;
-        sc.tp_bwd = tpb;
+        sc.tp_fwd += tpf;
+        sc.tp_bwd += tpb;
     }
     return sc;
 }
@@ -435,10 +470,11 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           double *rank_bwd_p)
 {
     int pp = l->pp, v = l->schedule == MSR_PLAN_INTERLEAVED ? l->chunks : 1, n = pp * v;
-    net_t ppn = net_of(c, (int64_t)l->pp * l->tp <= c->ranks_per_node &&
-                              c->ranks_per_node % (l->pp * l->tp) == 0);
+    int stage = l->tp * msr_plan_cp(l); /* the ranks of a pipeline stage */
+    net_t ppn = net_of(c, (int64_t)l->pp * stage <= c->ranks_per_node &&
+                              c->ranks_per_node % (l->pp * stage) == 0);
     double hop = (with & WITH_PP) ? t_p2p(&ppn, p->act_bytes) : 0;
-    double speed = idle_speedup(c, (int64_t)l->dp * l->tp * l->pp);
+    double speed = idle_speedup(c, (int64_t)l->dp * l->pp * stage);
     double all = 0, rmax = 0, rbwd = 0, work = 0;
     msr_plan_sim_stage_t sim_stage[MAX_SIM_STAGES];
     int sim = speed > 1 && n <= MAX_SIM_STAGES;
@@ -475,7 +511,7 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     if (rank_bwd_p != NULL)
         *rank_bwd_p = rbwd;
     if (sim) {
-        int64_t world = (int64_t)l->dp * l->tp * l->pp;
+        int64_t world = (int64_t)l->dp * l->pp * stage;
         msr_plan_sim_t q = {pp,
                             v,
                             l->micros,
@@ -508,13 +544,16 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     /* FLOPs of the step, recompute included (as the literature reports
      * achieved TFLOP/s: Narayanan et al. count full recompute's forward) */
     double fwd = p.model_flops_f;
+    int cp = msr_plan_cp(&l);
     double rc = l.recompute == MSR_PLAN_RC_FULL
                     ? fwd - 2 * (double)l.micro_batch * m->seq * m->channels * m->vocab
-                : l.recompute == MSR_PLAN_RC_SELECTIVE
+                : l.recompute == MSR_PLAN_RC_SELECTIVE && cp == 1
                     ? m->layers * 4.0 * l.micro_batch * m->seq * m->seq * m->channels
                     : 0;
     double micros_all = (double)l.dp * l.micros;
-    out->flops = micros_all * (3 * fwd + rc);
+    /* the ring's backward: five products a chunk pair, not four */
+    double ring_b = cp * m->layers * p.attn_b_more.flops * l.tp;
+    out->flops = micros_all * (3 * fwd + rc + ring_b);
 
     /* the pipeline, and what each cost adds to it */
     double busy = 0, rank_bwd = 0;
@@ -522,21 +561,23 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     double no_tp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_TP, NULL, NULL);
     double no_pp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_PP, NULL, NULL);
     double no_rc = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_RC, NULL, NULL);
+    double no_cp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_CP, NULL, NULL);
     double bare = pipeline_ms(m, &l, c, &p, 0, NULL, NULL);
+    out->cp_comm_ms = pipe - no_cp;
     out->tp_comm_ms = pipe - no_tp;
     out->pp_comm_ms = pipe - no_pp;
     out->recompute_ms = pipe - no_rc;
     out->compute_ms = bare;
     out->bubble_ms = pipe - busy;
-    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC, 1);
-    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC, 1);
-    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC, 1);
+    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC | WITH_CP, 1);
+    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC | WITH_CP, 1);
+    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC | WITH_CP, 1);
 
     /* the tied head's wte crosses the pipeline twice a step (the last
      * stage's copy in, its gradient back) */
     double tied = 0;
-    net_t ppn = net_of(c, (int64_t)l.pp * l.tp <= c->ranks_per_node &&
-                              c->ranks_per_node % (l.pp * l.tp) == 0);
+    net_t ppn = net_of(c, (int64_t)l.pp * l.tp * cp <= c->ranks_per_node &&
+                              c->ranks_per_node % (l.pp * l.tp * cp) == 0);
     if (l.pp > 1 && m->arch == MSR_PLAN_GPT)
         tied = 2 * t_p2p(&ppn, (double)m->vocab / l.tp * m->channels * eb);
     out->pp_comm_ms += tied;
@@ -544,21 +585,23 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     /* data parallel, per pipeline stage (the slowest decides): the
      * gradient reduction, hidden behind the backward it overlaps except
      * for the last bucket, which completes with backward; the parameters'
-     * allgather after the step (ZeRO 1-2); ZeRO-3's gathers; AdamW */
-    int64_t world = (int64_t)l.dp * l.tp * l.pp;
+     * allgather after the step (ZeRO 1-2); ZeRO-3's gathers; AdamW. Under
+     * cp the parameters are replicated over dp x cp, and so reduced */
+    int64_t world = (int64_t)l.dp * l.tp * l.pp * cp;
     net_t dpn = net_of(c, world <= c->ranks_per_node);
+    int nd = l.dp * cp;
     double worst = 0;
     for (int s = 0; s < l.pp; s++) {
         msr_plan_rank_t r;
-        msr_plan_rank(m, &l, prec, s * l.tp, &r);
+        msr_plan_rank(m, &l, prec, s * l.tp * cp, &r);
         double G = (double)r.part_params * eb;
         double last_bucket = G < l.bucket_bytes ? G : (double)l.bucket_bytes;
         double red = 0, red_exposed = 0, ag = 0, z3 = 0;
-        if (l.dp > 1) {
+        if (nd > 1) {
             /* stages 2-3 reduce every micro-batch's gradients */
-            double per = l.zero == 0 ? t_allreduce(&dpn, G, l.dp) : t_scatter(&dpn, G, l.dp);
-            double tail = l.zero == 0 ? t_allreduce(&dpn, last_bucket, l.dp)
-                                      : t_scatter(&dpn, last_bucket, l.dp);
+            double per = l.zero == 0 ? t_allreduce(&dpn, G, nd) : t_scatter(&dpn, G, nd);
+            double tail =
+                l.zero == 0 ? t_allreduce(&dpn, last_bucket, nd) : t_scatter(&dpn, last_bucket, nd);
             double times = l.zero >= 2 ? l.micros : 1;
             double hide = rank_bwd * (1 - (double)l.first_bucket_bytes / (G > 0 ? G : 1));
             if (hide < 0)
@@ -567,12 +610,12 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
             red = times * per;
             red_exposed = times * exposed;
             if (l.zero == 1 || l.zero == 2)
-                ag = t_scatter(&dpn, G, l.dp);
+                ag = t_scatter(&dpn, G, nd);
             if (l.zero == 3) {
                 /* each micro-batch gathers every segment forward and again
                  * backward; the next segment's gather is prefetched behind
                  * the current one's compute */
-                double gather = 2 * t_scatter(&dpn, G, l.dp);
+                double gather = 2 * t_scatter(&dpn, G, nd);
                 double comp = rank_bwd * 1.5;
                 double e = gather - comp > gather / (2.0 * (m->layers + 2))
                                ? gather - comp
@@ -605,7 +648,8 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
             out->optim_ms = optim;
         }
     }
-    out->exposed_comm_ms = out->tp_comm_ms + out->pp_comm_ms + out->dp_exposed_ms + out->zero3_ms;
+    out->exposed_comm_ms =
+        out->tp_comm_ms + out->cp_comm_ms + out->pp_comm_ms + out->dp_exposed_ms + out->zero3_ms;
     out->step_ms = pipe + tied + worst;
     out->tokens_per_s =
         out->step_ms > 0 ? micros_all * l.micro_batch * m->seq / (out->step_ms / 1e3) : 0;

@@ -664,14 +664,6 @@ int main(int argc, char **argv)
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL) {
         int done = 0;
-        if (o.cp > 1 && o.calibrate == NULL) {
-            /* every rank says it: the first to exit ends the job, perhaps
-             * before rank 0 has written a word */
-            fprintf(stderr, "train_gpt: the planner does not model context parallel: "
-                            "--plan, --plan-all, --explain, --auto and --cluster take no "
-                            "--cp\n");
-            goto out;
-        }
         if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
             goto out;
         rc = EXIT_BAD_INPUT;

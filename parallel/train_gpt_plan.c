@@ -152,6 +152,8 @@ static int fixes(const options_t *o, const job_t *job, int *fix)
         fix[MSR_PLAN_FIX_DP] = -1; /* --dp 0: the world's, i.e. free */
     if (o->sp)
         fix[MSR_PLAN_FIX_SP] = 1;
+    if (train_gpt_given(o, "cp"))
+        fix[MSR_PLAN_FIX_CP] = (int)o->cp;
     if (o->schedule != NULL &&
         (fix[MSR_PLAN_FIX_SCHEDULE] = msr_mp_schedule_parse(o->schedule)) < 0)
         return refuse(job, "--schedule '%s' is not one of gpipe, 1f1b, interleaved", o->schedule);
@@ -172,10 +174,12 @@ static int global_batch(const options_t *o, const job_t *job, int64_t *G_p)
     }
     int64_t dp = o->dp;
     if (dp == 0) {
-        if (job->world % (o->tp * o->pp) != 0)
-            return refuse(job, "the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64,
-                          job->world, o->tp, o->pp);
-        dp = job->world / (o->tp * o->pp);
+        if (job->world % (o->tp * o->pp * o->cp) != 0)
+            return refuse(job,
+                          "the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
+                          " x cp %" PRId64,
+                          job->world, o->tp, o->pp, o->cp);
+        dp = job->world / (o->tp * o->pp * o->cp);
     }
     *G_p = o->micro_batch * o->grad_accum * dp;
     return 0;
@@ -209,9 +213,9 @@ static int check_degrees(const job_t *job, const int *fix)
     int nfixed = 0;
     char what[96] = "";
     size_t at = 0;
-    static const int keys[3] = {MSR_PLAN_FIX_DP, MSR_PLAN_FIX_TP, MSR_PLAN_FIX_PP};
-    static const char *const names[3] = {"dp", "tp", "pp"};
-    for (int i = 0; i < 3; i++) {
+    static const int keys[4] = {MSR_PLAN_FIX_DP, MSR_PLAN_FIX_TP, MSR_PLAN_FIX_PP, MSR_PLAN_FIX_CP};
+    static const char *const names[4] = {"dp", "tp", "pp", "cp"};
+    for (int i = 0; i < 4; i++) {
         if (fix[keys[i]] < 0)
             continue;
         fixed *= fix[keys[i]];
@@ -219,7 +223,7 @@ static int check_degrees(const job_t *job, const int *fix)
         at += (size_t)snprintf(what + at, sizeof what - at, "%s%s %d", at ? " x " : "", names[i],
                                fix[keys[i]]);
     }
-    if (nfixed == 3 && fixed != job->world)
+    if ((nfixed == 4 && fixed != job->world) || (nfixed == 3 && fixed > job->world))
         return refuse(job, "%s = %" PRId64 " ranks, but the job has %d", what, fixed, job->world);
     if (nfixed > 0 && job->world % fixed != 0)
         return refuse(job, "the job's %d ranks do not divide into %s", job->world, what);
@@ -307,6 +311,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     o->dp = p->l.dp;
     o->tp = p->l.tp;
     o->pp = p->l.pp;
+    o->cp = msr_plan_cp(&p->l);
     o->sp = p->l.sp;
     o->zero = p->l.zero;
     o->recompute = msr_mp_recompute_name((msr_mp_recompute_t)p->l.recompute);
@@ -332,12 +337,12 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
         fprintf(stderr,
                 "train_gpt: --auto: plan 1 of %" PRIu64
-                ": dp %d tp %d pp %d%s zero %d recompute %s micro-batch %d grad-accum %d "
+                ": dp %d tp %d pp %d cp %d%s zero %d recompute %s micro-batch %d grad-accum %d "
                 "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
                 "per rank at most (cluster: %s)\n",
-                pruned.found, p->l.dp, p->l.tp, p->l.pp, p->l.sp ? " sp" : "", p->l.zero,
-                o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks, split_text,
-                p->t.step_ms, p->t.tokens_per_s, peak, origin);
+                pruned.found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), p->l.sp ? " sp" : "",
+                p->l.zero, o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks,
+                split_text, p->t.step_ms, p->t.tokens_per_s, peak, origin);
     }
 out:
     free(plans);

@@ -40,7 +40,7 @@ train_args() {
     for k in "${kv[@]}"; do
         v=${k#*=}
         case ${k%%=*} in
-        dp | tp | pp | zero | recompute | schedule) out+=("--${k%%=*}" "$v") ;;
+        dp | tp | pp | cp | zero | recompute | schedule) out+=("--${k%%=*}" "$v") ;;
         sp) ((v)) && out+=(--sp) ;;
         virtual_stages) out+=(--virtual-stages "$v") ;;
         esac
@@ -81,7 +81,7 @@ echo "|---|---|---|---|---|---|"
 bad=0
 for row in "${layouts[@]}"; do
     w=${row%% *}
-    fix="${row#* },micro_batch=$mb"
+    fix="${row#* },micro_batch=$mb,cp=1"
     # shellcheck disable=SC2046
     run "$w" "${model[@]}" --micro-batch "$mb" --global-batch "$gb" $(train_args "$fix")
     rss=$(max_rss "$tmp/err")

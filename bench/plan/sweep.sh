@@ -83,12 +83,12 @@ step_ms() {
 }
 
 # a layout as one key, from a kv line or from --auto's words (dp 4 tp 1
-# pp 1 sp zero 3 recompute none micro-batch 8 grad-accum 1 schedule 1f1b
+# pp 1 cp 1 sp zero 3 recompute none micro-batch 8 grad-accum 1 schedule 1f1b
 # virtual-stages 1 pp-layers 3,5)
 kv_key() {
     awk '{ for (i = 2; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] }
-           printf "dp=%s tp=%s pp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
-               v["dp"], v["tp"], v["pp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
+           printf "dp=%s tp=%s pp=%s cp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
+               v["dp"], v["tp"], v["pp"], v["cp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
                v["grad_accum"], v["schedule"], v["virtual_stages"], v["pp_layers"] }'
 }
 auto_key() {
@@ -96,8 +96,8 @@ auto_key() {
            for (i = 1; i <= NF; i++) {
                if ($i == "sp") { v["sp"] = 1; continue }
                k = $i; gsub("-", "_", k); v[k] = $(i + 1); i++ }
-           printf "dp=%s tp=%s pp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
-               v["dp"], v["tp"], v["pp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
+           printf "dp=%s tp=%s pp=%s cp=%s sp=%s zero=%s recompute=%s micro_batch=%s grad_accum=%s schedule=%s virtual_stages=%s pp_layers=%s\n",
+               v["dp"], v["tp"], v["pp"], v["cp"], v["sp"], v["zero"], v["recompute"], v["micro_batch"],
                v["grad_accum"], v["schedule"], v["virtual_stages"], v["pp_layers"] }'
 }
 
@@ -159,7 +159,8 @@ for w in 4 8; do
                 for pair in $line; do
                     [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
                 done
-                args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --zero "${kv[zero]}"
+                args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --cp "${kv[cp]}"
+                    --zero "${kv[zero]}"
                     --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
                     --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
                     --virtual-stages "${kv[virtual_stages]}")

@@ -41,7 +41,7 @@ refuse "no valid layout" "${m[@]}" --fix tp=3
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
 n=$(grep -c '^plan ' "$work/kv")
 ((n > 100)) || fail "only $n plans for 4 ranks"
-line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
+line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ cp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
 line+=' micro_batch=[0-9]+ grad_accum=[0-9]+ schedule=(gpipe|1f1b|interleaved)'
 line+=' virtual_stages=[0-9]+ params=[0-9]+ state_bytes=[0-9]+ activation_bytes=[0-9]+'
 line+=' peak_bytes=[0-9]+ step_ms=[0-9.e+-]+ tokens_per_s=[0-9.e+-]+ tflops_per_rank=[0-9.e+-]+$'
@@ -52,11 +52,26 @@ sed 's/.*step_ms=\([^ ]*\) .*/\1/' "$work/plans" | sort -c -g || fail "not least
 # every plan is a factorization of 4 with batch 8
 awk '{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    if (v["dp"] * v["tp"] * v["pp"] != 4 || v["dp"] * v["micro_batch"] * v["grad_accum"] != 8)
+    if (v["dp"] * v["tp"] * v["pp"] * v["cp"] != 4 || v["dp"] * v["micro_batch"] * v["grad_accum"] != 8)
         { print; exit 1 } }' "$work/plans" || fail "a plan that is not 4 ranks with batch 8"
 "$bin/plan_gpt" "${m[@]}" --format kv --all --fix dp=2,tp=2,zero=2 | grep '^plan ' >"$work/fixed"
 [[ -s "$work/fixed" ]] || fail "--fix dp=2,tp=2,zero=2 left nothing"
-grep -v "dp=2 tp=2 pp=1 .*zero=2 " "$work/fixed" && fail "--fix not applied"
+grep -v "dp=2 tp=2 pp=1 cp=1 .*zero=2 " "$work/fixed" && fail "--fix not applied"
+# context parallel: --fix cp=2 keeps cp 2 in every plan; cp=3 (6 chunks of
+# a 16-position sequence) is refused with the reason; --explain of a cp
+# plan shows the ring's time and what a rank keeps
+"$bin/plan_gpt" "${m[@]}" --format kv --all --fix cp=2 | grep '^plan ' >"$work/cp"
+[[ -s "$work/cp" ]] || fail "--fix cp=2 left nothing"
+grep -v " cp=2 " "$work/cp" && fail "--fix cp=2 not applied"
+grep -q "dp=2 tp=1 pp=1 cp=2 " "$work/cp" || fail "--fix cp=2: no dp 2 x cp 2: $(head -3 "$work/cp")"
+"$bin/plan_gpt" "${m[@]}" --world 3 --global-batch 3 --fix cp=3 >"$work/cp3" 2>&1 &&
+    fail "--fix cp=3 planned: $(cat "$work/cp3")"
+grep -q "does not divide into 2 x cp 3 chunks" "$work/cp3" || fail "--fix cp=3: $(cat "$work/cp3")"
+"$bin/plan_gpt" "${m[@]}" --fix cp=2,dp=2 --explain 1 >"$work/cpx"
+grep -q "^plan 1: dp=2 tp=1 pp=1 cp=2 " "$work/cpx" || fail "--explain cp: $(cat "$work/cpx")"
+grep -q "cp ring " "$work/cpx" || fail "--explain: no ring: $(cat "$work/cpx")"
+grep -q "context parallel 2: a rank keeps its 8 of the 16 positions" "$work/cpx" ||
+    fail "--explain: no cp memory: $(cat "$work/cpx")"
 # Llama 3 8B's parameter count
 "$bin/plan_gpt" --layers 32 --channels 4096 --heads 32 --seq 4096 --vocab 128256 --arch llama \
     --ffn 14336 --kv-heads 8 --precision bf16 --global-batch 64 --world 8 --fix tp=8 \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# 17 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# 21 layouts of 4 ranks (dp, tp with and without sp, pp with each
 # schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
-# modes, small buckets and replicated segments), train_gpt --report runs
+# modes, small buckets and replicated segments, context parallel alone and
+# with tp and pp), train_gpt --report runs
 # under msrun, and every rank's
 # parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --ranks's
@@ -119,4 +120,14 @@ check 8 dp=1,tp=2,pp=2,sp=1,zero=1,recompute=none,micro_batch=2,$s=interleaved,v
 check 10 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=full,micro_batch=1,$s=interleaved,virtual_stages=2 \
     --pp 4 --schedule interleaved --virtual-stages 2 --grad-accum 4 --recompute full \
     --pp-layers 2,1,1,1,1,1,2,1
+# context parallel (--cp): the ring's positions, its logsumexp in place of
+# the probabilities, its buffers in the work space, dp over dp x cp
+check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=1,recompute=none,micro_batch=2 --cp 2 --zero 1 \
+    --bucket-mb 0.02
+check 4 dp=1,tp=1,pp=1,cp=4,sp=0,zero=2,recompute=selective,micro_batch=1 --cp 4 --zero 2 \
+    --grad-accum 2 --recompute selective --bucket-mb 0.01
+check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=0,recompute=selective,micro_batch=2 --cp 2 --tp 2 --sp \
+    --recompute selective
+check 4 dp=1,tp=1,pp=2,cp=2,sp=0,zero=2,recompute=full,micro_batch=1,$s=1f1b --cp 2 --pp 2 \
+    --grad-accum 2 --zero 2 --recompute full --bucket-mb 0.01
 echo "ok: $checked layouts, every rank's count equals the plan"

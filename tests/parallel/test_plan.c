@@ -124,6 +124,91 @@ static void test_runtime_part_and_frames(void)
     }
 }
 
+/* Context parallel: a chunk's kept activations against the runtime's
+ * count (msr_mp_frame_bytes with its cp), docs/model.md's worked example,
+ * the ranks' coordinates and shards over dp x cp, and the layouts the
+ * runtime refuses. */
+static void test_runtime_cp(void)
+{
+    msr_plan_model_t m = gpt(4, 32, 4, 16);
+    msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 4, 4, 32};
+    char why[200];
+    int refused = 0;
+    for (int cp = 2; cp <= 8; cp *= 2)
+        for (int tp = 1; tp <= 4; tp *= 2)
+            for (int sp = 0; sp <= (tp > 1); sp++)
+                for (int rc = 0; rc < 3; rc++) {
+                    msr_plan_layout_t l = layout(1, tp, 2, sp, 0, rc, MSR_PLAN_1F1B, 1, 2);
+                    l.cp = cp;
+                    msr_mp_config_t mc = {sp, MSR_MP_1F1B, 1, (msr_mp_recompute_t)rc, 2, 2, 0};
+                    mc.cp = cp;
+                    int ok = 16 / cp % tp == 0 || !sp;
+                    MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why) == 0, ok);
+                    MSR_CHECK_EQ(msr_mp_check(&gc, &mc, 2, tp) == MSR_OK, ok);
+                    if (!ok) {
+                        MSR_CHECK(strstr(why, "one cp rank") != NULL);
+                        refused++;
+                        continue;
+                    }
+                    msr_plan_rank_t o;
+                    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &o);
+                    MSR_CHECK_EQ(o.frame_bytes[0],
+                                 (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, 2, 0));
+                    MSR_CHECK_EQ(o.frame_bytes[1],
+                                 (uint64_t)msr_mp_frame_bytes(&gc, &mc, tp, 2, 1));
+                    /* the logsumexp N NH/tp in place of the probabilities */
+                    msr_plan_layout_t l1 = l;
+                    l1.cp = 1;
+                    if (rc == MSR_PLAN_RC_NONE && !sp) {
+                        msr_plan_rank_t o1;
+                        msr_plan_rank(&m, &l1, MSR_PLAN_FP32, 0, &o1);
+                        MSR_CHECK(o.frame_bytes[0] < o1.frame_bytes[0]);
+                    }
+                }
+    MSR_CHECK_EQ(refused, 3); /* cp 8 x tp 4 with sp (2 positions over 4 ranks), each recompute */
+    /* docs/model.md: L 2, C 32, NH 4, B 2, T 16 on cp 2, no tp, no
+     * recompute: 87168 bytes a micro-batch with the head */
+    msr_plan_model_t m2 = gpt(2, 32, 4, 16);
+    msr_plan_layout_t l = layout(1, 1, 1, 0, 0, 0, MSR_PLAN_1F1B, 1, 1);
+    l.cp = 2;
+    MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) == 0);
+    msr_plan_rank_t o;
+    msr_plan_rank(&m2, &l, MSR_PLAN_FP32, 1, &o);
+    MSR_CHECK_EQ(o.frame_bytes[1], (uint64_t)87168);
+    MSR_CHECK_EQ(o.activations, (uint64_t)87168);
+    /* rank = ((dp_rank pp + pp_rank) cp + cp_rank) tp + tp_rank; ZeRO-1
+     * shards over the replica group dp x cp */
+    msr_plan_layout_t z = layout(2, 2, 2, 1, 1, 0, MSR_PLAN_1F1B, 1, 2);
+    z.cp = 2;
+    MSR_CHECK(msr_plan_check(&m, &z, why, sizeof why) == 0);
+    msr_plan_rank(&m, &z, MSR_PLAN_FP32, 13, &o); /* 13 = ((1 * 2 + 1) * 2 + 0) * 2 + 1 */
+    MSR_CHECK(o.dp_rank == 1 && o.pp_rank == 1 && o.cp_rank == 0 && o.tp_rank == 1);
+    msr_plan_rank_t o4;
+    msr_plan_layout_t d4 = z;
+    d4.dp = 4;
+    d4.cp = 1;
+    msr_plan_rank(&m, &d4, MSR_PLAN_FP32, 2 * 2 * 2 + 2 + 1, &o4); /* dp rank 2, the same stage */
+    MSR_CHECK_EQ(o.shard_elems, o4.shard_elems);
+    MSR_CHECK_EQ(o.optim, o4.optim);
+    /* the paper accounting (bf16): Korthikanti's terms of the T/cp
+     * positions with the scores dropped (what selective recompute drops),
+     * plus the logsumexp in fp32 */
+    msr_plan_model_t big = gpt(2, 1024, 16, 4096);
+    msr_plan_layout_t pl = layout(1, 2, 1, 1, 0, 0, MSR_PLAN_1F1B, 1, 1);
+    pl.cp = 4;
+    MSR_CHECK(msr_plan_check(&big, &pl, why, sizeof why) == 0);
+    msr_plan_rank(&big, &pl, MSR_PLAN_BF16, 0, &o);
+    double per_layer = msr_plan_layer_act_bytes(1024, 2, 1024, 16, 2, 1, MSR_PLAN_RC_SELECTIVE) +
+                       4.0 * 16 * 1024 * 2 / 2;
+    MSR_CHECK_EQ(o.frame_bytes[0], (uint64_t)(2 * per_layer + 0.5));
+    /* refused: 2 cp chunks not dividing the sequence, ZeRO-3 with cp */
+    l.cp = 3;
+    MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "2 x cp 3") != NULL);
+    l.cp = 2;
+    l.zero = 3;
+    MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "ZeRO") != NULL);
+}
+
 /* An uneven split of the layers (layout.stage_layers, train_gpt
  * --pp-layers): each rank's part and chunk frames against the runtime's
  * part made with the same split; bad splits refused. */
@@ -356,6 +441,7 @@ static const msr_test_t tests[] = {
     {"korthikanti", test_korthikanti, 10},
     {"runtime_part_and_frames", test_runtime_part_and_frames, 30},
     {"runtime_uneven_split", test_runtime_uneven_split, 30},
+    {"runtime_cp", test_runtime_cp, 30},
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
     {"runtime_whole", test_runtime_whole, 10},
     {"schedules", test_schedules, 10},

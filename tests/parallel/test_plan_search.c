@@ -154,38 +154,46 @@ static void test_exhaustive_complete(void)
     int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
     MSR_CHECK_MSG(n > 0, "%s", why);
     uint64_t fit = 0, over = 0, invalid = 0;
+    uint64_t with_cp = 0;
     for (int dp = 1; dp <= 4; dp++)
-        for (int pp = 1; dp * pp <= 4; pp++) {
-            if (4 % (dp * pp) != 0 || 8 % dp != 0)
-                continue;
-            int tp = 4 / dp / pp;
-            for (int mb = 1; mb <= 8 / dp; mb++) {
-                if ((8 / dp) % mb != 0)
+        for (int pp = 1; dp * pp <= 4; pp++)
+            for (int cp = 1; dp * pp * cp <= 4; cp++) {
+                /* cp only where 2 cp chunks divide the sequence */
+                if (4 % (dp * pp * cp) != 0 || 8 % dp != 0 || m.seq % (2 * cp) != 0)
                     continue;
-                for (int sched = 0; sched < 3; sched++)
-                    for (int v = 1; v <= 8; v++) {
-                        if (pp == 1 && sched != MSR_PLAN_1F1B)
-                            continue;
-                        if ((sched == MSR_PLAN_INTERLEAVED) != (v > 1) || pp * v > m.layers)
-                            continue;
-                        for (int sp = 0; sp <= (tp > 1); sp++)
-                            for (int z = 0; z <= (tp == 1 && pp == 1 ? 3 : 2); z++)
-                                for (int rc = 0; rc < 3; rc++) {
-                                    msr_plan_layout_t l = {dp,          tp,    pp, sp, z, rc, mb,
-                                                           8 / dp / mb, sched, v,  0,  0, 0,  NULL};
-                                    if (msr_plan_check(&m, &l, why, sizeof why) != 0) {
-                                        invalid++;
-                                        continue;
+                int tp = 4 / dp / pp / cp;
+                for (int mb = 1; mb <= 8 / dp; mb++) {
+                    if ((8 / dp) % mb != 0)
+                        continue;
+                    for (int sched = 0; sched < 3; sched++)
+                        for (int v = 1; v <= 8; v++) {
+                            if (pp == 1 && sched != MSR_PLAN_1F1B)
+                                continue;
+                            if ((sched == MSR_PLAN_INTERLEAVED) != (v > 1) || pp * v > m.layers)
+                                continue;
+                            int spmax = tp > 1 && m.seq / cp % tp == 0;
+                            int zmax = tp == 1 && pp == 1 && cp == 1 ? 3 : 2;
+                            for (int sp = 0; sp <= spmax; sp++)
+                                for (int z = 0; z <= zmax; z++)
+                                    for (int rc = 0; rc < 3; rc++) {
+                                        msr_plan_layout_t l = {dp, tp, pp,          sp,    z,
+                                                               rc, mb, 8 / dp / mb, sched, v,
+                                                               0,  0,  0,           NULL,  cp};
+                                        if (msr_plan_check(&m, &l, why, sizeof why) != 0) {
+                                            invalid++;
+                                            continue;
+                                        }
+                                        uint64_t peak = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+                                        with_cp += cp > 1;
+                                        if ((double)peak > c.mem_gib * 1073741824.0)
+                                            over++;
+                                        else
+                                            fit++;
                                     }
-                                    uint64_t peak = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
-                                    if ((double)peak > c.mem_gib * 1073741824.0)
-                                        over++;
-                                    else
-                                        fit++;
-                                }
-                    }
+                        }
+                }
             }
-        }
+    MSR_CHECK(with_cp > 0); /* cp 2 and 4 among the valid layouts */
     MSR_CHECK_EQ(pr.found, fit);
     MSR_CHECK_EQ(n, fit);
     MSR_CHECK_EQ(pr.over_memory, over);
@@ -196,7 +204,7 @@ static void test_exhaustive_complete(void)
     for (int64_t i = 0; i < n; i++) {
         msr_plan_t *p = &plans[i];
         MSR_CHECK(p->l.stage_layers == NULL);
-        MSR_CHECK_EQ((int64_t)p->l.dp * p->l.tp * p->l.pp, 4);
+        MSR_CHECK_EQ((int64_t)p->l.dp * p->l.tp * p->l.pp * msr_plan_cp(&p->l), 4);
         MSR_CHECK_EQ((int64_t)p->l.dp * p->l.micro_batch * p->l.micros, 8);
         int r = -1;
         MSR_CHECK_EQ(msr_plan_peak(&m, &p->l, MSR_PLAN_FP32, &r), p->peak);
@@ -215,7 +223,8 @@ static void test_exhaustive_complete(void)
             /* the layouts' numbers (each plan's stage_layers points into
              * its own array, so it always differs) */
             msr_plan_layout_t a = plans[i].l, b = plans[j].l;
-            MSR_CHECK(memcmp(&a, &b, offsetof(msr_plan_layout_t, stage_layers)) != 0);
+            MSR_CHECK(memcmp(&a, &b, offsetof(msr_plan_layout_t, stage_layers)) != 0 ||
+                      a.cp != b.cp);
         }
     free(plans);
 }
@@ -452,12 +461,59 @@ static void test_print(void)
     MSR_CHECK_STR(b, "512 B");
 }
 
+/* cp in the search: both try the cp whose 2 cp chunks divide the
+ * sequence and hold 1024 positions or more (the fast one powers of two
+ * only), the exhaustive one also any cp up to 4, so a short sequence
+ * plans with cp 1 alone in the fast search; a fixed cp is kept, and one
+ * the runtime refuses is counted with why. */
+static void test_cp_space(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    char why[256];
+    for (int T = 1024; T <= 16384; T *= 16) {
+        msr_plan_model_t m = gpt(4, 64, 4, T, 256);
+        for (int mode = 0; mode < 2; mode++) {
+            msr_plan_query_t q = query(8, 8, mode);
+            msr_plan_t *plans = NULL;
+            msr_plan_pruned_t pr;
+            int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
+            MSR_CHECK_MSG(n > 0, "%s", why);
+            int seen[9] = {0};
+            for (int64_t i = 0; i < n; i++) {
+                int cp = msr_plan_cp(&plans[i].l);
+                MSR_CHECK(cp >= 1 && cp <= 8 && T % (2 * cp) == 0);
+                MSR_CHECK(plans[i].l.zero < 3 || cp == 1);
+                seen[cp]++;
+            }
+            int fast = mode == MSR_PLAN_SEARCH_FAST;
+            MSR_CHECK(seen[1] > 0);
+            /* T 1024: chunks of 256 and less; T 16384: 4096, 2048, 1024 */
+            MSR_CHECK((seen[2] > 0) == (!fast || T >= 4096));
+            MSR_CHECK((seen[4] > 0) == (!fast || T >= 8192));
+            MSR_CHECK((seen[8] > 0) == (T >= 16384));
+            free(plans);
+        }
+    }
+    /* a fixed cp is tried as given, and refused with the runtime's reason */
+    msr_plan_model_t m = gpt(4, 64, 4, 24, 256);
+    msr_plan_query_t q = query(8, 8, MSR_PLAN_SEARCH_FAST);
+    q.fix[MSR_PLAN_FIX_CP] = 8; /* 16 chunks of a 24-position sequence */
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    MSR_CHECK(msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) == 0);
+    MSR_CHECK(pr.invalid > 0 && strstr(pr.first_invalid, "cp=8") != NULL &&
+              strstr(pr.first_invalid, "2 x cp 8 chunks") != NULL);
+    free(plans);
+}
+
 static const msr_test_t tests[] = {
     {"split_is_best", test_split_is_best, 20},
     {"exhaustive_complete", test_exhaustive_complete, 20},
     {"keep_fix_split", test_keep_fix_split, 20},
     {"fast_within_exhaustive", test_fast_within_exhaustive, 30},
     {"fast_large", test_fast_large, 20},
+    {"cp_space", test_cp_space, 30},
     {"bad_query", test_bad_query, 10},
     {"names", test_names, 10},
     {"print", test_print, 10},

@@ -200,11 +200,68 @@ static void test_comm_terms(void)
     MSR_CHECK(far.compute_ms > t.compute_ms);
 }
 
+/* Context parallel: the FLOPs the ring computes (a rank's 2 cp + 1 chunk
+ * pairs of S = T/(2 cp) positions, everything else on its T/cp), the
+ * ring's exposed transfers exactly when cp > 1, and the gradients
+ * reduced over dp x cp. */
+static void test_cp_terms(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 256, 8, 8, 1024, 256, 1024};
+    msr_plan_cluster_t c = flops_only();
+    msr_plan_time_t one, t;
+    double L = 4, C = 256, V = 256, T = 1024, b = 2, micros = 4;
+    msr_plan_layout_t lay = layout(1, 1, 1, 0, 0, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &one);
+    MSR_CHECK(one.cp_comm_ms == 0 && one.dp_comm_ms == 0);
+    for (int cp = 2; cp <= 8; cp *= 2) {
+        lay.cp = cp;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+        double Tc = T / cp, S = T / (2.0 * cp);
+        double att = 4 * b * (2 * cp + 1) * S * S * C;
+        double rank = L * (24 * b * Tc * C * C + att) + 2 * b * Tc * C * V;
+        /* backward twice forward, but the ring's five products a pair */
+        double want = micros * cp * (3 * rank + L * att / 2);
+        MSR_CHECK_MSG(fabs(t.flops / want - 1) < 1e-12, "cp %d: %g vs %g", cp, t.flops, want);
+        /* the chunk pairs above the diagonal are skipped: fewer FLOPs
+         * than the whole T x T */
+        MSR_CHECK(t.flops < one.flops);
+        /* each rank computes its share: about 1/cp of one rank's time */
+        MSR_CHECK(t.compute_ms < one.compute_ms / cp * 1.05 && t.compute_ms > 0);
+        /* the parameters are replicated over cp: their gradients reduced */
+        MSR_CHECK(t.dp_comm_ms > 0);
+        MSR_CHECK(t.cp_comm_ms > 0); /* the gradient blocks, sent after their step */
+        MSR_CHECK(fabs(t.exposed_comm_ms - (t.tp_comm_ms + t.cp_comm_ms + t.pp_comm_ms +
+                                            t.dp_exposed_ms + t.zero3_ms)) < 1e-9);
+    }
+    /* slow links: the K/V blocks no longer hide behind a ring step */
+    msr_plan_cluster_t slow;
+    msr_plan_cluster_default(&slow);
+    msr_plan_time_t fast_ring;
+    lay.cp = 4;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &slow, &fast_ring);
+    slow.intra_gbs = 0.01;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &slow, &t);
+    MSR_CHECK(t.cp_comm_ms > 10 * fast_ring.cp_comm_ms && t.step_ms > fast_ring.step_ms);
+    /* selective recompute keeps the ring's logsumexp: no attention FLOPs
+     * run again, where without cp they do */
+    lay.recompute = MSR_PLAN_RC_SELECTIVE;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    msr_plan_time_t none;
+    lay.recompute = MSR_PLAN_RC_NONE;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &none);
+    MSR_CHECK(t.flops == none.flops);
+    lay.cp = 1;
+    lay.recompute = MSR_PLAN_RC_SELECTIVE;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(t.flops > one.flops);
+}
+
 static const msr_test_t tests[] = {
     {"cluster_file", test_cluster_file, 10},
     {"flops", test_flops, 10},
     {"bubble", test_bubble, 10},
     {"comm_terms", test_comm_terms, 10},
+    {"cp_terms", test_cp_terms, 10},
 };
 
 int main(int argc, char **argv)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # train_gpt with context parallel (--cp): layouts that cannot work are
-# refused before training (exit 2, with the reason); cp x tp with sequence
+# refused before training (exit 2, with the reason); the planner keeps a
+# --cp given and --auto trains its plan; cp x tp with sequence
 # parallel, cp x dp with ZeRO-1 and an odd ring (cp 3 x tp 2) print the
 # losses of one process; the trace shows the ring's steps; --report counts
 # the activations of the formula; a checkpoint written in a cp layout
@@ -50,7 +51,27 @@ refuse 2 "x cp 2 = 4 ranks, but the job has 2" "${small[@]}" --cp 2 --dp 2
 refuse 8 "sequence of 6 does not divide among tp 4" "${small[@]}" --seq 12 --cp 2 --tp 4 --sp
 refuse 2 "ZeRO stage 3 is not supported with tensor, pipeline or context parallel" \
     "${small[@]}" --cp 2 --zero 3
-refuse 2 "the planner does not model context parallel" "${small[@]}" --cp 2 --plan
+refuse 2 "the job's 2 ranks do not divide into dp 2 x cp 2" "${small[@]}" --cp 2 --dp 2 --plan
+
+# the planner with --cp: every plan of --plan keeps cp 2 (the table's
+# fifth column: # dp tp pp cp), and --auto trains on a mesh of cp 2 with
+# the plan it prints
+cluster=(--cluster "$work/cluster")
+printf 'ranks_per_node = 4\nmem_gib = 1\npeak_tflops = 0.01\nintra_gbs = 1\n' >"$work/cluster"
+msrun_n 4 "${small[@]}" --cp 2 --plan "${cluster[@]}" >"$work/plan" 2>"$work/err" ||
+    fail "--cp 2 --plan: $(cat "$work/err")"
+sed 's/^\[node [0-9]* rank [0-9]*\] //' "$work/plan" |
+    grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[01] ' >"$work/rows" || true
+[[ -s "$work/rows" ]] || fail "--cp 2 --plan: no plans: $(cat "$work/plan")"
+awk '{ if ($5 != 2 || $2 * $3 * $4 * $5 != 4) exit 1 }' "$work/rows" ||
+    fail "--cp 2 --plan: a plan without cp 2: $(cat "$work/rows")"
+msrun_n 4 "${small[@]}" --cp 2 --auto --steps 2 "${cluster[@]}" >"$work/out" 2>"$work/err" ||
+    fail "--cp 2 --auto: $(cat "$work/err")"
+grep -q "train_gpt: --auto: plan 1 of [0-9]*: dp [12] tp [12] pp [12] cp 2 " "$work/err" ||
+    fail "--auto: not a cp 2 plan: $(cat "$work/err")"
+grep -q "mesh dp [12] x pp [12] x cp 2 x tp [12]" "$work/err" ||
+    fail "--auto: the runtime did not run cp 2: $(cat "$work/err")"
+grep -q "step 2 loss" "$work/out" || fail "--auto with cp did not train: $(cat "$work/err")"
 
 # cp 2 x tp 2 with sp and full recompute, traced; cp 2 x dp 2 with ZeRO-1:
 # the losses of one process on the same global batch

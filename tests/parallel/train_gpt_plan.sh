@@ -46,9 +46,9 @@ kernel_us = 0.2
 cores_per_node = 2
 EOF
 
-# rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp sp zero
-# recompute micro accum schedule ... step_ms ..."
-rows() { sed 's/^\[node [0-9]* rank [0-9]*\] //' "$1" | grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[01] '; }
+# rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp sp
+# zero recompute micro accum schedule ... step_ms ..."
+rows() { sed 's/^\[node [0-9]* rank [0-9]*\] //' "$1" | grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[01] '; }
 
 # --plan alone and under msrun: 10 rows numbered 1..10, step time not
 # decreasing, each a factorization of the world
@@ -62,7 +62,7 @@ for n in 1 4; do
     fi
     rows "$work/plan$n" >"$work/rows$n"
     [[ $(wc -l <"$work/rows$n") -eq 10 ]] || fail "--plan on $n: not 10 rows: $(cat "$work/plan$n")"
-    awk -v n="$n" '{ if ($1 != NR || $2 * $3 * $4 != n) exit 1 }' "$work/rows$n" ||
+    awk -v n="$n" '{ if ($1 != NR || $2 * $3 * $4 * $5 != n) exit 1 }' "$work/rows$n" ||
         fail "--plan on $n: rows not numbered or not $n ranks: $(cat "$work/rows$n")"
     grep -q "step_ms" "$work/plan$n" || fail "--plan on $n: no header: $(cat "$work/plan$n")"
     grep -q "10 of [0-9]* plans shown (exhaustive search, $n ranks" "$work/plan$n" ||
@@ -105,8 +105,8 @@ msrun_n 4 "${model[@]}" --auto --cluster "$work/cluster" >"$work/out" 2>"$work/e
 [[ $(grep -c "train_gpt: --auto: plan 1 of" "$work/err") -eq 1 ]] ||
     fail "--auto: not one plan line: $(cat "$work/err")"
 grep -q "step 2 loss" "$work/out" || fail "--auto did not train: $(cat "$work/out" "$work/err")"
-read -r _ dp tp pp sp zero rc mb accum sched _ <"$work/rows4"
-want="dp $dp tp $tp pp $pp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
+read -r _ dp tp pp cp sp zero rc mb accum sched _ <"$work/rows4"
+want="dp $dp tp $tp pp $pp cp $cp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
 want+=" grad-accum $accum schedule $sched"
 grep -q "plan 1 of [0-9]*: $want " "$work/err" ||
     fail "--auto took another plan than --plan's first ($want): $(grep -- --auto "$work/err")"
@@ -164,7 +164,7 @@ refuse "--cluster is for --plan" --cluster "$work/cluster"
 refuse "--calibrate measures and exits" --calibrate "$work/c" --auto
 refuse "not with --device cuda" --auto --device cuda
 refuse "the job's 1 ranks do not divide into dp 2" --auto --dp 2
-refuse "dp 2 x tp 1 x pp 1 = 2 ranks, but the job has 1" --plan --dp 2 --tp 1 --pp 1 \
+refuse "dp 2 x tp 1 x pp 1 x cp 1 = 2 ranks, but the job has 1" --plan --dp 2 --tp 1 --pp 1 --cp 1 \
     --cluster "$work/cluster"
 refuse "--explain 100000: there are [0-9]* plans" "${model[@]}" --explain 100000 \
     --cluster "$work/cluster"
