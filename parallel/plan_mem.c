@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "parallel/dp.h"
+#include "parallel/pipe_order.h"
 #include "parallel/plan.h"
 
 #define F32 4u
@@ -618,59 +619,26 @@ static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layo
     return (uint64_t)(b * layers + 0.5);
 }
 
-/* Walks rank pr's schedule (parallel/mp_plan.c msr_mp_build_schedule):
+/* Walks rank pr's schedule (parallel/pipe_order.h, the runtime's order):
  * a forward opens a frame of its chunk, its backward closes it. Returns the
  * most bytes alive at once; *held_p the most frames. */
 static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t *chunk_bytes,
                               int *held_p)
 {
-    int M = l->micros, p = l->pp, r = pr, v = l->chunks;
     uint64_t live = 0, peak = 0;
-    int held = 0, most = 0;
-#define FWD(c)                            \
-    do {                                  \
-        live += chunk_bytes[c];           \
-        held++;                           \
-        peak = max_u64(peak, live);       \
-        most = held > most ? held : most; \
-    } while (0)
-#define BWD(c)                  \
-    do {                        \
-        live -= chunk_bytes[c]; \
-        held--;                 \
-    } while (0)
-    if (l->schedule == MSR_PLAN_GPIPE) {
-        for (int m = 0; m < M; m++)
-            FWD(0);
-        for (int m = 0; m < M; m++)
-            BWD(0);
-    } else if (l->schedule == MSR_PLAN_1F1B || v == 1) {
-        int warm = p - r - 1 < M ? p - r - 1 : M;
-        for (int m = 0; m < warm; m++)
-            FWD(0);
-        for (int i = 0; i < M - warm; i++) {
-            FWD(0);
-            BWD(0);
+    int held = 0, most = 0, n = 2 * l->micros * l->chunks;
+    for (int k = 0; k < n; k++) {
+        msr_pipe_op_t o = msr_pipe_op_at(l->schedule, l->micros, l->pp, pr, l->chunks, k);
+        if (o.backward) {
+            live -= chunk_bytes[o.c];
+            held--;
+            continue;
         }
-        for (int m = M - warm; m < M; m++)
-            BWD(0);
-    } else {
-        int total = M * v;
-        int warm = (p - r - 1) * 2 + (v - 1) * p;
-        warm = M == p ? total : (warm < total ? warm : total);
-#define FC(k) (((k) % (p * v)) / p)
-        for (int k = 0; k < warm; k++)
-            FWD(FC(k));
-        for (int i = 0; i < total - warm; i++) {
-            FWD(FC(warm + i));
-            BWD(v - 1 - FC(i));
-        }
-        for (int k = total - warm; k < total; k++)
-            BWD(v - 1 - FC(k));
-#undef FC
+        live += chunk_bytes[o.c];
+        held++;
+        peak = max_u64(peak, live);
+        most = held > most ? held : most;
     }
-#undef FWD
-#undef BWD
     *held_p = most;
     return peak;
 }

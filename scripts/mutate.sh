@@ -823,4 +823,13 @@ test: ^it_bind$
         hwloc_obj_t gpu = gpus[(r + 0 * visible[0]) % ngpus];
 >>>
 
+@ pipe_order.one_f_one_b_warmup_too_long
+file: parallel/pipe_order.c
+test: ^test_parallel_(plan_sim|mp)$
+<<<
+        warm = p - r - 1 < M ? p - r - 1 : M;
+===
+        warm = p - r < M ? p - r : M;
+>>>
+
 __END__
