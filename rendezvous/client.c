@@ -49,6 +49,7 @@ struct msr_ctx {
     msr_progress_batch_t reports;
     pthread_t report_thread;
     int reporting, report_stop;
+    int report_off; /* MSR_REPORT=0: reports are dropped */
 };
 
 /* How often the report thread sends what was reported. */
@@ -169,8 +170,8 @@ msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time, const ms
             values[k++] = scalars[i].value;
         }
     }
-    if (ctx->channel == NULL)
-        return MSR_OK; /* a job of one rank in this process: nobody to tell */
+    if (ctx->channel == NULL || ctx->report_off)
+        return MSR_OK; /* a job of one rank in this process, or told not to */
     double now = msr_wall_time();
     pthread_mutex_lock(&ctx->report_lock);
     msr_status_t st = msr_progress_batch_add(&ctx->reports, ctx->rank, step,
@@ -230,6 +231,8 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     pthread_mutex_init(&ctx->report_lock, NULL);
     pthread_cond_init(&ctx->report_cond, NULL);
     msr_progress_batch_init(&ctx->reports);
+    const char *report = getenv("MSR_REPORT");
+    ctx->report_off = report != NULL && strcmp(report, "0") == 0;
     const char *agent = getenv("MSR_AGENT");
     const char *coord = getenv("MSR_COORDINATOR");
     int singleton = (agent == NULL || *agent == '\0') && (coord == NULL || *coord == '\0');

@@ -150,8 +150,9 @@ typedef struct msr_scalar {
  * that thread can send are summarised (the latest values win; the last 64
  * step times are kept). MSR_ERR_INVALID_ARG for a negative step, a bad name
  * or scalars == NULL with n > 0 (nothing recorded); MSR_ERR_NO_MEMORY.
- * Outside msrun (a job of one rank in this process) the report is accepted
- * and dropped. Any thread; strings are copied. */
+ * Outside msrun (a job of one rank in this process), and with MSR_REPORT=0
+ * in the environment, the report is checked and dropped. Any thread;
+ * strings are copied. */
 MSR_API msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time,
                                 const msr_scalar_t *scalars, size_t n);
 
