@@ -9,8 +9,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -32,7 +34,8 @@
 struct msr_http {
     struct event_base *base;
     struct evhttp *http;
-    struct event *tick;
+    struct event *wake; /* on wake_fd: msr_http_stop ends the loop through it */
+    int wake_fd;
     pthread_t thread;
     atomic_int stop;
     char *token;
@@ -213,13 +216,13 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
 }
 
-static void on_tick(evutil_socket_t fd, short what, void *arg)
+/* msr_http_stop wrote to the eventfd: the loop ends. */
+static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     msr_http_t *h = arg;
-    if (atomic_load(&h->stop))
-        event_base_loopbreak(h->base);
+    event_base_loopbreak(h->base);
 }
 
 static void *http_main(void *arg)
@@ -239,6 +242,7 @@ msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_ht
     msr_http_t *h = msr_calloc(1, sizeof *h);
     if (h == NULL)
         return MSR_ERR_NO_MEMORY;
+    h->wake_fd = -1;
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
     if ((h->token = msr_strdup(config->token)) == NULL)
@@ -272,10 +276,12 @@ msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_ht
     if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
         port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                               : ((struct sockaddr_in *)&ss)->sin_port);
-    struct timeval tv = {0, 100000};
-    if ((h->tick = event_new(h->base, -1, EV_PERSIST, on_tick, h)) == NULL ||
-        event_add(h->tick, &tv) != 0)
+    if ((h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        (h->wake = event_new(h->base, h->wake_fd, EV_READ, on_wake, h)) == NULL ||
+        event_add(h->wake, NULL) != 0) {
+        st = MSR_ERR_SYSTEM;
         goto err_tick;
+    }
     if (pthread_create(&h->thread, NULL, http_main, h) != 0) {
         st = MSR_ERR_SYSTEM;
         goto err_tick;
@@ -285,8 +291,10 @@ msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_ht
     return MSR_OK;
 
 err_tick:
-    if (h->tick)
-        event_free(h->tick);
+    if (h->wake)
+        event_free(h->wake);
+    if (h->wake_fd >= 0)
+        close(h->wake_fd);
 err_http:
     evhttp_free(h->http);
 err_base:
@@ -339,8 +347,12 @@ void msr_http_stop(msr_http_t *h)
     atomic_store(&h->stop, 1);
     pthread_cond_broadcast(&h->cond);
     pthread_mutex_unlock(&h->lock);
+    uint64_t one = 1;
+    if (write(h->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        MSR_WARN("cannot wake the dashboard's thread: %s", strerror(errno));
     pthread_join(h->thread, NULL);
-    event_free(h->tick);
+    event_free(h->wake);
+    close(h->wake_fd);
     evhttp_free(h->http);
     event_base_free(h->base);
     memset(h->token, 0, strlen(h->token));

@@ -37,7 +37,8 @@ void msr_http_publish(msr_http_t *http, msr_buf_t *metrics, msr_buf_t *job);
 unsigned long msr_http_served(msr_http_t *http);
 unsigned long msr_http_refused(msr_http_t *http);
 
-/* Stops the thread (within about 100 ms) and frees. NULL does nothing. */
+/* Stops the thread (at once, or when the request it serves is done) and
+ * frees. NULL does nothing. */
 void msr_http_stop(msr_http_t *http);
 
 #endif
