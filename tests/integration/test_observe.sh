@@ -157,6 +157,35 @@ expect_in "msrun:metric step=oops" "$TMP/out" "a bad metric line is shown too"
 ok "printed metric lines; the slow rank named once on the terminal, in /api/job and /metrics"
 no_leftovers "straggler job"
 
+# --- two nodes: node 1's proxy batches its own ranks; node 0 names the
+# slow rank of node 1 on its terminal ---
+PORT=$(free_port)
+mport=$(free_port)
+common=(--master_addr=127.0.0.1 --master_port="$mport" --worker_num=4 --local_worker_num=2
+    --dashboard_port="$PORT")
+for n in 1 0; do
+    env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "${common[@]}" --node_rank=$n \
+        "$REPORTER" 40 20 3 80 "$TMP/hold3" >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
+    eval "NPID$n=$!"
+done
+wait_for "rank 3 on node 1 $STRAGGLER" "$TMP/n0.err" 30 || fail "node 0 names node 1's slow rank"
+wait_job "len(j['ranks']) == 4 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
+    fail "two nodes' ranks in /api/job: $(cat "$TMP/job.json")"
+json "$TMP/job.json" "len(j['nodes']) == 2 and
+    [r['node_rank'] for r in j['ranks']] == [0, 0, 1, 1] and
+    [s['rank'] for s in j['stragglers']] == [3] and j['stragglers'][0]['node_rank'] == 1 and
+    j['progress_steps'] == 160 and 2 <= j['progress_messages'] <= 20" | grep -qx True ||
+    fail "two nodes in /api/job: $(cat "$TMP/job.json")"
+touch "$TMP/hold3"
+wait_pid "$NPID0" 30
+expect_code 0 "node 0"
+wait_pid "$NPID1" 30
+expect_code 0 "node 1"
+[ "$(grep -c "slower than the median" "$TMP/n0.err")" = 1 ] || fail "named once on node 0"
+expect_not_in "slower than the median" "$TMP/n1.err" "node 1 leaves it to node 0"
+ok "two nodes: each node's ranks by their node, the slow rank of node 1 named on node 0"
+no_leftovers "two nodes"
+
 run_msrun --worker_num=2 --straggler_factor=0.5 true
 expect_code 2 "--straggler_factor below 1"
 expect_in "straggler_factor" "$TMP/err" "says which option"
