@@ -302,7 +302,7 @@ test: ^test_progress$
 <<<
         slow[i] = factor > 1 && median > 0 && means[i] >= factor * median;
 ===
-        slow[i] = median > 0 && means[i] > median;
+        slow[i] = factor > 0 && median > 0 && means[i] > median;
 >>>
 
 @ progress.metric_line_repeated_name
