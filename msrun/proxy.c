@@ -158,9 +158,12 @@ static void progress_cron(msr_proxy_t *p, uint64_t now)
     p->progress_next = now + MSR_PROXY_PROGRESS_MS * 1000000ull;
     Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
     pthread_mutex_lock(&p->progress_lock);
+    /* nothing new: only node 0 asks, for stragglers, and only in a job
+     * whose ranks report (its own have) */
     if (p->node_id[0] == '\0' ||
         (!msr_progress_batch_pending(&p->progress) &&
-         (p->node_rank != 0 || now - p->progress_last < MSR_PROXY_PROGRESS_POLL_MS * 1000000ull))) {
+         (p->node_rank != 0 || p->progress.n == 0 ||
+          now - p->progress_last < MSR_PROXY_PROGRESS_POLL_MS * 1000000ull))) {
         pthread_mutex_unlock(&p->progress_lock);
         return;
     }
