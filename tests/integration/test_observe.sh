@@ -186,6 +186,39 @@ expect_not_in "slower than the median" "$TMP/n1.err" "node 1 leaves it to node 0
 ok "two nodes: each node's ranks by their node, the slow rank of node 1 named on node 0"
 no_leftovers "two nodes"
 
+# --- a restart: the root cause in /api/job, the new generation's ranks ---
+cat >"$TMP/restart.sh" <<'SH'
+#!/bin/bash
+# rank 1 fails in generation 0; generation 1 reports and waits
+[ "$MSR_GENERATION" = 0 ] && [ "$RANK" = 1 ] && { echo "rank 1 gives up" >&2; exit 3; }
+for ((i = 0; i < 5; i++)); do
+    sleep 0.02
+    echo "msrun:metric step=$i gen=$MSR_GENERATION"
+done
+for ((i = 0; i < 600; i++)); do
+    [ -e "$1" ] && exit 0
+    sleep 0.1
+done
+SH
+chmod +x "$TMP/restart.sh"
+PORT=$(free_port)
+start_msrun --worker_num=2 --max_restarts=1 --dashboard_port="$PORT" "$TMP/restart.sh" "$TMP/hold4"
+wait_job "j['generation'] == 1 and len(j['ranks']) == 2 and all(r['step'] == 4 for r in j['ranks'])" 30 ||
+    fail "the restarted job in /api/job: $(cat "$TMP/job.json")"
+json "$TMP/job.json" "j['restarts'] == 1 and len(j['failures']) == 1 and
+    j['failures'][0]['rank'] == 1 and j['failures'][0]['exit_code'] == 3 and
+    j['failures'][0]['generation'] == 0 and
+    all(r['scalars'] == {'gen': 1} for r in j['ranks'])" | grep -qx True ||
+    fail "the root cause and the new generation's ranks: $(cat "$TMP/job.json")"
+get /metrics "$TMP/metrics" "Authorization: Bearer $TOKEN" >/dev/null
+grep -qx 'msrun_restarts_total 1' "$TMP/metrics" || fail "msrun_restarts_total"
+grep -qx 'msrun_generation 1' "$TMP/metrics" || fail "msrun_generation"
+touch "$TMP/hold4"
+wait_pid "$BG_PID" 30
+expect_code 0 "the restarted job"
+ok "a restart: its root cause in /api/job, the counts in /metrics, the ranks start over"
+no_leftovers "restart"
+
 run_msrun --worker_num=2 --straggler_factor=0.5 true
 expect_code 2 "--straggler_factor below 1"
 expect_in "straggler_factor" "$TMP/err" "says which option"
