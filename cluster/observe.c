@@ -359,7 +359,9 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
     double now = msr_wall_time();
     uint64_t mono = msr_now_ns();
     int current = o->generation == c->generation;
-    msr_buf_printf(b, "{\"job_id\":");
+    /* the job, with the root causes of its restarts (and of its end, if it
+     * failed), oldest first */
+    msr_buf_printf(b, "{\"job\":{\"id\":");
     json_str(b, c->job_id);
     msr_buf_printf(b,
                    ",\"state\":\"%s\",\"generation\":%d,\"restarts\":%d,\"max_restarts\":%d,"
@@ -369,36 +371,31 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
     num(b, now - o->start);
     msr_buf_printf(b, ",\"straggler_factor\":");
     num(b, c->config.straggler_factor > 0 ? c->config.straggler_factor : MSR_STRAGGLER_FACTOR);
-    msr_buf_printf(b, ",\"straggler_window\":%d", MSR_STRAGGLER_WINDOW);
-    msr_buf_printf(b, ",\"message\":");
+    msr_buf_printf(b, ",\"straggler_window\":%d,\"message\":", MSR_STRAGGLER_WINDOW);
     json_str(b, c->message);
-    /* the root causes of the restarts, oldest first, then the last one */
-    msr_buf_printf(b, ",\"failures\":[");
+    msr_buf_printf(b, ",\"restart_causes\":[");
     for (int i = 0; i < c->nhistory; i++) {
         const msr_failure_t *f = &c->history[i];
         char what[600];
         msr_failure_describe(f, what, sizeof what);
-        msr_buf_printf(b,
-                       "%s{\"generation\":%d,\"node_rank\":%d,\"rank\":%d,\"host\":", i ? "," : "",
-                       f->generation, f->node_rank, f->rank);
+        msr_buf_printf(b, "%s{\"generation\":%d,\"cause\":", i ? "," : "", f->generation);
+        json_str(b, what);
+        msr_buf_printf(b, ",\"node\":%d,\"rank\":%d,\"host\":", f->node_rank, f->rank);
         json_str(b, f->host);
         msr_buf_printf(b, ",\"exit_code\":%d,\"signal\":%d,\"reason\":", f->exit_code, f->signal);
         json_str(b, f->reason);
-        msr_buf_printf(b, ",\"time\":%.3f", isfinite(f->time) ? f->time : 0);
-        msr_buf_printf(b, ",\"text\":");
-        json_str(b, what);
-        msr_buf_append(b, "}", 1);
+        msr_buf_printf(b, ",\"time\":%.3f}", isfinite(f->time) ? f->time : 0);
     }
-    msr_buf_printf(b, "],\"nodes\":[");
+    msr_buf_printf(b, "]},\"nodes\":[");
     for (size_t i = 0; i < c->nnodes; i++) {
         const node_t *n = c->nodes[i];
-        msr_buf_printf(b, "%s{\"node_id\":", i ? "," : "");
+        msr_buf_printf(b, "%s{\"node\":%d,\"node_id\":", i ? "," : "", n->rank);
         json_str(b, n->id);
-        msr_buf_printf(b, ",\"node_rank\":%d,\"host\":", n->rank);
+        msr_buf_printf(b, ",\"host\":");
         json_str(b, n->host);
         msr_buf_printf(b,
                        ",\"pid\":%d,\"local_worker_num\":%d,\"state\":\"%s\","
-                       "\"last_heartbeat_s\":",
+                       "\"heartbeat_age_s\":",
                        n->pid, n->local_worker_num, msr_coord_node_state(c, n));
         num(b, n->hb ? 0 : (double)(mono - n->last_seen) / 1e9);
         msr_buf_append(b, "}", 1);
@@ -409,15 +406,16 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
         const rank_obs_t *r = &o->ranks[i];
         if (!r->seen)
             continue;
-        msr_buf_printf(b, "%s{\"rank\":%zu,\"node_rank\":%d,\"step\":%lld,\"step_time_s\":",
-                       first ? "" : ",", i, r->node_rank, (long long)r->step);
+        msr_buf_printf(b,
+                       "%s{\"rank\":%zu,\"node\":%d,\"step\":%lld,\"step_ms\":", first ? "" : ",",
+                       i, r->node_rank, (long long)r->step);
         first = 0;
-        num(b, r->step_time);
-        msr_buf_printf(b, ",\"step_time_mean_s\":");
-        num(b, msr_step_window_mean(&r->window));
+        num(b, r->step_time * 1e3);
+        msr_buf_printf(b, ",\"step_ms_mean\":");
+        num(b, msr_step_window_mean(&r->window) * 1e3);
         msr_buf_printf(b, ",\"ratio\":");
         num(b, r->ratio);
-        msr_buf_printf(b, ",\"last_report_s\":");
+        msr_buf_printf(b, ",\"report_age_s\":");
         num(b, now - r->time);
         msr_buf_printf(b, ",\"steps\":%llu,\"straggler\":%s,\"scalars\":{",
                        (unsigned long long)r->steps, r->straggler ? "true" : "false");
@@ -430,20 +428,22 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
         msr_buf_printf(b, "}}");
     }
     msr_buf_printf(b, "],\"stragglers\":[");
+    first = 1;
     for (size_t i = 0; i < o->nnamed; i++) {
         const straggler_rec_t *s = &o->named[i];
-        msr_buf_printf(b,
-                       "%s{\"rank\":%d,\"node_rank\":%d,\"generation\":%d,\"step\":%lld,"
-                       "\"ratio\":",
-                       i ? "," : "", s->rank, s->node_rank, s->generation, (long long)s->step);
+        if (s->generation != c->generation)
+            continue;
+        msr_buf_printf(b, "%s{\"rank\":%d,\"node\":%d,\"generation\":%d,\"step\":%lld,\"factor\":",
+                       first ? "" : ",", s->rank, s->node_rank, s->generation, (long long)s->step);
+        first = 0;
         num(b, s->ratio);
-        msr_buf_printf(b, ",\"step_time_s\":");
-        num(b, s->step_time);
-        msr_buf_printf(b, ",\"median_s\":");
-        num(b, s->median);
+        msr_buf_printf(b, ",\"step_ms\":");
+        num(b, s->step_time * 1e3);
+        msr_buf_printf(b, ",\"median_ms\":");
+        num(b, s->median * 1e3);
         msr_buf_printf(b, ",\"window\":%d,\"time\":%.3f}", MSR_STRAGGLER_WINDOW, s->time);
     }
-    msr_buf_printf(b, "],\"progress_messages\":%llu,\"progress_steps\":%llu}\n",
+    msr_buf_printf(b, "],\"progress\":{\"messages\":%llu,\"steps\":%llu}}\n",
                    (unsigned long long)o->progress_calls, (unsigned long long)o->step_reports);
     return MSR_OK;
 }

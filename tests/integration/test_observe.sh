@@ -56,10 +56,11 @@ wait_for "dashboard at http://127.0.0.1:$PORT/login?code=" "$TMP/err" 15 || fail
 CODE_URL=$(grep -o "login?code=[0-9a-f]*" "$TMP/err" | head -1 | cut -d= -f2)
 wait_job "len(j['ranks']) == 4 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
     fail "every rank's last step in /api/job: $(cat "$TMP/job.json")"
-json "$TMP/job.json" "j['state'] == 'running' and j['generation'] == 0 and j['restarts'] == 0 and
+json "$TMP/job.json" "j['job']['state'] == 'running' and j['job']['generation'] == 0 and
+    j['job']['restarts'] == 0 and
     len(j['nodes']) == 1 and j['nodes'][0]['state'] == 'running' and
     all(r['scalars']['loss'] == 5.125 and r['scalars']['tok_s'] == 1000 + r['rank'] and
-        r['node_rank'] == 0 and r['steps'] == 40 and 0.02 < r['step_time_s'] < 1
+        r['node'] == 0 and r['steps'] == 40 and 20 < r['step_ms'] < 1000
         for r in j['ranks']) and j['stragglers'] == []" | grep -qx True ||
     fail "/api/job's ranks: $(cat "$TMP/job.json")"
 ok "/api/job shows each rank's step, step time and scalars"
@@ -135,7 +136,7 @@ start_msrun --worker_num=4 --dashboard_port="$PORT" "$TMP/lines.sh" "$TMP/hold2"
 wait_for "rank 2 on node 0 $STRAGGLER" "$TMP/err" 30 || fail "the slow rank is named"
 wait_job "len(j['stragglers']) == 1 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
     fail "/api/job's stragglers: $(cat "$TMP/job.json")"
-json "$TMP/job.json" "j['stragglers'][0]['rank'] == 2 and j['stragglers'][0]['ratio'] > 2 and
+json "$TMP/job.json" "j['stragglers'][0]['rank'] == 2 and j['stragglers'][0]['factor'] > 2 and
     [r['rank'] for r in j['ranks'] if r['straggler']] == [2] and
     all(r['scalars'] == {'loss': 11.5, 'tok_s': 200} for r in j['ranks'])" | grep -qx True ||
     fail "the straggler in /api/job: $(cat "$TMP/job.json")"
@@ -172,9 +173,9 @@ wait_for "rank 3 on node 1 $STRAGGLER" "$TMP/n0.err" 30 || fail "node 0 names no
 wait_job "len(j['ranks']) == 4 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
     fail "two nodes' ranks in /api/job: $(cat "$TMP/job.json")"
 json "$TMP/job.json" "len(j['nodes']) == 2 and
-    [r['node_rank'] for r in j['ranks']] == [0, 0, 1, 1] and
-    [s['rank'] for s in j['stragglers']] == [3] and j['stragglers'][0]['node_rank'] == 1 and
-    j['progress_steps'] == 160 and 2 <= j['progress_messages'] <= 20" | grep -qx True ||
+    [r['node'] for r in j['ranks']] == [0, 0, 1, 1] and
+    [s['rank'] for s in j['stragglers']] == [3] and j['stragglers'][0]['node'] == 1 and
+    j['progress']['steps'] == 160 and 2 <= j['progress']['messages'] <= 20" | grep -qx True ||
     fail "two nodes in /api/job: $(cat "$TMP/job.json")"
 touch "$TMP/hold3"
 wait_pid "$NPID0" 30
@@ -203,11 +204,12 @@ SH
 chmod +x "$TMP/restart.sh"
 PORT=$(free_port)
 start_msrun --worker_num=2 --max_restarts=1 --dashboard_port="$PORT" "$TMP/restart.sh" "$TMP/hold4"
-wait_job "j['generation'] == 1 and len(j['ranks']) == 2 and all(r['step'] == 4 for r in j['ranks'])" 30 ||
+wait_job "j['job']['generation'] == 1 and len(j['ranks']) == 2 and all(r['step'] == 4 for r in j['ranks'])" 30 ||
     fail "the restarted job in /api/job: $(cat "$TMP/job.json")"
-json "$TMP/job.json" "j['restarts'] == 1 and len(j['failures']) == 1 and
-    j['failures'][0]['rank'] == 1 and j['failures'][0]['exit_code'] == 3 and
-    j['failures'][0]['generation'] == 0 and
+json "$TMP/job.json" "j['job']['restarts'] == 1 and len(j['job']['restart_causes']) == 1 and
+    j['job']['restart_causes'][0]['rank'] == 1 and j['job']['restart_causes'][0]['exit_code'] == 3 and
+    j['job']['restart_causes'][0]['generation'] == 0 and
+    'exited with code 3' in j['job']['restart_causes'][0]['cause'] and
     all(r['scalars'] == {'gen': 1} for r in j['ranks'])" | grep -qx True ||
     fail "the root cause and the new generation's ranks: $(cat "$TMP/job.json")"
 get /metrics "$TMP/metrics" "Authorization: Bearer $TOKEN" >/dev/null

@@ -1941,9 +1941,9 @@ static void test_progress_and_stragglers(void)
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         MSR_CHECK_MSG(strstr(m.data, want[i]) != NULL, "/metrics lacks %s", want[i]);
-    MSR_CHECK(strstr(j.data, "\"stragglers\":[{\"rank\":5,\"node_rank\":0,") != NULL);
+    MSR_CHECK(strstr(j.data, "\"stragglers\":[{\"rank\":5,\"node\":0,") != NULL);
     MSR_CHECK(strstr(j.data, "\"scalars\":{\"loss\":2.5}") != NULL);
-    MSR_CHECK(strstr(j.data, "\"state\":\"running\"") != NULL);
+    MSR_CHECK(strstr(j.data, "{\"job\":{\"id\":\"job\",\"state\":\"running\"") != NULL);
     msr_buf_cleanup(&m);
     msr_buf_cleanup(&j);
     msr_coord_destroy(co);
