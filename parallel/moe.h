@@ -174,18 +174,21 @@ void msr_moe_stats_reset(msr_moe_t *moe);
 
 /* Forward of block l's MoE MLP (p: its parameters, routerw, and experts:
  * msr_moe_block_params) on
- * x (N,C), N <= max_tokens: y (N,C) = the combined expert outputs; *aux_p =
- * the load-balancing loss (0 when A = 0). Keeps what backward needs.
- * Collective over the ep communicator. Errors: the communicator's. */
+ * x (N,C), N <= max_tokens: y (N,C) = the combined expert outputs (under
+ * tp, of this rank's experts: a partial sum); *aux_p = the load-balancing
+ * loss (0 when A = 0; alike on every tp rank). Keeps what backward needs
+ * in the selected frame and adds to the counters if msr_moe_select says
+ * so. Collective over the ep communicator. Errors: the communicator's. */
 msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p, const float *x,
                              int N, float *y, double *aux_p);
 
 /* Backward of the last forward of block l on x (N,C), the same input as
  * that forward's: dx (N,C) += the gradient of x,
  * g->routerw and g->experts (this rank's experts) +=, given dy (N,C), the
- * gradient of y, and aux_weight, that of the load-balancing loss.
- * Collective over the ep communicator. Errors: MSR_ERR_STATE (no forward),
- * the communicator's. */
+ * gradient of y, and aux_weight, that of the load-balancing loss. Under
+ * tp, dy is the whole gradient on every tp rank and dx gets this rank's
+ * partial sum (see above). Collective over the ep communicator, and the
+ * tp one. Errors: MSR_ERR_STATE (no forward), the communicator's. */
 msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
                               const msr_gpt_block_params_t *g, const float *x, const float *dy,
                               float *dx, float aux_weight);
