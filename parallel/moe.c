@@ -378,12 +378,24 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     moe->tp_rank = tp > 1 ? msr_comm_rank(lay->tp_comm) : 0;
     moe->El = moe->E / (ep * tp);
     moe->router_once = tp > 1 && lay->router_once;
+    for (int i = 0; i < moe->nslots; i++) {
+        if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
+            MSR_ERROR("moe: block %d's work space went with an earlier layout", i);
+            return MSR_ERR_CONFIG;
+        }
+    }
     moe->nheld = 0;
     for (int i = 0; i < moe->nslots; i++) {
         moe->store_of[i] = -1;
         if (lay->held == NULL || lay->held[i]) {
             moe->store_of[i] = moe->nheld;
             moe->held[moe->nheld++] = i;
+            continue;
+        }
+        /* another stage's block: its frames are never used here */
+        for (int f = 0; f < moe->frames; f++) {
+            slot_free(&moe->slots[i * moe->frames + f]);
+            memset(&moe->slots[i * moe->frames + f], 0, sizeof *moe->slots);
         }
     }
     return store_alloc(moe);

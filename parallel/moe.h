@@ -124,7 +124,9 @@ typedef struct msr_moe_layout {
  * then holds El = E / (ep * tp) experts of each held block (zero). ep * tp
  * must divide E. Every rank of ep_comm and of tp_comm runs the same
  * micro-batch size and calls forward and backward of the same blocks in the
- * same order. Errors: as msr_moe_set_ep. */
+ * same order. The work space of the blocks not held is freed (a later
+ * layout cannot hold them again: MSR_ERR_CONFIG). Errors: as
+ * msr_moe_set_ep. */
 msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay);
 
 /* The forwards and backwards that follow keep and use frame's state
