@@ -776,6 +776,26 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
         }
         payload_free(&p);
     }
+    /* tp: another ep layout shares the experts out over the tp ranks
+     * otherwise, so some of this rank's were saved by other tp indices:
+     * their payloads' expert ranges (in the whole model's numbering) */
+    int tp = tr->mp != NULL ? tr->mesh->tp : 1, tp_rank = tr->mp != NULL ? tr->mesh->tp_rank : 0;
+    for (int j = 0; j < tp && ecount > 0 && !agree[2] && read_st == MSR_OK; j++) {
+        for (int r = 0; r < world && j != tp_rank && read_st == MSR_OK; r++) {
+            if ((read_st = payload_fetch(fetch, arg, world * (1 + j) + r, &p)) != MSR_OK)
+                break;
+            if (!same_checkpoint(&p0, &p, world) || p.h.rank != (uint32_t)r) {
+                MSR_ERROR("train: the shards of dp rank %d at tp ranks %d and %d belong to "
+                          "different checkpoints",
+                          r, tp_rank, j);
+                read_st = MSR_ERR_CORRUPT;
+            }
+            for (uint32_t k = 0; k < p.n && read_st == MSR_OK; k++)
+                if (p.ranges[k].lo >= tr->model->num_params)
+                    experts_load(tr, &p.ranges[k], cover);
+            payload_free(&p);
+        }
+    }
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i]) {
             MSR_ERROR("train: the checkpoint lacks expert element %zu of this rank's", i);

@@ -160,7 +160,9 @@ typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, s
 /* Restores the state of a checkpoint saved by `world` data-parallel ranks
  * (with a model-parallel trainer: of a checkpoint saved in the same layout,
  * each rank's from the rank of the same pp and tp index; fetch gets the
- * dp index),
+ * dp index, or world x (1 + j) + the dp index for tp index j: a MoE model
+ * under tp resumed in another ep layout reads the experts the other tp
+ * ranks saved),
  * whatever this run's dp, ZeRO stage or buckets (the global batch, hence
  * meta, must be the same). When world is this run's dp and the saved
  * layout is this run's, each rank reads only its own payload and the ranks

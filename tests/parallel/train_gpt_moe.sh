@@ -8,8 +8,8 @@
 # process training the same MoE model on the same global batch, with the
 # same routing (--report's per-step router counts are identical); the
 # trace shows the dispatch and combine; a checkpoint saved in an ep layout
-# resumes bitwise in that layout and within 1e-5 in another, and so does
-# one saved by pp 2 x ep 2.
+# resumes bitwise in that layout and within 1e-5 in another, and so do
+# ones saved by pp 2 x ep 2 and by tp 2 (sp) x ep 2.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -194,30 +194,39 @@ grep -q "rank 3 experts: 2 of 4 per MoE block held here: params 34048 grads 3404
     "$work/err" || fail "no sharded expert moments in the report: $(cat "$work/err")"
 # another MoE setting is refused (the checkpoint's meta names it)
 refuse 4 "other settings" "${ck[@]}" --capacity-factor 2 --ckpt-dir "$work/ck4" --resume
-# a model-parallel checkpoint: pp 2 x ep 2 with ZeRO-1 on 4 ranks, stopped
-# at step 3 and resumed, bitwise; resumed with ep 1 (each rank all the
-# experts of its stage), within 1e-5
-mk=("${moe[@]}" --pp 2 --ep 2 --zero 1 "${zs[@]}" --steps 5)
-msrun_n 4 "${mk[@]}" --loss-log "$work/mwhole" >/dev/null 2>"$work/err" ||
-    fail "pp 2 uninterrupted: $(cat "$work/err")"
-msrun_n 4 "${mk[@]}" --steps 3 --ckpt-dir "$work/mck" --loss-log "$work/mfirst" >/dev/null \
-    2>"$work/err" || fail "pp 2 first part: $(cat "$work/err")"
-cp -r "$work/mck" "$work/mck1"
-msrun_n 4 "${mk[@]}" --ckpt-dir "$work/mck" --resume --loss-log "$work/msecond" >/dev/null \
-    2>"$work/err" || fail "pp 2 resumed: $(cat "$work/err")"
-grep -q "resumed from step 3" "$work/err" || fail "no resume: $(cat "$work/err")"
-diff "$work/mwhole" <(cat "$work/mfirst" "$work/msecond") ||
-    fail "the resumed pp 2 run differs from the uninterrupted one"
-msrun_n 4 "${mk[@]}" --ep 1 --ckpt-dir "$work/mck1" --resume --loss-log "$work/msecond1" \
-    >/dev/null 2>"$work/err" || fail "pp 2 resumed with ep 1: $(cat "$work/err")"
-python3 - "$work/mwhole" "$work/msecond1" <<'PY' || fail "pp 2 resume with ep 1 differs"
+# model-parallel checkpoints on 4 ranks, stopped at step 3 and resumed:
+# bitwise; resumed with ep 1 (each rank all the experts of its stage, or
+# under tp its share of all of them, some saved by the other tp rank):
+# within 1e-5. mp_ckpt NAME ARGS...
+mp_ckpt() {
+    local name=$1
+    shift
+    local mk=("${moe[@]}" --ep 2 "${zs[@]}" --steps 5 "$@")
+    msrun_n 4 "${mk[@]}" --loss-log "$work/$name-whole" >/dev/null 2>"$work/err" ||
+        fail "$name uninterrupted: $(cat "$work/err")"
+    msrun_n 4 "${mk[@]}" --steps 3 --ckpt-dir "$work/$name" --loss-log "$work/$name-first" \
+        >/dev/null 2>"$work/err" || fail "$name first part: $(cat "$work/err")"
+    cp -r "$work/$name" "$work/$name-ep1"
+    msrun_n 4 "${mk[@]}" --ckpt-dir "$work/$name" --resume --loss-log "$work/$name-second" \
+        >/dev/null 2>"$work/err" || fail "$name resumed: $(cat "$work/err")"
+    grep -q "resumed from step 3" "$work/err" || fail "no resume: $(cat "$work/err")"
+    diff "$work/$name-whole" <(cat "$work/$name-first" "$work/$name-second") ||
+        fail "the resumed $name run differs from the uninterrupted one"
+    msrun_n 4 "${mk[@]}" --ep 1 --ckpt-dir "$work/$name-ep1" --resume \
+        --loss-log "$work/$name-second1" >/dev/null 2>"$work/err" ||
+        fail "$name resumed with ep 1: $(cat "$work/err")"
+    python3 - "$work/$name-whole" "$work/$name-second1" "$name" <<'PY' ||
 import sys
 a = [l.split() for l in open(sys.argv[1])][3:]
 b = [l.split() for l in open(sys.argv[2])]
 assert len(a) == 2 and [r[1] for r in a] == [r[1] for r in b], (a, b)
 worst = max(abs(float.fromhex(x[k]) - float.fromhex(y[k])) / abs(float.fromhex(x[k]))
             for x, y in zip(a, b) for k in (3, 5))
-print(f"resume pp 2 x ep 2 -> pp 2 x ep 1: max relative difference {worst:.3g}")
+print(f"resume {sys.argv[3]} -> ep 1: max relative difference {worst:.3g}")
 assert worst <= 1e-5, worst
 PY
+        fail "$name resumed with ep 1 differs"
+}
+mp_ckpt pp2-ep2-zero1 --pp 2 --zero 1
+mp_ckpt tp2-sp-ep2-zero2 --tp 2 --sp --zero 2
 echo "train_gpt MoE and expert parallel: ok"
