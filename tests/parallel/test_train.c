@@ -501,30 +501,39 @@ static void test_moe_mp(void)
     msr_dataset_destroy(ds);
 }
 
-/* Every allocation of a MoE trainer and of two steps fails in turn. */
+/* Every allocation of a MoE trainer and of two steps fails in turn, on
+ * the data-parallel path and through the model-parallel runtime. */
 static void test_moe_alloc_failures(void)
 {
     msr_dataset_t *ds = corpus();
     msr_train_config_t c = small_config(2, 2);
     c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
     c.par.zero = 2;
-    for (long i = 0;; i++) {
-        msr_trainer_t *tr = NULL;
-        msr_alloc_fail_at(i);
-        msr_status_t st = msr_trainer_create(&c, ds, NULL, &tr);
-        double loss;
-        for (int k = 0; k < 2 && st == MSR_OK; k++)
-            st = msr_trainer_step(tr, &loss);
-        int failed = msr_alloc_failed();
-        msr_alloc_fail_at(-1);
-        msr_trainer_destroy(tr);
-        if (!failed) {
-            MSR_CHECK_OK(st);
-            MSR_CHECK(i > 20);
-            break;
+    msr_mesh_t *mesh = NULL; /* the model-parallel runtime in one process */
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
+    msr_train_config_t m = c;
+    m.mp.recompute = MSR_MP_RECOMPUTE_SELECTIVE;
+    for (int mp = 0; mp < 2; mp++) {
+        for (long i = 0;; i++) {
+            msr_trainer_t *tr = NULL;
+            msr_alloc_fail_at(i);
+            msr_status_t st = mp ? msr_trainer_create_mesh(&m, ds, mesh, &tr)
+                                 : msr_trainer_create(&c, ds, NULL, &tr);
+            double loss;
+            for (int k = 0; k < 2 && st == MSR_OK; k++)
+                st = msr_trainer_step(tr, &loss);
+            int failed = msr_alloc_failed();
+            msr_alloc_fail_at(-1);
+            msr_trainer_destroy(tr);
+            if (!failed) {
+                MSR_CHECK_OK(st);
+                MSR_CHECK(i > 20);
+                break;
+            }
+            MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
         }
-        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
     }
+    msr_mesh_destroy(mesh);
     msr_dataset_destroy(ds);
 }
 
