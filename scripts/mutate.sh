@@ -862,4 +862,21 @@ test: ^test_parallel_train_gpt_moe$
 ===
     *loss_p = mp->pr == mp->pp - 1 ? mp->loss_sum + mp->aux_sum : 0.0;
 >>>
+@ train.moe_router_grad_summed_twice_under_sp
+file: parallel/train.c
+test: ^test_parallel_train_gpt_moe$
+<<<
+        lay.router_once = tr->cfg.mp.sp;
+===
+        lay.router_once = 0;
+>>>
+
+@ train.moe_one_frame_for_the_pipeline
+file: parallel/train.c
+test: ^test_parallel_train_gpt_moe$
+<<<
+        int frames = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL ? 1 : cfg->grad_accum;
+===
+        int frames = 1;
+>>>
 __END__
