@@ -60,7 +60,9 @@ struct msr_moe {
     float *dfch_g; /* (E*cap, H) */
     float *dgate;  /* (N,K) */
     float *dprobs; /* (N,E) */
-    float *rdx;    /* (N,C) the router's input gradient where it is not wanted */
+    float *rdx;    /* (N,C) the router's input gradient where it is not wanted
+                    * (tp ranks other than 0 that keep the router's weight
+                    * gradient: made by msr_moe_set_layout) */
 };
 
 int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens)
@@ -340,9 +342,8 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
     moe->dfch_g = msr_calloc(rows * H, sizeof(float));
     moe->dgate = msr_calloc(N * K, sizeof(float));
     moe->dprobs = msr_calloc(N * E, sizeof(float));
-    moe->rdx = msr_calloc(N * C, sizeof(float));
     if (moe->send == NULL || moe->out == NULL || moe->dout == NULL || moe->dfch == NULL ||
-        moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL || moe->rdx == NULL)
+        moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL)
         goto err_free;
     if (store_alloc(moe) != MSR_OK)
         goto err_free;
@@ -378,6 +379,11 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     moe->tp_rank = tp > 1 ? msr_comm_rank(lay->tp_comm) : 0;
     moe->El = moe->E / (ep * tp);
     moe->router_once = tp > 1 && lay->router_once;
+    if (moe->tp_rank > 0 && !moe->router_once && moe->rdx == NULL &&
+        (moe->rdx = msr_calloc((size_t)moe->max_tokens * (size_t)moe->C, sizeof(float))) == NULL) {
+        MSR_ERROR("moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
+        return MSR_ERR_NO_MEMORY;
+    }
     for (int i = 0; i < moe->nslots; i++) {
         if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
             MSR_ERROR("moe: block %d's work space went with an earlier layout", i);

@@ -656,11 +656,6 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
-    if (o.experts > 0 && (o.plan || o.plan_all || o.explain > 0 || o.auto_plan)) {
-        fprintf(stderr, "train_gpt: the planner has no model of MoE blocks: --plan, --plan-all, "
-                        "--explain and --auto are for dense models\n");
-        goto out;
-    }
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL) {
         int done = 0;

@@ -879,4 +879,32 @@ test: ^test_parallel_train_gpt_moe$
 ===
         int frames = 1;
 >>>
+
+@ pipe_order.one_f_one_b_warmup_too_long
+file: parallel/pipe_order.c
+test: ^test_parallel_(plan_sim|mp)$
+<<<
+        warm = p - r - 1 < M ? p - r - 1 : M;
+===
+        warm = p - r < M ? p - r : M;
+>>>
+
+@ plan_mem.experts_sharded_over_all_dp
+file: parallel/plan_mem.c
+test: ^test_parallel_plan_report$
+<<<
+        uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
+===
+        uint64_t reps = (uint64_t)l.dp, lo = 0, hi = count, blk = 0;
+>>>
+
+@ plan_mem.moe_block_keeps_mlp
+file: parallel/plan_mem.c
+test: ^test_parallel_plan$
+<<<
+    return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
+===
+    return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->block : p->block;
+>>>
+
 __END__

@@ -59,7 +59,6 @@ refuse 4 "6 experts do not divide among ep 2 x tp 2 ranks" "${moe[@]}" --experts
 refuse 2 "MoE does not run with cp" "${moe[@]}" --cp 2
 refuse 1 "top-k 5 is not in \[1, 4 experts\]" "${moe[@]}" --top-k 5
 refuse 1 "moe-every 3 is not in \[1, 2 layers\]" "${moe[@]}" --moe-every 3
-refuse 1 "the planner has no model of MoE blocks" "${moe[@]}" --auto
 
 # the losses (and norms) of two loss logs agree within 1e-5 relative over
 # all 10 steps; prints the largest difference
