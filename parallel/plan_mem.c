@@ -809,8 +809,9 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
             "data-parallel group",
             ep, l->dp);
     if (m->experts > 0 && !whole_path(l))
-        BAD("MoE runs with data and expert parallel only: not with tp, pp, cp, sp, virtual "
-            "stages or recompute");
+        BAD("the planner models MoE with data and expert parallel only: not with tp, pp, cp, "
+            "sp, virtual stages or recompute (the runtime runs all but cp; the planner does not "
+            "price them yet)");
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *

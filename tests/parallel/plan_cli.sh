@@ -42,7 +42,7 @@ refuse "--capacity-factor 0" "${m[@]}" --experts 4 --capacity-factor 0
 refuse "4 experts do not divide among ep 3 ranks" "${m[@]}" --world 3 --global-batch 3 \
     --experts 4 --fix ep=3
 refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
-refuse "MoE runs with data and expert parallel only" "${m[@]}" --experts 4 --fix tp=2
+refuse "the planner models MoE with data and expert parallel only" "${m[@]}" --experts 4 --fix tp=2
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
