@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "cluster/page.h"
 
 /* A request waits at most this long for a fresh snapshot, and a snapshot
  * younger than FRESH_MS is served as it is. */
@@ -165,14 +166,6 @@ static void serve_snapshot(msr_http_t *h, struct evhttp_request *req, int json)
         evbuffer_free(body);
 }
 
-/* The first page: the job's JSON, for the dashboard to grow from. */
-static const char page[] =
-    "<!doctype html><html><head><meta charset=\"utf-8\"><title>msrun</title></head><body>"
-    "<h1>msrun</h1><p><a href=\"/api/job\">/api/job</a> &middot; "
-    "<a href=\"/metrics\">/metrics</a></p><pre id=\"job\"></pre><script>"
-    "fetch('/api/job').then(r=>r.json()).then(j=>{document.getElementById('job')"
-    ".textContent=JSON.stringify(j,null,2)})</script></body></html>";
-
 static void on_request(struct evhttp_request *req, void *arg)
 {
     msr_http_t *h = arg;
@@ -203,11 +196,16 @@ static void on_request(struct evhttp_request *req, void *arg)
         serve_snapshot(h, req, 0);
     } else if (strcmp(path, "/api/job") == 0) {
         serve_snapshot(h, req, 1);
-    } else if (strcmp(path, "/") == 0) {
+    } else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
+        /* the job's page (cluster/page.h): its own script and style inline,
+         * nothing loaded from elsewhere */
         common_headers(req, "text/html; charset=utf-8");
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Security-Policy",
+                          "default-src 'none'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
         struct evbuffer *body = evbuffer_new();
         if (body)
-            evbuffer_add(body, page, sizeof page - 1);
+            evbuffer_add(body, msr_page_index, msr_page_index_len);
         evhttp_send_reply(req, 200, "OK", body);
         if (body)
             evbuffer_free(body);

@@ -88,6 +88,7 @@ struct msr_mp {
     const int *inputs, *targets; /* this step's (micros, B, T) */
     float dloss;
     double loss_sum;
+    double aux_sum; /* this step's MoE load-balancing losses on this stage */
     msr_dp_t *dp;
 
     size_t acts_live;

@@ -632,17 +632,20 @@ static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l
     return e * F32 + ints * sizeof(int32_t) + trainer;
 }
 
-/* The MoE state's buffers (parallel/moe.c msr_moe_create) for micro-batches
- * of N = b T tokens, floats of fw bytes: per MoE block (slot) the router's
- * probabilities N E, choices, gates and slots N K (ints for two), the
- * drop fractions E doubles, the dispatched inputs and combined outputs
- * rows C, the experts' hidden layer before and after GELU rows 4C each,
- * the used slots E ints and the load counters E int64s; once, the send,
- * output and output-gradient exchanges rows C each, the hidden layer's
- * gradients 2 rows 4C, gate and probability gradients N K and N E; rows =
- * E x capacity. */
-static uint64_t moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int slots,
-                               uint64_t fw)
+/* The MoE state's buffers (parallel/moe.c msr_moe_create_frames) for
+ * micro-batches of N = b T tokens, floats of fw bytes: per MoE block the
+ * rank runs and frame (a micro-batch whose routing waits for its backward:
+ * one on the whole-model path and under full recompute, else the step's
+ * micro-batches) the router's probabilities N E, choices, gates and slots
+ * N K (ints for two), the drop fractions E doubles, the dispatched inputs
+ * and combined outputs rows C, the experts' hidden layer before and after
+ * GELU rows 4C each and the used slots E ints; the load counters E int64s
+ * of every MoE block; once, the send, output and output-gradient exchanges
+ * rows C each, the hidden layer's gradients 2 rows 4C, gate and
+ * probability gradients N K and N E, and under tp without sp on tp ranks
+ * but 0 the router's unwanted input gradient N C; rows = E x capacity. */
+static uint64_t moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
+                               int tp_rank, uint64_t fw)
 {
     uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, E = (uint64_t)m->experts;
     uint64_t K = (uint64_t)m->top_k, C = (uint64_t)m->channels, H = 4 * C;
@@ -650,10 +653,14 @@ static uint64_t moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_
     uint64_t cap = capd < 1 ? 1 : (uint64_t)capd, rows = E * cap;
     if (m->arch == MSR_PLAN_LLAMA)
         H = (uint64_t)m->ffn;
+    uint64_t frames = whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : (uint64_t)l->micros;
     uint64_t slot = (N * E + N * K) * fw + 2 * N * K * sizeof(int32_t) + E * sizeof(double) +
-                    (2 * rows * C + 2 * rows * H) * fw + E * sizeof(int32_t) + E * sizeof(int64_t);
-    uint64_t once = (3 * rows * C + 2 * rows * H + N * K + N * E) * fw;
-    return (uint64_t)slots * slot + (slots > 0 ? once : 0);
+                    (2 * rows * C + 2 * rows * H) * fw + E * sizeof(int32_t);
+    uint64_t once = (3 * rows * C + 2 * rows * H + N * K + N * E) * fw +
+                    (uint64_t)(m->layers / m->moe_every) * E * sizeof(int64_t);
+    if (l->tp > 1 && !l->sp && tp_rank > 0)
+        once += N * C * fw;
+    return (uint64_t)blocks * frames * slot + once;
 }
 
 /* Paper accounting: bytes of one chunk's kept activations. */
@@ -804,13 +811,14 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("ep %d: expert parallel needs at least 1 and a MoE model", l->ep);
     if (m->experts > 0 && m->experts % ep != 0)
         BAD("%d experts do not divide among ep %d ranks", m->experts, ep);
+    if (m->experts > 0 && m->experts % (ep * l->tp) != 0)
+        BAD("%d experts do not divide among ep %d x tp %d ranks", m->experts, ep, l->tp);
     if (l->dp % ep != 0)
         BAD("ep %d does not divide dp %d: the expert-parallel groups are cut from the "
             "data-parallel group",
             ep, l->dp);
-    if (m->experts > 0 && !whole_path(l))
-        BAD("MoE runs with data and expert parallel only: not with tp, pp, cp, sp, virtual "
-            "stages or recompute");
+    if (m->experts > 0 && cp > 1)
+        BAD("MoE blocks do not run with context parallel (cp %d)", cp);
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *
@@ -896,25 +904,26 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         o->frames_held = 1;
     }
 
-    /* the experts (parallel/train.c experts_create): E / ep of each MoE
-     * block of the part, their moments whole or, under ZeRO with replicas,
-     * this rank's block among the dp / ep ranks holding the same experts
-     * (rank dp_rank / ep of them), with a gather buffer of all the blocks */
+    /* the experts (parallel/train.c experts_create): E / (ep tp) of each
+     * MoE block of the part, their moments whole or, under ZeRO with
+     * replicas, this rank's block among the dp / ep ranks holding the same
+     * experts (rank dp_rank / ep of them), with a gather buffer of all the
+     * blocks */
     if (m->experts > 0) {
-        int ep = msr_plan_ep(&l);
+        int ep = msr_plan_ep(&l), held = m->experts / (ep * l.tp);
         uint64_t fw = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
-        uint64_t count = (uint64_t)p.moe_blocks * (uint64_t)(m->experts / ep) * expert_params(m);
+        uint64_t count = (uint64_t)p.moe_blocks * (uint64_t)held * expert_params(m);
         uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
         if (l.zero >= 1 && reps > 1) {
             blk = ceil_div(count, reps);
             lo = min_u64(count, (uint64_t)(o->dp_rank / ep) * blk);
             hi = min_u64(count, lo + blk);
         }
-        o->experts_held = m->experts / ep;
+        o->experts_held = held;
         o->expert_params = count * fw;
         o->expert_grads = count * fw;
         o->expert_optim = 2 * (hi - lo) * F32;
-        o->moe_work = moe_work_bytes(m, &l, p.moe_blocks, fw) + blk * reps * F32;
+        o->moe_work = moe_work_bytes(m, &l, p.moe_blocks, o->tp_rank, fw) + blk * reps * F32;
         if (prec == MSR_PLAN_BF16)
             o->master += (hi - lo) * F32;
     }

@@ -305,16 +305,18 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     /* MoE (parallel/moe.h): in a MoE block the MLP becomes the router (N x
      * C x E) and the experts on the rows they take, N K if none drops, at
      * most E x capacity; with ep a rank computes its E / ep experts on the
-     * rows every ep rank sends it, the same count on average. A block's
-     * work is averaged over the blocks (the layers a stage gets are priced
-     * alike) */
-    double moe_share = 0, rows = 0, moe_mlp = 0;
+     * rows every ep rank sends it, the same count on average; with tp each
+     * tp rank routes the whole micro-batch alike (the router's work is not
+     * split) and computes E / (ep tp) of the experts. A block's work is
+     * averaged over the blocks (the layers a stage gets are priced alike) */
+    double moe_share = 0, rows = 0, moe_mlp = 0, router = 0;
     if (m->experts > 0) {
         double E = m->experts, K = m->top_k;
         double cap = ceil(m->capacity_factor * N * K / E);
         rows = N * K < E * cap ? N * K : E * cap;
         moe_share = (double)(m->layers / m->moe_every) / m->layers;
-        moe_mlp = 2 * N * C * E + mlp / N * rows;
+        router = 2 * N * C * E;
+        moe_mlp = mlp / N * rows;
         mm += moe_share * (moe_mlp - mlp);
     }
     /* attention: Q K^T and A V over the full T x T, per head (the
@@ -325,7 +327,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * products a pair where the forward runs two */
     double S = m->seq / (2.0 * cp), pairs = 2.0 * cp + 1;
     double att = cp > 1 ? 4 * b * pairs * S * S * C : 4 * b * T * T * C;
-    p->model_flops_f = cp * (m->layers * (mm + att) + 2 * N * C * V);
+    p->model_flops_f = cp * (m->layers * (mm + moe_share * router + att) + 2 * N * C * V);
 
     double heads_l = NH / t;
     p->attn_f.flops = att / t;
@@ -351,13 +353,14 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 
     p->layer_f = p->attn_f;
-    p->layer_f.flops += mm / t;
+    p->layer_f.flops += mm / t + moe_share * router;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */
     p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
     p->layer_f.act += eb * (llama ? 3 : 2) * N * F / t;
     p->layer_f.kernels += 2 + 4 + (llama ? 3 : 1) + 2;
+    net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
     if (m->experts > 0) {
         /* a MoE block's activation runs on its rows; the router's softmax;
          * the dispatch and combine copy each row in and out (the capacity
@@ -365,15 +368,18 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
          * products and GELU a kernel each an expert */
         double E = m->experts, K = m->top_k, cap = ceil(m->capacity_factor * N * K / E);
         int ep = msr_plan_ep(l);
-        p->layer_f.act += moe_share * eb * ((llama ? 3 : 2) * (rows - N) * F + 2 * N * E);
-        p->layer_f.bytes += moe_share * eb * (4 * rows * C + 2 * E * cap * C + N * K * C);
-        p->layer_f.kernels += moe_share * (3 * E / ep + 4);
-        /* two alltoalls of E x capacity rows forward, two backward */
+        p->layer_f.act += moe_share * eb * ((llama ? 3 : 2) * (rows - N) * F / t + 2 * N * E);
+        p->layer_f.bytes += moe_share * eb * ((4 * rows * C + 2 * E * cap * C) / t + N * K * C);
+        p->layer_f.kernels += moe_share * (3 * E / (ep * t) + 4);
+        /* two alltoalls forward, two backward, of a tp rank's share of the
+         * E x capacity rows (its experts' rows of every ep peer); under tp
+         * the gates' gradients (N, K) summed over tp once in backward
+         * (averaged over both passes here) */
         net_t epn = net_of(c, (int64_t)ep * l->tp * cp * l->pp <= c->ranks_per_node);
-        p->layer_ep_ms = moe_share * 2 * t_alltoall(&epn, E * cap * C * eb, ep);
+        p->layer_ep_ms = moe_share * 2 * t_alltoall(&epn, E * cap * C * eb / t, ep);
+        p->layer_ep_ms += moe_share * 0.5 * t_allreduce(&tpn, N * K * eb, l->tp);
     }
 
-    net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
     double act = N * C * eb;
     if (l->sp) { /* two allgathers in, two reduce-scatters out */
         p->layer_tp_ms = 2 * t_scatter(&tpn, act, l->tp) + 2 * t_scatter(&tpn, act, l->tp);

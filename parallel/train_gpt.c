@@ -78,7 +78,7 @@ static const opt_spec_t specs[] = {
     OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
     OPT("ep", OPT_INT, ep, 1, 1 << 20,
         "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
-        "group (1)"),
+        "group, and over tp within each (1)"),
     OPT("sp", OPT_FLAG, sp, 0, 0,
         "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT("schedule", OPT_TEXT, schedule, 0, 0,
@@ -400,7 +400,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     if (job->rank == 0 && tr->model->moe != NULL)
         fprintf(stderr,
                 "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
-                "blocks, %zu expert parameters, %zu on each rank; ep %d\n",
+                "blocks, %zu expert parameters, %zu on rank 0; ep %d\n",
                 cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
                 cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
                 msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),

@@ -103,9 +103,11 @@ fi
 read -r status cookie < <(get "/login?code=$CODE_URL" "$TMP/r")
 [ "$status" = 303 ] && [ -n "$cookie" ] || fail "login: $status $cookie"
 [ "$(get /api/job "$TMP/r" "Cookie: $cookie")" = "200 " ] || fail "the session cookie"
+[ "$(get / "$TMP/page" "Cookie: $cookie")" = "200 " ] && grep -q '/api/job' "$TMP/page" ||
+    fail "the job's page"
 [ "$(get "/login?code=$CODE_URL" "$TMP/r")" = "401 " ] || fail "the login code works only once"
 [ "$(get /nowhere "$TMP/r" "Authorization: Bearer $TOKEN")" = "404 " ] || fail "404"
-ok "requests without the token (401), the one-time login and its cookie"
+ok "requests without the token (401), the one-time login, its cookie and the page"
 
 touch "$TMP/hold1"
 wait_pid "$BG_PID" 30

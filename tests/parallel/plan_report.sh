@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# 24 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# 27 layouts of 4 ranks (dp, tp with and without sp, pp with each
 # schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
 # modes, small buckets and replicated segments, context parallel alone and
-# with tp and pp; Mixture-of-Experts with expert parallel), train_gpt
+# with tp and pp; Mixture-of-Experts with expert parallel, on the data-
+# parallel path and with pp, tp and sp), train_gpt
 # --report runs
 # under msrun, and every rank's
 # parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
@@ -149,4 +150,12 @@ check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=2,ep=2 --ep 2 --ze
     --bucket-mb 0.01
 check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=4 --ep 4 --zero 3 \
     --grad-accum 2 --bucket-mb 0.02 --zero-min-bytes 20000
+# ... and in the model-parallel runtime: a stage holds its own MoE blocks'
+# experts, tp ranks split them (E / (ep tp) each) and keep the router
+check 4 dp=2,tp=1,pp=2,sp=0,zero=1,recompute=none,micro_batch=1,ep=2,$s=1f1b --pp 2 --ep 2 \
+    --grad-accum 2 --zero 1 --bucket-mb 0.01
+check 4 dp=2,tp=2,pp=1,sp=1,zero=2,recompute=selective,micro_batch=2,ep=2 --tp 2 --sp --ep 2 \
+    --zero 2 --recompute selective --bucket-mb 0.01
+check 6 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=gpipe --tp 2 --pp 2 \
+    --schedule gpipe --grad-accum 2 --recompute full
 echo "ok: $checked layouts, every rank's count equals the plan"

@@ -373,11 +373,11 @@ static void test_runtime_moe(void)
         l.dp = 3;
         MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), -1);
         l.ep = 1;
-        l.tp = 2;
+        l.cp = 2;
         l.dp = 1;
         l.zero = 0;
         MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), -1);
-        MSR_CHECK(strstr(why, "MoE runs with data and expert parallel only") != NULL);
+        MSR_CHECK(strstr(why, "MoE blocks do not run with context parallel") != NULL);
     }
 }
 
