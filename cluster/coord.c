@@ -1022,8 +1022,7 @@ static void do_leave(msr_coord_t *c, void *call, const Msr__LeaveRequest *req)
     reply(c, call, &r.base);
 }
 
-/* What node n is doing, in the words of NodeStatus.state. */
-static char *node_state_name(const msr_coord_t *c, const node_t *n)
+char *msr_coord_node_state(const msr_coord_t *c, const node_t *n)
 {
     if (n->left)
         return "left";
@@ -1085,7 +1084,7 @@ static void do_status(msr_coord_t *c, void *call)
         ns[i].alive = n->alive;
         ns[i].last_seen_ms = n->hb ? 0 : (uint32_t)((now - n->last_seen) / 1000000ull);
         ns[i].ready_generation = n->ready_generation;
-        ns[i].state = node_state_name(c, n);
+        ns[i].state = msr_coord_node_state(c, n);
         nsp[i] = &ns[i];
     }
     r.n_nodes = c->nnodes;
@@ -1124,6 +1123,8 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     msr_list_init(&c->held);
     msr_list_init(&c->requests);
     c->log_fd = -1;
+    c->obs.generation = -1;
+    c->obs.start = msr_wall_time();
     msr_store_ops_t ops = store_ops;
     ops.ctx = c;
     c->job_id = msr_strdup(config->job_id ? config->job_id : "");
@@ -1202,6 +1203,7 @@ void msr_coord_destroy(msr_coord_t *c)
     msr_store_core_destroy(c->store);
     msr_free(c->rank_done);
     msr_free(c->job_id);
+    msr_coord_obs_cleanup(c);
     msr_free(c);
 }
 
@@ -1244,6 +1246,9 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         break;
     case MSR_RPC_AUTH:
         fail(c, call, MSR_RPC_UNIMPLEMENTED, "Auth is answered by the coordinator's server");
+        break;
+    case MSR_RPC_PROGRESS:
+        msr_coord_progress(c, call, (const Msr__ProgressRequest *)req);
         break;
     default:
         fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");

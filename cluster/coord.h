@@ -72,6 +72,10 @@ typedef struct msr_coord_config {
      * the msrun that embeds this coordinator reports them itself, so its
      * user reads each failure once. */
     int outcome_reported;
+    /* A rank whose mean step time over MSR_STRAGGLER_WINDOW steps is this
+     * many times the ranks' median is named a straggler (once per
+     * generation); 0: MSR_STRAGGLER_FACTOR (cluster/straggler.h). */
+    double straggler_factor;
     /* the store's limits; zeros: the defaults (rendezvous/store_limits.h) */
     msr_store_limits_t store_limits;
 } msr_coord_config_t;
@@ -113,5 +117,12 @@ Msr__JobState msr_coord_state(const msr_coord_t *coord);
 
 /* Counts calls by method as the core saw them. */
 uint64_t msr_coord_calls(const msr_coord_t *coord, msr_rpc_method_t method);
+
+/* The job as Prometheus' text format (version 0.0.4) and as the JSON of
+ * /api/job (docs/observe.md), appended to b: the core's part of the
+ * dashboard (the server adds its own metrics). MSR_ERR_NO_MEMORY. */
+struct msr_buf;
+msr_status_t msr_coord_render_metrics(const msr_coord_t *coord, struct msr_buf *b);
+msr_status_t msr_coord_render_job(const msr_coord_t *coord, struct msr_buf *b);
 
 #endif

@@ -10,6 +10,8 @@
 #include "base/map.h"
 #include "cluster/coord.h"
 #include "cluster/failure.h"
+#include "cluster/straggler.h"
+#include "rendezvous/progress.h"
 #include "rendezvous/store_core.h"
 
 /* What a call's data slot holds: the store core's waiter (its first int is
@@ -74,6 +76,45 @@ typedef struct node {
     waiter_t *hb;           /* the held heartbeat, if any */
 } node_t;
 
+/* What the coordinator knows of a rank's progress (observe.c), for the
+ * current generation. */
+typedef struct rank_obs {
+    int seen; /* reported in this generation */
+    int node_rank;
+    int64_t step;
+    double step_time; /* the latest, seconds */
+    double time;      /* wall-clock seconds of the latest report */
+    uint64_t steps;   /* reports counted in this generation */
+    msr_step_window_t window;
+    msr_progress_scalar_t scalars[MSR_PROGRESS_SCALARS];
+    uint32_t nscalars;
+    int straggler; /* named in this generation */
+    double ratio;  /* its mean over the median when last compared (0: not) */
+} rank_obs_t;
+
+/* Stragglers named, kept for the answers and the page (the last 64). */
+#define MSR_STRAGGLERS_KEPT 64
+
+typedef struct straggler_rec {
+    int rank, node_rank, generation;
+    double ratio, step_time, median;
+    int64_t step;
+    double time; /* when it was named, wall-clock seconds */
+} straggler_rec_t;
+
+typedef struct msr_obs {
+    int generation; /* of the ranks' records; -1 before any */
+    rank_obs_t *ranks;
+    size_t nranks;
+    straggler_rec_t named[MSR_STRAGGLERS_KEPT];
+    size_t nnamed;
+    uint64_t progress_calls; /* Progress calls taken */
+    uint64_t step_reports;   /* rank-steps they covered */
+    uint64_t dropped;        /* reports the senders could not keep */
+    uint64_t stragglers;     /* named, all generations */
+    double start;            /* wall-clock seconds this coordinator started */
+} msr_obs_t;
+
 struct msr_coord {
     msr_coord_config_t config;
     msr_coord_responder_t responder;
@@ -123,11 +164,19 @@ struct msr_coord {
     int etcd_down;
     uint64_t etcd_retry_at;
     uint64_t calls[MSR_RPC_METHOD_COUNT];
+    msr_obs_t obs; /* progress reports and stragglers (observe.c) */
 };
 
 /* Marks the job's record changed (level is kept for the callers' sake: every
  * change is saved before the answers given after it are released). */
 #define MARK_DIRTY(c, level) ((void)(level), (c)->dirty = 1)
+
+/* What node n is doing, in the words of NodeStatus.state. */
+char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);
+
+/* observe.c: a Progress call, and the records' cleanup. */
+void msr_coord_progress(msr_coord_t *c, void *call, const Msr__ProgressRequest *req);
+void msr_coord_obs_cleanup(msr_coord_t *c);
 
 /* Shared between coord.c and persist.c. */
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);

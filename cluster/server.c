@@ -14,6 +14,8 @@
 #include "base/log.h"
 #include "base/err.h"
 #include "base/time.h"
+#include "base/buf.h"
+#include "cluster/http.h"
 #include "cluster/munge_auth.h"
 #include "rendezvous/rpc.h"
 #include "rendezvous/store_limits.h"
@@ -22,18 +24,45 @@
  * rest: anyone may send them. */
 #define AUTH_LOG_INTERVAL_NS (5ull * 1000000000ull)
 
+/* Upper bounds (seconds) of the call-latency histogram's buckets: from a
+ * call's arrival to its answer, long polls' waits included. */
+static const double latency_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5};
+#define NBOUNDS 10
+_Static_assert(sizeof latency_bounds / sizeof latency_bounds[0] == NBOUNDS, "NBOUNDS");
+
 struct msr_coord_server {
     msr_rpc_loop_t *loop;
+    msr_http_t *http; /* the dashboard, or NULL */
+    /* answered calls by method: counts per bucket (+Inf last) and seconds */
+    uint64_t lat_buckets[MSR_RPC_METHOD_COUNT][NBOUNDS + 1];
+    double lat_sum[MSR_RPC_METHOD_COUNT];
     msr_rpc_server_t *rpc;
     msr_coord_t *coord;
-    char *token;                 /* handed out by Auth */
-    msr_munge_verifier_t *munge; /* NULL: Auth is refused */
-    uint64_t auth_logged_ns;     /* refusal log rate limit */
+    char *token;                      /* handed out by Auth */
+    msr_munge_verifier_t *munge;      /* NULL: Auth is refused */
+    msr_buf_t snap_metrics, snap_job; /* rendered for the dashboard, reused */
+    uint64_t auth_logged_ns;          /* refusal log rate limit */
     unsigned long auth_unlogged;
 };
 
+/* Counts the call's time from arrival to answer in its method's histogram. */
+static void observe_latency(msr_rpc_call_t *call)
+{
+    msr_coord_server_t *s = msr_rpc_call_handler_arg(call);
+    msr_rpc_method_t m = msr_rpc_call_method(call);
+    if (s == NULL || (unsigned)m >= MSR_RPC_METHOD_COUNT)
+        return;
+    double sec = (double)(msr_now_ns() - msr_rpc_call_started(call)) / 1e9;
+    size_t b = 0;
+    while (b < NBOUNDS && sec > latency_bounds[b])
+        b++;
+    s->lat_buckets[m][b]++;
+    s->lat_sum[m] += sec;
+}
+
 static void r_reply(void *call, const ProtobufCMessage *resp)
 {
+    observe_latency(call);
     msr_rpc_call_reply(call, resp);
 }
 
@@ -44,6 +73,7 @@ static void blob_slice_unref(void *p)
 
 static void r_reply_blob(void *call, msr_blob_t *blob)
 {
+    observe_latency(call);
     atomic_fetch_add(&blob->refs, 1);
     grpc_slice s = grpc_slice_new_with_user_data(blob->data, blob->len, blob_slice_unref, blob);
     msr_rpc_call_reply_slice(call, &s);
@@ -68,6 +98,7 @@ _Static_assert(MSR_RPC_OK == (int)GRPC_STATUS_OK &&
 
 static void r_fail(void *call, int code, const char *message)
 {
+    observe_latency(call);
     msr_rpc_call_fail(call, (grpc_status_code)code, "%s", message);
 }
 
@@ -293,6 +324,54 @@ err_free:
     return st;
 }
 
+/* Renders the job for the dashboard: the core's metrics, then the
+ * server's (call latencies, dashboard requests). */
+static void publish(msr_coord_server_t *s)
+{
+    msr_buf_t *m = &s->snap_metrics, *j = &s->snap_job;
+    msr_coord_render_metrics(s->coord, m);
+    msr_buf_printf(m, "# HELP msrun_coordinator_call_duration_seconds Time from a call's arrival "
+                      "to its answer, by method (long polls' waits included).\n"
+                      "# TYPE msrun_coordinator_call_duration_seconds histogram\n");
+    for (int k = 0; k < MSR_RPC_METHOD_COUNT; k++) {
+        uint64_t cum = 0;
+        const char *name = msr_rpc_methods[k].name;
+        for (size_t b = 0; b <= NBOUNDS; b++) {
+            cum += s->lat_buckets[k][b];
+            if (b < NBOUNDS)
+                msr_buf_printf(m,
+                               "msrun_coordinator_call_duration_seconds_bucket{method=\"%s\","
+                               "le=\"%g\"} %llu\n",
+                               name, latency_bounds[b], (unsigned long long)cum);
+            else
+                msr_buf_printf(m,
+                               "msrun_coordinator_call_duration_seconds_bucket{method=\"%s\","
+                               "le=\"+Inf\"} %llu\n",
+                               name, (unsigned long long)cum);
+        }
+        msr_buf_printf(m, "msrun_coordinator_call_duration_seconds_sum{method=\"%s\"} %.9g\n", name,
+                       s->lat_sum[k]);
+        msr_buf_printf(m, "msrun_coordinator_call_duration_seconds_count{method=\"%s\"} %llu\n",
+                       name, (unsigned long long)cum);
+    }
+    msr_buf_printf(m,
+                   "# HELP msrun_dashboard_requests_total Dashboard requests, and those "
+                   "refused for want of the token.\n"
+                   "# TYPE msrun_dashboard_requests_total counter\n"
+                   "msrun_dashboard_requests_total{outcome=\"served\"} %lu\n"
+                   "msrun_dashboard_requests_total{outcome=\"refused\"} %lu\n",
+                   msr_http_served(s->http) - msr_http_refused(s->http), msr_http_refused(s->http));
+    msr_coord_render_job(s->coord, j);
+    msr_http_publish(s->http, m, j);
+}
+
+msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const char *addr, int port,
+                                        const char *token, const char *login_code, int *port_p)
+{
+    msr_http_config_t hc = {addr, port, token, login_code};
+    return msr_http_start(&hc, port_p, &s->http);
+}
+
 Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,
                                    int exit_when_finished)
 {
@@ -313,6 +392,8 @@ Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t 
         if (got < 0)
             break;
         msr_coord_tick(s->coord, msr_now_ns());
+        if (s->http && msr_http_wanted(s->http))
+            publish(s);
     }
     msr_coord_flush(s->coord);
     return msr_coord_state(s->coord);
@@ -323,6 +404,9 @@ void msr_coord_server_destroy(msr_coord_server_t *s)
     if (s == NULL)
         return;
     /* Answer what the core still holds, then let the server cancel the rest. */
+    msr_http_stop(s->http);
+    msr_buf_cleanup(&s->snap_metrics);
+    msr_buf_cleanup(&s->snap_job);
     msr_coord_destroy(s->coord);
     s->coord = NULL;
     msr_rpc_server_destroy(s->rpc);

@@ -74,7 +74,7 @@ if(MSRUN_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6, libevent-core-2.1-7, libgrpc29, libprotobuf-c1, libucx0, libhwloc15, libmunge2")
+    "libc6, libevent-core-2.1-7, libevent-extra-2.1-7, libgrpc29, libprotobuf-c1, libucx0, libhwloc15, libmunge2")
 endif()
 # pkg-config msrun needs the .pc files of libmsrun's own dependencies
 # (Requires.private); find_package(msrun) needs nothing more

@@ -157,6 +157,16 @@ static void cleanup_workers(agent_t *a)
     }
 }
 
+/* A worker printed a line that starts with "msrun:metric": when it is one
+ * (rendezvous/progress.h), it is the rank's progress report. */
+static void on_metric_line(void *arg, int rank, const char *line, size_t len)
+{
+    agent_t *a = arg;
+    msr_metric_line_t m;
+    if (a->proxy && msr_metric_line_parse(line, len, &m))
+        msr_proxy_report_line(a->proxy, rank, &m, msr_wall_time());
+}
+
 static void spawn_workers(agent_t *a)
 {
     msr_options_t *o = a->o;
@@ -194,6 +204,8 @@ static void spawn_workers(agent_t *a)
     /* slots of workers that exited by themselves (no stop was needed) still
      * hold their last stderr lines */
     cleanup_workers(a);
+    if (a->proxy)
+        msr_proxy_set_member(a->proxy, a->node_id, n->node_rank, n->generation);
     for (int i = 0; i < a->nworkers; i++) {
         msr_worker_t *w = &a->workers[i];
         int rank = n->rank_offset + i;
@@ -640,6 +652,8 @@ int msr_agent_run(msr_options_t *o)
     }
     int rc = 2;
     msr_output_init(&a.output, o->tag_output, o->timestamps);
+    a.output.metric = on_metric_line;
+    a.output.metric_arg = &a;
     if (job_identity(&a) != 0)
         goto out_devnull;
     /* each run writes into a directory of its own: <log_dir>/<job id> */

@@ -38,7 +38,8 @@ typedef struct agent {
     char token_file[300];          /* the token this node generated, for the others */
     msr_rpc_tls_t tls;             /* strings owned by the options */
     char job_id[256];
-    pid_t coord_pid; /* the embedded coordinator, 0 if none */
+    pid_t coord_pid;         /* the embedded coordinator, 0 if none */
+    char dashboard_code[33]; /* its dashboard's one-time login code; "" none */
     msr_proxy_t *proxy;
     char job_dir[240]; /* 0700, holds the proxy's socket */
     char socket_path[280];

@@ -48,6 +48,8 @@ typedef struct coord_args {
     int64_t etcd_lease;
     int auth_munge;
     char *munge_socket;
+    int dashboard_port; /* 0: no dashboard */
+    char *dashboard_addr, *straggler_factor;
 } coord_args_t;
 
 #define C(field) MSR_OPT_DEST(coord_args_t, field)
@@ -148,6 +150,16 @@ static const msr_opt_t coord_opts[] = {
     {.name = "munge_socket", .kind = MSR_OPT_STRING, .env = "MSRUN_MUNGE_SOCKET",
      .dest = C(munge_socket), .def = "munge's default", .metavar = "PATH",
      .help = "the socket of munged for auth=munge."},
+    {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 0, .max = 65535,
+     .env = "MSRUN_DASHBOARD_PORT", .dest = C(dashboard_port), .def = "0 (none)", .metavar = "PORT",
+     .help = "serve the job's page, /api/job and /metrics over HTTP on this port (each request "
+             "with the job token; docs/observe.md)."},
+    {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
+     .dest = C(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",
+     .help = "the address the dashboard listens on."},
+    {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
+     .dest = C(straggler_factor), .def = "1.5", .metavar = "X",
+     .help = "name a rank whose mean step time over its last 20 steps is X times the median."},
 };
 /* clang-format on */
 
@@ -198,7 +210,62 @@ static int coord_parse(int argc, char **argv, coord_args_t *a)
                         "the job\n");
         return 2;
     }
+    if (a->straggler_factor) {
+        char *end;
+        double x = strtod(a->straggler_factor, &end);
+        if (*end != '\0' || !(x > 1 && x <= 1000)) {
+            fprintf(stderr,
+                    "msrun coordinator: error: --straggler_factor=%s is not a number above 1 "
+                    "(up to 1000)\n",
+                    a->straggler_factor);
+            return 2;
+        }
+    }
     return msr_options_need_token("msrun coordinator", &a->token, a->token_file);
+}
+
+/* Starts the dashboard: 0, or after saying why (on the ready pipe, if
+ * any), 2. An msrun that started this coordinator made the one-time login
+ * code (MSRUN_DASHBOARD_CODE) and prints the URL; standalone, it is made
+ * and printed here. */
+static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, int64_t ready_fd)
+{
+    char code[40] = "";
+    const char *given = getenv("MSRUN_DASHBOARD_CODE");
+    if (given && *given) {
+        snprintf(code, sizeof code, "%s", given);
+    } else {
+        unsigned char rnd[16];
+        msr_random_bytes(rnd, sizeof rnd);
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(code + 2 * i, 3, "%02x", rnd[i]);
+    }
+    unsetenv("MSRUN_DASHBOARD_CODE");
+    const char *addr = a->dashboard_addr ? a->dashboard_addr : "127.0.0.1";
+    int port = 0;
+    if (msr_coord_server_dashboard(server, addr, a->dashboard_port, a->token, code, &port) !=
+        MSR_OK) {
+        char line[400];
+        int n = snprintf(line, sizeof line,
+                         "error cannot serve the dashboard on %s port %d: address in use or not "
+                         "available\n",
+                         addr, a->dashboard_port);
+        if (ready_fd >= 0)
+            msr_write_all((int)ready_fd, line, (size_t)n);
+        else
+            fprintf(stderr, "msrun coordinator: %s", line);
+        return 2;
+    }
+    if (!(given && *given)) {
+        char hp[300];
+        msr_net_join(addr, port, hp, sizeof hp);
+        fprintf(stderr,
+                "msrun coordinator: dashboard at http://%s/login?code=%s (the link logs in once; "
+                "afterwards send 'Authorization: Bearer <job token>')\n",
+                hp, code);
+    }
+    memset(code, 0, sizeof code);
+    return 0;
 }
 
 /* Serves the coordinator of a's job on bind until it ends (or a signal). */
@@ -236,6 +303,7 @@ static int coord_serve(const coord_args_t *a, const char *bind)
                          (uint64_t)a->store_bytes_max},
         .auth_munge = a->auth_munge,
         .munge_socket = a->munge_socket,
+        .straggler_factor = a->straggler_factor ? strtod(a->straggler_factor, NULL) : 0,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -263,6 +331,10 @@ static int coord_serve(const coord_args_t *a, const char *bind)
             msr_write_all((int)ready_fd, line, (size_t)n);
         else
             fprintf(stderr, "msrun coordinator: %s", line);
+        return 2;
+    }
+    if (a->dashboard_port > 0 && serve_dashboard(a, server, ready_fd) != 0) {
+        msr_coord_server_destroy(server);
         return 2;
     }
     if (ready_fd >= 0) {

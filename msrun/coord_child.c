@@ -30,7 +30,7 @@
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
-    char lease[24];
+    char lease[24], dport[16];
     char store[3][24];
     char *argv[56];
 } coord_argv_t;
@@ -95,6 +95,19 @@ static void coord_argv(agent_t *a, const char *bind_addr, coord_argv_t *c)
             c->argv[k++] = a->o->munge_socket;
         }
     }
+    if (a->o->dashboard_port > 0) {
+        snprintf(c->dport, sizeof c->dport, "%d", a->o->dashboard_port);
+        c->argv[k++] = "--dashboard_port";
+        c->argv[k++] = c->dport;
+        if (a->o->dashboard_addr) {
+            c->argv[k++] = "--dashboard_addr";
+            c->argv[k++] = a->o->dashboard_addr;
+        }
+    }
+    if (a->o->straggler_factor) {
+        c->argv[k++] = "--straggler_factor";
+        c->argv[k++] = a->o->straggler_factor;
+    }
     const int64_t store[3] = {a->o->store_value_max, a->o->store_keys_max, a->o->store_bytes_max};
     const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
     for (int i = 0; i < 3; i++) {
@@ -113,12 +126,21 @@ msr_status_t msr_coord_child_spawn(agent_t *a, const char *bind_addr, int *ready
     coord_argv(a, bind_addr, &c);
     /* The token travels in the environment, not on the command line; the
      * environment is built here, before fork. */
-    char token_var[MSR_TOKEN_MAX + 16];
+    char token_var[MSR_TOKEN_MAX + 16], code_var[64];
     snprintf(token_var, sizeof token_var, "MSRUN_TOKEN=%s", a->token);
-    const char *drop[] = {"MSRUN_TOKEN", "MSRUN_TOKEN_FILE", NULL};
-    const char *add[] = {token_var, NULL};
+    /* the dashboard's one-time login code: made once, printed by this msrun */
+    if (a->o->dashboard_port > 0 && a->dashboard_code[0] == '\0') {
+        unsigned char rnd[16];
+        msr_random_bytes(rnd, sizeof rnd);
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(a->dashboard_code + 2 * i, 3, "%02x", rnd[i]);
+    }
+    snprintf(code_var, sizeof code_var, "MSRUN_DASHBOARD_CODE=%s", a->dashboard_code);
+    const char *drop[] = {"MSRUN_TOKEN", "MSRUN_TOKEN_FILE", "MSRUN_DASHBOARD_CODE", NULL};
+    const char *add[] = {token_var, a->dashboard_code[0] ? code_var : NULL, NULL};
     char **envp = msr_spawn_env(NULL, drop, add);
     memset(token_var, 0, sizeof token_var);
+    memset(code_var, 0, sizeof code_var);
     if (envp == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
     int ready[2];
@@ -185,6 +207,20 @@ void msr_coord_child_kill(agent_t *a)
     a->coord_pid = 0;
 }
 
+/* Where the job's page is, with the one-time login code (docs/observe.md). */
+static void print_dashboard(agent_t *a)
+{
+    const char *addr = a->o->dashboard_addr ? a->o->dashboard_addr : "127.0.0.1";
+    if (strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0)
+        addr = a->host[0] ? a->host : "127.0.0.1";
+    char hp[300];
+    msr_net_join(addr, a->o->dashboard_port, hp, sizeof hp);
+    fprintf(stderr,
+            "msrun: dashboard at http://%s/login?code=%s (the link logs in once; afterwards "
+            "send 'Authorization: Bearer <job token>')\n",
+            hp, a->dashboard_code);
+}
+
 int start_coordinator(agent_t *a, const char *bind_addr)
 {
     int fd;
@@ -211,6 +247,8 @@ int start_coordinator(agent_t *a, const char *bind_addr)
     close(fd);
     if (port < 0)
         msr_coord_child_kill(a);
+    else if (a->o->dashboard_port > 0)
+        print_dashboard(a);
     return port;
 }
 

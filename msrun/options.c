@@ -250,6 +250,20 @@ static const msr_opt_t opt_defs[] = {
      .env = "MSRUN_STORE_BYTES_MAX", .dest = D(store_bytes_max), .def = "1G", .metavar = "BYTES",
      .help = "the store holds at most this many bytes of keys, values and pending allgather "
              "contributions (64 more per key)."},
+    /* The coordinator's dashboard (used by the node that starts it). */
+    {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 0, .max = 65535,
+     .env = "MSRUN_DASHBOARD_PORT", .dest = D(dashboard_port), .def = "0 (none)", .metavar = "PORT",
+     .help = "the coordinator serves the job's page, /api/job (JSON) and /metrics (Prometheus) "
+             "over HTTP on this port; every request needs the job token (Authorization: Bearer) "
+             "or the cookie of the one-time login URL msrun prints (docs/observe.md)."},
+    {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
+     .dest = D(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",
+     .help = "the address the dashboard listens on (0.0.0.0: every interface)."},
+    {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
+     .dest = D(straggler_factor), .def = "1.5", .metavar = "X",
+     .help = "a rank whose mean step time over its last 20 reported steps is X times the ranks' "
+             "median or more is named a straggler, once, on node 0's terminal, the page and "
+             "/metrics."},
 };
 /* clang-format on */
 
@@ -988,8 +1002,25 @@ static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
 
 /* Checks of options against each other and of the program, once all are
  * known; flag: as for find_program. */
+/* --straggler_factor: a number above 1 (and sane). */
+static int check_straggler_factor(const msr_options_t *o)
+{
+    if (o->straggler_factor == NULL)
+        return 0;
+    char *end;
+    double x = strtod(o->straggler_factor, &end);
+    if (*end != '\0' || !(x > 1 && x <= 1000)) {
+        opt_error("--straggler_factor=%s is not a number above 1 (up to 1000)",
+                  o->straggler_factor);
+        return 2;
+    }
+    return 0;
+}
+
 static int check_rest(msr_options_t *o, const char *flag)
 {
+    if (check_straggler_factor(o) != 0)
+        return 2;
     /* an IPv6 address may come in brackets, as in a URL: [::1] */
     size_t alen = o->master_addr ? strlen(o->master_addr) : 0;
     if (alen >= 2 && o->master_addr[0] == '[' && o->master_addr[alen - 1] == ']') {

@@ -72,6 +72,10 @@ typedef struct msr_options {
     int log_level;
     /* the coordinator's store limits; 0: its defaults */
     int64_t store_value_max, store_keys_max, store_bytes_max;
+    /* the coordinator's dashboard (docs/observe.md): port 0 = none */
+    int dashboard_port;
+    char *dashboard_addr;   /* NULL: 127.0.0.1 */
+    char *straggler_factor; /* as given (checked: a number > 1); NULL: 1.5 */
     /* the program */
     char *program;      /* as given */
     char *program_path; /* what is executed: resolved through PATH */

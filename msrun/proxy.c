@@ -14,6 +14,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/map.h"
+#include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "rendezvous/rpc.h"
@@ -68,12 +69,138 @@ int msr_proxy_beat_info(msr_proxy_t *p, int rank, int pid, msr_beat_info_t *info
     return found;
 }
 
+/* ---- progress reports ---- */
+
+/* A worker's reports: kept for the next send upstream, answered at once. */
+static void on_progress(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__ProgressRequest *r)
+{
+    pthread_mutex_lock(&p->progress_lock);
+    if (p->generation < 0 || r->generation == p->generation) {
+        for (size_t i = 0; i < r->n_steps; i++)
+            msr_progress_batch_merge(&p->progress, r->steps[i]);
+    }
+    p->progress.dropped += r->dropped;
+    pthread_mutex_unlock(&p->progress_lock);
+    Msr__ProgressResponse resp = MSR__PROGRESS_RESPONSE__INIT;
+    msr_rpc_call_reply(call, &resp.base);
+}
+
+void msr_proxy_set_member(msr_proxy_t *p, const char *node_id, int node_rank, int generation)
+{
+    pthread_mutex_lock(&p->progress_lock);
+    if (generation != p->generation) {
+        /* a new generation's ranks start over */
+        msr_progress_batch_cleanup(&p->progress);
+        msr_progress_batch_init(&p->progress);
+    }
+    snprintf(p->node_id, sizeof p->node_id, "%s", node_id);
+    p->node_rank = node_rank;
+    p->generation = generation;
+    pthread_mutex_unlock(&p->progress_lock);
+}
+
+void msr_proxy_report_line(msr_proxy_t *p, int rank, const msr_metric_line_t *m, double time)
+{
+    const char *names[MSR_PROGRESS_SCALARS];
+    for (size_t i = 0; i < m->n; i++)
+        names[i] = m->names[i];
+    pthread_mutex_lock(&p->progress_lock);
+    msr_progress_batch_add(&p->progress, rank, m->step, m->step_time, time, names, m->values, m->n);
+    pthread_mutex_unlock(&p->progress_lock);
+}
+
+/* Node 0 shows each straggler the coordinator named once. */
+static void show_stragglers(msr_proxy_t *p, const Msr__ProgressResponse *r)
+{
+    for (size_t i = 0; i < r->n_stragglers; i++) {
+        const Msr__Straggler *s = r->stragglers[i];
+        size_t k = 0;
+        while (k < p->nnamed &&
+               (p->named[k].generation != s->generation || p->named[k].rank != s->rank))
+            k++;
+        if (k < p->nnamed)
+            continue;
+        if (p->nnamed == MSR_ARRAY_SIZE(p->named)) {
+            memmove(p->named, p->named + 1, (p->nnamed - 1) * sizeof p->named[0]);
+            p->nnamed--;
+        }
+        p->named[p->nnamed].generation = s->generation;
+        p->named[p->nnamed++].rank = s->rank;
+        MSR_WARN("rank %d on node %d is %.1fx slower than the median over the last %u steps "
+                 "(%.3f s a step, median %.3f s)",
+                 s->rank, s->node_rank, s->ratio, s->window, s->step_time, s->median);
+    }
+}
+
+static void progress_done(msr_rpc_async_t *async)
+{
+    struct progress_up *u = MSR_CONTAINER_OF(async, struct progress_up, async);
+    msr_proxy_t *p = u->proxy;
+    if (async->status == MSR_OK && async->resp) {
+        pthread_mutex_lock(&p->progress_lock);
+        int show = p->node_rank == 0;
+        pthread_mutex_unlock(&p->progress_lock);
+        if (show)
+            show_stragglers(p, (const Msr__ProgressResponse *)async->resp);
+    } else {
+        MSR_DEBUG("progress upstream: %s", async->err);
+    }
+    msr_rpc_async_cleanup(async);
+    u->busy = 0;
+}
+
+/* Sends the node's reports upstream when the interval is up (one call in
+ * flight at most: a slow coordinator gets fewer, larger batches). */
+static void progress_cron(msr_proxy_t *p, uint64_t now)
+{
+    if (now < p->progress_next || p->progress_up.busy || atomic_load(&p->stop))
+        return;
+    p->progress_next = now + MSR_PROXY_PROGRESS_MS * 1000000ull;
+    Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+    pthread_mutex_lock(&p->progress_lock);
+    /* nothing new: only node 0 asks, for stragglers, and only in a job
+     * whose ranks report (its own have) */
+    if (p->node_id[0] == '\0' ||
+        (!msr_progress_batch_pending(&p->progress) &&
+         (p->node_rank != 0 || p->progress.n == 0 ||
+          now - p->progress_last < MSR_PROXY_PROGRESS_POLL_MS * 1000000ull))) {
+        pthread_mutex_unlock(&p->progress_lock);
+        return;
+    }
+    msr_status_t st = msr_progress_batch_take(&p->progress, &req);
+    char node_id[64];
+    snprintf(node_id, sizeof node_id, "%s", p->node_id);
+    req.node_id = node_id;
+    req.generation = p->generation;
+    req.dropped = p->progress.dropped;
+    p->progress.dropped = 0;
+    pthread_mutex_unlock(&p->progress_lock);
+    if (st != MSR_OK)
+        return;
+    struct progress_up *u = &p->progress_up;
+    memset(&u->async, 0, sizeof u->async);
+    u->proxy = p;
+    u->async.method = MSR_RPC_PROGRESS;
+    u->async.deadline = msr_deadline_in_ms(5000);
+    u->async.done = progress_done;
+    if (msr_rpc_call_start(msr_proxy_up(p), p->loop, &u->async, &req.base) == MSR_OK) {
+        u->busy = 1;
+        p->progress_last = now;
+        atomic_fetch_add(&p->calls_up, 1);
+    }
+    msr_progress_request_cleanup(&req);
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_proxy_t *p = arg;
     atomic_fetch_add(&p->calls_in, 1);
     if (method == MSR_RPC_BEAT) {
         on_beat(p, call, (const Msr__BeatRequest *)req);
+        return;
+    }
+    if (method == MSR_RPC_PROGRESS) {
+        on_progress(p, call, (const Msr__ProgressRequest *)req);
         return;
     }
     if (atomic_load(&p->stop)) {
@@ -178,9 +305,12 @@ static void *proxy_thread(void *arg)
         t = msr_heap_top(&p->retries);
         if (t && t->deadline < deadline)
             deadline = t->deadline;
+        if (p->progress_next && p->progress_next < deadline)
+            deadline = p->progress_next;
         if (msr_rpc_loop_poll(p->loop, deadline) < 0)
             break;
         uint64_t now = msr_now_ns();
+        progress_cron(p, now);
         while ((t = msr_heap_top(&p->timers)) != NULL && t->deadline <= now)
             msr_proxy_group_expired(p, MSR_CONTAINER_OF(t, group_t, timer));
         while ((t = msr_heap_top(&p->retries)) != NULL && t->deadline <= now) {
@@ -209,8 +339,10 @@ static void *proxy_thread(void *arg)
         fwd_t *f = MSR_CONTAINER_OF(pos, fwd_t, link);
         msr_rpc_async_cancel(&f->async);
     }
+    if (p->progress_up.busy)
+        msr_rpc_async_cancel(&p->progress_up.async);
     uint64_t limit = msr_deadline_in_ms(5000);
-    while (!msr_list_empty(&p->fwds) && !msr_deadline_passed(limit))
+    while ((!msr_list_empty(&p->fwds) || p->progress_up.busy) && !msr_deadline_passed(limit))
         msr_rpc_loop_poll(p->loop, msr_deadline_in_ms(100));
     return NULL;
 }
@@ -226,6 +358,11 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
     pthread_mutex_init(&p->stop_lock, NULL);
     pthread_mutex_init(&p->beats_lock, NULL);
     pthread_mutex_init(&p->up_lock, NULL);
+    pthread_mutex_init(&p->progress_lock, NULL);
+    msr_progress_batch_init(&p->progress);
+    p->node_rank = -1;
+    p->generation = -1;
+    p->progress_next = msr_now_ns() + MSR_PROXY_PROGRESS_MS * 1000000ull;
     p->tls = tls ? *tls : (msr_rpc_tls_t){0};
     snprintf(p->socket_path, sizeof p->socket_path, "%s", socket_path);
     do
@@ -273,6 +410,7 @@ err_loop:
     msr_rpc_loop_destroy(p->loop);
 err_free:
     pthread_mutex_destroy(&p->up_lock);
+    pthread_mutex_destroy(&p->progress_lock);
     msr_free(p);
     return st;
 }
@@ -307,6 +445,8 @@ void msr_proxy_stop(msr_proxy_t *p)
     memset(p->token, 0, strlen(p->token));
     msr_free(p->token);
     pthread_mutex_destroy(&p->up_lock);
+    pthread_mutex_destroy(&p->progress_lock);
+    msr_progress_batch_cleanup(&p->progress);
     msr_rpc_loop_destroy(p->loop);
     if (unlink(p->socket_path) != 0 && errno != ENOENT)
         MSR_DEBUG("cannot remove %s: %s", p->socket_path, strerror(errno));

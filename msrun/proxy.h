@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 
 typedef struct msr_proxy msr_proxy_t;
@@ -39,6 +40,16 @@ typedef struct msr_beat_info {
 
 /* The beats of the worker (rank, pid); 0 if it never beat. Any thread. */
 int msr_proxy_beat_info(msr_proxy_t *proxy, int rank, int pid, msr_beat_info_t *info_p);
+
+/* The node's identity in the generation its workers now run: progress goes
+ * upstream with it, and node rank 0 shows the stragglers the coordinator
+ * names on msrun's terminal (once each). Any thread. */
+void msr_proxy_set_member(msr_proxy_t *proxy, const char *node_id, int node_rank, int generation);
+
+/* A worker's printed metric line (rendezvous/progress.h), recorded as its
+ * report at wall-clock time `time`. Any thread; never waits for the
+ * network. */
+void msr_proxy_report_line(msr_proxy_t *proxy, int rank, const msr_metric_line_t *m, double time);
 
 /* Calls received from workers and calls sent upstream so far (read from
  * the agent thread; approximate while running). */

@@ -12,6 +12,7 @@
 #include "base/list.h"
 #include "base/map.h"
 #include "msrun/proxy.h"
+#include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 
 /* A node's participants of one barrier or allgather, collected until all
@@ -77,7 +78,30 @@ struct msr_proxy {
     /* ids for store writes that come without (the proxy thread's only):
      * retries upstream then apply them once too */
     uint64_t client_id, request_seq;
+    /* Progress reports (docs/observe.md): the workers' (proxy thread) and
+     * the agent's metric lines (agent thread) gathered under progress_lock,
+     * sent upstream as one call per MSR_PROXY_PROGRESS_MS. */
+    pthread_mutex_t progress_lock;
+    msr_progress_batch_t progress;
+    char node_id[64]; /* "" until msr_proxy_set_member */
+    int node_rank, generation;
+    uint64_t progress_next; /* the next send (proxy thread) */
+    uint64_t progress_last; /* the last send */
+    struct progress_up {
+        msr_rpc_async_t async;
+        msr_proxy_t *proxy;
+        int busy; /* in flight */
+    } progress_up;
+    struct named {
+        int generation, rank;
+    } named[256]; /* stragglers shown */
+    size_t nnamed;
 };
+
+/* How often a node sends its workers' progress upstream, and how often node
+ * 0 asks for stragglers when it has nothing to send. */
+#define MSR_PROXY_PROGRESS_MS      1000
+#define MSR_PROXY_PROGRESS_POLL_MS 2000
 
 /* proxy.c: the upstream channel (any thread). */
 msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p);

@@ -25,6 +25,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "msrun/cpus.h"
+#include "rendezvous/progress.h"
 
 extern char **environ;
 
@@ -235,6 +236,10 @@ static void emit_line_end(emit_t *e)
     }
     if (s->keep_tail)
         tail_push(s->worker, s->seg, s->seg_len);
+    msr_output_t *o = s->worker->output;
+    if (o->metric && s->seg_whole && s->seg_len >= sizeof MSR_METRIC_PREFIX - 1 &&
+        memcmp(s->seg, MSR_METRIC_PREFIX, sizeof MSR_METRIC_PREFIX - 1) == 0)
+        o->metric(o->metric_arg, s->worker->rank, s->seg, s->seg_len);
     s->in_line = s->cr = s->cr_pending = 0;
     s->seg_len = 0;
     s->seg_whole = 1;

@@ -45,6 +45,11 @@ typedef struct msr_output {
     int tag;            /* "[node N rank R] " before each line */
     int timestamps;     /* an ISO 8601 UTC time before each line, terminal and files */
     msr_board_t board;  /* progress lines as rows at the bottom, on a terminal */
+    /* Called with each whole line (up to MSR_TAIL_LINE_MAX bytes, without its
+     * newline) that starts with MSR_METRIC_PREFIX, on either stream; the line
+     * is shown and logged as any other. NULL: none. */
+    void (*metric)(void *arg, int rank, const char *line, size_t len);
+    void *metric_arg;
 } msr_output_t;
 
 typedef struct msr_stream {

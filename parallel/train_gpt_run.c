@@ -488,6 +488,9 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
             return 1;
         step = t->ops->steps(t->tr);
         msr_heartbeat(job->ctx);
+        /* every rank's progress to msrun's dashboard (never waits) */
+        msr_scalar_t scalars[2] = {{"loss", loss}, {"tok_s", (double)tokens / dt}};
+        msr_report(job->ctx, (int64_t)step, dt, scalars, 2);
         if (!isfinite(loss)) {
             report_bad_loss(step, loss, resumed_from, o->ckpt_dir);
             return 1;

@@ -18,6 +18,7 @@
 #include "msrun/store.h"
 #include "rendezvous/client.h"
 #include "rendezvous/local_store.h"
+#include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 
 struct msr_ctx {
@@ -41,7 +42,18 @@ struct msr_ctx {
      * lost connection is applied once by the coordinator. */
     uint64_t client_id;
     atomic_ullong request_seq;
+    /* progress reports (msr_report): recorded under report_lock, sent by
+     * the report thread, started at the first report */
+    pthread_mutex_t report_lock;
+    pthread_cond_t report_cond;
+    msr_progress_batch_t reports;
+    pthread_t report_thread;
+    int reporting, report_stop;
+    int report_off; /* MSR_REPORT=0: reports are dropped */
 };
+
+/* How often the report thread sends what was reported. */
+#define REPORT_INTERVAL_MS 250
 
 /* Stamps a store write with this context's id and the next request id. */
 static void request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *request_id)
@@ -90,6 +102,92 @@ void msr_heartbeat(msr_ctx_t *ctx)
         atomic_fetch_add_explicit(&ctx->progress, 1, memory_order_relaxed);
 }
 
+/* ---- progress reports ---- */
+
+/* Sends what was reported since the last send, if anything; the lock is
+ * not held while the call is under way. */
+static void report_send(msr_ctx_t *ctx, int64_t deadline_ms)
+{
+    Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+    pthread_mutex_lock(&ctx->report_lock);
+    msr_status_t st = msr_progress_batch_take(&ctx->reports, &req);
+    req.dropped = ctx->reports.dropped;
+    ctx->reports.dropped = 0;
+    pthread_mutex_unlock(&ctx->report_lock);
+    if (st != MSR_OK || req.n_steps == 0)
+        return;
+    req.generation = ctx->generation;
+    ProtobufCMessage *resp = NULL;
+    if (msr_rpc_call(ctx->channel, MSR_RPC_PROGRESS, &req.base, msr_deadline_in_ms(deadline_ms), 0,
+                     &resp) == MSR_OK)
+        msr_rpc_message_free(resp);
+    msr_progress_request_cleanup(&req);
+}
+
+static void *report_main(void *arg)
+{
+    msr_ctx_t *ctx = arg;
+    pthread_mutex_lock(&ctx->report_lock);
+    while (!ctx->report_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)REPORT_INTERVAL_MS * 1000000;
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&ctx->report_cond, &ctx->report_lock, &ts);
+        if (ctx->report_stop)
+            break;
+        pthread_mutex_unlock(&ctx->report_lock);
+        report_send(ctx, 2000);
+        pthread_mutex_lock(&ctx->report_lock);
+    }
+    pthread_mutex_unlock(&ctx->report_lock);
+    return NULL;
+}
+
+msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time, const msr_scalar_t *scalars,
+                        size_t n)
+{
+    if (ctx == NULL || step < 0 || (n > 0 && scalars == NULL)) {
+        msr_err_set("msr_report: %s", ctx == NULL ? "ctx is NULL"
+                                      : step < 0  ? "the step is negative"
+                                                  : "scalars is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    const char *names[MSR_PROGRESS_SCALARS];
+    double values[MSR_PROGRESS_SCALARS];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (scalars[i].name == NULL ||
+            !msr_progress_name_valid(scalars[i].name, strlen(scalars[i].name))) {
+            msr_err_set("msr_report: bad scalar name \"%s\" (1..%d of A-Z a-z 0-9 _ . : / -, "
+                        "not starting with a digit)",
+                        scalars[i].name ? scalars[i].name : "(null)", MSR_PROGRESS_NAME_MAX);
+            return MSR_ERR_INVALID_ARG;
+        }
+        if (k < MSR_PROGRESS_SCALARS) {
+            names[k] = scalars[i].name;
+            values[k++] = scalars[i].value;
+        }
+    }
+    if (ctx->channel == NULL || ctx->report_off)
+        return MSR_OK; /* a job of one rank in this process, or told not to */
+    double now = msr_wall_time();
+    pthread_mutex_lock(&ctx->report_lock);
+    msr_status_t st = msr_progress_batch_add(&ctx->reports, ctx->rank, step,
+                                             step_time < 0 ? -1 : step_time, now, names, values, k);
+    if (st == MSR_OK && !ctx->reporting && !ctx->report_stop) {
+        if (pthread_create(&ctx->report_thread, NULL, report_main, ctx) == 0)
+            ctx->reporting = 1;
+        else
+            ctx->report_stop = 1; /* reports stay recorded; msr_finalize sends the last */
+    }
+    pthread_mutex_unlock(&ctx->report_lock);
+    if (st != MSR_OK)
+        msr_err_set("msr_report: %s", msr_status_str(st));
+    return st;
+}
+
 /* ---- environment ---- */
 
 static int env_int(const char *name, const char *alt, int def, int min, int max, int *out_p)
@@ -130,6 +228,11 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         msr_err_set("msr_init: out of memory");
         return MSR_ERR_NO_MEMORY;
     }
+    pthread_mutex_init(&ctx->report_lock, NULL);
+    pthread_cond_init(&ctx->report_cond, NULL);
+    msr_progress_batch_init(&ctx->reports);
+    const char *report = getenv("MSR_REPORT");
+    ctx->report_off = report != NULL && strcmp(report, "0") == 0;
     const char *agent = getenv("MSR_AGENT");
     const char *coord = getenv("MSR_COORDINATOR");
     int singleton = (agent == NULL || *agent == '\0') && (coord == NULL || *coord == '\0');
@@ -232,6 +335,8 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
 err_channel:
     msr_rpc_channel_destroy(ctx->channel);
 err_free:
+    pthread_mutex_destroy(&ctx->report_lock);
+    pthread_cond_destroy(&ctx->report_cond);
     msr_free(ctx->job_id);
     msr_free(ctx);
     return st;
@@ -250,6 +355,17 @@ void msr_finalize(msr_ctx_t *ctx)
         pthread_mutex_destroy(&ctx->beat_lock);
         pthread_cond_destroy(&ctx->beat_cond);
     }
+    pthread_mutex_lock(&ctx->report_lock);
+    ctx->report_stop = 1;
+    pthread_cond_signal(&ctx->report_cond);
+    pthread_mutex_unlock(&ctx->report_lock);
+    if (ctx->reporting)
+        pthread_join(ctx->report_thread, NULL);
+    if (ctx->channel)
+        report_send(ctx, 1000); /* the last reports, within a second */
+    msr_progress_batch_cleanup(&ctx->reports);
+    pthread_mutex_destroy(&ctx->report_lock);
+    pthread_cond_destroy(&ctx->report_cond);
     msr_rpc_channel_destroy(ctx->channel);
     msr_local_store_destroy(ctx->local);
     msr_free(ctx->job_id);

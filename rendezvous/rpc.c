@@ -48,6 +48,7 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_ALLGATHER] = METHOD("Store", Allgather, allgather),
     [MSR_RPC_BEAT] = METHOD("Agent", Beat, beat),
     [MSR_RPC_AUTH] = METHOD("Coordinator", Auth, auth),
+    [MSR_RPC_PROGRESS] = METHOD("Coordinator", Progress, progress),
 };
 
 static void *pb_alloc(void *data, size_t size)

@@ -62,8 +62,9 @@ typedef enum msr_rpc_method {
     MSR_RPC_DELETE,
     MSR_RPC_BARRIER,
     MSR_RPC_ALLGATHER,
-    MSR_RPC_BEAT, /* served by a node's msrun, never by the coordinator */
-    MSR_RPC_AUTH, /* a munge credential for the job token: served without the token */
+    MSR_RPC_BEAT,     /* served by a node's msrun, never by the coordinator */
+    MSR_RPC_AUTH,     /* a munge credential for the job token: served without the token */
+    MSR_RPC_PROGRESS, /* progress reports: a worker's to its node, a node's to the coordinator */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 
@@ -224,6 +225,12 @@ void msr_rpc_call_fail(msr_rpc_call_t *call, int grpc_code, const char *fmt, ...
  * if none), and the peer's address as gRPC names it ("ipv4:127.0.0.1:5000"). */
 uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call);
 const char *msr_rpc_call_peer(msr_rpc_call_t *call);
+
+/* The call's method, and when it arrived (msr_now_ns units). */
+msr_rpc_method_t msr_rpc_call_method(const msr_rpc_call_t *call);
+uint64_t msr_rpc_call_started(const msr_rpc_call_t *call);
+/* The arg of the server config the call arrived on. */
+void *msr_rpc_call_handler_arg(const msr_rpc_call_t *call);
 
 /* A slot the owner may use to find its own state for a held call. */
 void msr_rpc_call_set_data(msr_rpc_call_t *call, void *data);

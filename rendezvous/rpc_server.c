@@ -73,6 +73,7 @@ struct msr_rpc_call {
     ProtobufCMessage *req;
     void *data;
     char *peer;
+    uint64_t started; /* msr_now_ns() when it arrived */
     msr_list_t link;
 };
 
@@ -378,6 +379,7 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
     if (!atomic_load(&s->shutting_down))
         server_post_request(s, c->method);
     s->calls[c->method]++;
+    c->started = msr_now_ns();
     /* Watch for the end of the call; the request op's reference passes to
      * the close op, and the hold until it is answered is one more. */
     grpc_op close_op;
@@ -649,4 +651,19 @@ msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *a
     int code = a->grpc_code == GRPC_STATUS_OK ? GRPC_STATUS_INTERNAL : a->grpc_code;
     return call_send(call, NULL, (grpc_status_code)code,
                      a->err[0] ? a->err : "upstream call failed");
+}
+
+msr_rpc_method_t msr_rpc_call_method(const msr_rpc_call_t *call)
+{
+    return call->method;
+}
+
+uint64_t msr_rpc_call_started(const msr_rpc_call_t *call)
+{
+    return call->started;
+}
+
+void *msr_rpc_call_handler_arg(const msr_rpc_call_t *call)
+{
+    return call->server->config.arg;
 }

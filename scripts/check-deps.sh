@@ -39,7 +39,7 @@ SYSTEM = [
     (re.compile(r"^(nccl\.h|nccl_device|cuda|cublas|cudnn)"), {"comm", "parallel"}, "CUDA/NCCL"),
     (re.compile(r"^(cblas\.h|openblas)"), {"parallel"}, "BLAS"),
     (re.compile(r"^grpc/"), {"rendezvous", "cluster"}, "gRPC"),
-    (re.compile(r"^event2/"), {"msrun"}, "libevent"),
+    (re.compile(r"^event2/"), {"msrun", "cluster"}, "libevent"),
     (re.compile(r"^hwloc"), {"msrun"}, "hwloc"),
     (re.compile(r"^protobuf-c/"), {"rendezvous", "cluster", "msrun"}, "protobuf-c"),
 ]

@@ -286,6 +286,53 @@ exit 0
 # The list is a here-document, so `bash -n` does not read it as commands.
 : <<'__END__'
 __MUTATIONS__
+# ---- observing a job (docs/observe.md): the straggler detector, the metric line, the dashboard's token
+@ straggler.upper_median
+file: cluster/straggler.c
+test: ^test_progress$
+<<<
+    double m = v[(k - 1) / 2];
+===
+    double m = v[k / 2];
+>>>
+
+@ straggler.factor_ignored
+file: cluster/straggler.c
+test: ^test_progress$
+<<<
+        slow[i] = factor > 1 && median > 0 && means[i] >= factor * median;
+===
+        slow[i] = factor > 0 && median > 0 && means[i] > median;
+>>>
+
+@ progress.metric_line_repeated_name
+file: rendezvous/progress.c
+test: ^test_progress$
+<<<
+        for (size_t j = 0; j < m.n; j++)
+            if (strlen(m.names[j]) == nlen && memcmp(m.names[j], tok, nlen) == 0)
+                return 0;
+===
+>>>
+
+@ observe.straggler_named_again
+file: cluster/observe.c
+test: ^it_observe$
+<<<
+        if (!slow[i] || r->straggler)
+===
+        if (!slow[i])
+>>>
+
+@ http.no_token_check
+file: cluster/http.c
+test: ^it_observe$
+<<<
+    if (!authorized(h, req)) {
+===
+    if (0 && !authorized(h, req)) {
+>>>
+
 # ---- the store core (rendezvous/store_core.c, the coordinator's store): every call's generation guard
 @ coord.set.no_generation_check
 file: rendezvous/store_core.c

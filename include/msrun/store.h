@@ -129,6 +129,33 @@ MSR_API msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint3
 
 MSR_API void msr_gather_result_free(msr_gather_result_t *result);
 
+/* ---- progress reports (docs/observe.md) ---- */
+
+/* A named value a step reports: loss, tokens/s, anything. */
+typedef struct msr_scalar {
+    const char *name; /* 1..63 of [A-Za-z0-9_.:/-], not starting with a digit */
+    double value;
+} msr_scalar_t;
+
+/* Reports that this rank finished training step `step` (>= 0), which took
+ * step_time seconds (< 0: derived from the time since the previous report),
+ * with n scalars (up to 16 names per rank; later new names are dropped).
+ * The report goes to the node's msrun, which sends the job's coordinator
+ * one message per node and interval; the coordinator shows it at
+ * /metrics and /api/job and compares the ranks' step times (stragglers).
+ *
+ * Never waits for the network: the report is recorded in ctx (a mutex held
+ * for a copy) and a thread of libmsrun's, started by the first report,
+ * sends what was recorded every quarter of a second; reports beyond what
+ * that thread can send are summarised (the latest values win; the last 64
+ * step times are kept). MSR_ERR_INVALID_ARG for a negative step, a bad name
+ * or scalars == NULL with n > 0 (nothing recorded); MSR_ERR_NO_MEMORY.
+ * Outside msrun (a job of one rank in this process), and with MSR_REPORT=0
+ * in the environment, the report is checked and dropped. Any thread;
+ * strings are copied. */
+MSR_API msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time,
+                                const msr_scalar_t *scalars, size_t n);
+
 /* ---- whole-job helpers ---- */
 
 /* Waits until every rank of the job called msr_barrier as often as this

@@ -2,6 +2,7 @@
  * and msr_init contacts the coordinator exactly when store.h says. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "msrun/msrun.h"
 #include "tests/runner.h"
@@ -64,7 +65,38 @@ static void test_init_with_generation(void)
     msr_finalize(ctx);
 }
 
+/* msr_report never waits for the network: with no coordinator to reach,
+ * a thousand reports return at once, and msr_finalize's last send is
+ * bounded. Bad input is refused without recording anything. */
+static void test_report_never_waits(void)
+{
+    direct_env();
+    setenv("MSR_GENERATION", "0", 1);
+    msr_ctx_t *ctx = NULL;
+    MSR_CHECK_OK(msr_init(&ctx));
+    msr_scalar_t sc[2] = {{"loss", 2.5}, {"tok_s", 100}};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 1000; i++)
+        MSR_CHECK_OK(msr_report(ctx, i, 0.01, sc, 2));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    MSR_CHECK_MSG(s < 0.5, "1000 reports took %.3f s", s);
+    msr_scalar_t bad = {"9lives", 1};
+    MSR_CHECK_STATUS(msr_report(ctx, 1, 0, &bad, 1), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(strstr(msr_last_error(), "9lives") != NULL);
+    MSR_CHECK_STATUS(msr_report(ctx, -1, 0, NULL, 0), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_report(ctx, 1, 0, NULL, 1), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_report(NULL, 1, 0, NULL, 0), MSR_ERR_INVALID_ARG);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    msr_finalize(ctx);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    MSR_CHECK_MSG(s < 5, "msr_finalize took %.3f s", s);
+}
+
 static const msr_test_t tests[] = {
+    {"report_never_waits", test_report_never_waits, 30},
     {"version", test_version, 10},
     {"log_level", test_log_level, 10},
     {"init_asks_generation", test_init_asks_generation, 30},

@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/time.h"
 #include "base/status.h"
 #include "base/util.h"
 #include "cluster/coord.h"
+#include "cluster/straggler.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
 
@@ -1860,7 +1862,95 @@ static void test_alloc_failures_durable(void)
     MSR_CHECK_MSG(0, "the workload never ran without a failed allocation");
 }
 
+/* Progress: the ranks' reports, the straggler named once, stale
+ * generations ignored, and what /metrics and /api/job render of it. */
+static void progress_send(msr_coord_t *co, fcall_t *c, const char *id, int gen, int slow_rank,
+                          int64_t step)
+{
+    Msr__StepReport reps[8], *repp[8];
+    Msr__Scalar loss[8], *lossp[8];
+    double times[8][MSR_STRAGGLER_WINDOW];
+    for (int r = 0; r < 8; r++) {
+        msr__step_report__init(&reps[r]);
+        msr__scalar__init(&loss[r]);
+        loss[r].name = "loss";
+        loss[r].value = 2.5 + r;
+        lossp[r] = &loss[r];
+        for (int k = 0; k < MSR_STRAGGLER_WINDOW; k++)
+            times[r][k] = r == slow_rank ? 0.2 : 0.1 + 0.001 * r;
+        reps[r].rank = r;
+        reps[r].step = step;
+        reps[r].step_time = times[r][0];
+        reps[r].steps = MSR_STRAGGLER_WINDOW;
+        reps[r].n_step_times = MSR_STRAGGLER_WINDOW;
+        reps[r].step_times = times[r];
+        reps[r].n_scalars = 1;
+        reps[r].scalars = &lossp[r];
+        repp[r] = &reps[r];
+    }
+    Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+    req.node_id = (char *)id;
+    req.generation = gen;
+    req.n_steps = 8;
+    req.steps = repp;
+    call(co, c, MSR_RPC_PROGRESS, &req.base);
+    MSR_CHECK_MSG(c->answered && c->code == 0, "progress: %d %s", c->code, c->message);
+}
+
+static void test_progress_and_stragglers(void)
+{
+    msr_coord_t *co = make_coord(8, 8, 0);
+    const char *a = join(co, 0, 8, 8, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    fcall_reset(&c);
+    /* balanced: nobody named */
+    progress_send(co, &c, a, 0, -1, 19);
+    MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 0);
+    fcall_reset(&c);
+    /* rank 5 twice as slow over a whole window: named, with its node */
+    progress_send(co, &c, a, 0, 5, 39);
+    Msr__ProgressResponse *r = (Msr__ProgressResponse *)c.resp;
+    MSR_CHECK_EQ(r->n_stragglers, 1);
+    MSR_CHECK_EQ(r->stragglers[0]->rank, 5);
+    MSR_CHECK_EQ(r->stragglers[0]->node_rank, 0);
+    MSR_CHECK_EQ(r->stragglers[0]->window, MSR_STRAGGLER_WINDOW);
+    MSR_CHECK(r->stragglers[0]->ratio > 1.9 && r->stragglers[0]->ratio < 2.0);
+    fcall_reset(&c);
+    /* still slow: the same one straggler, named once */
+    progress_send(co, &c, a, 0, 5, 59);
+    MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 1);
+    fcall_reset(&c);
+    /* another generation's reports are ignored */
+    progress_send(co, &c, a, 7, 5, 1000);
+    fcall_reset(&c);
+    msr_buf_t m = MSR_BUF_INIT, j = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_metrics(co, &m));
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    static const char *const want[] = {
+        "msrun_rank_step{rank=\"5\",node=\"0\"} 59\n",
+        "msrun_rank_straggler{rank=\"5\",node=\"0\"} 1\n",
+        "msrun_rank_straggler{rank=\"4\",node=\"0\"} 0\n",
+        "msrun_rank_scalar{rank=\"7\",node=\"0\",name=\"loss\"} 9.5\n",
+        "msrun_stragglers_total 1\n",
+        "msrun_progress_messages_total 4\n",
+        "msrun_progress_steps_total 480\n",
+        "msrun_coordinator_calls_total{method=\"Progress\"} 4\n",
+        "msrun_job_state{state=\"running\"} 1\n",
+        "msrun_ranks{state=\"running\"} 8\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        MSR_CHECK_MSG(strstr(m.data, want[i]) != NULL, "/metrics lacks %s", want[i]);
+    MSR_CHECK(strstr(j.data, "\"stragglers\":[{\"rank\":5,\"node\":0,") != NULL);
+    MSR_CHECK(strstr(j.data, "\"scalars\":{\"loss\":2.5}") != NULL);
+    MSR_CHECK(strstr(j.data, "{\"job\":{\"id\":\"job\",\"state\":\"running\"") != NULL);
+    msr_buf_cleanup(&m);
+    msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
+    {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},

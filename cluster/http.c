@@ -1,0 +1,363 @@
+/* The coordinator's dashboard over libevent's HTTP server, on its own
+ * thread, serving snapshots that the core's thread publishes. */
+#include "cluster/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "cluster/page.h"
+
+/* A request waits at most this long for a fresh snapshot, and a snapshot
+ * younger than FRESH_MS is served as it is. */
+#define WAIT_MS  500
+#define FRESH_MS 200
+
+#define COOKIE "msrun_session"
+
+struct msr_http {
+    struct event_base *base;
+    struct evhttp *http;
+    struct event *wake; /* on wake_fd: msr_http_stop ends the loop through it */
+    int wake_fd;
+    pthread_t thread;
+    atomic_int stop;
+    char *token;
+    char login_code[80]; /* "" once used, or when none */
+    char session[33];    /* the cookie's value, hex */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    msr_buf_t metrics, job; /* the latest snapshots (under lock) */
+    uint64_t snap_ns;       /* when they were published */
+    uint64_t snap_seq;
+    atomic_int want;
+    atomic_ulong served, refused;
+};
+
+/* Compares without leaking where the first difference is. */
+static int secret_equal(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    unsigned char diff = alen != blen;
+    for (size_t i = 0; i < alen && i < blen; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0 && blen > 0;
+}
+
+/* Whether the request carries the token (Bearer) or the session cookie. */
+static int authorized(msr_http_t *h, struct evhttp_request *req)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *auth = evhttp_find_header(in, "Authorization");
+    if (auth && strncmp(auth, "Bearer ", 7) == 0 &&
+        secret_equal(auth + 7, strlen(auth + 7), h->token))
+        return 1;
+    const char *cookie = evhttp_find_header(in, "Cookie");
+    while (cookie && *cookie) {
+        while (*cookie == ' ' || *cookie == ';')
+            cookie++;
+        const char *end = strchr(cookie, ';');
+        size_t len = end ? (size_t)(end - cookie) : strlen(cookie);
+        size_t nlen = sizeof COOKIE - 1;
+        if (len > nlen && memcmp(cookie, COOKIE "=", nlen + 1) == 0 &&
+            secret_equal(cookie + nlen + 1, len - nlen - 1, h->session))
+            return 1;
+        cookie = end;
+    }
+    return 0;
+}
+
+static void common_headers(struct evhttp_request *req, const char *type)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    evhttp_add_header(out, "Content-Type", type);
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(out, "X-Frame-Options", "DENY");
+}
+
+static void send_text(struct evhttp_request *req, int code, const char *reason, const char *text)
+{
+    common_headers(req, "text/plain; charset=utf-8");
+    struct evbuffer *body = evbuffer_new();
+    if (body)
+        evbuffer_add_printf(body, "%s\n", text);
+    evhttp_send_reply(req, code, reason, body);
+    if (body)
+        evbuffer_free(body);
+}
+
+/* /login?code=CODE: the one-time code msrun printed gives a session cookie. */
+static void serve_login(msr_http_t *h, struct evhttp_request *req, const char *query)
+{
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params);
+    int ok = 0;
+    if (query && evhttp_parse_query_str(query, &params) == 0) {
+        const char *code = evhttp_find_header(&params, "code");
+        pthread_mutex_lock(&h->lock);
+        if (code && h->login_code[0] && secret_equal(code, strlen(code), h->login_code)) {
+            ok = 1;
+            memset(h->login_code, 0, sizeof h->login_code); /* once */
+        }
+        pthread_mutex_unlock(&h->lock);
+    }
+    evhttp_clear_headers(&params);
+    if (!ok) {
+        atomic_fetch_add(&h->refused, 1);
+        send_text(req, 401, "Unauthorized", "unknown or already used login code");
+        return;
+    }
+    char cookie[160];
+    snprintf(cookie, sizeof cookie, COOKIE "=%s; HttpOnly; SameSite=Strict; Path=/", h->session);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    evhttp_add_header(out, "Set-Cookie", cookie);
+    evhttp_add_header(out, "Location", "/");
+    send_text(req, 303, "See Other", "logged in");
+}
+
+/* The snapshot, fresh: asks the core's thread for one unless the last is
+ * young, and waits a bounded time for it. */
+static void serve_snapshot(msr_http_t *h, struct evhttp_request *req, int json)
+{
+    pthread_mutex_lock(&h->lock);
+    if (msr_now_ns() - h->snap_ns > FRESH_MS * 1000000ull || h->snap_seq == 0) {
+        uint64_t seq = h->snap_seq;
+        atomic_store(&h->want, 1);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)WAIT_MS * 1000000;
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        while (h->snap_seq == seq && !atomic_load(&h->stop))
+            if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) != 0)
+                break;
+    }
+    msr_buf_t *b = json ? &h->job : &h->metrics;
+    if (b->len == 0) {
+        pthread_mutex_unlock(&h->lock);
+        send_text(req, 503, "Service Unavailable", "the coordinator has not answered yet");
+        return;
+    }
+    struct evbuffer *body = evbuffer_new();
+    if (body)
+        evbuffer_add(body, b->data, b->len);
+    pthread_mutex_unlock(&h->lock);
+    common_headers(req, json ? "application/json" : "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, 200, "OK", body);
+    if (body)
+        evbuffer_free(body);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    msr_http_t *h = arg;
+    atomic_fetch_add(&h->served, 1);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    if (path == NULL || path[0] == '\0')
+        path = "/";
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
+        evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+        send_text(req, 405, "Method Not Allowed", "GET only");
+        return;
+    }
+    if (strcmp(path, "/login") == 0) {
+        serve_login(h, req, evhttp_uri_get_query(uri));
+        return;
+    }
+    if (!authorized(h, req)) {
+        atomic_fetch_add(&h->refused, 1);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Bearer realm=\"msrun\"");
+        send_text(req, 401, "Unauthorized",
+                  "the job token is needed: Authorization: Bearer TOKEN, or the login URL msrun "
+                  "printed");
+        return;
+    }
+    if (strcmp(path, "/metrics") == 0) {
+        serve_snapshot(h, req, 0);
+    } else if (strcmp(path, "/api/job") == 0) {
+        serve_snapshot(h, req, 1);
+    } else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
+        /* the job's page (cluster/page.h): its own script and style inline,
+         * nothing loaded from elsewhere */
+        common_headers(req, "text/html; charset=utf-8");
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Security-Policy",
+                          "default-src 'none'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
+        struct evbuffer *body = evbuffer_new();
+        if (body)
+            evbuffer_add(body, msr_page_index, msr_page_index_len);
+        evhttp_send_reply(req, 200, "OK", body);
+        if (body)
+            evbuffer_free(body);
+    } else {
+        send_text(req, 404, "Not Found", "no such page");
+    }
+}
+
+/* msr_http_stop wrote to the eventfd: the loop ends. */
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    msr_http_t *h = arg;
+    event_base_loopbreak(h->base);
+}
+
+static void *http_main(void *arg)
+{
+    msr_http_t *h = arg;
+    event_base_dispatch(h->base);
+    return NULL;
+}
+
+msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_http_t **http_p)
+{
+    if (config->token == NULL || config->token[0] == '\0') {
+        MSR_ERROR("the dashboard needs the job token");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_http_t *h = msr_calloc(1, sizeof *h);
+    if (h == NULL)
+        return MSR_ERR_NO_MEMORY;
+    h->wake_fd = -1;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->cond, NULL);
+    if ((h->token = msr_strdup(config->token)) == NULL)
+        goto err_free;
+    snprintf(h->login_code, sizeof h->login_code, "%s",
+             config->login_code ? config->login_code : "");
+    unsigned char rnd[16];
+    msr_random_bytes(rnd, sizeof rnd);
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(h->session + 2 * i, 3, "%02x", rnd[i]);
+    if ((h->base = event_base_new()) == NULL)
+        goto err_free;
+    if ((h->http = evhttp_new(h->base)) == NULL)
+        goto err_base;
+    evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_max_headers_size(h->http, 16384);
+    evhttp_set_max_body_size(h->http, 4096);
+    evhttp_set_timeout(h->http, 10);
+    evhttp_set_gencb(h->http, on_request, h);
+    struct evhttp_bound_socket *sock =
+        evhttp_bind_socket_with_handle(h->http, config->addr, (ev_uint16_t)config->port);
+    if (sock == NULL) {
+        MSR_ERROR("cannot serve the dashboard on %s port %d: %s", config->addr, config->port,
+                  strerror(errno));
+        st = MSR_ERR_ADDR_IN_USE;
+        goto err_http;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int port = config->port;
+    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
+        port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                              : ((struct sockaddr_in *)&ss)->sin_port);
+    if ((h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        (h->wake = event_new(h->base, h->wake_fd, EV_READ, on_wake, h)) == NULL ||
+        event_add(h->wake, NULL) != 0) {
+        st = MSR_ERR_SYSTEM;
+        goto err_tick;
+    }
+    if (pthread_create(&h->thread, NULL, http_main, h) != 0) {
+        st = MSR_ERR_SYSTEM;
+        goto err_tick;
+    }
+    *port_p = port;
+    *http_p = h;
+    return MSR_OK;
+
+err_tick:
+    if (h->wake)
+        event_free(h->wake);
+    if (h->wake_fd >= 0)
+        close(h->wake_fd);
+err_http:
+    evhttp_free(h->http);
+err_base:
+    event_base_free(h->base);
+err_free:
+    msr_free(h->token);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+    msr_free(h);
+    return st;
+}
+
+int msr_http_wanted(msr_http_t *h)
+{
+    return atomic_load(&h->want);
+}
+
+void msr_http_publish(msr_http_t *h, msr_buf_t *metrics, msr_buf_t *job)
+{
+    pthread_mutex_lock(&h->lock);
+    msr_buf_t old_m = h->metrics, old_j = h->job;
+    h->metrics = *metrics;
+    h->job = *job;
+    *metrics = old_m;
+    *job = old_j;
+    h->snap_ns = msr_now_ns();
+    h->snap_seq++;
+    atomic_store(&h->want, 0);
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    msr_buf_clear(metrics);
+    msr_buf_clear(job);
+}
+
+unsigned long msr_http_served(msr_http_t *h)
+{
+    return atomic_load(&h->served);
+}
+
+unsigned long msr_http_refused(msr_http_t *h)
+{
+    return atomic_load(&h->refused);
+}
+
+void msr_http_stop(msr_http_t *h)
+{
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&h->lock);
+    atomic_store(&h->stop, 1);
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    uint64_t one = 1;
+    if (write(h->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        MSR_WARN("cannot wake the dashboard's thread: %s", strerror(errno));
+    pthread_join(h->thread, NULL);
+    event_free(h->wake);
+    close(h->wake_fd);
+    evhttp_free(h->http);
+    event_base_free(h->base);
+    memset(h->token, 0, strlen(h->token));
+    msr_free(h->token);
+    msr_buf_cleanup(&h->metrics);
+    msr_buf_cleanup(&h->job);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+    msr_free(h);
+}
