@@ -123,6 +123,10 @@ uint64_t msr_coord_calls(const msr_coord_t *coord, msr_rpc_method_t method);
  * dashboard (the server adds its own metrics). MSR_ERR_NO_MEMORY. */
 struct msr_buf;
 msr_status_t msr_coord_render_metrics(const msr_coord_t *coord, struct msr_buf *b);
+
+/* /api/job gives the first ranks and the stragglers a curve of at most
+ * this many (step, step ms, loss) points, spread over the whole run. */
+#define MSR_OBS_HISTORY 128
 msr_status_t msr_coord_render_job(const msr_coord_t *coord, struct msr_buf *b);
 
 #endif

@@ -92,6 +92,25 @@ typedef struct rank_obs {
     double ratio;  /* its mean over the median when last compared (0: not) */
 } rank_obs_t;
 
+/* A rank's curve for the page: (step, step time, loss) points of its
+ * reports across generations, at most MSR_OBS_HISTORY of them spread over
+ * the whole run (when full, every other point goes and only steps a
+ * multiple of the doubled stride are kept from then on); a step at or
+ * before the last point (a restart resuming from a checkpoint) replaces
+ * the points from it on. MSR_OBS_HISTORY: cluster/coord.h. */
+typedef struct rank_hist {
+    int n;
+    int64_t stride;
+    int64_t step[MSR_OBS_HISTORY];
+    float step_ms[MSR_OBS_HISTORY];
+    float loss[MSR_OBS_HISTORY]; /* NaN: no scalar named loss */
+} rank_hist_t;
+
+/* The ranks whose curves /api/job carries: all of them up to this many,
+ * else the first MSR_OBS_CURVES_FIRST and the stragglers named. */
+#define MSR_OBS_CURVES       64
+#define MSR_OBS_CURVES_FIRST 16
+
 /* Stragglers named, kept for the answers and the page (the last 64). */
 #define MSR_STRAGGLERS_KEPT 64
 
@@ -106,6 +125,8 @@ typedef struct msr_obs {
     int generation; /* of the ranks' records; -1 before any */
     rank_obs_t *ranks;
     size_t nranks;
+    rank_hist_t **hist; /* [nhist], per rank (NULL until it reports) */
+    size_t nhist;
     straggler_rec_t named[MSR_STRAGGLERS_KEPT];
     size_t nnamed;
     uint64_t progress_calls; /* Progress calls taken */

@@ -17,6 +17,11 @@ void msr_coord_obs_cleanup(msr_coord_t *c)
     msr_free(c->obs.ranks);
     c->obs.ranks = NULL;
     c->obs.nranks = 0;
+    for (size_t i = 0; i < c->obs.nhist; i++)
+        msr_free(c->obs.hist[i]);
+    msr_free(c->obs.hist);
+    c->obs.hist = NULL;
+    c->obs.nhist = 0;
 }
 
 /* The most ranks a report may name: the job's largest world. */
@@ -63,6 +68,50 @@ static rank_obs_t *rank_get(msr_coord_t *c, int rank)
     return &o->ranks[rank];
 }
 
+/* Rank rank's curve, made on its first report (NULL: no memory, or a
+ * rank past the limit). */
+static rank_hist_t *hist_get(msr_coord_t *c, int rank)
+{
+    msr_obs_t *o = &c->obs;
+    if ((size_t)rank >= o->nhist) {
+        size_t n = o->nhist ? o->nhist : 8;
+        while (n <= (size_t)rank)
+            n *= 2;
+        rank_hist_t **nh = msr_realloc_array(o->hist, n, sizeof *nh);
+        if (nh == NULL)
+            return NULL;
+        memset(nh + o->nhist, 0, (n - o->nhist) * sizeof *nh);
+        o->hist = nh;
+        o->nhist = n;
+    }
+    if (o->hist[rank] == NULL && (o->hist[rank] = msr_calloc(1, sizeof(rank_hist_t))) != NULL)
+        o->hist[rank]->stride = 1;
+    return o->hist[rank];
+}
+
+/* Adds a point to a curve (see rank_hist_t). */
+static void hist_add(rank_hist_t *h, int64_t step, double step_ms, double loss)
+{
+    while (h->n > 0 && h->step[h->n - 1] >= step) /* resumed from an earlier step */
+        h->n--;
+    if (h->n > 0 && step % h->stride != 0 && step - h->step[h->n - 1] < h->stride)
+        return;
+    if (h->n == MSR_OBS_HISTORY) { /* every other point goes */
+        int k = 0;
+        for (int i = 0; i < h->n; i += 2, k++) {
+            h->step[k] = h->step[i];
+            h->step_ms[k] = h->step_ms[i];
+            h->loss[k] = h->loss[i];
+        }
+        h->n = k;
+        h->stride *= 2;
+    }
+    h->step[h->n] = step;
+    h->step_ms[h->n] = (float)step_ms;
+    h->loss[h->n] = (float)loss;
+    h->n++;
+}
+
 static void scalar_set(rank_obs_t *r, const char *name, double value)
 {
     for (uint32_t i = 0; i < r->nscalars; i++) {
@@ -97,11 +146,29 @@ static void apply_report(msr_coord_t *c, int node_rank, const Msr__StepReport *s
     } else if (r->step_time > 0) {
         msr_step_window_push(&r->window, r->step_time);
     }
+    double loss = NAN;
     for (size_t i = 0; i < s->n_scalars; i++) {
         const Msr__Scalar *sc = s->scalars[i];
-        if (sc->name && msr_progress_name_valid(sc->name, strlen(sc->name)) && isfinite(sc->value))
+        if (sc->name && msr_progress_name_valid(sc->name, strlen(sc->name)) &&
+            isfinite(sc->value)) {
             scalar_set(r, sc->name, sc->value);
+            if (strcmp(sc->name, "loss") == 0)
+                loss = sc->value;
+        }
     }
+    rank_hist_t *h = hist_get(c, s->rank);
+    if (h != NULL)
+        hist_add(h, s->step, r->step_time * 1e3, loss);
+}
+
+/* Whether /api/job carries rank i's curve (MSR_OBS_CURVES). */
+static int curve_shown(const msr_obs_t *o, size_t i, int current)
+{
+    if (i >= o->nhist || o->hist[i] == NULL || o->hist[i]->n == 0)
+        return 0;
+    if (o->nhist <= MSR_OBS_CURVES || i < MSR_OBS_CURVES_FIRST)
+        return 1;
+    return current && i < o->nranks && o->ranks[i].straggler;
 }
 
 /* Compares the ranks whose windows are full; names each new straggler once
@@ -425,7 +492,23 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
             msr_buf_append(b, ":", 1);
             num(b, r->scalars[k].value);
         }
-        msr_buf_printf(b, "}}");
+        msr_buf_printf(b, "}");
+        if (curve_shown(o, i, current)) { /* its curve: [step, step ms, loss] */
+            const rank_hist_t *h = o->hist[i];
+            msr_buf_printf(b, ",\"history\":[");
+            for (int k = 0; k < h->n; k++) {
+                msr_buf_printf(b, "%s[%lld,", k ? "," : "", (long long)h->step[k]);
+                num(b, h->step_ms[k]);
+                msr_buf_append(b, ",", 1);
+                if (isfinite(h->loss[k]))
+                    num(b, h->loss[k]);
+                else
+                    msr_buf_append(b, "null", 4);
+                msr_buf_append(b, "]", 1);
+            }
+            msr_buf_append(b, "]", 1);
+        }
+        msr_buf_printf(b, "}");
     }
     msr_buf_printf(b, "],\"stragglers\":[");
     first = 1;

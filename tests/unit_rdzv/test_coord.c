@@ -1949,8 +1949,54 @@ static void test_progress_and_stragglers(void)
     msr_coord_destroy(co);
 }
 
+/* Each rank's curve for the page: a point per report, a resumed earlier
+ * step replacing the points from it on, and a long run thinned to at most
+ * MSR_OBS_HISTORY points spread over all of it. */
+static void test_progress_history(void)
+{
+    msr_coord_t *co = make_coord(8, 8, 0);
+    const char *a = join(co, 0, 8, 8, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    fcall_reset(&c);
+    for (int64_t step = 10; step <= 40; step += 10) {
+        progress_send(co, &c, a, 0, -1, step);
+        fcall_reset(&c);
+    }
+    progress_send(co, &c, a, 0, -1, 20); /* resumed from step 20 */
+    fcall_reset(&c);
+    msr_buf_t j = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    MSR_CHECK_MSG(strstr(j.data, "\"history\":[[10,100,2.5],[20,100,2.5]]}") != NULL, "%s", j.data);
+    MSR_CHECK(strstr(j.data, "\"history\":[[10,101,3.5],[20,101,3.5]]}") != NULL);
+    msr_buf_cleanup(&j);
+    for (int64_t step = 21; step <= 1000; step++) {
+        progress_send(co, &c, a, 0, -1, step);
+        fcall_reset(&c);
+    }
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    const char *h = strstr(j.data, "\"history\":[[10,100,2.5],");
+    MSR_CHECK(h != NULL);
+    if (h == NULL)
+        h = "";
+    int points = 0;
+    for (const char *q = h; q != NULL && *q && *q != '}'; q++)
+        points += *q == '[';
+    MSR_CHECK_MSG(points - 1 <= MSR_OBS_HISTORY && points - 1 >= MSR_OBS_HISTORY / 2, "%d points",
+                  points - 1);
+    const char *end = strstr(h, "]]");
+    const char *last = end;
+    while (last != NULL && last > h && *last != '[')
+        last--;
+    long at = last != NULL ? strtol(last + 1, NULL, 10) : 0;
+    MSR_CHECK_MSG(at > 900 && at <= 1000, "the last point is step %ld", at);
+    msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
+    {"progress_history", test_progress_history, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
