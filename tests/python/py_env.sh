@@ -38,6 +38,12 @@ py_setup() {
             echo "SKIP: sanitizer build ($MSRUN_SANITIZE): no $rt to preload into Python"
             exit 77
         fi
+        # with the C++ runtime too: Python does not link it, and ASan's
+        # __cxa_throw interceptor must find it at start (torch's threads
+        # throw and catch while Gloo connects)
+        local cxx
+        cxx=$(${MSRUN_CC:-cc} -print-file-name=libstdc++.so.6 2>/dev/null)
+        [ -f "$cxx" ] && rtpath=$rtpath:$cxx
         export LD_PRELOAD=$rtpath${LD_PRELOAD:+:$LD_PRELOAD}
     fi
     export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
