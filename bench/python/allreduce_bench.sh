@@ -29,6 +29,9 @@ export PYTHONPATH=$here/python${PYTHONPATH:+:$PYTHONPATH}
 export MSRUN_LIBRARY=$build/lib/libmsrun.so
 args=()
 [ -n "${SIZES:-}" ] && args=("$SIZES")
+# comm_bench takes plain byte counts
+c_sizes=$(echo "${SIZES:-4K,64K,1M,4M,16M,64M}" | tr a-z A-Z |
+    awk -v RS=, '{ n = $0 + 0; if ($0 ~ /K/) n *= 1024; if ($0 ~ /M/) n *= 1048576; printf "%s%d", (NR > 1 ? "," : ""), n }')
 echo "CPUs $cpus ($(taskset -c "$cpus" nproc) usable); $(uname -m); torch $("$py" -c 'import torch; print(torch.__version__)')"
 for np in "${nps[@]}"; do
     echo
@@ -36,4 +39,13 @@ for np in "${nps[@]}"; do
     taskset -c "$cpus" timeout 1800 "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" \
         --log_level=warn --python "$py" "$here/bench/python/allreduce_bench.py" "${args[@]}" |
         sed 's/^\[node 0 rank 0\] //'
+    # the same from C, right after (not alternating: compare with care), to
+    # show what Python adds
+    if [ -x "$build/bin/comm_bench" ]; then
+        echo
+        echo "msrun from C (build/bin/comm_bench), the same sizes, run right after:"
+        taskset -c "$cpus" timeout 600 "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" \
+            --log_level=warn "$build/bin/comm_bench" --op allreduce --sizes "$c_sizes" |
+            sed 's/^\[node 0 rank 0\] //'
+    fi
 done
