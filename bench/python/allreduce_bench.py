@@ -88,7 +88,8 @@ def main():
         print("| size | msrun (Python) us | Gloo us | msrun busbw GB/s | Gloo busbw GB/s | Gloo / msrun |")
         print("|---:|---:|---:|---:|---:|---:|")
         for size, m, g, bw, bwg, _ in rows:
-            print("| %s | %.1f | %.1f | %.2f | %.2f | %.1fx |" % (human(size), m * 1e6, g * 1e6, bw, bwg, g / m))
+            print("| %s | %.1f | %.1f | %.2f | %.2f | %.1fx |"
+                  % (human(size), m * 1e6, g * 1e6, bw, bwg, g / m))
         sys.stdout.flush()
     dist.destroy_process_group()
     comm.destroy()

@@ -21,7 +21,7 @@ import threading
 import weakref
 
 from . import _lib
-from ._buffers import DTYPES, OPS, Buffer, counts_array, parse_dtype, parse_op
+from ._buffers import DTYPES, OPS, Buffer, counts_array, parse_op
 from ._errors import (
     CorruptError,
     Error,

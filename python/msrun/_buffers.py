@@ -92,7 +92,9 @@ def _view(obj, what):
         try:
             return memoryview(numpy())
         except (TypeError, RuntimeError) as e:
-            raise TypeError("msrun: %s: %s.numpy() gives no buffer: %s" % (what, type(obj).__name__, e)) from None
+            raise TypeError(
+                "msrun: %s: %s.numpy() gives no buffer: %s" % (what, type(obj).__name__, e)
+            ) from None
     raise TypeError(
         "msrun: %s: a %s has no buffer (NumPy arrays, bytearray, array.array, "
         "memoryview and CPU tensors do)" % (what, type(obj).__name__)

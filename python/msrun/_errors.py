@@ -84,6 +84,7 @@ def check(status, call):
     raise _make(status, call, message or status_str(status))
 
 
-for _cls in (Error, TimeoutError, NotFoundError, InvalidArgumentError, StaleError, PeerLostError, CorruptError):
+for _cls in (Error, TimeoutError, NotFoundError, InvalidArgumentError, StaleError, PeerLostError,
+             CorruptError):
     _cls.__module__ = "msrun"
 del _cls

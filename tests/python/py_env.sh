@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by tests/python's scripts (sourced after tests/integration/lib.sh):
 # py_setup MODULES checks that /usr/bin/python3 imports MODULES (exits 77,
 # skipped, with the reason otherwise), points Python at the package of the

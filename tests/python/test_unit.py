@@ -49,7 +49,8 @@ def check_loading(tmp):
     # the installed layout: <prefix>/lib/python3/dist-packages/msrun beside
     # <prefix>/lib/libmsrun.so.0, found through _install.py alone
     site = os.path.join(tmp, "prefix", "lib", "python3", "dist-packages")
-    shutil.copytree(PKG, os.path.join(site, "msrun"), ignore=shutil.ignore_patterns("__pycache__", "_install.py"))
+    shutil.copytree(PKG, os.path.join(site, "msrun"),
+                    ignore=shutil.ignore_patterns("__pycache__", "_install.py"))
     with open(os.path.join(site, "msrun", "_install.py"), "w") as f:
         f.write('LIBRARY = "../../../libmsrun.so.0"\n')
     os.symlink(os.path.realpath(LIB), os.path.join(tmp, "prefix", "lib", "libmsrun.so.0"))

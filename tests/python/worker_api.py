@@ -153,8 +153,8 @@ def check_allreduce(ctx, comm):
             expect(np.array_equal(src, base * dt(r + 1)), "out of place leaves sendbuf")
     # 2-D arrays, every op
     a = np.full((3, 5), r + 1, dtype=np.float64)
-    for op, want in (("sum", tri), ("max", n), ("min", 1), ("prod", float(np.prod(np.arange(1, n + 1)))),
-                     ("avg", tri / n)):
+    fact = float(np.prod(np.arange(1, n + 1)))
+    for op, want in (("sum", tri), ("max", n), ("min", 1), ("prod", fact), ("avg", tri / n)):
         b = a.copy()
         comm.allreduce(b, op=op)
         expect(np.all(b == want), "op %s: %r, want %r" % (op, b[0, 0], want))
