@@ -137,7 +137,7 @@ class Buffer:
             self.ref = ctypes.create_string_buffer(view.tobytes(), self.nbytes)
             self.address = ctypes.addressof(self.ref)
         else:
-            self.ref = (ctypes.c_char * self.nbytes).from_buffer(view)
+            self.ref = ctypes.c_char.from_buffer(view)  # its first byte: the address
             self.address = ctypes.addressof(self.ref)
 
     def release(self):
