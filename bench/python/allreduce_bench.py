@@ -71,8 +71,11 @@ def main():
         ten = torch.zeros(count, dtype=torch.float32)
         run_msrun = lambda: comm.allreduce(arr)  # noqa: E731
         run_gloo = lambda: dist.all_reduce(ten)  # noqa: E731
-        # warm-up, and the iteration count every rank uses
-        one = max(timed(run_msrun, 1), timed(run_gloo, 1), 1e-6)
+        # warm-up (first touches, connections, buffers: a few calls each),
+        # and the iteration count every rank uses
+        timed(run_msrun, 3)
+        timed(run_gloo, 3)
+        one = max(timed(run_msrun, 3), timed(run_gloo, 3), 1e-6)
         iters = int(agree_max(max(2, min(1000, TARGET_S / one))))
         t_m, t_g = [], []
         for _ in range(ROUNDS):
