@@ -30,9 +30,11 @@ export MSRUN_LIBRARY=$build/lib/libmsrun.so
 args=()
 [ -n "${SIZES:-}" ] && args=("$SIZES")
 # comm_bench takes plain byte counts
-c_sizes=$(echo "${SIZES:-4K,64K,1M,4M,16M,64M}" | tr a-z A-Z |
+c_sizes=$(echo "${SIZES:-4K,64K,1M,4M,16M,64M}" | tr '[:lower:]' '[:upper:]' |
     awk -v RS=, '{ n = $0 + 0; if ($0 ~ /K/) n *= 1024; if ($0 ~ /M/) n *= 1048576; printf "%s%d", (NR > 1 ? "," : ""), n }')
-echo "CPUs $cpus ($(taskset -c "$cpus" nproc) usable); $(uname -m); torch $("$py" -c 'import torch; print(torch.__version__)')"
+echo "$(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "CPUs $cpus ($(taskset -c "$cpus" nproc) usable); $(uname -m);" \
+    "torch $("$py" -c 'import torch; print(torch.__version__)')"
 for np in "${nps[@]}"; do
     echo
     # every rank's threads (torch's, Gloo's, UCX's) share the CPUs given
