@@ -48,6 +48,8 @@ def main():
         sizes = [parse_size(s) for s in sys.argv[1].split(",")]
     ctx = msrun.init()
     n, rank = ctx.world_size, ctx.rank
+    # local ranks: Gloo on loopback, whatever the host name resolves to
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=n)
     comm = ctx.comm_world()
     slowest = np.zeros(1, np.float64)

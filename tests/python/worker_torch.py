@@ -6,6 +6,7 @@ msrun's result is the same bits on every rank. Each rank prints
 "rank R of N: torch ok"."""
 
 import hashlib
+import os
 import sys
 
 try:
@@ -31,6 +32,8 @@ def main():
     if not dist.is_available() or not dist.is_gloo_available():
         print("SKIP: this torch has no Gloo backend")
         sys.exit(77)
+    # one host: Gloo on loopback, whatever the host name resolves to
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method="env://", rank=r, world_size=n)
     gen = torch.Generator().manual_seed(1234 + r)
     for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
