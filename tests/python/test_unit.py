@@ -1,10 +1,11 @@
 """The Python package in one process, without msrun: the rules for finding
 libmsrun (MSRUN_LIBRARY first and only; the installed layout's _install.py;
-a clear ImportError), a job of one rank (the store with threads waiting on
-each other, checkpoints, a world communicator of one), memory handed back
-by libmsrun freed (run many times: a wrong free or a leak shows under the
-sanitizers and in the process's size) and errors as exceptions. Prints
-"unit ok" when every check passed."""
+a clear ImportError), msr_init's failure as an exception, a job of one
+rank (the store with threads waiting on each other, checkpoints, a world
+communicator of one), memory handed back by libmsrun freed (run many
+times: a wrong free or a leak shows under the sanitizers and in the
+process's size) and errors as exceptions. Prints "unit ok" when every
+check passed."""
 
 import os
 import shutil
@@ -59,6 +60,18 @@ def check_loading(tmp):
     expect(p.returncode == 0, "installed layout: %s" % p.stderr[-400:])
     expect(p.stdout.strip() == os.path.join(tmp, "prefix", "lib", "libmsrun.so.0"),
            "installed layout loaded %r" % p.stdout)
+
+
+def check_init_error():
+    # msr_init's failure is an exception with libmsrun's sentence
+    code = ("import msrun\n"
+            "try:\n"
+            "    msrun.init()\n"
+            "except msrun.InvalidArgumentError as e:\n"
+            "    print(e.name, e.call, '|', e.message)\n")
+    p = python(code, MSR_WORLD_SIZE="2", MSR_RANK="0", MSR_AGENT=None, MSR_COORDINATOR=None)
+    expect(p.returncode == 0 and p.stdout.startswith("MSR_ERR_INVALID_ARG msr_init |")
+           and "needs msrun" in p.stdout, "msr_init's error: %r %r" % (p.stdout, p.stderr[-300:]))
 
 
 def check_singleton(tmp):
@@ -137,6 +150,7 @@ def main():
     tmp = tempfile.mkdtemp()
     try:
         check_loading(tmp)
+        check_init_error()
         check_singleton(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
