@@ -36,8 +36,10 @@ def check_context(ctx):
     n = int(os.environ["MSR_WORLD_SIZE"])
     expect(ctx.world_size == n, "world_size %d, MSR_WORLD_SIZE %d" % (ctx.world_size, n))
     expect(ctx.rank == int(os.environ["MSR_RANK"]), "rank %d vs MSR_RANK" % ctx.rank)
-    expect(ctx.local_rank == ctx.rank and ctx.local_world_size == n, "local rank and size")
-    expect(ctx.node_rank == 0 and ctx.node_count == 1, "node rank and count")
+    expect(ctx.local_rank == int(os.environ["MSR_LOCAL_RANK"]), "local rank %d" % ctx.local_rank)
+    expect(ctx.local_world_size == int(os.environ["MSR_LOCAL_WORLD_SIZE"]), "local world size")
+    expect(ctx.node_rank == int(os.environ["MSR_NODE_RANK"]), "node rank %d" % ctx.node_rank)
+    expect(ctx.node_count == int(os.environ["MSR_NODE_COUNT"]), "node count %d" % ctx.node_count)
     expect(ctx.generation == 0, "generation %d" % ctx.generation)
     expect(ctx.job_id == os.environ["MSR_JOB_ID"], "job_id %r" % ctx.job_id)
     old = ctx.timeout
