@@ -192,3 +192,37 @@ msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_p
     return norm_backward(b, dres, b->dqkv, 3 * b->Cl, a->ln1, p->qkvw, g->qkvw, g->qkvb, x, p->ln1w,
                          g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
 }
+
+msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg)
+{
+    const float *in;
+    float *r;
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
+                          b->C);
+    msr_status_t st = enter(b, a->ln2, b->gat, &in);
+    if (st != MSR_OK || (st = mlp(arg, in, b->proj)) != MSR_OK ||
+        (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
+        return st;
+    msr_residual_forward(a->res3, a->res2, r, b->Nl * (size_t)b->C);
+    return poll(b);
+}
+
+msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres)
+{
+    const float *dfull, *in;
+    float *dl;
+    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 through the skip */
+    msr_status_t st = enter(b, dres, b->dgat, &dfull);
+    if (st != MSR_OK || (st = enter(b, a->ln2, b->gat, &in)) != MSR_OK)
+        return st;
+    memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
+    if ((st = mlp_backward(arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
+        (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+        return st;
+    msr_layernorm_backward(dres, g->ln2w, g->ln2b, dl, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd,
+                           (int)b->Nl, b->C);
+    return MSR_OK;
+}

@@ -89,4 +89,24 @@ msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_p
                                      const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
                                      const float *x, float *dres);
 
+/* A block whose MLP is the caller's (a Mixture-of-Experts block under
+ * model parallel): res3 = res2 + reduce(mlp(enter(ln2(res2)))). mlp gets
+ * the MLP's input in (N,C), entered like a column-parallel layer's
+ * (gathered under sequence parallel), and writes out (N,C), a partial sum
+ * over tp that is reduced like a row-parallel layer's output (no bias is
+ * added: mlp adds its own). Call after msr_block_attn_forward. */
+typedef msr_status_t (*msr_block_mlp_t)(void *arg, const float *in, float *out);
+msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg);
+
+/* Its backward: dres (Nl,C), the gradient of res3, becomes that of res2;
+ * mlp_backward gets the MLP's input in (N,C) again, dout (N,C) (dres
+ * entered) and adds its partial input gradient to din (N,C), which is
+ * reduced over tp before the layernorm's backward; g's ln2 +=. */
+typedef msr_status_t (*msr_block_mlp_backward_t)(void *arg, const float *in, const float *dout,
+                                                 float *din);
+msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres);
+
 #endif

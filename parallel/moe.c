@@ -9,6 +9,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "parallel/layers.h"
 #include "parallel/rng.h"
 
@@ -25,7 +26,6 @@ typedef struct moe_slot {
     float *comb;  /* (E*cap, C) the experts' outputs back at their tokens' rank */
     int *used;    /* (E) rows of each expert-side block that hold a token */
     int N, cap;   /* of the last forward; N = 0: none */
-    msr_moe_stats_t stats;
 } moe_slot_t;
 
 struct msr_moe {
@@ -34,9 +34,20 @@ struct msr_moe {
     int max_tokens, max_cap;
     msr_comm_t *ep_comm; /* NULL: ep 1 */
     int ep, ep_rank;
-    int nslots;
-    moe_slot_t *slots;
-    /* the experts this rank computes: E/ep per MoE block, block after block */
+    msr_comm_t *tp_comm; /* NULL: tp 1 */
+    int tp, tp_rank;
+    int El;          /* experts computed here per MoE block: E / (ep * tp) */
+    int router_once; /* the router's weight gradient on tp rank 0 only */
+    int nslots;      /* MoE blocks */
+    int frames;      /* forwards kept per block (msr_moe_select) */
+    int frame, counting;
+    moe_slot_t *slots;      /* [nslots * frames]: block i's frame f at i * frames + f */
+    msr_moe_stats_t *stats; /* [nslots] */
+    int *store_of;          /* [nslots] the block's place in the store, -1: not held */
+    int *held, nheld;       /* the MoE blocks the store holds, in order */
+    msr_moe_span_t span;    /* tracing: called after each alltoall (NULL: none) */
+    void *span_arg;
+    /* the experts this rank computes: El per held MoE block, block after block */
     size_t count;              /* their floats */
     float *params, *grads;     /* (count) */
     msr_gpt_tensor_t *tensors; /* their table, offsets in params */
@@ -49,6 +60,9 @@ struct msr_moe {
     float *dfch_g; /* (E*cap, H) */
     float *dgate;  /* (N,K) */
     float *dprobs; /* (N,E) */
+    float *rdx;    /* (N,C) the router's input gradient where it is not wanted
+                    * (tp ranks other than 0 that keep the router's weight
+                    * gradient: made by msr_moe_set_layout) */
 };
 
 int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens)
@@ -92,7 +106,6 @@ static void slot_free(moe_slot_t *s)
     msr_free(s->fch_g);
     msr_free(s->comb);
     msr_free(s->used);
-    msr_free(s->stats.load);
 }
 
 /* The GPT-2 initialisation's stream for the experts (the flat buffers'
@@ -110,30 +123,37 @@ static void store_free(msr_moe_t *moe)
     moe->num_tensors = 0;
 }
 
-/* Allocates the store of the experts of ep rank moe->ep_rank (zero) and
- * its tensor table. */
+/* The first expert this rank computes, in the block's numbering: tp rank
+ * r of ep rank i computes [i * E/ep + r * El, ... + El). */
+static int first_expert(const msr_moe_t *moe)
+{
+    return moe->ep_rank * (moe->E / moe->ep) + moe->tp_rank * moe->El;
+}
+
+/* Allocates the store of the experts this rank computes in the blocks it
+ * holds (zero) and its tensor table. */
 static msr_status_t store_alloc(msr_moe_t *moe)
 {
     static const char *const names[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
-    int C = moe->C, H = moe->H, El = moe->E / moe->ep;
+    int C = moe->C, H = moe->H, El = moe->El;
     int shape[4][2] = {{H, C}, {H, 1}, {C, H}, {C, 1}};
     store_free(moe);
-    moe->count = (size_t)moe->nslots * (size_t)El * msr_moe_expert_count(C);
-    moe->params = msr_calloc(moe->count, sizeof(float));
-    moe->grads = msr_calloc(moe->count, sizeof(float));
-    moe->tensors = msr_calloc((size_t)moe->nslots * (size_t)El * 4, sizeof *moe->tensors);
+    moe->count = (size_t)moe->nheld * (size_t)El * msr_moe_expert_count(C);
+    moe->params = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+    moe->grads = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+    moe->tensors = msr_calloc((size_t)moe->nheld * (size_t)El * 4 + 1, sizeof *moe->tensors);
     if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
         store_free(moe);
-        MSR_ERROR("moe: out of memory for %d experts of %d blocks", El, moe->nslots);
+        MSR_ERROR("moe: out of memory for %d experts of %d blocks", El, moe->nheld);
         return MSR_ERR_NO_MEMORY;
     }
     size_t off = 0;
-    for (int i = 0; i < moe->nslots; i++) {
+    for (int i = 0; i < moe->nheld; i++) {
         for (int le = 0; le < El; le++) {
             for (int k = 0; k < 4; k++) {
                 msr_gpt_tensor_t *t = &moe->tensors[moe->num_tensors++];
-                snprintf(t->name, sizeof t->name, "h%d.e%d.%s", (i + 1) * moe->every - 1,
-                         moe->ep_rank * El + le, names[k]);
+                snprintf(t->name, sizeof t->name, "h%d.e%d.%s", (moe->held[i] + 1) * moe->every - 1,
+                         first_expert(moe) + le, names[k]);
                 t->segment = -1;
                 t->ndim = shape[k][1] > 1 ? 2 : 1;
                 t->shape[0] = shape[k][0];
@@ -153,11 +173,15 @@ static msr_status_t store_alloc(msr_moe_t *moe)
     return MSR_OK;
 }
 
-size_t msr_moe_global_lo(const msr_moe_t *moe, int i)
+size_t msr_moe_global_lo(const msr_moe_t *moe, int k)
 {
-    int El = moe->E / moe->ep;
-    return ((size_t)i * (size_t)moe->E + (size_t)moe->ep_rank * (size_t)El) *
+    return ((size_t)moe->held[k] * (size_t)moe->E + (size_t)first_expert(moe)) *
            msr_moe_expert_count(moe->C);
+}
+
+int msr_moe_held(const msr_moe_t *moe)
+{
+    return moe->nheld;
 }
 
 size_t msr_moe_num_params(const msr_gpt_config_t *cfg)
@@ -170,7 +194,7 @@ size_t msr_moe_num_params(const msr_gpt_config_t *cfg)
 
 int msr_moe_local_experts(const msr_moe_t *moe)
 {
-    return moe->E / moe->ep;
+    return moe->El;
 }
 
 size_t msr_moe_count(const msr_moe_t *moe)
@@ -196,9 +220,11 @@ const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p)
 
 float *msr_moe_block_params(msr_moe_t *moe, int l, int grads)
 {
-    size_t i = (size_t)((l + 1) / moe->every - 1);
-    size_t per = (size_t)(moe->E / moe->ep) * msr_moe_expert_count(moe->C);
-    return (grads ? moe->grads : moe->params) + i * per;
+    int k = moe->store_of[(l + 1) / moe->every - 1];
+    size_t per = (size_t)moe->El * msr_moe_expert_count(moe->C);
+    if (k < 0)
+        return NULL;
+    return (grads ? moe->grads : moe->params) + (size_t)k * per;
 }
 
 void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
@@ -227,9 +253,15 @@ void msr_moe_destroy(msr_moe_t *moe)
     if (moe == NULL)
         return;
     store_free(moe);
-    for (int i = 0; i < moe->nslots && moe->slots != NULL; i++)
+    for (int i = 0; i < moe->nslots * moe->frames && moe->slots != NULL; i++)
         slot_free(&moe->slots[i]);
+    for (int i = 0; i < moe->nslots && moe->stats != NULL; i++)
+        msr_free(moe->stats[i].load);
     msr_free(moe->slots);
+    msr_free(moe->stats);
+    msr_free(moe->store_of);
+    msr_free(moe->held);
+    msr_free(moe->rdx);
     msr_free(moe->send);
     msr_free(moe->out);
     msr_free(moe->dout);
@@ -242,9 +274,16 @@ void msr_moe_destroy(msr_moe_t *moe)
 
 msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe_t **moe_p)
 {
+    return msr_moe_create_frames(cfg, max_tokens, 1, moe_p);
+}
+
+msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, int frames,
+                                   msr_moe_t **moe_p)
+{
     const msr_gpt_moe_t *m = &cfg->moe;
-    if (m->experts < 1 || max_tokens < 1) {
-        MSR_ERROR("moe: %d experts, %d tokens: a MoE model needs both", m->experts, max_tokens);
+    if (m->experts < 1 || max_tokens < 1 || frames < 1) {
+        MSR_ERROR("moe: %d experts, %d tokens, %d frames: a MoE model needs all three", m->experts,
+                  max_tokens, frames);
         return MSR_ERR_CONFIG;
     }
     msr_moe_t *moe = msr_calloc(1, sizeof *moe);
@@ -258,15 +297,28 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
     moe->L = cfg->layers;
     moe->F = m->capacity_factor;
     moe->A = m->aux_loss;
-    moe->ep = 1;
+    moe->ep = moe->tp = 1;
+    moe->El = moe->E;
+    moe->frames = frames;
+    moe->counting = 1;
     moe->max_tokens = max_tokens;
     moe->max_cap = msr_moe_capacity(m, max_tokens);
     moe->nslots = cfg->layers / m->every;
     size_t N = (size_t)max_tokens, E = (size_t)moe->E, K = (size_t)moe->K;
     size_t C = (size_t)moe->C, H = (size_t)moe->H, rows = E * (size_t)moe->max_cap;
-    if ((moe->slots = msr_calloc((size_t)moe->nslots, sizeof *moe->slots)) == NULL)
+    moe->slots = msr_calloc((size_t)moe->nslots * (size_t)frames, sizeof *moe->slots);
+    moe->stats = msr_calloc((size_t)moe->nslots, sizeof *moe->stats);
+    moe->store_of = msr_calloc((size_t)moe->nslots, sizeof *moe->store_of);
+    moe->held = msr_calloc((size_t)moe->nslots, sizeof *moe->held);
+    if (moe->slots == NULL || moe->stats == NULL || moe->store_of == NULL || moe->held == NULL)
         goto err_free;
     for (int i = 0; i < moe->nslots; i++) {
+        moe->store_of[i] = moe->held[i] = i;
+        if ((moe->stats[i].load = msr_calloc(E, sizeof(int64_t))) == NULL)
+            goto err_free;
+    }
+    moe->nheld = moe->nslots;
+    for (int i = 0; i < moe->nslots * frames; i++) {
         moe_slot_t *s = &moe->slots[i];
         s->probs = msr_calloc(N * E, sizeof(float));
         s->choice = msr_calloc(N * K, sizeof(int));
@@ -278,10 +330,9 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
         s->fch_g = msr_calloc(rows * H, sizeof(float));
         s->comb = msr_calloc(rows * C, sizeof(float));
         s->used = msr_calloc(E, sizeof(int));
-        s->stats.load = msr_calloc(E, sizeof(int64_t));
         if (s->probs == NULL || s->choice == NULL || s->gate == NULL || s->pos == NULL ||
             s->frac == NULL || s->xin == NULL || s->fch == NULL || s->fch_g == NULL ||
-            s->comb == NULL || s->used == NULL || s->stats.load == NULL)
+            s->comb == NULL || s->used == NULL)
             goto err_free;
     }
     moe->send = msr_calloc(rows * C, sizeof(float));
@@ -308,15 +359,64 @@ err_no_memory:
 
 msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm)
 {
-    int n = comm != NULL ? msr_comm_size(comm) : 1;
-    if (moe->E % n != 0) {
-        MSR_ERROR("moe: %d experts do not divide among ep %d ranks", moe->E, n);
+    msr_moe_layout_t lay = {comm, NULL, NULL, 0};
+    return msr_moe_set_layout(moe, &lay);
+}
+
+msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
+{
+    int ep = lay->ep_comm != NULL ? msr_comm_size(lay->ep_comm) : 1;
+    int tp = lay->tp_comm != NULL ? msr_comm_size(lay->tp_comm) : 1;
+    if (moe->E % (ep * tp) != 0) {
+        MSR_ERROR("moe: %d experts do not divide among ep %d x tp %d ranks", moe->E, ep, tp);
         return MSR_ERR_CONFIG;
     }
-    moe->ep_comm = n > 1 ? comm : NULL;
-    moe->ep = n;
-    moe->ep_rank = n > 1 ? msr_comm_rank(comm) : 0;
+    moe->ep_comm = ep > 1 ? lay->ep_comm : NULL;
+    moe->ep = ep;
+    moe->ep_rank = ep > 1 ? msr_comm_rank(lay->ep_comm) : 0;
+    moe->tp_comm = tp > 1 ? lay->tp_comm : NULL;
+    moe->tp = tp;
+    moe->tp_rank = tp > 1 ? msr_comm_rank(lay->tp_comm) : 0;
+    moe->El = moe->E / (ep * tp);
+    moe->router_once = tp > 1 && lay->router_once;
+    if (moe->tp_rank > 0 && !moe->router_once && moe->rdx == NULL &&
+        (moe->rdx = msr_calloc((size_t)moe->max_tokens * (size_t)moe->C, sizeof(float))) == NULL) {
+        MSR_ERROR("moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
+        return MSR_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < moe->nslots; i++) {
+        if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
+            MSR_ERROR("moe: block %d's work space went with an earlier layout", i);
+            return MSR_ERR_CONFIG;
+        }
+    }
+    moe->nheld = 0;
+    for (int i = 0; i < moe->nslots; i++) {
+        moe->store_of[i] = -1;
+        if (lay->held == NULL || lay->held[i]) {
+            moe->store_of[i] = moe->nheld;
+            moe->held[moe->nheld++] = i;
+            continue;
+        }
+        /* another stage's block: its frames are never used here */
+        for (int f = 0; f < moe->frames; f++) {
+            slot_free(&moe->slots[i * moe->frames + f]);
+            memset(&moe->slots[i * moe->frames + f], 0, sizeof *moe->slots);
+        }
+    }
     return store_alloc(moe);
+}
+
+void msr_moe_select(msr_moe_t *moe, int frame, int count)
+{
+    moe->frame = frame % moe->frames;
+    moe->counting = count;
+}
+
+void msr_moe_set_trace(msr_moe_t *moe, msr_moe_span_t span, void *arg)
+{
+    moe->span = span;
+    moe->span_arg = arg;
 }
 
 int msr_moe_blocks(const msr_moe_t *moe)
@@ -326,52 +426,80 @@ int msr_moe_blocks(const msr_moe_t *moe)
 
 const msr_moe_stats_t *msr_moe_stats(const msr_moe_t *moe, int i)
 {
-    return &moe->slots[i].stats;
+    return &moe->stats[i];
 }
 
 void msr_moe_stats_reset(msr_moe_t *moe)
 {
     for (int i = 0; i < moe->nslots; i++) {
-        msr_moe_stats_t *st = &moe->slots[i].stats;
+        msr_moe_stats_t *st = &moe->stats[i];
         st->tokens = st->dropped = 0;
         memset(st->load, 0, (size_t)moe->E * sizeof *st->load);
     }
 }
 
-/* Block l's slot: l is the (i+1)-th MoE block when l + 1 = (i + 1) * every. */
+/* Block l's slot of the selected frame: l is the (i+1)-th MoE block when
+ * l + 1 = (i + 1) * every. */
 static moe_slot_t *slot_of(msr_moe_t *moe, int l)
 {
-    return &moe->slots[(l + 1) / moe->every - 1];
+    return &moe->slots[((l + 1) / moe->every - 1) * moe->frames + moe->frame];
 }
 
-/* Sends each rank its block of rows (E/ep experts x cap rows x C) of src
+/* The row block of expert e in the dispatch buffer, -1 when another tp
+ * rank computes it: the blocks go ep rank by ep rank, each with the El
+ * experts this tp rank computes there, so that one alltoall of El * cap
+ * rows per peer carries them (at tp 1: e itself). */
+static int row_block(const msr_moe_t *moe, int e)
+{
+    int per = moe->E / moe->ep, p = e / per, le = e % per - moe->tp_rank * moe->El;
+    return le >= 0 && le < moe->El ? p * moe->El + le : -1;
+}
+
+/* The blocks of the dispatch buffer: ep * El. */
+static int row_blocks(const msr_moe_t *moe)
+{
+    return moe->ep * moe->El;
+}
+
+static void span(msr_moe_t *moe, const char *what, uint64_t a)
+{
+    if (moe->span != NULL)
+        moe->span(moe->span_arg, what, a, msr_now_ns());
+}
+
+/* Sends each rank its block of rows (El experts x cap rows x C) of src
  * and receives the blocks the ranks send here into dst: the dispatch and
  * the combine, both ways. At ep 1 a copy. */
-static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int cap, int C)
+static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int cap, int C,
+                             const char *what)
 {
-    size_t n = (size_t)moe->E * (size_t)cap * (size_t)C;
+    size_t n = (size_t)row_blocks(moe) * (size_t)cap * (size_t)C;
     if (moe->ep_comm == NULL) {
         memcpy(dst, src, n * sizeof(float));
         return MSR_OK;
     }
+    uint64_t a = msr_now_ns();
     msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
+    span(moe, what, a);
     if (st != MSR_OK)
-        MSR_ERROR("moe: the alltoall of %zu floats over ep %d: %s: %s", n, moe->ep,
+        MSR_ERROR("moe: the alltoall of %zu floats over ep %d (%s): %s: %s", n, moe->ep, what,
                   msr_status_str(st), msr_last_error());
     return st;
 }
 
 /* The dispatch's counts: each rank sends the rows it filled at each
- * expert (count, E) and gets, in used (E), those of expert-side block b =
- * (source rank, local expert), so the experts run on filled rows only. */
+ * row block (count, ep * El) and gets, in used, those of expert-side block
+ * b = (source rank, local expert), so the experts run on filled rows only. */
 static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
 {
     if (moe->ep_comm == NULL) {
-        memcpy(used, count, (size_t)moe->E * sizeof *used);
+        memcpy(used, count, (size_t)row_blocks(moe) * sizeof *used);
         return MSR_OK;
     }
+    uint64_t a = msr_now_ns();
     msr_status_t st =
-        msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)(moe->E / moe->ep), MSR_DTYPE_I32);
+        msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)moe->El, MSR_DTYPE_I32);
+    span(moe, "moe counts", a);
     if (st != MSR_OK)
         MSR_ERROR("moe: the alltoall of the dispatch's counts over ep %d: %s: %s", moe->ep,
                   msr_status_str(st), msr_last_error());
@@ -379,11 +507,11 @@ static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
 }
 
 /* The local expert (its index among this rank's) of expert-side block b
- * (source rank p, local expert le = b % (E/ep)): rows [b * cap, (b + 1) *
+ * (source rank p, local expert le = b % El): rows [b * cap, (b + 1) *
  * cap). */
 static int block_expert(const msr_moe_t *moe, int b)
 {
-    return b % (moe->E / moe->ep);
+    return b % moe->El;
 }
 
 /* The router: probs, each token's top K and the counts of the choices. */
@@ -429,36 +557,44 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     int E = moe->E, K = moe->K, C = moe->C, H = moe->H;
     msr_gpt_moe_t cfg = {E, K, moe->every, moe->F, moe->A};
     int cap = msr_moe_capacity(&cfg, N);
-    size_t rows = (size_t)E * (size_t)cap;
+    int nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
+    msr_moe_stats_t *stats = &moe->stats[(l + 1) / moe->every - 1];
     s->N = 0;
     route(moe, s, p->routerw, x, N);
 
-    /* capacity: choice rank first, then token index */
-    int count[MSR_GPT_MAX_EXPERTS];
+    /* capacity: choice rank first, then token index (every tp rank counts
+     * every expert alike; it fills the rows of its own experts only) */
+    int count[MSR_GPT_MAX_EXPERTS], filled[MSR_GPT_MAX_EXPERTS];
     memset(count, 0, sizeof count);
+    memset(filled, 0, sizeof filled);
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
-    s->stats.tokens += N;
+    if (moe->counting)
+        stats->tokens += N;
     for (int j = 0; j < K; j++) {
         for (int t = 0; t < N; t++) {
             size_t tj = (size_t)t * K + j;
-            int e = s->choice[tj];
+            int e = s->choice[tj], q = row_block(moe, e);
             if (count[e] == cap) {
                 s->pos[tj] = -1;
-                s->stats.dropped++;
+                stats->dropped += moe->counting;
                 continue;
             }
             s->pos[tj] = count[e]++;
-            s->stats.load[e]++;
-            memcpy(moe->send + ((size_t)e * cap + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
+            stats->load[e] += moe->counting;
+            if (q < 0)
+                continue;
+            filled[q] = count[e];
+            memcpy(moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
                    (size_t)C * sizeof(float));
         }
     }
 
     /* dispatch, the experts (on the filled rows of each block), combine */
-    msr_status_t st = exchange_counts(moe, count, s->used);
-    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C)) != MSR_OK)
+    msr_status_t st = exchange_counts(moe, filled, s->used);
+    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C, "moe dispatch")) != MSR_OK)
         return st;
-    for (int b = 0; b < E; b++) {
+    for (int b = 0; b < nb; b++) {
         expert_t w = expert_point(p->experts, block_expert(moe, b), C);
         size_t r0 = (size_t)b * cap;
         int n = s->used[b];
@@ -468,15 +604,16 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
         msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n, H, C);
     }
-    if ((st = exchange(moe, moe->out, s->comb, cap, C)) != MSR_OK)
+    if ((st = exchange(moe, moe->out, s->comb, cap, C, "moe combine")) != MSR_OK)
         return st;
     memset(y, 0, (size_t)N * C * sizeof(float));
     for (int t = 0; t < N; t++) {
         for (int j = 0; j < K; j++) {
             size_t tj = (size_t)t * K + j;
-            if (s->pos[tj] < 0)
+            int q = row_block(moe, s->choice[tj]);
+            if (s->pos[tj] < 0 || q < 0)
                 continue;
-            const float *o = s->comb + ((size_t)s->choice[tj] * cap + (size_t)s->pos[tj]) * C;
+            const float *o = s->comb + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
             float g = s->gate[tj];
             for (int c = 0; c < C; c++)
                 y[(size_t)t * C + c] += g * o[c];
@@ -509,7 +646,8 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         return MSR_ERR_STATE;
     }
     int E = moe->E, K = moe->K, C = moe->C, H = moe->H, N = s->N, cap = s->cap;
-    size_t rows = (size_t)E * (size_t)cap;
+    int nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
 
     /* combine's backward: the gates' and the outputs' gradients */
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
@@ -517,10 +655,11 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         const float *d = dy + (size_t)t * C;
         for (int j = 0; j < K; j++) {
             size_t tj = (size_t)t * K + j;
+            int q = row_block(moe, s->choice[tj]);
             moe->dgate[tj] = 0.0f;
-            if (s->pos[tj] < 0)
+            if (s->pos[tj] < 0 || q < 0)
                 continue;
-            size_t row = (size_t)s->choice[tj] * cap + (size_t)s->pos[tj];
+            size_t row = (size_t)q * cap + (size_t)s->pos[tj];
             const float *o = s->comb + row * C;
             float *dsend = moe->send + row * C, gt = s->gate[tj], dg = 0.0f;
             for (int c = 0; c < C; c++) {
@@ -532,13 +671,13 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
     }
 
     /* the experts' backward where they ran; their input gradients back */
-    msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C);
+    msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)
         return st;
     memset(moe->dfch_g, 0, rows * (size_t)H * sizeof(float));
     memset(moe->dfch, 0, rows * (size_t)H * sizeof(float));
     memset(moe->out, 0, rows * (size_t)C * sizeof(float));
-    for (int b = 0; b < E; b++) {
+    for (int b = 0; b < nb; b++) {
         int e = block_expert(moe, b);
         expert_t w = expert_point(p->experts, e, C), dw = expert_point(g->experts, e, C);
         size_t r0 = (size_t)b * cap;
@@ -551,16 +690,31 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         msr_matmul_backward(moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H, s->xin + r0 * C,
                             w.fcw, n, C, H);
     }
-    if ((st = exchange(moe, moe->out, moe->send, cap, C)) != MSR_OK)
+    if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
         return st;
     for (int t = 0; t < N; t++) {
         for (int j = 0; j < K; j++) {
             size_t tj = (size_t)t * K + j;
-            if (s->pos[tj] < 0)
+            int q = row_block(moe, s->choice[tj]);
+            if (s->pos[tj] < 0 || q < 0)
                 continue;
-            const float *d = moe->send + ((size_t)s->choice[tj] * cap + (size_t)s->pos[tj]) * C;
+            const float *d = moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
             for (int c = 0; c < C; c++)
                 dx[(size_t)t * C + c] += d[c];
+        }
+    }
+
+    /* tp: a gate's gradient came from the rank computing its expert (zero
+     * on the others): the sum gives every rank all of them */
+    if (moe->tp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
+                                MSR_DTYPE_F32, MSR_OP_SUM);
+        span(moe, "moe gate grads", a);
+        if (st != MSR_OK) {
+            MSR_ERROR("moe: the allreduce of the gates' gradients over tp %d: %s: %s", moe->tp,
+                      msr_status_str(st), msr_last_error());
+            return st;
         }
     }
 
@@ -580,6 +734,15 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         for (int e = 0; e < E; e++)
             dp[e] = pr[e] * (float)(dp[e] - dot);
     }
-    msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    /* tp: every rank computes the router alike; its input gradient joins
+     * tp rank 0's dx only (the others' hold their experts' share), and its
+     * weight gradient every rank's, or only rank 0's when the caller sums
+     * it over tp */
+    if (moe->tp_rank == 0) {
+        msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    } else if (!moe->router_once) {
+        memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
+        msr_matmul_backward(moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    }
     return MSR_OK;
 }

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "parallel/layers.h"
+#include "parallel/moe.h"
 #include "parallel/mp_impl.h"
 
 msr_status_t msr_mp_failed(const char *what, msr_status_t st)
@@ -69,19 +70,90 @@ static int seg_of_layer(const msr_gpt_t *m, int c, int l)
     return m->chunk_seg[c] + (l - m->chunk_lo[c]);
 }
 
+/* Block l's parameters in segment s (grads: its gradients), a MoE block's
+ * router and this rank's experts included. */
+static void point_params(msr_mp_t *mp, int s, int l, int grads, msr_gpt_block_params_t *p)
+{
+    msr_gpt_t *model = mp->model;
+    msr_gpt_block_point_tp(&model->cfg, mp->tp,
+                           grads ? model->segments[s].grads : model->segments[s].params, p);
+    p->routerw = p->experts = NULL;
+    if (!msr_gpt_layer_is_moe(&model->cfg, l))
+        return;
+    p->routerw = p->fcw; /* the router takes the MLP's place after ln2b */
+    p->fcw = p->fcb = p->fcprojw = p->fcprojb = NULL;
+    p->experts = msr_moe_block_params(model->moe, l, grads);
+}
+
+/* A MoE block's MLP (parallel/moe.h) as the block's MLP: every tp rank
+ * gets the whole micro-batch and returns its experts' share of y. */
+typedef struct moe_call {
+    msr_mp_t *mp;
+    int l;
+    const msr_gpt_block_params_t *p, *g;
+    double aux;
+} moe_call_t;
+
+static msr_status_t moe_mlp(void *arg, const float *in, float *out)
+{
+    moe_call_t *c = arg;
+    return msr_moe_forward(c->mp->model->moe, c->l, c->p, in, (int)c->mp->d.N, out, &c->aux);
+}
+
+static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *dout, float *din)
+{
+    moe_call_t *c = arg;
+    msr_mp_t *mp = c->mp;
+    /* the load-balancing loss counts like the micro-batch's mean loss */
+    return msr_moe_backward(mp->model->moe, c->l, c->p, c->g, in, dout, din,
+                            mp->dloss * (float)mp->d.N);
+}
+
+/* Forward of block l for micro-batch m; a MoE block's load-balancing loss
+ * joins the step's unless this is a recompute (count 0), which also
+ * leaves the router's counters alone. */
+static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
+                                  msr_gpt_block_acts_t *la, const float *x, int count)
+{
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+        return msr_block_forward(&mp->blk, p, la, x);
+    moe_call_t c = {mp, l, p, NULL, 0.0};
+    msr_moe_select(mp->model->moe, m, count);
+    msr_status_t st = msr_block_attn_forward(&mp->blk, p, la, x);
+    if (st == MSR_OK)
+        st = msr_block_mlp_forward(&mp->blk, p, la, moe_mlp, &c);
+    if (st == MSR_OK && count)
+        mp->aux_sum += c.aux;
+    return st;
+}
+
+static msr_status_t block_backward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
+                                   const msr_gpt_block_params_t *g, msr_gpt_block_acts_t *la,
+                                   const float *x, float *dres)
+{
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+        return msr_block_backward(&mp->blk, p, g, la, x, dres);
+    moe_call_t c = {mp, l, p, g, 0.0};
+    msr_moe_select(mp->model->moe, m, 0);
+    msr_status_t st = msr_block_mlp_backward(&mp->blk, p, g, la, moe_mlp_backward, &c, dres);
+    return st != MSR_OK ? st : msr_block_attn_backward(&mp->blk, p, g, la, x, dres);
+}
+
 /* Brings back what the recompute mode dropped, just before backward. */
-static msr_status_t recompute(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+static msr_status_t recompute(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
                               msr_gpt_block_acts_t *la, const float *x)
 {
     const dims_t *d = &mp->d;
     if (d->mode == MSR_MP_RECOMPUTE_FULL)
-        return msr_block_forward(&mp->blk, p, la, x);
+        return block_forward(mp, m, l, p, la, x, 0);
     if (d->mode == MSR_MP_RECOMPUTE_SELECTIVE) {
         /* the attention output is kept; the recomputed copy goes to scratch
-         * (under cp the logsumexp was kept: nothing to recompute) */
+         * (under cp the logsumexp was kept: nothing to recompute); a MoE
+         * block has no GELU of its own to bring back */
         if (d->cp == 1)
             msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
-        msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
+        if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+            msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
     }
     return MSR_OK;
 }
@@ -182,9 +254,8 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
     for (int l = model->chunk_lo[c]; l < model->chunk_hi[c]; l++) {
         msr_gpt_block_acts_t *la = &f->layers[l - model->chunk_lo[c]];
         msr_gpt_block_params_t p;
-        msr_gpt_block_point_tp(&model->cfg, mp->tp,
-                               model->segments[seg_of_layer(model, c, l)].params, &p);
-        if ((st = msr_block_forward(&mp->blk, &p, la, x)) != MSR_OK)
+        point_params(mp, seg_of_layer(model, c, l), l, 0, &p);
+        if ((st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK)
             return st;
         x = la->res3;
     }
@@ -245,11 +316,11 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         if ((st = hook(mp, s, 1)) != MSR_OK)
             return st;
         msr_gpt_block_params_t p, g;
-        msr_gpt_block_point_tp(&model->cfg, mp->tp, model->segments[s].params, &p);
-        msr_gpt_block_point_tp(&model->cfg, mp->tp, model->segments[s].grads, &g);
-        if ((st = recompute(mp, &p, la, x)) != MSR_OK)
+        point_params(mp, s, l, 0, &p);
+        point_params(mp, s, l, 1, &g);
+        if ((st = recompute(mp, m, l, &p, la, x)) != MSR_OK)
             return st;
-        if ((st = msr_block_backward(&mp->blk, &p, &g, la, x, dres)) != MSR_OK)
+        if ((st = block_backward(mp, m, l, &p, &g, la, x, dres)) != MSR_OK)
             return st;
         if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
@@ -274,6 +345,12 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 }
 
 /* ---- create / destroy ---- */
+
+/* The MoE blocks' alltoalls and allreduces in the trace. */
+static void moe_span(void *arg, const char *what, uint64_t a, uint64_t b)
+{
+    msr_mp_span_add(arg, 1, a, b, "%s", what);
+}
 
 static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
 {
@@ -409,6 +486,8 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
         if (mp->head_wte == NULL || mp->head_dwte == NULL)
             goto err_free;
     }
+    if (model->moe != NULL)
+        msr_moe_set_trace(model->moe, moe_span, mp);
     msr_mp_build_schedule(mp);
     for (int c = 0; c < 2; c++) {
         int lay = c == 0 ? max_layers
@@ -615,6 +694,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     mp->dloss = dloss;
     mp->dp = dp;
     mp->loss_sum = 0.0;
+    mp->aux_sum = 0.0;
     mp->recv_ns = 0;
     if (mp->head_dwte != NULL)
         memset(mp->head_dwte, 0, (size_t)mp->d.Vl * (size_t)mp->d.C * sizeof(float));
@@ -649,7 +729,10 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     mp->stats.step_ns += msr_now_ns() - t0;
     mp->stats.busy_ns += busy;
     mp->stats.recv_wait_ns += mp->recv_ns;
-    *loss_p = mp->pr == mp->pp - 1 && mp->tr == 0 ? mp->loss_sum : 0.0;
+    /* the MoE blocks' load-balancing losses of every stage, once per tp group */
+    *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+    if (mp->tr != 0)
+        *loss_p = 0.0;
     return MSR_OK;
 }
 

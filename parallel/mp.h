@@ -62,6 +62,15 @@
  * (tensor-parallel collectives and the ring included) just before its
  * backward.
  *
+ * Mixture-of-Experts blocks (parallel/moe.h) run in any stage: attention
+ * as any block's, then the MoE MLP in the MLP's place, its input entered
+ * like a column-parallel layer's and its output reduced like a
+ * row-parallel one's (each tp rank computes E / (ep tp) of the experts; a
+ * partial y); the MoE state keeps each micro-batch's routing from its
+ * forward to its backward (full recompute routes again, counting nothing
+ * twice), and the load-balancing losses of every stage join the step's
+ * loss on tp rank 0.
+ *
  * Data parallel and ZeRO 0-2 run on top (parallel/dp.h over the part's flat
  * buffers). GPipe and 1F1B run a rank's backwards in micro-batch order, so
  * each backward is one dp micro-batch: a segment's gradient goes to dp
@@ -164,7 +173,8 @@ void msr_mp_destroy(msr_mp_t *mp);
  * (msr_dp_micro_begin), and ends with every gradient of the part final and
  * reduced over dp (tied wte and sequence-parallel sums included); the
  * caller then runs msr_dp_update. *loss_p gets the sum of the micro-batches'
- * mean losses on the last stage's tp rank 0, 0 elsewhere (what
+ * mean losses on the last stage's tp rank 0, plus the stage's MoE
+ * load-balancing losses on every stage's tp rank 0, 0 elsewhere (what
  * msr_dp_update sums). Collective over the mesh. Errors: the
  * communicators' (logged), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,

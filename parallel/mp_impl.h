@@ -10,6 +10,7 @@
 
 #include "parallel/block.h"
 #include "parallel/mp.h"
+#include "parallel/pipe_order.h"
 
 typedef struct dims {
     int B, T, C, V, tp, sp, mode;
@@ -31,10 +32,7 @@ typedef struct frame {
     float *probs;                     /* head: (N, Vl) */
 } frame_t;
 
-typedef struct op {
-    uint8_t backward;
-    int m, c;
-} op_t;
+typedef msr_pipe_op_t op_t; /* parallel/pipe_order.h */
 
 typedef struct work {
     float *scratch;             /* the blocks' dropped activations */
@@ -90,6 +88,7 @@ struct msr_mp {
     const int *inputs, *targets; /* this step's (micros, B, T) */
     float dloss;
     double loss_sum;
+    double aux_sum; /* this step's MoE load-balancing losses on this stage */
     msr_dp_t *dp;
 
     size_t acts_live;

@@ -186,45 +186,9 @@ size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *
 
 /* ---- the schedule ---- */
 
-/* This rank's order of forwards and backwards (see mp.h). */
+/* This rank's order of forwards and backwards (parallel/pipe_order.h). */
 void msr_mp_build_schedule(msr_mp_t *mp)
 {
-    int M = mp->cfg.micros, p = mp->pp, r = mp->pr, v = mp->cfg.chunks, n = 0;
-    op_t *o = mp->ops;
-#define PUT(b, mm, cc) (o[n++] = (op_t){(uint8_t)(b), (mm), (cc)})
-    if (mp->cfg.schedule == MSR_MP_GPIPE) {
-        for (int m = 0; m < M; m++)
-            PUT(0, m, 0);
-        for (int m = 0; m < M; m++)
-            PUT(1, m, 0);
-    } else if (mp->cfg.schedule == MSR_MP_1F1B || v == 1) {
-        int warm = MSR_MIN(p - r - 1, M);
-        for (int m = 0; m < warm; m++)
-            PUT(0, m, 0);
-        for (int i = 0; i < M - warm; i++) {
-            PUT(0, warm + i, 0);
-            PUT(1, i, 0);
-        }
-        for (int m = M - warm; m < M; m++)
-            PUT(1, m, 0);
-    } else {
-        /* Megatron's interleaved order: groups of p micro-batches go through
-         * chunk 0, then chunk 1, ...; backward runs the chunks the other way */
-        int total = M * v;
-        int warm = M == p ? total : MSR_MIN((p - r - 1) * 2 + (v - 1) * p, total);
-#define FM(k) (((k) / (p * v)) * p + (k) % p)
-#define FC(k) (((k) % (p * v)) / p)
-        for (int k = 0; k < warm; k++)
-            PUT(0, FM(k), FC(k));
-        for (int i = 0; i < total - warm; i++) {
-            PUT(0, FM(warm + i), FC(warm + i));
-            PUT(1, FM(i), v - 1 - FC(i));
-        }
-        for (int k = total - warm; k < total; k++)
-            PUT(1, FM(k), v - 1 - FC(k));
-#undef FM
-#undef FC
-    }
-#undef PUT
-    mp->num_ops = n;
+    mp->num_ops = msr_pipe_order((int)mp->cfg.schedule, mp->cfg.micros, mp->pp, mp->pr,
+                                 mp->cfg.chunks, mp->ops);
 }

@@ -42,6 +42,14 @@ typedef struct msr_plan_model {
     int ffn;      /* Llama: the SwiGLU width; GPT: 4C */
     int vocab;    /* V */
     int seq;      /* T (s) */
+    /* Mixture-of-Experts (parallel/moe.h; experts 0: a dense model): every
+     * moe_every-th block's MLP is `experts` experts (each the dense MLP's
+     * shape: GPT 8C^2 + 5C, Llama 3 C ffn parameters) behind a router of
+     * experts x C, each token going to top_k of them, an expert taking at
+     * most ceil(capacity_factor x tokens x top_k / experts) of a
+     * micro-batch's tokens */
+    int experts, top_k, moe_every;
+    double capacity_factor;
 } msr_plan_model_t;
 
 typedef enum msr_plan_precision {
@@ -72,12 +80,27 @@ typedef struct msr_plan_layout {
      * (0 or 1: none), as parallel/mp.h's msr_mp_config_t.cp; the world is
      * dp x pp x cp x tp */
     int cp;
+    /* expert parallel (train_gpt --ep): the experts are shared out over ep
+     * ranks of the data-parallel group (0 or 1: none) */
+    int ep;
 } msr_plan_layout_t;
 
 /* The layout's context-parallel degree, 0 read as 1. */
 static inline int msr_plan_cp(const msr_plan_layout_t *l)
 {
     return l->cp > 1 ? l->cp : 1;
+}
+
+/* The layout's expert-parallel degree, 0 read as 1. */
+static inline int msr_plan_ep(const msr_plan_layout_t *l)
+{
+    return l->ep > 1 ? l->ep : 1;
+}
+
+/* Whether block l (0-based) of the model is a MoE block. */
+static inline int msr_plan_is_moe(const msr_plan_model_t *m, int l)
+{
+    return m->experts > 0 && m->moe_every > 0 && (l + 1) % m->moe_every == 0;
 }
 
 /* One rank's bytes by kind, and the counts behind them. */
@@ -105,6 +128,15 @@ typedef struct msr_plan_rank {
                                 * segment gradients, ZeRO-3 gathers), replayed in the runtime's
                                 * order with no reduction finishing before it must: what the
                                 * runtime reaches when communication lags, a bound otherwise */
+    int experts_held;          /* experts of each MoE block on this rank (E / ep) */
+    uint64_t expert_params;    /* the experts' parameter bytes on this rank (parallel/moe.h's
+                                * store: its MoE blocks x experts held x one expert) */
+    uint64_t expert_grads;     /* their gradients */
+    uint64_t expert_optim;     /* their Adam moments: whole, or under ZeRO >= 1 this rank's
+                                * block of them among the dp / ep ranks holding the same
+                                * experts (parallel/train.c) */
+    uint64_t moe_work;         /* the MoE state's routing, kept expert activations and
+                                * exchange buffers (runtime accounting; 0 in the paper's) */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the
@@ -181,6 +213,7 @@ typedef struct msr_plan_time {
     double recompute_ms;    /* of it, forwards run again */
     double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
     double cp_comm_ms;      /* context parallel's ring transfers, what attention does not hide */
+    double ep_comm_ms;      /* expert parallel's alltoalls (dispatch and combine, both ways) */
     double pp_comm_ms;      /* sends between stages on the critical path */
     double bubble_ms;       /* the pipeline's idle time (fill and drain) */
     double dp_comm_ms;      /* data parallel's gradient reduction, all of it (with ZeRO's
@@ -188,7 +221,7 @@ typedef struct msr_plan_time {
     double dp_exposed_ms;   /* of it, what backward does not hide */
     double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
     double optim_ms;        /* the optimizer step */
-    double exposed_comm_ms; /* tp + cp + pp + dp exposed + zero3 */
+    double exposed_comm_ms; /* tp + cp + ep + pp + dp exposed + zero3 */
     double step_ms;         /* the whole step */
     double tokens_per_s;    /* global batch x sequence / step */
     /* one micro-batch, forward and backward (recompute and tp collectives
@@ -217,6 +250,7 @@ enum {
     MSR_PLAN_FIX_SCHEDULE,
     MSR_PLAN_FIX_VIRTUAL_STAGES,
     MSR_PLAN_FIX_CP,
+    MSR_PLAN_FIX_EP,
     MSR_PLAN_FIX_N
 };
 extern const char *const msr_plan_fix_names[MSR_PLAN_FIX_N];

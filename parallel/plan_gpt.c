@@ -7,7 +7,12 @@
  *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
  *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
- *            [--ranks] [--pp-layers 3,5,5,3]
+ *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
+ *            --moe-every N --capacity-factor F]
+ *
+ * --experts plans a Mixture-of-Experts model (train_gpt's options, the
+ * same defaults: top-k 2, every block, capacity factor 1.25), and the
+ * layouts then include expert parallel (ep, a divisor of dp).
  *
  * --pp-layers plans only the layouts whose pp x virtual stages has that
  * many stages, with that split of the layers (train_gpt's option).
@@ -83,7 +88,7 @@ static void parse_fix(const char *s, int *fx)
         int k = name_index(msr_plan_fix_names, MSR_PLAN_FIX_N, kv);
         if (k < 0)
             die("--fix: unknown key '%s'%s (dp, tp, pp, sp, zero, recompute, micro_batch, "
-                "schedule, virtual_stages, cp)",
+                "schedule, virtual_stages, cp, ep)",
                 kv, "");
         if (k == MSR_PLAN_FIX_SCHEDULE)
             fx[k] = name_index(msr_plan_schedule_names, 3, v);
@@ -112,6 +117,9 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     a->zero_min_bytes = 65536;
     a->pp_layers = NULL;
     a->split_n = 0;
+    a->m.top_k = 2;
+    a->m.moe_every = 1;
+    a->m.capacity_factor = 1.25;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--ranks") == 0 || strcmp(o, "--all") == 0 ||
@@ -123,10 +131,11 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             printf("usage: plan_gpt --layers L --channels C --heads H --seq T --vocab V "
                    "--global-batch B --world N [--arch gpt|llama --ffn F --kv-heads K] "
                    "[--precision fp32|bf16] [--cluster FILE] [--fix dp=..,tp=..,pp=..,sp=..,"
-                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..,cp=..] "
+                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..,cp=..,ep=..] "
                    "[--search exhaustive|fast] [--top N] [--all] [--explain N] [--even-split] "
                    "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N] "
-                   "[--pp-layers A,B,..]\n");
+                   "[--pp-layers A,B,..] [--experts E --top-k K --moe-every N "
+                   "--capacity-factor F]\n");
             exit(0);
         }
         if (strncmp(o, "--", 2) != 0 || i + 1 >= argc)
@@ -150,7 +159,19 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
             ffn = parse_int(n, v, 1, 1 << 24);
         else if (strcmp(n, "kv-heads") == 0)
             kv = parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "zero-min-bytes") == 0)
+        else if (strcmp(n, "experts") == 0)
+            a->m.experts = (int)parse_int(n, v, 0, 1 << 16);
+        else if (strcmp(n, "top-k") == 0)
+            a->m.top_k = (int)parse_int(n, v, 1, 1 << 16);
+        else if (strcmp(n, "moe-every") == 0)
+            a->m.moe_every = (int)parse_int(n, v, 1, 1 << 16);
+        else if (strcmp(n, "capacity-factor") == 0) {
+            char *end = NULL;
+            a->m.capacity_factor = strtod(v, &end);
+            if (end == v || *end != '\0' || !(a->m.capacity_factor > 0) ||
+                a->m.capacity_factor > 1e6)
+                die("--capacity-factor %s%s: not a number in (0, 1e6]", v, "");
+        } else if (strcmp(n, "zero-min-bytes") == 0)
             a->zero_min_bytes = parse_int(n, v, 0, (int64_t)1 << 50);
         else if (strcmp(n, "bucket-mb") == 0) {
             char *end = NULL;
@@ -314,9 +335,14 @@ int main(int argc, char **argv)
             msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
             printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
                    " replicated %" PRIu64 " buckets %" PRIu64 " work %" PRIu64 " acts_peak %" PRIu64
-                   " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64 "\n",
+                   " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64,
                    r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets,
                    o.work, o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
+            if (a.m.experts > 0)
+                printf(" experts %d expert_params %" PRIu64 " expert_grads %" PRIu64
+                       " expert_optim %" PRIu64 " moe_work %" PRIu64,
+                       o.experts_held, o.expert_params, o.expert_grads, o.expert_optim, o.moe_work);
+            printf("\n");
         }
     }
     free(plans);

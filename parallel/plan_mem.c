@@ -1,8 +1,10 @@
 /* The planner's memory model (see plan.h and docs/plan.md). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "parallel/dp.h"
+#include "parallel/pipe_order.h"
 #include "parallel/plan.h"
 
 #define F32 4u
@@ -47,15 +49,31 @@ static void stage_layers(const msr_plan_layout_t *l, int layers, int n, int j, i
     *hi = (int)((int64_t)layers * (j + 1) / n);
 }
 
-/* Elements of one block's parameters on a tensor-parallel rank. */
-static uint64_t block_params(const msr_plan_model_t *m, int t)
+/* Elements of one block's parameters on a tensor-parallel rank; a MoE
+ * block (moe) has the router (experts x C, replicated) in place of the
+ * MLP, whose experts the MoE state holds (expert_params). */
+static uint64_t block_params(const msr_plan_model_t *m, int t, int moe)
 {
-    uint64_t C = (uint64_t)m->channels, T = (uint64_t)t;
-    if (m->arch == MSR_PLAN_GPT) /* 12C^2/t + 6C + 7C/t: see gpt.c's tensor table */
+    uint64_t C = (uint64_t)m->channels, T = (uint64_t)t, E = (uint64_t)m->experts;
+    if (m->arch == MSR_PLAN_GPT) {
+        /* 12C^2/t + 6C + 7C/t: see gpt.c's tensor table; attention's half
+         * 4C^2/t + 3C/t + 5C */
+        if (moe)
+            return 4 * C * C / T + 3 * C / T + 5 * C + E * C;
         return 12 * C * C / T + 6 * C + 7 * C / T;
+    }
     uint64_t hd = C / (uint64_t)m->heads, kv = (uint64_t)m->kv_heads * hd, F = (uint64_t)m->ffn;
     /* q, o: C x C; k, v: C x kv; gate, up, down: C x F (all split); two RMSNorms */
+    if (moe)
+        return (2 * C * C + 2 * C * kv) / T + 2 * C + E * C;
     return (2 * C * C + 2 * C * kv + 3 * C * F) / T + 2 * C;
+}
+
+/* Elements of one expert: the dense MLP's (parallel/moe.h: 8C^2 + 5C). */
+static uint64_t expert_params(const msr_plan_model_t *m)
+{
+    uint64_t C = (uint64_t)m->channels;
+    return m->arch == MSR_PLAN_GPT ? 8 * C * C + 5 * C : 3 * C * (uint64_t)m->ffn;
 }
 
 static uint64_t embed_params(const msr_plan_model_t *m, int t)
@@ -73,33 +91,61 @@ static uint64_t head_params(const msr_plan_model_t *m, int t)
 
 uint64_t msr_plan_num_params(const msr_plan_model_t *m)
 {
-    return embed_params(m, 1) + (uint64_t)m->layers * block_params(m, 1) + head_params(m, 1);
+    uint64_t n = embed_params(m, 1) + head_params(m, 1);
+    for (int l = 0; l < m->layers; l++)
+        n += block_params(m, 1, msr_plan_is_moe(m, l)) +
+             (msr_plan_is_moe(m, l) ? (uint64_t)m->experts * expert_params(m) : 0);
+    return n;
 }
 
 /* The segments of a part in flat order (parallel/gpt.h): the embeddings on
  * the first stage, a segment per block, the final norm (and head) on the
  * last. */
 typedef struct part {
-    int has_embed, has_head, blocks;
-    uint64_t embed, block, head, total;
+    int has_embed, has_head, blocks, moe_blocks;
+    uint64_t embed, block, moe_block, head, total;
+    const msr_plan_model_t *m;
+    const msr_plan_layout_t *l;
+    int pr;
 } part_t;
+
+/* The model's layer that the part's block k is (its chunks' layers in
+ * order, as gpt.c lays out the segments). */
+static int part_layer(const part_t *p, int k)
+{
+    int n = p->l->pp * p->l->chunks;
+    for (int c = 0; c < p->l->chunks; c++) {
+        int lo, hi;
+        stage_layers(p->l, p->m->layers, n, c * p->l->pp + p->pr, &lo, &hi);
+        if (k < hi - lo)
+            return lo + k;
+        k -= hi - lo;
+    }
+    return -1;
+}
 
 static void part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int pr, part_t *p)
 {
     int n = l->pp * l->chunks;
+    p->m = m;
+    p->l = l;
+    p->pr = pr;
     p->has_embed = pr == 0;
     p->has_head = pr == l->pp - 1;
-    p->blocks = 0;
+    p->blocks = p->moe_blocks = 0;
     for (int c = 0; c < l->chunks; c++) {
         int lo, hi;
         stage_layers(l, m->layers, n, c * l->pp + pr, &lo, &hi);
         p->blocks += hi - lo;
+        for (int k = lo; k < hi; k++)
+            p->moe_blocks += msr_plan_is_moe(m, k);
     }
     p->embed = embed_params(m, l->tp);
-    p->block = block_params(m, l->tp);
+    p->block = block_params(m, l->tp, 0);
+    p->moe_block = block_params(m, l->tp, 1);
     p->head = head_params(m, l->tp);
-    p->total = (p->has_embed ? p->embed : 0) + (uint64_t)p->blocks * p->block +
-               (p->has_head ? p->head : 0);
+    p->total = (p->has_embed ? p->embed : 0) + (uint64_t)(p->blocks - p->moe_blocks) * p->block +
+               (uint64_t)p->moe_blocks * p->moe_block + (p->has_head ? p->head : 0);
 }
 
 static uint64_t seg_count(const part_t *p, int k)
@@ -107,7 +153,9 @@ static uint64_t seg_count(const part_t *p, int k)
     if (p->has_embed && k == 0)
         return p->embed;
     k -= p->has_embed;
-    return k < p->blocks ? p->block : p->head;
+    if (k >= p->blocks)
+        return p->head;
+    return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
 }
 
 /* ---- data parallel's layout (parallel/dp.c build_layout) ---- */
@@ -584,6 +632,37 @@ static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l
     return e * F32 + ints * sizeof(int32_t) + trainer;
 }
 
+/* The MoE state's buffers (parallel/moe.c msr_moe_create_frames) for
+ * micro-batches of N = b T tokens, floats of fw bytes: per MoE block the
+ * rank runs and frame (a micro-batch whose routing waits for its backward:
+ * one on the whole-model path and under full recompute, else the step's
+ * micro-batches) the router's probabilities N E, choices, gates and slots
+ * N K (ints for two), the drop fractions E doubles, the dispatched inputs
+ * and combined outputs rows C, the experts' hidden layer before and after
+ * GELU rows 4C each and the used slots E ints; the load counters E int64s
+ * of every MoE block; once, the send, output and output-gradient exchanges
+ * rows C each, the hidden layer's gradients 2 rows 4C, gate and
+ * probability gradients N K and N E, and under tp without sp on tp ranks
+ * but 0 the router's unwanted input gradient N C; rows = E x capacity. */
+static uint64_t moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
+                               int tp_rank, uint64_t fw)
+{
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, E = (uint64_t)m->experts;
+    uint64_t K = (uint64_t)m->top_k, C = (uint64_t)m->channels, H = 4 * C;
+    double capd = ceil(m->capacity_factor * (double)N * (double)K / (double)E);
+    uint64_t cap = capd < 1 ? 1 : (uint64_t)capd, rows = E * cap;
+    if (m->arch == MSR_PLAN_LLAMA)
+        H = (uint64_t)m->ffn;
+    uint64_t frames = whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : (uint64_t)l->micros;
+    uint64_t slot = (N * E + N * K) * fw + 2 * N * K * sizeof(int32_t) + E * sizeof(double) +
+                    (2 * rows * C + 2 * rows * H) * fw + E * sizeof(int32_t);
+    uint64_t once = (3 * rows * C + 2 * rows * H + N * K + N * E) * fw +
+                    (uint64_t)(m->layers / m->moe_every) * E * sizeof(int64_t);
+    if (l->tp > 1 && !l->sp && tp_rank > 0)
+        once += N * C * fw;
+    return (uint64_t)blocks * frames * slot + once;
+}
+
 /* Paper accounting: bytes of one chunk's kept activations. */
 static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                   msr_plan_precision_t prec, int layers)
@@ -618,59 +697,26 @@ static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layo
     return (uint64_t)(b * layers + 0.5);
 }
 
-/* Walks rank pr's schedule (parallel/mp_plan.c msr_mp_build_schedule):
+/* Walks rank pr's schedule (parallel/pipe_order.h, the runtime's order):
  * a forward opens a frame of its chunk, its backward closes it. Returns the
  * most bytes alive at once; *held_p the most frames. */
 static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t *chunk_bytes,
                               int *held_p)
 {
-    int M = l->micros, p = l->pp, r = pr, v = l->chunks;
     uint64_t live = 0, peak = 0;
-    int held = 0, most = 0;
-#define FWD(c)                            \
-    do {                                  \
-        live += chunk_bytes[c];           \
-        held++;                           \
-        peak = max_u64(peak, live);       \
-        most = held > most ? held : most; \
-    } while (0)
-#define BWD(c)                  \
-    do {                        \
-        live -= chunk_bytes[c]; \
-        held--;                 \
-    } while (0)
-    if (l->schedule == MSR_PLAN_GPIPE) {
-        for (int m = 0; m < M; m++)
-            FWD(0);
-        for (int m = 0; m < M; m++)
-            BWD(0);
-    } else if (l->schedule == MSR_PLAN_1F1B || v == 1) {
-        int warm = p - r - 1 < M ? p - r - 1 : M;
-        for (int m = 0; m < warm; m++)
-            FWD(0);
-        for (int i = 0; i < M - warm; i++) {
-            FWD(0);
-            BWD(0);
+    int held = 0, most = 0, n = 2 * l->micros * l->chunks;
+    for (int k = 0; k < n; k++) {
+        msr_pipe_op_t o = msr_pipe_op_at(l->schedule, l->micros, l->pp, pr, l->chunks, k);
+        if (o.backward) {
+            live -= chunk_bytes[o.c];
+            held--;
+            continue;
         }
-        for (int m = M - warm; m < M; m++)
-            BWD(0);
-    } else {
-        int total = M * v;
-        int warm = (p - r - 1) * 2 + (v - 1) * p;
-        warm = M == p ? total : (warm < total ? warm : total);
-#define FC(k) (((k) % (p * v)) / p)
-        for (int k = 0; k < warm; k++)
-            FWD(FC(k));
-        for (int i = 0; i < total - warm; i++) {
-            FWD(FC(warm + i));
-            BWD(v - 1 - FC(i));
-        }
-        for (int k = total - warm; k < total; k++)
-            BWD(v - 1 - FC(k));
-#undef FC
+        live += chunk_bytes[o.c];
+        held++;
+        peak = max_u64(peak, live);
+        most = held > most ? held : most;
     }
-#undef FWD
-#undef BWD
     *held_p = most;
     return peak;
 }
@@ -695,6 +741,17 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
     double C = m->channels, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double params =
         (double)m->vocab * C * 2 + (double)m->seq * C + (double)m->layers * (4 * C * C + 3 * C * F);
+    if (m->experts < 0)
+        BAD("%d experts: 0 (a dense model) or more", m->experts);
+    if (m->experts > 0) {
+        if (m->top_k < 1 || m->top_k > m->experts)
+            BAD("top-k %d is not in [1, %d experts]", m->top_k, m->experts);
+        if (m->moe_every < 1 || m->moe_every > m->layers)
+            BAD("moe-every %d is not in [1, %d layers]", m->moe_every, m->layers);
+        if (!(m->capacity_factor > 0) || m->capacity_factor > 1e6)
+            BAD("capacity factor %g is not in (0, 1e6]", m->capacity_factor);
+        params += (double)(m->layers / m->moe_every) * m->experts * 3 * C * F;
+    }
     if (params * 32 > 1e18)
         BAD("the model is too large to count in bytes (%.3g parameters)", params);
     return 0;
@@ -749,6 +806,19 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
             l->micros, l->pp);
     if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1 || cp > 1) && l->zero > 2))
         BAD("ZeRO stage %d: 0..3, and 0..2 with tensor, pipeline or context parallel", l->zero);
+    int ep = msr_plan_ep(l);
+    if (l->ep < 0 || (ep > 1 && m->experts == 0))
+        BAD("ep %d: expert parallel needs at least 1 and a MoE model", l->ep);
+    if (m->experts > 0 && m->experts % ep != 0)
+        BAD("%d experts do not divide among ep %d ranks", m->experts, ep);
+    if (m->experts > 0 && m->experts % (ep * l->tp) != 0)
+        BAD("%d experts do not divide among ep %d x tp %d ranks", m->experts, ep, l->tp);
+    if (l->dp % ep != 0)
+        BAD("ep %d does not divide dp %d: the expert-parallel groups are cut from the "
+            "data-parallel group",
+            ep, l->dp);
+    if (m->experts > 0 && cp > 1)
+        BAD("MoE blocks do not run with context parallel (cp %d)", cp);
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *
@@ -834,6 +904,30 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         o->frames_held = 1;
     }
 
+    /* the experts (parallel/train.c experts_create): E / (ep tp) of each
+     * MoE block of the part, their moments whole or, under ZeRO with
+     * replicas, this rank's block among the dp / ep ranks holding the same
+     * experts (rank dp_rank / ep of them), with a gather buffer of all the
+     * blocks */
+    if (m->experts > 0) {
+        int ep = msr_plan_ep(&l), held = m->experts / (ep * l.tp);
+        uint64_t fw = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
+        uint64_t count = (uint64_t)p.moe_blocks * (uint64_t)held * expert_params(m);
+        uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
+        if (l.zero >= 1 && reps > 1) {
+            blk = ceil_div(count, reps);
+            lo = min_u64(count, (uint64_t)(o->dp_rank / ep) * blk);
+            hi = min_u64(count, lo + blk);
+        }
+        o->experts_held = held;
+        o->expert_params = count * fw;
+        o->expert_grads = count * fw;
+        o->expert_optim = 2 * (hi - lo) * F32;
+        o->moe_work = moe_work_bytes(m, &l, p.moe_blocks, o->tp_rank, fw) + blk * reps * F32;
+        if (prec == MSR_PLAN_BF16)
+            o->master += (hi - lo) * F32;
+    }
+
     /* pipeline buffers (parallel/mp.c msr_mp_create): the gradients sent
      * back, one per frame, and the last stage's copy of wte and its
      * gradient (GPT's tied head) */
@@ -886,7 +980,8 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         acts_after = whole_path(&l) ? o->activations : 0;
     }
 
-    o->total = o->params + o->grads + o->optim + o->master + o->comm + o->work + o->shm +
+    o->total = o->params + o->grads + o->optim + o->master + o->expert_params + o->expert_grads +
+               o->expert_optim + o->moe_work + o->comm + o->work + o->shm +
                max_u64(o->activations + during, acts_after + after) - untouched;
 }
 

@@ -76,14 +76,15 @@ static double tflops_per_rank(const msr_plan_t *p)
 
 static uint64_t state_bytes(const msr_plan_rank_t *r)
 {
-    return r->params + r->grads + r->optim + r->master;
+    return r->params + r->grads + r->optim + r->master + r->expert_params + r->expert_grads +
+           r->expert_optim;
 }
 
 void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n)
 {
-    fprintf(f, "%4s %5s %4s %4s %4s %2s %4s %-9s %5s %5s %-14s %11s %10s %11s %6s %10s  %s\n", "#",
-            "dp", "tp", "pp", "cp", "sp", "zero", "recompute", "micro", "accum", "schedule",
-            "peak/rank", "step_ms", "tokens/s", "bubble", "exposed_ms", "layers");
+    fprintf(f, "%4s %5s %4s %4s %4s %4s %2s %4s %-9s %5s %5s %-14s %11s %10s %11s %6s %10s  %s\n",
+            "#", "dp", "tp", "pp", "cp", "ep", "sp", "zero", "recompute", "micro", "accum",
+            "schedule", "peak/rank", "step_ms", "tokens/s", "bubble", "exposed_ms", "layers");
     for (int64_t i = 0; i < n; i++) {
         const msr_plan_t *p = &plans[i];
         const msr_plan_layout_t *l = &p->l;
@@ -100,8 +101,8 @@ void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n)
         double bubble = p->t.step_ms > 0 ? 100 * p->t.bubble_ms / p->t.step_ms : 0;
         fprintf(f,
                 "%4" PRId64
-                " %5d %4d %4d %4d %2d %4d %-9s %5d %5d %-14s %11s %10s %11s %5.1f%% %10s  %s\n",
-                i + 1, l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
+                " %5d %4d %4d %4d %4d %2d %4d %-9s %5d %5d %-14s %11s %10s %11s %5.1f%% %10s  %s\n",
+                i + 1, l->dp, l->tp, l->pp, msr_plan_cp(l), msr_plan_ep(l), l->sp, l->zero,
                 msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros, sched, peak,
                 step, tok, bubble, exp, layers);
     }
@@ -112,16 +113,16 @@ void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         const msr_plan_t *p = &plans[i];
         const msr_plan_layout_t *l = &p->l;
-        fprintf(
-            f,
-            "plan dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d grad_accum=%d "
-            "schedule=%s virtual_stages=%d params=%" PRIu64 " state_bytes=%" PRIu64
-            " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64
-            " step_ms=%.6g tokens_per_s=%.6g tflops_per_rank=%.4g",
-            l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
-            msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros,
-            msr_plan_schedule_names[l->schedule], l->chunks, p->at.part_params, state_bytes(&p->at),
-            p->at.activations, p->peak, p->t.step_ms, p->t.tokens_per_s, tflops_per_rank(p));
+        fprintf(f,
+                "plan dp=%d tp=%d pp=%d cp=%d ep=%d sp=%d zero=%d recompute=%s micro_batch=%d "
+                "grad_accum=%d schedule=%s virtual_stages=%d params=%" PRIu64
+                " state_bytes=%" PRIu64 " activation_bytes=%" PRIu64 " peak_bytes=%" PRIu64
+                " step_ms=%.6g tokens_per_s=%.6g tflops_per_rank=%.4g",
+                l->dp, l->tp, l->pp, msr_plan_cp(l), msr_plan_ep(l), l->sp, l->zero,
+                msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros,
+                msr_plan_schedule_names[l->schedule], l->chunks, p->at.part_params,
+                state_bytes(&p->at), p->at.activations, p->peak, p->t.step_ms, p->t.tokens_per_s,
+                tflops_per_rank(p));
         if (l->stage_layers != NULL) {
             fprintf(f, " pp_layers=");
             for (int j = 0; j < stages_of(l); j++)
@@ -237,6 +238,18 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
     row_bytes(f, "Adam moments", r->optim, T, p->l.zero >= 1 ? "sharded (ZeRO 1-3)" : "");
     if (r->master > 0)
         row_bytes(f, "fp32 master weights", r->master, T, "");
+    if (m->experts > 0) {
+        snprintf(note, sizeof note, "%d of the %d experts of each MoE block (ep %d)",
+                 r->experts_held, m->experts, msr_plan_ep(&p->l));
+        row_bytes(f, "experts' parameters", r->expert_params, T, note);
+        row_bytes(f, "experts' gradients", r->expert_grads, T, "");
+        row_bytes(f, "experts' Adam moments", r->expert_optim, T,
+                  p->l.zero >= 1 && p->l.dp > msr_plan_ep(&p->l)
+                      ? "sharded over the ranks holding the same experts"
+                      : "");
+        row_bytes(f, "MoE routing and buffers", r->moe_work, T,
+                  "kept routing, expert activations, exchange buffers");
+    }
     char fr[32], frh[32];
     msr_plan_format_bytes((double)r->frame_bytes[0], fr, sizeof fr);
     msr_plan_format_bytes((double)r->frame_bytes[1], frh, sizeof frh);
@@ -270,6 +283,9 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     if (msr_plan_cp(&p->l) > 1)
         row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
                "K/V blocks past a ring step's attention, their gradients after it");
+    if (msr_plan_ep(&p->l) > 1)
+        row_ms(f, 6, "ep alltoalls", t->ep_comm_ms, S,
+               "the experts' dispatch and combine, both ways, never hidden");
     row_ms(f, 6, "pipeline sends", t->pp_comm_ms, S, "on the critical path");
     row_ms(f, 6, "bubble", t->bubble_ms, S, "idle while the pipeline fills and drains");
     format_num(t->dp_comm_ms, a, sizeof a);
@@ -278,7 +294,7 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 4, "ZeRO-3 gathers", t->zero3_ms, S, "exposed");
     row_ms(f, 4, "optimizer", t->optim_ms, S, "AdamW on the rank's shard");
     row_ms(f, 4, "exposed communication", t->exposed_comm_ms, S,
-           "tp + cp ring + pipeline sends + dp exposed + ZeRO-3");
+           "tp + cp ring + ep + pipeline sends + dp exposed + ZeRO-3");
     double achieved = tflops_per_rank(p);
     fprintf(f,
             "  %.4g FLOPs a step; %.4g TFLOP/s per rank achieved, %.1f%% of the %.4g it can do\n",
@@ -293,12 +309,12 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
     const msr_plan_layout_t *x = &p->l, *y = &best->l;
     fprintf(f, "  against plan 1:");
     /* in msr_plan_fix_names' order */
-    const int a[MSR_PLAN_FIX_N] = {x->dp,     x->tp,         x->pp,          x->sp,
-                                   x->zero,   x->recompute,  x->micro_batch, x->schedule,
-                                   x->chunks, msr_plan_cp(x)};
-    const int b[MSR_PLAN_FIX_N] = {y->dp,     y->tp,         y->pp,          y->sp,
-                                   y->zero,   y->recompute,  y->micro_batch, y->schedule,
-                                   y->chunks, msr_plan_cp(y)};
+    const int a[MSR_PLAN_FIX_N] = {x->dp,     x->tp,          x->pp,          x->sp,
+                                   x->zero,   x->recompute,   x->micro_batch, x->schedule,
+                                   x->chunks, msr_plan_cp(x), msr_plan_ep(x)};
+    const int b[MSR_PLAN_FIX_N] = {y->dp,     y->tp,          y->pp,          y->sp,
+                                   y->zero,   y->recompute,   y->micro_batch, y->schedule,
+                                   y->chunks, msr_plan_cp(y), msr_plan_ep(y)};
     int same = 1;
     for (int k = 0; k < MSR_PLAN_FIX_N; k++) {
         if (a[k] == b[k])
@@ -325,6 +341,7 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
         {"recompute", t->recompute_ms - u->recompute_ms},
         {"tp collectives", t->tp_comm_ms - u->tp_comm_ms},
         {"cp ring", t->cp_comm_ms - u->cp_comm_ms},
+        {"ep alltoalls", t->ep_comm_ms - u->ep_comm_ms},
         {"pipeline sends", t->pp_comm_ms - u->pp_comm_ms},
         {"bubble", t->bubble_ms - u->bubble_ms},
         {"dp exposed", t->dp_exposed_ms - u->dp_exposed_ms},
@@ -362,13 +379,19 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
     char sched[32];
     schedule_name(l, sched, sizeof sched);
     fprintf(f,
-            "plan %" PRId64 ": dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d "
-            "grad_accum=%d schedule=%s\n",
-            which, l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero,
+            "plan %" PRId64 ": dp=%d tp=%d pp=%d cp=%d ep=%d sp=%d zero=%d recompute=%s "
+            "micro_batch=%d grad_accum=%d schedule=%s\n",
+            which, l->dp, l->tp, l->pp, msr_plan_cp(l), msr_plan_ep(l), l->sp, l->zero,
             msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros, sched);
     fprintf(f, "  model: %s, %" PRIu64 " parameters, %d layers, %s\n",
             m->arch == MSR_PLAN_GPT ? "GPT" : "Llama", msr_plan_num_params(m), m->layers,
             prec == MSR_PLAN_BF16 ? "bf16 with fp32 master weights" : "fp32");
+    if (m->experts > 0)
+        fprintf(f,
+                "  MoE: %d of the %d blocks (one in %d) have %d experts, top-%d, capacity factor "
+                "%g; the experts shared out over ep %d\n",
+                m->layers / m->moe_every, m->layers, m->moe_every, m->experts, m->top_k,
+                m->capacity_factor, msr_plan_ep(l));
     explain_split(f, p);
     explain_memory(f, m, p, c);
     explain_time(f, p, c);

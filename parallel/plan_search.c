@@ -7,7 +7,8 @@
 #include "parallel/plan.h"
 
 const char *const msr_plan_fix_names[MSR_PLAN_FIX_N] = {
-    "dp", "tp", "pp", "sp", "zero", "recompute", "micro_batch", "schedule", "virtual_stages", "cp"};
+    "dp", "tp", "pp", "sp", "zero", "recompute", "micro_batch", "schedule", "virtual_stages",
+    "cp", "ep"};
 const char *const msr_plan_schedule_names[3] = {"gpipe", "1f1b", "interleaved"};
 const char *const msr_plan_recompute_names[3] = {"none", "selective", "full"};
 
@@ -198,10 +199,10 @@ static void describe(const msr_plan_layout_t *l, char *buf, size_t len)
     const char *rc =
         l->recompute >= 0 && l->recompute <= 2 ? msr_plan_recompute_names[l->recompute] : "?";
     snprintf(buf, len,
-             "dp=%d tp=%d pp=%d cp=%d sp=%d zero=%d recompute=%s micro_batch=%d schedule=%s "
-             "virtual_stages=%d",
-             l->dp, l->tp, l->pp, msr_plan_cp(l), l->sp, l->zero, rc, l->micro_batch, sched,
-             l->chunks);
+             "dp=%d tp=%d pp=%d cp=%d ep=%d sp=%d zero=%d recompute=%s micro_batch=%d "
+             "schedule=%s virtual_stages=%d",
+             l->dp, l->tp, l->pp, msr_plan_cp(l), msr_plan_ep(l), l->sp, l->zero, rc,
+             l->micro_batch, sched, l->chunks);
 }
 
 /* "layout: reason" into out, cut to fit */
@@ -235,12 +236,14 @@ static int plan_cmp(const msr_plan_t *a, const msr_plan_t *b)
         return a->t.step_ms < b->t.step_ms ? -1 : 1;
     if (a->peak != b->peak)
         return a->peak < b->peak ? -1 : 1;
-    const int x[] = {a->l.dp,     a->l.tp,           a->l.pp,          a->l.sp,
-                     a->l.zero,   a->l.recompute,    a->l.micro_batch, a->l.schedule,
-                     a->l.chunks, msr_plan_cp(&a->l)};
-    const int y[] = {b->l.dp,     b->l.tp,           b->l.pp,          b->l.sp,
-                     b->l.zero,   b->l.recompute,    b->l.micro_batch, b->l.schedule,
-                     b->l.chunks, msr_plan_cp(&b->l)};
+    const int x[] = {
+        a->l.dp,           a->l.tp,          a->l.pp,       a->l.sp,     a->l.zero,
+        a->l.recompute,    a->l.micro_batch, a->l.schedule, a->l.chunks, msr_plan_cp(&a->l),
+        msr_plan_ep(&a->l)};
+    const int y[] = {
+        b->l.dp,           b->l.tp,          b->l.pp,       b->l.sp,     b->l.zero,
+        b->l.recompute,    b->l.micro_batch, b->l.schedule, b->l.chunks, msr_plan_cp(&b->l),
+        msr_plan_ep(&b->l)};
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         if (x[i] != y[i])
             return x[i] < y[i] ? -1 : 1;
@@ -467,7 +470,32 @@ static void schedules(const search_t *s, int pp, sched_choice_t *out)
  * ZeRO stage (fast: recompute only adds time). Returns 1 when nothing was
  * under the budget and something was over it (a larger micro-batch fits
  * no better). */
+static int group_ep(search_t *s, msr_plan_layout_t l);
+
+/* Every expert-parallel degree for the layout's dp (a MoE model's: the
+ * divisors of dp that divide the experts; the fast search: powers of two),
+ * each through group_ep. */
 static int group(search_t *s, msr_plan_layout_t l)
+{
+    const int *fx = s->q->fix;
+    values_t eps;
+    if (s->m->experts == 0) {
+        one_or_fixed(fx[MSR_PLAN_FIX_EP], 1, &eps);
+    } else
+        divisors(l.dp, fx[MSR_PLAN_FIX_EP], s->q->search == MSR_PLAN_SEARCH_FAST, &eps);
+    int none_fit = 1;
+    for (int i = 0; i < eps.n; i++) {
+        if (s->m->experts > 0 && fx[MSR_PLAN_FIX_EP] < 0 && s->m->experts % eps.v[i] != 0)
+            continue;
+        l.ep = eps.v[i];
+        none_fit &= group_ep(s, l);
+        if (s->oom)
+            return 0;
+    }
+    return none_fit;
+}
+
+static int group_ep(search_t *s, msr_plan_layout_t l)
 {
     const int *fx = s->q->fix;
     int fast = s->q->search == MSR_PLAN_SEARCH_FAST;

@@ -7,53 +7,15 @@
 
 #include <stdlib.h>
 
+#include "parallel/pipe_order.h"
 #include "parallel/plan.h"
 
-typedef struct op {
-    int bwd, micro, chunk;
-} op_t;
+typedef msr_pipe_op_t op_t;
 
-/* The rank's ops in the runtime's order (msr_mp_build_schedule). */
+/* The rank's ops in the runtime's order. */
 static int build_ops(const msr_plan_sim_t *s, int r, op_t *o)
 {
-    int M = s->micros, p = s->pp, v = s->chunks, n = 0;
-#define PUT(b, mm, cc) (o[n++] = (op_t){(b), (mm), (cc)})
-    if (s->schedule == MSR_PLAN_GPIPE) {
-        for (int m = 0; m < M; m++)
-            PUT(0, m, 0);
-        for (int m = 0; m < M; m++)
-            PUT(1, m, 0);
-    } else if (s->schedule == MSR_PLAN_1F1B || v == 1) {
-        int warm = p - r - 1 < M ? p - r - 1 : M;
-        for (int m = 0; m < warm; m++)
-            PUT(0, m, 0);
-        for (int i = 0; i < M - warm; i++) {
-            PUT(0, warm + i, 0);
-            PUT(1, i, 0);
-        }
-        for (int m = M - warm; m < M; m++)
-            PUT(1, m, 0);
-    } else {
-        /* groups of p micro-batches through chunk 0, then chunk 1, ...;
-         * backward the chunks the other way */
-        int total = M * v;
-        int w = (p - r - 1) * 2 + (v - 1) * p;
-        int warm = M == p ? total : (w < total ? w : total);
-#define FM(k) (((k) / (p * v)) * p + (k) % p)
-#define FC(k) (((k) % (p * v)) / p)
-        for (int k = 0; k < warm; k++)
-            PUT(0, FM(k), FC(k));
-        for (int i = 0; i < total - warm; i++) {
-            PUT(0, FM(warm + i), FC(warm + i));
-            PUT(1, FM(i), v - 1 - FC(i));
-        }
-        for (int k = total - warm; k < total; k++)
-            PUT(1, FM(k), v - 1 - FC(k));
-#undef FM
-#undef FC
-    }
-#undef PUT
-    return n;
+    return msr_pipe_order(s->schedule, s->micros, s->pp, r, s->chunks, o);
 }
 
 enum { WAITING, COMPUTING, ON_WIRE, FINISHED };
@@ -99,13 +61,13 @@ double msr_plan_sim_pipeline(const msr_plan_sim_t *s)
             rank_state_t *x = &rs[r];
             if (x->phase == WAITING) {
                 op_t o = x->ops[x->pos];
-                int j = o.chunk * p + r;
-                int ready = o.bwd ? DONE(0, o.micro, j) >= 0 &&
-                                        (j == nv - 1 || DONE(1, o.micro, j + 1) >= 0)
-                                  : j == 0 || DONE(0, o.micro, j - 1) >= 0;
+                int j = o.c * p + r;
+                int ready = o.backward
+                                ? DONE(0, o.m, j) >= 0 && (j == nv - 1 || DONE(1, o.m, j + 1) >= 0)
+                                : j == 0 || DONE(0, o.m, j - 1) >= 0;
                 if (ready) {
                     x->phase = COMPUTING;
-                    x->left = o.bwd ? s->stage[j].bwd : s->stage[j].fwd;
+                    x->left = o.backward ? s->stage[j].bwd : s->stage[j].fwd;
                 }
             }
             running += x->phase == COMPUTING;
@@ -129,17 +91,17 @@ double msr_plan_sim_pipeline(const msr_plan_sim_t *s)
             if (x->phase != COMPUTING && x->phase != ON_WIRE)
                 continue;
             op_t o = x->ops[x->pos];
-            int j = o.chunk * p + r;
+            int j = o.c * p + r;
             x->left -= x->phase == COMPUTING ? dt * rate : dt;
             if (x->left > 1e-9)
                 continue;
             if (x->phase == COMPUTING) {
                 x->phase = ON_WIRE;
-                x->left = o.bwd ? s->stage[j].bwd_wait : s->stage[j].fwd_wait;
+                x->left = o.backward ? s->stage[j].bwd_wait : s->stage[j].fwd_wait;
                 if (x->left > 1e-9)
                     continue;
             }
-            DONE(o.bwd, o.micro, j) = t;
+            DONE(o.backward, o.m, j) = t;
             if (++x->pos == x->n) {
                 x->phase = FINISHED;
                 left--;

@@ -208,10 +208,23 @@ static double t_scatter(const net_t *x, double bytes, int n)
     return (n - 1) * (x->lat_ms + bytes / n * x->ms_per_byte);
 }
 
+/* alltoall of bytes per rank (each peer gets bytes / n): one send and
+ * receive to each peer in turn (comm/ucx), or through shared memory */
+static double t_alltoall(const net_t *x, double bytes, int n)
+{
+    if (n <= 1 || bytes <= 0)
+        return 0;
+    if (x->shm)
+        return x->lat_ms + 2.0 * (n - 1) / n * bytes * x->ms_per_byte;
+    return (n - 1) * (x->lat_ms + bytes / n * x->ms_per_byte);
+}
+
 static double t_p2p(const net_t *x, double bytes)
 {
     return bytes > 0 ? x->lat_ms + bytes * x->ms_per_byte : 0;
 }
+
+#define F32_BYTES 4.0 /* Adam's moments are fp32 at any precision */
 
 /* ---- work ---- */
 
@@ -255,6 +268,8 @@ typedef struct pieces {
     work_t layer_f;     /* one block's forward */
     work_t attn_f;      /* of it, the attention core (what selective recomputes) */
     double layer_tp_ms; /* one block's tp collectives, forward (backward: the same) */
+    double layer_ep_ms; /* one block's expert-parallel alltoalls, forward (backward: the same),
+                         * averaged over the blocks as layer_f is */
     work_t attn_b_more; /* under cp: what the ring's backward computes beyond twice attn_f */
     work_t gelu_f;      /* the GELU alone (what selective recompute reruns under cp) */
     double ring_f_ms;   /* under cp: one block's exposed ring transfers, forward */
@@ -285,7 +300,25 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
     /* matrix products (2 FLOPs a multiply-add): q/k/v, the output
      * projection, the MLP (SwiGLU: gate and up, then down) */
-    double mm = 2 * N * (C * qkv + C * C + (llama ? 3 : 2) * C * F);
+    double mlp = 2 * N * (llama ? 3 : 2) * C * F;
+    double mm = 2 * N * (C * qkv + C * C) + mlp;
+    /* MoE (parallel/moe.h): in a MoE block the MLP becomes the router (N x
+     * C x E) and the experts on the rows they take, N K if none drops, at
+     * most E x capacity; with ep a rank computes its E / ep experts on the
+     * rows every ep rank sends it, the same count on average; with tp each
+     * tp rank routes the whole micro-batch alike (the router's work is not
+     * split) and computes E / (ep tp) of the experts. A block's work is
+     * averaged over the blocks (the layers a stage gets are priced alike) */
+    double moe_share = 0, rows = 0, moe_mlp = 0, router = 0;
+    if (m->experts > 0) {
+        double E = m->experts, K = m->top_k;
+        double cap = ceil(m->capacity_factor * N * K / E);
+        rows = N * K < E * cap ? N * K : E * cap;
+        moe_share = (double)(m->layers / m->moe_every) / m->layers;
+        router = 2 * N * C * E;
+        moe_mlp = mlp / N * rows;
+        mm += moe_share * (moe_mlp - mlp);
+    }
     /* attention: Q K^T and A V over the full T x T, per head (the
      * runtime's kernels skip nothing under the causal mask); under cp
      * the ring computes each (query chunk, key chunk) pair of S = T/(2 cp)
@@ -294,7 +327,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * products a pair where the forward runs two */
     double S = m->seq / (2.0 * cp), pairs = 2.0 * cp + 1;
     double att = cp > 1 ? 4 * b * pairs * S * S * C : 4 * b * T * T * C;
-    p->model_flops_f = cp * (m->layers * (mm + att) + 2 * N * C * V);
+    p->model_flops_f = cp * (m->layers * (mm + moe_share * router + att) + 2 * N * C * V);
 
     double heads_l = NH / t;
     p->attn_f.flops = att / t;
@@ -320,15 +353,33 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 
     p->layer_f = p->attn_f;
-    p->layer_f.flops += mm / t;
+    p->layer_f.flops += mm / t + moe_share * router;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */
     p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
     p->layer_f.act += eb * (llama ? 3 : 2) * N * F / t;
     p->layer_f.kernels += 2 + 4 + (llama ? 3 : 1) + 2;
-
     net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
+    if (m->experts > 0) {
+        /* a MoE block's activation runs on its rows; the router's softmax;
+         * the dispatch and combine copy each row in and out (the capacity
+         * buffers, E x capacity rows of C, zeroed first); the experts' two
+         * products and GELU a kernel each an expert */
+        double E = m->experts, K = m->top_k, cap = ceil(m->capacity_factor * N * K / E);
+        int ep = msr_plan_ep(l);
+        p->layer_f.act += moe_share * eb * ((llama ? 3 : 2) * (rows - N) * F / t + 2 * N * E);
+        p->layer_f.bytes += moe_share * eb * ((4 * rows * C + 2 * E * cap * C) / t + N * K * C);
+        p->layer_f.kernels += moe_share * (3 * E / (ep * t) + 4);
+        /* two alltoalls forward, two backward, of a tp rank's share of the
+         * E x capacity rows (its experts' rows of every ep peer); under tp
+         * the gates' gradients (N, K) summed over tp once in backward
+         * (averaged over both passes here) */
+        net_t epn = net_of(c, (int64_t)ep * l->tp * cp * l->pp <= c->ranks_per_node);
+        p->layer_ep_ms = moe_share * 2 * t_alltoall(&epn, E * cap * C * eb / t, ep);
+        p->layer_ep_ms += moe_share * 0.5 * t_allreduce(&tpn, N * K * eb, l->tp);
+    }
+
     double act = N * C * eb;
     if (l->sp) { /* two allgathers in, two reduce-scatters out */
         p->layer_tp_ms = 2 * t_scatter(&tpn, act, l->tp) + 2 * t_scatter(&tpn, act, l->tp);
@@ -371,7 +422,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
 /* Which costs a pass counts: turning one off and pricing again tells how
  * much of the step it is. */
-enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_CP = 8, WITH_ALL = 15 };
+enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_CP = 8, WITH_EP = 16, WITH_ALL = 31 };
 
 /* One micro-batch through a virtual stage: its forward's and backward's
  * compute at the cluster's rates (every rank busy) and their tp
@@ -390,6 +441,10 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
     double tpf = layers * p->layer_tp_ms, tpb = layers * p->layer_tp_ms;
     double ringf = (with & WITH_CP) ? layers * p->ring_f_ms : 0;
     double ringb = (with & WITH_CP) ? layers * p->ring_b_ms : 0;
+    if (with & WITH_EP) { /* never hidden: the experts wait for their rows */
+        ringf += layers * p->layer_ep_ms;
+        ringb += layers * p->layer_ep_ms;
+    }
     f = add(f, scale(p->layer_sp, layers));
     bw = add(bw, scale(p->layer_sp, layers));
     if (with & WITH_RC) {
@@ -400,7 +455,7 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
         else if (l->recompute == MSR_PLAN_RC_FULL) {
             bw = add(bw, f);
             tpb += layers * p->layer_tp_ms;
-            ringb += ringf; /* the ring runs again */
+            ringb += ringf; /* the ring (and the experts' exchanges) run again */
         }
     }
     if (first) {
@@ -562,6 +617,8 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     double no_pp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_PP, NULL, NULL);
     double no_rc = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_RC, NULL, NULL);
     double no_cp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_CP, NULL, NULL);
+    double no_ep = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_EP, NULL, NULL);
+    out->ep_comm_ms = pipe - no_ep;
     double bare = pipeline_ms(m, &l, c, &p, 0, NULL, NULL);
     out->cp_comm_ms = pipe - no_cp;
     out->tp_comm_ms = pipe - no_tp;
@@ -569,9 +626,9 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     out->recompute_ms = pipe - no_rc;
     out->compute_ms = bare;
     out->bubble_ms = pipe - busy;
-    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC | WITH_CP, 1);
-    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC | WITH_CP, 1);
-    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC | WITH_CP, 1);
+    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
+    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
+    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
 
     /* the tied head's wte crosses the pipeline twice a step (the last
      * stage's copy in, its gradient back) */
@@ -634,7 +691,19 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
             red += t;
             red_exposed += t;
         }
-        double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params);
+        /* the experts' gradients, summed after backward over the dp / ep
+         * ranks holding the same experts (parallel/train.c experts_reduce:
+         * an allreduce, or under ZeRO a reduce-scatter and the parameters'
+         * allgather after the update), exposed */
+        int reps = l.dp / msr_plan_ep(&l);
+        double EG = (double)r.expert_grads; /* bytes at the precision's width */
+        if (reps > 1 && EG > 0) {
+            double e = l.zero == 0 ? t_allreduce(&dpn, EG, reps) : 2 * t_scatter(&dpn, EG, reps);
+            red += e;
+            red_exposed += e;
+        }
+        double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) +
+                       (double)r.expert_optim / (2 * F32_BYTES);
         /* AdamW reads the gradient, both moments and the weights (and
          * under bf16 the fp32 master), and writes all but the gradient */
         work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 0, 1};
@@ -648,8 +717,8 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
             out->optim_ms = optim;
         }
     }
-    out->exposed_comm_ms =
-        out->tp_comm_ms + out->cp_comm_ms + out->pp_comm_ms + out->dp_exposed_ms + out->zero3_ms;
+    out->exposed_comm_ms = out->tp_comm_ms + out->cp_comm_ms + out->ep_comm_ms + out->pp_comm_ms +
+                           out->dp_exposed_ms + out->zero3_ms;
     out->step_ms = pipe + tied + worst;
     out->tokens_per_s =
         out->step_ms > 0 ? micros_all * l.micro_batch * m->seq / (out->step_ms / 1e3) : 0;

@@ -93,11 +93,16 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                        "data-parallel group",
                        ep, cfg->dp);
     }
-    if (E > 0 && msr_train_uses_mp(cfg)) {
+    if (E > 0 && cfg->cp > 1) {
         return msr_err(MSR_ERR_CONFIG,
-                       "MoE runs with data and expert parallel only: not with tp, pp, cp, sp, "
-                       "virtual stages, recompute or the trace (the model-parallel runtime has "
-                       "no MoE block)");
+                       "MoE does not run with cp: a MoE block routes a micro-batch's whole "
+                       "sequences, which context parallel splits over its ranks");
+    }
+    if (E > 0 && E % (ep * cfg->tp) != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "%d experts do not divide among ep %d x tp %d ranks: each tp rank "
+                       "computes E / (ep x tp) of them",
+                       E, ep, cfg->tp);
     }
     if (msr_train_uses_mp(cfg)) {
         msr_mp_config_t m = mp_config(cfg);
@@ -131,7 +136,24 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
                   msr_status_str(st), msr_last_error());
         return st;
     }
-    if ((st = msr_moe_set_ep(moe, tr->ep_comm)) != MSR_OK)
+    /* model parallel: the experts of the blocks of this part's stages,
+     * shared out over tp too */
+    int nb = msr_moe_blocks(moe), every = tr->cfg.model.moe.every;
+    int *held = msr_calloc((size_t)nb, sizeof *held);
+    if (held == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (int i = 0; i < nb; i++)
+        for (int c = 0; c < tr->model->part.chunks; c++)
+            held[i] |= (i + 1) * every - 1 >= tr->model->chunk_lo[c] &&
+                       (i + 1) * every - 1 < tr->model->chunk_hi[c];
+    msr_moe_layout_t lay = {tr->ep_comm, NULL, held, 0};
+    if (tr->mesh != NULL) { /* set before this only on the model-parallel path */
+        lay.tp_comm = tr->mesh->tp_comm;
+        lay.router_once = tr->cfg.mp.sp;
+    }
+    st = msr_moe_set_layout(moe, &lay);
+    msr_free(held);
+    if (st != MSR_OK)
         return st;
     msr_moe_init_params(moe, tr->cfg.seed);
     size_t count = msr_moe_count(moe);
@@ -318,6 +340,15 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
     if (st != MSR_OK)
         goto err_free;
     msr_dp_set_model_parallel(tr->dp, mesh->tp_comm, mesh->tp_rank, mesh->pp_comm);
+    if (cfg->model.moe.experts > 0) {
+        /* the MoE state keeps each micro-batch's routing from its forward
+         * to its backward (one frame when full recompute runs it again) */
+        int frames = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL ? 1 : cfg->grad_accum;
+        st = msr_moe_create_frames(&cfg->model, cfg->micro_batch * cfg->model.max_seq, frames,
+                                   &tr->model->moe);
+        if (st != MSR_OK || (st = experts_create(tr, mesh->dp_comm, mesh->dp_rank)) != MSR_OK)
+            goto err_free;
+    }
     if ((st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         goto err_free;
     if ((st = msr_mp_sync_tied(tr->mp)) != MSR_OK)
@@ -437,11 +468,18 @@ msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)
         memcpy(o + 2, s->load, (size_t)E * sizeof *o);
     }
     msr_moe_stats_reset(moe);
-    if (tr->dp->comm == NULL)
+    /* model parallel: a block's counts are its stage's, alike on its tp
+     * ranks (tp rank 0's are taken), summed over the world */
+    msr_comm_t *comm = tr->dp->comm;
+    if (tr->mp != NULL) {
+        comm = tr->mesh->world;
+        if (tr->mesh->tp_rank != 0)
+            memset(out, 0, (size_t)n * (size_t)(E + 2) * sizeof *out);
+    }
+    if (comm == NULL)
         return MSR_OK;
-    msr_status_t st =
-        msr_comm_allreduce(tr->dp->comm, MSR_IN_PLACE, out, (uint64_t)n * (uint64_t)(E + 2),
-                           MSR_DTYPE_I64, MSR_OP_SUM);
+    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, out, (uint64_t)n * (uint64_t)(E + 2),
+                                         MSR_DTYPE_I64, MSR_OP_SUM);
     if (st != MSR_OK)
         MSR_ERROR("train: summing the router statistics: %s: %s", msr_status_str(st),
                   msr_last_error());
@@ -463,7 +501,7 @@ static size_t total_params(const msr_trainer_t *tr)
 /* The MoE blocks whose experts a payload holds after the flat pieces. */
 static int expert_ranges(const msr_trainer_t *tr)
 {
-    return tr->model->moe != NULL ? msr_moe_blocks(tr->model->moe) : 0;
+    return tr->model->moe != NULL ? msr_moe_held(tr->model->moe) : 0;
 }
 
 /* Range k of the experts this rank saves, in the checkpoint's numbering:
@@ -737,6 +775,26 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
             payload_apply(tr, &p, cover);
         }
         payload_free(&p);
+    }
+    /* tp: another ep layout shares the experts out over the tp ranks
+     * otherwise, so some of this rank's were saved by other tp indices:
+     * their payloads' expert ranges (in the whole model's numbering) */
+    int tp = tr->mp != NULL ? tr->mesh->tp : 1, tp_rank = tr->mp != NULL ? tr->mesh->tp_rank : 0;
+    for (int j = 0; j < tp && ecount > 0 && !agree[2] && read_st == MSR_OK; j++) {
+        for (int r = 0; r < world && j != tp_rank && read_st == MSR_OK; r++) {
+            if ((read_st = payload_fetch(fetch, arg, world * (1 + j) + r, &p)) != MSR_OK)
+                break;
+            if (!same_checkpoint(&p0, &p, world) || p.h.rank != (uint32_t)r) {
+                MSR_ERROR("train: the shards of dp rank %d at tp ranks %d and %d belong to "
+                          "different checkpoints",
+                          r, tp_rank, j);
+                read_st = MSR_ERR_CORRUPT;
+            }
+            for (uint32_t k = 0; k < p.n && read_st == MSR_OK; k++)
+                if (p.ranges[k].lo >= tr->model->num_params)
+                    experts_load(tr, &p.ranges[k], cover);
+            payload_free(&p);
+        }
     }
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i]) {

@@ -52,9 +52,12 @@ typedef struct msr_train_config {
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
     /* expert parallel (parallel/moe.h): the MoE blocks' experts are
      * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
-     * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all. Needs
-     * model.moe.experts > 0 divisible by ep, ep dividing dp, and no model
-     * parallel (tp = pp = 1, nothing that runs through parallel/mp.h) */
+     * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all.
+     * With model parallel the groups are cut from the dp group of this
+     * rank's (pp, tp) coordinate, a rank holds the experts of its stages'
+     * MoE blocks only, and the tp ranks share out their ep rank's experts
+     * (parallel/moe.h). Needs model.moe.experts > 0 divisible by ep x tp,
+     * ep dividing dp, and no cp */
     int ep;
 } msr_train_config_t;
 
@@ -129,11 +132,12 @@ float msr_trainer_lr(const msr_trainer_t *tr, uint64_t step);
 msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
 
 /* The MoE router's choices since the last call, summed over the
- * data-parallel group, then reset: for each MoE block i, out[i * (E + 2)
+ * data-parallel group (with model parallel: over the world, each block's
+ * counted once, by its stage's tp rank 0), then reset: for each MoE block i, out[i * (E + 2)
  * ..] = tokens routed, choices dropped for capacity, and each expert's
  * kept choices (E). out holds msr_moe_blocks * (E + 2) entries. Collective
- * over the data-parallel group. Errors: MSR_ERR_STATE (a dense model), the
- * communicator's. */
+ * over the data-parallel group (the world with model parallel). Errors: MSR_ERR_STATE (a dense
+ * model), the communicator's. */
 msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
 
 /* All parameters (P floats) into out; collective under ZeRO-3. */
@@ -156,7 +160,9 @@ typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, s
 /* Restores the state of a checkpoint saved by `world` data-parallel ranks
  * (with a model-parallel trainer: of a checkpoint saved in the same layout,
  * each rank's from the rank of the same pp and tp index; fetch gets the
- * dp index),
+ * dp index, or world x (1 + j) + the dp index for tp index j: a MoE model
+ * under tp resumed in another ep layout reads the experts the other tp
+ * ranks saved),
  * whatever this run's dp, ZeRO stage or buckets (the global batch, hence
  * meta, must be the same). When world is this run's dp and the saved
  * layout is this run's, each rank reads only its own payload and the ranks

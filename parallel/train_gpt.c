@@ -78,7 +78,7 @@ static const opt_spec_t specs[] = {
     OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
     OPT("ep", OPT_INT, ep, 1, 1 << 20,
         "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
-        "group (1)"),
+        "group, and over tp within each (1)"),
     OPT("sp", OPT_FLAG, sp, 0, 0,
         "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT("schedule", OPT_TEXT, schedule, 0, 0,
@@ -400,7 +400,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     if (job->rank == 0 && tr->model->moe != NULL)
         fprintf(stderr,
                 "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
-                "blocks, %zu expert parameters, %zu on each rank; ep %d\n",
+                "blocks, %zu expert parameters, %zu on rank 0; ep %d\n",
                 cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
                 cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
                 msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
@@ -656,11 +656,6 @@ int main(int argc, char **argv)
     int rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
-    if (o.experts > 0 && (o.plan || o.plan_all || o.explain > 0 || o.auto_plan)) {
-        fprintf(stderr, "train_gpt: the planner has no model of MoE blocks: --plan, --plan-all, "
-                        "--explain and --auto are for dense models\n");
-        goto out;
-    }
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL) {
         int done = 0;

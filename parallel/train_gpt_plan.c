@@ -7,7 +7,7 @@
  *
  * The cluster is --cluster FILE (read by rank 0 and broadcast) or measured
  * now by every rank together, so that every rank plans alike. Layout
- * options given on the command line (--dp, --tp, --pp, --sp, --zero,
+ * options given on the command line (--dp, --tp, --pp, --cp, --ep, --sp, --zero,
  * --recompute, --micro-batch, --schedule, --virtual-stages, --pp-layers)
  * fix the search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
  * leaves no layout is bad input. Bad input: one line (from every rank
@@ -154,6 +154,8 @@ static int fixes(const options_t *o, const job_t *job, int *fix)
         fix[MSR_PLAN_FIX_SP] = 1;
     if (train_gpt_given(o, "cp"))
         fix[MSR_PLAN_FIX_CP] = (int)o->cp;
+    if (train_gpt_given(o, "ep"))
+        fix[MSR_PLAN_FIX_EP] = (int)o->ep;
     if (o->schedule != NULL &&
         (fix[MSR_PLAN_FIX_SCHEDULE] = msr_mp_schedule_parse(o->schedule)) < 0)
         return refuse(job, "--schedule '%s' is not one of gpipe, 1f1b, interleaved", o->schedule);
@@ -242,6 +244,10 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     *done_p = !o->auto_plan;
     msr_plan_model_t m = {MSR_PLAN_GPT,  (int)o->layers,       (int)o->channels, (int)o->heads,
                           (int)o->heads, 4 * (int)o->channels, MSR_GPT_VOCAB,    (int)o->seq};
+    m.experts = (int)o->experts; /* a MoE model (0: dense) */
+    m.top_k = (int)o->top_k;
+    m.moe_every = (int)o->moe_every;
+    m.capacity_factor = o->capacity_factor;
     char why[512];
     if (msr_plan_check_model(&m, why, sizeof why) != 0)
         return refuse(job, "%s", why);
@@ -312,6 +318,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     o->tp = p->l.tp;
     o->pp = p->l.pp;
     o->cp = msr_plan_cp(&p->l);
+    o->ep = msr_plan_ep(&p->l);
     o->sp = p->l.sp;
     o->zero = p->l.zero;
     o->recompute = msr_mp_recompute_name((msr_mp_recompute_t)p->l.recompute);
@@ -332,17 +339,21 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         msr_gpt_split_format(o->split, o->split_n, split_text + strlen(split_text),
                              sizeof split_text - strlen(split_text));
     }
+    char ep_text[32] = "";
+    if (m.experts > 0)
+        snprintf(ep_text, sizeof ep_text, " ep %d", msr_plan_ep(&p->l));
     if (job->rank == 0) {
         char peak[32];
         msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
         fprintf(stderr,
                 "train_gpt: --auto: plan 1 of %" PRIu64
-                ": dp %d tp %d pp %d cp %d%s zero %d recompute %s micro-batch %d grad-accum %d "
+                ": dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
                 "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
                 "per rank at most (cluster: %s)\n",
-                pruned.found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), p->l.sp ? " sp" : "",
-                p->l.zero, o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks,
-                split_text, p->t.step_ms, p->t.tokens_per_s, peak, origin);
+                pruned.found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), ep_text,
+                p->l.sp ? " sp" : "", p->l.zero, o->recompute, p->l.micro_batch, p->l.micros,
+                o->schedule, p->l.chunks, split_text, p->t.step_ms, p->t.tokens_per_s, peak,
+                origin);
     }
 out:
     free(plans);

@@ -112,9 +112,14 @@ typedef struct fetch_arg {
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
 {
     fetch_arg_t *f = arg;
-    if (f->mesh != NULL) /* rank is a dp x cp index: the rank of our pp and tp index */
-        rank = msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp,
-                                f->mesh->tp_rank);
+    if (f->mesh != NULL) {
+        /* rank is a dp x cp index: the rank of our pp and tp index; past
+         * the dp x cp ranks, of another tp index (msr_trainer_restore) */
+        int n = f->mesh->dp * f->mesh->cp, tp = rank >= n ? rank / n - 1 : f->mesh->tp_rank;
+        rank %= n;
+        rank =
+            msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp, tp);
+    }
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);

@@ -36,12 +36,21 @@ refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
 refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
+refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
+refuse "moe-every 9 is not in \[1, 4 layers\]" "${m[@]}" --experts 4 --moe-every 9
+refuse "--capacity-factor 0" "${m[@]}" --experts 4 --capacity-factor 0
+refuse "4 experts do not divide among ep 3 ranks" "${m[@]}" --world 3 --global-batch 3 \
+    --experts 4 --fix ep=3
+refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
+refuse "MoE blocks do not run with context parallel" "${m[@]}" --experts 4 --fix cp=2
+refuse "4 experts do not divide among ep 2 x tp 4 ranks" "${m[@]}" --world 8 --experts 4 \
+    --fix tp=4,ep=2
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
 n=$(grep -c '^plan ' "$work/kv")
 ((n > 100)) || fail "only $n plans for 4 ranks"
-line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ cp=[0-9]+ sp=[01] zero=[0-3] recompute=(none|selective|full)'
+line='^plan dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ cp=[0-9]+ ep=1 sp=[01] zero=[0-3] recompute=(none|selective|full)'
 line+=' micro_batch=[0-9]+ grad_accum=[0-9]+ schedule=(gpipe|1f1b|interleaved)'
 line+=' virtual_stages=[0-9]+ params=[0-9]+ state_bytes=[0-9]+ activation_bytes=[0-9]+'
 line+=' peak_bytes=[0-9]+ step_ms=[0-9.e+-]+ tokens_per_s=[0-9.e+-]+ tflops_per_rank=[0-9.e+-]+$'
@@ -72,6 +81,29 @@ grep -q "^plan 1: dp=2 tp=1 pp=1 cp=2 " "$work/cpx" || fail "--explain cp: $(cat
 grep -q "cp ring " "$work/cpx" || fail "--explain: no ring: $(cat "$work/cpx")"
 grep -q "context parallel 2: a rank keeps its 8 of the 16 positions" "$work/cpx" ||
     fail "--explain: no cp memory: $(cat "$work/cpx")"
+# Mixture-of-Experts: the model's parameters are the dense blocks', the
+# MoE blocks' attention and router, and every expert (8C^2 + 5C each): L 4,
+# C 32, V 256, T 16, 4 experts in blocks 1 and 3; in every plan ep divides
+# dp and ep x tp the experts, and no plan has cp; --explain shows the
+# experts' bytes and the alltoalls
+C=32
+want=$((256 * C + 16 * C + 2 * C + 2 * (12 * C * C + 13 * C) + 2 * (4 * C * C + 8 * C + 4 * C) +
+    2 * 4 * (8 * C * C + 5 * C)))
+"$bin/plan_gpt" "${m[@]}" --experts 4 --moe-every 2 --format kv --all >"$work/moe"
+[[ $(head -1 "$work/moe") == "model params=$want" ]] || fail "MoE params: $(head -1 "$work/moe"), want $want"
+awk '/^plan / {
+    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    if (v["cp"] != 1 || v["dp"] % v["ep"] != 0 || 4 % (v["ep"] * v["tp"]) != 0) { print; exit 1 }
+    if (v["dp"] == 4) seen[v["ep"]] = 1 }
+    END { if (!(1 in seen) || !(2 in seen) || !(4 in seen)) exit 1 }' "$work/moe" ||
+    fail "MoE plans: ep not dividing dp, ep x tp not the experts, or no dp 4 with ep 1, 2, 4: $(head -3 "$work/moe")"
+"$bin/plan_gpt" "${m[@]}" --experts 4 --moe-every 2 --fix dp=4,ep=2,zero=1 --explain 1 >"$work/moex"
+grep -q "^plan 1: dp=4 tp=1 pp=1 cp=1 ep=2 " "$work/moex" || fail "--explain ep: $(cat "$work/moex")"
+grep -q "experts' parameters .*2 of the 4 experts of each MoE block (ep 2)" "$work/moex" ||
+    fail "--explain: no experts' bytes: $(cat "$work/moex")"
+grep -q "experts' Adam moments .*sharded over the ranks holding the same experts" "$work/moex" ||
+    fail "--explain: experts' moments not sharded: $(cat "$work/moex")"
+grep -q "ep alltoalls .*dispatch and combine" "$work/moex" || fail "--explain: no alltoalls"
 # Llama 3 8B's parameter count
 "$bin/plan_gpt" --layers 32 --channels 4096 --heads 32 --seq 4096 --vocab 128256 --arch llama \
     --ffn 14336 --kv-heads 8 --precision bf16 --global-batch 64 --world 8 --fix tp=8 \

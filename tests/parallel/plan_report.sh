@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# 21 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# 27 layouts of 4 ranks (dp, tp with and without sp, pp with each
 # schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
 # modes, small buckets and replicated segments, context parallel alone and
-# with tp and pp), train_gpt --report runs
+# with tp and pp; Mixture-of-Experts with expert parallel, on the data-
+# parallel path and with pp, tp and sp), train_gpt
+# --report runs
 # under msrun, and every rank's
 # parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --ranks's
@@ -44,7 +46,7 @@ check() {
         --pp-layers) split=(--pp-layers "${args[a + 1]}") ;;
         esac
     done
-    local model=(--layers "$layers" --channels 32 --heads 4 --seq 16)
+    local model=(--layers "$layers" --channels 32 --heads 4 --seq 16 "${moe[@]}")
     "$bin/plan_gpt" "${model[@]}" --world 4 --global-batch $((dp * mb * accum)) \
         --bucket-mb "$bucket" --zero-min-bytes "$zmin" --fix "$fix" "${split[@]}" --ranks \
         >"$work/plan" 2>"$work/plan.err" || fail "plan_gpt --fix $fix: $(cat "$work/plan.err")"
@@ -55,9 +57,17 @@ check() {
         fail "train_gpt ${args[*]}: $(tail -5 "$work/err")"
     local r want got mp tpeak bound peaks=""
     for r in 0 1 2 3; do
-        want=$(grep "^rank $r " "$work/plan")
+        want=$(grep "^rank $r " "$work/plan" | sed 's/ experts [0-9]* expert_params.*//')
         got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p" "$work/err")
         [[ -n "$got" ]] || fail "${args[*]}: no report of rank $r: $(cat "$work/err")"
+        # a MoE model's experts: held, their parameters, gradients, moments
+        if ((${#moe[@]} > 0)); then
+            local ex wex
+            ex=$(sed -n "s/.*train_gpt: rank $r experts: \([0-9]*\) of [0-9]* per MoE block held here: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) bytes.*/experts \1 expert_params \2 expert_grads \3 expert_optim \4/p" "$work/err")
+            wex=$(grep "^rank $r " "$work/plan" | sed 's/.* \(experts [0-9]* expert_params [0-9]* expert_grads [0-9]* expert_optim [0-9]*\).*/\1/')
+            [[ -n "$ex" && "$ex" == "$wex" ]] ||
+                fail "train_gpt ${args[*]}: rank $r's experts: counted '$ex', planned '$wex'"
+        fi
         mp=$(sed -n "s/.*train_gpt: rank $r mp: .*activations peak \([0-9]*\) bytes (a chunk's micro-batch keeps \([0-9]*\), with the head \([0-9]*\)).*/ acts_peak \1 frame \2 frame_head \3/p" "$work/err")
         if [[ -n "$mp" ]]; then
             got="$got$mp"
@@ -71,7 +81,7 @@ check() {
 planned
   $want"
         tpeak=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: .* transient-peak \([0-9]*\) bytes.*/\1/p" "$work/err")
-        bound=$(grep "^rank $r " "$work/plan" | sed 's/.* transient_bound //')
+        bound=$(grep "^rank $r " "$work/plan" | sed 's/.* transient_bound \([0-9]*\).*/\1/')
         ((tpeak <= bound)) ||
             fail "train_gpt ${args[*]}: rank $r transient peak $tpeak over the bound $bound"
         peaks="$peaks $tpeak/$bound"
@@ -81,6 +91,7 @@ planned
 }
 
 s=schedule
+moe=()
 check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2
 check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 --zero 3 --bucket-mb 0.02 \
     --zero-min-bytes 20000
@@ -130,4 +141,21 @@ check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=0,recompute=selective,micro_batch=2 --cp 2
     --recompute selective
 check 4 dp=1,tp=1,pp=2,cp=2,sp=0,zero=2,recompute=full,micro_batch=1,$s=1f1b --cp 2 --pp 2 \
     --grad-accum 2 --zero 2 --recompute full --bucket-mb 0.01
+# Mixture-of-Experts (train_gpt --experts): the blocks' routers in place of
+# their MLPs, the experts E / ep a rank, their moments sharded over the
+# ranks holding the same experts under ZeRO; every second block MoE
+moe=(--experts 4 --top-k 2 --moe-every 2)
+check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2,ep=1
+check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=2,ep=2 --ep 2 --zero 1 \
+    --bucket-mb 0.01
+check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=4 --ep 4 --zero 3 \
+    --grad-accum 2 --bucket-mb 0.02 --zero-min-bytes 20000
+# ... and in the model-parallel runtime: a stage holds its own MoE blocks'
+# experts, tp ranks split them (E / (ep tp) each) and keep the router
+check 4 dp=2,tp=1,pp=2,sp=0,zero=1,recompute=none,micro_batch=1,ep=2,$s=1f1b --pp 2 --ep 2 \
+    --grad-accum 2 --zero 1 --bucket-mb 0.01
+check 4 dp=2,tp=2,pp=1,sp=1,zero=2,recompute=selective,micro_batch=2,ep=2 --tp 2 --sp --ep 2 \
+    --zero 2 --recompute selective --bucket-mb 0.01
+check 6 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=gpipe --tp 2 --pp 2 \
+    --schedule gpipe --grad-accum 2 --recompute full
 echo "ok: $checked layouts, every rank's count equals the plan"

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "parallel/dp.h"
+#include "parallel/moe.h"
 #include "parallel/mp.h"
 #include "parallel/plan.h"
 #include "tests/runner.h"
@@ -317,6 +319,68 @@ static void test_runtime_dp_alone(void)
     }
 }
 
+/* A Mixture-of-Experts model: the whole model's parameters (dense, routers,
+ * every expert), and one rank's part, dp's shard and buckets, and its
+ * experts' store, against the runtime's own (ep 1 here; plan_report.sh
+ * runs ep 2 and 4 under msrun). */
+static void test_runtime_moe(void)
+{
+    const int cases[][4] = {
+        {4, 2, 1, 0}, {4, 1, 2, 1}, {8, 2, 3, 3}, {2, 2, 1, 2}}; /* E K N zero */
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(cases); i++) {
+        msr_plan_model_t m = gpt(3, 32, 4, 16);
+        m.experts = cases[i][0];
+        m.top_k = cases[i][1];
+        m.moe_every = cases[i][2];
+        m.capacity_factor = 1.25;
+        int zero = cases[i][3];
+        msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 3, 4, 32};
+        gc.moe = (msr_gpt_moe_t){m.experts, m.top_k, m.moe_every, 1.25, 0.01};
+        MSR_CHECK_EQ(msr_plan_num_params(&m),
+                     (uint64_t)(msr_gpt_num_params(&gc) + msr_moe_num_params(&gc)));
+        msr_plan_layout_t l = layout(1, 1, 1, 0, zero, 0, MSR_PLAN_1F1B, 1, 1);
+        l.bucket_bytes = 4000;
+        l.first_bucket_bytes = 1000;
+        char why[256];
+        MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), 0);
+        msr_plan_rank_t o;
+        msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &o);
+        msr_gpt_t *g = NULL;
+        MSR_CHECK_OK(msr_gpt_create_part(&gc, &(msr_gpt_part_t){1, 0, 1, 0, 1},
+                                         msr_dp_model_flags(zero), &g));
+        MSR_CHECK_EQ(o.part_params, (uint64_t)g->num_params);
+        msr_dp_config_t dc = {zero, l.bucket_bytes, l.first_bucket_bytes, 0, 1, 0};
+        msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
+        msr_dp_t *dp = NULL;
+        MSR_CHECK_OK(msr_dp_create(&dc, NULL, g, &ac, 1, &dp));
+        msr_dp_memory_t mem;
+        msr_dp_memory(dp, &mem);
+        MSR_CHECK_EQ(o.params, (uint64_t)mem.params);
+        MSR_CHECK_EQ(o.shard_elems, (uint64_t)mem.shard_elems);
+        MSR_CHECK_EQ(o.buckets, (uint64_t)dp->num_buckets);
+        msr_dp_destroy(dp);
+        msr_gpt_destroy(g);
+        msr_moe_t *moe = NULL;
+        MSR_CHECK_OK(msr_moe_create(&gc, 2 * 16, &moe));
+        MSR_CHECK_EQ(o.experts_held, msr_moe_local_experts(moe));
+        MSR_CHECK_EQ(o.expert_params, (uint64_t)msr_moe_count(moe) * 4);
+        MSR_CHECK_EQ(o.expert_grads, o.expert_params);
+        MSR_CHECK_EQ(o.expert_optim, 2 * o.expert_params); /* no replicas to shard over */
+        MSR_CHECK(o.moe_work > 0);
+        msr_moe_destroy(moe);
+        /* the rules the runtime refuses by */
+        l.ep = 3;
+        l.dp = 3;
+        MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), -1);
+        l.ep = 1;
+        l.cp = 2;
+        l.dp = 1;
+        l.zero = 0;
+        MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), -1);
+        MSR_CHECK(strstr(why, "MoE blocks do not run with context parallel") != NULL);
+    }
+}
+
 /* tp = pp = 1 without recompute: the whole model's own activation table. */
 static void test_runtime_whole(void)
 {
@@ -444,6 +508,7 @@ static const msr_test_t tests[] = {
     {"runtime_cp", test_runtime_cp, 30},
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
     {"runtime_whole", test_runtime_whole, 10},
+    {"runtime_moe", test_runtime_moe, 10},
     {"schedules", test_schedules, 10},
     {"bf16_states", test_bf16_states, 10},
     {"peak_is_max", test_peak_is_max, 10},

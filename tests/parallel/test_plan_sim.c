@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "parallel/pipe_order.h"
 #include "parallel/plan.h"
 #include "parallel/plan_sim.h"
 #include "tests/runner.h"
@@ -103,7 +104,52 @@ static void test_refusals(void)
     MSR_CHECK(run(2, 2, 3, MSR_PLAN_INTERLEAVED, 2, 1, st) == -1);
 }
 
+/* The schedules' orders (parallel/pipe_order.h), which the runtime, the
+ * memory model and the simulation share: every forward and backward once,
+ * a backward after its forward and after the next stage's backward could
+ * have run (its chunk's backward order), the frames a rank holds at once
+ * (1F1B: at most p - r; GPipe: all M), and the interleaved order's first
+ * ops as Megatron's paper draws them. */
+static void test_orders(void)
+{
+    msr_pipe_op_t o[2 * 24 * 4];
+    for (int sc = 0; sc < 3; sc++)
+        for (int p = 1; p <= 6; p++)
+            for (int v = 1; v <= (sc == MSR_PIPE_INTERLEAVED ? 3 : 1); v++)
+                for (int M = p; M <= 3 * p; M += (v > 1 ? p : 1))
+                    for (int r = 0; r < p; r++) {
+                        int n = msr_pipe_order(sc, M, p, r, v, o), seen[2][24][4] = {{{0}}};
+                        int held = 0, most = 0, bad = n != 2 * M * v;
+                        for (int k = 0; k < n && !bad; k++) {
+                            msr_pipe_op_t a = msr_pipe_op_at(sc, M, p, r, v, k);
+                            bad |= a.backward != o[k].backward || a.m != o[k].m || a.c != o[k].c;
+                            bad |= o[k].m < 0 || o[k].m >= M || o[k].c < 0 || o[k].c >= v;
+                            if (bad)
+                                break;
+                            bad |= seen[o[k].backward][o[k].m][o[k].c]++ != 0;
+                            bad |= o[k].backward && !seen[0][o[k].m][o[k].c];
+                            held += o[k].backward ? -1 : 1;
+                            most = held > most ? held : most;
+                        }
+                        if (sc == MSR_PIPE_GPIPE)
+                            bad |= most != M;
+                        if (sc == MSR_PIPE_1F1B)
+                            bad |= most != (p - r < M ? p - r : M);
+                        if (bad)
+                            fprintf(stderr, "schedule %d p %d v %d M %d rank %d\n", sc, p, v, M, r);
+                        MSR_CHECK(!bad);
+                    }
+    /* p 2, v 2, M 4, rank 0: warm-up (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4
+     * forwards: micro-batches 0 1 of chunk 0, then 0 1 of chunk 1; then
+     * forward 2/chunk 0 with backward 0/chunk 1 */
+    msr_pipe_order(MSR_PIPE_INTERLEAVED, 4, 2, 0, 2, o);
+    const int want[][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1}, {0, 2, 0}, {1, 0, 1}};
+    for (int k = 0; k < 6; k++)
+        MSR_CHECK(o[k].backward == want[k][0] && o[k].m == want[k][1] && o[k].c == want[k][2]);
+}
+
 static const msr_test_t tests[] = {
+    {"orders", test_orders, 10},
     {"closed_forms", test_closed_forms, 10},
     {"shared_cores", test_shared_cores, 10},
     {"refusals", test_refusals, 10},

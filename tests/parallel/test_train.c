@@ -388,7 +388,8 @@ static void test_alloc_failures(void)
 /* A MoE trainer in one process (every block MoE, choices dropped): ZeRO
  * 0 and 3 train alike; stopped at step 3 and restored, it goes on bitwise,
  * experts and their moments included; a checkpoint without the experts is
- * refused; expert parallel without a group to share is refused. */
+ * refused; expert parallel without a group to share, experts not
+ * divisible by ep x tp and MoE with cp are refused, MoE with tp is not. */
 static void test_moe(void)
 {
     msr_dataset_t *ds = corpus();
@@ -451,39 +452,94 @@ static void test_moe(void)
     MSR_CHECK_STATUS(msr_train_config_check(&bad, ds), MSR_ERR_CONFIG);
     bad = c;
     bad.tp = 2;
+    MSR_CHECK_OK(msr_train_config_check(&bad, ds));
+    bad.model.moe.experts = 6; /* not divisible by ep 1 x tp 4 */
+    bad.tp = 4;
     MSR_CHECK_STATUS(msr_train_config_check(&bad, ds), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "6 experts do not divide among ep 1 x tp 4") != NULL);
+    bad = c;
+    bad.cp = 2;
+    MSR_CHECK_STATUS(msr_train_config_check(&bad, ds), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "MoE does not run with cp") != NULL);
     msr_dataset_destroy(ds);
 }
 
-/* Every allocation of a MoE trainer and of two steps fails in turn. */
+/* A MoE model through the model-parallel runtime in one process (full and
+ * selective recompute, 2 micro-batches): the losses of the data-parallel
+ * trainer within 1e-5, and the router's counters alike (a recomputed
+ * forward counts nothing). */
+static void test_moe_mp(void)
+{
+    msr_dataset_t *ds = corpus();
+    msr_train_config_t c = small_config(2, 2);
+    c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
+    int n = c.model.layers * (4 + 2);
+    int64_t want[64], got[64];
+    MSR_CHECK(n <= 64);
+    double la[4], lb[4];
+    msr_trainer_t *a = make(&c, ds);
+    train(a, 4, la);
+    MSR_CHECK_OK(msr_trainer_moe_stats(a, want));
+    msr_trainer_destroy(a);
+    msr_mesh_t *mesh = NULL;
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
+    for (int mode = MSR_MP_RECOMPUTE_SELECTIVE; mode <= MSR_MP_RECOMPUTE_FULL; mode++) {
+        msr_train_config_t m = c;
+        m.mp.recompute = (msr_mp_recompute_t)mode;
+        msr_trainer_t *b = NULL;
+        MSR_CHECK_OK(msr_trainer_create_mesh(&m, ds, mesh, &b));
+        MSR_CHECK(b->mp != NULL);
+        train(b, 4, lb);
+        for (int i = 0; i < 4; i++)
+            MSR_CHECK_MSG(fabs(la[i] - lb[i]) <= 1e-5 * la[i], "%s step %d: %.9f, %.9f",
+                          msr_mp_recompute_name(m.mp.recompute), i + 1, la[i], lb[i]);
+        MSR_CHECK_OK(msr_trainer_moe_stats(b, got));
+        MSR_CHECK(memcmp(want, got, (size_t)n * sizeof *got) == 0);
+        msr_trainer_destroy(b);
+    }
+    msr_mesh_destroy(mesh);
+    msr_dataset_destroy(ds);
+}
+
+/* Every allocation of a MoE trainer and of two steps fails in turn, on
+ * the data-parallel path and through the model-parallel runtime. */
 static void test_moe_alloc_failures(void)
 {
     msr_dataset_t *ds = corpus();
     msr_train_config_t c = small_config(2, 2);
     c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
     c.par.zero = 2;
-    for (long i = 0;; i++) {
-        msr_trainer_t *tr = NULL;
-        msr_alloc_fail_at(i);
-        msr_status_t st = msr_trainer_create(&c, ds, NULL, &tr);
-        double loss;
-        for (int k = 0; k < 2 && st == MSR_OK; k++)
-            st = msr_trainer_step(tr, &loss);
-        int failed = msr_alloc_failed();
-        msr_alloc_fail_at(-1);
-        msr_trainer_destroy(tr);
-        if (!failed) {
-            MSR_CHECK_OK(st);
-            MSR_CHECK(i > 20);
-            break;
+    msr_mesh_t *mesh = NULL; /* the model-parallel runtime in one process */
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
+    msr_train_config_t m = c;
+    m.mp.recompute = MSR_MP_RECOMPUTE_SELECTIVE;
+    for (int mp = 0; mp < 2; mp++) {
+        for (long i = 0;; i++) {
+            msr_trainer_t *tr = NULL;
+            msr_alloc_fail_at(i);
+            msr_status_t st = mp ? msr_trainer_create_mesh(&m, ds, mesh, &tr)
+                                 : msr_trainer_create(&c, ds, NULL, &tr);
+            double loss;
+            for (int k = 0; k < 2 && st == MSR_OK; k++)
+                st = msr_trainer_step(tr, &loss);
+            int failed = msr_alloc_failed();
+            msr_alloc_fail_at(-1);
+            msr_trainer_destroy(tr);
+            if (!failed) {
+                MSR_CHECK_OK(st);
+                MSR_CHECK(i > 20);
+                break;
+            }
+            MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
         }
-        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
     }
+    msr_mesh_destroy(mesh);
     msr_dataset_destroy(ds);
 }
 
 static const msr_test_t tests[] = {
     {"moe", test_moe, 60},
+    {"moe_mp", test_moe_mp, 60},
     {"moe_alloc_failures", test_moe_alloc_failures, 60},
     {"accum_equivalence", test_accum_equivalence, 60},
     {"zero_alone", test_zero_alone, 60},

@@ -5,7 +5,9 @@
 # with plan 1 of --plan's table and says which, with the cluster from a
 # file and measured in memory; bad input (an unreadable or malformed
 # --cluster, options that conflict, fixes that leave no layout, a budget
-# nothing fits) is one line and exit status 2, alone and under msrun.
+# nothing fits) is one line and exit status 2, alone and under msrun. A
+# Mixture-of-Experts model's plans include expert parallel, and --auto
+# trains with plan 1's.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -46,9 +48,9 @@ kernel_us = 0.2
 cores_per_node = 2
 EOF
 
-# rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp sp
-# zero recompute micro accum schedule ... step_ms ..."
-rows() { sed 's/^\[node [0-9]* rank [0-9]*\] //' "$1" | grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[01] '; }
+# rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp ep
+# sp zero recompute micro accum schedule ... step_ms ..."
+rows() { sed 's/^\[node [0-9]* rank [0-9]*\] //' "$1" | grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[01] '; }
 
 # --plan alone and under msrun: 10 rows numbered 1..10, step time not
 # decreasing, each a factorization of the world
@@ -105,7 +107,7 @@ msrun_n 4 "${model[@]}" --auto --cluster "$work/cluster" >"$work/out" 2>"$work/e
 [[ $(grep -c "train_gpt: --auto: plan 1 of" "$work/err") -eq 1 ]] ||
     fail "--auto: not one plan line: $(cat "$work/err")"
 grep -q "step 2 loss" "$work/out" || fail "--auto did not train: $(cat "$work/out" "$work/err")"
-read -r _ dp tp pp cp sp zero rc mb accum sched _ <"$work/rows4"
+read -r _ dp tp pp cp _ sp zero rc mb accum sched _ <"$work/rows4"
 want="dp $dp tp $tp pp $pp cp $cp$( ((sp)) && echo " sp" || true) zero $zero recompute $rc micro-batch $mb"
 want+=" grad-accum $accum schedule $sched"
 grep -q "plan 1 of [0-9]*: $want " "$work/err" ||
@@ -133,6 +135,30 @@ msrun_n 4 "${uneven[@]}" --pp-layers 5,4,4,3 --plan >"$work/fplan" 2>"$work/err"
     fail "--plan --pp-layers: $(cat "$work/err")"
 [[ $(rows "$work/fplan" | awk '$NF != "5,4,4,3"' | wc -l) -eq 0 && $(rows "$work/fplan" | wc -l) -gt 0 ]] ||
     fail "--pp-layers 5,4,4,3 not kept: $(cat "$work/fplan")"
+
+# a Mixture-of-Experts model: the plans include expert parallel (ep a
+# divisor of dp, ep x tp dividing the experts, no cp), and --auto trains
+# plan 1 with its ep
+moe=(--layers 2 --channels 16 --heads 2 --seq 16 --experts 4 --top-k 2 --global-batch 8 --steps 2
+    --cluster "$work/cluster")
+msrun_n 4 "${moe[@]}" --plan >"$work/mplan" 2>"$work/err" || fail "--plan MoE: $(cat "$work/err")"
+rows "$work/mplan" >"$work/mrows"
+[[ $(wc -l <"$work/mrows") -gt 0 ]] || fail "--plan MoE: no rows: $(cat "$work/mplan")"
+awk '{ if ($2 % $6 != 0 || 4 % ($6 * $3) != 0 || $5 != 1 || $2 * $3 * $4 != 4) exit 1 }' \
+    "$work/mrows" || fail "--plan MoE: a row breaks the MoE rules: $(cat "$work/mrows")"
+awk '$6 > 1 { f = 1 } END { exit !f }' "$work/mrows" ||
+    fail "--plan MoE: no plan with expert parallel: $(cat "$work/mplan")"
+msrun_n 4 "${moe[@]}" --auto >"$work/out" 2>"$work/err" || fail "--auto MoE: $(cat "$work/err")"
+read -r _ dp tp pp _ ep _ zero _ mb accum _ <"$work/mrows"
+grep -q "train_gpt: --auto: plan 1 of [0-9]*: dp $dp tp $tp pp $pp cp 1 ep $ep .*zero $zero .*micro-batch $mb grad-accum $accum " \
+    "$work/err" || fail "--auto MoE took another plan than --plan's first: $(cat "$work/err")"
+grep -q "train_gpt: MoE: 4 experts .* on rank 0; ep $ep" "$work/err" ||
+    fail "--auto MoE: the runtime's ep is not $ep: $(cat "$work/err")"
+grep -q "step 2 loss" "$work/out" || fail "--auto MoE did not train: $(cat "$work/err")"
+msrun_n 4 "${moe[@]}" --plan --ep 2 >"$work/mplan2" 2>"$work/err" ||
+    fail "--plan --ep 2: $(cat "$work/err")"
+[[ $(rows "$work/mplan2" | awk '$6 != 2' | wc -l) -eq 0 ]] ||
+    fail "--ep 2 not kept: $(cat "$work/mplan2")"
 
 # --auto on 4 ranks measuring the cluster in memory, with a fix
 msrun_n 4 "${model[@]}" --auto --zero 1 >"$work/out" 2>"$work/err" ||
