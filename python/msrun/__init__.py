@@ -40,6 +40,7 @@ __all__ = [
     "Context",
     "Comm",
     "Request",
+    "wait_all",
     "Error",
     "TimeoutError",
     "NotFoundError",
@@ -451,6 +452,26 @@ def _finalize_all():
 # ---- communicators -----------------------------------------------------
 
 
+def wait_all(requests):
+    """msr_comm_wait_all's rule: waits for every request (None entries
+    skipped), then raises the first failure in list order; returns the
+    output buffers."""
+    results, first = [], None
+    for req in requests:
+        if req is None:
+            results.append(None)
+            continue
+        try:
+            results.append(req.wait())
+        except Error as e:
+            results.append(None)
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+    return results
+
+
 class Request:
     """A non-blocking operation in flight (msr_comm_req_t). Holds its
     buffers until wait() or test() finishes it; finish every request (a
@@ -728,7 +749,8 @@ class Comm:
     def ialltoall(self, sendbuf, recvbuf=None, dtype=None):
         return self.alltoall(sendbuf, recvbuf, dtype=dtype, nonblocking=True)
 
-    def alltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype=None):
+    def alltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype=None,
+                  nonblocking=False):
         """As alltoall with per-rank counts and displacements (in elements).
         Not in place."""
         size = self.size
@@ -745,7 +767,12 @@ class Comm:
             self._need(sd[i] + sc[i] <= src.count, "alltoallv: block %d runs past sendbuf" % i)
             self._need(rd[i] + rc[i] <= out.count, "alltoallv: block %d runs past recvbuf" % i)
         args = (self._handle(), src.address, sc, sd, out.address, rc, rd, out.dtype)
-        return self._run("msr_comm_alltoallv", args, [src, out], recvbuf, False)
+        # a request holds the count arrays too: libmsrun reads them until it ends
+        return self._run("msr_comm_alltoallv", args, [src, out, sc, sd, rc, rd], recvbuf, nonblocking)
+
+    def ialltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype=None):
+        return self.alltoallv(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                              dtype=dtype, nonblocking=True)
 
     def barrier(self, nonblocking=False):
         """Returns once every member entered it."""

@@ -249,6 +249,11 @@ def check_collectives(ctx, comm):
     comm.alltoallv(sv, scounts, sdispls, rv, rcounts, rdispls)
     expect(np.array_equal(rv, np.repeat(np.array([10 * j + r for j in range(n)], np.int32), r + 1)),
            "alltoallv")
+    rv2 = np.zeros_like(rv)
+    req = comm.ialltoallv(sv, scounts, sdispls, rv2, rcounts, rdispls)
+    del scounts, sdispls  # the request keeps its own copies alive
+    msrun.wait_all([req, None])
+    expect(np.array_equal(rv2, rv), "ialltoallv")
     # point to point around the ring
     if n > 1:
         nxt, prv = (r + 1) % n, (r - 1) % n
