@@ -1,7 +1,8 @@
 # What `cmake --install` and `cpack -G DEB` install: the msrun launcher,
 # libmsrun (shared, with a versioned SONAME, and static), the public headers,
-# a pkg-config file and a CMake package (find_package(msrun) gives
-# msrun::msrun). Included last from the top-level CMakeLists.txt.
+# a pkg-config file, a CMake package (find_package(msrun) gives
+# msrun::msrun) and the Python package python/msrun. Included last from the
+# top-level CMakeLists.txt.
 include(CMakePackageConfigHelpers)
 
 # The headers' version is the project's (msr_version() returns it).
@@ -54,6 +55,32 @@ endif()
 configure_file(cmake/msrun.pc.in ${PROJECT_BINARY_DIR}/install/msrun.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/install/msrun.pc DESTINATION ${_pcdir})
 
+# The Python package (python/msrun, ctypes over libmsrun.so): under the
+# prefix where Debian's python3 looks (lib/python3/dist-packages: under /usr
+# that is on python3's path; under another prefix, put it on PYTHONPATH),
+# with _install.py, which gives the library's place relative to the package.
+set(MSRUN_PYTHON_DIR lib/python3/dist-packages CACHE STRING
+  "Where the Python package msrun is installed (relative to the prefix)")
+file(STRINGS ${PROJECT_SOURCE_DIR}/python/msrun/_lib.py _py_major REGEX "^SONAME_MAJOR = ")
+if(NOT _py_major STREQUAL "SONAME_MAJOR = ${PROJECT_VERSION_MAJOR}")
+  message(FATAL_ERROR "python/msrun/_lib.py: ${_py_major} is not the project's major version "
+    "${PROJECT_VERSION_MAJOR}")
+endif()
+set(_py_lib libmsrun.so.${PROJECT_VERSION_MAJOR})
+if(IS_ABSOLUTE "${MSRUN_PYTHON_DIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(MSRUN_PY_LIBRARY ${CMAKE_INSTALL_FULL_LIBDIR}/${_py_lib})
+else()
+  file(RELATIVE_PATH MSRUN_PY_LIBRARY /prefix/${MSRUN_PYTHON_DIR}/msrun
+    /prefix/${CMAKE_INSTALL_LIBDIR}/${_py_lib})
+endif()
+file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/install/python/_install.py CONTENT
+  "\"\"\"Written by cmake --install: libmsrun's place, relative to this package.\"\"\"\n\nLIBRARY = \"@MSRUN_PY_LIBRARY@\"\n"
+  @ONLY)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/msrun DESTINATION ${MSRUN_PYTHON_DIR}
+  FILES_MATCHING PATTERN "*.py" PATTERN "_install.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+install(FILES ${PROJECT_BINARY_DIR}/install/python/_install.py
+  DESTINATION ${MSRUN_PYTHON_DIR}/msrun)
+
 # cpack -G DEB: one package with the same files under /usr. Its Depends come
 # from dpkg-shlibdeps, which reads what the binaries need (libmsrun needs no
 # CUDA library: it loads CUDA and NCCL with dlopen); without dpkg-shlibdeps,
@@ -77,6 +104,8 @@ else()
     "libc6, libevent-core-2.1-7, libevent-extra-2.1-7, libgrpc29, libprotobuf-c1, libucx0, libhwloc15, libmunge2")
 endif()
 # pkg-config msrun needs the .pc files of libmsrun's own dependencies
-# (Requires.private); find_package(msrun) needs nothing more
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev")
+# (Requires.private); find_package(msrun) needs nothing more; the Python
+# package needs python3 (and NumPy or PyTorch for arrays)
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS
+  "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev, python3, python3-numpy")
 include(CPack)

@@ -7,8 +7,9 @@ set -euo pipefail
 what=${1:-build}
 build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-compiler
     libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev libmunge-dev python3)
-test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev iproute2 procps openssl
-    etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client prometheus)
+test=(openmpi-bin libopenmpi-dev python3-numpy python3-torch clang libclang-rt-14-dev iproute2
+    procps openssl etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client
+    prometheus chromium)
 pkgs=("${build[@]}")
 [ "$what" = test ] && pkgs+=("${test[@]}")
 missing=()

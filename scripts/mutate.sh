@@ -954,4 +954,58 @@ test: ^test_parallel_plan$
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->block : p->block;
 >>>
 
+@ python.free_forgotten
+file: python/msrun/__init__.py
+test: ^python_unit$
+<<<
+        _lib.free(ptr)
+===
+        pass
+>>>
+
+@ python.sum_is_max
+file: python/msrun/_buffers.py
+test: ^python_(api|torch)_np2$
+<<<
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+===
+OPS = {"sum": 3, "prod": 1, "min": 2, "max": 3, "avg": 4}
+>>>
+
+@ python.strided_accepted
+file: python/msrun/_buffers.py
+test: ^python_(api|torch)_np2$
+<<<
+        if not view.c_contiguous:
+===
+        if False:
+>>>
+
+@ python.int_size_ignored
+file: python/msrun/_buffers.py
+test: ^python_api_np2$
+<<<
+        return I32 if view.itemsize == 4 else I64
+===
+        return I64
+>>>
+
+@ python.last_error_dropped
+file: python/msrun/_errors.py
+test: ^python_api_np2$
+<<<
+    raise _make(status, call, message or status_str(status))
+===
+    raise _make(status, call, status_str(status))
+>>>
+
+@ python.install_libpath_wrong
+file: cmake/MsrunInstall.cmake
+test: ^it_install$
+<<<
+  file(RELATIVE_PATH MSRUN_PY_LIBRARY /prefix/${MSRUN_PYTHON_DIR}/msrun
+===
+  file(RELATIVE_PATH MSRUN_PY_LIBRARY /prefix/${MSRUN_PYTHON_DIR}
+>>>
+
 __END__

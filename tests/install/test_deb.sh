@@ -40,10 +40,11 @@ L=usr/$LIB
 for f in usr/bin/msrun "$L/libmsrun.so" "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" \
     "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h "$L/pkgconfig/msrun.pc" \
     "$L/cmake/msrun/msrunConfig.cmake" "$L/cmake/msrun/msrunConfigVersion.cmake" \
-    "$L/cmake/msrun/msrunTargets.cmake"; do
+    "$L/cmake/msrun/msrunTargets.cmake" usr/lib/python3/dist-packages/msrun/__init__.py \
+    usr/lib/python3/dist-packages/msrun/_install.py; do
     grep -qx "$f" "$TMP/files" || fail "the package lacks /$f"
 done
-ok "contents: /usr/bin/msrun, libmsrun.so.$version and its links, libmsrun.a, headers, msrun.pc, CMake package"
+ok "contents: /usr/bin/msrun, libmsrun.so.$version and its links, libmsrun.a, headers, msrun.pc, CMake package, python/msrun"
 
 # the packaged files are those cmake --install writes, and usable in place
 dpkg-deb -x "$deb" "$TMP/root"
@@ -55,4 +56,12 @@ fi
 "$TMP/root/usr/bin/msrun" --version >"$TMP/out" 2>&1 || fail "the packaged msrun --version"
 expect_in "msrun $version" "$TMP/out" "packaged msrun --version"
 ok "the packaged libmsrun needs no CUDA library; msrun.pc and msrun run from the unpacked tree"
+# the Python package of the unpacked tree loads the unpacked libmsrun
+if [ -x /usr/bin/python3 ]; then
+    got=$(cd "$TMP" && env -u MSRUN_LIBRARY PYTHONPATH="$TMP/root/usr/lib/python3/dist-packages" \
+        /usr/bin/python3 -c 'import msrun; print(msrun.library_path(), msrun.version())' 2>&1)
+    [ "$got" = "$TMP/root/$L/libmsrun.so.$major $version" ] ||
+        fail "the packaged python/msrun: $got"
+    ok "the packaged python/msrun loads the packaged libmsrun $version"
+fi
 exit "$FAILED"
