@@ -404,12 +404,22 @@ class Context:
         return _take(ptr, n.value)
 
     # -- reporting (msr_report)
-    # libmsrun has no reporting call yet (workers reporting metrics through
-    # the node's msrun to the coordinator's page). Context.report is where
-    # it goes once the C call exists; until then it says so.
-    def report(self, *args, **kwargs):
-        """Not available: libmsrun has no msr_report yet."""
-        raise NotImplementedError("msrun: libmsrun has no msr_report yet")
+    def report(self, step, step_time=-1.0, **scalars):
+        """msr_report: this rank finished training step `step`, which took
+        step_time seconds (< 0: the time since the previous report), with
+        named values, e.g. ctx.report(12, loss=2.31, tok_s=5120). Never
+        waits for the network; the node's msrun batches the reports to the
+        coordinator (/metrics, /api/job, stragglers; docs/observe.md)."""
+        arr = (_lib.Scalar * len(scalars))()
+        names = []
+        for i, (name, value) in enumerate(scalars.items()):
+            names.append(name.encode())
+            arr[i].name = names[-1]
+            arr[i].value = float(value)
+        _check(
+            _L.msr_report(self._handle(), int(step), float(step_time), arr, len(scalars)),
+            "msr_report",
+        )
 
     # -- communicators
     def _adopt(self, handle):

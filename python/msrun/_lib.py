@@ -91,6 +91,12 @@ class GatherResult(ctypes.Structure):
     ]
 
 
+class Scalar(ctypes.Structure):
+    """msr_scalar_t: a named value of a report."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_double)]
+
+
 # name: (restype, argtypes). Opaque handles (msr_ctx_t *, msr_comm_t *,
 # msr_comm_req_t *) are void pointers.
 _PROTOTYPES = {
@@ -123,6 +129,7 @@ _PROTOTYPES = {
     ),
     "msr_store_delete": (status_t, [c_void_p, c_char_p, P(c_int)]),
     "msr_store_barrier": (status_t, [c_void_p, c_char_p, c_uint32, c_uint32, c_int64]),
+    "msr_report": (status_t, [c_void_p, c_int64, ctypes.c_double, P(Scalar), c_size_t]),
     "msr_store_allgather": (
         status_t,
         [
