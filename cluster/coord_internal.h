@@ -88,8 +88,9 @@ typedef struct rank_obs {
     msr_step_window_t window;
     msr_progress_scalar_t scalars[MSR_PROGRESS_SCALARS];
     uint32_t nscalars;
-    int straggler; /* named in this generation */
-    double ratio;  /* its mean over the median when last compared (0: not) */
+    int straggler;   /* named in this generation */
+    int64_t suspect; /* 1 + the last step of the window it was first found slow over (0: none) */
+    double ratio;    /* its mean over the median when last compared (0: not) */
 } rank_obs_t;
 
 /* A rank's curve for the page: (step, step time, loss) points of its

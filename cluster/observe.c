@@ -139,12 +139,13 @@ static void apply_report(msr_coord_t *c, int node_rank, const Msr__StepReport *s
     uint32_t steps = s->steps ? s->steps : 1;
     r->steps += steps;
     c->obs.step_reports += steps;
-    if (s->n_step_times) {
+    if (s->n_step_times) { /* the times of the steps up to s->step, one a step */
         for (size_t i = 0; i < s->n_step_times; i++)
             if (isfinite(s->step_times[i]) && s->step_times[i] > 0)
-                msr_step_window_push(&r->window, s->step_times[i]);
+                msr_step_window_push(&r->window, s->step - (int64_t)(s->n_step_times - 1 - i),
+                                     s->step_times[i]);
     } else if (r->step_time > 0) {
-        msr_step_window_push(&r->window, r->step_time);
+        msr_step_window_push(&r->window, s->step, r->step_time);
     }
     double loss = NAN;
     for (size_t i = 0; i < s->n_scalars; i++) {
@@ -184,14 +185,45 @@ static void check_stragglers(msr_coord_t *c)
     uint8_t *slow = msr_calloc(o->nranks, 1);
     if (means == NULL || slow == NULL)
         goto out;
-    for (size_t i = 0; i < o->nranks; i++)
-        means[i] = o->ranks[i].seen ? msr_step_window_mean(&o->ranks[i].window) : 0;
+    /* the last window every rank has finished: compared over the same
+     * steps (cluster/straggler.h) */
+    int64_t common = -1;
+    for (size_t i = 0; i < o->nranks; i++) {
+        if (!o->ranks[i].seen || msr_step_window_mean(&o->ranks[i].window) == 0)
+            continue;
+        int64_t last = msr_step_window_last(&o->ranks[i].window);
+        common = common < 0 || last < common ? last : common;
+    }
+    int64_t *end = msr_calloc(o->nranks, sizeof *end); /* each mean's last step */
+    if (end == NULL)
+        goto out;
+    for (size_t i = 0; i < o->nranks; i++) {
+        const msr_step_window_t *w = &o->ranks[i].window;
+        means[i] = o->ranks[i].seen ? msr_step_window_mean_at(w, common) : 0;
+        end[i] = common;
+        if (o->ranks[i].seen && means[i] == 0) { /* far ahead: its own last window */
+            means[i] = msr_step_window_mean(w);
+            end[i] = msr_step_window_last(w);
+        }
+    }
     double median;
     msr_stragglers_find(means, o->nranks, factor, slow, &median);
     for (size_t i = 0; i < o->nranks; i++) {
         rank_obs_t *r = &o->ranks[i];
         r->ratio = median > 0 && means[i] > 0 ? means[i] / median : 0;
-        if (!slow[i] || r->straggler)
+        if (!slow[i]) {
+            r->suspect = 0;
+            continue;
+        }
+        /* named once slow over two windows that share no step: one slow
+         * window may be a moment of the machine */
+        if (r->straggler)
+            continue;
+        if (r->suspect == 0) {
+            r->suspect = end[i] + 1;
+            continue;
+        }
+        if (end[i] + 1 < r->suspect + MSR_STRAGGLER_WINDOW)
             continue;
         r->straggler = 1;
         o->stragglers++;
@@ -215,6 +247,7 @@ static void check_stragglers(msr_coord_t *c)
             MSR_WARN("rank %d on node %d is %.1fx slower than the median over the last %d steps",
                      s->rank, s->node_rank, s->ratio, MSR_STRAGGLER_WINDOW);
     }
+    msr_free(end);
 out:
     msr_free(means);
     msr_free(slow);

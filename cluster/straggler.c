@@ -6,12 +6,20 @@
 
 #include "base/alloc.h"
 
-void msr_step_window_push(msr_step_window_t *w, double seconds)
+void msr_step_window_push(msr_step_window_t *w, int64_t step, double seconds)
 {
+    if (w->n > 0 && step <= msr_step_window_last(w))
+        w->n = w->next = 0;
     w->t[w->next] = seconds;
-    w->next = (w->next + 1) % MSR_STRAGGLER_WINDOW;
-    if (w->n < MSR_STRAGGLER_WINDOW)
+    w->step[w->next] = step;
+    w->next = (w->next + 1) % MSR_STEP_RING;
+    if (w->n < MSR_STEP_RING)
         w->n++;
+}
+
+int64_t msr_step_window_last(const msr_step_window_t *w)
+{
+    return w->n > 0 ? w->step[(w->next + MSR_STEP_RING - 1) % MSR_STEP_RING] : -1;
 }
 
 double msr_step_window_mean(const msr_step_window_t *w)
@@ -19,9 +27,23 @@ double msr_step_window_mean(const msr_step_window_t *w)
     if (w->n < MSR_STRAGGLER_WINDOW)
         return 0;
     double sum = 0;
-    for (uint32_t i = 0; i < w->n; i++)
-        sum += w->t[i];
-    return sum / w->n;
+    for (uint32_t k = 1; k <= MSR_STRAGGLER_WINDOW; k++)
+        sum += w->t[(w->next + MSR_STEP_RING - k) % MSR_STEP_RING];
+    return sum / MSR_STRAGGLER_WINDOW;
+}
+
+double msr_step_window_mean_at(const msr_step_window_t *w, int64_t last)
+{
+    double sum = 0;
+    uint32_t found = 0;
+    for (uint32_t k = 1; k <= w->n; k++) {
+        uint32_t i = (w->next + MSR_STEP_RING - k) % MSR_STEP_RING;
+        if (w->step[i] <= last && w->step[i] > last - MSR_STRAGGLER_WINDOW) {
+            sum += w->t[i];
+            found++;
+        }
+    }
+    return found == MSR_STRAGGLER_WINDOW ? sum / found : 0;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -1,6 +1,12 @@
 /* Straggler detection (docs/observe.md): each rank's mean step time over
- * its last MSR_STRAGGLER_WINDOW steps against the median of those means.
- * Pure functions, for the coordinator and its tests. */
+ * MSR_STRAGGLER_WINDOW steps against the median of those means. The ranks
+ * are compared over the same steps where they have them (the last window
+ * that every rank has finished): nodes report at different moments, and a
+ * window of the latest steps of one node against an older one of another
+ * compares two moments of the machine, not two ranks (in a synchronous job
+ * every rank takes the same time for the same step). A rank so far ahead
+ * that it no longer holds those steps is compared over its own last
+ * window. Pure functions, for the coordinator and its tests. */
 #ifndef MSR_CLUSTER_STRAGGLER_H
 #define MSR_CLUSTER_STRAGGLER_H
 
@@ -12,15 +18,27 @@
 /* The default --straggler_factor. */
 #define MSR_STRAGGLER_FACTOR 1.5
 
-/* A rank's last step times, a ring. */
+/* Steps whose times a rank's ring keeps. */
+#define MSR_STEP_RING 64
+
+/* A rank's last step times with their steps, a ring. */
 typedef struct msr_step_window {
-    double t[MSR_STRAGGLER_WINDOW];
+    double t[MSR_STEP_RING];
+    int64_t step[MSR_STEP_RING];
     uint32_t n, next;
 } msr_step_window_t;
 
-void msr_step_window_push(msr_step_window_t *w, double seconds);
-/* The mean of a full window, or 0 while it is not full. */
+/* Records step's time (a step at or before the latest, as after a resume
+ * from a checkpoint, starts the ring over). */
+void msr_step_window_push(msr_step_window_t *w, int64_t step, double seconds);
+/* The latest step recorded (-1: none). */
+int64_t msr_step_window_last(const msr_step_window_t *w);
+/* The mean over the last MSR_STRAGGLER_WINDOW steps recorded, or 0 while
+ * there are fewer. */
 double msr_step_window_mean(const msr_step_window_t *w);
+/* The mean over steps (last - MSR_STRAGGLER_WINDOW, last], or 0 unless
+ * the ring holds every one of them. */
+double msr_step_window_mean_at(const msr_step_window_t *w, int64_t last);
 
 /* The lower median of the positive values among means[0..n) (0 when fewer
  * than two are positive: one rank alone is compared with nobody). A rank

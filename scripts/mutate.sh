@@ -319,9 +319,11 @@ test: ^test_progress$
 file: cluster/observe.c
 test: ^it_observe$
 <<<
-        if (!slow[i] || r->straggler)
+        if (r->straggler)
+            continue;
 ===
-        if (!slow[i])
+        if (0)
+            continue;
 >>>
 
 @ http.no_token_check
@@ -1006,6 +1008,24 @@ test: ^it_install$
   file(RELATIVE_PATH MSRUN_PY_LIBRARY /prefix/${MSRUN_PYTHON_DIR}/msrun
 ===
   file(RELATIVE_PATH MSRUN_PY_LIBRARY /prefix/${MSRUN_PYTHON_DIR}
+>>>
+
+@ observe.stragglers_latest_windows
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+        means[i] = o->ranks[i].seen ? msr_step_window_mean_at(w, common) : 0;
+===
+        means[i] = o->ranks[i].seen ? msr_step_window_mean(w) : 0;
+>>>
+
+@ observe.history_never_thinned
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+        h->stride *= 2;
+===
+        h->stride *= 1;
 >>>
 
 __END__

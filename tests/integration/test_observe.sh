@@ -122,9 +122,9 @@ cat >"$TMP/lines.sh" <<'SH'
 # rank 2 takes four times as long per step
 d=0.025
 [ "$RANK" = 2 ] && d=0.1
-for ((i = 0; i < 40; i++)); do
+for ((i = 0; i < 60; i++)); do
     sleep $d
-    echo "msrun:metric step=$i loss=$((50 - i)).5 tok_s=200"
+    echo "msrun:metric step=$i loss=$((100 - i)).5 tok_s=200"
 done
 echo "msrun:metric step=oops" # not a metric line: shown, ignored
 for ((i = 0; i < 600; i++)); do
@@ -136,11 +136,11 @@ chmod +x "$TMP/lines.sh"
 PORT=$(free_port)
 start_msrun --worker_num=4 --dashboard_port="$PORT" "$TMP/lines.sh" "$TMP/hold2"
 wait_for "rank 2 on node 0 $STRAGGLER" "$TMP/err" 30 || fail "the slow rank is named"
-wait_job "len(j['stragglers']) == 1 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
+wait_job "len(j['stragglers']) == 1 and all(r['step'] == 59 for r in j['ranks'])" 30 ||
     fail "/api/job's stragglers: $(cat "$TMP/job.json")"
 json "$TMP/job.json" "j['stragglers'][0]['rank'] == 2 and j['stragglers'][0]['factor'] > 2 and
     [r['rank'] for r in j['ranks'] if r['straggler']] == [2] and
-    all(r['scalars'] == {'loss': 11.5, 'tok_s': 200} for r in j['ranks'])" | grep -qx True ||
+    all(r['scalars'] == {'loss': 41.5, 'tok_s': 200} for r in j['ranks'])" | grep -qx True ||
     fail "the straggler in /api/job: $(cat "$TMP/job.json")"
 get /metrics "$TMP/metrics" "Authorization: Bearer $TOKEN" >/dev/null
 grep -qF 'msrun_rank_straggler{rank="2",node="0"} 1' "$TMP/metrics" || fail "straggler metric"
@@ -155,7 +155,7 @@ wait_pid "$BG_PID" 30
 expect_code 0 "the job with a slow rank"
 [ "$(grep -c "slower than the median" "$TMP/err")" = 1 ] ||
     fail "named once: $(grep "slower than the median" "$TMP/err")"
-expect_in "msrun:metric step=39 loss=11.5" "$TMP/out" "metric lines are still shown"
+expect_in "msrun:metric step=59 loss=41.5" "$TMP/out" "metric lines are still shown"
 expect_in "msrun:metric step=oops" "$TMP/out" "a bad metric line is shown too"
 ok "printed metric lines; the slow rank named once on the terminal, in /api/job and /metrics"
 no_leftovers "straggler job"
@@ -168,16 +168,16 @@ common=(--master_addr=127.0.0.1 --master_port="$mport" --worker_num=4 --local_wo
     --dashboard_port="$PORT")
 for n in 1 0; do
     env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "${common[@]}" --node_rank=$n \
-        "$REPORTER" 40 20 3 80 "$TMP/hold3" >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
+        "$REPORTER" 60 20 3 80 "$TMP/hold3" >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
     eval "NPID$n=$!"
 done
 wait_for "rank 3 on node 1 $STRAGGLER" "$TMP/n0.err" 30 || fail "node 0 names node 1's slow rank"
-wait_job "len(j['ranks']) == 4 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
+wait_job "len(j['ranks']) == 4 and all(r['step'] == 59 for r in j['ranks'])" 30 ||
     fail "two nodes' ranks in /api/job: $(cat "$TMP/job.json")"
 json "$TMP/job.json" "len(j['nodes']) == 2 and
     [r['node'] for r in j['ranks']] == [0, 0, 1, 1] and
     [s['rank'] for s in j['stragglers']] == [3] and j['stragglers'][0]['node'] == 1 and
-    j['progress']['steps'] == 160 and 2 <= j['progress']['messages'] <= 20" | grep -qx True ||
+    j['progress']['steps'] == 240 and 2 <= j['progress']['messages'] <= 30" | grep -qx True ||
     fail "two nodes in /api/job: $(cat "$TMP/job.json")"
 touch "$TMP/hold3"
 wait_pid "$NPID0" 30

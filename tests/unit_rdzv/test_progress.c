@@ -196,15 +196,29 @@ static void test_straggler_window(void)
 {
     msr_step_window_t w;
     memset(&w, 0, sizeof w);
+    MSR_CHECK(msr_step_window_last(&w) == -1);
+    int64_t step = 0;
     for (int i = 0; i < MSR_STRAGGLER_WINDOW - 1; i++)
-        msr_step_window_push(&w, 1.0);
+        msr_step_window_push(&w, step++, 1.0);
     MSR_CHECK(msr_step_window_mean(&w) == 0); /* not full yet */
-    msr_step_window_push(&w, 1.0);
+    msr_step_window_push(&w, step++, 1.0);
     MSR_CHECK(near(msr_step_window_mean(&w), 1.0));
     /* the oldest goes: after a full window of 3.0 the mean is 3.0 */
     for (int i = 0; i < MSR_STRAGGLER_WINDOW; i++)
-        msr_step_window_push(&w, 3.0);
+        msr_step_window_push(&w, step++, 3.0);
     MSR_CHECK(near(msr_step_window_mean(&w), 3.0));
+    MSR_CHECK(msr_step_window_last(&w) == step - 1);
+    /* over given steps: the window of 1.0 ended at step 19, a window ending
+     * at 29 is half of each; steps the ring no longer (or not yet) holds: 0 */
+    MSR_CHECK(near(msr_step_window_mean_at(&w, 19), 1.0));
+    MSR_CHECK(near(msr_step_window_mean_at(&w, 29), 2.0));
+    MSR_CHECK(msr_step_window_mean_at(&w, step) == 0);
+    for (int i = 0; i < MSR_STEP_RING; i++)
+        msr_step_window_push(&w, step++, 2.0);
+    MSR_CHECK(msr_step_window_mean_at(&w, 19) == 0);
+    /* a resume from an earlier step starts over */
+    msr_step_window_push(&w, 5, 4.0);
+    MSR_CHECK(msr_step_window_last(&w) == 5 && msr_step_window_mean(&w) == 0);
 }
 
 static void test_stragglers(void)
