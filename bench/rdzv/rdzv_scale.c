@@ -6,9 +6,16 @@
  * own instead (no proxy), for comparison.
  *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] [--direct]
+ *              [--dashboard]
  *
  * One line per N: join time, allgather time, the coordinator's peak memory
- * and the time per rank. */
+ * and the time per rank. With --dashboard the coordinator also serves its
+ * dashboard (docs/observe.md), and after the allgather every node sends
+ * rounds of Progress calls (each of its ranks a window of 20 step times and
+ * a loss, as a node's proxy does once a second) while /api/job and
+ * /metrics are fetched with the token: a second line gives their sizes and
+ * the median time of a request (each rendered afresh), idle and with a
+ * round of every node's Progress calls in flight. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +36,7 @@
 #include "rendezvous/rpc.h"
 
 typedef struct sim {
-    int nodes, ranks, bytes, direct, clients;
+    int nodes, ranks, bytes, direct, clients, dashboard;
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
@@ -43,11 +53,12 @@ typedef struct op {
 
 static const char *token = "rdzv-scale-token";
 
-static pid_t start_coordinator(const char *msrun, int world, int local, int *port_p)
+static pid_t start_coordinator(const char *msrun, int world, int local, int dash_port, int *port_p)
 {
-    char wn[16], lwn[16];
+    char wn[16], lwn[16], dp[16];
     snprintf(wn, sizeof wn, "%d", world);
     snprintf(lwn, sizeof lwn, "%d", local);
+    snprintf(dp, sizeof dp, "%d", dash_port);
     const char *args[] = {"--job_id",
                           "scale",
                           "--worker_num",
@@ -60,6 +71,8 @@ static pid_t start_coordinator(const char *msrun, int world, int local, int *por
                           "60",
                           "--log_level",
                           "error",
+                          dash_port > 0 ? "--dashboard_port" : NULL,
+                          dp,
                           NULL};
     return bench_coord_start("rdzv_scale", msrun, token, args, port_p);
 }
@@ -133,6 +146,162 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
     return 0;
 }
 
+static int drain(sim_t *s);
+
+/* A TCP port free on loopback now (for the dashboard). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* GET path from the dashboard with the token; *bytes_p gets the body's
+ * size. Returns the milliseconds it took, or -1 (not 200, or a failure). */
+static double http_get(int port, const char *path, size_t *bytes_p)
+{
+    uint64_t t0 = msr_now_ns();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                     "Connection: close\r\n\r\n",
+                     path, token);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t total = 0, head = 0;
+    char buf[65536], first[16] = "";
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 30000) <= 0)
+            break;
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k <= 0)
+            break;
+        if (total == 0)
+            memcpy(first, buf, k < 15 ? (size_t)k : 15);
+        if (head == 0) {
+            char *e = memmem(buf, (size_t)k, "\r\n\r\n", 4);
+            if (e != NULL)
+                head = total + (size_t)(e - buf) + 4;
+        }
+        total += (size_t)k;
+    }
+    close(fd);
+    *bytes_p = total > head ? total - head : 0;
+    if (strncmp(first, "HTTP/1.1 200", 12) != 0)
+        return -1;
+    return (double)(msr_now_ns() - t0) / 1e6;
+}
+
+/* One Progress call per node: each of its ranks a window of step times
+ * ending at step, and a loss. */
+static int progress_round(sim_t *s, int64_t step)
+{
+    enum { W = 20 };
+    static double times[W];
+    for (int k = 0; k < W; k++)
+        times[k] = 0.1;
+    int R = s->ranks;
+    Msr__StepReport *reps = calloc((size_t)R, sizeof *reps);
+    Msr__StepReport **repp = calloc((size_t)R, sizeof *repp);
+    Msr__Scalar *loss = calloc((size_t)R, sizeof *loss);
+    Msr__Scalar **lossp = calloc((size_t)R, sizeof *lossp);
+    int rc = reps && repp && loss && lossp ? 0 : -1;
+    for (int n = 0; rc == 0 && n < s->nodes; n++) {
+        for (int i = 0; i < R; i++) {
+            msr__step_report__init(&reps[i]);
+            msr__scalar__init(&loss[i]);
+            loss[i].name = "loss";
+            loss[i].value = 10.0 / (double)(step + 1);
+            lossp[i] = &loss[i];
+            reps[i].rank = n * R + i;
+            reps[i].step = step;
+            reps[i].step_time = 0.1;
+            reps[i].steps = W;
+            reps[i].n_step_times = W;
+            reps[i].step_times = times;
+            reps[i].n_scalars = 1;
+            reps[i].scalars = &lossp[i];
+            repp[i] = &reps[i];
+        }
+        Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+        req.node_id = s->ids[n];
+        req.generation = 0;
+        req.n_steps = (size_t)R;
+        req.steps = repp;
+        /* the request is packed when the call starts: the arrays are reused */
+        rc = start_op(s, s->direct ? n * R : n, n, MSR_RPC_PROGRESS, &req.base);
+    }
+    free(reps);
+    free(repp);
+    free(loss);
+    free(lossp);
+    return rc;
+}
+
+static int cmp_ms(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The dashboard under the job: a few Progress rounds, then /api/job and
+ * /metrics fetched 5 times each idle, and 5 times each while a round is
+ * in flight; prints their sizes and median times. */
+static int dashboard_phase(sim_t *s, int port)
+{
+    int64_t step = 19;
+    for (int r = 0; r < 3; r++, step += 20)
+        if (progress_round(s, step) != 0 || drain(s) != 0)
+            return -1;
+    const char *paths[2] = {"/api/job", "/metrics"};
+    double idle[2][5], busy[2][5];
+    size_t bytes[2] = {0, 0};
+    for (int p = 0; p < 2; p++) {
+        /* a quarter of a second apart: each request waits for a snapshot the
+         * coordinator renders for it (one younger than 200 ms is reused) */
+        for (int k = 0; k < 5; k++) {
+            usleep(250000);
+            if ((idle[p][k] = http_get(port, paths[p], &bytes[p])) < 0)
+                return -1;
+        }
+        for (int k = 0; k < 5; k++, step += 20) {
+            usleep(250000);
+            if (progress_round(s, step) != 0)
+                return -1;
+            /* the calls are sent as the loop polls: start them, then ask */
+            msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(0));
+            if ((busy[p][k] = http_get(port, paths[p], &bytes[p])) < 0 || drain(s) != 0)
+                return -1;
+        }
+        qsort(idle[p], 5, sizeof(double), cmp_ms);
+        qsort(busy[p], 5, sizeof(double), cmp_ms);
+    }
+    printf("nodes=%-5d ranks=%-6d dashboard: api_job_KiB=%-8.1f api_job_ms=%-7.1f "
+           "api_job_busy_ms=%-7.1f metrics_KiB=%-8.1f metrics_ms=%-7.1f metrics_busy_ms=%.1f\n",
+           s->nodes, s->nodes * s->ranks, (double)bytes[0] / 1024, idle[0][2], busy[0][2],
+           (double)bytes[1] / 1024, idle[1][2], busy[1][2]);
+    fflush(stdout);
+    return 0;
+}
+
 static int drain(sim_t *s)
 {
     while (s->pending > 0)
@@ -152,7 +321,7 @@ static uint64_t coordinator_peak_kb(msr_rpc_channel_t *ch)
     return kb;
 }
 
-static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct)
+static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard)
 {
     sim_t s;
     memset(&s, 0, sizeof s);
@@ -160,10 +329,11 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     s.ranks = ranks;
     s.bytes = bytes;
     s.direct = direct;
+    s.dashboard = dashboard;
     s.clients = direct ? nodes * ranks : nodes;
     s.want_bytes = (size_t)nodes * ranks * bytes;
-    int world = nodes * ranks, port = 0, rc = 1;
-    pid_t coord = start_coordinator(msrun, world, ranks, &port);
+    int world = nodes * ranks, port = 0, rc = 1, dash = dashboard ? free_port() : 0;
+    pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
     if (coord < 0)
         return 1;
     char target[64];
@@ -261,6 +431,11 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
            nodes, world, direct ? "direct" : "proxy", conn_ms, join_ms, ag_ms, total,
            (double)peak / 1024.0, total * 1000.0 / world);
     fflush(stdout);
+    if (dashboard && dashboard_phase(&s, dash) != 0) {
+        if (!s.failed)
+            snprintf(s.err, sizeof s.err, "the dashboard did not answer");
+        goto fail;
+    }
     rc = 0;
     goto out;
 fail:
@@ -281,7 +456,7 @@ out:
 int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
-    int ranks = 8, bytes = 64, direct = 0;
+    int ranks = 8, bytes = 64, direct = 0, dashboard = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -291,9 +466,11 @@ int main(int argc, char **argv)
             bytes = atoi(argv[++i]);
         else if (strcmp(argv[i], "--direct") == 0)
             direct = 1;
+        else if (strcmp(argv[i], "--dashboard") == 0)
+            dashboard = 1;
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
-                            "[--direct]\n");
+                            "[--direct] [--dashboard]\n");
             return 2;
         }
     }
@@ -319,7 +496,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (const char *p = list; *p;) {
         int nodes = atoi(p);
-        if (nodes > 0 && run_one(msrun, nodes, ranks, bytes, direct) != 0)
+        if (nodes > 0 && run_one(msrun, nodes, ranks, bytes, direct, dashboard) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
