@@ -261,9 +261,9 @@ static const msr_opt_t opt_defs[] = {
      .help = "the address the dashboard listens on (0.0.0.0: every interface)."},
     {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
      .dest = D(straggler_factor), .def = "1.5", .metavar = "X",
-     .help = "a rank whose mean step time over its last 20 reported steps is X times the ranks' "
-             "median or more is named a straggler, once, on node 0's terminal, the page and "
-             "/metrics."},
+     .help = "a rank whose mean step time over 20 reported steps (the same steps for every "
+             "rank) is X times the ranks' median or more, in two windows running, is named a "
+             "straggler, once, on node 0's terminal, the page and /metrics."},
 };
 /* clang-format on */
 
