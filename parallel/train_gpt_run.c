@@ -459,6 +459,21 @@ static msr_status_t timed_step(const trainer_t *t, const job_t *job, const optio
     return st;
 }
 
+/* Nanoseconds the CPU trainer has waited for other ranks so far: data
+ * parallel's gradient buckets and ZeRO-3's gathers, the pipeline's
+ * receives (0 for the GPU trainer). */
+static uint64_t waited_ns(const trainer_t *t)
+{
+    if (t->cpu == NULL)
+        return 0;
+    uint64_t ns = 0;
+    if (t->cpu->dp != NULL)
+        ns += t->cpu->dp->stats.wait_ns + t->cpu->dp->stats.gather_ns;
+    if (t->cpu->mp != NULL)
+        ns += msr_mp_stats(t->cpu->mp)->recv_wait_ns;
+    return ns;
+}
+
 static void print_step(uint64_t step, double loss, double norm, double tok_s, FILE *loss_log)
 {
     printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)step, loss, tok_s);
@@ -484,13 +499,18 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
     double timed_s = 0.0;
     while (step < (uint64_t)o->steps) {
         double loss, dt;
+        uint64_t waited = waited_ns(t);
         if (timed_step(t, job, o, comm, &loss, &dt) != MSR_OK)
             return 1;
         step = t->ops->steps(t->tr);
         msr_heartbeat(job->ctx);
-        /* every rank's progress to msrun's dashboard (never waits) */
-        msr_scalar_t scalars[2] = {{"loss", loss}, {"tok_s", (double)tokens / dt}};
-        msr_report(job->ctx, (int64_t)step, dt, scalars, 2);
+        /* every rank's progress to msrun's dashboard (never waits): as the
+         * step's time, the time it computed, its wall time less what it
+         * waited for the other ranks, so that a slow rank stands out in
+         * this synchronous job (docs/observe.md); the wall time as step_s */
+        double busy = dt - (double)(waited_ns(t) - waited) * 1e-9;
+        msr_scalar_t scalars[3] = {{"loss", loss}, {"tok_s", (double)tokens / dt}, {"step_s", dt}};
+        msr_report(job->ctx, (int64_t)step, busy > 0 ? busy : dt, scalars, 3);
         if (!isfinite(loss)) {
             report_bad_loss(step, loss, resumed_from, o->ckpt_dir);
             return 1;

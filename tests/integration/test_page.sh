@@ -83,6 +83,11 @@ wait_job "j['job']['generation'] == 1 and j['job']['state'] == 'running' and
     len(j['ranks']) == 8 and min(r['step'] for r in j['ranks']) >= 45 and
     min(len(r.get('history', [])) for r in j['ranks']) >= 4" 60 ||
     fail "the job did not restart and go on: $(cat "$TMP/job.json")"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+# train_gpt reports the time a step computed (its wall time, step_s, less
+# its waits for the other ranks)
+sys.exit(0 if all(0 < r["step_ms"] <= r["scalars"]["step_s"] * 1e3 + 1e-6 for r in j["ranks"])
+         else 1)' "$TMP/job.json" || fail "step times against step_s: $(cat "$TMP/job.json")"
 ok "8 ranks on 2 nodes, rank 5 killed once, generation 1 training on"
 # a screenshot kept for the docs: curves of a dozen points
 if [ -n "${MSRUN_PAGE_SHOT:-}" ]; then
