@@ -131,6 +131,7 @@ typedef struct msr_obs {
     straggler_rec_t named[MSR_STRAGGLERS_KEPT];
     size_t nnamed;
     uint64_t progress_calls; /* Progress calls taken */
+    uint64_t since_check;    /* of them, since the ranks were last compared */
     uint64_t step_reports;   /* rank-steps they covered */
     uint64_t dropped;        /* reports the senders could not keep */
     uint64_t stragglers;     /* named, all generations */

@@ -171,84 +171,39 @@ _PROTOTYPES = {
     "msr_comm_timeout": (c_int64, [c_void_p]),
     "msr_comm_status": (status_t, [c_void_p]),
     "msr_comm_backend": (c_char_p, [c_void_p]),
-    "msr_comm_allreduce": (status_t, [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int]),
-    "msr_comm_iallreduce": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int, P(c_void_p)],
-    ),
-    "msr_comm_reduce_scatter": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int],
-    ),
-    "msr_comm_ireduce_scatter": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int, P(c_void_p)],
-    ),
-    "msr_comm_allgather": (status_t, [c_void_p, c_void_p, c_void_p, c_uint64, c_int]),
-    "msr_comm_iallgather": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, P(c_void_p)],
-    ),
-    "msr_comm_broadcast": (status_t, [c_void_p, c_void_p, c_uint64, c_int, c_int]),
-    "msr_comm_ibroadcast": (
-        status_t,
-        [c_void_p, c_void_p, c_uint64, c_int, c_int, P(c_void_p)],
-    ),
-    "msr_comm_reduce": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
-    ),
-    "msr_comm_ireduce": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int, c_int, P(c_void_p)],
-    ),
-    "msr_comm_alltoall": (status_t, [c_void_p, c_void_p, c_void_p, c_uint64, c_int]),
-    "msr_comm_ialltoall": (
-        status_t,
-        [c_void_p, c_void_p, c_void_p, c_uint64, c_int, P(c_void_p)],
-    ),
-    "msr_comm_alltoallv": (
-        status_t,
-        [
-            c_void_p,
-            c_void_p,
-            P(c_uint64),
-            P(c_uint64),
-            c_void_p,
-            P(c_uint64),
-            P(c_uint64),
-            c_int,
-        ],
-    ),
-    "msr_comm_ialltoallv": (
-        status_t,
-        [
-            c_void_p,
-            c_void_p,
-            P(c_uint64),
-            P(c_uint64),
-            c_void_p,
-            P(c_uint64),
-            P(c_uint64),
-            c_int,
-            P(c_void_p),
-        ],
-    ),
-    "msr_comm_barrier": (status_t, [c_void_p]),
-    "msr_comm_ibarrier": (status_t, [c_void_p, P(c_void_p)]),
-    "msr_comm_send": (status_t, [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int]),
-    "msr_comm_recv": (status_t, [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int]),
-    "msr_comm_isend": (
-        status_t,
-        [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int, P(c_void_p)],
-    ),
-    "msr_comm_irecv": (
-        status_t,
-        [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int, P(c_void_p)],
-    ),
+    # the collectives and point-to-point calls: their non-blocking msr_comm_i*
+    # twins take the same arguments and a request pointer last (_BLOCKING)
     "msr_comm_wait": (status_t, [c_void_p]),
     "msr_comm_test": (status_t, [P(c_void_p)]),
 }
+
+# comm.h's blocking calls; each has an msr_comm_i<name> with the same
+# arguments and msr_comm_req_t ** last.
+_BLOCKING = {
+    "allreduce": [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int],
+    "reduce_scatter": [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int],
+    "allgather": [c_void_p, c_void_p, c_void_p, c_uint64, c_int],
+    "broadcast": [c_void_p, c_void_p, c_uint64, c_int, c_int],
+    "reduce": [c_void_p, c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
+    "alltoall": [c_void_p, c_void_p, c_void_p, c_uint64, c_int],
+    "alltoallv": [
+        c_void_p,
+        c_void_p,
+        P(c_uint64),
+        P(c_uint64),
+        c_void_p,
+        P(c_uint64),
+        P(c_uint64),
+        c_int,
+    ],
+    "barrier": [c_void_p],
+    "send": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
+    "recv": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
+}
+for _op, _args in _BLOCKING.items():
+    _PROTOTYPES["msr_comm_" + _op] = (status_t, _args)
+    _PROTOTYPES["msr_comm_i" + _op] = (status_t, _args + [P(c_void_p)])
+del _op
 
 for _name, (_res, _args) in _PROTOTYPES.items():
     _fn = getattr(lib, _name)

@@ -31,17 +31,9 @@ for n in 0 1 2; do
         >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
     pids+=($!)
 done
-for ((i = 0; i < 600; i++)); do
-    [ "$(cat "$TMP"/n?.out | grep -c "start gen 0 rank [0-9] of 3")" = 3 ] && break
-    sleep 0.05
-done
-[ "$(cat "$TMP"/n?.out | grep -c "start gen 0 rank [0-9] of 3")" = 3 ] ||
-    fail "3 nodes did not form generation 0 within 30 s"
+wait_formed 3
 # a checkpoint in, then the coordinator's node goes
-for ((i = 0; i < 200; i++)); do
-    compgen -G "$TMP/ck/step-*" >/dev/null && break
-    sleep 0.05
-done
+wait_checkpoint "$TMP/ck"
 sleep "$(rand_delay 0.2 0.5)"
 old=$(etcd_get --print-value-only "/msrun/$job/leader")
 [ -n "$old" ] || fail "no leader in etcd"

@@ -51,16 +51,8 @@ done
 [ "${old%:*}" = "$ADDR_A" ] || fail "node 0 in A did not publish a coordinator ('$old')"
 node 1 "$NS_B"
 node 2 "$NS_B"
-for ((i = 0; i < 600; i++)); do
-    [ "$(cat "$TMP"/n?.out | grep -c "start gen 0 rank [0-9] of 3")" = 3 ] && break
-    sleep 0.05
-done
-[ "$(cat "$TMP"/n?.out | grep -c "start gen 0 rank [0-9] of 3")" = 3 ] ||
-    fail "3 nodes did not form generation 0 within 30 s"
-for ((i = 0; i < 200; i++)); do
-    compgen -G "$TMP/ck/step-*" >/dev/null && break
-    sleep 0.05
-done
+wait_formed 3
+wait_checkpoint "$TMP/ck"
 sleep "$(rand_delay 0.2 0.5)"
 ip -n "$NS_A" link set "va$$" down
 echo "cut node 0 (A) off: its coordinator was at $old"

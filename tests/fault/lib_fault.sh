@@ -63,3 +63,25 @@ no_shm_leftovers() {
 wait_started() {
     wait_count "^\[node [0-9]* rank [0-9]*\] start gen" "$2" "$1" 30 || fail "workers did not start"
 }
+
+# wait_formed N: until the N nodes' outputs ($TMP/n?.out) show generation 0
+# started on all N ranks (30 s)
+wait_formed() {
+    local i pat="start gen 0 rank [0-9] of $1"
+    for ((i = 0; i < 600; i++)); do
+        [ "$(cat "$TMP"/n?.out | grep -c "$pat")" = "$1" ] && return 0
+        sleep 0.05
+    done
+    fail "$1 nodes did not form generation 0 within 30 s"
+}
+
+# wait_checkpoint DIR: until a first checkpoint step is in DIR (10 s; the
+# caller's fault comes after, whether or not one came)
+wait_checkpoint() {
+    local i
+    for ((i = 0; i < 200; i++)); do
+        compgen -G "$1/step-*" >/dev/null && return 0
+        sleep 0.05
+    done
+    return 0
+}

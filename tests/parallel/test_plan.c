@@ -284,6 +284,32 @@ static void test_runtime_uneven_split(void)
 
 /* dp's layout and bytes against msr_dp_create's, alone (dp 1), every
  * stage, small buckets so there are many and replicated segments. */
+/* Rank o of layout l (tp = pp = 1, one dp rank) against what the runtime
+ * builds for model gc: its part's parameters, and dp's bytes, shard,
+ * replicated elements and buckets. */
+static void check_dp_alone(const msr_gpt_config_t *gc, const msr_plan_layout_t *l,
+                           const msr_plan_rank_t *o)
+{
+    msr_gpt_t *g = NULL;
+    MSR_CHECK_OK(
+        msr_gpt_create_part(gc, &(msr_gpt_part_t){1, 0, 1, 0, 1}, msr_dp_model_flags(l->zero), &g));
+    MSR_CHECK_EQ(o->part_params, (uint64_t)g->num_params);
+    msr_dp_config_t dc = {l->zero, l->bucket_bytes, l->first_bucket_bytes, l->zero_min_bytes, 1, 0};
+    msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
+    msr_dp_t *dp = NULL;
+    MSR_CHECK_OK(msr_dp_create(&dc, NULL, g, &ac, 1, &dp));
+    msr_dp_memory_t mem;
+    msr_dp_memory(dp, &mem);
+    MSR_CHECK_EQ(o->params, (uint64_t)mem.params);
+    MSR_CHECK_EQ(o->grads, (uint64_t)mem.grads);
+    MSR_CHECK_EQ(o->optim, (uint64_t)mem.optim);
+    MSR_CHECK_EQ(o->shard_elems, (uint64_t)mem.shard_elems);
+    MSR_CHECK_EQ(o->replicated_elems, (uint64_t)mem.replicated_elems);
+    MSR_CHECK_EQ(o->buckets, (uint64_t)dp->num_buckets);
+    msr_dp_destroy(dp);
+    msr_gpt_destroy(g);
+}
+
 static void test_runtime_dp_alone(void)
 {
     msr_plan_model_t m = gpt(3, 32, 4, 16);
@@ -297,24 +323,7 @@ static void test_runtime_dp_alone(void)
             l.zero_min_bytes = 1024 * k;
             msr_plan_rank_t o;
             msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &o);
-            msr_gpt_t *g = NULL;
-            MSR_CHECK_OK(msr_gpt_create_part(&gc, &(msr_gpt_part_t){1, 0, 1, 0, 1},
-                                             msr_dp_model_flags(zero), &g));
-            msr_dp_config_t dc = {zero, l.bucket_bytes, l.first_bucket_bytes, l.zero_min_bytes, 1,
-                                  0};
-            msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
-            msr_dp_t *dp = NULL;
-            MSR_CHECK_OK(msr_dp_create(&dc, NULL, g, &ac, 1, &dp));
-            msr_dp_memory_t mem;
-            msr_dp_memory(dp, &mem);
-            MSR_CHECK_EQ(o.params, (uint64_t)mem.params);
-            MSR_CHECK_EQ(o.grads, (uint64_t)mem.grads);
-            MSR_CHECK_EQ(o.optim, (uint64_t)mem.optim);
-            MSR_CHECK_EQ(o.shard_elems, (uint64_t)mem.shard_elems);
-            MSR_CHECK_EQ(o.replicated_elems, (uint64_t)mem.replicated_elems);
-            MSR_CHECK_EQ(o.buckets, (uint64_t)dp->num_buckets);
-            msr_dp_destroy(dp);
-            msr_gpt_destroy(g);
+            check_dp_alone(&gc, &l, &o);
         }
     }
 }
@@ -345,21 +354,7 @@ static void test_runtime_moe(void)
         MSR_CHECK_EQ(msr_plan_check(&m, &l, why, sizeof why), 0);
         msr_plan_rank_t o;
         msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &o);
-        msr_gpt_t *g = NULL;
-        MSR_CHECK_OK(msr_gpt_create_part(&gc, &(msr_gpt_part_t){1, 0, 1, 0, 1},
-                                         msr_dp_model_flags(zero), &g));
-        MSR_CHECK_EQ(o.part_params, (uint64_t)g->num_params);
-        msr_dp_config_t dc = {zero, l.bucket_bytes, l.first_bucket_bytes, 0, 1, 0};
-        msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
-        msr_dp_t *dp = NULL;
-        MSR_CHECK_OK(msr_dp_create(&dc, NULL, g, &ac, 1, &dp));
-        msr_dp_memory_t mem;
-        msr_dp_memory(dp, &mem);
-        MSR_CHECK_EQ(o.params, (uint64_t)mem.params);
-        MSR_CHECK_EQ(o.shard_elems, (uint64_t)mem.shard_elems);
-        MSR_CHECK_EQ(o.buckets, (uint64_t)dp->num_buckets);
-        msr_dp_destroy(dp);
-        msr_gpt_destroy(g);
+        check_dp_alone(&gc, &l, &o);
         msr_moe_t *moe = NULL;
         MSR_CHECK_OK(msr_moe_create(&gc, 2 * 16, &moe));
         MSR_CHECK_EQ(o.experts_held, msr_moe_local_experts(moe));

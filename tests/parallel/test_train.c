@@ -359,16 +359,17 @@ static void test_bad_config(void)
 /* Every allocation of creating a ZeRO-3 trainer and of two steps fails in
  * turn: the error comes back, nothing leaks (the sanitizer build checks)
  * and nothing crashes. */
-static void test_alloc_failures(void)
+/* Creates a trainer of c (on mesh: the model-parallel runtime; NULL: the
+ * data-parallel path) and runs two steps with allocation i failing, for
+ * i = 0, 1, ... until none fails: each failure comes back as
+ * MSR_ERR_NO_MEMORY, and the run without one trains. */
+static void fail_each_alloc(const msr_train_config_t *c, const msr_dataset_t *ds, msr_mesh_t *mesh)
 {
-    msr_dataset_t *ds = corpus();
-    msr_train_config_t c = small_config(2, 2);
-    c.par.zero = 3;
-    c.par.bucket_bytes = 8000;
     for (long i = 0;; i++) {
         msr_trainer_t *tr = NULL;
         msr_alloc_fail_at(i);
-        msr_status_t st = msr_trainer_create(&c, ds, NULL, &tr);
+        msr_status_t st =
+            mesh ? msr_trainer_create_mesh(c, ds, mesh, &tr) : msr_trainer_create(c, ds, NULL, &tr);
         double loss;
         for (int k = 0; k < 2 && st == MSR_OK; k++)
             st = msr_trainer_step(tr, &loss);
@@ -382,6 +383,15 @@ static void test_alloc_failures(void)
         }
         MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
     }
+}
+
+static void test_alloc_failures(void)
+{
+    msr_dataset_t *ds = corpus();
+    msr_train_config_t c = small_config(2, 2);
+    c.par.zero = 3;
+    c.par.bucket_bytes = 8000;
+    fail_each_alloc(&c, ds, NULL);
     msr_dataset_destroy(ds);
 }
 
@@ -513,26 +523,8 @@ static void test_moe_alloc_failures(void)
     MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
     msr_train_config_t m = c;
     m.mp.recompute = MSR_MP_RECOMPUTE_SELECTIVE;
-    for (int mp = 0; mp < 2; mp++) {
-        for (long i = 0;; i++) {
-            msr_trainer_t *tr = NULL;
-            msr_alloc_fail_at(i);
-            msr_status_t st = mp ? msr_trainer_create_mesh(&m, ds, mesh, &tr)
-                                 : msr_trainer_create(&c, ds, NULL, &tr);
-            double loss;
-            for (int k = 0; k < 2 && st == MSR_OK; k++)
-                st = msr_trainer_step(tr, &loss);
-            int failed = msr_alloc_failed();
-            msr_alloc_fail_at(-1);
-            msr_trainer_destroy(tr);
-            if (!failed) {
-                MSR_CHECK_OK(st);
-                MSR_CHECK(i > 20);
-                break;
-            }
-            MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
-        }
-    }
+    fail_each_alloc(&c, ds, NULL);
+    fail_each_alloc(&m, ds, mesh);
     msr_mesh_destroy(mesh);
     msr_dataset_destroy(ds);
 }
