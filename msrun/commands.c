@@ -597,17 +597,32 @@ static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__Statu
 static msr_status_t status_ask(const status_target_t *t, ProtobufCMessage **resp_p, char *err,
                                size_t errlen)
 {
-    msr_rpc_channel_t *ch = NULL;
-    if (msr_rpc_channel_create_tls(t->coordinator, t->token, &t->tls, &ch) != MSR_OK) {
-        snprintf(err, errlen, "cannot reach %s", t->coordinator);
-        return MSR_ERR_UNREACHABLE;
-    }
+    /* Not with wait_for_ready, so that a TLS handshake that fails says so
+     * in a moment rather than at the deadline: three tries on fresh
+     * channels (a loaded coordinator may drop one handshake). A refused
+     * connection (a coordinator starting, or moving after a failover) is
+     * waited for until the deadline. */
     Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
-    msr_status_t st =
-        msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(5000), 1, resp_p);
+    uint64_t deadline = msr_deadline_in_ms(5000);
+    msr_status_t st = MSR_ERR_UNREACHABLE;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        msr_rpc_channel_t *ch = NULL;
+        if (msr_rpc_channel_create_tls(t->coordinator, t->token, &t->tls, &ch) != MSR_OK) {
+            snprintf(err, errlen, "cannot reach %s", t->coordinator);
+            return MSR_ERR_UNREACHABLE;
+        }
+        st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, deadline, 0, resp_p);
+        int refused = st == MSR_ERR_UNREACHABLE && strstr(msr_err_msg(), "refused");
+        if (refused)
+            st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, deadline, 1, resp_p);
+        msr_rpc_channel_destroy(ch);
+        if (st != MSR_ERR_UNREACHABLE || refused || msr_now_ns() >= deadline)
+            break;
+        if (attempt < 2)
+            msr_sleep_ms(100 << attempt);
+    }
     if (st != MSR_OK)
         snprintf(err, errlen, "%s", msr_err_msg());
-    msr_rpc_channel_destroy(ch);
     return st;
 }
 

@@ -365,7 +365,14 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
         char details[384];
         msr_rpc_slice_to_cstr(cc->details, details, sizeof details);
         if (err) {
-            if (cc->code == GRPC_STATUS_UNAVAILABLE)
+            if (cc->code == GRPC_STATUS_UNAVAILABLE && details[0] &&
+                strstr(details, "refused") == NULL && strstr(details, "resolve") == NULL)
+                /* something listens there but would not talk */
+                snprintf(err, errlen,
+                         "coordinator at %s unreachable (%s): a TLS handshake failed, or "
+                         "something else listens there: check both sides' --tls_* options",
+                         ch->target, details);
+            else if (cc->code == GRPC_STATUS_UNAVAILABLE)
                 snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
                          details[0] ? details : "connection failed");
             else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED &&

@@ -50,10 +50,21 @@ grep -q "store checks passed on rank 3 of 4" "$TMP/n1.out" || fail "2-node job o
 ok "a 2-node job over mutual TLS"
 
 # ---- 2. a standalone coordinator over mutual TLS, and who it refuses ----
+wait_port() { python3 - "$1" <<'PY'
+import socket, sys, time
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.05)
+sys.exit(1)
+PY
+}
 port=$(free_port)
 env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=tls-token "$MSRUN" coordinator \
     --bind "127.0.0.1:$port" --log_level=info "${TLS[@]}" >"$TMP/coord.out" 2>&1 &
 coord=$!
+wait_port "$port" || fail "the TLS coordinator did not listen"
 status() { # status ARGS...: msrun status against the coordinator; output in $TMP/st
     CODE=0
     env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=tls-token timeout -k 5 30 "$MSRUN" status \
@@ -104,19 +115,9 @@ port=$(free_port)
 (ulimit -Sn 1024 && exec env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=tls-token "$MSRUN" coordinator \
     --bind "127.0.0.1:$port" --log_level=warn "${TLS[@]}") >"$TMP/coord2.out" 2>&1 &
 coord=$!
-wait_port() { python3 - "$1" <<'PY'
-import socket, sys, time
-for _ in range(200):
-    try:
-        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close(); sys.exit(0)
-    except OSError:
-        time.sleep(0.05)
-sys.exit(1)
-PY
-}
 wait_port "$port" || fail "the TLS coordinator did not listen"
-python3 - "$port" "$TMP/idle.ready" <<'PY' &
-import resource, socket, sys, time
+python3 - "$port" "$TMP/idle.ready" "$TMP/idle.release" <<'PY' &
+import os, resource, socket, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 conns = []
@@ -126,12 +127,16 @@ for _ in range(min(3000, hard - 64)):
     except OSError:
         break
 open(sys.argv[2], "w").write("%d\n" % len(conns))
-time.sleep(8)
+for _ in range(300):  # held until the test has asked, 30 s at most
+    if os.path.exists(sys.argv[3]):
+        break
+    time.sleep(0.1)
 PY
 idle=$!
 wait_for . "$TMP/idle.ready" 30 || fail "idle connections"
 status "${TLS[@]}"
 [ "$CODE" = 0 ] || { cat "$TMP/st" >&2; fail "msrun status over TLS while $(cat "$TMP/idle.ready") idle connections are held: exit $CODE"; }
+: >"$TMP/idle.release"
 wait "$idle"
 status "${TLS[@]}"
 [ "$CODE" = 0 ] || { cat "$TMP/st" >&2; fail "msrun status over TLS after the idle connections: exit $CODE"; }
