@@ -11,6 +11,13 @@ ATTACK=$BUILD/tests/attack_report
 cat >"$TMP/sleep.sh" <<'SH'
 #!/bin/sh
 echo "TOK rank $MSR_RANK job $MSR_JOB_ID token $MSR_TOKEN up"
+if [ -n "$HOLD" ]; then # held until the test made its checks, 30 s at most
+    for _ in $(seq 300); do
+        [ -e "$HOLD" ] && exit 0
+        sleep 0.1
+    done
+    exit 0
+fi
 sleep "${SLEEP_S:-3}"
 SH
 chmod +x "$TMP/sleep.sh"
@@ -31,20 +38,25 @@ secret_in_ps() {
 # 1. --token=S and --token S never reach /proc/PID/cmdline: msrun, its
 #    embedded coordinator and its workers.
 secret=S3cr3t-$RANDOM$RANDOM$RANDOM
+export HOLD=$TMP/hold1
 start_msrun --worker_num=2 --token="$secret" "$TMP/sleep.sh"
 wait_count " up" "$TMP/out" 2 20 || fail "token job 1 started"
 found=$(secret_in_ps "$secret" 4)
 [ -z "$found" ] || fail "the token is visible in the process list: $found"
 expect_in "token $secret up" "$TMP/out" "the workers got the token in their environment"
 grep -aq -- "--token=\*\*\*" "/proc/$BG_PID/cmdline" || fail "msrun's command line shows --token=***"
+touch "$HOLD"
 wait_pid "$BG_PID" 30
 expect_code 0 "token job 1"
 port=$(free_port)
+HOLD=$TMP/hold2
 start_msrun --master_addr=127.0.0.1 --master_port="$port" --worker_num=2 --token "$secret" \
     "$TMP/sleep.sh"
 wait_count " up" "$TMP/out" 2 20 || fail "token job 2 started"
 found=$(secret_in_ps "$secret" 4)
 [ -z "$found" ] || fail "the token (--token S) is visible in the process list: $found"
+touch "$HOLD"
+unset HOLD
 wait_pid "$BG_PID" 30
 expect_code 0 "token job 2"
 ok "--token=S and --token S are hidden from ps (msrun, coordinator, workers)"
@@ -109,14 +121,15 @@ ok "multi-node without a token: node 0 generates one (0600 file), others need it
 #    (derived from the job id) asks for the nodes and reports that rank 0
 #    exited with code 42. It is refused and the job finishes.
 port=$(free_port)
-export SLEEP_S=4
+export HOLD=$TMP/hold4
 start_msrun --master_addr=127.0.0.1 --master_port="$port" --worker_num=2 "$TMP/sleep.sh"
-unset SLEEP_S
 wait_count " up" "$TMP/out" 2 20 || fail "attacked job started"
 CODE=0
 timeout 30 "$ATTACK" "127.0.0.1:$port" default >"$TMP/attack" 2>&1 || CODE=$?
 [ "$CODE" = 3 ] || { cat "$TMP/attack"; fail "the attack is refused (exit $CODE, want 3)"; }
 grep -q "refused" "$TMP/attack" || fail "the attack client hears PERMISSION_DENIED"
+touch "$HOLD"
+unset HOLD
 wait_pid "$BG_PID" 30
 expect_code 0 "the attacked job"
 expect_not_in "code 42" "$TMP/err" "no fake failure"
