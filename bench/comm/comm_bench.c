@@ -1,7 +1,9 @@
 /* Collective latency and bus bandwidth of msrun's communicators. Started
  * under msrun; rank 0 prints one line per operation and size:
- *   op=allreduce np=2 bytes=8 lat_us=0.61 busbw_GBs=0.013
- * where lat_us is the slowest rank's mean time per call and busbw follows
+ *   op=allreduce np=2 bytes=8 lat_us=0.61 busbw_GBs=0.013 calls=2012
+ * where lat_us is the slowest rank's mean time per call, calls counts every
+ * call of the op at that size (warm-up and check included: what a traffic
+ * counter read around the run divides by) and busbw follows
  * nccl-tests (allreduce: bytes/time * 2(n-1)/n; reduce_scatter, allgather,
  * alltoall: * (n-1)/n; broadcast, reduce: * 1). bytes is the whole vector
  * (allgather: the gathered output; reduce_scatter: the input). Each size is
@@ -194,8 +196,9 @@ int main(int argc, char **argv)
              * slowest rank (agreed by an allreduce, so that every rank makes
              * the same calls); startup noise stays out of the figures. */
             double w0 = now_s();
+            long calls = iters + check;
             for (int32_t done = 0; !done && st == MSR_OK;) {
-                for (int w = 0; w < 4 && st == MSR_OK; w++)
+                for (int w = 0; w < 4 && st == MSR_OK; w++, calls++)
                     st = run_op(comm, op, a, b, count, dt);
                 int32_t mine = now_s() - w0 >= 0.2;
                 if (st == MSR_OK)
@@ -227,8 +230,8 @@ int main(int argc, char **argv)
                             : strcmp(op, "barrier") == 0 ? 0.0
                                                          : 1.0;
             if (rank == 0) {
-                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f\n", op, n, used,
-                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld\n", op, n, used,
+                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0, calls);
                 fflush(stdout);
             }
             if (check && bad_all != 0) {
