@@ -94,12 +94,14 @@ netns_remove() {
 netns_down() { netns_remove "$NS_PREFIX"; }
 
 # netns_remove_stale: remove the sets left by earlier runs that died (their
-# owner pid is gone); prints what it removed
+# owner pid is gone or a zombie); prints what it removed
 netns_remove_stale() {
     local owner
     for owner in $(ip netns list 2>/dev/null | sed -n "s/^$NS_BASE\([0-9][0-9]*\)-.*/\1/p" | sort -u); do
         [ "$owner" = $$ ] && continue
-        kill -0 "$owner" 2>/dev/null && continue
+        # alive, and not a zombie whose parent has yet to reap it
+        [ -r "/proc/$owner/stat" ] && [ "$(sed 's/.*) //' "/proc/$owner/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] &&
+            continue
         echo "netns: removing the stale set of run $owner"
         netns_remove "$NS_BASE$owner"
     done
