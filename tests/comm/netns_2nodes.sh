@@ -45,9 +45,13 @@ netns_up 2 2gbit || failed "cannot build the emulated network"
 sizes=(1048576 8388608)
 iters=2
 env_run=(env MSRUN_TOKEN_FILE="$out/token")
+prog=("$bench")
 if [ -n "${MSRUN_SANITIZE:-}" ]; then
-    # as tests/comm/run.sh: UCX must not hook malloc/mmap under ASan
-    env_run+=(UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no)
+    # as tests/comm/run.sh: UCX must not hook malloc/mmap under ASan; leaks
+    # are checked in the workers, msrun runs without that check
+    env_run+=(UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+        ASAN_OPTIONS=detect_leaks=0)
+    prog=(env "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}" "$bench")
 fi
 declare -A before
 for n in 0 1; do before[$n]=$(netns_bytes "$n" tx)/$(netns_bytes "$n" rx); done
@@ -56,7 +60,7 @@ for n in 1 0; do
     netns_exec "$n" "${env_run[@]}" "$msrun" --worker_num=4 --local_worker_num=2 \
         --job_id=netns2-$$ --master_addr="$(netns_addr 0)" --master_port=29500 --node_rank=$n \
         --grace_period=10 --log_level=warn \
-        "$bench" --op allreduce --sizes "$(IFS=,; echo "${sizes[*]}")" --iters $iters --check \
+        "${prog[@]}" --op allreduce --sizes "$(IFS=,; echo "${sizes[*]}")" --iters $iters --check \
         >"$out/node$n" 2>&1 &
     pids+=($!)
 done
