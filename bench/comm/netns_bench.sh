@@ -49,7 +49,8 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${MSRUN_BUILD:-$root/build}
-build=$(cd "$build" 2>/dev/null && pwd) || { echo "netns_bench.sh: no build directory '$build'" >&2; exit 2; }
+[ -d "$build" ] || { echo "netns_bench.sh: no build directory '$build'" >&2; exit 2; }
+build=$(cd "$build" && pwd)
 msrun=$build/bin/msrun
 bench=$build/bin/comm_bench
 [ -x "$msrun" ] && [ -x "$bench" ] || {
@@ -59,15 +60,19 @@ bench=$build/bin/comm_bench
 nodes_list=${NODES:-2 4}
 ppn=${RANKS_PER_NODE:-2}
 rate=${RATE:-10gbit}
-algos=(${ALGOS:-ring hier auto})
-sizes=(${SIZES:-1048576 4194304 16777216 67108864})
+read -ra algos <<<"${ALGOS:-ring hier auto}"
+read -ra sizes <<<"${SIZES:-1048576 4194304 16777216 67108864}"
 rounds=${ROUNDS:-3}
 iters=${ITERS:-}
 limit=${JOB_LIMIT:-300}
-for v in "$ppn" "$rounds" "$limit" $nodes_list ${sizes[@]} ${iters:-1}; do
+# shellcheck disable=SC2086 # NODES is a list
+for v in "$ppn" "$rounds" "$limit" $nodes_list "${sizes[@]}" "${iters:-1}"; do
     case $v in '' | *[!0-9]* | 0) echo "netns_bench.sh: '$v' is not a positive number" >&2; exit 2 ;; esac
 done
 [ ${#algos[@]} -gt 0 ] || { echo "netns_bench.sh: ALGOS is empty" >&2; exit 2; }
+for v in $nodes_list; do
+    [ "$v" -ge 2 ] || { echo "netns_bench.sh: NODES must be at least 2, not $v" >&2; exit 2; }
+done
 
 . "$here/netns_lib.sh"
 bps=$(netns_rate_bps "$rate") || { echo "netns_bench.sh: bad RATE '$rate' (e.g. 10gbit, 500mbit)" >&2; exit 2; }
@@ -149,7 +154,6 @@ else
     echo "note: no netem qdisc in this kernel: no delay can be added; the link's latency is the veth's own"
 fi
 for n in $nodes_list; do
-    [ "$n" -ge 2 ] || { echo "netns_bench.sh: NODES must be at least 2" >&2; exit 2; }
     netns_remove "$NS_PREFIX"
     netns_up "$n" "$rate" || { echo "netns_bench.sh: cannot build the emulated network" >&2; exit 1; }
     # the link, measured between node 1 (server) and node 0

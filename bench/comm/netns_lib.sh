@@ -15,6 +15,7 @@
 #
 # Functions return non-zero and print the reason on failure; none exits.
 
+# shellcheck shell=bash
 NS_BASE=msrnb
 NS_PREFIX=$NS_BASE$$
 NS_NET=10.77.0
