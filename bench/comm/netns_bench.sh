@@ -225,5 +225,6 @@ for n in $nodes_list; do
         for (a = 1; a <= na; a++)
             if (al[a] in unknown) printf "* %s: msrun does not know this algorithm (it warned and ran auto)\n", al[a]
         if (goal != "") printf "hierarchical goals:\n%s", goal
+        else if ("hier" in unknown) print "hierarchical goals (16-64 MiB: 80% of the bound, 2x the ring): not judged, hier ran as auto"
     }' "$tmp/results"
 done
