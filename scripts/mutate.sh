@@ -1028,4 +1028,22 @@ test: ^test_coord$
         h->stride *= 1;
 >>>
 
+@ netns.nodes_share_one_network
+file: bench/comm/netns_lib.sh
+test: ^comm_netns_2nodes$
+<<<
+    ip netns exec "${NS_PREFIX}-n$i" unshare
+===
+    ip netns exec "${NS_PREFIX}-n0" unshare
+>>>
+
+@ comm_bench.check_input_wrong
+file: bench/comm/comm_bench.c
+test: ^comm_netns_2nodes$
+<<<
+        a[i] = check_value(me, i);
+===
+        a[i] = check_value(0, i);
+>>>
+
 __END__

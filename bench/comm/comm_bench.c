@@ -1,13 +1,20 @@
 /* Collective latency and bus bandwidth of msrun's communicators. Started
  * under msrun; rank 0 prints one line per operation and size:
- *   op=allreduce np=2 bytes=8 lat_us=0.61 busbw_GBs=0.013
- * where lat_us is the slowest rank's mean time per call and busbw follows
+ *   op=allreduce np=2 bytes=8 lat_us=0.61 busbw_GBs=0.013 calls=2012
+ * where lat_us is the slowest rank's mean time per call, calls counts every
+ * call of the op at that size (warm-up and check included: what a traffic
+ * counter read around the run divides by) and busbw follows
  * nccl-tests (allreduce: bytes/time * 2(n-1)/n; reduce_scatter, allgather,
  * alltoall: * (n-1)/n; broadcast, reduce: * 1). bytes is the whole vector
  * (allgather: the gathered output; reduce_scatter: the input). Each size is
  * warmed up for 0.2 s, then timed over 2000, 200, 50 or 10 calls (below
  * 64 KiB, 1 MiB, 16 MiB, above), as the Open MPI reference does.
- * Usage: comm_bench [--op NAME|all] [--sizes LIST] [--iters N] [--dtype T] */
+ * --check then makes one more call per size on inputs whose sums are exact
+ * in f32 and verifies every element on every rank (allreduce,
+ * reduce_scatter, allgather): rank 0 prints "check op=... bytes=... ok", and
+ * a wrong element makes the rank that saw it print it and exit 1.
+ * Usage: comm_bench [--op NAME|all] [--sizes LIST] [--iters N] [--dtype T]
+ *                   [--check] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +51,51 @@ static msr_status_t run_op(msr_comm_t *c, const char *op, void *a, void *b, size
     return msr_comm_barrier(c);
 }
 
+/* --check's input: rank r's element i (small integers: exact sums) */
+static float check_value(int r, size_t i)
+{
+    return (float)((r + 1) * (int)(i % 13 + 1));
+}
+
+/* One verified call of op (allreduce, reduce_scatter or allgather, f32):
+ * returns the number of wrong elements on this rank (the first printed), or
+ * -1 when the call itself failed (the status in *st_p). */
+static long check_op(msr_comm_t *c, const char *op, float *a, float *b, size_t count,
+                     msr_status_t *st_p)
+{
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    int gather = strcmp(op, "allgather") == 0, scatter = strcmp(op, "reduce_scatter") == 0;
+    size_t in = scatter ? count * (size_t)n : count, out = gather ? count * (size_t)n : count;
+    for (size_t i = 0; i < in; i++)
+        a[i] = check_value(me, i);
+    for (size_t i = 0; i < out; i++)
+        b[i] = -1.0f;
+    *st_p = run_op(c, op, a, b, count, MSR_DTYPE_F32);
+    if (*st_p != MSR_OK)
+        return -1;
+    long bad = 0;
+    for (size_t i = 0; i < out; i++) {
+        float want = 0;
+        if (gather) {
+            want = check_value((int)(i / count), i % count);
+        } else {
+            size_t j = scatter ? (size_t)me * count + i : i;
+            for (int r = 0; r < n; r++)
+                want += check_value(r, j);
+        }
+        if (b[i] != want && bad++ == 0)
+            fprintf(stderr, "comm_bench: rank %d: %s of %zu floats: element %zu is %g, not %g\n",
+                    me, op, count, i, (double)b[i], (double)want);
+    }
+    return bad;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: comm_bench [--op allreduce|reduce_scatter|allgather|broadcast|"
                     "reduce|alltoall|barrier|all] [--sizes 8,1024,...] [--iters N] "
-                    "[--dtype f32|f64|f16|bf16|i32|i64|u8]\n");
+                    "[--dtype f32|f64|f16|bf16|i32|i64|u8] [--check]\n"
+                    "  --check: allreduce, reduce_scatter or allgather in f32 only\n");
     return 2;
 }
 
@@ -57,6 +104,7 @@ int main(int argc, char **argv)
     const char *op_arg = "allreduce";
     const char *sizes_arg = "8,1024,65536,1048576,16777216,67108864";
     long iters_arg = 0;
+    int check = 0;
     msr_dtype_t dt = MSR_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
@@ -75,6 +123,8 @@ int main(int argc, char **argv)
                 }
             if (!found)
                 return usage();
+        } else if (strcmp(argv[i], "--check") == 0) {
+            check = 1;
         } else {
             return usage();
         }
@@ -83,6 +133,10 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < N_OPS; k++)
         known |= strcmp(op_arg, ops[k]) == 0;
     if (!known)
+        return usage();
+    if (check && (dt != MSR_DTYPE_F32 ||
+                  (strcmp(op_arg, "allreduce") != 0 && strcmp(op_arg, "reduce_scatter") != 0 &&
+                   strcmp(op_arg, "allgather") != 0)))
         return usage();
 
     msr_ctx_t *ctx = NULL;
@@ -142,8 +196,9 @@ int main(int argc, char **argv)
              * slowest rank (agreed by an allreduce, so that every rank makes
              * the same calls); startup noise stays out of the figures. */
             double w0 = now_s();
+            long calls = iters + check;
             for (int32_t done = 0; !done && st == MSR_OK;) {
-                for (int w = 0; w < 4 && st == MSR_OK; w++)
+                for (int w = 0; w < 4 && st == MSR_OK; w++, calls++)
                     st = run_op(comm, op, a, b, count, dt);
                 int32_t mine = now_s() - w0 >= 0.2;
                 if (st == MSR_OK)
@@ -158,6 +213,10 @@ int main(int argc, char **argv)
             double worst = 0;
             if (st == MSR_OK)
                 st = msr_comm_allreduce(comm, &t, &worst, 1, MSR_DTYPE_F64, MSR_OP_MAX);
+            int64_t bad = 0, bad_all = 0;
+            if (check && st == MSR_OK &&
+                (bad = check_op(comm, op, (float *)a, (float *)b, count, &st)) >= 0)
+                st = msr_comm_allreduce(comm, &bad, &bad_all, 1, MSR_DTYPE_I64, MSR_OP_SUM);
             free(a);
             free(b);
             if (st != MSR_OK) {
@@ -171,10 +230,19 @@ int main(int argc, char **argv)
                             : strcmp(op, "barrier") == 0 ? 0.0
                                                          : 1.0;
             if (rank == 0) {
-                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f\n", op, n, used,
-                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld\n", op, n, used,
+                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0, calls);
                 fflush(stdout);
             }
+            if (check && bad_all != 0) {
+                if (rank == 0)
+                    printf("check op=%s bytes=%zu FAILED: %lld wrong elements\n", op, used,
+                           (long long)bad_all);
+                rc = 1;
+            } else if (check && rank == 0) {
+                printf("check op=%s bytes=%zu ok\n", op, used);
+            }
+            fflush(stdout);
         }
     }
     msr_comm_destroy(comm);
