@@ -33,6 +33,13 @@ int msr_http_wanted(msr_http_t *http);
  * thread. */
 void msr_http_publish(msr_http_t *http, msr_buf_t *metrics, msr_buf_t *job);
 
+/* Whether a request waits for /api/output's answer (any thread; cheap
+ * when none): the rank asked for and the ask's number, for
+ * msr_http_output_answer (which takes body's contents: it is left empty).
+ * An answer to an ask the request gave up on is dropped. */
+int msr_http_output_wanted(msr_http_t *http, int *rank_p, uint64_t *seq_p);
+void msr_http_output_answer(msr_http_t *http, uint64_t seq, int code, msr_buf_t *body);
+
 /* Requests served so far, and those refused for want of the token. */
 unsigned long msr_http_served(msr_http_t *http);
 unsigned long msr_http_refused(msr_http_t *http);
