@@ -139,15 +139,6 @@ typedef struct rank_out {
     msr_buf_t lines;      /* the lines as a JSON array, escaped */
 } rank_out_t;
 
-/* Ranks asked for at once (more: 503), ranks whose last lines are kept (the
- * oldest go), and how long an ask may wait before it is answered with the
- * last lines known. A node's lines are cut to MSR_OUTPUT_LINES lines,
- * MSR_OUTPUT_BYTES bytes and MSR_OUTPUT_LINE_MAX bytes a line, as the
- * node keeps them (msrun/outtail.h). */
-#define MSR_OUTPUT_ASKS_MAX 64
-#define MSR_OUTPUT_KEPT_MAX 256
-#define MSR_OUTPUT_WAIT_MS  5000
-
 typedef struct msr_obs {
     int generation; /* of the ranks' records; -1 before any */
     rank_obs_t *ranks;
