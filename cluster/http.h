@@ -1,6 +1,7 @@
 /* The coordinator's dashboard server (docs/observe.md): libevent's HTTP
  * server on a thread of its own, serving /metrics (Prometheus' text
- * format), /api/job (JSON) and the job's page (cluster/page.h), each request with the job
+ * format), /api/job (JSON), /api/output?rank=N (a rank's last output
+ * lines) and the job's page (cluster/page.h), each request with the job
  * token (Authorization: Bearer) or a session cookie got once from
  * /login?code=CODE. The coordinator's core stays on its own thread: the
  * server only serves snapshots the core's thread renders and publishes

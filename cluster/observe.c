@@ -691,12 +691,28 @@ static void ask_done(msr_obs_t *o, rank_out_t *r)
     }
 }
 
+/* The records of node n's ranks (those of its place in the running
+ * generation: an ask is made of the node that holds the rank) into
+ * [*lo, *hi). */
+static void node_ranks(const msr_coord_t *c, const node_t *n, size_t *lo, size_t *hi)
+{
+    *lo = *hi = 0;
+    if (n->rank < 0 || c->local_worker_num <= 0)
+        return;
+    *lo = (size_t)n->rank * (size_t)c->local_worker_num;
+    *hi = *lo + (size_t)c->local_worker_num;
+    if (*hi > c->obs.nouts)
+        *hi = c->obs.nouts;
+}
+
 int msr_coord_output_unsent(const msr_coord_t *c, const node_t *n)
 {
     const msr_obs_t *o = &c->obs;
     if (o->asks == 0)
         return 0; /* nobody asks: costs nothing */
-    for (size_t i = 0; i < o->nouts; i++) {
+    size_t lo, hi;
+    node_ranks(c, n, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         const rank_out_t *r = o->outs[i];
         if (r && r->asked && !r->sent && strcmp(r->ask_node, n->id) == 0)
             return 1;
@@ -707,8 +723,11 @@ int msr_coord_output_unsent(const msr_coord_t *c, const node_t *n)
 size_t msr_coord_output_ranks(msr_coord_t *c, const node_t *n, int32_t *ranks, size_t max)
 {
     msr_obs_t *o = &c->obs;
-    size_t k = 0;
-    for (size_t i = 0; o->asks > 0 && i < o->nouts && k < max; i++) {
+    if (o->asks == 0)
+        return 0;
+    size_t lo, hi, k = 0;
+    node_ranks(c, n, &lo, &hi);
+    for (size_t i = lo; i < hi && k < max; i++) {
         rank_out_t *r = o->outs[i];
         if (r && r->asked && !r->sent && strcmp(r->ask_node, n->id) == 0) {
             r->sent = 1;
