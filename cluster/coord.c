@@ -750,7 +750,22 @@ static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
         msr_failure_to_msg(&c->failure, &f);
         r.failure = &f;
     }
+    int32_t outs[MSR_OUTPUT_ASKS_MAX]; /* ranks whose output the dashboard wants */
+    r.n_output_ranks = msr_coord_output_ranks(c, n, outs, MSR_OUTPUT_ASKS_MAX);
+    r.output_ranks = outs;
     reply(c, call, &r.base);
+}
+
+void msr_coord_wake_node(msr_coord_t *c, node_t *n)
+{
+    if (n->hb == NULL)
+        return; /* its heartbeat is on its way: answered at once when it comes */
+    waiter_t *w = n->hb;
+    void *call = w->call;
+    n->hb = NULL;
+    n->last_seen = msr_now_ns(); /* it was held up to now: the node's next call counts from here */
+    waiter_free(c, w);
+    heartbeat_reply(c, call, n);
 }
 
 static void job_configure(msr_coord_t *c, const Msr__JoinRequest *req)
@@ -948,7 +963,10 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
         MARK_DIRTY(c, 1);
         try_form(c);
     }
-    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
+    if (req->n_outputs)
+        msr_coord_output_take(c, n, req);
+    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
+        msr_coord_output_unsent(c, n)) {
         heartbeat_reply(c, call, n);
         return;
     }

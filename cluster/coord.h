@@ -129,4 +129,26 @@ msr_status_t msr_coord_render_metrics(const msr_coord_t *coord, struct msr_buf *
 #define MSR_OBS_HISTORY 128
 msr_status_t msr_coord_render_job(const msr_coord_t *coord, struct msr_buf *b);
 
+/* The bounds of a rank's output lines as a node keeps and sends them
+ * (RankOutput; msrun/outtail.h) and the coordinator keeps them; ranks
+ * asked for at once (more: 503); ranks whose last lines the coordinator
+ * keeps (past it, the record fetched longest ago goes); how long an ask
+ * waits for its node before it is answered with the last lines known. */
+#define MSR_OUTPUT_LINES    64
+#define MSR_OUTPUT_BYTES    8192
+#define MSR_OUTPUT_LINE_MAX 400
+#define MSR_OUTPUT_ASKS_MAX 64
+#define MSR_OUTPUT_KEPT_MAX 256
+#define MSR_OUTPUT_WAIT_MS  5000
+
+/* /api/output?rank=RANK (docs/observe.md): the rank's last output lines as
+ * JSON into b, and the HTTP status to answer with: 200 with the lines
+ * (taken after the ask, or the last ones known when the rank's node is
+ * gone or did not answer within MSR_OUTPUT_WAIT_MS: "stale" then says
+ * why), 202 while they are on their way (the first request asks the node:
+ * its held heartbeat is answered at once), 404 for a rank the job does not
+ * have, 503 when too many ranks are asked for at once. now: msr_now_ns().
+ * The core's thread. */
+int msr_coord_render_output(msr_coord_t *coord, int rank, uint64_t now, struct msr_buf *b);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/heap.h"
 #include "base/list.h"
 #include "base/map.h"
@@ -122,6 +123,22 @@ typedef struct straggler_rec {
     double time; /* when it was named, wall-clock seconds */
 } straggler_rec_t;
 
+/* A rank's last output lines for /api/output (observe.c): asked for by
+ * the dashboard, fetched from the rank's node through its heartbeat (the
+ * held heartbeat answered early with the rank in output_ranks; the lines
+ * come with the next one). */
+typedef struct rank_out {
+    uint64_t asked;    /* msr_now_ns of the pending ask; 0: none */
+    int sent;          /* the ask went out in a heartbeat's answer */
+    char ask_node[32]; /* the id of the node asked */
+    uint64_t got;      /* msr_now_ns when lines last arrived; 0: never */
+    double time;       /* wall-clock seconds the node took them */
+    int node_rank;     /* of the node that sent them */
+    char host[64];
+    uint64_t total_lines; /* the rank's lines its node had seen then */
+    msr_buf_t lines;      /* the lines as a JSON array, escaped */
+} rank_out_t;
+
 typedef struct msr_obs {
     int generation; /* of the ranks' records; -1 before any */
     rank_obs_t *ranks;
@@ -136,6 +153,10 @@ typedef struct msr_obs {
     uint64_t dropped;        /* reports the senders could not keep */
     uint64_t stragglers;     /* named, all generations */
     double start;            /* wall-clock seconds this coordinator started */
+    rank_out_t **outs;       /* [nouts], by rank: NULL until asked for */
+    size_t nouts;
+    size_t outs_kept; /* records in outs */
+    int asks;         /* of them, with an ask pending */
 } msr_obs_t;
 
 struct msr_coord {
@@ -200,6 +221,16 @@ char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);
 /* observe.c: a Progress call, and the records' cleanup. */
 void msr_coord_progress(msr_coord_t *c, void *call, const Msr__ProgressRequest *req);
 void msr_coord_obs_cleanup(msr_coord_t *c);
+
+/* observe.c, /api/output's part in the heartbeats (coord.c calls them):
+ * whether an ask for one of node n's ranks has not gone out yet (0 at
+ * once while nobody asks); up to max such ranks into ranks, marked sent;
+ * and the lines a heartbeat brought (only for asks sent to that node). */
+int msr_coord_output_unsent(const msr_coord_t *c, const node_t *n);
+size_t msr_coord_output_ranks(msr_coord_t *c, const node_t *n, int32_t *ranks, size_t max);
+void msr_coord_output_take(msr_coord_t *c, const node_t *n, const Msr__HeartbeatRequest *req);
+/* coord.c: answers node n's held heartbeat now (if one is held). */
+void msr_coord_wake_node(msr_coord_t *c, node_t *n);
 
 /* Shared between coord.c and persist.c. */
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);

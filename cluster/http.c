@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -49,6 +50,13 @@ struct msr_http {
     uint64_t snap_seq;
     atomic_int want;
     atomic_ulong served, refused;
+    /* /api/output's ask: the thread serves one request at a time, so there
+     * is one at most (under lock, but out_want) */
+    atomic_int out_want;
+    int out_rank;
+    uint64_t out_seq, out_done; /* the ask's number, and the last answered */
+    int out_code;
+    msr_buf_t out_body;
 };
 
 /* Compares without leaking where the first difference is. */
@@ -166,6 +174,64 @@ static void serve_snapshot(msr_http_t *h, struct evhttp_request *req, int json)
         evbuffer_free(body);
 }
 
+/* /api/output?rank=N: the core's answer for the rank (its last output
+ * lines, or 202 while they are on their way), waited for a bounded time. */
+static void serve_output(msr_http_t *h, struct evhttp_request *req, const char *query)
+{
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params);
+    long rank = -1;
+    if (query && evhttp_parse_query_str(query, &params) == 0) {
+        const char *v = evhttp_find_header(&params, "rank");
+        size_t len = v ? strlen(v) : 0;
+        if (len > 0 && len <= 9 && strspn(v, "0123456789") == len)
+            rank = strtol(v, NULL, 10);
+    }
+    evhttp_clear_headers(&params);
+    if (rank < 0) {
+        common_headers(req, "application/json");
+        struct evbuffer *body = evbuffer_new();
+        if (body)
+            evbuffer_add_printf(body, "{\"error\":\"rank=N expected (a rank: 0 to 999999999)\"}\n");
+        evhttp_send_reply(req, 400, "Bad Request", body);
+        if (body)
+            evbuffer_free(body);
+        return;
+    }
+    pthread_mutex_lock(&h->lock);
+    uint64_t seq = ++h->out_seq;
+    h->out_rank = (int)rank;
+    atomic_store(&h->out_want, 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)WAIT_MS * 1000000;
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    while (h->out_done != seq && !atomic_load(&h->stop))
+        if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) != 0)
+            break;
+    if (h->out_done != seq) {
+        atomic_store(&h->out_want, 0);
+        pthread_mutex_unlock(&h->lock);
+        send_text(req, 503, "Service Unavailable", "the coordinator has not answered yet");
+        return;
+    }
+    int code = h->out_code;
+    struct evbuffer *body = evbuffer_new();
+    if (body)
+        evbuffer_add(body, h->out_body.data, h->out_body.len);
+    pthread_mutex_unlock(&h->lock);
+    common_headers(req, "application/json");
+    evhttp_send_reply(req, code,
+                      code == 200   ? "OK"
+                      : code == 202 ? "Accepted"
+                      : code == 404 ? "Not Found"
+                                    : "Service Unavailable",
+                      body);
+    if (body)
+        evbuffer_free(body);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     msr_http_t *h = arg;
@@ -196,6 +262,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         serve_snapshot(h, req, 0);
     } else if (strcmp(path, "/api/job") == 0) {
         serve_snapshot(h, req, 1);
+    } else if (strcmp(path, "/api/output") == 0) {
+        serve_output(h, req, evhttp_uri_get_query(uri));
     } else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
         /* the job's page (cluster/page.h): its own script and style inline,
          * nothing loaded from elsewhere */
@@ -327,6 +395,31 @@ void msr_http_publish(msr_http_t *h, msr_buf_t *metrics, msr_buf_t *job)
     msr_buf_clear(job);
 }
 
+int msr_http_output_wanted(msr_http_t *h, int *rank_p, uint64_t *seq_p)
+{
+    if (!atomic_load(&h->out_want))
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    int wanted = atomic_exchange(&h->out_want, 0);
+    *rank_p = h->out_rank;
+    *seq_p = h->out_seq;
+    pthread_mutex_unlock(&h->lock);
+    return wanted;
+}
+
+void msr_http_output_answer(msr_http_t *h, uint64_t seq, int code, msr_buf_t *body)
+{
+    pthread_mutex_lock(&h->lock);
+    msr_buf_t old = h->out_body;
+    h->out_body = *body;
+    *body = old;
+    h->out_code = code;
+    h->out_done = seq;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    msr_buf_clear(body);
+}
+
 unsigned long msr_http_served(msr_http_t *h)
 {
     return atomic_load(&h->served);
@@ -357,6 +450,7 @@ void msr_http_stop(msr_http_t *h)
     msr_free(h->token);
     msr_buf_cleanup(&h->metrics);
     msr_buf_cleanup(&h->job);
+    msr_buf_cleanup(&h->out_body);
     pthread_mutex_destroy(&h->lock);
     pthread_cond_destroy(&h->cond);
     msr_free(h);

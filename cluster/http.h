@@ -1,6 +1,7 @@
 /* The coordinator's dashboard server (docs/observe.md): libevent's HTTP
  * server on a thread of its own, serving /metrics (Prometheus' text
- * format), /api/job (JSON) and the job's page (cluster/page.h), each request with the job
+ * format), /api/job (JSON), /api/output?rank=N (a rank's last output
+ * lines) and the job's page (cluster/page.h), each request with the job
  * token (Authorization: Bearer) or a session cookie got once from
  * /login?code=CODE. The coordinator's core stays on its own thread: the
  * server only serves snapshots the core's thread renders and publishes
@@ -32,6 +33,13 @@ int msr_http_wanted(msr_http_t *http);
  * the buffers are left empty) and wakes the requests that wait. Any
  * thread. */
 void msr_http_publish(msr_http_t *http, msr_buf_t *metrics, msr_buf_t *job);
+
+/* Whether a request waits for /api/output's answer (any thread; cheap
+ * when none): the rank asked for and the ask's number, for
+ * msr_http_output_answer (which takes body's contents: it is left empty).
+ * An answer to an ask the request gave up on is dropped. */
+int msr_http_output_wanted(msr_http_t *http, int *rank_p, uint64_t *seq_p);
+void msr_http_output_answer(msr_http_t *http, uint64_t seq, int code, msr_buf_t *body);
 
 /* Requests served so far, and those refused for want of the token. */
 unsigned long msr_http_served(msr_http_t *http);

@@ -41,6 +41,7 @@ struct msr_coord_server {
     char *token;                      /* handed out by Auth */
     msr_munge_verifier_t *munge;      /* NULL: Auth is refused */
     msr_buf_t snap_metrics, snap_job; /* rendered for the dashboard, reused */
+    msr_buf_t snap_output;            /* an /api/output answer, reused */
     uint64_t auth_logged_ns;          /* refusal log rate limit */
     unsigned long auth_unlogged;
 };
@@ -394,6 +395,12 @@ Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t 
         msr_coord_tick(s->coord, msr_now_ns());
         if (s->http && msr_http_wanted(s->http))
             publish(s);
+        int rank;
+        uint64_t seq;
+        if (s->http && msr_http_output_wanted(s->http, &rank, &seq)) {
+            int code = msr_coord_render_output(s->coord, rank, msr_now_ns(), &s->snap_output);
+            msr_http_output_answer(s->http, seq, code, &s->snap_output);
+        }
     }
     msr_coord_flush(s->coord);
     return msr_coord_state(s->coord);
@@ -407,6 +414,7 @@ void msr_coord_server_destroy(msr_coord_server_t *s)
     msr_http_stop(s->http);
     msr_buf_cleanup(&s->snap_metrics);
     msr_buf_cleanup(&s->snap_job);
+    msr_buf_cleanup(&s->snap_output);
     msr_coord_destroy(s->coord);
     s->coord = NULL;
     msr_rpc_server_destroy(s->rpc);

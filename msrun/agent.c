@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "cluster/coord.h"
 #include "msrun/agent_impl.h"
 #include "msrun/jobdir.h"
 #include "msrun/net.h"
@@ -72,6 +73,61 @@ static void join_send(agent_t *a)
         msr_node_on_send_failed(&a->node, msr_now_ns(), msr_status_str(st));
 }
 
+/* The lines a node keeps are what the coordinator keeps of them. */
+_Static_assert(MSR_OUT_TAIL_LINES == MSR_OUTPUT_LINES && MSR_OUT_TAIL_BYTES == MSR_OUTPUT_BYTES &&
+                   MSR_OUT_TAIL_LINE_MAX == MSR_OUTPUT_LINE_MAX,
+               "a rank's output lines: the node's bounds and the coordinator's differ");
+
+/* The coordinator asked for these ranks' last output lines (someone
+ * opened them on the dashboard): they go up with the next heartbeat,
+ * which follows this answer at once. Ranks not of this node are ignored. */
+static void tails_wanted(agent_t *a, const int32_t *ranks, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < a->nworkers; i++)
+            if (a->tails[i].rank == ranks[k] ||
+                (a->tails[i].rank < 0 && a->node.rank_offset + i == ranks[k]))
+                a->tails[i].want_rank = ranks[k];
+}
+
+/* The asked ranks' lines as RankOutput messages, into out (the caller's
+ * [nworkers] arrays; *buf_p a copy of the lines, freed by the caller);
+ * clears the asks. Returns how many. */
+static size_t tails_take(agent_t *a, Msr__RankOutput *out, Msr__RankOutput **outp,
+                         ProtobufCBinaryData *lines, char **buf_p)
+{
+    size_t n = 0, bytes = 0;
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->tails[i].want_rank >= 0)
+            bytes += a->tails[i].lines.bytes;
+    *buf_p = NULL;
+    if (bytes > 0 && (*buf_p = msr_malloc(bytes)) == NULL)
+        return 0; /* the asks stay, for the next heartbeat */
+    char *at = *buf_p;
+    ProtobufCBinaryData *l = lines;
+    for (int i = 0; i < a->nworkers; i++) {
+        struct agent_tail *t = &a->tails[i];
+        if (t->want_rank < 0)
+            continue;
+        msr__rank_output__init(&out[n]);
+        out[n].rank = t->want_rank;
+        out[n].time = msr_wall_time();
+        out[n].total_lines = t->lines.total;
+        out[n].lines = l;
+        for (int j = 0; j < t->lines.count; j++) {
+            l->data = (uint8_t *)at;
+            l->len = msr_out_tail_get(&t->lines, j, at);
+            at += l->len;
+            l++;
+        }
+        out[n].n_lines = (size_t)t->lines.count;
+        outp[n] = &out[n];
+        n++;
+        t->want_rank = -1;
+    }
+    return n;
+}
+
 static void hb_done(msr_rpc_async_t *as, void *arg)
 {
     agent_t *a = arg;
@@ -106,6 +162,7 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
         u.master_addr = s->master_addr;
         u.master_port = s->master_port;
     }
+    tails_wanted(a, r->output_ranks, r->n_output_ranks);
     msr_buf_t missing = MSR_BUF_INIT;
     for (size_t i = 0; i < r->n_missing; i++)
         msr_buf_printf(&missing, "%s%s", i ? ", " : "", r->missing[i]);
@@ -136,8 +193,26 @@ static void hb_send(agent_t *a)
     }
     req.n_workers = n;
     req.workers = wsp;
+    Msr__RankOutput *outs = NULL, **outsp = NULL;
+    ProtobufCBinaryData *lines = NULL;
+    char *text = NULL;
+    for (int i = 0; i < a->nworkers; i++) {
+        if (a->tails[i].want_rank < 0)
+            continue;
+        outs = msr_calloc((size_t)a->nworkers, sizeof *outs);
+        outsp = msr_calloc((size_t)a->nworkers, sizeof *outsp);
+        lines = msr_calloc((size_t)a->nworkers * MSR_OUT_TAIL_LINES, sizeof *lines);
+        if (outs && outsp && lines)
+            req.n_outputs = tails_take(a, outs, outsp, lines, &text);
+        req.outputs = outsp;
+        break;
+    }
     msr_status_t st = msr_link_call(a->link, MSR_RPC_HEARTBEAT, &req.base,
                                     a->o->heartbeat_ms + 5000, 0, hb_done, a);
+    msr_free(outs);
+    msr_free(outsp);
+    msr_free(lines);
+    msr_free(text);
     if (st != MSR_OK)
         msr_node_on_send_failed(&a->node, msr_now_ns(), msr_status_str(st));
 }
@@ -216,7 +291,12 @@ static void spawn_workers(agent_t *a)
             io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
         if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->host,
                                            io.log_name, sizeof io.log_name) != MSR_OK)
-            io.file = 0; /* checked with the options: not reached */
+            io.file = 0;                /* checked with the options: not reached */
+        if (a->tails[i].rank != rank) { /* elastic: the slot holds another rank now */
+            msr_out_tail_clear(&a->tails[i].lines);
+            a->tails[i].rank = rank;
+        }
+        w->out_tail = &a->tails[i].lines;
         msr_status_t st = msr_worker_spawn(w, a->base, &env, i, &io);
         if (w->running)
             msr_node_on_spawned(&a->node, i, (int)w->pid);
@@ -512,15 +592,18 @@ static int loop_setup(agent_t *a)
     msr_random_bytes(&cfg.seed, sizeof cfg.seed);
     a->base = event_base_new();
     a->workers = msr_calloc((size_t)a->nworkers, sizeof *a->workers);
+    a->tails = msr_calloc((size_t)a->nworkers, sizeof *a->tails);
     a->cron = a->base ? evtimer_new(a->base, on_cron, a) : NULL;
-    if (a->base == NULL || a->workers == NULL || a->cron == NULL ||
+    if (a->base == NULL || a->workers == NULL || a->tails == NULL || a->cron == NULL ||
         msr_node_init(&a->node, &cfg) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the event loop: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < a->nworkers; i++)
+    for (int i = 0; i < a->nworkers; i++) {
         a->workers[i].out.fd = a->workers[i].err.fd = a->workers[i].log_fd = a->workers[i].log.fd =
             -1;
+        a->tails[i].rank = a->tails[i].want_rank = -1;
+    }
     int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(sigs); i++) {
         a->sig_ev[a->nsig] = evsignal_new(a->base, sigs[i], on_signal, a);
@@ -628,6 +711,7 @@ static void loop_teardown(agent_t *a)
     msr_link_destroy(a->link);
     msr_reports_free(a); /* unacknowledged: their calls were cancelled with the link */
     msr_free(a->workers);
+    msr_free(a->tails);
     msr_node_cleanup(&a->node);
     if (a->base)
         event_base_free(a->base);

@@ -68,6 +68,13 @@ typedef struct agent {
     msr_node_t node; /* what the node does: the machine the wiring feeds */
     msr_worker_t *workers;
     int nworkers;
+    /* [nworkers]: each local rank's last output lines, kept across
+     * generations for the dashboard's /api/output (docs/observe.md) */
+    struct agent_tail {
+        msr_out_tail_t lines;
+        int rank;      /* whose lines they are; -1 before any */
+        int want_rank; /* the coordinator asked for them under this rank; -1 not */
+    } * tails;
     /* --bind_to's CPUs of each local worker (NULL: unbound), once placed */
     msr_cpu_place_t *places;
     int placed;

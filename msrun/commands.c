@@ -152,8 +152,8 @@ static const msr_opt_t coord_opts[] = {
      .help = "the socket of munged for auth=munge."},
     {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 0, .max = 65535,
      .env = "MSRUN_DASHBOARD_PORT", .dest = C(dashboard_port), .def = "0 (none)", .metavar = "PORT",
-     .help = "serve the job's page, /api/job and /metrics over HTTP on this port (each request "
-             "with the job token; docs/observe.md)."},
+     .help = "serve the job's page, /api/job, /api/output and /metrics over HTTP on this port "
+             "(each request with the job token; docs/observe.md)."},
     {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
      .dest = C(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",
      .help = "the address the dashboard listens on."},

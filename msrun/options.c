@@ -253,8 +253,9 @@ static const msr_opt_t opt_defs[] = {
     /* The coordinator's dashboard (used by the node that starts it). */
     {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 0, .max = 65535,
      .env = "MSRUN_DASHBOARD_PORT", .dest = D(dashboard_port), .def = "0 (none)", .metavar = "PORT",
-     .help = "the coordinator serves the job's page, /api/job (JSON) and /metrics (Prometheus) "
-             "over HTTP on this port; every request needs the job token (Authorization: Bearer) "
+     .help = "the coordinator serves the job's page, /api/job (JSON), /api/output?rank=N (a "
+             "rank's last output lines, fetched from its node on request) and /metrics "
+             "(Prometheus) over HTTP on this port; every request needs the job token (Authorization: Bearer) "
              "or the cookie of the one-time login URL msrun prints (docs/observe.md)."},
     {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
      .dest = D(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",

@@ -236,6 +236,8 @@ static void emit_line_end(emit_t *e)
     }
     if (s->keep_tail)
         tail_push(s->worker, s->seg, s->seg_len);
+    if (s->worker->out_tail) /* a progress line's last state, as on the screen */
+        msr_out_tail_push(s->worker->out_tail, s->seg, s->seg_len);
     msr_output_t *o = s->worker->output;
     if (o->metric && s->seg_whole && s->seg_len >= sizeof MSR_METRIC_PREFIX - 1 &&
         memcmp(s->seg, MSR_METRIC_PREFIX, sizeof MSR_METRIC_PREFIX - 1) == 0)
@@ -653,7 +655,9 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
 {
     msr_status_t st = MSR_ERR_SYSTEM;
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+    msr_out_tail_t *out_tail = w->out_tail; /* the caller's, kept */
     memset(w, 0, sizeof *w);
+    w->out_tail = out_tail;
     w->local_rank = local_rank;
     w->rank = e->rank_offset + local_rank;
     w->out.fd = w->err.fd = -1;

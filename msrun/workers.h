@@ -12,6 +12,7 @@
 #include "msrun/board.h"
 #include "msrun/base.h"
 #include "msrun/cpus.h"
+#include "msrun/outtail.h"
 
 #define MSR_TAIL_LINES    20
 #define MSR_TAIL_LINE_MAX 400
@@ -92,6 +93,8 @@ typedef struct msr_worker {
     int tail_count, tail_next;
     char prefix[48]; /* "[node N rank R] ", or "" without --tag_output */
     int prefix_len;
+    msr_out_tail_t *out_tail; /* the agent's ring of its last lines, both streams;
+                               * NULL: none kept */
 } msr_worker_t;
 
 /* Prepares out for msrun's stdout and stderr (and, when they are one
@@ -129,8 +132,9 @@ typedef struct msr_spawn_env {
  * with msrun (SIGKILL as the parent-death signal), stdin /dev/null, its
  * output into pipes (or one pseudo-terminal, env->pty) registered with base,
  * shown and logged as io says. Its log file gets a line marking the
- * generation's start. On failure (exec's included) no worker is running and
- * msr_err_msg() says why. */
+ * generation's start. w is reset but for w->out_tail, the caller's ring
+ * that then gets its every line (NULL: none). On failure (exec's included)
+ * no worker is running and msr_err_msg() says why. */
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *env,
                               int local_rank, const msr_worker_io_t *io);
 

@@ -1046,4 +1046,106 @@ test: ^comm_netns_2nodes$
         a[i] = check_value(0, i);
 >>>
 
+@ outtail.bytes_unbounded
+file: msrun/outtail.c
+test: ^test_outtail$
+<<<
+    while (t->count > 0 && (t->count == MSR_OUT_TAIL_LINES || t->bytes + len > MSR_OUT_TAIL_BYTES))
+===
+    while (t->count > 0 && t->count == MSR_OUT_TAIL_LINES)
+>>>
+
+@ outtail.no_wrap
+file: msrun/outtail.c
+test: ^test_outtail$
+<<<
+    memcpy(t->data, line + head, len - head); /* wraps around */
+===
+    (void)head; /* no wrap: the line's end is lost */
+>>>
+
+@ outtail.long_line_kept
+file: msrun/outtail.c
+test: ^test_outtail$
+<<<
+    if (len > MSR_OUT_TAIL_LINE_MAX)
+        len = MSR_OUT_TAIL_LINE_MAX;
+    while
+===
+    while
+>>>
+
+@ workers.out_tail_stderr_only
+file: msrun/workers.c
+test: ^it_tail$
+<<<
+    if (s->worker->out_tail) /* a progress line's last state, as on the screen */
+===
+    if (s->worker->out_tail && s->is_err)
+>>>
+
+@ agent.tails_not_sent
+file: msrun/agent.c
+test: ^it_tail$
+<<<
+            req.n_outputs = tails_take(a, outs, outsp, lines, &text);
+===
+            tails_take(a, outs, outsp, lines, &text);
+>>>
+
+@ http.output_rank_unchecked
+file: cluster/http.c
+test: ^it_tail$
+<<<
+        if (len > 0 && len <= 9 && strspn(v, "0123456789") == len)
+===
+        if (len > 0)
+>>>
+
+@ observe.output_rank_past_world
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+    if (rank < 0 || rank >= world) {
+===
+    if (rank < 0 || rank > world) {
+>>>
+
+@ observe.output_bytes_raw
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+            msr_buf_append(b, "\\ufffd", 6);
+===
+            msr_buf_append(b, (const char *)s + i, 1);
+>>>
+
+@ observe.output_not_waking
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+        msr_coord_wake_node(c, n); /* its held heartbeat carries the ask */
+===
+        (void)0; /* the ask waits for the node's next heartbeat */
+>>>
+
+@ observe.output_any_node
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+        if (!r->asked || !r->sent || strcmp(r->ask_node, n->id) != 0)
+===
+        if (!r->asked)
+>>>
+
+@ coord.output_ask_held
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
+        msr_coord_output_unsent(c, n)) {
+===
+    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
+>>>
+
 __END__

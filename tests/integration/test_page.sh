@@ -5,7 +5,9 @@
 # URL node 0's msrun printed, runs the page's script against the live
 # /api/job, and the rendered DOM shows the job (running, generation 1, one
 # restart and its root cause), the 8 ranks on their 2 nodes, a loss curve
-# and a step-time chart per rank with their points; a screenshot is taken.
+# and a step-time chart per rank with their points; the output buttons of
+# ranks 0 and 5 (pressed by the page for #output=0,5) show rank 0's last
+# lines and node 1's answer for rank 5; a screenshot is taken.
 # Skipped (77) when Chromium is not installed (Debian: chromium).
 # MSRUN_PAGE_SHOT=FILE keeps the screenshot (docs/images/observe_page.png).
 . "$(dirname "$0")/lib.sh"
@@ -96,11 +98,12 @@ if [ -n "${MSRUN_PAGE_SHOT:-}" ]; then
 fi
 
 # the page, in Chromium: the login sets the cookie and leads to /, whose
-# script fetches /api/job and draws; the DOM after the script ran, and a
-# screenshot
+# script fetches /api/job and draws, and presses the output buttons of ranks
+# 0 and 5 (#output=0,5, kept through the login's redirect); the DOM after the
+# script ran, and a screenshot
 timeout -k 5 90 "$CHROMIUM" --headless --no-sandbox --disable-gpu --no-first-run \
     --user-data-dir="$TMP/chromium" --virtual-time-budget=4000 --window-size=1280,1000 \
-    --screenshot="$TMP/page.png" --dump-dom "http://127.0.0.1:$PORT/login?code=$CODE" \
+    --screenshot="$TMP/page.png" --dump-dom "http://127.0.0.1:$PORT/login?code=$CODE#output=0,5" \
     >"$TMP/dom.html" 2>"$TMP/chromium.err" || fail "chromium: $(tail -5 "$TMP/chromium.err")"
 python3 - "$TMP/dom.html" <<'PY' || fail "the rendered page: $(head -c 3000 "$TMP/dom.html")"
 import re, sys
@@ -127,13 +130,23 @@ for kind in ("loss", "time"):
         line = re.search(r'<polyline [^>]*points="([^"]*)"', c)
         points = len(line.group(1).split()) if line else 0
         assert points >= 3, (kind, points)
+# the output rows: rank 0 printed train_gpt's step lines (escaped text in a
+# <pre>); rank 5, on node 1, prints nothing: node 1 answered for it
+outs = dict(re.findall(r'<tr class="output" data-rank="(\d+)">(.*?)</tr>', dom, re.S))
+assert sorted(outs) == ["0", "5"], sorted(outs)
+pre0 = re.search(r'<pre class="output">(.*?)</pre>', outs["0"], re.S).group(1)
+assert re.search(r"^step \d+ loss \d+\.\d{6} tok/s", pre0, re.M), pre0[:500]
+meta0 = re.search(r'<div class="meta">(.*?)</div>', outs["0"], re.S).group(1)
+assert meta0.startswith("node 0 ") and "fetching" not in meta0, meta0
+meta5 = re.search(r'<div class="meta">(.*?)</div>', outs["5"], re.S).group(1)
+assert meta5.startswith("node 1 ") and "taken" in meta5 and "gone" not in meta5 and "did not" not in meta5 and "fetching" not in meta5, meta5
 print("page: running, generation 1, 1 restart (rank 5), 8 ranks on 2 nodes, 8 loss and 8 "
-      "step-time charts")
+      "step-time charts, the output of ranks 0 and 5")
 PY
 [ -s "$TMP/page.png" ] && [ "$(head -c 4 "$TMP/page.png" | od -An -c | tr -d ' ')" = "211PNG" ] ||
     fail "no screenshot"
 [ -n "${MSRUN_PAGE_SHOT:-}" ] && cp "$TMP/page.png" "$MSRUN_PAGE_SHOT"
-ok "Chromium renders the job, its restart, every rank and their curves; screenshot taken"
+ok "Chromium renders the job, its restart, every rank, their curves and output; screenshot taken"
 
 kill "$NPID0" "$NPID1" 2>/dev/null
 wait_pid "$NPID0" 30

@@ -2071,9 +2071,139 @@ static void test_progress_history(void)
     msr_coord_destroy(co);
 }
 
+/* ---- /api/output: a rank's last lines through its node's heartbeat ---- */
+
+/* The JSON of /api/output for rank (into out) and its HTTP status. */
+static int output(msr_coord_t *co, int rank, char *out, size_t len)
+{
+    msr_buf_t b = MSR_BUF_INIT;
+    int code = msr_coord_render_output(co, rank, msr_now_ns(), &b);
+    snprintf(out, len, "%.*s", (int)b.len, b.data ? b.data : "");
+    msr_buf_cleanup(&b);
+    return code;
+}
+
+static void test_output_tail(void)
+{
+    msr_coord_t *co = make_coord(4, 2, 1);
+    const char *a = join(co, 0, 4, 2, 0);
+    const char *b = join(co, 1, 4, 2, 1);
+    fcall_t held = {0}, c = {0};
+    beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    char js[4096];
+    MSR_CHECK_EQ(output(co, 4, js, sizeof js), 404);
+    MSR_CHECK_MSG(strstr(js, "world size 4"), "%s", js);
+    MSR_CHECK_EQ(output(co, -1, js, sizeof js), 404);
+    /* nobody asks: a heartbeat is held as before and carries no ranks */
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = (char *)b;
+    r.known_state = MSR__JOB_STATE__JOB_RUNNING;
+    r.wait_ms = 5000;
+    call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(!held.answered);
+    /* an ask for rank 3 (node 1) answers node 1's held heartbeat at once */
+    MSR_CHECK_EQ(output(co, 3, js, sizeof js), 202);
+    MSR_CHECK_MSG(strstr(js, "\"pending\":true"), "%s", js);
+    MSR_CHECK(held.answered && held.code == 0);
+    Msr__HeartbeatResponse *hr = (Msr__HeartbeatResponse *)held.resp;
+    MSR_CHECK_EQ(hr->n_output_ranks, 1);
+    MSR_CHECK_EQ(hr->output_ranks[0], 3);
+    MSR_CHECK_EQ(output(co, 3, js, sizeof js), 202); /* still on its way; asked once */
+    /* node 0's own heartbeats are not disturbed */
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->n_output_ranks, 0);
+    /* node 1's next heartbeat brings the lines: binary bytes, quotes,
+     * valid UTF-8, a line past the bound */
+    char long_line[1000];
+    memset(long_line, 'x', sizeof long_line);
+    ProtobufCBinaryData lines[] = {
+        {5, (uint8_t *)"first"},
+        {8, (uint8_t *)"a\x01\xff\"b\\\n\x7f"},
+        {5, (uint8_t *)"\xc3\xa9t\xc3\xa9"},
+        {4, (uint8_t *)"\xe2\x82\xac\xc0"}, /* a euro sign, then a lone lead byte */
+        {sizeof long_line, (uint8_t *)long_line},
+    };
+    Msr__RankOutput o = MSR__RANK_OUTPUT__INIT, *op = &o;
+    o.rank = 3;
+    o.time = 1795700000.5;
+    o.total_lines = 77;
+    o.n_lines = MSR_ARRAY_SIZE(lines);
+    o.lines = lines;
+    Msr__RankOutput other = MSR__RANK_OUTPUT__INIT, *ops[] = {op, &other};
+    other.rank = 1; /* node 0's rank, not asked of node 1: ignored */
+    MSR_CHECK_EQ(output(co, 1, js, sizeof js), 202); /* asked of node 0 */
+    r.n_outputs = 2;
+    r.outputs = ops;
+    call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(!held.answered); /* nothing more to ask: held again */
+    MSR_CHECK_EQ(output(co, 3, js, sizeof js), 200);
+    char want[1200];
+    snprintf(want, sizeof want,
+             "\"lines\":[\"first\",\"a\\u0001\\ufffd\\\"b\\\\\\u000a\\u007f\","
+             "\"\xc3\xa9t\xc3\xa9\",\"\xe2\x82\xac\\ufffd\",\"%.*s\"]",
+             MSR_OUTPUT_LINE_MAX, long_line);
+    MSR_CHECK_MSG(strstr(js, want), "%s", js);
+    MSR_CHECK_MSG(strstr(js, "\"rank\":3,\"node\":1,") && strstr(js, "\"time\":1795700000.500") &&
+                      strstr(js, "\"total_lines\":77") && !strstr(js, "stale"),
+                  "%s", js);
+    MSR_CHECK_EQ(output(co, 1, js, sizeof js), 202); /* node 1 cannot answer for node 0 */
+    /* asked again: a new ask, answered only by lines sent after it */
+    MSR_CHECK_EQ(output(co, 3, js, sizeof js), 202);
+    MSR_CHECK(held.answered && ((Msr__HeartbeatResponse *)held.resp)->n_output_ranks == 1);
+    /* node 1 is lost: the last lines known, and why they are old */
+    for (int i = 0; i < 8; i++) {
+        msr_sleep_ms(60);
+        beat(co, &c, a, 0, 0);
+        msr_coord_tick(co, msr_now_ns());
+    }
+    MSR_CHECK_EQ(output(co, 3, js, sizeof js), 200);
+    MSR_CHECK_MSG(strstr(js, "\"stale\":\"node 1 of rank 3 is gone\"") && strstr(js, "\"first\""),
+                  "%s", js);
+    MSR_CHECK_EQ(output(co, 2, js, sizeof js), 200); /* never fetched: no lines */
+    MSR_CHECK_MSG(strstr(js, "\"lines\":[]") && strstr(js, "\"time\":null"), "%s", js);
+    fcall_reset(&held);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* Asks are bounded, and an ask its node never answers ends after
+ * MSR_OUTPUT_WAIT_MS with the lines known. */
+static void test_output_bounds(void)
+{
+    msr_coord_t *co = make_coord(128, 128, 0);
+    const char *a = join(co, 0, 128, 128, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    char js[512];
+    for (int rank = 0; rank < MSR_OUTPUT_ASKS_MAX; rank++)
+        MSR_CHECK_EQ(output(co, rank, js, sizeof js), 202);
+    MSR_CHECK_EQ(output(co, MSR_OUTPUT_ASKS_MAX, js, sizeof js), 503);
+    MSR_CHECK_MSG(strstr(js, "too many"), "%s", js);
+    /* the node's next heartbeat, a long poll, is answered at once with
+     * every ask */
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = (char *)a;
+    r.known_state = MSR__JOB_STATE__JOB_RUNNING;
+    r.wait_ms = 5000;
+    call(co, &c, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    MSR_CHECK_EQ(((Msr__HeartbeatResponse *)c.resp)->n_output_ranks, MSR_OUTPUT_ASKS_MAX);
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->n_output_ranks, 0);
+    msr_buf_t b = MSR_BUF_INIT;
+    uint64_t late = msr_now_ns() + (MSR_OUTPUT_WAIT_MS + 100) * 1000000ull;
+    MSR_CHECK_EQ(msr_coord_render_output(co, 5, late, &b), 200);
+    MSR_CHECK_MSG(strstr(b.data, "did not send the lines within 5 s"), "%.*s", (int)b.len, b.data);
+    msr_buf_cleanup(&b);
+    MSR_CHECK_EQ(output(co, MSR_OUTPUT_ASKS_MAX, js, sizeof js), 202); /* room again */
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"progress_history", test_progress_history, 10},
+    {"output_tail", test_output_tail, 10},
+    {"output_bounds", test_output_bounds, 10},
     {"stragglers_same_steps", test_stragglers_same_steps, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
