@@ -559,6 +559,36 @@ static void generation_failed(msr_coord_t *c, msr_failure_t *f)
     set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
+/* Replaces the root cause of the generation that ended (c->failure, which
+ * failed after losing a communication peer) with f, the failure that peer
+ * loss followed; takes the tail strings of f. */
+static void root_cause_found(msr_coord_t *c, msr_failure_t *f)
+{
+    char was[512], what[512];
+    msr_failure_describe(&c->failure, was, sizeof was);
+    msr_failure_describe(f, what, sizeof what);
+    for (size_t i = c->nhistory; i-- > 0;)
+        if (c->history[i].generation == f->generation) {
+            c->history[i] = *f;
+            memset(c->history[i].tail, 0, sizeof c->history[i].tail);
+            c->history[i].ntail = 0;
+            break;
+        }
+    msr_failure_clear(&c->failure);
+    c->failure = *f;
+    if (c->state == MSR__JOB_STATE__JOB_FAILED && c->max_restarts > 0)
+        snprintf(c->message, sizeof c->message, "%s; no restarts left (%d used)", what,
+                 c->restart_count);
+    else if (c->state == MSR__JOB_STATE__JOB_FAILED)
+        snprintf(c->message, sizeof c->message, "%s", what);
+    else if (c->generation == f->generation + 1 && c->restart_count > 0)
+        snprintf(c->message, sizeof c->message, "restart %d of %d after %s", c->restart_count,
+                 c->max_restarts, what);
+    MSR_LOG(outcome_level(c), "job %s: generation %d's root cause: %s (then %s)", c->job_id,
+            f->generation, what, was);
+    MARK_DIRTY(c, 1);
+}
+
 static void fail_job(msr_coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void fail_job(msr_coord_t *c, const char *fmt, ...)
@@ -1015,6 +1045,19 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
             f.generation = c->generation;
             generation_failed(c, &f);
         }
+    } else if ((e->exit_code != 0 || e->signal != 0) && !e->after_peer_lost && c->failure.set &&
+               c->failure.after_peer_lost && c->failure.generation == req->generation) {
+        /* the failure that ended the generation followed a lost peer: this
+         * one, reported after it, is what the peer lost */
+        msr_failure_t f;
+        memset(&f, 0, sizeof f);
+        msr_failure_from_msg(&f, e);
+        /* the node's rank in that generation: the coordinator's may be
+         * gone with it */
+        f.node_rank = e->node_rank >= 0 ? e->node_rank : n->rank;
+        snprintf(f.host, sizeof f.host, "%s", n->host);
+        f.generation = req->generation;
+        root_cause_found(c, &f);
     }
     r.state = c->state;
     r.generation = c->generation;

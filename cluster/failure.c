@@ -35,6 +35,7 @@ void msr_failure_from_msg(msr_failure_t *f, const Msr__Failure *m)
     f->time = m->time;
     f->generation = m->generation;
     snprintf(f->reason, sizeof f->reason, "%s", m->reason ? m->reason : "");
+    f->after_peer_lost = m->after_peer_lost;
     size_t n = m->n_stderr_tail < MSR_FAILURE_TAIL ? m->n_stderr_tail : MSR_FAILURE_TAIL;
     for (size_t i = 0; i < n; i++) {
         f->tail[f->ntail] = msr_strndup(m->stderr_tail[i], 4096);
@@ -57,6 +58,7 @@ void msr_failure_to_msg(const msr_failure_t *f, Msr__Failure *m)
     m->stderr_tail = (char **)f->tail;
     m->generation = f->generation;
     m->reason = (char *)f->reason;
+    m->after_peer_lost = f->after_peer_lost;
 }
 
 void msr_failure_describe(const msr_failure_t *f, char *out, size_t len)
@@ -71,8 +73,9 @@ void msr_failure_describe(const msr_failure_t *f, char *out, size_t len)
         snprintf(out, len, "rank %d on node %d (%s, pid %d) was killed by %s", f->rank,
                  f->node_rank, f->host, f->pid, msr_signal_name(f->signal, sig, sizeof sig));
     else
-        snprintf(out, len, "rank %d on node %d (%s, pid %d) %s with code %d", f->rank, f->node_rank,
-                 f->host, f->pid, f->reason[0] ? f->reason : "exited", f->exit_code);
+        snprintf(out, len, "rank %d on node %d (%s, pid %d) %s with code %d%s", f->rank,
+                 f->node_rank, f->host, f->pid, f->reason[0] ? f->reason : "exited", f->exit_code,
+                 f->after_peer_lost ? " after losing a communication peer" : "");
 }
 
 int msr_failure_exit_code(const msr_failure_t *f)

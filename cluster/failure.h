@@ -32,6 +32,7 @@ typedef struct msr_failure {
     size_t ntail;
     int generation;
     char reason[128]; /* "exited", "signal", "hung: ...", "missed heartbeats ..." */
+    int after_peer_lost; /* the worker had lost a communication peer first */
 } msr_failure_t;
 
 /* Frees the tail and zeroes the record (set 0). */

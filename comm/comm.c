@@ -8,6 +8,7 @@
 #include "base/time.h"
 #include "comm/comm_impl.h"
 #include "comm/reduce.h"
+#include "msrun/store.h"
 #include "base/err.h"
 
 static const struct {
@@ -82,7 +83,11 @@ void msr_comm_unref(msr_comm_t *comm)
 int msr_comm_break(msr_comm_t *comm, msr_status_t st)
 {
     int expected = MSR_OK;
-    return st != MSR_OK && atomic_compare_exchange_strong(&comm->broken, &expected, (int)st);
+    if (st == MSR_OK || !atomic_compare_exchange_strong(&comm->broken, &expected, (int)st))
+        return 0;
+    if (st == MSR_ERR_PEER_LOST)
+        msr_note_peer_lost(comm->ctx);
+    return 1;
 }
 
 /* ---- communicators ---- */

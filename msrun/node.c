@@ -271,6 +271,15 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
     n->max_restarts = u->max_restarts;
     snprintf(n->message, sizeof n->message, "%s", u->message ? u->message : "");
     if (u->failure) {
+        if (n->cause.set && n->cause.after_peer_lost && !u->failure->after_peer_lost &&
+            u->failure->generation == n->cause.generation &&
+            (u->failure->rank != n->cause.rank || u->failure->node_rank != n->cause.node_rank)) {
+            /* the failure the peer loss followed came in after it */
+            char was[512], what[512];
+            msr_failure_describe(&n->cause, was, sizeof was);
+            msr_failure_describe(u->failure, what, sizeof what);
+            MSR_WARN("generation %d's root cause: %s (then %s)", u->failure->generation, what, was);
+        }
         msr_failure_clear(&n->cause);
         n->cause = *u->failure; /* the tail strings now belong to the node */
         memset(u->failure, 0, sizeof *u->failure);
@@ -292,8 +301,10 @@ static void spawn(msr_node_t *n, uint64_t now)
     n->worker_generation = n->generation;
     n->spawned = 1;
     n->spawned_at = now;
-    for (int i = 0; i < n->cfg.nworkers; i++)
+    for (int i = 0; i < n->cfg.nworkers; i++) {
         n->workers[i].beaten = 0;
+        n->workers[i].sent_sigs = 0;
+    }
     push(n, MSR_NODE_ACT_SPAWN)->generation = n->generation;
 }
 
@@ -384,6 +395,19 @@ void msr_node_on_spawn_failed(msr_node_t *n, uint64_t now, const char *why)
     stop_workers(n, now, SIGKILL);
 }
 
+/* Sends sig to every running worker (local -1) or to one, and remembers it:
+ * a death by another signal was not msrun's doing. */
+static msr_node_action_t *signal_workers(msr_node_t *n, int local, int sig)
+{
+    for (int i = 0; i < n->cfg.nworkers; i++)
+        if ((local < 0 || i == local) && n->workers[i].running && sig > 0 && sig < 32)
+            n->workers[i].sent_sigs |= 1u << sig;
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_SIGNAL);
+    a->local = local;
+    a->sig = sig;
+    return a;
+}
+
 /* Every worker is gone: the next generation, or the end. */
 static void stopping_done(msr_node_t *n)
 {
@@ -419,7 +443,7 @@ static void stop_workers(msr_node_t *n, uint64_t now, int sig)
             n->kill_at = 1;
     }
     if (n->nrunning > 0)
-        push(n, MSR_NODE_ACT_SIGNAL)->sig = sig;
+        signal_workers(n, -1, sig);
     else
         stopping_done(n);
 }
@@ -431,18 +455,24 @@ void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig)
     msr_node_worker_t *w = &n->workers[local];
     w->running = 0;
     n->nrunning--;
-    if (n->stopping) {
+    /* While its workers are stopped, an exit is msrun's doing, except a
+     * death by a signal msrun did not send (kill -9, the OOM killer, a
+     * crash): that worker failed of its own, perhaps first (its peers' exits
+     * on the lost peer may have been reported before it), so it is still
+     * reported for its generation. */
+    int own = sig > 0 && sig < 32 && !(w->sent_sigs & (1u << sig));
+    if ((n->stopping && !own) || n->finished) {
         stopping_done(n);
         return;
     }
-    if (n->finished)
-        return;
     msr_node_action_t *a = push(n, MSR_NODE_ACT_REPORT);
     a->local = local;
     a->generation = n->worker_generation;
     a->exit_code = sig ? -1 : exit_code;
     a->sig = sig;
     snprintf(a->text, sizeof a->text, "%s", w->hung[0] ? w->hung : sig ? "signal" : "exited");
+    if (n->stopping)
+        stopping_done(n);
 }
 
 void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat_ns,
@@ -462,9 +492,7 @@ void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat
         snprintf(w->hung, sizeof w->hung, "hung: no msr_heartbeat() for %.1f s", secs);
     if (w->hung[0]) {
         MSR_WARN("rank %d (pid %d) %s: killing it", w->rank, w->pid, w->hung);
-        msr_node_action_t *a = push(n, MSR_NODE_ACT_SIGNAL);
-        a->local = local;
-        a->sig = SIGKILL;
+        msr_node_action_t *a = signal_workers(n, local, SIGKILL);
         snprintf(a->text, sizeof a->text, "%s", w->hung);
     }
 }
@@ -488,7 +516,7 @@ void msr_node_on_no_beat(msr_node_t *n, uint64_t now, int local)
 static void kill_after_grace(msr_node_t *n, uint64_t now)
 {
     if (n->nrunning > 0) {
-        push(n, MSR_NODE_ACT_SIGNAL)->sig = SIGKILL;
+        signal_workers(n, -1, SIGKILL);
         MSR_WARN("%d worker%s did not stop within %.1f s of SIGTERM: sent SIGKILL", n->nrunning,
                  n->nrunning == 1 ? "" : "s", (double)n->cfg.grace_ms / 1000.0);
     }
@@ -554,14 +582,14 @@ void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         MSR_INFO("forwarding %s to the workers", name);
         if (n->nrunning > 0)
-            push(n, MSR_NODE_ACT_SIGNAL)->sig = sig;
+            signal_workers(n, -1, sig);
         return;
     }
     /* SIGINT, SIGTERM, SIGHUP */
     if (n->interrupted > 0) {
         MSR_WARN("%s again: killing the workers now", name);
         if (n->nrunning > 0)
-            push(n, MSR_NODE_ACT_SIGNAL)->sig = SIGKILL;
+            signal_workers(n, -1, SIGKILL);
         return;
     }
     n->interrupted = sig;

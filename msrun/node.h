@@ -96,10 +96,11 @@ typedef enum msr_node_join_error {
 } msr_node_join_error_t;
 
 typedef struct msr_node_worker {
-    int running;   /* started and not yet seen exit */
-    int pid, rank; /* for messages */
-    char hung[96]; /* why it was killed as hung, "" if not */
-    int beaten;    /* libmsrun beats seen from it (this generation) */
+    int running;        /* started and not yet seen exit */
+    int pid, rank;      /* for messages */
+    char hung[96];      /* why it was killed as hung, "" if not */
+    int beaten;         /* libmsrun beats seen from it (this generation) */
+    unsigned sent_sigs; /* signals msrun sent it (bit per number, this generation) */
 } msr_node_worker_t;
 
 /* Read-only outside node.c (the agent and the tests read it). */

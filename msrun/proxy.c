@@ -47,6 +47,10 @@ static void on_beat(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__BeatRequest
             e->info.progress = r->progress;
             e->info.progress_ns = now;
         }
+        if (e->pid != r->pid)
+            e->info.peer_lost = 0; /* a new process of the rank */
+        if (r->peer_lost)
+            e->info.peer_lost = 1;
         e->pid = r->pid;
         e->info.last_beat_ns = now;
     }

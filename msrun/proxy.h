@@ -36,6 +36,7 @@ typedef struct msr_beat_info {
     uint64_t last_beat_ns; /* msr_now_ns() of the last beat */
     uint64_t progress;     /* the worker's msr_heartbeat() count */
     uint64_t progress_ns;  /* when that count last changed */
+    int peer_lost;         /* it said a communicator of its lost a peer */
 } msr_beat_info_t;
 
 /* The beats of the worker (rank, pid); 0 if it never beat. Any thread. */

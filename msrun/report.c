@@ -21,6 +21,7 @@ typedef struct report {
     int generation, rank, pid, exit_code, signal;
     double time;
     char reason[128];
+    int after_peer_lost;
     char *tail[MSR_TAIL_LINES];
     int ntail;
 } report_t;
@@ -71,6 +72,7 @@ static void report_send(report_t *r)
     f.time = r->time;
     f.generation = r->generation;
     f.reason = r->reason;
+    f.after_peer_lost = r->after_peer_lost;
     f.n_stderr_tail = (size_t)r->ntail;
     f.stderr_tail = r->tail;
     Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
@@ -99,6 +101,10 @@ void msr_report_exit(agent_t *a, const msr_worker_t *w, const msr_node_action_t 
     r->signal = act->sig;
     r->time = w->exit_time;
     snprintf(r->reason, sizeof r->reason, "%s", act->text);
+    msr_beat_info_t beat;
+    if ((r->exit_code != 0 || r->signal) && a->proxy &&
+        msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &beat))
+        r->after_peer_lost = beat.peer_lost;
     if (r->exit_code != 0 || r->signal) {
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
         for (int i = 0; i < w->tail_count; i++) {

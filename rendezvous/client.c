@@ -50,6 +50,7 @@ struct msr_ctx {
     pthread_t report_thread;
     int reporting, report_stop;
     int report_off; /* MSR_REPORT=0: reports are dropped */
+    atomic_int peer_lost_noted;
 };
 
 /* How often the report thread sends what was reported. */
@@ -73,6 +74,23 @@ static void beat_once(msr_ctx_t *ctx)
     ProtobufCMessage *resp = NULL;
     if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
                      &resp) == MSR_OK)
+        msr_rpc_message_free(resp);
+}
+
+void msr_note_peer_lost(msr_ctx_t *ctx)
+{
+    if (ctx == NULL || !ctx->via_agent || atomic_exchange(&ctx->peer_lost_noted, 1))
+        return;
+    Msr__BeatRequest req = MSR__BEAT_REQUEST__INIT;
+    req.rank = ctx->rank;
+    req.pid = (int)getpid();
+    req.progress = atomic_load(&ctx->progress);
+    req.peer_lost = 1;
+    /* the agent is on this node: a moment is plenty; the caller is on its
+     * way to report a failure and must not wait long */
+    ProtobufCMessage *resp = NULL;
+    if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(500), 0, &resp) ==
+        MSR_OK)
         msr_rpc_message_free(resp);
 }
 

@@ -1148,4 +1148,31 @@ test: ^test_coord$
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
 >>>
 
+@ coord.root_cause_never_replaced
+file: cluster/coord.c
+test: ^test_coord$
+<<<
+    } else if ((e->exit_code != 0 || e->signal != 0) && !e->after_peer_lost &&
+===
+    } else if ((e->exit_code != 0 || e->signal != 0) && e->after_peer_lost &&
+>>>
+
+@ node.own_death_dropped_while_stopping
+file: msrun/node.c
+test: ^fault_root_cause$
+<<<
+    int own = sig > 0 && sig < 32 && !(w->sent_sigs & (1u << sig));
+===
+    int own = 0;
+>>>
+
+@ comm.peer_lost_not_noted
+file: comm/comm.c
+test: ^fault_root_cause$
+<<<
+    if (st == MSR_ERR_PEER_LOST)
+        msr_note_peer_lost(comm->ctx);
+===
+>>>
+
 __END__

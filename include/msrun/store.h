@@ -65,6 +65,17 @@ MSR_API int64_t msr_timeout(const msr_ctx_t *ctx);
  * Cheap (an atomic increment); any thread. */
 MSR_API void msr_heartbeat(msr_ctx_t *ctx);
 
+/* Tells the node's msrun that a communication peer of this worker was lost,
+ * so that if the worker now fails, its failure is known to follow another's:
+ * the coordinator then names the failure the loss followed as the root cause
+ * (the rank killed, say), not this worker's exit that merely came first.
+ * libmsrun's communicators call it themselves when one returns
+ * MSR_ERR_PEER_LOST; a program with communication of its own (Gloo, say)
+ * calls it when that reports a lost peer, before it exits. Once per process
+ * (later calls do nothing); waits for the node's msrun at most 0.5 s; does
+ * nothing for a worker started without msrun. Any thread. */
+MSR_API void msr_note_peer_lost(msr_ctx_t *ctx);
+
 /* ---- the store ----
  * Keys are 1 to 1024 bytes of printable text (MSR_ERR_BAD_KEY otherwise).
  * They live in the current generation: after a restart the store is empty

@@ -241,6 +241,12 @@ class Context:
         """msr_heartbeat: tells msrun this worker makes progress."""
         _L.msr_heartbeat(self._handle())
 
+    def note_peer_lost(self):
+        """msr_note_peer_lost: tells msrun a communication peer was lost (by
+        torch.distributed, say), so that this worker's failure is not taken
+        for the job's root cause."""
+        _L.msr_note_peer_lost(self._handle())
+
     # -- the store
     def store_set(self, key, value):
         """Stores value (bytes-like, or str as UTF-8) under key."""

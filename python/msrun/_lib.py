@@ -120,6 +120,7 @@ _PROTOTYPES = {
     "msr_set_timeout": (None, [c_void_p, c_int64]),
     "msr_timeout": (c_int64, [c_void_p]),
     "msr_heartbeat": (None, [c_void_p]),
+    "msr_note_peer_lost": (None, [c_void_p]),
     "msr_store_set": (status_t, [c_void_p, c_char_p, c_void_p, c_size_t]),
     "msr_store_get": (status_t, [c_void_p, c_char_p, c_int64, P(c_void_p), P(c_size_t)]),
     "msr_store_add": (status_t, [c_void_p, c_char_p, c_int64, P(c_int64)]),

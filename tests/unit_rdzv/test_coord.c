@@ -183,9 +183,11 @@ static Msr__HeartbeatResponse *beat(msr_coord_t *co, fcall_t *c, const char *id,
     return (Msr__HeartbeatResponse *)c->resp;
 }
 
-static void report(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig)
+static void report_lost(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig,
+                        int after_peer_lost)
 {
     Msr__Failure f = MSR__FAILURE__INIT;
+    f.after_peer_lost = after_peer_lost;
     char *tail[] = {"boom"};
     f.rank = rank;
     f.exit_code = code;
@@ -201,6 +203,11 @@ static void report(msr_coord_t *co, const char *id, int gen, int rank, int code,
     call(co, &c, MSR_RPC_REPORT, &r.base);
     MSR_CHECK(c.answered && c.code == 0);
     fcall_reset(&c);
+}
+
+static void report(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig)
+{
+    report_lost(co, id, gen, rank, code, sig, 0);
 }
 
 /* ---- membership ---- */
@@ -345,6 +352,59 @@ static void test_failure_restart_and_done(void)
     lv.node_id = (char *)b;
     call(co, &c, MSR_RPC_LEAVE, &lv.base);
     MSR_CHECK(msr_coord_finished(co));
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static Msr__StatusResponse *status(msr_coord_t *co, fcall_t *c);
+
+/* A failure that followed a lost peer ends the generation, and the failure
+ * the peer loss followed, reported after it, becomes the root cause; a later
+ * one of either kind changes nothing, nor does one after a real cause. */
+static void test_root_cause_after_peer_lost(void)
+{
+    msr_coord_t *co = make_coord(2, 1, 2);
+    const char *a = join(co, 0, 2, 1, -1);
+    const char *b = join(co, 1, 2, 1, -1);
+    fcall_t c = {0};
+    beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report_lost(co, a, 0, 0, 1, 0, 1); /* rank 0 saw rank 1 lost, exited 1 */
+    Msr__HeartbeatResponse *r = beat(co, &c, b, 0, 0);
+    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
+    MSR_CHECK(r->failure && r->failure->rank == 0 && r->failure->after_peer_lost);
+    MSR_CHECK(strstr(r->message, "after losing a communication peer") != NULL);
+    report(co, b, 0, 1, 0, 9); /* rank 1's SIGKILL, reported later */
+    r = beat(co, &c, b, 0, 0);
+    MSR_CHECK_EQ(r->generation, 1);
+    MSR_CHECK_EQ(r->restart_count, 1);
+    MSR_CHECK(r->failure && r->failure->rank == 1 && r->failure->signal == 9 &&
+              !r->failure->after_peer_lost);
+    MSR_CHECK(strstr(r->message, "restart 1 of 2 after rank 1") != NULL);
+    report_lost(co, a, 0, 0, 1, 0, 1); /* neither kind changes it now */
+    report(co, b, 0, 1, 5, 0);
+    Msr__StatusResponse *s = status(co, &c);
+    MSR_CHECK_EQ(s->n_failures, 1);
+    MSR_CHECK(s->failures[0]->rank == 1 && s->failures[0]->signal == 9);
+    /* generation 1: a real cause first, a peer's exit after it */
+    beat(co, &c, a, 1, 1);
+    MSR_CHECK_EQ(beat(co, &c, b, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report(co, a, 1, 0, 3, 0);
+    report_lost(co, b, 1, 1, 1, 0, 1);
+    report(co, b, 1, 1, 4, 0);
+    s = status(co, &c);
+    MSR_CHECK_EQ(s->n_failures, 2);
+    MSR_CHECK(s->failures[1]->rank == 0 && s->failures[1]->exit_code == 3);
+    /* generation 2, no restarts left: the job fails, and its message names
+     * the root cause that comes in late */
+    beat(co, &c, a, 2, 2);
+    MSR_CHECK_EQ(beat(co, &c, b, 2, 2)->state, MSR__JOB_STATE__JOB_RUNNING);
+    report_lost(co, b, 2, 1, 1, 0, 1);
+    MSR_CHECK_EQ(beat(co, &c, a, 2, 2)->state, MSR__JOB_STATE__JOB_FAILED);
+    report(co, a, 2, 0, 7, 0);
+    r = beat(co, &c, a, 2, 2);
+    MSR_CHECK(r->failure && r->failure->rank == 0 && r->failure->exit_code == 7);
+    MSR_CHECK(strstr(r->message, "rank 0 on node 0") && strstr(r->message, "no restarts left"));
     fcall_reset(&c);
     msr_coord_destroy(co);
 }
@@ -2209,6 +2269,7 @@ static const msr_test_t tests[] = {
     {"formation_and_ranks", test_formation_and_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
     {"failure_restart_and_done", test_failure_restart_and_done, 10},
+    {"root_cause_after_peer_lost", test_root_cause_after_peer_lost, 10},
     {"restarts_exhausted", test_restarts_exhausted, 10},
     {"node_lost", test_node_lost, 10},
     {"store_get_wait", test_store_get_wait, 10},

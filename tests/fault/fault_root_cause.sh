@@ -1,0 +1,50 @@
+#!/bin/bash
+# The root cause is the failure a lost peer followed, not the peer's exit
+# that came first: in a 2-node job, node 1's msrun is stopped (SIGSTOP) and
+# its rank killed, so rank 0 on node 0 loses its peer in an allreduce and
+# exits first, reported "after losing a communication peer" (libmsrun told
+# its msrun). When node 1's msrun goes on (SIGCONT) and reports the kill,
+# the coordinator names it as generation 0's root cause; the job resumes
+# and ends with the fault-free result.
+. "$MSRUN_SOURCE/tests/integration/lib.sh"
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
+use_token_file
+reference_digest >/dev/null
+port=$(free_port)
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=2 --local_worker_num=1
+    --max_restarts=3 --node_timeout=20 --log_level=warn)
+args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
+env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=0 "${args[@]}" \
+    >"$TMP/n0.out" 2>"$TMP/n0.err" &
+n0=$!
+env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=1 \
+    "${args[@]}" >"$TMP/n1.out" 2>"$TMP/n1.err" &
+n1=$!
+wait_started 1 "$TMP/n0.out"
+wait_started 1 "$TMP/n1.out"
+sleep 0.3
+agent1=$(pgrep -P "$n1" -x msrun || true)
+[ -n "$agent1" ] || agent1=$n1 # timeout runs msrun as its child
+victim=$(pids_of "fault_job" | while read -r p; do
+    [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -x 'MSR_RANK=1')" ] && echo "$p"
+done | head -n 1)
+[ -n "$victim" ] || fail "no rank 1 to kill"
+kill -STOP "$agent1"
+kill -9 "$victim"
+wait_for "after losing a communication peer" "$TMP/n0.err" 20 ||
+    { kill -CONT "$agent1"; fail "rank 0's exit after the lost peer: $(cat "$TMP/n0.err")"; }
+kill -CONT "$agent1"
+wait_for "warning: generation 0.s root cause: rank 1 on node 1 .* was killed by SIGKILL (then rank 0 on node 0" \
+    "$TMP/n0.err" 20 || fail "the late report is the root cause: $(cat "$TMP/n0.err")"
+wait_pid "$n0" 90
+c0=$CODE
+wait_pid "$n1" 90
+c1=$CODE
+[ "$c0" = 0 ] && [ "$c1" = 0 ] || { cat "$TMP/n0.err" "$TMP/n1.err" >&2; fail "exit statuses $c0 and $c1"; }
+expect_in "restart 1 of 3 after rank 0 on node 0 .* exited with code 1 after losing a communication peer" \
+    "$TMP/n0.err" "the first report"
+expect_in "start gen 1" "$TMP/n0.out" "a new generation ran"
+expect_digest "$TMP/result"
+no_leftovers "root cause"
+no_shm_leftovers "root cause"
+ok "a rank killed while its node's msrun was stopped is the root cause, not its peer that exited first"
