@@ -4,6 +4,7 @@
  * way is not asked for again), so the coordinator sees one fetch per node
  * and set of entries, not one per rank. The proxy's thread only. */
 #include <stdio.h>
+#include <sys/types.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -54,9 +55,9 @@ void msr_proxy_fetch_wait_free(fetch_wait_t *w)
     msr_free(w);
 }
 
-/* Answers call from the cache if every entry is there; 1 if answered. */
-static int answer_cached(msr_proxy_t *p, msr_rpc_call_t *call, int generation, const char *name,
-                         uint32_t n, const uint32_t *indices)
+/* The bytes of the entries if the cache holds every one, else -1. */
+static ssize_t cached_bytes(const msr_proxy_t *p, int generation, const char *name, uint32_t n,
+                            const uint32_t *indices)
 {
     char key[MSR_KEY_MAX + 48];
     size_t total = 0;
@@ -64,9 +65,24 @@ static int answer_cached(msr_proxy_t *p, msr_rpc_call_t *call, int generation, c
         cache_key(key, sizeof key, generation, name, indices[i]);
         const msr_store_value_t *v = msr_map_get(&p->fetch_cache, key);
         if (v == NULL)
-            return 0;
+            return -1;
         total += v->len;
     }
+    return (ssize_t)total;
+}
+
+/* Answers call from the cache if every entry is there; 1 if answered.
+ * hits (may be NULL) is counted before the answer goes. */
+static int answer_cached(msr_proxy_t *p, msr_rpc_call_t *call, int generation, const char *name,
+                         uint32_t n, const uint32_t *indices, _Atomic uint64_t *hits)
+{
+    char key[MSR_KEY_MAX + 48];
+    ssize_t have = cached_bytes(p, generation, name, n, indices);
+    if (have < 0)
+        return 0;
+    if (hits)
+        atomic_fetch_add(hits, 1);
+    size_t total = (size_t)have;
     uint8_t *data = msr_malloc(total ? total : 1);
     uint32_t *lengths = msr_malloc((n ? n : 1) * sizeof *lengths);
     if (data == NULL || lengths == NULL) {
@@ -147,7 +163,7 @@ static void up_done(msr_rpc_async_t *a)
         if (w->generation != u->generation || strcmp(w->name, u->name) != 0)
             continue;
         msr_rpc_call_t *call = w->call;
-        if (answer_cached(p, call, w->generation, w->name, w->n, w->indices)) {
+        if (answer_cached(p, call, w->generation, w->name, w->n, w->indices, NULL)) {
             msr_proxy_held_free(call);
             msr_proxy_fetch_wait_free(w);
             continue;
@@ -242,10 +258,8 @@ void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchReque
         p->fetch_generation = r->generation;
     }
     uint32_t n = (uint32_t)r->n_indices;
-    if (answer_cached(p, call, r->generation, r->name, n, r->indices)) {
-        atomic_fetch_add(&p->fetch_hits, 1);
+    if (answer_cached(p, call, r->generation, r->name, n, r->indices, &p->fetch_hits))
         return;
-    }
     held_t *h = msr_calloc(1, sizeof *h);
     fetch_wait_t *w = msr_calloc(1, sizeof *w);
     uint32_t *indices = msr_malloc((n ? n : 1) * sizeof *indices);
