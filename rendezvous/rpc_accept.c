@@ -397,7 +397,11 @@ static msr_status_t listen_on(const char *address, int *fd_p, int *port_p)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (ai->ai_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    int ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0;
+    /* A job's nodes connect in a burst: a connection the full backlog
+     * drops costs its node a one-second SYN retransmission. The kernel caps
+     * the backlog at net.core.somaxconn (raise it for jobs of thousands of
+     * nodes, docs/performance.md). */
+    int ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 65535) == 0;
     freeaddrinfo(res);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;

@@ -18,7 +18,17 @@
  *     (no proxy).
  *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
- *              [--mode lazy|allgather] [--direct] [--dashboard]
+ *              [--mode lazy|allgather] [--direct] [--window 1024]
+ *              [--conns N] [--dashboard]
+ *
+ * --window: at most this many connections are being made at once (0: all
+ * at once). A burst of more SYNs than the coordinator's listen backlog
+ * (net.core.somaxconn caps it) loses some, and each costs the client a
+ * one-second retransmission; nodes of a real launch do not connect within
+ * the same millisecond. --conns: at most this many connections (default:
+ * what the descriptor limit lets the coordinator take); past it simulated
+ * nodes share connections, so the coordinator's per-connection cost is
+ * then counted for fewer nodes than it serves.
  *
  * One line per N: connect, join and exchange times, the coordinator's CPU
  * time (user + system, from /proc) over the whole run and per node, its
@@ -52,6 +62,7 @@
 
 typedef struct sim {
     int nodes, ranks, bytes, direct, clients, dashboard, lazy;
+    int nch; /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
@@ -164,7 +175,7 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
     o->a.wait_for_ready = 1;
     o->a.done = op_done;
     o->a.raw = m == MSR_RPC_ALLGATHER;
-    if (msr_rpc_call_start(s->ch[client], s->loop, &o->a, req) != MSR_OK) {
+    if (msr_rpc_call_start(s->ch[client % s->nch], s->loop, &o->a, req) != MSR_OK) {
         free(o);
         return -1;
     }
@@ -471,7 +482,7 @@ static int exchange_all(sim_t *s, Msr__Contribution **eptr)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy)
+                   int lazy, int max_conns, int window)
 {
     sim_t s;
     memset(&s, 0, sizeof s);
@@ -482,6 +493,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     s.dashboard = dashboard;
     s.lazy = lazy;
     s.clients = direct ? nodes * ranks : nodes;
+    s.nch = s.clients < max_conns ? s.clients : max_conns;
     s.want_bytes = (size_t)nodes * ranks * bytes;
     int world = nodes * ranks, port = 0, rc = 1, dash = dashboard ? free_port() : 0;
     pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
@@ -489,10 +501,10 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
         return 1;
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    s.ch = calloc((size_t)s.clients, sizeof *s.ch);
+    s.ch = calloc((size_t)s.nch, sizeof *s.ch);
     s.ids = calloc((size_t)nodes, sizeof *s.ids);
     msr_rpc_loop_create(&s.loop);
-    for (int i = 0; i < s.clients; i++)
+    for (int i = 0; i < s.nch; i++)
         if (msr_rpc_channel_create_own(target, token, &s.ch[i]) != MSR_OK) {
             fprintf(stderr, "rdzv_scale: cannot create channel %d\n", i);
             goto out;
@@ -501,7 +513,11 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     /* connect: every client opens its connection (a Status call each) */
     double cpu_start = cpu_ms(coord);
     uint64_t tc = msr_now_ns();
-    for (int c = 0; c < s.clients; c++) {
+    for (int c = 0; c < s.nch; c++) {
+        /* at most window connections being made at once (0: all) */
+        while (window > 0 && s.pending >= window && !s.failed)
+            if (msr_rpc_loop_poll(s.loop, msr_deadline_in_ms(1000)) < 0)
+                goto fail;
         Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
         if (start_op(&s, c, direct ? c / ranks : c, MSR_RPC_STATUS, &st.base) != 0)
             goto out;
@@ -513,6 +529,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
      * --direct), then reports ready; the last one forms the job and every
      * held heartbeat hears it */
     uint64_t t0 = msr_now_ns();
+    double cpu_t0 = cpu_ms(coord);
     char host[32];
     for (int n = 0; n < nodes; n++) {
         Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
@@ -543,6 +560,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     if (drain(&s) != 0)
         goto fail;
     uint64_t t1 = msr_now_ns();
+    double cpu_t1 = cpu_ms(coord);
 
     /* allgather: every rank contributes `bytes`, starting with its index */
     uint8_t *payload = calloc((size_t)world, (size_t)bytes);
@@ -568,15 +586,19 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     uint64_t peak = coordinator_peak_kb(s.ch[0]);
     double conn_ms = (double)(t0 - tc) / 1e6, join_ms = (double)(t1 - t0) / 1e6,
            ag_ms = (double)(t2 - t1) / 1e6, total = conn_ms + join_ms + ag_ms;
-    double cpu = cpu_start >= 0 && cpu_end >= 0 ? cpu_end - cpu_start : -1;
-    printf("nodes=%-5d ranks=%-6d mode=%-9s connect_ms=%-7.1f join_ms=%-7.1f exchange_ms=%-8.1f "
+    double cpu = cpu_end - cpu_start, cpu_conn = cpu_t0 - cpu_start, cpu_join = cpu_t1 - cpu_t0,
+           cpu_ex = cpu_end - cpu_t1;
+    printf("nodes=%-5d ranks=%-6d conns=%-5d mode=%-9s connect_ms=%-7.1f join_ms=%-7.1f "
+           "exchange_ms=%-8.1f "
            "total_ms=%-8.1f coord_cpu_ms=%-7.0f coord_cpu_us_per_node=%-6.0f "
+           "(connect %.0f join %.0f exchange %.0f) "
            "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
-           nodes, world,
+           nodes, world, s.nch,
            lazy     ? "lazy"
            : direct ? "ag-direct"
                     : "allgather",
-           conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, (double)peak / 1024.0,
+           conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, cpu_conn * 1000.0 / nodes,
+           cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
            total * 1000.0 / world);
     fflush(stdout);
     if (dashboard && dashboard_phase(&s, dash) != 0) {
@@ -589,7 +611,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
 fail:
     fprintf(stderr, "rdzv_scale: nodes=%d: %s\n", nodes, s.err);
 out:
-    for (int i = 0; i < s.clients; i++)
+    for (int i = 0; i < s.nch && s.ch; i++)
         msr_rpc_channel_destroy(s.ch[i]);
     while (s.pending > 0 && msr_rpc_loop_poll(s.loop, msr_deadline_in_ms(1000)) >= 0) {
     }
@@ -604,7 +626,7 @@ out:
 int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
-    int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1;
+    int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1, window = 1024, conns = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -614,6 +636,10 @@ int main(int argc, char **argv)
             bytes = atoi(argv[++i]);
         else if (strcmp(argv[i], "--direct") == 0)
             direct = 1;
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
+            window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
+            conns = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "lazy") == 0 || strcmp(argv[i + 1], "allgather") == 0))
             lazy = strcmp(argv[++i], "lazy") == 0;
@@ -621,12 +647,17 @@ int main(int argc, char **argv)
             dashboard = 1;
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
-                            "[--mode lazy|allgather] [--direct] [--dashboard]\n");
+                            "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
+                            "[--dashboard]\n");
             return 2;
         }
     }
     if (ranks < 1 || bytes < 4) {
         fprintf(stderr, "rdzv_scale: --ranks must be >= 1 and --bytes >= 4\n");
+        return 2;
+    }
+    if (window < 0 || conns < 0) {
+        fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
         return 2;
     }
     if (direct && lazy) {
@@ -656,6 +687,13 @@ int main(int argc, char **argv)
             setrlimit(RLIMIT_NOFILE, &rl);
         }
     }
+    /* The coordinator takes (limit - 128) / 2 connections (two descriptors
+     * each); past that, simulated nodes share connections. */
+    int fit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024
+                  ? (int)((rl.rlim_cur - 128) / 2 - 256)
+                  : 256;
+    if (conns == 0 || conns > fit)
+        conns = fit;
     char msrun[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
     if (n <= 0)
@@ -668,7 +706,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (const char *p = list; *p;) {
         int nodes = atoi(p);
-        if (nodes > 0 && run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy) != 0)
+        if (nodes > 0 &&
+            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
