@@ -29,6 +29,10 @@ static void *serve(void *arg)
     return NULL;
 }
 
+/* The proxy's socket, named by the runner's process (each test runs in a
+ * child of it), which removes it at the end even when a test failed. */
+static char sock_path[64];
+
 typedef struct job {
     served_t coord;
     msr_proxy_t *proxy;
@@ -57,7 +61,7 @@ static void job_start(job_t *j)
     MSR_CHECK(pthread_create(&j->coord.thread, NULL, serve, &j->coord) == 0);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    snprintf(j->sock, sizeof j->sock, "/tmp/msr-proxy-fetch-%d.sock", (int)getpid());
+    snprintf(j->sock, sizeof j->sock, "%s", sock_path);
     unlink(j->sock);
     MSR_CHECK_OK(msr_proxy_start(j->sock, target, "t", NULL, 4, &j->proxy));
     MSR_CHECK_OK(msr_rpc_loop_create(&j->loop));
@@ -224,5 +228,8 @@ static const msr_test_t tests[] = {
 
 int main(int argc, char **argv)
 {
-    return MSR_TEST_MAIN(argc, argv, tests);
+    snprintf(sock_path, sizeof sock_path, "/tmp/msr-proxy-fetch-%d.sock", (int)getpid());
+    int rc = MSR_TEST_MAIN(argc, argv, tests);
+    unlink(sock_path);
+    return rc;
 }
