@@ -1299,6 +1299,8 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
     case MSR_RPC_DELETE:
     case MSR_RPC_BARRIER:
     case MSR_RPC_ALLGATHER:
+    case MSR_RPC_PUBLISH:
+    case MSR_RPC_FETCH:
         msr_store_core_call(c->store, call, method, req);
         break;
     case MSR_RPC_BEAT:

@@ -211,6 +211,16 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "msrun is shutting down");
         return;
     }
+    if (method == MSR_RPC_FETCH) {
+        msr_proxy_fetch(p, call, (const Msr__FetchRequest *)req);
+        return;
+    }
+    if (method == MSR_RPC_PUBLISH && ((Msr__PublishRequest *)req)->local_count > p->local_workers) {
+        msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
+                          "Publish: local_count %u is more than this node's %u workers",
+                          ((Msr__PublishRequest *)req)->local_count, p->local_workers);
+        return;
+    }
     if ((method == MSR_RPC_BARRIER &&
          ((Msr__BarrierRequest *)req)->local_count > p->local_workers) ||
         (method == MSR_RPC_ALLGATHER &&
@@ -240,6 +250,16 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
                                 r->local_count, (uint32_t)r->n_entries, r->wait_ms);
             return;
         }
+    } else if (method == MSR_RPC_PUBLISH) {
+        /* the node's publishers go up as one call; they do not wait for
+         * the others of the job, only for those of this node */
+        Msr__PublishRequest *r = (Msr__PublishRequest *)req;
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->n_entries > 0 &&
+            r->n_entries <= r->local_count) {
+            msr_proxy_group_add(p, call, method, req, r->generation, r->name, r->local_count,
+                                r->local_count, (uint32_t)r->n_entries, UINT32_MAX);
+            return;
+        }
     }
     /* Everything else goes up as it is (a write without a request id gets
      * one), and its answer comes back as it is. */
@@ -264,7 +284,9 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
     held_t *h = msr_rpc_call_get_data(call);
     if (h == NULL)
         return;
-    if (h->fwd) {
+    if (h->fetch) {
+        msr_proxy_fetch_wait_free(h->fetch);
+    } else if (h->fwd) {
         h->fwd->call = NULL;
         h->fwd->req = NULL;
         msr_rpc_async_cancel(&h->fwd->async);
@@ -287,6 +309,8 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
                                   ? (((Msr__BarrierRequest *)g->reqs[k])->weight
                                          ? ((Msr__BarrierRequest *)g->reqs[k])->weight
                                          : 1)
+                              : g->method == MSR_RPC_PUBLISH
+                                  ? (uint32_t)((Msr__PublishRequest *)g->reqs[k])->n_entries
                                   : (uint32_t)((Msr__AllgatherRequest *)g->reqs[k])->n_entries;
                 k++;
             }
@@ -345,8 +369,10 @@ static void *proxy_thread(void *arg)
     }
     if (p->progress_up.busy)
         msr_rpc_async_cancel(&p->progress_up.async);
+    msr_proxy_fetch_shutdown(p);
     uint64_t limit = msr_deadline_in_ms(5000);
-    while ((!msr_list_empty(&p->fwds) || p->progress_up.busy) && !msr_deadline_passed(limit))
+    while ((!msr_list_empty(&p->fwds) || !msr_list_empty(&p->fetch_ups) || p->progress_up.busy) &&
+           !msr_deadline_passed(limit))
         msr_rpc_loop_poll(p->loop, msr_deadline_in_ms(100));
     return NULL;
 }
@@ -359,6 +385,8 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
         return MSR_ERR_NO_MEMORY;
     p->local_workers = local_workers > 0 ? (uint32_t)local_workers : 1;
     msr_list_init(&p->fwds);
+    msr_list_init(&p->fetch_waits);
+    msr_list_init(&p->fetch_ups);
     pthread_mutex_init(&p->stop_lock, NULL);
     pthread_mutex_init(&p->beats_lock, NULL);
     pthread_mutex_init(&p->up_lock, NULL);
@@ -440,6 +468,7 @@ void msr_proxy_stop(msr_proxy_t *p)
     pthread_mutex_destroy(&p->beats_lock);
     msr_free(p->beats);
     msr_map_cleanup(&p->groups, free_group_value);
+    msr_proxy_fetch_cleanup(p);
     msr_heap_cleanup(&p->timers);
     msr_heap_cleanup(&p->retries);
     msr_rpc_channel_destroy(p->up);
@@ -484,6 +513,12 @@ msr_status_t msr_proxy_retarget(msr_proxy_t *p, const char *upstream)
 uint64_t msr_proxy_calls_in(const msr_proxy_t *p)
 {
     return atomic_load(&p->calls_in);
+}
+
+void msr_proxy_fetch_stats(const msr_proxy_t *p, uint64_t *hits_p, uint64_t *up_p)
+{
+    *hits_p = atomic_load(&p->fetch_hits);
+    *up_p = atomic_load(&p->fetch_up_calls);
 }
 
 uint64_t msr_proxy_calls_up(const msr_proxy_t *p)

@@ -57,4 +57,8 @@ void msr_proxy_report_line(msr_proxy_t *proxy, int rank, const msr_metric_line_t
 uint64_t msr_proxy_calls_in(const msr_proxy_t *proxy);
 uint64_t msr_proxy_calls_up(const msr_proxy_t *proxy);
 
+/* Workers' Fetch calls answered from the node's cache alone, and Fetch
+ * calls sent upstream (any thread; approximate while running). */
+void msr_proxy_fetch_stats(const msr_proxy_t *proxy, uint64_t *hits_p, uint64_t *up_p);
+
 #endif

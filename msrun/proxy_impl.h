@@ -29,6 +29,7 @@ typedef struct group {
     uint32_t ncalls;
     msr_timer_t timer;
     int sent;
+    uint64_t request_id; /* a Publish group's, for its retries */
     char name[MSR_KEY_MAX + 1];
 } group_t;
 
@@ -44,10 +45,13 @@ typedef struct fwd {
     msr_list_t link;
 } fwd_t;
 
+typedef struct fetch_wait fetch_wait_t; /* proxy_fetch.c */
+
 /* What the proxy knows about a held worker call (msr_rpc_call_set_data). */
 typedef struct held {
-    fwd_t *fwd;     /* forwarded alone */
-    group_t *group; /* or waiting in a group */
+    fwd_t *fwd;          /* forwarded alone */
+    group_t *group;      /* or waiting in a group */
+    fetch_wait_t *fetch; /* or a Fetch waiting for entries */
 } held_t;
 
 struct msr_proxy {
@@ -96,7 +100,17 @@ struct msr_proxy {
         int generation, rank;
     } named[256]; /* stragglers shown */
     size_t nnamed;
+    /* Fetches (proxy_fetch.c): values fetched, by "generation/name/index"
+     * (msr_store_value_t); the entries on their way upstream (the same
+     * keys); the workers' fetches that wait, the upstream ones in flight. */
+    msr_map_t fetch_cache, fetch_inflight;
+    msr_list_t fetch_waits, fetch_ups;
+    int fetch_generation;
+    _Atomic uint64_t fetch_hits, fetch_up_calls;
 };
+
+/* The most entries a worker's Fetch may ask the proxy for. */
+#define MSR_PROXY_FETCH_MAX 65536
 
 /* How often a node sends its workers' progress upstream, and how often node
  * 0 asks for stragglers when it has nothing to send. */
@@ -119,5 +133,13 @@ void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t 
                          ProtobufCMessage *req, int generation, const char *name, uint32_t count,
                          uint32_t local_count, uint32_t weight, uint32_t wait_ms);
 void msr_proxy_group_expired(msr_proxy_t *p, group_t *g);
+
+/* proxy_fetch.c: a worker's Fetch, answered from the cache or held until
+ * the entries it misses come from upstream; the end of a waiting one; the
+ * upstream fetches cancelled at the stop; the cache freed. */
+void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchRequest *r);
+void msr_proxy_fetch_wait_free(fetch_wait_t *w);
+void msr_proxy_fetch_shutdown(msr_proxy_t *p);
+void msr_proxy_fetch_cleanup(msr_proxy_t *p);
 
 #endif

@@ -136,6 +136,26 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.weight = g->arrived;
         r.wait_ms = wait_left(f->deadline);
         st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
+    } else if (g->method == MSR_RPC_PUBLISH) {
+        Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
+        Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
+        if (entries == NULL)
+            return MSR_ERR_NO_MEMORY;
+        size_t n = 0;
+        for (uint32_t i = 0; i < g->ncalls; i++) {
+            Msr__PublishRequest *q = (Msr__PublishRequest *)g->reqs[i];
+            for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
+                entries[n++] = q->entries[k];
+        }
+        r.generation = g->generation;
+        r.name = g->name;
+        r.n_entries = n;
+        r.entries = entries;
+        /* one id per group: a retry after a lost coordinator is applied once */
+        r.client_id = p->client_id;
+        r.request_id = g->request_id;
+        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
+        msr_free(entries);
     } else {
         Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
         Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
@@ -217,8 +237,11 @@ void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t 
                          uint32_t local_count, uint32_t weight, uint32_t wait_ms)
 {
     char key[sizeof((group_t *)0)->key];
-    snprintf(key, sizeof key, "%c/%d/%u/%s", method == MSR_RPC_BARRIER ? 'b' : 'a', generation,
-             count, name);
+    snprintf(key, sizeof key, "%c/%d/%u/%s",
+             method == MSR_RPC_BARRIER   ? 'b'
+             : method == MSR_RPC_PUBLISH ? 'p'
+                                         : 'a',
+             generation, count, name);
     group_t *g = msr_map_get(&p->groups, key);
     if (g == NULL) {
         g = msr_calloc(1, sizeof *g);
@@ -243,6 +266,7 @@ void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t 
         g->generation = generation;
         g->count = count;
         g->local_count = local_count;
+        g->request_id = ++p->request_seq;
         msr_timer_init(&g->timer);
     } else if (g->local_count != local_count) {
         msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
@@ -289,8 +313,10 @@ void msr_proxy_group_expired(msr_proxy_t *p, group_t *g)
             msr_proxy_held_free(g->calls[i]);
             msr_rpc_call_fail(g->calls[i], MSR_RPC_DEADLINE_EXCEEDED,
                               "%s '%s': %u of %u participants on this node arrived in time",
-                              g->method == MSR_RPC_BARRIER ? "barrier" : "allgather", g->name,
-                              g->arrived, g->local_count);
+                              g->method == MSR_RPC_BARRIER   ? "barrier"
+                              : g->method == MSR_RPC_PUBLISH ? "publish"
+                                                             : "allgather",
+                              g->name, g->arrived, g->local_count);
         }
     }
     msr_proxy_group_free(p, g);

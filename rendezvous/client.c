@@ -654,6 +654,50 @@ void msr_gather_result_free(msr_gather_result_t *r)
     free(r);
 }
 
+/* A gather result of count entries from an answer's lengths and bytes (an
+ * Allgather's or a Fetch's); checks that they agree. */
+static msr_status_t gather_result_make(const char *what, uint32_t count, const uint32_t *rlengths,
+                                       size_t n_lengths, const uint8_t *data, size_t len,
+                                       msr_gather_result_t **result_p)
+{
+    if (n_lengths != count) {
+        msr_err_set("%s: %zu entries received, %u expected", what, n_lengths, count);
+        return MSR_ERR_PROTOCOL;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n_lengths; i++)
+        total += rlengths[i];
+    if (total != len) {
+        msr_err_set("%s: lengths add up to %zu bytes, %zu received", what, total, len);
+        return MSR_ERR_PROTOCOL;
+    }
+    /* One allocation: the header, the lengths, the offsets and the data. */
+    size_t head = sizeof(msr_gather_result_t) + 2 * (size_t)count * sizeof(size_t);
+    msr_gather_result_t *out = malloc(head + total + 1);
+    if (out == NULL) {
+        msr_err_set("%s: out of memory for %zu bytes", what, total);
+        return MSR_ERR_NO_MEMORY;
+    }
+    size_t *lengths = (size_t *)(out + 1);
+    size_t *offsets = lengths + count;
+    unsigned char *bytes = (unsigned char *)(offsets + count);
+    size_t off = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        lengths[i] = rlengths[i];
+        offsets[i] = off;
+        off += lengths[i];
+    }
+    if (total)
+        memcpy(bytes, data, total);
+    bytes[total] = 0;
+    out->count = count;
+    out->lengths = lengths;
+    out->offsets = offsets;
+    out->data = bytes;
+    *result_p = out;
+    return MSR_OK;
+}
+
 msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t count, uint32_t index,
                                  uint32_t local_count, const void *data, size_t len,
                                  int64_t wait_ms, msr_gather_result_t **result_p)
@@ -686,46 +730,61 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
     if (st != MSR_OK)
         return st;
     Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)resp;
-    if (r->n_lengths != count) {
-        msr_rpc_message_free(resp);
-        msr_err_set("%s: %zu entries received, %u expected", what, r->n_lengths, count);
-        return MSR_ERR_PROTOCOL;
-    }
-    size_t total = 0;
-    for (size_t i = 0; i < r->n_lengths; i++)
-        total += r->lengths[i];
-    if (total != r->data.len) {
-        msr_rpc_message_free(resp);
-        msr_err_set("%s: lengths add up to %zu bytes, %zu received", what, total, r->data.len);
-        return MSR_ERR_PROTOCOL;
-    }
-    /* One allocation: the header, the lengths, the offsets and the data. */
-    size_t head = sizeof(msr_gather_result_t) + 2 * (size_t)count * sizeof(size_t);
-    msr_gather_result_t *out = malloc(head + total + 1);
-    if (out == NULL) {
-        msr_rpc_message_free(resp);
-        msr_err_set("%s: out of memory for %zu bytes", what, total);
-        return MSR_ERR_NO_MEMORY;
-    }
-    size_t *lengths = (size_t *)(out + 1);
-    size_t *offsets = lengths + count;
-    unsigned char *bytes = (unsigned char *)(offsets + count);
-    size_t off = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        lengths[i] = r->lengths[i];
-        offsets[i] = off;
-        off += lengths[i];
-    }
-    if (total)
-        memcpy(bytes, r->data.data, total);
-    bytes[total] = 0;
-    out->count = count;
-    out->lengths = lengths;
-    out->offsets = offsets;
-    out->data = bytes;
+    st = gather_result_make(what, count, r->lengths, r->n_lengths, r->data.data, r->data.len,
+                            result_p);
     msr_rpc_message_free(resp);
-    *result_p = out;
-    return MSR_OK;
+    return st;
+}
+
+msr_status_t msr_store_publish(msr_ctx_t *ctx, const char *name, uint32_t index,
+                               uint32_t local_count, const void *data, size_t len)
+{
+    msr_status_t st = check_key("publish", name);
+    if (st != MSR_OK)
+        return st;
+    Msr__Contribution entry = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *entries[1] = {&entry};
+    entry.index = index;
+    entry.data.data = (uint8_t *)data;
+    entry.data.len = len;
+    Msr__PublishRequest req = MSR__PUBLISH_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.name = (char *)name;
+    req.n_entries = 1;
+    req.entries = entries;
+    req.local_count = local_count;
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "publish '%.40s'", name);
+    /* the node's proxy holds it until its local_count publishers are in */
+    st = msr_client_call(ctx, MSR_RPC_PUBLISH, &req.base, -1, what, &resp);
+    msr_rpc_message_free(resp);
+    return st;
+}
+
+msr_status_t msr_store_fetch(msr_ctx_t *ctx, const char *name, uint32_t n, const uint32_t *indices,
+                             int64_t wait_ms, msr_gather_result_t **result_p)
+{
+    msr_status_t st = check_key("fetch", name);
+    if (st != MSR_OK)
+        return st;
+    Msr__FetchRequest req = MSR__FETCH_REQUEST__INIT;
+    req.generation = ctx->generation;
+    req.name = (char *)name;
+    req.n_indices = n;
+    req.indices = (uint32_t *)indices;
+    req.wait_ms = wait_to_ms(ctx, wait_ms);
+    ProtobufCMessage *resp = NULL;
+    char what[80];
+    snprintf(what, sizeof what, "fetch '%.40s'", name);
+    st = msr_client_call(ctx, MSR_RPC_FETCH, &req.base,
+                         req.wait_ms == UINT32_MAX ? -1 : (int64_t)req.wait_ms, what, &resp);
+    if (st != MSR_OK)
+        return st;
+    Msr__FetchResponse *r = (Msr__FetchResponse *)resp;
+    st = gather_result_make(what, n, r->lengths, r->n_lengths, r->data.data, r->data.len, result_p);
+    msr_rpc_message_free(resp);
+    return st;
 }
 
 msr_status_t msr_barrier(msr_ctx_t *ctx)

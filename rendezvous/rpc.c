@@ -49,6 +49,8 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_BEAT] = METHOD("Agent", Beat, beat),
     [MSR_RPC_AUTH] = METHOD("Coordinator", Auth, auth),
     [MSR_RPC_PROGRESS] = METHOD("Coordinator", Progress, progress),
+    [MSR_RPC_PUBLISH] = METHOD("Store", Publish, publish),
+    [MSR_RPC_FETCH] = METHOD("Store", Fetch, fetch),
 };
 
 static void *pb_alloc(void *data, size_t size)

@@ -65,6 +65,8 @@ typedef enum msr_rpc_method {
     MSR_RPC_BEAT,     /* served by a node's msrun, never by the coordinator */
     MSR_RPC_AUTH,     /* a munge credential for the job token: served without the token */
     MSR_RPC_PROGRESS, /* progress reports: a worker's to its node, a node's to the coordinator */
+    MSR_RPC_PUBLISH,  /* values published under (name, index) ... */
+    MSR_RPC_FETCH,    /* ... and fetched by index when first needed */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 

@@ -21,7 +21,9 @@
 #include <grpc/grpc_security.h>
 
 #include "base/alloc.h"
+#include "base/list.h"
 #include "base/log.h"
+#include "base/map.h"
 #include "base/status.h"
 #include "base/time.h"
 
@@ -39,6 +41,7 @@ typedef struct conn {
     int expired;          /* shut down for staying unauthenticated */
     uint32_t gen;         /* bumped per use of the slot: stale events are told apart */
     uint64_t deadline_ns; /* unauthenticated: shut down then */
+    msr_list_t unauth;    /* in the acceptor's unauth list while unauthenticated */
     char peer[80];        /* "ipv4:1.2.3.4:5678" */
     char host[64];        /* "1.2.3.4" */
 } conn_t;
@@ -57,6 +60,19 @@ struct msr_rpc_acceptor {
     int *gfd;
     conn_t *conns;
     int nunauth;
+    /* Every step of a connection costs the same however many are held (a
+     * scan of all of them per accept made connecting N nodes cost N^2):
+     * slot_by_fd[fd] is 1 + the slot of gRPC's descriptor fd (0: none),
+     * free_slots a stack of the free slots, unauth_list the
+     * unauthenticated connections oldest first (their deadlines are in
+     * that order), unauth_hosts each host's count of them (the map's
+     * value is the count itself, never 0). */
+    int *slot_by_fd;
+    int nslot_by_fd;
+    int *free_slots;
+    int nfree;
+    msr_list_t unauth_list;
+    msr_map_t unauth_hosts;
     int count;
     /* accepting thread only */
     uint64_t refused, expired;
@@ -76,10 +92,37 @@ static int peer_fd(const char *peer)
 /* The slot of gRPC's descriptor fd, or -1. Lock held. */
 static int slot_of(const msr_rpc_acceptor_t *a, int fd)
 {
-    for (int i = 0; i < a->cfg.max_total; i++)
-        if (a->gfd[i] == fd)
-            return i;
-    return -1;
+    return fd >= 0 && fd < a->nslot_by_fd ? a->slot_by_fd[fd] - 1 : -1;
+}
+
+/* Unauthenticated connections from host now. Lock held. */
+static int unauth_count(const msr_rpc_acceptor_t *a, const char *host)
+{
+    return (int)(uintptr_t)msr_map_get(&a->unauth_hosts, host);
+}
+
+/* Adds delta to host's count of unauthenticated connections (removing it
+ * at 0); -1 when out of memory. Lock held. */
+static int unauth_add(msr_rpc_acceptor_t *a, const char *host, int delta)
+{
+    int n = unauth_count(a, host) + delta;
+    if (n <= 0) {
+        msr_map_remove(&a->unauth_hosts, host);
+        return 0;
+    }
+    return msr_map_put(&a->unauth_hosts, host, (void *)(uintptr_t)n, NULL) == MSR_OK ? 0 : -1;
+}
+
+/* Slot i's connection is no longer unauthenticated. Lock held. */
+static void unauth_leave(msr_rpc_acceptor_t *a, int i)
+{
+    conn_t *c = &a->conns[i];
+    if (c->authed)
+        return;
+    c->authed = 1;
+    a->nunauth--;
+    msr_list_remove(&c->unauth);
+    unauth_add(a, c->host, -1);
 }
 
 void msr_rpc_acceptor_authenticated(msr_rpc_acceptor_t *a, const char *peer)
@@ -90,10 +133,8 @@ void msr_rpc_acceptor_authenticated(msr_rpc_acceptor_t *a, const char *peer)
     pthread_mutex_lock(&a->lock);
     if (a->nunauth > 0) {
         int i = slot_of(a, fd);
-        if (i >= 0 && !a->conns[i].authed) {
-            a->conns[i].authed = 1;
-            a->nunauth--;
-        }
+        if (i >= 0)
+            unauth_leave(a, i);
     }
     pthread_mutex_unlock(&a->lock);
 }
@@ -117,9 +158,10 @@ static void slot_free(msr_rpc_acceptor_t *a, int i)
     conn_t *c = &a->conns[i];
     epoll_ctl(a->epfd, EPOLL_CTL_DEL, c->dfd, NULL);
     close(c->dfd);
-    if (!c->authed)
-        a->nunauth--;
+    unauth_leave(a, i);
+    a->slot_by_fd[a->gfd[i]] = 0;
     a->gfd[i] = -1;
+    a->free_slots[a->nfree++] = i;
     a->count--;
 }
 
@@ -156,6 +198,21 @@ static void format_peer(const struct sockaddr_storage *ss, char *peer, size_t pl
     snprintf(host, hlen, "%s", ip);
 }
 
+/* Makes slot_by_fd cover descriptor fd; -1 when out of memory. Lock held. */
+static int grow_slot_by_fd(msr_rpc_acceptor_t *a, int fd)
+{
+    int n = a->nslot_by_fd ? a->nslot_by_fd : 1024;
+    while (n <= fd)
+        n *= 2;
+    int *m = msr_realloc_array(a->slot_by_fd, (size_t)n, sizeof *m);
+    if (m == NULL)
+        return -1;
+    memset(m + a->nslot_by_fd, 0, (size_t)(n - a->nslot_by_fd) * sizeof *m);
+    a->slot_by_fd = m;
+    a->nslot_by_fd = n;
+    return 0;
+}
+
 /* Takes one new connection; 0 to go on, -1 when none is waiting. */
 static int accept_one(msr_rpc_acceptor_t *a)
 {
@@ -188,19 +245,21 @@ static int accept_one(msr_rpc_acceptor_t *a)
     int stale = slot_of(a, fd);
     if (stale >= 0)
         slot_free(a, stale);
-    int unauth_here = 0;
-    for (int i = 0; i < a->cfg.max_total; i++)
-        if (a->gfd[i] >= 0 && !a->conns[i].authed && strcmp(a->conns[i].host, host) == 0)
-            unauth_here++;
     const char *why = NULL;
-    if (a->count >= a->cfg.max_total)
+    if (a->count >= a->cfg.max_total || a->nfree == 0)
         why = "the coordinator holds its most connections";
-    else if (unauth_here >= a->cfg.max_unauth_per_host)
+    else if (unauth_count(a, host) >= a->cfg.max_unauth_per_host)
         why = "too many connections from there without a valid call";
+    else if (fd >= a->nslot_by_fd && grow_slot_by_fd(a, fd) != 0)
+        why = "out of memory";
+    else if (unauth_add(a, host, 1) != 0)
+        why = "out of memory";
     int dfd = why ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (why == NULL && dfd < 0)
+    if (why == NULL && dfd < 0) {
+        unauth_add(a, host, -1);
         why = "out of file descriptors";
-    int slot = why ? -1 : slot_of(a, -1);
+    }
+    int slot = why ? -1 : a->free_slots[--a->nfree];
     if (why) {
         pthread_mutex_unlock(&a->lock);
         close(fd);
@@ -218,8 +277,10 @@ static int accept_one(msr_rpc_acceptor_t *a)
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     snprintf(c->host, sizeof c->host, "%s", host);
     a->gfd[slot] = fd;
+    a->slot_by_fd[fd] = slot + 1;
     a->count++;
     a->nunauth++;
+    msr_list_push_back(&a->unauth_list, &c->unauth);
     struct epoll_event ev = {.events = EPOLLRDHUP,
                              .data.u64 = ((uint64_t)c->gen << 32) | ((uint64_t)slot + 2)};
     if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, dfd, &ev) != 0)
@@ -238,19 +299,21 @@ static int expire(msr_rpc_acceptor_t *a)
 {
     uint64_t now = msr_now_ns(), next = UINT64_MAX;
     pthread_mutex_lock(&a->lock);
-    if (a->nunauth > 0) {
-        for (int i = 0; i < a->cfg.max_total; i++) {
-            conn_t *c = &a->conns[i];
-            if (a->gfd[i] < 0 || c->authed || c->expired)
-                continue;
-            if (c->deadline_ns <= now) {
-                shutdown(c->dfd, SHUT_RDWR);
-                c->expired = 1;
-                a->expired++;
-            } else if (c->deadline_ns < next) {
-                next = c->deadline_ns;
-            }
+    /* Oldest first: the first one not yet due ends the walk. An expired one
+     * leaves the list but stays counted against its host until gRPC closes
+     * it. */
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &a->unauth_list)
+    {
+        conn_t *c = MSR_CONTAINER_OF(pos, conn_t, unauth);
+        if (c->deadline_ns > now) {
+            next = c->deadline_ns;
+            break;
         }
+        shutdown(c->dfd, SHUT_RDWR);
+        c->expired = 1;
+        a->expired++;
+        msr_list_remove(&c->unauth);
     }
     pthread_mutex_unlock(&a->lock);
     if (a->expired && now - a->logged_ns >= REFUSED_LOG_INTERVAL_NS) {
@@ -334,7 +397,11 @@ static msr_status_t listen_on(const char *address, int *fd_p, int *port_p)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (ai->ai_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    int ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0;
+    /* A job's nodes connect in a burst: a connection the full backlog
+     * drops costs its node a one-second SYN retransmission. The kernel caps
+     * the backlog at net.core.somaxconn (raise it for jobs of thousands of
+     * nodes, docs/performance.md). */
+    int ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 65535) == 0;
     freeaddrinfo(res);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
@@ -365,10 +432,17 @@ msr_status_t msr_rpc_acceptor_start(grpc_server *server, const msr_rpc_acceptor_
     msr_status_t st = MSR_ERR_NO_MEMORY;
     a->gfd = msr_malloc((size_t)config->max_total * sizeof *a->gfd);
     a->conns = msr_calloc((size_t)config->max_total, sizeof *a->conns);
-    if (a->gfd == NULL || a->conns == NULL)
+    a->free_slots = msr_malloc((size_t)config->max_total * sizeof *a->free_slots);
+    msr_list_init(&a->unauth_list);
+    a->unauth_hosts = (msr_map_t)MSR_MAP_INIT;
+    if (a->gfd == NULL || a->conns == NULL || a->free_slots == NULL)
         goto err_free;
-    for (int i = 0; i < config->max_total; i++)
+    for (int i = 0; i < config->max_total; i++) {
         a->gfd[i] = -1;
+        a->free_slots[i] = config->max_total - 1 - i; /* slot 0 on top */
+        msr_list_init(&a->conns[i].unauth);
+    }
+    a->nfree = config->max_total;
     int port = 0;
     st = listen_on(config->address, &a->lfd, &port);
     if (st != MSR_OK)
@@ -407,6 +481,7 @@ err_free:
     pthread_mutex_destroy(&a->lock);
     msr_free(a->gfd);
     msr_free(a->conns);
+    msr_free(a->free_slots);
     msr_free(a);
     return st;
 }
@@ -436,7 +511,10 @@ void msr_rpc_acceptor_destroy(msr_rpc_acceptor_t *a)
     close(a->epfd);
     close(a->wake_fd);
     pthread_mutex_destroy(&a->lock);
+    msr_map_cleanup(&a->unauth_hosts, NULL);
     msr_free(a->gfd);
     msr_free(a->conns);
+    msr_free(a->free_slots);
+    msr_free(a->slot_by_fd);
     msr_free(a);
 }

@@ -261,6 +261,7 @@ static size_t request_limit(const msr_rpc_server_t *s, msr_rpc_method_t method)
     case MSR_RPC_SET:
     case MSR_RPC_COMPARE_SET:
     case MSR_RPC_ALLGATHER:
+    case MSR_RPC_PUBLISH:
         return s->max_message;
     default:
         return MSR_RPC_SMALL_REQUEST_MAX < s->max_message ? MSR_RPC_SMALL_REQUEST_MAX

@@ -18,7 +18,15 @@
 #include "base/time.h"
 #include "base/util.h"
 
-typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER } waiter_kind_t;
+typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_FETCH } waiter_kind_t;
+
+/* A held Fetch: what it asked for. It waits on the get-wait of one missing
+ * key at a time. */
+typedef struct fetch {
+    uint32_t n, next; /* indices; indices before next are known present */
+    uint32_t *indices;
+    char name[];
+} fetch_t;
 
 /* A call the core holds until something happens or its deadline passes. */
 typedef struct waiter {
@@ -30,6 +38,7 @@ typedef struct waiter {
     msr_list_t link; /* in the owner's list */
     int64_t wait_ms;
     uint32_t weight; /* barrier: the participants this call stands for */
+    fetch_t *fetch;  /* W_FETCH: its request */
     char what[240];  /* for the deadline message */
 } waiter_t;
 
@@ -175,6 +184,9 @@ static void waiter_free(msr_store_core_t *c, waiter_t *w)
     msr_heap_remove(&c->timers, &w->timer);
     msr_list_remove(&w->link);
     c->ops.set_data(c->ops.ctx, w->call, NULL);
+    if (w->fetch)
+        msr_free(w->fetch->indices);
+    msr_free(w->fetch);
     msr_free(w);
 }
 
@@ -322,7 +334,7 @@ static void waiter_withdraw(msr_store_core_t *c, waiter_t *w)
     void *owner = w->owner;
     uint32_t weight = w->weight;
     waiter_free(c, w);
-    if (kind == W_GET) {
+    if (kind == W_GET || kind == W_FETCH) {
         getwait_t *gw = owner;
         if (msr_list_empty(&gw->waiters))
             getwait_drop(c, gw);
@@ -383,7 +395,10 @@ static void reply_value(msr_store_core_t *c, void *call, const kv_t *v)
     reply(c, call, &r.base);
 }
 
-/* Answers everyone waiting for key now that it has a value. */
+static void fetch_advance(msr_store_core_t *c, waiter_t *w);
+
+/* Answers everyone waiting for key now that it has a value; a fetch goes
+ * on to the next key it misses. */
 static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
 {
     getwait_t *gw = msr_map_get(&c->getwait, key);
@@ -393,6 +408,11 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
     msr_list_for_each_safe(pos, tmp, &gw->waiters)
     {
         waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
+        if (w->kind == W_FETCH) {
+            msr_list_remove(&w->link);
+            fetch_advance(c, w);
+            continue;
+        }
         void *call = w->call;
         waiter_free(c, w);
         reply_value(c, call, v);
@@ -433,6 +453,34 @@ static void do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req)
     }
 }
 
+/* The get-wait record of key, made if there is none; NULL when refused:
+ * then held (a waiter of call's, or NULL) is freed first and call failed. */
+static getwait_t *getwait_for(msr_store_core_t *c, void *call, const char *what, const char *key,
+                              waiter_t *held)
+{
+    getwait_t *gw = msr_map_get(&c->getwait, key);
+    if (gw)
+        return gw;
+    size_t kl = strlen(key);
+    msr_status_t admitted = msr_store_limits_check_add(&c->limits, &c->usage, what, key, 1,
+                                                       msr_store_entry_bytes(kl, 0));
+    gw = admitted == MSR_OK ? msr_calloc(1, sizeof *gw + kl + 1) : NULL;
+    if (gw == NULL || msr_map_put(&c->getwait, key, gw, NULL) != MSR_OK) {
+        msr_free(gw);
+        if (held)
+            waiter_free(c, held);
+        if (admitted != MSR_OK)
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+        else
+            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return NULL;
+    }
+    memcpy(gw->key, key, kl + 1);
+    msr_list_init(&gw->waiters);
+    msr_store_usage_put(&c->usage, gw->key, 0, 0, 0);
+    return gw;
+}
+
 static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
@@ -446,21 +494,9 @@ static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
         fail(c, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
         return;
     }
-    getwait_t *gw = msr_map_get(&c->getwait, req->key);
-    if (gw == NULL) {
-        if (!name_admit(c, call, "get", req->key, 0))
-            return;
-        size_t kl = strlen(req->key);
-        gw = msr_calloc(1, sizeof *gw + kl + 1);
-        if (gw == NULL || msr_map_put(&c->getwait, req->key, gw, NULL) != MSR_OK) {
-            msr_free(gw);
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(gw->key, req->key, kl + 1);
-        msr_list_init(&gw->waiters);
-        msr_store_usage_put(&c->usage, gw->key, 0, 0, 0);
-    }
+    getwait_t *gw = getwait_for(c, call, "get", req->key, NULL);
+    if (gw == NULL)
+        return;
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
     waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
     if (w == NULL) {
@@ -626,6 +662,160 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
     }
     barrier_free(b);
     reply(c, call, &r.base);
+}
+
+/* ---- publish and fetch ---- */
+
+/* The key of entry index of name ("<name>/<index>"); 0 if it is too long. */
+static int entry_key(char *key, size_t len, const char *name, uint32_t index)
+{
+    int n = snprintf(key, len, "%s/%u", name, index);
+    return n > 0 && (size_t)n < len && msr_rpc_key_valid(key);
+}
+
+static void do_publish(msr_store_core_t *c, void *call, const Msr__PublishRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "publish", req->name) ||
+        request_seen(c, call, MSR_RPC_PUBLISH, req->client_id, req->request_id))
+        return;
+    char key[MSR_KEY_MAX + 1];
+    for (size_t i = 0; i < req->n_entries; i++)
+        if (!entry_key(key, sizeof key, req->name, req->entries[i]->index)) {
+            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "publish '%.200s': the name is too long",
+                 req->name);
+            return;
+        }
+    /* Each entry is a Set: a retry writes the same values again. */
+    for (size_t i = 0; i < req->n_entries; i++) {
+        const Msr__Contribution *e = req->entries[i];
+        entry_key(key, sizeof key, req->name, e->index);
+        if (!store_put(c, call, key, e->data.data, e->data.len))
+            return;
+    }
+    Msr__PublishResponse r = MSR__PUBLISH_RESPONSE__INIT;
+    reply_write(c, call, MSR_RPC_PUBLISH, req->client_id, req->request_id, &r.base);
+}
+
+/* Answers a fetch whose entries are all present. */
+static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint32_t n,
+                        const uint32_t *indices)
+{
+    char key[MSR_KEY_MAX + 1];
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        entry_key(key, sizeof key, name, indices[i]);
+        total += ((const kv_t *)msr_map_get(&c->store, key))->len;
+    }
+    uint8_t *data = msr_malloc(total ? total : 1);
+    uint32_t *lengths = msr_malloc((n ? n : 1) * sizeof *lengths);
+    if (data == NULL || lengths == NULL) {
+        msr_free(data);
+        msr_free(lengths);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    size_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        entry_key(key, sizeof key, name, indices[i]);
+        const kv_t *v = msr_map_get(&c->store, key);
+        lengths[i] = (uint32_t)v->len;
+        if (v->len)
+            memcpy(data + off, v->data, v->len);
+        off += v->len;
+    }
+    Msr__FetchResponse r = MSR__FETCH_RESPONSE__INIT;
+    r.data.data = data;
+    r.data.len = total;
+    r.n_lengths = n;
+    r.lengths = lengths;
+    reply(c, call, &r.base);
+    msr_free(data);
+    msr_free(lengths);
+}
+
+/* The first of indices[from..n) whose entry is missing, or n. */
+static uint32_t fetch_missing(msr_store_core_t *c, const char *name, uint32_t n,
+                              const uint32_t *indices, uint32_t from)
+{
+    char key[MSR_KEY_MAX + 1];
+    for (uint32_t i = from; i < n; i++) {
+        entry_key(key, sizeof key, name, indices[i]);
+        if (msr_map_get(&c->store, key) == NULL)
+            return i;
+    }
+    return n;
+}
+
+/* A held fetch whose awaited key appeared (w is on no list): answers it
+ * when nothing is missing, else waits on the next missing key. */
+static void fetch_advance(msr_store_core_t *c, waiter_t *w)
+{
+    fetch_t *f = w->fetch;
+    void *call = w->call;
+    f->next = fetch_missing(c, f->name, f->n, f->indices, f->next);
+    if (f->next == f->n) {
+        w->fetch = NULL;
+        waiter_free(c, w);
+        fetch_reply(c, call, f->name, f->n, f->indices);
+        msr_free(f->indices);
+        msr_free(f);
+        return;
+    }
+    char key[MSR_KEY_MAX + 1];
+    entry_key(key, sizeof key, f->name, f->indices[f->next]);
+    getwait_t *gw = getwait_for(c, call, "fetch", key, w);
+    if (gw == NULL)
+        return;
+    w->owner = gw;
+    msr_list_push_back(&gw->waiters, &w->link);
+    snprintf(w->what, sizeof w->what, "fetch '%.200s': entry %u was not published", f->name,
+             f->indices[f->next]);
+}
+
+static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "fetch", req->name))
+        return;
+    if (req->n_indices > MSR_FETCH_MAX) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "fetch '%.200s': %zu entries asked, at most %d",
+             req->name, req->n_indices, MSR_FETCH_MAX);
+        return;
+    }
+    char key[MSR_KEY_MAX + 1];
+    if (req->n_indices > 0 && !entry_key(key, sizeof key, req->name, UINT32_MAX)) {
+        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "fetch '%.200s': the name is too long", req->name);
+        return;
+    }
+    uint32_t n = (uint32_t)req->n_indices;
+    uint32_t miss = fetch_missing(c, req->name, n, req->indices, 0);
+    if (miss == n) {
+        fetch_reply(c, call, req->name, n, req->indices);
+        return;
+    }
+    if (req->wait_ms == 0) {
+        fail(c, call, MSR_RPC_NOT_FOUND, "fetch '%.200s': entry %u was not published", req->name,
+             req->indices[miss]);
+        return;
+    }
+    size_t nl = strlen(req->name);
+    fetch_t *f = msr_calloc(1, sizeof *f + nl + 1);
+    uint32_t *indices = msr_malloc(n * sizeof *indices);
+    int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+    waiter_t *w = f && indices ? waiter_new(c, call, W_FETCH, NULL, NULL, wait) : NULL;
+    if (w == NULL) {
+        msr_free(f);
+        msr_free(indices);
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    memcpy(f->name, req->name, nl + 1);
+    memcpy(indices, req->indices, n * sizeof *indices);
+    f->n = n;
+    f->indices = indices;
+    f->next = miss;
+    w->fetch = f;
+    w->wait_ms = wait;
+    fetch_advance(c, w);
 }
 
 static msr_blob_t *gather_result(const gather_t *g)
@@ -903,6 +1093,12 @@ void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t metho
         break;
     case MSR_RPC_ALLGATHER:
         do_allgather(c, call, (const Msr__AllgatherRequest *)req);
+        break;
+    case MSR_RPC_PUBLISH:
+        do_publish(c, call, (const Msr__PublishRequest *)req);
+        break;
+    case MSR_RPC_FETCH:
+        do_fetch(c, call, (const Msr__FetchRequest *)req);
         break;
     default:
         fail(c, call, MSR_RPC_UNIMPLEMENTED, "not a store call");

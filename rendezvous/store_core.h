@@ -78,6 +78,9 @@ typedef struct msr_store_ops {
 
 typedef struct msr_store_core msr_store_core_t;
 
+/* The most entries one Fetch may ask for. */
+#define MSR_FETCH_MAX 65536
+
 /* limits: NULL or zeros for the defaults. MSR_ERR_NO_MEMORY on failure. */
 msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_store_ops_t *ops,
                                    msr_store_core_t **core_p);
@@ -87,7 +90,10 @@ msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_s
 void msr_store_core_destroy(msr_store_core_t *core);
 
 /* Answers or holds a store call (Set, Get, Add, CompareSet, Delete, Barrier,
- * Allgather; any other method is refused with UNIMPLEMENTED). req stays the
+ * Allgather, Publish, Fetch; any other method is refused with
+ * UNIMPLEMENTED). Publish sets the key "<name>/<index>" of each entry;
+ * Fetch answers once the keys of all its indices exist, waiting on one
+ * missing key at a time. req stays the
  * caller's and is not used after this returns. */
 void msr_store_core_call(msr_store_core_t *core, void *call, msr_rpc_method_t method,
                          const ProtobufCMessage *req);

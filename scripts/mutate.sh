@@ -555,8 +555,10 @@ test: ^(it_store|it_multinode)$
 file: msrun/proxy_up.c
 test: ^(it_store|it_multinode)$
 <<<
+            Msr__AllgatherRequest *q = (Msr__AllgatherRequest *)g->reqs[i];
             for (size_t k = 0; k < q->n_entries && n < g->arrived; k++)
 ===
+            Msr__AllgatherRequest *q = (Msr__AllgatherRequest *)g->reqs[i];
             for (size_t k = 0; k + 1 < q->n_entries && n < g->arrived; k++)
 >>>
 
@@ -1173,6 +1175,76 @@ test: ^fault_root_cause$
     if (st == MSR_ERR_PEER_LOST)
         msr_note_peer_lost(comm->ctx);
 ===
+>>>
+
+# ---- addresses published and fetched on first use (docs/store.md, docs/comm.md)
+@ store.fetch_not_advanced
+file: rendezvous/store_core.c
+test: ^test_store_core$
+<<<
+            msr_list_remove(&w->link);
+            fetch_advance(c, w);
+===
+            msr_list_remove(&w->link);
+            waiter_free(c, w);
+>>>
+
+@ proxy.fetch_not_coalesced
+file: msrun/proxy_fetch.c
+test: ^test_proxy_fetch$
+<<<
+        if (msr_map_get(&p->fetch_cache, key) || msr_map_get(&p->fetch_inflight, key))
+===
+        if (msr_map_get(&p->fetch_cache, key))
+>>>
+
+@ proxy.fetch_not_cached
+file: msrun/proxy_fetch.c
+test: ^test_proxy_fetch$
+<<<
+    if (answer_cached(p, call, r->generation, r->name, n, r->indices, &p->fetch_hits))
+===
+    if (0)
+>>>
+
+@ proxy.fetch_retried_past_its_wait
+file: msrun/proxy_fetch.c
+test: ^test_proxy_fetch$
+<<<
+        uint64_t deadline = w->deadline;
+===
+        uint64_t deadline = msr_rpc_call_deadline(call);
+>>>
+
+@ proxy.publish_not_combined
+file: msrun/proxy.c
+test: ^test_proxy_fetch$
+<<<
+        if (r->local_count > 1 && msr_rpc_key_valid(r->name) && r->n_entries > 0 &&
+===
+        if (r->local_count > 99 && msr_rpc_key_valid(r->name) && r->n_entries > 0 &&
+>>>
+
+@ ucx.address_not_fetched
+file: comm/ucx/engine.c
+test: ^comm_collectives_2nodes$
+<<<
+    if (p->addr == NULL) {
+        /* first use: fetch its address
+===
+    if (0) {
+        /* first use: fetch its address
+>>>
+
+@ accept.unauthenticated_never_expire
+file: rendezvous/rpc_accept.c
+test: ^sec_attack$
+<<<
+        if (c->deadline_ns > now) {
+            next = c->deadline_ns;
+===
+        if (1) {
+            next = c->deadline_ns;
 >>>
 
 __END__

@@ -1,15 +1,40 @@
 /* Rendezvous at scale: N simulated nodes of R ranks against a real
  * coordinator process. Every node joins (each over a TCP connection of its
- * own, as separate hosts would), then every rank contributes B bytes to one
- * allgather and every node receives all N*R contributions, the way a node's
- * msrun proxy does for its ranks. With --direct every rank is a client of its
- * own instead (no proxy), for comparison.
+ * own, as separate hosts would), then the ranks exchange their communication
+ * addresses of B bytes as a UCX engine does at startup (comm/ucx/engine.c),
+ * sending what a node's msrun proxy sends upstream for its ranks:
  *
- *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] [--direct]
- *              [--dashboard]
+ *   --mode lazy (default): each node publishes its R addresses in one
+ *     Publish, fetches its own node's in one Fetch, adds its rank count to
+ *     its machine's counter, meets the others at a Barrier (one call per
+ *     node, weight R), reads the counter, then fetches in one Fetch the
+ *     addresses its ranks' communicators need off the node: a ring's
+ *     neighbours (the last rank of the node before, the first of the node
+ *     after) and a hierarchical communicator's (the leaders of both
+ *     neighbouring nodes): 3 entries, however large the job.
+ *   --mode allgather: every rank contributes to one allgather and every
+ *     node receives all N*R contributions (the exchange before fetching on
+ *     first use). With --direct every rank is a client of its own instead
+ *     (no proxy).
  *
- * One line per N: join time, allgather time, the coordinator's peak memory
- * and the time per rank. With --dashboard the coordinator also serves its
+ *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
+ *              [--mode lazy|allgather] [--direct] [--window 1024]
+ *              [--conns N] [--dashboard]
+ *
+ * --window: at most this many connections are being made at once (0: all
+ * at once). A burst of more SYNs than the coordinator's listen backlog
+ * (net.core.somaxconn caps it) loses some, and each costs the client a
+ * one-second retransmission; nodes of a real launch do not connect within
+ * the same millisecond. --conns: at most this many connections (default:
+ * what the descriptor limit lets the coordinator take); past it simulated
+ * nodes share connections, so the coordinator's per-connection cost is
+ * then counted for fewer nodes than it serves.
+ *
+ * One line per N: connect, join and exchange times, the coordinator's CPU
+ * time (user + system, from /proc) over the whole run and per node, its
+ * peak memory and the time per rank. The descriptor limit is raised (hard
+ * limit too, where allowed) to what the coordinator needs: two descriptors
+ * per connection. With --dashboard the coordinator also serves its
  * dashboard (docs/observe.md), and after the allgather every node sends
  * rounds of Progress calls (each of its ranks a window of 20 step times and
  * a loss, as a node's proxy does once a second) while /api/job and
@@ -36,7 +61,8 @@
 #include "rendezvous/rpc.h"
 
 typedef struct sim {
-    int nodes, ranks, bytes, direct, clients, dashboard;
+    int nodes, ranks, bytes, direct, clients, dashboard, lazy;
+    int nch; /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
@@ -97,6 +123,17 @@ static void op_done(msr_rpc_async_t *a)
                          o->client);
             s->failed = 1;
         }
+    } else if (a->method == MSR_RPC_FETCH) {
+        /* each entry is an address published as (index, payload) */
+        const Msr__FetchResponse *r = (const Msr__FetchResponse *)a->resp;
+        int bad = r == NULL || r->data.len != r->n_lengths * (size_t)s->bytes;
+        for (size_t i = 0; !bad && i < r->n_lengths; i++)
+            bad = r->lengths[i] != (uint32_t)s->bytes;
+        if (bad) {
+            if (!s->failed)
+                snprintf(s->err, sizeof s->err, "client %d: wrong fetch result", o->client);
+            s->failed = 1;
+        }
     } else if (a->method == MSR_RPC_ALLGATHER) {
         /* Answers arrive as bytes, as a node's proxy receives them to pass
          * on; every answer must be complete, and every 64th is unpacked and
@@ -138,7 +175,7 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
     o->a.wait_for_ready = 1;
     o->a.done = op_done;
     o->a.raw = m == MSR_RPC_ALLGATHER;
-    if (msr_rpc_call_start(s->ch[client], s->loop, &o->a, req) != MSR_OK) {
+    if (msr_rpc_call_start(s->ch[client % s->nch], s->loop, &o->a, req) != MSR_OK) {
         free(o);
         return -1;
     }
@@ -321,7 +358,131 @@ static uint64_t coordinator_peak_kb(msr_rpc_channel_t *ch)
     return kb;
 }
 
-static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard)
+/* The CPU time (user + system) process pid has used, in milliseconds; -1
+ * if unknown. */
+static double cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Sends, for node n, a Fetch of the entries indices[0..k) (distinct, in the
+ * job) of the addresses. */
+static int fetch_op(sim_t *s, int n, const uint32_t *indices, size_t k)
+{
+    Msr__FetchRequest f = MSR__FETCH_REQUEST__INIT;
+    f.generation = 0;
+    f.name = "scale";
+    f.indices = (uint32_t *)indices;
+    f.n_indices = k;
+    f.wait_ms = 60000;
+    return start_op(s, n, n, MSR_RPC_FETCH, &f.base);
+}
+
+/* The exchange of addresses fetched on first use (see the header): what
+ * each node's proxy sends upstream, each step for every node at once. */
+static int lazy_exchange(sim_t *s, Msr__Contribution **eptr)
+{
+    int R = s->ranks, N = s->nodes;
+    uint32_t world = (uint32_t)N * (uint32_t)R;
+    for (int n = 0; n < N; n++) {
+        Msr__PublishRequest p = MSR__PUBLISH_REQUEST__INIT;
+        p.generation = 0;
+        p.name = "scale";
+        p.n_entries = (size_t)R;
+        p.entries = eptr + (size_t)n * R;
+        if (start_op(s, n, n, MSR_RPC_PUBLISH, &p.base) != 0)
+            return -1;
+    }
+    if (drain(s) != 0)
+        return -1;
+    /* this node's addresses, and its machine's count of ranks */
+    uint32_t *own = calloc((size_t)R, sizeof *own);
+    if (own == NULL)
+        return -1;
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < R; i++)
+            own[i] = (uint32_t)(n * R + i);
+        if (R > 1 && fetch_op(s, n, own, (size_t)R) != 0) {
+            free(own);
+            return -1;
+        }
+        char key[64];
+        snprintf(key, sizeof key, "scale-hosts/%d", n);
+        Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+        a.generation = 0;
+        a.key = key;
+        a.delta = R;
+        if (start_op(s, n, n, MSR_RPC_ADD, &a.base) != 0) {
+            free(own);
+            return -1;
+        }
+    }
+    free(own);
+    if (drain(s) != 0)
+        return -1;
+    for (int n = 0; n < N; n++) {
+        Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
+        b.generation = 0;
+        b.name = "scale-ready";
+        b.count = world;
+        b.weight = (uint32_t)R;
+        b.wait_ms = 60000;
+        if (start_op(s, n, n, MSR_RPC_BARRIER, &b.base) != 0)
+            return -1;
+    }
+    if (drain(s) != 0)
+        return -1;
+    for (int n = 0; n < N && N > 1; n++) {
+        char key[64];
+        snprintf(key, sizeof key, "scale-hosts/%d", n);
+        Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+        g.generation = 0;
+        g.key = key;
+        if (start_op(s, n, n, MSR_RPC_GET, &g.base) != 0)
+            return -1;
+        /* the ring's and the leaders' neighbours off this node */
+        uint32_t prev = (uint32_t)((n + N - 1) % N), next = (uint32_t)((n + 1) % N);
+        uint32_t want[3] = {prev * R + (uint32_t)R - 1, next * R, prev * R};
+        size_t k = want[2] == want[0] ? 2 : 3;
+        if (fetch_op(s, n, want, k) != 0)
+            return -1;
+    }
+    return drain(s);
+}
+
+/* The allgather of every address (see the header). */
+static int exchange_all(sim_t *s, Msr__Contribution **eptr)
+{
+    int direct = s->direct, ranks = s->ranks, world = s->nodes * s->ranks;
+    for (int c = 0; c < s->clients; c++) {
+        Msr__AllgatherRequest g = MSR__ALLGATHER_REQUEST__INIT;
+        g.generation = 0;
+        g.name = "scale";
+        g.count = (uint32_t)world;
+        g.wait_ms = 60000;
+        g.n_entries = direct ? 1 : (size_t)ranks;
+        g.entries = eptr + (direct ? c : c * ranks);
+        if (start_op(s, c, direct ? c / ranks : c, MSR_RPC_ALLGATHER, &g.base) != 0)
+            return -1;
+    }
+    return drain(s);
+}
+
+static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
+                   int lazy, int max_conns, int window)
 {
     sim_t s;
     memset(&s, 0, sizeof s);
@@ -330,7 +491,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     s.bytes = bytes;
     s.direct = direct;
     s.dashboard = dashboard;
+    s.lazy = lazy;
     s.clients = direct ? nodes * ranks : nodes;
+    s.nch = s.clients < max_conns ? s.clients : max_conns;
     s.want_bytes = (size_t)nodes * ranks * bytes;
     int world = nodes * ranks, port = 0, rc = 1, dash = dashboard ? free_port() : 0;
     pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
@@ -338,18 +501,23 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
         return 1;
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    s.ch = calloc((size_t)s.clients, sizeof *s.ch);
+    s.ch = calloc((size_t)s.nch, sizeof *s.ch);
     s.ids = calloc((size_t)nodes, sizeof *s.ids);
     msr_rpc_loop_create(&s.loop);
-    for (int i = 0; i < s.clients; i++)
+    for (int i = 0; i < s.nch; i++)
         if (msr_rpc_channel_create_own(target, token, &s.ch[i]) != MSR_OK) {
             fprintf(stderr, "rdzv_scale: cannot create channel %d\n", i);
             goto out;
         }
 
     /* connect: every client opens its connection (a Status call each) */
+    double cpu_start = cpu_ms(coord);
     uint64_t tc = msr_now_ns();
-    for (int c = 0; c < s.clients; c++) {
+    for (int c = 0; c < s.nch; c++) {
+        /* at most window connections being made at once (0: all) */
+        while (window > 0 && s.pending >= window && !s.failed)
+            if (msr_rpc_loop_poll(s.loop, msr_deadline_in_ms(1000)) < 0)
+                goto fail;
         Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
         if (start_op(&s, c, direct ? c / ranks : c, MSR_RPC_STATUS, &st.base) != 0)
             goto out;
@@ -361,6 +529,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
      * --direct), then reports ready; the last one forms the job and every
      * held heartbeat hears it */
     uint64_t t0 = msr_now_ns();
+    double cpu_t0 = cpu_ms(coord);
     char host[32];
     for (int n = 0; n < nodes; n++) {
         Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
@@ -391,6 +560,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     if (drain(&s) != 0)
         goto fail;
     uint64_t t1 = msr_now_ns();
+    double cpu_t1 = cpu_ms(coord);
 
     /* allgather: every rank contributes `bytes`, starting with its index */
     uint8_t *payload = calloc((size_t)world, (size_t)bytes);
@@ -405,19 +575,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
         entries[r].data.len = (size_t)bytes;
         eptr[r] = &entries[r];
     }
-    for (int c = 0; c < s.clients; c++) {
-        Msr__AllgatherRequest g = MSR__ALLGATHER_REQUEST__INIT;
-        g.generation = 0;
-        g.name = "scale";
-        g.count = (uint32_t)world;
-        g.wait_ms = 60000;
-        g.n_entries = direct ? 1 : (size_t)ranks;
-        g.entries = eptr + (direct ? c : c * ranks);
-        if (start_op(&s, c, direct ? c / ranks : c, MSR_RPC_ALLGATHER, &g.base) != 0)
-            goto out;
-    }
-    int ok = drain(&s) == 0;
+    int ok = lazy ? lazy_exchange(&s, eptr) == 0 : exchange_all(&s, eptr) == 0;
     uint64_t t2 = msr_now_ns();
+    double cpu_end = cpu_ms(coord);
     free(payload);
     free(entries);
     free(eptr);
@@ -426,10 +586,20 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     uint64_t peak = coordinator_peak_kb(s.ch[0]);
     double conn_ms = (double)(t0 - tc) / 1e6, join_ms = (double)(t1 - t0) / 1e6,
            ag_ms = (double)(t2 - t1) / 1e6, total = conn_ms + join_ms + ag_ms;
-    printf("nodes=%-5d ranks=%-6d mode=%-6s connect_ms=%-7.1f join_ms=%-7.1f allgather_ms=%-7.1f "
-           "total_ms=%-7.1f coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
-           nodes, world, direct ? "direct" : "proxy", conn_ms, join_ms, ag_ms, total,
-           (double)peak / 1024.0, total * 1000.0 / world);
+    double cpu = cpu_end - cpu_start, cpu_conn = cpu_t0 - cpu_start, cpu_join = cpu_t1 - cpu_t0,
+           cpu_ex = cpu_end - cpu_t1;
+    printf("nodes=%-5d ranks=%-6d conns=%-5d mode=%-9s connect_ms=%-7.1f join_ms=%-7.1f "
+           "exchange_ms=%-8.1f "
+           "total_ms=%-8.1f coord_cpu_ms=%-7.0f coord_cpu_us_per_node=%-6.0f "
+           "(connect %.0f join %.0f exchange %.0f) "
+           "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
+           nodes, world, s.nch,
+           lazy     ? "lazy"
+           : direct ? "ag-direct"
+                    : "allgather",
+           conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, cpu_conn * 1000.0 / nodes,
+           cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
+           total * 1000.0 / world);
     fflush(stdout);
     if (dashboard && dashboard_phase(&s, dash) != 0) {
         if (!s.failed)
@@ -441,7 +611,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
 fail:
     fprintf(stderr, "rdzv_scale: nodes=%d: %s\n", nodes, s.err);
 out:
-    for (int i = 0; i < s.clients; i++)
+    for (int i = 0; i < s.nch && s.ch; i++)
         msr_rpc_channel_destroy(s.ch[i]);
     while (s.pending > 0 && msr_rpc_loop_poll(s.loop, msr_deadline_in_ms(1000)) >= 0) {
     }
@@ -456,7 +626,7 @@ out:
 int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
-    int ranks = 8, bytes = 64, direct = 0, dashboard = 0;
+    int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1, window = 1024, conns = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -466,11 +636,19 @@ int main(int argc, char **argv)
             bytes = atoi(argv[++i]);
         else if (strcmp(argv[i], "--direct") == 0)
             direct = 1;
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
+            window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
+            conns = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "lazy") == 0 || strcmp(argv[i + 1], "allgather") == 0))
+            lazy = strcmp(argv[++i], "lazy") == 0;
         else if (strcmp(argv[i], "--dashboard") == 0)
             dashboard = 1;
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
-                            "[--direct] [--dashboard]\n");
+                            "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
+                            "[--dashboard]\n");
             return 2;
         }
     }
@@ -478,12 +656,44 @@ int main(int argc, char **argv)
         fprintf(stderr, "rdzv_scale: --ranks must be >= 1 and --bytes >= 4\n");
         return 2;
     }
-    /* Many connections: raise the descriptor limit as far as allowed. */
+    if (window < 0 || conns < 0) {
+        fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
+        return 2;
+    }
+    if (direct && lazy) {
+        fprintf(stderr, "rdzv_scale: --direct goes with --mode allgather\n");
+        return 2;
+    }
+    /* Many connections: this process holds one descriptor per client and
+     * the coordinator (which inherits the limit) two; raise the limit, the
+     * hard one too where allowed (root), to what the largest run needs. */
+    long most = 0;
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (atol(p) > most)
+            most = atol(p);
+    rlim_t want = (rlim_t)(2 * (direct ? most * ranks : most) * 2 + 4096);
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_max < want) {
+            struct rlimit up = {want, want};
+            if (setrlimit(RLIMIT_NOFILE, &up) != 0)
+                fprintf(stderr,
+                        "rdzv_scale: the descriptor limit is %llu, %llu wanted (%s): the "
+                        "largest runs may fail\n",
+                        (unsigned long long)rl.rlim_max, (unsigned long long)want, strerror(errno));
+        }
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
     }
+    /* The coordinator takes (limit - 128) / 2 connections (two descriptors
+     * each); past that, simulated nodes share connections. */
+    int fit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024
+                  ? (int)((rl.rlim_cur - 128) / 2 - 256)
+                  : 256;
+    if (conns == 0 || conns > fit)
+        conns = fit;
     char msrun[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
     if (n <= 0)
@@ -496,7 +706,8 @@ int main(int argc, char **argv)
     int rc = 0;
     for (const char *p = list; *p;) {
         int nodes = atoi(p);
-        if (nodes > 0 && run_one(msrun, nodes, ranks, bytes, direct, dashboard) != 0)
+        if (nodes > 0 &&
+            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)

@@ -148,6 +148,8 @@ static void log_lanes(ucp_ep_h ep, const ucx_peer_t *p)
 
 /* ---- peers ---- */
 
+static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_t n);
+
 static int pidfd_open_(int pid)
 {
 #ifdef SYS_pidfd_open
@@ -174,6 +176,16 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
 {
     if (p->ep)
         return p->ep;
+    if (p->addr == NULL) {
+        /* first use: fetch its address (the node's proxy answers from what
+         * it fetched for another rank of this node, or asks once for all) */
+        ucx_peer_t *one[1] = {p};
+        msr_status_t st = fetch_addresses(e, one, 1);
+        if (st != MSR_OK) {
+            MSR_WARN("comm: no address for job rank %d: %s", p->world_rank, msr_err_msg());
+            return NULL;
+        }
+    }
     int same_node = p->node == e->my_node;
     const char *mode = getenv("MSR_COMM_UCX_ERR_MODE");
     int peer_mode = !same_node || (mode && strcmp(mode, "peer") == 0);
@@ -181,7 +193,7 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
     ucp_ep_params_t prm = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = (const ucp_address_t *)(e->addrs + p->addr_off),
+        .address = (const ucp_address_t *)p->addr,
         /* On one node, error handling PEER would make UCX 1.13 drop shared
          * memory for TCP; there the pidfds tell us of a lost peer instead. */
         .err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
@@ -225,67 +237,160 @@ static int cpus_available(void)
     return n > 0 ? (int)n : 1;
 }
 
+/* Reads and checks one member's published record (addr_head_t, then its
+ * UCX address) into p. */
+static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t len,
+                                uint64_t *host_p)
+{
+    addr_head_t h;
+    if (len <= sizeof h) {
+        msr_err_set("comm: job rank %d published a %zu-byte address", p->world_rank, len);
+        return MSR_ERR_PROTOCOL;
+    }
+    memcpy(&h, rec, sizeof h);
+    if (h.magic != ADDR_MAGIC || h.world != p->world_rank || h.node != p->node) {
+        msr_err_set("comm: job rank %d published a malformed address", p->world_rank);
+        return MSR_ERR_PROTOCOL;
+    }
+    unsigned char *addr = msr_malloc(len - sizeof h);
+    if (addr == NULL)
+        return MSR_ERR_NO_MEMORY;
+    memcpy(addr, rec + sizeof h, len - sizeof h);
+    msr_free(p->addr);
+    p->addr = addr;
+    p->addr_len = len - sizeof h;
+    p->pid = (int)h.pid;
+    *host_p = h.host;
+    return MSR_OK;
+}
+
+/* Fetches the addresses of the members peers[0..n) (none of them known
+ * yet) in one call, waiting at most the context's timeout for them. */
+static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_t n)
+{
+    uint32_t *idx = msr_malloc((n ? n : 1) * sizeof *idx);
+    if (idx == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = peers[i]->index;
+    msr_gather_result_t *res = NULL;
+    msr_status_t st = msr_store_fetch(e->ctx, e->addr_key, n, idx, -1, &res);
+    msr_free(idx);
+    if (st != MSR_OK)
+        return st;
+    for (uint32_t i = 0; i < n && st == MSR_OK; i++) {
+        uint64_t host = 0;
+        st = take_record(peers[i], res->data + res->offsets[i], res->lengths[i], &host);
+        if (st == MSR_OK && peers[i]->node == e->my_node && host != msr_host_id()) {
+            msr_err_set("comm: job rank %d of this node runs on another machine",
+                        peers[i]->world_rank);
+            st = MSR_ERR_PROTOCOL;
+        }
+    }
+    msr_gather_result_free(res);
+    return st;
+}
+
+/* Counts the members on this machine (several msrun nodes may share it):
+ * the lowest member of each node adds its node's count under the
+ * machine's slot, every member waits at a barrier, then reads its slot
+ * (through the node's proxy: one upstream read per node). Only tunes how
+ * waits spin (set_waiting); a slot shared by two machines overcounts. */
+static msr_status_t count_host_ranks(ucx_engine_t *e, int n, int index, uint32_t local,
+                                     int first_local)
+{
+    uint64_t host = msr_host_id();
+    uint32_t slot = (uint32_t)(host ^ (host >> 32));
+    char name[300], key[320];
+    snprintf(name, sizeof name, "%s/hosts", e->addr_key);
+    snprintf(key, sizeof key, "%s/%u", name, slot);
+    msr_status_t st = MSR_OK;
+    if (index == first_local)
+        st = msr_store_add(e->ctx, key, (int64_t)local, NULL);
+    char bname[300];
+    snprintf(bname, sizeof bname, "%s/ready", e->addr_key);
+    if (st == MSR_OK)
+        st = msr_store_barrier(e->ctx, bname, (uint32_t)n, local, -1);
+    msr_gather_result_t *res = NULL;
+    if (st == MSR_OK)
+        st = msr_store_fetch(e->ctx, name, 1, &slot, -1, &res);
+    if (st != MSR_OK)
+        return st;
+    char text[32];
+    size_t len = res->lengths[0] < sizeof text - 1 ? res->lengths[0] : sizeof text - 1;
+    memcpy(text, res->data, len);
+    text[len] = '\0';
+    msr_gather_result_free(res);
+    int64_t v = 0;
+    if (msr_parse_i64(text, 1, INT32_MAX, &v) != MSR_OK) {
+        msr_err_set("comm: the count of ranks on this machine reads '%s'", text);
+        return MSR_ERR_PROTOCOL;
+    }
+    e->host_ranks = (int)v;
+    return MSR_OK;
+}
+
+/* The address exchange (docs/comm.md): each member publishes its worker
+ * address as entry `index` of the engine's name (the node's proxy sends a
+ * node's members up as one call), and a member fetches a peer's address
+ * when it first needs an endpoint to it (ucx_engine_ep): nobody receives
+ * every member's address. What each member needs of every other up front
+ * is known without the network: its node (job ranks are contiguous per
+ * node, local_size each). This node's members are fetched at once, in one
+ * call: their pids watch their liveness, and shared memory needs them all. */
 static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_ranks, int index,
                                        const void *addr, size_t addr_len)
 {
     msr_status_t st = MSR_ERR_NO_MEMORY;
     size_t len = sizeof(addr_head_t) + addr_len;
     unsigned char *mine = msr_malloc(len);
-    if (mine == NULL)
-        return st;
+    ucx_peer_t **local_peers = msr_malloc((size_t)n * sizeof *local_peers);
+    if (mine == NULL || local_peers == NULL)
+        goto err_free;
     addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, msr_host_id()};
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
-    uint32_t local = 0;
-    for (int i = 0; i < n; i++)
-        if (world_ranks[i] / e->local_size == e->my_world / e->local_size)
-            local++;
-    char key[256];
-    snprintf(key, sizeof key, "msr/comm/%s/ucx-address", e->uid);
-    msr_gather_result_t *res = NULL;
-    st = msr_store_allgather(e->ctx, key, (uint32_t)n, (uint32_t)index, local, mine, len, -1, &res);
-    msr_free(mine);
-    if (st != MSR_OK)
-        return msr_err_prefix(st, "comm: address exchange '%s'", key);
-    size_t total = 0;
-    for (uint32_t i = 0; i < res->count; i++)
-        total += res->lengths[i];
-    e->addrs = msr_malloc(total ? total : 1);
-    if (e->addrs == NULL) {
-        msr_gather_result_free(res);
-        return MSR_ERR_NO_MEMORY;
-    }
-    memcpy(e->addrs, res->data, total);
-    for (uint32_t i = 0; i < res->count; i++) {
-        addr_head_t h;
-        if (res->lengths[i] <= sizeof h) {
-            msr_gather_result_free(res);
-            msr_err_set("comm: member %u sent a %zu-byte address", i, res->lengths[i]);
-            return MSR_ERR_PROTOCOL;
-        }
-        memcpy(&h, res->data + res->offsets[i], sizeof h);
-        if (h.magic != ADDR_MAGIC || h.world != world_ranks[i]) {
-            msr_gather_result_free(res);
-            msr_err_set("comm: member %u sent a malformed address", i);
-            return MSR_ERR_PROTOCOL;
-        }
+    uint32_t local = 0, nlp = 0;
+    int first_local = -1, other_nodes = 0;
+    for (int i = 0; i < n; i++) {
         ucx_peer_t *p = &e->peers[world_ranks[i]];
-        if (h.host == head.host)
-            e->host_ranks++;
         p->member = 1;
-        p->pid = (int)h.pid;
-        p->node = h.node;
-        p->addr_off = res->offsets[i] + sizeof h;
-        p->addr_len = res->lengths[i] - sizeof h;
-        if (p->node == e->my_node && p->world_rank != e->my_world) {
-            p->pidfd = pidfd_open_(p->pid);
-            if (p->pidfd < 0)
-                MSR_DEBUG("comm: no pidfd for pid %d (%s): liveness by polling", p->pid,
-                          strerror(errno));
+        p->index = (uint32_t)i;
+        if (p->node != e->my_node) {
+            other_nodes = 1;
+            continue;
         }
+        if (first_local < 0)
+            first_local = i;
+        local++;
+        if (i != index)
+            local_peers[nlp++] = p;
     }
-    msr_gather_result_free(res);
-    return MSR_OK;
+    snprintf(e->addr_key, sizeof e->addr_key, "msr/comm/%s/ucx-address", e->uid);
+    st = msr_store_publish(e->ctx, e->addr_key, (uint32_t)index, local, mine, len);
+    if (st == MSR_OK && nlp > 0)
+        st = fetch_addresses(e, local_peers, nlp);
+    if (st == MSR_OK) {
+        e->host_ranks = (int)local;
+        if (other_nodes)
+            st = count_host_ranks(e, n, index, local, first_local);
+    }
+    if (st != MSR_OK) {
+        st = msr_err_prefix(st, "comm: address exchange '%s'", e->addr_key);
+        goto err_free;
+    }
+    for (uint32_t i = 0; i < nlp; i++) {
+        ucx_peer_t *p = local_peers[i];
+        p->pidfd = pidfd_open_(p->pid);
+        if (p->pidfd < 0)
+            MSR_DEBUG("comm: no pidfd for pid %d (%s): liveness by polling", p->pid,
+                      strerror(errno));
+    }
+    st = MSR_OK;
+err_free:
+    msr_free(local_peers);
+    msr_free(mine);
+    return st;
 }
 
 /* Waiting: poll for spin_ns, then poll and sched_yield until yield_ns, then
@@ -414,10 +519,11 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     return MSR_OK;
 
 err_peers:
-    for (int i = 0; i < e->world_size; i++)
+    for (int i = 0; i < e->world_size; i++) {
         if (e->peers[i].pidfd >= 0)
             close(e->peers[i].pidfd);
-    msr_free(e->addrs);
+        msr_free(e->peers[i].addr);
+    }
 err_worker:
     ucp_worker_destroy(e->worker);
 err_context:
@@ -577,13 +683,14 @@ void ucx_engine_unref(ucx_engine_t *e)
     ucp_cleanup(e->context);
     for (size_t i = 0; i < e->n_graveyard; i++)
         msr_free(e->graveyard[i]);
-    for (int i = 0; i < e->world_size; i++)
+    for (int i = 0; i < e->world_size; i++) {
         if (e->peers[i].pidfd >= 0)
             close(e->peers[i].pidfd);
+        msr_free(e->peers[i].addr);
+    }
     pthread_mutex_destroy(&e->lock);
     msr_free(e->graveyard);
     msr_free(e->orphans);
-    msr_free(e->addrs);
     msr_free(e->pfd_peer);
     msr_free(e->pfds);
     msr_free(e->peers);

@@ -78,15 +78,18 @@ typedef struct ucx_engine ucx_engine_t;
 typedef struct ucx_peer {
     ucx_engine_t *engine;
     int world_rank;
-    int node;       /* node index (job ranks are contiguous per node) */
-    int pid;        /* on this node only */
-    int pidfd;      /* pidfd of a peer on this node, -1 otherwise */
-    int member;     /* has an address in this engine */
-    int dead;       /* lost: set by the error callback or the liveness check */
-    int dead_noted; /* the communicators were told */
-    int peer_mode;  /* its endpoint uses UCP_ERR_HANDLING_MODE_PEER */
-    ucp_ep_h ep;    /* made on first use */
-    size_t addr_off, addr_len;
+    int node;            /* node index (job ranks are contiguous per node) */
+    int pid;             /* on this node only */
+    int pidfd;           /* pidfd of a peer on this node, -1 otherwise */
+    int member;          /* a member of this engine's group */
+    int dead;            /* lost: set by the error callback or the liveness check */
+    int dead_noted;      /* the communicators were told */
+    int peer_mode;       /* its endpoint uses UCP_ERR_HANDLING_MODE_PEER */
+    ucp_ep_h ep;         /* made on first use */
+    uint32_t index;      /* in the engine's group: its address's entry */
+    unsigned char *addr; /* its worker address: fetched on first use (this
+                          * node's members: at the engine's start) */
+    size_t addr_len;
 } ucx_peer_t;
 
 struct ucx_engine {
@@ -99,9 +102,9 @@ struct ucx_engine {
     ucp_worker_h worker;
     int efd;
     int world_size, my_world, my_node, local_size;
-    int host_ranks;    /* members on this machine (several "nodes" may share it) */
-    ucx_peer_t *peers; /* world_size entries, by job rank */
-    unsigned char *addrs;
+    int host_ranks;     /* members on this machine (several "nodes" may share it) */
+    ucx_peer_t *peers;  /* world_size entries, by job rank */
+    char addr_key[256]; /* the name its members publish their addresses under */
     unsigned next_comm_id;
     msr_list_t active; /* requests running */
     msr_list_t comms;  /* communicators alive */

@@ -140,6 +140,26 @@ MSR_API msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint3
 
 MSR_API void msr_gather_result_free(msr_gather_result_t *result);
 
+/* Values fetched on first use, for groups too large for an allgather:
+ * each member publishes its value once and fetches only the few it
+ * needs (a node's msrun sends its members' publications up as one call
+ * and answers repeated fetches itself). */
+/* Publishes len bytes as entry index of name (the store key
+ * "<name>/<index>"). local_count: the publishers of name on this node, whose
+ * proxy sends them up as one call once all are in (0: sent alone). Waits
+ * at most ctx's timeout. */
+MSR_API msr_status_t msr_store_publish(msr_ctx_t *ctx, const char *name, uint32_t index,
+                                       uint32_t local_count, const void *data, size_t len);
+
+/* Fetches the entries indices[0..n) of name, waiting up to wait_ms (< 0:
+ * ctx's timeout) for all of them to be published. MSR_ERR_TIMEOUT, with a
+ * message naming the first entry missing, when one never is. On success
+ * *result_p holds them in the order asked (free with
+ * msr_gather_result_free). */
+MSR_API msr_status_t msr_store_fetch(msr_ctx_t *ctx, const char *name, uint32_t n,
+                                     const uint32_t *indices, int64_t wait_ms,
+                                     msr_gather_result_t **result_p);
+
 /* ---- progress reports (docs/observe.md) ---- */
 
 /* A named value a step reports: loss, tokens/s, anything. */

@@ -6,7 +6,9 @@
  *   - as a replay driver in every build: fuzz_coord_replay FILE|DIR...
  *
  * Input format, repeated: [op][len_lo][len_hi][len bytes]
- *   op & 0x0f: method (msr_rpc_method_t; values past the last are ticks)
+ *   op & 0x0f: method (msr_rpc_method_t; values past the last are ticks),
+ *              but MSR_RPC_BEAT (the coordinator only refuses it) stands
+ *              for MSR_RPC_FETCH, which four bits cannot name
  *   op & 0x10: cancel the oldest held call afterwards
  *   op & 0x20: run the timers as if 100 ms had passed
  *   op & 0x40: the call's client deadline is 50 ms away
@@ -151,6 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (len > size - i)
             len = size - i;
         unsigned m = op & 0x0f;
+        if (m == MSR_RPC_BEAT)
+            m = MSR_RPC_FETCH;
         if (m < MSR_RPC_METHOD_COUNT) {
             ProtobufCMessage *req = msr_rpc_request_unpack((msr_rpc_method_t)m, data + i, len);
             if (req) {

@@ -147,6 +147,30 @@ static int write_seeds(const char *dir)
     e.index = 0;
     seed_add(&s, MSR_RPC_ALLGATHER, 0x20, &ag.base);
     seed_write(dir, "seed-collectives", &s);
+    /* publish and fetch: a fetch held until its entries come, one that
+     * runs out of time */
+    memset(&s, 0, sizeof s);
+    s.data[s.len++] = 0;
+    uint32_t want[2] = {1, 0};
+    Msr__FetchRequest fr = MSR__FETCH_REQUEST__INIT;
+    fr.name = "a";
+    fr.n_indices = 2;
+    fr.indices = want;
+    fr.wait_ms = 300;
+    /* fuzz_coord.c reads the op of MSR_RPC_BEAT as MSR_RPC_FETCH */
+    seed_add(&s, MSR_RPC_BEAT, 0x10, &fr.base);
+    Msr__PublishRequest pb = MSR__PUBLISH_REQUEST__INIT;
+    pb.name = "a";
+    pb.n_entries = 1;
+    pb.entries = ep;
+    seed_add(&s, MSR_RPC_PUBLISH, 0, &pb.base);
+    e.index = 1;
+    seed_add(&s, MSR_RPC_PUBLISH, 0, &pb.base);
+    fr.indices = want;
+    fr.n_indices = 1;
+    want[0] = 7;
+    seed_add(&s, MSR_RPC_BEAT, 0x40, &fr.base);
+    seed_write(dir, "seed-publish", &s);
     /* failure and restart */
     memset(&s, 0, sizeof s);
     s.data[s.len++] = 1;

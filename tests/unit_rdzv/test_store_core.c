@@ -494,6 +494,92 @@ static void test_request_ids(void)
     msr_store_core_destroy(core);
 }
 
+static void do_publish(msr_store_core_t *core, tcall_t *c, const char *name, uint32_t index,
+                       const char *value)
+{
+    call_init(c, MSR_RPC_PUBLISH);
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep = &e;
+    e.index = index;
+    e.data.data = (uint8_t *)value;
+    e.data.len = strlen(value);
+    Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
+    r.name = (char *)name;
+    r.n_entries = 1;
+    r.entries = &ep;
+    msr_store_core_call(core, c, MSR_RPC_PUBLISH, &r.base);
+    MSR_CHECK_MSG(c->answered && c->code == 0, "publish: %d %s", c->code, c->message);
+    done(c);
+}
+
+static void do_fetch(msr_store_core_t *core, tcall_t *c, const char *name, uint32_t *indices,
+                     size_t n, uint32_t wait_ms)
+{
+    call_init(c, MSR_RPC_FETCH);
+    Msr__FetchRequest r = MSR__FETCH_REQUEST__INIT;
+    r.name = (char *)name;
+    r.n_indices = n;
+    r.indices = indices;
+    r.wait_ms = wait_ms;
+    msr_store_core_call(core, c, MSR_RPC_FETCH, &r.base);
+}
+
+/* A fetch answers with the values in the order asked, once all exist;
+ * one that waits moves from one missing entry to the next; a missing
+ * entry ends it at its deadline, named in the error. */
+static void test_publish_fetch(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    tcall_t p, f, g, h;
+    uint32_t want[3] = {2, 0, 1};
+    do_fetch(core, &f, "addr", want, 3, 60000);
+    do_fetch(core, &h, "addr", want + 2, 1, 0);
+    MSR_CHECK(!f.answered);
+    MSR_CHECK_EQ(h.code, MSR_RPC_NOT_FOUND);
+    MSR_CHECK_MSG(strstr(h.message, "entry 1 ") != NULL, "%s", h.message);
+    do_publish(core, &p, "addr", 2, "cc");
+    MSR_CHECK(!f.answered);
+    do_publish(core, &p, "addr", 0, "a");
+    MSR_CHECK(!f.answered);
+    do_publish(core, &p, "addr", 1, "bbb");
+    MSR_CHECK_MSG(f.answered && f.code == 0, "fetch: %d %s", f.code, f.message);
+    const Msr__FetchResponse *r = (const Msr__FetchResponse *)f.resp;
+    MSR_CHECK_EQ(r->n_lengths, 3);
+    MSR_CHECK(r->lengths[0] == 2 && r->lengths[1] == 1 && r->lengths[2] == 3);
+    MSR_CHECK_EQ(r->data.len, 6);
+    MSR_CHECK(memcmp(r->data.data, "ccabbb", 6) == 0);
+    done(&f);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+    /* the entry is an ordinary key too */
+    do_get(core, &g, "addr/1", 0);
+    check_value(&g, "bbb");
+
+    /* present now: answered at once */
+    do_fetch(core, &f, "addr", want, 2, 0);
+    MSR_CHECK(f.answered && f.code == 0);
+    done(&f);
+
+    /* never published: the deadline names the entry */
+    uint32_t late[2] = {0, 7};
+    do_fetch(core, &f, "addr", late, 2, 50);
+    MSR_CHECK(!f.answered);
+    msr_store_core_tick(core, msr_now_ns() + 10ull * 1000000000ull);
+    MSR_CHECK_EQ(f.code, MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(f.message, "fetch 'addr': entry 7 was not published") != NULL, "%s",
+                  f.message);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+
+    /* a cancelled fetch leaves nothing held; a reset fails a held one */
+    do_fetch(core, &f, "addr", late, 2, 60000);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &f), 1);
+    MSR_CHECK(!f.answered && f.data == NULL);
+    do_fetch(core, &f, "addr", late, 2, UINT32_MAX);
+    msr_store_core_reset(core, "restart");
+    MSR_CHECK_EQ(f.code, MSR_RPC_ABORTED);
+    msr_store_core_destroy(core);
+}
+
 static void test_limits(void)
 {
     tctx_t t;
@@ -525,6 +611,7 @@ static const msr_test_t tests[] = {
     {"generations_and_reset", test_generations_and_reset, 10},
     {"request_ids", test_request_ids, 10},
     {"limits", test_limits, 10},
+    {"publish_fetch", test_publish_fetch, 10},
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,235 @@
+/* The node's store proxy between workers and a real coordinator on
+ * loopback: a node's publishers go up as one Publish, concurrent fetches of
+ * the same entries as one upstream Fetch, a repeated fetch is answered from
+ * the node's cache, and an entry that never appears ends the fetch at its
+ * deadline with an error that names it. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "cluster/server.h"
+#include "msrun/proxy.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+
+typedef struct served {
+    msr_coord_server_t *server;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+} served_t;
+
+static void *serve(void *arg)
+{
+    served_t *s = arg;
+    msr_coord_server_run(s->server, &s->stop, 0);
+    return NULL;
+}
+
+/* The proxy's socket, named by the runner's process (each test runs in a
+ * child of it), which removes it at the end even when a test failed. */
+static char sock_path[64];
+
+typedef struct job {
+    served_t coord;
+    msr_proxy_t *proxy;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch[4]; /* four workers of one node */
+    char sock[64];
+} job_t;
+
+typedef struct op {
+    msr_rpc_async_t a;
+    int done;
+} op_t;
+
+static void op_done(msr_rpc_async_t *a)
+{
+    ((op_t *)a)->done = 1;
+}
+
+static void job_start(job_t *j)
+{
+    memset(j, 0, sizeof *j);
+    msr_coord_config_t cfg = {
+        .token = "t", .job_id = "j", .worker_num = 4, .local_worker_num = 4, .max_restarts = 0};
+    int port = 0;
+    MSR_CHECK_OK(msr_coord_server_create("127.0.0.1:0", &cfg, &port, &j->coord.server));
+    MSR_CHECK(pthread_create(&j->coord.thread, NULL, serve, &j->coord) == 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    snprintf(j->sock, sizeof j->sock, "%s", sock_path);
+    unlink(j->sock);
+    MSR_CHECK_OK(msr_proxy_start(j->sock, target, "t", NULL, 4, &j->proxy));
+    MSR_CHECK_OK(msr_rpc_loop_create(&j->loop));
+    char path[80];
+    snprintf(path, sizeof path, "unix:%s", j->sock);
+    for (int i = 0; i < 4; i++)
+        MSR_CHECK_OK(msr_rpc_channel_create_own(path, "t", &j->ch[i]));
+}
+
+static void job_stop(job_t *j)
+{
+    for (int i = 0; i < 4; i++)
+        msr_rpc_channel_destroy(j->ch[i]);
+    msr_rpc_loop_destroy(j->loop);
+    msr_proxy_stop(j->proxy);
+    j->coord.stop = 1;
+    pthread_join(j->coord.thread, NULL);
+    msr_coord_server_destroy(j->coord.server);
+}
+
+static void wait_all(job_t *j, op_t *ops, int n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            left += !ops[i].done;
+        if (left == 0)
+            return;
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "%d calls unanswered", left);
+        msr_rpc_loop_poll(j->loop, msr_deadline_in_ms(100));
+    }
+}
+
+static void publish(job_t *j, op_t *o, int worker, uint32_t index, uint32_t local_count)
+{
+    char value[16];
+    snprintf(value, sizeof value, "v%u", index);
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+    Msr__Contribution *ep = &e;
+    e.index = index;
+    e.data.data = (uint8_t *)value;
+    e.data.len = strlen(value);
+    Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
+    r.name = "addr";
+    r.n_entries = 1;
+    r.entries = &ep;
+    r.local_count = local_count;
+    memset(o, 0, sizeof *o);
+    o->a.method = MSR_RPC_PUBLISH;
+    o->a.deadline = msr_deadline_in_ms(10000);
+    o->a.wait_for_ready = 1;
+    o->a.done = op_done;
+    MSR_CHECK_OK(msr_rpc_call_start(j->ch[worker], j->loop, &o->a, &r.base));
+}
+
+static void fetch(job_t *j, op_t *o, int worker, uint32_t *indices, size_t n, uint32_t wait_ms)
+{
+    Msr__FetchRequest r = MSR__FETCH_REQUEST__INIT;
+    r.name = "addr";
+    r.indices = indices;
+    r.n_indices = n;
+    r.wait_ms = wait_ms;
+    memset(o, 0, sizeof *o);
+    o->a.method = MSR_RPC_FETCH;
+    o->a.deadline = msr_deadline_in_ms(wait_ms + 5000);
+    o->a.wait_for_ready = 1;
+    o->a.done = op_done;
+    MSR_CHECK_OK(msr_rpc_call_start(j->ch[worker], j->loop, &o->a, &r.base));
+}
+
+/* The answer of o holds "v<i>" for each of indices, in that order. */
+static void check_fetched(op_t *o, const uint32_t *indices, size_t n)
+{
+    MSR_CHECK_MSG(o->a.status == MSR_OK, "fetch: %s", o->a.err);
+    const Msr__FetchResponse *r = (const Msr__FetchResponse *)o->a.resp;
+    MSR_CHECK_EQ(r->n_lengths, n);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "v%u", indices[i]);
+        MSR_CHECK_EQ(r->lengths[i], strlen(want));
+        MSR_CHECK(memcmp(r->data.data + off, want, r->lengths[i]) == 0);
+        off += r->lengths[i];
+    }
+    msr_rpc_async_cleanup(&o->a);
+}
+
+static void test_batched_publish_and_fetch(void)
+{
+    job_t j;
+    job_start(&j);
+    op_t ops[4];
+    uint64_t up0 = msr_proxy_calls_up(j.proxy);
+    for (int i = 0; i < 4; i++)
+        publish(&j, &ops[i], i, (uint32_t)i, 4);
+    wait_all(&j, ops, 4);
+    for (int i = 0; i < 4; i++) {
+        MSR_CHECK_MSG(ops[i].a.status == MSR_OK, "publish: %s", ops[i].a.err);
+        msr_rpc_async_cleanup(&ops[i].a);
+    }
+    MSR_CHECK_EQ(msr_proxy_calls_up(j.proxy) - up0, 1); /* one Publish for the node */
+
+    /* four workers ask for the same entries at once: one upstream Fetch */
+    uint32_t all[4] = {3, 0, 2, 1};
+    for (int i = 0; i < 4; i++)
+        fetch(&j, &ops[i], i, all, 4, 5000);
+    wait_all(&j, ops, 4);
+    for (int i = 0; i < 4; i++)
+        check_fetched(&ops[i], all, 4);
+    uint64_t hits = 0, up = 0;
+    msr_proxy_fetch_stats(j.proxy, &hits, &up);
+    MSR_CHECK_EQ(up, 1);
+
+    /* asked again: from the node's cache */
+    uint32_t two[2] = {2, 1};
+    fetch(&j, &ops[0], 0, two, 2, 5000);
+    wait_all(&j, ops, 1);
+    check_fetched(&ops[0], two, 2);
+    uint64_t hits2 = 0, up2 = 0;
+    msr_proxy_fetch_stats(j.proxy, &hits2, &up2);
+    MSR_CHECK_EQ(up2, 1);
+    MSR_CHECK_EQ(hits2, hits + 1);
+
+    /* entries published while two workers wait for them */
+    uint32_t later[2] = {5, 6};
+    fetch(&j, &ops[0], 0, later, 2, 10000);
+    fetch(&j, &ops[1], 1, later, 2, 10000);
+    msr_rpc_loop_poll(j.loop, msr_deadline_in_ms(200));
+    MSR_CHECK(!ops[0].done && !ops[1].done);
+    publish(&j, &ops[2], 2, 5, 0);
+    publish(&j, &ops[3], 3, 6, 0);
+    wait_all(&j, ops, 4);
+    check_fetched(&ops[0], later, 2);
+    check_fetched(&ops[1], later, 2);
+    msr_rpc_async_cleanup(&ops[2].a);
+    msr_rpc_async_cleanup(&ops[3].a);
+    msr_proxy_fetch_stats(j.proxy, &hits2, &up2);
+    MSR_CHECK_EQ(up2, 2);
+    job_stop(&j);
+}
+
+static void test_fetch_never_published(void)
+{
+    job_t j;
+    job_start(&j);
+    op_t o;
+    uint32_t missing[1] = {9};
+    uint64_t t0 = msr_now_ns();
+    fetch(&j, &o, 0, missing, 1, 300);
+    wait_all(&j, &o, 1);
+    MSR_CHECK_EQ(o.a.status, MSR_ERR_TIMEOUT);
+    MSR_CHECK_MSG(strstr(o.a.err, "fetch 'addr': entry 9 was not published") != NULL, "%s",
+                  o.a.err);
+    MSR_CHECK(msr_now_ns() - t0 < 5000000000ull);
+    msr_rpc_async_cleanup(&o.a);
+    job_stop(&j);
+}
+
+static const msr_test_t tests[] = {
+    {"batched_publish_and_fetch", test_batched_publish_and_fetch, 30},
+    {"fetch_never_published", test_fetch_never_published, 30},
+};
+
+int main(int argc, char **argv)
+{
+    snprintf(sock_path, sizeof sock_path, "/tmp/msr-proxy-fetch-%d.sock", (int)getpid());
+    int rc = MSR_TEST_MAIN(argc, argv, tests);
+    unlink(sock_path);
+    return rc;
+}
