@@ -272,6 +272,16 @@ static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *se
     ucx_shm_tiled_init(s);
 }
 
+/* Whether r is counted among the engine's shared-memory operations (which
+ * keep it polling instead of sleeping on its events). */
+static void shm_count(ucx_req_t *r, int on)
+{
+    if (r->shm != on) {
+        r->shm = on;
+        r->uc->engine->shm_active += on ? 1 : -1;
+    }
+}
+
 msr_status_t ucx_hier_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -333,8 +343,7 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
         sub_init(r, &x->rs, MSR_COLL_REDUCE_SCATTER, x->input, x->full + (size_t)x->my_off * r->es,
                  x->input == x->full);
         sub_init(r, &x->ag, MSR_COLL_ALLGATHER, x->full + (size_t)x->my_off * r->es, x->full, 1);
-        r->shm = 1;
-        r->uc->engine->shm_active++;
+        shm_count(r, 1);
     }
     return MSR_OK;
 }
@@ -431,6 +440,8 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
             memcpy(x->full, x->input, (size_t)x->count * r->es);
         }
         s->phase = UCX_HIER_CROSS;
+        /* messages only: the engine may sleep on its events meanwhile */
+        shm_count(r, 0);
         /* fall through */
     case UCX_HIER_CROSS:
         if (!s->cross_posted) {
@@ -453,6 +464,7 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
         if (st != MSR_OK)
             return st;
         s->phase = UCX_HIER_INTRA_AG;
+        shm_count(r, h->k > 1);
         /* fall through */
     case UCX_HIER_INTRA_AG:
         if (h->k > 1 && ucx_shm_tiled_step(&x->ag) != MSR_OK)
