@@ -1137,11 +1137,14 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
     /* Groups over several nodes: the two levels from these sizes (bytes of
-     * the whole vector; docs/comm.md) */
+     * the whole vector; docs/comm.md). Reduce-scatter and reduce run a
+     * whole allreduce that way, slower than their flat algorithms: only
+     * when forced or given a size. */
     t->hier = (int)msr_env_i64("MSR_COMM_HIER", 1, 0, 1);
     t->hier_min[MSR_COLL_ALLREDUCE] = env_bytes("MSR_COMM_HIER_ALLREDUCE_MIN", 64 << 10);
-    t->hier_min[MSR_COLL_REDUCE_SCATTER] = env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", 1 << 20);
-    t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", 1 << 20);
+    t->hier_min[MSR_COLL_REDUCE_SCATTER] =
+        env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
 }
 
 static ucx_algo_t choose(const ucx_req_t *r)
