@@ -71,7 +71,7 @@ if [ "${ALGOS:-0}" = 1 ]; then
     if [ "$nodes" -gt 1 ]; then
         algos=${algos#slots }
         algos=${algos/tiles/}
-        case $op in allreduce | reduce_scatter | reduce) algos="$algos hier" ;; esac
+        algos="$algos hier"
     fi
     var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
     for ((r = 1; r <= rounds; r++)); do

@@ -1077,4 +1077,13 @@ test: ^comm_hier_2nodes$
         *off = (uint64_t)q * r->pub.args.count;
 >>>
 
+@ comm.hier.broadcast_keeps_others
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+        } else if (r->me == a->root) {
+===
+        } else if (r->me != a->root) {
+>>>
+
 __END__

@@ -1137,14 +1137,16 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
     /* Groups over several nodes: the two levels from these sizes (bytes of
-     * the whole vector; docs/comm.md). Reduce-scatter and reduce run a
-     * whole allreduce that way, slower than their flat algorithms: only
-     * when forced or given a size. */
+     * the whole vector; docs/comm.md). The other collectives run a whole
+     * allreduce that way, slower than their flat algorithms: only when
+     * forced or given a size. */
     t->hier = (int)msr_env_i64("MSR_COMM_HIER", 1, 0, 1);
     t->hier_min[MSR_COLL_ALLREDUCE] = env_bytes("MSR_COMM_HIER_ALLREDUCE_MIN", 64 << 10);
     t->hier_min[MSR_COLL_REDUCE_SCATTER] =
         env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
     t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_ALLGATHER] = env_bytes("MSR_COMM_HIER_ALLGATHER_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_BROADCAST] = env_bytes("MSR_COMM_HIER_BROADCAST_MIN", (size_t)INT64_MAX);
 }
 
 static ucx_algo_t choose(const ucx_req_t *r)
@@ -1158,7 +1160,8 @@ static ucx_algo_t choose(const ucx_req_t *r)
      * op's threshold; a group on one node never has them */
     if (r->uc->hier && (f == UCX_ALGO_HIER || f == UCX_ALGO_AUTO) && ucx_hier_fits(r) &&
         (f == UCX_ALGO_HIER ||
-         (a->coll == MSR_COLL_REDUCE_SCATTER ? total : bytes) >= t->hier_min[a->coll]))
+         (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
+             t->hier_min[a->coll]))
         return UCX_ALGO_HIER;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:

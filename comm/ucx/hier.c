@@ -2,7 +2,10 @@
  * each node through the node-local sub-group's shared-memory tiles, between
  * nodes over UCX with every local rank carrying its own shard at once.
  *
- * The allreduce of count elements (reduce-scatter and reduce run it too):
+ * The allreduce of count elements (reduce-scatter and reduce run it too,
+ * into scratch where their output is not the whole vector; broadcast and
+ * allgather run it in place as a sum of bytes in which each byte is one
+ * rank's and the others add zeros, which is exact):
  *
  *   1. reduce-scatter inside the node: the node's k members cut the vector
  *      into k balanced parts (ucx_part); local rank q gets the node's
@@ -54,6 +57,8 @@ typedef struct ucx_hier_op {
     char *full;        /* count elements: the result (recvbuf or scratch) */
     const char *input; /* this rank's input, count elements */
     uint64_t count;
+    msr_dtype_t dt;          /* the parent's; u8 for a broadcast or an allgather */
+    size_t es;               /* bytes of dt */
     msr_op_t op;             /* the parent's: AVG folds as SUM, finished at the end */
     uint64_t my_off, my_len; /* this rank's part of full */
     uint64_t bounds[UCX_HIER_MAX_SEGS + 1];
@@ -188,7 +193,8 @@ int ucx_hier_fits(const ucx_req_t *r)
 {
     msr_coll_t c = r->pub.args.coll;
     return r->uc->hier != NULL && r->pub.args.count > 0 &&
-           (c == MSR_COLL_ALLREDUCE || c == MSR_COLL_REDUCE_SCATTER || c == MSR_COLL_REDUCE);
+           (c == MSR_COLL_ALLREDUCE || c == MSR_COLL_REDUCE_SCATTER || c == MSR_COLL_REDUCE ||
+            c == MSR_COLL_ALLGATHER || c == MSR_COLL_BROADCAST);
 }
 
 /* The segments of count elements: every part boundary of every node's
@@ -254,7 +260,7 @@ static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *se
     s->algo = r->algo;
     s->n = h->k;
     s->me = h->local_rank;
-    s->es = r->es;
+    s->es = x->es;
     s->pub.comm = h->local;
     s->pub.status = MSR_IN_PROGRESS;
     s->pub.args = (msr_coll_args_t){
@@ -262,7 +268,7 @@ static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *se
         .sendbuf = send,
         .recvbuf = recv,
         .count = (x->count + (uint64_t)h->k - 1) / (uint64_t)h->k,
-        .dtype = r->pub.args.dtype,
+        .dtype = x->dt,
         .op = x->op == MSR_OP_AVG ? MSR_OP_SUM : x->op,
         .in_place = in_place,
     };
@@ -292,9 +298,38 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
         return MSR_ERR_NO_MEMORY;
     r->hier_op = x;
     x->op = a->op;
+    x->dt = a->dtype;
+    x->es = r->es;
     x->input = a->sendbuf;
     int own_full = 0; /* full is scratch */
     switch (a->coll) {
+    case MSR_COLL_ALLGATHER:
+    case MSR_COLL_BROADCAST: {
+        /* an allreduce of bytes in place: every byte is some rank's, the
+         * others add zeros */
+        r->algo = a->coll == MSR_COLL_ALLGATHER ? "allgather(hier)" : "broadcast(hier)";
+        x->op = MSR_OP_SUM;
+        x->dt = MSR_DTYPE_U8;
+        x->es = 1;
+        /* ours: [keep, keep + kept) of len bytes */
+        size_t len = r->bytes, keep = 0, kept = 0;
+        if (a->coll == MSR_COLL_ALLGATHER) {
+            len = r->bytes * (size_t)r->n;
+            keep = (size_t)r->me * r->bytes;
+            kept = r->bytes;
+            if (!a->in_place)
+                memcpy((char *)a->recvbuf + keep, a->sendbuf, r->bytes);
+        } else if (r->me == a->root) {
+            kept = len;
+        }
+        char *buf = a->recvbuf;
+        memset(buf, 0, keep);
+        memset(buf + keep + kept, 0, len - keep - kept);
+        x->count = len;
+        x->full = a->recvbuf;
+        x->input = a->recvbuf;
+        break;
+    }
     case MSR_COLL_ALLREDUCE:
         r->algo = "allreduce(hier)";
         x->count = a->count;
@@ -316,7 +351,7 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
     /* scratch: the vector where it is not the output, then the pieces of
      * our segments that the other nodes send us */
-    size_t full_bytes = own_full ? ((size_t)x->count * r->es + 63) / 64 * 64 : 0;
+    size_t full_bytes = own_full ? ((size_t)x->count * x->es + 63) / 64 * 64 : 0;
     size_t area = 0;
     int mine = 0;
     for (int t = 0; t < x->nseg; t++) {
@@ -324,7 +359,7 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
             continue;
         uint64_t off, len;
         seg_piece(h, x, t, h->node, &off, &len);
-        area += (size_t)len * r->es * (size_t)nn;
+        area += (size_t)len * x->es * (size_t)nn;
         mine++;
     }
     msr_status_t st = ucx_scratch_get(r, full_bytes + area);
@@ -340,9 +375,9 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     r->step = ucx_hier_step;
     if (h->k > 1) {
         /* in place, our part of the input is our part of the output */
-        sub_init(r, &x->rs, MSR_COLL_REDUCE_SCATTER, x->input, x->full + (size_t)x->my_off * r->es,
+        sub_init(r, &x->rs, MSR_COLL_REDUCE_SCATTER, x->input, x->full + (size_t)x->my_off * x->es,
                  x->input == x->full);
-        sub_init(r, &x->ag, MSR_COLL_ALLGATHER, x->full + (size_t)x->my_off * r->es, x->full, 1);
+        sub_init(r, &x->ag, MSR_COLL_ALLGATHER, x->full + (size_t)x->my_off * x->es, x->full, 1);
         shm_count(r, 1);
     }
     return MSR_OK;
@@ -362,7 +397,7 @@ static msr_status_t cross_post(ucx_req_t *r, int gather)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
-    size_t es = r->es;
+    size_t es = x->es;
     char *area = x->area;
     msr_status_t st;
     for (int t = 0; t < x->nseg; t++) {
@@ -401,8 +436,8 @@ static void cross_fold(ucx_req_t *r)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
-    msr_dtype_t dt = r->pub.args.dtype;
-    size_t es = r->es;
+    msr_dtype_t dt = x->dt;
+    size_t es = x->es;
     char *area = x->area;
     int nn = h->nnodes;
     for (int t = 0; t < x->nseg; t++) {
@@ -437,7 +472,7 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
             if (ucx_shm_tiled_step(&x->rs) != MSR_OK)
                 return MSR_IN_PROGRESS;
         } else if (x->input != x->full) {
-            memcpy(x->full, x->input, (size_t)x->count * r->es);
+            memcpy(x->full, x->input, (size_t)x->count * x->es);
         }
         s->phase = UCX_HIER_CROSS;
         /* messages only: the engine may sleep on its events meanwhile */
@@ -472,6 +507,6 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
         break;
     }
     if (a->coll == MSR_COLL_REDUCE_SCATTER)
-        memcpy(a->recvbuf, x->full + (size_t)r->me * a->count * r->es, r->bytes);
+        memcpy(a->recvbuf, x->full + (size_t)r->me * a->count * x->es, r->bytes);
     return MSR_OK;
 }

@@ -450,8 +450,8 @@ static const char *const configs[][12] = {
     /* groups over several nodes: the two levels at every size, small tiles
      * inside the nodes (a group on one node runs its shared memory) */
     {"hier", "MSR_COMM_ALGO_ALLREDUCE=hier", "MSR_COMM_ALGO_REDUCE_SCATTER=hier",
-     "MSR_COMM_ALGO_REDUCE=hier", "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096",
-     "MSR_COMM_SHM_TILES=2", NULL},
+     "MSR_COMM_ALGO_REDUCE=hier", "MSR_COMM_ALGO_ALLGATHER=hier", "MSR_COMM_ALGO_BROADCAST=hier",
+     "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096", "MSR_COMM_SHM_TILES=2", NULL},
 };
 
 static void set_config(const char *const *cfg)
@@ -1058,6 +1058,15 @@ static void check_hier_group(msr_comm_t *c, const char *label, int local_size)
                     check_reduce_scatter(&t, dts[d], op, counts[k] / 4 + 1, ip);
                 }
             }
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            for (int ip = 0; ip < 2; ip++) {
+                snprintf(g_case, sizeof g_case, "hier %s n=%d %s count=%llu inplace=%d", label, n,
+                         msr_dtype_name(dts[d]), (unsigned long long)counts[k], ip);
+                check_allgather(&t, dts[d], counts[k] / 4 + 1, ip);
+                check_broadcast(&t, dts[d], counts[k],
+                                (int)((counts[k] + (uint64_t)ip) % (uint64_t)n));
+            }
     /* the fold order, and the same bits everywhere */
     enum { COUNT = 4099 };
     int *node_of = xmalloc((size_t)n * sizeof *node_of);
@@ -1099,6 +1108,8 @@ static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
     setenv("MSR_COMM_ALGO_ALLREDUCE", "hier", 1);
     setenv("MSR_COMM_ALGO_REDUCE_SCATTER", "hier", 1);
     setenv("MSR_COMM_ALGO_REDUCE", "hier", 1);
+    setenv("MSR_COMM_ALGO_ALLGATHER", "hier", 1);
+    setenv("MSR_COMM_ALGO_BROADCAST", "hier", 1);
     setenv("MSR_COMM_SHM_MAX", "0", 1);
     setenv("MSR_COMM_SHM_TILE", "4096", 1); /* parts of many tiles */
     setenv("MSR_COMM_SHM_TILES", "2", 1);
@@ -1134,7 +1145,8 @@ static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
     }
     msr_comm_destroy(w);
     static const char *const vars[] = {"MSR_COMM_ALGO_ALLREDUCE", "MSR_COMM_ALGO_REDUCE_SCATTER",
-                                       "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_SHM_MAX",
+                                       "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_ALGO_ALLGATHER",
+                                       "MSR_COMM_ALGO_BROADCAST", "MSR_COMM_SHM_MAX",
                                        "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
