@@ -1238,7 +1238,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier\n");
+                "leave|stop|hier|killhier|inflighthier\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1254,6 +1254,15 @@ int main(int argc, char **argv)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
     if (strcmp(mode, "killhier") == 0)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "hier", 1);
+    if (strcmp(mode, "inflighthier") == 0) { /* several two-level operations in flight */
+        static const char *const ops[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER", "BROADCAST",
+                                          "REDUCE"};
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+            char var[64];
+            snprintf(var, sizeof var, "MSR_COMM_ALGO_%s", ops[i]);
+            setenv(var, "hier", 1);
+        }
+    }
     msr_comm_t *world = NULL;
     snprintf(g_case, sizeof g_case, "world");
     OK(msr_comm_world(ctx, &world));
@@ -1265,7 +1274,7 @@ int main(int argc, char **argv)
         mode_collectives(world);
     else if (strcmp(mode, "samecomm") == 0)
         mode_samecomm(world);
-    else if (strcmp(mode, "inflight") == 0)
+    else if (strcmp(mode, "inflight") == 0 || strcmp(mode, "inflighthier") == 0)
         mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)
         mode_p2p(world);

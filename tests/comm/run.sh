@@ -103,7 +103,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | p2p | threads | leave | hier)
+collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
