@@ -1157,12 +1157,17 @@ static ucx_algo_t choose(const ucx_req_t *r)
     size_t bytes = r->bytes, total = r->bytes * (size_t)r->n;
     int small_group = r->n <= t->direct_max_ranks;
     /* a group over several nodes: two levels (hier.c), forced or from the
-     * op's threshold; a group on one node never has them */
-    if (r->uc->hier && (f == UCX_ALGO_HIER || f == UCX_ALGO_AUTO) && ucx_hier_fits(r) &&
+     * op's threshold; a group on one node never has them (forced, it gets
+     * what auto gives it) */
+    int hier = r->uc->hier && ucx_hier_fits(r);
+    if (hier &&
         (f == UCX_ALGO_HIER ||
-         (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
-             t->hier_min[a->coll]))
+         (f == UCX_ALGO_AUTO &&
+          (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
+              t->hier_min[a->coll])))
         return UCX_ALGO_HIER;
+    if (f == UCX_ALGO_HIER)
+        f = UCX_ALGO_AUTO;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
         if (r->uc->shm && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM) &&
