@@ -29,8 +29,9 @@
  * sums at both levels and divides once at the end by the group's size.
  *
  * A node with one member skips the shared-memory steps. The segment of a
- * message names its tag's phase (2t, 2t + 1), so a group whose nodes' counts
- * add up to more than UCX_HIER_MAX_SEGS parts runs the flat algorithms. */
+ * message names its tag's phase (2t, 2t + 1), and there are at most as many
+ * segments as the distinct members-per-node counts add up to: a group where
+ * that is more than UCX_HIER_MAX_SEGS runs the flat algorithms. */
 #include <stdlib.h>
 #include <string.h>
 
