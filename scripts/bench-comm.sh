@@ -8,7 +8,10 @@
 #
 # Usage: scripts/bench-comm.sh NP [comm_bench options, e.g. --op allreduce]
 # Environment: ROUNDS (3), MSRUN_BUILD (build), MPIRUN_ARGS (extra mpirun
-# options), RAW=1 also prints every raw line.
+# options), RAW=1 also prints every raw line, NODES (1): msrun processes on
+# loopback, NP/NODES ranks each (a multi-node job on one host: the groups
+# span nodes, and the endpoints between them take UCX's inter-node path),
+# MPI=0 leaves Open MPI out.
 #
 # ALGOS=1 compares msrun's own algorithms instead (how the thresholds in
 # docs/comm.md were measured): the op's algorithms are forced in turn with
@@ -29,6 +32,29 @@ bench=$build/bin/comm_bench
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+nodes=${NODES:-1}
+[ $((np % nodes)) -eq 0 ] || { echo "bench-comm.sh: NP $np is not a multiple of NODES $nodes" >&2; exit 2; }
+
+# msrun_bench ARGS...: comm_bench under msrun (NODES of them on loopback);
+# rank 0's lines on stdout
+msrun_bench() {
+    if [ "$nodes" -le 1 ]; then
+        "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn "$bench" "$@"
+        return
+    fi
+    local port n pids=() rc=0
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    [ -f "$tmp/token" ] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
+    for ((n = nodes - 1; n >= 0; n--)); do
+        MSRUN_TOKEN_FILE=$tmp/token "$msrun" --worker_num="$np" --local_worker_num=$((np / nodes)) \
+            --nnodes="$nodes" --master_addr=127.0.0.1 --master_port="$port" --node_rank=$n \
+            --job_id="bench-comm-$$-$port" --log_level=warn "$bench" "$@" >"$tmp/node$n.out" &
+        pids+=($!)
+    done
+    for n in "${pids[@]}"; do wait "$n" || rc=$?; done
+    cat "$tmp/node0.out"
+    return $rc
+}
 
 if [ "${ALGOS:-0}" = 1 ]; then
     op=allreduce
@@ -41,6 +67,12 @@ if [ "${ALGOS:-0}" = 1 ]; then
     broadcast | reduce) algos="tiles binomial chain" ;;
     *) echo "bench-comm.sh: $op has one algorithm" >&2; exit 2 ;;
     esac
+    # over several nodes: no shared memory across them; the two levels
+    if [ "$nodes" -gt 1 ]; then
+        algos=${algos#slots }
+        algos=${algos/tiles/}
+        algos="$algos hier"
+    fi
     var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
     for ((r = 1; r <= rounds; r++)); do
         for a in $algos; do
@@ -52,9 +84,9 @@ if [ "${ALGOS:-0}" = 1 ]; then
             tiles) set_env=("$var=shm" MSR_COMM_SHM_MAX=0) ;;
             *) set_env=("$var=$a" MSR_COMM_SHM_MAX=0 MSR_COMM_SHM_TILE=0) ;;
             esac
-            env "${set_env[@]}" \
-                "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
-                "$bench" "${args[@]}" 2>"$tmp/err" |
+            # hier: the nodes' own segments keep their defaults
+            [ "$a" = hier ] && set_env=("$var=hier")
+            (export "${set_env[@]}" && msrun_bench "${args[@]}") 2>"$tmp/err" |
                 sed -n "s/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/$a \2/p" >>"$tmp/algos.txt" ||
                 { cat "$tmp/err" >&2; exit 1; }
         done
@@ -91,15 +123,16 @@ if [ ! -x "$mpi_bench" ] && command -v mpicc >/dev/null; then
     mpi_bench=$tmp/mpi_comm_bench
 fi
 have_mpi=0
-if [ -x "$mpi_bench" ] && command -v mpirun >/dev/null; then
+if [ "${MPI:-1}" = 0 ]; then
+    :
+elif [ -x "$mpi_bench" ] && command -v mpirun >/dev/null; then
     have_mpi=1
 else
     echo "bench-comm.sh: Open MPI not found (openmpi-bin libopenmpi-dev): msrun only" >&2
 fi
 
 for ((r = 1; r <= rounds; r++)); do
-    "$msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn "$bench" "${args[@]}" \
-        2>"$tmp/msrun.err.$r" | sed -n 's/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/\2/p' \
+    msrun_bench "${args[@]}" 2>"$tmp/msrun.err.$r" | sed -n 's/^\(\[node [0-9]* rank [0-9]*\] \)\{0,1\}\(op=.*\)/\2/p' \
         >>"$tmp/msrun.txt" || { cat "$tmp/msrun.err.$r" >&2; exit 1; }
     if [ $have_mpi = 1 ]; then
         # shellcheck disable=SC2086

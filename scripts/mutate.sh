@@ -1247,4 +1247,62 @@ test: ^sec_attack$
             next = c->deadline_ns;
 >>>
 
+# ---- collectives over several nodes in two levels (comm/ucx/hier.c)
+@ comm.hier.gather_offset_off_by_one
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+                st = ucx_coll_recv(r, peer, x->full + off * es, len * es, phase);
+===
+                st = ucx_coll_recv(r, peer, x->full + (off ? off - 1 : off) * es, len * es, phase);
+>>>
+
+@ comm.hier.nodes_folded_backwards
+file: comm/ucx/hier.c
+test: ^comm_hier_3nodes$
+<<<
+        const char *x0 = h->node == 0 ? dst : area;
+        const char *x1 = h->node == 1 ? dst : area + piece;
+        msr_reduce(x->op, dt, dst, x0, x1, len);
+        for (int m = 2; m < nn; m++)
+            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
+===
+        memcpy(area + (size_t)h->node * piece, dst, piece);
+        const char *x0 = area + (size_t)(nn - 1) * piece;
+        const char *x1 = area + (size_t)(nn - 2) * piece;
+        msr_reduce(x->op, dt, dst, x0, x1, len);
+        for (int m = nn - 3; m >= 0; m--)
+            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
+>>>
+
+@ comm.hier.avg_divided_by_nodes
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+        msr_reduce_finish(x->op, dt, dst, len, r->n);
+===
+        msr_reduce_finish(x->op, dt, dst, len, h->nnodes);
+>>>
+
+@ comm.hier.uneven_parts_as_equal_blocks
+file: comm/ucx/shm.c
+test: ^comm_hier_2nodes$
+<<<
+    if (r->tiles.parts) {
+        ucx_part(r->tiles.parts, (uint64_t)r->n, (uint64_t)q, off, len);
+===
+    if (r->tiles.parts) {
+        ucx_part(r->tiles.parts, (uint64_t)r->n, (uint64_t)q, off, len);
+        *off = (uint64_t)q * r->pub.args.count;
+>>>
+
+@ comm.hier.broadcast_keeps_others
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+        } else if (r->me == a->root) {
+===
+        } else if (r->me != a->root) {
+>>>
+
 __END__

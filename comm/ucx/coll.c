@@ -219,6 +219,26 @@ static msr_status_t ops_reserve(ucx_req_t *r, int n)
     return MSR_OK;
 }
 
+msr_status_t ucx_coll_send(ucx_req_t *r, int peer, const void *buf, size_t len, unsigned phase)
+{
+    return post_send(r, next_op(r), peer, buf, len, phase);
+}
+
+msr_status_t ucx_coll_recv(ucx_req_t *r, int peer, void *buf, size_t len, unsigned phase)
+{
+    return post_recv(r, next_op(r), peer, buf, len, phase);
+}
+
+msr_status_t ucx_ops_wait(ucx_req_t *r)
+{
+    return ops_wait(r);
+}
+
+msr_status_t ucx_ops_reserve(ucx_req_t *r, int n)
+{
+    return ops_reserve(r, n);
+}
+
 /* ---- scratch ---- */
 
 static msr_status_t scratch_get(ucx_req_t *r, size_t len)
@@ -239,6 +259,11 @@ static msr_status_t scratch_get(ucx_req_t *r, size_t len)
     }
     r->scratch_len = len;
     return MSR_OK;
+}
+
+msr_status_t ucx_scratch_get(ucx_req_t *r, size_t len)
+{
+    return scratch_get(r, len);
 }
 
 void ucx_req_release_scratch(ucx_req_t *r)
@@ -1046,8 +1071,8 @@ static msr_status_t step_alltoall(ucx_req_t *r)
 
 /* ---- choosing ---- */
 
-static const char *const algo_names[] = {"auto",     "direct", "rd",       "ring",
-                                         "binomial", "chain",  "pairwise", "shm"};
+static const char *const algo_names[] = {"auto",  "direct",   "rd",  "ring", "binomial",
+                                         "chain", "pairwise", "shm", "hier"};
 
 static ucx_algo_t parse_algo(const char *var)
 {
@@ -1058,7 +1083,7 @@ static ucx_algo_t parse_algo(const char *var)
         if (strcmp(v, algo_names[i]) == 0)
             return (ucx_algo_t)i;
     MSR_WARN("comm: %s=%s is not an algorithm (auto, direct, rd, ring, binomial, chain, "
-             "pairwise, shm): using auto",
+             "pairwise, shm, hier): using auto",
              var, v);
     return UCX_ALGO_AUTO;
 }
@@ -1111,6 +1136,17 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
+    /* Groups over several nodes: the two levels from these sizes (bytes of
+     * the whole vector; docs/comm.md). The other collectives run a whole
+     * allreduce that way, slower than their flat algorithms: only when
+     * forced or given a size. */
+    t->hier = (int)msr_env_i64("MSR_COMM_HIER", 1, 0, 1);
+    t->hier_min[MSR_COLL_ALLREDUCE] = env_bytes("MSR_COMM_HIER_ALLREDUCE_MIN", 64 << 10);
+    t->hier_min[MSR_COLL_REDUCE_SCATTER] =
+        env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_ALLGATHER] = env_bytes("MSR_COMM_HIER_ALLGATHER_MIN", (size_t)INT64_MAX);
+    t->hier_min[MSR_COLL_BROADCAST] = env_bytes("MSR_COMM_HIER_BROADCAST_MIN", (size_t)INT64_MAX);
 }
 
 static ucx_algo_t choose(const ucx_req_t *r)
@@ -1120,6 +1156,18 @@ static ucx_algo_t choose(const ucx_req_t *r)
     ucx_algo_t f = t->force[a->coll];
     size_t bytes = r->bytes, total = r->bytes * (size_t)r->n;
     int small_group = r->n <= t->direct_max_ranks;
+    /* a group over several nodes: two levels (hier.c), forced or from the
+     * op's threshold; a group on one node never has them (forced, it gets
+     * what auto gives it) */
+    int hier = r->uc->hier && ucx_hier_fits(r);
+    if (hier &&
+        (f == UCX_ALGO_HIER ||
+         (f == UCX_ALGO_AUTO &&
+          (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
+              t->hier_min[a->coll])))
+        return UCX_ALGO_HIER;
+    if (f == UCX_ALGO_HIER)
+        f = UCX_ALGO_AUTO;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
         if (r->uc->shm && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM) &&
@@ -1188,7 +1236,12 @@ static uint64_t shm_number(ucx_req_t *r, const char *algo)
     r->algo = algo;
     r->shm = 1;
     r->uc->engine->shm_active++;
-    return ++r->uc->shm_seq;
+    return ucx_shm_number(r->uc);
+}
+
+uint64_t ucx_shm_number(ucx_comm_t *uc)
+{
+    return ++uc->shm_seq;
 }
 
 /* The slots, for vectors up to a slot (and the barrier). */
@@ -1258,6 +1311,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         break;
     }
     ucx_algo_t algo = choose(r);
+    if (algo == UCX_ALGO_HIER)
+        return ucx_hier_start(r);
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
         if (algo == UCX_ALGO_SHM)

@@ -113,11 +113,17 @@ err_comm:
     return st == MSR_OK ? MSR_ERR_NO_MEMORY : st;
 }
 
+static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
+                              msr_comm_t **newcomm_p);
+
 /* Gives a new communicator its shared-memory segment where its members
- * share a node; a failure of that collective step undoes the communicator. */
+ * share a node, or node-local sub-groups where they span nodes; a failure
+ * of these collective steps undoes the communicator. */
 static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     msr_status_t st = ucx_shm_setup((*comm_p)->be);
+    if (st == MSR_OK)
+        st = ucx_hier_setup((*comm_p)->be, ucx_split);
     if (st != MSR_OK) {
         msr_comm_destroy(*comm_p);
         *comm_p = NULL;
@@ -276,6 +282,7 @@ static void ucx_release(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
+    ucx_hier_free(uc);
     ucx_shm_free(uc);
     msr_free(uc->cache);
     msr_free(uc->peer);
@@ -317,6 +324,7 @@ static ucx_req_t *req_get(ucx_engine_t *e)
 /* Back to the free list (lock held). */
 static void req_put(ucx_engine_t *e, ucx_req_t *r)
 {
+    ucx_hier_release(r);
     ucx_req_release_scratch(r);
     ucx_req_drop_ops(r);
     if (e->n_free_reqs < MAX_FREE_REQS) {

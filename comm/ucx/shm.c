@@ -590,26 +590,48 @@ static int ar_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
     return 0;
 }
 
+/* Block q of a reduce-scatter's input or an allgather's output: q * count
+ * elements in, count long; or with tiles.parts (hier.c) balanced parts of
+ * that many elements, count the largest. */
+static void block_of(const ucx_req_t *r, int q, uint64_t *off, uint64_t *len)
+{
+    if (r->tiles.parts) {
+        ucx_part(r->tiles.parts, (uint64_t)r->n, (uint64_t)q, off, len);
+    } else {
+        *off = (uint64_t)q * r->pub.args.count;
+        *len = r->pub.args.count;
+    }
+}
+
+/* Elements of tile i (from element first) in a block of blen: fewer in its
+ * last tile, none past its end. */
+static uint64_t tile_part(uint64_t blen, uint64_t te, uint64_t first)
+{
+    return blen <= first ? 0 : blen - first < te ? blen - first : te;
+}
+
 /* Tile i of a reduce-scatter: elements [i * te, i * te + len) of every
  * block; member j's slice q of a stage slot holds its block q's. */
 static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
     ucx_shm_tiles_t *t = &r->tiles;
-    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems, c = a->count;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems;
     uint64_t ci = t->staged, cr = t->reduced;
     size_t es = r->es, slice = te * es;
     int me = r->me, n = r->n;
     /* in place, our block is also the output: fold it from the stage */
     int own_staged = a->in_place;
     if (cr < ci && min_of(s, C_IN) > base + cr) {
-        uint64_t g = base + cr, first = cr * te, len = tile_len(c, te, cr);
+        uint64_t g = base + cr, first = cr * te, off, blen;
+        block_of(r, me, &off, &blen);
+        uint64_t len = tile_part(blen, te, first);
         const void *src[n];
         for (int j = 0; j < n; j++)
-            src[j] = j == me && !own_staged
-                         ? (const char *)a->sendbuf + ((uint64_t)me * c + first) * es
-                         : stage_of(s, j, g) + (size_t)me * slice;
-        fold(a, (char *)a->recvbuf + first * es, src, n, len);
+            src[j] = j == me && !own_staged ? (const char *)a->sendbuf + (off + first) * es
+                                            : stage_of(s, j, g) + (size_t)me * slice;
+        if (len)
+            fold(a, (char *)a->recvbuf + first * es, src, n, len);
         publish(s, me, C_RED, g + 1);
         publish(s, me, C_OUT, g + 1);
         t->reduced = cr + 1;
@@ -617,12 +639,15 @@ static int rs_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         return 1;
     }
     if (ci < nt && slot_free(s, base + ci, C_RED)) {
-        uint64_t g = base + ci, first = ci * te, len = tile_len(c, te, ci);
+        uint64_t g = base + ci, first = ci * te, off, blen;
         char *st = stage_of(s, me, g);
-        for (int q = 0; q < n; q++)
+        for (int q = 0; q < n; q++) {
+            block_of(r, q, &off, &blen);
             if (q != me || own_staged)
                 copy_for_peers(r, st + (size_t)q * slice,
-                               (const char *)a->sendbuf + ((uint64_t)q * c + first) * es, len * es);
+                               (const char *)a->sendbuf + (off + first) * es,
+                               tile_part(blen, te, first) * es);
+        }
         nt_fence();
         publish(s, me, C_IN, g + 1);
         t->staged = ci + 1;
@@ -636,14 +661,16 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
 {
     const msr_coll_args_t *a = &r->pub.args;
     ucx_shm_tiles_t *t = &r->tiles;
-    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems, c = a->count;
-    uint64_t ci = t->staged, co = t->copied;
+    const uint64_t base = t->first_tile, nt = t->ntiles, te = t->tile_elems;
+    uint64_t ci = t->staged, co = t->copied, off, blen;
     size_t es = r->es;
     int me = r->me, n = r->n;
     if (co < ci && min_of(s, C_IN) > base + co) {
-        uint64_t g = base + co, first = co * te, len = tile_len(c, te, co);
+        uint64_t g = base + co, first = co * te;
         for (int j = 0; j < n; j++) {
-            char *dst = (char *)a->recvbuf + ((uint64_t)j * c + first) * es;
+            block_of(r, j, &off, &blen);
+            char *dst = (char *)a->recvbuf + (off + first) * es;
+            uint64_t len = tile_part(blen, te, first);
             if (j != me)
                 memcpy(dst, stage_of(s, j, g), len * es);
             else if (!a->in_place)
@@ -656,8 +683,10 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         return 1;
     }
     if (ci < nt && slot_free(s, base + ci, C_OUT)) {
-        uint64_t g = base + ci, first = ci * te, len = tile_len(c, te, ci);
-        copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es, len * es);
+        uint64_t g = base + ci, first = ci * te;
+        block_of(r, me, &off, &blen);
+        copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es,
+                       tile_part(blen, te, first) * es);
         nt_fence();
         publish(s, me, C_IN, g + 1);
         t->staged = ci + 1;

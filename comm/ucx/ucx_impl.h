@@ -48,6 +48,7 @@ typedef enum ucx_algo {
     UCX_ALGO_CHAIN,    /* pipelined chain */
     UCX_ALGO_PAIRWISE, /* pairwise exchange */
     UCX_ALGO_SHM,      /* through the group's shared-memory segment (one node) */
+    UCX_ALGO_HIER,     /* two levels: the nodes' segments, then UCX between nodes (hier.c) */
 } ucx_algo_t;
 
 /* Thresholds and knobs, read from the environment when a communicator is
@@ -71,6 +72,8 @@ typedef struct ucx_tuning {
     int shm_nt;         /* tiled stores past the cache: 0 never, 1 always, 2 auto */
     size_t shm_nt_min;  /* ... for operations from this size */
     size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
+    int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
+    size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -157,6 +160,8 @@ typedef struct ucx_comm {
     uint64_t shm_tiles; /* tiles of the tiled operations started */
     uint64_t shm_seq;   /* shared-memory operations started */
     uint64_t shm_done;  /* the last one this rank finished reading */
+    /* a group over several nodes: its node-local sub-groups (hier.c), or NULL */
+    struct ucx_hier *hier;
 } ucx_comm_t;
 
 typedef struct ucx_op {
@@ -281,6 +286,9 @@ typedef struct ucx_shm_slots {
 /* shm.c: the tiled path; tiles are counted over the communicator's life */
 typedef struct ucx_shm_tiles {
     uint64_t seq;        /* this operation's number */
+    uint64_t parts;      /* reduce-scatter and allgather of hier.c: the blocks are the
+                          * balanced parts (ucx_part) of this many elements, and count
+                          * is the largest; 0: every block has count elements */
     int started;         /* the earlier operations finished here: running */
     int bypass;          /* stores for the others bypass the cache */
     uint64_t first_tile; /* the number of this operation's first tile */
@@ -289,6 +297,18 @@ typedef struct ucx_shm_tiles {
     uint64_t staged, reduced, copied; /* tiles of this operation */
     uint64_t start_ns;                /* when it started running */
 } ucx_shm_tiles_t;
+
+/* hier.c: two levels; the operation's own state is on the heap (hier_op) */
+typedef enum ucx_hier_phase {
+    UCX_HIER_INTRA_RS, /* reduce-scatter inside the node (shared memory) */
+    UCX_HIER_CROSS,    /* each local rank's shard across the nodes (UCX) */
+    UCX_HIER_INTRA_AG, /* allgather inside the node (shared memory) */
+} ucx_hier_phase_t;
+typedef struct ucx_hier_state {
+    ucx_hier_phase_t phase;
+    int cross_posted; /* the exchange between nodes: receives and sends posted */
+    int cross_reduced;
+} ucx_hier_state_t;
 
 typedef struct ucx_req ucx_req_t;
 typedef msr_status_t (*ucx_step_fn)(ucx_req_t *r);
@@ -300,7 +320,8 @@ struct ucx_req {
     /* from here to ops: cleared for each operation */
     ucx_step_fn step;
     const char *algo;
-    int shm; /* counted in engine->shm_active */
+    int shm;                     /* counted in engine->shm_active */
+    struct ucx_hier_op *hier_op; /* hier.c's operation, freed with the request */
     uint32_t seq;
     msr_status_t err;
     /* the operation's shape, for every algorithm */
@@ -318,6 +339,7 @@ struct ucx_req {
         ucx_a2a_t a2a;
         ucx_shm_slots_t slots;
         ucx_shm_tiles_t tiles;
+        ucx_hier_state_t hier;
     };
     /* operations in flight */
     ucx_op_t *ops;
@@ -398,5 +420,31 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size);
 /* ops helpers (coll.c) */
 void ucx_req_drop_ops(ucx_req_t *r);
 void ucx_req_release_scratch(ucx_req_t *r);
+/* for hier.c: a collective message to or from rank peer of r's group on
+ * tag phase phase, into the next free op; every op finished (MSR_OK),
+ * running (MSR_IN_PROGRESS) or the first failure; room for n ops; scratch */
+msr_status_t ucx_coll_send(ucx_req_t *r, int peer, const void *buf, size_t len, unsigned phase);
+msr_status_t ucx_coll_recv(ucx_req_t *r, int peer, void *buf, size_t len, unsigned phase);
+msr_status_t ucx_ops_wait(ucx_req_t *r);
+msr_status_t ucx_ops_reserve(ucx_req_t *r, int n);
+msr_status_t ucx_scratch_get(ucx_req_t *r, size_t len);
+/* The shared-memory operations' number, counted on every member alike. */
+uint64_t ucx_shm_number(ucx_comm_t *uc);
+
+/* hier.c: a group over several nodes (and not every node one rank) gets a
+ * node-local sub-group with its shared-memory segment; made collectively
+ * over uc's group (which must work); any failure on any member leaves
+ * uc->hier NULL everywhere (the flat algorithms then serve). */
+msr_status_t ucx_hier_setup(ucx_comm_t *uc,
+                            msr_status_t (*split)(msr_comm_t *comm, int color, int key,
+                                                  unsigned flags, msr_comm_t **newcomm_p));
+void ucx_hier_free(ucx_comm_t *uc);
+/* Whether r's collective may run in two levels (uc->hier, the op, the
+ * count); start fills in r (scratch, ops, the sub-operations) and numbers
+ * its shared-memory steps; the step runs it; release frees hier_op. */
+int ucx_hier_fits(const ucx_req_t *r);
+msr_status_t ucx_hier_start(ucx_req_t *r);
+msr_status_t ucx_hier_step(ucx_req_t *r);
+void ucx_hier_release(ucx_req_t *r);
 
 #endif

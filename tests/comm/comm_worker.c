@@ -41,6 +41,7 @@
 static int g_rank = -1;
 static char g_case[256];
 static long g_checks; /* results compared, for the final line */
+static int g_nodes;   /* msrun nodes in the job */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
@@ -446,6 +447,11 @@ static const char *const configs[][12] = {
      "MSR_COMM_ALGO_ALLGATHER=shm", "MSR_COMM_ALGO_BROADCAST=shm", "MSR_COMM_ALGO_REDUCE=shm",
      "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096", "MSR_COMM_SHM_TILES=3", "MSR_COMM_SHM_NT=1",
      "MSR_COMM_SHM_NT_MIN=0", NULL},
+    /* groups over several nodes: the two levels at every size, small tiles
+     * inside the nodes (a group on one node runs its shared memory) */
+    {"hier", "MSR_COMM_ALGO_ALLREDUCE=hier", "MSR_COMM_ALGO_REDUCE_SCATTER=hier",
+     "MSR_COMM_ALGO_REDUCE=hier", "MSR_COMM_ALGO_ALLGATHER=hier", "MSR_COMM_ALGO_BROADCAST=hier",
+     "MSR_COMM_SHM_MAX=0", "MSR_COMM_SHM_TILE=4096", "MSR_COMM_SHM_TILES=2", NULL},
 };
 
 static void set_config(const char *const *cfg)
@@ -472,6 +478,8 @@ static void mode_collectives(msr_comm_t *world)
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     const uint64_t large = 10007;
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        if (strcmp(configs[c][0], "hier") == 0 && g_nodes < 2)
+            continue; /* one node: the same as "auto" with small tiles */
         set_config(configs[c]);
         msr_comm_t *w = NULL;
         snprintf(g_case, sizeof g_case, "dup for %s", configs[c][0]);
@@ -995,6 +1003,161 @@ static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
     exit(0);
 }
 
+/* ---- two levels (groups over several nodes) ---- */
+
+/* The documented fold order of the two levels: each node's members in
+ * group rank order, then the nodes' partials in node order (ascending node
+ * id); node_of: the node of each group rank. */
+static float hier_order_sum(const int *node_of, int n, uint64_t i)
+{
+    float total = 0;
+    int first_node = 1;
+    for (int m = 0; m < n; m++) { /* node ids: job rank / ranks per node */
+        float part = 0;
+        int any = 0;
+        for (int r = 0; r < n; r++) {
+            if (node_of[r] != m)
+                continue;
+            float v = order_value(r, i);
+            part = any ? part + v : v;
+            any = 1;
+        }
+        if (!any)
+            continue;
+        total = first_node ? part : total + part;
+        first_node = 0;
+    }
+    return total;
+}
+
+/* One group over several nodes, forced through the two levels: every
+ * reduction against the reference, in and out of place, sizes within a
+ * tile and across many, odd counts; the documented fold order; the same
+ * bits on every rank. */
+static void check_hier_group(msr_comm_t *c, const char *label, int local_size)
+{
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    tc_t t = {c, label, n, me};
+    static const uint64_t counts[] = {1, 2, 37, 1001, 10007};
+    static const msr_dtype_t dts[] = {MSR_DTYPE_F32, MSR_DTYPE_BF16, MSR_DTYPE_F64, MSR_DTYPE_I32,
+                                      MSR_DTYPE_U8};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            for (int o = 0; o < MSR_OP_COUNT; o++) {
+                msr_op_t op = (msr_op_t)o;
+                if (dts[d] != MSR_DTYPE_F32 && op != MSR_OP_SUM && op != MSR_OP_AVG)
+                    continue;
+                for (int ip = 0; ip < 3; ip++) {
+                    snprintf(g_case, sizeof g_case, "hier %s n=%d %s %s count=%llu inplace=%d",
+                             label, n, msr_dtype_name(dts[d]), msr_op_name(op),
+                             (unsigned long long)counts[k], ip);
+                    if (ip < 2) {
+                        check_allreduce(&t, dts[d], op, counts[k], ip);
+                        check_reduce(&t, dts[d], op, counts[k], (int)(counts[k] % (uint64_t)n), ip);
+                    }
+                    check_reduce_scatter(&t, dts[d], op, counts[k] / 4 + 1, ip);
+                }
+            }
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            for (int ip = 0; ip < 2; ip++) {
+                snprintf(g_case, sizeof g_case, "hier %s n=%d %s count=%llu inplace=%d", label, n,
+                         msr_dtype_name(dts[d]), (unsigned long long)counts[k], ip);
+                check_allgather(&t, dts[d], counts[k] / 4 + 1, ip);
+                check_broadcast(&t, dts[d], counts[k],
+                                (int)((counts[k] + (uint64_t)ip) % (uint64_t)n));
+            }
+    /* the fold order, and the same bits everywhere */
+    enum { COUNT = 4099 };
+    int *node_of = xmalloc((size_t)n * sizeof *node_of);
+    for (int r = 0; r < n; r++)
+        node_of[r] = msr_comm_world_rank(c, r) / local_size;
+    float *in = xmalloc(COUNT * 4), *out = xmalloc(COUNT * 4), *ref = xmalloc(COUNT * 4);
+    for (uint64_t i = 0; i < COUNT; i++) {
+        in[i] = order_value(me, i);
+        ref[i] = hier_order_sum(node_of, n, i);
+    }
+    static const size_t sizes[] = {5, 333, COUNT};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        snprintf(g_case, sizeof g_case, "hier %s fold order count %zu", label, sizes[k]);
+        memset(out, 0, COUNT * 4);
+        OK(msr_comm_allreduce(c, in, out, sizes[k], MSR_DTYPE_F32, MSR_OP_SUM));
+        for (size_t i = 0; i < sizes[k]; i++)
+            if (memcmp(&out[i], &ref[i], 4) != 0)
+                fail("%s: element %zu is %a, the two-level order gives %a", g_case, i,
+                     (double)out[i], (double)ref[i]);
+        int64_t h = (int64_t)fnv(out, sizes[k] * 4), *all = xmalloc((size_t)n * sizeof *all);
+        OK(msr_comm_allgather(c, &h, all, 1, MSR_DTYPE_I64));
+        for (int r = 0; r < n; r++)
+            if (all[r] != h)
+                fail("%s: rank %d got other bits than rank %d", g_case, r, me);
+        free(all);
+    }
+    free(node_of);
+    free(in);
+    free(out);
+    free(ref);
+}
+
+static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int local = msr_local_world_size(ctx), nodes = n / local;
+    if (nodes < 2 || local < 2)
+        fail("mode hier wants several nodes of several ranks, has %d x %d", nodes, local);
+    setenv("MSR_COMM_ALGO_ALLREDUCE", "hier", 1);
+    setenv("MSR_COMM_ALGO_REDUCE_SCATTER", "hier", 1);
+    setenv("MSR_COMM_ALGO_REDUCE", "hier", 1);
+    setenv("MSR_COMM_ALGO_ALLGATHER", "hier", 1);
+    setenv("MSR_COMM_ALGO_BROADCAST", "hier", 1);
+    setenv("MSR_COMM_SHM_MAX", "0", 1);
+    setenv("MSR_COMM_SHM_TILE", "4096", 1); /* parts of many tiles */
+    setenv("MSR_COMM_SHM_TILES", "2", 1);
+    /* the world, even nodes; the same members ranked backwards (the nodes'
+     * order is not the ranks'); uneven: the first node and one rank of
+     * each other node (3+1, 2+1+1), and the first node and one rank of the
+     * second (2+1 with three nodes) */
+    msr_comm_t *w = NULL;
+    snprintf(g_case, sizeof g_case, "hier dup");
+    OK(msr_comm_dup(world, 0, &w));
+    char label[64];
+    snprintf(label, sizeof label, "%dx%d", nodes, local);
+    check_hier_group(w, label, local);
+    struct {
+        const char *label;
+        int color, key;
+    } splits[] = {
+        {"backwards", 0, -me},
+        {"first node + one of each other", me < local || me % local == 0 ? 0 : MSR_COMM_NO_COLOR,
+         me},
+        {"first node + one", me <= local ? 0 : MSR_COMM_NO_COLOR, me},
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        if (i == 2 && nodes < 3)
+            continue; /* the same as the one before */
+        msr_comm_t *sub = NULL;
+        snprintf(g_case, sizeof g_case, "hier split %s", splits[i].label);
+        OK(msr_comm_split(w, splits[i].color, splits[i].key, &sub));
+        if (sub != NULL) {
+            check_hier_group(sub, splits[i].label, local);
+            msr_comm_destroy(sub);
+        }
+    }
+    msr_comm_destroy(w);
+    static const char *const vars[] = {"MSR_COMM_ALGO_ALLREDUCE", "MSR_COMM_ALGO_REDUCE_SCATTER",
+                                       "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_ALGO_ALLGATHER",
+                                       "MSR_COMM_ALGO_BROADCAST", "MSR_COMM_SHM_MAX",
+                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    /* the defaults: sizes on both sides of the allreduce's threshold */
+    tc_t t = {world, "world auto", n, me};
+    snprintf(g_case, sizeof g_case, "hier auto");
+    check_allreduce(&t, MSR_DTYPE_F32, MSR_OP_SUM, 1000, 0);
+    check_allreduce(&t, MSR_DTYPE_F32, MSR_OP_SUM, 100003, 1);
+    check_reduce_scatter(&t, MSR_DTYPE_F32, MSR_OP_SUM, 300007, 0);
+}
+
 /* ---- failures ---- */
 
 static void *killer(void *arg)
@@ -1075,7 +1238,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop\n");
+                "leave|stop|hier|killhier|inflighthier\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1086,8 +1249,20 @@ int main(int argc, char **argv)
         return 1;
     }
     g_rank = msr_rank(ctx);
+    g_nodes = msr_node_count(ctx);
     if (strcmp(mode, "killring") == 0)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
+    if (strcmp(mode, "killhier") == 0)
+        setenv("MSR_COMM_ALGO_ALLREDUCE", "hier", 1);
+    if (strcmp(mode, "inflighthier") == 0) { /* several two-level operations in flight */
+        static const char *const ops[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER", "BROADCAST",
+                                          "REDUCE"};
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+            char var[64];
+            snprintf(var, sizeof var, "MSR_COMM_ALGO_%s", ops[i]);
+            setenv(var, "hier", 1);
+        }
+    }
     msr_comm_t *world = NULL;
     snprintf(g_case, sizeof g_case, "world");
     OK(msr_comm_world(ctx, &world));
@@ -1099,7 +1274,7 @@ int main(int argc, char **argv)
         mode_collectives(world);
     else if (strcmp(mode, "samecomm") == 0)
         mode_samecomm(world);
-    else if (strcmp(mode, "inflight") == 0)
+    else if (strcmp(mode, "inflight") == 0 || strcmp(mode, "inflighthier") == 0)
         mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)
         mode_p2p(world);
@@ -1107,7 +1282,10 @@ int main(int argc, char **argv)
         mode_threads(world);
     else if (strcmp(mode, "determinism") == 0)
         mode_determinism(world);
-    else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0) /* 1 MiB */
+    else if (strcmp(mode, "hier") == 0)
+        mode_hier(ctx, world);
+    else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
+             strcmp(mode, "killhier") == 0) /* 1 MiB */
         mode_failure(ctx, world, 0, 1 << 18);
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2);

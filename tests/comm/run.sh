@@ -103,7 +103,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | p2p | threads | leave)
+collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
@@ -123,7 +123,7 @@ determinism)
     [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
     echo "$h1 in both runs"
     ;;
-kill | killring | killsmall | stop)
+kill | killring | killhier | killsmall | stop)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"

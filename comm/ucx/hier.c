@@ -1,0 +1,513 @@
+/* Collectives in two levels for a group whose members span nodes: inside
+ * each node through the node-local sub-group's shared-memory tiles, between
+ * nodes over UCX with every local rank carrying its own shard at once.
+ *
+ * The allreduce of count elements (reduce-scatter and reduce run it too,
+ * into scratch where their output is not the whole vector; broadcast and
+ * allgather run it in place as a sum of bytes in which each byte is one
+ * rank's and the others add zeros, which is exact):
+ *
+ *   1. reduce-scatter inside the node: the node's k members cut the vector
+ *      into k balanced parts (ucx_part); local rank q gets the node's
+ *      partial result of part q (the tiles fold the members in local rank
+ *      order);
+ *   2. across the nodes: the vector is cut at every part boundary of every
+ *      node's count (uneven nodes cut it differently), so that each segment
+ *      lies in one part on every node, owned there by one local rank. The
+ *      owners of a segment (one per node) reduce-scatter it among
+ *      themselves directly: segment t's sub-piece m (ucx_part over the N
+ *      nodes) goes from every owner to node m's, which folds the nodes'
+ *      partials in node order 0 .. N-1; then each sends its folded sub-piece
+ *      to the others (allgather). Each node sends and receives 2(N-1)/N of
+ *      the vector, spread over all its local ranks;
+ *   3. allgather inside the node: every member gets every part.
+ *
+ * Fold order, and so the bits: for every element, the nodes' partials in
+ * node order (nodes numbered by ascending node id), each the node's members
+ * in local rank order (ascending group rank). Every element is folded by one
+ * rank and copied to the others, so every rank gets the same bits. MSR_OP_AVG
+ * sums at both levels and divides once at the end by the group's size.
+ *
+ * A node with one member skips the shared-memory steps. The segment of a
+ * message names its tag's phase (2t, 2t + 1), and there are at most as many
+ * segments as the distinct members-per-node counts add up to: a group where
+ * that is more than UCX_HIER_MAX_SEGS runs the flat algorithms. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "comm/reduce.h"
+#include "comm/ucx/ucx_impl.h"
+
+#define UCX_HIER_MAX_SEGS (UCX_TAG_PHASES / 2)
+
+struct ucx_hier {
+    msr_comm_t *local; /* this node's members, in group rank order */
+    int nnodes, node;  /* nodes (by ascending node id), this rank's */
+    int local_rank, k; /* in the node, and the node's members */
+    int *node_first;   /* nnodes + 1: node m's members are by_node[node_first[m] ..] */
+    int *by_node;      /* group ranks, by node, then by rank */
+    int *kvals, nk;    /* the distinct members-per-node counts */
+};
+
+/* One operation's state: the sub-operations on the node's group, the
+ * vector the levels run on, the segments. */
+typedef struct ucx_hier_op {
+    ucx_req_t rs, ag;  /* shared-memory steps (k > 1) */
+    char *full;        /* count elements: the result (recvbuf or scratch) */
+    const char *input; /* this rank's input, count elements */
+    uint64_t count;
+    msr_dtype_t dt;          /* the parent's; u8 for a broadcast or an allgather */
+    size_t es;               /* bytes of dt */
+    msr_op_t op;             /* the parent's: AVG folds as SUM, finished at the end */
+    uint64_t my_off, my_len; /* this rank's part of full */
+    uint64_t bounds[UCX_HIER_MAX_SEGS + 1];
+    int nseg;
+    char *area; /* the nodes' partials: per segment of ours, nnodes pieces */
+} ucx_hier_op_t;
+
+/* ---- the sub-groups ---- */
+
+static int int_cmp(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return a < b ? -1 : a > b;
+}
+
+void ucx_hier_free(ucx_comm_t *uc)
+{
+    struct ucx_hier *h = uc->hier;
+    if (h == NULL)
+        return;
+    msr_comm_destroy(h->local);
+    msr_free(h->node_first);
+    msr_free(h->by_node);
+    msr_free(h->kvals);
+    msr_free(h);
+    uc->hier = NULL;
+}
+
+/* Orders the members by node: the answer every member computes alike. */
+static msr_status_t hier_layout(ucx_comm_t *uc, struct ucx_hier *h)
+{
+    int n = uc->comm->size, me = uc->comm->rank;
+    int *ids = msr_calloc((size_t)n, sizeof *ids);
+    h->by_node = msr_calloc((size_t)n, sizeof *h->by_node);
+    h->node_first = msr_calloc((size_t)n + 1, sizeof *h->node_first);
+    h->kvals = msr_calloc((size_t)n, sizeof *h->kvals);
+    if (ids == NULL || h->by_node == NULL || h->node_first == NULL || h->kvals == NULL) {
+        msr_free(ids);
+        return MSR_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++)
+        ids[i] = uc->peer[i]->node;
+    qsort(ids, (size_t)n, sizeof *ids, int_cmp);
+    int nn = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || ids[i] != ids[i - 1])
+            ids[nn++] = ids[i];
+    h->nnodes = nn;
+    int pos = 0;
+    for (int m = 0; m < nn; m++) {
+        h->node_first[m] = pos;
+        for (int i = 0; i < n; i++) {
+            if (uc->peer[i]->node != ids[m])
+                continue;
+            if (i == me) {
+                h->node = m;
+                h->local_rank = pos - h->node_first[m];
+            }
+            h->by_node[pos++] = i;
+        }
+        int k = pos - h->node_first[m], seen = 0;
+        for (int j = 0; j < h->nk; j++)
+            seen |= h->kvals[j] == k;
+        if (!seen)
+            h->kvals[h->nk++] = k;
+    }
+    h->node_first[nn] = pos;
+    h->k = h->node_first[h->node + 1] - h->node_first[h->node];
+    msr_free(ids);
+    return MSR_OK;
+}
+
+msr_status_t ucx_hier_setup(ucx_comm_t *uc,
+                            msr_status_t (*split)(msr_comm_t *comm, int color, int key,
+                                                  unsigned flags, msr_comm_t **newcomm_p))
+{
+    msr_comm_t *comm = uc->comm;
+    uc->hier = NULL;
+    if (comm->size < 3 || uc->shm != NULL || !uc->tune.hier)
+        return MSR_OK;
+    /* The same answer on every member: all on one node (whose segment then
+     * failed: nothing to gain), or every node one member. */
+    int multi = 0, paired = 0;
+    for (int i = 0; i < comm->size; i++) {
+        multi |= uc->peer[i]->node != uc->peer[0]->node;
+        for (int j = 0; j < i && !paired; j++)
+            paired = uc->peer[i]->node == uc->peer[j]->node;
+    }
+    if (!multi || !paired)
+        return MSR_OK;
+    struct ucx_hier *h = msr_calloc(1, sizeof *h);
+    msr_status_t st = h == NULL ? MSR_ERR_NO_MEMORY : hier_layout(uc, h);
+    int32_t ok = st == MSR_OK;
+    int sum = 0;
+    for (int j = 0; ok && j < h->nk; j++)
+        sum += h->kvals[j];
+    ok = ok && sum <= UCX_HIER_MAX_SEGS;
+    /* collective from here: every member splits, whatever its ok */
+    msr_comm_t *local = NULL;
+    msr_status_t sst = split(comm, uc->peer[comm->rank]->node, comm->rank, 0, &local);
+    if (h != NULL)
+        h->local = local;
+    else
+        msr_comm_destroy(local);
+    if (sst != MSR_OK) {
+        ucx_comm_t tmp = {.hier = h};
+        ucx_hier_free(&tmp);
+        return sst;
+    }
+    if (ok && h->k > 1) {
+        ucx_comm_t *lc = h->local->be;
+        ok = lc->shm != NULL && lc->shm_tile != 0;
+    }
+    int32_t all = 0;
+    st = msr_comm_allreduce(comm, &ok, &all, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    if (st != MSR_OK || !all) {
+        if (h != NULL) {
+            ucx_comm_t tmp = {.hier = h};
+            ucx_hier_free(&tmp);
+        }
+        return st;
+    }
+    uc->hier = h;
+    MSR_DEBUG("comm %u: %d nodes, %d of %d members on this one: two levels", uc->id, h->nnodes,
+              h->k, comm->size);
+    return MSR_OK;
+}
+
+/* ---- an operation ---- */
+
+int ucx_hier_fits(const ucx_req_t *r)
+{
+    msr_coll_t c = r->pub.args.coll;
+    return r->uc->hier != NULL && r->pub.args.count > 0 &&
+           (c == MSR_COLL_ALLREDUCE || c == MSR_COLL_REDUCE_SCATTER || c == MSR_COLL_REDUCE ||
+            c == MSR_COLL_ALLGATHER || c == MSR_COLL_BROADCAST);
+}
+
+/* The segments of count elements: every part boundary of every node's
+ * members-per-node count, ascending, without repeats. */
+static void hier_segments(const struct ucx_hier *h, ucx_hier_op_t *x)
+{
+    uint64_t off, len;
+    int nb = 0;
+    for (int j = 0; j < h->nk; j++)
+        for (int q = 0; q < h->kvals[j]; q++) {
+            ucx_part(x->count, (uint64_t)h->kvals[j], (uint64_t)q, &off, &len);
+            x->bounds[nb++] = off;
+        }
+    /* insertion sort: at most UCX_HIER_MAX_SEGS */
+    for (int i = 1; i < nb; i++)
+        for (int j = i; j > 0 && x->bounds[j - 1] > x->bounds[j]; j--) {
+            uint64_t t = x->bounds[j];
+            x->bounds[j] = x->bounds[j - 1];
+            x->bounds[j - 1] = t;
+        }
+    int u = 0;
+    for (int i = 0; i < nb; i++)
+        if (x->bounds[i] < x->count && (u == 0 || x->bounds[i] != x->bounds[u - 1]))
+            x->bounds[u++] = x->bounds[i];
+    x->bounds[u] = x->count;
+    x->nseg = u;
+}
+
+/* The group rank that holds segment t's elements on node m: the part of
+ * node m's count containing the segment's first element. */
+static int seg_owner(const struct ucx_hier *h, const ucx_hier_op_t *x, int t, int m)
+{
+    uint64_t k = (uint64_t)(h->node_first[m + 1] - h->node_first[m]);
+    uint64_t base = x->count / k, extra = x->count % k, e = x->bounds[t];
+    uint64_t q = e < extra * (base + 1) ? e / (base + 1) : extra + (e - extra * (base + 1)) / base;
+    return h->by_node[h->node_first[m] + (int)q];
+}
+
+/* Sub-piece m (of nnodes) of segment t: first element and length. */
+static void seg_piece(const struct ucx_hier *h, const ucx_hier_op_t *x, int t, int m, uint64_t *off,
+                      uint64_t *len)
+{
+    ucx_part(x->bounds[t + 1] - x->bounds[t], (uint64_t)h->nnodes, (uint64_t)m, off, len);
+    *off += x->bounds[t];
+}
+
+/* Whether segment t is in this rank's part. */
+static int seg_mine(const ucx_hier_op_t *x, int t)
+{
+    return x->bounds[t] >= x->my_off && x->bounds[t] < x->my_off + x->my_len;
+}
+
+/* A shared-memory sub-operation on the node's group, numbered now (every
+ * member starts the parent's operations in the same order). */
+static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *send, void *recv,
+                     int in_place)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_comm_t *lc = h->local->be;
+    memset(s, 0, sizeof *s);
+    s->uc = lc;
+    s->algo = r->algo;
+    s->n = h->k;
+    s->me = h->local_rank;
+    s->es = x->es;
+    s->pub.comm = h->local;
+    s->pub.status = MSR_IN_PROGRESS;
+    s->pub.args = (msr_coll_args_t){
+        .coll = coll,
+        .sendbuf = send,
+        .recvbuf = recv,
+        .count = (x->count + (uint64_t)h->k - 1) / (uint64_t)h->k,
+        .dtype = x->dt,
+        .op = x->op == MSR_OP_AVG ? MSR_OP_SUM : x->op,
+        .in_place = in_place,
+    };
+    s->bytes = (size_t)s->pub.args.count * s->es;
+    s->tiles.parts = x->count;
+    s->tiles.seq = ucx_shm_number(lc);
+    ucx_shm_tiled_init(s);
+}
+
+/* Whether r is counted among the engine's shared-memory operations (which
+ * keep it polling instead of sleeping on its events). */
+static void shm_count(ucx_req_t *r, int on)
+{
+    if (r->shm != on) {
+        r->shm = on;
+        r->uc->engine->shm_active += on ? 1 : -1;
+    }
+}
+
+msr_status_t ucx_hier_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    int nn = h->nnodes;
+    ucx_hier_op_t *x = msr_calloc(1, sizeof *x);
+    if (x == NULL)
+        return MSR_ERR_NO_MEMORY;
+    r->hier_op = x;
+    x->op = a->op;
+    x->dt = a->dtype;
+    x->es = r->es;
+    x->input = a->sendbuf;
+    int own_full = 0; /* full is scratch */
+    switch (a->coll) {
+    case MSR_COLL_ALLGATHER:
+    case MSR_COLL_BROADCAST: {
+        /* an allreduce of bytes in place: every byte is some rank's, the
+         * others add zeros */
+        r->algo = a->coll == MSR_COLL_ALLGATHER ? "allgather(hier)" : "broadcast(hier)";
+        x->op = MSR_OP_SUM;
+        x->dt = MSR_DTYPE_U8;
+        x->es = 1;
+        /* ours: [keep, keep + kept) of len bytes */
+        size_t len = r->bytes, keep = 0, kept = 0;
+        if (a->coll == MSR_COLL_ALLGATHER) {
+            len = r->bytes * (size_t)r->n;
+            keep = (size_t)r->me * r->bytes;
+            kept = r->bytes;
+            if (!a->in_place)
+                memcpy((char *)a->recvbuf + keep, a->sendbuf, r->bytes);
+        } else if (r->me == a->root) {
+            kept = len;
+        }
+        char *buf = a->recvbuf;
+        memset(buf, 0, keep);
+        memset(buf + keep + kept, 0, len - keep - kept);
+        x->count = len;
+        x->full = a->recvbuf;
+        x->input = a->recvbuf;
+        break;
+    }
+    case MSR_COLL_ALLREDUCE:
+        r->algo = "allreduce(hier)";
+        x->count = a->count;
+        x->full = a->recvbuf;
+        break;
+    case MSR_COLL_REDUCE_SCATTER:
+        r->algo = "reduce_scatter(hier)";
+        x->count = a->count * (uint64_t)r->n;
+        own_full = 1;
+        break;
+    default: /* MSR_COLL_REDUCE */
+        r->algo = "reduce(hier)";
+        x->count = a->count;
+        own_full = r->me != a->root;
+        x->full = a->recvbuf;
+        break;
+    }
+    hier_segments(h, x);
+    ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
+    /* scratch: the vector where it is not the output, then the pieces of
+     * our segments that the other nodes send us */
+    size_t full_bytes = own_full ? ((size_t)x->count * x->es + 63) / 64 * 64 : 0;
+    size_t area = 0;
+    int mine = 0;
+    for (int t = 0; t < x->nseg; t++) {
+        if (!seg_mine(x, t))
+            continue;
+        uint64_t off, len;
+        seg_piece(h, x, t, h->node, &off, &len);
+        area += (size_t)len * x->es * (size_t)nn;
+        mine++;
+    }
+    msr_status_t st = ucx_scratch_get(r, full_bytes + area);
+    if (st != MSR_OK)
+        return st;
+    if (own_full)
+        x->full = r->scratch;
+    x->area = r->scratch + full_bytes;
+    /* a receive and a send per other node per segment of ours, both ways */
+    st = ucx_ops_reserve(r, 2 * (nn - 1) * (mine > 0 ? mine : 1));
+    if (st != MSR_OK)
+        return st;
+    r->step = ucx_hier_step;
+    if (h->k > 1) {
+        /* in place, our part of the input is our part of the output */
+        sub_init(r, &x->rs, MSR_COLL_REDUCE_SCATTER, x->input, x->full + (size_t)x->my_off * x->es,
+                 x->input == x->full);
+        sub_init(r, &x->ag, MSR_COLL_ALLGATHER, x->full + (size_t)x->my_off * x->es, x->full, 1);
+        shm_count(r, 1);
+    }
+    return MSR_OK;
+}
+
+void ucx_hier_release(ucx_req_t *r)
+{
+    msr_free(r->hier_op);
+    r->hier_op = NULL;
+}
+
+/* Posts the exchange of one direction: the partials of our segments'
+ * sub-pieces to their nodes' owners and theirs of ours into the area (slot
+ * m of the segment's nnodes for node m; phase 2t), or our folded sub-pieces to every other owner
+ * and theirs into full (phase 2t + 1). */
+static msr_status_t cross_post(ucx_req_t *r, int gather)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    size_t es = x->es;
+    char *area = x->area;
+    msr_status_t st;
+    for (int t = 0; t < x->nseg; t++) {
+        if (!seg_mine(x, t))
+            continue;
+        uint64_t moff, mlen;
+        seg_piece(h, x, t, h->node, &moff, &mlen);
+        for (int m = 0; m < h->nnodes; m++) {
+            if (m == h->node)
+                continue;
+            int peer = seg_owner(h, x, t, m);
+            uint64_t off, len;
+            seg_piece(h, x, t, m, &off, &len);
+            unsigned phase = 2u * (unsigned)t + (unsigned)gather;
+            if (gather) {
+                st = ucx_coll_recv(r, peer, x->full + off * es, len * es, phase);
+                if (st == MSR_OK)
+                    st = ucx_coll_send(r, peer, x->full + moff * es, mlen * es, phase);
+            } else {
+                st = ucx_coll_recv(r, peer, area + (size_t)m * mlen * es, mlen * es, phase);
+                if (st == MSR_OK)
+                    st = ucx_coll_send(r, peer, x->full + off * es, len * es, phase);
+            }
+            if (st != MSR_OK)
+                return st;
+        }
+        area += (size_t)h->nnodes * mlen * es;
+    }
+    return MSR_OK;
+}
+
+/* Folds the nodes' partials of our sub-pieces in node order into full
+ * (ours is there; a rank on node 2 or later first moves it to its slot,
+ * since the fold of nodes 0 and 1 writes where it is). */
+static void cross_fold(ucx_req_t *r)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    msr_dtype_t dt = x->dt;
+    size_t es = x->es;
+    char *area = x->area;
+    int nn = h->nnodes;
+    for (int t = 0; t < x->nseg; t++) {
+        if (!seg_mine(x, t))
+            continue;
+        uint64_t off, len;
+        seg_piece(h, x, t, h->node, &off, &len);
+        char *dst = x->full + off * es;
+        size_t piece = (size_t)len * es;
+        if (h->node >= 2)
+            memcpy(area + (size_t)h->node * piece, dst, piece);
+        const char *x0 = h->node == 0 ? dst : area;
+        const char *x1 = h->node == 1 ? dst : area + piece;
+        msr_reduce(x->op, dt, dst, x0, x1, len);
+        for (int m = 2; m < nn; m++)
+            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
+        msr_reduce_finish(x->op, dt, dst, len, r->n);
+        area += (size_t)nn * piece;
+    }
+}
+
+msr_status_t ucx_hier_step(ucx_req_t *r)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    const msr_coll_args_t *a = &r->pub.args;
+    ucx_hier_state_t *s = &r->hier;
+    msr_status_t st;
+    switch (s->phase) {
+    case UCX_HIER_INTRA_RS:
+        if (h->k > 1) {
+            if (ucx_shm_tiled_step(&x->rs) != MSR_OK)
+                return MSR_IN_PROGRESS;
+        } else if (x->input != x->full) {
+            memcpy(x->full, x->input, (size_t)x->count * x->es);
+        }
+        s->phase = UCX_HIER_CROSS;
+        /* messages only: the engine may sleep on its events meanwhile */
+        shm_count(r, 0);
+        /* fall through */
+    case UCX_HIER_CROSS:
+        if (!s->cross_posted) {
+            st = cross_post(r, 0);
+            if (st != MSR_OK)
+                return st;
+            s->cross_posted = 1;
+        }
+        if (!s->cross_reduced) {
+            st = ucx_ops_wait(r);
+            if (st != MSR_OK)
+                return st;
+            cross_fold(r);
+            s->cross_reduced = 1;
+            st = cross_post(r, 1);
+            if (st != MSR_OK)
+                return st;
+        }
+        st = ucx_ops_wait(r);
+        if (st != MSR_OK)
+            return st;
+        s->phase = UCX_HIER_INTRA_AG;
+        shm_count(r, h->k > 1);
+        /* fall through */
+    case UCX_HIER_INTRA_AG:
+        if (h->k > 1 && ucx_shm_tiled_step(&x->ag) != MSR_OK)
+            return MSR_IN_PROGRESS;
+        break;
+    }
+    if (a->coll == MSR_COLL_REDUCE_SCATTER)
+        memcpy(a->recvbuf, x->full + (size_t)r->me * a->count * x->es, r->bytes);
+    return MSR_OK;
+}
