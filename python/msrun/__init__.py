@@ -109,6 +109,19 @@ def _path(path):
     return os.fsencode(path)
 
 
+def _gather_list(res):
+    """The entries of a msr_gather_result_t as a list of bytes; frees it."""
+    try:
+        r = res.contents
+        base = _c.addressof(r.data.contents) if r.count and r.data else 0
+        return [
+            _c.string_at(base + r.offsets[i], r.lengths[i]) if r.lengths[i] else b""
+            for i in range(r.count)
+        ]
+    finally:
+        _L.msr_gather_result_free(res)
+
+
 def _bytes_in(value, what):
     """bytes-like (or str, as UTF-8) -> (keep-alive object, address, length)."""
     if isinstance(value, str):
@@ -332,15 +345,33 @@ class Context:
             "msr_store_allgather",
         )
         del keep
-        try:
-            r = res.contents
-            base = _c.addressof(r.data.contents) if r.count and r.data else 0
-            return [
-                _c.string_at(base + r.offsets[i], r.lengths[i]) if r.lengths[i] else b""
-                for i in range(r.count)
-            ]
-        finally:
-            _L.msr_gather_result_free(res)
+        return _gather_list(res)
+
+    def store_publish(self, name, data, index=None, local_count=0):
+        """msr_store_publish: data (bytes-like) as entry index (default: this
+        rank) of name, for others to fetch."""
+        if index is None:
+            index = self.rank
+        keep, ptr, n = _bytes_in(data, "data")
+        _check(
+            _L.msr_store_publish(self._handle(), _key(name), int(index), int(local_count), ptr, n),
+            "msr_store_publish",
+        )
+        del keep
+
+    def store_fetch(self, name, indices, wait_ms=-1):
+        """msr_store_fetch: the entries indices of name, as a list of bytes in
+        the order asked, waiting up to wait_ms for them to be published."""
+        idx = [int(i) for i in indices]
+        arr = (_c.c_uint32 * max(len(idx), 1))(*idx)
+        res = _c.POINTER(_lib.GatherResult)()
+        _check(
+            _L.msr_store_fetch(
+                self._handle(), _key(name), len(idx), arr, int(wait_ms), _c.byref(res)
+            ),
+            "msr_store_fetch",
+        )
+        return _gather_list(res)
 
     def barrier(self):
         """msr_barrier: every rank of the job, matched by call order."""

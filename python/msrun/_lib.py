@@ -146,6 +146,11 @@ _PROTOTYPES = {
         ],
     ),
     "msr_gather_result_free": (None, [P(GatherResult)]),
+    "msr_store_publish": (status_t, [c_void_p, c_char_p, c_uint32, c_uint32, c_void_p, c_size_t]),
+    "msr_store_fetch": (
+        status_t,
+        [c_void_p, c_char_p, c_uint32, P(c_uint32), c_int64, P(P(GatherResult))],
+    ),
     "msr_barrier": (status_t, [c_void_p]),
     "msr_allgather": (status_t, [c_void_p, c_void_p, c_size_t, c_void_p]),
     # checkpoint.h

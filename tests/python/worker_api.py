@@ -92,6 +92,13 @@ def check_store(ctx):
     # allgather of bytes through the store, lengths differing by rank
     got = ctx.store_allgather("ag", b"x" * r + b"%d" % r)
     expect(got == [b"x" * i + b"%d" % i for i in range(n)], "store_allgather: %r" % got)
+    # published once, fetched by index: the neighbours, in the order asked
+    ctx.store_publish("pub", b"p%d" % r)
+    want = [(r + 1) % n, (r + n - 1) % n, r]
+    got = ctx.store_fetch("pub", want)
+    expect(got == [b"p%d" % i for i in want], "store_fetch: %r" % got)
+    expect_raises(msrun.TimeoutError, lambda: ctx.store_fetch("pub", [n + 5], wait_ms=100),
+                  "a fetch of an entry never published")
     # a subset: even ranks only
     evens = (n + 1) // 2
     if r % 2 == 0:
