@@ -1142,6 +1142,12 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
      * forced or given a size. */
     t->hier = (int)msr_env_i64("MSR_COMM_HIER", 1, 0, 1);
     t->hier_min[MSR_COLL_ALLREDUCE] = env_bytes("MSR_COMM_HIER_ALLREDUCE_MIN", 64 << 10);
+    /* Over rate-limited links between network namespaces (docs/comm.md),
+     * the two levels' direct exchange between nodes lost to the ring on 4
+     * nodes (0.6x) and was even with it on 2: auto takes them on 2 nodes,
+     * where the exchange is the ring's one step and they halve what crosses
+     * the link. */
+    t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
     t->hier_min[MSR_COLL_REDUCE_SCATTER] =
         env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
     t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
@@ -1162,7 +1168,7 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int hier = r->uc->hier && ucx_hier_fits(r);
     if (hier &&
         (f == UCX_ALGO_HIER ||
-         (f == UCX_ALGO_AUTO &&
+         (f == UCX_ALGO_AUTO && ucx_hier_nodes(r->uc) <= t->hier_max_nodes &&
           (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
               t->hier_min[a->coll])))
         return UCX_ALGO_HIER;

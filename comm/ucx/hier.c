@@ -190,6 +190,11 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
 
 /* ---- an operation ---- */
 
+int ucx_hier_nodes(const ucx_comm_t *uc)
+{
+    return uc->hier ? uc->hier->nnodes : 0;
+}
+
 int ucx_hier_fits(const ucx_req_t *r)
 {
     msr_coll_t c = r->pub.args.coll;

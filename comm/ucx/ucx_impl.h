@@ -74,6 +74,7 @@ typedef struct ucx_tuning {
     size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
     int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
     size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
+    int hier_max_nodes;                 /* ... and over at most this many nodes */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -443,6 +444,8 @@ void ucx_hier_free(ucx_comm_t *uc);
  * count); start fills in r (scratch, ops, the sub-operations) and numbers
  * its shared-memory steps; the step runs it; release frees hier_op. */
 int ucx_hier_fits(const ucx_req_t *r);
+/* The nodes a group with two levels spans (0 without them). */
+int ucx_hier_nodes(const ucx_comm_t *uc);
 msr_status_t ucx_hier_start(ucx_req_t *r);
 msr_status_t ucx_hier_step(ucx_req_t *r);
 void ucx_hier_release(ucx_req_t *r);
