@@ -13,18 +13,21 @@ reference_digest >/dev/null
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=2 --local_worker_num=1
     --max_restarts=3 --node_timeout=20 --log_level=warn)
-args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
+# a checkpoint every 150 iterations: the kill, about 75 iterations in,
+# finds rank 0 in an allreduce (the peer's loss shows there), not in a
+# checkpoint's store calls (there it would wait for the store instead)
+args=("$JOB" "$TMP/ck" "$ITERS" 150 "$SLEEP_MS" "$TMP/result")
 env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=0 "${args[@]}" \
     >"$TMP/n0.out" 2>"$TMP/n0.err" &
 n0=$!
-env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=1 \
+# not under timeout(1), which continues a stopped child (wait_pid bounds it)
+env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" --node_rank=1 \
     "${args[@]}" >"$TMP/n1.out" 2>"$TMP/n1.err" &
 n1=$!
 wait_started 1 "$TMP/n0.out"
 wait_started 1 "$TMP/n1.out"
 sleep 0.3
-agent1=$(pgrep -P "$n1" -x msrun || true)
-[ -n "$agent1" ] || agent1=$n1 # timeout runs msrun as its child
+agent1=$n1
 victim=$(pids_of "fault_job" | while read -r p; do
     [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -x 'MSR_RANK=1')" ] && echo "$p"
 done | head -n 1)
