@@ -31,7 +31,7 @@ typedef struct msr_failure {
     char *tail[MSR_FAILURE_TAIL];     /* its last stderr lines */
     size_t ntail;
     int generation;
-    char reason[128]; /* "exited", "signal", "hung: ...", "missed heartbeats ..." */
+    char reason[128];    /* "exited", "signal", "hung: ...", "missed heartbeats ..." */
     int after_peer_lost; /* the worker had lost a communication peer first */
 } msr_failure_t;
 
