@@ -174,3 +174,29 @@ wait_pid() {
     wait "$pid" 2>/dev/null
     fail "process $pid still running after $limit s"
 }
+
+# http_get PORT PATH OUT [HEADER...]: GETs http://127.0.0.1:PORT PATH (a
+# dashboard's) into OUT; prints the status and the cookie it set, if any
+# ("000" when nothing answers).
+http_get() {
+    python3 - "$@" <<'PY'
+import http.client, sys
+port, path, out = sys.argv[1:4]
+headers = dict(h.split(": ", 1) for h in sys.argv[4:])
+c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+try:
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    body = r.read()
+except OSError as e:
+    print("000")
+    sys.exit(0)
+open(out, "wb").write(body)
+print(r.status, (r.getheader("Set-Cookie") or "").split(";")[0])
+PY
+}
+
+# json FILE EXPR: evaluates a Python expression on the JSON in FILE (as j).
+json() {
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval("(" + sys.argv[2] + ")"))' "$1" "$2"
+}

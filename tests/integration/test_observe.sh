@@ -12,28 +12,7 @@ PORT=$(free_port)
 
 # get PATH OUT [HEADER...]: GETs the dashboard's PATH into OUT; prints the
 # status and the cookie it set, if any.
-get() {
-    python3 - "$PORT" "$@" <<'PY'
-import http.client, sys
-port, path, out = sys.argv[1:4]
-headers = dict(h.split(": ", 1) for h in sys.argv[4:])
-c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
-try:
-    c.request("GET", path, headers=headers)
-    r = c.getresponse()
-    body = r.read()
-except OSError as e:
-    print("000")
-    sys.exit(0)
-open(out, "wb").write(body)
-print(r.status, (r.getheader("Set-Cookie") or "").split(";")[0])
-PY
-}
-
-# json FILE EXPR: evaluates a Python expression on the JSON in FILE (as j).
-json() {
-    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval("(" + sys.argv[2] + ")"))' "$1" "$2"
-}
+get() { http_get "$PORT" "$@"; }
 
 # wait_job EXPR SECONDS: polls /api/job until EXPR (on j) is True.
 wait_job() {
