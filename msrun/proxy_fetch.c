@@ -4,7 +4,6 @@
  * way is not asked for again), so the coordinator sees one fetch per node
  * and set of entries, not one per rank. The proxy's thread only. */
 #include <stdio.h>
-#include <sys/types.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -55,59 +54,35 @@ void msr_proxy_fetch_wait_free(fetch_wait_t *w)
     msr_free(w);
 }
 
-/* The bytes of the entries if the cache holds every one, else -1. */
-static ssize_t cached_bytes(const msr_proxy_t *p, int generation, const char *name, uint32_t n,
-                            const uint32_t *indices)
-{
-    char key[MSR_KEY_MAX + 48];
-    size_t total = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        cache_key(key, sizeof key, generation, name, indices[i]);
-        const msr_store_value_t *v = msr_map_get(&p->fetch_cache, key);
-        if (v == NULL)
-            return -1;
-        total += v->len;
-    }
-    return (ssize_t)total;
-}
-
 /* Answers call from the cache if every entry is there; 1 if answered.
  * hits (may be NULL) is counted before the answer goes. */
 static int answer_cached(msr_proxy_t *p, msr_rpc_call_t *call, int generation, const char *name,
                          uint32_t n, const uint32_t *indices, _Atomic uint64_t *hits)
 {
     char key[MSR_KEY_MAX + 48];
-    ssize_t have = cached_bytes(p, generation, name, n, indices);
-    if (have < 0)
-        return 0;
-    if (hits)
-        atomic_fetch_add(hits, 1);
-    size_t total = (size_t)have;
-    uint8_t *data = msr_malloc(total ? total : 1);
-    uint32_t *lengths = msr_malloc((n ? n : 1) * sizeof *lengths);
-    if (data == NULL || lengths == NULL) {
-        msr_free(data);
-        msr_free(lengths);
+    const msr_store_value_t **vals = msr_malloc((n ? n : 1) * sizeof *vals);
+    Msr__FetchResponse r;
+    if (vals == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
         return 1;
     }
-    size_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         cache_key(key, sizeof key, generation, name, indices[i]);
-        const msr_store_value_t *v = msr_map_get(&p->fetch_cache, key);
-        lengths[i] = (uint32_t)v->len;
-        if (v->len)
-            memcpy(data + off, v->data, v->len);
-        off += v->len;
+        if ((vals[i] = msr_map_get(&p->fetch_cache, key)) == NULL) {
+            msr_free(vals);
+            return 0;
+        }
     }
-    Msr__FetchResponse r = MSR__FETCH_RESPONSE__INIT;
-    r.data.data = data;
-    r.data.len = total;
-    r.n_lengths = n;
-    r.lengths = lengths;
+    if (hits)
+        atomic_fetch_add(hits, 1);
+    int packed = msr_store_fetch_pack(vals, n, &r);
+    msr_free(vals);
+    if (!packed) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+        return 1;
+    }
     msr_rpc_call_reply(call, &r.base);
-    msr_free(data);
-    msr_free(lengths);
+    msr_store_fetch_pack_free(&r);
     return 1;
 }
 

@@ -696,41 +696,61 @@ static void do_publish(msr_store_core_t *c, void *call, const Msr__PublishReques
     reply_write(c, call, MSR_RPC_PUBLISH, req->client_id, req->request_id, &r.base);
 }
 
+int msr_store_fetch_pack(const msr_store_value_t *const *vals, uint32_t n, Msr__FetchResponse *r)
+{
+    msr__fetch_response__init(r);
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += vals[i]->len;
+    r->data.data = msr_malloc(total ? total : 1);
+    r->lengths = msr_malloc((n ? n : 1) * sizeof *r->lengths);
+    if (r->data.data == NULL || r->lengths == NULL) {
+        msr_store_fetch_pack_free(r);
+        return 0;
+    }
+    size_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        r->lengths[i] = (uint32_t)vals[i]->len;
+        if (vals[i]->len)
+            memcpy(r->data.data + off, vals[i]->data, vals[i]->len);
+        off += vals[i]->len;
+    }
+    r->data.len = total;
+    r->n_lengths = n;
+    return 1;
+}
+
+void msr_store_fetch_pack_free(Msr__FetchResponse *r)
+{
+    msr_free(r->data.data);
+    msr_free(r->lengths);
+    r->data.data = NULL;
+    r->lengths = NULL;
+}
+
 /* Answers a fetch whose entries are all present. */
 static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint32_t n,
                         const uint32_t *indices)
 {
     char key[MSR_KEY_MAX + 1];
-    size_t total = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        entry_key(key, sizeof key, name, indices[i]);
-        total += ((const kv_t *)msr_map_get(&c->store, key))->len;
-    }
-    uint8_t *data = msr_malloc(total ? total : 1);
-    uint32_t *lengths = msr_malloc((n ? n : 1) * sizeof *lengths);
-    if (data == NULL || lengths == NULL) {
-        msr_free(data);
-        msr_free(lengths);
+    const kv_t **vals = msr_malloc((n ? n : 1) * sizeof *vals);
+    Msr__FetchResponse r;
+    if (vals == NULL) {
         fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
-    size_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         entry_key(key, sizeof key, name, indices[i]);
-        const kv_t *v = msr_map_get(&c->store, key);
-        lengths[i] = (uint32_t)v->len;
-        if (v->len)
-            memcpy(data + off, v->data, v->len);
-        off += v->len;
+        vals[i] = msr_map_get(&c->store, key);
     }
-    Msr__FetchResponse r = MSR__FETCH_RESPONSE__INIT;
-    r.data.data = data;
-    r.data.len = total;
-    r.n_lengths = n;
-    r.lengths = lengths;
+    int packed = msr_store_fetch_pack(vals, n, &r);
+    msr_free(vals);
+    if (!packed) {
+        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
     reply(c, call, &r.base);
-    msr_free(data);
-    msr_free(lengths);
+    msr_store_fetch_pack_free(&r);
 }
 
 /* The first of indices[from..n) whose entry is missing, or n. */

@@ -40,6 +40,12 @@ typedef struct msr_store_value {
     uint8_t data[];
 } msr_store_value_t;
 
+/* A Fetch's answer from the n values asked for, in order: r's data and
+ * lengths are allocated (msr_store_fetch_pack_free frees them); 0 when out
+ * of memory. The coordinator's store and a node's proxy answer alike. */
+int msr_store_fetch_pack(const msr_store_value_t *const *vals, uint32_t n, Msr__FetchResponse *r);
+void msr_store_fetch_pack_free(Msr__FetchResponse *r);
+
 /* What the core keeps in a held call's data slot starts with an int equal to
  * MSR_STORE_SLOT_WAIT. A user that keeps records of its own in the same slot
  * starts them with an int of MSR_STORE_SLOT_USER or more, to tell them
