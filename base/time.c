@@ -52,3 +52,13 @@ void msr_sleep_ms(int64_t ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
+
+struct timespec msr_realtime_in_ms(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
+    ts.tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    ts.tv_nsec = ns % 1000000000;
+    return ts;
+}

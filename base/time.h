@@ -3,6 +3,7 @@
 #define MSR_BASE_TIME_H
 
 #include <stdint.h>
+#include <time.h>
 
 /* Nanoseconds on the monotonic clock. */
 uint64_t msr_now_ns(void);
@@ -20,6 +21,10 @@ uint64_t msr_deadline_in_ms(int64_t ms);
 int64_t msr_deadline_left_ms(uint64_t deadline);
 
 int msr_deadline_passed(uint64_t deadline);
+
+/* The CLOCK_REALTIME time ms milliseconds from now, as pthread_cond_timedwait
+ * takes it. */
+struct timespec msr_realtime_in_ms(int64_t ms);
 
 /* Sleeps for ms milliseconds (restarting after signals). */
 void msr_sleep_ms(int64_t ms);

@@ -149,11 +149,7 @@ static void serve_snapshot(msr_http_t *h, struct evhttp_request *req, int json)
     if (msr_now_ns() - h->snap_ns > FRESH_MS * 1000000ull || h->snap_seq == 0) {
         uint64_t seq = h->snap_seq;
         atomic_store(&h->want, 1);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (int64_t)WAIT_MS * 1000000;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = msr_realtime_in_ms(WAIT_MS);
         while (h->snap_seq == seq && !atomic_load(&h->stop))
             if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) != 0)
                 break;
@@ -202,11 +198,7 @@ static void serve_output(msr_http_t *h, struct evhttp_request *req, const char *
     uint64_t seq = ++h->out_seq;
     h->out_rank = (int)rank;
     atomic_store(&h->out_want, 1);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + (int64_t)WAIT_MS * 1000000;
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
+    struct timespec ts = msr_realtime_in_ms(WAIT_MS);
     while (h->out_done != seq && !atomic_load(&h->stop))
         if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) != 0)
             break;

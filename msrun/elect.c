@@ -297,11 +297,7 @@ static void *elect_thread(void *arg)
     int64_t every = period_ms(e);
     pthread_mutex_lock(&e->lock);
     while (!e->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + every * 1000000;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = msr_realtime_in_ms(every);
         if (!e->publish[0])
             pthread_cond_timedwait(&e->cond, &e->lock, &ts);
         if (e->stop)

@@ -102,11 +102,7 @@ static void *beat_main(void *arg)
         pthread_mutex_unlock(&ctx->beat_lock);
         beat_once(ctx);
         pthread_mutex_lock(&ctx->beat_lock);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (ctx->beat_ms % 1000) * 1000000;
-        ts.tv_sec += ctx->beat_ms / 1000 + ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = msr_realtime_in_ms(ctx->beat_ms);
         if (!ctx->beat_stop)
             pthread_cond_timedwait(&ctx->beat_cond, &ctx->beat_lock, &ts);
     }
@@ -147,11 +143,7 @@ static void *report_main(void *arg)
     msr_ctx_t *ctx = arg;
     pthread_mutex_lock(&ctx->report_lock);
     while (!ctx->report_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (int64_t)REPORT_INTERVAL_MS * 1000000;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = msr_realtime_in_ms(REPORT_INTERVAL_MS);
         pthread_cond_timedwait(&ctx->report_cond, &ctx->report_lock, &ts);
         if (ctx->report_stop)
             break;
