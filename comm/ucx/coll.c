@@ -219,19 +219,21 @@ static msr_status_t ops_reserve(ucx_req_t *r, int n)
     return MSR_OK;
 }
 
-msr_status_t ucx_coll_send(ucx_req_t *r, int peer, const void *buf, size_t len, unsigned phase)
+msr_status_t ucx_op_send(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
+                         unsigned phase)
 {
-    return post_send(r, next_op(r), peer, buf, len, phase);
+    return post_send(r, op, peer, buf, len, phase);
 }
 
-msr_status_t ucx_coll_recv(ucx_req_t *r, int peer, void *buf, size_t len, unsigned phase)
+msr_status_t ucx_op_recv(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,
+                         unsigned phase)
 {
-    return post_recv(r, next_op(r), peer, buf, len, phase);
+    return post_recv(r, op, peer, buf, len, phase);
 }
 
-msr_status_t ucx_ops_wait(ucx_req_t *r)
+int ucx_op_test(ucx_req_t *r, ucx_op_t *op)
 {
-    return ops_wait(r);
+    return op_test(r, op);
 }
 
 msr_status_t ucx_ops_reserve(ucx_req_t *r, int n)
@@ -1148,6 +1150,12 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
      * where the exchange is the ring's one step and they halve what crosses
      * the link. */
     t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
+    /* the exchange between nodes in pipelined units: a message per node of
+     * about this size, this many units in flight */
+    t->hier_chunk = env_bytes("MSR_COMM_HIER_CHUNK", 512 << 10);
+    if (t->hier_chunk < 4096)
+        t->hier_chunk = 4096;
+    t->hier_window = (int)msr_env_i64("MSR_COMM_HIER_WINDOW", 4, 1, 64);
     t->hier_min[MSR_COLL_REDUCE_SCATTER] =
         env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
     t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);

@@ -64,8 +64,21 @@ typedef struct ucx_hier_op {
     uint64_t my_off, my_len; /* this rank's part of full */
     uint64_t bounds[UCX_HIER_MAX_SEGS + 1];
     int nseg;
-    char *area; /* the nodes' partials: per segment of ours, nnodes pieces */
+    /* the exchange between nodes: our part's segments cut into units */
+    struct hier_unit *units;
+    uint64_t nunits;
+    int window;   /* units in flight */
+    int per_unit; /* their ops: 4 (nnodes - 1) */
+    char *area;   /* the nodes' partials: per unit, nnodes pieces */
 } ucx_hier_op_t;
+
+/* Unit of the exchange: elements [off, off + len) of full, chunk c of
+ * segment t; sub-piece m (ucx_part over the nodes) is folded on node m. */
+typedef struct hier_unit {
+    int t;
+    uint64_t off, len;
+    size_t area; /* bytes into area: the other nodes' partials of our sub-piece */
+} hier_unit_t;
 
 /* ---- the sub-groups ---- */
 
@@ -239,14 +252,6 @@ static int seg_owner(const struct ucx_hier *h, const ucx_hier_op_t *x, int t, in
     return h->by_node[h->node_first[m] + (int)q];
 }
 
-/* Sub-piece m (of nnodes) of segment t: first element and length. */
-static void seg_piece(const struct ucx_hier *h, const ucx_hier_op_t *x, int t, int m, uint64_t *off,
-                      uint64_t *len)
-{
-    ucx_part(x->bounds[t + 1] - x->bounds[t], (uint64_t)h->nnodes, (uint64_t)m, off, len);
-    *off += x->bounds[t];
-}
-
 /* Whether segment t is in this rank's part. */
 static int seg_mine(const ucx_hier_op_t *x, int t)
 {
@@ -355,18 +360,39 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     }
     hier_segments(h, x);
     ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
+    /* Our segments in units of about nnodes messages of hier_chunk bytes:
+     * the count of a segment's units depends only on its length, alike on
+     * every node. */
+    uint64_t unit_elems = (uint64_t)r->uc->tune.hier_chunk * (uint64_t)nn / x->es;
+    if (unit_elems < (uint64_t)nn)
+        unit_elems = (uint64_t)nn;
+    for (int t = 0; t < x->nseg; t++)
+        if (seg_mine(x, t))
+            x->nunits += (x->bounds[t + 1] - x->bounds[t] + unit_elems - 1) / unit_elems;
+    if (x->nunits > 0) {
+        x->units = msr_calloc((size_t)x->nunits, sizeof *x->units);
+        if (x->units == NULL)
+            return MSR_ERR_NO_MEMORY;
+    }
     /* scratch: the vector where it is not the output, then the pieces of
-     * our segments that the other nodes send us */
+     * our units that the other nodes send us */
     size_t full_bytes = own_full ? ((size_t)x->count * x->es + 63) / 64 * 64 : 0;
     size_t area = 0;
-    int mine = 0;
+    uint64_t u = 0;
     for (int t = 0; t < x->nseg; t++) {
         if (!seg_mine(x, t))
             continue;
-        uint64_t off, len;
-        seg_piece(h, x, t, h->node, &off, &len);
-        area += (size_t)len * x->es * (size_t)nn;
-        mine++;
+        uint64_t slen = x->bounds[t + 1] - x->bounds[t], nc = (slen + unit_elems - 1) / unit_elems;
+        for (uint64_t c = 0; c < nc; c++, u++) {
+            hier_unit_t *un = &x->units[u];
+            uint64_t coff, plen, poff;
+            ucx_part(slen, nc, c, &coff, &un->len);
+            un->t = t;
+            un->off = x->bounds[t] + coff;
+            un->area = area;
+            ucx_part(un->len, (uint64_t)nn, (uint64_t)h->node, &poff, &plen);
+            area += (size_t)plen * x->es * (size_t)nn;
+        }
     }
     msr_status_t st = ucx_scratch_get(r, full_bytes + area);
     if (st != MSR_OK)
@@ -374,10 +400,18 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     if (own_full)
         x->full = r->scratch;
     x->area = r->scratch + full_bytes;
-    /* a receive and a send per other node per segment of ours, both ways */
-    st = ucx_ops_reserve(r, 2 * (nn - 1) * (mine > 0 ? mine : 1));
+    /* per unit in flight: to and from every other node, a partial and a
+     * folded piece */
+    x->per_unit = 4 * (nn - 1);
+    x->window = r->uc->tune.hier_window;
+    if ((uint64_t)x->window > x->nunits)
+        x->window = x->nunits > 0 ? (int)x->nunits : 1;
+    st = ucx_ops_reserve(r, x->window * x->per_unit);
     if (st != MSR_OK)
         return st;
+    r->nops = x->window * x->per_unit;
+    for (int i = 0; i < r->nops; i++)
+        r->ops[i].h = NULL;
     r->step = ucx_hier_step;
     if (h->k > 1) {
         /* in place, our part of the input is our part of the output */
@@ -391,78 +425,151 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
 
 void ucx_hier_release(ucx_req_t *r)
 {
+    if (r->hier_op != NULL)
+        msr_free(r->hier_op->units);
     msr_free(r->hier_op);
     r->hier_op = NULL;
 }
 
-/* Posts the exchange of one direction: the partials of our segments'
- * sub-pieces to their nodes' owners and theirs of ours into the area (slot
- * m of the segment's nnodes for node m; phase 2t), or our folded sub-pieces to every other owner
- * and theirs into full (phase 2t + 1). */
-static msr_status_t cross_post(ucx_req_t *r, int gather)
+/* The exchange between nodes, unit by unit, window units in flight. Unit
+ * u's sub-piece m goes from us, partly reduced over our node, to segment
+ * t's owner on node m (phase 2t); the owners' partials of our sub-piece
+ * come into the area, and once all are in we fold them in node order and
+ * send the result to every other owner (phase 2t + 1), who sends us theirs.
+ * Every pair of owners posts its messages of a phase in unit order, so the
+ * tags match in order. A unit starts once the reduce-scatter in the node has
+ * reduced it (rs_ready elements of our part). */
+
+static ucx_op_t *unit_ops(ucx_req_t *r, uint64_t u)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    return &r->ops[(size_t)(u % (uint64_t)x->window) * (size_t)x->per_unit];
+}
+
+/* ops[4j .. 4j + 3] of a unit: with the j-th other node (ascending) */
+static int other_node(const struct ucx_hier *h, int j)
+{
+    return j < h->node ? j : j + 1;
+}
+
+static msr_status_t unit_start(ucx_req_t *r, uint64_t u)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
+    const hier_unit_t *un = &x->units[u];
+    ucx_op_t *ops = unit_ops(r, u);
     size_t es = x->es;
-    char *area = x->area;
-    msr_status_t st;
-    for (int t = 0; t < x->nseg; t++) {
-        if (!seg_mine(x, t))
-            continue;
-        uint64_t moff, mlen;
-        seg_piece(h, x, t, h->node, &moff, &mlen);
-        for (int m = 0; m < h->nnodes; m++) {
-            if (m == h->node)
-                continue;
-            int peer = seg_owner(h, x, t, m);
-            uint64_t off, len;
-            seg_piece(h, x, t, m, &off, &len);
-            unsigned phase = 2u * (unsigned)t + (unsigned)gather;
-            if (gather) {
-                st = ucx_coll_recv(r, peer, x->full + off * es, len * es, phase);
-                if (st == MSR_OK)
-                    st = ucx_coll_send(r, peer, x->full + moff * es, mlen * es, phase);
-            } else {
-                st = ucx_coll_recv(r, peer, area + (size_t)m * mlen * es, mlen * es, phase);
-                if (st == MSR_OK)
-                    st = ucx_coll_send(r, peer, x->full + off * es, len * es, phase);
-            }
-            if (st != MSR_OK)
-                return st;
-        }
-        area += (size_t)h->nnodes * mlen * es;
+    unsigned phase = 2u * (unsigned)un->t;
+    uint64_t moff, mlen;
+    ucx_part(un->len, (uint64_t)h->nnodes, (uint64_t)h->node, &moff, &mlen);
+    for (int j = 0; j < h->nnodes - 1; j++) {
+        int m = other_node(h, j), peer = seg_owner(h, x, un->t, m);
+        uint64_t off, len;
+        ucx_part(un->len, (uint64_t)h->nnodes, (uint64_t)m, &off, &len);
+        char *piece = x->full + (un->off + off) * es;
+        msr_status_t st = ucx_op_recv(r, &ops[4 * j], peer,
+                                      x->area + un->area + (size_t)m * mlen * es, mlen * es, phase);
+        if (st == MSR_OK)
+            st = ucx_op_send(r, &ops[4 * j + 1], peer, piece, len * es, phase);
+        /* the result comes back where our partial leaves from: only after
+         * the owner has it all */
+        if (st == MSR_OK)
+            st = ucx_op_recv(r, &ops[4 * j + 2], peer, piece, len * es, phase + 1);
+        if (st != MSR_OK)
+            return st;
     }
     return MSR_OK;
 }
 
-/* Folds the nodes' partials of our sub-pieces in node order into full
- * (ours is there; a rank on node 2 or later first moves it to its slot,
- * since the fold of nodes 0 and 1 writes where it is). */
-static void cross_fold(ucx_req_t *r)
+/* Folds the nodes' partials of our sub-piece of unit u in node order (ours
+ * is in place; a rank on node 2 or later first moves it to its slot, since
+ * the fold of nodes 0 and 1 writes where it is) and sends the result. */
+static msr_status_t unit_fold(ucx_req_t *r, uint64_t u)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
-    msr_dtype_t dt = x->dt;
+    const hier_unit_t *un = &x->units[u];
+    ucx_op_t *ops = unit_ops(r, u);
     size_t es = x->es;
-    char *area = x->area;
     int nn = h->nnodes;
-    for (int t = 0; t < x->nseg; t++) {
-        if (!seg_mine(x, t))
-            continue;
-        uint64_t off, len;
-        seg_piece(h, x, t, h->node, &off, &len);
-        char *dst = x->full + off * es;
-        size_t piece = (size_t)len * es;
-        if (h->node >= 2)
-            memcpy(area + (size_t)h->node * piece, dst, piece);
-        const char *x0 = h->node == 0 ? dst : area;
-        const char *x1 = h->node == 1 ? dst : area + piece;
-        msr_reduce(x->op, dt, dst, x0, x1, len);
-        for (int m = 2; m < nn; m++)
-            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
-        msr_reduce_finish(x->op, dt, dst, len, r->n);
-        area += (size_t)nn * piece;
+    uint64_t off, len;
+    ucx_part(un->len, (uint64_t)nn, (uint64_t)h->node, &off, &len);
+    char *dst = x->full + (un->off + off) * es, *area = x->area + un->area;
+    size_t piece = (size_t)len * es;
+    if (h->node >= 2)
+        memcpy(area + (size_t)h->node * piece, dst, piece);
+    const char *x0 = h->node == 0 ? dst : area;
+    const char *x1 = h->node == 1 ? dst : area + piece;
+    msr_reduce(x->op, x->dt, dst, x0, x1, len);
+    for (int m = 2; m < nn; m++)
+        msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
+    msr_reduce_finish(x->op, x->dt, dst, len, r->n);
+    for (int j = 0; j < nn - 1; j++) {
+        int peer = seg_owner(h, x, un->t, other_node(h, j));
+        msr_status_t st =
+            ucx_op_send(r, &ops[4 * j + 3], peer, dst, piece, 2u * (unsigned)un->t + 1u);
+        if (st != MSR_OK)
+            return st;
     }
+    return MSR_OK;
+}
+
+/* Whether ops[first + 4j] of unit u are finished for every j (step 4: all). */
+static int unit_tested(ucx_req_t *r, uint64_t u, int first, int step)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    ucx_op_t *ops = unit_ops(r, u);
+    int all = 1;
+    for (int i = first; i < x->per_unit; i += step)
+        all &= ucx_op_test(r, &ops[i]);
+    return all;
+}
+
+static msr_status_t cross_progress(ucx_req_t *r, uint64_t rs_ready)
+{
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    msr_status_t st;
+    int busy = 1;
+    while (busy) {
+        busy = 0;
+        while (s->started < x->nunits && s->started < s->done + (uint64_t)x->window) {
+            const hier_unit_t *un = &x->units[s->started];
+            if (un->off + un->len - x->my_off > rs_ready)
+                break;
+            st = unit_start(r, s->started);
+            if (st != MSR_OK)
+                return st;
+            s->started++;
+            busy = 1;
+        }
+        while (s->folded < s->started && unit_tested(r, s->folded, 0, 4)) {
+            if (r->err != MSR_OK)
+                return r->err;
+            st = unit_fold(r, s->folded);
+            if (st != MSR_OK)
+                return st;
+            s->folded++;
+            busy = 1;
+        }
+        while (s->done < s->folded && unit_tested(r, s->done, 0, 1)) {
+            if (r->err != MSR_OK)
+                return r->err;
+            s->done++;
+            busy = 1;
+        }
+    }
+    return r->err;
+}
+
+/* Elements of our part that are final: those of the finished units. */
+static uint64_t cross_ready(const ucx_req_t *r)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    uint64_t d = r->hier.done;
+    if (d == x->nunits)
+        return UINT64_MAX;
+    return d == 0 ? 0 : x->units[d - 1].off + x->units[d - 1].len - x->my_off;
 }
 
 msr_status_t ucx_hier_step(ucx_req_t *r)
@@ -471,47 +578,33 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
     ucx_hier_op_t *x = r->hier_op;
     const msr_coll_args_t *a = &r->pub.args;
     ucx_hier_state_t *s = &r->hier;
-    msr_status_t st;
-    switch (s->phase) {
-    case UCX_HIER_INTRA_RS:
+    if (!s->rs_done) {
         if (h->k > 1) {
-            if (ucx_shm_tiled_step(&x->rs) != MSR_OK)
-                return MSR_IN_PROGRESS;
-        } else if (x->input != x->full) {
-            memcpy(x->full, x->input, (size_t)x->count * x->es);
+            s->rs_done = ucx_shm_tiled_step(&x->rs) == MSR_OK;
+        } else {
+            if (x->input != x->full)
+                memcpy(x->full, x->input, (size_t)x->count * x->es);
+            s->rs_done = 1;
         }
-        s->phase = UCX_HIER_CROSS;
-        /* messages only: the engine may sleep on its events meanwhile */
-        shm_count(r, 0);
-        /* fall through */
-    case UCX_HIER_CROSS:
-        if (!s->cross_posted) {
-            st = cross_post(r, 0);
-            if (st != MSR_OK)
-                return st;
-            s->cross_posted = 1;
-        }
-        if (!s->cross_reduced) {
-            st = ucx_ops_wait(r);
-            if (st != MSR_OK)
-                return st;
-            cross_fold(r);
-            s->cross_reduced = 1;
-            st = cross_post(r, 1);
-            if (st != MSR_OK)
-                return st;
-        }
-        st = ucx_ops_wait(r);
-        if (st != MSR_OK)
-            return st;
-        s->phase = UCX_HIER_INTRA_AG;
-        shm_count(r, h->k > 1);
-        /* fall through */
-    case UCX_HIER_INTRA_AG:
-        if (h->k > 1 && ucx_shm_tiled_step(&x->ag) != MSR_OK)
-            return MSR_IN_PROGRESS;
-        break;
     }
+    /* the reduced prefix of our part */
+    uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
+    msr_status_t st = cross_progress(r, rs_ready);
+    if (st != MSR_OK)
+        return st;
+    if (s->rs_done && !s->ag_done) {
+        if (h->k > 1) {
+            x->ag.tiles.ready = cross_ready(r);
+            s->ag_done = ucx_shm_tiled_step(&x->ag) == MSR_OK;
+        } else {
+            s->ag_done = s->done == x->nunits;
+        }
+    }
+    /* the shared-memory steps need polling; the exchange alone lets the
+     * engine sleep on its events */
+    shm_count(r, h->k > 1 && !s->ag_done && (!s->rs_done || x->ag.tiles.ready > 0));
+    if (!s->ag_done || s->done < x->nunits)
+        return MSR_IN_PROGRESS;
     if (a->coll == MSR_COLL_REDUCE_SCATTER)
         memcpy(a->recvbuf, x->full + (size_t)r->me * a->count * x->es, r->bytes);
     return MSR_OK;

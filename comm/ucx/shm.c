@@ -495,6 +495,7 @@ void ucx_shm_tiled_init(ucx_req_t *r)
     t->first_tile = r->uc->shm_tiles;
     t->ntiles = nt;
     t->tile_elems = te;
+    t->ready = UINT64_MAX;
     r->uc->shm_tiles += nt;
 }
 
@@ -682,9 +683,12 @@ static int ag_move(ucx_req_t *r, const struct ucx_shm *s, uint64_t *done)
         *done = co + 1 == nt;
         return 1;
     }
-    if (ci < nt && slot_free(s, base + ci, C_OUT)) {
-        uint64_t g = base + ci, first = ci * te;
-        block_of(r, me, &off, &blen);
+    if (ci >= nt)
+        return 0;
+    uint64_t first = ci * te;
+    block_of(r, me, &off, &blen);
+    if ((first + te < blen ? first + te : blen) <= t->ready && slot_free(s, base + ci, C_OUT)) {
+        uint64_t g = base + ci;
         copy_for_peers(r, stage_of(s, me, g), (const char *)a->sendbuf + first * es,
                        tile_part(blen, te, first) * es);
         nt_fence();

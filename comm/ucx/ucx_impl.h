@@ -75,6 +75,8 @@ typedef struct ucx_tuning {
     int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
     size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
     int hier_max_nodes;                 /* ... and over at most this many nodes */
+    size_t hier_chunk;                  /* bytes of a message between nodes */
+    int hier_window;                    /* units of the exchange in flight */
 } ucx_tuning_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -297,18 +299,16 @@ typedef struct ucx_shm_tiles {
     uint64_t tile_elems;              /* elements of a full tile */
     uint64_t staged, reduced, copied; /* tiles of this operation */
     uint64_t start_ns;                /* when it started running */
+    uint64_t ready;                   /* allgather: elements of our block that may be staged (hier.c
+                                       * runs it while the block is still arriving); UINT64_MAX: all */
 } ucx_shm_tiles_t;
 
 /* hier.c: two levels; the operation's own state is on the heap (hier_op) */
-typedef enum ucx_hier_phase {
-    UCX_HIER_INTRA_RS, /* reduce-scatter inside the node (shared memory) */
-    UCX_HIER_CROSS,    /* each local rank's shard across the nodes (UCX) */
-    UCX_HIER_INTRA_AG, /* allgather inside the node (shared memory) */
-} ucx_hier_phase_t;
 typedef struct ucx_hier_state {
-    ucx_hier_phase_t phase;
-    int cross_posted; /* the exchange between nodes: receives and sends posted */
-    int cross_reduced;
+    int rs_done, ag_done; /* the shared-memory steps (or nothing to do) */
+    uint64_t started;     /* units of the exchange between nodes posted */
+    uint64_t folded;      /* ... whose piece of ours is folded and on its way */
+    uint64_t done;        /* ... finished (every message) */
 } ucx_hier_state_t;
 
 typedef struct ucx_req ucx_req_t;
@@ -422,11 +422,13 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size);
 void ucx_req_drop_ops(ucx_req_t *r);
 void ucx_req_release_scratch(ucx_req_t *r);
 /* for hier.c: a collective message to or from rank peer of r's group on
- * tag phase phase, into the next free op; every op finished (MSR_OK),
- * running (MSR_IN_PROGRESS) or the first failure; room for n ops; scratch */
-msr_status_t ucx_coll_send(ucx_req_t *r, int peer, const void *buf, size_t len, unsigned phase);
-msr_status_t ucx_coll_recv(ucx_req_t *r, int peer, void *buf, size_t len, unsigned phase);
-msr_status_t ucx_ops_wait(ucx_req_t *r);
+ * tag phase phase, posted into op; 1 once op is finished (r->err says how);
+ * room for n ops; scratch */
+msr_status_t ucx_op_send(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
+                         unsigned phase);
+msr_status_t ucx_op_recv(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,
+                         unsigned phase);
+int ucx_op_test(ucx_req_t *r, ucx_op_t *op);
 msr_status_t ucx_ops_reserve(ucx_req_t *r, int n);
 msr_status_t ucx_scratch_get(ucx_req_t *r, size_t len);
 /* The shared-memory operations' number, counted on every member alike. */

@@ -1113,6 +1113,9 @@ static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
     setenv("MSR_COMM_SHM_MAX", "0", 1);
     setenv("MSR_COMM_SHM_TILE", "4096", 1); /* parts of many tiles */
     setenv("MSR_COMM_SHM_TILES", "2", 1);
+    /* the exchange between nodes in many small units, few in flight */
+    setenv("MSR_COMM_HIER_CHUNK", "4096", 1);
+    setenv("MSR_COMM_HIER_WINDOW", "2", 1);
     /* the world, even nodes; the same members ranked backwards (the nodes'
      * order is not the ranks'); uneven: the first node and one rank of
      * each other node (3+1, 2+1+1), and the first node and one rank of the
@@ -1147,7 +1150,8 @@ static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
     static const char *const vars[] = {"MSR_COMM_ALGO_ALLREDUCE", "MSR_COMM_ALGO_REDUCE_SCATTER",
                                        "MSR_COMM_ALGO_REDUCE",    "MSR_COMM_ALGO_ALLGATHER",
                                        "MSR_COMM_ALGO_BROADCAST", "MSR_COMM_SHM_MAX",
-                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES"};
+                                       "MSR_COMM_SHM_TILE",       "MSR_COMM_SHM_TILES",
+                                       "MSR_COMM_HIER_CHUNK",     "MSR_COMM_HIER_WINDOW"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     /* the defaults: sizes on both sides of the allreduce's threshold */
