@@ -13,6 +13,7 @@
 #include <sys/ipc.h>
 #include <sys/prctl.h>
 #include <sys/shm.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -34,7 +35,8 @@ typedef struct addr_head {
     uint32_t pid;
     int32_t node;
     int32_t world;
-    uint64_t host; /* which machine: several msrun "nodes" may share one */
+    uint64_t host;  /* which machine: several msrun "nodes" may share one */
+    uint64_t pidns; /* its PID namespace (0: unknown): pids mean the same there */
 } addr_head_t;
 
 /* ---- transports ---- */
@@ -149,6 +151,14 @@ static void log_lanes(ucp_ep_h ep, const ucx_peer_t *p)
 /* ---- peers ---- */
 
 static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_t n);
+static void rebuild_pollfds(ucx_engine_t *e);
+
+/* This process's PID namespace (0 when unknown). */
+static uint64_t pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
 static int pidfd_open_(int pid)
 {
@@ -187,15 +197,30 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
         }
     }
     int same_node = p->node == e->my_node;
+    /* A member of another msrun node on this machine (and PID namespace)
+     * is reached like one of this node: through shared memory, its
+     * liveness watched through a pidfd. */
+    int host_shm = !same_node && p->same_host && e->host_shm;
+    if (host_shm && p->pidfd < 0) {
+        p->pidfd = pidfd_open_(p->pid);
+        if (p->pidfd < 0) {
+            MSR_DEBUG("comm: no pidfd for job rank %d on this machine (%s): through the network",
+                      p->world_rank, strerror(errno));
+            host_shm = 0;
+        } else {
+            rebuild_pollfds(e);
+        }
+    }
     const char *mode = getenv("MSR_COMM_UCX_ERR_MODE");
-    int peer_mode = !same_node || (mode && strcmp(mode, "peer") == 0);
+    int peer_mode = !(same_node || host_shm) || (mode && strcmp(mode, "peer") == 0);
     p->peer_mode = peer_mode;
     ucp_ep_params_t prm = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = (const ucp_address_t *)p->addr,
-        /* On one node, error handling PEER would make UCX 1.13 drop shared
-         * memory for TCP; there the pidfds tell us of a lost peer instead. */
+        /* On one machine, error handling PEER would make UCX 1.13 drop
+         * shared memory for TCP; there the pidfds tell us of a lost peer
+         * instead. */
         .err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE,
         .err_handler = {.cb = ep_error_cb, .arg = p},
     };
@@ -240,7 +265,7 @@ static int cpus_available(void)
 /* Reads and checks one member's published record (addr_head_t, then its
  * UCX address) into p. */
 static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t len,
-                                uint64_t *host_p)
+                                uint64_t *host_p, uint64_t *pidns_p)
 {
     addr_head_t h;
     if (len <= sizeof h) {
@@ -261,6 +286,7 @@ static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t 
     p->addr_len = len - sizeof h;
     p->pid = (int)h.pid;
     *host_p = h.host;
+    *pidns_p = h.pidns;
     return MSR_OK;
 }
 
@@ -279,9 +305,10 @@ static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_
     if (st != MSR_OK)
         return st;
     for (uint32_t i = 0; i < n && st == MSR_OK; i++) {
-        uint64_t host = 0;
-        st = take_record(peers[i], res->data + res->offsets[i], res->lengths[i], &host);
-        if (st == MSR_OK && peers[i]->node == e->my_node && host != msr_host_id()) {
+        uint64_t host = 0, pidns = 0;
+        st = take_record(peers[i], res->data + res->offsets[i], res->lengths[i], &host, &pidns);
+        peers[i]->same_host = host == e->my_host && pidns != 0 && pidns == e->my_pidns;
+        if (st == MSR_OK && peers[i]->node == e->my_node && host != e->my_host) {
             msr_err_set("comm: job rank %d of this node runs on another machine",
                         peers[i]->world_rank);
             st = MSR_ERR_PROTOCOL;
@@ -347,7 +374,8 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
     ucx_peer_t **local_peers = msr_malloc((size_t)n * sizeof *local_peers);
     if (mine == NULL || local_peers == NULL)
         goto err_free;
-    addr_head_t head = {ADDR_MAGIC, (uint32_t)getpid(), e->my_node, e->my_world, msr_host_id()};
+    addr_head_t head = {ADDR_MAGIC,  (uint32_t)getpid(), e->my_node,
+                        e->my_world, e->my_host,         e->my_pidns};
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0, nlp = 0;
@@ -432,6 +460,9 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     e->world_size = msr_world_size(ctx);
     e->my_world = msr_rank(ctx);
     e->my_node = msr_node_rank(ctx);
+    e->my_host = msr_host_id();
+    e->my_pidns = pid_namespace();
+    e->host_shm = (int)msr_env_i64("MSR_COMM_HOST_SHM", 1, 0, 1);
     e->local_size = msr_local_world_size(ctx);
     e->next_comm_id = 1;
     msr_list_init(&e->active);

@@ -91,6 +91,7 @@ typedef struct ucx_peer {
     int dead;            /* lost: set by the error callback or the liveness check */
     int dead_noted;      /* the communicators were told */
     int peer_mode;       /* its endpoint uses UCP_ERR_HANDLING_MODE_PEER */
+    int same_host;       /* on this machine and PID namespace (maybe another node) */
     ucp_ep_h ep;         /* made on first use */
     uint32_t index;      /* in the engine's group: its address's entry */
     unsigned char *addr; /* its worker address: fetched on first use (this
@@ -108,9 +109,11 @@ struct ucx_engine {
     ucp_worker_h worker;
     int efd;
     int world_size, my_world, my_node, local_size;
-    int host_ranks;     /* members on this machine (several "nodes" may share it) */
-    ucx_peer_t *peers;  /* world_size entries, by job rank */
-    char addr_key[256]; /* the name its members publish their addresses under */
+    uint64_t my_host, my_pidns; /* msr_host_id(), the PID namespace */
+    int host_shm;               /* other nodes' members on this machine through shared memory */
+    int host_ranks;             /* members on this machine (several "nodes" may share it) */
+    ucx_peer_t *peers;          /* world_size entries, by job rank */
+    char addr_key[256];         /* the name its members publish their addresses under */
     unsigned next_comm_id;
     msr_list_t active; /* requests running */
     msr_list_t comms;  /* communicators alive */
