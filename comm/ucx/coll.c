@@ -1152,10 +1152,10 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
     /* the exchange between nodes in pipelined units: a message per node of
      * about this size, this many units in flight */
-    t->hier_chunk = env_bytes("MSR_COMM_HIER_CHUNK", 512 << 10);
+    t->hier_chunk = env_bytes("MSR_COMM_HIER_CHUNK", 256 << 10);
     if (t->hier_chunk < 4096)
         t->hier_chunk = 4096;
-    t->hier_window = (int)msr_env_i64("MSR_COMM_HIER_WINDOW", 4, 1, 64);
+    t->hier_window = (int)msr_env_i64("MSR_COMM_HIER_WINDOW", 8, 1, 64);
     t->hier_min[MSR_COLL_REDUCE_SCATTER] =
         env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
     t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);

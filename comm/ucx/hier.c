@@ -49,6 +49,8 @@ struct ucx_hier {
     int *node_first;   /* nnodes + 1: node m's members are by_node[node_first[m] ..] */
     int *by_node;      /* group ranks, by node, then by rank */
     int *kvals, nk;    /* the distinct members-per-node counts */
+    int *node_of;      /* n: each member's node */
+    int *lidx;         /* n: each member's place in its node */
 };
 
 /* One operation's state: the sub-operations on the node's group, the
@@ -70,6 +72,17 @@ typedef struct ucx_hier_op {
     int window;   /* units in flight */
     int per_unit; /* their ops: 4 (nnodes - 1) */
     char *area;   /* the nodes' partials: per unit, nnodes pieces */
+    /* reduce-scatter and allgather: blocks routed through one member per
+     * node (route_*) */
+    int *blocks;   /* the blocks this rank relays (allgather) or folds (reduce-scatter) */
+    int *block_op; /* ... the op receiving each (its first contribution's) */
+    int nblocks, cursor;
+    int first_fwd;       /* allgather: ops from here forward the relayed blocks */
+    int first_part;      /* reduce-scatter: ops from here send our partials */
+    int first_cross;     /* ... and from here receive the other nodes' partials of ours */
+    char *slots;         /* reduce-scatter: contributions, partials, the nodes' partials */
+    const char **pieces; /* ... what one fold adds up: max(k, nnodes) */
+    size_t slot;         /* bytes of a slot */
 } ucx_hier_op_t;
 
 /* Unit of the exchange: elements [off, off + len) of full, chunk c of
@@ -97,6 +110,8 @@ void ucx_hier_free(ucx_comm_t *uc)
     msr_free(h->node_first);
     msr_free(h->by_node);
     msr_free(h->kvals);
+    msr_free(h->node_of);
+    msr_free(h->lidx);
     msr_free(h);
     uc->hier = NULL;
 }
@@ -109,7 +124,10 @@ static msr_status_t hier_layout(ucx_comm_t *uc, struct ucx_hier *h)
     h->by_node = msr_calloc((size_t)n, sizeof *h->by_node);
     h->node_first = msr_calloc((size_t)n + 1, sizeof *h->node_first);
     h->kvals = msr_calloc((size_t)n, sizeof *h->kvals);
-    if (ids == NULL || h->by_node == NULL || h->node_first == NULL || h->kvals == NULL) {
+    h->node_of = msr_calloc((size_t)n, sizeof *h->node_of);
+    h->lidx = msr_calloc((size_t)n, sizeof *h->lidx);
+    if (ids == NULL || h->by_node == NULL || h->node_first == NULL || h->kvals == NULL ||
+        h->node_of == NULL || h->lidx == NULL) {
         msr_free(ids);
         return MSR_ERR_NO_MEMORY;
     }
@@ -131,6 +149,8 @@ static msr_status_t hier_layout(ucx_comm_t *uc, struct ucx_hier *h)
                 h->node = m;
                 h->local_rank = pos - h->node_first[m];
             }
+            h->node_of[i] = m;
+            h->lidx[i] = pos - h->node_first[m];
             h->by_node[pos++] = i;
         }
         int k = pos - h->node_first[m], seen = 0;
@@ -299,6 +319,268 @@ static void shm_count(ucx_req_t *r, int on)
     }
 }
 
+/* ---- reduce-scatter and allgather: blocks routed through the nodes ----
+ *
+ * Rank t's block has one agent on every node: the member whose place there
+ * is t's place in its own node modulo that node's size (on t's own node, t
+ * itself), so the agents of a node's blocks are spread over its members.
+ *
+ * allgather: every rank sends its block to the members of its node and to
+ * its agent on every other node, which passes it on to the members of its
+ * node as soon as it is in (in ascending block order, the order its
+ * neighbours post their receives in). Every block crosses into each other
+ * node once: (N-1)/N of the whole over each node's link.
+ *
+ * reduce-scatter: every rank sends its input's block t to t's agent on its
+ * own node, which folds the node's contributions in place order (the node's
+ * members in group rank order) as soon as they are in and sends the node's
+ * partial to t; t folds the nodes' partials in node order, as the allreduce
+ * does, so the bits are those of the two-level allreduce. Each node's link
+ * carries (N-1)/N of the whole.
+ *
+ * Tag phases: 0 a block (or contribution) to an agent, 1 a rank's own block
+ * to its node (allgather) or a node's partial (reduce-scatter), 2 a relayed
+ * block (allgather). Between two ranks each phase carries one message, or
+ * messages posted in ascending block order on both sides. */
+
+static int agent_of(const struct ucx_hier *h, int m, int t)
+{
+    int km = h->node_first[m + 1] - h->node_first[m];
+    return h->by_node[h->node_first[m] + h->lidx[t] % km];
+}
+
+/* Posts op i, the next in the request's list. */
+static msr_status_t route_send(ucx_req_t *r, int *i, int peer, const void *buf, size_t len,
+                               unsigned phase)
+{
+    return ucx_op_send(r, &r->ops[(*i)++], peer, buf, len, phase);
+}
+
+static msr_status_t route_recv(ucx_req_t *r, int *i, int peer, void *buf, size_t len,
+                               unsigned phase)
+{
+    return ucx_op_recv(r, &r->ops[(*i)++], peer, buf, len, phase);
+}
+
+static msr_status_t route_ops(ucx_req_t *r, int n)
+{
+    msr_status_t st = ucx_ops_reserve(r, n > 0 ? n : 1);
+    if (st != MSR_OK)
+        return st;
+    r->nops = n;
+    for (int i = 0; i < n; i++)
+        r->ops[i].h = NULL;
+    return MSR_OK;
+}
+
+static msr_status_t route_ag_step(ucx_req_t *r);
+static msr_status_t route_rs_step(ucx_req_t *r);
+
+static msr_status_t route_ag_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    int n = r->n, me = r->me, nn = h->nnodes, k = h->k, my = h->node;
+    size_t b = r->bytes;
+    char *out = a->recvbuf;
+    r->algo = "allgather(hier)";
+    if (!a->in_place)
+        memcpy(out + (size_t)me * b, a->sendbuf, b);
+    x->blocks = msr_calloc((size_t)n, sizeof *x->blocks);
+    x->block_op = msr_calloc((size_t)n, sizeof *x->block_op);
+    if (x->blocks == NULL || x->block_op == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (int s = 0; s < n; s++)
+        if (h->node_of[s] != my && agent_of(h, my, s) == me)
+            x->blocks[x->nblocks++] = s;
+    msr_status_t st = route_ops(r, (n - 1) + (k - 1) + (nn - 1) + x->nblocks * (k - 1));
+    int i = 0;
+    /* our block: to our node, and to our agent on every other node */
+    for (int j = h->node_first[my]; st == MSR_OK && j < h->node_first[my + 1]; j++)
+        if (h->by_node[j] != me)
+            st = route_send(r, &i, h->by_node[j], out + (size_t)me * b, b, 1);
+    for (int m = 0; st == MSR_OK && m < nn; m++)
+        if (m != my)
+            st = route_send(r, &i, agent_of(h, m, me), out + (size_t)me * b, b, 0);
+    /* every other block: from its rank (on our node, or one we relay), or
+     * from the member of our node that relays it */
+    for (int s = 0, rel = 0; st == MSR_OK && s < n; s++) {
+        if (s == me)
+            continue;
+        char *dst = out + (size_t)s * b;
+        if (h->node_of[s] == my) {
+            st = route_recv(r, &i, s, dst, b, 1);
+        } else if (agent_of(h, my, s) == me) {
+            x->block_op[rel++] = i;
+            st = route_recv(r, &i, s, dst, b, 0);
+        } else {
+            st = route_recv(r, &i, agent_of(h, my, s), dst, b, 2);
+        }
+    }
+    x->first_fwd = i;
+    r->step = route_ag_step;
+    return st;
+}
+
+static msr_status_t route_ag_step(ucx_req_t *r)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    size_t b = r->bytes;
+    char *out = r->pub.args.recvbuf;
+    int my = h->node;
+    while (x->cursor < x->nblocks && ucx_op_test(r, &r->ops[x->block_op[x->cursor]])) {
+        if (r->err != MSR_OK)
+            return r->err;
+        int s = x->blocks[x->cursor], i = x->first_fwd + x->cursor * (h->k - 1);
+        for (int j = h->node_first[my]; j < h->node_first[my + 1]; j++) {
+            if (h->by_node[j] == r->me)
+                continue;
+            msr_status_t st = route_send(r, &i, h->by_node[j], out + (size_t)s * b, b, 2);
+            if (st != MSR_OK)
+                return st;
+        }
+        x->cursor++;
+    }
+    int all = 1;
+    for (int i = 0; i < r->nops; i++)
+        all &= ucx_op_test(r, &r->ops[i]);
+    if (r->err != MSR_OK)
+        return r->err;
+    return all && x->cursor == x->nblocks ? MSR_OK : MSR_IN_PROGRESS;
+}
+
+/* reduce-scatter's slots: per block we fold, the k - 1 others'
+ * contributions and the node's partial; then the other nodes' partials of
+ * ours */
+static char *rs_contrib(const ucx_req_t *r, int blk, int j)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    return x->slots + ((size_t)blk * (size_t)r->uc->hier->k + (size_t)j) * x->slot;
+}
+
+static char *rs_partial(const ucx_req_t *r, int blk)
+{
+    return rs_contrib(r, blk, r->uc->hier->k - 1);
+}
+
+static char *rs_node_partial(const ucx_req_t *r, int m)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    return x->slots + ((size_t)x->nblocks * (size_t)r->uc->hier->k + (size_t)m) * x->slot;
+}
+
+static msr_status_t route_rs_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    int n = r->n, me = r->me, nn = h->nnodes, k = h->k, my = h->node;
+    size_t b = r->bytes;
+    const char *in = a->sendbuf;
+    r->algo = "reduce_scatter(hier)";
+    x->blocks = msr_calloc((size_t)n, sizeof *x->blocks);
+    x->block_op = msr_calloc((size_t)n, sizeof *x->block_op);
+    if (x->blocks == NULL || x->block_op == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (int t = 0; t < n; t++)
+        if (agent_of(h, my, t) == me)
+            x->blocks[x->nblocks++] = t;
+    x->slot = (b + 63) / 64 * 64;
+    msr_status_t st = ucx_scratch_get(r, ((size_t)x->nblocks * (size_t)k + (size_t)nn) * x->slot);
+    if (st != MSR_OK)
+        return st;
+    x->slots = r->scratch;
+    x->pieces = msr_calloc((size_t)(k > nn ? k : nn), sizeof *x->pieces);
+    if (x->pieces == NULL)
+        return MSR_ERR_NO_MEMORY;
+    /* sends to agents, contributions, partials out, partials in */
+    st = route_ops(r, (n - x->nblocks) + x->nblocks * (k - 1) + (x->nblocks - 1) + (nn - 1));
+    int i = 0;
+    for (int t = 0; st == MSR_OK && t < n; t++) {
+        int ag = agent_of(h, my, t);
+        if (ag != me)
+            st = route_send(r, &i, ag, in + (size_t)t * b, b, 0);
+    }
+    for (int blk = 0; st == MSR_OK && blk < x->nblocks; blk++) {
+        x->block_op[blk] = i;
+        for (int j = 0, slot = 0; st == MSR_OK && j < k; j++) {
+            int p = h->by_node[h->node_first[my] + j];
+            if (p != me)
+                st = route_recv(r, &i, p, rs_contrib(r, blk, slot++), b, 0);
+        }
+    }
+    x->first_part = i;
+    x->first_cross = i + x->nblocks - 1;
+    i = x->first_cross;
+    for (int m = 0; st == MSR_OK && m < nn; m++)
+        if (m != my)
+            st = route_recv(r, &i, agent_of(h, m, me), rs_node_partial(r, m), b, 1);
+    r->step = route_rs_step;
+    return st;
+}
+
+/* Folds pieces[0 .. np) in order into dst. */
+static void fold_in_order(const ucx_hier_op_t *x, char *dst, const char *const *pieces, int np,
+                          uint64_t count)
+{
+    if (np == 1) {
+        if (dst != pieces[0])
+            memcpy(dst, pieces[0], (size_t)count * x->es);
+        return;
+    }
+    msr_reduce(x->op, x->dt, dst, pieces[0], pieces[1], count);
+    for (int j = 2; j < np; j++)
+        msr_reduce(x->op, x->dt, dst, dst, pieces[j], count);
+}
+
+static msr_status_t route_rs_step(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    int k = h->k, my = h->node, nn = h->nnodes;
+    size_t b = r->bytes;
+    const char *in = a->sendbuf;
+    /* the node's partials of the blocks we fold, in block order */
+    while (x->cursor < x->nblocks) {
+        int blk = x->cursor, t = x->blocks[blk], all = 1;
+        for (int j = 0; j < k - 1; j++)
+            all &= ucx_op_test(r, &r->ops[x->block_op[blk] + j]);
+        if (r->err != MSR_OK)
+            return r->err;
+        if (!all)
+            break;
+        const char **pieces = x->pieces;
+        for (int j = 0, slot = 0; j < k; j++)
+            pieces[j] = h->by_node[h->node_first[my] + j] == r->me ? in + (size_t)t * b
+                                                                   : rs_contrib(r, blk, slot++);
+        char *dst = t == r->me ? rs_node_partial(r, my) : rs_partial(r, blk);
+        fold_in_order(x, dst, pieces, k, a->count);
+        if (t != r->me) {
+            int i = x->first_part + blk - (t > r->me ? 1 : 0);
+            msr_status_t st = route_send(r, &i, t, dst, b, 1);
+            if (st != MSR_OK)
+                return st;
+        }
+        x->cursor++;
+    }
+    int all = 1;
+    for (int i = 0; i < r->nops; i++)
+        all &= ucx_op_test(r, &r->ops[i]);
+    if (r->err != MSR_OK)
+        return r->err;
+    if (!all || x->cursor < x->nblocks)
+        return MSR_IN_PROGRESS;
+    /* ours: the nodes' partials in node order */
+    for (int m = 0; m < nn; m++)
+        x->pieces[m] = rs_node_partial(r, m);
+    fold_in_order(x, a->recvbuf, x->pieces, nn, a->count);
+    msr_reduce_finish(x->op, x->dt, a->recvbuf, a->count, r->n);
+    return MSR_OK;
+}
+
 msr_status_t ucx_hier_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -312,6 +594,10 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     x->dt = a->dtype;
     x->es = r->es;
     x->input = a->sendbuf;
+    if (a->coll == MSR_COLL_ALLGATHER)
+        return route_ag_start(r);
+    if (a->coll == MSR_COLL_REDUCE_SCATTER)
+        return route_rs_start(r);
     int own_full = 0; /* full is scratch */
     switch (a->coll) {
     case MSR_COLL_ALLGATHER:
@@ -425,8 +711,12 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
 
 void ucx_hier_release(ucx_req_t *r)
 {
-    if (r->hier_op != NULL)
+    if (r->hier_op != NULL) {
         msr_free(r->hier_op->units);
+        msr_free(r->hier_op->blocks);
+        msr_free(r->hier_op->block_op);
+        msr_free(r->hier_op->pieces);
+    }
     msr_free(r->hier_op);
     r->hier_op = NULL;
 }

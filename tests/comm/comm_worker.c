@@ -1092,6 +1092,17 @@ static void check_hier_group(msr_comm_t *c, const char *label, int local_size)
             if (all[r] != h)
                 fail("%s: rank %d got other bits than rank %d", g_case, r, me);
         free(all);
+        /* reduce_scatter folds the same way: each block has the bits the
+         * allreduce gives its elements */
+        size_t rc = sizes[k] / (size_t)n;
+        if (rc == 0)
+            continue;
+        snprintf(g_case, sizeof g_case, "hier %s reduce_scatter fold order block %zu", label, rc);
+        OK(msr_comm_reduce_scatter(c, in, out, rc, MSR_DTYPE_F32, MSR_OP_SUM));
+        for (size_t i = 0; i < rc; i++)
+            if (memcmp(&out[i], &ref[(size_t)me * rc + i], 4) != 0)
+                fail("%s: element %zu is %a, the two-level order gives %a", g_case, i,
+                     (double)out[i], (double)ref[(size_t)me * rc + i]);
     }
     free(node_of);
     free(in);
