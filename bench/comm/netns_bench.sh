@@ -5,12 +5,13 @@
 # a token bucket (tbf) limits to RATE in both directions
 # (bench/comm/netns_lib.sh). For each node count it measures the link (a
 # TCP ping-pong and stream between two nodes: bench/comm/netns_link.py),
-# then runs build/bin/comm_bench --op allreduce under each algorithm of
-# ALGOS (forced with MSR_COMM_ALGO_ALLREDUCE), one job per algorithm and
+# then runs build/bin/comm_bench --op OP (allreduce) under each algorithm of
+# ALGOS (forced with MSR_COMM_ALGO_<OP>), one job per algorithm and
 # size, the algorithms alternating within each round (the machine is shared
 # and noisy: medians of ROUNDS). Per size and algorithm it prints the time,
-# the share of the link's bound reached (bound = 2(N-1)/N x size / RATE, the
-# least time any allreduce needs to move its bytes through each node's
+# the share of the link's bound reached (bound = 2(N-1)/N x size / RATE for
+# allreduce, (N-1)/N x size / RATE for reduce_scatter and allgather: the
+# least time the operation needs to move its bytes through each node's
 # link), the speed-up over the flat ring, and the bytes each node's link
 # sent per operation (read from its counters, TCP headers included) beside
 # the bandwidth-optimal 2(N-1)/N x size. Goal for the hierarchical
@@ -24,7 +25,10 @@
 #   ALGOS           algorithms, in the order of the columns ("ring hier auto";
 #                   an algorithm msrun does not know runs as auto and is
 #                   marked so)
-#   SIZES           allreduce sizes in bytes ("1048576 4194304 16777216 67108864")
+#   OP              allreduce, reduce_scatter or allgather (allreduce)
+#   SIZES           sizes in bytes of the whole vector (of all blocks:
+#                   reduce_scatter's input, allgather's output)
+#                   ("1048576 4194304 16777216 67108864")
 #   ROUNDS          rounds (3)
 #   ITERS           timed calls per job (comm_bench's default by size)
 #   JOB_LIMIT       seconds one job may run (300)
@@ -63,6 +67,12 @@ rate=${RATE:-10gbit}
 read -ra algos <<<"${ALGOS:-ring hier auto}"
 read -ra sizes <<<"${SIZES:-1048576 4194304 16777216 67108864}"
 rounds=${ROUNDS:-3}
+op=${OP:-allreduce}
+case $op in
+allreduce | reduce_scatter | allgather) ;;
+*) echo "netns_bench.sh: OP must be allreduce, reduce_scatter or allgather, not '$op'" >&2; exit 2 ;;
+esac
+algo_var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
 iters=${ITERS:-}
 limit=${JOB_LIMIT:-300}
 # shellcheck disable=SC2086 # NODES is a list
@@ -93,7 +103,7 @@ netns_remove_stale
 wait_env=(MSR_COMM_SPIN_US="${MSR_COMM_SPIN_US:-0}" MSR_COMM_YIELD_US="${MSR_COMM_YIELD_US:-1000}"
     MSR_COMM_SHM_YIELD_US="${MSR_COMM_SHM_YIELD_US:-5000}")
 
-# run_job N ALGO SIZE LOG [VAR=VALUE...]: one allreduce job over the N nodes;
+# run_job N ALGO SIZE LOG [VAR=VALUE...]: one job of OP over the N nodes;
 # appends "algo=A nodes=N ... out_max=B in_max=B" to $tmp/results. Returns
 # non-zero (with the job's output in LOG) when the job fails.
 run_job() {
@@ -105,12 +115,12 @@ run_job() {
         rx0[$i]=$(netns_bytes $i rx)
     done
     for ((i = n - 1; i >= 0; i--)); do
-        netns_exec $i env MSRUN_TOKEN_FILE="$tmp/token" MSR_COMM_ALGO_ALLREDUCE="$algo" \
+        netns_exec $i env MSRUN_TOKEN_FILE="$tmp/token" "$algo_var=$algo" \
             "${wait_env[@]}" "$@" \
             "$msrun" --worker_num=$((n * ppn)) --local_worker_num="$ppn" --job_id="netnsb-$$" \
             --master_addr="$(netns_addr 0)" --master_port=29500 --node_rank=$i \
             --grace_period=10 --log_level=warn \
-            "$bench" --op allreduce --sizes "$size" ${iters:+--iters "$iters"} \
+            "$bench" --op "$op" --sizes "$size" ${iters:+--iters "$iters"} \
             >"$log.node$i" 2>&1 &
         pids+=($!)
     done
@@ -131,7 +141,7 @@ run_job() {
     cat "$log".node* >"$log"
     [ $ok = 1 ] || return 1
     local line calls out_max=0 in_max=0 d
-    line=$(grep -o 'op=allreduce .*' "$log.node0" | tail -1)
+    line=$(grep -o "op=$op .*" "$log.node0" | tail -1)
     calls=$(echo "$line" | sed -n 's/.* calls=\([0-9]*\).*/\1/p')
     [ -n "$calls" ] || return 1
     for ((i = 0; i < n; i++)); do
@@ -184,7 +194,7 @@ for n in $nodes_list; do
             done
         done
     done
-    awk -v nodes="$n" -v ppn="$ppn" -v bps="$bps" -v rounds="$rounds" -v algos="${algos[*]}" -v sizes="${sizes[*]}" '
+    awk -v op="$op" -v nodes="$n" -v ppn="$ppn" -v bps="$bps" -v rounds="$rounds" -v algos="${algos[*]}" -v sizes="${sizes[*]}" '
     function median(list,    k, v, i, j, t) {
         k = split(list, v, " ")
         for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -200,8 +210,8 @@ for n in $nodes_list; do
     }
     END {
         na = split(algos, al, " "); ns = split(sizes, sz, " ")
-        opt_f = 2 * (nodes - 1) / nodes
-        printf "allreduce, %d nodes x %s ranks, median of %d rounds; bound = 2(N-1)/N x size / rate\n", nodes, ppn, rounds
+        opt_f = (op == "allreduce" ? 2 : 1) * (nodes - 1) / nodes
+        printf "%s, %d nodes x %s ranks, median of %d rounds; bound = %s(N-1)/N x size / rate\n", op, nodes, ppn, rounds, (op == "allreduce" ? "2" : "")
         printf "%8s %-6s %10s %8s %8s %12s %12s %12s\n", "MiB", "algo", "time_ms", "%bound", "x_ring", "out_MiB/op", "in_MiB/op", "optimal_MiB"
         for (k = 1; k <= ns; k++) {
             s = sz[k]; bound_ms = opt_f * s * 8 / bps * 1e3
@@ -216,7 +226,7 @@ for n in $nodes_list; do
                 printf "%8.1f %-6s %10.2f %8.1f %8s %12.2f %12.2f %12.2f\n", s / 1048576, name, t, pct,
                     (ring > 0 && t > 0 ? sprintf("%.2f", ring / 1e3 / t) : "-"),
                     median(out[key]) / 1048576, median(inb[key]) / 1048576, opt_f * s / 1048576
-                if (al[a] == "hier" && !(al[a] in unknown) && s >= 16777216 && s <= 67108864)
+                if (op == "allreduce" && al[a] == "hier" && !(al[a] in unknown) && s >= 16777216 && s <= 67108864)
                     goal = goal sprintf("  %s MiB: %.0f%% of the bound (goal 80), %.2fx the ring (goal 2): %s\n",
                         s / 1048576, pct, (ring > 0 ? ring / 1e3 / t : 0),
                         (pct >= 80 && ring / 1e3 >= 2 * t ? "met" : "MISSED"))
@@ -225,6 +235,6 @@ for n in $nodes_list; do
         for (a = 1; a <= na; a++)
             if (al[a] in unknown) printf "* %s: msrun does not know this algorithm (it warned and ran auto)\n", al[a]
         if (goal != "") printf "hierarchical goals:\n%s", goal
-        else if ("hier" in unknown) print "hierarchical goals (16-64 MiB: 80% of the bound, 2x the ring): not judged, hier ran as auto"
+        else if (op == "allreduce" && "hier" in unknown) print "hierarchical goals (16-64 MiB: 80% of the bound, 2x the ring): not judged, hier ran as auto"
     }' "$tmp/results"
 done

@@ -75,14 +75,17 @@ typedef struct ucx_hier_op {
     /* reduce-scatter and allgather: blocks routed through one member per
      * node (route_*) */
     int *blocks;   /* the blocks this rank relays (allgather) or folds (reduce-scatter) */
-    int *block_op; /* ... the op receiving each (its first contribution's) */
+    int *block_op; /* allgather: the op receiving each */
     int nblocks, cursor;
-    int first_fwd;       /* allgather: ops from here forward the relayed blocks */
-    int first_part;      /* reduce-scatter: ops from here send our partials */
-    int first_cross;     /* ... and from here receive the other nodes' partials of ours */
-    char *slots;         /* reduce-scatter: contributions, partials, the nodes' partials */
-    const char **pieces; /* ... what one fold adds up: max(k, nnodes) */
-    size_t slot;         /* bytes of a slot */
+    int first_fwd;            /* allgather: ops from here forward the relayed blocks */
+    int first_part;           /* reduce-scatter: ops from here send our partials */
+    int first_cross;          /* ... and from here receive the other nodes' partials of ours */
+    int first_contrib;        /* ... and from here receive contributions to the blocks we fold */
+    int nchunks, done_chunks; /* ... chunks of a block, and of ours folded */
+    char *slots;              /* reduce-scatter: contributions, partials, the nodes' partials */
+    const char **pieces;      /* ... what one fold adds up: max(k, nnodes) */
+    int *order;               /* ... the blocks in the order this node takes them */
+    size_t slot;              /* bytes of a slot */
 } ucx_hier_op_t;
 
 /* Unit of the exchange: elements [off, off + len) of full, chunk c of
@@ -471,56 +474,6 @@ static char *rs_node_partial(const ucx_req_t *r, int m)
     return x->slots + ((size_t)x->nblocks * (size_t)r->uc->hier->k + (size_t)m) * x->slot;
 }
 
-static msr_status_t route_rs_start(ucx_req_t *r)
-{
-    const msr_coll_args_t *a = &r->pub.args;
-    const struct ucx_hier *h = r->uc->hier;
-    ucx_hier_op_t *x = r->hier_op;
-    int n = r->n, me = r->me, nn = h->nnodes, k = h->k, my = h->node;
-    size_t b = r->bytes;
-    const char *in = a->sendbuf;
-    r->algo = "reduce_scatter(hier)";
-    x->blocks = msr_calloc((size_t)n, sizeof *x->blocks);
-    x->block_op = msr_calloc((size_t)n, sizeof *x->block_op);
-    if (x->blocks == NULL || x->block_op == NULL)
-        return MSR_ERR_NO_MEMORY;
-    for (int t = 0; t < n; t++)
-        if (agent_of(h, my, t) == me)
-            x->blocks[x->nblocks++] = t;
-    x->slot = (b + 63) / 64 * 64;
-    msr_status_t st = ucx_scratch_get(r, ((size_t)x->nblocks * (size_t)k + (size_t)nn) * x->slot);
-    if (st != MSR_OK)
-        return st;
-    x->slots = r->scratch;
-    x->pieces = msr_calloc((size_t)(k > nn ? k : nn), sizeof *x->pieces);
-    if (x->pieces == NULL)
-        return MSR_ERR_NO_MEMORY;
-    /* sends to agents, contributions, partials out, partials in */
-    st = route_ops(r, (n - x->nblocks) + x->nblocks * (k - 1) + (x->nblocks - 1) + (nn - 1));
-    int i = 0;
-    for (int t = 0; st == MSR_OK && t < n; t++) {
-        int ag = agent_of(h, my, t);
-        if (ag != me)
-            st = route_send(r, &i, ag, in + (size_t)t * b, b, 0);
-    }
-    for (int blk = 0; st == MSR_OK && blk < x->nblocks; blk++) {
-        x->block_op[blk] = i;
-        for (int j = 0, slot = 0; st == MSR_OK && j < k; j++) {
-            int p = h->by_node[h->node_first[my] + j];
-            if (p != me)
-                st = route_recv(r, &i, p, rs_contrib(r, blk, slot++), b, 0);
-        }
-    }
-    x->first_part = i;
-    x->first_cross = i + x->nblocks - 1;
-    i = x->first_cross;
-    for (int m = 0; st == MSR_OK && m < nn; m++)
-        if (m != my)
-            st = route_recv(r, &i, agent_of(h, m, me), rs_node_partial(r, m), b, 1);
-    r->step = route_rs_step;
-    return st;
-}
-
 /* Folds pieces[0 .. np) in order into dst. */
 static void fold_in_order(const ucx_hier_op_t *x, char *dst, const char *const *pieces, int np,
                           uint64_t count)
@@ -535,50 +488,153 @@ static void fold_in_order(const ucx_hier_op_t *x, char *dst, const char *const *
         msr_reduce(x->op, x->dt, dst, dst, pieces[j], count);
 }
 
+/* Chunk c of a block (elements): every message of a reduce-scatter is one
+ * chunk of one block, so that the node's fold and the partial's crossing
+ * pipeline. */
+static void rs_chunk(const ucx_req_t *r, int c, uint64_t *off, uint64_t *len)
+{
+    ucx_part(r->pub.args.count, (uint64_t)r->hier_op->nchunks, (uint64_t)c, off, len);
+}
+
+static msr_status_t route_rs_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    int n = r->n, me = r->me, nn = h->nnodes, k = h->k, my = h->node;
+    size_t b = r->bytes, es = r->es;
+    const char *in = a->sendbuf;
+    r->algo = "reduce_scatter(hier)";
+    x->blocks = msr_calloc((size_t)n, sizeof *x->blocks);
+    x->pieces = msr_calloc((size_t)(k > nn ? k : nn), sizeof *x->pieces);
+    if (x->blocks == NULL || x->pieces == NULL)
+        return MSR_ERR_NO_MEMORY;
+    /* every rank of the node takes the blocks in one order: the next
+     * node's first, this node's last, so that partials cross from the
+     * start and the node's own folds fill the time the link takes */
+    x->order = msr_calloc((size_t)n, sizeof *x->order);
+    if (x->order == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (int m = 1, o = 0; m <= nn; m++) {
+        int node = (my + m) % nn;
+        for (int j = h->node_first[node]; j < h->node_first[node + 1]; j++)
+            x->order[o++] = h->by_node[j];
+    }
+    for (int o = 0; o < n; o++)
+        if (agent_of(h, my, x->order[o]) == me)
+            x->blocks[x->nblocks++] = x->order[o];
+    /* chunks of about hier_chunk bytes, alike on every rank */
+    uint64_t chunks = (b + r->uc->tune.hier_chunk - 1) / r->uc->tune.hier_chunk;
+    uint64_t cap = (uint64_t)(INT32_MAX / 4) / (uint64_t)(n + 1) / (uint64_t)(k + nn);
+    x->nchunks = (int)(chunks < 1 ? 1 : chunks > cap ? cap : chunks);
+    int nc = x->nchunks;
+    x->slot = (b + 63) / 64 * 64;
+    msr_status_t st = ucx_scratch_get(r, ((size_t)x->nblocks * (size_t)k + (size_t)nn) * x->slot);
+    if (st != MSR_OK)
+        return st;
+    x->slots = r->scratch;
+    /* sends to the agents, the contributions to ours, our partials out,
+     * the other nodes' partials of our block in */
+    x->first_contrib = (n - x->nblocks) * nc;
+    x->first_part = x->first_contrib + x->nblocks * (k - 1) * nc;
+    x->first_cross = x->first_part + (x->nblocks - 1) * nc;
+    st = route_ops(r, x->first_cross + (nn - 1) * nc);
+    int i = 0;
+    uint64_t off, len;
+    /* chunk by chunk, the blocks in order (between two ranks, in the same
+     * order on both sides) */
+    for (int c = 0; st == MSR_OK && c < nc; c++) {
+        rs_chunk(r, c, &off, &len);
+        for (int o = 0; st == MSR_OK && o < n; o++) {
+            int t = x->order[o], ag = agent_of(h, my, t);
+            if (ag != me)
+                st = route_send(r, &i, ag, in + (size_t)t * b + off * es, len * es, 0);
+        }
+    }
+    for (int c = 0; st == MSR_OK && c < nc; c++) {
+        rs_chunk(r, c, &off, &len);
+        for (int blk = 0; st == MSR_OK && blk < x->nblocks; blk++)
+            for (int j = 0, slot = 0; st == MSR_OK && j < k; j++) {
+                int p = h->by_node[h->node_first[my] + j];
+                if (p != me)
+                    st = route_recv(r, &i, p, rs_contrib(r, blk, slot++) + off * es, len * es, 0);
+            }
+    }
+    i = x->first_cross;
+    for (int c = 0; st == MSR_OK && c < nc; c++) {
+        rs_chunk(r, c, &off, &len);
+        for (int m = 0; st == MSR_OK && m < nn; m++)
+            if (m != my)
+                st = route_recv(r, &i, agent_of(h, m, me), rs_node_partial(r, m) + off * es,
+                                len * es, 1);
+    }
+    r->step = route_rs_step;
+    return st;
+}
+
+/* Whether ops[first + j * stride] for j in [0, count) are finished. */
+static int ops_finished(ucx_req_t *r, int first, int stride, int count)
+{
+    int all = 1;
+    for (int j = 0; j < count; j++)
+        all &= ucx_op_test(r, &r->ops[first + j * stride]);
+    return all;
+}
+
 static msr_status_t route_rs_step(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
-    int k = h->k, my = h->node, nn = h->nnodes;
-    size_t b = r->bytes;
+    int k = h->k, my = h->node, nn = h->nnodes, nc = x->nchunks, me = r->me;
+    size_t b = r->bytes, es = r->es;
     const char *in = a->sendbuf;
-    /* the node's partials of the blocks we fold, in block order */
-    while (x->cursor < x->nblocks) {
-        int blk = x->cursor, t = x->blocks[blk], all = 1;
-        for (int j = 0; j < k - 1; j++)
-            all &= ucx_op_test(r, &r->ops[x->block_op[blk] + j]);
+    uint64_t off, len;
+    /* the node's partials of the blocks we fold, chunk by chunk, in block
+     * order (cursor: chunk * nblocks + block); ours is the last */
+    while (x->cursor < x->nblocks * nc) {
+        int c = x->cursor / x->nblocks, blk = x->cursor % x->nblocks, t = x->blocks[blk];
+        int done = ops_finished(r, x->first_contrib + x->cursor * (k - 1), 1, k - 1);
         if (r->err != MSR_OK)
             return r->err;
-        if (!all)
+        if (!done)
             break;
-        const char **pieces = x->pieces;
+        rs_chunk(r, c, &off, &len);
         for (int j = 0, slot = 0; j < k; j++)
-            pieces[j] = h->by_node[h->node_first[my] + j] == r->me ? in + (size_t)t * b
-                                                                   : rs_contrib(r, blk, slot++);
-        char *dst = t == r->me ? rs_node_partial(r, my) : rs_partial(r, blk);
-        fold_in_order(x, dst, pieces, k, a->count);
-        if (t != r->me) {
-            int i = x->first_part + blk - (t > r->me ? 1 : 0);
-            msr_status_t st = route_send(r, &i, t, dst, b, 1);
+            x->pieces[j] = h->by_node[h->node_first[my] + j] == me
+                               ? in + (size_t)t * b + off * es
+                               : rs_contrib(r, blk, slot++) + off * es;
+        char *dst = (t == me ? rs_node_partial(r, my) : rs_partial(r, blk)) + off * es;
+        fold_in_order(x, dst, x->pieces, k, len);
+        if (t != me) {
+            int i = x->first_part + c * (x->nblocks - 1) + blk;
+            msr_status_t st = route_send(r, &i, t, dst, len * es, 1);
             if (st != MSR_OK)
                 return st;
         }
         x->cursor++;
     }
-    int all = 1;
-    for (int i = 0; i < r->nops; i++)
-        all &= ucx_op_test(r, &r->ops[i]);
+    /* ours, chunk by chunk once this node's partial and the others' are
+     * in: the nodes' partials in node order */
+    while (x->done_chunks < nc && x->cursor >= (x->done_chunks + 1) * x->nblocks) {
+        int c = x->done_chunks;
+        int done = ops_finished(r, x->first_cross + c * (nn - 1), 1, nn - 1);
+        if (r->err != MSR_OK)
+            return r->err;
+        if (!done)
+            break;
+        rs_chunk(r, c, &off, &len);
+        for (int m = 0; m < nn; m++)
+            x->pieces[m] = rs_node_partial(r, m) + off * es;
+        char *dst = (char *)a->recvbuf + off * es;
+        fold_in_order(x, dst, x->pieces, nn, len);
+        msr_reduce_finish(x->op, x->dt, dst, len, r->n);
+        x->done_chunks++;
+    }
+    int all = ops_finished(r, 0, 1, r->nops);
     if (r->err != MSR_OK)
         return r->err;
-    if (!all || x->cursor < x->nblocks)
-        return MSR_IN_PROGRESS;
-    /* ours: the nodes' partials in node order */
-    for (int m = 0; m < nn; m++)
-        x->pieces[m] = rs_node_partial(r, m);
-    fold_in_order(x, a->recvbuf, x->pieces, nn, a->count);
-    msr_reduce_finish(x->op, x->dt, a->recvbuf, a->count, r->n);
-    return MSR_OK;
+    return all && x->done_chunks == nc ? MSR_OK : MSR_IN_PROGRESS;
 }
 
 msr_status_t ucx_hier_start(ucx_req_t *r)
@@ -716,6 +772,7 @@ void ucx_hier_release(ucx_req_t *r)
         msr_free(r->hier_op->blocks);
         msr_free(r->hier_op->block_op);
         msr_free(r->hier_op->pieces);
+        msr_free(r->hier_op->order);
     }
     msr_free(r->hier_op);
     r->hier_op = NULL;
