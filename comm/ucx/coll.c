@@ -1138,17 +1138,20 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
-    /* Groups over several nodes: the two levels from these sizes (bytes of
-     * the whole vector; docs/comm.md). The other collectives run a whole
-     * allreduce that way, slower than their flat algorithms: only when
-     * forced or given a size. */
+    /* Groups over several nodes (not all on this machine): the two levels
+     * from these sizes (bytes of the whole vector; over rate-limited links
+     * between network namespaces they won from 16-64 KiB on, docs/comm.md).
+     * Reduce and broadcast run a whole allreduce that way, slower than
+     * their flat algorithms: only when forced or given a size. */
     t->hier = (int)msr_env_i64("MSR_COMM_HIER", 1, 0, 1);
     t->hier_min[MSR_COLL_ALLREDUCE] = env_bytes("MSR_COMM_HIER_ALLREDUCE_MIN", 64 << 10);
-    /* Over rate-limited links between network namespaces (docs/comm.md),
-     * the two levels' direct exchange between nodes lost to the ring on 4
-     * nodes (0.6x) and was even with it on 2: auto takes them on 2 nodes,
-     * where the exchange is the ring's one step and they halve what crosses
-     * the link. */
+    t->hier_min[MSR_COLL_REDUCE_SCATTER] = env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", 64 << 10);
+    t->hier_min[MSR_COLL_ALLGATHER] = env_bytes("MSR_COMM_HIER_ALLGATHER_MIN", 64 << 10);
+    t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
+    /* On 4 nodes of those links the exchange between nodes, a flow from
+     * every rank to every other node, was only even with the ring: auto
+     * takes the two levels on 2 nodes, where they spare a third of what
+     * crosses each link. */
     t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
     /* the exchange between nodes in pipelined units: a message per node of
      * about this size, this many units in flight */
@@ -1156,10 +1159,6 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     if (t->hier_chunk < 4096)
         t->hier_chunk = 4096;
     t->hier_window = (int)msr_env_i64("MSR_COMM_HIER_WINDOW", 8, 1, 64);
-    t->hier_min[MSR_COLL_REDUCE_SCATTER] =
-        env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", (size_t)INT64_MAX);
-    t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
-    t->hier_min[MSR_COLL_ALLGATHER] = env_bytes("MSR_COMM_HIER_ALLGATHER_MIN", (size_t)INT64_MAX);
     t->hier_min[MSR_COLL_BROADCAST] = env_bytes("MSR_COMM_HIER_BROADCAST_MIN", (size_t)INT64_MAX);
 }
 
@@ -1176,7 +1175,8 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int hier = r->uc->hier && ucx_hier_fits(r);
     if (hier &&
         (f == UCX_ALGO_HIER ||
-         (f == UCX_ALGO_AUTO && ucx_hier_nodes(r->uc) <= t->hier_max_nodes &&
+         (f == UCX_ALGO_AUTO && !ucx_hier_one_host(r->uc) &&
+          ucx_hier_nodes(r->uc) <= t->hier_max_nodes &&
           (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
               t->hier_min[a->coll])))
         return UCX_ALGO_HIER;

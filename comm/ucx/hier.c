@@ -51,6 +51,7 @@ struct ucx_hier {
     int *kvals, nk;    /* the distinct members-per-node counts */
     int *node_of;      /* n: each member's node */
     int *lidx;         /* n: each member's place in its node */
+    int one_host;      /* every node on this machine, through shared memory */
 };
 
 /* One operation's state: the sub-operations on the node's group, the
@@ -209,18 +210,27 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
         ucx_comm_t *lc = h->local->be;
         ok = lc->shm != NULL && lc->shm_tile != 0;
     }
-    int32_t all = 0;
-    st = msr_comm_allreduce(comm, &ok, &all, 1, MSR_DTYPE_I32, MSR_OP_MIN);
-    if (st != MSR_OK || !all) {
+    /* whether every member is on this machine, reached through shared
+     * memory (host_shm): then there is no network for the two levels to
+     * spare, and auto leaves them out. Each member gives its machine (or,
+     * without host_shm, its node), and the least and the greatest match. */
+    ucx_engine_t *e = uc->engine;
+    int64_t where = e->host_shm
+                        ? (int64_t)((e->my_host ^ (e->my_pidns * 0x9e3779b97f4a7c15ull)) >> 2)
+                        : (int64_t)e->my_node;
+    int64_t mine[3] = {ok, where, -where}, all[3] = {0, 0, 0};
+    st = msr_comm_allreduce(comm, mine, all, 3, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (st != MSR_OK || !all[0]) {
         if (h != NULL) {
             ucx_comm_t tmp = {.hier = h};
             ucx_hier_free(&tmp);
         }
         return st;
     }
+    h->one_host = all[1] == -all[2];
     uc->hier = h;
-    MSR_DEBUG("comm %u: %d nodes, %d of %d members on this one: two levels", uc->id, h->nnodes,
-              h->k, comm->size);
+    MSR_DEBUG("comm %u: %d nodes%s, %d of %d members on this one: two levels", uc->id, h->nnodes,
+              h->one_host ? " on this machine" : "", h->k, comm->size);
     return MSR_OK;
 }
 
@@ -229,6 +239,11 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
 int ucx_hier_nodes(const ucx_comm_t *uc)
 {
     return uc->hier ? uc->hier->nnodes : 0;
+}
+
+int ucx_hier_one_host(const ucx_comm_t *uc)
+{
+    return uc->hier ? uc->hier->one_host : 0;
 }
 
 int ucx_hier_fits(const ucx_req_t *r)

@@ -451,6 +451,9 @@ void ucx_hier_free(ucx_comm_t *uc);
 int ucx_hier_fits(const ucx_req_t *r);
 /* The nodes a group with two levels spans (0 without them). */
 int ucx_hier_nodes(const ucx_comm_t *uc);
+/* Whether all those nodes are on this machine, reached through shared
+ * memory (auto then keeps the flat algorithms). */
+int ucx_hier_one_host(const ucx_comm_t *uc);
 msr_status_t ucx_hier_start(ucx_req_t *r);
 msr_status_t ucx_hier_step(ucx_req_t *r);
 void ucx_hier_release(ucx_req_t *r);
