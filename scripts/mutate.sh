@@ -1252,36 +1252,38 @@ test: ^sec_attack$
 file: comm/ucx/hier.c
 test: ^comm_hier_2nodes$
 <<<
-                st = ucx_coll_recv(r, peer, x->full + off * es, len * es, phase);
+            st = ucx_op_recv(r, &ops[4 * j + 2], peer, piece, len * es, phase + 1);
 ===
-                st = ucx_coll_recv(r, peer, x->full + (off ? off - 1 : off) * es, len * es, phase);
+            st = ucx_op_recv(r, &ops[4 * j + 2], peer, piece - (off ? es : 0), len * es, phase + 1);
 >>>
 
 @ comm.hier.nodes_folded_backwards
 file: comm/ucx/hier.c
 test: ^comm_hier_3nodes$
 <<<
-        const char *x0 = h->node == 0 ? dst : area;
-        const char *x1 = h->node == 1 ? dst : area + piece;
-        msr_reduce(x->op, dt, dst, x0, x1, len);
-        for (int m = 2; m < nn; m++)
-            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
+    const char *x0 = h->node == 0 ? dst : area;
+    const char *x1 = h->node == 1 ? dst : area + piece;
+    msr_reduce(x->op, x->dt, dst, x0, x1, len);
+    for (int m = 2; m < nn; m++)
+        msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
 ===
-        memcpy(area + (size_t)h->node * piece, dst, piece);
-        const char *x0 = area + (size_t)(nn - 1) * piece;
-        const char *x1 = area + (size_t)(nn - 2) * piece;
-        msr_reduce(x->op, dt, dst, x0, x1, len);
-        for (int m = nn - 3; m >= 0; m--)
-            msr_reduce(x->op, dt, dst, dst, area + (size_t)m * piece, len);
+    memcpy(area + (size_t)h->node * piece, dst, piece);
+    const char *x0 = area + (size_t)(nn - 1) * piece;
+    const char *x1 = area + (size_t)(nn - 2) * piece;
+    msr_reduce(x->op, x->dt, dst, x0, x1, len);
+    for (int m = nn - 3; m >= 0; m--)
+        msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
 >>>
 
 @ comm.hier.avg_divided_by_nodes
 file: comm/ucx/hier.c
 test: ^comm_hier_2nodes$
 <<<
-        msr_reduce_finish(x->op, dt, dst, len, r->n);
+        msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
+    msr_reduce_finish(x->op, x->dt, dst, len, r->n);
 ===
-        msr_reduce_finish(x->op, dt, dst, len, h->nnodes);
+        msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
+    msr_reduce_finish(x->op, x->dt, dst, len, h->nnodes);
 >>>
 
 @ comm.hier.uneven_parts_as_equal_blocks
@@ -1303,6 +1305,70 @@ test: ^comm_hier_2nodes$
         } else if (r->me == a->root) {
 ===
         } else if (r->me != a->root) {
+>>>
+
+@ comm.hier.unit_leaves_before_reduced
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+            if (un->off + un->len - x->my_off > rs_ready)
+                break;
+===
+            (void)un;
+            (void)rs_ready;
+>>>
+
+@ comm.hier.allgather_in_node_before_final
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+    uint64_t d = r->hier.done;
+===
+    uint64_t d = r->hier.done;
+    return UINT64_MAX;
+>>>
+
+@ comm.hier.relayed_block_in_wrong_place
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+            st = route_recv(r, &i, agent_of(h, my, s), dst, b, 2);
+===
+            st = route_recv(r, &i, agent_of(h, my, s), out, b, 2);
+>>>
+
+@ comm.hier.reduce_scatter_nodes_backwards
+file: comm/ucx/hier.c
+test: ^comm_hier_3nodes$
+<<<
+            x->pieces[m] = rs_node_partial(r, m) + off * es;
+===
+            x->pieces[m] = rs_node_partial(r, nn - 1 - m) + off * es;
+>>>
+
+@ comm.hier.reduce_scatter_partial_sent_early
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+        if (!done)
+            break;
+        rs_chunk(r, c, &off, &len);
+        for (int j = 0, slot = 0; j < k; j++)
+===
+        (void)done;
+        rs_chunk(r, c, &off, &len);
+        for (int j = 0, slot = 0; j < k; j++)
+>>>
+
+@ comm.engine.host_peer_not_watched
+file: comm/ucx/engine.c
+test: ^comm_kill_2nodes_host$
+<<<
+        } else {
+            rebuild_pollfds(e);
+        }
+===
+        }
 >>>
 
 __END__

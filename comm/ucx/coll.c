@@ -1153,6 +1153,9 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
      * takes the two levels on 2 nodes, where they spare a third of what
      * crosses each link. */
     t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
+    /* The allgather's blocks cross once into each node: 1.07-1.5x the ring
+     * on 2 and 4 nodes of those links (measured no further). */
+    t->hier_ag_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_ALLGATHER_MAX_NODES", 4, 2, 1 << 20);
     /* the exchange between nodes in pipelined units: a message per node of
      * about this size, this many units in flight */
     t->hier_chunk = env_bytes("MSR_COMM_HIER_CHUNK", 256 << 10);
@@ -1176,7 +1179,8 @@ static ucx_algo_t choose(const ucx_req_t *r)
     if (hier &&
         (f == UCX_ALGO_HIER ||
          (f == UCX_ALGO_AUTO && !ucx_hier_one_host(r->uc) &&
-          ucx_hier_nodes(r->uc) <= t->hier_max_nodes &&
+          ucx_hier_nodes(r->uc) <=
+              (a->coll == MSR_COLL_ALLGATHER ? t->hier_ag_max_nodes : t->hier_max_nodes) &&
           (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
               t->hier_min[a->coll])))
         return UCX_ALGO_HIER;
