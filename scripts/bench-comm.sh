@@ -9,8 +9,9 @@
 # Usage: scripts/bench-comm.sh NP [comm_bench options, e.g. --op allreduce]
 # Environment: ROUNDS (3), MSRUN_BUILD (build), MPIRUN_ARGS (extra mpirun
 # options), RAW=1 also prints every raw line, NODES (1): msrun processes on
-# loopback, NP/NODES ranks each (a multi-node job on one host: the groups
-# span nodes, and the endpoints between them take UCX's inter-node path),
+# loopback, NP/NODES ranks each (a multi-node job on one host: its groups
+# share one segment as on one node; MSR_COMM_HOST_SHM=0 makes the nodes
+# reach each other as separate machines, through UCX's network path),
 # MPI=0 leaves Open MPI out.
 #
 # ALGOS=1 compares msrun's own algorithms instead (how the thresholds in

@@ -1360,15 +1360,4 @@ test: ^comm_hier_2nodes$
         for (int j = 0, slot = 0; j < k; j++)
 >>>
 
-@ comm.engine.host_peer_not_watched
-file: comm/ucx/engine.c
-test: ^comm_kill_2nodes_host$
-<<<
-        } else {
-            rebuild_pollfds(e);
-        }
-===
-        }
->>>
-
 __END__

@@ -117,8 +117,8 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
                               msr_comm_t **newcomm_p);
 
 /* Gives a new communicator its shared-memory segment where its members
- * share a node, or node-local sub-groups where they span nodes; a failure
- * of these collective steps undoes the communicator. */
+ * share a machine, or node-local sub-groups where they span machines; a
+ * failure of these collective steps undoes the communicator. */
 static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     msr_status_t st = ucx_shm_setup((*comm_p)->be);

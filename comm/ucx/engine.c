@@ -236,6 +236,43 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
     return p->ep;
 }
 
+int64_t ucx_engine_machine(const ucx_engine_t *e)
+{
+    if (!e->host_shm)
+        return e->my_node;
+    return (int64_t)((e->my_host ^ (e->my_pidns * 0x9e3779b97f4a7c15ull)) >> 2);
+}
+
+int ucx_engine_watch_host(ucx_engine_t *e, ucx_peer_t **peers, int n)
+{
+    ucx_engine_lock(e);
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        ucx_peer_t *p = peers[i];
+        if (p->addr == NULL) {
+            ucx_peer_t *one[1] = {p};
+            if (fetch_addresses(e, one, 1) != MSR_OK) {
+                MSR_DEBUG("comm: no address for job rank %d: %s", p->world_rank, msr_err_msg());
+                ok = 0;
+                break;
+            }
+        }
+        if (!p->same_host) {
+            ok = 0;
+        } else if (p->pidfd < 0) {
+            p->pidfd = pidfd_open_(p->pid);
+            if (p->pidfd < 0) {
+                MSR_DEBUG("comm: no pidfd for job rank %d on this machine (%s)", p->world_rank,
+                          strerror(errno));
+                ok = 0;
+            }
+        }
+    }
+    rebuild_pollfds(e);
+    ucx_engine_unlock(e);
+    return ok;
+}
+
 /* ---- the engine ---- */
 
 static void rebuild_pollfds(ucx_engine_t *e)

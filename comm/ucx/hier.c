@@ -214,10 +214,7 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
      * memory (host_shm): then there is no network for the two levels to
      * spare, and auto leaves them out. Each member gives its machine (or,
      * without host_shm, its node), and the least and the greatest match. */
-    ucx_engine_t *e = uc->engine;
-    int64_t where = e->host_shm
-                        ? (int64_t)((e->my_host ^ (e->my_pidns * 0x9e3779b97f4a7c15ull)) >> 2)
-                        : (int64_t)e->my_node;
+    int64_t where = ucx_engine_machine(uc->engine);
     int64_t mine[3] = {ok, where, -where}, all[3] = {0, 0, 0};
     st = msr_comm_allreduce(comm, mine, all, 3, MSR_DTYPE_I64, MSR_OP_MIN);
     if (st != MSR_OK || !all[0]) {

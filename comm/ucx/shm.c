@@ -128,9 +128,31 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     uc->shm = NULL;
     if (n < 2 || (uc->tune.shm_max == 0 && uc->tune.shm_tile == 0))
         return MSR_OK;
+    int spans = 0;
     for (int i = 0; i < n; i++)
-        if (uc->peer[i]->node != e->my_node)
-            return MSR_OK; /* the same answer on every member */
+        spans |= uc->peer[i]->node != e->my_node; /* the same answer on every member */
+    if (spans) {
+        /* Members of several nodes share memory when every node is on this
+         * machine (and PID namespace): agree on that first (the least and
+         * the greatest machine), then watch the other nodes' members as
+         * this node's (pidfds) before sharing a segment with them. */
+        if (!e->host_shm)
+            return MSR_OK;
+        int64_t where = ucx_engine_machine(e), mine[2] = {where, -where}, all2[2];
+        msr_status_t st = msr_comm_allreduce(comm, mine, all2, 2, MSR_DTYPE_I64, MSR_OP_MIN);
+        if (st != MSR_OK || all2[0] != -all2[1])
+            return st;
+        ucx_peer_t **others = msr_calloc((size_t)n, sizeof *others);
+        int no = 0;
+        for (int i = 0; others != NULL && i < n; i++)
+            if (uc->peer[i]->node != e->my_node)
+                others[no++] = uc->peer[i];
+        int32_t watched = others != NULL && ucx_engine_watch_host(e, others, no), every = 0;
+        msr_free(others);
+        st = msr_comm_allreduce(comm, &watched, &every, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (st != MSR_OK || !every)
+            return st;
+    }
     /* Slots of shm_max bytes, smaller in large groups: the slots take at
      * most MSR_COMM_SHM_SEGMENT bytes. */
     size_t slot = uc->tune.shm_max;

@@ -385,6 +385,15 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
                                ucx_engine_t **engine_p);
 void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
+/* Which machine this process is on (host id and PID namespace, hashed to a
+ * non-negative number), or with MSR_COMM_HOST_SHM=0 its node: members that
+ * give the same number can share memory. */
+int64_t ucx_engine_machine(const ucx_engine_t *e);
+/* Fetches the addresses of peers[0..n) (members of other nodes said to be
+ * on this machine) where missing and watches their liveness through
+ * pidfds, as the members of this node's; 0 if one is not on this machine
+ * or cannot be watched. */
+int ucx_engine_watch_host(ucx_engine_t *e, ucx_peer_t **peers, int n);
 void ucx_engine_progress(ucx_engine_t *e);
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
 /* The same with e->lock already held. */
@@ -402,9 +411,10 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ucx_req_done(ucx_req_t *r);
 
-/* shm.c: a segment for comm's members when all are on this node, made
- * collectively over comm (which must work); any failure on any member
- * leaves uc->shm NULL everywhere (the UCX algorithms then serve). */
+/* shm.c: a segment for comm's members when all are on this machine (of one or
+ * several nodes), made collectively over comm (which must work); any failure
+ * on any member leaves uc->shm NULL everywhere (the UCX algorithms then
+ * serve). */
 msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
 /* The shared-memory allreduce (and barrier: count 0) as a step function. */

@@ -4,9 +4,9 @@
 # its job (found by the job id in their environment) whatever happens.
 # Usage: run.sh MODE NP [LIMIT_SECONDS [NODES]]  (MSRUN_BUILD: the build dir)
 # NODES > 1 starts that many msrun processes on loopback, each with NP/NODES
-# workers: a multi-node job on one host (endpoints between "nodes" use shared
-# memory, or with MSR_COMM_HOST_SHM=0 UCX's network path and its
-# peer-failure handling, as between machines).
+# workers: a multi-node job on one host (its groups share one segment and
+# endpoints between "nodes" use shared memory, or with MSR_COMM_HOST_SHM=0
+# UCX's network path and its peer-failure handling, as between machines).
 set -u
 mode=$1
 np=$2
