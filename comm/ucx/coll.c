@@ -1148,14 +1148,13 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->hier_min[MSR_COLL_REDUCE_SCATTER] = env_bytes("MSR_COMM_HIER_REDUCE_SCATTER_MIN", 64 << 10);
     t->hier_min[MSR_COLL_ALLGATHER] = env_bytes("MSR_COMM_HIER_ALLGATHER_MIN", 64 << 10);
     t->hier_min[MSR_COLL_REDUCE] = env_bytes("MSR_COMM_HIER_REDUCE_MIN", (size_t)INT64_MAX);
-    /* On 4 nodes of those links the exchange between nodes, a flow from
-     * every rank to every other node, was only even with the ring: auto
-     * takes the two levels on 2 nodes, where they spare a third of what
-     * crosses each link. */
-    t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 2, 2, 1 << 20);
-    /* The allgather's blocks cross once into each node: 1.07-1.5x the ring
-     * on 2 and 4 nodes of those links (measured no further). */
-    t->hier_ag_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_ALLGATHER_MAX_NODES", 4, 2, 1 << 20);
+    /* On 2 and 4 nodes of those links the allreduce was 1.03-1.5x the ring
+     * at every size from 64 KiB, the allgather 1.07-1.5x (measured no
+     * further); the reduce-scatter lost on 4 nodes (0.36-0.82x: the folds
+     * in the node on that host's 2 cores). */
+    t->hier_max_nodes = (int)msr_env_i64("MSR_COMM_HIER_MAX_NODES", 4, 2, 1 << 20);
+    t->hier_rs_max_nodes =
+        (int)msr_env_i64("MSR_COMM_HIER_REDUCE_SCATTER_MAX_NODES", 2, 2, 1 << 20);
     /* the exchange between nodes in pipelined units: a message per node of
      * about this size, this many units in flight */
     t->hier_chunk = env_bytes("MSR_COMM_HIER_CHUNK", 256 << 10);
@@ -1180,7 +1179,7 @@ static ucx_algo_t choose(const ucx_req_t *r)
         (f == UCX_ALGO_HIER ||
          (f == UCX_ALGO_AUTO && !ucx_hier_one_host(r->uc) &&
           ucx_hier_nodes(r->uc) <=
-              (a->coll == MSR_COLL_ALLGATHER ? t->hier_ag_max_nodes : t->hier_max_nodes) &&
+              (a->coll == MSR_COLL_REDUCE_SCATTER ? t->hier_rs_max_nodes : t->hier_max_nodes) &&
           (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=
               t->hier_min[a->coll])))
         return UCX_ALGO_HIER;

@@ -649,6 +649,22 @@ static msr_status_t route_rs_step(ucx_req_t *r)
     return all && x->done_chunks == nc ? MSR_OK : MSR_IN_PROGRESS;
 }
 
+#define HIER_MIN_UNITS 8
+#define HIER_MIN_MSG   16384
+
+/* Units of a segment of len elements. */
+static uint64_t seg_units(const ucx_req_t *r, uint64_t len)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    uint64_t nn = (uint64_t)r->uc->hier->nnodes, bytes = len * x->es;
+    uint64_t by_chunk = (bytes + r->uc->tune.hier_chunk * nn - 1) / (r->uc->tune.hier_chunk * nn);
+    uint64_t by_min = bytes / (HIER_MIN_MSG * nn);
+    if (by_min > HIER_MIN_UNITS)
+        by_min = HIER_MIN_UNITS;
+    uint64_t u = by_chunk > by_min ? by_chunk : by_min;
+    return u < 1 ? 1 : u;
+}
+
 msr_status_t ucx_hier_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -714,15 +730,13 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     }
     hier_segments(h, x);
     ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
-    /* Our segments in units of about nnodes messages of hier_chunk bytes:
-     * the count of a segment's units depends only on its length, alike on
-     * every node. */
-    uint64_t unit_elems = (uint64_t)r->uc->tune.hier_chunk * (uint64_t)nn / x->es;
-    if (unit_elems < (uint64_t)nn)
-        unit_elems = (uint64_t)nn;
+    /* Our segments in units of about nnodes messages of hier_chunk bytes,
+     * and at least HIER_MIN_UNITS of them while a message stays over
+     * HIER_MIN_MSG bytes, so that small vectors pipeline too: the count of
+     * a segment's units depends only on its length, alike on every node. */
     for (int t = 0; t < x->nseg; t++)
         if (seg_mine(x, t))
-            x->nunits += (x->bounds[t + 1] - x->bounds[t] + unit_elems - 1) / unit_elems;
+            x->nunits += seg_units(r, x->bounds[t + 1] - x->bounds[t]);
     if (x->nunits > 0) {
         x->units = msr_calloc((size_t)x->nunits, sizeof *x->units);
         if (x->units == NULL)
@@ -736,7 +750,7 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     for (int t = 0; t < x->nseg; t++) {
         if (!seg_mine(x, t))
             continue;
-        uint64_t slen = x->bounds[t + 1] - x->bounds[t], nc = (slen + unit_elems - 1) / unit_elems;
+        uint64_t slen = x->bounds[t + 1] - x->bounds[t], nc = seg_units(r, slen);
         for (uint64_t c = 0; c < nc; c++, u++) {
             hier_unit_t *un = &x->units[u];
             uint64_t coff, plen, poff;

@@ -75,7 +75,7 @@ typedef struct ucx_tuning {
     int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
     size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
     int hier_max_nodes;                 /* ... and over at most this many nodes */
-    int hier_ag_max_nodes;              /* ... (allgather's) */
+    int hier_rs_max_nodes;              /* ... (reduce-scatter's) */
     size_t hier_chunk;                  /* bytes of a message between nodes */
     int hier_window;                    /* units of the exchange in flight */
 } ucx_tuning_t;
