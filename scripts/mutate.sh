@@ -1360,4 +1360,19 @@ test: ^comm_hier_2nodes$
         for (int j = 0, slot = 0; j < k; j++)
 >>>
 
+@ comm.engine.host_peer_not_polled
+file: comm/ucx/engine.c
+test: ^comm_kill_2nodes_host$
+<<<
+        return 0;
+    }
+    rebuild_pollfds(e);
+    return 1;
+===
+        return 0;
+    }
+    (void)e;
+    return 1;
+>>>
+
 __END__

@@ -1177,7 +1177,7 @@ static ucx_algo_t choose(const ucx_req_t *r)
     int hier = r->uc->hier && ucx_hier_fits(r);
     if (hier &&
         (f == UCX_ALGO_HIER ||
-         (f == UCX_ALGO_AUTO && !ucx_hier_one_host(r->uc) &&
+         (f == UCX_ALGO_AUTO && !r->uc->one_host &&
           ucx_hier_nodes(r->uc) <=
               (a->coll == MSR_COLL_REDUCE_SCATTER ? t->hier_rs_max_nodes : t->hier_max_nodes) &&
           (a->coll == MSR_COLL_REDUCE_SCATTER || a->coll == MSR_COLL_ALLGATHER ? total : bytes) >=

@@ -171,6 +171,22 @@ static int pidfd_open_(int pid)
 #endif
 }
 
+/* Watches p, a member of another node on this machine, through a pidfd as
+ * this node's members are: 1 once it is watched. Lock held. */
+static int watch_host_peer(ucx_engine_t *e, ucx_peer_t *p)
+{
+    if (p->pidfd >= 0)
+        return 1;
+    p->pidfd = pidfd_open_(p->pid);
+    if (p->pidfd < 0) {
+        MSR_DEBUG("comm: no pidfd for job rank %d on this machine (%s): through the network",
+                  p->world_rank, strerror(errno));
+        return 0;
+    }
+    rebuild_pollfds(e);
+    return 1;
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_peer_t *p = arg;
@@ -200,17 +216,7 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
     /* A member of another msrun node on this machine (and PID namespace)
      * is reached like one of this node: through shared memory, its
      * liveness watched through a pidfd. */
-    int host_shm = !same_node && p->same_host && e->host_shm;
-    if (host_shm && p->pidfd < 0) {
-        p->pidfd = pidfd_open_(p->pid);
-        if (p->pidfd < 0) {
-            MSR_DEBUG("comm: no pidfd for job rank %d on this machine (%s): through the network",
-                      p->world_rank, strerror(errno));
-            host_shm = 0;
-        } else {
-            rebuild_pollfds(e);
-        }
-    }
+    int host_shm = !same_node && p->same_host && e->host_shm && watch_host_peer(e, p);
     const char *mode = getenv("MSR_COMM_UCX_ERR_MODE");
     int peer_mode = !(same_node || host_shm) || (mode && strcmp(mode, "peer") == 0);
     p->peer_mode = peer_mode;
@@ -246,29 +252,19 @@ int64_t ucx_engine_machine(const ucx_engine_t *e)
 int ucx_engine_watch_host(ucx_engine_t *e, ucx_peer_t **peers, int n)
 {
     ucx_engine_lock(e);
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) {
-        ucx_peer_t *p = peers[i];
-        if (p->addr == NULL) {
-            ucx_peer_t *one[1] = {p};
-            if (fetch_addresses(e, one, 1) != MSR_OK) {
-                MSR_DEBUG("comm: no address for job rank %d: %s", p->world_rank, msr_err_msg());
-                ok = 0;
-                break;
-            }
+    /* the addresses not known yet, in one call */
+    int missing = 0;
+    for (int i = 0; i < n; i++)
+        if (peers[i]->addr == NULL) {
+            ucx_peer_t *t = peers[missing];
+            peers[missing++] = peers[i];
+            peers[i] = t;
         }
-        if (!p->same_host) {
-            ok = 0;
-        } else if (p->pidfd < 0) {
-            p->pidfd = pidfd_open_(p->pid);
-            if (p->pidfd < 0) {
-                MSR_DEBUG("comm: no pidfd for job rank %d on this machine (%s)", p->world_rank,
-                          strerror(errno));
-                ok = 0;
-            }
-        }
-    }
-    rebuild_pollfds(e);
+    int ok = missing == 0 || fetch_addresses(e, peers, (uint32_t)missing) == MSR_OK;
+    if (!ok)
+        MSR_DEBUG("comm: no addresses of this machine's other nodes: %s", msr_err_msg());
+    for (int i = 0; i < n && ok; i++)
+        ok = peers[i]->same_host && watch_host_peer(e, peers[i]);
     ucx_engine_unlock(e);
     return ok;
 }

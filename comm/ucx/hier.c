@@ -51,7 +51,6 @@ struct ucx_hier {
     int *kvals, nk;    /* the distinct members-per-node counts */
     int *node_of;      /* n: each member's node */
     int *lidx;         /* n: each member's place in its node */
-    int one_host;      /* every node on this machine, through shared memory */
 };
 
 /* One operation's state: the sub-operations on the node's group, the
@@ -210,24 +209,18 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
         ucx_comm_t *lc = h->local->be;
         ok = lc->shm != NULL && lc->shm_tile != 0;
     }
-    /* whether every member is on this machine, reached through shared
-     * memory (host_shm): then there is no network for the two levels to
-     * spare, and auto leaves them out. Each member gives its machine (or,
-     * without host_shm, its node), and the least and the greatest match. */
-    int64_t where = ucx_engine_machine(uc->engine);
-    int64_t mine[3] = {ok, where, -where}, all[3] = {0, 0, 0};
-    st = msr_comm_allreduce(comm, mine, all, 3, MSR_DTYPE_I64, MSR_OP_MIN);
-    if (st != MSR_OK || !all[0]) {
+    int32_t all = 0;
+    st = msr_comm_allreduce(comm, &ok, &all, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    if (st != MSR_OK || !all) {
         if (h != NULL) {
             ucx_comm_t tmp = {.hier = h};
             ucx_hier_free(&tmp);
         }
         return st;
     }
-    h->one_host = all[1] == -all[2];
     uc->hier = h;
     MSR_DEBUG("comm %u: %d nodes%s, %d of %d members on this one: two levels", uc->id, h->nnodes,
-              h->one_host ? " on this machine" : "", h->k, comm->size);
+              uc->one_host ? " on this machine" : "", h->k, comm->size);
     return MSR_OK;
 }
 
@@ -236,11 +229,6 @@ msr_status_t ucx_hier_setup(ucx_comm_t *uc,
 int ucx_hier_nodes(const ucx_comm_t *uc)
 {
     return uc->hier ? uc->hier->nnodes : 0;
-}
-
-int ucx_hier_one_host(const ucx_comm_t *uc)
-{
-    return uc->hier ? uc->hier->one_host : 0;
 }
 
 int ucx_hier_fits(const ucx_req_t *r)
@@ -377,7 +365,9 @@ static msr_status_t route_recv(ucx_req_t *r, int *i, int peer, void *buf, size_t
     return ucx_op_recv(r, &r->ops[(*i)++], peer, buf, len, phase);
 }
 
-static msr_status_t route_ops(ucx_req_t *r, int n)
+/* Room for n ops, all idle and all counted in r->nops (so that a failed
+ * request cancels whichever are posted). */
+static msr_status_t ops_idle(ucx_req_t *r, int n)
 {
     msr_status_t st = ucx_ops_reserve(r, n > 0 ? n : 1);
     if (st != MSR_OK)
@@ -409,7 +399,7 @@ static msr_status_t route_ag_start(ucx_req_t *r)
     for (int s = 0; s < n; s++)
         if (h->node_of[s] != my && agent_of(h, my, s) == me)
             x->blocks[x->nblocks++] = s;
-    msr_status_t st = route_ops(r, (n - 1) + (k - 1) + (nn - 1) + x->nblocks * (k - 1));
+    msr_status_t st = ops_idle(r, (n - 1) + (k - 1) + (nn - 1) + x->nblocks * (k - 1));
     int i = 0;
     /* our block: to our node, and to our agent on every other node */
     for (int j = h->node_first[my]; st == MSR_OK && j < h->node_first[my + 1]; j++)
@@ -550,7 +540,7 @@ static msr_status_t route_rs_start(ucx_req_t *r)
     x->first_contrib = (n - x->nblocks) * nc;
     x->first_part = x->first_contrib + x->nblocks * (k - 1) * nc;
     x->first_cross = x->first_part + (x->nblocks - 1) * nc;
-    st = route_ops(r, x->first_cross + (nn - 1) * nc);
+    st = ops_idle(r, x->first_cross + (nn - 1) * nc);
     int i = 0;
     uint64_t off, len;
     /* chunk by chunk, the blocks in order (between two ranks, in the same
@@ -774,12 +764,9 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
     x->window = r->uc->tune.hier_window;
     if ((uint64_t)x->window > x->nunits)
         x->window = x->nunits > 0 ? (int)x->nunits : 1;
-    st = ucx_ops_reserve(r, x->window * x->per_unit);
+    st = ops_idle(r, x->window * x->per_unit);
     if (st != MSR_OK)
         return st;
-    r->nops = x->window * x->per_unit;
-    for (int i = 0; i < r->nops; i++)
-        r->ops[i].h = NULL;
     r->step = ucx_hier_step;
     if (h->k > 1) {
         /* in place, our part of the input is our part of the output */
@@ -887,15 +874,14 @@ static msr_status_t unit_fold(ucx_req_t *r, uint64_t u)
     return MSR_OK;
 }
 
-/* Whether ops[first + 4j] of unit u are finished for every j (step 4: all). */
-static int unit_tested(ucx_req_t *r, uint64_t u, int first, int step)
+/* Whether unit u's ops are finished: every one (all), or only the
+ * receives of the other nodes' partials (ops[4j]). */
+static int unit_finished(ucx_req_t *r, uint64_t u, int all)
 {
     const ucx_hier_op_t *x = r->hier_op;
-    ucx_op_t *ops = unit_ops(r, u);
-    int all = 1;
-    for (int i = first; i < x->per_unit; i += step)
-        all &= ucx_op_test(r, &ops[i]);
-    return all;
+    int first = (int)(unit_ops(r, u) - r->ops);
+    return all ? ops_finished(r, first, 1, x->per_unit)
+               : ops_finished(r, first, 4, x->per_unit / 4);
 }
 
 static msr_status_t cross_progress(ucx_req_t *r, uint64_t rs_ready)
@@ -916,7 +902,7 @@ static msr_status_t cross_progress(ucx_req_t *r, uint64_t rs_ready)
             s->started++;
             busy = 1;
         }
-        while (s->folded < s->started && unit_tested(r, s->folded, 0, 4)) {
+        while (s->folded < s->started && unit_finished(r, s->folded, 0)) {
             if (r->err != MSR_OK)
                 return r->err;
             st = unit_fold(r, s->folded);
@@ -925,7 +911,7 @@ static msr_status_t cross_progress(ucx_req_t *r, uint64_t rs_ready)
             s->folded++;
             busy = 1;
         }
-        while (s->done < s->folded && unit_tested(r, s->done, 0, 1)) {
+        while (s->done < s->folded && unit_finished(r, s->done, 1)) {
             if (r->err != MSR_OK)
                 return r->err;
             s->done++;

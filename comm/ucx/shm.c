@@ -126,6 +126,7 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     ucx_engine_t *e = uc->engine;
     int n = comm->size, me = comm->rank;
     uc->shm = NULL;
+    uc->one_host = 0;
     if (n < 2 || (uc->tune.shm_max == 0 && uc->tune.shm_tile == 0))
         return MSR_OK;
     int spans = 0;
@@ -140,7 +141,8 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
             return MSR_OK;
         int64_t where = ucx_engine_machine(e), mine[2] = {where, -where}, all2[2];
         msr_status_t st = msr_comm_allreduce(comm, mine, all2, 2, MSR_DTYPE_I64, MSR_OP_MIN);
-        if (st != MSR_OK || all2[0] != -all2[1])
+        uc->one_host = st == MSR_OK && all2[0] == -all2[1];
+        if (!uc->one_host)
             return st;
         ucx_peer_t **others = msr_calloc((size_t)n, sizeof *others);
         int no = 0;

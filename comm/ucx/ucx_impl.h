@@ -169,6 +169,9 @@ typedef struct ucx_comm {
     uint64_t shm_done;  /* the last one this rank finished reading */
     /* a group over several nodes: its node-local sub-groups (hier.c), or NULL */
     struct ucx_hier *hier;
+    /* ... all on this machine, reached through shared memory (shm.c tells;
+     * auto then keeps the flat algorithms where the segment failed) */
+    int one_host;
 } ucx_comm_t;
 
 typedef struct ucx_op {
@@ -390,9 +393,9 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
  * give the same number can share memory. */
 int64_t ucx_engine_machine(const ucx_engine_t *e);
 /* Fetches the addresses of peers[0..n) (members of other nodes said to be
- * on this machine) where missing and watches their liveness through
- * pidfds, as the members of this node's; 0 if one is not on this machine
- * or cannot be watched. */
+ * on this machine; the array is reordered) where missing, in one call, and
+ * watches their liveness through pidfds, as the members of this node's; 0
+ * if one is not on this machine or cannot be watched. */
 int ucx_engine_watch_host(ucx_engine_t *e, ucx_peer_t **peers, int n);
 void ucx_engine_progress(ucx_engine_t *e);
 msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
@@ -462,9 +465,6 @@ void ucx_hier_free(ucx_comm_t *uc);
 int ucx_hier_fits(const ucx_req_t *r);
 /* The nodes a group with two levels spans (0 without them). */
 int ucx_hier_nodes(const ucx_comm_t *uc);
-/* Whether all those nodes are on this machine, reached through shared
- * memory (auto then keeps the flat algorithms). */
-int ucx_hier_one_host(const ucx_comm_t *uc);
 msr_status_t ucx_hier_start(ucx_req_t *r);
 msr_status_t ucx_hier_step(ucx_req_t *r);
 void ucx_hier_release(ucx_req_t *r);
