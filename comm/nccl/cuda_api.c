@@ -321,12 +321,16 @@ static msr_status_t device_uuid(const msr_gpu_api_t *g, int device,
     return st;
 }
 
+/* A blocking stream (cudaStreamDefault), not cudaStreamNonBlocking: it waits
+ * for the legacy default stream, so the input a caller wrote there with
+ * cudaMemcpy or cudaMemset (both asynchronous on the device) is in place
+ * before a collective on the communicator's own stream reads it. */
 static msr_status_t stream_create(const msr_gpu_api_t *g, void **stream_p)
 {
     (void)g;
     cudaStream_t s = NULL;
-    msr_status_t st = cu(cudart.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
-                         "cudaStreamCreateWithFlags");
+    msr_status_t st =
+        cu(cudart.cudaStreamCreateWithFlags(&s, cudaStreamDefault), "cudaStreamCreateWithFlags");
     if (st == MSR_OK)
         *stream_p = s;
     return st;

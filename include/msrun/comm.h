@@ -329,7 +329,8 @@ MSR_API msr_status_t msr_gpu_select(msr_ctx_t *ctx, int *device_p);
  * (key "msr/comm/gpu/<k>/nccl-id" of the current generation), then
  * initializes the NCCL communicator, polling it against comm's timeout. The
  * new communicator inherits comm's timeout and starts on a stream of its
- * own (cudaStreamNonBlocking).
+ * own, a blocking one (cudaStreamDefault): it waits for the work queued on
+ * the legacy default stream, where cudaMemcpy and cudaMemset put theirs.
  *
  * flags: MSR_COMM_OWN_WORKER (its host communicator gets a UCX worker of
  * its own, as msr_comm_dup), MSR_COMM_STAGED.

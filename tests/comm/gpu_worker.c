@@ -382,6 +382,10 @@ static void vs_streams(pair_t *p)
         OK(msr_comm_allreduce(p->h, in[k], ho[k], sizes[k], MSR_DTYPE_F32, MSR_OP_SUM));
         dio[k] = dev(in[k], sizes[k] * 4);
     }
+    /* s is non-blocking: it does not wait for the legacy default stream,
+     * where dev()'s copies may still be landing (the caller orders its own
+     * streams) */
+    CU(cudaDeviceSynchronize());
     for (int k = 0; k < K; k++)
         OK(msr_comm_iallreduce(p->d, MSR_IN_PLACE, dio[k], sizes[k], MSR_DTYPE_F32, MSR_OP_SUM,
                                &rq[k]));
