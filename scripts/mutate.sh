@@ -1375,4 +1375,15 @@ test: ^comm_kill_2nodes_host$
     return 1;
 >>>
 
+@ comm.nccl.split_not_settled_on_success
+file: comm/nccl/gpu_comm.c
+test: ^gpu_fake_nccl_np3$
+<<<
+            if (mine == MSR_OK || mine == MSR_IN_PROGRESS)
+                mine = gpu_settle(gc, gc->nc, deadline);
+===
+            if (mine == MSR_IN_PROGRESS)
+                mine = gpu_settle(gc, gc->nc, deadline);
+>>>
+
 __END__

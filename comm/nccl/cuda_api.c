@@ -460,13 +460,13 @@ static msr_status_t comm_split(const msr_gpu_api_t *g, void *nc, int color, int 
 {
     (void)g;
     ncclConfig_t c = config();
-    ncclComm_t comm = NULL;
-    ncclResult_t r =
-        libnccl.ncclCommSplit(nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &comm, &c);
-    msr_status_t st = nc_(r, nc, "ncclCommSplit");
-    if (st == MSR_OK || st == MSR_IN_PROGRESS)
-        *newnc_p = comm;
-    return st;
+    /* newnc_p itself, not a local: a non-blocking split stores the new
+     * communicator there from NCCL's thread once it is done, after this
+     * returns (a local here was written after its frame was gone, and the
+     * caller got NULL) */
+    ncclResult_t r = libnccl.ncclCommSplit(nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                           (ncclComm_t *)newnc_p, &c);
+    return nc_(r, nc, "ncclCommSplit");
 }
 
 static msr_status_t comm_async_error(const msr_gpu_api_t *g, void *nc)

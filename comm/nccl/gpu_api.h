@@ -63,7 +63,10 @@ struct msr_gpu_api {
     /* *nc_p is set even when the answer is MSR_IN_PROGRESS. */
     msr_status_t (*comm_init)(const msr_gpu_api_t *g, void **nc_p, int nranks,
                               const unsigned char id[MSR_GPU_ID_BYTES], int rank);
-    /* color < 0: this rank joins no group (*newnc_p NULL once done). */
+    /* color < 0: this rank joins no group (*newnc_p NULL once done).
+     * *newnc_p is written when the split is done: during the call, or,
+     * after MSR_IN_PROGRESS, once comm_async_error(nc) answers MSR_OK
+     * (NCCL's background thread stores it), so it must outlive the call. */
     msr_status_t (*comm_split)(const msr_gpu_api_t *g, void *nc, int color, int key,
                                void **newnc_p);
     msr_status_t (*comm_async_error)(const msr_gpu_api_t *g, void *nc);

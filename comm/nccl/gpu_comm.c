@@ -556,26 +556,38 @@ msr_status_t gpu_op_split(msr_comm_t *comm, int color, int key, unsigned flags,
             mine = api->set_device(api, gc->device);
         if (mine == MSR_OK) {
             int c = (flags & MSR_COMM_SPLIT_DUP) ? 0 : color;
-            mine = api->comm_split(api, gc->nc, c < 0 ? -1 : c, key, &nnc);
-            if (mine == MSR_IN_PROGRESS)
+            gc->split_nc = NULL;
+            mine = api->comm_split(api, gc->nc, c < 0 ? -1 : c, key, &gc->split_nc);
+            /* settled either way: NCCL answers ncclSuccess while the split
+             * still runs on its thread (its group's ncclInProgress is not
+             * passed on), and the parent tells when it is done */
+            if (mine == MSR_OK || mine == MSR_IN_PROGRESS)
                 mine = gpu_settle(gc, gc->nc, deadline);
+            if (mine == MSR_OK) {
+                /* done: stored by now (from NCCL's thread) */
+                nnc = __atomic_exchange_n(&gc->split_nc, NULL, __ATOMIC_ACQ_REL);
+                if (c >= 0 && nnc == NULL) {
+                    msr_err_set("ncclCommSplit finished without a communicator");
+                    mine = MSR_ERR_BACKEND;
+                }
+            }
             if (mine == MSR_OK && nnc)
                 mine = gpu_settle(gc, nnc, deadline);
         }
+        if (mine != MSR_OK) /* before gpu_comm_fail, whose notice sets another error */
+            snprintf(why, sizeof why, "%s", msr_last_error());
         if (mine != MSR_OK && mine != MSR_ERR_INVALID_ARG && msr_comm_status(comm) == MSR_OK)
-            gpu_comm_fail(gc, mine, 1, "ncclCommSplit: %s", msr_last_error());
+            gpu_comm_fail(gc, mine, 1, "ncclCommSplit: %s", why);
         pthread_mutex_unlock(&gc->lock);
         if (mine == MSR_OK && nnc && hnew) {
             int nr = -1;
             msr_status_t rs = api->comm_user_rank(api, nnc, &nr);
             if (rs == MSR_OK && nr != msr_comm_rank(hnew)) {
-                msr_err_set("ncclCommSplit ranked this member %d, the host split %d", nr,
-                            msr_comm_rank(hnew));
                 mine = MSR_ERR_INTERNAL;
+                snprintf(why, sizeof why, "ncclCommSplit ranked this member %d, the host split %d",
+                         nr, msr_comm_rank(hnew));
             }
         }
-        if (mine != MSR_OK)
-            snprintf(why, sizeof why, "%s", msr_last_error());
     }
     msr_comm_t *dnew = NULL;
     if (mine == MSR_OK && hnew) {
@@ -593,8 +605,10 @@ msr_status_t gpu_op_split(msr_comm_t *comm, int color, int key, unsigned flags,
         *newcomm_p = dnew;
         return MSR_OK;
     }
-    if (mine != MSR_OK)
+    if (mine != MSR_OK) { /* this member's own failure, not the agreement's echo of it */
         msr_err_set("%s", why);
+        st = mine;
+    }
     if (dnew)
         msr_comm_destroy(dnew);
     if (nnc)

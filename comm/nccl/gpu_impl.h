@@ -100,6 +100,8 @@ struct gpu_comm {
     /* every call into the table for this communicator, and what follows */
     pthread_mutex_t lock;
     void *nc;          /* the NCCL communicator; NULL when staged or aborted */
+    void *split_nc;    /* where a split's new NCCL communicator lands (the
+                        * parent outlives NCCL's late store into it) */
     void *scratch;     /* nccl: a few device bytes for the barrier */
     msr_list_t active; /* requests in flight, in the order they were posted */
     void **events;     /* free events */

@@ -22,6 +22,10 @@ typedef struct fake_nc {
     /* one-rank send/recv: the pending send */
     const void *pend;
     size_t pend_bytes;
+    /* a split in progress: its communicator, stored into *split_out once
+     * this (the parent) is done, as NCCL's thread stores it */
+    void **split_out;
+    void *split_nc;
 } fake_nc_t;
 
 static msr_status_t device_count(const msr_gpu_api_t *g, int *count_p)
@@ -203,12 +207,22 @@ static msr_status_t comm_split(const msr_gpu_api_t *g, void *nc, int color, int 
     (void)key;
     f->splits++;
     *newnc_p = NULL;
+    void *made = NULL;
     if (color >= 0) {
-        msr_status_t st = new_nc(f, -1, -1, 0, newnc_p);
+        msr_status_t st = new_nc(f, -1, -1, 0, &made);
         if (st != MSR_OK)
             return st;
     }
-    return queued(f, nc);
+    fake_nc_t *c = nc;
+    if (queued(f, c) == MSR_OK) {
+        *newnc_p = made;
+    } else {
+        c->split_out = newnc_p;
+        c->split_nc = made;
+    }
+    /* MSR_OK even while it runs: NCCL's ncclCommSplit answers ncclSuccess
+     * and only the parent's state tells when the split is done */
+    return MSR_OK;
 }
 
 static msr_status_t comm_async_error(const msr_gpu_api_t *g, void *nc)
@@ -225,6 +239,11 @@ static msr_status_t comm_async_error(const msr_gpu_api_t *g, void *nc)
     if (c->polls_left > 0) {
         c->polls_left--;
         return MSR_IN_PROGRESS;
+    }
+    if (c->split_out) {
+        *c->split_out = c->split_nc;
+        c->split_out = NULL;
+        c->split_nc = NULL;
     }
     return MSR_OK;
 }
@@ -261,8 +280,13 @@ static msr_status_t comm_destroy(const msr_gpu_api_t *g, void *nc)
 static msr_status_t comm_abort(const msr_gpu_api_t *g, void *nc)
 {
     gpu_fake_t *f = FAKE(g);
+    fake_nc_t *c = nc;
     f->aborts++;
     f->comms_live--;
+    if (c->split_nc) { /* a split cut short: never stored, never made */
+        free(c->split_nc);
+        f->comms_live--;
+    }
     free(nc);
     return MSR_OK;
 }
