@@ -137,17 +137,22 @@ static msr_status_t issue(gpu_req_t *r)
     void *nc = gc->nc, *s = r->stream;
     size_t es = msr_dtype_size(a->dtype);
     int n = gc->comm->size;
+    /* The average over one rank is the sum, bit for bit. NCCL before
+     * 2.29.7 leaves the last count % blocks elements of a one-rank average
+     * unwritten (its one-rank kernel splits the range by floor division;
+     * NCCL issue 1950): the first run on a GPU caught it at 4099 doubles. */
+    msr_op_t op = n == 1 && a->op == MSR_OP_AVG ? MSR_OP_SUM : a->op;
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
-        return api->allreduce(api, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, nc, s);
+        return api->allreduce(api, a->sendbuf, a->recvbuf, a->count, a->dtype, op, nc, s);
     case MSR_COLL_REDUCE_SCATTER:
-        return api->reduce_scatter(api, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, nc, s);
+        return api->reduce_scatter(api, a->sendbuf, a->recvbuf, a->count, a->dtype, op, nc, s);
     case MSR_COLL_ALLGATHER:
         return api->allgather(api, a->sendbuf, a->recvbuf, a->count, a->dtype, nc, s);
     case MSR_COLL_BROADCAST:
         return api->broadcast(api, a->recvbuf, a->recvbuf, a->count, a->dtype, a->root, nc, s);
     case MSR_COLL_REDUCE:
-        return api->reduce(api, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root, nc, s);
+        return api->reduce(api, a->sendbuf, a->recvbuf, a->count, a->dtype, op, a->root, nc, s);
     case MSR_COLL_ALLTOALL: {
         const void *in = a->sendbuf;
         if (a->in_place && a->count) {
