@@ -37,12 +37,28 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->kernel_us = 5;
     c->cores_per_node = 0;
     c->act_gbs = 0;
+    c->mm_rows = 0;
+    c->mm_rows_half = 0;
 }
 
-enum { K_RPN, K_MEM, K_PEAK, K_INTRA, K_INTER, K_LAT, K_MEMBW, K_KERNEL, K_CORES, K_ACT, K_N };
+enum {
+    K_RPN,
+    K_MEM,
+    K_PEAK,
+    K_INTRA,
+    K_INTER,
+    K_LAT,
+    K_MEMBW,
+    K_KERNEL,
+    K_CORES,
+    K_ACT,
+    K_ROWS,
+    K_ROWS_HALF,
+    K_N
+};
 static const char *const key_names[K_N] = {
-    "ranks_per_node", "mem_gib", "peak_tflops", "intra_gbs",      "inter_gbs",
-    "latency_us",     "mem_gbs", "kernel_us",   "cores_per_node", "act_gbs"};
+    "ranks_per_node", "mem_gib",   "peak_tflops",    "intra_gbs", "inter_gbs", "latency_us",
+    "mem_gbs",        "kernel_us", "cores_per_node", "act_gbs",   "mm_rows",   "mm_rows_half"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -100,7 +116,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         if (k == K_N) {
             set_why(why, why_len, line,
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
-                    "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node)",
+                    "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
+                    "mm_rows, mm_rows_half)",
                     key);
             return -1;
         }
@@ -129,7 +146,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         }
         /* element-wise bandwidth and kernel cost may be 0 (not counted);
          * the rates the model divides by must be positive */
-        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT;
+        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
+                          k == K_ROWS || k == K_ROWS_HALF;
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -139,7 +157,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         }
         double *f[K_N] = {NULL,           &out.mem_gib,    &out.peak_tflops, &out.intra_gbs,
                           &out.inter_gbs, &out.latency_us, &out.mem_gbs,     &out.kernel_us,
-                          NULL,           &out.act_gbs};
+                          NULL,           &out.act_gbs,    &out.mm_rows,     &out.mm_rows_half};
         *f[k] = v;
     }
     *c = out;
@@ -158,9 +176,12 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "mem_gbs = %.6g\n"
                     "kernel_us = %.6g\n"
                     "cores_per_node = %d\n"
-                    "act_gbs = %.6g\n",
+                    "act_gbs = %.6g\n"
+                    "mm_rows = %.6g\n"
+                    "mm_rows_half = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
-                    c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs);
+                    c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
+                    c->mm_rows, c->mm_rows_half);
 }
 
 /* ---- collectives ---- */
@@ -243,6 +264,18 @@ static double price(const msr_plan_cluster_t *c, work_t w)
         ms += w.act / (act * 1e6);
     ms += w.kernels * c->kernel_us / 1e3;
     return ms;
+}
+
+/* What a matrix product of N rows costs per FLOP against the rate
+ * peak_tflops was measured at (mm_rows rows): the rate on N rows is
+ * N / (N + h) of the rate on many (h = mm_rows_half), as --calibrate fits
+ * it; 1 where either key is 0. */
+static double rows_cost(const msr_plan_cluster_t *c, double N)
+{
+    double h = c->mm_rows_half, N0 = c->mm_rows;
+    if (h <= 0 || N0 <= 0 || N <= 0)
+        return 1;
+    return (N + h) / N * (N0 / (N0 + h));
 }
 
 static work_t scale(work_t w, double k)
@@ -328,6 +361,11 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     double S = m->seq / (2.0 * cp), pairs = 2.0 * cp + 1;
     double att = cp > 1 ? 4 * b * pairs * S * S * C : 4 * b * T * T * C;
     p->model_flops_f = cp * (m->layers * (mm + moe_share * router + att) + 2 * N * C * V);
+    /* the products of the blocks and the head have N rows (under sp too:
+     * their input is gathered first); fewer rows than --calibrate measured
+     * run slower per FLOP, priced as more FLOPs at peak_tflops (attention's
+     * products are per head and sequence: not scaled) */
+    double rc = rows_cost(c, N);
 
     double heads_l = NH / t;
     p->attn_f.flops = att / t;
@@ -353,7 +391,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 
     p->layer_f = p->attn_f;
-    p->layer_f.flops += mm / t + moe_share * router;
+    p->layer_f.flops += rc * (mm / t + moe_share * router);
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */
@@ -403,7 +441,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     p->embed_tp_ms = l->sp ? t_scatter(&tpn, act, l->tp) : t_allreduce(&tpn, act, l->tp);
 
     /* the head: final norm, the logits of the rank's V/t, cross-entropy */
-    p->head_f.flops = 2 * N * C * V / t;
+    p->head_f.flops = rc * 2 * N * C * V / t;
     p->head_f.bytes = eb * 2 * Nl * C;
     p->head_f.act = eb * 3 * N * V / t; /* cross-entropy's softmax */
     p->head_f.kernels = 3;

@@ -14,6 +14,12 @@
  *                   second
  *   act_gbs         the same for GELU (tanh)
  *   kernel_us       one call of the smallest matmul (1 x 1 x 1)
+ *   mm_rows         the rows of one micro-batch, which peak_tflops is at
+ *   mm_rows_half    h of the matmuls' rate R N / (N + h) on N rows: a
+ *                   least-squares line of 1 / rate against 1 / N through
+ *                   their rates on half, once and twice mm_rows (where
+ *                   twice fits CALIB_MAX_ROWS); 0 where fewer rows are not
+ *                   slower
  *   latency_us      half a one-element round trip between two ranks, or
  *                   half a one-element allreduce among all of a node's
  *                   ranks at once, the larger
@@ -62,6 +68,7 @@
 /* The buffers the kernels run on. */
 typedef struct calib_bufs {
     int N, C, V, NH, T, B;
+    int N_max; /* the rows the buffers hold: N, or 2 N where that fits */
     float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
     float *mean, *rstd, *att, *scratch;
 } calib_bufs_t;
@@ -171,7 +178,9 @@ static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
         B--;
     b->B = (int)B;
     b->N = (int)(B * o->seq);
-    size_t C = (size_t)b->C, N = (size_t)b->N;
+    /* room for twice the rows, to see the rate change with them */
+    b->N_max = 2 * b->N <= CALIB_MAX_ROWS ? 2 * b->N : b->N;
+    size_t C = (size_t)b->C, N = (size_t)b->N_max;
     size_t wide = 4 * C > (size_t)b->V ? 4 * C : (size_t)b->V; /* the widest output */
     size_t acts = N * (wide > 3 * C ? wide : 3 * C);           /* qkv (N,3C), fc (N,4C) */
     size_t w = C * wide;
@@ -207,7 +216,65 @@ typedef struct calib_compute {
     double mem_bytes_s;    /* the element-wise kernels' bytes moved per second */
     double act_bytes_s;    /* of GELU's */
     double kernel_s;       /* one smallest call, seconds */
+    double rows_half;      /* the matmuls' rate on N rows is N / (N + this) of their
+                            * rate on many (0: no slower on fewer) */
 } calib_compute_t;
+
+/* The FLOP/s of a block's matmuls (L times) and the head's, forward and
+ * backward, on rows rows. */
+static double calib_mm_rate(const calib_bufs_t *b, int rows, double L)
+{
+    /* a block's matmuls, then the head (tied to wte, no bias) */
+    const calib_call_t mm[5] = {{K_MM_FWD, rows, b->C, 3 * b->C},
+                                {K_MM_FWD, rows, b->C, b->C},
+                                {K_MM_FWD, rows, b->C, 4 * b->C},
+                                {K_MM_FWD, rows, 4 * b->C, b->C},
+                                {K_MM_FWD, rows, b->C, b->V}};
+    double flops = 0, secs = 0;
+    for (int i = 0; i < 5; i++) {
+        double per = i < 4 ? L : 1.0; /* per model pass: L blocks, one head */
+        double f = 2.0 * rows * mm[i].IC * mm[i].OC;
+        calib_call_t bwd = mm[i];
+        bwd.kind = K_MM_BWD;
+        flops += per * 3.0 * f; /* forward f, backward 2f */
+        secs += per * (calib_time(b, &mm[i]) + calib_time(b, &bwd));
+    }
+    return flops / secs;
+}
+
+/* h of rate(N) = R N / (N + h), that is 1 / rate = (1 + h / N) / R: a
+ * least-squares line of 1 / rate against 1 / N through the rates at half,
+ * once and (where the buffers hold them) twice the model's rows. 0 where
+ * fewer rows are not slower. */
+static double calib_rows_half(const calib_bufs_t *b, double rate_n, double L)
+{
+    double x[3], y[3];
+    int n = 0;
+    if (b->N >= 2) {
+        x[n] = 1.0 / (b->N / 2);
+        y[n++] = 1.0 / calib_mm_rate(b, b->N / 2, L);
+    }
+    x[n] = 1.0 / b->N;
+    y[n++] = 1.0 / rate_n;
+    if (b->N_max > b->N) {
+        x[n] = 1.0 / b->N_max;
+        y[n++] = 1.0 / calib_mm_rate(b, b->N_max, L);
+    }
+    if (n < 2)
+        return 0;
+    double mx = 0, my = 0;
+    for (int i = 0; i < n; i++) {
+        mx += x[i] / n;
+        my += y[i] / n;
+    }
+    double sxy = 0, sxx = 0;
+    for (int i = 0; i < n; i++) {
+        sxy += (x[i] - mx) * (y[i] - my);
+        sxx += (x[i] - mx) * (x[i] - mx);
+    }
+    double slope = sxx > 0 ? sxy / sxx : 0, icpt = my - slope * mx;
+    return slope > 0 && icpt > 0 ? slope / icpt : 0;
+}
 
 static int calib_compute(const options_t *o, calib_compute_t *r)
 {
@@ -217,22 +284,11 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
         return -1;
     }
     double N = b.N, C = b.C, L = (double)o->layers;
-    /* a block's matmuls, then the head (tied to wte, no bias) */
-    const calib_call_t mm[5] = {{K_MM_FWD, b.N, b.C, 3 * b.C},
-                                {K_MM_FWD, b.N, b.C, b.C},
-                                {K_MM_FWD, b.N, b.C, 4 * b.C},
-                                {K_MM_FWD, b.N, 4 * b.C, b.C},
-                                {K_MM_FWD, b.N, b.C, b.V}};
-    double flops = 0, secs = 0;
-    for (int i = 0; i < 5; i++) {
-        double per = i < 4 ? L : 1.0; /* per model pass: L blocks, one head */
-        double f = 2.0 * N * mm[i].IC * mm[i].OC;
-        calib_call_t bwd = mm[i];
-        bwd.kind = K_MM_BWD;
-        flops += per * 3.0 * f; /* forward f, backward 2f */
-        secs += per * (calib_time(&b, &mm[i]) + calib_time(&b, &bwd));
-    }
-    r->matmul_flops_s = flops / secs;
+    r->matmul_flops_s = calib_mm_rate(&b, b.N, L);
+    double flops =
+        3.0 * L * 2.0 * N * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + 3.0 * 2.0 * N * C * b.V;
+    double secs = flops / r->matmul_flops_s;
+    r->rows_half = calib_rows_half(&b, r->matmul_flops_s, L);
     /* attention: q k^T and the weighted sum of v, 2 B NH T^2 HS each way
      * forward, twice that backward; the time model prices these FLOPs at
      * the same rate as the matmuls', so the rate is of both together */
@@ -508,11 +564,11 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
                       ok ? cc.mem_bytes_s : 0,
                       mem,
                       ok ? cc.act_bytes_s : 0};
-    double maxs[2] = {ok ? cc.kernel_s : 0, (double)rpn};
+    double maxs[3] = {ok ? cc.kernel_s : 0, (double)rpn, ok ? cc.rows_half : 0};
     if (comm != NULL &&
         ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 6, MSR_DTYPE_F64, MSR_OP_MIN)) !=
              MSR_OK ||
-         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 2, MSR_DTYPE_F64, MSR_OP_MAX)) !=
+         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 3, MSR_DTYPE_F64, MSR_OP_MAX)) !=
              MSR_OK)) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
         return -1;
@@ -544,6 +600,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.act_gbs = mins[5] * 1e-9;
     k.c.kernel_us = maxs[0] * 1e6;
     k.c.ranks_per_node = (int)maxs[1];
+    k.c.mm_rows_half = maxs[2];
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
     if (mins[4] > 0) {
         k.c.mem_gib = mins[4];
@@ -566,6 +623,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         k.rows = (CALIB_MAX_ROWS / o->seq) * o->seq;
     if (k.rows < o->seq)
         k.rows = o->seq;
+    k.c.mm_rows = (double)k.rows; /* the rows calib_compute measured at */
     k.ranks = comm != NULL ? msr_comm_size(comm) : 1;
     k.seconds = (double)(msr_now_ns() - t0) * 1e-9;
     *out = k;

@@ -69,14 +69,14 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
     }
     if (o->cluster != NULL) {
         /* rank 0's file: the others need not see it */
-        double v[11] = {0};
+        double v[13] = {0};
         if (job->rank == 0) {
             char why[512];
             msr_plan_cluster_t cl;
             if (msr_plan_cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
                 fprintf(stderr, "train_gpt: %s\n", why);
             } else {
-                double w[11] = {1,
+                double w[13] = {1,
                                 cl.ranks_per_node,
                                 cl.mem_gib,
                                 cl.peak_tflops,
@@ -86,11 +86,13 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
                                 cl.mem_gbs,
                                 cl.act_gbs,
                                 cl.kernel_us,
-                                cl.cores_per_node};
+                                cl.cores_per_node,
+                                cl.mm_rows,
+                                cl.mm_rows_half};
                 memcpy(v, w, sizeof v);
             }
         }
-        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 11, MSR_DTYPE_F64, 0)) != MSR_OK) {
+        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 13, MSR_DTYPE_F64, 0)) != MSR_OK) {
             fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
                     msr_last_error());
             goto out;
@@ -110,6 +112,8 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         c->act_gbs = v[8];
         c->kernel_us = v[9];
         c->cores_per_node = (int)v[10];
+        c->mm_rows = v[11];
+        c->mm_rows_half = v[12];
         *origin_p = o->cluster;
     } else {
         calib_t k;

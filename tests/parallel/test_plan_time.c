@@ -16,7 +16,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->peak_tflops == b->peak_tflops && a->intra_gbs == b->intra_gbs &&
            a->inter_gbs == b->inter_gbs && a->latency_us == b->latency_us &&
            a->mem_gbs == b->mem_gbs && a->act_gbs == b->act_gbs && a->kernel_us == b->kernel_us &&
-           a->cores_per_node == b->cores_per_node;
+           a->cores_per_node == b->cores_per_node && a->mm_rows == b->mm_rows &&
+           a->mm_rows_half == b->mm_rows_half;
 }
 
 static void test_cluster_file(void)
@@ -34,6 +35,9 @@ static void test_cluster_file(void)
     MSR_CHECK(msr_plan_cluster_parse("cores_per_node = 2\nact_gbs = 0.5\n", &c, why, sizeof why) ==
               0);
     MSR_CHECK(c.cores_per_node == 2 && c.act_gbs == 0.5);
+    MSR_CHECK(msr_plan_cluster_parse("mm_rows = 64\nmm_rows_half = 22.5\n", &c, why, sizeof why) ==
+              0);
+    MSR_CHECK(c.mm_rows == 64 && c.mm_rows_half == 22.5);
     /* round trip */
     char text[1024];
     MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
@@ -50,6 +54,7 @@ static void test_cluster_file(void)
         {"peak_tflops = 0\n", "line 1: peak_tflops: must be more than 0"},
         {"intra_gbs = -1\n", "line 1: intra_gbs: must be more than 0"},
         {"kernel_us = -1\n", "line 1: kernel_us: must be 0 or more"},
+        {"mm_rows_half = -2\n", "line 1: mm_rows_half: must be 0 or more"},
         {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
@@ -108,6 +113,39 @@ static void test_flops(void)
     MSR_CHECK(t.tp_comm_ms == 0 && t.pp_comm_ms == 0 && t.dp_comm_ms == 0 && t.bubble_ms == 0);
     MSR_CHECK(t.recompute_ms > 0 && t.recompute_ms < t.step_ms / 3);
     MSR_CHECK(fabs(t.tokens_per_s - 16 * 2048 / (t.step_ms / 1e3)) < 1e-6 * t.tokens_per_s);
+}
+
+/* Matrix products on fewer rows than --calibrate measured cost more per
+ * FLOP: (N + h) / N x N0 / (N0 + h) of their FLOPs at the peak, for the
+ * blocks' and the head's products on N rows; attention's are not scaled,
+ * and at N0 rows nothing changes. */
+static void test_rows_rate(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 256, 8, 8, 4 * 256, 256, 32};
+    msr_plan_cluster_t c0 = flops_only(), c1 = c0;
+    c1.mm_rows = 64;
+    c1.mm_rows_half = 22;
+    const int micro[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        int b = micro[i], M = 16 / b;
+        double N = 32.0 * b, T = 32, C = 256, L = 4;
+        msr_plan_layout_t lay = layout(1, 1, 1, 0, MSR_PLAN_RC_NONE, b, M, MSR_PLAN_1F1B, 1);
+        msr_plan_time_t t0, t1;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c0, &t0);
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c1, &t1);
+        MSR_CHECK(t1.flops == t0.flops); /* the model's FLOPs are the model's */
+        double att = 3 * L * 4 * b * T * T * C * M, mm = t0.flops - att;
+        double rc = (N + 22) / N * (64.0 / 86);
+        double want = (att + rc * mm) / (c1.peak_tflops * 1e9);
+        MSR_CHECK_MSG(fabs(t1.step_ms / want - 1) < 1e-9, "micro-batch %d: %g ms, want %g", b,
+                      t1.step_ms, want);
+        if (b == 1)
+            MSR_CHECK(t1.step_ms > 1.1 * t0.step_ms);
+        if (b == 2)
+            MSR_CHECK(fabs(t1.step_ms / t0.step_ms - 1) < 1e-12);
+        if (b == 4)
+            MSR_CHECK(t1.step_ms < t0.step_ms);
+    }
 }
 
 /* The bubble: with a vocabulary and positions too small to weigh, every
@@ -257,11 +295,9 @@ static void test_cp_terms(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cluster_file", test_cluster_file, 10},
-    {"flops", test_flops, 10},
-    {"bubble", test_bubble, 10},
-    {"comm_terms", test_comm_terms, 10},
-    {"cp_terms", test_cp_terms, 10},
+    {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
+    {"rows_rate", test_rows_rate, 10},       {"bubble", test_bubble, 10},
+    {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
 };
 
 int main(int argc, char **argv)

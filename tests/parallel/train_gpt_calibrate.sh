@@ -22,6 +22,7 @@ fail() {
     exit 1
 }
 small=(--layers 2 --channels 32 --heads 2 --seq 16 --micro-batch 4)
+mb=4 seq=16 # of small
 
 msrun_n() { # msrun_n N ARGS...
     local n=$1 job=calib-$$-$RANDOM
@@ -51,9 +52,16 @@ for k in mem_gib peak_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us core
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
+
+# the matmuls' rows: one micro-batch's (small's micro-batch x seq); the
+# half-rate rows a number, 0 or more
+rows=$(value mm_rows "$work/c2")
+[[ $rows == $((mb * seq)) ]] || fail "mm_rows = $rows, want $((mb * seq)): $(cat "$work/c2")"
+half=$(value mm_rows_half "$work/c2")
+awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "mm_rows_half = '$half'"
 
 # alone
 timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||
