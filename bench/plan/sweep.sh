@@ -8,7 +8,7 @@
 # tokens/s of the plan --auto takes (the search's first over the whole
 # space, run through train_gpt --auto) against the best measured layout.
 #
-# The sweep's space: every factorization dp x tp x pp of the world, sp,
+# The sweep's space: every factorization dp x tp x pp x cp of the world, sp,
 # every ZeRO stage, every schedule and virtual-stage count the runtime
 # accepts, at micro-batch 2 without recompute (the full space, with every
 # micro-batch and recompute mode, is several thousand runs: --auto still
@@ -248,7 +248,7 @@ for (w, si), rows in sorted(groups.items()):
             auto_layout, auto_plan = took, want
             continue
         layout = " ".join(x for x in f[8:] if x.split("=")[0] in
-                          ("dp", "tp", "pp", "sp", "zero", "schedule", "virtual_stages",
+                          ("dp", "tp", "pp", "cp", "sp", "zero", "schedule", "virtual_stages",
                            "pp_layers", "grad_accum"))
         if f[4] == "failed":
             failed += 1
