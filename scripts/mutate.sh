@@ -1386,4 +1386,13 @@ test: ^gpu_fake_nccl_np3$
                 mine = gpu_settle(gc, gc->nc, deadline);
 >>>
 
+@ plan.time.rows_cost_ignored
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    return (N + h) / N * (N0 / (N0 + h));
+===
+    return (N + h) / N;
+>>>
+
 __END__
