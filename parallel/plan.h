@@ -196,6 +196,10 @@ typedef struct msr_plan_cluster {
                           * N / (N + h) of its rate on many rows; with mm_rows, a
                           * product of N rows costs (N + h) / N x mm_rows /
                           * (mm_rows + h) of its FLOPs at peak_tflops (0: none) */
+    double attn_tflops;  /* attn_tflops: attention's products and softmax, its own
+                          * kernels' rate (0: peak_tflops) */
+    double ring_tflops;  /* ring_tflops: the same for context parallel's ring, a
+                          * pair of chunks at a time (0: attn_tflops) */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:

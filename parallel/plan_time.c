@@ -39,6 +39,8 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->act_gbs = 0;
     c->mm_rows = 0;
     c->mm_rows_half = 0;
+    c->attn_tflops = 0;
+    c->ring_tflops = 0;
 }
 
 enum {
@@ -54,11 +56,14 @@ enum {
     K_ACT,
     K_ROWS,
     K_ROWS_HALF,
+    K_ATTN,
+    K_RING,
     K_N
 };
 static const char *const key_names[K_N] = {
-    "ranks_per_node", "mem_gib",   "peak_tflops",    "intra_gbs", "inter_gbs", "latency_us",
-    "mem_gbs",        "kernel_us", "cores_per_node", "act_gbs",   "mm_rows",   "mm_rows_half"};
+    "ranks_per_node", "mem_gib",      "peak_tflops", "intra_gbs",      "inter_gbs",
+    "latency_us",     "mem_gbs",      "kernel_us",   "cores_per_node", "act_gbs",
+    "mm_rows",        "mm_rows_half", "attn_tflops", "ring_tflops"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -117,7 +122,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
             set_why(why, why_len, line,
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
                     "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
-                    "mm_rows, mm_rows_half)",
+                    "mm_rows, mm_rows_half, attn_tflops, ring_tflops)",
                     key);
             return -1;
         }
@@ -147,7 +152,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         /* element-wise bandwidth and kernel cost may be 0 (not counted);
          * the rates the model divides by must be positive */
         int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
-                          k == K_ROWS || k == K_ROWS_HALF;
+                          k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING;
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -155,9 +160,20 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                     key);
             return -1;
         }
-        double *f[K_N] = {NULL,           &out.mem_gib,    &out.peak_tflops, &out.intra_gbs,
-                          &out.inter_gbs, &out.latency_us, &out.mem_gbs,     &out.kernel_us,
-                          NULL,           &out.act_gbs,    &out.mm_rows,     &out.mm_rows_half};
+        double *f[K_N] = {NULL,
+                          &out.mem_gib,
+                          &out.peak_tflops,
+                          &out.intra_gbs,
+                          &out.inter_gbs,
+                          &out.latency_us,
+                          &out.mem_gbs,
+                          &out.kernel_us,
+                          NULL,
+                          &out.act_gbs,
+                          &out.mm_rows,
+                          &out.mm_rows_half,
+                          &out.attn_tflops,
+                          &out.ring_tflops};
         *f[k] = v;
     }
     *c = out;
@@ -178,10 +194,12 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "cores_per_node = %d\n"
                     "act_gbs = %.6g\n"
                     "mm_rows = %.6g\n"
-                    "mm_rows_half = %.6g\n",
+                    "mm_rows_half = %.6g\n"
+                    "attn_tflops = %.6g\n"
+                    "ring_tflops = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
                     c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
-                    c->mm_rows, c->mm_rows_half);
+                    c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops);
 }
 
 /* ---- collectives ---- */
@@ -252,11 +270,26 @@ static double t_p2p(const net_t *x, double bytes)
 /* Work in the three currencies, priced by the cluster. */
 typedef struct work {
     double flops, bytes, act, kernels; /* act: bytes of exp/tanh kernels */
+    double aflops;                     /* attention's FLOPs (its own kernels) */
+    double rflops;                     /* ring attention's (cp: block pairs) */
 } work_t;
+
+/* The rates of attention's FLOPs: the cluster's own, or the matrix
+ * products' where it gives none. */
+static double attn_rate(const msr_plan_cluster_t *c)
+{
+    return c->attn_tflops > 0 ? c->attn_tflops : c->peak_tflops;
+}
+
+static double ring_rate(const msr_plan_cluster_t *c)
+{
+    return c->ring_tflops > 0 ? c->ring_tflops : attn_rate(c);
+}
 
 static double price(const msr_plan_cluster_t *c, work_t w)
 {
     double ms = w.flops / (c->peak_tflops * 1e9);
+    ms += w.aflops / (attn_rate(c) * 1e9) + w.rflops / (ring_rate(c) * 1e9);
     if (c->mem_gbs > 0)
         ms += w.bytes / (c->mem_gbs * 1e6);
     double act = c->act_gbs > 0 ? c->act_gbs : c->mem_gbs;
@@ -281,6 +314,8 @@ static double rows_cost(const msr_plan_cluster_t *c, double N)
 static work_t scale(work_t w, double k)
 {
     w.flops *= k;
+    w.aflops *= k;
+    w.rflops *= k;
     w.bytes *= k;
     w.act *= k;
     w.kernels *= k;
@@ -290,6 +325,8 @@ static work_t scale(work_t w, double k)
 static work_t add(work_t a, work_t b)
 {
     a.flops += b.flops;
+    a.aflops += b.aflops;
+    a.rflops += b.rflops;
     a.bytes += b.bytes;
     a.act += b.act;
     a.kernels += b.kernels;
@@ -368,14 +405,16 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     double rc = rows_cost(c, N);
 
     double heads_l = NH / t;
-    p->attn_f.flops = att / t;
+    /* at attention's own rate: the full kernel's, or under cp the ring's
+     * block pairs' (smaller products, the online softmax's rescaling) */
+    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
     /* the softmax inside the attention kernel is priced with it: the rate
      * --calibrate measures for attention is the whole kernel's */
     p->attn_f.kernels = 2 * b * heads_l * (cp > 1 ? pairs : 1) + 1; /* two products a head */
     p->gelu_f.act = eb * 2 * N * F / t;
     p->gelu_f.kernels = 1;
     if (cp > 1) {
-        p->attn_b_more.flops = 0.5 * p->attn_f.flops;
+        p->attn_b_more.rflops = 0.5 * p->attn_f.rflops;
         p->attn_b_more.kernels = b * heads_l * pairs;
         /* the ring (parallel/mp_cp.c): forward, cp - 1 K/V blocks (N, 2C/t)
          * each sent while a ring step's attention computes, exposed only
@@ -645,7 +684,7 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                     : 0;
     double micros_all = (double)l.dp * l.micros;
     /* the ring's backward: five products a chunk pair, not four */
-    double ring_b = cp * m->layers * p.attn_b_more.flops * l.tp;
+    double ring_b = cp * m->layers * p.attn_b_more.rflops * l.tp;
     out->flops = micros_all * (3 * fwd + rc + ring_b);
 
     /* the pipeline, and what each cost adds to it */

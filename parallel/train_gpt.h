@@ -117,9 +117,9 @@ enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_
 typedef struct calib {
     msr_plan_cluster_t c;
     unsigned measured;
-    double matmul_tflops, attn_tflops; /* of c.peak_tflops, each alone (for the record) */
-    int64_t rows;                      /* the matmuls' rows */
-    size_t comm_bytes;                 /* the allreduce's size */
+    double blend_tflops; /* the matmuls and attention of a pass together (for the record) */
+    int64_t rows;        /* the matmuls' rows */
+    size_t comm_bytes;   /* the allreduce's size */
     int ranks;
     double seconds; /* the calibration took */
 } calib_t;

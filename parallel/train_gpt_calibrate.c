@@ -2,13 +2,15 @@
  * model (parallel/plan.h's cluster, docs/plan.md "Calibrate") through
  * train_gpt's own kernels and communicator, a few seconds in all:
  *
- *   peak_tflops     the FLOPs of a forward and backward pass over the time
- *                   train_gpt's kernels take for them at the model's shapes
- *                   on one micro-batch: msr_matmul_forward/backward for a
- *                   block's qkv, attproj, fc, fcproj (L times) and the
- *                   head, and msr_attention_forward/backward (L times),
- *                   counted as the time model counts them; every rank at
- *                   once, as in training
+ *   peak_tflops     the matmuls' FLOPs of a forward and backward pass over
+ *                   the time train_gpt's kernels take for them at the
+ *                   model's shapes on one micro-batch: msr_matmul_forward/
+ *                   backward for a block's qkv, attproj, fc, fcproj (L
+ *                   times) and the head, counted as the time model counts
+ *                   them; every rank at once, as in training
+ *   attn_tflops     the same for msr_attention_forward/backward
+ *   ring_tflops     the same for msr_attention_ring_forward/backward on a
+ *                   pair of chunks of T / 4 positions (cp 2's)
  *   mem_gbs         the element-wise kernels (layernorm, residual) at the
  *                   model's activation shapes: bytes read and written per
  *                   second
@@ -213,6 +215,7 @@ typedef struct calib_compute {
     double flops_s;        /* the matmuls' and attention's FLOPs of a pass, per second */
     double matmul_flops_s; /* the matmuls' alone */
     double attn_flops_s;   /* attention's (its own loops), FLOP/s */
+    double ring_flops_s;   /* ring attention's, a pair of chunks of T / 4 positions */
     double mem_bytes_s;    /* the element-wise kernels' bytes moved per second */
     double act_bytes_s;    /* of GELU's */
     double kernel_s;       /* one smallest call, seconds */
@@ -240,6 +243,57 @@ static double calib_mm_rate(const calib_bufs_t *b, int rows, double L)
         secs += per * (calib_time(b, &mm[i]) + calib_time(b, &bwd));
     }
     return flops / secs;
+}
+
+/* Ring attention (context parallel): one pair of chunks of S = T / 4
+ * positions (cp 2's), every key before every query so nothing is masked,
+ * forward and backward, as the time model counts them (4 S^2 C a
+ * sequence forward, 2.5 times that backward); FLOP/s, or 0 when out of
+ * memory. Runs on the buffers' (B, T, 3C) input. */
+static double calib_ring_rate(const calib_bufs_t *b)
+{
+    int S = b->T / 4 > 0 ? b->T / 4 : 1, C = b->C, NH = b->NH;
+    size_t sn = (size_t)S * (size_t)NH;
+    int *pos = msr_malloc(2 * (size_t)S * sizeof *pos);
+    float *st = msr_malloc(5 * sn * sizeof *st);
+    float *scratch = msr_malloc(2 * (size_t)S * (size_t)S * sizeof *scratch);
+    float *dkv = msr_calloc((size_t)S * 2 * (size_t)C, sizeof *dkv);
+    double rate = 0;
+    if (pos != NULL && st != NULL && scratch != NULL && dkv != NULL) {
+        int *kpos = pos, *qpos = pos + S;
+        for (int i = 0; i < S; i++) {
+            kpos[i] = i;
+            qpos[i] = S + i;
+        }
+        float *mx = st, *sum = st + sn, *lse = st + 2 * sn, *delta = st + 3 * sn;
+        for (size_t i = 0; i < sn; i++) {
+            mx[i] = -INFINITY;
+            sum[i] = 0.0f;
+            lse[i] = 1.0f;
+            delta[i] = 0.1f;
+        }
+        /* q from the input's q columns; k and v packed as the ring sends
+         * them (stride 2C), here the input's k and v columns (stride 3C) */
+        const float *q = b->inp, *k = b->inp + C, *v = b->inp + 2 * C;
+        double f = 4.0 * S * S * C, t0 = msr_now_ns();
+        int reps = 0;
+        uint64_t until = msr_now_ns() + 3 * CALIB_ROUND_NS;
+        do { /* warm, then time rounds until three have passed */
+            msr_attention_ring_forward(b->out, mx, sum, q, 3 * C, qpos, S, k, v, 3 * C, kpos, S, C,
+                                       NH, scratch);
+            msr_attention_ring_backward(b->dinp, 3 * C, dkv, dkv + C, 2 * C, b->dout, q, k, v, lse,
+                                        delta, qpos, S, kpos, S, C, NH, scratch);
+            if (reps++ == 0)
+                t0 = msr_now_ns();
+        } while (msr_now_ns() < until || reps < 3);
+        double secs = (msr_now_ns() - t0) * 1e-9 / (reps - 1);
+        rate = secs > 0 ? 3.5 * f / secs : 0;
+    }
+    msr_free(pos);
+    msr_free(st);
+    msr_free(scratch);
+    msr_free(dkv);
+    return rate;
 }
 
 /* h of rate(N) = R N / (N + h), that is 1 / rate = (1 + h / N) / R: a
@@ -297,6 +351,12 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
     double atts = calib_time(&b, &af) + calib_time(&b, &ab);
     r->attn_flops_s = 3.0 * attf / atts;
     r->flops_s = (flops + L * 3.0 * attf) / (secs + L * atts);
+    r->ring_flops_s = calib_ring_rate(&b);
+    if (r->ring_flops_s <= 0) {
+        calib_bufs_free(&b);
+        fprintf(stderr, "train_gpt: --calibrate: out of memory for the ring's buffers\n");
+        return -1;
+    }
     /* element-wise: bytes each call reads and writes (fp32) */
     double nc = N * C;
     const struct {
@@ -558,22 +618,23 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
     double mem = calib_mem_gib(rpn);
     /* the slowest rank's rates, the largest costs; a failed rank sends 0 */
-    double mins[6] = {ok ? cc.flops_s : 0,
+    double mins[7] = {ok ? cc.flops_s : 0,
                       ok ? cc.matmul_flops_s : 0,
                       ok ? cc.attn_flops_s : 0,
                       ok ? cc.mem_bytes_s : 0,
                       mem,
-                      ok ? cc.act_bytes_s : 0};
+                      ok ? cc.act_bytes_s : 0,
+                      ok ? cc.ring_flops_s : 0};
     double maxs[3] = {ok ? cc.kernel_s : 0, (double)rpn, ok ? cc.rows_half : 0};
     if (comm != NULL &&
-        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 6, MSR_DTYPE_F64, MSR_OP_MIN)) !=
+        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 7, MSR_DTYPE_F64, MSR_OP_MIN)) !=
              MSR_OK ||
          (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 3, MSR_DTYPE_F64, MSR_OP_MAX)) !=
              MSR_OK)) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
         return -1;
     }
-    if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0))
+    if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0 && mins[6] > 0))
         return -1; /* a rank ran out of memory and said so */
     /* the union of the ranks' cores (nodes alike: the world's union) */
     int32_t *cpus = msr_calloc(CALIB_CPUS, sizeof *cpus);
@@ -593,9 +654,11 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         cores += cpus[i] != 0;
     msr_free(cpus);
     k.c.cores_per_node = cores;
-    k.c.peak_tflops = mins[0] * 1e-12;
-    k.matmul_tflops = mins[1] * 1e-12;
-    k.attn_tflops = mins[2] * 1e-12;
+    /* the products at their own rate, attention and its ring at theirs */
+    k.c.peak_tflops = mins[1] * 1e-12;
+    k.c.attn_tflops = mins[2] * 1e-12;
+    k.c.ring_tflops = mins[6] * 1e-12;
+    k.blend_tflops = mins[0] * 1e-12;
     k.c.mem_gbs = mins[3] * 1e-9;
     k.c.act_gbs = mins[5] * 1e-9;
     k.c.kernel_us = maxs[0] * 1e6;
@@ -661,9 +724,9 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
                      "# train_gpt --calibrate: %d ranks, %d per node, %.1f s; kernels at layers "
                      "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
                      " rows; allreduce of %zu bytes\n"
-                     "# of peak_tflops: the matmuls alone %.4g TFLOP/s, attention alone %.4g\n",
+                     "# a pass's matmuls and attention together: %.4g TFLOP/s\n",
                      k->ranks, k->c.ranks_per_node, k->seconds, o->layers, o->channels, o->heads,
-                     o->seq, k->rows, k->comm_bytes, k->matmul_tflops, k->attn_tflops);
+                     o->seq, k->rows, k->comm_bytes, k->blend_tflops);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;

@@ -69,14 +69,14 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
     }
     if (o->cluster != NULL) {
         /* rank 0's file: the others need not see it */
-        double v[13] = {0};
+        double v[15] = {0};
         if (job->rank == 0) {
             char why[512];
             msr_plan_cluster_t cl;
             if (msr_plan_cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
                 fprintf(stderr, "train_gpt: %s\n", why);
             } else {
-                double w[13] = {1,
+                double w[15] = {1,
                                 cl.ranks_per_node,
                                 cl.mem_gib,
                                 cl.peak_tflops,
@@ -88,11 +88,13 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
                                 cl.kernel_us,
                                 cl.cores_per_node,
                                 cl.mm_rows,
-                                cl.mm_rows_half};
+                                cl.mm_rows_half,
+                                cl.attn_tflops,
+                                cl.ring_tflops};
                 memcpy(v, w, sizeof v);
             }
         }
-        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 13, MSR_DTYPE_F64, 0)) != MSR_OK) {
+        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 15, MSR_DTYPE_F64, 0)) != MSR_OK) {
             fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
                     msr_last_error());
             goto out;
@@ -114,6 +116,8 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         c->cores_per_node = (int)v[10];
         c->mm_rows = v[11];
         c->mm_rows_half = v[12];
+        c->attn_tflops = v[13];
+        c->ring_tflops = v[14];
         *origin_p = o->cluster;
     } else {
         calib_t k;

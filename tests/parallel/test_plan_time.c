@@ -17,7 +17,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->inter_gbs == b->inter_gbs && a->latency_us == b->latency_us &&
            a->mem_gbs == b->mem_gbs && a->act_gbs == b->act_gbs && a->kernel_us == b->kernel_us &&
            a->cores_per_node == b->cores_per_node && a->mm_rows == b->mm_rows &&
-           a->mm_rows_half == b->mm_rows_half;
+           a->mm_rows_half == b->mm_rows_half && a->attn_tflops == b->attn_tflops &&
+           a->ring_tflops == b->ring_tflops;
 }
 
 static void test_cluster_file(void)
@@ -146,6 +147,39 @@ static void test_rows_rate(void)
         if (b == 4)
             MSR_CHECK(t1.step_ms < t0.step_ms);
     }
+}
+
+/* Attention at its own rate (attn_tflops), and context parallel's ring
+ * attention at the ring's (ring_tflops); either 0 falls back. */
+static void test_attn_rates(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 2, 64, 4, 4, 4 * 64, 256, 256};
+    msr_plan_cluster_t c = flops_only(), half = c, ring = c, both = c;
+    half.attn_tflops = c.peak_tflops / 2;
+    ring.ring_tflops = c.peak_tflops / 4;
+    both.attn_tflops = c.peak_tflops / 2;
+    both.ring_tflops = c.peak_tflops / 4;
+    msr_plan_time_t t, th, tr, tb;
+    /* one rank: the extra time is attention's FLOPs once more at the peak */
+    msr_plan_layout_t lay = layout(1, 1, 1, 0, MSR_PLAN_RC_NONE, 2, 8, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &half, &th);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ring, &tr);
+    double att = 3.0 * 2 * 4 * 2 * 256.0 * 256 * 64 * 8; /* fwd + 2 bwd, L 2, b 2, M 8 */
+    MSR_CHECK_MSG(fabs((th.step_ms - t.step_ms) / (att / (c.peak_tflops * 1e9)) - 1) < 1e-9,
+                  "%g ms more, want %g", th.step_ms - t.step_ms, att / (c.peak_tflops * 1e9));
+    MSR_CHECK(tr.step_ms == t.step_ms); /* no ring without cp */
+    /* cp 2: the ring's rate, not attention's, once given */
+    lay = layout(1, 1, 1, 0, MSR_PLAN_RC_NONE, 2, 8, MSR_PLAN_1F1B, 1);
+    lay.cp = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &half, &th);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ring, &tr);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &both, &tb);
+    MSR_CHECK(th.step_ms > t.step_ms); /* no ring rate: attention's */
+    MSR_CHECK(tr.step_ms > th.step_ms);
+    MSR_CHECK(fabs(tb.step_ms / tr.step_ms - 1) < 1e-12); /* the ring's set: attention's unused */
+    MSR_CHECK(tb.flops == t.flops);
 }
 
 /* The bubble: with a vocabulary and positions too small to weigh, every
@@ -295,9 +329,13 @@ static void test_cp_terms(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
-    {"rows_rate", test_rows_rate, 10},       {"bubble", test_bubble, 10},
-    {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
+    {"cluster_file", test_cluster_file, 10},
+    {"flops", test_flops, 10},
+    {"rows_rate", test_rows_rate, 10},
+    {"attn_rates", test_attn_rates, 10},
+    {"bubble", test_bubble, 10},
+    {"comm_terms", test_comm_terms, 10},
+    {"cp_terms", test_cp_terms, 10},
 };
 
 int main(int argc, char **argv)

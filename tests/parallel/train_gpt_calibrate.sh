@@ -48,11 +48,11 @@ msrun_n 2 "${small[@]}" --calibrate "$work/c2" >"$work/out" 2>"$work/err" ||
 grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s inside a node; wrote" \
     "$work/err" || fail "no summary line: $(cat "$work/err")"
 [[ $(value ranks_per_node "$work/c2") == 2 ]] || fail "ranks_per_node: $(cat "$work/c2")"
-for k in mem_gib peak_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c2"; done
+for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c2"; done
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -67,7 +67,7 @@ awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "mm_rows_h
 timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||
     fail "--calibrate alone: $(cat "$work/err")"
 [[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
-for k in mem_gib peak_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
+for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
 for k in latency_us intra_gbs inter_gbs; do
     grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
 done
