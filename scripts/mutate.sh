@@ -1395,4 +1395,13 @@ test: ^test_parallel_plan_time$
     return (N + h) / N;
 >>>
 
+@ plan.time.ring_at_attention_rate
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
+===
+    p->attn_f.aflops = att / t;
+>>>
+
 __END__
