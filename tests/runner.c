@@ -29,22 +29,29 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int run_one(const msr_test_t *t)
+/* Runs test (void: exits 0 unless a check fails) or fn (exits with what it
+ * returns) in a child of its own process group, killed with the group after
+ * timeout seconds; *took the seconds it ran. Returns its wait status, -1
+ * when fork or waitpid failed (said), -2 when it timed out. */
+static int run_child(void (*test)(void), int (*fn)(void), int timeout, double *took)
 {
-    int timeout = t->timeout_s > 0 ? t->timeout_s : 30;
     double start = now_s();
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
         perror("fork");
-        return 1;
+        return -1;
     }
     if (pid == 0) {
         setpgid(0, 0);
-        t->fn();
+        int rc = 0;
+        if (fn != NULL)
+            rc = fn();
+        else
+            test();
         fflush(stdout);
-        _exit(0);
+        _exit(rc);
     }
     setpgid(pid, pid);
     int status = 0, timed_out = 0;
@@ -54,7 +61,8 @@ static int run_one(const msr_test_t *t)
             break;
         if (r < 0 && errno != EINTR) {
             perror("waitpid");
-            return 1;
+            kill(-pid, SIGKILL);
+            return -1;
         }
         if (now_s() - start > timeout) {
             timed_out = 1;
@@ -65,10 +73,37 @@ static int run_one(const msr_test_t *t)
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    /* Whatever the test left in its process group goes too. */
+    /* Whatever the child left in its process group goes too. */
     kill(-pid, SIGKILL);
-    double took = now_s() - start;
-    if (timed_out) {
+    *took = now_s() - start;
+    return timed_out ? -2 : status;
+}
+
+int msr_test_run_in_child(int (*fn)(void), int timeout_s)
+{
+    double took;
+    int status = run_child(NULL, fn, timeout_s, &took);
+    if (status == -1)
+        return 1;
+    if (status == -2) {
+        printf("FAIL: timed out after %d s in a child\n", timeout_s);
+        return 1;
+    }
+    if (WIFSIGNALED(status)) {
+        printf("FAIL: a child was killed by signal %d\n", WTERMSIG(status));
+        return 1;
+    }
+    return WEXITSTATUS(status);
+}
+
+static int run_one(const msr_test_t *t)
+{
+    int timeout = t->timeout_s > 0 ? t->timeout_s : 30;
+    double took = 0;
+    int status = run_child(t->fn, NULL, timeout, &took);
+    if (status == -1)
+        return 1;
+    if (status == -2) {
         printf("FAIL %-40s timed out after %d s\n", t->name, timeout);
         return 1;
     }

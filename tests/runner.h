@@ -28,6 +28,12 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n);
 #define MSR_TEST_MAIN(argc, argv, table) \
     msr_test_main((argc), (argv), (table), sizeof(table) / sizeof((table)[0]))
 
+/* Runs fn in a child process with a timeout, as a test runs, and returns
+ * its exit status (1, said on stdout, where it crashes or times out): for
+ * what must not happen in the runner's own process (setting CUDA up, which
+ * a forked child could then not use). */
+int msr_test_run_in_child(int (*fn)(void), int timeout_s);
+
 /* Reports a failed check and ends the test's process. */
 void msr_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

@@ -5,13 +5,10 @@
  * 1e-4 relative). Needs a GPU: where this machine has none (no device, or
  * no driver at all) it prints why and exits 77 (ctest counts it skipped);
  * any other CUDA error (an old driver, say) fails it. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -171,44 +168,25 @@ static const msr_test_t tests[] = {
     {"train_10_steps", test_train_10_steps, 120},
 };
 
-/* Asks CUDA for a device in a child: the runner forks each test, and a
- * child of a process that has set CUDA up cannot use it
- * (cudaErrorInitializationError), so this process never touches CUDA.
- * 0: a GPU; SKIP: none on this machine; 1: a GPU that CUDA cannot use. */
+/* Asks CUDA for a device, in a child (msr_test_run_in_child): the runner
+ * forks each test, and a child of a process that has set CUDA up cannot
+ * use it (cudaErrorInitializationError), so this process never touches
+ * CUDA. 0: a GPU; SKIP: none on this machine; 1: a GPU that CUDA cannot
+ * use. */
 static int probe(void)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        return 1;
-    }
-    if (pid == 0) {
-        int count = 0;
-        msr_status_t st = msr_cuda_device_count(&count);
-        if (st == MSR_ERR_UNSUPPORTED) /* no GPU on this machine */
-            printf("skip: %s\n", msr_err_msg());
-        else if (st != MSR_OK) /* a GPU that CUDA cannot use is a failure */
-            printf("FAIL: %s\n", msr_err_msg());
-        fflush(stdout);
-        _exit(st == MSR_OK ? 0 : st == MSR_ERR_UNSUPPORTED ? SKIP : 1);
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) {
-            perror("waitpid");
-            return 1;
-        }
-    if (!WIFEXITED(status)) {
-        printf("FAIL: the CUDA probe died (status %d)\n", status);
-        return 1;
-    }
-    return WEXITSTATUS(status);
+    int count = 0;
+    msr_status_t st = msr_cuda_device_count(&count);
+    if (st == MSR_ERR_UNSUPPORTED) /* no GPU on this machine */
+        printf("skip: %s\n", msr_err_msg());
+    else if (st != MSR_OK) /* a GPU that CUDA cannot use is a failure */
+        printf("FAIL: %s\n", msr_err_msg());
+    return st == MSR_OK ? 0 : st == MSR_ERR_UNSUPPORTED ? SKIP : 1;
 }
 
 int main(int argc, char **argv)
 {
-    int rc = probe();
+    int rc = msr_test_run_in_child(probe, 120);
     if (rc != 0)
         return rc;
     return MSR_TEST_MAIN(argc, argv, tests);
