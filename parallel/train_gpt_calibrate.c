@@ -73,6 +73,12 @@ typedef struct calib_bufs {
     int N_max; /* the rows the buffers hold: N, or 2 N where that fits */
     float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
     float *mean, *rstd, *att, *scratch;
+    /* ring attention (cp): one pair of chunks of S = T / 4 positions (cp
+     * 2's), every key before every query; the running max, sum, lse and
+     * delta (S, NH) each; the key and value gradients (S, 2C) */
+    int S;
+    int *ring_pos; /* keys' positions, then the queries' */
+    float *ring_stat, *ring_dkv;
 } calib_bufs_t;
 
 /* One kernel call to time: which, and its matmul sizes. */
@@ -86,6 +92,8 @@ typedef enum calib_kind {
     K_GELU_FWD,
     K_GELU_BWD,
     K_RESIDUAL,
+    K_RING_FWD,
+    K_RING_BWD,
 } calib_kind_t;
 
 typedef struct calib_call {
@@ -121,6 +129,24 @@ static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
     case K_GELU_FWD:
         msr_gelu_forward(b->out, b->inp, 4 * nc);
         break;
+    case K_RING_FWD:
+    case K_RING_BWD: {
+        /* q from the input's q columns, k and v from its k and v columns
+         * (the ring sends them packed: stride 2C, here 3C) */
+        int S = b->S, C = b->C, NH = b->NH;
+        size_t sn = (size_t)S * (size_t)NH;
+        const float *q = b->inp, *kk = b->inp + C, *v = b->inp + 2 * C;
+        const int *kpos = b->ring_pos, *qpos = b->ring_pos + S;
+        float *st = b->ring_stat;
+        if (k->kind == K_RING_FWD)
+            msr_attention_ring_forward(b->out, st, st + sn, q, 3 * C, qpos, S, kk, v, 3 * C, kpos,
+                                       S, C, NH, b->scratch);
+        else
+            msr_attention_ring_backward(b->dinp, 3 * C, b->ring_dkv, b->ring_dkv + C, 2 * C,
+                                        b->dout, q, kk, v, st + 2 * sn, st + 3 * sn, qpos, S, kpos,
+                                        S, C, NH, b->scratch);
+        break;
+    }
     case K_GELU_BWD:
         msr_gelu_backward(b->dinp, b->inp, b->dout, 4 * nc);
         break;
@@ -156,12 +182,15 @@ static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
 
 static void calib_bufs_free(calib_bufs_t *b)
 {
-    float **all[] = {&b->inp,     &b->weight, &b->bias, &b->out,  &b->dout, &b->dinp,
-                     &b->dweight, &b->dbias,  &b->mean, &b->rstd, &b->att,  &b->scratch};
+    float **all[] = {&b->inp,  &b->weight,  &b->bias,      &b->out,     &b->dout,
+                     &b->dinp, &b->dweight, &b->dbias,     &b->mean,    &b->rstd,
+                     &b->att,  &b->scratch, &b->ring_stat, &b->ring_dkv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         msr_free(*all[i]);
         *all[i] = NULL;
     }
+    msr_free(b->ring_pos);
+    b->ring_pos = NULL;
 }
 
 /* Buffers for the model's shapes: N rows of one micro-batch (at most
@@ -187,9 +216,20 @@ static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
     size_t acts = N * (wide > 3 * C ? wide : 3 * C);           /* qkv (N,3C), fc (N,4C) */
     size_t w = C * wide;
     size_t att = (size_t)b->B * (size_t)b->NH * (size_t)b->T * (size_t)b->T;
-    float **bufs[] = {&b->inp,  &b->out,   &b->dout, &b->dinp, &b->weight, &b->dweight,
-                      &b->bias, &b->dbias, &b->mean, &b->rstd, &b->att,    &b->scratch};
-    size_t sizes[] = {acts, acts, acts, acts, w, w, wide, wide, N, N, att, (size_t)b->T * b->T};
+    b->S = b->T / 4 > 0 ? b->T / 4 : 1; /* its scratch, 2 S^2, fits T^2 */
+    size_t S = (size_t)b->S, sn = S * (size_t)b->NH;
+    float **bufs[] = {&b->inp,     &b->out,     &b->dout,      &b->dinp,    &b->weight,
+                      &b->dweight, &b->bias,    &b->dbias,     &b->mean,    &b->rstd,
+                      &b->att,     &b->scratch, &b->ring_stat, &b->ring_dkv};
+    size_t sizes[] = {acts,   acts,     acts, acts, w,   w,
+                      wide,   wide,     N,    N,    att, (size_t)b->T * b->T,
+                      4 * sn, 2 * S * C};
+    if ((b->ring_pos = msr_malloc(2 * S * sizeof *b->ring_pos)) == NULL)
+        return -1;
+    for (size_t i = 0; i < S; i++) {
+        b->ring_pos[i] = (int)i;           /* the keys */
+        b->ring_pos[S + i] = (int)(S + i); /* the queries, after them */
+    }
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if ((*bufs[i] = msr_malloc(sizes[i] * sizeof(float))) == NULL) {
             calib_bufs_free(b);
@@ -200,6 +240,10 @@ static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
     }
     for (size_t j = 0; j < N; j++)
         b->rstd[j] = 1.0f;
+    for (size_t i = 0; i < sn; i++) { /* max, sum: nothing folded yet */
+        b->ring_stat[i] = -INFINITY;
+        b->ring_stat[sn + i] = 0.0f;
+    }
     /* the attention probabilities: each row a distribution */
     memset(b->att, 0, att * sizeof(float));
     for (size_t r = 0; r < att / (size_t)b->T; r++) {
@@ -224,8 +268,10 @@ typedef struct calib_compute {
 } calib_compute_t;
 
 /* The FLOP/s of a block's matmuls (L times) and the head's, forward and
- * backward, on rows rows. */
-static double calib_mm_rate(const calib_bufs_t *b, int rows, double L)
+ * backward, on rows rows; their FLOPs and seconds in *flops_p, *secs_p
+ * where not NULL. */
+static double calib_mm_rate(const calib_bufs_t *b, int rows, double L, double *flops_p,
+                            double *secs_p)
 {
     /* a block's matmuls, then the head (tied to wte, no bias) */
     const calib_call_t mm[5] = {{K_MM_FWD, rows, b->C, 3 * b->C},
@@ -242,58 +288,11 @@ static double calib_mm_rate(const calib_bufs_t *b, int rows, double L)
         flops += per * 3.0 * f; /* forward f, backward 2f */
         secs += per * (calib_time(b, &mm[i]) + calib_time(b, &bwd));
     }
+    if (flops_p != NULL)
+        *flops_p = flops;
+    if (secs_p != NULL)
+        *secs_p = secs;
     return flops / secs;
-}
-
-/* Ring attention (context parallel): one pair of chunks of S = T / 4
- * positions (cp 2's), every key before every query so nothing is masked,
- * forward and backward, as the time model counts them (4 S^2 C a
- * sequence forward, 2.5 times that backward); FLOP/s, or 0 when out of
- * memory. Runs on the buffers' (B, T, 3C) input. */
-static double calib_ring_rate(const calib_bufs_t *b)
-{
-    int S = b->T / 4 > 0 ? b->T / 4 : 1, C = b->C, NH = b->NH;
-    size_t sn = (size_t)S * (size_t)NH;
-    int *pos = msr_malloc(2 * (size_t)S * sizeof *pos);
-    float *st = msr_malloc(5 * sn * sizeof *st);
-    float *scratch = msr_malloc(2 * (size_t)S * (size_t)S * sizeof *scratch);
-    float *dkv = msr_calloc((size_t)S * 2 * (size_t)C, sizeof *dkv);
-    double rate = 0;
-    if (pos != NULL && st != NULL && scratch != NULL && dkv != NULL) {
-        int *kpos = pos, *qpos = pos + S;
-        for (int i = 0; i < S; i++) {
-            kpos[i] = i;
-            qpos[i] = S + i;
-        }
-        float *mx = st, *sum = st + sn, *lse = st + 2 * sn, *delta = st + 3 * sn;
-        for (size_t i = 0; i < sn; i++) {
-            mx[i] = -INFINITY;
-            sum[i] = 0.0f;
-            lse[i] = 1.0f;
-            delta[i] = 0.1f;
-        }
-        /* q from the input's q columns; k and v packed as the ring sends
-         * them (stride 2C), here the input's k and v columns (stride 3C) */
-        const float *q = b->inp, *k = b->inp + C, *v = b->inp + 2 * C;
-        double f = 4.0 * S * S * C, t0 = msr_now_ns();
-        int reps = 0;
-        uint64_t until = msr_now_ns() + 3 * CALIB_ROUND_NS;
-        do { /* warm, then time rounds until three have passed */
-            msr_attention_ring_forward(b->out, mx, sum, q, 3 * C, qpos, S, k, v, 3 * C, kpos, S, C,
-                                       NH, scratch);
-            msr_attention_ring_backward(b->dinp, 3 * C, dkv, dkv + C, 2 * C, b->dout, q, k, v, lse,
-                                        delta, qpos, S, kpos, S, C, NH, scratch);
-            if (reps++ == 0)
-                t0 = msr_now_ns();
-        } while (msr_now_ns() < until || reps < 3);
-        double secs = (msr_now_ns() - t0) * 1e-9 / (reps - 1);
-        rate = secs > 0 ? 3.5 * f / secs : 0;
-    }
-    msr_free(pos);
-    msr_free(st);
-    msr_free(scratch);
-    msr_free(dkv);
-    return rate;
 }
 
 /* h of rate(N) = R N / (N + h), that is 1 / rate = (1 + h / N) / R: a
@@ -306,13 +305,13 @@ static double calib_rows_half(const calib_bufs_t *b, double rate_n, double L)
     int n = 0;
     if (b->N >= 2) {
         x[n] = 1.0 / (b->N / 2);
-        y[n++] = 1.0 / calib_mm_rate(b, b->N / 2, L);
+        y[n++] = 1.0 / calib_mm_rate(b, b->N / 2, L, NULL, NULL);
     }
     x[n] = 1.0 / b->N;
     y[n++] = 1.0 / rate_n;
     if (b->N_max > b->N) {
         x[n] = 1.0 / b->N_max;
-        y[n++] = 1.0 / calib_mm_rate(b, b->N_max, L);
+        y[n++] = 1.0 / calib_mm_rate(b, b->N_max, L, NULL, NULL);
     }
     if (n < 2)
         return 0;
@@ -338,10 +337,8 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
         return -1;
     }
     double N = b.N, C = b.C, L = (double)o->layers;
-    r->matmul_flops_s = calib_mm_rate(&b, b.N, L);
-    double flops =
-        3.0 * L * 2.0 * N * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + 3.0 * 2.0 * N * C * b.V;
-    double secs = flops / r->matmul_flops_s;
+    double flops, secs;
+    r->matmul_flops_s = calib_mm_rate(&b, b.N, L, &flops, &secs);
     r->rows_half = calib_rows_half(&b, r->matmul_flops_s, L);
     /* attention: q k^T and the weighted sum of v, 2 B NH T^2 HS each way
      * forward, twice that backward; the time model prices these FLOPs at
@@ -351,12 +348,10 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
     double atts = calib_time(&b, &af) + calib_time(&b, &ab);
     r->attn_flops_s = 3.0 * attf / atts;
     r->flops_s = (flops + L * 3.0 * attf) / (secs + L * atts);
-    r->ring_flops_s = calib_ring_rate(&b);
-    if (r->ring_flops_s <= 0) {
-        calib_bufs_free(&b);
-        fprintf(stderr, "train_gpt: --calibrate: out of memory for the ring's buffers\n");
-        return -1;
-    }
+    /* the ring: a pair of chunks, 4 S^2 C forward, 2.5 times that backward */
+    calib_call_t rf = {K_RING_FWD, 0, 0, 0}, rb = {K_RING_BWD, 0, 0, 0};
+    r->ring_flops_s =
+        3.5 * 4.0 * b.S * (double)b.S * C / (calib_time(&b, &rf) + calib_time(&b, &rb));
     /* element-wise: bytes each call reads and writes (fp32) */
     double nc = N * C;
     const struct {
