@@ -68,56 +68,30 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         return 1;
     }
     if (o->cluster != NULL) {
-        /* rank 0's file: the others need not see it */
-        double v[15] = {0};
+        /* rank 0's file: the others need not see it. The struct goes as
+         * bytes (every rank runs this build), with whether rank 0 read it */
+        struct {
+            int32_t ok;
+            msr_plan_cluster_t c;
+        } shared;
+        memset(&shared, 0, sizeof shared);
         if (job->rank == 0) {
             char why[512];
-            msr_plan_cluster_t cl;
-            if (msr_plan_cluster_read(o->cluster, &cl, why, sizeof why) != 0) {
+            shared.ok = msr_plan_cluster_read(o->cluster, &shared.c, why, sizeof why) == 0;
+            if (!shared.ok)
                 fprintf(stderr, "train_gpt: %s\n", why);
-            } else {
-                double w[15] = {1,
-                                cl.ranks_per_node,
-                                cl.mem_gib,
-                                cl.peak_tflops,
-                                cl.intra_gbs,
-                                cl.inter_gbs,
-                                cl.latency_us,
-                                cl.mem_gbs,
-                                cl.act_gbs,
-                                cl.kernel_us,
-                                cl.cores_per_node,
-                                cl.mm_rows,
-                                cl.mm_rows_half,
-                                cl.attn_tflops,
-                                cl.ring_tflops};
-                memcpy(v, w, sizeof v);
-            }
         }
-        if (comm != NULL && (st = msr_comm_broadcast(comm, v, 15, MSR_DTYPE_F64, 0)) != MSR_OK) {
+        if (comm != NULL &&
+            (st = msr_comm_broadcast(comm, &shared, sizeof shared, MSR_DTYPE_U8, 0)) != MSR_OK) {
             fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
                     msr_last_error());
             goto out;
         }
-        if (v[0] != 1) {
+        if (!shared.ok) {
             rc = EXIT_BAD_INPUT;
             goto out;
         }
-        memset(c, 0, sizeof *c);
-        c->ranks_per_node = (int)v[1];
-        c->mem_gib = v[2];
-        c->peak_tflops = v[3];
-        c->intra_gbs = v[4];
-        c->inter_gbs = v[5];
-        c->latency_us = v[6];
-        c->mem_gbs = v[7];
-        c->act_gbs = v[8];
-        c->kernel_us = v[9];
-        c->cores_per_node = (int)v[10];
-        c->mm_rows = v[11];
-        c->mm_rows_half = v[12];
-        c->attn_tflops = v[13];
-        c->ring_tflops = v[14];
+        *c = shared.c;
         *origin_p = o->cluster;
     } else {
         calib_t k;

@@ -46,6 +46,10 @@ mem_gbs = 3
 act_gbs = 1
 kernel_us = 0.2
 cores_per_node = 2
+mm_rows = 32
+mm_rows_half = 10
+attn_tflops = 0.02
+ring_tflops = 0.01
 EOF
 
 # rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp ep
