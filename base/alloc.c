@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static atomic_long alloc_count;
 static atomic_long alloc_fail_index = -1;
@@ -93,4 +95,70 @@ char *msr_strdup(const char *s)
 void msr_free(void *ptr)
 {
     free(ptr);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PAGES_VIA_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PAGES_VIA_MALLOC 1
+#endif
+#endif
+#ifndef PAGES_VIA_MALLOC
+#define PAGES_VIA_MALLOC 0
+#endif
+
+/* A header line before the buffer: its usable size and how it was made. */
+#define PAGES_HDR 64
+
+typedef struct pages_hdr {
+    size_t size;
+    int mapped;
+} pages_hdr_t;
+
+void *msr_pages_alloc(size_t size)
+{
+    if (size > SIZE_MAX - 2 * PAGES_HDR) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (alloc_should_fail())
+        return NULL;
+    size_t len = size + PAGES_HDR;
+    int mapped = !PAGES_VIA_MALLOC && size >= MSR_PAGES_MIN;
+    char *base;
+    if (mapped) {
+        long page = sysconf(_SC_PAGESIZE);
+        size_t pg = page > 0 ? (size_t)page : 4096;
+        len = (len + pg - 1) / pg * pg;
+        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED)
+            return NULL;
+    } else if (posix_memalign((void **)&base, PAGES_HDR, len) != 0) {
+        errno = ENOMEM;
+        return NULL;
+    } else {
+        memset(base, 0, len);
+    }
+    pages_hdr_t *h = (pages_hdr_t *)(void *)base;
+    h->size = len - PAGES_HDR;
+    h->mapped = mapped;
+    return base + PAGES_HDR;
+}
+
+size_t msr_pages_size(const void *ptr)
+{
+    return ((const pages_hdr_t *)(const void *)((const char *)ptr - PAGES_HDR))->size;
+}
+
+void msr_pages_free(void *ptr)
+{
+    if (ptr == NULL)
+        return;
+    char *base = (char *)ptr - PAGES_HDR;
+    pages_hdr_t *h = (pages_hdr_t *)(void *)base;
+    if (h->mapped)
+        munmap(base, h->size + PAGES_HDR);
+    else
+        free(base);
 }

@@ -15,6 +15,19 @@ char *msr_strdup(const char *s);
 char *msr_strndup(const char *s, size_t n);
 void msr_free(void *ptr);
 
+/* A large buffer that goes back to the system when freed: zeroed, 64-byte
+ * aligned, counted by the hook like any allocation. glibc serves sizes it
+ * has once freed from its heap ever after (its mmap threshold adapts
+ * upward) and keeps the heap's freed chunks resident, so buffers of
+ * changing sizes, freed and allocated again every step, leave their pages
+ * behind; these do not. Below MSR_PAGES_MIN bytes, and in sanitizer builds
+ * (which then see every access), it comes from calloc. msr_pages_size is
+ * the usable size, at least the one asked for. */
+#define MSR_PAGES_MIN (64u << 10)
+void *msr_pages_alloc(size_t size);
+size_t msr_pages_size(const void *ptr);
+void msr_pages_free(void *ptr);
+
 /* Test hook (the one piece of global state allowed besides signal flags):
  * the index-th allocation from now on fails, counting from 0; -1 turns it
  * off. Returns the number of allocations made since the last call. */

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <stdio.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -22,10 +23,18 @@ unsigned msr_dp_model_flags(int zero)
 
 /* ---- temporary buffers, counted ---- */
 
+/* Page-backed (base/alloc.h): ZeRO-2/3 allocate segments' gradients,
+ * buckets and gathers of several sizes every micro-batch; from malloc's
+ * heap their freed pages would stay resident past the peak counted. A
+ * freed one is kept and serves the next request it fits with little to
+ * spare, so that a step's requests find their buffers again and fault no
+ * page in after the first step. Both counts, the live (transient) and
+ * the kept, are of the bytes asked for, so that what the model counts
+ * bounds them (a buffer's own size is a page or an eighth more at most). */
 static void tmp_evict(msr_dp_t *dp, int i)
 {
-    msr_free(dp->cache[i].p);
-    dp->cached_bytes -= dp->cache[i].n * sizeof(float);
+    dp->cached_bytes -= dp->cache[i].n;
+    msr_pages_free(dp->cache[i].p);
     dp->cache[i] = dp->cache[--dp->cached];
 }
 
@@ -33,21 +42,25 @@ static float *tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
 {
     size_t bytes = (n > 0 ? n : 1) * sizeof(float);
     float *p = NULL;
-    for (int i = 0; i < dp->cached && p == NULL; i++) {
-        if (dp->cache[i].n == n) {
-            p = dp->cache[i].p;
-            dp->cached_bytes -= n * sizeof(float);
-            dp->cache[i] = dp->cache[--dp->cached];
-            if (zeroed)
-                memset(p, 0, bytes);
-        }
+    int best = -1;
+    for (int i = 0; i < dp->cached; i++) {
+        size_t cap = msr_pages_size(dp->cache[i].p);
+        if (cap >= bytes && cap - bytes <= bytes / 8 + 4096 &&
+            (best < 0 || cap < msr_pages_size(dp->cache[best].p)))
+            best = i;
     }
-    if (p == NULL) {
+    if (best >= 0) {
+        p = dp->cache[best].p;
+        dp->cached_bytes -= dp->cache[best].n;
+        dp->cache[best] = dp->cache[--dp->cached];
+        if (zeroed)
+            memset(p, 0, bytes);
+    } else {
         /* the kept and the live together stay within the peak so far */
-        while (dp->cached > 0 && dp->cached_bytes + dp->transient + n * sizeof(float) >
-                                     MSR_MAX(dp->transient_peak, dp->transient + n * sizeof(float)))
+        while (dp->cached > 0 && dp->cached_bytes + dp->transient + bytes >
+                                     MSR_MAX(dp->transient_peak, dp->transient + bytes))
             tmp_evict(dp, dp->cached - 1);
-        p = zeroed ? msr_calloc(n > 0 ? n : 1, sizeof(float)) : msr_malloc(bytes);
+        p = msr_pages_alloc(bytes);
     }
     if (p == NULL) {
         MSR_ERROR("dp: out of memory for a temporary buffer of %zu floats", n);
@@ -64,14 +77,13 @@ static void tmp_free(msr_dp_t *dp, float **p, size_t n)
     if (*p == NULL)
         return;
     /* only under ZeRO-2/3, whose every micro-batch allocates the segments'
-     * gradients and buckets again; elsewhere glibc's reuse holds less */
+     * gradients and buckets again; elsewhere a step allocates few */
     if (dp->cfg.zero >= 2 && dp->cached < MSR_DP_TMP_CACHE) {
         dp->cache[dp->cached].p = *p;
-        dp->cache[dp->cached].n = n;
-        dp->cached++;
+        dp->cache[dp->cached++].n = n * sizeof(float);
         dp->cached_bytes += n * sizeof(float);
     } else {
-        msr_free(*p);
+        msr_pages_free(*p);
     }
     *p = NULL;
     dp->transient -= n * sizeof(float);

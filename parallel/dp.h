@@ -179,9 +179,10 @@ typedef struct msr_dp {
     int num_visits, vi;
 
     size_t transient, transient_peak; /* bytes */
-    /* freed temporaries kept for the next of the same size (a step
-     * allocates the same ones every micro-batch; freeing them made each
-     * fault its pages in again); with the live ones never past the peak */
+    /* freed temporaries (base/alloc.h's pages) kept for the next request
+     * they fit (a step allocates the same ones every micro-batch; freeing
+     * them made each fault its pages in again); with the live ones never
+     * past the peak; n: the bytes it was last asked for */
     struct {
         float *p;
         size_t n;

@@ -1404,4 +1404,17 @@ test: ^test_parallel_plan_time$
     p->attn_f.aflops = att / t;
 >>>
 
+@ base.alloc.pages_kept_on_free
+file: base/alloc.c
+test: ^test_base$
+<<<
+    if (h->mapped)
+        munmap(base, h->size + PAGES_HDR);
+    else
+        free(base);
+===
+    if (!h->mapped)
+        free(base);
+>>>
+
 __END__

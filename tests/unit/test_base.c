@@ -169,6 +169,59 @@ static void test_alloc_failures(void)
     }
 }
 
+/* The anonymous memory this process holds, KiB (0: unknown). */
+static long rss_anon_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "RssAnon: %ld", &v) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+/* Page buffers: zeroed, aligned, at least the size asked; a large one goes
+ * back to the system when freed (what malloc's heap, after a free has
+ * raised its mmap threshold, does not do); the hook fails them too. */
+static void test_pages(void)
+{
+    const size_t sizes[] = {1, 100, MSR_PAGES_MIN - 1, MSR_PAGES_MIN, 3u << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = msr_pages_alloc(sizes[i]);
+        MSR_CHECK(p != NULL);
+        MSR_CHECK((uintptr_t)p % 64 == 0);
+        MSR_CHECK(msr_pages_size(p) >= sizes[i]);
+        size_t nonzero = 0;
+        for (size_t k = 0; k < sizes[i]; k++)
+            nonzero += p[k] != 0;
+        MSR_CHECK_EQ(nonzero, (size_t)0);
+        memset(p, 0xa5, msr_pages_size(p));
+        msr_pages_free(p);
+    }
+    msr_pages_free(NULL);
+
+    msr_alloc_fail_at(0);
+    MSR_CHECK(msr_pages_alloc(1u << 20) == NULL);
+    MSR_CHECK(msr_alloc_failed());
+    msr_alloc_fail_at(-1);
+
+#if !defined(__SANITIZE_ADDRESS__)
+    const size_t big = 32u << 20;
+    unsigned char *p = msr_pages_alloc(big);
+    MSR_CHECK(p != NULL);
+    memset(p, 1, big);
+    long held = rss_anon_kib();
+    msr_pages_free(p);
+    long after = rss_anon_kib();
+    if (held > 0)
+        MSR_CHECK_MSG(held - after >= 30 * 1024, "RssAnon %ld KiB before the free, %ld after", held,
+                      after);
+#endif
+}
+
 static void test_signal_names(void)
 {
     char b[32];
@@ -246,6 +299,7 @@ static const msr_test_t tests[] = {
     {"heap", test_heap, 5},
     {"deadlines", test_deadlines, 5},
     {"alloc_failures", test_alloc_failures, 20},
+    {"pages", test_pages, 10},
     {"signal_names", test_signal_names, 5},
     {"err_channel", test_err_channel, 5},
     {"err_per_thread", test_err_per_thread, 5},
