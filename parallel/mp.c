@@ -175,9 +175,14 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
     int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
     msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
     msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
-    if (mp->pool_n[c] > 0)
-        f->mem = mp->pool[(size_t)c * mp->cfg.micros + (size_t)--mp->pool_n[c]];
-    else if ((f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
+    f->mem = NULL;
+    for (int k = 0; k < mp->pool_n && f->mem == NULL; k++) {
+        if (mp->pool[k].bytes == keep.used * sizeof(float)) {
+            f->mem = mp->pool[k].mem;
+            mp->pool[k] = mp->pool[--mp->pool_n];
+        }
+    }
+    if (f->mem == NULL && (f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
         MSR_ERROR("mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
                   keep.used * sizeof(float));
         return MSR_ERR_NO_MEMORY;
@@ -199,9 +204,9 @@ static void frame_close(msr_mp_t *mp, frame_t *f)
 {
     if (!f->live)
         return;
-    /* back to its chunk's pool (never full: a chunk has micros frames) */
-    int c = (int)((size_t)(f - mp->frames) % (size_t)mp->cfg.chunks);
-    mp->pool[(size_t)c * mp->cfg.micros + (size_t)mp->pool_n[c]++] = f->mem;
+    /* back to the pool (never full: it has a place for every frame) */
+    mp->pool[mp->pool_n].mem = f->mem;
+    mp->pool[mp->pool_n++].bytes = f->bytes;
     f->mem = NULL;
     f->live = 0;
     mp->acts_live -= f->bytes;
@@ -448,11 +453,10 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     mp->stats.work_bytes = cw.used * sizeof(float);
     mp->frames = msr_calloc(nframes, sizeof *mp->frames);
     mp->pool = msr_calloc(nframes, sizeof *mp->pool);
-    mp->pool_n = msr_calloc((size_t)cfg->chunks, sizeof *mp->pool_n);
     mp->sreq = msr_calloc(2 * nframes, sizeof *mp->sreq);
     mp->ops = msr_calloc(2 * nframes, sizeof *mp->ops);
-    if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->pool_n == NULL ||
-        mp->sreq == NULL || mp->ops == NULL)
+    if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->sreq == NULL ||
+        mp->ops == NULL)
         goto err_free;
     if (mp->cp > 1) {
         size_t T = (size_t)mp->d.T;
@@ -528,12 +532,9 @@ void msr_mp_destroy(msr_mp_t *mp)
         }
     }
     msr_free(mp->frames);
-    if (mp->pool != NULL && mp->pool_n != NULL)
-        for (int c = 0; c < mp->cfg.chunks; c++)
-            for (int k = 0; k < mp->pool_n[c]; k++)
-                msr_free(mp->pool[(size_t)c * mp->cfg.micros + (size_t)k]);
+    for (int k = 0; mp->pool != NULL && k < mp->pool_n; k++)
+        msr_free(mp->pool[k].mem);
     msr_free(mp->pool);
-    msr_free(mp->pool_n);
     msr_free(mp->spans);
     msr_free(mp->ops);
     msr_free(mp->sreq);

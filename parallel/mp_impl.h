@@ -69,11 +69,15 @@ struct msr_mp {
     msr_block_comm_t blk_comm; /* their tensor-parallel communication */
 
     frame_t *frames; /* [micros * chunks] */
-    /* closed frames' memory, kept for the next frame of the same chunk (a
-     * chunk's frames are all one size): freeing it made every step fault
-     * its pages in again, GPipe's m frames most */
-    float **pool;                /* [chunks * micros]: chunk c's at c * micros */
-    int *pool_n;                 /* [chunks] */
+    /* closed frames' memory, kept for the next frame of the same size, of
+     * any chunk: freeing it made every step fault its pages in again
+     * (GPipe's m frames most), and a pool per chunk held each chunk's own
+     * peak, more than the schedule keeps at once when chunks interleave */
+    struct {
+        float *mem;
+        size_t bytes;
+    } * pool; /* [micros * chunks]: every frame closed at most once */
+    int pool_n;
     float *head_wte, *head_dwte; /* pp > 1, last stage: the tied copy (Vl, C) and its gradient */
     float *gsend;                /* [micros * chunks] (Nl, C) gradients sent back */
     msr_comm_req_t **sreq;       /* [2 * micros * chunks] sends in flight */
