@@ -121,6 +121,8 @@ typedef struct msr_plan_rank {
     uint64_t work;             /* the runtime's work space: gradients of activations, the
                                 * blocks' shared scratch, logits, the token buffers (runtime
                                 * accounting; 0 in the paper accounting) */
+    uint64_t untouched;        /* of work, the blocks' shared scratch no block writes without
+                                * recompute: never resident, not in total */
     uint64_t shm;              /* the communicator's shared-memory areas the rank's dp and tp
                                 * groups touch (an estimate from comm/ucx/shm.c's defaults;
                                 * runtime accounting only) */

@@ -515,24 +515,49 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
     return max_u64(bwd, gather);
 }
 
-/* The resident part of comm/ucx/shm.c's tiled area for a group of n
- * ranks on one node, with the library's default tuning (comm/ucx/coll.c:
- * MSR_COMM_SHM_TILE 256 KiB, MSR_COMM_SHM_TILES 4, MSR_COMM_SHM_SEGMENT
- * 16 MiB): n stages and a result of 4 tiles each, tiles halved until the
- * area fits. Collectives over MSR_COMM_SHM_MAX (16 KiB) go through it,
- * cycling over the 4 slots; a vector of msg bytes fills min(msg, tile) of
- * each stage's and the result's slot, and every member's pages of those
- * become resident (measured: the whole area for vectors of a tile or
- * more, a fraction for smaller ones). */
-static uint64_t shm_tiled(uint64_t n, uint64_t msg)
+/* The resident part of comm/ucx/shm.c's tiled area, as one member of a
+ * group of n ranks on one node maps it, with the library's default tuning
+ * (comm/ucx/coll.c: MSR_COMM_SHM_TILE 256 KiB, MSR_COMM_SHM_TILES 4,
+ * MSR_COMM_SHM_SEGMENT 16 MiB): n stages and a result of 4 slots of a
+ * tile each, tiles halved until the area fits. Collectives over
+ * MSR_COMM_SHM_MAX (16 KiB) go through it a tile at a time, slot after
+ * slot; a member maps the pages it writes and reads, and a read fault maps
+ * the 64 KiB window around it (Linux's fault-around, aligned in the
+ * address space, not the file): a part of x bytes read from another
+ * member's slot maps about x + 1.5 windows. Per slot a vector of msg bytes
+ * (t = min(msg, tile) of it there) maps, for an allreduce (rs_ag 0), the
+ * member's stage t, the result t and its n-th of each other stage; for a
+ * reduce-scatter with the allgather after it (ZeRO >= 1, sp), its stage,
+ * its slice of each other stage, and each other member's block (msg / n)
+ * up to a tile. The slots turn with every tile, so over a few steps each
+ * collective meets every slot, unless the step's tiles are a multiple of
+ * the slots: then each keeps its own (a reduce-scatter and an allgather of
+ * few tiles). rs_per_step: the reduce-scatters of the one vector a step
+ * (the allgather after them); 0: many collectives. Measured (the pages of
+ * the segment each member maps, on 4 and 8 ranks): within about 1.5 MiB
+ * of the most any member maps. */
+static uint64_t shm_tiled(uint64_t n, uint64_t msg, int rs_ag, uint64_t rs_per_step)
 {
-    const uint64_t line = 64, depth = 4, segment = 16u << 20;
+    const uint64_t line = 64, depth = 4, segment = 16u << 20, fa = 64u << 10;
     uint64_t tile = 256u << 10;
     while (tile && (n + 1) * depth * tile > segment)
         tile = tile / 2 / line * line;
-    if (tile < n * line)
+    if (tile < n * line || msg == 0)
         return 0;
-    return (n + 1) * depth * min_u64(msg, tile);
+    uint64_t t = min_u64(msg, tile);
+#define SHM_READ(x) min_u64(t, (x) + 3 * fa / 2)
+    if (!rs_ag)
+        return depth * (2 * t + (n - 1) * SHM_READ(t / n));
+    uint64_t block = max_u64(msg / n, 1), slice = tile / n / line * line;
+    uint64_t part = min_u64(block, slice), ag = min_u64(block, tile);
+    uint64_t rs_slot = min_u64(t, n * part) + (n - 1) * SHM_READ(part);
+    uint64_t ag_slot = ag + (n - 1) * SHM_READ(ag);
+    uint64_t rs_tiles = ceil_div(block, part) * rs_per_step, ag_tiles = ceil_div(block, tile);
+    uint64_t used = depth * (rs_slot + ag_slot);
+    if (rs_per_step > 0 && (rs_tiles + ag_tiles) % depth == 0)
+        used = min_u64(depth, rs_tiles) * rs_slot + min_u64(depth, ag_tiles) * ag_slot;
+#undef SHM_READ
+    return min_u64(used, depth * n * t);
 }
 
 /* ---- activations (parallel/mp_plan.c msr_mp_carve_frame) ---- */
@@ -973,16 +998,20 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         const uint64_t shm_max = 16u << 10;
         uint64_t bucket = l.bucket_bytes; /* with_defaults set it */
         if (replicas(&l) > 1 && P * F32 > shm_max)
-            o->shm += shm_tiled((uint64_t)replicas(&l), min_u64(P * F32, bucket));
+            o->shm += shm_tiled((uint64_t)replicas(&l), min_u64(P * F32, bucket), l.zero >= 1,
+                                (l.zero == 1 || l.zero == 2) && d.buckets == 1
+                                    ? (l.zero == 2 ? (uint64_t)l.micros : 1)
+                                    : 0);
         uint64_t act = (uint64_t)l.micro_batch * Tc * C * F32;
         if (l.tp > 1 && act > shm_max)
-            o->shm += shm_tiled((uint64_t)l.tp, act);
+            o->shm += shm_tiled((uint64_t)l.tp, act, l.sp, 0);
         acts_after = whole_path(&l) ? o->activations : 0;
     }
 
     o->total = o->params + o->grads + o->optim + o->master + o->expert_params + o->expert_grads +
                o->expert_optim + o->moe_work + o->comm + o->work + o->shm +
                max_u64(o->activations + during, acts_after + after) - untouched;
+    o->untouched = untouched;
 }
 
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,

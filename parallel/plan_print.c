@@ -265,6 +265,27 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
     row_bytes(f, "pipeline buffers", r->comm, T, "gradients sent back, the head's wte copy");
     snprintf(note, sizeof note, "a bound; gradient buckets: %" PRIu64, r->buckets);
     row_bytes(f, "dp temporaries", r->buckets_bound, T, note);
+    if (r->work > 0) {
+        char un[32];
+        msr_plan_format_bytes((double)r->untouched, un, sizeof un);
+        snprintf(note, sizeof note, "activations' gradients, scratch, logits%s%s%s",
+                 r->untouched > 0 ? " (less " : "", r->untouched > 0 ? un : "",
+                 r->untouched > 0 ? " of scratch no block writes)" : "");
+        row_bytes(f, "work space", r->work - r->untouched, T, note);
+    }
+    if (r->shm > 0)
+        row_bytes(f, "shared memory", r->shm, T, "the pages of dp's and tp's shm areas it maps");
+    uint64_t sum = r->params + r->grads + r->optim + r->master + r->expert_params +
+                   r->expert_grads + r->expert_optim + r->moe_work + r->activations + r->comm +
+                   r->buckets_bound + r->work - r->untouched + r->shm;
+    if (sum > r->total) {
+        char over[32];
+        msr_plan_format_bytes((double)(sum - r->total), over, sizeof over);
+        fprintf(f,
+                "    (the rows add up to %s more: dp's temporaries peak when fewer "
+                "activations are held)\n",
+                over);
+    }
 }
 
 static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t *c)

@@ -1417,4 +1417,22 @@ test: ^test_base$
         free(base);
 >>>
 
+@ plan_mem.shm_slots_always_turn
+file: parallel/plan_mem.c
+test: ^test_parallel_plan$
+<<<
+    if (rs_per_step > 0 && (rs_tiles + ag_tiles) % depth == 0)
+===
+    if (rs_per_step > 0 && (rs_tiles + ag_tiles) % depth == 0 && 0)
+>>>
+
+@ plan_mem.shm_result_in_allreduce_missed
+file: parallel/plan_mem.c
+test: ^test_parallel_plan$
+<<<
+        return depth * (2 * t + (n - 1) * SHM_READ(t / n));
+===
+        return depth * (t + (n - 1) * SHM_READ(t / n));
+>>>
+
 __END__

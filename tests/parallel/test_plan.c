@@ -495,6 +495,50 @@ static void test_paper_activations(void)
     MSR_CHECK(strstr(why, "2 kv heads do not divide among tp 4") != NULL);
 }
 
+/* The shared-memory area's resident part (plan_mem.c shm_tiled), worked
+ * by hand for a model of 132864 parameters (one bucket of 531456 bytes)
+ * on 8 ranks, tiles of 256 KiB, 4 slots, reads mapping their part and
+ * 96 KiB more; then a 3.2M-parameter model, whose allgather reads whole
+ * tiles, and tensor parallel's collectives. */
+static void test_runtime_shm(void)
+{
+    msr_plan_model_t narrow = gpt(2, 64, 4, 256), wide = gpt(4, 256, 8, 32);
+    narrow.vocab = wide.vocab = 256;
+    const uint64_t K = 1024, t = 256 * K, rd = 96 * K;
+    msr_plan_rank_t o;
+    /* ZeRO 0, an allreduce: every slot, the stage and the result whole,
+     * a 32 KiB part of each of 7 other stages */
+    msr_plan_layout_t l = layout(8, 1, 1, 0, 0, MSR_PLAN_RC_NONE, MSR_PLAN_1F1B, 1, 1);
+    msr_plan_rank(&narrow, &l, MSR_PLAN_FP32, 0, &o);
+    MSR_CHECK_EQ(o.shm, 4 * (2 * t + 7 * (32 * K + rd)));
+    /* ZeRO 1: blocks of 66432 bytes; the reduce-scatter's 3 tiles and the
+     * allgather's 1 are 4 a step, so each keeps its own slots */
+    l.zero = 1;
+    msr_plan_rank(&narrow, &l, MSR_PLAN_FP32, 0, &o);
+    const uint64_t rs = t + 7 * (32 * K + rd), ag = 66432 + 7 * (66432 + rd);
+    MSR_CHECK_EQ(o.shm, 3 * rs + ag);
+    /* ZeRO-2 over two micro-batches reduce-scatters in each: 6 + 1 tiles
+     * a step, so the slots turn; capped at the 8 stages whole */
+    l = layout(8, 1, 1, 0, 2, MSR_PLAN_RC_NONE, MSR_PLAN_1F1B, 1, 2);
+    l.micro_batch = 1;
+    msr_plan_rank(&narrow, &l, MSR_PLAN_FP32, 0, &o);
+    MSR_CHECK(4 * (rs + ag) > 4 * 8 * t);
+    MSR_CHECK_EQ(o.shm, 4 * 8 * t);
+    /* the wide model's blocks pass a tile: every stage whole, no result */
+    l = layout(8, 1, 1, 0, 1, MSR_PLAN_RC_NONE, MSR_PLAN_1F1B, 1, 1);
+    msr_plan_rank(&wide, &l, MSR_PLAN_FP32, 0, &o);
+    MSR_CHECK_EQ(o.shm, 4 * 8 * t);
+    /* tp 4 with sp over a (2, 256, 64) stream of 128 KiB: blocks of 32 KiB,
+     * many collectives a step, so the 4 stages' 128 KiB whole; dp 2's
+     * allreduce of the part beside it */
+    l = layout(2, 4, 1, 1, 0, MSR_PLAN_RC_NONE, MSR_PLAN_1F1B, 1, 1);
+    msr_plan_rank(&narrow, &l, MSR_PLAN_FP32, 0, &o);
+    uint64_t msg = o.part_params * 4, dt = msg < t ? msg : t;
+    uint64_t dread = dt / 2 + rd < dt ? dt / 2 + rd : dt;
+    MSR_CHECK(msg > 16 * K);
+    MSR_CHECK_EQ(o.shm, 4 * 4 * 128 * K + 4 * (2 * dt + dread));
+}
+
 static const msr_test_t tests[] = {
     {"zero_paper", test_zero_paper, 10},
     {"korthikanti", test_korthikanti, 10},
@@ -503,6 +547,7 @@ static const msr_test_t tests[] = {
     {"runtime_cp", test_runtime_cp, 30},
     {"runtime_dp_alone", test_runtime_dp_alone, 30},
     {"runtime_whole", test_runtime_whole, 10},
+    {"runtime_shm", test_runtime_shm, 10},
     {"runtime_moe", test_runtime_moe, 10},
     {"schedules", test_schedules, 10},
     {"bf16_states", test_bf16_states, 10},
