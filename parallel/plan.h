@@ -179,29 +179,34 @@ uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
  * "key = value" file gives it (docs/plan.md). Rates are sustained rates,
  * as --calibrate measures them, not datasheet peaks unless a user says so. */
 typedef struct msr_plan_cluster {
-    int ranks_per_node;  /* ranks_per_node: ranks sharing a node's fast links */
-    double mem_gib;      /* mem_gib: memory per rank (the budget plans must fit) */
-    double peak_tflops;  /* peak_tflops: matrix-product rate per rank at the precision */
-    double intra_gbs;    /* intra_gbs: bandwidth per rank inside a node, GB/s */
-    double inter_gbs;    /* inter_gbs: bandwidth per rank between nodes, GB/s */
-    double latency_us;   /* latency_us: one message's fixed cost */
-    double mem_gbs;      /* mem_gbs: memory bandwidth per rank for element-wise work (0: none) */
-    double act_gbs;      /* act_gbs: the same for the kernels of exp and tanh (GELU, SwiGLU,
-                          * cross-entropy's softmax), bytes read and written (0: mem_gbs) */
-    double kernel_us;    /* kernel_us: fixed cost of one kernel call (0: none) */
-    int cores_per_node;  /* cores_per_node: compute units a node's ranks share (CPU cores);
-                          * fewer than its ranks: a rank computes faster while others
-                          * wait (0: one per rank, as GPUs) */
-    double mm_rows;      /* mm_rows: the rows of the matrix products peak_tflops was
-                          * measured at (0: the rate holds at any rows) */
-    double mm_rows_half; /* mm_rows_half: h, a matrix product of N rows runs at
-                          * N / (N + h) of its rate on many rows; with mm_rows, a
-                          * product of N rows costs (N + h) / N x mm_rows /
-                          * (mm_rows + h) of its FLOPs at peak_tflops (0: none) */
-    double attn_tflops;  /* attn_tflops: attention's products and softmax, its own
-                          * kernels' rate (0: peak_tflops) */
-    double ring_tflops;  /* ring_tflops: the same for context parallel's ring, a
-                          * pair of chunks at a time (0: attn_tflops) */
+    int ranks_per_node;     /* ranks_per_node: ranks sharing a node's fast links */
+    double mem_gib;         /* mem_gib: memory per rank (the budget plans must fit) */
+    double peak_tflops;     /* peak_tflops: matrix-product rate per rank at the precision */
+    double intra_gbs;       /* intra_gbs: bandwidth per rank inside a node, GB/s */
+    double inter_gbs;       /* inter_gbs: bandwidth per rank between nodes, GB/s */
+    double latency_us;      /* latency_us: one message's fixed cost */
+    double mem_gbs;         /* mem_gbs: memory bandwidth per rank for element-wise work (0: none) */
+    double act_gbs;         /* act_gbs: the same for the kernels of exp and tanh (GELU, SwiGLU,
+                             * cross-entropy's softmax), bytes read and written (0: mem_gbs) */
+    double kernel_us;       /* kernel_us: fixed cost of one kernel call (0: none) */
+    int cores_per_node;     /* cores_per_node: compute units a node's ranks share (CPU cores);
+                             * fewer than its ranks: a rank computes faster while others
+                             * wait (0: one per rank, as GPUs) */
+    double mm_rows;         /* mm_rows: the rows of the matrix products peak_tflops was
+                             * measured at (0: the rate holds at any rows) */
+    double mm_rows_half;    /* mm_rows_half: h, a matrix product of N rows runs at
+                             * N / (N + h) of its rate on many rows; with mm_rows, a
+                             * product of N rows costs (N + h) / N x mm_rows /
+                             * (mm_rows + h) of its FLOPs at peak_tflops (0: none) */
+    double attn_tflops;     /* attn_tflops: attention's products and softmax, its own
+                             * kernels' rate (0: peak_tflops) */
+    double ring_tflops;     /* ring_tflops: the same for context parallel's ring, a
+                             * pair of chunks at a time (0: attn_tflops) */
+    double ring_chunk;      /* ring_chunk: the positions of a chunk ring_tflops was
+                             * measured at (0: the rate holds at any chunk) */
+    double ring_chunk_half; /* ring_chunk_half: h, the ring runs chunks of S
+                             * positions at S / (S + h) of its rate on long ones;
+                             * as mm_rows_half for the matmuls (0: none) */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:

@@ -41,6 +41,8 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->mm_rows_half = 0;
     c->attn_tflops = 0;
     c->ring_tflops = 0;
+    c->ring_chunk = 0;
+    c->ring_chunk_half = 0;
 }
 
 enum {
@@ -58,12 +60,15 @@ enum {
     K_ROWS_HALF,
     K_ATTN,
     K_RING,
+    K_RING_CHUNK,
+    K_RING_HALF,
     K_N
 };
 static const char *const key_names[K_N] = {
-    "ranks_per_node", "mem_gib",      "peak_tflops", "intra_gbs",      "inter_gbs",
-    "latency_us",     "mem_gbs",      "kernel_us",   "cores_per_node", "act_gbs",
-    "mm_rows",        "mm_rows_half", "attn_tflops", "ring_tflops"};
+    "ranks_per_node", "mem_gib",     "peak_tflops", "intra_gbs",
+    "inter_gbs",      "latency_us",  "mem_gbs",     "kernel_us",
+    "cores_per_node", "act_gbs",     "mm_rows",     "mm_rows_half",
+    "attn_tflops",    "ring_tflops", "ring_chunk",  "ring_chunk_half"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -122,7 +127,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
             set_why(why, why_len, line,
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
                     "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
-                    "mm_rows, mm_rows_half, attn_tflops, ring_tflops)",
+                    "mm_rows, mm_rows_half, attn_tflops, ring_tflops, ring_chunk, "
+                    "ring_chunk_half)",
                     key);
             return -1;
         }
@@ -152,7 +158,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         /* element-wise bandwidth and kernel cost may be 0 (not counted);
          * the rates the model divides by must be positive */
         int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
-                          k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING;
+                          k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING ||
+                          k == K_RING_CHUNK || k == K_RING_HALF;
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -173,7 +180,9 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                           &out.mm_rows,
                           &out.mm_rows_half,
                           &out.attn_tflops,
-                          &out.ring_tflops};
+                          &out.ring_tflops,
+                          &out.ring_chunk,
+                          &out.ring_chunk_half};
         *f[k] = v;
     }
     *c = out;
@@ -196,10 +205,13 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "mm_rows = %.6g\n"
                     "mm_rows_half = %.6g\n"
                     "attn_tflops = %.6g\n"
-                    "ring_tflops = %.6g\n",
+                    "ring_tflops = %.6g\n"
+                    "ring_chunk = %.6g\n"
+                    "ring_chunk_half = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
                     c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
-                    c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops);
+                    c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops, c->ring_chunk,
+                    c->ring_chunk_half);
 }
 
 /* ---- collectives ---- */
@@ -311,6 +323,16 @@ static double rows_cost(const msr_plan_cluster_t *c, double N)
     return (N + h) / N * (N0 / (N0 + h));
 }
 
+/* The same for the ring's chunks of S positions against the ring_chunk
+ * positions ring_tflops was measured at (h = ring_chunk_half). */
+static double chunk_cost(const msr_plan_cluster_t *c, double S)
+{
+    double h = c->ring_chunk_half, S0 = c->ring_chunk;
+    if (h <= 0 || S0 <= 0 || S <= 0)
+        return 1;
+    return (S + h) / S * (S0 / (S0 + h));
+}
+
 static work_t scale(work_t w, double k)
 {
     w.flops *= k;
@@ -351,6 +373,7 @@ typedef struct pieces {
     double head_tp_f_ms, head_tp_b_ms;
     double model_flops_f; /* the whole model's forward FLOPs for one micro-batch (all ranks) */
     double act_bytes;     /* a stage boundary's activation (or its gradient), per micro-batch */
+    double ring_cost;     /* under cp: the ring's FLOPs priced this many times (chunk_cost) */
 } pieces_t;
 
 static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
@@ -408,6 +431,10 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     /* at attention's own rate: the full kernel's, or under cp the ring's
      * block pairs' (smaller products, the online softmax's rescaling) */
     *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
+    /* shorter chunks (a larger cp) run the ring slower per FLOP: priced as
+     * more FLOPs at ring_tflops, as the rows of the matmuls are */
+    p->ring_cost = cp > 1 ? chunk_cost(c, S) : 1;
+    p->attn_f.rflops *= p->ring_cost;
     /* the softmax inside the attention kernel is priced with it: the rate
      * --calibrate measures for attention is the whole kernel's */
     p->attn_f.kernels = 2 * b * heads_l * (cp > 1 ? pairs : 1) + 1; /* two products a head */
@@ -684,7 +711,7 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                     : 0;
     double micros_all = (double)l.dp * l.micros;
     /* the ring's backward: five products a chunk pair, not four */
-    double ring_b = cp * m->layers * p.attn_b_more.rflops * l.tp;
+    double ring_b = cp * m->layers * p.attn_b_more.rflops / p.ring_cost * l.tp;
     out->flops = micros_all * (3 * fwd + rc + ring_b);
 
     /* the pipeline, and what each cost adds to it */

@@ -11,6 +11,10 @@
  *   attn_tflops     the same for msr_attention_forward/backward
  *   ring_tflops     the same for msr_attention_ring_forward/backward on a
  *                   pair of chunks of T / 4 positions (cp 2's)
+ *   ring_chunk      those T / 4 positions
+ *   ring_chunk_half h of the ring's rate R S / (S + h) on chunks of S
+ *                   positions, from its rates on T / 4 and T / 8 (0 where
+ *                   shorter chunks are not slower)
  *   mem_gbs         the element-wise kernels (layernorm, residual) at the
  *                   model's activation shapes: bytes read and written per
  *                   second
@@ -133,7 +137,7 @@ static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
     case K_RING_BWD: {
         /* q from the input's q columns, k and v from its k and v columns
          * (the ring sends them packed: stride 2C, here 3C) */
-        int S = b->S, C = b->C, NH = b->NH;
+        int S = k->N > 0 ? k->N : b->S, C = b->C, NH = b->NH;
         size_t sn = (size_t)S * (size_t)NH;
         const float *q = b->inp, *kk = b->inp + C, *v = b->inp + 2 * C;
         const int *kpos = b->ring_pos, *qpos = b->ring_pos + S;
@@ -265,6 +269,7 @@ typedef struct calib_compute {
     double kernel_s;       /* one smallest call, seconds */
     double rows_half;      /* the matmuls' rate on N rows is N / (N + this) of their
                             * rate on many (0: no slower on fewer) */
+    double ring_half;      /* the same for the ring's chunks of S positions */
 } calib_compute_t;
 
 /* The FLOP/s of a block's matmuls (L times) and the head's, forward and
@@ -348,10 +353,22 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
     double atts = calib_time(&b, &af) + calib_time(&b, &ab);
     r->attn_flops_s = 3.0 * attf / atts;
     r->flops_s = (flops + L * 3.0 * attf) / (secs + L * atts);
-    /* the ring: a pair of chunks, 4 S^2 C forward, 2.5 times that backward */
+    /* the ring: a pair of chunks, 4 S^2 C forward, 2.5 times that backward;
+     * again on chunks of S / 2 (cp 4's), slower per FLOP, for h of the
+     * rate R S / (S + h) as for the matmuls' rows (a line of 1 / rate
+     * against 1 / S through the two) */
     calib_call_t rf = {K_RING_FWD, 0, 0, 0}, rb = {K_RING_BWD, 0, 0, 0};
     r->ring_flops_s =
         3.5 * 4.0 * b.S * (double)b.S * C / (calib_time(&b, &rf) + calib_time(&b, &rb));
+    r->ring_half = 0;
+    if (b.S >= 4) {
+        int h = b.S / 2;
+        calib_call_t hf = {K_RING_FWD, h, 0, 0}, hb = {K_RING_BWD, h, 0, 0};
+        double rate_h = 3.5 * 4.0 * h * (double)h * C / (calib_time(&b, &hf) + calib_time(&b, &hb));
+        double slope = (1.0 / rate_h - 1.0 / r->ring_flops_s) / (1.0 / h - 1.0 / b.S);
+        double icpt = 1.0 / r->ring_flops_s - slope / b.S;
+        r->ring_half = slope > 0 && icpt > 0 ? slope / icpt : 0;
+    }
     /* element-wise: bytes each call reads and writes (fp32) */
     double nc = N * C;
     const struct {
@@ -620,11 +637,12 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
                       mem,
                       ok ? cc.act_bytes_s : 0,
                       ok ? cc.ring_flops_s : 0};
-    double maxs[3] = {ok ? cc.kernel_s : 0, (double)rpn, ok ? cc.rows_half : 0};
+    double maxs[4] = {ok ? cc.kernel_s : 0, (double)rpn, ok ? cc.rows_half : 0,
+                      ok ? cc.ring_half : 0};
     if (comm != NULL &&
         ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 7, MSR_DTYPE_F64, MSR_OP_MIN)) !=
              MSR_OK ||
-         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 3, MSR_DTYPE_F64, MSR_OP_MAX)) !=
+         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 4, MSR_DTYPE_F64, MSR_OP_MAX)) !=
              MSR_OK)) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
         return -1;
@@ -659,6 +677,8 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.kernel_us = maxs[0] * 1e6;
     k.c.ranks_per_node = (int)maxs[1];
     k.c.mm_rows_half = maxs[2];
+    k.c.ring_chunk = o->seq / 4 > 0 ? o->seq / 4 : 1; /* calib_bufs_init's S */
+    k.c.ring_chunk_half = maxs[3];
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
     if (mins[4] > 0) {
         k.c.mem_gib = mins[4];

@@ -1435,4 +1435,13 @@ test: ^test_parallel_plan$
         return depth * (t + (n - 1) * SHM_READ(t / n));
 >>>
 
+@ plan.time.ring_chunk_ignored
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    p->ring_cost = cp > 1 ? chunk_cost(c, S) : 1;
+===
+    p->ring_cost = cp > 1 ? chunk_cost(c, S) * 0 + 1 : 1;
+>>>
+
 __END__

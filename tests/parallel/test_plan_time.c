@@ -18,7 +18,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->mem_gbs == b->mem_gbs && a->act_gbs == b->act_gbs && a->kernel_us == b->kernel_us &&
            a->cores_per_node == b->cores_per_node && a->mm_rows == b->mm_rows &&
            a->mm_rows_half == b->mm_rows_half && a->attn_tflops == b->attn_tflops &&
-           a->ring_tflops == b->ring_tflops;
+           a->ring_tflops == b->ring_tflops && a->ring_chunk == b->ring_chunk &&
+           a->ring_chunk_half == b->ring_chunk_half;
 }
 
 static void test_cluster_file(void)
@@ -39,6 +40,9 @@ static void test_cluster_file(void)
     MSR_CHECK(msr_plan_cluster_parse("mm_rows = 64\nmm_rows_half = 22.5\n", &c, why, sizeof why) ==
               0);
     MSR_CHECK(c.mm_rows == 64 && c.mm_rows_half == 22.5);
+    MSR_CHECK(msr_plan_cluster_parse("ring_chunk = 64\nring_chunk_half = 16\n", &c, why,
+                                     sizeof why) == 0);
+    MSR_CHECK(c.ring_chunk == 64 && c.ring_chunk_half == 16);
     /* round trip */
     char text[1024];
     MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
@@ -56,6 +60,7 @@ static void test_cluster_file(void)
         {"intra_gbs = -1\n", "line 1: intra_gbs: must be more than 0"},
         {"kernel_us = -1\n", "line 1: kernel_us: must be 0 or more"},
         {"mm_rows_half = -2\n", "line 1: mm_rows_half: must be 0 or more"},
+        {"ring_chunk_half = -1\n", "line 1: ring_chunk_half: must be 0 or more"},
         {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
@@ -180,6 +185,27 @@ static void test_attn_rates(void)
     MSR_CHECK(tr.step_ms > th.step_ms);
     MSR_CHECK(fabs(tb.step_ms / tr.step_ms - 1) < 1e-12); /* the ring's set: attention's unused */
     MSR_CHECK(tb.flops == t.flops);
+    /* chunks shorter than ring_chunk run slower: cp 2's chunks of 64 at
+     * the rate measured there cost as before; cp 4's of 32, with h = 16,
+     * (32 + 16) / 32 x 64 / (64 + 16) = 1.2 times their FLOPs. With a
+     * cluster that counts only FLOPs, the ring's share of the step grows
+     * by 0.2 of itself, and the step's FLOPs stay the model's */
+    msr_plan_cluster_t ch = ring, big = ring;
+    ch.ring_chunk = 64;
+    ch.ring_chunk_half = 16;
+    big.ring_tflops = 1e9; /* the ring free: what is left is the rest */
+    msr_plan_time_t tc, tf;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ch, &tc);
+    MSR_CHECK(fabs(tc.step_ms / tr.step_ms - 1) < 1e-12);
+    lay.cp = 4;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ring, &tr);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ch, &tc);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &big, &tf);
+    double ring_ms = tr.step_ms - tf.step_ms;
+    MSR_CHECK(ring_ms > 0);
+    MSR_CHECK_MSG(fabs((tc.step_ms - tf.step_ms) / ring_ms - 1.2) < 1e-6, "ring %g ms, %g with h",
+                  ring_ms, tc.step_ms - tf.step_ms);
+    MSR_CHECK(tc.flops == tr.flops);
 }
 
 /* The bubble: with a vocabulary and positions too small to weigh, every

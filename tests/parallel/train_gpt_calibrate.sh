@@ -52,7 +52,7 @@ for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gb
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -62,6 +62,10 @@ rows=$(value mm_rows "$work/c2")
 [[ $rows == $((mb * seq)) ]] || fail "mm_rows = $rows, want $((mb * seq)): $(cat "$work/c2")"
 half=$(value mm_rows_half "$work/c2")
 awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "mm_rows_half = '$half'"
+# the ring's chunk: a quarter of the sequence; its half-rate chunk 0 or more
+[[ $(value ring_chunk "$work/c2") == $((seq / 4)) ]] || fail "ring_chunk: $(cat "$work/c2")"
+half=$(value ring_chunk_half "$work/c2")
+awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "ring_chunk_half = '$half'"
 
 # alone
 timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||

@@ -50,6 +50,8 @@ mm_rows = 32
 mm_rows_half = 10
 attn_tflops = 0.02
 ring_tflops = 0.01
+ring_chunk = 16
+ring_chunk_half = 4
 EOF
 
 # rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp ep
