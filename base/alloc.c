@@ -97,17 +97,6 @@ void msr_free(void *ptr)
     free(ptr);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define PAGES_VIA_MALLOC 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PAGES_VIA_MALLOC 1
-#endif
-#endif
-#ifndef PAGES_VIA_MALLOC
-#define PAGES_VIA_MALLOC 0
-#endif
-
 /* A header line before the buffer: its usable size and how it was made. */
 #define PAGES_HDR 64
 
@@ -125,7 +114,7 @@ void *msr_pages_alloc(size_t size)
     if (alloc_should_fail())
         return NULL;
     size_t len = size + PAGES_HDR;
-    int mapped = !PAGES_VIA_MALLOC && size >= MSR_PAGES_MIN;
+    int mapped = MSR_PAGES_MAPPED && size >= MSR_PAGES_MIN;
     char *base;
     if (mapped) {
         long page = sysconf(_SC_PAGESIZE);

@@ -24,6 +24,16 @@ void msr_free(void *ptr);
  * (which then see every access), it comes from calloc. msr_pages_size is
  * the usable size, at least the one asked for. */
 #define MSR_PAGES_MIN (64u << 10)
+#if defined(__SANITIZE_ADDRESS__)
+#define MSR_PAGES_MAPPED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MSR_PAGES_MAPPED 0
+#endif
+#endif
+#ifndef MSR_PAGES_MAPPED
+#define MSR_PAGES_MAPPED 1 /* large buffers are mapped pages (not in sanitizer builds) */
+#endif
 void *msr_pages_alloc(size_t size);
 size_t msr_pages_size(const void *ptr);
 void msr_pages_free(void *ptr);

@@ -169,6 +169,7 @@ static void test_alloc_failures(void)
     }
 }
 
+#if MSR_PAGES_MAPPED
 /* The anonymous memory this process holds, KiB (0: unknown). */
 static long rss_anon_kib(void)
 {
@@ -182,6 +183,7 @@ static long rss_anon_kib(void)
         fclose(f);
     return v;
 }
+#endif
 
 /* Page buffers: zeroed, aligned, at least the size asked; a large one goes
  * back to the system when freed (what malloc's heap, after a free has
@@ -208,7 +210,7 @@ static void test_pages(void)
     MSR_CHECK(msr_alloc_failed());
     msr_alloc_fail_at(-1);
 
-#if !defined(__SANITIZE_ADDRESS__)
+#if MSR_PAGES_MAPPED
     const size_t big = 32u << 20;
     unsigned char *p = msr_pages_alloc(big);
     MSR_CHECK(p != NULL);
