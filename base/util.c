@@ -177,3 +177,20 @@ void msr_random_bytes(void *buf, size_t len)
         p[got] = (unsigned char)x;
     }
 }
+
+long msr_proc_status_kib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t klen = strlen(key);
+    long kib = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            kib = strtol(line + klen + 1, NULL, 10);
+            break;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}

@@ -35,4 +35,8 @@ const char *msr_signal_name(int sig, char *buf, size_t len);
  * to time and pid mixing if that fails. */
 void msr_random_bytes(void *buf, size_t len);
 
+/* A "Key: N kB" line of /proc/self/status (VmHWM, RssAnon, ...) in KiB;
+ * 0 where it is missing or unreadable. */
+long msr_proc_status_kib(const char *key);
+
 #endif

@@ -4,7 +4,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "base/alloc.h"
 #include "base/log.h"

@@ -146,6 +146,16 @@ typedef struct msr_plan_rank {
                                 * what activations remain then (the whole model's table) */
 } msr_plan_rank_t;
 
+/* Every kind's bytes added up, as --explain lists them; the peak (total)
+ * is less by what dp's temporaries and the activations do not hold at
+ * once. */
+static inline uint64_t msr_plan_rank_rows(const msr_plan_rank_t *o)
+{
+    return o->params + o->grads + o->optim + o->master + o->expert_params + o->expert_grads +
+           o->expert_optim + o->moe_work + o->activations + o->comm + o->buckets_bound + o->work -
+           o->untouched + o->shm;
+}
+
 /* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */
 uint64_t msr_plan_num_params(const msr_plan_model_t *m);
 

@@ -1008,10 +1008,9 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         acts_after = whole_path(&l) ? o->activations : 0;
     }
 
-    o->total = o->params + o->grads + o->optim + o->master + o->expert_params + o->expert_grads +
-               o->expert_optim + o->moe_work + o->comm + o->work + o->shm +
-               max_u64(o->activations + during, acts_after + after) - untouched;
     o->untouched = untouched;
+    o->total = msr_plan_rank_rows(o) - o->activations - o->buckets_bound +
+               max_u64(o->activations + during, acts_after + after);
 }
 
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,

@@ -275,9 +275,7 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
     }
     if (r->shm > 0)
         row_bytes(f, "shared memory", r->shm, T, "the pages of dp's and tp's shm areas it maps");
-    uint64_t sum = r->params + r->grads + r->optim + r->master + r->expert_params +
-                   r->expert_grads + r->expert_optim + r->moe_work + r->activations + r->comm +
-                   r->buckets_bound + r->work - r->untouched + r->shm;
+    uint64_t sum = msr_plan_rank_rows(r);
     if (sum > r->total) {
         char over[32];
         msr_plan_format_bytes((double)(sum - r->total), over, sizeof over);

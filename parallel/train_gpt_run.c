@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "base/util.h"
 #include "parallel/ckpt.h"
 #include "parallel/moe.h"
 #include "parallel/train_gpt.h"
@@ -244,15 +245,7 @@ static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, co
 /* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
 static long peak_rss_kib(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = 0;
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f != NULL)
-        fclose(f);
-    return kib;
+    return msr_proc_status_kib("VmHWM");
 }
 
 /* The work space the rank's runtime allocated besides parameters, state

@@ -169,22 +169,6 @@ static void test_alloc_failures(void)
     }
 }
 
-#if MSR_PAGES_MAPPED
-/* The anonymous memory this process holds, KiB (0: unknown). */
-static long rss_anon_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = 0;
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "RssAnon: %ld", &v) == 1)
-            break;
-    if (f != NULL)
-        fclose(f);
-    return v;
-}
-#endif
-
 /* Page buffers: zeroed, aligned, at least the size asked; a large one goes
  * back to the system when freed (what malloc's heap, after a free has
  * raised its mmap threshold, does not do); the hook fails them too. */
@@ -205,6 +189,9 @@ static void test_pages(void)
     }
     msr_pages_free(NULL);
 
+    errno = 0;
+    MSR_CHECK(msr_pages_alloc(SIZE_MAX) == NULL); /* the header would not fit */
+    MSR_CHECK_EQ(errno, ENOMEM);
     msr_alloc_fail_at(0);
     MSR_CHECK(msr_pages_alloc(1u << 20) == NULL);
     MSR_CHECK(msr_alloc_failed());
@@ -215,9 +202,9 @@ static void test_pages(void)
     unsigned char *p = msr_pages_alloc(big);
     MSR_CHECK(p != NULL);
     memset(p, 1, big);
-    long held = rss_anon_kib();
+    long held = msr_proc_status_kib("RssAnon");
     msr_pages_free(p);
-    long after = rss_anon_kib();
+    long after = msr_proc_status_kib("RssAnon");
     if (held > 0)
         MSR_CHECK_MSG(held - after >= 30 * 1024, "RssAnon %ld KiB before the free, %ld after", held,
                       after);
