@@ -148,8 +148,8 @@ static msr_status_t detect_slurm(const msr_sched_env_t *env, int want_addr, msr_
                                              "SLURM_JOB_NUM_NODES", NULL};
     const char *nodesvar = NULL;
     if (get_first(env, node_names, &nodesvar)) {
-        int n;
-        if (get_int(env, nodesvar, 1, 1 << 20, &n) < 0)
+        int n = 0; /* get_first found it: get_int sets it or fails */
+        if (get_int(env, nodesvar, 1, 1 << 20, &n) <= 0)
             return MSR_ERR_INVALID_ARG;
         s->has_nodes = 1;
         s->min_nodes = s->max_nodes = n;
