@@ -36,9 +36,10 @@
 #   RAW=1           also print every job's result line
 #
 # All "nodes" share this host's cores, so every rank takes the waiting policy
-# of an oversubscribed host (MSR_COMM_SPIN_US=0, MSR_COMM_YIELD_US=1000,
-# MSR_COMM_SHM_YIELD_US=5000; set them to override), which msrun would only
-# choose by itself if the nodes shared a hostname.
+# of a host with more ranks than cores but at most two a core
+# (MSR_COMM_SPIN_US=0, MSR_COMM_YIELD_US=1000, MSR_COMM_SHM_YIELD_US=5000;
+# set them to override), which msrun would only choose by itself if the
+# nodes shared a hostname.
 #
 # Needs root, ip, tc (with tbf), veth and unshare: without them it prints
 # why and exits 0 (skipped). The namespaces, links and every process in them

@@ -459,15 +459,20 @@ err_free:
  * to unrelated work and sleeping costs a scheduler wake-up (milliseconds on
  * a busy machine): poll for long. With more ranks on this machine than cores
  * (counting every msrun "node" the machine runs), the core is what the peers
- * need: yield at once, sleep soon. */
+ * need: yield at once, sleep soon. With more than two ranks a core, sleep at
+ * once: the scheduler keeps a yielding rank's fair share of the core, so
+ * yielding costs the ranks that compute about what polling would
+ * (docs/comm.md, "Progress and waiting"). */
 static int set_waiting(ucx_engine_t *e)
 {
     int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
-    int oversubscribed = ranks > cpus_available();
+    int cpus = cpus_available();
+    int oversubscribed = ranks > cpus, crowded = ranks > 2 * cpus;
     e->spin_ns =
         (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0, INT32_MAX) * 1000;
-    e->yield_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed ? 1000 : 0, 0, INT32_MAX) * 1000;
+    e->yield_ns = (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed && !crowded ? 1000 : 0,
+                                        0, INT32_MAX) *
+                  1000;
     e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
     /* Shared-memory operations cannot wake a sleeper (a nap is a blind
      * millisecond), and their waits are short hand-offs between members
