@@ -127,7 +127,7 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n)
             printf("%s\n", tests[i].name);
         return 0;
     }
-    int failed = 0, ran = 0;
+    int failed = 0, ran = 0, unknown = 0;
     for (size_t i = 0; i < n; i++) {
         int wanted = argc < 2;
         for (int k = 1; k < argc && !wanted; k++)
@@ -142,10 +142,13 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n)
         for (size_t i = 0; i < n; i++)
             known |= strcmp(argv[k], tests[i].name) == 0;
         if (!known) {
-            printf("FAIL unknown test '%s'\n", argv[k]);
-            failed++;
+            printf("FAIL unknown test '%s' (--list names them)\n", argv[k]);
+            unknown++;
         }
     }
-    printf("%d of %d tests passed\n", ran - failed, ran);
-    return failed ? 1 : 0;
+    printf("%d of %d tests passed", ran - failed, ran);
+    if (unknown)
+        printf(", %d unknown test name%s", unknown, unknown > 1 ? "s" : "");
+    printf("\n");
+    return failed || unknown ? 1 : 0;
 }
