@@ -426,6 +426,9 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * run slower per FLOP, priced as more FLOPs at peak_tflops (attention's
      * products are per head and sequence: not scaled) */
     double rc = rows_cost(c, N);
+    /* the experts' products run per block of one expert's rows from one
+     * source rank (parallel/moe.c): rows / E of them on average, ep or not */
+    double rc_e = m->experts > 0 ? rows_cost(c, rows / m->experts) : rc;
 
     double heads_l = NH / t;
     /* at attention's own rate: the full kernel's, or under cp the ring's
@@ -457,7 +460,8 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 
     p->layer_f = p->attn_f;
-    p->layer_f.flops += rc * (mm / t + moe_share * router);
+    p->layer_f.flops +=
+        rc * ((mm - moe_share * moe_mlp) / t + moe_share * router) + rc_e * moe_share * moe_mlp / t;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */

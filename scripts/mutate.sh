@@ -1444,4 +1444,13 @@ test: ^test_parallel_plan_time$
     p->ring_cost = cp > 1 ? chunk_cost(c, S) * 0 + 1 : 1;
 >>>
 
+@ plan.time.moe_rows_at_N
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    double rc_e = m->experts > 0 ? rows_cost(c, rows / m->experts) : rc;
+===
+    double rc_e = rc;
+>>>
+
 __END__
