@@ -896,8 +896,8 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
     msr_list_for_each_safe(pos, tmp, &uc->engine->active)
     {
         ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
-        if (r->uc == uc)
-            ucx_req_fail(r, st, "%s", why);
+        if (r->uc == uc) /* the message says which operation it ended */
+            ucx_req_fail(r, st, "%s: %s", r->algo ? r->algo : "comm", why);
     }
 }
 

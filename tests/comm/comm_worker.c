@@ -18,6 +18,12 @@
  *                ring across nodes)
  *   killring     the same with the UCX ring forced
  *   killsmall    the same with 8-byte allreduces (the shared-memory slots)
+ *   killhier     the same with the two-level allreduce forced (several nodes)
+ *   killhierrs   the same with the two-level reduce-scatter (blocks routed
+ *                through one member per node)
+ *   killhierag   the same with the two-level allgather
+ *                (the killhier modes check that the failure is that
+ *                algorithm's: its message names it)
  *   leave        rank 0 destroys the world after a barrier and exits; the
  *                others, still holding it, go on among themselves on it
  *                (point to point): a member that left cleanly is not lost
@@ -1186,7 +1192,12 @@ static void *killer(void *arg)
 /* The victim dies (kill) or stops answering (stop) while the others loop
  * allreduces; each survivor must fail with one of the expected statuses
  * within limit_ms of the event and can destroy the communicator. */
-static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count)
+/* The collective a failure test repeats until it fails. */
+enum { FAIL_ALLREDUCE, FAIL_REDUCE_SCATTER, FAIL_ALLGATHER };
+
+/* algo: what the failure's message must name (the algorithm forced), or NULL */
+static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count, int coll,
+                         const char *algo)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     int victim = stop ? 1 : n - 1;
@@ -1198,6 +1209,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     OK(msr_allgather(ctx, &pid, sizeof pid, pids));
     int64_t timeout_ms = stop ? 3000 : 30000;
     msr_comm_set_timeout(world, timeout_ms);
+    /* count elements in and out: reduce-scatter's input and allgather's
+     * output are the whole vector, n blocks of count / n */
     float *a = xmalloc(count * 4), *b = xmalloc(count * 4);
     for (size_t i = 0; i < count; i++)
         a[i] = 1.0f;
@@ -1216,16 +1229,26 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
             for (;;)
                 pause();
         }
-        st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+        if (coll == FAIL_REDUCE_SCATTER)
+            st = msr_comm_reduce_scatter(world, a, b, count / (size_t)n, MSR_DTYPE_F32, MSR_OP_SUM);
+        else if (coll == FAIL_ALLGATHER)
+            st = msr_comm_allgather(world, a, b, count / (size_t)n, MSR_DTYPE_F32);
+        else
+            st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
         iters++;
         if (now_ms() - start > 60000)
             fail("still running after 60 s");
     }
     double took = now_ms() - event;
+    char why[256];
+    snprintf(why, sizeof why, "%s", msr_last_error());
     int expected =
         stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
+    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather"};
     if (!expected)
-        fail("allreduce failed with %s (%s)", msr_status_name(st), msr_last_error());
+        fail("%s failed with %s (%s)", names[coll], msr_status_name(st), why);
+    if (algo != NULL && strstr(why, algo) == NULL)
+        fail("the failure is not %s's: %s", algo, why);
     double limit = (double)timeout_ms + 2000;
     if (took > limit)
         fail("noticed after %.0f ms, limit %.0f ms", took, limit);
@@ -1235,8 +1258,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     if (again == MSR_OK)
         fail("a broken communicator still works");
     msr_comm_destroy(world);
-    printf("rank %d survived: %s after %.0f ms (%ld allreduces)\n", me, msr_status_name(st), took,
-           iters);
+    printf("rank %d survived: %s after %.0f ms (%ld %s calls): %s\n", me, msr_status_name(st), took,
+           iters, names[coll], why);
     fflush(stdout);
     if (stop && me == 0)
         kill(pids[victim], SIGKILL); /* the stopped rank would wait forever */
@@ -1253,7 +1276,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier|inflighthier\n");
+                "leave|stop|hier|killhier|killhierrs|killhierag|inflighthier\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1269,6 +1292,10 @@ int main(int argc, char **argv)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
     if (strcmp(mode, "killhier") == 0)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "hier", 1);
+    if (strcmp(mode, "killhierrs") == 0) /* the blocks routed through the nodes */
+        setenv("MSR_COMM_ALGO_REDUCE_SCATTER", "hier", 1);
+    if (strcmp(mode, "killhierag") == 0)
+        setenv("MSR_COMM_ALGO_ALLGATHER", "hier", 1);
     if (strcmp(mode, "inflighthier") == 0) { /* several two-level operations in flight */
         static const char *const ops[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER", "BROADCAST",
                                           "REDUCE"};
@@ -1301,13 +1328,18 @@ int main(int argc, char **argv)
         mode_hier(ctx, world);
     else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
              strcmp(mode, "killhier") == 0) /* 1 MiB */
-        mode_failure(ctx, world, 0, 1 << 18);
+        mode_failure(ctx, world, 0, 1 << 18, FAIL_ALLREDUCE,
+                     strcmp(mode, "killhier") == 0 ? "allreduce(hier)" : NULL);
+    else if (strcmp(mode, "killhierrs") == 0)
+        mode_failure(ctx, world, 0, 1 << 18, FAIL_REDUCE_SCATTER, "reduce_scatter(hier)");
+    else if (strcmp(mode, "killhierag") == 0)
+        mode_failure(ctx, world, 0, 1 << 18, FAIL_ALLGATHER, "allgather(hier)");
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
-        mode_failure(ctx, world, 0, 2);
+        mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "leave") == 0)
         mode_leave(ctx, world);
     else if (strcmp(mode, "stop") == 0)
-        mode_failure(ctx, world, 1, 1 << 18);
+        mode_failure(ctx, world, 1, 1 << 18, FAIL_ALLREDUCE, NULL);
     else
         fail("unknown mode %s", mode);
     snprintf(g_case, sizeof g_case, "final barrier");
