@@ -40,8 +40,8 @@
  *                   affinity masks): fewer than the ranks, and a rank
  *                   computes faster while the others wait
  *
- * Rates are the slowest rank's and costs the largest, agreed by allreduce,
- * so every rank ends with the same cluster. */
+ * Each rate and cost is the median rank's (calib_agree), agreed by
+ * allgather, so every rank ends with the same cluster. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -611,6 +611,57 @@ static double calib_mem_gib(int ranks_per_node)
     return (double)pages * (double)page / ranks_per_node / (1024.0 * 1024.0 * 1024.0);
 }
 
+/* What each rank measured, in calib_agree's order. */
+#define CALIB_KEYS 12
+
+static int dbl_cmp(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The ranks' measurements into one cluster, alike on every rank: each
+ * rate and cost the median rank's (ranks that share cores disturb one
+ * another unevenly, and the slowest rank's rate, taken before, moved by a
+ * quarter between calibrations), memory the smallest, ranks per node the
+ * largest. mins: the 7 rates and memory, 0 where a rank failed; maxs: the
+ * kernel cost, ranks per node, mm_rows_half, ring_chunk_half. */
+static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, double *maxs)
+{
+    int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
+    double *all = msr_calloc((size_t)n * 2 * CALIB_KEYS, sizeof *all);
+    if (all == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory\n");
+        return -1;
+    }
+    double *col = all + (size_t)n * CALIB_KEYS;
+    memcpy(all + (size_t)me * CALIB_KEYS, mine, CALIB_KEYS * sizeof *all);
+    msr_status_t st;
+    if (comm != NULL &&
+        (st = msr_comm_allgather(comm, MSR_IN_PLACE, all, CALIB_KEYS, MSR_DTYPE_F64)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        msr_free(all);
+        return -1;
+    }
+    double v[CALIB_KEYS];
+    int failed = 0;
+    for (int k = 0; k < CALIB_KEYS; k++) {
+        for (int r = 0; r < n; r++)
+            col[r] = all[(size_t)r * CALIB_KEYS + k];
+        qsort(col, (size_t)n, sizeof *col, dbl_cmp);
+        /* memory: the smallest; ranks per node: the largest */
+        v[k] = k == 4 ? col[0] : k == 8 ? col[n - 1] : (col[(n - 1) / 2] + col[n / 2]) / 2;
+        if (k == CALIB_KEYS - 1)
+            failed = col[0] == 0;
+    }
+    msr_free(all);
+    for (int k = 0; k < 7; k++)
+        mins[k] = failed ? 0 : v[k];
+    for (int k = 0; k < 4; k++)
+        maxs[k] = v[7 + k];
+    return 0;
+}
+
 int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out)
 {
     calib_t k;
@@ -629,24 +680,23 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     int ok = calib_compute(o, &cc) == 0;
     int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
     double mem = calib_mem_gib(rpn);
-    /* the slowest rank's rates, the largest costs; a failed rank sends 0 */
-    double mins[7] = {ok ? cc.flops_s : 0,
-                      ok ? cc.matmul_flops_s : 0,
-                      ok ? cc.attn_flops_s : 0,
-                      ok ? cc.mem_bytes_s : 0,
-                      mem,
-                      ok ? cc.act_bytes_s : 0,
-                      ok ? cc.ring_flops_s : 0};
-    double maxs[4] = {ok ? cc.kernel_s : 0, (double)rpn, ok ? cc.rows_half : 0,
-                      ok ? cc.ring_half : 0};
-    if (comm != NULL &&
-        ((st = msr_comm_allreduce(comm, MSR_IN_PLACE, mins, 7, MSR_DTYPE_F64, MSR_OP_MIN)) !=
-             MSR_OK ||
-         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, maxs, 4, MSR_DTYPE_F64, MSR_OP_MAX)) !=
-             MSR_OK)) {
-        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+    /* the median rank's rates and costs, the smallest memory, the largest
+     * node; a failed rank sends 0 */
+    double mine[CALIB_KEYS] = {ok ? cc.flops_s : 0,
+                               ok ? cc.matmul_flops_s : 0,
+                               ok ? cc.attn_flops_s : 0,
+                               ok ? cc.mem_bytes_s : 0,
+                               mem,
+                               ok ? cc.act_bytes_s : 0,
+                               ok ? cc.ring_flops_s : 0,
+                               ok ? cc.kernel_s : 0,
+                               (double)rpn,
+                               ok ? cc.rows_half : 0,
+                               ok ? cc.ring_half : 0,
+                               ok};
+    double mins[7], maxs[4];
+    if (calib_agree(comm, mine, mins, maxs) != 0)
         return -1;
-    }
     if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0 && mins[6] > 0))
         return -1; /* a rank ran out of memory and said so */
     /* the union of the ranks' cores (nodes alike: the world's union) */
@@ -736,12 +786,12 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
         return -1;
     size_t at = 0;
     int w = snprintf(buf, len,
-                     "# train_gpt --calibrate: %d ranks, %d per node, %.1f s; kernels at layers "
+                     "# train_gpt --calibrate: %d rank%s, %d per node, %.1f s; kernels at layers "
                      "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
                      " rows; allreduce of %zu bytes\n"
                      "# a pass's matmuls and attention together: %.4g TFLOP/s\n",
-                     k->ranks, k->c.ranks_per_node, k->seconds, o->layers, o->channels, o->heads,
-                     o->seq, k->rows, k->comm_bytes, k->blend_tflops);
+                     k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, o->layers,
+                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, k->blend_tflops);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;
