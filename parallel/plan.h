@@ -217,6 +217,13 @@ typedef struct msr_plan_cluster {
     double ring_chunk_half; /* ring_chunk_half: h, the ring runs chunks of S
                              * positions at S / (S + h) of its rate on long ones;
                              * as mm_rows_half for the matmuls (0: none) */
+    double cold_ms_per_mib; /* cold_ms_per_mib: what a micro-batch's forward and backward take
+                             * longer per MiB of its frames when they went cold (out of the
+                             * cache) between the forward and the backward (0: none) */
+    double cold_from_mib;   /* cold_from_mib: the node's frames held at once (every rank's
+                             * together) up to which none go cold */
+    double cold_full_mib;   /* cold_full_mib: from which all do; between, the share grows
+                             * with the log of the bytes */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:
@@ -243,6 +250,7 @@ typedef struct msr_plan_time {
     double ep_comm_ms;      /* expert parallel's alltoalls (dispatch and combine, both ways) */
     double pp_comm_ms;      /* sends between stages on the critical path */
     double bubble_ms;       /* the pipeline's idle time (fill and drain) */
+    double cold_ms;         /* what frames gone cold (out of the cache) add to the pipeline */
     double dp_comm_ms;      /* data parallel's gradient reduction, all of it (with ZeRO's
                              * packing of buckets) */
     double dp_exposed_ms;   /* of it, what backward does not hide */

@@ -298,6 +298,9 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
            "the slowest rank's micro-batches, fill and drain");
     row_ms(f, 6, "compute", t->compute_ms, S, "without communication or recompute");
     row_ms(f, 6, "recompute", t->recompute_ms, S, "forwards run again");
+    if (c->cold_ms_per_mib > 0)
+        row_ms(f, 6, "cold frames", t->cold_ms, S,
+               "frames read back after the cache lost them (cold_ms_per_mib)");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S, "never hidden");
     if (msr_plan_cp(&p->l) > 1)
         row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
@@ -358,6 +361,7 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
     } d[] = {
         {"compute", t->compute_ms - u->compute_ms},
         {"recompute", t->recompute_ms - u->recompute_ms},
+        {"cold frames", t->cold_ms - u->cold_ms},
         {"tp collectives", t->tp_comm_ms - u->tp_comm_ms},
         {"cp ring", t->cp_comm_ms - u->cp_comm_ms},
         {"ep alltoalls", t->ep_comm_ms - u->ep_comm_ms},

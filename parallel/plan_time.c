@@ -43,6 +43,9 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->ring_tflops = 0;
     c->ring_chunk = 0;
     c->ring_chunk_half = 0;
+    c->cold_ms_per_mib = 0;
+    c->cold_from_mib = 0;
+    c->cold_full_mib = 0;
 }
 
 enum {
@@ -62,13 +65,16 @@ enum {
     K_RING,
     K_RING_CHUNK,
     K_RING_HALF,
+    K_COLD,
+    K_COLD_FROM,
+    K_COLD_FULL,
     K_N
 };
 static const char *const key_names[K_N] = {
-    "ranks_per_node", "mem_gib",     "peak_tflops", "intra_gbs",
-    "inter_gbs",      "latency_us",  "mem_gbs",     "kernel_us",
-    "cores_per_node", "act_gbs",     "mm_rows",     "mm_rows_half",
-    "attn_tflops",    "ring_tflops", "ring_chunk",  "ring_chunk_half"};
+    "ranks_per_node",  "mem_gib",         "peak_tflops",   "intra_gbs",      "inter_gbs",
+    "latency_us",      "mem_gbs",         "kernel_us",     "cores_per_node", "act_gbs",
+    "mm_rows",         "mm_rows_half",    "attn_tflops",   "ring_tflops",    "ring_chunk",
+    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -128,7 +134,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
                     "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
                     "mm_rows, mm_rows_half, attn_tflops, ring_tflops, ring_chunk, "
-                    "ring_chunk_half)",
+                    "ring_chunk_half, cold_ms_per_mib, cold_from_mib, cold_full_mib)",
                     key);
             return -1;
         }
@@ -159,7 +165,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
          * the rates the model divides by must be positive */
         int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
                           k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING ||
-                          k == K_RING_CHUNK || k == K_RING_HALF;
+                          k == K_RING_CHUNK || k == K_RING_HALF || k == K_COLD ||
+                          k == K_COLD_FROM || k == K_COLD_FULL;
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -182,7 +189,10 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                           &out.attn_tflops,
                           &out.ring_tflops,
                           &out.ring_chunk,
-                          &out.ring_chunk_half};
+                          &out.ring_chunk_half,
+                          &out.cold_ms_per_mib,
+                          &out.cold_from_mib,
+                          &out.cold_full_mib};
         *f[k] = v;
     }
     *c = out;
@@ -207,11 +217,14 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "attn_tflops = %.6g\n"
                     "ring_tflops = %.6g\n"
                     "ring_chunk = %.6g\n"
-                    "ring_chunk_half = %.6g\n",
+                    "ring_chunk_half = %.6g\n"
+                    "cold_ms_per_mib = %.6g\n"
+                    "cold_from_mib = %.6g\n"
+                    "cold_full_mib = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
                     c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
                     c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops, c->ring_chunk,
-                    c->ring_chunk_half);
+                    c->ring_chunk_half, c->cold_ms_per_mib, c->cold_from_mib, c->cold_full_mib);
 }
 
 /* ---- collectives ---- */
@@ -374,6 +387,9 @@ typedef struct pieces {
     double model_flops_f; /* the whole model's forward FLOPs for one micro-batch (all ranks) */
     double act_bytes;     /* a stage boundary's activation (or its gradient), per micro-batch */
     double ring_cost;     /* under cp: the ring's FLOPs priced this many times (chunk_cost) */
+    const double *cold;   /* per pipeline rank r, [2 r] a chunk's frames gone cold, ms a
+                           * micro-batch, [2 r + 1] the last chunk's (with the head); NULL:
+                           * none */
 } pieces_t;
 
 static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
@@ -530,7 +546,8 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 
 /* Which costs a pass counts: turning one off and pricing again tells how
  * much of the step it is. */
-enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_CP = 8, WITH_EP = 16, WITH_ALL = 31 };
+enum { WITH_TP = 1, WITH_PP = 2, WITH_RC = 4, WITH_CP = 8, WITH_EP = 16, WITH_COLD = 32 };
+#define WITH_ALL 63
 
 /* One micro-batch through a virtual stage: its forward's and backward's
  * compute at the cluster's rates (every rank busy) and their tp
@@ -541,7 +558,7 @@ typedef struct stage_cost {
 
 static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
                                const msr_plan_cluster_t *c, int layers, int first, int last,
-                               int with)
+                               int with, double cold)
 {
     work_t f = scale(p->layer_f, layers);
     work_t bw = scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
@@ -577,7 +594,11 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
         tpf += p->head_tp_f_ms;
         tpb += p->head_tp_b_ms;
     }
-    stage_cost_t sc = {price(c, f), price(c, bw), ringf, ringb};
+    /* frames gone cold: the forward writes them, the backward reads them
+     * back, each about half of it (docs/plan.md "Cold frames") */
+    if (!(with & WITH_COLD))
+        cold = 0;
+    stage_cost_t sc = {price(c, f) + cold / 2, price(c, bw) + cold / 2, ringf, ringb};
     if (with & WITH_TP) {
         sc.tp_fwd += tpf;
         sc.tp_bwd += tpb;
@@ -587,9 +608,9 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
 
 /* One micro-batch through virtual stage j of n, forward and backward, in ms. */
 static double stage_ms(const pieces_t *p, const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
-                       int layers, int first, int last, int with, double speed)
+                       int layers, int first, int last, int with, double speed, double cold)
 {
-    stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with);
+    stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with, cold);
     return (sc.fwd + sc.bwd) / speed + sc.tp_fwd + sc.tp_bwd;
 }
 
@@ -647,16 +668,17 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
             int j = k * pp + r;
             int first = j == 0, last = j == n - 1, layers = split_at(m, l, n, j);
             double sends = (last ? 0 : hop) + (first ? 0 : hop);
+            double cold = p->cold != NULL ? p->cold[2 * r + last] : 0;
             /* its sends: the output forward, the input's gradient back */
-            double s = stage_ms(p, l, c, layers, first, last, with, speed) + sends;
+            double s = stage_ms(p, l, c, layers, first, last, with, speed, cold) + sends;
             if (sim) {
-                stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with);
+                stage_cost_t sc = stage_cost(p, l, c, layers, first, last, with, cold);
                 sim_stage[j] = (msr_plan_sim_stage_t){sc.fwd / speed, sc.bwd / speed,
                                                       sc.tp_fwd + (last ? 0 : hop),
                                                       sc.tp_bwd + (first ? 0 : hop)};
             }
             rank += s;
-            double alone = stage_ms(p, l, c, layers, first, last, with, 1) + sends;
+            double alone = stage_ms(p, l, c, layers, first, last, with, 1, cold) + sends;
             busy += alone;
             bwd += alone * 2 / 3;
         }
@@ -689,6 +711,48 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     return path > node ? path : node;
 }
 
+/* Pipelines longer than this price no cold frames. */
+#define MAX_COLD_PP 1024
+
+/* The share of a micro-batch's frames that go cold while the node holds
+ * mib of frames at once: none up to cold_from_mib, all from
+ * cold_full_mib, between by the log of the bytes (as --calibrate's
+ * doubling counts of frames measure it). */
+static double cold_share(const msr_plan_cluster_t *c, double mib)
+{
+    double a = c->cold_from_mib, b = c->cold_full_mib;
+    if (c->cold_ms_per_mib <= 0 || mib <= a)
+        return 0;
+    if (b <= a || mib >= b)
+        return 1;
+    return a > 0 ? log(mib / a) / log(b / a) : mib / b;
+}
+
+/* Each pipeline rank's frames gone cold, ms a micro-batch: [2 r] a
+ * chunk's, [2 r + 1] the last chunk's. A backward reads its frame after
+ * the rank wrote the others the schedule holds, and the node's other
+ * ranks theirs: what the cache must keep is every rank's activations at
+ * their peak (the memory model's), the node's ranks spread over the
+ * stages alike. */
+static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                        msr_plan_precision_t prec, const msr_plan_cluster_t *c, double *cold)
+{
+    int cp = msr_plan_cp(l);
+    int64_t world = (int64_t)l->dp * l->tp * l->pp * cp;
+    double on_node = (double)(world < c->ranks_per_node ? world : c->ranks_per_node);
+    double held = 0;
+    for (int s = 0; s < l->pp; s++) {
+        msr_plan_rank_t r;
+        msr_plan_rank(m, l, prec, s * l->tp * cp, &r);
+        held += (double)r.activations;
+        cold[2 * s] = (double)r.frame_bytes[0];
+        cold[2 * s + 1] = (double)r.frame_bytes[1];
+    }
+    double share = cold_share(c, held / l->pp * on_node / 1048576.0);
+    for (int i = 0; i < 2 * l->pp; i++)
+        cold[i] = share * cold[i] / 1048576.0 * c->cold_ms_per_mib;
+}
+
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                    msr_plan_precision_t prec, const msr_plan_cluster_t *c, msr_plan_time_t *out)
 {
@@ -703,6 +767,11 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     pieces_t p;
     count_pieces(m, &l, prec, c, &p);
     double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    double cold[2 * MAX_COLD_PP];
+    if (c->cold_ms_per_mib > 0 && l.pp <= MAX_COLD_PP) {
+        cold_frames(m, &l, prec, c, cold);
+        p.cold = cold;
+    }
 
     /* FLOPs of the step, recompute included (as the literature reports
      * achieved TFLOP/s: Narayanan et al. count full recompute's forward) */
@@ -726,7 +795,9 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     double no_rc = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_RC, NULL, NULL);
     double no_cp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_CP, NULL, NULL);
     double no_ep = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_EP, NULL, NULL);
+    double no_cold = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_COLD, NULL, NULL);
     out->ep_comm_ms = pipe - no_ep;
+    out->cold_ms = pipe - no_cold;
     double bare = pipeline_ms(m, &l, c, &p, 0, NULL, NULL);
     out->cp_comm_ms = pipe - no_cp;
     out->tp_comm_ms = pipe - no_tp;
@@ -734,9 +805,9 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     out->recompute_ms = pipe - no_rc;
     out->compute_ms = bare;
     out->bubble_ms = pipe - busy;
-    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
-    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
-    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1);
+    out->layer_ms = stage_ms(&p, &l, c, 1, 0, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1, 0);
+    out->first_ms = stage_ms(&p, &l, c, 0, 1, 0, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1, 0);
+    out->last_ms = stage_ms(&p, &l, c, 0, 0, 1, WITH_TP | WITH_RC | WITH_CP | WITH_EP, 1, 0);
 
     /* the tied head's wte crosses the pipeline twice a step (the last
      * stage's copy in, its gradient back) */

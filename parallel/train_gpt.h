@@ -112,7 +112,7 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
 
 /* What --calibrate measured (bits of calib_t.measured); the rest of the
  * cluster keeps msr_plan_cluster_default's values. */
-enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_INTER };
+enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_INTER, CALIB_COLD };
 
 typedef struct calib {
     msr_plan_cluster_t c;
@@ -122,6 +122,10 @@ typedef struct calib {
     size_t comm_bytes;   /* the allreduce's size */
     int ranks;
     double seconds; /* the calibration took */
+    /* frames gone cold: a micro-batch's ms with the node's frames at each
+     * size (MiB), the median rank's */
+    int cold_n;
+    double cold_mib[16], cold_ms[16];
 } calib_t;
 
 /* Measures this machine at the model's shapes (parallel/train_gpt_calibrate.c,

@@ -399,6 +399,208 @@ static int calib_compute(const options_t *o, calib_compute_t *r)
     return 0;
 }
 
+static int dbl_cmp(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The median of v[0..n) (sorts it); n >= 1. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
+    return (v[(n - 1) / 2] + v[n / 2]) / 2;
+}
+
+/* ---- frames gone cold ---- */
+
+/* The node's frames the cold measurement reaches (all ranks together),
+ * and the most one rank allocates for it. */
+#define CALIB_COLD_NODE_BYTES ((double)(768u << 20))
+#define CALIB_COLD_RANK_BYTES ((size_t)192 << 20)
+#define CALIB_COLD_MAX_FRAMES 256
+
+/* One micro-batch's kept activations as the runtime's backward reads them:
+ * attention's input (q, k, v), probabilities and output, and an MLP
+ * product's input and output. */
+typedef struct calib_frame {
+    float *qkv, *att, *y, *x, *h;
+} calib_frame_t;
+
+static size_t calib_frame_floats(const calib_bufs_t *b)
+{
+    size_t N = (size_t)b->N, C = (size_t)b->C;
+    return 3 * N * C + (size_t)b->B * b->NH * (size_t)b->T * b->T + N * C + N * C + 4 * N * C;
+}
+
+static void calib_frame_fwd(const calib_bufs_t *b, const calib_frame_t *f)
+{
+    msr_attention_forward(f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH);
+    msr_matmul_forward(f->h, f->x, b->weight, b->bias, b->N, b->C, 4 * b->C);
+}
+
+static void calib_frame_bwd(const calib_bufs_t *b, const calib_frame_t *f)
+{
+    msr_matmul_backward(b->dinp, b->dweight, b->dbias, b->dout, f->x, b->weight, b->N, b->C,
+                        4 * b->C);
+    msr_attention_backward(b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C, b->NH);
+}
+
+/* Seconds per micro-batch (a frame's forward and backward) with k frames
+ * written in turn and read back in turn, as GPipe's m micro-batches are:
+ * one round to fault them in, then rounds until CALIB_ROUND_NS, the
+ * median of three. */
+static double calib_frames_time(const calib_bufs_t *b, const calib_frame_t *fr, int k)
+{
+    double t[3];
+    uint64_t reps = 1;
+    for (int n = -1; n < 3;) {
+        uint64_t t0 = msr_now_ns();
+        for (uint64_t r = 0; r < reps; r++) {
+            for (int i = 0; i < k; i++)
+                calib_frame_fwd(b, &fr[i]);
+            for (int i = 0; i < k; i++)
+                calib_frame_bwd(b, &fr[i]);
+        }
+        uint64_t dt = msr_now_ns() - t0;
+        if (n == -1) {
+            n = 0;
+            continue;
+        }
+        if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 30)) {
+            reps *= 2;
+            continue;
+        }
+        t[n++] = (double)dt * 1e-9 / (double)(reps * (uint64_t)k);
+    }
+    double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+}
+
+/* What calib_cold found: the extra seconds per frame byte of a
+ * micro-batch whose frames went cold, and the node's frame bytes where
+ * that starts and where it is whole; the curve for the header. */
+typedef struct calib_cold {
+    double s_per_byte, from_bytes, full_bytes;
+    int n;
+    double frames_bytes[16], ms[16]; /* the node's frames, ms per micro-batch */
+} calib_cold_t;
+
+/* Times a micro-batch's forward and backward with 1, 2, 4, ... frames in
+ * turn, every rank at once on its own frames (the node's cache is
+ * shared), until the node's frames reach CALIB_COLD_NODE_BYTES: the
+ * median rank's time at each count, against one frame's. Collective. */
+static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_t *out)
+{
+    memset(out, 0, sizeof *out);
+    calib_bufs_t b;
+    int ok = calib_bufs_init(&b, o) == 0;
+    size_t F = ok ? calib_frame_floats(&b) : 1;
+    double fb = (double)F * sizeof(float);
+    int kmax = (int)(CALIB_COLD_RANK_BYTES / (F * sizeof(float)));
+    int want = (int)ceil(CALIB_COLD_NODE_BYTES / (rpn * fb));
+    if (kmax > want)
+        kmax = want;
+    if (kmax > CALIB_COLD_MAX_FRAMES)
+        kmax = CALIB_COLD_MAX_FRAMES;
+    float *mem = NULL;
+    calib_frame_t *fr = NULL;
+    if (ok && kmax >= 2) {
+        mem = msr_malloc((size_t)kmax * F * sizeof(float));
+        fr = msr_calloc((size_t)kmax, sizeof *fr);
+        ok = mem != NULL && fr != NULL;
+    }
+    size_t N = (size_t)b.N, C = (size_t)b.C;
+    for (int i = 0; ok && i < kmax; i++) {
+        float *f = mem + (size_t)i * F;
+        fr[i].qkv = f;
+        fr[i].att = f + 3 * N * C;
+        fr[i].y = fr[i].att + (size_t)b.B * b.NH * (size_t)b.T * b.T;
+        fr[i].x = fr[i].y + N * C;
+        fr[i].h = fr[i].x + N * C;
+        for (size_t j = 0; j < 3 * N * C; j++)
+            fr[i].qkv[j] = (float)((int)((j * 2654435761u + (size_t)i) % 1999u) - 999) * 1e-4f;
+        for (size_t j = 0; j < N * C; j++)
+            fr[i].x[j] = (float)((int)((j * 40503u + (size_t)i) % 1999u) - 999) * 1e-4f;
+    }
+    int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
+    int counts = 0;
+    double *all = msr_calloc((size_t)n * 16, sizeof *all);
+    if (all == NULL)
+        ok = 0;
+    for (int k = 1; kmax >= 2 && counts<16; k = k * 2> kmax && k < kmax ? kmax : k * 2) {
+        msr_status_t st;
+        if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+            fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+            msr_free(all);
+            msr_free(fr);
+            msr_free(mem);
+            calib_bufs_free(&b);
+            return -1;
+        }
+        if (ok)
+            all[(size_t)me * 16 + counts] = calib_frames_time(&b, fr, k);
+        out->frames_bytes[counts++] = rpn * k * fb;
+        if (k == kmax)
+            break;
+    }
+    msr_free(fr);
+    msr_free(mem);
+    calib_bufs_free(&b);
+    msr_status_t st;
+    if (all != NULL && comm != NULL &&
+        (st = msr_comm_allgather(comm, MSR_IN_PLACE, all, 16, MSR_DTYPE_F64)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        msr_free(all);
+        return -1;
+    }
+    if (all == NULL || counts < 2) {
+        msr_free(all);
+        return 0; /* nothing measured: no cold frames priced */
+    }
+    double *c = msr_calloc((size_t)n, sizeof *c);
+    if (c == NULL) {
+        msr_free(all);
+        return 0;
+    }
+    int failed = 0;
+    for (int i = 0; i < counts; i++) {
+        for (int r = 0; r < n; r++)
+            c[r] = all[(size_t)r * 16 + i];
+        out->ms[i] = median(c, n) * 1e3; /* sorted: c[0] the least */
+        failed |= c[0] <= 0;
+    }
+    msr_free(c);
+    msr_free(all);
+    out->n = counts;
+    if (failed) {
+        out->n = 0;
+        return 0;
+    }
+    /* the cold level: the last two counts' mean (one may be disturbed) */
+    double extra = (out->ms[counts - 1] + out->ms[counts - 2]) / 2 - out->ms[0];
+    /* within the noise of one frame's time: no cold frames to price */
+    if (extra <= 0.03 * out->ms[0])
+        return 0;
+    out->s_per_byte = extra * 1e-3 / fb;
+    out->from_bytes = out->frames_bytes[0];
+    out->full_bytes = out->frames_bytes[counts - 1];
+    /* the ramp: from the last count still within 15% of the cold
+     * level's extra time to the first past 75% of it */
+    int full = counts - 1;
+    for (int i = counts - 1; i > 0; i--)
+        if ((out->ms[i] - out->ms[0]) / extra >= 0.75)
+            full = i;
+    out->full_bytes = out->frames_bytes[full];
+    for (int i = 1; i < full; i++)
+        if ((out->ms[i] - out->ms[0]) / extra <= 0.15)
+            out->from_bytes = out->frames_bytes[i];
+    if (out->full_bytes <= out->from_bytes)
+        out->full_bytes = out->from_bytes * 2;
+    return 0;
+}
+
 /* ---- the communicator ---- */
 
 typedef struct calib_pingpong {
@@ -614,12 +816,6 @@ static double calib_mem_gib(int ranks_per_node)
 /* What each rank measured, in calib_agree's order. */
 #define CALIB_KEYS 12
 
-static int dbl_cmp(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
 /* The ranks' measurements into one cluster, alike on every rank: each
  * rate and cost the median rank's (ranks that share cores disturb one
  * another unevenly, and the slowest rank's rate, taken before, moved by a
@@ -648,9 +844,9 @@ static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, doubl
     for (int k = 0; k < CALIB_KEYS; k++) {
         for (int r = 0; r < n; r++)
             col[r] = all[(size_t)r * CALIB_KEYS + k];
-        qsort(col, (size_t)n, sizeof *col, dbl_cmp);
+        double mid = median(col, n); /* sorted */
         /* memory: the smallest; ranks per node: the largest */
-        v[k] = k == 4 ? col[0] : k == 8 ? col[n - 1] : (col[(n - 1) / 2] + col[n / 2]) / 2;
+        v[k] = k == 4 ? col[0] : k == 8 ? col[n - 1] : mid;
         if (k == CALIB_KEYS - 1)
             failed = col[0] == 0;
     }
@@ -699,6 +895,9 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         return -1;
     if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0 && mins[6] > 0))
         return -1; /* a rank ran out of memory and said so */
+    calib_cold_t cold;
+    if (calib_cold(o, comm, rpn, &cold) != 0)
+        return -1;
     /* the union of the ranks' cores (nodes alike: the world's union) */
     int32_t *cpus = msr_calloc(CALIB_CPUS, sizeof *cpus);
     if (cpus == NULL) {
@@ -730,6 +929,17 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.ring_chunk = o->seq / 4 > 0 ? o->seq / 4 : 1; /* calib_bufs_init's S */
     k.c.ring_chunk_half = maxs[3];
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
+    if (cold.n >= 2) {
+        k.measured |= 1u << CALIB_COLD;
+        k.c.cold_ms_per_mib = cold.s_per_byte * 1e3 * 1048576.0;
+        k.c.cold_from_mib = cold.from_bytes / 1048576.0;
+        k.c.cold_full_mib = cold.full_bytes / 1048576.0;
+        k.cold_n = cold.n;
+        for (int i = 0; i < cold.n; i++) {
+            k.cold_mib[i] = cold.frames_bytes[i] / 1048576.0;
+            k.cold_ms[i] = cold.ms[i];
+        }
+    }
     if (mins[4] > 0) {
         k.c.mem_gib = mins[4];
         k.measured |= 1u << CALIB_MEM;
@@ -771,6 +981,9 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
         {"intra_gbs", CALIB_INTRA, "no node with two ranks"},
         {"inter_gbs", CALIB_INTER, "one node"},
         {"mem_gib", CALIB_MEM, "the machine's memory is unknown"},
+        {"cold_ms_per_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
+        {"cold_from_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
+        {"cold_full_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
@@ -795,6 +1008,21 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;
+    if (k->cold_n > 0) {
+        w = snprintf(buf + at, len - at,
+                     "# a micro-batch's forward and backward with the node's frames at (MiB: ms):");
+        for (int i = 0; i < k->cold_n && w >= 0 && (size_t)w < len - at; i++) {
+            at += (size_t)w;
+            w = snprintf(buf + at, len - at, " %.4g: %.4g", k->cold_mib[i], k->cold_ms[i]);
+        }
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+        at += (size_t)w;
+        w = snprintf(buf + at, len - at, "\n");
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+        at += (size_t)w;
+    }
     for (char *line = body, *next; *line != '\0'; line = next) {
         next = strchr(line, '\n');
         next = next != NULL ? next + 1 : line + strlen(line);

@@ -1453,4 +1453,22 @@ test: ^test_parallel_plan_time$
     double rc_e = rc;
 >>>
 
+@ plan.time.cold_below_from
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    if (c->cold_ms_per_mib <= 0 || mib <= a)
+===
+    if (c->cold_ms_per_mib <= 0)
+>>>
+
+@ plan.time.cold_no_log_ramp
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    return a > 0 ? log(mib / a) / log(b / a) : mib / b;
+===
+    return 1;
+>>>
+
 __END__

@@ -19,7 +19,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->cores_per_node == b->cores_per_node && a->mm_rows == b->mm_rows &&
            a->mm_rows_half == b->mm_rows_half && a->attn_tflops == b->attn_tflops &&
            a->ring_tflops == b->ring_tflops && a->ring_chunk == b->ring_chunk &&
-           a->ring_chunk_half == b->ring_chunk_half;
+           a->ring_chunk_half == b->ring_chunk_half && a->cold_ms_per_mib == b->cold_ms_per_mib &&
+           a->cold_from_mib == b->cold_from_mib && a->cold_full_mib == b->cold_full_mib;
 }
 
 static void test_cluster_file(void)
@@ -40,6 +41,10 @@ static void test_cluster_file(void)
     MSR_CHECK(msr_plan_cluster_parse("mm_rows = 64\nmm_rows_half = 22.5\n", &c, why, sizeof why) ==
               0);
     MSR_CHECK(c.mm_rows == 64 && c.mm_rows_half == 22.5);
+    MSR_CHECK(msr_plan_cluster_parse("cold_ms_per_mib = 0.25\ncold_from_mib = 12.5\n"
+                                     "cold_full_mib = 400\n",
+                                     &c, why, sizeof why) == 0);
+    MSR_CHECK(c.cold_ms_per_mib == 0.25 && c.cold_from_mib == 12.5 && c.cold_full_mib == 400);
     MSR_CHECK(msr_plan_cluster_parse("ring_chunk = 64\nring_chunk_half = 16\n", &c, why,
                                      sizeof why) == 0);
     MSR_CHECK(c.ring_chunk == 64 && c.ring_chunk_half == 16);
@@ -61,6 +66,7 @@ static void test_cluster_file(void)
         {"kernel_us = -1\n", "line 1: kernel_us: must be 0 or more"},
         {"mm_rows_half = -2\n", "line 1: mm_rows_half: must be 0 or more"},
         {"ring_chunk_half = -1\n", "line 1: ring_chunk_half: must be 0 or more"},
+        {"cold_ms_per_mib = -1\n", "line 1: cold_ms_per_mib: must be 0 or more"},
         {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
@@ -176,6 +182,52 @@ static void test_moe_rows(void)
     double want = t0.step_ms + (rc_e - 1) * experts / (c1.peak_tflops * 1e9);
     MSR_CHECK_MSG(fabs(t1.step_ms / want - 1) < 1e-9, "%g ms, want %g", t1.step_ms, want);
     MSR_CHECK(t1.step_ms > 1.1 * t0.step_ms);
+}
+
+/* Frames gone cold: a micro-batch's forward and backward take
+ * cold_ms_per_mib longer per MiB of its frames times the share gone cold,
+ * none while the node's frames held at once (every rank's activations)
+ * stay under cold_from_mib, all from cold_full_mib, between by the log.
+ * GPipe holds all 8 micro-batches' frames, 1F1B at most 2. */
+static void test_cold_frames(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 2, 64, 4, 4, 4 * 64, 256, 256};
+    msr_plan_cluster_t c0 = flops_only();
+    c0.ranks_per_node = 2;
+    msr_plan_layout_t g = layout(1, 1, 2, 0, MSR_PLAN_RC_NONE, 2, 8, MSR_PLAN_GPIPE, 1);
+    msr_plan_layout_t f = g;
+    f.schedule = MSR_PLAN_1F1B;
+    double hg = 0, hf = 0, fr[2] = {0, 0};
+    for (int s = 0; s < 2; s++) {
+        msr_plan_rank_t r;
+        msr_plan_rank(&m, &g, MSR_PLAN_FP32, s, &r);
+        hg += (double)r.activations / 1048576;
+        fr[s] = (double)r.frame_bytes[s] / 1048576; /* the last stage's with the head */
+        msr_plan_rank(&m, &f, MSR_PLAN_FP32, s, &r);
+        hf += (double)r.activations / 1048576;
+    }
+    MSR_CHECK_MSG(hg > 2 * hf, "GPipe holds %g MiB, 1F1B %g", hg, hf);
+    msr_plan_cluster_t c = c0;
+    c.cold_ms_per_mib = 1;
+    c.cold_from_mib = hf * 1.01; /* 1F1B: none cold */
+    c.cold_full_mib = hg * 0.99; /* GPipe: all */
+    msr_plan_time_t tg0, tg, tf0, tf, th;
+    msr_plan_time(&m, &g, MSR_PLAN_FP32, &c0, &tg0);
+    msr_plan_time(&m, &g, MSR_PLAN_FP32, &c, &tg);
+    msr_plan_time(&m, &f, MSR_PLAN_FP32, &c0, &tf0);
+    msr_plan_time(&m, &f, MSR_PLAN_FP32, &c, &tf);
+    MSR_CHECK(tg0.cold_ms == 0 && tf.cold_ms == 0 && tf.step_ms == tf0.step_ms);
+    MSR_CHECK(fabs(tg.step_ms - tg0.step_ms - tg.cold_ms) < 1e-9 * tg.step_ms);
+    /* the slowest stage pays every micro-batch's frames, the other once */
+    double lo = 8 * (fr[0] < fr[1] ? fr[0] : fr[1]), hi = 9 * (fr[0] > fr[1] ? fr[0] : fr[1]);
+    MSR_CHECK_MSG(tg.cold_ms >= lo && tg.cold_ms <= hi, "%g ms cold, want [%g, %g]", tg.cold_ms, lo,
+                  hi);
+    /* halfway by the log: half as much */
+    c.cold_from_mib = hg / 4;
+    c.cold_full_mib = hg * 4;
+    msr_plan_time(&m, &g, MSR_PLAN_FP32, &c, &th);
+    MSR_CHECK_MSG(fabs(th.cold_ms / tg.cold_ms - 0.5) < 1e-9, "%g ms, want half of %g", th.cold_ms,
+                  tg.cold_ms);
 }
 
 /* Attention at its own rate (attn_tflops), and context parallel's ring
@@ -379,10 +431,15 @@ static void test_cp_terms(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
-    {"rows_rate", test_rows_rate, 10},       {"moe_rows", test_moe_rows, 10},
-    {"attn_rates", test_attn_rates, 10},     {"bubble", test_bubble, 10},
-    {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
+    {"cluster_file", test_cluster_file, 10},
+    {"flops", test_flops, 10},
+    {"rows_rate", test_rows_rate, 10},
+    {"moe_rows", test_moe_rows, 10},
+    {"cold_frames", test_cold_frames, 10},
+    {"attn_rates", test_attn_rates, 10},
+    {"bubble", test_bubble, 10},
+    {"comm_terms", test_comm_terms, 10},
+    {"cp_terms", test_cp_terms, 10},
 };
 
 int main(int argc, char **argv)

@@ -52,7 +52,7 @@ for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gb
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -66,6 +66,17 @@ awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "mm_rows_h
 [[ $(value ring_chunk "$work/c2") == $((seq / 4)) ]] || fail "ring_chunk: $(cat "$work/c2")"
 half=$(value ring_chunk_half "$work/c2")
 awk -v v="$half" 'BEGIN { exit !(v == v + 0 && v + 0 >= 0) }' || fail "ring_chunk_half = '$half'"
+# frames gone cold: the curve in the header (the node's frames doubling
+# from the ranks' one each), and the keys: a rate 0 or more, a ramp
+# starting at the first point or later and ending past its start
+grep -q "^# a micro-batch's forward and backward with the node's frames at (MiB: ms):\( [0-9.e+]*: [0-9.e+]*\)\{2,\}$" \
+    "$work/c2" || fail "no cold frames curve: $(cat "$work/c2")"
+cold=$(value cold_ms_per_mib "$work/c2")
+from=$(value cold_from_mib "$work/c2")
+full=$(value cold_full_mib "$work/c2")
+awk -v c="$cold" -v a="$from" -v b="$full" \
+    'BEGIN { exit !(c == c + 0 && c >= 0 && (c == 0 || (a + 0 > 0 && b + 0 > a + 0))) }' ||
+    fail "cold frames: $cold ms/MiB from $from to $full MiB"
 
 # alone
 timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||
