@@ -40,8 +40,8 @@
  *                   affinity masks): fewer than the ranks, and a rank
  *                   computes faster while the others wait
  *
- * Each rate and cost is the median rank's (calib_agree), agreed by
- * allgather, so every rank ends with the same cluster. */
+ * Rates are the slowest rank's and costs the largest (calib_agree),
+ * agreed by allgather, so every rank ends with the same cluster. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -495,7 +495,7 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     memset(out, 0, sizeof *out);
     calib_bufs_t b;
     int ok = calib_bufs_init(&b, o) == 0;
-    size_t F = ok ? calib_frame_floats(&b) : 1;
+    size_t F = calib_frame_floats(&b); /* the shapes are set even when it failed */
     double fb = (double)F * sizeof(float);
     int kmax = (int)(CALIB_COLD_RANK_BYTES / (F * sizeof(float)));
     int want = (int)ceil(CALIB_COLD_NODE_BYTES / (rpn * fb));
@@ -578,23 +578,41 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
         out->n = 0;
         return 0;
     }
-    /* the cold level: the last two counts' mean (one may be disturbed) */
-    double extra = (out->ms[counts - 1] + out->ms[counts - 2]) / 2 - out->ms[0];
+    /* more frames never make a micro-batch faster: the curve made
+     * monotone (pooling neighbours out of order: pool adjacent
+     * violators), so one disturbed count decides nothing */
+    double iso[16], w[16];
+    int blocks = 0;
+    for (int i = 0; i < counts; i++) {
+        iso[blocks] = out->ms[i];
+        w[blocks++] = 1;
+        while (blocks > 1 && iso[blocks - 2] > iso[blocks - 1]) {
+            double ww = w[blocks - 2] + w[blocks - 1];
+            iso[blocks - 2] =
+                (iso[blocks - 2] * w[blocks - 2] + iso[blocks - 1] * w[blocks - 1]) / ww;
+            w[blocks - 2] = ww;
+            blocks--;
+        }
+    }
+    double fit[16];
+    for (int k = 0, i = 0; k < blocks; k++)
+        for (int j = 0; j < (int)w[k]; j++)
+            fit[i++] = iso[k];
+    double extra = fit[counts - 1] - fit[0];
     /* within the noise of one frame's time: no cold frames to price */
-    if (extra <= 0.03 * out->ms[0])
+    if (extra <= 0.03 * fit[0])
         return 0;
     out->s_per_byte = extra * 1e-3 / fb;
     out->from_bytes = out->frames_bytes[0];
-    out->full_bytes = out->frames_bytes[counts - 1];
-    /* the ramp: from the last count still within 15% of the cold
-     * level's extra time to the first past 75% of it */
+    /* the ramp: from the last count within 15% of the cold level's extra
+     * time to the first past 75% of it */
     int full = counts - 1;
     for (int i = counts - 1; i > 0; i--)
-        if ((out->ms[i] - out->ms[0]) / extra >= 0.75)
+        if ((fit[i] - fit[0]) / extra >= 0.75)
             full = i;
     out->full_bytes = out->frames_bytes[full];
     for (int i = 1; i < full; i++)
-        if ((out->ms[i] - out->ms[0]) / extra <= 0.15)
+        if ((fit[i] - fit[0]) / extra <= 0.15)
             out->from_bytes = out->frames_bytes[i];
     if (out->full_bytes <= out->from_bytes)
         out->full_bytes = out->from_bytes * 2;
@@ -816,12 +834,11 @@ static double calib_mem_gib(int ranks_per_node)
 /* What each rank measured, in calib_agree's order. */
 #define CALIB_KEYS 12
 
-/* The ranks' measurements into one cluster, alike on every rank: each
- * rate and cost the median rank's (ranks that share cores disturb one
- * another unevenly, and the slowest rank's rate, taken before, moved by a
- * quarter between calibrations), memory the smallest, ranks per node the
- * largest. mins: the 7 rates and memory, 0 where a rank failed; maxs: the
- * kernel cost, ranks per node, mm_rows_half, ring_chunk_half. */
+/* The ranks' measurements into one cluster, alike on every rank: the
+ * slowest rank's rates (a node whose ranks are all busy, as in
+ * training), the least memory, the largest costs and ranks per node. mins: the 7 rates and
+ * memory, 0 where a rank failed; maxs: the kernel cost, ranks per node,
+ * mm_rows_half, ring_chunk_half. */
 static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, double *maxs)
 {
     int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
@@ -844,9 +861,9 @@ static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, doubl
     for (int k = 0; k < CALIB_KEYS; k++) {
         for (int r = 0; r < n; r++)
             col[r] = all[(size_t)r * CALIB_KEYS + k];
-        double mid = median(col, n); /* sorted */
-        /* memory: the smallest; ranks per node: the largest */
-        v[k] = k == 4 ? col[0] : k == 8 ? col[n - 1] : mid;
+        qsort(col, (size_t)n, sizeof *col, dbl_cmp);
+        /* rates and memory: the least; costs and ranks per node: the most */
+        v[k] = k < 7 ? col[0] : col[n - 1];
         if (k == CALIB_KEYS - 1)
             failed = col[0] == 0;
     }
