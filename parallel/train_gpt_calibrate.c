@@ -987,6 +987,8 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
 
 /* The keys that are not measured, commented out with why: the reader's
  * defaults apply to them. */
+#define COLD_WHY "two micro-batches' frames over 192 MiB, or out of memory"
+
 static const char *unmeasured_why(const calib_t *k, const char *key)
 {
     static const struct {
@@ -998,9 +1000,9 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
         {"intra_gbs", CALIB_INTRA, "no node with two ranks"},
         {"inter_gbs", CALIB_INTER, "one node"},
         {"mem_gib", CALIB_MEM, "the machine's memory is unknown"},
-        {"cold_ms_per_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
-        {"cold_from_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
-        {"cold_full_mib", CALIB_COLD, "two micro-batches' frames over 192 MiB"},
+        {"cold_ms_per_mib", CALIB_COLD, COLD_WHY},
+        {"cold_from_mib", CALIB_COLD, COLD_WHY},
+        {"cold_full_mib", CALIB_COLD, COLD_WHY},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
