@@ -795,9 +795,11 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     double no_rc = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_RC, NULL, NULL);
     double no_cp = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_CP, NULL, NULL);
     double no_ep = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_EP, NULL, NULL);
-    double no_cold = pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_COLD, NULL, NULL);
     out->ep_comm_ms = pipe - no_ep;
-    out->cold_ms = pipe - no_cold;
+    /* the pass without cold frames only where any are priced: the search
+     * prices every plan, and most clusters have none */
+    out->cold_ms =
+        p.cold != NULL ? pipe - pipeline_ms(m, &l, c, &p, WITH_ALL & ~WITH_COLD, NULL, NULL) : 0;
     double bare = pipeline_ms(m, &l, c, &p, 0, NULL, NULL);
     out->cp_comm_ms = pipe - no_cp;
     out->tp_comm_ms = pipe - no_tp;

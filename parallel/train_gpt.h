@@ -114,6 +114,9 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
  * cluster keeps msr_plan_cluster_default's values. */
 enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_INTER, CALIB_COLD };
 
+/* The most frame counts --calibrate's cold-frames curve has (1, 2, 4, ...). */
+#define CALIB_COLD_COUNTS 16
+
 typedef struct calib {
     msr_plan_cluster_t c;
     unsigned measured;
@@ -125,7 +128,7 @@ typedef struct calib {
     /* frames gone cold: a micro-batch's ms with the node's frames at each
      * size (MiB), the median rank's */
     int cold_n;
-    double cold_mib[16], cold_ms[16];
+    double cold_mib[CALIB_COLD_COUNTS], cold_ms[CALIB_COLD_COUNTS];
 } calib_t;
 
 /* Measures this machine at the model's shapes (parallel/train_gpt_calibrate.c,

@@ -160,19 +160,19 @@ static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
     }
 }
 
-/* Seconds per call of k on this rank: after one call to warm the caches,
- * rounds of doubling length until one lasts CALIB_ROUND_NS, then two more
- * of that length; the median of the three, so that one round another
- * process disturbed does not decide. */
-static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
+/* Seconds per call of run(arg) on this rank: after one call to warm the
+ * caches, rounds of doubling length until one lasts CALIB_ROUND_NS, then
+ * two more of that length; the median of the three, so that one round
+ * another process disturbed does not decide. */
+static double calib_rounds(void (*run)(const void *), const void *arg)
 {
-    calib_run(b, k);
+    run(arg);
     double t[3];
     uint64_t reps = 1;
     for (int n = 0; n < 3;) {
         uint64_t t0 = msr_now_ns();
         for (uint64_t i = 0; i < reps; i++)
-            calib_run(b, k);
+            run(arg);
         uint64_t dt = msr_now_ns() - t0;
         if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 40)) {
             reps *= 2;
@@ -182,6 +182,31 @@ static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
     }
     double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
     return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+}
+
+typedef struct calib_one {
+    const calib_bufs_t *b;
+    const calib_call_t *k;
+} calib_one_t;
+
+static void calib_run_one(const void *arg)
+{
+    const calib_one_t *x = arg;
+    calib_run(x->b, x->k);
+}
+
+/* Seconds per call of k on this rank (calib_rounds). */
+static double calib_time(const calib_bufs_t *b, const calib_call_t *k)
+{
+    calib_one_t x = {b, k};
+    return calib_rounds(calib_run_one, &x);
+}
+
+/* Small, varied values, never denormal; seed varies them between buffers. */
+static void calib_fill(float *p, size_t n, size_t seed)
+{
+    for (size_t j = 0; j < n; j++)
+        p[j] = (float)((int)((j * 2654435761u + seed) % 1999u) - 999) * 1e-4f;
 }
 
 static void calib_bufs_free(calib_bufs_t *b)
@@ -239,8 +264,7 @@ static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
             calib_bufs_free(b);
             return -1;
         }
-        for (size_t j = 0; j < sizes[i]; j++) /* small, varied, never denormal */
-            (*bufs[i])[j] = (float)((int)((j * 2654435761u + i) % 1999u) - 999) * 1e-4f;
+        calib_fill(*bufs[i], sizes[i], i);
     }
     for (size_t j = 0; j < N; j++)
         b->rstd[j] = 1.0f;
@@ -446,35 +470,29 @@ static void calib_frame_bwd(const calib_bufs_t *b, const calib_frame_t *f)
     msr_attention_backward(b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C, b->NH);
 }
 
+typedef struct calib_frames {
+    const calib_bufs_t *b;
+    const calib_frame_t *fr;
+    int k;
+} calib_frames_t;
+
+/* k frames written in turn and read back in turn, as GPipe's m
+ * micro-batches are. */
+static void calib_frames_run(const void *arg)
+{
+    const calib_frames_t *x = arg;
+    for (int i = 0; i < x->k; i++)
+        calib_frame_fwd(x->b, &x->fr[i]);
+    for (int i = 0; i < x->k; i++)
+        calib_frame_bwd(x->b, &x->fr[i]);
+}
+
 /* Seconds per micro-batch (a frame's forward and backward) with k frames
- * written in turn and read back in turn, as GPipe's m micro-batches are:
- * one round to fault them in, then rounds until CALIB_ROUND_NS, the
- * median of three. */
+ * in turn (calib_rounds: its first call faults them in). */
 static double calib_frames_time(const calib_bufs_t *b, const calib_frame_t *fr, int k)
 {
-    double t[3];
-    uint64_t reps = 1;
-    for (int n = -1; n < 3;) {
-        uint64_t t0 = msr_now_ns();
-        for (uint64_t r = 0; r < reps; r++) {
-            for (int i = 0; i < k; i++)
-                calib_frame_fwd(b, &fr[i]);
-            for (int i = 0; i < k; i++)
-                calib_frame_bwd(b, &fr[i]);
-        }
-        uint64_t dt = msr_now_ns() - t0;
-        if (n == -1) {
-            n = 0;
-            continue;
-        }
-        if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 30)) {
-            reps *= 2;
-            continue;
-        }
-        t[n++] = (double)dt * 1e-9 / (double)(reps * (uint64_t)k);
-    }
-    double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    calib_frames_t x = {b, fr, k};
+    return calib_rounds(calib_frames_run, &x) / k;
 }
 
 /* What calib_cold found: the extra seconds per frame byte of a
@@ -483,7 +501,8 @@ static double calib_frames_time(const calib_bufs_t *b, const calib_frame_t *fr, 
 typedef struct calib_cold {
     double s_per_byte, from_bytes, full_bytes;
     int n;
-    double frames_bytes[16], ms[16]; /* the node's frames, ms per micro-batch */
+    double frames_bytes[CALIB_COLD_COUNTS], ms[CALIB_COLD_COUNTS]; /* the node's frames, ms a
+                                                                    * micro-batch */
 } calib_cold_t;
 
 /* Times a micro-batch's forward and backward with 1, 2, 4, ... frames in
@@ -518,17 +537,22 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
         fr[i].y = fr[i].att + (size_t)b.B * b.NH * (size_t)b.T * b.T;
         fr[i].x = fr[i].y + N * C;
         fr[i].h = fr[i].x + N * C;
-        for (size_t j = 0; j < 3 * N * C; j++)
-            fr[i].qkv[j] = (float)((int)((j * 2654435761u + (size_t)i) % 1999u) - 999) * 1e-4f;
-        for (size_t j = 0; j < N * C; j++)
-            fr[i].x[j] = (float)((int)((j * 40503u + (size_t)i) % 1999u) - 999) * 1e-4f;
+        calib_fill(fr[i].qkv, 3 * N * C, (size_t)i);
+        calib_fill(fr[i].x, N * C, (size_t)i + 7);
+    }
+    /* the frame counts: 1, 2, 4, ... and kmax last (the same on every
+     * rank: they follow from the shapes) */
+    int ks[CALIB_COLD_COUNTS], counts = 0;
+    for (int k = 1; kmax >= 2 && counts < CALIB_COLD_COUNTS; k *= 2) {
+        ks[counts++] = k < kmax ? k : kmax;
+        if (k >= kmax)
+            break;
     }
     int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
-    int counts = 0;
-    double *all = msr_calloc((size_t)n * 16, sizeof *all);
+    double *all = msr_calloc((size_t)n * CALIB_COLD_COUNTS, sizeof *all);
     if (all == NULL)
         ok = 0;
-    for (int k = 1; kmax >= 2 && counts<16; k = k * 2> kmax && k < kmax ? kmax : k * 2) {
+    for (int i = 0; i < counts; i++) {
         msr_status_t st;
         if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
             fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
@@ -540,17 +564,16 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
             return -1;
         }
         if (ok)
-            all[(size_t)me * 16 + counts] = calib_frames_time(&b, fr, k);
-        out->frames_bytes[counts++] = rpn * k * fb;
-        if (k == kmax)
-            break;
+            all[(size_t)me * CALIB_COLD_COUNTS + i] = calib_frames_time(&b, fr, ks[i]);
+        out->frames_bytes[i] = rpn * ks[i] * fb;
     }
     msr_free(fr);
     msr_free(mem);
     calib_bufs_free(&b);
     msr_status_t st;
     if (all != NULL && comm != NULL &&
-        (st = msr_comm_allgather(comm, MSR_IN_PLACE, all, 16, MSR_DTYPE_F64)) != MSR_OK) {
+        (st = msr_comm_allgather(comm, MSR_IN_PLACE, all, CALIB_COLD_COUNTS, MSR_DTYPE_F64)) !=
+            MSR_OK) {
         fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
         msr_free(all);
         return -1;
@@ -567,7 +590,7 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     int failed = 0;
     for (int i = 0; i < counts; i++) {
         for (int r = 0; r < n; r++)
-            c[r] = all[(size_t)r * 16 + i];
+            c[r] = all[(size_t)r * CALIB_COLD_COUNTS + i];
         out->ms[i] = median(c, n) * 1e3; /* sorted: c[0] the least */
         failed |= c[0] <= 0;
     }
@@ -581,7 +604,7 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     /* more frames never make a micro-batch faster: the curve made
      * monotone (pooling neighbours out of order: pool adjacent
      * violators), so one disturbed count decides nothing */
-    double iso[16], w[16];
+    double iso[CALIB_COLD_COUNTS], w[CALIB_COLD_COUNTS];
     int blocks = 0;
     for (int i = 0; i < counts; i++) {
         iso[blocks] = out->ms[i];
@@ -594,7 +617,7 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
             blocks--;
         }
     }
-    double fit[16];
+    double fit[CALIB_COLD_COUNTS];
     for (int k = 0, i = 0; k < blocks; k++)
         for (int j = 0; j < (int)w[k]; j++)
             fit[i++] = iso[k];
@@ -835,10 +858,10 @@ static double calib_mem_gib(int ranks_per_node)
 #define CALIB_KEYS 12
 
 /* The ranks' measurements into one cluster, alike on every rank: the
- * slowest rank's rates (a node whose ranks are all busy, as in
- * training), the least memory, the largest costs and ranks per node. mins: the 7 rates and
- * memory, 0 where a rank failed; maxs: the kernel cost, ranks per node,
- * mm_rows_half, ring_chunk_half. */
+ * slowest rank's rates (a node whose ranks are all busy, as in training),
+ * the least memory, the largest costs and ranks per node. mins: the 7
+ * rates and memory, 0 where a rank failed; maxs: the kernel cost, ranks
+ * per node, mm_rows_half, ring_chunk_half. */
 static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, double *maxs)
 {
     int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
@@ -893,8 +916,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     int ok = calib_compute(o, &cc) == 0;
     int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
     double mem = calib_mem_gib(rpn);
-    /* the median rank's rates and costs, the smallest memory, the largest
-     * node; a failed rank sends 0 */
+    /* what this rank measured, for calib_agree; a failed rank sends 0 */
     double mine[CALIB_KEYS] = {ok ? cc.flops_s : 0,
                                ok ? cc.matmul_flops_s : 0,
                                ok ? cc.attn_flops_s : 0,
