@@ -500,11 +500,32 @@ static int decide_token(agent_t *a, int here, int *generated)
     return 0;
 }
 
+/* How long a node that lost the race for the port keeps telling apart a
+ * coordinator that is still starting from another program holding it. */
+#define PORT_TAKEN_MS 10000
+#define PORT_BOUND    (-1) /* port_taken: this node bound the port after all */
+
 /* The port could not be bound: taken by this job's coordinator (another
- * msrun on this host started it), which is fine, or by something else. */
+ * msrun on this host started it), which is fine, or by something else.
+ * Until PORT_TAKEN_MS has passed, a holder that does not answer yet is
+ * asked again and the port tried again: the other msrun's coordinator may
+ * be slow to come up on a loaded host, and a holder that goes away (a
+ * connection that happened to get this port as its own end) frees it. */
 static int port_taken(agent_t *a, const char *target, const char *err, int generated)
 {
+    uint64_t deadline = msr_deadline_in_ms(PORT_TAKEN_MS);
     msr_status_t st = probe_coordinator(a, target, 1);
+    char again[600];
+    while (st != MSR_OK && st != MSR_ERR_PERMISSION && strstr(err, "in use") &&
+           msr_deadline_left_ms(deadline) > 0) {
+        msr_sleep_ms(100);
+        if (start_coordinator(a, a->coord_bind) >= 0)
+            return PORT_BOUND;
+        snprintf(again, sizeof again, "%s", msr_err_msg());
+        err = again;
+        MSR_DEBUG("port %d still held and no coordinator answers yet: %s", a->coord_port, err);
+        st = probe_coordinator(a, target, 1);
+    }
     if (st == MSR_ERR_PERMISSION && generated && a->o->auth_munge) {
         /* another msrun of this host started it: get its token with munge */
         memset(a->token, 0, sizeof a->token);
@@ -683,7 +704,9 @@ int setup_coordinator(agent_t *a)
     if (start_coordinator(a, a->coord_bind) < 0) {
         char err[600];
         snprintf(err, sizeof err, "%s", msr_err_msg());
-        return port_taken(a, target, err, generated);
+        rc = port_taken(a, target, err, generated);
+        if (rc != PORT_BOUND)
+            return rc;
     }
     /* With --auth=munge the other nodes get the token from the coordinator. */
     if (generated && !o->auth_munge && (o->max_nodes > 1 || o->worker_num > o->local_worker_num))

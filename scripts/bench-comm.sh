@@ -44,7 +44,7 @@ msrun_bench() {
         return
     fi
     local port n pids=() rc=0
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(python3 "$(dirname "$0")/free_port.py")
     [ -f "$tmp/token" ] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
     for ((n = nodes - 1; n >= 0; n--)); do
         MSRUN_TOKEN_FILE=$tmp/token "$msrun" --worker_num="$np" --local_worker_num=$((np / nodes)) \

@@ -50,7 +50,7 @@ for ((i = 0; i < runs; i++)); do
         timeit $b/msrun --worker_num="$np" --local_worker_num="$np" --log_level=warn $b/msr_barrier >>"$tmp/msrun"
     else
         # the free port is picked outside the timed part
-        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        port=$(python3 "$(dirname "$0")/free_port.py")
         timeit msrun_nodes "$port" >>"$tmp/msrun"
     fi
     if [ $have_mpi = 1 ]; then

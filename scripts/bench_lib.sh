@@ -1,7 +1,7 @@
 # Shared by the recovery benchmarks (bench-recovery.sh, bench-failover.sh);
 # sourced, not run.
 now() { date +%s.%N; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py"; }
 # recovered G N T0 FILES...: the N-th start time of generation G in FILES
 # (lines "start gen G ... at T ...") minus T0, or "" if missing
 recovered() {

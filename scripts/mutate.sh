@@ -1471,4 +1471,13 @@ test: ^test_parallel_plan_time$
     return 1;
 >>>
 
+@ coord.port_taken_no_retry
+file: msrun/coord_child.c
+test: ^it_multinode$
+<<<
+#define PORT_TAKEN_MS 10000
+===
+#define PORT_TAKEN_MS 0
+>>>
+
 __END__

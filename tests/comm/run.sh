@@ -54,7 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "$0")/../../scripts/free_port.py"; }
 
 run_once() { # $1: log file; the exit status of node 0's msrun
     local pids=() n

@@ -7,7 +7,7 @@
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
 use_token_file
 reference_digest >/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
     --max_restarts=3 --node_timeout=2 --log_level=info)
 args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")

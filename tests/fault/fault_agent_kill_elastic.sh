@@ -8,7 +8,7 @@
 use_token_file
 ITERS=1500
 reference_digest >/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=1
     --max_restarts=3 --node_timeout=2 --last_call=0.3 --log_level=info)
 args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")

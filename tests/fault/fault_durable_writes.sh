@@ -10,7 +10,6 @@
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 WRITER=$BUILD/tests/durable_writer
 KILLS=${DURABLE_KILLS:-20}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 TOKEN="durable-$RANDOM$RANDOM"
 

@@ -51,7 +51,8 @@ fail() {
 ok() { echo "ok   $*"; }
 
 # a TCP port free on loopback right now
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port [N]: N free ports (see scripts/free_port.py for why not bind(0)'s)
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free_port.py" "$@"; }
 
 # use_token_file: every msrun started after this gets the same job token
 # from a 0600 file, as a scheduler would hand one out (a job of several

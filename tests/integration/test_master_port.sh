@@ -4,7 +4,7 @@
 # a port already taken is reported, exit 2.
 . "$(dirname "$0")/lib.sh"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 start_msrun --worker_num=1 --local_worker_num=1 --master_port="$port" "$WORKER" sleep 20
 wait_for "ready" "$TMP/out" 20 || fail "the worker did not start"
 coord=$(pgrep -P "$BG_PID" -f "msrun coordinator" | head -n 1)

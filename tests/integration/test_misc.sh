@@ -3,7 +3,6 @@
 . "$(dirname "$0")/lib.sh"
 use_token_file
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # msrun status against a running job
 port=$(free_port)

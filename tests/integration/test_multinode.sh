@@ -107,6 +107,30 @@ cat "$TMP"/node[01].out >"$TMP/all.out"
 expect_in "COUNTS allgather=10 barrier=12" "$TMP/all.out" "2 coordinator calls per operation"
 ok "proxy: 2 workers per node make 1 coordinator call per node and operation"
 
+# 5b. the port is held for a moment by a program that never answers (a
+# coordinator still starting looks the same from outside): node 0 waits for
+# it to go, then starts the coordinator there
+port=$(free_port)
+python3 - "$port" "$TMP/held" <<'PY' &
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+open(sys.argv[2], "w").write("held")
+time.sleep(3)
+PY
+holder=$!
+wait_for "held" "$TMP/held" 5 || fail "the port holder did not start"
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2)
+start_node 0 "${common[@]}" --node_rank=0 "$WORKER" env
+start_node 1 "${common[@]}" --node_rank=1 "$WORKER" env
+wait_node 0 0
+wait_node 1 0
+wait "$holder"
+expect_in "CTX 3 rank=3 world=4" "$TMP/node1.out" "the job ran"
+ok "a port held for a while by a silent program: node 0 waits and then binds it"
+
 # 6. workers started without msrun join the coordinator directly
 port=$(free_port)
 env -u MSRUN_TOKEN_FILE MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN=direct-token "$MSRUN" coordinator \

@@ -9,7 +9,6 @@ export XDG_RUNTIME_DIR=$TMP/xdg
 mkdir -m 700 "$XDG_RUNTIME_DIR"
 RUN=$XDG_RUNTIME_DIR/msrun
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mode() { stat -c %a "$1"; }
 
 # A worker that says it is up and runs until $TMP/stop appears (60 s at most).

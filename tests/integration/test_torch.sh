@@ -14,7 +14,7 @@ expect_code 0 "torch on one node"
 expect_in "allreduce over 4 ranks (local world 4, node 0) = 10, as expected" "$TMP/out" "result"
 ok "torch gloo on 1 node, 4 workers"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2)
 env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=1 \
     "$PY" "$SRC/examples/torch_allreduce.py" >"$TMP/n1.out" 2>"$TMP/n1.err" &

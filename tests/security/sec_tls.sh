@@ -6,7 +6,6 @@
 . "$(MSRUN_SOURCE=${MSRUN_SOURCE:-$(dirname "$0")/../..}; echo "$MSRUN_SOURCE")/tests/integration/lib.sh"
 command -v openssl >/dev/null || { echo "skip: openssl is not installed (scripts/deps.sh test)"; exit 77; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # ---- certificates: a CA, a server/node certificate and a client certificate
 # it signed, and a second CA with a certificate of its own ----
