@@ -224,6 +224,10 @@ typedef struct msr_plan_cluster {
                              * together) up to which none go cold */
     double cold_full_mib;   /* cold_full_mib: from which all do; between, the share grows
                              * with the log of the bytes */
+    double idle_lend;       /* idle_lend: with fewer cores than ranks, the share of the ideal
+                             * speed-up (ranks over cores) a computing rank gets while
+                             * others of its node wait: 1 the cores handed over whole,
+                             * 0 none (1) */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:

@@ -46,6 +46,7 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->cold_ms_per_mib = 0;
     c->cold_from_mib = 0;
     c->cold_full_mib = 0;
+    c->idle_lend = 1;
 }
 
 enum {
@@ -68,13 +69,14 @@ enum {
     K_COLD,
     K_COLD_FROM,
     K_COLD_FULL,
+    K_LEND,
     K_N
 };
 static const char *const key_names[K_N] = {
     "ranks_per_node",  "mem_gib",         "peak_tflops",   "intra_gbs",      "inter_gbs",
     "latency_us",      "mem_gbs",         "kernel_us",     "cores_per_node", "act_gbs",
     "mm_rows",         "mm_rows_half",    "attn_tflops",   "ring_tflops",    "ring_chunk",
-    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib"};
+    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib",  "idle_lend"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -134,7 +136,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                     "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
                     "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
                     "mm_rows, mm_rows_half, attn_tflops, ring_tflops, ring_chunk, "
-                    "ring_chunk_half, cold_ms_per_mib, cold_from_mib, cold_full_mib)",
+                    "ring_chunk_half, cold_ms_per_mib, cold_from_mib, cold_full_mib, "
+                    "idle_lend)",
                     key);
             return -1;
         }
@@ -166,7 +169,11 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
                           k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING ||
                           k == K_RING_CHUNK || k == K_RING_HALF || k == K_COLD ||
-                          k == K_COLD_FROM || k == K_COLD_FULL;
+                          k == K_COLD_FROM || k == K_COLD_FULL || k == K_LEND;
+        if (k == K_LEND && v > 1) {
+            set_why(why, why_len, line, "idle_lend %s: a share, from 0 to 1", val);
+            return -1;
+        }
         if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
             set_why(why, why_len, line,
                     may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
@@ -192,7 +199,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                           &out.ring_chunk_half,
                           &out.cold_ms_per_mib,
                           &out.cold_from_mib,
-                          &out.cold_full_mib};
+                          &out.cold_full_mib,
+                          &out.idle_lend};
         *f[k] = v;
     }
     *c = out;
@@ -220,11 +228,13 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "ring_chunk_half = %.6g\n"
                     "cold_ms_per_mib = %.6g\n"
                     "cold_from_mib = %.6g\n"
-                    "cold_full_mib = %.6g\n",
+                    "cold_full_mib = %.6g\n"
+                    "idle_lend = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
                     c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
                     c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops, c->ring_chunk,
-                    c->ring_chunk_half, c->cold_ms_per_mib, c->cold_from_mib, c->cold_full_mib);
+                    c->ring_chunk_half, c->cold_ms_per_mib, c->cold_from_mib, c->cold_full_mib,
+                    c->idle_lend);
 }
 
 /* ---- collectives ---- */
@@ -376,7 +386,8 @@ typedef struct pieces {
     double layer_ep_ms; /* one block's expert-parallel alltoalls, forward (backward: the same),
                          * averaged over the blocks as layer_f is */
     work_t attn_b_more; /* under cp: what the ring's backward computes beyond twice attn_f */
-    work_t gelu_f;      /* the GELU alone (what selective recompute reruns under cp) */
+    work_t sel_f;       /* what selective recompute runs again, a block (averaged as
+                         * layer_f is) */
     double ring_f_ms;   /* under cp: one block's exposed ring transfers, forward */
     double ring_b_ms;   /* and backward */
     work_t layer_sp;    /* under sp, its copies between sequence and rank order (each pass) */
@@ -457,8 +468,20 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     /* the softmax inside the attention kernel is priced with it: the rate
      * --calibrate measures for attention is the whole kernel's */
     p->attn_f.kernels = 2 * b * heads_l * (cp > 1 ? pairs : 1) + 1; /* two products a head */
-    p->gelu_f.act = eb * 2 * N * F / t;
-    p->gelu_f.kernels = 1;
+    /* selective recompute runs again what the memory model drops
+     * (plan_mem.c): in train_gpt's runtime (GPT, fp32; parallel/mp.c
+     * recompute) the attention kernel without cp (its probabilities) and
+     * the GELU of the dense blocks; in the papers' accounting (Korthikanti
+     * et al. 2022) the attention core alone, and under cp nothing (the
+     * ring keeps no scores) */
+    int runtime = m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32;
+    if (cp == 1)
+        p->sel_f = p->attn_f;
+    if (runtime) {
+        double dense = 1 - moe_share;
+        p->sel_f.act += dense * eb * 2 * N * F / t;
+        p->sel_f.kernels += dense;
+    }
     if (cp > 1) {
         p->attn_b_more.rflops = 0.5 * p->attn_f.rflops;
         p->attn_b_more.kernels = b * heads_l * pairs;
@@ -573,10 +596,8 @@ static stage_cost_t stage_cost(const pieces_t *p, const msr_plan_layout_t *l,
     f = add(f, scale(p->layer_sp, layers));
     bw = add(bw, scale(p->layer_sp, layers));
     if (with & WITH_RC) {
-        /* under cp selective keeps the ring's logsumexp: only the GELU
-         * runs again */
         if (l->recompute == MSR_PLAN_RC_SELECTIVE)
-            bw = add(bw, scale(msr_plan_cp(l) > 1 ? p->gelu_f : p->attn_f, layers));
+            bw = add(bw, scale(p->sel_f, layers));
         else if (l->recompute == MSR_PLAN_RC_FULL) {
             bw = add(bw, f);
             tpb += layers * p->layer_tp_ms;
@@ -629,13 +650,14 @@ static int split_at(const msr_plan_model_t *m, const msr_plan_layout_t *l, int n
 /* How much faster one rank computes when others of its node wait: the
  * cluster's rates are those of every rank busy at once (as --calibrate
  * measures them), and ranks sharing fewer cores than they are split the
- * cores among those that run. */
+ * cores among those that run, each waiting rank handing over idle_lend
+ * of its share (as --calibrate measures it). */
 static double idle_speedup(const msr_plan_cluster_t *c, int64_t world)
 {
     int64_t on_node = world < c->ranks_per_node ? world : c->ranks_per_node;
     if (c->cores_per_node <= 0 || c->cores_per_node >= on_node)
         return 1;
-    return (double)on_node / c->cores_per_node;
+    return 1 + c->idle_lend * ((double)on_node / c->cores_per_node - 1);
 }
 
 /* The pipeline's time for the step's micro-batches: the slowest rank runs
@@ -697,13 +719,9 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         *rank_bwd_p = rbwd;
     if (sim) {
         int64_t world = (int64_t)l->dp * l->pp * stage;
-        msr_plan_sim_t q = {pp,
-                            v,
-                            l->micros,
-                            l->schedule,
-                            (double)(world < c->ranks_per_node ? world : c->ranks_per_node),
-                            c->cores_per_node,
-                            sim_stage};
+        double on_node = (double)(world < c->ranks_per_node ? world : c->ranks_per_node);
+        /* the cores that give the computing ranks that speed-up at most */
+        msr_plan_sim_t q = {pp, v, l->micros, l->schedule, on_node, on_node / speed, sim_stage};
         double t = msr_plan_sim_pipeline(&q);
         if (t >= 0)
             return t;

@@ -112,7 +112,16 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
 
 /* What --calibrate measured (bits of calib_t.measured); the rest of the
  * cluster keeps msr_plan_cluster_default's values. */
-enum { CALIB_COMPUTE, CALIB_RANKS, CALIB_MEM, CALIB_LATENCY, CALIB_INTRA, CALIB_INTER, CALIB_COLD };
+enum {
+    CALIB_COMPUTE,
+    CALIB_RANKS,
+    CALIB_MEM,
+    CALIB_LATENCY,
+    CALIB_INTRA,
+    CALIB_INTER,
+    CALIB_COLD,
+    CALIB_LEND
+};
 
 /* The most frame counts --calibrate's cold-frames curve has (1, 2, 4, ...). */
 #define CALIB_COLD_COUNTS 16
@@ -129,6 +138,7 @@ typedef struct calib {
      * size (MiB), the median rank's */
     int cold_n;
     double cold_mib[CALIB_COLD_COUNTS], cold_ms[CALIB_COLD_COUNTS];
+    double lend_speedup; /* idle_lend's measured speed-up (its bit in measured) */
 } calib_t;
 
 /* Measures this machine at the model's shapes (parallel/train_gpt_calibrate.c,

@@ -39,6 +39,11 @@
  *   cores_per_node  the cores the ranks may run on (the union of their
  *                   affinity masks): fewer than the ranks, and a rank
  *                   computes faster while the others wait
+ *   idle_lend       how much faster: a block's MLP product timed with
+ *                   every rank computing, then with cores_per_node of each
+ *                   node's ranks computing while the others wait in a
+ *                   barrier; the speed-up as a share of the ideal one
+ *                   (ranks over cores)
  *
  * Rates are the slowest rank's and costs the largest (calib_agree),
  * agreed by allgather, so every rank ends with the same cluster. */
@@ -642,6 +647,63 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     return 0;
 }
 
+/* ---- the cores of ranks that wait ---- */
+
+/* A block's MLP product forward and backward: the work calib_lend times. */
+static void calib_lend_run(const void *arg)
+{
+    const calib_bufs_t *b = arg;
+    const calib_call_t fwd = {K_MM_FWD, b->N, b->C, 4 * b->C},
+                       bwd = {K_MM_BWD, b->N, b->C, 4 * b->C};
+    calib_run(b, &fwd);
+    calib_run(b, &bwd);
+}
+
+/* Where a node's ranks share fewer cores than they are, how much of the
+ * waiting ranks' cores the computing ones get: the product above timed
+ * with every rank computing, then with only `cores` of each node's ranks
+ * computing while the others wait in a barrier, as a pipeline's idle
+ * stages wait for their input. The computing ranks' mean speed-up, as a
+ * share of the ideal one's (ranks over cores): 1 when waiting ranks hand
+ * their cores over whole, 0 when they hand over nothing. *lend < 0 where not measured (no rank
+ * waits for a core). Collective; -1 on the communicator's error. */
+static int calib_lend(const options_t *o, msr_comm_t *comm, int local, int rpn, int cores,
+                      double *lend, double *speedup)
+{
+    *lend = -1;
+    *speedup = 0;
+    if (comm == NULL || cores <= 0 || rpn <= cores)
+        return 0;
+    calib_bufs_t b;
+    int ok = calib_bufs_init(&b, o) == 0;
+    double all_s = 0, alone_s = 0;
+    msr_status_t st = msr_comm_barrier(comm);
+    if (st == MSR_OK && ok)
+        all_s = calib_rounds(calib_lend_run, &b);
+    if (st == MSR_OK)
+        st = msr_comm_barrier(comm);
+    int computes = local < cores; /* each node's first `cores` ranks */
+    if (st == MSR_OK && ok && computes)
+        alone_s = calib_rounds(calib_lend_run, &b);
+    if (ok)
+        calib_bufs_free(&b);
+    /* the computing ranks' speed-ups, summed and counted */
+    double up[2] = {computes && all_s > 0 && alone_s > 0 ? all_s / alone_s : 0, 0};
+    up[1] = up[0] > 0;
+    if (st == MSR_OK &&
+        (st = msr_comm_allreduce(comm, MSR_IN_PLACE, up, 2, MSR_DTYPE_F64, MSR_OP_SUM)) == MSR_OK &&
+        up[1] > 0) {
+        *speedup = up[0] / up[1];
+        double ideal = (double)rpn / cores, share = (*speedup - 1) / (ideal - 1);
+        *lend = share < 0 ? 0 : share > 1 ? 1 : share;
+    }
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- the communicator ---- */
 
 typedef struct calib_pingpong {
@@ -955,6 +1017,11 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         cores += cpus[i] != 0;
     msr_free(cpus);
     k.c.cores_per_node = cores;
+    double lend;
+    int local = job->ctx != NULL ? msr_local_rank(job->ctx) : 0;
+    if (calib_lend(o, comm, local, rpn, cores, &lend, &k.lend_speedup) != 0)
+        return -1;
+    k.c.idle_lend = lend >= 0 ? lend : k.c.idle_lend;
     /* the products at their own rate, attention and its ring at theirs */
     k.c.peak_tflops = mins[1] * 1e-12;
     k.c.attn_tflops = mins[2] * 1e-12;
@@ -967,7 +1034,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.mm_rows_half = maxs[2];
     k.c.ring_chunk = o->seq / 4 > 0 ? o->seq / 4 : 1; /* calib_bufs_init's S */
     k.c.ring_chunk_half = maxs[3];
-    k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS;
+    k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS | (lend >= 0 ? 1u << CALIB_LEND : 0);
     if (cold.n >= 2) {
         k.measured |= 1u << CALIB_COLD;
         k.c.cold_ms_per_mib = cold.s_per_byte * 1e3 * 1048576.0;
@@ -1025,6 +1092,7 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
         {"cold_ms_per_mib", CALIB_COLD, COLD_WHY},
         {"cold_from_mib", CALIB_COLD, COLD_WHY},
         {"cold_full_mib", CALIB_COLD, COLD_WHY},
+        {"idle_lend", CALIB_LEND, "no rank waits for a core: as many cores as ranks"},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
@@ -1049,6 +1117,16 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;
+    if (k->measured & (1u << CALIB_LEND)) {
+        w = snprintf(buf + at, len - at,
+                     "# %d of a node's ranks computing while the others wait: %.3g times as fast "
+                     "as all at once (%d cores: %.3g at most)\n",
+                     k->c.cores_per_node, k->lend_speedup, k->c.cores_per_node,
+                     (double)k->c.ranks_per_node / k->c.cores_per_node);
+        if (w < 0 || (size_t)w >= len - at)
+            return -1;
+        at += (size_t)w;
+    }
     if (k->cold_n > 0) {
         w = snprintf(buf + at, len - at,
                      "# a micro-batch's forward and backward with the node's frames at (MiB: ms):");

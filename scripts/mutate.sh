@@ -1480,4 +1480,22 @@ test: ^it_multinode$
 #define PORT_TAKEN_MS 0
 >>>
 
+@ plan.time.selective_no_gelu
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+        p->sel_f.act += dense * eb * 2 * N * F / t;
+===
+        p->sel_f.act += 0 * dense * eb * 2 * N * F / t;
+>>>
+
+@ plan.time.idle_lend_ignored
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    return 1 + c->idle_lend * ((double)on_node / c->cores_per_node - 1);
+===
+    return (double)on_node / c->cores_per_node;
+>>>
+
 __END__

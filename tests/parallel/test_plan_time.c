@@ -20,7 +20,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->mm_rows_half == b->mm_rows_half && a->attn_tflops == b->attn_tflops &&
            a->ring_tflops == b->ring_tflops && a->ring_chunk == b->ring_chunk &&
            a->ring_chunk_half == b->ring_chunk_half && a->cold_ms_per_mib == b->cold_ms_per_mib &&
-           a->cold_from_mib == b->cold_from_mib && a->cold_full_mib == b->cold_full_mib;
+           a->cold_from_mib == b->cold_from_mib && a->cold_full_mib == b->cold_full_mib &&
+           a->idle_lend == b->idle_lend;
 }
 
 static void test_cluster_file(void)
@@ -48,6 +49,9 @@ static void test_cluster_file(void)
     MSR_CHECK(msr_plan_cluster_parse("ring_chunk = 64\nring_chunk_half = 16\n", &c, why,
                                      sizeof why) == 0);
     MSR_CHECK(c.ring_chunk == 64 && c.ring_chunk_half == 16);
+    MSR_CHECK(c.idle_lend == 1); /* the default: the cores handed over whole */
+    MSR_CHECK(msr_plan_cluster_parse("idle_lend = 0.375\n", &c, why, sizeof why) == 0);
+    MSR_CHECK(c.idle_lend == 0.375);
     /* round trip */
     char text[1024];
     MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
@@ -67,6 +71,8 @@ static void test_cluster_file(void)
         {"mm_rows_half = -2\n", "line 1: mm_rows_half: must be 0 or more"},
         {"ring_chunk_half = -1\n", "line 1: ring_chunk_half: must be 0 or more"},
         {"cold_ms_per_mib = -1\n", "line 1: cold_ms_per_mib: must be 0 or more"},
+        {"idle_lend = 1.5\n", "line 1: idle_lend 1.5: a share, from 0 to 1"},
+        {"idle_lend = -0.5\n", "line 1: idle_lend: must be 0 or more"},
         {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
@@ -322,6 +328,78 @@ static void test_bubble(void)
     MSR_CHECK(fabs(one.step_ms / (9 * 8 * layer) - 1) < 2e-3);
 }
 
+/* Selective recompute runs again what the memory model drops: in the
+ * runtime's accounting (GPT, fp32) the attention kernel and the GELU, whose
+ * bytes cost act_gbs; in the papers' (bf16) the attention core alone; under
+ * cp the runtime's GELU alone (the ring keeps its logsumexp). */
+static void test_selective_reruns(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 256, 8, 8, 1024, 64, 256};
+    msr_plan_cluster_t c = flops_only();
+    c.mem_gbs = 1000;
+    /* fp32, read and write, N x 4C: micro-batch 2 of 256 positions */
+    double gelu_bytes = 4.0 * 2 * (2 * 256) * (4 * 256);
+    for (int cp = 1; cp <= 2; cp++) {
+        msr_plan_layout_t lay = layout(1, 1, 1, 0, MSR_PLAN_RC_SELECTIVE, 2, 1, MSR_PLAN_1F1B, 1);
+        lay.cp = cp;
+        msr_plan_time_t slow, fast, bf;
+        c.act_gbs = 1;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &slow);
+        c.act_gbs = 1e9;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &fast);
+        /* the GELU's bytes of 4 blocks (cp 2: each rank's half) at 1 GB/s */
+        double want = 4 * gelu_bytes / cp / 1e6;
+        MSR_CHECK_MSG(fabs((slow.recompute_ms - fast.recompute_ms) / want - 1) < 1e-3,
+                      "cp %d: %g ms more, want %g", cp, slow.recompute_ms - fast.recompute_ms,
+                      want);
+        MSR_CHECK(cp == 2 || fast.recompute_ms > 0); /* the attention's FLOPs */
+        c.act_gbs = 1;
+        msr_plan_time(&m, &lay, MSR_PLAN_BF16, &c, &bf);
+        MSR_CHECK_MSG(cp == 1 ? bf.recompute_ms > 0 && bf.recompute_ms < slow.recompute_ms / 2
+                              : bf.recompute_ms == 0,
+                      "cp %d: bf16 %g ms", cp, bf.recompute_ms);
+    }
+}
+
+/* Ranks sharing cores: 8 ranks of a node on 2 cores, dp 2 x pp 4 with one
+ * micro-batch, so 2 ranks compute at a time. The rates are those of all 8
+ * computing; the 2 compute 1 + idle_lend x (8 / 2 - 1) times as fast, in
+ * the closed form and in the simulated pipeline (several micro-batches)
+ * alike. */
+static void test_idle_lend(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 16, 1024, 16, 16, 4096, 16, 1024};
+    msr_plan_cluster_t c = flops_only();
+    msr_plan_time_t own, t;
+    msr_plan_layout_t lay = layout(2, 1, 4, 0, 0, 1, 1, MSR_PLAN_GPIPE, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &own); /* a core each */
+    c.cores_per_node = 2;
+    const double lends[] = {1, 0.5, 0};
+    for (int i = 0; i < 3; i++) {
+        c.idle_lend = lends[i];
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+        double speed = 1 + lends[i] * 3;
+        MSR_CHECK_MSG(fabs(t.step_ms / (own.step_ms / speed) - 1) < 2e-3, "idle_lend %g: %g ms",
+                      lends[i], t.step_ms);
+    }
+    /* 4 micro-batches: the simulator's pipeline; with nothing lent it is
+     * the closed form's, with more lent faster */
+    lay.micros = 4;
+    msr_plan_time_t none, half;
+    c.idle_lend = 0;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &none);
+    c.cores_per_node = 0;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &own);
+    MSR_CHECK(fabs(none.step_ms / own.step_ms - 1) < 2e-3);
+    c.cores_per_node = 2;
+    c.idle_lend = 0.5;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &half);
+    c.idle_lend = 1;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK_MSG(t.step_ms < half.step_ms && half.step_ms < none.step_ms, "%g %g %g", t.step_ms,
+                  half.step_ms, none.step_ms);
+}
+
 /* Each communication term appears with its dimension, grows with slower
  * links, and inter-node placement costs more than intra-node. */
 static void test_comm_terms(void)
@@ -438,6 +516,8 @@ static const msr_test_t tests[] = {
     {"cold_frames", test_cold_frames, 10},
     {"attn_rates", test_attn_rates, 10},
     {"bubble", test_bubble, 10},
+    {"idle_lend", test_idle_lend, 10},
+    {"selective_reruns", test_selective_reruns, 10},
     {"comm_terms", test_comm_terms, 10},
     {"cp_terms", test_cp_terms, 10},
 };

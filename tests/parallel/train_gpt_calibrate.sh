@@ -24,11 +24,11 @@ fail() {
 small=(--layers 2 --channels 32 --heads 2 --seq 16 --micro-batch 4)
 mb=4 seq=16 # of small
 
-msrun_n() { # msrun_n N ARGS...
+msrun_n() { # msrun_n N ARGS... (PIN: a command to run msrun under)
     local n=$1 job=calib-$$-$RANDOM
     shift
     jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+    timeout -k 5 60 ${PIN:-} "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
         "${worker_env[@]}" "$bin/train_gpt" "$@"
 }
 
@@ -41,8 +41,9 @@ positive() { # positive KEY FILE
     awk -v v="$v" 'BEGIN { exit !(v + 0 > 0 && v == v + 0) }' || fail "$2: $1 = $v, not positive"
 }
 
-# 2 ranks
-msrun_n 2 "${small[@]}" --calibrate "$work/c2" >"$work/out" 2>"$work/err" ||
+# 2 ranks on one core (so that one computes while the other waits)
+core=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
+PIN="taskset -c $core" msrun_n 2 "${small[@]}" --calibrate "$work/c2" >"$work/out" 2>"$work/err" ||
     fail "--calibrate under msrun: $(tail -5 "$work/err")"
 [[ ! -s "$work/out" ]] || fail "--calibrate printed on stdout: $(cat "$work/out")"
 grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s inside a node; wrote" \
@@ -51,8 +52,13 @@ grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s ins
 for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c2"; done
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
+[[ $(value cores_per_node "$work/c2") == 1 ]] || fail "cores_per_node: $(cat "$work/c2")"
+# the share of the waiting rank's core the computing one got: 0 to 1
+lend=$(value idle_lend "$work/c2")
+awk -v v="$lend" 'BEGIN { exit !(v == v + 0 && v >= 0 && v <= 1) }' ||
+    fail "idle_lend = '$lend': $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib|idle_lend) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -83,7 +89,7 @@ timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" |
     fail "--calibrate alone: $(cat "$work/err")"
 [[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
 for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
-for k in latency_us intra_gbs inter_gbs; do
+for k in latency_us intra_gbs inter_gbs idle_lend; do
     grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
 done
 
