@@ -42,8 +42,9 @@
  *   idle_lend       how much faster: a block's MLP product timed with
  *                   every rank computing, then with cores_per_node of each
  *                   node's ranks computing while the others wait in a
- *                   barrier; the speed-up as a share of the ideal one
- *                   (ranks over cores)
+ *                   barrier, five times with other ranks computing; the
+ *                   mean speed-up as a share of the ideal one (ranks over
+ *                   cores)
  *
  * Rates are the slowest rank's and costs the largest (calib_agree),
  * agreed by allgather, so every rank ends with the same cluster. */
@@ -649,7 +650,10 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
 
 /* ---- the cores of ranks that wait ---- */
 
-/* A block's MLP product forward and backward: the work calib_lend times. */
+/* A block's MLP product forward and backward: the work calib_lend times,
+ * this many times each way, with other ranks computing alone each time. */
+#define CALIB_LEND_TRIES 5
+
 static void calib_lend_run(const void *arg)
 {
     const calib_bufs_t *b = arg;
@@ -676,20 +680,26 @@ static int calib_lend(const options_t *o, msr_comm_t *comm, int local, int rpn, 
         return 0;
     calib_bufs_t b;
     int ok = calib_bufs_init(&b, o) == 0;
-    double all_s = 0, alone_s = 0;
-    msr_status_t st = msr_comm_barrier(comm);
-    if (st == MSR_OK && ok)
-        all_s = calib_rounds(calib_lend_run, &b);
-    if (st == MSR_OK)
-        st = msr_comm_barrier(comm);
-    int computes = local < cores; /* each node's first `cores` ranks */
-    if (st == MSR_OK && ok && computes)
-        alone_s = calib_rounds(calib_lend_run, &b);
+    /* CALIB_LEND_TRIES pairs of timings, each with other ranks computing
+     * alone: the scheduler may leave two of them on one core for a while
+     * and the others idle, more with some ranks than others, and the mean
+     * over the tries prices that as often as it happens */
+    double up[2] = {0, 0}; /* the speed-ups measured, summed and counted */
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < CALIB_LEND_TRIES; i++) {
+        int computes = (local + i) % rpn < cores;
+        double all_s = 0, alone_s = 0;
+        if (st == MSR_OK && (st = msr_comm_barrier(comm)) == MSR_OK && ok)
+            all_s = calib_rounds(calib_lend_run, &b);
+        if (st == MSR_OK && (st = msr_comm_barrier(comm)) == MSR_OK && ok && computes)
+            alone_s = calib_rounds(calib_lend_run, &b);
+        if (all_s > 0 && alone_s > 0) {
+            up[0] += all_s / alone_s;
+            up[1] += 1;
+        }
+    }
     if (ok)
         calib_bufs_free(&b);
-    /* the computing ranks' speed-ups, summed and counted */
-    double up[2] = {computes && all_s > 0 && alone_s > 0 ? all_s / alone_s : 0, 0};
-    up[1] = up[0] > 0;
     if (st == MSR_OK &&
         (st = msr_comm_allreduce(comm, MSR_IN_PLACE, up, 2, MSR_DTYPE_F64, MSR_OP_SUM)) == MSR_OK &&
         up[1] > 0) {
