@@ -132,6 +132,8 @@ static const opt_spec_t specs[] = {
     OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
         "measure this machine for the planner (kernels at the model's shapes, the job's "
         "collectives; seconds) and write the cluster file here (rank 0); no training"),
+    OPT("calibrate-runs", OPT_INT, calibrate_runs, 1, 9,
+        "measure that many times, each key the median of the runs' (1)"),
     OPT("plan", OPT_FLAG, plan, 0, 0,
         "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
     OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
@@ -641,6 +643,7 @@ int main(int argc, char **argv)
         .grad_clip = 1.0,
         .corpus_bytes = 1 << 20,
         .device = "cpu",
+        .calibrate_runs = 1,
     };
     msr_log_init("train_gpt", -1, -1);
     if (parse_options(argc, argv, &o) != 0)

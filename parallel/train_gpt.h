@@ -43,6 +43,7 @@ typedef struct options {
     int help;
     /* the planner (train_gpt_calibrate.c, train_gpt_plan.c) */
     const char *calibrate, *cluster;
+    int64_t calibrate_runs;
     int plan, plan_all, auto_plan;
     int64_t explain;
     uint64_t given; /* bit k: specs[k] was on the command line */
@@ -139,6 +140,7 @@ typedef struct calib {
     int cold_n;
     double cold_mib[CALIB_COLD_COUNTS], cold_ms[CALIB_COLD_COUNTS];
     double lend_speedup; /* idle_lend's measured speed-up (its bit in measured) */
+    int runs;            /* the calibrations this is the median of */
 } calib_t;
 
 /* Measures this machine at the model's shapes (parallel/train_gpt_calibrate.c,
@@ -154,6 +156,10 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
 
 /* One line saying what k measured (no newline). */
 void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len);
+
+/* train_gpt_calibrate o->calibrate_runs times (1 or more), every key the
+ * median of the runs' (calibrate_merge); *out as train_gpt_calibrate's. */
+int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out);
 
 /* --calibrate FILE: measures; rank 0 writes FILE. Returns the exit status
  * (2: FILE cannot be written). */

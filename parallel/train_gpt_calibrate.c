@@ -53,6 +53,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1084,6 +1085,88 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     return 0;
 }
 
+/* The median of n values (n <= CALIB_MAX_RUNS), leaving v as it was. */
+#define CALIB_MAX_RUNS 9
+static double median_of(const double *v, int n)
+{
+    double w[CALIB_MAX_RUNS];
+    memcpy(w, v, (size_t)n * sizeof *w);
+    return median(w, n);
+}
+
+/* Several calibrations into one: each key the median of the runs' (the
+ * same on every rank: every run is), what was measured in every run
+ * counted measured, the cold-frames curve point by point where every run
+ * has the same points, the time the sum. */
+static void calib_merge(const calib_t *runs, int n, calib_t *out)
+{
+    *out = runs[0];
+    out->runs = n;
+    if (n < 2)
+        return;
+    const size_t keys[] = {offsetof(msr_plan_cluster_t, mem_gib),
+                           offsetof(msr_plan_cluster_t, peak_tflops),
+                           offsetof(msr_plan_cluster_t, intra_gbs),
+                           offsetof(msr_plan_cluster_t, inter_gbs),
+                           offsetof(msr_plan_cluster_t, latency_us),
+                           offsetof(msr_plan_cluster_t, mem_gbs),
+                           offsetof(msr_plan_cluster_t, act_gbs),
+                           offsetof(msr_plan_cluster_t, kernel_us),
+                           offsetof(msr_plan_cluster_t, mm_rows_half),
+                           offsetof(msr_plan_cluster_t, attn_tflops),
+                           offsetof(msr_plan_cluster_t, ring_tflops),
+                           offsetof(msr_plan_cluster_t, ring_chunk_half),
+                           offsetof(msr_plan_cluster_t, cold_ms_per_mib),
+                           offsetof(msr_plan_cluster_t, cold_from_mib),
+                           offsetof(msr_plan_cluster_t, cold_full_mib),
+                           offsetof(msr_plan_cluster_t, idle_lend)};
+    double v[CALIB_MAX_RUNS];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        for (int r = 0; r < n; r++)
+            v[r] = *(const double *)((const char *)&runs[r].c + keys[i]);
+        *(double *)((char *)&out->c + keys[i]) = median_of(v, n);
+    }
+#define MERGE(field)                  \
+    do {                              \
+        for (int r = 0; r < n; r++)   \
+            v[r] = runs[r].field;     \
+        out->field = median_of(v, n); \
+    } while (0)
+    MERGE(blend_tflops);
+    MERGE(lend_speedup);
+    int same = 1;
+    out->seconds = 0;
+    for (int r = 0; r < n; r++) {
+        out->measured &= runs[r].measured;
+        out->seconds += runs[r].seconds;
+        same &= runs[r].cold_n == runs[0].cold_n;
+    }
+    for (int i = 0; same && i < runs[0].cold_n; i++)
+        MERGE(cold_ms[i]);
+#undef MERGE
+}
+
+int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out)
+{
+    int n = o->calibrate_runs < 1 ? 1 : (int)o->calibrate_runs;
+    if (n > CALIB_MAX_RUNS)
+        n = CALIB_MAX_RUNS;
+    calib_t *runs = msr_calloc((size_t)n, sizeof *runs);
+    if (runs == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory\n");
+        return -1;
+    }
+    for (int r = 0; r < n; r++) {
+        if (train_gpt_calibrate(o, job, comm, &runs[r]) != 0) {
+            msr_free(runs);
+            return -1;
+        }
+    }
+    calib_merge(runs, n, out);
+    msr_free(runs);
+    return 0;
+}
+
 /* The keys that are not measured, commented out with why: the reader's
  * defaults apply to them. */
 #define COLD_WHY "two micro-batches' frames over 192 MiB, or out of memory"
@@ -1117,13 +1200,16 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
     if (n < 0 || (size_t)n >= sizeof body)
         return -1;
     size_t at = 0;
+    char runs[64] = "";
+    if (k->runs > 1)
+        snprintf(runs, sizeof runs, "; each key the median of %d calibrations", k->runs);
     int w = snprintf(buf, len,
                      "# train_gpt --calibrate: %d rank%s, %d per node, %.1f s; kernels at layers "
                      "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
-                     " rows; allreduce of %zu bytes\n"
+                     " rows; allreduce of %zu bytes%s\n"
                      "# a pass's matmuls and attention together: %.4g TFLOP/s\n",
                      k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, o->layers,
-                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, k->blend_tflops);
+                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs, k->blend_tflops);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;
@@ -1213,7 +1299,7 @@ int train_gpt_calibrate_main(const options_t *o, const job_t *job)
         goto out;
     }
     calib_t k;
-    if (train_gpt_calibrate(o, job, comm, &k) != 0)
+    if (train_gpt_calibrate_runs(o, job, comm, &k) != 0)
         goto out;
     if (job->rank == 0) {
         char text[4096];

@@ -95,7 +95,7 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         *origin_p = o->cluster;
     } else {
         calib_t k;
-        if (train_gpt_calibrate(o, job, comm, &k) != 0)
+        if (train_gpt_calibrate_runs(o, job, comm, &k) != 0)
             goto out;
         *c = k.c;
         *origin_p = "measured now";

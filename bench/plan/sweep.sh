@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner's accuracy, measured (docs/plan.md "Accuracy"): for worlds of
 # 4 and 8 ranks and three model shapes, calibrate this machine
-# (train_gpt --calibrate), plan every layout of the sweep's space
+# (train_gpt --calibrate, each key the median of 3 runs), plan every layout of the sweep's space
 # (plan_gpt --all), train each under msrun for a few steps, and print
 # predicted against measured step time and peak RSS; then, per world and
 # shape, Spearman's rho between predicted and measured step times and the
@@ -129,7 +129,8 @@ for w in 4 8; do
         read -r -a shape <<<"${shapes[$si]}"
         tokens=$((gb * $(sed 's/.*--seq \([0-9]*\).*/\1/' <<<"${shapes[$si]}")))
         cluster="$tmp/c$w-$si.cluster"
-        train "$w" "$tmp/cal.err" "${shape[@]}" --micro-batch 2 --calibrate "$cluster" ||
+        train "$w" "$tmp/cal.err" "${shape[@]}" --micro-batch 2 --calibrate "$cluster" \
+            --calibrate-runs 3 ||
             { echo "calibrate failed:" >&2; cat "$tmp/cal.err" >&2; exit 1; }
         plan_args=("${shape[@]}" --vocab 256 --global-batch "$gb" --world "$w" --cluster "$cluster")
         f="$fix"

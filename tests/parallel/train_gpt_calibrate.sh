@@ -84,9 +84,11 @@ awk -v c="$cold" -v a="$from" -v b="$full" \
     'BEGIN { exit !(c == c + 0 && c >= 0 && (c == 0 || (a + 0 > 0 && b + 0 > a + 0))) }' ||
     fail "cold frames: $cold ms/MiB from $from to $full MiB"
 
-# alone
-timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" 2>"$work/err" ||
+# alone, twice: each key the median of the two runs
+timeout 60 "$bin/train_gpt" "${small[@]}" --calibrate "$work/c1" --calibrate-runs 2 2>"$work/err" ||
     fail "--calibrate alone: $(cat "$work/err")"
+grep -q "^# train_gpt --calibrate: 1 rank, .*; each key the median of 2 calibrations$" \
+    "$work/c1" || fail "alone: not the median of 2: $(head -2 "$work/c1")"
 [[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
 for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
 for k in latency_us intra_gbs inter_gbs idle_lend; do
