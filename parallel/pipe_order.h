@@ -31,4 +31,9 @@ int msr_pipe_order(int schedule, int micros, int pp, int r, int chunks, msr_pipe
 /* Op k (0 <= k < 2 * micros * chunks) of that order, without the rest. */
 msr_pipe_op_t msr_pipe_op_at(int schedule, int micros, int pp, int r, int chunks, int k);
 
+/* How many of the order's first ops hold the most frames (and bytes) the
+ * rank ever holds at once: past them the frames alive only repeat what
+ * they were or fall. At most 2 * micros * chunks. */
+int msr_pipe_ops_to_peak(int schedule, int micros, int pp, int r, int chunks);
+
 #endif

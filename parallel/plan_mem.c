@@ -729,7 +729,8 @@ static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t
                               int *held_p)
 {
     uint64_t live = 0, peak = 0;
-    int held = 0, most = 0, n = 2 * l->micros * l->chunks;
+    int held = 0, most = 0;
+    int n = msr_pipe_ops_to_peak(l->schedule, l->micros, l->pp, pr, l->chunks);
     for (int k = 0; k < n; k++) {
         msr_pipe_op_t o = msr_pipe_op_at(l->schedule, l->micros, l->pp, pr, l->chunks, k);
         if (o.backward) {

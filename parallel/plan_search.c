@@ -295,10 +295,11 @@ static void keep_plan(search_t *s, const msr_plan_t *p)
 
 /* The balanced split for the layout (in the cache); 0 when it is the
  * even one. */
-static int balanced_split(search_t *s, const msr_plan_layout_t *l)
+static int balanced_split(search_t *s, const msr_plan_layout_t *l, msr_plan_time_t *even_t)
 {
     msr_plan_time_t t;
     msr_plan_time(s->m, l, s->prec, s->c, &t);
+    *even_t = t;
     stage_cost_t sc;
     costs_of(l, &t, &sc);
     split_cache_t *k = &s->cache;
@@ -343,11 +344,18 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
         note_invalid(s, &p->l, why);
         return EV_INVALID;
     }
+    /* the even split's times where balanced_split priced them: the plan
+     * keeps them when it keeps that split (most do), not pricing it twice */
+    msr_plan_time_t even_t;
+    int have_even = 0;
     if (s->q->split_n == 0 && n <= MSR_PLAN_MAX_STAGES) {
         even_split(s->m->layers, n, p->split);
-        if (!s->q->even_split && n > 1 && balanced_split(s, &p->l)) {
-            memcpy(p->split, s->cache.split, (size_t)n * sizeof *p->split);
-            p->l.stage_layers = p->split;
+        if (!s->q->even_split && n > 1) {
+            have_even = 1;
+            if (balanced_split(s, &p->l, &even_t)) {
+                memcpy(p->split, s->cache.split, (size_t)n * sizeof *p->split);
+                p->l.stage_layers = p->split;
+            }
         }
     }
     int r = 0;
@@ -371,7 +379,10 @@ static int evaluate(search_t *s, const msr_plan_layout_t *lin)
     }
     p->peak = peak;
     msr_plan_rank(s->m, &p->l, s->prec, r, &p->at);
-    msr_plan_time(s->m, &p->l, s->prec, s->c, &p->t);
+    if (have_even && p->l.stage_layers == NULL)
+        p->t = even_t;
+    else
+        msr_plan_time(s->m, &p->l, s->prec, s->c, &p->t);
     keep_plan(s, p);
     return EV_OK;
 }

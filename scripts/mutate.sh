@@ -935,9 +935,9 @@ test: ^test_parallel_train_gpt_moe$
 file: parallel/pipe_order.c
 test: ^test_parallel_(plan_sim|mp)$
 <<<
-        warm = p - r - 1 < M ? p - r - 1 : M;
+        *warm_p = p - r - 1 < M ? p - r - 1 : M;
 ===
-        warm = p - r < M ? p - r : M;
+        *warm_p = p - r < M ? p - r : M;
 >>>
 
 @ plan_mem.experts_sharded_over_all_dp
@@ -1496,6 +1496,24 @@ test: ^test_parallel_plan_time$
     return 1 + c->idle_lend * ((double)on_node / c->cores_per_node - 1);
 ===
     return (double)on_node / c->cores_per_node;
+>>>
+
+@ pipe.ops_to_peak_warmup_only
+file: parallel/pipe_order.c
+test: ^test_parallel_plan_sim$
+<<<
+    int steady = total - warm < per ? total - warm : per;
+===
+    int steady = 0 * per;
+>>>
+
+@ plan.search.even_times_reused_always
+file: parallel/plan_search.c
+test: ^test_parallel_plan_search$
+<<<
+    if (have_even && p->l.stage_layers == NULL)
+===
+    if (have_even)
 >>>
 
 __END__

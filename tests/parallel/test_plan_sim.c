@@ -1,4 +1,5 @@
-/* The pipeline simulated under processor sharing (parallel/plan_sim.h):
+/* The pipeline orders (parallel/pipe_order.h) against each other and
+ * their peaks; the pipeline simulated under processor sharing (parallel/plan_sim.h):
  * with a core per rank it gives the closed forms; on one core, the sum of
  * all work (the core is never idle: some op is always ready); in between,
  * no faster than either bound and never slower with more cores. */
@@ -110,6 +111,44 @@ static void test_refusals(void)
  * have run (its chunk's backward order), the frames a rank holds at once
  * (1F1B: at most p - r; GPipe: all M), and the interleaved order's first
  * ops as Megatron's paper draws them. */
+/* The first msr_pipe_ops_to_peak ops reach the most frames and bytes the
+ * whole order holds at once, chunks of different sizes. */
+static void test_ops_to_peak(void)
+{
+    const double bytes[4] = {1, 10, 100, 1000};
+    for (int sc = 0; sc < 3; sc++)
+        for (int p = 1; p <= 6; p++)
+            for (int v = 1; v <= (sc == MSR_PIPE_INTERLEAVED ? 4 : 1); v++)
+                for (int M = p; M <= 5 * p; M += (v > 1 ? p : 1))
+                    for (int r = 0; r < p; r++) {
+                        int n = 2 * M * v, cut = msr_pipe_ops_to_peak(sc, M, p, r, v);
+                        double live = 0, peak = 0, peak_cut = 0;
+                        int held = 0, most = 0, most_cut = 0;
+                        for (int k = 0; k < n; k++) {
+                            msr_pipe_op_t o = msr_pipe_op_at(sc, M, p, r, v, k);
+                            live += o.backward ? -bytes[o.c] : bytes[o.c];
+                            held += o.backward ? -1 : 1;
+                            peak = live > peak ? live : peak;
+                            most = held > most ? held : most;
+                            if (k < cut) {
+                                peak_cut = peak;
+                                most_cut = most;
+                            }
+                        }
+                        int bad = cut < 1 || cut > n || peak_cut != peak || most_cut != most;
+                        if (bad)
+                            fprintf(stderr, "schedule %d p %d v %d M %d rank %d: %d of %d ops\n",
+                                    sc, p, v, M, r, cut, n);
+                        MSR_CHECK(!bad);
+                    }
+    /* a long order stops after its warm-up and one round: interleaved p 4,
+     * v 2, rank 0: (4 - 1) 2 + 4 = 10 forwards, then 8 pairs; 1F1B rank 1
+     * of 4: 2 forwards, then one pair; GPipe: every forward */
+    MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_INTERLEAVED, 1024, 4, 0, 2), 26);
+    MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_1F1B, 1024, 4, 1, 1), 4);
+    MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_GPIPE, 1024, 4, 1, 1), 1024);
+}
+
 static void test_orders(void)
 {
     msr_pipe_op_t o[2 * 24 * 4];
@@ -150,6 +189,7 @@ static void test_orders(void)
 
 static const msr_test_t tests[] = {
     {"orders", test_orders, 10},
+    {"ops_to_peak", test_ops_to_peak, 10},
     {"closed_forms", test_closed_forms, 10},
     {"shared_cores", test_shared_cores, 10},
     {"refusals", test_refusals, 10},
