@@ -132,7 +132,7 @@ static const opt_spec_t specs[] = {
     OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
         "measure this machine for the planner (kernels at the model's shapes, the job's "
         "collectives; seconds) and write the cluster file here (rank 0); no training"),
-    OPT("calibrate-runs", OPT_INT, calibrate_runs, 1, 9,
+    OPT("calibrate-runs", OPT_INT, calibrate_runs, 1, CALIB_MAX_RUNS,
         "measure that many times, each key the median of the runs' (1)"),
     OPT("plan", OPT_FLAG, plan, 0, 0,
         "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),

@@ -157,6 +157,9 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
 /* One line saying what k measured (no newline). */
 void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len);
 
+/* The most calibrations --calibrate-runs takes. */
+#define CALIB_MAX_RUNS 9
+
 /* train_gpt_calibrate o->calibrate_runs times (1 or more), every key the
  * median of the runs' (calibrate_merge); *out as train_gpt_calibrate's. */
 int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out);

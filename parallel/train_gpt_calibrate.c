@@ -1086,7 +1086,6 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
 }
 
 /* The median of n values (n <= CALIB_MAX_RUNS), leaving v as it was. */
-#define CALIB_MAX_RUNS 9
 static double median_of(const double *v, int n)
 {
     double w[CALIB_MAX_RUNS];
