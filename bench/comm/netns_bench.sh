@@ -10,22 +10,25 @@
 # size, the algorithms alternating within each round (the machine is shared
 # and noisy: medians of ROUNDS). Per size and algorithm it prints the time,
 # the share of the link's bound reached (bound = 2(N-1)/N x size / RATE for
-# allreduce, (N-1)/N x size / RATE for reduce_scatter and allgather: the
-# least time the operation needs to move its bytes through each node's
-# link), the speed-up over the flat ring, and the bytes each node's link
-# sent per operation (read from its counters, TCP headers included) beside
-# the bandwidth-optimal 2(N-1)/N x size. Goal for the hierarchical
-# algorithm: at 16-64 MiB, 80% of the bound and at least 2x the ring.
+# allreduce, (N-1)/N x size / RATE for reduce_scatter and allgather,
+# size / RATE for broadcast and reduce: the least time the operation needs
+# to move its bytes through each node's link), the speed-up over the flat
+# ring (over the flat chain for broadcast and reduce), and the bytes each
+# node's link sent per operation (read from its counters, TCP headers
+# included) beside the bandwidth-optimal share. Goal for the hierarchical
+# allreduce: at 16-64 MiB, 80% of the bound and at least 2x the ring.
 #
 # Usage: bench/comm/netns_bench.sh [-h|--help]
 # Environment:
 #   NODES           node counts to run (default "2 4")
 #   RANKS_PER_NODE  ranks per node (2)
 #   RATE            each link's rate in tc syntax (10gbit; e.g. 2gbit)
-#   ALGOS           algorithms, in the order of the columns ("ring hier auto";
-#                   an algorithm msrun does not know runs as auto and is
+#   ALGOS           algorithms, in the order of the columns ("ring hier auto",
+#                   for broadcast and reduce "chain hier auto"; an
+#                   algorithm msrun does not know runs as auto and is
 #                   marked so)
-#   OP              allreduce, reduce_scatter or allgather (allreduce)
+#   OP              allreduce, reduce_scatter, allgather, broadcast or
+#                   reduce (allreduce; the root of the last two is rank 0)
 #   SIZES           sizes in bytes of the whole vector (of all blocks:
 #                   reduce_scatter's input, allgather's output)
 #                   ("1048576 4194304 16777216 67108864")
@@ -65,14 +68,15 @@ bench=$build/bin/comm_bench
 nodes_list=${NODES:-2 4}
 ppn=${RANKS_PER_NODE:-2}
 rate=${RATE:-10gbit}
-read -ra algos <<<"${ALGOS:-ring hier auto}"
-read -ra sizes <<<"${SIZES:-1048576 4194304 16777216 67108864}"
-rounds=${ROUNDS:-3}
 op=${OP:-allreduce}
 case $op in
-allreduce | reduce_scatter | allgather) ;;
-*) echo "netns_bench.sh: OP must be allreduce, reduce_scatter or allgather, not '$op'" >&2; exit 2 ;;
+allreduce | reduce_scatter | allgather) base=ring ;;
+broadcast | reduce) base=chain ;;
+*) echo "netns_bench.sh: OP must be allreduce, reduce_scatter, allgather, broadcast or reduce, not '$op'" >&2; exit 2 ;;
 esac
+read -ra algos <<<"${ALGOS:-$base hier auto}"
+read -ra sizes <<<"${SIZES:-1048576 4194304 16777216 67108864}"
+rounds=${ROUNDS:-3}
 algo_var=MSR_COMM_ALGO_$(echo "$op" | tr a-z A-Z)
 iters=${ITERS:-}
 limit=${JOB_LIMIT:-300}
@@ -152,7 +156,7 @@ run_job() {
         [ $d -gt $in_max ] && in_max=$d
     done
     local unknown=0
-    grep -q "MSR_COMM_ALGO_ALLREDUCE=$algo is not an algorithm" "$log" && unknown=1
+    grep -q "$algo_var=$algo is not an algorithm" "$log" && unknown=1
     echo "algo=$algo nodes=$n $line out_per_op=$((out_max / calls)) in_per_op=$((in_max / calls)) unknown=$unknown" >>"$tmp/results"
     [ "${RAW:-0}" = 1 ] && tail -1 "$tmp/results"
     return 0
@@ -195,7 +199,7 @@ for n in $nodes_list; do
             done
         done
     done
-    awk -v op="$op" -v nodes="$n" -v ppn="$ppn" -v bps="$bps" -v rounds="$rounds" -v algos="${algos[*]}" -v sizes="${sizes[*]}" '
+    awk -v op="$op" -v base="$base" -v nodes="$n" -v ppn="$ppn" -v bps="$bps" -v rounds="$rounds" -v algos="${algos[*]}" -v sizes="${sizes[*]}" '
     function median(list,    k, v, i, j, t) {
         k = split(list, v, " ")
         for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -211,12 +215,13 @@ for n in $nodes_list; do
     }
     END {
         na = split(algos, al, " "); ns = split(sizes, sz, " ")
-        opt_f = (op == "allreduce" ? 2 : 1) * (nodes - 1) / nodes
-        printf "%s, %d nodes x %s ranks, median of %d rounds; bound = %s(N-1)/N x size / rate\n", op, nodes, ppn, rounds, (op == "allreduce" ? "2" : "")
-        printf "%8s %-6s %10s %8s %8s %12s %12s %12s\n", "MiB", "algo", "time_ms", "%bound", "x_ring", "out_MiB/op", "in_MiB/op", "optimal_MiB"
+        opt_f = base == "chain" ? 1 : (op == "allreduce" ? 2 : 1) * (nodes - 1) / nodes
+        printf "%s, %d nodes x %s ranks, median of %d rounds; bound = %s x size / rate\n", op, nodes, ppn, rounds,
+            (base == "chain" ? "1" : op == "allreduce" ? "2(N-1)/N" : "(N-1)/N")
+        printf "%8s %-6s %10s %8s %8s %12s %12s %12s\n", "MiB", "algo", "time_ms", "%bound", "x_" base, "out_MiB/op", "in_MiB/op", "optimal_MiB"
         for (k = 1; k <= ns; k++) {
             s = sz[k]; bound_ms = opt_f * s * 8 / bps * 1e3
-            ring = ("ring" SUBSEP s) in lat ? median(lat["ring" SUBSEP s]) : 0
+            ring = (base SUBSEP s) in lat ? median(lat[base SUBSEP s]) : 0
             printf "%8.1f %-6s %10.2f %8s %8s %12s %12s %12.2f\n", s / 1048576, "bound", bound_ms, "100", "", "", "", opt_f * s / 1048576
             for (a = 1; a <= na; a++) {
                 key = al[a] SUBSEP s
