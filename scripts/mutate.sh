@@ -1298,13 +1298,42 @@ test: ^comm_hier_2nodes$
         *off = (uint64_t)q * r->pub.args.count;
 >>>
 
-@ comm.hier.broadcast_keeps_others
+@ comm.hier.bcast_passed_on_before_the_tiles_gave_it
 file: comm/ucx/hier.c
 test: ^comm_hier_2nodes$
 <<<
-        } else if (r->me == a->root) {
+            have = x->rs.tiles.copied * x->rs.tiles.tile_elems;
 ===
-        } else if (r->me != a->root) {
+            have = UINT64_MAX;
+>>>
+
+@ comm.hier.chain_links_disagree_on_neighbours
+file: comm/ucx/hier.c
+test: ^comm_hier_3nodes$
+<<<
+    return seg_owner(h, x, t, (root_node + v) % h->nnodes);
+===
+    return seg_owner(h, x, t, (root_node - v + h->nnodes) % h->nnodes);
+>>>
+
+@ comm.hier.reduce_unit_passed_on_before_reduced
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+            if (un->off + un->len - x->my_off > rs_ready ||
+===
+            if (((void)rs_ready, 0) ||
+>>>
+
+@ comm.hier.reduce_result_gathered_before_final
+file: comm/ucx/hier.c
+test: ^comm_hier_2nodes$
+<<<
+    if (v == 0)
+        chain_allgather(r, s->folded);
+===
+    if (v == 0)
+        chain_allgather(r, x->nunits);
 >>>
 
 @ comm.hier.unit_leaves_before_reduced

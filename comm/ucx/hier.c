@@ -1,11 +1,8 @@
 /* Collectives in two levels for a group whose members span nodes: inside
  * each node through the node-local sub-group's shared-memory tiles, between
  * nodes over UCX with every local rank carrying its own shard at once.
- *
- * The allreduce of count elements (reduce-scatter and reduce run it too,
- * into scratch where their output is not the whole vector; broadcast and
- * allgather run it in place as a sum of bytes in which each byte is one
- * rank's and the others add zeros, which is exact):
+ * Reduce-scatter and allgather route blocks instead (below), broadcast and
+ * reduce run a chain of nodes (below). The allreduce of count elements:
  *
  *   1. reduce-scatter inside the node: the node's k members cut the vector
  *      into k balanced parts (ucx_part); local rank q gets the node's
@@ -85,7 +82,9 @@ typedef struct ucx_hier_op {
     char *slots;              /* reduce-scatter: contributions, partials, the nodes' partials */
     const char **pieces;      /* ... what one fold adds up: max(k, nnodes) */
     int *order;               /* ... the blocks in the order this node takes them */
-    size_t slot;              /* bytes of a slot */
+    size_t slot;              /* bytes of a slot (reduce: of a unit coming down the chain) */
+    /* broadcast and reduce: the chain of nodes from the root's */
+    int vnode; /* this node's place in it: 0 the root's */
 } ucx_hier_op_t;
 
 /* Unit of the exchange: elements [off, off + len) of full, chunk c of
@@ -283,8 +282,8 @@ static int seg_mine(const ucx_hier_op_t *x, int t)
 
 /* A shared-memory sub-operation on the node's group, numbered now (every
  * member starts the parent's operations in the same order). */
-static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *send, void *recv,
-                     int in_place)
+static void sub_init_root(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *send, void *recv,
+                          int in_place, int root)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
@@ -304,12 +303,24 @@ static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *se
         .count = (x->count + (uint64_t)h->k - 1) / (uint64_t)h->k,
         .dtype = x->dt,
         .op = x->op == MSR_OP_AVG ? MSR_OP_SUM : x->op,
+        .root = root,
         .in_place = in_place,
     };
-    s->bytes = (size_t)s->pub.args.count * s->es;
     s->tiles.parts = x->count;
+    if (coll == MSR_COLL_BROADCAST) { /* the whole vector from the root */
+        s->pub.args.count = x->count;
+        s->tiles.parts = 0;
+    }
+    s->bytes = (size_t)s->pub.args.count * s->es;
     s->tiles.seq = ucx_shm_number(lc);
     ucx_shm_tiled_init(s);
+}
+
+/* The parts' reduce-scatter and allgather through the node's tiles. */
+static void sub_init(ucx_req_t *r, ucx_req_t *s, msr_coll_t coll, const void *send, void *recv,
+                     int in_place)
+{
+    sub_init_root(r, s, coll, send, recv, in_place, 0);
 }
 
 /* Whether r is counted among the engine's shared-memory operations (which
@@ -655,6 +666,303 @@ static uint64_t seg_units(const ucx_req_t *r, uint64_t len)
     return u < 1 ? 1 : u;
 }
 
+/* ---- broadcast and reduce: a chain of nodes ----
+ *
+ * The nodes in a chain from the root's: node (root's + v) mod N is link v.
+ * Each rank carries the segments of its own part, in units of about
+ * hier_chunk bytes (at least HIER_MIN_UNITS per hop while a unit stays over
+ * HIER_MIN_MSG bytes), window units in flight: a unit's message goes
+ * between the segment's owners on neighbouring links (phase 2t), so every
+ * node's link carries the vector once, spread over its members.
+ *
+ * broadcast: the root's node broadcasts through its tiles; each member
+ * there sends the units of its part on to link 1 as soon as the tiles have
+ * given it them. A member of link v > 0 receives its part's units from link
+ * v - 1, passes each on to link v + 1 as it arrives, and the node's
+ * allgather through the tiles stages the parts as they are complete.
+ *
+ * reduce: every node reduce-scatters through its tiles (local rank q gets
+ * the node's partial of part q); the last link sends its partials to link
+ * N - 2, each link adds its own partial to what comes (its own first) and
+ * passes the sum on, and link 0, the root's node, ends with the result,
+ * which its allgather through the tiles brings to the root. The fold
+ * order, the flat chain's over nodes: P0 + (P1 + (... + P(N-1))), Pv the
+ * partial of link v (its members in group rank order); MSR_OP_AVG divides
+ * once, at the end. */
+
+/* Units of a segment of len elements, for the chain: at least
+ * HIER_MIN_UNITS per hop of the chain (N - 1 hops deep: it fills in as
+ * many units and is busy for the rest). */
+static uint64_t chain_units(const ucx_req_t *r, uint64_t len)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    uint64_t bytes = len * x->es, chunk = r->uc->tune.hier_chunk;
+    uint64_t by_chunk = (bytes + chunk - 1) / chunk, by_min = bytes / HIER_MIN_MSG;
+    uint64_t floor = HIER_MIN_UNITS * (uint64_t)(r->uc->hier->nnodes - 1);
+    if (by_min > floor)
+        by_min = floor;
+    uint64_t u = by_chunk > by_min ? by_chunk : by_min;
+    return u < 1 ? 1 : u;
+}
+
+/* The owner of segment t on link v of the chain. */
+static int chain_owner(const ucx_req_t *r, int t, int v)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    const ucx_hier_op_t *x = r->hier_op;
+    int root_node = h->node_of[r->pub.args.root];
+    return seg_owner(h, x, t, (root_node + v) % h->nnodes);
+}
+
+/* Elements of our part that are final: those of the first n units. */
+static uint64_t units_final(const ucx_hier_op_t *x, uint64_t n)
+{
+    if (n == x->nunits)
+        return UINT64_MAX;
+    return n == 0 ? 0 : x->units[n - 1].off + x->units[n - 1].len - x->my_off;
+}
+
+static msr_status_t bcast_chain_step(ucx_req_t *r);
+static msr_status_t reduce_chain_step(ucx_req_t *r);
+
+static msr_status_t chain_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    int nn = h->nnodes, bcast = a->coll == MSR_COLL_BROADCAST;
+    x->vnode = (h->node - h->node_of[a->root] + nn) % nn;
+    int own_full = 0; /* full is scratch */
+    if (bcast) {
+        /* bytes: nothing is folded */
+        r->algo = "broadcast(hier)";
+        x->dt = MSR_DTYPE_U8;
+        x->es = 1;
+        x->count = r->bytes;
+        x->full = a->recvbuf;
+        r->step = bcast_chain_step;
+    } else {
+        r->algo = "reduce(hier)";
+        x->count = a->count;
+        own_full = r->me != a->root;
+        x->full = a->recvbuf;
+        r->step = reduce_chain_step;
+    }
+    hier_segments(h, x);
+    ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
+    for (int t = 0; t < x->nseg; t++)
+        if (seg_mine(x, t))
+            x->nunits += chain_units(r, x->bounds[t + 1] - x->bounds[t]);
+    if (x->nunits > 0) {
+        x->units = msr_calloc((size_t)x->nunits, sizeof *x->units);
+        if (x->units == NULL)
+            return MSR_ERR_NO_MEMORY;
+    }
+    uint64_t u = 0, most = 0;
+    for (int t = 0; t < x->nseg; t++) {
+        if (!seg_mine(x, t))
+            continue;
+        uint64_t slen = x->bounds[t + 1] - x->bounds[t], nc = chain_units(r, slen), coff;
+        for (uint64_t c = 0; c < nc; c++, u++) {
+            hier_unit_t *un = &x->units[u];
+            ucx_part(slen, nc, c, &coff, &un->len);
+            un->t = t;
+            un->off = x->bounds[t] + coff;
+            if (un->len > most)
+                most = un->len;
+        }
+    }
+    x->window = r->uc->tune.hier_window;
+    if ((uint64_t)x->window > x->nunits)
+        x->window = x->nunits > 0 ? (int)x->nunits : 1;
+    /* scratch: the vector where it is not the output (reduce), then a slot
+     * per unit in flight for what comes down the chain */
+    size_t full_bytes = own_full ? ((size_t)x->count * x->es + 63) / 64 * 64 : 0;
+    x->slot = !bcast && x->vnode < nn - 1 ? (size_t)most * x->es : 0;
+    msr_status_t st = ucx_scratch_get(r, full_bytes + (size_t)x->window * x->slot);
+    if (st != MSR_OK)
+        return st;
+    if (own_full)
+        x->full = r->scratch;
+    x->area = r->scratch + full_bytes;
+    /* per unit in flight: its receive from the link before, its send on */
+    x->per_unit = 2;
+    st = ops_idle(r, x->window * x->per_unit);
+    if (st != MSR_OK)
+        return st;
+    if (h->k > 1) {
+        char *part = x->full + (size_t)x->my_off * x->es;
+        if (bcast && x->vnode == 0)
+            sub_init_root(r, &x->rs, MSR_COLL_BROADCAST, NULL, x->full, 1, h->lidx[a->root]);
+        if (!bcast) /* in place, our part of the input is our part of the output */
+            sub_init(r, &x->rs, MSR_COLL_REDUCE_SCATTER, x->input, part, x->input == x->full);
+        if (bcast != (x->vnode == 0))
+            sub_init(r, &x->ag, MSR_COLL_ALLGATHER, part, x->full, 1);
+        shm_count(r, 1);
+    }
+    return MSR_OK;
+}
+
+static ucx_op_t *chain_ops(ucx_req_t *r, uint64_t u)
+{
+    return &r->ops[(size_t)(u % (uint64_t)r->hier_op->window) * 2];
+}
+
+/* The allgather of the parts in the node as they are final (first units). */
+static void chain_allgather(ucx_req_t *r, uint64_t final)
+{
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    if (s->ag_done)
+        return;
+    if (r->uc->hier->k > 1) {
+        x->ag.tiles.ready = units_final(x, final);
+        s->ag_done = ucx_shm_tiled_step(&x->ag) == MSR_OK;
+    } else {
+        s->ag_done = final == x->nunits;
+    }
+}
+
+static msr_status_t bcast_chain_step(ucx_req_t *r)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    int v = x->vnode, last = v == h->nnodes - 1, k = h->k;
+    size_t es = x->es;
+    /* the root's node: what its tiles have given us */
+    uint64_t have = UINT64_MAX;
+    if (v == 0) {
+        if (!s->rs_done)
+            s->rs_done = k == 1 || ucx_shm_tiled_step(&x->rs) == MSR_OK;
+        if (!s->rs_done && r->me != r->pub.args.root)
+            have = x->rs.tiles.copied * x->rs.tiles.tile_elems;
+        s->ag_done = 1;
+    }
+    msr_status_t st;
+    int busy = 1;
+    while (busy) {
+        busy = 0;
+        while (v > 0 && s->started < x->nunits && s->started < s->done + (uint64_t)x->window) {
+            const hier_unit_t *un = &x->units[s->started];
+            st = ucx_op_recv(r, &chain_ops(r, s->started)[0], chain_owner(r, un->t, v - 1),
+                             x->full + un->off * es, un->len * es, 2u * (unsigned)un->t);
+            if (st != MSR_OK)
+                return st;
+            s->started++;
+            busy = 1;
+        }
+        if (v == 0)
+            s->started = s->done + (uint64_t)x->window < x->nunits ? s->done + (uint64_t)x->window
+                                                                   : x->nunits;
+        /* arrived (folded counts them): passed on */
+        while (s->folded < s->started) {
+            const hier_unit_t *un = &x->units[s->folded];
+            if (v == 0 ? un->off + un->len > have : !ucx_op_test(r, &chain_ops(r, s->folded)[0]))
+                break;
+            if (r->err != MSR_OK)
+                return r->err;
+            if (!last) {
+                st = ucx_op_send(r, &chain_ops(r, s->folded)[1], chain_owner(r, un->t, v + 1),
+                                 x->full + un->off * es, un->len * es, 2u * (unsigned)un->t);
+                if (st != MSR_OK)
+                    return st;
+            }
+            s->folded++;
+            busy = 1;
+        }
+        while (s->done < s->folded && ucx_op_test(r, &chain_ops(r, s->done)[1])) {
+            if (r->err != MSR_OK)
+                return r->err;
+            s->done++;
+            busy = 1;
+        }
+    }
+    if (v > 0) {
+        s->rs_done = 1;
+        chain_allgather(r, s->folded);
+    }
+    /* poll while the tiles can move; waiting for the network alone, sleep */
+    shm_count(r, k > 1 && (!s->rs_done || (!s->ag_done && x->ag.tiles.ready > 0)));
+    if (!s->rs_done || !s->ag_done || s->done < x->nunits)
+        return MSR_IN_PROGRESS;
+    return MSR_OK;
+}
+
+static msr_status_t reduce_chain_step(ucx_req_t *r)
+{
+    const struct ucx_hier *h = r->uc->hier;
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    int v = x->vnode, leaf = v == h->nnodes - 1, k = h->k;
+    size_t es = x->es;
+    if (!s->rs_done) {
+        if (k > 1) {
+            s->rs_done = ucx_shm_tiled_step(&x->rs) == MSR_OK;
+        } else {
+            if (x->input != x->full)
+                memcpy(x->full, x->input, (size_t)x->count * es);
+            s->rs_done = 1;
+        }
+    }
+    /* the reduced prefix of our part */
+    uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
+    msr_status_t st;
+    int busy = 1;
+    while (busy) {
+        busy = 0;
+        while (s->started < x->nunits && s->started < s->done + (uint64_t)x->window) {
+            const hier_unit_t *un = &x->units[s->started];
+            if (!leaf) {
+                st = ucx_op_recv(r, &chain_ops(r, s->started)[0], chain_owner(r, un->t, v + 1),
+                                 x->area + (size_t)(s->started % (uint64_t)x->window) * x->slot,
+                                 un->len * es, 2u * (unsigned)un->t);
+                if (st != MSR_OK)
+                    return st;
+            }
+            s->started++;
+            busy = 1;
+        }
+        while (s->folded < s->started) {
+            const hier_unit_t *un = &x->units[s->folded];
+            if (un->off + un->len - x->my_off > rs_ready ||
+                (!leaf && !ucx_op_test(r, &chain_ops(r, s->folded)[0])))
+                break;
+            if (r->err != MSR_OK)
+                return r->err;
+            char *dst = x->full + un->off * es;
+            if (!leaf)
+                msr_reduce(x->op, x->dt, dst, dst,
+                           x->area + (size_t)(s->folded % (uint64_t)x->window) * x->slot, un->len);
+            if (v == 0) {
+                msr_reduce_finish(x->op, x->dt, dst, un->len, r->n);
+            } else {
+                st = ucx_op_send(r, &chain_ops(r, s->folded)[1], chain_owner(r, un->t, v - 1), dst,
+                                 un->len * es, 2u * (unsigned)un->t);
+                if (st != MSR_OK)
+                    return st;
+            }
+            s->folded++;
+            busy = 1;
+        }
+        while (s->done < s->folded && ucx_op_test(r, &chain_ops(r, s->done)[1])) {
+            if (r->err != MSR_OK)
+                return r->err;
+            s->done++;
+            busy = 1;
+        }
+    }
+    if (v == 0)
+        chain_allgather(r, s->folded);
+    else
+        s->ag_done = 1;
+    /* poll while the tiles can move; waiting for the network alone, sleep */
+    shm_count(r, k > 1 && (!s->rs_done || (!s->ag_done && x->ag.tiles.ready > 0)));
+    if (!s->rs_done || !s->ag_done || s->done < x->nunits)
+        return MSR_IN_PROGRESS;
+    return MSR_OK;
+}
+
 msr_status_t ucx_hier_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -672,52 +980,11 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
         return route_ag_start(r);
     if (a->coll == MSR_COLL_REDUCE_SCATTER)
         return route_rs_start(r);
-    int own_full = 0; /* full is scratch */
-    switch (a->coll) {
-    case MSR_COLL_ALLGATHER:
-    case MSR_COLL_BROADCAST: {
-        /* an allreduce of bytes in place: every byte is some rank's, the
-         * others add zeros */
-        r->algo = a->coll == MSR_COLL_ALLGATHER ? "allgather(hier)" : "broadcast(hier)";
-        x->op = MSR_OP_SUM;
-        x->dt = MSR_DTYPE_U8;
-        x->es = 1;
-        /* ours: [keep, keep + kept) of len bytes */
-        size_t len = r->bytes, keep = 0, kept = 0;
-        if (a->coll == MSR_COLL_ALLGATHER) {
-            len = r->bytes * (size_t)r->n;
-            keep = (size_t)r->me * r->bytes;
-            kept = r->bytes;
-            if (!a->in_place)
-                memcpy((char *)a->recvbuf + keep, a->sendbuf, r->bytes);
-        } else if (r->me == a->root) {
-            kept = len;
-        }
-        char *buf = a->recvbuf;
-        memset(buf, 0, keep);
-        memset(buf + keep + kept, 0, len - keep - kept);
-        x->count = len;
-        x->full = a->recvbuf;
-        x->input = a->recvbuf;
-        break;
-    }
-    case MSR_COLL_ALLREDUCE:
-        r->algo = "allreduce(hier)";
-        x->count = a->count;
-        x->full = a->recvbuf;
-        break;
-    case MSR_COLL_REDUCE_SCATTER:
-        r->algo = "reduce_scatter(hier)";
-        x->count = a->count * (uint64_t)r->n;
-        own_full = 1;
-        break;
-    default: /* MSR_COLL_REDUCE */
-        r->algo = "reduce(hier)";
-        x->count = a->count;
-        own_full = r->me != a->root;
-        x->full = a->recvbuf;
-        break;
-    }
+    if (a->coll == MSR_COLL_BROADCAST || a->coll == MSR_COLL_REDUCE)
+        return chain_start(r);
+    r->algo = "allreduce(hier)";
+    x->count = a->count;
+    x->full = a->recvbuf;
     hier_segments(h, x);
     ucx_part(x->count, (uint64_t)h->k, (uint64_t)h->local_rank, &x->my_off, &x->my_len);
     /* Our segments in units of about nnodes messages of hier_chunk bytes,
@@ -732,9 +999,7 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
         if (x->units == NULL)
             return MSR_ERR_NO_MEMORY;
     }
-    /* scratch: the vector where it is not the output, then the pieces of
-     * our units that the other nodes send us */
-    size_t full_bytes = own_full ? ((size_t)x->count * x->es + 63) / 64 * 64 : 0;
+    /* scratch: the pieces of our units that the other nodes send us */
     size_t area = 0;
     uint64_t u = 0;
     for (int t = 0; t < x->nseg; t++) {
@@ -752,12 +1017,10 @@ msr_status_t ucx_hier_start(ucx_req_t *r)
             area += (size_t)plen * x->es * (size_t)nn;
         }
     }
-    msr_status_t st = ucx_scratch_get(r, full_bytes + area);
+    msr_status_t st = ucx_scratch_get(r, area);
     if (st != MSR_OK)
         return st;
-    if (own_full)
-        x->full = r->scratch;
-    x->area = r->scratch + full_bytes;
+    x->area = r->scratch;
     /* per unit in flight: to and from every other node, a partial and a
      * folded piece */
     x->per_unit = 4 * (nn - 1);
@@ -935,7 +1198,6 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
 {
     const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
-    const msr_coll_args_t *a = &r->pub.args;
     ucx_hier_state_t *s = &r->hier;
     if (!s->rs_done) {
         if (h->k > 1) {
@@ -964,7 +1226,5 @@ msr_status_t ucx_hier_step(ucx_req_t *r)
     shm_count(r, h->k > 1 && !s->ag_done && (!s->rs_done || x->ag.tiles.ready > 0));
     if (!s->ag_done || s->done < x->nunits)
         return MSR_IN_PROGRESS;
-    if (a->coll == MSR_COLL_REDUCE_SCATTER)
-        memcpy(a->recvbuf, x->full + (size_t)r->me * a->count * x->es, r->bytes);
     return MSR_OK;
 }

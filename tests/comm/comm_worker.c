@@ -1036,6 +1036,39 @@ static float hier_order_sum(const int *node_of, int n, uint64_t i)
     return total;
 }
 
+/* The documented fold order of the two-level reduce: the nodes' partials
+ * (each as above) along the chain of nodes from the root's, in ascending
+ * node id, wrapping: P0 + (P1 + (... + P(N-1))). */
+static float hier_chain_sum(const int *node_of, int n, int root, uint64_t i)
+{
+    int *nodes = xmalloc((size_t)n * sizeof *nodes), nn = 0, first = 0;
+    for (int m = 0; m < n; m++) { /* the nodes present, ascending */
+        int any = 0;
+        for (int r = 0; r < n; r++)
+            any |= node_of[r] == m;
+        if (any)
+            nodes[nn++] = m;
+    }
+    for (int v = 0; v < nn; v++)
+        if (nodes[v] == node_of[root])
+            first = v;
+    float acc = 0;
+    for (int v = nn - 1; v >= 0; v--) {
+        int m = nodes[(first + v) % nn], any = 0;
+        float part = 0;
+        for (int r = 0; r < n; r++) {
+            if (node_of[r] != m)
+                continue;
+            float x = order_value(r, i);
+            part = any ? part + x : x;
+            any = 1;
+        }
+        acc = v == nn - 1 ? part : part + acc;
+    }
+    free(nodes);
+    return acc;
+}
+
 /* One group over several nodes, forced through the two levels: every
  * reduction against the reference, in and out of place, sizes within a
  * tile and across many, odd counts; the documented fold order; the same
@@ -1098,6 +1131,20 @@ static void check_hier_group(msr_comm_t *c, const char *label, int local_size)
             if (all[r] != h)
                 fail("%s: rank %d got other bits than rank %d", g_case, r, me);
         free(all);
+        /* reduce folds along the chain of nodes from the root's */
+        for (int root = 0; root<n; root += n> 2 ? n / 2 : 1) {
+            snprintf(g_case, sizeof g_case, "hier %s reduce fold order count %zu root %d", label,
+                     sizes[k], root);
+            memset(out, 0, COUNT * 4);
+            OK(msr_comm_reduce(c, in, me == root ? out : NULL, sizes[k], MSR_DTYPE_F32, MSR_OP_SUM,
+                               root));
+            for (size_t i = 0; me == root && i < sizes[k]; i++) {
+                float want = hier_chain_sum(node_of, n, root, i);
+                if (memcmp(&out[i], &want, 4) != 0)
+                    fail("%s: element %zu is %a, the chain of nodes gives %a", g_case, i,
+                         (double)out[i], (double)want);
+            }
+        }
         /* reduce_scatter folds the same way: each block has the bits the
          * allreduce gives its elements */
         size_t rc = sizes[k] / (size_t)n;
@@ -1177,6 +1224,8 @@ static void mode_hier(msr_ctx_t *ctx, msr_comm_t *world)
     check_allreduce(&t, MSR_DTYPE_F32, MSR_OP_SUM, 1000, 0);
     check_allreduce(&t, MSR_DTYPE_F32, MSR_OP_SUM, 100003, 1);
     check_reduce_scatter(&t, MSR_DTYPE_F32, MSR_OP_SUM, 300007, 0);
+    check_broadcast(&t, MSR_DTYPE_F32, 1000, 1);
+    check_broadcast(&t, MSR_DTYPE_F32, 100003, n - 1);
 }
 
 /* ---- failures ---- */
