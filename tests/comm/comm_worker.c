@@ -22,6 +22,9 @@
  *   killhierrs   the same with the two-level reduce-scatter (blocks routed
  *                through one member per node)
  *   killhierag   the same with the two-level allgather
+ *   killhierbc   the same with two-level broadcasts from rank 0 (the
+ *                chain of nodes; the victim is on its last node)
+ *   killhierred  the same with two-level reduces to rank 0
  *                (the killhier modes check that the failure is that
  *                algorithm's: its message names it)
  *   leave        rank 0 destroys the world after a barrier and exits; the
@@ -1242,7 +1245,7 @@ static void *killer(void *arg)
  * allreduces; each survivor must fail with one of the expected statuses
  * within limit_ms of the event and can destroy the communicator. */
 /* The collective a failure test repeats until it fails. */
-enum { FAIL_ALLREDUCE, FAIL_REDUCE_SCATTER, FAIL_ALLGATHER };
+enum { FAIL_ALLREDUCE, FAIL_REDUCE_SCATTER, FAIL_ALLGATHER, FAIL_BROADCAST, FAIL_REDUCE };
 
 /* algo: what the failure's message must name (the algorithm forced), or NULL */
 static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count, int coll,
@@ -1282,6 +1285,10 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
             st = msr_comm_reduce_scatter(world, a, b, count / (size_t)n, MSR_DTYPE_F32, MSR_OP_SUM);
         else if (coll == FAIL_ALLGATHER)
             st = msr_comm_allgather(world, a, b, count / (size_t)n, MSR_DTYPE_F32);
+        else if (coll == FAIL_BROADCAST)
+            st = msr_comm_broadcast(world, a, count, MSR_DTYPE_F32, 0);
+        else if (coll == FAIL_REDUCE)
+            st = msr_comm_reduce(world, a, me == 0 ? b : NULL, count, MSR_DTYPE_F32, MSR_OP_SUM, 0);
         else
             st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
         iters++;
@@ -1293,7 +1300,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     snprintf(why, sizeof why, "%s", msr_last_error());
     int expected =
         stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
-    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather"};
+    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                        "reduce"};
     if (!expected)
         fail("%s failed with %s (%s)", names[coll], msr_status_name(st), why);
     if (algo != NULL && strstr(why, algo) == NULL)
@@ -1325,7 +1333,8 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier|killhierrs|killhierag|inflighthier\n");
+                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
+                "inflighthier\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1345,6 +1354,10 @@ int main(int argc, char **argv)
         setenv("MSR_COMM_ALGO_REDUCE_SCATTER", "hier", 1);
     if (strcmp(mode, "killhierag") == 0)
         setenv("MSR_COMM_ALGO_ALLGATHER", "hier", 1);
+    if (strcmp(mode, "killhierbc") == 0) /* the chain of nodes */
+        setenv("MSR_COMM_ALGO_BROADCAST", "hier", 1);
+    if (strcmp(mode, "killhierred") == 0)
+        setenv("MSR_COMM_ALGO_REDUCE", "hier", 1);
     if (strcmp(mode, "inflighthier") == 0) { /* several two-level operations in flight */
         static const char *const ops[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER", "BROADCAST",
                                           "REDUCE"};
@@ -1383,6 +1396,10 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 1 << 18, FAIL_REDUCE_SCATTER, "reduce_scatter(hier)");
     else if (strcmp(mode, "killhierag") == 0)
         mode_failure(ctx, world, 0, 1 << 18, FAIL_ALLGATHER, "allgather(hier)");
+    else if (strcmp(mode, "killhierbc") == 0)
+        mode_failure(ctx, world, 0, 1 << 18, FAIL_BROADCAST, "broadcast(hier)");
+    else if (strcmp(mode, "killhierred") == 0)
+        mode_failure(ctx, world, 0, 1 << 18, FAIL_REDUCE, "reduce(hier)");
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "leave") == 0)

@@ -124,7 +124,7 @@ determinism)
     [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
     echo "$h1 in both runs"
     ;;
-kill | killring | killhier | killhierrs | killhierag | killsmall | stop)
+kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
