@@ -1302,9 +1302,9 @@ test: ^comm_hier_2nodes$
 file: comm/ucx/hier.c
 test: ^comm_hier_2nodes$
 <<<
-            have = x->rs.tiles.copied * x->rs.tiles.tile_elems;
+        uint64_t have = x->rs.tiles.copied * x->rs.tiles.tile_elems; /* of the vector */
 ===
-            have = UINT64_MAX;
+        uint64_t have = UINT64_MAX;
 >>>
 
 @ comm.hier.chain_links_disagree_on_neighbours
@@ -1320,9 +1320,11 @@ test: ^comm_hier_3nodes$
 file: comm/ucx/hier.c
 test: ^comm_hier_2nodes$
 <<<
-            if (un->off + un->len - x->my_off > rs_ready ||
+    uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
+    msr_status_t st = chain_progress(r, leaf ? -1 : v + 1, v == 0 ? -1 : v - 1, rs_ready);
 ===
-            if (((void)rs_ready, 0) ||
+    uint64_t rs_ready = UINT64_MAX;
+    msr_status_t st = chain_progress(r, leaf ? -1 : v + 1, v == 0 ? -1 : v - 1, rs_ready);
 >>>
 
 @ comm.hier.reduce_result_gathered_before_final

@@ -823,99 +823,32 @@ static void chain_allgather(ucx_req_t *r, uint64_t final)
     }
 }
 
-static msr_status_t bcast_chain_step(ucx_req_t *r)
+/* Where unit u's input from the chain lands (reduce): its slot. */
+static char *chain_slot(const ucx_hier_op_t *x, uint64_t u)
 {
-    const struct ucx_hier *h = r->uc->hier;
-    ucx_hier_op_t *x = r->hier_op;
-    ucx_hier_state_t *s = &r->hier;
-    int v = x->vnode, last = v == h->nnodes - 1, k = h->k;
-    size_t es = x->es;
-    /* the root's node: what its tiles have given us */
-    uint64_t have = UINT64_MAX;
-    if (v == 0) {
-        if (!s->rs_done)
-            s->rs_done = k == 1 || ucx_shm_tiled_step(&x->rs) == MSR_OK;
-        if (!s->rs_done && r->me != r->pub.args.root)
-            have = x->rs.tiles.copied * x->rs.tiles.tile_elems;
-        s->ag_done = 1;
-    }
-    msr_status_t st;
-    int busy = 1;
-    while (busy) {
-        busy = 0;
-        while (v > 0 && s->started < x->nunits && s->started < s->done + (uint64_t)x->window) {
-            const hier_unit_t *un = &x->units[s->started];
-            st = ucx_op_recv(r, &chain_ops(r, s->started)[0], chain_owner(r, un->t, v - 1),
-                             x->full + un->off * es, un->len * es, 2u * (unsigned)un->t);
-            if (st != MSR_OK)
-                return st;
-            s->started++;
-            busy = 1;
-        }
-        if (v == 0)
-            s->started = s->done + (uint64_t)x->window < x->nunits ? s->done + (uint64_t)x->window
-                                                                   : x->nunits;
-        /* arrived (folded counts them): passed on */
-        while (s->folded < s->started) {
-            const hier_unit_t *un = &x->units[s->folded];
-            if (v == 0 ? un->off + un->len > have : !ucx_op_test(r, &chain_ops(r, s->folded)[0]))
-                break;
-            if (r->err != MSR_OK)
-                return r->err;
-            if (!last) {
-                st = ucx_op_send(r, &chain_ops(r, s->folded)[1], chain_owner(r, un->t, v + 1),
-                                 x->full + un->off * es, un->len * es, 2u * (unsigned)un->t);
-                if (st != MSR_OK)
-                    return st;
-            }
-            s->folded++;
-            busy = 1;
-        }
-        while (s->done < s->folded && ucx_op_test(r, &chain_ops(r, s->done)[1])) {
-            if (r->err != MSR_OK)
-                return r->err;
-            s->done++;
-            busy = 1;
-        }
-    }
-    if (v > 0) {
-        s->rs_done = 1;
-        chain_allgather(r, s->folded);
-    }
-    /* poll while the tiles can move; waiting for the network alone, sleep */
-    shm_count(r, k > 1 && (!s->rs_done || (!s->ag_done && x->ag.tiles.ready > 0)));
-    if (!s->rs_done || !s->ag_done || s->done < x->nunits)
-        return MSR_IN_PROGRESS;
-    return MSR_OK;
+    return x->area + (size_t)(u % (uint64_t)x->window) * x->slot;
 }
 
-static msr_status_t reduce_chain_step(ucx_req_t *r)
+/* The chain's units, in order: receives from link `from` (-1: none) are
+ * posted up to window units ahead; a unit whose input is here (the first
+ * `ready` elements of our part, and its receive finished) is folded into
+ * ours (reduce), finished where the chain ends (reduce, the root's node)
+ * and sent on to link `to` (-1: none). A broadcast receives in place. */
+static msr_status_t chain_progress(ucx_req_t *r, int from, int to, uint64_t ready)
 {
-    const struct ucx_hier *h = r->uc->hier;
     ucx_hier_op_t *x = r->hier_op;
     ucx_hier_state_t *s = &r->hier;
-    int v = x->vnode, leaf = v == h->nnodes - 1, k = h->k;
+    int reduce = r->pub.args.coll == MSR_COLL_REDUCE;
     size_t es = x->es;
-    if (!s->rs_done) {
-        if (k > 1) {
-            s->rs_done = ucx_shm_tiled_step(&x->rs) == MSR_OK;
-        } else {
-            if (x->input != x->full)
-                memcpy(x->full, x->input, (size_t)x->count * es);
-            s->rs_done = 1;
-        }
-    }
-    /* the reduced prefix of our part */
-    uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
     msr_status_t st;
     int busy = 1;
     while (busy) {
         busy = 0;
         while (s->started < x->nunits && s->started < s->done + (uint64_t)x->window) {
             const hier_unit_t *un = &x->units[s->started];
-            if (!leaf) {
-                st = ucx_op_recv(r, &chain_ops(r, s->started)[0], chain_owner(r, un->t, v + 1),
-                                 x->area + (size_t)(s->started % (uint64_t)x->window) * x->slot,
+            if (from >= 0) {
+                char *dst = reduce ? chain_slot(x, s->started) : x->full + un->off * es;
+                st = ucx_op_recv(r, &chain_ops(r, s->started)[0], chain_owner(r, un->t, from), dst,
                                  un->len * es, 2u * (unsigned)un->t);
                 if (st != MSR_OK)
                     return st;
@@ -925,19 +858,18 @@ static msr_status_t reduce_chain_step(ucx_req_t *r)
         }
         while (s->folded < s->started) {
             const hier_unit_t *un = &x->units[s->folded];
-            if (un->off + un->len - x->my_off > rs_ready ||
-                (!leaf && !ucx_op_test(r, &chain_ops(r, s->folded)[0])))
+            if (un->off + un->len - x->my_off > ready ||
+                (from >= 0 && !ucx_op_test(r, &chain_ops(r, s->folded)[0])))
                 break;
             if (r->err != MSR_OK)
                 return r->err;
             char *dst = x->full + un->off * es;
-            if (!leaf)
-                msr_reduce(x->op, x->dt, dst, dst,
-                           x->area + (size_t)(s->folded % (uint64_t)x->window) * x->slot, un->len);
-            if (v == 0) {
+            if (reduce && from >= 0)
+                msr_reduce(x->op, x->dt, dst, dst, chain_slot(x, s->folded), un->len);
+            if (reduce && to < 0)
                 msr_reduce_finish(x->op, x->dt, dst, un->len, r->n);
-            } else {
-                st = ucx_op_send(r, &chain_ops(r, s->folded)[1], chain_owner(r, un->t, v - 1), dst,
+            if (to >= 0) {
+                st = ucx_op_send(r, &chain_ops(r, s->folded)[1], chain_owner(r, un->t, to), dst,
                                  un->len * es, 2u * (unsigned)un->t);
                 if (st != MSR_OK)
                     return st;
@@ -952,15 +884,69 @@ static msr_status_t reduce_chain_step(ucx_req_t *r)
             busy = 1;
         }
     }
+    return MSR_OK;
+}
+
+/* Whether the operation is over; while the tiles can move, the engine
+ * polls, and waiting for the network alone it sleeps. */
+static msr_status_t chain_finished(ucx_req_t *r)
+{
+    const ucx_hier_op_t *x = r->hier_op;
+    const ucx_hier_state_t *s = &r->hier;
+    shm_count(r, r->uc->hier->k > 1 && (!s->rs_done || (!s->ag_done && x->ag.tiles.ready > 0)));
+    if (!s->rs_done || !s->ag_done || s->done < x->nunits)
+        return MSR_IN_PROGRESS;
+    return MSR_OK;
+}
+
+static msr_status_t bcast_chain_step(ucx_req_t *r)
+{
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    int v = x->vnode, last = v == r->uc->hier->nnodes - 1;
+    msr_status_t st;
+    if (v == 0) {
+        /* the root's node: what its tiles have given us, then on */
+        if (!s->rs_done)
+            s->rs_done = r->uc->hier->k == 1 || ucx_shm_tiled_step(&x->rs) == MSR_OK;
+        uint64_t have = x->rs.tiles.copied * x->rs.tiles.tile_elems; /* of the vector */
+        uint64_t ready = s->rs_done || r->me == r->pub.args.root ? UINT64_MAX
+                         : have > x->my_off                      ? have - x->my_off
+                                                                 : 0;
+        s->ag_done = 1;
+        st = chain_progress(r, -1, 1, ready);
+    } else {
+        st = chain_progress(r, v - 1, last ? -1 : v + 1, UINT64_MAX);
+        s->rs_done = 1;
+        chain_allgather(r, s->folded);
+    }
+    return st != MSR_OK ? st : chain_finished(r);
+}
+
+static msr_status_t reduce_chain_step(ucx_req_t *r)
+{
+    ucx_hier_op_t *x = r->hier_op;
+    ucx_hier_state_t *s = &r->hier;
+    int v = x->vnode, leaf = v == r->uc->hier->nnodes - 1;
+    if (!s->rs_done) {
+        if (r->uc->hier->k > 1) {
+            s->rs_done = ucx_shm_tiled_step(&x->rs) == MSR_OK;
+        } else {
+            if (x->input != x->full)
+                memcpy(x->full, x->input, (size_t)x->count * x->es);
+            s->rs_done = 1;
+        }
+    }
+    /* the reduced prefix of our part */
+    uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
+    msr_status_t st = chain_progress(r, leaf ? -1 : v + 1, v == 0 ? -1 : v - 1, rs_ready);
+    if (st != MSR_OK)
+        return st;
     if (v == 0)
         chain_allgather(r, s->folded);
     else
         s->ag_done = 1;
-    /* poll while the tiles can move; waiting for the network alone, sleep */
-    shm_count(r, k > 1 && (!s->rs_done || (!s->ag_done && x->ag.tiles.ready > 0)));
-    if (!s->rs_done || !s->ag_done || s->done < x->nunits)
-        return MSR_IN_PROGRESS;
-    return MSR_OK;
+    return chain_finished(r);
 }
 
 msr_status_t ucx_hier_start(ucx_req_t *r)

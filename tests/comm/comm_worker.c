@@ -1017,20 +1017,29 @@ static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
 /* The documented fold order of the two levels: each node's members in
  * group rank order, then the nodes' partials in node order (ascending node
  * id); node_of: the node of each group rank. */
+/* Node m's partial of element i: its members in group rank order; *any:
+ * whether it has members. */
+static float node_partial(const int *node_of, int n, int m, uint64_t i, int *any)
+{
+    float part = 0;
+    *any = 0;
+    for (int r = 0; r < n; r++) {
+        if (node_of[r] != m)
+            continue;
+        float v = order_value(r, i);
+        part = *any ? part + v : v;
+        *any = 1;
+    }
+    return part;
+}
+
 static float hier_order_sum(const int *node_of, int n, uint64_t i)
 {
     float total = 0;
     int first_node = 1;
     for (int m = 0; m < n; m++) { /* node ids: job rank / ranks per node */
-        float part = 0;
-        int any = 0;
-        for (int r = 0; r < n; r++) {
-            if (node_of[r] != m)
-                continue;
-            float v = order_value(r, i);
-            part = any ? part + v : v;
-            any = 1;
-        }
+        int any;
+        float part = node_partial(node_of, n, m, i, &any);
         if (!any)
             continue;
         total = first_node ? part : total + part;
@@ -1046,9 +1055,8 @@ static float hier_chain_sum(const int *node_of, int n, int root, uint64_t i)
 {
     int *nodes = xmalloc((size_t)n * sizeof *nodes), nn = 0, first = 0;
     for (int m = 0; m < n; m++) { /* the nodes present, ascending */
-        int any = 0;
-        for (int r = 0; r < n; r++)
-            any |= node_of[r] == m;
+        int any;
+        node_partial(node_of, n, m, i, &any);
         if (any)
             nodes[nn++] = m;
     }
@@ -1057,15 +1065,8 @@ static float hier_chain_sum(const int *node_of, int n, int root, uint64_t i)
             first = v;
     float acc = 0;
     for (int v = nn - 1; v >= 0; v--) {
-        int m = nodes[(first + v) % nn], any = 0;
-        float part = 0;
-        for (int r = 0; r < n; r++) {
-            if (node_of[r] != m)
-                continue;
-            float x = order_value(r, i);
-            part = any ? part + x : x;
-            any = 1;
-        }
+        int any;
+        float part = node_partial(node_of, n, nodes[(first + v) % nn], i, &any);
         acc = v == nn - 1 ? part : part + acc;
     }
     free(nodes);
