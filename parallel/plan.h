@@ -228,6 +228,10 @@ typedef struct msr_plan_cluster {
                              * speed-up (ranks over cores) a computing rank gets while
                              * others of its node wait: 1 the cores handed over whole,
                              * 0 none (1) */
+    double ring_step_us;    /* ring_step_us: what one step of context parallel's ring
+                             * costs beyond its attention and its transfer, when every
+                             * rank of the node computes between the hand-offs (ranks
+                             * sharing cores wait to be scheduled; 0: none) */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:

@@ -47,6 +47,7 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->cold_from_mib = 0;
     c->cold_full_mib = 0;
     c->idle_lend = 1;
+    c->ring_step_us = 0;
 }
 
 enum {
@@ -70,13 +71,15 @@ enum {
     K_COLD_FROM,
     K_COLD_FULL,
     K_LEND,
+    K_RING_STEP,
     K_N
 };
 static const char *const key_names[K_N] = {
     "ranks_per_node",  "mem_gib",         "peak_tflops",   "intra_gbs",      "inter_gbs",
     "latency_us",      "mem_gbs",         "kernel_us",     "cores_per_node", "act_gbs",
     "mm_rows",         "mm_rows_half",    "attn_tflops",   "ring_tflops",    "ring_chunk",
-    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib",  "idle_lend"};
+    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib",  "idle_lend",
+    "ring_step_us"};
 
 static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
 {
@@ -137,7 +140,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                     "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
                     "mm_rows, mm_rows_half, attn_tflops, ring_tflops, ring_chunk, "
                     "ring_chunk_half, cold_ms_per_mib, cold_from_mib, cold_full_mib, "
-                    "idle_lend)",
+                    "idle_lend, ring_step_us)",
                     key);
             return -1;
         }
@@ -169,7 +172,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
                           k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING ||
                           k == K_RING_CHUNK || k == K_RING_HALF || k == K_COLD ||
-                          k == K_COLD_FROM || k == K_COLD_FULL || k == K_LEND;
+                          k == K_COLD_FROM || k == K_COLD_FULL || k == K_LEND || k == K_RING_STEP;
         if (k == K_LEND && v > 1) {
             set_why(why, why_len, line, "idle_lend %s: a share, from 0 to 1", val);
             return -1;
@@ -200,7 +203,8 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
                           &out.cold_ms_per_mib,
                           &out.cold_from_mib,
                           &out.cold_full_mib,
-                          &out.idle_lend};
+                          &out.idle_lend,
+                          &out.ring_step_us};
         *f[k] = v;
     }
     *c = out;
@@ -229,12 +233,13 @@ int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
                     "cold_ms_per_mib = %.6g\n"
                     "cold_from_mib = %.6g\n"
                     "cold_full_mib = %.6g\n"
-                    "idle_lend = %.6g\n",
+                    "idle_lend = %.6g\n"
+                    "ring_step_us = %.6g\n",
                     c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
                     c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
                     c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops, c->ring_chunk,
                     c->ring_chunk_half, c->cold_ms_per_mib, c->cold_from_mib, c->cold_full_mib,
-                    c->idle_lend);
+                    c->idle_lend, c->ring_step_us);
 }
 
 /* ---- collectives ---- */
@@ -494,8 +499,12 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         double kv = t_p2p(&cpn, N * 2 * C / t * eb);
         double step_f = price(c, p->attn_f) / cp;
         double step_b = price(c, add(scale(p->attn_f, 2), p->attn_b_more)) / cp;
-        p->ring_f_ms = (cp - 1) * (kv > step_f ? kv - step_f : 0);
-        p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * kv;
+        /* and each step that waits (cp - 1 forward, cp backward) pays the
+         * hand-off: the ranks of a node that share its cores meet there
+         * (ring_step_us, --calibrate) */
+        double hand = c->ring_step_us / 1e3;
+        p->ring_f_ms = (cp - 1) * ((kv > step_f ? kv - step_f : 0) + hand);
+        p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * (kv + hand);
     }
 
     p->layer_f = p->attn_f;

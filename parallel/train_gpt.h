@@ -121,7 +121,8 @@ enum {
     CALIB_INTRA,
     CALIB_INTER,
     CALIB_COLD,
-    CALIB_LEND
+    CALIB_LEND,
+    CALIB_RING_STEP
 };
 
 /* The most frame counts --calibrate's cold-frames curve has (1, 2, 4, ...). */

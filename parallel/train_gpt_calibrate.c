@@ -45,6 +45,12 @@
  *                   barrier, five times with other ranks computing; the
  *                   mean speed-up as a share of the ideal one (ranks over
  *                   cores)
+ *   ring_step_us    what a step of context parallel's ring costs beyond its
+ *                   attention and its transfer: a block's MLP product on
+ *                   cp 2's rows, then two ring steps (each passing a K/V
+ *                   block round a ring of the node's ranks while computing
+ *                   two chunk pairs a sequence), against the same work
+ *                   without the ring, every rank at once both times
  *
  * Rates are the slowest rank's and costs the largest (calib_agree),
  * agreed by allgather, so every rank ends with the same cluster. */
@@ -901,6 +907,122 @@ out:
     return rc;
 }
 
+/* ---- context parallel's ring ---- */
+
+#define CALIB_RING_STEPS 2
+
+typedef struct calib_ring {
+    const calib_bufs_t *b;
+    msr_comm_t *comm; /* the node's ranks, a ring; NULL: the attention alone */
+    float *out, *in;  /* the K/V block passed on, the one taken */
+    uint64_t count;
+} calib_ring_t;
+
+/* A block's worth of the ring as parallel/mp_cp.c runs it at cp 2: the
+ * block's MLP product on its rows (each rank on its own, as the matmuls
+ * between two attentions), then CALIB_RING_STEPS steps, each posting the
+ * hand-off (the block to the next rank, the previous rank's in), computing
+ * a micro-batch's chunk pairs (two a sequence) and waiting for both
+ * transfers. */
+static msr_status_t calib_ring_op(void *arg)
+{
+    calib_ring_t *r = arg;
+    const calib_bufs_t *b = r->b;
+    /* the block's other work first, each rank on its own */
+    int rows = b->N / 2 > 0 ? b->N / 2 : 1;
+    const calib_call_t mf = {K_MM_FWD, rows, b->C, 4 * b->C}, mb = {K_MM_BWD, rows, b->C, 4 * b->C};
+    calib_run(b, &mf);
+    calib_run(b, &mb);
+    for (int step = 0; step < CALIB_RING_STEPS; step++) {
+        msr_comm_req_t *req[2] = {NULL, NULL};
+        msr_status_t st = MSR_OK;
+        if (r->comm != NULL) {
+            int n = msr_comm_size(r->comm), me = msr_comm_rank(r->comm);
+            st = msr_comm_irecv(r->comm, r->in, r->count, MSR_DTYPE_F32, (me + n - 1) % n, 0,
+                                &req[0]);
+            if (st == MSR_OK)
+                st = msr_comm_isend(r->comm, r->out, r->count, MSR_DTYPE_F32, (me + 1) % n, 0,
+                                    &req[1]);
+        }
+        const calib_call_t f = {K_RING_FWD, 0, 0, 0};
+        for (int i = 0; i < 2 * b->B; i++)
+            calib_run(b, &f);
+        if (r->comm != NULL) {
+            msr_status_t wst = msr_comm_wait_all(req, 2);
+            if (st != MSR_OK || wst != MSR_OK)
+                return st != MSR_OK ? st : wst;
+        }
+    }
+    return MSR_OK;
+}
+
+/* What a ring step's hand-off costs beyond its attention and its transfer
+ * (the time model's latency and intra-node bandwidth, in c), seconds, into
+ * *secs_p: every rank of each node in a ring of the node's ranks, against
+ * the same attention without the ring, every rank at once both times. Ranks
+ * that share cores meet at each hand-off, and one that finished its work
+ * waits for the peer the scheduler has not run yet. *secs_p < 0 where no
+ * node has two ranks. Collective over world; -1 on failure (printed). */
+static int calib_ring_step(const options_t *o, msr_comm_t *world, int node,
+                           const msr_plan_cluster_t *c, double *secs_p)
+{
+    *secs_p = -1;
+    int me = msr_comm_rank(world), rc = -1, fail = 0;
+    msr_comm_t *local = NULL;
+    msr_status_t st = msr_comm_split(world, node, me, &local);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: grouping by node: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return -1;
+    }
+    int maxn = msr_comm_size(local);
+    if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &maxn, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
+        MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        goto out;
+    }
+    if (maxn < 2) {
+        rc = 0;
+        goto out;
+    }
+    calib_bufs_t b;
+    /* cp 2's K/V block: half the micro-batch's positions, keys and values */
+    uint64_t count = (uint64_t)o->micro_batch * (uint64_t)o->seq * (uint64_t)o->channels;
+    float *blk = msr_calloc(2 * count, sizeof *blk);
+    int ok = blk != NULL && calib_bufs_init(&b, o) == 0;
+    if (!ok)
+        fail = 1;
+    /* a rank that failed still takes part in the agreement, not the ring */
+    if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &fail, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
+            MSR_OK ||
+        fail) {
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+        else
+            fprintf(stderr, "train_gpt: --calibrate: out of memory for the ring's buffers\n");
+        if (ok)
+            calib_bufs_free(&b);
+        msr_free(blk);
+        goto out;
+    }
+    calib_ring_t alone = {&b, NULL, blk, blk + count, count};
+    calib_ring_t ring = {&b, msr_comm_size(local) > 1 ? local : NULL, blk, blk + count, count};
+    double t_alone, t_ring;
+    if (calib_time_comm(world, calib_ring_op, &alone, "the ring's attention", &t_alone) == 0 &&
+        calib_time_comm(world, calib_ring_op, &ring, "the ring's hand-offs", &t_ring) == 0) {
+        double xfer = c->latency_us * 1e-6 + (double)count * sizeof(float) / (c->intra_gbs * 1e9);
+        double hand = (t_ring - t_alone) / CALIB_RING_STEPS - xfer;
+        *secs_p = hand > 0 ? hand : 0;
+        rc = 0;
+    }
+    calib_bufs_free(&b);
+    msr_free(blk);
+out:
+    msr_comm_destroy(local);
+    return rc;
+}
+
 /* The machine's memory per rank, GiB; 0 when unknown. */
 /* The cores this rank may run on, as a 0/1 vector of CALIB_CPUS. */
 #define CALIB_CPUS 1024
@@ -1072,6 +1194,13 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         k.comm_bytes = bytes;
         if (calib_comm(comm, job, bytes, &k.c, &k.measured) != 0)
             return -1;
+        double hand;
+        if (calib_ring_step(o, comm, msr_node_rank(job->ctx), &k.c, &hand) != 0)
+            return -1;
+        if (hand >= 0) {
+            k.c.ring_step_us = hand * 1e6;
+            k.measured |= 1u << CALIB_RING_STEP;
+        }
     }
     k.rows = o->micro_batch * o->seq;
     if (k.rows > CALIB_MAX_ROWS)
@@ -1118,7 +1247,8 @@ static void calib_merge(const calib_t *runs, int n, calib_t *out)
                            offsetof(msr_plan_cluster_t, cold_ms_per_mib),
                            offsetof(msr_plan_cluster_t, cold_from_mib),
                            offsetof(msr_plan_cluster_t, cold_full_mib),
-                           offsetof(msr_plan_cluster_t, idle_lend)};
+                           offsetof(msr_plan_cluster_t, idle_lend),
+                           offsetof(msr_plan_cluster_t, ring_step_us)};
     double v[CALIB_MAX_RUNS];
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         for (int r = 0; r < n; r++)
@@ -1185,6 +1315,7 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
         {"cold_from_mib", CALIB_COLD, COLD_WHY},
         {"cold_full_mib", CALIB_COLD, COLD_WHY},
         {"idle_lend", CALIB_LEND, "no rank waits for a core: as many cores as ranks"},
+        {"ring_step_us", CALIB_RING_STEP, "no node with two ranks"},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))

@@ -1547,4 +1547,13 @@ test: ^test_parallel_plan_search$
     if (have_even)
 >>>
 
+@ plan.time.ring_step_backward_free
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+        p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * (kv + hand);
+===
+        p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * kv + 0 * hand;
+>>>
+
 __END__

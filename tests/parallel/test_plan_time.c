@@ -21,7 +21,7 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->ring_tflops == b->ring_tflops && a->ring_chunk == b->ring_chunk &&
            a->ring_chunk_half == b->ring_chunk_half && a->cold_ms_per_mib == b->cold_ms_per_mib &&
            a->cold_from_mib == b->cold_from_mib && a->cold_full_mib == b->cold_full_mib &&
-           a->idle_lend == b->idle_lend;
+           a->idle_lend == b->idle_lend && a->ring_step_us == b->ring_step_us;
 }
 
 static void test_cluster_file(void)
@@ -52,6 +52,9 @@ static void test_cluster_file(void)
     MSR_CHECK(c.idle_lend == 1); /* the default: the cores handed over whole */
     MSR_CHECK(msr_plan_cluster_parse("idle_lend = 0.375\n", &c, why, sizeof why) == 0);
     MSR_CHECK(c.idle_lend == 0.375);
+    MSR_CHECK(c.ring_step_us == 0); /* the default: no hand-off cost */
+    MSR_CHECK(msr_plan_cluster_parse("ring_step_us = 40\n", &c, why, sizeof why) == 0);
+    MSR_CHECK(c.ring_step_us == 40);
     /* round trip */
     char text[1024];
     MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
@@ -73,6 +76,7 @@ static void test_cluster_file(void)
         {"cold_ms_per_mib = -1\n", "line 1: cold_ms_per_mib: must be 0 or more"},
         {"idle_lend = 1.5\n", "line 1: idle_lend 1.5: a share, from 0 to 1"},
         {"idle_lend = -0.5\n", "line 1: idle_lend: must be 0 or more"},
+        {"ring_step_us = -1\n", "line 1: ring_step_us: must be 0 or more"},
         {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
@@ -288,6 +292,21 @@ static void test_attn_rates(void)
     MSR_CHECK_MSG(fabs((tc.step_ms - tf.step_ms) / ring_ms - 1.2) < 1e-6, "ring %g ms, %g with h",
                   ring_ms, tc.step_ms - tf.step_ms);
     MSR_CHECK(tc.flops == tr.flops);
+    /* each ring step that waits pays ring_step_us: cp - 1 forward and cp
+     * backward, a block, a micro-batch (2 layers, 8 micro-batches, one
+     * stage, a core per rank): 2 x 8 x (3 + 4) x 0.1 ms at cp 4 */
+    msr_plan_cluster_t hs = ring;
+    hs.ring_step_us = 100;
+    msr_plan_time_t ts;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &hs, &ts);
+    MSR_CHECK_MSG(fabs(ts.step_ms - tr.step_ms - 2 * 8 * 7 * 0.1) < 1e-6, "%g ms more",
+                  ts.step_ms - tr.step_ms);
+    MSR_CHECK(fabs(ts.cp_comm_ms - tr.cp_comm_ms - 2 * 8 * 7 * 0.1) < 1e-6);
+    MSR_CHECK(ts.flops == tr.flops);
+    lay.cp = 1; /* no ring, no hand-off */
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &ring, &tr);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &hs, &ts);
+    MSR_CHECK(ts.step_ms == tr.step_ms);
 }
 
 /* The bubble: with a vocabulary and positions too small to weigh, every

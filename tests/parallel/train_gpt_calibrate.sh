@@ -57,8 +57,12 @@ grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
 lend=$(value idle_lend "$work/c2")
 awk -v v="$lend" 'BEGIN { exit !(v == v + 0 && v >= 0 && v <= 1) }' ||
     fail "idle_lend = '$lend': $(cat "$work/c2")"
+# a ring step's hand-off beyond its work: a number, 0 or more
+hand=$(value ring_step_us "$work/c2")
+awk -v v="$hand" 'BEGIN { exit !(v == v + 0 && v >= 0) }' ||
+    fail "ring_step_us = '$hand': $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib|idle_lend) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib|idle_lend|ring_step_us) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -91,7 +95,7 @@ grep -q "^# train_gpt --calibrate: 1 rank, .*; each key the median of 2 calibrat
     "$work/c1" || fail "alone: not the median of 2: $(head -2 "$work/c1")"
 [[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
 for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
-for k in latency_us intra_gbs inter_gbs idle_lend; do
+for k in latency_us intra_gbs inter_gbs idle_lend ring_step_us; do
     grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
 done
 
