@@ -23,12 +23,20 @@
 # machine noise only adds time, and a slow minute then hurts no layout
 # twice.
 #
-# usage: bench/plan/sweep.sh [--quick] [--passes N] [BUILD_DIR]
-# Takes about 12 minutes a pass on 2 cores (--quick: about 3). Prints
-# markdown.
+# Then head to head (confirm below): the CONFIRM (default 3) fastest
+# layouts of the sweep and --auto run ROUNDS (default 3) times more each,
+# in turn, and the goal's ratio is taken from those runs alone; the
+# sweep's own ratio is printed beside it.
+#
+# usage: bench/plan/sweep.sh [--quick] [--passes N] [--confirm N]
+#                            [--rounds N] [BUILD_DIR]
+# Takes about 12 minutes a pass on 2 cores (--quick: about 3), and about
+# 2 minutes head to head. Prints markdown.
 set -euo pipefail
 quick=0
 passes=2
+confirm_n=3
+rounds=3
 while [[ ${1:-} == --* ]]; do
     case $1 in
     --quick) quick=1 ;;
@@ -36,11 +44,21 @@ while [[ ${1:-} == --* ]]; do
         passes=${2:-}
         shift
         ;;
+    --confirm)
+        confirm_n=${2:-}
+        shift
+        ;;
+    --rounds)
+        rounds=${2:-}
+        shift
+        ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 [[ $passes =~ ^[1-9][0-9]*$ ]] || { echo "--passes takes a count of 1 or more" >&2; exit 2; }
+[[ $confirm_n =~ ^[1-9][0-9]*$ ]] || { echo "--confirm takes a count of 1 or more" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "--rounds takes a count of 1 or more" >&2; exit 2; }
 build=${1:-build}
 bin="$build/bin"
 for p in msrun train_gpt plan_gpt; do
@@ -119,6 +137,61 @@ run_auto() {
     return 0
 }
 
+# the train_gpt options of a kv line's layout, into args
+layout_args() {
+    local pair
+    local -A kv=()
+    for pair in $1; do
+        [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
+    done
+    args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --cp "${kv[cp]}"
+        --zero "${kv[zero]}"
+        --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
+        --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
+        --virtual-stages "${kv[virtual_stages]}")
+    [[ ${kv[sp]} == 1 ]] && args+=(--sp)
+    [[ -n ${kv[pp_layers]:-} ]] && args+=(--pp-layers "${kv[pp_layers]}")
+    return 0
+}
+
+# Head to head: the sweep's fastest is the least of many noisy runs, and
+# so measured luckier than any one layout runs; --auto against it at the
+# sweep's figures is biased against --auto. The sweep's CONFIRM fastest
+# layouts and --auto each run ROUNDS times more, in turn, the order turned
+# by one each round, and count at the fastest of those runs alone: every
+# one the same number of tries at the same minutes.
+confirm() {
+    local order=() k i r c m
+    mapfile -t order < <(for ((i = 0; i < n; i++)); do
+        [[ ${best_ms[$i]} == failed ]] || echo "${best_ms[$i]} $i"
+    done | sort -n | head -"$confirm_n" | awk '{ print $2 }')
+    order+=(auto)
+    local -A low=()
+    for ((r = 0; r < rounds; r++)); do
+        for ((k = 0; k < ${#order[@]}; k++)); do
+            c=${order[$(((k + r) % ${#order[@]}))]}
+            if [[ $c == auto ]]; then
+                train "$w" "$tmp/h2h.err" "${shape[@]}" --global-batch "$gb" --auto \
+                    --cluster "$cluster" || continue
+            else
+                layout_args "${plans[$c]}"
+                train "$w" "$tmp/h2h.err" "${shape[@]}" "${args[@]}" || continue
+            fi
+            m=$(step_ms "$tmp/h2h.err")
+            if [[ -z ${low[$c]:-} ]] || awk -v a="$m" -v b="${low[$c]}" 'BEGIN { exit !(a < b) }'; then
+                low[$c]=$m
+            fi
+        done
+    done
+    for c in "${order[@]}"; do
+        if [[ $c == auto ]]; then
+            echo "$w $si h2h-auto ${low[$c]:-failed} auto" >>"$rows"
+        else
+            echo "$w $si h2h ${low[$c]:-failed} $(kv_key <<<"${plans[$c]}")" >>"$rows"
+        fi
+    done
+}
+
 rows="$tmp/rows"
 : >"$rows"
 for w in 4 8; do
@@ -154,19 +227,7 @@ for w in 4 8; do
             for ((k = 0; k < n; k++)); do
                 i=$k
                 ((pass % 2)) && i=$((n - 1 - k))
-                line=${plans[$i]}
-                # key=value pairs into an associative array
-                declare -A kv=()
-                for pair in $line; do
-                    [[ $pair == *=* ]] && kv[${pair%%=*}]=${pair#*=}
-                done
-                args=(--dp "${kv[dp]}" --tp "${kv[tp]}" --pp "${kv[pp]}" --cp "${kv[cp]}"
-                    --zero "${kv[zero]}"
-                    --recompute "${kv[recompute]}" --micro-batch "${kv[micro_batch]}"
-                    --grad-accum "${kv[grad_accum]}" --schedule "${kv[schedule]}"
-                    --virtual-stages "${kv[virtual_stages]}")
-                [[ ${kv[sp]} == 1 ]] && args+=(--sp)
-                [[ -n ${kv[pp_layers]:-} ]] && args+=(--pp-layers "${kv[pp_layers]}")
+                layout_args "${plans[$i]}"
                 if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
                     ms=$(step_ms "$tmp/run.err")
                     rss=$(max_rss "$tmp/run.err")
@@ -178,7 +239,6 @@ for w in 4 8; do
                 else
                     [[ -z ${best_ms[$i]:-} ]] && best_ms[$i]=failed
                 fi
-                unset kv
             done
             ((pass % 2)) && run_auto
         done
@@ -195,6 +255,7 @@ for w in 4 8; do
             echo "$w $si $tag ${kv[step_ms]} $ms ${kv[peak_bytes]} $base_kib $rss ${line#plan }" >>"$rows"
             unset kv
         done
+        confirm
         unset best_ms top_rss
         echo "$w $si auto - $auto_ms - $base_kib $auto_rss $auto_took | $(kv_key <<<"$auto")" >>"$rows"
         echo "world $w shape $si: $n layouts" >&2
@@ -240,8 +301,16 @@ for (w, si), rows in sorted(groups.items()):
     print("|---|---:|---:|---:|---:|---:|")
     pred, meas, rss_err, best, failed = [], [], [], None, 0
     auto_ms, auto_layout, auto_plan = None, "", ""
+    h2h, h2h_auto = [], None
     for f in rows:
         tag = f[2]
+        if tag == "h2h-auto":
+            h2h_auto = float(f[3]) if f[3] != "failed" else None
+            continue
+        if tag == "h2h":
+            if f[3] != "failed":
+                h2h.append((float(f[3]), " ".join(f[4:])))
+            continue
         if tag == "auto":
             rest = " ".join(f[8:])
             took, _, want = rest.partition(" | ")
@@ -271,16 +340,22 @@ for (w, si), rows in sorted(groups.items()):
     ratio = best[0] / auto_ms if auto_ms and best else float("nan")
     worst = max((abs(e) for e in rss_err), default=float("nan"))
     same = "yes" if auto_layout == auto_plan else "NO"
+    h2h_best = min(h2h) if h2h else None
+    h2h_ratio = h2h_best[0] / h2h_auto if h2h_auto and h2h_best else float("nan")
     print()
     print(f"Spearman's rho {rho:.3f} over {len(pred)} layouts ({failed} failed); "
           f"--auto took `{auto_layout}` (the search's first: {same}), "
           f"{auto_ms} ms/step; best measured {best[0]:.2f} ms/step ({best[1]}); "
           f"--auto at {100 * ratio:.1f}% of the best's tokens/s; largest RSS error {100 * worst:.1f}%\n")
-    summary.append((w, shapes[si], len(pred), rho, ratio, worst))
+    if h2h:
+        print(f"Head to head, {len(h2h)} fastest and --auto in turn: "
+              + "; ".join(f"`{k}` {m:.2f}" for m, k in sorted(h2h))
+              + f"; --auto {h2h_auto} ms/step, at {100 * h2h_ratio:.1f}% of the fastest's tokens/s\n")
+    summary.append((w, shapes[si], len(pred), rho, ratio, h2h_ratio, worst))
 
 print("### Summary\n")
-print("| ranks | model | layouts | Spearman rho | --auto / best tokens/s | largest RSS error |")
-print("|---:|---|---:|---:|---:|---:|")
-for w, s, n, rho, ratio, worst in summary:
-    print(f"| {w} | {s} | {n} | {rho:.3f} | {100 * ratio:.1f}% | {100 * worst:.1f}% |")
+print("| ranks | model | layouts | Spearman rho | --auto / best tokens/s, sweep | head to head | largest RSS error |")
+print("|---:|---|---:|---:|---:|---:|---:|")
+for w, s, n, rho, ratio, h2h_ratio, worst in summary:
+    print(f"| {w} | {s} | {n} | {rho:.3f} | {100 * ratio:.1f}% | {100 * h2h_ratio:.1f}% | {100 * worst:.1f}% |")
 EOF
