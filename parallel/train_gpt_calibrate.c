@@ -813,10 +813,112 @@ static int calib_peer(const int *node, int n, int same)
     return -1;
 }
 
-/* Latency and bandwidth inside a node and between nodes, into c; measured
- * gets the CALIB_* bits of what was. */
-static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_plan_cluster_t *c,
-                      unsigned *measured)
+/* ---- context parallel's ring ---- */
+
+#define CALIB_RING_STEPS 2
+
+typedef struct calib_ring {
+    const calib_bufs_t *b;
+    msr_comm_t *comm; /* the node's ranks, a ring; NULL: the attention alone */
+    float *out, *in;  /* the K/V block passed on, the one taken */
+    uint64_t count;
+} calib_ring_t;
+
+/* A block's worth of the ring as parallel/mp_cp.c runs it at cp 2: the
+ * block's MLP product on its rows (each rank on its own, as the matmuls
+ * between two attentions), then CALIB_RING_STEPS steps, each posting the
+ * hand-off (the block to the next rank, the previous rank's in), computing
+ * a micro-batch's chunk pairs (two a sequence) and waiting for both
+ * transfers. */
+static msr_status_t calib_ring_op(void *arg)
+{
+    calib_ring_t *r = arg;
+    const calib_bufs_t *b = r->b;
+    /* the block's other work first, each rank on its own */
+    int rows = b->N / 2 > 0 ? b->N / 2 : 1;
+    const calib_call_t mf = {K_MM_FWD, rows, b->C, 4 * b->C}, mb = {K_MM_BWD, rows, b->C, 4 * b->C};
+    calib_run(b, &mf);
+    calib_run(b, &mb);
+    for (int step = 0; step < CALIB_RING_STEPS; step++) {
+        msr_comm_req_t *req[2] = {NULL, NULL};
+        msr_status_t st = MSR_OK;
+        if (r->comm != NULL) {
+            int n = msr_comm_size(r->comm), me = msr_comm_rank(r->comm);
+            st = msr_comm_irecv(r->comm, r->in, r->count, MSR_DTYPE_F32, (me + n - 1) % n, 0,
+                                &req[0]);
+            if (st == MSR_OK)
+                st = msr_comm_isend(r->comm, r->out, r->count, MSR_DTYPE_F32, (me + 1) % n, 0,
+                                    &req[1]);
+        }
+        const calib_call_t f = {K_RING_FWD, 0, 0, 0};
+        for (int i = 0; i < 2 * b->B; i++)
+            calib_run(b, &f);
+        if (r->comm != NULL) {
+            msr_status_t wst = msr_comm_wait_all(req, 2);
+            if (st != MSR_OK || wst != MSR_OK)
+                return st != MSR_OK ? st : wst;
+        }
+    }
+    return MSR_OK;
+}
+
+/* What a ring step's hand-off costs beyond its attention and its transfer
+ * (the time model's latency and intra-node bandwidth, in c), seconds, into
+ * *secs_p: every rank of each node in a ring of the node's ranks (local,
+ * at most maxn on any node), against the same attention without the ring,
+ * every rank at once both times. Ranks that share cores meet at each
+ * hand-off, and one that finished its work waits for the peer the
+ * scheduler has not run yet. *secs_p < 0 where no node has two ranks.
+ * Collective over world; -1 on failure (printed). */
+static int calib_ring_step(const options_t *o, msr_comm_t *world, msr_comm_t *local, int maxn,
+                           const msr_plan_cluster_t *c, double *secs_p)
+{
+    *secs_p = -1;
+    int fail = 0, rc = -1;
+    msr_status_t st;
+    if (maxn < 2)
+        return 0;
+    calib_bufs_t b;
+    /* cp 2's K/V block: half the micro-batch's positions, keys and values */
+    uint64_t count = (uint64_t)o->micro_batch * (uint64_t)o->seq * (uint64_t)o->channels;
+    float *blk = msr_calloc(2 * count, sizeof *blk);
+    int ok = blk != NULL && calib_bufs_init(&b, o) == 0;
+    if (!ok)
+        fail = 1;
+    /* a rank that failed still takes part in the agreement, not the ring */
+    if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &fail, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
+            MSR_OK ||
+        fail) {
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+        else
+            fprintf(stderr, "train_gpt: --calibrate: out of memory for the ring's buffers\n");
+        if (ok)
+            calib_bufs_free(&b);
+        msr_free(blk);
+        return -1;
+    }
+    calib_ring_t alone = {&b, NULL, blk, blk + count, count};
+    calib_ring_t ring = {&b, msr_comm_size(local) > 1 ? local : NULL, blk, blk + count, count};
+    double t_alone, t_ring;
+    if (calib_time_comm(world, calib_ring_op, &alone, "the ring's attention", &t_alone) == 0 &&
+        calib_time_comm(world, calib_ring_op, &ring, "the ring's hand-offs", &t_ring) == 0) {
+        double xfer = c->latency_us * 1e-6 + (double)count * sizeof(float) / (c->intra_gbs * 1e9);
+        double hand = (t_ring - t_alone) / CALIB_RING_STEPS - xfer;
+        *secs_p = hand > 0 ? hand : 0;
+        rc = 0;
+    }
+    calib_bufs_free(&b);
+    msr_free(blk);
+    return rc;
+}
+
+/* Latency and bandwidth inside a node and between nodes, and the ring's
+ * hand-offs (calib_ring_step), into c; measured gets the CALIB_* bits of
+ * what was. */
+static int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t bytes,
+                      msr_plan_cluster_t *c, unsigned *measured)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world), rc = -1;
     int *node = msr_calloc((size_t)n, sizeof *node);
@@ -869,6 +971,7 @@ static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_pla
     }
     if (*measured & (1u << CALIB_LATENCY))
         c->latency_us = lat * 1e6;
+    int node_max = 1; /* the most ranks any node has */
     for (int inside = 1; inside >= 0; inside--) {
         msr_comm_t *g = inside ? local : across;
         int gn = msr_comm_size(g);
@@ -880,6 +983,8 @@ static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_pla
             fprintf(stderr, "train_gpt: --calibrate: %s\n", msr_status_str(st));
             goto out;
         }
+        if (inside)
+            node_max = maxn;
         if (maxn < 2)
             continue;
         calib_allreduce_t ar = {gn > 1 ? g : NULL, buf, count};
@@ -898,128 +1003,19 @@ static int calib_comm(msr_comm_t *world, const job_t *job, size_t bytes, msr_pla
             *measured |= 1u << CALIB_INTER;
         }
     }
+    double hand;
+    if (calib_ring_step(o, world, local, node_max, c, &hand) != 0)
+        goto out;
+    if (hand >= 0) {
+        c->ring_step_us = hand * 1e6;
+        *measured |= 1u << CALIB_RING_STEP;
+    }
     rc = 0;
 out:
     msr_comm_destroy(across);
     msr_comm_destroy(local);
     msr_free(buf);
     msr_free(node);
-    return rc;
-}
-
-/* ---- context parallel's ring ---- */
-
-#define CALIB_RING_STEPS 2
-
-typedef struct calib_ring {
-    const calib_bufs_t *b;
-    msr_comm_t *comm; /* the node's ranks, a ring; NULL: the attention alone */
-    float *out, *in;  /* the K/V block passed on, the one taken */
-    uint64_t count;
-} calib_ring_t;
-
-/* A block's worth of the ring as parallel/mp_cp.c runs it at cp 2: the
- * block's MLP product on its rows (each rank on its own, as the matmuls
- * between two attentions), then CALIB_RING_STEPS steps, each posting the
- * hand-off (the block to the next rank, the previous rank's in), computing
- * a micro-batch's chunk pairs (two a sequence) and waiting for both
- * transfers. */
-static msr_status_t calib_ring_op(void *arg)
-{
-    calib_ring_t *r = arg;
-    const calib_bufs_t *b = r->b;
-    /* the block's other work first, each rank on its own */
-    int rows = b->N / 2 > 0 ? b->N / 2 : 1;
-    const calib_call_t mf = {K_MM_FWD, rows, b->C, 4 * b->C}, mb = {K_MM_BWD, rows, b->C, 4 * b->C};
-    calib_run(b, &mf);
-    calib_run(b, &mb);
-    for (int step = 0; step < CALIB_RING_STEPS; step++) {
-        msr_comm_req_t *req[2] = {NULL, NULL};
-        msr_status_t st = MSR_OK;
-        if (r->comm != NULL) {
-            int n = msr_comm_size(r->comm), me = msr_comm_rank(r->comm);
-            st = msr_comm_irecv(r->comm, r->in, r->count, MSR_DTYPE_F32, (me + n - 1) % n, 0,
-                                &req[0]);
-            if (st == MSR_OK)
-                st = msr_comm_isend(r->comm, r->out, r->count, MSR_DTYPE_F32, (me + 1) % n, 0,
-                                    &req[1]);
-        }
-        const calib_call_t f = {K_RING_FWD, 0, 0, 0};
-        for (int i = 0; i < 2 * b->B; i++)
-            calib_run(b, &f);
-        if (r->comm != NULL) {
-            msr_status_t wst = msr_comm_wait_all(req, 2);
-            if (st != MSR_OK || wst != MSR_OK)
-                return st != MSR_OK ? st : wst;
-        }
-    }
-    return MSR_OK;
-}
-
-/* What a ring step's hand-off costs beyond its attention and its transfer
- * (the time model's latency and intra-node bandwidth, in c), seconds, into
- * *secs_p: every rank of each node in a ring of the node's ranks, against
- * the same attention without the ring, every rank at once both times. Ranks
- * that share cores meet at each hand-off, and one that finished its work
- * waits for the peer the scheduler has not run yet. *secs_p < 0 where no
- * node has two ranks. Collective over world; -1 on failure (printed). */
-static int calib_ring_step(const options_t *o, msr_comm_t *world, int node,
-                           const msr_plan_cluster_t *c, double *secs_p)
-{
-    *secs_p = -1;
-    int me = msr_comm_rank(world), rc = -1, fail = 0;
-    msr_comm_t *local = NULL;
-    msr_status_t st = msr_comm_split(world, node, me, &local);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: --calibrate: grouping by node: %s: %s\n", msr_status_str(st),
-                msr_last_error());
-        return -1;
-    }
-    int maxn = msr_comm_size(local);
-    if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &maxn, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
-        MSR_OK) {
-        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
-        goto out;
-    }
-    if (maxn < 2) {
-        rc = 0;
-        goto out;
-    }
-    calib_bufs_t b;
-    /* cp 2's K/V block: half the micro-batch's positions, keys and values */
-    uint64_t count = (uint64_t)o->micro_batch * (uint64_t)o->seq * (uint64_t)o->channels;
-    float *blk = msr_calloc(2 * count, sizeof *blk);
-    int ok = blk != NULL && calib_bufs_init(&b, o) == 0;
-    if (!ok)
-        fail = 1;
-    /* a rank that failed still takes part in the agreement, not the ring */
-    if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &fail, 1, MSR_DTYPE_I32, MSR_OP_MAX)) !=
-            MSR_OK ||
-        fail) {
-        if (st != MSR_OK)
-            fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
-                    msr_last_error());
-        else
-            fprintf(stderr, "train_gpt: --calibrate: out of memory for the ring's buffers\n");
-        if (ok)
-            calib_bufs_free(&b);
-        msr_free(blk);
-        goto out;
-    }
-    calib_ring_t alone = {&b, NULL, blk, blk + count, count};
-    calib_ring_t ring = {&b, msr_comm_size(local) > 1 ? local : NULL, blk, blk + count, count};
-    double t_alone, t_ring;
-    if (calib_time_comm(world, calib_ring_op, &alone, "the ring's attention", &t_alone) == 0 &&
-        calib_time_comm(world, calib_ring_op, &ring, "the ring's hand-offs", &t_ring) == 0) {
-        double xfer = c->latency_us * 1e-6 + (double)count * sizeof(float) / (c->intra_gbs * 1e9);
-        double hand = (t_ring - t_alone) / CALIB_RING_STEPS - xfer;
-        *secs_p = hand > 0 ? hand : 0;
-        rc = 0;
-    }
-    calib_bufs_free(&b);
-    msr_free(blk);
-out:
-    msr_comm_destroy(local);
     return rc;
 }
 
@@ -1192,15 +1188,8 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         if (bytes > CALIB_MAX_COMM_BYTES)
             bytes = CALIB_MAX_COMM_BYTES;
         k.comm_bytes = bytes;
-        if (calib_comm(comm, job, bytes, &k.c, &k.measured) != 0)
+        if (calib_comm(o, comm, job, bytes, &k.c, &k.measured) != 0)
             return -1;
-        double hand;
-        if (calib_ring_step(o, comm, msr_node_rank(job->ctx), &k.c, &hand) != 0)
-            return -1;
-        if (hand >= 0) {
-            k.c.ring_step_us = hand * 1e6;
-            k.measured |= 1u << CALIB_RING_STEP;
-        }
     }
     k.rows = o->micro_batch * o->seq;
     if (k.rows > CALIB_MAX_ROWS)
