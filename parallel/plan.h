@@ -179,6 +179,12 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
                    int rank, msr_plan_rank_t *out);
 
+/* One micro-batch's kept activations for a pipeline chunk of `layers`
+ * blocks (head: the last chunk, which holds the head's too), bytes, as
+ * msr_plan_rank counts each chunk's frame. */
+uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                              msr_plan_precision_t prec, int layers, int head);
+
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);

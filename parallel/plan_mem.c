@@ -857,6 +857,14 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
 
 /* ---- a rank ---- */
 
+uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                              msr_plan_precision_t prec, int layers, int head)
+{
+    if (m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32)
+        return frame_elems(m, l, layers, head) * F32;
+    return frame_paper_bytes(m, l, prec, layers);
+}
+
 static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
 {
     msr_plan_layout_t d = *l;
@@ -912,16 +920,10 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         max_layers = hi - lo > max_layers ? hi - lo : max_layers;
         if (c == l.chunks - 1)
             last_layers = hi - lo;
-        chunk_bytes[c] = runtime ? frame_elems(m, &l, hi - lo, j == n - 1) * F32
-                                 : frame_paper_bytes(m, &l, prec, hi - lo);
+        chunk_bytes[c] = msr_plan_frame_bytes(m, &l, prec, hi - lo, j == n - 1);
     }
-    if (runtime) {
-        o->frame_bytes[0] = frame_elems(m, &l, max_layers, 0) * F32;
-        o->frame_bytes[1] = frame_elems(m, &l, last_layers, 1) * F32;
-    } else {
-        o->frame_bytes[0] = frame_paper_bytes(m, &l, prec, max_layers);
-        o->frame_bytes[1] = frame_paper_bytes(m, &l, prec, last_layers);
-    }
+    o->frame_bytes[0] = msr_plan_frame_bytes(m, &l, prec, max_layers, 0);
+    o->frame_bytes[1] = msr_plan_frame_bytes(m, &l, prec, last_layers, 1);
     o->activations = schedule_peak(&l, o->pp_rank, chunk_bytes, &o->frames_held);
     if (runtime && whole_path(&l)) {
         /* the whole model keeps one micro-batch's activations in its own

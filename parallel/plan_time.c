@@ -403,9 +403,8 @@ typedef struct pieces {
     double model_flops_f; /* the whole model's forward FLOPs for one micro-batch (all ranks) */
     double act_bytes;     /* a stage boundary's activation (or its gradient), per micro-batch */
     double ring_cost;     /* under cp: the ring's FLOPs priced this many times (chunk_cost) */
-    const double *cold;   /* per pipeline rank r, [2 r] a chunk's frames gone cold, ms a
-                           * micro-batch, [2 r + 1] the last chunk's (with the head); NULL:
-                           * none */
+    const double *cold;   /* per virtual stage j (chunk j / pp of pipeline rank j % pp),
+                           * its frame's cold reads, ms a micro-batch; NULL: none */
 } pieces_t;
 
 static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
@@ -699,7 +698,7 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
             int j = k * pp + r;
             int first = j == 0, last = j == n - 1, layers = split_at(m, l, n, j);
             double sends = (last ? 0 : hop) + (first ? 0 : hop);
-            double cold = p->cold != NULL ? p->cold[2 * r + last] : 0;
+            double cold = p->cold != NULL ? p->cold[j] : 0;
             /* its sends: the output forward, the input's gradient back */
             double s = stage_ms(p, l, c, layers, first, last, with, speed, cold) + sends;
             if (sim) {
@@ -738,8 +737,8 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     return path > node ? path : node;
 }
 
-/* Pipelines longer than this price no cold frames. */
-#define MAX_COLD_PP 1024
+/* Pipelines of more virtual stages than this price no cold frames. */
+#define MAX_COLD_STAGES 2048
 
 /* The share of a micro-batch's frames that go cold while the node holds
  * mib of frames at once: none up to cold_from_mib, all from
@@ -755,16 +754,16 @@ static double cold_share(const msr_plan_cluster_t *c, double mib)
     return a > 0 ? log(mib / a) / log(b / a) : mib / b;
 }
 
-/* Each pipeline rank's frames gone cold, ms a micro-batch: [2 r] a
- * chunk's, [2 r + 1] the last chunk's. A backward reads its frame after
- * the rank wrote the others the schedule holds, and the node's other
- * ranks theirs: what the cache must keep is every rank's activations at
- * their peak (the memory model's), the node's ranks spread over the
- * stages alike. */
+/* Each virtual stage's frames gone cold, ms a micro-batch, into cold[j]:
+ * its own chunk's frame (chunks of one rank differ where the layers do not
+ * split evenly). A backward reads its frame after the rank wrote the others
+ * the schedule holds, and the node's other ranks theirs: what the cache
+ * must keep is every rank's activations at their peak (the memory
+ * model's), the node's ranks spread over the stages alike. */
 static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                         msr_plan_precision_t prec, const msr_plan_cluster_t *c, double *cold)
 {
-    int cp = msr_plan_cp(l);
+    int cp = msr_plan_cp(l), n = l->pp * l->chunks;
     int64_t world = (int64_t)l->dp * l->tp * l->pp * cp;
     double on_node = (double)(world < c->ranks_per_node ? world : c->ranks_per_node);
     double held = 0;
@@ -772,12 +771,12 @@ static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         msr_plan_rank_t r;
         msr_plan_rank(m, l, prec, s * l->tp * cp, &r);
         held += (double)r.activations;
-        cold[2 * s] = (double)r.frame_bytes[0];
-        cold[2 * s + 1] = (double)r.frame_bytes[1];
     }
     double share = cold_share(c, held / l->pp * on_node / 1048576.0);
-    for (int i = 0; i < 2 * l->pp; i++)
-        cold[i] = share * cold[i] / 1048576.0 * c->cold_ms_per_mib;
+    for (int j = 0; j < n; j++) {
+        double bytes = (double)msr_plan_frame_bytes(m, l, prec, split_at(m, l, n, j), j == n - 1);
+        cold[j] = share * bytes / 1048576.0 * c->cold_ms_per_mib;
+    }
 }
 
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
@@ -794,8 +793,8 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     pieces_t p;
     count_pieces(m, &l, prec, c, &p);
     double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
-    double cold[2 * MAX_COLD_PP];
-    if (c->cold_ms_per_mib > 0 && l.pp <= MAX_COLD_PP) {
+    double cold[MAX_COLD_STAGES];
+    if (c->cold_ms_per_mib > 0 && l.pp * l.chunks <= MAX_COLD_STAGES) {
         cold_frames(m, &l, prec, c, cold);
         p.cold = cold;
     }

@@ -1556,4 +1556,13 @@ test: ^test_parallel_plan_time$
         p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * kv + 0 * hand;
 >>>
 
+@ plan.time.cold_chunk_own_frame
+file: parallel/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+        double bytes = (double)msr_plan_frame_bytes(m, l, prec, split_at(m, l, n, j), j == n - 1);
+===
+        double bytes = (double)msr_plan_frame_bytes(m, l, prec, split_at(m, l, n, j % l->pp), j == n - 1);
+>>>
+
 __END__

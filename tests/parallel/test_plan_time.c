@@ -240,6 +240,37 @@ static void test_cold_frames(void)
                   tg.cold_ms);
 }
 
+/* Each chunk's frame goes cold at its own size: 8 layers in 2 x 3 virtual
+ * stages split 1,1,2,1,1,2, so rank 0 holds chunks of 1, 2 and 1 layers
+ * and pays those three frames a micro-batch, not three of its largest.
+ * With the products all but free, the pipeline is the cold reads alone:
+ * 8 micro-batches on the slower rank, the other's once, over v. */
+static void test_cold_uneven_chunks(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 8, 64, 4, 4, 4 * 64, 256, 64};
+    msr_plan_cluster_t c = flops_only();
+    c.ranks_per_node = 2;
+    c.peak_tflops = 1e12;
+    c.cold_ms_per_mib = 1;
+    c.cold_from_mib = 1e-9; /* every frame cold */
+    c.cold_full_mib = 1e-6;
+    msr_plan_layout_t l = layout(1, 1, 2, 0, MSR_PLAN_RC_NONE, 2, 8, MSR_PLAN_INTERLEAVED, 3);
+    const int layers[6] = {1, 1, 2, 1, 1, 2};
+    double rank[2] = {0, 0};
+    for (int j = 0; j < 6; j++)
+        rank[j % 2] +=
+            (double)msr_plan_frame_bytes(&m, &l, MSR_PLAN_FP32, layers[j], j == 5) / 1048576;
+    msr_plan_rank_t r0;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r0);
+    MSR_CHECK(r0.frame_bytes[0] == msr_plan_frame_bytes(&m, &l, MSR_PLAN_FP32, 2, 0));
+    MSR_CHECK(3.0 * (double)r0.frame_bytes[0] / 1048576 > rank[0] * 1.2);
+    double hi = rank[0] > rank[1] ? rank[0] : rank[1], lo = rank[0] + rank[1] - hi;
+    double want = 8 * hi + lo / 3;
+    msr_plan_time_t t;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK_MSG(fabs(t.cold_ms / want - 1) < 1e-3, "%g ms cold, want %g", t.cold_ms, want);
+}
+
 /* Attention at its own rate (attn_tflops), and context parallel's ring
  * attention at the ring's (ring_tflops); either 0 falls back. */
 static void test_attn_rates(void)
@@ -528,17 +559,12 @@ static void test_cp_terms(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cluster_file", test_cluster_file, 10},
-    {"flops", test_flops, 10},
-    {"rows_rate", test_rows_rate, 10},
-    {"moe_rows", test_moe_rows, 10},
-    {"cold_frames", test_cold_frames, 10},
-    {"attn_rates", test_attn_rates, 10},
-    {"bubble", test_bubble, 10},
-    {"idle_lend", test_idle_lend, 10},
-    {"selective_reruns", test_selective_reruns, 10},
-    {"comm_terms", test_comm_terms, 10},
-    {"cp_terms", test_cp_terms, 10},
+    {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
+    {"rows_rate", test_rows_rate, 10},       {"moe_rows", test_moe_rows, 10},
+    {"cold_frames", test_cold_frames, 10},   {"cold_uneven_chunks", test_cold_uneven_chunks, 10},
+    {"attn_rates", test_attn_rates, 10},     {"bubble", test_bubble, 10},
+    {"idle_lend", test_idle_lend, 10},       {"selective_reruns", test_selective_reruns, 10},
+    {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
 };
 
 int main(int argc, char **argv)
