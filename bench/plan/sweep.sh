@@ -100,6 +100,9 @@ step_ms() {
               printf "%.2f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
+# whether NEW ms is faster than OLD (none yet, or failed, counts as slower)
+faster() { [[ -z $2 || $2 == failed ]] || awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
 # a layout as one key, from a kv line or from --auto's words (dp 4 tp 1
 # pp 1 cp 1 sp zero 3 recompute none micro-batch 8 grad-accum 1 schedule 1f1b
 # virtual-stages 1 pp-layers 3,5)
@@ -126,9 +129,7 @@ run_auto() {
     if train "$w" "$tmp/auto.err" "${shape[@]}" --global-batch "$gb" --auto \
         --cluster "$cluster"; then
         m=$(step_ms "$tmp/auto.err")
-        if [[ $auto_ms == failed ]] || awk -v a="$m" -v b="$auto_ms" 'BEGIN { exit !(a < b) }'; then
-            auto_ms=$m
-        fi
+        faster "$m" "$auto_ms" && auto_ms=$m
         r=$(max_rss "$tmp/auto.err")
         ((r > auto_rss)) && auto_rss=$r
         auto_took=$(sed -n 's/.*train_gpt: --auto: plan 1 of [0-9]*: \([^;]*\);.*/\1/p' \
@@ -178,9 +179,7 @@ confirm() {
                 train "$w" "$tmp/h2h.err" "${shape[@]}" "${args[@]}" || continue
             fi
             m=$(step_ms "$tmp/h2h.err")
-            if [[ -z ${low[$c]:-} ]] || awk -v a="$m" -v b="${low[$c]}" 'BEGIN { exit !(a < b) }'; then
-                low[$c]=$m
-            fi
+            faster "$m" "${low[$c]:-}" && low[$c]=$m
         done
     done
     for c in "${order[@]}"; do
@@ -231,10 +230,7 @@ for w in 4 8; do
                 if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
                     ms=$(step_ms "$tmp/run.err")
                     rss=$(max_rss "$tmp/run.err")
-                    if [[ -z ${best_ms[$i]:-} || ${best_ms[$i]} == failed ]] ||
-                        awk -v a="$ms" -v b="${best_ms[$i]}" 'BEGIN { exit !(a < b) }'; then
-                        best_ms[$i]=$ms
-                    fi
+                    faster "$ms" "${best_ms[$i]:-}" && best_ms[$i]=$ms
                     ((rss > ${top_rss[$i]:-0})) && top_rss[$i]=$rss
                 else
                     [[ -z ${best_ms[$i]:-} ]] && best_ms[$i]=failed
