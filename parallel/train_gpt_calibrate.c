@@ -91,11 +91,16 @@ typedef struct calib_bufs {
     float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
     float *mean, *rstd, *att, *scratch;
     /* ring attention (cp): one pair of chunks of S = T / 4 positions (cp
-     * 2's), every key before every query; the running max, sum, lse and
-     * delta (S, NH) each; the key and value gradients (S, 2C) */
+     * 2's) or fewer, every key before every query; the running max and
+     * sum, lse and delta (S, NH) each, in ring_stat at fixed places
+     * whatever the chunk (a shorter chunk's backward must not read its
+     * lse from the sums the forwards grew: its exp() would underflow, and
+     * run slowly, where the runtime's never does); the key and value
+     * gradients (S, 2C) */
     int S;
     int *ring_pos; /* keys' positions, then the queries' */
     float *ring_stat, *ring_dkv;
+    float *ring_mx, *ring_sum, *ring_lse, *ring_delta; /* in ring_stat */
 } calib_bufs_t;
 
 /* One kernel call to time: which, and its matmul sizes. */
@@ -151,17 +156,15 @@ static void calib_run(const calib_bufs_t *b, const calib_call_t *k)
         /* q from the input's q columns, k and v from its k and v columns
          * (the ring sends them packed: stride 2C, here 3C) */
         int S = k->N > 0 ? k->N : b->S, C = b->C, NH = b->NH;
-        size_t sn = (size_t)S * (size_t)NH;
         const float *q = b->inp, *kk = b->inp + C, *v = b->inp + 2 * C;
         const int *kpos = b->ring_pos, *qpos = b->ring_pos + S;
-        float *st = b->ring_stat;
         if (k->kind == K_RING_FWD)
-            msr_attention_ring_forward(b->out, st, st + sn, q, 3 * C, qpos, S, kk, v, 3 * C, kpos,
-                                       S, C, NH, b->scratch);
+            msr_attention_ring_forward(b->out, b->ring_mx, b->ring_sum, q, 3 * C, qpos, S, kk, v,
+                                       3 * C, kpos, S, C, NH, b->scratch);
         else
             msr_attention_ring_backward(b->dinp, 3 * C, b->ring_dkv, b->ring_dkv + C, 2 * C,
-                                        b->dout, q, kk, v, st + 2 * sn, st + 3 * sn, qpos, S, kpos,
-                                        S, C, NH, b->scratch);
+                                        b->dout, q, kk, v, b->ring_lse, b->ring_delta, qpos, S,
+                                        kpos, S, C, NH, b->scratch);
         break;
     }
     case K_GELU_BWD:
@@ -281,9 +284,13 @@ static int calib_bufs_init(calib_bufs_t *b, const options_t *o)
     }
     for (size_t j = 0; j < N; j++)
         b->rstd[j] = 1.0f;
+    b->ring_mx = b->ring_stat;
+    b->ring_sum = b->ring_stat + sn;
+    b->ring_lse = b->ring_stat + 2 * sn; /* small values: probabilities near 1 */
+    b->ring_delta = b->ring_stat + 3 * sn;
     for (size_t i = 0; i < sn; i++) { /* max, sum: nothing folded yet */
-        b->ring_stat[i] = -INFINITY;
-        b->ring_stat[sn + i] = 0.0f;
+        b->ring_mx[i] = -INFINITY;
+        b->ring_sum[i] = 0.0f;
     }
     /* the attention probabilities: each row a distribution */
     memset(b->att, 0, att * sizeof(float));
