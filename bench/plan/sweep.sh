@@ -21,7 +21,10 @@
 # Each layout runs PASSES times (default 2), every other pass in reverse
 # order, and counts at the fastest of its passes' medians: on a shared
 # machine noise only adds time, and a slow minute then hurts no layout
-# twice.
+# twice. A run takes at least 9 steps, and more where the plan predicts
+# short ones, so that the steps timed (all but the first) last about
+# MEASURE_MS (default 1200) ms: the median of a few short steps is
+# noisier than the layouts of a short-stepped model differ.
 #
 # Then head to head (confirm below): the CONFIRM (default 3) fastest
 # layouts of the sweep and --auto run ROUNDS (default 3) times more each,
@@ -29,7 +32,7 @@
 # sweep's own ratio is printed beside it.
 #
 # usage: bench/plan/sweep.sh [--quick] [--passes N] [--confirm N]
-#                            [--rounds N] [BUILD_DIR]
+#                            [--rounds N] [--measure-ms MS] [BUILD_DIR]
 # Takes about 12 minutes a pass on 2 cores (--quick: about 3), and about
 # 2 minutes head to head. Prints markdown.
 set -euo pipefail
@@ -37,6 +40,7 @@ quick=0
 passes=2
 confirm_n=3
 rounds=3
+measure_ms=1200
 while [[ ${1:-} == --* ]]; do
     case $1 in
     --quick) quick=1 ;;
@@ -52,6 +56,10 @@ while [[ ${1:-} == --* ]]; do
         rounds=${2:-}
         shift
         ;;
+    --measure-ms)
+        measure_ms=${2:-}
+        shift
+        ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -59,6 +67,7 @@ done
 [[ $passes =~ ^[1-9][0-9]*$ ]] || { echo "--passes takes a count of 1 or more" >&2; exit 2; }
 [[ $confirm_n =~ ^[1-9][0-9]*$ ]] || { echo "--confirm takes a count of 1 or more" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "--rounds takes a count of 1 or more" >&2; exit 2; }
+[[ $measure_ms =~ ^[0-9]+$ ]] || { echo "--measure-ms takes milliseconds" >&2; exit 2; }
 build=${1:-build}
 bin="$build/bin"
 for p in msrun train_gpt plan_gpt; do
@@ -100,6 +109,15 @@ step_ms() {
               printf "%.2f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
+# steps for a run whose plan predicts PRED ms a step: at least 9, and the
+# steps after the first about measure_ms in all
+steps_for() {
+    steps=$(awk -v p="$1" -v t="$measure_ms" \
+        'BEGIN { n = p > 0 ? int(t / p + 0.999) + 1 : 9; print n < 9 ? 9 : n }')
+}
+# a kv line's predicted ms a step
+pred_ms() { sed -n 's/.* step_ms=\([0-9.e+-]*\).*/\1/p' <<<"$1"; }
+
 # whether NEW ms is faster than OLD (none yet, or failed, counts as slower)
 faster() { [[ -z $2 || $2 == failed ]] || awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
@@ -126,6 +144,7 @@ auto_key() {
 # pass: into auto_ms, auto_rss, auto_took, the fastest of the passes
 run_auto() {
     local m r
+    steps_for "$(pred_ms "$auto")"
     if train "$w" "$tmp/auto.err" "${shape[@]}" --global-batch "$gb" --auto \
         --cluster "$cluster"; then
         m=$(step_ms "$tmp/auto.err")
@@ -172,10 +191,12 @@ confirm() {
         for ((k = 0; k < ${#order[@]}; k++)); do
             c=${order[$(((k + r) % ${#order[@]}))]}
             if [[ $c == auto ]]; then
+                steps_for "$(pred_ms "$auto")"
                 train "$w" "$tmp/h2h.err" "${shape[@]}" --global-batch "$gb" --auto \
                     --cluster "$cluster" || continue
             else
                 layout_args "${plans[$c]}"
+                steps_for "$(pred_ms "${plans[$c]}")"
                 train "$w" "$tmp/h2h.err" "${shape[@]}" "${args[@]}" || continue
             fi
             m=$(step_ms "$tmp/h2h.err")
@@ -194,6 +215,7 @@ confirm() {
 rows="$tmp/rows"
 : >"$rows"
 for w in 4 8; do
+    steps=9
     train "$w" "$tmp/base.err" --layers 1 --channels 8 --heads 1 --seq 64 --micro-batch 2 ||
         { echo "baseline run failed:" >&2; cat "$tmp/base.err" >&2; exit 1; }
     base_kib=$(max_rss "$tmp/base.err")
@@ -227,6 +249,7 @@ for w in 4 8; do
                 i=$k
                 ((pass % 2)) && i=$((n - 1 - k))
                 layout_args "${plans[$i]}"
+                steps_for "$(pred_ms "${plans[$i]}")"
                 if train "$w" "$tmp/run.err" "${shape[@]}" "${args[@]}"; then
                     ms=$(step_ms "$tmp/run.err")
                     rss=$(max_rss "$tmp/run.err")
