@@ -252,6 +252,11 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
 /* Writes *c as a cluster file's text; returns what snprintf returns. */
 int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len);
 
+/* The cluster file's real-valued keys (all but ranks_per_node and
+ * cores_per_node), in the file's order: 1, with key i's name and the
+ * offset of its double in msr_plan_cluster_t; 0 past the last. */
+int msr_plan_cluster_real_key(size_t i, const char **name, size_t *offset);
+
 /* ---- the time model ---- */
 
 /* One step of a layout, in milliseconds, on the slowest pipeline stage. */

@@ -12,6 +12,8 @@
  * count; data parallel's reduction is hidden behind the backward that
  * overlaps it, as parallel/dp.c's buckets are. */
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,44 +52,81 @@ void msr_plan_cluster_default(msr_plan_cluster_t *c)
     c->ring_step_us = 0;
 }
 
-enum {
-    K_RPN,
-    K_MEM,
-    K_PEAK,
-    K_INTRA,
-    K_INTER,
-    K_LAT,
-    K_MEMBW,
-    K_KERNEL,
-    K_CORES,
-    K_ACT,
-    K_ROWS,
-    K_ROWS_HALF,
-    K_ATTN,
-    K_RING,
-    K_RING_CHUNK,
-    K_RING_HALF,
-    K_COLD,
-    K_COLD_FROM,
-    K_COLD_FULL,
-    K_LEND,
-    K_RING_STEP,
-    K_N
-};
-static const char *const key_names[K_N] = {
-    "ranks_per_node",  "mem_gib",         "peak_tflops",   "intra_gbs",      "inter_gbs",
-    "latency_us",      "mem_gbs",         "kernel_us",     "cores_per_node", "act_gbs",
-    "mm_rows",         "mm_rows_half",    "attn_tflops",   "ring_tflops",    "ring_chunk",
-    "ring_chunk_half", "cold_ms_per_mib", "cold_from_mib", "cold_full_mib",  "idle_lend",
-    "ring_step_us"};
+/* The cluster file's keys, in the order it is written: where each sits in
+ * msr_plan_cluster_t, an int (a count) or a double; whether it may be 0
+ * (its term off, or one rank per core) where the model never divides by
+ * it; a double's largest value. */
+#define REAL_MAX 1e12
 
-static void set_why(char *why, size_t len, int line, const char *fmt, const char *a)
+typedef struct cluster_key {
+    const char *name;
+    size_t off;
+    int is_int;
+    int zero_ok;
+    double max;
+} cluster_key_t;
+
+#define REAL(f, z)                                          \
+    {                                                       \
+#f, offsetof(msr_plan_cluster_t, f), 0, z, REAL_MAX \
+    }
+#define COUNT(f, z)                                        \
+    {                                                      \
+#f, offsetof(msr_plan_cluster_t, f), 1, z, 1 << 20 \
+    }
+static const cluster_key_t cluster_keys[] = {
+    COUNT(ranks_per_node, 0),
+    REAL(mem_gib, 0),
+    REAL(peak_tflops, 0),
+    REAL(intra_gbs, 0),
+    REAL(inter_gbs, 0),
+    REAL(latency_us, 1),
+    REAL(mem_gbs, 1),
+    REAL(kernel_us, 1),
+    COUNT(cores_per_node, 1),
+    REAL(act_gbs, 1),
+    REAL(mm_rows, 1),
+    REAL(mm_rows_half, 1),
+    REAL(attn_tflops, 1),
+    REAL(ring_tflops, 1),
+    REAL(ring_chunk, 1),
+    REAL(ring_chunk_half, 1),
+    REAL(cold_ms_per_mib, 1),
+    REAL(cold_from_mib, 1),
+    REAL(cold_full_mib, 1),
+    {"idle_lend", offsetof(msr_plan_cluster_t, idle_lend), 0, 1, 1}, /* a share */
+    REAL(ring_step_us, 1),
+};
+#undef REAL
+#undef COUNT
+#define N_KEYS (sizeof cluster_keys / sizeof cluster_keys[0])
+
+int msr_plan_cluster_real_key(size_t i, const char **name, size_t *offset)
+{
+    for (size_t k = 0; k < N_KEYS; k++) {
+        if (cluster_keys[k].is_int)
+            continue;
+        if (i-- == 0) {
+            *name = cluster_keys[k].name;
+            *offset = cluster_keys[k].off;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+__attribute__((format(printf, 4, 5))) static void set_why(char *why, size_t len, int line,
+                                                          const char *fmt, ...)
 {
     if (why == NULL || len == 0)
         return;
     int n = snprintf(why, len, "line %d: ", line);
-    if (n >= 0 && (size_t)n < len)
-        snprintf(why + n, len - (size_t)n, fmt, a);
+    if (n >= 0 && (size_t)n < len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why + n, len - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
 }
 
 static char *trim(char *s)
@@ -100,10 +139,25 @@ static char *trim(char *s)
     return s;
 }
 
+/* "unknown key 'KEY' (every key, comma-separated)" after "line N: " */
+static void unknown_key(char *why, size_t len, int line, const char *key)
+{
+    char list[512];
+    size_t at = 0;
+    list[0] = '\0';
+    for (size_t k = 0; k < N_KEYS && at < sizeof list; k++) {
+        int n = snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", cluster_keys[k].name);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+    set_why(why, len, line, "unknown key '%s' (%s)", key, list);
+}
+
 int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, size_t why_len)
 {
     msr_plan_cluster_t out = *c;
-    int seen[K_N] = {0};
+    int seen[N_KEYS] = {0};
     int line = 0;
     const char *p = text;
     while (*p != '\0') {
@@ -112,7 +166,7 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         line++;
         char buf[512];
         if (n >= sizeof buf) {
-            set_why(why, why_len, line, "longer than 511 bytes%s", "");
+            set_why(why, why_len, line, "longer than 511 bytes");
             return -1;
         }
         memcpy(buf, p, n);
@@ -131,19 +185,14 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
         }
         *eq = '\0';
         char *key = trim(s), *val = trim(eq + 1);
-        int k = 0;
-        while (k < K_N && strcmp(key_names[k], key) != 0)
+        size_t k = 0;
+        while (k < N_KEYS && strcmp(cluster_keys[k].name, key) != 0)
             k++;
-        if (k == K_N) {
-            set_why(why, why_len, line,
-                    "unknown key '%s' (ranks_per_node, mem_gib, peak_tflops, intra_gbs, "
-                    "inter_gbs, latency_us, mem_gbs, act_gbs, kernel_us, cores_per_node, "
-                    "mm_rows, mm_rows_half, attn_tflops, ring_tflops, ring_chunk, "
-                    "ring_chunk_half, cold_ms_per_mib, cold_from_mib, cold_full_mib, "
-                    "idle_lend, ring_step_us)",
-                    key);
+        if (k == N_KEYS) {
+            unknown_key(why, why_len, line, key);
             return -1;
         }
+        const cluster_key_t *ck = &cluster_keys[k];
         if (seen[k]) {
             set_why(why, why_len, line, "'%s' given twice", key);
             return -1;
@@ -155,57 +204,27 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
             set_why(why, why_len, line, "'%s' is not a number", val);
             return -1;
         }
-        if (k == K_RPN || k == K_CORES) {
-            int lo = k == K_RPN;
-            if (v < lo || v > 1 << 20 || v != floor(v)) {
-                set_why(why, why_len, line,
-                        lo ? "ranks_per_node %s: not an integer in [1, 1048576]"
-                           : "cores_per_node %s: not an integer in [0, 1048576]",
-                        val);
+        char *field = (char *)&out + ck->off;
+        if (ck->is_int) {
+            int lo = !ck->zero_ok;
+            if (v < lo || v > ck->max || v != floor(v)) {
+                set_why(why, why_len, line, "%s %s: not an integer in [%d, %.0f]", key, val, lo,
+                        ck->max);
                 return -1;
             }
-            *(k == K_RPN ? &out.ranks_per_node : &out.cores_per_node) = (int)v;
+            *(int *)field = (int)v;
             continue;
         }
-        /* element-wise bandwidth and kernel cost may be 0 (not counted);
-         * the rates the model divides by must be positive */
-        int may_be_zero = k == K_MEMBW || k == K_KERNEL || k == K_LAT || k == K_ACT ||
-                          k == K_ROWS || k == K_ROWS_HALF || k == K_ATTN || k == K_RING ||
-                          k == K_RING_CHUNK || k == K_RING_HALF || k == K_COLD ||
-                          k == K_COLD_FROM || k == K_COLD_FULL || k == K_LEND || k == K_RING_STEP;
-        if (k == K_LEND && v > 1) {
-            set_why(why, why_len, line, "idle_lend %s: a share, from 0 to 1", val);
+        if (ck->max < REAL_MAX && v > ck->max) {
+            set_why(why, why_len, line, "%s %s: a share, from 0 to %g", key, val, ck->max);
             return -1;
         }
-        if (v < 0 || (v == 0 && !may_be_zero) || v > 1e12) {
-            set_why(why, why_len, line,
-                    may_be_zero ? "%s: must be 0 or more (and at most 1e12)"
-                                : "%s: must be more than 0 (and at most 1e12)",
-                    key);
+        if (v < 0 || (v == 0 && !ck->zero_ok) || v > REAL_MAX) {
+            set_why(why, why_len, line, "%s: must be %s (and at most 1e12)", key,
+                    ck->zero_ok ? "0 or more" : "more than 0");
             return -1;
         }
-        double *f[K_N] = {NULL,
-                          &out.mem_gib,
-                          &out.peak_tflops,
-                          &out.intra_gbs,
-                          &out.inter_gbs,
-                          &out.latency_us,
-                          &out.mem_gbs,
-                          &out.kernel_us,
-                          NULL,
-                          &out.act_gbs,
-                          &out.mm_rows,
-                          &out.mm_rows_half,
-                          &out.attn_tflops,
-                          &out.ring_tflops,
-                          &out.ring_chunk,
-                          &out.ring_chunk_half,
-                          &out.cold_ms_per_mib,
-                          &out.cold_from_mib,
-                          &out.cold_full_mib,
-                          &out.idle_lend,
-                          &out.ring_step_us};
-        *f[k] = v;
+        *(double *)field = v;
     }
     *c = out;
     return 0;
@@ -213,33 +232,21 @@ int msr_plan_cluster_parse(const char *text, msr_plan_cluster_t *c, char *why, s
 
 int msr_plan_cluster_format(const msr_plan_cluster_t *c, char *buf, size_t len)
 {
-    return snprintf(buf, len,
-                    "ranks_per_node = %d\n"
-                    "mem_gib = %.6g\n"
-                    "peak_tflops = %.6g\n"
-                    "intra_gbs = %.6g\n"
-                    "inter_gbs = %.6g\n"
-                    "latency_us = %.6g\n"
-                    "mem_gbs = %.6g\n"
-                    "kernel_us = %.6g\n"
-                    "cores_per_node = %d\n"
-                    "act_gbs = %.6g\n"
-                    "mm_rows = %.6g\n"
-                    "mm_rows_half = %.6g\n"
-                    "attn_tflops = %.6g\n"
-                    "ring_tflops = %.6g\n"
-                    "ring_chunk = %.6g\n"
-                    "ring_chunk_half = %.6g\n"
-                    "cold_ms_per_mib = %.6g\n"
-                    "cold_from_mib = %.6g\n"
-                    "cold_full_mib = %.6g\n"
-                    "idle_lend = %.6g\n"
-                    "ring_step_us = %.6g\n",
-                    c->ranks_per_node, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
-                    c->latency_us, c->mem_gbs, c->kernel_us, c->cores_per_node, c->act_gbs,
-                    c->mm_rows, c->mm_rows_half, c->attn_tflops, c->ring_tflops, c->ring_chunk,
-                    c->ring_chunk_half, c->cold_ms_per_mib, c->cold_from_mib, c->cold_full_mib,
-                    c->idle_lend, c->ring_step_us);
+    size_t at = 0;
+    int total = 0;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const cluster_key_t *ck = &cluster_keys[k];
+        const char *field = (const char *)c + ck->off;
+        char *dst = at < len ? buf + at : NULL;
+        size_t room = at < len ? len - at : 0;
+        int n = ck->is_int ? snprintf(dst, room, "%s = %d\n", ck->name, *(const int *)field)
+                           : snprintf(dst, room, "%s = %.6g\n", ck->name, *(const double *)field);
+        if (n < 0)
+            return n;
+        total += n;
+        at += (size_t)n;
+    }
+    return total;
 }
 
 /* ---- collectives ---- */

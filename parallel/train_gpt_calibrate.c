@@ -1228,28 +1228,15 @@ static void calib_merge(const calib_t *runs, int n, calib_t *out)
     out->runs = n;
     if (n < 2)
         return;
-    const size_t keys[] = {offsetof(msr_plan_cluster_t, mem_gib),
-                           offsetof(msr_plan_cluster_t, peak_tflops),
-                           offsetof(msr_plan_cluster_t, intra_gbs),
-                           offsetof(msr_plan_cluster_t, inter_gbs),
-                           offsetof(msr_plan_cluster_t, latency_us),
-                           offsetof(msr_plan_cluster_t, mem_gbs),
-                           offsetof(msr_plan_cluster_t, act_gbs),
-                           offsetof(msr_plan_cluster_t, kernel_us),
-                           offsetof(msr_plan_cluster_t, mm_rows_half),
-                           offsetof(msr_plan_cluster_t, attn_tflops),
-                           offsetof(msr_plan_cluster_t, ring_tflops),
-                           offsetof(msr_plan_cluster_t, ring_chunk_half),
-                           offsetof(msr_plan_cluster_t, cold_ms_per_mib),
-                           offsetof(msr_plan_cluster_t, cold_from_mib),
-                           offsetof(msr_plan_cluster_t, cold_full_mib),
-                           offsetof(msr_plan_cluster_t, idle_lend),
-                           offsetof(msr_plan_cluster_t, ring_step_us)};
+    /* every real key of the cluster (those no run measures agree) */
     double v[CALIB_MAX_RUNS];
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    const char *name;
+    size_t off;
+    for (size_t i = 0; msr_plan_cluster_real_key(i, &name, &off); i++) {
         for (int r = 0; r < n; r++)
-            v[r] = *(const double *)((const char *)&runs[r].c + keys[i]);
-        *(double *)((char *)&out->c + keys[i]) = median_of(v, n);
+            memcpy(&v[r], (const char *)&runs[r].c + off, sizeof v[r]);
+        double m = median_of(v, n);
+        memcpy((char *)&out->c + off, &m, sizeof m);
     }
 #define MERGE(field)                  \
     do {                              \

@@ -61,6 +61,25 @@ static void test_cluster_file(void)
     msr_plan_cluster_t d = {0};
     MSR_CHECK(msr_plan_cluster_parse(text, &d, why, sizeof why) == 0);
     MSR_CHECK(same_cluster(&c, &d));
+    /* every real key by its offset: distinct values survive the round
+     * trip, so each names its own field */
+    const char *name;
+    size_t off, nreal = 0;
+    for (size_t i = 0; msr_plan_cluster_real_key(i, &name, &off); i++) {
+        MSR_CHECK(off + sizeof(double) <= sizeof c);
+        double v = 1.5 + (double)i;
+        memcpy((char *)&c + off, &v, sizeof v);
+        char want[64];
+        snprintf(want, sizeof want, "%s = %g\n", name, v);
+        MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
+        MSR_CHECK_MSG(strstr(text, want) != NULL, "%s", want);
+        nreal++;
+    }
+    MSR_CHECK_EQ(nreal, 19); /* all but ranks_per_node and cores_per_node */
+    c.idle_lend = 0.5;       /* a share */
+    MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
+    MSR_CHECK(msr_plan_cluster_parse(text, &d, why, sizeof why) == 0);
+    MSR_CHECK(same_cluster(&c, &d));
     /* errors name the line and keep *c as it was */
     static const struct {
         const char *text, *want;
@@ -77,7 +96,8 @@ static void test_cluster_file(void)
         {"idle_lend = 1.5\n", "line 1: idle_lend 1.5: a share, from 0 to 1"},
         {"idle_lend = -0.5\n", "line 1: idle_lend: must be 0 or more"},
         {"ring_step_us = -1\n", "line 1: ring_step_us: must be 0 or more"},
-        {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer"},
+        {"ranks_per_node = 2.5\n", "line 1: ranks_per_node 2.5: not an integer in [1, 1048576]"},
+        {"cores_per_node = -1\n", "line 1: cores_per_node -1: not an integer in [0, 1048576]"},
         {"\n\nlatency_us\n", "line 3: 'latency_us' is not key = value"},
         {"inter_gbs = nan\n", "line 1: 'nan' is not a number"},
     };
