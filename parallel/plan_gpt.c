@@ -256,7 +256,7 @@ int main(int argc, char **argv)
     args_t a;
     msr_plan_query_t q;
     parse_args(argc, argv, &a, q.fix);
-    char why[256] = "";
+    char why[1024] = "";
     if (msr_plan_check_model(&a.m, why, sizeof why) != 0) {
         fprintf(stderr, "plan_gpt: error: %s\n", why);
         return 2;

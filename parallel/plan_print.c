@@ -453,7 +453,7 @@ int msr_plan_cluster_read(const char *path, msr_plan_cluster_t *c, char *why, si
         text[n] = '\0';
         msr_plan_cluster_t cl;
         msr_plan_cluster_default(&cl);
-        char reason[256];
+        char reason[512]; /* an unknown key's line lists every key */
         if (msr_plan_cluster_parse(text, &cl, reason, sizeof reason) != 0) {
             snprintf(why, why_len, "--cluster %s: %s", path, reason);
         } else {

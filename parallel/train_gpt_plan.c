@@ -76,7 +76,7 @@ static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t 
         } shared;
         memset(&shared, 0, sizeof shared);
         if (job->rank == 0) {
-            char why[512];
+            char why[1024];
             shared.ok = msr_plan_cluster_read(o->cluster, &shared.c, why, sizeof why) == 0;
             if (!shared.ok)
                 fprintf(stderr, "train_gpt: %s\n", why);

@@ -31,6 +31,9 @@ refuse "--top 0" "${m[@]}" --top 0
 refuse "--explain x" "${m[@]}" --explain x
 refuse "--cluster $work/none: No such file or directory" "${m[@]}" --cluster "$work/none"
 refuse "line 2: unknown key 'bogus'" "${m[@]}" --cluster "$work/bad_key"
+# the whole list of keys, not cut short
+refuse "unknown key 'bogus' (ranks_per_node, mem_gib, .*, idle_lend, ring_step_us)\$" "${m[@]}" \
+    --cluster "$work/bad_key"
 refuse "--cluster $work/bad_value: line 1" "${m[@]}" --cluster "$work/bad_value"
 # the reader's own faults: over 64 KiB, a NUL byte, a directory
 head -c 70000 /dev/zero | tr '\0' '#' >"$work/huge"
