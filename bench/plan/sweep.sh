@@ -33,8 +33,8 @@
 #
 # usage: bench/plan/sweep.sh [--quick] [--passes N] [--confirm N]
 #                            [--rounds N] [--measure-ms MS] [BUILD_DIR]
-# Takes about 12 minutes a pass on 2 cores (--quick: about 3), and about
-# 2 minutes head to head. Prints markdown.
+# Takes about 20 minutes a pass on 2 cores (--quick: about 6), 4 to
+# calibrate and 3 head to head. Prints markdown.
 set -euo pipefail
 quick=0
 passes=2
