@@ -216,8 +216,8 @@ static void test_moe_rows(void)
 
 /* Frames gone cold: a micro-batch's forward and backward take
  * cold_ms_per_mib longer per MiB of its frames times the share gone cold,
- * none while the node's frames held at once (every rank's activations)
- * stay under cold_from_mib, all from cold_full_mib, between by the log.
+ * none while the node's memory held at once (every rank's total, frames,
+ * state and work space) stays under cold_from_mib, all from cold_full_mib, between by the log.
  * GPipe holds all 8 micro-batches' frames, 1F1B at most 2. */
 static void test_cold_frames(void)
 {
@@ -231,10 +231,10 @@ static void test_cold_frames(void)
     for (int s = 0; s < 2; s++) {
         msr_plan_rank_t r;
         msr_plan_rank(&m, &g, MSR_PLAN_FP32, s, &r);
-        hg += (double)r.activations / 1048576;
+        hg += (double)r.total / 1048576;
         fr[s] = (double)r.frame_bytes[s] / 1048576; /* the last stage's with the head */
         msr_plan_rank(&m, &f, MSR_PLAN_FP32, s, &r);
-        hf += (double)r.activations / 1048576;
+        hf += (double)r.total / 1048576;
     }
     MSR_CHECK_MSG(hg > 2 * hf, "GPipe holds %g MiB, 1F1B %g", hg, hf);
     msr_plan_cluster_t c = c0;
