@@ -226,8 +226,8 @@ typedef struct msr_plan_cluster {
     double cold_ms_per_mib; /* cold_ms_per_mib: what a micro-batch's forward and backward take
                              * longer per MiB of its frames when they went cold (out of the
                              * cache) between the forward and the backward (0: none) */
-    double cold_from_mib;   /* cold_from_mib: the node's frames held at once (every rank's
-                             * together) up to which none go cold */
+    double cold_from_mib;   /* cold_from_mib: the node's memory held at once (every rank's
+                             * whole peak together) up to which none go cold */
     double cold_full_mib;   /* cold_full_mib: from which all do; between, the share grows
                              * with the log of the bytes */
     double idle_lend;       /* idle_lend: with fewer cores than ranks, the share of the ideal

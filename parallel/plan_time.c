@@ -748,7 +748,7 @@ static double pipeline_ms(const msr_plan_model_t *m, const msr_plan_layout_t *l,
 #define MAX_COLD_STAGES 2048
 
 /* The share of a micro-batch's frames that go cold while the node holds
- * mib of frames at once: none up to cold_from_mib, all from
+ * mib of memory at once: none up to cold_from_mib, all from
  * cold_full_mib, between by the log of the bytes (as --calibrate's
  * doubling counts of frames measure it). */
 static double cold_share(const msr_plan_cluster_t *c, double mib)
@@ -767,7 +767,7 @@ static double cold_share(const msr_plan_cluster_t *c, double mib)
  * touches the other frames the schedule holds, its state, work space and
  * shared memory, and the node's other ranks theirs: what the cache must
  * keep is every rank's whole memory at its peak (the memory model's
- * total; its activations alone left the rest out, and priced GPipe 3-8%
+ * total; its activations alone left the rest out, and priced GPipe 2-9%
  * over 1F1B where the two measured alike), the node's ranks spread over
  * the stages alike. */
 static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,

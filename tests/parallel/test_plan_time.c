@@ -216,8 +216,9 @@ static void test_moe_rows(void)
 
 /* Frames gone cold: a micro-batch's forward and backward take
  * cold_ms_per_mib longer per MiB of its frames times the share gone cold,
- * none while the node's memory held at once (every rank's total, frames,
- * state and work space) stays under cold_from_mib, all from cold_full_mib, between by the log.
+ * none while the node's memory held at once (every rank's total: frames,
+ * state and work space) stays under cold_from_mib, all from
+ * cold_full_mib, between by the log.
  * GPipe holds all 8 micro-batches' frames, 1F1B at most 2. */
 static void test_cold_frames(void)
 {
