@@ -264,7 +264,14 @@ static size_t list_steps(const char *dir, int64_t **steps_p)
     return n;
 }
 
-/* Removes this rank's files of committed steps older than the keep newest. */
+static int manifest_world(const char *dir, int64_t step);
+
+/* Removes this rank's files of committed steps older than the keep newest.
+ * The window counts this rank's committed steps of this world and the
+ * complete steps (a MANIFEST) of other worlds alike: after a restart on
+ * another world size, a resume loads the newest of either
+ * (msr_ckpt_latest_any), so an older step of this world behind newer ones
+ * of another is outside the window, not kept in place of them. */
 static void prune(msr_ctx_t *ctx, const char *dir, int keep)
 {
     if (keep <= 0)
@@ -281,12 +288,18 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
     int kept = 0;
     int64_t oldest_kept = -1;
     for (size_t i = 0; i < n; i++) {
-        if (!have_step(ctx, dir, steps[i]))
-            continue;
+        int mine = have_step(ctx, dir, steps[i]);
+        if (!mine) {
+            int w = manifest_world(dir, steps[i]);
+            if (w <= 0 || w == msr_world_size(ctx))
+                continue; /* not complete: not in the window */
+        }
         if (kept++ < keep) {
             oldest_kept = steps[i];
             continue;
         }
+        if (!mine)
+            continue; /* another world's: rank 0 removes it whole below */
         char sd[4096], path[4200];
         step_dir(dir, steps[i], sd, sizeof sd);
         snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));

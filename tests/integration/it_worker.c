@@ -271,6 +271,25 @@ static int do_ckpt_last(const char *dir)
     return 0;
 }
 
+/* Checkpoints across world sizes: saves steps FIRST..LAST keeping 3 (the
+ * test runs it at one world size, then at another, and counts the steps
+ * left). */
+static int do_ckpt_steps(const char *dir, int first, int last)
+{
+    msr_ctx_t *ctx = NULL;
+    CHECK_ST(msr_init(&ctx), MSR_OK);
+    int rank = msr_rank(ctx);
+    char data[64];
+    memset(data, 'a' + rank, sizeof data);
+    for (int step = first; step <= last; step++)
+        CHECK_ST(msr_ckpt_save(ctx, dir, step, data, sizeof data, 3), MSR_OK);
+    /* every rank's pruning is done before any checks what is left */
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    printf("saved steps %d..%d on rank %d\n", first, last, rank);
+    msr_finalize(ctx);
+    return 0;
+}
+
 /* Hang detection: rank `who` stops its own process (how == "stop"; with
  * "stop_at_init" as soon as msr_init returns) or stops calling
  * msr_heartbeat() (how == "stall"); the others beat for 20 s. */
@@ -353,6 +372,8 @@ int main(int argc, char **argv)
         return do_ckpt(argv[2]);
     if (strcmp(mode, "ckpt_last") == 0 && argc > 2)
         return do_ckpt_last(argv[2]);
+    if (strcmp(mode, "ckpt_steps") == 0 && argc > 4)
+        return do_ckpt_steps(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (strcmp(mode, "token") == 0)
         return do_token();
     if (strcmp(mode, "counts") == 0)
