@@ -2,11 +2,11 @@
 # kill -9 of an agent in an elastic job (--nnodes 2:3): the job re-forms on
 # the two nodes left (world size 3 -> 2), then takes in a node that joins
 # later; it ends with the fault-free result (the job's result does not
-# depend on the world size).
+# depend on the world size). The job holds before its end until the late
+# node was taken in (lib_fault.sh's gate).
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
 use_token_file
-ITERS=1500
 reference_digest >/dev/null
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=1
@@ -17,17 +17,22 @@ for n in 0 1 2; do
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" "${args[@]}" \
         >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
     eval "p$n=$!"
-    [ $n = 0 ] && sleep 0.3 # the first starts the coordinator
+    # the first starts the coordinator (the one the test never kills)
+    [ $n = 0 ] && wait_coordinator 127.0.0.1 "$port"
 done
 wait_count "start gen 0 rank [0-9] of 3" "$TMP/n0.out" 1 30 || fail "3 nodes formed"
+# a random point of the run, or the gate if the run got there first
 sleep "$(rand_delay 0.2 0.6)"
-kill -9 "$p2"
+kill -9 "$p2" || fail "node 2's msrun was gone before the kill"
 wait "$p2" 2>/dev/null
 wait_for "start gen [1-9] rank [0-9] of 2" "$TMP/n0.out" 20 || fail "re-formed on 2 nodes"
 # a node joining later is taken in at the next generation
 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" "${args[@]}" \
     >"$TMP/n3.out" 2>"$TMP/n3.err" &
 p3=$!
+wait_for "start gen [1-9] rank [0-9] of 3" "$TMP/n3.out" 30 ||
+    fail "the late node was not taken in (world 3 again)"
+release
 for n in 0 1 3; do
     eval "pid=\$p$n"
     wait_pid "$pid" 90

@@ -9,13 +9,11 @@
 # status, asked at the address etcd's leader key now holds, shows that
 # generation, the 2 nodes left running and the failure of generation 0
 # (the killed node lost), served by a coordinator that a surviving msrun
-# started.
+# started. The job holds before its end until then (lib_fault.sh's gate).
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/integration/etcd_lib.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
 use_token_file
-ITERS=1200
-SLEEP_MS=3
 start_etcd
 reference_digest >/dev/null
 job="elastic$$"
@@ -34,16 +32,15 @@ done
 wait_formed 3
 # a checkpoint in, then the coordinator's node goes
 wait_checkpoint "$TMP/ck"
+# a random point of the run, or the gate if the run got there first
 sleep "$(rand_delay 0.2 0.5)"
 old=$(etcd_get --print-value-only "/msrun/$job/leader")
 [ -n "$old" ] || fail "no leader in etcd"
-coord=$(pgrep -f "msrun coordinator .*--etcd_prefix /msrun/$job " | head -1)
-[ -n "$coord" ] || fail "no coordinator of $job running"
-agent=$(ps -o ppid= -p "$coord" | tr -d ' ')
+read -r agent coord < <(coordinator_of "--etcd_prefix /msrun/$job " "${pids[@]}") ||
+    fail "no coordinator of $job is a child of one of the 3 msrun"
 victim=
 for n in 0 1 2; do [ "${pids[$n]}" = "$agent" ] && victim=$n; done
-[ -n "$victim" ] || fail "the coordinator $coord is not a child of one of the 3 msrun"
-kill -9 "$agent" "$coord"
+kill -9 "$agent" "$coord" || fail "msrun $agent or its coordinator $coord was gone before the kill"
 wait "$agent" 2>/dev/null
 echo "killed node $victim: msrun $agent and its coordinator $coord (it was at $old)"
 left=()
@@ -57,11 +54,8 @@ done
 new=$(etcd_get --print-value-only "/msrun/$job/leader")
 [ -n "$new" ] && [ "$new" != "$old" ] ||
     fail "the leader key holds '$new' (was '$old')"
-ncoord=$(pgrep -f "msrun coordinator .*--etcd_prefix /msrun/$job " | head -1)
-[ -n "$ncoord" ] || fail "no new coordinator running"
-nagent=$(ps -o ppid= -p "$ncoord" | tr -d ' ')
-[ "$nagent" = "${pids[${left[0]}]}" ] || [ "$nagent" = "${pids[${left[1]}]}" ] ||
-    fail "the new coordinator $ncoord is not a child of a surviving msrun (parent $nagent)"
+coordinator_of "--etcd_prefix /msrun/$job " "${pids[${left[0]}]}" "${pids[${left[1]}]}" >/dev/null ||
+    fail "no new coordinator is a child of a surviving msrun"
 "$MSRUN" status --master_addr "${new%:*}" --master_port "${new##*:}" --json \
     >"$TMP/status.json" 2>"$TMP/status.err" || fail "msrun status at $new: $(cat "$TMP/status.err")"
 python3 - "$TMP/status.json" "${pids[${left[0]}]}" "${pids[${left[1]}]}" <<'PY' ||
@@ -73,6 +67,7 @@ assert sorted(running) == sorted(map(int, sys.argv[2:])), s["nodes"]
 assert 0 in [f["generation"] for f in s["failures"]], s["failures"]
 PY
     fail "msrun status after the failover: $(cat "$TMP/status.json")"
+release
 
 for n in "${left[@]}"; do
     wait_pid "${pids[$n]}" 60

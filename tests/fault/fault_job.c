@@ -9,8 +9,18 @@
  *   fault_job DIR ITERS EVERY SLEEP_MS OUT
  *
  * Rank 0 writes "iters N digest HEX" to OUT at the end. Every rank prints
- * "start gen G rank R of W at T" (T: wall seconds) once it is running. */
+ * "start gen G rank R of W at T" (T: wall seconds) once it is running.
+ *
+ * With FAULT_GATE=DIR in the environment the job is gated, so that a test's
+ * fault can never come after the job's end: each rank first writes its pid
+ * to DIR/g<G>.r<R>.pid (before its start line), and the ranks hold before
+ * their last iteration until DIR/release exists. While they hold, they
+ * agree on the release with an allreduce every few milliseconds and beat to
+ * their msrun, so a held job looks alive and a lost peer still shows up in a
+ * collective. The held collectives leave the state alone: the digest is the
+ * same, gated or not. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +52,21 @@ static double wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Publishes this process's pid as DIR/g<gen>.r<rank>.pid (written whole:
+ * a temporary file renamed into place). */
+static bool write_pid(const char *dir, int gen, int rank)
+{
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/g%d.r%d.pid", dir, gen, rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return false;
+    bool ok = fprintf(f, "%ld\n", (long)getpid()) > 0;
+    ok = fclose(f) == 0 && ok;
+    return ok && rename(tmp, path) == 0;
+}
+
 #define DIE(what)                                                                     \
     do {                                                                              \
         fprintf(stderr, "fault_job rank %d: %s: %s\n", rank, what, msr_last_error()); \
@@ -70,6 +95,16 @@ int main(int argc, char **argv)
     if (msr_comm_world(ctx, &comm) != MSR_OK)
         DIE("msr_comm_world");
 
+    const char *gate = getenv("FAULT_GATE");
+    if (gate != NULL && gate[0] == '\0')
+        gate = NULL;
+    if (gate != NULL && !write_pid(gate, msr_generation(ctx), rank)) {
+        fprintf(stderr, "fault_job rank %d: writing its pid under %s failed\n", rank, gate);
+        msr_comm_destroy(comm);
+        msr_finalize(ctx);
+        return 1;
+    }
+
     state_t st;
     memset(&st, 0, sizeof st);
     int64_t step = -1;
@@ -89,8 +124,20 @@ int main(int argc, char **argv)
            rank, world, wall(), st.iter);
 
     int64_t local[DIM], sum[DIM];
+    char release[4200] = "";
+    if (gate != NULL)
+        snprintf(release, sizeof release, "%s/release", gate);
     while (st.iter < iters) {
         int64_t it = st.iter + 1;
+        /* the gate: rank 0's view of the release file, agreed by all */
+        for (int32_t released = 0; it == iters && gate != NULL && !released;) {
+            int32_t seen = rank == 0 && access(release, F_OK) == 0;
+            if (msr_comm_allreduce(comm, &seen, &released, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
+                DIE("allreduce at the gate");
+            msr_heartbeat(ctx);
+            if (!released)
+                usleep(5000);
+        }
         memset(local, 0, sizeof local);
         for (int s = rank; s < SHARDS; s += world)
             for (int j = 0; j < DIM; j++)

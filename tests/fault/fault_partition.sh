@@ -2,7 +2,8 @@
 # A network partition of one node (two network namespaces joined by a veth
 # pair; the link goes down mid-run): the coordinator's side declares the node
 # lost and, with --nnodes 1:2, carries on alone to the fault-free result; the
-# cut-off node gives up on the coordinator and stops its worker. Skipped
+# cut-off node gives up on the coordinator and stops its worker. The job
+# holds before its end until the link is down (lib_fault.sh's gate). Skipped
 # (with the reason) where namespaces cannot be made.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/integration/netns.sh"
@@ -21,14 +22,17 @@ args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
 in_ns "$NS_A" env MSRUN_TEST_MARKER="$MARKER" MSR_TIMEOUT=3 timeout -k 5 120 "$MSRUN" \
     "${common[@]}" "${args[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
 pa=$!
-sleep 0.3
+# A starts the coordinator (B must not)
+wait_coordinator "$ADDR_A" 18119 in_ns "$NS_A"
 in_ns "$NS_B" env MSRUN_TEST_MARKER="$MARKER" MSR_TIMEOUT=3 timeout -k 5 120 "$MSRUN" \
     "${common[@]}" "${args[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
 pb=$!
 wait_for "start gen [0-9]* rank [01] of 2" "$TMP/a.out" 30 || fail "the 2 nodes formed"
+# a random point of the run, or the gate if the run got there first
 sleep "$(rand_delay 0.2 0.6)"
 ip -n "$NS_B" link set "vb$$" down
 echo "partitioned node B"
+release
 wait_pid "$pa" 90
 ca=$CODE
 wait_pid "$pb" 90

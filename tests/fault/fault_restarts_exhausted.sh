@@ -6,12 +6,13 @@
 start_msrun --worker_num=3 --local_worker_num=3 --max_restarts=1 --error_file="$TMP/e.json" \
     "$JOB" "$TMP/ck" 100000 "$EVERY" "$SLEEP_MS" "$TMP/result"
 wait_started 3 "$TMP/out"
-kill -9 $(pick $(worker_pids))
-wait_for "start gen 1" "$TMP/out" 30 || fail "generation 1"
+first=$(pick $(job_pids 0)) || fail "no worker pid published"
+kill -9 "$first" || fail "worker $first was gone before the kill"
 wait_count "start gen 1" "$TMP/out" 3 30 || fail "generation 1 running"
+# a random point of generation 1 (its 100000 iterations outlast any delay)
 sleep "$(rand_delay 0.1 0.5)"
-victim=$(pick $(worker_pids))
-kill -KILL "$victim"
+victim=$(pick $(job_pids 1)) || fail "no worker pid of generation 1 published"
+kill -KILL "$victim" || fail "worker $victim was gone before the kill"
 wait_pid "$BG_PID" 90
 expect_code 137 "restarts exhausted"
 expect_in "job failed (generation 1): rank [0-9] on node 0 .*pid $victim) was killed by SIGKILL" \

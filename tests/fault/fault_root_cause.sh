@@ -5,7 +5,8 @@
 # exits first, reported "after losing a communication peer" (libmsrun told
 # its msrun). When node 1's msrun goes on (SIGCONT) and reports the kill,
 # the coordinator names it as generation 0's root cause; the job resumes
-# and ends with the fault-free result.
+# and ends with the fault-free result. The job holds before its end until
+# the kill is done (lib_fault.sh's gate), and its ranks hold in allreduces.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 . "$MSRUN_SOURCE/tests/fault/lib_fault.sh"
 use_token_file
@@ -13,10 +14,12 @@ reference_digest >/dev/null
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=2 --local_worker_num=1
     --max_restarts=3 --node_timeout=20 --log_level=warn)
-# a checkpoint every 150 iterations: the kill, about 75 iterations in,
-# finds rank 0 in an allreduce (the peer's loss shows there), not in a
-# checkpoint's store calls (there it would wait for the store instead)
-args=("$JOB" "$TMP/ck" "$ITERS" 150 "$SLEEP_MS" "$TMP/result")
+# no checkpoint before the end (every ITERS + 1 iterations): wherever the
+# kill lands, in the iterations or at the gate, rank 0 is in an allreduce or
+# about to enter one (the peer's loss shows there), never in a checkpoint's
+# store calls (there it would wait for the store, and node 1 would be
+# declared lost first)
+args=("$JOB" "$TMP/ck" "$ITERS" $((ITERS + 1)) "$SLEEP_MS" "$TMP/result")
 env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 120 "$MSRUN" "${common[@]}" --node_rank=0 "${args[@]}" \
     >"$TMP/n0.out" 2>"$TMP/n0.err" &
 n0=$!
@@ -26,14 +29,14 @@ env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" --node_rank=1 \
 n1=$!
 wait_started 1 "$TMP/n0.out"
 wait_started 1 "$TMP/n1.out"
-sleep 0.3
+# a random point of the run, or the gate if the run got there first
+sleep "$(rand_delay 0 0.5)"
 agent1=$n1
-victim=$(pids_of "fault_job" | while read -r p; do
-    [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -x 'MSR_RANK=1')" ] && echo "$p"
-done | head -n 1)
+victim=$(job_pids 0 1)
 [ -n "$victim" ] || fail "no rank 1 to kill"
 kill -STOP "$agent1"
-kill -9 "$victim"
+kill -9 "$victim" || { kill -CONT "$agent1"; fail "rank 1 ($victim) was gone before the kill"; }
+release
 wait_for "after losing a communication peer" "$TMP/n0.err" 20 ||
     { kill -CONT "$agent1"; fail "rank 0's exit after the lost peer: $(cat "$TMP/n0.err")"; }
 kill -CONT "$agent1"

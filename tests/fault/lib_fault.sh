@@ -1,15 +1,48 @@
 # Helpers of the fault suite (sourced after tests/integration/lib.sh).
+#
+# The job is gated (see fault_job.c): its ranks write their pids under
+# $FAULT_GATE and hold before their last iteration until the test calls
+# release, after its fault. So no fault can come after the job's end, however
+# slow the machine, and the test finds its victims in the pid files instead
+# of walking every process.
 JOB=$BUILD/tests/fault_job
 ITERS=${FAULT_ITERS:-300}
 EVERY=10
 SLEEP_MS=${FAULT_SLEEP_MS:-4}
+export FAULT_GATE=$TMP/gate
+mkdir -p "$FAULT_GATE"
 . "$MSRUN_SOURCE/tests/shm_files.sh"
+
+# release: lets the job's ranks past the gate (its last iteration), of every
+# generation from now on
+release() { touch "$FAULT_GATE/release"; }
+
+# job_pids GEN [RANK]: the pids the job's ranks of generation GEN published
+# (of RANK only, if given); the files are written before the ranks' start
+# lines, so after wait_started they are there
+job_pids() {
+    local f r=${2:-}
+    for f in "$FAULT_GATE/g$1.r"${r:-*}".pid"; do
+        [ -f "$f" ] && cat "$f"
+    done
+}
+
+# children_named PID PATTERN: PID's child processes whose command line
+# matches PATTERN (grep -E), from the kernel's list of PID's children
+children_named() {
+    local t c
+    for t in /proc/"$1"/task/*; do
+        for c in $(cat "$t/children" 2>/dev/null); do
+            tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -qE -- "$2" && echo "$c"
+        done
+    done
+}
 
 # The digest of a run without faults (one worker: the result does not depend
 # on the world size).
 reference_digest() {
     if [ ! -s "$TMP/ref.out" ]; then
-        timeout 120 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num=1 --log_level=warn \
+        timeout 120 env MSRUN_TEST_MARKER="$MARKER" FAULT_GATE= "$MSRUN" --worker_num=1 --log_level=warn \
             "$JOB" "$TMP/ref.ck" "$ITERS" "$EVERY" 0 "$TMP/ref.out" >/dev/null 2>"$TMP/ref.err" ||
             { cat "$TMP/ref.err" >&2; fail "the reference run"; }
     fi
@@ -24,30 +57,40 @@ expect_digest() {
     [ -n "$got" ] && [ "$got" = "$want" ] || fail "result '$got', want '$want'"
 }
 
-# Pids of this test's processes whose command line contains PATTERN.
-pids_of() {
-    local p
-    for p in $(leftovers); do
-        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$1" && echo "$p"
-    done
-}
-
-# Pids of this test's workers: processes whose program (argv[0]) is the job.
-worker_pids() {
-    local p a0
-    for p in $(leftovers); do
-        a0=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -n 1)
-        [ "${a0##*/}" = fault_job ] && echo "$p"
-    done
-}
-
-# pick WORDS...: one of its arguments at random
+# pick WORDS...: one of its arguments at random (status 1 when there is
+# none to pick from)
 pick() {
+    [ $# -gt 0 ] || return 1
     local a=("$@")
     echo "${a[$((RANDOM % ${#a[@]}))]}"
 }
 
-# rand_ms LO HI: a random delay in seconds with millisecond precision
+# coordinator_of PATTERN PID...: "MSRUN COORD" of the msrun among the PIDs
+# that runs a coordinator child whose command line matches PATTERN
+coordinator_of() {
+    local pat=$1 p c
+    shift
+    for p in "$@"; do
+        c=$(children_named "$p" "^[^ ]*msrun coordinator .*$pat")
+        [ -n "$c" ] && echo "$p $c" && return 0
+    done
+    return 1
+}
+
+# wait_coordinator ADDR PORT [CMD...]: until a coordinator answers msrun
+# status at ADDR:PORT (30 s), CMD (in_ns NS, say) prefixed to msrun; the
+# job's token comes from the environment (use_token_file)
+wait_coordinator() {
+    local i addr=$1 port=$2
+    shift 2
+    for ((i = 0; i < 600; i++)); do
+        "$@" "$MSRUN" status --master_addr "$addr" --master_port "$port" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    fail "no coordinator answered at $addr:$port within 30 s"
+}
+
+# rand_delay LO HI: a random delay in seconds with millisecond precision
 rand_delay() {
     python3 -c "import random; print('%.3f' % random.uniform($1, $2))"
 }

@@ -9,15 +9,12 @@ TMP=$(mktemp -d /tmp/msrun-test.XXXXXX)
 MARKER="msrt-$$-$RANDOM$RANDOM"
 FAILED=0
 
-# Processes (pid list) that still carry this test's marker.
+# Processes (pid list) that still carry this test's marker: one grep over
+# every environment (a pipeline per process took most of a second on a
+# machine with slow process starts).
 leftovers() {
-    local p
-    for p in /proc/[0-9]*; do
-        [ -r "$p/environ" ] || continue
-        if tr "\\0" "\\n" 2>/dev/null <"$p/environ" | grep -qx "MSRUN_TEST_MARKER=$MARKER"; then
-            echo "${p#/proc/}"
-        fi
-    done
+    { grep -l -z -x -F -- "MSRUN_TEST_MARKER=$MARKER" /proc/[0-9]*/environ 2>/dev/null || :; } |
+        sed -n 's|^/proc/\([0-9]*\)/environ$|\1|p'
 }
 
 cleanup() {
@@ -149,9 +146,12 @@ expect_not_in() {
     ! grep -q -- "$1" "$2" || fail "$3: '$1' unexpectedly in $(basename "$2")"
 }
 
+# no_leftovers WHAT: no process of the test's is left, 10 s after msrun
+# exited at the most (a deadline for the last exits to be reaped, not a
+# measured wait: the loop ends as soon as none is left)
 no_leftovers() {
     local i left
-    for ((i = 0; i < 40; i++)); do
+    for ((i = 0; i < 200; i++)); do
         left=$(leftovers)
         [ -z "$left" ] && return 0
         sleep 0.05
