@@ -29,7 +29,9 @@ ms=$((($(date +%s%N) - start) / 1000000))
 grep -q "etcd unreachable at 127.0.0.1:$dead" "$TMP/start.err" ||
     fail "no clear message: $(cat "$TMP/start.err")"
 [ ! -e "$TMP/ran" ] || fail "a worker ran"
-[ $ms -lt 4000 ] || fail "took ${ms} ms with --cluster_time_out=2 (want under 4000)"
+# --cluster_time_out was kept, not the default (600 s, cut at timeout's 30 s,
+# which also exits 124): the bound lies halfway, far from both
+[ $ms -lt 15000 ] || fail "took ${ms} ms with --cluster_time_out=2 (want under 15000)"
 
 # etcd lost while the job runs, then back: the workers run until the test
 # touches $TMP/done (60 s at most)

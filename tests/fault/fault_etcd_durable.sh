@@ -31,7 +31,9 @@ env MSRUN_TEST_MARKER="$MARKER" "$WRITER" write "$TMP/w" >"$TMP/out" 2>"$TMP/err
 WRITER_PID=$!
 for ((k = 1; k <= KILLS; k++)); do
     before=$(acks)
-    for ((i = 0; i < 160 && $(acks) <= before; i++)); do sleep 0.05; done
+    # new answers once the client is back (20 s, a deadline: see
+    # fault_durable_writes.sh)
+    for ((i = 0; i < 400 && $(acks) <= before; i++)); do sleep 0.05; done
     [ "$(acks)" -gt "$before" ] || fail "no write acknowledged before kill $k"
     sleep "$(python3 -c 'import random; print("%.3f" % random.uniform(0, 0.08))')"
     kill -9 "$COORD"
@@ -40,7 +42,7 @@ for ((k = 1; k <= KILLS; k++)); do
     start_coord
 done
 before=$(acks)
-for ((i = 0; i < 200 && $(acks) <= before; i++)); do sleep 0.05; done
+for ((i = 0; i < 400 && $(acks) <= before; i++)); do sleep 0.05; done
 [ "$(acks)" -gt "$before" ] || fail "no write acknowledged after the last restart"
 touch "$TMP/w/stop"
 wait_pid "$WRITER_PID" 60

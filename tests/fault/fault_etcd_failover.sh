@@ -2,7 +2,9 @@
 # Coordinator failover through etcd (--rdzv_backend=etcd): 3 msrun on
 # loopback train train_gpt with checkpoints. The msrun whose lease holds
 # /msrun/<job>/leader is killed with SIGKILL together with its coordinator
-# child mid-training and a replacement node is started (the job's size is
+# child while training runs (generation 0 trains to step 25, checkpointed,
+# and holds there, so the kill cannot come after training ended, however
+# slow the machine) and a replacement node is started (the job's size is
 # fixed, 3): another node is elected, starts a coordinator that resumes the
 # job from etcd, the nodes follow it, the job restarts from its last
 # checkpoint and ends with exactly the losses of a run never killed. Then
@@ -16,24 +18,36 @@
 start_etcd
 export MSRUN_TOKEN="failover-$RANDOM$RANDOM"
 steps=120
+upto=25 # where generation 0 of a job with kills stops and holds
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --zero 0
-    --steps $steps --ckpt-every 5 --ckpt-keep 2 --resume)
+    --ckpt-every 5 --ckpt-keep 2 --resume)
 
 # The workers of generation G wait at a gate while DIR/hold.G exists (30 s
 # at most), each saying so with DIR/held.G.RANK: the test kills and asks
-# while a generation is known to run. Then they train.
+# while a generation is known to run. Then they train to step $STEPS; or,
+# where DIR/upto.G holds a step, to that step (a checkpoint: its multiple
+# of --ckpt-every), and then say so with DIR/at.G.RANK and hold (60 s at
+# most) until the test's kill stops the generation. The learning rate does
+# not depend on --steps, so training on from there gives the losses of a
+# run that never stopped.
 cat >"$TMP/gate.sh" <<'SH'
 g=${MSR_GENERATION:-0}
 if [ -e "$GATE/hold.$g" ]; then
     touch "$GATE/held.$g.$MSR_RANK"
     for ((i = 0; i < 300; i++)); do [ -e "$GATE/hold.$g" ] || break; sleep 0.1; done
 fi
-exec "$@"
+if [ -e "$GATE/upto.$g" ]; then
+    "$@" --steps "$(cat "$GATE/upto.$g")" || exit
+    touch "$GATE/at.$g.$MSR_RANK"
+    for ((i = 0; i < 600; i++)); do sleep 0.1; done
+    exit 3
+fi
+exec "$@" --steps "$STEPS"
 SH
 
 # node JOB DIR N: one msrun of job JOB (output in DIR/nN.log)
 node() {
-    env MSRUN_TEST_MARKER="$MARKER" GATE="$2" "$MSRUN" --rdzv_backend=etcd \
+    env MSRUN_TEST_MARKER="$MARKER" GATE="$2" STEPS=$steps "$MSRUN" --rdzv_backend=etcd \
         --rdzv_endpoint="$ETCD_EP" --rdzv_id="$1" --nnodes=3 --local_worker_num=1 \
         --max_restarts=3 --etcd_lease=1 --heartbeat_interval=0.3 --node_timeout=1.5 \
         --cluster_time_out=60 bash "$TMP/gate.sh" "$BUILD/bin/train_gpt" "${args[@]}" \
@@ -41,14 +55,15 @@ node() {
     PIDS+=($!)
 }
 
-# held DIR G: waits until the 3 workers of generation G are at the gate
+# held DIR G [WHAT]: waits until the 3 workers of generation G are at the
+# gate (WHAT "held", before training) or at step $upto (WHAT "at")
 held() {
-    local i
+    local i w=${3:-held}
     for ((i = 0; i < 600; i++)); do
-        [ -e "$1/held.$2.0" ] && [ -e "$1/held.$2.1" ] && [ -e "$1/held.$2.2" ] && return 0
+        [ -e "$1/$w.$2.0" ] && [ -e "$1/$w.$2.1" ] && [ -e "$1/$w.$2.2" ] && return 0
         sleep 0.1
     done
-    fail "$(basename "$1"): generation $2 did not start on 3 nodes within 60 s"
+    fail "$(basename "$1"): generation $2 did not reach its gate ($w) on 3 nodes within 60 s"
 }
 
 # status_of JOB DIR KILLS: msrun status of the coordinator of the moment
@@ -69,35 +84,30 @@ PY
 }
 
 # run JOB KILLS: the job on 3 nodes, its coordinator's node killed KILLS
-# times: first mid-training, then while the generation the kill before began
-# runs (at the gate)
+# times: first once generation 0 trained to step $upto (held there), then
+# while the generation the kill before began runs (at the gate)
 run() {
     local job=$1 kills=$2 dir="$TMP/$1" k i
     mkdir -p "$dir"
     for ((k = 1; k <= kills; k++)); do touch "$dir/hold.$k"; done
+    [ "$kills" -gt 0 ] && echo $upto >"$dir/upto.0"
     PIDS=()
     for i in 0 1 2; do node "$job" "$dir" "$i"; done
     for ((k = 1; k <= kills; k++)); do
         if [ $k = 1 ]; then
-            # once a checkpoint is complete
-            for ((i = 0; i < 600; i++)); do
-                [ -f "$dir/loss.log" ] && [ "$(wc -l <"$dir/loss.log")" -ge 25 ] && break
-                sleep 0.1
-            done
-            [ "$(wc -l <"$dir/loss.log" 2>/dev/null || echo 0)" -ge 25 ] ||
-                fail "$job: training did not reach step 25 before kill 1"
+            held "$dir" 0 at # trained to step $upto, checkpointed
         else
             held "$dir" $((k - 1))
         fi
-        local coord= agent
-        # the coordinator of the moment (a failover may be under way: wait)
+        local coord= agent=
+        # the coordinator of the moment, a child of one of the job's msrun
+        # (a failover may be under way: wait)
         for ((i = 0; i < 300; i++)); do
-            coord=$(pgrep -f "msrun coordinator .*--etcd_prefix /msrun/$job " | head -1)
-            [ -n "$coord" ] && break
+            read -r agent coord < <(coordinator_of "--etcd_prefix /msrun/$job " "${PIDS[@]}") &&
+                break
             sleep 0.1
         done
         [ -n "$coord" ] || fail "$job: no coordinator to kill within 30 s"
-        agent=$(ps -o ppid= -p "$coord" | tr -d ' ')
         kill -9 "$agent" "$coord"
         echo "kill $k: msrun $agent and its coordinator $coord"
         node "$job" "$dir" "r$k" # the replacement of the lost node

@@ -27,17 +27,6 @@ job_pids() {
     done
 }
 
-# children_named PID PATTERN: PID's child processes whose command line
-# matches PATTERN (grep -E), from the kernel's list of PID's children
-children_named() {
-    local t c
-    for t in /proc/"$1"/task/*; do
-        for c in $(cat "$t/children" 2>/dev/null); do
-            tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -qE -- "$2" && echo "$c"
-        done
-    done
-}
-
 # The digest of a run without faults (one worker: the result does not depend
 # on the world size).
 reference_digest() {
@@ -63,18 +52,6 @@ pick() {
     [ $# -gt 0 ] || return 1
     local a=("$@")
     echo "${a[$((RANDOM % ${#a[@]}))]}"
-}
-
-# coordinator_of PATTERN PID...: "MSRUN COORD" of the msrun among the PIDs
-# that runs a coordinator child whose command line matches PATTERN
-coordinator_of() {
-    local pat=$1 p c
-    shift
-    for p in "$@"; do
-        c=$(children_named "$p" "^[^ ]*msrun coordinator .*$pat")
-        [ -n "$c" ] && echo "$p $c" && return 0
-    done
-    return 1
 }
 
 # wait_coordinator ADDR PORT [CMD...]: until a coordinator answers msrun

@@ -17,6 +17,29 @@ leftovers() {
         sed -n 's|^/proc/\([0-9]*\)/environ$|\1|p'
 }
 
+# children_named PID PATTERN: PID's child processes whose command line
+# matches PATTERN (grep -E), from the kernel's list of PID's children
+children_named() {
+    local t c
+    for t in /proc/"$1"/task/*; do
+        for c in $(cat "$t/children" 2>/dev/null); do
+            tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -qE -- "$2" && echo "$c"
+        done
+    done
+}
+
+# coordinator_of PATTERN PID...: "MSRUN COORD" of the msrun among the PIDs
+# that runs a coordinator child whose command line matches PATTERN
+coordinator_of() {
+    local pat=$1 p c
+    shift
+    for p in "$@"; do
+        c=$(children_named "$p" "^[^ ]*msrun coordinator .*$pat")
+        [ -n "$c" ] && echo "$p $c" && return 0
+    done
+    return 1
+}
+
 cleanup() {
     # a test's own daemons (munged, slurmd, ...) go first
     if declare -F test_cleanup >/dev/null; then test_cleanup; fi
