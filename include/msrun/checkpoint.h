@@ -39,8 +39,9 @@ extern "C" {
 /* Saves len bytes as this rank's state of step (>= 0) in dir (created if
  * missing). Every rank of the job must call it for the same step: it waits
  * for all of them (a store allgather), then marks the step complete. Keeps
- * the `keep` latest complete steps of this rank and removes older ones
- * (keep <= 0 keeps all).
+ * the `keep` latest complete steps, this rank's and those another world
+ * size wrote before a restart, and removes older ones (keep <= 0 keeps
+ * all).
  * Errors: MSR_ERR_IO (with the file and errno in msr_last_error()),
  * MSR_ERR_PERMISSION (the step folder is a symbolic link or not this
  * user's), MSR_ERR_INVALID_ARG, and the store's errors. */
