@@ -92,7 +92,8 @@ out=$(verdict status --master-addr=127.0.0.1 --master-port=1 --job-id=j --tls-ca
 case "$out" in *"--tls_ca=$TMP/none.pem: cannot read it"*) ;; *) fail "status --tls-ca: $out" ;; esac
 ok "'-' and '_' alike in msrun, msrun coordinator and msrun status"
 
-# a port in use by another program
+# a port in use by another program (its 30 s only outlast the one msrun
+# below, which fails at once; the test stops it)
 python3 - "$TMP/port" <<'PY' &
 import socket, sys, time
 s = socket.socket()
@@ -102,7 +103,7 @@ open(sys.argv[1], "w").write(str(s.getsockname()[1]))
 time.sleep(30)
 PY
 holder=$!
-for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.05; done
+wait_for . "$TMP/port" 20 || fail "the port holder did not start"
 port=$(cat "$TMP/port")
 bad "port $port on 127.0.0.1 is in use" --master_addr=127.0.0.1 --master_port="$port" \
     --worker_num=2 "$TMP/prog.sh"

@@ -6,12 +6,19 @@
 # lines above them; at the end each final state stays, once.
 . "$(dirname "$0")/lib.sh"
 
+# Each rank holds at step 10 until the test has seen the three bars at once
+# ($1 appears; 60 s at most): bars that ran for a fixed second could be over
+# on a slow machine before the last rank's began.
 cat >"$TMP/bar.sh" <<'SH'
 #!/bin/sh
 echo "rank $MSR_RANK starting"
 i=1
 while [ $i -le 20 ]; do
     printf '\rstep %d/20 of rank %d' "$i" "$MSR_RANK"
+    if [ $i = 10 ]; then
+        n=0
+        while [ ! -e "$1" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+    fi
     sleep 0.05
     i=$((i + 1))
 done
@@ -20,14 +27,14 @@ echo "rank $MSR_RANK done"
 SH
 chmod +x "$TMP/bar.sh"
 
-python3 - "$MSRUN" "$TMP/bar.sh" "$MARKER" <<'PY' || fail "the board"
+python3 - "$MSRUN" "$TMP/bar.sh" "$MARKER" "$TMP/seen" <<'PY' || fail "the board"
 import codecs, os, pty, re, select, struct, fcntl, termios, sys, time
 
-msrun, prog, marker = sys.argv[1:4]
+msrun, prog, marker, seen = sys.argv[1:5]
 pid, fd = pty.fork()
 if pid == 0:
     os.environ["MSRUN_TEST_MARKER"] = marker
-    os.execv(msrun, [msrun, "--worker_num=3", "--worker_timeout=0.2", prog])
+    os.execv(msrun, [msrun, "--worker_num=3", "--worker_timeout=0.2", prog, seen])
 fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
 
 screen, row, col = [""], 0, 0
@@ -65,6 +72,8 @@ seen_all_at_once = False
 decoder = codecs.getincrementaldecoder("utf-8")("replace")
 deadline = time.time() + 60
 while time.time() < deadline:
+    if not seen_all_at_once and time.time() > deadline - 30:
+        open(seen, "w").close()  # never seen: let the bars end (the test fails)
     r, _, _ = select.select([fd], [], [], 1)
     if not r:
         continue
@@ -81,8 +90,9 @@ while time.time() < deadline:
     for m in live:
         if m:
             assert m.group(1) == m.group(3), f"a row mixes two ranks: {m.group(0)}"
-    if running == {"0", "1", "2"}:
+    if running == {"0", "1", "2"} and not seen_all_at_once:
         seen_all_at_once = True
+        open(seen, "w").close()  # the bars may go on
 os.waitpid(pid, 0)
 final = "\n".join(screen)
 assert seen_all_at_once, "never saw the three bars at once:\n" + final

@@ -4,8 +4,14 @@
 # judged.
 . "$(dirname "$0")/lib.sh"
 
+start_msrun --worker_num=3 --worker_timeout=1 --error_file="$TMP/e.json" "$WORKER" hang stop 1
+wait_for "rank 1 ready" "$TMP/out" 30 || fail "rank 1 did not start"
+# timed from rank 1's "ready" (not from msrun's start, which a loaded machine
+# can make slow): rank 1 stops 5 beats (0.5 s) later and is hung 1 s
+# (--worker_timeout) after that; the bound of 10 s leaves room for a loaded
+# machine, and a timeout read as 10 s or a watch that looks every 10 s fails it
 t0=$(date +%s.%N)
-run_msrun --worker_num=3 --worker_timeout=1 --error_file="$TMP/e.json" "$WORKER" hang stop 1
+wait_pid "$BG_PID" 60
 t1=$(date +%s.%N)
 expect_code 137 "a stopped worker"
 expect_in "rank 1 .* hung: no libmsrun beat for 1.0 s: killing it" "$TMP/err" "the agent says why"
@@ -29,6 +35,8 @@ expect_in "rank 2 on node 0 .* hung: no msr_heartbeat() for 1.0 s and was killed
     "root cause"
 ok "a worker that stops calling msr_heartbeat() is killed as hung"
 
+# 2 s: four times --worker_timeout=0.5, so that a worker judged by it would
+# be killed; a slow machine only makes the sleep longer, never shorter
 cat >"$TMP/plain.sh" <<'SH'
 #!/bin/sh
 sleep 2

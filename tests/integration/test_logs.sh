@@ -74,28 +74,34 @@ ok "a long line arrives whole"
 # goes on in a line of its own marked "..." after the prefix, never glued to
 # the other rank's output nor cut without a mark: rank 0 writes 100 kB (more
 # than msrun holds back waiting for a line's end) without a newline, rank 1
-# then prints a line, then rank 0 ends its line
+# then prints a line, then rank 0 ends its line. Each rank writes its part
+# once the test has seen msrun show what came before (the flag files, 60 s at
+# most), not after a fixed pause that a slow machine can outlast.
 cat >"$TMP/cut.py" <<'PY'
 import os, sys, time
 flags = sys.argv[1]
 def wait(name):
-    while not os.path.exists(os.path.join(flags, name)):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(flags, name)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.5)  # for msrun to read what came before
 if os.environ["MSR_RANK"] == "0":
     sys.stdout.write("a" * 100000)
     sys.stdout.flush()
-    open(os.path.join(flags, "a"), "w").close()
     wait("other")
     print("b" * 10)
 else:
     wait("a")
     print("other")
     sys.stdout.flush()
-    open(os.path.join(flags, "other"), "w").close()
 PY
 mkdir "$TMP/cut"
-run_msrun --worker_num=2 python3 "$TMP/cut.py" "$TMP/cut"
+start_msrun --worker_num=2 python3 "$TMP/cut.py" "$TMP/cut"
+wait_for '^\[node 0 rank 0\] aaaa' "$TMP/out" 30 ||
+    fail "rank 0's long line is not shown before its end"
+touch "$TMP/cut/a"
+wait_for '^\[node 0 rank 1\] other$' "$TMP/out" 30 || fail "rank 1's line is not shown"
+touch "$TMP/cut/other"
+wait_pid "$BG_PID" 60
 expect_code 0 "a long line cut by another rank's"
 printf '%s\n' '^\[node 0 rank 0\] a*$' '^\[node 0 rank 1\] other$' \
     '^\[node 0 rank 0\] \.\.\.a*b\{10\}$' >"$TMP/cut.want"

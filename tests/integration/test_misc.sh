@@ -6,14 +6,18 @@ use_token_file
 
 # msrun status against a running job
 port=$(free_port)
-cat >"$TMP/sleep.sh" <<'SH'
+# A worker that says it is up and runs until $TMP/stop appears (60 s at
+# most): the job must still run when msrun status asks, however slow the
+# machine (a worker that slept 3 s could be done by then).
+cat >"$TMP/hold.sh" <<SH
 #!/bin/sh
-echo "rank $RANK up"
-sleep 3
+echo "rank \$RANK up"
+i=0
+while [ ! -e "$TMP/stop" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
 SH
-chmod +x "$TMP/sleep.sh"
+chmod +x "$TMP/hold.sh"
 start_msrun --master_addr=127.0.0.1 --master_port="$port" --worker_num=2 --job_id=statusjob \
-    "$TMP/sleep.sh"
+    "$TMP/hold.sh"
 wait_count "up" "$TMP/out" 2 20 || fail "job started"
 timeout 20 "$MSRUN" status --master_addr=127.0.0.1 --master_port="$port" --job_id=statusjob \
     >"$TMP/status" 2>&1 || { cat "$TMP/status"; fail "msrun status"; }
@@ -24,6 +28,7 @@ CODE=0
 timeout 20 "$MSRUN" status --master_addr=127.0.0.1 --master_port="$port" --token=wrong \
     >"$TMP/status" 2>&1 || CODE=$?
 [ "$CODE" = 1 ] && grep -q "token" "$TMP/status" || fail "status with a wrong token is refused"
+touch "$TMP/stop"
 wait_pid "$BG_PID" 30
 expect_code 0 "status job"
 ok "msrun status shows the job and its nodes; a wrong token is refused"

@@ -65,6 +65,10 @@ expect_refused "a credential without msrun's payload" "not an msrun credential" 
 expect_refused "a forged credential" "munge refused" "MUNGE:AwQFAAB1bm1hZ2ljYWxseQ==:"
 expect_refused "no credential" "munge refused" ""
 c=$(cred -t 1 -s "$payload")
+# a wait that must last, not a state to reach (decoding the credential to
+# see it expire would make it a replay): 3 s is its time to live (1 s) plus
+# munge's whole-second timestamps (up to 1 s more) with a second to spare; a
+# slow machine only makes the wait longer and the credential older
 sleep 3
 expect_refused "an expired credential (time to live 1 s)" "expired" "$c"
 if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then

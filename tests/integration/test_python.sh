@@ -60,6 +60,10 @@ env -u PYTHONUNBUFFERED MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num=1 \
     --local_worker_num=1 slow.py >"$TMP/out" 2>"$TMP/err" &
 BG_PID=$!
 wait_for "early line" "$TMP/out" 15 || fail "a Python worker's line did not arrive while it ran"
+# while it ran: msrun (which ends with its worker) is still there, whatever
+# the machine's speed made of the 15 s above (the worker's 30 s sleep only
+# outlasts the check; the SIGTERM below ends it)
+ps -o stat= -p "$BG_PID" | grep -qv '^Z' || fail "a Python worker's line arrived only when it ended"
 kill -TERM "$BG_PID"
 wait_pid "$BG_PID" 20
 ok "a Python worker's output arrives as it is written"
