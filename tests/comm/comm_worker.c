@@ -34,6 +34,8 @@
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  * Every rank checks its own results; a failed check prints the case and
  * exits 1. Rank 0 prints "ok MODE" at the end. */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -980,11 +983,65 @@ static void mode_determinism(msr_comm_t *world)
 
 /* ---- a member leaves cleanly ---- */
 
+/* A descriptor that becomes readable once process pid has exited (a
+ * pidfd), or -1 where the kernel has none. Open it while the process is
+ * known to live: it then names that process, not a later one with its pid. */
+static int pid_watch(int pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+/* Whether process pid (watched by fd from pid_watch, or -1) has exited
+ * within limit_ms. */
+static int wait_exited(int fd, int pid, int limit_ms)
+{
+    double end = now_ms() + limit_ms;
+    for (;;) {
+        double left = end - now_ms();
+        if (fd >= 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            int r = poll(&p, 1, left > 0 ? (int)left + 1 : 0);
+            if (r > 0)
+                return 1;
+            if (r == 0)
+                return 0; /* the time left is over */
+            if (errno != EINTR)
+                fail("poll on a pidfd: %s", strerror(errno));
+            continue;
+        }
+        /* no pidfd: gone, or a zombie its msrun has not reaped yet */
+        char path[64], st[512] = "";
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return 1;
+        size_t k = fread(st, 1, sizeof st - 1, f);
+        fclose(f);
+        st[k] = '\0';
+        const char *rp = strrchr(st, ')');
+        if (rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'))
+            return 1;
+        if (left <= 0)
+            return 0;
+        usleep(10 * 1000); /* paces the look; the deadline bounds it */
+    }
+}
+
 static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     if (n < 3)
         fail("leave needs 3 ranks or more");
+    int *pids = xmalloc((size_t)n * sizeof *pids);
+    int pid = getpid();
+    OK(msr_allgather(ctx, &pid, sizeof pid, pids));
+    /* rank 0 lives at least until the barrier: watched from here */
+    int watch = me == 0 ? -1 : pid_watch(pids[0]);
     snprintf(g_case, sizeof g_case, "leave: barrier");
     OK(msr_comm_barrier(world));
     if (me == 0) {
@@ -994,10 +1051,34 @@ static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
         fflush(stdout);
         exit(0);
     }
-    /* long enough for rank 0's exit to be noticed (liveness every 50 ms) */
-    usleep(500 * 1000);
-    snprintf(g_case, sizeof g_case, "leave: ring among the others");
+    /* A closing message goes to the previous rank after the ring (tag
+     * 8); posted now, its receive cannot end before this rank has done its
+     * part of the ring, so it is still running while this rank waits. */
     int next = me == n - 1 ? 1 : me + 1, prev = me == 1 ? n - 1 : me - 1;
+    int64_t bye_in = -1, bye_out = me;
+    msr_comm_req_t *bye = NULL;
+    OK(msr_comm_irecv(world, &bye_in, 1, MSR_DTYPE_I64, next, 8, &bye));
+    /* rank 0 exits (30 s at most: half the test's limit) */
+    snprintf(g_case, sizeof g_case, "leave: rank 0 exits");
+    if (!wait_exited(watch, pids[0], 30000))
+        fail("rank 0 (pid %d) still runs 30 s after it left", pids[0]);
+    if (watch >= 0)
+        close(watch);
+    free(pids);
+    /* then the engine looks at its members' liveness (every 50 ms, in a
+     * call that drives progress) and sees the exit: tests of the closing
+     * receive for two of those periods make it look at least once */
+    snprintf(g_case, sizeof g_case, "leave: rank 0's exit seen");
+    double from = now_ms();
+    while (now_ms() < from + 100) {
+        msr_status_t ts = msr_comm_test(&bye);
+        if (ts != MSR_IN_PROGRESS)
+            fail("the closing receive ended early: %s", msr_status_name(ts));
+        usleep(1000); /* paces the tests */
+    }
+    if (msr_comm_status(world) != MSR_OK)
+        fail("the communicator broke when rank 0's exit was seen");
+    snprintf(g_case, sizeof g_case, "leave: ring among the others");
     int64_t out = me * 1000, in = -1;
     msr_comm_req_t *req = NULL;
     OK(msr_comm_isend(world, &out, 1, MSR_DTYPE_I64, next, 7, &req));
@@ -1005,6 +1086,10 @@ static void mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
     OK(msr_comm_wait(req));
     if (in != prev * 1000)
         fail("got %lld from rank %d", (long long)in, prev);
+    OK(msr_comm_send(world, &bye_out, 1, MSR_DTYPE_I64, prev, 8));
+    OK(msr_comm_wait(bye));
+    if (bye_in != next)
+        fail("got closing message %lld from rank %d", (long long)bye_in, next);
     if (msr_comm_status(world) != MSR_OK)
         fail("the communicator broke when rank 0 left");
     msr_comm_destroy(world);
@@ -1273,12 +1358,18 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
         pthread_t th;
         pthread_create(&th, NULL, killer, &delay);
     }
-    double start = now_ms(), event = start + (stop ? 300 : 300);
+    /* the victim's event (its SIGKILL, or that it stops answering) is
+     * meant 300 ms after the barrier; a loaded machine can make it later */
+    double start = now_ms(), event = start + 300;
     msr_status_t st = MSR_OK;
     long iters = 0;
     while (st == MSR_OK) {
         if (stop && me == victim && now_ms() >= event) {
-            /* stops answering: sleeps (SIGTERM ignored) until killed */
+            /* says when it stopped (one clock: all ranks are on this
+             * machine), then stops answering: sleeps (SIGTERM ignored)
+             * until killed */
+            double at = now_ms();
+            OK(msr_store_set(ctx, "comm_worker/stopped_at", &at, sizeof at));
             for (;;)
                 pause();
         }
@@ -1296,9 +1387,22 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
         if (now_ms() - start > 60000)
             fail("still running after 60 s");
     }
-    double took = now_ms() - event;
+    double failed_at = now_ms(), took = failed_at - event;
     char why[256];
     snprintf(why, sizeof why, "%s", msr_last_error());
+    if (stop) {
+        /* timed from when the victim did stop, not from when it meant to
+         * (it stops between two allreduces, after its own 300 ms) */
+        void *v = NULL;
+        size_t len = 0;
+        OK(msr_store_get(ctx, "comm_worker/stopped_at", 30000, &v, &len));
+        if (len != sizeof(double))
+            fail("stopped_at has %zu bytes", len);
+        double at;
+        memcpy(&at, v, sizeof at);
+        free(v);
+        took = failed_at - at;
+    }
     int expected =
         stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
     static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
@@ -1307,6 +1411,10 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
         fail("%s failed with %s (%s)", names[coll], msr_status_name(st), why);
     if (algo != NULL && strstr(why, algo) == NULL)
         fail("the failure is not %s's: %s", algo, why);
+    /* from the victim's event (stop: from when it did stop), the
+     * communicator's timeout (a kill is noticed long before it), and 2 s
+     * for the deadline's check and the aborts to reach every survivor on a
+     * loaded machine */
     double limit = (double)timeout_ms + 2000;
     if (took > limit)
         fail("noticed after %.0f ms, limit %.0f ms", took, limit);

@@ -609,7 +609,15 @@ static void test_cancelled_mid_send(void)
         attack_finish(&warm);
         grpc_slice_unref(tiny);
     }
+    /* Each big call is cancelled once the coordinator has it and is reading
+     * its body: a small valid Set on the same connection, started once the
+     * big call's headers are on their way (its stream comes after), has
+     * been answered (the coordinator takes calls in the order of their
+     * streams), and 48 MiB take far longer to arrive than that answer. A
+     * call that ended before its cancel is not counted as cancelled. */
+    grpc_slice small = set_body(8);
     const int calls = 5;
+    int cancelled_sent = 0;
     for (int k = 0; k < calls; k++) {
         grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                                    grpc_slice_from_static_string("/msr.Store/Set"),
@@ -620,37 +628,91 @@ static void test_cancelled_mid_send(void)
                                {{NULL, NULL, NULL, NULL}}};
         grpc_metadata_array md;
         grpc_metadata_array_init(&md);
-        grpc_status_code code;
+        grpc_status_code code = GRPC_STATUS_OK;
         grpc_slice details = grpc_empty_slice();
-        grpc_op ops[3];
+        grpc_op ops[6];
         memset(ops, 0, sizeof ops);
         ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &token;
-        ops[1].op = GRPC_OP_SEND_MESSAGE;
-        ops[1].data.send_message.send_message = bb;
-        MSR_CHECK(grpc_call_start_batch(call, ops, 2, (void *)1, NULL) == GRPC_CALL_OK);
+        MSR_CHECK(grpc_call_start_batch(call, ops, 1, (void *)1, NULL) == GRPC_CALL_OK);
         memset(ops, 0, sizeof ops);
         ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
         ops[0].data.recv_status_on_client.trailing_metadata = &md;
         ops[0].data.recv_status_on_client.status = &code;
         ops[0].data.recv_status_on_client.status_details = &details;
         MSR_CHECK(grpc_call_start_batch(call, ops, 1, (void *)2, NULL) == GRPC_CALL_OK);
-        usleep(2000 + 3000 * k); /* part of the body is sent */
-        grpc_call_cancel(call, NULL);
-        for (int got = 0; got < 2;) {
-            grpc_event ev = grpc_completion_queue_next(
+        int big_left = 2, probe_left = 1, cancelled = 0;
+        grpc_event ev = grpc_completion_queue_next(
+            cq, gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)),
+            NULL);
+        MSR_CHECK_MSG(ev.type == GRPC_OP_COMPLETE && ev.tag == (void *)1 && ev.success,
+                      "call %d: its headers were not sent", k);
+        big_left--;
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_MESSAGE;
+        ops[0].data.send_message.send_message = bb;
+        MSR_CHECK(grpc_call_start_batch(call, ops, 1, (void *)4, NULL) == GRPC_CALL_OK);
+        big_left++;
+        /* the small Set, after it on the same connection */
+        grpc_call *probe = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                                    grpc_slice_from_static_string("/msr.Store/Set"),
+                                                    NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_byte_buffer *pbb = grpc_raw_byte_buffer_create(&small, 1), *presp = NULL;
+        grpc_metadata_array pmd, ptrail;
+        grpc_metadata_array_init(&pmd);
+        grpc_metadata_array_init(&ptrail);
+        grpc_status_code pcode = GRPC_STATUS_UNKNOWN;
+        grpc_slice pdetails = grpc_empty_slice();
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &token;
+        ops[1].op = GRPC_OP_SEND_MESSAGE;
+        ops[1].data.send_message.send_message = pbb;
+        ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[3].data.recv_initial_metadata.recv_initial_metadata = &pmd;
+        ops[4].op = GRPC_OP_RECV_MESSAGE;
+        ops[4].data.recv_message.recv_message = &presp;
+        ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        ops[5].data.recv_status_on_client.trailing_metadata = &ptrail;
+        ops[5].data.recv_status_on_client.status = &pcode;
+        ops[5].data.recv_status_on_client.status_details = &pdetails;
+        MSR_CHECK(grpc_call_start_batch(probe, ops, 6, (void *)3, NULL) == GRPC_CALL_OK);
+        while (big_left > 0 || probe_left > 0) {
+            if (probe_left == 0 && !cancelled) {
+                MSR_CHECK_MSG(pcode == GRPC_STATUS_OK, "the small Set: status %d", (int)pcode);
+                grpc_call_cancel(call, NULL);
+                cancelled = 1;
+            }
+            ev = grpc_completion_queue_next(
                 cq,
                 gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)),
                 NULL);
-            MSR_CHECK(ev.type == GRPC_OP_COMPLETE);
-            got++;
+            MSR_CHECK_MSG(ev.type == GRPC_OP_COMPLETE, "call %d: no event in 30 s", k);
+            if (ev.tag == (void *)3)
+                probe_left--;
+            else
+                big_left--;
         }
+        if (code == GRPC_STATUS_CANCELLED)
+            cancelled_sent++;
+        else
+            printf("call %d ended with status %d before its cancel\n", k, (int)code);
+        grpc_call_unref(probe);
+        grpc_byte_buffer_destroy(pbb);
+        if (presp)
+            grpc_byte_buffer_destroy(presp);
+        grpc_metadata_array_destroy(&pmd);
+        grpc_metadata_array_destroy(&ptrail);
+        grpc_slice_unref(pdetails);
         grpc_call_unref(call);
         grpc_byte_buffer_destroy(bb);
         grpc_metadata_array_destroy(&md);
         grpc_slice_unref(details);
     }
+    grpc_slice_unref(small);
     /* a valid call after them: the coordinator has handled the cancels */
     msr_rpc_channel_t *good = NULL;
     MSR_CHECK_OK(msr_rpc_channel_create(cp.target, TOKEN, &good));
@@ -668,14 +730,15 @@ static void test_cancelled_mid_send(void)
     grpc_slice_unref(body);
     coord_end(&cp);
     int malformed = log_lines(&cp, "malformed"), cancelled = log_lines(&cp, "cancelled");
-    printf("%d calls cancelled mid-send: %d log lines say cancelled, %d say malformed\n", calls,
-           cancelled, malformed);
+    printf("%d of %d calls cancelled mid-send: %d log lines say cancelled, %d say malformed\n",
+           cancelled_sent, calls, cancelled, malformed);
     if (getenv("SEC_KEEP_LOG"))
         printf("log: %s\n", cp.log);
     else
         unlink(cp.log);
     msr_rpc_library_unref();
     MSR_CHECK_EQ(malformed, 0);
+    MSR_CHECK(cancelled_sent >= 1);
     MSR_CHECK(cancelled >= 1);
 }
 

@@ -134,8 +134,16 @@ static void test_deadlines(void)
 {
     MSR_CHECK_EQ(msr_deadline_in_ms(-1), MSR_DEADLINE_NEVER);
     MSR_CHECK(!msr_deadline_passed(MSR_DEADLINE_NEVER));
+    /* a fresh deadline has time left, at most its length: a minute long,
+     * so that no pause of this process between the calls can use it up */
+    uint64_t far = msr_deadline_in_ms(60000);
+    int64_t left = msr_deadline_left_ms(far);
+    MSR_CHECK_MSG(left <= 60000 && left > 0, "%lld ms left", (long long)left);
+    MSR_CHECK(!msr_deadline_passed(far));
+    /* a short one: never more left than its length, and passed once a
+     * longer sleep is over (nanosleep sleeps at least that long) */
     uint64_t d = msr_deadline_in_ms(50);
-    MSR_CHECK(msr_deadline_left_ms(d) <= 50 && msr_deadline_left_ms(d) > 0);
+    MSR_CHECK(msr_deadline_left_ms(d) <= 50);
     msr_sleep_ms(60);
     MSR_CHECK(msr_deadline_passed(d));
     MSR_CHECK_EQ(msr_deadline_left_ms(d), 0);

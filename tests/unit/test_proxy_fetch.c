@@ -186,11 +186,24 @@ static void test_batched_publish_and_fetch(void)
     MSR_CHECK_EQ(up2, 1);
     MSR_CHECK_EQ(hits2, hits + 1);
 
-    /* entries published while two workers wait for them */
+    /* entries published while two workers wait for them: the proxy has
+     * both fetches and has sent one upstream before they are published */
     uint32_t later[2] = {5, 6};
+    uint64_t in0 = msr_proxy_calls_in(j.proxy);
     fetch(&j, &ops[0], 0, later, 2, 10000);
     fetch(&j, &ops[1], 1, later, 2, 10000);
-    msr_rpc_loop_poll(j.loop, msr_deadline_in_ms(200));
+    /* 5 s: half the fetches' wait, so that they still wait when published */
+    uint64_t limit = msr_deadline_in_ms(5000);
+    for (;;) {
+        msr_rpc_loop_poll(j.loop, msr_deadline_in_ms(10));
+        msr_proxy_fetch_stats(j.proxy, &hits2, &up2);
+        if (msr_proxy_calls_in(j.proxy) - in0 >= 2 && up2 == 2)
+            break;
+        MSR_CHECK_MSG(!msr_deadline_passed(limit),
+                      "the proxy got %llu of the 2 fetches and sent %llu of them upstream",
+                      (unsigned long long)(msr_proxy_calls_in(j.proxy) - in0),
+                      (unsigned long long)(up2 - 1));
+    }
     MSR_CHECK(!ops[0].done && !ops[1].done);
     publish(&j, &ops[2], 2, 5, 0);
     publish(&j, &ops[3], 3, 6, 0);
@@ -216,7 +229,9 @@ static void test_fetch_never_published(void)
     MSR_CHECK_EQ(o.a.status, MSR_ERR_TIMEOUT);
     MSR_CHECK_MSG(strstr(o.a.err, "fetch 'addr': entry 9 was not published") != NULL, "%s",
                   o.a.err);
-    MSR_CHECK(msr_now_ns() - t0 < 5000000000ull);
+    /* ended by its 300 ms wait, before the caller's own deadline (the wait
+     * and 5 s more: see fetch()) */
+    MSR_CHECK(msr_now_ns() - t0 < (300 + 5000) * 1000000ull);
     msr_rpc_async_cleanup(&o.a);
     job_stop(&j);
 }

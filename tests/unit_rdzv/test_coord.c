@@ -122,6 +122,13 @@ static void call(msr_coord_t *co, fcall_t *c, msr_rpc_method_t m, const Protobuf
 
 static int job_max_restarts;
 static msr_store_limits_t job_limits; /* zeros: the defaults */
+/* The node timeout of make_coord's jobs. Ten minutes by default: longer
+ * than any test here may run (their timeouts are at most 120 s), so a
+ * node can never be lost because this process was slow between its calls
+ * and a tick at the real time. The tests of a lost node set it short and
+ * keep the other nodes beating with beat_until_changed(). */
+#define LONG_NODE_TIMEOUT_MS 600000
+static int64_t job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
 
 static msr_coord_t *make_coord(int worker_num, int local, int max_restarts)
 {
@@ -132,7 +139,7 @@ static msr_coord_t *make_coord(int worker_num, int local, int max_restarts)
         .worker_num = worker_num,
         .local_worker_num = local,
         .max_restarts = max_restarts,
-        .node_timeout_ms = 300,
+        .node_timeout_ms = job_node_timeout_ms,
         .join_timeout_ms = 60000,
         .store_limits = job_limits,
     };
@@ -181,6 +188,32 @@ static Msr__HeartbeatResponse *beat(msr_coord_t *co, fcall_t *c, const char *id,
     call(co, c, MSR_RPC_HEARTBEAT, &r.base);
     MSR_CHECK_MSG(c->answered && c->code == 0, "heartbeat: %d %s", c->code, c->message);
     return (Msr__HeartbeatResponse *)c->resp;
+}
+
+/* Beats each of the nw nodes in live (generation gen, ready for it) about
+ * every 50 ms and ticks, until the job's state is no longer `from` (another
+ * node was lost), limit_ms at the most; returns the time the tick that
+ * changed it was given. Each tick is given the time read before that
+ * round's beats, so the live nodes' last calls are never older than it:
+ * however slowly this process runs, only a silent node can be lost. */
+static uint64_t beat_until_changed(msr_coord_t *co, const char *const *live, int nw, int gen,
+                                   Msr__JobState from, int64_t limit_ms)
+{
+    uint64_t limit = msr_deadline_in_ms(limit_ms);
+    fcall_t c = {0};
+    for (;;) {
+        msr_sleep_ms(50); /* paces the rounds; the deadline bounds them */
+        uint64_t t = msr_now_ns();
+        for (int i = 0; i < nw; i++)
+            beat(co, &c, live[i], gen, gen);
+        msr_coord_tick(co, t);
+        Msr__JobState now = beat(co, &c, live[0], gen, gen)->state;
+        fcall_reset(&c);
+        if (now != from)
+            return t;
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the job is still in state %d after %lld ms",
+                      (int)from, (long long)limit_ms);
+    }
 }
 
 static void report_lost(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig,
@@ -430,18 +463,21 @@ static void test_restarts_exhausted(void)
 
 static void test_node_lost(void)
 {
+    job_node_timeout_ms = 300;
     msr_coord_t *co = make_coord(2, 1, 0);
+    job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
     const char *a = join(co, 0, 2, 1, -1);
     const char *b = join(co, 1, 2, 1, -1);
     fcall_t c = {0};
     beat(co, &c, a, 0, 0);
+    uint64_t silent = msr_now_ns(); /* b's last call is after this */
     beat(co, &c, b, 0, 0);
-    /* b goes silent; a keeps beating past the node timeout (300 ms) */
-    for (int i = 0; i < 8; i++) {
-        msr_sleep_ms(60);
-        beat(co, &c, a, 0, 0);
-        msr_coord_tick(co, msr_now_ns());
-    }
+    /* b goes silent; a keeps beating until b is lost, not before the node
+     * timeout (300 ms) and within 5 s (the timeout is checked every 75 ms) */
+    const char *live[] = {a};
+    uint64_t lost = beat_until_changed(co, live, 1, 0, MSR__JOB_STATE__JOB_RUNNING, 5000);
+    MSR_CHECK_MSG(lost - silent >= 300 * 1000000ull, "b was lost after %.0f ms of silence",
+                  (double)(lost - silent) / 1e6);
     Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_FAILED);
     MSR_CHECK(r->failure && r->failure->rank == -1);
@@ -1555,7 +1591,13 @@ static void test_elastic(void)
                               .min_nodes = 2,
                               .max_nodes = 4,
                               .last_call_ms = 50,
-                              .node_timeout_ms = 400,
+                              /* msrun's default: a live node is lost
+                               * only if this process stalls that long
+                               * between its calls and a tick (the loop
+                               * below ticks at times read before the live
+                               * nodes' beats); it also sets how often
+                               * the coordinator looks (a quarter of it) */
+                              .node_timeout_ms = 5000,
                               .join_timeout_ms = 60000};
     msr_coord_t *co = NULL;
     MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
@@ -1602,8 +1644,10 @@ static void test_elastic(void)
     for (int i = 0; i < 3; i++)
         ranks_seen |= 1 << beat(co, &c, ids[i], 1, 1)->assignment->node_rank;
     MSR_CHECK_EQ(ranks_seen, 7);
-    /* node 1's connection breaks: lost after the short grace, the job
-     * re-forms on the two left, renumbered, one restart counted */
+    /* node 1's connection breaks: lost after the short grace (1.5 s, the
+     * coordinator's for a broken long poll), the job re-forms on the two
+     * left, renumbered, one restart counted */
+    const uint64_t grace_ns = 1500 * 1000000ull;
     fcall_t held = {0};
     Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
     h.node_id = ids[1];
@@ -1613,13 +1657,14 @@ static void test_elastic(void)
     h.wait_ms = 10000;
     call(co, &held, MSR_RPC_HEARTBEAT, &h.base);
     MSR_CHECK(!held.answered);
+    uint64_t broke = msr_now_ns();
     msr_coord_cancel(co, &held);
-    for (int k = 0; k < 12; k++) { /* the others keep beating */
-        msr_sleep_ms(50);
-        beat(co, &c, ids[0], 1, 1);
-        beat(co, &c, ids[2], 1, 1);
-        msr_coord_tick(co, msr_now_ns());
-    }
+    /* the others keep beating until it is lost: after the grace and the
+     * coordinator's next look (1.25 s later at the most), 10 s at most */
+    const char *live[] = {ids[0], ids[2]};
+    uint64_t lost = beat_until_changed(co, live, 2, 1, MSR__JOB_STATE__JOB_RUNNING, 10000);
+    MSR_CHECK_MSG(lost - broke >= grace_ns, "lost %.0f ms after its connection broke",
+                  (double)(lost - broke) / 1e6);
     r = beat(co, &c, ids[0], 1, 1);
     MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
     MSR_CHECK_EQ(r->restart_count, 1);
@@ -2145,7 +2190,9 @@ static int output(msr_coord_t *co, int rank, char *out, size_t len)
 
 static void test_output_tail(void)
 {
+    job_node_timeout_ms = 300;
     msr_coord_t *co = make_coord(4, 2, 1);
+    job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
     const char *a = join(co, 0, 4, 2, 0);
     const char *b = join(co, 1, 4, 2, 1);
     fcall_t held = {0}, c = {0};
@@ -2210,12 +2257,10 @@ static void test_output_tail(void)
     /* asked again: a new ask, answered only by lines sent after it */
     MSR_CHECK_EQ(output(co, 3, js, sizeof js), 202);
     MSR_CHECK(held.answered && ((Msr__HeartbeatResponse *)held.resp)->n_output_ranks == 1);
-    /* node 1 is lost: the last lines known, and why they are old */
-    for (int i = 0; i < 8; i++) {
-        msr_sleep_ms(60);
-        beat(co, &c, a, 0, 0);
-        msr_coord_tick(co, msr_now_ns());
-    }
+    /* node 1 is lost (a keeps beating): the last lines known, and why they
+     * are old */
+    const char *live[] = {a};
+    beat_until_changed(co, live, 1, 0, MSR__JOB_STATE__JOB_RUNNING, 5000);
     MSR_CHECK_EQ(output(co, 3, js, sizeof js), 200);
     MSR_CHECK_MSG(strstr(js, "\"stale\":\"node 1 of rank 3 is gone\"") && strstr(js, "\"first\""),
                   "%s", js);
