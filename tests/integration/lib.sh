@@ -130,8 +130,13 @@ run_msrun() {
     timeout -k 5 60 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/out" 2>"$TMP/err" || CODE=$?
 }
 
-# Starts msrun in the background; $BG_PID is msrun's pid.
+# Starts msrun in the background; $BG_PID is msrun's pid. The output files
+# are emptied first, here: a redirection of a command run with & truncates
+# in the child, which on a slow machine comes after the caller's first look
+# for a line (and finds the run before's).
 start_msrun() {
+    : >"$TMP/out"
+    : >"$TMP/err"
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/out" 2>"$TMP/err" &
     BG_PID=$!
 }

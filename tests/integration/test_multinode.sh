@@ -11,6 +11,9 @@ use_token_file
 start_node() {
     local n=$1
     shift
+    # emptied here, not by the child's redirection (see start_msrun)
+    : >"$TMP/node$n.out"
+    : >"$TMP/node$n.err"
     env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
     eval "PID$n=$!"
 }

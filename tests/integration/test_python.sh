@@ -56,6 +56,7 @@ ok "a missing interpreter is named"
 # msrun's terminal while the worker still runs (the user's shell may not
 # set PYTHONUNBUFFERED).
 printf 'import time\nprint("early line")\ntime.sleep(30)\n' >slow.py
+: >"$TMP/out" # emptied here, not by the child's redirection (lib.sh's start_msrun)
 env -u PYTHONUNBUFFERED MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num=1 \
     --local_worker_num=1 slow.py >"$TMP/out" 2>"$TMP/err" &
 BG_PID=$!

@@ -39,6 +39,9 @@ $1" "$TMP/st" 2>"$TMP/py.err" || { cat "$TMP/st" "$TMP/py.err" >&2; return 1; }
 start_node() {
     local n=$1
     shift
+    # emptied here, not by the child's redirection (see start_msrun)
+    : >"$TMP/node$n.out"
+    : >"$TMP/node$n.err"
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
     eval "PID$n=$!"
 }

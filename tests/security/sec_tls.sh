@@ -165,6 +165,7 @@ while [ ! -e "$TMP/stop" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
 SH
 chmod +x "$TMP/hold.sh"
 port=$(free_port)
+: >"$TMP/out" # emptied here, not by the child's redirection (lib.sh's start_msrun)
 (cd "$C" && exec env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --master_addr=127.0.0.1 \
     --master_port="$port" --worker_num=1 --job_id=tlsjob --token=tls-held-token \
     --tls_cert=node.pem --tls_key=node.key --tls_ca=ca.pem "$TMP/hold.sh") >"$TMP/out" 2>"$TMP/err" &
