@@ -26,15 +26,19 @@
 static grpc_channel_args *common_args(int own)
 {
     /* clang-format off */
-    /* Reconnect to a restarted coordinator within about a second; a receive
-     * window large enough for an allgather's answer without waiting for
-     * window updates on a fresh connection. */
+    /* Reconnect to a restarted coordinator within about a second, but give
+     * each attempt 5 s to connect and finish its TLS handshake: gRPC takes
+     * GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as an attempt's least time to
+     * connect, and at 100 ms a coordinator busy with many connections cut
+     * off every handshake it could not finish in 100 ms. A receive window
+     * large enough for an allgather's answer without waiting for window
+     * updates on a fresh connection. */
 #define CLIENT_ARGS                                                                 \
     {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},       \
     {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},          \
     {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_HTTP_PROXY, {.integer = 0}},                 \
     {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},    \
-    {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},        \
+    {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 5000}},       \
     {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 1000}},      \
     {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = 4 << 20}}
     /* clang-format on */
