@@ -72,16 +72,11 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
-#include "parallel/adamw.h"
-#include "parallel/gpt.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+#include "parallel/layout.h"
 
-#define MSR_DP_BUCKET_BYTES       (25u << 20)
-#define MSR_DP_FIRST_BUCKET_BYTES (1u << 20)
-#define MSR_DP_ZERO_MIN_BYTES     (64u << 10)
-#define MSR_DP_TMP_CACHE          64 /* freed temporaries kept for reuse */
-/* ZeRO >= 1: packed bucket buffers alive at once, at most; a rank that
- * would need another waits for its oldest reduction first. */
-#define MSR_DP_MAX_PACKED         4
+#define MSR_DP_TMP_CACHE 64 /* freed temporaries kept for reuse */
 
 typedef struct msr_dp_config {
     int zero;                  /* ZeRO stage, 0..3 */

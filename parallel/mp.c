@@ -1,6 +1,6 @@
 /* Model parallel (see mp.h): the runtime, the pipeline of forwards and
  * backwards with recompute, the step and its tracing. The plan (checks,
- * sizes, schedule) is mp_plan.c's, the tensor-parallel side mp_tp.c's. */
+ * sizes, schedule) is mp_pipe.c's, the tensor-parallel side mp_tp.c's. */
 #include "parallel/mp.h"
 
 #include <math.h>
@@ -13,8 +13,8 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
-#include "parallel/layers.h"
-#include "parallel/moe.h"
+#include "model/layers.h"
+#include "model/moe.h"
 #include "parallel/mp_impl.h"
 
 msr_status_t msr_mp_failed(const char *what, msr_status_t st)
@@ -85,7 +85,7 @@ static void point_params(msr_mp_t *mp, int s, int l, int grads, msr_gpt_block_pa
     p->experts = msr_moe_block_params(model->moe, l, grads);
 }
 
-/* A MoE block's MLP (parallel/moe.h) as the block's MLP: every tp rank
+/* A MoE block's MLP (model/moe.h) as the block's MLP: every tp rank
  * gets the whole micro-batch and returns its experts' share of y. */
 typedef struct moe_call {
     msr_mp_t *mp;

@@ -1,5 +1,5 @@
 /* Model parallel: forward and backward of a rank's part of the reference
- * GPT (parallel/gpt.h, msr_gpt_create_part) under tensor, sequence and
+ * GPT (model/gpt.h, msr_gpt_create_part) under tensor, sequence and
  * pipeline parallel, with recompute, on a mesh (parallel/mesh.h).
  *
  * Tensor parallel (tp ranks, Megatron's split). Per block:
@@ -62,7 +62,7 @@
  * (tensor-parallel collectives and the ring included) just before its
  * backward.
  *
- * Mixture-of-Experts blocks (parallel/moe.h) run in any stage: attention
+ * Mixture-of-Experts blocks (model/moe.h) run in any stage: attention
  * as any block's, then the MoE MLP in the MLP's place, its input entered
  * like a column-parallel layer's and its output reduced like a
  * row-parallel one's (each tp rank computes E / (ep tp) of the experts; a
@@ -91,7 +91,7 @@
 
 #include "msrun/base.h"
 #include "parallel/dp.h"
-#include "parallel/gpt.h"
+#include "model/gpt.h"
 #include "parallel/mesh.h"
 
 typedef enum msr_mp_schedule {

@@ -5,7 +5,7 @@
 
 #include "base/status.h"
 #include "base/time.h"
-#include "parallel/layers.h"
+#include "model/layers.h"
 #include "parallel/mp_impl.h"
 
 /* Messages on the cp communicator: each attention call completes its own

@@ -1,5 +1,5 @@
 /* Model parallel's private structures (see mp.h), shared by its files:
- * mp_plan.c (checks, sizes, the schedule), mp_tp.c (tensor-parallel
+ * mp_pipe.c (checks, sizes, the schedule), mp_tp.c (tensor-parallel
  * communication, the embeddings and the head) and mp.c (the pipeline, the
  * step). */
 #ifndef MSR_PARALLEL_MP_IMPL_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "parallel/block.h"
+#include "model/block.h"
 #include "parallel/mp.h"
 #include "parallel/pipe_order.h"
 

@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
-#include "parallel/layers.h"
+#include "model/layers.h"
 #include "parallel/mp_impl.h"
 
 /* ---- tensor-parallel communication ---- */
@@ -84,7 +84,7 @@ static msr_status_t tp_enter(msr_mp_t *mp, const float *x, float *gbuf, const fl
     return seq_gather(mp, x, gbuf);
 }
 
-/* The block's communication (parallel/block.h): tp_enter and tp_reduce. */
+/* The block's communication (model/block.h): tp_enter and tp_reduce. */
 static msr_status_t block_enter(void *arg, const float *x, float *gbuf, const float **out_p)
 {
     return tp_enter(arg, x, gbuf, out_p);

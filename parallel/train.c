@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
-#include "parallel/moe.h"
+#include "model/moe.h"
 
 void msr_train_config_defaults(msr_train_config_t *cfg)
 {

@@ -20,11 +20,11 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
-#include "parallel/adamw.h"
+#include "model/adamw.h"
 #include "parallel/ckpt.h"
-#include "parallel/data.h"
+#include "model/data.h"
 #include "parallel/dp.h"
-#include "parallel/gpt.h"
+#include "model/gpt.h"
 #include "parallel/mesh.h"
 #include "parallel/mp.h"
 
@@ -50,13 +50,13 @@ typedef struct msr_train_config {
     int tp, pp, cp;
     msr_mp_config_t mp;
     int mp_always; /* run through parallel/mp.h even when nothing asks for it (tracing) */
-    /* expert parallel (parallel/moe.h): the MoE blocks' experts are
+    /* expert parallel (model/moe.h): the MoE blocks' experts are
      * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
      * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all.
      * With model parallel the groups are cut from the dp group of this
      * rank's (pp, tp) coordinate, a rank holds the experts of its stages'
      * MoE blocks only, and the tp ranks share out their ep rank's experts
-     * (parallel/moe.h). Needs model.moe.experts > 0 divisible by ep x tp,
+     * (model/moe.h). Needs model.moe.experts > 0 divisible by ep x tp,
      * ep dividing dp, and no cp */
     int ep;
 } msr_train_config_t;
@@ -146,7 +146,7 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 /* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
  * elements it owns with their parameters and moments (a MoE model's
  * experts after them: the experts this rank holds, at P + their index in
- * the whole model's expert numbering, parallel/moe.h), AdamW's step count,
+ * the whole model's expert numbering, model/moe.h), AdamW's step count,
  * the sampler, and meta, the text a resume must match (the settings that
  * decide the numbers: shape, global batch, seed, hyperparameters, data).
  * *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,

@@ -23,8 +23,18 @@ ALLOWED = {
     "cluster": {"base", "rendezvous", "cluster"},
     "msrun": {"base", "rendezvous", "cluster", "msrun"},
     "comm": {"base", "comm"},
-    "parallel": {"base", "comm", "parallel"},
+    "model": {"base", "comm", "model"},
+    "parallel": {"base", "comm", "model", "parallel"},
+    "planner": {"base", "parallel", "planner"},
+    "programs": {"base", "comm", "model", "parallel", "planner", "programs"},
 }
+# module -> {folder: the only files of it the module may include}: the
+# planner counts with the runtime's layout code and sees nothing else of it
+ONLY = {
+    "planner": {"parallel": {"parallel/layout.h", "parallel/pipe_order.h"}},
+}
+# include roots (build/module_roots/NAME) that show part of a module's folder
+PARTIAL_ROOTS = {"layout": "parallel"}
 # public headers (include/msrun/X.h) a module may not include
 PUBLIC_FORBIDDEN = {
     "base": {"store.h", "comm.h", "parallel.h", "msrun.h", "checkpoint.h"},
@@ -32,12 +42,15 @@ PUBLIC_FORBIDDEN = {
     "rendezvous": {"comm.h", "parallel.h", "msrun.h"},
     "cluster": {"comm.h", "parallel.h", "msrun.h"},
     "comm": {"parallel.h", "msrun.h"},
+    "model": {"msrun.h", "checkpoint.h"},
+    "planner": {"store.h", "comm.h", "msrun.h", "checkpoint.h"},
 }
 # system libraries kept inside the modules that need them
 SYSTEM = [
     (re.compile(r"^(ucp|uct|ucs)/"), {"comm"}, "UCX"),
-    (re.compile(r"^(nccl\.h|nccl_device|cuda|cublas|cudnn)"), {"comm", "parallel"}, "CUDA/NCCL"),
-    (re.compile(r"^(cblas\.h|openblas)"), {"parallel"}, "BLAS"),
+    (re.compile(r"^(nccl\.h|nccl_device|cuda|cublas|cudnn)"), {"comm", "model", "parallel"},
+     "CUDA/NCCL"),
+    (re.compile(r"^(cblas\.h|openblas)"), {"model", "programs"}, "BLAS"),
     (re.compile(r"^grpc/"), {"rendezvous", "cluster"}, "gRPC"),
     (re.compile(r"^event2/"), {"msrun", "cluster"}, "libevent"),
     (re.compile(r"^hwloc"), {"msrun"}, "hwloc"),
@@ -100,6 +113,9 @@ def verdict(module, kind, inc, public):
             return f"{module}/ may not include tests/"
         if first in ALLOWED and first not in ALLOWED[module]:
             return f"{module}/ may not depend on {first}/"
+        only = ONLY.get(module, {}).get(first)
+        if only is not None and inc not in only:
+            return f"{module}/ may use only {', '.join(sorted(only))} of {first}/"
         return None
     for pattern, owners, what in SYSTEM:
         if pattern.match(inc) and module not in owners:

@@ -719,9 +719,9 @@ test: ^test_parallel_dp_np(2|4)$
     *loss_sum_p = loss_local;
 >>>
 
-# ---- AdamW (parallel/adamw.c)
+# ---- AdamW (model/adamw.c)
 @ adamw.eps_inside_sqrt
-file: parallel/adamw.c
+file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
             float denom = sqrtf(vv[i]) / bc2_sqrt + eps;
@@ -730,7 +730,7 @@ test: ^test_parallel_adamw$
 >>>
 
 @ adamw.bias_correction_1_inverted
-file: parallel/adamw.c
+file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
     opt->step_size = (float)((double)lr / bc1);
@@ -739,7 +739,7 @@ test: ^test_parallel_adamw$
 >>>
 
 @ adamw.decay_on_every_tensor
-file: parallel/adamw.c
+file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
         float keep = sp->decay ? opt->decay_keep : 1.0f;
@@ -748,7 +748,7 @@ test: ^test_parallel_adamw$
 >>>
 
 @ adamw.clip_at_exactly_one
-file: parallel/adamw.c
+file: model/adamw.c
 equivalent: at coef == 1.0 both branches give 1.0f
 <<<
     return coef < 1.0 ? (float)coef : 1.0f;
@@ -875,7 +875,7 @@ test: ^it_bind$
 >>>
 
 @ moe.tp_gate_grads_not_summed
-file: parallel/moe.c
+file: model/moe.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_comm != NULL) {
@@ -886,7 +886,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ moe.router_dx_on_every_tp_rank
-file: parallel/moe.c
+file: model/moe.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_rank == 0) {
@@ -941,7 +941,7 @@ test: ^test_parallel_(plan_sim|mp)$
 >>>
 
 @ plan_mem.experts_sharded_over_all_dp
-file: parallel/plan_mem.c
+file: planner/plan_mem.c
 test: ^test_parallel_plan_report$
 <<<
         uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
@@ -950,7 +950,7 @@ test: ^test_parallel_plan_report$
 >>>
 
 @ plan_mem.moe_block_keeps_mlp
-file: parallel/plan_mem.c
+file: planner/plan_mem.c
 test: ^test_parallel_plan$
 <<<
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
@@ -1418,7 +1418,7 @@ test: ^gpu_fake_nccl_np3$
 >>>
 
 @ plan.time.rows_cost_ignored
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     return (N + h) / N * (N0 / (N0 + h));
@@ -1427,7 +1427,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.ring_at_attention_rate
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
@@ -1449,7 +1449,7 @@ test: ^test_base$
 >>>
 
 @ plan_mem.shm_slots_always_turn
-file: parallel/plan_mem.c
+file: planner/plan_mem.c
 test: ^test_parallel_plan$
 <<<
     if (rs_per_step > 0 && (rs_tiles + ag_tiles) % depth == 0)
@@ -1458,7 +1458,7 @@ test: ^test_parallel_plan$
 >>>
 
 @ plan_mem.shm_result_in_allreduce_missed
-file: parallel/plan_mem.c
+file: planner/plan_mem.c
 test: ^test_parallel_plan$
 <<<
         return depth * (2 * t + (n - 1) * SHM_READ(t / n));
@@ -1467,7 +1467,7 @@ test: ^test_parallel_plan$
 >>>
 
 @ plan.time.ring_chunk_ignored
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     p->ring_cost = cp > 1 ? chunk_cost(c, S) : 1;
@@ -1476,7 +1476,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.moe_rows_at_N
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     double rc_e = m->experts > 0 ? rows_cost(c, rows / m->experts) : rc;
@@ -1485,7 +1485,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.cold_below_from
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     if (c->cold_ms_per_mib <= 0 || mib <= a)
@@ -1494,7 +1494,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.cold_no_log_ramp
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     return a > 0 ? log(mib / a) / log(b / a) : mib / b;
@@ -1512,7 +1512,7 @@ test: ^it_multinode$
 >>>
 
 @ plan.time.selective_no_gelu
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
         p->sel_f.act += dense * eb * 2 * N * F / t;
@@ -1521,7 +1521,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.idle_lend_ignored
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
     return 1 + c->idle_lend * ((double)on_node / c->cores_per_node - 1);
@@ -1539,7 +1539,7 @@ test: ^test_parallel_plan_sim$
 >>>
 
 @ plan.search.even_times_reused_always
-file: parallel/plan_search.c
+file: planner/plan_search.c
 test: ^test_parallel_plan_search$
 <<<
     if (have_even && p->l.stage_layers == NULL)
@@ -1548,7 +1548,7 @@ test: ^test_parallel_plan_search$
 >>>
 
 @ plan.time.ring_step_backward_free
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
         p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * (kv + hand);
@@ -1557,7 +1557,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.cold_chunk_own_frame
-file: parallel/plan_time.c
+file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
         double bytes = (double)msr_plan_frame_bytes(m, l, prec, split_at(m, l, n, j), j == n - 1);

@@ -30,8 +30,8 @@
 #include "msrun/base.h"
 #include "msrun/comm.h"
 #include "parallel/ckpt_full.h"
-#include "parallel/cuda/gpt_cuda.h"
-#include "parallel/data.h"
+#include "model/cuda/gpt_cuda.h"
+#include "model/data.h"
 #include "parallel/train.h"
 
 typedef struct msr_cuda_trainer {

@@ -10,7 +10,7 @@
  * i32 inputs[G*T], i32 targets[G*T], f64 loss, f64 grad_norm; then f32
  * grads1[P], f32 params_end[P].
  *
- * With "moe", a Mixture-of-Experts model (every block, parallel/moe.h):
+ * With "moe", a Mixture-of-Experts model (every block, model/moe.h):
  * "MSRGPTM1", the same header, then i32 E K every, f64 capacity_factor
  * aux_loss, u64 PE (the experts' floats, in the whole model's expert
  * numbering), and each of params0, grads1 and params_end is followed by
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/moe.h"
-#include "parallel/rng.h"
+#include "model/moe.h"
+#include "model/rng.h"
 #include "parallel/train.h"
 
 enum { STEPS = 5 };

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/adamw.h"
-#include "parallel/rng.h"
+#include "model/adamw.h"
+#include "model/rng.h"
 #include "tests/runner.h"
 
 static const msr_adamw_config_t cfg = {0.9, 0.95, 1e-8, 0.1};

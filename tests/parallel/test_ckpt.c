@@ -8,7 +8,7 @@
 
 #include "base/alloc.h"
 #include "parallel/ckpt.h"
-#include "parallel/rng.h"
+#include "model/rng.h"
 #include "tests/runner.h"
 
 enum { NP = 1001 };

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "parallel/data.h"
+#include "model/data.h"
 #include "tests/runner.h"
 
 static void test_generated_corpus(void)

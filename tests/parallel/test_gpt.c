@@ -8,9 +8,9 @@
 
 #include "base/err.h"
 #include "base/alloc.h"
-#include "parallel/gpt.h"
-#include "parallel/layers.h"
-#include "parallel/rng.h"
+#include "model/gpt.h"
+#include "model/layers.h"
+#include "model/rng.h"
 #include "tests/runner.h"
 
 static const msr_gpt_config_t tiny = {MSR_GPT_VOCAB, 8, 2, 2, 16}; /* V maxT L NH C */

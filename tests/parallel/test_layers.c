@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/layers.h"
-#include "parallel/rng.h"
+#include "model/layers.h"
+#include "model/rng.h"
 #include "tests/runner.h"
 
 #define FD_H   1e-5

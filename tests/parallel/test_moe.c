@@ -1,8 +1,8 @@
-/* The Mixture-of-Experts MLP (parallel/moe.h) against a straightforward
+/* The Mixture-of-Experts MLP (model/moe.h) against a straightforward
  * reference written token by token in double: the forward (routing, the
  * capacity's drop order, the experts, the combine, the load-balancing loss)
  * and the backward against central finite differences of that reference;
- * then a MoE model (parallel/gpt.h) against finite differences of its own
+ * then a MoE model (model/gpt.h) against finite differences of its own
  * loss. */
 #include <math.h>
 #include <stdlib.h>
@@ -11,9 +11,9 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
-#include "parallel/gpt.h"
-#include "parallel/moe.h"
-#include "parallel/rng.h"
+#include "model/gpt.h"
+#include "model/moe.h"
+#include "model/rng.h"
 #include "tests/runner.h"
 
 enum { TC = 4, TH = 4 * TC, TE = 4, TK = 2, TN = 12, TL = 1 };

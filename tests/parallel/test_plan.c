@@ -1,4 +1,4 @@
-/* The planner's memory model (parallel/plan.h): the paper accounting
+/* The planner's memory model (planner/plan.h): the paper accounting
  * reproduces the ZeRO paper's per-device bytes and Korthikanti et al.'s
  * activation bytes per layer; the runtime accounting equals what the
  * runtime itself builds (a part's parameters, a chunk's kept activations,
@@ -10,9 +10,9 @@
 
 #include "base/status.h"
 #include "parallel/dp.h"
-#include "parallel/moe.h"
+#include "model/moe.h"
 #include "parallel/mp.h"
-#include "parallel/plan.h"
+#include "planner/plan.h"
 #include "tests/runner.h"
 
 /* ZeRO (Rajbhandari et al. 2019), mixed-precision Adam, K = 12. */

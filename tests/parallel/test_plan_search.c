@@ -1,4 +1,4 @@
-/* The planner's search (parallel/plan.h): the dynamic-programming split of
+/* The planner's search (planner/plan.h): the dynamic-programming split of
  * layers is the best of every split by the time model's own step time; the
  * exhaustive search finds exactly the valid layouts within the budget,
  * each with its own memory and time, best first; keep, fix, even_split,
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/plan.h"
-#include "parallel/plan_print.h"
+#include "planner/plan.h"
+#include "planner/plan_print.h"
 #include "tests/runner.h"
 
 static msr_plan_model_t gpt(int L, int C, int NH, int T, int V)

@@ -1,5 +1,5 @@
 /* The pipeline orders (parallel/pipe_order.h) against each other and
- * their peaks; the pipeline simulated under processor sharing (parallel/plan_sim.h):
+ * their peaks; the pipeline simulated under processor sharing (planner/plan_sim.h):
  * with a core per rank it gives the closed forms; on one core, the sum of
  * all work (the core is never idle: some op is always ready); in between,
  * no faster than either bound and never slower with more cores. */
@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 #include "parallel/pipe_order.h"
-#include "parallel/plan.h"
-#include "parallel/plan_sim.h"
+#include "planner/plan.h"
+#include "planner/plan_sim.h"
 #include "tests/runner.h"
 
 #define NEAR(a, b) (fabs((double)(a) - (double)(b)) <= 1e-9 * (1 + fabs((double)(b))))

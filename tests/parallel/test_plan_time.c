@@ -1,4 +1,4 @@
-/* The planner's cluster file and time model (parallel/plan.h): the file's
+/* The planner's cluster file and time model (planner/plan.h): the file's
  * keys, errors and round trip; the step's FLOPs against Narayanan et al.'s
  * (2021) formulas; the pipeline's bubble against its closed forms; each
  * communication term present exactly when its dimension is. */
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "parallel/plan.h"
+#include "planner/plan.h"
 #include "tests/runner.h"
 
 /* Field by field: the struct has padding, which memcmp would read. */

@@ -12,7 +12,7 @@
 
 #include "base/err.h"
 #include "base/alloc.h"
-#include "parallel/moe.h"
+#include "model/moe.h"
 #include "parallel/train.h"
 #include "tests/runner.h"
 

@@ -1,7 +1,7 @@
 """Repeats gpt_torch_dump's training in PyTorch and compares.
 
 The same tiny GPT (parameters loaded from the C model's flat buffer, in the
-layout of parallel/gpt.h), the same batches, torch.optim.AdamW with the same
+layout of model/gpt.h), the same batches, torch.optim.AdamW with the same
 decay groups and clip_grad_norm_. Checks, in fp32: every step's loss and
 gradient norm within 1e-5 relative, the first step's gradient of every
 tensor within 1e-5 of that tensor's largest, and the final parameters within
@@ -88,8 +88,8 @@ def is_moe(cfg, l):
 
 
 def layout(cfg):
-    """(name, shape, decay) in flat-buffer order, as parallel/gpt.h lays it out, then the
-    experts in the whole model's expert numbering (parallel/moe.h)."""
+    """(name, shape, decay) in flat-buffer order, as model/gpt.h lays it out, then the
+    experts in the whole model's expert numbering (model/moe.h)."""
     V, maxT, L, C, E = cfg["V"], cfg["maxT"], cfg["L"], cfg["C"], cfg["E"]
     out = [("wte", (V, C), True), ("wpe", (maxT, C), True)]
     mlp = [("fcw", (4 * C, C), True), ("fcb", (4 * C,), False),

@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "parallel/cuda/train_cuda.h"
-#include "parallel/gpt.h"
+#include "model/gpt.h"
 #include "parallel/train.h"
 #include "tests/runner.h"
 

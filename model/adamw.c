@@ -1,0 +1,159 @@
+/* AdamW over a slice of the flat parameter buffer (see adamw.h). */
+#include "model/adamw.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+
+msr_status_t msr_adamw_create(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors, int n,
+                              size_t lo, size_t hi, msr_adamw_t **opt_p)
+{
+    if (lo >= hi) {
+        MSR_ERROR("adamw: slice [%zu, %zu) is empty", lo, hi);
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_adamw_range_t r = {lo, hi};
+    return msr_adamw_create_ranges(cfg, tensors, n, &r, 1, opt_p);
+}
+
+msr_status_t msr_adamw_create_ranges(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors,
+                                     int n, const msr_adamw_range_t *ranges, int nranges,
+                                     msr_adamw_t **opt_p)
+{
+    size_t end = n > 0 ? tensors[n - 1].offset + tensors[n - 1].count : 0, count = 0;
+    for (int k = 0; k < nranges; k++) {
+        if (ranges[k].lo >= ranges[k].hi || ranges[k].hi > end ||
+            (k > 0 && ranges[k].lo < ranges[k - 1].hi)) {
+            MSR_ERROR("adamw: range %d [%zu, %zu) is empty, out of order or outside the %zu "
+                      "parameters",
+                      k, ranges[k].lo, ranges[k].hi, end);
+            return MSR_ERR_INVALID_ARG;
+        }
+        count += ranges[k].hi - ranges[k].lo;
+    }
+    if (nranges < 0) {
+        MSR_ERROR("adamw: %d ranges", nranges);
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (!(cfg->beta1 >= 0.0 && cfg->beta1 < 1.0) || !(cfg->beta2 >= 0.0 && cfg->beta2 < 1.0) ||
+        !(cfg->eps > 0.0) || !(cfg->weight_decay >= 0.0)) {
+        MSR_ERROR("adamw: bad hyperparameters beta1 %g beta2 %g eps %g weight decay %g", cfg->beta1,
+                  cfg->beta2, cfg->eps, cfg->weight_decay);
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_adamw_t *opt = msr_calloc(1, sizeof *opt);
+    if (opt == NULL)
+        goto err_no_memory;
+    opt->cfg = *cfg;
+    opt->lo = nranges > 0 ? ranges[0].lo : 0;
+    opt->hi = nranges > 0 ? ranges[nranges - 1].hi : 0;
+    opt->count = count;
+    /* one extra element, so an owner of nothing still has valid pointers */
+    opt->m = msr_calloc(count + 1, sizeof(float));
+    opt->v = msr_calloc(count + 1, sizeof(float));
+    /* each (tensor, range) overlap is one span at most: fewer than n + nranges */
+    opt->spans = msr_calloc((size_t)n + (size_t)nranges + 1, sizeof *opt->spans);
+    if (opt->m == NULL || opt->v == NULL || opt->spans == NULL)
+        goto err_free;
+    /* the tensors' parts inside each range, neighbours with the same flag merged */
+    size_t base = 0; /* shard-space position of the range's first element */
+    for (int r = 0; r < nranges; r++) {
+        size_t lo = ranges[r].lo, hi = ranges[r].hi;
+        for (int k = 0; k < n; k++) {
+            size_t a = MSR_MAX(lo, tensors[k].offset);
+            size_t b = MSR_MIN(hi, tensors[k].offset + tensors[k].count);
+            if (a >= b)
+                continue;
+            size_t sa = base + (a - lo), sb = base + (b - lo);
+            msr_adamw_span_t *last = opt->num_spans > 0 ? &opt->spans[opt->num_spans - 1] : NULL;
+            if (last != NULL && last->decay == tensors[k].decay && last->end == sa)
+                last->end = sb;
+            else
+                opt->spans[opt->num_spans++] = (msr_adamw_span_t){sa, sb, tensors[k].decay};
+        }
+        base += hi - lo;
+    }
+    *opt_p = opt;
+    return MSR_OK;
+
+err_free:
+    msr_adamw_destroy(opt);
+err_no_memory:
+    MSR_ERROR("adamw: out of memory for %zu moments", 2 * count);
+    return MSR_ERR_NO_MEMORY;
+}
+
+void msr_adamw_destroy(msr_adamw_t *opt)
+{
+    if (opt == NULL)
+        return;
+    msr_free(opt->spans);
+    msr_free(opt->v);
+    msr_free(opt->m);
+    msr_free(opt);
+}
+
+void msr_adamw_begin(msr_adamw_t *opt, float lr, float grad_scale)
+{
+    const msr_adamw_config_t *c = &opt->cfg;
+    opt->t++;
+    double bc1 = 1.0 - pow(c->beta1, (double)opt->t);
+    double bc2 = 1.0 - pow(c->beta2, (double)opt->t);
+    opt->step_size = (float)((double)lr / bc1);
+    opt->bc2_sqrt = (float)sqrt(bc2);
+    opt->decay_keep = (float)(1.0 - (double)lr * c->weight_decay);
+    opt->grad_scale = grad_scale;
+}
+
+void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *params,
+                            const float *grads)
+{
+    const msr_adamw_config_t *c = &opt->cfg;
+    float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+    float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
+    float step_size = opt->step_size, bc2_sqrt = opt->bc2_sqrt, grad_scale = opt->grad_scale;
+    float *m = opt->m, *v = opt->v;
+    size_t end = off + n;
+    for (int s = 0; s < opt->num_spans; s++) {
+        const msr_adamw_span_t *sp = &opt->spans[s];
+        size_t a = MSR_MAX(sp->begin, off), b = MSR_MIN(sp->end, end);
+        if (a >= b)
+            continue;
+        float keep = sp->decay ? opt->decay_keep : 1.0f;
+        float *p = params + (a - off), *mm = m + a, *vv = v + a;
+        const float *gr = grads + (a - off);
+        for (size_t i = 0; i < b - a; i++) {
+            float g = gr[i] * grad_scale;
+            mm[i] = mm[i] * b1 + one_b1 * g;
+            vv[i] = vv[i] * b2 + one_b2 * g * g;
+            float denom = sqrtf(vv[i]) / bc2_sqrt + eps;
+            p[i] = p[i] * keep - step_size * mm[i] / denom;
+        }
+    }
+}
+
+void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float lr,
+                      float grad_scale)
+{
+    msr_adamw_begin(opt, lr, grad_scale);
+    msr_adamw_update_range(opt, 0, opt->count, params, grads);
+}
+
+double msr_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+float msr_clip_scale(double norm, float max_norm)
+{
+    if (!(max_norm > 0.0f))
+        return 1.0f;
+    double coef = (double)max_norm / (norm + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f;
+}

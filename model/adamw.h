@@ -1,0 +1,104 @@
+/* AdamW with decoupled weight decay, over one slice of the flat parameter
+ * buffer, and the global gradient norm for clipping.
+ *
+ * The optimizer owns the moments m and v of a list of flat ranges, laid end
+ * to end in its "shard space": the whole buffer [0, P) in plain data
+ * parallel, a rank's pieces of every bucket under ZeRO (parallel/dp.h).
+ * Updates are elementwise, so a shard updates exactly as the same elements
+ * of the whole would; which elements decay comes from the model's tensor
+ * table (matrices decay, biases and norm weights do not), so a shard may cut
+ * through a tensor. The update follows torch.optim.AdamW:
+ *
+ *   p *= 1 - lr * wd                   (decaying tensors only)
+ *   m  = b1 m + (1 - b1) g
+ *   v  = b2 v + (1 - b2) g^2
+ *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *
+ * Hyperparameters are doubles and the per-step constants are rounded to
+ * float once, as torch does with its Python-float arguments.
+ *
+ * Not thread-safe: one thread per optimizer. */
+#ifndef MSR_MODEL_ADAMW_H
+#define MSR_MODEL_ADAMW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "model/gpt.h"
+
+typedef struct msr_adamw_config {
+    double beta1;        /* 0.9 */
+    double beta2;        /* 0.95 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 0.1, on decaying tensors */
+} msr_adamw_config_t;
+
+/* A run of owned elements that share a weight-decay flag. */
+typedef struct msr_adamw_span {
+    size_t begin, end; /* [begin, end) in the shard space */
+    int decay;
+} msr_adamw_span_t;
+
+/* Flat elements [lo, hi). */
+typedef struct msr_adamw_range {
+    size_t lo, hi;
+} msr_adamw_range_t;
+
+typedef struct msr_adamw {
+    msr_adamw_config_t cfg;
+    size_t lo, hi; /* the first range's lo and the last range's hi */
+    size_t count;  /* owned elements: the size of the shard space */
+    float *m;      /* (count) first moments */
+    float *v;      /* (count) second moments */
+    uint64_t t;    /* steps taken */
+    int num_spans;
+    msr_adamw_span_t *spans; /* cover [0, count) in order */
+    /* this step's constants (msr_adamw_begin) */
+    float step_size, bc2_sqrt, decay_keep, grad_scale;
+} msr_adamw_t;
+
+/* Creates an optimizer for flat elements [lo, hi) of a buffer laid out as
+ * tensors[0..n) (the model's table), moments zero, t = 0. Errors:
+ * MSR_ERR_INVALID_ARG (an empty or out-of-range slice, bad hyperparameters;
+ * logged), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_adamw_create(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors, int n,
+                              size_t lo, size_t hi, msr_adamw_t **opt_p);
+
+/* The same for a list of nranges increasing, disjoint, non-empty flat
+ * ranges, which follow each other in the shard space (range k's elements
+ * come after range k-1's). nranges may be 0 (a rank that owns nothing):
+ * then every update is empty. Errors as msr_adamw_create. */
+msr_status_t msr_adamw_create_ranges(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors,
+                                     int n, const msr_adamw_range_t *ranges, int nranges,
+                                     msr_adamw_t **opt_p);
+void msr_adamw_destroy(msr_adamw_t *opt);
+
+/* One step (t += 1) over every owned element. params and grads are in the
+ * shard space (element i is shard element i: for one range [lo, hi), the
+ * whole buffer + lo). Every gradient is multiplied by grad_scale first (the
+ * clipping factor of msr_clip_scale, 1 for none); lr is this step's
+ * learning rate. Same as msr_adamw_begin + msr_adamw_update_range over
+ * [0, count). */
+void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float lr,
+                      float grad_scale);
+
+/* A step in pieces, for parameters and gradients that do not sit in one
+ * array (ZeRO-1 and 2 update in the full parameter buffer): begin counts the
+ * step (t += 1) and fixes its constants; then update_range updates shard
+ * elements [off, off + n), params[i] and grads[i] being element off + i.
+ * Every element must be updated exactly once per step. */
+void msr_adamw_begin(msr_adamw_t *opt, float lr, float grad_scale);
+void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *params,
+                            const float *grads);
+
+/* The sum of squares of x (n), in double and in index order. The global
+ * gradient norm is sqrt of the sum of every shard's msr_sumsq. */
+double msr_sumsq(const float *x, size_t n);
+
+/* The factor that brings a gradient of global norm `norm` within max_norm,
+ * as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6));
+ * 1 when max_norm <= 0 (no clipping). */
+float msr_clip_scale(double norm, float max_norm);
+
+#endif

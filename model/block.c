@@ -1,0 +1,228 @@
+/* One transformer block, forward and backward (see block.h). */
+#include "model/block.h"
+
+#include <string.h>
+
+#include "model/layers.h"
+
+static msr_status_t enter(const msr_block_t *b, const float *x, float *gbuf, const float **out_p)
+{
+    if (b->comm == NULL || b->comm->enter == NULL) {
+        *out_p = x;
+        return MSR_OK;
+    }
+    return b->comm->enter(b->comm->arg, x, gbuf, out_p);
+}
+
+static msr_status_t reduce(const msr_block_t *b, float *full, float *local, float **out_p)
+{
+    if (b->comm == NULL || b->comm->reduce == NULL) {
+        *out_p = full;
+        return MSR_OK;
+    }
+    return b->comm->reduce(b->comm->arg, full, local, out_p);
+}
+
+static msr_status_t poll(const msr_block_t *b)
+{
+    if (b->comm == NULL || b->comm->poll == NULL)
+        return MSR_OK;
+    return b->comm->poll(b->comm->arg);
+}
+
+static void add_bias(float *x, const float *bias, size_t N, int C)
+{
+    for (size_t n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            x[n * (size_t)C + c] += bias[c];
+}
+
+static void add_colsum(float *db, const float *d, size_t N, int C)
+{
+    for (size_t n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            db[c] += d[n * (size_t)C + c];
+}
+
+/* out (Nl,C) = x + the row-parallel layer's output in proj (N,C), reduced
+ * over tp, plus its bias (in the matmul already at tp = 1). */
+static msr_status_t residual(const msr_block_t *b, float *out, const float *x, const float *bias)
+{
+    float *r;
+    msr_status_t st = reduce(b, b->proj, b->projl, &r);
+    if (st != MSR_OK)
+        return st;
+    if (b->tp > 1)
+        add_bias(r, bias, b->Nl, b->C);
+    msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
+    return poll(b);
+}
+
+/* x + attn(ln1(x)) */
+static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 msr_gpt_block_acts_t *a, const float *x)
+{
+    int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
+    const float *in;
+    msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, (int)b->Nl, C);
+    msr_status_t st = enter(b, a->ln1, b->gat, &in);
+    if (st != MSR_OK)
+        return st;
+    msr_matmul_forward(a->qkv, in, p->qkvw, p->qkvb, N, C, 3 * b->Cl);
+    if ((st = poll(b)) != MSR_OK)
+        return st;
+    if (b->comm != NULL && b->comm->attend != NULL)
+        st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
+    else
+        msr_attention_forward(a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
+    if (st != MSR_OK || (st = poll(b)) != MSR_OK)
+        return st;
+    msr_matmul_forward(b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl, C);
+    return residual(b, a->res2, x, p->attprojb);
+}
+
+/* res2 + mlp(ln2(res2)) */
+static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                msr_gpt_block_acts_t *a)
+{
+    int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
+    const float *in;
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
+                          C);
+    msr_status_t st = enter(b, a->ln2, b->gat, &in);
+    if (st != MSR_OK)
+        return st;
+    msr_matmul_forward(a->fch, in, p->fcw, p->fcb, N, C, b->Hl);
+    if ((st = poll(b)) != MSR_OK)
+        return st;
+    msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
+    msr_matmul_forward(b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl, C);
+    return residual(b, a->res3, a->res2, p->fcprojb);
+}
+
+msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                               msr_gpt_block_acts_t *a, const float *x)
+{
+    msr_status_t st = attn_forward(b, p, a, x);
+    return st != MSR_OK ? st : mlp_forward(b, p, a);
+}
+
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x)
+{
+    return attn_forward(b, p, a, x);
+}
+
+/* The row-parallel projection's backward: its output gradient dres (Nl,C)
+ * enters as is (gathered under sp); din (N,IC) = its input's gradient. */
+static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, float *db,
+                                  const float *dres, const float *in, const float *w, int IC)
+{
+    const float *dfull;
+    msr_status_t st = enter(b, dres, b->dgat, &dfull);
+    if (st != MSR_OK)
+        return st;
+    memset(din, 0, b->N * (size_t)IC * sizeof(float));
+    msr_matmul_backward(din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC, b->C);
+    if (b->tp > 1)
+        add_colsum(db, dres, b->Nl, b->C);
+    return poll(b);
+}
+
+/* The column-parallel layer's backward (weight w (OC,C), input ln (Nl,C)
+ * gathered), then the layernorm's: dres (Nl,C) += the gradient of the
+ * layernorm's input x. */
+static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float *dout, int OC,
+                                  const float *ln, const float *w, float *dw, float *db,
+                                  const float *x, const float *lnw, float *dlnw, float *dlnb,
+                                  const float *mean, const float *rstd)
+{
+    const float *in;
+    float *dl;
+    msr_status_t st = enter(b, ln, b->gat, &in);
+    if (st != MSR_OK)
+        return st;
+    memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
+    msr_matmul_backward(b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
+    if ((st = poll(b)) != MSR_OK || (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+        return st;
+    msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+    return MSR_OK;
+}
+
+msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                const float *x, float *dres)
+{
+    size_t NH = b->N * (size_t)b->Hl;
+    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
+     * skip, and is the gradient of the MLP's output */
+    msr_status_t st = proj_backward(b, b->dfch_gelu, g->fcprojw, g->fcprojb, dres, a->fch_gelu,
+                                    p->fcprojw, b->Hl);
+    if (st != MSR_OK)
+        return st;
+    memset(b->dfch, 0, NH * sizeof(float));
+    msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
+    st = norm_backward(b, dres, b->dfch, b->Hl, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
+                       g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
+    if (st != MSR_OK)
+        return st;
+    /* now dres = d res2 */
+    return msr_block_attn_backward(b, p, g, a, x, dres);
+}
+
+msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                     const float *x, float *dres)
+{
+    /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
+    msr_status_t st =
+        proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
+    if (st != MSR_OK)
+        return st;
+    memset(b->dqkv, 0, b->N * 3 * (size_t)b->Cl * sizeof(float));
+    if (b->comm != NULL && b->comm->attend_backward != NULL)
+        st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
+    else
+        msr_attention_backward(b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T, b->Cl,
+                               b->NHl);
+    if (st != MSR_OK || (st = poll(b)) != MSR_OK)
+        return st;
+    /* dres = d x */
+    return norm_backward(b, dres, b->dqkv, 3 * b->Cl, a->ln1, p->qkvw, g->qkvw, g->qkvb, x, p->ln1w,
+                         g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
+}
+
+msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg)
+{
+    const float *in;
+    float *r;
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
+                          b->C);
+    msr_status_t st = enter(b, a->ln2, b->gat, &in);
+    if (st != MSR_OK || (st = mlp(arg, in, b->proj)) != MSR_OK ||
+        (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
+        return st;
+    msr_residual_forward(a->res3, a->res2, r, b->Nl * (size_t)b->C);
+    return poll(b);
+}
+
+msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres)
+{
+    const float *dfull, *in;
+    float *dl;
+    /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 through the skip */
+    msr_status_t st = enter(b, dres, b->dgat, &dfull);
+    if (st != MSR_OK || (st = enter(b, a->ln2, b->gat, &in)) != MSR_OK)
+        return st;
+    memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
+    if ((st = mlp_backward(arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
+        (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+        return st;
+    msr_layernorm_backward(dres, g->ln2w, g->ln2b, dl, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd,
+                           (int)b->Nl, b->C);
+    return MSR_OK;
+}

@@ -1,0 +1,112 @@
+/* One transformer block, forward and backward, written once: the whole
+ * model (gpt.c) runs it with tp = 1 and no communication, model parallel
+ * (mp.c) on a tensor-parallel rank's slice with its collectives between the
+ * layers (Megatron's split, see mp.h). N = B*T token rows; Nl the rows held
+ * outside the tensor-parallel layers (N, or N/tp under sequence parallel):
+ *
+ *   x (Nl,C) -> ln1 -> enter -> qkv (N,3Cl) -> attention (N,Cl) -> attproj
+ *     (N,C) -> reduce -> + attprojb -> res2 (Nl,C) = x + that
+ *   res2 -> ln2 -> enter -> fc (N,Hl) -> gelu -> fcproj (N,C) -> reduce
+ *     -> + fcprojb -> res3 (Nl,C) = res2 + that: the block's output
+ *
+ * enter brings a column-parallel layer's input to every rank (identity, or
+ * an allgather along the sequence), reduce sums a row-parallel layer's
+ * partial outputs (identity at tp = 1, an allreduce, or a reduce-scatter
+ * along the sequence); backward runs their conjugates. attention is the
+ * causal kernel on the rank's sequence, or under context parallel the
+ * attend hook (ring attention over the cp group, see mp.h). At tp = 1 the biases
+ * of the row-parallel layers go into their matmuls; with tp > 1 they are
+ * added once after the reduction. Bitwise the same at tp = 1 whatever the
+ * caller. Not thread-safe: one thread drives a block's buffers. */
+#ifndef MSR_MODEL_BLOCK_H
+#define MSR_MODEL_BLOCK_H
+
+#include <stddef.h>
+
+#include "msrun/base.h"
+#include "model/gpt.h"
+
+/* The communication between the layers of a tensor-parallel block. A NULL
+ * table (or member) is tp = 1: enter and reduce hand back their input,
+ * poll does nothing. A failure stops the pass and its status is returned. */
+typedef struct msr_block_comm {
+    void *arg;
+    /* *out_p = x (Nl,C) itself, or gathered into gbuf (N,C). */
+    msr_status_t (*enter)(void *arg, const float *x, float *gbuf, const float **out_p);
+    /* The sum over tp of full (N,C): *out_p = full (in place) or local
+     * (Nl,C) holding this rank's rows of it. full is left unspecified. */
+    msr_status_t (*reduce)(void *arg, float *full, float *local, float **out_p);
+    /* Called between the kernels, so that communication in flight (data
+     * parallel's buckets) makes progress while the block computes. */
+    msr_status_t (*poll)(void *arg);
+    /* Context parallel: attention of this rank's queries over the whole
+     * sequence (ring attention). out (N,Cl) from qkv (N,3Cl); att gets what
+     * backward needs (the logsumexp, (N,NHl)). NULL: the causal attention
+     * kernel on the rank's own (B,T) sequence, att (B,NHl,T,T). */
+    msr_status_t (*attend)(void *arg, float *out, float *att, const float *qkv);
+    /* Its backward: dqkv (N,3Cl) += from dout (N,Cl), given forward's
+     * qkv, out and att. */
+    msr_status_t (*attend_backward)(void *arg, float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *att);
+} msr_block_comm_t;
+
+/* A block's shape on this rank and the work space its passes share. */
+typedef struct msr_block {
+    int B, T, C;                  /* micro-batch, sequence, channels */
+    int tp;                       /* tensor-parallel degree: 1 for the whole block */
+    int NHl, Cl, Hl;              /* this rank's heads, their width C/tp, MLP width 4C/tp */
+    size_t N, Nl;                 /* token rows, rows held outside the tp layers */
+    const msr_block_comm_t *comm; /* NULL: tp = 1 */
+    float *proj, *projl;          /* (N,C) a projection before its reduction, (Nl,C) */
+    float *gat, *dgat;            /* (N,C) gathered input and gradient (sequence parallel) */
+    float *dln, *dlnl;            /* (N,C) a layernorm output's gradient, (Nl,C) reduced */
+    float *dqkv, *datty;          /* (N,3Cl), (N,Cl) */
+    float *dfch, *dfch_gelu;      /* (N,Hl) */
+    float *datt;                  /* (T,T) attention backward scratch */
+} msr_block_t;
+
+/* Forward of the block with parameters p on input x (Nl,C): fills a, whose
+ * res3 (Nl,C) is the output. */
+msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                               msr_gpt_block_acts_t *a, const float *x);
+
+/* Backward: dres (Nl,C), the gradient of the block's output, becomes the
+ * gradient of its input x; g (same layout as p) += the parameters'
+ * gradients. a is what forward kept. */
+msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                const float *x, float *dres);
+
+/* The block's first half alone, for a block whose MLP is another's (a
+ * Mixture-of-Experts block, model/moe.h): a->res2 (Nl,C) = x +
+ * attn(ln1(x)). */
+msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    msr_gpt_block_acts_t *a, const float *x);
+
+/* Its backward: dres (Nl,C), the gradient of res2, becomes the gradient of
+ * x; g's attention half +=. */
+msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                     const float *x, float *dres);
+
+/* A block whose MLP is the caller's (a Mixture-of-Experts block under
+ * model parallel): res3 = res2 + reduce(mlp(enter(ln2(res2)))). mlp gets
+ * the MLP's input in (N,C), entered like a column-parallel layer's
+ * (gathered under sequence parallel), and writes out (N,C), a partial sum
+ * over tp that is reduced like a row-parallel layer's output (no bias is
+ * added: mlp adds its own). Call after msr_block_attn_forward. */
+typedef msr_status_t (*msr_block_mlp_t)(void *arg, const float *in, float *out);
+msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg);
+
+/* Its backward: dres (Nl,C), the gradient of res3, becomes that of res2;
+ * mlp_backward gets the MLP's input in (N,C) again, dout (N,C) (dres
+ * entered) and adds its partial input gradient to din (N,C), which is
+ * reduced over tp before the layernorm's backward; g's ln2 +=. */
+typedef msr_status_t (*msr_block_mlp_backward_t)(void *arg, const float *in, const float *dout,
+                                                 float *din);
+msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres);
+
+#endif

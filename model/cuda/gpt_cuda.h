@@ -1,0 +1,138 @@
+/* The reference model (model/gpt.h) on a CUDA GPU: the same shape, the
+ * same flat parameter layout (so a checkpoint or a CPU model's parameters
+ * load as they are), the same forward and backward in fp32, with cuBLAS for
+ * the matrix products (TF32 off) and plain CUDA kernels for the rest
+ * (gpt_cuda.cu), and AdamW on the device.
+ *
+ * Parameters, gradients and AdamW's moments each live in one device buffer
+ * of num_params floats laid out as the CPU model's flat buffers; activations
+ * in one more. Every call queues its work on the model's stream and, where
+ * it returns host values (the loss, a norm), waits for it.
+ *
+ * No CUDA type crosses this header, so C code (the trainer, train_gpt, the
+ * tests) uses it without CUDA's headers. It exists only in builds with CUDA
+ * (MSRUN_HAVE_CUDA). Errors: MSR_ERR_UNSUPPORTED (no usable device),
+ * MSR_ERR_NO_MEMORY (device or pinned memory), MSR_ERR_BACKEND (a CUDA or
+ * cuBLAS call failed: logged with its name and message), MSR_ERR_INVALID_ARG
+ * (sizes, tokens out of range; logged). After MSR_ERR_BACKEND the model is
+ * to be destroyed.
+ *
+ * Not thread-safe: one thread drives a model, and that thread's current
+ * device must be the model's (msr_cuda_gpt_create makes it so). */
+#ifndef MSR_MODEL_CUDA_GPT_CUDA_H
+#define MSR_MODEL_CUDA_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "model/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct msr_cuda_gpt msr_cuda_gpt_t;
+
+/* The number of CUDA devices this process sees, into *count_p. Fails with
+ * MSR_ERR_UNSUPPORTED only where this machine has no GPU (no device, none
+ * visible, no driver installed), and with MSR_ERR_BACKEND on any other
+ * CUDA error (a driver too old for the runtime, say): the GPU tests skip on
+ * the first and fail on the second. The reason is in the error text
+ * (base/err.h), not logged. */
+msr_status_t msr_cuda_device_count(int *count_p);
+
+/* Creates a model of shape cfg on `device` (made the calling thread's
+ * current device) for up to max_batch sequences of cfg->max_seq tokens.
+ * Parameters, gradients and moments start at zero. tensors (n entries) is
+ * the CPU model's table (msr_gpt_t.tensors: its layout and which tensors
+ * decay), copied. */
+msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max_batch, int device,
+                                 const msr_gpt_tensor_t *tensors, int n, msr_cuda_gpt_t **model_p);
+void msr_cuda_gpt_destroy(msr_cuda_gpt_t *model);
+
+size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *model);
+
+/* Device memory the model holds, in bytes. */
+size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *model);
+
+/* The model's stream (a cudaStream_t): device communicators are pointed at
+ * it (msr_comm_set_stream) so their operations queue behind backward. */
+void *msr_cuda_gpt_stream(msr_cuda_gpt_t *model);
+
+/* The device gradient buffer (num_params floats), for the data-parallel
+ * allreduce; ordered on the model's stream. */
+float *msr_cuda_gpt_grads_device(msr_cuda_gpt_t *model);
+
+/* Copies between host arrays of num_params floats and the device buffers:
+ * parameters in and out, gradients and moments out (for tests and
+ * checkpoints). Each waits until the copy is done. */
+msr_status_t msr_cuda_gpt_set_params(msr_cuda_gpt_t *model, const float *host);
+msr_status_t msr_cuda_gpt_get_params(msr_cuda_gpt_t *model, float *host);
+msr_status_t msr_cuda_gpt_get_grads(msr_cuda_gpt_t *model, float *host);
+/* Moments m and v in, and out (each num_params floats). */
+msr_status_t msr_cuda_gpt_set_moments(msr_cuda_gpt_t *model, const float *m, const float *v);
+msr_status_t msr_cuda_gpt_get_moments(msr_cuda_gpt_t *model, float *m, float *v);
+
+/* Sets every gradient to zero (queued). */
+msr_status_t msr_cuda_gpt_zero_grad(msr_cuda_gpt_t *model);
+
+/* As msr_gpt_forward without hooks: inputs and targets (B,T) are host
+ * arrays (checked, then copied); with targets, *loss_p gets the mean token
+ * loss (the per-token losses summed in double in index order on the host,
+ * as the CPU model does), and backward may follow. */
+msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *model, const int *inputs, const int *targets,
+                                  int B, int T, double *loss_p);
+
+/* The logits (B,T,V) of the last forward into host (B*T*V floats);
+ * MSR_ERR_STATE before any forward. */
+msr_status_t msr_cuda_gpt_get_logits(msr_cuda_gpt_t *model, float *host);
+
+/* As msr_gpt_backward: adds dloss times the gradient of the last forward's
+ * summed token losses to the gradients (queued). MSR_ERR_STATE without a
+ * forward with targets before. */
+msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *model, float dloss);
+
+/* Called by msr_cuda_gpt_backward_ex once segment s's gradients are final
+ * for this backward, as far as the host can tell: the work that finishes
+ * them is queued on the model's stream (msr_cuda_gpt_order makes another
+ * stream wait for it). Order: L + 1, L, ..., 1, 0, as the CPU model's
+ * grads_ready hook (model/gpt.h). A failure stops the backward. */
+typedef msr_status_t (*msr_cuda_ready_fn)(void *arg, int seg);
+
+/* msr_cuda_gpt_backward, calling ready (if not NULL) as each segment's
+ * gradients are queued complete. */
+msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *model, float dloss, msr_cuda_ready_fn ready,
+                                      void *arg);
+
+/* Segment s's flat elements [*offset_p, *offset_p + *count_p) (0
+ * embeddings, 1 + l block l, L + 1 the final norm). */
+void msr_cuda_gpt_segment(const msr_cuda_gpt_t *model, int s, size_t *offset_p, size_t *count_p);
+
+/* Makes stream (a cudaStream_t of the model's device) wait, on the device,
+ * for everything queued on the model's stream so far; the host does not
+ * wait. */
+msr_status_t msr_cuda_gpt_order(msr_cuda_gpt_t *model, void *stream);
+
+/* The sum of squares of the gradients (each summed in double on the
+ * device, blocks summed in a fixed order on the host), waiting for it. */
+msr_status_t msr_cuda_gpt_grad_sumsq(msr_cuda_gpt_t *model, double *sumsq_p);
+
+/* One AdamW step over the whole buffer with the constants of adamw.h
+ * (step_size = lr / (1 - b1^t), bc2_sqrt = sqrt(1 - b2^t), decay_keep =
+ * 1 - lr * wd for decaying tensors), gradients scaled by grad_scale first:
+ * the update of msr_adamw_update_range, element by element (queued). */
+typedef struct msr_cuda_adamw_step {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float step_size, bc2_sqrt, decay_keep, grad_scale;
+} msr_cuda_adamw_step_t;
+msr_status_t msr_cuda_gpt_adamw(msr_cuda_gpt_t *model, const msr_cuda_adamw_step_t *s);
+
+/* Waits for everything queued on the model's stream. */
+msr_status_t msr_cuda_gpt_sync(msr_cuda_gpt_t *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,183 @@
+/* Data sets (a file's bytes or the generated corpus) and the sampler. */
+#include "model/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "model/rng.h"
+
+#define DATA_STREAM   0x64617461ULL /* the sampler's RNG stream */
+#define CORPUS_STREAM 0x636f7270ULL /* the corpus generator's */
+
+msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p)
+{
+    msr_status_t st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        st = msr_status_from_errno(errno);
+        MSR_ERROR("data: cannot open %s: %s", path, strerror(errno));
+        return st;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = msr_status_from_errno(errno);
+        MSR_ERROR("data: cannot stat %s: %s", path, strerror(errno));
+        goto err_close;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size < 2) {
+        MSR_ERROR("data: %s is not a regular file of at least 2 bytes", path);
+        st = MSR_ERR_INVALID_ARG;
+        goto err_close;
+    }
+    msr_dataset_t *ds = msr_calloc(1, sizeof *ds);
+    if (ds == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        st = msr_status_from_errno(errno);
+        MSR_ERROR("data: cannot map %s (%lld bytes): %s", path, (long long)sb.st_size,
+                  strerror(errno));
+        goto err_free;
+    }
+    close(fd);
+    ds->bytes = map;
+    ds->size = (size_t)sb.st_size;
+    ds->mapped = ds->size;
+    snprintf(ds->origin, sizeof ds->origin, "%s", path);
+    *ds_p = ds;
+    return MSR_OK;
+
+err_free:
+    msr_free(ds);
+err_close:
+    close(fd);
+    return st;
+}
+
+/* ---- the generated corpus ---- */
+
+static const char *const subjects[] = {
+    "the cat",     "a dog",         "the old man", "my sister",   "the small bird", "a farmer",
+    "the teacher", "our neighbour", "the child",   "a sailor",    "the baker",      "my friend",
+    "the queen",   "a student",     "the fox",     "the captain",
+};
+static const char *const verbs[] = {
+    "sees",  "likes", "finds",  "carries", "paints", "follows", "helps", "watches",
+    "wants", "buys",  "builds", "moves",   "cleans", "draws",   "opens", "keeps",
+};
+static const char *const objects[] = {
+    "a red ball",    "the green door",  "an apple",       "the river",
+    "a tall tree",   "the blue box",    "a little boat",  "the garden",
+    "a warm coat",   "the white house", "a new book",     "the long road",
+    "a heavy stone", "the yellow cup",  "a wooden chair", "the market",
+};
+static const char *const places[] = {
+    "in the morning", "every day",      "near the river", "after the rain", "with great care",
+    "before dinner",  "in the evening", "at the market",  "on the hill",    "without a word",
+};
+static const char *const numbers[] = {"one", "two",   "three", "four", "five",
+                                      "six", "seven", "eight", "nine", "ten"};
+
+#define PICK(list, r) list[(r) % (sizeof(list) / sizeof((list)[0]))]
+
+/* Appends printf-formatted text to out (capacity cap, *len filled), cut at
+ * cap. */
+__attribute__((format(printf, 4, 5))) static void append(char *out, size_t cap, size_t *len,
+                                                         const char *fmt, ...)
+{
+    char line[160];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t m = MSR_MIN((size_t)n, sizeof line - 1);
+    m = MSR_MIN(m, cap - *len);
+    memcpy(out + *len, line, m);
+    *len += m;
+}
+
+msr_status_t msr_dataset_generate(uint64_t seed, size_t size, msr_dataset_t **ds_p)
+{
+    if (size < 2) {
+        MSR_ERROR("data: a generated corpus needs at least 2 bytes, not %zu", size);
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_dataset_t *ds = msr_calloc(1, sizeof *ds);
+    char *text = msr_malloc(size);
+    if (ds == NULL || text == NULL) {
+        msr_free(text);
+        msr_free(ds);
+        MSR_ERROR("data: out of memory for a %zu-byte corpus", size);
+        return MSR_ERR_NO_MEMORY;
+    }
+    size_t len = 0;
+    uint64_t k = 0;
+    while (len < size) {
+        uint64_t r = msr_rng_u64(seed, CORPUS_STREAM, k++);
+        unsigned kind = (unsigned)(r % 8);
+        r >>= 3;
+        if (kind < 5) { /* a sentence, sometimes with a place or time */
+            append(text, size, &len, "%s %s %s%s%s. ", PICK(subjects, r & 0xff),
+                   PICK(verbs, (r >> 8) & 0xff), PICK(objects, (r >> 16) & 0xff),
+                   kind < 3 ? " " : "", kind < 3 ? PICK(places, (r >> 24) & 0xff) : "");
+        } else if (kind < 7) { /* a sum of two small numbers */
+            unsigned a = (unsigned)(r % 50), b = (unsigned)((r >> 8) % 50);
+            append(text, size, &len, "%u plus %u is %u. ", a, b, a + b);
+        } else { /* counting, then the end of a paragraph */
+            unsigned n = 3 + (unsigned)((r >> 8) % 5), from = (unsigned)(r % (11 - n));
+            for (unsigned i = 0; i < n; i++)
+                append(text, size, &len, "%s%s", numbers[from + i], i + 1 < n ? " " : ".\n");
+        }
+    }
+    ds->owned = text;
+    ds->bytes = (const uint8_t *)text;
+    ds->size = size;
+    snprintf(ds->origin, sizeof ds->origin, "generated corpus (seed %llu, %zu bytes)",
+             (unsigned long long)seed, size);
+    *ds_p = ds;
+    return MSR_OK;
+}
+
+void msr_dataset_destroy(msr_dataset_t *ds)
+{
+    if (ds == NULL)
+        return;
+    if (ds->mapped > 0)
+        munmap((void *)ds->bytes, ds->mapped);
+    msr_free(ds->owned);
+    msr_free(ds);
+}
+
+/* ---- the sampler ---- */
+
+size_t msr_sampler_offset(const msr_sampler_t *s, size_t ds_size, int T, uint64_t k)
+{
+    return (size_t)msr_rng_below(msr_rng_u64(s->seed, DATA_STREAM, k), ds_size - (size_t)T);
+}
+
+void msr_sampler_fill(const msr_sampler_t *s, const msr_dataset_t *ds, int T, uint64_t first, int n,
+                      int *inputs, int *targets)
+{
+    for (int r = 0; r < n; r++) {
+        size_t o = msr_sampler_offset(s, ds->size, T, s->position + first + (uint64_t)r);
+        const uint8_t *w = ds->bytes + o; /* (T + 1) */
+        int *in = inputs + (size_t)r * T, *tg = targets + (size_t)r * T;
+        for (int t = 0; t < T; t++) {
+            in[t] = w[t];
+            tg[t] = w[t + 1];
+        }
+    }
+}

@@ -1,0 +1,153 @@
+/* The transformer's layer kernels, forward and backward, on plain arrays.
+ *
+ * Every kernel works on row-major tensors whose shapes are written beside
+ * them: N is the number of token rows (B * T), C the channels. Backward
+ * kernels ACCUMULATE (+=) into every gradient they produce, inputs' and
+ * parameters' alike, so the caller zeroes gradient buffers once and residual
+ * branches add up by themselves. Each kernel sums in a fixed order, so the
+ * same inputs give bitwise the same outputs (given the same BLAS and thread
+ * count).
+ *
+ * The kernels take their sizes as arguments and never allocate, so a tensor-
+ * parallel layer can call them on its slice (fewer heads, a column block of a
+ * weight) and a recomputing layer can call the forward again in backward.
+ *
+ * Each kernel exists twice, compiled from one body (layers_impl.h): in float
+ * (msr_<kernel>, what the model runs) and in double (msr_<kernel>_f64, what
+ * the gradient tests compare against finite differences). Thread-safe: they
+ * touch only their arguments. */
+#ifndef MSR_MODEL_LAYERS_H
+#define MSR_MODEL_LAYERS_H
+
+#include <stddef.h>
+
+/* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
+#define MSR_LAYERNORM_EPS 1e-5
+
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:].
+ * out (B,T,C), inp (B,T) tokens in [0, V), wte (V,C), wpe (maxT,C), T <= maxT. */
+void msr_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                         int T, int C);
+/* dwte (V,C) += and dwpe (maxT,C) += the rows of dout (B,T,C). */
+void msr_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                          int C);
+
+/* out = (inp - mean) * rstd * weight + bias, per row.
+ * out (N,C), mean (N), rstd (N) (kept for backward), inp (N,C), weight (C), bias (C). */
+void msr_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C);
+/* dinp (N,C) +=, dweight (C) +=, dbias (C) +=. */
+void msr_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+
+/* out = inp @ weight^T + bias, as torch.nn.Linear.
+ * out (N,OC), inp (N,IC), weight (OC,IC), bias (OC) or NULL. */
+void msr_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int IC, int OC);
+/* dinp (N,IC) += dout @ weight, dweight (OC,IC) += dout^T @ inp, dbias (OC) +=
+ * the column sums of dout (N,OC); dbias may be NULL. */
+void msr_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int IC, int OC);
+
+/* Causal multi-head self-attention on packed q, k, v.
+ * out (B,T,C), att (B,NH,T,T) the softmax of each query row (zero above the
+ * diagonal; kept for backward), qkv (B,T,3C) laid out [q | k | v] with head h
+ * in columns [h*HS, (h+1)*HS) of each, HS = C / NH. C is the total width of
+ * the heads given here (a tensor-parallel rank passes its own heads). */
+void msr_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) +=. scratch: T*T floats of work space. */
+void msr_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int C, int NH);
+
+/* Ring attention (context parallel, parallel/mp.h): causal attention of a
+ * rank's queries computed one block of keys and values at a time, the
+ * blocks in any order, with the causal mask taken from global positions.
+ * Per sequence and for NH heads of width HS = C / NH:
+ *   q (Tq,C) with row stride ldq, qpos (Tq) the queries' global positions;
+ *   k, v (Tk,C) with row stride ldk, kpos (Tk) the keys' positions;
+ *   acc (Tq,C) the unnormalised output; mx, sum (Tq,NH) the running row
+ *   maxima and sums of exponentials (start: acc 0, mx -inf, sum 0).
+ * forward folds one block into acc, mx and sum (the online softmax);
+ * scratch: Tq*Tk. After the last block, finish turns acc into the output
+ * (in place: out may be acc) and leaves lse (Tq,NH) = mx + log(sum), all
+ * that backward needs besides q, k, v and the output. Every query must
+ * have seen at least one key by then (its own position does). */
+void msr_attention_ring_forward(float *acc, float *mx, float *sum, const float *q, int ldq,
+                                const int *qpos, int Tq, const float *k, const float *v, int ldk,
+                                const int *kpos, int Tk, int C, int NH, float *scratch);
+void msr_attention_ring_finish(float *out, float *lse, const float *mx, const float *sum, int Tq,
+                               int C, int NH);
+/* delta (Tq,NH) = the per-head row sums of dout * out, both (Tq,C): once
+ * per query block, before its backward steps. */
+void msr_attention_ring_delta(float *delta, const float *dout, const float *out, int Tq, int C,
+                              int NH);
+/* One block's backward: dq (Tq,C, stride ldq) +=, and dk, dv (Tk,C, stride
+ * ldk) += the block's share of the gradients; dout (Tq,C) the output's
+ * gradient. scratch: 2*Tq*Tk. Summing over every block gives the full
+ * attention's gradients. */
+void msr_attention_ring_backward(float *dq, int ldq, float *dk, float *dv, int ldk,
+                                 const float *dout, const float *q, const float *k, const float *v,
+                                 const float *lse, const float *delta, const int *qpos, int Tq,
+                                 const int *kpos, int Tk, int C, int NH, float *scratch);
+
+/* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n). */
+void msr_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp (n) += gelu'(inp) * dout. */
+void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b, all (n). Its backward adds dout to both gradients, which the
+ * model does by passing one buffer along (see gpt.c). */
+void msr_residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* Softmax and cross-entropy fused.
+ * losses (N) = -log softmax(logits)[target], probs (N,V) the softmax (kept for
+ * backward), logits (N,V), targets (N) in [0, V). */
+void msr_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
+                              int N, int V);
+/* dlogits (N,V) += (probs - onehot(target)) * dloss, where dloss is the
+ * gradient of the objective with respect to every token's loss (1 / (B*T)
+ * for a mean). */
+void msr_crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss,
+                               int N, int V);
+
+/* ---- the same kernels in double, for the gradient tests ---- */
+void msr_encoder_forward_f64(double *out, const int *inp, const double *wte, const double *wpe,
+                             int B, int T, int C);
+void msr_encoder_backward_f64(double *dwte, double *dwpe, const double *dout, const int *inp, int B,
+                              int T, int C);
+void msr_layernorm_forward_f64(double *out, double *mean, double *rstd, const double *inp,
+                               const double *weight, const double *bias, int N, int C);
+void msr_layernorm_backward_f64(double *dinp, double *dweight, double *dbias, const double *dout,
+                                const double *inp, const double *weight, const double *mean,
+                                const double *rstd, int N, int C);
+void msr_matmul_forward_f64(double *out, const double *inp, const double *weight,
+                            const double *bias, int N, int IC, int OC);
+void msr_matmul_backward_f64(double *dinp, double *dweight, double *dbias, const double *dout,
+                             const double *inp, const double *weight, int N, int IC, int OC);
+void msr_attention_forward_f64(double *out, double *att, const double *qkv, int B, int T, int C,
+                               int NH);
+void msr_attention_backward_f64(double *dqkv, double *scratch, const double *dout,
+                                const double *qkv, const double *att, int B, int T, int C, int NH);
+void msr_attention_ring_forward_f64(double *acc, double *mx, double *sum, const double *q, int ldq,
+                                    const int *qpos, int Tq, const double *k, const double *v,
+                                    int ldk, const int *kpos, int Tk, int C, int NH,
+                                    double *scratch);
+void msr_attention_ring_finish_f64(double *out, double *lse, const double *mx, const double *sum,
+                                   int Tq, int C, int NH);
+void msr_attention_ring_delta_f64(double *delta, const double *dout, const double *out, int Tq,
+                                  int C, int NH);
+void msr_attention_ring_backward_f64(double *dq, int ldq, double *dk, double *dv, int ldk,
+                                     const double *dout, const double *q, const double *k,
+                                     const double *v, const double *lse, const double *delta,
+                                     const int *qpos, int Tq, const int *kpos, int Tk, int C,
+                                     int NH, double *scratch);
+void msr_gelu_forward_f64(double *out, const double *inp, size_t n);
+void msr_gelu_backward_f64(double *dinp, const double *inp, const double *dout, size_t n);
+void msr_residual_forward_f64(double *out, const double *a, const double *b, size_t n);
+void msr_crossentropy_forward_f64(double *losses, double *probs, const double *logits,
+                                  const int *targets, int N, int V);
+void msr_crossentropy_backward_f64(double *dlogits, const double *probs, const int *targets,
+                                   double dloss, int N, int V);
+
+#endif

@@ -1,0 +1,194 @@
+/* Model parallel's plan (see mp.h): the names and checks of its settings,
+ * this rank's sizes and kept activations, the pipeline schedule. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "model/layers.h"
+#include "parallel/mp_impl.h"
+
+/* ---- names and checks ---- */
+
+static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved"};
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+int msr_mp_schedule_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, schedule_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int msr_mp_recompute_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, recompute_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *msr_mp_schedule_name(msr_mp_schedule_t s)
+{
+    return (unsigned)s < 3 ? schedule_names[s] : "?";
+}
+
+const char *msr_mp_recompute_name(msr_mp_recompute_t r)
+{
+    return (unsigned)r < 3 ? recompute_names[r] : "?";
+}
+
+msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
+{
+    msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks, cfg->stage_layers};
+    if (msr_gpt_part_check(model, &part) != MSR_OK)
+        return MSR_ERR_CONFIG;
+    if ((unsigned)cfg->schedule > MSR_MP_INTERLEAVED ||
+        (unsigned)cfg->recompute > MSR_MP_RECOMPUTE_FULL || cfg->micro_batch < 1 ||
+        cfg->micros < 1) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "schedule %d, recompute %d, micro-batch %d or %d micro-batches "
+                       "out of range",
+                       (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
+    }
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (cp > 1 && model->max_seq % (2 * cp) != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "context parallel: the sequence of %d does not divide into 2 x cp %d chunks",
+                       model->max_seq, cp);
+    }
+    if (cfg->sp && tp < 2) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "sequence parallel splits the sequence over tp ranks: it needs tp > 1");
+    }
+    if (cfg->sp && model->max_seq / cp % tp != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "sequence parallel: the sequence of %d does not divide among tp %d ranks%s",
+                       model->max_seq / cp, tp, cp > 1 ? " (the positions of one cp rank)" : "");
+    }
+    if (cfg->chunks > 1 && cfg->schedule != MSR_MP_INTERLEAVED) {
+        return msr_err(MSR_ERR_CONFIG, "%d virtual stages need the interleaved schedule",
+                       cfg->chunks);
+    }
+    if (cfg->schedule == MSR_MP_1F1B && cfg->micros < pp) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "1F1B needs at least as many micro-batches as stages: %d micro-batches "
+                       "(--grad-accum) for %d stages",
+                       cfg->micros, pp);
+    }
+    if (cfg->schedule == MSR_MP_INTERLEAVED && (pp < 2 || cfg->micros % pp != 0)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: "
+                       "%d micro-batches (--grad-accum) for %d stages",
+                       cfg->micros, pp);
+    }
+    if ((tp > 1 || pp > 1 || cp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "ZeRO stage %d is not supported with tensor, pipeline or context parallel "
+                       "(use 0, 1 or 2)",
+                       cfg->zero);
+    }
+    if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "%d micro-batches x %d virtual stages are too many for the message tags",
+                       cfg->micros, pp * cfg->chunks);
+    }
+    return MSR_OK;
+}
+
+/* ---- sizes ---- */
+
+dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp)
+{
+    dims_t d;
+    d.B = cfg->micro_batch;
+    d.C = m->channels;
+    d.V = m->vocab;
+    d.cp = cfg->cp > 1 ? cfg->cp : 1;
+    d.T = m->max_seq / d.cp;
+    d.tp = tp;
+    d.sp = cfg->sp;
+    d.mode = (int)cfg->recompute;
+    d.Cl = m->channels / tp;
+    d.NHl = m->heads / tp;
+    d.Hl = 4 * m->channels / tp;
+    d.Vl = m->vocab / tp;
+    d.Tl = cfg->sp ? d.T / tp : d.T;
+    d.N = (size_t)d.B * (size_t)d.T;
+    d.Nl = (size_t)d.B * (size_t)d.Tl;
+    return d;
+}
+
+/* Points la into keep (what the frame keeps) and scr (the shared scratch,
+ * overwritten by the next block) as the recompute mode says. */
+void msr_mp_carve_layer(const dims_t *d, msr_gpt_carve_t *keep, msr_gpt_carve_t *scr,
+                        msr_gpt_block_acts_t *la)
+{
+    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
+    int all = d->mode == MSR_MP_RECOMPUTE_NONE, sel = d->mode == MSR_MP_RECOMPUTE_SELECTIVE;
+    msr_gpt_carve_t *k = all || sel ? keep : scr; /* dropped only by full recompute */
+    la->ln1 = msr_gpt_carve(k, Nl * C);
+    la->ln1_mean = msr_gpt_carve(k, Nl);
+    la->ln1_rstd = msr_gpt_carve(k, Nl);
+    la->qkv = msr_gpt_carve(k, N * 3 * (size_t)d->Cl);
+    la->atty = msr_gpt_carve(k, N * (size_t)d->Cl);
+    /* the probabilities (B, NH/tp, T, T); under cp the logsumexp (N, NH/tp),
+     * which selective recompute keeps (recomputing it takes the ring) */
+    if (d->cp > 1)
+        la->att = msr_gpt_carve(all || sel ? keep : scr, N * (size_t)d->NHl);
+    else
+        la->att = msr_gpt_carve(all ? keep : scr,
+                                (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
+    la->res2 = msr_gpt_carve(k, Nl * C);
+    la->ln2 = msr_gpt_carve(k, Nl * C);
+    la->ln2_mean = msr_gpt_carve(k, Nl);
+    la->ln2_rstd = msr_gpt_carve(k, Nl);
+    la->fch = msr_gpt_carve(k, N * (size_t)d->Hl);
+    la->fch_gelu = msr_gpt_carve(all ? keep : scr, N * (size_t)d->Hl);
+    la->res3 = msr_gpt_carve(keep, Nl * C);
+}
+
+void msr_mp_carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *keep,
+                        msr_gpt_carve_t *scr, frame_t *f)
+{
+    size_t Nl = d->Nl, C = (size_t)d->C;
+    msr_gpt_block_acts_t dummy;
+    f->in = msr_gpt_carve(keep, Nl * C);
+    for (int i = 0; i < layers; i++) {
+        msr_gpt_carve_t s = *scr; /* every block reuses the same scratch */
+        msr_mp_carve_layer(d, keep, &s, f->layers != NULL ? &f->layers[i] : &dummy);
+        if (i == layers - 1)
+            scr->used = s.used;
+    }
+    f->lnf = f->lnf_mean = f->lnf_rstd = f->probs = NULL;
+    if (head) {
+        f->lnf = msr_gpt_carve(keep, Nl * C);
+        f->lnf_mean = msr_gpt_carve(keep, Nl);
+        f->lnf_rstd = msr_gpt_carve(keep, Nl);
+        f->probs = msr_gpt_carve(keep, d->N * (size_t)d->Vl);
+    }
+}
+
+size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int tp,
+                          int layers, int with_head)
+{
+    dims_t d = msr_mp_dims(model, cfg, tp);
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
+    frame_t f = {0};
+    msr_mp_carve_frame(&d, layers, with_head, &keep, &scr, &f);
+    return keep.used * sizeof(float);
+}
+
+/* ---- the schedule ---- */
+
+/* This rank's order of forwards and backwards (parallel/pipe_order.h). */
+void msr_mp_build_schedule(msr_mp_t *mp)
+{
+    mp->num_ops = msr_pipe_order((int)mp->cfg.schedule, mp->cfg.micros, mp->pp, mp->pr,
+                                 mp->cfg.chunks, mp->ops);
+}

@@ -1,0 +1,754 @@
+/* train_gpt: trains the reference GPT (model/gpt.h) on the bytes of a
+ * file, or on the generated corpus when no --data is given, over every rank
+ * of the msrun job cut into the mesh dp x pp x cp x tp (data parallel with
+ * ZeRO, pipeline, context and tensor/sequence parallel, parallel/mp.h), and
+ * prints one
+ * line per step on rank 0:
+ *
+ *   step 12 loss 3.141593 tok/s 5120
+ *
+ * Runs alone (dp 1, no checkpoints) or under msrun (msrun --worker_num=4
+ * --local_worker_num=4 build/bin/train_gpt ...: dp 4; ... --tp 2 --pp 2:
+ * dp 1). Exit status: 0 done,
+ * 2 bad options or an invalid combination (refused before training), 1 a
+ * failure while training. See docs/model.md. */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "msrun/msrun.h"
+#include "model/data.h"
+#include "model/moe.h"
+#include "parallel/train.h"
+#include "programs/train_gpt/train_gpt.h"
+#ifdef MSR_HAVE_CUDA_TRAIN
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include "parallel/cuda/train_cuda.h"
+#endif
+
+typedef enum opt_kind { OPT_INT, OPT_REAL, OPT_TEXT, OPT_FLAG } opt_kind_t;
+
+typedef struct opt_spec {
+    const char *name;
+    opt_kind_t kind;
+    size_t offset; /* of the field in options_t */
+    double min, max;
+    const char *help;
+} opt_spec_t;
+
+#define OPT(name, kind, field, min, max, help)                 \
+    {                                                          \
+        name, kind, offsetof(options_t, field), min, max, help \
+    }
+
+static const opt_spec_t specs[] = {
+    OPT("layers", OPT_INT, layers, 1, 1024, "transformer blocks (4)"),
+    OPT("channels", OPT_INT, channels, 1, 16384, "width of the residual stream (128)"),
+    OPT("heads", OPT_INT, heads, 1, 16384, "attention heads; must divide channels (4)"),
+    OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
+    OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
+    OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
+    OPT("global-batch", OPT_INT, global_batch, 0, 1 << 30,
+        "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
+        "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
+    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
+    OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
+    OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
+    OPT("cp", OPT_INT, cp, 1, 1 << 20,
+        "context-parallel degree: the sequence in 2 x cp chunks, ring attention (1)"),
+    OPT("experts", OPT_INT, experts, 0, MSR_GPT_MAX_EXPERTS,
+        "Mixture-of-Experts: experts in each MoE block's MLP, 0 = a dense model (0)"),
+    OPT("top-k", OPT_INT, top_k, 1, MSR_GPT_MAX_EXPERTS, "experts each token goes to (2)"),
+    OPT("moe-every", OPT_INT, moe_every, 1, 1024, "every N-th block is a MoE block (1)"),
+    OPT("capacity-factor", OPT_REAL, capacity_factor, 1e-6, 1e3,
+        "an expert takes ceil(F x tokens x top-k / experts) of a micro-batch's tokens (1.25)"),
+    OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
+    OPT("ep", OPT_INT, ep, 1, 1 << 20,
+        "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
+        "group, and over tp within each (1)"),
+    OPT("sp", OPT_FLAG, sp, 0, 0,
+        "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
+    OPT("schedule", OPT_TEXT, schedule, 0, 0,
+        "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
+        "--grad-accum"),
+    OPT("virtual-stages", OPT_INT, virtual_stages, 1, 64,
+        "model chunks per pipeline rank, for --schedule interleaved (1)"),
+    OPT("pp-layers", OPT_TEXT, pp_layers, 0, 0,
+        "layers of each virtual stage, e.g. 3,5,5,3: pp x virtual-stages counts, each >= 1, "
+        "summing to --layers; stage j = chunk x pp + pipeline rank (even split)"),
+    OPT("recompute", OPT_TEXT, recompute, 0, 0,
+        "activation recompute: none, selective (attention probabilities and GELU) or full "
+        "(each block's forward) (none)"),
+    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
+    OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
+        "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
+    OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
+        "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
+    OPT("overlap", OPT_INT, overlap, 0, 1,
+        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
+        "--schedule interleaved reduces after the pipeline flush"),
+    OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
+    OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
+    OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
+    OPT("weight-decay", OPT_REAL, weight_decay, 0, 1e3, "AdamW weight decay on matrices (0.1)"),
+    OPT("grad-clip", OPT_REAL, grad_clip, 0, 1e30, "global gradient-norm limit, 0 = off (1)"),
+    OPT("seed", OPT_INT, seed, 0, 9.2e18, "initialisation and sampling seed (1337)"),
+    OPT("data", OPT_TEXT, data, 0, 0, "a file whose bytes are the data (generated corpus)"),
+    OPT("corpus-bytes", OPT_INT, corpus_bytes, 2, 1 << 30, "size of the generated corpus (1 MiB)"),
+    OPT("ckpt-dir", OPT_TEXT, ckpt_dir, 0, 0, "directory of checkpoints (none)"),
+    OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
+        "steps between checkpoints, 0 = only at the end (0)"),
+    OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
+    OPT("resume", OPT_FLAG, resume, 0, 0,
+        "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
+        "cp = 1; otherwise by the same layout)"),
+    OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
+    OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
+        "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
+    OPT("device", OPT_TEXT, device, 0, 0,
+        "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
+        "CUDA only; plain data parallel, no --zero; the trainer is loaded from "
+        "../lib/libmsrun_train_cuda.so beside the executable, or $MSRUN_CUDA_TRAINER) (cpu)"),
+    OPT("trace", OPT_TEXT, trace, 0, 0,
+        "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
+        "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
+    OPT("report", OPT_FLAG, report, 0, 0,
+        "every rank prints its memory and time breakdown at the end (and the exposed "
+        "communication: one more allreduce per step; with the model-parallel runtime its "
+        "stage, bubble and activation peak)"),
+    OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
+        "measure this machine for the planner (kernels at the model's shapes, the job's "
+        "collectives; seconds) and write the cluster file here (rank 0); no training"),
+    OPT("calibrate-runs", OPT_INT, calibrate_runs, 1, CALIB_MAX_RUNS,
+        "measure that many times, each key the median of the runs' (1)"),
+    OPT("plan", OPT_FLAG, plan, 0, 0,
+        "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
+    OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
+    OPT("explain", OPT_INT, explain, 1, 1e9, "print plan N broken down, and exit"),
+    OPT("cluster", OPT_TEXT, cluster, 0, 0,
+        "the cluster file for --plan, --explain and --auto (else measured now, as --calibrate)"),
+    OPT("auto", OPT_FLAG, auto_plan, 0, 0,
+        "train with the planner's best layout (rank 0 prints it); layout options given fix the "
+        "search (see docs/plan.md)"),
+    OPT("help", OPT_FLAG, help, 0, 0, "this text"),
+};
+_Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");
+
+int train_gpt_given(const options_t *o, const char *name)
+{
+    for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
+        if (strcmp(specs[k].name, name) == 0)
+            return (o->given >> k) & 1;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
+                 "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step.\n\n");
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(specs); i++)
+        fprintf(out, "  --%-14s %s\n", specs[i].name, specs[i].help);
+}
+
+/* Parses argv into o. Returns 0, or prints why to stderr and returns -1. */
+static int parse_options(int argc, char **argv, options_t *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "train_gpt: unexpected argument '%s' (see --help)\n", arg);
+            return -1;
+        }
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t name_len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+        const opt_spec_t *sp = NULL;
+        for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
+            if (strlen(specs[k].name) == name_len && strncmp(specs[k].name, name, name_len) == 0)
+                sp = &specs[k];
+        if (sp == NULL) {
+            fprintf(stderr, "train_gpt: unknown option '%s' (see --help)\n", arg);
+            return -1;
+        }
+        o->given |= (uint64_t)1 << (sp - specs);
+        void *field = (char *)o + sp->offset;
+        if (sp->kind == OPT_FLAG) {
+            if (eq != NULL) {
+                fprintf(stderr, "train_gpt: --%s takes no value\n", sp->name);
+                return -1;
+            }
+            *(int *)field = 1;
+            continue;
+        }
+        const char *value = eq != NULL ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (value == NULL) {
+            fprintf(stderr, "train_gpt: --%s needs a value\n", sp->name);
+            return -1;
+        }
+        if (sp->kind == OPT_TEXT) {
+            if (*value == '\0') {
+                fprintf(stderr, "train_gpt: --%s needs a non-empty value\n", sp->name);
+                return -1;
+            }
+            *(const char **)field = value;
+        } else if (sp->kind == OPT_INT) {
+            int64_t v;
+            if (msr_parse_i64(value, (int64_t)sp->min, (int64_t)sp->max, &v) != MSR_OK) {
+                fprintf(stderr,
+                        "train_gpt: --%s %s: not an integer in [%" PRId64 ", %" PRId64 "]\n",
+                        sp->name, value, (int64_t)sp->min, (int64_t)sp->max);
+                return -1;
+            }
+            *(int64_t *)field = v;
+        } else {
+            char *end = NULL;
+            errno = 0;
+            double v = strtod(value, &end);
+            if (end == value || *end != '\0' || errno != 0 || !(v >= sp->min && v <= sp->max)) {
+                fprintf(stderr, "train_gpt: --%s %s: not a number in [%g, %g]\n", sp->name, value,
+                        sp->min, sp->max);
+                return -1;
+            }
+            *(double *)field = v;
+        }
+    }
+    return 0;
+}
+
+int train_gpt_split_check(options_t *o)
+{
+    if (o->pp_layers == NULL && o->split_n == 0)
+        return 0;
+    char text[8 * MSR_GPT_MAX_STAGES];
+    int n = o->split_n, stages = (int)(o->pp * o->virtual_stages);
+    msr_status_t st = MSR_OK;
+    if (o->pp_layers != NULL) {
+        snprintf(text, sizeof text, "%s", o->pp_layers);
+        st = msr_gpt_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n);
+    } else {
+        msr_gpt_split_format(o->split, n, text, sizeof text);
+    }
+    if (o->pp * o->virtual_stages > MSR_GPT_MAX_STAGES) {
+        fprintf(stderr,
+                "train_gpt: --pp-layers %s: pp %" PRId64 " x %" PRId64
+                " virtual stages are more than the %d a split can have\n",
+                text, o->pp, o->virtual_stages, MSR_GPT_MAX_STAGES);
+        return -1;
+    }
+    if (st != MSR_OK || msr_gpt_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
+        fprintf(stderr,
+                "train_gpt: --pp-layers %s (pp %" PRId64 " x %" PRId64 " virtual stages, %" PRId64
+                " layers): %s\n",
+                text, o->pp, o->virtual_stages, o->layers, msr_err_msg());
+        return -1;
+    }
+    o->split_n = msr_gpt_split_is_even((int)o->layers, n, o->split) ? 0 : n;
+    return 0;
+}
+
+/* The combinations this build can run; prints why not and returns -1.
+ * Fills in dp when it was left to the world size. */
+static int check_combination(options_t *o, int world, int in_job)
+{
+    if (train_gpt_split_check(o) != 0)
+        return -1;
+    int64_t mp = o->tp * o->pp * o->cp; /* the ranks of one model replica */
+    if (o->dp == 0) {
+        if (world % mp != 0) {
+            fprintf(stderr,
+                    "train_gpt: the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
+                    " x cp %" PRId64 "\n",
+                    world, o->tp, o->pp, o->cp);
+            return -1;
+        }
+        o->dp = world / mp;
+    }
+    if (o->dp * mp != world) {
+        fprintf(stderr,
+                "train_gpt: dp %" PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64
+                " = %" PRId64
+                " ranks, but the job has %d (start it with msrun --worker_num=%" PRId64
+                " or change the degrees)\n",
+                o->dp, o->tp, o->pp, o->cp, o->dp * mp, world, o->dp * mp);
+        return -1;
+    }
+    if (o->cp > 1 && o->seq % (2 * o->cp) != 0) {
+        fprintf(stderr,
+                "train_gpt: --cp %" PRId64 ": the sequence of %" PRId64
+                " does not divide into 2 x cp = %" PRId64 " chunks\n",
+                o->cp, o->seq, 2 * o->cp);
+        return -1;
+    }
+    if (o->global_batch > 0) {
+        if (o->global_batch % (o->micro_batch * o->dp) != 0 ||
+            o->global_batch / (o->micro_batch * o->dp) > 65536) {
+            fprintf(stderr,
+                    "train_gpt: --global-batch %" PRId64
+                    " is not a multiple of micro-batch %" PRId64 " x dp %" PRId64
+                    " (with at most 65536 micro-batches per rank)\n",
+                    o->global_batch, o->micro_batch, o->dp);
+            return -1;
+        }
+        o->grad_accum = o->global_batch / (o->micro_batch * o->dp);
+    }
+    if (o->channels % o->heads != 0) {
+        fprintf(stderr,
+                "train_gpt: --channels %" PRId64 " do not divide into --heads %" PRId64 "\n",
+                o->channels, o->heads);
+        return -1;
+    }
+    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0) && o->ckpt_dir == NULL) {
+        fprintf(stderr, "train_gpt: --ckpt-every, --ckpt-keep and --resume need --ckpt-dir\n");
+        return -1;
+    }
+    if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {
+        fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
+        return -1;
+    }
+    if (strcmp(o->device, "cuda") == 0 && (o->experts > 0 || o->ep > 1)) {
+        fprintf(stderr, "train_gpt: --device cuda has no MoE blocks: --experts and --ep are for "
+                        "--device cpu only\n");
+        return -1;
+    }
+    if (strcmp(o->device, "cuda") == 0) {
+#ifndef MSR_HAVE_CUDA_TRAIN
+        fprintf(stderr, "train_gpt: --device cuda: this build has no CUDA training path "
+                        "(configured without CUDA, NCCL or nvcc); use --device cpu\n");
+        return -1;
+#endif
+        if (o->zero != 0 || o->report) {
+            fprintf(stderr, "train_gpt: --device cuda runs plain data parallel: --zero and "
+                            "--report are for --device cpu only\n");
+            return -1;
+        }
+        if (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL ||
+            o->virtual_stages > 1 || (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
+            fprintf(stderr,
+                    "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --cp, --sp, "
+                    "--virtual-stages, --recompute and --trace are for --device cpu "
+                    "only\n");
+            return -1;
+        }
+    }
+    if (o->ckpt_dir != NULL && !in_job) {
+        fprintf(stderr, "train_gpt: checkpoints are libmsrun's: run under msrun for --ckpt-dir "
+                        "(msrun --worker_num=1 --local_worker_num=1 train_gpt ...)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static msr_status_t job_join(job_t *job)
+{
+    job->ctx = NULL;
+    job->rank = 0;
+    job->world = 1;
+    if (getenv("MSR_WORLD_SIZE") == NULL)
+        return MSR_OK;
+    msr_status_t st = msr_init(&job->ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot join the msrun job: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return st;
+    }
+    job->rank = msr_rank(job->ctx);
+    job->world = msr_world_size(job->ctx);
+    return MSR_OK;
+}
+
+/* Trains on the CPU (parallel/train.h): data parallel over the job, or
+ * the mesh of model parallel. Returns the exit status. */
+static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                   const job_t *job, FILE *loss_log)
+{
+    msr_trainer_t *tr = NULL;
+    msr_comm_t *comm = NULL;
+    msr_mesh_t *mesh = NULL;
+    int rc = 1;
+    msr_status_t st;
+    if (job->world > 1 && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    /* the data-parallel group is the whole job while tp = pp = cp = 1 */
+    int use_mp = msr_train_uses_mp(cfg);
+    st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->cp, cfg->tp, &mesh)
+                : msr_mesh_create_dp(comm, &mesh);
+    if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
+        goto out;
+    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    char meta[MSR_TCKPT_META_MAX];
+    train_gpt_meta(meta, sizeof meta, cfg, G, data);
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
+                tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
+                cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0 && tr->model->moe != NULL)
+        fprintf(stderr,
+                "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
+                "blocks, %zu expert parameters, %zu on rank 0; ep %d\n",
+                cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
+                cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
+                msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
+                cfg->ep > 1 ? cfg->ep : 1);
+    if (job->rank == 0 && use_mp)
+        fprintf(stderr,
+                "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
+                "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
+                cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+                msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
+                msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+    if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
+        char split[8 * MSR_GPT_MAX_STAGES];
+        msr_gpt_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
+                             sizeof split);
+        fprintf(stderr, "train_gpt: layers per virtual stage %s (uneven split)\n", split);
+    }
+
+    trainer_t t = {&train_gpt_cpu_ops, tr, tr};
+    if ((rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log)) != 0)
+        goto out;
+    rc = 1;
+    if (o->report)
+        train_gpt_report(tr, job);
+    /* nobody leaves while a peer may still be receiving its last message
+     * (the last step's tied embedding, the trace): a lost peer breaks the
+     * communicator even for a message already sent */
+    if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: the final barrier: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    rc = 0;
+
+out:
+    /* the communicators first: requests a failed step left in flight then
+     * end at once (see msr_trainer_destroy) */
+    msr_mesh_destroy(mesh);
+    msr_comm_destroy(comm);
+    msr_trainer_destroy(tr);
+    return rc;
+}
+
+#ifdef MSR_HAVE_CUDA_TRAIN
+/* The CUDA trainer's functions, looked up in the module (libmsrun_train_cuda.so,
+ * parallel/CMakeLists.txt) only for --device cuda: linking it would map cuBLAS
+ * into every CPU run. */
+typedef struct cuda_api {
+    void *handle;
+    void (*log_init)(const char *prog, int node, int rank);
+    msr_status_t (*create)(const msr_train_config_t *cfg, const msr_dataset_t *data,
+                           msr_comm_t *comm, msr_cuda_trainer_t **tr_p);
+    void (*destroy)(msr_cuda_trainer_t *tr);
+    msr_status_t (*step)(msr_cuda_trainer_t *tr, double *loss_p);
+    msr_status_t (*snapshot)(msr_cuda_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+    msr_status_t (*restore)(msr_cuda_trainer_t *tr, const char *meta, int world,
+                            msr_trainer_fetch_t fetch, void *arg);
+} cuda_api_t;
+
+/* Loads the module: $MSRUN_CUDA_TRAINER when set, else ../lib/<module> next
+ * to this executable's directory (build/bin and build/lib). Returns 0, or -1
+ * with the reason printed; the table is filled only on success. */
+static int cuda_api_load(cuda_api_t *api, int rank)
+{
+    char path[PATH_MAX + 64];
+    const char *env = getenv("MSRUN_CUDA_TRAINER");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) {
+            fprintf(stderr,
+                    "train_gpt: --device cuda: cannot find this executable "
+                    "(/proc/self/exe): %s; set MSRUN_CUDA_TRAINER to %s\n",
+                    strerror(errno), MSR_CUDA_TRAINER_NAME);
+            return -1;
+        }
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash != NULL)
+            *slash = '\0';
+        snprintf(path, sizeof path, "%s/../lib/%s", exe, MSR_CUDA_TRAINER_NAME);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        fprintf(stderr,
+                "train_gpt: --device cuda: cannot load the CUDA trainer: %s "
+                "(MSRUN_CUDA_TRAINER names another path)\n",
+                dlerror());
+        return -1;
+    }
+    cuda_api_t a = {.handle = h};
+    static const char *const names[] = {"msr_cuda_trainer_log_init", "msr_cuda_trainer_create",
+                                        "msr_cuda_trainer_destroy",  "msr_cuda_trainer_step",
+                                        "msr_cuda_trainer_snapshot", "msr_cuda_trainer_restore"};
+    void *fn[6];
+    for (int i = 0; i < 6; i++) {
+        dlerror();
+        if ((fn[i] = dlsym(h, names[i])) == NULL) {
+            const char *why = dlerror();
+            fprintf(stderr, "train_gpt: --device cuda: %s: no %s: %s\n", path, names[i],
+                    why != NULL ? why : "null symbol");
+            dlclose(h);
+            return -1;
+        }
+    }
+    /* POSIX allows converting dlsym's void * to a function pointer; memcpy
+     * keeps -Wpedantic quiet about it */
+    memcpy(&a.log_init, &fn[0], sizeof fn[0]);
+    memcpy(&a.create, &fn[1], sizeof fn[1]);
+    memcpy(&a.destroy, &fn[2], sizeof fn[2]);
+    memcpy(&a.step, &fn[3], sizeof fn[3]);
+    memcpy(&a.snapshot, &fn[4], sizeof fn[4]);
+    memcpy(&a.restore, &fn[5], sizeof fn[5]);
+    a.log_init("train_gpt", -1, rank);
+    *api = a;
+    return 0;
+}
+
+/* The GPU trainer behind trainer_ops_t: the module's functions and the
+ * trainer they drive. */
+typedef struct cuda_run {
+    const cuda_api_t *api;
+    msr_cuda_trainer_t *tr;
+} cuda_run_t;
+
+static msr_status_t cuda_step(void *arg, double *loss_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->step(c->tr, loss_p);
+}
+
+static msr_status_t cuda_snapshot(void *arg, const char *meta, void **buf_p, size_t *len_p)
+{
+    cuda_run_t *c = arg;
+    return c->api->snapshot(c->tr, meta, buf_p, len_p);
+}
+
+static msr_status_t cuda_restore(void *arg, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                 void *farg)
+{
+    cuda_run_t *c = arg;
+    return c->api->restore(c->tr, meta, world, fetch, farg);
+}
+
+static uint64_t cuda_steps(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->step;
+}
+
+static double cuda_grad_norm(const void *arg)
+{
+    return ((const cuda_run_t *)arg)->tr->last_grad_norm;
+}
+
+static const trainer_ops_t cuda_ops = {cuda_step, cuda_snapshot, cuda_restore, cuda_steps,
+                                       cuda_grad_norm};
+
+/* Trains on the GPU (parallel/cuda/train_cuda.h): every rank of a job
+ * through a device communicator over the world (even a world of one, so
+ * NCCL's path runs), a process alone on device 0; the step loop,
+ * checkpoints and resume are the CPU run's (train). Returns the exit
+ * status. */
+static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                    const job_t *job, FILE *loss_log)
+{
+    msr_comm_t *comm = NULL;
+    msr_cuda_trainer_t *tr = NULL;
+    cuda_api_t cuda;
+    int rc = 1;
+    msr_status_t st;
+    if (cuda_api_load(&cuda, job->ctx != NULL ? job->rank : -1) != 0)
+        return 1;
+    const cuda_api_t *api = &cuda;
+    if (job->ctx != NULL && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        goto out;
+    }
+    if ((st = api->create(cfg, data, comm, &tr)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --device cuda: cannot start on the GPU: %s%s%s\n",
+                msr_status_str(st), comm != NULL ? ": " : " (see the lines above)",
+                comm != NULL ? msr_last_error() : "");
+        goto out;
+    }
+    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
+                "micro %d x accum %d x dp %d; on GPU %d%s%s; data: %s\n",
+                tr->layout->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
+                cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
+                tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
+    char meta[MSR_TCKPT_META_MAX];
+    train_gpt_meta(meta, sizeof meta, cfg, G, data);
+    cuda_run_t run = {api, tr};
+    trainer_t t = {&cuda_ops, &run, NULL};
+    rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log);
+out:
+    api->destroy(tr);
+    msr_comm_destroy(comm);
+    /* the module stays mapped: the CUDA runtime and NCCL may keep threads
+     * and exit handlers in it until the process ends */
+    return rc;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    options_t o = {
+        .layers = 4,
+        .channels = 128,
+        .heads = 4,
+        .seq = 64,
+        .micro_batch = 8,
+        .grad_accum = 1,
+        .dp = 0,
+        .tp = 1,
+        .pp = 1,
+        .cp = 1,
+        .virtual_stages = 1,
+        .top_k = 2,
+        .moe_every = 1,
+        .capacity_factor = 1.25,
+        .aux_loss = 0.01,
+        .ep = 1,
+        .zero = 0,
+        .bucket_mb = 25.0,
+        .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
+        .overlap = 1,
+        .steps = 20,
+        .warmup = 0,
+        .seed = 1337,
+        .lr = 1e-3,
+        .weight_decay = 0.1,
+        .grad_clip = 1.0,
+        .corpus_bytes = 1 << 20,
+        .device = "cpu",
+        .calibrate_runs = 1,
+    };
+    msr_log_init("train_gpt", -1, -1);
+    if (parse_options(argc, argv, &o) != 0)
+        return EXIT_BAD_INPUT;
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    job_t job;
+    if (job_join(&job) != MSR_OK)
+        return 1;
+    msr_log_init("train_gpt", -1, job.ctx != NULL ? job.rank : -1);
+    int rc = EXIT_BAD_INPUT;
+    msr_dataset_t *data = NULL;
+    FILE *loss_log = NULL;
+    if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
+        o.cluster != NULL) {
+        int done = 0;
+        if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
+            goto out;
+        rc = EXIT_BAD_INPUT;
+    }
+    if (check_combination(&o, job.world, job.ctx != NULL) != 0)
+        goto out;
+    int schedule = msr_mp_schedule_parse(o.schedule != NULL ? o.schedule : "1f1b");
+    int recompute = msr_mp_recompute_parse(o.recompute != NULL ? o.recompute : "none");
+    if (schedule < 0 || recompute < 0) {
+        fprintf(stderr, "train_gpt: %s '%s' is not one of %s\n",
+                schedule < 0 ? "--schedule" : "--recompute",
+                schedule < 0 ? o.schedule : o.recompute,
+                schedule < 0 ? "gpipe, 1f1b, interleaved" : "none, selective, full");
+        goto out;
+    }
+
+    msr_status_t st = o.data != NULL
+                          ? msr_dataset_load(o.data, &data)
+                          : msr_dataset_generate((uint64_t)o.seed, (size_t)o.corpus_bytes, &data);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: no data: %s\n", msr_status_str(st));
+        goto out;
+    }
+    msr_train_config_t cfg = {
+        .model = {MSR_GPT_VOCAB, (int)o.seq, (int)o.layers, (int)o.heads, (int)o.channels},
+        .micro_batch = (int)o.micro_batch,
+        .grad_accum = (int)o.grad_accum,
+        .dp = (int)o.dp,
+        .dp_rank = job.rank / (int)(o.tp * o.pp * o.cp),
+        .tp = (int)o.tp,
+        .pp = (int)o.pp,
+        .seed = (uint64_t)o.seed,
+        .lr = (float)o.lr,
+        .warmup = (int)o.warmup,
+        .grad_clip = (float)o.grad_clip,
+        .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
+    };
+    msr_train_config_defaults(&cfg);
+    if (o.experts > 0)
+        cfg.model.moe = (msr_gpt_moe_t){(int)o.experts, (int)o.top_k, (int)o.moe_every,
+                                        o.capacity_factor, o.aux_loss};
+    cfg.ep = (int)o.ep;
+    cfg.par.zero = (int)o.zero;
+    cfg.par.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;
+    cfg.par.overlap = (int)o.overlap;
+    cfg.par.measure = o.report;
+    cfg.tp = (int)o.tp;
+    cfg.pp = (int)o.pp;
+    cfg.cp = (int)o.cp;
+    cfg.mp.sp = o.sp;
+    cfg.mp.schedule = (msr_mp_schedule_t)schedule;
+    cfg.mp.chunks = (int)o.virtual_stages;
+    cfg.mp.recompute = (msr_mp_recompute_t)recompute;
+    cfg.mp.stage_layers = o.split_n > 0 ? o.split : NULL;
+    cfg.mp_always = o.trace != NULL;
+    if (msr_train_config_check(&cfg, data) != MSR_OK) {
+        fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
+        goto out;
+    }
+    if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */
+        FILE *f = fopen(o.trace, "w");
+        if (f == NULL) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", o.trace, strerror(errno));
+            goto out;
+        }
+        fclose(f);
+    }
+    if (o.loss_log != NULL && job.rank == 0 && (loss_log = fopen(o.loss_log, "a")) == NULL) {
+        fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o.loss_log, strerror(errno));
+        goto out;
+    }
+    if (o.threads > 0)
+        openblas_set_num_threads((int)o.threads);
+#ifdef MSR_HAVE_CUDA_TRAIN
+    if (strcmp(o.device, "cuda") == 0) {
+        rc = run_cuda(&o, &cfg, data, &job, loss_log);
+        goto out;
+    }
+#endif
+
+    rc = run_cpu(&o, &cfg, data, &job, loss_log);
+
+out:
+    msr_dataset_destroy(data);
+    if (loss_log != NULL)
+        fclose(loss_log);
+    msr_finalize(job.ctx);
+    return rc;
+}

@@ -1,0 +1,178 @@
+/* train_gpt's own parts (programs/train_gpt/train_gpt.c: options, devices, main;
+ * train_gpt_run.c: the step loop, checkpoints, resume, reports): what they
+ * share. Not a library: one program's private header. */
+#ifndef MSR_PROGRAMS_TRAIN_GPT_H
+#define MSR_PROGRAMS_TRAIN_GPT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "msrun/msrun.h"
+#include "planner/plan.h"
+#include "parallel/train.h"
+
+#define EXIT_BAD_INPUT 2
+
+typedef struct options {
+    int64_t layers, channels, heads, seq;
+    int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, cp, zero;
+    int64_t experts, top_k, moe_every, ep; /* Mixture-of-Experts, expert parallel */
+    double capacity_factor, aux_loss;
+    int sp;
+    const char *schedule, *recompute, *trace;
+    int64_t virtual_stages;
+    const char *pp_layers; /* --pp-layers' text */
+    /* the layers of each virtual stage when split unevenly: parsed from
+     * pp_layers, or filled in by a planner (pp_layers NULL), then checked by
+     * train_gpt_split_check; split_n 0: the even split */
+    int split[MSR_GPT_MAX_STAGES];
+    int split_n;
+    double bucket_mb;
+    int64_t zero_min_bytes, overlap;
+    int64_t steps, warmup, seed;
+    double lr, weight_decay, grad_clip;
+    const char *data;
+    int64_t corpus_bytes;
+    const char *ckpt_dir;
+    int64_t ckpt_every, ckpt_keep;
+    int resume;
+    int64_t threads;
+    const char *loss_log;
+    const char *device;
+    int report;
+    int help;
+    /* the planner (train_gpt_calibrate.c, train_gpt_plan.c) */
+    const char *calibrate, *cluster;
+    int64_t calibrate_runs;
+    int plan, plan_all, auto_plan;
+    int64_t explain;
+    uint64_t given; /* bit k: specs[k] was on the command line */
+} options_t;
+
+/* Whether option name ("dp", without dashes) was on the command line. */
+int train_gpt_given(const options_t *o, const char *name);
+
+/* The job this process belongs to: msrun's when it started us, else a
+ * world of one. */
+typedef struct job {
+    msr_ctx_t *ctx; /* NULL when alone */
+    int rank, world;
+} job_t;
+
+/* A trainer as the step loop, checkpoints and resume see it: the CPU
+ * trainer (parallel/train.h) or the GPU's (parallel/cuda/train_cuda.h,
+ * called through the module). */
+typedef struct trainer_ops {
+    msr_status_t (*step)(void *tr, double *loss_p);
+    msr_status_t (*snapshot)(void *tr, const char *meta, void **buf_p, size_t *len_p);
+    msr_status_t (*restore)(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                            void *arg);
+    uint64_t (*steps)(const void *tr);   /* optimizer steps done */
+    double (*grad_norm)(const void *tr); /* the last step's global gradient norm */
+} trainer_ops_t;
+
+typedef struct trainer {
+    const trainer_ops_t *ops;
+    void *tr;
+    msr_trainer_t *cpu; /* tr when it is the CPU trainer (mesh, trace), else NULL */
+} trainer_t;
+
+/* The CPU trainer (msr_trainer_t) behind trainer_ops_t. */
+extern const trainer_ops_t train_gpt_cpu_ops;
+
+/* Parses --pp-layers (o->pp_layers, when given) into o->split and
+ * o->split_n, and checks that split against --layers, --pp and
+ * --virtual-stages: split_n becomes 0 when it is the even split, which then
+ * runs and resumes as if not given. Returns 0, or -1 with the reason
+ * printed. */
+int train_gpt_split_check(options_t *o);
+
+/* The text a resume must match: the settings that decide the numbers
+ * (whatever the device, so CPU and GPU runs resume each other). G: the
+ * global batch in sequences. */
+void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
+                    const msr_dataset_t *data);
+
+/* The run, whatever the device: resumes when asked (o->resume), steps to
+ * o->steps printing each step's loss on rank 0, saves the checkpoints that
+ * are due, traces the last step (--trace, CPU), and says the speed after
+ * the first step. comm: the world (the trace), NULL alone; tokens: a
+ * step's global tokens. Returns the exit status. */
+int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log);
+
+/* --report with a MoE model, after each step: rank 0 prints each MoE
+ * block's routing over the step's global batch (tokens, dropped choices,
+ * each expert's load). Collective over the data-parallel group. */
+msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t step);
+
+/* --report: one line per rank, bytes held and where the time went. */
+void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
+
+/* ---- the planner's front ends ---- */
+
+/* What --calibrate measured (bits of calib_t.measured); the rest of the
+ * cluster keeps msr_plan_cluster_default's values. */
+enum {
+    CALIB_COMPUTE,
+    CALIB_RANKS,
+    CALIB_MEM,
+    CALIB_LATENCY,
+    CALIB_INTRA,
+    CALIB_INTER,
+    CALIB_COLD,
+    CALIB_LEND,
+    CALIB_RING_STEP
+};
+
+/* The most frame counts --calibrate's cold-frames curve has (1, 2, 4, ...). */
+#define CALIB_COLD_COUNTS 16
+
+typedef struct calib {
+    msr_plan_cluster_t c;
+    unsigned measured;
+    double blend_tflops; /* the matmuls and attention of a pass together (for the record) */
+    int64_t rows;        /* the matmuls' rows */
+    size_t comm_bytes;   /* the allreduce's size */
+    int ranks;
+    double seconds; /* the calibration took */
+    /* frames gone cold: a micro-batch's ms with the node's frames at each
+     * size (MiB), the median rank's */
+    int cold_n;
+    double cold_mib[CALIB_COLD_COUNTS], cold_ms[CALIB_COLD_COUNTS];
+    double lend_speedup; /* idle_lend's measured speed-up (its bit in measured) */
+    int runs;            /* the calibrations this is the median of */
+} calib_t;
+
+/* Measures this machine at the model's shapes (programs/train_gpt/train_gpt_calibrate.c,
+ * docs/plan.md "Calibrate"). Collective: every rank of comm calls it (comm
+ * NULL alone). On success every rank holds the same *out. Returns 0, or -1
+ * with the failure printed (by the rank that met it). */
+int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out);
+
+/* The cluster file's text for k: msr_plan_cluster_format's lines under a
+ * header saying what was measured, keys not measured commented out.
+ * Returns the length, or -1 when len is too small. */
+int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, size_t len);
+
+/* One line saying what k measured (no newline). */
+void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len);
+
+/* The most calibrations --calibrate-runs takes. */
+#define CALIB_MAX_RUNS 9
+
+/* train_gpt_calibrate o->calibrate_runs times (1 or more), every key the
+ * median of the runs' (calibrate_merge); *out as train_gpt_calibrate's. */
+int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out);
+
+/* --calibrate FILE: measures; rank 0 writes FILE. Returns the exit status
+ * (2: FILE cannot be written). */
+int train_gpt_calibrate_main(const options_t *o, const job_t *job);
+
+/* --plan, --plan-all, --explain N and --auto (programs/train_gpt/train_gpt_plan.c).
+ * Before the usual checks: prints the plans and sets *done_p, or (--auto)
+ * sets o's layout from the best plan. Collective over the job. Returns the
+ * exit status so far (0: go on unless *done_p). */
+int train_gpt_plan(options_t *o, const job_t *job, int *done_p);
+
+#endif

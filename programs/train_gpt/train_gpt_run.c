@@ -1,0 +1,530 @@
+/* train_gpt's run (train_gpt.h): the step loop, checkpoint saving and
+ * resume, whatever the device, and the CPU run's report and trace. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "base/util.h"
+#include "parallel/ckpt.h"
+#include "model/moe.h"
+#include "programs/train_gpt/train_gpt.h"
+
+static msr_status_t cpu_step(void *tr, double *loss_p)
+{
+    return msr_trainer_step(tr, loss_p);
+}
+
+static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_t *len_p)
+{
+    return msr_trainer_snapshot(tr, meta, buf_p, len_p);
+}
+
+static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                void *arg)
+{
+    return msr_trainer_restore(tr, meta, world, fetch, arg);
+}
+
+static uint64_t cpu_steps(const void *tr)
+{
+    return ((const msr_trainer_t *)tr)->step;
+}
+
+static double cpu_grad_norm(const void *tr)
+{
+    return ((const msr_trainer_t *)tr)->last_grad_norm;
+}
+
+const trainer_ops_t train_gpt_cpu_ops = {cpu_step, cpu_snapshot, cpu_restore, cpu_steps,
+                                         cpu_grad_norm};
+
+/* The text a resume must match: the settings that decide the numbers
+ * (whatever the device, so CPU and GPU runs resume each other). */
+void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
+                    const msr_dataset_t *data)
+{
+    snprintf(meta, len,
+             "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
+             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
+             cfg->model.layers, cfg->model.channels, cfg->model.heads, cfg->model.max_seq,
+             cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
+             (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
+             data->origin, data->size);
+    if (cfg->tp > 1 || cfg->pp > 1) { /* the part each rank holds */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
+                 cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
+    }
+    if (cfg->cp > 1) { /* the shards are over dp x cp */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; cp %d", cfg->cp);
+    }
+    if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
+        const msr_gpt_moe_t *m = &cfg->model.moe;
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used,
+                 "; experts %d top-k %d moe-every %d capacity-factor %.9g aux-loss %.9g",
+                 m->experts, m->top_k, m->every, m->capacity_factor, m->aux_loss);
+    }
+    if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
+        size_t used = strlen(meta);
+        used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
+        if (used < len)
+            msr_gpt_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
+                                 len - used);
+    }
+}
+
+/* Writes checkpoint tr->step through libmsrun: every rank its shard; the
+ * step counts once every rank's is durable (msr_ckpt_save waits for all). */
+static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
+                                    const char *meta)
+{
+    void *buf;
+    size_t len;
+    uint64_t step = t->ops->steps(t->tr);
+    msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
+    if (st != MSR_OK)
+        return st;
+    st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
+                (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
+    msr_free(buf);
+    return st;
+}
+
+/* Where msr_trainer_restore reads the saved ranks' payloads from. */
+typedef struct fetch_arg {
+    msr_ctx_t *ctx;
+    const char *dir;
+    int64_t step;
+    int own_complete;       /* msr_ckpt_latest found this step complete for this world */
+    const msr_mesh_t *mesh; /* model parallel: the saved layout is this one */
+} fetch_arg_t;
+
+static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    fetch_arg_t *f = arg;
+    if (f->mesh != NULL) {
+        /* rank is a dp x cp index: the rank of our pp and tp index; past
+         * the dp x cp ranks, of another tp index (msr_trainer_restore) */
+        int n = f->mesh->dp * f->mesh->cp, tp = rank >= n ? rank / n - 1 : f->mesh->tp_rank;
+        rank %= n;
+        rank =
+            msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp, tp);
+    }
+    msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
+                          ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
+                          : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: reading rank %d's shard of step %lld under %s: %s: %s\n", rank,
+                (long long)f->step, f->dir, msr_status_str(st), msr_last_error());
+        return st;
+    }
+    /* the shard's own step must be the one its file is filed under (the
+     * trainer then checks that every rank's shard agrees) */
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *ranges = NULL;
+    uint32_t n;
+    char what[80];
+    snprintf(what, sizeof what, "rank %d's shard of step %lld", rank, (long long)f->step);
+    st = msr_tckpt_decode(*buf_p, *len_p, what, &h, &ranges, &n);
+    msr_free(ranges);
+    if (st == MSR_OK && h.step != (uint64_t)f->step) {
+        fprintf(stderr,
+                "train_gpt: rank %d's shard of step %lld under %s says it is of step %llu: "
+                "refusing it\n",
+                rank, (long long)f->step, f->dir, (unsigned long long)h.step);
+        st = MSR_ERR_CORRUPT;
+    }
+    if (st != MSR_OK) {
+        free(*buf_p);
+        *buf_p = NULL;
+    }
+    return st;
+}
+
+/* The newest step this world completed under o->ckpt_dir (*same_p) and the
+ * newest any world size completed (*any_p, saved by *world_p ranks); -1
+ * when none. When this world saved the newest and msr_ckpt_latest fell
+ * back past it to an older step complete and intact everywhere, *any_p is
+ * that step. Logs and returns the store's error. */
+static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *same_p,
+                                int64_t *any_p, int *world_p)
+{
+    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p);
+    if (st == MSR_OK)
+        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
+                msr_status_str(st), msr_last_error());
+        return st;
+    }
+    if (*any_p >= 0 && *world_p == job->world && *same_p >= 0 && *same_p < *any_p) {
+        /* this world saved the newest, but not every rank has it complete
+         * and intact (msr_ckpt_latest fell back past it and said why):
+         * resume from the newest step that every rank has */
+        if (job->rank == 0)
+            fprintf(stderr,
+                    "train_gpt: step %lld under %s is not complete and intact on every rank: "
+                    "resuming from step %lld\n",
+                    (long long)*any_p, o->ckpt_dir, (long long)*same_p);
+        *any_p = *same_p;
+    }
+    return MSR_OK;
+}
+
+/* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
+ * newest step any world size completed (msr_ckpt_latest_any); its shards
+ * are read with msr_ckpt_load when this world completed it too, else
+ * picked out of the saving world's shards. *resumed_p tells whether one was
+ * found. */
+static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t *o,
+                           const char *meta, int *resumed_p)
+{
+    int64_t same = -1, any = -1;
+    int world = 0;
+    msr_status_t st = find_latest(job, o, &same, &any, &world);
+    if (st != MSR_OK)
+        return st;
+    *resumed_p = 0;
+    if (any < 0)
+        return MSR_OK;
+    /* each rank holds a part of the model (CPU only: --device cuda refuses tp and pp) */
+    int split = o->tp > 1 || o->pp > 1 || o->cp > 1;
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? t->cpu->mesh : NULL};
+    int saved_dp = world;
+    if (split) {
+        /* a model-parallel checkpoint loads into the layout that wrote it
+         * (its meta names the layout; the world must be the same) */
+        if (world != job->world) {
+            fprintf(stderr,
+                    "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
+                    "tensor-, pipeline- or context-parallel run resumes only in the layout that "
+                    "saved it "
+                    "(this job has %d ranks)\n",
+                    (long long)any, o->ckpt_dir, world, job->world);
+            return MSR_ERR_CONFIG;
+        }
+        saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
+    }
+    /* without model parallel the saving world's ranks are all data-parallel */
+    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
+        return st;
+    *resumed_p = 1;
+    if (job->rank == 0)
+        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
+                (long long)any, o->ckpt_dir, world);
+    return MSR_OK;
+}
+
+/* Says that the loss went bad, and what the run resumed from if it did: a
+ * NaN right after a resume points at the checkpoint, not at --lr. */
+static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, const char *dir)
+{
+    if (resumed_from >= 0)
+        fprintf(stderr,
+                "train_gpt: the loss of step %llu is %f, after resuming from the checkpoint of "
+                "step %lld under %s (%s/step-%lld): that checkpoint may hold bad values, or "
+                "lower --lr\n",
+                (unsigned long long)step, loss, (long long)resumed_from, dir, dir,
+                (long long)resumed_from);
+    else
+        fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
+                (unsigned long long)step, loss);
+}
+
+/* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
+static long peak_rss_kib(void)
+{
+    return msr_proc_status_kib("VmHWM");
+}
+
+/* The work space the rank's runtime allocated besides parameters, state
+ * and kept activations: the whole model's (msr_gpt_carve_work, with its
+ * own inputs and targets) or the model-parallel runtime's (point_work),
+ * and the trainer's inputs and targets (every micro-batch of a step under
+ * the model-parallel runtime, one otherwise). */
+static size_t work_bytes(const msr_trainer_t *tr)
+{
+    size_t N = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.max_seq;
+    if (tr->mp != NULL)
+        return msr_mp_stats(tr->mp)->work_bytes + 2 * N * (size_t)tr->cfg.grad_accum * sizeof(int);
+    size_t model = tr->model->work_count * sizeof(float) +
+                   (tr->model->inputs != NULL ? 2 * N * sizeof(int) : 0);
+    return model + 2 * N * sizeof(int);
+}
+
+msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t step)
+{
+    int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(tr->model->moe);
+    int64_t *s = msr_calloc((size_t)n * (size_t)(E + 2), sizeof *s);
+    if (s == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = msr_trainer_moe_stats(tr, s);
+    for (int i = 0; i < n && st == MSR_OK && job->rank == 0; i++) {
+        const int64_t *b = s + (size_t)i * (size_t)(E + 2);
+        char load[4096];
+        size_t used = 0;
+        load[0] = '\0';
+        for (int e = 0; e < E && used < sizeof load; e++)
+            used += (size_t)snprintf(load + used, sizeof load - used, "%s%lld", e > 0 ? " " : "",
+                                     (long long)b[2 + e]);
+        fprintf(stderr,
+                "train_gpt: moe step %llu block %d (layer %d): %lld tokens, %lld of %lld "
+                "choices dropped; load %s\n",
+                (unsigned long long)step, i, (i + 1) * tr->cfg.model.moe.every - 1, (long long)b[0],
+                (long long)b[1], (long long)b[0] * tr->cfg.model.moe.top_k, load);
+    }
+    msr_free(s);
+    return st;
+}
+
+/* One line per rank: bytes held and where the time went. */
+void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
+{
+    msr_dp_memory_t m;
+    msr_dp_memory(tr->dp, &m);
+    const msr_dp_stats_t *s = &tr->dp->stats;
+    double n = s->steps > 0 ? (double)s->steps : 1.0;
+    fprintf(stderr,
+            "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
+            "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
+            "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; work %zu "
+            "bytes; peak RSS %ld KiB\n",
+            job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak,
+            m.shard_elems, tr->model->num_params, m.replicated_elems,
+            1e-6 * (double)s->forward_ns / n, 1e-6 * (double)s->backward_ns / n,
+            1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
+            1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
+            work_bytes(tr), peak_rss_kib());
+    if (tr->model->moe != NULL) {
+        size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
+        fprintf(stderr,
+                "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
+                "%zu optim %zu bytes\n",
+                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
+                2 * (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    }
+    if (tr->mp != NULL) {
+        const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
+        double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
+        fprintf(stderr,
+                "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: "
+                "step %.2f ms, busy %.2f ms, bubble %.4f, receive wait %.2f ms; activations peak "
+                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu)\n",
+                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->cp_rank, tr->mesh->cp,
+                tr->mesh->tp_rank, tr->mesh->tp, 1e-6 * (double)ms->step_ns / steps,
+                1e-6 * (double)ms->busy_ns / steps,
+                ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
+                1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
+                ms->frame_bytes[1]);
+    }
+}
+
+/* Writes the traced step of every rank as Chrome-trace JSON (chrome://tracing,
+ * Perfetto): rank 0 receives the others' spans over the world and writes
+ * the file; one process per rank, compute on thread 0, communication on 1. */
+static msr_status_t write_trace(msr_trainer_t *tr, msr_comm_t *world, const job_t *job,
+                                const char *path)
+{
+    int n = 0;
+    const msr_mp_span_t *mine = msr_mp_spans(tr->mp, &n);
+    msr_status_t st = MSR_OK;
+    if (job->rank != 0) {
+        int64_t cnt = n;
+        st = msr_comm_send(world, &cnt, 1, MSR_DTYPE_I64, 0, 1);
+        if (st == MSR_OK && n > 0)
+            st = msr_comm_send(world, mine, (uint64_t)n * sizeof *mine, MSR_DTYPE_U8, 0, 2);
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: sending the trace to rank 0: %s: %s\n", msr_status_str(st),
+                    msr_last_error());
+        return st;
+    }
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
+    if (f != NULL)
+        fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    int first = 1;
+    for (int r = 0; r < job->world; r++) {
+        msr_mp_span_t *buf = NULL;
+        const msr_mp_span_t *sp = mine;
+        int64_t cnt = n;
+        if (r > 0) {
+            if ((st = msr_comm_recv(world, &cnt, 1, MSR_DTYPE_I64, r, 1)) != MSR_OK)
+                break;
+            if (cnt < 0 || cnt > (1 << 24) ||
+                (buf = msr_calloc((size_t)cnt + 1, sizeof *buf)) == NULL) {
+                st = MSR_ERR_NO_MEMORY;
+                break;
+            }
+            if (cnt > 0 && (st = msr_comm_recv(world, buf, (uint64_t)cnt * sizeof *buf,
+                                               MSR_DTYPE_U8, r, 2)) != MSR_OK) {
+                msr_free(buf);
+                break;
+            }
+            sp = buf;
+        }
+        for (int64_t k = 0; k < cnt && f != NULL; k++) {
+            char name[sizeof sp[k].name + 1];
+            memcpy(name, sp[k].name, sizeof sp[k].name);
+            name[sizeof sp[k].name] = '\0';
+            fprintf(f,
+                    "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
+                    "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
+                    first ? "" : ",\n", name, sp[k].comm ? "comm" : "compute", r, sp[k].comm,
+                    1e-3 * (double)sp[k].start_ns, 1e-3 * (double)sp[k].dur_ns);
+            first = 0;
+        }
+        msr_free(buf);
+    }
+    if (f != NULL) {
+        for (int r = 0; r < job->world; r++)
+            fprintf(f,
+                    "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+                    "{\"name\": \"rank %d (dp %d pp %d cp %d tp %d)\"}}",
+                    first && r == 0 ? "" : ",\n", r, r,
+                    r / (tr->mesh->tp * tr->mesh->cp * tr->mesh->pp),
+                    r / (tr->mesh->tp * tr->mesh->cp) % tr->mesh->pp,
+                    r / tr->mesh->tp % tr->mesh->cp, r % tr->mesh->tp);
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0 && st == MSR_OK) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", path, strerror(errno));
+            st = MSR_ERR_IO;
+        }
+    } else if (st == MSR_OK) {
+        st = MSR_ERR_IO;
+    }
+    if (st != MSR_OK && st != MSR_ERR_IO)
+        fprintf(stderr, "train_gpt: collecting the trace: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+    return st;
+}
+
+/* o->resume: restores the latest checkpoint, if any; *resumed_from_p gets
+ * its step (-1: none). Returns the exit status (0: go on). */
+static int start_from_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
+                                 const char *meta, int64_t *resumed_from_p)
+{
+    int resumed = 0;
+    *resumed_from_p = -1;
+    if (!o->resume)
+        return 0;
+    msr_status_t st = resume(t, job, o, meta, &resumed);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CONFIG ? EXIT_BAD_INPUT : 1;
+    if (!resumed && job->rank == 0)
+        fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
+                o->ckpt_dir);
+    *resumed_from_p = resumed ? (int64_t)t->ops->steps(t->tr) : -1;
+    return 0;
+}
+
+/* One step, timed into *dt_p (seconds); --trace records the last step's
+ * spans and writes them (model parallel on the CPU). */
+static msr_status_t timed_step(const trainer_t *t, const job_t *job, const options_t *o,
+                               msr_comm_t *comm, double *loss_p, double *dt_p)
+{
+    uint64_t step = t->ops->steps(t->tr) + 1, t0 = msr_now_ns();
+    int traced = t->cpu != NULL && o->trace != NULL && step == (uint64_t)o->steps;
+    if (traced)
+        msr_mp_trace(t->cpu->mp, 1);
+    msr_status_t st = t->ops->step(t->tr, loss_p);
+    *dt_p = (double)(msr_now_ns() - t0) * 1e-9;
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)step,
+                msr_status_str(st));
+        return st;
+    }
+    if (traced) {
+        msr_mp_trace(t->cpu->mp, 0);
+        st = write_trace(t->cpu, comm, job, o->trace);
+    }
+    return st;
+}
+
+/* Nanoseconds the CPU trainer has waited for other ranks so far: data
+ * parallel's gradient buckets and ZeRO-3's gathers, the pipeline's
+ * receives (0 for the GPU trainer). */
+static uint64_t waited_ns(const trainer_t *t)
+{
+    if (t->cpu == NULL)
+        return 0;
+    uint64_t ns = 0;
+    if (t->cpu->dp != NULL)
+        ns += t->cpu->dp->stats.wait_ns + t->cpu->dp->stats.gather_ns;
+    if (t->cpu->mp != NULL)
+        ns += msr_mp_stats(t->cpu->mp)->recv_wait_ns;
+    return ns;
+}
+
+static void print_step(uint64_t step, double loss, double norm, double tok_s, FILE *loss_log)
+{
+    printf("step %llu loss %.6f tok/s %.0f\n", (unsigned long long)step, loss, tok_s);
+    fflush(stdout);
+    if (loss_log != NULL) {
+        fprintf(loss_log, "step %llu loss %a norm %a\n", (unsigned long long)step, loss, norm);
+        fflush(loss_log);
+    }
+}
+
+/* The run, whatever the device: resumes when asked, steps to o->steps
+ * (printing each step's loss on rank 0), saves the checkpoints that are due
+ * and says the speed after the first step (which warms caches, the GPU and
+ * libraries up). tokens: a step's global tokens. Returns the exit status. */
+int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+{
+    int64_t resumed_from;
+    int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
+    if (rc != 0)
+        return rc;
+    uint64_t first_step = t->ops->steps(t->tr), step = first_step, timed = 0;
+    double timed_s = 0.0;
+    while (step < (uint64_t)o->steps) {
+        double loss, dt;
+        uint64_t waited = waited_ns(t);
+        if (timed_step(t, job, o, comm, &loss, &dt) != MSR_OK)
+            return 1;
+        step = t->ops->steps(t->tr);
+        msr_heartbeat(job->ctx);
+        /* every rank's progress to msrun's dashboard (never waits): as the
+         * step's time, the time it computed, its wall time less what it
+         * waited for the other ranks, so that a slow rank stands out in
+         * this synchronous job (docs/observe.md); the wall time as step_s */
+        double busy = dt - (double)(waited_ns(t) - waited) * 1e-9;
+        msr_scalar_t scalars[3] = {{"loss", loss}, {"tok_s", (double)tokens / dt}, {"step_s", dt}};
+        msr_report(job->ctx, (int64_t)step, busy > 0 ? busy : dt, scalars, 3);
+        if (!isfinite(loss)) {
+            report_bad_loss(step, loss, resumed_from, o->ckpt_dir);
+            return 1;
+        }
+        if (step > first_step + 1) {
+            timed++;
+            timed_s += dt;
+        }
+        if (job->rank == 0)
+            print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
+        if (o->report && o->experts > 0 && t->cpu != NULL &&
+            train_gpt_moe_report(t->cpu, job, step) != MSR_OK)
+            return 1;
+        int due = o->ckpt_dir != NULL &&
+                  ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
+        if (due && save_checkpoint(t, job, o, meta) != MSR_OK)
+            return 1;
+    }
+    if (job->rank == 0 && timed > 0)
+        fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
+                (unsigned long long)(step - first_step), 1e3 * timed_s / (double)timed,
+                (double)tokens * (double)timed / timed_s);
+    return 0;
+}
