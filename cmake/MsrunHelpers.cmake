@@ -7,7 +7,7 @@ set(MSRUN_GENERATED_DIR ${PROJECT_BINARY_DIR}/generated)
 # The folders that are modules (docs/architecture.md, section 2). A target in
 # one of them sees only its own folder and, through the targets it links,
 # theirs: a file in comm/ that includes cluster/... does not compile.
-set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm model parallel planner programs)
+set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm layout model parallel planner programs)
 
 # The include root of module dir: a folder holding only a link named dir to
 # the module's sources, so "dir/x.h" resolves there and nothing else does.
@@ -17,21 +17,6 @@ function(msrun_module_root dir out_var)
     file(MAKE_DIRECTORY ${_root})
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${_root}/${dir} SYMBOLIC)
   endif()
-  set(${out_var} ${_root} PARENT_SCOPE)
-endfunction()
-
-# An include root named name that shows only some files of module dir: a
-# folder dir/ holding a link to each, so "dir/<file>" resolves for them and
-# for no other file of the module (the planner sees the runtime's layout
-# headers this way, and nothing else of parallel/).
-function(msrun_module_root_files name dir out_var)
-  set(_root ${PROJECT_BINARY_DIR}/module_roots/${name})
-  file(MAKE_DIRECTORY ${_root}/${dir})
-  foreach(_f ${ARGN})
-    if(NOT EXISTS ${_root}/${dir}/${_f})
-      file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir}/${_f} ${_root}/${dir}/${_f} SYMBOLIC)
-    endif()
-  endforeach()
   set(${out_var} ${_root} PARENT_SCOPE)
 endfunction()
 

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
+#include "layout/layout.h"
 #include "model/block.h"
 #include "model/layers.h"
 #include "model/moe.h"
@@ -123,113 +124,9 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
     }
     if (part->stage_layers != NULL) {
         int n = part->pp * part->chunks;
-        return msr_gpt_split_check(cfg->layers, n, part->stage_layers, n);
+        return msr_layout_split_check(cfg->layers, n, part->stage_layers, n);
     }
     return MSR_OK;
-}
-
-void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p)
-{
-    *lo_p = (int)((int64_t)layers * j / n);
-    *hi_p = (int)((int64_t)layers * (j + 1) / n);
-}
-
-void msr_gpt_split_stage(int layers, int n, const int *split, int j, int *lo_p, int *hi_p)
-{
-    if (split == NULL) {
-        msr_gpt_stage_layers(layers, n, j, lo_p, hi_p);
-        return;
-    }
-    int lo = 0;
-    for (int k = 0; k < j; k++)
-        lo += split[k];
-    *lo_p = lo;
-    *hi_p = lo + split[j];
-}
-
-msr_status_t msr_gpt_split_check(int layers, int stages, const int *split, int count)
-{
-    if (count != stages) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "%d entries for %d virtual stages: give one layer count per virtual stage "
-                       "(pp x virtual stages)",
-                       count, stages);
-    }
-    int64_t sum = 0;
-    for (int j = 0; j < count; j++) {
-        if (split[j] < 1) {
-            return msr_err(MSR_ERR_CONFIG,
-                           "virtual stage %d has %d layers: every virtual stage needs at least 1",
-                           j, split[j]);
-        }
-        sum += split[j];
-    }
-    if (sum != layers) {
-        return msr_err(MSR_ERR_CONFIG, "the stages' layers sum to %" PRId64 ", not the %d layers",
-                       sum, layers);
-    }
-    return MSR_OK;
-}
-
-/* The largest count msr_gpt_split_parse reads (the planner's models may
- * have more layers than this runtime's). */
-#define SPLIT_MAX_COUNT (1 << 24)
-
-msr_status_t msr_gpt_split_parse(const char *text, int *split, int max, int *count_p)
-{
-    int n = 0;
-    const char *p = text;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        char num[16];
-        if (len == 0 || len >= sizeof num) {
-            return msr_err(MSR_ERR_CONFIG, "entry %d is %s", n + 1,
-                           len == 0 ? "empty" : "not a layer count");
-        }
-        memcpy(num, p, len);
-        num[len] = '\0';
-        int64_t v;
-        if (msr_parse_i64(num, 0, SPLIT_MAX_COUNT, &v) != MSR_OK) {
-            return msr_err(MSR_ERR_CONFIG, "entry %d '%s' is not a layer count in [0, %d]", n + 1,
-                           num, SPLIT_MAX_COUNT);
-        }
-        if (n == max) {
-            return msr_err(MSR_ERR_CONFIG, "more than %d entries", max);
-        }
-        split[n++] = (int)v;
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    *count_p = n;
-    return MSR_OK;
-}
-
-int msr_gpt_split_is_even(int layers, int n, const int *split)
-{
-    for (int j = 0; j < n; j++) {
-        int lo, hi;
-        msr_gpt_stage_layers(layers, n, j, &lo, &hi);
-        if (split[j] != hi - lo)
-            return 0;
-    }
-    return 1;
-}
-
-int msr_gpt_split_format(const int *split, int n, char *buf, size_t len)
-{
-    int used = 0;
-    if (len > 0)
-        buf[0] = '\0';
-    for (int j = 0; j < n; j++) {
-        size_t at = (size_t)used < len ? (size_t)used : len;
-        int w = snprintf(buf + at, len - at, "%s%d", j > 0 ? "," : "", split[j]);
-        if (w < 0)
-            return w;
-        used += w;
-    }
-    return used;
 }
 
 size_t msr_gpt_tensor_full_index(const msr_gpt_tensor_t *t, size_t i)
@@ -356,8 +253,8 @@ static void build_layout(msr_gpt_t *m)
     for (int l = 0; l < L; l++)
         full_of[l + 1] = full_of[l] + block_params(&m->cfg, l);
     for (int c = 0; c < pt->chunks; c++) {
-        msr_gpt_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
-                            &m->chunk_hi[c]);
+        msr_layout_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
+                               &m->chunk_hi[c]);
         m->chunk_seg[c] = m->num_segments;
         for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
             msr_gpt_segment_t *s = open_segment(m, off, l, c);

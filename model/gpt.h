@@ -90,7 +90,7 @@ typedef struct msr_gpt_part {
     int chunks;      /* model chunks per stage (virtual stages): 1 unless interleaved */
     /* the layers of each virtual stage j = c * pp + pp_rank (pp * chunks
      * entries, each >= 1, summing to L), as train_gpt's --pp-layers; NULL:
-     * the even split (msr_gpt_stage_layers). Read by the call it is passed
+     * the even split (msr_layout_stage_even). Read by the call it is passed
      * to; a model keeps its own copy (model->part.stage_layers). */
     const int *stage_layers;
 } msr_gpt_part_t;
@@ -102,40 +102,10 @@ typedef struct msr_gpt_part {
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
  * vocabulary, at least one layer per virtual stage, ranks in range, and
- * stage_layers (when given) a valid split (msr_gpt_split_check). On
+ * stage_layers (when given) a valid split (msr_layout_split_check). On
  * failure sets the error text (base/err.h: a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
-
-/* The blocks [*lo_p, *hi_p) of virtual stage j of n: layers * j / n to
- * layers * (j + 1) / n (rounded down). */
-void msr_gpt_stage_layers(int layers, int n, int j, int *lo_p, int *hi_p);
-
-/* The blocks [*lo_p, *hi_p) of virtual stage j of n under split (n
- * entries, the layers of each stage), or the even split when split is
- * NULL. */
-void msr_gpt_split_stage(int layers, int n, const int *split, int j, int *lo_p, int *hi_p);
-
-/* Checks a split of `layers` layers into `stages` virtual stages: count
- * entries (count == stages), each at least 1, summing to layers. On failure
- * sets the error text (a one-line reason naming the fault: the count, the
- * first empty stage, or the sum) and returns MSR_ERR_CONFIG. */
-msr_status_t msr_gpt_split_check(int layers, int stages, const int *split, int count);
-
-/* Parses "3,5,5,3" (comma-separated decimal counts, no spaces) into split
- * (room for max entries) and *count_p; the values are checked by
- * msr_gpt_split_check, not here. On failure (not a number, an empty entry,
- * more than max entries, a value over 2^24) sets the error text and
- * returns MSR_ERR_CONFIG; *count_p is written only on success. */
-msr_status_t msr_gpt_split_parse(const char *text, int *split, int max, int *count_p);
-
-/* Whether split (n entries) is the even split of layers (and so can be
- * left out: NULL means the same). */
-int msr_gpt_split_is_even(int layers, int n, const int *split);
-
-/* Writes split as "3,5,5,3" into buf (len bytes, truncated as snprintf
- * does); returns what snprintf would. */
-int msr_gpt_split_format(const int *split, int n, char *buf, size_t len);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH, and
  * a MoE setting (when experts > 0) in range: 1 <= K <= E, every >= 1,

@@ -101,9 +101,10 @@ static msr_status_t comm_failed(const char *what, int index, msr_status_t st)
 /* Elements [a, e) of a sharded unit that belong to rank j's block. */
 static void block_of(const msr_dp_unit_t *u, int j, size_t *a_p, size_t *e_p)
 {
-    size_t a = MSR_MIN(u->n, (size_t)j * u->blk);
-    *a_p = a;
-    *e_p = MSR_MIN(u->n, a + u->blk);
+    uint64_t a, e;
+    msr_layout_block_of(u->n, u->blk, j, &a, &e);
+    *a_p = (size_t)a;
+    *e_p = (size_t)e;
 }
 
 /* ---- layout ---- */
@@ -117,16 +118,11 @@ static msr_status_t build_layout(msr_dp_t *dp)
 {
     msr_gpt_t *m = dp->model;
     size_t P = m->num_params;
-    size_t bb = MSR_MAX(dp->cfg.bucket_bytes / sizeof(float), (size_t)1);
-    size_t fb = MSR_MIN(dp->cfg.first_bucket_bytes, dp->cfg.bucket_bytes) / sizeof(float);
-    fb = MSR_MAX(fb, (size_t)1);
+    uint64_t bb, fb;
+    msr_layout_bucket_elems(dp->cfg.bucket_bytes, dp->cfg.first_bucket_bytes, &bb, &fb);
 
-    /* buckets, cut from the end */
-    int nb = 0;
-    for (size_t hi = P; hi > 0; nb++) {
-        size_t sz = nb == 0 ? fb : bb;
-        hi = hi > sz ? hi - sz : 0;
-    }
+    /* buckets, cut from the end (layout/layout.h) */
+    int nb = (int)msr_layout_num_buckets(P, fb, bb);
     dp->num_segs = m->num_segments;
     dp->buckets = msr_calloc((size_t)nb, sizeof *dp->buckets);
     dp->units = msr_calloc((size_t)nb + (size_t)dp->num_segs, sizeof *dp->units);
@@ -135,12 +131,11 @@ static msr_status_t build_layout(msr_dp_t *dp)
     if (dp->buckets == NULL || dp->units == NULL || dp->segs == NULL || dp->visits == NULL)
         return MSR_ERR_NO_MEMORY;
     dp->num_buckets = nb;
-    size_t hi = P;
     for (int b = 0; b < nb; b++) {
-        size_t sz = b == 0 ? fb : bb;
-        dp->buckets[b].hi = hi;
-        dp->buckets[b].lo = hi > sz ? hi - sz : 0;
-        hi = dp->buckets[b].lo;
+        uint64_t lo, hi;
+        msr_layout_bucket_range(P, fb, bb, (uint64_t)b, &lo, &hi);
+        dp->buckets[b].lo = (size_t)lo;
+        dp->buckets[b].hi = (size_t)hi;
     }
 
     /* units: cut at every segment and bucket boundary, in flat order */
@@ -156,8 +151,7 @@ static msr_status_t build_layout(msr_dp_t *dp)
         u->n = end - pos;
         u->seg = s;
         u->bucket = b;
-        u->replicated =
-            dp->cfg.zero_min_bytes > 0 && seg_count(dp, s) * sizeof(float) < dp->cfg.zero_min_bytes;
+        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
         pos = end;
     }
     dp->num_units = nu;
@@ -172,7 +166,7 @@ static msr_status_t build_layout(msr_dp_t *dp)
             u->own_n = u->n;
             rep += u->n;
         } else {
-            u->blk = (u->n + (size_t)dp->size - 1) / (size_t)dp->size;
+            u->blk = (size_t)msr_layout_block(u->n, dp->size);
             size_t a, e;
             block_of(u, dp->rank, &a, &e);
             u->own_lo = u->lo + a;

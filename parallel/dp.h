@@ -74,7 +74,7 @@
 #include "msrun/comm.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
-#include "parallel/layout.h"
+#include "layout/layout.h"
 
 #define MSR_DP_TMP_CACHE 64 /* freed temporaries kept for reuse */
 

@@ -1,6 +1,7 @@
 /* Model parallel (see mp.h): the runtime, the pipeline of forwards and
  * backwards with recompute, the step and its tracing. The plan (checks,
  * sizes, schedule) is mp_pipe.c's, the tensor-parallel side mp_tp.c's. */
+#include "layout/layout.h"
 #include "parallel/mp.h"
 
 #include <math.h>
@@ -410,8 +411,8 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     }
     for (int c = 0; c < cfg->chunks; c++) {
         int lo, hi, n = mesh->pp * cfg->chunks;
-        msr_gpt_split_stage(model->cfg.layers, n, cfg->stage_layers, c * mesh->pp + mesh->pp_rank,
-                            &lo, &hi);
+        msr_layout_split_stage(model->cfg.layers, n, cfg->stage_layers,
+                               c * mesh->pp + mesh->pp_rank, &lo, &hi);
         if (lo != model->chunk_lo[c] || hi != model->chunk_hi[c]) {
             MSR_ERROR("mp: the model's chunk %d holds layers [%d, %d), the split says [%d, %d)", c,
                       model->chunk_lo[c], model->chunk_hi[c], lo, hi);

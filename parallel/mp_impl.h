@@ -10,7 +10,7 @@
 
 #include "model/block.h"
 #include "parallel/mp.h"
-#include "parallel/pipe_order.h"
+#include "layout/pipe_order.h"
 
 typedef struct dims {
     int B, T, C, V, tp, sp, mode;
@@ -32,7 +32,7 @@ typedef struct frame {
     float *probs;                     /* head: (N, Vl) */
 } frame_t;
 
-typedef msr_pipe_op_t op_t; /* parallel/pipe_order.h */
+typedef msr_pipe_op_t op_t; /* layout/pipe_order.h */
 
 typedef struct work {
     float *scratch;             /* the blocks' dropped activations */

@@ -186,7 +186,7 @@ size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *
 
 /* ---- the schedule ---- */
 
-/* This rank's order of forwards and backwards (parallel/pipe_order.h). */
+/* This rank's order of forwards and backwards (layout/pipe_order.h). */
 void msr_mp_build_schedule(msr_mp_t *mp)
 {
     mp->num_ops = msr_pipe_order((int)mp->cfg.schedule, mp->cfg.micros, mp->pp, mp->pr,

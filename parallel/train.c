@@ -1,4 +1,5 @@
 /* The training step and the trainer's checkpoint shard (see train.h). */
+#include "layout/layout.h"
 #include "parallel/train.h"
 
 #include <math.h>
@@ -109,7 +110,7 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
         if (msr_mp_check(&cfg->model, &m, cfg->pp, cfg->tp) != MSR_OK)
             return MSR_ERR_CONFIG;
     } else if (cfg->mp.stage_layers != NULL) { /* one stage: all the layers */
-        if (msr_gpt_split_check(cfg->model.layers, 1, cfg->mp.stage_layers, 1) != MSR_OK)
+        if (msr_layout_split_check(cfg->model.layers, 1, cfg->mp.stage_layers, 1) != MSR_OK)
             return MSR_ERR_CONFIG;
     }
     return MSR_OK;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "planner/plan.h"
 
 #define F32 4u
@@ -32,20 +32,11 @@ static int replicas(const msr_plan_layout_t *l)
 
 /* ---- the part a rank holds ---- */
 
-/* Layers [lo, hi) of virtual stage j of n (model/gpt.h): as the
- * layout's stage_layers say, else the even split. */
+/* Layers [lo, hi) of virtual stage j of n: the runtime's split
+ * (layout/layout.h), as the layout's stage_layers say, else even. */
 static void stage_layers(const msr_plan_layout_t *l, int layers, int n, int j, int *lo, int *hi)
 {
-    if (l->stage_layers != NULL) {
-        int a = 0;
-        for (int k = 0; k < j; k++)
-            a += l->stage_layers[k];
-        *lo = a;
-        *hi = a + l->stage_layers[j];
-        return;
-    }
-    *lo = (int)((int64_t)layers * j / n);
-    *hi = (int)((int64_t)layers * (j + 1) / n);
+    msr_layout_split_stage(layers, n, l->stage_layers, j, lo, hi);
 }
 
 /* Elements of one block's parameters on a tensor-parallel rank; a MoE
@@ -170,11 +161,9 @@ typedef struct dp_layout {
 
 static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l);
-    uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
-    uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
-    /* buckets cut from the end: bucket 0 is [P - fb, P), then bb each */
-    out->buckets = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
+    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
+    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
+    out->buckets = msr_layout_num_buckets(P, fb, bb);
     out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
     out->span_max = 0;
     uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
@@ -189,21 +178,14 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
         uint64_t sc = seg_count(p, s);
         out->seg_max = max_u64(out->seg_max, sc);
         /* the bucket holding pos: its end */
-        uint64_t b, bhi;
-        if (P <= fb || pos >= P - fb) {
-            b = 0;
-            bhi = P;
-        } else {
-            uint64_t k = ceil_div(P - fb - pos, bb) - 1;
-            b = 1 + k;
-            bhi = P - fb - k * bb;
-        }
-        int replicated = l->zero_min_bytes > 0 && sc * F32 < l->zero_min_bytes;
+        uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
+        int replicated = msr_layout_replicated(sc, l->zero_min_bytes);
         /* whole buckets inside the segment are alike: all but the last in
          * one go (huge models have millions) */
         uint64_t lim = min_u64(seg_lo + sc, P > fb ? P - fb : 0);
         if (b >= 1 && bhi >= bb && pos == bhi - bb && lim > pos && (lim - pos) / bb >= 2) {
-            uint64_t k = (lim - pos) / bb - 1, blk = replicated ? bb : ceil_div(bb, size);
+            uint64_t k = (lim - pos) / bb - 1,
+                     blk = replicated ? bb : msr_layout_block(bb, (int)size);
             out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
             cur_bucket = UINT64_MAX;
             cur_blk = cur_rep = 0;
@@ -212,7 +194,8 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
                 out->replicated += k * bb;
                 out->packed_max = max_u64(out->packed_max, bb);
             } else {
-                uint64_t a = min_u64(bb, (uint64_t)dp_rank * blk), e = min_u64(bb, a + blk);
+                uint64_t a, e;
+                msr_layout_block_of(bb, blk, dp_rank, &a, &e);
                 out->shard += k * (e - a);
                 out->packed_max = max_u64(out->packed_max, size * blk);
                 seg_blk += k * blk;
@@ -234,8 +217,8 @@ static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, 
             out->replicated += n;
             cur_rep += n;
         } else {
-            uint64_t blk = ceil_div(n, size);
-            uint64_t a = min_u64(n, (uint64_t)dp_rank * blk), e = min_u64(n, a + blk);
+            uint64_t blk = msr_layout_block(n, (int)size), a, e;
+            msr_layout_block_of(n, blk, dp_rank, &a, &e);
             out->shard += e - a;
             cur_blk += blk;
             seg_blk += blk;
@@ -294,10 +277,9 @@ static void r_free(replay_t *r, uint64_t n)
  * arrays' limits. */
 static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *r)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l);
-    uint64_t bb = max_u64(l->bucket_bytes / F32, 1);
-    uint64_t fb = max_u64(min_u64(l->first_bucket_bytes, l->bucket_bytes) / F32, 1);
-    uint64_t nb = P <= fb ? 1 : 1 + ceil_div(P - fb, bb);
+    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
+    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
+    uint64_t nb = msr_layout_num_buckets(P, fb, bb);
     int nseg = p->has_embed + p->blocks + p->has_head;
     if (nb > REPLAY_MAX || nseg > REPLAY_MAX)
         return -1;
@@ -312,21 +294,13 @@ static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *
     uint64_t lo = 0;
     for (int s = 0; s < nseg; s++) {
         r->count[s] = seg_count(p, s);
-        r->rep[s] = l->zero_min_bytes > 0 && r->count[s] * F32 < l->zero_min_bytes;
+        r->rep[s] = (unsigned char)msr_layout_replicated(r->count[s], l->zero_min_bytes);
         r->gbuf[s] = 0;
         r->gat[s] = r->grads[s] = 0;
         int units = 0;
         for (uint64_t pos = lo; pos < lo + r->count[s]; units++) {
             /* the bucket holding pos, and its end */
-            uint64_t b, bhi;
-            if (P <= fb || pos >= P - fb) {
-                b = 0;
-                bhi = P;
-            } else {
-                uint64_t k = ceil_div(P - fb - pos, bb) - 1;
-                b = 1 + k;
-                bhi = P - fb - k * bb;
-            }
+            uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
             uint64_t n = min_u64(lo + r->count[s], bhi) - pos;
             if (units == 0)
                 r->b_lo[s] = (int)b;
@@ -336,7 +310,7 @@ static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *
             if (r->rep[s]) {
                 r->packed[b] += n;
             } else {
-                uint64_t blk = ceil_div(n, size);
+                uint64_t blk = msr_layout_block(n, (int)size);
                 r->packed[b] += size * blk;
                 r->blk[b] += blk;
                 r->gbuf[s] += size * blk;
@@ -721,7 +695,7 @@ static uint64_t frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layo
     return (uint64_t)(b * layers + 0.5);
 }
 
-/* Walks rank pr's schedule (parallel/pipe_order.h, the runtime's order):
+/* Walks rank pr's schedule (layout/pipe_order.h, the runtime's order):
  * a forward opens a frame of its chunk, its backward closes it. Returns the
  * most bytes alive at once; *held_p the most frames. */
 static uint64_t schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t *chunk_bytes,

@@ -7,7 +7,7 @@
 
 #include <stdlib.h>
 
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "planner/plan.h"
 
 typedef msr_pipe_op_t op_t;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "planner/plan.h"
 #include "planner/plan_sim.h"
 

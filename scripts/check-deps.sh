@@ -23,18 +23,12 @@ ALLOWED = {
     "cluster": {"base", "rendezvous", "cluster"},
     "msrun": {"base", "rendezvous", "cluster", "msrun"},
     "comm": {"base", "comm"},
-    "model": {"base", "comm", "model"},
-    "parallel": {"base", "comm", "model", "parallel"},
-    "planner": {"base", "parallel", "planner"},
-    "programs": {"base", "comm", "model", "parallel", "planner", "programs"},
+    "layout": {"base", "layout"},
+    "model": {"base", "comm", "layout", "model"},
+    "parallel": {"base", "comm", "layout", "model", "parallel"},
+    "planner": {"base", "layout", "planner"},
+    "programs": {"base", "comm", "layout", "model", "parallel", "planner", "programs"},
 }
-# module -> {folder: the only files of it the module may include}: the
-# planner counts with the runtime's layout code and sees nothing else of it
-ONLY = {
-    "planner": {"parallel": {"parallel/layout.h", "parallel/pipe_order.h"}},
-}
-# include roots (build/module_roots/NAME) that show part of a module's folder
-PARTIAL_ROOTS = {"layout": "parallel"}
 # public headers (include/msrun/X.h) a module may not include
 PUBLIC_FORBIDDEN = {
     "base": {"store.h", "comm.h", "parallel.h", "msrun.h", "checkpoint.h"},
@@ -43,6 +37,7 @@ PUBLIC_FORBIDDEN = {
     "cluster": {"comm.h", "parallel.h", "msrun.h"},
     "comm": {"parallel.h", "msrun.h"},
     "model": {"msrun.h", "checkpoint.h"},
+    "layout": {"store.h", "comm.h", "msrun.h", "checkpoint.h"},
     "planner": {"store.h", "comm.h", "msrun.h", "checkpoint.h"},
 }
 # system libraries kept inside the modules that need them
@@ -113,9 +108,6 @@ def verdict(module, kind, inc, public):
             return f"{module}/ may not include tests/"
         if first in ALLOWED and first not in ALLOWED[module]:
             return f"{module}/ may not depend on {first}/"
-        only = ONLY.get(module, {}).get(first)
-        if only is not None and inc not in only:
-            return f"{module}/ may use only {', '.join(sorted(only))} of {first}/"
         return None
     for pattern, owners, what in SYSTEM:
         if pattern.match(inc) and module not in owners:

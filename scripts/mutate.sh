@@ -932,7 +932,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ pipe_order.one_f_one_b_warmup_too_long
-file: parallel/pipe_order.c
+file: layout/pipe_order.c
 test: ^test_parallel_(plan_sim|mp)$
 <<<
         *warm_p = p - r - 1 < M ? p - r - 1 : M;
@@ -1530,7 +1530,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ pipe.ops_to_peak_warmup_only
-file: parallel/pipe_order.c
+file: layout/pipe_order.c
 test: ^test_parallel_plan_sim$
 <<<
     int steady = total - warm < per ? total - warm : per;

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "layout/layout.h"
 #include "model/gpt.h"
 #include "planner/plan.h"
 #include "planner/plan_print.h"
@@ -237,8 +238,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     if (a->pp_layers != NULL) {
         /* the count is checked against each layout's pp x virtual stages */
         int n = 0;
-        if (msr_gpt_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
-            msr_gpt_split_check(a->m.layers, n, a->split, n) != MSR_OK)
+        if (msr_layout_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
+            msr_layout_split_check(a->m.layers, n, a->split, n) != MSR_OK)
             die("--pp-layers %s: %s", a->pp_layers, msr_err_msg());
         a->split_n = n;
     }

@@ -27,6 +27,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "msrun/msrun.h"
+#include "layout/layout.h"
 #include "model/data.h"
 #include "model/moe.h"
 #include "parallel/train.h"
@@ -236,9 +237,9 @@ int train_gpt_split_check(options_t *o)
     msr_status_t st = MSR_OK;
     if (o->pp_layers != NULL) {
         snprintf(text, sizeof text, "%s", o->pp_layers);
-        st = msr_gpt_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n);
+        st = msr_layout_split_parse(o->pp_layers, o->split, MSR_GPT_MAX_STAGES, &n);
     } else {
-        msr_gpt_split_format(o->split, n, text, sizeof text);
+        msr_layout_split_format(o->split, n, text, sizeof text);
     }
     if (o->pp * o->virtual_stages > MSR_GPT_MAX_STAGES) {
         fprintf(stderr,
@@ -247,14 +248,14 @@ int train_gpt_split_check(options_t *o)
                 text, o->pp, o->virtual_stages, MSR_GPT_MAX_STAGES);
         return -1;
     }
-    if (st != MSR_OK || msr_gpt_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
+    if (st != MSR_OK || msr_layout_split_check((int)o->layers, stages, o->split, n) != MSR_OK) {
         fprintf(stderr,
                 "train_gpt: --pp-layers %s (pp %" PRId64 " x %" PRId64 " virtual stages, %" PRId64
                 " layers): %s\n",
                 text, o->pp, o->virtual_stages, o->layers, msr_err_msg());
         return -1;
     }
-    o->split_n = msr_gpt_split_is_even((int)o->layers, n, o->split) ? 0 : n;
+    o->split_n = msr_layout_split_is_even((int)o->layers, n, o->split) ? 0 : n;
     return 0;
 }
 
@@ -416,8 +417,8 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
     if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
         char split[8 * MSR_GPT_MAX_STAGES];
-        msr_gpt_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
-                             sizeof split);
+        msr_layout_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
+                                sizeof split);
         fprintf(stderr, "train_gpt: layers per virtual stage %s (uneven split)\n", split);
     }
 

@@ -22,6 +22,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "layout/layout.h"
 #include "model/gpt.h"
 #include "parallel/mp.h"
 #include "planner/plan.h"
@@ -249,7 +250,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int given_split[MSR_GPT_MAX_STAGES];
     if (o->pp_layers != NULL) {
         int n = 0;
-        if (msr_gpt_split_parse(o->pp_layers, given_split, MSR_GPT_MAX_STAGES, &n) != MSR_OK)
+        if (msr_layout_split_parse(o->pp_layers, given_split, MSR_GPT_MAX_STAGES, &n) != MSR_OK)
             return refuse(job, "--pp-layers %s: %s", o->pp_layers, msr_err_msg());
         q.split = given_split;
         q.split_n = n;
@@ -318,8 +319,8 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         o->split_n = p->l.pp * p->l.chunks;
         memcpy(o->split, p->l.stage_layers, (size_t)o->split_n * sizeof o->split[0]);
         snprintf(split_text, sizeof split_text, " pp-layers ");
-        msr_gpt_split_format(o->split, o->split_n, split_text + strlen(split_text),
-                             sizeof split_text - strlen(split_text));
+        msr_layout_split_format(o->split, o->split_n, split_text + strlen(split_text),
+                                sizeof split_text - strlen(split_text));
     }
     char ep_text[32] = "";
     if (m.experts > 0)

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "layout/layout.h"
 #include "parallel/ckpt.h"
 #include "model/moe.h"
 #include "programs/train_gpt/train_gpt.h"
@@ -77,8 +78,8 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
         size_t used = strlen(meta);
         used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
         if (used < len)
-            msr_gpt_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
-                                 len - used);
+            msr_layout_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
+                                    len - used);
     }
 }
 

@@ -26,6 +26,7 @@
 
 #include "msrun/comm.h"
 #include "msrun/msrun.h"
+#include "layout/layout.h"
 #include "parallel/train.h"
 
 enum { STEPS = 10, GLOBAL = 8, MICRO = 2 };
@@ -79,7 +80,7 @@ static int parse_layout(const char *s, layout_t *l)
     for (char *p = split; *p != '\0'; p++)
         if (*p == ':')
             *p = ',';
-    if (n == 9 && msr_gpt_split_parse(split, l->split, 64, &l->split_n) != MSR_OK)
+    if (n == 9 && msr_layout_split_parse(split, l->split, 64, &l->split_n) != MSR_OK)
         return -1;
     l->schedule = msr_mp_schedule_parse(sched);
     l->recompute = msr_mp_recompute_parse(rc);

@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/alloc.h"
+#include "layout/layout.h"
 #include "model/gpt.h"
 #include "model/layers.h"
 #include "model/rng.h"
@@ -512,27 +513,27 @@ static void test_bad_input(void)
 static void test_split(void)
 {
     int sp[8], n = -1;
-    MSR_CHECK_OK(msr_gpt_split_parse("3,5,5,3", sp, 8, &n));
+    MSR_CHECK_OK(msr_layout_split_parse("3,5,5,3", sp, 8, &n));
     MSR_CHECK_EQ(n, 4);
     MSR_CHECK(sp[0] == 3 && sp[1] == 5 && sp[2] == 5 && sp[3] == 3);
-    MSR_CHECK_OK(msr_gpt_split_check(16, 4, sp, n));
-    MSR_CHECK(!msr_gpt_split_is_even(16, n, sp));
+    MSR_CHECK_OK(msr_layout_split_check(16, 4, sp, n));
+    MSR_CHECK(!msr_layout_split_is_even(16, n, sp));
     char buf[32];
-    MSR_CHECK_EQ(msr_gpt_split_format(sp, n, buf, sizeof buf), 7);
+    MSR_CHECK_EQ(msr_layout_split_format(sp, n, buf, sizeof buf), 7);
     MSR_CHECK_STR(buf, "3,5,5,3");
-    MSR_CHECK_EQ(msr_gpt_split_format(sp, n, buf, 4), 7); /* truncated as snprintf */
+    MSR_CHECK_EQ(msr_layout_split_format(sp, n, buf, 4), 7); /* truncated as snprintf */
     MSR_CHECK_STR(buf, "3,5");
     /* the even split of 10 into 4: 2, 3, 2, 3 */
     const int even[] = {2, 3, 2, 3};
-    MSR_CHECK(msr_gpt_split_is_even(10, 4, even));
+    MSR_CHECK(msr_layout_split_is_even(10, 4, even));
     for (int j = 0; j < 4; j++) {
         int lo, hi, elo, ehi;
-        msr_gpt_split_stage(10, 4, even, j, &lo, &hi);
-        msr_gpt_split_stage(10, 4, NULL, j, &elo, &ehi);
+        msr_layout_split_stage(10, 4, even, j, &lo, &hi);
+        msr_layout_split_stage(10, 4, NULL, j, &elo, &ehi);
         MSR_CHECK(lo == elo && hi == ehi);
     }
     int lo = -1, hi = -1;
-    msr_gpt_split_stage(16, 4, sp, 2, &lo, &hi);
+    msr_layout_split_stage(16, 4, sp, 2, &lo, &hi);
     MSR_CHECK(lo == 8 && hi == 13);
 
     /* refusals, each naming its fault */
@@ -549,17 +550,17 @@ static void test_split(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         n = -1;
-        MSR_CHECK_STATUS(msr_gpt_split_parse(bad[i].text, sp, 8, &n), MSR_ERR_CONFIG);
+        MSR_CHECK_STATUS(msr_layout_split_parse(bad[i].text, sp, 8, &n), MSR_ERR_CONFIG);
         MSR_CHECK_MSG(strstr(msr_err_msg(), bad[i].why) != NULL, "'%s': %s", bad[i].text,
                       msr_err_msg());
         MSR_CHECK_EQ(n, -1);
     }
     const int s3[] = {3, 5, 5}, s0[] = {3, 0, 8, 5}, s15[] = {3, 5, 4, 3};
-    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s3, 3), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_layout_split_check(16, 4, s3, 3), MSR_ERR_CONFIG);
     MSR_CHECK(strstr(msr_err_msg(), "3 entries for 4 virtual stages") != NULL);
-    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s0, 4), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_layout_split_check(16, 4, s0, 4), MSR_ERR_CONFIG);
     MSR_CHECK(strstr(msr_err_msg(), "virtual stage 1 has 0 layers") != NULL);
-    MSR_CHECK_STATUS(msr_gpt_split_check(16, 4, s15, 4), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_layout_split_check(16, 4, s15, 4), MSR_ERR_CONFIG);
     MSR_CHECK(strstr(msr_err_msg(), "sum to 15, not the 16 layers") != NULL);
 
     /* a part: pp 2 x 2 chunks of 8 layers split 1,3,3,1; virtual stage j

@@ -1,4 +1,4 @@
-/* The pipeline orders (parallel/pipe_order.h) against each other and
+/* The pipeline orders (layout/pipe_order.h) against each other and
  * their peaks; the pipeline simulated under processor sharing (planner/plan_sim.h):
  * with a core per rank it gives the closed forms; on one core, the sum of
  * all work (the core is never idle: some op is always ready); in between,
@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "parallel/pipe_order.h"
+#include "layout/pipe_order.h"
 #include "planner/plan.h"
 #include "planner/plan_sim.h"
 #include "tests/runner.h"
@@ -105,7 +105,7 @@ static void test_refusals(void)
     MSR_CHECK(run(2, 2, 3, MSR_PLAN_INTERLEAVED, 2, 1, st) == -1);
 }
 
-/* The schedules' orders (parallel/pipe_order.h), which the runtime, the
+/* The schedules' orders (layout/pipe_order.h), which the runtime, the
  * memory model and the simulation share: every forward and backward once,
  * a backward after its forward and after the next stage's backward could
  * have run (its chunk's backward order), the frames a rank holds at once

@@ -1,5 +1,5 @@
 /* The pipeline schedules' orders (see pipe_order.h). */
-#include "parallel/pipe_order.h"
+#include "layout/pipe_order.h"
 
 /* Every schedule is warm-up forwards, then a forward and a backward in
  * turn, then the remaining backwards, over `total` forwards: the k-th op is
