@@ -169,3 +169,104 @@ void msr_layout_block_of(uint64_t n, uint64_t blk, int j, uint64_t *a_p, uint64_
     *a_p = a;
     *e_p = a + blk < n ? a + blk : n;
 }
+
+/* ---- activations ---- */
+
+msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, int heads, int vocab,
+                                  int tp, int sp, int cp, int mode)
+{
+    msr_layout_dims_t d;
+    d.B = micro_batch;
+    d.C = channels;
+    d.V = vocab;
+    d.cp = cp > 1 ? cp : 1;
+    d.T = max_seq / d.cp;
+    d.tp = tp;
+    d.sp = sp;
+    d.mode = mode;
+    d.Cl = channels / tp;
+    d.NHl = heads / tp;
+    d.Hl = 4 * channels / tp;
+    d.Vl = vocab / tp;
+    d.Tl = sp ? d.T / tp : d.T;
+    d.N = (size_t)d.B * (size_t)d.T;
+    d.Nl = (size_t)d.B * (size_t)d.Tl;
+    return d;
+}
+
+size_t msr_layout_block_act(const msr_layout_dims_t *d, int a, int *kept_p)
+{
+    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
+    int all = d->mode == MSR_LAYOUT_RECOMPUTE_NONE;
+    int sel = d->mode == MSR_LAYOUT_RECOMPUTE_SELECTIVE;
+    int kept = all || sel; /* dropped only by full recompute */
+    size_t n = 0;
+    switch (a) {
+    case MSR_ACT_LN1:
+    case MSR_ACT_RES2:
+    case MSR_ACT_LN2:
+        n = Nl * C;
+        break;
+    case MSR_ACT_LN1_MEAN:
+    case MSR_ACT_LN1_RSTD:
+    case MSR_ACT_LN2_MEAN:
+    case MSR_ACT_LN2_RSTD:
+        n = Nl;
+        break;
+    case MSR_ACT_QKV:
+        n = N * 3 * (size_t)d->Cl;
+        break;
+    case MSR_ACT_ATTY:
+        n = N * (size_t)d->Cl;
+        break;
+    case MSR_ACT_ATT:
+        if (d->cp > 1) {
+            n = N * (size_t)d->NHl;
+        } else {
+            n = (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T;
+            kept = all;
+        }
+        break;
+    case MSR_ACT_FCH:
+        n = N * (size_t)d->Hl;
+        break;
+    case MSR_ACT_FCH_GELU:
+        n = N * (size_t)d->Hl;
+        kept = all;
+        break;
+    case MSR_ACT_RES3:
+        n = Nl * C;
+        kept = 1; /* the block's output: the next block's input */
+        break;
+    }
+    *kept_p = kept;
+    return n;
+}
+
+size_t msr_layout_head_act(const msr_layout_dims_t *d, int a)
+{
+    switch (a) {
+    case MSR_ACT_LNF:
+        return d->Nl * (size_t)d->C;
+    case MSR_ACT_LNF_MEAN:
+    case MSR_ACT_LNF_RSTD:
+        return d->Nl;
+    case MSR_ACT_PROBS:
+        return d->N * (size_t)d->Vl;
+    }
+    return 0;
+}
+
+uint64_t msr_layout_frame_elems(const msr_layout_dims_t *d, int layers, int head)
+{
+    uint64_t block = 0;
+    for (int a = 0; a < MSR_ACT_BLOCK_COUNT; a++) {
+        int kept;
+        uint64_t n = msr_layout_block_act(d, a, &kept);
+        block += kept ? n : 0;
+    }
+    uint64_t e = (uint64_t)d->Nl * (uint64_t)d->C + (uint64_t)layers * block; /* input */
+    for (int a = 0; head && a < MSR_ACT_HEAD_COUNT; a++)
+        e += msr_layout_head_act(d, a);
+    return e;
+}

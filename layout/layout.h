@@ -86,4 +86,63 @@ uint64_t msr_layout_block(uint64_t n, int size);
  * that belong to rank j. */
 void msr_layout_block_of(uint64_t n, uint64_t blk, int j, uint64_t *a_p, uint64_t *e_p);
 
+/* ---- activations: what a pipeline frame keeps ---- */
+
+/* Recompute modes, numbered as msr_mp_recompute_t and the planner's. */
+enum {
+    MSR_LAYOUT_RECOMPUTE_NONE = 0,
+    MSR_LAYOUT_RECOMPUTE_SELECTIVE = 1,
+    MSR_LAYOUT_RECOMPUTE_FULL = 2,
+};
+
+/* The sizes one rank's activations are counted in: a micro-batch of B
+ * sequences of T positions (this rank's max_seq / cp under context
+ * parallel) under tensor parallel tp (with sequence parallel sp). */
+typedef struct msr_layout_dims {
+    int B, T, C, V, tp, sp, mode; /* mode: MSR_LAYOUT_RECOMPUTE_* */
+    int cp;                       /* context parallel: T is this rank's T/cp positions */
+    int Cl, NHl, Hl, Vl;          /* this rank's share: channels of its heads, heads, MLP, vocab */
+    int Tl;                       /* positions held outside the tensor-parallel layers */
+    size_t N, Nl;                 /* token rows: all of them, held outside */
+} msr_layout_dims_t;
+
+msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, int heads, int vocab,
+                                  int tp, int sp, int cp, int mode);
+
+/* One block's activations, in the order the runtime carves them. */
+enum {
+    MSR_ACT_LN1,
+    MSR_ACT_LN1_MEAN,
+    MSR_ACT_LN1_RSTD,
+    MSR_ACT_QKV,
+    MSR_ACT_ATTY,
+    MSR_ACT_ATT, /* the probabilities (B, NH/tp, T, T); under cp the logsumexp (N, NH/tp) */
+    MSR_ACT_RES2,
+    MSR_ACT_LN2,
+    MSR_ACT_LN2_MEAN,
+    MSR_ACT_LN2_RSTD,
+    MSR_ACT_FCH,
+    MSR_ACT_FCH_GELU,
+    MSR_ACT_RES3,
+    MSR_ACT_BLOCK_COUNT,
+};
+
+/* The fp32 elements of block activation a (MSR_ACT_*), and in *kept_p
+ * whether the frame keeps it between forward and backward (1) or the
+ * scratch that the next block overwrites holds it (0), as d's recompute
+ * mode says: full recompute keeps only the block's output; selective
+ * drops the probabilities and the GELU's output (under cp the logsumexp
+ * is kept: recomputing it takes the ring). */
+size_t msr_layout_block_act(const msr_layout_dims_t *d, int a, int *kept_p);
+
+/* The head's activations, all kept: the final norm, its mean and rstd,
+ * the probabilities. */
+enum { MSR_ACT_LNF, MSR_ACT_LNF_MEAN, MSR_ACT_LNF_RSTD, MSR_ACT_PROBS, MSR_ACT_HEAD_COUNT };
+size_t msr_layout_head_act(const msr_layout_dims_t *d, int a);
+
+/* The fp32 elements a micro-batch's frame of `layers` blocks (with the
+ * head when head) keeps: the chunk's input, the kept activations of each
+ * block, the head's. What the runtime carves and the planner counts. */
+uint64_t msr_layout_frame_elems(const msr_layout_dims_t *d, int layers, int head);
+
 #endif

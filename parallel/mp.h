@@ -89,21 +89,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout/layout.h"
 #include "msrun/base.h"
 #include "parallel/dp.h"
 #include "model/gpt.h"
 #include "parallel/mesh.h"
 
 typedef enum msr_mp_schedule {
-    MSR_MP_GPIPE = 0,
-    MSR_MP_1F1B = 1,
-    MSR_MP_INTERLEAVED = 2,
+    MSR_MP_GPIPE = MSR_PIPE_GPIPE,
+    MSR_MP_1F1B = MSR_PIPE_1F1B,
+    MSR_MP_INTERLEAVED = MSR_PIPE_INTERLEAVED,
 } msr_mp_schedule_t;
 
+/* (the layout's modes: its activation table decides what each keeps) */
 typedef enum msr_mp_recompute {
-    MSR_MP_RECOMPUTE_NONE = 0,
-    MSR_MP_RECOMPUTE_SELECTIVE = 1,
-    MSR_MP_RECOMPUTE_FULL = 2,
+    MSR_MP_RECOMPUTE_NONE = MSR_LAYOUT_RECOMPUTE_NONE,
+    MSR_MP_RECOMPUTE_SELECTIVE = MSR_LAYOUT_RECOMPUTE_SELECTIVE,
+    MSR_MP_RECOMPUTE_FULL = MSR_LAYOUT_RECOMPUTE_FULL,
 } msr_mp_recompute_t;
 
 typedef struct msr_mp_config {

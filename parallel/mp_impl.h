@@ -8,18 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout/layout.h"
 #include "model/block.h"
 #include "parallel/mp.h"
-#include "layout/pipe_order.h"
 
-typedef struct dims {
-    int B, T, C, V, tp, sp, mode;
-    int cp; /* context parallel: T is this rank's T/cp positions of the sequence */
-    int Cl, NHl, Hl,
-        Vl;       /* this rank's share: channels of its heads, heads, MLP width, vocabulary */
-    int Tl;       /* positions held outside the tensor-parallel layers */
-    size_t N, Nl; /* token rows: all of them, held outside */
-} dims_t;
+/* A rank's activation sizes (layout/layout.h): the runtime carves its
+ * frames from the same table the planner counts with. */
+typedef msr_layout_dims_t dims_t;
 
 /* What a micro-batch's chunk keeps between its forward and backward. */
 typedef struct frame {

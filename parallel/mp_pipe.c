@@ -105,60 +105,37 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
 
 dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp)
 {
-    dims_t d;
-    d.B = cfg->micro_batch;
-    d.C = m->channels;
-    d.V = m->vocab;
-    d.cp = cfg->cp > 1 ? cfg->cp : 1;
-    d.T = m->max_seq / d.cp;
-    d.tp = tp;
-    d.sp = cfg->sp;
-    d.mode = (int)cfg->recompute;
-    d.Cl = m->channels / tp;
-    d.NHl = m->heads / tp;
-    d.Hl = 4 * m->channels / tp;
-    d.Vl = m->vocab / tp;
-    d.Tl = cfg->sp ? d.T / tp : d.T;
-    d.N = (size_t)d.B * (size_t)d.T;
-    d.Nl = (size_t)d.B * (size_t)d.Tl;
-    return d;
+    return msr_layout_dims(cfg->micro_batch, m->max_seq, m->channels, m->heads, m->vocab, tp,
+                           cfg->sp, cfg->cp, (int)cfg->recompute);
 }
 
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,
- * overwritten by the next block) as the recompute mode says. */
+ * overwritten by the next block) as the layout's table says
+ * (msr_layout_block_act: the recompute mode decides). */
 void msr_mp_carve_layer(const dims_t *d, msr_gpt_carve_t *keep, msr_gpt_carve_t *scr,
                         msr_gpt_block_acts_t *la)
 {
-    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
-    int all = d->mode == MSR_MP_RECOMPUTE_NONE, sel = d->mode == MSR_MP_RECOMPUTE_SELECTIVE;
-    msr_gpt_carve_t *k = all || sel ? keep : scr; /* dropped only by full recompute */
-    la->ln1 = msr_gpt_carve(k, Nl * C);
-    la->ln1_mean = msr_gpt_carve(k, Nl);
-    la->ln1_rstd = msr_gpt_carve(k, Nl);
-    la->qkv = msr_gpt_carve(k, N * 3 * (size_t)d->Cl);
-    la->atty = msr_gpt_carve(k, N * (size_t)d->Cl);
-    /* the probabilities (B, NH/tp, T, T); under cp the logsumexp (N, NH/tp),
-     * which selective recompute keeps (recomputing it takes the ring) */
-    if (d->cp > 1)
-        la->att = msr_gpt_carve(all || sel ? keep : scr, N * (size_t)d->NHl);
-    else
-        la->att = msr_gpt_carve(all ? keep : scr,
-                                (size_t)d->B * (size_t)d->NHl * (size_t)d->T * (size_t)d->T);
-    la->res2 = msr_gpt_carve(k, Nl * C);
-    la->ln2 = msr_gpt_carve(k, Nl * C);
-    la->ln2_mean = msr_gpt_carve(k, Nl);
-    la->ln2_rstd = msr_gpt_carve(k, Nl);
-    la->fch = msr_gpt_carve(k, N * (size_t)d->Hl);
-    la->fch_gelu = msr_gpt_carve(all ? keep : scr, N * (size_t)d->Hl);
-    la->res3 = msr_gpt_carve(keep, Nl * C);
+    float **field[MSR_ACT_BLOCK_COUNT] = {
+        [MSR_ACT_LN1] = &la->ln1,           [MSR_ACT_LN1_MEAN] = &la->ln1_mean,
+        [MSR_ACT_LN1_RSTD] = &la->ln1_rstd, [MSR_ACT_QKV] = &la->qkv,
+        [MSR_ACT_ATTY] = &la->atty,         [MSR_ACT_ATT] = &la->att,
+        [MSR_ACT_RES2] = &la->res2,         [MSR_ACT_LN2] = &la->ln2,
+        [MSR_ACT_LN2_MEAN] = &la->ln2_mean, [MSR_ACT_LN2_RSTD] = &la->ln2_rstd,
+        [MSR_ACT_FCH] = &la->fch,           [MSR_ACT_FCH_GELU] = &la->fch_gelu,
+        [MSR_ACT_RES3] = &la->res3,
+    };
+    for (int a = 0; a < MSR_ACT_BLOCK_COUNT; a++) {
+        int kept;
+        size_t n = msr_layout_block_act(d, a, &kept);
+        *field[a] = msr_gpt_carve(kept ? keep : scr, n);
+    }
 }
 
 void msr_mp_carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *keep,
                         msr_gpt_carve_t *scr, frame_t *f)
 {
-    size_t Nl = d->Nl, C = (size_t)d->C;
     msr_gpt_block_acts_t dummy;
-    f->in = msr_gpt_carve(keep, Nl * C);
+    f->in = msr_gpt_carve(keep, d->Nl * (size_t)d->C);
     for (int i = 0; i < layers; i++) {
         msr_gpt_carve_t s = *scr; /* every block reuses the same scratch */
         msr_mp_carve_layer(d, keep, &s, f->layers != NULL ? &f->layers[i] : &dummy);
@@ -167,10 +144,10 @@ void msr_mp_carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *
     }
     f->lnf = f->lnf_mean = f->lnf_rstd = f->probs = NULL;
     if (head) {
-        f->lnf = msr_gpt_carve(keep, Nl * C);
-        f->lnf_mean = msr_gpt_carve(keep, Nl);
-        f->lnf_rstd = msr_gpt_carve(keep, Nl);
-        f->probs = msr_gpt_carve(keep, d->N * (size_t)d->Vl);
+        f->lnf = msr_gpt_carve(keep, msr_layout_head_act(d, MSR_ACT_LNF));
+        f->lnf_mean = msr_gpt_carve(keep, msr_layout_head_act(d, MSR_ACT_LNF_MEAN));
+        f->lnf_rstd = msr_gpt_carve(keep, msr_layout_head_act(d, MSR_ACT_LNF_RSTD));
+        f->probs = msr_gpt_carve(keep, msr_layout_head_act(d, MSR_ACT_PROBS));
     }
 }
 
@@ -178,10 +155,7 @@ size_t msr_mp_frame_bytes(const msr_gpt_config_t *model, const msr_mp_config_t *
                           int layers, int with_head)
 {
     dims_t d = msr_mp_dims(model, cfg, tp);
-    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
-    frame_t f = {0};
-    msr_mp_carve_frame(&d, layers, with_head, &keep, &scr, &f);
-    return keep.used * sizeof(float);
+    return (size_t)msr_layout_frame_elems(&d, layers, with_head) * sizeof(float);
 }
 
 /* ---- the schedule ---- */

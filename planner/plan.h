@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout/layout.h"
+
 typedef enum msr_plan_arch {
     MSR_PLAN_GPT = 0,   /* LayerNorm, GELU MLP of 4C, tied head, learned positions */
     MSR_PLAN_LLAMA = 1, /* RMSNorm, SwiGLU of ffn, grouped-query attention, untied head */
@@ -57,9 +59,18 @@ typedef enum msr_plan_precision {
     MSR_PLAN_BF16 = 1, /* bf16 parameters and gradients, fp32 master and moments */
 } msr_plan_precision_t;
 
-/* Schedules and recompute modes, numbered as parallel/mp.h's. */
-enum { MSR_PLAN_GPIPE = 0, MSR_PLAN_1F1B = 1, MSR_PLAN_INTERLEAVED = 2 };
-enum { MSR_PLAN_RC_NONE = 0, MSR_PLAN_RC_SELECTIVE = 1, MSR_PLAN_RC_FULL = 2 };
+/* Schedules and recompute modes: the layout's (layout/layout.h), which
+ * parallel/mp.h's are too. */
+enum {
+    MSR_PLAN_GPIPE = MSR_PIPE_GPIPE,
+    MSR_PLAN_1F1B = MSR_PIPE_1F1B,
+    MSR_PLAN_INTERLEAVED = MSR_PIPE_INTERLEAVED,
+};
+enum {
+    MSR_PLAN_RC_NONE = MSR_LAYOUT_RECOMPUTE_NONE,
+    MSR_PLAN_RC_SELECTIVE = MSR_LAYOUT_RECOMPUTE_SELECTIVE,
+    MSR_PLAN_RC_FULL = MSR_LAYOUT_RECOMPUTE_FULL,
+};
 
 typedef struct msr_plan_layout {
     int dp, tp, pp;

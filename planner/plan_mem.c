@@ -535,33 +535,14 @@ static uint64_t shm_tiled(uint64_t n, uint64_t msg, int rs_ag, uint64_t rs_per_s
 
 /* ---- activations (parallel/mp_pipe.c msr_mp_carve_frame) ---- */
 
-/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT runtime. */
+/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT
+ * runtime: the layout's table, which the runtime carves its frames from. */
 static uint64_t frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
                             int head)
 {
-    /* under cp every count is of the rank's T/cp positions */
-    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch;
-    uint64_t T = (uint64_t)(m->seq / msr_plan_cp(l));
-    uint64_t C = (uint64_t)m->channels, Cl = C / t, NHl = (uint64_t)m->heads / t;
-    uint64_t Hl = 4 * C / t, Vl = (uint64_t)m->vocab / t;
-    uint64_t Tl = l->sp ? T / t : T, N = B * T, Nl = B * Tl;
-    uint64_t layer;
-    if (l->recompute == MSR_PLAN_RC_FULL) {
-        layer = Nl * C; /* res3: the block's output, the next one's input */
-    } else {
-        /* ln1, its mean and rstd, qkv, atty, res2, ln2, its mean and rstd, fch, res3 */
-        layer = 4 * Nl * C + 4 * Nl + N * 3 * Cl + N * Cl + N * Hl;
-        if (l->recompute == MSR_PLAN_RC_NONE)
-            layer += N * Hl; /* fch_gelu */
-        if (msr_plan_cp(l) > 1)
-            layer += N * NHl; /* the ring's logsumexp, kept by selective recompute too */
-        else if (l->recompute == MSR_PLAN_RC_NONE)
-            layer += B * NHl * T * T; /* att (probabilities) */
-    }
-    uint64_t e = Nl * C + (uint64_t)layers * layer; /* the chunk's input */
-    if (head)
-        e += Nl * C + 2 * Nl + N * Vl; /* lnf, its mean and rstd, probs */
-    return e;
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    return msr_layout_frame_elems(&d, layers, head);
 }
 
 /* train_gpt runs the whole model without the model-parallel runtime when

@@ -931,6 +931,39 @@ test: ^test_parallel_train_gpt_moe$
         int frames = 1;
 >>>
 
+@ layout.selective_keeps_gelu
+file: layout/layout.c
+test: ^test_parallel_(mp|layout)$
+<<<
+        n = N * (size_t)d->Hl;
+        kept = all;
+        break;
+    case MSR_ACT_RES3:
+===
+        n = N * (size_t)d->Hl;
+        kept = all || sel;
+        break;
+    case MSR_ACT_RES3:
+>>>
+
+@ layout.last_bucket_off_by_one
+file: layout/layout.c
+test: ^test_parallel_(layout|dp_np2)$
+<<<
+    return P <= fb ? 1 : 1 + (P - fb + bb - 1) / bb;
+===
+    return P <= fb ? 1 : 1 + (P - fb) / bb;
+>>>
+
+@ layout.replicated_at_threshold
+file: layout/layout.c
+test: ^test_parallel_layout$
+<<<
+    return zero_min_bytes > 0 && seg_elems * sizeof(float) < zero_min_bytes;
+===
+    return zero_min_bytes > 0 && seg_elems * sizeof(float) <= zero_min_bytes;
+>>>
+
 @ pipe_order.one_f_one_b_warmup_too_long
 file: layout/pipe_order.c
 test: ^test_parallel_(plan_sim|mp)$
