@@ -270,3 +270,34 @@ uint64_t msr_layout_frame_elems(const msr_layout_dims_t *d, int layers, int head
         e += msr_layout_head_act(d, a);
     return e;
 }
+
+size_t msr_layout_whole_act(const msr_layout_dims_t *d, int a)
+{
+    size_t N = d->N, C = (size_t)d->C, V = (size_t)d->V;
+    switch (a) {
+    case MSR_ACT_ENCODED:
+    case MSR_ACT_WHOLE_LNF:
+    case MSR_ACT_PROJ:
+        return N * C;
+    case MSR_ACT_WHOLE_LNF_MEAN:
+    case MSR_ACT_WHOLE_LNF_RSTD:
+    case MSR_ACT_LOSSES:
+        return N;
+    case MSR_ACT_LOGITS:
+    case MSR_ACT_WHOLE_PROBS:
+        return N * V;
+    }
+    return 0;
+}
+
+uint64_t msr_layout_whole_elems(const msr_layout_dims_t *d, int layers)
+{
+    uint64_t block = 0, e = 0;
+    for (int a = 0; a < MSR_ACT_BLOCK_COUNT; a++) {
+        int kept;
+        block += msr_layout_block_act(d, a, &kept);
+    }
+    for (int a = 0; a < MSR_ACT_WHOLE_COUNT; a++)
+        e += msr_layout_whole_act(d, a);
+    return e + (uint64_t)layers * block;
+}

@@ -145,4 +145,24 @@ size_t msr_layout_head_act(const msr_layout_dims_t *d, int a);
  * block, the head's. What the runtime carves and the planner counts. */
 uint64_t msr_layout_frame_elems(const msr_layout_dims_t *d, int layers, int head);
 
+/* The whole model's activations (no model parallel; model/gpt.c carves
+ * its table from these): the embeddings, the blocks (msr_layout_block_act
+ * with no recompute: every one kept), then these after the last block. */
+enum {
+    MSR_ACT_ENCODED,   /* (N, C) the first block's input */
+    MSR_ACT_WHOLE_LNF, /* (N, C), its mean and rstd (N) each */
+    MSR_ACT_WHOLE_LNF_MEAN,
+    MSR_ACT_WHOLE_LNF_RSTD,
+    MSR_ACT_LOGITS,      /* (N, V) */
+    MSR_ACT_WHOLE_PROBS, /* (N, V) */
+    MSR_ACT_LOSSES,      /* (N) */
+    MSR_ACT_PROJ,        /* (N, C) a projection before its residual add */
+    MSR_ACT_WHOLE_COUNT,
+};
+size_t msr_layout_whole_act(const msr_layout_dims_t *d, int a);
+
+/* The fp32 elements of the whole model's activation table for d's batch
+ * (d as msr_layout_dims gives it with tp = cp = 1, no recompute). */
+uint64_t msr_layout_whole_elems(const msr_layout_dims_t *d, int layers);
+
 #endif

@@ -388,32 +388,33 @@ float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n)
 void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
                         msr_gpt_acts_t *a)
 {
-    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
-    size_t NH = (size_t)cfg->heads, V = (size_t)cfg->vocab, N = B * T;
-    a->encoded = msr_gpt_carve(c, N * C);
+    /* the layout's table (layout/layout.h), which the planner counts */
+    msr_layout_dims_t d = msr_layout_dims(batch, cfg->max_seq, cfg->channels, cfg->heads,
+                                          cfg->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    a->encoded = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_ENCODED));
     for (int l = 0; l < cfg->layers; l++) {
         msr_gpt_block_acts_t *b = &a->blocks[l];
-        b->ln1 = msr_gpt_carve(c, N * C);
-        b->ln1_mean = msr_gpt_carve(c, N);
-        b->ln1_rstd = msr_gpt_carve(c, N);
-        b->qkv = msr_gpt_carve(c, N * 3 * C);
-        b->atty = msr_gpt_carve(c, N * C);
-        b->att = msr_gpt_carve(c, B * NH * T * T);
-        b->res2 = msr_gpt_carve(c, N * C);
-        b->ln2 = msr_gpt_carve(c, N * C);
-        b->ln2_mean = msr_gpt_carve(c, N);
-        b->ln2_rstd = msr_gpt_carve(c, N);
-        b->fch = msr_gpt_carve(c, N * 4 * C);
-        b->fch_gelu = msr_gpt_carve(c, N * 4 * C);
-        b->res3 = msr_gpt_carve(c, N * C);
+        float **field[MSR_ACT_BLOCK_COUNT] = {
+            [MSR_ACT_LN1] = &b->ln1,           [MSR_ACT_LN1_MEAN] = &b->ln1_mean,
+            [MSR_ACT_LN1_RSTD] = &b->ln1_rstd, [MSR_ACT_QKV] = &b->qkv,
+            [MSR_ACT_ATTY] = &b->atty,         [MSR_ACT_ATT] = &b->att,
+            [MSR_ACT_RES2] = &b->res2,         [MSR_ACT_LN2] = &b->ln2,
+            [MSR_ACT_LN2_MEAN] = &b->ln2_mean, [MSR_ACT_LN2_RSTD] = &b->ln2_rstd,
+            [MSR_ACT_FCH] = &b->fch,           [MSR_ACT_FCH_GELU] = &b->fch_gelu,
+            [MSR_ACT_RES3] = &b->res3,
+        };
+        for (int k = 0; k < MSR_ACT_BLOCK_COUNT; k++) {
+            int kept;
+            *field[k] = msr_gpt_carve(c, msr_layout_block_act(&d, k, &kept));
+        }
     }
-    a->lnf = msr_gpt_carve(c, N * C);
-    a->lnf_mean = msr_gpt_carve(c, N);
-    a->lnf_rstd = msr_gpt_carve(c, N);
-    a->logits = msr_gpt_carve(c, N * V);
-    a->probs = msr_gpt_carve(c, N * V);
-    a->losses = msr_gpt_carve(c, N);
-    a->proj = msr_gpt_carve(c, N * C);
+    a->lnf = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_WHOLE_LNF));
+    a->lnf_mean = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_WHOLE_LNF_MEAN));
+    a->lnf_rstd = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_WHOLE_LNF_RSTD));
+    a->logits = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_LOGITS));
+    a->probs = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_WHOLE_PROBS));
+    a->losses = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_LOSSES));
+    a->proj = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_PROJ));
 }
 
 void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,

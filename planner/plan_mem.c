@@ -554,16 +554,13 @@ static int whole_path(const msr_plan_layout_t *l)
            l->recompute == MSR_PLAN_RC_NONE;
 }
 
-/* fp32 elements of the whole model's activation table for b sequences. */
+/* fp32 elements of the whole model's activation table for b sequences:
+ * the layout's, which model/gpt.c carves. */
 static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
 {
-    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq, C = (uint64_t)m->channels;
-    uint64_t NH = (uint64_t)m->heads, V = (uint64_t)m->vocab, N = B * T;
-    /* per block: ln1, mean, rstd, qkv, atty, att, res2, ln2, mean, rstd,
-     * fch, fch_gelu, res3 */
-    uint64_t block = 5 * N * C + 4 * N + 3 * N * C + B * NH * T * T + 8 * N * C;
-    /* encoded; lnf, mean, rstd, logits, probs, losses, proj */
-    return N * C + (uint64_t)m->layers * block + N * C + 2 * N + 2 * N * V + N + N * C;
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    return msr_layout_whole_elems(&d, m->layers);
 }
 
 /* ---- the runtime's work space ---- */

@@ -964,6 +964,18 @@ test: ^test_parallel_layout$
     return zero_min_bytes > 0 && seg_elems * sizeof(float) <= zero_min_bytes;
 >>>
 
+@ layout.whole_table_drops_proj
+file: layout/layout.c
+test: ^test_parallel_(gpt|plan_report)$
+<<<
+    case MSR_ACT_WHOLE_LNF:
+    case MSR_ACT_PROJ:
+        return N * C;
+===
+    case MSR_ACT_WHOLE_LNF:
+        return N * C;
+>>>
+
 @ pipe_order.one_f_one_b_warmup_too_long
 file: layout/pipe_order.c
 test: ^test_parallel_(plan_sim|mp)$
