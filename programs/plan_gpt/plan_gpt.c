@@ -114,8 +114,8 @@ static void parse_args(int argc, char **argv, args_t *a, int *fx)
     a->ranks = a->all = a->even_split = 0;
     a->top = 10;
     a->explain = 0;
-    a->bucket_mb = 25.0;
-    a->zero_min_bytes = 65536;
+    a->bucket_mb = MSR_DP_BUCKET_BYTES / 1048576.0;
+    a->zero_min_bytes = MSR_DP_ZERO_MIN_BYTES;
     a->pp_layers = NULL;
     a->split_n = 0;
     a->m.top_k = 2;

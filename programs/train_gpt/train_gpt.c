@@ -633,7 +633,7 @@ int main(int argc, char **argv)
         .aux_loss = 0.01,
         .ep = 1,
         .zero = 0,
-        .bucket_mb = 25.0,
+        .bucket_mb = MSR_DP_BUCKET_BYTES / 1048576.0,
         .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
         .overlap = 1,
         .steps = 20,
