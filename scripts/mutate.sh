@@ -631,6 +631,24 @@ test: ^it_ckpt$
 >>>
 
 # ---- the collectives (comm/)
+@ coll.reduce_chain_leaf_sends_partial
+file: comm/ucx/coll.c
+test: ^comm_collectives_np(3|8)$
+<<<
+    return leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+===
+    return leaf && !leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+>>>
+
+@ coll.pipe_sends_before_data
+file: comm/ucx/coll.c
+test: ^comm_collectives_np(3|8)$
+<<<
+        while (p->sends_posted < f->sends && p->sends_posted < f->first_sends + p->recvs_done &&
+===
+        while (p->sends_posted < f->sends && p->sends_posted < f->first_sends + p->recvs_posted &&
+>>>
+
 @ comm.shm_slots.reverse_fold
 file: comm/ucx/shm.c
 test: ^comm_determinism_np4$

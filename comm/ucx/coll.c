@@ -650,35 +650,40 @@ static uint64_t ring_count(const ucx_req_t *r)
     return a->coll == MSR_COLL_REDUCE_SCATTER ? a->count * (uint64_t)r->n : a->count;
 }
 
-static msr_status_t step_ring(ucx_req_t *r)
+/* ---- segment pipelines: one loop for the ring and the chains ---- */
+
+/* What a segment pipeline moves: its receives come from one peer and its
+ * sends go to another, each a unit (segment) of a stream; send i is ready
+ * once i < first_sends + the receives processed (first_sends: the units
+ * whose data is this rank's own). The kind names each unit's buffer and
+ * processes one that arrived (a reduction, or nothing). */
+typedef struct pipe_kind {
+    void *(*recv_buf)(ucx_req_t *r, uint64_t i, uint64_t *len);
+    const void *(*send_buf)(ucx_req_t *r, uint64_t i, uint64_t *len);
+    void (*arrived)(ucx_req_t *r, uint64_t i); /* NULL: nothing to do */
+} pipe_kind_t;
+
+typedef struct pipe_flow {
+    int from, to;                       /* the peers */
+    uint64_t recvs, sends, first_sends; /* units */
+} pipe_flow_t;
+
+/* Advances a pipeline as far as it goes without waiting: receive i in
+ * ops[i % window], send i in ops[window + i % send_window]. */
+static msr_status_t pipe_step(ucx_req_t *r, ucx_pipe_t *p, const pipe_kind_t *k,
+                              const pipe_flow_t *f)
 {
-    const msr_coll_args_t *a = &r->pub.args;
-    ucx_ring_t *g = &r->ring;
-    ucx_pipe_t *p = &g->pipe;
-    const uint64_t count = ring_count(r), nseg = p->nseg, units = g->units, sends = g->sends;
     const uint64_t w = p->window, sw = p->send_window;
-    const int left = mod(r->me - 1, r->n), right = mod(r->me + 1, r->n);
-    ring_unit_t u;
+    uint64_t len;
     msr_status_t st;
     int busy = 1;
     while (busy) {
         busy = 0;
-        /* sends whose data is ready: the first nseg are our own input */
-        while (p->sends_posted < sends && p->sends_posted < nseg + p->recvs_done &&
+        /* sends whose data is ready */
+        while (p->sends_posted < f->sends && p->sends_posted < f->first_sends + p->recvs_done &&
                p->sends_posted - p->sends_done < sw) {
-            const char *src;
-            uint64_t len;
-            if (p->sends_posted < nseg) {
-                uint64_t coff, clen, soff;
-                ucx_part(count, (uint64_t)r->n, (uint64_t)mod(r->me - 1, r->n), &coff, &clen);
-                ucx_part(clen, nseg, p->sends_posted, &soff, &len);
-                src = at(a->sendbuf, coff + soff, r->es);
-            } else {
-                ring_unit(r, count, p->sends_posted - nseg, &u);
-                src = ring_dst(r, &u);
-                len = u.len;
-            }
-            st = post_send(r, &r->ops[w + p->sends_posted % sw], right, src, len * r->es, 0);
+            const void *src = k->send_buf(r, p->sends_posted, &len);
+            st = post_send(r, &r->ops[w + p->sends_posted % sw], f->to, src, len * r->es, 0);
             if (st != MSR_OK)
                 return st;
             p->sends_posted++;
@@ -692,33 +697,79 @@ static msr_status_t step_ring(ucx_req_t *r)
         }
         /* receives, in stream order (after the sends: those are what the
          * neighbour waits for) */
-        while (p->recvs_posted < units && p->recvs_posted - p->recvs_done < w) {
-            ring_unit(r, count, p->recvs_posted, &u);
-            void *dst = u.ag ? ring_dst(r, &u) : r->scratch + (p->recvs_posted % w) * p->slot_bytes;
-            st = post_recv(r, &r->ops[p->recvs_posted % w], left, dst, u.len * r->es, 0);
+        while (p->recvs_posted < f->recvs && p->recvs_posted - p->recvs_done < w) {
+            void *dst = k->recv_buf(r, p->recvs_posted, &len);
+            st = post_recv(r, &r->ops[p->recvs_posted % w], f->from, dst, len * r->es, 0);
             if (st != MSR_OK)
                 return st;
             p->recvs_posted++;
         }
-        /* the oldest receive, then its reduction */
+        /* the oldest receive, then what it brings */
         if (p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
             if (r->err != MSR_OK)
                 return r->err;
-            ring_unit(r, count, p->recvs_done, &u);
-            if (!u.ag) {
-                char *dst = ring_dst(r, &u);
-                const char *slot = r->scratch + (p->recvs_done % w) * p->slot_bytes;
-                msr_reduce(a->op, a->dtype, dst, slot, at(a->sendbuf, u.off, r->es), u.len);
-                if (u.step == r->n - 2)
-                    msr_reduce_finish(a->op, a->dtype, dst, u.len, r->n);
-            }
+            if (k->arrived != NULL)
+                k->arrived(r, p->recvs_done);
             p->recvs_done++;
             busy = 1;
         }
     }
-    if (p->recvs_done == units && p->sends_done == sends)
+    if (p->recvs_done == f->recvs && p->sends_done == f->sends)
         return MSR_OK;
     return MSR_IN_PROGRESS;
+}
+
+/* The ring's receive slot i (its window's), in scratch. */
+static char *pipe_slot(const ucx_req_t *r, const ucx_pipe_t *p, uint64_t i)
+{
+    return r->scratch + (i % p->window) * p->slot_bytes;
+}
+
+/* The ring: unit i arrives in its slot (reduce-scatter) or in place
+ * (allgather); the first nseg sends are this rank's input. */
+static void *ring_recv_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
+{
+    ring_unit_t u;
+    ring_unit(r, ring_count(r), i, &u);
+    *len = u.len;
+    return u.ag ? ring_dst(r, &u) : pipe_slot(r, &r->ring.pipe, i);
+}
+
+static const void *ring_send_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
+{
+    const uint64_t count = ring_count(r), nseg = r->ring.pipe.nseg;
+    if (i < nseg) {
+        uint64_t coff, clen, soff;
+        ucx_part(count, (uint64_t)r->n, (uint64_t)mod(r->me - 1, r->n), &coff, &clen);
+        ucx_part(clen, nseg, i, &soff, len);
+        return at(r->pub.args.sendbuf, coff + soff, r->es);
+    }
+    ring_unit_t u;
+    ring_unit(r, count, i - nseg, &u);
+    *len = u.len;
+    return ring_dst(r, &u);
+}
+
+static void ring_arrived(ucx_req_t *r, uint64_t i)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    ring_unit_t u;
+    ring_unit(r, ring_count(r), i, &u);
+    if (u.ag)
+        return;
+    char *dst = ring_dst(r, &u);
+    msr_reduce(a->op, a->dtype, dst, pipe_slot(r, &r->ring.pipe, i), at(a->sendbuf, u.off, r->es),
+               u.len);
+    if (u.step == r->n - 2)
+        msr_reduce_finish(a->op, a->dtype, dst, u.len, r->n);
+}
+
+static msr_status_t step_ring(ucx_req_t *r)
+{
+    static const pipe_kind_t kind = {ring_recv_buf, ring_send_buf, ring_arrived};
+    ucx_ring_t *g = &r->ring;
+    pipe_flow_t f = {mod(r->me - 1, r->n), mod(r->me + 1, r->n), g->units, g->sends, g->pipe.nseg};
+    return pipe_step(r, &g->pipe, &kind, &f);
 }
 
 static msr_status_t ring_setup(ucx_req_t *r)
@@ -843,52 +894,27 @@ to_children:
 
 /* Chain vr 0 -> 1 -> ... -> n-1 in segments, received straight into place
  * and passed on as they arrive. */
+static void *bcast_chain_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
+{
+    uint64_t off;
+    ucx_part(r->pub.args.count, r->chain.pipe.nseg, i, &off, len);
+    return at(r->pub.args.recvbuf, off, r->es);
+}
+
+static const void *bcast_chain_send_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
+{
+    return bcast_chain_buf(r, i, len);
+}
+
 static msr_status_t step_bcast_chain(ucx_req_t *r)
 {
-    const msr_coll_args_t *a = &r->pub.args;
+    static const pipe_kind_t kind = {bcast_chain_buf, bcast_chain_send_buf, NULL};
     ucx_chain_t *c = &r->chain;
-    ucx_pipe_t *p = &c->pipe;
-    const uint64_t nseg = p->nseg, w = p->window, sw = p->send_window;
+    const uint64_t nseg = c->pipe.nseg;
     const int first = c->vr == 0, last = c->vr == r->n - 1;
-    uint64_t off, len;
-    msr_status_t st;
-    int busy = 1;
-    while (busy) {
-        busy = 0;
-        while (!first && p->recvs_posted < nseg && p->recvs_posted - p->recvs_done < w) {
-            ucx_part(a->count, nseg, p->recvs_posted, &off, &len);
-            st = post_recv(r, &r->ops[p->recvs_posted % w], vreal(r, c->vr - 1),
-                           at(a->recvbuf, off, r->es), len * r->es, 0);
-            if (st != MSR_OK)
-                return st;
-            p->recvs_posted++;
-        }
-        if (!first && p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
-            if (r->err != MSR_OK)
-                return r->err;
-            p->recvs_done++;
-            busy = 1;
-        }
-        uint64_t ready = first ? nseg : p->recvs_done;
-        while (!last && p->sends_posted < ready && p->sends_posted - p->sends_done < sw) {
-            ucx_part(a->count, nseg, p->sends_posted, &off, &len);
-            st = post_send(r, &r->ops[w + p->sends_posted % sw], vreal(r, c->vr + 1),
-                           at(a->recvbuf, off, r->es), len * r->es, 0);
-            if (st != MSR_OK)
-                return st;
-            p->sends_posted++;
-            busy = 1;
-        }
-        while (p->sends_done < p->sends_posted && op_test(r, &r->ops[w + p->sends_done % sw])) {
-            if (r->err != MSR_OK)
-                return r->err;
-            p->sends_done++;
-            busy = 1;
-        }
-    }
-    if ((first || p->recvs_done == nseg) && (last || p->sends_done == nseg))
-        return MSR_OK;
-    return MSR_IN_PROGRESS;
+    pipe_flow_t f = {vreal(r, c->vr - 1), vreal(r, c->vr + 1), first ? 0 : nseg, last ? 0 : nseg,
+                     first ? nseg : 0};
+    return pipe_step(r, &c->pipe, &kind, &f);
 }
 
 /* ---- reduce ---- */
@@ -941,59 +967,50 @@ static msr_status_t step_reduce_binomial(ucx_req_t *r)
 /* Chain vr n-1 -> ... -> 0 in segments: each adds its own input to what
  * comes from above (own first) and passes it down; the root keeps it.
  * Scratch: the receive slots, then the partial sums (but the root's). */
-static msr_status_t step_reduce_chain(ucx_req_t *r)
+static char *reduce_chain_partial(const ucx_req_t *r)
+{
+    const ucx_pipe_t *p = &r->chain.pipe;
+    return r->chain.vr == 0 ? (char *)r->pub.args.recvbuf : r->scratch + p->window * p->slot_bytes;
+}
+
+static void *reduce_chain_recv_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
+{
+    uint64_t off;
+    ucx_part(r->pub.args.count, r->chain.pipe.nseg, i, &off, len);
+    return pipe_slot(r, &r->chain.pipe, i);
+}
+
+static const void *reduce_chain_send_buf(ucx_req_t *r, uint64_t i, uint64_t *len)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    ucx_chain_t *c = &r->chain;
-    ucx_pipe_t *p = &c->pipe;
-    const uint64_t nseg = p->nseg, w = p->window, sw = p->send_window;
-    const int root = c->vr == 0, leaf = c->vr == r->n - 1;
-    char *partial = root ? (char *)a->recvbuf : r->scratch + w * p->slot_bytes;
+    uint64_t off;
+    ucx_part(a->count, r->chain.pipe.nseg, i, &off, len);
+    const int leaf = r->chain.vr == r->n - 1;
+    return leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+}
+
+static void reduce_chain_arrived(ucx_req_t *r, uint64_t i)
+{
+    const msr_coll_args_t *a = &r->pub.args;
     uint64_t off, len;
-    msr_status_t st;
-    int busy = 1;
-    while (busy) {
-        busy = 0;
-        while (!leaf && p->recvs_posted < nseg && p->recvs_posted - p->recvs_done < w) {
-            ucx_part(a->count, nseg, p->recvs_posted, &off, &len);
-            st = post_recv(r, &r->ops[p->recvs_posted % w], vreal(r, c->vr + 1),
-                           r->scratch + (p->recvs_posted % w) * p->slot_bytes, len * r->es, 0);
-            if (st != MSR_OK)
-                return st;
-            p->recvs_posted++;
-        }
-        if (!leaf && p->recvs_done < p->recvs_posted && op_test(r, &r->ops[p->recvs_done % w])) {
-            if (r->err != MSR_OK)
-                return r->err;
-            ucx_part(a->count, nseg, p->recvs_done, &off, &len);
-            msr_reduce(a->op, a->dtype, at(partial, off, r->es), at(a->sendbuf, off, r->es),
-                       r->scratch + (p->recvs_done % w) * p->slot_bytes, len);
-            if (root)
-                msr_reduce_finish(a->op, a->dtype, at(partial, off, r->es), len, r->n);
-            p->recvs_done++;
-            busy = 1;
-        }
-        uint64_t ready = leaf ? nseg : p->recvs_done;
-        while (!root && p->sends_posted < ready && p->sends_posted - p->sends_done < sw) {
-            ucx_part(a->count, nseg, p->sends_posted, &off, &len);
-            const char *src = leaf ? at(a->sendbuf, off, r->es) : at(partial, off, r->es);
-            st = post_send(r, &r->ops[w + p->sends_posted % sw], vreal(r, c->vr - 1), src,
-                           len * r->es, 0);
-            if (st != MSR_OK)
-                return st;
-            p->sends_posted++;
-            busy = 1;
-        }
-        while (p->sends_done < p->sends_posted && op_test(r, &r->ops[w + p->sends_done % sw])) {
-            if (r->err != MSR_OK)
-                return r->err;
-            p->sends_done++;
-            busy = 1;
-        }
-    }
-    if ((leaf || p->recvs_done == nseg) && (root || p->sends_done == nseg))
-        return MSR_OK;
-    return MSR_IN_PROGRESS;
+    ucx_part(a->count, r->chain.pipe.nseg, i, &off, &len);
+    char *partial = at(reduce_chain_partial(r), off, r->es);
+    msr_reduce(a->op, a->dtype, partial, at(a->sendbuf, off, r->es),
+               pipe_slot(r, &r->chain.pipe, i), len);
+    if (r->chain.vr == 0)
+        msr_reduce_finish(a->op, a->dtype, partial, len, r->n);
+}
+
+static msr_status_t step_reduce_chain(ucx_req_t *r)
+{
+    static const pipe_kind_t kind = {reduce_chain_recv_buf, reduce_chain_send_buf,
+                                     reduce_chain_arrived};
+    ucx_chain_t *c = &r->chain;
+    const uint64_t nseg = c->pipe.nseg;
+    const int root = c->vr == 0, leaf = c->vr == r->n - 1;
+    pipe_flow_t f = {vreal(r, c->vr + 1), vreal(r, c->vr - 1), leaf ? 0 : nseg, root ? 0 : nseg,
+                     leaf ? nseg : 0};
+    return pipe_step(r, &c->pipe, &kind, &f);
 }
 
 /* ---- alltoall(v): pairwise, a window of steps in flight ---- */
