@@ -826,6 +826,135 @@ static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
     return d;
 }
 
+/* A rank's parameters, gradients and optimizer state: the runtime's
+ * (parallel/dp.c msr_dp_memory) or the papers' accounting. */
+static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, int runtime,
+                       uint64_t P, uint64_t S, msr_plan_rank_t *o)
+{
+    if (runtime) {
+        o->params = (l->zero >= 3 ? S : P) * F32;
+        o->grads = (l->zero >= 2 ? S : P) * F32;
+        o->optim = 2 * (l->zero >= 1 ? S : P) * F32;
+        return;
+    }
+    /* paper: 16-bit parameters and gradients with fp32 master weights, or
+     * fp32 without; Adam's two fp32 moments; ZeRO partitions them */
+    uint64_t w = prec == MSR_PLAN_BF16 ? 2 : 4;
+    uint64_t sh = ceil_div(P, (uint64_t)replicas(l));
+    o->params = (l->zero >= 3 ? sh : P) * w;
+    o->grads = (l->zero >= 2 ? sh : P) * w;
+    o->optim = 2 * (l->zero >= 1 ? sh : P) * F32;
+    o->master = prec == MSR_PLAN_BF16 ? (l->zero >= 1 ? sh : P) * F32 : 0;
+}
+
+/* Activations: each chunk's frame, held per the schedule. */
+static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                             msr_plan_precision_t prec, int runtime, msr_plan_rank_t *o)
+{
+    int n = l->pp * l->chunks, max_layers = 0, last_layers = 0;
+    uint64_t chunk_bytes[64];
+    for (int c = 0; c < l->chunks && c < 64; c++) {
+        int lo, hi, j = c * l->pp + o->pp_rank;
+        stage_layers(l, m->layers, n, j, &lo, &hi);
+        max_layers = hi - lo > max_layers ? hi - lo : max_layers;
+        if (c == l->chunks - 1)
+            last_layers = hi - lo;
+        chunk_bytes[c] = msr_plan_frame_bytes(m, l, prec, hi - lo, j == n - 1);
+    }
+    o->frame_bytes[0] = msr_plan_frame_bytes(m, l, prec, max_layers, 0);
+    o->frame_bytes[1] = msr_plan_frame_bytes(m, l, prec, last_layers, 1);
+    o->activations = schedule_peak(l, o->pp_rank, chunk_bytes, &o->frames_held);
+    if (runtime && whole_path(l)) {
+        /* the whole model keeps one micro-batch's activations in its own
+         * table (model/gpt.c msr_gpt_carve_acts), reused by the next */
+        o->activations = whole_acts_elems(m, l) * F32;
+        o->frames_held = 1;
+    }
+}
+
+/* The experts (parallel/train.c experts_create): E / (ep tp) of each MoE
+ * block of the part, their moments whole or, under ZeRO with replicas,
+ * this rank's block among the dp / ep ranks holding the same experts (rank
+ * dp_rank / ep of them), with a gather buffer of all the blocks. */
+static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                         msr_plan_precision_t prec, int runtime, const part_t *p,
+                         msr_plan_rank_t *o)
+{
+    int ep = msr_plan_ep(l), held = m->experts / (ep * l->tp);
+    uint64_t fw = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
+    uint64_t count = (uint64_t)p->moe_blocks * (uint64_t)held * expert_params(m);
+    uint64_t reps = (uint64_t)(l->dp / ep), lo = 0, hi = count, blk = 0;
+    if (l->zero >= 1 && reps > 1) {
+        blk = ceil_div(count, reps);
+        lo = min_u64(count, (uint64_t)(o->dp_rank / ep) * blk);
+        hi = min_u64(count, lo + blk);
+    }
+    o->experts_held = held;
+    o->expert_params = count * fw;
+    o->expert_grads = count * fw;
+    o->expert_optim = 2 * (hi - lo) * F32;
+    o->moe_work = moe_work_bytes(m, l, p->moe_blocks, o->tp_rank, fw) + blk * reps * F32;
+    if (prec == MSR_PLAN_BF16)
+        o->master += (hi - lo) * F32;
+}
+
+/* The bytes of what the runtime allocates and frees during a step, beyond
+ * the frames: dp's temporaries (their bound, or the replayed peak), the
+ * work space, the shared-memory staging. Sets *during_p and *after_p (the
+ * transients held with the activations, and after them), *acts_after_p
+ * (activations still held after the step) and o->untouched. */
+static void rank_transients(const msr_plan_model_t *m, const msr_plan_layout_t *l, int runtime,
+                            uint64_t w, const part_t *p, const dp_layout_t *d, msr_plan_rank_t *o,
+                            uint64_t *during_p, uint64_t *after_p, uint64_t *acts_after_p)
+{
+    /* dp's temporaries, at most (parallel/dp.c): packed buckets under ZeRO
+     * >= 1 (MSR_DP_MAX_PACKED started ones, plus those of the segment being
+     * packed, which cannot start before it is ready); two segments'
+     * gradients under ZeRO-2/3 (the embedding's, held from the tied head's
+     * backward to the end, and the current one); the current and the
+     * prefetched segment, each with its gather buffer, under ZeRO-3 */
+    uint64_t g = runtime ? F32 : w;
+    if (l->zero >= 1)
+        o->buckets_bound += (uint64_t)(MSR_DP_MAX_PACKED + d->span_max) * d->packed_max * g;
+    if (l->zero >= 2)
+        o->buckets_bound += 2 * d->seg_max * g;
+    if (l->zero >= 3)
+        o->buckets_bound += 2 * (d->seg_max + d->gather_max) * g;
+    *during_p = o->buckets_bound;
+    *after_p = *acts_after_p = 0;
+    o->untouched = 0;
+    if (!runtime)
+        return;
+    /* the runtime's own order, replayed (above); the sum of maxima stays
+     * for parts too large to replay */
+    static _Thread_local replay_t r;
+    uint64_t peak = transient_peak(l, p, whole_path(l), &r, during_p, after_p);
+    if (peak != UINT64_MAX)
+        o->buckets_bound = peak;
+    else
+        *during_p = o->buckets_bound, *after_p = 0;
+    uint64_t scratch;
+    o->work = work_bytes(m, l, &scratch);
+    /* without recompute no block writes the shared scratch: its pages never
+     * become resident */
+    if (l->recompute == MSR_PLAN_RC_NONE)
+        o->untouched = scratch;
+    /* dp's gradients (every part has more than 16 KiB of them) and tp's
+     * activations */
+    const uint64_t shm_max = 16u << 10;
+    uint64_t P = p->total, bucket = l->bucket_bytes; /* with_defaults set it */
+    if (replicas(l) > 1 && P * F32 > shm_max)
+        o->shm += shm_tiled((uint64_t)replicas(l), min_u64(P * F32, bucket), l->zero >= 1,
+                            (l->zero == 1 || l->zero == 2) && d->buckets == 1
+                                ? (l->zero == 2 ? (uint64_t)l->micros : 1)
+                                : 0);
+    uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(l));
+    uint64_t act = (uint64_t)l->micro_batch * Tc * (uint64_t)m->channels * F32;
+    if (l->tp > 1 && act > shm_max)
+        o->shm += shm_tiled((uint64_t)l->tp, act, l->sp, 0);
+    *acts_after_p = whole_path(l) ? o->activations : 0;
+}
+
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                    msr_plan_precision_t prec, int rank, msr_plan_rank_t *o)
 {
@@ -841,71 +970,14 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     part_of(m, &l, o->pp_rank, &p);
     dp_layout_t d;
     dp_layout(&p, &l, o->dp_rank * cp + o->cp_rank, &d); /* its rank among the replicas */
-    uint64_t P = p.total, S = d.shard;
-    o->part_params = P;
-    o->shard_elems = S;
+    o->part_params = p.total;
+    o->shard_elems = d.shard;
     o->replicated_elems = d.replicated;
     o->buckets = d.buckets;
-    if (runtime) {
-        /* parallel/dp.c msr_dp_memory */
-        o->params = (l.zero >= 3 ? S : P) * F32;
-        o->grads = (l.zero >= 2 ? S : P) * F32;
-        o->optim = 2 * (l.zero >= 1 ? S : P) * F32;
-    } else {
-        /* paper: 16-bit parameters and gradients with fp32 master weights,
-         * or fp32 without; Adam's two fp32 moments; ZeRO partitions them */
-        uint64_t w = prec == MSR_PLAN_BF16 ? 2 : 4;
-        uint64_t sh = ceil_div(P, (uint64_t)replicas(&l));
-        o->params = (l.zero >= 3 ? sh : P) * w;
-        o->grads = (l.zero >= 2 ? sh : P) * w;
-        o->optim = 2 * (l.zero >= 1 ? sh : P) * F32;
-        o->master = prec == MSR_PLAN_BF16 ? (l.zero >= 1 ? sh : P) * F32 : 0;
-    }
-
-    /* activations: each chunk's frame, held per the schedule */
-    int n = l.pp * l.chunks, max_layers = 0, last_layers = 0;
-    uint64_t chunk_bytes[64];
-    for (int c = 0; c < l.chunks && c < 64; c++) {
-        int lo, hi, j = c * l.pp + o->pp_rank;
-        stage_layers(&l, m->layers, n, j, &lo, &hi);
-        max_layers = hi - lo > max_layers ? hi - lo : max_layers;
-        if (c == l.chunks - 1)
-            last_layers = hi - lo;
-        chunk_bytes[c] = msr_plan_frame_bytes(m, &l, prec, hi - lo, j == n - 1);
-    }
-    o->frame_bytes[0] = msr_plan_frame_bytes(m, &l, prec, max_layers, 0);
-    o->frame_bytes[1] = msr_plan_frame_bytes(m, &l, prec, last_layers, 1);
-    o->activations = schedule_peak(&l, o->pp_rank, chunk_bytes, &o->frames_held);
-    if (runtime && whole_path(&l)) {
-        /* the whole model keeps one micro-batch's activations in its own
-         * table (model/gpt.c msr_gpt_carve_acts), reused by the next */
-        o->activations = whole_acts_elems(m, &l) * F32;
-        o->frames_held = 1;
-    }
-
-    /* the experts (parallel/train.c experts_create): E / (ep tp) of each
-     * MoE block of the part, their moments whole or, under ZeRO with
-     * replicas, this rank's block among the dp / ep ranks holding the same
-     * experts (rank dp_rank / ep of them), with a gather buffer of all the
-     * blocks */
-    if (m->experts > 0) {
-        int ep = msr_plan_ep(&l), held = m->experts / (ep * l.tp);
-        uint64_t fw = runtime ? F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
-        uint64_t count = (uint64_t)p.moe_blocks * (uint64_t)held * expert_params(m);
-        uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
-        if (l.zero >= 1 && reps > 1) {
-            blk = ceil_div(count, reps);
-            lo = min_u64(count, (uint64_t)(o->dp_rank / ep) * blk);
-            hi = min_u64(count, lo + blk);
-        }
-        o->experts_held = held;
-        o->expert_params = count * fw;
-        o->expert_grads = count * fw;
-        o->expert_optim = 2 * (hi - lo) * F32;
-        o->moe_work = moe_work_bytes(m, &l, p.moe_blocks, o->tp_rank, fw) + blk * reps * F32;
-        if (prec == MSR_PLAN_BF16)
-            o->master += (hi - lo) * F32;
-    }
+    rank_state(&l, prec, runtime, p.total, d.shard, o);
+    rank_activations(m, &l, prec, runtime, o);
+    if (m->experts > 0)
+        rank_experts(m, &l, prec, runtime, &p, o);
 
     /* pipeline buffers (parallel/mp.c msr_mp_create): the gradients sent
      * back, one per frame, and the last stage's copy of wte and its
@@ -918,51 +990,8 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     if (l.pp > 1 && o->pp_rank == l.pp - 1 && m->arch == MSR_PLAN_GPT)
         o->comm += 2 * (uint64_t)(m->vocab / l.tp) * C * w;
 
-    /* dp's temporaries, at most (parallel/dp.c): packed buckets under ZeRO
-     * >= 1 (MSR_DP_MAX_PACKED started ones, plus those of the segment being
-     * packed, which cannot start before it is ready); two segments'
-     * gradients under ZeRO-2/3 (the embedding's, held from the tied head's
-     * backward to the end, and the current one); the current and the
-     * prefetched segment, each with its gather buffer, under ZeRO-3 */
-    uint64_t g = runtime ? F32 : w;
-    if (l.zero >= 1)
-        o->buckets_bound += (uint64_t)(MSR_DP_MAX_PACKED + d.span_max) * d.packed_max * g;
-    if (l.zero >= 2)
-        o->buckets_bound += 2 * d.seg_max * g;
-    if (l.zero >= 3)
-        o->buckets_bound += 2 * (d.seg_max + d.gather_max) * g;
-    uint64_t during = o->buckets_bound, after = 0, acts_after = 0, untouched = 0;
-    if (runtime) {
-        /* the runtime's own order, replayed (above); the sum of maxima
-         * stays for parts too large to replay */
-        static _Thread_local replay_t r;
-        uint64_t peak = transient_peak(&l, &p, whole_path(&l), &r, &during, &after);
-        if (peak != UINT64_MAX)
-            o->buckets_bound = peak;
-        else
-            during = o->buckets_bound, after = 0;
-        uint64_t scratch;
-        o->work = work_bytes(m, &l, &scratch);
-        /* without recompute no block writes the shared scratch: its pages
-         * never become resident */
-        if (l.recompute == MSR_PLAN_RC_NONE)
-            untouched = scratch;
-        /* dp's gradients (every part has more than 16 KiB of them) and
-         * tp's activations */
-        const uint64_t shm_max = 16u << 10;
-        uint64_t bucket = l.bucket_bytes; /* with_defaults set it */
-        if (replicas(&l) > 1 && P * F32 > shm_max)
-            o->shm += shm_tiled((uint64_t)replicas(&l), min_u64(P * F32, bucket), l.zero >= 1,
-                                (l.zero == 1 || l.zero == 2) && d.buckets == 1
-                                    ? (l.zero == 2 ? (uint64_t)l.micros : 1)
-                                    : 0);
-        uint64_t act = (uint64_t)l.micro_batch * Tc * C * F32;
-        if (l.tp > 1 && act > shm_max)
-            o->shm += shm_tiled((uint64_t)l.tp, act, l.sp, 0);
-        acts_after = whole_path(&l) ? o->activations : 0;
-    }
-
-    o->untouched = untouched;
+    uint64_t during, after, acts_after;
+    rank_transients(m, &l, runtime, w, &p, &d, o, &during, &after, &acts_after);
     o->total = msr_plan_rank_rows(o) - o->activations - o->buckets_bound +
                max_u64(o->activations + during, acts_after + after);
 }

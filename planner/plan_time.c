@@ -415,25 +415,41 @@ typedef struct pieces {
                            * its frame's cold reads, ms a micro-batch; NULL: none */
 } pieces_t;
 
-static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
-                         msr_plan_precision_t prec, const msr_plan_cluster_t *c, pieces_t *p)
+/* The sizes a micro-batch's work is counted in, and its matrix products'
+ * FLOPs (2 a multiply-add), each computed once. */
+typedef struct shape {
+    double eb; /* bytes an element */
+    int cp;
+    double t, b, T, C, NH, V, N, Nl, llama, F, KV;
+    double qkv;       /* output width of the q, k, v projections */
+    double mlp, mm;   /* a dense block's MLP, and all of a block's products */
+    double E, K, cap; /* MoE: experts, top-k, an expert's capacity (0 without) */
+    double rows;      /* MoE: the rows the experts take, N K if none drops */
+    double moe_share; /* MoE: the share of the blocks that are MoE */
+    double router, moe_mlp;
+    double S, pairs, att; /* attention (under cp: the ring's chunks and pairs) */
+} shape_t;
+
+static void shape_of(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                     msr_plan_precision_t prec, shape_t *s)
 {
-    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    memset(s, 0, sizeof *s);
+    s->eb = prec == MSR_PLAN_BF16 ? 2 : 4;
     /* under cp a rank works on its T/cp positions: everything but
      * attention scales with them */
-    int cp = msr_plan_cp(l);
-    double t = l->tp, b = l->micro_batch, T = m->seq / cp, C = m->channels, NH = m->heads;
-    double V = m->vocab, N = b * T, Nl = l->sp ? N / t : N;
-    double llama = m->arch == MSR_PLAN_LLAMA;
-    double F = llama ? m->ffn : 4 * C;
-    double KV = llama ? m->kv_heads : NH;
-    double qkv = C + 2 * C * KV / NH; /* output width of the q, k, v projections */
-    memset(p, 0, sizeof *p);
+    int cp = s->cp = msr_plan_cp(l);
+    s->t = l->tp, s->b = l->micro_batch, s->T = m->seq / cp, s->C = m->channels, s->NH = m->heads;
+    s->V = m->vocab, s->N = s->b * s->T, s->Nl = l->sp ? s->N / s->t : s->N;
+    s->llama = m->arch == MSR_PLAN_LLAMA;
+    s->F = s->llama ? m->ffn : 4 * s->C;
+    s->KV = s->llama ? m->kv_heads : s->NH;
+    s->qkv = s->C + 2 * s->C * s->KV / s->NH;
+    double N = s->N, C = s->C;
 
-    /* matrix products (2 FLOPs a multiply-add): q/k/v, the output
-     * projection, the MLP (SwiGLU: gate and up, then down) */
-    double mlp = 2 * N * (llama ? 3 : 2) * C * F;
-    double mm = 2 * N * (C * qkv + C * C) + mlp;
+    /* matrix products: q/k/v, the output projection, the MLP (SwiGLU: gate
+     * and up, then down) */
+    s->mlp = 2 * N * (s->llama ? 3 : 2) * C * s->F;
+    s->mm = 2 * N * (C * s->qkv + C * C) + s->mlp;
     /* MoE (model/moe.h): in a MoE block the MLP becomes the router (N x
      * C x E) and the experts on the rows they take, N K if none drops, at
      * most E x capacity; with ep a rank computes its E / ep experts on the
@@ -441,15 +457,14 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * tp rank routes the whole micro-batch alike (the router's work is not
      * split) and computes E / (ep tp) of the experts. A block's work is
      * averaged over the blocks (the layers a stage gets are priced alike) */
-    double moe_share = 0, rows = 0, moe_mlp = 0, router = 0;
     if (m->experts > 0) {
-        double E = m->experts, K = m->top_k;
-        double cap = ceil(m->capacity_factor * N * K / E);
-        rows = N * K < E * cap ? N * K : E * cap;
-        moe_share = (double)(m->layers / m->moe_every) / m->layers;
-        router = 2 * N * C * E;
-        moe_mlp = mlp / N * rows;
-        mm += moe_share * (moe_mlp - mlp);
+        s->E = m->experts, s->K = m->top_k;
+        s->cap = ceil(m->capacity_factor * N * s->K / s->E);
+        s->rows = N * s->K < s->E * s->cap ? N * s->K : s->E * s->cap;
+        s->moe_share = (double)(m->layers / m->moe_every) / m->layers;
+        s->router = 2 * N * C * s->E;
+        s->moe_mlp = s->mlp / N * s->rows;
+        s->mm += s->moe_share * (s->moe_mlp - s->mlp);
     }
     /* attention: Q K^T and A V over the full T x T, per head (the
      * runtime's kernels skip nothing under the causal mask); under cp
@@ -457,29 +472,28 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * positions not above the diagonal in full: a rank's two chunks i and
      * 2 cp - 1 - i see 2 cp + 1 of them, and its backward runs five
      * products a pair where the forward runs two */
-    double S = m->seq / (2.0 * cp), pairs = 2.0 * cp + 1;
-    double att = cp > 1 ? 4 * b * pairs * S * S * C : 4 * b * T * T * C;
-    p->model_flops_f = cp * (m->layers * (mm + moe_share * router + att) + 2 * N * C * V);
-    /* the products of the blocks and the head have N rows (under sp too:
-     * their input is gathered first); fewer rows than --calibrate measured
-     * run slower per FLOP, priced as more FLOPs at peak_tflops (attention's
-     * products are per head and sequence: not scaled) */
-    double rc = rows_cost(c, N);
-    /* the experts' products run per block of one expert's rows from one
-     * source rank (model/moe.c): rows / E of them on average, ep or not */
-    double rc_e = m->experts > 0 ? rows_cost(c, rows / m->experts) : rc;
+    s->S = m->seq / (2.0 * cp), s->pairs = 2.0 * cp + 1;
+    s->att = cp > 1 ? 4 * s->b * s->pairs * s->S * s->S * C : 4 * s->b * s->T * s->T * C;
+}
 
-    double heads_l = NH / t;
+/* The attention core: its forward at attention's own rate, what selective
+ * recompute runs again, and under cp the ring's exposed transfers. */
+static void count_attention(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                            msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                            const shape_t *s, pieces_t *p)
+{
+    int cp = s->cp;
+    double heads_l = s->NH / s->t;
     /* at attention's own rate: the full kernel's, or under cp the ring's
      * block pairs' (smaller products, the online softmax's rescaling) */
-    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
+    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = s->att / s->t;
     /* shorter chunks (a larger cp) run the ring slower per FLOP: priced as
      * more FLOPs at ring_tflops, as the rows of the matmuls are */
-    p->ring_cost = cp > 1 ? chunk_cost(c, S) : 1;
+    p->ring_cost = cp > 1 ? chunk_cost(c, s->S) : 1;
     p->attn_f.rflops *= p->ring_cost;
     /* the softmax inside the attention kernel is priced with it: the rate
      * --calibrate measures for attention is the whole kernel's */
-    p->attn_f.kernels = 2 * b * heads_l * (cp > 1 ? pairs : 1) + 1; /* two products a head */
+    p->attn_f.kernels = 2 * s->b * heads_l * (cp > 1 ? s->pairs : 1) + 1; /* two products a head */
     /* selective recompute runs again what the memory model drops
      * (plan_mem.c): in train_gpt's runtime (GPT, fp32; parallel/mp.c
      * recompute) the attention kernel without cp (its probabilities) and
@@ -490,20 +504,20 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     if (cp == 1)
         p->sel_f = p->attn_f;
     if (runtime) {
-        double dense = 1 - moe_share;
-        p->sel_f.act += dense * eb * 2 * N * F / t;
+        double dense = 1 - s->moe_share;
+        p->sel_f.act += dense * s->eb * 2 * s->N * s->F / s->t;
         p->sel_f.kernels += dense;
     }
     if (cp > 1) {
         p->attn_b_more.rflops = 0.5 * p->attn_f.rflops;
-        p->attn_b_more.kernels = b * heads_l * pairs;
+        p->attn_b_more.kernels = s->b * heads_l * s->pairs;
         /* the ring (parallel/mp_cp.c): forward, cp - 1 K/V blocks (N, 2C/t)
          * each sent while a ring step's attention computes, exposed only
          * past it; backward, the same for the K/V blocks, and cp gradient
          * blocks of the same size, each sent after its step computes */
         net_t cpn = net_of(c, (int64_t)l->tp * cp <= c->ranks_per_node &&
                                   c->ranks_per_node % (l->tp * cp) == 0);
-        double kv = t_p2p(&cpn, N * 2 * C / t * eb);
+        double kv = t_p2p(&cpn, s->N * 2 * s->C / s->t * s->eb);
         double step_f = price(c, p->attn_f) / cp;
         double step_b = price(c, add(scale(p->attn_f, 2), p->attn_b_more)) / cp;
         /* and each step that waits (cp - 1 forward, cp backward) pays the
@@ -513,34 +527,49 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         p->ring_f_ms = (cp - 1) * ((kv > step_f ? kv - step_f : 0) + hand);
         p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * (kv + hand);
     }
+}
 
+/* One block's forward beyond attention: its products (fewer rows than
+ * --calibrate measured run slower per FLOP), the element-wise kernels,
+ * MoE's routing and alltoalls, and the tp (or sp) collectives. */
+static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c, const shape_t *s,
+                        pieces_t *p)
+{
+    double eb = s->eb, t = s->t, N = s->N, Nl = s->Nl, C = s->C, F = s->F;
+    /* the products of the blocks and the head have N rows (under sp too:
+     * their input is gathered first), priced as more FLOPs at peak_tflops
+     * (attention's products are per head and sequence: not scaled) */
+    double rc = rows_cost(c, N);
+    /* the experts' products run per block of one expert's rows from one
+     * source rank (model/moe.c): rows / E of them on average, ep or not */
+    double rc_e = s->E > 0 ? rows_cost(c, s->rows / s->E) : rc;
     p->layer_f = p->attn_f;
-    p->layer_f.flops +=
-        rc * ((mm - moe_share * moe_mlp) / t + moe_share * router) + rc_e * moe_share * moe_mlp / t;
+    p->layer_f.flops += rc * ((s->mm - s->moe_share * s->moe_mlp) / t + s->moe_share * s->router) +
+                        rc_e * s->moe_share * s->moe_mlp / t;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */
     p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
-    p->layer_f.act += eb * (llama ? 3 : 2) * N * F / t;
-    p->layer_f.kernels += 2 + 4 + (llama ? 3 : 1) + 2;
+    p->layer_f.act += eb * (s->llama ? 3 : 2) * N * F / t;
+    p->layer_f.kernels += 2 + 4 + (s->llama ? 3 : 1) + 2;
     net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
-    if (m->experts > 0) {
+    if (s->E > 0) {
         /* a MoE block's activation runs on its rows; the router's softmax;
          * the dispatch and combine copy each row in and out (the capacity
          * buffers, E x capacity rows of C, zeroed first); the experts' two
          * products and GELU a kernel each an expert */
-        double E = m->experts, K = m->top_k, cap = ceil(m->capacity_factor * N * K / E);
+        double E = s->E, K = s->K, cap = s->cap, share = s->moe_share;
         int ep = msr_plan_ep(l);
-        p->layer_f.act += moe_share * eb * ((llama ? 3 : 2) * (rows - N) * F / t + 2 * N * E);
-        p->layer_f.bytes += moe_share * eb * ((4 * rows * C + 2 * E * cap * C) / t + N * K * C);
-        p->layer_f.kernels += moe_share * (3 * E / (ep * t) + 4);
+        p->layer_f.act += share * eb * ((s->llama ? 3 : 2) * (s->rows - N) * F / t + 2 * N * E);
+        p->layer_f.bytes += share * eb * ((4 * s->rows * C + 2 * E * cap * C) / t + N * K * C);
+        p->layer_f.kernels += share * (3 * E / (ep * t) + 4);
         /* two alltoalls forward, two backward, of a tp rank's share of the
          * E x capacity rows (its experts' rows of every ep peer); under tp
          * the gates' gradients (N, K) summed over tp once in backward
          * (averaged over both passes here) */
-        net_t epn = net_of(c, (int64_t)ep * l->tp * cp * l->pp <= c->ranks_per_node);
-        p->layer_ep_ms = moe_share * 2 * t_alltoall(&epn, E * cap * C * eb / t, ep);
-        p->layer_ep_ms += moe_share * 0.5 * t_allreduce(&tpn, N * K * eb, l->tp);
+        net_t epn = net_of(c, (int64_t)ep * l->tp * s->cp * l->pp <= c->ranks_per_node);
+        p->layer_ep_ms = share * 2 * t_alltoall(&epn, E * cap * C * eb / t, ep);
+        p->layer_ep_ms += share * 0.5 * t_allreduce(&tpn, N * K * eb, l->tp);
     }
 
     double act = N * C * eb;
@@ -555,7 +584,14 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         }
     } else
         p->layer_tp_ms = 2 * t_allreduce(&tpn, act, l->tp);
+}
 
+/* The embedding and the head, with their tp collectives. */
+static void count_ends(const msr_plan_layout_t *l, const msr_plan_cluster_t *c, const shape_t *s,
+                       pieces_t *p)
+{
+    double eb = s->eb, t = s->t, N = s->N, Nl = s->Nl, C = s->C, V = s->V, act = N * C * eb;
+    net_t tpn = net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
     /* the embedding: gather rows (and positions) into the stream, and
      * scatter-add their gradients back */
     p->embed_f.bytes = eb * 3 * N * C;
@@ -566,7 +602,7 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     p->embed_tp_ms = l->sp ? t_scatter(&tpn, act, l->tp) : t_allreduce(&tpn, act, l->tp);
 
     /* the head: final norm, the logits of the rank's V/t, cross-entropy */
-    p->head_f.flops = rc * 2 * N * C * V / t;
+    p->head_f.flops = rows_cost(c, N) * 2 * N * C * V / t;
     p->head_f.bytes = eb * 2 * Nl * C;
     p->head_f.act = eb * 3 * N * V / t; /* cross-entropy's softmax */
     p->head_f.kernels = 3;
@@ -579,8 +615,20 @@ static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     p->head_tp_f_ms =
         2 * t_allreduce(&tpn, N * 4, l->tp) + (l->sp ? t_scatter(&tpn, act, l->tp) : 0);
     p->head_tp_b_ms = l->sp ? t_scatter(&tpn, act, l->tp) : t_allreduce(&tpn, act, l->tp);
+}
 
-    p->act_bytes = Nl * C * eb;
+static void count_pieces(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                         msr_plan_precision_t prec, const msr_plan_cluster_t *c, pieces_t *p)
+{
+    shape_t s;
+    shape_of(m, l, prec, &s);
+    memset(p, 0, sizeof *p);
+    p->model_flops_f =
+        s.cp * (m->layers * (s.mm + s.moe_share * s.router + s.att) + 2 * s.N * s.C * s.V);
+    count_attention(m, l, prec, c, &s, p);
+    count_layer(l, c, &s, p);
+    count_ends(l, c, &s, p);
+    p->act_bytes = s.Nl * s.C * s.eb;
 }
 
 /* Which costs a pass counts: turning one off and pricing again tells how
@@ -790,6 +838,94 @@ static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 }
 
+/* Data parallel's costs on pipeline stage s, ms a step. */
+typedef struct stage_dp {
+    double red, red_exposed; /* the gradients' reduction (ZeRO's packing in), exposed */
+    double ag;               /* the parameters' allgather after the step (ZeRO 1-2) */
+    double z3;               /* ZeRO-3's exposed gathers */
+    double optim;            /* AdamW */
+} stage_dp_t;
+
+/* The gradient reduction, hidden behind the backward it overlaps
+ * (rank_bwd, ms) except for the last bucket, which completes with
+ * backward; the parameters' allgather after the step (ZeRO 1-2); ZeRO-3's
+ * gathers; AdamW. Under cp the parameters are replicated over dp x cp, and
+ * so reduced. */
+static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
+                     msr_plan_precision_t prec, const msr_plan_cluster_t *c, int s, double rank_bwd,
+                     stage_dp_t *o)
+{
+    const msr_plan_layout_t l = *lp;
+    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    int cp = msr_plan_cp(&l);
+    int64_t world = (int64_t)l.dp * l.tp * l.pp * cp;
+    net_t dpn = net_of(c, world <= c->ranks_per_node);
+    int nd = l.dp * cp;
+    msr_plan_rank_t r;
+    msr_plan_rank(m, &l, prec, s * l.tp * cp, &r);
+    double G = (double)r.part_params * eb;
+    double last_bucket = G < l.bucket_bytes ? G : (double)l.bucket_bytes;
+    double red = 0, red_exposed = 0, ag = 0, z3 = 0;
+    if (nd > 1) {
+        /* stages 2-3 reduce every micro-batch's gradients */
+        double per = l.zero == 0 ? t_allreduce(&dpn, G, nd) : t_scatter(&dpn, G, nd);
+        double tail =
+            l.zero == 0 ? t_allreduce(&dpn, last_bucket, nd) : t_scatter(&dpn, last_bucket, nd);
+        double times = l.zero >= 2 ? l.micros : 1;
+        double hide = rank_bwd * (1 - (double)l.first_bucket_bytes / (G > 0 ? G : 1));
+        if (hide < 0)
+            hide = 0;
+        double exposed = per - hide > tail ? per - hide : tail;
+        red = times * per;
+        red_exposed = times * exposed;
+        if (l.zero == 1 || l.zero == 2)
+            ag = t_scatter(&dpn, G, nd);
+        if (l.zero == 3) {
+            /* each micro-batch gathers every segment forward and again
+             * backward; the next segment's gather is prefetched behind
+             * the current one's compute */
+            double gather = 2 * t_scatter(&dpn, G, nd);
+            double comp = rank_bwd * 1.5;
+            double e = gather - comp > gather / (2.0 * (m->layers + 2))
+                           ? gather - comp
+                           : gather / (2.0 * (m->layers + 2));
+            z3 = l.micros * e;
+        }
+    }
+    /* ZeRO packs buckets in dp rank-major blocks and unpacks them
+     * (dp 1 too): stage 1 once a step (the gradients in, the
+     * parameters back), stages 2-3 each micro-batch's segment
+     * gradients into buckets, then into the shard */
+    if (l.zero >= 1) {
+        double packs = l.zero == 1 ? 4 : 2.0 * l.micros + 2;
+        work_t pack = {0, packs * G, 0, 0};
+        double t = price(c, pack);
+        red += t;
+        red_exposed += t;
+    }
+    /* the experts' gradients, summed after backward over the dp / ep
+     * ranks holding the same experts (parallel/train.c experts_reduce:
+     * an allreduce, or under ZeRO a reduce-scatter and the parameters'
+     * allgather after the update), exposed */
+    int reps = l.dp / msr_plan_ep(&l);
+    double EG = (double)r.expert_grads; /* bytes at the precision's width */
+    if (reps > 1 && EG > 0) {
+        double e = l.zero == 0 ? t_allreduce(&dpn, EG, reps) : 2 * t_scatter(&dpn, EG, reps);
+        red += e;
+        red_exposed += e;
+    }
+    double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) +
+                   (double)r.expert_optim / (2 * F32_BYTES);
+    /* AdamW reads the gradient, both moments and the weights (and
+     * under bf16 the fp32 master), and writes all but the gradient */
+    work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 0, 1};
+    o->red = red;
+    o->red_exposed = red_exposed;
+    o->ag = ag;
+    o->z3 = z3;
+    o->optim = price(c, opt);
+}
+
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                    msr_plan_precision_t prec, const msr_plan_cluster_t *c, msr_plan_time_t *out)
 {
@@ -857,82 +993,18 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         tied = 2 * t_p2p(&ppn, (double)m->vocab / l.tp * m->channels * eb);
     out->pp_comm_ms += tied;
 
-    /* data parallel, per pipeline stage (the slowest decides): the
-     * gradient reduction, hidden behind the backward it overlaps except
-     * for the last bucket, which completes with backward; the parameters'
-     * allgather after the step (ZeRO 1-2); ZeRO-3's gathers; AdamW. Under
-     * cp the parameters are replicated over dp x cp, and so reduced */
-    int64_t world = (int64_t)l.dp * l.tp * l.pp * cp;
-    net_t dpn = net_of(c, world <= c->ranks_per_node);
-    int nd = l.dp * cp;
+    /* data parallel, per pipeline stage: the slowest decides */
     double worst = 0;
     for (int s = 0; s < l.pp; s++) {
-        msr_plan_rank_t r;
-        msr_plan_rank(m, &l, prec, s * l.tp * cp, &r);
-        double G = (double)r.part_params * eb;
-        double last_bucket = G < l.bucket_bytes ? G : (double)l.bucket_bytes;
-        double red = 0, red_exposed = 0, ag = 0, z3 = 0;
-        if (nd > 1) {
-            /* stages 2-3 reduce every micro-batch's gradients */
-            double per = l.zero == 0 ? t_allreduce(&dpn, G, nd) : t_scatter(&dpn, G, nd);
-            double tail =
-                l.zero == 0 ? t_allreduce(&dpn, last_bucket, nd) : t_scatter(&dpn, last_bucket, nd);
-            double times = l.zero >= 2 ? l.micros : 1;
-            double hide = rank_bwd * (1 - (double)l.first_bucket_bytes / (G > 0 ? G : 1));
-            if (hide < 0)
-                hide = 0;
-            double exposed = per - hide > tail ? per - hide : tail;
-            red = times * per;
-            red_exposed = times * exposed;
-            if (l.zero == 1 || l.zero == 2)
-                ag = t_scatter(&dpn, G, nd);
-            if (l.zero == 3) {
-                /* each micro-batch gathers every segment forward and again
-                 * backward; the next segment's gather is prefetched behind
-                 * the current one's compute */
-                double gather = 2 * t_scatter(&dpn, G, nd);
-                double comp = rank_bwd * 1.5;
-                double e = gather - comp > gather / (2.0 * (m->layers + 2))
-                               ? gather - comp
-                               : gather / (2.0 * (m->layers + 2));
-                z3 = l.micros * e;
-            }
-        }
-        /* ZeRO packs buckets in dp rank-major blocks and unpacks them
-         * (dp 1 too): stage 1 once a step (the gradients in, the
-         * parameters back), stages 2-3 each micro-batch's segment
-         * gradients into buckets, then into the shard */
-        if (l.zero >= 1) {
-            double packs = l.zero == 1 ? 4 : 2.0 * l.micros + 2;
-            work_t pack = {0, packs * G, 0, 0};
-            double t = price(c, pack);
-            red += t;
-            red_exposed += t;
-        }
-        /* the experts' gradients, summed after backward over the dp / ep
-         * ranks holding the same experts (parallel/train.c experts_reduce:
-         * an allreduce, or under ZeRO a reduce-scatter and the parameters'
-         * allgather after the update), exposed */
-        int reps = l.dp / msr_plan_ep(&l);
-        double EG = (double)r.expert_grads; /* bytes at the precision's width */
-        if (reps > 1 && EG > 0) {
-            double e = l.zero == 0 ? t_allreduce(&dpn, EG, reps) : 2 * t_scatter(&dpn, EG, reps);
-            red += e;
-            red_exposed += e;
-        }
-        double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) +
-                       (double)r.expert_optim / (2 * F32_BYTES);
-        /* AdamW reads the gradient, both moments and the weights (and
-         * under bf16 the fp32 master), and writes all but the gradient */
-        work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 0, 1};
-        double optim = price(c, opt);
-        double cost = red_exposed + ag + z3 + optim;
+        stage_dp_t d;
+        stage_dp(m, &l, prec, c, s, rank_bwd, &d);
+        double cost = d.red_exposed + d.ag + d.z3 + d.optim;
         if (s == 0 || cost > worst) {
             worst = cost;
-            out->dp_comm_ms = red + ag;
-            out->dp_exposed_ms = red_exposed + ag;
-            out->zero3_ms = z3;
-            out->optim_ms = optim;
+            out->dp_comm_ms = d.red + d.ag;
+            out->dp_exposed_ms = d.red_exposed + d.ag;
+            out->zero3_ms = d.z3;
+            out->optim_ms = d.optim;
         }
     }
     out->exposed_comm_ms = out->tp_comm_ms + out->cp_comm_ms + out->ep_comm_ms + out->pp_comm_ms +
