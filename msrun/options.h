@@ -1,4 +1,4 @@
-/* msrun's command line: one table of options (msrun/optparse.h) gives
+/* msrun's command line: one table of options (base/optparse.h) gives
  * parsing, MSRUN_* environment variables, defaults and --help. */
 #ifndef MSR_MSRUN_OPTIONS_H
 #define MSR_MSRUN_OPTIONS_H
@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "msrun/base.h"
-#include "msrun/optparse.h"
+#include "base/optparse.h"
 #include "msrun/sched.h"
 
 /* The bounds of the options that msrun, `msrun coordinator` and `msrun

@@ -141,13 +141,3 @@ err_file:
     unlink(path);
     return MSR_ERR_IO;
 }
-
-void msr_token_scrub_arg(char *arg, int after_eq)
-{
-    char *eq = after_eq ? strchr(arg, '=') : NULL;
-    char *v = eq ? eq + 1 : arg;
-    size_t n = strlen(v);
-    size_t stars = n < 3 ? n : 3;
-    memset(v, '*', stars);
-    memset(v + stars, '\0', n - stars);
-}
