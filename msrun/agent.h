@@ -9,10 +9,4 @@
 /* Runs the whole job for this node; returns msrun's exit status. */
 int msr_agent_run(msr_options_t *opts);
 
-/* `msrun coordinator ...`: a standalone (or embedded) coordinator. */
-int msr_coordinator_main(int argc, char **argv);
-
-/* `msrun status ...`: prints the job's members and state. */
-int msr_status_main(int argc, char **argv);
-
 #endif

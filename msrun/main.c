@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "msrun/agent.h"
+#include "msrun/commands.h"
 #include "msrun/options.h"
 
 int main(int argc, char **argv)

@@ -138,6 +138,16 @@ typedef struct msr_spawn_env {
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *env,
                               int local_rank, const msr_worker_io_t *io);
 
+/* output.c: starts forwarding fd (non-blocking from now on, owned by s)
+ * as worker w's stdout or stderr (is_err), read from base; MSR_ERR_NO_MEMORY
+ * when it cannot be watched. */
+msr_status_t msr_stream_open(msr_stream_t *s, msr_worker_t *w, struct event_base *base, int fd,
+                             int is_err);
+
+/* Flushes the stream's unfinished line, gives up its place on the sinks
+ * and the board and closes it (nothing once closed). */
+void msr_stream_close(msr_stream_t *s);
+
 /* Reads what is left in the worker's pipes (after it exited) and closes
  * them, flushing an unfinished last line. A pseudo-terminal is read until
  * its end for at most MSR_PTY_DRAIN_MS (the kernel passes what the worker

@@ -1078,7 +1078,7 @@ test: ^test_outtail$
 >>>
 
 @ workers.out_tail_stderr_only
-file: msrun/workers.c
+file: msrun/output.c
 test: ^it_tail$
 <<<
     if (s->worker->out_tail) /* a progress line's last state, as on the screen */
