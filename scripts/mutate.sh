@@ -1087,7 +1087,7 @@ test: ^it_tail$
 >>>
 
 @ agent.tails_not_sent
-file: msrun/agent.c
+file: msrun/agent_calls.c
 test: ^it_tail$
 <<<
             req.n_outputs = tails_take(a, outs, outsp, lines, &text);
@@ -1503,7 +1503,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ coord.port_taken_no_retry
-file: msrun/coord_child.c
+file: msrun/coord_setup.c
 test: ^it_multinode$
 <<<
 #define PORT_TAKEN_MS 10000
