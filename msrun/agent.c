@@ -4,7 +4,7 @@
  * signal, report, restart the coordinator, exit). One timer (the cron)
  * serves every deadline: the machine's (retries, SIGKILL after the grace,
  * unkillable workers, the beat check) and the reports' retries. */
-#include "msrun/agent.h"
+#include "launcher/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,10 +23,10 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/coord.h"
-#include "msrun/agent_impl.h"
-#include "msrun/jobdir.h"
-#include "msrun/net.h"
-#include "msrun/rundir.h"
+#include "launcher/agent_impl.h"
+#include "launcher/jobdir.h"
+#include "launcher/net.h"
+#include "launcher/rundir.h"
 
 /* ---- workers ---- */
 

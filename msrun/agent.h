@@ -4,7 +4,7 @@
 #ifndef MSR_MSRUN_AGENT_H
 #define MSR_MSRUN_AGENT_H
 
-#include "msrun/options.h"
+#include "launcher/options.h"
 
 /* Runs the whole job for this node; returns msrun's exit status. */
 int msr_agent_run(msr_options_t *opts);

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "cluster/coord.h"
-#include "msrun/agent_impl.h"
+#include "launcher/agent_impl.h"
 
 /* The most worker states one heartbeat carries (a node with more sends
  * its first ones). */

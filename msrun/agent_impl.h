@@ -8,17 +8,17 @@
 
 #include <event2/event.h>
 
-#include "msrun/coord_child.h"
-#include "msrun/cpus.h"
-#include "msrun/job.h"
-#include "msrun/link.h"
-#include "msrun/node.h"
-#include "msrun/options.h"
-#include "msrun/outtail.h"
-#include "msrun/proxy.h"
-#include "msrun/report.h"
-#include "msrun/rundir.h"
-#include "msrun/workers.h"
+#include "launcher/coord_child.h"
+#include "launcher/cpus.h"
+#include "launcher/job.h"
+#include "launcher/link.h"
+#include "launcher/node.h"
+#include "launcher/options.h"
+#include "launcher/outtail.h"
+#include "launcher/proxy.h"
+#include "launcher/report.h"
+#include "launcher/rundir.h"
+#include "launcher/workers.h"
 
 /* The id the coordinator gives a node at Join, with its NUL. */
 #define MSR_NODE_ID_LEN   64

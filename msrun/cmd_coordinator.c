@@ -1,6 +1,6 @@
 /* `msrun coordinator`: a standalone coordinator, or the one an agent embeds
  * as its child. */
-#include "msrun/commands.h"
+#include "launcher/commands.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/err.h"
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
 #include "base/status.h"
@@ -19,10 +19,10 @@
 #include "base/util.h"
 #include "cluster/failure.h"
 #include "cluster/server.h"
-#include "msrun/net.h"
-#include "msrun/options.h"
-#include "msrun/rundir.h"
-#include "msrun/token.h"
+#include "launcher/net.h"
+#include "launcher/options.h"
+#include "launcher/rundir.h"
+#include "launcher/token.h"
 #include "rendezvous/rpc.h"
 
 static volatile sig_atomic_t coord_stop;

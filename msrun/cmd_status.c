@@ -1,6 +1,6 @@
 /* `msrun status`: the members and state of the jobs of this machine, or of
  * one coordinator elsewhere. */
-#include "msrun/commands.h"
+#include "launcher/commands.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,19 +8,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/err.h"
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/failure.h"
-#include "msrun/net.h"
-#include "msrun/options.h"
-#include "msrun/rundir.h"
-#include "msrun/token.h"
+#include "launcher/net.h"
+#include "launcher/options.h"
+#include "launcher/rundir.h"
+#include "launcher/token.h"
 #include "rendezvous/rpc.h"
 
 /* `msrun status`'s options. */

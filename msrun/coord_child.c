@@ -5,7 +5,7 @@
  * (MSR_NODE_ACT_COORD_RESTART), or a takeover after an election is watched
  * from the agent's event loop instead (msr_coord_ready_feed), so the loop
  * keeps serving while the new coordinator comes up. */
-#include "msrun/coord_child.h"
+#include "launcher/coord_child.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +21,8 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/net.h"
-#include "msrun/spawn.h"
+#include "launcher/net.h"
+#include "launcher/spawn.h"
 
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {

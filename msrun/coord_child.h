@@ -11,10 +11,10 @@
 
 #include <event2/event.h>
 
+#include "launcher/elect.h"
+#include "launcher/job.h"
+#include "launcher/options.h"
 #include "msrun/base.h"
-#include "msrun/elect.h"
-#include "msrun/job.h"
-#include "msrun/options.h"
 
 /* How long a starting coordinator has to say its port. */
 #define MSR_COORD_READY_MS       15000

@@ -4,7 +4,7 @@
  * told to host it), and joined when another msrun of this host started it
  * first. The job's token is decided here too when none was given: made up
  * by the node that starts the coordinator, fetched with munge by others. */
-#include "msrun/coord_child.h"
+#include "launcher/coord_child.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +17,9 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "cluster/munge_auth.h"
-#include "msrun/net.h"
-#include "msrun/node.h"
-#include "msrun/token.h"
+#include "launcher/net.h"
+#include "launcher/node.h"
+#include "launcher/token.h"
 
 /* Whether an msrun coordinator of this job answers at target. With
  * wait_for_ready, waits up to 2 s for it to come up; without, a refused

@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "msrun/jobdir.h"
-#include "msrun/token.h"
+#include "launcher/jobdir.h"
+#include "launcher/token.h"
 #include "rendezvous/rpc.h"
 
 /* A job id with its NUL. */

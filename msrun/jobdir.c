@@ -1,5 +1,5 @@
 /* The node's files (jobdir.h). */
-#include "msrun/jobdir.h"
+#include "launcher/jobdir.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* msrun's command line: the option table, parsing, environment variables,
  * defaults and --help. What is checked once every option is known is in
  * options_check.c, what is derived from them in options_derive.c. */
-#include "msrun/options.h"
+#include "launcher/options.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,9 +13,9 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
-#include "msrun/cpus.h"
-#include "msrun/options_impl.h"
-#include "msrun/token.h"
+#include "launcher/cpus.h"
+#include "launcher/options_impl.h"
+#include "launcher/token.h"
 
 #define D(field) MSR_OPT_DEST(msr_options_t, field)
 

@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "msrun/base.h"
 #include "base/optparse.h"
-#include "msrun/sched.h"
+#include "launcher/sched.h"
+#include "msrun/base.h"
 
 /* The bounds of the options that msrun, `msrun coordinator` and `msrun
  * status` share, so that a value one accepts the others accept too (the

@@ -13,10 +13,10 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "base/util.h"
-#include "msrun/jobdir.h"
-#include "msrun/options.h"
-#include "msrun/options_impl.h"
-#include "msrun/workers.h"
+#include "launcher/jobdir.h"
+#include "launcher/options.h"
+#include "launcher/options_impl.h"
+#include "launcher/workers.h"
 
 /* Finds prog the way execvp would into *out_p, so a missing program is
  * refused before any worker starts; what names it in messages, flag is the

@@ -7,9 +7,9 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
-#include "msrun/options.h"
-#include "msrun/options_impl.h"
-#include "msrun/sched.h"
+#include "launcher/options.h"
+#include "launcher/options_impl.h"
+#include "launcher/sched.h"
 
 /* The origin of option name when it was given (seen: 1 command line, 2
  * environment); left alone otherwise. */

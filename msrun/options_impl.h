@@ -5,8 +5,8 @@
 #ifndef MSR_MSRUN_OPTIONS_IMPL_H
 #define MSR_MSRUN_OPTIONS_IMPL_H
 
-#include "msrun/options.h"
-#include "msrun/sched.h"
+#include "launcher/options.h"
+#include "launcher/sched.h"
 
 /* msrun's option table. */
 extern const msr_optset_t msr_options_set;

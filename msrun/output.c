@@ -14,7 +14,7 @@
 #include "base/buf.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/workers.h"
+#include "launcher/workers.h"
 #include "rendezvous/progress.h"
 
 void msr_iso_time(double t, char *buf, size_t len)

@@ -1,7 +1,7 @@
 /* Workers' exits reported to the coordinator, each kept until it is
  * acknowledged: a coordinator that restarts meanwhile still hears of it.
  * Retries are due times the agent's one timer serves (msr_reports_cron). */
-#include "msrun/report.h"
+#include "launcher/report.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #include "base/list.h"
-#include "msrun/link.h"
-#include "msrun/node.h"
-#include "msrun/workers.h"
+#include "launcher/link.h"
+#include "launcher/node.h"
+#include "launcher/workers.h"
 
 typedef struct msr_reports {
     msr_list_t pending; /* not yet acknowledged */

@@ -1,5 +1,5 @@
 /* The runtime directory and its job records (rundir.h). */
-#include "msrun/rundir.h"
+#include "launcher/rundir.h"
 
 #include <dirent.h>
 #include <errno.h>

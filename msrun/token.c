@@ -1,5 +1,5 @@
 /* The job token: generation, token files and hiding it from ps. */
-#include "msrun/token.h"
+#include "launcher/token.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Spawning workers with their environment, and stopping them (their
  * output is forwarded by output.c). */
-#include "msrun/workers.h"
-#include "msrun/spawn.h"
+#include "launcher/workers.h"
+#include "launcher/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +24,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/cpus.h"
+#include "launcher/cpus.h"
 
 extern char **environ;
 

@@ -9,10 +9,10 @@
 #include <event2/event.h>
 
 #include "base/buf.h"
-#include "msrun/board.h"
+#include "launcher/board.h"
+#include "launcher/cpus.h"
+#include "launcher/outtail.h"
 #include "msrun/base.h"
-#include "msrun/cpus.h"
-#include "msrun/outtail.h"
 
 #define MSR_TAIL_LINES    20
 #define MSR_TAIL_LINE_MAX 400

@@ -36,6 +36,9 @@ crossing msrun/x.c '#include "msrun/comm.h"' "may not use the public msrun/comm.
 crossing msrun/x.c '#include <ucp/api/ucp.h>' "UCX belongs to comm/ only"
 crossing cluster/x.c '#include <nccl.h>' "CUDA/NCCL belongs to"
 crossing comm/x.c '#include <grpc/grpc.h>' "gRPC belongs to"
+# the launcher's own headers are "launcher/x.h"; "msrun/x.h" is public only
+crossing msrun/x.c '#include "msrun/agent.h"' "are included as launcher/agent.h"
+crossing comm/x.c '#include "launcher/agent.h"' "comm/ may not depend on msrun/"
 
 # indirect: an include the module may use that brings in one it may not
 indirect() {

@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/status.h"
 #include "base/err.h"
 #include "base/optparse.h"
-#include "msrun/token.h"
+#include "base/status.h"
+#include "launcher/token.h"
 #include "tests/runner.h"
 
 static char dir[64];
