@@ -363,7 +363,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 /* ---- start and end ---- */
 
 /* Who this job is: its id and, for a standalone job, its token (a
- * multi-node job's is decided in setup_coordinator, which knows whether this
+ * multi-node job's is decided in msr_coord_setup, which knows whether this
  * node starts the coordinator). Never derived from anything others know. */
 static int job_identity(agent_t *a)
 {
