@@ -9,13 +9,23 @@ set(MSRUN_GENERATED_DIR ${PROJECT_BINARY_DIR}/generated)
 # theirs: a file in comm/ that includes cluster/... does not compile.
 set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm layout model parallel planner programs)
 
-# The include root of module dir: a folder holding only a link named dir to
-# the module's sources, so "dir/x.h" resolves there and nothing else does.
+# The include root of module dir: a folder holding only a link to the
+# module's sources, so "dir/x.h" resolves there and nothing else does. The
+# link is named dir, or MSRUN_MODULE_PREFIX_<dir> when the module's folder
+# sets one (msrun/: "launcher", so that "msrun/x.h" names only the public
+# headers of include/msrun/).
 function(msrun_module_root dir out_var)
   set(_root ${PROJECT_BINARY_DIR}/module_roots/${dir})
-  if(NOT EXISTS ${_root}/${dir})
+  set(_name ${dir})
+  if(DEFINED MSRUN_MODULE_PREFIX_${dir})
+    set(_name ${MSRUN_MODULE_PREFIX_${dir}})
+  endif()
+  if(NOT _name STREQUAL dir AND IS_SYMLINK ${_root}/${dir})
+    file(REMOVE ${_root}/${dir}) # a build from before the module had a prefix
+  endif()
+  if(NOT EXISTS ${_root}/${_name})
     file(MAKE_DIRECTORY ${_root})
-    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${_root}/${dir} SYMBOLIC)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${_root}/${_name} SYMBOLIC)
   endif()
   set(${out_var} ${_root} PARENT_SCOPE)
 endfunction()

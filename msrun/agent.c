@@ -4,7 +4,7 @@
  * signal, report, restart the coordinator, exit). One timer (the cron)
  * serves every deadline: the machine's (retries, SIGKILL after the grace,
  * unkillable workers, the beat check) and the reports' retries. */
-#include "msrun/agent.h"
+#include "launcher/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,207 +23,18 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/coord.h"
-#include "msrun/agent_impl.h"
-#include "msrun/jobdir.h"
-#include "msrun/net.h"
-#include "msrun/rundir.h"
-
-/* ---- the coordinator's answers, decoded into events ---- */
-
-static void join_done(msr_rpc_async_t *as, void *arg)
-{
-    agent_t *a = arg;
-    uint64_t now = msr_now_ns();
-    if (as->status == MSR_OK) {
-        const Msr__JoinResponse *r = (const Msr__JoinResponse *)as->resp;
-        if (!a->node.finished) {
-            snprintf(a->node_id, sizeof a->node_id, "%s", r->node_id);
-            MSR_DEBUG("joined job %s at %s as node %s", a->job_id, a->coord_target, a->node_id);
-        }
-        msr_node_on_joined(&a->node, now, r->generation, r->max_restarts);
-    } else if (as->status == MSR_ERR_REFUSED) { /* full: a lost node may not be reaped yet */
-        msr_node_on_join_failed(&a->node, now, MSR_NODE_JOIN_FULL, as->err);
-    } else if (as->status == MSR_ERR_UNREACHABLE || as->status == MSR_ERR_TIMEOUT ||
-               as->status == MSR_ERR_CANCELED) {
-        msr_node_on_join_failed(&a->node, now, MSR_NODE_JOIN_AWAY, as->err);
-    } else {
-        msr_node_on_join_failed(&a->node, now, MSR_NODE_JOIN_REFUSED, as->err);
-    }
-    msr_agent_run_node(a);
-}
-
-static void join_send(agent_t *a)
-{
-    Msr__JoinRequest req = MSR__JOIN_REQUEST__INIT;
-    req.protocol_version = MSR_PROTOCOL_VERSION;
-    req.job_id = a->job_id;
-    req.host = a->host;
-    req.pid = (int)getpid();
-    req.local_worker_num = a->o->local_worker_num;
-    req.worker_num = a->o->worker_num;
-    req.node_rank = a->o->node_rank;
-    req.min_nodes = a->o->min_nodes;
-    req.max_nodes = a->o->max_nodes;
-    req.max_restarts = a->o->max_restarts;
-    req.free_port = a->free_port;
-    int64_t left = msr_node_join_left_ms(&a->node, msr_now_ns());
-    msr_status_t st =
-        msr_link_call(a->link, MSR_RPC_JOIN, &req.base, left < 5000 ? left : 5000, 1, join_done, a);
-    if (st != MSR_OK)
-        msr_node_on_send_failed(&a->node, msr_now_ns(), msr_status_str(st));
-}
-
-/* The lines a node keeps are what the coordinator keeps of them. */
-_Static_assert(MSR_OUT_TAIL_LINES == MSR_OUTPUT_LINES && MSR_OUT_TAIL_BYTES == MSR_OUTPUT_BYTES &&
-                   MSR_OUT_TAIL_LINE_MAX == MSR_OUTPUT_LINE_MAX,
-               "a rank's output lines: the node's bounds and the coordinator's differ");
-
-/* The coordinator asked for these ranks' last output lines (someone
- * opened them on the dashboard): they go up with the next heartbeat,
- * which follows this answer at once. Ranks not of this node are ignored. */
-static void tails_wanted(agent_t *a, const int32_t *ranks, size_t n)
-{
-    for (size_t k = 0; k < n; k++)
-        for (int i = 0; i < a->nworkers; i++)
-            if (a->tails[i].rank == ranks[k] ||
-                (a->tails[i].rank < 0 && a->node.rank_offset + i == ranks[k]))
-                a->tails[i].want_rank = ranks[k];
-}
-
-/* The asked ranks' lines as RankOutput messages, into out (the caller's
- * [nworkers] arrays; *buf_p a copy of the lines, freed by the caller);
- * clears the asks. Returns how many. */
-static size_t tails_take(agent_t *a, Msr__RankOutput *out, Msr__RankOutput **outp,
-                         ProtobufCBinaryData *lines, char **buf_p)
-{
-    size_t n = 0, bytes = 0;
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->tails[i].want_rank >= 0)
-            bytes += a->tails[i].lines.bytes;
-    *buf_p = NULL;
-    if (bytes > 0 && (*buf_p = msr_malloc(bytes)) == NULL)
-        return 0; /* the asks stay, for the next heartbeat */
-    char *at = *buf_p;
-    ProtobufCBinaryData *l = lines;
-    for (int i = 0; i < a->nworkers; i++) {
-        struct agent_tail *t = &a->tails[i];
-        if (t->want_rank < 0)
-            continue;
-        msr__rank_output__init(&out[n]);
-        out[n].rank = t->want_rank;
-        out[n].time = msr_wall_time();
-        out[n].total_lines = t->lines.total;
-        out[n].lines = l;
-        for (int j = 0; j < t->lines.count; j++) {
-            l->data = (uint8_t *)at;
-            l->len = msr_out_tail_get(&t->lines, j, at);
-            at += l->len;
-            l++;
-        }
-        out[n].n_lines = (size_t)t->lines.count;
-        outp[n] = &out[n];
-        n++;
-        t->want_rank = -1;
-    }
-    return n;
-}
-
-static void hb_done(msr_rpc_async_t *as, void *arg)
-{
-    agent_t *a = arg;
-    uint64_t now = msr_now_ns();
-    if (as->status != MSR_OK) {
-        msr_node_on_heartbeat_failed(&a->node, now, as->status == MSR_ERR_NOT_FOUND, as->err);
-        msr_agent_run_node(a);
-        return;
-    }
-    const Msr__HeartbeatResponse *r = (const Msr__HeartbeatResponse *)as->resp;
-    msr_node_update_t u = {
-        .generation = r->generation,
-        .state = (msr_job_state_t)r->state,
-        .restart_count = r->restart_count,
-        .max_restarts = r->max_restarts,
-        .message = r->message,
-        .joined_nodes = r->joined_nodes,
-        .expected_nodes = r->expected_nodes,
-    };
-    msr_failure_t f = {0};
-    if (r->failure) {
-        msr_failure_from_msg(&f, r->failure);
-        u.failure = &f;
-    }
-    if (r->assignment) {
-        const Msr__Assignment *s = r->assignment;
-        u.has_assignment = 1;
-        u.node_rank = s->node_rank;
-        u.node_count = s->node_count;
-        u.world_size = s->world_size;
-        u.rank_offset = s->rank_offset;
-        u.master_addr = s->master_addr;
-        u.master_port = s->master_port;
-    }
-    tails_wanted(a, r->output_ranks, r->n_output_ranks);
-    msr_buf_t missing = MSR_BUF_INIT;
-    for (size_t i = 0; i < r->n_missing; i++)
-        msr_buf_printf(&missing, "%s%s", i ? ", " : "", r->missing[i]);
-    u.missing = missing.data;
-    msr_node_on_update(&a->node, now, &u);
-    msr_buf_cleanup(&missing);
-    msr_failure_clear(&f); /* nothing left when the node took it */
-    msr_agent_run_node(a);
-}
-
-static void hb_send(agent_t *a)
-{
-    Msr__HeartbeatRequest req = MSR__HEARTBEAT_REQUEST__INIT;
-    Msr__WorkerState ws[256], *wsp[256];
-    req.node_id = a->node_id;
-    req.generation = a->node.generation;
-    req.known_state = (Msr__JobState)a->node.state;
-    req.ready_generation = a->node.ready_generation;
-    req.wait_ms = (uint32_t)a->o->heartbeat_ms;
-    size_t n = 0;
-    for (int i = 0; i < a->nworkers && n < 256; i++) {
-        msr__worker_state__init(&ws[n]);
-        ws[n].rank = a->workers[i].rank;
-        ws[n].pid = (int)a->workers[i].pid;
-        ws[n].running = a->workers[i].running;
-        wsp[n] = &ws[n];
-        n++;
-    }
-    req.n_workers = n;
-    req.workers = wsp;
-    Msr__RankOutput *outs = NULL, **outsp = NULL;
-    ProtobufCBinaryData *lines = NULL;
-    char *text = NULL;
-    for (int i = 0; i < a->nworkers; i++) {
-        if (a->tails[i].want_rank < 0)
-            continue;
-        outs = msr_calloc((size_t)a->nworkers, sizeof *outs);
-        outsp = msr_calloc((size_t)a->nworkers, sizeof *outsp);
-        lines = msr_calloc((size_t)a->nworkers * MSR_OUT_TAIL_LINES, sizeof *lines);
-        if (outs && outsp && lines)
-            req.n_outputs = tails_take(a, outs, outsp, lines, &text);
-        req.outputs = outsp;
-        break;
-    }
-    msr_status_t st = msr_link_call(a->link, MSR_RPC_HEARTBEAT, &req.base,
-                                    a->o->heartbeat_ms + 5000, 0, hb_done, a);
-    msr_free(outs);
-    msr_free(outsp);
-    msr_free(lines);
-    msr_free(text);
-    if (st != MSR_OK)
-        msr_node_on_send_failed(&a->node, msr_now_ns(), msr_status_str(st));
-}
+#include "launcher/agent_impl.h"
+#include "launcher/jobdir.h"
+#include "launcher/net.h"
+#include "launcher/rundir.h"
 
 /* ---- workers ---- */
 
 /* Frees the slots (killing stragglers left in each process group). */
 static void cleanup_workers(agent_t *a)
 {
-    for (int i = 0; i < a->nworkers; i++) {
-        msr_worker_t *w = &a->workers[i];
+    for (int i = 0; i < a->local.count; i++) {
+        msr_worker_t *w = &a->local.workers[i];
         if (w->pid > 0)
             kill(-w->pid, SIGKILL);
         msr_worker_cleanup(w);
@@ -247,9 +58,9 @@ static void spawn_workers(agent_t *a)
     msr_options_t *o = a->o;
     const msr_node_t *n = &a->node;
     /* placed once: a restarted generation's workers go where the first went */
-    if (o->bind_to != MSR_BIND_NONE && !a->placed) {
-        a->places = msr_cpu_plan((msr_bind_t)o->bind_to, a->nworkers);
-        a->placed = 1;
+    if (o->bind_to != MSR_BIND_NONE && !a->local.placed) {
+        a->local.places = msr_cpu_plan((msr_bind_t)o->bind_to, a->local.count);
+        a->local.placed = 1;
     }
     msr_spawn_env_t env = {
         .path = o->program_path,
@@ -257,23 +68,23 @@ static void spawn_workers(agent_t *a)
         .node_rank = n->node_rank,
         .node_count = n->node_count,
         .world_size = n->world_size,
-        .local_world_size = a->nworkers,
+        .local_world_size = a->local.count,
         .rank_offset = n->rank_offset,
         .generation = n->generation,
         .restart_count = n->restart_count,
         .max_restarts = n->max_restarts,
-        .job_id = a->job_id,
-        .coordinator = a->coord_target,
-        .token = a->token,
-        .agent_socket = a->proxy ? a->socket_path : NULL,
+        .job_id = a->job.id,
+        .coordinator = a->coord.target,
+        .token = a->job.token,
+        .agent_socket = a->proxy ? a->files.socket_path : NULL,
         .master_addr = n->master_addr,
         .master_port = n->master_port,
-        .log_dir = a->log_dir_fd >= 0 ? a->log_run_dir : NULL,
-        .log_dir_fd = a->log_dir_fd,
-        .places = a->places,
-        .output = &a->output,
+        .log_dir = a->files.log_dir_fd >= 0 ? a->files.log_run_dir : NULL,
+        .log_dir_fd = a->files.log_dir_fd,
+        .places = a->local.places,
+        .output = &a->local.output,
         .pty = o->pty,
-        .devnull = a->devnull,
+        .devnull = a->local.devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
     /* slots of workers that exited by themselves (no stop was needed) still
@@ -281,23 +92,23 @@ static void spawn_workers(agent_t *a)
     cleanup_workers(a);
     if (a->proxy)
         msr_proxy_set_member(a->proxy, a->node_id, n->node_rank, n->generation);
-    for (int i = 0; i < a->nworkers; i++) {
-        msr_worker_t *w = &a->workers[i];
+    for (int i = 0; i < a->local.count; i++) {
+        msr_worker_t *w = &a->local.workers[i];
         int rank = n->rank_offset + i;
         msr_worker_io_t io = {0};
         int off = 0;
         msr_options_streams(o, i, &io.file, &off);
         if (msr_options_show_rank(o, rank))
             io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
-        if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->host,
+        if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->coord.host,
                                            io.log_name, sizeof io.log_name) != MSR_OK)
-            io.file = 0;                /* checked with the options: not reached */
-        if (a->tails[i].rank != rank) { /* elastic: the slot holds another rank now */
-            msr_out_tail_clear(&a->tails[i].lines);
-            a->tails[i].rank = rank;
+            io.file = 0;                      /* checked with the options: not reached */
+        if (a->local.tails[i].rank != rank) { /* elastic: the slot holds another rank now */
+            msr_out_tail_clear(&a->local.tails[i].lines);
+            a->local.tails[i].rank = rank;
         }
-        w->out_tail = &a->tails[i].lines;
-        msr_status_t st = msr_worker_spawn(w, a->base, &env, i, &io);
+        w->out_tail = &a->local.tails[i].lines;
+        msr_status_t st = msr_worker_spawn(w, a->loop.base, &env, i, &io);
         if (w->running)
             msr_node_on_spawned(&a->node, i, (int)w->pid);
         if (st != MSR_OK) {
@@ -307,30 +118,30 @@ static void spawn_workers(agent_t *a)
             return;
         }
     }
-    MSR_INFO("generation %d: started %d worker%s (ranks %d..%d of %d)", n->generation, a->nworkers,
-             a->nworkers == 1 ? "" : "s", n->rank_offset, n->rank_offset + a->nworkers - 1,
-             n->world_size);
+    MSR_INFO("generation %d: started %d worker%s (ranks %d..%d of %d)", n->generation,
+             a->local.count, a->local.count == 1 ? "" : "s", n->rank_offset,
+             n->rank_offset + a->local.count - 1, n->world_size);
 }
 
 static void signal_workers(agent_t *a, const msr_node_action_t *act)
 {
     if (act->local >= 0) {
-        msr_worker_t *w = &a->workers[act->local];
+        msr_worker_t *w = &a->local.workers[act->local];
         if (act->text[0])
             snprintf(w->hung, sizeof w->hung, "%.95s", act->text);
         msr_worker_signal(w, act->sig);
         return;
     }
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->workers[i].running)
-            msr_worker_signal(&a->workers[i], act->sig);
+    for (int i = 0; i < a->local.count; i++)
+        if (a->local.workers[i].running)
+            msr_worker_signal(&a->local.workers[i], act->sig);
 }
 
 static void poll_beats(agent_t *a)
 {
     uint64_t now = msr_now_ns();
-    for (int i = 0; i < a->nworkers && a->proxy; i++) {
-        msr_worker_t *w = &a->workers[i];
+    for (int i = 0; i < a->local.count && a->proxy; i++) {
+        msr_worker_t *w = &a->local.workers[i];
         msr_beat_info_t b;
         if (!w->running)
             continue;
@@ -343,13 +154,26 @@ static void poll_beats(agent_t *a)
 
 static void report(agent_t *a, const msr_node_action_t *act)
 {
-    msr_worker_t *w = &a->workers[act->local];
+    msr_worker_t *w = &a->local.workers[act->local];
     char how[96];
     msr_worker_describe(w, how, sizeof how);
     /* a failure reaches the user once: in the restart line or the final
      * report, which the coordinator's decision brings to every node */
     MSR_DEBUG("rank %d (pid %d) %s", w->rank, (int)w->pid, how);
-    msr_report_exit(a, w, act);
+    /* a worker that failed after its communicator saw a peer lost is not
+     * the root cause */
+    int after_peer_lost = 0;
+    msr_beat_info_t beat;
+    if ((act->exit_code != 0 || act->sig) && a->proxy &&
+        msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &beat))
+        after_peer_lost = beat.peer_lost;
+    msr_report_exit(&a->reports, w, act, after_peer_lost);
+}
+
+/* A report's retry was armed: the timer must serve it. */
+static void on_report_retry(void *arg)
+{
+    msr_agent_run_node(arg);
 }
 
 /* ---- performing the machine's actions ---- */
@@ -358,10 +182,10 @@ static void perform(agent_t *a, const msr_node_action_t *act)
 {
     switch (act->kind) {
     case MSR_NODE_ACT_JOIN:
-        join_send(a);
+        msr_agent_join_send(a);
         break;
     case MSR_NODE_ACT_HEARTBEAT:
-        hb_send(a);
+        msr_agent_heartbeat_send(a);
         break;
     case MSR_NODE_ACT_SPAWN:
         spawn_workers(a);
@@ -382,17 +206,17 @@ static void perform(agent_t *a, const msr_node_action_t *act)
         msr_log_init("msrun", act->code, -1);
         break;
     case MSR_NODE_ACT_COORD_RESTART:
-        msr_coord_child_restart(a, act->text);
+        msr_coord_child_restart(&a->coord, act->text);
         break;
     case MSR_NODE_ACT_LEAVE:
-        a->leave_due = 1; /* once the loop ends and the workers are gone */
+        a->loop.leave_due = 1; /* once the loop ends and the workers are gone */
         break;
     case MSR_NODE_ACT_COORD_STOP:
         break; /* the teardown stops it, after leaving */
     case MSR_NODE_ACT_EXIT:
         if (act->long_text)
             fprintf(stderr, "msrun: error: %s\n", act->long_text);
-        event_base_loopbreak(a->base);
+        event_base_loopbreak(a->loop.base);
         break;
     }
 }
@@ -400,42 +224,45 @@ static void perform(agent_t *a, const msr_node_action_t *act)
 /* Arms the one timer for the earliest deadline. */
 static void arm_cron(agent_t *a, uint64_t now)
 {
-    if (a->cron == NULL)
+    if (a->loop.cron == NULL)
         return;
     uint64_t at = msr_node_next_deadline(&a->node);
-    uint64_t r = msr_reports_cron(a, now);
+    uint64_t r = msr_reports_cron(&a->reports, now);
     if (r && (at == 0 || r < at))
         at = r;
     if (at == 0) {
-        evtimer_del(a->cron);
+        evtimer_del(a->loop.cron);
         return;
     }
     uint64_t us = at > now ? (at - now + 999) / 1000 : 0;
     struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
-    evtimer_add(a->cron, &tv);
+    evtimer_add(a->loop.cron, &tv);
 }
 
 void msr_agent_run_node(agent_t *a)
 {
-    if (a->performing)
+    if (a->loop.performing)
         return; /* the outer call performs what this event queued */
-    a->performing = 1;
+    a->loop.performing = 1;
     msr_node_action_t act;
     while (msr_node_next_action(&a->node, &act))
         perform(a, &act);
-    a->performing = 0;
+    a->loop.performing = 0;
     arm_cron(a, msr_now_ns());
     /* a job that ended elects no new coordinator */
-    if (a->elect &&
+    if (a->coord.elect &&
         (a->node.finished || a->node.state == MSR_JOB_DONE || a->node.state == MSR_JOB_FAILED))
-        msr_elect_quiet(a->elect);
+        msr_elect_quiet(a->coord.elect);
 }
 
 /* ---- the election through etcd ---- */
 
-void msr_agent_coord_moved(agent_t *a, const char *target)
+/* The coordinator is now at target (elected through etcd): the link and
+ * the proxy follow. */
+static void on_coord_moved(void *arg, const char *target)
 {
-    if (strcmp(target, a->coord_target) == 0)
+    agent_t *a = arg;
+    if (strcmp(target, a->coord.target) == 0)
         return;
     if (msr_link_retarget(a->link, target) != MSR_OK ||
         (a->proxy && msr_proxy_retarget(a->proxy, target) != MSR_OK)) {
@@ -443,7 +270,7 @@ void msr_agent_coord_moved(agent_t *a, const char *target)
         return;
     }
     MSR_WARN("the coordinator is now at %s", target);
-    snprintf(a->coord_target, sizeof a->coord_target, "%s", target);
+    snprintf(a->coord.target, sizeof a->coord.target, "%s", target);
     msr_node_on_coord_moved(&a->node, msr_now_ns());
     msr_agent_run_node(a);
 }
@@ -454,18 +281,18 @@ static void on_elect(evutil_socket_t fd, short what, void *arg)
     (void)what;
     agent_t *a = arg;
     msr_elect_event_t ev;
-    while (msr_elect_next(a->elect, &ev) != MSR_ELECT_NONE) {
+    while (msr_elect_next(a->coord.elect, &ev) != MSR_ELECT_NONE) {
         switch (ev.kind) {
         case MSR_ELECT_WON:
             if (!a->node.finished)
-                msr_coord_child_takeover(a);
+                msr_coord_child_takeover(&a->coord);
             break;
         case MSR_ELECT_LEADER:
-            msr_agent_coord_moved(a, ev.addr);
+            on_coord_moved(a, ev.addr);
             break;
         case MSR_ELECT_LOST:
             MSR_WARN("this node's etcd lease expired: its coordinator stops, another is elected");
-            msr_coord_child_kill(a);
+            msr_coord_child_kill(&a->coord);
             break;
         case MSR_ELECT_NONE:
             break;
@@ -486,20 +313,20 @@ static void on_cron(evutil_socket_t fd, short what, void *arg)
 
 static void on_child(agent_t *a, pid_t pid, int status)
 {
-    if (pid == a->coord_pid) {
-        a->coord_pid = 0;
+    if (pid == a->coord.pid) {
+        a->coord.pid = 0;
         char how[64];
         if (WIFSIGNALED(status))
             msr_signal_name(WTERMSIG(status), how, sizeof how);
         else
             snprintf(how, sizeof how, "code %d", WEXITSTATUS(status));
         int job_over = WIFEXITED(status) && WEXITSTATUS(status) <= 1;
-        if (msr_coord_child_exited(a, how))
+        if (msr_coord_child_exited(&a->coord, how))
             msr_node_on_coord_exit(&a->node, msr_now_ns(), how, job_over);
         return;
     }
-    for (int i = 0; i < a->nworkers; i++) {
-        msr_worker_t *w = &a->workers[i];
+    for (int i = 0; i < a->local.count; i++) {
+        msr_worker_t *w = &a->local.workers[i];
         if (!w->running || w->pid != pid)
             continue;
         w->running = 0;
@@ -535,20 +362,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---- start and end ---- */
 
-static void leave(agent_t *a)
-{
-    Msr__LeaveRequest req = MSR__LEAVE_REQUEST__INIT;
-    req.node_id = a->node_id;
-    req.reason = a->node.leave_reason;
-    ProtobufCMessage *resp = NULL;
-    if (msr_link_call_sync(a->link, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp) == MSR_OK)
-        msr_rpc_message_free(resp);
-    else
-        MSR_DEBUG("leave: %s", msr_err_msg());
-}
-
 /* Who this job is: its id and, for a standalone job, its token (a
- * multi-node job's is decided in setup_coordinator, which knows whether this
+ * multi-node job's is decided in msr_coord_setup, which knows whether this
  * node starts the coordinator). Never derived from anything others know. */
 static int job_identity(agent_t *a)
 {
@@ -556,24 +371,24 @@ static int job_identity(agent_t *a)
     unsigned char rnd[16];
     msr_random_bytes(rnd, sizeof rnd);
     if (o->job_id)
-        snprintf(a->job_id, sizeof a->job_id, "%s", o->job_id);
+        snprintf(a->job.id, sizeof a->job.id, "%s", o->job_id);
     else if (o->master_addr == NULL && o->etcd_endpoints == NULL)
-        snprintf(a->job_id, sizeof a->job_id, "job-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+        snprintf(a->job.id, sizeof a->job.id, "job-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
                  rnd[3]);
     else
-        snprintf(a->job_id, sizeof a->job_id, "default");
+        snprintf(a->job.id, sizeof a->job.id, "default");
     if (o->token) {
-        snprintf(a->token, sizeof a->token, "%s", o->token);
+        snprintf(a->job.token, sizeof a->job.token, "%s", o->token);
     } else if (o->master_addr == NULL) {
-        if (msr_token_generate(a->token, sizeof a->token) != MSR_OK) {
+        if (msr_token_generate(a->job.token, sizeof a->job.token) != MSR_OK) {
             fprintf(stderr, "msrun: error: cannot generate a job token: %s\n", msr_err_msg());
             return 2;
         }
     }
     /* TLS to the coordinator: its certificate must name master_addr as the
      * user wrote it (a host name or an address), unless told otherwise. */
-    a->tls = (msr_rpc_tls_t){o->tls_cert, o->tls_key, o->tls_ca,
-                             o->tls_server_name ? o->tls_server_name : o->master_addr};
+    a->job.tls = (msr_rpc_tls_t){o->tls_cert, o->tls_key, o->tls_ca,
+                                 o->tls_server_name ? o->tls_server_name : o->master_addr};
     return 0;
 }
 
@@ -582,52 +397,58 @@ static int job_identity(agent_t *a)
 static int loop_setup(agent_t *a)
 {
     msr_node_config_t cfg = {
-        .nworkers = a->nworkers,
+        .nworkers = a->local.count,
         .grace_ms = a->o->grace_ms,
         .coordinator_timeout_ms = a->o->coordinator_timeout_ms,
         .cluster_time_out_ms = a->o->cluster_time_out_ms,
         .worker_timeout_ms = a->o->worker_timeout_ms,
-        .coord_target = a->coord_target,
+        .coord_target = a->coord.target,
     };
     msr_random_bytes(&cfg.seed, sizeof cfg.seed);
-    a->base = event_base_new();
-    a->workers = msr_calloc((size_t)a->nworkers, sizeof *a->workers);
-    a->tails = msr_calloc((size_t)a->nworkers, sizeof *a->tails);
-    a->cron = a->base ? evtimer_new(a->base, on_cron, a) : NULL;
-    if (a->base == NULL || a->workers == NULL || a->tails == NULL || a->cron == NULL ||
-        msr_node_init(&a->node, &cfg) != MSR_OK) {
+    a->loop.base = event_base_new();
+    a->coord.base = a->loop.base; /* restarts of the coordinator are watched from the loop */
+    a->local.workers = msr_calloc((size_t)a->local.count, sizeof *a->local.workers);
+    a->local.tails = msr_calloc((size_t)a->local.count, sizeof *a->local.tails);
+    a->loop.cron = a->loop.base ? evtimer_new(a->loop.base, on_cron, a) : NULL;
+    if (a->loop.base == NULL || a->local.workers == NULL || a->local.tails == NULL ||
+        a->loop.cron == NULL || msr_node_init(&a->node, &cfg) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the event loop: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < a->nworkers; i++) {
-        a->workers[i].out.fd = a->workers[i].err.fd = a->workers[i].log_fd = a->workers[i].log.fd =
-            -1;
-        a->tails[i].rank = a->tails[i].want_rank = -1;
+    for (int i = 0; i < a->local.count; i++) {
+        a->local.workers[i].out.fd = a->local.workers[i].err.fd = a->local.workers[i].log_fd =
+            a->local.workers[i].log.fd = -1;
+        a->local.tails[i].rank = a->local.tails[i].want_rank = -1;
     }
     int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+    _Static_assert(MSR_ARRAY_SIZE(sigs) == MSR_AGENT_SIGNALS, "the signals the agent watches");
     for (size_t i = 0; i < MSR_ARRAY_SIZE(sigs); i++) {
-        a->sig_ev[a->nsig] = evsignal_new(a->base, sigs[i], on_signal, a);
-        if (a->sig_ev[a->nsig] == NULL || event_add(a->sig_ev[a->nsig], NULL) != 0) {
+        a->loop.sig_ev[a->loop.nsig] = evsignal_new(a->loop.base, sigs[i], on_signal, a);
+        if (a->loop.sig_ev[a->loop.nsig] == NULL ||
+            event_add(a->loop.sig_ev[a->loop.nsig], NULL) != 0) {
             fprintf(stderr, "msrun: error: cannot watch signals\n");
             return 1;
         }
-        a->nsig++;
+        a->loop.nsig++;
     }
-    if (msr_link_create(a->base, a->coord_target, a->token, &a->tls, &a->link) != MSR_OK) {
+    if (msr_link_create(a->loop.base, a->coord.target, a->job.token, &a->job.tls, &a->link) !=
+        MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the link to the coordinator: %s\n",
                 msr_err_msg());
         return 1;
     }
+    a->reports.link = a->link;
     /* The workers' store calls go through this node's proxy. */
-    if (msr_proxy_start(a->socket_path, a->coord_target, a->token, &a->tls, a->o->local_worker_num,
-                        &a->proxy) != MSR_OK) {
+    if (msr_proxy_start(a->files.socket_path, a->coord.target, a->job.token, &a->job.tls,
+                        a->o->local_worker_num, &a->proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         return 1;
     }
-    if (a->elect) {
-        a->elect_ev = event_new(a->base, msr_elect_fd(a->elect), EV_READ | EV_PERSIST, on_elect, a);
-        if (a->elect_ev == NULL || event_add(a->elect_ev, NULL) != 0 ||
-            msr_elect_start(a->elect) != MSR_OK) {
+    if (a->coord.elect) {
+        a->loop.elect_ev = event_new(a->loop.base, msr_elect_fd(a->coord.elect),
+                                     EV_READ | EV_PERSIST, on_elect, a);
+        if (a->loop.elect_ev == NULL || event_add(a->loop.elect_ev, NULL) != 0 ||
+            msr_elect_start(a->coord.elect) != MSR_OK) {
             fprintf(stderr, "msrun: error: cannot watch the election in etcd: %s\n", msr_err_msg());
             return 1;
         }
@@ -641,33 +462,34 @@ static int loop_run(agent_t *a)
     reap(a); /* a coordinator child that died before the loop started */
     msr_node_on_start(&a->node, msr_now_ns());
     msr_agent_run_node(a);
-    event_base_dispatch(a->base);
+    event_base_dispatch(a->loop.base);
 
     /* Out of the loop: workers are stopped unless the loop broke early. */
     int status;
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->workers[i].running)
-            msr_worker_signal(&a->workers[i], SIGKILL);
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->workers[i].running && waitpid(a->workers[i].pid, &status, 0) > 0)
-            a->workers[i].running = 0;
+    for (int i = 0; i < a->local.count; i++)
+        if (a->local.workers[i].running)
+            msr_worker_signal(&a->local.workers[i], SIGKILL);
+    for (int i = 0; i < a->local.count; i++)
+        if (a->local.workers[i].running && waitpid(a->local.workers[i].pid, &status, 0) > 0)
+            a->local.workers[i].running = 0;
     cleanup_workers(a);
     msr_proxy_stop(a->proxy);
     a->proxy = NULL;
-    if (a->leave_due)
-        leave(a);
+    if (a->loop.leave_due)
+        msr_agent_leave(a);
     msr_link_destroy(a->link);
     a->link = NULL;
+    a->reports.link = NULL;
     msr_node_print_outcome(&a->node);
     int rc = a->node.exit_code;
     if (rc != 0 && a->node.state == MSR_JOB_FAILED && a->o->error_file &&
-        msr_error_file_write(a->o->error_file, a->job_id, &a->node.cause, a->node.message) !=
+        msr_error_file_write(a->o->error_file, a->job.id, &a->node.cause, a->node.message) !=
             MSR_OK)
         MSR_ERROR("%s", msr_err_msg());
     if (rc == 0 && a->node.state == MSR_JOB_DONE && a->o->error_file &&
-        msr_error_file_write_ok(a->o->error_file, a->job_id,
-                                (double)(msr_now_ns() - a->start_ns) / 1e9, a->node.generation + 1,
-                                a->node.restart_count) != MSR_OK)
+        msr_error_file_write_ok(a->o->error_file, a->job.id,
+                                (double)(msr_now_ns() - a->job.start_ns) / 1e9,
+                                a->node.generation + 1, a->node.restart_count) != MSR_OK)
         MSR_ERROR("%s", msr_err_msg());
     return rc;
 }
@@ -675,46 +497,42 @@ static int loop_run(agent_t *a)
 /* Records the job for `msrun status`; a failure costs only that. */
 static void record_job(agent_t *a)
 {
-    int tls = msr_rpc_tls_enabled(&a->tls);
+    int tls = msr_rpc_tls_enabled(&a->job.tls);
     msr_run_record_t r = {
-        .job_id = a->job_id,
-        .coordinator = a->coord_target,
-        .token = a->token,
-        .tls_cert = tls ? a->tls.cert : NULL,
-        .tls_key = tls ? a->tls.key : NULL,
-        .tls_ca = tls ? a->tls.ca : NULL,
-        .tls_server_name = tls ? a->tls.server_name : NULL,
+        .job_id = a->job.id,
+        .coordinator = a->coord.target,
+        .token = a->job.token,
+        .tls_cert = tls ? a->job.tls.cert : NULL,
+        .tls_key = tls ? a->job.tls.key : NULL,
+        .tls_ca = tls ? a->job.tls.ca : NULL,
+        .tls_server_name = tls ? a->job.tls.server_name : NULL,
         .pid = (int)getpid(),
         .node_rank = a->o->node_rank,
         .start_time = msr_wall_time(),
     };
-    if (msr_run_record_write(&r, a->run_record, sizeof a->run_record) != MSR_OK)
+    if (msr_run_record_write(&r, a->files.run_record, sizeof a->files.run_record) != MSR_OK)
         MSR_WARN("msrun status will not find this job: %s", msr_err_msg());
 }
 
 static void loop_teardown(agent_t *a)
 {
-    for (int i = 0; i < a->nsig; i++)
-        event_free(a->sig_ev[i]);
-    if (a->cron)
-        event_free(a->cron);
-    a->cron = NULL;
-    if (a->coord_ready_ev)
-        event_free(a->coord_ready_ev);
-    if (a->coord_ready_fd >= 0)
-        close(a->coord_ready_fd);
-    a->coord_ready_fd = -1;
-    if (a->elect_ev)
-        event_free(a->elect_ev);
-    a->elect_ev = NULL;
+    for (int i = 0; i < a->loop.nsig; i++)
+        event_free(a->loop.sig_ev[i]);
+    if (a->loop.cron)
+        event_free(a->loop.cron);
+    a->loop.cron = NULL;
+    msr_coord_child_unwatch(&a->coord);
+    if (a->loop.elect_ev)
+        event_free(a->loop.elect_ev);
+    a->loop.elect_ev = NULL;
     msr_proxy_stop(a->proxy);
     msr_link_destroy(a->link);
-    msr_reports_free(a); /* unacknowledged: their calls were cancelled with the link */
-    msr_free(a->workers);
-    msr_free(a->tails);
+    msr_reports_free(&a->reports); /* unacknowledged: their calls were cancelled with the link */
+    msr_free(a->local.workers);
+    msr_free(a->local.tails);
     msr_node_cleanup(&a->node);
-    if (a->base)
-        event_base_free(a->base);
+    if (a->loop.base)
+        event_base_free(a->loop.base);
 }
 
 int msr_agent_run(msr_options_t *o)
@@ -722,72 +540,71 @@ int msr_agent_run(msr_options_t *o)
     agent_t a;
     memset(&a, 0, sizeof a);
     a.o = o;
-    a.nworkers = o->local_worker_num;
-    a.log_dir_fd = -1;
-    a.coord_ready_fd = -1;
-    a.start_ns = msr_now_ns();
-    msr_list_init(&a.reports);
+    msr_coord_init(&a.coord, o, &a.job, on_coord_moved, &a);
+    a.local.count = o->local_worker_num;
+    a.files.log_dir_fd = -1;
+    a.job.start_ns = msr_now_ns();
+    msr_reports_init(&a.reports, &a.node, a.node_id, a.coord.host, on_report_retry, &a);
     msr_log_init("msrun", -1, -1);
     msr_log_set_level((msr_log_level_t)o->log_level);
-    a.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (a.devnull < 0) {
+    a.local.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (a.local.devnull < 0) {
         fprintf(stderr, "msrun: error: /dev/null: %s\n", strerror(errno));
         return 2;
     }
     int rc = 2;
-    msr_output_init(&a.output, o->tag_output, o->timestamps);
-    a.output.metric = on_metric_line;
-    a.output.metric_arg = &a;
+    msr_output_init(&a.local.output, o->tag_output, o->timestamps);
+    a.local.output.metric = on_metric_line;
+    a.local.output.metric_arg = &a;
     if (job_identity(&a) != 0)
         goto out_devnull;
     /* each run writes into a directory of its own: <log_dir>/<job id> */
-    char run[256];
-    if (o->log_dir &&
-        msr_log_run_dir_open(o->log_dir, a.job_id, &a.log_dir_fd, run, sizeof run) != MSR_OK) {
+    char run[MSR_LOG_RUN_NAME_LEN];
+    if (o->log_dir && msr_log_run_dir_open(o->log_dir, a.job.id, &a.files.log_dir_fd, run,
+                                           sizeof run) != MSR_OK) {
         fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
         goto out_devnull;
     }
     if (o->log_dir) {
-        snprintf(a.log_run_dir, sizeof a.log_run_dir, "%s/%s", o->log_dir, run);
-        MSR_INFO("logs in %s", a.log_run_dir);
+        snprintf(a.files.log_run_dir, sizeof a.files.log_run_dir, "%s/%s", o->log_dir, run);
+        MSR_INFO("logs in %s", a.files.log_run_dir);
     }
     /* Block nothing, ignore SIGPIPE (a closed terminal must not kill msrun). */
     signal(SIGPIPE, SIG_IGN);
     /* The job's private directory holds the proxy's socket and the embedded
      * coordinator's state file. */
-    if (msr_job_dir_create(a.job_id, a.job_dir, sizeof a.job_dir) != MSR_OK) {
+    if (msr_job_dir_create(a.job.id, a.job.dir, sizeof a.job.dir) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the job's directory: %s\n", msr_err_msg());
         rc = 1;
         goto out_devnull;
     }
-    snprintf(a.socket_path, sizeof a.socket_path, "%s/agent.sock", a.job_dir);
-    snprintf(a.state_file, sizeof a.state_file, "%s/coordinator.state", a.job_dir);
-    rc = setup_coordinator(&a);
+    snprintf(a.files.socket_path, sizeof a.files.socket_path, "%s/agent.sock", a.job.dir);
+    snprintf(a.coord.state_file, sizeof a.coord.state_file, "%s/coordinator.state", a.job.dir);
+    rc = msr_coord_setup(&a.coord);
     if (rc != 0)
         goto out_dir;
     record_job(&a);
-    a.free_port = msr_net_free_port(a.host);
+    a.free_port = msr_net_free_port(a.coord.host);
     rc = loop_setup(&a);
     if (rc == 0)
         rc = loop_run(&a);
     int job_over =
         a.node.finished && (a.node.state == MSR_JOB_DONE || a.node.state == MSR_JOB_FAILED);
     loop_teardown(&a);
-    a.node_count = a.node.node_count;
-    stop_coordinator(&a);
-    msr_elect_destroy(a.elect, job_over);
-    a.elect = NULL;
+    msr_coord_child_stop(&a.coord, a.local.count && a.node.node_count > 1);
+    msr_elect_destroy(a.coord.elect, job_over);
+    a.coord.elect = NULL;
 out_dir:
-    if (a.elect)
-        msr_coord_child_kill(&a);
-    msr_elect_destroy(a.elect, 0);
-    msr_run_record_remove(a.run_record);
-    msr_job_dir_remove(a.job_dir);
+    if (a.coord.elect)
+        msr_coord_child_kill(&a.coord);
+    msr_elect_destroy(a.coord.elect, 0);
+    msr_run_record_remove(a.files.run_record);
+    msr_job_dir_remove(a.job.dir);
 out_devnull:
-    msr_output_cleanup(&a.output);
-    msr_free(a.places);
-    if (a.log_dir_fd >= 0)
-        close(a.log_dir_fd);
-    close(a.devnull);
+    msr_output_cleanup(&a.local.output);
+    msr_free(a.local.places);
+    if (a.files.log_dir_fd >= 0)
+        close(a.files.log_dir_fd);
+    close(a.local.devnull);
     return rc;
 }

@@ -4,15 +4,9 @@
 #ifndef MSR_MSRUN_AGENT_H
 #define MSR_MSRUN_AGENT_H
 
-#include "msrun/options.h"
+#include "launcher/options.h"
 
 /* Runs the whole job for this node; returns msrun's exit status. */
 int msr_agent_run(msr_options_t *opts);
-
-/* `msrun coordinator ...`: a standalone (or embedded) coordinator. */
-int msr_coordinator_main(int argc, char **argv);
-
-/* `msrun status ...`: prints the job's members and state. */
-int msr_status_main(int argc, char **argv);
 
 #endif

@@ -1,5 +1,5 @@
 /* The progress board at the bottom of msrun's terminal (see board.h). */
-#include "msrun/board.h"
+#include "launcher/board.h"
 
 #include <string.h>
 #include <sys/ioctl.h>

@@ -1,5 +1,5 @@
 /* --bind-to's placement of workers on a described machine (see cpus.h). */
-#include "msrun/cpus.h"
+#include "launcher/cpus.h"
 
 #include "base/alloc.h"
 

@@ -11,7 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "msrun/cpus.h"
+#include "launcher/cpus.h"
 
 #define NVIDIA_VENDOR 0x10de
 #define MAX_GPUS      64

@@ -1,7 +1,7 @@
 /* The coordinator's election through etcd: a lease per node, a
  * transaction that creates <prefix>/leader under it when it is absent, and
  * a thread that keeps the lease alive and watches the key. */
-#include "msrun/elect.h"
+#include "launcher/elect.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* Slurm's compressed host lists, expanded (see hostlist.h for the grammar). */
-#include "msrun/hostlist.h"
+#include "launcher/hostlist.h"
 
 #include <stdint.h>
 #include <stdio.h>

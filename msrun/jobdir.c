@@ -1,5 +1,5 @@
 /* The node's files (jobdir.h). */
-#include "msrun/jobdir.h"
+#include "launcher/jobdir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -115,7 +115,7 @@ msr_status_t msr_job_dir_create(const char *job_id, char *dir, size_t len)
                               ? *c
                               : '_');
     job[n] = '\0';
-    char path[240];
+    char path[MSR_JOB_DIR_LEN];
     snprintf(path, sizeof path, "%s/%s-%d", top, job, (int)getpid());
     if (mkdir(path, 0700) != 0)
         return msr_err(MSR_ERR_IO, "cannot create %s: %s", path, strerror(errno));

@@ -5,6 +5,7 @@
 #ifndef MSR_MSRUN_JOBDIR_H
 #define MSR_MSRUN_JOBDIR_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "cluster/failure.h"
@@ -40,8 +41,19 @@ msr_status_t msr_log_run_dir_open(const char *dir, const char *job_id, int *fd_p
 msr_status_t msr_log_name_format(const char *pattern, int rank, int local_rank, int node_rank,
                                  const char *host, char *buf, size_t len);
 
+/* The job's private directory's path with its NUL: TMPDIR (80 bytes at
+ * most, else /tmp), msrun-<uid> and <job>-<pid> (the job id cut to 47). */
+#define MSR_JOB_DIR_LEN      240
+/* A file's path in it (agent.sock, token, coordinator.state). */
+#define MSR_JOB_FILE_LEN     (MSR_JOB_DIR_LEN + 64)
+/* A run's directory name in --log_dir (msr_log_run_dir_open's name) and
+ * the whole path: --log_dir, '/' and that name. */
+#define MSR_LOG_RUN_NAME_LEN 256
+#define MSR_LOG_RUN_DIR_LEN  (PATH_MAX + 1 + MSR_LOG_RUN_NAME_LEN)
+
 /* Creates the job's private directory <tmp>/msrun-<uid>/<job>-<pid> (both
- * 0700, so only this user reaches the proxy's socket) into dir, after
+ * 0700, so only this user reaches the proxy's socket) into dir (len:
+ * MSR_JOB_DIR_LEN), after
  * removing the directories of msrun processes that are gone. */
 msr_status_t msr_job_dir_create(const char *job_id, char *dir, size_t len);
 

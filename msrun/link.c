@@ -1,6 +1,6 @@
 /* The agent's link to the coordinator: a completion thread hands finished
  * gRPC calls to the event loop through an eventfd. */
-#include "msrun/link.h"
+#include "launcher/link.h"
 
 #include <errno.h>
 #include <pthread.h>

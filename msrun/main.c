@@ -2,8 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "msrun/agent.h"
-#include "msrun/options.h"
+#include "launcher/agent.h"
+#include "launcher/commands.h"
+#include "launcher/options.h"
 
 int main(int argc, char **argv)
 {

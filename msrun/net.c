@@ -1,5 +1,5 @@
 /* Address helpers for the agent: IPv4 and IPv6 alike. */
-#include "msrun/net.h"
+#include "launcher/net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

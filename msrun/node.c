@@ -1,6 +1,6 @@
 /* The node's state machine (node.h): decisions only; the agent performs
  * them. Logs what it decides, like the coordinator's core. */
-#include "msrun/node.h"
+#include "launcher/node.h"
 
 #include <signal.h>
 #include <stdio.h>

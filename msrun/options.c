@@ -1,32 +1,28 @@
-/* msrun's command line, environment variables, defaults and --help. */
-#include "msrun/options.h"
+/* msrun's command line: the option table, parsing, environment variables,
+ * defaults and --help. What is checked once every option is known is in
+ * options_check.c, what is derived from them in options_derive.c. */
+#include "launcher/options.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
-#include "msrun/cpus.h"
-#include "msrun/jobdir.h"
-#include "msrun/token.h"
-#include "msrun/workers.h"
+#include "launcher/cpus.h"
+#include "launcher/options_impl.h"
+#include "launcher/token.h"
 
 #define D(field) MSR_OPT_DEST(msr_options_t, field)
 
 /* --bind_to's values, in msr_bind_t's order */
-static const char *const bind_choices[] = {"none", "core", "numa", NULL};
+const char *const msr_options_bind_choices[] = {"none", "core", "numa", NULL};
 /* --rdzv_backend's values, in msr_rdzv_backend_t's order */
-static const char *const rdzv_choices[] = {"static", "etcd", NULL};
+const char *const msr_options_rdzv_choices[] = {"static", "etcd", NULL};
 /* --auth's values: auth_munge is the index */
 static const char *const auth_choices[] = {"token", "munge", NULL};
 
@@ -73,7 +69,7 @@ static const msr_opt_t opt_defs[] = {
      .def = "false", .metavar = "BOOL",
      .help = "MindSpore's flag: true is --bind_to=core."},
     {.name = "bind_to", .kind = MSR_OPT_ENUM, .env = "MSRUN_BIND_TO", .dest = D(bind_to),
-     .choices = bind_choices, .def = "none", .metavar = "core|numa|none",
+     .choices = msr_options_bind_choices, .def = "none", .metavar = "core|numa|none",
      .help = "bind each worker to CPUs of this node that msrun may use. core: whole cores (all "
              "their hardware threads) of one NUMA node, an equal number each; numa: all cores "
              "of one NUMA node, workers taking the nodes in turn. Workers with a GPU get cores "
@@ -188,7 +184,7 @@ static const msr_opt_t opt_defs[] = {
      .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
              "IPv6). With --rdzv_backend=etcd: etcd's endpoints, HOST:PORT[,HOST:PORT...]."},
     {.name = "rdzv_backend", .kind = MSR_OPT_ENUM, .env = "MSRUN_RDZV_BACKEND",
-     .dest = D(rdzv_backend), .choices = rdzv_choices, .def = "static", .metavar = "static|etcd",
+     .dest = D(rdzv_backend), .choices = msr_options_rdzv_choices, .def = "static", .metavar = "static|etcd",
      .help = "static: one node runs the coordinator (node rank 0 under a scheduler, else the "
              "node where master_addr is local). etcd: the nodes elect the node "
              "that runs it through etcd (--rdzv_endpoint), which keeps the job's state under "
@@ -268,11 +264,9 @@ static const msr_opt_t opt_defs[] = {
 };
 /* clang-format on */
 
-static const msr_optset_t options_set = {"msrun", opt_defs, MSR_ARRAY_SIZE(opt_defs), 1};
+const msr_optset_t msr_options_set = {"msrun", opt_defs, MSR_ARRAY_SIZE(opt_defs), 1};
 
-static void opt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void opt_error(const char *fmt, ...)
+void msr_options_error(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -282,11 +276,11 @@ static void opt_error(const char *fmt, ...)
     fprintf(stderr, "msrun: error: %s (see msrun --help)\n", msg);
 }
 
-static int set_string(char **slot, const char *v)
+int msr_options_set_string(char **slot, const char *v)
 {
     char *d = msr_strdup(v);
     if (d == NULL) {
-        opt_error("out of memory");
+        msr_options_error("out of memory");
         return -1;
     }
     msr_free(*slot);
@@ -296,7 +290,7 @@ static int set_string(char **slot, const char *v)
 
 static int given(const unsigned char *seen, const char *name)
 {
-    return seen[msr_opts_find(&options_set, name)] != 0;
+    return seen[msr_opts_find(&msr_options_set, name)] != 0;
 }
 
 /* The token as given, or read from --token_file; where names its source. */
@@ -305,282 +299,16 @@ static int read_token(char **token_p, const char *token_file, const char *where)
     if (token_file) {
         char token[MSR_TOKEN_MAX + 1];
         if (msr_token_read_file(token_file, token, sizeof token) != MSR_OK) {
-            opt_error("%s: %s", where, msr_err_msg());
+            msr_options_error("%s: %s", where, msr_err_msg());
             return -1;
         }
-        int r = set_string(token_p, token);
+        int r = msr_options_set_string(token_p, token);
         memset(token, 0, sizeof token);
         return r;
     }
     if (*token_p && !msr_token_valid(*token_p)) {
-        opt_error("%s: a token is 1 to %d printable characters without spaces", where,
-                  MSR_TOKEN_MAX);
-        return -1;
-    }
-    return 0;
-}
-
-/* Finds prog the way execvp would into *out_p, so a missing program is
- * refused before any worker starts; what names it in messages, flag is the
- * boolean flag given alone just before prog (or NULL), for the hint. */
-static int find_program(const char *prog, const char *what, const char *flag, char **out_p)
-{
-    char path[PATH_MAX];
-    struct stat sb;
-    if (strchr(prog, '/')) {
-        if (stat(prog, &sb) != 0) {
-            opt_error("%s '%s' does not exist", what, prog);
-            return -1;
-        }
-        if (S_ISDIR(sb.st_mode)) {
-            opt_error("%s '%s' is a directory", what, prog);
-            return -1;
-        }
-        if (access(prog, X_OK) != 0) {
-            opt_error("%s '%s' is not executable: %s", what, prog, strerror(errno));
-            return -1;
-        }
-        return set_string(out_p, prog);
-    }
-    const char *env = getenv("PATH");
-    const char *dirs = env && *env ? env : "/usr/local/bin:/usr/bin:/bin";
-    int found_noexec = 0;
-    for (const char *p = dirs; *p;) {
-        const char *end = strchr(p, ':');
-        size_t dl = end ? (size_t)(end - p) : strlen(p);
-        int n = snprintf(path, sizeof path, "%.*s%s%s", (int)dl, p, dl ? "/" : "", prog);
-        if (n > 0 && (size_t)n < sizeof path && stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-            if (access(path, X_OK) == 0)
-                return set_string(out_p, path);
-            found_noexec = 1;
-        }
-        p = end ? end + 1 : p + dl;
-    }
-    int b;
-    if (found_noexec)
-        opt_error("%s '%s' was found in PATH but is not executable", what, prog);
-    else if (flag && msr_parse_bool(prog, &b) == MSR_OK)
-        /* "--bind_core True": the flag ended, True is taken as the program */
-        opt_error("%s '%s' not found in PATH (a flag takes a value only after '=', e.g. %s=%s)",
-                  what, prog, flag, prog);
-    else
-        opt_error("%s '%s' not found in PATH", what, prog);
-    return -1;
-}
-
-static int ends_with(const char *s, const char *tail)
-{
-    size_t n = strlen(s), m = strlen(tail);
-    return n >= m && strcmp(s + n - m, tail) == 0;
-}
-
-/* What runs: PROGRAM itself, or for a Python program (PROGRAM.py, or -m
- * MODULE) the interpreter with PROGRAM (after -m) in front of the
- * arguments, as MindSpore's msrun and torchrun run them. flag: as for
- * find_program. */
-static int resolve_program(msr_options_t *o, const char *flag)
-{
-    const char *prog = o->program;
-    if (o->module && o->no_python) {
-        opt_error("-m runs a module with Python: it cannot go with --no_python");
-        return -1;
-    }
-    int python = o->module || (!o->no_python && ends_with(prog, ".py"));
-    if (!python)
-        return find_program(prog, "program", flag, &o->program_path);
-    struct stat sb;
-    if (!o->module && stat(prog, &sb) != 0) {
-        opt_error("program '%s' does not exist", prog);
-        return -1;
-    }
-    if (find_program(o->python ? o->python : "python3", "Python interpreter", NULL,
-                     &o->program_path) != 0)
-        return -1;
-    /* python [-m] PROGRAM ARGS...: o->argv points into the command line */
-    char **argv = msr_calloc((size_t)o->argc + 3, sizeof *argv);
-    if (argv == NULL) {
-        opt_error("out of memory");
-        return -1;
-    }
-    int k = 0;
-    argv[k++] = o->program_path;
-    if (o->module)
-        argv[k++] = "-m";
-    for (int i = 0; i < o->argc; i++)
-        argv[k++] = o->argv[i];
-    argv[k] = NULL;
-    msr_free(o->argv);
-    o->argv = argv;
-    o->argc = k;
-    return 0;
-}
-
-static int parse_rank_list(const char *s, int rank, int *valid, long *top_p)
-{
-    /* Returns whether rank is in the list; *valid tells if the list parsed,
-     * *top_p (may be NULL) its largest rank. */
-    int in = 0;
-    *valid = 1;
-    if (top_p)
-        *top_p = -1;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long a = strtol(p, &end, 10);
-        if (end == p || a < 0 || errno) {
-            *valid = 0;
-            return 0;
-        }
-        long b = a;
-        p = end;
-        if (*p == '-') {
-            p++;
-            b = strtol(p, &end, 10);
-            if (end == p || b < a || errno) {
-                *valid = 0;
-                return 0;
-            }
-            p = end;
-        }
-        if (rank >= a && rank <= b)
-            in = 1;
-        if (top_p && b > *top_p)
-            *top_p = b;
-        if (*p == ',')
-            p++;
-        else if (*p != '\0') {
-            *valid = 0;
-            return 0;
-        }
-    }
-    return in;
-}
-
-int msr_options_show_rank(const msr_options_t *o, int rank)
-{
-    int valid;
-    if (o->tail_worker_log && strcmp(o->tail_worker_log, "-1") != 0 &&
-        !parse_rank_list(o->tail_worker_log, rank, &valid, NULL))
-        return 0;
-    if (o->show_ranks == NULL || strcmp(o->show_ranks, "all") == 0)
-        return 1;
-    return parse_rank_list(o->show_ranks, rank, &valid, NULL);
-}
-
-/* A --tee or --redirects value (torchrun's): "N" for every worker, or
- * "L:N,L:N..." per local rank (others 0), N in 0..3. *value_p gets
- * local_rank's, *top_p (may be NULL) the largest local rank named. Returns
- * 0, or -1 if s is malformed. */
-static int parse_std_spec(const char *s, int local_rank, int *value_p, long *top_p)
-{
-    *value_p = 0;
-    if (top_p)
-        *top_p = -1;
-    if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') {
-        *value_p = s[0] - '0';
-        return 0;
-    }
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long l = strtol(p, &end, 10);
-        if (end == p || l < 0 || errno || *end != ':' || end[1] < '0' || end[1] > '3' ||
-            (end[2] != ',' && end[2] != '\0') || (end[2] == ',' && end[3] == '\0'))
-            return -1;
-        if (l == local_rank)
-            *value_p = end[1] - '0';
-        if (top_p && l > *top_p)
-            *top_p = l;
-        p = end + 2;
-        if (*p == ',')
-            p++;
-    }
-    return 0;
-}
-
-void msr_options_streams(const msr_options_t *o, int local_rank, int *file_p, int *off_p)
-{
-    int tee = 0, redir = 0;
-    *file_p = *off_p = 0;
-    if (o->log_dir == NULL)
-        return;
-    if (o->tee == NULL && o->redirects == NULL) {
-        *file_p = MSR_STD_OUT | MSR_STD_ERR;
-        return;
-    }
-    if (o->tee)
-        parse_std_spec(o->tee, local_rank, &tee, NULL);
-    if (o->redirects)
-        parse_std_spec(o->redirects, local_rank, &redir, NULL);
-    *file_p = tee | redir;
-    *off_p = redir & ~tee;
-}
-
-/* Checks --tee and --redirects (name) against the node's workers. */
-static int check_std_spec(const msr_options_t *o, const char *name, const char *value)
-{
-    int v;
-    long top;
-    if (value == NULL)
-        return 0;
-    if (parse_std_spec(value, 0, &v, &top) != 0) {
-        opt_error("--%s=%s: give 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local "
-                  "rank like 0:3,1:1",
-                  name, value);
-        return -1;
-    }
-    if (top >= o->local_worker_num) {
-        opt_error("--%s=%s: local rank %ld is out of range (this node has %d worker%s)", name,
-                  value, top, o->local_worker_num, o->local_worker_num == 1 ? "" : "s");
-        return -1;
-    }
-    if (o->log_dir == NULL) {
-        opt_error("--%s needs --log_dir: the streams it names are written to log files there",
-                  name);
-        return -1;
-    }
-    return 0;
-}
-
-/* Checks a list of global ranks (--show_ranks, --tail_worker_log). */
-static int check_rank_list(const msr_options_t *o, const char *name, const char *list)
-{
-    int valid;
-    long top;
-    parse_rank_list(list, 0, &valid, &top);
-    if (!valid) {
-        opt_error("--%s=%s is not a list like 0,2-3", name, list);
-        return -1;
-    }
-    /* the most ranks the job can have (an elastic job at its largest) */
-    long world = o->worker_num;
-    if (o->max_nodes > 0 && (long)o->max_nodes * o->local_worker_num > world)
-        world = (long)o->max_nodes * o->local_worker_num;
-    if (top >= world) {
-        opt_error("--%s=%s: rank %ld is out of range (the job has %ld rank%s)", name, list, top,
-                  world, world == 1 ? "" : "s");
-        return -1;
-    }
-    return 0;
-}
-
-/* The output and log options. */
-static int check_output(const msr_options_t *o)
-{
-    if (o->show_ranks && strcmp(o->show_ranks, "all") != 0 &&
-        check_rank_list(o, "show_ranks", o->show_ranks) != 0)
-        return -1;
-    if (o->tail_worker_log && strcmp(o->tail_worker_log, "-1") != 0 &&
-        check_rank_list(o, "tail_worker_log", o->tail_worker_log) != 0)
-        return -1;
-    if (check_std_spec(o, "redirects", o->redirects) != 0 || check_std_spec(o, "tee", o->tee) != 0)
-        return -1;
-    char name[256];
-    if (o->worker_log_name && msr_log_name_format(o->worker_log_name, 0, 0, 0, "127.0.0.1", name,
-                                                  sizeof name) != MSR_OK) {
-        opt_error("%s", msr_err_msg());
+        msr_options_error("%s: a token is 1 to %d printable characters without spaces", where,
+                          MSR_TOKEN_MAX);
         return -1;
     }
     return 0;
@@ -598,7 +326,7 @@ void msr_options_usage(FILE *out)
                  "environment variable MSRUN_<NAME> (e.g. MSRUN_WORKER_NUM) when not given.\n"
                  "\n"
                  "options:\n");
-    msr_opts_usage(&options_set, out);
+    msr_opts_usage(&msr_options_set, out);
     fprintf(out,
             "  -h, --help      this text\n"
             "  --version       msrun's version\n"
@@ -620,15 +348,16 @@ void msr_options_usage(FILE *out)
  * wins over MSRUN_*; the two given at the same level must agree. */
 static int resolve_binding(msr_options_t *o, const unsigned char *seen)
 {
-    int core = seen[msr_opts_find(&options_set, "bind_core")];
-    int to = seen[msr_opts_find(&options_set, "bind_to")];
+    int core = seen[msr_opts_find(&msr_options_set, "bind_core")];
+    int to = seen[msr_opts_find(&msr_options_set, "bind_to")];
     int from_core = o->bind_core ? MSR_BIND_CORE : MSR_BIND_NONE;
     if (core == 0 || (to != 0 && to < core))
         return 0; /* 1: command line, 2: environment */
     if (to == core && o->bind_to != from_core) {
-        opt_error("%s=%s and %s=%s disagree: give one",
-                  core == 1 ? "--bind_core" : "MSRUN_BIND_CORE", o->bind_core ? "true" : "false",
-                  to == 1 ? "--bind_to" : "MSRUN_BIND_TO", bind_choices[o->bind_to]);
+        msr_options_error("%s=%s and %s=%s disagree: give one",
+                          core == 1 ? "--bind_core" : "MSRUN_BIND_CORE",
+                          o->bind_core ? "true" : "false", to == 1 ? "--bind_to" : "MSRUN_BIND_TO",
+                          msr_options_bind_choices[o->bind_to]);
         return -1;
     }
     o->bind_to = from_core;
@@ -655,413 +384,6 @@ static void defaults(msr_options_t *o)
     o->etcd_lease = 2;
 }
 
-/* The origin of option name when it was given (seen: 1 command line, 2
- * environment); left alone otherwise. */
-static void origin_given(const unsigned char *seen, const char *name, msr_origin_t *org)
-{
-    int k = msr_opts_find(&options_set, name);
-    if (k < 0 || seen[k] == 0)
-        return;
-    char buf[64];
-    msr_origin_set(org, seen[k] == 2 ? MSR_SRC_ENV : MSR_SRC_OPTION, "%s",
-                   msr_opts_where(&options_set, seen, name, buf, sizeof buf));
-}
-
-/* Slurm and Kubernetes (msrun/sched.h): their values fill what the options
- * and MSRUN_* variables left at the default, except the master's address
- * and port, which apply_sched_master takes once the job's node count is
- * known. Without a scheduler's variables nothing changes. s gets what the
- * scheduler said. */
-static int apply_sched(msr_options_t *o, const unsigned char *seen, msr_sched_t *s_p)
-{
-    msr_origins_t *g = &o->origins;
-    origin_given(seen, "node_rank", &g->node_rank);
-    origin_given(seen, "nnodes", &g->nnodes);
-    origin_given(seen, "master_addr", &g->master_addr);
-    if (g->master_port.src == MSR_SRC_DEFAULT) /* else it came with master_addr */
-        origin_given(seen, "master_port", &g->master_port);
-    origin_given(seen, "rdzv_endpoint", &g->master_addr);
-    origin_given(seen, "rdzv_endpoint", &g->master_port);
-    origin_given(seen, "local_worker_num", &g->local_worker_num);
-    origin_given(seen, "worker_num", &g->worker_num);
-    origin_given(seen, "job_id", &g->job_id);
-    origin_given(seen, "coordinator_here", &g->coordinator_here);
-    origin_given(seen, o->token_file ? "token_file" : "token", &g->auth);
-    origin_given(seen, "rdzv_backend", &g->rdzv_backend);
-    /* etcd elects the coordinator's node: no master address to find */
-    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT || o->etcd_endpoints != NULL;
-    msr_sched_env_t env;
-    msr_sched_env_system(&env);
-    msr_sched_t s;
-    if (msr_sched_detect(&env, !addr_given && !o->standalone, &s) != MSR_OK) {
-        fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
-        return -1;
-    }
-    *s_p = s;
-    o->sched = s.kind;
-    if (s.kind == MSR_SCHED_NONE)
-        return 0;
-    if (s.kind == MSR_SCHED_SLURM && !s.in_step && s.has_nodes && s.max_nodes > 1 &&
-        !o->standalone && !addr_given && g->nnodes.src == MSR_SRC_DEFAULT &&
-        g->node_rank.src == MSR_SRC_DEFAULT) {
-        fprintf(stderr,
-                "msrun: error: this Slurm job has %d nodes but msrun runs outside srun (no "
-                "SLURM_STEP_ID: a batch script or salloc shell), so only this node would start; "
-                "run one msrun per node: srun -N%d --ntasks-per-node=1 msrun ...\n",
-                s.max_nodes, s.max_nodes);
-        return -1;
-    }
-    if (!o->standalone) {
-        if (s.has_nodes && g->nnodes.src == MSR_SRC_DEFAULT) {
-            o->min_nodes = s.min_nodes;
-            o->max_nodes = s.max_nodes;
-            g->nnodes = s.nodes_from;
-        }
-        /* an elastic job's coordinator assigns node ranks */
-        if (s.has_node_rank && g->node_rank.src == MSR_SRC_DEFAULT &&
-            o->min_nodes == o->max_nodes) {
-            o->node_rank = s.node_rank;
-            g->node_rank = s.node_rank_from;
-        }
-    }
-    if (s.has_local && g->local_worker_num.src == MSR_SRC_DEFAULT &&
-        g->worker_num.src == MSR_SRC_DEFAULT) {
-        o->local_worker_num = s.local_worker_num;
-        o->given_local_worker_num = 1;
-        g->local_worker_num = s.local_from;
-    }
-    if (s.has_job_id && g->job_id.src == MSR_SRC_DEFAULT) {
-        if (set_string(&o->job_id, s.job_id) != 0)
-            return -1;
-        g->job_id = s.job_id_from;
-    }
-    msr_src_t src = s.kind == MSR_SCHED_SLURM ? MSR_SRC_SLURM : MSR_SRC_KUBERNETES;
-    int rank = o->node_rank >= 0 ? o->node_rank : s.host_rank;
-    if (g->coordinator_here.src == MSR_SRC_DEFAULT && rank >= 0) {
-        o->coordinator_here = rank == 0;
-        msr_origin_set(&g->coordinator_here, src, "node rank %d%s", rank,
-                       rank == 0 ? " hosts it" : "");
-    }
-    return 0;
-}
-
-/* The scheduler's master address and port (s from apply_sched), for a job
- * of more than one node only, as one node needs no coordinator elsewhere:
- * a scheduler's MASTER_ADDR must not turn a one-node job into one node of
- * a multi-node job that waits for a token. */
-static int apply_sched_master(msr_options_t *o, const msr_sched_t *s, int job_nodes)
-{
-    msr_origins_t *g = &o->origins;
-    if (s->kind == MSR_SCHED_NONE || o->standalone)
-        return 0;
-    int addr_given = g->master_addr.src != MSR_SRC_DEFAULT || o->etcd_endpoints != NULL;
-    if (s->has_addr && !addr_given && job_nodes > 1) {
-        if (set_string(&o->master_addr, s->master_addr) != 0)
-            return -1;
-        g->master_addr = s->addr_from;
-    }
-    if (s->has_port && g->master_port.src == MSR_SRC_DEFAULT && o->master_addr) {
-        o->master_port = s->master_port;
-        g->master_port = s->port_from;
-    }
-    if (s->kind == MSR_SCHED_SLURM && o->token == NULL && o->master_addr) {
-        /* never a token made from the job id: others could guess it */
-        o->auth_munge = 1;
-        msr_origin_set(&g->auth, MSR_SRC_SLURM, "no token given: munge credentials");
-    }
-    return 0;
-}
-
-/* The origins of the worker counts derive_counts filled in. */
-static void origins_derived(msr_options_t *o)
-{
-    msr_origins_t *g = &o->origins;
-    if (g->local_worker_num.src == MSR_SRC_DEFAULT && o->given_worker_num)
-        msr_origin_set(&g->local_worker_num, MSR_SRC_DERIVED, "worker_num / nnodes");
-    if (g->worker_num.src == MSR_SRC_DEFAULT)
-        msr_origin_set(&g->worker_num, MSR_SRC_DERIVED, "local_worker_num x %snnodes",
-                       o->max_nodes > o->min_nodes ? "MAX " : "");
-}
-
-static void print_line(FILE *out, const char *name, const char *value, const msr_origin_t *org,
-                       const char *default_what)
-{
-    const char *what =
-        org->src == MSR_SRC_DEFAULT && org->what[0] == '\0' ? default_what : org->what;
-    fprintf(out, "%s = %s (%s%s%s)\n", name, value, msr_src_name(org->src),
-            what && *what ? ": " : "", what ? what : "");
-}
-
-void msr_options_print_resolved(const msr_options_t *o, FILE *out)
-{
-    const msr_origins_t *g = &o->origins;
-    char v[320];
-    msr_origin_t org = {MSR_SRC_DEFAULT, ""};
-    if (o->sched == MSR_SCHED_SLURM)
-        msr_origin_set(&org, MSR_SRC_SLURM, "SLURM_JOB_ID is set");
-    else if (o->sched == MSR_SCHED_KUBERNETES)
-        msr_origin_set(&org, MSR_SRC_KUBERNETES, "its variables are set");
-    print_line(out, "scheduler", msr_sched_kind_name((msr_sched_kind_t)o->sched), &org,
-               "no Slurm or Kubernetes variables");
-    snprintf(v, sizeof v, "%d", o->node_rank);
-    print_line(out, "node_rank", v, &g->node_rank, "the coordinator assigns it");
-    if (o->max_nodes > o->min_nodes)
-        snprintf(v, sizeof v, "%d:%d", o->min_nodes, o->max_nodes);
-    else
-        snprintf(v, sizeof v, "%d", o->worker_num / o->local_worker_num);
-    msr_origin_t nn = g->nnodes;
-    if (nn.src == MSR_SRC_DEFAULT)
-        msr_origin_set(&nn, MSR_SRC_DERIVED, "worker_num / local_worker_num");
-    print_line(out, "nnodes", v, &nn, NULL);
-    if (o->etcd_endpoints) {
-        msr_origin_t eo = g->rdzv_backend;
-        print_line(out, "master_addr", "elected through etcd", &eo, NULL);
-        print_line(out, "etcd_endpoints", o->etcd_endpoints, &eo, NULL);
-    } else {
-        print_line(out, "master_addr", o->master_addr ? o->master_addr : "none", &g->master_addr,
-                   "a standalone job on this host");
-    }
-    if (o->etcd_endpoints) {
-        msr_origin_t d;
-        msr_origin_set(&d, MSR_SRC_DERIVED, "--rdzv_backend=etcd");
-        print_line(out, "master_port", "0", &d, "a free port on the node etcd elects");
-        print_line(out, "coordinator_here", "if elected", &d, NULL);
-    } else {
-        if (o->master_addr || o->given_master_port)
-            snprintf(v, sizeof v, "%d", o->master_port);
-        else
-            snprintf(v, sizeof v, "0");
-        print_line(out, "master_port", v, &g->master_port,
-                   o->master_addr || o->given_master_port ? NULL : "0: a free loopback port");
-        print_line(out, "coordinator_here",
-                   o->master_addr == NULL     ? "true"
-                   : o->coordinator_here > 0  ? "true"
-                   : o->coordinator_here == 0 ? "false"
-                                              : "auto",
-                   &g->coordinator_here,
-                   o->master_addr ? "when master_addr is a local address" : "standalone");
-    }
-    snprintf(v, sizeof v, "%d", o->local_worker_num);
-    print_line(out, "local_worker_num", v, &g->local_worker_num, NULL);
-    snprintf(v, sizeof v, "%d", o->worker_num);
-    print_line(out, "worker_num", v, &g->worker_num, NULL);
-    print_line(out, "job_id",
-               o->job_id        ? o->job_id
-               : o->master_addr ? "default"
-                                : "random",
-               &g->job_id, o->master_addr ? NULL : "a new one each run");
-    const char *auth = o->auth_munge                 ? "munge"
-                       : (o->token || o->token_file) ? "token"
-                                                     : "generated";
-    print_line(out, "auth", auth, &g->auth,
-               o->master_addr ? "node 0 makes a token up; the other nodes must be given it"
-                              : "a random token");
-    print_line(out, "rdzv_backend", rdzv_choices[o->rdzv_backend], &g->rdzv_backend, NULL);
-    msr_origin_set(&org, MSR_SRC_OPTION, "PROGRAM");
-    print_line(out, "program", o->program_path ? o->program_path : o->program, &org, NULL);
-}
-
-/* Worker counts and node counts: derives what was not given, takes the
- * scheduler's master (s) for a job of several nodes, and checks that they
- * agree. */
-static int derive_counts(msr_options_t *o, const msr_sched_t *s)
-{
-    int nodes = o->max_nodes ? o->max_nodes : 1;
-    if (o->standalone) {
-        msr_free(o->master_addr);
-        o->master_addr = NULL;
-        nodes = 1;
-        if (o->max_nodes > 1) {
-            opt_error("--standalone runs one node, but --nnodes=%d", o->max_nodes);
-            return 2;
-        }
-    }
-    if (o->given_worker_num && !o->given_local_worker_num) {
-        if (o->worker_num % nodes) {
-            opt_error("worker_num %d does not divide among %d nodes", o->worker_num, nodes);
-            return 2;
-        }
-        o->local_worker_num = o->worker_num / nodes;
-    } else if (!o->given_worker_num) {
-        o->worker_num = o->local_worker_num * nodes;
-    }
-    if (o->worker_num % o->local_worker_num != 0) {
-        opt_error("worker_num %d is not a multiple of local_worker_num %d", o->worker_num,
-                  o->local_worker_num);
-        return 2;
-    }
-    int job_nodes = o->worker_num / o->local_worker_num;
-    if (o->max_nodes && o->min_nodes == o->max_nodes && job_nodes != o->max_nodes) {
-        opt_error("worker_num %d / local_worker_num %d makes %d nodes, but --nnodes=%d",
-                  o->worker_num, o->local_worker_num, job_nodes, o->max_nodes);
-        return 2;
-    }
-    if (o->max_nodes && o->min_nodes != o->max_nodes) {
-        /* elastic: the world is nodes x local_worker_num, at most MAX nodes */
-        if (o->given_worker_num && o->worker_num != o->max_nodes * o->local_worker_num) {
-            opt_error("in an elastic job (--nnodes=%d:%d) the world size is nodes x "
-                      "local_worker_num: leave --worker_num out (or give %d)",
-                      o->min_nodes, o->max_nodes, o->max_nodes * o->local_worker_num);
-            return 2;
-        }
-        if (o->node_rank >= 0) {
-            opt_error("an elastic job (--nnodes=%d:%d) assigns node ranks: leave --node_rank out",
-                      o->min_nodes, o->max_nodes);
-            return 2;
-        }
-    } else {
-        o->min_nodes = o->max_nodes = 0; /* a fixed size, however it was given */
-    }
-    if (apply_sched_master(o, s, job_nodes) != 0)
-        return 2;
-    if (o->master_addr == NULL && o->etcd_endpoints == NULL && job_nodes > 1) {
-        opt_error("a job of %d nodes needs --master_addr (worker_num %d, local_worker_num %d)",
-                  job_nodes, o->worker_num, o->local_worker_num);
-        return 2;
-    }
-    if (o->node_rank >= job_nodes) {
-        opt_error("node_rank %d is out of range: the job has %d node%s", o->node_rank, job_nodes,
-                  job_nodes == 1 ? "" : "s");
-        return 2;
-    }
-    return 0;
-}
-
-/* --master_addr=HOST:PORT or [v6]:PORT (an address that holds a port, as
- * --rdzv_endpoint does): split into master_addr and master_port. As for
- * --bind_core, the command line wins over MSRUN_*; a master_port given at
- * the same level must be the same port. An IPv6 address without brackets
- * (::1) or in brackets alone ([::1]) holds no port. */
-static int split_master_addr(msr_options_t *o, const unsigned char *seen)
-{
-    const char *a = o->master_addr;
-    const char *colon = a ? strrchr(a, ':') : NULL;
-    if (colon == NULL)
-        return 0;
-    int has_port = a[0] == '[' ? colon[-1] == ']' : strchr(a, ':') == colon;
-    if (!has_port)
-        return 0;
-    char where[64], pwhere[64];
-    const char *w = msr_opts_where(&options_set, seen, "master_addr", where, sizeof where);
-    char *host = NULL;
-    int port;
-    if (msr_opts_hostport(a, w, 1, 65535, &host, &port) != MSR_OK) {
-        opt_error("%s", msr_err_msg());
-        return 2;
-    }
-    int addr_level = seen[msr_opts_find(&options_set, "master_addr")]; /* 1 or 2 */
-    int port_level = seen[msr_opts_find(&options_set, "master_port")]; /* 0: not given */
-    if (port_level == addr_level && o->master_port != port) {
-        opt_error("%s=%s and %s=%d name different ports: give one", w, a,
-                  msr_opts_where(&options_set, seen, "master_port", pwhere, sizeof pwhere),
-                  o->master_port);
-        msr_free(host);
-        return 2;
-    }
-    if (port_level == 0 || addr_level < port_level) {
-        o->master_port = port;
-        msr_origin_set(&o->origins.master_port, addr_level == 2 ? MSR_SRC_ENV : MSR_SRC_OPTION,
-                       "%s", w);
-    }
-    msr_free(o->master_addr);
-    o->master_addr = host;
-    return 0;
-}
-
-/* --rdzv_endpoint: master_addr and master_port (static), or etcd's
- * endpoints (etcd), which also needs the job's token on every node. */
-static int resolve_rdzv(msr_options_t *o, const unsigned char *seen)
-{
-    char where[64];
-    const char *w = msr_opts_where(&options_set, seen, "rdzv_endpoint", where, sizeof where);
-    if (o->rdzv_backend != MSR_RDZV_ETCD) {
-        if (o->rdzv_endpoint && msr_opts_hostport(o->rdzv_endpoint, w, 1, 65535, &o->master_addr,
-                                                  &o->master_port) != MSR_OK) {
-            fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
-            return 2;
-        }
-        return 0;
-    }
-    if (o->rdzv_endpoint == NULL || o->rdzv_endpoint[0] == '\0') {
-        opt_error("--rdzv_backend=etcd needs etcd's endpoints: --rdzv_endpoint=HOST:PORT[,...]");
-        return 2;
-    }
-    if (o->master_addr || o->standalone) {
-        opt_error("--rdzv_backend=etcd elects the coordinator's node: leave --%s out",
-                  o->standalone ? "standalone" : "master_addr");
-        return 2;
-    }
-    if (o->token == NULL) {
-        opt_error("--rdzv_backend=etcd needs the job's token on every node (MSRUN_TOKEN or "
-                  "--token_file FILE): whichever node is elected cannot hand out one it made up");
-        return 2;
-    }
-    o->etcd_endpoints = o->rdzv_endpoint;
-    o->rdzv_endpoint = NULL;
-    return 0;
-}
-
-/* Checks of options against each other and of the program, once all are
- * known; flag: as for find_program. */
-/* --straggler_factor: a number above 1 (and sane). */
-static int check_straggler_factor(const msr_options_t *o)
-{
-    if (o->straggler_factor == NULL)
-        return 0;
-    char *end;
-    double x = strtod(o->straggler_factor, &end);
-    if (*end != '\0' || !(x > 1 && x <= 1000)) {
-        opt_error("--straggler_factor=%s is not a number above 1 (up to 1000)",
-                  o->straggler_factor);
-        return 2;
-    }
-    return 0;
-}
-
-static int check_rest(msr_options_t *o, const char *flag)
-{
-    if (check_straggler_factor(o) != 0)
-        return 2;
-    /* an IPv6 address may come in brackets, as in a URL: [::1] */
-    size_t alen = o->master_addr ? strlen(o->master_addr) : 0;
-    if (alen >= 2 && o->master_addr[0] == '[' && o->master_addr[alen - 1] == ']') {
-        memmove(o->master_addr, o->master_addr + 1, alen - 2);
-        o->master_addr[alen - 2] = '\0';
-    }
-    if (o->master_addr && o->master_addr[0] == '\0') {
-        opt_error("--master_addr is empty");
-        return 2;
-    }
-    if (o->master_addr && o->master_port == 0) {
-        opt_error("master_port 0 is only valid for a standalone job");
-        return 2;
-    }
-    if (check_output(o) != 0)
-        return 2;
-    if (!o->join) {
-        opt_error("--join=false (exit once the workers are started) is not supported: msrun "
-                  "stays and supervises its workers");
-        return 2;
-    }
-    if (o->node_timeout_ms <= o->heartbeat_ms) {
-        opt_error("node_timeout (%.1f s) must be longer than heartbeat_interval (%.1f s)",
-                  (double)o->node_timeout_ms / 1000, (double)o->heartbeat_ms / 1000);
-        return 2;
-    }
-    if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
-        opt_error("--tls_cert and --tls_key go together (only --%s given)",
-                  o->tls_cert ? "tls_cert" : "tls_key");
-        return 2;
-    }
-    if (o->tls_server_name && !o->tls_cert && !o->tls_ca) {
-        opt_error("--tls_server_name needs TLS: give --tls_ca (or --tls_cert and --tls_key)");
-        return 2;
-    }
-    if (resolve_program(o, flag) != 0)
-        return 2;
-    return 0;
-}
-
 /* The boolean flag given alone just before argv[next] (the program), as
  * typed ("--tag-output"), or NULL: in "--tag_output 0" the flag ends and 0
  * is the program. Walks the options as msr_opts_parse does. */
@@ -1074,7 +396,7 @@ static const char *flag_before(char **argv, int next)
         if (a[0] != '-' || strcmp(a, "--") == 0)
             continue;
         const char *name = a + (a[1] == '-' ? 2 : 1);
-        int k = msr_opts_find(&options_set, name);
+        int k = msr_opts_find(&msr_options_set, name);
         if (k < 0) /* unknown, or --name=value */
             continue;
         if (opt_defs[k].kind == MSR_OPT_BOOL)
@@ -1087,7 +409,7 @@ static const char *flag_before(char **argv, int next)
 
 int msr_options_parse(int argc, char **argv, msr_options_t *o)
 {
-    const msr_optset_t *set = &options_set;
+    const msr_optset_t *set = &msr_options_set;
     unsigned char seen[MSR_ARRAY_SIZE(opt_defs)];
     int i = 0;
     defaults(o);
@@ -1115,26 +437,27 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     if (read_token(&o->token, o->token_file, tw) != 0)
         return 2;
     if (i >= argc) {
-        opt_error("no program given: msrun [options] PROGRAM [ARGS...]");
+        msr_options_error("no program given: msrun [options] PROGRAM [ARGS...]");
         return 2;
     }
     o->argc = argc - i;
     o->argv = msr_calloc((size_t)o->argc + 1, sizeof *o->argv);
     if (o->argv == NULL) {
-        opt_error("out of memory");
+        msr_options_error("out of memory");
         return 2;
     }
     for (int k = 0; k < o->argc; k++)
         o->argv[k] = argv[i + k];
-    if (set_string(&o->program, argv[i]) != 0)
+    if (msr_options_set_string(&o->program, argv[i]) != 0)
         return 2;
     msr_sched_t sched;
     memset(&sched, 0, sizeof sched);
-    if (split_master_addr(o, seen) != 0 || resolve_rdzv(o, seen) != 0 ||
-        apply_sched(o, seen, &sched) != 0 || derive_counts(o, &sched) != 0 ||
-        check_rest(o, flag_before(argv, i)) != 0)
+    if (msr_options_split_master_addr(o, seen) != 0 || msr_options_resolve_rdzv(o, seen) != 0 ||
+        msr_options_apply_sched(o, seen, &sched) != 0 ||
+        msr_options_derive_counts(o, &sched) != 0 ||
+        msr_options_check_rest(o, flag_before(argv, i)) != 0)
         return 2;
-    origins_derived(o);
+    msr_options_origins_derived(o);
     return 0;
 }
 
@@ -1175,7 +498,7 @@ int msr_options_need_token(const char *prog, char **token_p, const char *token_f
 
 void msr_options_cleanup(msr_options_t *o)
 {
-    msr_opts_free(&options_set, o);
+    msr_opts_free(&msr_options_set, o);
     msr_free(o->etcd_endpoints);
     msr_free(o->program);
     msr_free(o->program_path);

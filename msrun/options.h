@@ -1,4 +1,4 @@
-/* msrun's command line: one table of options (msrun/optparse.h) gives
+/* msrun's command line: one table of options (base/optparse.h) gives
  * parsing, MSRUN_* environment variables, defaults and --help. */
 #ifndef MSR_MSRUN_OPTIONS_H
 #define MSR_MSRUN_OPTIONS_H
@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/optparse.h"
+#include "launcher/sched.h"
 #include "msrun/base.h"
-#include "msrun/optparse.h"
-#include "msrun/sched.h"
 
 /* The bounds of the options that msrun, `msrun coordinator` and `msrun
  * status` share, so that a value one accepts the others accept too (the

@@ -1,5 +1,5 @@
 /* The bounded ring of a rank's last output lines (outtail.h). */
-#include "msrun/outtail.h"
+#include "launcher/outtail.h"
 
 #include <string.h>
 

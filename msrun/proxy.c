@@ -1,6 +1,6 @@
 /* The node's store proxy, on a thread of its own: one completion queue for
  * the workers' calls and the upstream calls. */
-#include "msrun/proxy_impl.h"
+#include "launcher/proxy_impl.h"
 
 #include <errno.h>
 #include <pthread.h>

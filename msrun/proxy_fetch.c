@@ -9,7 +9,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/time.h"
-#include "msrun/proxy_impl.h"
+#include "launcher/proxy_impl.h"
 #include "rendezvous/store_core.h"
 
 /* One upstream Fetch. */

@@ -11,7 +11,7 @@
 #include "base/heap.h"
 #include "base/list.h"
 #include "base/map.h"
-#include "msrun/proxy.h"
+#include "launcher/proxy.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 

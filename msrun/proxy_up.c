@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/proxy_impl.h"
+#include "launcher/proxy_impl.h"
 
 /* Gives a store write that has no request id one of the proxy's own. */
 void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req)

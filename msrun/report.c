@@ -1,6 +1,8 @@
 /* Workers' exits reported to the coordinator, each kept until it is
  * acknowledged: a coordinator that restarts meanwhile still hears of it.
  * Retries are due times the agent's one timer serves (msr_reports_cron). */
+#include "launcher/report.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -9,13 +11,12 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/agent_impl.h"
 
 #define NS_PER_MS 1000000ull
 
 typedef struct report {
-    agent_t *agent;
-    msr_list_t link;   /* in agent->reports */
+    msr_reports_t *rs;
+    msr_list_t link;   /* in rs->pending */
     uint64_t retry_at; /* 0 while a call is in flight */
     int64_t backoff_ms;
     int generation, rank, pid, exit_code, signal;
@@ -45,10 +46,10 @@ static uint64_t jittered_ns(int64_t ms)
 static void report_done(msr_rpc_async_t *as, void *arg)
 {
     report_t *r = arg;
-    agent_t *a = r->agent;
-    if (as->status == MSR_OK || a->node.finished || as->status == MSR_ERR_NOT_FOUND ||
+    msr_reports_t *rs = r->rs;
+    if (as->status == MSR_OK || rs->node->finished || as->status == MSR_ERR_NOT_FOUND ||
         as->status == MSR_ERR_CANCELED) {
-        if (as->status != MSR_OK && !a->node.finished)
+        if (as->status != MSR_OK && !rs->node->finished)
             MSR_WARN("the report of rank %d's exit was not taken: %s", r->rank, as->err);
         report_free(r);
         return;
@@ -56,15 +57,15 @@ static void report_done(msr_rpc_async_t *as, void *arg)
     /* the coordinator is away: try again, it may be restarting */
     r->retry_at = msr_now_ns() + jittered_ns(r->backoff_ms);
     r->backoff_ms = r->backoff_ms * 2 > 1000 ? 1000 : r->backoff_ms * 2;
-    msr_agent_run_node(a); /* re-arms the timer */
+    rs->retry_armed(rs->arg);
 }
 
 static void report_send(report_t *r)
 {
-    agent_t *a = r->agent;
+    msr_reports_t *rs = r->rs;
     Msr__Failure f = MSR__FAILURE__INIT;
-    f.node_rank = a->node.node_rank;
-    f.host = a->host;
+    f.node_rank = rs->node->node_rank;
+    f.host = (char *)rs->host;
     f.rank = r->rank;
     f.pid = r->pid;
     f.exit_code = r->exit_code;
@@ -76,24 +77,37 @@ static void report_send(report_t *r)
     f.n_stderr_tail = (size_t)r->ntail;
     f.stderr_tail = r->tail;
     Msr__ReportRequest req = MSR__REPORT_REQUEST__INIT;
-    req.node_id = a->node_id;
+    req.node_id = (char *)rs->node_id;
     req.generation = r->generation;
     req.exit = &f;
     r->retry_at = 0;
-    if (msr_link_call(a->link, MSR_RPC_REPORT, &req.base, 5000, 1, report_done, r) != MSR_OK)
+    if (msr_link_call(rs->link, MSR_RPC_REPORT, &req.base, 5000, 1, report_done, r) != MSR_OK)
         r->retry_at = msr_now_ns() + 200 * NS_PER_MS;
 }
 
-void msr_report_exit(agent_t *a, const msr_worker_t *w, const msr_node_action_t *act)
+void msr_reports_init(msr_reports_t *rs, const msr_node_t *node, const char *node_id,
+                      const char *host, void (*retry_armed)(void *arg), void *arg)
+{
+    memset(rs, 0, sizeof *rs);
+    msr_list_init(&rs->pending);
+    rs->node = node;
+    rs->node_id = node_id;
+    rs->host = host;
+    rs->retry_armed = retry_armed;
+    rs->arg = arg;
+}
+
+void msr_report_exit(msr_reports_t *rs, const msr_worker_t *w, const msr_node_action_t *act,
+                     int after_peer_lost)
 {
     report_t *r = msr_calloc(1, sizeof *r);
     if (r == NULL) {
         MSR_ERROR("out of memory: rank %d's exit is not reported", w->rank);
         return;
     }
-    r->agent = a;
+    r->rs = rs;
     r->backoff_ms = 50;
-    msr_list_push_back(&a->reports, &r->link);
+    msr_list_push_back(&rs->pending, &r->link);
     r->generation = act->generation;
     r->rank = w->rank;
     r->pid = (int)w->pid;
@@ -101,10 +115,7 @@ void msr_report_exit(agent_t *a, const msr_worker_t *w, const msr_node_action_t 
     r->signal = act->sig;
     r->time = w->exit_time;
     snprintf(r->reason, sizeof r->reason, "%s", act->text);
-    msr_beat_info_t beat;
-    if ((r->exit_code != 0 || r->signal) && a->proxy &&
-        msr_proxy_beat_info(a->proxy, w->rank, (int)w->pid, &beat))
-        r->after_peer_lost = beat.peer_lost;
+    r->after_peer_lost = after_peer_lost;
     if (r->exit_code != 0 || r->signal) {
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;
         for (int i = 0; i < w->tail_count; i++) {
@@ -116,11 +127,11 @@ void msr_report_exit(agent_t *a, const msr_worker_t *w, const msr_node_action_t 
     report_send(r);
 }
 
-uint64_t msr_reports_cron(agent_t *a, uint64_t now)
+uint64_t msr_reports_cron(msr_reports_t *rs, uint64_t now)
 {
     uint64_t next = 0;
-    msr_list_t *it = a->reports.next;
-    while (it != &a->reports) {
+    msr_list_t *it = rs->pending.next;
+    while (it != &rs->pending) {
         report_t *r = MSR_CONTAINER_OF(it, report_t, link);
         it = it->next;
         if (r->retry_at && now >= r->retry_at)
@@ -131,8 +142,8 @@ uint64_t msr_reports_cron(agent_t *a, uint64_t now)
     return next;
 }
 
-void msr_reports_free(agent_t *a)
+void msr_reports_free(msr_reports_t *rs)
 {
-    while (!msr_list_empty(&a->reports))
-        report_free(MSR_CONTAINER_OF(a->reports.next, report_t, link));
+    while (!msr_list_empty(&rs->pending))
+        report_free(MSR_CONTAINER_OF(rs->pending.next, report_t, link));
 }

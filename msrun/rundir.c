@@ -1,5 +1,5 @@
 /* The runtime directory and its job records (rundir.h). */
-#include "msrun/rundir.h"
+#include "launcher/rundir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -101,7 +101,7 @@ msr_status_t msr_run_record_write(const msr_run_record_t *r, char *path, size_t 
     for (size_t i = 0; i < MSR_ARRAY_SIZE(fields); i++)
         if (has_newline(fields[i]))
             return msr_err(MSR_ERR_INVALID_ARG, "cannot record the job: a value holds a newline");
-    char dir[PATH_MAX], file[PATH_MAX + 32], tmp[PATH_MAX + 48];
+    char dir[PATH_MAX], file[MSR_RUN_RECORD_PATH_LEN], tmp[PATH_MAX + 48];
     msr_status_t st = msr_run_dir_open(dir, sizeof dir);
     if (st != MSR_OK)
         return st;

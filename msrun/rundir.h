@@ -9,6 +9,7 @@
 #ifndef MSR_MSRUN_RUNDIR_H
 #define MSR_MSRUN_RUNDIR_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "msrun/base.h"
@@ -38,6 +39,9 @@ typedef struct msr_run_entry {
  * (msr_err_msg() says what is wrong and how to fix it) or MSR_ERR_IO;
  * dir is written only on success. */
 msr_status_t msr_run_dir_open(char *dir, size_t len);
+
+/* A record's path with its NUL: the runtime directory and "/<pid>.job". */
+#define MSR_RUN_RECORD_PATH_LEN (PATH_MAX + 32)
 
 /* Records r in the runtime directory as <pid>.job (mode 0600, a temporary
  * file renamed into place) and writes its path to path (len bytes), for

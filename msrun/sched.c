@@ -1,7 +1,7 @@
 /* Scheduler detection: what Slurm's and Kubernetes' variables say about
  * this node (sched.h). msr_sched_detect reads only through its env, so
  * tests feed it variables and lookups of their own. */
-#include "msrun/sched.h"
+#include "launcher/sched.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,9 +21,9 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
-#include "msrun/hostlist.h"
-#include "msrun/net.h"
-#include "msrun/spawn.h"
+#include "launcher/hostlist.h"
+#include "launcher/net.h"
+#include "launcher/spawn.h"
 
 /* Under Slurm the coordinator's port is this plus the job id modulo 10000,
  * so that two jobs sharing a node do not meet on one port. */

@@ -1,5 +1,5 @@
 /* The one way msrun starts a process (spawn.h). */
-#include "msrun/spawn.h"
+#include "launcher/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>

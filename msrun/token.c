@@ -1,5 +1,5 @@
 /* The job token: generation, token files and hiding it from ps. */
-#include "msrun/token.h"
+#include "launcher/token.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,14 +140,4 @@ err_file:
         close(fd);
     unlink(path);
     return MSR_ERR_IO;
-}
-
-void msr_token_scrub_arg(char *arg, int after_eq)
-{
-    char *eq = after_eq ? strchr(arg, '=') : NULL;
-    char *v = eq ? eq + 1 : arg;
-    size_t n = strlen(v);
-    size_t stars = n < 3 ? n : 3;
-    memset(v, '*', stars);
-    memset(v + stars, '\0', n - stars);
 }

@@ -1,5 +1,6 @@
-/* The job token: generated from the kernel's random source, read from a
- * file only its owner can read, and kept out of the process list. */
+/* The job token: generated from the kernel's random source and read from a
+ * file only its owner can read (the option parser, base/optparse.h, keeps
+ * one given on the command line out of the process list). */
 #ifndef MSR_MSRUN_TOKEN_H
 #define MSR_MSRUN_TOKEN_H
 
@@ -35,13 +36,5 @@ msr_status_t msr_token_read_file(const char *path, char *out, size_t len);
  * with mode 0600 holding token and a newline. MSR_ERR_IO with msr_err_msg() on
  * failure, and no file is left behind. */
 msr_status_t msr_token_write_file(const char *path, const char *token);
-
-/* Hides a token given on the command line in the memory the kernel shows
- * in /proc/PID/cmdline (and ps): arg is the argv string that held it; with
- * after_eq the part after its first '=' ("--token=S"), else all of it (the
- * value after "--token") becomes "***" and the rest of the string NULs. The
- * caller copies the value first and passes only the arguments it parsed as
- * a token (never the program's). */
-void msr_token_scrub_arg(char *arg, int after_eq);
 
 #endif

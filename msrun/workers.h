@@ -9,10 +9,10 @@
 #include <event2/event.h>
 
 #include "base/buf.h"
-#include "msrun/board.h"
+#include "launcher/board.h"
+#include "launcher/cpus.h"
+#include "launcher/outtail.h"
 #include "msrun/base.h"
-#include "msrun/cpus.h"
-#include "msrun/outtail.h"
 
 #define MSR_TAIL_LINES    20
 #define MSR_TAIL_LINE_MAX 400
@@ -137,6 +137,16 @@ typedef struct msr_spawn_env {
  * no worker is running and msr_err_msg() says why. */
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *env,
                               int local_rank, const msr_worker_io_t *io);
+
+/* output.c: starts forwarding fd (non-blocking from now on, owned by s)
+ * as worker w's stdout or stderr (is_err), read from base; MSR_ERR_NO_MEMORY
+ * when it cannot be watched. */
+msr_status_t msr_stream_open(msr_stream_t *s, msr_worker_t *w, struct event_base *base, int fd,
+                             int is_err);
+
+/* Flushes the stream's unfinished line, gives up its place on the sinks
+ * and the board and closes it (nothing once closed). */
+void msr_stream_close(msr_stream_t *s);
 
 /* Reads what is left in the worker's pipes (after it exited) and closes
  * them, flushing an unfinished last line. A pseudo-terminal is read until

@@ -8,9 +8,11 @@
 An include crosses a line when what it names may not be used by the
 including file's module, or when anything it brings in, through headers of
 the tree however deep, may not be (a header a module may include that
-itself includes a forbidden one). Exits 1 and names every include that
-crosses a line (with the chain of headers for an indirect one), 0 when
-none does."""
+itself includes a forbidden one). "msrun/x.h" names only the public
+headers (include/msrun/): the launcher's own headers are "launcher/x.h",
+in the launcher and in the tests, benchmarks and examples alike. Exits 1
+and names every include that crosses a line (with the chain of headers
+for an indirect one), 0 when none does."""
 import os
 import re
 import subprocess
@@ -29,6 +31,12 @@ ALLOWED = {
     "planner": {"base", "layout", "planner"},
     "programs": {"base", "comm", "layout", "model", "parallel", "planner", "programs"},
 }
+# include prefixes that name a module folder other than their own: the
+# launcher's private headers are "launcher/x.h" (its module root gives that
+# name), so that "msrun/x.h" is always a public header
+PREFIXES = {"launcher": "msrun"}
+# folders outside the modules whose includes follow the same naming
+OTHERS = ("tests", "bench", "examples")
 # public headers (include/msrun/X.h) a module may not include
 PUBLIC_FORBIDDEN = {
     "base": {"store.h", "comm.h", "parallel.h", "msrun.h", "checkpoint.h"},
@@ -86,11 +94,21 @@ def resolve(root, public, including, inc):
     parts = inc.split("/")
     if parts[0] == "msrun" and len(parts) == 2 and parts[1] in public:
         return os.path.join("include", inc)
+    if parts[0] in PREFIXES:
+        inc = "/".join([PREFIXES[parts[0]]] + parts[1:])
     if "/" not in inc:
         beside = os.path.join(os.path.dirname(including), inc)
         return beside if os.path.isfile(os.path.join(root, beside)) else None
     if os.path.isfile(os.path.join(root, inc)):
         return inc
+    return None
+
+
+def private_named_public(inc, public):
+    """Why inc names a launcher's private header as "msrun/x.h", or None."""
+    if "/" in inc and inc.split("/")[0] == "msrun" and inc.split("/", 1)[1] not in public:
+        return (f"the launcher's own headers are included as launcher/{inc.split('/', 1)[1]} "
+                f"(\"msrun/x.h\" names only the public headers of include/msrun/)")
     return None
 
 
@@ -104,6 +122,9 @@ def verdict(module, kind, inc, public):
             return None
         if "/" not in inc:
             return None  # a file beside this one
+        first = PREFIXES.get(first, first)
+        if first == "msrun" and "msrun" in ALLOWED[module] and private_named_public(inc, public):
+            return private_named_public(inc, public)
         if first == "tests":
             return f"{module}/ may not include tests/"
         if first in ALLOWED and first not in ALLOWED[module]:
@@ -176,6 +197,23 @@ def check_tree(root):
         else:
             print(f"check-deps: note: {key[0]}/ no longer reaches {key[2]} through {key[1]}: "
                   f"remove it from PENDING in scripts/check-deps.sh")
+    # the launcher's private headers are never named as public ones, in the
+    # tests, benchmarks and examples either; and none takes a public name
+    for top in OTHERS:
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith(SOURCES):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), root)
+                for lineno, kind, inc in includes_of(os.path.join(root, rel)):
+                    why = private_named_public(inc, public) if kind == '"' else None
+                    if why:
+                        problems.append(f"{rel}:{lineno}: #include \"{inc}\": {why}")
+    launcher = os.path.join(root, "msrun")
+    if os.path.isdir(launcher):
+        for name in sorted(set(os.listdir(launcher)) & public):
+            problems.append(f"msrun/{name}: a private header with a public header's name "
+                            f"(include/msrun/{name})")
     # public headers include only public headers
     for name in sorted(public):
         for lineno, kind, inc in includes_of(os.path.join(pubdir, name)):

@@ -1007,9 +1007,9 @@ test: ^test_parallel_(plan_sim|mp)$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report$
 <<<
-        uint64_t reps = (uint64_t)(l.dp / ep), lo = 0, hi = count, blk = 0;
+    uint64_t reps = (uint64_t)(l->dp / ep), lo = 0, hi = count, blk = 0;
 ===
-        uint64_t reps = (uint64_t)l.dp, lo = 0, hi = count, blk = 0;
+    uint64_t reps = (uint64_t)l->dp, lo = 0, hi = count, blk = 0;
 >>>
 
 @ plan_mem.moe_block_keeps_mlp
@@ -1141,7 +1141,7 @@ test: ^test_outtail$
 >>>
 
 @ workers.out_tail_stderr_only
-file: msrun/workers.c
+file: msrun/output.c
 test: ^it_tail$
 <<<
     if (s->worker->out_tail) /* a progress line's last state, as on the screen */
@@ -1150,7 +1150,7 @@ test: ^it_tail$
 >>>
 
 @ agent.tails_not_sent
-file: msrun/agent.c
+file: msrun/agent_calls.c
 test: ^it_tail$
 <<<
             req.n_outputs = tails_take(a, outs, outsp, lines, &text);
@@ -1493,9 +1493,9 @@ test: ^test_parallel_plan_time$
 file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
-    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = att / t;
+    *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = s->att / s->t;
 ===
-    p->attn_f.aflops = att / t;
+    p->attn_f.aflops = s->att / s->t;
 >>>
 
 @ base.alloc.pages_kept_on_free
@@ -1533,16 +1533,16 @@ test: ^test_parallel_plan$
 file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
-    p->ring_cost = cp > 1 ? chunk_cost(c, S) : 1;
+    p->ring_cost = cp > 1 ? chunk_cost(c, s->S) : 1;
 ===
-    p->ring_cost = cp > 1 ? chunk_cost(c, S) * 0 + 1 : 1;
+    p->ring_cost = cp > 1 ? chunk_cost(c, s->S) * 0 + 1 : 1;
 >>>
 
 @ plan.time.moe_rows_at_N
 file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
-    double rc_e = m->experts > 0 ? rows_cost(c, rows / m->experts) : rc;
+    double rc_e = s->E > 0 ? rows_cost(c, s->rows / s->E) : rc;
 ===
     double rc_e = rc;
 >>>
@@ -1566,7 +1566,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ coord.port_taken_no_retry
-file: msrun/coord_child.c
+file: msrun/coord_setup.c
 test: ^it_multinode$
 <<<
 #define PORT_TAKEN_MS 10000
@@ -1578,9 +1578,9 @@ test: ^it_multinode$
 file: planner/plan_time.c
 test: ^test_parallel_plan_time$
 <<<
-        p->sel_f.act += dense * eb * 2 * N * F / t;
+        p->sel_f.act += dense * s->eb * 2 * s->N * s->F / s->t;
 ===
-        p->sel_f.act += 0 * dense * eb * 2 * N * F / t;
+        p->sel_f.act += 0 * dense * s->eb * 2 * s->N * s->F / s->t;
 >>>
 
 @ plan.time.idle_lend_ignored

@@ -25,7 +25,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "msrun/node.h"
+#include "launcher/node.h"
 
 #define MS 1000000ull
 

@@ -48,6 +48,9 @@ crossing planner/x.c '#include "model/gpt.h"' "planner/ may not depend on model/
 crossing planner/x.c '#include "msrun/comm.h"' "may not use the public msrun/comm.h"
 crossing comm/x.c '#include "model/gpt.h"' "comm/ may not depend on model/"
 crossing parallel/x.c '#include <cblas.h>' "BLAS belongs to"
+# the launcher's own headers are "launcher/x.h"; "msrun/x.h" is public only
+crossing msrun/x.c '#include "msrun/agent.h"' "are included as launcher/agent.h"
+crossing comm/x.c '#include "launcher/agent.h"' "comm/ may not depend on msrun/"
 
 # indirect: an include the module may use that brings in one it may not
 indirect() {

@@ -1,6 +1,9 @@
-/* Unit tests of base/: statuses, containers, parsing, the allocator hook. */
+/* Unit tests of base/: statuses, containers, parsing, the option parser,
+ * the allocator hook. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -10,6 +13,7 @@
 #include "base/hash.h"
 #include "base/heap.h"
 #include "base/map.h"
+#include "base/optparse.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
@@ -288,6 +292,116 @@ static void test_hash(void)
     MSR_CHECK(h == msr_host_id());
 }
 
+/* A command of every common kind of option, as a program declares it. */
+typedef struct opt_cmd {
+    int n, flag, level, choice, lo, hi;
+    int64_t ms, bytes;
+    char *name, *secret;
+} opt_cmd_t;
+
+#define OD(field) MSR_OPT_DEST(opt_cmd_t, field)
+static const char *const opt_choices[] = {"red", "green", NULL};
+static const msr_opt_t opt_table[] = {
+    {.name = "num",
+     .aliases = {"n_alias"},
+     .kind = MSR_OPT_INT,
+     .min = 1,
+     .max = 10,
+     .env = "TEST_OPT_NUM",
+     .dest = OD(n),
+     .metavar = "N",
+     .help = "a number."},
+    {.name = "flag", .kind = MSR_OPT_BOOL, .dest = OD(flag), .metavar = "BOOL", .help = "a flag."},
+    {.name = "wait",
+     .kind = MSR_OPT_SECONDS,
+     .min = 100,
+     .max = 60000,
+     .dest = OD(ms),
+     .help = "seconds."},
+    {.name = "bytes",
+     .kind = MSR_OPT_SIZE,
+     .min = 1,
+     .max = INT64_MAX,
+     .dest = OD(bytes),
+     .help = "a size."},
+    {.name = "level", .kind = MSR_OPT_LEVEL, .dest = OD(level), .help = "a level."},
+    {.name = "color",
+     .kind = MSR_OPT_ENUM,
+     .choices = opt_choices,
+     .dest = OD(choice),
+     .help = "a color."},
+    {.name = "nodes",
+     .kind = MSR_OPT_RANGE,
+     .min = 1,
+     .max = 100,
+     .dest = OD(lo),
+     .dest2 = offsetof(opt_cmd_t, hi),
+     .help = "a range."},
+    {.name = "name", .kind = MSR_OPT_STRING, .dest = OD(name), .help = "a string."},
+    {.name = "secret", .kind = MSR_OPT_SECRET, .dest = OD(secret), .help = "a secret."},
+};
+static const msr_optset_t opt_set = {"prog", opt_table, MSR_ARRAY_SIZE(opt_table), 1};
+
+static void test_optparse(void)
+{
+    opt_cmd_t c = {.n = 5};
+    unsigned char seen[MSR_ARRAY_SIZE(opt_table)];
+    char a0[] = "--n-alias=7", a1[] = "--flag", a2[] = "--wait", a3[] = "1.5", a4[] = "--bytes=2K",
+         a5[] = "--level=debug", a6[] = "--color", a7[] = "green", a8[] = "--nodes=2:4",
+         a9[] = "--name=x", a10[] = "--secret=hush", a11[] = "prog", a12[] = "--num=9";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12};
+    int next = -1;
+    MSR_CHECK_EQ(msr_opts_parse(&opt_set, 13, argv, &c, seen, &next), MSR_OPTS_OK);
+    /* options end at the program: what follows is its own */
+    MSR_CHECK_EQ(next, 11);
+    MSR_CHECK_EQ(c.n, 7);
+    MSR_CHECK_EQ(c.flag, 1);
+    MSR_CHECK_EQ(c.ms, 1500);
+    MSR_CHECK_EQ(c.bytes, 2048);
+    MSR_CHECK_EQ(c.choice, 1);
+    MSR_CHECK(c.lo == 2 && c.hi == 4);
+    MSR_CHECK_STR(c.name, "x");
+    MSR_CHECK_STR(c.secret, "hush");
+    MSR_CHECK_STR(a10, "--secret=***"); /* gone from the process list */
+    MSR_CHECK(seen[0] == 1 && seen[7] == 1);
+    msr_opts_free(&opt_set, &c);
+    MSR_CHECK(c.name == NULL && c.secret == NULL);
+
+    /* the environment fills what the command line left */
+    opt_cmd_t e = {.n = 5};
+    setenv("TEST_OPT_NUM", "3", 1);
+    MSR_CHECK_EQ(msr_opts_parse(&opt_set, 0, argv, &e, seen, &next), MSR_OPTS_OK);
+    MSR_CHECK(e.n == 3 && seen[0] == 2 && next == 0);
+    char where[32];
+    MSR_CHECK_STR(msr_opts_where(&opt_set, seen, "num", where, sizeof where), "TEST_OPT_NUM");
+    setenv("TEST_OPT_NUM", "30", 1);
+    MSR_CHECK_EQ(msr_opts_parse(&opt_set, 0, argv, &e, seen, &next), MSR_OPTS_BAD);
+    MSR_CHECK(strstr(msr_err_msg(), "TEST_OPT_NUM=30") != NULL);
+    unsetenv("TEST_OPT_NUM");
+
+    /* bad input and help come back as results: the parser never exits */
+    char b0[] = "--bogus", b1[] = "--wait=0.01", b2[] = "--color=blue", b3[] = "--help";
+    char *bad[][1] = {{b0}, {b1}, {b2}};
+    const char *why[] = {"unknown option '--bogus'", "must be at least 0.1 s",
+                         "not one of red, green"};
+    for (int i = 0; i < 3; i++) {
+        MSR_CHECK_EQ(msr_opts_parse(&opt_set, 1, bad[i], &e, seen, &next), MSR_OPTS_BAD);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), why[i]) != NULL, "%s", msr_err_msg());
+    }
+    char *help[] = {b3};
+    MSR_CHECK_EQ(msr_opts_parse(&opt_set, 1, help, &e, seen, &next), MSR_OPTS_HELP);
+    msr_opts_free(&opt_set, &e);
+
+    char text[4096] = "";
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    MSR_CHECK(f != NULL);
+    msr_opts_usage(&opt_set, f);
+    fclose(f);
+    MSR_CHECK(strstr(text, "  --num N, --n_alias\n      a number.\n      [env TEST_OPT_NUM]\n") !=
+              NULL);
+    MSR_CHECK(strstr(text, "  --flag[=BOOL]\n") != NULL);
+}
+
 static const msr_test_t tests[] = {
     {"status_strings", test_status_strings, 5},
     {"parse", test_parse, 5},
@@ -301,6 +415,7 @@ static const msr_test_t tests[] = {
     {"err_channel", test_err_channel, 5},
     {"err_per_thread", test_err_per_thread, 5},
     {"hash", test_hash, 5},
+    {"optparse", test_optparse, 5},
 };
 
 int main(int argc, char **argv)

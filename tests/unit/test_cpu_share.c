@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "msrun/cpus.h"
+#include "launcher/cpus.h"
 #include "tests/runner.h"
 
 #define MAX_CORES 256

@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "msrun/node.h"
+#include "launcher/node.h"
 #include "tests/runner.h"
 
 #define MS 1000000ull

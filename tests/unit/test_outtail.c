@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "msrun/outtail.h"
+#include "launcher/outtail.h"
 #include "tests/runner.h"
 
 /* The i-th oldest line as a NUL-terminated string (static buffer). */

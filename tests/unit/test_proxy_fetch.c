@@ -12,7 +12,7 @@
 
 #include "base/time.h"
 #include "cluster/server.h"
-#include "msrun/proxy.h"
+#include "launcher/proxy.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
 

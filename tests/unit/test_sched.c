@@ -6,8 +6,8 @@
 
 #include "base/err.h"
 #include "base/status.h"
-#include "msrun/hostlist.h"
-#include "msrun/sched.h"
+#include "launcher/hostlist.h"
+#include "launcher/sched.h"
 #include "tests/runner.h"
 
 /* Expands text and checks it gives exactly the names in want (space-separated). */

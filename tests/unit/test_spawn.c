@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "msrun/spawn.h"
+#include "launcher/spawn.h"
 #include "tests/runner.h"
 
 /* A file in a private temporary directory, removed by the caller. */

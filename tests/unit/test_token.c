@@ -1,5 +1,5 @@
 /* Unit tests of msrun/token.c: generated tokens, token files (owner, mode,
- * links, content) and hiding a token in argv. */
+ * links, content); and hiding a token in argv (base/optparse.c). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,9 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/status.h"
 #include "base/err.h"
-#include "msrun/token.h"
+#include "base/optparse.h"
+#include "base/status.h"
+#include "launcher/token.h"
 #include "tests/runner.h"
 
 static char dir[64];
@@ -138,15 +139,15 @@ static void test_write_file(void)
 static void test_scrub(void)
 {
     char a[] = "--token=s3cret-value", b[] = "s3cret-value", c[] = "--token=ab", d[] = "x=y=z";
-    msr_token_scrub_arg(a, 1);
+    msr_opts_scrub_arg(a, 1);
     MSR_CHECK_STR(a, "--token=***");
     MSR_CHECK(memchr(a, 's', sizeof a) == NULL);
-    msr_token_scrub_arg(b, 0);
+    msr_opts_scrub_arg(b, 0);
     MSR_CHECK_STR(b, "***");
     MSR_CHECK(memchr(b, 'v', sizeof b) == NULL);
-    msr_token_scrub_arg(c, 1);
+    msr_opts_scrub_arg(c, 1);
     MSR_CHECK_STR(c, "--token=**");
-    msr_token_scrub_arg(d, 0); /* a separate value may hold '=' */
+    msr_opts_scrub_arg(d, 0); /* a separate value may hold '=' */
     MSR_CHECK_STR(d, "***");
 }
 

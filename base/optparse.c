@@ -1,5 +1,5 @@
-/* The table-driven command-line parser of msrun and its subcommands. */
-#include "msrun/optparse.h"
+/* The table-driven command-line parser (msrun and its subcommands use it). */
+#include "base/optparse.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,7 +10,6 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "msrun/token.h"
 
 /* Compares option names treating '-' and '_' alike. */
 static int name_eq(const char *a, size_t alen, const char *b)
@@ -252,6 +251,16 @@ static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void
     return st;
 }
 
+void msr_opts_scrub_arg(char *arg, int after_eq)
+{
+    char *eq = after_eq ? strchr(arg, '=') : NULL;
+    char *v = eq ? eq + 1 : arg;
+    size_t n = strlen(v);
+    size_t stars = n < 3 ? n : 3;
+    memset(v, '*', stars);
+    memset(v + stars, '\0', n - stars);
+}
+
 /* One option in argv[*i] (and its value, which may be argv[*i + 1]). */
 static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, int *i, void *obj,
                               unsigned char *seen)
@@ -293,7 +302,7 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
     /* a secret leaves the process list (/proc/PID/cmdline) at once: apply()
      * copied it */
     if (d->kind == MSR_OPT_SECRET)
-        msr_token_scrub_arg(v_arg, eq != NULL);
+        msr_opts_scrub_arg(v_arg, eq != NULL);
     if (st == MSR_OK)
         seen[k] = 1;
     return st;

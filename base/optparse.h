@@ -1,9 +1,12 @@
-/* One table-driven parser for the command lines of msrun, `msrun
- * coordinator` and `msrun status`: each option's name, kind, bounds,
- * environment variable and destination live in a table, so the three
- * commands share one syntax and one set of bounds. */
-#ifndef MSR_MSRUN_OPTPARSE_H
-#define MSR_MSRUN_OPTPARSE_H
+/* One table-driven command-line parser: each option's name, kind, bounds,
+ * environment variable and destination live in a table, so the commands
+ * built on it (msrun, `msrun coordinator`, `msrun status`) share one syntax
+ * and one set of bounds. It never exits or prints on its own: a result
+ * says what was found, and the caller decides what to print and how to end.
+ * Not thread-safe for one set of objects; errors go to this thread's error
+ * text (base/err.h). */
+#ifndef MSR_BASE_OPTPARSE_H
+#define MSR_BASE_OPTPARSE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -86,18 +89,27 @@ void msr_opts_usage(const msr_optset_t *set, FILE *out);
  * put in obj (a SECRET is wiped first) and sets them to NULL. */
 void msr_opts_free(const msr_optset_t *set, void *obj);
 
-/* The index of the option called name in set, or -1. */
 /* Splits "HOST:PORT" ("[v6]:PORT") into *host_p (msr_malloc'ed, replacing
  * what was there) and *port_p (min..max); w names the value's source in
  * the error (msr_err_msg()). */
 msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_t max,
                                char **host_p, int *port_p);
 
+/* The index of the option called name in set, or -1. */
 int msr_opts_find(const msr_optset_t *set, const char *name);
 
 /* Where option name's value came from, for messages: its environment
  * variable when seen[] says so, else "--name" written to buf. */
 const char *msr_opts_where(const msr_optset_t *set, const unsigned char *seen, const char *name,
                            char *buf, size_t len);
+
+/* Hides a secret given on the command line in the memory the kernel shows
+ * in /proc/PID/cmdline (and ps): arg is the argv string that held it; with
+ * after_eq the part after its first '=' ("--token=S"), else all of it (the
+ * value after "--token") becomes "***" and the rest of the string NULs. The
+ * caller copies the value first and passes only the arguments it parsed as
+ * a secret (never a program's). msr_opts_parse does this for every SECRET
+ * option. */
+void msr_opts_scrub_arg(char *arg, int after_eq);
 
 #endif

@@ -1,0 +1,14 @@
+/* msrun's subcommands, each a program of its own: main() hands them the
+ * arguments after the subcommand's name. */
+#ifndef MSR_MSRUN_COMMANDS_H
+#define MSR_MSRUN_COMMANDS_H
+
+/* `msrun coordinator ...`: a standalone (or embedded) coordinator; returns
+ * its exit status. */
+int msr_coordinator_main(int argc, char **argv);
+
+/* `msrun status ...`: prints the job's members and state; returns the
+ * exit status. */
+int msr_status_main(int argc, char **argv);
+
+#endif
