@@ -30,24 +30,22 @@
  * earlier answers wait (answers leave in order). */
 static int must_hold(const msr_coord_t *c)
 {
-    return !c->closing && (msr_coord_persist_pending(c) || !msr_list_empty(&c->held));
+    return !c->closing && (msr_coord_persist_pending(c) || !msr_list_empty(&c->answers));
 }
 
-static held_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code_t code,
-                    const char *message)
+static answer_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code_t code,
+                      const char *message)
 {
     size_t mlen = message ? strlen(message) : 0;
-    held_t *h = msr_malloc(sizeof *h + mlen + 1);
+    msr_held_t *h = msr_held_new(&c->held, sizeof(answer_t) + mlen + 1, MSR_HELD_ANSWER, call, NULL,
+                                 &c->answers);
     if (h == NULL)
         return NULL;
-    h->kind = W_HELD;
-    h->call = call;
-    h->blob = blob;
-    h->code = code;
-    memcpy(h->message, message ? message : "", mlen + 1);
-    msr_list_push_back(&c->held, &h->link);
-    c->responder.set_data(call, h);
-    return h;
+    answer_t *a = MSR_CONTAINER_OF(h, answer_t, held);
+    a->blob = blob;
+    a->code = code;
+    memcpy(a->message, message ? message : "", mlen + 1);
+    return a;
 }
 
 static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message)
@@ -86,37 +84,24 @@ static void reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
     }
 }
 
-static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    answer_fail(c, call, code, msg);
-}
-
 /* Sends every held answer; after a failed save (why != NULL) fails them
  * instead, saying why. */
 static void release_held(msr_coord_t *c, const char *why)
 {
     msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &c->held)
+    msr_list_for_each_safe(pos, tmp, &c->answers)
     {
-        held_t *h = MSR_CONTAINER_OF(pos, held_t, link);
-        msr_list_remove(&h->link);
-        c->responder.set_data(h->call, NULL);
+        answer_t *a = MSR_CONTAINER_OF(pos, answer_t, held.link);
+        void *call = a->held.call;
+        msr_held_take(&c->held, &a->held);
         if (why)
-            c->responder.fail(h->call, MSR_RPC_INTERNAL, why);
-        else if (h->blob)
-            c->responder.reply_blob(h->call, h->blob);
+            c->responder.fail(call, MSR_RPC_INTERNAL, why);
+        else if (a->blob)
+            c->responder.reply_blob(call, a->blob);
         else
-            c->responder.fail(h->call, h->code, h->message);
-        msr_blob_unref(h->blob);
-        msr_free(h);
+            c->responder.fail(call, a->code, a->message);
+        msr_blob_unref(a->blob);
+        msr_free(a);
     }
 }
 
@@ -209,15 +194,16 @@ static int request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uin
     if (r == NULL)
         return 0;
     if (r->method != (uint32_t)method) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "request id %" PRIu64 " of client %016" PRIx64 " was used by a %s before", request_id,
-             client_id,
-             r->method < MSR_RPC_METHOD_COUNT ? msr_rpc_methods[r->method].name : "another call");
+        msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "request id %" PRIu64 " of client %016" PRIx64 " was used by a %s before",
+                      request_id, client_id,
+                      r->method < MSR_RPC_METHOD_COUNT ? msr_rpc_methods[r->method].name
+                                                       : "another call");
         return 1;
     }
     msr_blob_t *b = msr_malloc(sizeof *b + r->len);
     if (b == NULL) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(&c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 1;
     }
     atomic_init(&b->refs, 1);
@@ -259,7 +245,7 @@ static int state_forming(Msr__JobState s)
     return s == MSR__JOB_STATE__JOB_WAITING || s == MSR__JOB_STATE__JOB_RESTARTING;
 }
 
-/* ---- waiters ---- */
+/* ---- held calls: heartbeats and answers (rendezvous/held.h) ---- */
 
 /* A held call is answered 200 ms before its client's deadline, so the
  * client hears why (MSR_DEADLINE_NEVER when the client set none). */
@@ -273,38 +259,49 @@ static uint64_t answer_by(const msr_coord_t *c, void *call)
     return client > now + margin ? client - margin : now;
 }
 
-static waiter_t *waiter_new(msr_coord_t *c, void *call, waiter_kind_t kind, void *owner,
-                            msr_list_t *list, int64_t wait_ms)
+/* Holds node n's heartbeat call for up to wait_ms; NULL when out of
+ * memory. */
+static msr_held_t *heartbeat_hold(msr_coord_t *c, void *call, node_t *n, int64_t wait_ms)
 {
-    waiter_t *w = msr_calloc(1, sizeof *w);
-    if (w == NULL)
-        return NULL;
-    msr_timer_init(&w->timer);
-    w->kind = kind;
-    w->call = call;
-    w->owner = owner;
-    msr_list_init(&w->link);
-    uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
-    uint64_t by = answer_by(c, call);
-    if (by < deadline)
-        deadline = by;
-    if (deadline != MSR_DEADLINE_NEVER &&
-        msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
-        msr_free(w);
-        return NULL;
-    }
-    if (list)
-        msr_list_push_back(list, &w->link);
-    c->responder.set_data(call, w);
-    return w;
+    return msr_held_wait(&c->held, sizeof(msr_held_t), MSR_HELD_HEARTBEAT, call, n, NULL, wait_ms);
 }
 
-static void waiter_free(msr_coord_t *c, waiter_t *w)
+static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n);
+
+/* A held heartbeat is answered at its deadline with the job as it is. */
+static void heartbeat_expired(void *ctx, msr_held_t *w)
 {
-    msr_heap_remove(&c->timers, &w->timer);
-    msr_list_remove(&w->link);
-    c->responder.set_data(w->call, NULL);
-    msr_free(w);
+    msr_coord_t *c = ctx;
+    void *call = w->call;
+    node_t *n = w->owner;
+    n->hb = NULL;
+    n->last_seen = msr_now_ns();
+    msr_held_free(&c->held, w);
+    heartbeat_reply(c, call, n);
+}
+
+/* The node's long poll ended without an answer: its connection broke (the
+ * agent died, or the network). A live agent calls again within a second; a
+ * dead one is declared lost after a short grace instead of the whole node
+ * timeout. */
+static void heartbeat_cancelled(void *ctx, msr_held_t *w)
+{
+    msr_coord_t *c = ctx;
+    node_t *n = w->owner;
+    uint64_t now = msr_now_ns();
+    int64_t grace = c->config.node_timeout_ms < 1500 ? c->config.node_timeout_ms : 1500;
+    n->hb = NULL;
+    n->last_seen = now;
+    n->suspect_until = now + (uint64_t)grace * 1000000ull;
+    msr_held_free(&c->held, w);
+}
+
+/* A held answer's client is gone: the change it made is still saved. */
+static void answer_cancelled(void *ctx, msr_held_t *h)
+{
+    answer_t *a = MSR_CONTAINER_OF(h, answer_t, held);
+    msr_blob_unref(a->blob);
+    msr_held_free(&((msr_coord_t *)ctx)->held, h);
 }
 
 /* ---- nodes ---- */
@@ -442,10 +439,6 @@ static uint32_t s_participants_max(void *ctx)
 static const msr_store_ops_t store_ops = {
     .reply = s_reply,
     .reply_blob = s_reply_blob,
-    .fail = s_fail,
-    .deadline = s_deadline,
-    .set_data = s_set_data,
-    .get_data = s_get_data,
     .request_seen = s_request_seen,
     .reply_write = s_reply_write,
     .key_changed = s_key_changed,
@@ -465,8 +458,6 @@ static void store_reset(msr_coord_t *c, const char *why)
 
 /* ---- the job ---- */
 
-static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n);
-
 /* Answers every held heartbeat: the job's state or generation changed. */
 static void wake_heartbeats(msr_coord_t *c)
 {
@@ -474,10 +465,10 @@ static void wake_heartbeats(msr_coord_t *c)
         node_t *n = c->nodes[i];
         if (n->hb == NULL)
             continue;
-        waiter_t *w = n->hb;
+        msr_held_t *w = n->hb;
         void *call = w->call;
         n->hb = NULL;
-        waiter_free(c, w);
+        msr_held_free(&c->held, w);
         heartbeat_reply(c, call, n);
     }
 }
@@ -691,11 +682,11 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
 {
     n->alive = 0;
     if (n->hb) {
-        waiter_t *w = n->hb;
+        msr_held_t *w = n->hb;
         void *call = w->call;
         n->hb = NULL;
-        waiter_free(c, w);
-        fail(c, call, MSR_RPC_UNAVAILABLE, "node %s: %s", n->id, why);
+        msr_held_free(&c->held, w);
+        msr_held_fail(&c->held, call, MSR_RPC_UNAVAILABLE, "node %s: %s", n->id, why);
     }
     /* A loss that fails the generation is the job's outcome (a node that
      * left because its worker could not be started, say): as loud as the
@@ -790,11 +781,11 @@ void msr_coord_wake_node(msr_coord_t *c, node_t *n)
 {
     if (n->hb == NULL)
         return; /* its heartbeat is on its way: answered at once when it comes */
-    waiter_t *w = n->hb;
+    msr_held_t *w = n->hb;
     void *call = w->call;
     n->hb = NULL;
     n->last_seen = msr_now_ns(); /* it was held up to now: the node's next call counts from here */
-    waiter_free(c, w);
+    msr_held_free(&c->held, w);
     heartbeat_reply(c, call, n);
 }
 
@@ -850,8 +841,9 @@ static int settings_match(msr_coord_t *c, void *call, const Msr__JoinRequest *re
             continue;
         MSR_WARN("job %s: refused node %s (pid %d): %s is %d there, %d in the job", c->job_id,
                  req->host, req->pid, checks[i].opt, checks[i].theirs, checks[i].mine);
-        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "this node's %s is %d but the job's is %d",
-             checks[i].opt, checks[i].theirs, checks[i].mine);
+        msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                      "this node's %s is %d but the job's is %d", checks[i].opt, checks[i].theirs,
+                      checks[i].mine);
         return 0;
     }
     return 1;
@@ -863,23 +855,24 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (req->protocol_version != MSR_PROTOCOL_VERSION) {
         MSR_WARN("refused node %s (pid %d): protocol version %u, the coordinator speaks %d", host,
                  req->pid, req->protocol_version, MSR_PROTOCOL_VERSION);
-        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
-             "this node speaks protocol version %u but the coordinator speaks %d (mixed msrun "
-             "versions?)",
-             req->protocol_version, MSR_PROTOCOL_VERSION);
+        msr_held_fail(
+            &c->held, call, MSR_RPC_FAILED_PRECONDITION,
+            "this node speaks protocol version %u but the coordinator speaks %d (mixed msrun "
+            "versions?)",
+            req->protocol_version, MSR_PROTOCOL_VERSION);
         return;
     }
     if (state_terminal(c->state)) {
-        fail(c, call, MSR_RPC_FAILED_PRECONDITION, "the job has already %s",
-             c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
+        msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION, "the job has already %s",
+                      c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
         return;
     }
     if (!c->configured) {
         job_configure(c, req);
         if (msr_coord_settings_valid(c) != MSR_OK) {
-            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-                 "worker_num %d is not a positive multiple of local_worker_num %d", req->worker_num,
-                 req->local_worker_num);
+            msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                          "worker_num %d is not a positive multiple of local_worker_num %d",
+                          req->worker_num, req->local_worker_num);
             /* Let a correct node configure the job instead. */
             if (!c->config.worker_num)
                 c->worker_num = 0;
@@ -893,25 +886,26 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     if (strcmp(jid, c->job_id) != 0) {
         MSR_WARN("job %s: refused node %s (pid %d): its job id is '%s'", c->job_id, host, req->pid,
                  jid);
-        fail(c, call, MSR_RPC_FAILED_PRECONDITION,
-             "this node's job id is '%.100s' but the coordinator runs job '%.100s'", jid,
-             c->job_id);
+        msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                      "this node's job id is '%.100s' but the coordinator runs job '%.100s'", jid,
+                      c->job_id);
         return;
     }
     if (!settings_match(c, call, req))
         return;
     node_t *n = node_find(c, req->node_id);
     if (n == NULL && elastic(c) && req->node_rank >= 0) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "an elastic job (--nnodes %d:%d) assigns node ranks itself: leave --node_rank at -1",
-             c->min_nodes, c->max_nodes);
+        msr_held_fail(
+            &c->held, call, MSR_RPC_INVALID_ARGUMENT,
+            "an elastic job (--nnodes %d:%d) assigns node ranks itself: leave --node_rank at -1",
+            c->min_nodes, c->max_nodes);
         return;
     }
     if (n == NULL) {
         if (req->node_rank >= c->node_count) {
-            fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-                 "node_rank %d is out of range: the job has %d nodes (0 .. %d)", req->node_rank,
-                 c->node_count, c->node_count - 1);
+            msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                          "node_rank %d is out of range: the job has %d nodes (0 .. %d)",
+                          req->node_rank, c->node_count, c->node_count - 1);
             return;
         }
         for (size_t i = 0; i < c->nnodes; i++) {
@@ -919,21 +913,21 @@ static void do_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
             if (m->alive && req->node_rank >= 0 && m->wanted_rank == req->node_rank) {
                 MSR_WARN("job %s: refused node %s (pid %d): node rank %d is taken by %s (pid %d)",
                          c->job_id, host, req->pid, req->node_rank, m->host, m->pid);
-                fail(c, call, MSR_RPC_FAILED_PRECONDITION,
-                     "node rank %d is already taken by %s (pid %d)", req->node_rank, m->host,
-                     m->pid);
+                msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                              "node rank %d is already taken by %s (pid %d)", req->node_rank,
+                              m->host, m->pid);
                 return;
             }
         }
         int capacity = elastic(c) ? c->max_nodes : c->node_count;
         if (alive_nodes(c) >= capacity) {
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "the job already has all its %d nodes",
-                 capacity);
+            msr_held_fail(&c->held, call, MSR_RPC_RESOURCE_EXHAUSTED,
+                          "the job already has all its %d nodes", capacity);
             return;
         }
         n = msr_coord_node_add(c, host);
         if (n == NULL) {
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            msr_held_fail(&c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         unsigned char rnd[12];
@@ -973,19 +967,19 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
 {
     node_t *n = node_find(c, req->node_id);
     if (n == NULL || !n->alive) {
-        fail(c, call, MSR_RPC_NOT_FOUND,
-             n ? "this node was declared lost; join again"
-               : "unknown node (the coordinator may have restarted); join again");
+        msr_held_fail(&c->held, call, MSR_RPC_NOT_FOUND,
+                      n ? "this node was declared lost; join again"
+                        : "unknown node (the coordinator may have restarted); join again");
         return;
     }
     n->last_seen = msr_now_ns();
     n->suspect_until = 0;
     if (n->hb) {
         /* A newer heartbeat replaces the held one. */
-        waiter_t *w = n->hb;
+        msr_held_t *w = n->hb;
         void *old = w->call;
         n->hb = NULL;
-        waiter_free(c, w);
+        msr_held_free(&c->held, w);
         heartbeat_reply(c, old, n);
     }
     if (req->ready_generation > n->ready_generation) {
@@ -1001,7 +995,7 @@ static void do_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
         return;
     }
     int64_t wait = req->wait_ms > 60000 ? 60000 : (int64_t)req->wait_ms;
-    waiter_t *w = waiter_new(c, call, W_HEARTBEAT, n, NULL, wait);
+    msr_held_t *w = heartbeat_hold(c, call, n, wait);
     if (w == NULL) {
         heartbeat_reply(c, call, n);
         return;
@@ -1014,13 +1008,13 @@ static void do_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     node_t *n = node_find(c, req->node_id);
     Msr__ReportResponse r = MSR__REPORT_RESPONSE__INIT;
     if (n == NULL) {
-        fail(c, call, MSR_RPC_NOT_FOUND, "unknown node; join again");
+        msr_held_fail(&c->held, call, MSR_RPC_NOT_FOUND, "unknown node; join again");
         return;
     }
     n->last_seen = msr_now_ns();
     const Msr__Failure *e = req->exit;
     if (e == NULL) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "report without an exit");
+        msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT, "report without an exit");
         return;
     }
     if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
@@ -1130,7 +1124,7 @@ static void do_status(msr_coord_t *c, void *call)
     if (ns == NULL || nsp == NULL) {
         msr_free(ns);
         msr_free(nsp);
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(&c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     uint64_t now = msr_now_ns();
@@ -1181,13 +1175,20 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         return MSR_ERR_NO_MEMORY;
     c->config = *config;
     c->responder = *responder;
-    msr_list_init(&c->held);
+    msr_list_init(&c->answers);
+    msr_held_io_t io = {c, s_set_data, s_get_data, s_deadline, s_fail};
+    msr_held_calls_init(&c->held, &io);
+    msr_held_handler_t hb = {c, heartbeat_expired, heartbeat_cancelled};
+    msr_held_handler_t answer = {c, NULL, answer_cancelled};
+    msr_held_calls_handle(&c->held, MSR_HELD_HEARTBEAT, &hb);
+    msr_held_calls_handle(&c->held, MSR_HELD_ANSWER, &answer);
     msr_list_init(&c->requests);
     c->log_fd = -1;
     c->obs.generation = -1;
     c->obs.start = msr_wall_time();
     msr_store_ops_t ops = store_ops;
     ops.ctx = c;
+    ops.held = &c->held;
     c->job_id = msr_strdup(config->job_id ? config->job_id : "");
     if (c->job_id == NULL ||
         msr_store_core_create(&config->store_limits, &ops, &c->store) != MSR_OK) {
@@ -1245,9 +1246,9 @@ void msr_coord_destroy(msr_coord_t *c)
         node_t *n = c->nodes[i];
         if (n->hb) {
             void *call = n->hb->call;
-            waiter_free(c, n->hb);
+            msr_held_free(&c->held, n->hb);
             n->hb = NULL;
-            fail(c, call, MSR_RPC_UNAVAILABLE, "coordinator shutting down");
+            msr_held_fail(&c->held, call, MSR_RPC_UNAVAILABLE, "coordinator shutting down");
         }
     }
     store_reset(c, "coordinator shutting down");
@@ -1260,8 +1261,8 @@ void msr_coord_destroy(msr_coord_t *c)
     msr_map_cleanup(&c->dirty_keys, NULL);
     msr_coord_requests_clear(c);
     msr_coord_persist_close(c);
-    msr_heap_cleanup(&c->timers);
     msr_store_core_destroy(c->store);
+    msr_held_calls_cleanup(&c->held);
     msr_free(c->rank_done);
     msr_free(c->job_id);
     msr_coord_obs_cleanup(c);
@@ -1272,7 +1273,7 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
                     const ProtobufCMessage *req)
 {
     if ((unsigned)method >= MSR_RPC_METHOD_COUNT) {
-        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
+        msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
         return;
     }
     c->calls[method]++;
@@ -1304,69 +1305,29 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         msr_store_core_call(c->store, call, method, req);
         break;
     case MSR_RPC_BEAT:
-        fail(c, call, MSR_RPC_UNIMPLEMENTED,
-             "Beat is served by a node's msrun, not by the coordinator");
+        msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED,
+                      "Beat is served by a node's msrun, not by the coordinator");
         break;
     case MSR_RPC_AUTH:
-        fail(c, call, MSR_RPC_UNIMPLEMENTED, "Auth is answered by the coordinator's server");
+        msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED,
+                      "Auth is answered by the coordinator's server");
         break;
     case MSR_RPC_PROGRESS:
         msr_coord_progress(c, call, (const Msr__ProgressRequest *)req);
         break;
     default:
-        fail(c, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
+        msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
     }
 }
 
 void msr_coord_cancel(msr_coord_t *c, void *call)
 {
-    waiter_t *w = c->responder.get_data(call);
-    if (w == NULL)
-        return;
-    if (w->kind == W_HELD) {
-        /* Its client is gone: the change it made is still saved. */
-        held_t *h = (held_t *)w;
-        msr_list_remove(&h->link);
-        c->responder.set_data(call, NULL);
-        msr_blob_unref(h->blob);
-        msr_free(h);
-        return;
-    }
-    if (w->kind == W_HEARTBEAT) {
-        /* The node's long poll ended without an answer: its connection broke
-         * (the agent died, or the network). A live agent calls again within a
-         * second; a dead one is declared lost after a short grace instead of
-         * the whole node timeout. */
-        node_t *n = w->owner;
-        uint64_t now = msr_now_ns();
-        int64_t grace = c->config.node_timeout_ms < 1500 ? c->config.node_timeout_ms : 1500;
-        n->hb = NULL;
-        n->last_seen = now;
-        n->suspect_until = now + (uint64_t)grace * 1000000ull;
-    }
-    if (w->kind == W_HEARTBEAT)
-        waiter_free(c, w);
-    else
-        msr_store_core_cancel(c->store, call);
-}
-
-/* A held heartbeat is answered at its deadline with the job as it is. */
-static void heartbeat_expired(msr_coord_t *c, waiter_t *w)
-{
-    void *call = w->call;
-    node_t *n = w->owner;
-    n->hb = NULL;
-    n->last_seen = msr_now_ns();
-    waiter_free(c, w);
-    heartbeat_reply(c, call, n);
+    msr_held_cancel(&c->held, call);
 }
 
 void msr_coord_tick(msr_coord_t *c, uint64_t now)
 {
-    msr_store_core_tick(c->store, now);
-    msr_timer_t *t;
-    while ((t = msr_heap_top(&c->timers)) != NULL && t->deadline <= now)
-        heartbeat_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
+    msr_held_tick(&c->held, now); /* the store's waits and the heartbeats */
     if (now >= c->next_check) {
         uint64_t limit = (uint64_t)c->config.node_timeout_ms * 1000000ull;
         c->next_check = now + limit / 4;
@@ -1412,27 +1373,24 @@ void msr_coord_tick(msr_coord_t *c, uint64_t now)
         fail_job(c, "generation %d did not form within %g s: %d of %d nodes ready", c->generation,
                  (double)c->config.join_timeout_ms / 1000.0, ready, c->node_count);
     }
-    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) &&
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->answers)) &&
         msr_now_ns() >= c->retry_save_at)
         commit(c);
 }
 
 void msr_coord_flush(msr_coord_t *c)
 {
-    if (msr_coord_persist_pending(c) || !msr_list_empty(&c->held))
+    if (msr_coord_persist_pending(c) || !msr_list_empty(&c->answers))
         commit(c);
 }
 
 uint64_t msr_coord_next_deadline(const msr_coord_t *c)
 {
     uint64_t d = c->next_check;
-    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->held)) && c->retry_save_at < d)
+    if ((msr_coord_persist_pending(c) || !msr_list_empty(&c->answers)) && c->retry_save_at < d)
         d = c->retry_save_at;
-    msr_timer_t *t = msr_heap_top(&c->timers);
-    if (t && t->deadline < d)
-        d = t->deadline;
-    if (msr_store_core_next_deadline(c->store) < d)
-        d = msr_store_core_next_deadline(c->store);
+    if (msr_held_next_deadline(&c->held) < d)
+        d = msr_held_next_deadline(&c->held);
     if (state_forming(c->state) && c->form_deadline < d)
         d = c->form_deadline;
     if (c->last_call && c->last_call < d)

@@ -12,34 +12,21 @@
 #include "cluster/coord.h"
 #include "cluster/failure.h"
 #include "cluster/straggler.h"
+#include "rendezvous/held.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/store_core.h"
 
-/* What a call's data slot holds: the store core's waiter (its first int is
- * MSR_STORE_SLOT_WAIT), a held heartbeat (waiter_t) or a held answer
- * (held_t); kind comes first in each. */
-typedef enum waiter_kind { W_HEARTBEAT = MSR_STORE_SLOT_USER, W_HELD } waiter_kind_t;
-
-/* A heartbeat the core holds until the job changes or its deadline passes. */
-typedef struct waiter {
-    int kind;          /* W_HEARTBEAT */
-    msr_timer_t timer; /* armed unless the wait has no deadline */
-    void *call;
-    void *owner;     /* node_t */
-    msr_list_t link; /* not in a list: heartbeats are found through their node */
-} waiter_t;
-
 /* An answer held until the changes it may reflect are saved (group commit):
- * released in order after the next save, or failed when the save
- * fails. */
-typedef struct held {
-    int kind;        /* W_HELD */
-    msr_list_t link; /* in msr_coord.held, oldest first */
-    void *call;
+ * a held call (rendezvous/held.h) of kind MSR_HELD_ANSWER, in
+ * msr_coord.answers, released in order after the next save, or failed when
+ * the save fails. A held heartbeat is a bare msr_held_t of kind
+ * MSR_HELD_HEARTBEAT whose owner is its node_t. */
+typedef struct answer {
+    msr_held_t held;
     msr_blob_t *blob;    /* the packed answer, or NULL for a failure */
     msr_rpc_code_t code; /* the failure's status */
     char message[];      /* the failure's message */
-} held_t;
+} answer_t;
 
 /* A write applied for (client_id, request_id), remembered so that a retry of
  * it gets the same answer instead of being applied again. */
@@ -74,7 +61,7 @@ typedef struct node {
     uint64_t last_seen;
     uint64_t suspect_until; /* its connection broke: lost unless it calls by then */
     uint64_t joined_seq;    /* order of arrival */
-    waiter_t *hb;           /* the held heartbeat, if any */
+    msr_held_t *hb;         /* the held heartbeat, if any */
 } node_t;
 
 /* What the coordinator knows of a rank's progress (observe.c), for the
@@ -177,7 +164,7 @@ struct msr_coord {
     node_t **nodes;
     size_t nnodes, cap;
     msr_store_core_t *store; /* keys, waits, barriers, allgathers (store_core.h) */
-    msr_heap_t timers;       /* held heartbeats */
+    msr_held_calls_t held;   /* every held call: the store's waits, heartbeats, answers */
     uint64_t form_deadline, next_check;
     uint64_t last_call; /* elastic: form (or take in joiners) at this time */
     uint64_t join_seq;
@@ -187,7 +174,7 @@ struct msr_coord {
     int dirty;             /* the job's record (members, state, generation, done ranks) */
     msr_map_t dirty_keys;  /* store keys set or deleted */
     int store_cleared;     /* the store was emptied (a new generation) */
-    msr_list_t held;       /* answers held until the next save (held_t) */
+    msr_list_t answers;    /* answers held until the next save (answer_t) */
     msr_list_t requests;   /* writes remembered for retries (request_rec_t) */
     msr_map_t request_map; /* the same, by request_key() */
     size_t request_bytes;  /* their answers' bytes */

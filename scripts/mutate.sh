@@ -1182,10 +1182,10 @@ test: ^fault_root_cause$
 file: rendezvous/store_core.c
 test: ^test_store_core$
 <<<
-            msr_list_remove(&w->link);
+            msr_list_remove(&w->held.link);
             fetch_advance(c, w);
 ===
-            msr_list_remove(&w->link);
+            msr_list_remove(&w->held.link);
             waiter_free(c, w);
 >>>
 
