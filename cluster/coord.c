@@ -1222,9 +1222,6 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         msr_coord_destroy(c);
         return st;
     }
-    /* What a resumed store holds counts against the limits (it may already
-     * pass lowered ones: then only removals and shrinking writes succeed). */
-    msr_store_core_recount(c->store);
     /* A resumed job starts a fresh snapshot (no answer waits on it; a
      * failure is logged and the save tried again with the first change). */
     msr_coord_persist_save(c);

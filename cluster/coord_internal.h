@@ -47,9 +47,6 @@ typedef struct request_rec {
  * generation's root cause, oldest first; past this many the oldest goes. */
 #define MSR_FAILURE_HISTORY 16
 
-/* A stored value (persist.c saves and loads the store's map). */
-typedef msr_store_value_t kv_t;
-
 typedef struct node {
     char id[32];
     char *host;

@@ -195,13 +195,12 @@ typedef struct kv_collect {
     size_t n, ndeleted;
 } kv_collect_t;
 
-static void collect_key(const char *key, void *value, void *arg)
+static void collect_key(const char *key, const msr_store_value_t *v, void *arg)
 {
     kv_collect_t *k = arg;
-    kv_t *v = value;
     msr__persisted_key__init(&k->keys[k->n]);
     k->keys[k->n].key = (char *)key;
-    k->keys[k->n].value.data = v->data;
+    k->keys[k->n].value.data = (uint8_t *)v->data;
     k->keys[k->n].value.len = v->len;
     k->ptrs[k->n] = &k->keys[k->n];
     k->n++;
@@ -212,7 +211,7 @@ static void collect_dirty(const char *key, void *value, void *arg)
 {
     (void)value;
     kv_collect_t *k = arg;
-    kv_t *v = msr_map_get(msr_store_core_map(k->c->store), key);
+    const msr_store_value_t *v = msr_store_core_value(k->c->store, key);
     if (v)
         collect_key(key, v, arg);
     else
@@ -323,7 +322,7 @@ static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, size_t *len_p)
     kc.ptrs = msr_calloc(nk, sizeof *kc.ptrs);
     if (kc.keys == NULL || kc.ptrs == NULL)
         goto out;
-    msr_map_foreach(msr_store_core_map(c->store), collect_key, &kc);
+    msr_store_core_foreach(c->store, collect_key, &kc);
     ps.n_store = kc.n;
     ps.store = kc.ptrs;
     ps.n_requests = rc.n;
@@ -635,21 +634,8 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
 
 static msr_status_t key_apply(msr_coord_t *c, const Msr__PersistedKey *k)
 {
-    if (!msr_rpc_key_valid(k->key))
-        return MSR_ERR_CORRUPT;
-    kv_t *v = msr_malloc(sizeof *v + k->value.len);
-    if (v == NULL)
-        return MSR_ERR_NO_MEMORY;
-    v->len = k->value.len;
-    if (v->len)
-        memcpy(v->data, k->value.data, v->len);
-    void *old = NULL;
-    if (msr_map_put(msr_store_core_map(c->store), k->key, v, &old) != MSR_OK) {
-        msr_free(v);
-        return MSR_ERR_NO_MEMORY;
-    }
-    msr_free(old);
-    return MSR_OK;
+    msr_status_t st = msr_store_core_load_set(c->store, k->key, k->value.data, k->value.len);
+    return st == MSR_ERR_INVALID_ARG ? MSR_ERR_CORRUPT : st;
 }
 
 static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs, size_t n)
@@ -664,11 +650,6 @@ static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs,
             return st == MSR_ERR_INVALID_ARG ? MSR_ERR_CORRUPT : st;
     }
     return MSR_OK;
-}
-
-static void kv_free_value(void *v)
-{
-    msr_free(v);
 }
 
 /* On failure msr_err_msg() says what is wrong (or nothing, for memory). */
@@ -699,13 +680,12 @@ static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch)
             ch->requests[i]->method >= MSR_RPC_METHOD_COUNT)
             return MSR_ERR_CORRUPT;
     if (ch->store_cleared) {
-        msr_map_cleanup(msr_store_core_map(c->store), kv_free_value);
+        msr_store_core_load_clear(c->store);
         msr_coord_requests_clear(c);
     }
     msr_status_t st = ch->job ? job_apply(c, ch->job) : MSR_OK;
     for (size_t i = 0; st == MSR_OK && i < ch->n_deleted; i++)
-        msr_free(
-            msr_map_remove(msr_store_core_map(c->store), ch->deleted[i] ? ch->deleted[i] : ""));
+        msr_store_core_load_delete(c->store, ch->deleted[i] ? ch->deleted[i] : "");
     for (size_t i = 0; st == MSR_OK && i < ch->n_set; i++)
         st = key_apply(c, ch->set[i]);
     if (st == MSR_OK)

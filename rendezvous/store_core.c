@@ -1096,18 +1096,56 @@ size_t msr_store_core_keys(const msr_store_core_t *c)
     return c->store.count;
 }
 
-msr_map_t *msr_store_core_map(msr_store_core_t *c)
+typedef struct foreach_arg {
+    void (*fn)(const char *key, const msr_store_value_t *value, void *arg);
+    void *arg;
+} foreach_arg_t;
+
+static void foreach_key(const char *key, void *value, void *arg)
 {
-    return &c->store;
+    foreach_arg_t *f = arg;
+    f->fn(key, value, f->arg);
 }
 
-static void usage_count_key(const char *key, void *value, void *arg)
+void msr_store_core_foreach(const msr_store_core_t *c,
+                            void (*fn)(const char *key, const msr_store_value_t *value, void *arg),
+                            void *arg)
 {
-    msr_store_usage_put(arg, key, 0, 0, ((const kv_t *)value)->len);
+    foreach_arg_t f = {fn, arg};
+    msr_map_foreach(&c->store, foreach_key, &f);
 }
 
-void msr_store_core_recount(msr_store_core_t *c)
+const msr_store_value_t *msr_store_core_value(const msr_store_core_t *c, const char *key)
 {
-    memset(&c->usage, 0, sizeof c->usage);
-    msr_map_foreach(&c->store, usage_count_key, &c->usage);
+    return msr_map_get(&c->store, key);
+}
+
+msr_status_t msr_store_core_load_set(msr_store_core_t *c, const char *key, const void *data,
+                                     size_t len)
+{
+    if (!msr_rpc_key_valid(key))
+        return MSR_ERR_INVALID_ARG;
+    kv_t *v = kv_new(data, len);
+    void *old = NULL;
+    if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
+        msr_free(v);
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
+    kv_free(old);
+    return MSR_OK;
+}
+
+void msr_store_core_load_delete(msr_store_core_t *c, const char *key)
+{
+    kv_t *v = msr_map_remove(&c->store, key);
+    if (v)
+        msr_store_usage_remove(&c->usage, key, v->len);
+    kv_free(v);
+}
+
+void msr_store_core_load_clear(msr_store_core_t *c)
+{
+    msr_map_cleanup(&c->store, kv_free);
+    memset(&c->usage, 0, sizeof c->usage); /* no call is held: the keys were all it counted */
 }

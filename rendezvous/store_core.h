@@ -34,7 +34,7 @@ typedef struct msr_blob {
 msr_blob_t *msr_blob_pack(const ProtobufCMessage *msg);
 void msr_blob_unref(msr_blob_t *blob);
 
-/* A stored value (the values of msr_store_core_map). */
+/* A stored value (msr_store_core_foreach, msr_store_core_value). */
 typedef struct msr_store_value {
     size_t len;
     uint8_t data[];
@@ -128,14 +128,26 @@ void msr_store_core_reset(msr_store_core_t *core, const char *why);
 /* The number of keys stored. */
 size_t msr_store_core_keys(const msr_store_core_t *core);
 
-/* The stored keys (values: msr_store_value_t, allocated with msr_malloc),
- * for the coordinator's state file to save and load. Whoever changes the
- * map directly calls msr_store_core_recount before the next call. */
-msr_map_t *msr_store_core_map(msr_store_core_t *core);
+/* The stored keys, for the coordinator's state file to save: fn gets each
+ * key and its value, in no order; both stay valid until the store
+ * changes, and fn must not change it. */
+void msr_store_core_foreach(const msr_store_core_t *core,
+                            void (*fn)(const char *key, const msr_store_value_t *value, void *arg),
+                            void *arg);
 
-/* Recomputes the store's usage from its keys, while no call is held (after a
- * load: a resumed store may already pass lowered limits, then only removals
- * and shrinking writes succeed). */
-void msr_store_core_recount(msr_store_core_t *core);
+/* The value stored under key, or NULL; valid until the store changes. */
+const msr_store_value_t *msr_store_core_value(const msr_store_core_t *core, const char *key);
+
+/* Reading a saved store back, while the core holds no call: load_set
+ * stores len bytes of data under key, load_delete removes key, load_clear
+ * empties the store. What they load counts against the limits but is never
+ * refused (a resumed store may already pass lowered limits: then only
+ * removals and shrinking writes succeed), and they tell nobody (no
+ * key_changed, no held call woken). load_set: MSR_ERR_INVALID_ARG for a
+ * bad key, MSR_ERR_NO_MEMORY (the store unchanged). */
+msr_status_t msr_store_core_load_set(msr_store_core_t *core, const char *key, const void *data,
+                                     size_t len);
+void msr_store_core_load_delete(msr_store_core_t *core, const char *key);
+void msr_store_core_load_clear(msr_store_core_t *core);
 
 #endif

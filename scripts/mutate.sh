@@ -465,7 +465,9 @@ file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->getwait, getwait_free);
 ===
+    msr_map_cleanup(&c->getwait, getwait_free);
 >>>
 
 # ---- add's limits, barriers and allgathers
