@@ -1143,7 +1143,7 @@ test: ^test_coord$
 >>>
 
 @ coord.output_ask_held
-file: cluster/coord.c
+file: cluster/members.c
 test: ^test_coord$
 <<<
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
@@ -1153,7 +1153,7 @@ test: ^test_coord$
 >>>
 
 @ coord.root_cause_never_replaced
-file: cluster/coord.c
+file: cluster/generation.c
 test: ^test_coord$
 <<<
     } else if ((e->exit_code != 0 || e->signal != 0) && !e->after_peer_lost &&
