@@ -823,33 +823,35 @@ static msr_blob_t *gather_result(const gather_t *g)
     return blob;
 }
 
-static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+/* Checks an allgather request against itself, the job and an allgather
+ * in progress (g, or NULL), every entry before any is taken, so a bad
+ * request changes nothing (a duplicate inside the request is caught while
+ * taking, and undone); then whether the store's limits admit its bytes
+ * (and the allgather's name and table when it is the first). 0 when the
+ * call was refused. */
+static int gather_admit(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req,
+                        const gather_t *g)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
-        return;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
         msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
                       "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
                       req->count, most);
-        return;
+        return 0;
     }
     if (req->n_entries == 0 || req->n_entries > req->count) {
         msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
                       "allgather '%.200s': %zu contributions for a count of %u", req->name,
                       req->n_entries, req->count);
-        return;
+        return 0;
     }
-    gather_t *g = msr_map_get(&c->gathers, req->name);
     if (g != NULL && g->count != req->count) {
-        msr_held_fail(
-            c->held, call, MSR_RPC_INVALID_ARGUMENT,
-            "allgather '%.200s': count %u differs from the %u given by earlier participants",
-            req->name, req->count, g->count);
-        return;
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': count %u differs from the %u given by earlier "
+                      "participants",
+                      req->name, req->count, g->count);
+        return 0;
     }
-    /* Check every entry before taking any, so a bad request changes nothing
-     * (a duplicate inside the request is caught while taking, and undone). */
     uint64_t bytes = 0;
     for (size_t i = 0; i < req->n_entries; i++) {
         const Msr__Contribution *e = req->entries[i];
@@ -860,53 +862,61 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
                           e->index >= req->count      ? "not below the count"
                           : e->data.len <= UINT32_MAX ? "given twice"
                                                       : "too large");
-            return;
+            return 0;
         }
         if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len) !=
             MSR_OK) {
             msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
-            return;
+            return 0;
         }
         bytes += e->data.len;
     }
-    if (g == NULL) {
-        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
-            return;
-    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0,
-                                          bytes) != MSR_OK) {
+    if (g == NULL)
+        return name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count));
+    if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes) !=
+        MSR_OK) {
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
-        return;
+        return 0;
     }
-    int created = 0;
-    if (g == NULL) {
-        size_t nl = strlen(req->name);
-        g = msr_calloc(1, sizeof *g + nl + 1);
+    return 1;
+}
+
+/* A new allgather of count entries under name, listed and counted in the
+ * store's usage; NULL when out of memory. */
+static gather_t *gather_new(msr_store_core_t *c, const char *name, uint32_t count)
+{
+    size_t nl = strlen(name);
+    gather_t *g = msr_calloc(1, sizeof *g + nl + 1);
+    if (g)
+        g->entries = msr_calloc(count, sizeof *g->entries);
+    if (g == NULL || g->entries == NULL || msr_map_put(&c->gathers, name, g, NULL) != MSR_OK) {
         if (g)
-            g->entries = msr_calloc(req->count, sizeof *g->entries);
-        if (g == NULL || g->entries == NULL ||
-            msr_map_put(&c->gathers, req->name, g, NULL) != MSR_OK) {
-            if (g)
-                msr_free(g->entries);
-            msr_free(g);
-            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(g->name, req->name, nl + 1);
-        g->count = req->count;
-        msr_list_init(&g->waiters);
-        msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
-        c->usage.bytes += gather_table(g->count);
-        created = 1;
+            msr_free(g->entries);
+        msr_free(g);
+        return NULL;
     }
-    const char *bad = NULL;
-    for (size_t i = 0; i < req->n_entries && bad == NULL; i++) {
+    memcpy(g->name, name, nl + 1);
+    g->count = count;
+    msr_list_init(&g->waiters);
+    msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
+    c->usage.bytes += gather_table(g->count);
+    return g;
+}
+
+/* Takes the request's contributions into g: MSR_OK, MSR_ERR_INVALID_ARG
+ * when an index is given twice inside the request, MSR_ERR_NO_MEMORY. On
+ * failure what was taken stays (gather_withdraw undoes it). */
+static msr_status_t gather_take(msr_store_core_t *c, gather_t *g, void *call,
+                                const Msr__AllgatherRequest *req)
+{
+    for (size_t i = 0; i < req->n_entries; i++) {
         const Msr__Contribution *e = req->entries[i];
         gather_entry_t *ge = &g->entries[e->index];
-        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
-        if (copy == NULL) {
-            bad = ge->present ? "given twice" : "out of memory";
-            break;
-        }
+        if (ge->present)
+            return MSR_ERR_INVALID_ARG;
+        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
+        if (copy == NULL)
+            return MSR_ERR_NO_MEMORY;
         if (e->data.len)
             memcpy(copy, e->data.data, e->data.len);
         ge->data = copy;
@@ -917,31 +927,13 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
         c->usage.bytes += e->data.len;
         g->received++;
     }
-    waiter_t *w = NULL;
-    if (bad == NULL && g->received < g->count) {
-        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        w = waiter_new(c, call, MSR_HELD_ALLGATHER, g, &g->waiters, wait);
-        if (w == NULL)
-            bad = "out of memory";
-        else {
-            return;
-        }
-    }
-    if (bad != NULL) {
-        /* Undo this request's entries: it failed as a whole. */
-        gather_withdraw(c, g, call);
-        if (created || msr_list_empty(&g->waiters)) {
-            gather_unlist(c, g);
-            gather_free(g);
-        }
-        if (strcmp(bad, "out of memory") == 0)
-            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        else
-            msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
-                          "allgather '%.200s': an index is %s", req->name, bad);
-        return;
-    }
-    /* Complete: pack the result once and send it to every participant. */
+    return MSR_OK;
+}
+
+/* Every contribution is in: packs the result once and sends it to every
+ * participant, call last, and forgets the allgather. */
+static void gather_complete(msr_store_core_t *c, gather_t *g, void *call)
+{
     gather_unlist(c, g);
     msr_blob_t *blob = gather_result(g);
     msr_list_t *pos, *tmp;
@@ -961,6 +953,42 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     msr_blob_unref(blob);
     gather_free(g);
+}
+
+static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
+        return;
+    gather_t *g = msr_map_get(&c->gathers, req->name);
+    if (!gather_admit(c, call, req, g))
+        return;
+    int created = g == NULL;
+    if (created && (g = gather_new(c, req->name, req->count)) == NULL) {
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    msr_status_t st = gather_take(c, g, call, req);
+    if (st == MSR_OK && g->received == g->count) {
+        gather_complete(c, g, call);
+        return;
+    }
+    if (st == MSR_OK) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        if (waiter_new(c, call, MSR_HELD_ALLGATHER, g, &g->waiters, wait) != NULL)
+            return;
+        st = MSR_ERR_NO_MEMORY;
+    }
+    /* Undo this request's entries: it failed as a whole. */
+    gather_withdraw(c, g, call);
+    if (created || msr_list_empty(&g->waiters)) {
+        gather_unlist(c, g);
+        gather_free(g);
+    }
+    if (st == MSR_ERR_NO_MEMORY)
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    else
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': an index is given twice", req->name);
 }
 
 /* ---- held calls that give up ---- */

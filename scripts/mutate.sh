@@ -511,18 +511,18 @@ test: ^test_coord$
 file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
-        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
+        if (ge->present)
+            return MSR_ERR_INVALID_ARG;
 ===
-        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
 >>>
 
 @ coord.allgather.completes_one_early
 file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
-    if (bad == NULL && g->received < g->count) {
+    if (st == MSR_OK && g->received == g->count) {
 ===
-    if (bad == NULL && g->received + 1 < g->count) {
+    if (st == MSR_OK && g->received + 1 >= g->count) {
 >>>
 
 @ coord.set.waiters_not_woken
