@@ -43,7 +43,7 @@ static answer_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code
     return a;
 }
 
-void msr_coord_answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message)
+static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message)
 {
     if (must_hold(c) && hold(c, call, NULL, code, message) != NULL)
         return;
@@ -254,7 +254,7 @@ static void answer_cancelled(void *ctx, msr_held_t *h)
 
 static void io_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
 {
-    msr_coord_answer_fail(ctx, call, code, message);
+    answer_fail(ctx, call, code, message);
 }
 
 static uint64_t io_deadline(void *ctx, void *call)

@@ -245,9 +245,9 @@ static inline msr_log_level_t outcome_level(const msr_coord_t *c)
 /* ---- answer.c: how the core answers ---- */
 
 /* Sets up the table of held calls (c->held) with the responder as its io
- * (a failure goes through msr_coord_answer_fail; a held call is answered
- * 200 ms before its client's deadline, so the client hears why) and the
- * held answers' kind. */
+ * (a failure is held like any answer while changes wait for a save; a held
+ * call is answered 200 ms before its client's deadline, so the client
+ * hears why) and registers the held answers' kind. */
 void msr_coord_held_init(msr_coord_t *c);
 
 /* Answer a call at once or, while changes wait for a save, hold the answer
@@ -256,7 +256,6 @@ void msr_coord_held_init(msr_coord_t *c);
  * with the same request id learns its outcome). */
 void msr_coord_reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp);
 void msr_coord_answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob);
-void msr_coord_answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const char *message);
 
 /* Sends every held answer; after a failed save (why != NULL) fails them
  * instead, saying why. */
@@ -298,10 +297,6 @@ void msr_coord_wake_heartbeats(msr_coord_t *c);
 void msr_coord_check_nodes(msr_coord_t *c, uint64_t now);
 
 /* ---- generation.c: the job's state and generations ---- */
-
-/* Sets the job's state (its forming deadline with it) and wakes every held
- * heartbeat. */
-void msr_coord_set_state(msr_coord_t *c, Msr__JobState s);
 
 /* Ends the running generation after a failure: a new one if restarts
  * remain, else the job fails. Takes the tail strings of f. */

@@ -20,7 +20,7 @@
 
 static void fail_job(msr_coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-void msr_coord_set_state(msr_coord_t *c, Msr__JobState s)
+static void set_state(msr_coord_t *c, Msr__JobState s)
 {
     if (c->state != s)
         MSR_INFO("job %s: generation %d %s", c->job_id ? c->job_id : "?", c->generation,
@@ -79,7 +79,7 @@ void msr_coord_generation_failed(msr_coord_t *c, msr_failure_t *f)
                  c->max_restarts, what);
         MSR_LOG(outcome_level(c), "job %s: %s", c->job_id, c->message);
         start_generation(c, c->generation + 1, what);
-        msr_coord_set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+        set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
         return;
     }
     if (c->max_restarts > 0)
@@ -88,7 +88,7 @@ void msr_coord_generation_failed(msr_coord_t *c, msr_failure_t *f)
     else
         snprintf(c->message, sizeof c->message, "%s", what);
     MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id, c->message);
-    msr_coord_set_state(c, MSR__JOB_STATE__JOB_FAILED);
+    set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
 /* Replaces the root cause of the generation that ended (c->failure, which
@@ -128,7 +128,7 @@ static void fail_job(msr_coord_t *c, const char *fmt, ...)
     vsnprintf(c->message, sizeof c->message, fmt, ap);
     va_end(ap);
     MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id ? c->job_id : "?", c->message);
-    msr_coord_set_state(c, MSR__JOB_STATE__JOB_FAILED);
+    set_state(c, MSR__JOB_STATE__JOB_FAILED);
 }
 
 /* Elastic: the members of the next generation in a stable order: the ranks
@@ -217,7 +217,7 @@ void msr_coord_try_form(msr_coord_t *c)
     c->message[0] = '\0';
     MSR_INFO("job %s: generation %d formed with %d nodes (%d workers)", c->job_id, c->generation,
              c->node_count, world_size(c));
-    msr_coord_set_state(c, MSR__JOB_STATE__JOB_RUNNING);
+    set_state(c, MSR__JOB_STATE__JOB_RUNNING);
 }
 
 void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
@@ -244,7 +244,7 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
                 if (c->ndone == world_size(c)) {
                     snprintf(c->message, sizeof c->message, "all %d workers exited 0",
                              world_size(c));
-                    msr_coord_set_state(c, MSR__JOB_STATE__JOB_DONE);
+                    set_state(c, MSR__JOB_STATE__JOB_DONE);
                 }
             }
         } else {
@@ -287,7 +287,7 @@ void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
                      joined, joined == 1 ? "" : "s", alive_nodes(c));
             MSR_INFO("job %s: %s", c->job_id, c->message);
             start_generation(c, c->generation + 1, "nodes joined");
-            msr_coord_set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+            set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
         } else {
             msr_coord_try_form(c);
         }

@@ -5,10 +5,10 @@
  * through the ops they give it.
  *
  * A call that must wait (a get of a key not yet set, a barrier or allgather
- * not yet complete) is held by the core until what it waits for happens, its
- * deadline passes (msr_store_core_tick) or its owner cancels it. Each call is
- * answered exactly once through reply, reply_blob, reply_write or fail,
- * unless msr_store_core_cancel takes it back first. Every function must be
+ * not yet complete) is held by the core (a held call, held.h) until what it
+ * waits for happens, its deadline passes (msr_store_core_tick) or its owner
+ * cancels it. Each call is answered exactly once through reply, reply_blob,
+ * reply_write or fail, unless msr_store_core_cancel takes it back first. Every function must be
  * called from one thread at a time (the owner's lock or thread). */
 #ifndef MSR_RENDEZVOUS_STORE_CORE_H
 #define MSR_RENDEZVOUS_STORE_CORE_H
@@ -121,8 +121,8 @@ void msr_store_core_tick(msr_store_core_t *core, uint64_t now);
  * MSR_DEADLINE_NEVER. */
 uint64_t msr_store_core_next_deadline(const msr_store_core_t *core);
 
-/* Fails every held call with ABORTED and message why, and empties the store
- * (a new generation starts from nothing). */
+/* Fails every store call the core holds with ABORTED and message why, and
+ * empties the store (a new generation starts from nothing). */
 void msr_store_core_reset(msr_store_core_t *core, const char *why);
 
 /* The number of keys stored. */
