@@ -3,7 +3,6 @@
  * the answers of writes kept by request id, so that a retried write is
  * answered as the first time instead of applied again. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

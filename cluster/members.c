@@ -2,7 +2,6 @@
  * heartbeats held as long polls until the job changes, leaves, and nodes
  * declared lost when they fall silent. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,6 @@
 #include "rendezvous/store_core.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
