@@ -8,38 +8,26 @@
 #include "base/buf.h"
 #include "base/heap.h"
 #include "base/list.h"
+#include "base/log.h"
 #include "base/map.h"
 #include "cluster/coord.h"
 #include "cluster/failure.h"
 #include "cluster/straggler.h"
+#include "rendezvous/held.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/store_core.h"
 
-/* What a call's data slot holds: the store core's waiter (its first int is
- * MSR_STORE_SLOT_WAIT), a held heartbeat (waiter_t) or a held answer
- * (held_t); kind comes first in each. */
-typedef enum waiter_kind { W_HEARTBEAT = MSR_STORE_SLOT_USER, W_HELD } waiter_kind_t;
-
-/* A heartbeat the core holds until the job changes or its deadline passes. */
-typedef struct waiter {
-    int kind;          /* W_HEARTBEAT */
-    msr_timer_t timer; /* armed unless the wait has no deadline */
-    void *call;
-    void *owner;     /* node_t */
-    msr_list_t link; /* not in a list: heartbeats are found through their node */
-} waiter_t;
-
 /* An answer held until the changes it may reflect are saved (group commit):
- * released in order after the next save, or failed when the save
- * fails. */
-typedef struct held {
-    int kind;        /* W_HELD */
-    msr_list_t link; /* in msr_coord.held, oldest first */
-    void *call;
+ * a held call (rendezvous/held.h) of kind MSR_HELD_ANSWER, in
+ * msr_coord.answers, released in order after the next save, or failed when
+ * the save fails. A held heartbeat is a bare msr_held_t of kind
+ * MSR_HELD_HEARTBEAT whose owner is its node_t. */
+typedef struct answer {
+    msr_held_t held;
     msr_blob_t *blob;    /* the packed answer, or NULL for a failure */
     msr_rpc_code_t code; /* the failure's status */
     char message[];      /* the failure's message */
-} held_t;
+} answer_t;
 
 /* A write applied for (client_id, request_id), remembered so that a retry of
  * it gets the same answer instead of being applied again. */
@@ -60,9 +48,6 @@ typedef struct request_rec {
  * generation's root cause, oldest first; past this many the oldest goes. */
 #define MSR_FAILURE_HISTORY 16
 
-/* A stored value (persist.c saves and loads the store's map). */
-typedef msr_store_value_t kv_t;
-
 typedef struct node {
     char id[32];
     char *host;
@@ -74,7 +59,7 @@ typedef struct node {
     uint64_t last_seen;
     uint64_t suspect_until; /* its connection broke: lost unless it calls by then */
     uint64_t joined_seq;    /* order of arrival */
-    waiter_t *hb;           /* the held heartbeat, if any */
+    msr_held_t *hb;         /* the held heartbeat, if any */
 } node_t;
 
 /* What the coordinator knows of a rank's progress (observe.c), for the
@@ -177,7 +162,7 @@ struct msr_coord {
     node_t **nodes;
     size_t nnodes, cap;
     msr_store_core_t *store; /* keys, waits, barriers, allgathers (store_core.h) */
-    msr_heap_t timers;       /* held heartbeats */
+    msr_held_calls_t held;   /* every held call: the store's waits, heartbeats, answers */
     uint64_t form_deadline, next_check;
     uint64_t last_call; /* elastic: form (or take in joiners) at this time */
     uint64_t join_seq;
@@ -187,7 +172,7 @@ struct msr_coord {
     int dirty;             /* the job's record (members, state, generation, done ranks) */
     msr_map_t dirty_keys;  /* store keys set or deleted */
     int store_cleared;     /* the store was emptied (a new generation) */
-    msr_list_t held;       /* answers held until the next save (held_t) */
+    msr_list_t answers;    /* answers held until the next save (answer_t) */
     msr_list_t requests;   /* writes remembered for retries (request_rec_t) */
     msr_map_t request_map; /* the same, by request_key() */
     size_t request_bytes;  /* their answers' bytes */
@@ -215,6 +200,123 @@ struct msr_coord {
  * change is saved before the answers given after it are released). */
 #define MARK_DIRTY(c, level) ((void)(level), (c)->dirty = 1)
 
+/* ---- small facts of the job, for every file of the core ---- */
+
+static inline int state_terminal(Msr__JobState s)
+{
+    return s == MSR__JOB_STATE__JOB_DONE || s == MSR__JOB_STATE__JOB_FAILED;
+}
+
+static inline int state_forming(Msr__JobState s)
+{
+    return s == MSR__JOB_STATE__JOB_WAITING || s == MSR__JOB_STATE__JOB_RESTARTING;
+}
+
+static inline int elastic(const msr_coord_t *c)
+{
+    return c->min_nodes > 0 && c->max_nodes > c->min_nodes;
+}
+
+/* The world size of the running generation. */
+static inline int world_size(const msr_coord_t *c)
+{
+    return c->node_count * c->local_worker_num;
+}
+
+static inline int alive_nodes(const msr_coord_t *c)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->nnodes; i++)
+        n += c->nodes[i]->alive;
+    return n;
+}
+
+static inline int ready_for(const msr_coord_t *c, const node_t *n)
+{
+    return n->alive && n->ready_generation >= c->generation;
+}
+
+/* How loud a restart or the job's failure is (see outcome_reported). */
+static inline msr_log_level_t outcome_level(const msr_coord_t *c)
+{
+    return c->config.outcome_reported ? MSR_LOG_INFO : MSR_LOG_WARN;
+}
+
+/* ---- answer.c: how the core answers ---- */
+
+/* Sets up the table of held calls (c->held) with the responder as its io
+ * (a failure is held like any answer while changes wait for a save; a held
+ * call is answered 200 ms before its client's deadline, so the client
+ * hears why) and registers the held answers' kind. */
+void msr_coord_held_init(msr_coord_t *c);
+
+/* Answer a call at once or, while changes wait for a save, hold the answer
+ * until msr_coord_commit (an answer that cannot be held for lack of memory
+ * fails with RESOURCE_EXHAUSTED: its change stays and is saved; a retry
+ * with the same request id learns its outcome). */
+void msr_coord_reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp);
+void msr_coord_answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob);
+
+/* Sends every held answer; after a failed save (why != NULL) fails them
+ * instead, saying why. */
+void msr_coord_answers_release(msr_coord_t *c, const char *why);
+
+/* Saves what changed and releases the answers that waited for it; after a
+ * failed save the next attempt waits about 100 ms. */
+void msr_coord_commit(msr_coord_t *c);
+
+/* A write carrying a request id the core has applied before: answers it as
+ * the first time and returns 1 (else 0). */
+int msr_coord_request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
+                           uint64_t request_id);
+
+/* Answers a write and, when it carries a request id, remembers the answer
+ * (saved with the write: a retry after a restart is answered from it). */
+void msr_coord_reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
+                           uint64_t request_id, const ProtobufCMessage *resp);
+
+/* ---- members.c: nodes and their heartbeats ---- */
+
+/* Registers the held heartbeats' kind in c->held. */
+void msr_coord_heartbeats_init(msr_coord_t *c);
+
+/* Join, Heartbeat and Leave calls. */
+void msr_coord_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req);
+void msr_coord_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest *req);
+void msr_coord_leave(msr_coord_t *c, void *call, const Msr__LeaveRequest *req);
+
+/* The node of id, or NULL. */
+node_t *msr_coord_node_find(msr_coord_t *c, const char *id);
+
+/* Answers every held heartbeat: the job's state or generation changed. */
+void msr_coord_wake_heartbeats(msr_coord_t *c);
+
+/* The tick's part: declares lost the nodes silent past the node timeout or
+ * whose connection broke and who did not call again (checked every
+ * quarter of the node timeout, c->next_check). */
+void msr_coord_check_nodes(msr_coord_t *c, uint64_t now);
+
+/* ---- generation.c: the job's state and generations ---- */
+
+/* Ends the running generation after a failure: a new one if restarts
+ * remain, else the job fails. Takes the tail strings of f. */
+void msr_coord_generation_failed(msr_coord_t *c, msr_failure_t *f);
+
+/* Forms the generation once enough nodes are ready for it. */
+void msr_coord_try_form(msr_coord_t *c);
+
+/* A Report call: a worker's exit. */
+void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req);
+
+/* The tick's part: takes nodes that joined an elastic job in (or forms
+ * once its last call passed), and fails a generation that did not form in
+ * time. */
+void msr_coord_check_forming(msr_coord_t *c, uint64_t now);
+
+/* coord.c: fails every waiting store call and empties the store (a new
+ * generation starts from nothing). */
+void msr_coord_store_reset(msr_coord_t *c, const char *why);
+
 /* What node n is doing, in the words of NodeStatus.state. */
 char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);
 
@@ -229,10 +331,10 @@ void msr_coord_obs_cleanup(msr_coord_t *c);
 int msr_coord_output_unsent(const msr_coord_t *c, const node_t *n);
 size_t msr_coord_output_ranks(msr_coord_t *c, const node_t *n, int32_t *ranks, size_t max);
 void msr_coord_output_take(msr_coord_t *c, const node_t *n, const Msr__HeartbeatRequest *req);
-/* coord.c: answers node n's held heartbeat now (if one is held). */
+/* members.c: answers node n's held heartbeat now (if one is held). */
 void msr_coord_wake_node(msr_coord_t *c, node_t *n);
 
-/* Shared between coord.c and persist.c. */
+/* members.c and generation.c, shared with persist.c. */
 msr_status_t msr_coord_settings_valid(msr_coord_t *c);
 node_t *msr_coord_node_add(msr_coord_t *c, const char *host);
 /* Appends a copy of f, without its stderr tail, to the failure history,
@@ -280,7 +382,7 @@ msr_status_t msr_coord_etcd_save(msr_coord_t *c);
 msr_status_t msr_coord_etcd_load(msr_coord_t *c);
 void msr_coord_etcd_close(msr_coord_t *c);
 
-/* Request records (coord.c): the key a record is found by, and how one is
+/* Request records (answer.c): the key a record is found by, and how one is
  * added (from a save or from the state file); takes nothing on failure. */
 void msr_coord_request_key(uint64_t client_id, uint64_t request_id, char out[40]);
 msr_status_t msr_coord_request_add(msr_coord_t *c, uint64_t client_id, uint64_t request_id,

@@ -195,13 +195,12 @@ typedef struct kv_collect {
     size_t n, ndeleted;
 } kv_collect_t;
 
-static void collect_key(const char *key, void *value, void *arg)
+static void collect_key(const char *key, const msr_store_value_t *v, void *arg)
 {
     kv_collect_t *k = arg;
-    kv_t *v = value;
     msr__persisted_key__init(&k->keys[k->n]);
     k->keys[k->n].key = (char *)key;
-    k->keys[k->n].value.data = v->data;
+    k->keys[k->n].value.data = (uint8_t *)v->data;
     k->keys[k->n].value.len = v->len;
     k->ptrs[k->n] = &k->keys[k->n];
     k->n++;
@@ -212,7 +211,7 @@ static void collect_dirty(const char *key, void *value, void *arg)
 {
     (void)value;
     kv_collect_t *k = arg;
-    kv_t *v = msr_map_get(msr_store_core_map(k->c->store), key);
+    const msr_store_value_t *v = msr_store_core_value(k->c->store, key);
     if (v)
         collect_key(key, v, arg);
     else
@@ -323,7 +322,7 @@ static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, size_t *len_p)
     kc.ptrs = msr_calloc(nk, sizeof *kc.ptrs);
     if (kc.keys == NULL || kc.ptrs == NULL)
         goto out;
-    msr_map_foreach(msr_store_core_map(c->store), collect_key, &kc);
+    msr_store_core_foreach(c->store, collect_key, &kc);
     ps.n_store = kc.n;
     ps.store = kc.ptrs;
     ps.n_requests = rc.n;
@@ -635,21 +634,8 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
 
 static msr_status_t key_apply(msr_coord_t *c, const Msr__PersistedKey *k)
 {
-    if (!msr_rpc_key_valid(k->key))
-        return MSR_ERR_CORRUPT;
-    kv_t *v = msr_malloc(sizeof *v + k->value.len);
-    if (v == NULL)
-        return MSR_ERR_NO_MEMORY;
-    v->len = k->value.len;
-    if (v->len)
-        memcpy(v->data, k->value.data, v->len);
-    void *old = NULL;
-    if (msr_map_put(msr_store_core_map(c->store), k->key, v, &old) != MSR_OK) {
-        msr_free(v);
-        return MSR_ERR_NO_MEMORY;
-    }
-    msr_free(old);
-    return MSR_OK;
+    msr_status_t st = msr_store_core_load_set(c->store, k->key, k->value.data, k->value.len);
+    return st == MSR_ERR_INVALID_ARG ? MSR_ERR_CORRUPT : st;
 }
 
 static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs, size_t n)
@@ -664,11 +650,6 @@ static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs,
             return st == MSR_ERR_INVALID_ARG ? MSR_ERR_CORRUPT : st;
     }
     return MSR_OK;
-}
-
-static void kv_free_value(void *v)
-{
-    msr_free(v);
 }
 
 /* On failure msr_err_msg() says what is wrong (or nothing, for memory). */
@@ -699,13 +680,12 @@ static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch)
             ch->requests[i]->method >= MSR_RPC_METHOD_COUNT)
             return MSR_ERR_CORRUPT;
     if (ch->store_cleared) {
-        msr_map_cleanup(msr_store_core_map(c->store), kv_free_value);
+        msr_store_core_load_clear(c->store);
         msr_coord_requests_clear(c);
     }
     msr_status_t st = ch->job ? job_apply(c, ch->job) : MSR_OK;
     for (size_t i = 0; st == MSR_OK && i < ch->n_deleted; i++)
-        msr_free(
-            msr_map_remove(msr_store_core_map(c->store), ch->deleted[i] ? ch->deleted[i] : ""));
+        msr_store_core_load_delete(c->store, ch->deleted[i] ? ch->deleted[i] : "");
     for (size_t i = 0; st == MSR_OK && i < ch->n_set; i++)
         st = key_apply(c, ch->set[i]);
     if (st == MSR_OK)
@@ -757,6 +737,82 @@ msr_status_t msr_coord_persist_apply(msr_coord_t *c, const uint8_t *rec, size_t 
     return st;
 }
 
+/* Reads the open state file fd at path whole into *buf_p (one byte more
+ * than *len_p, msr_free'd by the caller). MSR_ERR_CORRUPT when it is not a
+ * regular file of at most FILE_MAX bytes, MSR_ERR_NO_MEMORY, or the read's
+ * error; logged here but for memory. */
+static msr_status_t file_read(int fd, const char *path, uint8_t **buf_p, uint64_t *len_p)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
+        (uint64_t)sb.st_size > FILE_MAX) {
+        MSR_ERROR("the state file %s is not a regular file of at most %llu bytes", path,
+                  (unsigned long long)FILE_MAX);
+        return MSR_ERR_CORRUPT;
+    }
+    uint64_t len = (uint64_t)sb.st_size;
+    uint8_t *buf = msr_malloc(len + 1);
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = msr_read_full(fd, buf, len);
+    if (st != MSR_OK) {
+        MSR_ERROR("cannot read the state file %s: %s", path, msr_status_str(st));
+        msr_free(buf);
+        return st;
+    }
+    *buf_p = buf;
+    *len_p = len;
+    return MSR_OK;
+}
+
+/* Replays the log of changes of a file of len bytes from off, up to its
+ * first torn or corrupt record: a save cut short by a crash (or a damaged
+ * tail), where the file is cut. *nchanges_p: the changes replayed. MSR_OK,
+ * or MSR_ERR_NO_MEMORY. */
+static msr_status_t log_replay(msr_coord_t *c, const char *path, const uint8_t *buf, uint64_t len,
+                               uint64_t off, size_t *nchanges_p)
+{
+    const uint8_t *payload;
+    size_t plen;
+    while (off < len) {
+        Msr__PersistedChange *ch = NULL;
+        if (record_at(buf, len, off, &payload, &plen))
+            ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
+        msr_err_set("torn or fails its CRC");
+        msr_status_t st = ch ? change_apply(c, ch) : MSR_ERR_CORRUPT;
+        msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
+        if (st == MSR_ERR_NO_MEMORY)
+            return st;
+        if (st != MSR_OK) {
+            /* Everything before it was saved whole, nothing after it was
+             * answered. */
+            MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
+                     "%" PRIu64 " bytes",
+                     path, off, msr_err_msg(), len - off);
+            int wfd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
+                MSR_WARN("cannot cut %s: %s (the next save rewrites it)", path, strerror(errno));
+            if (wfd >= 0)
+                close(wfd);
+            break;
+        }
+        off += FRAME_LEN + plen;
+        (*nchanges_p)++;
+    }
+    return MSR_OK;
+}
+
+/* Applies a snapshot of plen bytes at payload; on failure msr_err_msg()
+ * may say what is wrong. */
+static msr_status_t snapshot_read(msr_coord_t *c, const uint8_t *payload, size_t plen)
+{
+    Msr__PersistedState *ps = msr__persisted_state__unpack(&msr_rpc_pb_allocator, plen, payload);
+    msr_err_clear();
+    msr_status_t st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
+    msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+    return st;
+}
+
 msr_status_t msr_coord_persist_load(msr_coord_t *c)
 {
     if (use_etcd(c))
@@ -771,42 +827,20 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         MSR_ERROR("cannot open the state file %s: %s", path, strerror(errno));
         return msr_status_from_errno(errno);
     }
-    struct stat sb;
-    msr_status_t st = MSR_ERR_IO;
     uint8_t *buf = NULL;
     uint64_t len = 0;
     size_t nchanges = 0;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
-        (uint64_t)sb.st_size > FILE_MAX) {
-        MSR_ERROR("the state file %s is not a regular file of at most %llu bytes", path,
-                  (unsigned long long)FILE_MAX);
-        st = MSR_ERR_CORRUPT;
+    msr_status_t st = file_read(fd, path, &buf, &len);
+    if (st != MSR_OK)
         goto out;
-    }
-    len = (uint64_t)sb.st_size;
-    buf = msr_malloc(len + 1);
-    if (buf == NULL) {
-        st = MSR_ERR_NO_MEMORY;
-        goto out;
-    }
-    st = msr_read_full(fd, buf, len);
-    if (st != MSR_OK) {
-        MSR_ERROR("cannot read the state file %s: %s", path, msr_status_str(st));
-        goto out;
-    }
     const uint8_t *payload;
     size_t plen;
     if (len < MAGIC_LEN || memcmp(buf, MAGIC, MAGIC_LEN) != 0) {
         /* The format before the log: one PersistedState. Read it, and write
          * the new format at the first save. */
-        Msr__PersistedState *ps =
-            msr__persisted_state__unpack(&msr_rpc_pb_allocator, (size_t)len, buf);
-        msr_err_clear();
-        st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
-        msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+        st = snapshot_read(c, buf, (size_t)len);
         if (st != MSR_OK)
             goto bad;
-        c->need_snapshot = 1;
         goto done;
     }
     if (!record_at(buf, len, MAGIC_LEN, &payload, &plen)) {
@@ -814,43 +848,16 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         st = MSR_ERR_CORRUPT;
         goto bad;
     }
-    Msr__PersistedState *ps = msr__persisted_state__unpack(&msr_rpc_pb_allocator, plen, payload);
-    msr_err_clear();
-    st = ps ? snapshot_apply(c, ps) : MSR_ERR_CORRUPT;
-    msr__persisted_state__free_unpacked(ps, &msr_rpc_pb_allocator);
+    st = snapshot_read(c, payload, plen);
     if (st != MSR_OK)
         goto bad;
-    uint64_t off = MAGIC_LEN + FRAME_LEN + plen;
-    while (off < len) {
-        Msr__PersistedChange *ch = NULL;
-        if (record_at(buf, len, off, &payload, &plen))
-            ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
-        msr_err_set("torn or fails its CRC");
-        st = ch ? change_apply(c, ch) : MSR_ERR_CORRUPT;
-        msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
-        if (st == MSR_ERR_NO_MEMORY)
-            goto out;
-        if (st != MSR_OK) {
-            /* A save cut short by a crash (or a damaged tail): everything
-             * before it was saved whole, nothing after it was answered. */
-            MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
-                     "%" PRIu64 " bytes",
-                     path, off, msr_err_msg(), len - off);
-            int wfd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-            if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
-                MSR_WARN("cannot cut %s: %s (the next save rewrites it)", path, strerror(errno));
-            if (wfd >= 0)
-                close(wfd);
-            break;
-        }
-        off += FRAME_LEN + plen;
-        nchanges++;
-    }
+    st = log_replay(c, path, buf, len, MAGIC_LEN + FRAME_LEN + plen, &nchanges);
+    if (st != MSR_OK)
+        goto out;
 done:
     /* The first save writes a fresh snapshot: the log starts empty. */
     c->need_snapshot = 1;
     c->dirty = 0;
-    st = MSR_OK;
     MSR_INFO("resumed job %s from %s: generation %d, %zu nodes, %zu keys, %zu changes replayed, "
              "restarts %d of %d",
              c->job_id, path, c->generation, c->nnodes, msr_store_core_keys(c->store), nchanges,

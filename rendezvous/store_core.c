@@ -4,7 +4,6 @@
 #include "rendezvous/store_core.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +16,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
-
-typedef enum waiter_kind { W_GET, W_BARRIER, W_ALLGATHER, W_FETCH } waiter_kind_t;
+#include "rendezvous/held.h"
 
 /* A held Fetch: what it asked for. It waits on the get-wait of one missing
  * key at a time. */
@@ -28,19 +26,17 @@ typedef struct fetch {
     char name[];
 } fetch_t;
 
-/* A call the core holds until something happens or its deadline passes. */
+/* A store call the core holds until something happens or its deadline
+ * passes: a held call (held.h) whose owner is the getwait_t, barrier_t or
+ * gather_t it waits on, in that record's list of waiters. */
 typedef struct waiter {
-    int slot; /* MSR_STORE_SLOT_WAIT: what the call's data slot holds */
-    waiter_kind_t kind;
-    msr_timer_t timer; /* armed unless the wait has no deadline */
-    void *call;
-    void *owner;     /* getwait_t, barrier_t or gather_t */
-    msr_list_t link; /* in the owner's list */
-    int64_t wait_ms;
-    uint32_t weight; /* barrier: the participants this call stands for */
-    fetch_t *fetch;  /* W_FETCH: its request */
-    char what[240];  /* for the deadline message */
+    msr_held_t held;
+    uint32_t weight; /* MSR_HELD_BARRIER: the participants this call stands for */
+    fetch_t *fetch;  /* MSR_HELD_FETCH: its request */
 } waiter_t;
+
+/* The waiter at a link of a record's list of waiters. */
+#define WAITER_AT(pos) MSR_CONTAINER_OF(pos, waiter_t, held.link)
 
 typedef msr_store_value_t kv_t;
 
@@ -79,7 +75,8 @@ struct msr_store_core {
     msr_map_t store, getwait, barriers, gathers;
     msr_store_limits_t limits;
     msr_store_usage_t usage; /* store, waited-on names and allgather contributions */
-    msr_heap_t timers;
+    msr_held_calls_t *held;  /* where its calls are held: own, or its user's (ops.held) */
+    msr_held_calls_t own;
 };
 
 /* ---- blobs ---- */
@@ -129,19 +126,6 @@ static int request_seen(msr_store_core_t *c, void *call, msr_rpc_method_t method
            c->ops.request_seen(c->ops.ctx, call, method, client_id, request_id);
 }
 
-static void fail(msr_store_core_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void fail(msr_store_core_t *c, void *call, msr_rpc_code_t code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    c->ops.fail(c->ops.ctx, call, code, msg);
-}
-
 /* Notes a key as set or deleted. */
 static void mark_key(msr_store_core_t *c, const char *key)
 {
@@ -151,43 +135,19 @@ static void mark_key(msr_store_core_t *c, const char *key)
 
 /* ---- waiters ---- */
 
-static waiter_t *waiter_new(msr_store_core_t *c, void *call, waiter_kind_t kind, void *owner,
+static waiter_t *waiter_new(msr_store_core_t *c, void *call, msr_held_kind_t kind, void *owner,
                             msr_list_t *list, int64_t wait_ms)
 {
-    waiter_t *w = msr_calloc(1, sizeof *w);
-    if (w == NULL)
-        return NULL;
-    msr_timer_init(&w->timer);
-    w->slot = MSR_STORE_SLOT_WAIT;
-    w->kind = kind;
-    w->call = call;
-    w->owner = owner;
-    msr_list_init(&w->link);
-    /* The wait ends at wait_ms or the latest time the user allows. */
-    uint64_t deadline = wait_ms < 0 ? MSR_DEADLINE_NEVER : msr_deadline_in_ms(wait_ms);
-    uint64_t latest = c->ops.deadline(c->ops.ctx, call);
-    if (latest < deadline)
-        deadline = latest;
-    if (deadline != MSR_DEADLINE_NEVER &&
-        msr_heap_push(&c->timers, &w->timer, deadline) != MSR_OK) {
-        msr_free(w);
-        return NULL;
-    }
-    if (list)
-        msr_list_push_back(list, &w->link);
-    c->ops.set_data(c->ops.ctx, call, w);
-    return w;
+    msr_held_t *h = msr_held_wait(c->held, sizeof(waiter_t), kind, call, owner, list, wait_ms);
+    return h ? MSR_CONTAINER_OF(h, waiter_t, held) : NULL;
 }
 
 static void waiter_free(msr_store_core_t *c, waiter_t *w)
 {
-    msr_heap_remove(&c->timers, &w->timer);
-    msr_list_remove(&w->link);
-    c->ops.set_data(c->ops.ctx, w->call, NULL);
     if (w->fetch)
         msr_free(w->fetch->indices);
     msr_free(w->fetch);
-    msr_free(w);
+    msr_held_free(c->held, &w->held);
 }
 
 /* ---- the store ---- */
@@ -230,15 +190,10 @@ static void records_free(msr_store_core_t *c)
     memset(&c->usage, 0, sizeof c->usage);
 }
 
-void msr_store_core_reset(msr_store_core_t *c, const char *why)
+/* Every waiter of a record in maps, freed and (why not NULL) failed with
+ * ABORTED: a store call is always in its record's list while held. */
+static void waiters_end(msr_store_core_t *c, const char *why)
 {
-    for (msr_timer_t **pt = c->timers.items; pt && pt < c->timers.items + c->timers.count;) {
-        waiter_t *w = MSR_CONTAINER_OF(*pt, waiter_t, timer);
-        void *call = w->call;
-        waiter_free(c, w); /* moves another timer into this slot */
-        fail(c, call, MSR_RPC_ABORTED, "%s", why);
-    }
-    /* Waits with no deadline are not in the heap: walk the records. */
     msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
     for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
         for (size_t i = 0; i < maps[m]->nbuckets; i++) {
@@ -249,14 +204,20 @@ void msr_store_core_reset(msr_store_core_t *c, const char *why)
                 msr_list_t *pos, *tmp;
                 msr_list_for_each_safe(pos, tmp, list)
                 {
-                    waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-                    void *call = w->call;
+                    waiter_t *w = WAITER_AT(pos);
+                    void *call = w->held.call;
                     waiter_free(c, w);
-                    fail(c, call, MSR_RPC_ABORTED, "%s", why);
+                    if (why)
+                        msr_held_fail(c->held, call, MSR_RPC_ABORTED, "%s", why);
                 }
             }
         }
     }
+}
+
+void msr_store_core_reset(msr_store_core_t *c, const char *why)
+{
+    waiters_end(c, why);
     records_free(c);
 }
 
@@ -282,7 +243,7 @@ static int name_admit(msr_store_core_t *c, void *call, const char *what, const c
     if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
                                    msr_store_entry_bytes(strlen(name), 0) + more_bytes) == MSR_OK)
         return 1;
-    fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+    msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
     return 0;
 }
 
@@ -329,23 +290,23 @@ static void gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
  * that gives up leaves nothing behind and may be made again. */
 static void waiter_withdraw(msr_store_core_t *c, waiter_t *w)
 {
-    void *call = w->call;
-    waiter_kind_t kind = w->kind;
-    void *owner = w->owner;
+    void *call = w->held.call;
+    msr_held_kind_t kind = w->held.kind;
+    void *owner = w->held.owner;
     uint32_t weight = w->weight;
     waiter_free(c, w);
-    if (kind == W_GET || kind == W_FETCH) {
+    if (kind == MSR_HELD_GET || kind == MSR_HELD_FETCH) {
         getwait_t *gw = owner;
         if (msr_list_empty(&gw->waiters))
             getwait_drop(c, gw);
-    } else if (kind == W_BARRIER) {
+    } else if (kind == MSR_HELD_BARRIER) {
         barrier_t *b = owner;
         b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
         if (msr_list_empty(&b->waiters)) {
             barrier_unlist(c, b);
             barrier_free(b);
         }
-    } else if (kind == W_ALLGATHER) {
+    } else if (kind == MSR_HELD_ALLGATHER) {
         gather_t *g = owner;
         gather_withdraw(c, g, call);
         if (msr_list_empty(&g->waiters)) {
@@ -360,10 +321,11 @@ static int check_generation(msr_store_core_t *c, void *call, int generation)
     int current = c->ops.generation ? c->ops.generation(c->ops.ctx) : generation;
     if (generation == current)
         return 1;
-    fail(c, call, MSR_RPC_ABORTED,
-         "stale generation %d: the job is at generation %d (this process belongs to a round "
-         "that has ended)",
-         generation, current);
+    msr_held_fail(
+        c->held, call, MSR_RPC_ABORTED,
+        "stale generation %d: the job is at generation %d (this process belongs to a round "
+        "that has ended)",
+        generation, current);
     return 0;
 }
 
@@ -371,8 +333,8 @@ static int check_key(msr_store_core_t *c, void *call, const char *what, const ch
 {
     if (msr_rpc_key_valid(key))
         return 1;
-    fail(c, call, MSR_RPC_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)", what,
-         MSR_KEY_MAX);
+    msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT, "%s: bad key (1 to %d printable bytes)",
+                  what, MSR_KEY_MAX);
     return 0;
 }
 
@@ -407,13 +369,13 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &gw->waiters)
     {
-        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-        if (w->kind == W_FETCH) {
-            msr_list_remove(&w->link);
+        waiter_t *w = WAITER_AT(pos);
+        if (w->held.kind == MSR_HELD_FETCH) {
+            msr_list_remove(&w->held.link);
             fetch_advance(c, w);
             continue;
         }
-        void *call = w->call;
+        void *call = w->held.call;
         waiter_free(c, w);
         reply_value(c, call, v);
     }
@@ -425,14 +387,14 @@ static int store_put(msr_store_core_t *c, void *call, const char *key, const voi
     const kv_t *cur = msr_map_get(&c->store, key);
     if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
                                len) != MSR_OK) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;
     }
     kv_t *v = kv_new(data, len);
     void *old = NULL;
     if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
         msr_free(v);
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return 0;
     }
     msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
@@ -470,9 +432,9 @@ static getwait_t *getwait_for(msr_store_core_t *c, void *call, const char *what,
         if (held)
             waiter_free(c, held);
         if (admitted != MSR_OK)
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         else
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return NULL;
     }
     memcpy(gw->key, key, kl + 1);
@@ -491,22 +453,20 @@ static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
         return;
     }
     if (req->wait_ms == 0) {
-        fail(c, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
+        msr_held_fail(c->held, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
         return;
     }
     getwait_t *gw = getwait_for(c, call, "get", req->key, NULL);
     if (gw == NULL)
         return;
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = waiter_new(c, call, W_GET, gw, &gw->waiters, wait);
+    waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait);
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
             getwait_drop(c, gw);
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
-    snprintf(w->what, sizeof w->what, "key '%.200s' was not set", req->key);
-    w->wait_ms = wait;
 }
 
 static int parse_counter(const kv_t *v, int64_t *out)
@@ -527,13 +487,14 @@ static void do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
     int64_t value = 0;
     kv_t *v = msr_map_get(&c->store, req->key);
     if (v && !parse_counter(v, &value)) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "add: key '%.200s' holds a value that is not a counter", req->key);
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "add: key '%.200s' holds a value that is not a counter", req->key);
         return;
     }
     if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
         (req->delta < 0 && value < INT64_MIN - req->delta)) {
-        fail(c, call, MSR_RPC_OUT_OF_RANGE, "add: counter '%.200s' would overflow", req->key);
+        msr_held_fail(c->held, call, MSR_RPC_OUT_OF_RANGE, "add: counter '%.200s' would overflow",
+                      req->key);
         return;
     }
     value += req->delta;
@@ -595,9 +556,9 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
     uint32_t weight = req->weight ? req->weight : 1;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name, req->count,
-             most);
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
+                      req->count, most);
         return;
     }
     barrier_t *b = msr_map_get(&c->barriers, req->name);
@@ -608,7 +569,7 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
         b = msr_calloc(1, sizeof *b + nl + 1);
         if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
             msr_free(b);
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
         memcpy(b->name, req->name, nl + 1);
@@ -616,15 +577,16 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
         msr_list_init(&b->waiters);
         msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
     } else if (b->count != req->count) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "barrier '%.200s': count %u differs from the %u given by earlier participants",
-             req->name, req->count, b->count);
+        msr_held_fail(
+            c->held, call, MSR_RPC_INVALID_ARGUMENT,
+            "barrier '%.200s': count %u differs from the %u given by earlier participants",
+            req->name, req->count, b->count);
         return;
     }
     if (weight > b->count - b->arrived) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "barrier '%.200s': %u more participants than its count of %u", req->name,
-             weight - (b->count - b->arrived), b->count);
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': %u more participants than its count of %u", req->name,
+                      weight - (b->count - b->arrived), b->count);
         if (msr_list_empty(&b->waiters)) {
             barrier_unlist(c, b);
             barrier_free(b);
@@ -634,18 +596,16 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
     b->arrived += weight;
     if (b->arrived < b->count) {
         int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        waiter_t *w = waiter_new(c, call, W_BARRIER, b, &b->waiters, wait);
+        waiter_t *w = waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait);
         if (w == NULL) {
             b->arrived -= weight;
             if (msr_list_empty(&b->waiters)) {
                 barrier_unlist(c, b);
                 barrier_free(b);
             }
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
             return;
         }
-        snprintf(w->what, sizeof w->what, "barrier '%.200s'", req->name);
-        w->wait_ms = wait;
         w->weight = weight;
         return;
     }
@@ -655,8 +615,8 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &b->waiters)
     {
-        waiter_t *w = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *wcall = w->call;
+        waiter_t *w = WAITER_AT(pos);
+        void *wcall = w->held.call;
         waiter_free(c, w);
         reply(c, wcall, &r.base);
     }
@@ -681,8 +641,8 @@ static void do_publish(msr_store_core_t *c, void *call, const Msr__PublishReques
     char key[MSR_KEY_MAX + 1];
     for (size_t i = 0; i < req->n_entries; i++)
         if (!entry_key(key, sizeof key, req->name, req->entries[i]->index)) {
-            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "publish '%.200s': the name is too long",
-                 req->name);
+            msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                          "publish '%.200s': the name is too long", req->name);
             return;
         }
     /* Each entry is a Set: a retry writes the same values again. */
@@ -736,7 +696,7 @@ static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint3
     const kv_t **vals = msr_malloc((n ? n : 1) * sizeof *vals);
     Msr__FetchResponse r;
     if (vals == NULL) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -746,7 +706,7 @@ static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint3
     int packed = msr_store_fetch_pack(vals, n, &r);
     msr_free(vals);
     if (!packed) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     reply(c, call, &r.base);
@@ -771,7 +731,7 @@ static uint32_t fetch_missing(msr_store_core_t *c, const char *name, uint32_t n,
 static void fetch_advance(msr_store_core_t *c, waiter_t *w)
 {
     fetch_t *f = w->fetch;
-    void *call = w->call;
+    void *call = w->held.call;
     f->next = fetch_missing(c, f->name, f->n, f->indices, f->next);
     if (f->next == f->n) {
         w->fetch = NULL;
@@ -786,10 +746,8 @@ static void fetch_advance(msr_store_core_t *c, waiter_t *w)
     getwait_t *gw = getwait_for(c, call, "fetch", key, w);
     if (gw == NULL)
         return;
-    w->owner = gw;
-    msr_list_push_back(&gw->waiters, &w->link);
-    snprintf(w->what, sizeof w->what, "fetch '%.200s': entry %u was not published", f->name,
-             f->indices[f->next]);
+    w->held.owner = gw;
+    msr_list_push_back(&gw->waiters, &w->held.link);
 }
 
 static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *req)
@@ -797,13 +755,15 @@ static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *r
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "fetch", req->name))
         return;
     if (req->n_indices > MSR_FETCH_MAX) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "fetch '%.200s': %zu entries asked, at most %d",
-             req->name, req->n_indices, MSR_FETCH_MAX);
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "fetch '%.200s': %zu entries asked, at most %d", req->name, req->n_indices,
+                      MSR_FETCH_MAX);
         return;
     }
     char key[MSR_KEY_MAX + 1];
     if (req->n_indices > 0 && !entry_key(key, sizeof key, req->name, UINT32_MAX)) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT, "fetch '%.200s': the name is too long", req->name);
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "fetch '%.200s': the name is too long", req->name);
         return;
     }
     uint32_t n = (uint32_t)req->n_indices;
@@ -813,19 +773,19 @@ static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *r
         return;
     }
     if (req->wait_ms == 0) {
-        fail(c, call, MSR_RPC_NOT_FOUND, "fetch '%.200s': entry %u was not published", req->name,
-             req->indices[miss]);
+        msr_held_fail(c->held, call, MSR_RPC_NOT_FOUND,
+                      "fetch '%.200s': entry %u was not published", req->name, req->indices[miss]);
         return;
     }
     size_t nl = strlen(req->name);
     fetch_t *f = msr_calloc(1, sizeof *f + nl + 1);
     uint32_t *indices = msr_malloc(n * sizeof *indices);
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = f && indices ? waiter_new(c, call, W_FETCH, NULL, NULL, wait) : NULL;
+    waiter_t *w = f && indices ? waiter_new(c, call, MSR_HELD_FETCH, NULL, NULL, wait) : NULL;
     if (w == NULL) {
         msr_free(f);
         msr_free(indices);
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
     memcpy(f->name, req->name, nl + 1);
@@ -834,7 +794,6 @@ static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *r
     f->indices = indices;
     f->next = miss;
     w->fetch = f;
-    w->wait_ms = wait;
     fetch_advance(c, w);
 }
 
@@ -863,89 +822,100 @@ static msr_blob_t *gather_result(const gather_t *g)
     return blob;
 }
 
-static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+/* Checks an allgather request against itself, the job and an allgather
+ * in progress (g, or NULL), every entry before any is taken, so a bad
+ * request changes nothing (a duplicate inside the request is caught while
+ * taking, and undone); then whether the store's limits admit its bytes
+ * (and the allgather's name and table when it is the first). 0 when the
+ * call was refused. */
+static int gather_admit(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req,
+                        const gather_t *g)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
-        return;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
-             req->count, most);
-        return;
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': count %u is not in 1..%u (the job's ranks)", req->name,
+                      req->count, most);
+        return 0;
     }
     if (req->n_entries == 0 || req->n_entries > req->count) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "allgather '%.200s': %zu contributions for a count of %u", req->name, req->n_entries,
-             req->count);
-        return;
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': %zu contributions for a count of %u", req->name,
+                      req->n_entries, req->count);
+        return 0;
     }
-    gather_t *g = msr_map_get(&c->gathers, req->name);
     if (g != NULL && g->count != req->count) {
-        fail(c, call, MSR_RPC_INVALID_ARGUMENT,
-             "allgather '%.200s': count %u differs from the %u given by earlier participants",
-             req->name, req->count, g->count);
-        return;
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': count %u differs from the %u given by earlier "
+                      "participants",
+                      req->name, req->count, g->count);
+        return 0;
     }
-    /* Check every entry before taking any, so a bad request changes nothing
-     * (a duplicate inside the request is caught while taking, and undone). */
     uint64_t bytes = 0;
     for (size_t i = 0; i < req->n_entries; i++) {
         const Msr__Contribution *e = req->entries[i];
         if (e->index >= req->count || (g && g->entries[e->index].present) ||
             e->data.len > UINT32_MAX) {
-            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': index %u is %s", req->name,
-                 e->index,
-                 e->index >= req->count      ? "not below the count"
-                 : e->data.len <= UINT32_MAX ? "given twice"
-                                             : "too large");
-            return;
+            msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                          "allgather '%.200s': index %u is %s", req->name, e->index,
+                          e->index >= req->count      ? "not below the count"
+                          : e->data.len <= UINT32_MAX ? "given twice"
+                                                      : "too large");
+            return 0;
         }
         if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len) !=
             MSR_OK) {
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
-            return;
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+            return 0;
         }
         bytes += e->data.len;
     }
-    if (g == NULL) {
-        if (!name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count)))
-            return;
-    } else if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0,
-                                          bytes) != MSR_OK) {
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
-        return;
+    if (g == NULL)
+        return name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count));
+    if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes) !=
+        MSR_OK) {
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
+        return 0;
     }
-    int created = 0;
-    if (g == NULL) {
-        size_t nl = strlen(req->name);
-        g = msr_calloc(1, sizeof *g + nl + 1);
+    return 1;
+}
+
+/* A new allgather of count entries under name, listed and counted in the
+ * store's usage; NULL when out of memory. */
+static gather_t *gather_new(msr_store_core_t *c, const char *name, uint32_t count)
+{
+    size_t nl = strlen(name);
+    gather_t *g = msr_calloc(1, sizeof *g + nl + 1);
+    if (g)
+        g->entries = msr_calloc(count, sizeof *g->entries);
+    if (g == NULL || g->entries == NULL || msr_map_put(&c->gathers, name, g, NULL) != MSR_OK) {
         if (g)
-            g->entries = msr_calloc(req->count, sizeof *g->entries);
-        if (g == NULL || g->entries == NULL ||
-            msr_map_put(&c->gathers, req->name, g, NULL) != MSR_OK) {
-            if (g)
-                msr_free(g->entries);
-            msr_free(g);
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(g->name, req->name, nl + 1);
-        g->count = req->count;
-        msr_list_init(&g->waiters);
-        msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
-        c->usage.bytes += gather_table(g->count);
-        created = 1;
+            msr_free(g->entries);
+        msr_free(g);
+        return NULL;
     }
-    const char *bad = NULL;
-    for (size_t i = 0; i < req->n_entries && bad == NULL; i++) {
+    memcpy(g->name, name, nl + 1);
+    g->count = count;
+    msr_list_init(&g->waiters);
+    msr_store_usage_put(&c->usage, g->name, 0, 0, 0);
+    c->usage.bytes += gather_table(g->count);
+    return g;
+}
+
+/* Takes the request's contributions into g: MSR_OK, MSR_ERR_INVALID_ARG
+ * when an index is given twice inside the request, MSR_ERR_NO_MEMORY. On
+ * failure what was taken stays (gather_withdraw undoes it). */
+static msr_status_t gather_take(msr_store_core_t *c, gather_t *g, void *call,
+                                const Msr__AllgatherRequest *req)
+{
+    for (size_t i = 0; i < req->n_entries; i++) {
         const Msr__Contribution *e = req->entries[i];
         gather_entry_t *ge = &g->entries[e->index];
-        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
-        if (copy == NULL) {
-            bad = ge->present ? "given twice" : "out of memory";
-            break;
-        }
+        if (ge->present)
+            return MSR_ERR_INVALID_ARG;
+        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
+        if (copy == NULL)
+            return MSR_ERR_NO_MEMORY;
         if (e->data.len)
             memcpy(copy, e->data.data, e->data.len);
         ge->data = copy;
@@ -956,100 +926,125 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
         c->usage.bytes += e->data.len;
         g->received++;
     }
-    waiter_t *w = NULL;
-    if (bad == NULL && g->received < g->count) {
-        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        w = waiter_new(c, call, W_ALLGATHER, g, &g->waiters, wait);
-        if (w == NULL)
-            bad = "out of memory";
-        else {
-            snprintf(w->what, sizeof w->what, "allgather '%.200s'", req->name);
-            w->wait_ms = wait;
-            return;
-        }
-    }
-    if (bad != NULL) {
-        /* Undo this request's entries: it failed as a whole. */
-        gather_withdraw(c, g, call);
-        if (created || msr_list_empty(&g->waiters)) {
-            gather_unlist(c, g);
-            gather_free(g);
-        }
-        if (strcmp(bad, "out of memory") == 0)
-            fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-        else
-            fail(c, call, MSR_RPC_INVALID_ARGUMENT, "allgather '%.200s': an index is %s", req->name,
-                 bad);
-        return;
-    }
-    /* Complete: pack the result once and send it to every participant. */
+    return MSR_OK;
+}
+
+/* Every contribution is in: packs the result once and sends it to every
+ * participant, call last, and forgets the allgather. */
+static void gather_complete(msr_store_core_t *c, gather_t *g, void *call)
+{
     gather_unlist(c, g);
     msr_blob_t *blob = gather_result(g);
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &g->waiters)
     {
-        waiter_t *ww = MSR_CONTAINER_OF(pos, waiter_t, link);
-        void *wcall = ww->call;
+        waiter_t *ww = WAITER_AT(pos);
+        void *wcall = ww->held.call;
         waiter_free(c, ww);
         if (blob)
             answer_blob(c, wcall, blob);
         else
-            fail(c, wcall, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            msr_held_fail(c->held, wcall, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
     if (blob)
         answer_blob(c, call, blob);
     else
-        fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     msr_blob_unref(blob);
     gather_free(g);
+}
+
+static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+{
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
+        return;
+    gather_t *g = msr_map_get(&c->gathers, req->name);
+    if (!gather_admit(c, call, req, g))
+        return;
+    int created = g == NULL;
+    if (created && (g = gather_new(c, req->name, req->count)) == NULL) {
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    msr_status_t st = gather_take(c, g, call, req);
+    if (st == MSR_OK && g->received == g->count) {
+        gather_complete(c, g, call);
+        return;
+    }
+    if (st == MSR_OK) {
+        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+        if (waiter_new(c, call, MSR_HELD_ALLGATHER, g, &g->waiters, wait) != NULL)
+            return;
+        st = MSR_ERR_NO_MEMORY;
+    }
+    /* Undo this request's entries: it failed as a whole. */
+    gather_withdraw(c, g, call);
+    if (created || msr_list_empty(&g->waiters)) {
+        gather_unlist(c, g);
+        gather_free(g);
+    }
+    if (st == MSR_ERR_NO_MEMORY)
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    else
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "allgather '%.200s': an index is given twice", req->name);
 }
 
 /* ---- held calls that give up ---- */
 
 int msr_store_core_cancel(msr_store_core_t *c, void *call)
 {
-    waiter_t *w = c->ops.get_data(c->ops.ctx, call);
-    if (w == NULL || w->slot != MSR_STORE_SLOT_WAIT)
-        return 0;
-    waiter_withdraw(c, w);
-    return 1;
+    return msr_held_cancel(c->held, call);
 }
 
-static void waiter_expired(msr_store_core_t *c, waiter_t *w)
+static void held_cancelled(void *ctx, msr_held_t *h)
 {
-    void *call = w->call;
+    waiter_withdraw(ctx, MSR_CONTAINER_OF(h, waiter_t, held));
+}
+
+/* A held store call's deadline passed: it fails, saying what it waited for
+ * and how far that got. */
+static void held_expired(void *ctx, msr_held_t *h)
+{
+    msr_store_core_t *c = ctx;
+    waiter_t *w = MSR_CONTAINER_OF(h, waiter_t, held);
+    void *call = h->call;
+    long long ms = (long long)h->wait_ms;
     char msg[400];
-    switch (w->kind) {
-    case W_BARRIER: {
-        barrier_t *b = w->owner;
-        snprintf(msg, sizeof msg, "%s: %u of %u participants arrived within %lld ms", w->what,
-                 b->arrived, b->count, (long long)w->wait_ms);
+    switch (h->kind) {
+    case MSR_HELD_GET:
+        snprintf(msg, sizeof msg, "key '%.200s' was not set within %lld ms",
+                 ((getwait_t *)h->owner)->key, ms);
+        break;
+    case MSR_HELD_FETCH:
+        snprintf(msg, sizeof msg, "fetch '%.200s': entry %u was not published within %lld ms",
+                 w->fetch->name, w->fetch->indices[w->fetch->next], ms);
+        break;
+    case MSR_HELD_BARRIER: {
+        barrier_t *b = h->owner;
+        snprintf(msg, sizeof msg, "barrier '%.200s': %u of %u participants arrived within %lld ms",
+                 b->name, b->arrived, b->count, ms);
         break;
     }
-    case W_ALLGATHER: {
-        gather_t *g = w->owner;
-        snprintf(msg, sizeof msg, "%s: %u of %u contributions arrived within %lld ms", w->what,
-                 g->received, g->count, (long long)w->wait_ms);
-        break;
+    default: {
+        gather_t *g = h->owner;
+        snprintf(msg, sizeof msg,
+                 "allgather '%.200s': %u of %u contributions arrived within %lld ms", g->name,
+                 g->received, g->count, ms);
     }
-    default:
-        snprintf(msg, sizeof msg, "%s within %lld ms", w->what, (long long)w->wait_ms);
     }
     waiter_withdraw(c, w);
-    c->ops.fail(c->ops.ctx, call, MSR_RPC_DEADLINE_EXCEEDED, msg);
+    msr_held_fail(c->held, call, MSR_RPC_DEADLINE_EXCEEDED, "%s", msg);
 }
 
 void msr_store_core_tick(msr_store_core_t *c, uint64_t now)
 {
-    msr_timer_t *t;
-    while ((t = msr_heap_top(&c->timers)) != NULL && t->deadline <= now)
-        waiter_expired(c, MSR_CONTAINER_OF(t, waiter_t, timer));
+    msr_held_tick(c->held, now);
 }
 
 uint64_t msr_store_core_next_deadline(const msr_store_core_t *c)
 {
-    msr_timer_t *t = msr_heap_top(&c->timers);
-    return t ? t->deadline : MSR_DEADLINE_NEVER;
+    return msr_held_next_deadline(c->held);
 }
 
 /* ---- entry points ---- */
@@ -1062,6 +1057,16 @@ msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_s
         return MSR_ERR_NO_MEMORY;
     c->ops = *ops;
     c->limits = msr_store_limits_resolve(limits);
+    c->held = ops->held;
+    if (c->held == NULL) {
+        msr_held_io_t io = {ops->ctx, ops->set_data, ops->get_data, ops->deadline, ops->fail};
+        msr_held_calls_init(&c->own, &io);
+        c->held = &c->own;
+    }
+    msr_held_handler_t handler = {c, held_expired, held_cancelled};
+    msr_held_kind_t kinds[] = {MSR_HELD_GET, MSR_HELD_FETCH, MSR_HELD_BARRIER, MSR_HELD_ALLGATHER};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(kinds); i++)
+        msr_held_calls_handle(c->held, kinds[i], &handler);
     *core_p = c;
     return MSR_OK;
 }
@@ -1070,22 +1075,10 @@ void msr_store_core_destroy(msr_store_core_t *c)
 {
     if (c == NULL)
         return;
-    /* Waiters go with their records, unanswered. */
-    msr_map_t *maps[] = {&c->getwait, &c->barriers, &c->gathers};
-    for (size_t m = 0; m < MSR_ARRAY_SIZE(maps); m++) {
-        for (size_t i = 0; i < maps[m]->nbuckets; i++) {
-            for (msr_map_entry_t *e = maps[m]->buckets[i]; e; e = e->next) {
-                msr_list_t *list = m == 0   ? &((getwait_t *)e->value)->waiters
-                                   : m == 1 ? &((barrier_t *)e->value)->waiters
-                                            : &((gather_t *)e->value)->waiters;
-                msr_list_t *pos, *tmp;
-                msr_list_for_each_safe(pos, tmp, list)
-                    waiter_free(c, MSR_CONTAINER_OF(pos, waiter_t, link));
-            }
-        }
-    }
+    waiters_end(c, NULL); /* waiters go with their records, unanswered */
     records_free(c);
-    msr_heap_cleanup(&c->timers);
+    if (c->held == &c->own)
+        msr_held_calls_cleanup(&c->own);
     msr_free(c);
 }
 
@@ -1121,7 +1114,7 @@ void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t metho
         do_fetch(c, call, (const Msr__FetchRequest *)req);
         break;
     default:
-        fail(c, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
+        msr_held_fail(c->held, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
     }
 }
 
@@ -1130,18 +1123,56 @@ size_t msr_store_core_keys(const msr_store_core_t *c)
     return c->store.count;
 }
 
-msr_map_t *msr_store_core_map(msr_store_core_t *c)
+typedef struct foreach_arg {
+    void (*fn)(const char *key, const msr_store_value_t *value, void *arg);
+    void *arg;
+} foreach_arg_t;
+
+static void foreach_key(const char *key, void *value, void *arg)
 {
-    return &c->store;
+    foreach_arg_t *f = arg;
+    f->fn(key, value, f->arg);
 }
 
-static void usage_count_key(const char *key, void *value, void *arg)
+void msr_store_core_foreach(const msr_store_core_t *c,
+                            void (*fn)(const char *key, const msr_store_value_t *value, void *arg),
+                            void *arg)
 {
-    msr_store_usage_put(arg, key, 0, 0, ((const kv_t *)value)->len);
+    foreach_arg_t f = {fn, arg};
+    msr_map_foreach(&c->store, foreach_key, &f);
 }
 
-void msr_store_core_recount(msr_store_core_t *c)
+const msr_store_value_t *msr_store_core_value(const msr_store_core_t *c, const char *key)
 {
-    memset(&c->usage, 0, sizeof c->usage);
-    msr_map_foreach(&c->store, usage_count_key, &c->usage);
+    return msr_map_get(&c->store, key);
+}
+
+msr_status_t msr_store_core_load_set(msr_store_core_t *c, const char *key, const void *data,
+                                     size_t len)
+{
+    if (!msr_rpc_key_valid(key))
+        return MSR_ERR_INVALID_ARG;
+    kv_t *v = kv_new(data, len);
+    void *old = NULL;
+    if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
+        msr_free(v);
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_store_usage_put(&c->usage, key, old != NULL, old ? ((kv_t *)old)->len : 0, len);
+    kv_free(old);
+    return MSR_OK;
+}
+
+void msr_store_core_load_delete(msr_store_core_t *c, const char *key)
+{
+    kv_t *v = msr_map_remove(&c->store, key);
+    if (v)
+        msr_store_usage_remove(&c->usage, key, v->len);
+    kv_free(v);
+}
+
+void msr_store_core_load_clear(msr_store_core_t *c)
+{
+    msr_map_cleanup(&c->store, kv_free);
+    memset(&c->usage, 0, sizeof c->usage); /* no call is held: the keys were all it counted */
 }

@@ -5,10 +5,10 @@
  * through the ops they give it.
  *
  * A call that must wait (a get of a key not yet set, a barrier or allgather
- * not yet complete) is held by the core until what it waits for happens, its
- * deadline passes (msr_store_core_tick) or its owner cancels it. Each call is
- * answered exactly once through reply, reply_blob, reply_write or fail,
- * unless msr_store_core_cancel takes it back first. Every function must be
+ * not yet complete) is held by the core (a held call, held.h) until what it
+ * waits for happens, its deadline passes (msr_store_core_tick) or its owner
+ * cancels it. Each call is answered exactly once through reply, reply_blob,
+ * reply_write or fail, unless msr_store_core_cancel takes it back first. Every function must be
  * called from one thread at a time (the owner's lock or thread). */
 #ifndef MSR_RENDEZVOUS_STORE_CORE_H
 #define MSR_RENDEZVOUS_STORE_CORE_H
@@ -34,7 +34,7 @@ typedef struct msr_blob {
 msr_blob_t *msr_blob_pack(const ProtobufCMessage *msg);
 void msr_blob_unref(msr_blob_t *blob);
 
-/* A stored value (the values of msr_store_core_map). */
+/* A stored value (msr_store_core_foreach, msr_store_core_value). */
 typedef struct msr_store_value {
     size_t len;
     uint8_t data[];
@@ -46,14 +46,9 @@ typedef struct msr_store_value {
 int msr_store_fetch_pack(const msr_store_value_t *const *vals, uint32_t n, Msr__FetchResponse *r);
 void msr_store_fetch_pack_free(Msr__FetchResponse *r);
 
-/* What the core keeps in a held call's data slot starts with an int equal to
- * MSR_STORE_SLOT_WAIT. A user that keeps records of its own in the same slot
- * starts them with an int of MSR_STORE_SLOT_USER or more, to tell them
- * apart. */
-enum { MSR_STORE_SLOT_WAIT = 1, MSR_STORE_SLOT_USER = 16 };
-
 /* How the core answers and what it asks of its user. ctx is passed back to
- * each. Required: reply, reply_blob, fail, deadline, set_data, get_data. */
+ * each. Required: reply, reply_blob, and either held or all of fail,
+ * deadline, set_data and get_data. */
 typedef struct msr_store_ops {
     void *ctx;
     void (*reply)(void *ctx, void *call, const ProtobufCMessage *resp);
@@ -63,9 +58,16 @@ typedef struct msr_store_ops {
     /* the latest time (msr_now_ns units) a held call may be answered:
      * MSR_DEADLINE_NEVER when only the request's wait_ms bounds it */
     uint64_t (*deadline)(void *ctx, void *call);
-    /* one slot per call for the core's waiter */
+    /* one slot per call for the core's held call (held.h) */
     void (*set_data)(void *ctx, void *call, void *data);
     void *(*get_data)(void *ctx, void *call);
+    /* Optional: the user's table of held calls (held.h), to hold the
+     * core's calls beside the user's own, under one heap of deadlines; the
+     * core registers the store's kinds in it, and fails calls and reaches
+     * their slots and deadlines through its io (fail, deadline, set_data
+     * and get_data above are then not used). NULL: a table of the core's
+     * own, made from them. It must outlive the core. */
+    struct msr_held_calls *held;
     /* Optional (NULL: not done). request_seen: a write carrying
      * (client_id, request_id) that was applied before is answered as the
      * first time, returning 1. reply_write: answers a write and remembers
@@ -106,31 +108,46 @@ void msr_store_core_call(msr_store_core_t *core, void *call, msr_rpc_method_t me
 
 /* Takes back a call the core holds (its client gave up): what it brought
  * (a barrier arrival, allgather contributions) is withdrawn. Returns 1 when
- * the core held it, else 0. */
+ * the core's table of held calls held it (a call of the user's in a shared
+ * table goes to the user's handler), else 0. */
 int msr_store_core_cancel(msr_store_core_t *core, void *call);
 
 /* Fails every held call with DEADLINE_EXCEEDED whose deadline is at or
- * before now. */
+ * before now (in a shared table: hands every call due to its kind's
+ * handler, the user's too). */
 void msr_store_core_tick(msr_store_core_t *core, uint64_t now);
 
-/* The earliest deadline of a held call, or MSR_DEADLINE_NEVER. */
+/* The earliest deadline of a held call (in a shared table: of any), or
+ * MSR_DEADLINE_NEVER. */
 uint64_t msr_store_core_next_deadline(const msr_store_core_t *core);
 
-/* Fails every held call with ABORTED and message why, and empties the store
- * (a new generation starts from nothing). */
+/* Fails every store call the core holds with ABORTED and message why, and
+ * empties the store (a new generation starts from nothing). */
 void msr_store_core_reset(msr_store_core_t *core, const char *why);
 
 /* The number of keys stored. */
 size_t msr_store_core_keys(const msr_store_core_t *core);
 
-/* The stored keys (values: msr_store_value_t, allocated with msr_malloc),
- * for the coordinator's state file to save and load. Whoever changes the
- * map directly calls msr_store_core_recount before the next call. */
-msr_map_t *msr_store_core_map(msr_store_core_t *core);
+/* The stored keys, for the coordinator's state file to save: fn gets each
+ * key and its value, in no order; both stay valid until the store
+ * changes, and fn must not change it. */
+void msr_store_core_foreach(const msr_store_core_t *core,
+                            void (*fn)(const char *key, const msr_store_value_t *value, void *arg),
+                            void *arg);
 
-/* Recomputes the store's usage from its keys, while no call is held (after a
- * load: a resumed store may already pass lowered limits, then only removals
- * and shrinking writes succeed). */
-void msr_store_core_recount(msr_store_core_t *core);
+/* The value stored under key, or NULL; valid until the store changes. */
+const msr_store_value_t *msr_store_core_value(const msr_store_core_t *core, const char *key);
+
+/* Reading a saved store back, while the core holds no call: load_set
+ * stores len bytes of data under key, load_delete removes key, load_clear
+ * empties the store. What they load counts against the limits but is never
+ * refused (a resumed store may already pass lowered limits: then only
+ * removals and shrinking writes succeed), and they tell nobody (no
+ * key_changed, no held call woken). load_set: MSR_ERR_INVALID_ARG for a
+ * bad key, MSR_ERR_NO_MEMORY (the store unchanged). */
+msr_status_t msr_store_core_load_set(msr_store_core_t *core, const char *key, const void *data,
+                                     size_t len);
+void msr_store_core_load_delete(msr_store_core_t *core, const char *key);
+void msr_store_core_load_clear(msr_store_core_t *core);
 
 #endif

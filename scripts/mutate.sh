@@ -465,7 +465,9 @@ file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
     msr_map_cleanup(&c->store, kv_free);
+    msr_map_cleanup(&c->getwait, getwait_free);
 ===
+    msr_map_cleanup(&c->getwait, getwait_free);
 >>>
 
 # ---- add's limits, barriers and allgathers
@@ -509,18 +511,18 @@ test: ^test_coord$
 file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
-        uint8_t *copy = ge->present ? NULL : msr_malloc(e->data.len ? e->data.len : 1);
+        if (ge->present)
+            return MSR_ERR_INVALID_ARG;
 ===
-        uint8_t *copy = msr_malloc(e->data.len ? e->data.len : 1);
 >>>
 
 @ coord.allgather.completes_one_early
 file: rendezvous/store_core.c
 test: ^test_coord$
 <<<
-    if (bad == NULL && g->received < g->count) {
+    if (st == MSR_OK && g->received == g->count) {
 ===
-    if (bad == NULL && g->received + 1 < g->count) {
+    if (st == MSR_OK && g->received + 1 >= g->count) {
 >>>
 
 @ coord.set.waiters_not_woken
@@ -1204,7 +1206,7 @@ test: ^test_coord$
 >>>
 
 @ coord.output_ask_held
-file: cluster/coord.c
+file: cluster/members.c
 test: ^test_coord$
 <<<
     if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
@@ -1214,7 +1216,7 @@ test: ^test_coord$
 >>>
 
 @ coord.root_cause_never_replaced
-file: cluster/coord.c
+file: cluster/generation.c
 test: ^test_coord$
 <<<
     } else if ((e->exit_code != 0 || e->signal != 0) && !e->after_peer_lost &&
@@ -1245,10 +1247,10 @@ test: ^fault_root_cause$
 file: rendezvous/store_core.c
 test: ^test_store_core$
 <<<
-            msr_list_remove(&w->link);
+            msr_list_remove(&w->held.link);
             fetch_advance(c, w);
 ===
-            msr_list_remove(&w->link);
+            msr_list_remove(&w->held.link);
             waiter_free(c, w);
 >>>
 
