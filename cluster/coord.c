@@ -100,7 +100,7 @@ static void do_status(msr_coord_t *c, void *call)
     Msr__StatusResponse r = MSR__STATUS_RESPONSE__INIT;
     Msr__Failure f, hist[MSR_FAILURE_HISTORY], *histp[MSR_FAILURE_HISTORY];
     r.job_id = c->job_id ? c->job_id : "";
-    r.state = c->state;
+    r.state = (Msr__JobState)c->state;
     r.generation = c->generation;
     /* the admitted nodes: an elastic job's size is what formed, not MAX */
     int members = 0;
@@ -216,7 +216,7 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         }
         c->configured = 1;
     }
-    c->state = MSR__JOB_STATE__JOB_WAITING;
+    c->state = MSR_JOB_WAITING;
     msr_status_t st = msr_coord_persist_load(c);
     if (st != MSR_OK && st != MSR_ERR_NOT_FOUND) {
         msr_coord_destroy(c);
@@ -357,7 +357,7 @@ int msr_coord_finished(const msr_coord_t *c)
     return state_terminal(c->state) && alive_nodes(c) == 0;
 }
 
-Msr__JobState msr_coord_state(const msr_coord_t *c)
+msr_job_state_t msr_coord_state(const msr_coord_t *c)
 {
     return c->state;
 }

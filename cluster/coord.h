@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "cluster/failure.h"
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
 #include "rendezvous/store_core.h"
@@ -113,7 +114,7 @@ void msr_coord_flush(msr_coord_t *coord);
 int msr_coord_finished(const msr_coord_t *coord);
 
 /* The job's state, for logs and tests. */
-Msr__JobState msr_coord_state(const msr_coord_t *coord);
+msr_job_state_t msr_coord_state(const msr_coord_t *coord);
 
 /* Counts calls by method as the core saw them. */
 uint64_t msr_coord_calls(const msr_coord_t *coord, msr_rpc_method_t method);

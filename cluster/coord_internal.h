@@ -151,7 +151,7 @@ struct msr_coord {
     char *job_id;
     int worker_num, local_worker_num, node_count, max_restarts;
     int min_nodes, max_nodes; /* elastic range; 0 when the size is fixed */
-    Msr__JobState state;
+    msr_job_state_t state;
     int generation, restart_count;
     msr_failure_t failure;
     msr_failure_t history[MSR_FAILURE_HISTORY]; /* oldest first; no tails */
@@ -202,14 +202,14 @@ struct msr_coord {
 
 /* ---- small facts of the job, for every file of the core ---- */
 
-static inline int state_terminal(Msr__JobState s)
+static inline int state_terminal(msr_job_state_t s)
 {
-    return s == MSR__JOB_STATE__JOB_DONE || s == MSR__JOB_STATE__JOB_FAILED;
+    return s == MSR_JOB_DONE || s == MSR_JOB_FAILED;
 }
 
-static inline int state_forming(Msr__JobState s)
+static inline int state_forming(msr_job_state_t s)
 {
-    return s == MSR__JOB_STATE__JOB_WAITING || s == MSR__JOB_STATE__JOB_RESTARTING;
+    return s == MSR_JOB_WAITING || s == MSR_JOB_RESTARTING;
 }
 
 static inline int elastic(const msr_coord_t *c)

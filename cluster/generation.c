@@ -20,7 +20,7 @@
 
 static void fail_job(msr_coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void set_state(msr_coord_t *c, Msr__JobState s)
+static void set_state(msr_coord_t *c, msr_job_state_t s)
 {
     if (c->state != s)
         MSR_INFO("job %s: generation %d %s", c->job_id ? c->job_id : "?", c->generation,
@@ -79,7 +79,7 @@ void msr_coord_generation_failed(msr_coord_t *c, msr_failure_t *f)
                  c->max_restarts, what);
         MSR_LOG(outcome_level(c), "job %s: %s", c->job_id, c->message);
         start_generation(c, c->generation + 1, what);
-        set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+        set_state(c, MSR_JOB_RESTARTING);
         return;
     }
     if (c->max_restarts > 0)
@@ -88,7 +88,7 @@ void msr_coord_generation_failed(msr_coord_t *c, msr_failure_t *f)
     else
         snprintf(c->message, sizeof c->message, "%s", what);
     MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id, c->message);
-    set_state(c, MSR__JOB_STATE__JOB_FAILED);
+    set_state(c, MSR_JOB_FAILED);
 }
 
 /* Replaces the root cause of the generation that ended (c->failure, which
@@ -108,10 +108,10 @@ static void root_cause_found(msr_coord_t *c, msr_failure_t *f)
         }
     msr_failure_clear(&c->failure);
     c->failure = *f;
-    if (c->state == MSR__JOB_STATE__JOB_FAILED && c->max_restarts > 0)
+    if (c->state == MSR_JOB_FAILED && c->max_restarts > 0)
         snprintf(c->message, sizeof c->message, "%s; no restarts left (%d used)", what,
                  c->restart_count);
-    else if (c->state == MSR__JOB_STATE__JOB_FAILED)
+    else if (c->state == MSR_JOB_FAILED)
         snprintf(c->message, sizeof c->message, "%s", what);
     else if (c->generation == f->generation + 1 && c->restart_count > 0)
         snprintf(c->message, sizeof c->message, "restart %d of %d after %s", c->restart_count,
@@ -128,7 +128,7 @@ static void fail_job(msr_coord_t *c, const char *fmt, ...)
     vsnprintf(c->message, sizeof c->message, fmt, ap);
     va_end(ap);
     MSR_LOG(outcome_level(c), "job %s failed: %s", c->job_id ? c->job_id : "?", c->message);
-    set_state(c, MSR__JOB_STATE__JOB_FAILED);
+    set_state(c, MSR_JOB_FAILED);
 }
 
 /* Elastic: the members of the next generation in a stable order: the ranks
@@ -181,7 +181,7 @@ void msr_coord_try_form(msr_coord_t *c)
         if (ready < c->min_nodes)
             return;
         uint64_t now = msr_now_ns();
-        int all_in = ready == alive && c->state == MSR__JOB_STATE__JOB_RESTARTING;
+        int all_in = ready == alive && c->state == MSR_JOB_RESTARTING;
         if (ready < c->max_nodes && !all_in) {
             if (c->last_call == 0)
                 c->last_call = now + (uint64_t)c->config.last_call_ms * 1000000ull;
@@ -217,7 +217,7 @@ void msr_coord_try_form(msr_coord_t *c)
     c->message[0] = '\0';
     MSR_INFO("job %s: generation %d formed with %d nodes (%d workers)", c->job_id, c->generation,
              c->node_count, world_size(c));
-    set_state(c, MSR__JOB_STATE__JOB_RUNNING);
+    set_state(c, MSR_JOB_RUNNING);
 }
 
 void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
@@ -234,7 +234,7 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
         msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT, "report without an exit");
         return;
     }
-    if (req->generation == c->generation && c->state == MSR__JOB_STATE__JOB_RUNNING) {
+    if (req->generation == c->generation && c->state == MSR_JOB_RUNNING) {
         if (e->exit_code == 0 && e->signal == 0) {
             if (e->rank >= 0 && e->rank < world_size(c) && e->rank < c->worker_num &&
                 !c->rank_done[e->rank]) {
@@ -244,7 +244,7 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
                 if (c->ndone == world_size(c)) {
                     snprintf(c->message, sizeof c->message, "all %d workers exited 0",
                              world_size(c));
-                    set_state(c, MSR__JOB_STATE__JOB_DONE);
+                    set_state(c, MSR_JOB_DONE);
                 }
             }
         } else {
@@ -270,7 +270,7 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
         f.generation = req->generation;
         root_cause_found(c, &f);
     }
-    r.state = c->state;
+    r.state = (Msr__JobState)c->state;
     r.generation = c->generation;
     msr_coord_reply(c, call, &r.base);
 }
@@ -278,7 +278,7 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
 void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
 {
     if (elastic(c) && c->last_call && now >= c->last_call) {
-        if (c->state == MSR__JOB_STATE__JOB_RUNNING && alive_nodes(c) > c->node_count) {
+        if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count) {
             /* nodes joined a running job: re-form to take them in (a change
              * of membership, not a failure: no restart is counted) */
             int joined = alive_nodes(c) - c->node_count;
@@ -287,7 +287,7 @@ void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
                      joined, joined == 1 ? "" : "s", alive_nodes(c));
             MSR_INFO("job %s: %s", c->job_id, c->message);
             start_generation(c, c->generation + 1, "nodes joined");
-            set_state(c, MSR__JOB_STATE__JOB_RESTARTING);
+            set_state(c, MSR_JOB_RESTARTING);
         } else {
             msr_coord_try_form(c);
         }

@@ -113,7 +113,7 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
     /* A loss that fails the generation is the job's outcome (a node that
      * left because its worker could not be started, say): as loud as the
      * outcome, so the msrun that embeds this coordinator reports it once. */
-    int fails = c->state == MSR__JOB_STATE__JOB_RUNNING && n->rank >= 0;
+    int fails = c->state == MSR_JOB_RUNNING && n->rank >= 0;
     MSR_LOG(fails ? outcome_level(c) : MSR_LOG_WARN, "job %s: node %d (%s, pid %d) %s", c->job_id,
             n->rank, n->host, n->pid, why);
     if (fails) {
@@ -155,11 +155,11 @@ static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
     char names[64][32];
     size_t nmissing = 0;
     r.generation = c->generation;
-    r.state = c->state;
+    r.state = (Msr__JobState)c->state;
     r.restart_count = c->restart_count;
     r.max_restarts = c->max_restarts;
     r.message = c->message;
-    if (c->state == MSR__JOB_STATE__JOB_RUNNING && n->alive && n->rank >= 0) {
+    if (c->state == MSR_JOB_RUNNING && n->alive && n->rank >= 0) {
         fill_assignment(c, n, &a);
         r.assignment = &a;
     }
@@ -289,7 +289,7 @@ static int join_admitted(msr_coord_t *c, void *call, const Msr__JoinRequest *req
     }
     if (state_terminal(c->state)) {
         msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION, "the job has already %s",
-                      c->state == MSR__JOB_STATE__JOB_DONE ? "finished" : "failed");
+                      c->state == MSR_JOB_DONE ? "finished" : "failed");
         return 0;
     }
     if (!c->configured) {
@@ -358,7 +358,7 @@ static node_t *join_new_node(msr_coord_t *c, void *call, const Msr__JoinRequest 
         snprintf(n->id + 2 * i, 3, "%02x", rnd[i]);
     n->wanted_rank = req->node_rank >= 0 ? req->node_rank : -1;
     n->joined_seq = ++c->join_seq;
-    if (elastic(c) && c->state == MSR__JOB_STATE__JOB_RUNNING && c->last_call == 0) {
+    if (elastic(c) && c->state == MSR_JOB_RUNNING && c->last_call == 0) {
         /* taken in at the next generation, after a last call for others */
         c->last_call = msr_now_ns() + (uint64_t)c->config.last_call_ms * 1000000ull;
     }
@@ -428,8 +428,8 @@ void msr_coord_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
     }
     if (req->n_outputs)
         msr_coord_output_take(c, n, req);
-    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
-        msr_coord_output_unsent(c, n)) {
+    if (req->generation != c->generation || (int)req->known_state != (int)c->state ||
+        req->wait_ms == 0 || msr_coord_output_unsent(c, n)) {
         heartbeat_reply(c, call, n);
         return;
     }

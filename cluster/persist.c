@@ -136,7 +136,7 @@ static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t 
     ps->max_restarts = c->max_restarts;
     ps->min_nodes = c->min_nodes;
     ps->max_nodes = c->max_nodes;
-    ps->state = c->state;
+    ps->state = (Msr__JobState)c->state;
     ps->generation = c->generation;
     ps->restart_count = c->restart_count;
     ps->message = c->message;
@@ -582,7 +582,7 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
     if (st != MSR_OK)
         return st;
     c->configured = 1;
-    c->state = ps->state;
+    c->state = (msr_job_state_t)ps->state;
     c->generation = ps->generation;
     c->restart_count = ps->restart_count;
     c->node_count = ps->node_count > 0 ? ps->node_count : c->node_count;

@@ -373,8 +373,8 @@ msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const char *addr,
     return msr_http_start(&hc, port_p, &s->http);
 }
 
-Msr__JobState msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,
-                                   int exit_when_finished)
+msr_job_state_t msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,
+                                     int exit_when_finished)
 {
     while (!(stop && *stop)) {
         if (exit_when_finished && msr_coord_finished(s->coord))

@@ -34,8 +34,8 @@ msr_status_t msr_coord_server_dashboard(msr_coord_server_t *server, const char *
 /* Serves on the calling thread until *stop is set (by a signal handler, say)
  * or, when exit_when_finished, the job has ended and every node has left.
  * Returns the job's final state. */
-Msr__JobState msr_coord_server_run(msr_coord_server_t *server, volatile sig_atomic_t *stop,
-                                   int exit_when_finished);
+msr_job_state_t msr_coord_server_run(msr_coord_server_t *server, volatile sig_atomic_t *stop,
+                                     int exit_when_finished);
 
 void msr_coord_server_destroy(msr_coord_server_t *server);
 

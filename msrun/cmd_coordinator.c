@@ -346,9 +346,9 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     } else {
         MSR_INFO("listening on %s (port %d)", bind, port);
     }
-    Msr__JobState end = msr_coord_server_run(server, &coord_stop, 1);
+    msr_job_state_t end = msr_coord_server_run(server, &coord_stop, 1);
     msr_coord_server_destroy(server);
-    return end == MSR__JOB_STATE__JOB_DONE ? 0 : 1;
+    return end == MSR_JOB_DONE ? 0 : 1;
 }
 
 int msr_coordinator_main(int argc, char **argv)
