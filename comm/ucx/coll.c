@@ -1303,15 +1303,12 @@ static msr_status_t shm_tiled_start(ucx_req_t *r, const char *algo)
     return MSR_OK;
 }
 
-msr_status_t ucx_coll_start(ucx_req_t *r)
+/* The peer-to-peer calls, the barrier and alltoall(v): no algorithm to
+ * choose. */
+static msr_status_t start_fixed(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
-    r->n = r->uc->comm->size;
-    r->me = r->uc->comm->rank;
-    r->es = msr_dtype_size(a->dtype);
-    r->bytes = (size_t)a->count * r->es;
     int n = r->n;
-    msr_status_t st;
     switch (a->coll) {
     case MSR_COLL_SEND:
         r->step = step_send;
@@ -1327,22 +1324,99 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         r->step = step_barrier;
         r->algo = "barrier";
         return ops_reserve(r, 2);
-    case MSR_COLL_ALLTOALL:
-    case MSR_COLL_ALLTOALLV: {
-        r->step = step_alltoall;
-        r->algo = a->coll == MSR_COLL_ALLTOALL ? "alltoall" : "alltoallv";
-        int w = r->uc->tune.alltoall_window < n ? r->uc->tune.alltoall_window : n;
-        r->a2a.window = w;
-        st = ops_reserve(r, 2 * w);
-        if (st != MSR_OK)
-            return st;
-        r->nops = 2 * w;
-        for (int i = 0; i < r->nops; i++)
-            r->ops[i].h = NULL;
-        if (a->coll == MSR_COLL_ALLTOALL && a->in_place)
-            return scratch_get(r, r->bytes * (size_t)n);
-        return MSR_OK;
+    default: /* alltoall(v) */
+        break;
     }
+    r->step = step_alltoall;
+    r->algo = a->coll == MSR_COLL_ALLTOALL ? "alltoall" : "alltoallv";
+    int w = r->uc->tune.alltoall_window < n ? r->uc->tune.alltoall_window : n;
+    r->a2a.window = w;
+    msr_status_t st = ops_reserve(r, 2 * w);
+    if (st != MSR_OK)
+        return st;
+    r->nops = 2 * w;
+    for (int i = 0; i < r->nops; i++)
+        r->ops[i].h = NULL;
+    if (a->coll == MSR_COLL_ALLTOALL && a->in_place)
+        return scratch_get(r, r->bytes * (size_t)n);
+    return MSR_OK;
+}
+
+/* The direct exchange of allreduce and reduce-scatter: every block to
+ * every peer at once, n copies in scratch. */
+static msr_status_t start_direct(ucx_req_t *r, ucx_step_fn step, const char *name)
+{
+    r->step = step;
+    r->algo = name;
+    msr_status_t st = ops_reserve(r, 2 * (r->n - 1));
+    if (st != MSR_OK)
+        return st;
+    return scratch_get(r, r->bytes * (size_t)r->n);
+}
+
+static msr_status_t start_allreduce(ucx_req_t *r, ucx_algo_t algo)
+{
+    if (algo == UCX_ALGO_SHM)
+        return r->bytes <= r->uc->shm_slot ? shm_start(r, "allreduce(shm)")
+                                           : shm_tiled_start(r, "allreduce(shm tiles)");
+    if (algo == UCX_ALGO_DIRECT)
+        return start_direct(r, step_allreduce_direct, "allreduce(direct)");
+    if (algo == UCX_ALGO_RING) {
+        r->step = step_ring;
+        r->algo = "allreduce(ring)";
+        return ring_setup(r);
+    }
+    r->step = step_allreduce_rd;
+    r->algo = "allreduce(rd)";
+    for (r->rd.p2 = 1; r->rd.p2 * 2 <= r->n; r->rd.p2 *= 2) {
+    }
+    r->rd.rem = r->n - r->rd.p2;
+    msr_status_t st = ops_reserve(r, 2);
+    if (st != MSR_OK)
+        return st;
+    return scratch_get(r, r->bytes);
+}
+
+/* Broadcast and reduce: a chain of segments, or a binomial tree. */
+static msr_status_t start_rooted(ucx_req_t *r, ucx_algo_t algo)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    int reduce = a->coll == MSR_COLL_REDUCE;
+    if (algo == UCX_ALGO_SHM)
+        return shm_tiled_start(r, reduce ? "reduce(shm tiles)" : "broadcast(shm tiles)");
+    if (algo == UCX_ALGO_CHAIN) {
+        r->step = reduce ? step_reduce_chain : step_bcast_chain;
+        r->algo = reduce ? "reduce(chain)" : "broadcast(chain)";
+        return chain_setup(r, reduce);
+    }
+    r->tree.vr = mod(r->me - a->root, r->n);
+    if (!reduce) {
+        r->step = step_bcast_binomial;
+        r->algo = "broadcast(binomial)";
+        return ops_reserve(r, 64);
+    }
+    r->step = step_reduce_binomial;
+    r->algo = "reduce(binomial)";
+    msr_status_t st = ops_reserve(r, 2);
+    if (st != MSR_OK)
+        return st;
+    return scratch_get(r, r->tree.vr == 0 ? r->bytes : 2 * r->bytes);
+}
+
+msr_status_t ucx_coll_start(ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    r->n = r->uc->comm->size;
+    r->me = r->uc->comm->rank;
+    r->es = msr_dtype_size(a->dtype);
+    r->bytes = (size_t)a->count * r->es;
+    switch (a->coll) {
+    case MSR_COLL_SEND:
+    case MSR_COLL_RECV:
+    case MSR_COLL_BARRIER:
+    case MSR_COLL_ALLTOALL:
+    case MSR_COLL_ALLTOALLV:
+        return start_fixed(r);
     default:
         break;
     }
@@ -1351,83 +1425,24 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         return ucx_hier_start(r);
     switch (a->coll) {
     case MSR_COLL_ALLREDUCE:
-        if (algo == UCX_ALGO_SHM)
-            return r->bytes <= r->uc->shm_slot ? shm_start(r, "allreduce(shm)")
-                                               : shm_tiled_start(r, "allreduce(shm tiles)");
-        if (algo == UCX_ALGO_DIRECT) {
-            r->step = step_allreduce_direct;
-            r->algo = "allreduce(direct)";
-            st = ops_reserve(r, 2 * (n - 1));
-            if (st != MSR_OK)
-                return st;
-            return scratch_get(r, r->bytes * (size_t)n);
-        }
-        if (algo == UCX_ALGO_RING) {
-            r->step = step_ring;
-            r->algo = "allreduce(ring)";
-            return ring_setup(r);
-        }
-        r->step = step_allreduce_rd;
-        r->algo = "allreduce(rd)";
-        for (r->rd.p2 = 1; r->rd.p2 * 2 <= n; r->rd.p2 *= 2) {
-        }
-        r->rd.rem = n - r->rd.p2;
-        st = ops_reserve(r, 2);
-        if (st != MSR_OK)
-            return st;
-        return scratch_get(r, r->bytes);
+        return start_allreduce(r, algo);
     case MSR_COLL_REDUCE_SCATTER:
         if (algo == UCX_ALGO_SHM)
             return shm_tiled_start(r, "reduce_scatter(shm tiles)");
-        if (algo == UCX_ALGO_DIRECT) {
-            r->step = step_reduce_scatter_direct;
-            r->algo = "reduce_scatter(direct)";
-            st = ops_reserve(r, 2 * (n - 1));
-            if (st != MSR_OK)
-                return st;
-            return scratch_get(r, r->bytes * (size_t)n);
-        }
+        if (algo == UCX_ALGO_DIRECT)
+            return start_direct(r, step_reduce_scatter_direct, "reduce_scatter(direct)");
         r->step = step_ring;
         r->algo = "reduce_scatter(ring)";
         return ring_setup(r);
     case MSR_COLL_ALLGATHER:
         if (algo == UCX_ALGO_SHM)
             return shm_tiled_start(r, "allgather(shm tiles)");
-        if (algo == UCX_ALGO_DIRECT) {
-            r->step = step_allgather_direct;
-            r->algo = "allgather(direct)";
-        } else {
-            r->step = step_allgather_ring;
-            r->algo = "allgather(ring)";
-        }
-        return ops_reserve(r, 2 * (n - 1));
+        r->step = algo == UCX_ALGO_DIRECT ? step_allgather_direct : step_allgather_ring;
+        r->algo = algo == UCX_ALGO_DIRECT ? "allgather(direct)" : "allgather(ring)";
+        return ops_reserve(r, 2 * (r->n - 1));
     case MSR_COLL_BROADCAST:
-        if (algo == UCX_ALGO_SHM)
-            return shm_tiled_start(r, "broadcast(shm tiles)");
-        if (algo == UCX_ALGO_CHAIN) {
-            r->step = step_bcast_chain;
-            r->algo = "broadcast(chain)";
-            return chain_setup(r, 0);
-        }
-        r->step = step_bcast_binomial;
-        r->algo = "broadcast(binomial)";
-        r->tree.vr = mod(r->me - a->root, n);
-        return ops_reserve(r, 64);
     case MSR_COLL_REDUCE:
-        if (algo == UCX_ALGO_SHM)
-            return shm_tiled_start(r, "reduce(shm tiles)");
-        if (algo == UCX_ALGO_CHAIN) {
-            r->step = step_reduce_chain;
-            r->algo = "reduce(chain)";
-            return chain_setup(r, 1);
-        }
-        r->step = step_reduce_binomial;
-        r->algo = "reduce(binomial)";
-        r->tree.vr = mod(r->me - a->root, n);
-        st = ops_reserve(r, 2);
-        if (st != MSR_OK)
-            return st;
-        return scratch_get(r, r->tree.vr == 0 ? r->bytes : 2 * r->bytes);
+        return start_rooted(r, algo);
     default:
         return MSR_ERR_INTERNAL;
     }

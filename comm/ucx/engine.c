@@ -486,13 +486,23 @@ static int set_waiting(ucx_engine_t *e)
     return ranks;
 }
 
-msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
-                               ucx_engine_t **engine_p)
+/* Frees what engine_new made. */
+static void engine_free_bare(ucx_engine_t *e)
 {
-    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_free(e->pfd_peer);
+    msr_free(e->pfds);
+    msr_free(e->peers);
+    msr_free(e->uid);
+    msr_free(e);
+}
+
+/* An engine of n members with its peers' table and lock, without UCX
+ * yet; NULL when out of memory. */
+static ucx_engine_t *engine_new(msr_ctx_t *ctx, const char *uid, int n)
+{
     ucx_engine_t *e = msr_calloc(1, sizeof *e);
     if (e == NULL)
-        return st;
+        return NULL;
     e->ctx = ctx;
     e->efd = -1;
     e->world_size = msr_world_size(ctx);
@@ -510,24 +520,34 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     e->peers = msr_calloc((size_t)e->world_size, sizeof *e->peers);
     e->pfds = msr_calloc((size_t)n + 1, sizeof *e->pfds);
     e->pfd_peer = msr_calloc((size_t)n + 1, sizeof *e->pfd_peer);
-    if (e->uid == NULL || e->peers == NULL || e->pfds == NULL || e->pfd_peer == NULL)
-        goto err_free;
+    if (e->uid == NULL || e->peers == NULL || e->pfds == NULL || e->pfd_peer == NULL ||
+        pthread_mutex_init(&e->lock, NULL) != 0) {
+        engine_free_bare(e);
+        return NULL;
+    }
     for (int i = 0; i < e->world_size; i++) {
         e->peers[i].engine = e;
         e->peers[i].world_rank = i;
         e->peers[i].pidfd = -1;
         e->peers[i].node = i / e->local_size;
     }
-    if (pthread_mutex_init(&e->lock, NULL) != 0)
-        goto err_free;
+    return e;
+}
 
+static msr_status_t ucs_failed(const char *what, ucs_status_t us)
+{
+    msr_err_set("comm: %s: %s", what, ucs_status_string(us));
+    return MSR_ERR_BACKEND;
+}
+
+/* UCX's context and this engine's worker, with its event descriptor; on
+ * failure nothing of them is left. */
+static msr_status_t ucx_open(ucx_engine_t *e, int n)
+{
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
-    if (us != UCS_OK) {
-        msr_err_set("comm: ucp_config_read: %s", ucs_status_string(us));
-        st = MSR_ERR_BACKEND;
-        goto err_mutex;
-    }
+    if (us != UCS_OK)
+        return ucs_failed("ucp_config_read", us);
     choose_transports(cfg);
     ucp_params_t prm = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
@@ -539,34 +559,41 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     };
     us = ucp_init(&prm, cfg, &e->context);
     ucp_config_release(cfg);
-    if (us != UCS_OK) {
-        msr_err_set("comm: ucp_init: %s", ucs_status_string(us));
-        st = MSR_ERR_BACKEND;
-        goto err_mutex;
-    }
+    if (us != UCS_OK)
+        return ucs_failed("ucp_init", us);
     ucp_worker_params_t wp = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SERIALIZED, /* our lock serializes every call */
     };
     us = ucp_worker_create(e->context, &wp, &e->worker);
     if (us != UCS_OK) {
-        msr_err_set("comm: ucp_worker_create: %s", ucs_status_string(us));
-        st = MSR_ERR_BACKEND;
-        goto err_context;
+        ucp_cleanup(e->context);
+        return ucs_failed("ucp_worker_create", us);
     }
     us = ucp_worker_get_efd(e->worker, &e->efd);
     if (us != UCS_OK) {
-        msr_err_set("comm: ucp_worker_get_efd: %s", ucs_status_string(us));
-        st = MSR_ERR_BACKEND;
-        goto err_worker;
+        ucp_worker_destroy(e->worker);
+        ucp_cleanup(e->context);
+        return ucs_failed("ucp_worker_get_efd", us);
     }
+    return MSR_OK;
+}
+
+msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
+                               ucx_engine_t **engine_p)
+{
+    ucx_engine_t *e = engine_new(ctx, uid, n);
+    if (e == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = ucx_open(e, n);
+    if (st != MSR_OK)
+        goto err_bare;
     ucp_address_t *addr = NULL;
     size_t addr_len = 0;
-    us = ucp_worker_get_address(e->worker, &addr, &addr_len);
+    ucs_status_t us = ucp_worker_get_address(e->worker, &addr, &addr_len);
     if (us != UCS_OK) {
-        msr_err_set("comm: ucp_worker_get_address: %s", ucs_status_string(us));
-        st = MSR_ERR_BACKEND;
-        goto err_worker;
+        st = ucs_failed("ucp_worker_get_address", us);
+        goto err_ucx;
     }
     int index = -1;
     for (int i = 0; i < n; i++)
@@ -593,18 +620,12 @@ err_peers:
             close(e->peers[i].pidfd);
         msr_free(e->peers[i].addr);
     }
-err_worker:
+err_ucx:
     ucp_worker_destroy(e->worker);
-err_context:
     ucp_cleanup(e->context);
-err_mutex:
+err_bare:
     pthread_mutex_destroy(&e->lock);
-err_free:
-    msr_free(e->pfd_peer);
-    msr_free(e->pfds);
-    msr_free(e->peers);
-    msr_free(e->uid);
-    msr_free(e);
+    engine_free_bare(e);
     return st;
 }
 

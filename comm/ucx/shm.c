@@ -120,6 +120,105 @@ static msr_status_t agree(ucx_comm_t *uc, int32_t ok, int32_t *all_p)
     return msr_comm_allreduce(uc->comm, &ok, all_p, 1, MSR_DTYPE_I32, MSR_OP_MIN);
 }
 
+/* Members of several nodes share memory when every node is on this
+ * machine (and PID namespace): agree on that first (the least and the
+ * greatest machine), then watch the other nodes' members as this node's
+ * (pidfds) before sharing a segment with them. Sets *usable_p. */
+static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
+{
+    msr_comm_t *comm = uc->comm;
+    ucx_engine_t *e = uc->engine;
+    int n = comm->size;
+    *usable_p = 0;
+    if (!e->host_shm)
+        return MSR_OK;
+    int64_t where = ucx_engine_machine(e), mine[2] = {where, -where}, all2[2];
+    msr_status_t st = msr_comm_allreduce(comm, mine, all2, 2, MSR_DTYPE_I64, MSR_OP_MIN);
+    uc->one_host = st == MSR_OK && all2[0] == -all2[1];
+    if (!uc->one_host)
+        return st;
+    ucx_peer_t **others = msr_calloc((size_t)n, sizeof *others);
+    int no = 0;
+    for (int i = 0; others != NULL && i < n; i++)
+        if (uc->peer[i]->node != e->my_node)
+            others[no++] = uc->peer[i];
+    int32_t watched = others != NULL && ucx_engine_watch_host(e, others, no), every = 0;
+    msr_free(others);
+    st = msr_comm_allreduce(comm, &watched, &every, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    *usable_p = st == MSR_OK && every;
+    return st;
+}
+
+/* The segment's shape: slots of shm_max bytes, smaller in large groups
+ * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); the tiled path's n
+ * stages and a result of depth tiles each, smaller tiles in large groups
+ * (the same limit), none when a tile would leave a member less than a
+ * line. */
+static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
+{
+    int n = uc->comm->size;
+    size_t slot = uc->tune.shm_max;
+    if (slot > uc->tune.shm_segment / (2 * (size_t)n))
+        slot = uc->tune.shm_segment / (2 * (size_t)n);
+    slot = slot / LINE * LINE;
+    size_t tile = uc->tune.shm_tile / LINE * LINE;
+    uint64_t depth = (uint64_t)uc->tune.shm_depth;
+    while (tile && (size_t)(n + 1) * depth * tile > uc->tune.shm_segment)
+        tile = tile / 2 / LINE * LINE;
+    if (tile < (size_t)n * LINE)
+        tile = 0;
+    *len_p = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
+             (tile ? (size_t)(n + 1) * depth * tile : 0);
+    return (shm_hdr_t){SHM_MAGIC, n, slot, tile, depth};
+}
+
+/* The first member makes the segment, its pages reserved now (a full
+ * /dev/shm refuses here, not with a SIGBUS on first touch in the middle
+ * of an operation) and its header written. MAP_FAILED when it cannot. */
+static void *shm_make(const ucx_comm_t *uc, const char *name, size_t len, const shm_hdr_t *h)
+{
+    void *base = MAP_FAILED;
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int err = 0;
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
+        (err = posix_fallocate(fd, 0, (off_t)len)) != 0 ||
+        (base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        if (err)
+            errno = err;
+        MSR_DEBUG("comm %u: no shared-memory segment %s: %s", uc->id, name, strerror(errno));
+        base = MAP_FAILED;
+    } else {
+        memcpy(base, h, sizeof *h);
+    }
+    if (fd >= 0)
+        close(fd);
+    return base;
+}
+
+/* The others map it; *ok_p: it has the size and header this member
+ * expects. */
+static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const shm_hdr_t *want,
+                     int32_t *ok_p)
+{
+    void *base = MAP_FAILED;
+    int fd = shm_open(name, O_RDWR, 0);
+    struct stat sb;
+    *ok_p = 0;
+    if (fd < 0 || fstat(fd, &sb) != 0 || (size_t)sb.st_size != len ||
+        (base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        MSR_DEBUG("comm %u: cannot map %s: %s", uc->id, name, strerror(errno));
+        base = MAP_FAILED;
+    } else {
+        shm_hdr_t h;
+        memcpy(&h, base, sizeof h);
+        *ok_p = h.magic == want->magic && h.n == want->n && h.slot == want->slot &&
+                h.tile == want->tile && h.depth == want->depth;
+    }
+    if (fd >= 0)
+        close(fd);
+    return base;
+}
+
 msr_status_t ucx_shm_setup(ucx_comm_t *uc)
 {
     msr_comm_t *comm = uc->comm;
@@ -133,45 +232,13 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     for (int i = 0; i < n; i++)
         spans |= uc->peer[i]->node != e->my_node; /* the same answer on every member */
     if (spans) {
-        /* Members of several nodes share memory when every node is on this
-         * machine (and PID namespace): agree on that first (the least and
-         * the greatest machine), then watch the other nodes' members as
-         * this node's (pidfds) before sharing a segment with them. */
-        if (!e->host_shm)
-            return MSR_OK;
-        int64_t where = ucx_engine_machine(e), mine[2] = {where, -where}, all2[2];
-        msr_status_t st = msr_comm_allreduce(comm, mine, all2, 2, MSR_DTYPE_I64, MSR_OP_MIN);
-        uc->one_host = st == MSR_OK && all2[0] == -all2[1];
-        if (!uc->one_host)
-            return st;
-        ucx_peer_t **others = msr_calloc((size_t)n, sizeof *others);
-        int no = 0;
-        for (int i = 0; others != NULL && i < n; i++)
-            if (uc->peer[i]->node != e->my_node)
-                others[no++] = uc->peer[i];
-        int32_t watched = others != NULL && ucx_engine_watch_host(e, others, no), every = 0;
-        msr_free(others);
-        st = msr_comm_allreduce(comm, &watched, &every, 1, MSR_DTYPE_I32, MSR_OP_MIN);
-        if (st != MSR_OK || !every)
+        int usable;
+        msr_status_t st = shm_across_nodes(uc, &usable);
+        if (st != MSR_OK || !usable)
             return st;
     }
-    /* Slots of shm_max bytes, smaller in large groups: the slots take at
-     * most MSR_COMM_SHM_SEGMENT bytes. */
-    size_t slot = uc->tune.shm_max;
-    if (slot > uc->tune.shm_segment / (2 * (size_t)n))
-        slot = uc->tune.shm_segment / (2 * (size_t)n);
-    slot = slot / LINE * LINE;
-    /* The tiled path: n stages and a result of depth tiles each, smaller
-     * tiles in large groups (the same limit); none when a tile would leave
-     * a member less than a line. */
-    size_t tile = uc->tune.shm_tile / LINE * LINE;
-    uint64_t depth = (uint64_t)uc->tune.shm_depth;
-    while (tile && (size_t)(n + 1) * depth * tile > uc->tune.shm_segment)
-        tile = tile / 2 / LINE * LINE;
-    if (tile < (size_t)n * LINE)
-        tile = 0;
-    size_t len = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
-                 (tile ? (size_t)(n + 1) * depth * tile : 0);
+    size_t len;
+    shm_hdr_t shape = shm_shape(uc, &len);
     char name[200];
     /* offer[0]: whether the first member made the segment, offer[1]: the
      * nonce in its name; broadcast to the others, who then open it */
@@ -183,43 +250,15 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
         msr_random_bytes(&nonce, sizeof nonce);
         offer[1] = (int64_t)nonce;
         shm_name(uc, nonce, name, sizeof name);
-        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        /* the pages reserved now: a full /dev/shm refuses here, not with a
-         * SIGBUS on first touch in the middle of an operation */
-        int err = 0;
-        if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
-            (err = posix_fallocate(fd, 0, (off_t)len)) != 0 ||
-            (base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-            if (err)
-                errno = err;
-            MSR_DEBUG("comm %u: no shared-memory segment %s: %s", uc->id, name, strerror(errno));
-            ok = 0;
-        } else {
-            shm_hdr_t h = {SHM_MAGIC, n, slot, tile, depth};
-            memcpy(base, &h, sizeof h);
-        }
-        if (fd >= 0)
-            close(fd);
+        base = shm_make(uc, name, len, &shape);
+        ok = base != MAP_FAILED;
     }
     offer[0] = ok;
     msr_status_t st = msr_comm_broadcast(comm, offer, 2, MSR_DTYPE_I64, 0);
     all = st == MSR_OK && offer[0] == 1;
     if (st == MSR_OK && all && me != 0) {
         shm_name(uc, (uint64_t)offer[1], name, sizeof name);
-        int fd = shm_open(name, O_RDWR, 0);
-        struct stat sb;
-        shm_hdr_t h;
-        if (fd < 0 || fstat(fd, &sb) != 0 || (size_t)sb.st_size != len ||
-            (base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-            MSR_DEBUG("comm %u: cannot map %s: %s", uc->id, name, strerror(errno));
-            ok = 0;
-        } else {
-            memcpy(&h, base, sizeof h);
-            ok = h.magic == SHM_MAGIC && h.n == n && h.slot == slot && h.tile == tile &&
-                 h.depth == depth;
-        }
-        if (fd >= 0)
-            close(fd);
+        base = shm_map(uc, name, len, &shape, &ok);
     }
     if (st == MSR_OK && all)
         st = agree(uc, ok, &all);
@@ -236,6 +275,8 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
             munmap(base, len);
         return st; /* MSR_OK: the UCX algorithms serve this communicator */
     }
+    size_t slot = shape.slot, tile = shape.tile;
+    uint64_t depth = shape.depth;
     s->base = base;
     s->len = len;
     s->ctl = (shm_ctl_t *)((char *)base + LINE);
