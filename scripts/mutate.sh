@@ -1209,10 +1209,11 @@ test: ^test_coord$
 file: cluster/members.c
 test: ^test_coord$
 <<<
-    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0 ||
-        msr_coord_output_unsent(c, n)) {
+    if (req->generation != c->generation || (int)req->known_state != (int)c->state ||
+        req->wait_ms == 0 || msr_coord_output_unsent(c, n)) {
 ===
-    if (req->generation != c->generation || req->known_state != c->state || req->wait_ms == 0) {
+    if (req->generation != c->generation || (int)req->known_state != (int)c->state ||
+        req->wait_ms == 0) {
 >>>
 
 @ coord.root_cause_never_replaced
