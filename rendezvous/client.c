@@ -225,6 +225,84 @@ static int env_int(const char *name, const char *alt, int def, int min, int max,
     return 0;
 }
 
+/* The job's shape from the environment (msrun's MSR_*, or Slurm's):
+ * nonzero, with the error text set, when a variable is bad or missing. A
+ * singleton (no msrun, no coordinator) is a job of one rank. */
+static int init_shape(msr_ctx_t *ctx, int singleton)
+{
+    return env_int("MSR_WORLD_SIZE", "SLURM_NTASKS", singleton ? 1 : -1, 1, 1 << 30,
+                   &ctx->world_size) ||
+           env_int("MSR_RANK", "SLURM_PROCID", singleton ? 0 : -1, 0, ctx->world_size - 1,
+                   &ctx->rank) ||
+           env_int("MSR_LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", 1, 1, ctx->world_size,
+                   &ctx->local_world_size) ||
+           env_int("MSR_LOCAL_RANK", "SLURM_LOCALID", 0, 0, ctx->local_world_size - 1,
+                   &ctx->local_rank) ||
+           env_int("MSR_NODE_RANK", "SLURM_NODEID", ctx->rank / ctx->local_world_size, 0, 1 << 30,
+                   &ctx->node_rank) ||
+           env_int("MSR_NODE_COUNT", "SLURM_NNODES",
+                   (ctx->world_size + ctx->local_world_size - 1) / ctx->local_world_size, 1,
+                   1 << 30, &ctx->node_count) ||
+           env_int("MSR_GENERATION", NULL, 0, 0, 1 << 30, &ctx->generation);
+}
+
+/* The channel to the node's msrun (its unix socket) or, in direct mode,
+ * to the coordinator (TLS as msrun's --tls_* options give it: it may cross
+ * the network); a job started by another launcher learns its generation
+ * from the job. */
+static msr_status_t init_channel(msr_ctx_t *ctx, const char *agent, const char *coord, int gen_set)
+{
+    char target[4200];
+    if (agent && *agent) {
+        snprintf(target, sizeof target, "unix:%s", agent);
+        ctx->via_agent = 1;
+    } else {
+        snprintf(target, sizeof target, "%s", coord);
+    }
+    msr_rpc_tls_t tls = {getenv("MSR_TLS_CERT"), getenv("MSR_TLS_KEY"), getenv("MSR_TLS_CA"),
+                         getenv("MSR_TLS_SERVER_NAME")};
+    msr_status_t st = msr_rpc_channel_create_tls(target, getenv("MSR_TOKEN"),
+                                                 ctx->via_agent ? NULL : &tls, &ctx->channel);
+    if (st != MSR_OK) {
+        msr_err_set("msr_init: cannot create a channel to %s: %s", target, msr_status_str(st));
+        return st;
+    }
+    if (!gen_set && !ctx->via_agent) {
+        Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        st = msr_client_call(ctx, MSR_RPC_STATUS, &req.base, -1, NULL, &resp);
+        if (st != MSR_OK) {
+            msr_rpc_channel_destroy(ctx->channel);
+            return st;
+        }
+        ctx->generation = ((Msr__StatusResponse *)resp)->generation;
+        msr_rpc_message_free(resp);
+    }
+    return MSR_OK;
+}
+
+/* Under msrun --worker_timeout, beat to the node's msrun from a thread of
+ * our own: it stops only when the whole process stops. */
+static void init_beats(msr_ctx_t *ctx)
+{
+    int64_t timeout_ms = msr_env_i64("MSR_WORKER_TIMEOUT_MS", 0, 0, INT32_MAX);
+    if (!ctx->via_agent || timeout_ms <= 0)
+        return;
+    ctx->beat_ms = timeout_ms / 4 < 50 ? 50 : timeout_ms / 4 > 2000 ? 2000 : timeout_ms / 4;
+    /* the first beat before msr_init returns: msrun watches this process
+     * from here, even if it is stopped before the thread runs */
+    beat_once(ctx);
+    pthread_mutex_init(&ctx->beat_lock, NULL);
+    pthread_cond_init(&ctx->beat_cond, NULL);
+    if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) == 0) {
+        ctx->beating = 1;
+    } else {
+        pthread_mutex_destroy(&ctx->beat_lock);
+        pthread_cond_destroy(&ctx->beat_cond);
+        MSR_WARN("cannot start the beat thread: hang detection is off for this worker");
+    }
+}
+
 msr_status_t msr_init(msr_ctx_t **ctx_p)
 {
     msr_status_t st = MSR_ERR_INVALID_ARG;
@@ -245,25 +323,11 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
     ctx->report_off = report != NULL && strcmp(report, "0") == 0;
     const char *agent = getenv("MSR_AGENT");
     const char *coord = getenv("MSR_COORDINATOR");
-    int singleton = (agent == NULL || *agent == '\0') && (coord == NULL || *coord == '\0');
     /* Started without msrun and without a coordinator: a job of one rank,
      * with a store in this process (as MPI's singleton init). */
-    if (env_int("MSR_WORLD_SIZE", "SLURM_NTASKS", singleton ? 1 : -1, 1, 1 << 30,
-                &ctx->world_size) ||
-        env_int("MSR_RANK", "SLURM_PROCID", singleton ? 0 : -1, 0, ctx->world_size - 1,
-                &ctx->rank) ||
-        env_int("MSR_LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", 1, 1, ctx->world_size,
-                &ctx->local_world_size) ||
-        env_int("MSR_LOCAL_RANK", "SLURM_LOCALID", 0, 0, ctx->local_world_size - 1,
-                &ctx->local_rank) ||
-        env_int("MSR_NODE_RANK", "SLURM_NODEID", ctx->rank / ctx->local_world_size, 0, 1 << 30,
-                &ctx->node_rank) ||
-        env_int("MSR_NODE_COUNT", "SLURM_NNODES",
-                (ctx->world_size + ctx->local_world_size - 1) / ctx->local_world_size, 1, 1 << 30,
-                &ctx->node_count))
-        goto err_free;
+    int singleton = (agent == NULL || *agent == '\0') && (coord == NULL || *coord == '\0');
     int gen_set = getenv("MSR_GENERATION") != NULL;
-    if (env_int("MSR_GENERATION", NULL, 0, 0, 1 << 30, &ctx->generation))
+    if (init_shape(ctx, singleton))
         goto err_free;
     msr_log_init("libmsrun", ctx->node_rank, ctx->rank);
 
@@ -281,69 +345,23 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         ctx->timeout_ms = -1;
     ctx->connect_ms = msr_env_i64("MSR_CONNECT_TIMEOUT", 10, 0, INT32_MAX) * 1000;
 
-    const char *token = getenv("MSR_TOKEN");
-    char target[4200];
     if (singleton && ctx->world_size > 1) {
         msr_err_set("msr_init: a job of %d ranks needs msrun (or MSR_COORDINATOR=host:port "
                     "and MSR_TOKEN); only a job of one rank runs without",
                     ctx->world_size);
         goto err_free;
     }
-    if (singleton) {
+    if (singleton)
         st = msr_local_store_create(&ctx->local);
-        if (st != MSR_OK)
-            goto err_free;
-        *ctx_p = ctx;
-        return MSR_OK;
-    }
-    if (agent && *agent) {
-        snprintf(target, sizeof target, "unix:%s", agent);
-        ctx->via_agent = 1;
-    } else {
-        snprintf(target, sizeof target, "%s", coord);
-    }
-    /* Direct mode may cross the network: TLS as msrun's --tls_* options
-     * give it. The agent's unix socket needs none. */
-    msr_rpc_tls_t tls = {getenv("MSR_TLS_CERT"), getenv("MSR_TLS_KEY"), getenv("MSR_TLS_CA"),
-                         getenv("MSR_TLS_SERVER_NAME")};
-    st = msr_rpc_channel_create_tls(target, token, ctx->via_agent ? NULL : &tls, &ctx->channel);
-    if (st != MSR_OK) {
-        msr_err_set("msr_init: cannot create a channel to %s: %s", target, msr_status_str(st));
+    else
+        st = init_channel(ctx, agent, coord, gen_set);
+    if (st != MSR_OK)
         goto err_free;
-    }
-    if (!gen_set && !ctx->via_agent) {
-        /* Started by another launcher: learn the generation from the job. */
-        Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
-        ProtobufCMessage *resp = NULL;
-        st = msr_client_call(ctx, MSR_RPC_STATUS, &req.base, -1, NULL, &resp);
-        if (st != MSR_OK)
-            goto err_channel;
-        ctx->generation = ((Msr__StatusResponse *)resp)->generation;
-        msr_rpc_message_free(resp);
-    }
-    /* Under msrun --worker_timeout, beat to the node's msrun from a thread
-     * of our own: it stops only when the whole process stops. */
-    int64_t timeout_ms = msr_env_i64("MSR_WORKER_TIMEOUT_MS", 0, 0, INT32_MAX);
-    if (ctx->via_agent && timeout_ms > 0) {
-        ctx->beat_ms = timeout_ms / 4 < 50 ? 50 : timeout_ms / 4 > 2000 ? 2000 : timeout_ms / 4;
-        /* the first beat before msr_init returns: msrun watches this
-         * process from here, even if it is stopped before the thread runs */
-        beat_once(ctx);
-        pthread_mutex_init(&ctx->beat_lock, NULL);
-        pthread_cond_init(&ctx->beat_cond, NULL);
-        if (pthread_create(&ctx->beat_thread, NULL, beat_main, ctx) == 0) {
-            ctx->beating = 1;
-        } else {
-            pthread_mutex_destroy(&ctx->beat_lock);
-            pthread_cond_destroy(&ctx->beat_cond);
-            MSR_WARN("cannot start the beat thread: hang detection is off for this worker");
-        }
-    }
+    if (!singleton)
+        init_beats(ctx);
     *ctx_p = ctx;
     return MSR_OK;
 
-err_channel:
-    msr_rpc_channel_destroy(ctx->channel);
 err_free:
     pthread_mutex_destroy(&ctx->report_lock);
     pthread_cond_destroy(&ctx->report_cond);
