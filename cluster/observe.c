@@ -349,10 +349,10 @@ static void num(msr_buf_t *b, double v)
 static const char *const node_states[] = {"running",  "waiting", "stopping", "joining",
                                           "finished", "lost",    "left"};
 
-msr_status_t msr_coord_render_metrics(const msr_coord_t *c, msr_buf_t *b)
+/* The job: its state, generation, restarts, uptime, size. */
+static void metrics_job(const msr_coord_t *c, msr_buf_t *b)
 {
     const msr_obs_t *o = &c->obs;
-    int current = o->generation == c->generation;
     prom_head(b, "msrun_job_state", "gauge", "The job's state (1 for the current one).");
     for (int s = MSR_JOB_WAITING; s <= MSR_JOB_FAILED; s++)
         msr_buf_printf(b, "msrun_job_state{state=\"%s\"} %d\n", msr_job_state_name(s),
@@ -369,8 +369,11 @@ msr_status_t msr_coord_render_metrics(const msr_coord_t *c, msr_buf_t *b)
     msr_buf_append(b, "\n", 1);
     prom_head(b, "msrun_world_size", "gauge", "Ranks of the job (as configured).");
     msr_buf_printf(b, "msrun_world_size %d\n", c->worker_num);
+}
 
-    /* nodes and ranks by state: a node's ranks are in its state */
+/* Nodes and ranks by state: a node's ranks are in its state. */
+static void metrics_nodes(const msr_coord_t *c, msr_buf_t *b)
+{
     int nodes[MSR_ARRAY_SIZE(node_states)] = {0}, ranks[MSR_ARRAY_SIZE(node_states)] = {0};
     for (size_t i = 0; i < c->nnodes; i++) {
         const char *st = msr_coord_node_state(c, c->nodes[i]);
@@ -387,7 +390,14 @@ msr_status_t msr_coord_render_metrics(const msr_coord_t *c, msr_buf_t *b)
     prom_head(b, "msrun_ranks", "gauge", "Ranks by the state of their node.");
     for (size_t k = 0; k < MSR_ARRAY_SIZE(node_states); k++)
         msr_buf_printf(b, "msrun_ranks{state=\"%s\"} %d\n", node_states[k], ranks[k]);
+}
 
+/* Each rank's latest step, step times, straggling and scalars (the
+ * current generation's ranks only). */
+static void metrics_ranks(const msr_coord_t *c, msr_buf_t *b)
+{
+    const msr_obs_t *o = &c->obs;
+    int current = o->generation == c->generation;
     static const struct {
         const char *name, *help;
     } per_rank[] = {
@@ -441,6 +451,14 @@ msr_status_t msr_coord_render_metrics(const msr_coord_t *c, msr_buf_t *b)
             msr_buf_append(b, "\n", 1);
         }
     }
+}
+
+msr_status_t msr_coord_render_metrics(const msr_coord_t *c, msr_buf_t *b)
+{
+    const msr_obs_t *o = &c->obs;
+    metrics_job(c, b);
+    metrics_nodes(c, b);
+    metrics_ranks(c, b);
     prom_head(b, "msrun_stragglers_total", "counter", "Stragglers named so far.");
     msr_buf_printf(b, "msrun_stragglers_total %llu\n", (unsigned long long)o->stragglers);
     prom_head(b, "msrun_progress_messages_total", "counter",
@@ -468,6 +486,68 @@ static void json_str(msr_buf_t *b, const char *s)
     msr_buf_json_string(b, s ? s : "", s ? strlen(s) : 0);
 }
 
+/* The root causes of the job's restarts (and of its end, if it failed),
+ * oldest first. */
+static void job_causes(const msr_coord_t *c, msr_buf_t *b)
+{
+    msr_buf_printf(b, ",\"restart_causes\":[");
+    for (int i = 0; i < c->nhistory; i++) {
+        const msr_failure_t *f = &c->history[i];
+        char what[600];
+        msr_failure_describe(f, what, sizeof what);
+        msr_buf_printf(b, "%s{\"generation\":%d,\"cause\":", i ? "," : "", f->generation);
+        json_str(b, what);
+        msr_buf_printf(b, ",\"node\":%d,\"rank\":%d,\"host\":", f->node_rank, f->rank);
+        json_str(b, f->host);
+        msr_buf_printf(b, ",\"exit_code\":%d,\"signal\":%d,\"reason\":", f->exit_code, f->signal);
+        json_str(b, f->reason);
+        msr_buf_printf(b, ",\"time\":%.3f}", isfinite(f->time) ? f->time : 0);
+    }
+}
+
+/* Rank i's object in /api/job: its step, times, scalars and (when shown)
+ * its curve. */
+static void job_rank(const msr_coord_t *c, msr_buf_t *b, size_t i, const char *sep, double now,
+                     int current)
+{
+    const msr_obs_t *o = &c->obs;
+    const rank_obs_t *r = &o->ranks[i];
+    msr_buf_printf(b, "%s{\"rank\":%zu,\"node\":%d,\"step\":%lld,\"step_ms\":", sep, i,
+                   r->node_rank, (long long)r->step);
+    num(b, r->step_time * 1e3);
+    msr_buf_printf(b, ",\"step_ms_mean\":");
+    num(b, msr_step_window_mean(&r->window) * 1e3);
+    msr_buf_printf(b, ",\"ratio\":");
+    num(b, r->ratio);
+    msr_buf_printf(b, ",\"report_age_s\":");
+    num(b, now - r->time);
+    msr_buf_printf(b, ",\"steps\":%llu,\"straggler\":%s,\"scalars\":{",
+                   (unsigned long long)r->steps, r->straggler ? "true" : "false");
+    for (uint32_t k = 0; k < r->nscalars; k++) {
+        msr_buf_printf(b, "%s", k ? "," : "");
+        json_str(b, r->scalars[k].name);
+        msr_buf_append(b, ":", 1);
+        num(b, r->scalars[k].value);
+    }
+    msr_buf_printf(b, "}");
+    if (curve_shown(o, i, current)) { /* its curve: [step, step ms, loss] */
+        const rank_hist_t *h = o->hist[i];
+        msr_buf_printf(b, ",\"history\":[");
+        for (int k = 0; k < h->n; k++) {
+            msr_buf_printf(b, "%s[%lld,", k ? "," : "", (long long)h->step[k]);
+            num(b, h->step_ms[k]);
+            msr_buf_append(b, ",", 1);
+            if (isfinite(h->loss[k]))
+                num(b, h->loss[k]);
+            else
+                msr_buf_append(b, "null", 4);
+            msr_buf_append(b, "]", 1);
+        }
+        msr_buf_append(b, "]", 1);
+    }
+    msr_buf_printf(b, "}");
+}
+
 msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
 {
     const msr_obs_t *o = &c->obs;
@@ -488,19 +568,7 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
     num(b, c->config.straggler_factor > 0 ? c->config.straggler_factor : MSR_STRAGGLER_FACTOR);
     msr_buf_printf(b, ",\"straggler_window\":%d,\"message\":", MSR_STRAGGLER_WINDOW);
     json_str(b, c->message);
-    msr_buf_printf(b, ",\"restart_causes\":[");
-    for (int i = 0; i < c->nhistory; i++) {
-        const msr_failure_t *f = &c->history[i];
-        char what[600];
-        msr_failure_describe(f, what, sizeof what);
-        msr_buf_printf(b, "%s{\"generation\":%d,\"cause\":", i ? "," : "", f->generation);
-        json_str(b, what);
-        msr_buf_printf(b, ",\"node\":%d,\"rank\":%d,\"host\":", f->node_rank, f->rank);
-        json_str(b, f->host);
-        msr_buf_printf(b, ",\"exit_code\":%d,\"signal\":%d,\"reason\":", f->exit_code, f->signal);
-        json_str(b, f->reason);
-        msr_buf_printf(b, ",\"time\":%.3f}", isfinite(f->time) ? f->time : 0);
-    }
+    job_causes(c, b);
     msr_buf_printf(b, "]},\"nodes\":[");
     for (size_t i = 0; i < c->nnodes; i++) {
         const node_t *n = c->nodes[i];
@@ -518,45 +586,10 @@ msr_status_t msr_coord_render_job(const msr_coord_t *c, msr_buf_t *b)
     msr_buf_printf(b, "],\"ranks\":[");
     int first = 1;
     for (size_t i = 0; current && i < o->nranks; i++) {
-        const rank_obs_t *r = &o->ranks[i];
-        if (!r->seen)
+        if (!o->ranks[i].seen)
             continue;
-        msr_buf_printf(b,
-                       "%s{\"rank\":%zu,\"node\":%d,\"step\":%lld,\"step_ms\":", first ? "" : ",",
-                       i, r->node_rank, (long long)r->step);
+        job_rank(c, b, i, first ? "" : ",", now, current);
         first = 0;
-        num(b, r->step_time * 1e3);
-        msr_buf_printf(b, ",\"step_ms_mean\":");
-        num(b, msr_step_window_mean(&r->window) * 1e3);
-        msr_buf_printf(b, ",\"ratio\":");
-        num(b, r->ratio);
-        msr_buf_printf(b, ",\"report_age_s\":");
-        num(b, now - r->time);
-        msr_buf_printf(b, ",\"steps\":%llu,\"straggler\":%s,\"scalars\":{",
-                       (unsigned long long)r->steps, r->straggler ? "true" : "false");
-        for (uint32_t k = 0; k < r->nscalars; k++) {
-            msr_buf_printf(b, "%s", k ? "," : "");
-            json_str(b, r->scalars[k].name);
-            msr_buf_append(b, ":", 1);
-            num(b, r->scalars[k].value);
-        }
-        msr_buf_printf(b, "}");
-        if (curve_shown(o, i, current)) { /* its curve: [step, step ms, loss] */
-            const rank_hist_t *h = o->hist[i];
-            msr_buf_printf(b, ",\"history\":[");
-            for (int k = 0; k < h->n; k++) {
-                msr_buf_printf(b, "%s[%lld,", k ? "," : "", (long long)h->step[k]);
-                num(b, h->step_ms[k]);
-                msr_buf_append(b, ",", 1);
-                if (isfinite(h->loss[k]))
-                    num(b, h->loss[k]);
-                else
-                    msr_buf_append(b, "null", 4);
-                msr_buf_append(b, "]", 1);
-            }
-            msr_buf_append(b, "]", 1);
-        }
-        msr_buf_printf(b, "}");
     }
     msr_buf_printf(b, "],\"stragglers\":[");
     first = 1;

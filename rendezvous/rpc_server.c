@@ -492,6 +492,37 @@ static size_t server_args(const msr_rpc_server_t *s, grpc_arg *args)
     return n;
 }
 
+/* The server's TLS credentials when config asks for TLS (*creds_p NULL
+ * otherwise): with a CA, every client must show a certificate it signed. */
+static msr_status_t server_tls_creds(const msr_rpc_server_t *s, const msr_rpc_tls_t *tls,
+                                     grpc_server_credentials **creds_p)
+{
+    *creds_p = NULL;
+    if (!msr_rpc_tls_enabled(tls))
+        return MSR_OK;
+    msr_rpc_pem_t pem;
+    msr_status_t st = msr_rpc_pem_read(tls, &pem);
+    if (st != MSR_OK)
+        return st;
+    if (pem.cert == NULL) {
+        MSR_ERROR("%s: TLS needs a certificate and key for the server", s->log_name);
+        msr_rpc_pem_free(&pem);
+        return MSR_ERR_INVALID_ARG;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
+    *creds_p = grpc_ssl_server_credentials_create_ex(
+        pem.ca, &pair, 1,
+        pem.ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+    msr_rpc_pem_free(&pem);
+    if (*creds_p == NULL) {
+        MSR_ERROR("%s: gRPC refused the TLS certificate or key", s->log_name);
+        return MSR_ERR_INVALID_ARG;
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_config_t *config,
                                    int *port_p, msr_rpc_server_t **server_p)
 {
@@ -514,31 +545,9 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
         if (s->token == NULL)
             goto err_free;
     }
-    if (msr_rpc_tls_enabled(config->tls)) {
-        msr_rpc_pem_t pem;
-        st = msr_rpc_pem_read(config->tls, &pem);
-        if (st != MSR_OK)
-            goto err_free;
-        if (pem.cert == NULL) {
-            MSR_ERROR("%s: TLS needs a certificate and key for the server", s->log_name);
-            msr_rpc_pem_free(&pem);
-            st = MSR_ERR_INVALID_ARG;
-            goto err_free;
-        }
-        grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
-        /* With a CA, every client must show a certificate it signed. */
-        creds = grpc_ssl_server_credentials_create_ex(
-            pem.ca, &pair, 1,
-            pem.ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-            NULL);
-        msr_rpc_pem_free(&pem);
-        if (creds == NULL) {
-            MSR_ERROR("%s: gRPC refused the TLS certificate or key", s->log_name);
-            st = MSR_ERR_INVALID_ARG;
-            goto err_free;
-        }
-    }
+    st = server_tls_creds(s, config->tls, &creds);
+    if (st != MSR_OK)
+        goto err_free;
     msr_rpc_library_ref();
     if (creds == NULL)
         creds = grpc_insecure_server_credentials_create();
