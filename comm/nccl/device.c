@@ -103,8 +103,9 @@ static void describe(msr_comm_t *comm, unsigned flags, const msr_gpu_api_t *api,
     }
 }
 
-msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu_api_t *api,
-                                 msr_comm_t **dcomm_p)
+/* What msr_comm_device refuses before any member talks to another. */
+static msr_status_t device_args_check(msr_comm_t *comm, unsigned flags, const msr_gpu_api_t *api,
+                                      msr_comm_t **dcomm_p)
 {
     if (comm == NULL || dcomm_p == NULL) {
         msr_err_set("msr_comm_device: comm or dcomm_p is NULL");
@@ -124,10 +125,55 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
         return MSR_ERR_UNSUPPORTED;
     }
     msr_status_t st = msr_comm_status(comm);
-    if (st != MSR_OK) {
+    if (st != MSR_OK)
         msr_err_set("msr_comm_device: the communicator is broken (%s)", msr_status_str(st));
-        return st;
+    return st;
+}
+
+/* Every member's description, gathered over host: each must be able to
+ * take part, and together they decide the kind (NCCL or staged) and the
+ * store key of the NCCL id (member 0's). why holds this member's own
+ * reason when it cannot. */
+static msr_status_t gather_members(msr_comm_t *host, const gpu_member_t *me, char *why,
+                                   size_t why_len, gpu_kind_t *kind_p, int64_t *key_p)
+{
+    int n = msr_comm_size(host), rank = msr_comm_rank(host);
+    gpu_member_t *all = msr_calloc((size_t)n, sizeof *all);
+    if (all == NULL) {
+        msr_err_set("msr_comm_device: out of memory for %d members", n);
+        return MSR_ERR_NO_MEMORY;
     }
+    msr_status_t st = msr_comm_allgather(host, me, all, sizeof *me, MSR_DTYPE_U8);
+    for (int i = 0; st == MSR_OK && i < n; i++) {
+        if (all[i].magic != GPU_MEMBER_MAGIC) {
+            msr_err_set("msr_comm_device: member %d sent a malformed description", i);
+            st = MSR_ERR_PROTOCOL;
+        } else if (all[i].status != MSR_OK) {
+            st = (msr_status_t)all[i].status;
+            if (i == rank)
+                msr_err_set("msr_comm_device: %s", why);
+            else
+                msr_err_set("msr_comm_device: member %d (job rank %d, pid %d) cannot "
+                            "take part (%s)",
+                            i, msr_comm_world_rank(host, i), all[i].pid, msr_status_name(st));
+        }
+    }
+    if (st == MSR_OK) {
+        st = gpu_decide(all, n, kind_p, why, why_len);
+        if (st != MSR_OK)
+            msr_err_set("msr_comm_device: %s", why);
+        *key_p = all[0].key;
+    }
+    msr_free(all);
+    return st;
+}
+
+msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu_api_t *api,
+                                 msr_comm_t **dcomm_p)
+{
+    msr_status_t st = device_args_check(comm, flags, api, dcomm_p);
+    if (st != MSR_OK)
+        return st;
     msr_ctx_t *ctx = comm->ctx;
     gpu_member_t me;
     char why[256] = "";
@@ -147,44 +193,16 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
             me.status = st;
         }
     }
-    gpu_member_t *all = msr_calloc((size_t)n, sizeof *all);
-    if (all == NULL) {
-        msr_err_set("msr_comm_device: out of memory for %d members", n);
-        st = MSR_ERR_NO_MEMORY;
-        goto err_host;
-    }
-    st = msr_comm_allgather(host, &me, all, sizeof me, MSR_DTYPE_U8);
-    if (st != MSR_OK)
-        goto err_all;
-    for (int i = 0; i < n; i++) {
-        if (all[i].magic != GPU_MEMBER_MAGIC) {
-            msr_err_set("msr_comm_device: member %d sent a malformed description", i);
-            st = MSR_ERR_PROTOCOL;
-            goto err_all;
-        }
-        if (all[i].status != MSR_OK) {
-            st = (msr_status_t)all[i].status;
-            if (i == rank)
-                msr_err_set("msr_comm_device: %s", why);
-            else
-                msr_err_set("msr_comm_device: member %d (job rank %d, pid %d) cannot "
-                            "take part (%s)",
-                            i, msr_comm_world_rank(host, i), all[i].pid, msr_status_name(st));
-            goto err_all;
-        }
-    }
     gpu_kind_t kind;
-    st = gpu_decide(all, n, &kind, why, sizeof why);
+    int64_t key;
+    st = gather_members(host, &me, why, sizeof why, &kind, &key);
     if (st != MSR_OK) {
-        msr_err_set("msr_comm_device: %s", why);
-        goto err_all;
+        msr_comm_destroy(host);
+        return st;
     }
     MSR_DEBUG("comm: device communicator of %d members on GPU %d (local rank %d of %d, %d GPUs "
               "here): %s",
               n, me.device, msr_local_rank(ctx), me.local_size, me.device_count, why);
-    int64_t key = all[0].key;
-    msr_free(all);
-    all = NULL;
 
     msr_comm_t *dcomm = NULL;
     msr_status_t mine =
@@ -195,11 +213,8 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
     if (st != MSR_OK) {
         if (mine != MSR_OK)
             msr_err_set("msr_comm_device: %s", why);
-        if (dcomm) {
-            msr_comm_destroy(dcomm); /* and host with it */
-            return st;
-        }
-        goto err_host;
+        msr_comm_destroy(dcomm ? dcomm : host); /* dcomm takes host with it */
+        return st;
     }
     if (kind == GPU_KIND_NCCL) {
         gpu_comm_t *gc = dcomm->be;
@@ -221,12 +236,6 @@ msr_status_t msr_gpu_comm_create(msr_comm_t *comm, unsigned flags, const msr_gpu
     }
     *dcomm_p = dcomm;
     return MSR_OK;
-
-err_all:
-    msr_free(all);
-err_host:
-    msr_comm_destroy(host);
-    return st;
 }
 
 msr_status_t msr_comm_device(msr_comm_t *comm, unsigned flags, msr_comm_t **dcomm_p)
