@@ -8,7 +8,6 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
 #include "layout/layout.h"
@@ -466,10 +465,8 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
 static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
                            unsigned flags, msr_gpt_t **model_p)
 {
-    if (msr_gpt_part_check(cfg, part) != MSR_OK) {
-        MSR_ERROR("gpt: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_gpt_part_check(cfg, part) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
     if (m == NULL)
         goto err_no_memory;
@@ -520,22 +517,18 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
 err_free:
     msr_gpt_destroy(m);
 err_no_memory:
-    MSR_ERROR("gpt: out of memory for a model of %zu parameters, batch %d x %d",
-              msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY,
+                   "gpt: out of memory for a model of %zu parameters, batch %d x %d",
+                   msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
 }
 
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p)
 {
-    if (msr_gpt_config_check(cfg) != MSR_OK) {
-        MSR_ERROR("gpt: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
-    if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
-        MSR_ERROR("gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_gpt_config_check(cfg) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
+        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1};
     return create(cfg, &whole, max_batch, flags, model_p);
 }
@@ -692,8 +685,8 @@ static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char 
 {
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) {
-            MSR_ERROR("gpt: %s[%zu] = %d is not a token in [0, %d)", what, i, tokens[i], V);
-            return MSR_ERR_INVALID_ARG;
+            return msr_err(MSR_ERR_INVALID_ARG, "gpt: %s[%zu] = %d is not a token in [0, %d)", what,
+                           i, tokens[i], V);
         }
     }
     return MSR_OK;
@@ -705,13 +698,12 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     const msr_gpt_config_t *cfg = &model->cfg;
     int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
     if (model->max_batch == 0) {
-        MSR_ERROR("gpt: forward of a part of the model (parallel/mp.h runs those)");
-        return MSR_ERR_STATE;
+        return msr_err(MSR_ERR_STATE,
+                       "gpt: forward of a part of the model (parallel/mp.h runs those)");
     }
     if (B < 1 || B > model->max_batch || T < 1 || T > cfg->max_seq) {
-        MSR_ERROR("gpt: batch %d x %d does not fit the model's %d x %d", B, T, model->max_batch,
-                  cfg->max_seq);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "gpt: batch %d x %d does not fit the model's %d x %d",
+                       B, T, model->max_batch, cfg->max_seq);
     }
     int N = B * T;
     msr_status_t st = check_tokens(inputs, (size_t)N, V, "inputs");
@@ -779,8 +771,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
 {
     if (model->B == 0) {
-        MSR_ERROR("gpt: backward without a forward with targets");
-        return MSR_ERR_STATE;
+        return msr_err(MSR_ERR_STATE, "gpt: backward without a forward with targets");
     }
     const msr_gpt_config_t *cfg = &model->cfg;
     int B = model->B, T = model->T, N = B * T;

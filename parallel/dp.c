@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
+#include "model/err_call.h"
 #include "base/status.h"
 #include "base/time.h"
 
@@ -66,7 +67,7 @@ static float *tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
         p = msr_pages_alloc(bytes);
     }
     if (p == NULL) {
-        MSR_ERROR("dp: out of memory for a temporary buffer of %zu floats", n);
+        msr_err_set("dp: out of memory for a temporary buffer of %zu floats", n);
         return NULL;
     }
     dp->transient += n * sizeof(float);
@@ -92,10 +93,10 @@ static void tmp_free(msr_dp_t *dp, float **p, size_t n)
     dp->transient -= n * sizeof(float);
 }
 
+/* The communicator's failure st, with what failed in front of its text. */
 static msr_status_t comm_failed(const char *what, int index, msr_status_t st)
 {
-    MSR_ERROR("dp: %s %d failed: %s: %s", what, index, msr_status_str(st), msr_last_error());
-    return st;
+    return msr_err_call(st, "dp: %s %d", what, index);
 }
 
 /* Elements [a, e) of a sharded unit that belong to rank j's block. */
@@ -496,9 +497,9 @@ static msr_status_t hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
         return st;
     if (dp->cfg.zero >= 3) {
         if (dp->vi >= dp->num_visits || dp->visits[dp->vi] != s) {
-            MSR_ERROR("dp: segment %d acquired at visit %d, out of the order ZeRO-3 expects", s,
-                      dp->vi);
-            return MSR_ERR_STATE;
+            return msr_err(MSR_ERR_STATE,
+                           "dp: segment %d acquired at visit %d, out of the order ZeRO-3 expects",
+                           s, dp->vi);
         }
         if ((st = seg_ready(dp, s)) != MSR_OK)
             return st;
@@ -567,16 +568,15 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p)
 {
     if (cfg->zero < 0 || cfg->zero > 3 || cfg->bucket_bytes < sizeof(float)) {
-        MSR_ERROR("dp: ZeRO stage %d (0..3) or bucket of %zu bytes (>= 4) out of range", cfg->zero,
-                  cfg->bucket_bytes);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: ZeRO stage %d (0..3) or bucket of %zu bytes (>= 4) out of range",
+                       cfg->zero, cfg->bucket_bytes);
     }
     unsigned have = (model->params == NULL ? MSR_GPT_NO_PARAMS : 0u) |
                     (model->grads == NULL ? MSR_GPT_NO_GRADS : 0u);
     if (have != msr_dp_model_flags(cfg->zero)) {
-        MSR_ERROR("dp: ZeRO stage %d needs a model made with flags %u, not %u", cfg->zero,
-                  msr_dp_model_flags(cfg->zero), have);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "dp: ZeRO stage %d needs a model made with flags %u, not %u",
+                       cfg->zero, msr_dp_model_flags(cfg->zero), have);
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_dp_t *dp = msr_calloc(1, sizeof *dp);
@@ -633,8 +633,8 @@ err_free:
     if (st != MSR_ERR_NO_MEMORY)
         return st;
 err_no_memory:
-    MSR_ERROR("dp: out of memory laying out %zu parameters", model->num_params);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory laying out %zu parameters",
+                   model->num_params);
 }
 
 /* Waits for whatever is in flight and frees every temporary buffer. */
@@ -740,7 +740,9 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp)
     /* ZeRO-3 frees every segment as its last visit ends; this catches a
      * pass cut short */
     msr_status_t dst = drain(dp);
-    return st != MSR_OK ? st : dst;
+    if (st == MSR_OK && dst != MSR_OK)
+        return comm_failed("wait for the requests in flight, rank", dp->rank, dst);
+    return st;
 }
 
 /* Gathers the sharded units of arr (a flat-indexed array: the parameters,
@@ -923,8 +925,8 @@ msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
             memcpy(out + dp->model->segments[s].offset, dp->model->segments[s].params,
                    seg_count(dp, s) * sizeof(float));
         msr_status_t dst = seg_drop(dp, s);
-        if (st == MSR_OK)
-            st = dst;
+        if (st == MSR_OK && dst != MSR_OK)
+            st = comm_failed("parameter gather of segment", s, dst);
         if (st != MSR_OK)
             return st;
     }
@@ -972,8 +974,7 @@ msr_status_t msr_dp_load_begin(msr_dp_t *dp)
     msr_free(dp->cover);
     dp->cover = msr_calloc(dp->model->num_params + 1, 1);
     if (dp->cover == NULL) {
-        MSR_ERROR("dp: out of memory loading a checkpoint");
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory loading a checkpoint");
     }
     return MSR_OK;
 }
@@ -1037,9 +1038,9 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
             missing = i;
     }
     if (missing != SIZE_MAX)
-        MSR_ERROR("dp: the checkpoint lacks flat element %zu of the %zu parameters (or its "
-                  "moments)",
-                  missing, dp->model->num_params);
+        msr_err_set("dp: the checkpoint lacks flat element %zu of the %zu parameters (or its "
+                    "moments)",
+                    missing, dp->model->num_params);
     /* every rank learns whether all found what they need */
     int32_t ok = missing == SIZE_MAX && !failed && dp->cover != NULL;
     msr_free(dp->cover);
@@ -1052,7 +1053,7 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
     }
     if (!ok) {
         if (missing == SIZE_MAX && !failed)
-            MSR_ERROR("dp: another rank could not load its part of the checkpoint");
+            msr_err_set("dp: another rank could not load its part of the checkpoint");
         return MSR_ERR_CORRUPT;
     }
     if (!gather)

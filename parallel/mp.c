@@ -11,7 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
+#include "model/err_call.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "model/layers.h"
@@ -20,8 +20,7 @@
 
 msr_status_t msr_mp_failed(const char *what, msr_status_t st)
 {
-    MSR_ERROR("mp: %s: %s: %s", what, msr_status_str(st), msr_last_error());
-    return st;
+    return msr_err_call(st, "mp: %s", what);
 }
 
 /* ---- tracing ---- */
@@ -184,9 +183,9 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
         }
     }
     if (f->mem == NULL && (f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
-        MSR_ERROR("mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
-                  keep.used * sizeof(float));
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
+                       keep.used * sizeof(float));
     }
     keep.base = f->mem;
     keep.used = 0;
@@ -396,27 +395,26 @@ static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p)
 {
-    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK) {
-        MSR_ERROR("mp: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "mp");
     if (model->part.tp != mesh->tp || model->part.tp_rank != mesh->tp_rank ||
         model->part.pp != mesh->pp || model->part.pp_rank != mesh->pp_rank ||
         model->part.chunks != cfg->chunks || (cfg->cp > 1 ? cfg->cp : 1) != mesh->cp) {
-        MSR_ERROR("mp: the model part (tp %d/%d pp %d/%d, %d chunks, cp %d) is not this rank's "
-                  "(mesh cp %d)",
-                  model->part.tp_rank, model->part.tp, model->part.pp_rank, model->part.pp,
-                  model->part.chunks, cfg->cp, mesh->cp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "mp: the model part (tp %d/%d pp %d/%d, %d chunks, cp %d) is not this "
+                       "rank's (mesh cp %d)",
+                       model->part.tp_rank, model->part.tp, model->part.pp_rank, model->part.pp,
+                       model->part.chunks, cfg->cp, mesh->cp);
     }
     for (int c = 0; c < cfg->chunks; c++) {
         int lo, hi, n = mesh->pp * cfg->chunks;
         msr_layout_split_stage(model->cfg.layers, n, cfg->stage_layers,
                                c * mesh->pp + mesh->pp_rank, &lo, &hi);
         if (lo != model->chunk_lo[c] || hi != model->chunk_hi[c]) {
-            MSR_ERROR("mp: the model's chunk %d holds layers [%d, %d), the split says [%d, %d)", c,
-                      model->chunk_lo[c], model->chunk_hi[c], lo, hi);
-            return MSR_ERR_CONFIG;
+            return msr_err(MSR_ERR_CONFIG,
+                           "mp: the model's chunk %d holds layers [%d, %d), the split says [%d, "
+                           "%d)",
+                           c, model->chunk_lo[c], model->chunk_hi[c], lo, hi);
         }
     }
     msr_mp_t *mp = msr_calloc(1, sizeof *mp);
@@ -505,8 +503,9 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
 err_free:
     msr_mp_destroy(mp);
 err_no_memory:
-    MSR_ERROR("mp: out of memory for the runtime of a part of %zu parameters", model->num_params);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY,
+                   "mp: out of memory for the runtime of a part of %zu parameters",
+                   model->num_params);
 }
 
 /* Waits for the sends in flight; returns the first failure. */
