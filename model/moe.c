@@ -484,7 +484,7 @@ static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int c
     span(moe, what, a);
     if (st != MSR_OK)
         return msr_err_call(st, "moe: the alltoall of %zu floats over ep %d (%s)", n, moe->ep,
-                              what);
+                            what);
     return MSR_OK;
 }
 
@@ -636,19 +636,12 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     return MSR_OK;
 }
 
-msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
-                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
-                              float *dx, float aux_weight)
+/* Combine's backward: the gates' gradients into moe->dgate (N, K) and
+ * the outputs' into moe->send (rows, C), from dy (N, C). */
+static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
 {
-    moe_slot_t *s = slot_of(moe, l);
-    if (s->N == 0) {
-        return msr_err(MSR_ERR_STATE, "moe: backward of block %d without its forward", l);
-    }
-    int E = moe->E, K = moe->K, C = moe->C, H = moe->H, N = s->N, cap = s->cap;
-    int nb = row_blocks(moe);
-    size_t rows = (size_t)nb * (size_t)cap;
-
-    /* combine's backward: the gates' and the outputs' gradients */
+    int K = moe->K, C = moe->C, N = s->N, cap = s->cap;
+    size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
     for (int t = 0; t < N; t++) {
         const float *d = dy + (size_t)t * C;
@@ -668,8 +661,17 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
             moe->dgate[tj] = dg;
         }
     }
+}
 
-    /* the experts' backward where they ran; their input gradients back */
+/* The experts' backward where they ran, from moe->send's output gradients:
+ * their weights' gradients into g, their input gradients added to dx
+ * (N, C). */
+static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
+                                     const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, float *dx)
+{
+    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->cap, nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
     msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)
         return st;
@@ -702,21 +704,17 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
                 dx[(size_t)t * C + c] += d[c];
         }
     }
+    return MSR_OK;
+}
 
-    /* tp: a gate's gradient came from the rank computing its expert (zero
-     * on the others): the sum gives every rank all of them */
-    if (moe->tp_comm != NULL) {
-        uint64_t a = msr_now_ns();
-        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
-                                MSR_DTYPE_F32, MSR_OP_SUM);
-        span(moe, "moe gate grads", a);
-        if (st != MSR_OK)
-            return msr_err_call(st, "moe: the allreduce of the gates' gradients over tp %d",
-                                  moe->tp);
-    }
-
-    /* the router: gates and the load-balancing loss into the probabilities,
-     * softmax's backward into the logits (in place), the router matmul */
+/* The router's backward from moe->dgate: the gates and the load-balancing
+ * loss into the probabilities, softmax's backward into the logits (in
+ * place), the router matmul into dx (N, C) and g->routerw. */
+static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_block_params_t *p,
+                            const msr_gpt_block_params_t *g, const float *x, float *dx,
+                            float aux_weight)
+{
+    int E = moe->E, K = moe->K, C = moe->C, N = s->N;
     double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
     for (int t = 0; t < N; t++) {
         float *dp = moe->dprobs + (size_t)t * E;
@@ -741,5 +739,32 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
         msr_matmul_backward(moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     }
+}
+
+msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
+                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
+                              float *dx, float aux_weight)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    if (s->N == 0)
+        return msr_err(MSR_ERR_STATE, "moe: backward of block %d without its forward", l);
+    int N = s->N, K = moe->K;
+    combine_backward(moe, s, dy);
+    msr_status_t st = experts_backward(moe, s, p, g, dx);
+    if (st != MSR_OK)
+        return st;
+    /* tp: a gate's gradient came from the rank computing its expert (zero
+     * on the others): the sum gives every rank all of them */
+    if (moe->tp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
+                                MSR_DTYPE_F32, MSR_OP_SUM);
+        span(moe, "moe gate grads", a);
+        if (st != MSR_OK)
+            return msr_err_call(st, "moe: the allreduce of the gates' gradients over tp %d",
+                                moe->tp);
+    }
+
+    router_backward(moe, s, p, g, x, dx, aux_weight);
     return MSR_OK;
 }

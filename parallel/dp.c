@@ -115,6 +115,112 @@ static size_t seg_count(const msr_dp_t *dp, int s)
     return dp->model->segments[s].count;
 }
 
+/* Units: the flat buffer cut at every segment and bucket boundary, in
+ * flat order. */
+static void cut_units(msr_dp_t *dp)
+{
+    msr_gpt_t *m = dp->model;
+    size_t P = m->num_params;
+    int nu = 0, s = 0, b = dp->num_buckets - 1;
+    for (size_t pos = 0; pos < P;) {
+        while (m->segments[s].offset + m->segments[s].count <= pos)
+            s++;
+        while (dp->buckets[b].hi <= pos)
+            b--;
+        size_t end = MSR_MIN(m->segments[s].offset + m->segments[s].count, dp->buckets[b].hi);
+        msr_dp_unit_t *u = &dp->units[nu++];
+        u->lo = pos;
+        u->n = end - pos;
+        u->seg = s;
+        u->bucket = b;
+        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
+        pos = end;
+    }
+    dp->num_units = nu;
+}
+
+/* Each unit's owner (this rank's block of a sharded unit, all of a
+ * replicated one) and its place in the shard space. */
+static void own_units(msr_dp_t *dp)
+{
+    size_t S = 0, rep = 0;
+    for (int k = 0; k < dp->num_units; k++) {
+        msr_dp_unit_t *u = &dp->units[k];
+        if (u->replicated) {
+            u->blk = u->n;
+            u->own_lo = u->lo;
+            u->own_n = u->n;
+            rep += u->n;
+        } else {
+            u->blk = (size_t)msr_layout_block(u->n, dp->size);
+            size_t a, e;
+            block_of(u, dp->rank, &a, &e);
+            u->own_lo = u->lo + a;
+            u->own_n = e - a;
+        }
+        u->shard_off = S;
+        S += u->own_n;
+    }
+    dp->shard_count = S;
+    dp->rep_count = rep;
+}
+
+/* Each bucket's and segment's units, and where they pack. */
+static void pack_units(msr_dp_t *dp)
+{
+    for (int k = 0; k < dp->num_buckets; k++)
+        dp->buckets[k].u0 = -1;
+    for (int k = 0; k < dp->num_segs; k++)
+        dp->segs[k].u0 = -1;
+    for (int k = 0; k < dp->num_units; k++) {
+        msr_dp_unit_t *u = &dp->units[k];
+        msr_dp_bucket_t *B = &dp->buckets[u->bucket];
+        msr_dp_seg_t *G = &dp->segs[u->seg];
+        if (B->u0 < 0)
+            B->u0 = k;
+        B->u1 = k + 1;
+        if (G->u0 < 0)
+            G->u0 = k;
+        G->u1 = k + 1;
+        if (u->replicated) {
+            u->bpack = B->rep;
+            B->rep += u->n;
+            G->replicated = 1;
+        } else {
+            u->bpack = B->blk;
+            B->blk += u->blk;
+            u->spack = G->blk;
+            G->blk += u->blk;
+        }
+    }
+    for (int k = 0; k < dp->num_buckets; k++)
+        dp->buckets[k].low_seg = dp->units[dp->buckets[k].u0].seg;
+    for (int k = 0; k < dp->num_segs; k++) {
+        msr_dp_seg_t *G = &dp->segs[k];
+        G->direct =
+            !G->replicated && G->u1 - G->u0 == 1 && dp->units[G->u0].n % (size_t)dp->size == 0;
+    }
+}
+
+/* ZeRO-3: the order of acquires in one forward and backward (gpt.h). */
+static void zero3_visits(msr_dp_t *dp)
+{
+    int L = dp->model->cfg.layers, nv = 0;
+    dp->visits[nv++] = 0;
+    for (int l = 1; l <= L; l++)
+        dp->visits[nv++] = l;
+    dp->visits[nv++] = L + 1;
+    dp->visits[nv++] = 0;
+    dp->visits[nv++] = 0;
+    dp->visits[nv++] = L + 1;
+    for (int l = L; l >= 1; l--)
+        dp->visits[nv++] = l;
+    dp->visits[nv++] = 0;
+    dp->num_visits = nv;
+}
+
+/* The buckets, units, segments and ZeRO-3 visits over the model's flat
+ * buffer (dp.h). */
 static msr_status_t build_layout(msr_dp_t *dp)
 {
     msr_gpt_t *m = dp->model;
@@ -139,93 +245,10 @@ static msr_status_t build_layout(msr_dp_t *dp)
         dp->buckets[b].hi = (size_t)hi;
     }
 
-    /* units: cut at every segment and bucket boundary, in flat order */
-    int nu = 0, s = 0, b = nb - 1;
-    for (size_t pos = 0; pos < P;) {
-        while (m->segments[s].offset + m->segments[s].count <= pos)
-            s++;
-        while (dp->buckets[b].hi <= pos)
-            b--;
-        size_t end = MSR_MIN(m->segments[s].offset + m->segments[s].count, dp->buckets[b].hi);
-        msr_dp_unit_t *u = &dp->units[nu++];
-        u->lo = pos;
-        u->n = end - pos;
-        u->seg = s;
-        u->bucket = b;
-        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
-        pos = end;
-    }
-    dp->num_units = nu;
-
-    /* ownership and the shard space */
-    size_t S = 0, rep = 0;
-    for (int k = 0; k < nu; k++) {
-        msr_dp_unit_t *u = &dp->units[k];
-        if (u->replicated) {
-            u->blk = u->n;
-            u->own_lo = u->lo;
-            u->own_n = u->n;
-            rep += u->n;
-        } else {
-            u->blk = (size_t)msr_layout_block(u->n, dp->size);
-            size_t a, e;
-            block_of(u, dp->rank, &a, &e);
-            u->own_lo = u->lo + a;
-            u->own_n = e - a;
-        }
-        u->shard_off = S;
-        S += u->own_n;
-    }
-    dp->shard_count = S;
-    dp->rep_count = rep;
-
-    /* each bucket's and segment's units, and where they pack */
-    for (int k = 0; k < nb; k++)
-        dp->buckets[k].u0 = -1;
-    for (int k = 0; k < dp->num_segs; k++)
-        dp->segs[k].u0 = -1;
-    for (int k = 0; k < nu; k++) {
-        msr_dp_unit_t *u = &dp->units[k];
-        msr_dp_bucket_t *B = &dp->buckets[u->bucket];
-        msr_dp_seg_t *G = &dp->segs[u->seg];
-        if (B->u0 < 0)
-            B->u0 = k;
-        B->u1 = k + 1;
-        if (G->u0 < 0)
-            G->u0 = k;
-        G->u1 = k + 1;
-        if (u->replicated) {
-            u->bpack = B->rep;
-            B->rep += u->n;
-            G->replicated = 1;
-        } else {
-            u->bpack = B->blk;
-            B->blk += u->blk;
-            u->spack = G->blk;
-            G->blk += u->blk;
-        }
-    }
-    for (int k = 0; k < nb; k++)
-        dp->buckets[k].low_seg = dp->units[dp->buckets[k].u0].seg;
-    for (int k = 0; k < dp->num_segs; k++) {
-        msr_dp_seg_t *G = &dp->segs[k];
-        G->direct =
-            !G->replicated && G->u1 - G->u0 == 1 && dp->units[G->u0].n % (size_t)dp->size == 0;
-    }
-
-    /* ZeRO-3: the order of acquires in one forward and backward (gpt.h) */
-    int L = m->cfg.layers, nv = 0;
-    dp->visits[nv++] = 0;
-    for (int l = 1; l <= L; l++)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = L + 1;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = L + 1;
-    for (int l = L; l >= 1; l--)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = 0;
-    dp->num_visits = nv;
+    cut_units(dp);
+    own_units(dp);
+    pack_units(dp);
+    zero3_visits(dp);
     return MSR_OK;
 }
 

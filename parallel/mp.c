@@ -392,8 +392,48 @@ static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
     }
 }
 
-msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
-                           msr_mp_t **mp_p)
+/* Context parallel: the ring's positions of every cp rank's tokens and
+ * the step's local inputs and targets (work space too). */
+static msr_status_t alloc_cp(msr_mp_t *mp)
+{
+    size_t T = (size_t)mp->d.T;
+    mp->cp_pos = msr_calloc((size_t)mp->cp * T, sizeof(int));
+    mp->cp_in = msr_calloc((size_t)mp->cfg.micros * mp->d.N, sizeof(int));
+    mp->cp_tgt = msr_calloc((size_t)mp->cfg.micros * mp->d.N, sizeof(int));
+    if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
+        return MSR_ERR_NO_MEMORY;
+    mp->stats.work_bytes +=
+        ((size_t)mp->cp * T + 2 * (size_t)mp->cfg.micros * mp->d.N) * sizeof(int);
+    for (int j = 0; j < mp->cp; j++)
+        for (size_t t = 0; t < T; t++)
+            mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
+    return MSR_OK;
+}
+
+/* The frames' tables of kept activations (max_layers each), the pipeline's
+ * gradients in flight, and the last stage's copy of the tied embedding. */
+static msr_status_t alloc_frames(msr_mp_t *mp, size_t nframes, int max_layers)
+{
+    for (size_t k = 0; k < nframes; k++)
+        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
+            NULL)
+            return MSR_ERR_NO_MEMORY;
+    if (mp->pp > 1 && (mp->pr > 0 || mp->cfg.chunks > 1) &&
+        (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
+        return MSR_ERR_NO_MEMORY;
+    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
+        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+        mp->head_wte = msr_calloc(n, sizeof(float));
+        mp->head_dwte = msr_calloc(n, sizeof(float));
+        if (mp->head_wte == NULL || mp->head_dwte == NULL)
+            return MSR_ERR_NO_MEMORY;
+    }
+    return MSR_OK;
+}
+
+/* Whether model is this rank's part on mesh, cut as cfg says. */
+static msr_status_t check_part(const msr_mp_config_t *cfg, const msr_mesh_t *mesh,
+                               const msr_gpt_t *model)
 {
     if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK)
         return msr_err_prefix(MSR_ERR_CONFIG, "mp");
@@ -417,6 +457,15 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
                            c, model->chunk_lo[c], model->chunk_hi[c], lo, hi);
         }
     }
+    return MSR_OK;
+}
+
+msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
+                           msr_mp_t **mp_p)
+{
+    msr_status_t st = check_part(cfg, mesh, model);
+    if (st != MSR_OK)
+        return st;
     msr_mp_t *mp = msr_calloc(1, sizeof *mp);
     if (mp == NULL)
         goto err_no_memory;
@@ -457,38 +506,14 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->sreq == NULL ||
         mp->ops == NULL)
         goto err_free;
-    if (mp->cp > 1) {
-        size_t T = (size_t)mp->d.T;
-        mp->cp_pos = msr_calloc((size_t)mp->cp * T, sizeof(int));
-        mp->cp_in = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
-        mp->cp_tgt = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
-        if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
-            goto err_free;
-        /* the ring's positions and the step's local tokens are work space too */
-        mp->stats.work_bytes +=
-            ((size_t)mp->cp * T + 2 * (size_t)cfg->micros * mp->d.N) * sizeof(int);
-        for (int j = 0; j < mp->cp; j++)
-            for (size_t t = 0; t < T; t++)
-                mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
-    }
+    if (mp->cp > 1 && alloc_cp(mp) != MSR_OK)
+        goto err_free;
     cw.base = mp->wmem;
     cw.used = 0;
     point_work(mp, &cw);
     msr_mp_point_block(mp);
-    for (size_t k = 0; k < nframes; k++)
-        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
-            NULL)
-            goto err_free;
-    if (mp->pp > 1 && (mp->pr > 0 || cfg->chunks > 1) &&
-        (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
+    if (alloc_frames(mp, nframes, max_layers) != MSR_OK)
         goto err_free;
-    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
-        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-        mp->head_wte = msr_calloc(n, sizeof(float));
-        mp->head_dwte = msr_calloc(n, sizeof(float));
-        if (mp->head_wte == NULL || mp->head_dwte == NULL)
-            goto err_free;
-    }
     if (model->moe != NULL)
         msr_moe_set_trace(model->moe, moe_span, mp);
     msr_mp_build_schedule(mp);
