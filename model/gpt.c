@@ -620,39 +620,27 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
     };
 }
 
-/* A MoE block: attention as any block's, then res3 = res2 + moe(ln2(res2))
- * (model/moe.h); *aux_p += its load-balancing loss. */
-static msr_status_t moe_forward(msr_gpt_t *model, int l, const msr_block_t *b,
-                                const msr_gpt_block_params_t *p, const float *in, double *aux_p)
-{
-    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    int N = (int)b->N, C = b->C;
+/* A MoE block's MLP (model/moe.h) as the block's (block.h): res3 = res2 +
+ * moe(ln2(res2)); forward leaves its load-balancing loss in aux, backward
+ * takes that loss's gradient as aux_weight. */
+typedef struct moe_mlp {
+    msr_gpt_t *model;
+    int l, N;
+    const msr_gpt_block_params_t *p, *g;
+    float aux_weight;
     double aux;
-    msr_status_t st = msr_block_attn_forward(b, p, a, in);
-    if (st != MSR_OK)
-        return st;
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    if ((st = msr_moe_forward(model->moe, l, p, a->ln2, N, model->acts.proj, &aux)) != MSR_OK)
-        return st;
-    msr_residual_forward(a->res3, a->res2, model->acts.proj, (size_t)N * C);
-    *aux_p += aux;
-    return MSR_OK;
+} moe_mlp_t;
+
+static msr_status_t moe_mlp_forward(void *arg, const float *in, float *out)
+{
+    moe_mlp_t *c = arg;
+    return msr_moe_forward(c->model->moe, c->l, c->p, in, c->N, out, &c->aux);
 }
 
-/* Its backward: dres (the gradient of res3) becomes that of in. */
-static msr_status_t moe_backward(msr_gpt_t *model, int l, const msr_block_t *b,
-                                 const msr_gpt_block_params_t *p, const msr_gpt_block_params_t *g,
-                                 const float *in, float *dres, float aux_weight)
+static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *dout, float *din)
 {
-    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    int N = (int)b->N, C = b->C;
-    memset(b->dln, 0, (size_t)N * C * sizeof(float));
-    msr_status_t st = msr_moe_backward(model->moe, l, p, g, a->ln2, dres, b->dln, aux_weight);
-    if (st != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, g->ln2w, g->ln2b, b->dln, a->res2, p->ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C);
-    return msr_block_attn_backward(b, p, g, a, in, dres);
+    moe_mlp_t *c = arg;
+    return msr_moe_backward(c->model->moe, c->l, c->p, c->g, in, dout, din, c->aux_weight);
 }
 
 /* Block l on in (B,T,C) (*aux_p += a MoE block's load-balancing loss), or
@@ -668,17 +656,21 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     const msr_gpt_segment_t *s = &model->segments[1 + l];
     int moe = msr_gpt_layer_is_moe(&model->cfg, l);
     msr_gpt_block_params_t p, g;
+    moe_mlp_t c = {model, l, B * T, &p, &g, aux_weight, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp_forward, moe_mlp_backward, &c};
     msr_gpt_block_point_layer(&model->cfg, l, s->params, &p);
     if (moe)
         p.experts = msr_moe_block_params(model->moe, l, 0);
-    if (dres == NULL)
-        return moe ? moe_forward(model, l, &b, &p, in, aux_p)
-                   : msr_block_forward(&b, &p, &model->acts.blocks[l], in);
+    if (dres == NULL) {
+        msr_status_t st = msr_block_forward(&b, &p, &model->acts.blocks[l], in, moe ? &mlp : NULL);
+        if (st == MSR_OK && moe)
+            *aux_p += c.aux;
+        return st;
+    }
     msr_gpt_block_point_layer(&model->cfg, l, s->grads, &g);
     if (moe)
         g.experts = msr_moe_block_params(model->moe, l, 1);
-    return moe ? moe_backward(model, l, &b, &p, &g, in, dres, aux_weight)
-               : msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
+    return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)

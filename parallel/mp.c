@@ -116,12 +116,11 @@ static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_bloc
                                   msr_gpt_block_acts_t *la, const float *x, int count)
 {
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
-        return msr_block_forward(&mp->blk, p, la, x);
+        return msr_block_forward(&mp->blk, p, la, x, NULL);
     moe_call_t c = {mp, l, p, NULL, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
     msr_moe_select(mp->model->moe, m, count);
-    msr_status_t st = msr_block_attn_forward(&mp->blk, p, la, x);
-    if (st == MSR_OK)
-        st = msr_block_mlp_forward(&mp->blk, p, la, moe_mlp, &c);
+    msr_status_t st = msr_block_forward(&mp->blk, p, la, x, &mlp);
     if (st == MSR_OK && count)
         mp->aux_sum += c.aux;
     return st;
@@ -132,11 +131,11 @@ static msr_status_t block_backward(msr_mp_t *mp, int m, int l, const msr_gpt_blo
                                    const float *x, float *dres)
 {
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
-        return msr_block_backward(&mp->blk, p, g, la, x, dres);
+        return msr_block_backward(&mp->blk, p, g, la, x, dres, NULL);
     moe_call_t c = {mp, l, p, g, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
     msr_moe_select(mp->model->moe, m, 0);
-    msr_status_t st = msr_block_mlp_backward(&mp->blk, p, g, la, moe_mlp_backward, &c, dres);
-    return st != MSR_OK ? st : msr_block_attn_backward(&mp->blk, p, g, la, x, dres);
+    return msr_block_backward(&mp->blk, p, g, la, x, dres, &mlp);
 }
 
 /* Brings back what the recompute mode dropped, just before backward. */
