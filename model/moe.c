@@ -8,9 +8,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "model/err_call.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 #include "model/layers.h"
 #include "model/rng.h"
 

@@ -7,9 +7,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "model/err_call.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 
 #define COVER_PARAMS  1u
 #define COVER_MOMENTS 2u

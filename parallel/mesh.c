@@ -3,8 +3,8 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "model/err_call.h"
 #include "base/status.h"
+#include "model/err_call.h"
 
 int msr_mesh_rank_of(const msr_mesh_t *mesh, int d, int p, int c, int t)
 {

@@ -11,9 +11,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "model/err_call.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "parallel/mp_impl.h"
