@@ -386,6 +386,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     }
     /* the data-parallel group is the whole job while tp = pp = cp = 1 */
     int use_mp = msr_train_uses_mp(cfg);
+    msr_err_clear(); /* what is printed below is these calls' */
     st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->cp, cfg->tp, &mesh)
                 : msr_mesh_create_dp(comm, &mesh);
     if (st == MSR_OK)

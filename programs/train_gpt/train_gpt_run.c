@@ -93,6 +93,7 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
     void *buf;
     size_t len;
     uint64_t step = t->ops->steps(t->tr);
+    msr_err_clear(); /* what is printed below is this call's */
     msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
@@ -219,6 +220,7 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
         saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
     }
     /* without model parallel the saving world's ranks are all data-parallel */
+    msr_err_clear();
     if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK) {
         fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
@@ -443,6 +445,7 @@ static msr_status_t timed_step(const trainer_t *t, const job_t *job, const optio
     int traced = t->cpu != NULL && o->trace != NULL && step == (uint64_t)o->steps;
     if (traced)
         msr_mp_trace(t->cpu->mp, 1);
+    msr_err_clear();
     msr_status_t st = t->ops->step(t->tr, loss_p);
     *dt_p = (double)(msr_now_ns() - t0) * 1e-9;
     if (st != MSR_OK) {
@@ -520,6 +523,7 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
         if (job->rank == 0)
             print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
         msr_status_t st = MSR_OK;
+        msr_err_clear();
         if (o->report && o->experts > 0 && t->cpu != NULL &&
             (st = train_gpt_moe_report(t->cpu, job, step)) != MSR_OK) {
             fprintf(stderr, "train_gpt: the router statistics of step %llu: %s: %s\n",
