@@ -5,15 +5,14 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
 
 msr_status_t msr_adamw_create(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors, int n,
                               size_t lo, size_t hi, msr_adamw_t **opt_p)
 {
     if (lo >= hi) {
-        MSR_ERROR("adamw: slice [%zu, %zu) is empty", lo, hi);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "adamw: slice [%zu, %zu) is empty", lo, hi);
     }
     msr_adamw_range_t r = {lo, hi};
     return msr_adamw_create_ranges(cfg, tensors, n, &r, 1, opt_p);
@@ -27,22 +26,21 @@ msr_status_t msr_adamw_create_ranges(const msr_adamw_config_t *cfg, const msr_gp
     for (int k = 0; k < nranges; k++) {
         if (ranges[k].lo >= ranges[k].hi || ranges[k].hi > end ||
             (k > 0 && ranges[k].lo < ranges[k - 1].hi)) {
-            MSR_ERROR("adamw: range %d [%zu, %zu) is empty, out of order or outside the %zu "
-                      "parameters",
-                      k, ranges[k].lo, ranges[k].hi, end);
-            return MSR_ERR_INVALID_ARG;
+            return msr_err(MSR_ERR_INVALID_ARG,
+                           "adamw: range %d [%zu, %zu) is empty, out of order or outside the %zu "
+                           "parameters",
+                           k, ranges[k].lo, ranges[k].hi, end);
         }
         count += ranges[k].hi - ranges[k].lo;
     }
     if (nranges < 0) {
-        MSR_ERROR("adamw: %d ranges", nranges);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "adamw: %d ranges", nranges);
     }
     if (!(cfg->beta1 >= 0.0 && cfg->beta1 < 1.0) || !(cfg->beta2 >= 0.0 && cfg->beta2 < 1.0) ||
         !(cfg->eps > 0.0) || !(cfg->weight_decay >= 0.0)) {
-        MSR_ERROR("adamw: bad hyperparameters beta1 %g beta2 %g eps %g weight decay %g", cfg->beta1,
-                  cfg->beta2, cfg->eps, cfg->weight_decay);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "adamw: bad hyperparameters beta1 %g beta2 %g eps %g weight decay %g",
+                       cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
     }
     msr_adamw_t *opt = msr_calloc(1, sizeof *opt);
     if (opt == NULL)
@@ -82,8 +80,7 @@ msr_status_t msr_adamw_create_ranges(const msr_adamw_config_t *cfg, const msr_gp
 err_free:
     msr_adamw_destroy(opt);
 err_no_memory:
-    MSR_ERROR("adamw: out of memory for %zu moments", 2 * count);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY, "adamw: out of memory for %zu moments", 2 * count);
 }
 
 void msr_adamw_destroy(msr_adamw_t *opt)

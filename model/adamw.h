@@ -61,7 +61,7 @@ typedef struct msr_adamw {
 /* Creates an optimizer for flat elements [lo, hi) of a buffer laid out as
  * tensors[0..n) (the model's table), moments zero, t = 0. Errors:
  * MSR_ERR_INVALID_ARG (an empty or out-of-range slice, bad hyperparameters;
- * logged), MSR_ERR_NO_MEMORY. */
+ * the reason in the error text, base/err.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_adamw_create(const msr_adamw_config_t *cfg, const msr_gpt_tensor_t *tensors, int n,
                               size_t lo, size_t hi, msr_adamw_t **opt_p);
 

@@ -100,17 +100,29 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
     return residual(b, a->res3, a->res2, p->fcprojb);
 }
 
-msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                               msr_gpt_block_acts_t *a, const float *x)
+/* res2 + reduce(mlp(enter(ln2(res2)))): the caller's MLP (block.h) */
+static msr_status_t hook_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 msr_gpt_block_acts_t *a, const msr_block_mlp_t *mlp)
 {
-    msr_status_t st = attn_forward(b, p, a, x);
-    return st != MSR_OK ? st : mlp_forward(b, p, a);
+    const float *in;
+    float *r;
+    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
+                          b->C);
+    msr_status_t st = enter(b, a->ln2, b->gat, &in);
+    if (st != MSR_OK || (st = mlp->forward(mlp->arg, in, b->proj)) != MSR_OK ||
+        (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
+        return st;
+    msr_residual_forward(a->res3, a->res2, r, b->Nl * (size_t)b->C);
+    return poll(b);
 }
 
-msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                    msr_gpt_block_acts_t *a, const float *x)
+msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                               msr_gpt_block_acts_t *a, const float *x, const msr_block_mlp_t *mlp)
 {
-    return attn_forward(b, p, a, x);
+    msr_status_t st = attn_forward(b, p, a, x);
+    if (st != MSR_OK)
+        return st;
+    return mlp != NULL ? hook_forward(b, p, a, mlp) : mlp_forward(b, p, a);
 }
 
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)
@@ -150,9 +162,11 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
     return MSR_OK;
 }
 
-msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                const float *x, float *dres)
+/* The dense MLP's backward: dres (Nl,C), the gradient of res3, becomes
+ * that of res2. */
+static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                 float *dres)
 {
     size_t NH = b->N * (size_t)b->Hl;
     /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
@@ -163,17 +177,15 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
         return st;
     memset(b->dfch, 0, NH * sizeof(float));
     msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
-    st = norm_backward(b, dres, b->dfch, b->Hl, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
-                       g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
-    if (st != MSR_OK)
-        return st;
-    /* now dres = d res2 */
-    return msr_block_attn_backward(b, p, g, a, x, dres);
+    return norm_backward(b, dres, b->dfch, b->Hl, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
+                         g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
 }
 
-msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                     const float *x, float *dres)
+/* The attention half's backward: dres (Nl,C), the gradient of res2,
+ * becomes that of x. */
+static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                  const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                  const float *x, float *dres)
 {
     /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
     msr_status_t st =
@@ -193,24 +205,11 @@ msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_p
                          g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
 }
 
-msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg)
-{
-    const float *in;
-    float *r;
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
-                          b->C);
-    msr_status_t st = enter(b, a->ln2, b->gat, &in);
-    if (st != MSR_OK || (st = mlp(arg, in, b->proj)) != MSR_OK ||
-        (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
-        return st;
-    msr_residual_forward(a->res3, a->res2, r, b->Nl * (size_t)b->C);
-    return poll(b);
-}
-
-msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres)
+/* The caller's MLP's backward: dres (Nl,C), the gradient of res3, becomes
+ * that of res2. */
+static msr_status_t hook_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                  const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                  const msr_block_mlp_t *mlp, float *dres)
 {
     const float *dfull, *in;
     float *dl;
@@ -219,10 +218,20 @@ msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_pa
     if (st != MSR_OK || (st = enter(b, a->ln2, b->gat, &in)) != MSR_OK)
         return st;
     memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
-    if ((st = mlp_backward(arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
+    if ((st = mlp->backward(mlp->arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
         (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
         return st;
     msr_layernorm_backward(dres, g->ln2w, g->ln2b, dl, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd,
                            (int)b->Nl, b->C);
     return MSR_OK;
+}
+
+msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
+                                const float *x, float *dres, const msr_block_mlp_t *mlp)
+{
+    /* res3 = res2 + mlp(ln2(res2)), then res2 = x + attn(ln1(x)) */
+    msr_status_t st =
+        mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres);
+    return st != MSR_OK ? st : attn_backward(b, p, g, a, x, dres);
 }

@@ -65,48 +65,33 @@ typedef struct msr_block {
     float *datt;                  /* (T,T) attention backward scratch */
 } msr_block_t;
 
+/* A block whose MLP is the caller's (a Mixture-of-Experts block, model/
+ * moe.h): res3 = res2 + reduce(mlp(enter(ln2(res2)))). forward gets the
+ * MLP's input in (N,C), entered like a column-parallel layer's (gathered
+ * under sequence parallel), and writes out (N,C), a partial sum over tp
+ * that is reduced like a row-parallel layer's output (no bias is added:
+ * the MLP adds its own). backward gets in (N,C) again and dout (N,C), the
+ * gradient of out (the block's output gradient entered), and adds its
+ * partial input gradient to din (N,C), which is reduced over tp before
+ * ln2's backward. */
+typedef struct msr_block_mlp {
+    msr_status_t (*forward)(void *arg, const float *in, float *out);
+    msr_status_t (*backward)(void *arg, const float *in, const float *dout, float *din);
+    void *arg;
+} msr_block_mlp_t;
+
 /* Forward of the block with parameters p on input x (Nl,C): fills a, whose
- * res3 (Nl,C) is the output. */
+ * res3 (Nl,C) is the output. mlp: the caller's MLP in place of the dense
+ * one (fc, gelu, fcproj), or NULL. */
 msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                               msr_gpt_block_acts_t *a, const float *x);
+                               msr_gpt_block_acts_t *a, const float *x, const msr_block_mlp_t *mlp);
 
 /* Backward: dres (Nl,C), the gradient of the block's output, becomes the
  * gradient of its input x; g (same layout as p) += the parameters'
- * gradients. a is what forward kept. */
+ * gradients (the dense MLP's, or ln2's alone with mlp). a is what forward
+ * kept; mlp the same as forward's. */
 msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                 const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                const float *x, float *dres);
-
-/* The block's first half alone, for a block whose MLP is another's (a
- * Mixture-of-Experts block, model/moe.h): a->res2 (Nl,C) = x +
- * attn(ln1(x)). */
-msr_status_t msr_block_attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                    msr_gpt_block_acts_t *a, const float *x);
-
-/* Its backward: dres (Nl,C), the gradient of res2, becomes the gradient of
- * x; g's attention half +=. */
-msr_status_t msr_block_attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                     const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                     const float *x, float *dres);
-
-/* A block whose MLP is the caller's (a Mixture-of-Experts block under
- * model parallel): res3 = res2 + reduce(mlp(enter(ln2(res2)))). mlp gets
- * the MLP's input in (N,C), entered like a column-parallel layer's
- * (gathered under sequence parallel), and writes out (N,C), a partial sum
- * over tp that is reduced like a row-parallel layer's output (no bias is
- * added: mlp adds its own). Call after msr_block_attn_forward. */
-typedef msr_status_t (*msr_block_mlp_t)(void *arg, const float *in, float *out);
-msr_status_t msr_block_mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                   msr_gpt_block_acts_t *a, msr_block_mlp_t mlp, void *arg);
-
-/* Its backward: dres (Nl,C), the gradient of res3, becomes that of res2;
- * mlp_backward gets the MLP's input in (N,C) again, dout (N,C) (dres
- * entered) and adds its partial input gradient to din (N,C), which is
- * reduced over tp before the layernorm's backward; g's ln2 +=. */
-typedef msr_status_t (*msr_block_mlp_backward_t)(void *arg, const float *in, const float *dout,
-                                                 float *din);
-msr_status_t msr_block_mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                    const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                    msr_block_mlp_backward_t mlp_backward, void *arg, float *dres);
+                                const float *x, float *dres, const msr_block_mlp_t *mlp);
 
 #endif

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
 #include "model/rng.h"
 
@@ -23,31 +23,29 @@ msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p)
     msr_status_t st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        st = msr_status_from_errno(errno);
-        MSR_ERROR("data: cannot open %s: %s", path, strerror(errno));
-        return st;
+        return msr_err(msr_status_from_errno(errno), "data: cannot open %s: %s", path,
+                       strerror(errno));
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = msr_status_from_errno(errno);
-        MSR_ERROR("data: cannot stat %s: %s", path, strerror(errno));
+        st = msr_err(msr_status_from_errno(errno), "data: cannot stat %s: %s", path,
+                     strerror(errno));
         goto err_close;
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size < 2) {
-        MSR_ERROR("data: %s is not a regular file of at least 2 bytes", path);
-        st = MSR_ERR_INVALID_ARG;
+        st = msr_err(MSR_ERR_INVALID_ARG, "data: %s is not a regular file of at least 2 bytes",
+                     path);
         goto err_close;
     }
     msr_dataset_t *ds = msr_calloc(1, sizeof *ds);
     if (ds == NULL) {
-        st = MSR_ERR_NO_MEMORY;
+        st = msr_err(MSR_ERR_NO_MEMORY, "data: out of memory opening %s", path);
         goto err_close;
     }
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        st = msr_status_from_errno(errno);
-        MSR_ERROR("data: cannot map %s (%lld bytes): %s", path, (long long)sb.st_size,
-                  strerror(errno));
+        st = msr_err(msr_status_from_errno(errno), "data: cannot map %s (%lld bytes): %s", path,
+                     (long long)sb.st_size, strerror(errno));
         goto err_free;
     }
     close(fd);
@@ -112,16 +110,15 @@ __attribute__((format(printf, 4, 5))) static void append(char *out, size_t cap, 
 msr_status_t msr_dataset_generate(uint64_t seed, size_t size, msr_dataset_t **ds_p)
 {
     if (size < 2) {
-        MSR_ERROR("data: a generated corpus needs at least 2 bytes, not %zu", size);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "data: a generated corpus needs at least 2 bytes, not %zu", size);
     }
     msr_dataset_t *ds = msr_calloc(1, sizeof *ds);
     char *text = msr_malloc(size);
     if (ds == NULL || text == NULL) {
         msr_free(text);
         msr_free(ds);
-        MSR_ERROR("data: out of memory for a %zu-byte corpus", size);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "data: out of memory for a %zu-byte corpus", size);
     }
     size_t len = 0;
     uint64_t k = 0;

@@ -28,7 +28,7 @@ typedef struct msr_dataset {
 
 /* Maps the file at path read-only. Errors: MSR_ERR_NOT_FOUND,
  * MSR_ERR_PERMISSION, MSR_ERR_INVALID_ARG (not a regular file, or shorter
- * than 2 bytes), MSR_ERR_IO; each logged with the path. */
+ * than 2 bytes), MSR_ERR_IO; the error text names the path. */
 msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p);
 
 /* The default corpus: size bytes of simple English sentences and small

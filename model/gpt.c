@@ -8,7 +8,6 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "base/util.h"
 #include "layout/layout.h"
@@ -466,10 +465,8 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
 static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
                            unsigned flags, msr_gpt_t **model_p)
 {
-    if (msr_gpt_part_check(cfg, part) != MSR_OK) {
-        MSR_ERROR("gpt: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_gpt_part_check(cfg, part) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
     if (m == NULL)
         goto err_no_memory;
@@ -520,22 +517,18 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
 err_free:
     msr_gpt_destroy(m);
 err_no_memory:
-    MSR_ERROR("gpt: out of memory for a model of %zu parameters, batch %d x %d",
-              msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY,
+                   "gpt: out of memory for a model of %zu parameters, batch %d x %d",
+                   msr_gpt_num_params(cfg), max_batch, cfg->max_seq);
 }
 
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p)
 {
-    if (msr_gpt_config_check(cfg) != MSR_OK) {
-        MSR_ERROR("gpt: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
-    if (max_batch < 1 || max_batch > GPT_MAX_BATCH) {
-        MSR_ERROR("gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_gpt_config_check(cfg) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
+        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1};
     return create(cfg, &whole, max_batch, flags, model_p);
 }
@@ -627,39 +620,27 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
     };
 }
 
-/* A MoE block: attention as any block's, then res3 = res2 + moe(ln2(res2))
- * (model/moe.h); *aux_p += its load-balancing loss. */
-static msr_status_t moe_forward(msr_gpt_t *model, int l, const msr_block_t *b,
-                                const msr_gpt_block_params_t *p, const float *in, double *aux_p)
-{
-    msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    int N = (int)b->N, C = b->C;
+/* A MoE block's MLP (model/moe.h) as the block's (block.h): res3 = res2 +
+ * moe(ln2(res2)); forward leaves its load-balancing loss in aux, backward
+ * takes that loss's gradient as aux_weight. */
+typedef struct moe_mlp {
+    msr_gpt_t *model;
+    int l, N;
+    const msr_gpt_block_params_t *p, *g;
+    float aux_weight;
     double aux;
-    msr_status_t st = msr_block_attn_forward(b, p, a, in);
-    if (st != MSR_OK)
-        return st;
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    if ((st = msr_moe_forward(model->moe, l, p, a->ln2, N, model->acts.proj, &aux)) != MSR_OK)
-        return st;
-    msr_residual_forward(a->res3, a->res2, model->acts.proj, (size_t)N * C);
-    *aux_p += aux;
-    return MSR_OK;
+} moe_mlp_t;
+
+static msr_status_t moe_mlp_forward(void *arg, const float *in, float *out)
+{
+    moe_mlp_t *c = arg;
+    return msr_moe_forward(c->model->moe, c->l, c->p, in, c->N, out, &c->aux);
 }
 
-/* Its backward: dres (the gradient of res3) becomes that of in. */
-static msr_status_t moe_backward(msr_gpt_t *model, int l, const msr_block_t *b,
-                                 const msr_gpt_block_params_t *p, const msr_gpt_block_params_t *g,
-                                 const float *in, float *dres, float aux_weight)
+static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *dout, float *din)
 {
-    const msr_gpt_block_acts_t *a = &model->acts.blocks[l];
-    int N = (int)b->N, C = b->C;
-    memset(b->dln, 0, (size_t)N * C * sizeof(float));
-    msr_status_t st = msr_moe_backward(model->moe, l, p, g, a->ln2, dres, b->dln, aux_weight);
-    if (st != MSR_OK)
-        return st;
-    msr_layernorm_backward(dres, g->ln2w, g->ln2b, b->dln, a->res2, p->ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C);
-    return msr_block_attn_backward(b, p, g, a, in, dres);
+    moe_mlp_t *c = arg;
+    return msr_moe_backward(c->model->moe, c->l, c->p, c->g, in, dout, din, c->aux_weight);
 }
 
 /* Block l on in (B,T,C) (*aux_p += a MoE block's load-balancing loss), or
@@ -675,25 +656,29 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     const msr_gpt_segment_t *s = &model->segments[1 + l];
     int moe = msr_gpt_layer_is_moe(&model->cfg, l);
     msr_gpt_block_params_t p, g;
+    moe_mlp_t c = {model, l, B * T, &p, &g, aux_weight, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp_forward, moe_mlp_backward, &c};
     msr_gpt_block_point_layer(&model->cfg, l, s->params, &p);
     if (moe)
         p.experts = msr_moe_block_params(model->moe, l, 0);
-    if (dres == NULL)
-        return moe ? moe_forward(model, l, &b, &p, in, aux_p)
-                   : msr_block_forward(&b, &p, &model->acts.blocks[l], in);
+    if (dres == NULL) {
+        msr_status_t st = msr_block_forward(&b, &p, &model->acts.blocks[l], in, moe ? &mlp : NULL);
+        if (st == MSR_OK && moe)
+            *aux_p += c.aux;
+        return st;
+    }
     msr_gpt_block_point_layer(&model->cfg, l, s->grads, &g);
     if (moe)
         g.experts = msr_moe_block_params(model->moe, l, 1);
-    return moe ? moe_backward(model, l, &b, &p, &g, in, dres, aux_weight)
-               : msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres);
+    return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) {
-            MSR_ERROR("gpt: %s[%zu] = %d is not a token in [0, %d)", what, i, tokens[i], V);
-            return MSR_ERR_INVALID_ARG;
+            return msr_err(MSR_ERR_INVALID_ARG, "gpt: %s[%zu] = %d is not a token in [0, %d)", what,
+                           i, tokens[i], V);
         }
     }
     return MSR_OK;
@@ -705,13 +690,12 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     const msr_gpt_config_t *cfg = &model->cfg;
     int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
     if (model->max_batch == 0) {
-        MSR_ERROR("gpt: forward of a part of the model (parallel/mp.h runs those)");
-        return MSR_ERR_STATE;
+        return msr_err(MSR_ERR_STATE,
+                       "gpt: forward of a part of the model (parallel/mp.h runs those)");
     }
     if (B < 1 || B > model->max_batch || T < 1 || T > cfg->max_seq) {
-        MSR_ERROR("gpt: batch %d x %d does not fit the model's %d x %d", B, T, model->max_batch,
-                  cfg->max_seq);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "gpt: batch %d x %d does not fit the model's %d x %d",
+                       B, T, model->max_batch, cfg->max_seq);
     }
     int N = B * T;
     msr_status_t st = check_tokens(inputs, (size_t)N, V, "inputs");
@@ -779,8 +763,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
 {
     if (model->B == 0) {
-        MSR_ERROR("gpt: backward without a forward with targets");
-        return MSR_ERR_STATE;
+        return msr_err(MSR_ERR_STATE, "gpt: backward without a forward with targets");
     }
     const msr_gpt_config_t *cfg = &model->cfg;
     int B = model->B, T = model->T, N = B * T;

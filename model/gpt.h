@@ -297,8 +297,8 @@ typedef struct msr_gpt {
 
 /* Creates a model of shape cfg whose activations hold up to max_batch
  * sequences of up to cfg->max_seq tokens. Parameters and gradients are
- * zero; call msr_gpt_init_params. Errors: MSR_ERR_CONFIG (logged),
- * MSR_ERR_NO_MEMORY. */
+ * zero; call msr_gpt_init_params. Errors: MSR_ERR_CONFIG (the reason in the
+ * error text, base/err.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p);
 
 /* flags for msr_gpt_create_ex: leave out the flat parameter or gradient
@@ -315,7 +315,7 @@ msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsig
 /* A rank's part of the model (parameters and gradients of its tensors, in
  * the layout above, cut as part says), with no activations: forward and
  * backward of a part are parallel/mp.h's (msr_gpt_forward refuses it).
- * Errors: MSR_ERR_CONFIG (logged), MSR_ERR_NO_MEMORY. */
+ * Errors: MSR_ERR_CONFIG (the reason in the error text), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
                                  unsigned flags, msr_gpt_t **model_p);
 void msr_gpt_destroy(msr_gpt_t *model);
@@ -390,7 +390,7 @@ typedef struct msr_gpt_hooks {
  * writes their mean (summed in double) to *loss_p, and keeps what backward needs; with targets ==
  * NULL, computes only acts.logits (B,T,V) and leaves *loss_p alone. hooks may be NULL. A MoE
  * model's loss is that mean plus the MoE blocks' load-balancing losses (model/moe.h). Errors:
- * MSR_ERR_INVALID_ARG (sizes, a token out of range; logged), a hook's status, or (expert
+ * MSR_ERR_INVALID_ARG (sizes, a token out of range; in the error text), a hook's status, or (expert
  * parallel) the communicator's. */
 msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *targets, int B, int T,
                              const msr_gpt_hooks_t *hooks, double *loss_p);

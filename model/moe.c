@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 #include "model/layers.h"
 #include "model/rng.h"
 
@@ -144,8 +145,8 @@ static msr_status_t store_alloc(msr_moe_t *moe)
     moe->tensors = msr_calloc((size_t)moe->nheld * (size_t)El * 4 + 1, sizeof *moe->tensors);
     if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
         store_free(moe);
-        MSR_ERROR("moe: out of memory for %d experts of %d blocks", El, moe->nheld);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for %d experts of %d blocks", El,
+                       moe->nheld);
     }
     size_t off = 0;
     for (int i = 0; i < moe->nheld; i++) {
@@ -282,9 +283,9 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
 {
     const msr_gpt_moe_t *m = &cfg->moe;
     if (m->experts < 1 || max_tokens < 1 || frames < 1) {
-        MSR_ERROR("moe: %d experts, %d tokens, %d frames: a MoE model needs all three", m->experts,
-                  max_tokens, frames);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "moe: %d experts, %d tokens, %d frames: a MoE model needs all three",
+                       m->experts, max_tokens, frames);
     }
     msr_moe_t *moe = msr_calloc(1, sizeof *moe);
     if (moe == NULL)
@@ -353,8 +354,8 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
 err_free:
     msr_moe_destroy(moe);
 err_no_memory:
-    MSR_ERROR("moe: out of memory for %d experts' work space (%d tokens)", m->experts, max_tokens);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for %d experts' work space (%d tokens)",
+                   m->experts, max_tokens);
 }
 
 msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm)
@@ -368,8 +369,8 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     int ep = lay->ep_comm != NULL ? msr_comm_size(lay->ep_comm) : 1;
     int tp = lay->tp_comm != NULL ? msr_comm_size(lay->tp_comm) : 1;
     if (moe->E % (ep * tp) != 0) {
-        MSR_ERROR("moe: %d experts do not divide among ep %d x tp %d ranks", moe->E, ep, tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "moe: %d experts do not divide among ep %d x tp %d ranks",
+                       moe->E, ep, tp);
     }
     moe->ep_comm = ep > 1 ? lay->ep_comm : NULL;
     moe->ep = ep;
@@ -381,13 +382,13 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     moe->router_once = tp > 1 && lay->router_once;
     if (moe->tp_rank > 0 && !moe->router_once && moe->rdx == NULL &&
         (moe->rdx = msr_calloc((size_t)moe->max_tokens * (size_t)moe->C, sizeof(float))) == NULL) {
-        MSR_ERROR("moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
     }
     for (int i = 0; i < moe->nslots; i++) {
         if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
-            MSR_ERROR("moe: block %d's work space went with an earlier layout", i);
-            return MSR_ERR_CONFIG;
+            return msr_err(MSR_ERR_CONFIG, "moe: block %d's work space went with an earlier layout",
+                           i);
         }
     }
     moe->nheld = 0;
@@ -482,9 +483,9 @@ static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int c
     msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
     span(moe, what, a);
     if (st != MSR_OK)
-        MSR_ERROR("moe: the alltoall of %zu floats over ep %d (%s): %s: %s", n, moe->ep, what,
-                  msr_status_str(st), msr_last_error());
-    return st;
+        return msr_err_call(st, "moe: the alltoall of %zu floats over ep %d (%s)", n, moe->ep,
+                            what);
+    return MSR_OK;
 }
 
 /* The dispatch's counts: each rank sends the rows it filled at each
@@ -501,9 +502,8 @@ static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
         msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)moe->El, MSR_DTYPE_I32);
     span(moe, "moe counts", a);
     if (st != MSR_OK)
-        MSR_ERROR("moe: the alltoall of the dispatch's counts over ep %d: %s: %s", moe->ep,
-                  msr_status_str(st), msr_last_error());
-    return st;
+        return msr_err_call(st, "moe: the alltoall of the dispatch's counts over ep %d", moe->ep);
+    return MSR_OK;
 }
 
 /* The local expert (its index among this rank's) of expert-side block b
@@ -636,20 +636,12 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     return MSR_OK;
 }
 
-msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
-                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
-                              float *dx, float aux_weight)
+/* Combine's backward: the gates' gradients into moe->dgate (N, K) and
+ * the outputs' into moe->send (rows, C), from dy (N, C). */
+static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
 {
-    moe_slot_t *s = slot_of(moe, l);
-    if (s->N == 0) {
-        MSR_ERROR("moe: backward of block %d without its forward", l);
-        return MSR_ERR_STATE;
-    }
-    int E = moe->E, K = moe->K, C = moe->C, H = moe->H, N = s->N, cap = s->cap;
-    int nb = row_blocks(moe);
-    size_t rows = (size_t)nb * (size_t)cap;
-
-    /* combine's backward: the gates' and the outputs' gradients */
+    int K = moe->K, C = moe->C, N = s->N, cap = s->cap;
+    size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
     for (int t = 0; t < N; t++) {
         const float *d = dy + (size_t)t * C;
@@ -669,8 +661,17 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
             moe->dgate[tj] = dg;
         }
     }
+}
 
-    /* the experts' backward where they ran; their input gradients back */
+/* The experts' backward where they ran, from moe->send's output gradients:
+ * their weights' gradients into g, their input gradients added to dx
+ * (N, C). */
+static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
+                                     const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, float *dx)
+{
+    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->cap, nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
     msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)
         return st;
@@ -703,23 +704,17 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
                 dx[(size_t)t * C + c] += d[c];
         }
     }
+    return MSR_OK;
+}
 
-    /* tp: a gate's gradient came from the rank computing its expert (zero
-     * on the others): the sum gives every rank all of them */
-    if (moe->tp_comm != NULL) {
-        uint64_t a = msr_now_ns();
-        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
-                                MSR_DTYPE_F32, MSR_OP_SUM);
-        span(moe, "moe gate grads", a);
-        if (st != MSR_OK) {
-            MSR_ERROR("moe: the allreduce of the gates' gradients over tp %d: %s: %s", moe->tp,
-                      msr_status_str(st), msr_last_error());
-            return st;
-        }
-    }
-
-    /* the router: gates and the load-balancing loss into the probabilities,
-     * softmax's backward into the logits (in place), the router matmul */
+/* The router's backward from moe->dgate: the gates and the load-balancing
+ * loss into the probabilities, softmax's backward into the logits (in
+ * place), the router matmul into dx (N, C) and g->routerw. */
+static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_block_params_t *p,
+                            const msr_gpt_block_params_t *g, const float *x, float *dx,
+                            float aux_weight)
+{
+    int E = moe->E, K = moe->K, C = moe->C, N = s->N;
     double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
     for (int t = 0; t < N; t++) {
         float *dp = moe->dprobs + (size_t)t * E;
@@ -744,5 +739,32 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
         memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
         msr_matmul_backward(moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     }
+}
+
+msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
+                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
+                              float *dx, float aux_weight)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    if (s->N == 0)
+        return msr_err(MSR_ERR_STATE, "moe: backward of block %d without its forward", l);
+    int N = s->N, K = moe->K;
+    combine_backward(moe, s, dy);
+    msr_status_t st = experts_backward(moe, s, p, g, dx);
+    if (st != MSR_OK)
+        return st;
+    /* tp: a gate's gradient came from the rank computing its expert (zero
+     * on the others): the sum gives every rank all of them */
+    if (moe->tp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
+                                MSR_DTYPE_F32, MSR_OP_SUM);
+        span(moe, "moe gate grads", a);
+        if (st != MSR_OK)
+            return msr_err_call(st, "moe: the allreduce of the gates' gradients over tp %d",
+                                moe->tp);
+    }
+
+    router_backward(moe, s, p, g, x, dx, aux_weight);
     return MSR_OK;
 }

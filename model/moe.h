@@ -93,7 +93,7 @@ typedef struct msr_moe_stats {
 
 /* Creates the MoE state of a model of shape cfg (cfg->moe.experts > 0)
  * for micro-batches of up to max_tokens tokens. Errors: MSR_ERR_CONFIG
- * (logged), MSR_ERR_NO_MEMORY. */
+ * (the reason in the error text, base/err.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe_t **moe_p);
 /* The same, keeping what backward needs for `frames` forwards of each
  * block at once (a pipeline's micro-batches in flight; msr_moe_select). */
@@ -105,8 +105,8 @@ void msr_moe_destroy(msr_moe_t *moe);
  * them all), and makes the store hold this rank's experts (zero: call
  * msr_moe_init_params). Its size must divide E. Every rank of comm runs the
  * same micro-batch size and calls forward and backward in the same order.
- * Errors: MSR_ERR_CONFIG (logged), MSR_ERR_NO_MEMORY (the old store is
- * gone: destroy the state). */
+ * Errors: MSR_ERR_CONFIG (the reason in the error text), MSR_ERR_NO_MEMORY
+ * (the old store is gone: destroy the state). */
 msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm);
 
 /* Where the experts run (see above). Communicators borrowed, NULL: size 1. */

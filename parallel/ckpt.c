@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
 
 #define PAYLOAD_MAGIC   "MSRTRN02"
@@ -63,16 +63,16 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
         floats += 3 * ranges[k].n;
     }
     if (bad) {
-        MSR_ERROR("checkpoint: inconsistent shard (rank %u of %u, %u ranges of %" PRIu64
-                  " parameters, meta %zu bytes)",
-                  h->rank, h->world, n, h->num_params, meta_len);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "checkpoint: inconsistent shard (rank %u of %u, %u ranges of %" PRIu64
+                       " parameters, meta %zu bytes)",
+                       h->rank, h->world, n, h->num_params, meta_len);
     }
     size_t hl = head_len(meta_len, n), len = hl + (size_t)floats * sizeof(float);
     unsigned char *buf = msr_calloc(len, 1);
     if (buf == NULL) {
-        MSR_ERROR("checkpoint: out of memory for a shard of %zu bytes", len);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
+                       len);
     }
     unsigned char *p = buf;
     memcpy(p, PAYLOAD_MAGIC, 8);
@@ -112,8 +112,8 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
 {
     const unsigned char *b = buf, *p = b + 8;
     if (len < FIXED_LEN || memcmp(b, PAYLOAD_MAGIC, 8) != 0) {
-        MSR_ERROR("checkpoint: %s is not a train_gpt shard (%zu bytes)", what, len);
-        return MSR_ERR_CORRUPT;
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
+                       len);
     }
     msr_tckpt_header_t h;
     uint32_t version = get_u32(&p), hl = get_u32(&p);
@@ -129,16 +129,15 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
     if (version != PAYLOAD_VERSION || meta_len >= MSR_TCKPT_META_MAX || n > len / 16 ||
         hl != head_len(meta_len, n) || hl > len || b[FIXED_LEN + meta_len] != '\0' ||
         h.world == 0 || h.world > MAX_WORLD || h.rank >= h.world) {
-        MSR_ERROR("checkpoint: %s has an inconsistent header (version %u, rank %u of %u, %u "
-                  "ranges)",
-                  what, version, h.rank, h.world, n);
-        return MSR_ERR_CORRUPT;
+        return msr_err(MSR_ERR_CORRUPT,
+                       "checkpoint: %s has an inconsistent header (version %u, rank %u of %u, %u "
+                       "ranges)",
+                       what, version, h.rank, h.world, n);
     }
     h.meta = (const char *)b + FIXED_LEN;
     msr_tckpt_range_t *r = msr_calloc(n + 1u, sizeof *r);
     if (r == NULL) {
-        MSR_ERROR("checkpoint: out of memory reading %s", what);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory reading %s", what);
     }
     p = b + hl - (size_t)n * 16;
     const float *f = (const float *)(b + hl); /* hl % 8 == 0 */
@@ -158,12 +157,22 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
         left -= 3 * r[k].n;
     }
     if (bad || left != 0) {
-        MSR_ERROR("checkpoint: %s has ranges that do not fit its %zu bytes", what, len);
         msr_free(r);
-        return MSR_ERR_CORRUPT;
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s has ranges that do not fit its %zu bytes",
+                       what, len);
     }
     *h_p = h;
     *ranges_p = r;
     *n_p = n;
     return MSR_OK;
+}
+
+size_t msr_tckpt_meta_diff(const char *a, const char *b)
+{
+    size_t i = 0;
+    while (a[i] != '\0' && a[i] == b[i])
+        i++;
+    while (i > 0 && !(i >= 2 && a[i - 2] == ';' && a[i - 1] == ' '))
+        i--;
+    return i;
 }

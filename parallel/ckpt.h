@@ -49,15 +49,20 @@ typedef struct msr_tckpt_range {
 
 /* Builds the payload of h and ranges[0..n) into *buf_p (msr_free it) of
  * *len_p bytes. Errors: MSR_ERR_INVALID_ARG (meta too long, ranges out of
- * order or outside num_params, rank >= world; logged), MSR_ERR_NO_MEMORY. */
+ * order or outside num_params, rank >= world; see msr_err_msg), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
                               uint32_t n, void **buf_p, size_t *len_p);
 
 /* Reads a payload: *h_p, and *ranges_p (msr_free it) of *n_p ranges whose
  * pointers, like h_p->meta, point into buf (which must stay alive and be
  * 8-byte aligned, as malloc's are). Errors: MSR_ERR_CORRUPT (wrong magic or
- * version, inconsistent sizes; logged with `what`), MSR_ERR_NO_MEMORY. */
+ * version, inconsistent sizes; the error text names `what`), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p);
+
+/* Where metas a and b first differ, backed up to the start of that "; "-
+ * separated field: a message about other settings shows both from there
+ * (a whole meta does not fit one error text). 0 when the first differs. */
+size_t msr_tckpt_meta_diff(const char *a, const char *b);
 
 #endif

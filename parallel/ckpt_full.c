@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 
 void msr_ckpt_slice(int r, int world, size_t P, size_t *lo_p, size_t *hi_p)
 {
@@ -20,8 +20,7 @@ msr_status_t msr_ckpt_encode_slice(const msr_tckpt_header_t *h, const float *par
 {
     size_t lo, hi;
     if (h->world < 1 || h->rank >= h->world) {
-        MSR_ERROR("ckpt: rank %u of %u", h->rank, h->world);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "ckpt: rank %u of %u", h->rank, h->world);
     }
     msr_ckpt_slice((int)h->rank, (int)h->world, (size_t)h->num_params, &lo, &hi);
     msr_tckpt_range_t r = {lo, hi - lo, params + lo, m + lo, v + lo};
@@ -33,13 +32,11 @@ msr_status_t msr_ckpt_gather(msr_ckpt_fetch_t fetch, void *arg, int world, const
                              size_t P, float *params, float *m, float *v, msr_tckpt_header_t *h_p)
 {
     if (world < 1 || meta == NULL) {
-        MSR_ERROR("ckpt: a checkpoint of %d ranks", world);
-        return MSR_ERR_INVALID_ARG;
+        return msr_err(MSR_ERR_INVALID_ARG, "ckpt: a checkpoint of %d ranks", world);
     }
     unsigned char *have = msr_calloc(P > 0 ? P : 1, 1); /* which elements were read */
     if (have == NULL) {
-        MSR_ERROR("ckpt: out of memory for a map of %zu elements", P);
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "ckpt: out of memory for a map of %zu elements", P);
     }
     msr_tckpt_header_t first = {0};
     msr_status_t st = MSR_OK;
@@ -58,21 +55,22 @@ msr_status_t msr_ckpt_gather(msr_ckpt_fetch_t fetch, void *arg, int world, const
             break;
         }
         if (strcmp(h.meta, meta) != 0 || h.num_params != P) {
-            MSR_ERROR("ckpt: the checkpoint of step %llu was written with other settings",
-                      (unsigned long long)h.step);
-            MSR_ERROR("ckpt:   checkpoint: %s (%llu parameters)", h.meta,
-                      (unsigned long long)h.num_params);
-            MSR_ERROR("ckpt:   this run:   %s (%zu parameters)", meta, P);
-            st = MSR_ERR_CONFIG;
+            size_t at = msr_tckpt_meta_diff(h.meta, meta);
+            st = msr_err(MSR_ERR_CONFIG,
+                         "ckpt: the checkpoint of step %llu was written with other settings; "
+                         "checkpoint: %s%.160s (%llu parameters); this run: %s%.160s (%zu "
+                         "parameters)",
+                         (unsigned long long)h.step, at > 0 ? "..." : "", h.meta + at,
+                         (unsigned long long)h.num_params, at > 0 ? "..." : "", meta + at, P);
         } else if (h.world != (uint32_t)world || h.rank != (uint32_t)r ||
                    (r > 0 &&
                     (h.step != first.step || h.adam_t != first.adam_t ||
                      h.data_seed != first.data_seed || h.data_position != first.data_position))) {
-            MSR_ERROR("ckpt: the shard of rank %d (rank %u of %u, step %llu) does not belong to "
-                      "the checkpoint of %d ranks that rank 0's (step %llu) is from",
-                      r, h.rank, h.world, (unsigned long long)h.step, world,
-                      (unsigned long long)first.step);
-            st = MSR_ERR_CORRUPT;
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "ckpt: the shard of rank %d (rank %u of %u, step %llu) does not belong "
+                         "to the checkpoint of %d ranks that rank 0's (step %llu) is from",
+                         r, h.rank, h.world, (unsigned long long)h.step, world,
+                         (unsigned long long)first.step);
         } else {
             if (r == 0)
                 first = h;
@@ -90,9 +88,9 @@ msr_status_t msr_ckpt_gather(msr_ckpt_fetch_t fetch, void *arg, int world, const
     }
     for (size_t i = 0; i < P && st == MSR_OK; i++) {
         if (!have[i]) {
-            MSR_ERROR("ckpt: no shard of the checkpoint of step %llu holds element %zu",
-                      (unsigned long long)first.step, i);
-            st = MSR_ERR_CORRUPT;
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "ckpt: no shard of the checkpoint of step %llu holds element %zu",
+                         (unsigned long long)first.step, i);
         }
     }
     msr_free(have);

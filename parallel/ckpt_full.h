@@ -39,11 +39,10 @@ typedef msr_status_t (*msr_ckpt_fetch_t)(void *arg, int rank, void **buf_p, size
  * parameter and moments into params, m, v (P floats each) and the
  * checkpoint's header into *h_p (meta points at nothing: NULL). Checks that
  * every payload was written with `meta` (else MSR_ERR_CONFIG, both texts
- * logged) for a model of P parameters, that the payloads belong to one
- * checkpoint of `world` ranks (rank numbers, step, AdamW and sampler
- * state), and that together they cover every element (else
- * MSR_ERR_CORRUPT, logged). Other errors: the fetch's, MSR_ERR_NO_MEMORY.
- * On failure the buffers hold unspecified values. */
+ * in the error text from their first difference) for a model of P parameters, that the payloads
+ * belong to one checkpoint of `world` ranks (rank numbers, step, AdamW and sampler state), and that
+ * together they cover every element (else MSR_ERR_CORRUPT, the error text says which). Other
+ * errors: the fetch's, MSR_ERR_NO_MEMORY. On failure the buffers hold unspecified values. */
 msr_status_t msr_ckpt_gather(msr_ckpt_fetch_t fetch, void *arg, int world, const char *meta,
                              size_t P, float *params, float *m, float *v, msr_tckpt_header_t *h_p);
 

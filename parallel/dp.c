@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 
 #define COVER_PARAMS  1u
 #define COVER_MOMENTS 2u
@@ -66,7 +67,7 @@ static float *tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
         p = msr_pages_alloc(bytes);
     }
     if (p == NULL) {
-        MSR_ERROR("dp: out of memory for a temporary buffer of %zu floats", n);
+        msr_err_set("dp: out of memory for a temporary buffer of %zu floats", n);
         return NULL;
     }
     dp->transient += n * sizeof(float);
@@ -92,10 +93,10 @@ static void tmp_free(msr_dp_t *dp, float **p, size_t n)
     dp->transient -= n * sizeof(float);
 }
 
+/* The communicator's failure st, with what failed in front of its text. */
 static msr_status_t comm_failed(const char *what, int index, msr_status_t st)
 {
-    MSR_ERROR("dp: %s %d failed: %s: %s", what, index, msr_status_str(st), msr_last_error());
-    return st;
+    return msr_err_call(st, "dp: %s %d", what, index);
 }
 
 /* Elements [a, e) of a sharded unit that belong to rank j's block. */
@@ -114,6 +115,112 @@ static size_t seg_count(const msr_dp_t *dp, int s)
     return dp->model->segments[s].count;
 }
 
+/* Units: the flat buffer cut at every segment and bucket boundary, in
+ * flat order. */
+static void cut_units(msr_dp_t *dp)
+{
+    msr_gpt_t *m = dp->model;
+    size_t P = m->num_params;
+    int nu = 0, s = 0, b = dp->num_buckets - 1;
+    for (size_t pos = 0; pos < P;) {
+        while (m->segments[s].offset + m->segments[s].count <= pos)
+            s++;
+        while (dp->buckets[b].hi <= pos)
+            b--;
+        size_t end = MSR_MIN(m->segments[s].offset + m->segments[s].count, dp->buckets[b].hi);
+        msr_dp_unit_t *u = &dp->units[nu++];
+        u->lo = pos;
+        u->n = end - pos;
+        u->seg = s;
+        u->bucket = b;
+        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
+        pos = end;
+    }
+    dp->num_units = nu;
+}
+
+/* Each unit's owner (this rank's block of a sharded unit, all of a
+ * replicated one) and its place in the shard space. */
+static void own_units(msr_dp_t *dp)
+{
+    size_t S = 0, rep = 0;
+    for (int k = 0; k < dp->num_units; k++) {
+        msr_dp_unit_t *u = &dp->units[k];
+        if (u->replicated) {
+            u->blk = u->n;
+            u->own_lo = u->lo;
+            u->own_n = u->n;
+            rep += u->n;
+        } else {
+            u->blk = (size_t)msr_layout_block(u->n, dp->size);
+            size_t a, e;
+            block_of(u, dp->rank, &a, &e);
+            u->own_lo = u->lo + a;
+            u->own_n = e - a;
+        }
+        u->shard_off = S;
+        S += u->own_n;
+    }
+    dp->shard_count = S;
+    dp->rep_count = rep;
+}
+
+/* Each bucket's and segment's units, and where they pack. */
+static void pack_units(msr_dp_t *dp)
+{
+    for (int k = 0; k < dp->num_buckets; k++)
+        dp->buckets[k].u0 = -1;
+    for (int k = 0; k < dp->num_segs; k++)
+        dp->segs[k].u0 = -1;
+    for (int k = 0; k < dp->num_units; k++) {
+        msr_dp_unit_t *u = &dp->units[k];
+        msr_dp_bucket_t *B = &dp->buckets[u->bucket];
+        msr_dp_seg_t *G = &dp->segs[u->seg];
+        if (B->u0 < 0)
+            B->u0 = k;
+        B->u1 = k + 1;
+        if (G->u0 < 0)
+            G->u0 = k;
+        G->u1 = k + 1;
+        if (u->replicated) {
+            u->bpack = B->rep;
+            B->rep += u->n;
+            G->replicated = 1;
+        } else {
+            u->bpack = B->blk;
+            B->blk += u->blk;
+            u->spack = G->blk;
+            G->blk += u->blk;
+        }
+    }
+    for (int k = 0; k < dp->num_buckets; k++)
+        dp->buckets[k].low_seg = dp->units[dp->buckets[k].u0].seg;
+    for (int k = 0; k < dp->num_segs; k++) {
+        msr_dp_seg_t *G = &dp->segs[k];
+        G->direct =
+            !G->replicated && G->u1 - G->u0 == 1 && dp->units[G->u0].n % (size_t)dp->size == 0;
+    }
+}
+
+/* ZeRO-3: the order of acquires in one forward and backward (gpt.h). */
+static void zero3_visits(msr_dp_t *dp)
+{
+    int L = dp->model->cfg.layers, nv = 0;
+    dp->visits[nv++] = 0;
+    for (int l = 1; l <= L; l++)
+        dp->visits[nv++] = l;
+    dp->visits[nv++] = L + 1;
+    dp->visits[nv++] = 0;
+    dp->visits[nv++] = 0;
+    dp->visits[nv++] = L + 1;
+    for (int l = L; l >= 1; l--)
+        dp->visits[nv++] = l;
+    dp->visits[nv++] = 0;
+    dp->num_visits = nv;
+}
+
+/* The buckets, units, segments and ZeRO-3 visits over the model's flat
+ * buffer (dp.h). */
 static msr_status_t build_layout(msr_dp_t *dp)
 {
     msr_gpt_t *m = dp->model;
@@ -138,93 +245,10 @@ static msr_status_t build_layout(msr_dp_t *dp)
         dp->buckets[b].hi = (size_t)hi;
     }
 
-    /* units: cut at every segment and bucket boundary, in flat order */
-    int nu = 0, s = 0, b = nb - 1;
-    for (size_t pos = 0; pos < P;) {
-        while (m->segments[s].offset + m->segments[s].count <= pos)
-            s++;
-        while (dp->buckets[b].hi <= pos)
-            b--;
-        size_t end = MSR_MIN(m->segments[s].offset + m->segments[s].count, dp->buckets[b].hi);
-        msr_dp_unit_t *u = &dp->units[nu++];
-        u->lo = pos;
-        u->n = end - pos;
-        u->seg = s;
-        u->bucket = b;
-        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
-        pos = end;
-    }
-    dp->num_units = nu;
-
-    /* ownership and the shard space */
-    size_t S = 0, rep = 0;
-    for (int k = 0; k < nu; k++) {
-        msr_dp_unit_t *u = &dp->units[k];
-        if (u->replicated) {
-            u->blk = u->n;
-            u->own_lo = u->lo;
-            u->own_n = u->n;
-            rep += u->n;
-        } else {
-            u->blk = (size_t)msr_layout_block(u->n, dp->size);
-            size_t a, e;
-            block_of(u, dp->rank, &a, &e);
-            u->own_lo = u->lo + a;
-            u->own_n = e - a;
-        }
-        u->shard_off = S;
-        S += u->own_n;
-    }
-    dp->shard_count = S;
-    dp->rep_count = rep;
-
-    /* each bucket's and segment's units, and where they pack */
-    for (int k = 0; k < nb; k++)
-        dp->buckets[k].u0 = -1;
-    for (int k = 0; k < dp->num_segs; k++)
-        dp->segs[k].u0 = -1;
-    for (int k = 0; k < nu; k++) {
-        msr_dp_unit_t *u = &dp->units[k];
-        msr_dp_bucket_t *B = &dp->buckets[u->bucket];
-        msr_dp_seg_t *G = &dp->segs[u->seg];
-        if (B->u0 < 0)
-            B->u0 = k;
-        B->u1 = k + 1;
-        if (G->u0 < 0)
-            G->u0 = k;
-        G->u1 = k + 1;
-        if (u->replicated) {
-            u->bpack = B->rep;
-            B->rep += u->n;
-            G->replicated = 1;
-        } else {
-            u->bpack = B->blk;
-            B->blk += u->blk;
-            u->spack = G->blk;
-            G->blk += u->blk;
-        }
-    }
-    for (int k = 0; k < nb; k++)
-        dp->buckets[k].low_seg = dp->units[dp->buckets[k].u0].seg;
-    for (int k = 0; k < dp->num_segs; k++) {
-        msr_dp_seg_t *G = &dp->segs[k];
-        G->direct =
-            !G->replicated && G->u1 - G->u0 == 1 && dp->units[G->u0].n % (size_t)dp->size == 0;
-    }
-
-    /* ZeRO-3: the order of acquires in one forward and backward (gpt.h) */
-    int L = m->cfg.layers, nv = 0;
-    dp->visits[nv++] = 0;
-    for (int l = 1; l <= L; l++)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = L + 1;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = L + 1;
-    for (int l = L; l >= 1; l--)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = 0;
-    dp->num_visits = nv;
+    cut_units(dp);
+    own_units(dp);
+    pack_units(dp);
+    zero3_visits(dp);
     return MSR_OK;
 }
 
@@ -496,9 +520,9 @@ static msr_status_t hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
         return st;
     if (dp->cfg.zero >= 3) {
         if (dp->vi >= dp->num_visits || dp->visits[dp->vi] != s) {
-            MSR_ERROR("dp: segment %d acquired at visit %d, out of the order ZeRO-3 expects", s,
-                      dp->vi);
-            return MSR_ERR_STATE;
+            return msr_err(MSR_ERR_STATE,
+                           "dp: segment %d acquired at visit %d, out of the order ZeRO-3 expects",
+                           s, dp->vi);
         }
         if ((st = seg_ready(dp, s)) != MSR_OK)
             return st;
@@ -567,16 +591,15 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p)
 {
     if (cfg->zero < 0 || cfg->zero > 3 || cfg->bucket_bytes < sizeof(float)) {
-        MSR_ERROR("dp: ZeRO stage %d (0..3) or bucket of %zu bytes (>= 4) out of range", cfg->zero,
-                  cfg->bucket_bytes);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: ZeRO stage %d (0..3) or bucket of %zu bytes (>= 4) out of range",
+                       cfg->zero, cfg->bucket_bytes);
     }
     unsigned have = (model->params == NULL ? MSR_GPT_NO_PARAMS : 0u) |
                     (model->grads == NULL ? MSR_GPT_NO_GRADS : 0u);
     if (have != msr_dp_model_flags(cfg->zero)) {
-        MSR_ERROR("dp: ZeRO stage %d needs a model made with flags %u, not %u", cfg->zero,
-                  msr_dp_model_flags(cfg->zero), have);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG, "dp: ZeRO stage %d needs a model made with flags %u, not %u",
+                       cfg->zero, msr_dp_model_flags(cfg->zero), have);
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_dp_t *dp = msr_calloc(1, sizeof *dp);
@@ -633,8 +656,8 @@ err_free:
     if (st != MSR_ERR_NO_MEMORY)
         return st;
 err_no_memory:
-    MSR_ERROR("dp: out of memory laying out %zu parameters", model->num_params);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory laying out %zu parameters",
+                   model->num_params);
 }
 
 /* Waits for whatever is in flight and frees every temporary buffer. */
@@ -740,7 +763,9 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp)
     /* ZeRO-3 frees every segment as its last visit ends; this catches a
      * pass cut short */
     msr_status_t dst = drain(dp);
-    return st != MSR_OK ? st : dst;
+    if (st == MSR_OK && dst != MSR_OK)
+        return comm_failed("wait for the requests in flight, rank", dp->rank, dst);
+    return st;
 }
 
 /* Gathers the sharded units of arr (a flat-indexed array: the parameters,
@@ -923,8 +948,8 @@ msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
             memcpy(out + dp->model->segments[s].offset, dp->model->segments[s].params,
                    seg_count(dp, s) * sizeof(float));
         msr_status_t dst = seg_drop(dp, s);
-        if (st == MSR_OK)
-            st = dst;
+        if (st == MSR_OK && dst != MSR_OK)
+            st = comm_failed("parameter gather of segment", s, dst);
         if (st != MSR_OK)
             return st;
     }
@@ -972,8 +997,7 @@ msr_status_t msr_dp_load_begin(msr_dp_t *dp)
     msr_free(dp->cover);
     dp->cover = msr_calloc(dp->model->num_params + 1, 1);
     if (dp->cover == NULL) {
-        MSR_ERROR("dp: out of memory loading a checkpoint");
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory loading a checkpoint");
     }
     return MSR_OK;
 }
@@ -1037,9 +1061,9 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
             missing = i;
     }
     if (missing != SIZE_MAX)
-        MSR_ERROR("dp: the checkpoint lacks flat element %zu of the %zu parameters (or its "
-                  "moments)",
-                  missing, dp->model->num_params);
+        msr_err_set("dp: the checkpoint lacks flat element %zu of the %zu parameters (or its "
+                    "moments)",
+                    missing, dp->model->num_params);
     /* every rank learns whether all found what they need */
     int32_t ok = missing == SIZE_MAX && !failed && dp->cover != NULL;
     msr_free(dp->cover);
@@ -1052,7 +1076,7 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
     }
     if (!ok) {
         if (missing == SIZE_MAX && !failed)
-            MSR_ERROR("dp: another rank could not load its part of the checkpoint");
+            msr_err_set("dp: another rank could not load its part of the checkpoint");
         return MSR_ERR_CORRUPT;
     }
     if (!gather)

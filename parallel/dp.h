@@ -199,7 +199,7 @@ typedef struct msr_dp {
  * initialises the parameters from seed (the flat buffer, or under ZeRO-3
  * the owned elements: the same numbers). model and comm must outlive dp.
  * Errors: MSR_ERR_CONFIG (a bad stage or size, or the model lacks or has a
- * flat buffer the stage needs; logged), MSR_ERR_NO_MEMORY. */
+ * flat buffer the stage needs; in the error text), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p);
 
@@ -215,7 +215,8 @@ const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
  * micro_begin zeroes the full gradient on the first micro-batch (stages 0,
  * 1); last says whether this backward communicates (always under ZeRO-2/3).
  * micro_end waits for the buckets of a communicating backward and moves
- * their results into place. Errors: the communicator's (logged). */
+ * their results into place. Errors: the communicator's, its error text
+ * prefixed with what failed (base/err.h). */
 msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last);
 msr_status_t msr_dp_micro_end(msr_dp_t *dp);
 
@@ -224,7 +225,7 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp);
  * before the step's backwards (which call only acquire and release), then
  * msr_dp_reduce_all, which marks every segment ready in order (L+1 .. 0,
  * buckets start as they complete) and waits as msr_dp_micro_end does.
- * Errors: the communicator's (logged). */
+ * Errors: the communicator's, prefixed as above. */
 msr_status_t msr_dp_reduce_all(msr_dp_t *dp);
 
 /* Model parallel: msr_dp_update also sums the loss and the squared
@@ -270,7 +271,7 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece);
 /* failed: this rank could not read all it meant to (load_end then fails
  * on every rank). Collective: every rank calls it, even after a failed
  * load_begin, and all succeed or all fail. Errors: MSR_ERR_CORRUPT
- * (something needed is missing on some rank; logged), the communicator's.
+ * (something needed is missing on some rank; the error text says what), the communicator's.
  * Frees the load state either way. */
 msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed);
 

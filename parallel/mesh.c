@@ -2,8 +2,9 @@
 #include "parallel/mesh.h"
 
 #include "base/alloc.h"
-#include "base/log.h"
+#include "base/err.h"
 #include "base/status.h"
+#include "model/err_call.h"
 
 int msr_mesh_rank_of(const msr_mesh_t *mesh, int d, int p, int c, int t)
 {
@@ -20,23 +21,21 @@ static msr_status_t split(msr_comm_t *world, int degree, int color, int key, con
         return MSR_OK;
     msr_status_t st = msr_comm_split(world, degree > 1 ? color : MSR_COMM_NO_COLOR, key, comm_p);
     if (st != MSR_OK)
-        MSR_ERROR("mesh: making the %s groups: %s: %s", what, msr_status_str(st), msr_last_error());
-    return st;
+        return msr_err_call(st, "mesh: making the %s groups", what);
+    return MSR_OK;
 }
 
 msr_status_t msr_mesh_create(msr_comm_t *world, int dp, int pp, int cp, int tp, msr_mesh_t **mesh_p)
 {
     int size = world != NULL ? msr_comm_size(world) : 1;
     if (dp < 1 || pp < 1 || cp < 1 || tp < 1 || (int64_t)dp * pp * cp * tp != size) {
-        MSR_ERROR("mesh: dp %d x pp %d x cp %d x tp %d is not the world's %d ranks", dp, pp, cp, tp,
-                  size);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "mesh: dp %d x pp %d x cp %d x tp %d is not the world's %d ranks", dp, pp,
+                       cp, tp, size);
     }
     msr_mesh_t *m = msr_calloc(1, sizeof *m);
-    if (m == NULL) {
-        MSR_ERROR("mesh: out of memory");
-        return MSR_ERR_NO_MEMORY;
-    }
+    if (m == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "mesh: out of memory");
     m->dp = dp;
     m->pp = pp;
     m->cp = cp;
@@ -74,10 +73,8 @@ msr_status_t msr_mesh_create(msr_comm_t *world, int dp, int pp, int cp, int tp, 
 msr_status_t msr_mesh_create_dp(msr_comm_t *comm, msr_mesh_t **mesh_p)
 {
     msr_mesh_t *m = msr_calloc(1, sizeof *m);
-    if (m == NULL) {
-        MSR_ERROR("mesh: out of memory");
-        return MSR_ERR_NO_MEMORY;
-    }
+    if (m == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "mesh: out of memory");
     m->dp = comm != NULL ? msr_comm_size(comm) : 1;
     m->pp = m->cp = m->tp = 1;
     m->rank = m->dp_rank = comm != NULL ? msr_comm_rank(comm) : 0;

@@ -45,7 +45,7 @@ int msr_mesh_rank_of(const msr_mesh_t *mesh, int d, int p, int c, int t);
 /* Cuts world (NULL: a world of one) into the mesh dp x pp x cp x tp. Collective
  * over world: every rank calls it with the same degrees. world must outlive
  * the mesh. Errors: MSR_ERR_CONFIG (a degree < 1 or a product that is not
- * the world size; logged), MSR_ERR_NO_MEMORY, the splits' errors. */
+ * the world size; in the error text), MSR_ERR_NO_MEMORY, the splits' errors. */
 msr_status_t msr_mesh_create(msr_comm_t *world, int dp, int pp, int cp, int tp,
                              msr_mesh_t **mesh_p);
 

@@ -11,17 +11,16 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "parallel/mp_impl.h"
 
 msr_status_t msr_mp_failed(const char *what, msr_status_t st)
 {
-    MSR_ERROR("mp: %s: %s: %s", what, msr_status_str(st), msr_last_error());
-    return st;
+    return msr_err_call(st, "mp: %s", what);
 }
 
 /* ---- tracing ---- */
@@ -117,12 +116,11 @@ static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_bloc
                                   msr_gpt_block_acts_t *la, const float *x, int count)
 {
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
-        return msr_block_forward(&mp->blk, p, la, x);
+        return msr_block_forward(&mp->blk, p, la, x, NULL);
     moe_call_t c = {mp, l, p, NULL, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
     msr_moe_select(mp->model->moe, m, count);
-    msr_status_t st = msr_block_attn_forward(&mp->blk, p, la, x);
-    if (st == MSR_OK)
-        st = msr_block_mlp_forward(&mp->blk, p, la, moe_mlp, &c);
+    msr_status_t st = msr_block_forward(&mp->blk, p, la, x, &mlp);
     if (st == MSR_OK && count)
         mp->aux_sum += c.aux;
     return st;
@@ -133,11 +131,11 @@ static msr_status_t block_backward(msr_mp_t *mp, int m, int l, const msr_gpt_blo
                                    const float *x, float *dres)
 {
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
-        return msr_block_backward(&mp->blk, p, g, la, x, dres);
+        return msr_block_backward(&mp->blk, p, g, la, x, dres, NULL);
     moe_call_t c = {mp, l, p, g, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
     msr_moe_select(mp->model->moe, m, 0);
-    msr_status_t st = msr_block_mlp_backward(&mp->blk, p, g, la, moe_mlp_backward, &c, dres);
-    return st != MSR_OK ? st : msr_block_attn_backward(&mp->blk, p, g, la, x, dres);
+    return msr_block_backward(&mp->blk, p, g, la, x, dres, &mlp);
 }
 
 /* Brings back what the recompute mode dropped, just before backward. */
@@ -184,9 +182,9 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
         }
     }
     if (f->mem == NULL && (f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
-        MSR_ERROR("mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
-                  keep.used * sizeof(float));
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
+                       keep.used * sizeof(float));
     }
     keep.base = f->mem;
     keep.used = 0;
@@ -393,32 +391,80 @@ static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
     }
 }
 
-msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
-                           msr_mp_t **mp_p)
+/* Context parallel: the ring's positions of every cp rank's tokens and
+ * the step's local inputs and targets (work space too). */
+static msr_status_t alloc_cp(msr_mp_t *mp)
 {
-    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK) {
-        MSR_ERROR("mp: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
+    size_t T = (size_t)mp->d.T;
+    mp->cp_pos = msr_calloc((size_t)mp->cp * T, sizeof(int));
+    mp->cp_in = msr_calloc((size_t)mp->cfg.micros * mp->d.N, sizeof(int));
+    mp->cp_tgt = msr_calloc((size_t)mp->cfg.micros * mp->d.N, sizeof(int));
+    if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
+        return MSR_ERR_NO_MEMORY;
+    mp->stats.work_bytes +=
+        ((size_t)mp->cp * T + 2 * (size_t)mp->cfg.micros * mp->d.N) * sizeof(int);
+    for (int j = 0; j < mp->cp; j++)
+        for (size_t t = 0; t < T; t++)
+            mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
+    return MSR_OK;
+}
+
+/* The frames' tables of kept activations (max_layers each), the pipeline's
+ * gradients in flight, and the last stage's copy of the tied embedding. */
+static msr_status_t alloc_frames(msr_mp_t *mp, size_t nframes, int max_layers)
+{
+    for (size_t k = 0; k < nframes; k++)
+        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
+            NULL)
+            return MSR_ERR_NO_MEMORY;
+    if (mp->pp > 1 && (mp->pr > 0 || mp->cfg.chunks > 1) &&
+        (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
+        return MSR_ERR_NO_MEMORY;
+    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
+        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+        mp->head_wte = msr_calloc(n, sizeof(float));
+        mp->head_dwte = msr_calloc(n, sizeof(float));
+        if (mp->head_wte == NULL || mp->head_dwte == NULL)
+            return MSR_ERR_NO_MEMORY;
     }
+    return MSR_OK;
+}
+
+/* Whether model is this rank's part on mesh, cut as cfg says. */
+static msr_status_t check_part(const msr_mp_config_t *cfg, const msr_mesh_t *mesh,
+                               const msr_gpt_t *model)
+{
+    if (msr_mp_check(&model->cfg, cfg, mesh->pp, mesh->tp) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "mp");
     if (model->part.tp != mesh->tp || model->part.tp_rank != mesh->tp_rank ||
         model->part.pp != mesh->pp || model->part.pp_rank != mesh->pp_rank ||
         model->part.chunks != cfg->chunks || (cfg->cp > 1 ? cfg->cp : 1) != mesh->cp) {
-        MSR_ERROR("mp: the model part (tp %d/%d pp %d/%d, %d chunks, cp %d) is not this rank's "
-                  "(mesh cp %d)",
-                  model->part.tp_rank, model->part.tp, model->part.pp_rank, model->part.pp,
-                  model->part.chunks, cfg->cp, mesh->cp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "mp: the model part (tp %d/%d pp %d/%d, %d chunks, cp %d) is not this "
+                       "rank's (mesh cp %d)",
+                       model->part.tp_rank, model->part.tp, model->part.pp_rank, model->part.pp,
+                       model->part.chunks, cfg->cp, mesh->cp);
     }
     for (int c = 0; c < cfg->chunks; c++) {
         int lo, hi, n = mesh->pp * cfg->chunks;
         msr_layout_split_stage(model->cfg.layers, n, cfg->stage_layers,
                                c * mesh->pp + mesh->pp_rank, &lo, &hi);
         if (lo != model->chunk_lo[c] || hi != model->chunk_hi[c]) {
-            MSR_ERROR("mp: the model's chunk %d holds layers [%d, %d), the split says [%d, %d)", c,
-                      model->chunk_lo[c], model->chunk_hi[c], lo, hi);
-            return MSR_ERR_CONFIG;
+            return msr_err(MSR_ERR_CONFIG,
+                           "mp: the model's chunk %d holds layers [%d, %d), the split says [%d, "
+                           "%d)",
+                           c, model->chunk_lo[c], model->chunk_hi[c], lo, hi);
         }
     }
+    return MSR_OK;
+}
+
+msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
+                           msr_mp_t **mp_p)
+{
+    msr_status_t st = check_part(cfg, mesh, model);
+    if (st != MSR_OK)
+        return st;
     msr_mp_t *mp = msr_calloc(1, sizeof *mp);
     if (mp == NULL)
         goto err_no_memory;
@@ -459,38 +505,14 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->sreq == NULL ||
         mp->ops == NULL)
         goto err_free;
-    if (mp->cp > 1) {
-        size_t T = (size_t)mp->d.T;
-        mp->cp_pos = msr_calloc((size_t)mp->cp * T, sizeof(int));
-        mp->cp_in = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
-        mp->cp_tgt = msr_calloc((size_t)cfg->micros * mp->d.N, sizeof(int));
-        if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
-            goto err_free;
-        /* the ring's positions and the step's local tokens are work space too */
-        mp->stats.work_bytes +=
-            ((size_t)mp->cp * T + 2 * (size_t)cfg->micros * mp->d.N) * sizeof(int);
-        for (int j = 0; j < mp->cp; j++)
-            for (size_t t = 0; t < T; t++)
-                mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
-    }
+    if (mp->cp > 1 && alloc_cp(mp) != MSR_OK)
+        goto err_free;
     cw.base = mp->wmem;
     cw.used = 0;
     point_work(mp, &cw);
     msr_mp_point_block(mp);
-    for (size_t k = 0; k < nframes; k++)
-        if ((mp->frames[k].layers = msr_calloc((size_t)max_layers, sizeof(msr_gpt_block_acts_t))) ==
-            NULL)
-            goto err_free;
-    if (mp->pp > 1 && (mp->pr > 0 || cfg->chunks > 1) &&
-        (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
+    if (alloc_frames(mp, nframes, max_layers) != MSR_OK)
         goto err_free;
-    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
-        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-        mp->head_wte = msr_calloc(n, sizeof(float));
-        mp->head_dwte = msr_calloc(n, sizeof(float));
-        if (mp->head_wte == NULL || mp->head_dwte == NULL)
-            goto err_free;
-    }
     if (model->moe != NULL)
         msr_moe_set_trace(model->moe, moe_span, mp);
     msr_mp_build_schedule(mp);
@@ -505,8 +527,9 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
 err_free:
     msr_mp_destroy(mp);
 err_no_memory:
-    MSR_ERROR("mp: out of memory for the runtime of a part of %zu parameters", model->num_params);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY,
+                   "mp: out of memory for the runtime of a part of %zu parameters",
+                   model->num_params);
 }
 
 /* Waits for the sends in flight; returns the first failure. */

@@ -164,7 +164,7 @@ typedef struct msr_mp msr_mp_t;
 /* Makes the runtime of model (a part made for mesh's pp_rank, tp_rank,
  * cfg->chunks and cfg->stage_layers' split) on mesh, for micro-batches of
  * cfg->micro_batch x T tokens. model and mesh must outlive it. Errors:
- * MSR_ERR_CONFIG (logged), MSR_ERR_NO_MEMORY. */
+ * MSR_ERR_CONFIG (the reason in the error text), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, msr_gpt_t *model,
                            msr_mp_t **mp_p);
 void msr_mp_destroy(msr_mp_t *mp);
@@ -178,7 +178,8 @@ void msr_mp_destroy(msr_mp_t *mp);
  * mean losses on the last stage's tp rank 0, plus the stage's MoE
  * load-balancing losses on every stage's tp rank 0, 0 elsewhere (what
  * msr_dp_update sums). Collective over the mesh. Errors: the
- * communicators' (logged), MSR_ERR_NO_MEMORY. */
+ * communicators' (their error text prefixed with what failed),
+ * MSR_ERR_NO_MEMORY. */
 msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                         float dloss, double *loss_p);
 

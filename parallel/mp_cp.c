@@ -67,8 +67,8 @@ static msr_status_t ring_wait(msr_mp_t *mp, msr_comm_req_t **req, size_t n)
 
 /* Drives the transfers in flight (UCX moves a large message only when the
  * thread calls in), between the kernels of a step; a finished request is
- * freed and its slot cleared, the first failure logged and kept in
- * *st_p. */
+ * freed and its slot cleared, the first failure (its error text prefixed)
+ * kept in *st_p. */
 static void ring_poll(msr_comm_req_t **req, int n, msr_status_t *st_p)
 {
     for (int i = 0; i < n; i++) {

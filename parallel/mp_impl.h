@@ -113,8 +113,8 @@ void msr_mp_carve_frame(const dims_t *d, int layers, int head, msr_gpt_carve_t *
 /* Fills mp->ops with this rank's order of forwards and backwards. */
 void msr_mp_build_schedule(msr_mp_t *mp);
 
-/* Logs a failed communication (what, the status, libmsrun's reason) and
- * returns st. */
+/* Puts "mp: <what>" in front of a failed communication's text (base/err.h)
+ * and returns st: the caller passes it on, the trainer's caller logs it. */
 msr_status_t msr_mp_failed(const char *what, msr_status_t st);
 /* Adds a span to the trace while tracing. */
 void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)

@@ -8,9 +8,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/err_call.h"
 #include "model/moe.h"
 
 void msr_train_config_defaults(msr_train_config_t *cfg)
@@ -127,22 +127,16 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
     msr_moe_t *moe = tr->model->moe;
     msr_status_t st;
-    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK) {
-        MSR_ERROR("train: the expert-parallel group of ep %d: %s: %s", ep, msr_status_str(st),
-                  msr_last_error());
-        return st;
-    }
-    if (tr->cfg.dp > ep && (st = msr_comm_split(comm, rank % ep, rank, &tr->rep_comm)) != MSR_OK) {
-        MSR_ERROR("train: the group of the ranks holding the same experts: %s: %s",
-                  msr_status_str(st), msr_last_error());
-        return st;
-    }
+    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK)
+        return msr_err_call(st, "train: the expert-parallel group of ep %d", ep);
+    if (tr->cfg.dp > ep && (st = msr_comm_split(comm, rank % ep, rank, &tr->rep_comm)) != MSR_OK)
+        return msr_err_call(st, "train: the group of the ranks holding the same experts");
     /* model parallel: the experts of the blocks of this part's stages,
      * shared out over tp too */
     int nb = msr_moe_blocks(moe), every = tr->cfg.model.moe.every;
     int *held = msr_calloc((size_t)nb, sizeof *held);
     if (held == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %d MoE blocks", nb);
     for (int i = 0; i < nb; i++)
         for (int c = 0; c < tr->model->part.chunks; c++)
             held[i] |= (i + 1) * every - 1 >= tr->model->chunk_lo[c] &&
@@ -167,7 +161,8 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
         tr->eshard_lo = MSR_MIN(count, (size_t)tr->rep_rank * tr->eblk);
         tr->eshard_hi = MSR_MIN(count, tr->eshard_lo + tr->eblk);
         if ((tr->escratch = msr_calloc(tr->eblk * (size_t)tr->rep_size, sizeof(float))) == NULL)
-            return MSR_ERR_NO_MEMORY;
+            return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements",
+                           tr->eblk * (size_t)tr->rep_size);
     }
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
@@ -194,11 +189,8 @@ static msr_status_t experts_gather(msr_trainer_t *tr)
     memcpy(mine, p + tr->eshard_lo, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
     msr_status_t st =
         msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->escratch, tr->eblk, MSR_DTYPE_F32);
-    if (st != MSR_OK) {
-        MSR_ERROR("train: the allgather of the experts' parameters: %s: %s", msr_status_str(st),
-                  msr_last_error());
-        return st;
-    }
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: the allgather of the experts' parameters");
     memcpy(p, tr->escratch, msr_moe_count(tr->model->moe) * sizeof(float));
     return MSR_OK;
 }
@@ -217,11 +209,8 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
         float *mine = expert_grad_shard(tr);
         msr_status_t st = msr_comm_reduce_scatter(tr->rep_comm, tr->escratch, mine, tr->eblk,
                                                   MSR_DTYPE_F32, MSR_OP_SUM);
-        if (st != MSR_OK) {
-            MSR_ERROR("train: the reduce-scatter of %zu expert gradients: %s: %s", n,
-                      msr_status_str(st), msr_last_error());
-            return st;
-        }
+        if (st != MSR_OK)
+            return msr_err_call(st, "train: the reduce-scatter of %zu expert gradients", n);
         double sumsq = 0.0; /* every element in exactly one replica's block */
         for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
             sumsq += (double)mine[i] * mine[i];
@@ -231,11 +220,8 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     if (tr->rep_comm != NULL) {
         msr_status_t st =
             msr_comm_allreduce(tr->rep_comm, MSR_IN_PLACE, g, n, MSR_DTYPE_F32, MSR_OP_SUM);
-        if (st != MSR_OK) {
-            MSR_ERROR("train: the allreduce of %zu expert gradients: %s: %s", n, msr_status_str(st),
-                      msr_last_error());
-            return st;
-        }
+        if (st != MSR_OK)
+            return msr_err_call(st, "train: the allreduce of %zu expert gradients", n);
     }
     double sumsq = 0.0;
     for (size_t i = 0; i < n; i++)
@@ -248,21 +234,19 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p)
 {
-    if (msr_train_config_check(cfg, data) != MSR_OK) {
-        MSR_ERROR("train: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_train_config_check(cfg, data) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "train");
     int size = comm != NULL ? msr_comm_size(comm) : 1,
         rank = comm != NULL ? msr_comm_rank(comm) : 0;
     if (cfg->dp != size || cfg->dp_rank != rank) {
-        MSR_ERROR("train: dp %d (rank %d) needs a communicator of %d ranks, not %d (rank %d)",
-                  cfg->dp, cfg->dp_rank, cfg->dp, size, rank);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: dp %d (rank %d) needs a communicator of %d ranks, not %d (rank %d)",
+                       cfg->dp, cfg->dp_rank, cfg->dp, size, rank);
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
     if (tr == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a trainer");
     tr->cfg = *cfg;
     tr->cfg.mp.stage_layers = NULL; /* the whole model: one stage */
     tr->data = data;
@@ -270,8 +254,10 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
     tr->inputs = msr_calloc(N, sizeof(int));
     tr->targets = msr_calloc(N, sizeof(int));
-    if (tr->inputs == NULL || tr->targets == NULL)
+    if (tr->inputs == NULL || tr->targets == NULL) {
+        msr_err_set("train: out of memory for a micro-batch of %zu tokens", N);
         goto err_free;
+    }
     st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
                            &tr->model);
     if (st != MSR_OK)
@@ -294,32 +280,30 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
 {
     if (!msr_train_uses_mp(cfg)) {
         if (mesh->tp != 1 || mesh->pp != 1) {
-            MSR_ERROR("train: a mesh with tp %d pp %d for a data-parallel configuration", mesh->tp,
-                      mesh->pp);
-            return MSR_ERR_CONFIG;
+            return msr_err(MSR_ERR_CONFIG,
+                           "train: a mesh with tp %d pp %d for a data-parallel configuration",
+                           mesh->tp, mesh->pp);
         }
         msr_status_t st = msr_trainer_create(cfg, data, mesh->dp_comm, tr_p);
         if (st == MSR_OK)
             (*tr_p)->mesh = mesh;
         return st;
     }
-    if (msr_train_config_check(cfg, data) != MSR_OK) {
-        MSR_ERROR("train: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_train_config_check(cfg, data) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "train");
     int cp = cfg->cp > 1 ? cfg->cp : 1;
     if (cfg->dp != mesh->dp || cfg->tp != mesh->tp || cfg->pp != mesh->pp || cp != mesh->cp ||
         cfg->dp_rank != mesh->dp_rank) {
-        MSR_ERROR("train: dp %d (rank %d) x pp %d x cp %d x tp %d is not the mesh's %d (rank %d) x "
-                  "%d x %d x %d",
-                  cfg->dp, cfg->dp_rank, cfg->pp, cp, cfg->tp, mesh->dp, mesh->dp_rank, mesh->pp,
-                  mesh->cp, mesh->tp);
-        return MSR_ERR_CONFIG;
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: dp %d (rank %d) x pp %d x cp %d x tp %d is not the mesh's %d "
+                       "(rank %d) x %d x %d x %d",
+                       cfg->dp, cfg->dp_rank, cfg->pp, cp, cfg->tp, mesh->dp, mesh->dp_rank,
+                       mesh->pp, mesh->cp, mesh->tp);
     }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
     if (tr == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a trainer");
     tr->cfg = *cfg;
     tr->cfg.mp = mp_config(cfg);
     tr->data = data;
@@ -328,8 +312,10 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
     size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq * (size_t)cfg->grad_accum;
     tr->inputs = msr_calloc(N, sizeof(int));
     tr->targets = msr_calloc(N, sizeof(int));
-    if (tr->inputs == NULL || tr->targets == NULL)
+    if (tr->inputs == NULL || tr->targets == NULL) {
+        msr_err_set("train: out of memory for a step of %zu tokens", N);
         goto err_free;
+    }
     msr_gpt_part_t part = {mesh->tp,      mesh->tp_rank,     mesh->pp,
                            mesh->pp_rank, tr->cfg.mp.chunks, cfg->mp.stage_layers};
     st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
@@ -456,10 +442,8 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
 msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)
 {
     msr_moe_t *moe = tr->model->moe;
-    if (moe == NULL) {
-        MSR_ERROR("train: router statistics of a dense model");
-        return MSR_ERR_STATE;
-    }
+    if (moe == NULL)
+        return msr_err(MSR_ERR_STATE, "train: router statistics of a dense model");
     int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(moe);
     for (int i = 0; i < n; i++) {
         const msr_moe_stats_t *s = msr_moe_stats(moe, i);
@@ -482,9 +466,8 @@ msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)
     msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, out, (uint64_t)n * (uint64_t)(E + 2),
                                          MSR_DTYPE_I64, MSR_OP_SUM);
     if (st != MSR_OK)
-        MSR_ERROR("train: summing the router statistics: %s: %s", msr_status_str(st),
-                  msr_last_error());
-    return st;
+        return msr_err_call(st, "train: summing the router statistics");
+    return MSR_OK;
 }
 
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
@@ -539,10 +522,8 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
 {
     int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
     msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
-    if (r == NULL) {
-        MSR_ERROR("train: out of memory for a checkpoint of %d pieces", n);
-        return MSR_ERR_NO_MEMORY;
-    }
+    if (r == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %d pieces", n);
     n = n0 + expert_pieces(tr, r + n0);
     for (int k = 0; k < n0; k++) {
         msr_dp_piece_t p;
@@ -673,153 +654,209 @@ static msr_status_t restore_agree(msr_trainer_t *tr, msr_status_t st)
         int32_t ok = st == MSR_OK;
         msr_status_t cst =
             msr_comm_allreduce(tr->mesh->world, MSR_IN_PLACE, &ok, 1, MSR_DTYPE_I32, MSR_OP_MIN);
-        if (cst != MSR_OK) {
-            MSR_ERROR("train: agreeing on a restore: %s: %s", msr_status_str(cst),
-                      msr_last_error());
-            return cst;
-        }
-        if (!ok) {
-            if (st == MSR_OK)
-                MSR_ERROR("train: another rank could not restore its checkpoint shard");
-            return st != MSR_OK ? st : MSR_ERR_CORRUPT;
-        }
+        if (cst != MSR_OK)
+            return msr_err_call(cst, "train: agreeing on a restore");
+        if (!ok && st == MSR_OK)
+            return msr_err(MSR_ERR_CORRUPT,
+                           "train: another rank could not restore its checkpoint shard");
+        if (!ok)
+            return st;
     }
     return st == MSR_OK ? msr_mp_sync_tied(tr->mp) : st;
 }
 
-msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
-                                 msr_trainer_fetch_t fetch, void *arg)
+/* What the ranks of the replica group agree on before loading anything,
+ * each flag the minimum over the ranks (reduced as 3 int32s). */
+typedef struct restore_flags {
+    int32_t fetched;       /* the rank read and decoded its first shard */
+    int32_t same_settings; /* that shard's meta, parameter count and world are this run's */
+    int32_t own_layout;    /* it holds exactly the rank's pieces: no other shard is read */
+} restore_flags_t;
+
+_Static_assert(sizeof(restore_flags_t) == 3 * sizeof(int32_t), "reduced as 3 int32s");
+
+/* The flags of this rank's first shard p0 (fetched with fetch_st, the
+ * shard of rank first), agreed over the replica group. Fails when any rank
+ * could not read its shard, or any shard has other settings (CONFIG). */
+static msr_status_t restore_check(msr_trainer_t *tr, const char *meta, int world, int first,
+                                  msr_status_t fetch_st, const payload_t *p0,
+                                  restore_flags_t *flags_p)
 {
     msr_dp_t *dp = tr->dp;
-    int first = world == tr->dp->size ? tr->dp->rank : 0;
-    payload_t p0, p;
-    msr_status_t st = payload_fetch(fetch, arg, first, &p0);
-    /* flags every rank agrees on: fetched, same settings, own layout */
-    int32_t agree[3] = {st == MSR_OK, 0, 0};
-    msr_status_t fetch_st = st;
-    if (st == MSR_OK) {
-        agree[1] = strcmp(p0.h.meta, meta) == 0 && p0.h.num_params == total_params(tr) &&
-                   p0.h.world == (uint32_t)world;
-        agree[2] = world == tr->dp->size && p0.h.rank == (uint32_t)first && same_layout(tr, &p0);
-        if (!agree[1]) {
-            MSR_ERROR("train: the checkpoint of step %llu was written with other settings",
-                      (unsigned long long)p0.h.step);
-            MSR_ERROR("train:   checkpoint: %s (%llu parameters, %u ranks)", p0.h.meta,
-                      (unsigned long long)p0.h.num_params, p0.h.world);
-            MSR_ERROR("train:   this run:   %s (%zu parameters, %d ranks)", meta, total_params(tr),
-                      world);
-        }
+    restore_flags_t f = {fetch_st == MSR_OK, 0, 0};
+    if (f.fetched) {
+        f.same_settings = strcmp(p0->h.meta, meta) == 0 && p0->h.num_params == total_params(tr) &&
+                          p0->h.world == (uint32_t)world;
+        f.own_layout = world == dp->size && p0->h.rank == (uint32_t)first && same_layout(tr, p0);
     }
+    int own_settings = f.same_settings;
     if (dp->comm != NULL) {
         msr_status_t cst =
-            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, agree, 3, MSR_DTYPE_I32, MSR_OP_MIN);
-        if (cst != MSR_OK) {
-            MSR_ERROR("train: agreeing on a checkpoint: %s: %s", msr_status_str(cst),
-                      msr_last_error());
-            st = cst;
-            goto err_p0;
-        }
+            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, &f, 3, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK)
+            return msr_err_call(cst, "train: agreeing on a checkpoint");
     }
-    if (!agree[0]) {
-        st = fetch_st != MSR_OK ? fetch_st : MSR_ERR_CORRUPT;
-        if (fetch_st == MSR_OK)
-            MSR_ERROR("train: another rank could not read its checkpoint shard");
-        goto err_p0;
+    if (fetch_st != MSR_OK)
+        return fetch_st;
+    if (!f.fetched)
+        return msr_err(MSR_ERR_CORRUPT, "train: another rank could not read its checkpoint shard");
+    if (!own_settings) {
+        size_t at = msr_tckpt_meta_diff(p0->h.meta, meta);
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: the checkpoint of step %llu was written with other settings; "
+                       "checkpoint: %s%.160s (%llu parameters, %u ranks); this run: %s%.160s "
+                       "(%zu parameters, %d ranks)",
+                       (unsigned long long)p0->h.step, at > 0 ? "..." : "", p0->h.meta + at,
+                       (unsigned long long)p0->h.num_params, p0->h.world, at > 0 ? "..." : "",
+                       meta + at, total_params(tr), world);
     }
-    if (!agree[1]) {
-        st = MSR_ERR_CONFIG;
-        goto err_p0;
+    if (!f.same_settings)
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: another rank's checkpoint shard was written with other settings");
+    *flags_p = f;
+    return MSR_OK;
+}
+
+/* The point a checkpoint resumes from, as a shard's header says. */
+enum { POINT_STEP, POINT_ADAM_T, POINT_DATA_SEED, POINT_DATA_POSITION, POINT_N };
+
+/* Every rank resumes from the same point, or none does: the step,
+ * optimizer and sampler state of each rank's first shard p0, their maxima
+ * and (negated) minima over the replica group, must be equal. */
+static msr_status_t restore_same_point(msr_trainer_t *tr, const payload_t *p0)
+{
+    if (tr->dp->comm == NULL)
+        return MSR_OK;
+    struct {
+        int64_t max[POINT_N];
+        int64_t neg_min[POINT_N];
+    } v = {{(int64_t)p0->h.step, (int64_t)p0->h.adam_t, (int64_t)p0->h.data_seed,
+            (int64_t)p0->h.data_position}};
+    _Static_assert(sizeof v == 2 * POINT_N * sizeof(int64_t), "reduced as int64s");
+    int same = 1;
+    for (int k = 0; k < POINT_N; k++)
+        v.neg_min[k] = -v.max[k];
+    msr_status_t st =
+        msr_comm_allreduce(tr->dp->comm, MSR_IN_PLACE, &v, 2 * POINT_N, MSR_DTYPE_I64, MSR_OP_MAX);
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: agreeing on a checkpoint");
+    for (int k = 0; k < POINT_N; k++)
+        same = same && v.max[k] == -v.neg_min[k];
+    if (!same) {
+        return msr_err(MSR_ERR_CORRUPT,
+                       "train: the ranks' checkpoint shards disagree (step %lld..%lld, optimizer "
+                       "step %lld..%lld, samples drawn %lld..%lld): not resuming from them",
+                       (long long)-v.neg_min[POINT_STEP], (long long)v.max[POINT_STEP],
+                       (long long)-v.neg_min[POINT_ADAM_T], (long long)v.max[POINT_ADAM_T],
+                       (long long)-v.neg_min[POINT_DATA_POSITION],
+                       (long long)v.max[POINT_DATA_POSITION]);
     }
-    if (dp->comm != NULL) {
-        /* every rank resumes from the same point, or none does: the step,
-         * optimizer and sampler state of each rank's first shard, their
-         * maxima and (negated) minima across the ranks */
-        int64_t v[8] = {(int64_t)p0.h.step, (int64_t)p0.h.adam_t, (int64_t)p0.h.data_seed,
-                        (int64_t)p0.h.data_position};
-        for (int k = 0; k < 4; k++)
-            v[4 + k] = -v[k];
-        msr_status_t cst =
-            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, v, 8, MSR_DTYPE_I64, MSR_OP_MAX);
-        if (cst != MSR_OK) {
-            MSR_ERROR("train: agreeing on a checkpoint: %s: %s", msr_status_str(cst),
-                      msr_last_error());
-            st = cst;
-            goto err_p0;
-        }
-        if (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6] || v[3] != -v[7]) {
-            MSR_ERROR("train: the ranks' checkpoint shards disagree (step %lld..%lld, optimizer "
-                      "step %lld..%lld, samples drawn %lld..%lld): not resuming from them",
-                      (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
-                      (long long)-v[7], (long long)v[3]);
-            st = MSR_ERR_CORRUPT;
-            goto err_p0;
-        }
-    }
-    /* whatever fails here, every rank still reaches load_end, which agrees */
-    msr_status_t read_st = msr_dp_load_begin(dp);
-    size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
-    uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
-    if (read_st == MSR_OK && ecount > 0 && cover == NULL)
-        read_st = MSR_ERR_NO_MEMORY;
-    if (read_st == MSR_OK)
-        payload_apply(tr, &p0, cover);
-    for (int r = 0; r < world && !agree[2] && read_st == MSR_OK; r++) {
+    return MSR_OK;
+}
+
+/* Applies the shards of the saving world's other dp ranks (the rank's own
+ * layout differs from the one that saved): each must be of p0's checkpoint. */
+static msr_status_t restore_other_ranks(msr_trainer_t *tr, int world, int first,
+                                        msr_trainer_fetch_t fetch, void *arg, const payload_t *p0,
+                                        uint8_t *cover)
+{
+    msr_status_t st = MSR_OK;
+    for (int r = 0; r < world && st == MSR_OK; r++) {
+        payload_t p;
         if (r == first)
             continue;
-        if ((read_st = payload_fetch(fetch, arg, r, &p)) != MSR_OK)
+        if ((st = payload_fetch(fetch, arg, r, &p)) != MSR_OK)
             break;
-        if (!same_checkpoint(&p0, &p, world) || p.h.rank != (uint32_t)r) {
-            MSR_ERROR("train: the shards of ranks %d and %d belong to different checkpoints", first,
-                      r);
-            read_st = MSR_ERR_CORRUPT;
-        } else {
+        if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "train: the shards of ranks %d and %d belong to different checkpoints",
+                         first, r);
+        else
             payload_apply(tr, &p, cover);
-        }
         payload_free(&p);
     }
-    /* tp: another ep layout shares the experts out over the tp ranks
-     * otherwise, so some of this rank's were saved by other tp indices:
-     * their payloads' expert ranges (in the whole model's numbering) */
+    return st;
+}
+
+/* tp: another ep layout shares the experts out over the tp ranks
+ * otherwise, so some of this rank's were saved by other tp indices: the
+ * expert ranges (in the whole model's numbering) of their payloads. */
+static msr_status_t restore_other_tp(msr_trainer_t *tr, int world, msr_trainer_fetch_t fetch,
+                                     void *arg, const payload_t *p0, uint8_t *cover)
+{
     int tp = tr->mp != NULL ? tr->mesh->tp : 1, tp_rank = tr->mp != NULL ? tr->mesh->tp_rank : 0;
-    for (int j = 0; j < tp && ecount > 0 && !agree[2] && read_st == MSR_OK; j++) {
-        for (int r = 0; r < world && j != tp_rank && read_st == MSR_OK; r++) {
-            if ((read_st = payload_fetch(fetch, arg, world * (1 + j) + r, &p)) != MSR_OK)
+    msr_status_t st = MSR_OK;
+    for (int j = 0; j < tp && st == MSR_OK; j++) {
+        for (int r = 0; r < world && j != tp_rank && st == MSR_OK; r++) {
+            payload_t p;
+            if ((st = payload_fetch(fetch, arg, world * (1 + j) + r, &p)) != MSR_OK)
                 break;
-            if (!same_checkpoint(&p0, &p, world) || p.h.rank != (uint32_t)r) {
-                MSR_ERROR("train: the shards of dp rank %d at tp ranks %d and %d belong to "
-                          "different checkpoints",
-                          r, tp_rank, j);
-                read_st = MSR_ERR_CORRUPT;
-            }
-            for (uint32_t k = 0; k < p.n && read_st == MSR_OK; k++)
+            if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
+                st = msr_err(MSR_ERR_CORRUPT,
+                             "train: the shards of dp rank %d at tp ranks %d and %d belong to "
+                             "different checkpoints",
+                             r, tp_rank, j);
+            for (uint32_t k = 0; k < p.n && st == MSR_OK; k++)
                 if (p.ranges[k].lo >= tr->model->num_params)
                     experts_load(tr, &p.ranges[k], cover);
             payload_free(&p);
         }
     }
+    return st;
+}
+
+/* Loads the checkpoint whose first shard is p0 (the shard of rank first):
+ * with own_layout, from p0 alone, else from every shard that may hold a
+ * piece of this rank's. Whatever fails, every rank reaches
+ * msr_dp_load_end, which agrees on the outcome. */
+static msr_status_t restore_read(msr_trainer_t *tr, int world, int first, msr_trainer_fetch_t fetch,
+                                 void *arg, const payload_t *p0, int own_layout)
+{
+    msr_status_t read_st = msr_dp_load_begin(tr->dp);
+    size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
+    uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
+    if (read_st == MSR_OK && ecount > 0 && cover == NULL)
+        read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
+    if (read_st == MSR_OK)
+        payload_apply(tr, p0, cover);
+    if (read_st == MSR_OK && !own_layout)
+        read_st = restore_other_ranks(tr, world, first, fetch, arg, p0, cover);
+    if (read_st == MSR_OK && !own_layout && ecount > 0)
+        read_st = restore_other_tp(tr, world, fetch, arg, p0, cover);
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
-        if (!cover[i]) {
-            MSR_ERROR("train: the checkpoint lacks expert element %zu of this rank's", i);
-            read_st = MSR_ERR_CORRUPT;
-        }
+        if (!cover[i])
+            read_st = msr_err(MSR_ERR_CORRUPT,
+                              "train: the checkpoint lacks expert element %zu of this rank's", i);
     }
     msr_free(cover);
-    st = msr_dp_load_end(dp, agree[2], read_st != MSR_OK);
-    if (st != MSR_OK) {
-        if (read_st != MSR_OK)
-            st = read_st;
-        goto err_p0;
-    }
-    if (tr->model->moe != NULL && (st = experts_gather(tr)) != MSR_OK)
-        goto err_p0;
-    dp->opt->t = p0.h.adam_t;
-    if (tr->eopt != NULL)
-        tr->eopt->t = p0.h.adam_t;
-    tr->sampler.seed = p0.h.data_seed;
-    tr->sampler.position = p0.h.data_position;
-    tr->step = p0.h.step;
+    msr_status_t st = msr_dp_load_end(tr->dp, own_layout, read_st != MSR_OK);
+    if (st != MSR_OK)
+        return read_st != MSR_OK ? read_st : st;
+    if (tr->model->moe != NULL)
+        return experts_gather(tr);
+    return MSR_OK;
+}
 
-err_p0:
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg)
+{
+    int first = world == tr->dp->size ? tr->dp->rank : 0;
+    payload_t p0;
+    restore_flags_t flags = {0, 0, 0};
+    msr_status_t st = payload_fetch(fetch, arg, first, &p0);
+    st = restore_check(tr, meta, world, first, st, &p0, &flags);
+    if (st == MSR_OK)
+        st = restore_same_point(tr, &p0);
+    if (st == MSR_OK)
+        st = restore_read(tr, world, first, fetch, arg, &p0, flags.own_layout);
+    if (st == MSR_OK) {
+        tr->dp->opt->t = p0.h.adam_t;
+        if (tr->eopt != NULL)
+            tr->eopt->t = p0.h.adam_t;
+        tr->sampler.seed = p0.h.data_seed;
+        tr->sampler.position = p0.h.data_position;
+        tr->step = p0.h.step;
+    }
     payload_free(&p0);
     return restore_agree(tr, st);
 }

@@ -106,7 +106,8 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
 /* Creates a trainer at step 0 with freshly initialised parameters, data
  * parallel over comm (NULL: alone, cfg->dp must be 1; else cfg->dp and
  * cfg->dp_rank must be comm's size and rank). data and comm must outlive
- * it. Errors: MSR_ERR_CONFIG (logged with the reason), MSR_ERR_NO_MEMORY. */
+ * it. Errors: MSR_ERR_CONFIG (the reason in the error text, base/err.h),
+ * MSR_ERR_NO_MEMORY. */
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p);
 
@@ -169,7 +170,8 @@ typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, s
  * rebuild the rest together; otherwise each rank reads every payload and
  * keeps what it needs. Collective over the communicator: every rank calls
  * it, and all succeed or all fail. Errors: MSR_ERR_CONFIG (meta differs:
- * both texts logged; or another model size), MSR_ERR_CORRUPT (payloads
+ * the error text shows both from their first difference; or another
+ * model size), MSR_ERR_CORRUPT (payloads
  * inconsistent, or something missing), the fetch's and communicator's
  * errors. On failure the trainer is to be destroyed. */
 msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,

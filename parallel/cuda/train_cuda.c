@@ -53,8 +53,11 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     /* the CPU model's tensor table and initialisation, without its buffers
      * (its activations for one sequence are allocated but never touched) */
     st = msr_gpt_create_ex(&cfg->model, 1, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &tr->layout);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
+        /* this module's error text is its own, out of train_gpt's reach */
+        MSR_ERROR("train_cuda: %s", msr_err_msg_or(st));
         goto err_destroy;
+    }
     if (comm != NULL) {
         if ((st = msr_comm_device(comm, 0, &tr->dcomm)) != MSR_OK) {
             comm_failed("making the device communicator", st);
@@ -272,6 +275,8 @@ msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta,
             .meta = meta,
         };
         st = msr_ckpt_encode_slice(&h, p, m, v, buf_p, len_p);
+        if (st != MSR_OK)
+            MSR_ERROR("train_cuda: %s", msr_err_msg_or(st));
     }
     msr_free(p);
     msr_free(m);
@@ -286,8 +291,14 @@ msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, 
     float *p, *m, *v;
     msr_tckpt_header_t h;
     msr_status_t st = host_state(P, &p, &m, &v);
-    if (st == MSR_OK)
+    if (st == MSR_OK) {
+        /* a fetch's failure is in train_gpt's error text, which it logs;
+         * the gather's own is in this module's, logged here */
+        msr_err_clear();
         st = msr_ckpt_gather(fetch, arg, world, meta, P, p, m, v, &h);
+        if (st != MSR_OK && msr_err_msg()[0] != '\0')
+            MSR_ERROR("train_cuda: %s", msr_err_msg());
+    }
     /* every rank learns the worst outcome: CONFIG (exit 2) before others */
     int32_t mine[2] = {st == MSR_OK, st != MSR_ERR_CONFIG};
     if (tr->comm != NULL) {

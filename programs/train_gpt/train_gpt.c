@@ -386,10 +386,16 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     }
     /* the data-parallel group is the whole job while tp = pp = cp = 1 */
     int use_mp = msr_train_uses_mp(cfg);
+    msr_err_clear(); /* what is printed below is these calls' */
     st = use_mp ? msr_mesh_create(comm, cfg->dp, cfg->pp, cfg->cp, cfg->tp, &mesh)
                 : msr_mesh_create_dp(comm, &mesh);
-    if (st != MSR_OK || msr_trainer_create_mesh(cfg, data, mesh, &tr) != MSR_OK)
+    if (st == MSR_OK)
+        st = msr_trainer_create_mesh(cfg, data, mesh, &tr);
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: cannot set up the training: %s: %s\n", msr_status_str(st),
+                msr_err_msg_or(st));
         goto out;
+    }
     uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
@@ -683,7 +689,7 @@ int main(int argc, char **argv)
                           ? msr_dataset_load(o.data, &data)
                           : msr_dataset_generate((uint64_t)o.seed, (size_t)o.corpus_bytes, &data);
     if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: no data: %s\n", msr_status_str(st));
+        fprintf(stderr, "train_gpt: no data: %s: %s\n", msr_status_str(st), msr_err_msg_or(st));
         goto out;
     }
     msr_train_config_t cfg = {

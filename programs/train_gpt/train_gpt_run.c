@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "layout/layout.h"
+#include "model/err_call.h"
 #include "parallel/ckpt.h"
 #include "model/moe.h"
 #include "programs/train_gpt/train_gpt.h"
@@ -91,9 +93,13 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
     void *buf;
     size_t len;
     uint64_t step = t->ops->steps(t->tr);
+    msr_err_clear(); /* what is printed below is this call's */
     msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
-    if (st != MSR_OK)
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
+                msr_status_str(st), msr_err_msg_or(st));
         return st;
+    }
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
@@ -125,11 +131,9 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: reading rank %d's shard of step %lld under %s: %s: %s\n", rank,
-                (long long)f->step, f->dir, msr_status_str(st), msr_last_error());
-        return st;
-    }
+    if (st != MSR_OK)
+        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
+                            (long long)f->step, f->dir, msr_status_str(st));
     /* the shard's own step must be the one its file is filed under (the
      * trainer then checks that every rank's shard agrees) */
     msr_tckpt_header_t h;
@@ -140,11 +144,9 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
     st = msr_tckpt_decode(*buf_p, *len_p, what, &h, &ranges, &n);
     msr_free(ranges);
     if (st == MSR_OK && h.step != (uint64_t)f->step) {
-        fprintf(stderr,
-                "train_gpt: rank %d's shard of step %lld under %s says it is of step %llu: "
-                "refusing it\n",
-                rank, (long long)f->step, f->dir, (unsigned long long)h.step);
-        st = MSR_ERR_CORRUPT;
+        st = msr_err(MSR_ERR_CORRUPT,
+                     "rank %d's shard of step %lld under %s says it is of step %llu: refusing it",
+                     rank, (long long)f->step, f->dir, (unsigned long long)h.step);
     }
     if (st != MSR_OK) {
         free(*buf_p);
@@ -218,8 +220,12 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
         saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
     }
     /* without model parallel the saving world's ranks are all data-parallel */
-    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK)
+    msr_err_clear();
+    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
+                o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
         return st;
+    }
     *resumed_p = 1;
     if (job->rank == 0)
         fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
@@ -439,11 +445,12 @@ static msr_status_t timed_step(const trainer_t *t, const job_t *job, const optio
     int traced = t->cpu != NULL && o->trace != NULL && step == (uint64_t)o->steps;
     if (traced)
         msr_mp_trace(t->cpu->mp, 1);
+    msr_err_clear();
     msr_status_t st = t->ops->step(t->tr, loss_p);
     *dt_p = (double)(msr_now_ns() - t0) * 1e-9;
     if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: step %llu failed: %s\n", (unsigned long long)step,
-                msr_status_str(st));
+        fprintf(stderr, "train_gpt: step %llu failed: %s: %s\n", (unsigned long long)step,
+                msr_status_str(st), msr_err_msg_or(st));
         return st;
     }
     if (traced) {
@@ -515,9 +522,14 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
         }
         if (job->rank == 0)
             print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
+        msr_status_t st = MSR_OK;
+        msr_err_clear();
         if (o->report && o->experts > 0 && t->cpu != NULL &&
-            train_gpt_moe_report(t->cpu, job, step) != MSR_OK)
+            (st = train_gpt_moe_report(t->cpu, job, step)) != MSR_OK) {
+            fprintf(stderr, "train_gpt: the router statistics of step %llu: %s: %s\n",
+                    (unsigned long long)step, msr_status_str(st), msr_err_msg_or(st));
             return 1;
+        }
         int due = o->ckpt_dir != NULL &&
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
         if (due && save_checkpoint(t, job, o, meta) != MSR_OK)

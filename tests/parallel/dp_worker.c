@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "msrun/checkpoint.h"
+#include "base/err.h"
 #include "msrun/comm.h"
 #include "msrun/msrun.h"
 #include "parallel/train.h"
@@ -54,11 +55,15 @@ static void fail(const char *fmt, ...)
         if (!(cond))           \
             fail(__VA_ARGS__); \
     } while (0)
-#define CHECK_OK(expr)                                                        \
-    do {                                                                      \
-        msr_status_t st_ = (expr);                                            \
-        if (st_ != MSR_OK)                                                    \
-            fail("%s: %s: %s", #expr, msr_status_str(st_), msr_last_error()); \
+#define CHECK_OK(expr)                                                         \
+    do {                                                                       \
+        msr_err_clear();                                                       \
+        msr_status_t st_ = (expr);                                             \
+        /* model/ and parallel/ set this program's error text, libmsrun its    \
+         * own (msr_last_error) */                                             \
+        if (st_ != MSR_OK)                                                     \
+            fail("%s: %s: %s", #expr, msr_status_str(st_),                     \
+                 msr_err_msg()[0] != '\0' ? msr_err_msg() : msr_last_error()); \
     } while (0)
 
 static msr_train_config_t config(int dp, int rank, int accum, int zero, size_t bucket)

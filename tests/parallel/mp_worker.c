@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "msrun/comm.h"
 #include "msrun/msrun.h"
 #include "layout/layout.h"
@@ -50,11 +51,15 @@ static void fail(const char *fmt, ...)
         if (!(cond))           \
             fail(__VA_ARGS__); \
     } while (0)
-#define CHECK_OK(expr)                                                        \
-    do {                                                                      \
-        msr_status_t st_ = (expr);                                            \
-        if (st_ != MSR_OK)                                                    \
-            fail("%s: %s: %s", #expr, msr_status_str(st_), msr_last_error()); \
+#define CHECK_OK(expr)                                                         \
+    do {                                                                       \
+        msr_err_clear();                                                       \
+        msr_status_t st_ = (expr);                                             \
+        /* model/ and parallel/ set this program's error text, libmsrun its    \
+         * own (msr_last_error) */                                             \
+        if (st_ != MSR_OK)                                                     \
+            fail("%s: %s: %s", #expr, msr_status_str(st_),                     \
+                 msr_err_msg()[0] != '\0' ? msr_err_msg() : msr_last_error()); \
     } while (0)
 
 typedef struct layout {
