@@ -53,19 +53,13 @@ typedef struct args {
 } args_t;
 
 #define D(field) MSR_OPT_DEST(args_t, field)
-#define INT(n, field, lo, hi, mv, fl)                                                          \
-    {                                                                                          \
-        .name = n, .kind = MSR_OPT_INT, .min = lo, .max = hi, .dest = D(field), .metavar = mv, \
-        .flags = fl                                                                            \
-    }
-#define TEXT(n, field, mv)                                               \
-    {                                                                    \
-        .name = n, .kind = MSR_OPT_TEXT, .dest = D(field), .metavar = mv \
-    }
-#define FLAG(n, field)                                                               \
-    {                                                                                \
-        .name = n, .kind = MSR_OPT_BOOL, .flags = MSR_OPT_NO_VALUE, .dest = D(field) \
-    }
+/* clang-format off */
+#define INT(n, field, lo, hi, mv, fl) \
+    {.name = n, .kind = MSR_OPT_INT, .min = lo, .max = hi, .dest = D(field), .metavar = mv, \
+     .flags = fl}
+#define TEXT(n, field, mv) {.name = n, .kind = MSR_OPT_TEXT, .dest = D(field), .metavar = mv}
+#define FLAG(n, field) \
+    {.name = n, .kind = MSR_OPT_BOOL, .flags = MSR_OPT_NO_VALUE, .dest = D(field)}
 
 /* The options, in the usage line's order: the model's and the world's bare,
  * options used together in one pair of brackets (MSR_OPT_USAGE_JOIN). */
@@ -82,9 +76,8 @@ static const msr_opt_t opts[] = {
     INT("kv-heads", kv_heads, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
     TEXT("precision", precision, "fp32|bf16"),
     TEXT("cluster", cluster, "FILE"),
-    TEXT("fix", fix,
-         "dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,micro_batch=..,schedule=..,"
-         "virtual_stages=..,cp=..,ep=.."),
+    TEXT("fix", fix, "dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,micro_batch=..,schedule=..,"
+                     "virtual_stages=..,cp=..,ep=.."),
     TEXT("search", search_name, "exhaustive|fast"),
     INT("top", top, 1, (int64_t)1 << 40, "N", 0),
     FLAG("all", all),
@@ -92,25 +85,17 @@ static const msr_opt_t opts[] = {
     FLAG("even-split", even_split),
     TEXT("format", format, "table|kv"),
     FLAG("ranks", ranks),
-    {.name = "bucket-mb",
-     .kind = MSR_OPT_REAL,
-     .real_min = 1e-6,
-     .real_max = 1e6,
-     .dest = D(bucket_mb),
-     .metavar = "X"},
+    {.name = "bucket-mb", .kind = MSR_OPT_REAL, .real_min = 1e-6, .real_max = 1e6,
+     .dest = D(bucket_mb), .metavar = "X"},
     INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1 << 50, "N", 0),
     TEXT("pp-layers", pp_layers, "A,B,.."),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
     INT("moe-every", m.moe_every, 1, 1 << 16, "N", MSR_OPT_USAGE_JOIN),
-    {.name = "capacity-factor",
-     .kind = MSR_OPT_REAL,
-     .real_min = 0,
-     .real_max = 1e6,
-     .flags = MSR_OPT_MIN_OPEN | MSR_OPT_USAGE_JOIN,
-     .dest = D(m.capacity_factor),
-     .metavar = "F"},
+    {.name = "capacity-factor", .kind = MSR_OPT_REAL, .real_min = 0, .real_max = 1e6,
+     .flags = MSR_OPT_MIN_OPEN | MSR_OPT_USAGE_JOIN, .dest = D(m.capacity_factor), .metavar = "F"},
 };
+/* clang-format on */
 
 static const msr_optset_t opt_set = {"plan_gpt", opts, MSR_ARRAY_SIZE(opts), 0,
                                      MSR_OPTS_USAGE_LINE};
