@@ -88,41 +88,65 @@ static int parse_seconds(const char *v, int64_t *ms_p)
     return 0;
 }
 
-static msr_status_t bad(const char *where, const char *v, const char *what)
+/* Where a value came from, for messages: w is "--name" or the variable,
+ * sep how the value followed it ('=', or ' ' for "--name VALUE"). */
+typedef struct src {
+    const char *w;
+    char sep;
+} src_t;
+
+static msr_status_t bad(src_t s, const char *v, const char *what)
 {
-    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s %s", where, v, what);
+    return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s %s", s.w, s.sep, v, what);
 }
 
-static msr_status_t parse_int(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+static msr_status_t parse_int(const msr_opt_t *d, const char *v, src_t s, int64_t *x)
 {
     if (msr_parse_i64(v, d->min, d->max, x) == MSR_OK)
         return MSR_OK;
     if (d->kind == MSR_OPT_PORT)
-        return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not a port number (%lld..%lld)", w, v,
-                       (long long)d->min, (long long)d->max);
+        return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not a port number (%lld..%lld)", s.w, s.sep,
+                       v, (long long)d->min, (long long)d->max);
     if (d->min == 1 && d->max >= INT32_MAX)
-        return bad(w, v, "is not a positive integer");
+        return bad(s, v, "is not a positive integer");
     if (d->max >= INT32_MAX)
-        return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not an integer >= %lld", w, v,
+        return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not an integer >= %lld", s.w, s.sep, v,
                        (long long)d->min);
-    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not an integer in %lld..%lld", w, v,
+    return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not an integer in [%lld, %lld]", s.w, s.sep, v,
                    (long long)d->min, (long long)d->max);
 }
 
-static msr_status_t parse_secs(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+/* A decimal number (strtod's syntax) within the option's bounds. */
+static msr_status_t parse_real(const msr_opt_t *d, const char *v, src_t s, double *x)
+{
+    char *end = NULL;
+    errno = 0;
+    double r = strtod(v, &end);
+    int open = (d->flags & MSR_OPT_MIN_OPEN) != 0;
+    /* NaN fails both comparisons */
+    if (end != v && *end == '\0' && errno == 0 && (open ? r > d->real_min : r >= d->real_min) &&
+        r <= d->real_max) {
+        *x = r;
+        return MSR_OK;
+    }
+    return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not a number in %c%g, %g]", s.w, s.sep, v,
+                   open ? '(' : '[', d->real_min, d->real_max);
+}
+
+static msr_status_t parse_secs(const msr_opt_t *d, const char *v, src_t s, int64_t *x)
 {
     if (parse_seconds(v, x) != 0)
-        return bad(w, v, "is not a number of seconds");
+        return bad(s, v, "is not a number of seconds");
     if (*x == 0 && (d->flags & MSR_OPT_ZERO_OFF))
         return MSR_OK;
     if (*x >= d->min && *x <= d->max)
         return MSR_OK;
-    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s: must be %sat least %g s", w, v,
+    return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s: must be %sat least %g s", s.w, s.sep, v,
                    (d->flags & MSR_OPT_ZERO_OFF) ? "0 (off) or " : "", (double)d->min / 1000.0);
 }
 
 /* "N" or "MIN:MAX" */
-static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w, void *obj)
+static msr_status_t parse_range(const msr_opt_t *d, const char *v, src_t s, void *obj)
 {
     const char *colon = strchr(v, ':');
     int64_t lo, hi;
@@ -131,11 +155,12 @@ static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w
         snprintf(left, sizeof left, "%.*s", (int)(colon - v), v);
         if (msr_parse_i64(left, d->min, d->max, &lo) != MSR_OK ||
             msr_parse_i64(colon + 1, d->min, d->max, &hi) != MSR_OK || lo > hi)
-            return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not N or MIN:MAX with %lld <= MIN <= MAX",
-                           w, v, (long long)d->min);
+            return msr_err(MSR_ERR_INVALID_ARG,
+                           "%s%c%s is not N or MIN:MAX with %lld <= MIN <= MAX", s.w, s.sep, v,
+                           (long long)d->min);
     } else {
         if (msr_parse_i64(v, d->min, d->max, &lo) != MSR_OK)
-            return bad(w, v, "is not a positive integer or MIN:MAX");
+            return bad(s, v, "is not a positive integer or MIN:MAX");
         hi = lo;
     }
     store_int(obj, d->dest, sizeof(int), lo);
@@ -145,23 +170,23 @@ static msr_status_t parse_range(const msr_opt_t *d, const char *v, const char *w
 
 /* "HOST:PORT", split at the last colon; an IPv6 address in brackets
  * ("[::1]:80") is stored without them */
-msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_t max,
-                               char **host_p, int *port_p)
+static msr_status_t hostport(const char *v, src_t s, int64_t min, int64_t max, char **host_p,
+                             int *port_p)
 {
     const char *colon = strrchr(v, ':');
     int64_t port;
     if (colon == NULL || colon == v || msr_parse_i64(colon + 1, min, max, &port) != MSR_OK)
-        return bad(w, v, "is not HOST:PORT");
+        return bad(s, v, "is not HOST:PORT");
     const char *host = v;
     size_t hlen = (size_t)(colon - v);
     if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') {
         host++;
         hlen -= 2;
     } else if (memchr(host, ':', hlen) != NULL) {
-        return bad(w, v, "is not HOST:PORT (an IPv6 address goes in brackets: [::1]:29500)");
+        return bad(s, v, "is not HOST:PORT (an IPv6 address goes in brackets: [::1]:29500)");
     }
     if (hlen == 0)
-        return bad(w, v, "is not HOST:PORT");
+        return bad(s, v, "is not HOST:PORT");
     char *h = msr_malloc(hlen + 1);
     if (h == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory");
@@ -173,11 +198,17 @@ msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_
     return MSR_OK;
 }
 
-static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char *w, void *obj)
+msr_status_t msr_opts_hostport(const char *v, const char *w, int64_t min, int64_t max,
+                               char **host_p, int *port_p)
+{
+    return hostport(v, (src_t){w, '='}, min, max, host_p, port_p);
+}
+
+static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, src_t s, void *obj)
 {
     char *host = NULL;
     int port = 0;
-    msr_status_t st = msr_opts_hostport(v, w, d->min, d->max, &host, &port);
+    msr_status_t st = hostport(v, s, d->min, d->max, &host, &port);
     if (st == MSR_OK)
         st = store_string(obj, d->dest, host, strlen(host));
     msr_free(host);
@@ -186,7 +217,7 @@ static msr_status_t parse_hostport(const msr_opt_t *d, const char *v, const char
     return st;
 }
 
-static msr_status_t parse_enum(const msr_opt_t *d, const char *v, const char *w, int64_t *x)
+static msr_status_t parse_enum(const msr_opt_t *d, const char *v, src_t s, int64_t *x)
 {
     char list[200] = "";
     for (int k = 0; d->choices[k]; k++) {
@@ -197,12 +228,12 @@ static msr_status_t parse_enum(const msr_opt_t *d, const char *v, const char *w,
         size_t n = strlen(list);
         snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", d->choices[k]);
     }
-    return msr_err(MSR_ERR_INVALID_ARG, "%s=%s is not one of %s", w, v, list);
+    return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not one of %s", s.w, s.sep, v, list);
 }
 
-/* Checks v and writes it to the option's destination in obj; w names where
- * v came from ("--name" or the variable) for messages. */
-static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void *obj)
+/* Checks v and writes it to the option's destination in obj; s says where
+ * v came from for messages. */
+static msr_status_t apply(const msr_opt_t *d, const char *v, src_t s, void *obj)
 {
     int64_t x = 0;
     int b;
@@ -210,41 +241,54 @@ static msr_status_t apply(const msr_opt_t *d, const char *v, const char *w, void
     switch (d->kind) {
     case MSR_OPT_INT:
     case MSR_OPT_PORT:
-        st = parse_int(d, v, w, &x);
+        st = parse_int(d, v, s, &x);
         break;
+    case MSR_OPT_REAL: {
+        double r = 0;
+        if ((st = parse_real(d, v, s, &r)) == MSR_OK)
+            memcpy((char *)obj + d->dest, &r, sizeof r);
+        return st;
+    }
     case MSR_OPT_SECONDS:
-        st = parse_secs(d, v, w, &x);
+        st = parse_secs(d, v, s, &x);
         break;
     case MSR_OPT_SIZE:
         if (msr_parse_size(v, d->min, d->max, &x) != MSR_OK)
-            st = bad(w, v, "is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)");
+            st = bad(s, v, "is not a positive size in bytes (e.g. 65536, 64K, 16M, 1G)");
         break;
     case MSR_OPT_BOOL:
         if (msr_parse_bool(v, &b) != MSR_OK)
-            st = bad(w, v, "is not a boolean (true/false)");
+            st = bad(s, v, "is not a boolean (true/false)");
         x = b;
         break;
     case MSR_OPT_LEVEL:
         x = msr_log_level_parse(v);
         if (x < 0)
-            st = bad(w, v, "is not a log level (error, warn, info, debug)");
+            st = bad(s, v, "is not a log level (error, warn, info, debug)");
         break;
     case MSR_OPT_ENUM:
-        st = parse_enum(d, v, w, &x);
+        st = parse_enum(d, v, s, &x);
         break;
     case MSR_OPT_PATH:
         if (*v != '\0' && access(v, R_OK) != 0)
-            return msr_err(MSR_ERR_INVALID_ARG, "%s=%s: cannot read it: %s", w, v, strerror(errno));
+            return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s: cannot read it: %s", s.w, s.sep, v,
+                           strerror(errno));
         /* fall through */
     case MSR_OPT_STRING:
     case MSR_OPT_SECRET:
+    case MSR_OPT_TEXT:
         if (*v == '\0')
-            return msr_err(MSR_ERR_INVALID_ARG, "%s is empty", w);
-        return store_string(obj, d->dest, v, strlen(v));
+            return msr_err(MSR_ERR_INVALID_ARG, "%s needs a non-empty value", s.w);
+        if (d->kind != MSR_OPT_TEXT)
+            return store_string(obj, d->dest, v, strlen(v));
+        memcpy((char *)obj + d->dest, &v, sizeof v);
+        return MSR_OK;
     case MSR_OPT_RANGE:
-        return parse_range(d, v, w, obj);
+        return parse_range(d, v, s, obj);
     case MSR_OPT_HOSTPORT:
-        return parse_hostport(d, v, w, obj);
+        return parse_hostport(d, v, s, obj);
+    case MSR_OPT_HELP:
+        return MSR_OK; /* msr_opts_parse asks for the help before applying */
     }
     if (st == MSR_OK)
         store_int(obj, d->dest, d->size, x);
@@ -261,9 +305,10 @@ void msr_opts_scrub_arg(char *arg, int after_eq)
     memset(v + stars, '\0', n - stars);
 }
 
-/* One option in argv[*i] (and its value, which may be argv[*i + 1]). */
+/* One option in argv[*i] (and its value, which may be argv[*i + 1]).
+ * *help_p: it was the table's MSR_OPT_HELP row ("-help"). */
 static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, int *i, void *obj,
-                              unsigned char *seen)
+                              unsigned char *seen, int *help_p)
 {
     const char *a = argv[*i];
     const char *name = a + (a[1] == '-' ? 2 : 1);
@@ -278,17 +323,20 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
     snprintf(where, sizeof where, "--%s", d->name);
     char *v_arg; /* the argv string that holds the value */
     const char *v;
-    if (eq) {
+    int flag = d->kind == MSR_OPT_BOOL || d->kind == MSR_OPT_HELP;
+    if (eq && flag && (d->kind == MSR_OPT_HELP || (d->flags & MSR_OPT_NO_VALUE))) {
+        return msr_err(MSR_ERR_INVALID_ARG, "%s takes no value", where);
+    } else if (eq) {
         v = eq + 1;
         v_arg = argv[*i];
-    } else if (d->kind == MSR_OPT_BOOL) {
+    } else if (flag) {
         /* --flag alone is true; a value only with '=' (--join=false), as
          * torchrun's flags: the next word is the program or an option */
         v_arg = NULL;
         v = "true";
     } else if (*i + 1 >= argc) {
-        return msr_err(MSR_ERR_INVALID_ARG, "option %s needs a value (%s)", where,
-                       d->metavar ? d->metavar : "");
+        return msr_err(MSR_ERR_INVALID_ARG, "option %s needs a value%s%s%s", where,
+                       d->metavar ? " (" : "", d->metavar ? d->metavar : "", d->metavar ? ")" : "");
     } else {
         v = v_arg = argv[++*i];
     }
@@ -298,13 +346,14 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
             st = msr_err(MSR_ERR_INVALID_ARG, "give --%s or --%s, not both", set->opts[o].name,
                          d->name);
     if (st == MSR_OK)
-        st = apply(d, v, where, obj);
+        st = apply(d, v, (src_t){where, eq ? '=' : ' '}, obj);
     /* a secret leaves the process list (/proc/PID/cmdline) at once: apply()
      * copied it */
     if (d->kind == MSR_OPT_SECRET)
         msr_opts_scrub_arg(v_arg, eq != NULL);
     if (st == MSR_OK)
         seen[k] = 1;
+    *help_p = d->kind == MSR_OPT_HELP;
     return st;
 }
 
@@ -329,7 +378,7 @@ static msr_status_t parse_env(const msr_optset_t *set, void *obj, unsigned char 
         }
         if (skip)
             continue;
-        msr_status_t st = apply(d, v, d->env, obj);
+        msr_status_t st = apply(d, v, (src_t){d->env, '='}, obj);
         if (st != MSR_OK)
             return st;
         seen[k] = 2;
@@ -358,8 +407,11 @@ msr_opts_result_t msr_opts_parse(const msr_optset_t *set, int argc, char **argv,
             msr_err(MSR_ERR_INVALID_ARG, "unexpected argument '%s'", a);
             return MSR_OPTS_BAD;
         }
-        if (parse_one(set, argc, argv, &i, obj, seen) != MSR_OK)
+        int help = 0;
+        if (parse_one(set, argc, argv, &i, obj, seen, &help) != MSR_OK)
             return MSR_OPTS_BAD;
+        if (help)
+            return MSR_OPTS_HELP;
     }
     if (parse_env(set, obj, seen) != MSR_OK)
         return MSR_OPTS_BAD;
@@ -392,9 +444,38 @@ static void print_wrapped(FILE *out, const char *h)
     }
 }
 
+/* MSR_OPTS_USAGE_LINE: "usage: PROG --a A [--b B --c C] [--d]" */
+static void usage_line(const msr_optset_t *set, FILE *out)
+{
+    int open = 0; /* a '[' waits for its ']' */
+    fprintf(out, "usage: %s", set->prog);
+    for (size_t i = 0; i < set->count; i++) {
+        const msr_opt_t *d = &set->opts[i];
+        int join = open && (d->flags & MSR_OPT_USAGE_JOIN);
+        if (open && !join) {
+            fputc(']', out);
+            open = 0;
+        }
+        if (!join && !(d->flags & MSR_OPT_USAGE_BARE)) {
+            fputs(" [", out);
+            open = 1;
+        } else {
+            fputc(' ', out);
+        }
+        fprintf(out, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
+    }
+    fputs(open ? "]\n" : "\n", out);
+}
+
 void msr_opts_usage(const msr_optset_t *set, FILE *out)
 {
-    for (size_t i = 0; i < set->count; i++) {
+    if (set->style == MSR_OPTS_USAGE_LINE) {
+        usage_line(set, out);
+        return;
+    }
+    for (size_t i = 0; i < set->count && set->style == MSR_OPTS_USAGE_COLUMNS; i++)
+        fprintf(out, "  --%-14s %s\n", set->opts[i].name, set->opts[i].help);
+    for (size_t i = 0; i < set->count && set->style == MSR_OPTS_USAGE_LIST; i++) {
         const msr_opt_t *d = &set->opts[i];
         char head[128];
         /* a flag's value goes after '=' only: --join[=BOOL] */

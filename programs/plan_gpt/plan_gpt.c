@@ -19,7 +19,8 @@
  *
  * --ranks prints, for the one layout --fix leaves, every rank's counts as
  * train_gpt --report names them (with the runtime's even split, or
- * --pp-layers'). Exit status: 0, 2 bad input (one line). */
+ * --pp-layers'). Exit status: 0, 2 bad input (one line). The options are
+ * base/optparse's: --name=VALUE as well as --name VALUE. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/optparse.h"
+#include "base/status.h"
+#include "base/util.h"
 #include "layout/layout.h"
 #include "model/gpt.h"
 #include "planner/plan.h"
@@ -36,6 +40,8 @@ typedef struct args {
     msr_plan_model_t m;
     int64_t global_batch, world;
     msr_plan_precision_t prec;
+    const char *arch, *precision, *search_name; /* as given, checked by check_args */
+    int64_t ffn, kv_heads;                      /* --arch llama's; 0: not given */
     const char *fix, *format, *cluster;
     int ranks, all, even_split, search;
     int64_t top, explain;
@@ -46,22 +52,53 @@ typedef struct args {
     int split_n;
 } args_t;
 
-static void die(const char *fmt, const char *a, const char *b)
-{
-    fprintf(stderr, "plan_gpt: error: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
-    exit(2);
-}
+#define D(field) MSR_OPT_DEST(args_t, field)
+/* clang-format off */
+#define INT(n, field, lo, hi, mv, fl) \
+    {.name = n, .kind = MSR_OPT_INT, .min = lo, .max = hi, .dest = D(field), .metavar = mv, \
+     .flags = fl}
+#define TEXT(n, field, mv) {.name = n, .kind = MSR_OPT_TEXT, .dest = D(field), .metavar = mv}
+#define FLAG(n, field) \
+    {.name = n, .kind = MSR_OPT_BOOL, .flags = MSR_OPT_NO_VALUE, .dest = D(field)}
 
-static int64_t parse_int(const char *name, const char *v, int64_t lo, int64_t hi)
-{
-    char *end = NULL;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || x < lo || x > hi)
-        die("--%s %s: not an integer in range", name, v);
-    return x;
-}
+/* The options, in the usage line's order: the model's and the world's bare,
+ * options used together in one pair of brackets (MSR_OPT_USAGE_JOIN). */
+static const msr_opt_t opts[] = {
+    INT("layers", m.layers, 1, 1 << 16, "L", MSR_OPT_USAGE_BARE),
+    INT("channels", m.channels, 1, 1 << 20, "C", MSR_OPT_USAGE_BARE),
+    INT("heads", m.heads, 1, 1 << 16, "H", MSR_OPT_USAGE_BARE),
+    INT("seq", m.seq, 1, 1 << 24, "T", MSR_OPT_USAGE_BARE),
+    INT("vocab", m.vocab, 1, 1 << 24, "V", MSR_OPT_USAGE_BARE),
+    INT("global-batch", global_batch, 1, 1 << 24, "B", MSR_OPT_USAGE_BARE),
+    INT("world", world, 1, 1 << 20, "N", MSR_OPT_USAGE_BARE),
+    TEXT("arch", arch, "gpt|llama"),
+    INT("ffn", ffn, 1, 1 << 24, "F", MSR_OPT_USAGE_JOIN),
+    INT("kv-heads", kv_heads, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
+    TEXT("precision", precision, "fp32|bf16"),
+    TEXT("cluster", cluster, "FILE"),
+    TEXT("fix", fix, "dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,micro_batch=..,schedule=..,"
+                     "virtual_stages=..,cp=..,ep=.."),
+    TEXT("search", search_name, "exhaustive|fast"),
+    INT("top", top, 1, (int64_t)1 << 40, "N", 0),
+    FLAG("all", all),
+    INT("explain", explain, 1, (int64_t)1 << 40, "N", 0),
+    FLAG("even-split", even_split),
+    TEXT("format", format, "table|kv"),
+    FLAG("ranks", ranks),
+    {.name = "bucket-mb", .kind = MSR_OPT_REAL, .real_min = 1e-6, .real_max = 1e6,
+     .dest = D(bucket_mb), .metavar = "X"},
+    INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1 << 50, "N", 0),
+    TEXT("pp-layers", pp_layers, "A,B,.."),
+    INT("experts", m.experts, 0, 1 << 16, "E", 0),
+    INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
+    INT("moe-every", m.moe_every, 1, 1 << 16, "N", MSR_OPT_USAGE_JOIN),
+    {.name = "capacity-factor", .kind = MSR_OPT_REAL, .real_min = 0, .real_max = 1e6,
+     .flags = MSR_OPT_MIN_OPEN | MSR_OPT_USAGE_JOIN, .dest = D(m.capacity_factor), .metavar = "F"},
+};
+/* clang-format on */
+
+static const msr_optset_t opt_set = {"plan_gpt", opts, MSR_ARRAY_SIZE(opts), 0,
+                                     MSR_OPTS_USAGE_LINE};
 
 static int name_index(const char *const *names, int n, const char *v)
 {
@@ -71,11 +108,12 @@ static int name_index(const char *const *names, int n, const char *v)
     return -1;
 }
 
-static void parse_fix(const char *s, int *fx)
+/* --fix's "key=value,...": fx[key] = value. */
+static msr_status_t parse_fix(const char *s, int *fx)
 {
     char buf[512];
     if (strlen(s) >= sizeof buf)
-        die("--fix %s%s: too long", s, "");
+        return msr_err(MSR_ERR_INVALID_ARG, "--fix %s: too long", s);
     strcpy(buf, s);
     for (char *kv = buf, *next; kv != NULL; kv = next) {
         next = strchr(kv, ',');
@@ -83,166 +121,125 @@ static void parse_fix(const char *s, int *fx)
             *next++ = '\0';
         char *eq = strchr(kv, '=');
         if (eq == NULL)
-            die("--fix: '%s' is not key=value%s", kv, "");
+            return msr_err(MSR_ERR_INVALID_ARG, "--fix: '%s' is not key=value", kv);
         *eq = '\0';
         const char *v = eq + 1;
         int k = name_index(msr_plan_fix_names, MSR_PLAN_FIX_N, kv);
         if (k < 0)
-            die("--fix: unknown key '%s'%s (dp, tp, pp, sp, zero, recompute, micro_batch, "
-                "schedule, virtual_stages, cp, ep)",
-                kv, "");
+            return msr_err(MSR_ERR_INVALID_ARG,
+                           "--fix: unknown key '%s' (dp, tp, pp, sp, zero, recompute, "
+                           "micro_batch, schedule, virtual_stages, cp, ep)",
+                           kv);
+        int64_t x = -1;
         if (k == MSR_PLAN_FIX_SCHEDULE)
-            fx[k] = name_index(msr_plan_schedule_names, 3, v);
+            x = name_index(msr_plan_schedule_names, 3, v);
         else if (k == MSR_PLAN_FIX_RECOMPUTE)
-            fx[k] = name_index(msr_plan_recompute_names, 3, v);
-        else
-            fx[k] = (int)parse_int(kv, v, 0, 1 << 24);
-        if (fx[k] < 0)
-            die("--fix: %s=%s is not a valid value", kv, v);
+            x = name_index(msr_plan_recompute_names, 3, v);
+        else if (msr_parse_i64(v, 0, 1 << 24, &x) != MSR_OK)
+            return msr_err(MSR_ERR_INVALID_ARG, "--%s %s: not an integer in range", kv, v);
+        if (x < 0)
+            return msr_err(MSR_ERR_INVALID_ARG, "--fix: %s=%s is not a valid value", kv, v);
+        fx[k] = (int)x;
     }
+    return MSR_OK;
 }
 
-static void parse_args(int argc, char **argv, args_t *a, int *fx)
+/* The model's architecture and the precision, from their names. */
+static msr_status_t check_names(args_t *a)
 {
-    const char *arch = "gpt", *prec = "fp32";
-    int64_t ffn = 0, kv = 0;
-    a->m = (msr_plan_model_t){MSR_PLAN_GPT, 0, 0, 0, 0, 0, 256, 0};
-    a->global_batch = a->world = 0;
-    const char *search = "exhaustive";
-    a->fix = a->cluster = NULL;
-    a->format = "table";
-    a->ranks = a->all = a->even_split = 0;
-    a->top = 10;
-    a->explain = 0;
-    a->bucket_mb = MSR_DP_BUCKET_BYTES / 1048576.0;
-    a->zero_min_bytes = MSR_DP_ZERO_MIN_BYTES;
-    a->pp_layers = NULL;
-    a->split_n = 0;
-    a->m.top_k = 2;
-    a->m.moe_every = 1;
-    a->m.capacity_factor = 1.25;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (strcmp(o, "--ranks") == 0 || strcmp(o, "--all") == 0 ||
-            strcmp(o, "--even-split") == 0) {
-            *(o[2] == 'r' ? &a->ranks : o[2] == 'a' ? &a->all : &a->even_split) = 1;
-            continue;
-        }
-        if (strcmp(o, "--help") == 0) {
-            printf("usage: plan_gpt --layers L --channels C --heads H --seq T --vocab V "
-                   "--global-batch B --world N [--arch gpt|llama --ffn F --kv-heads K] "
-                   "[--precision fp32|bf16] [--cluster FILE] [--fix dp=..,tp=..,pp=..,sp=..,"
-                   "zero=..,recompute=..,micro_batch=..,schedule=..,virtual_stages=..,cp=..,ep=..] "
-                   "[--search exhaustive|fast] [--top N] [--all] [--explain N] [--even-split] "
-                   "[--format table|kv] [--ranks] [--bucket-mb X] [--zero-min-bytes N] "
-                   "[--pp-layers A,B,..] [--experts E --top-k K --moe-every N "
-                   "--capacity-factor F]\n");
-            exit(0);
-        }
-        if (strncmp(o, "--", 2) != 0 || i + 1 >= argc)
-            die("'%s'%s: an option with a value expected (see --help)", o, "");
-        const char *n = o + 2, *v = argv[++i];
-        if (strcmp(n, "layers") == 0)
-            a->m.layers = (int)parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "channels") == 0)
-            a->m.channels = (int)parse_int(n, v, 1, 1 << 20);
-        else if (strcmp(n, "heads") == 0)
-            a->m.heads = (int)parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "seq") == 0)
-            a->m.seq = (int)parse_int(n, v, 1, 1 << 24);
-        else if (strcmp(n, "vocab") == 0)
-            a->m.vocab = (int)parse_int(n, v, 1, 1 << 24);
-        else if (strcmp(n, "global-batch") == 0)
-            a->global_batch = parse_int(n, v, 1, 1 << 24);
-        else if (strcmp(n, "world") == 0)
-            a->world = parse_int(n, v, 1, 1 << 20);
-        else if (strcmp(n, "ffn") == 0)
-            ffn = parse_int(n, v, 1, 1 << 24);
-        else if (strcmp(n, "kv-heads") == 0)
-            kv = parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "experts") == 0)
-            a->m.experts = (int)parse_int(n, v, 0, 1 << 16);
-        else if (strcmp(n, "top-k") == 0)
-            a->m.top_k = (int)parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "moe-every") == 0)
-            a->m.moe_every = (int)parse_int(n, v, 1, 1 << 16);
-        else if (strcmp(n, "capacity-factor") == 0) {
-            char *end = NULL;
-            a->m.capacity_factor = strtod(v, &end);
-            if (end == v || *end != '\0' || !(a->m.capacity_factor > 0) ||
-                a->m.capacity_factor > 1e6)
-                die("--capacity-factor %s%s: not a number in (0, 1e6]", v, "");
-        } else if (strcmp(n, "zero-min-bytes") == 0)
-            a->zero_min_bytes = parse_int(n, v, 0, (int64_t)1 << 50);
-        else if (strcmp(n, "bucket-mb") == 0) {
-            char *end = NULL;
-            a->bucket_mb = strtod(v, &end);
-            if (end == v || *end != '\0' || !(a->bucket_mb >= 1e-6 && a->bucket_mb <= 1e6))
-                die("--bucket-mb %s%s: not a number in [1e-6, 1e6]", v, "");
-        } else if (strcmp(n, "arch") == 0)
-            arch = v;
-        else if (strcmp(n, "precision") == 0)
-            prec = v;
-        else if (strcmp(n, "fix") == 0)
-            a->fix = v;
-        else if (strcmp(n, "cluster") == 0)
-            a->cluster = v;
-        else if (strcmp(n, "search") == 0)
-            search = v;
-        else if (strcmp(n, "top") == 0)
-            a->top = parse_int(n, v, 1, (int64_t)1 << 40);
-        else if (strcmp(n, "explain") == 0)
-            a->explain = parse_int(n, v, 1, (int64_t)1 << 40);
-        else if (strcmp(n, "format") == 0)
-            a->format = v;
-        else if (strcmp(n, "pp-layers") == 0)
-            a->pp_layers = v;
-        else
-            die("unknown option '%s'%s (see --help)", o, "");
-    }
-    if (a->m.layers == 0 || a->m.channels == 0 || a->m.heads == 0 || a->m.seq == 0 ||
-        a->global_batch == 0 || a->world == 0)
-        die("--layers, --channels, --heads, --seq, --global-batch and --world are needed%s%s", "",
-            "");
-    if (strcmp(arch, "gpt") == 0) {
-        if (ffn != 0 || kv != 0)
-            die("--ffn and --kv-heads are for --arch llama%s%s", "", "");
+    if (strcmp(a->arch, "gpt") == 0) {
+        if (a->ffn != 0 || a->kv_heads != 0)
+            return msr_err(MSR_ERR_INVALID_ARG, "--ffn and --kv-heads are for --arch llama");
         a->m.arch = MSR_PLAN_GPT;
         a->m.kv_heads = a->m.heads;
         a->m.ffn = 4 * a->m.channels;
-    } else if (strcmp(arch, "llama") == 0) {
+    } else if (strcmp(a->arch, "llama") == 0) {
         a->m.arch = MSR_PLAN_LLAMA;
-        a->m.kv_heads = kv != 0 ? (int)kv : a->m.heads;
-        a->m.ffn = ffn != 0 ? (int)ffn : 4 * a->m.channels;
+        a->m.kv_heads = a->kv_heads != 0 ? (int)a->kv_heads : a->m.heads;
+        a->m.ffn = a->ffn != 0 ? (int)a->ffn : 4 * a->m.channels;
     } else {
-        die("--arch %s%s: not gpt or llama", arch, "");
+        return msr_err(MSR_ERR_INVALID_ARG, "--arch %s: not gpt or llama", a->arch);
     }
-    if (strcmp(prec, "fp32") == 0)
+    if (strcmp(a->precision, "fp32") == 0)
         a->prec = MSR_PLAN_FP32;
-    else if (strcmp(prec, "bf16") == 0)
+    else if (strcmp(a->precision, "bf16") == 0)
         a->prec = MSR_PLAN_BF16;
     else
-        die("--precision %s%s: not fp32 or bf16", prec, "");
+        return msr_err(MSR_ERR_INVALID_ARG, "--precision %s: not fp32 or bf16", a->precision);
     if (strcmp(a->format, "table") != 0 && strcmp(a->format, "kv") != 0)
-        die("--format %s%s: not table or kv", a->format, "");
-    if (strcmp(search, "exhaustive") == 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "--format %s: not table or kv", a->format);
+    if (strcmp(a->search_name, "exhaustive") == 0)
         a->search = MSR_PLAN_SEARCH_EXHAUSTIVE;
-    else if (strcmp(search, "fast") == 0)
+    else if (strcmp(a->search_name, "fast") == 0)
         a->search = MSR_PLAN_SEARCH_FAST;
     else
-        die("--search %s%s: not exhaustive or fast", search, "");
+        return msr_err(MSR_ERR_INVALID_ARG, "--search %s: not exhaustive or fast", a->search_name);
+    return MSR_OK;
+}
+
+/* What the options say together, once all are known: the options needed,
+ * the names, --fix into fx and --pp-layers into a->split. */
+static msr_status_t check_args(args_t *a, int *fx)
+{
+    if (a->m.layers == 0 || a->m.channels == 0 || a->m.heads == 0 || a->m.seq == 0 ||
+        a->global_batch == 0 || a->world == 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "--layers, --channels, --heads, --seq, "
+                                            "--global-batch and --world are needed");
+    msr_status_t st = check_names(a);
     for (int k = 0; k < MSR_PLAN_FIX_N; k++)
         fx[k] = -1;
-    if (a->fix != NULL)
-        parse_fix(a->fix, fx);
-    if (a->pp_layers != NULL) {
-        /* the count is checked against each layout's pp x virtual stages */
-        int n = 0;
-        if (msr_layout_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
-            msr_layout_split_check(a->m.layers, n, a->split, n) != MSR_OK)
-            die("--pp-layers %s: %s", a->pp_layers, msr_err_msg());
-        a->split_n = n;
+    if (st == MSR_OK && a->fix != NULL)
+        st = parse_fix(a->fix, fx);
+    if (st != MSR_OK || a->pp_layers == NULL)
+        return st;
+    /* the count is checked against each layout's pp x virtual stages */
+    int n = 0;
+    if (msr_layout_split_parse(a->pp_layers, a->split, MSR_GPT_MAX_STAGES, &n) != MSR_OK ||
+        msr_layout_split_check(a->m.layers, n, a->split, n) != MSR_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", msr_err_msg());
+        return msr_err(MSR_ERR_INVALID_ARG, "--pp-layers %s: %s", a->pp_layers, why);
     }
+    a->split_n = n;
+    return MSR_OK;
+}
+
+/* Parses argv into a and fx. Returns -1 to go on, else the exit status:
+ * 0 after --help (the usage printed), 2 after bad input (its line printed). */
+static int parse_args(int argc, char **argv, args_t *a, int *fx)
+{
+    *a = (args_t){
+        .m = {.arch = MSR_PLAN_GPT,
+              .vocab = 256,
+              .top_k = 2,
+              .moe_every = 1,
+              .capacity_factor = 1.25},
+        .arch = "gpt",
+        .precision = "fp32",
+        .search_name = "exhaustive",
+        .format = "table",
+        .top = 10,
+        .bucket_mb = MSR_DP_BUCKET_BYTES / 1048576.0,
+        .zero_min_bytes = MSR_DP_ZERO_MIN_BYTES,
+    };
+    unsigned char seen[MSR_ARRAY_SIZE(opts)];
+    int next;
+    switch (msr_opts_parse(&opt_set, argc - 1, argv + 1, a, seen, &next)) {
+    case MSR_OPTS_OK:
+        break;
+    case MSR_OPTS_HELP:
+        msr_opts_usage(&opt_set, stdout);
+        return 0;
+    case MSR_OPTS_VERSION: /* only a command with positional arguments knows --version */
+    case MSR_OPTS_BAD:
+        msr_opts_print_error(&opt_set);
+        return 2;
+    }
+    if (check_args(a, fx) != MSR_OK) {
+        fprintf(stderr, "plan_gpt: error: %s\n", msr_err_msg());
+        return 2;
+    }
+    return -1;
 }
 
 static double now_s(void)
@@ -252,11 +249,63 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Why the search found no layout to show, or none --ranks or --explain
+ * can use. Returns 0 when n plans will do, else 2 with the reason printed. */
+static int check_found(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_pruned_t *pr,
+                       int64_t n)
+{
+    if (n == 0) {
+        if (pr->over_memory > 0)
+            fprintf(stderr,
+                    "plan_gpt: error: no layout of %" PRId64 " ranks fits in %g GiB per rank "
+                    "(%" PRIu64 " over it); the first: %s\n",
+                    a->world, c->mem_gib, pr->over_memory, pr->first_over);
+        else
+            fprintf(stderr, "plan_gpt: error: no valid layout of %" PRId64 " ranks%s%s\n", a->world,
+                    pr->invalid > 0 ? "; the first refused: " : " (none matches --fix)",
+                    pr->first_invalid);
+        return 2;
+    }
+    if (a->ranks && n != 1) {
+        fprintf(stderr,
+                "plan_gpt: error: --ranks needs --fix to leave one layout, not %" PRId64 "\n", n);
+        return 2;
+    }
+    if (a->explain > n) {
+        fprintf(stderr, "plan_gpt: error: --explain %" PRId64 ": only %" PRId64 " plans found\n",
+                a->explain, n);
+        return 2;
+    }
+    return 0;
+}
+
+/* --ranks: every rank's counts of the one layout, as train_gpt --report
+ * names them. */
+static void print_ranks(const args_t *a, const msr_plan_t *plan)
+{
+    for (int r = 0; r < (int)a->world; r++) {
+        msr_plan_rank_t o;
+        msr_plan_rank(&a->m, &plan->l, a->prec, r, &o);
+        printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
+               " replicated %" PRIu64 " buckets %" PRIu64 " work %" PRIu64 " acts_peak %" PRIu64
+               " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64,
+               r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets, o.work,
+               o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
+        if (a->m.experts > 0)
+            printf(" experts %d expert_params %" PRIu64 " expert_grads %" PRIu64
+                   " expert_optim %" PRIu64 " moe_work %" PRIu64,
+                   o.experts_held, o.expert_params, o.expert_grads, o.expert_optim, o.moe_work);
+        printf("\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
     msr_plan_query_t q;
-    parse_args(argc, argv, &a, q.fix);
+    int rc = parse_args(argc, argv, &a, q.fix);
+    if (rc >= 0)
+        return rc;
     char why[1024] = "";
     if (msr_plan_check_model(&a.m, why, sizeof why) != 0) {
         fprintf(stderr, "plan_gpt: error: %s\n", why);
@@ -290,30 +339,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "plan_gpt: error: %s\n", why);
         return 2;
     }
-    if (n == 0) {
-        if (pr.over_memory > 0)
-            fprintf(stderr,
-                    "plan_gpt: error: no layout of %" PRId64 " ranks fits in %g GiB per rank "
-                    "(%" PRIu64 " over it); the first: %s\n",
-                    a.world, c.mem_gib, pr.over_memory, pr.first_over);
-        else
-            fprintf(stderr, "plan_gpt: error: no valid layout of %" PRId64 " ranks%s%s\n", a.world,
-                    pr.invalid > 0 ? "; the first refused: " : " (none matches --fix)",
-                    pr.first_invalid);
+    if ((rc = check_found(&a, &c, &pr, n)) != 0) {
         free(plans);
-        return 2;
-    }
-    if (a.ranks && n != 1) {
-        fprintf(stderr,
-                "plan_gpt: error: --ranks needs --fix to leave one layout, not %" PRId64 "\n", n);
-        free(plans);
-        return 2;
-    }
-    if (a.explain > n) {
-        fprintf(stderr, "plan_gpt: error: --explain %" PRId64 ": only %" PRId64 " plans found\n",
-                a.explain, n);
-        free(plans);
-        return 2;
+        return rc;
     }
     int kv = strcmp(a.format, "kv") == 0;
     int64_t shown = a.all || a.ranks || a.top > n ? n : a.top;
@@ -330,22 +358,8 @@ int main(int argc, char **argv)
         printf("\n");
         msr_plan_print_explain(stdout, &a.m, a.prec, &c, plans, n, a.explain);
     }
-    if (a.ranks) {
-        for (int r = 0; r < (int)a.world; r++) {
-            msr_plan_rank_t o;
-            msr_plan_rank(&a.m, &plans[0].l, a.prec, r, &o);
-            printf("rank %d params %" PRIu64 " grads %" PRIu64 " optim %" PRIu64 " shard %" PRIu64
-                   " replicated %" PRIu64 " buckets %" PRIu64 " work %" PRIu64 " acts_peak %" PRIu64
-                   " frame %" PRIu64 " frame_head %" PRIu64 " transient_bound %" PRIu64,
-                   r, o.params, o.grads, o.optim, o.shard_elems, o.replicated_elems, o.buckets,
-                   o.work, o.activations, o.frame_bytes[0], o.frame_bytes[1], o.buckets_bound);
-            if (a.m.experts > 0)
-                printf(" experts %d expert_params %" PRIu64 " expert_grads %" PRIu64
-                       " expert_optim %" PRIu64 " moe_work %" PRIu64,
-                       o.experts_held, o.expert_params, o.expert_grads, o.expert_optim, o.moe_work);
-            printf("\n");
-        }
-    }
+    if (a.ranks)
+        print_ranks(&a, &plans[0]);
     free(plans);
     return 0;
 }

@@ -23,6 +23,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/optparse.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
@@ -40,192 +41,138 @@
 #include "parallel/cuda/train_cuda.h"
 #endif
 
-typedef enum opt_kind { OPT_INT, OPT_REAL, OPT_TEXT, OPT_FLAG } opt_kind_t;
-
-typedef struct opt_spec {
-    const char *name;
-    opt_kind_t kind;
-    size_t offset; /* of the field in options_t */
-    double min, max;
-    const char *help;
-} opt_spec_t;
-
-#define OPT(name, kind, field, min, max, help)                 \
-    {                                                          \
-        name, kind, offsetof(options_t, field), min, max, help \
+#define D(field) MSR_OPT_DEST(options_t, field)
+#define OPT_INT(n, field, lo, hi, h)                                                      \
+    {                                                                                     \
+        .name = n, .kind = MSR_OPT_INT, .min = lo, .max = hi, .dest = D(field), .help = h \
+    }
+#define OPT_REAL(n, field, lo, hi, h)                                                      \
+    {                                                                                      \
+        .name = n, .kind = MSR_OPT_REAL, .real_min = lo, .real_max = hi, .dest = D(field), \
+        .help = h                                                                          \
+    }
+#define OPT_TEXT(n, field, h)                                        \
+    {                                                                \
+        .name = n, .kind = MSR_OPT_TEXT, .dest = D(field), .help = h \
+    }
+/* a flag takes no value: "--sp=1" is refused, as the next word never is one */
+#define OPT_FLAG(n, field, h)                                                                   \
+    {                                                                                           \
+        .name = n, .kind = MSR_OPT_BOOL, .flags = MSR_OPT_NO_VALUE, .dest = D(field), .help = h \
     }
 
-static const opt_spec_t specs[] = {
-    OPT("layers", OPT_INT, layers, 1, 1024, "transformer blocks (4)"),
-    OPT("channels", OPT_INT, channels, 1, 16384, "width of the residual stream (128)"),
-    OPT("heads", OPT_INT, heads, 1, 16384, "attention heads; must divide channels (4)"),
-    OPT("seq", OPT_INT, seq, 1, 16384, "tokens per sequence (64)"),
-    OPT("micro-batch", OPT_INT, micro_batch, 1, 65536, "sequences per forward/backward (8)"),
-    OPT("grad-accum", OPT_INT, grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
-    OPT("global-batch", OPT_INT, global_batch, 0, 1 << 30,
-        "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
-        "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
-    OPT("dp", OPT_INT, dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
-    OPT("tp", OPT_INT, tp, 1, 1 << 20, "tensor-parallel degree (1)"),
-    OPT("pp", OPT_INT, pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
-    OPT("cp", OPT_INT, cp, 1, 1 << 20,
-        "context-parallel degree: the sequence in 2 x cp chunks, ring attention (1)"),
-    OPT("experts", OPT_INT, experts, 0, MSR_GPT_MAX_EXPERTS,
-        "Mixture-of-Experts: experts in each MoE block's MLP, 0 = a dense model (0)"),
-    OPT("top-k", OPT_INT, top_k, 1, MSR_GPT_MAX_EXPERTS, "experts each token goes to (2)"),
-    OPT("moe-every", OPT_INT, moe_every, 1, 1024, "every N-th block is a MoE block (1)"),
-    OPT("capacity-factor", OPT_REAL, capacity_factor, 1e-6, 1e3,
-        "an expert takes ceil(F x tokens x top-k / experts) of a micro-batch's tokens (1.25)"),
-    OPT("aux-loss", OPT_REAL, aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
-    OPT("ep", OPT_INT, ep, 1, 1 << 20,
-        "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
-        "group, and over tp within each (1)"),
-    OPT("sp", OPT_FLAG, sp, 0, 0,
-        "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
-    OPT("schedule", OPT_TEXT, schedule, 0, 0,
-        "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
-        "--grad-accum"),
-    OPT("virtual-stages", OPT_INT, virtual_stages, 1, 64,
-        "model chunks per pipeline rank, for --schedule interleaved (1)"),
-    OPT("pp-layers", OPT_TEXT, pp_layers, 0, 0,
-        "layers of each virtual stage, e.g. 3,5,5,3: pp x virtual-stages counts, each >= 1, "
-        "summing to --layers; stage j = chunk x pp + pipeline rank (even split)"),
-    OPT("recompute", OPT_TEXT, recompute, 0, 0,
-        "activation recompute: none, selective (attention probabilities and GELU) or full "
-        "(each block's forward) (none)"),
-    OPT("zero", OPT_INT, zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
-    OPT("bucket-mb", OPT_REAL, bucket_mb, 1e-6, 1e6,
-        "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
-    OPT("zero-min-bytes", OPT_INT, zero_min_bytes, 0, 1e15,
-        "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
-    OPT("overlap", OPT_INT, overlap, 0, 1,
-        "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
-        "--schedule interleaved reduces after the pipeline flush"),
-    OPT("steps", OPT_INT, steps, 0, 1e15, "optimizer steps to reach (20)"),
-    OPT("lr", OPT_REAL, lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
-    OPT("warmup", OPT_INT, warmup, 0, 1e9, "steps of linear learning-rate warm-up (0)"),
-    OPT("weight-decay", OPT_REAL, weight_decay, 0, 1e3, "AdamW weight decay on matrices (0.1)"),
-    OPT("grad-clip", OPT_REAL, grad_clip, 0, 1e30, "global gradient-norm limit, 0 = off (1)"),
-    OPT("seed", OPT_INT, seed, 0, 9.2e18, "initialisation and sampling seed (1337)"),
-    OPT("data", OPT_TEXT, data, 0, 0, "a file whose bytes are the data (generated corpus)"),
-    OPT("corpus-bytes", OPT_INT, corpus_bytes, 2, 1 << 30, "size of the generated corpus (1 MiB)"),
-    OPT("ckpt-dir", OPT_TEXT, ckpt_dir, 0, 0, "directory of checkpoints (none)"),
-    OPT("ckpt-every", OPT_INT, ckpt_every, 0, 1e15,
-        "steps between checkpoints, 0 = only at the end (0)"),
-    OPT("ckpt-keep", OPT_INT, ckpt_keep, 0, 1e9, "checkpoints kept, 0 = all (0)"),
-    OPT("resume", OPT_FLAG, resume, 0, 0,
-        "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
-        "cp = 1; otherwise by the same layout)"),
-    OPT("threads", OPT_INT, threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
-    OPT("loss-log", OPT_TEXT, loss_log, 0, 0,
-        "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
-    OPT("device", OPT_TEXT, device, 0, 0,
-        "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
-        "CUDA only; plain data parallel, no --zero; the trainer is loaded from "
-        "../lib/libmsrun_train_cuda.so beside the executable, or $MSRUN_CUDA_TRAINER) (cpu)"),
-    OPT("trace", OPT_TEXT, trace, 0, 0,
-        "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
-        "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
-    OPT("report", OPT_FLAG, report, 0, 0,
-        "every rank prints its memory and time breakdown at the end (and the exposed "
-        "communication: one more allreduce per step; with the model-parallel runtime its "
-        "stage, bubble and activation peak)"),
-    OPT("calibrate", OPT_TEXT, calibrate, 0, 0,
-        "measure this machine for the planner (kernels at the model's shapes, the job's "
-        "collectives; seconds) and write the cluster file here (rank 0); no training"),
-    OPT("calibrate-runs", OPT_INT, calibrate_runs, 1, CALIB_MAX_RUNS,
-        "measure that many times, each key the median of the runs' (1)"),
-    OPT("plan", OPT_FLAG, plan, 0, 0,
+/* The options, in --help's order; the defaults are main's. */
+static const msr_opt_t specs[] = {
+    OPT_INT("layers", layers, 1, 1024, "transformer blocks (4)"),
+    OPT_INT("channels", channels, 1, 16384, "width of the residual stream (128)"),
+    OPT_INT("heads", heads, 1, 16384, "attention heads; must divide channels (4)"),
+    OPT_INT("seq", seq, 1, 16384, "tokens per sequence (64)"),
+    OPT_INT("micro-batch", micro_batch, 1, 65536, "sequences per forward/backward (8)"),
+    OPT_INT("grad-accum", grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
+    OPT_INT("global-batch", global_batch, 0, 1 << 30,
+            "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
+            "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
+    OPT_INT("dp", dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
+    OPT_INT("tp", tp, 1, 1 << 20, "tensor-parallel degree (1)"),
+    OPT_INT("pp", pp, 1, 1 << 20, "pipeline-parallel degree (1)"),
+    OPT_INT("cp", cp, 1, 1 << 20,
+            "context-parallel degree: the sequence in 2 x cp chunks, ring attention (1)"),
+    OPT_INT("experts", experts, 0, MSR_GPT_MAX_EXPERTS,
+            "Mixture-of-Experts: experts in each MoE block's MLP, 0 = a dense model (0)"),
+    OPT_INT("top-k", top_k, 1, MSR_GPT_MAX_EXPERTS, "experts each token goes to (2)"),
+    OPT_INT("moe-every", moe_every, 1, 1024, "every N-th block is a MoE block (1)"),
+    OPT_REAL("capacity-factor", capacity_factor, 1e-6, 1e3,
+             "an expert takes ceil(F x tokens x top-k / experts) of a micro-batch's tokens (1.25)"),
+    OPT_REAL("aux-loss", aux_loss, 0, 1e3, "weight of the load-balancing loss (0.01)"),
+    OPT_INT("ep", ep, 1, 1 << 20,
+            "expert-parallel degree: the experts are shared out over ep ranks of the data-parallel "
+            "group, and over tp within each (1)"),
+    OPT_FLAG("sp", sp,
+             "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
+    OPT_TEXT("schedule", schedule,
+             "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
+             "--grad-accum"),
+    OPT_INT("virtual-stages", virtual_stages, 1, 64,
+            "model chunks per pipeline rank, for --schedule interleaved (1)"),
+    OPT_TEXT("pp-layers", pp_layers,
+             "layers of each virtual stage, e.g. 3,5,5,3: pp x virtual-stages counts, each >= 1, "
+             "summing to --layers; stage j = chunk x pp + pipeline rank (even split)"),
+    OPT_TEXT("recompute", recompute,
+             "activation recompute: none, selective (attention probabilities and GELU) or full "
+             "(each block's forward) (none)"),
+    OPT_INT("zero", zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
+    OPT_REAL("bucket-mb", bucket_mb, 1e-6, 1e6,
+             "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
+    OPT_INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1e15,
+            "ZeRO: segments (layers) smaller than this stay replicated (65536)"),
+    OPT_INT("overlap", overlap, 0, 1,
+            "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
+            "--schedule interleaved reduces after the pipeline flush"),
+    OPT_INT("steps", steps, 0, (int64_t)1e15, "optimizer steps to reach (20)"),
+    OPT_REAL("lr", lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
+    OPT_INT("warmup", warmup, 0, (int64_t)1e9, "steps of linear learning-rate warm-up (0)"),
+    OPT_REAL("weight-decay", weight_decay, 0, 1e3, "AdamW weight decay on matrices (0.1)"),
+    OPT_REAL("grad-clip", grad_clip, 0, 1e30, "global gradient-norm limit, 0 = off (1)"),
+    OPT_INT("seed", seed, 0, (int64_t)9.2e18, "initialisation and sampling seed (1337)"),
+    OPT_TEXT("data", data, "a file whose bytes are the data (generated corpus)"),
+    OPT_INT("corpus-bytes", corpus_bytes, 2, 1 << 30, "size of the generated corpus (1 MiB)"),
+    OPT_TEXT("ckpt-dir", ckpt_dir, "directory of checkpoints (none)"),
+    OPT_INT("ckpt-every", ckpt_every, 0, (int64_t)1e15,
+            "steps between checkpoints, 0 = only at the end (0)"),
+    OPT_INT("ckpt-keep", ckpt_keep, 0, (int64_t)1e9, "checkpoints kept, 0 = all (0)"),
+    OPT_FLAG("resume", resume,
+             "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
+             "cp = 1; otherwise by the same layout)"),
+    OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
+    OPT_TEXT("loss-log", loss_log,
+             "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
+    OPT_TEXT("device", device,
+             "cpu, or cuda: the model on the GPU of local rank % visible GPUs (builds with "
+             "CUDA only; plain data parallel, no --zero; the trainer is loaded from "
+             "../lib/libmsrun_train_cuda.so beside the executable, or $MSRUN_CUDA_TRAINER) (cpu)"),
+    OPT_TEXT("trace", trace,
+             "rank 0 writes a Chrome-trace JSON of the last step here: every rank's compute and "
+             "communication spans (runs through the model-parallel runtime even with tp = pp = 1)"),
+    OPT_FLAG("report", report,
+             "every rank prints its memory and time breakdown at the end (and the exposed "
+             "communication: one more allreduce per step; with the model-parallel runtime its "
+             "stage, bubble and activation peak)"),
+    OPT_TEXT("calibrate", calibrate,
+             "measure this machine for the planner (kernels at the model's shapes, the job's "
+             "collectives; seconds) and write the cluster file here (rank 0); no training"),
+    OPT_INT("calibrate-runs", calibrate_runs, 1, CALIB_MAX_RUNS,
+            "measure that many times, each key the median of the runs' (1)"),
+    OPT_FLAG(
+        "plan", plan,
         "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
-    OPT("plan-all", OPT_FLAG, plan_all, 0, 0, "as --plan, every valid layout"),
-    OPT("explain", OPT_INT, explain, 1, 1e9, "print plan N broken down, and exit"),
-    OPT("cluster", OPT_TEXT, cluster, 0, 0,
+    OPT_FLAG("plan-all", plan_all, "as --plan, every valid layout"),
+    OPT_INT("explain", explain, 1, (int64_t)1e9, "print plan N broken down, and exit"),
+    OPT_TEXT(
+        "cluster", cluster,
         "the cluster file for --plan, --explain and --auto (else measured now, as --calibrate)"),
-    OPT("auto", OPT_FLAG, auto_plan, 0, 0,
+    OPT_FLAG(
+        "auto", auto_plan,
         "train with the planner's best layout (rank 0 prints it); layout options given fix the "
         "search (see docs/plan.md)"),
-    OPT("help", OPT_FLAG, help, 0, 0, "this text"),
+    {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
-_Static_assert(MSR_ARRAY_SIZE(specs) <= 64, "options_t.given has a bit per option");
+_Static_assert(MSR_ARRAY_SIZE(specs) <= sizeof(((options_t *)0)->seen),
+               "options_t.seen has an entry per option");
+
+static const msr_optset_t opt_set = {"train_gpt", specs, MSR_ARRAY_SIZE(specs), 0,
+                                     MSR_OPTS_USAGE_COLUMNS};
 
 int train_gpt_given(const options_t *o, const char *name)
 {
-    for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
-        if (strcmp(specs[k].name, name) == 0)
-            return (o->given >> k) & 1;
-    return 0;
+    int k = msr_opts_find(&opt_set, name);
+    return k >= 0 && o->seen[k] == 1;
 }
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
                  "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step.\n\n");
-    for (size_t i = 0; i < MSR_ARRAY_SIZE(specs); i++)
-        fprintf(out, "  --%-14s %s\n", specs[i].name, specs[i].help);
-}
-
-/* Parses argv into o. Returns 0, or prints why to stderr and returns -1. */
-static int parse_options(int argc, char **argv, options_t *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0) {
-            fprintf(stderr, "train_gpt: unexpected argument '%s' (see --help)\n", arg);
-            return -1;
-        }
-        const char *name = arg + 2, *eq = strchr(name, '=');
-        size_t name_len = eq != NULL ? (size_t)(eq - name) : strlen(name);
-        const opt_spec_t *sp = NULL;
-        for (size_t k = 0; k < MSR_ARRAY_SIZE(specs); k++)
-            if (strlen(specs[k].name) == name_len && strncmp(specs[k].name, name, name_len) == 0)
-                sp = &specs[k];
-        if (sp == NULL) {
-            fprintf(stderr, "train_gpt: unknown option '%s' (see --help)\n", arg);
-            return -1;
-        }
-        o->given |= (uint64_t)1 << (sp - specs);
-        void *field = (char *)o + sp->offset;
-        if (sp->kind == OPT_FLAG) {
-            if (eq != NULL) {
-                fprintf(stderr, "train_gpt: --%s takes no value\n", sp->name);
-                return -1;
-            }
-            *(int *)field = 1;
-            continue;
-        }
-        const char *value = eq != NULL ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (value == NULL) {
-            fprintf(stderr, "train_gpt: --%s needs a value\n", sp->name);
-            return -1;
-        }
-        if (sp->kind == OPT_TEXT) {
-            if (*value == '\0') {
-                fprintf(stderr, "train_gpt: --%s needs a non-empty value\n", sp->name);
-                return -1;
-            }
-            *(const char **)field = value;
-        } else if (sp->kind == OPT_INT) {
-            int64_t v;
-            if (msr_parse_i64(value, (int64_t)sp->min, (int64_t)sp->max, &v) != MSR_OK) {
-                fprintf(stderr,
-                        "train_gpt: --%s %s: not an integer in [%" PRId64 ", %" PRId64 "]\n",
-                        sp->name, value, (int64_t)sp->min, (int64_t)sp->max);
-                return -1;
-            }
-            *(int64_t *)field = v;
-        } else {
-            char *end = NULL;
-            errno = 0;
-            double v = strtod(value, &end);
-            if (end == value || *end != '\0' || errno != 0 || !(v >= sp->min && v <= sp->max)) {
-                fprintf(stderr, "train_gpt: --%s %s: not a number in [%g, %g]\n", sp->name, value,
-                        sp->min, sp->max);
-                return -1;
-            }
-            *(double *)field = v;
-        }
-    }
-    return 0;
+    msr_opts_usage(&opt_set, out);
 }
 
 int train_gpt_split_check(options_t *o)
@@ -619,9 +566,10 @@ out:
 }
 #endif
 
-int main(int argc, char **argv)
+/* The defaults --help states. */
+static options_t options_defaults(void)
 {
-    options_t o = {
+    return (options_t){
         .layers = 4,
         .channels = 128,
         .heads = 4,
@@ -652,18 +600,104 @@ int main(int argc, char **argv)
         .device = "cpu",
         .calibrate_runs = 1,
     };
-    msr_log_init("train_gpt", -1, -1);
-    if (parse_options(argc, argv, &o) != 0)
-        return EXIT_BAD_INPUT;
-    if (o.help) {
+}
+
+/* Parses argv into o. Returns -1 to go on, else the exit status: 0 after
+ * --help, EXIT_BAD_INPUT after bad input (its line printed). */
+static int parse_options(int argc, char **argv, options_t *o)
+{
+    int next;
+    switch (msr_opts_parse(&opt_set, argc - 1, argv + 1, o, o->seen, &next)) {
+    case MSR_OPTS_OK:
+        return -1;
+    case MSR_OPTS_HELP:
         usage(stdout);
         return 0;
+    case MSR_OPTS_VERSION: /* only a command with positional arguments knows --version */
+    case MSR_OPTS_BAD:
+        break;
     }
+    msr_opts_print_error(&opt_set);
+    return EXIT_BAD_INPUT;
+}
+
+/* The trainer's settings from the options (schedule and recompute parsed),
+ * checked against the data. Returns 0, or -1 with the reason printed. */
+static int train_config(const options_t *o, const job_t *job, int schedule, int recompute,
+                        const msr_dataset_t *data, msr_train_config_t *cfg)
+{
+    *cfg = (msr_train_config_t){
+        .model = {MSR_GPT_VOCAB, (int)o->seq, (int)o->layers, (int)o->heads, (int)o->channels},
+        .micro_batch = (int)o->micro_batch,
+        .grad_accum = (int)o->grad_accum,
+        .dp = (int)o->dp,
+        .dp_rank = job->rank / (int)(o->tp * o->pp * o->cp),
+        .tp = (int)o->tp,
+        .pp = (int)o->pp,
+        .seed = (uint64_t)o->seed,
+        .lr = (float)o->lr,
+        .warmup = (int)o->warmup,
+        .grad_clip = (float)o->grad_clip,
+        .adamw = {0.9, 0.95, 1e-8, o->weight_decay},
+    };
+    msr_train_config_defaults(cfg);
+    if (o->experts > 0)
+        cfg->model.moe = (msr_gpt_moe_t){(int)o->experts, (int)o->top_k, (int)o->moe_every,
+                                         o->capacity_factor, o->aux_loss};
+    cfg->ep = (int)o->ep;
+    cfg->par.zero = (int)o->zero;
+    cfg->par.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+    cfg->par.zero_min_bytes = (size_t)o->zero_min_bytes;
+    cfg->par.overlap = (int)o->overlap;
+    cfg->par.measure = o->report;
+    cfg->tp = (int)o->tp;
+    cfg->pp = (int)o->pp;
+    cfg->cp = (int)o->cp;
+    cfg->mp.sp = o->sp;
+    cfg->mp.schedule = (msr_mp_schedule_t)schedule;
+    cfg->mp.chunks = (int)o->virtual_stages;
+    cfg->mp.recompute = (msr_mp_recompute_t)recompute;
+    cfg->mp.stage_layers = o->split_n > 0 ? o->split : NULL;
+    cfg->mp_always = o->trace != NULL;
+    if (msr_train_config_check(cfg, data) != MSR_OK) {
+        fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
+        return -1;
+    }
+    return 0;
+}
+
+/* Rank 0's output files: --trace is written after the last step, so it is
+ * tried now; --loss-log is opened for appending into *loss_log_p. Returns
+ * 0, or -1 with the reason printed. */
+static int open_outputs(const options_t *o, const job_t *job, FILE **loss_log_p)
+{
+    if (o->trace != NULL && job->rank == 0) {
+        FILE *f = fopen(o->trace, "w");
+        if (f == NULL) {
+            fprintf(stderr, "train_gpt: --trace %s: %s\n", o->trace, strerror(errno));
+            return -1;
+        }
+        fclose(f);
+    }
+    if (o->loss_log != NULL && job->rank == 0 && (*loss_log_p = fopen(o->loss_log, "a")) == NULL) {
+        fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o->loss_log, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o = options_defaults();
+    msr_log_init("train_gpt", -1, -1);
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
     job_t job;
     if (job_join(&job) != MSR_OK)
         return 1;
     msr_log_init("train_gpt", -1, job.ctx != NULL ? job.rank : -1);
-    int rc = EXIT_BAD_INPUT;
+    rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
@@ -692,55 +726,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt: no data: %s: %s\n", msr_status_str(st), msr_err_msg_or(st));
         goto out;
     }
-    msr_train_config_t cfg = {
-        .model = {MSR_GPT_VOCAB, (int)o.seq, (int)o.layers, (int)o.heads, (int)o.channels},
-        .micro_batch = (int)o.micro_batch,
-        .grad_accum = (int)o.grad_accum,
-        .dp = (int)o.dp,
-        .dp_rank = job.rank / (int)(o.tp * o.pp * o.cp),
-        .tp = (int)o.tp,
-        .pp = (int)o.pp,
-        .seed = (uint64_t)o.seed,
-        .lr = (float)o.lr,
-        .warmup = (int)o.warmup,
-        .grad_clip = (float)o.grad_clip,
-        .adamw = {0.9, 0.95, 1e-8, o.weight_decay},
-    };
-    msr_train_config_defaults(&cfg);
-    if (o.experts > 0)
-        cfg.model.moe = (msr_gpt_moe_t){(int)o.experts, (int)o.top_k, (int)o.moe_every,
-                                        o.capacity_factor, o.aux_loss};
-    cfg.ep = (int)o.ep;
-    cfg.par.zero = (int)o.zero;
-    cfg.par.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
-    cfg.par.zero_min_bytes = (size_t)o.zero_min_bytes;
-    cfg.par.overlap = (int)o.overlap;
-    cfg.par.measure = o.report;
-    cfg.tp = (int)o.tp;
-    cfg.pp = (int)o.pp;
-    cfg.cp = (int)o.cp;
-    cfg.mp.sp = o.sp;
-    cfg.mp.schedule = (msr_mp_schedule_t)schedule;
-    cfg.mp.chunks = (int)o.virtual_stages;
-    cfg.mp.recompute = (msr_mp_recompute_t)recompute;
-    cfg.mp.stage_layers = o.split_n > 0 ? o.split : NULL;
-    cfg.mp_always = o.trace != NULL;
-    if (msr_train_config_check(&cfg, data) != MSR_OK) {
-        fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
+    msr_train_config_t cfg;
+    if (train_config(&o, &job, schedule, recompute, data, &cfg) != 0)
         goto out;
-    }
-    if (o.trace != NULL && job.rank == 0) { /* written after the last step: checked now */
-        FILE *f = fopen(o.trace, "w");
-        if (f == NULL) {
-            fprintf(stderr, "train_gpt: --trace %s: %s\n", o.trace, strerror(errno));
-            goto out;
-        }
-        fclose(f);
-    }
-    if (o.loss_log != NULL && job.rank == 0 && (loss_log = fopen(o.loss_log, "a")) == NULL) {
-        fprintf(stderr, "train_gpt: --loss-log %s: %s\n", o.loss_log, strerror(errno));
+    if (open_outputs(&o, &job, &loss_log) != 0)
         goto out;
-    }
     if (o.threads > 0)
         openblas_set_num_threads((int)o.threads);
 #ifdef MSR_HAVE_CUDA_TRAIN

@@ -40,13 +40,12 @@ typedef struct options {
     const char *loss_log;
     const char *device;
     int report;
-    int help;
     /* the planner (train_gpt_calibrate.c, train_gpt_plan.c) */
     const char *calibrate, *cluster;
     int64_t calibrate_runs;
     int plan, plan_all, auto_plan;
     int64_t explain;
-    uint64_t given; /* bit k: specs[k] was on the command line */
+    unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */

@@ -402,6 +402,106 @@ static void test_optparse(void)
     MSR_CHECK(strstr(text, "  --flag[=BOOL]\n") != NULL);
 }
 
+/* The kinds and usage styles train_gpt and plan_gpt need. */
+typedef struct prog_cmd {
+    double rate, factor;
+    const char *text;
+    int quiet;
+    int64_t count;
+} prog_cmd_t;
+
+#define PD(field) MSR_OPT_DEST(prog_cmd_t, field)
+static const msr_opt_t prog_table[] = {
+    {.name = "count",
+     .kind = MSR_OPT_INT,
+     .min = 0,
+     .max = 3,
+     .dest = PD(count),
+     .metavar = "N",
+     .flags = MSR_OPT_USAGE_BARE,
+     .help = "a count"},
+    {.name = "rate",
+     .kind = MSR_OPT_REAL,
+     .real_min = 1e-6,
+     .real_max = 10,
+     .dest = PD(rate),
+     .metavar = "R",
+     .help = "a rate"},
+    {.name = "factor",
+     .kind = MSR_OPT_REAL,
+     .real_min = 0,
+     .real_max = 1e6,
+     .dest = PD(factor),
+     .flags = MSR_OPT_MIN_OPEN | MSR_OPT_USAGE_JOIN,
+     .metavar = "F",
+     .help = "a factor"},
+    {.name = "text", .kind = MSR_OPT_TEXT, .dest = PD(text), .metavar = "T", .help = "a text"},
+    {.name = "quiet",
+     .kind = MSR_OPT_BOOL,
+     .flags = MSR_OPT_NO_VALUE,
+     .dest = PD(quiet),
+     .help = "a flag"},
+    {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
+};
+
+static msr_opts_result_t prog_parse(prog_cmd_t *c, int argc, char **argv, msr_opts_style_t style)
+{
+    msr_optset_t set = {"prog", prog_table, MSR_ARRAY_SIZE(prog_table), 0, style};
+    unsigned char seen[MSR_ARRAY_SIZE(prog_table)];
+    int next = -1;
+    return msr_opts_parse(&set, argc, argv, c, seen, &next);
+}
+
+static void test_optparse_programs(void)
+{
+    prog_cmd_t c = {.rate = 1, .factor = 1, .text = "default"};
+    char a0[] = "--rate", a1[] = "2.5", a2[] = "--factor=1e-300", a3[] = "--text", a4[] = "word",
+         a5[] = "--quiet", a6[] = "-count", a7[] = "3";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    MSR_CHECK_EQ(prog_parse(&c, 8, argv, MSR_OPTS_USAGE_LINE), MSR_OPTS_OK);
+    MSR_CHECK(c.rate == 2.5 && c.factor == 1e-300 && c.quiet == 1 && c.count == 3);
+    MSR_CHECK(c.text == a4); /* kept, not copied: nothing to free */
+
+    /* a value in an error is shown as it was given */
+    char b0[] = "--rate", b1[] = "0", b2[] = "--rate=nan", b3[] = "--factor=0",
+         b4[] = "--text=", b5[] = "--quiet=1", b6[] = "--count", b7[] = "x", b8[] = "--count=4",
+         b9[] = "-help=1", b10[] = "word";
+    char *bad[][2] = {{b0, b1}, {b2}, {b3}, {b4}, {b5}, {b6, b7}, {b8}, {b9}, {b10}, {b6}};
+    int n[] = {2, 1, 1, 1, 1, 2, 1, 1, 1, 1};
+    const char *why[] = {"--rate 0 is not a number in [1e-06, 10]",
+                         "--rate=nan is not a number in [1e-06, 10]",
+                         "--factor=0 is not a number in (0, 1e+06]",
+                         "--text needs a non-empty value",
+                         "--quiet takes no value",
+                         "--count x is not an integer in [0, 3]",
+                         "--count=4 is not an integer in [0, 3]",
+                         "--help takes no value",
+                         "unexpected argument 'word'",
+                         "option --count needs a value (N)"};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(n); i++) {
+        MSR_CHECK_EQ(prog_parse(&c, n[i], bad[i], MSR_OPTS_USAGE_LINE), MSR_OPTS_BAD);
+        MSR_CHECK_MSG(strcmp(msr_err_msg(), why[i]) == 0, "%s", msr_err_msg());
+    }
+    /* the help row asks for the help, however spelled */
+    char h0[] = "-help", h1[] = "-h";
+    char *help[][1] = {{h0}, {h1}};
+    for (int i = 0; i < 2; i++)
+        MSR_CHECK_EQ(prog_parse(&c, 1, help[i], MSR_OPTS_USAGE_LINE), MSR_OPTS_HELP);
+
+    char text[1024] = "";
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    MSR_CHECK(f != NULL);
+    msr_optset_t set = {"prog", prog_table, 5, 0, MSR_OPTS_USAGE_LINE};
+    msr_opts_usage(&set, f);
+    set.style = MSR_OPTS_USAGE_COLUMNS;
+    set.count = 2;
+    msr_opts_usage(&set, f);
+    fclose(f);
+    MSR_CHECK_STR(text, "usage: prog --count N [--rate R --factor F] [--text T] [--quiet]\n"
+                        "  --count          a count\n"
+                        "  --rate           a rate\n");
+}
+
 static const msr_test_t tests[] = {
     {"status_strings", test_status_strings, 5},
     {"parse", test_parse, 5},
@@ -416,6 +516,7 @@ static const msr_test_t tests[] = {
     {"err_per_thread", test_err_per_thread, 5},
     {"hash", test_hash, 5},
     {"optparse", test_optparse, 5},
+    {"optparse_programs", test_optparse_programs, 5},
 };
 
 int main(int argc, char **argv)
