@@ -525,17 +525,35 @@ typedef struct calib_cold {
                                                                     * micro-batch */
 } calib_cold_t;
 
-/* Times a micro-batch's forward and backward with 1, 2, 4, ... frames in
- * turn, every rank at once on its own frames (the node's cache is
- * shared), until the node's frames reach CALIB_COLD_NODE_BYTES: the
- * median rank's time at each count, against one frame's. Collective. */
-static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_t *out)
+/* k frames of F floats each in one block (mem), filled. */
+static calib_frame_t *cold_frames(const calib_bufs_t *b, float *mem, size_t F, int k)
 {
-    memset(out, 0, sizeof *out);
+    calib_frame_t *fr = msr_calloc((size_t)k, sizeof *fr);
+    size_t N = (size_t)b->N, C = (size_t)b->C;
+    for (int i = 0; fr != NULL && i < k; i++) {
+        float *f = mem + (size_t)i * F;
+        fr[i].qkv = f;
+        fr[i].att = f + 3 * N * C;
+        fr[i].y = fr[i].att + (size_t)b->B * b->NH * (size_t)b->T * b->T;
+        fr[i].x = fr[i].y + N * C;
+        fr[i].h = fr[i].x + N * C;
+        calib_fill(fr[i].qkv, 3 * N * C, (size_t)i);
+        calib_fill(fr[i].x, N * C, (size_t)i + 7);
+    }
+    return fr;
+}
+
+/* This rank's seconds a micro-batch with ks[i] frames in turn, into
+ * all[me * CALIB_COLD_COUNTS + i] (0 where it could not measure), every
+ * rank at once; out->frames_bytes and *counts_p, *fb_p (a frame's bytes)
+ * set. -1 when a barrier failed (said on stderr). */
+static int cold_measure(const options_t *o, msr_comm_t *comm, int rpn, double *all,
+                        calib_cold_t *out, int *counts_p, double *fb_p)
+{
     calib_bufs_t b;
-    int ok = calib_bufs_init(&b, o) == 0;
+    int ok = calib_bufs_init(&b, o) == 0 && all != NULL;
     size_t F = calib_frame_floats(&b); /* the shapes are set even when it failed */
-    double fb = (double)F * sizeof(float);
+    double fb = *fb_p = (double)F * sizeof(float);
     int kmax = (int)(CALIB_COLD_RANK_BYTES / (F * sizeof(float)));
     int want = (int)ceil(CALIB_COLD_NODE_BYTES / (rpn * fb));
     if (kmax > want)
@@ -546,19 +564,8 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     calib_frame_t *fr = NULL;
     if (ok && kmax >= 2) {
         mem = msr_malloc((size_t)kmax * F * sizeof(float));
-        fr = msr_calloc((size_t)kmax, sizeof *fr);
-        ok = mem != NULL && fr != NULL;
-    }
-    size_t N = (size_t)b.N, C = (size_t)b.C;
-    for (int i = 0; ok && i < kmax; i++) {
-        float *f = mem + (size_t)i * F;
-        fr[i].qkv = f;
-        fr[i].att = f + 3 * N * C;
-        fr[i].y = fr[i].att + (size_t)b.B * b.NH * (size_t)b.T * b.T;
-        fr[i].x = fr[i].y + N * C;
-        fr[i].h = fr[i].x + N * C;
-        calib_fill(fr[i].qkv, 3 * N * C, (size_t)i);
-        calib_fill(fr[i].x, N * C, (size_t)i + 7);
+        fr = mem != NULL ? cold_frames(&b, mem, F, kmax) : NULL;
+        ok = fr != NULL;
     }
     /* the frame counts: 1, 2, 4, ... and kmax last (the same on every
      * rank: they follow from the shapes) */
@@ -568,20 +575,15 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
         if (k >= kmax)
             break;
     }
-    int n = comm != NULL ? msr_comm_size(comm) : 1, me = comm != NULL ? msr_comm_rank(comm) : 0;
-    double *all = msr_calloc((size_t)n * CALIB_COLD_COUNTS, sizeof *all);
-    if (all == NULL)
-        ok = 0;
+    *counts_p = counts;
+    int me = comm != NULL ? msr_comm_rank(comm) : 0, rc = 0;
     for (int i = 0; i < counts; i++) {
         msr_status_t st;
         if (comm != NULL && (st = msr_comm_barrier(comm)) != MSR_OK) {
             fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st),
                     msr_last_error());
-            msr_free(all);
-            msr_free(fr);
-            msr_free(mem);
-            calib_bufs_free(&b);
-            return -1;
+            rc = -1;
+            break;
         }
         if (ok)
             all[(size_t)me * CALIB_COLD_COUNTS + i] = calib_frames_time(&b, fr, ks[i]);
@@ -590,6 +592,66 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     msr_free(fr);
     msr_free(mem);
     calib_bufs_free(&b);
+    return rc;
+}
+
+/* The cold cost from the median rank's curve (out->ms): more frames never
+ * make a micro-batch faster, so the curve is made monotone (pooling
+ * neighbours out of order: pool adjacent violators) and one disturbed
+ * count decides nothing; within the noise of one frame's time there are
+ * no cold frames to price. */
+static void cold_fit(calib_cold_t *out, int counts, double fb)
+{
+    double iso[CALIB_COLD_COUNTS], w[CALIB_COLD_COUNTS];
+    int blocks = 0;
+    for (int i = 0; i < counts; i++) {
+        iso[blocks] = out->ms[i];
+        w[blocks++] = 1;
+        while (blocks > 1 && iso[blocks - 2] > iso[blocks - 1]) {
+            double ww = w[blocks - 2] + w[blocks - 1];
+            iso[blocks - 2] =
+                (iso[blocks - 2] * w[blocks - 2] + iso[blocks - 1] * w[blocks - 1]) / ww;
+            w[blocks - 2] = ww;
+            blocks--;
+        }
+    }
+    double fit[CALIB_COLD_COUNTS];
+    for (int k = 0, i = 0; k < blocks; k++)
+        for (int j = 0; j < (int)w[k]; j++)
+            fit[i++] = iso[k];
+    double extra = fit[counts - 1] - fit[0];
+    if (extra <= 0.03 * fit[0])
+        return;
+    out->s_per_byte = extra * 1e-3 / fb;
+    out->from_bytes = out->frames_bytes[0];
+    /* the ramp: from the last count within 15% of the cold level's extra
+     * time to the first past 75% of it */
+    int full = counts - 1;
+    for (int i = counts - 1; i > 0; i--)
+        if ((fit[i] - fit[0]) / extra >= 0.75)
+            full = i;
+    out->full_bytes = out->frames_bytes[full];
+    for (int i = 1; i < full; i++)
+        if ((fit[i] - fit[0]) / extra <= 0.15)
+            out->from_bytes = out->frames_bytes[i];
+    if (out->full_bytes <= out->from_bytes)
+        out->full_bytes = out->from_bytes * 2;
+}
+
+/* Times a micro-batch's forward and backward with 1, 2, 4, ... frames in
+ * turn, every rank at once on its own frames (the node's cache is
+ * shared), until the node's frames reach CALIB_COLD_NODE_BYTES: the
+ * median rank's time at each count, against one frame's. Collective. */
+static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_t *out)
+{
+    memset(out, 0, sizeof *out);
+    int n = comm != NULL ? msr_comm_size(comm) : 1, counts = 0;
+    double fb = 0;
+    double *all = msr_calloc((size_t)n * CALIB_COLD_COUNTS, sizeof *all);
+    if (cold_measure(o, comm, rpn, all, out, &counts, &fb) != 0) {
+        msr_free(all);
+        return -1;
+    }
     msr_status_t st;
     if (all != NULL && comm != NULL &&
         (st = msr_comm_allgather(comm, MSR_IN_PLACE, all, CALIB_COLD_COUNTS, MSR_DTYPE_F64)) !=
@@ -616,49 +678,9 @@ static int calib_cold(const options_t *o, msr_comm_t *comm, int rpn, calib_cold_
     }
     msr_free(c);
     msr_free(all);
-    out->n = counts;
-    if (failed) {
-        out->n = 0;
-        return 0;
-    }
-    /* more frames never make a micro-batch faster: the curve made
-     * monotone (pooling neighbours out of order: pool adjacent
-     * violators), so one disturbed count decides nothing */
-    double iso[CALIB_COLD_COUNTS], w[CALIB_COLD_COUNTS];
-    int blocks = 0;
-    for (int i = 0; i < counts; i++) {
-        iso[blocks] = out->ms[i];
-        w[blocks++] = 1;
-        while (blocks > 1 && iso[blocks - 2] > iso[blocks - 1]) {
-            double ww = w[blocks - 2] + w[blocks - 1];
-            iso[blocks - 2] =
-                (iso[blocks - 2] * w[blocks - 2] + iso[blocks - 1] * w[blocks - 1]) / ww;
-            w[blocks - 2] = ww;
-            blocks--;
-        }
-    }
-    double fit[CALIB_COLD_COUNTS];
-    for (int k = 0, i = 0; k < blocks; k++)
-        for (int j = 0; j < (int)w[k]; j++)
-            fit[i++] = iso[k];
-    double extra = fit[counts - 1] - fit[0];
-    /* within the noise of one frame's time: no cold frames to price */
-    if (extra <= 0.03 * fit[0])
-        return 0;
-    out->s_per_byte = extra * 1e-3 / fb;
-    out->from_bytes = out->frames_bytes[0];
-    /* the ramp: from the last count within 15% of the cold level's extra
-     * time to the first past 75% of it */
-    int full = counts - 1;
-    for (int i = counts - 1; i > 0; i--)
-        if ((fit[i] - fit[0]) / extra >= 0.75)
-            full = i;
-    out->full_bytes = out->frames_bytes[full];
-    for (int i = 1; i < full; i++)
-        if ((fit[i] - fit[0]) / extra <= 0.15)
-            out->from_bytes = out->frames_bytes[i];
-    if (out->full_bytes <= out->from_bytes)
-        out->full_bytes = out->from_bytes * 2;
+    out->n = failed ? 0 : counts;
+    if (!failed)
+        cold_fit(out, counts, fb);
     return 0;
 }
 
@@ -1096,6 +1118,46 @@ static int calib_agree(msr_comm_t *comm, const double *mine, double *mins, doubl
     return 0;
 }
 
+/* The union of the ranks' cores (nodes alike: the world's union), or -1
+ * (said on stderr). Collective. */
+static int calib_cores(msr_comm_t *comm)
+{
+    int32_t *cpus = msr_calloc(CALIB_CPUS, sizeof *cpus);
+    if (cpus == NULL) {
+        fprintf(stderr, "train_gpt: --calibrate: out of memory\n");
+        return -1;
+    }
+    calib_cpus(cpus);
+    msr_status_t st;
+    if (comm != NULL && (st = msr_comm_allreduce(comm, MSR_IN_PLACE, cpus, CALIB_CPUS,
+                                                 MSR_DTYPE_I32, MSR_OP_MAX)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
+        msr_free(cpus);
+        return -1;
+    }
+    int cores = 0;
+    for (int i = 0; i < CALIB_CPUS; i++)
+        cores += cpus[i] != 0;
+    msr_free(cpus);
+    return cores;
+}
+
+/* The cold frames' cost and curve into the cluster file's keys. */
+static void calib_put_cold(const calib_cold_t *cold, calib_t *k)
+{
+    if (cold->n < 2)
+        return;
+    k->measured |= 1u << CALIB_COLD;
+    k->c.cold_ms_per_mib = cold->s_per_byte * 1e3 * 1048576.0;
+    k->c.cold_from_mib = cold->from_bytes / 1048576.0;
+    k->c.cold_full_mib = cold->full_bytes / 1048576.0;
+    k->cold_n = cold->n;
+    for (int i = 0; i < cold->n; i++) {
+        k->cold_mib[i] = cold->frames_bytes[i] / 1048576.0;
+        k->cold_ms[i] = cold->ms[i];
+    }
+}
+
 int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out)
 {
     calib_t k;
@@ -1135,23 +1197,9 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     calib_cold_t cold;
     if (calib_cold(o, comm, rpn, &cold) != 0)
         return -1;
-    /* the union of the ranks' cores (nodes alike: the world's union) */
-    int32_t *cpus = msr_calloc(CALIB_CPUS, sizeof *cpus);
-    if (cpus == NULL) {
-        fprintf(stderr, "train_gpt: --calibrate: out of memory\n");
+    int cores = calib_cores(comm);
+    if (cores < 0)
         return -1;
-    }
-    calib_cpus(cpus);
-    if (comm != NULL && (st = msr_comm_allreduce(comm, MSR_IN_PLACE, cpus, CALIB_CPUS,
-                                                 MSR_DTYPE_I32, MSR_OP_MAX)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: --calibrate: %s: %s\n", msr_status_str(st), msr_last_error());
-        msr_free(cpus);
-        return -1;
-    }
-    int cores = 0;
-    for (int i = 0; i < CALIB_CPUS; i++)
-        cores += cpus[i] != 0;
-    msr_free(cpus);
     k.c.cores_per_node = cores;
     double lend;
     int local = job->ctx != NULL ? msr_local_rank(job->ctx) : 0;
@@ -1171,17 +1219,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.ring_chunk = o->seq / 4 > 0 ? o->seq / 4 : 1; /* calib_bufs_init's S */
     k.c.ring_chunk_half = maxs[3];
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS | (lend >= 0 ? 1u << CALIB_LEND : 0);
-    if (cold.n >= 2) {
-        k.measured |= 1u << CALIB_COLD;
-        k.c.cold_ms_per_mib = cold.s_per_byte * 1e3 * 1048576.0;
-        k.c.cold_from_mib = cold.from_bytes / 1048576.0;
-        k.c.cold_full_mib = cold.full_bytes / 1048576.0;
-        k.cold_n = cold.n;
-        for (int i = 0; i < cold.n; i++) {
-            k.cold_mib[i] = cold.frames_bytes[i] / 1048576.0;
-            k.cold_ms[i] = cold.ms[i];
-        }
-    }
+    calib_put_cold(&cold, &k);
     if (mins[4] > 0) {
         k.c.mem_gib = mins[4];
         k.measured |= 1u << CALIB_MEM;

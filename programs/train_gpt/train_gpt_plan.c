@@ -215,6 +215,54 @@ static int check_degrees(const job_t *job, const int *fix)
     return 0;
 }
 
+/* --auto: plan 1's layout (p) into o, for the usual checks; rank 0 says
+ * which it took. */
+static void auto_apply(options_t *o, const job_t *job, const msr_plan_model_t *m,
+                       int64_t global_batch, const msr_plan_t *p, uint64_t found,
+                       const char *origin)
+{
+    o->dp = p->l.dp;
+    o->tp = p->l.tp;
+    o->pp = p->l.pp;
+    o->cp = msr_plan_cp(&p->l);
+    o->ep = msr_plan_ep(&p->l);
+    o->sp = p->l.sp;
+    o->zero = p->l.zero;
+    o->recompute = msr_mp_recompute_name((msr_mp_recompute_t)p->l.recompute);
+    o->micro_batch = p->l.micro_batch;
+    o->grad_accum = p->l.micros;
+    o->global_batch = global_batch;
+    o->schedule = msr_mp_schedule_name((msr_mp_schedule_t)p->l.schedule);
+    o->virtual_stages = p->l.chunks;
+    /* the split: the planner's, into o->split (train_gpt_split_check
+     * checks it with the rest) */
+    char split_text[8 * MSR_PLAN_MAX_STAGES] = "";
+    o->pp_layers = NULL;
+    o->split_n = 0;
+    if (p->l.stage_layers != NULL) {
+        o->split_n = p->l.pp * p->l.chunks;
+        memcpy(o->split, p->l.stage_layers, (size_t)o->split_n * sizeof o->split[0]);
+        snprintf(split_text, sizeof split_text, " pp-layers ");
+        msr_layout_split_format(o->split, o->split_n, split_text + strlen(split_text),
+                                sizeof split_text - strlen(split_text));
+    }
+    char ep_text[32] = "";
+    if (m->experts > 0)
+        snprintf(ep_text, sizeof ep_text, " ep %d", msr_plan_ep(&p->l));
+    if (job->rank == 0) {
+        char peak[32];
+        msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
+        fprintf(stderr,
+                "train_gpt: --auto: plan 1 of %" PRIu64
+                ": dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
+                "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
+                "per rank at most (cluster: %s)\n",
+                found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), ep_text, p->l.sp ? " sp" : "",
+                p->l.zero, o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks,
+                split_text, p->t.step_ms, p->t.tokens_per_s, peak, origin);
+    }
+}
+
 int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
 {
     int rc = check_request(o, job);
@@ -296,48 +344,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         goto out;
     }
     /* --auto: plan 1's layout, then the usual checks */
-    const msr_plan_t *p = &plans[0];
-    o->dp = p->l.dp;
-    o->tp = p->l.tp;
-    o->pp = p->l.pp;
-    o->cp = msr_plan_cp(&p->l);
-    o->ep = msr_plan_ep(&p->l);
-    o->sp = p->l.sp;
-    o->zero = p->l.zero;
-    o->recompute = msr_mp_recompute_name((msr_mp_recompute_t)p->l.recompute);
-    o->micro_batch = p->l.micro_batch;
-    o->grad_accum = p->l.micros;
-    o->global_batch = q.global_batch;
-    o->schedule = msr_mp_schedule_name((msr_mp_schedule_t)p->l.schedule);
-    o->virtual_stages = p->l.chunks;
-    /* the split: the planner's, into o->split (train_gpt_split_check
-     * checks it with the rest) */
-    char split_text[8 * MSR_PLAN_MAX_STAGES] = "";
-    o->pp_layers = NULL;
-    o->split_n = 0;
-    if (p->l.stage_layers != NULL) {
-        o->split_n = p->l.pp * p->l.chunks;
-        memcpy(o->split, p->l.stage_layers, (size_t)o->split_n * sizeof o->split[0]);
-        snprintf(split_text, sizeof split_text, " pp-layers ");
-        msr_layout_split_format(o->split, o->split_n, split_text + strlen(split_text),
-                                sizeof split_text - strlen(split_text));
-    }
-    char ep_text[32] = "";
-    if (m.experts > 0)
-        snprintf(ep_text, sizeof ep_text, " ep %d", msr_plan_ep(&p->l));
-    if (job->rank == 0) {
-        char peak[32];
-        msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
-        fprintf(stderr,
-                "train_gpt: --auto: plan 1 of %" PRIu64
-                ": dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
-                "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
-                "per rank at most (cluster: %s)\n",
-                pruned.found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), ep_text,
-                p->l.sp ? " sp" : "", p->l.zero, o->recompute, p->l.micro_batch, p->l.micros,
-                o->schedule, p->l.chunks, split_text, p->t.step_ms, p->t.tokens_per_s, peak,
-                origin);
-    }
+    auto_apply(o, job, &m, q.global_batch, &plans[0], pruned.found, origin);
 out:
     free(plans);
     return rc;
