@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ERR_TEXT_MAX 512
-
-static _Thread_local char err_text[ERR_TEXT_MAX];
+#define ERR_TEXT_MAX MSR_ERR_TEXT_MAX
+/* this thread's text: one buffer wherever it is taken from (err_store.c) */
+#define err_text     (msr_err_buffer())
 
 static void err_vset(const char *fmt, va_list ap)
 {
-    vsnprintf(err_text, sizeof err_text, fmt, ap);
+    vsnprintf(err_text, (size_t)ERR_TEXT_MAX, fmt, ap);
 }
 
 msr_status_t msr_err(msr_status_t st, const char *fmt, ...)
@@ -39,17 +39,17 @@ msr_status_t msr_err_prefix(msr_status_t st, const char *fmt, ...)
     vsnprintf(context, sizeof context, fmt, ap);
     va_end(ap);
     if (err_text[0] == '\0') {
-        snprintf(err_text, sizeof err_text, "%s", context);
+        snprintf(err_text, (size_t)ERR_TEXT_MAX, "%s", context);
     } else {
         /* context, ": ", then as much of the old text as fits */
         char old[ERR_TEXT_MAX];
         memcpy(old, err_text, sizeof old);
         size_t n = strlen(context);
-        if (n > sizeof err_text - 3)
-            n = sizeof err_text - 3;
+        if (n > (size_t)ERR_TEXT_MAX - 3)
+            n = (size_t)ERR_TEXT_MAX - 3;
         memcpy(err_text, context, n);
         memcpy(err_text + n, ": ", 2);
-        size_t room = sizeof err_text - n - 3;
+        size_t room = (size_t)ERR_TEXT_MAX - n - 3;
         size_t m = strnlen(old, room);
         memcpy(err_text + n + 2, old, m);
         err_text[n + 2 + m] = '\0';

@@ -30,4 +30,12 @@ const char *msr_err_msg_or(msr_status_t st);
 
 void msr_err_clear(void);
 
+/* This thread's text itself (MSR_ERR_TEXT_MAX bytes), for err.c alone. It
+ * is in an object of its own (err_store.c) and exported from libmsrun, so
+ * that a program that links a static module (model/, parallel/) besides
+ * libmsrun takes libmsrun's: the module's failures and libmsrun's are then
+ * one text, and msr_last_error() names what the module last said. */
+#define MSR_ERR_TEXT_MAX 512
+MSR_API char *msr_err_buffer(void);
+
 #endif

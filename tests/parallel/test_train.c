@@ -265,6 +265,9 @@ static void test_restore_bitwise(void)
     msr_trainer_t *b = make(&c, ds);
     MSR_CHECK_STATUS(msr_trainer_restore(b, "other settings", 1, fetch_mem, &ck), MSR_ERR_CONFIG);
     MSR_CHECK_EQ(b->step, 0);
+    /* the trainer's text is the one msr_last_error() shows: one text for
+     * the modules linked in and libmsrun (base/err_store.c) */
+    MSR_CHECK(strstr(msr_last_error(), "other settings") != NULL);
     msr_trainer_destroy(b);
     msr_train_config_t wide = c;
     wide.model.channels = 64;
@@ -335,6 +338,7 @@ static void test_bad_config(void)
     c.par.zero = 4;
     MSR_CHECK_STATUS(msr_train_config_check(&c, ds), MSR_ERR_CONFIG);
     MSR_CHECK(strstr(msr_err_msg(), "ZeRO") != NULL);
+    MSR_CHECK(strcmp(msr_last_error(), msr_err_msg()) == 0);
     c = small_config(2, 1);
     c.par.bucket_bytes = 3;
     MSR_CHECK_STATUS(msr_trainer_create(&c, ds, NULL, &tr), MSR_ERR_CONFIG);
