@@ -711,9 +711,21 @@ static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint3
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
+    uint64_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         entry_key(key, sizeof key, name, indices[i]);
         vals[i] = msr_map_get(&c->store, key);
+        total += vals[i]->len;
+    }
+    /* An index may be asked for many times: the answer, not the store,
+     * could then pass the store's size. */
+    if (total > c->limits.bytes_max) {
+        msr_free(vals);
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED,
+                      "fetch '%.200s': the answer's %" PRIu64 " bytes exceed the store's total "
+                      "size limit of %" PRIu64 " bytes (--store_bytes_max)",
+                      name, total, c->limits.bytes_max);
+        return;
     }
     int packed = msr_store_fetch_pack(vals, n, &r);
     msr_free(vals);

@@ -438,7 +438,55 @@ static void test_store_count_bound_keeps_nothing(void)
     msr_store_core_destroy(core);
 }
 
+/* A fetch's answer is bounded by the store's size even when it asks for
+ * one entry many times: at exactly --store_bytes_max it is answered, one
+ * byte past it is refused naming the limit, and nothing is allocated. */
+static void test_fetch_answer_bound(void)
+{
+    msr_store_limits_t sl = {.value_max = 1000, .keys_max = 10, .bytes_max = 10001};
+    msr_store_ops_t ops = {
+        .reply = s_reply,
+        .reply_blob = s_reply_blob,
+        .fail = t_fail,
+        .deadline = t_deadline,
+        .set_data = t_set_data,
+        .get_data = t_get_data,
+    };
+    msr_store_core_t *core = NULL;
+    MSR_CHECK_EQ(msr_store_core_create(&sl, &ops, &core), MSR_OK);
+    static uint8_t value[1000];
+    tcall_t c;
+    call_init(&c, NULL);
+    Msr__SetRequest sr = MSR__SET_REQUEST__INIT;
+    sr.key = "w/0";
+    sr.value.data = value;
+    sr.value.len = 1000;
+    msr_store_core_call(core, &c, MSR_RPC_SET, &sr.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    sr.key = "w/1";
+    sr.value.len = 1;
+    call_init(&c, NULL);
+    msr_store_core_call(core, &c, MSR_RPC_SET, &sr.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    uint32_t indices[11] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    Msr__FetchRequest fr = MSR__FETCH_REQUEST__INIT;
+    fr.name = "w";
+    fr.indices = indices;
+    fr.n_indices = 11; /* 10,001 bytes: exactly the limit */
+    call_init(&c, NULL);
+    msr_store_core_call(core, &c, MSR_RPC_FETCH, &fr.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "code %d: %s", c.code, c.message);
+    indices[10] = 0; /* 11,000 bytes: past it */
+    call_init(&c, NULL);
+    msr_store_core_call(core, &c, MSR_RPC_FETCH, &fr.base);
+    MSR_CHECK(c.answered && c.code == MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_STR(c.message, "fetch 'w': the answer's 11000 bytes exceed the store's total size "
+                             "limit of 10001 bytes (--store_bytes_max)");
+    msr_store_core_destroy(core);
+}
+
 static const msr_test_t tests[] = {
+    {"fetch_answer_bound", test_fetch_answer_bound, 10},
     {"client_count", test_client_count, 10},
     {"client_bytes", test_client_bytes, 10},
     {"total", test_total, 10},
