@@ -10,6 +10,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/time.h"
+#include "cluster/coord.h"
 #include "rendezvous/held.h"
 #include "rendezvous/store_core.h"
 #include "tests/runner.h"
@@ -485,7 +486,88 @@ static void test_fetch_answer_bound(void)
     msr_store_core_destroy(core);
 }
 
+/* ---- the coordinator: its held calls counted per peer, its bounds set
+ * by its configuration ---- */
+
+static void c_reply(void *call, const ProtobufCMessage *resp)
+{
+    s_reply(NULL, call, resp);
+}
+
+static void c_reply_blob(void *call, msr_blob_t *blob)
+{
+    s_reply_blob(NULL, call, blob);
+}
+
+static void c_fail(void *call, int code, const char *message)
+{
+    t_fail(NULL, call, (msr_rpc_code_t)code, message);
+}
+
+static uint64_t c_deadline(void *call)
+{
+    return t_deadline(NULL, call);
+}
+
+static const char *c_peer(void *call)
+{
+    return t_peer(NULL, call);
+}
+
+static void c_set_data(void *call, void *data)
+{
+    t_set_data(NULL, call, data);
+}
+
+static void *c_get_data(void *call)
+{
+    return t_get_data(NULL, call);
+}
+
+static void coord_get(msr_coord_t *co, tcall_t *c, const char *peer, const char *key)
+{
+    call_init(c, peer);
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.wait_ms = UINT32_MAX;
+    msr_coord_call(co, c, MSR_RPC_GET, &r.base);
+    msr_coord_flush(co);
+}
+
+/* The coordinator charges a held call to its peer's address (the port
+ * aside) with the bounds of its configuration: a client's calls up to its
+ * bound exactly, one more refused naming it, another client unaffected,
+ * and a cancelled call's place free again. */
+static void test_coord_client_bound(void)
+{
+    static const msr_coord_responder_t responder = {c_reply, c_reply_blob, c_fail,    c_deadline,
+                                                    c_peer,  c_set_data,   c_get_data};
+    msr_coord_config_t cfg = {
+        .token = "t",
+        .job_id = "job",
+        .worker_num = 1,
+        .local_worker_num = 1,
+        .held_limits = {.client_calls = 2},
+    };
+    msr_coord_t *co = NULL;
+    MSR_CHECK_EQ(msr_coord_create(&cfg, &responder, &co), MSR_OK);
+    tcall_t g[4];
+    coord_get(co, &g[0], "ipv4:10.1.0.1:500", "k0");
+    coord_get(co, &g[1], "ipv4:10.1.0.1:501", "k1");
+    MSR_CHECK(!g[0].answered && !g[1].answered);
+    coord_get(co, &g[2], "ipv4:10.1.0.1:502", "k2");
+    MSR_CHECK(g[2].answered && g[2].code == MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_STR(g[2].message, "held calls of client 10.1.0.1: 2 at most");
+    coord_get(co, &g[3], "ipv4:10.1.0.2:500", "k2");
+    MSR_CHECK(!g[3].answered);
+    msr_coord_cancel(co, &g[0]);
+    coord_get(co, &g[2], "ipv4:10.1.0.1:503", "k2");
+    MSR_CHECK(!g[2].answered);
+    msr_coord_destroy(co); /* the held calls go with it, unanswered */
+}
+
 static const msr_test_t tests[] = {
+    {"coord_client_bound", test_coord_client_bound, 10},
     {"fetch_answer_bound", test_fetch_answer_bound, 10},
     {"client_count", test_client_count, 10},
     {"client_bytes", test_client_bytes, 10},
