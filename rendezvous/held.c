@@ -58,28 +58,14 @@ void msr_held_calls_cleanup(msr_held_calls_t *hc)
     msr_map_cleanup(&hc->clients, client_free);
 }
 
-/* "ipv4:10.0.0.7:41234" -> "10.0.0.7", "ipv6:[::1]:5000" -> "[::1]",
- * "unix:/run/x.sock" -> "/run/x.sock": the client a call is charged to. */
-static void peer_host(const char *peer, char *out, size_t outlen)
-{
-    const char *p = strchr(peer, ':');
-    int unix_path = strncmp(peer, "unix:", 5) == 0;
-    p = p ? p + 1 : peer;
-    const char *end = unix_path ? NULL : strrchr(p, ':');
-    size_t n = end && end > p && (p[0] != '[' || end[-1] == ']') ? (size_t)(end - p) : strlen(p);
-    if (n >= outlen)
-        n = outlen - 1;
-    memcpy(out, p, n);
-    out[n] = '\0';
-}
-
+/* The client a call is charged to: its peer's host. */
 static void call_client(const msr_held_calls_t *hc, void *call, char *out, size_t outlen)
 {
     const char *peer = hc->io.peer ? hc->io.peer(hc->io.ctx, call) : NULL;
     if (peer == NULL || peer[0] == '\0')
         snprintf(out, outlen, "local");
     else
-        peer_host(peer, out, outlen);
+        msr_rpc_peer_host(peer, out, outlen);
 }
 
 msr_held_usage_t msr_held_usage(const msr_held_calls_t *hc, const char *client)
