@@ -566,7 +566,85 @@ static void test_coord_client_bound(void)
     msr_coord_destroy(co); /* the held calls go with it, unanswered */
 }
 
+/* The reply of an answered coordinator call, unpacked (s_reply keeps none). */
+static ProtobufCMessage *last_resp;
+
+static void c_reply_keep(void *call, const ProtobufCMessage *resp)
+{
+    s_reply(NULL, call, resp);
+    uint8_t buf[4096];
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    MSR_CHECK(len <= sizeof buf);
+    protobuf_c_message_pack(resp, buf);
+    last_resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
+}
+
+/* A node's held heartbeat is charged to its client like a store wait: with
+ * a bound of one call a client, a get from the node's address is refused
+ * while its heartbeat is held, and admitted once the heartbeat is
+ * answered. */
+static void test_coord_heartbeat_charged(void)
+{
+    static const msr_coord_responder_t responder = {
+        c_reply_keep, c_reply_blob, c_fail, c_deadline, c_peer, c_set_data, c_get_data};
+    msr_coord_config_t cfg = {
+        .token = "t",
+        .job_id = "job",
+        .worker_num = 2,
+        .local_worker_num = 1,
+        .max_restarts = 0,
+        .node_timeout_ms = 600000,
+        .join_timeout_ms = 600000,
+        .held_limits = {.client_calls = 1},
+    };
+    msr_coord_t *co = NULL;
+    MSR_CHECK_EQ(msr_coord_create(&cfg, &responder, &co), MSR_OK);
+    Msr__JoinRequest jr = MSR__JOIN_REQUEST__INIT;
+    jr.protocol_version = MSR_PROTOCOL_VERSION;
+    jr.job_id = "job";
+    jr.host = "10.2.0.1";
+    jr.pid = 100;
+    jr.worker_num = 2;
+    jr.local_worker_num = 1;
+    jr.free_port = 5000;
+    tcall_t c;
+    call_init(&c, "ipv4:10.2.0.1:700");
+    msr_coord_call(co, &c, MSR_RPC_JOIN, &jr.base);
+    msr_coord_flush(co);
+    MSR_CHECK_MSG(c.answered && c.code == 0 && last_resp, "join: %d %s", c.code, c.message);
+    char id[128];
+    snprintf(id, sizeof id, "%s", ((Msr__JoinResponse *)last_resp)->node_id);
+    protobuf_c_message_free_unpacked(last_resp, NULL);
+    last_resp = NULL;
+    Msr__HeartbeatRequest hr = MSR__HEARTBEAT_REQUEST__INIT;
+    hr.node_id = id;
+    hr.ready_generation = -1;
+    call_init(&c, "ipv4:10.2.0.1:701");
+    msr_coord_call(co, &c, MSR_RPC_HEARTBEAT, &hr.base); /* wait 0: learns the state */
+    msr_coord_flush(co);
+    MSR_CHECK_MSG(c.answered && c.code == 0 && last_resp, "heartbeat: %d %s", c.code, c.message);
+    Msr__HeartbeatResponse *st = (Msr__HeartbeatResponse *)last_resp;
+    hr.generation = st->generation;
+    hr.known_state = st->state;
+    protobuf_c_message_free_unpacked(last_resp, NULL);
+    last_resp = NULL;
+    hr.wait_ms = 30000;
+    tcall_t hb, g;
+    call_init(&hb, "ipv4:10.2.0.1:702");
+    msr_coord_call(co, &hb, MSR_RPC_HEARTBEAT, &hr.base);
+    msr_coord_flush(co);
+    MSR_CHECK_MSG(!hb.answered, "the heartbeat was not held: %d %s", hb.code, hb.message);
+    coord_get(co, &g, "ipv4:10.2.0.1:703", "k");
+    MSR_CHECK(g.answered && g.code == MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_STR(g.message, "held calls of client 10.2.0.1: 1 at most");
+    msr_coord_cancel(co, &hb); /* its client gave up: its place is free */
+    coord_get(co, &g, "ipv4:10.2.0.1:704", "k");
+    MSR_CHECK(!g.answered);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
+    {"coord_heartbeat_charged", test_coord_heartbeat_charged, 10},
     {"coord_client_bound", test_coord_client_bound, 10},
     {"fetch_answer_bound", test_fetch_answer_bound, 10},
     {"client_count", test_client_count, 10},
