@@ -27,7 +27,14 @@
  * flight, gRPC's buffer of its packed request (under its 64 KiB
  * flow-control window) and its own state; and allocator slack. */
 #define MARGIN_PER_CALL_KIB 128l
-#define MARGIN_KIB          (16l * 1024)
+/* AddressSanitizer (in a sanitizer build the coordinator has it too) keeps
+ * freed memory in a quarantine of 256 MiB, with redzones around every
+ * block. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MARGIN_KIB (16l * 1024 + 448l * 1024)
+#else
+#define MARGIN_KIB (16l * 1024)
+#endif
 
 #define CHECK(cond, ...)                                         \
     do {                                                         \
