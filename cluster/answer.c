@@ -31,8 +31,9 @@ static answer_t *hold(msr_coord_t *c, void *call, msr_blob_t *blob, msr_rpc_code
                       const char *message)
 {
     size_t mlen = message ? strlen(message) : 0;
-    msr_held_t *h = msr_held_new(&c->held, sizeof(answer_t) + mlen + 1, MSR_HELD_ANSWER, call, NULL,
-                                 &c->answers);
+    /* charged, never refused: the change it tells of is made */
+    msr_held_t *h = msr_held_new(&c->held, sizeof(answer_t) + mlen + 1, blob ? blob->len : 0,
+                                 MSR_HELD_ANSWER, call, NULL, &c->answers);
     if (h == NULL)
         return NULL;
     answer_t *a = MSR_CONTAINER_OF(h, answer_t, held);
@@ -271,11 +272,19 @@ static void *io_get_data(void *ctx, void *call)
     return ((msr_coord_t *)ctx)->responder.get_data(call);
 }
 
+/* The client a held call is charged to (held.h). */
+static const char *io_peer(void *ctx, void *call)
+{
+    const msr_coord_t *c = ctx;
+    return c->responder.peer ? c->responder.peer(call) : NULL;
+}
+
 void msr_coord_held_init(msr_coord_t *c)
 {
     msr_list_init(&c->answers);
-    msr_held_io_t io = {c, io_set_data, io_get_data, io_deadline, io_fail};
+    msr_held_io_t io = {c, io_set_data, io_get_data, io_deadline, io_fail, io_peer};
     msr_held_calls_init(&c->held, &io);
+    msr_held_calls_limit(&c->held, &c->config.held_limits);
     msr_held_handler_t answer = {c, NULL, answer_cancelled};
     msr_held_calls_handle(&c->held, MSR_HELD_ANSWER, &answer);
 }

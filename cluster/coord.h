@@ -12,6 +12,7 @@
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
 #include "rendezvous/store_core.h"
+#include "rendezvous/held.h"
 #include "rendezvous/store_limits.h"
 
 /* How the core answers the calls it is given. Each call is answered exactly
@@ -79,6 +80,10 @@ typedef struct msr_coord_config {
     double straggler_factor;
     /* the store's limits; zeros: the defaults (rendezvous/store_limits.h) */
     msr_store_limits_t store_limits;
+    /* the bounds of held calls, per client and in total, for the store's
+     * waits and the coordinator's heartbeats alike; zeros: the defaults
+     * (rendezvous/held.h) */
+    msr_held_limits_t held_limits;
 } msr_coord_config_t;
 
 typedef struct msr_coord msr_coord_t;

@@ -52,7 +52,8 @@ node_t *msr_coord_node_find(msr_coord_t *c, const char *id)
  * memory. */
 static msr_held_t *heartbeat_hold(msr_coord_t *c, void *call, node_t *n, int64_t wait_ms)
 {
-    return msr_held_wait(&c->held, sizeof(msr_held_t), MSR_HELD_HEARTBEAT, call, n, NULL, wait_ms);
+    return msr_held_wait(&c->held, sizeof(msr_held_t), 0, MSR_HELD_HEARTBEAT, call, n, NULL,
+                         wait_ms);
 }
 
 static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n);

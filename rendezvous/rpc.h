@@ -228,6 +228,12 @@ void msr_rpc_call_fail(msr_rpc_call_t *call, int grpc_code, const char *fmt, ...
 uint64_t msr_rpc_call_deadline(const msr_rpc_call_t *call);
 const char *msr_rpc_call_peer(msr_rpc_call_t *call);
 
+/* The host of a peer as gRPC names it, its port dropped, in out (cut to
+ * outlen - 1 bytes): "ipv4:10.0.0.7:41234" -> "10.0.0.7", "ipv6:[::1]:5000"
+ * -> "[::1]", "unix:/run/x.sock" -> "/run/x.sock". What refusals are
+ * counted by and held calls charged to (rendezvous/held.h). */
+void msr_rpc_peer_host(const char *peer, char *out, size_t outlen);
+
 /* The call's method, and when it arrived (msr_now_ns units). */
 msr_rpc_method_t msr_rpc_call_method(const msr_rpc_call_t *call);
 uint64_t msr_rpc_call_started(const msr_rpc_call_t *call);

@@ -269,13 +269,15 @@ static size_t request_limit(const msr_rpc_server_t *s, msr_rpc_method_t method)
     }
 }
 
-/* "ipv4:10.0.0.7:41234" -> "10.0.0.7": refusals are counted per host. */
-static void peer_host(const char *peer, char *out, size_t outlen)
+void msr_rpc_peer_host(const char *peer, char *out, size_t outlen)
 {
     const char *p = strchr(peer, ':');
+    int unix_path = strncmp(peer, "unix:", 5) == 0;
     p = p ? p + 1 : peer;
-    const char *end = strrchr(p, ':');
-    size_t n = end && end > p ? (size_t)(end - p) : strlen(p);
+    const char *end = unix_path ? NULL : strrchr(p, ':');
+    /* an IPv6 address in brackets keeps its colons */
+    int bracketed = p[0] != '[' || (end && end > p && end[-1] == ']');
+    size_t n = end && end > p && bracketed ? (size_t)(end - p) : strlen(p);
     if (n >= outlen)
         n = outlen - 1;
     memcpy(out, p, n);
@@ -289,7 +291,7 @@ static void log_refusal(msr_rpc_server_t *s, msr_rpc_call_t *c)
 {
     const char *peer = msr_rpc_call_peer(c);
     char host[64];
-    peer_host(peer, host, sizeof host);
+    msr_rpc_peer_host(peer, host, sizeof host);
     uint64_t now = msr_now_ns();
     int fresh_interval = now - s->refusal_logged_ns >= REFUSAL_LOG_INTERVAL_NS;
     int known = 0;

@@ -135,11 +135,22 @@ static void mark_key(msr_store_core_t *c, const char *key)
 
 /* ---- waiters ---- */
 
+/* A held store call, charged to its client's budget of held calls
+ * (held.h) with kept, the bytes it keeps beyond its record: what it copied
+ * and the request its caller keeps until it is answered. NULL when refused
+ * or out of memory, with the error text (base/err.h) saying which. */
 static waiter_t *waiter_new(msr_store_core_t *c, void *call, msr_held_kind_t kind, void *owner,
-                            msr_list_t *list, int64_t wait_ms)
+                            msr_list_t *list, int64_t wait_ms, uint64_t kept)
 {
-    msr_held_t *h = msr_held_wait(c->held, sizeof(waiter_t), kind, call, owner, list, wait_ms);
+    msr_held_t *h =
+        msr_held_wait(c->held, sizeof(waiter_t), kept, kind, call, owner, list, wait_ms);
     return h ? MSR_CONTAINER_OF(h, waiter_t, held) : NULL;
+}
+
+/* Fails a call that could not be held, with waiter_new's reason. */
+static void waiter_refused(msr_store_core_t *c, void *call)
+{
+    msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
 }
 
 static void waiter_free(msr_store_core_t *c, waiter_t *w)
@@ -460,11 +471,11 @@ static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
     if (gw == NULL)
         return;
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait);
+    waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait, strlen(req->key));
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
             getwait_drop(c, gw);
-        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        waiter_refused(c, call);
         return;
     }
 }
@@ -596,14 +607,15 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
     b->arrived += weight;
     if (b->arrived < b->count) {
         int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        waiter_t *w = waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait);
+        waiter_t *w =
+            waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait, strlen(req->name));
         if (w == NULL) {
             b->arrived -= weight;
             if (msr_list_empty(&b->waiters)) {
                 barrier_unlist(c, b);
                 barrier_free(b);
             }
-            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            waiter_refused(c, call);
             return;
         }
         w->weight = weight;
@@ -699,9 +711,21 @@ static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint3
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
+    uint64_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         entry_key(key, sizeof key, name, indices[i]);
         vals[i] = msr_map_get(&c->store, key);
+        total += vals[i]->len;
+    }
+    /* An index may be asked for many times: the answer, not the store,
+     * could then pass the store's size. */
+    if (total > c->limits.bytes_max) {
+        msr_free(vals);
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED,
+                      "fetch '%.200s': the answer's %" PRIu64 " bytes exceed the store's total "
+                      "size limit of %" PRIu64 " bytes (--store_bytes_max)",
+                      name, total, c->limits.bytes_max);
+        return;
     }
     int packed = msr_store_fetch_pack(vals, n, &r);
     msr_free(vals);
@@ -778,13 +802,21 @@ static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *r
         return;
     }
     size_t nl = strlen(req->name);
-    fetch_t *f = msr_calloc(1, sizeof *f + nl + 1);
-    uint32_t *indices = msr_malloc(n * sizeof *indices);
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = f && indices ? waiter_new(c, call, MSR_HELD_FETCH, NULL, NULL, wait) : NULL;
+    /* It keeps its request (name and indices, with the caller) and a copy
+     * of both (here), all charged before anything is copied. */
+    uint64_t kept = 2 * ((uint64_t)n * sizeof(uint32_t) + nl + 1) + sizeof(fetch_t);
+    waiter_t *w = waiter_new(c, call, MSR_HELD_FETCH, NULL, NULL, wait, kept);
     if (w == NULL) {
+        waiter_refused(c, call);
+        return;
+    }
+    fetch_t *f = msr_calloc(1, sizeof *f + nl + 1);
+    uint32_t *indices = msr_malloc((n ? n : 1) * sizeof *indices);
+    if (f == NULL || indices == NULL) {
         msr_free(f);
         msr_free(indices);
+        waiter_free(c, w);
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
@@ -954,6 +986,16 @@ static void gather_complete(msr_store_core_t *c, gather_t *g, void *call)
     gather_free(g);
 }
 
+/* What a waiting allgather call keeps beyond its record: its
+ * contributions, copied here, and its request with them. */
+static uint64_t gather_kept(const Msr__AllgatherRequest *req)
+{
+    uint64_t bytes = strlen(req->name) + 1;
+    for (size_t i = 0; i < req->n_entries; i++)
+        bytes += 2 * (uint64_t)req->entries[i]->data.len + sizeof(Msr__Contribution);
+    return bytes;
+}
+
 static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
@@ -973,9 +1015,9 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
     }
     if (st == MSR_OK) {
         int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        if (waiter_new(c, call, MSR_HELD_ALLGATHER, g, &g->waiters, wait) != NULL)
+        if (waiter_new(c, call, MSR_HELD_ALLGATHER, g, &g->waiters, wait, gather_kept(req)) != NULL)
             return;
-        st = MSR_ERR_NO_MEMORY;
+        st = MSR_ERR_REFUSED;
     }
     /* Undo this request's entries: it failed as a whole. */
     gather_withdraw(c, g, call);
@@ -983,7 +1025,9 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
         gather_unlist(c, g);
         gather_free(g);
     }
-    if (st == MSR_ERR_NO_MEMORY)
+    if (st == MSR_ERR_REFUSED)
+        waiter_refused(c, call);
+    else if (st == MSR_ERR_NO_MEMORY)
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     else
         msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
@@ -1059,7 +1103,8 @@ msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_s
     c->limits = msr_store_limits_resolve(limits);
     c->held = ops->held;
     if (c->held == NULL) {
-        msr_held_io_t io = {ops->ctx, ops->set_data, ops->get_data, ops->deadline, ops->fail};
+        msr_held_io_t io = {ops->ctx,      ops->set_data, ops->get_data,
+                            ops->deadline, ops->fail,     ops->peer};
         msr_held_calls_init(&c->own, &io);
         c->held = &c->own;
     }
@@ -1116,6 +1161,11 @@ void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t metho
     default:
         msr_held_fail(c->held, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
     }
+}
+
+msr_held_calls_t *msr_store_core_held(msr_store_core_t *c)
+{
+    return c->held;
 }
 
 size_t msr_store_core_keys(const msr_store_core_t *c)

@@ -61,6 +61,10 @@ typedef struct msr_store_ops {
     /* one slot per call for the core's held call (held.h) */
     void (*set_data)(void *ctx, void *call, void *data);
     void *(*get_data)(void *ctx, void *call);
+    /* Optional: the call's peer as the transport names it, for the table
+     * of held calls the core makes of its own (held.h: the client a held
+     * call is charged to; NULL: every call is one client's). */
+    const char *(*peer)(void *ctx, void *call);
     /* Optional: the user's table of held calls (held.h), to hold the
      * core's calls beside the user's own, under one heap of deadlines; the
      * core registers the store's kinds in it, and fails calls and reaches
@@ -124,6 +128,15 @@ uint64_t msr_store_core_next_deadline(const msr_store_core_t *core);
 /* Fails every store call the core holds with ABORTED and message why, and
  * empties the store (a new generation starts from nothing). */
 void msr_store_core_reset(msr_store_core_t *core, const char *why);
+
+/* The table the core holds its calls in (its own, or ops.held): its
+ * bounds are set (msr_held_calls_limit) and its use read
+ * (msr_held_usage) through it. Every held store call is charged to the
+ * budget of held.h with the bytes it keeps: a get or barrier its name, a
+ * fetch its indices twice (its request and the core's copy), an
+ * allgather its contributions twice (its request and the store's copy,
+ * which the store's own limits count as well). */
+struct msr_held_calls *msr_store_core_held(msr_store_core_t *core);
 
 /* The number of keys stored. */
 size_t msr_store_core_keys(const msr_store_core_t *core);

@@ -74,7 +74,7 @@ static void setup(msr_held_calls_t *hc, tctx_t *t)
 {
     memset(t, 0, sizeof *t);
     t->hc = hc;
-    msr_held_io_t io = {t, t_set_data, t_get_data, t_deadline, t_fail};
+    msr_held_io_t io = {t, t_set_data, t_get_data, t_deadline, t_fail, NULL};
     msr_held_calls_init(hc, &io);
     msr_held_handler_t h = {t, t_expired, t_cancelled};
     msr_held_calls_handle(hc, MSR_HELD_GET, &h);
@@ -102,9 +102,10 @@ static void test_tick_in_deadline_order(void)
     call_init(&n);
     msr_list_t list;
     msr_list_init(&list);
-    msr_held_t *ha = msr_held_wait(&hc, sizeof(msr_held_t), MSR_HELD_GET, &a, NULL, &list, 2000);
-    msr_held_t *hb = msr_held_wait(&hc, sizeof(msr_held_t), MSR_HELD_HEARTBEAT, &b, &t, NULL, 1000);
-    msr_held_t *hn = msr_held_wait(&hc, sizeof(msr_held_t), MSR_HELD_GET, &n, NULL, &list, -1);
+    msr_held_t *ha = msr_held_wait(&hc, sizeof(msr_held_t), 0, MSR_HELD_GET, &a, NULL, &list, 2000);
+    msr_held_t *hb =
+        msr_held_wait(&hc, sizeof(msr_held_t), 0, MSR_HELD_HEARTBEAT, &b, &t, NULL, 1000);
+    msr_held_t *hn = msr_held_wait(&hc, sizeof(msr_held_t), 0, MSR_HELD_GET, &n, NULL, &list, -1);
     MSR_CHECK(ha && hb && hn);
     MSR_CHECK(a.data == ha && b.data == hb && n.data == hn);
     MSR_CHECK(msr_held_of(&hc, &a) == ha);
@@ -139,11 +140,11 @@ static void test_deadlines(void)
     call_init(&a);
     call_init(&h);
     a.deadline = msr_now_ns() + 1000000ull; /* 1 ms, before the 60 s wait */
-    msr_held_t *ha = msr_held_wait(&hc, sizeof(msr_held_t), MSR_HELD_GET, &a, NULL, NULL, 60000);
+    msr_held_t *ha = msr_held_wait(&hc, sizeof(msr_held_t), 0, MSR_HELD_GET, &a, NULL, NULL, 60000);
     MSR_CHECK(ha != NULL);
     MSR_CHECK_EQ(msr_held_next_deadline(&hc), a.deadline);
     h.deadline = msr_now_ns(); /* ignored: an answer waits for a save */
-    msr_held_t *hh = msr_held_new(&hc, sizeof(msr_held_t) + 32, MSR_HELD_ANSWER, &h, NULL, NULL);
+    msr_held_t *hh = msr_held_new(&hc, sizeof(msr_held_t) + 32, 0, MSR_HELD_ANSWER, &h, NULL, NULL);
     MSR_CHECK(hh != NULL && h.data == hh && !msr_timer_armed(&hh->timer));
     msr_held_tick(&hc, a.deadline);
     MSR_CHECK_EQ(t.n, 1);
