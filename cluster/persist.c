@@ -877,9 +877,9 @@ static msr_status_t log_bad(const msr_coord_t *c, const state_log_t *lg, uint64_
     size_t after = records_after(lg, off, &first);
     if (after > 0 && !c->config.state_repair) {
         MSR_ERROR("the state file %s is corrupt: the record at byte %" PRIu64 " is %s, and %zu "
-                  "whole records follow it (from byte %" PRIu64 ", %" PRIu64 " bytes in all "
-                  "after it): acknowledged writes would be lost. The file is left as it is; "
-                  "--state_repair cuts it at byte %" PRIu64 ", dropping them",
+                  "whole records follow it (the first at byte %" PRIu64 "; %" PRIu64 " bytes "
+                  "from it to the end): acknowledged writes would be lost. The file is left as "
+                  "it is; --state_repair cuts it at byte %" PRIu64 ", dropping them",
                   lg->path, off, why, after, first, lg->len - off, off);
         return MSR_ERR_CORRUPT;
     }
