@@ -978,7 +978,9 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         goto done;
     }
     if (!frame_at(&lg, MAGIC_LEN, &seq, &payload, &plen) || seq != 0) {
-        msr_err_set("its snapshot is torn or fails its CRC");
+        msr_err_set("its snapshot (the record at byte %d) is torn, fails its CRC or is out of "
+                    "sequence",
+                    MAGIC_LEN);
         st = MSR_ERR_CORRUPT;
         goto bad;
     }

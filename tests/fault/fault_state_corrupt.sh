@@ -100,13 +100,28 @@ for how in torn flip-payload; do
     [ "$got" = "$want" ] || fail "$how last record: $got, want $want"
 done
 
-# 4. the snapshot itself damaged: refused, even with --state_repair
+# 4. a file of the format before ("MSRSTAT2", no sequence numbers) is read
+# whole, a bad last record is cut, a bad record before the last is refused
+cp "$TMP/orig" "$TMP/v2"
+$EDIT downgrade "$TMP/v2"
+cp "$TMP/v2" "$TMP/state"
+[ "$(count "$TMP/state" --job_id corrupt)" = "keys 100 counter 30" ] || fail "the older format"
+cp "$TMP/v2" "$TMP/state"
+$EDIT damage "$TMP/state" flip-payload $((n - 1))
+got=$(count "$TMP/state" --job_id corrupt)
+[ "$got" = "$($EDIT expect "$TMP/orig" $((n - 1)))" ] || fail "older format, bad last record: $got"
+cp "$TMP/v2" "$TMP/state"
+$EDIT damage "$TMP/state" flip-crc "$add_rec"
+refused "$TMP/state" "older format, flip in record $add_rec" --job_id corrupt
+expect_in "is corrupt: the record at byte" "$TMP/err" "older format, flip in record $add_rec"
+
+# 5. the snapshot itself damaged: refused, even with --state_repair
 cp "$TMP/orig" "$TMP/state"
 $EDIT damage "$TMP/state" flip-payload 0
 refused "$TMP/state" "a damaged snapshot" --job_id corrupt
 refused "$TMP/state" "a damaged snapshot with --state_repair" --job_id corrupt --state_repair
 
-# 5. another job's file is refused; without --job_id the file's job is resumed
+# 6. another job's file is refused; without --job_id the file's job is resumed
 cp "$TMP/orig" "$TMP/state"
 refused "$TMP/state" "another job's file" --job_id other
 expect_in "holds job corrupt, not job other" "$TMP/err" "another job's file"

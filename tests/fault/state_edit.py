@@ -12,10 +12,13 @@
       cut: 7 bytes removed from inside its payload, the rest of the file kept;
       swap: records I and I+1 exchanged;
       torn: the file cut 3 bytes before the end of record I (the last).
+  state_edit.py downgrade FILE        rewrites FILE in the older format ("MSRSTAT2":
+                                      u32 length, u32 CRC-32 of the payload)
 """
 import re
 import struct
 import sys
+import zlib
 
 MAGIC3, MAGIC2 = b"MSRSTAT3", b"MSRSTAT2"
 
@@ -73,6 +76,14 @@ def damage(data, how, i):
     return data
 
 
+def downgrade(data):
+    out = bytearray(MAGIC2)
+    for off, hlen, plen in frames(data):
+        payload = bytes(data[off + hlen : off + hlen + plen])
+        out += struct.pack("<II", plen, zlib.crc32(payload)) + payload
+    return out
+
+
 def main():
     cmd, path = sys.argv[1], sys.argv[2]
     data = bytearray(open(path, "rb").read())
@@ -81,8 +92,8 @@ def main():
             print(i, off, hlen + plen, kind(i, data[off + hlen : off + hlen + plen]))
     elif cmd == "expect":
         print(expect(data, int(sys.argv[3])))
-    elif cmd == "damage":
-        data = damage(data, sys.argv[3], int(sys.argv[4]))
+    elif cmd in ("damage", "downgrade"):
+        data = damage(data, sys.argv[3], int(sys.argv[4])) if cmd == "damage" else downgrade(data)
         with open(path, "wb") as f:
             f.write(data)
     else:
