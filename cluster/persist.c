@@ -866,24 +866,32 @@ static size_t records_after(const state_log_t *lg, uint64_t off, uint64_t *first
     return n;
 }
 
-/* The record at off is bad (why: what is wrong with it). With nothing whole
- * after it, it is a save cut short by a crash: cut off, and MSR_OK. With
- * records after it, it is corruption: MSR_ERR_CORRUPT, the file left as it
- * is (logged here), unless state_repair asks to cut it there and go on. */
+/* The record at off is bad (why: what is wrong with it; whole: its frame
+ * and CRCs are intact). Torn and with nothing whole after it, it is a save
+ * cut short by a crash: cut off, and MSR_OK. Whole (no crash leaves that),
+ * or with records after it, it is corruption: MSR_ERR_CORRUPT, the file left
+ * as it is (logged here), unless state_repair asks to cut it there. */
 static msr_status_t log_bad(const msr_coord_t *c, const state_log_t *lg, uint64_t off,
-                            const char *why)
+                            const char *why, int whole)
 {
     uint64_t first;
     size_t after = records_after(lg, off, &first);
-    if (after > 0 && !c->config.state_repair) {
-        MSR_ERROR("the state file %s is corrupt: the record at byte %" PRIu64 " is %s, and %zu "
-                  "whole records follow it (the first at byte %" PRIu64 "; %" PRIu64 " bytes "
-                  "from it to the end): acknowledged writes would be lost. The file is left as "
-                  "it is; --state_repair cuts it at byte %" PRIu64 ", dropping them",
-                  lg->path, off, why, after, first, lg->len - off, off);
+    char follow[200];
+    if (after > 0)
+        snprintf(follow, sizeof follow,
+                 "and %zu whole records follow it (the first at byte %" PRIu64 "; %" PRIu64
+                 " bytes from it to the end)",
+                 after, first, lg->len - off);
+    else
+        snprintf(follow, sizeof follow, "though whole (a crash leaves no whole record bad)");
+    if ((whole || after > 0) && !c->config.state_repair) {
+        MSR_ERROR("the state file %s is corrupt: the record at byte %" PRIu64 " is %s, %s: "
+                  "acknowledged writes would be lost. The file is left as it is; "
+                  "--state_repair cuts it at byte %" PRIu64 ", dropping them",
+                  lg->path, off, why, follow, off);
         return MSR_ERR_CORRUPT;
     }
-    if (after > 0)
+    if (whole || after > 0)
         MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; --state_repair: cutting "
                  "the file there, dropping %zu records (that one and %zu whole ones after it, "
                  "%" PRIu64 " bytes)",
@@ -915,7 +923,8 @@ static msr_status_t log_replay(msr_coord_t *c, const state_log_t *lg, uint64_t o
     for (uint32_t want = 1; off < lg->len; want++) {
         Msr__PersistedChange *ch = NULL;
         const char *why = "torn or fails its CRC";
-        if (frame_at(lg, off, &seq, &payload, &plen)) {
+        int whole = frame_at(lg, off, &seq, &payload, &plen);
+        if (whole) {
             why = "out of sequence (a record swapped, dropped or repeated)";
             if (!lg->v3 || seq == want) {
                 why = "not a valid change";
@@ -927,7 +936,7 @@ static msr_status_t log_replay(msr_coord_t *c, const state_log_t *lg, uint64_t o
         if (st == MSR_ERR_NO_MEMORY)
             return st;
         if (st != MSR_OK)
-            return log_bad(c, lg, off, why);
+            return log_bad(c, lg, off, why, whole);
         off += hlen + plen;
         (*nchanges_p)++;
     }

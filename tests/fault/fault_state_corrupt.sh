@@ -8,7 +8,8 @@
 # leave the file byte for byte as it was; with --state_repair it must start,
 # say how many records it dropped, and hold every write before the bad
 # record. A torn last record still loads everything before it; a bad
-# record with one whole record after it is refused. A file of another job
+# record with one whole record after it is refused, and so is a whole last
+# record out of sequence. A file of another job
 # is refused, naming both ids; without --job_id the file's job is resumed.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
 CLIENT=$BUILD/tests/state_client
@@ -99,6 +100,16 @@ for how in torn flip-payload; do
     expect_in "cutting off its last" "$TMP/err" "$how last record"
     [ "$got" = "$want" ] || fail "$how last record: $got, want $want"
 done
+
+# ... but a WHOLE last record that is bad (no crash leaves one) is corruption
+cp "$TMP/orig" "$TMP/state"
+$EDIT damage "$TMP/state" reseq $((n - 1))
+off=$(awk -v i=$((n - 1)) '$1 == i { print $2 }' "$TMP/records")
+refused "$TMP/state" "a whole last record out of sequence" --job_id corrupt
+expect_in "the record at byte $off is out of sequence" "$TMP/err" "a whole last record"
+got=$(count "$TMP/state" --job_id corrupt --state_repair)
+expect_in "dropping 1 records" "$TMP/err" "--state_repair of a whole last record"
+[ "$got" = "$($EDIT expect "$TMP/orig" $((n - 1)))" ] || fail "whole last record repaired: $got"
 
 # 4. a file of the format before ("MSRSTAT2", no sequence numbers) is read
 # whole, a bad last record is cut, a bad record before the last is refused

@@ -11,7 +11,9 @@
         format; in the older one they fall on the payload CRC and payload);
       cut: 7 bytes removed from inside its payload, the rest of the file kept;
       swap: records I and I+1 exchanged;
-      torn: the file cut 3 bytes before the end of record I (the last).
+      torn: the file cut 3 bytes before the end of record I (the last);
+      reseq: its sequence number moved on by 5, its header CRC made to match
+        (a whole record out of sequence; the current format only).
   state_edit.py downgrade FILE        rewrites FILE in the older format ("MSRSTAT2":
                                       u32 length, u32 CRC-32 of the payload)
 """
@@ -71,6 +73,10 @@ def damage(data, how, i):
         data[off : noff + nhlen + nplen] = data[noff : noff + nhlen + nplen] + data[off:end]
     elif how == "torn":
         del data[end - 3 :]
+    elif how == "reseq" and hlen == 16:
+        (seq,) = struct.unpack_from("<I", data, off + 4)
+        struct.pack_into("<I", data, off + 4, seq + 5)
+        struct.pack_into("<I", data, off + 12, zlib.crc32(bytes(data[off : off + 12])))
     else:
         sys.exit("unknown damage " + how)
     return data
