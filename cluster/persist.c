@@ -893,9 +893,9 @@ static msr_status_t log_bad(const msr_coord_t *c, const state_log_t *lg, uint64_
     }
     if (whole || after > 0)
         MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; --state_repair: cutting "
-                 "the file there, dropping %zu records (that one and %zu whole ones after it, "
+                 "the file there, dropping %zu record%s (that one and %zu whole ones after it, "
                  "%" PRIu64 " bytes)",
-                 lg->path, off, why, after + 1, after, lg->len - off);
+                 lg->path, off, why, after + 1, after ? "s" : "", after, lg->len - off);
     else
         /* Everything before it was saved whole, nothing after it was
          * answered. */

@@ -113,9 +113,10 @@ static const msr_opt_t coord_opts[] = {
      .help = "a save waits for the disk (fdatasync: answered writes survive a crash of this "
              "host) or only for the kernel (they survive any end of the coordinator)."},
     {.name = "state_repair", .kind = MSR_OPT_BOOL, .dest = C(state_repair), .def = "false",
-     .help = "a --state_file with a bad record that whole records follow is corrupt (not a save "
-             "cut short by a crash) and is refused, left as it is; with this, cut it at that "
-             "record (saying how many records are dropped) and resume from what precedes."},
+     .help = "a state log (--state_file or etcd) with a bad record that is not a save cut "
+             "short by a crash (whole records follow it) is refused and left as it is; with "
+             "this, cut it at that record (saying how many records are dropped) and resume "
+             "from what precedes."},
     {.name = "ready_fd", .kind = MSR_OPT_INT, .min = 0, .max = 1 << 20, .dest = C(ready_fd),
      .metavar = "FD",
      .help = "write 'port N' (or 'error ...') to FD once listening. msrun starts its embedded "

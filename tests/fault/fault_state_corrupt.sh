@@ -108,7 +108,7 @@ off=$(awk -v i=$((n - 1)) '$1 == i { print $2 }' "$TMP/records")
 refused "$TMP/state" "a whole last record out of sequence" --job_id corrupt
 expect_in "the record at byte $off is out of sequence" "$TMP/err" "a whole last record"
 got=$(count "$TMP/state" --job_id corrupt --state_repair)
-expect_in "dropping 1 records" "$TMP/err" "--state_repair of a whole last record"
+expect_in "dropping 1 record (" "$TMP/err" "--state_repair of a whole last record"
 [ "$got" = "$($EDIT expect "$TMP/orig" $((n - 1)))" ] || fail "whole last record repaired: $got"
 
 # 4. a file of the format before ("MSRSTAT2", no sequence numbers) is read
