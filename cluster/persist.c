@@ -5,11 +5,12 @@
  * state_sync_process says the kernel is far enough); once the log has grown
  * past a few times the snapshot, the snapshot is rewritten atomically
  * (temporary file, fsync, rename, fsync of the directory). A coordinator
- * restarted on the same file reads the snapshot and replays the log. A bad
- * record (torn, failing a CRC, out of sequence, not parsing) with nothing
- * valid after it is a save cut short by a crash, and is cut off; one with a
- * valid record anywhere after it is corruption: the file is refused and
- * left untouched, unless state_repair says to cut it there. Waits in
+ * restarted on the same file reads the snapshot and replays the log. A
+ * record torn or failing a CRC with nothing whole after it is a save cut
+ * short by a crash, and is cut off; any other bad record (out of sequence,
+ * not parsing, or with a whole record anywhere after it) is corruption: the
+ * file is refused and left untouched, unless state_repair says to cut it
+ * there. Waits in
  * progress (barriers, allgathers, long polls) are not kept: their clients
  * retry.
  *
