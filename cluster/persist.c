@@ -10,9 +10,8 @@
  * short by a crash, and is cut off; any other bad record (out of sequence,
  * not parsing, or with a whole record anywhere after it) is corruption: the
  * file is refused and left untouched, unless state_repair says to cut it
- * there. Waits in
- * progress (barriers, allgathers, long polls) are not kept: their clients
- * retry.
+ * there. Waits in progress (barriers, allgathers, long polls) are not
+ * kept: their clients retry.
  *
  * Layout (integers little-endian):
  *   "MSRSTAT3"                        8 bytes
