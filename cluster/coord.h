@@ -62,6 +62,11 @@ typedef struct msr_coord_config {
      * that does not outlive the node's boot anyway (the embedded
      * coordinator's, removed when its msrun ends). */
     int state_sync_process;
+    /* A state file whose log has a bad record with valid records after it
+     * (corruption, not a save cut short by a crash) is refused and left as
+     * it is; 1: it is cut at the bad record instead (the records from it on
+     * are dropped, and said so), and the job resumes from what precedes. */
+    int state_repair;
     /* Instead of the state file: the same records in etcd (persist_etcd.c),
      * the snapshot at <etcd_prefix>/state and the changes under
      * <etcd_prefix>/log/. With etcd_lease, a write is applied only while

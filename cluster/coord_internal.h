@@ -181,6 +181,7 @@ struct msr_coord {
     int log_fd;             /* open for appending, or -1 before the first save */
     uint64_t log_end;       /* bytes of whole records in the file */
     uint64_t snapshot_len;  /* bytes of its snapshot */
+    uint32_t log_seq;       /* the next record's sequence number (the snapshot's is 0) */
     int need_snapshot;      /* write a whole snapshot at the next save */
     int save_failures;      /* saves failed in a row (logged at the first) */
     int closing;            /* being destroyed: answers go out at once */

@@ -1,19 +1,30 @@
 /* The coordinator's state file: a snapshot of the job (members, generation,
  * restart count, failure and failure history, store, recent writes' answers) followed by a log
- * of changes, each a framed record with its length and CRC. A save appends
+ * of changes, each a framed record with its length, sequence number and CRCs. A save appends
  * what changed since the last one and fdatasyncs it (unless the config's
  * state_sync_process says the kernel is far enough); once the log has grown
  * past a few times the snapshot, the snapshot is rewritten atomically
  * (temporary file, fsync, rename, fsync of the directory). A coordinator
- * restarted on the same file reads the snapshot and replays the log up to
- * its first torn or corrupt record, which it cuts off. Waits in progress
- * (barriers, allgathers, long polls) are not kept: their clients retry.
+ * restarted on the same file reads the snapshot and replays the log. A
+ * record torn or failing a CRC with nothing whole after it is a save cut
+ * short by a crash, and is cut off; any other bad record (out of sequence,
+ * not parsing, or with a whole record anywhere after it) is corruption: the
+ * file is refused and left untouched, unless state_repair says to cut it
+ * there. Waits in progress (barriers, allgathers, long polls) are not
+ * kept: their clients retry.
  *
  * Layout (integers little-endian):
- *   "MSRSTAT2"                        8 bytes
- *   record: u32 length, u32 CRC-32 of the payload, payload
+ *   "MSRSTAT3"                        8 bytes
+ *   record: u32 length, u32 sequence number (the snapshot 0, then 1, 2, ...),
+ *           u32 CRC-32 of the payload, u32 CRC-32 of the 12 bytes before,
+ *           payload
  *   the first record's payload is a PersistedState, the others'
- *   PersistedChange (rendezvous/msrun.proto). */
+ *   PersistedChange (rendezvous/msrun.proto). The header's own CRC lets a
+ *   reader find whole records after a bad one in one pass; the sequence
+ *   number tells records swapped, dropped or repeated.
+ * Files of the format before ("MSRSTAT2", records of u32 length and u32
+ * CRC-32 of the payload) are read, and rewritten at the first save; etcd's
+ * values (persist_etcd.c) are records of that older frame. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,9 +44,11 @@
 #include "base/util.h"
 #include "cluster/coord_internal.h"
 
-#define MAGIC      "MSRSTAT2"
+#define MAGIC      "MSRSTAT3"
+#define MAGIC_V2   "MSRSTAT2"
 #define MAGIC_LEN  8
-#define FRAME_LEN  8
+#define FRAME_LEN  8          /* "MSRSTAT2" files and etcd values: length, CRC */
+#define FRAME3_LEN 16         /* length, sequence number, payload CRC, header CRC */
 #define RECORD_MAX (1u << 30) /* a longer record is corrupt */
 #define FILE_MAX   (1ull << 32)
 #define NODES_MAX  (1u << 20) /* members ever seen: joins are bounded by the job */
@@ -88,21 +101,29 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Packs msg as one framed record after prefix bytes of room; *len_p gets
- * the whole length. NULL when out of memory. */
-static uint8_t *frame(const ProtobufCMessage *msg, size_t prefix, size_t *len_p)
+/* Packs msg as one framed record after prefix bytes of room: the state
+ * file's frame with sequence number seq, or for seq < 0 the older one (etcd's
+ * values); *len_p gets the whole length. NULL when out of memory. */
+static uint8_t *frame(const ProtobufCMessage *msg, size_t prefix, int64_t seq, size_t *len_p)
 {
     size_t plen = protobuf_c_message_get_packed_size(msg);
+    size_t hlen = seq < 0 ? FRAME_LEN : FRAME3_LEN;
     if (plen > RECORD_MAX)
         return NULL;
-    uint8_t *buf = msr_malloc(prefix + FRAME_LEN + plen);
+    uint8_t *buf = msr_malloc(prefix + hlen + plen);
     if (buf == NULL)
         return NULL;
-    uint8_t *payload = buf + prefix + FRAME_LEN;
+    uint8_t *h = buf + prefix, *payload = h + hlen;
     protobuf_c_message_pack(msg, payload);
-    put_u32(buf + prefix, (uint32_t)plen);
-    put_u32(buf + prefix + 4, msr_crc32(0, payload, plen));
-    *len_p = prefix + FRAME_LEN + plen;
+    put_u32(h, (uint32_t)plen);
+    if (seq < 0) {
+        put_u32(h + 4, msr_crc32(0, payload, plen));
+    } else {
+        put_u32(h + 4, (uint32_t)seq);
+        put_u32(h + 8, msr_crc32(0, payload, plen));
+        put_u32(h + 12, msr_crc32(0, h, 12));
+    }
+    *len_p = prefix + hlen + plen;
     return buf;
 }
 
@@ -303,10 +324,9 @@ static void sync_dir(const char *path)
     msr_free(copy);
 }
 
-/* Writes the whole state as a new file and renames it over the old one;
- * changes are then appended to the new file. */
-/* The whole state as one framed record after prefix bytes of room. */
-static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, size_t *len_p)
+/* The whole state as one framed record after prefix bytes of room (the
+ * frame as for frame()). */
+static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, int64_t seq, size_t *len_p)
 {
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
     job_msg_t j;
@@ -327,7 +347,7 @@ static uint8_t *snapshot_record(msr_coord_t *c, size_t prefix, size_t *len_p)
     ps.store = kc.ptrs;
     ps.n_requests = rc.n;
     ps.requests = rc.ptrs;
-    buf = frame(&ps.base, prefix, len_p);
+    buf = frame(&ps.base, prefix, seq, len_p);
 out:
     msr_free(kc.keys);
     msr_free(kc.ptrs);
@@ -340,9 +360,11 @@ out_job:
 
 uint8_t *msr_coord_persist_snapshot_record(msr_coord_t *c, size_t *len_p)
 {
-    return snapshot_record(c, 0, len_p);
+    return snapshot_record(c, 0, -1, len_p);
 }
 
+/* Writes the whole state as a new file and renames it over the old one;
+ * changes are then appended to the new file. */
 static msr_status_t write_snapshot(msr_coord_t *c)
 {
     const char *path = state_path(c);
@@ -350,7 +372,7 @@ static msr_status_t write_snapshot(msr_coord_t *c)
     size_t len = 0;
     msr_err_set("the coordinator could not save its state file: out of memory");
     msr_status_t st = MSR_ERR_NO_MEMORY;
-    uint8_t *buf = snapshot_record(c, MAGIC_LEN, &len);
+    uint8_t *buf = snapshot_record(c, MAGIC_LEN, 0, &len);
     size_t plen = strlen(path) + 8;
     tmp = msr_malloc(plen);
     if (buf == NULL || tmp == NULL)
@@ -386,6 +408,7 @@ static msr_status_t write_snapshot(msr_coord_t *c)
     c->log_fd = fd; /* now the state file itself */
     c->log_end = len;
     c->snapshot_len = len;
+    c->log_seq = 1;
     st = MSR_OK;
     goto out;
 
@@ -398,8 +421,9 @@ out:
     return st;
 }
 
-/* Packs what changed since the last save as one framed record. */
-uint8_t *msr_coord_persist_change_record(msr_coord_t *c, size_t *len_p)
+/* Packs what changed since the last save as one framed record (the frame
+ * as for frame()). */
+static uint8_t *change_record(msr_coord_t *c, int64_t seq, size_t *len_p)
 {
     Msr__PersistedChange ch = MSR__PERSISTED_CHANGE__INIT;
     Msr__PersistedState ps = MSR__PERSISTED_STATE__INIT;
@@ -432,7 +456,7 @@ uint8_t *msr_coord_persist_change_record(msr_coord_t *c, size_t *len_p)
     ch.deleted = kc.deleted;
     ch.n_requests = rc.n;
     ch.requests = rc.ptrs;
-    buf = frame(&ch.base, 0, len_p);
+    buf = frame(&ch.base, 0, seq, len_p);
 out:
     if (have_job)
         job_free(&j);
@@ -442,6 +466,11 @@ out:
     msr_free(kc.ptrs);
     msr_free(kc.deleted);
     return buf;
+}
+
+uint8_t *msr_coord_persist_change_record(msr_coord_t *c, size_t *len_p)
+{
+    return change_record(c, -1, len_p);
 }
 
 void msr_coord_persist_saved(msr_coord_t *c)
@@ -473,7 +502,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c)
         st = write_snapshot(c);
     } else {
         size_t len = 0;
-        uint8_t *rec = msr_coord_persist_change_record(c, &len);
+        uint8_t *rec = change_record(c, c->log_seq, &len);
         if (rec == NULL) {
             st = msr_err(MSR_ERR_NO_MEMORY,
                          "the coordinator could not save its state file: out of memory");
@@ -488,6 +517,7 @@ msr_status_t msr_coord_persist_save(msr_coord_t *c)
             } else {
                 st = MSR_OK;
                 c->log_end += len;
+                c->log_seq++;
             }
             if (st != MSR_OK && ftruncate(c->log_fd, (off_t)c->log_end) != 0)
                 MSR_DEBUG("cannot cut %s back to %" PRIu64 " bytes: %s", state_path(c), c->log_end,
@@ -652,9 +682,25 @@ static msr_status_t requests_apply(msr_coord_t *c, Msr__PersistedRequest **reqs,
     return MSR_OK;
 }
 
-/* On failure msr_err_msg() says what is wrong (or nothing, for memory). */
+/* Whether a job record is of the job this coordinator was started for:
+ * with --job_id, a record naming another job is not (without it, or in a
+ * record saved before any job id was known, the file's id is taken). */
+static int job_id_ok(const msr_coord_t *c, const Msr__PersistedState *ps)
+{
+    const char *mine = c->config.job_id ? c->config.job_id : "";
+    const char *file = ps->job_id ? ps->job_id : "";
+    if (mine[0] == '\0' || file[0] == '\0' || strcmp(mine, file) == 0)
+        return 1;
+    msr_err_set("it holds job %s, not job %s (--job_id)", file, mine);
+    return 0;
+}
+
+/* On failure msr_err_msg() says what is wrong (or nothing, for memory):
+ * MSR_ERR_CONFLICT for another job's state. */
 static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps)
 {
+    if (!job_id_ok(c, ps))
+        return MSR_ERR_CONFLICT;
     if (!job_valid(ps))
         return MSR_ERR_CORRUPT;
     msr_status_t st = job_apply(c, ps);
@@ -670,7 +716,7 @@ static msr_status_t snapshot_apply(msr_coord_t *c, const Msr__PersistedState *ps
 /* Checks a whole change before applying any of it. */
 static msr_status_t change_apply(msr_coord_t *c, const Msr__PersistedChange *ch)
 {
-    if (ch->job && !job_valid(ch->job))
+    if (ch->job && (!job_id_ok(c, ch->job) || !job_valid(ch->job)))
         return MSR_ERR_CORRUPT;
     for (size_t i = 0; i < ch->n_set; i++)
         if (!msr_rpc_key_valid(ch->set[i]->key))
@@ -765,38 +811,133 @@ static msr_status_t file_read(int fd, const char *path, uint8_t **buf_p, uint64_
     return MSR_OK;
 }
 
-/* Replays the log of changes of a file of len bytes from off, up to its
- * first torn or corrupt record: a save cut short by a crash (or a damaged
- * tail), where the file is cut. *nchanges_p: the changes replayed. MSR_OK,
- * or MSR_ERR_NO_MEMORY. */
-static msr_status_t log_replay(msr_coord_t *c, const char *path, const uint8_t *buf, uint64_t len,
-                               uint64_t off, size_t *nchanges_p)
+/* A state file read whole, and its frame. */
+typedef struct state_log {
+    const char *path;
+    const uint8_t *buf;
+    uint64_t len;
+    int v3; /* "MSRSTAT3": frames carry a sequence number and a header CRC */
+} state_log_t;
+
+/* Whether a whole, self-consistent record starts at off: its frame fits,
+ * and its CRCs match (an older file's frame: a length of 0, which a save
+ * never writes, is not taken, so that a zeroed tail holds no records).
+ * *seq_p (0 in an older file), *payload_p, *plen_p: its parts. */
+static int frame_at(const state_log_t *lg, uint64_t off, uint32_t *seq_p, const uint8_t **payload_p,
+                    size_t *plen_p)
+{
+    if (!lg->v3) {
+        *seq_p = 0;
+        return record_at(lg->buf, lg->len, off, payload_p, plen_p) && *plen_p > 0;
+    }
+    const uint8_t *h = lg->buf + off;
+    if (lg->len - off < FRAME3_LEN || msr_crc32(0, h, 12) != get_u32(h + 12))
+        return 0;
+    uint32_t plen = get_u32(h);
+    if (plen > RECORD_MAX || plen > lg->len - off - FRAME3_LEN ||
+        msr_crc32(0, h + FRAME3_LEN, plen) != get_u32(h + 8))
+        return 0;
+    *seq_p = get_u32(h + 4);
+    *payload_p = h + FRAME3_LEN;
+    *plen_p = plen;
+    return 1;
+}
+
+/* The whole records anywhere after a bad one at off (their count, and the
+ * offset of the first, else lg->len): one past a bad record, the next
+ * offset where a frame holds together is taken as the next record. */
+static size_t records_after(const state_log_t *lg, uint64_t off, uint64_t *first_p)
+{
+    size_t n = 0;
+    uint32_t seq;
+    const uint8_t *payload;
+    size_t plen;
+    size_t hlen = lg->v3 ? FRAME3_LEN : FRAME_LEN;
+    *first_p = lg->len;
+    for (uint64_t o = off + 1; o < lg->len;) {
+        if (!frame_at(lg, o, &seq, &payload, &plen)) {
+            o++;
+            continue;
+        }
+        if (n++ == 0)
+            *first_p = o;
+        o += hlen + plen;
+    }
+    return n;
+}
+
+/* The record at off is bad (why: what is wrong with it; whole: its frame
+ * and CRCs are intact). Torn and with nothing whole after it, it is a save
+ * cut short by a crash: cut off, and MSR_OK. Whole (no crash leaves that),
+ * or with records after it, it is corruption: MSR_ERR_CORRUPT, the file left
+ * as it is (logged here), unless state_repair asks to cut it there. */
+static msr_status_t log_bad(const msr_coord_t *c, const state_log_t *lg, uint64_t off,
+                            const char *why, int whole)
+{
+    uint64_t first;
+    size_t after = records_after(lg, off, &first);
+    char follow[200];
+    if (after > 0)
+        snprintf(follow, sizeof follow,
+                 "and %zu whole records follow it (the first at byte %" PRIu64 "; %" PRIu64
+                 " bytes from it to the end)",
+                 after, first, lg->len - off);
+    else
+        snprintf(follow, sizeof follow, "though whole (a crash leaves no whole record bad)");
+    if ((whole || after > 0) && !c->config.state_repair) {
+        MSR_ERROR("the state file %s is corrupt: the record at byte %" PRIu64 " is %s, %s: "
+                  "acknowledged writes would be lost. The file is left as it is; "
+                  "--state_repair cuts it at byte %" PRIu64 ", dropping them",
+                  lg->path, off, why, follow, off);
+        return MSR_ERR_CORRUPT;
+    }
+    if (whole || after > 0)
+        MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; --state_repair: cutting "
+                 "the file there, dropping %zu record%s (that one and %zu whole ones after it, "
+                 "%" PRIu64 " bytes)",
+                 lg->path, off, why, after + 1, after ? "s" : "", after, lg->len - off);
+    else
+        /* Everything before it was saved whole, nothing after it was
+         * answered. */
+        MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
+                 "%" PRIu64 " bytes",
+                 lg->path, off, why, lg->len - off);
+    int wfd = open(lg->path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
+        MSR_WARN("cannot cut %s: %s (the next save rewrites it)", lg->path, strerror(errno));
+    if (wfd >= 0)
+        close(wfd);
+    return MSR_OK;
+}
+
+/* Replays the log of changes from off, up to its first bad record (see
+ * log_bad()). *nchanges_p: the changes replayed. MSR_OK, MSR_ERR_CORRUPT
+ * (logged) or MSR_ERR_NO_MEMORY. */
+static msr_status_t log_replay(msr_coord_t *c, const state_log_t *lg, uint64_t off,
+                               size_t *nchanges_p)
 {
     const uint8_t *payload;
     size_t plen;
-    while (off < len) {
+    uint32_t seq;
+    size_t hlen = lg->v3 ? FRAME3_LEN : FRAME_LEN;
+    for (uint32_t want = 1; off < lg->len; want++) {
         Msr__PersistedChange *ch = NULL;
-        if (record_at(buf, len, off, &payload, &plen))
-            ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
-        msr_err_set("torn or fails its CRC");
+        const char *why = "torn or fails its CRC";
+        int whole = frame_at(lg, off, &seq, &payload, &plen);
+        if (whole) {
+            why = "out of sequence (a record swapped, dropped or repeated)";
+            if (!lg->v3 || seq == want) {
+                why = "not a valid change";
+                ch = msr__persisted_change__unpack(&msr_rpc_pb_allocator, plen, payload);
+            }
+        }
         msr_status_t st = ch ? change_apply(c, ch) : MSR_ERR_CORRUPT;
         msr__persisted_change__free_unpacked(ch, &msr_rpc_pb_allocator);
         if (st == MSR_ERR_NO_MEMORY)
             return st;
-        if (st != MSR_OK) {
-            /* Everything before it was saved whole, nothing after it was
-             * answered. */
-            MSR_WARN("state file %s: the record at byte %" PRIu64 " is %s; cutting off its last "
-                     "%" PRIu64 " bytes",
-                     path, off, msr_err_msg(), len - off);
-            int wfd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-            if (wfd < 0 || ftruncate(wfd, (off_t)off) != 0 || fdatasync(wfd) != 0)
-                MSR_WARN("cannot cut %s: %s (the next save rewrites it)", path, strerror(errno));
-            if (wfd >= 0)
-                close(wfd);
-            break;
-        }
-        off += FRAME_LEN + plen;
+        if (st != MSR_OK)
+            return log_bad(c, lg, off, why, whole);
+        off += hlen + plen;
         (*nchanges_p)++;
     }
     return MSR_OK;
@@ -835,7 +976,9 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
         goto out;
     const uint8_t *payload;
     size_t plen;
-    if (len < MAGIC_LEN || memcmp(buf, MAGIC, MAGIC_LEN) != 0) {
+    uint32_t seq;
+    state_log_t lg = {path, buf, len, len >= MAGIC_LEN && memcmp(buf, MAGIC, MAGIC_LEN) == 0};
+    if (!lg.v3 && (len < MAGIC_LEN || memcmp(buf, MAGIC_V2, MAGIC_LEN) != 0)) {
         /* The format before the log: one PersistedState. Read it, and write
          * the new format at the first save. */
         st = snapshot_read(c, buf, (size_t)len);
@@ -843,15 +986,17 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
             goto bad;
         goto done;
     }
-    if (!record_at(buf, len, MAGIC_LEN, &payload, &plen)) {
-        msr_err_set("its snapshot is torn or fails its CRC");
+    if (!frame_at(&lg, MAGIC_LEN, &seq, &payload, &plen) || seq != 0) {
+        msr_err_set("its snapshot (the record at byte %d) is torn, fails its CRC or is out of "
+                    "sequence",
+                    MAGIC_LEN);
         st = MSR_ERR_CORRUPT;
         goto bad;
     }
     st = snapshot_read(c, payload, plen);
     if (st != MSR_OK)
         goto bad;
-    st = log_replay(c, path, buf, len, MAGIC_LEN + FRAME_LEN + plen, &nchanges);
+    st = log_replay(c, &lg, MAGIC_LEN + (lg.v3 ? FRAME3_LEN : FRAME_LEN) + plen, &nchanges);
     if (st != MSR_OK)
         goto out;
 done:
@@ -866,6 +1011,11 @@ done:
 bad:
     if (st == MSR_ERR_NO_MEMORY)
         goto out;
+    if (st == MSR_ERR_CONFLICT) {
+        MSR_ERROR("the state file %s is another job's: %s; it is left as it is", path,
+                  msr_err_msg());
+        goto out;
+    }
     MSR_ERROR("the state file %s is corrupt or of another version%s%s", path,
               msr_err_msg()[0] ? ": " : "", msr_err_msg());
     st = MSR_ERR_CORRUPT;

@@ -7,6 +7,9 @@
  * acknowledged the write (etcd acknowledges what a majority of its members
  * have on disk). Every write is guarded by the job's leader key: a
  * coordinator that lost its lease (another node took over) writes nothing.
+ * A bad change in the log (etcd writes each whole, so never a torn save) is
+ * corruption: the coordinator refuses to start unless state_repair drops it
+ * and the changes after it.
  *
  * When etcd cannot be reached, the job runs on: answers are released
  * without waiting, saves are tried again every second, and the first that
@@ -133,24 +136,59 @@ msr_status_t msr_coord_etcd_save(msr_coord_t *c)
 
 typedef struct load_ctx {
     msr_coord_t *c;
-    size_t n;
-    uint64_t next_seq;
-    msr_status_t bad;
+    size_t n;          /* changes applied */
+    uint64_t next_seq; /* the number the next change's key must have */
+    char bad_key[640]; /* the first bad change's key; "" while none */
+    char why[300];     /* what is wrong with it */
+    size_t dropped;    /* changes from the bad one on */
 } load_ctx_t;
 
+/* Applies the log's changes in order up to the first bad one (failing its
+ * CRC, not a valid change, or numbered out of sequence), and counts the
+ * changes from it on. etcd writes each value whole, so a bad change is
+ * corruption wherever it is, never a save cut short. */
 static msr_status_t apply_log(const char *key, const uint8_t *value, size_t len, void *arg)
 {
     load_ctx_t *l = arg;
+    if (l->bad_key[0]) {
+        l->dropped++;
+        return MSR_OK;
+    }
     const char *num = strrchr(key, '/');
     uint64_t seq = num ? strtoull(num + 1, NULL, 10) : 0;
-    msr_status_t st = msr_coord_persist_apply(l->c, value, len, 0);
-    if (st != MSR_OK) {
-        MSR_WARN("etcd key %s: %s; the changes from it on are dropped", key, msr_err_msg());
-        l->bad = st;
+    msr_status_t st = MSR_ERR_CORRUPT;
+    if (l->n > 0 && seq != l->next_seq)
+        msr_err_set("out of sequence (a change missing or repeated before it)");
+    else
+        st = msr_coord_persist_apply(l->c, value, len, 0);
+    if (st == MSR_ERR_NO_MEMORY)
         return st;
+    if (st != MSR_OK) {
+        snprintf(l->bad_key, sizeof l->bad_key, "%s", key);
+        snprintf(l->why, sizeof l->why, "%s", msr_err_msg());
+        l->dropped = 1;
+        return MSR_OK;
     }
     l->n++;
     l->next_seq = seq + 1;
+    return MSR_OK;
+}
+
+/* After a bad change (l->dropped of them from it on): MSR_ERR_CORRUPT,
+ * etcd left as it is, unless state_repair drops them (the first save then
+ * writes a snapshot and deletes the log). Logged here. */
+static msr_status_t log_bad(const msr_coord_t *c, const load_ctx_t *l)
+{
+    if (!c->config.state_repair) {
+        MSR_ERROR("the job's state in etcd (%s) is corrupt: the change at key %s is %s, and %zu "
+                  "changes follow it: acknowledged writes would be lost. It is left as it is; "
+                  "--state_repair drops them",
+                  c->config.etcd_prefix, l->bad_key, l->why, l->dropped - 1);
+        return MSR_ERR_CORRUPT;
+    }
+    MSR_WARN("the job's state in etcd (%s): the change at key %s is %s; --state_repair: dropping "
+             "%zu changes (that one and the %zu after it)",
+             c->config.etcd_prefix, l->bad_key, l->why, l->dropped, l->dropped - 1);
     return MSR_OK;
 }
 
@@ -179,14 +217,16 @@ msr_status_t msr_coord_etcd_load(msr_coord_t *c)
                   msr_err_msg());
         return st == MSR_ERR_NO_MEMORY ? st : MSR_ERR_CORRUPT;
     }
-    load_ctx_t l = {c, 0, 0, MSR_OK};
+    load_ctx_t l = {.c = c};
     st = msr_etcd_get_prefix(c->etcd, log, msr_deadline_in_ms(SAVE_MS), apply_log, &l);
-    if (st != MSR_OK && l.bad == MSR_OK) {
+    if (st == MSR_ERR_NO_MEMORY)
+        return st;
+    if (st != MSR_OK) {
         MSR_ERROR("cannot read the job's state log from etcd: %s", msr_err_msg());
         return st;
     }
-    if (st == MSR_ERR_NO_MEMORY)
-        return st;
+    if (l.dropped && log_bad(c, &l) != MSR_OK)
+        return MSR_ERR_CORRUPT;
     c->etcd_seq = l.next_seq;
     /* The first save writes a fresh snapshot and deletes the log. */
     c->need_snapshot = 1;

@@ -44,6 +44,7 @@ typedef struct coord_args {
     int64_t node_timeout_ms, cluster_time_out_ms, last_call_ms;
     int min_nodes, max_nodes;
     int log_level, state_sync, ready_fd;
+    int state_repair; /* cut a corrupt --state_file at its first bad record */
     char *tls_cert, *tls_key, *tls_ca;
     int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
     char *etcd_endpoints, *etcd_prefix; /* the state in etcd instead of a file */
@@ -111,6 +112,11 @@ static const msr_opt_t coord_opts[] = {
      .def = "disk", .metavar = "disk|process",
      .help = "a save waits for the disk (fdatasync: answered writes survive a crash of this "
              "host) or only for the kernel (they survive any end of the coordinator)."},
+    {.name = "state_repair", .kind = MSR_OPT_BOOL, .dest = C(state_repair), .def = "false",
+     .help = "a state log (--state_file or etcd) with a bad record that is not a save cut "
+             "short by a crash (whole records follow it) is refused and left as it is; with "
+             "this, cut it at that record (saying how many records are dropped) and resume "
+             "from what precedes."},
     {.name = "ready_fd", .kind = MSR_OPT_INT, .min = 0, .max = 1 << 20, .dest = C(ready_fd),
      .metavar = "FD",
      .help = "write 'port N' (or 'error ...') to FD once listening. msrun starts its embedded "
@@ -292,6 +298,7 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .join_timeout_ms = a->cluster_time_out_ms,
         .state_file = a->state_file,
         .state_sync_process = a->state_sync == 1,
+        .state_repair = a->state_repair,
         .etcd_endpoints = a->etcd_endpoints,
         .etcd_prefix = etcd_prefix,
         .etcd_lease = a->etcd_lease,
@@ -318,7 +325,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     msr_status_t st = msr_coord_server_create_tls(bind, &cfg, &tls, &port, &server);
     char line[400];
     /* the state could not be read back (etcd: not reached either) */
-    int resume_failed = st == MSR_ERR_CORRUPT || (a->etcd_endpoints && st == MSR_ERR_UNREACHABLE);
+    int resume_failed = st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFLICT ||
+                        (a->etcd_endpoints && st == MSR_ERR_UNREACHABLE);
     if (st != MSR_OK) {
         int n =
             st == MSR_ERR_INVALID_ARG && msr_rpc_tls_enabled(&tls)

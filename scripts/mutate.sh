@@ -1631,4 +1631,51 @@ test: ^test_parallel_plan_time$
         double bytes = (double)msr_plan_frame_bytes(m, l, prec, split_at(m, l, n, j % l->pp), j == n - 1);
 >>>
 
+
+# ---- the state file (issue 38, item 3): corruption is not a torn tail
+@ persist.corrupt_taken_for_torn
+file: cluster/persist.c
+test: ^fault_state_corrupt$
+<<<
+    if ((whole || after > 0) && !c->config.state_repair) {
+===
+    if (whole < 0 && !c->config.state_repair) {
+>>>
+
+@ persist.sequence_ignored
+file: cluster/persist.c
+test: ^fault_state_corrupt$
+<<<
+            if (!lg->v3 || seq == want) {
+===
+            if (1) {
+>>>
+
+@ persist.header_crc_unchecked
+file: cluster/persist.c
+test: ^fault_state_corrupt$
+<<<
+    if (lg->len - off < FRAME3_LEN || msr_crc32(0, h, 12) != get_u32(h + 12))
+===
+    if (lg->len - off < FRAME3_LEN)
+>>>
+
+@ persist.other_job_taken
+file: cluster/persist.c
+test: ^fault_state_corrupt$
+<<<
+    if (!job_id_ok(c, ps))
+        return MSR_ERR_CONFLICT;
+===
+>>>
+
+@ persist_etcd.gap_ignored
+file: cluster/persist_etcd.c
+test: ^fault_etcd_corrupt$
+<<<
+    if (l->n > 0 && seq != l->next_seq)
+===
+    if (0)
+>>>
+
 __END__
