@@ -399,9 +399,9 @@ static msr_status_t read_pem(const char *what, const char *path, char **out_p)
     *out_p = NULL;
     if (path == NULL || *path == '\0')
         return MSR_OK;
-    FILE *f = fopen(path, "rb");
+    FILE *f = msr_fopen_input(path, 0); /* never blocks on a FIFO */
     if (f == NULL) {
-        MSR_ERROR("cannot read the TLS %s '%s': %s", what, path, strerror(errno));
+        MSR_ERROR("cannot read the TLS %s: %s", what, msr_err_msg());
         return MSR_ERR_INVALID_ARG;
     }
     size_t cap = 1 << 20, n = 0; /* PEM files are a few kilobytes */
