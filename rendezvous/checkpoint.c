@@ -503,21 +503,16 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
     return st == MSR_OK;
 }
 
-msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+/* This rank's offer: its CKPT_OFFER newest complete steps under dir,
+ * newest first (-1 past the last), after removing its leftovers there; or
+ * CKPT_UNREADABLE first, with the reason in why, when a file of its is
+ * there but not a regular file. */
+static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER], char *why,
+                       size_t why_len)
 {
-    if (ctx == NULL || dir == NULL || step_p == NULL) {
-        msr_err_set("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    /* Each rank offers its newest complete steps; the candidates are the
-     * steps every rank offers, newest first. Every rank computes them from
-     * the same gathered lists, so all agree even when one crashed before
-     * committing a step the others committed. */
-    int64_t mine[CKPT_OFFER];
     for (int i = 0; i < CKPT_OFFER; i++)
         mine[i] = -1;
     int64_t *steps;
-    char why[MSR_ERR_TEXT_MAX] = "";
     size_t n = list_steps(dir, &steps);
     for (size_t i = 0; i < n; i++) {
         char sd[4096];
@@ -526,7 +521,7 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         int have = have_step(ctx, dir, steps[i]);
         if (have < 0) {
             /* offer nothing but the mark: every rank fails below */
-            snprintf(why, sizeof why, "%s", msr_last_error());
+            snprintf(why, why_len, "%s", msr_last_error());
             mine[0] = CKPT_UNREADABLE;
             break;
         }
@@ -543,6 +538,21 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         }
     }
     free(steps);
+}
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Each rank offers its newest complete steps; the candidates are the
+     * steps every rank offers, newest first. Every rank computes them from
+     * the same gathered lists, so all agree even when one crashed before
+     * committing a step the others committed. */
+    int64_t mine[CKPT_OFFER];
+    char why[MSR_ERR_TEXT_MAX] = "";
+    own_offers(ctx, dir, mine, why, sizeof why);
     int world = msr_world_size(ctx);
     int64_t *all = NULL;
     msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
