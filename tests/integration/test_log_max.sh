@@ -70,7 +70,23 @@ for len in $((3 * N)) 200000; do
 done
 ok "a line longer than --log_max_bytes is cut with a marker, whole or in pieces"
 
-# 5. the bounds: 0 (no limit) keeps the long line whole; 1K is the least
+# 5. a rotation that fails (a directory planted at NAME.1) is reported
+#    once, and the output goes on into the file there is: nothing is lost
+cat >"$TMP/plant.sh" <<SH
+#!/bin/sh
+mkdir -p "$TMP/logs/rotfail/worker_0.log.1/x" && exec "$TMP/lines.sh" \$(seq -s ' ' 1000 1 1019) after
+SH
+chmod +x "$TMP/plant.sh"
+run_msrun --worker_num=1 --job_id=rotfail --log_dir="$TMP/logs" --log_max_bytes=$N "$TMP/plant.sh"
+expect_code 0 "a job whose log cannot rotate"
+LOG=$TMP/logs/rotfail/worker_0.log
+expect_in "cannot move log file .*worker_0.log to worker_0.log.1" "$TMP/err" "the failed rotation"
+[ "$(grep -c "cannot move log file" "$TMP/err")" = 1 ] || fail "the failed rotation is reported once"
+[ "$(grep -c '^a*$' "$LOG")" = 20 ] && [ "$(tail -1 "$LOG")" = after ] ||
+    fail "every line is in the file: $(grep -c '^a*$' "$LOG") of 20"
+ok "a rotation that fails is reported once and loses no output"
+
+# 6. the bounds: 0 (no limit) keeps the long line whole; 1K is the least
 run_msrun --worker_num=1 --job_id=nolimit --log_dir="$TMP/logs" --log_max_bytes=0 \
     "$TMP/lines.sh" $((3 * N))
 expect_code 0 "--log_max_bytes=0"
