@@ -10,8 +10,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -134,6 +136,82 @@ msr_status_t msr_fd_set_nonblock(int fd, int on)
     if (fcntl(fd, F_SETFL, fl) < 0)
         return msr_status_from_errno(errno);
     return MSR_OK;
+}
+
+/* What a file that is not regular is, for the error text. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    return "not a file";
+}
+
+msr_status_t msr_open_input_at(int dirfd, const char *path, int flags, int *fd_p)
+{
+    int fd = openat(dirfd, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | flags);
+    struct stat sb;
+    if (fd < 0 && errno == ENXIO && /* a socket cannot be opened at all */
+        fstatat(dirfd, path, &sb, (flags & O_NOFOLLOW) ? AT_SYMLINK_NOFOLLOW : 0) == 0 &&
+        !S_ISREG(sb.st_mode)) {
+        msr_err_set("%s is not a regular file (%s)", path, file_kind(sb.st_mode));
+        errno = EINVAL;
+        return MSR_ERR_IO;
+    }
+    if (fd < 0) {
+        int err = errno;
+        msr_status_t st = msr_status_from_errno(err);
+        msr_err_set("cannot open %s: %s", path, strerror(err));
+        errno = err;
+        return st == MSR_ERR_SYSTEM ? MSR_ERR_IO : st;
+    }
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        msr_err_set("cannot stat %s: %s", path, strerror(err));
+        close(fd);
+        errno = err;
+        return MSR_ERR_IO;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        msr_err_set("%s is not a regular file (%s)", path, file_kind(sb.st_mode));
+        close(fd);
+        errno = EINVAL;
+        return MSR_ERR_IO;
+    }
+    if (!(flags & O_NONBLOCK) && msr_fd_set_nonblock(fd, 0) != MSR_OK) {
+        int err = errno;
+        msr_err_set("cannot open %s: %s", path, strerror(err));
+        close(fd);
+        errno = err;
+        return MSR_ERR_IO;
+    }
+    *fd_p = fd;
+    return MSR_OK;
+}
+
+msr_status_t msr_open_input(const char *path, int flags, int *fd_p)
+{
+    return msr_open_input_at(AT_FDCWD, path, flags, fd_p);
+}
+
+FILE *msr_fopen_input(const char *path, int flags)
+{
+    int fd;
+    if (msr_open_input(path, flags, &fd) != MSR_OK)
+        return NULL;
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        int err = errno;
+        msr_err_set("cannot open %s: %s", path, strerror(err));
+        close(fd);
+        errno = err;
+    }
+    return f;
 }
 
 msr_status_t msr_fd_set_cloexec(int fd, int on)

@@ -3,6 +3,7 @@
 #define MSR_BASE_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -26,6 +27,21 @@ msr_status_t msr_write_all(int fd, const void *data, size_t len);
 /* Reads exactly len bytes; MSR_ERR_IO at end of file before that. */
 msr_status_t msr_read_full(int fd, void *data, size_t len);
 msr_status_t msr_fd_set_nonblock(int fd, int on);
+/* Opens path (relative to dirfd, or AT_FDCWD) for reading a file whose name
+ * a user or another process controls, without blocking: O_RDONLY,
+ * O_NONBLOCK and O_CLOEXEC plus the caller's flags (O_NOFOLLOW, ...); then
+ * refuses anything but a regular file (a FIFO, a device, a directory, a
+ * socket), whose open or read could block forever, and clears O_NONBLOCK.
+ * On success *fd_p is the caller's to close. On failure sets the error text
+ * ("<path> is not a regular file (a FIFO)", or "cannot open <path>: ...")
+ * and errno (EINVAL for a file that is not regular, open's own otherwise),
+ * and returns MSR_ERR_IO for a file that is not regular, the status of
+ * open's errno otherwise. Thread-safe. */
+msr_status_t msr_open_input_at(int dirfd, const char *path, int flags, int *fd_p);
+msr_status_t msr_open_input(const char *path, int flags, int *fd_p);
+/* The stdio counterpart: msr_open_input with fdopen(fd, "r"). NULL on
+ * failure, with the error text and errno as msr_open_input sets them. */
+FILE *msr_fopen_input(const char *path, int flags);
 msr_status_t msr_fd_set_cloexec(int fd, int on);
 
 /* The name of a signal ("SIGKILL"), or "signal N" written into buf. */

@@ -293,6 +293,13 @@ static int join_admitted(msr_coord_t *c, void *call, const Msr__JoinRequest *req
                       c->state == MSR_JOB_DONE ? "finished" : "failed");
         return 0;
     }
+    if (req->node_rank < -1) { /* -1 alone means "assign by arrival" */
+        msr_held_fail(&c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "node_rank %d is not a node rank: give 0 or more, or -1 to be assigned one "
+                      "by arrival",
+                      req->node_rank);
+        return 0;
+    }
     if (!c->configured) {
         job_configure(c, req);
         if (msr_coord_settings_valid(c) != MSR_OK) {

@@ -961,12 +961,14 @@ msr_status_t msr_coord_persist_load(msr_coord_t *c)
     const char *path = state_path(c);
     if (path == NULL)
         return MSR_ERR_NOT_FOUND;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
+    int fd;
+    msr_status_t ost = msr_open_input(path, O_NOFOLLOW, &fd); /* a FIFO would block */
+    if (ost != MSR_OK) {
+        if (ost == MSR_ERR_NOT_FOUND)
             return MSR_ERR_NOT_FOUND;
-        MSR_ERROR("cannot open the state file %s: %s", path, strerror(errno));
-        return msr_status_from_errno(errno);
+        int not_regular = errno == EINVAL;
+        MSR_ERROR("the state file: %s", msr_err_msg());
+        return not_regular ? MSR_ERR_CORRUPT : ost;
     }
     uint8_t *buf = NULL;
     uint64_t len = 0;

@@ -79,7 +79,7 @@ size_t msr_stragglers_find(const double *means, size_t n, double factor, uint8_t
     double median = msr_straggler_median(means, n);
     size_t found = 0;
     for (size_t i = 0; i < n; i++) {
-        slow[i] = factor > 1 && median > 0 && means[i] >= factor * median;
+        slow[i] = factor > 1 && median >= MSR_STRAGGLER_MIN_SECONDS && means[i] >= factor * median;
         found += slow[i];
     }
     *median_p = median;

@@ -14,9 +14,14 @@
 #include <stdint.h>
 
 /* Steps a rank's window holds; a rank is compared once it is full. */
-#define MSR_STRAGGLER_WINDOW 20
+#define MSR_STRAGGLER_WINDOW      20
 /* The default --straggler_factor. */
-#define MSR_STRAGGLER_FACTOR 1.5
+#define MSR_STRAGGLER_FACTOR      1.5
+/* The shortest median step time (seconds) against which a rank is
+ * compared: below a millisecond a step's time is mostly the clock's and the
+ * scheduler's noise, so a ratio of two such times names no slow rank (and
+ * the warning would read "61.6x slower (0.000 s a step, median 0.000 s)"). */
+#define MSR_STRAGGLER_MIN_SECONDS 0.001
 
 /* Steps whose times a rank's ring keeps. */
 #define MSR_STEP_RING 64
@@ -49,7 +54,7 @@ double msr_straggler_median(const double *means, size_t n);
 
 /* Fills slow[i] with 1 for each straggler among means (0 otherwise) and
  * returns how many there are; *median_p gets the median. factor <= 1 finds
- * none. */
+ * none, nor does a median below MSR_STRAGGLER_MIN_SECONDS. */
 size_t msr_stragglers_find(const double *means, size_t n, double factor, uint8_t *slow,
                            double *median_p);
 

@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/util.h"
 #include "model/rng.h"
 
 #define DATA_STREAM   0x64617461ULL /* the sampler's RNG stream */
@@ -21,11 +22,9 @@
 msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p)
 {
     msr_status_t st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return msr_err(msr_status_from_errno(errno), "data: cannot open %s: %s", path,
-                       strerror(errno));
-    }
+    int fd;
+    if ((st = msr_open_input(path, 0, &fd)) != MSR_OK) /* a FIFO would block */
+        return msr_err_prefix(st, "data");
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         st = msr_err(msr_status_from_errno(errno), "data: cannot stat %s: %s", path,

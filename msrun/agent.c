@@ -81,6 +81,7 @@ static void spawn_workers(agent_t *a)
         .master_port = n->master_port,
         .log_dir = a->files.log_dir_fd >= 0 ? a->files.log_run_dir : NULL,
         .log_dir_fd = a->files.log_dir_fd,
+        .log_max_bytes = o->log_max_bytes,
         .places = a->local.places,
         .output = &a->local.output,
         .pty = o->pty,

@@ -163,6 +163,12 @@ static const msr_opt_t opt_defs[] = {
      .help = "the log file's name in the run's log directory: {rank}, {local_rank}, {node_rank}, "
              "{hostname} and {ip} are replaced; a pattern without {rank} or {local_rank} gets "
              "_<rank>.log appended (MindSpore's msrun)."},
+    /* --log_max_bytes (issue 38): a runaway worker's log is bounded */
+    {.name = "log_max_bytes", .kind = MSR_OPT_SIZE, .min = 0, .max = INT64_MAX,
+     .env = "MSRUN_LOG_MAX_BYTES", .dest = D(log_max_bytes), .def = "1G", .metavar = "BYTES",
+     .help = "a worker's log file holds at most this many bytes (K, M, G suffixes; 0: no "
+             "limit, else at least 1K): past it the file moves to NAME.1 (replacing the one "
+             "before) and a new one starts; a line longer than this is cut, with a marker."},
     {.name = "pty", .kind = MSR_OPT_BOOL, .env = "MSRUN_PTY", .dest = D(pty), .def = "false",
      .metavar = "BOOL",
      .help = "give each worker a pseudo-terminal as stdout and stderr (merged into one stream, "

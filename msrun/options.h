@@ -23,6 +23,9 @@
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
 
+/* The smallest --log_max_bytes other than 0: room for a cut line's marker. */
+#define MSR_LOG_MAX_BYTES_MIN 1024
+
 /* --rdzv_backend */
 typedef enum msr_rdzv_backend {
     MSR_RDZV_STATIC = 0,
@@ -69,6 +72,9 @@ typedef struct msr_options {
     int tag_output, timestamps, pty;
     char *tee, *redirects; /* "N" or "LOCAL:N,..." (torchrun); NULL: not given */
     char *worker_log_name; /* NULL: worker_{rank}.log */
+    /* --log_max_bytes: a worker's log file rotates to NAME.1 past this many
+     * bytes (0: no limit); at least MSR_LOG_MAX_BYTES_MIN otherwise */
+    int64_t log_max_bytes;
     int log_level;
     /* the coordinator's store limits; 0: its defaults */
     int64_t store_value_max, store_keys_max, store_bytes_max;

@@ -278,6 +278,11 @@ static int check_output(const msr_options_t *o)
         return -1;
     if (check_std_spec(o, "redirects", o->redirects) != 0 || check_std_spec(o, "tee", o->tee) != 0)
         return -1;
+    if (o->log_max_bytes != 0 && o->log_max_bytes < MSR_LOG_MAX_BYTES_MIN) {
+        msr_options_error("--log_max_bytes %lld is below %d bytes (0: no limit)",
+                          (long long)o->log_max_bytes, MSR_LOG_MAX_BYTES_MIN);
+        return -1;
+    }
     char name[256];
     if (o->worker_log_name && msr_log_name_format(o->worker_log_name, 0, 0, 0, "127.0.0.1", name,
                                                   sizeof name) != MSR_OK) {

@@ -265,7 +265,9 @@ static void emit_flush(emit_t *e)
             msr_buf_cleanup(&e->to[0].buf);
             continue;
         }
-        if (e->to[i].buf.len)
+        if (e->to[i].buf.len && i == 1) /* the log file, within --log_max_bytes */
+            msr_worker_log_write(s->worker, e->to[i].buf.data, e->to[i].buf.len);
+        else if (e->to[i].buf.len)
             msr_write_all(e->to[i].sink->fd, e->to[i].buf.data, e->to[i].buf.len);
         msr_buf_cleanup(&e->to[i].buf);
     }

@@ -163,8 +163,8 @@ void msr_run_record_remove(const char *path)
 static int record_read(int dirfd, const char *name, msr_run_entry_t *e,
                        unsigned long long *proc_start_p)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
+    int fd;
+    if (msr_open_input_at(dirfd, name, O_NOFOLLOW, &fd) != MSR_OK)
         return -1;
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != getuid() ||

@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/util.h"
 
 extern char **environ;
 
@@ -146,8 +147,8 @@ static msr_status_t status_of(int err)
 static msr_status_t exec_failure(const char *path, int err)
 {
     char line[256] = "";
-    int fd = err == ENOENT ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-    if (fd >= 0) {
+    int fd = -1;
+    if (err == ENOENT && msr_open_input(path, 0, &fd) == MSR_OK) { /* never blocks on a FIFO */
         ssize_t n = read(fd, line, sizeof line - 1);
         close(fd);
         line[n > 0 ? n : 0] = '\0';

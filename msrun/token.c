@@ -54,18 +54,16 @@ msr_status_t msr_token_read_file(const char *path, char *out, size_t len)
     }
     /* O_NOFOLLOW: a link planted in the file's place is refused, and the
      * checks below look at the file that is read, not at a name. */
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        return msr_err(MSR_ERR_IO, "cannot open the token file %s: %s", path,
-                       errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    int fd;
+    if ((st = msr_open_input(path, O_NOFOLLOW, &fd)) != MSR_OK) {
+        if (errno == ELOOP)
+            return msr_err(MSR_ERR_IO, "cannot open the token file %s: it is a symbolic link",
+                           path);
+        return msr_err_prefix(errno == EINVAL ? MSR_ERR_INVALID_ARG : MSR_ERR_IO, "the token file");
     }
+    st = MSR_ERR_IO;
     if (fstat(fd, &sb) != 0) {
         msr_err_set("cannot stat the token file %s: %s", path, strerror(errno));
-        goto err_fd;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        msr_err_set("the token file %s is not a regular file", path);
-        st = MSR_ERR_INVALID_ARG;
         goto err_fd;
     }
     if (sb.st_uid != geteuid()) {

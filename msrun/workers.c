@@ -168,27 +168,113 @@ err:
     return NULL;
 }
 
+/* Opens (or creates) the log file l names: this user's only (0600), never
+ * through a symbolic link planted in its place (O_NOFOLLOW refuses it:
+ * ELOOP), appended to; l->size is its size. */
+static msr_status_t log_file_open(msr_worker_log_t *l, int *fd_p)
+{
+    struct stat sb;
+    int fd = openat(l->dir_fd, l->name,
+                    O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return msr_err(MSR_ERR_SYSTEM, "cannot open log file %s/%s: %s", l->dir, l->name,
+                       errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+        close(fd);
+        return msr_err(MSR_ERR_SYSTEM, "log file %s/%s is not a regular file of this user", l->dir,
+                       l->name);
+    }
+    msr_fd_set_nonblock(fd, 0);
+    l->size = sb.st_size;
+    l->line = 0;
+    *fd_p = fd;
+    return MSR_OK;
+}
+
+/* Moves w's log file to NAME.1 (replacing the one before) and starts a new
+ * one. On failure the old file stays in use (reported once): output is
+ * never dropped for want of a rotation. */
+static void log_rotate(msr_worker_t *w)
+{
+    msr_worker_log_t *l = &w->logf;
+    char old[300];
+    snprintf(old, sizeof old, "%s.1", l->name);
+    int fd = -1;
+    if (renameat(l->dir_fd, l->name, l->dir_fd, old) != 0)
+        msr_err_set("cannot move log file %s/%s to %s: %s", l->dir, l->name, old, strerror(errno));
+    else if (log_file_open(l, &fd) == MSR_OK) {
+        close(w->log_fd);
+        w->log_fd = w->log.fd = fd;
+        return;
+    }
+    if (!l->warned)
+        MSR_WARN("%s; rank %d's log grows past --log_max_bytes %lld", msr_err_msg(), w->rank,
+                 (long long)l->max);
+    l->warned = 1;
+    l->size = 0; /* write on, in the file there is */
+}
+
+/* Writes piece (of one line; ends_line: with its '\n') whole. */
+static void log_put(msr_worker_t *w, const char *piece, size_t len, int ends_line)
+{
+    msr_worker_log_t *l = &w->logf;
+    msr_write_all(w->log_fd, piece, len);
+    l->size += (int64_t)len;
+    l->line = ends_line ? 0 : l->line + (int64_t)len;
+}
+
+/* Writes what room the file has for piece, then the marker that ends the
+ * cut line; the rest of a line without its '\n' yet is dropped as it comes. */
+static void log_cut(msr_worker_t *w, const char *piece, size_t len, int ends_line)
+{
+    msr_worker_log_t *l = &w->logf;
+    const size_t mark = sizeof MSR_LOG_CUT_MARK - 1;
+    int64_t room = l->max - l->size - (int64_t)mark;
+    size_t keep = room > 0 ? (size_t)room : 0;
+    msr_write_all(w->log_fd, piece, keep < len ? keep : len);
+    msr_write_all(w->log_fd, MSR_LOG_CUT_MARK, mark);
+    l->size += (int64_t)(keep < len ? keep : len) + (int64_t)mark;
+    l->line = 0;
+    l->cutting = !ends_line;
+}
+
+void msr_worker_log_write(msr_worker_t *w, const char *data, size_t len)
+{
+    msr_worker_log_t *l = &w->logf;
+    while (len > 0 && w->log_fd >= 0) {
+        const char *nl = memchr(data, '\n', len);
+        size_t piece = nl != NULL ? (size_t)(nl - data) + 1 : len; /* of one line */
+        if (l->cutting) {
+            l->cutting = nl == NULL; /* the rest of a cut line: dropped */
+        } else if (l->max > 0 && l->size + (int64_t)piece > l->max) {
+            if (l->line == 0 && l->size > 0)
+                log_rotate(w); /* the line starts a new file */
+            if (l->size + (int64_t)piece > l->max)
+                log_cut(w, data, piece, nl != NULL);
+            else
+                log_put(w, data, piece, nl != NULL);
+        } else {
+            log_put(w, data, piece, nl != NULL);
+        }
+        data += piece;
+        len -= piece;
+    }
+}
+
 /* Opens worker w's log file in the run's log directory: this user's only
  * (0600), and never through a symbolic link planted in the log's place
  * (O_NOFOLLOW refuses it: ELOOP). A restart appends to the file of this
  * run; every generation's start is marked in it. */
 static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e, const char *name)
 {
-    struct stat sb;
-    w->log_fd = openat(e->log_dir_fd, name,
-                       O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-    if (w->log_fd < 0) {
-        msr_err_set("cannot open log file %s/%s: %s", e->log_dir, name,
-                    errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-        return MSR_ERR_SYSTEM;
-    }
-    if (fstat(w->log_fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
-        msr_err_set("log file %s/%s is not a regular file of this user", e->log_dir, name);
-        close(w->log_fd);
-        w->log_fd = -1;
-        return MSR_ERR_SYSTEM;
-    }
-    msr_fd_set_nonblock(w->log_fd, 0);
+    msr_worker_log_t *l = &w->logf;
+    l->dir_fd = e->log_dir_fd;
+    l->dir = e->log_dir;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->max = e->log_max_bytes;
+    msr_status_t st = log_file_open(l, &w->log_fd);
+    if (st != MSR_OK)
+        return st;
     w->log.fd = w->log_fd;
     char when[40], line[200];
     msr_iso_time(msr_wall_time(), when, sizeof when);
@@ -200,7 +286,7 @@ static msr_status_t open_worker_log(msr_worker_t *w, const msr_spawn_env_t *e, c
     else
         n = snprintf(line, sizeof line, "=== msrun: generation %d started %s ===\n", e->generation,
                      when);
-    msr_write_all(w->log_fd, line, (size_t)n);
+    msr_worker_log_write(w, line, (size_t)n);
     return MSR_OK;
 }
 

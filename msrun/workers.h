@@ -25,6 +25,9 @@
  * arrives, and the rest follows as it comes (the line is not cut). */
 #define MSR_LINE_HOLD_MAX 65536
 
+/* What ends a line cut in a log file at --log_max_bytes. */
+#define MSR_LOG_CUT_MARK " [msrun: line cut at --log_max_bytes]\n"
+
 #define MSR_PTY_DRAIN_MS 200
 
 struct msr_worker;
@@ -76,6 +79,20 @@ typedef struct msr_worker_io {
     char log_name[256]; /* its log file in the run's log directory; "": none */
 } msr_worker_io_t;
 
+/* A worker's log file and its bound (--log_max_bytes): past max bytes the
+ * file moves to NAME.1 and a new one starts at a line's start; a line
+ * longer than what a file holds is cut with a marker. */
+typedef struct msr_worker_log {
+    int dir_fd;      /* the run's log directory (the agent's) */
+    const char *dir; /* its path, for messages */
+    char name[256];  /* the file's name in it */
+    int64_t max;     /* 0: no bound */
+    int64_t size;    /* bytes in the file now */
+    int64_t line;    /* bytes of the line now open in the file */
+    int cutting;     /* the rest of a cut line is dropped, up to its '\n' */
+    int warned;      /* a failed rotation was reported */
+} msr_worker_log_t;
+
 typedef struct msr_worker {
     int local_rank, rank;
     pid_t pid;    /* process (and process group) id; 0 before spawn */
@@ -87,6 +104,7 @@ typedef struct msr_worker {
     int pty;               /* out is a pseudo-terminal */
     int log_fd;            /* -1 without a log file */
     msr_sink_t log;        /* log_fd as a sink for out and err */
+    msr_worker_log_t logf; /* log_fd's name and bound */
     msr_output_t *output;
     char hung[96];              /* why msrun killed it as hung, "" if it did not */
     char *tail[MSR_TAIL_LINES]; /* ring of the last stderr lines */
@@ -118,8 +136,9 @@ typedef struct msr_spawn_env {
     const char *job_id, *coordinator, *token, *agent_socket;
     const char *master_addr;
     int master_port;
-    const char *log_dir; /* the run's log directory, for messages; NULL: no log files */
-    int log_dir_fd;      /* that directory, where the workers' logs are opened */
+    const char *log_dir;   /* the run's log directory, for messages; NULL: no log files */
+    int log_dir_fd;        /* that directory, where the workers' logs are opened */
+    int64_t log_max_bytes; /* --log_max_bytes: a log rotates past it; 0: never */
     msr_output_t *output;
     int pty; /* a pseudo-terminal for stdout and stderr instead of pipes */
     /* --bind_to's CPUs of each local worker ([local_world_size]); NULL: unbound */
@@ -127,6 +146,14 @@ typedef struct msr_spawn_env {
     int devnull;
     int64_t worker_timeout_ms; /* 0: no beats asked for */
 } msr_spawn_env_t;
+
+/* Writes len bytes of w's output (whole lines or a line's pieces, as they
+ * come) to its log file, keeping it within --log_max_bytes: a line that
+ * would take it past the bound starts a new file (the old one becomes
+ * NAME.1, replacing the one before), and a line longer than a file holds
+ * is cut, ending with MSR_LOG_CUT_MARK. A file that cannot rotate is
+ * reported once and written on. Event-loop thread only. */
+void msr_worker_log_write(msr_worker_t *w, const char *data, size_t len);
 
 /* Starts worker local_rank through msr_spawn: its own process group, dead
  * with msrun (SIGKILL as the parent-death signal), stdin /dev/null, its

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
+#include "base/util.h"
 #include "planner/plan_print.h"
 
 void msr_plan_format_bytes(double bytes, char *buf, size_t len)
@@ -427,9 +429,9 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
 
 int msr_plan_cluster_read(const char *path, msr_plan_cluster_t *c, char *why, size_t why_len)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = msr_fopen_input(path, 0); /* never blocks on a FIFO */
     if (f == NULL) {
-        snprintf(why, why_len, "--cluster %s: %s", path, strerror(errno));
+        snprintf(why, why_len, "--cluster: %s", msr_err_msg());
         return -1;
     }
     char *text = msr_malloc(CLUSTER_FILE_MAX + 1);

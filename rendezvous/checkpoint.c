@@ -214,7 +214,20 @@ static void step_dir(const char *dir, int64_t step, char *out, size_t len)
     snprintf(out, len, "%s/step-%" PRId64, dir, step);
 }
 
-/* Whether this rank's state of step is committed and its header fits. */
+/* Opens a checkpoint file for reading (msr_open_input: never blocks on a
+ * FIFO planted in its place). A file that is not regular is refused with
+ * MSR_ERR_CORRUPT and "checkpoint: <path> is not a regular file". */
+static msr_status_t open_ckpt_file(const char *path, int *fd_p)
+{
+    msr_status_t st = msr_open_input(path, O_NOFOLLOW, fd_p);
+    if (st == MSR_ERR_IO && errno == EINVAL)
+        return msr_err_prefix(MSR_ERR_CORRUPT, "checkpoint");
+    return st;
+}
+
+/* Whether this rank's state of step is committed and its header fits: 1
+ * yes, 0 no, -1 when its file is there but not a regular file (the error
+ * text says so; a resume must fail on it, not skip it). */
 static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
 {
     char sd[4096], path[4200];
@@ -223,9 +236,10 @@ static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
     if (access(path, F_OK) != 0)
         return 0;
     snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
+    int fd;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CORRUPT ? -1 : 0;
     unsigned char hb[CKPT_HEADER];
     ckpt_header_t h;
     int ok = msr_read_full(fd, hb, sizeof hb) == MSR_OK && header_unpack(hb, &h) == 0 &&
@@ -288,7 +302,7 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
     int kept = 0;
     int64_t oldest_kept = -1;
     for (size_t i = 0; i < n; i++) {
-        int mine = have_step(ctx, dir, steps[i]);
+        int mine = have_step(ctx, dir, steps[i]) == 1;
         if (!mine) {
             int w = manifest_world(dir, steps[i]);
             if (w <= 0 || w == msr_world_size(ctx))
@@ -422,7 +436,9 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
 }
 
 /* How many of its newest complete steps each rank offers when they agree. */
-#define CKPT_OFFER 16
+#define CKPT_OFFER      16
+/* The offer of a rank that found a checkpoint file it must not read. */
+#define CKPT_UNREADABLE (-2)
 
 /* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
 static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
@@ -431,8 +447,11 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
     snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
+    int fd;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st == MSR_ERR_CORRUPT)
+        return st;
+    if (st != MSR_OK) {
         if (errno == ELOOP) {
             msr_err_set("checkpoint: %s is a symbolic link: not read", path);
             return MSR_ERR_CORRUPT;
@@ -445,7 +464,7 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     }
     unsigned char hb[CKPT_HEADER];
     ckpt_header_t h;
-    msr_status_t st = MSR_ERR_CORRUPT;
+    st = MSR_ERR_CORRUPT;
     void *data = NULL;
     struct stat sb;
     if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
@@ -484,17 +503,13 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
     return st == MSR_OK;
 }
 
-msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+/* This rank's offer: its CKPT_OFFER newest complete steps under dir,
+ * newest first (-1 past the last), after removing its leftovers there; or
+ * CKPT_UNREADABLE first, with the reason in why, when a file of its is
+ * there but not a regular file. */
+static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER], char *why,
+                       size_t why_len)
 {
-    if (ctx == NULL || dir == NULL || step_p == NULL) {
-        msr_err_set("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    /* Each rank offers its newest complete steps; the candidates are the
-     * steps every rank offers, newest first. Every rank computes them from
-     * the same gathered lists, so all agree even when one crashed before
-     * committing a step the others committed. */
-    int64_t mine[CKPT_OFFER];
     for (int i = 0; i < CKPT_OFFER; i++)
         mine[i] = -1;
     int64_t *steps;
@@ -503,7 +518,14 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         char sd[4096];
         step_dir(dir, steps[i], sd, sizeof sd);
         remove_leftovers(ctx, sd);
-        if (!have_step(ctx, dir, steps[i]))
+        int have = have_step(ctx, dir, steps[i]);
+        if (have < 0) {
+            /* offer nothing but the mark: every rank fails below */
+            snprintf(why, why_len, "%s", msr_last_error());
+            mine[0] = CKPT_UNREADABLE;
+            break;
+        }
+        if (!have)
             continue;
         /* insert into the descending list of the CKPT_OFFER newest */
         int64_t v = steps[i];
@@ -516,11 +538,36 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         }
     }
     free(steps);
+}
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Each rank offers its newest complete steps; the candidates are the
+     * steps every rank offers, newest first. Every rank computes them from
+     * the same gathered lists, so all agree even when one crashed before
+     * committing a step the others committed. */
+    int64_t mine[CKPT_OFFER];
+    char why[MSR_ERR_TEXT_MAX] = "";
+    own_offers(ctx, dir, mine, why, sizeof why);
     int world = msr_world_size(ctx);
     int64_t *all = NULL;
     msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
     if (st != MSR_OK)
         return st;
+    for (int r = 0; r < world; r++)
+        if (all[(size_t)r * CKPT_OFFER] == CKPT_UNREADABLE) {
+            free(all);
+            if (mine[0] == CKPT_UNREADABLE)
+                return msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why);
+            return msr_err(MSR_ERR_CORRUPT,
+                           "checkpoint: rank %d found a file under %s that is not a regular file "
+                           "(its log names it): not resuming",
+                           r, dir);
+        }
     int64_t agreed = -1, refused = -1;
     for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
         int64_t cand = all[k]; /* rank 0's k-th newest */
@@ -583,7 +630,10 @@ msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void *
         msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
-    if (!have_step(ctx, dir, step)) {
+    int have = have_step(ctx, dir, step);
+    if (have < 0)
+        return MSR_ERR_CORRUPT;
+    if (!have) {
         msr_err_set("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
                     msr_rank(ctx), dir);
         return MSR_ERR_NOT_FOUND;
@@ -601,18 +651,21 @@ msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
     return load_file(dir, step, rank, -1, data_p, len_p);
 }
 
-/* The world size a step's MANIFEST records, or -1 when the step has none
- * (not complete) or it cannot be read. */
+/* The world size a step's MANIFEST records, -1 when the step has none
+ * (not complete) or it cannot be read, -2 when it is not a regular file
+ * (the error text says so). */
 static int manifest_world(const char *dir, int64_t step)
 {
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
     snprintf(path, sizeof path, "%s/MANIFEST", sd);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    int fd = -1;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CORRUPT ? -2 : -1;
+    FILE *f = fdopen(fd, "r");
     if (f == NULL) {
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return -1;
     }
     char buf[512];
@@ -643,6 +696,7 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
         return MSR_ERR_INVALID_ARG;
     }
     int64_t found[2] = {-1, 0}; /* step, world: rank 0's decides */
+    char why[MSR_ERR_TEXT_MAX] = "";
     if (msr_rank(ctx) == 0) {
         int64_t *steps;
         size_t n = list_steps(dir, &steps);
@@ -650,6 +704,11 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
             if (steps[i] <= found[0])
                 continue;
             int w = manifest_world(dir, steps[i]);
+            if (w == -2) {
+                snprintf(why, sizeof why, "%s", msr_last_error());
+                found[0] = CKPT_UNREADABLE;
+                break;
+            }
             if (w > 0) {
                 found[0] = steps[i];
                 found[1] = w;
@@ -659,7 +718,13 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
     }
     int64_t *all = NULL;
     msr_status_t st = gather_all(ctx, found, sizeof found, (void **)&all);
-    if (st == MSR_OK) {
+    if (st == MSR_OK && all[0] == CKPT_UNREADABLE)
+        st = msr_rank(ctx) == 0 ? msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why)
+                                : msr_err(MSR_ERR_CORRUPT,
+                                          "checkpoint: rank 0 found a MANIFEST under %s that is "
+                                          "not a regular file (its log names it): not resuming",
+                                          dir);
+    else if (st == MSR_OK) {
         *step_p = all[0];
         if (world_p)
             *world_p = (int)all[1];

@@ -20,9 +20,11 @@
 #include <grpc/support/time.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "base/util.h"
 #include "rendezvous/rpc_internal.h"
 
 /* ---- methods and messages ---- */
@@ -227,9 +229,69 @@ grpc_byte_buffer *msr_rpc_pack_message(const ProtobufCMessage *msg)
     return bb;
 }
 
-/* Unpacks a received buffer as desc; NULL when malformed (or bb is NULL). */
-ProtobufCMessage *msr_rpc_unpack_buffer(grpc_byte_buffer *bb,
-                                        const ProtobufCMessageDescriptor *desc)
+/* A varint at p[*i] (len bytes in all) into *v; 0 when cut short or too long. */
+static int pb_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *i < len; shift += 7) {
+        uint8_t b = p[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return 1;
+    }
+    return 0;
+}
+
+/* The name of the first string field of the message of type desc in the
+ * wire bytes p (len), nested messages too (depth levels deep at most), whose
+ * bytes hold a NUL; NULL when none does or the bytes are malformed (unpack
+ * refuses those). protobuf-c hands a string to C as NUL-terminated text, so
+ * such a field would be cut at its NUL ("a\0b" read as "a"). */
+static const char *pb_nul_field(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                                size_t len, int depth)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint64_t tag, n;
+        if (!pb_varint(p, len, &i, &tag) || (tag >> 3) > UINT32_MAX)
+            return NULL;
+        switch (tag & 7) {
+        case 0: /* varint */
+            if (!pb_varint(p, len, &i, &n))
+                return NULL;
+            break;
+        case 1: /* fixed64 */
+        case 5: /* fixed32 */
+            n = (tag & 7) == 1 ? 8 : 4;
+            if (len - i < n)
+                return NULL;
+            i += n;
+            break;
+        case 2: { /* length-delimited */
+            if (!pb_varint(p, len, &i, &n) || n > len - i)
+                return NULL;
+            const ProtobufCFieldDescriptor *f =
+                protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
+            const char *name = NULL;
+            if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) != NULL)
+                name = f->name;
+            else if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE && depth > 0)
+                name = pb_nul_field(f->descriptor, p + i, n, depth - 1);
+            if (name != NULL)
+                return name;
+            i += n;
+            break;
+        }
+        default:
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+ProtobufCMessage *msr_rpc_unpack_checked(grpc_byte_buffer *bb,
+                                         const ProtobufCMessageDescriptor *desc,
+                                         const char **nul_field_p)
 {
     if (bb == NULL)
         return NULL;
@@ -238,10 +300,23 @@ ProtobufCMessage *msr_rpc_unpack_buffer(grpc_byte_buffer *bb,
         return NULL;
     grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
-    ProtobufCMessage *msg = protobuf_c_message_unpack(
-        desc, &msr_rpc_pb_allocator, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+    const uint8_t *p = GRPC_SLICE_START_PTR(all);
+    size_t len = GRPC_SLICE_LENGTH(all);
+    ProtobufCMessage *msg = NULL;
+    const char *nul = nul_field_p != NULL ? pb_nul_field(desc, p, len, 16) : NULL;
+    if (nul != NULL)
+        *nul_field_p = nul;
+    else
+        msg = protobuf_c_message_unpack(desc, &msr_rpc_pb_allocator, len, p);
     grpc_slice_unref(all);
     return msg;
+}
+
+/* Unpacks a received buffer as desc; NULL when malformed (or bb is NULL). */
+ProtobufCMessage *msr_rpc_unpack_buffer(grpc_byte_buffer *bb,
+                                        const ProtobufCMessageDescriptor *desc)
+{
+    return msr_rpc_unpack_checked(bb, desc, NULL);
 }
 
 void msr_rpc_slice_to_cstr(grpc_slice s, char *out, size_t outlen)
@@ -324,9 +399,9 @@ static msr_status_t read_pem(const char *what, const char *path, char **out_p)
     *out_p = NULL;
     if (path == NULL || *path == '\0')
         return MSR_OK;
-    FILE *f = fopen(path, "rb");
+    FILE *f = msr_fopen_input(path, 0); /* never blocks on a FIFO */
     if (f == NULL) {
-        MSR_ERROR("cannot read the TLS %s '%s': %s", what, path, strerror(errno));
+        MSR_ERROR("cannot read the TLS %s: %s", what, msr_err_msg());
         return MSR_ERR_INVALID_ARG;
     }
     size_t cap = 1 << 20, n = 0; /* PEM files are a few kilobytes */

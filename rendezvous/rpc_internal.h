@@ -32,6 +32,12 @@ grpc_byte_buffer *msr_rpc_pack_message(const ProtobufCMessage *msg);
  * memory. Frees nothing. */
 ProtobufCMessage *msr_rpc_unpack_buffer(grpc_byte_buffer *bb,
                                         const ProtobufCMessageDescriptor *desc);
+/* As msr_rpc_unpack_buffer, for a request: NULL with *nul_field_p the
+ * field's name when a string field (nested ones too) holds a NUL byte, which
+ * C would read cut short at it ("a\0b" as "a"). */
+ProtobufCMessage *msr_rpc_unpack_checked(grpc_byte_buffer *bb,
+                                         const ProtobufCMessageDescriptor *desc,
+                                         const char **nul_field_p);
 
 /* s as a NUL-terminated string, cut to outlen - 1 bytes. */
 void msr_rpc_slice_to_cstr(grpc_slice s, char *out, size_t outlen);

@@ -353,9 +353,17 @@ static void call_recv_done(msr_rpc_op_t *op, int ok)
                           limit);
         return;
     }
-    c->req = msr_rpc_unpack_buffer(c->payload, m->request);
+    const char *nul = NULL;
+    c->req = msr_rpc_unpack_checked(c->payload, m->request, &nul);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
+    if (nul != NULL) { /* refused, not cut at the NUL */
+        MSR_WARN("%s: refused %s from %s: its %s contains a NUL byte", s->log_name, m->name,
+                 msr_rpc_call_peer(c), nul);
+        msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: %s contains a NUL byte", m->name,
+                          nul);
+        return;
+    }
     if (c->req == NULL) {
         MSR_WARN("%s: malformed %s request from %s", s->log_name, m->name, msr_rpc_call_peer(c));
         msr_rpc_call_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s request",

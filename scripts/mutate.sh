@@ -300,9 +300,36 @@ test: ^test_progress$
 file: cluster/straggler.c
 test: ^test_progress$
 <<<
-        slow[i] = factor > 1 && median > 0 && means[i] >= factor * median;
+        slow[i] = factor > 1 && median >= MSR_STRAGGLER_MIN_SECONDS && means[i] >= factor * median;
 ===
-        slow[i] = factor > 0 && median > 0 && means[i] > median;
+        slow[i] = factor > 0 && median >= MSR_STRAGGLER_MIN_SECONDS && means[i] > median;
+>>>
+
+@ straggler.no_floor
+file: cluster/straggler.c
+test: ^test_progress$
+<<<
+        slow[i] = factor > 1 && median >= MSR_STRAGGLER_MIN_SECONDS && means[i] >= factor * median;
+===
+        slow[i] = factor > 1 && median > 0 && means[i] >= factor * median;
+>>>
+
+@ members.negative_node_rank
+file: cluster/members.c
+test: ^test_coord$
+<<<
+    if (req->node_rank < -1) { /* -1 alone means "assign by arrival" */
+===
+    if (req->node_rank < -1000000000) {
+>>>
+
+@ rpc.nul_key_cut
+file: rendezvous/rpc.c
+test: ^test_rpc$
+<<<
+            if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) != NULL)
+===
+            if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) == p + i + n)
 >>>
 
 @ progress.metric_line_repeated_name

@@ -99,10 +99,15 @@ def log_set_level(level):
 
 def _key(key):
     if isinstance(key, str):
-        return key.encode()
-    if isinstance(key, (bytes, bytearray)):
-        return bytes(key)
-    raise TypeError("msrun: a key is a str or bytes, not %s" % type(key).__name__)
+        key = key.encode()
+    elif isinstance(key, (bytes, bytearray)):
+        key = bytes(key)
+    else:
+        raise TypeError("msrun: a key is a str or bytes, not %s" % type(key).__name__)
+    # C reads a key up to its first NUL: "a\0b" would be the key "a"
+    if b"\0" in key:
+        raise ValueError("msrun: key %r contains a NUL byte" % key)
+    return key
 
 
 def _path(path):

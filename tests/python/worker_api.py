@@ -121,6 +121,11 @@ def check_store(ctx):
     expect_raises(msrun.InvalidArgumentError,
                   lambda: ctx.store_allgather("too-many", b"x", count=n + 1), "count above the world")
     expect_raises(TypeError, lambda: ctx.store_set(42, b"x"), "a key that is not text")
+    # a key with a NUL is refused, never cut at it (written as "nul-a")
+    for k in ("nul-a\0b", b"nul-a\0b", bytearray(b"nul-a\0")):
+        expect_raises(ValueError, lambda: ctx.store_set(k, b"x"), "key %r" % k, contains="NUL byte")
+        expect_raises(ValueError, lambda: ctx.store_add(k, 1), "add %r" % k, contains="NUL byte")
+    expect_raises(msrun.NotFoundError, lambda: ctx.store_get("nul-a", 0), "the key cut at its NUL")
     ctx.barrier()
 
 

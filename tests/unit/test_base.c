@@ -1,11 +1,16 @@
 /* Unit tests of base/: statuses, containers, parsing, the option parser,
  * the allocator hook. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -221,6 +226,59 @@ static void test_pages(void)
         MSR_CHECK_MSG(held - after >= 30 * 1024, "RssAnon %ld KiB before the free, %ld after", held,
                       after);
 #endif
+}
+
+/* msr_open_input: a regular file opens (blocking again); a FIFO with no
+ * writer, a directory, a device and a socket are refused at once with "is
+ * not a regular file"; a missing file keeps open's errno. */
+static void test_open_input(void)
+{
+    char dir[] = "/tmp/msr-open-input.XXXXXX", path[128];
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *w = fopen(path, "w");
+    MSR_CHECK(w != NULL && fputs("data", w) >= 0 && fclose(w) == 0);
+    int fd = -1;
+    MSR_CHECK_OK(msr_open_input(path, O_NOFOLLOW, &fd));
+    MSR_CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+    MSR_CHECK((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+    close(fd);
+    FILE *f = msr_fopen_input(path, 0);
+    char buf[8] = "";
+    MSR_CHECK(f != NULL && fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "data") == 0);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    MSR_CHECK(mkfifo(path, 0600) == 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/sock", dir);
+    int sock = socket(AF_UNIX, SOCK_STREAM, 0);
+    MSR_CHECK(sock >= 0 && bind(sock, (struct sockaddr *)&sa, sizeof sa) == 0);
+    const struct {
+        const char *path, *kind;
+    } bad[] = {{path, "a FIFO"},
+               {dir, "a directory"},
+               {"/dev/null", "a device"},
+               {sa.sun_path, "a socket"}};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(bad); i++) {
+        fd = -1;
+        MSR_CHECK_STATUS(msr_open_input(bad[i].path, 0, &fd), MSR_ERR_IO);
+        MSR_CHECK_EQ(errno, EINVAL);
+        MSR_CHECK_EQ(fd, -1);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), "is not a regular file") != NULL &&
+                          strstr(msr_err_msg(), bad[i].kind) != NULL,
+                      "%s", msr_err_msg());
+        MSR_CHECK(msr_fopen_input(bad[i].path, 0) == NULL);
+    }
+    close(sock);
+    snprintf(path, sizeof path, "%s/missing", dir);
+    MSR_CHECK_STATUS(msr_open_input(path, 0, &fd), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_EQ(errno, ENOENT);
+    unlink(sa.sun_path);
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/file", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_signal_names(void)
@@ -512,6 +570,7 @@ static const msr_test_t tests[] = {
     {"alloc_failures", test_alloc_failures, 20},
     {"pages", test_pages, 10},
     {"signal_names", test_signal_names, 5},
+    {"open_input", test_open_input, 5},
     {"err_channel", test_err_channel, 5},
     {"err_per_thread", test_err_per_thread, 5},
     {"hash", test_hash, 5},

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grpc/status.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -269,6 +270,16 @@ static void test_join_validation(void)
     r = join_req(4, 2, 2, 0);
     call(co, &c, MSR_RPC_JOIN, &r.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT); /* node rank out of range */
+
+    /* -1 alone is "assign by arrival" (joined below); any other negative
+     * rank is refused, not taken for it */
+    static const int negative[] = {-2, -5, INT_MIN};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(negative); i++) {
+        r = join_req(4, 2, negative[i], 0);
+        call(co, &c, MSR_RPC_JOIN, &r.base);
+        MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+        MSR_CHECK_MSG(strstr(c.message, "is not a node rank") != NULL, "%s", c.message);
+    }
 
     join(co, 0, 4, 2, 1);
     r = join_req(4, 2, 1, 0);

@@ -253,6 +253,21 @@ static void test_stragglers(void)
     MSR_CHECK(near(msr_straggler_median(half, 4), 0.1));
     double most[] = {0.1, 0.3, 0.3, 0.3};
     MSR_CHECK_EQ(msr_stragglers_find(most, 4, 1.5, slow, &median), 0);
+    /* steps too short to compare: a 61.6x ratio of 0.000 s steps (the
+     * report's "0.000 s a step, median 0.000 s") names nobody */
+    double tiny[] = {1e-6, 1e-6, 61.6e-6, 1e-6};
+    MSR_CHECK_EQ(msr_stragglers_find(tiny, 4, 1.5, slow, &median), 0);
+    double zero_median[] = {0, 0, 0.5e-9, 0.3, 1e-12};
+    MSR_CHECK_EQ(msr_stragglers_find(zero_median, 5, 1.5, slow, &median), 0);
+    /* the floor's bound: a median at exactly MSR_STRAGGLER_MIN_SECONDS is
+     * compared, one just below it is not */
+    double at[] = {MSR_STRAGGLER_MIN_SECONDS, MSR_STRAGGLER_MIN_SECONDS,
+                   2 * MSR_STRAGGLER_MIN_SECONDS};
+    MSR_CHECK_EQ(msr_stragglers_find(at, 3, 1.5, slow, &median), 1);
+    MSR_CHECK(slow[2] && !slow[0] && !slow[1]);
+    double below[] = {0.999 * MSR_STRAGGLER_MIN_SECONDS, 0.999 * MSR_STRAGGLER_MIN_SECONDS,
+                      2 * MSR_STRAGGLER_MIN_SECONDS};
+    MSR_CHECK_EQ(msr_stragglers_find(below, 3, 1.5, slow, &median), 0);
 }
 
 static const msr_test_t tests[] = {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/status.h"
 #include "base/time.h"
 #include "cluster/server.h"
 #include "rendezvous/rpc.h"
@@ -175,6 +176,53 @@ static void test_request_limits(void)
     stop(&s);
 }
 
+/* A raw Set whose key holds a NUL byte ("a\0b" on the wire: a string C
+ * reads as "a") is refused INVALID_ARGUMENT, and nothing is written under
+ * the key cut at the NUL. The client library packs keys with strlen, so
+ * the request is a Contribution, whose wire form is a SetRequest's
+ * (field 1 a varint, field 2 length-delimited), sent to Set's path. */
+static void test_nul_key(void)
+{
+    served_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    static const struct {
+        const char *bytes;
+        size_t len;
+    } keys[] = {{"a\0b", 3}, {"a\0", 2}, {"\0", 1}};
+    ProtobufCMessage *resp = NULL;
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(keys); i++) {
+        Msr__Contribution raw = MSR__CONTRIBUTION__INIT;
+        raw.data.data = (uint8_t *)keys[i].bytes;
+        raw.data.len = keys[i].len;
+        MSR_CHECK_STATUS(msr_rpc_call_path(ch, "/msr.Store/Set", &raw.base,
+                                           &msr__set_response__descriptor,
+                                           msr_deadline_in_ms(10000), 1, &resp),
+                         MSR_ERR_INVALID_ARG);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), "key contains a NUL byte") != NULL, "%s",
+                      msr_err_msg());
+    }
+    /* the same bytes without the NUL are a valid Set: the path is right */
+    Msr__Contribution plain = MSR__CONTRIBUTION__INIT;
+    plain.data.data = (uint8_t *)"ab";
+    plain.data.len = 2;
+    MSR_CHECK_OK(msr_rpc_call_path(ch, "/msr.Store/Set", &plain.base,
+                                   &msr__set_response__descriptor, msr_deadline_in_ms(10000), 1,
+                                   &resp));
+    msr_rpc_message_free(resp);
+    resp = NULL;
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "a";
+    MSR_CHECK_STATUS(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp),
+                     MSR_ERR_NOT_FOUND);
+    g.key = "ab";
+    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp));
+    msr_rpc_message_free(resp);
+    msr_rpc_channel_destroy(ch);
+    stop(&s);
+}
+
 static void test_port_in_use(void)
 {
     served_t s;
@@ -193,6 +241,7 @@ static const msr_test_t tests[] = {
     {"large_messages", test_large_messages, 30},
     {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
+    {"nul_key", test_nul_key, 30},
 };
 
 int main(int argc, char **argv)
