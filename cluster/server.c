@@ -366,11 +366,10 @@ static void publish(msr_coord_server_t *s)
     msr_http_publish(s->http, m, j);
 }
 
-msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const char *addr, int port,
-                                        const char *token, const char *login_code, int *port_p)
+msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const msr_http_config_t *config,
+                                        int *port_p)
 {
-    msr_http_config_t hc = {addr, port, token, login_code};
-    return msr_http_start(&hc, port_p, &s->http);
+    return msr_http_start(config, port_p, &s->http);
 }
 
 msr_job_state_t msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,
