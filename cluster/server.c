@@ -362,6 +362,12 @@ static void publish(msr_coord_server_t *s)
                    "msrun_dashboard_requests_total{outcome=\"served\"} %lu\n"
                    "msrun_dashboard_requests_total{outcome=\"refused\"} %lu\n",
                    msr_http_served(s->http) - msr_http_refused(s->http), msr_http_refused(s->http));
+    msr_buf_printf(m,
+                   "# HELP msrun_dashboard_connections_shed_total Dashboard connections closed "
+                   "over the cap or past the request deadline, and accepts failed.\n"
+                   "# TYPE msrun_dashboard_connections_shed_total counter\n"
+                   "msrun_dashboard_connections_shed_total %lu\n",
+                   msr_http_shed(s->http));
     msr_coord_render_job(s->coord, j);
     msr_http_publish(s->http, m, j);
 }

@@ -196,6 +196,9 @@ if took > 8:
     sys.exit("a trickling request lasted %.1f s past a 2 s deadline" % took)
 print("cut after %.1f s" % took)
 PY
+[ "$(http_get "$PORT" /metrics "$TMP/m" "Authorization: Bearer $TOKEN")" = "200 " ] || fail "/metrics"
+grep -q '^msrun_dashboard_connections_shed_total 2$' "$TMP/m" ||
+    fail "the shed connections: $(grep shed "$TMP/m")"
 ok "at the cap connections are held, one past is closed; a trickle is cut at the deadline"
 stop_coord "$CPID"
 
