@@ -56,6 +56,7 @@ typedef struct http_conn {
     struct bufferevent *bev;
     struct evhttp_connection *evcon;
     struct event *timer;
+    int over; /* one past the cap when accepted: closed once attached */
     struct http_conn *prev, *next;
 } http_conn_t;
 
@@ -458,7 +459,7 @@ static void conn_close(http_conn_t *c)
 
 /* c's timer: first, just after the accept, it finds the connection
  * libevent made around c's bufferevent (the bufferevent's callback
- * argument), closes it if it is one past the cap, else starts the request's
+ * argument), closes it if it was past the cap, else starts the request's
  * deadline; afterwards the deadline passed. */
 static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -478,7 +479,7 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
     }
     c->evcon = cbarg;
     evhttp_connection_set_closecb(c->evcon, on_conn_closed, c);
-    if (h->nconns > h->max_conns)
+    if (c->over)
         conn_close(c);
     else
         event_add(c->timer, &h->deadline);
@@ -508,7 +509,7 @@ static struct bufferevent *on_accept(struct event_base *base, void *arg)
     if (h->conns)
         h->conns->prev = c;
     h->conns = c;
-    h->nconns++;
+    c->over = ++h->nconns > h->max_conns; /* counted now: accepts come in bursts */
     event_active(c->timer, EV_TIMEOUT, 1);
     return bev;
 }

@@ -246,30 +246,36 @@ static int coord_parse(int argc, char **argv, coord_args_t *a)
 }
 
 /* Standalone, the login URL is told here (an msrun that started this
- * coordinator tells its own): 0, or 2 when it could not be. */
-static int tell_login(const coord_args_t *a, const char *addr, int port, const char *code)
+ * coordinator tells its own): 0, or 2 when it could not be. file gets the
+ * default file written (removed at the end), or "". */
+static int tell_login(const coord_args_t *a, const char *addr, int port, const char *code,
+                      char file[MSR_DASHBOARD_LOGIN_PATH_LEN])
 {
-    char hp[300], file[MSR_DASHBOARD_LOGIN_PATH_LEN] = "";
+    char hp[300];
+    file[0] = '\0';
     msr_net_join(addr, port, hp, sizeof hp);
     if (a->dashboard_login_file == NULL && !isatty(STDERR_FILENO) &&
-        msr_dashboard_login_default(port, file, sizeof file) != MSR_OK) {
+        msr_dashboard_login_default(port, file, MSR_DASHBOARD_LOGIN_PATH_LEN) != MSR_OK) {
         fprintf(stderr, "msrun coordinator: error: no file for the dashboard's login URL: %s\n",
                 msr_err_msg());
         return 2;
     }
     int64_t ttl_ms =
         a->dashboard_login_ttl_ms > 0 ? a->dashboard_login_ttl_ms : MSR_HTTP_LOGIN_TTL_S * 1000;
-    return msr_dashboard_login_tell("msrun coordinator", hp, code, ttl_ms / 1000,
-                                    a->dashboard_login_file, file) == MSR_OK
-               ? 0
-               : 2;
+    if (msr_dashboard_login_tell("msrun coordinator", hp, code, ttl_ms / 1000,
+                                 a->dashboard_login_file, file) != MSR_OK) {
+        file[0] = '\0';
+        return 2;
+    }
+    return 0;
 }
 
 /* Starts the dashboard: 0, or after saying why (on the ready pipe, if
  * any), 2. An msrun that started this coordinator made the one-time login
  * code (MSRUN_DASHBOARD_CODE) and tells the URL; standalone, it is made
  * and told here. */
-static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, int64_t ready_fd)
+static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, int64_t ready_fd,
+                           char login_file[MSR_DASHBOARD_LOGIN_PATH_LEN])
 {
     char code[MSR_HTTP_CODE_LEN] = "";
     const char *given = getenv("MSRUN_DASHBOARD_CODE");
@@ -303,7 +309,7 @@ static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, in
         memset(code, 0, sizeof code);
         return 2;
     }
-    int r = standalone ? tell_login(a, addr, port, code) : 0;
+    int r = standalone ? tell_login(a, addr, port, code, login_file) : 0;
     memset(code, 0, sizeof code);
     return r;
 }
@@ -373,7 +379,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
             fprintf(stderr, "msrun coordinator: %s", line);
         return 2;
     }
-    if (a->dashboard_port > 0 && serve_dashboard(a, server, ready_fd) != 0) {
+    char login_file[MSR_DASHBOARD_LOGIN_PATH_LEN] = "";
+    if (a->dashboard_port > 0 && serve_dashboard(a, server, ready_fd, login_file) != 0) {
         msr_coord_server_destroy(server);
         return 2;
     }
@@ -386,6 +393,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     }
     msr_job_state_t end = msr_coord_server_run(server, &coord_stop, 1);
     msr_coord_server_destroy(server);
+    if (login_file[0]) /* its codes died with the server */
+        unlink(login_file);
     return end == MSR_JOB_DONE ? 0 : 1;
 }
 

@@ -138,7 +138,9 @@ for p in "$PORT2" "$PORT3"; do
         fail "the jar of both cookies on $p"
 done
 ok "two dashboards' session cookies do not collide (msrun_session_<port>)"
+C3FILE=$(file_of "$TMP/c3.err")
 stop_coord "$C3PID"
+[ -n "$C3FILE" ] && [ ! -e "$C3FILE" ] || fail "a standalone coordinator's login file outlives it"
 
 # --- the login ttl's bounds: 1 s to a day ---
 for v in 1 86400; do
@@ -154,9 +156,9 @@ stop_coord "$CPID"
 
 # --- the connection cap, and the deadline a trickle cannot extend ---
 start_coord "$PORT" "$TMP/c4.err" --dashboard_max_connections 3 --dashboard_request_timeout 2
-python3 - "$PORT" <<'PY' || fail "the cap or the deadline"
-import socket, sys, time
-port = int(sys.argv[1])
+python3 - "$PORT" "$CPID" <<'PY' || fail "the cap or the deadline"
+import os, signal, socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
 def conn():
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.settimeout(0.2)
@@ -168,8 +170,14 @@ def closed(s):
         return False
     except OSError:
         return True
-held = [conn() for _ in range(3)]
-over = conn()
+# the 4 in one burst (the coordinator stopped while the kernel queues
+# them): it accepts them in one go, and only the 4th is past the cap
+os.kill(pid, signal.SIGSTOP)
+try:
+    held = [conn() for _ in range(3)]
+    over = conn()
+finally:
+    os.kill(pid, signal.SIGCONT)
 deadline = time.time() + 10
 while not closed(over) and time.time() < deadline:
     pass
