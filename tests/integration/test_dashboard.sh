@@ -152,6 +152,29 @@ for v in 0.999 86401; do
     expect_code 2 "--dashboard_login_ttl $v"
 done
 ok "--dashboard_login_ttl takes 1 s to a day"
+# the coordinator's limits: taken at their bounds (it serves), refused
+# one past (exit 2)
+coord_takes() {
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --port 0 --dashboard_port "$PORT3" "$@" \
+        2>"$TMP/cb.err" &
+    local pid=$!
+    wait_for "dashboard at http://127.0.0.1:$PORT3/" "$TMP/cb.err" 15 || fail "not taken: $*"
+    stop_coord "$pid"
+}
+coord_refuses() {
+    CODE=0
+    timeout -k 5 15 "$MSRUN" coordinator --port 0 --dashboard_port "$PORT3" "$@" 2>"$TMP/cb.err" || CODE=$?
+    expect_code 2 "$*"
+}
+coord_takes --dashboard_max_connections 1
+coord_takes --dashboard_max_connections 65536
+coord_refuses --dashboard_max_connections 0
+coord_refuses --dashboard_max_connections 65537
+coord_takes --dashboard_request_timeout 0.1
+coord_takes --dashboard_request_timeout 3600
+coord_refuses --dashboard_request_timeout 0.099
+coord_refuses --dashboard_request_timeout 3601
+ok "--dashboard_max_connections 1 to 65536, --dashboard_request_timeout 0.1 s to an hour"
 stop_coord "$CPID"
 
 # --- the connection cap, and the deadline a trickle cannot extend ---
