@@ -495,7 +495,9 @@ static struct bufferevent *on_accept(struct event_base *base, void *arg)
         MSR_INFO("the dashboard accepts connections again (%d open)", h->nconns);
         h->backoff_ms = 0;
     }
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    /* as libevent makes its own: the connection closes the descriptor
+     * itself, after its shutdown (CLOSE_ON_FREE would close it first) */
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
     http_conn_t *c = bev ? msr_calloc(1, sizeof *c) : NULL;
     if (c == NULL)
         return bev;

@@ -67,6 +67,15 @@ case "$DFILE" in "$XDG_RUNTIME_DIR"/msrun/dashboard-"$PORT"-*.url) ;; *) fail "i
 read -r st cookie _ < <(login "$PORT" "$(code_in "$DFILE")")
 [ "$st" = 303 ] || fail "the minted code: $st"
 [ "$(http_get "$PORT" /api/job "$TMP/j" "Cookie: $cookie")" = "200 " ] || fail "its cookie"
+# /api/login mints only on POST with the token itself, not the cookie
+[ "$(http_get "$PORT" /api/login "$TMP/j" "Authorization: Bearer $TOKEN")" = "405 " ] ||
+    fail "GET /api/login"
+python3 - "$PORT" "$cookie" <<'PY' || fail "POST /api/login with the cookie only"
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+c.request("POST", "/api/login", headers={"Cookie": sys.argv[2]})
+sys.exit(0 if c.getresponse().status == 401 else 1)
+PY
 MSRUN_TOKEN=${TOKEN}0 run_dash
 expect_code 1 "msrun dashboard with a wrong token"
 expect_in "refused (HTTP 401): not the job's token" "$TMP/derr" "a wrong token"
