@@ -15,10 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -31,7 +35,30 @@
 #define WAIT_MS  500
 #define FRESH_MS 200
 
-#define COOKIE "msrun_session"
+/* Accepts paused for want of descriptors: this long first, doubling to
+ * the most. */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 1000
+
+#define COOKIE "msrun_session_"
+
+/* A login code and when it expires ("" once used, or never given). */
+typedef struct login_code {
+    char code[MSR_HTTP_CODE_LEN];
+    uint64_t expires_ns;
+} login_code_t;
+
+/* An open connection, from its accept (msr_http_t.conns). evcon is NULL
+ * until conn_timer has attached it (just after the accept); timer is the
+ * request's deadline. The server's thread only. */
+typedef struct http_conn {
+    msr_http_t *h;
+    struct bufferevent *bev;
+    struct evhttp_connection *evcon;
+    struct event *timer;
+    int over; /* one past the cap when accepted: closed once attached */
+    struct http_conn *prev, *next;
+} http_conn_t;
 
 struct msr_http {
     struct event_base *base;
@@ -41,8 +68,19 @@ struct msr_http {
     pthread_t thread;
     atomic_int stop;
     char *token;
-    char login_code[80]; /* "" once used, or when none */
-    char session[33];    /* the cookie's value, hex */
+    login_code_t codes[MSR_HTTP_CODES]; /* under lock */
+    uint64_t login_ttl_ns;
+    char session[33];     /* the cookie's value, hex */
+    char cookie_name[40]; /* COOKIE<port> */
+    /* connections (the server's thread) */
+    http_conn_t *conns;
+    int nconns, max_conns;
+    struct timeval deadline;
+    struct evconnlistener *listener;
+    struct event *backoff; /* re-enables the listener */
+    int backoff_ms;        /* 0: accepting */
+    int spare_fd;          /* given up to shed a connection when out of descriptors */
+    atomic_ulong shed;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     msr_buf_t metrics, job; /* the latest snapshots (under lock) */
@@ -69,22 +107,29 @@ static int secret_equal(const char *a, size_t alen, const char *b)
     return diff == 0 && blen > 0;
 }
 
-/* Whether the request carries the token (Bearer) or the session cookie. */
-static int authorized(msr_http_t *h, struct evhttp_request *req)
+/* Whether the request carries the token (Bearer). */
+static int bearer_ok(msr_http_t *h, struct evhttp_request *req)
 {
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const char *auth = evhttp_find_header(in, "Authorization");
-    if (auth && strncmp(auth, "Bearer ", 7) == 0 &&
-        secret_equal(auth + 7, strlen(auth + 7), h->token))
+    return auth && strncmp(auth, "Bearer ", 7) == 0 &&
+           secret_equal(auth + 7, strlen(auth + 7), h->token);
+}
+
+/* Whether the request carries the token (Bearer) or the session cookie. */
+static int authorized(msr_http_t *h, struct evhttp_request *req)
+{
+    if (bearer_ok(h, req))
         return 1;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const char *cookie = evhttp_find_header(in, "Cookie");
     while (cookie && *cookie) {
         while (*cookie == ' ' || *cookie == ';')
             cookie++;
         const char *end = strchr(cookie, ';');
         size_t len = end ? (size_t)(end - cookie) : strlen(cookie);
-        size_t nlen = sizeof COOKIE - 1;
-        if (len > nlen && memcmp(cookie, COOKIE "=", nlen + 1) == 0 &&
+        size_t nlen = strlen(h->cookie_name);
+        if (len > nlen && memcmp(cookie, h->cookie_name, nlen) == 0 && cookie[nlen] == '=' &&
             secret_equal(cookie + nlen + 1, len - nlen - 1, h->session))
             return 1;
         cookie = end;
@@ -112,7 +157,53 @@ static void send_text(struct evhttp_request *req, int code, const char *reason, 
         evbuffer_free(body);
 }
 
-/* /login?code=CODE: the one-time code msrun printed gives a session cookie. */
+void msr_http_code_new(char code[MSR_HTTP_CODE_LEN])
+{
+    unsigned char rnd[MSR_HTTP_CODE_BYTES];
+    msr_random_bytes(rnd, sizeof rnd);
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(code + 2 * i, 3, "%02x", rnd[i]);
+    memset(rnd, 0, sizeof rnd);
+}
+
+/* Takes code (a login) if it is one of h's: 1 valid (it is used up now),
+ * -1 known but expired, 0 unknown. Every slot is compared, in constant
+ * time. Under h->lock. */
+static int code_take(msr_http_t *h, const char *code, uint64_t now)
+{
+    int found = -1;
+    for (int i = 0; i < MSR_HTTP_CODES; i++)
+        if (h->codes[i].code[0] && secret_equal(code, strlen(code), h->codes[i].code))
+            found = i;
+    if (found < 0)
+        return 0;
+    login_code_t *c = &h->codes[found];
+    int valid = now < c->expires_ns;
+    if (valid)
+        memset(c, 0, sizeof *c); /* once */
+    return valid ? 1 : -1;
+}
+
+/* Adds code, alive for h's ttl from now, in place of an unused slot, or
+ * else of the one that expires first. Under h->lock. */
+static void code_add(msr_http_t *h, const char *code, uint64_t now)
+{
+    login_code_t *slot = &h->codes[0];
+    for (int i = 0; i < MSR_HTTP_CODES; i++) {
+        login_code_t *c = &h->codes[i];
+        if (c->code[0] == '\0' || c->expires_ns <= now) {
+            slot = c;
+            break;
+        }
+        if (c->expires_ns < slot->expires_ns)
+            slot = c;
+    }
+    snprintf(slot->code, sizeof slot->code, "%s", code);
+    slot->expires_ns = now + h->login_ttl_ns;
+}
+
+/* /login?code=CODE: a code msrun printed, unused and unexpired, gives a
+ * session cookie. */
 static void serve_login(msr_http_t *h, struct evhttp_request *req, const char *query)
 {
     struct evkeyvalq params;
@@ -121,24 +212,45 @@ static void serve_login(msr_http_t *h, struct evhttp_request *req, const char *q
     if (query && evhttp_parse_query_str(query, &params) == 0) {
         const char *code = evhttp_find_header(&params, "code");
         pthread_mutex_lock(&h->lock);
-        if (code && h->login_code[0] && secret_equal(code, strlen(code), h->login_code)) {
-            ok = 1;
-            memset(h->login_code, 0, sizeof h->login_code); /* once */
-        }
+        if (code)
+            ok = code_take(h, code, msr_now_ns());
         pthread_mutex_unlock(&h->lock);
     }
     evhttp_clear_headers(&params);
-    if (!ok) {
+    if (ok != 1) {
         atomic_fetch_add(&h->refused, 1);
-        send_text(req, 401, "Unauthorized", "unknown or already used login code");
+        send_text(req, 401, "Unauthorized",
+                  ok < 0 ? "this login code has expired: run 'msrun dashboard' for a new one"
+                         : "unknown or already used login code");
         return;
     }
     char cookie[160];
-    snprintf(cookie, sizeof cookie, COOKIE "=%s; HttpOnly; SameSite=Strict; Path=/", h->session);
+    snprintf(cookie, sizeof cookie, "%s=%s; HttpOnly; SameSite=Strict; Path=/", h->cookie_name,
+             h->session);
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
     evhttp_add_header(out, "Set-Cookie", cookie);
     evhttp_add_header(out, "Location", "/");
     send_text(req, 303, "See Other", "logged in");
+}
+
+/* POST /api/login (with the token): a new login code, for `msrun
+ * dashboard`. */
+static void serve_mint(msr_http_t *h, struct evhttp_request *req)
+{
+    char code[MSR_HTTP_CODE_LEN];
+    msr_http_code_new(code);
+    pthread_mutex_lock(&h->lock);
+    code_add(h, code, msr_now_ns());
+    pthread_mutex_unlock(&h->lock);
+    common_headers(req, "application/json");
+    struct evbuffer *body = evbuffer_new();
+    if (body)
+        evbuffer_add_printf(body, "{\"code\":\"%s\",\"ttl\":%llu,\"cookie\":\"%s\"}\n", code,
+                            (unsigned long long)(h->login_ttl_ns / 1000000000ull), h->cookie_name);
+    evhttp_send_reply(req, 200, "OK", body);
+    if (body)
+        evbuffer_free(body);
+    memset(code, 0, sizeof code);
 }
 
 /* The snapshot, fresh: asks the core's thread for one unless the last is
@@ -224,16 +336,49 @@ static void serve_output(msr_http_t *h, struct evhttp_request *req, const char *
         evbuffer_free(body);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* The token is missing: 401. */
+static void refuse(msr_http_t *h, struct evhttp_request *req)
 {
-    msr_http_t *h = arg;
-    atomic_fetch_add(&h->served, 1);
+    atomic_fetch_add(&h->refused, 1);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                      "Bearer realm=\"msrun\"");
+    send_text(req, 401, "Unauthorized",
+              "the job token is needed: Authorization: Bearer TOKEN, or a login URL of msrun's");
+}
+
+static void serve_page(struct evhttp_request *req)
+{
+    /* the job's page (cluster/page.h): its own script and style inline,
+     * nothing loaded from elsewhere */
+    common_headers(req, "text/html; charset=utf-8");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Security-Policy",
+                      "default-src 'none'; script-src 'unsafe-inline'; "
+                      "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
+    struct evbuffer *body = evbuffer_new();
+    if (body)
+        evbuffer_add(body, msr_page_index, msr_page_index_len);
+    evhttp_send_reply(req, 200, "OK", body);
+    if (body)
+        evbuffer_free(body);
+}
+
+static void route(msr_http_t *h, struct evhttp_request *req)
+{
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (path == NULL || path[0] == '\0')
         path = "/";
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
-        evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (strcmp(path, "/api/login") == 0) {
+        if (cmd != EVHTTP_REQ_POST)
+            send_text(req, 405, "Method Not Allowed", "POST with the job token");
+        else if (!bearer_ok(h, req))
+            refuse(h, req);
+        else
+            serve_mint(h, req);
+        return;
+    }
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
         send_text(req, 405, "Method Not Allowed", "GET only");
         return;
     }
@@ -242,36 +387,176 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (!authorized(h, req)) {
-        atomic_fetch_add(&h->refused, 1);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
-                          "Bearer realm=\"msrun\"");
-        send_text(req, 401, "Unauthorized",
-                  "the job token is needed: Authorization: Bearer TOKEN, or the login URL msrun "
-                  "printed");
+        refuse(h, req);
         return;
     }
-    if (strcmp(path, "/metrics") == 0) {
+    if (strcmp(path, "/metrics") == 0)
         serve_snapshot(h, req, 0);
-    } else if (strcmp(path, "/api/job") == 0) {
+    else if (strcmp(path, "/api/job") == 0)
         serve_snapshot(h, req, 1);
-    } else if (strcmp(path, "/api/output") == 0) {
+    else if (strcmp(path, "/api/output") == 0)
         serve_output(h, req, evhttp_uri_get_query(uri));
-    } else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
-        /* the job's page (cluster/page.h): its own script and style inline,
-         * nothing loaded from elsewhere */
-        common_headers(req, "text/html; charset=utf-8");
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Security-Policy",
-                          "default-src 'none'; script-src 'unsafe-inline'; "
-                          "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
-        struct evbuffer *body = evbuffer_new();
-        if (body)
-            evbuffer_add(body, msr_page_index, msr_page_index_len);
-        evhttp_send_reply(req, 200, "OK", body);
-        if (body)
-            evbuffer_free(body);
-    } else {
+    else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
+        serve_page(req);
+    else
         send_text(req, 404, "Not Found", "no such page");
+}
+
+/* The connection whose bufferevent is bev, or NULL (a linear search: at
+ * most max_conns of them, once a request). */
+static http_conn_t *conn_of(msr_http_t *h, struct bufferevent *bev)
+{
+    for (http_conn_t *c = h->conns; c; c = c->next)
+        if (c->bev == bev)
+            return c;
+    return NULL;
+}
+
+/* A request was read whole: served, and the connection's deadline starts
+ * again for the next one (the answer's writing included). */
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    msr_http_t *h = arg;
+    atomic_fetch_add(&h->served, 1);
+    route(h, req);
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    http_conn_t *c = evcon ? conn_of(h, evhttp_connection_get_bufferevent(evcon)) : NULL;
+    if (c && c->evcon)
+        event_add(c->timer, &h->deadline);
+}
+
+/* Forgets c (its connection lives on, or is being freed by libevent). */
+static void conn_forget(http_conn_t *c)
+{
+    msr_http_t *h = c->h;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    h->nconns--;
+    event_free(c->timer);
+    msr_free(c);
+}
+
+/* libevent frees c's connection (its end, an error, the server's stop). */
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    conn_forget(arg);
+}
+
+/* Closes c's connection now: over the cap, or past its deadline. */
+static void conn_close(http_conn_t *c)
+{
+    struct evhttp_connection *evcon = c->evcon;
+    atomic_fetch_add(&c->h->shed, 1);
+    evhttp_connection_set_closecb(evcon, NULL, NULL);
+    conn_forget(c);
+    evhttp_connection_free(evcon);
+}
+
+/* c's timer: first, just after the accept, it finds the connection
+ * libevent made around c's bufferevent (the bufferevent's callback
+ * argument), closes it if it was past the cap, else starts the request's
+ * deadline; afterwards the deadline passed. */
+static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_conn_t *c = arg;
+    msr_http_t *h = c->h;
+    if (c->evcon) {
+        conn_close(c);
+        return;
     }
+    void *cbarg = NULL;
+    bufferevent_getcb(c->bev, NULL, NULL, NULL, &cbarg);
+    if (cbarg == NULL) { /* never made: nothing to watch */
+        conn_forget(c);
+        return;
+    }
+    c->evcon = cbarg;
+    evhttp_connection_set_closecb(c->evcon, on_conn_closed, c);
+    if (c->over)
+        conn_close(c);
+    else
+        event_add(c->timer, &h->deadline);
+}
+
+/* An accept succeeded (evhttp_set_bevcb): the connection's bufferevent,
+ * watched by a new http_conn_t whose timer runs as soon as libevent has
+ * made the connection around it. Out of memory: an unwatched one. */
+static struct bufferevent *on_accept(struct event_base *base, void *arg)
+{
+    msr_http_t *h = arg;
+    if (h->backoff_ms > 0) {
+        MSR_INFO("the dashboard accepts connections again (%d open)", h->nconns);
+        h->backoff_ms = 0;
+    }
+    /* as libevent makes its own: the connection closes the descriptor
+     * itself, after its shutdown (CLOSE_ON_FREE would close it first) */
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    http_conn_t *c = bev ? msr_calloc(1, sizeof *c) : NULL;
+    if (c == NULL)
+        return bev;
+    c->h = h;
+    c->bev = bev;
+    if ((c->timer = evtimer_new(base, on_conn_timer, c)) == NULL) {
+        msr_free(c);
+        return bev;
+    }
+    c->next = h->conns;
+    if (h->conns)
+        h->conns->prev = c;
+    h->conns = c;
+    c->over = ++h->nconns > h->max_conns; /* counted now: accepts come in bursts */
+    event_active(c->timer, EV_TIMEOUT, 1);
+    return bev;
+}
+
+/* libevent's listener hands its error callback the evhttp, not h: the
+ * server's thread keeps h here (set once by that thread, read by it). */
+static _Thread_local msr_http_t *http_current;
+
+/* accept failed (EMFILE, ENFILE, ENOBUFS...): sheds the connection that
+ * waits with the spare descriptor, and pauses the listener, 100 ms
+ * doubling to 1 s while it fails, with one warning an episode: no spin. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    (void)arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    msr_http_t *h = http_current;
+    if (h == NULL)
+        return;
+    if (h->spare_fd >= 0) {
+        close(h->spare_fd);
+        int fd = accept(evconnlistener_get_fd(lev), NULL, NULL);
+        if (fd >= 0)
+            close(fd);
+        h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    evconnlistener_disable(lev);
+    if (h->backoff_ms == 0) {
+        MSR_WARN("the dashboard cannot accept connections: %s (%d open); it pauses its accepts "
+                 "(%d ms, doubling to %d ms) until one succeeds",
+                 strerror(err), h->nconns, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
+        h->backoff_ms = BACKOFF_MIN_MS;
+    } else if ((h->backoff_ms *= 2) > BACKOFF_MAX_MS) {
+        h->backoff_ms = BACKOFF_MAX_MS;
+    }
+    atomic_fetch_add(&h->shed, 1);
+    struct timeval tv = {h->backoff_ms / 1000, (h->backoff_ms % 1000) * 1000};
+    event_add(h->backoff, &tv);
+}
+
+static void on_backoff(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    msr_http_t *h = arg;
+    evconnlistener_enable(h->listener);
 }
 
 /* msr_http_stop wrote to the eventfd: the loop ends. */
@@ -286,6 +571,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 static void *http_main(void *arg)
 {
     msr_http_t *h = arg;
+    http_current = h;
     event_base_dispatch(h->base);
     return NULL;
 }
@@ -300,26 +586,32 @@ msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_ht
     msr_http_t *h = msr_calloc(1, sizeof *h);
     if (h == NULL)
         return MSR_ERR_NO_MEMORY;
-    h->wake_fd = -1;
+    h->wake_fd = h->spare_fd = -1;
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
     if ((h->token = msr_strdup(config->token)) == NULL)
         goto err_free;
-    snprintf(h->login_code, sizeof h->login_code, "%s",
-             config->login_code ? config->login_code : "");
-    unsigned char rnd[16];
-    msr_random_bytes(rnd, sizeof rnd);
-    for (size_t i = 0; i < sizeof rnd; i++)
-        snprintf(h->session + 2 * i, 3, "%02x", rnd[i]);
+    h->login_ttl_ns =
+        1000000ull *
+        (uint64_t)(config->login_ttl_ms > 0 ? config->login_ttl_ms : MSR_HTTP_LOGIN_TTL_S * 1000);
+    if (config->login_code && config->login_code[0])
+        code_add(h, config->login_code, msr_now_ns());
+    h->max_conns = config->max_connections > 0 ? config->max_connections : MSR_HTTP_CONNECTIONS_MAX;
+    int64_t dl =
+        config->request_deadline_ms > 0 ? config->request_deadline_ms : MSR_HTTP_DEADLINE_S * 1000;
+    h->deadline.tv_sec = (time_t)(dl / 1000);
+    h->deadline.tv_usec = (suseconds_t)(dl % 1000) * 1000;
+    msr_http_code_new(h->session);
     if ((h->base = event_base_new()) == NULL)
         goto err_free;
     if ((h->http = evhttp_new(h->base)) == NULL)
         goto err_base;
-    evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
     evhttp_set_max_headers_size(h->http, 16384);
     evhttp_set_max_body_size(h->http, 4096);
     evhttp_set_timeout(h->http, 10);
     evhttp_set_gencb(h->http, on_request, h);
+    evhttp_set_bevcb(h->http, on_accept, h);
     struct evhttp_bound_socket *sock =
         evhttp_bind_socket_with_handle(h->http, config->addr, (ev_uint16_t)config->port);
     if (sock == NULL) {
@@ -334,6 +626,14 @@ msr_status_t msr_http_start(const msr_http_config_t *config, int *port_p, msr_ht
     if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
         port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(h->cookie_name, sizeof h->cookie_name, COOKIE "%d", port);
+    h->listener = evhttp_bound_socket_get_listener(sock);
+    evconnlistener_set_error_cb(h->listener, on_accept_error);
+    if ((h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
+        (h->backoff = evtimer_new(h->base, on_backoff, h)) == NULL) {
+        st = MSR_ERR_SYSTEM;
+        goto err_tick;
+    }
     if ((h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
         (h->wake = event_new(h->base, h->wake_fd, EV_READ, on_wake, h)) == NULL ||
         event_add(h->wake, NULL) != 0) {
@@ -353,6 +653,10 @@ err_tick:
         event_free(h->wake);
     if (h->wake_fd >= 0)
         close(h->wake_fd);
+    if (h->backoff)
+        event_free(h->backoff);
+    if (h->spare_fd >= 0)
+        close(h->spare_fd);
 err_http:
     evhttp_free(h->http);
 err_base:
@@ -422,6 +726,11 @@ unsigned long msr_http_refused(msr_http_t *h)
     return atomic_load(&h->refused);
 }
 
+unsigned long msr_http_shed(msr_http_t *h)
+{
+    return atomic_load(&h->shed);
+}
+
 void msr_http_stop(msr_http_t *h)
 {
     if (h == NULL)
@@ -436,8 +745,13 @@ void msr_http_stop(msr_http_t *h)
     pthread_join(h->thread, NULL);
     event_free(h->wake);
     close(h->wake_fd);
-    evhttp_free(h->http);
+    evhttp_free(h->http); /* its connections' close callbacks forget theirs */
+    while (h->conns)      /* those not yet attached */
+        conn_forget(h->conns);
+    event_free(h->backoff);
+    close(h->spare_fd);
     event_base_free(h->base);
+    memset(h->codes, 0, sizeof h->codes);
     memset(h->token, 0, strlen(h->token));
     msr_free(h->token);
     msr_buf_cleanup(&h->metrics);

@@ -362,15 +362,20 @@ static void publish(msr_coord_server_t *s)
                    "msrun_dashboard_requests_total{outcome=\"served\"} %lu\n"
                    "msrun_dashboard_requests_total{outcome=\"refused\"} %lu\n",
                    msr_http_served(s->http) - msr_http_refused(s->http), msr_http_refused(s->http));
+    msr_buf_printf(m,
+                   "# HELP msrun_dashboard_connections_shed_total Dashboard connections closed "
+                   "over the cap or past the request deadline, and accepts failed.\n"
+                   "# TYPE msrun_dashboard_connections_shed_total counter\n"
+                   "msrun_dashboard_connections_shed_total %lu\n",
+                   msr_http_shed(s->http));
     msr_coord_render_job(s->coord, j);
     msr_http_publish(s->http, m, j);
 }
 
-msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const char *addr, int port,
-                                        const char *token, const char *login_code, int *port_p)
+msr_status_t msr_coord_server_dashboard(msr_coord_server_t *s, const msr_http_config_t *config,
+                                        int *port_p)
 {
-    msr_http_config_t hc = {addr, port, token, login_code};
-    return msr_http_start(&hc, port_p, &s->http);
+    return msr_http_start(config, port_p, &s->http);
 }
 
 msr_job_state_t msr_coord_server_run(msr_coord_server_t *s, volatile sig_atomic_t *stop,

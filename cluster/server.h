@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "cluster/coord.h"
+#include "cluster/http.h"
 #include "rendezvous/rpc.h"
 
 typedef struct msr_coord_server msr_coord_server_t;
@@ -24,12 +25,12 @@ msr_status_t msr_coord_server_create_tls(const char *address, const msr_coord_co
                                          const msr_rpc_tls_t *tls, int *port_p,
                                          msr_coord_server_t **server_p);
 
-/* Serves the dashboard (cluster/http.h: /metrics, /api/job) on addr:port
- * (port 0: any free one, *port_p says which) with token, and login_code for
- * one login by URL. Call before msr_coord_server_run; the server's thread
- * renders what the dashboard shows when a request asks. */
-msr_status_t msr_coord_server_dashboard(msr_coord_server_t *server, const char *addr, int port,
-                                        const char *token, const char *login_code, int *port_p);
+/* Serves the dashboard (cluster/http.h: /metrics, /api/job) as config says
+ * (its port 0: any free one, *port_p says which). Call before
+ * msr_coord_server_run; the server's thread renders what the dashboard
+ * shows when a request asks. */
+msr_status_t msr_coord_server_dashboard(msr_coord_server_t *server, const msr_http_config_t *config,
+                                        int *port_p);
 
 /* Serves on the calling thread until *stop is set (by a signal handler, say)
  * or, when exit_when_finished, the job has ended and every node has left.

@@ -19,6 +19,7 @@
 #include "base/util.h"
 #include "cluster/failure.h"
 #include "cluster/server.h"
+#include "launcher/dashboard_login.h"
 #include "launcher/net.h"
 #include "launcher/options.h"
 #include "launcher/rundir.h"
@@ -53,6 +54,9 @@ typedef struct coord_args {
     char *munge_socket;
     int dashboard_port; /* 0: no dashboard */
     char *dashboard_addr, *straggler_factor;
+    int64_t dashboard_login_ttl_ms, dashboard_deadline_ms; /* 0: cluster/http.h's defaults */
+    char *dashboard_login_file;
+    int dashboard_max_connections;
 } coord_args_t;
 
 #define C(field) MSR_OPT_DEST(coord_args_t, field)
@@ -165,6 +169,21 @@ static const msr_opt_t coord_opts[] = {
     {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
      .dest = C(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",
      .help = "the address the dashboard listens on."},
+    {.name = "dashboard_login_ttl", .kind = MSR_OPT_SECONDS, MSR_OPTB_LOGIN_TTL,
+     .env = "MSRUN_DASHBOARD_LOGIN_TTL", .dest = C(dashboard_login_ttl_ms), .def = "600",
+     .metavar = "SEC",
+     .help = "a login URL works once, within this long (1 s to a day)."},
+    {.name = "dashboard_login_file", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_LOGIN_FILE",
+     .dest = C(dashboard_login_file), .def = "stderr if a terminal, else the runtime directory",
+     .metavar = "PATH",
+     .help = "write the login URL to PATH, a new file of mode 0600, and say only where it is."},
+    {.name = "dashboard_max_connections", .kind = MSR_OPT_INT, .min = 1, .max = 65536,
+     .dest = C(dashboard_max_connections), .def = "256", .metavar = "N",
+     .help = "the dashboard holds at most N connections; one more is closed at once."},
+    {.name = "dashboard_request_timeout", .kind = MSR_OPT_SECONDS, .min = 100, .max = 3600000,
+     .dest = C(dashboard_deadline_ms), .def = "10", .metavar = "SEC",
+     .help = "a request not read whole within this long of its connection's accept (or of "
+             "the answer before) is cut, however slowly it trickles in."},
     {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
      .dest = C(straggler_factor), .def = "1.5", .metavar = "X",
      .help = "name a rank whose mean step time over its last 20 steps is X times the median."},
@@ -232,27 +251,58 @@ static int coord_parse(int argc, char **argv, coord_args_t *a)
     return msr_options_need_token("msrun coordinator", &a->token, a->token_file);
 }
 
+/* Standalone, the login URL is told here (an msrun that started this
+ * coordinator tells its own): 0, or 2 when it could not be. file gets the
+ * default file written (removed at the end), or "". */
+static int tell_login(const coord_args_t *a, const char *addr, int port, const char *code,
+                      char file[MSR_DASHBOARD_LOGIN_PATH_LEN])
+{
+    char hp[300];
+    file[0] = '\0';
+    msr_net_join(addr, port, hp, sizeof hp);
+    if (a->dashboard_login_file == NULL && !isatty(STDERR_FILENO) &&
+        msr_dashboard_login_default(port, file, MSR_DASHBOARD_LOGIN_PATH_LEN) != MSR_OK) {
+        fprintf(stderr, "msrun coordinator: error: no file for the dashboard's login URL: %s\n",
+                msr_err_msg());
+        return 2;
+    }
+    int64_t ttl_ms =
+        a->dashboard_login_ttl_ms > 0 ? a->dashboard_login_ttl_ms : MSR_HTTP_LOGIN_TTL_S * 1000;
+    if (msr_dashboard_login_tell("msrun coordinator", hp, code, ttl_ms / 1000,
+                                 a->dashboard_login_file, file) != MSR_OK) {
+        file[0] = '\0';
+        return 2;
+    }
+    return 0;
+}
+
 /* Starts the dashboard: 0, or after saying why (on the ready pipe, if
  * any), 2. An msrun that started this coordinator made the one-time login
- * code (MSRUN_DASHBOARD_CODE) and prints the URL; standalone, it is made
- * and printed here. */
-static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, int64_t ready_fd)
+ * code (MSRUN_DASHBOARD_CODE) and tells the URL; standalone, it is made
+ * and told here. */
+static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, int64_t ready_fd,
+                           char login_file[MSR_DASHBOARD_LOGIN_PATH_LEN])
 {
-    char code[40] = "";
+    char code[MSR_HTTP_CODE_LEN] = "";
     const char *given = getenv("MSRUN_DASHBOARD_CODE");
-    if (given && *given) {
+    int standalone = !(given && *given);
+    if (standalone)
+        msr_http_code_new(code);
+    else
         snprintf(code, sizeof code, "%s", given);
-    } else {
-        unsigned char rnd[16];
-        msr_random_bytes(rnd, sizeof rnd);
-        for (size_t i = 0; i < sizeof rnd; i++)
-            snprintf(code + 2 * i, 3, "%02x", rnd[i]);
-    }
     unsetenv("MSRUN_DASHBOARD_CODE");
     const char *addr = a->dashboard_addr ? a->dashboard_addr : "127.0.0.1";
     int port = 0;
-    if (msr_coord_server_dashboard(server, addr, a->dashboard_port, a->token, code, &port) !=
-        MSR_OK) {
+    msr_http_config_t hc = {
+        .addr = addr,
+        .port = a->dashboard_port,
+        .token = a->token,
+        .login_code = code,
+        .login_ttl_ms = a->dashboard_login_ttl_ms,
+        .max_connections = a->dashboard_max_connections,
+        .request_deadline_ms = a->dashboard_deadline_ms,
+    };
+    if (msr_coord_server_dashboard(server, &hc, &port) != MSR_OK) {
         char line[400];
         int n = snprintf(line, sizeof line,
                          "error cannot serve the dashboard on %s port %d: address in use or not "
@@ -262,18 +312,12 @@ static int serve_dashboard(const coord_args_t *a, msr_coord_server_t *server, in
             msr_write_all((int)ready_fd, line, (size_t)n);
         else
             fprintf(stderr, "msrun coordinator: %s", line);
+        memset(code, 0, sizeof code);
         return 2;
     }
-    if (!(given && *given)) {
-        char hp[300];
-        msr_net_join(addr, port, hp, sizeof hp);
-        fprintf(stderr,
-                "msrun coordinator: dashboard at http://%s/login?code=%s (the link logs in once; "
-                "afterwards send 'Authorization: Bearer <job token>')\n",
-                hp, code);
-    }
+    int r = standalone ? tell_login(a, addr, port, code, login_file) : 0;
     memset(code, 0, sizeof code);
-    return 0;
+    return r;
 }
 
 /* Serves the coordinator of a's job on bind until it ends (or a signal). */
@@ -343,7 +387,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
             fprintf(stderr, "msrun coordinator: %s", line);
         return 2;
     }
-    if (a->dashboard_port > 0 && serve_dashboard(a, server, ready_fd) != 0) {
+    char login_file[MSR_DASHBOARD_LOGIN_PATH_LEN] = "";
+    if (a->dashboard_port > 0 && serve_dashboard(a, server, ready_fd, login_file) != 0) {
         msr_coord_server_destroy(server);
         return 2;
     }
@@ -356,6 +401,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     }
     msr_job_state_t end = msr_coord_server_run(server, &coord_stop, 1);
     msr_coord_server_destroy(server);
+    if (login_file[0]) /* its codes died with the server */
+        unlink(login_file);
     return end == MSR_JOB_DONE ? 0 : 1;
 }
 

@@ -11,4 +11,8 @@ int msr_coordinator_main(int argc, char **argv);
  * exit status. */
 int msr_status_main(int argc, char **argv);
 
+/* `msrun dashboard ...`: a new login URL for a running job's dashboard;
+ * returns the exit status. */
+int msr_dashboard_main(int argc, char **argv);
+
 #endif

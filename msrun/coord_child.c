@@ -21,13 +21,15 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
+#include "cluster/http.h"
+#include "launcher/dashboard_login.h"
 #include "launcher/net.h"
 #include "launcher/spawn.h"
 
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
-    char lease[24], dport[16];
+    char lease[24], dport[16], dttl[32];
     char store[3][24];
     char *argv[56];
 } coord_argv_t;
@@ -99,6 +101,12 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
         if (c->o->dashboard_addr) {
             v->argv[k++] = "--dashboard_addr";
             v->argv[k++] = c->o->dashboard_addr;
+        }
+        if (c->o->dashboard_login_ttl_ms > 0) {
+            snprintf(v->dttl, sizeof v->dttl, "%.3f",
+                     (double)c->o->dashboard_login_ttl_ms / 1000.0);
+            v->argv[k++] = "--dashboard_login_ttl";
+            v->argv[k++] = v->dttl;
         }
     }
     if (c->o->straggler_factor) {
@@ -204,7 +212,9 @@ void msr_coord_child_kill(msr_coord_t *c)
     c->pid = 0;
 }
 
-/* Where the job's page is, with the one-time login code (docs/observe.md). */
+/* Where the job's page is, with the one-time login code, told only to a
+ * terminal or a 0600 file (docs/observe.md): a scheduler's job output is
+ * often readable by others. */
 static void print_dashboard(msr_coord_t *c)
 {
     const char *addr = c->o->dashboard_addr ? c->o->dashboard_addr : "127.0.0.1";
@@ -212,10 +222,13 @@ static void print_dashboard(msr_coord_t *c)
         addr = c->host[0] ? c->host : "127.0.0.1";
     char hp[300];
     msr_net_join(addr, c->o->dashboard_port, hp, sizeof hp);
-    fprintf(stderr,
-            "msrun: dashboard at http://%s/login?code=%s (the link logs in once; afterwards "
-            "send 'Authorization: Bearer <job token>')\n",
-            hp, c->dashboard_code);
+    if (c->o->dashboard_login_file == NULL)
+        snprintf(c->login_file, sizeof c->login_file, "%s/dashboard.url", c->job->dir);
+    int64_t ttl_ms = c->o->dashboard_login_ttl_ms;
+    if (msr_dashboard_login_tell("msrun", hp, c->dashboard_code,
+                                 (ttl_ms > 0 ? ttl_ms : MSR_HTTP_LOGIN_TTL_S * 1000) / 1000,
+                                 c->o->dashboard_login_file, c->login_file) != MSR_OK)
+        c->login_file[0] = '\0'; /* not ours to remove */
 }
 
 int msr_coord_child_start(msr_coord_t *c, const char *bind_addr)
@@ -360,6 +373,9 @@ static int wait_child(pid_t pid, int64_t ms)
 
 void msr_coord_child_stop(msr_coord_t *c, int others)
 {
+    if (c->login_file[0]) /* its code is void once the coordinator ends */
+        unlink(c->login_file);
+    c->login_file[0] = '\0';
     if (c->pid <= 0)
         return;
     /* The other nodes must hear the outcome: the coordinator exits by itself

@@ -58,6 +58,7 @@ typedef struct msr_coord {
     char bind[MSR_HOSTPORT_LEN];                 /* where it listens (restarts reuse it) */
     char state_file[MSR_JOB_FILE_LEN];           /* its state, for a restarted one */
     char dashboard_code[MSR_DASHBOARD_CODE_LEN]; /* "" none */
+    char login_file[MSR_JOB_FILE_LEN];           /* the login URL's file in dir; "" none */
     uint64_t restarts;
     /* a start watched from the loop (a restart, a takeover) */
     struct event *ready_ev;

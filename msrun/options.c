@@ -262,6 +262,17 @@ static const msr_opt_t opt_defs[] = {
     {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
      .dest = D(dashboard_addr), .def = "127.0.0.1", .metavar = "ADDR",
      .help = "the address the dashboard listens on (0.0.0.0: every interface)."},
+    {.name = "dashboard_login_ttl", .kind = MSR_OPT_SECONDS, MSR_OPTB_LOGIN_TTL,
+     .env = "MSRUN_DASHBOARD_LOGIN_TTL", .dest = D(dashboard_login_ttl_ms), .def = "600",
+     .metavar = "SEC",
+     .help = "a login URL of the dashboard works once, within this long (1 s to a day); "
+             "'msrun dashboard' makes a new one."},
+    {.name = "dashboard_login_file", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_LOGIN_FILE",
+     .dest = D(dashboard_login_file), .def = "stderr if a terminal, else the job's directory",
+     .metavar = "PATH",
+     .help = "write the dashboard's login URL to PATH, a new file of mode 0600 (an existing file "
+             "or link is refused), and say only where it is; without it the URL goes to stderr "
+             "when that is a terminal, else to dashboard.url in the job's directory."},
     {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
      .dest = D(straggler_factor), .def = "1.5", .metavar = "X",
      .help = "a rank whose mean step time over 20 reported steps (the same steps for every "
@@ -325,6 +336,7 @@ void msr_options_usage(FILE *out)
     fprintf(out, "usage: msrun [options] PROGRAM [ARGS...]\n"
                  "       msrun coordinator [--port P] [--host ADDR] [options]\n"
                  "       msrun status [--json] [--job_id ID] [--master_addr A --master_port P]\n"
+                 "       msrun dashboard --dashboard_port P [--dashboard_addr ADDR]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"

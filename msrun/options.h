@@ -22,6 +22,8 @@
 #define MSR_OPTB_CLUSTER_TIME_OUT .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
+/* --dashboard_login_ttl: 1 s to a day */
+#define MSR_OPTB_LOGIN_TTL        .min = 1000, .max = INT64_C(86400000)
 
 /* The smallest --log_max_bytes other than 0: room for a cut line's marker. */
 #define MSR_LOG_MAX_BYTES_MIN 1024
@@ -82,6 +84,9 @@ typedef struct msr_options {
     int dashboard_port;
     char *dashboard_addr;   /* NULL: 127.0.0.1 */
     char *straggler_factor; /* as given (checked: a number > 1); NULL: 1.5 */
+    /* the dashboard's login URL (docs/observe.md) */
+    int64_t dashboard_login_ttl_ms; /* 0: MSR_HTTP_LOGIN_TTL_S */
+    char *dashboard_login_file;     /* NULL: on a terminal, else in the job's directory */
     /* the program */
     char *program;      /* as given */
     char *program_path; /* what is executed: resolved through PATH */

@@ -30,9 +30,10 @@ wait_job() {
 STRAGGLER="is [0-9.]*x slower than the median over the last 20 steps"
 
 # --- a balanced job of 4 ranks reporting through libmsrun ---
-start_msrun --worker_num=4 --dashboard_port="$PORT" "$REPORTER" 40 25 -1 25 "$TMP/hold1"
-wait_for "dashboard at http://127.0.0.1:$PORT/login?code=" "$TMP/err" 15 || fail "the login URL"
-CODE_URL=$(grep -o "login?code=[0-9a-f]*" "$TMP/err" | head -1 | cut -d= -f2)
+start_msrun --worker_num=4 --dashboard_port="$PORT" --dashboard_login_file="$TMP/login.url" \
+    "$REPORTER" 40 25 -1 25 "$TMP/hold1"
+wait_for "http://127.0.0.1:$PORT/login?code=" "$TMP/login.url" 15 || fail "the login URL"
+CODE_URL=$(grep -o "login?code=[0-9a-f]*" "$TMP/login.url" | head -1 | cut -d= -f2)
 wait_job "len(j['ranks']) == 4 and all(r['step'] == 39 for r in j['ranks'])" 30 ||
     fail "every rank's last step in /api/job: $(cat "$TMP/job.json")"
 # step_ms: the 25 ms each step sleeps (as timed by the worker around its
@@ -83,7 +84,7 @@ fi
 # the token, or the cookie of the one-time login
 [ "$(get /metrics "$TMP/r")" = "401 " ] || fail "/metrics without the token"
 [ "$(get /api/job "$TMP/r" "Authorization: Bearer x$TOKEN")" = "401 " ] || fail "a wrong token"
-[ "$(get / "$TMP/r" "Cookie: msrun_session=0123")" = "401 " ] || fail "a made-up cookie"
+[ "$(get / "$TMP/r" "Cookie: msrun_session_$PORT=0123")" = "401 " ] || fail "a made-up cookie"
 [ "$(get "/login?code=${CODE_URL}0" "$TMP/r")" = "401 " ] || fail "a wrong login code"
 read -r status cookie < <(get "/login?code=$CODE_URL" "$TMP/r")
 [ "$status" = 303 ] && [ -n "$cookie" ] || fail "login: $status $cookie"

@@ -56,7 +56,7 @@ wait_job() {
 # 8 ranks as 2 nodes x 4, checkpoints every 10 steps, one restart allowed
 # (each step a few ms: the job runs until the test stops it)
 common=(--master_addr=127.0.0.1 --master_port="$mport" --worker_num=8 --local_worker_num=4
-    --max_restarts=1 --dashboard_port="$PORT")
+    --max_restarts=1 --dashboard_port="$PORT" --dashboard_login_file="$TMP/login.url")
 # the job's own bound, above anything the test waits for (ctest's is 240 s)
 limit=200
 args=(--layers 2 --channels 32 --heads 4 --seq 32 --micro-batch 2 --steps 1000000
@@ -66,9 +66,9 @@ for n in 1 0; do
         "$TRAIN" "${args[@]}" >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
     eval "NPID$n=$!"
 done
-wait_for "dashboard at http://127.0.0.1:$PORT/login?code=" "$TMP/n0.err" 30 ||
-    fail "node 0 printed no login URL: $(cat "$TMP/n0.err")"
-CODE=$(grep -o "login?code=[0-9a-f]*" "$TMP/n0.err" | head -1 | cut -d= -f2)
+wait_for "http://127.0.0.1:$PORT/login?code=" "$TMP/login.url" 30 ||
+    fail "node 0 wrote no login URL: $(cat "$TMP/n0.err")"
+CODE=$(grep -o "login?code=[0-9a-f]*" "$TMP/login.url" | head -1 | cut -d= -f2)
 wait_job "len(j['ranks']) == 8 and min(r['step'] for r in j['ranks']) >= 25" 60 ||
     fail "8 ranks past step 25: $(cat "$TMP/job.json")"
 
