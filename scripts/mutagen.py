@@ -21,7 +21,9 @@ Operators (--operators, comma separated; default all):
   not         a logical ! dropped
   return      an error return (a negative constant, MSR_ERR_*, or
               msr_err(...)) removed, or made "return 0"
-  constant    an integer literal changed: 0 to 1, 1 to 0, n to n+1
+  constant    an integer literal changed: 0 to 1, 1 to 0, n to n+1 (not the
+              size of an array declared: one byte more is nearly always
+              equivalent)
 
 For each mutant: the file is written, the build brought up to date (the
 targets the map names, else the whole build directory), the mapped tests run
@@ -38,7 +40,8 @@ and, optionally, the build targets those tests need. The equivalent list
 behaviour, as "file:line[:col] operator why"; they are skipped and listed.
 
 Exit status: 0 when the score is at least --goal; 1 below it, or when a
-baseline test fails; 2 on bad usage or a file that cannot be parsed.
+baseline test fails; 2 on bad usage or a file that cannot be parsed; 130
+when interrupted (the partial report is printed).
 """
 import argparse
 import json
@@ -184,9 +187,18 @@ class SiteFinder:
                     if args:
                         self.visit(args[0], in_message)
                         self.walk(args[0], in_message)
-            if not msg:
+            if not msg and not self.array_size(cursor, c):
                 self.visit(c, in_message)
             self.walk(c, msg)
+
+    def array_size(self, parent, c):
+        """Whether c is the size in a declaration's "[n]": a buffer made one
+        larger is nearly always an equivalent mutant."""
+        if (parent.kind not in (ci.CursorKind.VAR_DECL, ci.CursorKind.FIELD_DECL)
+                or c.kind != ci.CursorKind.INTEGER_LITERAL):
+            return False
+        before = self.data[:c.extent.start.offset].rstrip()
+        return before.endswith(b"[") and self.data[c.extent.end.offset:].lstrip()[:1] == b"]"
 
     def visit(self, c, in_message):
         if in_message:
@@ -405,20 +417,9 @@ class Runner:
         self.keep = os.path.join(args.build, "mutagen")
         os.makedirs(self.keep, exist_ok=True)
         self.log = open(os.path.join(self.keep, "log.txt"), "w")
-        self.restore_leftovers()
 
     def backup_path(self, path):
-        return os.path.join(self.keep, path.replace("/", "__") + ".orig")
-
-    def restore_leftovers(self):
-        """A run killed outright left a file mutated: put it back first."""
-        for name in os.listdir(self.keep):
-            if name.endswith(".orig"):
-                path = name[:-len(".orig")].replace("__", "/")
-                with open(os.path.join(self.keep, name), "rb") as f:
-                    write(os.path.join(ROOT, path), f.read())
-                os.unlink(os.path.join(self.keep, name))
-                print("mutagen: restored %s, left mutated by an interrupted run" % path)
+        return os.path.join(self.keep, path.replace("/", "%") + ".orig")
 
     def build(self, targets):
         cmd = ["cmake", "--build", self.a.build, "-j", str(self.a.jobs)]
@@ -488,12 +489,33 @@ class Runner:
             os.unlink(backup)
 
 
+def restore_leftovers(build):
+    """A run killed outright (SIGKILL) left a file mutated, its copy in
+    BUILD/mutagen/: put it back before anything reads the file."""
+    keep = os.path.join(build, "mutagen")
+    for name in sorted(os.listdir(keep)) if os.path.isdir(keep) else []:
+        if name.endswith(".orig"):
+            path = name[:-len(".orig")].replace("%", "/")
+            with open(os.path.join(keep, name), "rb") as f:
+                write(os.path.join(ROOT, path), f.read())
+            os.unlink(os.path.join(keep, name))
+            print("mutagen: restored %s, left mutated by a run that was killed" % path)
+
+
 def write(path, data):
-    """Writes data to path whole (a temporary file renamed over it)."""
-    tmp = path + ".mutagen-tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    """Writes data to path whole (a temporary file renamed over it, the
+    file's mode kept), with Ctrl-C and SIGTERM held off meanwhile so that a
+    restore is never cut in half."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        tmp = path + ".mutagen-tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        if os.path.exists(path):
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 # ---------------------------------------------------------------- report, main
@@ -604,6 +626,7 @@ def main():
               file=sys.stderr)
         return 2
     equivalent = read_equivalent(a.equivalent)
+    restore_leftovers(a.build)
     by_file, skipped = {}, []
     for path in files:
         by_file[path] = []
@@ -623,7 +646,7 @@ def main():
         by_file = sample(by_file, a.sample, a.seed)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    runner = Runner(a, tests)
+    runner, interrupted = Runner(a, tests), False
     print("mutagen: %d mutants over %d files; log in %s" % (
         sum(len(v) for v in by_file.values()), len(by_file), runner.log.name), flush=True)
     try:
@@ -633,6 +656,7 @@ def main():
         for path in sorted(by_file):
             runner.mutate_file(path, by_file[path])
     except Interrupted as e:
+        interrupted = True
         print("\nmutagen: interrupted (%s); files restored" % e)
         for ms in by_file.values():
             ms[:] = [m for m in ms if m.result]
@@ -643,7 +667,7 @@ def main():
         if rc != 0:
             print("mutagen: the final rebuild failed (see %s)" % runner.log.name)
     score = report(by_file, skipped, a.goal)
-    return 0 if score >= a.goal else 1
+    return 130 if interrupted else (0 if score >= a.goal else 1)
 
 
 if __name__ == "__main__":
