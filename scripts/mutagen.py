@@ -37,7 +37,8 @@ timeout counts as caught (it did not pass) and is shown as a timeout.
 The map (default scripts/mutagen_tests.txt) gives each file its ctest regex
 and, optionally, the build targets those tests need. The equivalent list
 (default scripts/mutagen_equivalent.txt) names mutants that cannot change
-behaviour, as "file:line[:col] operator why"; they are skipped and listed.
+behaviour, as "file:line[:col] operator[:replacement] why" (an empty
+replacement: the mutant that removes); they are skipped and listed.
 
 Exit status: 0 when the score is at least --goal; 1 below it, or when a
 baseline test fails; 2 on bad usage or a file that cannot be parsed; 130
@@ -305,6 +306,12 @@ def is_message(call):
 
 
 def is_one(cursor):
+    # an implicit conversion (1 to size_t) wraps the literal in an unexposed node
+    while cursor.kind == ci.CursorKind.UNEXPOSED_EXPR:
+        kids = list(cursor.get_children())
+        if len(kids) != 1:
+            return False
+        cursor = kids[0]
     if cursor.kind != ci.CursorKind.INTEGER_LITERAL:
         return False
     toks = list(cursor.get_tokens())
@@ -338,7 +345,9 @@ def read_map(path):
 
 
 def read_equivalent(path):
-    """[(file, line, col or None, operator, why)] from "file:line[:col] op why"."""
+    """[(file, line, col, operator, replacement, why)] from lines
+    "file:line[:col] operator[:replacement] why" (col and replacement None
+    when not given: they then match any)."""
     out = []
     if not os.path.exists(path):
         return out
@@ -347,17 +356,19 @@ def read_equivalent(path):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
-            m = re.match(r"^(\S+?):(\d+)(?::(\d+))?\s+(\w+)\s+(.+)$", line)
+            m = re.match(r"^(\S+?):(\d+)(?::(\d+))?\s+(\w+)(?::(\S*))?\s+(.+)$", line)
             if not m or m.group(4) not in OPERATORS:
-                raise SystemExit("mutagen: %s:%d: want 'file:line[:col] operator why'" % (path, n))
+                raise SystemExit("mutagen: %s:%d: want 'file:line[:col] operator[:replacement] "
+                                 "why'" % (path, n))
             col = int(m.group(3)) if m.group(3) else None
-            out.append((m.group(1), int(m.group(2)), col, m.group(4), m.group(5)))
+            out.append((m.group(1), int(m.group(2)), col, m.group(4), m.group(5), m.group(6)))
     return out
 
 
 def equivalent_reason(m, equivalent):
-    for f, line, col, op, why in equivalent:
-        if f == m.path and line == m.line and op == m.op and col in (None, m.col):
+    for f, line, col, op, repl, why in equivalent:
+        if (f == m.path and line == m.line and op == m.op and col in (None, m.col)
+                and repl in (None, m.text)):
             return why
     return None
 
