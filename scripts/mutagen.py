@@ -20,7 +20,8 @@ Operators (--operators, comma separated; default all):
   off_by_one  x + 1 / x - 1: the sign flipped, or the "+ 1" dropped
   not         a logical ! dropped
   return      an error return (a negative constant, MSR_ERR_*, or
-              msr_err(...)) removed, or made "return 0"
+              msr_err(...)) removed (not a function's last statement: that
+              cannot compile), or made "return 0"
   constant    an integer literal changed: 0 to 1, 1 to 0, n to n+1 (not the
               size of an array declared: one byte more is nearly always
               equivalent)
@@ -151,7 +152,7 @@ class SiteFinder:
     def __init__(self, path, tu, data, operators):
         self.path, self.tu, self.data, self.ops = path, tu, data, operators
         self.full = os.path.realpath(os.path.join(ROOT, path))
-        self.mutants, self.seen, self.ones = [], set(), set()
+        self.mutants, self.seen, self.ones, self.tail_returns = [], set(), set(), set()
         self.quiet = []  # byte ranges of message macros (MSR_LOG(...))
         for c in tu.cursor.get_children():
             if (c.kind == ci.CursorKind.MACRO_INSTANTIATION and in_file(c, self.full)
@@ -188,6 +189,11 @@ class SiteFinder:
                     if args:
                         self.visit(args[0], in_message)
                         self.walk(args[0], in_message)
+            if c.kind == ci.CursorKind.COMPOUND_STMT and cursor.kind == ci.CursorKind.FUNCTION_DECL:
+                body = list(c.get_children())
+                if body and body[-1].kind == ci.CursorKind.RETURN_STMT:
+                    # a function's last return removed only fails -Werror=return-type
+                    self.tail_returns.add(body[-1].extent.start.offset)
             if not msg and not self.array_size(cursor, c):
                 self.visit(c, in_message)
             self.walk(c, msg)
@@ -270,7 +276,8 @@ class SiteFinder:
         while end < len(self.data) and self.data[end:end + 1] in (b" ", b"\t"):
             end += 1
         if self.data[end:end + 1] == b";":
-            self.add("return", s, end + 1, "{}")
+            if s not in self.tail_returns:
+                self.add("return", s, end + 1, "{}")
             self.add("return", s, end + 1, "return 0;")
 
     def constant(self, c):
