@@ -540,16 +540,18 @@ def write(path, data):
 
 def report(by_file, skipped, goal):
     """Prints the table and the survivors; returns the total score."""
-    cols = ("mutants", "caught", "timeout", "survived", "no build", "score")
-    print("\n%-28s %8s %7s %8s %9s %9s %7s" % (("file",) + cols))
-    tot = [0, 0, 0, 0, 0]
+    cols = ("mutants", "caught", "timeout", "survived", "no build", "score", "s/mutant")
+    print("\n%-28s %8s %7s %8s %9s %9s %6s %9s" % (("file",) + cols))
+    tot, secs = [0, 0, 0, 0, 0], 0.0
     for path in sorted(by_file):
         ms = by_file[path]
         c = [len(ms)] + [sum(m.result == r for m in ms)
                          for r in ("caught", "timeout", "survived", "did not build")]
         tot = [a + b for a, b in zip(tot, c)]
-        print("%-28s %8d %7d %8d %9d %9d %6s" % ((path,) + tuple(c) + (pct(c),)))
-    print("%-28s %8d %7d %8d %9d %9d %6s" % (("total",) + tuple(tot) + (pct(tot),)))
+        secs += sum(m.seconds for m in ms)
+        print("%-28s %8d %7d %8d %9d %9d %6s %9s" % ((path,) + tuple(c) + (pct(c), per(ms))))
+    print("%-28s %8d %7d %8d %9d %9d %6s %9s" % (("total",) + tuple(tot) + (pct(tot), per(
+        [m for p in by_file for m in by_file[p]]))))
     survivors = [m for p in sorted(by_file) for m in by_file[p] if m.result == "survived"]
     if survivors:
         print("\nsurvivors:")
@@ -559,13 +561,15 @@ def report(by_file, skipped, goal):
         print("\nequivalent (skipped, not counted):")
         for m in skipped:
             print("  %s  (%s)" % (m.name(), m.why))
-    run = [m.seconds for p in by_file for m in by_file[p]]
-    if run:
-        print("\ntime: %.0f s for %d mutants, %.1f s a mutant" % (sum(run), len(run),
-                                                                sum(run) / len(run)))
+    if secs:
+        print("\ntime: %.0f s for %d mutants" % (secs, tot[0]))
     score = score_of(tot)
     print("score: %s (goal %d%%)" % (pct(tot), goal))
     return score
+
+
+def per(mutants):
+    return "%.1f" % (sum(m.seconds for m in mutants) / len(mutants)) if mutants else "-"
 
 
 def score_of(c):
