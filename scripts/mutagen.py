@@ -597,7 +597,7 @@ def list_sites(by_file, operators):
 def options():
     p = argparse.ArgumentParser(
         prog="mutagen.py", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=__doc__.split("\n\n")[0],
+        description=__doc__,
         epilog="See docs/testing.md, section 'Mutation testing by operator'.")
     p.add_argument("--files", nargs="+", metavar="FILE",
                    help="files to mutate, relative to the source root (default: all in the map)")
