@@ -309,7 +309,9 @@ def is_message(call):
         return False
     args = list(call.get_arguments())
     first = args[0] if name != "fputs" else (args[1] if len(args) > 1 else None)
-    return first is not None and [t.spelling for t in first.get_tokens()] == ["stderr"]
+    # stderr is a macro: its tokens map back to nothing, its spelling stays
+    return first is not None and (first.spelling == "stderr" or
+                                  [t.spelling for t in first.get_tokens()] == ["stderr"])
 
 
 def is_one(cursor):
