@@ -1,6 +1,7 @@
 /* Tests of the coordinator over real gRPC on loopback: token checks, clear
- * errors for an unreachable coordinator and for deadlines, and messages
- * larger than gRPC's default limit. */
+ * errors for an unreachable coordinator and for deadlines, messages larger
+ * than gRPC's default limit, and the bound on connections per address that
+ * made no call. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
