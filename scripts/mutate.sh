@@ -1703,6 +1703,140 @@ test: ^fault_etcd_corrupt$
     if (l->n > 0 && seq != l->next_seq)
 ===
     if (0)
+# ---- issue 38's survivors: limits at their bound and one past, multi-party calls given up in
+# ---- different orders, parsers fed their boundaries (docs/testing.md)
+@ store.barrier_withdraw_weight_one
+file: rendezvous/store_core.c
+test: ^test_store_core$
+<<<
+        b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
+===
+        b->arrived = b->arrived >= weight ? b->arrived - 1 : 0;
+>>>
+
+@ store.gather_withdraw_everyones
+file: rendezvous/store_core.c
+test: ^test_store_core$
+<<<
+        if (!ge->present || ge->call != call)
+===
+        if (!ge->present || (call == NULL && ge->call != call))
+>>>
+
+@ store.fetch_max_refused
+file: rendezvous/store_core.c
+test: ^test_store_core$
+<<<
+    if (req->n_indices > MSR_FETCH_MAX) {
+===
+    if (req->n_indices >= MSR_FETCH_MAX) {
+>>>
+
+@ store.entry_bytes_no_key
+file: rendezvous/store_limits.c
+test: ^test_store_core$
+<<<
+    return (uint64_t)keylen + (uint64_t)len + MSR_STORE_ENTRY_OVERHEAD;
+===
+    return 0 * (uint64_t)keylen + (uint64_t)len + MSR_STORE_ENTRY_OVERHEAD;
+>>>
+
+@ rpc.unauth_one_extra_per_host
+file: rendezvous/rpc_accept.c
+test: ^test_rpc$
+<<<
+    else if (unauth_count(a, host) >= a->cfg.max_unauth_per_host)
+===
+    else if (unauth_count(a, host) > a->cfg.max_unauth_per_host)
+>>>
+
+@ persist.failed_save_no_snapshot
+file: cluster/persist.c
+test: ^test_coord$
+<<<
+    /* Whatever reached the file, the next save rewrites all of it. */
+    c->need_snapshot = 1;
+===
+    /* Whatever reached the file, the next save rewrites all of it. */
+    c->need_snapshot = 0;
+>>>
+
+@ observe.output_bytes_per_line
+file: cluster/observe.c
+test: ^test_coord$
+<<<
+            if (bytes + len > MSR_OUTPUT_BYTES)
+===
+            if (len > MSR_OUTPUT_BYTES)
+>>>
+
+@ straggler.repeated_step_kept
+file: cluster/straggler.c
+test: ^test_progress$
+<<<
+    if (w->n > 0 && step <= msr_step_window_last(w))
+===
+    if (w->n > 0 && step < msr_step_window_last(w))
+>>>
+
+@ token.mode_execute_bits_ignored
+file: msrun/token.c
+test: ^test_token$
+<<<
+    if (sb.st_mode & 077) {
+===
+    if (sb.st_mode & 066) {
+>>>
+
+@ hostlist.name_255_refused
+file: msrun/hostlist.c
+test: ^test_sched$
+<<<
+    if (name_len > MSR_HOSTLIST_NAME_MAX)
+===
+    if (name_len >= MSR_HOSTLIST_NAME_MAX)
+>>>
+
+@ sched.nodeid_unset_node_0
+file: msrun/sched.c
+test: ^test_sched$
+<<<
+    if (r > 0) {
+        s->has_node_rank = 1;
+        s->host_rank = s->node_rank;
+        msr_origin_set(&s->node_rank_from, MSR_SRC_SLURM, "SLURM_NODEID");
+===
+    if (r >= 0) {
+        s->has_node_rank = 1;
+        s->host_rank = s->node_rank;
+        msr_origin_set(&s->node_rank_from, MSR_SRC_SLURM, "SLURM_NODEID");
+>>>
+
+@ optparse.value_past_argv
+file: base/optparse.c
+test: ^(test_base|it_cli)$
+<<<
+    } else if (*i + 1 >= argc) {
+===
+    } else if (*i + 1 > argc) {
+>>>
+
+@ moe.capacity_floor
+file: model/moe.c
+test: ^test_parallel_moe$
+<<<
+        ceil(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
+===
+        floor(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
+>>>
+
+@ pipe.interleaved_m_equals_p_dropped
+file: layout/pipe_order.c
+test: ^test_parallel_plan_sim$
+<<<
+        *warm_p = M == p ? total : (w < total ? w : total);
+===
+        *warm_p = w < total ? w : total;
 >>>
 
 __END__

@@ -1,10 +1,16 @@
 # A real etcd for a test, on free ports (of loopback unless ETCD_HOST says)
 # with its data in the test's directory (sourced after lib.sh). It carries
 # the test's marker, so lib.sh's cleanup kills it whatever happens. Skips
-# the test (exit 77) without etcd.
+# the test (exit 77) without etcd, or without etcdctl, with which it checks
+# that etcd answers and reads what msrun wrote (before: "etcd did not
+# start").
 ETCD_BIN=$(command -v etcd || true)
 if [ -z "$ETCD_BIN" ]; then
     echo "SKIP: no etcd (Debian: apt-get install etcd-server)"
+    exit 77
+fi
+if ! command -v etcdctl >/dev/null; then
+    echo "SKIP: no etcdctl (Debian: apt-get install etcd-client)"
     exit 77
 fi
 

@@ -29,6 +29,17 @@ expect_code 2 "--log_dir --tag_output 0"
 expect_not_in "a flag takes a value" "$TMP/err" "no flag came before the program"
 ok "the '=' hint names the flag given just before the program"
 
+# an option last on the line without its value: refused with the option's
+# name (before: argv[argc] read as its value, "(null)")
+run_msrun --worker_num
+expect_code 2 "--worker_num last"
+expect_in "option --worker_num needs a value" "$TMP/err" "the missing value named"
+expect_not_in "null" "$TMP/err" "no value read past the line"
+run_msrun --standalone --worker_num=1 --log_dir
+expect_code 2 "--log_dir last"
+expect_in "option --log_dir needs a value" "$TMP/err" "the missing value named"
+ok "an option given last without its value is refused"
+
 # --master_addr may hold the port, as --rdzv_endpoint does: HOST:PORT and
 # [v6]:PORT (before: "cannot resolve '[::1]:29500'"); a different
 # --master_port given too is refused, the same one accepted

@@ -41,7 +41,9 @@ static double gelu(double x)
  * the objective. */
 static double ref_run(ref_t *r)
 {
-    int cap = msr_moe_capacity(&r->cfg, TN), count[TE] = {0};
+    /* the capacity as documented, not the code's own function */
+    double want_cap = ceil(r->cfg.capacity_factor * TN * r->cfg.top_k / r->cfg.experts);
+    int cap = want_cap < 1 ? 1 : (int)want_cap, count[TE] = {0};
     double probs[TN * TE], frac[TE] = {0}, P[TE] = {0};
     size_t ec = msr_moe_expert_count(TC);
     for (int t = 0; t < TN; t++) {
@@ -283,6 +285,12 @@ static void test_capacity(void)
 {
     msr_gpt_moe_t m = {8, 2, 1, 1.25, 0.0};
     MSR_CHECK_EQ(msr_moe_capacity(&m, 64), 20); /* ceil(1.25 * 64 * 2 / 8) */
+    /* one token more: 20.3125, rounded up; one fewer: 19.6875 */
+    MSR_CHECK_EQ(msr_moe_capacity(&m, 65), 21);
+    MSR_CHECK_EQ(msr_moe_capacity(&m, 63), 20);
+    /* the reference's 0.75 * 12 * 2 / 4 = 4.5 */
+    msr_gpt_moe_t half = {TE, TK, 1, 0.75, 0.3};
+    MSR_CHECK_EQ(msr_moe_capacity(&half, TN), 5);
     m.capacity_factor = 0.001;
     MSR_CHECK_EQ(msr_moe_capacity(&m, 64), 1);
 }

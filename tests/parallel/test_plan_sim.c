@@ -187,8 +187,42 @@ static void test_orders(void)
         MSR_CHECK(o[k].backward == want[k][0] && o[k].m == want[k][1] && o[k].c == want[k][2]);
 }
 
+/* Checks msr_pipe_order's interleaved order against want ({backward, m, c}
+ * per op). */
+static void check_order(int M, int p, int r, int v, const int (*want)[3], int n)
+{
+    msr_pipe_op_t o[2 * 8 * 2];
+    MSR_CHECK(n <= (int)(sizeof o / sizeof o[0]));
+    MSR_CHECK_EQ(msr_pipe_order(MSR_PIPE_INTERLEAVED, M, p, r, v, o), n);
+    for (int k = 0; k < n; k++)
+        MSR_CHECK_MSG(o[k].backward == want[k][0] && o[k].m == want[k][1] && o[k].c == want[k][2],
+                      "M %d p %d rank %d op %d: %c%d/%d, want %c%d/%d", M, p, r, k,
+                      o[k].backward ? 'B' : 'F', o[k].m, o[k].c, want[k][0] ? 'B' : 'F', want[k][1],
+                      want[k][2]);
+}
+
+/* Interleaved with M == p: every forward first, on every rank (Megatron's
+ * rule), although rank 1 of 2 would warm up with 2; with M = 2p (one
+ * round past) rank 1 warms up with (2 - 1 - 1) 2 + (2 - 1) 2 = 2 forwards. */
+static void test_interleaved_m_equals_p(void)
+{
+    const int eq[][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1},
+                         {1, 0, 1}, {1, 1, 1}, {1, 0, 0}, {1, 1, 0}};
+    check_order(2, 2, 1, 2, eq, 8);
+    check_order(2, 2, 0, 2, eq, 8);
+    const int past[][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1},
+                           {0, 2, 0}, {1, 0, 0}, {0, 3, 0}, {1, 1, 0}, {0, 2, 1}, {1, 2, 1},
+                           {0, 3, 1}, {1, 3, 1}, {1, 2, 0}, {1, 3, 0}};
+    check_order(4, 2, 1, 2, past, 16);
+    /* p 3, v 2, M 3, the last rank (warm-up 3 without the rule) */
+    const int three[][3] = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 0, 1}, {0, 1, 1}, {0, 2, 1},
+                            {1, 0, 1}, {1, 1, 1}, {1, 2, 1}, {1, 0, 0}, {1, 1, 0}, {1, 2, 0}};
+    check_order(3, 3, 2, 2, three, 12);
+}
+
 static const msr_test_t tests[] = {
     {"orders", test_orders, 10},
+    {"interleaved_m_equals_p", test_interleaved_m_equals_p, 10},
     {"ops_to_peak", test_ops_to_peak, 10},
     {"closed_forms", test_closed_forms, 10},
     {"shared_cores", test_shared_cores, 10},

@@ -78,6 +78,35 @@ static void test_hostlist_malformed(void)
     check_bad(longname, MSR_ERR_INVALID_ARG, "longer than 255");
 }
 
+/* A host name of MSR_HOSTLIST_NAME_MAX (255) characters, written out or made
+ * by a bracket, is taken; one of 256 is refused. */
+static void test_hostlist_name_bound(void)
+{
+    char text[300], want[600];
+    for (int len = 253; len <= 256; len++) {
+        memset(text, 'x', (size_t)len);
+        text[len] = '\0';
+        if (len <= MSR_HOSTLIST_NAME_MAX)
+            check_expand(text, text);
+        else
+            check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
+    }
+    /* 252 letters and three digits: 255; the widest number counts */
+    memset(text, 'x', 252);
+    snprintf(text + 252, sizeof text - 252, "[098-099]");
+    memset(want, 'x', 252);
+    snprintf(want + 252, sizeof want - 252, "098 ");
+    memcpy(want + 256, want, 252);
+    snprintf(want + 508, sizeof want - 508, "099");
+    check_expand(text, want);
+    /* 256: 253 letters and "100", or 252 and "1000" */
+    memset(text, 'x', 253);
+    snprintf(text + 253, sizeof text - 253, "[98-100]");
+    check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
+    snprintf(text + 252, sizeof text - 252, "[9,1000]");
+    check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
+}
+
 static void test_hostlist_cap(void)
 {
     msr_hostlist_t hl;
@@ -176,6 +205,28 @@ static void test_slurm_srun(void)
     MSR_CHECK_STR(s.addr_from.what, "NodeAddr of n1, the first host of SLURM_STEP_NODELIST");
     MSR_CHECK_EQ(f.lookups, 1);
     MSR_CHECK(!s.has_local); /* no GPUs: msrun's own default */
+    /* SLURM_NODEID unset is no node rank at all (not node 0); 0 and the
+     * largest one, 2^20 - 1, are node ranks; 2^20 is refused */
+    fake_t g = {{"SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_NNODES=2",
+                 "SLURM_STEP_NODELIST=n[1-2]", NULL, NULL},
+                0};
+    MSR_CHECK_MSG(detect(&g, 1, &s) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_EQ(s.kind, MSR_SCHED_SLURM);
+    MSR_CHECK(!s.has_node_rank && s.host_rank == -1);
+    MSR_CHECK_EQ(s.node_rank_from.src, MSR_SRC_DEFAULT);
+    const char *ids[] = {"SLURM_NODEID=0", "SLURM_NODEID=1048575", "SLURM_NODEID=1048576"};
+    for (int i = 0; i < 3; i++) {
+        g.vars[4] = ids[i];
+        msr_status_t st = detect(&g, 1, &s);
+        if (i == 2) {
+            MSR_CHECK_EQ(st, MSR_ERR_INVALID_ARG);
+            MSR_CHECK_MSG(strstr(msr_err_msg(), "SLURM_NODEID='1048576'"), "%s", msr_err_msg());
+        } else {
+            MSR_CHECK_MSG(st == MSR_OK, "%s", msr_err_msg());
+            MSR_CHECK(s.has_node_rank && s.node_rank == (i ? 1048575 : 0));
+            MSR_CHECK_EQ(s.node_rank_from.src, MSR_SRC_SLURM);
+        }
+    }
 }
 
 static void test_slurm_details(void)
@@ -326,6 +377,7 @@ static const msr_test_t tests[] = {
     {"hostlist_forms", test_hostlist_forms, 10},
     {"hostlist_malformed", test_hostlist_malformed, 10},
     {"hostlist_cap", test_hostlist_cap, 10},
+    {"hostlist_name_bound", test_hostlist_name_bound, 10},
     {"none", test_none, 10},
     {"slurm_srun", test_slurm_srun, 10},
     {"slurm_details", test_slurm_details, 10},

@@ -78,9 +78,11 @@ static void test_read_file(void)
     MSR_CHECK_OK(msr_token_read_file(put("ok", "s3cret\n", 0600), tok, sizeof tok));
     MSR_CHECK_STR(tok, "s3cret");
     MSR_CHECK_OK(msr_token_read_file(put("ro", "s3cret", 0400), tok, sizeof tok));
-    /* readable or writable by others: refused, and says how to fix it */
+    MSR_CHECK_OK(msr_token_read_file(put("x", "s3cret", 0700), tok, sizeof tok)); /* owner's bits */
+    /* any bit for the group or others, each alone (execute too): refused,
+     * and says how to fix it */
     snprintf(tok, sizeof tok, "unchanged");
-    static const mode_t loose[] = {0640, 0604, 0620, 0644, 0666};
+    static const mode_t loose[] = {0640, 0620, 0610, 0604, 0602, 0601, 0644, 0666};
     for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
         MSR_CHECK_STATUS(msr_token_read_file(put("loose", "s3cret", loose[i]), tok, sizeof tok),
                          MSR_ERR_PERMISSION);

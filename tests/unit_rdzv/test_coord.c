@@ -1355,6 +1355,15 @@ static void test_save_failure_fails_writes(void)
     msr_coord_t *again = durable_coord(t.path);
     MSR_CHECK(strcmp(get_key(again, "small"), "x") == 0);
     MSR_CHECK(strcmp(get_key(again, "after"), "z") == 0);
+    /* the save after a failure rewrites the whole state (a snapshot), so
+     * the file holds what the coordinator holds, the failed writes too */
+    const char *keys[] = {"big", "other"};
+    for (int i = 0; i < 2; i++) {
+        char held[256];
+        snprintf(held, sizeof held, "%s", get_key(co, keys[i]));
+        MSR_CHECK_MSG(strcmp(get_key(again, keys[i]), held) == 0,
+                      "'%s': '%s' in the file, '%s' held", keys[i], get_key(again, keys[i]), held);
+    }
     msr_coord_destroy(again);
     msr_coord_destroy(co);
     tmpstate_remove(&t);
@@ -2315,11 +2324,63 @@ static void test_output_bounds(void)
     msr_coord_destroy(co);
 }
 
+/* /api/output keeps at most MSR_OUTPUT_BYTES of a rank's lines in total
+ * (each line cut to MSR_OUTPUT_LINE_MAX first): lines that sum to exactly
+ * the bound are all kept, one byte more drops the line that crosses it. */
+static void test_output_bytes_total(void)
+{
+    msr_coord_t *co = make_coord(2, 2, 0);
+    const char *a = join(co, 0, 2, 2, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    enum { FULL = MSR_OUTPUT_BYTES / MSR_OUTPUT_LINE_MAX }; /* 20 whole lines, A to T */
+    static uint8_t text[FULL + 1][MSR_OUTPUT_LINE_MAX + 10];
+    ProtobufCBinaryData lines[FULL + 1];
+    for (int k = 0; k <= FULL; k++) { /* the last, U, crosses the bound */
+        memset(text[k], 'A' + k, sizeof text[k]);
+        lines[k].data = text[k];
+        lines[k].len = sizeof text[k]; /* cut to MSR_OUTPUT_LINE_MAX */
+    }
+    size_t rest = MSR_OUTPUT_BYTES - FULL * MSR_OUTPUT_LINE_MAX; /* 192 */
+    char js[64], last[MSR_OUTPUT_LINE_MAX + 8];
+    for (int rank = 0; rank < 2; rank++) { /* rank 0: exactly the bound; 1: one past */
+        lines[FULL].len = rest + (size_t)rank;
+        MSR_CHECK_EQ(output(co, rank, js, sizeof js), 202);
+        MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->n_output_ranks, 1);
+        Msr__RankOutput o = MSR__RANK_OUTPUT__INIT, *op = &o;
+        o.rank = rank;
+        o.total_lines = FULL + 1;
+        o.n_lines = FULL + 1;
+        o.lines = lines;
+        Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+        r.node_id = (char *)a;
+        r.n_outputs = 1;
+        r.outputs = &op;
+        call(co, &c, MSR_RPC_HEARTBEAT, &r.base);
+        MSR_CHECK(c.answered && c.code == 0);
+        msr_buf_t b = MSR_BUF_INIT;
+        MSR_CHECK_EQ(msr_coord_render_output(co, rank, msr_now_ns(), &b), 200);
+        MSR_CHECK(msr_buf_append(&b, "", 1) == MSR_OK);
+        /* the last whole line is there either way, cut to the line bound */
+        snprintf(last, sizeof last, ",\"%.*s\"", MSR_OUTPUT_LINE_MAX, (const char *)text[FULL - 1]);
+        MSR_CHECK_MSG(strstr(b.data, last) != NULL, "rank %d: %.300s", rank, b.data);
+        snprintf(last, sizeof last, ",\"%.*s\"]", (int)lines[FULL].len, (const char *)text[FULL]);
+        if (rank == 0)
+            MSR_CHECK_MSG(strstr(b.data, last) != NULL, "the line at the bound is missing");
+        else
+            MSR_CHECK_MSG(strstr(b.data, "UUUU") == NULL, "the line past the bound is kept");
+        msr_buf_cleanup(&b);
+    }
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"progress_history", test_progress_history, 10},
     {"output_tail", test_output_tail, 10},
     {"output_bounds", test_output_bounds, 10},
+    {"output_bytes_total", test_output_bytes_total, 10},
     {"stragglers_same_steps", test_stragglers_same_steps, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},

@@ -219,6 +219,19 @@ static void test_straggler_window(void)
     /* a resume from an earlier step starts over */
     msr_step_window_push(&w, 5, 4.0);
     MSR_CHECK(msr_step_window_last(&w) == 5 && msr_step_window_mean(&w) == 0);
+    /* so does the latest step again (a resume from the step just done):
+     * the window is full once more only after MSR_STRAGGLER_WINDOW steps */
+    memset(&w, 0, sizeof w);
+    for (step = 0; step < MSR_STRAGGLER_WINDOW; step++)
+        msr_step_window_push(&w, step, 1.0);
+    MSR_CHECK(near(msr_step_window_mean(&w), 1.0));
+    msr_step_window_push(&w, step - 1, 5.0);
+    MSR_CHECK(msr_step_window_last(&w) == step - 1 && msr_step_window_mean(&w) == 0);
+    for (int i = 2; i < MSR_STRAGGLER_WINDOW; i++)
+        msr_step_window_push(&w, step++, 5.0);
+    MSR_CHECK(msr_step_window_mean(&w) == 0); /* one short */
+    msr_step_window_push(&w, step++, 5.0);
+    MSR_CHECK(near(msr_step_window_mean(&w), 5.0));
 }
 
 static void test_stragglers(void)

@@ -1,8 +1,15 @@
 /* Tests of the coordinator over real gRPC on loopback: token checks, clear
- * errors for an unreachable coordinator and for deadlines, and messages
- * larger than gRPC's default limit. */
+ * errors for an unreachable coordinator and for deadlines, messages larger
+ * than gRPC's default limit, and the bound on connections per address that
+ * made no call. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,6 +241,71 @@ static void test_port_in_use(void)
     stop(&s);
 }
 
+static void fail_all(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
+                     ProtobufCMessage *req)
+{
+    (void)arg;
+    (void)method;
+    (void)req;
+    msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED, "not served here");
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    MSR_CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    MSR_CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    return fd;
+}
+
+/* Whether the server closed fd: 1 (end of file or reset), 0 (open). */
+static int peer_closed(int fd)
+{
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* At most max_unauth_per_host connections from one address that have made
+ * no call: exactly that many are held, the one past it is closed at once
+ * (the acceptor takes them in the order they connected, so the ones
+ * before were held when it is closed). */
+static void test_unauth_per_host(void)
+{
+    enum { PER_HOST = 3 };
+    msr_rpc_loop_t *loop = NULL;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    msr_rpc_server_config_t cfg = {.address = "127.0.0.1:0",
+                                   .token = "t",
+                                   .handler = fail_all,
+                                   .log_name = "test",
+                                   .max_connections = 16,
+                                   .max_unauth_per_host = PER_HOST,
+                                   .unauth_grace_ms = 60000};
+    msr_rpc_server_t *server = NULL;
+    int port = 0;
+    MSR_CHECK_OK(msr_rpc_server_create(loop, &cfg, &port, &server));
+    int fds[PER_HOST + 1];
+    for (int i = 0; i <= PER_HOST; i++)
+        fds[i] = connect_to(port);
+    /* the one past the bound: closed, well before any grace period */
+    uint64_t deadline = msr_deadline_in_ms(5000);
+    while (!peer_closed(fds[PER_HOST]) && msr_now_ns() < deadline) {
+        struct pollfd p = {.fd = fds[PER_HOST], .events = POLLIN | POLLRDHUP};
+        poll(&p, 1, 100);
+    }
+    MSR_CHECK_MSG(peer_closed(fds[PER_HOST]), "connection %d of %d per host was not closed",
+                  PER_HOST + 1, PER_HOST);
+    for (int i = 0; i < PER_HOST; i++)
+        MSR_CHECK_MSG(!peer_closed(fds[i]), "connection %d of %d was closed", i + 1, PER_HOST);
+    for (int i = 0; i <= PER_HOST; i++)
+        close(fds[i]);
+    msr_rpc_server_destroy(server);
+    msr_rpc_loop_destroy(loop);
+}
+
 static const msr_test_t tests[] = {
     {"token", test_token, 30},
     {"unreachable", test_unreachable, 30},
@@ -242,6 +314,7 @@ static const msr_test_t tests[] = {
     {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
     {"nul_key", test_nul_key, 30},
+    {"unauth_per_host", test_unauth_per_host, 30},
 };
 
 int main(int argc, char **argv)
