@@ -48,6 +48,7 @@ typedef struct coord_args {
     int state_repair; /* cut a corrupt --state_file at its first bad record */
     char *tls_cert, *tls_key, *tls_ca;
     int64_t store_value_max, store_keys_max, store_bytes_max; /* 0: the store's defaults */
+    int64_t held_calls_max, held_bytes_max, held_calls_total, held_bytes_total; /* 0: defaults */
     char *etcd_endpoints, *etcd_prefix; /* the state in etcd instead of a file */
     int64_t etcd_lease;
     int auth_munge;
@@ -145,6 +146,19 @@ static const msr_opt_t coord_opts[] = {
      .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G", .metavar = "BYTES",
      .help = "hold at most this many bytes of keys, values and pending allgather contributions "
              "(64 more per key)."},
+    {.name = "held_calls_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_HELD_CALLS_MAX",
+     .dest = C(held_calls_max), .def = "4096", .metavar = "N",
+     .help = "at most this many calls of one client (host) wait at once (a get, fetch, barrier, "
+             "allgather or heartbeat); past it RESOURCE_EXHAUSTED."},
+    {.name = "held_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_HELD_BYTES_MAX", .dest = C(held_bytes_max), .def = "64M", .metavar = "BYTES",
+     .help = "the waiting calls of one client keep at most this many bytes."},
+    {.name = "held_calls_total", .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
+     .env = "MSRUN_HELD_CALLS_TOTAL", .dest = C(held_calls_total), .def = "131072", .metavar = "N",
+     .help = "at most this many calls wait at once, of every client."},
+    {.name = "held_bytes_total", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_HELD_BYTES_TOTAL", .dest = C(held_bytes_total), .def = "1G", .metavar = "BYTES",
+     .help = "the waiting calls of every client keep at most this many bytes."},
     {.name = "etcd_endpoints", .kind = MSR_OPT_STRING, .dest = C(etcd_endpoints),
      .metavar = "HOST:PORT,...",
      .help = "keep the job's state in etcd (instead of --state_file) and resume from it."},
@@ -354,6 +368,8 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .last_call_ms = a->last_call_ms,
         .store_limits = {(uint64_t)a->store_value_max, (uint64_t)a->store_keys_max,
                          (uint64_t)a->store_bytes_max},
+        .held_limits = {(uint64_t)a->held_calls_max, (uint64_t)a->held_bytes_max,
+                        (uint64_t)a->held_calls_total, (uint64_t)a->held_bytes_total},
         .auth_munge = a->auth_munge,
         .munge_socket = a->munge_socket,
         .straggler_factor = a->straggler_factor ? strtod(a->straggler_factor, NULL) : 0,

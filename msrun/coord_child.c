@@ -30,8 +30,8 @@
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
     char lease[24], dport[16], dttl[32];
-    char store[3][24];
-    char *argv[56];
+    char limit[7][24];
+    char *argv[72];
 } coord_argv_t;
 
 static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
@@ -113,14 +113,18 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
         v->argv[k++] = "--straggler_factor";
         v->argv[k++] = c->o->straggler_factor;
     }
-    const int64_t store[3] = {c->o->store_value_max, c->o->store_keys_max, c->o->store_bytes_max};
-    const char *store_opt[3] = {"--store_value_max", "--store_keys_max", "--store_bytes_max"};
-    for (int i = 0; i < 3; i++) {
-        if (store[i] <= 0)
+    const int64_t limit[7] = {c->o->store_value_max, c->o->store_keys_max, c->o->store_bytes_max,
+                              c->o->held_calls_max,  c->o->held_bytes_max, c->o->held_calls_total,
+                              c->o->held_bytes_total};
+    const char *limit_opt[7] = {"--store_value_max", "--store_keys_max", "--store_bytes_max",
+                                "--held_calls_max",  "--held_bytes_max", "--held_calls_total",
+                                "--held_bytes_total"};
+    for (int i = 0; i < 7; i++) {
+        if (limit[i] <= 0)
             continue; /* the coordinator's default */
-        snprintf(v->store[i], sizeof v->store[i], "%lld", (long long)store[i]);
-        v->argv[k++] = (char *)store_opt[i];
-        v->argv[k++] = v->store[i];
+        snprintf(v->limit[i], sizeof v->limit[i], "%lld", (long long)limit[i]);
+        v->argv[k++] = (char *)limit_opt[i];
+        v->argv[k++] = v->limit[i];
     }
     v->argv[k] = NULL;
 }

@@ -252,6 +252,19 @@ static const msr_opt_t opt_defs[] = {
      .env = "MSRUN_STORE_BYTES_MAX", .dest = D(store_bytes_max), .def = "1G", .metavar = "BYTES",
      .help = "the store holds at most this many bytes of keys, values and pending allgather "
              "contributions (64 more per key)."},
+    {.name = "held_calls_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_HELD_CALLS_MAX",
+     .dest = D(held_calls_max), .def = "4096", .metavar = "N",
+     .help = "the coordinator: at most this many calls of one client (host) wait at once (a get, fetch, barrier, "
+             "allgather or heartbeat); past it RESOURCE_EXHAUSTED."},
+    {.name = "held_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_HELD_BYTES_MAX", .dest = D(held_bytes_max), .def = "64M", .metavar = "BYTES",
+     .help = "the coordinator: the waiting calls of one client keep at most this many bytes."},
+    {.name = "held_calls_total", .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
+     .env = "MSRUN_HELD_CALLS_TOTAL", .dest = D(held_calls_total), .def = "131072", .metavar = "N",
+     .help = "the coordinator: at most this many calls wait at once, of every client."},
+    {.name = "held_bytes_total", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
+     .env = "MSRUN_HELD_BYTES_TOTAL", .dest = D(held_bytes_total), .def = "1G", .metavar = "BYTES",
+     .help = "the coordinator: the waiting calls of every client keep at most this many bytes."},
     /* The coordinator's dashboard (used by the node that starts it). */
     {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 0, .max = 65535,
      .env = "MSRUN_DASHBOARD_PORT", .dest = D(dashboard_port), .def = "0 (none)", .metavar = "PORT",

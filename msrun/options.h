@@ -80,6 +80,9 @@ typedef struct msr_options {
     int log_level;
     /* the coordinator's store limits; 0: its defaults */
     int64_t store_value_max, store_keys_max, store_bytes_max;
+    /* the coordinator's bounds of held calls, per client and in total
+     * (rendezvous/held.h); 0: its defaults */
+    int64_t held_calls_max, held_bytes_max, held_calls_total, held_bytes_total;
     /* the coordinator's dashboard (docs/observe.md): port 0 = none */
     int dashboard_port;
     char *dashboard_addr;   /* NULL: 127.0.0.1 */

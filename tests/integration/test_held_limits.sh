@@ -23,4 +23,47 @@ kill "$COORD" 2>/dev/null
 wait "$COORD" 2>/dev/null
 [ "$CODE" -eq 0 ] || fail "held_flood exited $CODE: $(tail -3 "$TMP/err")"
 ok "held calls: 1,000 waiting fetches bounded per client, refused past it, charge refunded"
+
+# The bound from the command line: --held_bytes_max 8M holds 17 fetches
+# of 60,000 indices (480,000 bytes each) and refuses the 18th naming 8 MiB.
+env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --bind 127.0.0.1:0 --ready_fd 3 \
+    --job_id held --token held-secret --worker_num 2 --local_worker_num 2 --log_level warn \
+    --held_bytes_max 8M 3>"$TMP/ready2" >"$TMP/coord2.out" 2>"$TMP/coord2.err" &
+COORD=$!
+wait_for "port" "$TMP/ready2" 20 || fail "the coordinator did not start: $(cat "$TMP/ready2")"
+PORT=$(awk '/^port/ { print $2 }' "$TMP/ready2")
+CODE=0
+timeout -k 5 120 env MSRUN_TEST_MARKER="$MARKER" "$FLOOD" "127.0.0.1:$PORT" held-secret \
+    "$COORD" 40 60000 $((8 << 20)) >"$TMP/out2" 2>"$TMP/err2" || CODE=$?
+kill "$COORD" 2>/dev/null
+wait "$COORD" 2>/dev/null
+[ "$CODE" -eq 0 ] || fail "--held_bytes_max 8M: held_flood exited $CODE: $(tail -3 "$TMP/err2")"
+grep -q "held: 40 fetches of 60000 indices, 23 refused" "$TMP/out2" ||
+    fail "--held_bytes_max 8M did not hold exactly 17 of 40: $(head -3 "$TMP/out2")"
+ok "--held_bytes_max 8M: 17 of 40 fetches held, the 18th refused naming the bound"
+
+# Each bound at its least value and one under it, on both commands.
+for opt in held_calls_max held_bytes_max held_calls_total held_bytes_total; do
+    for cmd in "" coordinator; do
+        "$MSRUN" $cmd --$opt 0 --help >"$TMP/o" 2>&1 && fail "msrun $cmd --$opt 0 accepted"
+        grep -q -- "--$opt" "$TMP/o" || fail "msrun $cmd --$opt 0: no error naming it: $(cat "$TMP/o")"
+        "$MSRUN" $cmd --$opt 1 --help >/dev/null 2>&1 || fail "msrun $cmd --$opt 1 refused"
+    done
+done
+ok "the four bounds: 1 accepted, 0 refused, by msrun and msrun coordinator"
+
+# msrun hands the bounds to the coordinator it starts.
+JOB_OUT=$TMP/job.out
+env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num 1 --held_calls_max 7 \
+    --held_bytes_total 3M sh -c "echo started; exec sleep 60" >"$JOB_OUT" 2>&1 &
+JOB=$!
+wait_for started "$JOB_OUT" 30 || fail "the job did not start: $(cat "$JOB_OUT")"
+CO=$(children_named "$JOB" "^[^ ]*msrun coordinator ")
+ARGS=$(tr '\0' ' ' <"/proc/$CO/cmdline" 2>/dev/null)
+kill "$JOB" 2>/dev/null
+wait "$JOB" 2>/dev/null
+case $ARGS in
+*"--held_calls_max 7 "*"--held_bytes_total 3145728"*) ok "msrun passes the bounds to its coordinator" ;;
+*) fail "msrun's coordinator was started with: $ARGS" ;;
+esac
 exit $FAILED
