@@ -440,8 +440,12 @@ static int loop_setup(agent_t *a)
     }
     a->reports.link = a->link;
     /* The workers' store calls go through this node's proxy. */
+    /* The node's workers are one client of the coordinator: the proxy
+     * holds their calls to the same bound (--held_calls_max, _bytes_max). */
+    const msr_held_limits_t held = {(uint64_t)a->o->held_calls_max, (uint64_t)a->o->held_bytes_max,
+                                    0, 0};
     if (msr_proxy_start(a->files.socket_path, a->coord.target, a->job.token, &a->job.tls,
-                        a->o->local_worker_num, &a->proxy) != MSR_OK) {
+                        a->o->local_worker_num, &held, &a->proxy) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         return 1;
     }

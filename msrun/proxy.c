@@ -264,11 +264,9 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
     /* Everything else goes up as it is (a write without a request id gets
      * one), and its answer comes back as it is. */
     msr_proxy_stamp_request(p, method, req);
-    held_t *h = msr_calloc(1, sizeof *h);
-    if (h == NULL) {
-        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+    held_t *h = msr_proxy_held_new(p, call, method, msr_proxy_request_keeps(req));
+    if (h == NULL)
         return;
-    }
     msr_rpc_call_set_data(call, h);
     msr_status_t st = msr_proxy_send_up(p, method, req, msr_rpc_call_deadline(call), call, NULL);
     if (st != MSR_OK) {
@@ -378,11 +376,13 @@ static void *proxy_thread(void *arg)
 }
 
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             const msr_rpc_tls_t *tls, int local_workers, msr_proxy_t **proxy_p)
+                             const msr_rpc_tls_t *tls, int local_workers,
+                             const msr_held_limits_t *held, msr_proxy_t **proxy_p)
 {
     msr_proxy_t *p = msr_calloc(1, sizeof *p);
     if (p == NULL)
         return MSR_ERR_NO_MEMORY;
+    p->held_limits = msr_held_limits_resolve(held);
     p->local_workers = local_workers > 0 ? (uint32_t)local_workers : 1;
     msr_list_init(&p->fwds);
     msr_list_init(&p->fetch_waits);

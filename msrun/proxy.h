@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "rendezvous/held.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 
@@ -21,7 +22,8 @@ typedef struct msr_proxy msr_proxy_t;
  * local_workers participants on this node (its local_count; more is
  * refused, never allocated). */
 msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, const char *token,
-                             const msr_rpc_tls_t *tls, int local_workers, msr_proxy_t **proxy_p);
+                             const msr_rpc_tls_t *tls, int local_workers,
+                             const msr_held_limits_t *held, msr_proxy_t **proxy_p);
 
 /* Upstream calls started from now on go to upstream (same token and TLS);
  * those in flight finish where they were sent. The agent's thread. */

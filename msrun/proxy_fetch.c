@@ -235,10 +235,17 @@ void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchReque
     uint32_t n = (uint32_t)r->n_indices;
     if (answer_cached(p, call, r->generation, r->name, n, r->indices, &p->fetch_hits))
         return;
-    held_t *h = msr_calloc(1, sizeof *h);
+    /* It keeps its request, its wait with a copy of the indices, and the
+     * indices it sends upstream. */
+    held_t *h = msr_proxy_held_new(p, call, MSR_RPC_FETCH,
+                                   msr_proxy_request_keeps(&r->base) + sizeof(fetch_wait_t) +
+                                       2 * (uint64_t)n * sizeof(uint32_t));
+    if (h == NULL)
+        return;
+    msr_rpc_call_set_data(call, h);
     fetch_wait_t *w = msr_calloc(1, sizeof *w);
     uint32_t *indices = msr_malloc((n ? n : 1) * sizeof *indices);
-    if (h == NULL || w == NULL || indices == NULL)
+    if (w == NULL || indices == NULL)
         goto err_free;
     w->call = call;
     w->generation = r->generation;
@@ -256,11 +263,10 @@ void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchReque
         goto err_free;
     msr_list_push_back(&p->fetch_waits, &w->link);
     h->fetch = w;
-    msr_rpc_call_set_data(call, h);
     return;
 
 err_free:
-    msr_free(h);
+    msr_proxy_held_free(call);
     msr_free(indices);
     msr_free(w);
     msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");

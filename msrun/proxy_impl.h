@@ -12,6 +12,7 @@
 #include "base/list.h"
 #include "base/map.h"
 #include "launcher/proxy.h"
+#include "rendezvous/held.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
 
@@ -52,6 +53,8 @@ typedef struct held {
     fwd_t *fwd;          /* forwarded alone */
     group_t *group;      /* or waiting in a group */
     fetch_wait_t *fetch; /* or a Fetch waiting for entries */
+    msr_proxy_t *proxy;  /* charged to */
+    uint64_t bytes;      /* its charge: what it keeps (msr_proxy_held_new) */
 } held_t;
 
 struct msr_proxy {
@@ -107,6 +110,12 @@ struct msr_proxy {
     msr_list_t fetch_waits, fetch_ups;
     int fetch_generation;
     _Atomic uint64_t fetch_hits, fetch_up_calls;
+    /* The workers' calls held here (answered later than they came) and
+     * the bytes they keep, bounded as one client of the coordinator is
+     * (held_limits' client_calls and client_bytes): the node's workers are
+     * that client. The proxy thread's. */
+    msr_held_limits_t held_limits;
+    uint64_t held_calls, held_bytes;
 };
 
 /* The most entries a worker's Fetch may ask the proxy for. */
@@ -122,6 +131,19 @@ msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p);
 
 /* proxy_up.c */
 void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req);
+/* A worker's call held here, charged one call and keeps bytes (what it
+ * keeps beyond its record: its request, copies) plus its record and
+ * MSR_HELD_CALL_OVERHEAD to the node's bound. A call of method that may
+ * wait (anything but a write) is refused RESOURCE_EXHAUSTED past the
+ * bound; a write is charged but never refused (it does not wait for
+ * others). NULL when refused or out of memory: the call has been failed.
+ * msr_proxy_held_free gives the charge back. */
+held_t *msr_proxy_held_new(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t method,
+                           uint64_t keeps);
+/* What a worker's request keeps while its call is held: its unpacked
+ * fields, at most about four times its wire size (a one-byte varint
+ * unpacks to four bytes). */
+uint64_t msr_proxy_request_keeps(const ProtobufCMessage *req);
 void msr_proxy_held_free(msr_rpc_call_t *call);
 void msr_proxy_group_free(msr_proxy_t *p, group_t *g);
 int msr_proxy_fwd_wanted(const fwd_t *f);

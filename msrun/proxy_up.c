@@ -3,6 +3,7 @@
  * allows), and a node's barrier and allgather participants collected into
  * one upstream call. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,9 +43,58 @@ void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCM
     *id = ++p->request_seq;
 }
 
+uint64_t msr_proxy_request_keeps(const ProtobufCMessage *req)
+{
+    return req ? 4 * (uint64_t)protobuf_c_message_get_packed_size(req) : 0;
+}
+
+static int method_writes(msr_rpc_method_t method)
+{
+    return method == MSR_RPC_SET || method == MSR_RPC_ADD || method == MSR_RPC_COMPARE_SET ||
+           method == MSR_RPC_DELETE;
+}
+
+held_t *msr_proxy_held_new(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t method,
+                           uint64_t keeps)
+{
+    const msr_held_limits_t *l = &p->held_limits;
+    uint64_t bytes = sizeof(held_t) + keeps + MSR_HELD_CALL_OVERHEAD;
+    if (!method_writes(method) && p->held_calls >= l->client_calls) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED,
+                          "held calls of this node's workers (msrun's proxy): %" PRIu64
+                          " at most (--held_calls_max)",
+                          l->client_calls);
+        return NULL;
+    }
+    if (!method_writes(method) &&
+        (bytes > l->client_bytes || p->held_bytes > l->client_bytes - bytes)) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED,
+                          "held bytes of this node's workers (msrun's proxy): %" PRIu64
+                          " at most (%" PRIu64 " held, this call keeps %" PRIu64
+                          "; --held_bytes_max)",
+                          l->client_bytes, p->held_bytes, bytes);
+        return NULL;
+    }
+    held_t *h = msr_calloc(1, sizeof *h);
+    if (h == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
+        return NULL;
+    }
+    h->proxy = p;
+    h->bytes = bytes;
+    p->held_calls++;
+    p->held_bytes += bytes;
+    return h;
+}
+
 void msr_proxy_held_free(msr_rpc_call_t *call)
 {
-    msr_free(msr_rpc_call_get_data(call));
+    held_t *h = msr_rpc_call_get_data(call);
+    if (h != NULL) {
+        h->proxy->held_calls--;
+        h->proxy->held_bytes -= h->bytes;
+    }
+    msr_free(h);
     msr_rpc_call_set_data(call, NULL);
 }
 
@@ -282,9 +332,8 @@ void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t 
             msr_proxy_group_free(p, g);
         return;
     }
-    held_t *h = msr_calloc(1, sizeof *h);
+    held_t *h = msr_proxy_held_new(p, call, method, msr_proxy_request_keeps(req));
     if (h == NULL) {
-        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "msrun's proxy is out of memory");
         if (g->ncalls == 0)
             msr_proxy_group_free(p, g);
         return;

@@ -1839,4 +1839,22 @@ test: ^test_parallel_plan_sim$
         *warm_p = w < total ? w : total;
 >>>
 
+# ---- a node's proxy holds its workers' waiting calls to the client's bound
+@ proxy.held_calls_unbounded
+file: msrun/proxy_up.c
+test: ^it_held_limits$
+<<<
+    if (!method_writes(method) && p->held_calls >= l->client_calls) {
+===
+    if (0 && p->held_calls >= l->client_calls) {
+>>>
+
+@ proxy.held_charge_kept
+file: msrun/proxy_up.c
+test: ^it_held_limits$
+<<<
+        h->proxy->held_calls--;
+===
+>>>
+
 __END__

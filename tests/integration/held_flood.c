@@ -13,7 +13,10 @@
  * coordinator's memory at each step; exits 1 on the first broken promise.
  *
  * HELD_FLOOD_MEASURE_ONLY=1: nothing is checked; it waits until the
- * coordinator's memory stops growing, to measure one without the bound. */
+ * coordinator's memory stops growing, to measure one without the bound.
+ * HELD_FLOOD_FIT=K and HELD_FLOOD_REFUSAL=TEXT: exactly K calls fit (a
+ * bound on the count rather than the bytes) and the refusal must say TEXT
+ * (a node's proxy, whose words differ, as the server under test). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +150,9 @@ static void round_run(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, round_t *r,
      * this many fit the bound. */
     unsigned long long per_call = 2ull * 4 * req->n_indices;
     int fit = (int)(client_bytes / per_call);
+    const char *fit_env = getenv("HELD_FLOOD_FIT"), *want_env = getenv("HELD_FLOOD_REFUSAL");
+    if (fit_env != NULL)
+        fit = atoi(fit_env);
     round_start(ch, loop, r, req);
     if (measure_only) {
         poll_until_still(loop, msr_deadline_in_ms(120000));
@@ -154,8 +160,10 @@ static void round_run(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, round_t *r,
         CHECK(poll_until(loop, r, r->n - fit, msr_deadline_in_ms(60000)),
               "only %d of %d fetches refused (at most %d fit %llu bytes)", r->refused, r->n, fit,
               client_bytes);
-        char want[128];
+        char want[256];
         snprintf(want, sizeof want, "held bytes of client 127.0.0.1: %llu at most", client_bytes);
+        if (want_env != NULL)
+            snprintf(want, sizeof want, "%s", want_env);
         CHECK(strstr(r->first_refusal, want) != NULL, "refusal '%s' does not name '%s'",
               r->first_refusal, want);
         CHECK(r->other == 0, "%d fetches ended otherwise", r->other);

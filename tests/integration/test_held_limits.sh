@@ -52,6 +52,25 @@ for opt in held_calls_max held_bytes_max held_calls_total held_bytes_total; do
 done
 ok "the four bounds: 1 accepted, 0 refused, by msrun and msrun coordinator"
 
+# A node's msrun holds its workers' waiting calls to the same bound (the
+# node's workers are one client of the coordinator): a worker's fetches of
+# entries nobody publishes, held by the proxy, past --held_calls_max 5.
+cat >"$TMP/proxy_flood.sh" <<END
+#!/bin/sh
+exec "$FLOOD" "unix:\$MSR_AGENT" "\$MSR_TOKEN" "\$PPID" 40 1 $((64 << 20))
+END
+chmod +x "$TMP/proxy_flood.sh"
+CODE=0
+timeout -k 5 120 env MSRUN_TEST_MARKER="$MARKER" HELD_FLOOD_FIT=5 \
+    HELD_FLOOD_REFUSAL="held calls of this node's workers (msrun's proxy): 5 at most" \
+    "$MSRUN" --worker_num 1 --held_calls_max 5 "$TMP/proxy_flood.sh" >"$TMP/out3" 2>&1 || CODE=$?
+[ "$CODE" -eq 0 ] || fail "the proxy's bound: the job exited $CODE: $(tail -5 "$TMP/out3")"
+grep -q "held: 40 fetches of 1 indices, 35 refused" "$TMP/out3" ||
+    fail "the proxy did not hold exactly 5 of 40: $(grep held: "$TMP/out3")"
+grep -q "second round held 5 again" "$TMP/out3" ||
+    fail "the proxy did not give the cancelled calls' charge back: $(tail -3 "$TMP/out3")"
+ok "a node's proxy holds 5 of its workers' 40 waiting fetches at --held_calls_max 5"
+
 # msrun hands the bounds to the coordinator it starts.
 JOB_OUT=$TMP/job.out
 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num 1 --held_calls_max 7 \

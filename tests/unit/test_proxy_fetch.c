@@ -63,7 +63,7 @@ static void job_start(job_t *j)
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     snprintf(j->sock, sizeof j->sock, "%s", sock_path);
     unlink(j->sock);
-    MSR_CHECK_OK(msr_proxy_start(j->sock, target, "t", NULL, 4, &j->proxy));
+    MSR_CHECK_OK(msr_proxy_start(j->sock, target, "t", NULL, 4, NULL, &j->proxy));
     MSR_CHECK_OK(msr_rpc_loop_create(&j->loop));
     char path[80];
     snprintf(path, sizeof path, "unix:%s", j->sock);
