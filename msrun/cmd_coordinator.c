@@ -192,10 +192,10 @@ static const msr_opt_t coord_opts[] = {
      .metavar = "PATH",
      .help = "write the login URL to PATH, a new file of mode 0600, and say only where it is."},
     {.name = "dashboard_max_connections", .kind = MSR_OPT_INT, .min = 1, .max = 65536,
-     .dest = C(dashboard_max_connections), .def = "256", .metavar = "N",
+     .env = "MSRUN_DASHBOARD_MAX_CONNECTIONS", .dest = C(dashboard_max_connections), .def = "256", .metavar = "N",
      .help = "the dashboard holds at most N connections; one more is closed at once."},
     {.name = "dashboard_request_timeout", .kind = MSR_OPT_SECONDS, .min = 100, .max = 3600000,
-     .dest = C(dashboard_deadline_ms), .def = "10", .metavar = "SEC",
+     .env = "MSRUN_DASHBOARD_REQUEST_TIMEOUT", .dest = C(dashboard_deadline_ms), .def = "10", .metavar = "SEC",
      .help = "a request not read whole within this long of its connection's accept (or of "
              "the answer before) is cut, however slowly it trickles in."},
     {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",

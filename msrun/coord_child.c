@@ -29,7 +29,7 @@
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
-    char lease[24], dport[16], dttl[32];
+    char lease[24], dport[16], dttl[32], dmax[16], ddl[32];
     char limit[7][24];
     char *argv[72];
 } coord_argv_t;
@@ -107,6 +107,16 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
                      (double)c->o->dashboard_login_ttl_ms / 1000.0);
             v->argv[k++] = "--dashboard_login_ttl";
             v->argv[k++] = v->dttl;
+        }
+        if (c->o->dashboard_max_connections > 0) {
+            snprintf(v->dmax, sizeof v->dmax, "%d", c->o->dashboard_max_connections);
+            v->argv[k++] = "--dashboard_max_connections";
+            v->argv[k++] = v->dmax;
+        }
+        if (c->o->dashboard_deadline_ms > 0) {
+            snprintf(v->ddl, sizeof v->ddl, "%.3f", (double)c->o->dashboard_deadline_ms / 1000.0);
+            v->argv[k++] = "--dashboard_request_timeout";
+            v->argv[k++] = v->ddl;
         }
     }
     if (c->o->straggler_factor) {

@@ -286,6 +286,15 @@ static const msr_opt_t opt_defs[] = {
      .help = "write the dashboard's login URL to PATH, a new file of mode 0600 (an existing file "
              "or link is refused), and say only where it is; without it the URL goes to stderr "
              "when that is a terminal, else to dashboard.url in the job's directory."},
+    {.name = "dashboard_max_connections", .kind = MSR_OPT_INT, .min = 1, .max = 65536,
+     .env = "MSRUN_DASHBOARD_MAX_CONNECTIONS", .dest = D(dashboard_max_connections), .def = "256",
+     .metavar = "N",
+     .help = "the dashboard holds at most N connections; one more is closed at once."},
+    {.name = "dashboard_request_timeout", .kind = MSR_OPT_SECONDS, .min = 100, .max = 3600000,
+     .env = "MSRUN_DASHBOARD_REQUEST_TIMEOUT", .dest = D(dashboard_deadline_ms), .def = "10",
+     .metavar = "SEC",
+     .help = "the dashboard cuts a request not read whole within this long of its connection's "
+             "accept (or of the answer before), however slowly it trickles in."},
     {.name = "straggler_factor", .kind = MSR_OPT_STRING, .env = "MSRUN_STRAGGLER_FACTOR",
      .dest = D(straggler_factor), .def = "1.5", .metavar = "X",
      .help = "a rank whose mean step time over 20 reported steps (the same steps for every "

@@ -90,6 +90,8 @@ typedef struct msr_options {
     /* the dashboard's login URL (docs/observe.md) */
     int64_t dashboard_login_ttl_ms; /* 0: MSR_HTTP_LOGIN_TTL_S */
     char *dashboard_login_file;     /* NULL: on a terminal, else in the job's directory */
+    int dashboard_max_connections;  /* 0: MSR_HTTP_MAX_CONNECTIONS */
+    int64_t dashboard_deadline_ms;  /* --dashboard_request_timeout; 0: cluster/http.h's */
     /* the program */
     char *program;      /* as given */
     char *program_path; /* what is executed: resolved through PATH */

@@ -98,6 +98,20 @@ kill -TERM "$BG_PID"
 wait_pid "$BG_PID" 30
 [ ! -e "$FILE" ] || fail "the job's login file outlives the job"
 
+# --- msrun hands the dashboard's limits to the coordinator it starts ---
+start_msrun --worker_num=1 --dashboard_port="$PORT" --dashboard_max_connections 7 \
+    --dashboard_request_timeout 2.5 sleep 60
+wait_for "dashboard at http://127.0.0.1:$PORT/ (its login URL" "$TMP/err" 30 || fail "no dashboard"
+CO=$(children_named "$BG_PID" "^[^ ]*msrun coordinator ")
+ARGS=$(tr '\0' ' ' <"/proc/$CO/cmdline" 2>/dev/null)
+case $ARGS in
+*"--dashboard_max_connections 7 "*"--dashboard_request_timeout 2.500"*) ;;
+*) fail "msrun's coordinator was started with: $ARGS" ;;
+esac
+ok "msrun hands --dashboard_max_connections and --dashboard_request_timeout to its coordinator"
+kill "$BG_PID" 2>/dev/null
+wait_pid "$BG_PID" 15
+
 # --- on a terminal, the URL itself ---
 python3 - "$MSRUN" "$PORT2" "$TMP/tty" <<'PY' || fail "the URL on a terminal: $(cat "$TMP/tty")"
 import os, pty, subprocess, sys, time
