@@ -513,6 +513,7 @@ static void record_job(agent_t *a)
         .tls_server_name = tls ? a->job.tls.server_name : NULL,
         .pid = (int)getpid(),
         .node_rank = a->o->node_rank,
+        .dashboard_port = a->o->dashboard_port,
         .start_time = msr_wall_time(),
     };
     if (msr_run_record_write(&r, a->files.run_record, sizeof a->files.run_record) != MSR_OK)

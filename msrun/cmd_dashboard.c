@@ -39,7 +39,8 @@ typedef struct dashboard_args {
 static const msr_opt_t dashboard_opts[] = {
     {.name = "dashboard_port", .kind = MSR_OPT_PORT, .min = 1, .max = 65535,
      .env = "MSRUN_DASHBOARD_PORT", .dest = A(port), .metavar = "PORT",
-     .help = "the port the job's dashboard listens on (msrun's --dashboard_port). Required."},
+     .help = "the port the job's dashboard listens on (msrun's --dashboard_port); without it, "
+             "the port msrun of the job of this machine was given."},
     {.name = "dashboard_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_ADDR",
      .dest = A(addr), .def = "127.0.0.1", .metavar = "ADDR",
      .help = "the address of the dashboard."},
@@ -50,8 +51,8 @@ static const msr_opt_t dashboard_opts[] = {
      .env = "MSRUN_TOKEN", .dest = A(token), .metavar = "SECRET",
      .help = "the job token (prefer MSRUN_TOKEN or --token_file: others may see a command line)."},
     {.name = "job_id", .kind = MSR_OPT_STRING, .dest = A(job_id), .metavar = "ID",
-     .help = "without a token: take the token of this job of the ones running on this machine "
-             "(needed when there are several)."},
+     .help = "without a token or a port: take them from this job of the ones running on this "
+             "machine (needed when there are several)."},
     {.name = "dashboard_login_file", .kind = MSR_OPT_STRING, .env = "MSRUN_DASHBOARD_LOGIN_FILE",
      .dest = A(login_file), .def = "stderr if a terminal, else the runtime directory",
      .metavar = "PATH",
@@ -65,7 +66,7 @@ static const msr_optset_t dashboard_set = {"msrun dashboard", dashboard_opts,
 
 static void dashboard_usage(FILE *out)
 {
-    fprintf(out, "usage: msrun dashboard --dashboard_port PORT [--dashboard_addr ADDR]\n"
+    fprintf(out, "usage: msrun dashboard [--dashboard_port PORT] [--dashboard_addr ADDR]\n"
                  "                       [--token_file F] [--dashboard_login_file PATH]\n"
                  "\n"
                  "Asks a running job's coordinator for a new login URL of its dashboard (one\n"
@@ -81,26 +82,37 @@ static void dashboard_usage(FILE *out)
     msr_opts_usage(&dashboard_set, out);
 }
 
-/* The token of the job of this machine (the only one, or a's --job_id):
- * 0, or 2 after saying why. */
-static int token_from_records(dashboard_args_t *a)
+/* What a does not say of the job of this machine (the only one, or a's
+ * --job_id; when no port was given, of those whose msrun serves a
+ * dashboard): its token (want_token) and its dashboard's port. 0, or 2
+ * after saying why. */
+static int job_from_records(dashboard_args_t *a, int want_token)
 {
     msr_run_entry_t *e = NULL;
     size_t n = 0, found = 0, at = 0;
     if (msr_run_records_list(&e, &n) == MSR_OK)
         for (size_t i = 0; i < n; i++)
-            if (a->job_id == NULL || strcmp(e[i].rec.job_id, a->job_id) == 0) {
+            if ((a->job_id == NULL || strcmp(e[i].rec.job_id, a->job_id) == 0) &&
+                (a->port > 0 || e[i].rec.dashboard_port > 0)) {
                 found++;
                 at = i;
             }
     int r = 2;
-    if (found == 1 && e[at].rec.token && (a->token = msr_strdup(e[at].rec.token)) != NULL)
+    if (found == 1 && (!want_token || (a->token = msr_strdup(e[at].rec.token)) != NULL)) {
+        if (a->port <= 0)
+            a->port = e[at].rec.dashboard_port;
         r = 0;
-    else
+    } else if (a->port <= 0) {
+        fprintf(stderr, "msrun dashboard: error: %s: give the job's --dashboard_port%s\n",
+                found ? "several jobs with a dashboard run here"
+                      : "no job with a dashboard runs here",
+                found ? " or --job_id" : "");
+    } else {
         fprintf(stderr,
                 "msrun dashboard: error: no job token: give it with --token_file FILE (mode "
                 "0600) or MSRUN_TOKEN%s\n",
                 found > 1 ? " (or --job_id: several jobs run here)" : "");
+    }
     msr_run_entries_free(e, n);
     return r;
 }
@@ -174,13 +186,10 @@ static int ask(const dashboard_args_t *a, char *body, size_t len)
 
 static int dashboard_run(dashboard_args_t *a)
 {
-    if (a->port <= 0) {
-        fprintf(stderr, "msrun dashboard: error: --dashboard_port is required (the job's)\n");
-        return 2;
-    }
-    int r = a->token || a->token_file
-                ? msr_options_need_token("msrun dashboard", &a->token, a->token_file)
-                : token_from_records(a);
+    int given = a->token || a->token_file;
+    int r = given ? msr_options_need_token("msrun dashboard", &a->token, a->token_file) : 0;
+    if (r == 0 && (!given || a->port <= 0))
+        r = job_from_records(a, !given);
     if (r != 0)
         return r;
     const char *addr = a->addr ? a->addr : "127.0.0.1";

@@ -112,10 +112,10 @@ msr_status_t msr_run_record_write(const msr_run_record_t *r, char *path, size_t 
     msr_buf_t b = MSR_BUF_INIT;
     int bad = msr_buf_printf(&b,
                              "job_id=%s\ncoordinator=%s\ntoken=%s\npid=%d\nproc_start=%llu\n"
-                             "node_rank=%d\nstart_time=%.3f\n",
+                             "node_rank=%d\nstart_time=%.3f\ndashboard_port=%d\n",
                              r->job_id ? r->job_id : "", r->coordinator ? r->coordinator : "",
                              r->token ? r->token : "", r->pid, proc_start_ticks(r->pid),
-                             r->node_rank, r->start_time) != MSR_OK;
+                             r->node_rank, r->start_time, r->dashboard_port) != MSR_OK;
     const char *tls_names[] = {"tls_cert", "tls_key", "tls_ca", "tls_server_name"};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(tls_names); i++) {
         const char *v = fields[3 + i];
@@ -213,6 +213,8 @@ static int record_read(int dirfd, const char *name, msr_run_entry_t *e,
             e->rec.pid = (int)x;
         else if (strcmp(line, "node_rank") == 0 && msr_parse_i64(v, -1, INT32_MAX, &x) == MSR_OK)
             e->rec.node_rank = (int)x;
+        else if (strcmp(line, "dashboard_port") == 0 && msr_parse_i64(v, 0, 65535, &x) == MSR_OK)
+            e->rec.dashboard_port = (int)x;
         else if (strcmp(line, "start_time") == 0)
             e->rec.start_time = strtod(v, NULL);
         else if (strcmp(line, "proc_start") == 0)

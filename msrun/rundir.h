@@ -22,8 +22,9 @@ typedef struct msr_run_record {
     const char *token;
     const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
     int pid;
-    int node_rank;     /* as asked for: -1 when the coordinator assigns it */
-    double start_time; /* seconds since the epoch */
+    int node_rank;      /* as asked for: -1 when the coordinator assigns it */
+    int dashboard_port; /* its --dashboard_port (for `msrun dashboard`); 0: none */
+    double start_time;  /* seconds since the epoch */
 } msr_run_record_t;
 
 /* A record read back: rec's strings point into text, which it owns. */

@@ -82,6 +82,18 @@ expect_in "refused (HTTP 401): not the job's token" "$TMP/derr" "a wrong token"
 MSRUN_TOKEN= run_dash --job_id nosuchjob
 expect_code 2 "msrun dashboard without a token"
 ok "msrun dashboard mints a working code with the job token, refused without it"
+# without a port or a token: both from the record of the job of this machine
+CODE=0
+timeout -k 5 30 env -u MSRUN_TOKEN "$MSRUN" dashboard >"$TMP/dout" 2>"$TMP/derr" || CODE=$?
+expect_code 0 "msrun dashboard with neither port nor token: $(cat "$TMP/derr")"
+DFILE=$(file_of "$TMP/derr")
+[ "$(login "$PORT" "$(code_in "$DFILE")" | cut -d' ' -f1)" = 303 ] || fail "the code from the record"
+CODE=0
+timeout -k 5 30 env -u MSRUN_TOKEN "$MSRUN" dashboard --job_id nosuchjob >"$TMP/dout" \
+    2>"$TMP/derr" || CODE=$?
+expect_code 2 "msrun dashboard for no such job"
+expect_in "no job with a dashboard runs here" "$TMP/derr" "no such job"
+ok "msrun dashboard finds the port and token of the job of this machine"
 
 # --dashboard_login_file: a link planted there, or a file, is refused
 ln -s "$TMP/target" "$TMP/planted"
