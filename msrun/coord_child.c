@@ -34,6 +34,35 @@ typedef struct coord_argv {
     char *argv[72];
 } coord_argv_t;
 
+/* The dashboard's options of the embedded coordinator, from argv[k]: the
+ * next free slot. */
+static int coord_argv_dashboard(const msr_coord_t *c, coord_argv_t *v, int k)
+{
+    snprintf(v->dport, sizeof v->dport, "%d", c->o->dashboard_port);
+    v->argv[k++] = "--dashboard_port";
+    v->argv[k++] = v->dport;
+    if (c->o->dashboard_addr) {
+        v->argv[k++] = "--dashboard_addr";
+        v->argv[k++] = c->o->dashboard_addr;
+    }
+    if (c->o->dashboard_login_ttl_ms > 0) {
+        snprintf(v->dttl, sizeof v->dttl, "%.3f", (double)c->o->dashboard_login_ttl_ms / 1000.0);
+        v->argv[k++] = "--dashboard_login_ttl";
+        v->argv[k++] = v->dttl;
+    }
+    if (c->o->dashboard_max_connections > 0) {
+        snprintf(v->dmax, sizeof v->dmax, "%d", c->o->dashboard_max_connections);
+        v->argv[k++] = "--dashboard_max_connections";
+        v->argv[k++] = v->dmax;
+    }
+    if (c->o->dashboard_deadline_ms > 0) {
+        snprintf(v->ddl, sizeof v->ddl, "%.3f", (double)c->o->dashboard_deadline_ms / 1000.0);
+        v->argv[k++] = "--dashboard_request_timeout";
+        v->argv[k++] = v->ddl;
+    }
+    return k;
+}
+
 static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
 {
     snprintf(v->bind, sizeof v->bind, "%s", bind_addr);
@@ -94,31 +123,8 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
             v->argv[k++] = c->o->munge_socket;
         }
     }
-    if (c->o->dashboard_port > 0) {
-        snprintf(v->dport, sizeof v->dport, "%d", c->o->dashboard_port);
-        v->argv[k++] = "--dashboard_port";
-        v->argv[k++] = v->dport;
-        if (c->o->dashboard_addr) {
-            v->argv[k++] = "--dashboard_addr";
-            v->argv[k++] = c->o->dashboard_addr;
-        }
-        if (c->o->dashboard_login_ttl_ms > 0) {
-            snprintf(v->dttl, sizeof v->dttl, "%.3f",
-                     (double)c->o->dashboard_login_ttl_ms / 1000.0);
-            v->argv[k++] = "--dashboard_login_ttl";
-            v->argv[k++] = v->dttl;
-        }
-        if (c->o->dashboard_max_connections > 0) {
-            snprintf(v->dmax, sizeof v->dmax, "%d", c->o->dashboard_max_connections);
-            v->argv[k++] = "--dashboard_max_connections";
-            v->argv[k++] = v->dmax;
-        }
-        if (c->o->dashboard_deadline_ms > 0) {
-            snprintf(v->ddl, sizeof v->ddl, "%.3f", (double)c->o->dashboard_deadline_ms / 1000.0);
-            v->argv[k++] = "--dashboard_request_timeout";
-            v->argv[k++] = v->ddl;
-        }
-    }
+    if (c->o->dashboard_port > 0)
+        k = coord_argv_dashboard(c, v, k);
     if (c->o->straggler_factor) {
         v->argv[k++] = "--straggler_factor";
         v->argv[k++] = c->o->straggler_factor;
