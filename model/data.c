@@ -23,8 +23,11 @@ msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p)
 {
     msr_status_t st;
     int fd;
-    if ((st = msr_open_input(path, 0, &fd)) != MSR_OK) /* a FIFO would block */
+    if ((st = msr_open_input(path, 0, &fd)) != MSR_OK) { /* a FIFO would block */
+        if (errno == EINVAL) /* there, but not a regular file: a bad --data */
+            st = MSR_ERR_INVALID_ARG;
         return msr_err_prefix(st, "data");
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         st = msr_err(msr_status_from_errno(errno), "data: cannot stat %s: %s", path,

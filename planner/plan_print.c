@@ -431,7 +431,15 @@ int msr_plan_cluster_read(const char *path, msr_plan_cluster_t *c, char *why, si
 {
     FILE *f = msr_fopen_input(path, 0); /* never blocks on a FIFO */
     if (f == NULL) {
-        snprintf(why, why_len, "--cluster: %s", msr_err_msg());
+        /* there, but not a regular file: "PATH is not a regular file (a
+         * FIFO)" said after the path once */
+        int err = errno;
+        const char *m = msr_err_msg();
+        size_t pl = strlen(path);
+        if (err == EINVAL && strncmp(m, path, pl) == 0 && m[pl] == ' ')
+            snprintf(why, why_len, "--cluster %s: %s", path, m + pl + 1);
+        else
+            snprintf(why, why_len, "--cluster %s: %s", path, strerror(err));
         return -1;
     }
     char *text = msr_malloc(CLUSTER_FILE_MAX + 1);

@@ -68,7 +68,7 @@ expect_in "$TMP/data is not a regular file (a FIFO)" "$TMP/err" "train_gpt's ref
 in_time 20 "$BIN/plan_gpt" --layers 2 --channels 32 --heads 4 --seq 16 --global-batch 8 --world 2 \
     --cluster "$TMP/data"
 expect_code 2 "plan_gpt --cluster FIFO"
-expect_in "$TMP/data is not a regular file (a FIFO)" "$TMP/err" "plan_gpt's refusal"
+expect_in "--cluster $TMP/data: is not a regular file (a FIFO)" "$TMP/err" "plan_gpt's refusal"
 ok "a FIFO as train_gpt's data or plan_gpt's cluster file is refused at once"
 
 # 5. a TLS certificate

@@ -40,7 +40,7 @@ head -c 70000 /dev/zero | tr '\0' '#' >"$work/huge"
 printf 'mem_gib = 1\n\0\n' >"$work/binary"
 refuse "--cluster $work/huge: over 65536 bytes: not a cluster file" "${m[@]}" --cluster "$work/huge"
 refuse "--cluster $work/binary: not a text file" "${m[@]}" --cluster "$work/binary"
-refuse "--cluster $work: cannot read it" "${m[@]}" --cluster "$work"
+refuse "--cluster $work: is not a regular file (a directory)" "${m[@]}" --cluster "$work"
 refuse "no layout of 4 ranks fits in 0.0001 GiB per rank" "${m[@]}" --cluster "$work/tiny"
 refuse "--explain 1000: only [0-9]* plans found" "${m[@]}" --explain 1000
 
