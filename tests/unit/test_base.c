@@ -460,6 +460,157 @@ static void test_optparse(void)
     MSR_CHECK(strstr(text, "  --flag[=BOOL]\n") != NULL);
 }
 
+/* The parser's boundaries (docs/testing.md): a seconds value at its least
+ * and greatest and one past each, values that are no number at all; each
+ * integer range's own message; a group's options given together, alone,
+ * and one on the line with the other's variable set; help text of exactly
+ * the wrap width and one more. */
+typedef struct bound_cmd {
+    int64_t ms, pos, small, nonneg;
+    char *a, *b, *peer;
+    int peer_port;
+} bound_cmd_t;
+
+#define BD(f)  MSR_OPT_DEST(bound_cmd_t, f)
+/* 70 characters: the widest help line that is not wrapped */
+#define HELP70 "aaaaaaaaa bbbbbbbbb ccccccccc ddddddddd eeeeeeeee fffffffff gggggggggg"
+static const msr_opt_t bound_table[] = {
+    {.name = "wait",
+     .kind = MSR_OPT_SECONDS,
+     .min = 100,
+     .max = 60000,
+     .dest = BD(ms),
+     .help = HELP70},
+    {.name = "pos",
+     .kind = MSR_OPT_INT,
+     .min = 1,
+     .max = INT32_MAX,
+     .dest = BD(pos),
+     .help = HELP70 "h"},
+    {.name = "small", .kind = MSR_OPT_INT, .min = 1, .max = 10, .dest = BD(small), .help = "x"},
+    {.name = "nonneg",
+     .kind = MSR_OPT_INT,
+     .min = 0,
+     .max = INT32_MAX,
+     .dest = BD(nonneg),
+     .help = "x"},
+    {.name = "a",
+     .kind = MSR_OPT_STRING,
+     .group = 1,
+     .env = "TEST_BOUND_A",
+     .dest = BD(a),
+     .help = "x"},
+    {.name = "b",
+     .kind = MSR_OPT_STRING,
+     .group = 1,
+     .env = "TEST_BOUND_B",
+     .dest = BD(b),
+     .help = "x"},
+    {.name = "peer",
+     .kind = MSR_OPT_HOSTPORT,
+     .min = 1,
+     .max = 65535,
+     .dest = BD(peer),
+     .dest2 = offsetof(bound_cmd_t, peer_port),
+     .help = "x"},
+};
+static const msr_optset_t bound_set = {"bound", bound_table, MSR_ARRAY_SIZE(bound_table), 0};
+
+/* Parses one or two arguments into a fresh command: the parser's result,
+ * with *c filled. */
+static msr_opts_result_t bound_parse(bound_cmd_t *c, const char *x, const char *y)
+{
+    static char ax[128], ay[128];
+    snprintf(ax, sizeof ax, "%s", x);
+    snprintf(ay, sizeof ay, "%s", y ? y : "");
+    char *argv[] = {ax, ay};
+    unsigned char seen[MSR_ARRAY_SIZE(bound_table)];
+    int next = 0;
+    msr_opts_free(&bound_set, c);
+    memset(c, 0, sizeof *c);
+    return msr_opts_parse(&bound_set, y ? 2 : 1, argv, c, seen, &next);
+}
+
+static void test_optparse_boundaries(void)
+{
+    bound_cmd_t c = {0};
+    /* seconds: 0.1 and 60 taken, 0.099 and 60.001 refused; no number refused */
+    MSR_CHECK_EQ(bound_parse(&c, "--wait=0.1", NULL), MSR_OPTS_OK);
+    MSR_CHECK_EQ(c.ms, 100);
+    MSR_CHECK_EQ(bound_parse(&c, "--wait=60", NULL), MSR_OPTS_OK);
+    MSR_CHECK_EQ(c.ms, 60000);
+    const char *bad_s[] = {"--wait=0.099", "--wait=60.001", "--wait=abc", "--wait=1x",
+                           "--wait=-1",    "--wait=nan",    "--wait=1e10"};
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(bad_s); i++) {
+        c.ms = 7;
+        MSR_CHECK_MSG(bound_parse(&c, bad_s[i], NULL) == MSR_OPTS_BAD, "%s taken", bad_s[i]);
+        /* out of range, or no number of seconds at all */
+        MSR_CHECK_MSG(strstr(msr_err_msg(), i < 2 ? "must be" : "is not a number of seconds"),
+                      "%s: %s", bad_s[i], msr_err_msg());
+    }
+    /* each integer range says its own bound */
+    const struct {
+        const char *arg, *why;
+    } bad_i[] = {
+        {"--pos=0", "--pos=0 is not a positive integer"},
+        {"--small=11", "--small=11 is not an integer in [1, 10]"},
+        {"--small=0", "--small=0 is not an integer in [1, 10]"},
+        {"--nonneg=-1", "--nonneg=-1 is not an integer >= 0"},
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(bad_i); i++) {
+        MSR_CHECK_EQ(bound_parse(&c, bad_i[i].arg, NULL), MSR_OPTS_BAD);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad_i[i].why) != NULL, "%s: %s", bad_i[i].arg,
+                      msr_err_msg());
+    }
+    MSR_CHECK_EQ(bound_parse(&c, "--small=10", "--nonneg=0"), MSR_OPTS_OK);
+    MSR_CHECK(c.small == 10 && c.nonneg == 0);
+    /* a group: one of it alone, not both; one on the line wins over the
+     * other's variable; both variables are refused */
+    MSR_CHECK_EQ(bound_parse(&c, "--a=x", NULL), MSR_OPTS_OK);
+    MSR_CHECK(c.a != NULL && c.b == NULL);
+    MSR_CHECK_EQ(bound_parse(&c, "--a=x", "--b=y"), MSR_OPTS_BAD);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "give --a or --b, not both") != NULL, "%s", msr_err_msg());
+    setenv("TEST_BOUND_B", "y", 1);
+    MSR_CHECK_EQ(bound_parse(&c, "--a=x", NULL), MSR_OPTS_OK);
+    MSR_CHECK(c.a != NULL && strcmp(c.a, "x") == 0 && c.b == NULL);
+    setenv("TEST_BOUND_A", "x", 1);
+    MSR_CHECK_EQ(bound_parse(&c, "--small=1", NULL), MSR_OPTS_BAD);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "are both set") != NULL, "%s", msr_err_msg());
+    unsetenv("TEST_BOUND_A");
+    MSR_CHECK_EQ(bound_parse(&c, "--small=1", NULL), MSR_OPTS_OK);
+    MSR_CHECK(c.a == NULL && c.b != NULL && strcmp(c.b, "y") == 0);
+    unsetenv("TEST_BOUND_B");
+    /* out of memory at each allocation in turn: refused, never taken */
+    const char *alloc_args[] = {"--a=x", "--peer=h:80"};
+    for (size_t a = 0; a < MSR_ARRAY_SIZE(alloc_args); a++) {
+        for (long i = 0;; i++) {
+            MSR_CHECK(i < 16);
+            msr_alloc_fail_at(i);
+            msr_opts_result_t r = bound_parse(&c, alloc_args[a], NULL);
+            int failed = msr_alloc_failed();
+            msr_alloc_fail_at(-1);
+            if (!failed) {
+                MSR_CHECK_EQ(r, MSR_OPTS_OK);
+                break;
+            }
+            MSR_CHECK_MSG(r == MSR_OPTS_BAD, "%s taken with allocation %ld failed", alloc_args[a],
+                          i);
+        }
+    }
+    MSR_CHECK(c.peer != NULL && strcmp(c.peer, "h") == 0 && c.peer_port == 80);
+    msr_opts_free(&bound_set, &c);
+    /* help: 70 characters on one line, 71 wrapped at the last space */
+    char text[4096] = "";
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    MSR_CHECK(f != NULL);
+    msr_opts_usage(&bound_set, f);
+    fclose(f);
+    MSR_CHECK_MSG(strstr(text, "\n      " HELP70 "\n") != NULL, "%s", text);
+    MSR_CHECK_MSG(strstr(text, "\n      aaaaaaaaa bbbbbbbbb ccccccccc ddddddddd eeeeeeeee "
+                               "fffffffff\n      ggggggggggh\n") != NULL,
+                  "%s", text);
+}
+
 /* The kinds and usage styles train_gpt and plan_gpt need. */
 typedef struct prog_cmd {
     double rate, factor;
@@ -576,6 +727,7 @@ static const msr_test_t tests[] = {
     {"hash", test_hash, 5},
     {"optparse", test_optparse, 5},
     {"optparse_programs", test_optparse_programs, 5},
+    {"optparse_boundaries", test_optparse_boundaries, 5},
 };
 
 int main(int argc, char **argv)
