@@ -259,20 +259,20 @@ static int name_admit(msr_store_core_t *c, void *call, const char *what, const c
 }
 
 /* Records leave their map and the store's usage. */
-static void getwait_drop(msr_store_core_t *c, getwait_t *gw)
+static void msr_store_getwait_drop(msr_store_core_t *c, getwait_t *gw)
 {
     msr_map_remove(&c->getwait, gw->key);
     msr_store_usage_remove(&c->usage, gw->key, 0);
     getwait_free(gw);
 }
 
-static void barrier_unlist(msr_store_core_t *c, barrier_t *b)
+static void msr_store_barrier_unlist(msr_store_core_t *c, barrier_t *b)
 {
     msr_map_remove(&c->barriers, b->name);
     msr_store_usage_remove(&c->usage, b->name, 0);
 }
 
-static void gather_unlist(msr_store_core_t *c, gather_t *g)
+static void msr_store_gather_unlist(msr_store_core_t *c, gather_t *g)
 {
     msr_map_remove(&c->gathers, g->name);
     msr_store_usage_remove(&c->usage, g->name, 0);
@@ -281,7 +281,7 @@ static void gather_unlist(msr_store_core_t *c, gather_t *g)
 }
 
 /* Takes back the contributions call gave to g. */
-static void gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
+static void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
 {
     for (uint32_t i = 0; i < g->count && g->received > 0; i++) {
         gather_entry_t *ge = &g->entries[i];
@@ -309,19 +309,19 @@ static void waiter_withdraw(msr_store_core_t *c, waiter_t *w)
     if (kind == MSR_HELD_GET || kind == MSR_HELD_FETCH) {
         getwait_t *gw = owner;
         if (msr_list_empty(&gw->waiters))
-            getwait_drop(c, gw);
+            msr_store_getwait_drop(c, gw);
     } else if (kind == MSR_HELD_BARRIER) {
         barrier_t *b = owner;
         b->arrived = b->arrived >= weight ? b->arrived - weight : 0;
         if (msr_list_empty(&b->waiters)) {
-            barrier_unlist(c, b);
+            msr_store_barrier_unlist(c, b);
             barrier_free(b);
         }
     } else if (kind == MSR_HELD_ALLGATHER) {
         gather_t *g = owner;
-        gather_withdraw(c, g, call);
+        msr_store_gather_withdraw(c, g, call);
         if (msr_list_empty(&g->waiters)) {
-            gather_unlist(c, g);
+            msr_store_gather_unlist(c, g);
             gather_free(g);
         }
     }
@@ -349,7 +349,7 @@ static int check_key(msr_store_core_t *c, void *call, const char *what, const ch
     return 0;
 }
 
-static kv_t *kv_new(const void *data, size_t len)
+static kv_t *msr_store_kv_new(const void *data, size_t len)
 {
     kv_t *v = msr_malloc(sizeof *v + len);
     if (v == NULL)
@@ -390,7 +390,7 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
         waiter_free(c, w);
         reply_value(c, call, v);
     }
-    getwait_drop(c, gw);
+    msr_store_getwait_drop(c, gw);
 }
 
 static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
@@ -401,7 +401,7 @@ static int store_put(msr_store_core_t *c, void *call, const char *key, const voi
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;
     }
-    kv_t *v = kv_new(data, len);
+    kv_t *v = msr_store_kv_new(data, len);
     void *old = NULL;
     if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
         msr_free(v);
@@ -415,7 +415,7 @@ static int store_put(msr_store_core_t *c, void *call, const char *key, const voi
     return 1;
 }
 
-static void do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req)
+static void msr_store_do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
         request_seen(c, call, MSR_RPC_SET, req->client_id, req->request_id))
@@ -454,7 +454,7 @@ static getwait_t *getwait_for(msr_store_core_t *c, void *call, const char *what,
     return gw;
 }
 
-static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
+static void msr_store_do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
         return;
@@ -474,7 +474,7 @@ static void do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
     waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait, strlen(req->key));
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
-            getwait_drop(c, gw);
+            msr_store_getwait_drop(c, gw);
         waiter_refused(c, call);
         return;
     }
@@ -490,7 +490,7 @@ static int parse_counter(const kv_t *v, int64_t *out)
     return msr_parse_i64(text, INT64_MIN, INT64_MAX, out) == MSR_OK;
 }
 
-static void do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
+static void msr_store_do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
         request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
@@ -518,7 +518,8 @@ static void do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
     }
 }
 
-static void do_compare_set(msr_store_core_t *c, void *call, const Msr__CompareSetRequest *req)
+static void msr_store_do_compare_set(msr_store_core_t *c, void *call,
+                                     const Msr__CompareSetRequest *req)
 {
     if (!check_generation(c, call, req->generation) ||
         !check_key(c, call, "compare-set", req->key) ||
@@ -544,7 +545,7 @@ static void do_compare_set(msr_store_core_t *c, void *call, const Msr__CompareSe
     reply_write(c, call, MSR_RPC_COMPARE_SET, req->client_id, req->request_id, &r.base);
 }
 
-static void do_delete(msr_store_core_t *c, void *call, const Msr__DeleteRequest *req)
+static void msr_store_do_delete(msr_store_core_t *c, void *call, const Msr__DeleteRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
         request_seen(c, call, MSR_RPC_DELETE, req->client_id, req->request_id))
@@ -560,7 +561,7 @@ static void do_delete(msr_store_core_t *c, void *call, const Msr__DeleteRequest 
     reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
 }
 
-static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+static void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
         return;
@@ -599,7 +600,7 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
                       "barrier '%.200s': %u more participants than its count of %u", req->name,
                       weight - (b->count - b->arrived), b->count);
         if (msr_list_empty(&b->waiters)) {
-            barrier_unlist(c, b);
+            msr_store_barrier_unlist(c, b);
             barrier_free(b);
         }
         return;
@@ -612,7 +613,7 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
         if (w == NULL) {
             b->arrived -= weight;
             if (msr_list_empty(&b->waiters)) {
-                barrier_unlist(c, b);
+                msr_store_barrier_unlist(c, b);
                 barrier_free(b);
             }
             waiter_refused(c, call);
@@ -622,7 +623,7 @@ static void do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReques
         return;
     }
     /* Everyone is here: release them all and forget the barrier. */
-    barrier_unlist(c, b);
+    msr_store_barrier_unlist(c, b);
     Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &b->waiters)
@@ -645,7 +646,7 @@ static int entry_key(char *key, size_t len, const char *name, uint32_t index)
     return n > 0 && (size_t)n < len && msr_rpc_key_valid(key);
 }
 
-static void do_publish(msr_store_core_t *c, void *call, const Msr__PublishRequest *req)
+static void msr_store_do_publish(msr_store_core_t *c, void *call, const Msr__PublishRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "publish", req->name) ||
         request_seen(c, call, MSR_RPC_PUBLISH, req->client_id, req->request_id))
@@ -774,7 +775,7 @@ static void fetch_advance(msr_store_core_t *c, waiter_t *w)
     msr_list_push_back(&gw->waiters, &w->held.link);
 }
 
-static void do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *req)
+static void msr_store_do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "fetch", req->name))
         return;
@@ -936,7 +937,7 @@ static gather_t *gather_new(msr_store_core_t *c, const char *name, uint32_t coun
 
 /* Takes the request's contributions into g: MSR_OK, MSR_ERR_INVALID_ARG
  * when an index is given twice inside the request, MSR_ERR_NO_MEMORY. On
- * failure what was taken stays (gather_withdraw undoes it). */
+ * failure what was taken stays (msr_store_gather_withdraw undoes it). */
 static msr_status_t gather_take(msr_store_core_t *c, gather_t *g, void *call,
                                 const Msr__AllgatherRequest *req)
 {
@@ -965,7 +966,7 @@ static msr_status_t gather_take(msr_store_core_t *c, gather_t *g, void *call,
  * participant, call last, and forgets the allgather. */
 static void gather_complete(msr_store_core_t *c, gather_t *g, void *call)
 {
-    gather_unlist(c, g);
+    msr_store_gather_unlist(c, g);
     msr_blob_t *blob = gather_result(g);
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &g->waiters)
@@ -996,7 +997,8 @@ static uint64_t gather_kept(const Msr__AllgatherRequest *req)
     return bytes;
 }
 
-static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRequest *req)
+static void msr_store_do_allgather(msr_store_core_t *c, void *call,
+                                   const Msr__AllgatherRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
         return;
@@ -1020,9 +1022,9 @@ static void do_allgather(msr_store_core_t *c, void *call, const Msr__AllgatherRe
         st = MSR_ERR_REFUSED;
     }
     /* Undo this request's entries: it failed as a whole. */
-    gather_withdraw(c, g, call);
+    msr_store_gather_withdraw(c, g, call);
     if (created || msr_list_empty(&g->waiters)) {
-        gather_unlist(c, g);
+        msr_store_gather_unlist(c, g);
         gather_free(g);
     }
     if (st == MSR_ERR_REFUSED)
@@ -1132,31 +1134,31 @@ void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t metho
 {
     switch (method) {
     case MSR_RPC_SET:
-        do_set(c, call, (const Msr__SetRequest *)req);
+        msr_store_do_set(c, call, (const Msr__SetRequest *)req);
         break;
     case MSR_RPC_GET:
-        do_get(c, call, (const Msr__GetRequest *)req);
+        msr_store_do_get(c, call, (const Msr__GetRequest *)req);
         break;
     case MSR_RPC_ADD:
-        do_add(c, call, (const Msr__AddRequest *)req);
+        msr_store_do_add(c, call, (const Msr__AddRequest *)req);
         break;
     case MSR_RPC_COMPARE_SET:
-        do_compare_set(c, call, (const Msr__CompareSetRequest *)req);
+        msr_store_do_compare_set(c, call, (const Msr__CompareSetRequest *)req);
         break;
     case MSR_RPC_DELETE:
-        do_delete(c, call, (const Msr__DeleteRequest *)req);
+        msr_store_do_delete(c, call, (const Msr__DeleteRequest *)req);
         break;
     case MSR_RPC_BARRIER:
-        do_barrier(c, call, (const Msr__BarrierRequest *)req);
+        msr_store_do_barrier(c, call, (const Msr__BarrierRequest *)req);
         break;
     case MSR_RPC_ALLGATHER:
-        do_allgather(c, call, (const Msr__AllgatherRequest *)req);
+        msr_store_do_allgather(c, call, (const Msr__AllgatherRequest *)req);
         break;
     case MSR_RPC_PUBLISH:
-        do_publish(c, call, (const Msr__PublishRequest *)req);
+        msr_store_do_publish(c, call, (const Msr__PublishRequest *)req);
         break;
     case MSR_RPC_FETCH:
-        do_fetch(c, call, (const Msr__FetchRequest *)req);
+        msr_store_do_fetch(c, call, (const Msr__FetchRequest *)req);
         break;
     default:
         msr_held_fail(c->held, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
@@ -1202,7 +1204,7 @@ msr_status_t msr_store_core_load_set(msr_store_core_t *c, const char *key, const
 {
     if (!msr_rpc_key_valid(key))
         return MSR_ERR_INVALID_ARG;
-    kv_t *v = kv_new(data, len);
+    kv_t *v = msr_store_kv_new(data, len);
     void *old = NULL;
     if (v == NULL || msr_map_put(&c->store, key, v, &old) != MSR_OK) {
         msr_free(v);
