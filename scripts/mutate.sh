@@ -1661,7 +1661,7 @@ test: ^test_parallel_plan_time$
 
 # ---- the state file (issue 38, item 3): corruption is not a torn tail
 @ persist.corrupt_taken_for_torn
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if ((whole || after > 0) && !c->config.state_repair) {
@@ -1670,7 +1670,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.sequence_ignored
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
             if (!lg->v3 || seq == want) {
@@ -1679,7 +1679,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.header_crc_unchecked
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if (lg->len - off < FRAME3_LEN || msr_crc32(0, h, 12) != get_u32(h + 12))
@@ -1688,7 +1688,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.other_job_taken
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if (!job_id_ok(c, ps))
