@@ -193,7 +193,7 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
 }
 
 /* Every rank's `len` bytes, in rank order, in *all_p (free it). */
-static msr_status_t gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
+static msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
 {
     void *all = calloc((size_t)msr_world_size(ctx), len);
     if (all == NULL) {
@@ -228,7 +228,7 @@ static msr_status_t open_ckpt_file(const char *path, int *fd_p)
 /* Whether this rank's state of step is committed and its header fits: 1
  * yes, 0 no, -1 when its file is there but not a regular file (the error
  * text says so; a resume must fail on it, not skip it). */
-static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
+static int msr_ckpt_have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
 {
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
@@ -250,7 +250,7 @@ static int have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
 }
 
 /* Steps found in dir (step-N folders), in *steps_p (malloc'd). */
-static size_t list_steps(const char *dir, int64_t **steps_p)
+static size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p)
 {
     *steps_p = NULL;
     DIR *d = opendir(dir);
@@ -278,7 +278,7 @@ static size_t list_steps(const char *dir, int64_t **steps_p)
     return n;
 }
 
-static int manifest_world(const char *dir, int64_t step);
+static int msr_ckpt_manifest_world(const char *dir, int64_t step);
 
 /* Removes this rank's files of committed steps older than the keep newest.
  * The window counts this rank's committed steps of this world and the
@@ -291,7 +291,7 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
     if (keep <= 0)
         return;
     int64_t *steps;
-    size_t n = list_steps(dir, &steps);
+    size_t n = msr_ckpt_list_steps(dir, &steps);
     /* newest first */
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
@@ -302,9 +302,9 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
     int kept = 0;
     int64_t oldest_kept = -1;
     for (size_t i = 0; i < n; i++) {
-        int mine = have_step(ctx, dir, steps[i]) == 1;
+        int mine = msr_ckpt_have_step(ctx, dir, steps[i]) == 1;
         if (!mine) {
-            int w = manifest_world(dir, steps[i]);
+            int w = msr_ckpt_manifest_world(dir, steps[i]);
             if (w <= 0 || w == msr_world_size(ctx))
                 continue; /* not complete: not in the window */
         }
@@ -355,7 +355,7 @@ static void prune(msr_ctx_t *ctx, const char *dir, int keep)
  * when a process was killed mid-write (rank R: rank-R.bin.tmp.PID and
  * rank-R.commit.tmp.PID; rank 0 also MANIFEST.tmp.PID). Other ranks' files
  * are theirs to remove: they may be writing them now. */
-static void remove_leftovers(msr_ctx_t *ctx, const char *sd)
+static void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd)
 {
     char mine[2][48];
     snprintf(mine[0], sizeof mine[0], "rank-%d.bin.tmp.", msr_rank(ctx));
@@ -391,7 +391,7 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
         st = check_step_dir(sd);
     if (st != MSR_OK)
         return st;
-    remove_leftovers(ctx, sd);
+    msr_ckpt_remove_leftovers(ctx, sd);
     ckpt_header_t h = {
         (uint32_t)msr_rank(ctx), (uint32_t)msr_world_size(ctx), msr_generation(ctx), step, len,
         msr_crc32(0, data, len)};
@@ -406,7 +406,7 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
     uint64_t mine[2] = {len, h.crc};
     int world = msr_world_size(ctx);
     uint64_t *all = NULL;
-    st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
     if (st != MSR_OK)
         return st;
     if (msr_rank(ctx) == 0) {
@@ -513,12 +513,12 @@ static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER]
     for (int i = 0; i < CKPT_OFFER; i++)
         mine[i] = -1;
     int64_t *steps;
-    size_t n = list_steps(dir, &steps);
+    size_t n = msr_ckpt_list_steps(dir, &steps);
     for (size_t i = 0; i < n; i++) {
         char sd[4096];
         step_dir(dir, steps[i], sd, sizeof sd);
-        remove_leftovers(ctx, sd);
-        int have = have_step(ctx, dir, steps[i]);
+        msr_ckpt_remove_leftovers(ctx, sd);
+        int have = msr_ckpt_have_step(ctx, dir, steps[i]);
         if (have < 0) {
             /* offer nothing but the mark: every rank fails below */
             snprintf(why, why_len, "%s", msr_last_error());
@@ -555,7 +555,7 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
     own_offers(ctx, dir, mine, why, sizeof why);
     int world = msr_world_size(ctx);
     int64_t *all = NULL;
-    msr_status_t st = gather_all(ctx, mine, sizeof mine, (void **)&all);
+    msr_status_t st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
     if (st != MSR_OK)
         return st;
     for (int r = 0; r < world; r++)
@@ -588,7 +588,7 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         if (!ok)
             MSR_WARN("checkpoint: step %" PRId64 " is not usable on rank %d: %s", cand,
                      msr_rank(ctx), msr_last_error());
-        st = gather_all(ctx, &ok, sizeof ok, (void **)&oks);
+        st = msr_ckpt_gather_all(ctx, &ok, sizeof ok, (void **)&oks);
         if (st != MSR_OK)
             break;
         int bad = -1;
@@ -630,7 +630,7 @@ msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void *
         msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
-    int have = have_step(ctx, dir, step);
+    int have = msr_ckpt_have_step(ctx, dir, step);
     if (have < 0)
         return MSR_ERR_CORRUPT;
     if (!have) {
@@ -654,7 +654,7 @@ msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
 /* The world size a step's MANIFEST records, -1 when the step has none
  * (not complete) or it cannot be read, -2 when it is not a regular file
  * (the error text says so). */
-static int manifest_world(const char *dir, int64_t step)
+static int msr_ckpt_manifest_world(const char *dir, int64_t step)
 {
     char sd[4096], path[4200];
     step_dir(dir, step, sd, sizeof sd);
@@ -699,11 +699,11 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
     char why[MSR_ERR_TEXT_MAX] = "";
     if (msr_rank(ctx) == 0) {
         int64_t *steps;
-        size_t n = list_steps(dir, &steps);
+        size_t n = msr_ckpt_list_steps(dir, &steps);
         for (size_t i = 0; i < n; i++) {
             if (steps[i] <= found[0])
                 continue;
-            int w = manifest_world(dir, steps[i]);
+            int w = msr_ckpt_manifest_world(dir, steps[i]);
             if (w == -2) {
                 snprintf(why, sizeof why, "%s", msr_last_error());
                 found[0] = CKPT_UNREADABLE;
@@ -717,7 +717,7 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
         free(steps);
     }
     int64_t *all = NULL;
-    msr_status_t st = gather_all(ctx, found, sizeof found, (void **)&all);
+    msr_status_t st = msr_ckpt_gather_all(ctx, found, sizeof found, (void **)&all);
     if (st == MSR_OK && all[0] == CKPT_UNREADABLE)
         st = msr_rank(ctx) == 0 ? msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why)
                                 : msr_err(MSR_ERR_CORRUPT,
