@@ -620,9 +620,9 @@ equivalent: arrived never exceeds local_count (a call that would is refused abov
         group_send(p, g);
 >>>
 
-# ---- checkpoints (rendezvous/checkpoint.c)
+# ---- checkpoints (rendezvous/checkpoint.c and checkpoint_read.c)
 @ ckpt.agree.skips_last_rank
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
         for (int r = 1; r < world && everywhere; r++) {
@@ -631,7 +631,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.agree.skips_rank_1
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
         for (int r = 1; r < world && everywhere; r++) {
@@ -640,7 +640,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.agree.newest_only
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
     for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
@@ -649,7 +649,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.have_step.commit_ignored
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
     if (access(path, F_OK) != 0)
