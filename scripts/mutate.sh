@@ -362,9 +362,9 @@ test: ^it_observe$
     if (0 && !authorized(h, req)) {
 >>>
 
-# ---- the store core (rendezvous/store_core.c, the coordinator's store): every call's generation guard
+# ---- the store core (rendezvous/store_*.c, the coordinator's store): every call's generation guard
 @ coord.set.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "set", req->key) ||
@@ -373,7 +373,7 @@ test: ^test_coord$
 >>>
 
 @ coord.get.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
@@ -382,7 +382,7 @@ test: ^test_coord$
 >>>
 
 @ coord.add.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
@@ -391,7 +391,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) ||
@@ -401,7 +401,7 @@ test: ^test_coord$
 >>>
 
 @ coord.delete.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "delete", req->key) ||
@@ -410,7 +410,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
@@ -419,7 +419,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.no_generation_check
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "allgather", req->name))
@@ -428,7 +428,7 @@ test: ^test_coord$
 >>>
 
 @ coord.generation.older_accepted
-file: rendezvous/store_core.c
+file: rendezvous/store_core_impl.h
 test: ^test_coord$
 <<<
     if (generation == current)
@@ -440,7 +440,7 @@ test: ^test_coord$
 
 # ---- compare-set matching
 @ coord.compare_set.prefix_matches
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
                     : (v != NULL && v->len == req->expected.len &&
@@ -451,7 +451,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.empty_matches_absent
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
                     : (v != NULL && v->len == req->expected.len &&
@@ -462,7 +462,7 @@ test: ^test_coord$
 >>>
 
 @ coord.compare_set.no_empty_shortcut
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 equivalent: memcmp of 0 bytes is 0 anyway; the shortcut only keeps a NULL data pointer of an empty value away from memcmp
 <<<
                        (v->len == 0 || memcmp(v->data, req->expected.data, v->len) == 0));
@@ -499,7 +499,7 @@ test: ^test_coord$
 
 # ---- add's limits, barriers and allgathers
 @ coord.add.overflow_off_by_one
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     if ((req->delta > 0 && value > INT64_MAX - req->delta) ||
@@ -508,7 +508,7 @@ test: ^test_coord$
 >>>
 
 @ coord.add.underflow_off_by_one
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
         (req->delta < 0 && value < INT64_MIN - req->delta)) {
@@ -517,7 +517,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.released_one_early
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
     if (b->arrived < b->count) {
@@ -526,7 +526,7 @@ test: ^test_coord$
 >>>
 
 @ coord.barrier.weight_check_off_by_one
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
     if (weight > b->count - b->arrived) {
@@ -535,7 +535,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.duplicate_in_request
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
         if (ge->present)
@@ -544,7 +544,7 @@ test: ^test_coord$
 >>>
 
 @ coord.allgather.completes_one_early
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
     if (st == MSR_OK && g->received == g->count) {
@@ -553,7 +553,7 @@ test: ^test_coord$
 >>>
 
 @ coord.set.waiters_not_woken
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
     wake_getters(c, key, v);
@@ -620,9 +620,9 @@ equivalent: arrived never exceeds local_count (a call that would is refused abov
         group_send(p, g);
 >>>
 
-# ---- checkpoints (rendezvous/checkpoint.c)
+# ---- checkpoints (rendezvous/checkpoint.c and checkpoint_read.c)
 @ ckpt.agree.skips_last_rank
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
         for (int r = 1; r < world && everywhere; r++) {
@@ -631,7 +631,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.agree.skips_rank_1
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
         for (int r = 1; r < world && everywhere; r++) {
@@ -640,7 +640,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.agree.newest_only
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
     for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
@@ -649,7 +649,7 @@ test: ^it_ckpt$
 >>>
 
 @ ckpt.have_step.commit_ignored
-file: rendezvous/checkpoint.c
+file: rendezvous/checkpoint_read.c
 test: ^it_ckpt$
 <<<
     if (access(path, F_OK) != 0)
@@ -1272,7 +1272,7 @@ test: ^fault_root_cause$
 
 # ---- addresses published and fetched on first use (docs/store.md, docs/comm.md)
 @ store.fetch_not_advanced
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_store_core$
 <<<
             msr_list_remove(&w->held.link);
@@ -1661,7 +1661,7 @@ test: ^test_parallel_plan_time$
 
 # ---- the state file (issue 38, item 3): corruption is not a torn tail
 @ persist.corrupt_taken_for_torn
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if ((whole || after > 0) && !c->config.state_repair) {
@@ -1670,7 +1670,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.sequence_ignored
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
             if (!lg->v3 || seq == want) {
@@ -1679,7 +1679,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.header_crc_unchecked
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if (lg->len - off < FRAME3_LEN || msr_crc32(0, h, 12) != get_u32(h + 12))
@@ -1688,7 +1688,7 @@ test: ^fault_state_corrupt$
 >>>
 
 @ persist.other_job_taken
-file: cluster/persist.c
+file: cluster/persist_load.c
 test: ^fault_state_corrupt$
 <<<
     if (!job_id_ok(c, ps))
@@ -1715,7 +1715,7 @@ test: ^test_store_core$
 >>>
 
 @ store.gather_withdraw_everyones
-file: rendezvous/store_core.c
+file: rendezvous/store_gather.c
 test: ^test_store_core$
 <<<
         if (!ge->present || ge->call != call)
@@ -1724,7 +1724,7 @@ test: ^test_store_core$
 >>>
 
 @ store.fetch_max_refused
-file: rendezvous/store_core.c
+file: rendezvous/store_kv.c
 test: ^test_store_core$
 <<<
     if (req->n_indices > MSR_FETCH_MAX) {

@@ -25,6 +25,7 @@
 #include "base/err.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
+#include "tests/integration/flood_util.h"
 
 /* What the coordinator may hold beyond the bound: for each call in
  * flight, gRPC's buffer of its packed request (under its 64 KiB
@@ -39,34 +40,7 @@
 #define MARGIN_KIB (16l * 1024)
 #endif
 
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-            exit(1);                                             \
-        }                                                        \
-    } while (0)
-
 static long coord_pid;
-
-/* A field of /proc/PID/status in KiB ("VmRSS", "VmHWM"). */
-static long proc_kib(const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%ld/status", coord_pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    size_t n = strlen(field);
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            kib = strtol(line + n + 1, NULL, 10);
-    if (f != NULL)
-        fclose(f);
-    CHECK(kib >= 0, "cannot read %s of pid %ld", field, coord_pid);
-    return kib;
-}
 
 typedef struct round {
     int n, done, refused, other;
@@ -101,11 +75,11 @@ static int poll_until(msr_rpc_loop_t *loop, const round_t *r, int refused_at_lea
  * a second (a measurement only). */
 static void poll_until_still(msr_rpc_loop_t *loop, uint64_t deadline)
 {
-    long last = proc_kib("VmRSS");
+    long last = msr_flood_proc_kib(coord_pid, "VmRSS");
     uint64_t still_since = msr_now_ns();
     while (msr_now_ns() < deadline && msr_now_ns() - still_since < 1000000000ull) {
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
-        long now = proc_kib("VmRSS");
+        long now = msr_flood_proc_kib(coord_pid, "VmRSS");
         if (now != last) {
             last = now;
             still_since = msr_now_ns();
@@ -168,7 +142,8 @@ static void round_run(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, round_t *r,
               r->first_refusal, want);
         CHECK(r->other == 0, "%d fetches ended otherwise", r->other);
     }
-    long rss = proc_kib("VmRSS"), peak = proc_kib("VmHWM");
+    long rss = msr_flood_proc_kib(coord_pid, "VmRSS"),
+         peak = msr_flood_proc_kib(coord_pid, "VmHWM");
     printf("held: %d fetches of %zu indices, %d refused (%s), coordinator RSS %ld -> %ld KiB "
            "(+%ld), peak %ld KiB\n",
            r->n, req->n_indices, r->refused, r->first_refusal[0] ? r->first_refusal : "none",
@@ -220,14 +195,14 @@ int main(int argc, char **argv)
     round_t r = {.n = n};
     r.calls = msr_calloc((size_t)n, sizeof *r.calls);
     CHECK(r.calls != NULL, "out of memory");
-    long base = proc_kib("VmRSS");
+    long base = msr_flood_proc_kib(coord_pid, "VmRSS");
     printf("coordinator RSS before: %ld KiB\n", base);
     msr_rpc_channel_t *ch = connect_own(argv[1], argv[2]);
     round_run(ch, loop, &r, &req, client_bytes, measure_only, base);
     round_cancel(loop, &r);
     msr_rpc_channel_destroy(ch);
     int held = r.n - r.refused;
-    long after = proc_kib("VmRSS");
+    long after = msr_flood_proc_kib(coord_pid, "VmRSS");
     printf("after cancelling the %d held fetches: coordinator RSS %ld KiB (+%ld over before)\n",
            held, after, after - base);
     if (!measure_only) {
@@ -241,7 +216,8 @@ int main(int argc, char **argv)
         int again = r.n - r.refused;
         CHECK(held > 0 && again + 2 >= held && held + 2 >= again,
               "second round held %d fetches, the first %d", again, held);
-        printf("second round held %d again; RSS after it %ld KiB\n", again, proc_kib("VmRSS"));
+        printf("second round held %d again; RSS after it %ld KiB\n", again,
+               msr_flood_proc_kib(coord_pid, "VmRSS"));
     }
     msr_free(r.calls);
     msr_free(indices);

@@ -26,6 +26,7 @@
 #include "base/err.h"
 #include "base/time.h"
 #include "rendezvous/rpc.h"
+#include "tests/integration/flood_util.h"
 
 #define FLOOD_TOTAL (1ull << 30)
 #define KEYS_MAX    1000 /* the coordinator runs with --store_keys_max 1000 */
@@ -45,33 +46,6 @@ static unsigned long long value_max, bytes_max;
 /* STORE_FLOOD_MEASURE_ONLY=1: the flood's outcomes are counted, not checked,
  * and it stops after the flood (to measure a coordinator without limits) */
 static int measure_only;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-            exit(1);                                             \
-        }                                                        \
-    } while (0)
-
-/* A field of /proc/PID/status in KiB ("VmRSS", "VmHWM"). */
-static long proc_kib(const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%ld/status", coord_pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    size_t n = strlen(field);
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            kib = strtol(line + n + 1, NULL, 10);
-    if (f != NULL)
-        fclose(f);
-    CHECK(kib >= 0, "cannot read %s of pid %ld", field, coord_pid);
-    return kib;
-}
 
 /* One call; returns the gRPC code (0 = OK) and the server's message. */
 static int call(msr_rpc_channel_t *ch, msr_rpc_method_t m, const ProtobufCMessage *req, char *err,
@@ -200,7 +174,8 @@ int main(int argc, char **argv)
     static lat_t before, during;
     for (int i = 0; i < 500; i++)
         small_write(ch, &before);
-    long rss0 = proc_kib("VmRSS"), hwm0 = proc_kib("VmHWM");
+    long rss0 = msr_flood_proc_kib(coord_pid, "VmRSS"),
+         hwm0 = msr_flood_proc_kib(coord_pid, "VmHWM");
     printf("coordinator before the flood: VmRSS %ld KiB, VmHWM %ld KiB\n", rss0, hwm0);
 
     /* 2. the flood, small writes beside it */
@@ -212,7 +187,8 @@ int main(int argc, char **argv)
         small_write(ch, &during);
     pthread_join(t, NULL);
     double secs = (double)(msr_now_ns() - t0) / 1e9;
-    long rss1 = proc_kib("VmRSS"), hwm1 = proc_kib("VmHWM");
+    long rss1 = msr_flood_proc_kib(coord_pid, "VmRSS"),
+         hwm1 = msr_flood_proc_kib(coord_pid, "VmHWM");
     printf("flood: %llu MiB attempted in %.1f s: %d values (%llu MiB) accepted, %d refused over "
            "--store_value_max, %d refused over --store_bytes_max\n",
            f.attempted >> 20, secs, f.accepted_n, f.accepted >> 20, f.refused_value,
@@ -237,7 +213,7 @@ int main(int argc, char **argv)
           hwm1, bytes_max >> 10, margin_kib);
 
     /* 3. huge counts in tiny requests */
-    long rss2 = proc_kib("VmRSS");
+    long rss2 = msr_flood_proc_kib(coord_pid, "VmRSS");
     Msr__Contribution e = MSR__CONTRIBUTION__INIT;
     Msr__Contribution *ep[1] = {&e};
     e.data.data = (uint8_t *)"x";
@@ -260,7 +236,7 @@ int main(int argc, char **argv)
     printf("barrier of %zu bytes with count %u: code %d: %s\n",
            protobuf_c_message_get_packed_size(&br.base), br.count, code, err);
     CHECK(code == GRPC_STATUS_INVALID_ARGUMENT, "the huge barrier was not refused");
-    long rss3 = proc_kib("VmRSS");
+    long rss3 = msr_flood_proc_kib(coord_pid, "VmRSS");
     printf("coordinator around the huge counts: VmRSS %ld -> %ld KiB\n", rss2, rss3);
     CHECK(rss3 - rss2 < 16 * 1024, "VmRSS grew by %ld KiB", rss3 - rss2);
 

@@ -8,13 +8,7 @@
 #include "base/time.h"
 #include "rendezvous/held.h"
 #include "tests/runner.h"
-
-typedef struct tcall {
-    void *data;
-    uint64_t deadline;
-    int code; /* msr_rpc_code_t of the failure; -1: not failed */
-    char message[600];
-} tcall_t;
+#include "tests/unit_rdzv/fake_call.h"
 
 typedef struct tctx {
     msr_held_calls_t *hc;
@@ -24,24 +18,8 @@ typedef struct tctx {
     int n;
 } tctx_t;
 
-static void t_set_data(void *ctx, void *call, void *data)
-{
-    (void)ctx;
-    ((tcall_t *)call)->data = data;
-}
-
-static void *t_get_data(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->data;
-}
-
-static uint64_t t_deadline(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->deadline;
-}
-
+/* Failing is checked here call by call (test_fail fails one call twice):
+ * the fake call's fields, without msr_tcall_fail's answered-once check. */
 static void t_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
 {
     (void)ctx;
@@ -74,7 +52,8 @@ static void setup(msr_held_calls_t *hc, tctx_t *t)
 {
     memset(t, 0, sizeof *t);
     t->hc = hc;
-    msr_held_io_t io = {t, t_set_data, t_get_data, t_deadline, t_fail, NULL};
+    msr_held_io_t io = {t,   msr_tcall_set_data, msr_tcall_get_data, msr_tcall_deadline, t_fail,
+                        NULL};
     msr_held_calls_init(hc, &io);
     msr_held_handler_t h = {t, t_expired, t_cancelled};
     msr_held_calls_handle(hc, MSR_HELD_GET, &h);
@@ -82,10 +61,10 @@ static void setup(msr_held_calls_t *hc, tctx_t *t)
     msr_held_calls_handle(hc, MSR_HELD_ANSWER, &h);
 }
 
+/* code -1: not failed */
 static void call_init(tcall_t *c)
 {
-    memset(c, 0, sizeof *c);
-    c->deadline = MSR_DEADLINE_NEVER;
+    msr_tcall_init(c);
     c->code = -1;
 }
 

@@ -14,53 +14,9 @@
 #include "rendezvous/held.h"
 #include "rendezvous/store_core.h"
 #include "tests/runner.h"
-
-typedef struct tcall {
-    msr_rpc_method_t method;
-    const char *peer; /* as gRPC names it */
-    uint64_t deadline;
-    void *data;
-    int answered;
-    int code; /* msr_rpc_code_t; 0 = OK */
-    char message[600];
-    ProtobufCMessage *resp;
-} tcall_t;
+#include "tests/unit_rdzv/fake_call.h"
 
 static msr_held_calls_t *table; /* the table the handlers free from */
-
-static void t_set_data(void *ctx, void *call, void *data)
-{
-    (void)ctx;
-    ((tcall_t *)call)->data = data;
-}
-
-static void *t_get_data(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->data;
-}
-
-static uint64_t t_deadline(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->deadline;
-}
-
-static void t_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
-{
-    (void)ctx;
-    tcall_t *c = call;
-    MSR_CHECK_MSG(!c->answered, "a call answered twice");
-    c->answered = 1;
-    c->code = code;
-    snprintf(c->message, sizeof c->message, "%s", message);
-}
-
-static const char *t_peer(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->peer;
-}
 
 static void t_end(void *ctx, msr_held_t *h)
 {
@@ -70,15 +26,15 @@ static void t_end(void *ctx, msr_held_t *h)
 
 static void call_init(tcall_t *c, const char *peer)
 {
-    memset(c, 0, sizeof *c);
+    msr_tcall_init(c);
     c->peer = peer;
-    c->deadline = MSR_DEADLINE_NEVER;
 }
 
 /* A table answering through the fakes above, with limits. */
 static void table_init(msr_held_calls_t *hc, const msr_held_limits_t *limits)
 {
-    msr_held_io_t io = {NULL, t_set_data, t_get_data, t_deadline, t_fail, t_peer};
+    msr_held_io_t io = {NULL,           msr_tcall_set_data, msr_tcall_get_data, msr_tcall_deadline,
+                        msr_tcall_fail, msr_tcall_peer};
     msr_held_calls_init(hc, &io);
     msr_held_calls_limit(hc, limits);
     msr_held_handler_t h = {NULL, t_end, t_end};
@@ -254,9 +210,7 @@ static void s_reply(void *ctx, void *call, const ProtobufCMessage *resp)
 {
     (void)ctx;
     (void)resp;
-    tcall_t *c = call;
-    MSR_CHECK_MSG(!c->answered, "a call answered twice");
-    c->answered = 1;
+    msr_tcall_answer(call);
 }
 
 static void s_reply_blob(void *ctx, void *call, msr_blob_t *blob)
@@ -265,19 +219,22 @@ static void s_reply_blob(void *ctx, void *call, msr_blob_t *blob)
     s_reply(ctx, call, NULL);
 }
 
-static msr_store_core_t *core_new(const msr_held_limits_t *limits)
+/* A store core answering through the fake calls, with the store's limits
+ * (NULL: the defaults) and its held calls' (NULL: the defaults). */
+static msr_store_core_t *core_new(const msr_store_limits_t *store_limits,
+                                  const msr_held_limits_t *limits)
 {
     msr_store_ops_t ops = {
         .reply = s_reply,
         .reply_blob = s_reply_blob,
-        .fail = t_fail,
-        .deadline = t_deadline,
-        .set_data = t_set_data,
-        .get_data = t_get_data,
-        .peer = t_peer,
+        .fail = msr_tcall_fail,
+        .deadline = msr_tcall_deadline,
+        .set_data = msr_tcall_set_data,
+        .get_data = msr_tcall_get_data,
+        .peer = msr_tcall_peer,
     };
     msr_store_core_t *core = NULL;
-    MSR_CHECK_EQ(msr_store_core_create(NULL, &ops, &core), MSR_OK);
+    MSR_CHECK_EQ(msr_store_core_create(store_limits, &ops, &core), MSR_OK);
     msr_held_calls_limit(msr_store_core_held(core), limits);
     return core;
 }
@@ -324,7 +281,7 @@ static void publish_all(msr_store_core_t *core)
  * the fetches are answered. */
 static void test_fetch_bound_and_answer(void)
 {
-    msr_store_core_t *core = core_new(NULL);
+    msr_store_core_t *core = core_new(NULL, NULL);
     msr_held_calls_t *hc = msr_store_core_held(core);
     tcall_t a, b, d;
     fetch(core, &a, "ipv4:10.0.0.1:1", UINT32_MAX);
@@ -354,7 +311,7 @@ static void test_fetch_bound_and_answer(void)
  * store reset): each gives its charge back, and the budget ends at zero. */
 static void test_store_give_up_orders(void)
 {
-    msr_store_core_t *core = core_new(NULL);
+    msr_store_core_t *core = core_new(NULL, NULL);
     msr_held_calls_t *hc = msr_store_core_held(core);
     tcall_t f1, f2, g1, g2, b1, a1, f3;
     fetch(core, &f1, "ipv4:10.0.0.1:1", UINT32_MAX);
@@ -414,7 +371,7 @@ static void test_store_give_up_orders(void)
 static void test_store_count_bound_keeps_nothing(void)
 {
     msr_held_limits_t l = {.client_calls = 1};
-    msr_store_core_t *core = core_new(&l);
+    msr_store_core_t *core = core_new(NULL, &l);
     msr_held_calls_t *hc = msr_store_core_held(core);
     tcall_t g1, g2, g3;
     Msr__GetRequest gr = MSR__GET_REQUEST__INIT;
@@ -445,16 +402,8 @@ static void test_store_count_bound_keeps_nothing(void)
 static void test_fetch_answer_bound(void)
 {
     msr_store_limits_t sl = {.value_max = 1000, .keys_max = 10, .bytes_max = 10001};
-    msr_store_ops_t ops = {
-        .reply = s_reply,
-        .reply_blob = s_reply_blob,
-        .fail = t_fail,
-        .deadline = t_deadline,
-        .set_data = t_set_data,
-        .get_data = t_get_data,
-    };
-    msr_store_core_t *core = NULL;
-    MSR_CHECK_EQ(msr_store_core_create(&sl, &ops, &core), MSR_OK);
+    /* its calls have no peer: the one client "local" */
+    msr_store_core_t *core = core_new(&sl, NULL);
     static uint8_t value[1000];
     tcall_t c;
     call_init(&c, NULL);
@@ -501,27 +450,27 @@ static void c_reply_blob(void *call, msr_blob_t *blob)
 
 static void c_fail(void *call, int code, const char *message)
 {
-    t_fail(NULL, call, (msr_rpc_code_t)code, message);
+    msr_tcall_fail(NULL, call, (msr_rpc_code_t)code, message);
 }
 
 static uint64_t c_deadline(void *call)
 {
-    return t_deadline(NULL, call);
+    return msr_tcall_deadline(NULL, call);
 }
 
 static const char *c_peer(void *call)
 {
-    return t_peer(NULL, call);
+    return msr_tcall_peer(NULL, call);
 }
 
 static void c_set_data(void *call, void *data)
 {
-    t_set_data(NULL, call, data);
+    msr_tcall_set_data(NULL, call, data);
 }
 
 static void *c_get_data(void *call)
 {
-    return t_get_data(NULL, call);
+    return msr_tcall_get_data(NULL, call);
 }
 
 static void coord_get(msr_coord_t *co, tcall_t *c, const char *peer, const char *key)

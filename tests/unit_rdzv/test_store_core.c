@@ -8,16 +8,7 @@
 #include "base/time.h"
 #include "rendezvous/store_core.h"
 #include "tests/runner.h"
-
-typedef struct tcall {
-    msr_rpc_method_t method;
-    uint64_t deadline;
-    void *data;
-    int answered;
-    int code; /* msr_rpc_code_t; 0 = OK */
-    char message[512];
-    ProtobufCMessage *resp;
-} tcall_t;
+#include "tests/unit_rdzv/fake_call.h"
 
 typedef struct tctx {
     int generation;
@@ -27,17 +18,11 @@ typedef struct tctx {
     int seen; /* request_seen answers 1 */
 } tctx_t;
 
-static void answer(tcall_t *c)
-{
-    MSR_CHECK_MSG(!c->answered, "a call answered twice");
-    c->answered = 1;
-}
-
 static void t_reply(void *ctx, void *call, const ProtobufCMessage *resp)
 {
     (void)ctx;
     tcall_t *c = call;
-    answer(c);
+    msr_tcall_answer(c);
     size_t len = protobuf_c_message_get_packed_size(resp);
     uint8_t buf[4096];
     MSR_CHECK(len <= sizeof buf);
@@ -50,37 +35,10 @@ static void t_reply_blob(void *ctx, void *call, msr_blob_t *blob)
 {
     (void)ctx;
     tcall_t *c = call;
-    answer(c);
+    msr_tcall_answer(c);
     c->resp =
         protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
     MSR_CHECK(c->resp != NULL);
-}
-
-static void t_fail(void *ctx, void *call, msr_rpc_code_t code, const char *message)
-{
-    (void)ctx;
-    tcall_t *c = call;
-    answer(c);
-    c->code = code;
-    snprintf(c->message, sizeof c->message, "%s", message);
-}
-
-static uint64_t t_deadline(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->deadline;
-}
-
-static void t_set_data(void *ctx, void *call, void *data)
-{
-    (void)ctx;
-    ((tcall_t *)call)->data = data;
-}
-
-static void *t_get_data(void *ctx, void *call)
-{
-    (void)ctx;
-    return ((tcall_t *)call)->data;
 }
 
 static int t_request_seen(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
@@ -129,10 +87,10 @@ static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
         .ctx = t,
         .reply = t_reply,
         .reply_blob = t_reply_blob,
-        .fail = t_fail,
-        .deadline = t_deadline,
-        .set_data = t_set_data,
-        .get_data = t_get_data,
+        .fail = msr_tcall_fail,
+        .deadline = msr_tcall_deadline,
+        .set_data = msr_tcall_set_data,
+        .get_data = msr_tcall_get_data,
         .request_seen = t_request_seen,
         .reply_write = t_reply_write,
         .key_changed = t_key_changed,
@@ -146,9 +104,8 @@ static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
 
 static void call_init(tcall_t *c, msr_rpc_method_t m)
 {
-    memset(c, 0, sizeof *c);
+    msr_tcall_init(c);
     c->method = m;
-    c->deadline = MSR_DEADLINE_NEVER;
 }
 
 static void done(tcall_t *c)

@@ -1,0 +1,55 @@
+/* What checkpoint.c (the writer) and checkpoint_read.c (the readers) share:
+ * a rank file's header, the step folders' names and the helpers each part
+ * calls in the other. Private to those two files. */
+#ifndef MSR_RENDEZVOUS_CHECKPOINT_IMPL_H
+#define MSR_RENDEZVOUS_CHECKPOINT_IMPL_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "msrun/checkpoint.h"
+
+#define CKPT_MAGIC  "MSRCKPT1"
+#define CKPT_HEADER 48
+
+typedef struct ckpt_header {
+    uint32_t rank, world;
+    int32_t generation;
+    int64_t step;
+    uint64_t len;
+    uint32_t crc;
+} ckpt_header_t;
+
+static inline msr_status_t io_error(const char *what, const char *path)
+{
+    int e = errno;
+    msr_err_set("checkpoint: %s %s: %s", what, path, strerror(e));
+    MSR_DEBUG("%s", msr_last_error());
+    return MSR_ERR_IO;
+}
+
+static inline void step_dir(const char *dir, int64_t step, char *out, size_t len)
+{
+    snprintf(out, len, "%s/step-%" PRId64, dir, step);
+}
+
+/* checkpoint.c's, for the readers */
+/* Every rank's `len` bytes, in rank order, in *all_p (free it). */
+msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p);
+/* Removes the temporary files this rank's writes left in step folder sd. */
+void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd);
+
+/* checkpoint_read.c's, for the writer */
+/* Whether this rank's state of step is committed and its header fits: 1
+ * yes, 0 no, -1 when its file is there but not a regular file. */
+int msr_ckpt_have_step(msr_ctx_t *ctx, const char *dir, int64_t step);
+/* Steps found in dir (step-N folders), in *steps_p (malloc'd). */
+size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p);
+/* The world size a step's MANIFEST records, -1 when the step has none. */
+int msr_ckpt_manifest_world(const char *dir, int64_t step);
+
+#endif

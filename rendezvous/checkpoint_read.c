@@ -1,0 +1,412 @@
+/* libmsrun's checkpoints read back: the rank files checked, and the latest
+ * step every rank holds agreed on (checkpoint.c writes them). */
+#include "msrun/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/crc32.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/util.h"
+#include "base/err.h"
+#include "rendezvous/checkpoint_impl.h"
+
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static int header_unpack(const unsigned char in[CKPT_HEADER], ckpt_header_t *h)
+{
+    if (memcmp(in, CKPT_MAGIC, 8) != 0 || get32(in + 8) != 1)
+        return -1;
+    h->rank = get32(in + 12);
+    h->world = get32(in + 16);
+    h->generation = (int32_t)get32(in + 20);
+    h->step = (int64_t)get64(in + 24);
+    h->len = get64(in + 32);
+    h->crc = get32(in + 40);
+    return 0;
+}
+
+/* Opens a checkpoint file for reading (msr_open_input: never blocks on a
+ * FIFO planted in its place). A file that is not regular is refused with
+ * MSR_ERR_CORRUPT and "checkpoint: <path> is not a regular file". */
+static msr_status_t open_ckpt_file(const char *path, int *fd_p)
+{
+    msr_status_t st = msr_open_input(path, O_NOFOLLOW, fd_p);
+    if (st == MSR_ERR_IO && errno == EINVAL)
+        return msr_err_prefix(MSR_ERR_CORRUPT, "checkpoint");
+    return st;
+}
+
+/* Whether this rank's state of step is committed and its header fits: 1
+ * yes, 0 no, -1 when its file is there but not a regular file (the error
+ * text says so; a resume must fail on it, not skip it). */
+int msr_ckpt_have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));
+    if (access(path, F_OK) != 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
+    int fd;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CORRUPT ? -1 : 0;
+    unsigned char hb[CKPT_HEADER];
+    ckpt_header_t h;
+    int ok = msr_read_full(fd, hb, sizeof hb) == MSR_OK && header_unpack(hb, &h) == 0 &&
+             h.step == step && h.rank == (uint32_t)msr_rank(ctx) &&
+             h.world == (uint32_t)msr_world_size(ctx);
+    close(fd);
+    return ok;
+}
+
+/* Steps found in dir (step-N folders), in *steps_p (malloc'd). */
+size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p)
+{
+    *steps_p = NULL;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    size_t n = 0, cap = 0;
+    int64_t *steps = NULL;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s;
+        if (strncmp(e->d_name, "step-", 5) != 0 ||
+            msr_parse_i64(e->d_name + 5, 0, INT64_MAX, &s) != MSR_OK)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *ns = realloc(steps, cap * sizeof *ns);
+            if (ns == NULL)
+                break;
+            steps = ns;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    *steps_p = steps;
+    return n;
+}
+
+/* How many of its newest complete steps each rank offers when they agree. */
+#define CKPT_OFFER      16
+/* The offer of a rank that found a checkpoint file it must not read. */
+#define CKPT_UNREADABLE (-2)
+
+/* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
+static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
+                              size_t *len_p)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
+    int fd;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st == MSR_ERR_CORRUPT)
+        return st;
+    if (st != MSR_OK) {
+        if (errno == ELOOP) {
+            msr_err_set("checkpoint: %s is a symbolic link: not read", path);
+            return MSR_ERR_CORRUPT;
+        }
+        if (errno == ENOENT) {
+            msr_err_set("checkpoint: %s does not exist", path);
+            return MSR_ERR_NOT_FOUND;
+        }
+        return io_error("cannot open", path);
+    }
+    unsigned char hb[CKPT_HEADER];
+    ckpt_header_t h;
+    st = MSR_ERR_CORRUPT;
+    void *data = NULL;
+    struct stat sb;
+    if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
+        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len || h.step != step ||
+        h.rank != (uint32_t)rank || (world >= 0 && h.world != (uint32_t)world)) {
+        msr_err_set("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path, rank, step,
+                    world >= 0 ? " for this world size" : "");
+        goto out;
+    }
+    data = malloc(h.len ? h.len : 1);
+    if (data == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (msr_read_full(fd, data, h.len) != MSR_OK || msr_crc32(0, data, h.len) != h.crc) {
+        msr_err_set("checkpoint: %s does not match its CRC", path);
+        free(data);
+        goto out;
+    }
+    *data_p = data;
+    if (len_p)
+        *len_p = h.len;
+    st = MSR_OK;
+out:
+    close(fd);
+    return st;
+}
+
+/* Whether this rank's state of step reads back whole (header, length and
+ * CRC); on failure msr_last_error() says why. */
+static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
+{
+    void *data = NULL;
+    msr_status_t st = load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), &data, NULL);
+    free(data);
+    return st == MSR_OK;
+}
+
+/* This rank's offer: its CKPT_OFFER newest complete steps under dir,
+ * newest first (-1 past the last), after removing its leftovers there; or
+ * CKPT_UNREADABLE first, with the reason in why, when a file of its is
+ * there but not a regular file. */
+static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER], char *why,
+                       size_t why_len)
+{
+    for (int i = 0; i < CKPT_OFFER; i++)
+        mine[i] = -1;
+    int64_t *steps;
+    size_t n = msr_ckpt_list_steps(dir, &steps);
+    for (size_t i = 0; i < n; i++) {
+        char sd[4096];
+        step_dir(dir, steps[i], sd, sizeof sd);
+        msr_ckpt_remove_leftovers(ctx, sd);
+        int have = msr_ckpt_have_step(ctx, dir, steps[i]);
+        if (have < 0) {
+            /* offer nothing but the mark: every rank fails below */
+            snprintf(why, why_len, "%s", msr_last_error());
+            mine[0] = CKPT_UNREADABLE;
+            break;
+        }
+        if (!have)
+            continue;
+        /* insert into the descending list of the CKPT_OFFER newest */
+        int64_t v = steps[i];
+        for (int k = 0; k < CKPT_OFFER; k++) {
+            if (v > mine[k]) {
+                int64_t t = mine[k];
+                mine[k] = v;
+                v = t;
+            }
+        }
+    }
+    free(steps);
+}
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    /* Each rank offers its newest complete steps; the candidates are the
+     * steps every rank offers, newest first. Every rank computes them from
+     * the same gathered lists, so all agree even when one crashed before
+     * committing a step the others committed. */
+    int64_t mine[CKPT_OFFER];
+    char why[MSR_ERR_TEXT_MAX] = "";
+    own_offers(ctx, dir, mine, why, sizeof why);
+    int world = msr_world_size(ctx);
+    int64_t *all = NULL;
+    msr_status_t st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
+    if (st != MSR_OK)
+        return st;
+    for (int r = 0; r < world; r++)
+        if (all[(size_t)r * CKPT_OFFER] == CKPT_UNREADABLE) {
+            free(all);
+            if (mine[0] == CKPT_UNREADABLE)
+                return msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why);
+            return msr_err(MSR_ERR_CORRUPT,
+                           "checkpoint: rank %d found a file under %s that is not a regular file "
+                           "(its log names it): not resuming",
+                           r, dir);
+        }
+    int64_t agreed = -1, refused = -1;
+    for (int k = 0; k < CKPT_OFFER && agreed < 0 && st == MSR_OK; k++) {
+        int64_t cand = all[k]; /* rank 0's k-th newest */
+        if (cand < 0)
+            break;
+        int everywhere = 1;
+        for (int r = 1; r < world && everywhere; r++) {
+            int found = 0;
+            for (int q = 0; q < CKPT_OFFER && !found; q++)
+                found = all[(size_t)r * CKPT_OFFER + (size_t)q] == cand;
+            everywhere = found;
+        }
+        if (!everywhere)
+            continue;
+        /* Complete everywhere: every rank reads its state back before the
+         * job trusts it; a corrupt one sends all ranks to the next. */
+        int32_t ok = verify_own(ctx, dir, cand), *oks = NULL;
+        if (!ok)
+            MSR_WARN("checkpoint: step %" PRId64 " is not usable on rank %d: %s", cand,
+                     msr_rank(ctx), msr_last_error());
+        st = msr_ckpt_gather_all(ctx, &ok, sizeof ok, (void **)&oks);
+        if (st != MSR_OK)
+            break;
+        int bad = -1;
+        for (int r = 0; r < world && bad < 0; r++)
+            if (!oks[r])
+                bad = r;
+        free(oks);
+        if (bad < 0) {
+            agreed = cand;
+        } else {
+            if (msr_rank(ctx) == 0)
+                MSR_WARN("checkpoint: refusing step %" PRId64 " under %s: rank %d's state of it "
+                         "is corrupt (its log says why); looking for an older one",
+                         cand, dir, bad);
+            if (refused < 0)
+                refused = cand;
+        }
+    }
+    free(all);
+    if (st != MSR_OK)
+        return st;
+    if (refused >= 0 && msr_rank(ctx) == 0) {
+        if (agreed >= 0)
+            MSR_WARN("checkpoint: falling back to step %" PRId64 " under %s, the newest intact "
+                     "one (step %" PRId64 " was refused)",
+                     agreed, dir, refused);
+        else
+            MSR_WARN("checkpoint: no intact checkpoint under %s (step %" PRId64 " was refused)",
+                     dir, refused);
+    }
+    *step_p = agreed;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,
+                           size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || data_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    int have = msr_ckpt_have_step(ctx, dir, step);
+    if (have < 0)
+        return MSR_ERR_CORRUPT;
+    if (!have) {
+        msr_err_set("checkpoint: step %" PRId64 " of rank %d is not complete in %s", step,
+                    msr_rank(ctx), dir);
+        return MSR_ERR_NOT_FOUND;
+    }
+    return load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), data_p, len_p);
+}
+
+msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                void **data_p, size_t *len_p)
+{
+    if (ctx == NULL || dir == NULL || step < 0 || rank < 0 || data_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    return load_file(dir, step, rank, -1, data_p, len_p);
+}
+
+/* The world size a step's MANIFEST records, -1 when the step has none
+ * (not complete) or it cannot be read, -2 when it is not a regular file
+ * (the error text says so). */
+int msr_ckpt_manifest_world(const char *dir, int64_t step)
+{
+    char sd[4096], path[4200];
+    step_dir(dir, step, sd, sizeof sd);
+    snprintf(path, sizeof path, "%s/MANIFEST", sd);
+    int fd = -1;
+    msr_status_t st = open_ckpt_file(path, &fd);
+    if (st != MSR_OK)
+        return st == MSR_ERR_CORRUPT ? -2 : -1;
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return -1;
+    }
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *w = strstr(buf, "\"world_size\": ");
+    int64_t world;
+    char num[16];
+    if (w == NULL)
+        return -1;
+    w += strlen("\"world_size\": ");
+    size_t k = 0;
+    while (k < sizeof num - 1 && w[k] >= '0' && w[k] <= '9') {
+        num[k] = w[k];
+        k++;
+    }
+    num[k] = '\0';
+    if (msr_parse_i64(num, 1, 1 << 30, &world) != MSR_OK)
+        return -1;
+    return (int)world;
+}
+
+msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p, int *world_p)
+{
+    if (ctx == NULL || dir == NULL || step_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    int64_t found[2] = {-1, 0}; /* step, world: rank 0's decides */
+    char why[MSR_ERR_TEXT_MAX] = "";
+    if (msr_rank(ctx) == 0) {
+        int64_t *steps;
+        size_t n = msr_ckpt_list_steps(dir, &steps);
+        for (size_t i = 0; i < n; i++) {
+            if (steps[i] <= found[0])
+                continue;
+            int w = msr_ckpt_manifest_world(dir, steps[i]);
+            if (w == -2) {
+                snprintf(why, sizeof why, "%s", msr_last_error());
+                found[0] = CKPT_UNREADABLE;
+                break;
+            }
+            if (w > 0) {
+                found[0] = steps[i];
+                found[1] = w;
+            }
+        }
+        free(steps);
+    }
+    int64_t *all = NULL;
+    msr_status_t st = msr_ckpt_gather_all(ctx, found, sizeof found, (void **)&all);
+    if (st == MSR_OK && all[0] == CKPT_UNREADABLE)
+        st = msr_rank(ctx) == 0 ? msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why)
+                                : msr_err(MSR_ERR_CORRUPT,
+                                          "checkpoint: rank 0 found a MANIFEST under %s that is "
+                                          "not a regular file (its log names it): not resuming",
+                                          dir);
+    else if (st == MSR_OK) {
+        *step_p = all[0];
+        if (world_p)
+            *world_p = (int)all[1];
+    }
+    free(all);
+    return st;
+}
