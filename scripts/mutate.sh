@@ -354,12 +354,12 @@ test: ^it_observe$
 >>>
 
 @ http.no_token_check
-file: cluster/http.c
+file: cluster/http_routes.c
 test: ^it_observe$
 <<<
-    if (!authorized(h, req)) {
+    if (!msr_http_authorized(h, req)) {
 ===
-    if (0 && !authorized(h, req)) {
+    if (0 && !msr_http_authorized(h, req)) {
 >>>
 
 # ---- the store core (rendezvous/store_core.c, the coordinator's store): every call's generation guard
@@ -1188,7 +1188,7 @@ test: ^it_tail$
 >>>
 
 @ http.output_rank_unchecked
-file: cluster/http.c
+file: cluster/http_routes.c
 test: ^it_tail$
 <<<
         if (len > 0 && len <= 9 && strspn(v, "0123456789") == len)
