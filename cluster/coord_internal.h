@@ -126,6 +126,7 @@ typedef struct rank_out {
 
 typedef struct msr_obs {
     int generation; /* of the ranks' records; -1 before any */
+    int64_t start_step; /* the lowest step reported in it (where a restart resumed); -1: none */
     rank_obs_t *ranks;
     size_t nranks;
     rank_hist_t **hist; /* [nhist], per rank (NULL until it reports) */

@@ -1197,7 +1197,7 @@ test: ^it_tail$
 >>>
 
 @ observe.output_rank_past_world
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
     if (rank < 0 || rank >= world) {
@@ -1206,7 +1206,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_bytes_raw
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
             msr_buf_append(b, "\\ufffd", 6);
@@ -1215,7 +1215,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_not_waking
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
         msr_coord_wake_node(c, n); /* its held heartbeat carries the ask */
@@ -1224,7 +1224,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_any_node
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
         if (!r->asked || !r->sent || strcmp(r->ask_node, n->id) != 0)
@@ -1762,7 +1762,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_bytes_per_line
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
             if (bytes + len > MSR_OUTPUT_BYTES)
