@@ -19,8 +19,8 @@ if [ -z "$CHROMIUM" ]; then
     exit 77
 fi
 
-# two runs of 64 ranks on 8 nodes: generation 0 to step 119, generation 1
-# resumed from step 100 to 199; rank 7 slower in run b
+# two runs of 64 ranks on 8 nodes: generation 0 to step 59, generation 1
+# resumed from step 50 to 109; rank 7 slower in run b
 mkdir -m 0700 "$TMP/a" "$TMP/b"
 python3 - "$TMP" <<'PY'
 import json, math, random, sys
@@ -28,7 +28,7 @@ random.seed(39)
 for run, slow in (("a", 0), ("b", 200)):
     with open(f"{sys.argv[1]}/{run}/history.jsonl", "w") as f:
         t = 1.8e9
-        for gen, steps in ((0, range(0, 120)), (1, range(100, 200))):
+        for gen, steps in ((0, range(0, 60)), (1, range(50, 110))):
             for st in steps:
                 for r in range(64):
                     t += 0.001
@@ -63,7 +63,7 @@ for scalar, run, ranks, mode, svg in charts:
     assert ranks == "64" and mode == "band", (scalar, run, ranks, mode)
     assert len(re.findall(r'class="band"', svg)) == 1, (scalar, run, "one band")
     median = re.search(r'<polyline [^>]*class="median"[^>]*points="([^"]*)"', svg)
-    assert median and len(median.group(1).split()) >= 20, (scalar, run, "the median line")
+    assert median and len(median.group(1).split()) >= 10, (scalar, run, "the median line")
     assert 'class="series"' not in svg, (scalar, run, "no line per rank past 8 ranks")
     assert re.search(r'class="ytick"[^>]*>0<', svg), (scalar, run, "y from 0")
     restart = re.findall(r'class="restart" data-generation="(\d+)"', svg)
