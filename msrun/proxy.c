@@ -89,8 +89,12 @@ static void history_report(msr_proxy_t *p, const Msr__StepReport *s)
         names[n] = s->scalars[i]->name;
         values[n] = s->scalars[i]->value;
     }
-    msr_history_rec_t rec = {p->generation, p->node_rank, s->rank, s->step, s->step_time,
-                             s->time, 0, names, values};
+    msr_history_rec_t rec = {.generation = p->generation,
+                             .node_rank = p->node_rank,
+                             .rank = s->rank,
+                             .time = s->time,
+                             .names = names,
+                             .values = values};
     for (size_t i = 0; i + 1 < s->n_step_times; i++) {
         rec.step = s->step - (int64_t)(s->n_step_times - 1 - i);
         rec.step_time = s->step_times[i];
@@ -146,8 +150,15 @@ void msr_proxy_report_line(msr_proxy_t *p, int rank, const msr_metric_line_t *m,
         names[i] = m->names[i];
     pthread_mutex_lock(&p->progress_lock);
     msr_progress_batch_add(&p->progress, rank, m->step, m->step_time, time, names, m->values, m->n);
-    msr_history_rec_t rec = {p->generation, p->node_rank, rank,  m->step,  m->step_time,
-                             time,          m->n,         names, m->values};
+    msr_history_rec_t rec = {.generation = p->generation,
+                             .node_rank = p->node_rank,
+                             .rank = rank,
+                             .step = m->step,
+                             .step_time = m->step_time,
+                             .time = time,
+                             .n = m->n,
+                             .names = names,
+                             .values = m->values};
     msr_history_add(p->history, &rec);
     pthread_mutex_unlock(&p->progress_lock);
 }
