@@ -1857,4 +1857,32 @@ test: ^it_held_limits$
 ===
 >>>
 
+# ---- the run's history, msrun board and the dashboard's token line (issue 39)
+@ history.rotates_at_the_bound
+file: msrun/history.c
+test: ^test_history$
+<<<
+    if (h->size > 0 && h->size + (int64_t)h->line.len > h->max)
+===
+    if (h->size > 0 && h->size + (int64_t)h->line.len >= h->max)
+>>>
+
+@ runview.script_end_unescaped
+file: msrun/cmd_runview.c
+test: ^it_runview$
+<<<
+        else if (c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f)
+===
+        else if (c < 0x20 || c == 0x7f)
+>>>
+
+@ dashboard.token_file_untold
+file: msrun/coord_child.c
+test: ^it_dashboard_api$
+<<<
+    msr_dashboard_token_tell("msrun", tf);
+===
+    (void)tf;
+>>>
+
 __END__
