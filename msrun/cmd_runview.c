@@ -129,6 +129,13 @@ static int add_run(const char *dir, msr_buf_t *out, int first)
     const char *d = dir;
     msr_buf_t h = MSR_BUF_INIT;
     int found = 0, r = 1;
+    struct stat sb;
+    int missing = stat(dir, &sb) != 0;
+    if (missing || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "msrun board: error: %s: %s\n", dir,
+                missing ? strerror(errno) : "not a directory");
+        return 1;
+    }
     if (read_into(d, MSR_HISTORY_FILE_OLD, &h, &found) != 0 ||
         read_into(d, MSR_HISTORY_FILE, &h, &found) != 0)
         goto out;

@@ -108,8 +108,12 @@ CODE=0
 expect_code 1 "msrun board of a directory without history"
 expect_in "no run history in $TMP/empty" "$TMP/berr" "its message"
 CODE=0
+"$MSRUN" board "$TMP/missing" >"$TMP/bout" 2>"$TMP/berr" || CODE=$?
+expect_code 1 "msrun board of a missing directory"
+expect_in "$TMP/missing: No such file or directory" "$TMP/berr" "its message"
+CODE=0
 "$MSRUN" board --out "$TMP/none/x.html" "$TMP/logs/first" >"$TMP/bout" 2>"$TMP/berr" || CODE=$?
 expect_code 1 "msrun board --out into a missing directory"
 expect_in "cannot write $TMP/none/x.html" "$TMP/berr" "its message"
-ok "msrun board: 2 without DIR, 1 with a message for no history or an unwritable page"
+ok "msrun board: 2 without DIR, 1 with a message for no history, no directory or an unwritable page"
 exit $FAILED
