@@ -125,7 +125,8 @@ typedef struct rank_out {
 } rank_out_t;
 
 typedef struct msr_obs {
-    int generation; /* of the ranks' records; -1 before any */
+    int generation;     /* of the ranks' records; -1 before any */
+    int64_t start_step; /* the lowest step reported in it (where a restart resumed); -1: none */
     rank_obs_t *ranks;
     size_t nranks;
     rank_hist_t **hist; /* [nhist], per rank (NULL until it reports) */

@@ -24,6 +24,7 @@
 #include "base/util.h"
 #include "cluster/coord.h"
 #include "launcher/agent_impl.h"
+#include "launcher/history.h"
 #include "launcher/jobdir.h"
 #include "launcher/net.h"
 #include "launcher/rundir.h"
@@ -449,6 +450,12 @@ static int loop_setup(agent_t *a)
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         return 1;
     }
+    /* the run's history beside its logs, for `msrun board` (a failure only
+     * costs the history) */
+    if (a->files.log_dir_fd >= 0 &&
+        msr_history_open(a->files.log_dir_fd, a->o->log_max_bytes, &a->history) != MSR_OK)
+        MSR_WARN("no history of this run in %s: %s", a->files.log_run_dir, msr_err_msg());
+    msr_proxy_set_history(a->proxy, a->history);
     if (a->coord.elect) {
         a->loop.elect_ev = event_new(a->loop.base, msr_elect_fd(a->coord.elect),
                                      EV_READ | EV_PERSIST, on_elect, a);
@@ -532,6 +539,8 @@ static void loop_teardown(agent_t *a)
         event_free(a->loop.elect_ev);
     a->loop.elect_ev = NULL;
     msr_proxy_stop(a->proxy);
+    msr_history_close(a->history);
+    a->history = NULL;
     msr_link_destroy(a->link);
     msr_reports_free(&a->reports); /* unacknowledged: their calls were cancelled with the link */
     msr_free(a->local.workers);

@@ -74,6 +74,7 @@ typedef struct agent {
     int free_port;                 /* offered to the job (torch's MASTER_PORT) */
     msr_link_t *link;              /* the calls to the coordinator */
     msr_proxy_t *proxy;            /* the workers' store calls */
+    msr_history_t *history;        /* the run's history in --log_dir (history.h); NULL: none */
     msr_reports_t reports;         /* workers' exits not yet acknowledged */
     agent_local_t local;
     agent_files_t files;

@@ -31,6 +31,7 @@ typedef struct dashboard_args {
     char *addr;
     int port;
     char *token, *token_file, *job_id, *login_file;
+    int prometheus;
 } dashboard_args_t;
 
 #define A(field) MSR_OPT_DEST(dashboard_args_t, field)
@@ -58,6 +59,9 @@ static const msr_opt_t dashboard_opts[] = {
      .metavar = "PATH",
      .help = "write the login URL to PATH, a new file of mode 0600 (an existing file or link is "
              "refused), and say only where it is."},
+    {.name = "prometheus", .kind = MSR_OPT_BOOL, .flags = MSR_OPT_NO_VALUE, .dest = A(prometheus),
+     .help = "print a Prometheus scrape config for the job's /metrics instead (its token read "
+             "from a file: --token_file, else a new 0600 file in the runtime directory)."},
 };
 /* clang-format on */
 
@@ -68,12 +72,14 @@ static void dashboard_usage(FILE *out)
 {
     fprintf(out, "usage: msrun dashboard [--dashboard_port PORT] [--dashboard_addr ADDR]\n"
                  "                       [--token_file F] [--dashboard_login_file PATH]\n"
+                 "                       [--prometheus]\n"
                  "\n"
                  "Asks a running job's coordinator for a new login URL of its dashboard (one\n"
                  "use, within the job's --dashboard_login_ttl). The job token comes from\n"
                  "--token_file, --token, MSRUN_TOKEN_FILE, MSRUN_TOKEN or the job of this\n"
                  "machine (--job_id when there are several). The URL goes to stderr when it is\n"
                  "a terminal, else to a new file of mode 0600, whose path stderr gives.\n"
+                 "With --prometheus it prints a scrape config for the job's /metrics instead.\n"
                  "\n"
                  "Exit status: 0 when told, 1 when the coordinator refused or was not reached,\n"
                  "2 for bad input.\n"
@@ -184,6 +190,53 @@ static int ask(const dashboard_args_t *a, char *body, size_t len)
     return code;
 }
 
+/* The file Prometheus reads the token from: --token_file, else a new
+ * file of mode 0600 in the runtime directory (token-<port>, replaced). 0,
+ * or 1 after saying why. */
+static int prometheus_token_file(const dashboard_args_t *a, char *path, size_t len)
+{
+    if (a->token_file) {
+        snprintf(path, len, "%s", a->token_file);
+        return 0;
+    }
+    char dir[PATH_MAX];
+    if (msr_run_dir_open(dir, sizeof dir) != MSR_OK ||
+        (size_t)snprintf(path, len, "%s/token-%d", dir, a->port) >= len) {
+        fprintf(stderr, "msrun dashboard: error: no file for the token: %s\n",
+                msr_err_msg()[0] ? msr_err_msg() : "the runtime directory's path is too long");
+        return 1;
+    }
+    unlink(path);
+    if (msr_token_write_file(path, a->token) != MSR_OK) {
+        fprintf(stderr, "msrun dashboard: error: %s\n", msr_err_msg());
+        return 1;
+    }
+    return 0;
+}
+
+/* --prometheus: a scrape config on stdout that names the token's file,
+ * never the token. */
+static int prometheus_config(const dashboard_args_t *a, const char *hp)
+{
+    char file[PATH_MAX + 64];
+    if (prometheus_token_file(a, file, sizeof file) != 0)
+        return 1;
+    printf("# Prometheus: the job's /metrics (a copy of the token file must be readable by\n"
+           "# Prometheus' user; the file of a job without --token_file goes with the job)\n"
+           "scrape_configs:\n"
+           "  - job_name: msrun\n"
+           "    metrics_path: /metrics\n"
+           "    authorization:\n"
+           "      type: Bearer\n"
+           "      credentials_file: %s\n"
+           "    static_configs:\n"
+           "      - targets: ['%s']\n",
+           file, hp);
+    fprintf(stderr, "msrun dashboard: the scrape config reads the job token from %s (mode 0600)\n",
+            file);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static int dashboard_run(dashboard_args_t *a)
 {
     int given = a->token || a->token_file;
@@ -197,6 +250,8 @@ static int dashboard_run(dashboard_args_t *a)
     char body[1024], code[MSR_HTTP_CODE_LEN], hp[300];
     long long ttl = 0;
     msr_net_join(addr, a->port, hp, sizeof hp);
+    if (a->prometheus)
+        return prometheus_config(a, hp);
     int status = a->addr ? ask(a, body, sizeof body) : -1;
     if (status < 0) {
         fprintf(stderr, "msrun dashboard: error: cannot ask the dashboard at %s: %s\n", hp,

@@ -15,4 +15,8 @@ int msr_status_main(int argc, char **argv);
  * returns the exit status. */
 int msr_dashboard_main(int argc, char **argv);
 
+/* `msrun board DIR...`: the runs' history as one HTML page; returns the
+ * exit status. */
+int msr_board_main(int argc, char **argv);
+
 #endif

@@ -249,6 +249,19 @@ static void print_dashboard(msr_coord_t *c)
                                  (ttl_ms > 0 ? ttl_ms : MSR_HTTP_LOGIN_TTL_S * 1000) / 1000,
                                  c->o->dashboard_login_file, c->login_file) != MSR_OK)
         c->login_file[0] = '\0'; /* not ours to remove */
+    /* a generated token, for curl and Prometheus: in the job's 0600 file
+     * (the one other nodes are told of, made now if not yet) */
+    const char *tf = c->o->token_file;
+    if (tf == NULL && c->o->token == NULL && c->job->token_file[0] == '\0') {
+        snprintf(c->job->token_file, sizeof c->job->token_file, "%s/token", c->job->dir);
+        if (msr_token_write_file(c->job->token_file, c->job->token) != MSR_OK) {
+            MSR_WARN("%s", msr_err_msg());
+            c->job->token_file[0] = '\0';
+        }
+    }
+    if (tf == NULL && c->o->token == NULL && c->job->token_file[0])
+        tf = c->job->token_file;
+    msr_dashboard_token_tell("msrun", tf);
 }
 
 int msr_coord_child_start(msr_coord_t *c, const char *bind_addr)

@@ -235,8 +235,10 @@ static int port_taken(msr_coord_t *c, const char *target, const char *err, int g
  * only this user can read, never a log line that others may read. */
 static int share_token(msr_coord_t *c)
 {
+    /* the dashboard's line may have written it already (coord_child.c) */
+    int made = c->job->token_file[0] != '\0';
     snprintf(c->job->token_file, sizeof c->job->token_file, "%s/token", c->job->dir);
-    if (msr_token_write_file(c->job->token_file, c->job->token) != MSR_OK) {
+    if (!made && msr_token_write_file(c->job->token_file, c->job->token) != MSR_OK) {
         c->job->token_file[0] = '\0';
         fprintf(stderr, "msrun: error: %s\n", msr_err_msg());
         return 2;

@@ -71,3 +71,19 @@ msr_status_t msr_dashboard_login_default(int port, char *path, size_t len)
         return msr_err(MSR_ERR_INVALID_ARG, "the runtime directory's path is too long");
     return MSR_OK;
 }
+
+void msr_dashboard_token_tell(const char *prog, const char *token_file)
+{
+    if (token_file)
+        fprintf(stderr,
+                "%s: dashboard API (curl, Prometheus): send 'Authorization: Bearer <the token "
+                "in %s>'; 'msrun dashboard' makes a new login URL, 'msrun dashboard "
+                "--prometheus' a scrape config\n",
+                prog, token_file);
+    else
+        fprintf(stderr,
+                "%s: dashboard API (curl, Prometheus): send 'Authorization: Bearer <the job "
+                "token you gave>'; 'msrun dashboard' makes a new login URL, 'msrun dashboard "
+                "--prometheus' a scrape config\n",
+                prog);
+}

@@ -29,4 +29,11 @@ msr_status_t msr_dashboard_login_tell(const char *prog, const char *hostport, co
  * says why); path written only on success. */
 msr_status_t msr_dashboard_login_default(int port, char *path, size_t len);
 
+/* Tells, on stderr, how curl and Prometheus reach the dashboard's /metrics
+ * and /api/job: the header 'Authorization: Bearer <token>', the token being
+ * the content of token_file (named, never its content), or the one the
+ * user gave (token_file NULL: MSRUN_TOKEN or --token). Lines start with
+ * prog. */
+void msr_dashboard_token_tell(const char *prog, const char *token_file);
+
 #endif

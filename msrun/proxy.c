@@ -75,13 +75,53 @@ int msr_proxy_beat_info(msr_proxy_t *p, int rank, int pid, msr_beat_info_t *info
 
 /* ---- progress reports ---- */
 
+/* A worker's reports into the run's history, if kept: one record a step
+ * (a worker's call carries the time of each step since its last, and the
+ * scalars of the latest). Under progress_lock. */
+static void history_report(msr_proxy_t *p, const Msr__StepReport *s)
+{
+    if (p->history == NULL)
+        return;
+    const char *names[MSR_PROGRESS_SCALARS];
+    double values[MSR_PROGRESS_SCALARS];
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_scalars && n < MSR_PROGRESS_SCALARS; i++, n++) {
+        names[n] = s->scalars[i]->name;
+        values[n] = s->scalars[i]->value;
+    }
+    msr_history_rec_t rec = {.generation = p->generation,
+                             .node_rank = p->node_rank,
+                             .rank = s->rank,
+                             .time = s->time,
+                             .names = names,
+                             .values = values};
+    for (size_t i = 0; i + 1 < s->n_step_times; i++) {
+        rec.step = s->step - (int64_t)(s->n_step_times - 1 - i);
+        rec.step_time = s->step_times[i];
+        msr_history_add(p->history, &rec);
+    }
+    rec.step = s->step;
+    rec.step_time = s->n_step_times ? s->step_times[s->n_step_times - 1] : s->step_time;
+    rec.n = n;
+    msr_history_add(p->history, &rec);
+}
+
+void msr_proxy_set_history(msr_proxy_t *p, msr_history_t *history)
+{
+    pthread_mutex_lock(&p->progress_lock);
+    p->history = history;
+    pthread_mutex_unlock(&p->progress_lock);
+}
+
 /* A worker's reports: kept for the next send upstream, answered at once. */
 static void on_progress(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__ProgressRequest *r)
 {
     pthread_mutex_lock(&p->progress_lock);
     if (p->generation < 0 || r->generation == p->generation) {
-        for (size_t i = 0; i < r->n_steps; i++)
+        for (size_t i = 0; i < r->n_steps; i++) {
             msr_progress_batch_merge(&p->progress, r->steps[i]);
+            history_report(p, r->steps[i]);
+        }
     }
     p->progress.dropped += r->dropped;
     pthread_mutex_unlock(&p->progress_lock);
@@ -110,6 +150,16 @@ void msr_proxy_report_line(msr_proxy_t *p, int rank, const msr_metric_line_t *m,
         names[i] = m->names[i];
     pthread_mutex_lock(&p->progress_lock);
     msr_progress_batch_add(&p->progress, rank, m->step, m->step_time, time, names, m->values, m->n);
+    msr_history_rec_t rec = {.generation = p->generation,
+                             .node_rank = p->node_rank,
+                             .rank = rank,
+                             .step = m->step,
+                             .step_time = m->step_time,
+                             .time = time,
+                             .n = m->n,
+                             .names = names,
+                             .values = m->values};
+    msr_history_add(p->history, &rec);
     pthread_mutex_unlock(&p->progress_lock);
 }
 

@@ -49,6 +49,11 @@ int msr_proxy_beat_info(msr_proxy_t *proxy, int rank, int pid, msr_beat_info_t *
  * names on msrun's terminal (once each). Any thread. */
 void msr_proxy_set_member(msr_proxy_t *proxy, const char *node_id, int node_rank, int generation);
 
+/* Every report of this node's ranks from now on goes to history too (NULL:
+ * nowhere), which must outlive the proxy or the next call. Any thread. */
+typedef struct msr_history msr_history_t;
+void msr_proxy_set_history(msr_proxy_t *proxy, msr_history_t *history);
+
 /* A worker's printed metric line (rendezvous/progress.h), recorded as its
  * report at wall-clock time `time`. Any thread; never waits for the
  * network. */

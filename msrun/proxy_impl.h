@@ -11,6 +11,7 @@
 #include "base/heap.h"
 #include "base/list.h"
 #include "base/map.h"
+#include "launcher/history.h"
 #include "launcher/proxy.h"
 #include "rendezvous/held.h"
 #include "rendezvous/progress.h"
@@ -90,7 +91,8 @@ struct msr_proxy {
      * sent upstream as one call per MSR_PROXY_PROGRESS_MS. */
     pthread_mutex_t progress_lock;
     msr_progress_batch_t progress;
-    char node_id[64]; /* "" until msr_proxy_set_member */
+    msr_history_t *history; /* the run's history (history.h), under progress_lock; NULL: none */
+    char node_id[64];       /* "" until msr_proxy_set_member */
     int node_rank, generation;
     uint64_t progress_next; /* the next send (proxy thread) */
     uint64_t progress_last; /* the last send */

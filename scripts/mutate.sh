@@ -354,12 +354,12 @@ test: ^it_observe$
 >>>
 
 @ http.no_token_check
-file: cluster/http.c
+file: cluster/http_routes.c
 test: ^it_observe$
 <<<
-    if (!authorized(h, req)) {
+    if (!msr_http_authorized(h, req)) {
 ===
-    if (0 && !authorized(h, req)) {
+    if (0 && !msr_http_authorized(h, req)) {
 >>>
 
 # ---- the store core (rendezvous/store_*.c, the coordinator's store): every call's generation guard
@@ -1188,7 +1188,7 @@ test: ^it_tail$
 >>>
 
 @ http.output_rank_unchecked
-file: cluster/http.c
+file: cluster/http_routes.c
 test: ^it_tail$
 <<<
         if (len > 0 && len <= 9 && strspn(v, "0123456789") == len)
@@ -1197,7 +1197,7 @@ test: ^it_tail$
 >>>
 
 @ observe.output_rank_past_world
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
     if (rank < 0 || rank >= world) {
@@ -1206,7 +1206,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_bytes_raw
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
             msr_buf_append(b, "\\ufffd", 6);
@@ -1215,7 +1215,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_not_waking
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
         msr_coord_wake_node(c, n); /* its held heartbeat carries the ask */
@@ -1224,7 +1224,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_any_node
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
         if (!r->asked || !r->sent || strcmp(r->ask_node, n->id) != 0)
@@ -1762,7 +1762,7 @@ test: ^test_coord$
 >>>
 
 @ observe.output_bytes_per_line
-file: cluster/observe.c
+file: cluster/observe_output.c
 test: ^test_coord$
 <<<
             if (bytes + len > MSR_OUTPUT_BYTES)
@@ -1855,6 +1855,34 @@ test: ^it_held_limits$
 <<<
         h->proxy->held_calls--;
 ===
+>>>
+
+# ---- the run's history, msrun board and the dashboard's token line (issue 39)
+@ history.rotates_at_the_bound
+file: msrun/history.c
+test: ^test_history$
+<<<
+    if (h->size > 0 && h->size + (int64_t)h->line.len > h->max)
+===
+    if (h->size > 0 && h->size + (int64_t)h->line.len >= h->max)
+>>>
+
+@ runview.script_end_unescaped
+file: msrun/cmd_runview.c
+test: ^it_runview$
+<<<
+        else if (c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f)
+===
+        else if (c < 0x20 || c == 0x7f)
+>>>
+
+@ dashboard.token_file_untold
+file: msrun/coord_child.c
+test: ^it_dashboard_api$
+<<<
+    msr_dashboard_token_tell("msrun", tf);
+===
+    (void)tf;
 >>>
 
 __END__

@@ -5,7 +5,8 @@
 # URL node 0's msrun printed, runs the page's script against the live
 # /api/job, and the rendered DOM shows the job (running, generation 1, one
 # restart and its root cause), the 8 ranks on their 2 nodes, a loss curve
-# and a step-time chart per rank with their points; the output buttons of
+# and step-time chart (one per scalar) with every rank's line and the
+# restart marked; the output buttons of
 # ranks 0 and 5 (pressed by the page for #output=0,5) show rank 0's last
 # lines and node 1's answer for rank 5; a screenshot is taken.
 # Skipped (77) when Chromium is not installed (Debian: chromium).
@@ -138,13 +139,20 @@ for r, cells in rows:
     node = re.search(r"<td>(\d+)</td>", cells).group(1)
     assert int(node) == int(r) // 4, (r, node)
     assert "loss=" in cells, cells
-for kind in ("loss", "time"):
-    charts = re.findall(r'<div class="chart %s">(.*?)</svg>' % kind, dom, re.S)
-    assert len(charts) == 8, (kind, len(charts))
-    for c in charts:
-        line = re.search(r'<polyline [^>]*points="([^"]*)"', c)
-        points = len(line.group(1).split()) if line else 0
-        assert points >= 3, (kind, points)
+# one chart per scalar (loss, step_ms and train_gpt's others), the 8 ranks
+# overlaid in it, a line each (8 ranks: no band yet), y from 0
+charts = dict(re.findall(r'<div class="chart scalar" data-scalar="([^"]+)"[^>]*>(.*?)</svg>', dom, re.S))
+assert "loss" in charts and "step_ms" in charts, sorted(charts)
+assert len(re.findall(r'data-scalar="loss"', dom)) == 2, "one loss chart (and its row)"
+for kind in ("loss", "step_ms"):
+    c = charts[kind]
+    lines = re.findall(r'<polyline [^>]*class="series" data-rank="(\d+)"[^>]*points="([^"]*)"', c)
+    ranks = sorted({int(r) for r, _ in lines})
+    assert ranks == list(range(8)), (kind, ranks)
+    assert max(len(p.split()) for _, p in lines) >= 3, kind
+    assert re.search(r'class="ytick"[^>]*>0<', c), (kind, "y from 0")
+# the restart: a dashed line for generation 1
+assert re.search(r'class="restart" data-generation="1"', charts["loss"]), "the restart marked"
 # the output rows: rank 0 printed train_gpt's step lines (escaped text in a
 # <pre>); rank 5, on node 1, prints nothing: node 1 answered for it
 outs = dict(re.findall(r'<tr class="output" data-rank="(\d+)">(.*?)</tr>', dom, re.S))
@@ -155,8 +163,8 @@ meta0 = re.search(r'<div class="meta">(.*?)</div>', outs["0"], re.S).group(1)
 assert meta0.startswith("node 0 ") and "fetching" not in meta0, meta0
 meta5 = re.search(r'<div class="meta">(.*?)</div>', outs["5"], re.S).group(1)
 assert meta5.startswith("node 1 ") and "taken" in meta5 and "gone" not in meta5 and "did not" not in meta5 and "fetching" not in meta5, meta5
-print("page: running, generation 1, 1 restart (rank 5), 8 ranks on 2 nodes, 8 loss and 8 "
-      "step-time charts, the output of ranks 0 and 5")
+print("page: running, generation 1, 1 restart (rank 5), 8 ranks on 2 nodes, one chart per "
+      "scalar with the 8 ranks in it, the output of ranks 0 and 5")
 PY
 [ -s "$TMP/page.png" ] && [ "$(head -c 4 "$TMP/page.png" | od -An -c | tr -d ' ')" = "211PNG" ] ||
     fail "no screenshot"
