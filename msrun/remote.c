@@ -79,9 +79,10 @@ typedef struct remote_launch {
     int stopping;     /* the hosts were told to stop */
     uint64_t stop_ns; /* when */
     int term_sent, kill_sent;
-    int failed;    /* the first host that failed, +1; 0: none */
-    int fail_code; /* its exit status */
-    int sig;       /* the signal that stopped the job; 0: none */
+    int failed;     /* the first host that failed, +1; 0: none */
+    int fail_code;  /* its exit status */
+    int sig;        /* the signal that stopped the job; 0: none */
+    int interrupts; /* SIGINT, SIGTERM and SIGHUP received */
 } remote_launch_t;
 
 /* ---- what the remote msruns are given ---- */
@@ -489,18 +490,17 @@ static void on_sig(remote_launch_t *l, int sig)
         return;
     }
     char name[32];
-    if (l->stopping && l->sig) { /* again: no more waiting */
-        fprintf(stderr, "msrun: %s again: killing ssh to every host\n",
-                msr_signal_name(sig, name, sizeof name));
+    msr_signal_name(sig, name, sizeof name);
+    if (l->interrupts++ > 0) { /* again: no more waiting */
+        fprintf(stderr, "msrun: %s again: killing ssh to every host\n", name);
         signal_ssh(l, SIGKILL);
         l->term_sent = l->kill_sent = 1;
+        stop_all(l);
         return;
     }
-    if (l->sig == 0 && !l->failed) {
+    if (!l->failed)
         l->sig = sig;
-        fprintf(stderr, "msrun: %s: stopping the job on every host\n",
-                msr_signal_name(sig, name, sizeof name));
-    }
+    fprintf(stderr, "msrun: %s: stopping the job on every host\n", name);
     stop_all(l);
 }
 

@@ -169,6 +169,20 @@ run_msrun -H a --nnodes=1 "$WORKER" env
 expect_in "^msrun: error: --nnodes cannot be given with --hostfile/--host" "$TMP/err" "--nnodes"
 run_msrun -H a --forward_env=A-B "$WORKER" env
 expect_in "^msrun: error: --forward_env: 'A-B' is not a variable's name" "$TMP/err" "--forward_env"
+run_msrun -H 'me@127.0.0.2:2' --dry_run "$WORKER" env
+expect_in "--master_addr='127.0.0.2' " "$TMP/out" "user@host: the master address is the host"
 ok "host lists: malformed lines named by number, every bound and one past"
+
+# 7. --token_file=-: one line of stdin, nothing after it consumed; a token
+#    of 255 characters and not one of 256
+t255=$(printf 't%.0s' {1..255})
+out=$( (printf '%s\nafter the token\n' "$t255" | {
+    "$MSRUN" --token_file=- --dry_run "$WORKER" env >/dev/null && cat; }) 2>&1)
+[ "$out" = "after the token" ] || fail "--token_file=- consumed what follows the token: '$out'"
+CODE=0
+printf '%sx\n' "$t255" | "$MSRUN" --token_file=- --dry_run "$WORKER" env >"$TMP/out" 2>"$TMP/err" || CODE=$?
+expect_code 2 "a token of 256 characters on stdin"
+expect_in "standard input (--token_file=-) must start with one token: 1 to 255" "$TMP/err" "256 on stdin"
+ok "--token_file=-: one line read, the rest left; 255 characters and not 256"
 
 exit $FAILED
