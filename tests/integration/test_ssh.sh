@@ -3,10 +3,76 @@
 # host over the system's ssh. A real sshd of the test's own (a generated
 # host key and client key) listens on 127.0.0.2, .3 and .4, three "hosts"
 # of this machine: 3 hosts x 2 workers, a failing worker, a host whose ssh
-# fails, Ctrl-C, the token kept off every command line, and the host list's
-# limits. Skipped (77) when sshd cannot run here.
+# fails, Ctrl-C, the token kept off every command line. The host list's
+# format and limits and the token on stdin come first and need no sshd;
+# the rest is skipped (77) when sshd cannot run here.
 . "$(dirname "$0")/lib.sh"
 
+printf '# three hosts of this machine\n127.0.0.2 slots=2\n\n127.0.0.3 slots=2  # node 1\n127.0.0.4 slots=2\n' >"$TMP/hosts"
+
+# Parts 1-3 need no sshd: they run everywhere.
+# 1. slots: exactly the slots' sum is accepted, one more refused before any
+#    ssh (a --ssh that would leave a file shows none ran)
+printf '#!/bin/sh\ntouch %s/ssh-ran\n' "$TMP" >"$TMP/fake-ssh"
+chmod +x "$TMP/fake-ssh"
+run_msrun --hostfile "$TMP/hosts" --worker_num=6 --dry_run "$WORKER" env
+expect_code 0 "worker_num = slots"
+expect_in "^host 127.0.0.4: node 2, 2 workers (ranks 4..5)$" "$TMP/out" "the plan"
+run_msrun --hostfile "$TMP/hosts" --worker_num=5 --dry_run "$WORKER" env
+expect_in "^host 127.0.0.4: node 2, 1 worker (ranks 4..4)$" "$TMP/out" "slots filled in order"
+run_msrun --hostfile "$TMP/hosts" --worker_num=7 --ssh "$TMP/fake-ssh" "$WORKER" env
+expect_code 2 "worker_num > slots"
+expect_in "^msrun: error: 7 workers asked for, but the hosts have only 6 slots in all$" "$TMP/err" "both numbers"
+[ ! -e "$TMP/ssh-ran" ] || fail "ssh ran although the slots are too few"
+ok "slots: 6 of 6 accepted, 7 of 6 refused before any ssh"
+
+# 2. the host list's format and limits, each at its bound and one past
+bad_hostfile() { # bad_hostfile CONTENT MESSAGE
+    printf "$1" >"$TMP/bad"
+    run_msrun --hostfile "$TMP/bad" --dry_run "$WORKER" env
+    expect_code 2 "hostfile '$1'"
+    expect_in "$2" "$TMP/err" "hostfile '$1'"
+}
+bad_hostfile 'a\n\n# x\nb slot=2\n' "hostfile .*bad, line 4: 'slot=2' is not understood"
+bad_hostfile 'a slots=0\n' "line 1: slots '0' is not a number from 1 to 2147483647"
+bad_hostfile 'a slots=2147483648\n' "line 1: slots '2147483648' is not a number"
+bad_hostfile '# none\n\n' "names no host"
+bad_hostfile "$(printf 'h%.0s' {1..256})\n" "line 1: the host name is longer than 255 characters"
+printf 'a slots=1\n%s slots=2147483647\n' "$(printf 'h%.0s' {1..255})" >"$TMP/good"
+run_msrun --hostfile "$TMP/good" --worker_num=3 --dry_run "$WORKER" env
+expect_code 0 "slots=1, slots=2147483647 and a name of 255 characters"
+run_msrun -H a:2147483647,a:1 --worker_num=1 --dry_run "$WORKER" env
+expect_in "entry 2: host a has more than 2147483647 slots in all" "$TMP/err" "slots of a host named twice"
+run_msrun -H a:1,b:x --dry_run "$WORKER" env
+expect_in "entry 2: 'b:x' is not HOST or HOST:K" "$TMP/err" "-H's slots"
+seq 1 4096 | sed 's/^/h/' >"$TMP/many"
+run_msrun --hostfile "$TMP/many" --worker_num=1 --dry_run "$WORKER" env
+expect_code 0 "4096 hosts"
+expect_in "^4095 hosts without workers, not started (the first: h2)$" "$TMP/out" "4096 hosts"
+echo h0 >>"$TMP/many"
+run_msrun --hostfile "$TMP/many" --worker_num=1 --dry_run "$WORKER" env
+expect_in "line 4097: more than 4096 hosts" "$TMP/err" "4097 hosts"
+run_msrun -H a --nnodes=1 "$WORKER" env
+expect_in "^msrun: error: --nnodes cannot be given with --hostfile/--host" "$TMP/err" "--nnodes"
+run_msrun -H a --forward_env=A-B "$WORKER" env
+expect_in "^msrun: error: --forward_env: 'A-B' is not a variable's name" "$TMP/err" "--forward_env"
+run_msrun -H 'me@127.0.0.2:2' --dry_run "$WORKER" env
+expect_in "--master_addr='127.0.0.2' " "$TMP/out" "user@host: the master address is the host"
+ok "host lists: malformed lines named by number, every bound and one past"
+
+# 3. --token_file=-: one line of stdin, nothing after it consumed; a token
+#    of 255 characters and not one of 256
+t255=$(printf 't%.0s' {1..255})
+out=$( (printf '%s\nafter the token\n' "$t255" | {
+    "$MSRUN" --token_file=- --dry_run "$WORKER" env >/dev/null && cat; }) 2>&1)
+[ "$out" = "after the token" ] || fail "--token_file=- consumed what follows the token: '$out'"
+CODE=0
+printf '%sx\n' "$t255" | "$MSRUN" --token_file=- --dry_run "$WORKER" env >"$TMP/out" 2>"$TMP/err" || CODE=$?
+expect_code 2 "a token of 256 characters on stdin"
+expect_in "standard input (--token_file=-) must start with one token: 1 to 255" "$TMP/err" "256 on stdin"
+ok "--token_file=-: one line read, the rest left; 255 characters and not 256"
+
+# Parts 4-7 need a real sshd: the test ends here (77) without one.
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
 if [ ! -x "$SSHD" ] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
     echo "SKIP: sshd, ssh or ssh-keygen is not installed (Debian: openssh-server, openssh-client)"
@@ -65,11 +131,10 @@ if [ $up = 0 ]; then
     fail "no login through sshd on 127.0.0.4:$SSH_PORT within 10 s: $(head -c 300 "$D/sshd.log")"
 fi
 
-printf '# three hosts of this machine\n127.0.0.2 slots=2\n\n127.0.0.3 slots=2  # node 1\n127.0.0.4 slots=2\n' >"$TMP/hosts"
 # each job's msruns and workers carry the marker, for leftovers
 remote=(--ssh "$SSH" --forward_env=MSRUN_TEST_MARKER)
 
-# 1. 3 hosts x 2 workers: every rank's collective calls, output tagged
+# 4. 3 hosts x 2 workers: every rank's collective calls, output tagged
 run_msrun --hostfile "$TMP/hosts" "${remote[@]}" --master_port="$(free_port)" "$WORKER" store
 expect_code 0 "3 hosts x 2 workers"
 for r in 0 1 2 3 4 5; do
@@ -79,7 +144,7 @@ expect_in "^msrun: job .*: 6 workers on 3 hosts over ssh, coordinator on 127.0.0
 no_leftovers "3 hosts x 2 workers"
 ok "3 hosts x 2 workers over ssh: all 6 ranks, tagged by node and rank"
 
-# 2. a worker of node 1 exits 3: every host stops, the launcher exits 3
+# 5. a worker of node 1 exits 3: every host stops, the launcher exits 3
 #    naming a host (the first whose msrun reported the failure)
 run_msrun -H 127.0.0.2:2,127.0.0.3:2,127.0.0.4:2 "${remote[@]}" --master_port="$(free_port)" \
     "$WORKER" exit 3 3
@@ -90,7 +155,7 @@ expect_in "^msrun: error: host 127\.0\.0\.[234] (node [012]): its msrun exited w
 no_leftovers "a worker exits 3"
 ok "a failing worker: every host stopped, exit 3, the host named"
 
-# 3. a host whose ssh fails (nothing listens on 127.0.0.5): the others stop
+# 6. a host whose ssh fails (nothing listens on 127.0.0.5): the others stop
 run_msrun -H 127.0.0.2:2,127.0.0.5:2 "${remote[@]}" --master_port="$(free_port)" "$WORKER" sleep 30
 expect_code 255 "ssh fails"
 expect_in "^msrun: error: host 127.0.0.5 (node 1): ssh failed or lost the connection (exit 255" \
@@ -98,7 +163,7 @@ expect_in "^msrun: error: host 127.0.0.5 (node 1): ssh failed or lost the connec
 no_leftovers "ssh fails"
 ok "a host unreachable: exit 255 naming it, the others stopped"
 
-# 4. Ctrl-C while the job runs: every remote msrun and worker is gone; the
+# 7. Ctrl-C while the job runs: every remote msrun and worker is gone; the
 #    token is on no command line and not in ssh's environment
 use_token_file
 TOKEN=$(cat "$MSRUN_TOKEN_FILE")
@@ -123,66 +188,5 @@ expect_in "standard input closed: stopping the job" "$TMP/err" "a remote msrun s
 no_leftovers "Ctrl-C"
 unset MSRUN_TOKEN_FILE
 ok "Ctrl-C: every remote msrun and worker gone; the token on no command line"
-
-# 5. slots: exactly the slots' sum is accepted, one more refused before any
-#    ssh (a --ssh that would leave a file shows none ran)
-printf '#!/bin/sh\ntouch %s/ssh-ran\n' "$TMP" >"$TMP/fake-ssh"
-chmod +x "$TMP/fake-ssh"
-run_msrun --hostfile "$TMP/hosts" --worker_num=6 --dry_run "$WORKER" env
-expect_code 0 "worker_num = slots"
-expect_in "^host 127.0.0.4: node 2, 2 workers (ranks 4..5)$" "$TMP/out" "the plan"
-run_msrun --hostfile "$TMP/hosts" --worker_num=5 --dry_run "$WORKER" env
-expect_in "^host 127.0.0.4: node 2, 1 worker (ranks 4..4)$" "$TMP/out" "slots filled in order"
-run_msrun --hostfile "$TMP/hosts" --worker_num=7 --ssh "$TMP/fake-ssh" "$WORKER" env
-expect_code 2 "worker_num > slots"
-expect_in "^msrun: error: 7 workers asked for, but the hosts have only 6 slots in all$" "$TMP/err" "both numbers"
-[ ! -e "$TMP/ssh-ran" ] || fail "ssh ran although the slots are too few"
-ok "slots: 6 of 6 accepted, 7 of 6 refused before any ssh"
-
-# 6. the host list's format and limits, each at its bound and one past
-bad_hostfile() { # bad_hostfile CONTENT MESSAGE
-    printf "$1" >"$TMP/bad"
-    run_msrun --hostfile "$TMP/bad" --dry_run "$WORKER" env
-    expect_code 2 "hostfile '$1'"
-    expect_in "$2" "$TMP/err" "hostfile '$1'"
-}
-bad_hostfile 'a\n\n# x\nb slot=2\n' "hostfile .*bad, line 4: 'slot=2' is not understood"
-bad_hostfile 'a slots=0\n' "line 1: slots '0' is not a number from 1 to 2147483647"
-bad_hostfile 'a slots=2147483648\n' "line 1: slots '2147483648' is not a number"
-bad_hostfile '# none\n\n' "names no host"
-bad_hostfile "$(printf 'h%.0s' {1..256})\n" "line 1: the host name is longer than 255 characters"
-printf 'a slots=1\n%s slots=2147483647\n' "$(printf 'h%.0s' {1..255})" >"$TMP/good"
-run_msrun --hostfile "$TMP/good" --worker_num=3 --dry_run "$WORKER" env
-expect_code 0 "slots=1, slots=2147483647 and a name of 255 characters"
-run_msrun -H a:2147483647,a:1 --worker_num=1 --dry_run "$WORKER" env
-expect_in "entry 2: host a has more than 2147483647 slots in all" "$TMP/err" "slots of a host named twice"
-run_msrun -H a:1,b:x --dry_run "$WORKER" env
-expect_in "entry 2: 'b:x' is not HOST or HOST:K" "$TMP/err" "-H's slots"
-seq 1 4096 | sed 's/^/h/' >"$TMP/many"
-run_msrun --hostfile "$TMP/many" --worker_num=1 --dry_run "$WORKER" env
-expect_code 0 "4096 hosts"
-expect_in "^4095 hosts without workers, not started (the first: h2)$" "$TMP/out" "4096 hosts"
-echo h0 >>"$TMP/many"
-run_msrun --hostfile "$TMP/many" --worker_num=1 --dry_run "$WORKER" env
-expect_in "line 4097: more than 4096 hosts" "$TMP/err" "4097 hosts"
-run_msrun -H a --nnodes=1 "$WORKER" env
-expect_in "^msrun: error: --nnodes cannot be given with --hostfile/--host" "$TMP/err" "--nnodes"
-run_msrun -H a --forward_env=A-B "$WORKER" env
-expect_in "^msrun: error: --forward_env: 'A-B' is not a variable's name" "$TMP/err" "--forward_env"
-run_msrun -H 'me@127.0.0.2:2' --dry_run "$WORKER" env
-expect_in "--master_addr='127.0.0.2' " "$TMP/out" "user@host: the master address is the host"
-ok "host lists: malformed lines named by number, every bound and one past"
-
-# 7. --token_file=-: one line of stdin, nothing after it consumed; a token
-#    of 255 characters and not one of 256
-t255=$(printf 't%.0s' {1..255})
-out=$( (printf '%s\nafter the token\n' "$t255" | {
-    "$MSRUN" --token_file=- --dry_run "$WORKER" env >/dev/null && cat; }) 2>&1)
-[ "$out" = "after the token" ] || fail "--token_file=- consumed what follows the token: '$out'"
-CODE=0
-printf '%sx\n' "$t255" | "$MSRUN" --token_file=- --dry_run "$WORKER" env >"$TMP/out" 2>"$TMP/err" || CODE=$?
-expect_code 2 "a token of 256 characters on stdin"
-expect_in "standard input (--token_file=-) must start with one token: 1 to 255" "$TMP/err" "256 on stdin"
-ok "--token_file=-: one line read, the rest left; 255 characters and not 256"
 
 exit $FAILED
