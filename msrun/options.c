@@ -312,7 +312,7 @@ static const msr_opt_t opt_defs[] = {
      .dest = D(hosts), .group = 2, .metavar = "HOST[:K],...",
      .help = "as --hostfile, with the hosts listed (Open MPI's -H): K slots each, 1 when not "
              "given."},
-    {.name = "ssh", .aliases = {"launch_agent"}, .kind = MSR_OPT_STRING, .env = "MSRUN_SSH",
+    {.name = "ssh", .kind = MSR_OPT_STRING, .env = "MSRUN_SSH",
      .dest = D(ssh), .def = "ssh", .metavar = "CMD",
      .help = "--hostfile/--host: the command that reaches a host, split at spaces (no quoting), "
              "e.g. 'ssh -p 2222 -i KEY'; msrun adds '-T -o BatchMode=yes HOST COMMAND'. The job "
