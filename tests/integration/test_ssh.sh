@@ -165,8 +165,10 @@ ok "a host unreachable: exit 255 naming it, the others stopped"
 
 # 7. Ctrl-C while the job runs: every remote msrun and worker is gone; the
 #    token is on no command line and not in ssh's environment
-use_token_file
-TOKEN=$(cat "$MSRUN_TOKEN_FILE")
+# the token in MSRUN_TOKEN, which the launcher must keep out of ssh's
+# environment (ssh could pass it on with SendEnv)
+TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export MSRUN_TOKEN=$TOKEN
 start_msrun --hostfile "$TMP/hosts" "${remote[@]}" --master_port="$(free_port)" "$WORKER" sleep 60
 wait_count "ready$" "$TMP/out" 6 30 || fail "6 workers ready within 30 s"
 [ "$(leftovers | wc -w)" -ge 12 ] || fail "launcher, ssh, msruns and workers carry the marker"
@@ -186,7 +188,7 @@ expect_code 130 "Ctrl-C"
 expect_in "^msrun: SIGINT: stopping the job on every host$" "$TMP/err" "Ctrl-C said"
 expect_in "standard input closed: stopping the job" "$TMP/err" "a remote msrun saw its stdin close"
 no_leftovers "Ctrl-C"
-unset MSRUN_TOKEN_FILE
+unset MSRUN_TOKEN
 ok "Ctrl-C: every remote msrun and worker gone; the token on no command line"
 
 exit $FAILED
