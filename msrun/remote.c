@@ -190,6 +190,13 @@ static int check_forward_env(const char *list)
                               (int)(n > 256 ? 256 : n), p);
             return -1;
         }
+        if ((n == 11 && strncmp(p, "MSRUN_TOKEN", n) == 0) ||
+            (n == 9 && strncmp(p, "MSR_TOKEN", n) == 0)) {
+            msr_options_error("--forward_env: %.*s would put the job token on the remote command "
+                              "line; msrun passes the token itself",
+                              (int)n, p);
+            return -1;
+        }
         p += n + (p[n] == ',');
     }
     return 0;

@@ -56,6 +56,9 @@ run_msrun -H a --nnodes=1 "$WORKER" env
 expect_in "^msrun: error: --nnodes cannot be given with --hostfile/--host" "$TMP/err" "--nnodes"
 run_msrun -H a --forward_env=A-B "$WORKER" env
 expect_in "^msrun: error: --forward_env: 'A-B' is not a variable's name" "$TMP/err" "--forward_env"
+run_msrun -H a --forward_env=PATH,MSRUN_TOKEN "$WORKER" env
+expect_in "^msrun: error: --forward_env: MSRUN_TOKEN would put the job token on the remote command line" \
+    "$TMP/err" "--forward_env=MSRUN_TOKEN"
 run_msrun -H 'me@127.0.0.2:2' --dry_run "$WORKER" env
 expect_in "--master_addr='127.0.0.2' " "$TMP/out" "user@host: the master address is the host"
 ok "host lists: malformed lines named by number, every bound and one past"
