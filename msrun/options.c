@@ -310,8 +310,8 @@ static const msr_opt_t opt_defs[] = {
              "first host runs the coordinator (master_addr). See docs/usage.md."},
     {.name = "host", .aliases = {"H"}, .kind = MSR_OPT_STRING, .env = "MSRUN_HOST",
      .dest = D(hosts), .group = 2, .metavar = "HOST[:K],...",
-     .help = "as --hostfile, with the hosts listed (Open MPI's -H): K slots each, 1 when not "
-             "given."},
+     .help = "as --hostfile, with the hosts listed (-H LIST, as Open MPI's): K slots each, 1 "
+             "when not given."},
     {.name = "ssh", .kind = MSR_OPT_STRING, .env = "MSRUN_SSH",
      .dest = D(ssh), .def = "ssh", .metavar = "CMD",
      .help = "--hostfile/--host: the command that reaches a host, split at spaces (no quoting), "
