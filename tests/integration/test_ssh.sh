@@ -137,15 +137,24 @@ fi
 # each job's msruns and workers carry the marker, for leftovers
 remote=(--ssh "$SSH" --forward_env=MSRUN_TEST_MARKER)
 
-# 4. 3 hosts x 2 workers: every rank's collective calls, output tagged
-run_msrun --hostfile "$TMP/hosts" "${remote[@]}" --master_port="$(free_port)" "$WORKER" store
+# 4. 3 hosts x 2 workers: every rank's collective calls, then 300 lines of
+#    each rank on stdout and stderr: every line whole and tagged by its node
+#    and rank, none lost, none cut into another through the launcher
+printf '#!/bin/sh\n"%s" store && exec "%s" output 300\n' "$WORKER" "$WORKER" >"$TMP/job.sh"
+chmod +x "$TMP/job.sh"
+run_msrun --hostfile "$TMP/hosts" "${remote[@]}" --master_port="$(free_port)" "$TMP/job.sh"
 expect_code 0 "3 hosts x 2 workers"
 for r in 0 1 2 3 4 5; do
-    expect_in "^\[node $((r / 2)) rank $r\] store checks passed on rank $r of 6$" "$TMP/out" "rank $r"
+    tag="^\[node $((r / 2)) rank $r\]"
+    expect_in "$tag store checks passed on rank $r of 6$" "$TMP/out" "rank $r"
+    [ "$(grep -c "$tag out line [0-9]* of rank $r$" "$TMP/out")" = 300 ] || fail "rank $r: 300 whole lines on stdout"
+    [ "$(grep -c "$tag err line [0-9]* of rank $r$" "$TMP/err")" = 300 ] || fail "rank $r: 300 whole lines on stderr"
 done
+bad=$(grep -cvE '^\[node [0-2] rank [0-5]\] (store checks passed on rank [0-5] of 6|out line [0-9]+ of rank [0-5]|no newline at the end)$' "$TMP/out")
+[ "$bad" = 0 ] || fail "$bad lines of stdout are not one rank's whole line"
 expect_in "^msrun: job .*: 6 workers on 3 hosts over ssh, coordinator on 127.0.0.2:" "$TMP/err" "the job's line"
 no_leftovers "3 hosts x 2 workers"
-ok "3 hosts x 2 workers over ssh: all 6 ranks, tagged by node and rank"
+ok "3 hosts x 2 workers over ssh: all 6 ranks, every line whole and tagged by node and rank"
 
 # 5. a worker of node 1 exits 3: every host stops, the launcher exits 3
 #    naming a host (the first whose msrun reported the failure)
