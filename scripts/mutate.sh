@@ -1885,6 +1885,15 @@ test: ^it_ssh$
         ssize_t r = read(0, buf + n, sizeof buf - 1 - n);
 >>>
 
+@ remote.partial_lines_passed
+file: msrun/remote.c
+test: ^it_ssh$
+<<<
+        if (nl == NULL && b->len - done >= REMOTE_LINE_MAX)
+===
+        if (nl == NULL && b->len - done >= 1)
+>>>
+
 @ remote.slots_one_short_accepted
 file: msrun/remote_hosts.c
 test: ^test_remote$

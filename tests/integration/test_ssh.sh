@@ -75,6 +75,39 @@ expect_code 2 "a token of 256 characters on stdin"
 expect_in "standard input (--token_file=-) must start with one token: 1 to 255" "$TMP/err" "256 on stdin"
 ok "--token_file=-: one line read, the rest left; 255 characters and not 256"
 
+# 3b. lines cut by the connection are whole again at the launcher: a
+#     stand-in for ssh runs each host's msrun here with its stdout cut into
+#     pieces of 5 bytes, while three hosts write at once
+cat >"$TMP/cutting-ssh" <<'EOF'
+#!/bin/bash
+# a stand-in for ssh: runs COMMAND (the last argument) here, with its
+# stdout cut into 5-byte pieces
+set -o pipefail
+cmd=${!#}
+sh -c "$cmd" | python3 -c '
+import os, time
+while True:
+    b = os.read(0, 65536)
+    if not b:
+        break
+    for i in range(0, len(b), 5):
+        os.write(1, b[i:i + 5])
+        time.sleep(0.0002)
+'
+EOF
+chmod +x "$TMP/cutting-ssh"
+run_msrun --hostfile "$TMP/hosts" --ssh "$TMP/cutting-ssh" --forward_env=MSRUN_TEST_MARKER \
+    --master_port="$(free_port)" "$WORKER" output 40
+expect_code 0 "lines cut into pieces"
+for r in 0 1 2 3 4 5; do
+    [ "$(grep -c "^\[node $((r / 2)) rank $r\] out line [0-9]* of rank $r$" "$TMP/out")" = 40 ] ||
+        fail "rank $r: 40 whole lines from pieces"
+done
+bad=$(grep -cvE '^\[node [0-2] rank [0-5]\] (out line [0-9]+ of rank [0-5]|no newline at the end)$' "$TMP/out")
+[ "$bad" = 0 ] || fail "$bad lines of stdout mix pieces of several lines"
+no_leftovers "lines cut into pieces"
+ok "lines that reach the launcher in pieces leave it whole"
+
 # Parts 4-7 need a real sshd: the test ends here (77) without one.
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
 if [ ! -x "$SSHD" ] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
@@ -137,18 +170,18 @@ fi
 # each job's msruns and workers carry the marker, for leftovers
 remote=(--ssh "$SSH" --forward_env=MSRUN_TEST_MARKER)
 
-# 4. 3 hosts x 2 workers: every rank's collective calls, then 300 lines of
+# 4. 3 hosts x 2 workers: every rank's collective calls, then 100 lines of
 #    each rank on stdout and stderr: every line whole and tagged by its node
 #    and rank, none lost, none cut into another through the launcher
-printf '#!/bin/sh\n"%s" store && exec "%s" output 300\n' "$WORKER" "$WORKER" >"$TMP/job.sh"
+printf '#!/bin/sh\n"%s" store && exec "%s" output 100\n' "$WORKER" "$WORKER" >"$TMP/job.sh"
 chmod +x "$TMP/job.sh"
 run_msrun --hostfile "$TMP/hosts" "${remote[@]}" --master_port="$(free_port)" "$TMP/job.sh"
 expect_code 0 "3 hosts x 2 workers"
 for r in 0 1 2 3 4 5; do
     tag="^\[node $((r / 2)) rank $r\]"
     expect_in "$tag store checks passed on rank $r of 6$" "$TMP/out" "rank $r"
-    [ "$(grep -c "$tag out line [0-9]* of rank $r$" "$TMP/out")" = 300 ] || fail "rank $r: 300 whole lines on stdout"
-    [ "$(grep -c "$tag err line [0-9]* of rank $r$" "$TMP/err")" = 300 ] || fail "rank $r: 300 whole lines on stderr"
+    [ "$(grep -c "$tag out line [0-9]* of rank $r$" "$TMP/out")" = 100 ] || fail "rank $r: 100 whole lines on stdout"
+    [ "$(grep -c "$tag err line [0-9]* of rank $r$" "$TMP/err")" = 100 ] || fail "rank $r: 100 whole lines on stderr"
 done
 bad=$(grep -cvE '^\[node [0-2] rank [0-5]\] (store checks passed on rank [0-5] of 6|out line [0-9]+ of rank [0-5]|no newline at the end)$' "$TMP/out")
 [ "$bad" = 0 ] || fail "$bad lines of stdout are not one rank's whole line"
