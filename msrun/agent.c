@@ -362,6 +362,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     msr_agent_run_node(a);
 }
 
+/* --exit_on_stdin_eof: stdin closed (the launcher's ssh ended) stops the
+ * job as SIGTERM does; anything read is dropped. */
+static void on_stdin(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    agent_t *a = arg;
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN)))
+        return;
+    event_del(a->loop.stdin_ev);
+    MSR_INFO("standard input closed: stopping the job");
+    msr_node_on_signal(&a->node, msr_now_ns(), SIGTERM);
+    msr_agent_run_node(a);
+}
+
 /* ---- start and end ---- */
 
 /* Who this job is: its id and, for a standalone job, its token (a
@@ -456,6 +472,13 @@ static int loop_setup(agent_t *a)
         msr_history_open(a->files.log_dir_fd, a->o->log_max_bytes, &a->history) != MSR_OK)
         MSR_WARN("no history of this run in %s: %s", a->files.log_run_dir, msr_err_msg());
     msr_proxy_set_history(a->proxy, a->history);
+    if (a->o->exit_on_stdin_eof) {
+        a->loop.stdin_ev = event_new(a->loop.base, 0, EV_READ | EV_PERSIST, on_stdin, a);
+        if (a->loop.stdin_ev == NULL || event_add(a->loop.stdin_ev, NULL) != 0) {
+            fprintf(stderr, "msrun: error: cannot watch standard input\n");
+            return 1;
+        }
+    }
     if (a->coord.elect) {
         a->loop.elect_ev = event_new(a->loop.base, msr_elect_fd(a->coord.elect),
                                      EV_READ | EV_PERSIST, on_elect, a);
@@ -534,6 +557,9 @@ static void loop_teardown(agent_t *a)
     if (a->loop.cron)
         event_free(a->loop.cron);
     a->loop.cron = NULL;
+    if (a->loop.stdin_ev)
+        event_free(a->loop.stdin_ev);
+    a->loop.stdin_ev = NULL;
     msr_coord_child_unwatch(&a->coord);
     if (a->loop.elect_ev)
         event_free(a->loop.elect_ev);

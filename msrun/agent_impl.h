@@ -63,6 +63,7 @@ typedef struct agent_loop {
     struct event *elect_ev; /* etcd's events (coord.elect); NULL: static */
     int performing;         /* in msr_agent_run_node: events fed meanwhile queue their actions */
     int leave_due;          /* MSR_NODE_ACT_LEAVE: leave once the loop ends */
+    struct event *stdin_ev; /* --exit_on_stdin_eof: stdin watched; NULL: not */
 } agent_loop_t;
 
 typedef struct agent {

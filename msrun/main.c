@@ -5,6 +5,7 @@
 #include "launcher/agent.h"
 #include "launcher/commands.h"
 #include "launcher/options.h"
+#include "launcher/remote.h"
 
 int main(int argc, char **argv)
 {
@@ -21,6 +22,11 @@ int main(int argc, char **argv)
     if (r != 0) {
         msr_options_cleanup(&opts);
         return r == 1 ? 0 : 2;
+    }
+    if (opts.hostfile || opts.hosts) { /* the whole job from here, over ssh */
+        int rc = msr_remote_run(&opts, argc - 1, argv + 1);
+        msr_options_cleanup(&opts);
+        return rc;
     }
     if (opts.dry_run) {
         msr_options_print_resolved(&opts, stdout);

@@ -300,6 +300,32 @@ static const msr_opt_t opt_defs[] = {
      .help = "a rank whose mean step time over 20 reported steps (the same steps for every "
              "rank) is X times the ranks' median or more, in two windows running, is named a "
              "straggler, once, on node 0's terminal, the page and /metrics."},
+    /* One command for a whole job: msrun starts one msrun per host over ssh
+     * (launcher/remote.h; kept together) */
+    {.name = "hostfile", .kind = MSR_OPT_STRING, .env = "MSRUN_HOSTFILE", .dest = D(hostfile),
+     .group = 2, .metavar = "FILE",
+     .help = "start the whole job from here: one msrun per host of FILE over ssh (Open MPI's "
+             "format: a 'HOST [slots=K]' line per host, K 1 when not given, '#' comments), "
+             "worker_num workers filling the hosts' slots in order (default: every slot). The "
+             "first host runs the coordinator (master_addr). See docs/usage.md."},
+    {.name = "host", .aliases = {"H"}, .kind = MSR_OPT_STRING, .env = "MSRUN_HOST",
+     .dest = D(hosts), .group = 2, .metavar = "HOST[:K],...",
+     .help = "as --hostfile, with the hosts listed (-H LIST, as Open MPI's): K slots each, 1 "
+             "when not given."},
+    {.name = "ssh", .kind = MSR_OPT_STRING, .env = "MSRUN_SSH",
+     .dest = D(ssh), .def = "ssh", .metavar = "CMD",
+     .help = "--hostfile/--host: the command that reaches a host, split at spaces (no quoting), "
+             "e.g. 'ssh -p 2222 -i KEY'; msrun adds '-T -o BatchMode=yes HOST COMMAND'. The job "
+             "token goes to the remote msrun on its standard input, never on a command line."},
+    {.name = "forward_env", .kind = MSR_OPT_STRING, .env = "MSRUN_FORWARD_ENV",
+     .dest = D(forward_env), .metavar = "NAME,...",
+     .help = "--hostfile/--host: these environment variables of this shell (those set) are set "
+             "for the remote msruns and their workers; their values are on the remote command "
+             "line: never a secret."},
+    {.name = "exit_on_stdin_eof", .kind = MSR_OPT_BOOL, .env = "MSRUN_EXIT_ON_STDIN_EOF",
+     .dest = D(exit_on_stdin_eof), .def = "false",
+     .help = "stop the job as on SIGTERM when standard input closes (how --hostfile/--host "
+             "stops a remote msrun: its ssh connection ends)."},
 };
 /* clang-format on */
 

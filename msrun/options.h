@@ -114,6 +114,11 @@ typedef struct msr_options {
                              local */
     int dry_run;          /* print the resolved settings and exit */
     msr_origins_t origins;
+    /* one command for a whole job (launcher/remote.h): NULL when not given */
+    char *hostfile, *hosts; /* --hostfile, --host (-H) */
+    char *ssh;              /* --ssh: how to reach a host; NULL: "ssh" */
+    char *forward_env;      /* --forward_env: NAME[,NAME...] */
+    int exit_on_stdin_eof;  /* stop the job when stdin closes (set on remote msruns) */
 } msr_options_t;
 
 /* Parses argv (after "msrun"), reading MSRUN_* variables for options not

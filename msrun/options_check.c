@@ -352,3 +352,8 @@ int msr_options_check_rest(msr_options_t *o, const char *flag)
         return 2;
     return 0;
 }
+
+int msr_options_find_program(const char *prog, const char *what, const char *flag, char **out_p)
+{
+    return find_program(prog, what, flag, out_p);
+}

@@ -39,4 +39,10 @@ void msr_options_origins_derived(msr_options_t *o);
  * value. */
 int msr_options_check_rest(msr_options_t *o, const char *flag);
 
+/* Finds prog the way execvp would into *out_p, so a missing program is
+ * refused before any worker starts; what names it in messages, flag is the
+ * boolean flag given alone just before prog (or NULL), for the hint.
+ * Returns 0, or -1 after printing why. */
+int msr_options_find_program(const char *prog, const char *what, const char *flag, char **out_p);
+
 #endif

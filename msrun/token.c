@@ -44,6 +44,39 @@ int msr_token_valid(const char *token)
     return n > 0;
 }
 
+/* "-": one line of standard input, read a byte at a time so that nothing
+ * after the newline is consumed (the launcher keeps stdin open after it). */
+static msr_status_t read_stdin(char *out)
+{
+    char buf[MSR_TOKEN_MAX + 2];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(0, buf + n, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            memset(buf, 0, sizeof buf);
+            return msr_err(MSR_ERR_IO, "cannot read the token from standard input: %s",
+                           strerror(errno));
+        }
+        if (r == 0 || buf[n] == '\n' || ++n == sizeof buf - 1)
+            break;
+    }
+    buf[n] = '\0';
+    if (n > 0 && buf[n - 1] == '\r')
+        buf[--n] = '\0';
+    if (!msr_token_valid(buf)) {
+        memset(buf, 0, sizeof buf);
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "standard input (--token_file=-) must start with one token: 1 to %d "
+                       "printable characters without spaces, and a newline",
+                       MSR_TOKEN_MAX);
+    }
+    memcpy(out, buf, n + 1);
+    memset(buf, 0, sizeof buf);
+    return MSR_OK;
+}
+
 msr_status_t msr_token_read_file(const char *path, char *out, size_t len)
 {
     char buf[MSR_TOKEN_MAX + 3];
@@ -52,6 +85,8 @@ msr_status_t msr_token_read_file(const char *path, char *out, size_t len)
     if (len <= MSR_TOKEN_MAX) {
         return msr_err(MSR_ERR_INVALID_ARG, "no room for a token");
     }
+    if (strcmp(path, "-") == 0)
+        return read_stdin(out);
     /* O_NOFOLLOW: a link planted in the file's place is refused, and the
      * checks below look at the file that is read, not at a name. */
     int fd;

@@ -26,10 +26,13 @@ int msr_token_valid(const char *token);
 
 /* Reads the token in the file at path: a regular file (a symbolic link is
  * refused), owned by this user, that neither group nor others may read or
- * write, holding one valid token (a trailing newline is dropped). On
- * failure returns MSR_ERR_PERMISSION (ownership or mode: msr_err_msg() says which and
- * how to fix it), MSR_ERR_INVALID_ARG (the content) or MSR_ERR_IO (cannot
- * open or read it); out (len > MSR_TOKEN_MAX) is written only on success. */
+ * write, holding one valid token (a trailing newline is dropped). The
+ * path "-" is standard input's first line, read a byte at a time (nothing
+ * after its newline is consumed): how the launcher of --hostfile passes
+ * the token over ssh. On failure returns MSR_ERR_PERMISSION (ownership or
+ * mode: msr_err_msg() says which and how to fix it), MSR_ERR_INVALID_ARG
+ * (the content) or MSR_ERR_IO (cannot open or read it); out (len >
+ * MSR_TOKEN_MAX) is written only on success. */
 msr_status_t msr_token_read_file(const char *path, char *out, size_t len);
 
 /* Creates path (it must not exist; a symbolic link there is not followed)

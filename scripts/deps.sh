@@ -10,7 +10,8 @@ build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-comp
     libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev libmunge-dev python3)
 test=(openmpi-bin libopenmpi-dev python3-numpy python3-torch clang libclang-rt-14-dev python3-clang
     iproute2 procps openssl etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client
-    prometheus chromium)
+    prometheus chromium
+    openssh-server openssh-client)
 pkgs=("${build[@]}")
 [ "$what" = test ] && pkgs+=("${test[@]}")
 missing=()

@@ -1885,4 +1885,59 @@ test: ^it_dashboard_api$
     (void)tf;
 >>>
 
+# ---- one command for a whole job: msrun over ssh (--hostfile, -H)
+@ remote.token_in_ssh_env
+file: msrun/remote.c
+test: ^it_ssh$
+<<<
+    static const char *const drop[] = {"MSRUN_TOKEN", "MSR_TOKEN", NULL};
+===
+    static const char *const drop[] = {NULL};
+>>>
+
+@ remote.stdin_eof_ignored
+file: msrun/agent.c
+test: ^it_ssh$
+<<<
+    if (a->o->exit_on_stdin_eof) {
+===
+    if (0) {
+>>>
+
+@ remote.token_stdin_reads_ahead
+file: msrun/token.c
+test: ^it_ssh$
+<<<
+        ssize_t r = read(0, buf + n, 1);
+===
+        ssize_t r = read(0, buf + n, sizeof buf - 1 - n);
+>>>
+
+@ remote.partial_lines_passed
+file: msrun/remote.c
+test: ^it_ssh$
+<<<
+        if (nl == NULL && b->len - done >= REMOTE_LINE_MAX)
+===
+        if (nl == NULL && b->len - done >= 1)
+>>>
+
+@ remote.slots_one_short_accepted
+file: msrun/remote_hosts.c
+test: ^test_remote$
+<<<
+    if (n > sum)
+===
+    if (n > sum + 1)
+>>>
+
+@ remote.name_255_refused
+file: msrun/remote_hosts.c
+test: ^test_remote$
+<<<
+    if (n > MSR_REMOTE_NAME_MAX)
+===
+    if (n >= MSR_REMOTE_NAME_MAX)
+>>>
+
 __END__
