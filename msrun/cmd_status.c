@@ -447,17 +447,21 @@ static int status_remote(status_args_t *a)
         t.tls.server_name = a->master_addr; /* the name as given */
     msr_run_entry_t *e = NULL;
     size_t n = 0;
-    if (a->token == NULL && a->token_file == NULL && msr_run_records_list(&e, &n) == MSR_OK) {
+    /* a job of this machine at that address: its user, command and
+     * dashboard, and its token and TLS files when none are given */
+    int given = a->token != NULL || a->token_file != NULL;
+    if (msr_run_records_list(&e, &n) == MSR_OK) {
         for (size_t i = 0; i < n; i++) {
             const msr_run_record_t *r = &e[i].rec;
             if (strcmp(r->coordinator, target) != 0)
                 continue;
-            t.token = r->token;
             t.start_time = r->start_time;
             t.user = r->user;
             t.command = r->command;
             t.dashboard = r->dashboard;
-            if (!msr_rpc_tls_enabled(&t.tls))
+            if (!given)
+                t.token = r->token;
+            if (!given && !msr_rpc_tls_enabled(&t.tls))
                 t.tls = (msr_rpc_tls_t){r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name};
             break;
         }

@@ -160,8 +160,13 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
     if (n->finished || n->joined)
         return;
     if (e == MSR_NODE_JOIN_REFUSED) {
-        snprintf(n->error, sizeof n->error, "the coordinator at %s refused this node: %s",
-                 n->cfg.coord_target, why);
+        /* a wrong token is the common cause: say where the token comes from */
+        int token = why != NULL && strstr(why, "wrong job token") != NULL;
+        snprintf(n->error, sizeof n->error, "the coordinator at %s refused this node: %s%s",
+                 n->cfg.coord_target, why,
+                 token ? ": check --token_file, MSRUN_TOKEN_FILE, --token or MSRUN_TOKEN (every "
+                         "node of a job must give the same)"
+                       : "");
         finish(n, 2, n->error);
         return;
     }

@@ -46,6 +46,13 @@ wait_node 1 2
 expect_in "the coordinator at 127.0.0.1:$port refused this node's job token: check --token_file" \
     "$TMP/node1.err" "a wrong token is named first"
 expect_not_in "its token differs" "$TMP/node1.err" "the old words are gone"
+# ... and a node that does not try to host the coordinator (a fixed rank)
+start_node 1 --master_addr=127.0.0.1 --master_port="$port" --nnodes=2 --local_worker_num=1 \
+    --node_rank=1 --token="$TOKEN_B" "$WORKER" env
+wait_node 1 2
+re="refused this node: refused: missing or wrong job token (msr-token): check --token_file, "
+re+="MSRUN_TOKEN_FILE, --token or MSRUN_TOKEN"
+expect_in "$re" "$TMP/node1.err" "a wrong token says where the token comes from"
 ok "a wrong token: the coordinator refused this node's token"
 kill -INT "$PID0"
 wait_node 0 130
