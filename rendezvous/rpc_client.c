@@ -370,7 +370,8 @@ static int mentions(const char *s, const char *const *words, size_t n)
 
 /* Why a call found the coordinator UNAVAILABLE, in words that tell the
  * causes apart: nothing listens (connection refused: it is not running),
- * it closed the connection (it stopped or restarted), the TLS handshake
+ * it closed the connection or said it is shutting down (it stopped or
+ * restarted), the TLS handshake
  * failed, or the name does not resolve; gRPC's own words in parentheses. */
 static int unavailable_text(const char *target, const char *details, int answered, char *err,
                             size_t errlen)
@@ -379,6 +380,7 @@ static int unavailable_text(const char *target, const char *details, int answere
     static const char *const closed[] = {"socket closed", "connection reset", "broken pipe",
                                          "end of file", "goaway"};
     static const char *const tls[] = {"handshake", "ssl", "tls", "certificate"};
+    static const char *const stopping[] = {"shutting down"}; /* its own words */
     if (details[0] == '\0')
         return snprintf(err, errlen, "coordinator at %s unreachable (connection failed)", target);
     if (mentions(details, refused, sizeof refused / sizeof *refused))
@@ -390,6 +392,10 @@ static int unavailable_text(const char *target, const char *details, int answere
             "coordinator at %s: the TLS handshake failed (%.160s): check both sides' --tls_* "
             "options",
             target, details);
+    if (mentions(details, stopping, sizeof stopping / sizeof *stopping))
+        return snprintf(err, errlen,
+                        "the coordinator at %s is shutting down (%.160s): it stopped or restarted",
+                        target, details);
     if (mentions(details, closed, sizeof closed / sizeof *closed) && answered)
         return snprintf(
             err, errlen,
