@@ -110,10 +110,17 @@ void msr_run_command_format(char *const *argv, char *buf, size_t len)
     size_t k = 0;
     int cut = 0;
     for (size_t i = 0; argv != NULL && argv[i] != NULL && !cut; i++) {
+        /* a word with a space (or none at all) is quoted, as a shell would
+         * need it: "a 'b c'" is two arguments */
+        int quote = argv[i][0] == '\0' || strpbrk(argv[i], " \t") != NULL;
         if (i > 0)
             cut = put_char(buf, len, &k, ' ');
+        if (quote && !cut)
+            cut = put_char(buf, len, &k, '\'');
         for (const unsigned char *c = (const unsigned char *)argv[i]; *c && !cut; c++)
             cut = put_char(buf, len, &k, *c);
+        if (quote && !cut)
+            cut = put_char(buf, len, &k, '\'');
     }
     if (cut) { /* the end says that it was cut */
         k = len - 4;

@@ -41,8 +41,9 @@ typedef struct msr_run_record {
 #define MSR_RUN_COMMAND_LEN 160
 
 /* Writes argv (NULL-terminated) joined by spaces to buf (len bytes, at
- * least 4), newlines and other control characters as '?', cut to fit with
- * "..." at its end. */
+ * least 4), a word holding a space or tab (or empty) in single quotes,
+ * newlines and other control characters as '?', cut to fit with "..." at
+ * its end. */
 void msr_run_command_format(char *const *argv, char *buf, size_t len);
 
 /* A record read back: rec's strings point into text, which it owns. */

@@ -33,10 +33,13 @@ static void test_command_bound(void)
     format_one(MSR_RUN_COMMAND_LEN, out, sizeof out);
     MSR_CHECK_EQ(strlen(out), MSR_RUN_COMMAND_LEN - 1);
     MSR_CHECK(strcmp(out + MSR_RUN_COMMAND_LEN - 4, "...") == 0);
-    /* words joined by spaces, control characters as '?' */
+    /* words joined by spaces, control characters as '?' (a tab quotes its word) */
     char *argv[] = {"python3", "train.py", "--note", "a\nb\tc", NULL};
     msr_run_command_format(argv, out, sizeof out);
-    MSR_CHECK_STR(out, "python3 train.py --note a?b?c");
+    MSR_CHECK_STR(out, "python3 train.py --note 'a?b?c'");
+    char *spaced[] = {"prog", "b c", "", NULL}; /* quoted as a shell needs them */
+    msr_run_command_format(spaced, out, sizeof out);
+    MSR_CHECK_STR(out, "prog 'b c' ''");
     char *none[] = {NULL};
     msr_run_command_format(none, out, sizeof out);
     MSR_CHECK_STR(out, "");
