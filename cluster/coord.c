@@ -95,6 +95,29 @@ void msr_coord_store_reset(msr_coord_t *c, const char *why)
 
 /* ---- the job's status ---- */
 
+/* The ranks' progress in this generation, for `msrun status`: how many
+ * reported, the highest step, the mean of their latest losses. */
+static void status_progress(const msr_coord_t *c, Msr__StatusResponse *r)
+{
+    double loss_sum = 0;
+    if (c->obs.generation != c->generation)
+        return; /* no report in this generation yet */
+    for (size_t i = 0; i < c->obs.nranks; i++) {
+        const rank_obs_t *o = &c->obs.ranks[i];
+        if (!o->seen)
+            continue;
+        if (r->reporting_ranks++ == 0 || o->step > r->step)
+            r->step = o->step;
+        for (uint32_t k = 0; k < o->nscalars; k++)
+            if (strcmp(o->scalars[k].name, "loss") == 0) {
+                loss_sum += o->scalars[k].value;
+                r->loss_ranks++;
+            }
+    }
+    if (r->loss_ranks > 0)
+        r->loss = loss_sum / r->loss_ranks;
+}
+
 static void do_status(msr_coord_t *c, void *call)
 {
     Msr__StatusResponse r = MSR__STATUS_RESPONSE__INIT;
@@ -165,6 +188,7 @@ static void do_status(msr_coord_t *c, void *call)
     }
     r.n_failures = (size_t)c->nhistory;
     r.failures = histp;
+    status_progress(c, &r);
     msr_coord_reply(c, call, &r.base);
     msr_free(ns);
     msr_free(nsp);

@@ -322,6 +322,12 @@ void msr_coord_store_reset(msr_coord_t *c, const char *why);
 /* What node n is doing, in the words of NodeStatus.state. */
 char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);
 
+/* Who the forming generation still waits for, into buf (len bytes): the
+ * ranks no live node asked for ("node 1", "nodes 1, 3") when every live
+ * node asked for its rank, else how many ("1 node"); "" when none is
+ * missing. Lines read "<buf> not yet joined". */
+void msr_coord_missing_describe(const msr_coord_t *c, char *buf, size_t len);
+
 /* observe.c: a Progress call, and the records' cleanup. */
 void msr_coord_progress(msr_coord_t *c, void *call, const Msr__ProgressRequest *req);
 void msr_coord_obs_cleanup(msr_coord_t *c);

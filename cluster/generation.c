@@ -297,7 +297,10 @@ void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
         int ready = 0;
         for (size_t i = 0; i < c->nnodes; i++)
             ready += c->nodes[i]->alive && c->nodes[i]->ready_generation >= c->generation;
-        fail_job(c, "generation %d did not form within %g s: %d of %d nodes ready", c->generation,
-                 (double)c->config.join_timeout_ms / 1000.0, ready, c->node_count);
+        char missing[200];
+        msr_coord_missing_describe(c, missing, sizeof missing);
+        fail_job(c, "generation %d did not form within %g s: %d of %d nodes ready%s%s%s",
+                 c->generation, (double)c->config.join_timeout_ms / 1000.0, ready, c->node_count,
+                 missing[0] ? " (" : "", missing, missing[0] ? " missing)" : "");
     }
 }

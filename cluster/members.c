@@ -115,8 +115,11 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
      * left because its worker could not be started, say): as loud as the
      * outcome, so the msrun that embeds this coordinator reports it once. */
     int fails = c->state == MSR_JOB_RUNNING && n->rank >= 0;
-    MSR_LOG(fails ? outcome_level(c) : MSR_LOG_WARN, "job %s: node %d (%s, pid %d) %s", c->job_id,
-            n->rank, n->host, n->pid, why);
+    char rank[16] = "?"; /* no rank yet: "node ?", never "node -1" */
+    if (n->rank >= 0)
+        snprintf(rank, sizeof rank, "%d", n->rank);
+    MSR_LOG(fails ? outcome_level(c) : MSR_LOG_WARN, "job %s: node %s (%s, pid %d) %s", c->job_id,
+            rank, n->host, n->pid, why);
     if (fails) {
         msr_failure_t f;
         memset(&f, 0, sizeof f);
@@ -147,13 +150,42 @@ static void fill_assignment(const msr_coord_t *c, const node_t *n, Msr__Assignme
     a->master_port = c->master_port;
 }
 
+void msr_coord_missing_describe(const msr_coord_t *c, char *buf, size_t len)
+{
+    int absent = c->node_count - alive_nodes(c), by_rank = !elastic(c);
+    buf[0] = '\0';
+    if (absent <= 0 || len == 0)
+        return;
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (c->nodes[i]->alive && c->nodes[i]->wanted_rank < 0)
+            by_rank = 0;
+    if (!by_rank) {
+        snprintf(buf, len, "%d node%s", absent, absent == 1 ? "" : "s");
+        return;
+    }
+    msr_buf_t b = MSR_BUF_INIT;
+    msr_buf_printf(&b, "node%s ", absent == 1 ? "" : "s");
+    for (int r = 0, shown = 0; r < c->node_count; r++) {
+        int taken = 0;
+        for (size_t i = 0; i < c->nnodes && !taken; i++)
+            taken = c->nodes[i]->alive && c->nodes[i]->wanted_rank == r;
+        if (!taken)
+            msr_buf_printf(&b, "%s%d", shown++ ? ", " : "", r);
+    }
+    if (b.data != NULL && b.len < len)
+        snprintf(buf, len, "%s", b.data);
+    else /* too many to name, or no memory: how many */
+        snprintf(buf, len, "%d node%s", absent, absent == 1 ? "" : "s");
+    msr_buf_cleanup(&b);
+}
+
 static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
 {
     Msr__HeartbeatResponse r = MSR__HEARTBEAT_RESPONSE__INIT;
     Msr__Assignment a;
     Msr__Failure f;
     char *missing[64];
-    char names[64][32];
+    char names[64][32], absent_text[200];
     size_t nmissing = 0;
     r.generation = c->generation;
     r.state = (Msr__JobState)c->state;
@@ -180,12 +212,19 @@ static void heartbeat_reply(msr_coord_t *c, void *call, node_t *n)
         }
         r.joined_nodes = ready;
         r.expected_nodes = c->node_count;
-        int absent = c->node_count - alive_nodes(c);
-        if (absent > 0 && nmissing < MSR_ARRAY_SIZE(names)) {
-            snprintf(names[nmissing], sizeof names[0], "%d node%s not yet joined", absent,
-                     absent == 1 ? "" : "s");
-            missing[nmissing] = names[nmissing];
-            nmissing++;
+        msr_coord_missing_describe(c, absent_text, sizeof absent_text - 16);
+        if (absent_text[0] && nmissing < MSR_ARRAY_SIZE(names)) {
+            strcat(absent_text, " not yet joined");
+            missing[nmissing++] = absent_text;
+        }
+        if (c->form_deadline != MSR_DEADLINE_NEVER) {
+            uint64_t now = msr_now_ns();
+            r.form_left_ms =
+                now < c->form_deadline ? (uint32_t)((c->form_deadline - now) / 1000000ull) : 0;
+            int64_t t = c->config.join_timeout_ms;
+            r.form_timeout_ms = t > 0 && t < UINT32_MAX ? (uint32_t)t : 0;
+            if (r.form_left_ms == 0)
+                r.form_left_ms = 1; /* 0 means unknown */
         }
         r.n_missing = nmissing;
         r.missing = missing;

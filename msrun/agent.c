@@ -533,6 +533,17 @@ static int loop_run(agent_t *a)
 static void record_job(agent_t *a)
 {
     int tls = msr_rpc_tls_enabled(&a->job.tls);
+    char command[MSR_RUN_COMMAND_LEN], dashboard[MSR_HOSTPORT_LEN + 16] = "";
+    msr_run_command_format(a->o->argv, command, sizeof command);
+    if (a->o->dashboard_port > 0 && a->coord.pid > 0) {
+        /* this node runs the coordinator, and so the page: where it listens */
+        const char *addr = a->o->dashboard_addr ? a->o->dashboard_addr : "127.0.0.1";
+        char hp[MSR_HOSTPORT_LEN];
+        if (strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0)
+            addr = a->coord.host[0] ? a->coord.host : "127.0.0.1";
+        msr_net_join(addr, a->o->dashboard_port, hp, sizeof hp);
+        snprintf(dashboard, sizeof dashboard, "http://%s/", hp);
+    }
     msr_run_record_t r = {
         .job_id = a->job.id,
         .coordinator = a->coord.target,
@@ -545,6 +556,8 @@ static void record_job(agent_t *a)
         .node_rank = a->o->node_rank,
         .dashboard_port = a->o->dashboard_port,
         .start_time = msr_wall_time(),
+        .command = command,
+        .dashboard = dashboard,
     };
     if (msr_run_record_write(&r, a->files.run_record, sizeof a->files.run_record) != MSR_OK)
         MSR_WARN("msrun status will not find this job: %s", msr_err_msg());

@@ -134,6 +134,8 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
         .message = r->message,
         .joined_nodes = r->joined_nodes,
         .expected_nodes = r->expected_nodes,
+        .form_left_ms = r->form_left_ms,
+        .form_timeout_ms = r->form_timeout_ms,
     };
     msr_failure_t f = {0};
     if (r->failure) {

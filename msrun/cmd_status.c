@@ -30,7 +30,7 @@ typedef struct status_args {
     char *token, *token_file;
     char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
     char *job_id;
-    int json;
+    int json, all;
 } status_args_t;
 
 #define S(field) MSR_OPT_DEST(status_args_t, field)
@@ -67,6 +67,9 @@ static const msr_opt_t status_opts[] = {
     {.name = "json", .kind = MSR_OPT_BOOL, .dest = S(json), .def = "false",
      .help = "print JSON: one object for one job (an address or --job_id), else an array of "
              "every job found."},
+    {.name = "all", .kind = MSR_OPT_BOOL, .dest = S(all), .def = "false",
+     .help = "without an address, also the records of other users' jobs (a record names the "
+             "user that started its msrun); without it, only this user's."},
 };
 /* clang-format on */
 
@@ -75,13 +78,15 @@ static const msr_optset_t status_set = {"msrun status", status_opts, MSR_ARRAY_S
 
 static void status_usage(FILE *out)
 {
-    fprintf(out, "usage: msrun status [--json] [--job_id ID]\n"
+    fprintf(out, "usage: msrun status [--json] [--all] [--job_id ID]\n"
                  "       msrun status [--json] --master_addr A [--master_port P] [--token_file F]\n"
                  "\n"
-                 "Prints the state of a job and of its nodes. Without an address, it shows the\n"
-                 "jobs that msrun processes of this user run on this machine (each records its\n"
-                 "job, coordinator and token in $XDG_RUNTIME_DIR/msrun, or /tmp/msrun-<uid>,\n"
-                 "mode 0700). With --master_addr or --master_port, it asks that coordinator;\n"
+                 "Prints the state of a job and of its nodes: its user and command, step and\n"
+                 "last loss (when the workers report them), dashboard address, generation and\n"
+                 "failures. Without an address, it shows the jobs that msrun processes of this\n"
+                 "user run on this machine (each records its job, user, command, coordinator\n"
+                 "and token in $XDG_RUNTIME_DIR/msrun, or /tmp/msrun-<uid>, mode 0700). With\n"
+                 "--master_addr or --master_port, it asks that coordinator;\n"
                  "the job's token then comes from --token_file (a file only you may read),\n"
                  "--token, MSRUN_TOKEN_FILE, MSRUN_TOKEN or a job of this machine at that\n"
                  "address. Names take '-' or '_' alike.\n"
@@ -100,6 +105,8 @@ typedef struct status_target {
     const char *token;
     msr_rpc_tls_t tls;
     double start_time; /* from this machine's record; 0: unknown */
+    /* from this machine's record; NULL or "": unknown */
+    const char *user, *command, *dashboard;
 } status_target_t;
 
 /* The node's state, from an older coordinator that does not say it. */
@@ -117,11 +124,26 @@ static int forming(const Msr__StatusResponse *r)
     return r->state == MSR__JOB_STATE__JOB_WAITING || r->state == MSR__JOB_STATE__JOB_RESTARTING;
 }
 
+static int has(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
 static void status_text(const status_target_t *t, const Msr__StatusResponse *r)
 {
     printf("job %s: %s, generation %d, %d nodes, %d workers, restarts %d of %d\n", r->job_id,
            msr_job_state_name(r->state), r->generation, r->node_count, r->world_size,
            r->restart_count, r->max_restarts);
+    if (has(t->user) || has(t->command))
+        printf("  user %s, command: %s\n", has(t->user) ? t->user : "?",
+               has(t->command) ? t->command : "?");
+    if (r->reporting_ranks > 0 && r->loss_ranks > 0)
+        printf("  step %lld, loss %.6g (mean of %d rank%s)\n", (long long)r->step, r->loss,
+               r->loss_ranks, r->loss_ranks == 1 ? "" : "s");
+    else if (r->reporting_ranks > 0)
+        printf("  step %lld\n", (long long)r->step);
+    if (has(t->dashboard))
+        printf("  dashboard %s\n", t->dashboard);
     printf("  coordinator %s", t->coordinator);
     if (r->max_nodes > 0)
         printf(", elastic: %d to %d nodes of %d workers", r->min_nodes, r->max_nodes,
@@ -161,6 +183,16 @@ static void json_str(msr_buf_t *b, const char *s)
     msr_buf_json_string(b, s, strlen(s));
 }
 
+/* ",\n  \"name\": s", null for an unknown s. */
+static void json_opt_str(msr_buf_t *b, const char *indent, const char *name, const char *s)
+{
+    msr_buf_printf(b, ",\n%s  \"%s\": ", indent, name);
+    if (has(s))
+        json_str(b, s);
+    else
+        msr_buf_printf(b, "null");
+}
+
 /* One failure as a JSON object. */
 static void failure_json(msr_buf_t *b, const Msr__Failure *f)
 {
@@ -184,6 +216,9 @@ static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__Statu
     json_str(b, t->coordinator);
     if (t->start_time > 0)
         msr_buf_printf(b, ",\n%s  \"start_time\": %.3f", indent, t->start_time);
+    json_opt_str(b, indent, "user", t->user);
+    json_opt_str(b, indent, "command", t->command);
+    json_opt_str(b, indent, "dashboard", t->dashboard);
     if (r == NULL) {
         msr_buf_printf(b, ",\n%s  \"state\": \"%s\",\n%s  \"error\": ", indent,
                        st == MSR_ERR_UNREACHABLE || st == MSR_ERR_TIMEOUT ? "unreachable" : "error",
@@ -199,6 +234,15 @@ static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__Statu
     msr_buf_printf(b, ",\n%s  \"world_size\": %d,\n%s  \"node_count\": %d", indent, r->world_size,
                    indent, r->node_count);
     msr_buf_printf(b, ",\n%s  \"local_worker_num\": %d", indent, r->local_worker_num);
+    msr_buf_printf(b, ",\n%s  \"reporting_ranks\": %d", indent, r->reporting_ranks);
+    if (r->reporting_ranks > 0)
+        msr_buf_printf(b, ",\n%s  \"step\": %lld", indent, (long long)r->step);
+    else
+        msr_buf_printf(b, ",\n%s  \"step\": null", indent);
+    if (r->loss_ranks > 0)
+        msr_buf_printf(b, ",\n%s  \"loss\": %.17g", indent, r->loss);
+    else
+        msr_buf_printf(b, ",\n%s  \"loss\": null", indent);
     if (r->max_nodes > 0)
         msr_buf_printf(b, ",\n%s  \"min_nodes\": %d,\n%s  \"max_nodes\": %d", indent, r->min_nodes,
                        indent, r->max_nodes);
@@ -262,8 +306,15 @@ static msr_status_t status_ask(const status_target_t *t, ProtobufCMessage **resp
         }
         st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, deadline, 0, resp_p);
         int refused = st == MSR_ERR_UNREACHABLE && strstr(msr_err_msg(), "refused");
-        if (refused)
+        if (refused) {
+            /* the first answer says why better than a deadline passed */
+            snprintf(err, errlen, "%s", msr_err_msg());
             st = msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, deadline, 1, resp_p);
+            if (st == MSR_ERR_TIMEOUT || st == MSR_ERR_UNREACHABLE) {
+                msr_rpc_channel_destroy(ch);
+                return MSR_ERR_UNREACHABLE;
+            }
+        }
         msr_rpc_channel_destroy(ch);
         if (st != MSR_ERR_UNREACHABLE || refused || msr_now_ns() >= deadline)
             break;
@@ -344,18 +395,23 @@ static int status_local(const status_args_t *a)
         const msr_run_record_t *r = &e[i].rec;
         if (a->job_id && strcmp(r->job_id, a->job_id) != 0)
             continue;
+        if (!a->all && r->has_uid && r->uid != (unsigned)getuid())
+            continue; /* another user's (--all shows it) */
         size_t k;
         for (k = 0; k < nt; k++)
             if (strcmp(t[k].coordinator, r->coordinator) == 0 &&
                 strcmp(t[k].job_id, r->job_id) == 0)
                 break;
-        if (k < nt)
+        if (k < nt) {
+            if (!has(t[k].dashboard)) /* recorded by the node that runs it */
+                t[k].dashboard = r->dashboard;
             continue;
-        t[nt++] = (status_target_t){r->job_id,
-                                    r->coordinator,
-                                    r->token,
-                                    {r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name},
-                                    r->start_time};
+        }
+        t[nt++] = (status_target_t){
+            r->job_id,     r->coordinator,
+            r->token,      {r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name},
+            r->start_time, r->user,
+            r->command,    r->dashboard};
     }
     int rc;
     if (nt == 0) {
@@ -384,20 +440,28 @@ static int status_remote(status_args_t *a)
     char target[300];
     const char *addr = a->master_addr ? a->master_addr : "127.0.0.1";
     msr_net_join(addr, a->master_port, target, sizeof target);
-    status_target_t t = {
-        a->job_id, target, NULL, {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name}, 0};
+    status_target_t t = {.job_id = a->job_id,
+                         .coordinator = target,
+                         .tls = {a->tls_cert, a->tls_key, a->tls_ca, a->tls_server_name}};
     if (t.tls.server_name == NULL)
         t.tls.server_name = a->master_addr; /* the name as given */
     msr_run_entry_t *e = NULL;
     size_t n = 0;
-    if (a->token == NULL && a->token_file == NULL && msr_run_records_list(&e, &n) == MSR_OK) {
+    /* a job of this machine at that address: its user, command and
+     * dashboard, and its token and TLS files when none are given */
+    int given = a->token != NULL || a->token_file != NULL;
+    if (msr_run_records_list(&e, &n) == MSR_OK) {
         for (size_t i = 0; i < n; i++) {
             const msr_run_record_t *r = &e[i].rec;
             if (strcmp(r->coordinator, target) != 0)
                 continue;
-            t.token = r->token;
             t.start_time = r->start_time;
-            if (!msr_rpc_tls_enabled(&t.tls))
+            t.user = r->user;
+            t.command = r->command;
+            t.dashboard = r->dashboard;
+            if (!given)
+                t.token = r->token;
+            if (!given && !msr_rpc_tls_enabled(&t.tls))
                 t.tls = (msr_rpc_tls_t){r->tls_cert, r->tls_key, r->tls_ca, r->tls_server_name};
             break;
         }

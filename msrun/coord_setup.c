@@ -212,9 +212,10 @@ static int port_taken(msr_coord_t *c, const char *target, const char *err, int g
     }
     if (st == MSR_ERR_PERMISSION) {
         fprintf(stderr,
-                "msrun: error: port %d on %s is in use by another msrun job (its token "
-                "differs)\n",
-                c->port, c->ip);
+                "msrun: error: the coordinator at %s refused this node's job token: check "
+                "--token_file, MSRUN_TOKEN_FILE, --token or MSRUN_TOKEN (every node of a job "
+                "must give the same); or port %d is in use by another msrun job\n",
+                target, c->port);
         return 2;
     }
     if (st != MSR_OK) {

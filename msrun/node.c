@@ -160,8 +160,13 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
     if (n->finished || n->joined)
         return;
     if (e == MSR_NODE_JOIN_REFUSED) {
-        snprintf(n->error, sizeof n->error, "the coordinator at %s refused this node: %s",
-                 n->cfg.coord_target, why);
+        /* a wrong token is the common cause: say where the token comes from */
+        int token = why != NULL && strstr(why, "wrong job token") != NULL;
+        snprintf(n->error, sizeof n->error, "the coordinator at %s refused this node: %s%s",
+                 n->cfg.coord_target, why,
+                 token ? ": check --token_file, MSRUN_TOKEN_FILE, --token or MSRUN_TOKEN (every "
+                         "node of a job must give the same)"
+                       : "");
         finish(n, 2, n->error);
         return;
     }
@@ -245,22 +250,31 @@ void msr_node_on_coord_moved(msr_node_t *n, uint64_t now)
         n->retry_at = now; /* the retry waiting for the old one goes to the new one now */
 }
 
-/* "waiting for nodes: 1 of 2 joined": quiet when forming is quick, then at
- * each change or every 10 s. */
+/* "waiting for nodes: 1 of 2 joined (awaiting: node 1 not yet joined);
+ * 590 s left of --cluster_time_out 600 s": quiet when forming is quick,
+ * then at each change, and otherwise every 10 s in the first minute, every
+ * 30 s to the fifth and every 60 s after (a long wait needs no line every
+ * 10 s). */
 static void print_progress(msr_node_t *n, uint64_t now, const msr_node_update_t *u)
 {
     if (n->forming_since == 0)
         n->forming_since = now;
     int changed = u->joined_nodes != n->last_joined;
-    if (now - n->forming_since < SLOW_FORM_MS * NS_PER_MS && u->joined_nodes < u->expected_nodes)
+    uint64_t waited_ms = (now - n->forming_since) / NS_PER_MS;
+    if (waited_ms < SLOW_FORM_MS && u->joined_nodes < u->expected_nodes)
         return;
-    if (!changed && now - n->last_progress < 10000 * NS_PER_MS)
+    uint64_t every_ms = waited_ms < 60000 ? 10000 : waited_ms < 300000 ? 30000 : 60000;
+    if (!changed && now - n->last_progress < every_ms * NS_PER_MS)
         return;
     n->last_joined = u->joined_nodes;
     n->last_progress = now;
     int some = u->missing && u->missing[0];
-    MSR_INFO("waiting for nodes: %d of %d joined%s%s%s", u->joined_nodes, u->expected_nodes,
-             some ? " (awaiting: " : "", some ? u->missing : "", some ? ")" : "");
+    char left[96] = "";
+    if (u->form_left_ms > 0 && u->form_timeout_ms > 0)
+        snprintf(left, sizeof left, "; %.0f s left of --cluster_time_out %.0f s",
+                 (double)u->form_left_ms / 1000.0, (double)u->form_timeout_ms / 1000.0);
+    MSR_INFO("waiting for nodes: %d of %d joined%s%s%s%s", u->joined_nodes, u->expected_nodes,
+             some ? " (awaiting: " : "", some ? u->missing : "", some ? ")" : "", left);
 }
 
 static void take_update(msr_node_t *n, const msr_node_update_t *u)
@@ -593,8 +607,11 @@ void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
         return;
     }
     n->interrupted = sig;
-    snprintf(n->message, sizeof n->message, "msrun on node %d was interrupted by %s", n->node_rank,
-             name);
+    /* "node ?" before the coordinator gave this node its rank */
+    char rank[16] = "?";
+    if (n->node_rank >= 0)
+        snprintf(rank, sizeof rank, "%d", n->node_rank);
+    snprintf(n->message, sizeof n->message, "msrun on node %s was interrupted by %s", rank, name);
     if (n->nrunning > 0) {
         MSR_WARN("interrupted by %s: stopping the workers (SIGKILL after %.1f s)", name,
                  (double)n->cfg.grace_ms / 1000.0);

@@ -84,8 +84,9 @@ typedef struct msr_node_update {
     int node_rank, node_count, world_size, rank_offset;
     const char *master_addr;
     int master_port;
-    int joined_nodes, expected_nodes; /* while forming */
-    const char *missing;              /* who is awaited, "2, 3"; or NULL */
+    int joined_nodes, expected_nodes;       /* while forming */
+    const char *missing;                    /* who is awaited, "2, 3"; or NULL */
+    uint32_t form_left_ms, form_timeout_ms; /* while forming; 0: unknown */
 } msr_node_update_t;
 
 /* What the join's answer was, when it was not a success. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,10 +95,57 @@ static int has_newline(const char *s)
     return s != NULL && strpbrk(s, "\r\n") != NULL;
 }
 
+/* Appends c to buf (k bytes used of len, one kept for the NUL): 0, or -1
+ * when it does not fit. */
+static int put_char(char *buf, size_t len, size_t *k, unsigned char c)
+{
+    if (*k + 1 >= len)
+        return -1;
+    buf[(*k)++] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
+    return 0;
+}
+
+void msr_run_command_format(char *const *argv, char *buf, size_t len)
+{
+    size_t k = 0;
+    int cut = 0;
+    for (size_t i = 0; argv != NULL && argv[i] != NULL && !cut; i++) {
+        /* a word with a space (or none at all) is quoted, as a shell would
+         * need it: "a 'b c'" is two arguments */
+        int quote = argv[i][0] == '\0' || strpbrk(argv[i], " \t") != NULL;
+        if (i > 0)
+            cut = put_char(buf, len, &k, ' ');
+        if (quote && !cut)
+            cut = put_char(buf, len, &k, '\'');
+        for (const unsigned char *c = (const unsigned char *)argv[i]; *c && !cut; c++)
+            cut = put_char(buf, len, &k, *c);
+        if (quote && !cut)
+            cut = put_char(buf, len, &k, '\'');
+    }
+    if (cut) { /* the end says that it was cut */
+        k = len - 4;
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+}
+
+/* This user's name, or its uid in digits when it has none. */
+static void user_name(unsigned uid, char *buf, size_t len)
+{
+    struct passwd pw, *res = NULL;
+    char tmp[1024];
+    if (getpwuid_r((uid_t)uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL &&
+        !has_newline(res->pw_name))
+        snprintf(buf, len, "%s", res->pw_name);
+    else
+        snprintf(buf, len, "%u", uid);
+}
+
 msr_status_t msr_run_record_write(const msr_run_record_t *r, char *path, size_t len)
 {
-    const char *fields[] = {r->job_id,  r->coordinator, r->token,          r->tls_cert,
-                            r->tls_key, r->tls_ca,      r->tls_server_name};
+    const char *fields[] = {r->job_id, r->coordinator,     r->token,   r->tls_cert, r->tls_key,
+                            r->tls_ca, r->tls_server_name, r->command, r->dashboard};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(fields); i++)
         if (has_newline(fields[i]))
             return msr_err(MSR_ERR_INVALID_ARG, "cannot record the job: a value holds a newline");
@@ -116,6 +164,11 @@ msr_status_t msr_run_record_write(const msr_run_record_t *r, char *path, size_t 
                              r->job_id ? r->job_id : "", r->coordinator ? r->coordinator : "",
                              r->token ? r->token : "", r->pid, proc_start_ticks(r->pid),
                              r->node_rank, r->start_time, r->dashboard_port) != MSR_OK;
+    char user[256];
+    unsigned uid = (unsigned)getuid();
+    user_name(uid, user, sizeof user);
+    bad |= msr_buf_printf(&b, "uid=%u\nuser=%s\ncommand=%s\ndashboard=%s\n", uid, user,
+                          r->command ? r->command : "", r->dashboard ? r->dashboard : "") != MSR_OK;
     const char *tls_names[] = {"tls_cert", "tls_key", "tls_ca", "tls_server_name"};
     for (size_t i = 0; i < MSR_ARRAY_SIZE(tls_names); i++) {
         const char *v = fields[3 + i];
@@ -215,6 +268,15 @@ static int record_read(int dirfd, const char *name, msr_run_entry_t *e,
             e->rec.node_rank = (int)x;
         else if (strcmp(line, "dashboard_port") == 0 && msr_parse_i64(v, 0, 65535, &x) == MSR_OK)
             e->rec.dashboard_port = (int)x;
+        else if (strcmp(line, "uid") == 0 && msr_parse_i64(v, 0, UINT32_MAX, &x) == MSR_OK) {
+            e->rec.uid = (unsigned)x;
+            e->rec.has_uid = 1;
+        } else if (strcmp(line, "user") == 0)
+            e->rec.user = v;
+        else if (strcmp(line, "command") == 0)
+            e->rec.command = v;
+        else if (strcmp(line, "dashboard") == 0)
+            e->rec.dashboard = v;
         else if (strcmp(line, "start_time") == 0)
             e->rec.start_time = strtod(v, NULL);
         else if (strcmp(line, "proc_start") == 0)

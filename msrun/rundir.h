@@ -25,7 +25,26 @@ typedef struct msr_run_record {
     int node_rank;      /* as asked for: -1 when the coordinator assigns it */
     int dashboard_port; /* its --dashboard_port (for `msrun dashboard`); 0: none */
     double start_time;  /* seconds since the epoch */
+    /* for `msrun status`: the program and its arguments, shortened
+     * (msr_run_command_format); the dashboard's address ("http://H:P/", no
+     * login code) where this msrun runs it; NULL or "" when none */
+    const char *command, *dashboard;
+    /* written from getuid() and its name, whatever they hold; read back as
+     * recorded (has_uid 0: a record without one, from an older msrun) */
+    unsigned uid;
+    int has_uid;
+    const char *user;
 } msr_run_record_t;
+
+/* The most bytes of a command a record keeps (its NUL included): longer
+ * ones are cut, ending in "...". */
+#define MSR_RUN_COMMAND_LEN 160
+
+/* Writes argv (NULL-terminated) joined by spaces to buf (len bytes, at
+ * least 4), a word holding a space or tab (or empty) in single quotes,
+ * newlines and other control characters as '?', cut to fit with "..." at
+ * its end. */
+void msr_run_command_format(char *const *argv, char *buf, size_t len);
 
 /* A record read back: rec's strings point into text, which it owns. */
 typedef struct msr_run_entry {

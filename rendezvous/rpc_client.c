@@ -2,8 +2,10 @@
 #include "rendezvous/rpc.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,7 @@ struct msr_rpc_channel {
     pthread_mutex_t lock;
     grpc_completion_queue *idle_cqs[8]; /* pluck queues kept for reuse */
     int nidle;
+    atomic_int answered; /* a call of this channel reached its server */
 };
 
 /* "127.0.0.1:5000" is given to gRPC as "ipv4:127.0.0.1:5000" so that no DNS
@@ -351,6 +354,63 @@ static msr_status_t client_start(msr_rpc_channel_t *ch, grpc_completion_queue *c
     return MSR_OK;
 }
 
+/* Whether s holds any of the words (lowercase; s's case does not count). */
+static int mentions(const char *s, const char *const *words, size_t n)
+{
+    char low[384];
+    size_t k = 0;
+    for (; s[k] != '\0' && k < sizeof low - 1; k++)
+        low[k] = (char)tolower((unsigned char)s[k]);
+    low[k] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (strstr(low, words[i]) != NULL)
+            return 1;
+    return 0;
+}
+
+/* Why a call found the coordinator UNAVAILABLE, in words that tell the
+ * causes apart: nothing listens (connection refused: it is not running),
+ * it closed the connection or said it is shutting down (it stopped or
+ * restarted), the TLS handshake
+ * failed, or the name does not resolve; gRPC's own words in parentheses. */
+static int unavailable_text(const char *target, const char *details, int answered, char *err,
+                            size_t errlen)
+{
+    static const char *const refused[] = {"refused"};
+    static const char *const closed[] = {"socket closed", "connection reset", "broken pipe",
+                                         "end of file", "goaway"};
+    static const char *const tls[] = {"handshake", "ssl", "tls", "certificate"};
+    static const char *const stopping[] = {"shutting down"}; /* its own words */
+    if (details[0] == '\0')
+        return snprintf(err, errlen, "coordinator at %s unreachable (connection failed)", target);
+    if (mentions(details, refused, sizeof refused / sizeof *refused))
+        return snprintf(err, errlen, "the coordinator at %s is not running (connection refused)",
+                        target);
+    if (mentions(details, tls, sizeof tls / sizeof *tls))
+        return snprintf(
+            err, errlen,
+            "coordinator at %s: the TLS handshake failed (%.160s): check both sides' --tls_* "
+            "options",
+            target, details);
+    if (mentions(details, stopping, sizeof stopping / sizeof *stopping))
+        return snprintf(err, errlen,
+                        "the coordinator at %s is shutting down (%.160s): it stopped or restarted",
+                        target, details);
+    if (mentions(details, closed, sizeof closed / sizeof *closed) && answered)
+        return snprintf(
+            err, errlen,
+            "the coordinator at %s closed the connection (%.160s): it stopped or restarted", target,
+            details);
+    if (mentions(details, closed, sizeof closed / sizeof *closed))
+        /* a TLS server closes a plaintext client's connection at once */
+        return snprintf(
+            err, errlen,
+            "coordinator at %s closed the connection at once (%.160s): the TLS handshake "
+            "failed, or something else listens there: check both sides' --tls_* options",
+            target, details);
+    return snprintf(err, errlen, "coordinator at %s unreachable (%.160s)", target, details);
+}
+
 /* Turns a finished call into a status and a parsed response; frees cc. */
 static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method, client_call_t *cc,
                                   int ok, ProtobufCMessage **resp_p, grpc_byte_buffer **raw_p,
@@ -359,6 +419,8 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
     msr_status_t st;
     if (code_p)
         *code_p = ok ? (int)cc->code : (int)GRPC_STATUS_INTERNAL;
+    if (ok && cc->code != GRPC_STATUS_UNAVAILABLE && cc->code != GRPC_STATUS_DEADLINE_EXCEEDED)
+        atomic_store(&ch->answered, 1);
     if (!ok) {
         st = MSR_ERR_INTERNAL;
         if (err)
@@ -369,13 +431,8 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
         char details[384];
         msr_rpc_slice_to_cstr(cc->details, details, sizeof details);
         if (err) {
-            if (cc->code == GRPC_STATUS_UNAVAILABLE && details[0] &&
-                strstr(details, "refused") == NULL && strstr(details, "resolve") == NULL)
-                /* something listens there but would not talk */
-                snprintf(err, errlen,
-                         "coordinator at %s unreachable (%s): a TLS handshake failed, or "
-                         "something else listens there: check both sides' --tls_* options",
-                         ch->target, details);
+            if (cc->code == GRPC_STATUS_UNAVAILABLE)
+                unavailable_text(ch->target, details, atomic_load(&ch->answered), err, errlen);
             else if (cc->code == GRPC_STATUS_UNAVAILABLE)
                 snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
                          details[0] ? details : "connection failed");

@@ -171,7 +171,8 @@ int train_gpt_given(const options_t *o, const char *name)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
-                 "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step.\n\n");
+                 "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step; the\n"
+                 "loss is the mean cross-entropy of the next byte, in nats per byte.\n\n");
     msr_opts_usage(&opt_set, out);
 }
 
@@ -318,6 +319,14 @@ static msr_status_t job_join(job_t *job)
 
 /* Trains on the CPU (parallel/train.h): data parallel over the job, or
  * the mesh of model parallel. Returns the exit status. */
+/* The whole model's parameters, whatever the layout: a rank of tp or pp
+ * holds only its part (tr->model->num_params). The experts of a MoE model
+ * are counted too. */
+static size_t model_params(const msr_train_config_t *cfg)
+{
+    return msr_gpt_num_params(&cfg->model) + msr_moe_num_params(&cfg->model);
+}
+
 static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                    const job_t *job, FILE *loss_log)
 {
@@ -348,9 +357,10 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
     if (job->rank == 0)
         fprintf(stderr,
-                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
-                "micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s\n",
-                tr->model->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
+                "batch %llu = micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s; "
+                "loss in nats per byte\n",
+                model_params(cfg), cfg->model.layers, cfg->model.channels, cfg->model.heads,
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
     if (job->rank == 0 && tr->model->moe != NULL)
@@ -362,12 +372,14 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
                 cfg->ep > 1 ? cfg->ep : 1);
     if (job->rank == 0 && use_mp)
-        fprintf(stderr,
-                "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
-                "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu parameters\n",
-                cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
-                msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
-                msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+        fprintf(
+            stderr,
+            "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
+            "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu of the model's "
+            "parameters\n",
+            cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+            msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
+            msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
     if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
         char split[8 * MSR_GPT_MAX_STAGES];
         msr_layout_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
@@ -546,9 +558,10 @@ static int run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr
     uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
     if (job->rank == 0)
         fprintf(stderr,
-                "train_gpt: %zu parameters (layers %d channels %d heads %d seq %d); batch %llu = "
-                "micro %d x accum %d x dp %d; on GPU %d%s%s; data: %s\n",
-                tr->layout->num_params, cfg->model.layers, cfg->model.channels, cfg->model.heads,
+                "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
+                "batch %llu = micro %d x accum %d x dp %d; on GPU %d%s%s; data: %s; loss in "
+                "nats per byte\n",
+                model_params(cfg), cfg->model.layers, cfg->model.channels, cfg->model.heads,
                 cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum,
                 cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
                 tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "", data->origin);
@@ -723,7 +736,7 @@ int main(int argc, char **argv)
                           ? msr_dataset_load(o.data, &data)
                           : msr_dataset_generate((uint64_t)o.seed, (size_t)o.corpus_bytes, &data);
     if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: no data: %s: %s\n", msr_status_str(st), msr_err_msg_or(st));
+        fprintf(stderr, "train_gpt: no data: %s\n", msr_err_msg_or(st));
         goto out;
     }
     msr_train_config_t cfg;

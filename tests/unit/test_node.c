@@ -3,8 +3,10 @@
  * coordinator, a hung worker) and checks the actions that come out, in
  * order. No process, no socket: the machine decides, nothing is done. */
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "launcher/node.h"
 #include "tests/runner.h"
 
@@ -237,6 +239,71 @@ static void test_sighup_stops_with_sigterm(void)
     msr_node_cleanup(&n);
 }
 
+/* The forming lines, caught from the log */
+static char lines[4096];
+static int nlines;
+
+static void catch_line(void *arg, const char *line, size_t len)
+{
+    (void)arg;
+    if (strstr(line, "waiting for nodes") == NULL)
+        return;
+    nlines++;
+    snprintf(lines, sizeof lines, "%.*s", (int)len, line);
+}
+
+/* A forming update at T0 + ms; whether it printed a line. */
+static int forming_at(uint64_t ms)
+{
+    msr_node_update_t u = {
+        .generation = 0,
+        .state = MSR_JOB_WAITING,
+        .max_restarts = 3,
+        .message = "",
+        .joined_nodes = 1,
+        .expected_nodes = 2,
+        .missing = "node 1 not yet joined",
+        .form_left_ms = 5400,
+        .form_timeout_ms = 600000,
+    };
+    int before = nlines;
+    msr_node_on_update(&n, T0 + ms * MS, &u);
+    while (msr_node_next_action(&n, &act))
+        ;
+    return nlines - before;
+}
+
+/* A forming job's line: after 1 s, then every 10 s in the first minute,
+ * every 30 s to the fifth, every 60 s after (each at exactly its bound,
+ * not 1 ms before), with who is missing and the time left. */
+static void test_forming_lines(void)
+{
+    setup(1, 0);
+    msr_node_on_start(&n, T0);
+    expect(MSR_NODE_ACT_JOIN);
+    msr_node_on_joined(&n, T0, 0, 3);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    msr_log_set_level(MSR_LOG_INFO);
+    msr_log_set_sink(catch_line, NULL);
+    MSR_CHECK_EQ(forming_at(0), 0);
+    MSR_CHECK_EQ(forming_at(999), 0);
+    MSR_CHECK_EQ(forming_at(1000), 1);
+    MSR_CHECK(strstr(lines, "waiting for nodes: 1 of 2 joined (awaiting: node 1 not yet "
+                            "joined); 5 s left of --cluster_time_out 600 s\n") != NULL);
+    MSR_CHECK_EQ(forming_at(10999), 0);
+    MSR_CHECK_EQ(forming_at(11000), 1);
+    MSR_CHECK_EQ(forming_at(59000), 1); /* waited 59 s: every 10 s */
+    MSR_CHECK_EQ(forming_at(69000), 0); /* waited 69 s: every 30 s */
+    MSR_CHECK_EQ(forming_at(88999), 0);
+    MSR_CHECK_EQ(forming_at(89000), 1);
+    MSR_CHECK_EQ(forming_at(300000), 1); /* waited 300 s: every 60 s */
+    MSR_CHECK_EQ(forming_at(330000), 0);
+    MSR_CHECK_EQ(forming_at(359999), 0);
+    MSR_CHECK_EQ(forming_at(360000), 1);
+    msr_log_set_sink(NULL, NULL);
+    msr_node_cleanup(&n);
+}
+
 static void test_signal_before_join(void)
 {
     setup(1, 0);
@@ -421,6 +488,7 @@ static const msr_test_t tests[] = {
     {"sigint_twice", test_sigint_twice, 10},
     {"sighup_stops_with_sigterm", test_sighup_stops_with_sigterm, 10},
     {"signal_before_join", test_signal_before_join, 10},
+    {"forming_lines", test_forming_lines, 10},
     {"join_retries_then_gives_up", test_join_retries_then_gives_up, 10},
     {"join_refused", test_join_refused, 10},
     {"coordinator_lost", test_coordinator_lost, 10},
