@@ -370,6 +370,24 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
+/* ---- choosing within the noise ---- */
+
+/* Whether layout a is simpler than b: -1 simpler, 1 less simple, 0 as
+ * simple. The keys, in order, each deciding only when those before tie:
+ * fewer parallel dimensions (dp, tp, pp, cp, ep above 1), a lower ZeRO
+ * stage, less recompute (none, selective, full), no sequence parallel,
+ * fewer virtual stages per rank, the even split of layers. */
+int msr_plan_simpler(const msr_plan_layout_t *a, const msr_plan_layout_t *b);
+
+/* Which of plans[0..n) (best first, as msr_plan_search returns them) to
+ * train with: among the plans whose predicted step is within noise (a
+ * fraction, e.g. 0.03: the calibration's measured spread; 0 or less: only
+ * the fastest and its exact ties) of plans[0]'s, the simplest by
+ * msr_plan_simpler, the faster of equally simple ones. Returns its index,
+ * -1 when n <= 0; *within_p (may be NULL): how many plans were within the
+ * noise, plans[0] included. Pure: any thread. */
+int64_t msr_plan_choose(const msr_plan_t *plans, int64_t n, double noise, int64_t *within_p);
+
 /* The split of the model's layers into the layout's pp * chunks virtual
  * stages that balances their time, by dynamic programming; into split.
  * The time model runs a rank's virtual stages one after another, so the
