@@ -200,6 +200,20 @@ uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);
 
+/* ---- published shapes ---- */
+
+/* The model named (plan_gpt --model: "gpt2-124m", "gpt2-350m",
+ * "gpt2-1.5b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
+ * "llama3-70b": their published layers, channels, heads, key/value heads,
+ * MLP width, vocabulary and context length; a dense model, MoE fields at
+ * plan_gpt's defaults) into *m, and its published parameter count into
+ * *params_p (may be NULL). Returns 0, or -1 for an unknown name (*m and
+ * *params_p untouched). */
+int msr_plan_preset(const char *name, msr_plan_model_t *m, uint64_t *params_p);
+
+/* The i-th preset's name, in msr_plan_preset's order; NULL past the last. */
+const char *msr_plan_preset_name(size_t i);
+
 /* ---- the cluster ---- */
 
 /* What the time model knows of the machines: per rank, as a small
