@@ -23,6 +23,13 @@
 #define CALIB_MIN_COMM_BYTES ((size_t)256 << 10)
 #define CALIB_MAX_COMM_BYTES ((size_t)16 << 20)
 
+/* How much repeated timings of the same calls disagree: over every
+ * calib_rounds call that counts, the spread of its rounds (their median
+ * less the fastest, seconds per call) and their median, summed. */
+typedef struct calib_noise {
+    double spread_s, time_s;
+} calib_noise_t;
+
 /* The buffers the kernels run on. */
 typedef struct calib_bufs {
     int N, C, V, NH, T, B;
@@ -40,6 +47,7 @@ typedef struct calib_bufs {
     int *ring_pos; /* keys' positions, then the queries' */
     float *ring_stat, *ring_dkv;
     float *ring_mx, *ring_sum, *ring_lse, *ring_delta; /* in ring_stat */
+    calib_noise_t *noise; /* where calib_time adds its spread (NULL: nowhere) */
 } calib_bufs_t;
 
 /* One kernel call to time: which, and its matmul sizes. */
@@ -74,6 +82,7 @@ typedef struct calib_compute {
     double rows_half;      /* the matmuls' rate on N rows is N / (N + this) of their
                             * rate on many (0: no slower on fewer) */
     double ring_half;      /* the same for the ring's chunks of S positions */
+    double noise;          /* the kernels' timings' spread over their time (calib_noise_t) */
 } calib_compute_t;
 
 /* What calib_cold found: the extra seconds per frame byte of a
@@ -87,12 +96,12 @@ typedef struct calib_cold {
 } calib_cold_t;
 
 /* What each rank measured, in calib_agree's order. */
-#define CALIB_KEYS 12
+#define CALIB_KEYS 13
 
 /* ---- train_gpt_calib_kernels.c ---- */
 
 void calib_run(const calib_bufs_t *b, const calib_call_t *k);
-double calib_rounds(void (*run)(const void *), const void *arg);
+double calib_rounds(void (*run)(const void *), const void *arg, calib_noise_t *noise);
 double calib_time(const calib_bufs_t *b, const calib_call_t *k);
 void calib_fill(float *p, size_t n, size_t seed);
 void calib_bufs_free(calib_bufs_t *b);
@@ -114,5 +123,27 @@ int calib_cores(msr_comm_t *comm);
 
 int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t bytes,
                msr_plan_cluster_t *c, unsigned *measured);
+
+/* ---- train_gpt_calib_cache.c: the calibration cache ---- */
+
+typedef struct calib_cache {
+    char dir[4096];  /* $XDG_CACHE_HOME/msrun, else $HOME/.cache/msrun */
+    char path[4160]; /* dir/calibration-<the key's hash> */
+    char key[1024];  /* the file's first line: version, CPU, cores, ranks, shape */
+} calib_cache_t;
+
+/* The cache file for a job of ranks ranks (ranks_per_node a node) and o's
+ * model shape on this machine. Returns 0, or -1 where there is no cache
+ * directory (neither XDG_CACHE_HOME nor HOME an absolute path). */
+int calib_cache_init(calib_cache_t *cc, const options_t *o, int ranks, int ranks_per_node);
+
+/* The cached cluster and noise into *c and *noise_p. Returns 0; 1 when
+ * there is no file; -1 when the file is foreign or corrupt (a warning
+ * printed, *c and *noise_p untouched). */
+int calib_cache_load(const calib_cache_t *cc, msr_plan_cluster_t *c, double *noise_p);
+
+/* Keeps k in the cache (the directory made, mode 0700; the file written
+ * atomically, mode 0600). Returns 0, or -1 with a warning printed. */
+int calib_cache_store(const calib_cache_t *cc, const options_t *o, const calib_t *k);
 
 #endif

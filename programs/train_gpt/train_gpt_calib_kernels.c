@@ -73,8 +73,10 @@ void calib_run(const calib_bufs_t *b, const calib_call_t *k)
 /* Seconds per call of run(arg) on this rank: after one call to warm the
  * caches, rounds of doubling length until one lasts CALIB_ROUND_NS, then
  * two more of that length; the median of the three, so that one round
- * another process disturbed does not decide. */
-double calib_rounds(void (*run)(const void *), const void *arg)
+ * another process disturbed does not decide. The three's spread (the
+ * median less the fastest) and the median are added to *noise (NULL:
+ * not). */
+double calib_rounds(void (*run)(const void *), const void *arg, calib_noise_t *noise)
 {
     run(arg);
     double t[3];
@@ -91,7 +93,14 @@ double calib_rounds(void (*run)(const void *), const void *arg)
         t[n++] = (double)dt * 1e-9 / (double)reps;
     }
     double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    double med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    if (noise != NULL) {
+        /* the median less the fastest: one round another process
+         * disturbed moves neither */
+        noise->spread_s += med - (t[2] < lo ? t[2] : lo);
+        noise->time_s += med;
+    }
+    return med;
 }
 
 typedef struct calib_one {
@@ -109,7 +118,7 @@ static void calib_run_one(const void *arg)
 double calib_time(const calib_bufs_t *b, const calib_call_t *k)
 {
     calib_one_t x = {b, k};
-    return calib_rounds(calib_run_one, &x);
+    return calib_rounds(calib_run_one, &x, b->noise);
 }
 
 /* Small, varied values, never denormal; seed varies them between buffers. */
@@ -265,6 +274,9 @@ int calib_compute(const options_t *o, calib_compute_t *r)
         fprintf(stderr, "train_gpt: --calibrate: out of memory for the kernels' buffers\n");
         return -1;
     }
+    /* the noise of the compute rates, which decide a step's prediction */
+    calib_noise_t noise = {0, 0};
+    b.noise = &noise;
     double N = b.N, C = b.C, L = (double)o->layers;
     double flops, secs;
     r->matmul_flops_s = calib_mm_rate(&b, b.N, L, &flops, &secs);
@@ -319,6 +331,7 @@ int calib_compute(const options_t *o, calib_compute_t *r)
     r->act_bytes_s = act_bytes / act_secs;
     calib_call_t tiny = {K_MM_FWD, 1, 1, 1};
     r->kernel_s = calib_time(&b, &tiny);
+    r->noise = noise.time_s > 0 ? noise.spread_s / noise.time_s : 0;
     calib_bufs_free(&b);
     return 0;
 }

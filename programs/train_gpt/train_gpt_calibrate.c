@@ -116,8 +116,9 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
                                (double)rpn,
                                ok ? cc.rows_half : 0,
                                ok ? cc.ring_half : 0,
+                               ok ? cc.noise : 0,
                                ok};
-    double mins[7], maxs[4];
+    double mins[7], maxs[5];
     if (calib_agree(comm, mine, mins, maxs) != 0)
         return -1;
     if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0 && mins[6] > 0))
@@ -146,6 +147,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.mm_rows_half = maxs[2];
     k.c.ring_chunk = o->seq / 4 > 0 ? o->seq / 4 : 1; /* calib_bufs_init's S */
     k.c.ring_chunk_half = maxs[3];
+    k.noise = maxs[4]; /* the noisiest rank's */
     k.measured = 1u << CALIB_COMPUTE | 1u << CALIB_RANKS | (lend >= 0 ? 1u << CALIB_LEND : 0);
     calib_put_cold(&cold, &k);
     if (mins[4] > 0) {
@@ -212,6 +214,15 @@ static void calib_merge(const calib_t *runs, int n, calib_t *out)
     } while (0)
     MERGE(blend_tflops);
     MERGE(lend_speedup);
+    MERGE(noise);
+    /* the runs disagreeing is noise too: the spread of their rates */
+    double lo = runs[0].blend_tflops, hi = lo;
+    for (int r = 1; r < n; r++) {
+        lo = runs[r].blend_tflops < lo ? runs[r].blend_tflops : lo;
+        hi = runs[r].blend_tflops > hi ? runs[r].blend_tflops : hi;
+    }
+    if (out->blend_tflops > 0 && (hi - lo) / out->blend_tflops > out->noise)
+        out->noise = (hi - lo) / out->blend_tflops;
     int same = 1;
     out->seconds = 0;
     for (int r = 0; r < n; r++) {
@@ -286,9 +297,11 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
                      "# train_gpt --calibrate: %d rank%s, %d per node, %.1f s; kernels at layers "
                      "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
                      " rows; allreduce of %zu bytes%s\n"
-                     "# a pass's matmuls and attention together: %.4g TFLOP/s\n",
+                     "# a pass's matmuls and attention together: %.4g TFLOP/s; repeated "
+                     "timings' noise %.2g%%\n",
                      k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, o->layers,
-                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs, k->blend_tflops);
+                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs, k->blend_tflops,
+                     100 * k->noise);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;
@@ -344,6 +357,8 @@ void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len)
                      "kernel call %.3g us",
                      k->ranks, k->ranks == 1 ? "" : "s", k->seconds, k->c.peak_tflops, k->c.mem_gbs,
                      k->c.kernel_us);
+    if (n >= 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ", timings' noise %.2g%%", 100 * k->noise);
     if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_LATENCY)))
         n += snprintf(buf + n, len - (size_t)n, ", latency %.3g us", k->c.latency_us);
     if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_INTRA)))
