@@ -15,6 +15,12 @@
  * hiccup, short enough that the whole calibration takes seconds. */
 #define CALIB_ROUND_NS       (20 * 1000 * 1000ull)
 #define CALIB_COMM_ROUND_NS  (60 * 1000 * 1000ull)
+/* A job of fewer steps than this that measures for --plan or --auto (not
+ * --calibrate FILE) times rounds a quarter as long: its calibration takes
+ * about a quarter of the time, its timings' noise (measured, and heeded by
+ * --auto's choice) grows instead. */
+#define CALIB_SHORT_STEPS    100
+#define CALIB_SHORT_DIVISOR  4
 /* The activation buffers are sized for one micro-batch but at most this
  * many rows: the rate no longer depends on the rows long before. */
 #define CALIB_MAX_ROWS       4096
@@ -48,6 +54,7 @@ typedef struct calib_bufs {
     float *ring_stat, *ring_dkv;
     float *ring_mx, *ring_sum, *ring_lse, *ring_delta; /* in ring_stat */
     calib_noise_t *noise; /* where calib_time adds its spread (NULL: nowhere) */
+    uint64_t round_ns;    /* calib_rounds' round (calib_round_ns) */
 } calib_bufs_t;
 
 /* One kernel call to time: which, and its matmul sizes. */
@@ -101,7 +108,11 @@ typedef struct calib_cold {
 /* ---- train_gpt_calib_kernels.c ---- */
 
 void calib_run(const calib_bufs_t *b, const calib_call_t *k);
-double calib_rounds(void (*run)(const void *), const void *arg, calib_noise_t *noise);
+double calib_rounds(void (*run)(const void *), const void *arg, uint64_t round_ns,
+                    calib_noise_t *noise);
+/* The length of a timed round for o's job: base, or a CALIB_SHORT_DIVISOR-th
+ * of it for a short job (CALIB_SHORT_STEPS). */
+uint64_t calib_round_ns(const options_t *o, uint64_t base);
 double calib_time(const calib_bufs_t *b, const calib_call_t *k);
 void calib_fill(float *p, size_t n, size_t seed);
 void calib_bufs_free(calib_bufs_t *b);

@@ -55,11 +55,11 @@ static msr_status_t calib_allreduce_op(void *arg)
 
 /* Seconds per op on the slowest rank: every rank of world runs op in
  * rounds of doubling length (op may involve a sub-group or a pair; the
- * rest pass) until the slowest spent CALIB_COMM_ROUND_NS in one, agreed by
+ * rest pass) until the slowest spent round_ns in one, agreed by
  * an allreduce so all stop together. Returns 0, or -1 with the failure
  * printed. */
-static int calib_time_comm(msr_comm_t *world, msr_status_t (*op)(void *), void *arg,
-                           const char *what, double *secs_p)
+static int calib_time_comm(msr_comm_t *world, uint64_t round_ns, msr_status_t (*op)(void *),
+                           void *arg, const char *what, double *secs_p)
 {
     msr_status_t st;
     if ((st = op(arg)) != MSR_OK) /* warm up: connections, buffers */
@@ -75,7 +75,7 @@ static int calib_time_comm(msr_comm_t *world, msr_status_t (*op)(void *), void *
         if ((st = msr_comm_allreduce(world, MSR_IN_PLACE, &dt, 1, MSR_DTYPE_F64, MSR_OP_MAX)) !=
             MSR_OK)
             goto fail;
-        if (dt * 1e9 >= (double)CALIB_COMM_ROUND_NS || reps >= ((uint64_t)1 << 30)) {
+        if (dt * 1e9 >= (double)round_ns || reps >= ((uint64_t)1 << 30)) {
             *secs_p = dt / (double)reps;
             return 0;
         }
@@ -167,6 +167,7 @@ static msr_status_t calib_ring_op(void *arg)
 static int calib_ring_step(const options_t *o, msr_comm_t *world, msr_comm_t *local, int maxn,
                            const msr_plan_cluster_t *c, double *secs_p)
 {
+    const uint64_t comm_round = calib_round_ns(o, CALIB_COMM_ROUND_NS);
     *secs_p = -1;
     int fail = 0, rc = -1;
     msr_status_t st;
@@ -196,8 +197,10 @@ static int calib_ring_step(const options_t *o, msr_comm_t *world, msr_comm_t *lo
     calib_ring_t alone = {&b, NULL, blk, blk + count, count};
     calib_ring_t ring = {&b, msr_comm_size(local) > 1 ? local : NULL, blk, blk + count, count};
     double t_alone, t_ring;
-    if (calib_time_comm(world, calib_ring_op, &alone, "the ring's attention", &t_alone) == 0 &&
-        calib_time_comm(world, calib_ring_op, &ring, "the ring's hand-offs", &t_ring) == 0) {
+    if (calib_time_comm(world, comm_round, calib_ring_op, &alone, "the ring's attention",
+                        &t_alone) == 0 &&
+        calib_time_comm(world, comm_round, calib_ring_op, &ring, "the ring's hand-offs", &t_ring) ==
+            0) {
         double xfer = c->latency_us * 1e-6 + (double)count * sizeof(float) / (c->intra_gbs * 1e9);
         double hand = (t_ring - t_alone) / CALIB_RING_STEPS - xfer;
         *secs_p = hand > 0 ? hand : 0;
@@ -214,6 +217,7 @@ static int calib_ring_step(const options_t *o, msr_comm_t *world, msr_comm_t *lo
 int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t bytes,
                msr_plan_cluster_t *c, unsigned *measured)
 {
+    const uint64_t comm_round = calib_round_ns(o, CALIB_COMM_ROUND_NS);
     int n = msr_comm_size(world), me = msr_comm_rank(world), rc = -1;
     int *node = msr_calloc((size_t)n, sizeof *node);
     uint64_t count = bytes / sizeof(float);
@@ -244,7 +248,7 @@ int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t b
             continue;
         calib_pingpong_t pp = {world, 0, peer, buf, 1};
         double s;
-        if (calib_time_comm(world, calib_pingpong_op, &pp, "a round trip", &s) != 0)
+        if (calib_time_comm(world, comm_round, calib_pingpong_op, &pp, "a round trip", &s) != 0)
             goto out;
         if (s / 2 > lat) /* the slower kind of link decides */
             lat = s / 2;
@@ -257,7 +261,8 @@ int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t b
     if (msr_comm_size(local) > 1) {
         calib_allreduce_t ar = {local, buf, 1};
         double s;
-        if (calib_time_comm(world, calib_allreduce_op, &ar, "a small allreduce", &s) != 0)
+        if (calib_time_comm(world, comm_round, calib_allreduce_op, &ar, "a small allreduce", &s) !=
+            0)
             goto out;
         if (s / 2 > lat)
             lat = s / 2;
@@ -283,7 +288,7 @@ int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t b
             continue;
         calib_allreduce_t ar = {gn > 1 ? g : NULL, buf, count};
         double s;
-        if (calib_time_comm(world, calib_allreduce_op, &ar,
+        if (calib_time_comm(world, comm_round, calib_allreduce_op, &ar,
                             inside ? "an allreduce inside the node" : "an allreduce across nodes",
                             &s) != 0)
             goto out;

@@ -71,12 +71,18 @@ void calib_run(const calib_bufs_t *b, const calib_call_t *k)
 }
 
 /* Seconds per call of run(arg) on this rank: after one call to warm the
- * caches, rounds of doubling length until one lasts CALIB_ROUND_NS, then
+ * caches, rounds of doubling length until one lasts round_ns, then
  * two more of that length; the median of the three, so that one round
  * another process disturbed does not decide. The three's spread (the
  * median less the fastest) and the median are added to *noise (NULL:
  * not). */
-double calib_rounds(void (*run)(const void *), const void *arg, calib_noise_t *noise)
+uint64_t calib_round_ns(const options_t *o, uint64_t base)
+{
+    return o->calibrate == NULL && o->steps < CALIB_SHORT_STEPS ? base / CALIB_SHORT_DIVISOR : base;
+}
+
+double calib_rounds(void (*run)(const void *), const void *arg, uint64_t round_ns,
+                    calib_noise_t *noise)
 {
     run(arg);
     double t[3];
@@ -86,7 +92,7 @@ double calib_rounds(void (*run)(const void *), const void *arg, calib_noise_t *n
         for (uint64_t i = 0; i < reps; i++)
             run(arg);
         uint64_t dt = msr_now_ns() - t0;
-        if (n == 0 && dt < CALIB_ROUND_NS && reps < ((uint64_t)1 << 40)) {
+        if (n == 0 && dt < round_ns && reps < ((uint64_t)1 << 40)) {
             reps *= 2;
             continue;
         }
@@ -118,7 +124,7 @@ static void calib_run_one(const void *arg)
 double calib_time(const calib_bufs_t *b, const calib_call_t *k)
 {
     calib_one_t x = {b, k};
-    return calib_rounds(calib_run_one, &x, b->noise);
+    return calib_rounds(calib_run_one, &x, b->round_ns, b->noise);
 }
 
 /* Small, varied values, never denormal; seed varies them between buffers. */
@@ -148,6 +154,7 @@ void calib_bufs_free(calib_bufs_t *b)
 int calib_bufs_init(calib_bufs_t *b, const options_t *o)
 {
     memset(b, 0, sizeof *b);
+    b->round_ns = calib_round_ns(o, CALIB_ROUND_NS);
     b->C = (int)o->channels;
     b->NH = (int)o->heads;
     b->V = MSR_GPT_VOCAB;

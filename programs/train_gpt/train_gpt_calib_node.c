@@ -70,7 +70,7 @@ static void calib_frames_run(const void *arg)
 static double calib_frames_time(const calib_bufs_t *b, const calib_frame_t *fr, int k)
 {
     calib_frames_t x = {b, fr, k};
-    return calib_rounds(calib_frames_run, &x, NULL) / k;
+    return calib_rounds(calib_frames_run, &x, b->round_ns, NULL) / k;
 }
 
 /* k frames of F floats each in one block (mem), filled. */
@@ -274,9 +274,9 @@ int calib_lend(const options_t *o, msr_comm_t *comm, int local, int rpn, int cor
         int computes = (local + i) % rpn < cores;
         double all_s = 0, alone_s = 0;
         if (st == MSR_OK && (st = msr_comm_barrier(comm)) == MSR_OK && ok)
-            all_s = calib_rounds(calib_lend_run, &b, NULL);
+            all_s = calib_rounds(calib_lend_run, &b, b.round_ns, NULL);
         if (st == MSR_OK && (st = msr_comm_barrier(comm)) == MSR_OK && ok && computes)
-            alone_s = calib_rounds(calib_lend_run, &b, NULL);
+            alone_s = calib_rounds(calib_lend_run, &b, b.round_ns, NULL);
         if (all_s > 0 && alone_s > 0) {
             up[0] += all_s / alone_s;
             up[1] += 1;
