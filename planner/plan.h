@@ -388,8 +388,9 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
 
 /* Whether layout a is simpler than b: -1 simpler, 1 less simple, 0 as
  * simple. The keys, in order, each deciding only when those before tie:
- * fewer parallel dimensions (dp, tp, pp, cp, ep above 1), a lower ZeRO
- * stage, less recompute (none, selective, full), no sequence parallel,
+ * fewer parallel dimensions (dp, tp, pp, cp, ep above 1), fewer of them
+ * model-parallel (tp, pp, cp, ep: data parallel is the plainest), a lower
+ * ZeRO stage, less recompute (none, selective, full), no sequence parallel,
  * fewer virtual stages per rank, the even split of layers. */
 int msr_plan_simpler(const msr_plan_layout_t *a, const msr_plan_layout_t *b);
 

@@ -2,18 +2,26 @@
  * of those the time model cannot tell apart from the fastest. */
 #include "planner/plan.h"
 
-/* The layout's parallel dimensions: dp, tp, pp, cp and ep above 1. */
+/* The layout's model-parallel dimensions: tp, pp, cp and ep above 1. */
+static int model_dims_of(const msr_plan_layout_t *l)
+{
+    return (l->tp > 1) + (l->pp > 1) + (msr_plan_cp(l) > 1) + (msr_plan_ep(l) > 1);
+}
+
+/* The layout's parallel dimensions: dp and the model-parallel ones. */
 static int dims_of(const msr_plan_layout_t *l)
 {
-    return (l->dp > 1) + (l->tp > 1) + (l->pp > 1) + (msr_plan_cp(l) > 1) + (msr_plan_ep(l) > 1);
+    return (l->dp > 1) + model_dims_of(l);
 }
 
 int msr_plan_simpler(const msr_plan_layout_t *a, const msr_plan_layout_t *b)
 {
     /* the order of docs/plan.md "Choosing within the noise": each key
      * decides only when the ones before it tie */
-    const int ka[] = {dims_of(a), a->zero, a->recompute, a->sp, a->chunks, a->stage_layers != NULL};
-    const int kb[] = {dims_of(b), b->zero, b->recompute, b->sp, b->chunks, b->stage_layers != NULL};
+    const int ka[] = {dims_of(a), model_dims_of(a),       a->zero, a->recompute, a->sp,
+                      a->chunks,  a->stage_layers != NULL};
+    const int kb[] = {dims_of(b), model_dims_of(b),       b->zero, b->recompute, b->sp,
+                      b->chunks,  b->stage_layers != NULL};
     for (size_t i = 0; i < sizeof ka / sizeof ka[0]; i++)
         if (ka[i] != kb[i])
             return ka[i] < kb[i] ? -1 : 1;

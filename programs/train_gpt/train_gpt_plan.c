@@ -34,7 +34,7 @@
 /* --plan's table without --plan-all. */
 #define PLAN_TOP  10
 /* The fastest plans --auto chooses among (those within the noise). */
-#define AUTO_KEEP 256
+#define AUTO_KEEP 4096
 
 /* Prints one line "train_gpt: ..." and returns EXIT_BAD_INPUT. Every rank
  * meets the same bad input and says so, as train_gpt's other refusals: the
@@ -363,8 +363,8 @@ static void auto_explain(const options_t *o, const job_t *job, const msr_plan_mo
         fprintf(stderr,
                 "train_gpt: --auto: why: %" PRId64 " plans are predicted within the timings' noise "
                 "(%.2g%%) of the fastest (%.4g ms), too close to tell apart: the simplest of them "
-                "(fewest parallel dimensions, then lowest ZeRO stage, least recompute, no sp, "
-                "fewest virtual stages, the even split, the fastest)\n",
+                "(fewest parallel dimensions, then fewest model-parallel, lowest ZeRO stage, least "
+                "recompute, no sp, fewest virtual stages, the even split, the fastest)\n",
                 within, 100 * src->noise, plans[0].t.step_ms);
     else
         fprintf(stderr,

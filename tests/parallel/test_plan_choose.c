@@ -43,8 +43,12 @@ static void test_order(void)
 {
     msr_plan_t p[3] = {plan(2, 2, 1, 0, 50.0), plan(4, 1, 1, 2, 50.5), plan(2, 2, 1, 0, 50.6)};
     MSR_CHECK_EQ(msr_plan_choose(p, 3, 0.05, NULL), 1); /* 1 dimension, though ZeRO-2 */
-    msr_plan_t q[3] = {plan(4, 1, 1, 1, 50.0), plan(1, 4, 1, 1, 50.1), plan(4, 1, 1, 1, 50.2)};
-    MSR_CHECK_EQ(msr_plan_choose(q, 3, 0.05, NULL), 0); /* as simple: the faster */
+    msr_plan_t q[2] = {plan(4, 1, 1, 1, 50.0), plan(4, 1, 1, 1, 50.1)};
+    MSR_CHECK_EQ(msr_plan_choose(q, 2, 0.05, NULL), 0); /* as simple: the faster */
+    /* one dimension each: data parallel before tp or pp, whatever ZeRO */
+    msr_plan_t r[3] = {plan(1, 4, 1, 0, 50.0), plan(1, 1, 4, 0, 50.1), plan(4, 1, 1, 2, 50.2)};
+    MSR_CHECK_EQ(msr_plan_choose(r, 3, 0.05, NULL), 2);
+    MSR_CHECK_EQ(msr_plan_choose(r, 2, 0.05, NULL), 0); /* tp and pp alike: the faster */
     msr_plan_t a = plan(4, 1, 1, 0, 1), b = plan(4, 1, 1, 0, 1);
     MSR_CHECK_EQ(msr_plan_simpler(&a.l, &b.l), 0);
     b.l.recompute = MSR_PLAN_RC_SELECTIVE;
