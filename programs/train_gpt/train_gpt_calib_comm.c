@@ -211,6 +211,45 @@ static int calib_ring_step(const options_t *o, msr_comm_t *world, msr_comm_t *lo
     return rc;
 }
 
+/* A message's fixed cost, seconds, into *lat_p: half a quiet round trip
+ * to a rank of this node and of another, and half a one-element allreduce
+ * of every rank of the node at once, the largest. Collective; 0, or -1
+ * with the failure printed. */
+static int calib_latency(msr_comm_t *world, msr_comm_t *local, const int *node, float *buf,
+                         uint64_t comm_round, double *lat_p, unsigned *measured)
+{
+    int n = msr_comm_size(world);
+    double lat = 0;
+    for (int same = 1; same >= 0; same--) {
+        int peer = calib_peer(node, n, same);
+        if (peer < 0)
+            continue;
+        calib_pingpong_t pp = {world, 0, peer, buf, 1};
+        double s;
+        if (calib_time_comm(world, comm_round, calib_pingpong_op, &pp, "a round trip", &s) != 0)
+            return -1;
+        if (s / 2 > lat) /* the slower kind of link decides */
+            lat = s / 2;
+        *measured |= 1u << CALIB_LATENCY;
+    }
+    /* a message's fixed cost as training pays it: every rank of the node
+     * in a one-element allreduce at once (the shared-memory algorithm's 2
+     * latencies), where ranks sharing few cores wait to be scheduled; the
+     * larger of this and the quiet round trip's */
+    if (msr_comm_size(local) > 1) {
+        calib_allreduce_t ar = {local, buf, 1};
+        double s;
+        if (calib_time_comm(world, comm_round, calib_allreduce_op, &ar, "a small allreduce", &s) !=
+            0)
+            return -1;
+        if (s / 2 > lat)
+            lat = s / 2;
+        *measured |= 1u << CALIB_LATENCY;
+    }
+    *lat_p = lat;
+    return 0;
+}
+
 /* Latency and bandwidth inside a node and between nodes, and the ring's
  * hand-offs (calib_ring_step), into c; measured gets the CALIB_* bits of
  * what was. */
@@ -242,32 +281,8 @@ int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t b
         goto out;
     }
     double lat = 0;
-    for (int same = 1; same >= 0; same--) {
-        int peer = calib_peer(node, n, same);
-        if (peer < 0)
-            continue;
-        calib_pingpong_t pp = {world, 0, peer, buf, 1};
-        double s;
-        if (calib_time_comm(world, comm_round, calib_pingpong_op, &pp, "a round trip", &s) != 0)
-            goto out;
-        if (s / 2 > lat) /* the slower kind of link decides */
-            lat = s / 2;
-        *measured |= 1u << CALIB_LATENCY;
-    }
-    /* a message's fixed cost as training pays it: every rank of the node
-     * in a one-element allreduce at once (the shared-memory algorithm's 2
-     * latencies), where ranks sharing few cores wait to be scheduled; the
-     * larger of this and the quiet round trip's */
-    if (msr_comm_size(local) > 1) {
-        calib_allreduce_t ar = {local, buf, 1};
-        double s;
-        if (calib_time_comm(world, comm_round, calib_allreduce_op, &ar, "a small allreduce", &s) !=
-            0)
-            goto out;
-        if (s / 2 > lat)
-            lat = s / 2;
-        *measured |= 1u << CALIB_LATENCY;
-    }
+    if (calib_latency(world, local, node, buf, comm_round, &lat, measured) != 0)
+        goto out;
     if (*measured & (1u << CALIB_LATENCY))
         c->latency_us = lat * 1e6;
     int node_max = 1; /* the most ranks any node has */
