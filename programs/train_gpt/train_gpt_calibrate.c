@@ -173,6 +173,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         k.rows = o->seq;
     k.c.mm_rows = (double)k.rows; /* the rows calib_compute measured at */
     k.ranks = comm != NULL ? msr_comm_size(comm) : 1;
+    k.round_ms = (double)calib_round_ns(o, CALIB_ROUND_NS) * 1e-6;
     k.seconds = (double)(msr_now_ns() - t0) * 1e-9;
     *out = k;
     return 0;
@@ -298,10 +299,10 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
                      "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
                      " rows; allreduce of %zu bytes%s\n"
                      "# a pass's matmuls and attention together: %.4g TFLOP/s; repeated "
-                     "timings' noise %.2g%%\n",
+                     "timings' noise %.2g%% (rounds of %g ms)\n",
                      k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, o->layers,
                      o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs, k->blend_tflops,
-                     100 * k->noise);
+                     100 * k->noise, k->round_ms);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;

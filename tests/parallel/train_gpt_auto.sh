@@ -6,7 +6,8 @@
 # ~/.cache/msrun) and reused without measuring; the cached noise decides
 # how many plans are too close to tell apart, of which the simplest is
 # taken; --recalibrate measures again; a corrupt or foreign cache file is
-# ignored with a warning and replaced.
+# ignored with a warning and replaced; a job of fewer than 100 steps
+# times shorter rounds.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -102,6 +103,15 @@ for bad in corrupt foreign; do
     grep -q "^train_gpt: calibrated 1 rank in .*; cached in $file " "$work/err" ||
         fail "$bad: not measured and cached: $(cat "$work/err")"
     auto1 && grep -q "is reused" "$work/err" || fail "$bad: not replaced: $(cat "$work/err")"
+done
+# a job of fewer than 100 steps times rounds a quarter as long (5 ms);
+# one of 100 the full 20 ms
+for steps in 99 100; do
+    timeout 60 "$bin/train_gpt" "${model[@]}" --steps $steps --plan --recalibrate >"$work/out" \
+        2>"$work/err" || fail "--plan --steps $steps: $(cat "$work/err")"
+    want=$( ((steps < 100)) && echo 5 || echo 20)
+    grep -q "^# a pass's matmuls .*(rounds of $want ms)$" "$file" ||
+        fail "--steps $steps: not rounds of $want ms: $(sed -n 3,4p "$file")"
 done
 # without XDG_CACHE_HOME: under ~/.cache/msrun
 mkdir "$work/home"
