@@ -1888,9 +1888,9 @@ test: ^test_parallel_plan_model_cli$
 file: programs/train_gpt/train_gpt_calib_kernels.c
 test: ^test_parallel_train_gpt_auto$
 <<<
-    return o->calibrate == NULL && o->steps < CALIB_SHORT_STEPS ? base / CALIB_SHORT_DIVISOR : base;
+    return o->calibrate == NULL && o->steps < CALIB_SHORT_STEPS;
 ===
-    return o->calibrate == NULL && o->steps <= CALIB_SHORT_STEPS ? base / CALIB_SHORT_DIVISOR : base;
+    return o->calibrate == NULL && o->steps <= CALIB_SHORT_STEPS;
 >>>
 
 @ calib_cache.foreign_key_accepted

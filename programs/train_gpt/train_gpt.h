@@ -143,6 +143,7 @@ typedef struct calib {
     double lend_speedup; /* idle_lend's measured speed-up (its bit in measured) */
     int runs;            /* the calibrations this is the median of */
     double round_ms;     /* a timed kernel round's length (calib_round_ns) */
+    int short_job;       /* calib_short: shorter rounds, no cold frames' curve */
     double noise;        /* how far repeated timings disagree, a fraction: the kernels'
                           * rounds' spread over their time on the noisiest rank (the
                           * largest of that and the runs' spread of rates, over runs) */

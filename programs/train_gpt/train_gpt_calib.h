@@ -16,9 +16,10 @@
 #define CALIB_ROUND_NS       (20 * 1000 * 1000ull)
 #define CALIB_COMM_ROUND_NS  (60 * 1000 * 1000ull)
 /* A job of fewer steps than this that measures for --plan or --auto (not
- * --calibrate FILE) times rounds a quarter as long: its calibration takes
- * about a quarter of the time, its timings' noise (measured, and heeded by
- * --auto's choice) grows instead. */
+ * --calibrate FILE) times rounds a quarter as long and skips the cold
+ * frames' curve (its keys keep their defaults: no cost): its calibration
+ * takes a fraction of the time, its timings' noise (measured, and heeded
+ * by --auto's choice) grows instead. */
 #define CALIB_SHORT_STEPS    100
 #define CALIB_SHORT_DIVISOR  4
 /* The activation buffers are sized for one micro-batch but at most this
@@ -113,6 +114,8 @@ double calib_rounds(void (*run)(const void *), const void *arg, uint64_t round_n
 /* The length of a timed round for o's job: base, or a CALIB_SHORT_DIVISOR-th
  * of it for a short job (CALIB_SHORT_STEPS). */
 uint64_t calib_round_ns(const options_t *o, uint64_t base);
+/* Whether o's job is short (CALIB_SHORT_STEPS). */
+int calib_short(const options_t *o);
 double calib_time(const calib_bufs_t *b, const calib_call_t *k);
 void calib_fill(float *p, size_t n, size_t seed);
 void calib_bufs_free(calib_bufs_t *b);

@@ -76,9 +76,14 @@ void calib_run(const calib_bufs_t *b, const calib_call_t *k)
  * another process disturbed does not decide. The three's spread (the
  * median less the fastest) and the median are added to *noise (NULL:
  * not). */
+int calib_short(const options_t *o)
+{
+    return o->calibrate == NULL && o->steps < CALIB_SHORT_STEPS;
+}
+
 uint64_t calib_round_ns(const options_t *o, uint64_t base)
 {
-    return o->calibrate == NULL && o->steps < CALIB_SHORT_STEPS ? base / CALIB_SHORT_DIVISOR : base;
+    return calib_short(o) ? base / CALIB_SHORT_DIVISOR : base;
 }
 
 double calib_rounds(void (*run)(const void *), const void *arg, uint64_t round_ns,

@@ -123,8 +123,11 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         return -1;
     if (!(mins[0] > 0 && mins[1] > 0 && mins[2] > 0 && mins[3] > 0 && mins[5] > 0 && mins[6] > 0))
         return -1; /* a rank ran out of memory and said so */
+    /* a short job skips the cold frames' curve, the longest part (every
+     * rank holds the same o, so all skip it together) */
     calib_cold_t cold;
-    if (calib_cold(o, comm, rpn, &cold) != 0)
+    memset(&cold, 0, sizeof cold);
+    if (!calib_short(o) && calib_cold(o, comm, rpn, &cold) != 0)
         return -1;
     int cores = calib_cores(comm);
     if (cores < 0)
@@ -174,6 +177,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
     k.c.mm_rows = (double)k.rows; /* the rows calib_compute measured at */
     k.ranks = comm != NULL ? msr_comm_size(comm) : 1;
     k.round_ms = (double)calib_round_ns(o, CALIB_ROUND_NS) * 1e-6;
+    k.short_job = calib_short(o);
     k.seconds = (double)(msr_now_ns() - t0) * 1e-9;
     *out = k;
     return 0;
@@ -261,6 +265,8 @@ int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *c
  * defaults apply to them. */
 #define COLD_WHY "two micro-batches' frames over 192 MiB, or out of memory"
 
+_Static_assert(CALIB_SHORT_STEPS == 100, "unmeasured_why names the short job's bound");
+
 static const char *unmeasured_why(const calib_t *k, const char *key)
 {
     static const struct {
@@ -280,7 +286,9 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
-            return keys[i].why;
+            return keys[i].bit == CALIB_COLD && k->short_job
+                       ? "a job of fewer than 100 steps skips it"
+                       : keys[i].why;
     return NULL;
 }
 

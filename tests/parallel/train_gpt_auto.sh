@@ -104,14 +104,17 @@ for bad in corrupt foreign; do
         fail "$bad: not measured and cached: $(cat "$work/err")"
     auto1 && grep -q "is reused" "$work/err" || fail "$bad: not replaced: $(cat "$work/err")"
 done
-# a job of fewer than 100 steps times rounds a quarter as long (5 ms);
-# one of 100 the full 20 ms
+# a job of fewer than 100 steps times rounds a quarter as long (5 ms) and
+# skips the cold frames; one of 100 the full 20 ms, and measures them
 for steps in 99 100; do
     timeout 60 "$bin/train_gpt" "${model[@]}" --steps $steps --plan --recalibrate >"$work/out" \
         2>"$work/err" || fail "--plan --steps $steps: $(cat "$work/err")"
     want=$( ((steps < 100)) && echo 5 || echo 20)
     grep -q "^# a pass's matmuls .*(rounds of $want ms)$" "$file" ||
         fail "--steps $steps: not rounds of $want ms: $(sed -n 3,4p "$file")"
+    cold=$( ((steps < 100)) && echo "# cold_ms_per_mib = 0  (not measured: a job of fewer than 100 steps skips it)" ||
+        echo "cold_ms_per_mib = ")
+    grep -q "^$cold" "$file" || fail "--steps $steps: cold frames: $(grep cold_ms "$file")"
 done
 # without XDG_CACHE_HOME: under ~/.cache/msrun
 mkdir "$work/home"
