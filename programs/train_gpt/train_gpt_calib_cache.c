@@ -114,15 +114,16 @@ int calib_cache_load(const calib_cache_t *cc, msr_plan_cluster_t *c, double *noi
         why = "made for another machine, model shape or msrun version";
     else if (sscanf(text + kl + 1, "# noise %lf", &noise) != 1 || !(noise >= 0 && noise < 100))
         why = "corrupt (no noise line)";
-    else if (msr_plan_cluster_parse(text, &cl, reason, sizeof reason) != 0) {
+    else if (msr_plan_cluster_parse(text, &cl, reason, sizeof reason) != 0)
         why = "corrupt (its cluster lines do not parse)";
-    } else {
-        msr_free(text);
+    else
+        why = NULL;
+    msr_free(text);
+    if (why == NULL) {
         *c = cl;
         *noise_p = noise;
         return 0;
     }
-    msr_free(text);
     fprintf(stderr,
             "train_gpt: warning: the calibration cache %s is ignored: %s; measuring again\n",
             cc->path, why);
@@ -173,7 +174,7 @@ int calib_cache_store(const calib_cache_t *cc, const options_t *o, const calib_t
     char *slash = strrchr(parent, '/');
     if (slash != NULL && slash != parent) {
         *slash = '\0';
-        mkdir(parent, 0700);
+        (void)mkdir(parent, 0700); /* EEXIST, or the next mkdir says why */
     }
     int rc = -1;
     if (body < 0)
