@@ -200,6 +200,20 @@ uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);
 
+/* ---- published shapes ---- */
+
+/* The model named (plan_gpt --model: "gpt2-124m", "gpt2-350m",
+ * "gpt2-1.5b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
+ * "llama3-70b": their published layers, channels, heads, key/value heads,
+ * MLP width, vocabulary and context length; a dense model, MoE fields at
+ * plan_gpt's defaults) into *m, and its published parameter count into
+ * *params_p (may be NULL). Returns 0, or -1 for an unknown name (*m and
+ * *params_p untouched). */
+int msr_plan_preset(const char *name, msr_plan_model_t *m, uint64_t *params_p);
+
+/* The i-th preset's name, in msr_plan_preset's order; NULL past the last. */
+const char *msr_plan_preset_name(size_t i);
+
 /* ---- the cluster ---- */
 
 /* What the time model knows of the machines: per rank, as a small
@@ -369,6 +383,25 @@ typedef struct msr_plan_pruned {
 int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
+
+/* ---- choosing within the noise ---- */
+
+/* Whether layout a is simpler than b: -1 simpler, 1 less simple, 0 as
+ * simple. The keys, in order, each deciding only when those before tie:
+ * fewer parallel dimensions (dp, tp, pp, cp, ep above 1), fewer of them
+ * model-parallel (tp, pp, cp, ep: data parallel is the plainest), a lower
+ * ZeRO stage, less recompute (none, selective, full), no sequence parallel,
+ * fewer virtual stages per rank, the even split of layers. */
+int msr_plan_simpler(const msr_plan_layout_t *a, const msr_plan_layout_t *b);
+
+/* Which of plans[0..n) (best first, as msr_plan_search returns them) to
+ * train with: among the plans whose predicted step is within noise (a
+ * fraction, e.g. 0.03: the calibration's measured spread; 0 or less: only
+ * the fastest and its exact ties) of plans[0]'s, the simplest by
+ * msr_plan_simpler, the faster of equally simple ones. Returns its index,
+ * -1 when n <= 0; *within_p (may be NULL): how many plans were within the
+ * noise, plans[0] included. Pure: any thread. */
+int64_t msr_plan_choose(const msr_plan_t *plans, int64_t n, double noise, int64_t *within_p);
 
 /* The split of the model's layers into the layout's pp * chunks virtual
  * stages that balances their time, by dynamic programming; into split.

@@ -141,20 +141,51 @@ void msr_plan_print_summary(FILE *f, const msr_plan_query_t *q, const msr_plan_c
     if (kv) {
         fprintf(f,
                 "search mode=%s world=%" PRId64 " global_batch=%" PRId64 " found=%" PRIu64
-                " shown=%" PRId64 " invalid=%" PRIu64 " over_memory=%" PRIu64 "\n",
-                mode, q->world, q->global_batch, pr->found, shown, pr->invalid, pr->over_memory);
+                " shown=%" PRId64 " invalid=%" PRIu64 " over_memory=%" PRIu64 " tried=%" PRIu64
+                "\n",
+                mode, q->world, q->global_batch, pr->found, shown, pr->invalid, pr->over_memory,
+                pr->found + pr->invalid + pr->over_memory);
         return;
     }
     fprintf(f,
             "%" PRId64 " of %" PRIu64 " plans shown (%s search, %" PRId64
             " ranks, global batch %" PRId64 ", %.4g GiB per rank)\n",
             shown, pr->found, mode, q->world, q->global_batch, c->mem_gib);
+    /* every layout tried is shown, ranked below those shown, refused or
+     * over the budget: the four add up to the layouts tried */
+    fprintf(f,
+            "layouts tried: %" PRIu64 " = %" PRId64 " shown + %" PRIu64
+            " fitting, not shown + %" PRIu64 " refused by the runtime's rules + %" PRIu64
+            " over the memory budget\n",
+            pr->found + pr->invalid + pr->over_memory, shown, pr->found - (uint64_t)shown,
+            pr->invalid, pr->over_memory);
     if (pr->invalid > 0)
         fprintf(f, "left out: %" PRIu64 " refused by the runtime's rules, the first %s\n",
                 pr->invalid, pr->first_invalid);
     if (pr->over_memory > 0)
         fprintf(f, "left out: %" PRIu64 " over the memory budget, the first %s\n", pr->over_memory,
                 pr->first_over);
+}
+
+void msr_plan_print_cluster(FILE *f, const msr_plan_cluster_t *c, int64_t world, const char *origin,
+                            int kv)
+{
+    int64_t rpn = c->ranks_per_node > 0 ? c->ranks_per_node : 1;
+    int64_t nodes = (world + rpn - 1) / rpn;
+    if (kv) {
+        fprintf(f,
+                "cluster origin=%s nodes=%" PRId64 " ranks_per_node=%" PRId64 " mem_gib=%g "
+                "peak_tflops=%g intra_gbs=%g inter_gbs=%g latency_us=%g\n",
+                origin, nodes, rpn, c->mem_gib, c->peak_tflops, c->intra_gbs, c->inter_gbs,
+                c->latency_us);
+        return;
+    }
+    fprintf(f,
+            "cluster (%s): %" PRId64 " node%s of %" PRId64 " ranks for %" PRId64
+            " ranks; per rank %.4g GiB, %.4g TFLOP/s, %.4g GB/s inside a node, %.4g GB/s "
+            "between nodes, %.4g us a message\n",
+            origin, nodes, nodes == 1 ? "" : "s", rpn, world, c->mem_gib, c->peak_tflops,
+            c->intra_gbs, c->inter_gbs, c->latency_us);
 }
 
 /* ---- --explain ---- */

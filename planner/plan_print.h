@@ -24,11 +24,22 @@ void msr_plan_print_table(FILE *f, const msr_plan_t *plans, int64_t n);
  * and " pp_layers=a,b,.." when the split is uneven. */
 void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n);
 
-/* What the search left out: how many plans fit and are shown, and the
- * layouts refused or over the budget with the first one's reason; one to
- * three lines. kv: a single "search ..." line. */
+/* What the search left out: how many plans fit and are shown, a line
+ * adding up the layouts tried (shown + fitting but not shown + refused +
+ * over the budget), and the layouts refused or over the budget with the
+ * first one's reason; two to four lines. kv: a single "search ..." line
+ * (tried= the sum). */
 void msr_plan_print_summary(FILE *f, const msr_plan_query_t *q, const msr_plan_cluster_t *c,
                             const msr_plan_pruned_t *pr, int64_t shown, int kv);
+
+/* The cluster a plan assumes, one line: where it came from (origin: "the
+ * default: ...", a file's path, "measured now"), the nodes world ranks
+ * take, and per rank the memory, the compute rate, the bandwidths inside
+ * and between nodes and a message's latency. kv: "cluster origin=.. nodes=..
+ * ranks_per_node=.. mem_gib=.. peak_tflops=.. intra_gbs=.. inter_gbs=..
+ * latency_us=..". */
+void msr_plan_print_cluster(FILE *f, const msr_plan_cluster_t *c, int64_t world, const char *origin,
+                            int kv);
 
 /* Plan `which` (1 = the best) of plans[0..n) broken down: the layout and
  * its split with each virtual stage's time per micro-batch, the bytes the

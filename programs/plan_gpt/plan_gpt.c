@@ -2,6 +2,8 @@
  * predicted step time (planner/plan.h): every valid one within the
  * cluster's memory per rank, best first, with its memory and time.
  *
+ *   plan_gpt --model NAME | --model list  (a published shape: gpt2-124m,
+ *            llama3-8b, ...; the shape options below override its fields)
  *   plan_gpt --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256
  *            --global-batch 8 --world 4 [--arch gpt|llama --ffn F
  *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
@@ -48,6 +50,7 @@ typedef struct args {
     double bucket_mb;
     int64_t zero_min_bytes;
     const char *pp_layers;
+    const char *model;             /* --model: a preset's name, or "list" */
     int split[MSR_GPT_MAX_STAGES]; /* --pp-layers parsed: split_n entries */
     int split_n;
 } args_t;
@@ -64,6 +67,7 @@ typedef struct args {
 /* The options, in the usage line's order: the model's and the world's bare,
  * options used together in one pair of brackets (MSR_OPT_USAGE_JOIN). */
 static const msr_opt_t opts[] = {
+    TEXT("model", model, "NAME|list"),
     INT("layers", m.layers, 1, 1 << 16, "L", MSR_OPT_USAGE_BARE),
     INT("channels", m.channels, 1, 1 << 20, "C", MSR_OPT_USAGE_BARE),
     INT("heads", m.heads, 1, 1 << 16, "H", MSR_OPT_USAGE_BARE),
@@ -144,6 +148,64 @@ static msr_status_t parse_fix(const char *s, int *fx)
     return MSR_OK;
 }
 
+/* Whether option name (without dashes) was given, by msr_opts_parse's seen. */
+static int given(const unsigned char *seen, const char *name)
+{
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(opts); i++)
+        if (strcmp(opts[i].name, name) == 0)
+            return seen[i];
+    return 0;
+}
+
+/* --model list: every preset's shape and parameter count. */
+static void print_presets(void)
+{
+    const char *name;
+    for (size_t i = 0; (name = msr_plan_preset_name(i)) != NULL; i++) {
+        msr_plan_model_t m;
+        uint64_t params = 0;
+        msr_plan_preset(name, &m, &params);
+        printf("%-11s %-5s layers %-3d channels %-5d heads %-3d kv-heads %-3d ffn %-6d vocab "
+               "%-6d seq %-5d %" PRIu64 " parameters\n",
+               name, m.arch == MSR_PLAN_LLAMA ? "llama" : "gpt", m.layers, m.channels, m.heads,
+               m.kv_heads, m.ffn, m.vocab, m.seq, params);
+    }
+}
+
+/* --model NAME: the preset's shape where no shape option was given. */
+static msr_status_t apply_preset(args_t *a, const unsigned char *seen)
+{
+    msr_plan_model_t p;
+    if (msr_plan_preset(a->model, &p, NULL) != 0) {
+        char list[256] = "";
+        const char *name;
+        for (size_t i = 0, at = 0; (name = msr_plan_preset_name(i)) != NULL; i++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", name);
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "--model %s: not a preset (%s; --model list shows them)", a->model, list);
+    }
+    const char *arch = p.arch == MSR_PLAN_LLAMA ? "llama" : "gpt";
+    if (given(seen, "arch") && strcmp(a->arch, arch) != 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "--arch %s: --model %s is --arch %s", a->arch, a->model,
+                       arch);
+    a->arch = arch;
+    if (!given(seen, "layers"))
+        a->m.layers = p.layers;
+    if (!given(seen, "channels"))
+        a->m.channels = p.channels;
+    if (!given(seen, "heads"))
+        a->m.heads = p.heads;
+    if (!given(seen, "seq"))
+        a->m.seq = p.seq;
+    if (!given(seen, "vocab"))
+        a->m.vocab = p.vocab;
+    if (p.arch == MSR_PLAN_LLAMA && !given(seen, "ffn"))
+        a->ffn = p.ffn;
+    if (p.arch == MSR_PLAN_LLAMA && !given(seen, "kv-heads"))
+        a->kv_heads = p.kv_heads;
+    return MSR_OK;
+}
+
 /* The model's architecture and the precision, from their names. */
 static msr_status_t check_names(args_t *a)
 {
@@ -183,8 +245,8 @@ static msr_status_t check_args(args_t *a, int *fx)
 {
     if (a->m.layers == 0 || a->m.channels == 0 || a->m.heads == 0 || a->m.seq == 0 ||
         a->global_batch == 0 || a->world == 0)
-        return msr_err(MSR_ERR_INVALID_ARG, "--layers, --channels, --heads, --seq, "
-                                            "--global-batch and --world are needed");
+        return msr_err(MSR_ERR_INVALID_ARG, "--layers, --channels, --heads, --seq (or --model "
+                                            "NAME), --global-batch and --world are needed");
     msr_status_t st = check_names(a);
     for (int k = 0; k < MSR_PLAN_FIX_N; k++)
         fx[k] = -1;
@@ -235,12 +297,21 @@ static int parse_args(int argc, char **argv, args_t *a, int *fx)
         msr_opts_print_error(&opt_set);
         return 2;
     }
-    if (check_args(a, fx) != MSR_OK) {
+    if (a->model != NULL && strcmp(a->model, "list") == 0) {
+        print_presets();
+        return 0;
+    }
+    if ((a->model != NULL && apply_preset(a, seen) != MSR_OK) || check_args(a, fx) != MSR_OK) {
         fprintf(stderr, "plan_gpt: error: %s\n", msr_err_msg());
         return 2;
     }
     return -1;
 }
+
+/* What the default cluster is (planner/plan.h msr_plan_cluster_default). */
+#define DEFAULT_ORIGIN                                                                      \
+    "the default: DGX A100 80 GB nodes in bf16, Narayanan et al. 2021; --cluster FILE for " \
+    "another"
 
 static double now_s(void)
 {
@@ -345,8 +416,14 @@ int main(int argc, char **argv)
     }
     int kv = strcmp(a.format, "kv") == 0;
     int64_t shown = a.all || a.ranks || a.top > n ? n : a.top;
+    /* kv's first line stays the model's (scripts read it) */
+    const char *origin = a.cluster != NULL ? a.cluster : DEFAULT_ORIGIN;
+    if (!kv)
+        msr_plan_print_cluster(stdout, &c, a.world, origin, 0);
     printf(kv ? "model params=%" PRIu64 "\n" : "model: %" PRIu64 " parameters\n",
            msr_plan_num_params(&a.m));
+    if (kv)
+        msr_plan_print_cluster(stdout, &c, a.world, a.cluster != NULL ? a.cluster : "default", 1);
     if (kv)
         msr_plan_print_kv(stdout, plans, shown);
     else

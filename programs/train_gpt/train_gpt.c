@@ -147,13 +147,17 @@ static const msr_opt_t specs[] = {
         "print the planner's 10 best layouts for the job's ranks and the global batch, and exit"),
     OPT_FLAG("plan-all", plan_all, "as --plan, every valid layout"),
     OPT_INT("explain", explain, 1, (int64_t)1e9, "print plan N broken down, and exit"),
-    OPT_TEXT(
-        "cluster", cluster,
-        "the cluster file for --plan, --explain and --auto (else measured now, as --calibrate)"),
-    OPT_FLAG(
-        "auto", auto_plan,
-        "train with the planner's best layout (rank 0 prints it); layout options given fix the "
-        "search (see docs/plan.md)"),
+    OPT_TEXT("cluster", cluster,
+             "the cluster file for --plan, --explain and --auto (else the calibration cached for "
+             "this machine and model shape, or measured now, as --calibrate, and cached)"),
+    OPT_FLAG("auto", auto_plan,
+             "train with the simplest of the layouts predicted within the calibration's noise of "
+             "the fastest (rank 0 prints it, the runner-up and the layout without --auto); "
+             "layout options given fix the search (see docs/plan.md)"),
+    OPT_FLAG("recalibrate", recalibrate,
+             "measure the cluster for --plan, --explain and --auto again instead of reusing the "
+             "calibration cached for this machine and model shape ($XDG_CACHE_HOME/msrun or "
+             "~/.cache/msrun), and cache the new one"),
     {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
 _Static_assert(MSR_ARRAY_SIZE(specs) <= sizeof(((options_t *)0)->seen),
@@ -714,7 +718,7 @@ int main(int argc, char **argv)
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
-        o.cluster != NULL) {
+        o.cluster != NULL || o.recalibrate) {
         int done = 0;
         if ((rc = train_gpt_plan(&o, &job, &done)) != 0 || done)
             goto out;

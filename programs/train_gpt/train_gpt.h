@@ -44,6 +44,7 @@ typedef struct options {
     const char *calibrate, *cluster;
     int64_t calibrate_runs;
     int plan, plan_all, auto_plan;
+    int recalibrate; /* measure again, not reusing the calibration cache */
     int64_t explain;
     unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
@@ -141,6 +142,11 @@ typedef struct calib {
     double cold_mib[CALIB_COLD_COUNTS], cold_ms[CALIB_COLD_COUNTS];
     double lend_speedup; /* idle_lend's measured speed-up (its bit in measured) */
     int runs;            /* the calibrations this is the median of */
+    double round_ms;     /* a timed kernel round's length (calib_round_ns) */
+    int short_job;       /* calib_short: shorter rounds, no cold frames' curve */
+    double noise;        /* how far repeated timings disagree, a fraction: the kernels'
+                          * rounds' spread over their time on the noisiest rank (the
+                          * largest of that and the runs' spread of rates, over runs) */
 } calib_t;
 
 /* Measures this machine at the model's shapes (programs/train_gpt/train_gpt_calibrate.c,

@@ -28,10 +28,13 @@
 #include "planner/plan.h"
 #include "planner/plan_print.h"
 #include "programs/train_gpt/train_gpt.h"
+#include "programs/train_gpt/train_gpt_calib.h"
 
 /* A cluster file is a few lines; anything longer is not one. */
 /* --plan's table without --plan-all. */
-#define PLAN_TOP 10
+#define PLAN_TOP  10
+/* The fastest plans --auto chooses among (those within the noise). */
+#define AUTO_KEEP 4096
 
 /* Prints one line "train_gpt: ..." and returns EXIT_BAD_INPUT. Every rank
  * meets the same bad input and says so, as train_gpt's other refusals: the
@@ -55,59 +58,111 @@ static int refuse(const job_t *job, const char *fmt, ...)
     return EXIT_BAD_INPUT;
 }
 
-/* The cluster every rank plans with: rank 0's file, broadcast, or measured
- * by all. Returns 0, EXIT_BAD_INPUT (the file; rank 0 said why) or 1. */
-static int cluster_get(const options_t *o, const job_t *job, msr_plan_cluster_t *c,
-                       const char **origin_p)
+/* The cluster the ranks plan with, where it came from and how far its
+ * timings may be off (a fraction: plans predicted that close to the
+ * fastest are not told apart). */
+typedef struct cluster_src {
+    msr_plan_cluster_t c;
+    double noise;
+    char origin[4200]; /* a path, "measured now", ... */
+} cluster_src_t;
+
+/* Rank 0's cluster file, broadcast. Returns 0, EXIT_BAD_INPUT (rank 0 said
+ * why) or 1. */
+static int cluster_file(const options_t *o, const job_t *job, msr_comm_t *comm, cluster_src_t *src)
+{
+    /* the others need not see the file. The struct goes as bytes (every
+     * rank runs this build), with whether rank 0 read it */
+    struct {
+        int32_t ok;
+        msr_plan_cluster_t c;
+    } shared;
+    memset(&shared, 0, sizeof shared);
+    if (job->rank == 0) {
+        char why[1024];
+        shared.ok = msr_plan_cluster_read(o->cluster, &shared.c, why, sizeof why) == 0;
+        if (!shared.ok)
+            fprintf(stderr, "train_gpt: %s\n", why);
+    }
+    msr_status_t st;
+    if (comm != NULL &&
+        (st = msr_comm_broadcast(comm, &shared, sizeof shared, MSR_DTYPE_U8, 0)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return 1;
+    }
+    if (!shared.ok)
+        return EXIT_BAD_INPUT;
+    src->c = shared.c;
+    src->noise = 0; /* a file says nothing of its timings' spread */
+    snprintf(src->origin, sizeof src->origin, "%s", o->cluster);
+    return 0;
+}
+
+/* The cluster cached for this machine and model shape (rank 0 reads it,
+ * unless --recalibrate), else measured now by every rank together and
+ * cached by rank 0. Returns 0 or 1 (said why). */
+static int cluster_measured(const options_t *o, const job_t *job, msr_comm_t *comm,
+                            cluster_src_t *src)
+{
+    calib_cache_t cc;
+    int rpn = job->ctx != NULL ? msr_local_world_size(job->ctx) : 1;
+    int cached = calib_cache_init(&cc, o, job->world, rpn) == 0;
+    struct {
+        int32_t ok;
+        double noise;
+        msr_plan_cluster_t c;
+    } shared;
+    memset(&shared, 0, sizeof shared);
+    if (job->rank == 0 && cached && !o->recalibrate)
+        shared.ok = calib_cache_load(&cc, &shared.c, &shared.noise) == 0;
+    msr_status_t st;
+    if (comm != NULL &&
+        (st = msr_comm_broadcast(comm, &shared, sizeof shared, MSR_DTYPE_U8, 0)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return 1;
+    }
+    if (shared.ok) {
+        src->c = shared.c;
+        src->noise = shared.noise;
+        snprintf(src->origin, sizeof src->origin, "cached in %s", cc.path);
+        if (job->rank == 0)
+            fprintf(stderr,
+                    "train_gpt: the calibration cached in %s is reused (timings' noise %.2g%%; "
+                    "--recalibrate measures again)\n",
+                    cc.path, 100 * shared.noise);
+        return 0;
+    }
+    calib_t k;
+    if (train_gpt_calibrate_runs(o, job, comm, &k) != 0)
+        return 1;
+    src->c = k.c;
+    src->noise = k.noise;
+    snprintf(src->origin, sizeof src->origin, "measured now");
+    if (job->rank == 0) {
+        char line[512];
+        train_gpt_calibrate_summary(&k, line, sizeof line);
+        int kept = cached && calib_cache_store(&cc, o, &k) == 0;
+        fprintf(stderr, "train_gpt: %s%s%s (--calibrate FILE keeps them for --cluster)\n", line,
+                kept ? "; cached in " : "", kept ? cc.path : "");
+    }
+    return 0;
+}
+
+/* The cluster every rank plans with: --cluster's, or cached or measured.
+ * Returns 0, EXIT_BAD_INPUT (the file; rank 0 said why) or 1. */
+static int cluster_get(const options_t *o, const job_t *job, cluster_src_t *src)
 {
     msr_comm_t *comm = NULL;
     msr_status_t st;
-    int rc = 1;
     if (job->world > 1 && (st = msr_comm_world(job->ctx, &comm)) != MSR_OK) {
         fprintf(stderr, "train_gpt: cannot make the communicator: %s: %s\n", msr_status_str(st),
                 msr_last_error());
         return 1;
     }
-    if (o->cluster != NULL) {
-        /* rank 0's file: the others need not see it. The struct goes as
-         * bytes (every rank runs this build), with whether rank 0 read it */
-        struct {
-            int32_t ok;
-            msr_plan_cluster_t c;
-        } shared;
-        memset(&shared, 0, sizeof shared);
-        if (job->rank == 0) {
-            char why[1024];
-            shared.ok = msr_plan_cluster_read(o->cluster, &shared.c, why, sizeof why) == 0;
-            if (!shared.ok)
-                fprintf(stderr, "train_gpt: %s\n", why);
-        }
-        if (comm != NULL &&
-            (st = msr_comm_broadcast(comm, &shared, sizeof shared, MSR_DTYPE_U8, 0)) != MSR_OK) {
-            fprintf(stderr, "train_gpt: sharing the cluster: %s: %s\n", msr_status_str(st),
-                    msr_last_error());
-            goto out;
-        }
-        if (!shared.ok) {
-            rc = EXIT_BAD_INPUT;
-            goto out;
-        }
-        *c = shared.c;
-        *origin_p = o->cluster;
-    } else {
-        calib_t k;
-        if (train_gpt_calibrate_runs(o, job, comm, &k) != 0)
-            goto out;
-        *c = k.c;
-        *origin_p = "measured now";
-        if (job->rank == 0) {
-            char line[512];
-            train_gpt_calibrate_summary(&k, line, sizeof line);
-            fprintf(stderr, "train_gpt: %s (--calibrate FILE keeps them for --cluster)\n", line);
-        }
-    }
-    rc = 0;
-out:
+    int rc =
+        o->cluster != NULL ? cluster_file(o, job, comm, src) : cluster_measured(o, job, comm, src);
     msr_comm_destroy(comm);
     return rc;
 }
@@ -182,6 +237,10 @@ static int check_request(const options_t *o, const job_t *job)
         return refuse(job, "--auto trains and --plan, --plan-all and --explain print: choose one");
     if (o->cluster != NULL && !prints && !o->auto_plan)
         return refuse(job, "--cluster is for --plan, --plan-all, --explain and --auto");
+    if (o->recalibrate &&
+        (o->cluster != NULL || o->calibrate != NULL || (!prints && !o->auto_plan)))
+        return refuse(job, "--recalibrate is for --plan, --plan-all, --explain and --auto "
+                           "without --cluster");
     if (strcmp(o->device, "cpu") != 0)
         return refuse(job,
                       "--calibrate, --plan, --explain and --auto model the CPU runtime: "
@@ -215,11 +274,124 @@ static int check_degrees(const job_t *job, const int *fix)
     return 0;
 }
 
-/* --auto: plan 1's layout (p) into o, for the usual checks; rank 0 says
- * which it took. */
-static void auto_apply(options_t *o, const job_t *job, const msr_plan_model_t *m,
-                       int64_t global_batch, const msr_plan_t *p, uint64_t found,
-                       const char *origin)
+/* A layout in train_gpt's options' words, into buf. */
+static void layout_text(const msr_plan_layout_t *l, int moe, char *buf, size_t len)
+{
+    char ep[32] = "", split[8 * MSR_PLAN_MAX_STAGES] = "";
+    if (moe)
+        snprintf(ep, sizeof ep, " ep %d", msr_plan_ep(l));
+    if (l->stage_layers != NULL) {
+        snprintf(split, sizeof split, " pp-layers ");
+        msr_layout_split_format(l->stage_layers, l->pp * l->chunks, split + strlen(split),
+                                sizeof split - strlen(split));
+    }
+    snprintf(buf, len,
+             "dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
+             "schedule %s virtual-stages %d%s",
+             l->dp, l->tp, l->pp, msr_plan_cp(l), ep, l->sp ? " sp" : "", l->zero,
+             msr_mp_recompute_name((msr_mp_recompute_t)l->recompute), l->micro_batch, l->micros,
+             msr_mp_schedule_name((msr_mp_schedule_t)l->schedule), l->chunks, split);
+}
+
+/* "predicted T ms per step, R tokens/s, B per rank at most", into buf. */
+static void predicted_text(const msr_plan_t *p, char *buf, size_t len)
+{
+    char peak[32];
+    msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
+    snprintf(buf, len, "predicted %.4g ms per step, %.0f tokens/s, %s per rank at most",
+             p->t.step_ms, p->t.tokens_per_s, peak);
+}
+
+/* The layout the same command trains without --auto (the options given,
+ * train_gpt's defaults for the rest), as a plan in *p. Returns 0, or -1
+ * with the runtime's reason in why. */
+static int default_plan(const options_t *o, const job_t *job, const msr_plan_model_t *m,
+                        const msr_plan_cluster_t *c, msr_plan_t *p, char *why, size_t len)
+{
+    memset(p, 0, sizeof *p);
+    msr_plan_layout_t *l = &p->l;
+    int64_t tpc = o->tp * o->pp * o->cp;
+    l->dp = o->dp > 0 ? (int)o->dp : (int)(job->world / tpc);
+    l->tp = (int)o->tp;
+    l->pp = (int)o->pp;
+    l->cp = (int)o->cp;
+    l->ep = (int)o->ep;
+    l->sp = o->sp;
+    l->zero = (int)o->zero;
+    l->recompute = msr_mp_recompute_parse(o->recompute != NULL ? o->recompute : "none");
+    l->schedule = msr_mp_schedule_parse(o->schedule != NULL ? o->schedule : "1f1b");
+    l->chunks = (int)o->virtual_stages;
+    l->micro_batch = (int)o->micro_batch;
+    l->micros = (int)o->grad_accum;
+    if (o->global_batch > 0 && l->dp > 0)
+        l->micros = (int)(o->global_batch / (o->micro_batch * l->dp));
+    l->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+    l->zero_min_bytes = (size_t)o->zero_min_bytes;
+    if (o->split_n > 0) {
+        memcpy(p->split, o->split, (size_t)o->split_n * sizeof p->split[0]);
+        l->stage_layers = p->split;
+    }
+    if (job->world % tpc != 0 || (int64_t)l->dp * tpc != job->world) {
+        snprintf(why, len, "not %d ranks", job->world);
+        return -1;
+    }
+    if (msr_plan_check(m, l, why, len) != 0)
+        return -1;
+    int at;
+    p->peak = msr_plan_peak(m, l, MSR_PLAN_FP32, &at);
+    msr_plan_rank(m, l, MSR_PLAN_FP32, at, &p->at);
+    msr_plan_time(m, l, MSR_PLAN_FP32, c, &p->t);
+    if ((double)p->peak > c->mem_gib * 1073741824.0) {
+        snprintf(why, len, "over the %.4g GiB per rank", c->mem_gib);
+        return -1;
+    }
+    return 0;
+}
+
+/* --auto on rank 0: the plan taken (index k of n), why, the runner-up and
+ * the layout without --auto, each with its prediction. */
+static void auto_explain(const options_t *o, const job_t *job, const msr_plan_model_t *m,
+                         const cluster_src_t *src, const msr_plan_t *plans, int64_t n, int64_t k,
+                         int64_t within, uint64_t found)
+{
+    char lay[1024], pred[256];
+    layout_text(&plans[k].l, m->experts > 0, lay, sizeof lay);
+    predicted_text(&plans[k], pred, sizeof pred);
+    fprintf(stderr, "train_gpt: --auto: plan %" PRId64 " of %" PRIu64 ": %s; %s (cluster: %s)\n",
+            k + 1, found, lay, pred, src->origin);
+    if (within > 1)
+        fprintf(stderr,
+                "train_gpt: --auto: why: %" PRId64 " plans are predicted within the timings' noise "
+                "(%.2g%%) of the fastest (%.4g ms), too close to tell apart: the simplest of them "
+                "(fewest parallel dimensions, then fewest model-parallel, lowest ZeRO stage, least "
+                "recompute, no sp, fewest virtual stages, the even split, the fastest)\n",
+                within, 100 * src->noise, plans[0].t.step_ms);
+    else
+        fprintf(stderr,
+                "train_gpt: --auto: why: the fastest; no other plan predicted within the "
+                "timings' noise (%.2g%%)\n",
+                100 * src->noise);
+    if (n > 1) {
+        int64_t r = k == 0 ? 1 : 0; /* the fastest of the others */
+        layout_text(&plans[r].l, m->experts > 0, lay, sizeof lay);
+        predicted_text(&plans[r], pred, sizeof pred);
+        fprintf(stderr, "train_gpt: --auto: runner-up: plan %" PRId64 ": %s; %s\n", r + 1, lay,
+                pred);
+    } else {
+        fprintf(stderr, "train_gpt: --auto: runner-up: none, the only plan\n");
+    }
+    msr_plan_t d;
+    char why[512];
+    int ok = default_plan(o, job, m, &src->c, &d, why, sizeof why) == 0;
+    layout_text(&d.l, m->experts > 0, lay, sizeof lay);
+    if (ok)
+        predicted_text(&d, pred, sizeof pred);
+    fprintf(stderr, "train_gpt: --auto: without --auto: %s; %s%s\n", lay,
+            ok ? pred : "not a plan: ", ok ? "" : why);
+}
+
+/* --auto: plan p's layout into o, for the usual checks. */
+static void auto_apply(options_t *o, int64_t global_batch, const msr_plan_t *p)
 {
     o->dp = p->l.dp;
     o->tp = p->l.tp;
@@ -236,30 +408,11 @@ static void auto_apply(options_t *o, const job_t *job, const msr_plan_model_t *m
     o->virtual_stages = p->l.chunks;
     /* the split: the planner's, into o->split (train_gpt_split_check
      * checks it with the rest) */
-    char split_text[8 * MSR_PLAN_MAX_STAGES] = "";
     o->pp_layers = NULL;
     o->split_n = 0;
     if (p->l.stage_layers != NULL) {
         o->split_n = p->l.pp * p->l.chunks;
         memcpy(o->split, p->l.stage_layers, (size_t)o->split_n * sizeof o->split[0]);
-        snprintf(split_text, sizeof split_text, " pp-layers ");
-        msr_layout_split_format(o->split, o->split_n, split_text + strlen(split_text),
-                                sizeof split_text - strlen(split_text));
-    }
-    char ep_text[32] = "";
-    if (m->experts > 0)
-        snprintf(ep_text, sizeof ep_text, " ep %d", msr_plan_ep(&p->l));
-    if (job->rank == 0) {
-        char peak[32];
-        msr_plan_format_bytes((double)p->peak, peak, sizeof peak);
-        fprintf(stderr,
-                "train_gpt: --auto: plan 1 of %" PRIu64
-                ": dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
-                "schedule %s virtual-stages %d%s; predicted %.4g ms per step, %.0f tokens/s, %s "
-                "per rank at most (cluster: %s)\n",
-                found, p->l.dp, p->l.tp, p->l.pp, msr_plan_cp(&p->l), ep_text, p->l.sp ? " sp" : "",
-                p->l.zero, o->recompute, p->l.micro_batch, p->l.micros, o->schedule, p->l.chunks,
-                split_text, p->t.step_ms, p->t.tokens_per_s, peak, origin);
     }
 }
 
@@ -304,18 +457,24 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         q.split_n = n;
     }
 
-    msr_plan_cluster_t c;
-    const char *origin = NULL;
-    if ((rc = cluster_get(o, job, &c, &origin)) != 0)
+    cluster_src_t *src = msr_malloc(sizeof *src);
+    if (src == NULL)
+        return refuse(job, "out of memory");
+    if ((rc = cluster_get(o, job, src)) != 0) {
+        msr_free(src);
         return rc;
-    int64_t keep = o->plan_all ? 0 : o->auto_plan ? 1 : PLAN_TOP;
+    }
+    const msr_plan_cluster_t c = src->c;
+    int64_t keep = o->plan_all ? 0 : o->auto_plan ? AUTO_KEEP : PLAN_TOP;
     if (o->explain > keep && keep != 0)
         keep = o->explain;
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pruned;
     int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, keep, &plans, &pruned, why, sizeof why);
-    if (n < 0)
-        return refuse(job, "the planner: %s", why);
+    if (n < 0) {
+        rc = refuse(job, "the planner: %s", why);
+        goto out;
+    }
     if (n == 0) {
         rc = refuse(
             job,
@@ -333,7 +492,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     }
     if (!o->auto_plan) {
         if (job->rank == 0) {
-            printf("cluster: %s\n", origin);
+            printf("cluster: %s\n", src->origin);
             if (o->explain > 0) {
                 msr_plan_print_explain(stdout, &m, MSR_PLAN_FP32, &c, plans, n, o->explain);
             } else {
@@ -343,9 +502,13 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         }
         goto out;
     }
-    /* --auto: plan 1's layout, then the usual checks */
-    auto_apply(o, job, &m, q.global_batch, &plans[0], pruned.found, origin);
+    /* --auto: the simplest plan within the noise, then the usual checks */
+    int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
+    if (job->rank == 0)
+        auto_explain(o, job, &m, src, plans, n, k, within, pruned.found);
+    auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);
+    msr_free(src);
     return rc;
 }
