@@ -163,9 +163,9 @@ int msr_options_resolve_nproc(msr_options_t *o)
         return 0;
     }
     if (word == MSR_NPROC_GPU && gpus == 0) {
-        msr_options_error("--nproc_per_node=gpu, but no GPU is visible (%s%s%s)",
-                          cvd ? "CUDA_VISIBLE_DEVICES='" : "no NVIDIA GPU found", cvd ? cvd : "",
-                          cvd ? "'" : "");
+        msr_options_error(
+            "local_worker_num (nproc_per_node) is gpu, but no GPU is visible (%s%s%s)",
+            cvd ? "CUDA_VISIBLE_DEVICES='" : "no NVIDIA GPU found", cvd ? cvd : "", cvd ? "'" : "");
         return -1;
     }
     o->local_worker_num = gpus > 0 ? gpus : 1;
