@@ -59,14 +59,14 @@ static int name_distance(const char *a, size_t alen, const char *b)
 static int name_near(const char *typed, size_t len, const char *known)
 {
     int d = name_distance(typed, len, known);
-    int most = len < 3 ? 0 : len < 5 ? 1 : 2;
-    if (len >= 3 && len < strlen(known) && name_eq(typed, len, known) == 0) {
+    if (len >= 3 && len < strlen(known)) {
         size_t i = 0;
         while (i < len && (typed[i] == known[i] || (typed[i] == '-' && known[i] == '_')))
             i++;
-        if (i == len && d > 2)
-            d = 2;
+        if (i == len) /* the start of the name */
+            return d < 2 ? d : 2;
     }
+    int most = len < 3 ? 0 : len < 5 ? 1 : 2;
     return d <= most ? d : 3;
 }
 
