@@ -24,6 +24,92 @@ static int name_eq(const char *a, size_t alen, const char *b)
     return i == alen && b[i] == '\0';
 }
 
+/* The edit distance (Levenshtein) of a[0..alen) and b, '-' and '_' alike;
+ * 3 for anything past 2 (all the caller asks) or names over 63 bytes. */
+static int name_distance(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    if (alen > 63 || blen > 63)
+        return 3;
+    int row[64];
+    for (size_t j = 0; j <= blen; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= alen; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= blen; j++) {
+            char x = a[i - 1] == '-' ? '_' : a[i - 1];
+            char y = b[j - 1] == '-' ? '_' : b[j - 1];
+            int best = diag + (x != y);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[blen] > 3 ? 3 : row[blen];
+}
+
+/* How close a typed name is to a known one: 0 to 2 (edit distance; a
+ * typed start of the name of 3 characters or more counts 2), or 3 when too
+ * far for a hint. Short names need to be closer: 1 for 3 or 4 characters,
+ * exact for fewer. */
+static int name_near(const char *typed, size_t len, const char *known)
+{
+    int d = name_distance(typed, len, known);
+    if (len >= 3 && len < strlen(known)) {
+        size_t i = 0;
+        while (i < len && (typed[i] == known[i] || (typed[i] == '-' && known[i] == '_')))
+            i++;
+        if (i == len) /* the start of the name */
+            return d < 2 ? d : 2;
+    }
+    int most = len < 3 ? 0 : len < 5 ? 1 : 2;
+    return d <= most ? d : 3;
+}
+
+/* The known name nearest to typed (name_near), or NULL. */
+static const char *nearest_name(const msr_optset_t *set, const char *typed, size_t len)
+{
+    const char *best = NULL;
+    int best_d = 3;
+    for (size_t i = 0; i < set->count; i++) {
+        const msr_opt_t *d = &set->opts[i];
+        for (int k = -1; k < 3; k++) {
+            const char *n = k < 0 ? d->name : d->aliases[k];
+            if (n == NULL)
+                break;
+            int dist = name_near(typed, len, n);
+            if (dist < best_d) {
+                best_d = dist;
+                best = n;
+            }
+        }
+    }
+    return best;
+}
+
+/* "unknown option '-x'", with " (did you mean --name?)" when one is near;
+ * the hint's name takes the typed name's separator ('-' or '_'). */
+static msr_status_t unknown_option(const msr_optset_t *set, const char *arg, const char *name,
+                                   size_t nlen)
+{
+    const char *near = nearest_name(set, name, nlen);
+    if (near == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "unknown option '%.*s'",
+                       (int)(nlen + (size_t)(name - arg)), arg);
+    char hint[80];
+    int dash = memchr(name, '-', nlen) != NULL && memchr(name, '_', nlen) == NULL;
+    snprintf(hint, sizeof hint, "%s", near);
+    for (char *p = hint; dash && *p; p++)
+        if (*p == '_')
+            *p = '-';
+    return msr_err(MSR_ERR_INVALID_ARG, "unknown option '%.*s' (did you mean --%s?)",
+                   (int)(nlen + (size_t)(name - arg)), arg, hint);
+}
+
 static int find_opt(const msr_optset_t *set, const char *name, size_t len)
 {
     for (size_t i = 0; i < set->count; i++) {
@@ -76,6 +162,25 @@ static msr_status_t store_string(void *obj, size_t off, const char *v, size_t n)
     return MSR_OK;
 }
 
+/* Appends a copy of v to the NULL-terminated array at obj + off. */
+static msr_status_t list_append(void *obj, size_t off, const char *v)
+{
+    char ***slot = (char ***)(void *)((char *)obj + off);
+    size_t n = 0;
+    while (*slot && (*slot)[n])
+        n++;
+    char *copy = msr_strdup(v);
+    char **grown = copy ? msr_realloc(*slot, (n + 2) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        msr_free(copy);
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory");
+    }
+    grown[n] = copy;
+    grown[n + 1] = NULL;
+    *slot = grown;
+    return MSR_OK;
+}
+
 /* seconds as a decimal number, to milliseconds */
 static int parse_seconds(const char *v, int64_t *ms_p)
 {
@@ -100,10 +205,36 @@ static msr_status_t bad(src_t s, const char *v, const char *what)
     return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s %s", s.w, s.sep, v, what);
 }
 
+/* The words an INT option takes besides numbers (its choices), as
+ * "one of a, b" into list. */
+static void words_list(const msr_opt_t *d, char *list, size_t len)
+{
+    list[0] = '\0';
+    for (int k = 0; d->choices[k]; k++) {
+        size_t n = strlen(list);
+        snprintf(list + n, len - n, "%s%s", k ? ", " : "", d->choices[k]);
+    }
+}
+
 static msr_status_t parse_int(const msr_opt_t *d, const char *v, src_t s, int64_t *x)
 {
     if (msr_parse_i64(v, d->min, d->max, x) == MSR_OK)
         return MSR_OK;
+    for (int k = 0; d->kind == MSR_OPT_INT && d->choices && d->choices[k]; k++) {
+        if (strcmp(v, d->choices[k]) == 0) {
+            *x = -(int64_t)k - 1; /* below min: the caller tells words from numbers */
+            return MSR_OK;
+        }
+    }
+    if (d->kind == MSR_OPT_INT && d->choices) {
+        char list[200];
+        words_list(d, list, sizeof list);
+        if (d->min == 1 && d->max >= INT32_MAX)
+            return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not a positive integer or one of %s",
+                           s.w, s.sep, v, list);
+        return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not an integer >= %lld or one of %s", s.w,
+                       s.sep, v, (long long)d->min, list);
+    }
     if (d->kind == MSR_OPT_PORT)
         return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s is not a port number (%lld..%lld)", s.w, s.sep,
                        v, (long long)d->min, (long long)d->max);
@@ -289,6 +420,10 @@ static msr_status_t apply(const msr_opt_t *d, const char *v, src_t s, void *obj)
         return parse_hostport(d, v, s, obj);
     case MSR_OPT_HELP:
         return MSR_OK; /* msr_opts_parse asks for the help before applying */
+    case MSR_OPT_LIST:
+        if (*v == '\0')
+            return msr_err(MSR_ERR_INVALID_ARG, "%s needs a non-empty value", s.w);
+        return list_append(obj, d->dest, v);
     }
     if (st == MSR_OK)
         store_int(obj, d->dest, d->size, x);
@@ -316,8 +451,7 @@ static msr_status_t parse_one(const msr_optset_t *set, int argc, char **argv, in
     size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
     int k = find_opt(set, name, nlen);
     if (k < 0)
-        return msr_err(MSR_ERR_INVALID_ARG, "unknown option '%.*s'",
-                       (int)(nlen + (size_t)(name - a)), a);
+        return unknown_option(set, a, name, nlen);
     const msr_opt_t *d = &set->opts[k];
     char where[80];
     snprintf(where, sizeof where, "--%s", d->name);
@@ -483,8 +617,10 @@ void msr_opts_usage(const msr_optset_t *set, FILE *out)
         int n = snprintf(head, sizeof head, "  --%s%s%s%s", d->name,
                          d->metavar ? (flag ? "[=" : " ") : "", d->metavar ? d->metavar : "",
                          d->metavar && flag ? "]" : "");
+        /* mpirun's short habits as they are typed: -x, -H, -np */
         for (int k = 0; k < 3 && d->aliases[k]; k++)
-            n += snprintf(head + n, sizeof head - (size_t)n, ", --%s", d->aliases[k]);
+            n += snprintf(head + n, sizeof head - (size_t)n, ", %s%s",
+                          strlen(d->aliases[k]) <= 2 ? "-" : "--", d->aliases[k]);
         fprintf(out, "%s\n", head);
         print_wrapped(out, d->help);
         if (d->def && d->env)
@@ -500,6 +636,14 @@ void msr_opts_free(const msr_optset_t *set, void *obj)
 {
     for (size_t i = 0; i < set->count; i++) {
         const msr_opt_t *d = &set->opts[i];
+        if (d->kind == MSR_OPT_LIST) {
+            char ***list = (char ***)(void *)((char *)obj + d->dest);
+            for (size_t k = 0; *list && (*list)[k]; k++)
+                msr_free((*list)[k]);
+            msr_free(*list);
+            *list = NULL;
+            continue;
+        }
         if (d->kind != MSR_OPT_STRING && d->kind != MSR_OPT_SECRET && d->kind != MSR_OPT_PATH &&
             d->kind != MSR_OPT_HOSTPORT)
             continue;

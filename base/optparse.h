@@ -18,7 +18,8 @@
 /* What an option's value is and where it goes (dest: the option's field in
  * the command's struct, size: that field's size). */
 typedef enum msr_opt_kind {
-    MSR_OPT_INT,      /* integer in [min, max]; int or int64_t */
+    MSR_OPT_INT,      /* integer in [min, max], or one of choices (if any) stored as -1 - its
+                         index; int or int64_t */
     MSR_OPT_REAL,     /* number in [real_min, real_max]; double */
     MSR_OPT_PORT,     /* port number in [min, max]; int */
     MSR_OPT_SECONDS,  /* seconds, stored as milliseconds in [min, max]; int64_t */
@@ -33,6 +34,10 @@ typedef enum msr_opt_kind {
     MSR_OPT_RANGE,    /* N or MIN:MAX with min <= MIN <= MAX <= max; int at dest, int at dest2 */
     MSR_OPT_HOSTPORT, /* HOST:PORT with PORT in [min, max]; char * at dest, int at dest2 */
     MSR_OPT_HELP,     /* -h and --help as a row of the usage (--help is always known); no dest */
+    /* a non-empty string that may be given many times, each appended (the
+     * environment variable gives one); char ** NULL-terminated, the caller
+     * frees it with msr_opts_free */
+    MSR_OPT_LIST,
 } msr_opt_kind_t;
 
 /* flags */
@@ -55,7 +60,7 @@ typedef struct msr_opt {
     double real_min, real_max; /* REAL's bounds */
     int flags;                 /* MSR_OPT_ZERO_OFF, ... */
     int group;                 /* nonzero: options of one group exclude each other */
-    const char *const *choices; /* ENUM: NULL-terminated */
+    const char *const *choices; /* ENUM (INT: words besides numbers): NULL-terminated */
     /* for --help */
     const char *def;     /* the default as shown; NULL: none shown */
     const char *metavar; /* NULL: takes no value in the usage line (BOOL) */
@@ -99,6 +104,11 @@ typedef enum msr_opts_result {
 msr_opts_result_t msr_opts_parse(const msr_optset_t *set, int argc, char **argv, void *obj,
                                  unsigned char *seen, int *next_p);
 
+/* An unknown option's name is answered with the nearest known one: "did
+ * you mean --NAME?" when it is within edit distance 2 of a name or an
+ * alias ('-' and '_' alike, 1 for names of 3 or 4 characters, none for
+ * shorter ones) or the start of one (3 characters at least). */
+
 /* Prints "PROG: error: <this thread's error text> (see PROG --help)" to stderr. */
 void msr_opts_print_error(const msr_optset_t *set);
 
@@ -108,7 +118,7 @@ void msr_opts_print_error(const msr_optset_t *set);
  * MSR_OPT_USAGE_* flags, no help). The caller prints any header. */
 void msr_opts_usage(const msr_optset_t *set, FILE *out);
 
-/* Frees the strings the table's STRING, SECRET, PATH and HOSTPORT options
+/* Frees the strings the table's STRING, SECRET, PATH, HOSTPORT and LIST options
  * put in obj (a SECRET is wiped first) and sets them to NULL; TEXT's are
  * the caller's. */
 void msr_opts_free(const msr_optset_t *set, void *obj);

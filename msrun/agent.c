@@ -100,7 +100,7 @@ static void spawn_workers(agent_t *a)
         msr_worker_io_t io = {0};
         int off = 0;
         msr_options_streams(o, i, &io.file, &off);
-        if (msr_options_show_rank(o, rank))
+        if (msr_options_show_rank(o, rank, i))
             io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
         if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->coord.host,
                                            io.log_name, sizeof io.log_name) != MSR_OK)
@@ -637,8 +637,10 @@ int msr_agent_run(msr_options_t *o)
     rc = msr_coord_setup(&a.coord);
     if (rc != 0)
         goto out_dir;
+    if (o->local_addr) /* --local_addr: the address this node advertises */
+        snprintf(a.coord.host, sizeof a.coord.host, "%s", o->local_addr);
     record_job(&a);
-    a.free_port = msr_net_free_port(a.coord.host);
+    a.free_port = o->torch_port ? o->torch_port : msr_net_free_port(a.coord.host);
     rc = loop_setup(&a);
     if (rc == 0)
         rc = loop_run(&a);

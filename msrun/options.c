@@ -22,7 +22,11 @@
 /* --bind_to's values, in msr_bind_t's order */
 const char *const msr_options_bind_choices[] = {"none", "core", "numa", NULL};
 /* --rdzv_backend's values, in msr_rdzv_backend_t's order */
-const char *const msr_options_rdzv_choices[] = {"static", "etcd", NULL};
+const char *const msr_options_rdzv_choices[] = {"static", "etcd", "c10d", NULL};
+/* --nproc_per_node's words, in msr_nproc_word_t's order */
+const char *const msr_options_nproc_words[] = {"auto", "gpu", "cpu", NULL};
+/* --start_method's values (accepted, without effect) */
+static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
 /* --auth's values: auth_munge is the index */
 static const char *const auth_choices[] = {"token", "munge", NULL};
 
@@ -30,14 +34,18 @@ static const char *const auth_choices[] = {"token", "munge", NULL};
  * are interchangeable in names. */
 /* clang-format off */
 static const msr_opt_t opt_defs[] = {
-    {.name = "worker_num", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_WORKER_NUM",
-     .dest = D(worker_num), .metavar = "N",
-     .help = "total number of workers in the job (all nodes). Default: local_worker_num x nodes "
-             "when local_worker_num is given, else 8."},
+    {.name = "worker_num", .aliases = {"np", "n"}, .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
+     .env = "MSRUN_WORKER_NUM", .dest = D(worker_num), .metavar = "N",
+     .help = "total number of workers in the job (all nodes; mpirun's -np and -n). Default: "
+             "local_worker_num x nodes."},
     {.name = "local_worker_num", .aliases = {"nproc_per_node"}, .kind = MSR_OPT_INT, MSR_OPTB_COUNT,
-     .env = "MSRUN_LOCAL_WORKER_NUM", .dest = D(local_worker_num), .metavar = "N",
-     .help = "workers started on this node. Default: worker_num / nodes when worker_num is "
-             "given, else 8."},
+     .choices = msr_options_nproc_words, .env = "MSRUN_LOCAL_WORKER_NUM",
+     .dest = D(local_worker_num), .metavar = "N|auto|gpu|cpu",
+     .help = "workers started on this node. auto: one per visible GPU, else 1; gpu: one per "
+             "visible GPU (an error without one); cpu: one per CPU msrun may use (torchrun's "
+             "values). Visible GPUs: CUDA_VISIBLE_DEVICES's entries when it is set, else the "
+             "NVIDIA GPUs of this machine. Default: worker_num / nodes when worker_num is given, "
+             "else auto."},
     {.name = "master_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_MASTER_ADDR",
      .dest = D(master_addr), .def = "none", .metavar = "ADDR",
      .help = "address of the coordinator (a name, an IPv4 or an IPv6 address, [::1] or ::1), "
@@ -190,9 +198,11 @@ static const msr_opt_t opt_defs[] = {
      .help = "torchrun's spelling of master_addr and master_port together ([::1]:29500 for "
              "IPv6). With --rdzv_backend=etcd: etcd's endpoints, HOST:PORT[,HOST:PORT...]."},
     {.name = "rdzv_backend", .kind = MSR_OPT_ENUM, .env = "MSRUN_RDZV_BACKEND",
-     .dest = D(rdzv_backend), .choices = msr_options_rdzv_choices, .def = "static", .metavar = "static|etcd",
+     .dest = D(rdzv_backend), .choices = msr_options_rdzv_choices, .def = "static",
+     .metavar = "static|c10d|etcd",
      .help = "static: one node runs the coordinator (node rank 0 under a scheduler, else the "
-             "node where master_addr is local). etcd: the nodes elect the node "
+             "node where master_addr is local); c10d (torchrun's) is static: msrun's own "
+             "coordinator plays the part of torch's c10d store. etcd: the nodes elect the node "
              "that runs it through etcd (--rdzv_endpoint), which keeps the job's state under "
              "/msrun/<rdzv_id>/; when that node dies another takes over and the job goes on. "
              "Every node needs the job's token (MSRUN_TOKEN or --token_file)."},
@@ -326,6 +336,39 @@ static const msr_opt_t opt_defs[] = {
      .dest = D(exit_on_stdin_eof), .def = "false",
      .help = "stop the job as on SIGTERM when standard input closes (how --hostfile/--host "
              "stops a remote msrun: its ssh connection ends)."},
+    /* What torchrun and mpirun users type (issue 39) */
+    {.name = "export", .aliases = {"x"}, .kind = MSR_OPT_LIST, .dest = D(exports),
+     .metavar = "VAR[=VALUE]",
+     .help = "mpirun's -x: the workers get VAR=VALUE, or VAR with msrun's value of it (an error "
+             "when unset); give it once per variable. Each node's msrun exports its own."},
+    {.name = "torch_port", .aliases = {"torch_master_port"}, .kind = MSR_OPT_PORT, .min = 1,
+     .max = 65535, .env = "MSRUN_TORCH_PORT", .dest = D(torch_port),
+     .def = "master_port + 1, or a free port when master_port is not given", .metavar = "PORT",
+     .help = "the port of torch's store: the workers' MASTER_PORT, on node 0. msrun checks "
+             "that it is free when it starts on node 0 (when it knows it is node 0)."},
+    {.name = "monitor_interval", .kind = MSR_OPT_SECONDS, .min = 0, .max = MSR_OPTB_SECONDS_MAX,
+     .env = "MSRUN_MONITOR_INTERVAL", .dest = D(monitor_interval_ms), .metavar = "SEC",
+     .help = "torchrun's polling interval, accepted and ignored (with a warning): msrun learns of "
+             "a worker's exit at once, from the kernel."},
+    {.name = "rdzv_conf", .kind = MSR_OPT_STRING, .env = "MSRUN_RDZV_CONF", .dest = D(rdzv_conf),
+     .metavar = "KEY=VALUE,...",
+     .help = "torchrun's rendezvous settings: join_timeout and timeout are cluster_time_out, "
+             "last_call_timeout is last_call, heartbeat is heartbeat_interval, is_host is "
+             "coordinator_here; read_timeout and close_timeout are accepted and have no "
+             "meaning for msrun. Options given by name win."},
+    {.name = "local_addr", .kind = MSR_OPT_STRING, .env = "MSRUN_LOCAL_ADDR", .dest = D(local_addr),
+     .def = "the address that reaches the coordinator", .metavar = "ADDR",
+     .help = "the address this node advertises: the workers' MASTER_ADDR when it is node 0, "
+             "and the address shown for it."},
+    {.name = "local_ranks_filter", .kind = MSR_OPT_STRING, .env = "MSRUN_LOCAL_RANKS_FILTER",
+     .dest = D(local_ranks_filter), .def = "all", .metavar = "LIST",
+     .help = "torchrun's: only these local ranks' output reaches the terminal, e.g. 0 or 0,2-3 "
+             "(log files get all; with show_ranks, both must hold a rank)."},
+    {.name = "start_method", .kind = MSR_OPT_ENUM, .env = "MSRUN_START_METHOD",
+     .dest = D(start_method), .choices = start_methods, .def = "spawn",
+     .metavar = "spawn|fork|forkserver",
+     .help = "torchrun's, accepted without effect: msrun starts every worker as a new program "
+             "(fork and exec)."},
 };
 /* clang-format on */
 
@@ -401,9 +444,11 @@ void msr_options_usage(FILE *out)
             "Each worker gets MSR_RANK, MSR_WORLD_SIZE, MSR_LOCAL_RANK, MSR_LOCAL_WORLD_SIZE,\n"
             "MSR_NODE_RANK, MSR_NODE_COUNT, MSR_GENERATION, MSR_JOB_ID, MSR_COORDINATOR,\n"
             "MSR_TOKEN, and torch's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
-            "MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,\n"
-            "TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS unless set: 1, or with --bind_to the\n"
-            "number of cores the worker was given.\n"
+            "MASTER_ADDR, MASTER_PORT (torch_port), TORCHELASTIC_RESTART_COUNT,\n"
+            "TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE (the\n"
+            "failure report names the exception torch's @record writes there), and\n"
+            "OMP_NUM_THREADS unless set: 1, or with --bind_to the number of cores the worker\n"
+            "was given.\n"
             "\n"
             "Exit status: 0 when all workers exit 0; the failing worker's exit code (128 +\n"
             "signal number if it was killed); 2 for bad input before any worker starts; 124\n"
@@ -434,8 +479,8 @@ static int resolve_binding(msr_options_t *o, const unsigned char *seen)
 static void defaults(msr_options_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->worker_num = 8;
-    o->local_worker_num = 8;
+    o->worker_num = 1; /* derived: msr_options_derive_counts */
+    o->local_worker_num = 1;
     o->master_port = 8118;
     o->node_rank = -1;
     o->coordinator_here = -1;
@@ -520,9 +565,10 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     msr_sched_t sched;
     memset(&sched, 0, sizeof sched);
     if (msr_options_split_master_addr(o, seen) != 0 || msr_options_resolve_rdzv(o, seen) != 0 ||
-        msr_options_apply_sched(o, seen, &sched) != 0 ||
+        msr_options_apply_habits(o, seen) != 0 || msr_options_apply_sched(o, seen, &sched) != 0 ||
         msr_options_derive_counts(o, &sched) != 0 ||
-        msr_options_check_rest(o, flag_before(argv, i)) != 0)
+        msr_options_check_rest(o, flag_before(argv, i)) != 0 ||
+        msr_options_finish_habits(o, seen) != 0)
         return 2;
     msr_options_origins_derived(o);
     return 0;

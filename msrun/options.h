@@ -32,7 +32,16 @@
 typedef enum msr_rdzv_backend {
     MSR_RDZV_STATIC = 0,
     MSR_RDZV_ETCD = 1,
+    MSR_RDZV_C10D = 2, /* torchrun's name: parsing makes it MSR_RDZV_STATIC */
 } msr_rdzv_backend_t;
+
+/* --nproc_per_node's words, stored in local_worker_num as -1 - the word's
+ * index until msr_options_derive_counts resolves them */
+typedef enum msr_nproc_word {
+    MSR_NPROC_AUTO = -1, /* the visible GPUs, else 1 */
+    MSR_NPROC_GPU = -2,  /* the visible GPUs; none is an error */
+    MSR_NPROC_CPU = -3,  /* the CPUs msrun may use */
+} msr_nproc_word_t;
 
 /* Everything the agent needs, after parsing and validation. */
 typedef struct msr_options {
@@ -113,6 +122,14 @@ typedef struct msr_options {
     int coordinator_here; /* 1: host it on 0.0.0.0:master_port; 0: never; -1: if master_addr is
                              local */
     int dry_run;          /* print the resolved settings and exit */
+    /* torchrun's and mpirun's habits (issue 39) */
+    char **exports;              /* -x VAR[=VALUE], NULL-terminated; NULL: none */
+    int torch_port;              /* the workers' MASTER_PORT; 0: a free port */
+    int64_t monitor_interval_ms; /* accepted, ignored */
+    char *rdzv_conf;             /* as given; applied to the options it maps to */
+    char *local_addr;            /* NULL: the address that reaches the coordinator */
+    char *local_ranks_filter;    /* NULL: every local rank reaches the terminal */
+    int start_method;            /* accepted, ignored */
     msr_origins_t origins;
     /* one command for a whole job (launcher/remote.h): NULL when not given */
     char *hostfile, *hosts; /* --hostfile, --host (-H) */
@@ -143,9 +160,14 @@ void msr_options_usage(FILE *out);
  * prints why and returns 2. */
 int msr_options_need_token(const char *prog, char **token_p, const char *token_file);
 
-/* Whether global rank r passes the --show_ranks and --tail_worker_log
- * filters. */
-int msr_options_show_rank(const msr_options_t *opts, int rank);
+/* Whether global rank r, local rank local_rank, passes the --show_ranks,
+ * --tail_worker_log and --local_ranks_filter filters. */
+int msr_options_show_rank(const msr_options_t *opts, int rank, int local_rank);
+
+/* The GPUs a worker of this node may see: CUDA_VISIBLE_DEVICES's entries
+ * when it is set (up to the first that is no device, as CUDA reads it),
+ * else the NVIDIA GPUs the driver lists; 0 for none. */
+int msr_options_visible_gpus(void);
 
 /* Where worker local_rank's streams go (MSR_STD_OUT, MSR_STD_ERR bits):
  * *file_p those written to its log file (none without --log_dir), *off_p

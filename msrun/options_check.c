@@ -156,9 +156,11 @@ static int parse_rank_list(const char *s, int rank, int *valid, long *top_p)
     return in;
 }
 
-int msr_options_show_rank(const msr_options_t *o, int rank)
+int msr_options_show_rank(const msr_options_t *o, int rank, int local_rank)
 {
     int valid;
+    if (o->local_ranks_filter && !parse_rank_list(o->local_ranks_filter, local_rank, &valid, NULL))
+        return 0;
     if (o->tail_worker_log && strcmp(o->tail_worker_log, "-1") != 0 &&
         !parse_rank_list(o->tail_worker_log, rank, &valid, NULL))
         return 0;
@@ -267,6 +269,27 @@ static int check_rank_list(const msr_options_t *o, const char *name, const char 
     return 0;
 }
 
+/* --local_ranks_filter: local ranks of this node's workers. */
+static int check_local_list(const msr_options_t *o)
+{
+    int valid;
+    long top;
+    parse_rank_list(o->local_ranks_filter, 0, &valid, &top);
+    if (!valid) {
+        msr_options_error("--local_ranks_filter=%s is not a list like 0,2-3",
+                          o->local_ranks_filter);
+        return -1;
+    }
+    if (top >= o->local_worker_num) {
+        msr_options_error("--local_ranks_filter=%s: local rank %ld is out of range (this node has "
+                          "%d worker%s)",
+                          o->local_ranks_filter, top, o->local_worker_num,
+                          o->local_worker_num == 1 ? "" : "s");
+        return -1;
+    }
+    return 0;
+}
+
 /* The output and log options. */
 static int check_output(const msr_options_t *o)
 {
@@ -277,6 +300,8 @@ static int check_output(const msr_options_t *o)
         check_rank_list(o, "tail_worker_log", o->tail_worker_log) != 0)
         return -1;
     if (check_std_spec(o, "redirects", o->redirects) != 0 || check_std_spec(o, "tee", o->tee) != 0)
+        return -1;
+    if (o->local_ranks_filter && check_local_list(o) != 0)
         return -1;
     if (o->log_max_bytes != 0 && o->log_max_bytes < MSR_LOG_MAX_BYTES_MIN) {
         msr_options_error("--log_max_bytes %lld is below %d bytes (0: no limit)",

@@ -197,6 +197,15 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
                    &g->coordinator_here,
                    o->master_addr ? "when master_addr is a local address" : "standalone");
     }
+    if (o->torch_port > 0) { /* issue 39: the workers' MASTER_PORT */
+        msr_origin_t tp;
+        if (o->torch_port == o->master_port + 1)
+            msr_origin_set(&tp, MSR_SRC_DERIVED, "master_port + 1");
+        else
+            msr_origin_set(&tp, MSR_SRC_OPTION, "--torch_port");
+        snprintf(v, sizeof v, "%d", o->torch_port);
+        print_line(out, "torch_port", v, &tp, NULL);
+    }
     snprintf(v, sizeof v, "%d", o->local_worker_num);
     print_line(out, "local_worker_num", v, &g->local_worker_num, NULL);
     snprintf(v, sizeof v, "%d", o->worker_num);
@@ -224,6 +233,8 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
 int msr_options_derive_counts(msr_options_t *o, const msr_sched_t *s)
 {
     int nodes = o->max_nodes ? o->max_nodes : 1;
+    if (msr_options_resolve_nproc(o) != 0)
+        return 2;
     if (o->standalone) {
         msr_free(o->master_addr);
         o->master_addr = NULL;

@@ -14,6 +14,8 @@ extern const msr_optset_t msr_options_set;
  * msr_rdzv_backend_t's. */
 extern const char *const msr_options_bind_choices[];
 extern const char *const msr_options_rdzv_choices[];
+/* --nproc_per_node's words, in msr_nproc_word_t's order */
+extern const char *const msr_options_nproc_words[];
 
 /* Prints "msrun: error: <message> (see msrun --help)" to stderr. */
 void msr_options_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -32,6 +34,19 @@ int msr_options_apply_sched(msr_options_t *o, const unsigned char *seen, msr_sch
 int msr_options_derive_counts(msr_options_t *o, const msr_sched_t *s);
 /* The origins of what msr_options_derive_counts filled in. */
 void msr_options_origins_derived(msr_options_t *o);
+
+/* options_habits.c: torchrun's and mpirun's options (issue 39). */
+/* --rdzv_conf's keys into the options they mean, where those were not
+ * given; --rdzv_backend=c10d to static. Before msr_options_apply_sched. */
+int msr_options_apply_habits(msr_options_t *o, const unsigned char *seen);
+/* --nproc_per_node's words and the default worker count (no count given:
+ * auto). In msr_options_derive_counts, before the counts are derived. */
+int msr_options_resolve_nproc(msr_options_t *o);
+/* The torch port (--torch_port, else master_port + 1 when the user or a
+ * scheduler chose master_port), checked free when this node is known to
+ * host it; then -x's variables into msrun's environment, which the workers
+ * inherit, and --monitor_interval's warning. Last, once all else passed. */
+int msr_options_finish_habits(msr_options_t *o, const unsigned char *seen);
 
 /* options_check.c: the checks of options against each other and of the
  * program, once all are known; flag is the boolean flag given alone just

@@ -3,6 +3,7 @@
  * Retries are due times the agent's one timer serves (msr_reports_cron). */
 #include "launcher/report.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -97,6 +98,62 @@ void msr_reports_init(msr_reports_t *rs, const msr_node_t *node, const char *nod
     rs->arg = arg;
 }
 
+/* Copies the JSON string at p (after its opening quote) into out (len),
+ * unescaped, up to its end or the first line's end; \uXXXX becomes '?'
+ * outside ASCII. */
+static void json_string_line(const char *p, char *out, size_t len)
+{
+    size_t n = 0;
+    for (; *p && *p != '"' && n + 1 < len; p++) {
+        char c = *p;
+        if (c == '\\' && p[1]) {
+            c = *++p;
+            if (c == 'n' || c == 'r')
+                break;
+            if (c == 't')
+                c = ' ';
+            else if (c == 'u') {
+                unsigned v = 0;
+                for (int i = 0; i < 4 && isxdigit((unsigned char)p[1]); i++, p++)
+                    v = v * 16 + (unsigned)(isdigit((unsigned char)p[1]) ? p[1] - '0'
+                                                                         : (p[1] | 32) - 'a' + 10);
+                c = v >= 32 && v < 127 ? (char)v : '?';
+            } else if (c != '"' && c != '\\' && c != '/')
+                c = '?';
+        } else if ((unsigned char)c < 32) {
+            break;
+        }
+        out[n++] = c;
+    }
+    out[n] = '\0';
+}
+
+/* The exception torch's @record wrote to the worker's error file
+ * (TORCHELASTIC_ERROR_FILE): {"message": {"message": "TYPE: TEXT", ...}}
+ * or {"message": "TEXT"}; its first line into out, "" without one. */
+static void read_error_file(const char *path, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = path[0] ? fopen(path, "re") : NULL;
+    if (f == NULL)
+        return;
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strstr(buf, "\"message\"");
+    for (int depth = 0; p && depth < 2; depth++) {
+        p += strlen("\"message\"");
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ':')
+            p++;
+        if (*p == '"') {
+            json_string_line(p + 1, out, len);
+            return;
+        }
+        p = *p == '{' ? strstr(p, "\"message\"") : NULL;
+    }
+}
+
 void msr_report_exit(msr_reports_t *rs, const msr_worker_t *w, const msr_node_action_t *act,
                      int after_peer_lost)
 {
@@ -115,6 +172,12 @@ void msr_report_exit(msr_reports_t *rs, const msr_worker_t *w, const msr_node_ac
     r->signal = act->sig;
     r->time = w->exit_time;
     snprintf(r->reason, sizeof r->reason, "%s", act->text);
+    char raised[96];
+    if (r->exit_code != 0 && r->signal == 0 && strcmp(act->text, "exited") == 0) {
+        read_error_file(w->error_file, raised, sizeof raised);
+        if (raised[0]) /* "rank 1 on node 0 (...) raised ValueError: x, exited with code 1" */
+            snprintf(r->reason, sizeof r->reason, "raised %s, exited", raised);
+    }
     r->after_peer_lost = after_peer_lost;
     if (r->exit_code != 0 || r->signal) {
         int start = w->tail_count < MSR_TAIL_LINES ? 0 : w->tail_next;

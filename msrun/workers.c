@@ -325,6 +325,48 @@ static msr_status_t pty_open(int *master_p, int *slave_p)
     return MSR_OK;
 }
 
+/* Worker w's TORCHELASTIC_ERROR_FILE (torch's @record writes its
+ * exception there, msr_report_exit reads it): error_<rank>.json in the
+ * run's log directory, else in the job's private directory (0700, where
+ * the agent's socket is). A file left by an earlier generation is removed. */
+static void error_file_name(msr_worker_t *w, const msr_spawn_env_t *e)
+{
+    const char *dir = e->log_dir;
+    size_t dlen = dir ? strlen(dir) : 0;
+    w->error_file[0] = '\0';
+    w->error_private = 0;
+    if (dir == NULL && e->agent_socket && strrchr(e->agent_socket, '/')) {
+        dir = e->agent_socket;
+        dlen = (size_t)(strrchr(dir, '/') - dir);
+        w->error_private = 1;
+    }
+    if (dir == NULL)
+        return;
+    int n = snprintf(w->error_file, sizeof w->error_file, "%.*s/error_%d.json", (int)dlen, dir,
+                     w->rank);
+    if (n < 0 || (size_t)n >= sizeof w->error_file)
+        w->error_file[0] = '\0';
+    else if (unlink(w->error_file) != 0 && errno != ENOENT)
+        MSR_WARN("cannot remove %s: %s", w->error_file, strerror(errno));
+}
+
+/* Puts the entry "NAME=VALUE" in envp (build_env's: room for it), in place
+ * of the one of that name already there. */
+static int env_put(char **envp, const char *entry)
+{
+    size_t n = (size_t)(strchr(entry, '=') - entry) + 1, k = 0;
+    while (envp[k] && strncmp(envp[k], entry, n) != 0)
+        k++;
+    char *copy = msr_strdup(entry);
+    if (copy == NULL)
+        return -1;
+    if (envp[k] == NULL)
+        envp[k + 1] = NULL;
+    msr_free(envp[k]);
+    envp[k] = copy;
+    return 0;
+}
+
 msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const msr_spawn_env_t *e,
                               int local_rank, const msr_worker_io_t *io)
 {
@@ -345,6 +387,13 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     char **envp = build_env(e, local_rank);
     if (envp == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
+    error_file_name(w, e);
+    char line[PATH_MAX + 32];
+    snprintf(line, sizeof line, "TORCHELASTIC_ERROR_FILE=%s", w->error_file);
+    if (w->error_file[0] && env_put(envp, line) != 0) {
+        st = msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
+        goto err_env;
+    }
     if (e->log_dir && io->file && io->log_name[0] && open_worker_log(w, e, io->log_name) != MSR_OK)
         goto err_env;
     if (e->pty) {
@@ -419,6 +468,9 @@ void msr_worker_signal(msr_worker_t *w, int sig)
 
 void msr_worker_cleanup(msr_worker_t *w)
 {
+    if (w->error_private && w->error_file[0]) /* the job's directory goes */
+        unlink(w->error_file);
+    w->error_file[0] = '\0';
     msr_stream_close(&w->out);
     msr_stream_close(&w->err);
     msr_buf_cleanup(&w->out.partial);

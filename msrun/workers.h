@@ -4,6 +4,7 @@
 #ifndef MSR_MSRUN_WORKERS_H
 #define MSR_MSRUN_WORKERS_H
 
+#include <limits.h>
 #include <sys/types.h>
 
 #include <event2/event.h>
@@ -113,6 +114,11 @@ typedef struct msr_worker {
     int prefix_len;
     msr_out_tail_t *out_tail; /* the agent's ring of its last lines, both streams;
                                * NULL: none kept */
+    /* TORCHELASTIC_ERROR_FILE: where torch's @record writes why it failed,
+     * in the run's log directory, else the job's private directory
+     * (error_private: removed by msr_worker_cleanup); "": none */
+    char error_file[PATH_MAX];
+    int error_private;
 } msr_worker_t;
 
 /* Prepares out for msrun's stdout and stderr (and, when they are one

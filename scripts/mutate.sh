@@ -1985,4 +1985,40 @@ test: ^test_parallel_train_gpt_auto$
     else if (0 && text[kl] != '\n')
 >>>
 
+@ habits.hint_short_names
+file: base/optparse.c
+test: ^test_optparse_hints$
+<<<
+    int most = len < 3 ? 0 : len < 5 ? 1 : 2;
+===
+    int most = len < 3 ? 0 : 2;
+>>>
+
+@ habits.torch_port_master_port
+file: msrun/options_habits.c
+test: ^it_habits$
+<<<
+        o->torch_port = o->master_port + 1;
+===
+        o->torch_port = o->master_port;
+>>>
+
+@ habits.cuda_visible_stops
+file: msrun/options_habits.c
+test: ^it_habits$
+<<<
+        while (*p && *p != '-' && *p != ',') {
+===
+        while (*p && *p != ',') {
+>>>
+
+@ habits.error_file_unread
+file: msrun/report.c
+test: ^it_habits$
+<<<
+        if (raised[0]) /* "rank 1 on node 0 (...) raised ValueError: x, exited with code 1" */
+===
+        if (0) /* "rank 1 on node 0 (...) raised ValueError: x, exited with code 1" */
+>>>
+
 __END__
