@@ -109,3 +109,10 @@ endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
   "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev, python3, python3-numpy")
 include(CPack)
+
+# msrun gives Python workers PYTHONPATH and MSRUN_LIBRARY from its own
+# place (msrun/workers.c): installed, PREFIX/bin/msrun finds the package
+# and the library where this install puts them.
+set_source_files_properties(${PROJECT_SOURCE_DIR}/msrun/workers.c TARGET_DIRECTORY msrun_launcher PROPERTIES
+  COMPILE_DEFINITIONS
+  "MSRUN_INSTALL_LIBDIR=\"${CMAKE_INSTALL_LIBDIR}\";MSRUN_INSTALL_PYDIR=\"${MSRUN_PYTHON_DIR}\"")

@@ -266,7 +266,7 @@ static int init_check_foreign(void)
                                      used ? ", " : " (with ", names[i], v);
     }
     if (used > 0 && used < sizeof seen - 1)
-        strcat(seen, ")");
+        snprintf(seen + used, sizeof seen - used, ")");
     int64_t n;
     if (msr_parse_i64(ws, 2, 1 << 30, &n) == MSR_OK)
         msr_err_set("msr_init: WORLD_SIZE=%s%s says this process is one of %s, but it was not "
