@@ -120,6 +120,11 @@ for f in __init__.py _lib.py _install.py; do
     [ -f "$PYDIR/msrun/$f" ] || fail "install: no $PYDIR/msrun/$f"
 done
 if [ -x /usr/bin/python3 ]; then
+    # without msrun: the package finds the installed library through its
+    # _install.py alone
+    got=$(cd "$TMP" && env -u LD_LIBRARY_PATH -u MSRUN_LIBRARY PYTHONPATH="$PYDIR" /usr/bin/python3 \
+        -c 'import msrun; print(msrun.library_path())' 2>&1)
+    [ "$got" = "$P/$LIB/libmsrun.so.$major" ] || fail "the installed package alone loads: $got"
     cat >"$TMP/w.py" <<'PYEOF'
 import os
 import msrun
