@@ -1872,7 +1872,7 @@ test: ^test_singleton$
 <<<
     if (singleton && init_check_foreign())
 ===
-    if (singleton && 0)
+    if (!singleton && init_check_foreign())
 >>>
 
 @ python.bf16_tensor_refused
