@@ -1,8 +1,11 @@
 # What `cmake --install` and `cpack -G DEB` install: the msrun launcher,
 # libmsrun (shared, with a versioned SONAME, and static), the public headers,
 # a pkg-config file, a CMake package (find_package(msrun) gives
-# msrun::msrun) and the Python package python/msrun. Included last from the
-# top-level CMakeLists.txt.
+# msrun::msrun) and the Python package python/msrun. Two components, one
+# Debian package each: runtime (msrun: the launcher, libmsrun.so.N, the
+# Python package) and dev (msrun-dev: headers, libmsrun.a, the libmsrun.so
+# link, msrun.pc, the CMake package). Included last from the top-level
+# CMakeLists.txt.
 include(CMakePackageConfigHelpers)
 
 # The headers' version is the project's (msr_version() returns it).
@@ -25,21 +28,22 @@ set_target_properties(msrun_lib_static PROPERTIES OUTPUT_NAME msrun)
 set_target_properties(msrun_lib PROPERTIES EXPORT_NAME msrun)
 
 set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/msrun)
-install(TARGETS msrun_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME runtime)
+install(TARGETS msrun_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS msrun_lib EXPORT msrunTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS msrun_lib_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS msrun_lib_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/msrun DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h")
-install(EXPORT msrunTargets NAMESPACE msrun:: DESTINATION ${_cmakedir})
+  COMPONENT dev FILES_MATCHING PATTERN "*.h")
+install(EXPORT msrunTargets NAMESPACE msrun:: DESTINATION ${_cmakedir} COMPONENT dev)
 configure_package_config_file(cmake/msrunConfig.cmake.in
   ${PROJECT_BINARY_DIR}/install/msrunConfig.cmake INSTALL_DESTINATION ${_cmakedir})
 # 0.x: a new minor version may change the API; the SONAME is the major one
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/install/msrunConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/install/msrunConfig.cmake
-  ${PROJECT_BINARY_DIR}/install/msrunConfigVersion.cmake DESTINATION ${_cmakedir})
+  ${PROJECT_BINARY_DIR}/install/msrunConfigVersion.cmake DESTINATION ${_cmakedir} COMPONENT dev)
 
 # msrun.pc: the prefix relative to the file (lib/pkgconfig -> ../..), and
 # what a static link needs besides libmsrun.a (the shared library carries
@@ -53,7 +57,7 @@ if(CMAKE_DL_LIBS)
   string(APPEND MSRUN_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}") # dlopen of CUDA and NCCL
 endif()
 configure_file(cmake/msrun.pc.in ${PROJECT_BINARY_DIR}/install/msrun.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/install/msrun.pc DESTINATION ${_pcdir})
+install(FILES ${PROJECT_BINARY_DIR}/install/msrun.pc DESTINATION ${_pcdir} COMPONENT dev)
 
 # The Python package (python/msrun, ctypes over libmsrun.so): under the
 # prefix where Debian's python3 looks (lib/python3/dist-packages: under /usr
@@ -77,14 +81,17 @@ file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/install/python/_install.py CONTENT
   "\"\"\"Written by cmake --install: libmsrun's place, relative to this package.\"\"\"\n\nLIBRARY = \"@MSRUN_PY_LIBRARY@\"\n"
   @ONLY)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/msrun DESTINATION ${MSRUN_PYTHON_DIR}
-  FILES_MATCHING PATTERN "*.py" PATTERN "_install.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+  COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "_install.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/install/python/_install.py
-  DESTINATION ${MSRUN_PYTHON_DIR}/msrun)
+  DESTINATION ${MSRUN_PYTHON_DIR}/msrun COMPONENT runtime)
 
-# cpack -G DEB: one package with the same files under /usr. Its Depends come
-# from dpkg-shlibdeps, which reads what the binaries need (libmsrun needs no
-# CUDA library: it loads CUDA and NCCL with dlopen); without dpkg-shlibdeps,
-# the Debian 12 names of the same libraries.
+# cpack -G DEB: msrun_V_ARCH.deb (runtime) and msrun-dev_V_ARCH.deb (dev,
+# depending on msrun of the same version), the files under /usr, libraries
+# in the multiarch directory (CMAKE_INSTALL_LIBDIR, top-level CMakeLists).
+# The runtime package's Depends come from dpkg-shlibdeps, which reads what
+# the binaries need (libmsrun needs no CUDA library: it loads CUDA and NCCL
+# with dlopen); without dpkg-shlibdeps, the Debian 12 names of the same
+# libraries.
 set(CPACK_PACKAGE_NAME msrun)
 set(CPACK_PACKAGE_VENDOR msrun)
 set(CPACK_PACKAGE_CONTACT "msrun developers")
@@ -103,9 +110,28 @@ else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libc6, libevent-core-2.1-7, libevent-extra-2.1-7, libgrpc29, libprotobuf-c1, libucx0, libhwloc15, libmunge2")
 endif()
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL runtime dev)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME msrun)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME msrun-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_DEV_PACKAGE_SHLIBDEPS OFF) # headers and libmsrun.a: no shared object
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "msrun (= ${PROJECT_VERSION})")
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
+  "per-node launcher and C runtime for distributed training\n msrun, libmsrun.so and the Python package msrun.")
+set(CPACK_COMPONENT_DEV_DESCRIPTION
+  "per-node launcher and C runtime for distributed training (development files)\n Headers, libmsrun.a, msrun.pc and the CMake package of libmsrun.")
+# the Python package needs python3 (and NumPy or PyTorch for arrays);
 # pkg-config msrun needs the .pc files of libmsrun's own dependencies
-# (Requires.private); find_package(msrun) needs nothing more; the Python
-# package needs python3 (and NumPy or PyTorch for arrays)
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS
-  "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev, python3, python3-numpy")
+# (Requires.private); find_package(msrun) needs nothing more
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "python3, python3-numpy")
+set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "pkg-config, libgrpc-dev, libprotobuf-c-dev, libucx-dev")
 include(CPack)
+
+# msrun gives Python workers PYTHONPATH and MSRUN_LIBRARY from its own
+# place (msrun/workers.c): installed, PREFIX/bin/msrun finds the package
+# and the library where this install puts them.
+set_source_files_properties(${PROJECT_SOURCE_DIR}/msrun/workers.c TARGET_DIRECTORY msrun_launcher PROPERTIES
+  COMPILE_DEFINITIONS
+  "MSRUN_INSTALL_LIBDIR=\"${CMAKE_INSTALL_LIBDIR}\";MSRUN_INSTALL_PYDIR=\"${MSRUN_PYTHON_DIR}\"")

@@ -5,8 +5,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,139 @@ static void free_env(char **envp)
     for (char **p = envp; *p; p++)
         msr_free(*p);
     msr_free(envp);
+}
+
+/* ---- Python workers: where msrun's package and libmsrun are ---- */
+
+/* The install's layout relative to its prefix (set by the build for this
+ * file; an absolute value is used as it is). */
+#ifndef MSRUN_INSTALL_LIBDIR
+#define MSRUN_INSTALL_LIBDIR "lib"
+#endif
+#ifndef MSRUN_INSTALL_PYDIR
+#define MSRUN_INSTALL_PYDIR "lib/python3/dist-packages"
+#endif
+
+/* snprintf that says when the path did not fit: nonzero then */
+static int path_fmt(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int path_fmt(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    return n < 0 || (size_t)n >= size;
+}
+
+/* The source directory a build tree's CMakeCache.txt names, into out:
+ * nonzero when root holds no CMakeCache.txt or it names none. */
+static int build_tree_source(const char *root, char *out, size_t size)
+{
+    char path[PATH_MAX];
+    if (path_fmt(path, sizeof path, "%s/CMakeCache.txt", root))
+        return -1;
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+    char line[PATH_MAX + 64];
+    int rc = -1;
+    while (rc != 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, sizeof key - 1) != 0)
+            continue;
+        line[strcspn(line, "\r\n")] = '\0';
+        rc = path_fmt(out, size, "%s", line + sizeof key - 1);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Where msrun's Python package (the directory to put on PYTHONPATH) and
+ * libmsrun.so are, from msrun's own executable: in a build tree,
+ * BUILD/bin/msrun gives the source tree's python/ (BUILD/CMakeCache.txt
+ * names the source tree) and BUILD/lib/libmsrun.so; installed,
+ * PREFIX/bin/msrun gives PREFIX/MSRUN_INSTALL_PYDIR and
+ * PREFIX/MSRUN_INSTALL_LIBDIR/libmsrun.so.MAJOR (each used as it is when
+ * absolute). Each is set only where the file exists; empty otherwise. */
+static void python_paths(char *pydir, char *lib, size_t size)
+{
+    char root[PATH_MAX], src[PATH_MAX], probe[PATH_MAX];
+    pydir[0] = lib[0] = '\0';
+    if (realpath("/proc/self/exe", root) == NULL)
+        return;
+    for (int up = 0; up < 2; up++) { /* .../bin/msrun -> .../bin -> ... */
+        char *slash = strrchr(root, '/');
+        if (slash == NULL)
+            return;
+        *slash = '\0';
+    }
+    const char *py = MSRUN_INSTALL_PYDIR, *ld = MSRUN_INSTALL_LIBDIR;
+    int bad;
+    if (build_tree_source(root, src, sizeof src) == 0)
+        bad = path_fmt(pydir, size, "%s/python", src) ||
+              path_fmt(lib, size, "%s/lib/libmsrun.so", root);
+    else
+        bad = path_fmt(pydir, size, "%s%s%s", py[0] == '/' ? "" : root, py[0] == '/' ? "" : "/",
+                       py) ||
+              path_fmt(lib, size, "%s%s%s/libmsrun.so.%d", ld[0] == '/' ? "" : root,
+                       ld[0] == '/' ? "" : "/", ld, MSR_VERSION_MAJOR);
+    if (bad || path_fmt(probe, sizeof probe, "%s/msrun/__init__.py", pydir) ||
+        access(probe, R_OK) != 0)
+        pydir[0] = '\0';
+    if (bad || access(lib, R_OK) != 0)
+        lib[0] = '\0';
+}
+
+/* Adds "NAME=VALUE" to envp[*k_p] in place of an entry of that name,
+ * or at the end. Nonzero when out of memory. */
+static int env_put(char **envp, size_t *k_p, const char *name, const char *value)
+{
+    size_t n = strlen(name), len = n + strlen(value) + 2;
+    char *entry = msr_malloc(len);
+    if (entry == NULL)
+        return -1;
+    snprintf(entry, len, "%s=%s", name, value);
+    for (size_t i = 0; i < *k_p; i++)
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=') {
+            msr_free(envp[i]);
+            envp[i] = entry;
+            return 0;
+        }
+    envp[(*k_p)++] = entry;
+    return 0;
+}
+
+/* So that `import msrun` works in a worker without the user's help: msrun's
+ * package directory put first on PYTHONPATH (what the user set stays after
+ * it), and MSRUN_LIBRARY naming the libmsrun beside this msrun, unless the
+ * user set one. Nothing is added where msrun finds neither (a copied
+ * binary). Nonzero when out of memory. */
+static int env_add_python(char **envp, size_t *k_p)
+{
+    char pydir[PATH_MAX], lib[PATH_MAX];
+    python_paths(pydir, lib, sizeof pydir);
+    if (pydir[0]) {
+        const char *old = getenv("PYTHONPATH");
+        size_t n = strlen(pydir);
+        int first = old && strncmp(old, pydir, n) == 0 && (old[n] == ':' || old[n] == '\0');
+        size_t len = n + (old ? strlen(old) : 0) + 2;
+        char *value = msr_malloc(len);
+        if (value == NULL)
+            return -1;
+        if (old == NULL || *old == '\0' || first)
+            snprintf(value, len, "%s", old && first ? old : pydir);
+        else
+            snprintf(value, len, "%s:%s", pydir, old);
+        int rc = env_put(envp, k_p, "PYTHONPATH", value);
+        msr_free(value);
+        if (rc)
+            return -1;
+    }
+    const char *set = getenv("MSRUN_LIBRARY");
+    if (lib[0] && (set == NULL || *set == '\0'))
+        return env_put(envp, k_p, "MSRUN_LIBRARY", lib);
+    return 0;
 }
 
 /* The worker's environment: msrun's own, minus the variables msrun sets,
@@ -153,6 +288,8 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
             goto err;
         k++;
     }
+    if (env_add_python(envp, &k))
+        goto err;
     if (getenv("OMP_NUM_THREADS") == NULL) {
         char line[40]; /* a bound worker: one thread per core it was given */
         snprintf(line, sizeof line, "OMP_NUM_THREADS=%d",

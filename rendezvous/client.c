@@ -246,6 +246,41 @@ static int init_shape(msr_ctx_t *ctx, int singleton)
            env_int("MSR_GENERATION", NULL, 0, 0, 1 << 30, &ctx->generation);
 }
 
+/* A singleton refuses a process another launcher started as one of
+ * several (torchrun, or WORLD_SIZE left in the shell): with no MSR_*
+ * variables it would run alone, print "rank 0 of 1" in every process and
+ * reduce nothing. WORLD_SIZE unset, empty or 1 is a job of one rank.
+ * Nonzero, with the error text set, when refused. */
+static int init_check_foreign(void)
+{
+    const char *ws = getenv("WORLD_SIZE");
+    if (ws == NULL || *ws == '\0' || strcmp(ws, "1") == 0)
+        return 0;
+    char seen[512] = "";
+    size_t used = 0;
+    static const char *const names[] = {"RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && used < sizeof seen; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL)
+            used += (size_t)snprintf(seen + used, sizeof seen - used, "%s%s=%.80s",
+                                     used ? ", " : " (with ", names[i], v);
+    }
+    if (used > 0 && used < sizeof seen - 1)
+        snprintf(seen + used, sizeof seen - used, ")");
+    int64_t n;
+    if (msr_parse_i64(ws, 2, 1 << 30, &n) == MSR_OK)
+        msr_err_set("msr_init: WORLD_SIZE=%s%s says this process is one of %s, but it was not "
+                    "started by msrun (MSR_* unset): start it with msrun, or unset WORLD_SIZE "
+                    "to run alone",
+                    ws, seen, ws);
+    else
+        msr_err_set("msr_init: WORLD_SIZE=%.80s%s is not a job size, and this process was not "
+                    "started by msrun (MSR_* unset): start it with msrun, or unset WORLD_SIZE "
+                    "to run alone",
+                    ws, seen);
+    return -1;
+}
+
 /* The channel to the node's msrun (its unix socket) or, in direct mode,
  * to the coordinator (TLS as msrun's --tls_* options give it: it may cross
  * the network); a job started by another launcher learns its generation
@@ -345,6 +380,8 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         ctx->timeout_ms = -1;
     ctx->connect_ms = msr_env_i64("MSR_CONNECT_TIMEOUT", 10, 0, INT32_MAX) * 1000;
 
+    if (singleton && init_check_foreign())
+        goto err_free;
     if (singleton && ctx->world_size > 1) {
         msr_err_set("msr_init: a job of %d ranks needs msrun (or MSR_COORDINATOR=host:port "
                     "and MSR_TOKEN); only a job of one rank runs without",

@@ -1,14 +1,16 @@
 #!/bin/bash
 # Installs the Debian packages msrun needs that are missing.
-#   scripts/deps.sh build   what building and running msrun needs
+#   scripts/deps.sh build   what building and running msrun needs (and NumPy,
+#                           for the Python example of the README)
 #   scripts/deps.sh test    that, plus what the test suite and benchmarks use
 #                           (Open MPI and PyTorch as peers, clang for fuzzing,
 #                           python3-clang for scripts/mutagen.py's mutants)
 set -euo pipefail
 what=${1:-build}
 build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-compiler
-    libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev libmunge-dev python3)
-test=(openmpi-bin libopenmpi-dev python3-numpy python3-torch clang libclang-rt-14-dev python3-clang
+    libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev libmunge-dev python3
+    python3-numpy) # the README's Python example (and the quick start) imports numpy
+test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev python3-clang
     iproute2 procps openssl etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client
     prometheus chromium
     openssh-server openssh-client)

@@ -2021,4 +2021,40 @@ test: ^it_habits$
         if (0) /* "rank 1 on node 0 (...) raised ValueError: x, exited with code 1" */
 >>>
 
+@ python.env_pythonpath_replaced
+file: msrun/workers.c
+test: ^python_noenv$
+<<<
+            snprintf(value, len, "%s:%s", pydir, old);
+===
+            snprintf(value, len, "%s", pydir);
+>>>
+
+@ python.foreign_world_size_ignored
+file: rendezvous/client.c
+test: ^test_singleton$
+<<<
+    if (singleton && init_check_foreign())
+===
+    if (!singleton && init_check_foreign())
+>>>
+
+@ python.bf16_tensor_refused
+file: python/msrun/_buffers.py
+test: ^python_torch_np2$
+<<<
+        obj, implied = bits, BF16
+===
+        implied = BF16
+>>>
+
+@ install.deb_not_split
+file: cmake/MsrunInstall.cmake
+test: ^it_deb$
+<<<
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+===
+set(CPACK_DEB_COMPONENT_INSTALL OFF)
+>>>
+
 __END__

@@ -1,7 +1,8 @@
 """Buffers for the communicators: any object with the buffer protocol
 (NumPy arrays, bytearray, array.array, memoryview), or an object whose
-``.numpy()`` shares its memory (a PyTorch CPU tensor), as an address, an
-element count and an msr_dtype_t."""
+``.numpy()`` shares its memory (a PyTorch CPU tensor; a torch.bfloat16
+one through its bits, as bf16), as an address, an element count and an
+msr_dtype_t."""
 
 import ctypes
 import sys
@@ -57,8 +58,9 @@ def dtype_of(view):
         return U8
     raise TypeError(
         "msrun: no msrun dtype for buffer format %r (item size %d): the communicators "
-        "take float32, float64, float16, int32, int64 and uint8 (and bfloat16 with "
-        "dtype='bf16'); pass dtype= to reinterpret the bytes" % (fmt, view.itemsize)
+        "take float32, float64, float16, int32, int64 and uint8 (and bfloat16: torch "
+        "tensors as they are, bits in an int16 array with dtype='bf16'); pass dtype= to "
+        "reinterpret the bytes" % (fmt, view.itemsize)
     )
 
 
@@ -80,17 +82,33 @@ def parse_op(op):
         raise ValueError("msrun: unknown op %r (one of %s)" % (op, ", ".join(OPS))) from None
 
 
+def _bf16_bits(obj):
+    """A torch.bfloat16 tensor as an int16 tensor on the same memory (NumPy
+    has no bfloat16: its .numpy() fails); None for anything else."""
+    dtype = getattr(obj, "dtype", None)
+    as_view = getattr(obj, "view", None)
+    if str(dtype) != "torch.bfloat16" or not callable(as_view):
+        return None
+    torch = sys.modules.get("torch")
+    return as_view(torch.int16) if torch is not None else None
+
+
 def _view(obj, what):
+    """(memoryview, the dtype the object implies or None)."""
     if isinstance(obj, memoryview):
-        return obj
+        return obj, None
     try:
-        return memoryview(obj)
+        return memoryview(obj), None
     except TypeError:
         pass
+    implied = None
+    bits = _bf16_bits(obj)
+    if bits is not None:  # torch.bfloat16: its bits, reduced as bf16
+        obj, implied = bits, BF16
     numpy = getattr(obj, "numpy", None)  # a torch CPU tensor shares its memory
     if callable(numpy):
         try:
-            return memoryview(numpy())
+            return memoryview(numpy()), implied
         except (TypeError, RuntimeError) as e:
             raise TypeError(
                 "msrun: %s: %s.numpy() gives no buffer: %s" % (what, type(obj).__name__, e)
@@ -108,7 +126,7 @@ class Buffer:
     __slots__ = ("obj", "view", "ref", "address", "nbytes", "dtype", "count")
 
     def __init__(self, obj, what, writable, dtype=None):
-        view = _view(obj, what)
+        view, implied = _view(obj, what)
         if not view.c_contiguous:
             raise ValueError(
                 "msrun: %s is not contiguous (shape %s, strides %s): pass a C-contiguous "
@@ -119,7 +137,10 @@ class Buffer:
             raise ValueError("msrun: %s is read-only; the result needs a writable buffer" % what)
         self.obj = obj
         self.view = view
-        self.dtype = dtype_of(view) if dtype is None else parse_dtype(dtype)
+        if dtype is not None:
+            self.dtype = parse_dtype(dtype)
+        else:
+            self.dtype = implied if implied is not None else dtype_of(view)
         self.nbytes = view.nbytes
         size = _SIZE[self.dtype]
         if self.nbytes % size:

@@ -12,7 +12,9 @@ Where the library comes from, first found wins:
    then what ``ctypes.util.find_library("msrun")`` finds, then
    ``libmsrun.so``.
 
-From a build tree: ``PYTHONPATH=python MSRUN_LIBRARY=build/lib/libmsrun.so``.
+msrun sets MSRUN_LIBRARY (and PYTHONPATH) for its workers, to the library
+and package beside it. Without msrun, from a build tree:
+``PYTHONPATH=python MSRUN_LIBRARY=build/lib/libmsrun.so``.
 """
 
 import ctypes

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# cpack -G DEB makes a Debian package of the built tree that installs what
-# `cmake --install` does, under /usr, and does not depend on CUDA or NCCL
-# (libmsrun loads them with dlopen when a device communicator is asked for).
+# cpack -G DEB makes two Debian packages of the built tree: msrun (the
+# runtime: the launcher, libmsrun.so.N, the Python package) and msrun-dev
+# (headers, libmsrun.a, the libmsrun.so link, msrun.pc, the CMake package,
+# depending on msrun of the same version). Together they install what
+# `cmake --install` does, under /usr, the libraries in the multiarch
+# directory (usr/lib/<arch>); neither depends on CUDA or NCCL (libmsrun
+# loads them with dlopen when a device communicator is asked for). Nothing
+# is installed (no root): the packages are listed and unpacked.
 # Skipped (77) where cpack or dpkg-deb is missing.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../integration/lib.sh"
@@ -14,40 +19,62 @@ for tool in cpack dpkg-deb; do
 done
 version=$(sed -n 's/^#define MSR_VERSION_STRING *"\(.*\)"/\1/p' "$SRC/include/msrun/base.h")
 major=${version%%.*}
-# lib, or lib/<multiarch> where the build was configured for /usr
 LIB=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 LIB=${LIB:-lib}
+arch=$(sed -n 's/^set(CMAKE_C_LIBRARY_ARCHITECTURE *"\(.*\)")$/\1/p' "$BUILD"/CMakeFiles/*/CMakeCCompiler.cmake 2>/dev/null | head -n 1)
+# the multiarch directory wherever CMake knows the architecture
+if [ -n "$arch" ] && [ "$LIB" != "lib/$arch" ]; then
+    fail "CMAKE_INSTALL_LIBDIR=$LIB, not lib/$arch (a build directory configured before the" \
+        "multiarch default: cmake -UCMAKE_INSTALL_LIBDIR BUILD)"
+fi
 
 (cd "$TMP" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" -B "$TMP/pkg") >"$TMP/cpack.log" 2>&1 ||
     fail "cpack -G DEB: $(tail -n 15 "$TMP/cpack.log")"
-debs=("$TMP"/pkg/msrun_"$version"_*.deb)
-[ -f "${debs[0]}" ] || fail "no msrun_${version}_*.deb: $(ls "$TMP/pkg")"
-deb=${debs[0]}
-ok "cpack -G DEB: $(basename "$deb")"
+deb=$(echo "$TMP"/pkg/msrun_"$version"_*.deb)
+dev=$(echo "$TMP"/pkg/msrun-dev_"$version"_*.deb)
+[ -f "$deb" ] || fail "no msrun_${version}_*.deb: $(ls "$TMP/pkg")"
+[ -f "$dev" ] || fail "no msrun-dev_${version}_*.deb: $(ls "$TMP/pkg")"
+[ "$(find "$TMP/pkg" -maxdepth 1 -name '*.deb' | wc -l)" = 2 ] || fail "not two packages: $(ls "$TMP/pkg")"
+ok "cpack -G DEB: $(basename "$deb") and $(basename "$dev")"
 
 [ "$(dpkg-deb -f "$deb" Package)" = msrun ] || fail "Package: $(dpkg-deb -f "$deb" Package)"
-[ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || fail "Version: $(dpkg-deb -f "$deb" Version)"
+[ "$(dpkg-deb -f "$dev" Package)" = msrun-dev ] || fail "Package: $(dpkg-deb -f "$dev" Package)"
+for d in "$deb" "$dev"; do
+    [ "$(dpkg-deb -f "$d" Version)" = "$version" ] || fail "$(basename "$d") Version: $(dpkg-deb -f "$d" Version)"
+done
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-if grep -Eqi "cuda|nccl|cublas|nvidia" <<<"$depends"; then fail "the package depends on CUDA: $depends"; fi
+if grep -Eqi "cuda|nccl|cublas|nvidia" <<<"$depends$(dpkg-deb -f "$dev" Depends)"; then
+    fail "a package depends on CUDA: $depends"
+fi
 for lib in libc6 libgrpc libprotobuf-c libucx libevent-core libhwloc libmunge; do
     grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
-ok "Depends: the runtime libraries, no CUDA or NCCL"
+[ "$(dpkg-deb -f "$dev" Depends)" = "msrun (= $version)" ] ||
+    fail "msrun-dev Depends: $(dpkg-deb -f "$dev" Depends)"
+ok "Depends: msrun the runtime libraries, no CUDA or NCCL; msrun-dev msrun (= $version)"
 
-dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./||' >"$TMP/files"
+list() { dpkg-deb -c "$1" | awk '{print $6}' | sed 's|^\./||' | grep -v '/$' | sort; }
+list "$deb" >"$TMP/files"
+list "$dev" >"$TMP/devfiles"
 L=usr/$LIB
-for f in usr/bin/msrun "$L/libmsrun.so" "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" \
-    "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h "$L/pkgconfig/msrun.pc" \
-    "$L/cmake/msrun/msrunConfig.cmake" "$L/cmake/msrun/msrunConfigVersion.cmake" \
-    "$L/cmake/msrun/msrunTargets.cmake" usr/lib/python3/dist-packages/msrun/__init__.py \
-    usr/lib/python3/dist-packages/msrun/_install.py; do
-    grep -qx "$f" "$TMP/files" || fail "the package lacks /$f"
+PY=usr/lib/python3/dist-packages/msrun
+printf '%s\n' usr/bin/msrun "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" $PY/__init__.py \
+    $PY/_buffers.py $PY/_errors.py $PY/_install.py $PY/_lib.py | sort >"$TMP/want"
+diff "$TMP/want" "$TMP/files" >"$TMP/d" || fail "msrun's files (want < > got): $(cat "$TMP/d")"
+for f in "$L/libmsrun.so" "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h \
+    "$L/pkgconfig/msrun.pc" "$L/cmake/msrun/msrunConfig.cmake" \
+    "$L/cmake/msrun/msrunConfigVersion.cmake" "$L/cmake/msrun/msrunTargets.cmake"; do
+    grep -qx "$f" "$TMP/devfiles" || fail "msrun-dev lacks /$f"
 done
-ok "contents: /usr/bin/msrun, libmsrun.so.$version and its links, libmsrun.a, headers, msrun.pc, CMake package, python/msrun"
+grep -v -e "^usr/include/msrun/[a-z_]*\.h$" -e "^$L/libmsrun\.\(so\|a\)$" -e "^$L/pkgconfig/msrun\.pc$" \
+    -e "^$L/cmake/msrun/msrun[A-Za-z-]*\.cmake$" "$TMP/devfiles" >"$TMP/extra" &&
+    fail "msrun-dev holds more than development files: $(cat "$TMP/extra")"
+ok "split: msrun holds /usr/bin/msrun, /$L/libmsrun.so.$major{,.$version}, python/msrun; msrun-dev the headers, libmsrun.a, the .so link, msrun.pc, the CMake package"
 
 # the packaged files are those cmake --install writes, and usable in place
 dpkg-deb -x "$deb" "$TMP/root"
+dpkg-deb -x "$dev" "$TMP/root"
 if readelf -d "$TMP/root/$L/libmsrun.so.$version" | grep -E "NEEDED.*(cuda|nccl)"; then
     fail "the packaged libmsrun.so needs a CUDA library"
 fi

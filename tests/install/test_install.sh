@@ -111,31 +111,42 @@ grep -q "msrunConfig.cmake, version: $version" "$TMP/cmake99.log" ||
     fail "find_package(msrun 99): $(tail -n 15 "$TMP/cmake99.log")"
 ok "msrunConfigVersion.cmake: $version found, 99 refused"
 # ---- the Python package, installed beside the library: the installed msrun
-# runs it as 2 ranks on /usr/bin/python3 with only PYTHONPATH set, and it
-# loads the installed libmsrun (found through its _install.py)
+# runs it as 2 ranks on /usr/bin/python3 with neither PYTHONPATH nor
+# MSRUN_LIBRARY nor LD_LIBRARY_PATH set (msrun gives its workers both, from
+# its own place), and they load the installed libmsrun and allreduce
 PYDIR=$(sed -n 's/^MSRUN_PYTHON_DIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 PYDIR=$P/${PYDIR:-lib/python3/dist-packages}
 for f in __init__.py _lib.py _install.py; do
     [ -f "$PYDIR/msrun/$f" ] || fail "install: no $PYDIR/msrun/$f"
 done
 if [ -x /usr/bin/python3 ]; then
+    # without msrun: the package finds the installed library through its
+    # _install.py alone
+    got=$(cd "$TMP" && env -u LD_LIBRARY_PATH -u MSRUN_LIBRARY PYTHONPATH="$PYDIR" /usr/bin/python3 \
+        -c 'import msrun; print(msrun.library_path())' 2>&1)
+    [ "$got" = "$P/$LIB/libmsrun.so.$major" ] || fail "the installed package alone loads: $got"
     cat >"$TMP/w.py" <<'PYEOF'
+import os
 import msrun
 ctx = msrun.init()
-ctx.barrier()
-print("rank %d of %d: python loads %s" % (ctx.rank, ctx.world_size, msrun.library_path()))
+buf = bytearray((ctx.rank + 1).to_bytes(4, "little"))
+ctx.allreduce(buf, dtype="i32")
+print("rank %d of %d: sum %d, python loads %s from %s" % (
+    ctx.rank, ctx.world_size, int.from_bytes(buf, "little"), msrun.library_path(),
+    os.path.dirname(os.path.dirname(os.path.abspath(msrun.__file__)))))
 ctx.finalize()
 PYEOF
     CODE=0
-    timeout -k 5 60 env -u LD_LIBRARY_PATH -u MSRUN_LIBRARY PYTHONPATH="$PYDIR" \
-        MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --python /usr/bin/python3 --worker_num=2 "$TMP/w.py" \
+    (cd "$TMP" && timeout -k 5 60 env -u LD_LIBRARY_PATH -u MSRUN_LIBRARY -u PYTHONPATH \
+        MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --python /usr/bin/python3 --worker_num=2 "$TMP/w.py") \
         >"$TMP/out" 2>"$TMP/err" || CODE=$?
     expect_code 0 "python worker"
     for r in 0 1; do
-        expect_in "rank $r of 2: python loads $P/$LIB/libmsrun.so.$major\$" "$TMP/out" "python worker"
+        expect_in "rank $r of 2: sum 3, python loads $P/$LIB/libmsrun.so.$major from $PYDIR\$" \
+            "$TMP/out" "python worker"
     done
     no_leftovers "python worker"
-    ok "python/msrun installed in ${PYDIR#"$P"/}: 2 ranks load the installed libmsrun"
+    ok "python/msrun installed in ${PYDIR#"$P"/}: 2 ranks import it with no PYTHONPATH, load the installed libmsrun, allreduce"
 else
     ok "python/msrun installed in ${PYDIR#"$P"/} (no /usr/bin/python3 to run it)"
 fi

@@ -73,6 +73,21 @@ def check_init_error():
     expect(p.returncode == 0 and p.stdout.startswith("MSR_ERR_INVALID_ARG msr_init |")
            and "needs msrun" in p.stdout, "msr_init's error: %r %r" % (p.stdout, p.stderr[-300:]))
 
+    # started by torchrun (WORLD_SIZE, RANK, MASTER_ADDR, no MSR_*): refused
+    # with the variables named; WORLD_SIZE=1 (the bound) or unset runs alone
+    torchrun = dict(MSR_WORLD_SIZE=None, MSR_RANK=None, MSR_AGENT=None, MSR_COORDINATOR=None,
+                    SLURM_NTASKS=None, RANK="1", MASTER_ADDR="127.0.0.1", LOCAL_RANK="1")
+    p = python(code, WORLD_SIZE="2", **torchrun)
+    expect(p.returncode == 0 and p.stdout.startswith("MSR_ERR_INVALID_ARG msr_init |")
+           and "WORLD_SIZE=2" in p.stdout and "RANK=1" in p.stdout
+           and "not started by msrun" in p.stdout,
+           "WORLD_SIZE=2 without msrun: %r %r" % (p.stdout, p.stderr[-300:]))
+    alone = "import msrun\nc = msrun.init()\nprint('rank %d of %d' % (c.rank, c.world_size))\n"
+    for ws in ("1", None):
+        p = python(alone, WORLD_SIZE=ws, **torchrun)
+        expect(p.returncode == 0 and p.stdout.strip() == "rank 0 of 1",
+               "WORLD_SIZE=%s without msrun: %r %r" % (ws, p.stdout, p.stderr[-300:]))
+
 
 def check_singleton(tmp):
     with msrun.init() as ctx:

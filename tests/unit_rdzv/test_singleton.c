@@ -17,6 +17,7 @@ static msr_ctx_t *init_singleton(void)
     unsetenv("MSR_RANK");
     unsetenv("SLURM_NTASKS");
     unsetenv("SLURM_PROCID");
+    unsetenv("WORLD_SIZE");
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     return ctx;
@@ -40,6 +41,40 @@ static void test_identity(void)
     MSR_CHECK_STATUS(msr_init(&ctx), MSR_ERR_INVALID_ARG);
     MSR_CHECK(strstr(msr_last_error(), "needs msrun") != NULL);
     unsetenv("MSR_WORLD_SIZE");
+}
+
+/* Started by torchrun (WORLD_SIZE, RANK, MASTER_ADDR, no MSR_*): refused
+ * with the variables named, not a silent job of one rank; WORLD_SIZE=1 (the
+ * bound) or unset runs alone. */
+static void test_foreign_launcher(void)
+{
+    msr_ctx_t *ctx = init_singleton();
+    msr_finalize(ctx);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "1", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ctx = NULL;
+    MSR_CHECK_STATUS(msr_init(&ctx), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(ctx == NULL);
+    const char *e = msr_last_error();
+    MSR_CHECK(strstr(e, "WORLD_SIZE=2") != NULL);
+    MSR_CHECK(strstr(e, "RANK=1") != NULL);
+    MSR_CHECK(strstr(e, "MASTER_ADDR=127.0.0.1") != NULL);
+    MSR_CHECK(strstr(e, "one of 2, but it was not started by msrun (MSR_* unset)") != NULL);
+    MSR_CHECK(strstr(e, "unset WORLD_SIZE to run alone") != NULL);
+    setenv("WORLD_SIZE", "two", 1);
+    MSR_CHECK_STATUS(msr_init(&ctx), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(strstr(msr_last_error(), "WORLD_SIZE=two") != NULL);
+    setenv("WORLD_SIZE", "1", 1);
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_EQ(msr_world_size(ctx), 1);
+    msr_finalize(ctx);
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    unsetenv("MASTER_ADDR");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_EQ(msr_rank(ctx), 0);
+    msr_finalize(ctx);
 }
 
 static void test_store(void)
@@ -155,6 +190,7 @@ static void test_limits(void)
 static const msr_test_t tests[] = {
     {"limits", test_limits, 20},
     {"identity", test_identity, 10},
+    {"foreign_launcher", test_foreign_launcher, 10},
     {"store", test_store, 10},
     {"threads", test_threads, 20},
 };
