@@ -489,7 +489,7 @@ static void error_file_name(msr_worker_t *w, const msr_spawn_env_t *e)
 
 /* Puts the entry "NAME=VALUE" in envp (build_env's: room for it), in place
  * of the one of that name already there. */
-static int env_put(char **envp, const char *entry)
+static int env_put_entry(char **envp, const char *entry)
 {
     size_t n = (size_t)(strchr(entry, '=') - entry) + 1, k = 0;
     while (envp[k] && strncmp(envp[k], entry, n) != 0)
@@ -527,7 +527,7 @@ msr_status_t msr_worker_spawn(msr_worker_t *w, struct event_base *base, const ms
     error_file_name(w, e);
     char line[PATH_MAX + 32];
     snprintf(line, sizeof line, "TORCHELASTIC_ERROR_FILE=%s", w->error_file);
-    if (w->error_file[0] && env_put(envp, line) != 0) {
+    if (w->error_file[0] && env_put_entry(envp, line) != 0) {
         st = msr_err(MSR_ERR_NO_MEMORY, "out of memory building the environment");
         goto err_env;
     }
