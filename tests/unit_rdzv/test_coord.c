@@ -15,10 +15,12 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/crc32.h"
 #include "base/time.h"
 #include "base/status.h"
 #include "base/util.h"
 #include "cluster/coord.h"
+#include "cluster/coord_internal.h"
 #include "cluster/straggler.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
@@ -1418,6 +1420,91 @@ static void test_request_ids(void)
     tmpstate_remove(&t);
 }
 
+/* ---- the records persist.c hands etcd ---- */
+
+/* A coordinator without a state file, for records applied by hand. */
+static msr_coord_t *plain_coord(const char *job_id)
+{
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = job_id,
+                              .worker_num = 1,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .node_timeout_ms = 60000,
+                              .join_timeout_ms = 60000};
+    job_max_restarts = 0;
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    return co;
+}
+
+/* ps packed in etcd's frame (length, CRC of the payload), as persist.c
+ * frames it; malloc'd. */
+static uint8_t *etcd_frame(const ProtobufCMessage *msg, size_t *len_p)
+{
+    size_t plen = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(8 + plen);
+    MSR_CHECK(buf != NULL);
+    protobuf_c_message_pack(msg, buf + 8);
+    uint32_t crc = msr_crc32(0, buf + 8, plen);
+    for (int i = 0; i < 4; i++) {
+        buf[i] = (uint8_t)(plen >> (8 * i));
+        buf[4 + i] = (uint8_t)(crc >> (8 * i));
+    }
+    *len_p = 8 + plen;
+    return buf;
+}
+
+/* The records of etcd's store: the snapshot and the change that a
+ * coordinator writes read back whole into another, with the answers it
+ * remembers (a retry is answered from them), and a change of another job
+ * refused. */
+static void test_persist_records(void)
+{
+    msr_coord_t *a = plain_coord("job");
+    join(a, 0, 1, 1, 0);
+    MSR_CHECK_EQ(add_req(a, "n", 5, 7, 1), 5);
+    size_t len = 0;
+    uint8_t *rec = msr_coord_persist_snapshot_record(a, &len);
+    MSR_CHECK(rec != NULL);
+    msr_coord_t *b = plain_coord("job");
+    MSR_CHECK_EQ(msr_coord_persist_apply(b, rec, len, 1), MSR_OK);
+    MSR_CHECK(strcmp(get_key(b, "n"), "5") == 0);
+    MSR_CHECK_EQ(add_req(b, "n", 5, 7, 1), 5); /* the retry: the saved answer */
+    MSR_CHECK(strcmp(get_key(b, "n"), "5") == 0);
+    /* a request of each method is taken; one past the last is not */
+    Msr__PersistedState *ps = msr__persisted_state__unpack(NULL, len - 8, rec + 8);
+    MSR_CHECK(ps != NULL && ps->n_requests == 1);
+    for (uint32_t m = MSR_RPC_METHOD_COUNT - 1; ps != NULL && m <= MSR_RPC_METHOD_COUNT; m++) {
+        ps->requests[0]->method = m;
+        size_t flen = 0;
+        uint8_t *f = etcd_frame(&ps->base, &flen);
+        msr_coord_t *d = plain_coord("job");
+        msr_status_t st = msr_coord_persist_apply(d, f, flen, 1);
+        MSR_CHECK_MSG(m < MSR_RPC_METHOD_COUNT ? st == MSR_OK : st == MSR_ERR_CORRUPT,
+                      "a saved request of method %u: %s", m, msr_status_str(st));
+        msr_coord_destroy(d);
+        free(f);
+    }
+    msr__persisted_state__free_unpacked(ps, NULL);
+    msr_free(rec);
+    /* another job's change is refused whole */
+    msr_coord_t *other = plain_coord("other");
+    fcall_t c = {0};
+    Msr__JoinRequest j = join_req(1, 1, 0, 0);
+    j.job_id = "other";
+    call(other, &c, MSR_RPC_JOIN, &j.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "join: %d %s", c.code, c.message);
+    fcall_reset(&c);
+    rec = msr_coord_persist_change_record(other, &len);
+    MSR_CHECK(rec != NULL);
+    MSR_CHECK_EQ(msr_coord_persist_apply(b, rec, len, 0), MSR_ERR_CORRUPT);
+    msr_free(rec);
+    msr_coord_destroy(other);
+    msr_coord_destroy(b);
+    msr_coord_destroy(a);
+}
+
 /* Saving appends what changed; the log is compacted into a new snapshot as
  * it grows; reading it back replays it. */
 static void test_log_and_compaction(void)
@@ -2375,12 +2462,89 @@ static void test_output_bytes_total(void)
     msr_coord_destroy(co);
 }
 
+/* Lines for a rank nobody asked, in a heartbeat, are ignored (the rank has
+ * a slot, and no record); an ask made at the clock's time 0 is still an
+ * ask. */
+static void test_output_unasked_and_time_zero(void)
+{
+    msr_coord_t *co = make_coord(2, 2, 0);
+    const char *a = join(co, 0, 2, 2, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    char js[512];
+    MSR_CHECK_EQ(output(co, 0, js, sizeof js), 202);
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->n_output_ranks, 1);
+    ProtobufCBinaryData line = {4, (uint8_t *)"line"};
+    Msr__RankOutput o = MSR__RANK_OUTPUT__INIT, *op = &o;
+    o.rank = 1; /* not asked: no record */
+    o.n_lines = 1;
+    o.lines = &line;
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = (char *)a;
+    r.n_outputs = 1;
+    r.outputs = &op;
+    call(co, &c, MSR_RPC_HEARTBEAT, &r.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    msr_buf_t b = MSR_BUF_INIT;
+    MSR_CHECK_EQ(msr_coord_render_output(co, 1, 0, &b), 202);
+    msr_buf_cleanup(&b);
+    Msr__HeartbeatResponse *hr = beat(co, &c, a, 0, 0);
+    MSR_CHECK_EQ(hr->n_output_ranks, 1);
+    MSR_CHECK_EQ(hr->n_output_ranks ? hr->output_ranks[0] : -1, 1);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* With MSR_OUTPUT_KEPT_MAX ranks' lines kept, a new rank's record takes the
+ * place of the one kept longest. */
+static void test_output_evicts_oldest(void)
+{
+    enum { N = MSR_OUTPUT_KEPT_MAX + 1 };
+    msr_coord_t *co = make_coord(N, N, 0);
+    const char *a = join(co, 0, N, N, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    char js[512];
+    ProtobufCBinaryData line = {4, (uint8_t *)"kept"};
+    for (int rank = 0; rank < MSR_OUTPUT_KEPT_MAX; rank++) { /* rank 0 the oldest */
+        MSR_CHECK_EQ(output(co, rank, js, sizeof js), 202);
+        MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->n_output_ranks, 1);
+        Msr__RankOutput o = MSR__RANK_OUTPUT__INIT, *op = &o;
+        o.rank = rank;
+        o.n_lines = 1;
+        o.lines = &line;
+        Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+        r.node_id = (char *)a;
+        r.n_outputs = 1;
+        r.outputs = &op;
+        call(co, &c, MSR_RPC_HEARTBEAT, &r.base);
+        MSR_CHECK(c.answered && c.code == 0);
+        MSR_CHECK_EQ(output(co, rank, js, sizeof js), 200);
+    }
+    MSR_CHECK_EQ(output(co, N - 1, js, sizeof js), 202); /* a new record */
+    uint64_t late = msr_now_ns() + (MSR_OUTPUT_WAIT_MS + 100) * 1000000ull;
+    const int ranks[] = {N - 2, 0};
+    const char *want[] = {"\"lines\":[\"kept\"]", "\"lines\":[]"};
+    for (int k = 0; k < 2; k++) { /* the newest kept; the oldest gone */
+        MSR_CHECK_EQ(output(co, ranks[k], js, sizeof js), 202);
+        msr_buf_t b = MSR_BUF_INIT;
+        MSR_CHECK_EQ(msr_coord_render_output(co, ranks[k], late, &b), 200);
+        MSR_CHECK_MSG(b.len && memmem(b.data, b.len, want[k], strlen(want[k])), "rank %d: %.*s",
+                      ranks[k], (int)b.len, b.data);
+        msr_buf_cleanup(&b);
+    }
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"progress_history", test_progress_history, 10},
     {"output_tail", test_output_tail, 10},
     {"output_bounds", test_output_bounds, 10},
     {"output_bytes_total", test_output_bytes_total, 10},
+    {"output_unasked_and_time_zero", test_output_unasked_and_time_zero, 10},
+    {"output_evicts_oldest", test_output_evicts_oldest, 30},
     {"stragglers_same_steps", test_stragglers_same_steps, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
@@ -2407,6 +2571,7 @@ static const msr_test_t tests[] = {
     {"write_held_until_saved", test_write_held_until_saved, 10},
     {"save_failure_fails_writes", test_save_failure_fails_writes, 10},
     {"request_ids", test_request_ids, 10},
+    {"persist_records", test_persist_records, 10},
     {"log_and_compaction", test_log_and_compaction, 30},
     {"torn_tail", test_torn_tail, 10},
     {"state_file_counts", test_state_file_counts, 10},
