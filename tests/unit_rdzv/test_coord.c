@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/crc32.h"
+#include "base/log.h"
 #include "base/time.h"
 #include "base/status.h"
 #include "base/util.h"
@@ -1595,6 +1596,65 @@ static void test_torn_tail(void)
     tmpstate_remove(&t);
 }
 
+/* The lines logged while a sink is set (log_lines_on), NUL-terminated. */
+static char log_lines[8192];
+static size_t log_used;
+
+static void log_sink(void *arg, const char *line, size_t len)
+{
+    (void)arg;
+    if (len > sizeof log_lines - 1 - log_used)
+        len = sizeof log_lines - 1 - log_used;
+    memcpy(log_lines + log_used, line, len);
+    log_used += len;
+    log_lines[log_used] = '\0';
+}
+
+/* A file of the format before sequence numbers ("MSRSTAT2": length and CRC
+ * frames) whose last record is torn in its payload (its frame says 5
+ * bytes, 2 follow): the changes before it are replayed, its 10 bytes cut
+ * off (not taken for a record), and the cut not reported as failed. */
+static void test_state_v2_torn_frame(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *a = plain_coord("job");
+    join(a, 0, 1, 1, 0);
+    size_t slen = 0, clen = 0;
+    uint8_t *snap = msr_coord_persist_snapshot_record(a, &slen);
+    MSR_CHECK(snap != NULL);
+    Msr__PersistedKey k = MSR__PERSISTED_KEY__INIT, *kp = &k;
+    k.key = "k";
+    k.value.data = (uint8_t *)"v2";
+    k.value.len = 2;
+    Msr__PersistedChange ch = MSR__PERSISTED_CHANGE__INIT;
+    ch.n_set = 1;
+    ch.set = &kp;
+    uint8_t *change = etcd_frame(&ch.base, &clen);
+    FILE *f = fopen(t.path, "wb");
+    MSR_CHECK(f != NULL);
+    MSR_CHECK(fwrite("MSRSTAT2", 1, 8, f) == 8 && fwrite(snap, 1, slen, f) == slen &&
+              fwrite(change, 1, clen, f) == clen &&
+              fwrite("\x05\x00\x00\x00\x01\x02\x03\x04"
+                     "ab",
+                     1, 10, f) == 10);
+    fclose(f);
+    log_used = 0;
+    log_lines[0] = '\0';
+    msr_log_set_sink(log_sink, NULL);
+    msr_coord_t *co = durable_coord(t.path);
+    msr_log_set_sink(NULL, NULL);
+    MSR_CHECK(strcmp(get_key(co, "k"), "v2") == 0);
+    MSR_CHECK_MSG(strstr(log_lines, "cutting off its last 10 bytes") != NULL &&
+                      strstr(log_lines, "cannot cut") == NULL,
+                  "%s", log_lines);
+    msr_coord_destroy(co);
+    free(change);
+    msr_free(snap);
+    msr_coord_destroy(a);
+    tmpstate_remove(&t);
+}
+
 /* Counts read from the state file are checked against the job: a file that
  * says the running generation has 1000 nodes of a 2-worker job is refused
  * (it used to be taken, and a report of rank 500 then wrote out of bounds). */
@@ -2235,6 +2295,72 @@ static void test_stragglers_same_steps(void)
 /* Each rank's curve for the page: a point per report, a resumed earlier
  * step replacing the points from it on, and a long run thinned to at most
  * MSR_OBS_HISTORY points spread over all of it. */
+/* A step time that is not positive is no time: the rank's step_ms is 0,
+ * and a window holding one is not full. */
+static void test_progress_nonpositive_times(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 0);
+    const char *a = join(co, 0, 1, 1, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    double times[MSR_STRAGGLER_WINDOW];
+    for (int k = 0; k < MSR_STRAGGLER_WINDOW; k++)
+        times[k] = k == 0 ? 0 : 0.1; /* the oldest step's time is 0 */
+    Msr__StepReport rep = MSR__STEP_REPORT__INIT, *repp = &rep;
+    rep.rank = 0;
+    rep.step = 30;
+    rep.step_time = -0.5;
+    rep.steps = MSR_STRAGGLER_WINDOW;
+    rep.n_step_times = MSR_STRAGGLER_WINDOW;
+    rep.step_times = times;
+    Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+    req.node_id = (char *)a;
+    req.n_steps = 1;
+    req.steps = &repp;
+    call(co, &c, MSR_RPC_PROGRESS, &req.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
+    fcall_reset(&c);
+    msr_buf_t j = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    MSR_CHECK_MSG(strstr(j.data, "\"step\":30,\"step_ms\":0,\"step_ms_mean\":0,") != NULL, "%s",
+                  j.data);
+    msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
+/* Once a curve is thinned to every other step (stride 2), a step off the
+ * stride is kept when it lies a whole stride after the last point. */
+static void test_progress_history_stride(void)
+{
+    msr_coord_t *co = make_coord(1, 1, 0);
+    const char *a = join(co, 0, 1, 1, 0);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    const int64_t after[] = {MSR_OBS_HISTORY + 3, MSR_OBS_HISTORY + 5};
+    for (int64_t k = 0; k <= MSR_OBS_HISTORY + 2; k++) {
+        int64_t step = k <= MSR_OBS_HISTORY ? k : after[k - MSR_OBS_HISTORY - 1];
+        Msr__StepReport rep = MSR__STEP_REPORT__INIT, *repp = &rep;
+        rep.rank = 0;
+        rep.step = step;
+        rep.step_time = 0.1;
+        Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+        req.node_id = (char *)a;
+        req.n_steps = 1;
+        req.steps = &repp;
+        call(co, &c, MSR_RPC_PROGRESS, &req.base);
+        MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
+        fcall_reset(&c);
+    }
+    msr_buf_t j = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    char want[64];
+    snprintf(want, sizeof want, "[%d,100,null],[%d,100,null]]", MSR_OBS_HISTORY + 3,
+             MSR_OBS_HISTORY + 5);
+    MSR_CHECK_MSG(strstr(j.data, want) != NULL, "%s", j.data);
+    msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
 static void test_progress_history(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
@@ -2280,6 +2406,31 @@ static void test_progress_history(void)
     long mstep = mid != NULL ? strtol(mid + 1, NULL, 10) : 0;
     MSR_CHECK_MSG(mstep > 300 && mstep < 700, "the middle point is step %ld", mstep);
     msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
+/* A slow rank is named once slow over two windows that share no step: the
+ * second ending one step short of that (sharing the first's last step)
+ * is not enough. */
+static void test_stragglers_disjoint_windows(void)
+{
+    msr_coord_t *co = make_coord(8, 8, 0);
+    const char *a = join(co, 0, 8, 8, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    fcall_reset(&c);
+    const struct {
+        int64_t step;
+        size_t named;
+    } rounds[] = {
+        {19, 0}, {39, 0}, {39 + MSR_STRAGGLER_WINDOW - 1, 0}, {39 + MSR_STRAGGLER_WINDOW, 1}};
+    for (size_t k = 0; k < MSR_ARRAY_SIZE(rounds); k++) {
+        progress_send(co, &c, a, 0, k ? 5 : -1, rounds[k].step);
+        MSR_CHECK_MSG(((Msr__ProgressResponse *)c.resp)->n_stragglers == rounds[k].named,
+                      "at step %lld: %zu named", (long long)rounds[k].step,
+                      ((Msr__ProgressResponse *)c.resp)->n_stragglers);
+        fcall_reset(&c);
+    }
     msr_coord_destroy(co);
 }
 
@@ -2540,12 +2691,15 @@ static void test_output_evicts_oldest(void)
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"progress_history", test_progress_history, 10},
+    {"progress_history_stride", test_progress_history_stride, 10},
+    {"progress_nonpositive_times", test_progress_nonpositive_times, 10},
     {"output_tail", test_output_tail, 10},
     {"output_bounds", test_output_bounds, 10},
     {"output_bytes_total", test_output_bytes_total, 10},
     {"output_unasked_and_time_zero", test_output_unasked_and_time_zero, 10},
     {"output_evicts_oldest", test_output_evicts_oldest, 30},
     {"stragglers_same_steps", test_stragglers_same_steps, 10},
+    {"stragglers_disjoint_windows", test_stragglers_disjoint_windows, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
@@ -2574,6 +2728,7 @@ static const msr_test_t tests[] = {
     {"persist_records", test_persist_records, 10},
     {"log_and_compaction", test_log_and_compaction, 30},
     {"torn_tail", test_torn_tail, 10},
+    {"state_v2_torn_frame", test_state_v2_torn_frame, 10},
     {"state_file_counts", test_state_file_counts, 10},
     {"state_file_symlinks", test_state_file_symlinks, 10},
     {"elastic", test_elastic, 20},
