@@ -2434,6 +2434,47 @@ static void test_stragglers_disjoint_windows(void)
     msr_coord_destroy(co);
 }
 
+/* A rank far ahead of the others (its window holds none of their last
+ * steps) is compared by its own last window: slow over two of them, it
+ * is named. */
+static void test_stragglers_far_ahead(void)
+{
+    msr_coord_t *co = make_coord(8, 8, 0);
+    const char *a = join(co, 0, 8, 8, -1);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+    fcall_reset(&c);
+    double times[8][MSR_STRAGGLER_WINDOW];
+    Msr__StepReport reps[8], *repp[8];
+    for (int round = 0; round < 3; round++) {
+        int64_t step = 19 + MSR_STRAGGLER_WINDOW * round;
+        for (int r = 0; r < 8; r++) {
+            msr__step_report__init(&reps[r]);
+            for (int k = 0; k < MSR_STRAGGLER_WINDOW; k++)
+                times[r][k] = r == 5 ? 0.2 : 0.1;
+            reps[r].rank = r;
+            reps[r].step = r == 5 ? step + 1000 : step;
+            reps[r].step_time = times[r][0];
+            reps[r].steps = MSR_STRAGGLER_WINDOW;
+            reps[r].n_step_times = MSR_STRAGGLER_WINDOW;
+            reps[r].step_times = times[r];
+            repp[r] = &reps[r];
+        }
+        Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+        req.node_id = (char *)a;
+        req.n_steps = 8;
+        req.steps = repp;
+        call(co, &c, MSR_RPC_PROGRESS, &req.base);
+        MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
+        fcall_reset(&c);
+    }
+    msr_buf_t j = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_job(co, &j));
+    MSR_CHECK_MSG(strstr(j.data, "\"stragglers\":[{\"rank\":5,") != NULL, "%s", j.data);
+    msr_buf_cleanup(&j);
+    msr_coord_destroy(co);
+}
+
 /* ---- /api/output: a rank's last lines through its node's heartbeat ---- */
 
 /* The JSON of /api/output for rank (into out) and its HTTP status. */
@@ -2700,6 +2741,7 @@ static const msr_test_t tests[] = {
     {"output_evicts_oldest", test_output_evicts_oldest, 30},
     {"stragglers_same_steps", test_stragglers_same_steps, 10},
     {"stragglers_disjoint_windows", test_stragglers_disjoint_windows, 10},
+    {"stragglers_far_ahead", test_stragglers_far_ahead, 10},
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
