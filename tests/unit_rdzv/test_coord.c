@@ -1556,6 +1556,73 @@ static void test_log_and_compaction(void)
     tmpstate_remove(&t);
 }
 
+/* The log is compacted into a new snapshot at the save after it reaches
+ * MSR_LOG_COMPACT_MIN bytes (the bound for a small state), exactly. */
+static void test_log_compaction_bound(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "a", "1"), 0);
+    long snap = file_size(t.path); /* the first save: a snapshot alone */
+    enum { CHUNK = 40000 };
+    static char value[3 * CHUNK];
+    memset(value, 'v', sizeof value);
+    value[CHUNK] = '\0';
+    long before = file_size(t.path);
+    MSR_CHECK_EQ(set_key(co, &c, "x", value), 0);
+    long grow = file_size(t.path) - before; /* a Set of CHUNK bytes */
+    long rest = (long)MSR_LOG_COMPACT_MIN - (file_size(t.path) - snap);
+    while (rest > 2 * CHUNK) {
+        MSR_CHECK_EQ(set_key(co, &c, "x", value), 0);
+        rest = (long)MSR_LOG_COMPACT_MIN - (file_size(t.path) - snap);
+    }
+    /* the last Set's length brings the log to the bound exactly (the
+     * lengths' varints are as long as for CHUNK) */
+    value[CHUNK] = 'v';
+    value[CHUNK + rest - grow] = '\0';
+    MSR_CHECK_EQ(set_key(co, &c, "x", value), 0);
+    MSR_CHECK_EQ(file_size(t.path) - snap, (long)MSR_LOG_COMPACT_MIN);
+    MSR_CHECK_EQ(set_key(co, &c, "y", "1"), 0);
+    MSR_CHECK_MSG(file_size(t.path) < 4 * CHUNK, "the log of %ld bytes is not compacted",
+                  file_size(t.path));
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    msr_coord_t *again = durable_coord(t.path);
+    MSR_CHECK_EQ(strlen(get_key(again, "y")), 1);
+    msr_coord_destroy(again);
+    tmpstate_remove(&t);
+}
+
+/* With stdin closed the state file may get descriptor 0: it is still the
+ * open log, appended to (the same file), not rewritten at each save. */
+static void test_state_file_fd_zero(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    int saved = dup(0);
+    MSR_CHECK(saved >= 0);
+    close(0);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "a", "1"), 0); /* the first save: a snapshot */
+    struct stat first, next;
+    MSR_CHECK(stat(t.path, &first) == 0);
+    int zero = fcntl(0, F_GETFD) != -1; /* the state file's */
+    MSR_CHECK_EQ(set_key(co, &c, "b", "2"), 0);
+    MSR_CHECK(stat(t.path, &next) == 0);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    MSR_CHECK(dup2(saved, 0) == 0);
+    close(saved);
+    MSR_CHECK(zero);
+    MSR_CHECK_MSG(next.st_ino == first.st_ino && next.st_size > first.st_size,
+                  "the save rewrote the file (inode %lu to %lu)", (unsigned long)first.st_ino,
+                  (unsigned long)next.st_ino);
+    tmpstate_remove(&t);
+}
+
 /* A save cut short (the tail of the file torn or damaged) is cut off at
  * recovery: what came before is kept. */
 static void test_torn_tail(void)
@@ -2769,6 +2836,8 @@ static const msr_test_t tests[] = {
     {"request_ids", test_request_ids, 10},
     {"persist_records", test_persist_records, 10},
     {"log_and_compaction", test_log_and_compaction, 30},
+    {"log_compaction_bound", test_log_compaction_bound, 30},
+    {"state_file_fd_zero", test_state_file_fd_zero, 10},
     {"torn_tail", test_torn_tail, 10},
     {"state_v2_torn_frame", test_state_v2_torn_frame, 10},
     {"state_file_counts", test_state_file_counts, 10},
