@@ -1390,6 +1390,36 @@ static int64_t add_req(msr_coord_t *co, const char *key, int64_t delta, uint64_t
 
 /* A retried Add (same client and request id) is applied once, also after a
  * restart of the coordinator; without ids every Add counts. */
+/* An append cut short (the file may grow by 10 bytes only) is cut back off
+ * the file at once: no torn record is left for the next start to find. */
+static void test_save_failure_cut_back(void)
+{
+    tmpstate_t t;
+    tmpstate_make(&t);
+    msr_coord_t *co = durable_coord(t.path);
+    fcall_t c = {0};
+    MSR_CHECK_EQ(set_key(co, &c, "small", "x"), 0);
+    MSR_CHECK_EQ(set_key(co, &c, "log", "y"), 0); /* appended: the log is open */
+    long before = file_size(t.path);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    MSR_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)before + 10;
+    MSR_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    char big[200];
+    memset(big, 'v', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    int code = set_key(co, &c, "big", big);
+    long after = file_size(t.path);
+    MSR_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    MSR_CHECK_EQ(code, GRPC_STATUS_INTERNAL);
+    MSR_CHECK_MSG(after == before, "%ld bytes after the failed save, %ld before", after, before);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+    tmpstate_remove(&t);
+}
+
 static void test_request_ids(void)
 {
     tmpstate_t t;
@@ -2833,6 +2863,7 @@ static const msr_test_t tests[] = {
     {"failure_history", test_failure_history, 10},
     {"write_held_until_saved", test_write_held_until_saved, 10},
     {"save_failure_fails_writes", test_save_failure_fails_writes, 10},
+    {"save_failure_cut_back", test_save_failure_cut_back, 10},
     {"request_ids", test_request_ids, 10},
     {"persist_records", test_persist_records, 10},
     {"log_and_compaction", test_log_and_compaction, 30},
