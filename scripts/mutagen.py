@@ -401,6 +401,39 @@ def sample(by_file, n, seed):
     return out
 
 
+NAME_RE = re.compile(r"(\S+\.c:\d+:\d+: [a-z_]+: .* -> .*?)(\s+\[equivalent:.*)?$")
+
+
+def only(by_file, path):
+    """The mutants named in the file at path (lines as a run prints them;
+    blank lines and # comments skipped), or None after naming those that
+    match no site (the code moved since: rerun on the commit that run
+    used)."""
+    want = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            m = NAME_RE.search(line)
+            if m is None:
+                print("mutagen: %s: not a mutant's name: %s" % (path, line), file=sys.stderr)
+                return None
+            want.append(m.group(1).strip())
+    have = {m.name(): m for ms in by_file.values() for m in ms}
+    lost = [w for w in want if w not in have]
+    for w in lost:
+        print("mutagen: %s: no such mutant here: %s" % (path, w), file=sys.stderr)
+    if lost or not want:
+        if not want:
+            print("mutagen: %s names no mutant" % path, file=sys.stderr)
+        return None
+    out = {f: [] for f in by_file}
+    for w in dict.fromkeys(want):
+        out[have[w].path].append(have[w])
+    return {f: ms for f, ms in out.items() if ms}
+
+
 # ---------------------------------------------------------------- running
 
 class Interrupted(Exception):
@@ -608,6 +641,10 @@ def options():
     p.add_argument("--sample", type=int, metavar="N",
                    help="run N mutants drawn at random, spread over the files in proportion")
     p.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
+    p.add_argument("--only", metavar="FILE",
+                   help="run only the mutants named in FILE, one a line, as a run prints them "
+                        "(a report's survivor lines will do: e.g. to rerun the survivors after "
+                        "adding tests); a name that matches no site is an error")
     p.add_argument("--build", default="build", metavar="DIR",
                    help="a configured build directory (default: build)")
     p.add_argument("--timeout", type=int, default=120, metavar="S",
@@ -666,7 +703,11 @@ def main():
         print()
         list_sites(by_file, a.operators)
         return 0
-    if a.sample:
+    if a.only:
+        by_file = only(by_file, a.only)
+        if by_file is None:
+            return 2
+    elif a.sample:
         by_file = sample(by_file, a.sample, a.seed)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)

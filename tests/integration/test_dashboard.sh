@@ -76,6 +76,15 @@ c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
 c.request("POST", "/api/login", headers={"Cookie": sys.argv[2]})
 sys.exit(0 if c.getresponse().status == 401 else 1)
 PY
+# codes minted one after the other are each good: a new one takes a free
+# slot, not the place of a live one
+run_dash --dashboard_login_file "$TMP/code1"
+expect_code 0 "the first of two codes"
+run_dash --dashboard_login_file "$TMP/code2"
+expect_code 0 "the second of two codes"
+for f in code1 code2; do
+    [ "$(login "$PORT" "$(code_in "$TMP/$f")" | cut -d' ' -f1)" = 303 ] || fail "the $f minted"
+done
 MSRUN_TOKEN=${TOKEN}0 run_dash
 expect_code 1 "msrun dashboard with a wrong token"
 expect_in "refused (HTTP 401): not the job's token" "$TMP/derr" "a wrong token"

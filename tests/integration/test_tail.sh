@@ -89,6 +89,9 @@ shown "last" out
 [ "$(get "/api/output?rank=4" "$TMP/o.json" "Authorization: Bearer $TOKEN")" = 404 ] ||
     fail "404 for rank 4 of 4: $(cat "$TMP/o.json")"
 json "$TMP/o.json" "'world size 4' in j['error']" | grep -qx True || fail "the 404 says why"
+# a rank of 9 digits, the most, is read (and is no rank of this job)
+[ "$(get "/api/output?rank=999999999" "$TMP/o.json" "Authorization: Bearer $TOKEN")" = 404 ] ||
+    fail "404 for rank 999999999: $(cat "$TMP/o.json")"
 for bad in "rank=x" "rank=-1" "rank=" "" "rank=1234567890"; do
     [ "$(get "/api/output?$bad" "$TMP/o.json" "Authorization: Bearer $TOKEN")" = 400 ] ||
         fail "400 for '$bad'"

@@ -466,7 +466,7 @@ static void test_optparse(void)
  * and one on the line with the other's variable set; help text of exactly
  * the wrap width and one more. */
 typedef struct bound_cmd {
-    int64_t ms, pos, small, nonneg;
+    int64_t ms, pos, small, nonneg, forever;
     char *a, *b, *peer;
     int peer_port;
 } bound_cmd_t;
@@ -481,6 +481,13 @@ static const msr_opt_t bound_table[] = {
      .max = 60000,
      .dest = BD(ms),
      .help = HELP70},
+    /* no range of its own: only the parser's limit of 1e9 seconds */
+    {.name = "forever",
+     .kind = MSR_OPT_SECONDS,
+     .min = 0,
+     .max = INT64_MAX,
+     .dest = BD(forever),
+     .help = "x"},
     {.name = "pos",
      .kind = MSR_OPT_INT,
      .min = 1,
@@ -548,6 +555,11 @@ static void test_optparse_boundaries(void)
         MSR_CHECK_MSG(strstr(msr_err_msg(), i < 2 ? "must be" : "is not a number of seconds"),
                       "%s: %s", bad_s[i], msr_err_msg());
     }
+    /* the parser's own limit: 1e9 seconds taken, a millisecond more not */
+    MSR_CHECK_EQ(bound_parse(&c, "--forever=1000000000", NULL), MSR_OPTS_OK);
+    MSR_CHECK_EQ(c.forever, INT64_C(1000000000000));
+    MSR_CHECK_EQ(bound_parse(&c, "--forever=1000000000.001", NULL), MSR_OPTS_BAD);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "is not a number of seconds"), "%s", msr_err_msg());
     /* each integer range says its own bound */
     const struct {
         const char *arg, *why;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "cluster/straggler.h"
 #include "rendezvous/progress.h"
 #include "tests/runner.h"
@@ -283,6 +284,26 @@ static void test_stragglers(void)
     MSR_CHECK_EQ(msr_stragglers_find(below, 3, 1.5, slow, &median), 0);
 }
 
+/* The median of up to 64 means is taken without allocating (it cannot fail
+ * for want of memory): at 64, the bound, with allocations failing it is
+ * found; at 65, one past, it needs one (0 when it fails). */
+static void test_straggler_median_no_alloc(void)
+{
+    double v[65];
+    for (int i = 0; i < 65; i++)
+        v[i] = 0.1 + 0.001 * i;
+    msr_alloc_fail_at(0);
+    double m64 = msr_straggler_median(v, 64);
+    int failed64 = msr_alloc_failed();
+    msr_alloc_fail_at(0);
+    double m65 = msr_straggler_median(v, 65);
+    int failed65 = msr_alloc_failed();
+    msr_alloc_fail_at(-1);
+    MSR_CHECK_MSG(near(m64, v[31]) && !failed64, "64 means: %g", m64);
+    MSR_CHECK_MSG(m65 == 0 && failed65, "65 means: %g", m65);
+    MSR_CHECK(near(msr_straggler_median(v, 65), v[32]));
+}
+
 static const msr_test_t tests[] = {
     {"batch_add_take", test_batch_add_take, 10},
     {"batch_bad_and_derived", test_batch_bad_and_derived, 10},
@@ -290,6 +311,7 @@ static const msr_test_t tests[] = {
     {"metric_line", test_metric_line, 10},
     {"straggler_window", test_straggler_window, 10},
     {"stragglers", test_stragglers, 10},
+    {"straggler_median_no_alloc", test_straggler_median_no_alloc, 10},
 };
 
 int main(int argc, char **argv)
