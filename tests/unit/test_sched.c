@@ -107,6 +107,23 @@ static void test_hostlist_name_bound(void)
     check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
 }
 
+/* 16 bracket groups in one host (MAX_GROUPS), each with literal text
+ * around it, are taken; a 17th is refused. */
+static void test_hostlist_groups(void)
+{
+    char text[200] = "", want[200] = "";
+    for (int g = 0; g < 16; g++) {
+        snprintf(text + strlen(text), sizeof text - strlen(text), "h%c[%d]", 'a' + g, g);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "h%c%d", 'a' + g, g);
+    }
+    strcat(text, "z");
+    strcat(want, "z");
+    check_expand(text, want);
+    text[strlen(text) - 1] = '\0';
+    strcat(text, "[7]z");
+    check_bad(text, MSR_ERR_INVALID_ARG, "more than 16 bracket groups");
+}
+
 static void test_hostlist_cap(void)
 {
     msr_hostlist_t hl;
@@ -376,6 +393,7 @@ static void test_nodeaddr(void)
 static const msr_test_t tests[] = {
     {"hostlist_forms", test_hostlist_forms, 10},
     {"hostlist_malformed", test_hostlist_malformed, 10},
+    {"hostlist_groups", test_hostlist_groups, 10},
     {"hostlist_cap", test_hostlist_cap, 10},
     {"hostlist_name_bound", test_hostlist_name_bound, 10},
     {"none", test_none, 10},
