@@ -9,9 +9,14 @@
 /* this thread's text: one buffer wherever it is taken from (err_store.c) */
 #define err_text     (msr_err_buffer())
 
+/* Formatted apart first: an argument may be this thread's text itself
+ * (msr_err_set("...: %s", msr_err_msg())), which vsnprintf must not both
+ * read and write. */
 static void err_vset(const char *fmt, va_list ap)
 {
-    vsnprintf(err_text, (size_t)ERR_TEXT_MAX, fmt, ap);
+    char text[ERR_TEXT_MAX];
+    vsnprintf(text, sizeof text, fmt, ap);
+    memcpy(err_text, text, sizeof text);
 }
 
 msr_status_t msr_err(msr_status_t st, const char *fmt, ...)

@@ -315,6 +315,12 @@ static void test_err_channel(void)
     msr_err_set("short");
     msr_err_prefix(MSR_ERR_IO, "%s", big);
     MSR_CHECK(strlen(msr_err_msg()) == n); /* the context alone fills it */
+    /* the text itself as an argument: read whole before it is written */
+    msr_err_set("scontrol is not in PATH");
+    msr_err_set("%s, and %s", "no DNS", msr_err_msg());
+    MSR_CHECK_STR(msr_err_msg(), "no DNS, and scontrol is not in PATH");
+    MSR_CHECK_STATUS(msr_err(MSR_ERR_IO, "%s (again)", msr_err_msg()), MSR_ERR_IO);
+    MSR_CHECK_STR(msr_err_msg(), "no DNS, and scontrol is not in PATH (again)");
     msr_err_set("mine");
 }
 

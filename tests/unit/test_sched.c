@@ -2,7 +2,12 @@
  * msrun/sched.c (what Slurm's and Kubernetes' variables say), fed with
  * variables and name lookups of their own. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/status.h"
@@ -105,6 +110,23 @@ static void test_hostlist_name_bound(void)
     check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
     snprintf(text + 252, sizeof text - 252, "[9,1000]");
     check_bad(text, MSR_ERR_INVALID_ARG, "longer than 255");
+}
+
+/* 16 bracket groups in one host (MAX_GROUPS), each with literal text
+ * around it, are taken; a 17th is refused. */
+static void test_hostlist_groups(void)
+{
+    char text[200] = "", want[200] = "";
+    for (int g = 0; g < 16; g++) {
+        snprintf(text + strlen(text), sizeof text - strlen(text), "h%c[%d]", 'a' + g, g);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "h%c%d", 'a' + g, g);
+    }
+    strcat(text, "z");
+    strcat(want, "z");
+    check_expand(text, want);
+    text[strlen(text) - 1] = '\0';
+    strcat(text, "[7]z");
+    check_bad(text, MSR_ERR_INVALID_ARG, "more than 16 bracket groups");
 }
 
 static void test_hostlist_cap(void)
@@ -281,6 +303,9 @@ static void test_slurm_refusals(void)
         {"SLURM_NNODES=0", "SLURM_NNODES='0' is not a number"},
         {"SLURM_JOB_NODELIST=n[2-1]", "reversed range"},
         {"SLURM_JOB_NODELIST=n[1-2", "'[' without ']'"},
+        {"SLURM_STEP_NUM_TASKS=x", "SLURM_STEP_NUM_TASKS='x' is not a number"},
+        {"SLURM_LOCALID=x", "SLURM_LOCALID='x' is not a number"},
+        {"SLURM_GPUS_ON_NODE=x", "SLURM_GPUS_ON_NODE='x' is not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fake_t f = {{bad[i][0], "SLURM_JOB_ID=5", "SLURM_STEP_ID=0", "SLURM_NODEID=0",
@@ -360,6 +385,75 @@ static void test_kubernetes(void)
     }
 }
 
+/* The system's lookup of a name DNS does not know, through a scontrol of
+ * the test's in PATH (script: its body; NULL: no scontrol at all); and
+ * with no descriptor to spare when tight. The lookup's result; its
+ * address in out, the error text in msr_err_msg(). */
+static int lookup_with(const char *script, int tight, char *out, size_t len)
+{
+    char dir[] = "/tmp/test_sched_XXXXXX", path[64];
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/scontrol", dir);
+    if (script) {
+        FILE *f = fopen(path, "w");
+        MSR_CHECK(f != NULL);
+        fputs(script, f);
+        fclose(f);
+        MSR_CHECK(chmod(path, 0700) == 0);
+    }
+    const char *old = getenv("PATH");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("PATH", dir, 1);
+    msr_sched_env_t env;
+    msr_sched_env_system(&env);
+    char how[64];
+    struct rlimit lim;
+    MSR_CHECK(getrlimit(RLIMIT_NOFILE, &lim) == 0);
+    if (tight) { /* no descriptor left: the lowest free one is the bound */
+        int free_fd = 0;
+        while (fcntl(free_fd, F_GETFD) >= 0)
+            free_fd++;
+        struct rlimit low = {(rlim_t)free_fd, lim.rlim_max};
+        MSR_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    }
+    int r = env.lookup(env.ctx, "no-such-host.invalid", out, len, how, sizeof how);
+    MSR_CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0);
+    if (saved) {
+        setenv("PATH", saved, 1);
+        free(saved);
+    }
+    unlink(path);
+    rmdir(dir);
+    return r;
+}
+
+/* scontrol's NodeAddr stands in for DNS; each way scontrol can fail is
+ * an error that names it, never an address. */
+static void test_nodeaddr_scontrol(void)
+{
+    char out[256] = "";
+    MSR_CHECK_EQ(
+        lookup_with("#!/bin/sh\necho 'NodeName=x NodeAddr=127.0.0.1 Arch=x'\n", 0, out, sizeof out),
+        0);
+    MSR_CHECK_STR(out, "127.0.0.1");
+    const struct {
+        const char *script, *why;
+        int tight;
+    } bad[] = {
+        {NULL, "and scontrol is not in PATH", 0},
+        {"#!/nonexistent/interpreter\n", "cannot execute", 0},
+        {"#!/bin/sh\nexec /bin/sleep 60\n", "gave no answer within 5 s", 0},
+        {"#!/bin/sh\necho 'NodeName=x Arch=x'\n", "gives no NodeAddr", 0},
+        {"#!/bin/sh\necho 'NodeAddr=127.0.0.1'\n", "pipe: ", 1},
+    };
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(bad); i++) {
+        strcpy(out, "untouched");
+        MSR_CHECK_EQ(lookup_with(bad[i].script, bad[i].tight, out, sizeof out), -1);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad[i].why) != NULL, "%zu: %s", i, msr_err_msg());
+        MSR_CHECK_STR(out, "untouched");
+    }
+}
+
 static void test_nodeaddr(void)
 {
     char a[64];
@@ -376,6 +470,7 @@ static void test_nodeaddr(void)
 static const msr_test_t tests[] = {
     {"hostlist_forms", test_hostlist_forms, 10},
     {"hostlist_malformed", test_hostlist_malformed, 10},
+    {"hostlist_groups", test_hostlist_groups, 10},
     {"hostlist_cap", test_hostlist_cap, 10},
     {"hostlist_name_bound", test_hostlist_name_bound, 10},
     {"none", test_none, 10},
@@ -384,6 +479,7 @@ static const msr_test_t tests[] = {
     {"slurm_refusals", test_slurm_refusals, 10},
     {"kubernetes", test_kubernetes, 10},
     {"nodeaddr", test_nodeaddr, 10},
+    {"nodeaddr_scontrol", test_nodeaddr_scontrol, 30},
 };
 
 int main(int argc, char **argv)

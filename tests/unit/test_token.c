@@ -77,6 +77,11 @@ static void test_read_file(void)
     make_dir();
     MSR_CHECK_OK(msr_token_read_file(put("ok", "s3cret\n", 0600), tok, sizeof tok));
     MSR_CHECK_STR(tok, "s3cret");
+    /* a file written on Windows: the \r before the \n goes too, or alone */
+    MSR_CHECK_OK(msr_token_read_file(put("crlf", "s3cret\r\n", 0600), tok, sizeof tok));
+    MSR_CHECK_STR(tok, "s3cret");
+    MSR_CHECK_OK(msr_token_read_file(put("cr", "s3cret\r", 0600), tok, sizeof tok));
+    MSR_CHECK_STR(tok, "s3cret");
     MSR_CHECK_OK(msr_token_read_file(put("ro", "s3cret", 0400), tok, sizeof tok));
     MSR_CHECK_OK(msr_token_read_file(put("x", "s3cret", 0700), tok, sizeof tok)); /* owner's bits */
     /* any bit for the group or others, each alone (execute too): refused,

@@ -8,6 +8,9 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <grpc/grpc.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -17,7 +20,9 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "cluster/server.h"
+#include "base/alloc.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/rpc_accept.h"
 #include "tests/runner.h"
 
 typedef struct served {
@@ -307,6 +312,148 @@ static void test_unauth_per_host(void)
     msr_rpc_loop_destroy(loop);
 }
 
+/* A started gRPC server with no methods, for the acceptor alone. */
+typedef struct bare {
+    grpc_completion_queue *cq;
+    grpc_server *server;
+} bare_t;
+
+static void bare_start(bare_t *b)
+{
+    msr_rpc_library_ref();
+    b->cq = grpc_completion_queue_create_for_next(NULL);
+    b->server = grpc_server_create(NULL, NULL);
+    grpc_server_register_completion_queue(b->server, b->cq, NULL);
+    grpc_server_start(b->server);
+}
+
+static void bare_stop(bare_t *b)
+{
+    grpc_server_shutdown_and_notify(b->server, b->cq, b);
+    grpc_server_cancel_all_calls(b->server);
+    grpc_event ev;
+    do
+        ev = grpc_completion_queue_next(b->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    while (ev.type != GRPC_OP_COMPLETE || ev.tag != b);
+    grpc_server_destroy(b->server);
+    grpc_completion_queue_shutdown(b->cq);
+    while (grpc_completion_queue_next(b->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(b->cq);
+    msr_rpc_library_unref();
+}
+
+/* The acceptor's limits at their least (1 each) taken, 0 refused; an
+ * address in brackets, "[]" for every address; each allocation failing
+ * in turn refuses, leaving every descriptor as it was (0 among them). */
+static void test_acceptor_config(void)
+{
+    bare_t b;
+    bare_start(&b);
+    msr_rpc_acceptor_t *a = NULL;
+    int port = 0;
+    const msr_rpc_acceptor_config_t bad[] = {
+        {"127.0.0.1:0", 0, 1, 1, "t"},
+        {"127.0.0.1:0", 1, 0, 1, "t"},
+        {"127.0.0.1:0", 1, 1, 0, "t"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        MSR_CHECK_STATUS(msr_rpc_acceptor_start(b.server, &bad[i], &port, &a), MSR_ERR_INVALID_ARG);
+    const char *good[] = {"127.0.0.1:0", "[127.0.0.1]:0", "[]:0"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        msr_rpc_acceptor_config_t c = {good[i], 1, 1, 1, "t"};
+        port = 0;
+        MSR_CHECK_MSG(msr_rpc_acceptor_start(b.server, &c, &port, &a) == MSR_OK, "%s", good[i]);
+        MSR_CHECK(port > 0);
+        msr_rpc_acceptor_destroy(a);
+    }
+    /* out of memory at each allocation: refused, nothing closed that was
+     * not its own (fd 0 too, which a slot of -1 never names) */
+    int zero_was = fcntl(0, F_GETFD) >= 0;
+    msr_rpc_acceptor_config_t c = {"127.0.0.1:0", 4, 1, 1, "t"};
+    for (long i = 0;; i++) {
+        MSR_CHECK(i < 16);
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_rpc_acceptor_start(b.server, &c, &port, &a);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            msr_rpc_acceptor_destroy(a);
+            break;
+        }
+        MSR_CHECK_MSG(st == MSR_ERR_NO_MEMORY, "allocation %ld failed: %s", i, msr_status_str(st));
+        MSR_CHECK_MSG((fcntl(0, F_GETFD) >= 0) == zero_was, "allocation %ld: fd 0 closed", i);
+    }
+    bare_stop(&b);
+}
+
+/* msr_rpc_acceptor_peer: the one connection made is found, under the name
+ * gRPC gives it ("fd:N"), with its address; no other name is. With
+ * descriptor 0 free, the connection takes it. */
+static void check_peer_lookup(int close_zero)
+{
+    bare_t b;
+    bare_start(&b);
+    msr_rpc_acceptor_t *a = NULL;
+    int port = 0;
+    msr_rpc_acceptor_config_t c = {"127.0.0.1:0", 4, 4, 60000, "t"};
+    MSR_CHECK_OK(msr_rpc_acceptor_start(b.server, &c, &port, &a));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), saved = -1;
+    MSR_CHECK(fd > 0);
+    if (close_zero) { /* free for the acceptor's accept, not this socket */
+        saved = fcntl(0, F_DUPFD_CLOEXEC, 100);
+        close(0);
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    MSR_CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    struct sockaddr_in me;
+    socklen_t ml = sizeof me;
+    MSR_CHECK(getsockname(fd, (struct sockaddr *)&me, &ml) == 0);
+    char want[64], out[128];
+    snprintf(want, sizeof want, "ipv4:127.0.0.1:%d", ntohs(me.sin_port));
+    int found = 0, at = -1;
+    uint64_t deadline = msr_deadline_in_ms(10000);
+    while (found == 0 && msr_now_ns() < deadline) {
+        for (int n = 0; n < 1024; n++) {
+            char peer[32];
+            snprintf(peer, sizeof peer, "fd:%d", n);
+            if (msr_rpc_acceptor_peer(a, peer, out, sizeof out) == 0) {
+                found++;
+                at = n;
+                MSR_CHECK_STR(out, want);
+            }
+        }
+        if (found == 0)
+            poll(NULL, 0, 10);
+    }
+    MSR_CHECK_MSG(found == 1, "%d names found", found);
+    MSR_CHECK(msr_rpc_acceptor_peer(a, "ipv4:127.0.0.1:1", out, sizeof out) == -1);
+    if (close_zero) {
+        MSR_CHECK_EQ(at, 0);
+        /* its end is seen (slot 0 freed): a new connection is held */
+        close(fd);
+        deadline = msr_deadline_in_ms(10000);
+        while (msr_rpc_acceptor_peer(a, "fd:0", out, sizeof out) == 0 && msr_now_ns() < deadline)
+            poll(NULL, 0, 10);
+        MSR_CHECK(msr_rpc_acceptor_peer(a, "fd:0", out, sizeof out) == -1);
+        MSR_CHECK(dup2(saved, 0) == 0);
+        close(saved);
+    } else {
+        close(fd);
+    }
+    msr_rpc_acceptor_destroy(a);
+    bare_stop(&b);
+}
+
+static void test_acceptor_peer(void)
+{
+    check_peer_lookup(0);
+    check_peer_lookup(1);
+}
+
 static const msr_test_t tests[] = {
     {"token", test_token, 30},
     {"unreachable", test_unreachable, 30},
@@ -316,6 +463,8 @@ static const msr_test_t tests[] = {
     {"port_in_use", test_port_in_use, 30},
     {"nul_key", test_nul_key, 30},
     {"unauth_per_host", test_unauth_per_host, 30},
+    {"acceptor_config", test_acceptor_config, 30},
+    {"acceptor_peer", test_acceptor_peer, 30},
 };
 
 int main(int argc, char **argv)
