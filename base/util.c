@@ -201,7 +201,7 @@ msr_status_t msr_open_input(const char *path, int flags, int *fd_p)
 
 FILE *msr_fopen_input(const char *path, int flags)
 {
-    int fd;
+    int fd = -1;
     if (msr_open_input(path, flags, &fd) != MSR_OK)
         return NULL;
     FILE *f = fdopen(fd, "r");
