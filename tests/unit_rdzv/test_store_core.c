@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/time.h"
 #include "rendezvous/store_core.h"
 #include "tests/runner.h"
@@ -79,10 +80,8 @@ static uint32_t t_participants(void *ctx)
     return ((tctx_t *)ctx)->participants;
 }
 
-static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
+static msr_store_ops_t ops_for(tctx_t *t)
 {
-    memset(t, 0, sizeof *t);
-    t->participants = 8;
     msr_store_ops_t ops = {
         .ctx = t,
         .reply = t_reply,
@@ -97,6 +96,14 @@ static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
         .generation = t_generation,
         .participants_max = t_participants,
     };
+    return ops;
+}
+
+static msr_store_core_t *core_new(tctx_t *t, const msr_store_limits_t *limits)
+{
+    memset(t, 0, sizeof *t);
+    t->participants = 8;
+    msr_store_ops_t ops = ops_for(t);
     msr_store_core_t *core = NULL;
     MSR_CHECK_EQ(msr_store_core_create(limits, &ops, &core), MSR_OK);
     return core;
@@ -775,6 +782,117 @@ static void test_bytes_count_keys(void)
     }
 }
 
+/* A counter's text of 31 characters (leading zeros) is a counter; one of
+ * 32, the bound of its parse buffer, is not, whatever its digits say. */
+static void test_counter_text_bound(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    char text[33];
+    for (size_t len = 31; len <= 32; len++) {
+        memset(text, '0', len - 1);
+        text[len - 1] = '7';
+        text[len] = '\0';
+        tcall_t c;
+        do_set(core, &c, "n", text);
+        MSR_CHECK_MSG(c.answered && c.code == 0, "%d %s", c.code, c.message);
+        done(&c);
+        do_add(core, &c, "n", 1);
+        if (len == 31) {
+            MSR_CHECK_MSG(c.answered && c.code == 0, "%d %s", c.code, c.message);
+            MSR_CHECK_EQ(((Msr__AddResponse *)c.resp)->value, 8);
+            done(&c);
+        } else {
+            MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT);
+            MSR_CHECK_MSG(strstr(c.message, "not a counter") != NULL, "%s", c.message);
+        }
+    }
+    msr_store_core_destroy(core);
+}
+
+/* A published entry's key "<name>/<index>" of MSR_KEY_MAX characters is
+ * taken; one character more (a longer index) is refused, not cut short. */
+static void test_publish_key_bound(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = core_new(&t, NULL);
+    static char name[MSR_KEY_MAX + 1];
+    memset(name, 'n', MSR_KEY_MAX - 2);
+    name[MSR_KEY_MAX - 2] = '\0'; /* + "/0" is MSR_KEY_MAX */
+    tcall_t c;
+    do_publish(core, &c, name, 0, "a");
+    for (uint32_t index = 9; index <= 10; index++) {
+        call_init(&c, MSR_RPC_PUBLISH);
+        Msr__Contribution e = MSR__CONTRIBUTION__INIT;
+        Msr__Contribution *ep = &e;
+        e.index = index;
+        e.data.data = (uint8_t *)"b";
+        e.data.len = 1;
+        Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
+        r.name = name;
+        r.n_entries = 1;
+        r.entries = &ep;
+        msr_store_core_call(core, &c, MSR_RPC_PUBLISH, &r.base);
+        if (index == 9) {
+            MSR_CHECK_MSG(c.answered && c.code == 0, "%d %s", c.code, c.message);
+            done(&c);
+        } else {
+            MSR_CHECK_EQ(c.code, MSR_RPC_INVALID_ARGUMENT);
+            MSR_CHECK_MSG(strstr(c.message, "too long") != NULL, "%s", c.message);
+        }
+    }
+    msr_store_core_destroy(core);
+}
+
+/* Each allocation of creating a core, and of an allgather's first
+ * contribution, fails in turn: the failure is reported (the call answered
+ * with an error), nothing is left half made, and the allgather then
+ * completes. */
+static void test_alloc_failures(void)
+{
+    tctx_t t;
+    memset(&t, 0, sizeof t);
+    t.participants = 8;
+    msr_store_ops_t ops = ops_for(&t);
+    for (long k = 0;; k++) {
+        msr_store_core_t *core = NULL;
+        msr_alloc_fail_at(k);
+        msr_status_t st = msr_store_core_create(NULL, &ops, &core);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (failed) {
+            MSR_CHECK_EQ(st, MSR_ERR_NO_MEMORY);
+            MSR_CHECK(core == NULL);
+            continue;
+        }
+        MSR_CHECK_EQ(st, MSR_OK);
+        msr_store_core_destroy(core);
+        break;
+    }
+    for (long k = 0;; k++) {
+        msr_store_core_t *core = core_new(&t, NULL);
+        tcall_t a, b;
+        msr_alloc_fail_at(k);
+        do_gather(core, &a, "g", 2, 0, "abc", 3, 60000);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (failed) {
+            MSR_CHECK_MSG(a.answered && a.code != 0, "allocation %ld: %d", k, a.code);
+            do_gather(core, &a, "g", 2, 0, "abc", 3, 60000);
+        }
+        MSR_CHECK(!a.answered);
+        do_gather(core, &b, "g", 2, 1, "de", 2, 60000);
+        MSR_CHECK_MSG(a.answered && a.code == 0, "%d %s", a.code, a.message);
+        MSR_CHECK_MSG(b.answered && b.code == 0, "%d %s", b.code, b.message);
+        MSR_CHECK_EQ(((Msr__AllgatherResponse *)a.resp)->data.len, 5);
+        done(&a);
+        done(&b);
+        msr_store_core_destroy(core);
+        if (!failed)
+            break;
+    }
+}
+
 static const msr_test_t tests[] = {
     {"each_op", test_each_op, 10},
     {"held_gets_and_deadlines", test_held_gets_and_deadlines, 10},
@@ -788,6 +906,9 @@ static const msr_test_t tests[] = {
     {"allgather_withdraw_orders", test_allgather_withdraw_orders, 10},
     {"fetch_bounds", test_fetch_bounds, 10},
     {"bytes_count_keys", test_bytes_count_keys, 10},
+    {"counter_text_bound", test_counter_text_bound, 10},
+    {"publish_key_bound", test_publish_key_bound, 10},
+    {"alloc_failures", test_alloc_failures, 10},
 };
 
 int main(int argc, char **argv)
