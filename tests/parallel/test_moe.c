@@ -396,8 +396,8 @@ static void test_no_memory(void)
 }
 
 /* The bounds of a MoE configuration: no experts (or a block every 0
- * layers) has no expert parameters and cannot make a MoE state; one expert
- * can. */
+ * layers) has no expert parameters and cannot make a MoE state, nor can
+ * 0 tokens or 0 frames; one of each can. */
 static void test_bounds(void)
 {
     msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 1, 0, 1.0, 0.0}};
@@ -410,6 +410,12 @@ static void test_bounds(void)
     MSR_CHECK_STATUS(msr_moe_create(&cfg, 4, &moe), MSR_ERR_CONFIG);
     MSR_CHECK(moe == NULL);
     cfg.moe.experts = 1;
+    /* no tokens, or no frames: refused; one of each will do */
+    MSR_CHECK_STATUS(msr_moe_create(&cfg, 0, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_moe_create_frames(&cfg, 4, 0, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK(moe == NULL);
+    MSR_CHECK_EQ(msr_moe_create_frames(&cfg, 1, 1, &moe), MSR_OK);
+    msr_moe_destroy(moe);
     MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
     MSR_CHECK_EQ(msr_moe_count(moe), 2 * msr_moe_expert_count(8));
     msr_moe_destroy(moe);
