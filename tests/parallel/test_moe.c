@@ -395,10 +395,114 @@ static void test_no_memory(void)
     }
 }
 
+/* The bounds of a MoE configuration: no experts (or a block every 0
+ * layers) has no expert parameters and cannot make a MoE state, nor can
+ * 0 tokens or 0 frames; one of each can. */
+static void test_bounds(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 1, 0, 1.0, 0.0}};
+    MSR_CHECK_EQ(msr_moe_num_params(&cfg), 0);
+    cfg.moe.every = 1;
+    MSR_CHECK_EQ(msr_moe_num_params(&cfg), 2 * 4 * msr_moe_expert_count(8));
+    cfg.moe.experts = 0;
+    MSR_CHECK_EQ(msr_moe_num_params(&cfg), 0);
+    msr_moe_t *moe = NULL;
+    MSR_CHECK_STATUS(msr_moe_create(&cfg, 4, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK(moe == NULL);
+    cfg.moe.experts = 1;
+    /* no tokens, or no frames: refused; one of each will do */
+    MSR_CHECK_STATUS(msr_moe_create(&cfg, 0, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK_STATUS(msr_moe_create_frames(&cfg, 4, 0, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK(moe == NULL);
+    MSR_CHECK_EQ(msr_moe_create_frames(&cfg, 1, 1, &moe), MSR_OK);
+    msr_moe_destroy(moe);
+    MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_count(moe), 2 * msr_moe_expert_count(8));
+    msr_moe_destroy(moe);
+}
+
+/* The experts' tensors: each element's index in the full model is its
+ * own offset in the tensor (full_cols the tensor's columns), fcw drawn
+ * with std 0.02, fcprojw with 0.02 / sqrt(2 L), the biases zero. */
+static void test_init(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.0}};
+    msr_moe_t *moe;
+    MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
+    msr_moe_init_params(moe, 5);
+    int n;
+    const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
+    MSR_CHECK_EQ(n, 2 * 4 * 4);
+    const float *params = msr_moe_params(moe);
+    for (int k = 0; k < n; k++) {
+        const char *kind = strrchr(t[k].name, '.') + 1;
+        double sq = 0.0;
+        for (size_t i = 0; i < t[k].count; i++) {
+            MSR_CHECK_EQ(msr_gpt_tensor_full_index(&t[k], i), t[k].full_offset + i);
+            sq += (double)params[t[k].offset + i] * params[t[k].offset + i];
+        }
+        double rms = sqrt(sq / (double)t[k].count);
+        if (strcmp(kind, "fcw") == 0)
+            MSR_CHECK_MSG(rms > 0.016 && rms < 0.024, "%s: rms %g", t[k].name, rms);
+        else if (strcmp(kind, "fcprojw") == 0)
+            MSR_CHECK_MSG(rms > 0.008 && rms < 0.012, "%s: rms %g", t[k].name, rms);
+        else
+            MSR_CHECK_MSG(rms == 0.0, "%s: rms %g", t[k].name, rms);
+    }
+    msr_moe_destroy(moe);
+}
+
+/* A layout that holds a block whose work space an earlier layout freed is
+ * refused; a store that cannot be allocated leaves none (count 0). */
+static void test_layout(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.0}};
+    msr_moe_t *moe;
+    MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
+    const int second[2] = {0, 1}, first[2] = {1, 0};
+    msr_moe_layout_t lay = {NULL, NULL, second, 0};
+    MSR_CHECK_EQ(msr_moe_set_layout(moe, &lay), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_count(moe), msr_moe_expert_count(8) * 4);
+    lay.held = first;
+    MSR_CHECK_STATUS(msr_moe_set_layout(moe, &lay), MSR_ERR_CONFIG);
+    lay.held = NULL;
+    MSR_CHECK_STATUS(msr_moe_set_layout(moe, &lay), MSR_ERR_CONFIG);
+    lay.held = second;
+    msr_alloc_fail_at(0);
+    msr_status_t st = msr_moe_set_layout(moe, &lay);
+    msr_alloc_fail_at(-1);
+    MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+    MSR_CHECK_EQ(msr_moe_count(moe), 0);
+    MSR_CHECK(msr_moe_params(moe) == NULL);
+    msr_moe_destroy(moe);
+}
+
+/* The load-balancing loss of a micro-batch smaller than an earlier one
+ * averages over its own tokens only: the same as a fresh state's. */
+static void test_aux_smaller(void)
+{
+    ref_t r;
+    ref_init(&r, 11);
+    round_ref(&r);
+    fl_t f, g;
+    fl_make(&f, &r);
+    fl_make(&g, &r);
+    double aux, fresh;
+    MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN, f.y, &aux), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN / 2, f.y, &aux), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_forward(g.moe, 0, &g.p, g.x, TN / 2, g.y, &fresh), MSR_OK);
+    MSR_CHECK(fresh > 0.0);
+    MSR_CHECK_MSG(aux == fresh, "aux %.17g after a larger batch, %.17g fresh", aux, fresh);
+    msr_moe_destroy(f.moe);
+    msr_moe_destroy(g.moe);
+}
+
 static const msr_test_t tests[] = {
     {"refused", test_refused, 10},   {"no_memory", test_no_memory, 10},
     {"capacity", test_capacity, 10}, {"forward", test_forward, 10},
     {"backward", test_backward, 30}, {"model", test_model, 30},
+    {"bounds", test_bounds, 10},     {"init", test_init, 10},
+    {"layout", test_layout, 10},     {"aux_smaller", test_aux_smaller, 10},
 };
 
 int main(int argc, char **argv)

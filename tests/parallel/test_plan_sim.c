@@ -147,6 +147,11 @@ static void test_ops_to_peak(void)
     MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_INTERLEAVED, 1024, 4, 0, 2), 26);
     MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_1F1B, 1024, 4, 1, 1), 4);
     MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_GPIPE, 1024, 4, 1, 1), 1024);
+    /* the warm-up's bound: with M == p - r micro-batches the p - r - 1
+     * warm-up forwards are fewer than M, then one pair (rank 0 of 4: 3 + 2);
+     * one fewer micro-batch: all M are warm-up, no pair */
+    MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_1F1B, 4, 4, 0, 1), 5);
+    MSR_CHECK_EQ(msr_pipe_ops_to_peak(MSR_PIPE_1F1B, 3, 4, 0, 1), 3);
 }
 
 static void test_orders(void)
