@@ -404,11 +404,11 @@ def sample(by_file, n, seed):
 NAME_RE = re.compile(r"(\S+\.c:\d+:\d+: [a-z_]+: .* -> .*?)(\s+\[equivalent:.*)?$")
 
 
-def only(by_file, path):
+def only(by_file, path, skipped=()):
     """The mutants named in the file at path (lines as a run prints them;
     blank lines and # comments skipped), or None after naming those that
     match no site (the code moved since: rerun on the commit that run
-    used)."""
+    used). A name of a mutant listed as equivalent is skipped, and said."""
     want = []
     with open(path) as f:
         for line in f:
@@ -421,6 +421,10 @@ def only(by_file, path):
                 return None
             want.append(m.group(1).strip())
     have = {m.name(): m for ms in by_file.values() for m in ms}
+    equivalent = {m.name() for m in skipped}
+    for w in [w for w in want if w in equivalent]:
+        print("mutagen: %s: skipped, listed as equivalent: %s" % (path, w))
+    want = [w for w in want if w not in equivalent]
     lost = [w for w in want if w not in have]
     for w in lost:
         print("mutagen: %s: no such mutant here: %s" % (path, w), file=sys.stderr)
@@ -704,7 +708,7 @@ def main():
         list_sites(by_file, a.operators)
         return 0
     if a.only:
-        by_file = only(by_file, a.only)
+        by_file = only(by_file, a.only, skipped)
         if by_file is None:
             return 2
     elif a.sample:
