@@ -87,6 +87,15 @@ extern const trainer_ops_t train_gpt_cpu_ops;
  * printed. */
 int train_gpt_split_check(options_t *o);
 
+/* The whole model's parameters, whatever the layout (the experts too). */
+size_t train_gpt_model_params(const msr_train_config_t *cfg);
+
+#ifdef MSR_HAVE_CUDA_TRAIN
+/* Trains on the GPU (train_gpt_cuda.c); the process's exit status. */
+int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                       const job_t *job, FILE *loss_log);
+#endif
+
 /* The text a resume must match: the settings that decide the numbers
  * (whatever the device, so CPU and GPU runs resume each other). G: the
  * global batch in sequences. */
