@@ -24,3 +24,20 @@ kill_job() {
     done
     return 0
 }
+
+# The usual start of a job test: a directory $work, removed at exit with
+# every job named in jobs_started stopped first, and fail MESSAGE.
+job_test_setup() {
+    work=$(mktemp -d)
+    jobs_started=()
+    trap job_test_cleanup EXIT
+}
+job_test_cleanup() {
+    local j
+    for j in "${jobs_started[@]}"; do kill_job "$j"; done
+    rm -rf "$work"
+}
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}

@@ -35,16 +35,7 @@ timeout 30 "$bin/plan_gpt" --model llama3-8b --layers 16 "${q[@]}" >"$work/l16"
 [[ $(head -1 "$work/l16") == "model params=$((8030261248 - 16 * block))" ]] ||
     fail "--layers 16 over llama3-8b: $(head -1 "$work/l16"), want $((8030261248 - 16 * block))"
 
-refuse() {
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/plan_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "plan_gpt $* exited $rc, want 2"
-    [[ ! -s "$work/out" ]] || fail "plan_gpt $* printed: $(cat "$work/out")"
-    [[ $(wc -l <"$work/err") -eq 1 ]] || fail "plan_gpt $*: not one line: $(cat "$work/err")"
-    grep -q "^plan_gpt: error: .*$pattern" "$work/err" ||
-        fail "plan_gpt $*: no '$pattern' in: $(cat "$work/err")"
-}
+source "$(dirname "$0")/plan_lib.sh"
 refuse "--model llama3-9b: not a preset (${names// /, }; --model list shows them)" \
     --model llama3-9b --world 8 --global-batch 8
 refuse "--arch gpt: --model llama2-7b is --arch llama" --model llama2-7b --arch gpt --world 8 \

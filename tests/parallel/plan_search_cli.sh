@@ -12,16 +12,7 @@ fail() {
     exit 1
 }
 m=(--layers 4 --channels 32 --heads 4 --seq 16 --global-batch 8 --world 4)
-refuse() {
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/plan_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "plan_gpt $* exited $rc, want 2"
-    [[ ! -s "$work/out" ]] || fail "plan_gpt $* printed: $(cat "$work/out")"
-    [[ $(wc -l <"$work/err") -eq 1 ]] || fail "plan_gpt $*: not one line: $(cat "$work/err")"
-    grep -q "^plan_gpt: error: .*$pattern" "$work/err" ||
-        fail "plan_gpt $*: no '$pattern' in: $(cat "$work/err")"
-}
+source "$(dirname "$0")/plan_lib.sh"
 printf 'mem_gib = 1\nbogus = 3\n' >"$work/bad_key"
 printf 'mem_gib = -1\n' >"$work/bad_value"
 printf 'mem_gib = 0.0001\n' >"$work/tiny"

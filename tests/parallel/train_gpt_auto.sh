@@ -11,18 +11,7 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+job_test_setup
 export XDG_CACHE_HOME="$work/cache" # never the user's own cache
 model=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --steps 1)
 cat >"$work/cluster" <<'CLUSTER'
