@@ -80,30 +80,56 @@ static void ring_poll(msr_comm_req_t **req, int n, msr_status_t *st_p)
     }
 }
 
-/* Folds block j's keys and values kv (N, 2Cl) into this rank's queries,
- * chunk pair by chunk pair: a pair whose keys all come after its queries is
- * skipped, which is what balances the causal work across the ring. */
-static void fold_forward(msr_mp_t *mp, float *out, const float *qkv, const float *kv, int j,
-                         msr_comm_req_t **req, int nreq, msr_status_t *st_p)
+/* One chunk pair of a ring step: S rows of this rank's queries against S
+ * rows of block j's keys and values. */
+typedef struct chunk_pair {
+    size_t qr, kr;          /* the first row of the query chunk, of the key chunk */
+    const int *qpos, *kpos; /* their global positions, S each */
+} chunk_pair_t;
+
+typedef void (*pair_fn)(const msr_mp_t *mp, const chunk_pair_t *p, void *arg);
+
+/* Calls fn(mp, pair, arg) for block j's chunk pairs, batch row by row, and
+ * drives the transfers in flight between them (ring_poll). A pair whose
+ * keys all come after its queries is skipped, which is what balances the
+ * causal work across the ring: forward and backward visit the same pairs. */
+static void for_each_pair(msr_mp_t *mp, int j, pair_fn fn, void *arg, msr_comm_req_t **req,
+                          int nreq, msr_status_t *st_p)
 {
     const dims_t *d = &mp->d;
-    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
+    int S = d->T / 2;
     const int *qpos = mp->cp_pos + (size_t)mp->cr * d->T, *kpos = mp->cp_pos + (size_t)j * d->T;
     for (int b = 0; b < d->B; b++) {
         for (int qc = 0; qc < 2; qc++) {
             for (int kc = 0; kc < 2; kc++) {
                 if (chunk_of(mp->cp, j, kc) > chunk_of(mp->cp, mp->cr, qc))
                     continue;
-                size_t qr = (size_t)b * d->T + (size_t)qc * S,
-                       kr = (size_t)b * d->T + (size_t)kc * S;
-                msr_attention_ring_forward(out + qr * d->Cl, mp->w.rmx + qr * NH,
-                                           mp->w.rsum + qr * NH, qkv + qr * C3, C3, qpos + qc * S,
-                                           S, kv + kr * C2, kv + kr * C2 + d->Cl, C2, kpos + kc * S,
-                                           S, d->Cl, NH, mp->w.datt);
+                chunk_pair_t p = {(size_t)b * d->T + (size_t)qc * S,
+                                  (size_t)b * d->T + (size_t)kc * S, qpos + qc * S, kpos + kc * S};
+                fn(mp, &p, arg);
                 ring_poll(req, nreq, st_p);
             }
         }
     }
+}
+
+/* Forward's buffers: out (N, Cl) and the running max and sum (mp->w) take
+ * in this rank's queries (qkv, N x 3Cl) against a block's keys and values
+ * kv (N, 2Cl). */
+typedef struct fold_fwd {
+    float *out;
+    const float *qkv, *kv;
+} fold_fwd_t;
+
+static void pair_forward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
+{
+    const fold_fwd_t *f = arg;
+    const dims_t *d = &mp->d;
+    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
+    msr_attention_ring_forward(f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
+                               mp->w.rsum + p->qr * NH, f->qkv + p->qr * C3, C3, p->qpos, S,
+                               f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl, C2, p->kpos, S,
+                               d->Cl, NH, mp->w.datt);
 }
 
 msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv)
@@ -125,8 +151,9 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
         msr_status_t st = MSR_OK;
         if (s < mp->cp - 1)
             st = ring_post(mp, w->kv[s % 2], w->kv[(s + 1) % 2], TAG_KV_FORWARD, req);
+        fold_fwd_t f = {out, qkv, w->kv[s % 2]};
         if (st == MSR_OK)
-            fold_forward(mp, out, qkv, w->kv[s % 2], (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
+            for_each_pair(mp, (mp->cr - s + mp->cp) % mp->cp, pair_forward, &f, req, 2, &st);
         msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring fwd %d", s);
         msr_status_t wst = ring_wait(mp, req, 2);
         if (st != MSR_OK || wst != MSR_OK)
@@ -136,31 +163,24 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
     return MSR_OK;
 }
 
-/* Block j's share of the gradients: dqkv's q columns += for this rank's
- * queries, dkv (N, 2Cl) += for block j's keys and values. */
-static void fold_backward(msr_mp_t *mp, float *dqkv, float *dkv, const float *dout,
-                          const float *qkv, const float *kv, const float *lse, int j,
-                          msr_comm_req_t **req, int nreq, msr_status_t *st_p)
+/* Backward's buffers: block j's share of the gradients, dqkv's q columns
+ * += for this rank's queries, dkv (N, 2Cl) += for block j's keys and
+ * values kv. */
+typedef struct fold_bwd {
+    float *dqkv, *dkv;
+    const float *dout, *qkv, *kv, *lse;
+} fold_bwd_t;
+
+static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
 {
+    const fold_bwd_t *f = arg;
     const dims_t *d = &mp->d;
     int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
-    const int *qpos = mp->cp_pos + (size_t)mp->cr * d->T, *kpos = mp->cp_pos + (size_t)j * d->T;
-    for (int b = 0; b < d->B; b++) {
-        for (int qc = 0; qc < 2; qc++) {
-            for (int kc = 0; kc < 2; kc++) {
-                if (chunk_of(mp->cp, j, kc) > chunk_of(mp->cp, mp->cr, qc))
-                    continue;
-                size_t qr = (size_t)b * d->T + (size_t)qc * S,
-                       kr = (size_t)b * d->T + (size_t)kc * S;
-                msr_attention_ring_backward(dqkv + qr * C3, C3, dkv + kr * C2,
-                                            dkv + kr * C2 + d->Cl, C2, dout + qr * d->Cl,
-                                            qkv + qr * C3, kv + kr * C2, kv + kr * C2 + d->Cl,
-                                            lse + qr * NH, mp->w.delta + qr * NH, qpos + qc * S, S,
-                                            kpos + kc * S, S, d->Cl, NH, mp->w.datt);
-                ring_poll(req, nreq, st_p);
-            }
-        }
-    }
+    msr_attention_ring_backward(f->dqkv + p->qr * C3, C3, f->dkv + p->kr * C2,
+                                f->dkv + p->kr * C2 + d->Cl, C2, f->dout + p->qr * d->Cl,
+                                f->qkv + p->qr * C3, f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl,
+                                f->lse + p->qr * NH, mp->w.delta + p->qr * NH, p->qpos, S, p->kpos,
+                                S, d->Cl, NH, mp->w.datt);
 }
 
 /* Backward: at step s this rank holds block j = cr - s with the gradient
@@ -185,8 +205,8 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
         if (s < mp->cp - 1)
             st = ring_post(mp, w->kv[cur], w->kv[nxt], TAG_KV_BACKWARD, req);
         if (st == MSR_OK) {
-            fold_backward(mp, dqkv, w->dkv[cur], dout, qkv, w->kv[cur], lse,
-                          (mp->cr - s + mp->cp) % mp->cp, req, 2, &st);
+            fold_bwd_t f = {dqkv, w->dkv[cur], dout, qkv, w->kv[cur], lse};
+            for_each_pair(mp, (mp->cr - s + mp->cp) % mp->cp, pair_backward, &f, req, 2, &st);
             msr_mp_span_add(mp, 0, a, msr_now_ns(), "ring bwd %d", s);
             if (st == MSR_OK)
                 st = ring_post(mp, w->dkv[cur], w->dkv[nxt], TAG_DKV, req + 2);

@@ -26,7 +26,6 @@
 extern "C" {
 #include "base/alloc.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "model/cuda/gpt_cuda.h"
 #include "model/layers.h"
 }
@@ -80,16 +79,16 @@ struct msr_cuda_gpt {
 
 static msr_status_t cuda_fail(cudaError_t e, const char *what, int line)
 {
-    MSR_ERROR("gpt_cuda: %s (line %d): %s: %s", what, line, cudaGetErrorName(e),
-              cudaGetErrorString(e));
-    return e == cudaErrorMemoryAllocation ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND;
+    return msr_err(e == cudaErrorMemoryAllocation ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND,
+                   "gpt_cuda: %s (line %d): %s: %s", what, line, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
 }
 
 static msr_status_t blas_fail(cublasStatus_t s, const char *what, int line)
 {
-    MSR_ERROR("gpt_cuda: %s (line %d): cuBLAS status %d (%s)", what, line, (int)s,
-              cublasGetStatusString(s));
-    return s == CUBLAS_STATUS_ALLOC_FAILED ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND;
+    return msr_err(s == CUBLAS_STATUS_ALLOC_FAILED ? MSR_ERR_NO_MEMORY : MSR_ERR_BACKEND,
+                   "gpt_cuda: %s (line %d): cuBLAS status %d (%s)", what, line, (int)s,
+                   cublasGetStatusString(s));
 }
 
 /* Return from the calling function on a failed CUDA or cuBLAS call. */
@@ -362,21 +361,18 @@ extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max
                                             const msr_gpt_tensor_t *tensors, int n,
                                             msr_cuda_gpt_t **model_p)
 {
-    if (msr_gpt_config_check(cfg) != MSR_OK) {
-        MSR_ERROR("gpt_cuda: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_gpt_config_check(cfg) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt_cuda");
     size_t P = msr_gpt_num_params(cfg);
     if (max_batch < 1 || (size_t)max_batch * (size_t)cfg->max_seq > (1u << 24) || device < 0 ||
-        tensors == NULL || n < 1 || tensors[n - 1].offset + tensors[n - 1].count != P) {
-        MSR_ERROR("gpt_cuda: batch %d, device %d or a tensor table of %d entries that does not "
-                  "cover the %zu parameters",
-                  max_batch, device, n, P);
-        return MSR_ERR_INVALID_ARG;
-    }
+        tensors == NULL || n < 1 || tensors[n - 1].offset + tensors[n - 1].count != P)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "gpt_cuda: batch %d, device %d or a tensor table of %d entries that does "
+                       "not cover the %zu parameters",
+                       max_batch, device, n, P);
     msr_cuda_gpt_t *md = (msr_cuda_gpt_t *)msr_calloc(1, sizeof *md);
     if (md == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "gpt_cuda: out of host memory for a model");
     md->cfg = *cfg;
     md->max_batch = max_batch;
     md->device = device;
@@ -391,7 +387,7 @@ extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max
     msr_status_t st = MSR_ERR_NO_MEMORY;
     if (md->acts.blocks == NULL || md->spans == NULL || md->h_targets == NULL ||
         md->h_losses == NULL || md->h_partials == NULL) {
-        MSR_ERROR("gpt_cuda: out of host memory");
+        msr_err_set("gpt_cuda: out of host memory for a batch of %zu tokens", N);
         goto err_destroy;
     }
     for (int k = 0; k < n; k++) {
@@ -516,10 +512,9 @@ extern "C" msr_status_t msr_cuda_gpt_sync(msr_cuda_gpt_t *md)
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V) {
-            MSR_ERROR("gpt_cuda: %s[%zu] = %d is not a token in [0, %d)", what, i, tokens[i], V);
-            return MSR_ERR_INVALID_ARG;
-        }
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return msr_err(MSR_ERR_INVALID_ARG, "gpt_cuda: %s[%zu] = %d is not a token in [0, %d)",
+                           what, i, tokens[i], V);
     }
     return MSR_OK;
 }
@@ -567,11 +562,10 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
 {
     const msr_gpt_config_t *cfg = &md->cfg;
     int C = cfg->channels, V = cfg->vocab, L = cfg->layers;
-    if (B < 1 || B > md->max_batch || T < 1 || T > cfg->max_seq) {
-        MSR_ERROR("gpt_cuda: batch %d x %d does not fit the model's %d x %d", B, T, md->max_batch,
-                  cfg->max_seq);
-        return MSR_ERR_INVALID_ARG;
-    }
+    if (B < 1 || B > md->max_batch || T < 1 || T > cfg->max_seq)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "gpt_cuda: batch %d x %d does not fit the model's %d x %d", B, T,
+                       md->max_batch, cfg->max_seq);
     int N = B * T;
     TRY(check_tokens(inputs, (size_t)N, V, "inputs"));
     if (targets != NULL)
@@ -626,10 +620,8 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
 extern "C" msr_status_t msr_cuda_gpt_get_logits(msr_cuda_gpt_t *md, float *host)
 {
     size_t n = (size_t)md->fwd_B * md->fwd_T * md->cfg.vocab;
-    if (n == 0) {
-        MSR_ERROR("gpt_cuda: no logits before a forward");
-        return MSR_ERR_STATE;
-    }
+    if (n == 0)
+        return msr_err(MSR_ERR_STATE, "gpt_cuda: no logits before a forward");
     return copy_sync(md, host, md->acts.logits, n * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
@@ -685,10 +677,8 @@ extern "C" msr_status_t msr_cuda_gpt_backward(msr_cuda_gpt_t *md, float dloss)
 extern "C" msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *md, float dloss,
                                                  msr_cuda_ready_fn ready, void *arg)
 {
-    if (md->B == 0) {
-        MSR_ERROR("gpt_cuda: backward without a forward with targets");
-        return MSR_ERR_STATE;
-    }
+    if (md->B == 0)
+        return msr_err(MSR_ERR_STATE, "gpt_cuda: backward without a forward with targets");
     const msr_gpt_config_t *cfg = &md->cfg;
     int B = md->B, T = md->T, N = B * T;
     int C = cfg->channels, V = cfg->vocab, L = cfg->layers;

@@ -13,9 +13,10 @@
  * tests) uses it without CUDA's headers. It exists only in builds with CUDA
  * (MSRUN_HAVE_CUDA). Errors: MSR_ERR_UNSUPPORTED (no usable device),
  * MSR_ERR_NO_MEMORY (device or pinned memory), MSR_ERR_BACKEND (a CUDA or
- * cuBLAS call failed: logged with its name and message), MSR_ERR_INVALID_ARG
- * (sizes, tokens out of range; logged). After MSR_ERR_BACKEND the model is
- * to be destroyed.
+ * cuBLAS call failed: the error text names it and CUDA's message),
+ * MSR_ERR_INVALID_ARG (sizes, tokens out of range), MSR_ERR_STATE; each
+ * with its reason in the error text (base/err.h), never logged here. After
+ * MSR_ERR_BACKEND the model is to be destroyed.
  *
  * Not thread-safe: one thread drives a model, and that thread's current
  * device must be the model's (msr_cuda_gpt_create makes it so). */

@@ -9,36 +9,28 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "model/err_call.h"
 
 void msr_cuda_trainer_log_init(const char *prog, int node, int rank)
 {
     msr_log_init(prog, node, rank);
 }
 
-static msr_status_t comm_failed(const char *what, msr_status_t st)
-{
-    MSR_ERROR("train_cuda: %s: %s: %s", what, msr_status_str(st), msr_last_error());
-    return st;
-}
-
 msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      msr_comm_t *comm, msr_cuda_trainer_t **tr_p)
 {
-    if (msr_train_config_check(cfg, data) != MSR_OK) {
-        MSR_ERROR("train_cuda: %s", msr_err_msg());
-        return MSR_ERR_CONFIG;
-    }
+    if (msr_train_config_check(cfg, data) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "train_cuda");
     int size = comm != NULL ? msr_comm_size(comm) : 1,
         rank = comm != NULL ? msr_comm_rank(comm) : 0;
-    if (cfg->dp != size || cfg->dp_rank != rank || cfg->par.zero != 0) {
-        MSR_ERROR("train_cuda: dp %d (rank %d) zero %d: needs a communicator of %d ranks (it has "
-                  "%d, rank %d) and ZeRO stage 0",
-                  cfg->dp, cfg->dp_rank, cfg->par.zero, cfg->dp, size, rank);
-        return MSR_ERR_CONFIG;
-    }
+    if (cfg->dp != size || cfg->dp_rank != rank || cfg->par.zero != 0)
+        return msr_err(MSR_ERR_CONFIG,
+                       "train_cuda: dp %d (rank %d) zero %d: needs a communicator of %d ranks (it "
+                       "has %d, rank %d) and ZeRO stage 0",
+                       cfg->dp, cfg->dp_rank, cfg->par.zero, cfg->dp, size, rank);
     msr_cuda_trainer_t *tr = msr_calloc(1, sizeof *tr);
     if (tr == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for a trainer");
     msr_status_t st = MSR_ERR_NO_MEMORY;
     float *init = NULL;
     tr->cfg = *cfg;
@@ -48,28 +40,27 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
     tr->inputs = msr_calloc(N, sizeof(int));
     tr->targets = msr_calloc(N, sizeof(int));
-    if (tr->inputs == NULL || tr->targets == NULL)
+    if (tr->inputs == NULL || tr->targets == NULL) {
+        msr_err_set("train_cuda: out of memory for a micro-batch of %zu tokens", N);
         goto err_destroy;
+    }
     /* the CPU model's tensor table and initialisation, without its buffers
      * (its activations for one sequence are allocated but never touched) */
     st = msr_gpt_create_ex(&cfg->model, 1, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &tr->layout);
     if (st != MSR_OK) {
-        /* this module's error text is its own, out of train_gpt's reach */
-        MSR_ERROR("train_cuda: %s", msr_err_msg_or(st));
+        msr_err_prefix(st, "train_cuda");
         goto err_destroy;
     }
     if (comm != NULL) {
         if ((st = msr_comm_device(comm, 0, &tr->dcomm)) != MSR_OK) {
-            comm_failed("making the device communicator", st);
+            msr_err_call(st, "train_cuda: making the device communicator");
             goto err_destroy;
         }
         tr->device = msr_comm_gpu(tr->dcomm);
     } else {
         int count;
-        if ((st = msr_cuda_device_count(&count)) != MSR_OK) {
-            MSR_ERROR("%s", msr_err_msg());
+        if ((st = msr_cuda_device_count(&count)) != MSR_OK)
             goto err_destroy;
-        }
         tr->device = 0;
     }
     st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,
@@ -78,13 +69,13 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
         goto err_destroy;
     tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
     if (tr->reqs == NULL) {
-        st = MSR_ERR_NO_MEMORY;
+        st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %d gradient buckets",
+                     cfg->model.layers + 2);
         goto err_destroy;
     }
     size_t P = tr->layout->num_params;
     if ((init = msr_malloc(P * sizeof(float))) == NULL) {
-        MSR_ERROR("train_cuda: out of memory for %zu parameters", P);
-        st = MSR_ERR_NO_MEMORY;
+        st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %zu parameters", P);
         goto err_destroy;
     }
     msr_gpt_init_range(tr->layout, cfg->seed, 0, P, init);
@@ -137,7 +128,7 @@ static msr_status_t post_bucket(msr_cuda_trainer_t *tr, size_t lo, size_t hi)
     st = msr_comm_iallreduce(tr->dcomm, MSR_IN_PLACE, g + lo, hi - lo, MSR_DTYPE_F32, MSR_OP_SUM,
                              &tr->reqs[tr->nreqs]);
     if (st != MSR_OK)
-        return comm_failed("starting the allreduce of a gradient bucket", st);
+        return msr_err_call(st, "train_cuda: starting the allreduce of a gradient bucket");
     tr->nreqs++;
     return MSR_OK;
 }
@@ -194,7 +185,7 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
         if (st != MSR_OK)
             return st;
         if (wst != MSR_OK)
-            return comm_failed("allreduce of the gradients", wst);
+            return msr_err_call(wst, "train_cuda: the allreduce of the gradients");
         loss_sum += loss;
     }
     double sumsq;
@@ -203,7 +194,7 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
     if (tr->comm != NULL) {
         st = msr_comm_allreduce(tr->comm, MSR_IN_PLACE, &loss_sum, 1, MSR_DTYPE_F64, MSR_OP_SUM);
         if (st != MSR_OK)
-            return comm_failed("allreduce of the loss", st);
+            return msr_err_call(st, "train_cuda: the allreduce of the loss");
     }
     double norm = sqrt(sumsq);
     float scale = msr_clip_scale(norm, c->grad_clip);
@@ -249,8 +240,8 @@ static msr_status_t host_state(size_t P, float **p, float **m, float **v)
     msr_free(*m);
     msr_free(*v);
     *p = *m = *v = NULL;
-    MSR_ERROR("train_cuda: out of host memory for a checkpoint of %zu parameters", P);
-    return MSR_ERR_NO_MEMORY;
+    return msr_err(MSR_ERR_NO_MEMORY,
+                   "train_cuda: out of host memory for a checkpoint of %zu parameters", P);
 }
 
 msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta, void **buf_p,
@@ -274,9 +265,8 @@ msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta,
             .zero = 0,
             .meta = meta,
         };
-        st = msr_ckpt_encode_slice(&h, p, m, v, buf_p, len_p);
-        if (st != MSR_OK)
-            MSR_ERROR("train_cuda: %s", msr_err_msg_or(st));
+        if ((st = msr_ckpt_encode_slice(&h, p, m, v, buf_p, len_p)) != MSR_OK)
+            msr_err_prefix(st, "train_cuda");
     }
     msr_free(p);
     msr_free(m);
@@ -291,30 +281,23 @@ msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, 
     float *p, *m, *v;
     msr_tckpt_header_t h;
     msr_status_t st = host_state(P, &p, &m, &v);
-    if (st == MSR_OK) {
-        /* a fetch's failure is in train_gpt's error text, which it logs;
-         * the gather's own is in this module's, logged here */
-        msr_err_clear();
+    /* a failed fetch or gather left its reason in the error text */
+    if (st == MSR_OK)
         st = msr_ckpt_gather(fetch, arg, world, meta, P, p, m, v, &h);
-        if (st != MSR_OK && msr_err_msg()[0] != '\0')
-            MSR_ERROR("train_cuda: %s", msr_err_msg());
-    }
     /* every rank learns the worst outcome: CONFIG (exit 2) before others */
     int32_t mine[2] = {st == MSR_OK, st != MSR_ERR_CONFIG};
     if (tr->comm != NULL) {
         msr_status_t cst =
             msr_comm_allreduce(tr->comm, MSR_IN_PLACE, mine, 2, MSR_DTYPE_I32, MSR_OP_MIN);
         if (cst != MSR_OK) {
-            comm_failed("agreeing on a checkpoint", cst);
-            st = cst;
+            st = msr_err_call(cst, "train_cuda: agreeing on a checkpoint");
             goto out;
         }
     }
     if (!mine[0]) {
-        if (st == MSR_OK) {
-            MSR_ERROR("train_cuda: another rank could not read the checkpoint");
-            st = mine[1] ? MSR_ERR_CORRUPT : MSR_ERR_CONFIG;
-        }
+        if (st == MSR_OK)
+            st = msr_err(mine[1] ? MSR_ERR_CORRUPT : MSR_ERR_CONFIG,
+                         "train_cuda: another rank could not read the checkpoint");
         goto out;
     }
     if ((st = msr_cuda_gpt_set_params(tr->model, p)) != MSR_OK ||

@@ -61,9 +61,11 @@ typedef struct msr_cuda_trainer {
  * device communicator is made from it (msr_comm_device, which picks the GPU
  * from the local rank: local rank % visible devices, and NCCL or the staged
  * path), whose operations wait for backward through events. cfg->par.zero must be 0.
- * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG (logged),
+ * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG,
  * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
- * the communicators'. */
+ * the communicators'. Every function here that fails leaves the reason in
+ * the error text (base/err.h, the one train_gpt reads with msr_last_error)
+ * and logs nothing: the caller prints it once. */
 /* Gives this copy of the logging state (base/log.h) the caller's identity
  * and MSR_LOG_LEVEL, as msr_log_init: the module links its own copy of the
  * base objects, so train_gpt calls this once after dlopen, before any
@@ -98,8 +100,8 @@ MSR_API msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const cha
  * CPU trainer (any ZeRO stage or layout; the same meta): every rank reads
  * every payload (msr_ckpt_gather) and loads the whole state onto its
  * device. Collective over the host communicator: every rank calls it, and
- * all succeed or all fail. Errors: MSR_ERR_CONFIG (other settings: both
- * texts logged), MSR_ERR_CORRUPT, the fetch's, the communicators',
+ * all succeed or all fail. Errors: MSR_ERR_CONFIG (other settings: the
+ * text shows both), MSR_ERR_CORRUPT, the fetch's, the communicators',
  * MSR_ERR_NO_MEMORY, gpt_cuda's. On failure the trainer is to be
  * destroyed. */
 MSR_API msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, int world,

@@ -155,10 +155,10 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
                 msr_last_error());
         goto out;
     }
+    msr_err_clear(); /* what is printed below is this call's */
     if ((st = api->create(cfg, data, comm, &tr)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: --device cuda: cannot start on the GPU: %s%s%s\n",
-                msr_status_str(st), comm != NULL ? ": " : " (see the lines above)",
-                comm != NULL ? msr_last_error() : "");
+        fprintf(stderr, "train_gpt: --device cuda: cannot start on the GPU: %s: %s\n",
+                msr_status_str(st), msr_err_msg_or(st));
         goto out;
     }
     uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;

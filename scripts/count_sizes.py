@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Counts the sizes issue 37 tracks in a tree's product code.
+
+  scripts/count_sizes.py [--list] [ROOT]
+
+ROOT (default: this checkout) is a checkout of any commit (a `git worktree
+add` of an old one works). The product code is the C and CUDA sources
+(.c .h .cu .cuh) of the module folders (base rendezvous cluster msrun comm
+layout model parallel planner programs, those that exist at that commit);
+tests, benchmarks, examples and scripts are not counted. Prints the files
+over 700 lines and the functions over 80 and over 100 lines (a function's
+lines run from the first line of its definition to its closing brace, as
+libclang's extent says; libclang is Debian's python3-clang, as
+scripts/mutagen.py uses). --list names each file and function counted.
+Exits 0, or 2 when libclang is missing or a file cannot be parsed at all."""
+import argparse
+import os
+import sys
+import tempfile
+
+MODULES = ("base", "rendezvous", "cluster", "msrun", "comm", "layout", "model", "parallel",
+           "planner", "programs")
+EXTS = (".c", ".h", ".cu", ".cuh")
+FILE_MAX = 700
+FUNC_LIMITS = (80, 100)
+CUDA_INCLUDE = "/usr/local/cuda/include"
+
+
+def sources(root):
+    """The product sources under root, as paths relative to it, sorted."""
+    out = []
+    for m in MODULES:
+        top = os.path.join(root, m)
+        for d, _, files in os.walk(top):
+            for f in files:
+                if f.endswith(EXTS):
+                    out.append(os.path.relpath(os.path.join(d, f), root))
+    return sorted(out)
+
+
+def parse_args(root, shim, path):
+    """Compiler arguments good enough for libclang to find the functions:
+    the module roots (the launcher's private headers are "launcher/x.h",
+    which shim maps to msrun/), the public headers, and CUDA's for .cu."""
+    args = ["-I" + root, "-I" + os.path.join(root, "include"), "-I" + shim,
+            "-I" + os.path.join(root, "msrun"), "-DMSR_HAVE_CUDA_TRAIN=1"]
+    if path.endswith((".cu", ".cuh")):
+        return ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib",
+                "-I" + CUDA_INCLUDE] + args
+    if path.endswith(".h"):
+        return ["-x", "c", "-std=c11"] + args
+    return ["-std=c11"] + args
+
+
+def functions(ci, index, root, shim, path):
+    """(name, lines) of every function defined in path itself."""
+    full = os.path.join(root, path)
+    tu = index.parse(full, args=parse_args(root, shim, path),
+                     options=ci.TranslationUnit.PARSE_INCOMPLETE)
+    out = []
+    for c in tu.cursor.walk_preorder():
+        if c.kind not in (ci.CursorKind.FUNCTION_DECL, ci.CursorKind.CXX_METHOD):
+            continue
+        if not c.is_definition() or c.location.file is None:
+            continue
+        if os.path.realpath(c.location.file.name) != os.path.realpath(full):
+            continue
+        out.append((c.spelling, c.extent.end.line - c.extent.start.line + 1))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("root", nargs="?", default=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    p.add_argument("--list", action="store_true", help="name every file and function counted")
+    a = p.parse_args()
+    try:
+        import clang.cindex as ci
+    except ImportError:
+        print("count_sizes: python3-clang (clang.cindex) is not installed", file=sys.stderr)
+        return 2
+    root = os.path.abspath(a.root)
+    index = ci.Index.create()
+    big, long_fn = [], {n: [] for n in FUNC_LIMITS}
+    nfiles = nfuncs = 0
+    with tempfile.TemporaryDirectory() as shim:
+        os.symlink(os.path.join(root, "msrun"), os.path.join(shim, "launcher"))
+        for path in sources(root):
+            nfiles += 1
+            with open(os.path.join(root, path), "rb") as f:
+                lines = f.read().count(b"\n")
+            if lines > FILE_MAX:
+                big.append((lines, path))
+            try:
+                fns = functions(ci, index, root, shim, path)
+            except ci.TranslationUnitLoadError as e:
+                print("count_sizes: %s: %s" % (path, e), file=sys.stderr)
+                return 2
+            nfuncs += len(fns)
+            for name, n in fns:
+                for lim in FUNC_LIMITS:
+                    if n > lim:
+                        long_fn[lim].append((n, "%s:%s" % (path, name)))
+    print("%d files, %d functions defined in them" % (nfiles, nfuncs))
+    print("files over %d lines: %d" % (FILE_MAX, len(big)))
+    if a.list:
+        for n, path in sorted(big, reverse=True):
+            print("  %5d %s" % (n, path))
+    for lim in FUNC_LIMITS:
+        print("functions over %d lines: %d" % (lim, len(long_fn[lim])))
+        if a.list:
+            for n, what in sorted(long_fn[lim], reverse=True):
+                print("  %5d %s" % (n, what))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
