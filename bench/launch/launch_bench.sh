@@ -6,7 +6,7 @@
 #            / mpi_barrier (MPI_Init, MPI_Barrier, MPI_Finalize)
 # Prints the median and best wall time of RUNS each, the ratio of the
 # medians, then the launch timeline of one msrun run of each job
-# (msrun --profile_launch).
+# (msrun --profile_launch), each row the median over RUNS more runs.
 #   bench/launch/launch_bench.sh [NP] [RUNS] [CPUS]   (defaults 4, 7, all)
 # CPUS: a taskset list both launchers and all their processes run on
 # (e.g. 0 or 0-1); MSRUN_BUILD: the build directory (default build).
@@ -57,8 +57,27 @@ for job in true barrier; do
         printf "%-8s %10s %8s %10s %8s %8s\n" "$job" "$mm" "$mb" - - -
     fi
 done
+# The timeline: RUNS more msrun runs of each job with --profile_launch,
+# each row's median start and duration over them.
 for job in true "$b/msr_barrier"; do
     echo
-    echo "timeline of one run: msrun --worker_num=$np ${job##*/}"
-    "${pin[@]}" "${msrun_[@]}" --profile_launch "$job" 2>&1 >/dev/null | sed -n '/launch timeline/,$p'
+    echo "timeline, median of $runs runs: msrun --worker_num=$np ${job##*/} (ms)"
+    : >"$tmp/rows"
+    for ((i = 0; i < runs; i++)); do
+        "${pin[@]}" "${msrun_[@]}" --profile_launch "$job" 2>&1 >/dev/null |
+            sed -n '/launch timeline/,$p' | sed '1,2d; s/ rank \([0-9]*\) / rank:\1 /' >>"$tmp/rows"
+    done
+    awk '{ k = $1 " " $2; if (!(k in n)) order[++m] = k; s[k, ++n[k]] = $3; d[k, n[k]] = $4 }
+        function med(a, k, c,   i, j, t, v) {
+            for (i = 1; i <= c; i++) v[i] = a[k, i]
+            for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j] < v[j-1]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+            return v[int((c + 1) / 2)]
+        }
+        END {
+            printf "  %-14s %-10s %10s %10s\n", "phase", "process", "start", "duration"
+            for (i = 1; i <= m; i++) {
+                k = order[i]; split(k, f, " "); sub(":", " ", f[2])
+                printf "  %-14s %-10s %10.1f %10.1f\n", f[1], f[2], med(s, k, n[k]), med(d, k, n[k])
+            }
+        }' "$tmp/rows"
 done
