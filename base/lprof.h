@@ -15,24 +15,26 @@
  * a worker that never reaches a phase (a program without libmsrun, a job
  * that only uses the store) leaves it unset. Never renumbered: the
  * worker's file names them by name, not number. */
-#define MSR_LPROF_PHASES(X)                                                                      \
-    X(PARSE, "parse", 0)             /* agent: main() to options parsed */                       \
-    X(TOKEN, "token", 0)             /* agent: job id, token, log and job directories */         \
-    X(COORD, "coordinator", 0)       /* agent: coordinator started and listening */              \
-    X(SETUP, "setup", 0)             /* agent: event loop, link, store proxy */                  \
-    X(JOIN, "join", 0)               /* agent: join sent to answered */                          \
-    X(RDZV, "rendezvous", 0)         /* agent: joined to the job's shape known (spawn) */        \
-    X(FORK, "fork", 1)               /* worker: the agent's fork of it (environment, fork) */    \
-    X(EXEC, "exec", 1)               /* worker: forked to msr_init() (exec, loader, main) */     \
-    X(STORE, "store_connect", 1)     /* worker: msr_init(): environment, channel to the store */ \
-    X(UCX_CONTEXT, "ucx_context", 1) /* worker: UCX context (first communicator only) */         \
-    X(UCX_WORKER, "ucx_worker", 1)   /* worker: UCX worker and its addresses */                  \
-    X(SHM, "shared_memory", 1)       /* worker: shared-memory segment of the communicator */     \
-    X(BARRIER, "first_barrier", 1)   /* worker: the first barrier (store or communicator) */     \
-    X(FINALIZE, "finalize", 1)       /* worker: msr_finalize() */                                \
-    X(EXIT, "exit", 1)               /* worker: finalized (or forked) to reaped by the agent */  \
-    X(WAIT, "workers", 0)            /* agent: first fork to last worker reaped */               \
-    X(TEARDOWN, "teardown", 0)       /* agent: loop end to this table (coordinator stopped) */
+#define MSR_LPROF_PHASES(X)                                                                        \
+    X(PARSE, "parse", 0)             /* agent: main() to options parsed */                         \
+    X(TOKEN, "token", 0)             /* agent: job id, token, log and job directories */           \
+    X(COORD, "coordinator", 0)       /* agent: coordinator started and listening */                \
+    X(SETUP, "setup", 0)             /* agent: event loop, link, store proxy */                    \
+    X(JOIN, "join", 0)               /* agent: join sent to answered */                            \
+    X(RDZV, "rendezvous", 0)         /* agent: joined to the job's shape known (spawn) */          \
+    X(FORK, "fork", 1)               /* worker: the agent's fork of it (environment, fork) */      \
+    X(EXEC, "exec", 1)               /* worker: forked to msr_init() (exec, loader, main) */       \
+    X(STORE, "store_connect", 1)     /* worker: msr_init(): environment, channel to the store */   \
+    X(UCX_CONTEXT, "ucx_context", 1) /* worker: UCX context (first communicator only) */           \
+    X(UCX_WORKER, "ucx_worker", 1)   /* worker: UCX worker and its addresses */                    \
+    X(SHM, "shared_memory", 1)       /* worker: shared-memory segment of the communicator */       \
+    X(BARRIER, "first_barrier", 1)   /* worker: the first barrier (store or communicator) */       \
+    X(FINALIZE, "finalize", 1)       /* worker: msr_finalize() */                                  \
+    X(EXIT, "exit", 1)               /* worker: finalized (or forked) to reaped by the agent */    \
+    X(WAIT, "workers", 0)            /* agent: first fork to last worker reaped */                 \
+    X(JOB_END, "job_end", 0) /* agent: last reaped to the loop's end (exits reported, job over) */ \
+    X(LEAVE, "leave", 0)     /* agent: store proxy stopped, left the job, link closed */           \
+    X(TEARDOWN, "teardown", 0) /* agent: left to this table (coordinator stopped) */
 
 typedef enum msr_lprof_phase {
 #define MSR_LPROF_ENUM(id, name, worker) MSR_LPROF_##id,

@@ -510,6 +510,8 @@ static int loop_run(agent_t *a)
     msr_node_on_start(&a->node, msr_now_ns());
     msr_agent_run_node(a);
     event_base_dispatch(a->loop.base);
+    msr_agent_prof_mark(a, MSR_LPROF_JOB_END, a->prof.self.end[MSR_LPROF_WAIT]);
+    uint64_t leaving = msr_now_ns();
 
     /* Out of the loop: workers are stopped unless the loop broke early. */
     int status;
@@ -527,6 +529,7 @@ static int loop_run(agent_t *a)
     msr_link_destroy(a->link);
     a->link = NULL;
     a->reports.link = NULL;
+    msr_agent_prof_mark(a, MSR_LPROF_LEAVE, leaving);
     msr_node_print_outcome(&a->node);
     int rc = a->node.exit_code;
     if (rc != 0 && a->node.state == MSR_JOB_FAILED && a->o->error_file &&
