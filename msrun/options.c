@@ -340,7 +340,8 @@ static const msr_opt_t opt_defs[] = {
     {.name = "profile_launch", .kind = MSR_OPT_BOOL, .env = "MSRUN_PROFILE_LAUNCH",
      .dest = D(profile_launch), .def = "false",
      .help = "print the launch timeline on stderr when the job ends: each phase of this msrun "
-             "(parse, token, coordinator, setup, join, rendezvous, workers, teardown) and of each "
+             "(parse, token, coordinator, setup, join, rendezvous, workers, job_end, leave, "
+             "teardown) and of each "
              "worker (fork, exec, and for libmsrun programs store_connect, ucx_context, "
              "ucx_worker, shared_memory, first_barrier, finalize; exit), with its start in ms "
              "from msrun's start and its duration; past 4 workers, their min/median/max."},

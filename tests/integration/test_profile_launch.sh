@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 
 LW=$BUILD/tests/launch_worker
-AGENT_PHASES="parse token coordinator setup join rendezvous workers teardown"
+AGENT_PHASES="parse token coordinator setup join rendezvous workers job_end leave teardown"
 
 # table FILE: the timeline's rows "phase process start duration" (a
 # worker's process is "rank N": one word "rank:N" here)
