@@ -42,8 +42,11 @@ typedef struct msr_spawn_options {
  * itself "cannot execute '/x': Exec format error"):
  * MSR_ERR_NOT_FOUND (ENOENT), MSR_ERR_PERMISSION (EACCES, EPERM),
  * MSR_ERR_INVALID_ARG (bad options), MSR_ERR_SYSTEM otherwise. Signals are
- * blocked in this thread around fork; the child starts with every signal at
- * its default and none blocked. Any thread may call it. */
+ * blocked in this thread around the clone; the child starts with every
+ * signal at its default and none blocked. The child shares this process's
+ * memory (on a stack of its own) until exec, and this thread waits until
+ * then, as posix_spawn: nothing is copied, however large this process is.
+ * Any thread may call it. */
 msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p);
 
 /* A copy of base (NULL-terminated; NULL: this process's environment)
