@@ -3,17 +3,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "base/util.h"
 
 extern char **environ;
@@ -309,4 +312,41 @@ void msr_spawn_env_free(char **envp)
     for (char **p = envp; *p; p++)
         msr_free(*p);
     msr_free(envp);
+}
+
+/* A descriptor that becomes readable when pid exits; -1 where the kernel
+ * has none. */
+static int pidfd_of(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int msr_spawn_wait(pid_t pid, int64_t ms)
+{
+    uint64_t deadline = msr_deadline_in_ms(ms);
+    int status, fd = -1, backoff = 1;
+    pid_t r;
+    while ((r = waitpid(pid, &status, WNOHANG)) == 0 || (r < 0 && errno == EINTR)) {
+        int64_t left = msr_deadline_left_ms(deadline);
+        if (left <= 0)
+            break;
+        if (fd < 0)
+            fd = pidfd_of(pid);
+        if (fd >= 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            (void)poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left); /* EINTR: look again */
+        } else {
+            msr_sleep_ms(backoff < left ? backoff : left);
+            backoff = backoff * 2 > 10 ? 10 : backoff * 2;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return r == pid || (r < 0 && errno == ECHILD);
 }

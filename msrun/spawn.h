@@ -49,6 +49,12 @@ typedef struct msr_spawn_options {
  * Any thread may call it. */
 msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p);
 
+/* Waits up to ms for child pid to exit and reaps it: 1 if it exited (or
+ * is not this process's child), 0 if it still runs. Woken by the exit
+ * itself (a pidfd), not by a period; where the kernel has no pidfds
+ * (before Linux 5.3), polls from 1 ms, doubling to 10 ms. Any thread. */
+int msr_spawn_wait(pid_t pid, int64_t ms);
+
 /* A copy of base (NULL-terminated; NULL: this process's environment)
  * without the variables named in drop (NULL-terminated names), followed by
  * add ("NAME=value" strings, NULL-terminated; may be NULL). Free with

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -257,11 +258,49 @@ static void test_no_copy_on_write(void)
     MSR_CHECK_MSG(faults < PAGES / 4, "%ld faults rewriting %d pages after a spawn", faults, PAGES);
 }
 
+/* msr_spawn_wait sleeps until the child exits, not in periods: waiting
+ * 300 ms for a child takes a wakeup or two, where a 10 ms poll took 30.
+ * And it returns at its deadline while the child runs on (0 ms: at once). */
+static void test_wait_wakes_on_exit(void)
+{
+    char *argv[] = {"sleep", "0.3", NULL};
+    msr_spawn_options_t o = {.path = "/bin/sleep", .argv = argv, .extra_fd = -1};
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) { /* before Linux 5.3: the polling fallback */
+        printf("skip: no pidfd_open (%s)\n", strerror(errno));
+        MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+        return;
+    }
+    close(pidfd);
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+    getrusage(RUSAGE_THREAD, &after);
+    long wakeups = after.ru_nvcsw - before.ru_nvcsw;
+    MSR_CHECK_MSG(wakeups <= 3, "%ld wakeups waiting for one exit", wakeups);
+    MSR_CHECK(msr_spawn_wait(pid, 0) == 1); /* reaped: no longer a child */
+
+    char *argv2[] = {"sleep", "30", NULL};
+    o.argv = argv2;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    MSR_CHECK(msr_spawn_wait(pid, 0) == 0);
+    MSR_CHECK(msr_spawn_wait(pid, 50) == 0);
+    kill(pid, SIGKILL);
+    MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+}
+
 static const msr_test_t tests[] = {
-    {"exec_failure", test_exec_failure, 10}, {"setup_failure", test_setup_failure, 10},
-    {"environment", test_environment, 10},   {"stdio", test_stdio, 10},
-    {"no_fd_leaks", test_no_fd_leaks, 10},   {"group_and_signals", test_group_and_signals, 40},
-    {"death_signal", test_death_signal, 20}, {"no_copy_on_write", test_no_copy_on_write, 20},
+    {"exec_failure", test_exec_failure, 10},
+    {"setup_failure", test_setup_failure, 10},
+    {"environment", test_environment, 10},
+    {"stdio", test_stdio, 10},
+    {"no_fd_leaks", test_no_fd_leaks, 10},
+    {"group_and_signals", test_group_and_signals, 40},
+    {"death_signal", test_death_signal, 20},
+    {"no_copy_on_write", test_no_copy_on_write, 20},
+    {"wait_wakes_on_exit", test_wait_wakes_on_exit, 30},
 };
 
 int main(int argc, char **argv)
