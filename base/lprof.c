@@ -40,14 +40,14 @@ void msr_lprof_mark(msr_lprof_t *p, msr_lprof_phase_t ph, uint64_t start_ns, uin
 
 /* The once-only state: read from the environment on the first call. */
 static pthread_once_t self_once = PTHREAD_ONCE_INIT;
-static char self_prefix[4096];
+static char self_prefix[MSR_LPROF_PREFIX_MAX + 1];
 static msr_lprof_t self_prof;
 static int self_on;
 
 static void self_init(void)
 {
     const char *v = getenv(MSR_LPROF_ENV);
-    if (v == NULL || *v == '\0' || strlen(v) >= sizeof self_prefix - 16)
+    if (v == NULL || *v == '\0' || strlen(v) > MSR_LPROF_PREFIX_MAX)
         return;
     snprintf(self_prefix, sizeof self_prefix, "%s", v);
     self_on = 1;
@@ -71,7 +71,7 @@ msr_status_t msr_lprof_save(int rank)
     msr_lprof_t *p = msr_lprof_self();
     if (p == NULL)
         return MSR_OK;
-    char path[sizeof self_prefix + 16];
+    char path[MSR_LPROF_PREFIX_MAX + 16];
     snprintf(path, sizeof path, "%s.%d", self_prefix, rank);
     FILE *f = fopen(path, "we");
     if (f == NULL) {
@@ -98,7 +98,7 @@ static int phase_by_name(const char *name)
 
 msr_status_t msr_lprof_load(const char *prefix, int rank, msr_lprof_t *p_out)
 {
-    char path[4200];
+    char path[MSR_LPROF_PREFIX_MAX + 16];
     snprintf(path, sizeof path, "%s.%d", prefix, rank);
     memset(p_out, 0, sizeof *p_out);
     FILE *f = fopen(path, "re");

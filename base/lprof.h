@@ -9,7 +9,9 @@
 
 /* The environment variable that turns a worker's recording on: the path
  * prefix of its file (PREFIX.RANK). Unset: nothing is recorded. */
-#define MSR_LPROF_ENV "MSR_PROFILE_LAUNCH"
+#define MSR_LPROF_ENV        "MSR_PROFILE_LAUNCH"
+/* The longest prefix recorded to; a longer one leaves recording off. */
+#define MSR_LPROF_PREFIX_MAX 4079
 
 /* The phases in launch order. The agent's come first, then each worker's;
  * a worker that never reaches a phase (a program without libmsrun, a job
