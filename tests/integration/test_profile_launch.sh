@@ -79,4 +79,22 @@ grep -q "launch timeline" "$TMP/err" && fail "a timeline without --profile_launc
 [ "$(grep -c 'recording=no' "$TMP/out")" = 2 ] || fail "a worker was asked to record"
 ls "$TMP"/stray* >/dev/null 2>&1 && fail "a worker wrote a profile file"
 ok "without --profile_launch: no table, nothing recorded"
+
+# 5. the job's directory goes, the workers' timeline files with it; and a
+# directory left by a msrun that is gone goes at the next launch whatever
+# it holds (a file of a name msrun does not know included)
+mkdir -m 0700 "$TMP/rt"
+top=$TMP/rt/msrun-$(id -u)
+mkdir -m 0700 "$top"
+true &
+gone=$!
+wait "$gone"
+mkdir -m 0700 "$top/job-old-$gone"
+echo x >"$top/job-old-$gone/profile.0"
+echo x >"$top/job-old-$gone/some.file"
+TMPDIR=$TMP/rt run_msrun --worker_num=2 --profile_launch --log_level=warn "$LW" store
+expect_code 0
+left=$(ls -A "$top")
+[ -z "$left" ] || fail "left in the runtime directory after the job: $left"
+ok "the job's directory is removed with its timeline files; a gone msrun's is swept"
 no_leftovers
