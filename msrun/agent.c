@@ -114,8 +114,9 @@ static void spawn_workers(agent_t *a)
         msr_status_t st = msr_worker_spawn(w, a->loop.base, &env, i, &io);
         if (a->prof.on && st == MSR_OK) {
             msr_lprof_mark(&a->prof.workers[i], MSR_LPROF_FORK, forking, msr_now_ns());
-            msr_lprof_mark(&a->prof.self, MSR_LPROF_RDZV, a->prof.self.end[MSR_LPROF_JOIN],
-                           forking);
+            if (a->prof.self.end[MSR_LPROF_JOIN]) /* joined, as before any spawn */
+                msr_lprof_mark(&a->prof.self, MSR_LPROF_RDZV, a->prof.self.end[MSR_LPROF_JOIN],
+                               forking);
         }
         if (w->running)
             msr_node_on_spawned(&a->node, i, (int)w->pid);

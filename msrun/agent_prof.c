@@ -19,7 +19,8 @@ int msr_agent_prof_start(agent_t *a)
         unsetenv(MSR_LPROF_ENV); /* a worker records only when asked by this msrun */
         return 0;
     }
-    a->prof.workers = msr_calloc((size_t)a->local.count, sizeof *a->prof.workers);
+    /* one more: a node may run no worker (its coordinator only) */
+    a->prof.workers = msr_calloc((size_t)a->local.count + 1, sizeof *a->prof.workers);
     snprintf(a->prof.prefix, sizeof a->prof.prefix, "%s/profile", a->job.dir);
     if (a->prof.workers == NULL || setenv(MSR_LPROF_ENV, a->prof.prefix, 1) != 0) {
         fprintf(stderr, "msrun: error: --profile_launch: out of memory\n");
@@ -113,7 +114,7 @@ void msr_agent_prof_print(agent_t *a)
         return;
     uint64_t t0 = a->o->start_ns, now = msr_now_ns();
     int n = a->local.count;
-    msr_lprof_t *ws = msr_calloc((size_t)n, sizeof *ws);
+    msr_lprof_t *ws = msr_calloc((size_t)n + 1, sizeof *ws);
     double *s = msr_calloc((size_t)n + 1, sizeof *s), *d = msr_calloc((size_t)n + 1, sizeof *d);
     if (ws == NULL || s == NULL || d == NULL) {
         fprintf(stderr, "msrun: --profile_launch: out of memory for the table\n");
