@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/lprof.h"
 #include "base/time.h"
 #include "comm/comm_impl.h"
 #include "comm/reduce.h"
@@ -682,7 +683,11 @@ msr_status_t msr_comm_ialltoallv(msr_comm_t *comm, const void *sendbuf, const ui
 msr_status_t msr_comm_barrier(msr_comm_t *comm)
 {
     msr_coll_args_t a = ARGS(.coll = MSR_COLL_BARRIER, .dtype = MSR_DTYPE_U8);
-    return run(comm, &a, "barrier", NULL);
+    uint64_t t0 = msr_now_ns();
+    msr_status_t st = run(comm, &a, "barrier", NULL);
+    if (st == MSR_OK)
+        msr_lprof_note(MSR_LPROF_BARRIER, t0);
+    return st;
 }
 
 msr_status_t msr_comm_ibarrier(msr_comm_t *comm, msr_comm_req_t **req_p)

@@ -110,7 +110,14 @@ static void spawn_workers(agent_t *a)
             a->local.tails[i].rank = rank;
         }
         w->out_tail = &a->local.tails[i].lines;
+        uint64_t forking = msr_now_ns();
         msr_status_t st = msr_worker_spawn(w, a->loop.base, &env, i, &io);
+        if (a->prof.on && st == MSR_OK) {
+            msr_lprof_mark(&a->prof.workers[i], MSR_LPROF_FORK, forking, msr_now_ns());
+            if (a->prof.self.end[MSR_LPROF_JOIN]) /* joined, as before any spawn */
+                msr_lprof_mark(&a->prof.self, MSR_LPROF_RDZV, a->prof.self.end[MSR_LPROF_JOIN],
+                               forking);
+        }
         if (w->running)
             msr_node_on_spawned(&a->node, i, (int)w->pid);
         if (st != MSR_OK) {
@@ -334,6 +341,12 @@ static void on_child(agent_t *a, pid_t pid, int status)
         w->running = 0;
         w->status = status;
         w->exit_time = msr_wall_time();
+        if (a->prof.on) { /* the exit's end, and the workers' while they last */
+            uint64_t now = msr_now_ns();
+            a->prof.workers[i].end[MSR_LPROF_EXIT] = now;
+            a->prof.self.start[MSR_LPROF_WAIT] = a->prof.workers[0].start[MSR_LPROF_FORK];
+            a->prof.self.end[MSR_LPROF_WAIT] = now;
+        }
         msr_worker_drain(w);
         msr_node_on_worker_exit(&a->node, i, WIFSIGNALED(status) ? -1 : WEXITSTATUS(status),
                                 WIFSIGNALED(status) ? WTERMSIG(status) : 0);
@@ -498,6 +511,8 @@ static int loop_run(agent_t *a)
     msr_node_on_start(&a->node, msr_now_ns());
     msr_agent_run_node(a);
     event_base_dispatch(a->loop.base);
+    msr_agent_prof_mark(a, MSR_LPROF_JOB_END, a->prof.self.end[MSR_LPROF_WAIT]);
+    uint64_t leaving = msr_now_ns();
 
     /* Out of the loop: workers are stopped unless the loop broke early. */
     int status;
@@ -515,6 +530,7 @@ static int loop_run(agent_t *a)
     msr_link_destroy(a->link);
     a->link = NULL;
     a->reports.link = NULL;
+    msr_agent_prof_mark(a, MSR_LPROF_LEAVE, leaving);
     msr_node_print_outcome(&a->node);
     int rc = a->node.exit_code;
     if (rc != 0 && a->node.state == MSR_JOB_FAILED && a->o->error_file &&
@@ -598,6 +614,8 @@ int msr_agent_run(msr_options_t *o)
     a.local.count = o->local_worker_num;
     a.files.log_dir_fd = -1;
     a.job.start_ns = msr_now_ns();
+    msr_lprof_mark(o->profile_launch ? &a.prof.self : NULL, MSR_LPROF_PARSE, o->start_ns,
+                   a.job.start_ns);
     msr_reports_init(&a.reports, &a.node, a.node_id, a.coord.host, on_report_retry, &a);
     msr_log_init("msrun", -1, -1);
     msr_log_set_level((msr_log_level_t)o->log_level);
@@ -634,28 +652,40 @@ int msr_agent_run(msr_options_t *o)
     }
     snprintf(a.files.socket_path, sizeof a.files.socket_path, "%s/agent.sock", a.job.dir);
     snprintf(a.coord.state_file, sizeof a.coord.state_file, "%s/coordinator.state", a.job.dir);
+    rc = msr_agent_prof_start(&a);
+    if (rc != 0)
+        goto out_dir;
+    msr_agent_prof_mark(&a, MSR_LPROF_TOKEN, a.job.start_ns);
+    uint64_t t = msr_now_ns();
     rc = msr_coord_setup(&a.coord);
     if (rc != 0)
         goto out_dir;
+    msr_agent_prof_mark(&a, MSR_LPROF_COORD, t);
+    t = msr_now_ns();
     if (o->local_addr) /* --local_addr: the address this node advertises */
         snprintf(a.coord.host, sizeof a.coord.host, "%s", o->local_addr);
     record_job(&a);
     a.free_port = o->torch_port ? o->torch_port : msr_net_free_port(a.coord.host);
     rc = loop_setup(&a);
+    msr_agent_prof_mark(&a, MSR_LPROF_SETUP, t);
     if (rc == 0)
         rc = loop_run(&a);
+    t = msr_now_ns();
     int job_over =
         a.node.finished && (a.node.state == MSR_JOB_DONE || a.node.state == MSR_JOB_FAILED);
     loop_teardown(&a);
     msr_coord_child_stop(&a.coord, a.local.count && a.node.node_count > 1);
     msr_elect_destroy(a.coord.elect, job_over);
     a.coord.elect = NULL;
+    msr_agent_prof_mark(&a, MSR_LPROF_TEARDOWN, t);
+    msr_agent_prof_print(&a);
 out_dir:
     if (a.coord.elect)
         msr_coord_child_kill(&a.coord);
     msr_elect_destroy(a.coord.elect, 0);
     msr_run_record_remove(a.files.run_record);
     msr_job_dir_remove(a.job.dir);
+    msr_agent_prof_cleanup(&a);
 out_devnull:
     msr_output_cleanup(&a.local.output);
     msr_free(a.local.places);

@@ -24,6 +24,7 @@ static void join_done(msr_rpc_async_t *as, void *arg)
     uint64_t now = msr_now_ns();
     if (as->status == MSR_OK) {
         const Msr__JoinResponse *r = (const Msr__JoinResponse *)as->resp;
+        msr_agent_prof_mark(a, MSR_LPROF_JOIN, a->prof.joining);
         if (!a->node.finished) {
             snprintf(a->node_id, sizeof a->node_id, "%s", r->node_id);
             MSR_DEBUG("joined job %s at %s as node %s", a->job.id, a->coord.target, a->node_id);
@@ -54,6 +55,8 @@ void msr_agent_join_send(agent_t *a)
     req.max_nodes = a->o->max_nodes;
     req.max_restarts = a->o->max_restarts;
     req.free_port = a->free_port;
+    if (a->prof.joining == 0)
+        a->prof.joining = msr_now_ns();
     int64_t left = msr_node_join_left_ms(&a->node, msr_now_ns());
     msr_status_t st =
         msr_link_call(a->link, MSR_RPC_JOIN, &req.base, left < 5000 ? left : 5000, 1, join_done, a);

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "launcher/coord_child.h"
+#include "base/lprof.h"
 #include "launcher/cpus.h"
 #include "launcher/job.h"
 #include "launcher/link.h"
@@ -66,6 +67,17 @@ typedef struct agent_loop {
     struct event *stdin_ev; /* --exit_on_stdin_eof: stdin watched; NULL: not */
 } agent_loop_t;
 
+/* --profile_launch: this msrun's phases and, per local worker, what the
+ * agent saw of it (fork, reaped); the workers' own come from their files
+ * PREFIX.RANK in the job's directory (base/lprof.h). */
+typedef struct agent_prof {
+    int on;
+    msr_lprof_t self;
+    msr_lprof_t *workers; /* [local.count] */
+    uint64_t joining;     /* when the first join was sent */
+    char prefix[MSR_JOB_FILE_LEN];
+} agent_prof_t;
+
 typedef struct agent {
     msr_options_t *o;
     msr_job_t job;                 /* who the job is */
@@ -80,6 +92,7 @@ typedef struct agent {
     agent_local_t local;
     agent_files_t files;
     agent_loop_t loop;
+    agent_prof_t prof;
 } agent_t;
 
 /* agent.c: feeds nothing; performs the machine's queued actions and arms
@@ -92,5 +105,15 @@ void msr_agent_run_node(agent_t *a);
 void msr_agent_join_send(agent_t *a);
 void msr_agent_heartbeat_send(agent_t *a);
 void msr_agent_leave(agent_t *a);
+
+/* agent_prof.c: --profile_launch. start: once the job's directory exists
+ * (sets the workers' MSR_PROFILE_LAUNCH, or unsets it when off; 0, or 1
+ * with a message printed). mark: a phase of this msrun from start_ns to
+ * now. print: the table on stderr, with the workers' files read. All do
+ * nothing when the option is off. */
+int msr_agent_prof_start(agent_t *a);
+void msr_agent_prof_mark(agent_t *a, msr_lprof_phase_t ph, uint64_t start_ns);
+void msr_agent_prof_print(agent_t *a);
+void msr_agent_prof_cleanup(agent_t *a);
 
 #endif

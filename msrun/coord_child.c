@@ -390,20 +390,6 @@ int msr_coord_child_exited(msr_coord_t *c, const char *how)
     return port > 0;
 }
 
-/* Waits up to ms for child pid to exit; 1 if it did (or is not ours). */
-static int wait_child(pid_t pid, int64_t ms)
-{
-    uint64_t deadline = msr_deadline_in_ms(ms);
-    int status;
-    do {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno == ECHILD))
-            return 1;
-        msr_sleep_ms(10);
-    } while (!msr_deadline_passed(deadline));
-    return 0;
-}
-
 void msr_coord_child_stop(msr_coord_t *c, int others)
 {
     if (c->login_file[0]) /* its code is void once the coordinator ends */
@@ -413,9 +399,9 @@ void msr_coord_child_stop(msr_coord_t *c, int others)
         return;
     /* The other nodes must hear the outcome: the coordinator exits by itself
      * once every node has left. Give it a moment, then stop it. */
-    if (!wait_child(c->pid, others ? 10000 : 2000)) {
+    if (!msr_spawn_wait(c->pid, others ? 10000 : 2000)) {
         kill(c->pid, SIGTERM);
-        if (!wait_child(c->pid, 3000)) {
+        if (!msr_spawn_wait(c->pid, 3000)) {
             kill(c->pid, SIGKILL);
             waitpid(c->pid, NULL, 0);
         }

@@ -19,10 +19,6 @@
 #include "base/status.h"
 #include "base/util.h"
 
-/* What msrun keeps in a job's directory. */
-static const char *const job_files[] = {"agent.sock", "coordinator.state", "coordinator.state.tmp",
-                                        "token"};
-
 msr_status_t msr_log_dir_open(const char *dir, int *fd_p)
 {
     char path[4096];
@@ -58,13 +54,22 @@ msr_status_t msr_log_dir_open(const char *dir, int *fd_p)
     return MSR_OK;
 }
 
+/* Empties a job's directory: everything in it is msrun's (the proxy's
+ * socket, the coordinator's state, the token, the dashboard's login, the
+ * workers' error and launch-timeline files), whatever the version of msrun
+ * that left it; a list of known names would leave the directory behind
+ * for every name it lacks, and every later launch would try it again. */
 static void remove_files(const char *dir)
 {
-    char path[PATH_MAX];
-    for (size_t i = 0; i < MSR_ARRAY_SIZE(job_files); i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, job_files[i]);
-        unlink(path);
-    }
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            unlinkat(dirfd(d), e->d_name, 0) != 0)
+            MSR_DEBUG("cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
+    closedir(d);
 }
 
 /* Removes job directories left by msrun processes that are gone (killed by

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/time.h"
+
 #include "launcher/agent.h"
 #include "launcher/commands.h"
 #include "launcher/options.h"
@@ -17,8 +19,10 @@ int main(int argc, char **argv)
         return msr_dashboard_main(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "board") == 0)
         return msr_board_main(argc - 2, argv + 2);
+    uint64_t start_ns = msr_now_ns(); /* --profile_launch's zero */
     msr_options_t opts;
     int r = msr_options_parse(argc - 1, argv + 1, &opts);
+    opts.start_ns = start_ns;
     if (r != 0) {
         msr_options_cleanup(&opts);
         return r == 1 ? 0 : 2;

@@ -336,6 +336,15 @@ static const msr_opt_t opt_defs[] = {
      .dest = D(exit_on_stdin_eof), .def = "false",
      .help = "stop the job as on SIGTERM when standard input closes (how --hostfile/--host "
              "stops a remote msrun: its ssh connection ends)."},
+    /* The launch timeline (issue 40) */
+    {.name = "profile_launch", .kind = MSR_OPT_BOOL, .env = "MSRUN_PROFILE_LAUNCH",
+     .dest = D(profile_launch), .def = "false",
+     .help = "print the launch timeline on stderr when the job ends: each phase of this msrun "
+             "(parse, token, coordinator, setup, join, rendezvous, workers, job_end, leave, "
+             "teardown) and of each "
+             "worker (fork, exec, and for libmsrun programs store_connect, ucx_context, "
+             "ucx_worker, shared_memory, first_barrier, finalize; exit), with its start in ms "
+             "from msrun's start and its duration; past 4 workers, their min/median/max."},
     /* What torchrun and mpirun users type (issue 39) */
     {.name = "export", .aliases = {"x"}, .kind = MSR_OPT_LIST, .dest = D(exports),
      .metavar = "VAR[=VALUE]",

@@ -136,6 +136,9 @@ typedef struct msr_options {
     char *ssh;              /* --ssh: how to reach a host; NULL: "ssh" */
     char *forward_env;      /* --forward_env: NAME[,NAME...] */
     int exit_on_stdin_eof;  /* stop the job when stdin closes (set on remote msruns) */
+    /* the launch timeline (base/lprof.h) */
+    int profile_launch; /* --profile_launch: print it when the job ends */
+    uint64_t start_ns;  /* msr_now_ns() when main() began: the timeline's zero */
 } msr_options_t;
 
 /* Parses argv (after "msrun"), reading MSRUN_* variables for options not

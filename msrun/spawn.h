@@ -42,9 +42,18 @@ typedef struct msr_spawn_options {
  * itself "cannot execute '/x': Exec format error"):
  * MSR_ERR_NOT_FOUND (ENOENT), MSR_ERR_PERMISSION (EACCES, EPERM),
  * MSR_ERR_INVALID_ARG (bad options), MSR_ERR_SYSTEM otherwise. Signals are
- * blocked in this thread around fork; the child starts with every signal at
- * its default and none blocked. Any thread may call it. */
+ * blocked in this thread around the clone; the child starts with every
+ * signal at its default and none blocked. The child shares this process's
+ * memory (on a stack of its own) until exec, and this thread waits until
+ * then, as posix_spawn: nothing is copied, however large this process is.
+ * Any thread may call it. */
 msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p);
+
+/* Waits up to ms for child pid to exit and reaps it: 1 if it exited (or
+ * is not this process's child), 0 if it still runs. Woken by the exit
+ * itself (a pidfd), not by a period; where the kernel has no pidfds
+ * (before Linux 5.3), polls from 1 ms, doubling to 10 ms. Any thread. */
+int msr_spawn_wait(pid_t pid, int64_t ms);
 
 /* A copy of base (NULL-terminated; NULL: this process's environment)
  * without the variables named in drop (NULL-terminated names), followed by

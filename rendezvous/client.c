@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/lprof.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
@@ -310,6 +311,7 @@ static void init_beats(msr_ctx_t *ctx)
 
 msr_status_t msr_init(msr_ctx_t **ctx_p)
 {
+    uint64_t t0 = msr_now_ns();
     msr_status_t st = MSR_ERR_INVALID_ARG;
     msr_err_clear();
     if (ctx_p == NULL) {
@@ -366,6 +368,7 @@ msr_status_t msr_init(msr_ctx_t **ctx_p)
         goto err_free;
     if (!singleton)
         init_beats(ctx);
+    msr_lprof_note(MSR_LPROF_STORE, t0);
     *ctx_p = ctx;
     return MSR_OK;
 
@@ -381,6 +384,8 @@ void msr_finalize(msr_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    uint64_t t0 = msr_now_ns();
+    int rank = ctx->rank;
     if (ctx->beating) {
         pthread_mutex_lock(&ctx->beat_lock);
         ctx->beat_stop = 1;
@@ -405,6 +410,9 @@ void msr_finalize(msr_ctx_t *ctx)
     msr_local_store_destroy(ctx->local);
     msr_free(ctx->job_id);
     msr_free(ctx);
+    msr_lprof_note(MSR_LPROF_FINALIZE, t0);
+    if (msr_lprof_save(rank) != MSR_OK)
+        MSR_WARN("%s", msr_err_msg());
 }
 
 int msr_rank(const msr_ctx_t *ctx)

@@ -6,7 +6,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/lprof.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "base/util.h"
 #include "msrun/store.h"
 #include "rendezvous/client_impl.h"
@@ -316,10 +318,14 @@ msr_status_t msr_store_fetch(msr_ctx_t *ctx, const char *name, uint32_t n, const
 msr_status_t msr_barrier(msr_ctx_t *ctx)
 {
     char name[64];
+    uint64_t t0 = msr_now_ns();
     unsigned seq = atomic_fetch_add(&ctx->barrier_seq, 1);
     snprintf(name, sizeof name, "msr/barrier/%u", seq);
-    return msr_store_barrier(ctx, name, (uint32_t)ctx->world_size, (uint32_t)ctx->local_world_size,
-                             -1);
+    msr_status_t st = msr_store_barrier(ctx, name, (uint32_t)ctx->world_size,
+                                        (uint32_t)ctx->local_world_size, -1);
+    if (st == MSR_OK)
+        msr_lprof_note(MSR_LPROF_BARRIER, t0);
+    return st;
 }
 
 msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out)

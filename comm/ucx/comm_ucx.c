@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/lprof.h"
 #include "base/time.h"
 #include "comm/ucx/ucx_impl.h"
 #include "base/err.h"
@@ -121,9 +122,12 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
  * failure of these collective steps undoes the communicator. */
 static msr_status_t with_shm(msr_comm_t **comm_p)
 {
+    uint64_t t0 = msr_now_ns();
     msr_status_t st = ucx_shm_setup((*comm_p)->be);
     if (st == MSR_OK)
         st = ucx_hier_setup((*comm_p)->be, ucx_split);
+    if (st == MSR_OK)
+        msr_lprof_note(MSR_LPROF_SHM, t0);
     if (st != MSR_OK) {
         msr_comm_destroy(*comm_p);
         *comm_p = NULL;

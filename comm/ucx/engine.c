@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/lprof.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "comm/ucx/ucx_impl.h"
@@ -544,6 +545,7 @@ static msr_status_t ucs_failed(const char *what, ucs_status_t us)
  * failure nothing of them is left. */
 static msr_status_t ucx_open(ucx_engine_t *e, int n)
 {
+    uint64_t t0 = msr_now_ns();
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK)
@@ -561,6 +563,8 @@ static msr_status_t ucx_open(ucx_engine_t *e, int n)
     ucp_config_release(cfg);
     if (us != UCS_OK)
         return ucs_failed("ucp_init", us);
+    msr_lprof_note(MSR_LPROF_UCX_CONTEXT, t0);
+    t0 = msr_now_ns();
     ucp_worker_params_t wp = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SERIALIZED, /* our lock serializes every call */
@@ -576,6 +580,7 @@ static msr_status_t ucx_open(ucx_engine_t *e, int n)
         ucp_cleanup(e->context);
         return ucs_failed("ucp_worker_get_efd", us);
     }
+    msr_lprof_note(MSR_LPROF_UCX_WORKER, t0);
     return MSR_OK;
 }
 

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -225,11 +228,79 @@ static void test_death_signal(void)
     MSR_CHECK_MSG(0, "pid %d outlived the process that spawned it", (int)child);
 }
 
+/* The child shares the parent's memory until exec instead of a copy of its
+ * page tables: after a spawn, rewriting memory the parent had touched
+ * takes no copy-on-write fault (a fork makes every one of those pages
+ * fault once, which is what made each worker's start cost milliseconds in
+ * a large msrun). */
+static void test_no_copy_on_write(void)
+{
+    enum { PAGES = 16384 };
+    long page = sysconf(_SC_PAGESIZE);
+    size_t bytes = (size_t)PAGES * (size_t)page;
+    unsigned char *mem =
+        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MSR_CHECK(mem != MAP_FAILED);
+    madvise(mem, bytes, MADV_NOHUGEPAGE); /* one fault per page, not per huge page */
+    memset(mem, 1, bytes);
+    char *argv[] = {"true", NULL};
+    msr_spawn_options_t o = {.path = "/bin/true", .argv = argv, .extra_fd = -1};
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    int status;
+    MSR_CHECK(waitpid(pid, &status, 0) == pid);
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    memset(mem, 2, bytes);
+    getrusage(RUSAGE_SELF, &after);
+    munmap(mem, bytes);
+    long faults = after.ru_minflt - before.ru_minflt;
+    MSR_CHECK_MSG(faults < PAGES / 4, "%ld faults rewriting %d pages after a spawn", faults, PAGES);
+}
+
+/* msr_spawn_wait sleeps until the child exits, not in periods: waiting
+ * 300 ms for a child takes a wakeup or two, where a 10 ms poll took 30.
+ * And it returns at its deadline while the child runs on (0 ms: at once). */
+static void test_wait_wakes_on_exit(void)
+{
+    char *argv[] = {"sleep", "0.3", NULL};
+    msr_spawn_options_t o = {.path = "/bin/sleep", .argv = argv, .extra_fd = -1};
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) { /* before Linux 5.3: the polling fallback */
+        printf("skip: no pidfd_open (%s)\n", strerror(errno));
+        MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+        return;
+    }
+    close(pidfd);
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+    getrusage(RUSAGE_THREAD, &after);
+    long wakeups = after.ru_nvcsw - before.ru_nvcsw;
+    MSR_CHECK_MSG(wakeups <= 3, "%ld wakeups waiting for one exit", wakeups);
+    MSR_CHECK(msr_spawn_wait(pid, 0) == 1); /* reaped: no longer a child */
+
+    char *argv2[] = {"sleep", "30", NULL};
+    o.argv = argv2;
+    MSR_CHECK_OK(msr_spawn(&o, &pid));
+    MSR_CHECK(msr_spawn_wait(pid, 0) == 0);
+    MSR_CHECK(msr_spawn_wait(pid, 50) == 0);
+    kill(pid, SIGKILL);
+    MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
+}
+
 static const msr_test_t tests[] = {
-    {"exec_failure", test_exec_failure, 10}, {"setup_failure", test_setup_failure, 10},
-    {"environment", test_environment, 10},   {"stdio", test_stdio, 10},
-    {"no_fd_leaks", test_no_fd_leaks, 10},   {"group_and_signals", test_group_and_signals, 40},
+    {"exec_failure", test_exec_failure, 10},
+    {"setup_failure", test_setup_failure, 10},
+    {"environment", test_environment, 10},
+    {"stdio", test_stdio, 10},
+    {"no_fd_leaks", test_no_fd_leaks, 10},
+    {"group_and_signals", test_group_and_signals, 40},
     {"death_signal", test_death_signal, 20},
+    {"no_copy_on_write", test_no_copy_on_write, 20},
+    {"wait_wakes_on_exit", test_wait_wakes_on_exit, 30},
 };
 
 int main(int argc, char **argv)
