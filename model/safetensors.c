@@ -360,9 +360,10 @@ static msr_status_t check_tensors(msr_st_tensor_t *t, int n, uint64_t data_len)
     }
     if (st == MSR_OK && at != data_len)
         st = msr_err(MSR_ERR_CORRUPT,
-                     "safetensors header: the tensors end at byte %llu of the data, but the data "
-                     "section holds %llu bytes (%s)",
-                     (unsigned long long)at, (unsigned long long)data_len,
+                     "safetensors header: the tensors end at byte %llu of the data (the last is "
+                     "'%s'), but the data section holds %llu bytes (%s)",
+                     (unsigned long long)at, n > 0 ? o[n - 1]->name : "",
+                     (unsigned long long)data_len,
                      at > data_len ? "past the end of the file" : "bytes left over");
     msr_free(o);
     return st;

@@ -1,0 +1,368 @@
+/* train_gpt's safetensors side (train_gpt.h): --export-safetensors writes
+ * the whole model's weights from whatever layout trains it, --init-from
+ * loads them into any layout, --dump-logits writes a fixed batch's logits
+ * for the PyTorch check. The names and layouts are docs/checkpoint.md's
+ * "safetensors names": the model's tensor table (model/gpt.h).
+ *
+ * Export: each rank pwrites its own rows into the one file whose header
+ * rank 0 wrote first, rather than gathering the model on one rank: no rank
+ * holds more than its part, the bytes cross no network, and the writes go
+ * on in parallel. The file must be on a filesystem every writing rank sees
+ * (one node, or a shared one). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "model/safetensors.h"
+#include "programs/train_gpt/train_gpt.h"
+
+int train_gpt_st_check(const options_t *o)
+{
+    const char *opt = o->export_st != NULL   ? "--export-safetensors"
+                      : o->init_from != NULL ? "--init-from"
+                                             : "--dump-logits";
+    if (o->export_st == NULL && o->init_from == NULL && o->dump_logits == NULL)
+        return 0;
+    if (o->experts > 0) {
+        fprintf(stderr,
+                "train_gpt: %s: a Mixture-of-Experts model's experts have no "
+                "safetensors names yet: dense models only\n",
+                opt);
+        return -1;
+    }
+    if (strcmp(o->device, "cpu") != 0) {
+        fprintf(stderr, "train_gpt: %s is for --device cpu only\n", opt);
+        return -1;
+    }
+    if (o->init_from != NULL && o->zero == 3) {
+        fprintf(stderr,
+                "train_gpt: --init-from %s: ZeRO-3 holds no whole parameters to load "
+                "into: use --zero 0, 1 or 2\n",
+                o->init_from);
+        return -1;
+    }
+    if (o->dump_logits != NULL && (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->zero == 3)) {
+        fprintf(stderr, "train_gpt: --dump-logits runs the whole model on rank 0: not with "
+                        "--tp, --pp or --cp > 1 or --zero 3\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The whole model's tensor table (a part holding all of it, no buffers). */
+static msr_status_t whole_table(const msr_trainer_t *tr, msr_gpt_t **whole_p)
+{
+    msr_gpt_part_t all = {1, 0, 1, 0, 1, NULL};
+    return msr_gpt_create_part(&tr->cfg.model, &all, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, whole_p);
+}
+
+static const msr_gpt_tensor_t *table_find(const msr_gpt_t *m, const char *name)
+{
+    for (int i = 0; i < m->num_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}
+
+/* Whether any rank of comm failed (failed: this rank's), agreed by all. */
+static int any_failed(msr_comm_t *comm, int failed)
+{
+    int32_t f = failed ? 1 : 0, all = f;
+    if (comm != NULL && msr_comm_allreduce(comm, &f, &all, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
+        return 1;
+    return all != 0;
+}
+
+/* What one run of consecutive elements does: local [lo, lo + n) is whole
+ * tensor [first, first + n). */
+typedef msr_status_t (*run_fn)(void *arg, size_t lo, uint64_t first, uint64_t n);
+
+/* Calls fn for each run of local tensor t whose elements are consecutive
+ * in the whole tensor (a row, or several rows, or all of it). */
+static msr_status_t for_runs(const msr_gpt_tensor_t *t, run_fn fn, void *arg)
+{
+    size_t cols = (size_t)t->shape[1], rows = (size_t)t->shape[0];
+    size_t run_lo = 0;
+    uint64_t run_first = 0, run_n = 0;
+    for (size_t i = 0; i < rows; i++) {
+        uint64_t first = msr_gpt_tensor_full_index(t, i * cols) - t->full_offset;
+        if (run_n > 0 && first == run_first + run_n) {
+            run_n += cols;
+            continue;
+        }
+        msr_status_t st = run_n > 0 ? fn(arg, run_lo, run_first, run_n) : MSR_OK;
+        if (st != MSR_OK)
+            return st;
+        run_lo = i * cols;
+        run_first = first;
+        run_n = cols;
+    }
+    return run_n > 0 ? fn(arg, run_lo, run_first, run_n) : MSR_OK;
+}
+
+/* ---- --init-from ---- */
+
+typedef struct load_arg {
+    const msr_st_file_t *f;
+    const msr_st_tensor_t *st;
+    float *dst; /* the local tensor's first element */
+} load_arg_t;
+
+static msr_status_t load_run(void *arg, size_t lo, uint64_t first, uint64_t n)
+{
+    load_arg_t *a = arg;
+    return msr_st_read_f32(a->f, a->st, first, n, a->dst + lo);
+}
+
+/* Every tensor of the whole model is in f with its shape and a dtype we
+ * read, and f holds nothing else. Returns 0, or -1 with the reason printed. */
+static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char *path)
+{
+    for (int i = 0; i < whole->num_tensors; i++) {
+        const msr_gpt_tensor_t *w = &whole->tensors[i];
+        const msr_st_tensor_t *t = msr_st_find(f, w->name);
+        if (t == NULL) {
+            fprintf(stderr,
+                    "train_gpt: --init-from %s: no tensor '%s' (the model's tensors are "
+                    "docs/checkpoint.md's \"safetensors names\")\n",
+                    path, w->name);
+            return -1;
+        }
+        int ok = t->ndim == w->ndim && t->shape[0] == (uint64_t)w->shape[0] &&
+                 (w->ndim == 1 || t->shape[1] == (uint64_t)w->shape[1]);
+        if (!ok) {
+            char got[128] = "";
+            for (int d = 0, used = 0; d < t->ndim && used < (int)sizeof got; d++)
+                used += snprintf(got + used, sizeof got - (size_t)used, "%s%llu", d ? ", " : "",
+                                 (unsigned long long)t->shape[d]);
+            fprintf(stderr,
+                    "train_gpt: --init-from %s: tensor '%s' has shape (%s); the model's "
+                    "is (%d%s%.0d)\n",
+                    path, w->name, got, w->shape[0], w->ndim == 2 ? ", " : "",
+                    w->ndim == 2 ? w->shape[1] : 0);
+            return -1;
+        }
+        if (t->dtype != MSR_ST_F32 && t->dtype != MSR_ST_BF16) {
+            fprintf(stderr,
+                    "train_gpt: --init-from %s: tensor '%s' is %s: only F32 and BF16 "
+                    "are read\n",
+                    path, w->name, msr_st_dtype_name(t->dtype));
+            return -1;
+        }
+    }
+    int n;
+    const msr_st_tensor_t *all = msr_st_tensors(f, &n);
+    for (int i = 0; i < n; i++) {
+        if (table_find(whole, all[i].name) == NULL) {
+            fprintf(stderr,
+                    "train_gpt: --init-from %s: tensor '%s' is not one of this model's "
+                    "(another model's weights?)\n",
+                    path, all[i].name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* This rank's slices of every tensor it holds, out of f. */
+static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *path)
+{
+    const msr_gpt_t *m = tr->model;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const msr_gpt_tensor_t *t = &m->tensors[i];
+        load_arg_t a = {f, msr_st_find(f, t->name), m->params + t->offset};
+        msr_err_clear();
+        msr_status_t st = for_runs(t, load_run, &a);
+        if (st != MSR_OK) {
+            fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
+{
+    msr_gpt_t *whole = NULL;
+    msr_st_file_t *f = NULL;
+    msr_err_clear();
+    msr_status_t st = whole_table(tr, &whole);
+    if (st == MSR_OK && (st = msr_st_open(path, &f)) != MSR_OK)
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
+    else if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: --init-from: %s\n", msr_err_msg_or(st));
+    int bad = st != MSR_OK || check_file(f, whole, path) != 0;
+    int failed = bad || load_slices(tr, f, path) != 0;
+    msr_st_close(f);
+    msr_gpt_destroy(whole);
+    if (any_failed(comm, failed))
+        return bad || failed ? EXIT_BAD_INPUT : 1;
+    /* the last stage's copy of wte for the head follows the first's */
+    if (tr->mp != NULL && (st = msr_mp_sync_tied(tr->mp)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --init-from %s: sending wte to the last stage: %s: %s\n", path,
+                msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    if (job->rank == 0)
+        fprintf(stderr, "train_gpt: initialised from %s (%d tensors)\n", path,
+                tr->model->num_tensors);
+    return 0;
+}
+
+/* ---- --export-safetensors ---- */
+
+typedef struct save_arg {
+    msr_st_writer_t *w;
+    int k; /* the tensor's index in the file */
+    const float *src;
+} save_arg_t;
+
+static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
+{
+    save_arg_t *a = arg;
+    return msr_st_write_f32(a->w, a->k, first, n, a->src + lo);
+}
+
+/* The file's tensors: the whole model's table, in its order. */
+static msr_st_tensor_t *file_spec(const msr_gpt_t *whole)
+{
+    msr_st_tensor_t *s = msr_calloc((size_t)whole->num_tensors, sizeof *s);
+    for (int i = 0; s != NULL && i < whole->num_tensors; i++) {
+        const msr_gpt_tensor_t *w = &whole->tensors[i];
+        snprintf(s[i].name, sizeof s[i].name, "%s", w->name);
+        s[i].ndim = w->ndim;
+        s[i].shape[0] = (uint64_t)w->shape[0];
+        s[i].shape[1] = (uint64_t)w->shape[1];
+    }
+    return s;
+}
+
+/* This rank's slices into w (params: its flat parameters). */
+static msr_status_t write_slices(const msr_trainer_t *tr, const msr_gpt_t *whole,
+                                 msr_st_writer_t *w, const float *params)
+{
+    const msr_mesh_t *mesh = tr->mesh;
+    if (mesh != NULL && (mesh->dp_rank != 0 || mesh->cp_rank != 0))
+        return MSR_OK; /* a replica of ranks that write */
+    for (int i = 0; i < tr->model->num_tensors; i++) {
+        const msr_gpt_tensor_t *t = &tr->model->tensors[i];
+        if (t->tp_replicated && mesh != NULL && mesh->tp_rank != 0)
+            continue;
+        save_arg_t a = {w, (int)(table_find(whole, t->name) - whole->tensors), params + t->offset};
+        msr_status_t st = for_runs(t, save_run, &a);
+        if (st != MSR_OK)
+            return st;
+    }
+    return MSR_OK;
+}
+
+int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
+{
+    msr_gpt_t *whole = NULL;
+    msr_st_tensor_t *spec = NULL;
+    msr_st_writer_t *w = NULL;
+    float *gathered = NULL;
+    const float *params = tr->model->params;
+    int rc = 1;
+    msr_err_clear();
+    msr_status_t st = whole_table(tr, &whole);
+    if (st == MSR_OK && (spec = file_spec(whole)) == NULL)
+        st = MSR_ERR_NO_MEMORY;
+    if (st == MSR_OK && params == NULL) { /* ZeRO-3: gathered for the export */
+        gathered = msr_malloc(tr->model->num_params * sizeof *gathered + 1);
+        st = gathered == NULL ? MSR_ERR_NO_MEMORY : msr_trainer_params(tr, gathered);
+        params = gathered;
+    }
+    /* rank 0 lays the file out first; the others open what it made */
+    if (st == MSR_OK && job->rank == 0)
+        st = msr_st_writer_open(path, spec, whole->num_tensors, 1, &w);
+    if (any_failed(comm, st != MSR_OK))
+        goto out;
+    if (job->rank != 0)
+        st = msr_st_writer_open(path, spec, whole->num_tensors, 0, &w);
+    if (st == MSR_OK)
+        st = write_slices(tr, whole, w, params);
+    if (st == MSR_OK && job->rank != 0) {
+        st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
+        w = NULL;
+    }
+    if (any_failed(comm, st != MSR_OK))
+        goto out;
+    if (job->rank == 0) {
+        st = msr_st_writer_close(w, 1);
+        w = NULL;
+    }
+    if (any_failed(comm, st != MSR_OK))
+        goto out;
+    rc = 0;
+    if (job->rank == 0)
+        fprintf(stderr, "train_gpt: exported %d tensors to %s\n", whole->num_tensors, path);
+
+out:
+    if (rc != 0 && st != MSR_OK)
+        fprintf(stderr, "train_gpt: --export-safetensors %s: %s: %s\n", path, msr_status_str(st),
+                msr_err_msg_or(st));
+    else if (rc != 0 && job->rank == 0)
+        fprintf(stderr, "train_gpt: --export-safetensors %s: another rank failed\n", path);
+    if (w != NULL && job->rank == 0)
+        msr_st_writer_abort(w); /* removes the temporary file */
+    else if (w != NULL)
+        msr_st_writer_close(w, 0);
+    msr_free(gathered);
+    msr_free(spec);
+    msr_gpt_destroy(whole);
+    return rc;
+}
+
+/* ---- --dump-logits ---- */
+
+static int put_le32(FILE *f, const void *v, size_t n)
+{
+    const unsigned char *b = v;
+    for (size_t i = 0; i < n; i++, b += 4) { /* little-endian whatever the host */
+        uint32_t u;
+        memcpy(&u, b, 4);
+        unsigned char le[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                               (unsigned char)(u >> 24)};
+        if (fwrite(le, 1, 4, f) != 4)
+            return -1;
+    }
+    return 0;
+}
+
+int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
+                             const char *path)
+{
+    if (job->rank != 0)
+        return 0;
+    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq, V = tr->cfg.model.vocab;
+    size_t N = (size_t)B * (size_t)T;
+    int *tokens = msr_malloc(N * sizeof *tokens);
+    if (tokens == NULL)
+        return 1;
+    for (size_t i = 0; i < N; i++)
+        tokens[i] = data->bytes[i % data->size];
+    double unused = 0.0;
+    msr_err_clear();
+    msr_status_t st = msr_gpt_forward(tr->model, tokens, NULL, B, T, NULL, &unused);
+    int rc = 1;
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: --dump-logits: the forward pass: %s: %s\n", msr_status_str(st),
+                msr_err_msg_or(st));
+    } else {
+        FILE *f = fopen(path, "wb");
+        int32_t dims[3] = {B, T, V};
+        int bad = f == NULL || put_le32(f, dims, 3) != 0 || put_le32(f, tokens, N) != 0 ||
+                  put_le32(f, tr->model->acts.logits, N * (size_t)V) != 0;
+        if (f != NULL && fclose(f) != 0)
+            bad = 1;
+        if (bad)
+            fprintf(stderr, "train_gpt: --dump-logits %s: %s\n", path, strerror(errno));
+        rc = bad ? EXIT_BAD_INPUT : 0;
+    }
+    msr_free(tokens);
+    return rc;
+}
