@@ -2,7 +2,9 @@
 # train_gpt --export-safetensors and --init-from (docs/checkpoint.md
 # "safetensors names"): an export loaded back and exported again is the same
 # file byte for byte, in one process and between one process and a tp 2 x
-# pp 2 mesh both ways; a ZeRO-3 export equals one process's; BF16 weights
+# pp 2 mesh both ways (and through cp 2 x tp 2 and dp 2 x tp 2 ZeRO-1), the
+# next steps' losses equal across layouts; a ZeRO-3 export equals one
+# process's; BF16 weights
 # load widened; and files that lie (a wrong shape or dtype, offsets that
 # overlap, leave a gap or run past the end, a truncated file, a header
 # length past the file, a missing or a foreign tensor) are refused before
@@ -57,6 +59,15 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 print("losses, one process:", a, "tp 2 x pp 2:", b)
 sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
 EOF
+
+# context parallel and ZeRO-1 over dp: only cp and dp rank 0 write, every
+# rank loads
+msrun_n 4 "${small[@]}" --cp 2 --tp 2 --steps 0 --init-from "$W/a.st" \
+    --export-safetensors "$W/cp.st" >/dev/null 2>"$W/err" || fail "cp2 x tp2: $(cat "$W/err")"
+same "$W/a.st" "$W/cp.st" "one process -> cp 2 x tp 2 -> export"
+msrun_n 4 "${small[@]}" --dp 2 --tp 2 --zero 1 --steps 0 --init-from "$W/a.st" \
+    --export-safetensors "$W/dp.st" >/dev/null 2>"$W/err" || fail "dp2 x tp2: $(cat "$W/err")"
+same "$W/a.st" "$W/dp.st" "one process -> dp 2 x tp 2 ZeRO-1 -> export"
 
 # ZeRO-3 gathers its shards for the export: the seed's weights, as one process's
 msrun_n 2 "${small[@]}" --zero 3 --steps 0 --export-safetensors "$W/z.st" >/dev/null 2>"$W/err" ||
