@@ -2058,6 +2058,15 @@ set(CPACK_DEB_COMPONENT_INSTALL OFF)
 >>>
 
 # ---- safetensors (model/safetensors.c, programs/train_gpt/train_gpt_st.c)
+@ safetensors.experts_from_every_replica
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
+===
+    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank >= 0 && mesh->dp_rank == 0) {
+>>>
+
 @ safetensors.overlap_accepted
 file: model/safetensors.c
 test: ^test_parallel_safetensors$
@@ -2116,9 +2125,9 @@ test: ^test_parallel_safetensors_cli$
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_safetensors_cli$
 <<<
-        if (table_find(whole, all[i].name) == NULL) {
+        if (names_find(nm, all[i].name) < 0) {
 ===
-        if (table_find(whole, all[i].name) == NULL && i < 0) {
+        if (names_find(nm, all[i].name) < 0 && i < 0) {
 >>>
 
 @ safetensors.head_copy_not_synced

@@ -124,7 +124,7 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
 /* ---- safetensors (programs/train_gpt/train_gpt_st.c, docs/checkpoint.md) ---- */
 
 /* Refuses what --export-safetensors, --init-from and --dump-logits cannot
- * do in this run (MoE, ZeRO-3 for --init-from, a part of the model for
+ * do in this run (ZeRO-3 for --init-from, a part of the model for
  * --dump-logits, --device cuda). Returns 0, or -1 with the reason printed. */
 int train_gpt_st_check(const options_t *o);
 
@@ -135,8 +135,8 @@ int train_gpt_st_check(const options_t *o);
 int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path);
 
 /* --export-safetensors: rank 0 lays the file out, every rank that owns a
- * slice (dp and cp rank 0; tp rank 0 for tp-replicated tensors) pwrites it,
- * rank 0 commits. Collective over the world. Returns the exit status. */
+ * slice (dp and cp rank 0; tp rank 0 for tp-replicated tensors; a MoE
+ * model's experts from replica-group rank 0) pwrites it, rank 0 commits. Collective over the world. Returns the exit status. */
 int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path);
 
 /* --dump-logits: rank 0 runs the whole model on a fixed batch (the first

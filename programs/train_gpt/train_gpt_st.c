@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "model/moe.h"
 #include "model/safetensors.h"
 #include "programs/train_gpt/train_gpt.h"
 
@@ -26,13 +27,6 @@ int train_gpt_st_check(const options_t *o)
                                              : "--dump-logits";
     if (o->export_st == NULL && o->init_from == NULL && o->dump_logits == NULL)
         return 0;
-    if (o->experts > 0) {
-        fprintf(stderr,
-                "train_gpt: %s: a Mixture-of-Experts model's experts have no "
-                "safetensors names yet: dense models only\n",
-                opt);
-        return -1;
-    }
     if (strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "train_gpt: %s is for --device cpu only\n", opt);
         return -1;
@@ -52,19 +46,62 @@ int train_gpt_st_check(const options_t *o)
     return 0;
 }
 
-/* The whole model's tensor table (a part holding all of it, no buffers). */
-static msr_status_t whole_table(const msr_trainer_t *tr, msr_gpt_t **whole_p)
+/* The file's tensors: the whole model's table (model/gpt.h), in its
+ * flat-buffer order, then a MoE model's experts in the whole model's
+ * expert numbering (model/moe.h): "h<l>.e<e>.fcw" (4C, C), ".fcb" (4C),
+ * ".fcprojw" (C, 4C), ".fcprojb" (C). */
+typedef struct names {
+    msr_st_tensor_t *t;
+    int n;
+} names_t;
+
+static void name_add(names_t *nm, const char *name, int rows, int cols)
 {
-    msr_gpt_part_t all = {1, 0, 1, 0, 1, NULL};
-    return msr_gpt_create_part(&tr->cfg.model, &all, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, whole_p);
+    msr_st_tensor_t *t = &nm->t[nm->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = (uint64_t)rows;
+    t->shape[1] = cols > 0 ? (uint64_t)cols : 0;
 }
 
-static const msr_gpt_tensor_t *table_find(const msr_gpt_t *m, const char *name)
+static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
 {
-    for (int i = 0; i < m->num_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0)
-            return &m->tensors[i];
-    return NULL;
+    msr_gpt_part_t all = {1, 0, 1, 0, 1, NULL};
+    msr_gpt_t *whole = NULL;
+    msr_status_t st = msr_gpt_create_part(cfg, &all, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &whole);
+    if (st != MSR_OK)
+        return st;
+    int E = cfg->moe.experts, C = cfg->channels, blocks = 0;
+    for (int l = 0; l < cfg->layers; l++)
+        blocks += msr_gpt_layer_is_moe(cfg, l);
+    nm->n = 0;
+    nm->t =
+        msr_calloc((size_t)whole->num_tensors + (size_t)blocks * (size_t)E * 4 + 1, sizeof *nm->t);
+    for (int i = 0; nm->t != NULL && i < whole->num_tensors; i++) {
+        const msr_gpt_tensor_t *w = &whole->tensors[i];
+        name_add(nm, w->name, w->shape[0], w->ndim == 2 ? w->shape[1] : 0);
+    }
+    static const char *const mlp[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
+    for (int l = 0; nm->t != NULL && l < cfg->layers; l++) {
+        for (int e = 0; msr_gpt_layer_is_moe(cfg, l) && e < E; e++) {
+            for (int k = 0; k < 4; k++) {
+                char name[MSR_ST_NAME_MAX + 1];
+                snprintf(name, sizeof name, "h%d.e%d.%s", l, e, mlp[k]);
+                name_add(nm, name, k == 0 || k == 1 ? 4 * C : C, k == 0 ? C : k == 2 ? 4 * C : 0);
+            }
+        }
+    }
+    msr_gpt_destroy(whole);
+    return nm->t != NULL ? MSR_OK : MSR_ERR_NO_MEMORY;
+}
+
+/* The index of name in nm, or -1. */
+static int names_find(const names_t *nm, const char *name)
+{
+    for (int i = 0; i < nm->n; i++)
+        if (strcmp(nm->t[i].name, name) == 0)
+            return i;
+    return -1;
 }
 
 /* Whether any rank of comm failed (failed: this rank's), agreed by all. */
@@ -119,10 +156,10 @@ static msr_status_t load_run(void *arg, size_t lo, uint64_t first, uint64_t n)
 
 /* Every tensor of the whole model is in f with its shape and a dtype we
  * read, and f holds nothing else. Returns 0, or -1 with the reason printed. */
-static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char *path)
+static int check_file(const msr_st_file_t *f, const names_t *nm, const char *path)
 {
-    for (int i = 0; i < whole->num_tensors; i++) {
-        const msr_gpt_tensor_t *w = &whole->tensors[i];
+    for (int i = 0; i < nm->n; i++) {
+        const msr_st_tensor_t *w = &nm->t[i];
         const msr_st_tensor_t *t = msr_st_find(f, w->name);
         if (t == NULL) {
             fprintf(stderr,
@@ -131,8 +168,8 @@ static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char
                     path, w->name);
             return -1;
         }
-        int ok = t->ndim == w->ndim && t->shape[0] == (uint64_t)w->shape[0] &&
-                 (w->ndim == 1 || t->shape[1] == (uint64_t)w->shape[1]);
+        int ok = t->ndim == w->ndim && t->shape[0] == w->shape[0] &&
+                 (w->ndim == 1 || t->shape[1] == w->shape[1]);
         if (!ok) {
             char got[128] = "";
             for (int d = 0, used = 0; d < t->ndim && used < (int)sizeof got; d++)
@@ -140,9 +177,9 @@ static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char
                                  (unsigned long long)t->shape[d]);
             fprintf(stderr,
                     "train_gpt: --init-from %s: tensor '%s' has shape (%s); the model's "
-                    "is (%d%s%.0d)\n",
-                    path, w->name, got, w->shape[0], w->ndim == 2 ? ", " : "",
-                    w->ndim == 2 ? w->shape[1] : 0);
+                    "is (%llu%s%.0llu)\n",
+                    path, w->name, got, (unsigned long long)w->shape[0], w->ndim == 2 ? ", " : "",
+                    (unsigned long long)(w->ndim == 2 ? w->shape[1] : 0));
             return -1;
         }
         if (t->dtype != MSR_ST_F32 && t->dtype != MSR_ST_BF16) {
@@ -156,7 +193,7 @@ static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char
     int n;
     const msr_st_tensor_t *all = msr_st_tensors(f, &n);
     for (int i = 0; i < n; i++) {
-        if (table_find(whole, all[i].name) == NULL) {
+        if (names_find(nm, all[i].name) < 0) {
             fprintf(stderr,
                     "train_gpt: --init-from %s: tensor '%s' is not one of this model's "
                     "(another model's weights?)\n",
@@ -171,9 +208,12 @@ static int check_file(const msr_st_file_t *f, const msr_gpt_t *whole, const char
 static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *path)
 {
     const msr_gpt_t *m = tr->model;
-    for (int i = 0; i < m->num_tensors; i++) {
-        const msr_gpt_tensor_t *t = &m->tensors[i];
-        load_arg_t a = {f, msr_st_find(f, t->name), m->params + t->offset};
+    int n_flat = m->num_tensors, n_exp = 0;
+    const msr_gpt_tensor_t *experts = m->moe != NULL ? msr_moe_tensors(m->moe, &n_exp) : NULL;
+    for (int i = 0; i < n_flat + n_exp; i++) {
+        const msr_gpt_tensor_t *t = i < n_flat ? &m->tensors[i] : &experts[i - n_flat];
+        float *base = i < n_flat ? m->params : msr_moe_params(m->moe);
+        load_arg_t a = {f, msr_st_find(f, t->name), base + t->offset};
         msr_err_clear();
         msr_status_t st = for_runs(t, load_run, &a);
         if (st != MSR_OK) {
@@ -186,18 +226,18 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
 
 int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
 {
-    msr_gpt_t *whole = NULL;
+    names_t nm = {NULL, 0};
     msr_st_file_t *f = NULL;
     msr_err_clear();
-    msr_status_t st = whole_table(tr, &whole);
+    msr_status_t st = model_names(&tr->cfg.model, &nm);
     if (st == MSR_OK && (st = msr_st_open(path, &f)) != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
     else if (st != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from: %s\n", msr_err_msg_or(st));
-    int bad = st != MSR_OK || check_file(f, whole, path) != 0;
+    int bad = st != MSR_OK || check_file(f, &nm, path) != 0;
     int failed = bad || load_slices(tr, f, path) != 0;
     msr_st_close(f);
-    msr_gpt_destroy(whole);
+    msr_free(nm.t);
     if (any_failed(comm, failed))
         return bad || failed ? EXIT_BAD_INPUT : 1;
     /* the last stage's copy of wte for the head follows the first's */
@@ -207,8 +247,7 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
         return 1;
     }
     if (job->rank == 0)
-        fprintf(stderr, "train_gpt: initialised from %s (%d tensors)\n", path,
-                tr->model->num_tensors);
+        fprintf(stderr, "train_gpt: initialised from %s (%d tensors)\n", path, nm.n);
     return 0;
 }
 
@@ -226,51 +265,51 @@ static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
     return msr_st_write_f32(a->w, a->k, first, n, a->src + lo);
 }
 
-/* The file's tensors: the whole model's table, in its order. */
-static msr_st_tensor_t *file_spec(const msr_gpt_t *whole)
+/* Writes tensors t[0..n) (their elements at base) into w where nm places
+ * them. */
+static msr_status_t write_tensors(const msr_gpt_tensor_t *t, int n, const float *base,
+                                  const names_t *nm, msr_st_writer_t *w, int tp_rank)
 {
-    msr_st_tensor_t *s = msr_calloc((size_t)whole->num_tensors, sizeof *s);
-    for (int i = 0; s != NULL && i < whole->num_tensors; i++) {
-        const msr_gpt_tensor_t *w = &whole->tensors[i];
-        snprintf(s[i].name, sizeof s[i].name, "%s", w->name);
-        s[i].ndim = w->ndim;
-        s[i].shape[0] = (uint64_t)w->shape[0];
-        s[i].shape[1] = (uint64_t)w->shape[1];
-    }
-    return s;
-}
-
-/* This rank's slices into w (params: its flat parameters). */
-static msr_status_t write_slices(const msr_trainer_t *tr, const msr_gpt_t *whole,
-                                 msr_st_writer_t *w, const float *params)
-{
-    const msr_mesh_t *mesh = tr->mesh;
-    if (mesh != NULL && (mesh->dp_rank != 0 || mesh->cp_rank != 0))
-        return MSR_OK; /* a replica of ranks that write */
-    for (int i = 0; i < tr->model->num_tensors; i++) {
-        const msr_gpt_tensor_t *t = &tr->model->tensors[i];
-        if (t->tp_replicated && mesh != NULL && mesh->tp_rank != 0)
+    for (int i = 0; i < n; i++) {
+        if (t[i].tp_replicated && tp_rank != 0)
             continue;
-        save_arg_t a = {w, (int)(table_find(whole, t->name) - whole->tensors), params + t->offset};
-        msr_status_t st = for_runs(t, save_run, &a);
+        save_arg_t a = {w, names_find(nm, t[i].name), base + t[i].offset};
+        msr_status_t st = for_runs(&t[i], save_run, &a);
         if (st != MSR_OK)
             return st;
     }
     return MSR_OK;
 }
 
+/* This rank's slices into w (params: its flat parameters): the flat
+ * tensors from data- and context-parallel rank 0 (tp-replicated ones from
+ * tp rank 0 only), a MoE model's experts from the first rank of each
+ * replica group that holds them (context-parallel rank 0). */
+static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
+                                 const float *params)
+{
+    const msr_mesh_t *mesh = tr->mesh;
+    int tp_rank = mesh != NULL ? mesh->tp_rank : 0, cp0 = mesh == NULL || mesh->cp_rank == 0;
+    msr_status_t st = MSR_OK;
+    if (cp0 && (mesh == NULL || mesh->dp_rank == 0))
+        st = write_tensors(tr->model->tensors, tr->model->num_tensors, params, nm, w, tp_rank);
+    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
+        int n;
+        const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
+        st = write_tensors(t, n, msr_moe_params(tr->model->moe), nm, w, 0);
+    }
+    return st;
+}
+
 int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
 {
-    msr_gpt_t *whole = NULL;
-    msr_st_tensor_t *spec = NULL;
+    names_t nm = {NULL, 0};
     msr_st_writer_t *w = NULL;
     float *gathered = NULL;
     const float *params = tr->model->params;
     int rc = 1;
     msr_err_clear();
-    msr_status_t st = whole_table(tr, &whole);
-    if (st == MSR_OK && (spec = file_spec(whole)) == NULL)
-        st = MSR_ERR_NO_MEMORY;
+    msr_status_t st = model_names(&tr->cfg.model, &nm);
     if (st == MSR_OK && params == NULL) { /* ZeRO-3: gathered for the export */
         gathered = msr_malloc(tr->model->num_params * sizeof *gathered + 1);
         st = gathered == NULL ? MSR_ERR_NO_MEMORY : msr_trainer_params(tr, gathered);
@@ -278,13 +317,13 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     }
     /* rank 0 lays the file out first; the others open what it made */
     if (st == MSR_OK && job->rank == 0)
-        st = msr_st_writer_open(path, spec, whole->num_tensors, 1, &w);
+        st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
     if (any_failed(comm, st != MSR_OK))
         goto out;
     if (job->rank != 0)
-        st = msr_st_writer_open(path, spec, whole->num_tensors, 0, &w);
+        st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
     if (st == MSR_OK)
-        st = write_slices(tr, whole, w, params);
+        st = write_slices(tr, &nm, w, params);
     if (st == MSR_OK && job->rank != 0) {
         st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
         w = NULL;
@@ -299,7 +338,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         goto out;
     rc = 0;
     if (job->rank == 0)
-        fprintf(stderr, "train_gpt: exported %d tensors to %s\n", whole->num_tensors, path);
+        fprintf(stderr, "train_gpt: exported %d tensors to %s\n", nm.n, path);
 
 out:
     if (rc != 0 && st != MSR_OK)
@@ -312,8 +351,7 @@ out:
     else if (w != NULL)
         msr_st_writer_close(w, 0);
     msr_free(gathered);
-    msr_free(spec);
-    msr_gpt_destroy(whole);
+    msr_free(nm.t);
     return rc;
 }
 

@@ -5,20 +5,27 @@ The reader is written here from the safetensors specification alone (u64
 little-endian header length N, N bytes of JSON mapping each name to dtype,
 shape and data_offsets [begin, end) in the data section after it, an
 optional "__metadata__"; raw little-endian row-major data), no msrun code.
-The model is the dense GPT of model/gpt.h as docs/checkpoint.md's
-"safetensors names" describe its tensors (the forward of torch_check.py).
+The model is the GPT of model/gpt.h as docs/checkpoint.md's "safetensors
+names" describe its tensors (the forward of torch_check.py, whose MoE MLP
+is reused for a Mixture-of-Experts model: the batch is one micro-batch).
 Checks every logit within 1e-5 of train_gpt's, relative to the largest.
 
-usage: safetensors_torch.py MODEL.safetensors LOGITS.bin HEADS
+usage: safetensors_torch.py MODEL.safetensors LOGITS.bin HEADS [E K EVERY F]
+                            [-- MODEL.safetensors LOGITS.bin HEADS ...]...
+(one process for several checks: importing torch is the slow part)
 """
 import json
 import math
+import os
 import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_check import is_moe, moe_mlp  # noqa: E402
 
 TOL = 1e-5
 DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2")}
@@ -59,8 +66,9 @@ def read_logits(path):
     return torch.from_numpy(tok.astype(np.int64)), torch.from_numpy(lg.copy())
 
 
-def logits_of(p, inp, NH):
-    """The dense GPT (model/gpt.h): every matrix (out, in), used as x @ W.T."""
+def logits_of(p, inp, NH, moe):
+    """The GPT (model/gpt.h): every matrix (out, in), used as x @ W.T; moe: the
+    MoE settings (E 0: dense)."""
     V, C = p["wte"].shape
     L = 1 + max(int(k[1:k.index(".")]) for k in p if k.startswith("h"))
     B, T = inp.shape
@@ -77,25 +85,42 @@ def logits_of(p, inp, NH):
         y = (att @ vv).transpose(1, 2).reshape(B, T, C)
         x = x + y @ q("attprojw").T + q("attprojb")
         h = F.layer_norm(x, (C,), q("ln2w"), q("ln2b"), 1e-5)
+        if is_moe(moe, l):
+            x = x + moe_mlp(dict(moe, micro=B), p, l, h)[0]
+            continue
         h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
         x = x + h @ q("fcprojw").T + q("fcprojb")
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
     return x @ p["wte"].T
 
 
-def main():
-    torch.set_num_threads(1)
-    p = read_safetensors(sys.argv[1])
-    inp, want = read_logits(sys.argv[2])
+def check(args):
+    p = read_safetensors(args[0])
+    inp, want = read_logits(args[1])
+    moe = {"E": 0, "every": 1, "K": 1, "F": 1.0, "A": 0.0}
+    if len(args) > 3:
+        moe.update(E=int(args[3]), K=int(args[4]), every=int(args[5]), F=float(args[6]))
     with torch.no_grad():
-        got = logits_of(p, inp, int(sys.argv[3]))
+        got = logits_of(p, inp, int(args[2]), moe)
     err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
-    print(f"safetensors_torch: {len(p)} tensors, logits {tuple(want.shape)}, "
+    print(f"safetensors_torch: {args[0]}: {len(p)} tensors, logits {tuple(want.shape)}, "
           f"max difference {err:.3g} of the largest logit")
     if not err <= TOL:
         print(f"FAIL: logits differ by {err:.3g} > {TOL}")
         return 1
     return 0
+
+
+def main():
+    torch.set_num_threads(1)
+    rc, group = 0, []
+    for a in sys.argv[1:] + ["--"]:
+        if a != "--":
+            group.append(a)
+            continue
+        rc |= check(group)
+        group = []
+    return rc
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@
 # file byte for byte, in one process and between one process and a tp 2 x
 # pp 2 mesh both ways (and through cp 2 x tp 2 and dp 2 x tp 2 ZeRO-1), the
 # next steps' losses equal across layouts; a ZeRO-3 export equals one
-# process's; BF16 weights
-# load widened; and files that lie (a wrong shape or dtype, offsets that
-# overlap, leave a gap or run past the end, a truncated file, a header
-# length past the file, a missing or a foreign tensor) are refused before
-# training with exit 2 and a message naming the file and the tensor.
+# process's; BF16 weights load widened; a MoE model's experts go out and
+# back through ep, tp and pp; and files that lie (a wrong shape or dtype,
+# offsets that overlap, leave a gap or run past the end, a truncated file, a
+# header length past the file, a missing or a foreign tensor) are refused
+# before training with exit 2 and a message naming the file and the tensor.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -117,10 +117,10 @@ one --steps 0 --init-from "$W/trunc16.st" --export-safetensors "$W/t32.st" >/dev
 same "$W/t32.st" "$W/bf32.st" "BF16 widened"
 cmp -s "$W/a.st" "$W/bf32.st" && fail "the BF16 weights equal the F32 ones"
 
-# refuse NAME PATTERN FILE: exit 2 before training, the message matching
+# refuse NAME PATTERN FILE [ARGS]: exit 2 before training, the message matching
 refuse() {
     local rc=0
-    one --steps 1 --init-from "$3" >"$W/out" 2>"$W/err" || rc=$?
+    one --steps 1 --init-from "$3" "${@:4}" >"$W/out" 2>"$W/err" || rc=$?
     [[ $rc -eq 2 ]] || fail "$1: exit $rc, want 2: $(cat "$W/err")"
     grep -q -- "$2" "$W/err" || fail "$1: no '$2' in: $(cat "$W/err")"
     grep -q "$3" "$W/err" || fail "$1: the file is not named: $(cat "$W/err")"
@@ -152,8 +152,22 @@ rc=0
 msrun_n 4 "${small[@]}" --tp 2 --pp 2 --steps 1 --init-from "$W/x.st" >/dev/null 2>"$W/err" || rc=$?
 [[ $rc -ne 0 ]] || fail "tp2 x pp2 loaded a foreign tensor"
 grep -q "h9.ln1w" "$W/err" || fail "tp2 x pp2: no tensor named: $(cat "$W/err")"
-# what cannot be done is refused before training
-rc=0
-one --experts 2 --export-safetensors "$W/m.st" >/dev/null 2>"$W/err" || rc=$?
-[[ $rc -eq 2 ]] && grep -q "Mixture-of-Experts" "$W/err" || fail "MoE export: exit $rc"
+# a Mixture-of-Experts model: its experts come from the rank of each replica
+# group that holds them, and load into any ep, tp and pp
+moe=(--layers 2 --experts 4 --top-k 2 --moe-every 2)
+one "${moe[@]}" --steps 3 --export-safetensors "$W/m1.st" >/dev/null 2>"$W/err" ||
+    fail "MoE export: $(cat "$W/err")"
+grep -q "exported 41 tensors" "$W/err" || fail "MoE: not 41 tensors: $(cat "$W/err")"
+grep -q '"h1.e3.fcprojw":{"dtype":"F32","shape":\[32,128\]' "$W/m1.st" || fail "MoE: no h1.e3.fcprojw"
+msrun_n 4 "${small[@]}" "${moe[@]}" --dp 4 --ep 2 --steps 0 --init-from "$W/m1.st" \
+    --export-safetensors "$W/m2.st" >/dev/null 2>"$W/err" || fail "MoE ep 2: $(cat "$W/err")"
+same "$W/m1.st" "$W/m2.st" "MoE one process -> dp 4 x ep 2 -> export"
+msrun_n 4 "${small[@]}" "${moe[@]}" --pp 2 --tp 2 --steps 2 --export-safetensors "$W/m3.st" \
+    >/dev/null 2>"$W/err" || fail "MoE pp2 x tp2: $(cat "$W/err")"
+one "${moe[@]}" --steps 0 --init-from "$W/m3.st" --export-safetensors "$W/m4.st" >/dev/null \
+    2>"$W/err" || fail "MoE pp2 x tp2 -> one: $(cat "$W/err")"
+same "$W/m3.st" "$W/m4.st" "MoE pp 2 x tp 2 -> one process"
+edit "$W/m1.st" "$W/x.st" 'h["h1.e4.fcb"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(d), len(d) + 4]}; d += bytes(4)'
+refuse "an expert too many" "tensor 'h1.e4.fcb' is not one of this model's" "$W/x.st" "${moe[@]}"
+
 echo "train_gpt_safetensors: ok"
