@@ -136,7 +136,8 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
 
 /* --export-safetensors: rank 0 lays the file out, every rank that owns a
  * slice (dp and cp rank 0; tp rank 0 for tp-replicated tensors; a MoE
- * model's experts from replica-group rank 0) pwrites it, rank 0 commits. Collective over the world. Returns the exit status. */
+ * model's experts from replica-group rank 0) pwrites it, rank 0 commits. Collective over the world.
+ * Returns the exit status. */
 int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path);
 
 /* --dump-logits: rank 0 runs the whole model on a fixed batch (the first
