@@ -124,8 +124,8 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
 /* ---- safetensors (programs/train_gpt/train_gpt_st.c, docs/checkpoint.md) ---- */
 
 /* Refuses what --export-safetensors, --init-from and --dump-logits cannot
- * do in this run (ZeRO-3 for --init-from, a part of the model for
- * --dump-logits, --device cuda). Returns 0, or -1 with the reason printed. */
+ * do in this run (a part of the model for --dump-logits, --device cuda). Returns 0, or -1 with the
+ * reason printed. */
 int train_gpt_st_check(const options_t *o);
 
 /* --init-from: every rank reads its slices of o->init_from into the

@@ -31,13 +31,6 @@ int train_gpt_st_check(const options_t *o)
         fprintf(stderr, "train_gpt: %s is for --device cpu only\n", opt);
         return -1;
     }
-    if (o->init_from != NULL && o->zero == 3) {
-        fprintf(stderr,
-                "train_gpt: --init-from %s: ZeRO-3 holds no whole parameters to load "
-                "into: use --zero 0, 1 or 2\n",
-                o->init_from);
-        return -1;
-    }
     if (o->dump_logits != NULL && (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->zero == 3)) {
         fprintf(stderr, "train_gpt: --dump-logits runs the whole model on rank 0: not with "
                         "--tp, --pp or --cp > 1 or --zero 3\n");
@@ -210,7 +203,7 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
     const msr_gpt_t *m = tr->model;
     int n_flat = m->num_tensors, n_exp = 0;
     const msr_gpt_tensor_t *experts = m->moe != NULL ? msr_moe_tensors(m->moe, &n_exp) : NULL;
-    for (int i = 0; i < n_flat + n_exp; i++) {
+    for (int i = m->params != NULL ? 0 : n_flat; i < n_flat + n_exp; i++) {
         const msr_gpt_tensor_t *t = i < n_flat ? &m->tensors[i] : &experts[i - n_flat];
         float *base = i < n_flat ? m->params : msr_moe_params(m->moe);
         load_arg_t a = {f, msr_st_find(f, t->name), base + t->offset};
@@ -222,6 +215,50 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
         }
     }
     return 0;
+}
+
+/* Whole-model flat elements [lo, lo + n) out of f into dst (a
+ * data-parallel-only model: its tensor table is the whole model's). */
+static msr_status_t read_flat(const msr_gpt_t *m, const msr_st_file_t *f, size_t lo, size_t n,
+                              float *dst)
+{
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < m->num_tensors && st == MSR_OK; i++) {
+        const msr_gpt_tensor_t *t = &m->tensors[i];
+        size_t a = lo > t->offset ? lo : t->offset;
+        size_t b = lo + n < t->offset + t->count ? lo + n : t->offset + t->count;
+        if (a < b)
+            st = msr_st_read_f32(f, msr_st_find(f, t->name), a - t->offset, b - a, dst + (a - lo));
+    }
+    return st;
+}
+
+/* ZeRO-3 holds no whole flat buffer: each rank loads the flat pieces it
+ * owns (msr_dp_owned) as a checkpoint's, with zero moments (a fresh
+ * optimizer's). Collective over the data-parallel group: every rank calls
+ * it, failed or not, and all agree. Returns 0, or -1 with the reason
+ * printed. */
+static int load_owned(msr_trainer_t *tr, const msr_st_file_t *f, const char *path, int failed)
+{
+    msr_err_clear();
+    msr_status_t st = msr_dp_load_begin(tr->dp), read_st = failed ? MSR_ERR_CORRUPT : st;
+    for (int k = 0; read_st == MSR_OK && k < msr_dp_num_owned(tr->dp); k++) {
+        msr_dp_piece_t own;
+        msr_dp_owned(tr->dp, k, &own);
+        float *buf = msr_calloc(3 * own.n + 1, sizeof *buf);
+        read_st = buf == NULL ? MSR_ERR_NO_MEMORY : read_flat(tr->model, f, own.lo, own.n, buf);
+        msr_dp_piece_t piece = {own.lo, own.n, buf, buf + own.n, buf + 2 * own.n};
+        if (read_st == MSR_OK)
+            msr_dp_load_piece(tr->dp, &piece);
+        msr_free(buf);
+    }
+    if (read_st != MSR_OK && !failed)
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(read_st));
+    st = msr_dp_load_end(tr->dp, 1, read_st != MSR_OK);
+    if (st != MSR_OK && read_st == MSR_OK)
+        fprintf(stderr, "train_gpt: --init-from %s: loading the shards: %s: %s\n", path,
+                msr_status_str(st), msr_err_msg_or(st));
+    return st == MSR_OK ? 0 : -1;
 }
 
 int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
@@ -236,6 +273,8 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
         fprintf(stderr, "train_gpt: --init-from: %s\n", msr_err_msg_or(st));
     int bad = st != MSR_OK || check_file(f, &nm, path) != 0;
     int failed = bad || load_slices(tr, f, path) != 0;
+    if (tr->model->params == NULL && load_owned(tr, f, path, failed) != 0)
+        failed = 1;
     msr_st_close(f);
     msr_free(nm.t);
     if (any_failed(comm, failed))

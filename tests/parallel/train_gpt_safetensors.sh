@@ -4,7 +4,7 @@
 # file byte for byte, in one process and between one process and a tp 2 x
 # pp 2 mesh both ways (and through cp 2 x tp 2 and dp 2 x tp 2 ZeRO-1), the
 # next steps' losses equal across layouts; a ZeRO-3 export equals one
-# process's; BF16 weights load widened; a MoE model's experts go out and
+# process's, and ZeRO-3 loads its shards; BF16 weights load widened; a MoE model's experts go out and
 # back through ep, tp and pp; and files that lie (a wrong shape or dtype,
 # offsets that overlap, leave a gap or run past the end, a truncated file, a
 # header length past the file, a missing or a foreign tensor) are refused
@@ -24,6 +24,18 @@ msrun_n() {
 one() { timeout 60 "$bin/train_gpt" "${small[@]}" "$@"; }
 same() { cmp -s "$1" "$2" || fail "$1 and $2 differ ($3)"; }
 W=$work
+
+# check_losses A B: the --loss-log files hold 3 losses each, equal to 1e-5
+check_losses() {
+    timeout 30 /usr/bin/env python3 - "$1" "$2" <<'EOF'
+import sys
+def losses(p):
+    return [float.fromhex(l.split()[3]) for l in open(p)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("losses:", a, "and", b)
+sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
+EOF
+}
 
 # one process: trained weights out, in, out again
 one --steps 3 --export-safetensors "$W/a.st" >/dev/null 2>"$W/err" || fail "export: $(cat "$W/err")"
@@ -51,14 +63,7 @@ same "$W/d.st" "$W/e.st" "tp 2 x pp 2 -> one process"
 one --steps 3 --init-from "$W/d.st" --loss-log "$W/l1" >/dev/null 2>&1 || fail "one from d.st"
 msrun_n 4 "${small[@]}" --tp 2 --pp 2 --steps 3 --init-from "$W/d.st" --loss-log "$W/l4" \
     >/dev/null 2>"$W/err" || fail "tp2 x pp2 from d.st: $(cat "$W/err")"
-timeout 30 /usr/bin/env python3 - "$W/l1" "$W/l4" <<'EOF' || fail "the losses differ between layouts"
-import sys
-def losses(p):
-    return [float.fromhex(l.split()[3]) for l in open(p)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-print("losses, one process:", a, "tp 2 x pp 2:", b)
-sys.exit(0 if len(a) == 3 and len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
-EOF
+check_losses "$W/l1" "$W/l4" || fail "the losses differ between one process and tp 2 x pp 2"
 
 # context parallel and ZeRO-1 over dp: only cp and dp rank 0 write, every
 # rank loads
@@ -73,6 +78,14 @@ same "$W/a.st" "$W/dp.st" "one process -> dp 2 x tp 2 ZeRO-1 -> export"
 msrun_n 2 "${small[@]}" --zero 3 --steps 0 --export-safetensors "$W/z.st" >/dev/null 2>"$W/err" ||
     fail "zero 3 export: $(cat "$W/err")"
 same "$W/seed.st" "$W/z.st" "ZeRO-3 export"
+# ZeRO-3 loads each rank's own shards: exported unchanged, and it trains the
+# same losses as one process from the same weights
+msrun_n 2 "${small[@]}" --zero 3 --global-batch 4 --steps 0 --init-from "$W/a.st" \
+    --export-safetensors "$W/z2.st" >/dev/null 2>"$W/err" || fail "zero 3 init: $(cat "$W/err")"
+same "$W/a.st" "$W/z2.st" "one process -> dp 2 ZeRO-3 -> export"
+msrun_n 2 "${small[@]}" --zero 3 --global-batch 4 --steps 3 --init-from "$W/d.st" \
+    --loss-log "$W/l3" >/dev/null 2>"$W/err" || fail "zero 3 from d.st: $(cat "$W/err")"
+check_losses "$W/l1" "$W/l3" || fail "the losses differ between one process and ZeRO-3"
 
 # edit FILE OUT PYTHON: rewrites the header (h) and data (d) of FILE
 edit() {
