@@ -2062,9 +2062,11 @@ set(CPACK_DEB_COMPONENT_INSTALL OFF)
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_safetensors_cli$
 <<<
-    if (tr->model->params == NULL && load_owned(tr, f, path, failed) != 0)
+        if (read_st == MSR_OK)
+            msr_dp_load_piece(tr->dp, &piece);
 ===
-    if (tr->model->params == NULL && tr->model->params != NULL)
+        if (read_st == MSR_OK && own.n == 0)
+            msr_dp_load_piece(tr->dp, &piece);
 >>>
 
 @ safetensors.experts_from_every_replica
