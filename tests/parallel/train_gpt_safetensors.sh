@@ -4,7 +4,8 @@
 # file byte for byte, in one process and between one process and a tp 2 x
 # pp 2 mesh both ways (and through cp 2 x tp 2 and dp 2 x tp 2 ZeRO-1), the
 # next steps' losses equal across layouts; a ZeRO-3 export equals one
-# process's, and ZeRO-3 loads its shards; BF16 weights load widened; a MoE model's experts go out and
+# process's, and ZeRO-3 loads its shards; a resume's weights export and win
+# over --init-from; BF16 weights load widened; a MoE model's experts go out and
 # back through ep, tp and pp; and files that lie (a wrong shape or dtype,
 # offsets that overlap, leave a gap or run past the end, a truncated file, a
 # header length past the file, a missing or a foreign tensor) are refused
@@ -47,6 +48,14 @@ same "$W/a.st" "$W/b.st" "one process round trip"
 # the loaded weights are the ones trained on: not the seed's
 one --steps 0 --export-safetensors "$W/seed.st" >/dev/null 2>&1
 cmp -s "$W/a.st" "$W/seed.st" && fail "the export after 3 steps equals the initial weights"
+
+# --steps 0 after --resume exports the resumed weights, and the checkpoint
+# --resume finds wins over --init-from
+msrun_n 1 "${small[@]}" --steps 2 --ckpt-dir "$W/ck" --export-safetensors "$W/r1.st" >/dev/null \
+    2>"$W/err" || fail "checkpoint: $(cat "$W/err")"
+msrun_n 1 "${small[@]}" --steps 0 --ckpt-dir "$W/ck" --resume --init-from "$W/seed.st" \
+    --export-safetensors "$W/r2.st" >/dev/null 2>"$W/err" || fail "resume: $(cat "$W/err")"
+same "$W/r1.st" "$W/r2.st" "--resume's weights exported"
 
 # tp 2 x pp 2 (ZeRO-2) loads one process's weights and exports them unchanged ...
 msrun_n 4 "${small[@]}" --tp 2 --pp 2 --zero 2 --steps 0 --init-from "$W/a.st" \
