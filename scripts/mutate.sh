@@ -2088,7 +2088,7 @@ test: ^test_parallel_safetensors$
 >>>
 
 @ safetensors.header_length_one_past
-file: model/safetensors.c
+file: model/safetensors_io.c
 test: ^test_parallel_safetensors$
 <<<
     if (n > size - 8)
@@ -2097,7 +2097,7 @@ test: ^test_parallel_safetensors$
 >>>
 
 @ safetensors.bf16_bytes_swapped
-file: model/safetensors.c
+file: model/safetensors_io.c
 test: ^test_parallel_safetensors$
 <<<
     uint32_t u = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 24;
