@@ -128,7 +128,7 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("dump-logits", dump_logits,
              "at the end, rank 0 writes the logits of a fixed batch (the data's first "
              "micro-batch x seq bytes) here: i32 B T V, i32 tokens, f32 logits, little-endian; "
-             "tp = pp = cp = 1 (none)"),
+             "tp = pp = cp = ep = 1, ZeRO 0-2 (none)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),

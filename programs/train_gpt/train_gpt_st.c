@@ -31,9 +31,10 @@ int train_gpt_st_check(const options_t *o)
         fprintf(stderr, "train_gpt: %s is for --device cpu only\n", opt);
         return -1;
     }
-    if (o->dump_logits != NULL && (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->zero == 3)) {
+    if (o->dump_logits != NULL &&
+        (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->ep > 1 || o->zero == 3)) {
         fprintf(stderr, "train_gpt: --dump-logits runs the whole model on rank 0: not with "
-                        "--tp, --pp or --cp > 1 or --zero 3\n");
+                        "--tp, --pp, --cp or --ep > 1 or --zero 3\n");
         return -1;
     }
     return 0;

@@ -192,4 +192,10 @@ same "$W/m3.st" "$W/m4.st" "MoE pp 2 x tp 2 -> one process"
 edit "$W/m1.st" "$W/x.st" 'h["h1.e4.fcb"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(d), len(d) + 4]}; d += bytes(4)'
 refuse "an expert too many" "tensor 'h1.e4.fcb' is not one of this model's" "$W/x.st" "${moe[@]}"
 
+# --dump-logits needs the whole model on rank 0: refused before training
+rc=0
+msrun_n 4 "${small[@]}" "${moe[@]}" --dp 4 --ep 2 --dump-logits "$W/l.bin" >/dev/null 2>"$W/err" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "not with --tp, --pp, --cp or --ep > 1" "$W/err" ||
+    fail "--dump-logits with --ep 2: exit $rc: $(cat "$W/err")"
+
 echo "train_gpt_safetensors: ok"
