@@ -6,9 +6,12 @@
  *
  * Export: each rank pwrites its own rows into the one file whose header
  * rank 0 wrote first, rather than gathering the model on one rank: no rank
- * holds more than its part, the bytes cross no network, and the writes go
- * on in parallel. The file must be on a filesystem every writing rank sees
- * (one node, or a shared one). */
+ * holds more than its part, the bytes cross no network (but for ZeRO-3,
+ * which gathers its flat parameters as a step does), and the writes go on
+ * in parallel. The file must be on a filesystem every writing rank sees
+ * (one node, or a shared one). Load: every rank checks the whole header,
+ * then preads the runs of its own slices (under ZeRO-3, of the flat pieces
+ * it owns). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
