@@ -2057,4 +2057,97 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEB_COMPONENT_INSTALL OFF)
 >>>
 
+# ---- safetensors (model/safetensors.c, programs/train_gpt/train_gpt_st.c)
+@ safetensors.zero3_shards_not_loaded
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+        if (read_st == MSR_OK)
+            msr_dp_load_piece(tr->dp, &piece);
+===
+        if (read_st == MSR_OK && own.n == 0)
+            msr_dp_load_piece(tr->dp, &piece);
+>>>
+
+@ safetensors.experts_from_every_replica
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
+===
+    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank >= 0 && mesh->dp_rank == 0) {
+>>>
+
+@ safetensors.overlap_accepted
+file: model/safetensors.c
+test: ^test_parallel_safetensors$
+<<<
+        if (o[i]->begin != at)
+===
+        if (o[i]->begin > at)
+>>>
+
+@ safetensors.header_length_one_past
+file: model/safetensors_io.c
+test: ^test_parallel_safetensors$
+<<<
+    if (n > size - 8)
+===
+    if (n > size - 7)
+>>>
+
+@ safetensors.bf16_bytes_swapped
+file: model/safetensors_io.c
+test: ^test_parallel_safetensors$
+<<<
+    uint32_t u = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 24;
+===
+    uint32_t u = (uint32_t)b[1] << 16 | (uint32_t)b[0] << 24;
+>>>
+
+@ safetensors.byte_count_unchecked
+file: model/safetensors.c
+test: ^test_parallel_safetensors$
+<<<
+        if (t[i].end - t[i].begin != bytes)
+===
+        if (t[i].end - t[i].begin != bytes && t[i].begin > t[i].end)
+>>>
+
+@ safetensors.duplicate_names_accepted
+file: model/safetensors.c
+test: ^test_parallel_safetensors$
+<<<
+        if (strcmp(o[i]->name, o[i - 1]->name) == 0)
+===
+        if (strcmp(o[i]->name, o[i - 1]->name) == 0 && i < 0)
+>>>
+
+@ safetensors.tp_slice_placed_as_whole
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+        uint64_t first = msr_gpt_tensor_full_index(t, i * cols) - t->full_offset;
+===
+        uint64_t first = i * cols;
+>>>
+
+@ safetensors.foreign_tensor_accepted
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+        if (names_find(nm, all[i].name) < 0) {
+===
+        if (names_find(nm, all[i].name) < 0 && i < 0) {
+>>>
+
+@ safetensors.head_copy_not_synced
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_safetensors_cli$
+<<<
+    if (tr->mp != NULL && (st = msr_mp_sync_tied(tr->mp)) != MSR_OK) {
+===
+    if (tr->mp != NULL && (st = MSR_OK) != MSR_OK) {
+>>>
+
 __END__

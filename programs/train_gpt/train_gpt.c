@@ -116,6 +116,19 @@ static const msr_opt_t specs[] = {
     OPT_FLAG("resume", resume,
              "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
              "cp = 1; otherwise by the same layout)"),
+    /* safetensors (train_gpt_st.c, docs/checkpoint.md "safetensors names") */
+    OPT_TEXT("export-safetensors", export_st,
+             "at the end of the run (--steps 0: of the initial or resumed weights) write the "
+             "whole model's weights, F32, to this safetensors file, whatever the layout; every "
+             "writing rank must see the path (none)"),
+    OPT_TEXT("init-from", init_from,
+             "start from the weights of this safetensors file (F32 or BF16, shapes checked; any "
+             "layout, each rank reads its slices) instead of the seed's; a checkpoint found by "
+             "--resume still wins (none)"),
+    OPT_TEXT("dump-logits", dump_logits,
+             "at the end, rank 0 writes the logits of a fixed batch (the data's first "
+             "micro-batch x seq bytes) here: i32 B T V, i32 tokens, f32 logits, little-endian; "
+             "tp = pp = cp = ep = 1, ZeRO 0-2 (none)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -288,6 +301,8 @@ static int check_combination(options_t *o, int world, int in_job)
             return -1;
         }
     }
+    if (train_gpt_st_check(o) != 0)
+        return -1;
     if (o->ckpt_dir != NULL && !in_job) {
         fprintf(stderr, "train_gpt: checkpoints are libmsrun's: run under msrun for --ckpt-dir "
                         "(msrun --worker_num=1 --local_worker_num=1 train_gpt ...)\n");
@@ -385,7 +400,14 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     }
 
     trainer_t t = {&train_gpt_cpu_ops, tr, tr};
+    if (o->init_from != NULL && (rc = train_gpt_st_init(tr, job, comm, o->init_from)) != 0)
+        goto out;
     if ((rc = train_gpt_run(&t, job, o, meta, comm, G * (uint64_t)o->seq, loss_log)) != 0)
+        goto out;
+    if (o->export_st != NULL && (rc = train_gpt_st_export(tr, job, comm, o->export_st)) != 0)
+        goto out;
+    if (o->dump_logits != NULL &&
+        (rc = train_gpt_st_dump_logits(tr, job, data, o->dump_logits)) != 0)
         goto out;
     rc = 1;
     if (o->report)

@@ -46,6 +46,9 @@ typedef struct options {
     int plan, plan_all, auto_plan;
     int recalibrate; /* measure again, not reusing the calibration cache */
     int64_t explain;
+    /* safetensors (train_gpt_st.c): --export-safetensors, --init-from,
+     * --dump-logits */
+    const char *export_st, *init_from, *dump_logits;
     unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
@@ -117,6 +120,31 @@ msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t 
 
 /* --report: one line per rank, bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
+
+/* ---- safetensors (programs/train_gpt/train_gpt_st.c, docs/checkpoint.md) ---- */
+
+/* Refuses what --export-safetensors, --init-from and --dump-logits cannot
+ * do in this run (a part of the model for --dump-logits, --device cuda). Returns 0, or -1 with the
+ * reason printed. */
+int train_gpt_st_check(const options_t *o);
+
+/* --init-from: every rank reads its slices of o->init_from into the
+ * trainer's parameters, shapes and dtypes checked against the whole model
+ * first. Collective over the world (comm, NULL alone). Returns the exit
+ * status: 0, EXIT_BAD_INPUT (the file or a tensor refused, named), 1. */
+int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path);
+
+/* --export-safetensors: rank 0 lays the file out, every rank that owns a
+ * slice (dp and cp rank 0; tp rank 0 for tp-replicated tensors; a MoE
+ * model's experts from replica-group rank 0) pwrites it, rank 0 commits. Collective over the world.
+ * Returns the exit status. */
+int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path);
+
+/* --dump-logits: rank 0 runs the whole model on a fixed batch (the first
+ * micro-batch x seq bytes of the data) and writes i32 B, T, V, i32
+ * tokens[B*T], f32 logits[B*T*V], little-endian. Returns the exit status. */
+int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
+                             const char *path);
 
 /* ---- the planner's front ends ---- */
 
