@@ -219,6 +219,19 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
     return base;
 }
 
+/* More ranks on this machine than CPUs online. A broadcast through the
+ * slots waits for every member before each operation's root may write
+ * (the slot's last readers must be done); when members time-share cores,
+ * that is a round of context switches per broadcast, where the tree's
+ * eager messages let the root run ahead (docs/performance.md, "Small
+ * messages"). */
+static int machine_crowded(const ucx_engine_t *e)
+{
+    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 && ranks > cpus;
+}
+
 msr_status_t ucx_shm_setup(ucx_comm_t *uc)
 {
     msr_comm_t *comm = uc->comm;
@@ -289,6 +302,7 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->n = n;
     uc->shm = s;
     uc->shm_slot = slot;
+    uc->shm_bcast = !machine_crowded(e);
     uc->shm_tile = tile;
     MSR_DEBUG("comm %u: %d ranks share a %zu-byte segment (slots of %zu bytes, %llu tiles of "
               "%zu bytes)",

@@ -163,6 +163,7 @@ typedef struct ucx_comm {
     /* the shared-memory segment of a group on one node (shm.c), or NULL */
     struct ucx_shm *shm;
     size_t shm_slot;    /* its slots: the most a member puts in for one operation */
+    int shm_bcast;      /* auto sends broadcasts up to a slot through them (shm.c) */
     size_t shm_tile;    /* its tiles (0: no tiled path) */
     uint64_t shm_tiles; /* tiles of the tiled operations started */
     uint64_t shm_seq;   /* shared-memory operations started */

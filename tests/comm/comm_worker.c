@@ -21,6 +21,8 @@
  *   killsmallbc  the same with 8-byte broadcasts from rank 0, killsmallag
  *   killsmallrs  with small allgathers and reduce-scatters: all through the
  *                slots (their messages name "(shm)")
+ *   killsmallbcauto  killsmallbc without forcing: the slots, or the binomial
+ *                tree on a machine with fewer CPUs than ranks
  *   small        every collective of the slots at the slot's size and one
  *                past, at the inline size and one past, every dtype and op;
  *                on the world, a dup with other slots and halves, then all
@@ -806,8 +808,7 @@ static void small_at_once(msr_comm_t *world, msr_comm_t *dup, msr_comm_t *half, 
 static void mode_small(msr_comm_t *world)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
-    set_config(configs[0]);
-    size_t slot = slot_size(n);
+    size_t slot = slot_size(n); /* broadcasts forced through the slots (main) */
     tc_t t = {world, "world", n, me};
     check_small(&t, slot);
     setenv("MSR_COMM_SHM_MAX", "1000", 1);
@@ -1573,7 +1574,7 @@ int main(int argc, char **argv)
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
                 "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
-                "inflighthier|small|killsmallbc|killsmallag|killsmallrs\n");
+                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -1597,6 +1598,9 @@ int main(int argc, char **argv)
         setenv("MSR_COMM_ALGO_BROADCAST", "hier", 1);
     if (strcmp(mode, "killhierred") == 0)
         setenv("MSR_COMM_ALGO_REDUCE", "hier", 1);
+    /* auto leaves the slots' broadcast out where ranks outnumber CPUs */
+    if (strcmp(mode, "small") == 0 || strcmp(mode, "killsmallbc") == 0)
+        setenv("MSR_COMM_ALGO_BROADCAST", "shm", 1);
     if (strcmp(mode, "inflighthier") == 0) { /* several two-level operations in flight */
         static const char *const ops[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER", "BROADCAST",
                                           "REDUCE"};
@@ -1645,6 +1649,10 @@ int main(int argc, char **argv)
         mode_small(world);
     else if (strcmp(mode, "killsmallbc") == 0) /* the slots of the other collectives */
         mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
+    else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots unless CPUs are fewer */
+        mode_failure(ctx, world, 0, 2, FAIL_BROADCAST,
+                     sysconf(_SC_NPROCESSORS_ONLN) < msr_comm_size(world) ? "broadcast(binomial)"
+                                                                          : "broadcast(shm)");
     else if (strcmp(mode, "killsmallag") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)

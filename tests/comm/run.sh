@@ -125,7 +125,7 @@ determinism)
     echo "$h1 in both runs"
     ;;
 kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop | \
-    killsmallbc | killsmallag | killsmallrs)
+    killsmallbc | killsmallbcauto | killsmallag | killsmallrs)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
