@@ -1153,6 +1153,7 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_nt = parse_nt("MSR_COMM_SHM_NT");
     t->shm_nt_min = env_bytes("MSR_COMM_SHM_NT_MIN", 64 << 10);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
+    t->shm_spin = (int)msr_env_i64("MSR_COMM_SHM_SPIN", 256, 0, 1 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
     /* Groups over several nodes (not all on this machine): the two levels
@@ -1238,7 +1239,7 @@ static ucx_algo_t choose(const ucx_req_t *r)
          * machine is crowded); a reduce through the tree's messages, which
          * beat the tiles' hand-offs */
         if (r->uc->shm && a->coll == MSR_COLL_BROADCAST && bytes <= r->uc->shm_slot &&
-            (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && r->uc->shm_bcast)))
+            (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && r->uc->shm_own_cpus)))
             return UCX_ALGO_SHM;
         if (r->uc->shm_tile && (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && bytes > t->shm_max)))
             return UCX_ALGO_SHM;

@@ -302,7 +302,7 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->n = n;
     uc->shm = s;
     uc->shm_slot = slot;
-    uc->shm_bcast = !machine_crowded(e);
+    uc->shm_own_cpus = !machine_crowded(e);
     uc->shm_tile = tile;
     MSR_DEBUG("comm %u: %d ranks share a %zu-byte segment (slots of %zu bytes, %llu tiles of "
               "%zu bytes)",
@@ -317,6 +317,13 @@ void ucx_shm_free(ucx_comm_t *uc)
     munmap(uc->shm->base, uc->shm->len);
     msr_free(uc->shm);
     uc->shm = NULL;
+}
+
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
 }
 
 /* What a member puts in its slot for the operation: the input (a
@@ -403,8 +410,15 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
         sl->published = 1;
     }
-    if (!slots_seen(s, r, k))
-        return MSR_IN_PROGRESS;
+    /* where members have CPUs of their own, the word is usually a cache
+     * line transfer away: poll it here a while rather than through a
+     * round of the engine's loop (a lock, UCX's progress, the yields) */
+    int polls = r->uc->shm_own_cpus ? r->uc->tune.shm_spin : 0;
+    for (int i = 0; !slots_seen(s, r, k); i++) {
+        if (i >= polls)
+            return MSR_IN_PROGRESS;
+        spin_pause();
+    }
     slots_finish(s, r, k);
     r->uc->shm_done = k;
     return MSR_OK;
