@@ -679,7 +679,7 @@ test: ^comm_collectives_np(3|8)$
 >>>
 
 @ comm.shm_slots.reverse_fold
-file: comm/ucx/shm.c
+file: comm/ucx/shm_slots.c
 test: ^comm_determinism_np4$
 <<<
         msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, in) + off,

@@ -1,7 +1,8 @@
 /* The shared-memory paths of a group whose members are all on this node:
  * one segment per communicator with, per member, a sequence word on its own
- * cache line and two data slots for small allreduces and barriers, and an
- * area for the tiled path of larger collectives (below). An allreduce
+ * cache line and two data slots for small collectives and barriers
+ * (shm_slots.c runs them), and an area for the tiled path of larger
+ * collectives (below). An allreduce
  * copies its input into its slot, publishes the operation's number, waits
  * until every member has published it, and folds the slots in rank order
  * (so every rank gets the same bits, as with the direct algorithm). No
@@ -34,10 +35,10 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "comm/reduce.h"
+#include "comm/ucx/shm_impl.h"
 #include "comm/ucx/ucx_impl.h"
 
 #define SHM_MAGIC 0x6d737369u /* "mssi": with the tiled area */
-#define LINE      64
 
 typedef struct shm_hdr {
     uint32_t magic;
@@ -46,55 +47,6 @@ typedef struct shm_hdr {
     uint64_t tile;
     uint64_t depth;
 } shm_hdr_t;
-
-/* A member's counters, on its own cache line; only the member writes them.
- * seq: the last operation it published. The tiled path counts tiles over
- * the communicator's life: in, the tiles it staged; red, the tiles whose
- * stage slots it finished reading; out, the tiles it finished with. */
-enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
-
-#define SHM_INLINE 16 /* vectors up to this size travel in the counters' line */
-
-typedef struct shm_ctl {
-    _Atomic uint64_t c[C_N];
-    char inl[2][SHM_INLINE];
-} shm_ctl_t;
-
-_Static_assert(sizeof(shm_ctl_t) == LINE, "a member's counters fill one cache line");
-
-#define NT_SAMPLES 4
-
-struct ucx_shm {
-    void *base;
-    size_t len;
-    shm_ctl_t *ctl;
-    char *slots;
-    size_t slot;
-    char *stage;  /* per member, depth slots of tile bytes */
-    char *result; /* depth slots of tile bytes (allreduce) */
-    size_t tile;  /* 0: no tiled path */
-    uint64_t depth;
-    int n;
-    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
-     * the last NT_SAMPLES operations took per KiB with plain stores [0] and
-     * bypassing the cache [1] (0: not measured), and operations seen */
-    uint64_t ns_per_kib[64][2][NT_SAMPLES];
-    uint32_t ops[64], next[64][2];
-};
-
-static char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
-{
-    return s->slots + ((size_t)rank * 2 + (size_t)(k & 1)) * s->slot;
-}
-
-/* Operation k's data of a member: a vector of a few bytes goes in its
- * counters' line, so that the line that publishes it also carries it (one
- * cache-line transfer on the reader's path instead of two); alternating as
- * the slots do. */
-static char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
-{
-    return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
-}
 
 /* /msr-<job>-g<generation>-<engine>-<comm id>-<first member>-<nonce>: the
  * nonce, random and chosen by the first member, makes the name unique among
@@ -317,111 +269,6 @@ void ucx_shm_free(ucx_comm_t *uc)
     munmap(uc->shm->base, uc->shm->len);
     msr_free(uc->shm);
     uc->shm = NULL;
-}
-
-static inline void spin_pause(void)
-{
-#if defined(__x86_64__)
-    _mm_pause();
-#endif
-}
-
-/* What a member puts in its slot for the operation: the input (a
- * reduce-scatter's whole vector), nothing for a broadcast's non-root (and
- * the barrier). */
-static size_t slot_bytes(const ucx_req_t *r)
-{
-    const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_REDUCE_SCATTER)
-        return r->bytes * (size_t)r->n;
-    if (a->coll == MSR_COLL_BROADCAST && r->me != a->root)
-        return 0;
-    return r->bytes;
-}
-
-/* Whether every member whose slot this operation reads published k (from
- * sl->first_unseen on): a broadcast reads the root's only. */
-static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
-{
-    const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_BROADCAST && k == r->slots.seq)
-        return r->me == a->root ||
-               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
-    for (int j = r->slots.first_unseen; j < r->n; j++) {
-        if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
-            r->slots.first_unseen = j;
-            return 0;
-        }
-    }
-    r->slots.first_unseen = 0;
-    return 1;
-}
-
-/* Every slot is there: fold them in rank order (allreduce; reduce-scatter
- * this member's block of them) or copy them out (allgather, broadcast). */
-static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k)
-{
-    const msr_coll_args_t *a = &r->pub.args;
-    size_t in = slot_bytes(r), off = 0;
-    if (r->bytes == 0)
-        return;
-    switch (a->coll) {
-    case MSR_COLL_REDUCE_SCATTER:
-        off = (size_t)r->me * r->bytes;
-        /* fall through */
-    case MSR_COLL_ALLREDUCE:
-        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, in) + off,
-                   data_of(s, 1, k, in) + off, a->count);
-        for (int j = 2; j < r->n; j++)
-            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off,
-                       a->count);
-        msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
-        return;
-    case MSR_COLL_ALLGATHER:
-        for (int j = 0; j < r->n; j++)
-            if (j != r->me || !a->in_place)
-                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, data_of(s, j, k, in), in);
-        return;
-    case MSR_COLL_BROADCAST:
-        if (r->me != a->root)
-            memcpy(a->recvbuf, data_of(s, a->root, k, r->bytes), r->bytes);
-        return;
-    default:
-        return;
-    }
-}
-
-/* The slots: wait for our turn (the operation before finished here and
- * every member published it), publish our input, then wait for the
- * members whose slots we read and fold or copy them. */
-msr_status_t ucx_shm_step(ucx_req_t *r)
-{
-    const struct ucx_shm *s = r->uc->shm;
-    const msr_coll_args_t *a = &r->pub.args;
-    ucx_shm_slots_t *sl = &r->slots;
-    const uint64_t k = sl->seq;
-    if (!sl->published) {
-        /* our turn: operation k-1 finished here and published everywhere */
-        if (r->uc->shm_done != k - 1 || !slots_seen(s, r, k - 1))
-            return MSR_IN_PROGRESS;
-        size_t in = slot_bytes(r);
-        if (in)
-            memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
-        atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
-        sl->published = 1;
-    }
-    /* where members have CPUs of their own, the word is usually a cache
-     * line transfer away: poll it here a while rather than through a
-     * round of the engine's loop (a lock, UCX's progress, the yields) */
-    int polls = r->uc->shm_own_cpus ? r->uc->tune.shm_spin : 0;
-    for (int i = 0; !slots_seen(s, r, k); i++) {
-        if (i >= polls)
-            return MSR_IN_PROGRESS;
-        spin_pause();
-    }
-    slots_finish(s, r, k);
-    r->uc->shm_done = k;
-    return MSR_OK;
 }
 
 /* ---- the tiled path ----
