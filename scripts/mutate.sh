@@ -679,15 +679,15 @@ test: ^comm_collectives_np(3|8)$
 >>>
 
 @ comm.shm_slots.reverse_fold
-file: comm/ucx/shm.c
+file: comm/ucx/shm_slots.c
 test: ^comm_determinism_np4$
 <<<
-        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, r->bytes),
-                   data_of(s, 1, k, r->bytes), a->count);
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, in) + off,
+                   data_of(s, 1, k, in) + off, a->count);
         for (int j = 2; j < r->n; j++)
 ===
-        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, r->n - 1, k, r->bytes),
-                   data_of(s, r->n - 2, k, r->bytes), a->count);
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, r->n - 1, k, in) + off,
+                   data_of(s, r->n - 2, k, in) + off, a->count);
         for (int j = r->n - 3; j >= 0; j--)
 >>>
 

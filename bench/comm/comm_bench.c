@@ -13,7 +13,7 @@
  * in f32 and verifies every element on every rank (allreduce,
  * reduce_scatter, allgather): rank 0 prints "check op=... bytes=... ok", and
  * a wrong element makes the rank that saw it print it and exit 1.
- * Usage: comm_bench [--op NAME|all] [--sizes LIST] [--iters N] [--dtype T]
+ * Usage: comm_bench [--op NAME[,NAME...]|all] [--sizes LIST] [--iters N] [--dtype T]
  *                   [--check] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,18 @@
 static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                   "reduce",    "alltoall",       "barrier"};
 #define N_OPS (sizeof ops / sizeof ops[0])
+
+/* Whether op is in list: "all", or names separated by commas. */
+static int op_wanted(const char *list, const char *op)
+{
+    size_t len = strlen(op);
+    if (strcmp(list, "all") == 0)
+        return 1;
+    for (const char *p = list; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, op, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+            return 1;
+    return 0;
+}
 
 static double now_s(void)
 {
@@ -93,7 +105,7 @@ static long check_op(msr_comm_t *c, const char *op, float *a, float *b, size_t c
 static int usage(void)
 {
     fprintf(stderr, "usage: comm_bench [--op allreduce|reduce_scatter|allgather|broadcast|"
-                    "reduce|alltoall|barrier|all] [--sizes 8,1024,...] [--iters N] "
+                    "reduce|alltoall|barrier[,...]|all] [--sizes 8,1024,...] [--iters N] "
                     "[--dtype f32|f64|f16|bf16|i32|i64|u8] [--check]\n"
                     "  --check: allreduce, reduce_scatter or allgather in f32 only\n");
     return 2;
@@ -129,10 +141,13 @@ int main(int argc, char **argv)
             return usage();
         }
     }
-    int all = strcmp(op_arg, "all") == 0, known = all;
+    /* every name in the list must be an op */
+    size_t named = 1, known = 0;
+    for (const char *p = op_arg; (p = strchr(p, ',')) != NULL; p++)
+        named++;
     for (size_t k = 0; k < N_OPS; k++)
-        known |= strcmp(op_arg, ops[k]) == 0;
-    if (!known)
+        known += op_wanted(op_arg, ops[k]);
+    if (strcmp(op_arg, "all") != 0 && known != named)
         return usage();
     if (check && (dt != MSR_DTYPE_F32 ||
                   (strcmp(op_arg, "allreduce") != 0 && strcmp(op_arg, "reduce_scatter") != 0 &&
@@ -158,7 +173,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (size_t k = 0; k < N_OPS && rc == 0; k++) {
         const char *op = ops[k];
-        if (!all && strcmp(op, op_arg) != 0)
+        if (!op_wanted(op_arg, op))
             continue;
         char list[1024];
         snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : sizes_arg);

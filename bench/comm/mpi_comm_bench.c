@@ -2,7 +2,7 @@
  * iteration counts and output lines, measured the same way (the slowest
  * rank's mean time per call; bus bandwidth by the nccl-tests convention).
  * Run: mpirun --allow-run-as-root --oversubscribe -np N mpi_comm_bench
- *      [--op NAME|all] [--sizes LIST] [--iters N] */
+ *      [--op NAME[,NAME...]|all] [--sizes LIST] [--iters N] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,18 @@
 static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                   "reduce",    "alltoall",       "barrier"};
 #define N_OPS (sizeof ops / sizeof ops[0])
+
+/* Whether op is in list: "all", or names separated by commas. */
+static int op_wanted(const char *list, const char *op)
+{
+    size_t len = strlen(op);
+    if (strcmp(list, "all") == 0)
+        return 1;
+    for (const char *p = list; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, op, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+            return 1;
+    return 0;
+}
 
 static int run_op(const char *op, float *a, float *b, int count, int n)
 {
@@ -47,10 +59,9 @@ int main(int argc, char **argv)
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    int all = strcmp(op_arg, "all") == 0;
     for (size_t k = 0; k < N_OPS; k++) {
         const char *op = ops[k];
-        if (!all && strcmp(op, op_arg) != 0)
+        if (!op_wanted(op_arg, op))
             continue;
         char list[1024];
         snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : sizes_arg);

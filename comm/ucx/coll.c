@@ -1153,6 +1153,7 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_nt = parse_nt("MSR_COMM_SHM_NT");
     t->shm_nt_min = env_bytes("MSR_COMM_SHM_NT_MIN", 64 << 10);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
+    t->shm_spin = (int)msr_env_i64("MSR_COMM_SHM_SPIN", 256, 0, 1 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
     /* Groups over several nodes (not all on this machine): the two levels
@@ -1219,20 +1220,27 @@ static ucx_algo_t choose(const ucx_req_t *r)
         return bytes >= t->allreduce_ring_min && a->count >= (uint64_t)r->n ? UCX_ALGO_RING
                                                                             : UCX_ALGO_RD;
     case MSR_COLL_REDUCE_SCATTER:
-        if (r->uc->shm_tile && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+        if (r->uc->shm && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM) &&
+            (total <= r->uc->shm_slot || r->uc->shm_tile))
             return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RING)
             return f;
         return total < t->reduce_scatter_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_ALLGATHER:
-        if (r->uc->shm_tile && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM))
+        if (r->uc->shm && (f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM) &&
+            (bytes <= r->uc->shm_slot || r->uc->shm_tile))
             return UCX_ALGO_SHM;
         if (f == UCX_ALGO_DIRECT || f == UCX_ALGO_RING)
             return f;
         return total < t->allgather_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_BROADCAST:
     case MSR_COLL_REDUCE: {
-        /* small vectors: the tree's messages beat the tiles' hand-offs */
+        /* small vectors: a broadcast through the slots (auto: unless the
+         * machine is crowded); a reduce through the tree's messages, which
+         * beat the tiles' hand-offs */
+        if (r->uc->shm && a->coll == MSR_COLL_BROADCAST && bytes <= r->uc->shm_slot &&
+            (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && r->uc->shm_own_cpus)))
+            return UCX_ALGO_SHM;
         if (r->uc->shm_tile && (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && bytes > t->shm_max)))
             return UCX_ALGO_SHM;
         if (f == UCX_ALGO_BINOMIAL || f == UCX_ALGO_CHAIN)
@@ -1280,7 +1288,8 @@ uint64_t ucx_shm_number(ucx_comm_t *uc)
     return ++uc->shm_seq;
 }
 
-/* The slots, for vectors up to a slot (and the barrier). */
+/* The slots, for vectors up to a slot (a reduce-scatter's whole input),
+ * and the barrier. */
 static msr_status_t shm_start(ucx_req_t *r, const char *algo)
 {
     r->step = ucx_shm_step;
@@ -1382,6 +1391,8 @@ static msr_status_t start_rooted(ucx_req_t *r, ucx_algo_t algo)
 {
     const msr_coll_args_t *a = &r->pub.args;
     int reduce = a->coll == MSR_COLL_REDUCE;
+    if (algo == UCX_ALGO_SHM && !reduce && r->bytes <= r->uc->shm_slot)
+        return shm_start(r, "broadcast(shm)");
     if (algo == UCX_ALGO_SHM)
         return shm_tiled_start(r, reduce ? "reduce(shm tiles)" : "broadcast(shm tiles)");
     if (algo == UCX_ALGO_CHAIN) {
@@ -1428,7 +1439,9 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         return start_allreduce(r, algo);
     case MSR_COLL_REDUCE_SCATTER:
         if (algo == UCX_ALGO_SHM)
-            return shm_tiled_start(r, "reduce_scatter(shm tiles)");
+            return r->bytes * (size_t)r->n <= r->uc->shm_slot
+                       ? shm_start(r, "reduce_scatter(shm)")
+                       : shm_tiled_start(r, "reduce_scatter(shm tiles)");
         if (algo == UCX_ALGO_DIRECT)
             return start_direct(r, step_reduce_scatter_direct, "reduce_scatter(direct)");
         r->step = step_ring;
@@ -1436,7 +1449,8 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
         return ring_setup(r);
     case MSR_COLL_ALLGATHER:
         if (algo == UCX_ALGO_SHM)
-            return shm_tiled_start(r, "allgather(shm tiles)");
+            return r->bytes <= r->uc->shm_slot ? shm_start(r, "allgather(shm)")
+                                               : shm_tiled_start(r, "allgather(shm tiles)");
         r->step = algo == UCX_ALGO_DIRECT ? step_allgather_direct : step_allgather_ring;
         r->algo = algo == UCX_ALGO_DIRECT ? "allgather(direct)" : "allgather(ring)";
         return ops_reserve(r, 2 * (r->n - 1));

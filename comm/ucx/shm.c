@@ -1,7 +1,8 @@
 /* The shared-memory paths of a group whose members are all on this node:
  * one segment per communicator with, per member, a sequence word on its own
- * cache line and two data slots for small allreduces and barriers, and an
- * area for the tiled path of larger collectives (below). An allreduce
+ * cache line and two data slots for small collectives and barriers
+ * (shm_slots.c runs them), and an area for the tiled path of larger
+ * collectives (below). An allreduce
  * copies its input into its slot, publishes the operation's number, waits
  * until every member has published it, and folds the slots in rank order
  * (so every rank gets the same bits, as with the direct algorithm). No
@@ -34,10 +35,10 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "comm/reduce.h"
+#include "comm/ucx/shm_impl.h"
 #include "comm/ucx/ucx_impl.h"
 
 #define SHM_MAGIC 0x6d737369u /* "mssi": with the tiled area */
-#define LINE      64
 
 typedef struct shm_hdr {
     uint32_t magic;
@@ -46,55 +47,6 @@ typedef struct shm_hdr {
     uint64_t tile;
     uint64_t depth;
 } shm_hdr_t;
-
-/* A member's counters, on its own cache line; only the member writes them.
- * seq: the last operation it published. The tiled path counts tiles over
- * the communicator's life: in, the tiles it staged; red, the tiles whose
- * stage slots it finished reading; out, the tiles it finished with. */
-enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
-
-#define SHM_INLINE 16 /* vectors up to this size travel in the counters' line */
-
-typedef struct shm_ctl {
-    _Atomic uint64_t c[C_N];
-    char inl[2][SHM_INLINE];
-} shm_ctl_t;
-
-_Static_assert(sizeof(shm_ctl_t) == LINE, "a member's counters fill one cache line");
-
-#define NT_SAMPLES 4
-
-struct ucx_shm {
-    void *base;
-    size_t len;
-    shm_ctl_t *ctl;
-    char *slots;
-    size_t slot;
-    char *stage;  /* per member, depth slots of tile bytes */
-    char *result; /* depth slots of tile bytes (allreduce) */
-    size_t tile;  /* 0: no tiled path */
-    uint64_t depth;
-    int n;
-    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
-     * the last NT_SAMPLES operations took per KiB with plain stores [0] and
-     * bypassing the cache [1] (0: not measured), and operations seen */
-    uint64_t ns_per_kib[64][2][NT_SAMPLES];
-    uint32_t ops[64], next[64][2];
-};
-
-static char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
-{
-    return s->slots + ((size_t)rank * 2 + (size_t)(k & 1)) * s->slot;
-}
-
-/* Operation k's data of a member: a vector of a few bytes goes in its
- * counters' line, so that the line that publishes it also carries it (one
- * cache-line transfer on the reader's path instead of two); alternating as
- * the slots do. */
-static char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
-{
-    return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
-}
 
 /* /msr-<job>-g<generation>-<engine>-<comm id>-<first member>-<nonce>: the
  * nonce, random and chosen by the first member, makes the name unique among
@@ -219,6 +171,19 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
     return base;
 }
 
+/* More ranks on this machine than CPUs online. A broadcast through the
+ * slots waits for every member before each operation's root may write
+ * (the slot's last readers must be done); when members time-share cores,
+ * that is a round of context switches per broadcast, where the tree's
+ * eager messages let the root run ahead (docs/performance.md, "Small
+ * messages"). */
+static int machine_crowded(const ucx_engine_t *e)
+{
+    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 && ranks > cpus;
+}
+
 msr_status_t ucx_shm_setup(ucx_comm_t *uc)
 {
     msr_comm_t *comm = uc->comm;
@@ -289,6 +254,7 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->n = n;
     uc->shm = s;
     uc->shm_slot = slot;
+    uc->shm_own_cpus = !machine_crowded(e);
     uc->shm_tile = tile;
     MSR_DEBUG("comm %u: %d ranks share a %zu-byte segment (slots of %zu bytes, %llu tiles of "
               "%zu bytes)",
@@ -303,49 +269,6 @@ void ucx_shm_free(ucx_comm_t *uc)
     munmap(uc->shm->base, uc->shm->len);
     msr_free(uc->shm);
     uc->shm = NULL;
-}
-
-/* The slots: wait for our turn (the operation before finished here and
- * every member published it), publish our input, then wait for every
- * member's and fold them in rank order. */
-msr_status_t ucx_shm_step(ucx_req_t *r)
-{
-    const struct ucx_shm *s = r->uc->shm;
-    const msr_coll_args_t *a = &r->pub.args;
-    ucx_shm_slots_t *sl = &r->slots;
-    const uint64_t k = sl->seq;
-    if (!sl->published) {
-        /* our turn: operation k-1 finished here and published everywhere */
-        if (r->uc->shm_done != k - 1)
-            return MSR_IN_PROGRESS;
-        for (int j = sl->first_unseen; j < r->n; j++) {
-            if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k - 1) {
-                sl->first_unseen = j;
-                return MSR_IN_PROGRESS;
-            }
-        }
-        sl->first_unseen = 0;
-        if (r->bytes)
-            memcpy(data_of(s, r->me, k, r->bytes), a->sendbuf, r->bytes);
-        atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
-        sl->published = 1;
-    }
-    for (int j = sl->first_unseen; j < r->n; j++) {
-        if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
-            sl->first_unseen = j;
-            return MSR_IN_PROGRESS;
-        }
-    }
-    if (a->coll == MSR_COLL_ALLREDUCE && r->bytes) {
-        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, r->bytes),
-                   data_of(s, 1, k, r->bytes), a->count);
-        for (int j = 2; j < r->n; j++)
-            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, data_of(s, j, k, r->bytes),
-                       a->count);
-        msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
-    }
-    r->uc->shm_done = k;
-    return MSR_OK;
 }
 
 /* ---- the tiled path ----

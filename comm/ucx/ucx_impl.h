@@ -72,6 +72,7 @@ typedef struct ucx_tuning {
     int shm_nt;         /* tiled stores past the cache: 0 never, 1 always, 2 auto */
     size_t shm_nt_min;  /* ... for operations from this size */
     size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
+    int shm_spin;       /* the slots: polls of the awaited words before the engine's loop */
     int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
     size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
     int hier_max_nodes;                 /* ... and over at most this many nodes */
@@ -162,7 +163,9 @@ typedef struct ucx_comm {
     int cache_busy;
     /* the shared-memory segment of a group on one node (shm.c), or NULL */
     struct ucx_shm *shm;
-    size_t shm_slot;    /* its slots: the largest allreduce it takes */
+    size_t shm_slot;    /* its slots: the most a member puts in for one operation */
+    int shm_own_cpus;   /* this machine has a CPU per rank: auto broadcasts through the
+                         * slots, and their waits poll before the engine's loop (shm.c) */
     size_t shm_tile;    /* its tiles (0: no tiled path) */
     uint64_t shm_tiles; /* tiles of the tiled operations started */
     uint64_t shm_seq;   /* shared-memory operations started */

@@ -104,7 +104,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier)
+collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier | small)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
@@ -124,7 +124,8 @@ determinism)
     [ "$h1" = "$h2" ] || failed "runs differ: '$h1' and '$h2'"
     echo "$h1 in both runs"
     ;;
-kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop)
+kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop | \
+    killsmallbc | killsmallbcauto | killsmallag | killsmallrs)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"

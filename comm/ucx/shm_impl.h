@@ -1,0 +1,62 @@
+/* The shared-memory segment of a group on one node, as shm.c lays it out
+ * and both its paths read it: the slots (shm_slots.c) and the tiles
+ * (shm.c). Private to comm/ucx. */
+#ifndef MSRUN_COMM_UCX_SHM_IMPL_H
+#define MSRUN_COMM_UCX_SHM_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LINE 64
+
+/* A member's counters, on its own cache line; only the member writes them.
+ * seq: the last operation it published. The tiled path counts tiles over
+ * the communicator's life: in, the tiles it staged; red, the tiles whose
+ * stage slots it finished reading; out, the tiles it finished with. */
+enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
+
+#define SHM_INLINE 16 /* vectors up to this size travel in the counters' line */
+
+typedef struct shm_ctl {
+    _Atomic uint64_t c[C_N];
+    char inl[2][SHM_INLINE];
+} shm_ctl_t;
+
+_Static_assert(sizeof(shm_ctl_t) == LINE, "a member's counters fill one cache line");
+
+#define NT_SAMPLES 4
+
+struct ucx_shm {
+    void *base;
+    size_t len;
+    shm_ctl_t *ctl;
+    char *slots;
+    size_t slot;
+    char *stage;  /* per member, depth slots of tile bytes */
+    char *result; /* depth slots of tile bytes (allreduce) */
+    size_t tile;  /* 0: no tiled path */
+    uint64_t depth;
+    int n;
+    /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
+     * the last NT_SAMPLES operations took per KiB with plain stores [0] and
+     * bypassing the cache [1] (0: not measured), and operations seen */
+    uint64_t ns_per_kib[64][2][NT_SAMPLES];
+    uint32_t ops[64], next[64][2];
+};
+
+static inline char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
+{
+    return s->slots + ((size_t)rank * 2 + (size_t)(k & 1)) * s->slot;
+}
+
+/* Operation k's data of a member: a vector of a few bytes goes in its
+ * counters' line, so that the line that publishes it also carries it (one
+ * cache-line transfer on the reader's path instead of two); alternating as
+ * the slots do. */
+static inline char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
+{
+    return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
+}
+
+#endif

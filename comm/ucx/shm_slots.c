@@ -1,0 +1,118 @@
+/* The shared-memory slots (shm.c sets up the segment and tells how they
+ * alternate): small allreduce, reduce-scatter, allgather and broadcast,
+ * and the barrier, in one publish and one wait, no message. */
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#include "comm/reduce.h"
+#include "comm/ucx/shm_impl.h"
+#include "comm/ucx/ucx_impl.h"
+
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+
+/* What a member puts in its slot for the operation: the input (a
+ * reduce-scatter's whole vector), nothing for a broadcast's non-root (and
+ * the barrier). */
+static size_t slot_bytes(const ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_REDUCE_SCATTER)
+        return r->bytes * (size_t)r->n;
+    if (a->coll == MSR_COLL_BROADCAST && r->me != a->root)
+        return 0;
+    return r->bytes;
+}
+
+/* Whether every member whose slot this operation reads published k (from
+ * sl->first_unseen on): a broadcast reads the root's only. */
+static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_BROADCAST && k == r->slots.seq)
+        return r->me == a->root ||
+               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
+    for (int j = r->slots.first_unseen; j < r->n; j++) {
+        if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
+            r->slots.first_unseen = j;
+            return 0;
+        }
+    }
+    r->slots.first_unseen = 0;
+    return 1;
+}
+
+/* Every slot is there: fold them in rank order (allreduce; reduce-scatter
+ * this member's block of them) or copy them out (allgather, broadcast). */
+static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    size_t in = slot_bytes(r), off = 0;
+    if (r->bytes == 0)
+        return;
+    switch (a->coll) {
+    case MSR_COLL_REDUCE_SCATTER:
+        off = (size_t)r->me * r->bytes;
+        /* fall through */
+    case MSR_COLL_ALLREDUCE:
+        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, in) + off,
+                   data_of(s, 1, k, in) + off, a->count);
+        for (int j = 2; j < r->n; j++)
+            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off,
+                       a->count);
+        msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
+        return;
+    case MSR_COLL_ALLGATHER:
+        for (int j = 0; j < r->n; j++)
+            if (j != r->me || !a->in_place)
+                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, data_of(s, j, k, in), in);
+        return;
+    case MSR_COLL_BROADCAST:
+        if (r->me != a->root)
+            memcpy(a->recvbuf, data_of(s, a->root, k, r->bytes), r->bytes);
+        return;
+    default:
+        return;
+    }
+}
+
+/* The slots: wait for our turn (the operation before finished here and
+ * every member published it), publish our input, then wait for the
+ * members whose slots we read and fold or copy them. */
+msr_status_t ucx_shm_step(ucx_req_t *r)
+{
+    const struct ucx_shm *s = r->uc->shm;
+    const msr_coll_args_t *a = &r->pub.args;
+    ucx_shm_slots_t *sl = &r->slots;
+    const uint64_t k = sl->seq;
+    if (!sl->published) {
+        /* our turn: operation k-1 finished here and published everywhere */
+        if (r->uc->shm_done != k - 1 || !slots_seen(s, r, k - 1))
+            return MSR_IN_PROGRESS;
+        size_t in = slot_bytes(r);
+        if (in)
+            memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
+        atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
+        sl->published = 1;
+    }
+    /* where members have CPUs of their own, the word is usually a cache
+     * line transfer away: poll it here a while rather than through a
+     * round of the engine's loop (a lock, UCX's progress, the yields) */
+    int polls = r->uc->shm_own_cpus ? r->uc->tune.shm_spin : 0;
+    for (int i = 0; !slots_seen(s, r, k); i++) {
+        if (i >= polls)
+            return MSR_IN_PROGRESS;
+        spin_pause();
+    }
+    slots_finish(s, r, k);
+    r->uc->shm_done = k;
+    return MSR_OK;
+}
