@@ -36,8 +36,9 @@ typedef struct addr_head {
     uint32_t pid;
     int32_t node;
     int32_t world;
-    uint64_t host;  /* which machine: several msrun "nodes" may share one */
-    uint64_t pidns; /* its PID namespace (0: unknown): pids mean the same there */
+    uint64_t host;                /* which machine: several msrun "nodes" may share one */
+    uint64_t pidns;               /* its PID namespace (0: unknown): pids mean the same there */
+    uint64_t cpus[UCX_CPU_WORDS]; /* the CPUs it may run on (its affinity) */
 } addr_head_t;
 
 /* ---- transports ---- */
@@ -287,19 +288,39 @@ static void rebuild_pollfds(ucx_engine_t *e)
     }
 }
 
-static int cpus_available(void)
+/* The CPUs this process may run on, as words of bits (all zero when the
+ * kernel does not say). */
+static void my_cpus(uint64_t *words)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    memset(words, 0, UCX_CPU_WORDS * sizeof *words);
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return;
+    for (int c = 0; c < UCX_CPU_WORDS * 64 && c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            words[c / 64] |= 1ull << (c % 64);
+}
+
+/* The CPUs this machine's members may run on: the union of this node's
+ * members' affinities (a launcher that binds each rank to a core of its
+ * own gives each its core, which this process's mask alone would call
+ * crowded). The same answer on every member of the node; with several
+ * nodes on the machine (their masks unknown here), the CPUs online. */
+int ucx_engine_cpus(const ucx_engine_t *e)
+{
+    int n = 0;
+    for (int w = 0; w < UCX_CPU_WORDS && e->host_ranks <= e->local_size; w++)
+        n += __builtin_popcountll(e->node_cpus[w]);
+    if (n > 0)
+        return n;
+    long on = sysconf(_SC_NPROCESSORS_ONLN);
+    return on > 0 ? (int)on : 1;
 }
 
 /* Reads and checks one member's published record (addr_head_t, then its
  * UCX address) into p. */
 static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t len,
-                                uint64_t *host_p, uint64_t *pidns_p)
+                                addr_head_t *head_p)
 {
     addr_head_t h;
     if (len <= sizeof h) {
@@ -319,8 +340,7 @@ static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t 
     p->addr = addr;
     p->addr_len = len - sizeof h;
     p->pid = (int)h.pid;
-    *host_p = h.host;
-    *pidns_p = h.pidns;
+    *head_p = h;
     return MSR_OK;
 }
 
@@ -339,14 +359,17 @@ static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_
     if (st != MSR_OK)
         return st;
     for (uint32_t i = 0; i < n && st == MSR_OK; i++) {
-        uint64_t host = 0, pidns = 0;
-        st = take_record(peers[i], res->data + res->offsets[i], res->lengths[i], &host, &pidns);
-        peers[i]->same_host = host == e->my_host && pidns != 0 && pidns == e->my_pidns;
-        if (st == MSR_OK && peers[i]->node == e->my_node && host != e->my_host) {
+        addr_head_t h = {0};
+        st = take_record(peers[i], res->data + res->offsets[i], res->lengths[i], &h);
+        peers[i]->same_host = h.host == e->my_host && h.pidns != 0 && h.pidns == e->my_pidns;
+        if (st == MSR_OK && peers[i]->node == e->my_node && h.host != e->my_host) {
             msr_err_set("comm: job rank %d of this node runs on another machine",
                         peers[i]->world_rank);
             st = MSR_ERR_PROTOCOL;
         }
+        if (st == MSR_OK && peers[i]->node == e->my_node)
+            for (int w = 0; w < UCX_CPU_WORDS; w++)
+                e->node_cpus[w] |= h.cpus[w];
     }
     msr_gather_result_free(res);
     return st;
@@ -410,6 +433,8 @@ static msr_status_t exchange_addresses(ucx_engine_t *e, int n, const int *world_
         goto err_free;
     addr_head_t head = {ADDR_MAGIC,  (uint32_t)getpid(), e->my_node,
                         e->my_world, e->my_host,         e->my_pidns};
+    my_cpus(head.cpus);
+    memcpy(e->node_cpus, head.cpus, sizeof e->node_cpus);
     memcpy(mine, &head, sizeof head);
     memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0, nlp = 0;
@@ -467,7 +492,7 @@ err_free:
 static int set_waiting(ucx_engine_t *e)
 {
     int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
-    int cpus = cpus_available();
+    int cpus = ucx_engine_cpus(e);
     int oversubscribed = ranks > cpus, crowded = ranks > 2 * cpus;
     e->spin_ns =
         (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0, INT32_MAX) * 1000;
@@ -613,7 +638,7 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
     int ranks = set_waiting(e);
     MSR_DEBUG("comm: engine %s: %d members, %d ranks on this machine's %d cores: a wait polls "
               "%llu us, yields until %llu us (%llu us in shared memory), then sleeps",
-              e->uid, n, ranks, cpus_available(), (unsigned long long)(e->spin_ns / 1000),
+              e->uid, n, ranks, ucx_engine_cpus(e), (unsigned long long)(e->spin_ns / 1000),
               (unsigned long long)(e->yield_ns / 1000),
               (unsigned long long)(e->shm_yield_ns / 1000));
     *engine_p = e;

@@ -171,7 +171,7 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
     return base;
 }
 
-/* More ranks on this machine than CPUs online. A broadcast through the
+/* More ranks on this machine than CPUs they may run on. A broadcast through the
  * slots waits for every member before each operation's root may write
  * (the slot's last readers must be done); when members time-share cores,
  * that is a round of context switches per broadcast, where the tree's
@@ -180,8 +180,7 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
 static int machine_crowded(const ucx_engine_t *e)
 {
     int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 && ranks > cpus;
+    return ranks > ucx_engine_cpus(e);
 }
 
 msr_status_t ucx_shm_setup(ucx_comm_t *uc)

@@ -81,6 +81,9 @@ typedef struct ucx_tuning {
     int hier_window;                    /* units of the exchange in flight */
 } ucx_tuning_t;
 
+/* CPUs a member's record names: up to 1024, as glibc's cpu_set_t. */
+#define UCX_CPU_WORDS 16
+
 typedef struct ucx_engine ucx_engine_t;
 
 typedef struct ucx_peer {
@@ -114,8 +117,9 @@ struct ucx_engine {
     uint64_t my_host, my_pidns; /* msr_host_id(), the PID namespace */
     int host_shm;               /* other nodes' members on this machine through shared memory */
     int host_ranks;             /* members on this machine (several "nodes" may share it) */
-    ucx_peer_t *peers;          /* world_size entries, by job rank */
-    char addr_key[256];         /* the name its members publish their addresses under */
+    uint64_t node_cpus[UCX_CPU_WORDS]; /* the CPUs this node's members may run on (union) */
+    ucx_peer_t *peers;                 /* world_size entries, by job rank */
+    char addr_key[256];                /* the name its members publish their addresses under */
     unsigned next_comm_id;
     msr_list_t active; /* requests running */
     msr_list_t comms;  /* communicators alive */
@@ -395,6 +399,10 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
  * non-negative number), or with MSR_COMM_HOST_SHM=0 its node: members that
  * give the same number can share memory. */
 int64_t ucx_engine_machine(const ucx_engine_t *e);
+/* The CPUs this machine's members may run on (the same on every member of
+ * a node): what waits and the slot algorithms count ranks against. */
+int ucx_engine_cpus(const ucx_engine_t *e);
+
 /* Fetches the addresses of peers[0..n) (members of other nodes said to be
  * on this machine; the array is reordered) where missing, in one call, and
  * watches their liveness through pidfds, as the members of this node's; 0

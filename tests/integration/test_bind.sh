@@ -103,6 +103,19 @@ check core 2 "$TMP/out"
     fail "--bind_core differs from --bind-to core"
 ok "--bind_core is --bind-to core"
 
+# ranks bound to a core each are not crowded: the communicator counts the
+# CPUs of the node's ranks together (not each rank's own mask alone), so
+# its waits poll rather than yield at once
+if [ "$ncores" -ge 2 ]; then
+    MSR_LOG_LEVEL=debug run_msrun --worker_num=2 --bind-to core "$BUILD/bin/comm_bench" \
+        --op barrier --iters 10
+    expect_code 0 "a communicator under --bind-to core"
+    [ "$(grep -c "2 ranks on this machine's 2 cores" "$TMP/out" "$TMP/err" |
+        awk -F: '{s += $2} END {print s}')" = 2 ] ||
+        fail "bound ranks counted as crowded: $(grep -h 'a wait polls' "$TMP/out" "$TMP/err")"
+    ok "--bind-to core: each rank's core counted, waits poll"
+fi
+
 # one worker: every core of its NUMA node, one OpenMP thread per core
 run_msrun --worker_num=1 --bind-to core "$TMP/w.sh"
 expect_code 0 "--bind-to core, one worker"
