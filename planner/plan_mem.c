@@ -148,7 +148,19 @@ static uint64_t seg_count(const part_t *p, int k)
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
 }
 
-/* ---- data parallel's layout (parallel/dp.c build_layout) ---- */
+/* ---- data parallel's layout (layout/layout.h's unit walk) ---- */
+
+static uint64_t part_seg_count(const void *arg, int s)
+{
+    return seg_count(arg, s);
+}
+
+/* The walk over part p's units, cut as the runtime cuts them. */
+static void part_units(const part_t *p, const msr_plan_layout_t *l, msr_layout_units_t *it)
+{
+    msr_layout_units_init(it, p->total, p->has_embed + p->blocks + p->has_head, part_seg_count, p,
+                          replicas(l), l->bucket_bytes, l->first_bucket_bytes, l->zero_min_bytes);
+}
 
 typedef struct dp_layout {
     uint64_t buckets;
@@ -159,74 +171,40 @@ typedef struct dp_layout {
     int span_max;        /* the most buckets one segment lies in */
 } dp_layout_t;
 
+/* Walks the units with runs (huge models have millions of alike whole
+ * buckets): a run counts as its units would, one by one. */
 static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
-    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
-    out->buckets = msr_layout_num_buckets(P, fb, bb);
-    out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
-    out->span_max = 0;
-    uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    part_units(p, l, &it);
+    uint64_t size = (uint64_t)it.size, cur_blk = 0, cur_rep = 0, seg_blk = 0;
     uint64_t cur_bucket = UINT64_MAX;
-    int s = 0, span = 0;
-    for (uint64_t pos = 0; pos < P;) {
-        while (seg_lo + seg_count(p, s) <= pos) {
-            seg_lo += seg_count(p, s++);
-            span = 0;
-            seg_blk = 0;
-        }
-        uint64_t sc = seg_count(p, s);
-        out->seg_max = max_u64(out->seg_max, sc);
-        /* the bucket holding pos: its end */
-        uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
-        int replicated = msr_layout_replicated(sc, l->zero_min_bytes);
-        /* whole buckets inside the segment are alike: all but the last in
-         * one go (huge models have millions) */
-        uint64_t lim = min_u64(seg_lo + sc, P > fb ? P - fb : 0);
-        if (b >= 1 && bhi >= bb && pos == bhi - bb && lim > pos && (lim - pos) / bb >= 2) {
-            uint64_t k = (lim - pos) / bb - 1,
-                     blk = replicated ? bb : msr_layout_block(bb, (int)size);
+    int span = 0;
+    memset(out, 0, sizeof *out);
+    out->buckets = it.buckets;
+    while (msr_layout_units_next(&it, 1, &u)) {
+        if (u.seg_first)
+            span = 0, seg_blk = 0;
+        out->seg_max = max_u64(out->seg_max, u.seg_count);
+        if (u.bucket != cur_bucket) {
             out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
-            cur_bucket = UINT64_MAX;
-            cur_blk = cur_rep = 0;
-            if (replicated) {
-                out->shard += k * bb;
-                out->replicated += k * bb;
-                out->packed_max = max_u64(out->packed_max, bb);
-            } else {
-                uint64_t a, e;
-                msr_layout_block_of(bb, blk, dp_rank, &a, &e);
-                out->shard += k * (e - a);
-                out->packed_max = max_u64(out->packed_max, size * blk);
-                seg_blk += k * blk;
-            }
-            span += (int)min_u64(k, 1u << 30);
-            out->span_max = span > out->span_max ? span : out->span_max;
-            out->gather_max = max_u64(out->gather_max, size * seg_blk);
-            pos += k * bb;
-            continue;
-        }
-        if (b != cur_bucket) {
-            out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
-            cur_bucket = b;
+            cur_bucket = u.bucket - (u.repeat - 1); /* a run's last bucket */
             cur_blk = cur_rep = 0;
         }
-        uint64_t end = min_u64(seg_lo + sc, bhi), n = end - pos;
-        if (replicated) {
-            out->shard += n;
-            out->replicated += n;
-            cur_rep += n;
+        uint64_t a, e;
+        msr_layout_unit_own(&u, dp_rank, &a, &e);
+        out->shard += u.repeat * (e - a);
+        if (u.replicated) {
+            out->replicated += u.repeat * u.n;
+            cur_rep += u.n;
         } else {
-            uint64_t blk = msr_layout_block(n, (int)size), a, e;
-            msr_layout_block_of(n, blk, dp_rank, &a, &e);
-            out->shard += e - a;
-            cur_blk += blk;
-            seg_blk += blk;
+            cur_blk += u.blk;
+            seg_blk += u.repeat * u.blk;
         }
-        span++;
+        span += (int)min_u64(u.repeat, 1u << 30);
         out->span_max = span > out->span_max ? span : out->span_max;
         out->gather_max = max_u64(out->gather_max, size * seg_blk);
-        pos = end;
     }
     out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
 }
@@ -273,53 +251,45 @@ static void r_free(replay_t *r, uint64_t n)
     r->cur -= n * F32;
 }
 
-/* Builds the layout as dp.c's build_layout does; returns -1 past the
- * arrays' limits. */
+/* The layout's buckets and segments, from the unit walk; returns -1 past
+ * the arrays' limits. */
 static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *r)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
-    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
-    uint64_t nb = msr_layout_num_buckets(P, fb, bb);
-    int nseg = p->has_embed + p->blocks + p->has_head;
-    if (nb > REPLAY_MAX || nseg > REPLAY_MAX)
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    part_units(p, l, &it);
+    if (it.buckets > REPLAY_MAX || it.nseg > REPLAY_MAX)
         return -1;
-    r->nb = (int)nb;
-    r->nseg = nseg;
-    r->size = replicas(l);
+    r->nb = (int)it.buckets;
+    r->nseg = it.nseg;
+    r->size = it.size;
     for (int b = 0; b < r->nb; b++) {
         r->packed[b] = r->blk[b] = 0;
         r->low_seg[b] = -1;
         r->alive[b] = 0;
     }
-    uint64_t lo = 0;
-    for (int s = 0; s < nseg; s++) {
+    int units[REPLAY_MAX];
+    for (int s = 0; s < r->nseg; s++) {
         r->count[s] = seg_count(p, s);
-        r->rep[s] = (unsigned char)msr_layout_replicated(r->count[s], l->zero_min_bytes);
         r->gbuf[s] = 0;
         r->gat[s] = r->grads[s] = 0;
-        int units = 0;
-        for (uint64_t pos = lo; pos < lo + r->count[s]; units++) {
-            /* the bucket holding pos, and its end */
-            uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
-            uint64_t n = min_u64(lo + r->count[s], bhi) - pos;
-            if (units == 0)
-                r->b_lo[s] = (int)b;
-            r->b_hi[s] = (int)b;
-            if (r->low_seg[b] < 0)
-                r->low_seg[b] = s;
-            if (r->rep[s]) {
-                r->packed[b] += n;
-            } else {
-                uint64_t blk = msr_layout_block(n, (int)size);
-                r->packed[b] += size * blk;
-                r->blk[b] += blk;
-                r->gbuf[s] += size * blk;
-            }
-            pos += n;
-        }
-        r->direct[s] = !r->rep[s] && units == 1 && r->count[s] % size == 0;
-        lo += r->count[s];
+        r->rep[s] = (unsigned char)msr_layout_replicated(r->count[s], l->zero_min_bytes);
+        r->b_lo[s] = -1, r->b_hi[s] = 0; /* an empty segment packs nothing */
+        units[s] = 0;
     }
+    while (msr_layout_units_next(&it, 0, &u)) {
+        int b = (int)u.bucket, s = u.seg;
+        if (units[s]++ == 0)
+            r->b_lo[s] = b;
+        r->b_hi[s] = b;
+        if (r->low_seg[b] < 0)
+            r->low_seg[b] = s;
+        r->packed[b] += u.replicated ? u.n : (uint64_t)r->size * u.blk;
+        r->blk[b] += u.replicated ? 0 : u.blk;
+        r->gbuf[s] += u.replicated ? 0 : (uint64_t)r->size * u.blk;
+    }
+    for (int s = 0; s < r->nseg; s++)
+        r->direct[s] = !r->rep[s] && units[s] == 1 && r->count[s] % (uint64_t)r->size == 0;
     return 0;
 }
 
