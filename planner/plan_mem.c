@@ -536,46 +536,28 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
 /* ---- the runtime's work space ---- */
 
 /* Bytes of the work space and token buffers a rank allocates besides its
- * parameters, state and kept activations. Whole model (model/gpt.c
- * msr_gpt_carve_work, one attention head's datt): dres, dln, datty N C,
- * dqkv 3 N C, dfch and dfch_gelu 4 N C each, datt T^2, dlogits N V; the
- * model's and the trainer's inputs and targets, N ints each. Model
- * parallel (parallel/mp.c point_work): the blocks' shared scratch (what
- * full recompute drops but res3: 3 Nl C + 4 Nl + 3 N C/t + N C/t + b NH/t T^2 +
- * 2 N 4C/t, msr_mp_carve_layer), gat, dgat, perm, proj, dln N C, projl,
- * dres, dlnl Nl C, dqkv 3 N C/t, datty N C/t, dfch and dfch_gelu N 4C/t,
- * datt T^2, logits and dlogits N V/t, losses and rmax N, red 2 N; the
- * trainer's inputs and targets for every micro-batch of the step. Under cp
- * T is the rank's T/cp positions (the trainer's inputs stay whole
- * sequences), the probabilities in the scratch become the logsumexp N NH/t,
- * and the ring adds two K/V blocks and two gradient accumulators (4 N 2C/t),
- * the row statistics (3 N NH/t), every ring rank's positions (cp T ints)
- * and the step's local inputs and targets (2 micros N ints). */
+ * parameters, state and kept activations; *scratch_p the blocks' shared
+ * scratch among them. Whole model (model/gpt.c msr_gpt_carve_work, one
+ * attention head's datt): dres, dln, datty N C, dqkv 3 N C, dfch and
+ * dfch_gelu 4 N C each, datt T^2, dlogits N V; the model's and the
+ * trainer's inputs and targets, N ints each. Model parallel: the layout's
+ * work table (msr_layout_work, which parallel/mp.c carves) and the ints
+ * context parallel adds, with the trainer's inputs and targets for every
+ * micro-batch of the step (whole sequences under cp). */
 static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                            uint64_t *scratch_p)
 {
     *scratch_p = 0;
-    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
+    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
     uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
     if (whole_path(l))
         return (14 * N * C + T * T + N * V) * F32 + 4 * N * sizeof(int32_t);
     uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
-    uint64_t cp = (uint64_t)msr_plan_cp(l);
-    T /= cp;
-    N = B * T;
-    uint64_t Cl = C / t, Hl = 4 * C / t, Vl = V / t, NHl = (uint64_t)m->heads / t;
-    uint64_t Nl = l->sp ? B * (T / t) : N;
-    uint64_t att = cp > 1 ? N * NHl : B * NHl * T * T;
-    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + att + 2 * N * Hl;
-    uint64_t e =
-        scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
-    uint64_t ints = 0;
-    if (cp > 1) {
-        e += 4 * N * 2 * Cl + 3 * N * NHl;
-        ints = cp * T + 2 * (uint64_t)l->micros * N;
-    }
-    *scratch_p = scratch * F32;
-    return e * F32 + ints * sizeof(int32_t) + trainer;
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * F32;
+    return msr_layout_work_elems(&d) * F32 + msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) +
+           trainer;
 }
 
 /* The MoE state's buffers (model/moe.c msr_moe_create_frames) for
