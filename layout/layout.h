@@ -142,6 +142,20 @@ int msr_layout_units_next(msr_layout_units_t *it, int runs, msr_layout_unit_t *u
  * of a sharded unit, all of a replicated one. */
 void msr_layout_unit_own(const msr_layout_unit_t *u, int j, uint64_t *a_p, uint64_t *e_p);
 
+/* ZeRO-3: the segments a whole model's micro-batch acquires, in order
+ * (model/gpt.h's hooks; segment 0 the embedding, 1..layers the blocks,
+ * layers + 1 the head): forward 0, 1..layers, layers + 1, 0 (the tied
+ * head); backward 0 (the tied head's), layers + 1, layers..1, 0. Writes
+ * MSR_LAYOUT_ZERO3_VISITS(layers) entries into visits (parallel/dp.c
+ * gathers in this order, the planner replays it); those from
+ * MSR_LAYOUT_ZERO3_BACKWARD(layers) on are backward's. */
+#define MSR_LAYOUT_ZERO3_VISITS(layers)   (2 * (layers) + 6)
+#define MSR_LAYOUT_ZERO3_BACKWARD(layers) ((layers) + 3)
+void msr_layout_zero3_visits(int layers, int *visits);
+
+/* The bucket sizes in force: the given ones, 0 for the named defaults. */
+void msr_layout_bucket_defaults(size_t *bucket_bytes, size_t *first_bytes);
+
 /* ---- activations: what a pipeline frame keeps ---- */
 
 /* Recompute modes, numbered as msr_mp_recompute_t and the planner's. */

@@ -1,5 +1,6 @@
-/* The unit walk (layout/layout.h): a flat buffer cut at every segment and
- * bucket boundary, once for the runtime and the planner. */
+/* The unit walk and ZeRO-3's visits (layout/layout.h): a flat buffer cut
+ * at every segment and bucket boundary, once for the runtime and the
+ * planner. */
 #include "layout/layout.h"
 
 void msr_layout_units_init(msr_layout_units_t *it, uint64_t P, int nseg,
@@ -71,4 +72,27 @@ void msr_layout_unit_own(const msr_layout_unit_t *u, int j, uint64_t *a_p, uint6
         return;
     }
     msr_layout_block_of(u->n, u->blk, j, a_p, e_p);
+}
+
+void msr_layout_zero3_visits(int layers, int *visits)
+{
+    int nv = 0;
+    visits[nv++] = 0;
+    for (int l = 1; l <= layers; l++)
+        visits[nv++] = l;
+    visits[nv++] = layers + 1;
+    visits[nv++] = 0;
+    visits[nv++] = 0; /* backward */
+    visits[nv++] = layers + 1;
+    for (int l = layers; l >= 1; l--)
+        visits[nv++] = l;
+    visits[nv++] = 0;
+}
+
+void msr_layout_bucket_defaults(size_t *bucket_bytes, size_t *first_bytes)
+{
+    if (*bucket_bytes == 0)
+        *bucket_bytes = MSR_DP_BUCKET_BYTES;
+    if (*first_bytes == 0)
+        *first_bytes = MSR_DP_FIRST_BUCKET_BYTES;
 }

@@ -192,23 +192,6 @@ static void pack_units(msr_dp_t *dp)
     }
 }
 
-/* ZeRO-3: the order of acquires in one forward and backward (gpt.h). */
-static void zero3_visits(msr_dp_t *dp)
-{
-    int L = dp->model->cfg.layers, nv = 0;
-    dp->visits[nv++] = 0;
-    for (int l = 1; l <= L; l++)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = L + 1;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = L + 1;
-    for (int l = L; l >= 1; l--)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = 0;
-    dp->num_visits = nv;
-}
-
 /* The buckets, units, segments and ZeRO-3 visits over the model's flat
  * buffer (dp.h). */
 static msr_status_t build_layout(msr_dp_t *dp)
@@ -224,7 +207,7 @@ static msr_status_t build_layout(msr_dp_t *dp)
     dp->buckets = msr_calloc((size_t)nb, sizeof *dp->buckets);
     dp->units = msr_calloc((size_t)nb + (size_t)dp->num_segs, sizeof *dp->units);
     dp->segs = msr_calloc((size_t)dp->num_segs, sizeof *dp->segs);
-    dp->visits = msr_calloc(2 * (size_t)m->cfg.layers + 6, sizeof *dp->visits);
+    dp->visits = msr_calloc((size_t)MSR_LAYOUT_ZERO3_VISITS(m->cfg.layers), sizeof *dp->visits);
     if (dp->buckets == NULL || dp->units == NULL || dp->segs == NULL || dp->visits == NULL)
         return MSR_ERR_NO_MEMORY;
     dp->num_buckets = nb;
@@ -237,7 +220,8 @@ static msr_status_t build_layout(msr_dp_t *dp)
 
     cut_units(dp);
     pack_units(dp);
-    zero3_visits(dp);
+    msr_layout_zero3_visits(m->cfg.layers, dp->visits); /* the order of acquires */
+    dp->num_visits = MSR_LAYOUT_ZERO3_VISITS(m->cfg.layers);
     return MSR_OK;
 }
 

@@ -366,19 +366,13 @@ static void r_grads(replay_t *r, int s)
     }
 }
 
-/* The whole model's visits under ZeRO-3 (dp.c build_layout): forward 0,
- * 1..L, L+1, 0 (the tied head); backward 0, L+1, L..1, 0. */
+/* The whole model's micro-batch under ZeRO-3: the layout's visits
+ * (msr_layout_zero3_visits), as parallel/dp.c gathers and reduces. */
 static void r_whole_micro(replay_t *r)
 {
-    int L = r->nseg - 2, nv = 0, visits[2 * REPLAY_MAX + 6];
-    char bwd[2 * REPLAY_MAX + 6];
-    for (int s = 0; s <= L + 1; s++)
-        bwd[nv] = 0, visits[nv++] = s;
-    bwd[nv] = 0, visits[nv++] = 0;
-    bwd[nv] = 1, visits[nv++] = 0;
-    bwd[nv] = 1, visits[nv++] = L + 1;
-    for (int s = L; s >= 0; s--)
-        bwd[nv] = 1, visits[nv++] = s;
+    int L = r->nseg - 2, nv = MSR_LAYOUT_ZERO3_VISITS(L),
+        visits[MSR_LAYOUT_ZERO3_VISITS(REPLAY_MAX)];
+    msr_layout_zero3_visits(L, visits);
     for (int v = 0; v < nv; v++) {
         int s = visits[v], next = v + 1 < nv ? visits[v + 1] : -1;
         if (r->zero >= 3) {
@@ -386,12 +380,13 @@ static void r_whole_micro(replay_t *r)
             if (next >= 0 && next != s)
                 r_gather_start(r, next);
         }
-        if (bwd[v])
+        int bwd = v >= MSR_LAYOUT_ZERO3_BACKWARD(L);
+        if (bwd)
             r_grads(r, s);
         if (r->zero >= 3 && next != s)
             r_seg_drop(r, s);
         /* grads_ready after the head's release, each block's and the embedding's */
-        if (bwd[v] && (v == nv - 1 || (s >= 1 && v > L + 3)))
+        if (bwd && (v == nv - 1 || (s >= 1 && v > MSR_LAYOUT_ZERO3_BACKWARD(L))))
             r_grads_ready(r, s);
     }
 }
@@ -771,10 +766,7 @@ uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t
 static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
 {
     msr_plan_layout_t d = *l;
-    if (d.bucket_bytes == 0)
-        d.bucket_bytes = MSR_DP_BUCKET_BYTES;
-    if (d.first_bucket_bytes == 0)
-        d.first_bucket_bytes = MSR_DP_FIRST_BUCKET_BYTES;
+    msr_layout_bucket_defaults(&d.bucket_bytes, &d.first_bucket_bytes);
     return d;
 }
 
