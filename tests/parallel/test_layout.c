@@ -244,6 +244,34 @@ static void test_units_runs(void)
     MSR_CHECK(u.repeat == 2 && u.lo == 2 && u.bucket == 3 && u.blk == 2);
 }
 
+/* ZeRO-3's visits for one layer and for three: every segment once each
+ * way, backward from MSR_LAYOUT_ZERO3_BACKWARD on. */
+static void test_zero3_visits(void)
+{
+    int v[MSR_LAYOUT_ZERO3_VISITS(3)];
+    const int one[] = {0, 1, 2, 0, 0, 2, 1, 0};
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_VISITS(1), 8);
+    msr_layout_zero3_visits(1, v);
+    for (int k = 0; k < 8; k++)
+        MSR_CHECK_EQ(v[k], one[k]);
+    const int three[] = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1, 0};
+    msr_layout_zero3_visits(3, v);
+    for (int k = 0; k < MSR_LAYOUT_ZERO3_VISITS(3); k++)
+        MSR_CHECK_EQ(v[k], three[k]);
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_BACKWARD(3), 6); /* the tied head's 0 */
+}
+
+static void test_bucket_defaults(void)
+{
+    size_t b = 0, f = 0;
+    msr_layout_bucket_defaults(&b, &f);
+    MSR_CHECK_EQ(b, MSR_DP_BUCKET_BYTES);
+    MSR_CHECK_EQ(f, MSR_DP_FIRST_BUCKET_BYTES);
+    b = 1, f = 1; /* the least given size is kept */
+    msr_layout_bucket_defaults(&b, &f);
+    MSR_CHECK(b == 1 && f == 1);
+}
+
 /* ---- the work table ---- */
 
 static void test_work_table(void)
@@ -287,6 +315,8 @@ static const msr_test_t tests[] = {
     {"units_cut", test_units_cut, 10},
     {"units_runs", test_units_runs, 10},
     {"work_table", test_work_table, 10},
+    {"zero3_visits", test_zero3_visits, 10},
+    {"bucket_defaults", test_bucket_defaults, 10},
 };
 
 int main(int argc, char **argv)
