@@ -119,7 +119,7 @@ typedef struct msr_layout_units {
     int size, nseg;          /* the ranks sharing a unit; the segments */
     msr_layout_seg_count_fn count;
     const void *arg;
-    uint64_t pos, seg_lo; /* the walk: next element, its segment's start */
+    uint64_t pos, seg_lo, seg_n; /* the walk: next element, its segment's start and size */
     int seg;
 } msr_layout_units_t;
 
@@ -132,10 +132,10 @@ void msr_layout_units_init(msr_layout_units_t *it, uint64_t P, int nseg,
                            uint64_t bucket_bytes, uint64_t first_bytes, uint64_t zero_min_bytes);
 
 /* The next unit into *u_p; returns 0 (and leaves *u_p) when the walk is
- * done. With runs, k >= 2 whole buckets inside one segment (not bucket 0)
- * come as one unit of repeat k - 1 and the last of them alone after it
- * (a huge model has millions: the planner's fast path); without, every
- * unit has repeat 1. */
+ * done; count is called once a segment. With runs, k >= 2 whole buckets
+ * inside one segment (not bucket 0) come as one unit of repeat k - 1 and
+ * the last of them alone after it (a huge model has millions: the
+ * planner's fast path); without, every unit has repeat 1. */
 int msr_layout_units_next(msr_layout_units_t *it, int runs, msr_layout_unit_t *u_p);
 
 /* Elements [*a_p, *e_p) of unit u (within it) that rank j owns: block j

@@ -17,6 +17,7 @@ void msr_layout_units_init(msr_layout_units_t *it, uint64_t P, int nseg,
     it->arg = arg;
     it->pos = it->seg_lo = 0;
     it->seg = 0;
+    it->seg_n = nseg > 0 ? count(arg, 0) : 0;
 }
 
 /* Whether the unit at pos (bucket b ending at bhi, its segment ending at
@@ -37,30 +38,29 @@ static int run_at(const msr_layout_units_t *it, uint64_t b, uint64_t bhi, uint64
 
 int msr_layout_units_next(msr_layout_units_t *it, int runs, msr_layout_unit_t *u_p)
 {
-    if (it->pos >= it->P || it->seg >= it->nseg)
+    if (it->pos >= it->P)
         return 0;
-    uint64_t sc = it->count(it->arg, it->seg);
-    while (it->seg_lo + sc <= it->pos) {
-        it->seg_lo += sc;
-        if (++it->seg >= it->nseg)
-            return 0; /* the segments end before P: nothing more to cut */
-        sc = it->count(it->arg, it->seg);
+    while (it->seg_lo + it->seg_n <= it->pos) {
+        if (it->seg + 1 >= it->nseg) {
+            it->pos = it->P; /* the segments end before P: nothing more to cut */
+            return 0;
+        }
+        it->seg_lo += it->seg_n;
+        it->seg_n = it->count(it->arg, ++it->seg);
     }
-    msr_layout_unit_t u;
-    uint64_t bhi, seg_hi = it->seg_lo + sc;
-    u.bucket = msr_layout_bucket_at(it->P, it->fb, it->bb, it->pos, &bhi);
-    u.lo = it->pos;
-    u.n = (seg_hi < bhi ? seg_hi : bhi) - it->pos;
-    u.repeat = 1;
-    if (runs && run_at(it, u.bucket, bhi, seg_hi, &u.repeat))
-        u.n = it->bb;
-    u.seg = it->seg;
-    u.seg_first = it->pos == it->seg_lo;
-    u.seg_count = sc;
-    u.replicated = msr_layout_replicated(sc, it->zero_min_bytes);
-    u.blk = u.replicated ? u.n : msr_layout_block(u.n, it->size);
-    it->pos += u.repeat * u.n;
-    *u_p = u;
+    uint64_t bhi, seg_hi = it->seg_lo + it->seg_n;
+    u_p->bucket = msr_layout_bucket_at(it->P, it->fb, it->bb, it->pos, &bhi);
+    u_p->lo = it->pos;
+    u_p->n = (seg_hi < bhi ? seg_hi : bhi) - it->pos;
+    u_p->repeat = 1;
+    if (runs && run_at(it, u_p->bucket, bhi, seg_hi, &u_p->repeat))
+        u_p->n = it->bb;
+    u_p->seg = it->seg;
+    u_p->seg_first = it->pos == it->seg_lo;
+    u_p->seg_count = it->seg_n;
+    u_p->replicated = msr_layout_replicated(it->seg_n, it->zero_min_bytes);
+    u_p->blk = u_p->replicated ? u_p->n : msr_layout_block(u_p->n, it->size);
+    it->pos += u_p->repeat * u_p->n;
     return 1;
 }
 
