@@ -110,8 +110,8 @@ typedef struct msr_layout_unit {
 
 /* The walk over a flat buffer of P elements cut at every segment and
  * bucket boundary, in flat order (what parallel/dp.c allocates from and the
- * planner counts with). Set by msr_layout_units_init; read-only to callers
- * but for the fields named here. */
+ * planner counts with). Set by msr_layout_units_init; callers read P, bb,
+ * fb, buckets, size and nseg and write none of it. */
 typedef struct msr_layout_units {
     uint64_t P, bb, fb;      /* elements; a bucket's and the first bucket's */
     uint64_t buckets;        /* msr_layout_num_buckets(P, fb, bb) */
