@@ -301,3 +301,75 @@ uint64_t msr_layout_whole_elems(const msr_layout_dims_t *d, int layers)
         e += msr_layout_whole_act(d, a);
     return e + (uint64_t)layers * block;
 }
+
+/* ---- the model-parallel runtime's work space ---- */
+
+size_t msr_layout_work(const msr_layout_dims_t *d, int w)
+{
+    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C, ring = d->cp > 1;
+    switch (w) {
+    case MSR_WORK_SCRATCH: {
+        msr_layout_dims_t full = *d;
+        full.mode = MSR_LAYOUT_RECOMPUTE_FULL;
+        size_t n = 0;
+        for (int a = 0; a < MSR_ACT_BLOCK_COUNT; a++) {
+            int kept;
+            size_t k = msr_layout_block_act(&full, a, &kept);
+            n += kept ? 0 : k;
+        }
+        return n;
+    }
+    case MSR_WORK_GAT:
+    case MSR_WORK_DGAT:
+    case MSR_WORK_PERM:
+    case MSR_WORK_PROJ:
+    case MSR_WORK_DLN:
+        return N * C;
+    case MSR_WORK_PROJL:
+    case MSR_WORK_DRES:
+    case MSR_WORK_DLNL:
+        return Nl * C;
+    case MSR_WORK_DQKV:
+        return N * 3 * (size_t)d->Cl;
+    case MSR_WORK_DATTY:
+        return N * (size_t)d->Cl;
+    case MSR_WORK_DFCH:
+    case MSR_WORK_DFCH_GELU:
+        return N * (size_t)d->Hl;
+    case MSR_WORK_DATT:
+        return (size_t)d->T * (size_t)d->T;
+    case MSR_WORK_LOGITS:
+    case MSR_WORK_DLOGITS:
+        return N * (size_t)d->Vl;
+    case MSR_WORK_LOSSES:
+    case MSR_WORK_RMAX:
+        return N;
+    case MSR_WORK_RED:
+        return 2 * N;
+    case MSR_WORK_KV0:
+    case MSR_WORK_DKV0:
+    case MSR_WORK_KV1:
+    case MSR_WORK_DKV1:
+        return ring * N * 2 * (size_t)d->Cl;
+    case MSR_WORK_RMX:
+    case MSR_WORK_RSUM:
+    case MSR_WORK_DELTA:
+        return ring * N * (size_t)d->NHl;
+    }
+    return 0;
+}
+
+uint64_t msr_layout_work_elems(const msr_layout_dims_t *d)
+{
+    uint64_t e = 0;
+    for (int w = 0; w < MSR_WORK_COUNT; w++)
+        e += msr_layout_work(d, w);
+    return e;
+}
+
+uint64_t msr_layout_work_ints(const msr_layout_dims_t *d, int micros)
+{
+    if (d->cp <= 1)
+        return 0;
+    return (uint64_t)d->cp * (uint64_t)d->T + 2 * (uint64_t)micros * (uint64_t)d->N;
+}

@@ -86,6 +86,76 @@ uint64_t msr_layout_block(uint64_t n, int size);
  * that belong to rank j. */
 void msr_layout_block_of(uint64_t n, uint64_t blk, int j, uint64_t *a_p, uint64_t *e_p);
 
+/* ---- units: the bucket and shard cut, walked once ---- */
+
+/* The number of elements of segment s (of the iterator's nseg), in flat
+ * order: the caller's table (the model's, or the planner's count of it). */
+typedef uint64_t (*msr_layout_seg_count_fn)(const void *arg, int s);
+
+/* A unit: the part of one segment that lies in one bucket. Sharded units
+ * are cut in `size` blocks of blk elements (rank j owns block j); a
+ * replicated unit is owned whole by every rank (blk = n). repeat > 1 only
+ * from msr_layout_units_next with runs: the unit stands for `repeat`
+ * alike whole buckets of one segment, this one and the repeat - 1 after it
+ * (buckets bucket, bucket - 1, ...; elements lo + k * n). */
+typedef struct msr_layout_unit {
+    uint64_t lo, n;     /* elements [lo, lo + n) of the flat buffer */
+    uint64_t bucket;    /* its bucket (msr_layout_bucket_at) */
+    uint64_t blk;       /* a rank's block: ceil(n / size), or n when replicated */
+    uint64_t repeat;    /* the alike units it stands for: 1, or more from a run */
+    uint64_t seg_count; /* its segment's elements */
+    int seg, seg_first; /* its segment; whether it is the segment's first unit */
+    int replicated;     /* msr_layout_replicated(seg_count, zero_min_bytes) */
+} msr_layout_unit_t;
+
+/* The walk over a flat buffer of P elements cut at every segment and
+ * bucket boundary, in flat order (what parallel/dp.c allocates from and the
+ * planner counts with). Set by msr_layout_units_init; callers read P, bb,
+ * fb, buckets, size and nseg and write none of it. */
+typedef struct msr_layout_units {
+    uint64_t P, bb, fb;      /* elements; a bucket's and the first bucket's */
+    uint64_t buckets;        /* msr_layout_num_buckets(P, fb, bb) */
+    uint64_t zero_min_bytes; /* ZeRO's replication threshold */
+    int size, nseg;          /* the ranks sharing a unit; the segments */
+    msr_layout_seg_count_fn count;
+    const void *arg;
+    uint64_t pos, seg_lo, seg_n; /* the walk: next element, its segment's start and size */
+    int seg;
+} msr_layout_units_t;
+
+/* Starts a walk: P elements in nseg segments (count(arg, s) each, summing
+ * to P), buckets of bucket_bytes (the first of first_bytes, as
+ * msr_layout_bucket_elems), shards over size ranks (>= 1), segments under
+ * zero_min_bytes replicated. No allocation; cannot fail. */
+void msr_layout_units_init(msr_layout_units_t *it, uint64_t P, int nseg,
+                           msr_layout_seg_count_fn count, const void *arg, int size,
+                           uint64_t bucket_bytes, uint64_t first_bytes, uint64_t zero_min_bytes);
+
+/* The next unit into *u_p; returns 0 (and leaves *u_p) when the walk is
+ * done; count is called once a segment. With runs, k >= 2 whole buckets
+ * inside one segment (not bucket 0) come as one unit of repeat k - 1 and
+ * the last of them alone after it (a huge model has millions: the
+ * planner's fast path); without, every unit has repeat 1. */
+int msr_layout_units_next(msr_layout_units_t *it, int runs, msr_layout_unit_t *u_p);
+
+/* Elements [*a_p, *e_p) of unit u (within it) that rank j owns: block j
+ * of a sharded unit, all of a replicated one. */
+void msr_layout_unit_own(const msr_layout_unit_t *u, int j, uint64_t *a_p, uint64_t *e_p);
+
+/* ZeRO-3: the segments a whole model's micro-batch acquires, in order
+ * (model/gpt.h's hooks; segment 0 the embedding, 1..layers the blocks,
+ * layers + 1 the head): forward 0, 1..layers, layers + 1, 0 (the tied
+ * head); backward 0 (the tied head's), layers + 1, layers..1, 0. Writes
+ * MSR_LAYOUT_ZERO3_VISITS(layers) entries into visits (parallel/dp.c
+ * gathers in this order, the planner replays it); those from
+ * MSR_LAYOUT_ZERO3_BACKWARD(layers) on are backward's. */
+#define MSR_LAYOUT_ZERO3_VISITS(layers)   (2 * (layers) + 6)
+#define MSR_LAYOUT_ZERO3_BACKWARD(layers) ((layers) + 3)
+void msr_layout_zero3_visits(int layers, int *visits);
+
+/* The bucket sizes in force: the given ones, 0 for the named defaults. */
+void msr_layout_bucket_defaults(size_t *bucket_bytes, size_t *first_bytes);
+
 /* ---- activations: what a pipeline frame keeps ---- */
 
 /* Recompute modes, numbered as msr_mp_recompute_t and the planner's. */
@@ -164,5 +234,55 @@ size_t msr_layout_whole_act(const msr_layout_dims_t *d, int a);
 /* The fp32 elements of the whole model's activation table for d's batch
  * (d as msr_layout_dims gives it with tp = cp = 1, no recompute). */
 uint64_t msr_layout_whole_elems(const msr_layout_dims_t *d, int layers);
+
+/* ---- the model-parallel runtime's work space ---- */
+
+/* The buffers parallel/mp.c carves its work space into, in this order
+ * (fp32; what the planner counts): the blocks' shared scratch (what a fully
+ * recomputed block drops: every block activation but its output), the
+ * gathered and permuted rows and projections, the backward's gradients, the
+ * head's logits and loss rows; under context parallel the ring's two K/V
+ * blocks and their gradient accumulators, and its row statistics. */
+enum {
+    MSR_WORK_SCRATCH,
+    MSR_WORK_GAT,   /* (N, C) */
+    MSR_WORK_DGAT,  /* (N, C) */
+    MSR_WORK_PERM,  /* (N, C) */
+    MSR_WORK_PROJ,  /* (N, C) */
+    MSR_WORK_PROJL, /* (Nl, C) */
+    MSR_WORK_DRES,  /* (Nl, C) */
+    MSR_WORK_DLN,   /* (N, C) */
+    MSR_WORK_DLNL,  /* (Nl, C) */
+    MSR_WORK_DQKV,  /* (N, 3 C/tp) */
+    MSR_WORK_DATTY, /* (N, C/tp) */
+    MSR_WORK_DFCH,  /* (N, 4 C/tp) */
+    MSR_WORK_DFCH_GELU,
+    MSR_WORK_DATT,    /* (T, T): one head's */
+    MSR_WORK_LOGITS,  /* (N, V/tp) */
+    MSR_WORK_DLOGITS, /* (N, V/tp) */
+    MSR_WORK_LOSSES,  /* (N) */
+    MSR_WORK_RMAX,    /* (N) */
+    MSR_WORK_RED,     /* (2 N) */
+    MSR_WORK_KV0,     /* cp > 1: (N, 2 C/tp) each of the four */
+    MSR_WORK_DKV0,
+    MSR_WORK_KV1,
+    MSR_WORK_DKV1,
+    MSR_WORK_RMX, /* cp > 1: (N, NH/tp) each of the three */
+    MSR_WORK_RSUM,
+    MSR_WORK_DELTA,
+    MSR_WORK_COUNT,
+};
+
+/* The fp32 elements of work buffer w (MSR_WORK_*) for d (0 for the ring's
+ * buffers without context parallel; the scratch whatever d's mode). */
+size_t msr_layout_work(const msr_layout_dims_t *d, int w);
+
+/* The fp32 elements of the whole work space: the sum of the table. */
+uint64_t msr_layout_work_elems(const msr_layout_dims_t *d);
+
+/* The ints context parallel adds for a step of `micros` micro-batches:
+ * every ring rank's positions (cp T) and the step's local inputs and
+ * targets (2 micros N); 0 without context parallel. */
+uint64_t msr_layout_work_ints(const msr_layout_dims_t *d, int micros);
 
 #endif

@@ -115,52 +115,42 @@ static size_t seg_count(const msr_dp_t *dp, int s)
     return dp->model->segments[s].count;
 }
 
+/* The elements of segment s of the model (arg), for the unit walk. */
+static uint64_t model_seg_count(const void *arg, int s)
+{
+    return ((const msr_gpt_t *)arg)->segments[s].count;
+}
+
 /* Units: the flat buffer cut at every segment and bucket boundary, in
- * flat order. */
+ * flat order (layout/layout.h's walk); each one's owner (this rank's block
+ * of a sharded unit, all of a replicated one) and its place in the shard
+ * space. */
 static void cut_units(msr_dp_t *dp)
 {
     msr_gpt_t *m = dp->model;
-    size_t P = m->num_params;
-    int nu = 0, s = 0, b = dp->num_buckets - 1;
-    for (size_t pos = 0; pos < P;) {
-        while (m->segments[s].offset + m->segments[s].count <= pos)
-            s++;
-        while (dp->buckets[b].hi <= pos)
-            b--;
-        size_t end = MSR_MIN(m->segments[s].offset + m->segments[s].count, dp->buckets[b].hi);
-        msr_dp_unit_t *u = &dp->units[nu++];
-        u->lo = pos;
-        u->n = end - pos;
-        u->seg = s;
-        u->bucket = b;
-        u->replicated = msr_layout_replicated(seg_count(dp, s), dp->cfg.zero_min_bytes);
-        pos = end;
-    }
-    dp->num_units = nu;
-}
-
-/* Each unit's owner (this rank's block of a sharded unit, all of a
- * replicated one) and its place in the shard space. */
-static void own_units(msr_dp_t *dp)
-{
+    msr_layout_units_t it;
+    msr_layout_unit_t lu;
+    msr_layout_units_init(&it, m->num_params, m->num_segments, model_seg_count, m, dp->size,
+                          dp->cfg.bucket_bytes, dp->cfg.first_bucket_bytes, dp->cfg.zero_min_bytes);
+    int nu = 0;
     size_t S = 0, rep = 0;
-    for (int k = 0; k < dp->num_units; k++) {
-        msr_dp_unit_t *u = &dp->units[k];
-        if (u->replicated) {
-            u->blk = u->n;
-            u->own_lo = u->lo;
-            u->own_n = u->n;
-            rep += u->n;
-        } else {
-            u->blk = (size_t)msr_layout_block(u->n, dp->size);
-            size_t a, e;
-            block_of(u, dp->rank, &a, &e);
-            u->own_lo = u->lo + a;
-            u->own_n = e - a;
-        }
+    while (msr_layout_units_next(&it, 0, &lu)) {
+        msr_dp_unit_t *u = &dp->units[nu++];
+        uint64_t a, e;
+        msr_layout_unit_own(&lu, dp->rank, &a, &e);
+        u->lo = (size_t)lu.lo;
+        u->n = (size_t)lu.n;
+        u->seg = lu.seg;
+        u->bucket = (int)lu.bucket;
+        u->replicated = lu.replicated;
+        u->blk = (size_t)lu.blk;
+        u->own_lo = u->lo + (size_t)a;
+        u->own_n = (size_t)(e - a);
         u->shard_off = S;
         S += u->own_n;
+        rep += u->replicated ? u->n : 0;
     }
+    dp->num_units = nu;
     dp->shard_count = S;
     dp->rep_count = rep;
 }
@@ -202,23 +192,6 @@ static void pack_units(msr_dp_t *dp)
     }
 }
 
-/* ZeRO-3: the order of acquires in one forward and backward (gpt.h). */
-static void zero3_visits(msr_dp_t *dp)
-{
-    int L = dp->model->cfg.layers, nv = 0;
-    dp->visits[nv++] = 0;
-    for (int l = 1; l <= L; l++)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = L + 1;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = 0;
-    dp->visits[nv++] = L + 1;
-    for (int l = L; l >= 1; l--)
-        dp->visits[nv++] = l;
-    dp->visits[nv++] = 0;
-    dp->num_visits = nv;
-}
-
 /* The buckets, units, segments and ZeRO-3 visits over the model's flat
  * buffer (dp.h). */
 static msr_status_t build_layout(msr_dp_t *dp)
@@ -234,7 +207,7 @@ static msr_status_t build_layout(msr_dp_t *dp)
     dp->buckets = msr_calloc((size_t)nb, sizeof *dp->buckets);
     dp->units = msr_calloc((size_t)nb + (size_t)dp->num_segs, sizeof *dp->units);
     dp->segs = msr_calloc((size_t)dp->num_segs, sizeof *dp->segs);
-    dp->visits = msr_calloc(2 * (size_t)m->cfg.layers + 6, sizeof *dp->visits);
+    dp->visits = msr_calloc((size_t)MSR_LAYOUT_ZERO3_VISITS(m->cfg.layers), sizeof *dp->visits);
     if (dp->buckets == NULL || dp->units == NULL || dp->segs == NULL || dp->visits == NULL)
         return MSR_ERR_NO_MEMORY;
     dp->num_buckets = nb;
@@ -246,9 +219,9 @@ static msr_status_t build_layout(msr_dp_t *dp)
     }
 
     cut_units(dp);
-    own_units(dp);
     pack_units(dp);
-    zero3_visits(dp);
+    msr_layout_zero3_visits(m->cfg.layers, dp->visits); /* the order of acquires */
+    dp->num_visits = MSR_LAYOUT_ZERO3_VISITS(m->cfg.layers);
     return MSR_OK;
 }
 

@@ -356,38 +356,42 @@ static void moe_span(void *arg, const char *what, uint64_t a, uint64_t b)
     msr_mp_span_add(arg, 1, a, b, "%s", what);
 }
 
+/* Points the work space into c, the layout's table (layout/layout.h
+ * msr_layout_work) in its order: what the planner counts. */
 static void point_work(msr_mp_t *mp, msr_gpt_carve_t *c)
 {
-    const dims_t *d = &mp->d;
     work_t *w = &mp->w;
-    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C;
-    w->scratch = msr_gpt_carve(c, mp->scratch_count);
-    w->gat = msr_gpt_carve(c, N * C);
-    w->dgat = msr_gpt_carve(c, N * C);
-    w->perm = msr_gpt_carve(c, N * C);
-    w->proj = msr_gpt_carve(c, N * C);
-    w->projl = msr_gpt_carve(c, Nl * C);
-    w->dres = msr_gpt_carve(c, Nl * C);
-    w->dln = msr_gpt_carve(c, N * C);
-    w->dlnl = msr_gpt_carve(c, Nl * C);
-    w->dqkv = msr_gpt_carve(c, N * 3 * (size_t)d->Cl);
-    w->datty = msr_gpt_carve(c, N * (size_t)d->Cl);
-    w->dfch = msr_gpt_carve(c, N * (size_t)d->Hl);
-    w->dfch_gelu = msr_gpt_carve(c, N * (size_t)d->Hl);
-    w->datt = msr_gpt_carve(c, (size_t)d->T * (size_t)d->T);
-    w->logits = msr_gpt_carve(c, N * (size_t)d->Vl);
-    w->dlogits = msr_gpt_carve(c, N * (size_t)d->Vl);
-    w->losses = msr_gpt_carve(c, N);
-    w->rmax = msr_gpt_carve(c, N);
-    w->red = msr_gpt_carve(c, 2 * N);
-    for (int i = 0; i < 2 && d->cp > 1; i++) {
-        w->kv[i] = msr_gpt_carve(c, N * 2 * (size_t)d->Cl);
-        w->dkv[i] = msr_gpt_carve(c, N * 2 * (size_t)d->Cl);
-    }
-    if (d->cp > 1) {
-        w->rmx = msr_gpt_carve(c, N * (size_t)d->NHl);
-        w->rsum = msr_gpt_carve(c, N * (size_t)d->NHl);
-        w->delta = msr_gpt_carve(c, N * (size_t)d->NHl);
+    float **field[MSR_WORK_COUNT] = {
+        [MSR_WORK_SCRATCH] = &w->scratch,
+        [MSR_WORK_GAT] = &w->gat,
+        [MSR_WORK_DGAT] = &w->dgat,
+        [MSR_WORK_PERM] = &w->perm,
+        [MSR_WORK_PROJ] = &w->proj,
+        [MSR_WORK_PROJL] = &w->projl,
+        [MSR_WORK_DRES] = &w->dres,
+        [MSR_WORK_DLN] = &w->dln,
+        [MSR_WORK_DLNL] = &w->dlnl,
+        [MSR_WORK_DQKV] = &w->dqkv,
+        [MSR_WORK_DATTY] = &w->datty,
+        [MSR_WORK_DFCH] = &w->dfch,
+        [MSR_WORK_DFCH_GELU] = &w->dfch_gelu,
+        [MSR_WORK_DATT] = &w->datt,
+        [MSR_WORK_LOGITS] = &w->logits,
+        [MSR_WORK_DLOGITS] = &w->dlogits,
+        [MSR_WORK_LOSSES] = &w->losses,
+        [MSR_WORK_RMAX] = &w->rmax,
+        [MSR_WORK_RED] = &w->red,
+        [MSR_WORK_KV0] = &w->kv[0],
+        [MSR_WORK_DKV0] = &w->dkv[0],
+        [MSR_WORK_KV1] = &w->kv[1],
+        [MSR_WORK_DKV1] = &w->dkv[1],
+        [MSR_WORK_RMX] = &w->rmx,
+        [MSR_WORK_RSUM] = &w->rsum,
+        [MSR_WORK_DELTA] = &w->delta,
+    };
+    for (int k = 0; k < MSR_WORK_COUNT; k++) {
+        size_t n = msr_layout_work(&mp->d, k);
+        *field[k] = n > 0 ? msr_gpt_carve(c, n) : NULL; /* the ring's without cp */
     }
 }
 
@@ -401,8 +405,7 @@ static msr_status_t alloc_cp(msr_mp_t *mp)
     mp->cp_tgt = msr_calloc((size_t)mp->cfg.micros * mp->d.N, sizeof(int));
     if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
         return MSR_ERR_NO_MEMORY;
-    mp->stats.work_bytes +=
-        ((size_t)mp->cp * T + 2 * (size_t)mp->cfg.micros * mp->d.N) * sizeof(int);
+    mp->stats.work_bytes += msr_layout_work_ints(&mp->d, mp->cfg.micros) * sizeof(int);
     for (int j = 0; j < mp->cp; j++)
         for (size_t t = 0; t < T; t++)
             mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
@@ -484,12 +487,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
 
     /* the scratch every block shares: everything a fully recomputed block
      * drops (the most any mode drops) */
-    dims_t all = mp->d;
-    all.mode = MSR_MP_RECOMPUTE_FULL;
-    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
-    msr_gpt_block_acts_t dummy;
-    msr_mp_carve_layer(&all, &keep, &scr, &dummy);
-    mp->scratch_count = scr.used;
+    mp->scratch_count = msr_layout_work(&mp->d, MSR_WORK_SCRATCH);
     msr_gpt_carve_t cw = {NULL, 0, 1};
     point_work(mp, &cw);
     size_t nframes = (size_t)cfg->micros * (size_t)cfg->chunks;

@@ -148,7 +148,19 @@ static uint64_t seg_count(const part_t *p, int k)
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
 }
 
-/* ---- data parallel's layout (parallel/dp.c build_layout) ---- */
+/* ---- data parallel's layout (layout/layout.h's unit walk) ---- */
+
+static uint64_t part_seg_count(const void *arg, int s)
+{
+    return seg_count(arg, s);
+}
+
+/* The walk over part p's units, cut as the runtime cuts them. */
+static void part_units(const part_t *p, const msr_plan_layout_t *l, msr_layout_units_t *it)
+{
+    msr_layout_units_init(it, p->total, p->has_embed + p->blocks + p->has_head, part_seg_count, p,
+                          replicas(l), l->bucket_bytes, l->first_bucket_bytes, l->zero_min_bytes);
+}
 
 typedef struct dp_layout {
     uint64_t buckets;
@@ -159,74 +171,40 @@ typedef struct dp_layout {
     int span_max;        /* the most buckets one segment lies in */
 } dp_layout_t;
 
+/* Walks the units with runs (huge models have millions of alike whole
+ * buckets): a run counts as its units would, one by one. */
 static void dp_layout(const part_t *p, const msr_plan_layout_t *l, int dp_rank, dp_layout_t *out)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
-    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
-    out->buckets = msr_layout_num_buckets(P, fb, bb);
-    out->shard = out->replicated = out->packed_max = out->seg_max = out->gather_max = 0;
-    out->span_max = 0;
-    uint64_t seg_lo = 0, cur_blk = 0, cur_rep = 0, seg_blk = 0;
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    part_units(p, l, &it);
+    uint64_t size = (uint64_t)it.size, cur_blk = 0, cur_rep = 0, seg_blk = 0;
     uint64_t cur_bucket = UINT64_MAX;
-    int s = 0, span = 0;
-    for (uint64_t pos = 0; pos < P;) {
-        while (seg_lo + seg_count(p, s) <= pos) {
-            seg_lo += seg_count(p, s++);
-            span = 0;
-            seg_blk = 0;
-        }
-        uint64_t sc = seg_count(p, s);
-        out->seg_max = max_u64(out->seg_max, sc);
-        /* the bucket holding pos: its end */
-        uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
-        int replicated = msr_layout_replicated(sc, l->zero_min_bytes);
-        /* whole buckets inside the segment are alike: all but the last in
-         * one go (huge models have millions) */
-        uint64_t lim = min_u64(seg_lo + sc, P > fb ? P - fb : 0);
-        if (b >= 1 && bhi >= bb && pos == bhi - bb && lim > pos && (lim - pos) / bb >= 2) {
-            uint64_t k = (lim - pos) / bb - 1,
-                     blk = replicated ? bb : msr_layout_block(bb, (int)size);
+    int span = 0;
+    memset(out, 0, sizeof *out);
+    out->buckets = it.buckets;
+    while (msr_layout_units_next(&it, 1, &u)) {
+        if (u.seg_first)
+            span = 0, seg_blk = 0;
+        out->seg_max = max_u64(out->seg_max, u.seg_count);
+        if (u.bucket != cur_bucket) {
             out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
-            cur_bucket = UINT64_MAX;
-            cur_blk = cur_rep = 0;
-            if (replicated) {
-                out->shard += k * bb;
-                out->replicated += k * bb;
-                out->packed_max = max_u64(out->packed_max, bb);
-            } else {
-                uint64_t a, e;
-                msr_layout_block_of(bb, blk, dp_rank, &a, &e);
-                out->shard += k * (e - a);
-                out->packed_max = max_u64(out->packed_max, size * blk);
-                seg_blk += k * blk;
-            }
-            span += (int)min_u64(k, 1u << 30);
-            out->span_max = span > out->span_max ? span : out->span_max;
-            out->gather_max = max_u64(out->gather_max, size * seg_blk);
-            pos += k * bb;
-            continue;
-        }
-        if (b != cur_bucket) {
-            out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
-            cur_bucket = b;
+            cur_bucket = u.bucket - (u.repeat - 1); /* a run's last bucket */
             cur_blk = cur_rep = 0;
         }
-        uint64_t end = min_u64(seg_lo + sc, bhi), n = end - pos;
-        if (replicated) {
-            out->shard += n;
-            out->replicated += n;
-            cur_rep += n;
+        uint64_t a, e;
+        msr_layout_unit_own(&u, dp_rank, &a, &e);
+        out->shard += u.repeat * (e - a);
+        if (u.replicated) {
+            out->replicated += u.repeat * u.n;
+            cur_rep += u.n;
         } else {
-            uint64_t blk = msr_layout_block(n, (int)size), a, e;
-            msr_layout_block_of(n, blk, dp_rank, &a, &e);
-            out->shard += e - a;
-            cur_blk += blk;
-            seg_blk += blk;
+            cur_blk += u.blk;
+            seg_blk += u.repeat * u.blk;
         }
-        span++;
+        span += (int)min_u64(u.repeat, 1u << 30);
         out->span_max = span > out->span_max ? span : out->span_max;
         out->gather_max = max_u64(out->gather_max, size * seg_blk);
-        pos = end;
     }
     out->packed_max = max_u64(out->packed_max, size * cur_blk + cur_rep);
 }
@@ -273,53 +251,45 @@ static void r_free(replay_t *r, uint64_t n)
     r->cur -= n * F32;
 }
 
-/* Builds the layout as dp.c's build_layout does; returns -1 past the
- * arrays' limits. */
+/* The layout's buckets and segments, from the unit walk; returns -1 past
+ * the arrays' limits. */
 static int replay_layout(const part_t *p, const msr_plan_layout_t *l, replay_t *r)
 {
-    uint64_t P = p->total, size = (uint64_t)replicas(l), bb, fb;
-    msr_layout_bucket_elems(l->bucket_bytes, l->first_bucket_bytes, &bb, &fb);
-    uint64_t nb = msr_layout_num_buckets(P, fb, bb);
-    int nseg = p->has_embed + p->blocks + p->has_head;
-    if (nb > REPLAY_MAX || nseg > REPLAY_MAX)
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    part_units(p, l, &it);
+    if (it.buckets > REPLAY_MAX || it.nseg > REPLAY_MAX)
         return -1;
-    r->nb = (int)nb;
-    r->nseg = nseg;
-    r->size = replicas(l);
+    r->nb = (int)it.buckets;
+    r->nseg = it.nseg;
+    r->size = it.size;
     for (int b = 0; b < r->nb; b++) {
         r->packed[b] = r->blk[b] = 0;
         r->low_seg[b] = -1;
         r->alive[b] = 0;
     }
-    uint64_t lo = 0;
-    for (int s = 0; s < nseg; s++) {
+    int units[REPLAY_MAX];
+    for (int s = 0; s < r->nseg; s++) {
         r->count[s] = seg_count(p, s);
-        r->rep[s] = (unsigned char)msr_layout_replicated(r->count[s], l->zero_min_bytes);
         r->gbuf[s] = 0;
         r->gat[s] = r->grads[s] = 0;
-        int units = 0;
-        for (uint64_t pos = lo; pos < lo + r->count[s]; units++) {
-            /* the bucket holding pos, and its end */
-            uint64_t bhi, b = msr_layout_bucket_at(P, fb, bb, pos, &bhi);
-            uint64_t n = min_u64(lo + r->count[s], bhi) - pos;
-            if (units == 0)
-                r->b_lo[s] = (int)b;
-            r->b_hi[s] = (int)b;
-            if (r->low_seg[b] < 0)
-                r->low_seg[b] = s;
-            if (r->rep[s]) {
-                r->packed[b] += n;
-            } else {
-                uint64_t blk = msr_layout_block(n, (int)size);
-                r->packed[b] += size * blk;
-                r->blk[b] += blk;
-                r->gbuf[s] += size * blk;
-            }
-            pos += n;
-        }
-        r->direct[s] = !r->rep[s] && units == 1 && r->count[s] % size == 0;
-        lo += r->count[s];
+        r->rep[s] = (unsigned char)msr_layout_replicated(r->count[s], l->zero_min_bytes);
+        r->b_lo[s] = -1, r->b_hi[s] = 0; /* an empty segment packs nothing */
+        units[s] = 0;
     }
+    while (msr_layout_units_next(&it, 0, &u)) {
+        int b = (int)u.bucket, s = u.seg;
+        if (units[s]++ == 0)
+            r->b_lo[s] = b;
+        r->b_hi[s] = b;
+        if (r->low_seg[b] < 0)
+            r->low_seg[b] = s;
+        r->packed[b] += u.replicated ? u.n : (uint64_t)r->size * u.blk;
+        r->blk[b] += u.replicated ? 0 : u.blk;
+        r->gbuf[s] += u.replicated ? 0 : (uint64_t)r->size * u.blk;
+    }
+    for (int s = 0; s < r->nseg; s++)
+        r->direct[s] = !r->rep[s] && units[s] == 1 && r->count[s] % (uint64_t)r->size == 0;
     return 0;
 }
 
@@ -396,19 +366,13 @@ static void r_grads(replay_t *r, int s)
     }
 }
 
-/* The whole model's visits under ZeRO-3 (dp.c build_layout): forward 0,
- * 1..L, L+1, 0 (the tied head); backward 0, L+1, L..1, 0. */
+/* The whole model's micro-batch under ZeRO-3: the layout's visits
+ * (msr_layout_zero3_visits), as parallel/dp.c gathers and reduces. */
 static void r_whole_micro(replay_t *r)
 {
-    int L = r->nseg - 2, nv = 0, visits[2 * REPLAY_MAX + 6];
-    char bwd[2 * REPLAY_MAX + 6];
-    for (int s = 0; s <= L + 1; s++)
-        bwd[nv] = 0, visits[nv++] = s;
-    bwd[nv] = 0, visits[nv++] = 0;
-    bwd[nv] = 1, visits[nv++] = 0;
-    bwd[nv] = 1, visits[nv++] = L + 1;
-    for (int s = L; s >= 0; s--)
-        bwd[nv] = 1, visits[nv++] = s;
+    int L = r->nseg - 2, nv = MSR_LAYOUT_ZERO3_VISITS(L),
+        visits[MSR_LAYOUT_ZERO3_VISITS(REPLAY_MAX)];
+    msr_layout_zero3_visits(L, visits);
     for (int v = 0; v < nv; v++) {
         int s = visits[v], next = v + 1 < nv ? visits[v + 1] : -1;
         if (r->zero >= 3) {
@@ -416,12 +380,13 @@ static void r_whole_micro(replay_t *r)
             if (next >= 0 && next != s)
                 r_gather_start(r, next);
         }
-        if (bwd[v])
+        int bwd = v >= MSR_LAYOUT_ZERO3_BACKWARD(L);
+        if (bwd)
             r_grads(r, s);
         if (r->zero >= 3 && next != s)
             r_seg_drop(r, s);
         /* grads_ready after the head's release, each block's and the embedding's */
-        if (bwd[v] && (v == nv - 1 || (s >= 1 && v > L + 3)))
+        if (bwd && (v == nv - 1 || (s >= 1 && v > MSR_LAYOUT_ZERO3_BACKWARD(L))))
             r_grads_ready(r, s);
     }
 }
@@ -566,46 +531,28 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
 /* ---- the runtime's work space ---- */
 
 /* Bytes of the work space and token buffers a rank allocates besides its
- * parameters, state and kept activations. Whole model (model/gpt.c
- * msr_gpt_carve_work, one attention head's datt): dres, dln, datty N C,
- * dqkv 3 N C, dfch and dfch_gelu 4 N C each, datt T^2, dlogits N V; the
- * model's and the trainer's inputs and targets, N ints each. Model
- * parallel (parallel/mp.c point_work): the blocks' shared scratch (what
- * full recompute drops but res3: 3 Nl C + 4 Nl + 3 N C/t + N C/t + b NH/t T^2 +
- * 2 N 4C/t, msr_mp_carve_layer), gat, dgat, perm, proj, dln N C, projl,
- * dres, dlnl Nl C, dqkv 3 N C/t, datty N C/t, dfch and dfch_gelu N 4C/t,
- * datt T^2, logits and dlogits N V/t, losses and rmax N, red 2 N; the
- * trainer's inputs and targets for every micro-batch of the step. Under cp
- * T is the rank's T/cp positions (the trainer's inputs stay whole
- * sequences), the probabilities in the scratch become the logsumexp N NH/t,
- * and the ring adds two K/V blocks and two gradient accumulators (4 N 2C/t),
- * the row statistics (3 N NH/t), every ring rank's positions (cp T ints)
- * and the step's local inputs and targets (2 micros N ints). */
+ * parameters, state and kept activations; *scratch_p the blocks' shared
+ * scratch among them. Whole model (model/gpt.c msr_gpt_carve_work, one
+ * attention head's datt): dres, dln, datty N C, dqkv 3 N C, dfch and
+ * dfch_gelu 4 N C each, datt T^2, dlogits N V; the model's and the
+ * trainer's inputs and targets, N ints each. Model parallel: the layout's
+ * work table (msr_layout_work, which parallel/mp.c carves) and the ints
+ * context parallel adds, with the trainer's inputs and targets for every
+ * micro-batch of the step (whole sequences under cp). */
 static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                            uint64_t *scratch_p)
 {
     *scratch_p = 0;
-    uint64_t t = (uint64_t)l->tp, B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
+    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
     uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
     if (whole_path(l))
         return (14 * N * C + T * T + N * V) * F32 + 4 * N * sizeof(int32_t);
     uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
-    uint64_t cp = (uint64_t)msr_plan_cp(l);
-    T /= cp;
-    N = B * T;
-    uint64_t Cl = C / t, Hl = 4 * C / t, Vl = V / t, NHl = (uint64_t)m->heads / t;
-    uint64_t Nl = l->sp ? B * (T / t) : N;
-    uint64_t att = cp > 1 ? N * NHl : B * NHl * T * T;
-    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + att + 2 * N * Hl;
-    uint64_t e =
-        scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
-    uint64_t ints = 0;
-    if (cp > 1) {
-        e += 4 * N * 2 * Cl + 3 * N * NHl;
-        ints = cp * T + 2 * (uint64_t)l->micros * N;
-    }
-    *scratch_p = scratch * F32;
-    return e * F32 + ints * sizeof(int32_t) + trainer;
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * F32;
+    return msr_layout_work_elems(&d) * F32 + msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) +
+           trainer;
 }
 
 /* The MoE state's buffers (model/moe.c msr_moe_create_frames) for
@@ -819,10 +766,7 @@ uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t
 static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
 {
     msr_plan_layout_t d = *l;
-    if (d.bucket_bytes == 0)
-        d.bucket_bytes = MSR_DP_BUCKET_BYTES;
-    if (d.first_bucket_bytes == 0)
-        d.first_bucket_bytes = MSR_DP_FIRST_BUCKET_BYTES;
+    msr_layout_bucket_defaults(&d.bucket_bytes, &d.first_bucket_bytes);
     return d;
 }
 

@@ -932,10 +932,7 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     msr_plan_layout_t l = *lay;
     if (l.schedule != MSR_PLAN_INTERLEAVED)
         l.chunks = 1;
-    if (l.bucket_bytes == 0)
-        l.bucket_bytes = MSR_DP_BUCKET_BYTES;
-    if (l.first_bucket_bytes == 0)
-        l.first_bucket_bytes = MSR_DP_FIRST_BUCKET_BYTES;
+    msr_layout_bucket_defaults(&l.bucket_bytes, &l.first_bucket_bytes);
     memset(out, 0, sizeof *out);
     pieces_t p;
     count_pieces(m, &l, prec, c, &p);

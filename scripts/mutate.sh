@@ -1023,6 +1023,33 @@ test: ^test_parallel_(gpt|plan_report)$
         return N * C;
 >>>
 
+@ layout.units_run_from_inside_a_bucket
+file: layout/units.c
+test: ^test_parallel_layout$
+<<<
+    if (b < 1 || bhi < bb || pos != bhi - bb || lim <= pos || (lim - pos) / bb < 2)
+===
+    if (b < 1 || bhi < bb || lim <= pos || (lim - pos) / bb < 2)
+>>>
+
+@ layout.units_run_swallows_last_bucket
+file: layout/units.c
+test: ^test_parallel_layout$
+<<<
+    *repeat_p = (lim - pos) / bb - 1;
+===
+    *repeat_p = (lim - pos) / bb;
+>>>
+
+@ layout.work_ring_without_cp
+file: layout/layout.c
+test: ^test_parallel_layout$
+<<<
+    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C, ring = d->cp > 1;
+===
+    size_t N = d->N, Nl = d->Nl, C = (size_t)d->C, ring = d->cp > 0;
+>>>
+
 @ pipe_order.one_f_one_b_warmup_too_long
 file: layout/pipe_order.c
 test: ^test_parallel_(plan_sim|mp)$

@@ -1,7 +1,9 @@
 /* The layout's bucket and shard cut (layout/layout.h) at its bounds: the
  * first bucket exactly full and one past, the last bucket short, a
  * bucket's elements found from any of its positions, the ZeRO threshold
- * at exactly its size and one under, and the blocks of an uneven shard. */
+ * at exactly its size and one under, the blocks of an uneven shard; the
+ * unit walk against the cut it claims, with runs of whole buckets and
+ * without; the work table against the sizes it replaced. */
 #include <stdint.h>
 
 #include "layout/layout.h"
@@ -93,11 +95,228 @@ static void test_blocks(void)
     MSR_CHECK_EQ(msr_layout_block(9, 4), 3); /* one past */
 }
 
+/* ---- the unit walk ---- */
+
+typedef struct segs {
+    int n;
+    uint64_t count[8];
+} segs_t;
+
+static uint64_t segs_count(const void *arg, int s)
+{
+    return ((const segs_t *)arg)->count[s];
+}
+
+static uint64_t segs_total(const segs_t *g)
+{
+    uint64_t P = 0;
+    for (int s = 0; s < g->n; s++)
+        P += g->count[s];
+    return P;
+}
+
+/* Walks g's units without runs and checks each against the cut it claims:
+ * flat order without a gap, one segment and one bucket each, ending at the
+ * nearer of their ends, the threshold's choice, the blocks of every rank
+ * tiling the unit. Returns the units. */
+static int check_units(const segs_t *g, int size, uint64_t bucket, uint64_t first, uint64_t zmin,
+                       msr_layout_unit_t *out, int max)
+{
+    uint64_t P = segs_total(g), pos = 0, seg_lo = 0;
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    msr_layout_units_init(&it, P, g->n, segs_count, g, size, bucket, first, zmin);
+    int nu = 0, s = 0;
+    while (msr_layout_units_next(&it, 0, &u)) {
+        while (seg_lo + g->count[s] <= pos)
+            seg_lo += g->count[s++];
+        uint64_t bhi, b = msr_layout_bucket_at(P, it.fb, it.bb, pos, &bhi);
+        uint64_t seg_hi = seg_lo + g->count[s];
+        MSR_CHECK_EQ(u.lo, pos);
+        MSR_CHECK_EQ(u.seg, s);
+        MSR_CHECK_EQ(u.bucket, b);
+        MSR_CHECK_EQ(u.n, (seg_hi < bhi ? seg_hi : bhi) - pos);
+        MSR_CHECK_EQ(u.repeat, 1);
+        MSR_CHECK_EQ(u.seg_first, pos == seg_lo);
+        MSR_CHECK_EQ(u.seg_count, g->count[s]);
+        MSR_CHECK_EQ(u.replicated, msr_layout_replicated(g->count[s], zmin));
+        MSR_CHECK_EQ(u.blk, u.replicated ? u.n : (u.n + (uint64_t)size - 1) / (uint64_t)size);
+        uint64_t owned = 0, a, e;
+        for (int j = 0; j < size; j++) {
+            msr_layout_unit_own(&u, j, &a, &e);
+            MSR_CHECK(a <= e && e <= u.n);
+            owned += e - a;
+        }
+        MSR_CHECK_EQ(owned, u.replicated ? (uint64_t)size * u.n : u.n);
+        MSR_CHECK(nu < max);
+        out[nu++] = u;
+        pos += u.n;
+    }
+    MSR_CHECK_EQ(pos, P);
+    return nu;
+}
+
+static void test_units_cut(void)
+{
+    msr_layout_unit_t u[64];
+    /* buckets of 4 elements, the first of 2: P = 20 -> [18, 20), then 4 each */
+    segs_t g = {3, {5, 11, 4}};
+    int nu = check_units(&g, 3, 16, 8, 0, u, 64);
+    MSR_CHECK_EQ(nu, 8); /* cuts at 2, 5, 6, 10, 14, 16, 18 */
+    MSR_CHECK_EQ(u[0].n, 2);
+    MSR_CHECK_EQ(u[0].bucket, 5);
+    MSR_CHECK_EQ(u[1].n, 3); /* segment 0's end cuts bucket 4 */
+    MSR_CHECK(u[2].seg == 1 && u[2].seg_first && u[2].n == 1);
+    /* the threshold at exactly its size (16 bytes: 4 elements, sharded)
+     * and one element under (replicated) */
+    segs_t t = {3, {4, 3, 9}};
+    nu = check_units(&t, 2, 16, 8, 16, u, 64);
+    for (int k = 0; k < nu; k++)
+        MSR_CHECK_EQ(u[k].replicated, u[k].seg == 1);
+    /* a size of one: every rank-block the whole unit; an empty segment
+     * skipped; no units at all for P = 0 */
+    segs_t e = {3, {6, 0, 7}};
+    nu = check_units(&e, 1, 12, 4, 0, u, 64);
+    for (int k = 0; k < nu; k++)
+        MSR_CHECK(u[k].seg != 1 && u[k].blk == u[k].n);
+    segs_t z = {0, {0}};
+    MSR_CHECK_EQ(check_units(&z, 4, 16, 8, 0, u, 64), 0);
+    /* segments that end before P: the walk stops at their end */
+    msr_layout_units_t it;
+    msr_layout_unit_t x;
+    segs_t shrt = {1, {5}};
+    msr_layout_units_init(&it, 9, 1, segs_count, &shrt, 2, 16, 8, 0);
+    uint64_t seen = 0;
+    while (msr_layout_units_next(&it, 0, &x))
+        seen += x.n;
+    MSR_CHECK_EQ(seen, 5);
+}
+
+/* The walk with runs, each run spread back into its units, is the walk
+ * without: a run covers only whole buckets inside one segment, never
+ * bucket 0, and leaves the last whole bucket to stand alone. */
+static void check_runs(const segs_t *g, int size, uint64_t bucket, uint64_t first, int want_runs)
+{
+    msr_layout_unit_t plain[64];
+    int np = check_units(g, size, bucket, first, 0, plain, 64), k = 0, runs = 0;
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    msr_layout_units_init(&it, segs_total(g), g->n, segs_count, g, size, bucket, first, 0);
+    while (msr_layout_units_next(&it, 1, &u)) {
+        runs += u.repeat > 1;
+        for (uint64_t r = 0; r < u.repeat; r++, k++) {
+            MSR_CHECK(k < np);
+            MSR_CHECK_EQ(plain[k].lo, u.lo + r * u.n);
+            MSR_CHECK_EQ(plain[k].n, u.n);
+            MSR_CHECK_EQ(plain[k].bucket, u.bucket - r);
+            MSR_CHECK_EQ(plain[k].seg, u.seg);
+            MSR_CHECK_EQ(plain[k].blk, u.blk);
+            MSR_CHECK_EQ(plain[k].seg_first, r == 0 && u.seg_first);
+        }
+    }
+    MSR_CHECK_EQ(k, np);
+    MSR_CHECK_EQ(runs, want_runs);
+}
+
+static void test_units_runs(void)
+{
+    /* buckets of 4, the first of 2, cut from the end: a run needs three
+     * whole buckets in one segment (the last of them stands alone) */
+    segs_t three = {2, {14, 2}};  /* [0, 2), then [2, 6) [6, 10) [10, 14) whole */
+    segs_t two = {2, {13, 3}};    /* one element short: [2, 6) [6, 10) whole */
+    segs_t many = {2, {21, 3}};   /* four whole, [2, 18), and [18, 21) */
+    segs_t head = {1, {2}};       /* bucket 0 alone: never in a run */
+    segs_t mid = {3, {3, 13, 2}}; /* segment 1 starts inside [0, 4): its run starts at 4 */
+    check_runs(&three, 2, 16, 8, 1);
+    check_runs(&two, 2, 16, 8, 0);
+    check_runs(&many, 3, 16, 8, 1);
+    check_runs(&head, 2, 16, 8, 0);
+    check_runs(&mid, 2, 16, 8, 1);
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    msr_layout_units_init(&it, 24, 2, segs_count, &many, 3, 16, 8, 0);
+    MSR_CHECK(msr_layout_units_next(&it, 1, &u) && u.repeat == 1 && u.n == 2);
+    MSR_CHECK(msr_layout_units_next(&it, 1, &u) && u.repeat == 3 && u.lo == 2 && u.n == 4);
+    MSR_CHECK(msr_layout_units_next(&it, 1, &u) && u.repeat == 1 && u.lo == 14 && u.n == 4);
+    MSR_CHECK(msr_layout_units_next(&it, 1, &u) && u.repeat == 1 && u.lo == 18 && u.n == 3);
+    msr_layout_units_init(&it, 16, 2, segs_count, &three, 2, 16, 8, 0);
+    MSR_CHECK(msr_layout_units_next(&it, 1, &u) && msr_layout_units_next(&it, 1, &u));
+    MSR_CHECK(u.repeat == 2 && u.lo == 2 && u.bucket == 3 && u.blk == 2);
+}
+
+/* ZeRO-3's visits for one layer and for three: every segment once each
+ * way, backward from MSR_LAYOUT_ZERO3_BACKWARD on. */
+static void test_zero3_visits(void)
+{
+    int v[MSR_LAYOUT_ZERO3_VISITS(3)];
+    const int one[] = {0, 1, 2, 0, 0, 2, 1, 0};
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_VISITS(1), 8);
+    msr_layout_zero3_visits(1, v);
+    for (int k = 0; k < 8; k++)
+        MSR_CHECK_EQ(v[k], one[k]);
+    const int three[] = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1, 0};
+    msr_layout_zero3_visits(3, v);
+    for (int k = 0; k < MSR_LAYOUT_ZERO3_VISITS(3); k++)
+        MSR_CHECK_EQ(v[k], three[k]);
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_BACKWARD(3), 6); /* the tied head's 0 */
+}
+
+static void test_bucket_defaults(void)
+{
+    size_t b = 0, f = 0;
+    msr_layout_bucket_defaults(&b, &f);
+    MSR_CHECK_EQ(b, MSR_DP_BUCKET_BYTES);
+    MSR_CHECK_EQ(f, MSR_DP_FIRST_BUCKET_BYTES);
+    b = 1, f = 1; /* the least given size is kept */
+    msr_layout_bucket_defaults(&b, &f);
+    MSR_CHECK(b == 1 && f == 1);
+}
+
+/* ---- the work table ---- */
+
+static void test_work_table(void)
+{
+    /* B 2, T 16, C 8, 2 heads, V 12, tp 2 with sp: the table against the
+     * sizes parallel/mp.c carved by hand */
+    msr_layout_dims_t d = msr_layout_dims(2, 16, 8, 2, 12, 2, 1, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    uint64_t N = 32, Nl = 16, C = 8, Cl = 4, Hl = 16, Vl = 6, T = 16, NHl = 1;
+    uint64_t scratch = 3 * Nl * C + 4 * Nl + 3 * N * Cl + N * Cl + 2 * NHl * T * T + 2 * N * Hl;
+    MSR_CHECK_EQ(msr_layout_work(&d, MSR_WORK_SCRATCH), scratch);
+    MSR_CHECK_EQ(msr_layout_work(&d, MSR_WORK_DQKV), 3 * N * Cl);
+    MSR_CHECK_EQ(msr_layout_work(&d, MSR_WORK_DATT), T * T);
+    MSR_CHECK_EQ(msr_layout_work(&d, MSR_WORK_KV0), 0); /* no ring without cp */
+    MSR_CHECK_EQ(msr_layout_work(&d, MSR_WORK_COUNT), 0);
+    uint64_t all =
+        scratch + 5 * N * C + 3 * Nl * C + 4 * N * Cl + 2 * N * Hl + T * T + 2 * N * Vl + 4 * N;
+    MSR_CHECK_EQ(msr_layout_work_elems(&d), all);
+    MSR_CHECK_EQ(msr_layout_work_ints(&d, 3), 0);
+    /* the scratch is the same whatever the mode: the most any drops */
+    msr_layout_dims_t f = msr_layout_dims(2, 16, 8, 2, 12, 2, 1, 1, MSR_LAYOUT_RECOMPUTE_FULL);
+    MSR_CHECK_EQ(msr_layout_work(&f, MSR_WORK_SCRATCH), scratch);
+    /* cp 2 (T 8 a rank): the ring's blocks and statistics, its ints */
+    msr_layout_dims_t c = msr_layout_dims(2, 16, 8, 2, 12, 2, 0, 2, MSR_LAYOUT_RECOMPUTE_NONE);
+    uint64_t Nc = 16;
+    MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_DKV1), Nc * 2 * Cl);
+    MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_DELTA), Nc * NHl);
+    MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_DATT), 8 * 8);
+    MSR_CHECK_EQ(msr_layout_work_ints(&c, 3), 2 * 8 + 2 * 3 * Nc);
+    uint64_t cs = 3 * Nc * C + 4 * Nc + 3 * Nc * Cl + Nc * Cl + Nc * NHl + 2 * Nc * Hl;
+    MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_SCRATCH), cs); /* the logsumexp, not T^2 */
+    uint64_t call = cs + 5 * Nc * C + 3 * Nc * C + 4 * Nc * Cl + 2 * Nc * Hl + 8 * 8 + 2 * Nc * Vl +
+                    4 * Nc + 4 * Nc * 2 * Cl + 3 * Nc * NHl;
+    MSR_CHECK_EQ(msr_layout_work_elems(&c), call);
+}
+
 static const msr_test_t tests[] = {
     {"buckets_at_bounds", test_buckets_at_bounds, 10},
     {"bucket_elems", test_bucket_elems, 10},
     {"replicated_threshold", test_replicated_threshold, 10},
     {"blocks", test_blocks, 10},
+    {"units_cut", test_units_cut, 10},
+    {"units_runs", test_units_runs, 10},
+    {"work_table", test_work_table, 10},
+    {"zero3_visits", test_zero3_visits, 10},
+    {"bucket_defaults", test_bucket_defaults, 10},
 };
 
 int main(int argc, char **argv)

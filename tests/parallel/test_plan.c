@@ -314,7 +314,7 @@ static void test_runtime_dp_alone(void)
 {
     msr_plan_model_t m = gpt(3, 32, 4, 16);
     msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 3, 4, 32};
-    const size_t buckets[] = {4000, 25u << 20, 40000};
+    const size_t buckets[] = {4000, MSR_DP_BUCKET_BYTES, 40000};
     for (int zero = 0; zero <= 3; zero++) {
         for (size_t k = 0; k < 3; k++) {
             msr_plan_layout_t l = layout(1, 1, 1, 0, zero, 0, MSR_PLAN_1F1B, 1, 1);
