@@ -8,9 +8,13 @@
 #include "base/err.h"
 #include "base/status.h"
 
-#define PAYLOAD_MAGIC   "MSRTRN02"
-#define PAYLOAD_VERSION 2u
-#define MAX_WORLD       (1u << 20)
+#define PAYLOAD_MAGIC    "MSRTRN03"
+#define PAYLOAD_VERSION  3u
+/* version 2: the same bytes; its ranges were the saving rank's own flat
+ * elements, which are the whole model's only without model parallel (the
+ * only version 2 checkpoints a run's settings text lets through, ckpt.h) */
+#define PAYLOAD_MAGIC_V2 "MSRTRN02"
+#define MAX_WORLD        (1u << 20)
 
 /* magic, 2 x u32, 5 x u64, 5 x u32 */
 #define FIXED_LEN (8 + 2 * 4 + 5 * 8 + 5 * 4)
@@ -111,7 +115,8 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p)
 {
     const unsigned char *b = buf, *p = b + 8;
-    if (len < FIXED_LEN || memcmp(b, PAYLOAD_MAGIC, 8) != 0) {
+    if (len < FIXED_LEN ||
+        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0)) {
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
                        len);
     }
@@ -126,9 +131,10 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
     h.world = get_u32(&p);
     h.zero = get_u32(&p);
     uint32_t n = get_u32(&p), meta_len = get_u32(&p);
-    if (version != PAYLOAD_VERSION || meta_len >= MSR_TCKPT_META_MAX || n > len / 16 ||
-        hl != head_len(meta_len, n) || hl > len || b[FIXED_LEN + meta_len] != '\0' ||
-        h.world == 0 || h.world > MAX_WORLD || h.rank >= h.world) {
+    if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || meta_len >= MSR_TCKPT_META_MAX ||
+        n > len / 16 || hl != head_len(meta_len, n) || hl > len ||
+        b[FIXED_LEN + meta_len] != '\0' || h.world == 0 || h.world > MAX_WORLD ||
+        h.rank >= h.world) {
         return msr_err(MSR_ERR_CORRUPT,
                        "checkpoint: %s has an inconsistent header (version %u, rank %u of %u, %u "
                        "ranges)",

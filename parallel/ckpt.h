@@ -2,24 +2,36 @@
  * msr_ckpt_save (include/msrun/checkpoint.h), which writes them atomically
  * with a CRC, marks the step complete once every rank has saved, and finds
  * the latest complete step after a restart. This file only says what the
- * bytes are: the rank's shard of the training state and what it covers.
+ * bytes are: the rank's pieces of the training state and what they cover.
+ *
+ * The format is layout-free: a range is of the whole model's flat
+ * numbering (ckpt_map.h: model/gpt.h's tensor table in order, each tensor
+ * row-major at its full_offset, then the whole model's experts in
+ * model/moe.h's numbering), whatever part of the model the writer held
+ * (tp slice, pipeline stages, ZeRO shard). A tensor's global shape and
+ * name follow from the model's shape, which the settings text (meta)
+ * fixes, so a range names a box of tensors. See docs/checkpoint.md.
  *
  * Payload (integers in the writer's byte order; the magic rejects the
  * other):
  *
- *   "MSRTRN02"                                    8 bytes
- *   u32 version (2), u32 header bytes             (everything before the floats)
+ *   "MSRTRN03"                                    8 bytes
+ *   u32 version (3), u32 header bytes             (everything before the floats)
  *   u64 step, adam_t, data_seed, data_position, num_params
  *   u32 rank, world, zero, num_ranges, meta_len
  *   meta_len bytes of text (the run's settings), NUL, zero padding to 8
- *   num_ranges x (u64 lo, u64 n)                   flat elements [lo, lo + n),
+ *   num_ranges x (u64 lo, u64 n)                   global elements [lo, lo + n),
  *                                                  increasing and disjoint
  *   for each range: f32 params[n], f32 m[n], f32 v[n]
  *
- * A rank saves the flat elements it owns (parallel/dp.h: a 1/dp share of
- * every bucket, whatever the ZeRO stage, plus the small replicated
- * segments), so the ranks' payloads together hold the whole state once, and
- * a run with another world size or layout can pick its pieces out of them. */
+ * rank and world are of the saving job's world (every model-parallel rank
+ * writes a payload); num_params counts the whole model. The ranks'
+ * payloads together hold every element at least once (tp-replicated
+ * tensors once per tp rank), so any layout picks its pieces out of them.
+ * "MSRTRN02" (version 2) payloads decode too: their ranges were the
+ * writer's local flat elements, the same numbering when it ran without
+ * model parallel; a model-parallel one is refused by its settings text,
+ * which named the layout. */
 #ifndef MSR_PARALLEL_CKPT_H
 #define MSR_PARALLEL_CKPT_H
 

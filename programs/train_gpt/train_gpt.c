@@ -114,8 +114,8 @@ static const msr_opt_t specs[] = {
             "steps between checkpoints, 0 = only at the end (0)"),
     OPT_INT("ckpt-keep", ckpt_keep, 0, (int64_t)1e9, "checkpoints kept, 0 = all (0)"),
     OPT_FLAG("resume", resume,
-             "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
-             "cp = 1; otherwise by the same layout)"),
+             "continue from the latest complete checkpoint, saved by any layout and world size "
+             "of the same model and global batch"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),

@@ -49,7 +49,9 @@ const trainer_ops_t train_gpt_cpu_ops = {cpu_step, cpu_snapshot, cpu_restore, cp
                                          cpu_grad_norm};
 
 /* The text a resume must match: the settings that decide the numbers
- * (whatever the device, so CPU and GPU runs resume each other). */
+ * (whatever the device, so CPU and GPU runs resume each other; not the
+ * layout: a checkpoint holds the whole model's tensors, parallel/ckpt.h,
+ * and loads into any layout of the same global batch). */
 void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
                     const msr_dataset_t *data)
 {
@@ -60,28 +62,12 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
              cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
              (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
              data->origin, data->size);
-    if (cfg->tp > 1 || cfg->pp > 1) { /* the part each rank holds */
-        size_t used = strlen(meta);
-        snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
-                 cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
-    }
-    if (cfg->cp > 1) { /* the shards are over dp x cp */
-        size_t used = strlen(meta);
-        snprintf(meta + used, len - used, "; cp %d", cfg->cp);
-    }
     if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
         const msr_gpt_moe_t *m = &cfg->model.moe;
         size_t used = strlen(meta);
         snprintf(meta + used, len - used,
                  "; experts %d top-k %d moe-every %d capacity-factor %.9g aux-loss %.9g",
                  m->experts, m->top_k, m->every, m->capacity_factor, m->aux_loss);
-    }
-    if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
-        size_t used = strlen(meta);
-        used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
-        if (used < len)
-            msr_layout_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
-                                    len - used);
     }
 }
 
@@ -113,21 +99,12 @@ typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
     int64_t step;
-    int own_complete;       /* msr_ckpt_latest found this step complete for this world */
-    const msr_mesh_t *mesh; /* model parallel: the saved layout is this one */
+    int own_complete; /* msr_ckpt_latest found this step complete for this world */
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
 {
     fetch_arg_t *f = arg;
-    if (f->mesh != NULL) {
-        /* rank is a dp x cp index: the rank of our pp and tp index; past
-         * the dp x cp ranks, of another tp index (msr_trainer_restore) */
-        int n = f->mesh->dp * f->mesh->cp, tp = rank >= n ? rank / n - 1 : f->mesh->tp_rank;
-        rank %= n;
-        rank =
-            msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp, tp);
-    }
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
@@ -201,27 +178,10 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
-    /* each rank holds a part of the model (CPU only: --device cuda refuses tp and pp) */
-    int split = o->tp > 1 || o->pp > 1 || o->cp > 1;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? t->cpu->mesh : NULL};
-    int saved_dp = world;
-    if (split) {
-        /* a model-parallel checkpoint loads into the layout that wrote it
-         * (its meta names the layout; the world must be the same) */
-        if (world != job->world) {
-            fprintf(stderr,
-                    "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
-                    "tensor-, pipeline- or context-parallel run resumes only in the layout that "
-                    "saved it "
-                    "(this job has %d ranks)\n",
-                    (long long)any, o->ckpt_dir, world, job->world);
-            return MSR_ERR_CONFIG;
-        }
-        saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
-    }
-    /* without model parallel the saving world's ranks are all data-parallel */
+    /* rank r of the saving world wrote payload r, whatever its layout */
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
     msr_err_clear();
-    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK) {
+    if ((st = t->ops->restore(t->tr, meta, world, fetch_payload, &f)) != MSR_OK) {
         fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
         return st;
