@@ -3,7 +3,9 @@
 # and world size. For each pair A -> B, layout A trains 3 steps and saves;
 # layout B resumes from it and trains 10 more; the same layout B resumed
 # from the checkpoint one process saved at step 3 must print the same 10
-# losses (1e-5 relative). Usage: train_gpt_reshard.sh GROUP (dense, moe).
+# losses (1e-5 relative). Then bad input: a truncated or corrupted piece
+# file, another model's checkpoint: exit 2 naming the file or both
+# settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -82,4 +84,28 @@ if [[ $group == dense ]]; then
 else
     pair ep2 ep4
     pair ep2tp2 one
+fi
+
+# bad input, resumed in another layout: exit 2, the reason, nothing trained
+# (refuse NAME DIR PATTERN [more options]; layout NAME)
+refuse() {
+    local spec=(${L[$1]}) dir=$2 pattern=$3 rc=0
+    shift 3
+    msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$dir" --resume "$@" >"$work/out" \
+        2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "resume from $dir exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "no '$pattern' in: $(cat "$work/err")"
+    ! grep -q "^step" "$work/out" || fail "trained from a bad checkpoint: $(cat "$work/out")"
+}
+if [[ $group == dense ]]; then
+    run tp2pp2 "$work/bad" "$work/log-bad" --steps 3
+    cp -r "$work/bad" "$work/bad-cut"
+    truncate -s -100 "$work/bad-cut/step-3/rank-1.bin"
+    refuse dp2z2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    cp -r "$work/bad" "$work/bad-flip"
+    printf '\x55' | dd of="$work/bad-flip/step-3/rank-1.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
+    refuse dp2z2 "$work/bad-flip" "step-3/rank-1.bin does not match its CRC"
+    model[1]=4 # --layers 4: another model
+    refuse dp2z2 "$work/bad" "written with other settings; checkpoint: layers 6"
+    echo "ok bad input refused"
 fi
