@@ -20,16 +20,23 @@
  *   u64 step, adam_t, data_seed, data_position, num_params
  *   u32 rank, world, zero, num_ranges, meta_len
  *   meta_len bytes of text (the run's settings), NUL, zero padding to 8
- *   num_ranges x (u64 lo, u64 n)                   global elements [lo, lo + n),
- *                                                  increasing and disjoint
- *   for each range: f32 params[n], f32 m[n], f32 v[n]
+ *   num_ranges x (u64 lo, u32 n, u32 crc)          pieces: global elements
+ *                                                  [lo, lo + n), increasing and
+ *                                                  disjoint, n <= MSR_TCKPT_PIECE_MAX
+ *   for each piece: f32 params[n], f32 m[n], f32 v[n]   (crc: CRC-32 of these)
+ *
+ * The header and range table are the payload's index: piece k's bytes
+ * start at header bytes + 12 x (the n of the pieces before it), so a
+ * reader that needs a few pieces reads the header, then only those
+ * pieces (msr_ckpt_read_rank), and checks each with its CRC.
  *
  * rank and world are of the saving job's world (every model-parallel rank
  * writes a payload); num_params counts the whole model. The ranks'
  * payloads together hold every element at least once (tp-replicated
  * tensors once per tp rank), so any layout picks its pieces out of them.
- * "MSRTRN02" (version 2) payloads decode too: their ranges were the
- * writer's local flat elements, the same numbering when it ran without
+ * "MSRTRN02" (version 2) payloads decode too (ranges (u64 lo, u64 n), no
+ * CRCs, pieces of any length): their ranges were the writer's local flat
+ * elements, the same numbering when it ran without
  * model parallel; a model-parallel one is refused by its settings text,
  * which named the layout. */
 #ifndef MSR_PARALLEL_CKPT_H
@@ -40,7 +47,12 @@
 
 #include "msrun/base.h"
 
-#define MSR_TCKPT_META_MAX 4096
+#define MSR_TCKPT_META_MAX  4096
+/* The most elements of one piece (12 MiB of parameters and moments): the
+ * unit of a CRC and of a partial read, so a reader's buffer is bounded. */
+#define MSR_TCKPT_PIECE_MAX (1u << 20)
+/* The header's fixed part: what msr_tckpt_head_len needs. */
+#define MSR_TCKPT_FIXED_LEN (8 + 2 * 4 + 5 * 8 + 5 * 4)
 
 typedef struct msr_tckpt_header {
     uint64_t step;          /* optimizer steps done */
@@ -51,12 +63,17 @@ typedef struct msr_tckpt_header {
     uint32_t rank, world;   /* who wrote it, of how many (data-parallel ranks) */
     uint32_t zero;          /* the writer's ZeRO stage (informative) */
     const char *meta;       /* NUL-terminated, < MSR_TCKPT_META_MAX bytes */
+    uint32_t version;       /* decoded: 2 or 3 (encode writes 3) */
 } msr_tckpt_header_t;
 
-/* Flat elements [lo, lo + n) with their parameters and AdamW moments. */
+/* Flat elements [lo, lo + n) with their parameters and AdamW moments.
+ * Encoding, a range may be longer than a piece (it is cut into pieces);
+ * decoded, each is one piece with its CRC and its bytes' offset. */
 typedef struct msr_tckpt_range {
     uint64_t lo, n;
-    const float *params, *m, *v; /* (n) each */
+    const float *params, *m, *v; /* (n) each; NULL from msr_tckpt_decode_head */
+    uint32_t crc;                /* decoded (version 3) */
+    uint64_t offset;             /* decoded: params' first byte in the payload */
 } msr_tckpt_range_t;
 
 /* Builds the payload of h and ranges[0..n) into *buf_p (msr_free it) of
@@ -71,6 +88,23 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
  * version, inconsistent sizes; the error text names `what`), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p);
+
+/* The header length a payload's first len (>= MSR_TCKPT_FIXED_LEN)
+ * bytes give: how much to read before msr_tckpt_decode_head.
+ * MSR_ERR_CORRUPT: not a payload's start. */
+msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p);
+
+/* msr_tckpt_decode from only the header and range table (head, hl bytes
+ * read from the start of a payload of total bytes): the ranges' data
+ * pointers are NULL, their offset and crc say where to read and what to
+ * check. Same errors. */
+msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, const char *what,
+                                   msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p,
+                                   uint32_t *n_p);
+
+/* Whether piece r's params, m and v (contiguous, as in a payload) match
+ * its CRC (always for version 2, which has none). */
+int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
 
 /* Where metas a and b first differ, backed up to the start of that "; "-
  * separated field: a message about other settings shows both from there

@@ -1,7 +1,9 @@
 /* Fuzzing the checkpoint payload's header and range table (parallel/ckpt.h),
  * the index a resume reads before it takes any piece: every input either
  * decodes to ranges that are increasing, inside the model and inside the
- * bytes, and that encode and decode back to the same, or is refused with
+ * bytes, that the header and range table alone decode to as well (a
+ * partial reader's view), and that encode and decode back to the same, or
+ * is refused with
  * MSR_ERR_CORRUPT; never a crash or a read past the input. Built two ways:
  *   - with libFuzzer (MSRUN_FUZZ=ON, clang): fuzz_ckpt [corpus dirs]
  *   - as a replay driver in every build: fuzz_ckpt_replay FILE|DIR...
@@ -45,6 +47,26 @@ static void round_trip(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r, 
     msr_free(buf);
 }
 
+/* The header and range table alone (a partial reader's view) give the
+ * same pieces, at the same offsets, as the whole payload. */
+static void head_only(const void *buf, size_t size, const msr_tckpt_range_t *r, uint32_t n)
+{
+    size_t hl = 0;
+    msr_tckpt_header_t g;
+    msr_tckpt_range_t *got = NULL;
+    uint32_t gn = 0;
+    check(msr_tckpt_head_len(buf, size, &hl) == MSR_OK && hl <= size);
+    msr_status_t st = msr_tckpt_decode_head(buf, hl, size, "fuzz", &g, &got, &gn);
+    if (st == MSR_ERR_NO_MEMORY)
+        return;
+    check(st == MSR_OK && gn == n);
+    for (uint32_t k = 0; k < n; k++)
+        check(got[k].lo == r[k].lo && got[k].n == r[k].n && got[k].offset == r[k].offset &&
+              got[k].crc == r[k].crc && got[k].params == NULL &&
+              (const char *)buf + got[k].offset == (const char *)r[k].params);
+    msr_free(got);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void *buf = malloc(size > 0 ? size : 1); /* malloc's alignment, like libmsrun's */
@@ -64,6 +86,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check(k == 0 || r[k].lo >= r[k - 1].lo + r[k - 1].n);
             check((const char *)(r[k].v + r[k].n) <= end);
         }
+        head_only(buf, size, r, n);
+        for (uint32_t k = 0; k < n; k++)
+            (void)msr_tckpt_piece_ok(&h, &r[k]);
         round_trip(&h, r, n);
         msr_free(r);
     }
