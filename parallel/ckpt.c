@@ -61,16 +61,30 @@ static uint64_t pieces_of(uint64_t n)
     return (n + MSR_TCKPT_PIECE_MAX - 1) / MSR_TCKPT_PIECE_MAX;
 }
 
-static uint32_t piece_crc(const float *params, const float *m, const float *v, size_t n)
+/* The CRC every piece's starts from: of the header's fields after the
+ * version and length (step ... meta length), so a damaged field of the
+ * header fails every piece's check. */
+static uint32_t head_crc(const unsigned char *b)
 {
-    uint32_t crc = msr_crc32(0, params, n * sizeof(float));
+    return msr_crc32(0, b + 16, FIXED_LEN - 16);
+}
+
+/* A piece's CRC: the header's, then its (lo, n) as written, then its
+ * parameters and moments. */
+static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float *params,
+                          const float *m, const float *v)
+{
+    size_t n = n32;
+    uint32_t crc = msr_crc32(head, &lo, sizeof lo);
+    crc = msr_crc32(crc, &n32, sizeof n32);
+    crc = msr_crc32(crc, params, n * sizeof(float));
     crc = msr_crc32(crc, m, n * sizeof(float));
     return msr_crc32(crc, v, n * sizeof(float));
 }
 
 /* Writes the range table and the pieces of ranges[0..n) from p (the end
  * of the header's fixed part and meta). */
-static void put_pieces(unsigned char *p, const msr_tckpt_range_t *ranges, uint32_t n)
+static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t *ranges, uint32_t n)
 {
     unsigned char *data = p;
     for (uint32_t k = 0; k < n; k++)
@@ -82,7 +96,8 @@ static void put_pieces(unsigned char *p, const msr_tckpt_range_t *ranges, uint32
                    bytes = c * sizeof(float);
             put_u64(&p, r->lo + at);
             put_u32(&p, (uint32_t)c);
-            put_u32(&p, piece_crc(r->params + at, r->m + at, r->v + at, c));
+            put_u32(&p,
+                    piece_crc(head, r->lo + at, (uint32_t)c, r->params + at, r->m + at, r->v + at));
             memcpy(data, r->params + at, bytes);
             memcpy(data + bytes, r->m + at, bytes);
             memcpy(data + 2 * bytes, r->v + at, bytes);
@@ -133,7 +148,7 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
     put_u32(&p, (uint32_t)pieces);
     put_u32(&p, (uint32_t)meta_len);
     memcpy(p, h->meta, meta_len); /* the NUL and padding are calloc's zeros */
-    put_pieces(buf + hl - (size_t)pieces * 16, ranges, n);
+    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf), ranges, n);
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
@@ -168,6 +183,7 @@ static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tck
     h.zero = get_u32(&p);
     uint32_t n = get_u32(&p), meta_len = get_u32(&p);
     h.version = version;
+    h.head_crc = head_crc(b);
     *h_p = h;
     if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || meta_len >= MSR_TCKPT_META_MAX ||
         n > total / 16 || hl != head_len(meta_len, n) || hl > len || hl > total ||
@@ -262,7 +278,8 @@ msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, co
 
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
 {
-    return h->version < 3 || piece_crc(r->params, r->m, r->v, (size_t)r->n) == r->crc;
+    return h->version < 3 ||
+           piece_crc(h->head_crc, r->lo, (uint32_t)r->n, r->params, r->m, r->v) == r->crc;
 }
 
 size_t msr_tckpt_meta_diff(const char *a, const char *b)

@@ -23,7 +23,11 @@
  *   num_ranges x (u64 lo, u32 n, u32 crc)          pieces: global elements
  *                                                  [lo, lo + n), increasing and
  *                                                  disjoint, n <= MSR_TCKPT_PIECE_MAX
- *   for each piece: f32 params[n], f32 m[n], f32 v[n]   (crc: CRC-32 of these)
+ *   for each piece: f32 params[n], f32 m[n], f32 v[n]
+ *
+ * A piece's crc is the CRC-32 of the header's fields from step to
+ * meta_len, then of its (lo, n) as written, then of its floats: a damaged
+ * header field, table entry or float fails the check of the pieces read.
  *
  * The header and range table are the payload's index: piece k's bytes
  * start at header bytes + 12 x (the n of the pieces before it), so a
@@ -64,6 +68,7 @@ typedef struct msr_tckpt_header {
     uint32_t zero;          /* the writer's ZeRO stage (informative) */
     const char *meta;       /* NUL-terminated, < MSR_TCKPT_META_MAX bytes */
     uint32_t version;       /* decoded: 2 or 3 (encode writes 3) */
+    uint32_t head_crc;      /* decoded: where the pieces' CRCs start (ckpt.c) */
 } msr_tckpt_header_t;
 
 /* Flat elements [lo, lo + n) with their parameters and AdamW moments.

@@ -621,6 +621,7 @@ typedef struct payload {
     msr_tckpt_header_t h;
     msr_tckpt_range_t *ranges;
     uint32_t n;
+    int partial; /* only the header and range table were read (buf holds them) */
 } payload_t;
 
 static void payload_free(payload_t *p)
@@ -628,6 +629,46 @@ static void payload_free(payload_t *p)
     msr_free(p->ranges);
     msr_free(p->buf);
     memset(p, 0, sizeof *p);
+}
+
+/* Where the saved payloads come from: whole (fetch) or, when read is not
+ * NULL, in byte ranges. */
+typedef struct source {
+    msr_trainer_fetch_t fetch;
+    msr_trainer_read_t read;
+    void *arg;
+} source_t;
+
+/* Reads only the header and range table of rank's payload (p->buf holds
+ * them; the ranges' data pointers are NULL). */
+static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *p)
+{
+    unsigned char fixed[MSR_TCKPT_FIXED_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
+    char what[64];
+    memset(p, 0, sizeof *p);
+    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(fixed, sizeof fixed, &hl);
+    if (st == MSR_OK) { /* name it by its file (libmsrun's step-S/rank-R.bin) */
+        uint64_t step;
+        memcpy(&step, fixed + 16, sizeof step);
+        snprintf(what, sizeof what, "step-%llu/rank-%d.bin", (unsigned long long)step, rank);
+    }
+    if (st == MSR_OK && (hl < sizeof fixed || hl > total))
+        st = msr_err(MSR_ERR_CORRUPT, "train: %s has a header of %zu bytes in %llu", what, hl,
+                     (unsigned long long)total);
+    if (st == MSR_OK && (p->buf = msr_malloc(hl)) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a header of %zu bytes", hl);
+    if (st == MSR_OK)
+        st = src->read(src->arg, rank, 0, p->buf, hl, NULL);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(p->buf, hl, (size_t)total, what, &p->h, &p->ranges, &p->n);
+    if (st != MSR_OK)
+        payload_free(p);
+    p->partial = 1;
+    return st;
 }
 
 static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
@@ -645,17 +686,23 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
     return st;
 }
 
-/* Whether p holds exactly the ranges this rank saves (map: its runs). */
+/* Whether p holds exactly the pieces this rank saves (map: its runs):
+ * its ranges cut as msr_tckpt_encode cuts them. */
 static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
 {
     range_list_t l;
     if (saved_ranges(tr, map, &l) != MSR_OK)
         return 0; /* read every payload instead */
-    int same = l.n == p->n;
-    for (size_t k = 0; k < l.n && same; k++)
-        same = l.r[k].lo == p->ranges[k].lo && l.r[k].n == p->ranges[k].n;
+    uint32_t j = 0;
+    int same = 1;
+    for (size_t k = 0; k < l.n && same; k++) {
+        for (uint64_t at = 0; at < l.r[k].n && same; at += MSR_TCKPT_PIECE_MAX, j++) {
+            uint64_t c = MSR_MIN(l.r[k].n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
+            same = j < p->n && p->ranges[j].lo == l.r[k].lo + at && p->ranges[j].n == c;
+        }
+    }
     msr_free(l.r);
-    return same;
+    return same && j == p->n;
 }
 
 /* Copies the part of saved range r that this rank saves itself (its
@@ -710,6 +757,103 @@ static void payload_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const pa
         apply_arg_t a = {tr->dp, r};
         msr_ckpt_map_to_local(map, r->lo, n, apply_run, &a);
     }
+}
+
+/* msr_ckpt_map_fn: stops at the first part this rank holds, giving its
+ * local start. */
+static int first_held(void *arg, size_t lo, size_t glo, size_t n)
+{
+    (void)glo;
+    (void)n;
+    *(size_t *)arg = lo;
+    return 1;
+}
+
+/* Whether this rank holds any element of saved range r. */
+static int range_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
+{
+    size_t lo, n;
+    if (r->lo >= whole_flat(tr)) {
+        for (int k = 0; k < expert_ranges(tr); k++) {
+            msr_tckpt_range_t mine = expert_range(tr, k);
+            if (mine.n > 0 && msr_ckpt_overlap(mine.lo, mine.n, r->lo, r->n, &lo, &n))
+                return 1;
+        }
+        return 0;
+    }
+    return msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held,
+                                 &lo) != 0;
+}
+
+/* The name of the tensor of this rank's that holds a part of saved range
+ * r (one range_needed accepted). */
+static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                             const msr_tckpt_range_t *r)
+{
+    size_t lo = 0;
+    if (r->lo >= whole_flat(tr))
+        return "experts";
+    msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held, &lo);
+    for (int k = 0; k < tr->model->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &tr->model->tensors[k];
+        if (lo >= t->offset && lo < t->offset + t->count)
+            return t->name;
+    }
+    return "?";
+}
+
+/* Reads the pieces of partial payload p (saved by rank) that hold
+ * elements of this rank's, one at a time through a buffer of one piece
+ * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
+ * and loads them. */
+static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                       const payload_t *p, const source_t *src, int rank,
+                                       uint8_t *cover)
+{
+    float *buf = NULL;
+    size_t cap = 0;
+    msr_status_t st = MSR_OK;
+    for (uint32_t k = 0; k < p->n && st == MSR_OK; k++) {
+        msr_tckpt_range_t r = p->ranges[k];
+        if (!range_needed(tr, map, &r))
+            continue;
+        size_t floats = 3 * (size_t)r.n;
+        if (floats > cap) {
+            msr_free(buf);
+            cap = floats;
+            if ((buf = msr_malloc(cap * sizeof *buf)) == NULL)
+                return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
+                               cap);
+        }
+        if ((st = src->read(src->arg, rank, r.offset, buf, floats * sizeof *buf, NULL)) != MSR_OK)
+            break;
+        r.params = buf;
+        r.m = buf + r.n;
+        r.v = buf + 2 * r.n;
+        if (!msr_tckpt_piece_ok(&p->h, &r)) {
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
+                         "%llu) of the whole model) does not match its CRC",
+                         (unsigned long long)p->h.step, rank, tensor_of(tr, map, &r),
+                         (unsigned long long)r.lo, (unsigned long long)(r.lo + r.n));
+            break;
+        }
+        payload_t one = {NULL, p->h, &r, 1, 0};
+        payload_apply(tr, map, &one, cover);
+    }
+    msr_free(buf);
+    return st;
+}
+
+/* Loads what this rank needs of payload p (saved by rank): from its bytes,
+ * or, partial, by reading the pieces it needs. */
+static msr_status_t payload_load(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                 const source_t *src, int rank, uint8_t *cover)
+{
+    if (p->partial)
+        return payload_read_apply(tr, map, p, src, rank, cover);
+    payload_apply(tr, map, p, cover);
+    return MSR_OK;
 }
 
 /* Whether two payloads belong to the same checkpoint. */
@@ -834,24 +978,27 @@ static msr_status_t restore_same_point(msr_trainer_t *tr, const payload_t *p0)
 
 /* Applies the shards of the saving world's other ranks (the rank's own
  * layout differs from the one that saved): each must be of p0's
- * checkpoint. One payload is held at a time. */
+ * checkpoint. One payload (or, reading in part, one header and one piece)
+ * is held at a time. */
 static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
-                                        int first, msr_trainer_fetch_t fetch, void *arg,
-                                        const payload_t *p0, uint8_t *cover)
+                                        int first, const source_t *src, const payload_t *p0,
+                                        uint8_t *cover)
 {
     msr_status_t st = MSR_OK;
     for (int r = 0; r < world && st == MSR_OK; r++) {
         payload_t p;
         if (r == first)
             continue;
-        if ((st = payload_fetch(fetch, arg, r, &p)) != MSR_OK)
+        st = src->read != NULL ? payload_read_head(src, r, &p)
+                               : payload_fetch(src->fetch, src->arg, r, &p);
+        if (st != MSR_OK)
             break;
         if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
             st = msr_err(MSR_ERR_CORRUPT,
                          "train: the shards of ranks %d and %d belong to different checkpoints",
                          first, r);
         else
-            payload_apply(tr, map, &p, cover);
+            st = payload_load(tr, map, &p, src, r, cover);
         payload_free(&p);
     }
     return st;
@@ -862,8 +1009,7 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
  * piece of this rank's. Whatever fails, every rank reaches
  * msr_dp_load_end, which agrees on the outcome. */
 static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
-                                 msr_trainer_fetch_t fetch, void *arg, const payload_t *p0,
-                                 int own_layout)
+                                 const source_t *src, const payload_t *p0, int own_layout)
 {
     msr_status_t read_st = msr_dp_load_begin(tr->dp);
     size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
@@ -871,9 +1017,9 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
     if (read_st == MSR_OK)
-        payload_apply(tr, map, p0, cover);
+        read_st = payload_load(tr, map, p0, src, first, cover);
     if (read_st == MSR_OK && !own_layout)
-        read_st = restore_other_ranks(tr, map, world, first, fetch, arg, p0, cover);
+        read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i])
             read_st = msr_err(MSR_ERR_CORRUPT,
@@ -888,23 +1034,27 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
     return MSR_OK;
 }
 
-msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
-                                 msr_trainer_fetch_t fetch, void *arg)
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg)
 {
     int first = world == world_size(tr) ? world_rank(tr) : 0;
+    source_t src = {fetch, read, arg};
     payload_t p0;
     msr_ckpt_map_t map;
     restore_flags_t flags = {0, 0, 0};
     msr_status_t st = msr_ckpt_map_build(tr->model, &map);
     if (st != MSR_OK) /* every rank still reaches restore_agree */
         memset(&p0, 0, sizeof p0);
+    else if (read != NULL && world != world_size(tr)) /* not this layout: only what it needs */
+        st = payload_read_head(&src, first, &p0);
     else
         st = payload_fetch(fetch, arg, first, &p0);
     st = restore_check(tr, &map, meta, world, first, st, &p0, &flags);
     if (st == MSR_OK)
         st = restore_same_point(tr, &p0);
     if (st == MSR_OK)
-        st = restore_read(tr, &map, world, first, fetch, arg, &p0, flags.own_layout);
+        st = restore_read(tr, &map, world, first, &src, &p0, flags.own_layout);
     if (st == MSR_OK) {
         tr->dp->opt->t = p0.h.adam_t;
         if (tr->eopt != NULL)
@@ -916,4 +1066,10 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
     payload_free(&p0);
     msr_ckpt_map_free(&map);
     return restore_agree(tr, st);
+}
+
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg)
+{
+    return msr_trainer_restore_parts(tr, meta, world, fetch, NULL, arg);
 }

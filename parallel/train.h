@@ -179,4 +179,22 @@ typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, s
 msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                                  msr_trainer_fetch_t fetch, void *arg);
 
+/* Reads len bytes at offset of the payload that rank `rank` of the saving
+ * world wrote into buf; *total_p (when not NULL) gets the payload's
+ * length. */
+typedef msr_status_t (*msr_trainer_read_t)(void *arg, int rank, uint64_t offset, void *buf,
+                                           size_t len, uint64_t *total_p);
+
+/* msr_trainer_restore, reading the payloads in part where it can (read
+ * not NULL): a rank that resumes in another layout or world size reads
+ * each saved payload's header and range table, then only the pieces that
+ * hold elements of its own, one at a time (its memory: its part plus one
+ * piece of at most MSR_TCKPT_PIECE_MAX elements), and checks each against
+ * its CRC (MSR_ERR_CORRUPT naming the file, the tensor and the elements).
+ * Same layout and world: as msr_trainer_restore (its own payload, whole).
+ * Same contract and errors otherwise, read's included. */
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg);
+
 #endif

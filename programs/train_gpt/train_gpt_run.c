@@ -29,10 +29,14 @@ static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_
     return msr_trainer_snapshot(tr, meta, buf_p, len_p);
 }
 
+static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
+                                 uint64_t *total_p);
+
 static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
                                 void *arg)
 {
-    return msr_trainer_restore(tr, meta, world, fetch, arg);
+    /* arg is resume's fetch_arg_t: pieces are read in part through it */
+    return msr_trainer_restore_parts(tr, meta, world, fetch, read_payload, arg);
 }
 
 static uint64_t cpu_steps(const void *tr)
@@ -100,6 +104,8 @@ typedef struct fetch_arg {
     const char *dir;
     int64_t step;
     int own_complete; /* msr_ckpt_latest found this step complete for this world */
+    uint64_t read;    /* bytes of payloads this rank read ... */
+    uint64_t seen;    /* ... of the payloads it looked at (whole or in part) */
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
@@ -111,6 +117,8 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
     if (st != MSR_OK)
         return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));
+    f->read += *len_p;
+    f->seen += *len_p;
     /* the shard's own step must be the one its file is filed under (the
      * trainer then checks that every rank's shard agrees) */
     msr_tckpt_header_t h;
@@ -130,6 +138,21 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
         *buf_p = NULL;
     }
     return st;
+}
+
+/* Reads bytes [offset, offset + len) of rank's payload of the step (as
+ * msr_trainer_read_t): only what a resume in another layout needs. */
+static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
+                                 uint64_t *total_p)
+{
+    fetch_arg_t *f = arg;
+    msr_status_t st = msr_ckpt_read_rank(f->ctx, f->dir, f->step, rank, offset, buf, len, total_p);
+    if (st != MSR_OK)
+        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
+                            (long long)f->step, f->dir, msr_status_str(st));
+    f->read += len;
+    f->seen += total_p != NULL ? *total_p : 0; /* asked once per payload, with its header */
+    return MSR_OK;
 }
 
 /* The newest step this world completed under o->ckpt_dir (*same_p) and the
@@ -179,7 +202,7 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     if (any < 0)
         return MSR_OK;
     /* rank r of the saving world wrote payload r, whatever its layout */
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any};
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, 0, 0};
     msr_err_clear();
     if ((st = t->ops->restore(t->tr, meta, world, fetch_payload, &f)) != MSR_OK) {
         fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
@@ -187,9 +210,12 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
         return st;
     }
     *resumed_p = 1;
-    if (job->rank == 0)
+    if (job->rank == 0) {
         fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
                 (long long)any, o->ckpt_dir, world);
+        fprintf(stderr, "train_gpt: rank 0 read %llu of the %llu bytes of the shards it opened\n",
+                (unsigned long long)f.read, (unsigned long long)f.seen);
+    }
     return MSR_OK;
 }
 

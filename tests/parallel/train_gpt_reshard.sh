@@ -3,9 +3,9 @@
 # and world size. For each pair A -> B, layout A trains 3 steps and saves;
 # layout B resumes from it and trains 10 more; the same layout B resumed
 # from the checkpoint one process saved at step 3 must print the same 10
-# losses (1e-5 relative). Then bad input: a truncated or corrupted piece
-# file, another model's checkpoint: exit 2 naming the file or both
-# settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
+# losses (1e-5 relative). Then bad input: a truncated payload, a damaged
+# range table or piece, another model's checkpoint: exit 2 naming the file
+# (and the piece's tensor) or both settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -68,6 +68,7 @@ pair() {
     cp -r "$work/ck-one" "$d-ref"
     run "$b" "$d" "$work/log-ab" --resume
     grep -q "resumed from step 3" "$work/err" || fail "$a -> $b did not resume: $(cat "$work/err")"
+    cp "$work/err" "$work/err-ab"
     run "$b" "$d-ref" "$work/log-1b" --resume
     close_losses "$work/log-ab" "$work/log-1b" ||
         fail "$a -> $b: $(paste "$work/log-ab" "$work/log-1b")"
@@ -79,6 +80,12 @@ if [[ $group == dense ]]; then
     pair pp2int pp4uneven
     pair tp2sp cp2
     pair mesh8 pp3
+    # pp 3's rank 0 holds a third of the layers: it reads only the pieces of
+    # them out of the 8 shards, not the shards
+    read_bytes=$(sed -n 's/.*rank 0 read \([0-9]*\) of the \([0-9]*\) bytes.*/\1 \2/p' "$work/err-ab")
+    [[ -n $read_bytes ]] && (( ${read_bytes% *} * 2 < ${read_bytes#* } )) ||
+        fail "mesh8 -> pp3: rank 0 read '$read_bytes' (read, of): $(cat "$work/err-ab")"
+    echo "ok mesh8 -> pp3: rank 0 read $read_bytes (bytes read, of)"
     pair dp4z1 dp2z2
     pair one dp4z1
 else
@@ -102,9 +109,18 @@ if [[ $group == dense ]]; then
     cp -r "$work/bad" "$work/bad-cut"
     truncate -s -100 "$work/bad-cut/step-3/rank-1.bin"
     refuse dp2z2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    # a damaged range table, then a damaged piece: another layout reads
+    # only headers and pieces, each checked by its own CRC
     cp -r "$work/bad" "$work/bad-flip"
     printf '\x55' | dd of="$work/bad-flip/step-3/rank-1.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
-    refuse dp2z2 "$work/bad-flip" "step-3/rank-1.bin does not match its CRC"
+    refuse dp2z2 "$work/bad-flip" "step-3/rank-1.bin has ranges that do not fit"
+    cp -r "$work/bad" "$work/bad-piece"
+    size=$(stat -c %s "$work/bad-piece/step-3/rank-1.bin")
+    printf '\x55' | dd of="$work/bad-piece/step-3/rank-1.bin" bs=1 seek=$((size - 100)) \
+        conv=notrunc 2>/dev/null
+    refuse dp2z2 "$work/bad-piece" "step-3/rank-1.bin: the piece of tensor h2.fcprojw (elements"
+    # the same layout reads its own payload whole, under its CRC
+    refuse tp2pp2 "$work/bad-piece" "step-3/rank-1.bin does not match its CRC"
     model[1]=4 # --layers 4: another model
     refuse dp2z2 "$work/bad" "written with other settings; checkpoint: layers 6"
     echo "ok bad input refused"
