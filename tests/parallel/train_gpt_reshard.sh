@@ -124,4 +124,21 @@ if [[ $group == dense ]]; then
     model[1]=4 # --layers 4: another model
     refuse dp2z2 "$work/bad" "written with other settings; checkpoint: layers 6"
     echo "ok bad input refused"
+    # kill -9 while saving: tp 2 x pp 2 saves every step, the whole job is
+    # killed once step 2 is complete; dp 2 resumes from the newest complete
+    # step, whatever the kill interrupted
+    job=reshard-kill-$$
+    jobs_started+=("$job")
+    spec=(${L[tp2pp2]})
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "${spec[@]:1}" --steps 100000 \
+        --ckpt-every 1 --ckpt-dir "$work/kill" >/dev/null 2>&1 &
+    deadline=$((SECONDS + 30))
+    while [[ ! -e "$work/kill/step-2/MANIFEST" && $SECONDS -lt $deadline ]]; do sleep 0.05; done
+    [[ -e "$work/kill/step-2/MANIFEST" ]] || fail "no complete step 2 within 30 s"
+    kill_job "$job"
+    wait || true
+    run dp2z2 "$work/kill" "$work/log-kill" --resume
+    grep -q "resumed from step [0-9]" "$work/err" || fail "no resume after kill -9: $(cat "$work/err")"
+    echo "ok kill -9 during saves: $(grep -o 'resumed from step [0-9]*' "$work/err")"
 fi
