@@ -190,7 +190,8 @@ out:
 msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
                                 uint64_t offset, void *buf, size_t len, uint64_t *total_p)
 {
-    if (ctx == NULL || dir == NULL || step < 0 || rank < 0 || (buf == NULL && len > 0)) {
+    (void)ctx; /* a tool outside a job passes NULL */
+    if (dir == NULL || step < 0 || rank < 0 || (buf == NULL && len > 0)) {
         msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }

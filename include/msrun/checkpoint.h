@@ -87,7 +87,8 @@ MSR_API msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t
  * (NULL: not wanted) gets the state's length. Errors: MSR_ERR_NOT_FOUND
  * (no such file), MSR_ERR_CORRUPT (a bad header, a short file, or bytes
  * past the state's end asked for; the file in msr_last_error()),
- * MSR_ERR_IO, MSR_ERR_INVALID_ARG. Does not communicate; thread-safe. */
+ * MSR_ERR_IO, MSR_ERR_INVALID_ARG. Does not communicate; thread-safe; ctx
+ * may be NULL (a tool reading a checkpoint outside a job). */
 MSR_API msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
                                         uint64_t offset, void *buf, size_t len, uint64_t *total_p);
 
