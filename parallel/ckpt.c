@@ -18,12 +18,20 @@
 #define MAX_WORLD        (1u << 20)
 
 /* magic, 2 x u32, 5 x u64, 5 x u32 */
-#define FIXED_LEN MSR_TCKPT_FIXED_LEN
+/* The header's fixed part: magic, version, length, 5 x u64, 5 x u32,
+ * and from version 3 the layout, 6 x u32. */
+#define FIXED_LEN_V2 (8 + 2 * 4 + 5 * 8 + 5 * 4)
+#define FIXED_LEN    (FIXED_LEN_V2 + 6 * 4)
+
+static size_t fixed_len(uint32_t version)
+{
+    return version >= 3 ? FIXED_LEN : FIXED_LEN_V2;
+}
 
 /* The header: the fixed part, meta and its NUL padded to 8, the ranges. */
-static size_t head_len(size_t meta_len, uint64_t nranges)
+static size_t head_len(size_t fixed, size_t meta_len, uint64_t nranges)
 {
-    return ((FIXED_LEN + meta_len + 1 + 7) & ~(size_t)7) + (size_t)nranges * 16;
+    return ((fixed + meta_len + 1 + 7) & ~(size_t)7) + (size_t)nranges * 16;
 }
 
 static void put_u32(unsigned char **p, uint32_t v)
@@ -62,11 +70,11 @@ static uint64_t pieces_of(uint64_t n)
 }
 
 /* The CRC every piece's starts from: of the header's fields after the
- * version and length (step ... meta length), so a damaged field of the
+ * version and length (step ... the layout), so a damaged field of the
  * header fails every piece's check. */
-static uint32_t head_crc(const unsigned char *b)
+static uint32_t head_crc(const unsigned char *b, uint32_t version)
 {
-    return msr_crc32(0, b + 16, FIXED_LEN - 16);
+    return msr_crc32(0, b + 16, fixed_len(version) - 16);
 }
 
 /* A piece's CRC: the header's, then its (lo, n) as written, then its
@@ -126,7 +134,7 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
                        " parameters, meta %zu bytes)",
                        h->rank, h->world, n, h->num_params, meta_len);
     }
-    size_t hl = head_len(meta_len, pieces), len = hl + (size_t)floats * sizeof(float);
+    size_t hl = head_len(FIXED_LEN, meta_len, pieces), len = hl + (size_t)floats * sizeof(float);
     unsigned char *buf = msr_calloc(len, 1);
     if (buf == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
@@ -147,8 +155,11 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
     put_u32(&p, h->zero);
     put_u32(&p, (uint32_t)pieces);
     put_u32(&p, (uint32_t)meta_len);
+    const uint32_t layout[6] = {h->tp, h->pp, h->cp, h->ep, h->chunks, h->sp};
+    for (int k = 0; k < 6; k++)
+        put_u32(&p, layout[k]);
     memcpy(p, h->meta, meta_len); /* the NUL and padding are calloc's zeros */
-    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf), ranges, n);
+    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n);
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
@@ -157,14 +168,14 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
 msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p)
 {
     const unsigned char *b = prefix, *p = b + 12;
-    if (len < MSR_TCKPT_FIXED_LEN ||
+    if (len < MSR_TCKPT_PREFIX_LEN ||
         (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0))
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard");
     *hl_p = get_u32(&p);
     return MSR_OK;
 }
 
-/* The header of b[0..len) (len >= FIXED_LEN, magic checked) into *h_p,
+/* The header of b[0..len) (len >= FIXED_LEN_V2, magic checked) into *h_p,
  * its piece count and length; 0 when it is consistent for a payload of
  * total bytes whose first len are at b. */
 static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tckpt_header_t *h_p,
@@ -182,14 +193,25 @@ static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tck
     h.world = get_u32(&p);
     h.zero = get_u32(&p);
     uint32_t n = get_u32(&p), meta_len = get_u32(&p);
+    size_t fixed = fixed_len(version);
     h.version = version;
-    h.head_crc = head_crc(b);
+    h.tp = h.pp = h.cp = h.ep = h.chunks = h.sp = 0; /* version 2: not recorded */
+    if (version >= 3 && len >= FIXED_LEN) {
+        h.tp = get_u32(&p);
+        h.pp = get_u32(&p);
+        h.cp = get_u32(&p);
+        h.ep = get_u32(&p);
+        h.chunks = get_u32(&p);
+        h.sp = get_u32(&p);
+    }
+    h.head_crc = len >= fixed ? head_crc(b, version) : 0;
     *h_p = h;
-    if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || meta_len >= MSR_TCKPT_META_MAX ||
-        n > total / 16 || hl != head_len(meta_len, n) || hl > len || hl > total ||
-        b[FIXED_LEN + meta_len] != '\0' || h.world == 0 || h.world > MAX_WORLD || h.rank >= h.world)
+    if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || len < fixed ||
+        meta_len >= MSR_TCKPT_META_MAX || n > total / 16 || hl != head_len(fixed, meta_len, n) ||
+        hl > len || hl > total || b[fixed + meta_len] != '\0' || h.world == 0 ||
+        h.world > MAX_WORLD || h.rank >= h.world)
         return -1;
-    h_p->meta = (const char *)b + FIXED_LEN;
+    h_p->meta = (const char *)b + fixed;
     *n_p = n;
     *hl_p = hl;
     return 0;
@@ -237,7 +259,7 @@ static msr_status_t decode(const void *buf, size_t len, size_t total, int with_d
     const unsigned char *b = buf;
     msr_tckpt_header_t h;
     uint32_t n = 0, hl = 0;
-    if (len < FIXED_LEN ||
+    if (len < FIXED_LEN_V2 ||
         (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0)) {
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
                        total);

@@ -19,6 +19,7 @@
  *   u32 version (3), u32 header bytes             (everything before the floats)
  *   u64 step, adam_t, data_seed, data_position, num_params
  *   u32 rank, world, zero, num_ranges, meta_len
+ *   u32 tp, pp, cp, ep, chunks, sp                 the layout that wrote it
  *   meta_len bytes of text (the run's settings), NUL, zero padding to 8
  *   num_ranges x (u64 lo, u32 n, u32 crc)          pieces: global elements
  *                                                  [lo, lo + n), increasing and
@@ -26,7 +27,7 @@
  *   for each piece: f32 params[n], f32 m[n], f32 v[n]
  *
  * A piece's crc is the CRC-32 of the header's fields from step to
- * meta_len, then of its (lo, n) as written, then of its floats: a damaged
+ * sp, then of its (lo, n) as written, then of its floats: a damaged
  * header field, table entry or float fails the check of the pieces read.
  *
  * The header and range table are the payload's index: piece k's bytes
@@ -38,8 +39,8 @@
  * writes a payload); num_params counts the whole model. The ranks'
  * payloads together hold every element at least once (tp-replicated
  * tensors once per tp rank), so any layout picks its pieces out of them.
- * "MSRTRN02" (version 2) payloads decode too (ranges (u64 lo, u64 n), no
- * CRCs, pieces of any length): their ranges were the writer's local flat
+ * "MSRTRN02" (version 2) payloads decode too (no layout fields, ranges
+ * (u64 lo, u64 n), no CRCs, pieces of any length): their ranges were the writer's local flat
  * elements, the same numbering when it ran without
  * model parallel; a model-parallel one is refused by its settings text,
  * which named the layout. */
@@ -51,12 +52,12 @@
 
 #include "msrun/base.h"
 
-#define MSR_TCKPT_META_MAX  4096
+#define MSR_TCKPT_META_MAX   4096
 /* The most elements of one piece (12 MiB of parameters and moments): the
  * unit of a CRC and of a partial read, so a reader's buffer is bounded. */
-#define MSR_TCKPT_PIECE_MAX (1u << 20)
-/* The header's fixed part: what msr_tckpt_head_len needs. */
-#define MSR_TCKPT_FIXED_LEN (8 + 2 * 4 + 5 * 8 + 5 * 4)
+#define MSR_TCKPT_PIECE_MAX  (1u << 20)
+/* A payload's first bytes: what msr_tckpt_head_len needs (and the step). */
+#define MSR_TCKPT_PREFIX_LEN 24
 
 typedef struct msr_tckpt_header {
     uint64_t step;          /* optimizer steps done */
@@ -67,8 +68,11 @@ typedef struct msr_tckpt_header {
     uint32_t rank, world;   /* who wrote it, of how many (data-parallel ranks) */
     uint32_t zero;          /* the writer's ZeRO stage (informative) */
     const char *meta;       /* NUL-terminated, < MSR_TCKPT_META_MAX bytes */
-    uint32_t version;       /* decoded: 2 or 3 (encode writes 3) */
-    uint32_t head_crc;      /* decoded: where the pieces' CRCs start (ckpt.c) */
+    /* the layout that wrote it (informative: any layout loads it; 0 when
+     * not recorded: version 2, or a writer that does not say) */
+    uint32_t tp, pp, cp, ep, chunks, sp;
+    uint32_t version;  /* decoded: 2 or 3 (encode writes 3) */
+    uint32_t head_crc; /* decoded: where the pieces' CRCs start (ckpt.c) */
 } msr_tckpt_header_t;
 
 /* Flat elements [lo, lo + n) with their parameters and AdamW moments.
@@ -94,7 +98,7 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
 msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p);
 
-/* The header length a payload's first len (>= MSR_TCKPT_FIXED_LEN)
+/* The header length a payload's first len (>= MSR_TCKPT_PREFIX_LEN)
  * bytes give: how much to read before msr_tckpt_decode_head.
  * MSR_ERR_CORRUPT: not a payload's start. */
 msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p);

@@ -609,6 +609,12 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
         .world = (uint32_t)world_size(tr),
         .zero = (uint32_t)tr->cfg.par.zero,
         .meta = meta,
+        .tp = (uint32_t)MSR_MAX(tr->cfg.tp, 1),
+        .pp = (uint32_t)MSR_MAX(tr->cfg.pp, 1),
+        .cp = (uint32_t)MSR_MAX(tr->cfg.cp, 1),
+        .ep = (uint32_t)MSR_MAX(tr->cfg.ep, 1),
+        .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
+        .sp = (uint32_t)(tr->cfg.mp.sp != 0),
     };
     st = msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
     msr_free(l.r);
@@ -643,7 +649,7 @@ typedef struct source {
  * them; the ranges' data pointers are NULL). */
 static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *p)
 {
-    unsigned char fixed[MSR_TCKPT_FIXED_LEN];
+    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
     size_t hl = 0;
     char what[64];

@@ -58,7 +58,7 @@ static void shard_free(shard_t *s)
 
 static int shard_read(const char *dir, long long step, int rank, shard_t *s)
 {
-    unsigned char fixed[MSR_TCKPT_FIXED_LEN];
+    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
     size_t hl = 0;
     char what[4300];
@@ -197,6 +197,12 @@ static int inspect(const char *dir, long long step)
     printf("step %llu (optimizer step %llu, %llu samples drawn), saved by %u ranks, ZeRO %u\n",
            (unsigned long long)s0.h.step, (unsigned long long)s0.h.adam_t,
            (unsigned long long)s0.h.data_position, s0.h.world, s0.h.zero);
+    if (s0.h.tp > 0 && s0.h.pp > 0 && s0.h.cp > 0)
+        printf("layout: dp %u x pp %u x cp %u x tp %u%s, %u virtual stages per rank, ep %u\n",
+               s0.h.world / (s0.h.tp * s0.h.pp * s0.h.cp), s0.h.pp, s0.h.cp, s0.h.tp,
+               s0.h.sp ? " with sp" : "", s0.h.chunks, s0.h.ep);
+    else
+        printf("layout: not recorded\n");
     printf("settings: %s\n", s0.h.meta);
     size_t total = s0.h.num_params;
     unsigned char *have = msr_calloc(total / 8 + 1, 1);

@@ -21,6 +21,7 @@ inspect() { # inspect WANT_RC ARGS...: msrun ckpt inspect ARGS, its status WANT_
 }
 inspect 0 "$work/ck"
 for want in "step 2 (optimizer step 2, 8 samples drawn), saved by 4 ranks" \
+    "layout: dp 1 x pp 2 x cp 1 x tp 2, 1 virtual stages per rank, ep 1" \
     "  h1.qkvw        (96, 32)              36864 bytes" "  lnfb           (32)" \
     "4 shards, .* pieces: every checksum matches, every element present"; do
     grep -q -- "$want" "$work/out" || fail "no '$want' in: $(cat "$work/out")"

@@ -243,7 +243,36 @@ static void test_piece_bound(void)
     msr_free(f);
 }
 
+/* A version 2 payload (MSRTRN02: no layout fields, (u64 lo, u64 n)
+ * ranges, no CRCs), as the previous release wrote it, still decodes. */
+static void test_version2(void)
+{
+    unsigned char b[80 + 16 + 24] = {0}, *p = b;
+    const uint64_t fixed64[5] = {7, 7, 1337, 84, 1000}, range[2] = {5, 2};
+    const uint32_t fixed32[5] = {1, 4, 2, 1, 1}; /* rank, world, zero, ranges, meta "m" */
+    const uint32_t head[2] = {2, 96};            /* version, header bytes */
+    memcpy(p, "MSRTRN02", 8);
+    memcpy(p + 8, head, 8);
+    memcpy(p + 16, fixed64, 40);
+    memcpy(p + 56, fixed32, 20);
+    p[76] = 'm'; /* NUL and padding to 80 are zeros */
+    memcpy(p + 80, range, 16);
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    memcpy(p + 96, f, sizeof f);
+    msr_tckpt_header_t g;
+    msr_tckpt_range_t *got = NULL;
+    uint32_t n = 0;
+    MSR_CHECK_OK(msr_tckpt_decode(b, sizeof b, "v2", &g, &got, &n));
+    MSR_CHECK(g.version == 2 && g.step == 7 && g.rank == 1 && g.world == 4 && g.tp == 0);
+    MSR_CHECK_STR(g.meta, "m");
+    MSR_CHECK(n == 1 && got[0].lo == 5 && got[0].n == 2 && got[0].params[1] == 2.0f &&
+              got[0].m[0] == 3.0f && got[0].v[1] == 6.0f && msr_tckpt_piece_ok(&g, &got[0]));
+    msr_free(got);
+    MSR_CHECK_STATUS(msr_tckpt_decode(b, sizeof b - 4, "v2", &g, &got, &n), MSR_ERR_CORRUPT);
+}
+
 static const msr_test_t tests[] = {
+    {"version2", test_version2, 20},
     {"piece_crcs", test_piece_crcs, 20},
     {"piece_bound", test_piece_bound, 20},
     {"round_trip", test_round_trip, 20},
