@@ -76,7 +76,7 @@ static int shard_read(const char *dir, long long step, int rank, shard_t *s)
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(s->head, hl, (size_t)total, what, &s->h, &s->r, &s->n);
     if (st != MSR_OK) {
-        fprintf(stderr, "msrun ckpt: %s: %s\n", what, msr_err_msg_or(st));
+        fprintf(stderr, "msrun ckpt: %s\n", msr_err_msg_or(st)); /* it names the file */
         shard_free(s);
         return -1;
     }
