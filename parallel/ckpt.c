@@ -92,7 +92,8 @@ static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float 
 
 /* Writes the range table and the pieces of ranges[0..n) from p (the end
  * of the header's fixed part and meta). */
-static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t *ranges, uint32_t n)
+static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t *ranges, uint32_t n,
+                       int seal)
 {
     unsigned char *data = p;
     for (uint32_t k = 0; k < n; k++)
@@ -104,8 +105,9 @@ static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t 
                    bytes = c * sizeof(float);
             put_u64(&p, r->lo + at);
             put_u32(&p, (uint32_t)c);
-            put_u32(&p,
-                    piece_crc(head, r->lo + at, (uint32_t)c, r->params + at, r->m + at, r->v + at));
+            put_u32(&p, seal ? piece_crc(head, r->lo + at, (uint32_t)c, r->params + at, r->m + at,
+                                         r->v + at)
+                             : 0);
             memcpy(data, r->params + at, bytes);
             memcpy(data + bytes, r->m + at, bytes);
             memcpy(data + 2 * bytes, r->v + at, bytes);
@@ -114,8 +116,8 @@ static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t 
     }
 }
 
-msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
-                              uint32_t n, void **buf_p, size_t *len_p)
+static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges, uint32_t n,
+                           int seal, void **buf_p, size_t *len_p)
 {
     size_t meta_len = h->meta != NULL ? strlen(h->meta) : 0;
     uint64_t floats = 0, pieces = 0;
@@ -159,10 +161,22 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
     for (int k = 0; k < 6; k++)
         put_u32(&p, layout[k]);
     memcpy(p, h->meta, meta_len); /* the NUL and padding are calloc's zeros */
-    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n);
+    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n, seal);
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
+}
+
+msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                              uint32_t n, void **buf_p, size_t *len_p)
+{
+    return encode(h, ranges, n, 1, buf_p, len_p);
+}
+
+msr_status_t msr_tckpt_encode_unsealed(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                       uint32_t n, void **buf_p, size_t *len_p)
+{
+    return encode(h, ranges, n, 0, buf_p, len_p);
 }
 
 msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p)
@@ -312,4 +326,22 @@ size_t msr_tckpt_meta_diff(const char *a, const char *b)
     while (i > 0 && !(i >= 2 && a[i - 2] == ';' && a[i - 1] == ' '))
         i--;
     return i;
+}
+
+msr_status_t msr_tckpt_seal(void *buf, size_t len)
+{
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0;
+    size_t hl = 0;
+    msr_status_t st = msr_tckpt_decode(buf, len, "a payload to seal", &h, &r, &n);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(buf, len, &hl);
+    for (uint32_t k = 0; k < n && st == MSR_OK && h.version >= 3; k++) {
+        uint32_t crc =
+            piece_crc(h.head_crc, r[k].lo, (uint32_t)r[k].n, r[k].params, r[k].m, r[k].v);
+        memcpy((unsigned char *)buf + hl - (size_t)(n - k) * 16 + 12, &crc, 4);
+    }
+    msr_free(r);
+    return st;
 }

@@ -98,6 +98,16 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
 msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p);
 
+/* msr_tckpt_encode without the pieces' CRCs (0): the copy a step must
+ * make, leaving the CRCs to msr_tckpt_seal in a thread that writes it. */
+msr_status_t msr_tckpt_encode_unsealed(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                       uint32_t n, void **buf_p, size_t *len_p);
+
+/* Writes the CRC of every piece of payload buf (len bytes) into its range
+ * table: an unsealed payload becomes what msr_tckpt_encode makes (a sealed
+ * one stays as it is). Errors: msr_tckpt_decode's. Touches only buf. */
+msr_status_t msr_tckpt_seal(void *buf, size_t len);
+
 /* The header length a payload's first len (>= MSR_TCKPT_PREFIX_LEN)
  * bytes give: how much to read before msr_tckpt_decode_head.
  * MSR_ERR_CORRUPT: not a payload's start. */

@@ -616,7 +616,8 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
         .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
         .sp = (uint32_t)(tr->cfg.mp.sp != 0),
     };
-    st = msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
+    st = tr->unsealed_snapshots ? msr_tckpt_encode_unsealed(&h, l.r, (uint32_t)l.n, buf_p, len_p)
+                                : msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
     msr_free(l.r);
     return st;
 }

@@ -96,6 +96,9 @@ typedef struct msr_trainer {
      * escratch (eblk * rep_size floats) */
     size_t eshard_lo, eshard_hi, eblk;
     float *escratch;
+    /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
+     * msr_tckpt_seal (a thread that writes the payload seals it) */
+    int unsealed_snapshots;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,

@@ -116,6 +116,9 @@ static const msr_opt_t specs[] = {
     OPT_FLAG("resume", resume,
              "continue from the latest complete checkpoint, saved by any layout and world size "
              "of the same model and global batch"),
+    OPT_FLAG("ckpt-async", ckpt_async,
+             "a step only copies the state to save; a thread writes it (the next save waits "
+             "for it)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -255,8 +258,11 @@ static int check_combination(options_t *o, int world, int in_job)
                 o->channels, o->heads);
         return -1;
     }
-    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0) && o->ckpt_dir == NULL) {
-        fprintf(stderr, "train_gpt: --ckpt-every, --ckpt-keep and --resume need --ckpt-dir\n");
+    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0 || o->ckpt_async) &&
+        o->ckpt_dir == NULL) {
+        fprintf(
+            stderr,
+            "train_gpt: --ckpt-every, --ckpt-keep, --ckpt-async and --resume need --ckpt-dir\n");
         return -1;
     }
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,26 +76,103 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
     }
 }
 
+/* The run's checkpoints: with --ckpt-async the one a thread is writing
+ * (at most one: the next save waits for it), and what saving cost the
+ * steps. Only the thread that runs the steps calls the saver_ functions;
+ * the writer thread touches the fields from step to write_ns while
+ * running is set. */
+typedef struct saver {
+    msr_ctx_t *ctx;
+    const char *dir;
+    int keep;
+    int running; /* a thread is writing step */
+    pthread_t thread;
+    int64_t step;
+    void *buf; /* the staged state, freed by the writer */
+    size_t len;
+    msr_status_t st;   /* the writer's outcome ... */
+    char err[512];     /* ... and its msr_last_error() */
+    uint64_t write_ns; /* writing in the background */
+    uint64_t stall_ns; /* in the steps: the copy (async) or the whole save ... */
+    uint64_t wait_ns;  /* ... of which waiting for the write before */
+    int saves;
+} saver_t;
+
+static void *saver_thread(void *arg)
+{
+    saver_t *s = arg;
+    uint64_t t0 = msr_now_ns();
+    s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the step left out */
+    if (s->st == MSR_OK)
+        s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
+    if (s->st != MSR_OK)
+        snprintf(s->err, sizeof s->err, "%s", msr_last_error());
+    s->write_ns += msr_now_ns() - t0;
+    msr_free(s->buf);
+    s->buf = NULL;
+    return NULL;
+}
+
+/* Waits for the checkpoint being written in the background, if any, and
+ * reports its failure (the checkpoint before it stays the latest). */
+static msr_status_t saver_wait(saver_t *s)
+{
+    if (!s->running)
+        return MSR_OK;
+    pthread_join(s->thread, NULL);
+    s->running = 0;
+    if (s->st != MSR_OK)
+        fprintf(stderr,
+                "train_gpt: checkpoint of step %lld under %s (written in the background): %s: "
+                "%s\n",
+                (long long)s->step, s->dir, msr_status_str(s->st), s->err);
+    return s->st;
+}
+
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
- * step counts once every rank's is durable (msr_ckpt_save waits for all). */
+ * step counts once every rank's is durable (msr_ckpt_save waits for all).
+ * With --ckpt-async the step only copies the state (the payload) and a
+ * thread writes it; a save first waits for the one before. */
 static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
-                                    const char *meta)
+                                    const char *meta, saver_t *s)
 {
     void *buf;
     size_t len;
-    uint64_t step = t->ops->steps(t->tr);
+    uint64_t step = t->ops->steps(t->tr), t0 = msr_now_ns();
+    msr_status_t st = saver_wait(s);
+    s->wait_ns += msr_now_ns() - t0;
+    if (st != MSR_OK)
+        return st;
     msr_err_clear(); /* what is printed below is this call's */
-    msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
+    st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
                 msr_status_str(st), msr_err_msg_or(st));
         return st;
+    }
+    s->saves++;
+    if (o->ckpt_async) {
+        s->step = (int64_t)step;
+        s->buf = buf;
+        s->len = len;
+        s->st = MSR_OK;
+        if (pthread_create(&s->thread, NULL, saver_thread, s) == 0) {
+            s->running = 1;
+            s->stall_ns += msr_now_ns() - t0;
+            return MSR_OK;
+        }
+        s->buf = NULL; /* no thread: written here */
+        if ((st = msr_tckpt_seal(buf, len)) != MSR_OK) {
+            msr_free(buf);
+            return st;
+        }
     }
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
                 (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
     msr_free(buf);
+    s->stall_ns += msr_now_ns() - t0;
     return st;
 }
 
@@ -471,12 +549,9 @@ static void print_step(uint64_t step, double loss, double norm, double tok_s, FI
     }
 }
 
-/* The run, whatever the device: resumes when asked, steps to o->steps
- * (printing each step's loss on rank 0), saves the checkpoints that are due
- * and says the speed after the first step (which warms caches, the GPU and
- * libraries up). tokens: a step's global tokens. Returns the exit status. */
-int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
-                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+/* The steps of train_gpt_run, saving through s. */
+static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                     msr_comm_t *comm, uint64_t tokens, FILE *loss_log, saver_t *s)
 {
     int64_t resumed_from;
     int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
@@ -518,7 +593,7 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
         }
         int due = o->ckpt_dir != NULL &&
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
-        if (due && save_checkpoint(t, job, o, meta) != MSR_OK)
+        if (due && save_checkpoint(t, job, o, meta, s) != MSR_OK)
             return 1;
     }
     if (job->rank == 0 && timed > 0)
@@ -526,4 +601,32 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
                 (unsigned long long)(step - first_step), 1e3 * timed_s / (double)timed,
                 (double)tokens * (double)timed / timed_s);
     return 0;
+}
+
+/* The run, whatever the device: resumes when asked, steps to o->steps
+ * (printing each step's loss on rank 0), saves the checkpoints that are due
+ * (waiting at the end for one written in the background) and says the
+ * speed after the first step (which warms caches, the GPU and libraries
+ * up) and what saving cost the steps. tokens: a step's global tokens.
+ * Returns the exit status. */
+int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+{
+    saver_t s = {.ctx = job->ctx, .dir = o->ckpt_dir, .keep = (int)o->ckpt_keep};
+    if (t->cpu != NULL) /* the writer thread computes the pieces' CRCs */
+        t->cpu->unsealed_snapshots = o->ckpt_async;
+    int rc = run_steps(t, job, o, meta, comm, tokens, loss_log, &s);
+    if (saver_wait(&s) != MSR_OK && rc == 0)
+        rc = 1;
+    if (job->rank == 0 && s.saves > 0 && rc == 0) {
+        fprintf(stderr, "train_gpt: %d checkpoints: %.1f ms in the steps", s.saves,
+                (double)s.stall_ns * 1e-6);
+        if (o->ckpt_async)
+            fprintf(stderr,
+                    " (%.1f of them waiting for the write before), %.1f ms written in the "
+                    "background",
+                    (double)s.wait_ns * 1e-6, (double)s.write_ns * 1e-6);
+        fprintf(stderr, "\n");
+    }
+    return rc;
 }
