@@ -291,7 +291,9 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     if (job->rank == 0) {
         fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
                 (long long)any, o->ckpt_dir, world);
-        fprintf(stderr, "train_gpt: rank 0 read %llu of the %llu bytes of the shards it opened\n",
+        fprintf(stderr,
+                "train_gpt: rank 0 read %llu bytes (headers and the pieces it needs) of shards "
+                "of %llu bytes\n",
                 (unsigned long long)f.read, (unsigned long long)f.seen);
     }
     return MSR_OK;

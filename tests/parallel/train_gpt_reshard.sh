@@ -82,7 +82,8 @@ if [[ $group == dense ]]; then
     pair mesh8 pp3
     # pp 3's rank 0 holds a third of the layers: it reads only the pieces of
     # them out of the 8 shards, not the shards
-    read_bytes=$(sed -n 's/.*rank 0 read \([0-9]*\) of the \([0-9]*\) bytes.*/\1 \2/p' "$work/err-ab")
+    read_bytes=$(sed -n 's/.*rank 0 read \([0-9]*\) bytes .* of shards of \([0-9]*\) bytes.*/\1 \2/p' \
+        "$work/err-ab")
     [[ -n $read_bytes ]] && (( ${read_bytes% *} * 2 < ${read_bytes#* } )) ||
         fail "mesh8 -> pp3: rank 0 read '$read_bytes' (read, of): $(cat "$work/err-ab")"
     echo "ok mesh8 -> pp3: rank 0 read $read_bytes (bytes read, of)"
