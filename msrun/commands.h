@@ -19,4 +19,9 @@ int msr_dashboard_main(int argc, char **argv);
  * exit status. */
 int msr_board_main(int argc, char **argv);
 
+/* `msrun ckpt ...`: executes msrun-ckpt (programs/ckpt) from msrun's own
+ * folder with the arguments; returns only when that fails (2, the reason
+ * on stderr). */
+int msr_ckpt_cmd_main(int argc, char **argv);
+
 #endif

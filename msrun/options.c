@@ -438,6 +438,7 @@ void msr_options_usage(FILE *out)
                  "       msrun status [--json] [--job_id ID] [--master_addr A --master_port P]\n"
                  "       msrun dashboard [--dashboard_port P] [--dashboard_addr ADDR]\n"
                  "       msrun board [--out FILE] DIR [DIR...]\n"
+                 "       msrun ckpt inspect DIR [--step N]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"

@@ -5,20 +5,33 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/crc32.h"
 #include "base/err.h"
 #include "base/status.h"
 
-#define PAYLOAD_MAGIC   "MSRTRN02"
-#define PAYLOAD_VERSION 2u
-#define MAX_WORLD       (1u << 20)
+#define PAYLOAD_MAGIC    "MSRTRN03"
+#define PAYLOAD_VERSION  3u
+/* version 2: the same bytes; its ranges were the saving rank's own flat
+ * elements, which are the whole model's only without model parallel (the
+ * only version 2 checkpoints a run's settings text lets through, ckpt.h) */
+#define PAYLOAD_MAGIC_V2 "MSRTRN02"
+#define MAX_WORLD        (1u << 20)
 
 /* magic, 2 x u32, 5 x u64, 5 x u32 */
-#define FIXED_LEN (8 + 2 * 4 + 5 * 8 + 5 * 4)
+/* The header's fixed part: magic, version, length, 5 x u64, 5 x u32,
+ * and from version 3 the layout, 6 x u32. */
+#define FIXED_LEN_V2 (8 + 2 * 4 + 5 * 8 + 5 * 4)
+#define FIXED_LEN    (FIXED_LEN_V2 + 6 * 4)
+
+static size_t fixed_len(uint32_t version)
+{
+    return version >= 3 ? FIXED_LEN : FIXED_LEN_V2;
+}
 
 /* The header: the fixed part, meta and its NUL padded to 8, the ranges. */
-static size_t head_len(size_t meta_len, uint64_t nranges)
+static size_t head_len(size_t fixed, size_t meta_len, uint64_t nranges)
 {
-    return ((FIXED_LEN + meta_len + 1 + 7) & ~(size_t)7) + (size_t)nranges * 16;
+    return ((fixed + meta_len + 1 + 7) & ~(size_t)7) + (size_t)nranges * 16;
 }
 
 static void put_u32(unsigned char **p, uint32_t v)
@@ -49,11 +62,65 @@ static uint64_t get_u64(const unsigned char **p)
     return v;
 }
 
-msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
-                              uint32_t n, void **buf_p, size_t *len_p)
+/* The pieces a range of n elements is written as (v3: at most
+ * MSR_TCKPT_PIECE_MAX elements each). */
+static uint64_t pieces_of(uint64_t n)
+{
+    return (n + MSR_TCKPT_PIECE_MAX - 1) / MSR_TCKPT_PIECE_MAX;
+}
+
+/* The CRC every piece's starts from: of the header's fields after the
+ * version and length (step ... the layout), so a damaged field of the
+ * header fails every piece's check. */
+static uint32_t head_crc(const unsigned char *b, uint32_t version)
+{
+    return msr_crc32(0, b + 16, fixed_len(version) - 16);
+}
+
+/* A piece's CRC: the header's, then its (lo, n) as written, then its
+ * parameters and moments. */
+static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float *params,
+                          const float *m, const float *v)
+{
+    size_t n = n32;
+    uint32_t crc = msr_crc32(head, &lo, sizeof lo);
+    crc = msr_crc32(crc, &n32, sizeof n32);
+    crc = msr_crc32(crc, params, n * sizeof(float));
+    crc = msr_crc32(crc, m, n * sizeof(float));
+    return msr_crc32(crc, v, n * sizeof(float));
+}
+
+/* Writes the range table and the pieces of ranges[0..n) from p (the end
+ * of the header's fixed part and meta). */
+static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t *ranges, uint32_t n,
+                       int seal)
+{
+    unsigned char *data = p;
+    for (uint32_t k = 0; k < n; k++)
+        data += 16 * pieces_of(ranges[k].n);
+    for (uint32_t k = 0; k < n; k++) {
+        const msr_tckpt_range_t *r = &ranges[k];
+        for (uint64_t at = 0; at < r->n; at += MSR_TCKPT_PIECE_MAX) {
+            size_t c = (size_t)MSR_MIN(r->n - at, (uint64_t)MSR_TCKPT_PIECE_MAX),
+                   bytes = c * sizeof(float);
+            put_u64(&p, r->lo + at);
+            put_u32(&p, (uint32_t)c);
+            put_u32(&p, seal ? piece_crc(head, r->lo + at, (uint32_t)c, r->params + at, r->m + at,
+                                         r->v + at)
+                             : 0);
+            memcpy(data, r->params + at, bytes);
+            memcpy(data + bytes, r->m + at, bytes);
+            memcpy(data + 2 * bytes, r->v + at, bytes);
+            data += 3 * bytes;
+        }
+    }
+}
+
+static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges, uint32_t n,
+                           int seal, void **buf_p, size_t *len_p)
 {
     size_t meta_len = h->meta != NULL ? strlen(h->meta) : 0;
-    uint64_t floats = 0;
+    uint64_t floats = 0, pieces = 0;
     int bad = meta_len >= MSR_TCKPT_META_MAX || h->world == 0 || h->world > MAX_WORLD ||
               h->rank >= h->world;
     for (uint32_t k = 0; k < n && !bad; k++) {
@@ -61,14 +128,15 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
               ranges[k].n > h->num_params - ranges[k].lo ||
               (k > 0 && ranges[k].lo < ranges[k - 1].lo + ranges[k - 1].n);
         floats += 3 * ranges[k].n;
+        pieces += pieces_of(ranges[k].n);
     }
-    if (bad) {
+    if (bad || pieces > UINT32_MAX) {
         return msr_err(MSR_ERR_INVALID_ARG,
                        "checkpoint: inconsistent shard (rank %u of %u, %u ranges of %" PRIu64
                        " parameters, meta %zu bytes)",
                        h->rank, h->world, n, h->num_params, meta_len);
     }
-    size_t hl = head_len(meta_len, n), len = hl + (size_t)floats * sizeof(float);
+    size_t hl = head_len(FIXED_LEN, meta_len, pieces), len = hl + (size_t)floats * sizeof(float);
     unsigned char *buf = msr_calloc(len, 1);
     if (buf == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
@@ -87,34 +155,47 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
     put_u32(&p, h->rank);
     put_u32(&p, h->world);
     put_u32(&p, h->zero);
-    put_u32(&p, n);
+    put_u32(&p, (uint32_t)pieces);
     put_u32(&p, (uint32_t)meta_len);
+    const uint32_t layout[6] = {h->tp, h->pp, h->cp, h->ep, h->chunks, h->sp};
+    for (int k = 0; k < 6; k++)
+        put_u32(&p, layout[k]);
     memcpy(p, h->meta, meta_len); /* the NUL and padding are calloc's zeros */
-    p = buf + hl - (size_t)n * 16;
-    for (uint32_t k = 0; k < n; k++) {
-        put_u64(&p, ranges[k].lo);
-        put_u64(&p, ranges[k].n);
-    }
-    for (uint32_t k = 0; k < n; k++) {
-        size_t bytes = (size_t)ranges[k].n * sizeof(float);
-        memcpy(p, ranges[k].params, bytes);
-        memcpy(p + bytes, ranges[k].m, bytes);
-        memcpy(p + 2 * bytes, ranges[k].v, bytes);
-        p += 3 * bytes;
-    }
+    put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n, seal);
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
 }
 
-msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
-                              msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p)
+msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                              uint32_t n, void **buf_p, size_t *len_p)
 {
-    const unsigned char *b = buf, *p = b + 8;
-    if (len < FIXED_LEN || memcmp(b, PAYLOAD_MAGIC, 8) != 0) {
-        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
-                       len);
-    }
+    return encode(h, ranges, n, 1, buf_p, len_p);
+}
+
+msr_status_t msr_tckpt_encode_unsealed(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                       uint32_t n, void **buf_p, size_t *len_p)
+{
+    return encode(h, ranges, n, 0, buf_p, len_p);
+}
+
+msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p)
+{
+    const unsigned char *b = prefix, *p = b + 12;
+    if (len < MSR_TCKPT_PREFIX_LEN ||
+        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0))
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard");
+    *hl_p = get_u32(&p);
+    return MSR_OK;
+}
+
+/* The header of b[0..len) (len >= FIXED_LEN_V2, magic checked) into *h_p,
+ * its piece count and length; 0 when it is consistent for a payload of
+ * total bytes whose first len are at b. */
+static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tckpt_header_t *h_p,
+                       uint32_t *n_p, uint32_t *hl_p)
+{
+    const unsigned char *p = b + 8;
     msr_tckpt_header_t h;
     uint32_t version = get_u32(&p), hl = get_u32(&p);
     h.step = get_u64(&p);
@@ -126,45 +207,115 @@ msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
     h.world = get_u32(&p);
     h.zero = get_u32(&p);
     uint32_t n = get_u32(&p), meta_len = get_u32(&p);
-    if (version != PAYLOAD_VERSION || meta_len >= MSR_TCKPT_META_MAX || n > len / 16 ||
-        hl != head_len(meta_len, n) || hl > len || b[FIXED_LEN + meta_len] != '\0' ||
-        h.world == 0 || h.world > MAX_WORLD || h.rank >= h.world) {
+    size_t fixed = fixed_len(version);
+    h.version = version;
+    h.tp = h.pp = h.cp = h.ep = h.chunks = h.sp = 0; /* version 2: not recorded */
+    if (version >= 3 && len >= FIXED_LEN) {
+        h.tp = get_u32(&p);
+        h.pp = get_u32(&p);
+        h.cp = get_u32(&p);
+        h.ep = get_u32(&p);
+        h.chunks = get_u32(&p);
+        h.sp = get_u32(&p);
+    }
+    h.head_crc = len >= fixed ? head_crc(b, version) : 0;
+    *h_p = h;
+    if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || len < fixed ||
+        meta_len >= MSR_TCKPT_META_MAX || n > total / 16 || hl != head_len(fixed, meta_len, n) ||
+        hl > len || hl > total || b[fixed + meta_len] != '\0' || h.world == 0 ||
+        h.world > MAX_WORLD || h.rank >= h.world)
+        return -1;
+    h_p->meta = (const char *)b + fixed;
+    *n_p = n;
+    *hl_p = hl;
+    return 0;
+}
+
+/* The range table of a decoded header: each piece's range, CRC and byte
+ * offset in the payload (data pointers into b when with_data); 0 when
+ * they fit total bytes exactly and are in order. */
+static int table_decode(const unsigned char *b, size_t total, const msr_tckpt_header_t *h,
+                        uint32_t n, uint32_t hl, int with_data, msr_tckpt_range_t *r)
+{
+    const unsigned char *p = b + hl - (size_t)n * 16;
+    size_t off = hl, left = (total - hl) / sizeof(float);
+    int bad = (total - hl) % sizeof(float) != 0;
+    for (uint32_t k = 0; k < n && !bad; k++) {
+        r[k].lo = get_u64(&p);
+        if (h->version >= 3) {
+            r[k].n = get_u32(&p);
+            r[k].crc = get_u32(&p);
+        } else {
+            r[k].n = get_u64(&p);
+        }
+        bad = r[k].n == 0 || r[k].lo > h->num_params || r[k].n > h->num_params - r[k].lo ||
+              (k > 0 && r[k].lo < r[k - 1].lo + r[k - 1].n) || r[k].n > left / 3 ||
+              (h->version >= 3 && r[k].n > MSR_TCKPT_PIECE_MAX);
+        if (bad)
+            break;
+        r[k].offset = off;
+        if (with_data) {
+            const float *f = (const float *)(b + off); /* hl % 8 == 0 */
+            r[k].params = f;
+            r[k].m = f + r[k].n;
+            r[k].v = f + 2 * r[k].n;
+        }
+        off += 3 * r[k].n * sizeof(float);
+        left -= 3 * r[k].n;
+    }
+    return bad || left != 0;
+}
+
+static msr_status_t decode(const void *buf, size_t len, size_t total, int with_data,
+                           const char *what, msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p,
+                           uint32_t *n_p)
+{
+    const unsigned char *b = buf;
+    msr_tckpt_header_t h;
+    uint32_t n = 0, hl = 0;
+    if (len < FIXED_LEN_V2 ||
+        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0)) {
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
+                       total);
+    }
+    if (head_decode(b, len, total, &h, &n, &hl) != 0) {
         return msr_err(MSR_ERR_CORRUPT,
                        "checkpoint: %s has an inconsistent header (version %u, rank %u of %u, %u "
                        "ranges)",
-                       what, version, h.rank, h.world, n);
+                       what, h.version, h.rank, h.world, n);
     }
-    h.meta = (const char *)b + FIXED_LEN;
     msr_tckpt_range_t *r = msr_calloc(n + 1u, sizeof *r);
     if (r == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory reading %s", what);
     }
-    p = b + hl - (size_t)n * 16;
-    const float *f = (const float *)(b + hl); /* hl % 8 == 0 */
-    size_t left = (len - hl) / sizeof(float);
-    int bad = (len - hl) % sizeof(float) != 0;
-    for (uint32_t k = 0; k < n && !bad; k++) {
-        r[k].lo = get_u64(&p);
-        r[k].n = get_u64(&p);
-        bad = r[k].n == 0 || r[k].lo > h.num_params || r[k].n > h.num_params - r[k].lo ||
-              (k > 0 && r[k].lo < r[k - 1].lo + r[k - 1].n) || r[k].n > left / 3;
-        if (bad)
-            break;
-        r[k].params = f;
-        r[k].m = f + r[k].n;
-        r[k].v = f + 2 * r[k].n;
-        f += 3 * r[k].n;
-        left -= 3 * r[k].n;
-    }
-    if (bad || left != 0) {
+    if (table_decode(b, total, &h, n, hl, with_data, r) != 0) {
         msr_free(r);
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s has ranges that do not fit its %zu bytes",
-                       what, len);
+                       what, total);
     }
     *h_p = h;
     *ranges_p = r;
     *n_p = n;
     return MSR_OK;
+}
+
+msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
+                              msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p)
+{
+    return decode(buf, len, len, 1, what, h_p, ranges_p, n_p);
+}
+
+msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, const char *what,
+                                   msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p,
+                                   uint32_t *n_p)
+{
+    return decode(head, hl, total, 0, what, h_p, ranges_p, n_p);
+}
+
+int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
+{
+    return h->version < 3 ||
+           piece_crc(h->head_crc, r->lo, (uint32_t)r->n, r->params, r->m, r->v) == r->crc;
 }
 
 size_t msr_tckpt_meta_diff(const char *a, const char *b)
@@ -175,4 +326,22 @@ size_t msr_tckpt_meta_diff(const char *a, const char *b)
     while (i > 0 && !(i >= 2 && a[i - 2] == ';' && a[i - 1] == ' '))
         i--;
     return i;
+}
+
+msr_status_t msr_tckpt_seal(void *buf, size_t len)
+{
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0;
+    size_t hl = 0;
+    msr_status_t st = msr_tckpt_decode(buf, len, "a payload to seal", &h, &r, &n);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(buf, len, &hl);
+    for (uint32_t k = 0; k < n && st == MSR_OK && h.version >= 3; k++) {
+        uint32_t crc =
+            piece_crc(h.head_crc, r[k].lo, (uint32_t)r[k].n, r[k].params, r[k].m, r[k].v);
+        memcpy((unsigned char *)buf + hl - (size_t)(n - k) * 16 + 12, &crc, 4);
+    }
+    msr_free(r);
+    return st;
 }

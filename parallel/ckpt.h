@@ -2,24 +2,48 @@
  * msr_ckpt_save (include/msrun/checkpoint.h), which writes them atomically
  * with a CRC, marks the step complete once every rank has saved, and finds
  * the latest complete step after a restart. This file only says what the
- * bytes are: the rank's shard of the training state and what it covers.
+ * bytes are: the rank's pieces of the training state and what they cover.
+ *
+ * The format is layout-free: a range is of the whole model's flat
+ * numbering (ckpt_map.h: model/gpt.h's tensor table in order, each tensor
+ * row-major at its full_offset, then the whole model's experts in
+ * model/moe.h's numbering), whatever part of the model the writer held
+ * (tp slice, pipeline stages, ZeRO shard). A tensor's global shape and
+ * name follow from the model's shape, which the settings text (meta)
+ * fixes, so a range names a box of tensors. See docs/checkpoint.md.
  *
  * Payload (integers in the writer's byte order; the magic rejects the
  * other):
  *
- *   "MSRTRN02"                                    8 bytes
- *   u32 version (2), u32 header bytes             (everything before the floats)
+ *   "MSRTRN03"                                    8 bytes
+ *   u32 version (3), u32 header bytes             (everything before the floats)
  *   u64 step, adam_t, data_seed, data_position, num_params
  *   u32 rank, world, zero, num_ranges, meta_len
+ *   u32 tp, pp, cp, ep, chunks, sp                 the layout that wrote it
  *   meta_len bytes of text (the run's settings), NUL, zero padding to 8
- *   num_ranges x (u64 lo, u64 n)                   flat elements [lo, lo + n),
- *                                                  increasing and disjoint
- *   for each range: f32 params[n], f32 m[n], f32 v[n]
+ *   num_ranges x (u64 lo, u32 n, u32 crc)          pieces: global elements
+ *                                                  [lo, lo + n), increasing and
+ *                                                  disjoint, n <= MSR_TCKPT_PIECE_MAX
+ *   for each piece: f32 params[n], f32 m[n], f32 v[n]
  *
- * A rank saves the flat elements it owns (parallel/dp.h: a 1/dp share of
- * every bucket, whatever the ZeRO stage, plus the small replicated
- * segments), so the ranks' payloads together hold the whole state once, and
- * a run with another world size or layout can pick its pieces out of them. */
+ * A piece's crc is the CRC-32 of the header's fields from step to
+ * sp, then of its (lo, n) as written, then of its floats: a damaged
+ * header field, table entry or float fails the check of the pieces read.
+ *
+ * The header and range table are the payload's index: piece k's bytes
+ * start at header bytes + 12 x (the n of the pieces before it), so a
+ * reader that needs a few pieces reads the header, then only those
+ * pieces (msr_ckpt_read_rank), and checks each with its CRC.
+ *
+ * rank and world are of the saving job's world (every model-parallel rank
+ * writes a payload); num_params counts the whole model. The ranks'
+ * payloads together hold every element at least once (tp-replicated
+ * tensors once per tp rank), so any layout picks its pieces out of them.
+ * "MSRTRN02" (version 2) payloads decode too (no layout fields, ranges
+ * (u64 lo, u64 n), no CRCs, pieces of any length): their ranges were the writer's local flat
+ * elements, the same numbering when it ran without
+ * model parallel; a model-parallel one is refused by its settings text,
+ * which named the layout. */
 #ifndef MSR_PARALLEL_CKPT_H
 #define MSR_PARALLEL_CKPT_H
 
@@ -28,7 +52,12 @@
 
 #include "msrun/base.h"
 
-#define MSR_TCKPT_META_MAX 4096
+#define MSR_TCKPT_META_MAX   4096
+/* The most elements of one piece (12 MiB of parameters and moments): the
+ * unit of a CRC and of a partial read, so a reader's buffer is bounded. */
+#define MSR_TCKPT_PIECE_MAX  (1u << 20)
+/* A payload's first bytes: what msr_tckpt_head_len needs (and the step). */
+#define MSR_TCKPT_PREFIX_LEN 24
 
 typedef struct msr_tckpt_header {
     uint64_t step;          /* optimizer steps done */
@@ -39,12 +68,21 @@ typedef struct msr_tckpt_header {
     uint32_t rank, world;   /* who wrote it, of how many (data-parallel ranks) */
     uint32_t zero;          /* the writer's ZeRO stage (informative) */
     const char *meta;       /* NUL-terminated, < MSR_TCKPT_META_MAX bytes */
+    /* the layout that wrote it (informative: any layout loads it; 0 when
+     * not recorded: version 2, or a writer that does not say) */
+    uint32_t tp, pp, cp, ep, chunks, sp;
+    uint32_t version;  /* decoded: 2 or 3 (encode writes 3) */
+    uint32_t head_crc; /* decoded: where the pieces' CRCs start (ckpt.c) */
 } msr_tckpt_header_t;
 
-/* Flat elements [lo, lo + n) with their parameters and AdamW moments. */
+/* Flat elements [lo, lo + n) with their parameters and AdamW moments.
+ * Encoding, a range may be longer than a piece (it is cut into pieces);
+ * decoded, each is one piece with its CRC and its bytes' offset. */
 typedef struct msr_tckpt_range {
     uint64_t lo, n;
-    const float *params, *m, *v; /* (n) each */
+    const float *params, *m, *v; /* (n) each; NULL from msr_tckpt_decode_head */
+    uint32_t crc;                /* decoded (version 3) */
+    uint64_t offset;             /* decoded: params' first byte in the payload */
 } msr_tckpt_range_t;
 
 /* Builds the payload of h and ranges[0..n) into *buf_p (msr_free it) of
@@ -59,6 +97,33 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
  * version, inconsistent sizes; the error text names `what`), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_tckpt_decode(const void *buf, size_t len, const char *what,
                               msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p, uint32_t *n_p);
+
+/* msr_tckpt_encode without the pieces' CRCs (0): the copy a step must
+ * make, leaving the CRCs to msr_tckpt_seal in a thread that writes it. */
+msr_status_t msr_tckpt_encode_unsealed(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                       uint32_t n, void **buf_p, size_t *len_p);
+
+/* Writes the CRC of every piece of payload buf (len bytes) into its range
+ * table: an unsealed payload becomes what msr_tckpt_encode makes (a sealed
+ * one stays as it is). Errors: msr_tckpt_decode's. Touches only buf. */
+msr_status_t msr_tckpt_seal(void *buf, size_t len);
+
+/* The header length a payload's first len (>= MSR_TCKPT_PREFIX_LEN)
+ * bytes give: how much to read before msr_tckpt_decode_head.
+ * MSR_ERR_CORRUPT: not a payload's start. */
+msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p);
+
+/* msr_tckpt_decode from only the header and range table (head, hl bytes
+ * read from the start of a payload of total bytes): the ranges' data
+ * pointers are NULL, their offset and crc say where to read and what to
+ * check. Same errors. */
+msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, const char *what,
+                                   msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p,
+                                   uint32_t *n_p);
+
+/* Whether piece r's params, m and v (contiguous, as in a payload) match
+ * its CRC (always for version 2, which has none). */
+int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
 
 /* Where metas a and b first differ, backed up to the start of that "; "-
  * separated field: a message about other settings shows both from there

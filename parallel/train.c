@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -475,11 +476,31 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
     return msr_dp_gather_params(tr->dp, out);
 }
 
-/* The checkpoint's element count: the flat buffers', then the whole
- * model's experts. */
+/* The whole model's flat elements: where its experts start in the
+ * checkpoint's numbering (ckpt_map.h), whatever part this rank holds. */
+static size_t whole_flat(const msr_trainer_t *tr)
+{
+    return msr_gpt_num_params(&tr->cfg.model);
+}
+
+/* The checkpoint's element count: the whole model's flat buffer, then its
+ * experts. */
 static size_t total_params(const msr_trainer_t *tr)
 {
-    return tr->model->num_params + msr_moe_num_params(&tr->cfg.model);
+    return whole_flat(tr) + msr_moe_num_params(&tr->cfg.model);
+}
+
+/* The saving world: this rank's place in it and its size (every rank of
+ * every model-parallel group saves its own payload). */
+static int world_rank(const msr_trainer_t *tr)
+{
+    return tr->mesh != NULL ? tr->mesh->rank : tr->dp->rank;
+}
+
+static int world_size(const msr_trainer_t *tr)
+{
+    const msr_mesh_t *m = tr->mesh;
+    return m != NULL ? m->dp * m->pp * m->cp * m->tp : tr->dp->size;
 }
 
 /* The MoE blocks whose experts a payload holds after the flat pieces. */
@@ -501,48 +522,103 @@ static msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
     if (lo >= hi)
         return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
     size_t s = lo - tr->eshard_lo;
-    return (msr_tckpt_range_t){tr->model->num_params + msr_moe_global_lo(moe, k) + (lo - k * per),
-                               hi - lo, msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
+    return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + (lo - k * per), hi - lo,
+                               msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
 }
 
-/* The non-empty ranges of expert_range into r (room for expert_ranges);
- * returns their number. */
-static int expert_pieces(msr_trainer_t *tr, msr_tckpt_range_t *r)
+/* The ranges a rank saves, growing as the map's runs cut its pieces. */
+typedef struct range_list {
+    msr_tckpt_range_t *r;
+    size_t n, cap;
+    msr_dp_piece_t piece; /* the owned piece being cut */
+} range_list_t;
+
+static int range_push(range_list_t *l, msr_tckpt_range_t x)
 {
-    int n = 0;
-    for (int k = 0; k < expert_ranges(tr); k++) {
-        msr_tckpt_range_t x = expert_range(tr, k);
-        if (x.n > 0)
-            r[n++] = x;
+    if (l->n == l->cap) {
+        size_t cap = l->cap > 0 ? 2 * l->cap : 64;
+        msr_tckpt_range_t *r = msr_realloc_array(l->r, cap, sizeof *r);
+        if (r == NULL)
+            return -1;
+        l->r = r;
+        l->cap = cap;
     }
-    return n;
+    l->r[l->n++] = x;
+    return 0;
+}
+
+/* msr_ckpt_map_fn: the part of l->piece at local lo is global glo. */
+static int range_cut(void *arg, size_t lo, size_t glo, size_t n)
+{
+    range_list_t *l = arg;
+    size_t off = lo - l->piece.lo;
+    return range_push(
+        l, (msr_tckpt_range_t){glo, n, l->piece.params + off, l->piece.m + off, l->piece.v + off});
+}
+
+static int range_by_lo(const void *a, const void *b)
+{
+    const msr_tckpt_range_t *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Everything this rank saves, in the checkpoint's numbering and in
+ * increasing order: its owned flat pieces cut into the whole model's
+ * ranges (map), then its experts. *l_p's r is the caller's (msr_free). */
+static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, range_list_t *l_p)
+{
+    range_list_t l = {0};
+    int bad = 0;
+    for (int k = 0; k < msr_dp_num_owned(tr->dp) && !bad; k++) {
+        msr_dp_owned(tr->dp, k, &l.piece);
+        bad = msr_ckpt_map_to_global(map, l.piece.lo, l.piece.n, range_cut, &l) != 0;
+    }
+    if (l.n > 0)
+        qsort(l.r, l.n, sizeof *l.r, range_by_lo);
+    for (int k = 0; k < expert_ranges(tr) && !bad; k++) {
+        msr_tckpt_range_t x = expert_range(tr, k);
+        bad = x.n > 0 && range_push(&l, x) != 0;
+    }
+    if (bad) {
+        msr_free(l.r);
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %zu pieces",
+                       l.n);
+    }
+    *l_p = l;
+    return MSR_OK;
 }
 
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
-    int n0 = msr_dp_num_owned(tr->dp), n = n0 + expert_ranges(tr);
-    msr_tckpt_range_t *r = msr_calloc((size_t)n + 1, sizeof *r);
-    if (r == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %d pieces", n);
-    n = n0 + expert_pieces(tr, r + n0);
-    for (int k = 0; k < n0; k++) {
-        msr_dp_piece_t p;
-        msr_dp_owned(tr->dp, k, &p);
-        r[k] = (msr_tckpt_range_t){p.lo, p.n, p.params, p.m, p.v};
-    }
+    msr_ckpt_map_t map;
+    range_list_t l;
+    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    if (st != MSR_OK)
+        return st;
+    st = saved_ranges(tr, &map, &l);
+    msr_ckpt_map_free(&map);
+    if (st != MSR_OK)
+        return st;
     msr_tckpt_header_t h = {
         .step = tr->step,
         .adam_t = tr->dp->opt->t,
         .data_seed = tr->sampler.seed,
         .data_position = tr->sampler.position,
         .num_params = total_params(tr),
-        .rank = (uint32_t)tr->dp->rank, /* in the replica group (dp x cp) */
-        .world = (uint32_t)tr->dp->size,
+        .rank = (uint32_t)world_rank(tr),
+        .world = (uint32_t)world_size(tr),
         .zero = (uint32_t)tr->cfg.par.zero,
         .meta = meta,
+        .tp = (uint32_t)MSR_MAX(tr->cfg.tp, 1),
+        .pp = (uint32_t)MSR_MAX(tr->cfg.pp, 1),
+        .cp = (uint32_t)MSR_MAX(tr->cfg.cp, 1),
+        .ep = (uint32_t)MSR_MAX(tr->cfg.ep, 1),
+        .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
+        .sp = (uint32_t)(tr->cfg.mp.sp != 0),
     };
-    msr_status_t st = msr_tckpt_encode(&h, r, (uint32_t)n, buf_p, len_p);
-    msr_free(r);
+    st = tr->unsealed_snapshots ? msr_tckpt_encode_unsealed(&h, l.r, (uint32_t)l.n, buf_p, len_p)
+                                : msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
+    msr_free(l.r);
     return st;
 }
 
@@ -552,6 +628,7 @@ typedef struct payload {
     msr_tckpt_header_t h;
     msr_tckpt_range_t *ranges;
     uint32_t n;
+    int partial; /* only the header and range table were read (buf holds them) */
 } payload_t;
 
 static void payload_free(payload_t *p)
@@ -559,6 +636,46 @@ static void payload_free(payload_t *p)
     msr_free(p->ranges);
     msr_free(p->buf);
     memset(p, 0, sizeof *p);
+}
+
+/* Where the saved payloads come from: whole (fetch) or, when read is not
+ * NULL, in byte ranges. */
+typedef struct source {
+    msr_trainer_fetch_t fetch;
+    msr_trainer_read_t read;
+    void *arg;
+} source_t;
+
+/* Reads only the header and range table of rank's payload (p->buf holds
+ * them; the ranges' data pointers are NULL). */
+static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *p)
+{
+    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
+    char what[64];
+    memset(p, 0, sizeof *p);
+    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(fixed, sizeof fixed, &hl);
+    if (st == MSR_OK) { /* name it by its file (libmsrun's step-S/rank-R.bin) */
+        uint64_t step;
+        memcpy(&step, fixed + 16, sizeof step);
+        snprintf(what, sizeof what, "step-%llu/rank-%d.bin", (unsigned long long)step, rank);
+    }
+    if (st == MSR_OK && (hl < sizeof fixed || hl > total))
+        st = msr_err(MSR_ERR_CORRUPT, "train: %s has a header of %zu bytes in %llu", what, hl,
+                     (unsigned long long)total);
+    if (st == MSR_OK && (p->buf = msr_malloc(hl)) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a header of %zu bytes", hl);
+    if (st == MSR_OK)
+        st = src->read(src->arg, rank, 0, p->buf, hl, NULL);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(p->buf, hl, (size_t)total, what, &p->h, &p->ranges, &p->n);
+    if (st != MSR_OK)
+        payload_free(p);
+    p->partial = 1;
+    return st;
 }
 
 static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
@@ -576,28 +693,23 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
     return st;
 }
 
-/* Whether p holds exactly the pieces this rank owns. */
-static int same_layout(msr_trainer_t *tr, const payload_t *p)
+/* Whether p holds exactly the pieces this rank saves (map: its runs):
+ * its ranges cut as msr_tckpt_encode cuts them. */
+static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
 {
-    int n0 = msr_dp_num_owned(tr->dp), ne = 0;
-    for (int k = 0; k < expert_ranges(tr); k++) {
-        msr_tckpt_range_t mine = expert_range(tr, k);
-        if (mine.n == 0)
-            continue;
-        if (n0 + ne >= (int)p->n || mine.lo != p->ranges[n0 + ne].lo ||
-            mine.n != p->ranges[n0 + ne].n)
-            return 0;
-        ne++;
+    range_list_t l;
+    if (saved_ranges(tr, map, &l) != MSR_OK)
+        return 0; /* read every payload instead */
+    uint32_t j = 0;
+    int same = 1;
+    for (size_t k = 0; k < l.n && same; k++) {
+        for (uint64_t at = 0; at < l.r[k].n && same; at += MSR_TCKPT_PIECE_MAX, j++) {
+            uint64_t c = MSR_MIN(l.r[k].n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
+            same = j < p->n && p->ranges[j].lo == l.r[k].lo + at && p->ranges[j].n == c;
+        }
     }
-    if ((int)p->n != n0 + ne)
-        return 0;
-    for (uint32_t k = 0; k < (uint32_t)n0; k++) {
-        msr_dp_piece_t mine;
-        msr_dp_owned(tr->dp, (int)k, &mine);
-        if (mine.lo != p->ranges[k].lo || mine.n != p->ranges[k].n)
-            return 0;
-    }
-    return 1;
+    msr_free(l.r);
+    return same && j == p->n;
 }
 
 /* Copies the part of saved range r that this rank saves itself (its
@@ -621,18 +733,134 @@ static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t 
     }
 }
 
-static void payload_apply(msr_trainer_t *tr, const payload_t *p, uint8_t *cover)
+/* The saved range a run of this rank's overlaps (msr_ckpt_map_fn). */
+typedef struct apply_arg {
+    msr_dp_t *dp;
+    const msr_tckpt_range_t *r;
+} apply_arg_t;
+
+static int apply_run(void *arg, size_t lo, size_t glo, size_t n)
+{
+    apply_arg_t *a = arg;
+    size_t off = glo - a->r->lo;
+    msr_dp_piece_t piece = {lo, n, a->r->params + off, a->r->m + off, a->r->v + off};
+    msr_dp_load_piece(a->dp, &piece);
+    return 0;
+}
+
+/* Loads the parts of p's ranges this rank holds: flat ranges through the
+ * map to local elements, experts into the shard (cover: NULL without). */
+static void payload_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                          uint8_t *cover)
 {
     for (uint32_t k = 0; k < p->n; k++) {
         const msr_tckpt_range_t *r = &p->ranges[k];
-        if (r->lo >= tr->model->num_params) {
+        if (r->lo >= whole_flat(tr)) {
             if (cover != NULL)
                 experts_load(tr, r, cover);
             continue;
         }
-        msr_dp_piece_t piece = {r->lo, r->n, r->params, r->m, r->v};
-        msr_dp_load_piece(tr->dp, &piece);
+        size_t n = MSR_MIN(r->n, whole_flat(tr) - r->lo); /* decode bounds lo + n */
+        apply_arg_t a = {tr->dp, r};
+        msr_ckpt_map_to_local(map, r->lo, n, apply_run, &a);
     }
+}
+
+/* msr_ckpt_map_fn: stops at the first part this rank holds, giving its
+ * local start. */
+static int first_held(void *arg, size_t lo, size_t glo, size_t n)
+{
+    (void)glo;
+    (void)n;
+    *(size_t *)arg = lo;
+    return 1;
+}
+
+/* Whether this rank holds any element of saved range r. */
+static int range_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
+{
+    size_t lo, n;
+    if (r->lo >= whole_flat(tr)) {
+        for (int k = 0; k < expert_ranges(tr); k++) {
+            msr_tckpt_range_t mine = expert_range(tr, k);
+            if (mine.n > 0 && msr_ckpt_overlap(mine.lo, mine.n, r->lo, r->n, &lo, &n))
+                return 1;
+        }
+        return 0;
+    }
+    return msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held,
+                                 &lo) != 0;
+}
+
+/* The name of the tensor of this rank's that holds a part of saved range
+ * r (one range_needed accepted). */
+static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                             const msr_tckpt_range_t *r)
+{
+    size_t lo = 0;
+    if (r->lo >= whole_flat(tr))
+        return "experts";
+    msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held, &lo);
+    for (int k = 0; k < tr->model->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &tr->model->tensors[k];
+        if (lo >= t->offset && lo < t->offset + t->count)
+            return t->name;
+    }
+    return "?";
+}
+
+/* Reads the pieces of partial payload p (saved by rank) that hold
+ * elements of this rank's, one at a time through a buffer of one piece
+ * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
+ * and loads them. */
+static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                       const payload_t *p, const source_t *src, int rank,
+                                       uint8_t *cover)
+{
+    float *buf = NULL;
+    size_t cap = 0;
+    msr_status_t st = MSR_OK;
+    for (uint32_t k = 0; k < p->n && st == MSR_OK; k++) {
+        msr_tckpt_range_t r = p->ranges[k];
+        if (!range_needed(tr, map, &r))
+            continue;
+        size_t floats = 3 * (size_t)r.n;
+        if (floats > cap) {
+            msr_free(buf);
+            cap = floats;
+            if ((buf = msr_malloc(cap * sizeof *buf)) == NULL)
+                return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
+                               cap);
+        }
+        if ((st = src->read(src->arg, rank, r.offset, buf, floats * sizeof *buf, NULL)) != MSR_OK)
+            break;
+        r.params = buf;
+        r.m = buf + r.n;
+        r.v = buf + 2 * r.n;
+        if (!msr_tckpt_piece_ok(&p->h, &r)) {
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
+                         "%llu) of the whole model) does not match its CRC",
+                         (unsigned long long)p->h.step, rank, tensor_of(tr, map, &r),
+                         (unsigned long long)r.lo, (unsigned long long)(r.lo + r.n));
+            break;
+        }
+        payload_t one = {NULL, p->h, &r, 1, 0};
+        payload_apply(tr, map, &one, cover);
+    }
+    msr_free(buf);
+    return st;
+}
+
+/* Loads what this rank needs of payload p (saved by rank): from its bytes,
+ * or, partial, by reading the pieces it needs. */
+static msr_status_t payload_load(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                 const source_t *src, int rank, uint8_t *cover)
+{
+    if (p->partial)
+        return payload_read_apply(tr, map, p, src, rank, cover);
+    payload_apply(tr, map, p, cover);
+    return MSR_OK;
 }
 
 /* Whether two payloads belong to the same checkpoint. */
@@ -678,8 +906,8 @@ _Static_assert(sizeof(restore_flags_t) == 3 * sizeof(int32_t), "reduced as 3 int
 /* The flags of this rank's first shard p0 (fetched with fetch_st, the
  * shard of rank first), agreed over the replica group. Fails when any rank
  * could not read its shard, or any shard has other settings (CONFIG). */
-static msr_status_t restore_check(msr_trainer_t *tr, const char *meta, int world, int first,
-                                  msr_status_t fetch_st, const payload_t *p0,
+static msr_status_t restore_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const char *meta,
+                                  int world, int first, msr_status_t fetch_st, const payload_t *p0,
                                   restore_flags_t *flags_p)
 {
     msr_dp_t *dp = tr->dp;
@@ -687,7 +915,8 @@ static msr_status_t restore_check(msr_trainer_t *tr, const char *meta, int world
     if (f.fetched) {
         f.same_settings = strcmp(p0->h.meta, meta) == 0 && p0->h.num_params == total_params(tr) &&
                           p0->h.world == (uint32_t)world;
-        f.own_layout = world == dp->size && p0->h.rank == (uint32_t)first && same_layout(tr, p0);
+        f.own_layout =
+            world == world_size(tr) && p0->h.rank == (uint32_t)first && same_layout(tr, map, p0);
     }
     int own_settings = f.same_settings;
     if (dp->comm != NULL) {
@@ -754,10 +983,12 @@ static msr_status_t restore_same_point(msr_trainer_t *tr, const payload_t *p0)
     return MSR_OK;
 }
 
-/* Applies the shards of the saving world's other dp ranks (the rank's own
- * layout differs from the one that saved): each must be of p0's checkpoint. */
-static msr_status_t restore_other_ranks(msr_trainer_t *tr, int world, int first,
-                                        msr_trainer_fetch_t fetch, void *arg, const payload_t *p0,
+/* Applies the shards of the saving world's other ranks (the rank's own
+ * layout differs from the one that saved): each must be of p0's
+ * checkpoint. One payload (or, reading in part, one header and one piece)
+ * is held at a time. */
+static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
+                                        int first, const source_t *src, const payload_t *p0,
                                         uint8_t *cover)
 {
     msr_status_t st = MSR_OK;
@@ -765,42 +996,17 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, int world, int first,
         payload_t p;
         if (r == first)
             continue;
-        if ((st = payload_fetch(fetch, arg, r, &p)) != MSR_OK)
+        st = src->read != NULL ? payload_read_head(src, r, &p)
+                               : payload_fetch(src->fetch, src->arg, r, &p);
+        if (st != MSR_OK)
             break;
         if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
             st = msr_err(MSR_ERR_CORRUPT,
                          "train: the shards of ranks %d and %d belong to different checkpoints",
                          first, r);
         else
-            payload_apply(tr, &p, cover);
+            st = payload_load(tr, map, &p, src, r, cover);
         payload_free(&p);
-    }
-    return st;
-}
-
-/* tp: another ep layout shares the experts out over the tp ranks
- * otherwise, so some of this rank's were saved by other tp indices: the
- * expert ranges (in the whole model's numbering) of their payloads. */
-static msr_status_t restore_other_tp(msr_trainer_t *tr, int world, msr_trainer_fetch_t fetch,
-                                     void *arg, const payload_t *p0, uint8_t *cover)
-{
-    int tp = tr->mp != NULL ? tr->mesh->tp : 1, tp_rank = tr->mp != NULL ? tr->mesh->tp_rank : 0;
-    msr_status_t st = MSR_OK;
-    for (int j = 0; j < tp && st == MSR_OK; j++) {
-        for (int r = 0; r < world && j != tp_rank && st == MSR_OK; r++) {
-            payload_t p;
-            if ((st = payload_fetch(fetch, arg, world * (1 + j) + r, &p)) != MSR_OK)
-                break;
-            if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
-                st = msr_err(MSR_ERR_CORRUPT,
-                             "train: the shards of dp rank %d at tp ranks %d and %d belong to "
-                             "different checkpoints",
-                             r, tp_rank, j);
-            for (uint32_t k = 0; k < p.n && st == MSR_OK; k++)
-                if (p.ranges[k].lo >= tr->model->num_params)
-                    experts_load(tr, &p.ranges[k], cover);
-            payload_free(&p);
-        }
     }
     return st;
 }
@@ -809,8 +1015,8 @@ static msr_status_t restore_other_tp(msr_trainer_t *tr, int world, msr_trainer_f
  * with own_layout, from p0 alone, else from every shard that may hold a
  * piece of this rank's. Whatever fails, every rank reaches
  * msr_dp_load_end, which agrees on the outcome. */
-static msr_status_t restore_read(msr_trainer_t *tr, int world, int first, msr_trainer_fetch_t fetch,
-                                 void *arg, const payload_t *p0, int own_layout)
+static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
+                                 const source_t *src, const payload_t *p0, int own_layout)
 {
     msr_status_t read_st = msr_dp_load_begin(tr->dp);
     size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
@@ -818,11 +1024,9 @@ static msr_status_t restore_read(msr_trainer_t *tr, int world, int first, msr_tr
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
     if (read_st == MSR_OK)
-        payload_apply(tr, p0, cover);
+        read_st = payload_load(tr, map, p0, src, first, cover);
     if (read_st == MSR_OK && !own_layout)
-        read_st = restore_other_ranks(tr, world, first, fetch, arg, p0, cover);
-    if (read_st == MSR_OK && !own_layout && ecount > 0)
-        read_st = restore_other_tp(tr, world, fetch, arg, p0, cover);
+        read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i])
             read_st = msr_err(MSR_ERR_CORRUPT,
@@ -837,18 +1041,27 @@ static msr_status_t restore_read(msr_trainer_t *tr, int world, int first, msr_tr
     return MSR_OK;
 }
 
-msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
-                                 msr_trainer_fetch_t fetch, void *arg)
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg)
 {
-    int first = world == tr->dp->size ? tr->dp->rank : 0;
+    int first = world == world_size(tr) ? world_rank(tr) : 0;
+    source_t src = {fetch, read, arg};
     payload_t p0;
+    msr_ckpt_map_t map;
     restore_flags_t flags = {0, 0, 0};
-    msr_status_t st = payload_fetch(fetch, arg, first, &p0);
-    st = restore_check(tr, meta, world, first, st, &p0, &flags);
+    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    if (st != MSR_OK) /* every rank still reaches restore_agree */
+        memset(&p0, 0, sizeof p0);
+    else if (read != NULL && world != world_size(tr)) /* not this layout: only what it needs */
+        st = payload_read_head(&src, first, &p0);
+    else
+        st = payload_fetch(fetch, arg, first, &p0);
+    st = restore_check(tr, &map, meta, world, first, st, &p0, &flags);
     if (st == MSR_OK)
         st = restore_same_point(tr, &p0);
     if (st == MSR_OK)
-        st = restore_read(tr, world, first, fetch, arg, &p0, flags.own_layout);
+        st = restore_read(tr, &map, world, first, &src, &p0, flags.own_layout);
     if (st == MSR_OK) {
         tr->dp->opt->t = p0.h.adam_t;
         if (tr->eopt != NULL)
@@ -858,5 +1071,12 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
         tr->step = p0.h.step;
     }
     payload_free(&p0);
+    msr_ckpt_map_free(&map);
     return restore_agree(tr, st);
+}
+
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg)
+{
+    return msr_trainer_restore_parts(tr, meta, world, fetch, NULL, arg);
 }

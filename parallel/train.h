@@ -22,6 +22,7 @@
 #include "msrun/comm.h"
 #include "model/adamw.h"
 #include "parallel/ckpt.h"
+#include "parallel/ckpt_map.h"
 #include "model/data.h"
 #include "parallel/dp.h"
 #include "model/gpt.h"
@@ -95,6 +96,9 @@ typedef struct msr_trainer {
      * escratch (eblk * rep_size floats) */
     size_t eshard_lo, eshard_hi, eblk;
     float *escratch;
+    /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
+     * msr_tckpt_seal (a thread that writes the payload seals it) */
+    int unsealed_snapshots;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -145,12 +149,15 @@ msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 
 /* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
- * elements it owns with their parameters and moments (a MoE model's
- * experts after them: the experts this rank holds, at P + their index in
- * the whole model's expert numbering, model/moe.h), AdamW's step count,
- * the sampler, and meta, the text a resume must match (the settings that
- * decide the numbers: shape, global batch, seed, hyperparameters, data).
- * *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,
+ * elements it owns with their parameters and moments, in the whole model's
+ * numbering (parallel/ckpt_map.h: its owned local ranges cut into the
+ * whole tensors' ranges, whatever its tp slice and stages; a MoE model's
+ * experts after them: the experts this rank holds, at the whole model's
+ * flat count + their index in the whole model's expert numbering,
+ * model/moe.h), AdamW's step count, the sampler, its world rank and size,
+ * and meta, the text a resume must match (the settings that decide the
+ * numbers: shape, global batch, seed, hyperparameters, data; not the
+ * layout). *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,
  * MSR_ERR_INVALID_ARG (meta too long). */
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
 
@@ -158,23 +165,39 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
  * (msr_free'd by the caller) and *len_p. */
 typedef msr_status_t (*msr_trainer_fetch_t)(void *arg, int rank, void **buf_p, size_t *len_p);
 
-/* Restores the state of a checkpoint saved by `world` data-parallel ranks
- * (with a model-parallel trainer: of a checkpoint saved in the same layout,
- * each rank's from the rank of the same pp and tp index; fetch gets the
- * dp index, or world x (1 + j) + the dp index for tp index j: a MoE model
- * under tp resumed in another ep layout reads the experts the other tp
- * ranks saved),
- * whatever this run's dp, ZeRO stage or buckets (the global batch, hence
- * meta, must be the same). When world is this run's dp and the saved
- * layout is this run's, each rank reads only its own payload and the ranks
- * rebuild the rest together; otherwise each rank reads every payload and
- * keeps what it needs. Collective over the communicator: every rank calls
- * it, and all succeed or all fail. Errors: MSR_ERR_CONFIG (meta differs:
- * the error text shows both from their first difference; or another
- * model size), MSR_ERR_CORRUPT (payloads
- * inconsistent, or something missing), the fetch's and communicator's
- * errors. On failure the trainer is to be destroyed. */
+/* Restores the state of a checkpoint saved by a world of `world` ranks in
+ * any layout (dp, ZeRO 0-3, tp with or without sp, pp with any split and
+ * virtual stages, cp, ep): fetch gets the payload of saving rank 0..world-1.
+ * The global batch, hence meta, must be the same. When world is this
+ * run's world size and this rank's payload holds exactly what it would
+ * save, each rank reads only its own payload and the ranks rebuild the rest
+ * together; otherwise each rank reads the saved payloads one at a time and
+ * keeps the parts that overlap its own elements (ckpt_map.h), checking that
+ * every element it needs was found. Collective over the communicator (the
+ * world with model parallel): every rank calls it, and all succeed or all
+ * fail. Errors: MSR_ERR_CONFIG (meta differs: the error text shows both
+ * from their first difference; or another model size), MSR_ERR_CORRUPT
+ * (payloads inconsistent, or something missing), the fetch's and
+ * communicator's errors. On failure the trainer is to be destroyed. */
 msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
                                  msr_trainer_fetch_t fetch, void *arg);
+
+/* Reads len bytes at offset of the payload that rank `rank` of the saving
+ * world wrote into buf; *total_p (when not NULL) gets the payload's
+ * length. */
+typedef msr_status_t (*msr_trainer_read_t)(void *arg, int rank, uint64_t offset, void *buf,
+                                           size_t len, uint64_t *total_p);
+
+/* msr_trainer_restore, reading the payloads in part where it can (read
+ * not NULL): a rank that resumes in another layout or world size reads
+ * each saved payload's header and range table, then only the pieces that
+ * hold elements of its own, one at a time (its memory: its part plus one
+ * piece of at most MSR_TCKPT_PIECE_MAX elements), and checks each against
+ * its CRC (MSR_ERR_CORRUPT naming the file, the tensor and the elements).
+ * Same layout and world: as msr_trainer_restore (its own payload, whole).
+ * Same contract and errors otherwise, read's included. */
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg);
 
 #endif

@@ -118,13 +118,15 @@ size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p)
 /* The offer of a rank that found a checkpoint file it must not read. */
 #define CKPT_UNREADABLE (-2)
 
-/* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
-static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
-                              size_t *len_p)
+/* Opens step-<step>/rank-<rank>.bin and checks its header against step,
+ * rank, world (< 0: any) and the file's length: *fd_p (the caller closes
+ * it) positioned after the header, *h_p; path gets the file's name. */
+static msr_status_t open_state(const char *dir, int64_t step, int rank, int world, char *path,
+                               size_t path_len, int *fd_p, ckpt_header_t *h_p)
 {
-    char sd[4096], path[4200];
+    char sd[4096];
     step_dir(dir, step, sd, sizeof sd);
-    snprintf(path, sizeof path, "%s/rank-%d.bin", sd, rank);
+    snprintf(path, path_len, "%s/rank-%d.bin", sd, rank);
     int fd;
     msr_status_t st = open_ckpt_file(path, &fd);
     if (st == MSR_ERR_CORRUPT)
@@ -141,18 +143,32 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
         return io_error("cannot open", path);
     }
     unsigned char hb[CKPT_HEADER];
-    ckpt_header_t h;
-    st = MSR_ERR_CORRUPT;
-    void *data = NULL;
     struct stat sb;
-    if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, &h) != 0 ||
-        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h.len || h.step != step ||
-        h.rank != (uint32_t)rank || (world >= 0 && h.world != (uint32_t)world)) {
+    if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, h_p) != 0 ||
+        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h_p->len ||
+        h_p->step != step || h_p->rank != (uint32_t)rank ||
+        (world >= 0 && h_p->world != (uint32_t)world)) {
         msr_err_set("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path, rank, step,
                     world >= 0 ? " for this world size" : "");
-        goto out;
+        close(fd);
+        return MSR_ERR_CORRUPT;
     }
-    data = malloc(h.len ? h.len : 1);
+    *fd_p = fd;
+    return MSR_OK;
+}
+
+/* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
+static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
+                              size_t *len_p)
+{
+    char path[4200];
+    int fd;
+    ckpt_header_t h;
+    msr_status_t st = open_state(dir, step, rank, world, path, sizeof path, &fd, &h);
+    if (st != MSR_OK)
+        return st;
+    st = MSR_ERR_CORRUPT;
+    void *data = malloc(h.len ? h.len : 1);
     if (data == NULL) {
         st = MSR_ERR_NO_MEMORY;
         goto out;
@@ -168,6 +184,46 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     st = MSR_OK;
 out:
     close(fd);
+    return st;
+}
+
+msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                uint64_t offset, void *buf, size_t len, uint64_t *total_p)
+{
+    (void)ctx; /* a tool outside a job passes NULL */
+    if (dir == NULL || step < 0 || rank < 0 || (buf == NULL && len > 0)) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    char path[4200];
+    int fd;
+    ckpt_header_t h;
+    msr_status_t st = open_state(dir, step, rank, -1, path, sizeof path, &fd, &h);
+    if (st != MSR_OK)
+        return st;
+    if (offset > h.len || len > h.len - offset) {
+        msr_err_set("checkpoint: %s holds %" PRIu64 " bytes of state, not [%" PRIu64 ", %" PRIu64
+                    ")",
+                    path, h.len, offset, offset + (uint64_t)len);
+        close(fd);
+        return MSR_ERR_CORRUPT;
+    }
+    unsigned char *p = buf;
+    size_t done = 0;
+    while (done < len && st == MSR_OK) {
+        ssize_t got = pread(fd, p + done, len - done, (off_t)(CKPT_HEADER + offset + done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            st = got < 0 ? io_error("cannot read", path) : MSR_ERR_CORRUPT;
+            if (got == 0)
+                msr_err_set("checkpoint: %s ends early", path);
+        }
+        done += got > 0 ? (size_t)got : 0;
+    }
+    close(fd);
+    if (st == MSR_OK && total_p != NULL)
+        *total_p = h.len;
     return st;
 }
 

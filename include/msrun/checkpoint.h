@@ -78,6 +78,20 @@ MSR_API msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_
 MSR_API msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
                                         void **data_p, size_t *len_p);
 
+/* Reads len bytes at offset of the state rank `rank` of the saving world
+ * wrote at step into buf, without reading the rest: for a program that
+ * needs only part of a state (a resume in another layout reads only the
+ * pieces it needs). Checks the file's header (step, rank) and length, not
+ * the CRC of the whole state, which covers bytes it does not read: the
+ * caller checks what it reads (train_gpt: a CRC per piece). *total_p
+ * (NULL: not wanted) gets the state's length. Errors: MSR_ERR_NOT_FOUND
+ * (no such file), MSR_ERR_CORRUPT (a bad header, a short file, or bytes
+ * past the state's end asked for; the file in msr_last_error()),
+ * MSR_ERR_IO, MSR_ERR_INVALID_ARG. Does not communicate; thread-safe; ctx
+ * may be NULL (a tool reading a checkpoint outside a job). */
+MSR_API msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                        uint64_t offset, void *buf, size_t len, uint64_t *total_p);
+
 #ifdef __cplusplus
 }
 #endif

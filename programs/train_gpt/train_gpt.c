@@ -114,8 +114,11 @@ static const msr_opt_t specs[] = {
             "steps between checkpoints, 0 = only at the end (0)"),
     OPT_INT("ckpt-keep", ckpt_keep, 0, (int64_t)1e9, "checkpoints kept, 0 = all (0)"),
     OPT_FLAG("resume", resume,
-             "continue from the latest complete checkpoint (saved by any world size when tp = pp = "
-             "cp = 1; otherwise by the same layout)"),
+             "continue from the latest complete checkpoint, saved by any layout and world size "
+             "of the same model and global batch"),
+    OPT_FLAG("ckpt-async", ckpt_async,
+             "a step only copies the state to save; a thread writes it (the next save waits "
+             "for it)"),
     /* safetensors (train_gpt_st.c, docs/checkpoint.md "safetensors names") */
     OPT_TEXT("export-safetensors", export_st,
              "at the end of the run (--steps 0: of the initial or resumed weights) write the "
@@ -268,8 +271,11 @@ static int check_combination(options_t *o, int world, int in_job)
                 o->channels, o->heads);
         return -1;
     }
-    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0) && o->ckpt_dir == NULL) {
-        fprintf(stderr, "train_gpt: --ckpt-every, --ckpt-keep and --resume need --ckpt-dir\n");
+    if ((o->ckpt_every > 0 || o->resume || o->ckpt_keep > 0 || o->ckpt_async) &&
+        o->ckpt_dir == NULL) {
+        fprintf(
+            stderr,
+            "train_gpt: --ckpt-every, --ckpt-keep, --ckpt-async and --resume need --ckpt-dir\n");
         return -1;
     }
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {

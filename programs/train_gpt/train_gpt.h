@@ -36,6 +36,7 @@ typedef struct options {
     const char *ckpt_dir;
     int64_t ckpt_every, ckpt_keep;
     int resume;
+    int ckpt_async; /* --ckpt-async: checkpoints written by a thread */
     int64_t threads;
     const char *loss_log;
     const char *device;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,14 @@ static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_
     return msr_trainer_snapshot(tr, meta, buf_p, len_p);
 }
 
+static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
+                                 uint64_t *total_p);
+
 static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
                                 void *arg)
 {
-    return msr_trainer_restore(tr, meta, world, fetch, arg);
+    /* arg is resume's fetch_arg_t: pieces are read in part through it */
+    return msr_trainer_restore_parts(tr, meta, world, fetch, read_payload, arg);
 }
 
 static uint64_t cpu_steps(const void *tr)
@@ -49,7 +54,9 @@ const trainer_ops_t train_gpt_cpu_ops = {cpu_step, cpu_snapshot, cpu_restore, cp
                                          cpu_grad_norm};
 
 /* The text a resume must match: the settings that decide the numbers
- * (whatever the device, so CPU and GPU runs resume each other). */
+ * (whatever the device, so CPU and GPU runs resume each other; not the
+ * layout: a checkpoint holds the whole model's tensors, parallel/ckpt.h,
+ * and loads into any layout of the same global batch). */
 void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint64_t G,
                     const msr_dataset_t *data)
 {
@@ -60,15 +67,6 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
              cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
              (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
              data->origin, data->size);
-    if (cfg->tp > 1 || cfg->pp > 1) { /* the part each rank holds */
-        size_t used = strlen(meta);
-        snprintf(meta + used, len - used, "; layout dp %d pp %d tp %d sp %d chunks %d", cfg->dp,
-                 cfg->pp, cfg->tp, cfg->mp.sp, cfg->mp.chunks);
-    }
-    if (cfg->cp > 1) { /* the shards are over dp x cp */
-        size_t used = strlen(meta);
-        snprintf(meta + used, len - used, "; cp %d", cfg->cp);
-    }
     if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
         const msr_gpt_moe_t *m = &cfg->model.moe;
         size_t used = strlen(meta);
@@ -76,35 +74,105 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
                  "; experts %d top-k %d moe-every %d capacity-factor %.9g aux-loss %.9g",
                  m->experts, m->top_k, m->every, m->capacity_factor, m->aux_loss);
     }
-    if (cfg->mp.stage_layers != NULL) { /* uneven: the layers each part holds */
-        size_t used = strlen(meta);
-        used += (size_t)snprintf(meta + used, len - used, "; pp-layers ");
-        if (used < len)
-            msr_layout_split_format(cfg->mp.stage_layers, cfg->pp * cfg->mp.chunks, meta + used,
-                                    len - used);
-    }
+}
+
+/* The run's checkpoints: with --ckpt-async the one a thread is writing
+ * (at most one: the next save waits for it), and what saving cost the
+ * steps. Only the thread that runs the steps calls the saver_ functions;
+ * the writer thread touches the fields from step to write_ns while
+ * running is set. */
+typedef struct saver {
+    msr_ctx_t *ctx;
+    const char *dir;
+    int keep;
+    int running; /* a thread is writing step */
+    pthread_t thread;
+    int64_t step;
+    void *buf; /* the staged state, freed by the writer */
+    size_t len;
+    msr_status_t st;   /* the writer's outcome ... */
+    char err[512];     /* ... and its msr_last_error() */
+    uint64_t write_ns; /* writing in the background */
+    uint64_t stall_ns; /* in the steps: the copy (async) or the whole save ... */
+    uint64_t wait_ns;  /* ... of which waiting for the write before */
+    int saves;
+} saver_t;
+
+static void *saver_thread(void *arg)
+{
+    saver_t *s = arg;
+    uint64_t t0 = msr_now_ns();
+    s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the step left out */
+    if (s->st == MSR_OK)
+        s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
+    if (s->st != MSR_OK)
+        snprintf(s->err, sizeof s->err, "%s", msr_last_error());
+    s->write_ns += msr_now_ns() - t0;
+    msr_free(s->buf);
+    s->buf = NULL;
+    return NULL;
+}
+
+/* Waits for the checkpoint being written in the background, if any, and
+ * reports its failure (the checkpoint before it stays the latest). */
+static msr_status_t saver_wait(saver_t *s)
+{
+    if (!s->running)
+        return MSR_OK;
+    pthread_join(s->thread, NULL);
+    s->running = 0;
+    if (s->st != MSR_OK)
+        fprintf(stderr,
+                "train_gpt: checkpoint of step %lld under %s (written in the background): %s: "
+                "%s\n",
+                (long long)s->step, s->dir, msr_status_str(s->st), s->err);
+    return s->st;
 }
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
- * step counts once every rank's is durable (msr_ckpt_save waits for all). */
+ * step counts once every rank's is durable (msr_ckpt_save waits for all).
+ * With --ckpt-async the step only copies the state (the payload) and a
+ * thread writes it; a save first waits for the one before. */
 static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
-                                    const char *meta)
+                                    const char *meta, saver_t *s)
 {
     void *buf;
     size_t len;
-    uint64_t step = t->ops->steps(t->tr);
+    uint64_t step = t->ops->steps(t->tr), t0 = msr_now_ns();
+    msr_status_t st = saver_wait(s);
+    s->wait_ns += msr_now_ns() - t0;
+    if (st != MSR_OK)
+        return st;
     msr_err_clear(); /* what is printed below is this call's */
-    msr_status_t st = t->ops->snapshot(t->tr, meta, &buf, &len);
+    st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
                 msr_status_str(st), msr_err_msg_or(st));
         return st;
+    }
+    s->saves++;
+    if (o->ckpt_async) {
+        s->step = (int64_t)step;
+        s->buf = buf;
+        s->len = len;
+        s->st = MSR_OK;
+        if (pthread_create(&s->thread, NULL, saver_thread, s) == 0) {
+            s->running = 1;
+            s->stall_ns += msr_now_ns() - t0;
+            return MSR_OK;
+        }
+        s->buf = NULL; /* no thread: written here */
+        if ((st = msr_tckpt_seal(buf, len)) != MSR_OK) {
+            msr_free(buf);
+            return st;
+        }
     }
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
                 (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
     msr_free(buf);
+    s->stall_ns += msr_now_ns() - t0;
     return st;
 }
 
@@ -113,27 +181,22 @@ typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
     int64_t step;
-    int own_complete;       /* msr_ckpt_latest found this step complete for this world */
-    const msr_mesh_t *mesh; /* model parallel: the saved layout is this one */
+    int own_complete; /* msr_ckpt_latest found this step complete for this world */
+    uint64_t read;    /* bytes of payloads this rank read ... */
+    uint64_t seen;    /* ... of the payloads it looked at (whole or in part) */
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
 {
     fetch_arg_t *f = arg;
-    if (f->mesh != NULL) {
-        /* rank is a dp x cp index: the rank of our pp and tp index; past
-         * the dp x cp ranks, of another tp index (msr_trainer_restore) */
-        int n = f->mesh->dp * f->mesh->cp, tp = rank >= n ? rank / n - 1 : f->mesh->tp_rank;
-        rank %= n;
-        rank =
-            msr_mesh_rank_of(f->mesh, rank / f->mesh->cp, f->mesh->pp_rank, rank % f->mesh->cp, tp);
-    }
     msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
     if (st != MSR_OK)
         return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));
+    f->read += *len_p;
+    f->seen += *len_p;
     /* the shard's own step must be the one its file is filed under (the
      * trainer then checks that every rank's shard agrees) */
     msr_tckpt_header_t h;
@@ -153,6 +216,21 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
         *buf_p = NULL;
     }
     return st;
+}
+
+/* Reads bytes [offset, offset + len) of rank's payload of the step (as
+ * msr_trainer_read_t): only what a resume in another layout needs. */
+static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
+                                 uint64_t *total_p)
+{
+    fetch_arg_t *f = arg;
+    msr_status_t st = msr_ckpt_read_rank(f->ctx, f->dir, f->step, rank, offset, buf, len, total_p);
+    if (st != MSR_OK)
+        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
+                            (long long)f->step, f->dir, msr_status_str(st));
+    f->read += len;
+    f->seen += total_p != NULL ? *total_p : 0; /* asked once per payload, with its header */
+    return MSR_OK;
 }
 
 /* The newest step this world completed under o->ckpt_dir (*same_p) and the
@@ -201,35 +279,23 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     *resumed_p = 0;
     if (any < 0)
         return MSR_OK;
-    /* each rank holds a part of the model (CPU only: --device cuda refuses tp and pp) */
-    int split = o->tp > 1 || o->pp > 1 || o->cp > 1;
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, split ? t->cpu->mesh : NULL};
-    int saved_dp = world;
-    if (split) {
-        /* a model-parallel checkpoint loads into the layout that wrote it
-         * (its meta names the layout; the world must be the same) */
-        if (world != job->world) {
-            fprintf(stderr,
-                    "train_gpt: the checkpoint of step %lld under %s was saved by %d ranks; a "
-                    "tensor-, pipeline- or context-parallel run resumes only in the layout that "
-                    "saved it "
-                    "(this job has %d ranks)\n",
-                    (long long)any, o->ckpt_dir, world, job->world);
-            return MSR_ERR_CONFIG;
-        }
-        saved_dp = (int)(o->dp * o->cp); /* the replicas: dp x cp */
-    }
-    /* without model parallel the saving world's ranks are all data-parallel */
+    /* rank r of the saving world wrote payload r, whatever its layout */
+    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, 0, 0};
     msr_err_clear();
-    if ((st = t->ops->restore(t->tr, meta, saved_dp, fetch_payload, &f)) != MSR_OK) {
+    if ((st = t->ops->restore(t->tr, meta, world, fetch_payload, &f)) != MSR_OK) {
         fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
         return st;
     }
     *resumed_p = 1;
-    if (job->rank == 0)
+    if (job->rank == 0) {
         fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
                 (long long)any, o->ckpt_dir, world);
+        fprintf(stderr,
+                "train_gpt: rank 0 read %llu bytes (headers and the pieces it needs) of shards "
+                "of %llu bytes\n",
+                (unsigned long long)f.read, (unsigned long long)f.seen);
+    }
     return MSR_OK;
 }
 
@@ -428,7 +494,7 @@ static int start_from_checkpoint(const trainer_t *t, const job_t *job, const opt
         return 0;
     msr_status_t st = resume(t, job, o, meta, &resumed);
     if (st != MSR_OK)
-        return st == MSR_ERR_CONFIG ? EXIT_BAD_INPUT : 1;
+        return st == MSR_ERR_CONFIG || st == MSR_ERR_CORRUPT ? EXIT_BAD_INPUT : 1;
     if (!resumed && job->rank == 0)
         fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                 o->ckpt_dir);
@@ -485,12 +551,9 @@ static void print_step(uint64_t step, double loss, double norm, double tok_s, FI
     }
 }
 
-/* The run, whatever the device: resumes when asked, steps to o->steps
- * (printing each step's loss on rank 0), saves the checkpoints that are due
- * and says the speed after the first step (which warms caches, the GPU and
- * libraries up). tokens: a step's global tokens. Returns the exit status. */
-int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
-                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+/* The steps of train_gpt_run, saving through s. */
+static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                     msr_comm_t *comm, uint64_t tokens, FILE *loss_log, saver_t *s)
 {
     int64_t resumed_from;
     int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
@@ -532,7 +595,7 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
         }
         int due = o->ckpt_dir != NULL &&
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
-        if (due && save_checkpoint(t, job, o, meta) != MSR_OK)
+        if (due && save_checkpoint(t, job, o, meta, s) != MSR_OK)
             return 1;
     }
     if (job->rank == 0 && timed > 0)
@@ -540,4 +603,32 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
                 (unsigned long long)(step - first_step), 1e3 * timed_s / (double)timed,
                 (double)tokens * (double)timed / timed_s);
     return 0;
+}
+
+/* The run, whatever the device: resumes when asked, steps to o->steps
+ * (printing each step's loss on rank 0), saves the checkpoints that are due
+ * (waiting at the end for one written in the background) and says the
+ * speed after the first step (which warms caches, the GPU and libraries
+ * up) and what saving cost the steps. tokens: a step's global tokens.
+ * Returns the exit status. */
+int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                  msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
+{
+    saver_t s = {.ctx = job->ctx, .dir = o->ckpt_dir, .keep = (int)o->ckpt_keep};
+    if (t->cpu != NULL) /* the writer thread computes the pieces' CRCs */
+        t->cpu->unsealed_snapshots = o->ckpt_async;
+    int rc = run_steps(t, job, o, meta, comm, tokens, loss_log, &s);
+    if (saver_wait(&s) != MSR_OK && rc == 0)
+        rc = 1;
+    if (job->rank == 0 && s.saves > 0 && rc == 0) {
+        fprintf(stderr, "train_gpt: %d checkpoints: %.1f ms in the steps", s.saves,
+                (double)s.stall_ns * 1e-6);
+        if (o->ckpt_async)
+            fprintf(stderr,
+                    " (%.1f of them waiting for the write before), %.1f ms written in the "
+                    "background",
+                    (double)s.wait_ns * 1e-6, (double)s.write_ns * 1e-6);
+        fprintf(stderr, "\n");
+    }
+    return rc;
 }

@@ -228,6 +228,19 @@ static int do_ckpt(const char *dir)
     CHECK(len == 236 && ((char *)got)[0] == (char)(2 * 31 + 35), "rank 2's state");
     free(got);
     CHECK_ST(msr_ckpt_load_rank(ctx, dir, 5, 9, &got, &len), MSR_ERR_NOT_FOUND);
+    /* part of a state (msr_ckpt_read_rank): up to exactly its end, not one
+     * byte past it */
+    {
+        unsigned char part[236];
+        uint64_t total = 0;
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 0, part, 1, &total), MSR_OK);
+        CHECK(total == 236 && part[0] == (unsigned char)(2 * 31 + 35), "rank 2's first byte");
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 200, part, 36, NULL), MSR_OK);
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 236, part, 0, NULL), MSR_OK);
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 200, part, 37, NULL), MSR_ERR_CORRUPT);
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 237, part, 0, NULL), MSR_ERR_CORRUPT);
+        CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 9, 0, part, 1, NULL), MSR_ERR_NOT_FOUND);
+    }
     printf("checkpoint checks passed on rank %d\n", rank);
     msr_finalize(ctx);
     return 0;

@@ -158,7 +158,153 @@ static void test_bad_shards_refused(void)
     MSR_CHECK(buf == NULL);
 }
 
+/* Every piece checks out; a damaged float, table entry or header field
+ * fails the check of the pieces it touches (a partial reader's only
+ * defence: it never reads the whole payload's CRC). */
+static void test_piece_crcs(void)
+{
+    state_t s;
+    fill(&s, 5);
+    msr_tckpt_range_t r[3];
+    three_ranges(&s, r);
+    msr_tckpt_header_t h = header(1, 4), g;
+    void *buf;
+    size_t len;
+    MSR_CHECK_OK(msr_tckpt_encode(&h, r, 3, &buf, &len));
+    msr_tckpt_range_t *got = NULL;
+    uint32_t n = 0;
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &n));
+    MSR_CHECK_EQ(g.version, 3u);
+    for (uint32_t k = 0; k < n; k++)
+        MSR_CHECK(msr_tckpt_piece_ok(&g, &got[k]));
+    unsigned char *b = buf;
+    b[got[1].offset + 5] ^= 0x10; /* a float of piece 1 */
+    MSR_CHECK(msr_tckpt_piece_ok(&g, &got[0]) && !msr_tckpt_piece_ok(&g, &got[1]) &&
+              msr_tckpt_piece_ok(&g, &got[2]));
+    b[got[1].offset + 5] ^= 0x10;
+    msr_free(got);
+    size_t hl = 0;
+    MSR_CHECK_OK(msr_tckpt_head_len(buf, len, &hl));
+    b[hl - 3 * 16 + 16] ^= 0x01; /* piece 1's lo, still in order */
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &n));
+    MSR_CHECK(msr_tckpt_piece_ok(&g, &got[0]) && !msr_tckpt_piece_ok(&g, &got[1]));
+    b[hl - 3 * 16 + 16] ^= 0x01;
+    msr_free(got);
+    b[16 + 8] ^= 0x01; /* AdamW's t */
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &n));
+    for (uint32_t k = 0; k < n; k++)
+        MSR_CHECK(!msr_tckpt_piece_ok(&g, &got[k]));
+    b[16 + 8] ^= 0x01;
+    msr_free(got);
+    /* the header and table alone: the same pieces, no data pointers */
+    msr_tckpt_range_t *head = NULL;
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &n));
+    MSR_CHECK_OK(msr_tckpt_decode_head(buf, hl, len, "test", &g, &head, &n));
+    for (uint32_t k = 0; k < n; k++)
+        MSR_CHECK(head[k].lo == got[k].lo && head[k].n == got[k].n &&
+                  head[k].offset == got[k].offset && head[k].crc == got[k].crc &&
+                  head[k].params == NULL);
+    MSR_CHECK_STATUS(msr_tckpt_decode_head(buf, hl - 1, len, "test", &g, &head, &n),
+                     MSR_ERR_CORRUPT);
+    msr_free(head);
+    msr_free(got);
+    msr_free(buf);
+}
+
+/* A range of exactly MSR_TCKPT_PIECE_MAX elements is one piece, one more
+ * element makes two. */
+static void test_piece_bound(void)
+{
+    size_t big = (size_t)MSR_TCKPT_PIECE_MAX + 1;
+    float *f = msr_calloc(big, sizeof *f);
+    MSR_CHECK(f != NULL);
+    for (size_t i = 0; i < big; i++)
+        f[i] = (float)i;
+    msr_tckpt_header_t h = header(0, 1), g;
+    h.num_params = big;
+    for (size_t n = big - 1; n <= big; n++) {
+        msr_tckpt_range_t r = {0, n, f, f, f};
+        void *buf;
+        size_t len;
+        msr_tckpt_range_t *got = NULL;
+        uint32_t np = 0;
+        MSR_CHECK_OK(msr_tckpt_encode(&h, &r, 1, &buf, &len));
+        MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &np));
+        MSR_CHECK_EQ(np, n == big ? 2u : 1u);
+        MSR_CHECK(got[0].n == MSR_TCKPT_PIECE_MAX && got[0].params[7] == 7.0f);
+        if (np == 2)
+            MSR_CHECK(got[1].lo == MSR_TCKPT_PIECE_MAX && got[1].n == 1 &&
+                      got[1].params[0] == (float)MSR_TCKPT_PIECE_MAX);
+        for (uint32_t k = 0; k < np; k++)
+            MSR_CHECK(msr_tckpt_piece_ok(&g, &got[k]));
+        msr_free(got);
+        msr_free(buf);
+    }
+    msr_free(f);
+}
+
+/* A version 2 payload (MSRTRN02: no layout fields, (u64 lo, u64 n)
+ * ranges, no CRCs), as the previous release wrote it, still decodes. */
+static void test_version2(void)
+{
+    unsigned char b[80 + 16 + 24] = {0}, *p = b;
+    const uint64_t fixed64[5] = {7, 7, 1337, 84, 1000}, range[2] = {5, 2};
+    const uint32_t fixed32[5] = {1, 4, 2, 1, 1}; /* rank, world, zero, ranges, meta "m" */
+    const uint32_t head[2] = {2, 96};            /* version, header bytes */
+    memcpy(p, "MSRTRN02", 8);
+    memcpy(p + 8, head, 8);
+    memcpy(p + 16, fixed64, 40);
+    memcpy(p + 56, fixed32, 20);
+    p[76] = 'm'; /* NUL and padding to 80 are zeros */
+    memcpy(p + 80, range, 16);
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    memcpy(p + 96, f, sizeof f);
+    msr_tckpt_header_t g;
+    msr_tckpt_range_t *got = NULL;
+    uint32_t n = 0;
+    MSR_CHECK_OK(msr_tckpt_decode(b, sizeof b, "v2", &g, &got, &n));
+    MSR_CHECK(g.version == 2 && g.step == 7 && g.rank == 1 && g.world == 4 && g.tp == 0);
+    MSR_CHECK_STR(g.meta, "m");
+    MSR_CHECK(n == 1 && got[0].lo == 5 && got[0].n == 2 && got[0].params[1] == 2.0f &&
+              got[0].m[0] == 3.0f && got[0].v[1] == 6.0f && msr_tckpt_piece_ok(&g, &got[0]));
+    msr_free(got);
+    MSR_CHECK_STATUS(msr_tckpt_decode(b, sizeof b - 4, "v2", &g, &got, &n), MSR_ERR_CORRUPT);
+}
+
+/* An unsealed payload (the copy a step makes with --ckpt-async) fails its
+ * pieces' checks until msr_tckpt_seal, which makes it byte for byte the
+ * sealed encoding; sealing twice changes nothing. */
+static void test_seal(void)
+{
+    state_t s;
+    fill(&s, 9);
+    msr_tckpt_range_t r[3];
+    three_ranges(&s, r);
+    msr_tckpt_header_t h = header(2, 4), g;
+    void *sealed, *open;
+    size_t len, olen;
+    msr_tckpt_range_t *got = NULL;
+    uint32_t n = 0;
+    MSR_CHECK_OK(msr_tckpt_encode(&h, r, 3, &sealed, &len));
+    MSR_CHECK_OK(msr_tckpt_encode_unsealed(&h, r, 3, &open, &olen));
+    MSR_CHECK(olen == len && memcmp(open, sealed, len) != 0);
+    MSR_CHECK_OK(msr_tckpt_decode(open, olen, "open", &g, &got, &n));
+    MSR_CHECK(n == 3 && !msr_tckpt_piece_ok(&g, &got[0]));
+    msr_free(got);
+    MSR_CHECK_OK(msr_tckpt_seal(open, olen));
+    MSR_CHECK(memcmp(open, sealed, len) == 0);
+    MSR_CHECK_OK(msr_tckpt_seal(open, olen));
+    MSR_CHECK(memcmp(open, sealed, len) == 0);
+    MSR_CHECK_STATUS(msr_tckpt_seal(open, olen - 1), MSR_ERR_CORRUPT);
+    msr_free(open);
+    msr_free(sealed);
+}
+
 static const msr_test_t tests[] = {
+    {"seal", test_seal, 20},
+    {"version2", test_version2, 20},
+    {"piece_crcs", test_piece_crcs, 20},
+    {"piece_bound", test_piece_bound, 20},
     {"round_trip", test_round_trip, 20},
     {"damage_refused", test_damage_refused, 20},
     {"bad_shards_refused", test_bad_shards_refused, 20},

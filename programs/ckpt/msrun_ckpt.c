@@ -1,0 +1,266 @@
+/* msrun-ckpt: what a train_gpt checkpoint holds, read by `msrun ckpt`
+ * (msrun executes this program, so the launcher links nothing of the
+ * runtime). `msrun ckpt inspect DIR [--step N]` prints the step, who wrote
+ * it, every tensor with its shape and bytes, and checks every piece's CRC
+ * and that every element of the model is present (docs/checkpoint.md).
+ * Exit 0: whole and intact; 2: bad input (the file and tensor named). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "model/gpt.h"
+#include "model/moe.h"
+#include "msrun/checkpoint.h"
+#include "parallel/ckpt.h"
+
+#define EXIT_BAD 2
+
+/* The newest step-N folder of dir with a MANIFEST (a complete save); -1
+ * when none. */
+static long long newest_step(const char *dir)
+{
+    long long best = -1;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char *end, path[4200];
+        struct stat sb;
+        long long s = strncmp(e->d_name, "step-", 5) == 0 ? strtoll(e->d_name + 5, &end, 10) : -1;
+        if (s < 0 || *end != '\0' || s <= best)
+            continue;
+        snprintf(path, sizeof path, "%s/%s/MANIFEST", dir, e->d_name);
+        if (stat(path, &sb) == 0)
+            best = s;
+    }
+    if (d != NULL)
+        closedir(d);
+    return best;
+}
+
+/* One rank's payload header and range table (ckpt.h), read in part. */
+typedef struct shard {
+    void *head;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r;
+    uint32_t n;
+} shard_t;
+
+static void shard_free(shard_t *s)
+{
+    msr_free(s->r);
+    msr_free(s->head);
+    memset(s, 0, sizeof *s);
+}
+
+static int shard_read(const char *dir, long long step, int rank, shard_t *s)
+{
+    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
+    char what[4300];
+    memset(s, 0, sizeof *s);
+    snprintf(what, sizeof what, "%s/step-%lld/rank-%d.bin", dir, step, rank);
+    msr_status_t st = msr_ckpt_read_rank(NULL, dir, step, rank, 0, fixed, sizeof fixed, &total);
+    if (st == MSR_OK && (st = msr_tckpt_head_len(fixed, sizeof fixed, &hl)) == MSR_OK &&
+        (hl < sizeof fixed || hl > total))
+        st = msr_err(MSR_ERR_CORRUPT, "%s: a header of %zu bytes in %llu", what, hl,
+                     (unsigned long long)total);
+    if (st == MSR_OK && (s->head = msr_malloc(hl)) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "out of memory");
+    if (st == MSR_OK)
+        st = msr_ckpt_read_rank(NULL, dir, step, rank, 0, s->head, hl, NULL);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(s->head, hl, (size_t)total, what, &s->h, &s->r, &s->n);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msrun ckpt: %s\n", msr_err_msg_or(st)); /* it names the file */
+        shard_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model's shape from a checkpoint's settings text (train_gpt's meta). */
+static int shape_of(const char *meta, msr_gpt_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (sscanf(meta, "layers %d channels %d heads %d seq %d vocab %d", &cfg->layers, &cfg->channels,
+               &cfg->heads, &cfg->max_seq, &cfg->vocab) != 5)
+        return -1;
+    const char *x = strstr(meta, "; experts ");
+    msr_gpt_moe_t *m = &cfg->moe;
+    if (x != NULL &&
+        sscanf(x, "; experts %d top-k %d moe-every %d capacity-factor %lf aux-loss %lf",
+               &m->experts, &m->top_k, &m->every, &m->capacity_factor, &m->aux_loss) != 5)
+        return -1;
+    return msr_gpt_config_check(cfg) == MSR_OK ? 0 : -1;
+}
+
+/* The whole model's tensor holding element g (experts past the flat ones). */
+static const char *tensor_name(const msr_gpt_t *m, uint64_t g)
+{
+    for (int k = 0; k < m->num_tensors; k++)
+        if (g >= m->tensors[k].offset && g < m->tensors[k].offset + m->tensors[k].count)
+            return m->tensors[k].name;
+    return "experts";
+}
+
+/* Reads and checks every piece of shard s (rank's), marking its elements
+ * in have (one bit each). */
+static int shard_check(const char *dir, long long step, int rank, const shard_t *s,
+                       const msr_gpt_t *m, unsigned char *have, float *buf)
+{
+    for (uint32_t k = 0; k < s->n; k++) {
+        msr_tckpt_range_t r = s->r[k];
+        size_t bytes = 12 * (size_t)r.n;
+        if (s->h.version < 3 && bytes > 12 * (size_t)MSR_TCKPT_PIECE_MAX) {
+            fprintf(stderr,
+                    "msrun ckpt: step-%lld/rank-%d.bin: a version 2 piece of %llu "
+                    "elements: not checked\n",
+                    step, rank, (unsigned long long)r.n);
+            continue;
+        }
+        msr_status_t st = msr_ckpt_read_rank(NULL, dir, step, rank, r.offset, buf, bytes, NULL);
+        r.params = buf;
+        r.m = buf + r.n;
+        r.v = buf + 2 * r.n;
+        if (st != MSR_OK || !msr_tckpt_piece_ok(&s->h, &r)) {
+            fprintf(stderr,
+                    "msrun ckpt: %s/step-%lld/rank-%d.bin: the piece of tensor %s (elements "
+                    "[%llu, %llu) of the whole model) %s\n",
+                    dir, step, rank, tensor_name(m, r.lo), (unsigned long long)r.lo,
+                    (unsigned long long)(r.lo + r.n),
+                    st != MSR_OK ? msr_err_msg_or(st) : "does not match its CRC");
+            return -1;
+        }
+        for (uint64_t i = r.lo; i < r.lo + r.n; i++)
+            have[i / 8] |= (unsigned char)(1u << (i % 8));
+    }
+    return 0;
+}
+
+/* Prints every tensor with its shape and bytes (parameters, m and v:
+ * 12 per element), and the first element no shard holds, if any. */
+static int report(const msr_gpt_t *m, size_t experts, const unsigned char *have)
+{
+    size_t P = m->num_params, total = P + experts;
+    for (int k = 0; k < m->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &m->tensors[k];
+        char shape[48];
+        if (t->ndim == 1)
+            snprintf(shape, sizeof shape, "(%d)", t->shape[0]);
+        else
+            snprintf(shape, sizeof shape, "(%d, %d)", t->shape[0], t->shape[1]);
+        printf("  %-14s %-14s %12zu bytes\n", t->name, shape, 12 * t->count);
+    }
+    if (experts > 0)
+        printf("  %-14s %-14zu %12zu bytes\n", "experts", experts, 12 * experts);
+    for (size_t i = 0; i < total; i++) {
+        if (!(have[i / 8] & (1u << (i % 8)))) {
+            fprintf(stderr, "msrun ckpt: no shard holds element %zu (tensor %s)\n", i,
+                    tensor_name(m, i));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int inspect(const char *dir, long long step)
+{
+    shard_t s0;
+    msr_gpt_config_t cfg;
+    msr_gpt_t *m = NULL;
+    msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL};
+    if (step < 0 && (step = newest_step(dir)) < 0) {
+        fprintf(stderr,
+                "msrun ckpt: no complete checkpoint (a step-N folder with a MANIFEST) "
+                "under %s\n",
+                dir);
+        return EXIT_BAD;
+    }
+    if (shard_read(dir, step, 0, &s0) != 0)
+        return EXIT_BAD;
+    if (shape_of(s0.h.meta, &cfg) != 0 ||
+        msr_gpt_create_part(&cfg, &whole, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &m) != MSR_OK ||
+        m->num_params + msr_moe_num_params(&cfg) != s0.h.num_params) {
+        fprintf(stderr,
+                "msrun ckpt: %s/step-%lld/rank-0.bin: not a train_gpt model's "
+                "checkpoint (settings: %s)\n",
+                dir, step, s0.h.meta);
+        msr_gpt_destroy(m);
+        shard_free(&s0);
+        return EXIT_BAD;
+    }
+    printf("step %llu (optimizer step %llu, %llu samples drawn), saved by %u ranks, ZeRO %u\n",
+           (unsigned long long)s0.h.step, (unsigned long long)s0.h.adam_t,
+           (unsigned long long)s0.h.data_position, s0.h.world, s0.h.zero);
+    if (s0.h.tp > 0 && s0.h.pp > 0 && s0.h.cp > 0)
+        printf("layout: dp %u x pp %u x cp %u x tp %u%s, %u virtual stages per rank, ep %u\n",
+               s0.h.world / (s0.h.tp * s0.h.pp * s0.h.cp), s0.h.pp, s0.h.cp, s0.h.tp,
+               s0.h.sp ? " with sp" : "", s0.h.chunks, s0.h.ep);
+    else
+        printf("layout: not recorded\n");
+    printf("settings: %s\n", s0.h.meta);
+    size_t total = s0.h.num_params;
+    unsigned char *have = msr_calloc(total / 8 + 1, 1);
+    float *buf = msr_malloc(12 * (size_t)MSR_TCKPT_PIECE_MAX);
+    int bad = have == NULL || buf == NULL;
+    uint64_t pieces = 0;
+    for (uint32_t r = 0; r < s0.h.world && !bad; r++) {
+        shard_t s;
+        if (shard_read(dir, step, (int)r, &s) != 0) {
+            bad = 1;
+            break;
+        }
+        bad = s.h.step != s0.h.step || s.h.world != s0.h.world || s.h.rank != r ||
+              strcmp(s.h.meta, s0.h.meta) != 0;
+        if (bad)
+            fprintf(stderr, "msrun ckpt: %s/step-%lld/rank-%u.bin is not of rank 0's checkpoint\n",
+                    dir, step, r);
+        else
+            bad = shard_check(dir, step, (int)r, &s, m, have, buf) != 0;
+        pieces += s.n;
+        shard_free(&s);
+    }
+    if (!bad) {
+        printf("%d tensors:\n", m->num_tensors + (total > m->num_params));
+        bad = report(m, total - m->num_params, have) != 0;
+    }
+    if (!bad)
+        printf("%u shards, %llu pieces: every checksum matches, every element present\n",
+               s0.h.world, (unsigned long long)pieces);
+    msr_free(buf);
+    msr_free(have);
+    msr_gpt_destroy(m);
+    shard_free(&s0);
+    return bad ? EXIT_BAD : 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: msrun ckpt inspect DIR [--step N]\n"
+               "  prints the newest complete checkpoint under DIR (or step N): the step, the\n"
+               "  world that saved it, every tensor with its shape and bytes; checks every\n"
+               "  piece's CRC and that every element is present (exit 2 if not)\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    long long step = -1;
+    char *end = NULL;
+    if (argc == 5 && strcmp(argv[3], "--step") == 0)
+        step = strtoll(argv[4], &end, 10);
+    if (argc < 3 || strcmp(argv[1], "inspect") != 0 || (argc != 3 && argc != 5) ||
+        (argc == 5 && (end == argv[4] || *end != '\0' || step < 0))) {
+        usage(stderr);
+        return EXIT_BAD;
+    }
+    return inspect(argv[2], step);
+}

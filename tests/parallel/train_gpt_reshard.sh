@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Resharding: a checkpoint saved in one layout resumes in another layout
+# and world size. For each pair A -> B, layout A trains 3 steps and saves;
+# layout B resumes from it and trains 10 more; the same layout B resumed
+# from the checkpoint one process saved at step 3 must print the same 10
+# losses (1e-5 relative). Then bad input: a truncated payload, a damaged
+# range table or piece, another model's checkpoint: exit 2 naming the file
+# (and the piece's tensor) or both settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+group=${1:-dense}
+# G = 12 sequences a step in every layout: micro-batch x grad-accum x dp
+model=(--layers 6 --channels 32 --heads 4 --seq 16 --steps 13 --global-batch 12 --lr 3e-3)
+if [[ $group == moe ]]; then
+    model+=(--experts 4 --top-k 2 --moe-every 2)
+fi
+msrun_n() {
+    local n=$1 job=reshard-$$-$RANDOM
+    shift
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "$@"
+}
+# the layouts, by name: ranks, then train_gpt's options
+declare -A L=(
+    [one]="1 --micro-batch 2 --grad-accum 6"
+    [dp4z3]="4 --micro-batch 3 --grad-accum 1 --zero 3"
+    [dp4z1]="4 --micro-batch 3 --grad-accum 1 --zero 1"
+    [dp2z2]="2 --micro-batch 2 --grad-accum 3 --zero 2"
+    [tp2pp2]="4 --micro-batch 2 --grad-accum 6 --tp 2 --pp 2 --zero 1"
+    [pp2int]="2 --micro-batch 2 --grad-accum 6 --pp 2 --schedule interleaved --virtual-stages 2"
+    [pp4uneven]="4 --micro-batch 3 --grad-accum 4 --pp 4 --pp-layers 2,1,1,2"
+    [tp2sp]="2 --micro-batch 2 --grad-accum 6 --tp 2 --sp"
+    [cp2]="2 --micro-batch 2 --grad-accum 6 --cp 2"
+    [mesh8]="8 --micro-batch 2 --grad-accum 3 --dp 2 --pp 2 --tp 2 --zero 2"
+    [pp3]="3 --micro-batch 2 --grad-accum 6 --pp 3"
+    [ep2]="2 --micro-batch 2 --grad-accum 3 --ep 2"
+    [ep4]="4 --micro-batch 3 --grad-accum 1 --ep 4 --zero 1"
+    [ep2tp2]="4 --micro-batch 2 --grad-accum 3 --dp 2 --ep 2 --tp 2"
+)
+# run NAME CKPT_DIR LOSS_LOG [more options]: layout NAME with checkpoints in CKPT_DIR
+run() {
+    local spec=(${L[$1]}) dir=$2 log=$3
+    shift 3
+    rm -f "$log" # --loss-log appends
+    msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$dir" --loss-log "$log" "$@" >/dev/null \
+        2>"$work/err" || fail "layout $1 ($*): $(cat "$work/err")"
+}
+# the checkpoint of one process at step 3
+run one "$work/ck-one" "$work/log-one" --steps 3 --ckpt-every 3
+# pair A B: A saves at step 3, B resumes from it and from one process's
+close_losses() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+a, b = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:3]]
+assert len(a) == len(b) == 10, (len(a), len(b))
+for x, y in zip(a, b):  # step N loss L norm G (hexadecimal floats)
+    assert x[:2] == y[:2] and x[2] == "loss", (x, y)
+    u, v = float.fromhex(x[3]), float.fromhex(y[3])
+    assert abs(u - v) <= 1e-5 * abs(v), (x, y)
+PY
+}
+pair() {
+    local a=$1 b=$2 d="$work/ck-$1-$2"
+    run "$a" "$d" "$work/log-$a" --steps 3 --ckpt-every 3
+    cp -r "$work/ck-one" "$d-ref"
+    run "$b" "$d" "$work/log-ab" --resume
+    grep -q "resumed from step 3" "$work/err" || fail "$a -> $b did not resume: $(cat "$work/err")"
+    cp "$work/err" "$work/err-ab"
+    run "$b" "$d-ref" "$work/log-1b" --resume
+    close_losses "$work/log-ab" "$work/log-1b" ||
+        fail "$a -> $b: $(paste "$work/log-ab" "$work/log-1b")"
+    echo "ok $a -> $b"
+}
+if [[ $group == dense ]]; then
+    pair tp2pp2 dp4z3
+    pair dp4z3 tp2pp2
+    pair pp2int pp4uneven
+    pair tp2sp cp2
+    pair mesh8 pp3
+    # pp 3's rank 0 holds a third of the layers: it reads only the pieces of
+    # them out of the 8 shards, not the shards
+    read_bytes=$(sed -n 's/.*rank 0 read \([0-9]*\) bytes .* of shards of \([0-9]*\) bytes.*/\1 \2/p' \
+        "$work/err-ab")
+    [[ -n $read_bytes ]] && (( ${read_bytes% *} * 2 < ${read_bytes#* } )) ||
+        fail "mesh8 -> pp3: rank 0 read '$read_bytes' (read, of): $(cat "$work/err-ab")"
+    echo "ok mesh8 -> pp3: rank 0 read $read_bytes (bytes read, of)"
+    pair dp4z1 dp2z2
+    pair one dp4z1
+else
+    pair ep2 ep4
+    pair ep2tp2 one
+fi
+
+# bad input, resumed in another layout: exit 2, the reason, nothing trained
+# (refuse NAME DIR PATTERN [more options]; layout NAME)
+refuse() {
+    local spec=(${L[$1]}) dir=$2 pattern=$3 rc=0
+    shift 3
+    msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$dir" --resume "$@" >"$work/out" \
+        2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "resume from $dir exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "no '$pattern' in: $(cat "$work/err")"
+    ! grep -q "^step" "$work/out" || fail "trained from a bad checkpoint: $(cat "$work/out")"
+}
+if [[ $group == dense ]]; then
+    run tp2pp2 "$work/bad" "$work/log-bad" --steps 3
+    cp -r "$work/bad" "$work/bad-cut"
+    truncate -s -100 "$work/bad-cut/step-3/rank-1.bin"
+    refuse dp2z2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    # a damaged range table, then a damaged piece: another layout reads
+    # only headers and pieces, each checked by its own CRC
+    cp -r "$work/bad" "$work/bad-flip"
+    printf '\x55' | dd of="$work/bad-flip/step-3/rank-1.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
+    refuse dp2z2 "$work/bad-flip" "step-3/rank-1.bin has ranges that do not fit"
+    cp -r "$work/bad" "$work/bad-piece"
+    size=$(stat -c %s "$work/bad-piece/step-3/rank-1.bin")
+    printf '\x55' | dd of="$work/bad-piece/step-3/rank-1.bin" bs=1 seek=$((size - 100)) \
+        conv=notrunc 2>/dev/null
+    refuse dp2z2 "$work/bad-piece" "step-3/rank-1.bin: the piece of tensor h2.fcprojw (elements"
+    # the same layout reads its own payload whole, under its CRC
+    refuse tp2pp2 "$work/bad-piece" "step-3/rank-1.bin does not match its CRC"
+    model[1]=4 # --layers 4: another model
+    refuse dp2z2 "$work/bad" "written with other settings; checkpoint: layers 6"
+    echo "ok bad input refused"
+    # kill -9 while saving: tp 2 x pp 2 saves every step, the whole job is
+    # killed once step 2 is complete; dp 2 resumes from the newest complete
+    # step, whatever the kill interrupted
+    job=reshard-kill-$$
+    jobs_started+=("$job")
+    spec=(${L[tp2pp2]})
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "${spec[@]:1}" --steps 100000 \
+        --ckpt-every 1 --ckpt-dir "$work/kill" >/dev/null 2>&1 &
+    deadline=$((SECONDS + 30))
+    while [[ ! -e "$work/kill/step-2/MANIFEST" && $SECONDS -lt $deadline ]]; do sleep 0.05; done
+    [[ -e "$work/kill/step-2/MANIFEST" ]] || fail "no complete step 2 within 30 s"
+    kill_job "$job"
+    wait || true
+    run dp2z2 "$work/kill" "$work/log-kill" --resume
+    grep -q "resumed from step [0-9]" "$work/err" || fail "no resume after kill -9: $(cat "$work/err")"
+    echo "ok kill -9 during saves: $(grep -o 'resumed from step [0-9]*' "$work/err")"
+fi
