@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/shm_defaults.h"
 #include "layout/layout.h"
 #include "planner/plan.h"
 
@@ -476,8 +477,9 @@ static uint64_t transient_peak(const msr_plan_layout_t *l, const part_t *p, int 
  * of the most any member maps. */
 static uint64_t shm_tiled(uint64_t n, uint64_t msg, int rs_ag, uint64_t rs_per_step)
 {
-    const uint64_t line = 64, depth = 4, segment = 16u << 20, fa = 64u << 10;
-    uint64_t tile = 256u << 10;
+    const uint64_t line = 64, depth = MSR_SHM_TILES, segment = MSR_SHM_SEGMENT_BYTES;
+    const uint64_t fa = 64u << 10; /* the kernel's fault-around */
+    uint64_t tile = MSR_SHM_TILE_BYTES;
     while (tile && (n + 1) * depth * tile > segment)
         tile = tile / 2 / line * line;
     if (tile < n * line || msg == 0)
@@ -885,7 +887,7 @@ static void rank_transients(const msr_plan_model_t *m, const msr_plan_layout_t *
         o->untouched = scratch;
     /* dp's gradients (every part has more than 16 KiB of them) and tp's
      * activations */
-    const uint64_t shm_max = 16u << 10;
+    const uint64_t shm_max = MSR_SHM_MAX_BYTES;
     uint64_t P = p->total, bucket = l->bucket_bytes; /* with_defaults set it */
     if (replicas(l) > 1 && P * F32 > shm_max)
         o->shm += shm_tiled((uint64_t)replicas(l), min_u64(P * F32, bucket), l->zero >= 1,

@@ -33,6 +33,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/shm_defaults.h"
 #include "base/util.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ucx_impl.h"
@@ -1147,12 +1148,12 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
         t->segment = 4096;
     t->window = (int)msr_env_i64("MSR_COMM_WINDOW", 2, 1, 256);
     t->alltoall_window = (int)msr_env_i64("MSR_COMM_ALLTOALL_WINDOW", 16, 1, 4096);
-    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", 16 << 10);
-    t->shm_tile = env_bytes("MSR_COMM_SHM_TILE", 256 << 10);
-    t->shm_depth = (int)msr_env_i64("MSR_COMM_SHM_TILES", 4, 2, 64);
+    t->shm_max = env_bytes("MSR_COMM_SHM_MAX", MSR_SHM_MAX_BYTES);
+    t->shm_tile = env_bytes("MSR_COMM_SHM_TILE", MSR_SHM_TILE_BYTES);
+    t->shm_depth = (int)msr_env_i64("MSR_COMM_SHM_TILES", MSR_SHM_TILES, 2, 64);
     t->shm_nt = parse_nt("MSR_COMM_SHM_NT");
     t->shm_nt_min = env_bytes("MSR_COMM_SHM_NT_MIN", 64 << 10);
-    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", 16 << 20);
+    t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", MSR_SHM_SEGMENT_BYTES);
     t->shm_spin = (int)msr_env_i64("MSR_COMM_SHM_SPIN", 256, 0, 1 << 20);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
