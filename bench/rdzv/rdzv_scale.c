@@ -62,11 +62,14 @@
 
 typedef struct sim {
     int nodes, ranks, bytes, direct, clients, dashboard, lazy;
-    int nch; /* connections: clients share them round robin past the limit */
+    int relay;      /* nodes per relay (its subtree); 0: every node calls itself */
+    int *node_rank; /* relay mode: each node's rank in the formed job */
+    int nch;        /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
     int pending, failed;
+    msr_rpc_method_t entry_method; /* of the next Relay call started */
     size_t want_bytes;
     char err[300];
 } sim_t;
@@ -75,7 +78,10 @@ typedef struct op {
     msr_rpc_async_t a;
     sim_t *sim;
     int client, node;
+    msr_rpc_method_t client_method; /* a Relay call: the method of its entries */
 } op_t;
+
+static void relay_done(sim_t *s, const op_t *o, const Msr__RelayResponse *r);
 
 static const char *token = "rdzv-scale-token";
 
@@ -103,6 +109,47 @@ static pid_t start_coordinator(const char *msrun, int world, int local, int dash
     return bench_coord_start("rdzv_scale", msrun, token, args, port_p);
 }
 
+static void sim_fail(sim_t *s, const char *what, int node, const char *why)
+{
+    if (!s->failed)
+        snprintf(s->err, sizeof s->err, "%s of node %d: %s", what, node, why);
+    s->failed = 1;
+}
+
+/* A relay's batch answered: entry k is node o->node + k's answer. */
+static void relay_done(sim_t *s, const op_t *o, const Msr__RelayResponse *r)
+{
+    for (size_t k = 0; k < r->n_answers; k++) {
+        const Msr__RelayAnswer *an = r->answers[k];
+        int node = o->node + (int)k;
+        if (an->code != 0) {
+            sim_fail(s, "a relayed call", node, an->message);
+            return;
+        }
+        if (o->client_method == MSR_RPC_JOIN) {
+            Msr__JoinResponse *j = (Msr__JoinResponse *)msr_rpc_response_unpack(
+                MSR_RPC_JOIN, an->response.data, an->response.len);
+            if (j == NULL) {
+                sim_fail(s, "a relayed join", node, "the answer does not unpack");
+                return;
+            }
+            snprintf(s->ids[node], sizeof s->ids[0], "%s", j->node_id);
+            msr_rpc_message_free(&j->base);
+            continue;
+        }
+        Msr__HeartbeatResponse *h = (Msr__HeartbeatResponse *)msr_rpc_response_unpack(
+            MSR_RPC_HEARTBEAT, an->response.data, an->response.len);
+        int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL;
+        if (ok)
+            s->node_rank[node] = h->assignment->node_rank;
+        msr_rpc_message_free(h ? &h->base : NULL);
+        if (!ok) {
+            sim_fail(s, "a relayed heartbeat", node, "not running after it");
+            return;
+        }
+    }
+}
+
 static void op_done(msr_rpc_async_t *a)
 {
     op_t *o = (op_t *)a;
@@ -123,6 +170,8 @@ static void op_done(msr_rpc_async_t *a)
                          o->client);
             s->failed = 1;
         }
+    } else if (a->method == MSR_RPC_RELAY) {
+        relay_done(s, o, (const Msr__RelayResponse *)a->resp);
     } else if (a->method == MSR_RPC_FETCH) {
         /* each entry is an address published as (index, payload) */
         const Msr__FetchResponse *r = (const Msr__FetchResponse *)a->resp;
@@ -170,6 +219,7 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
     o->sim = s;
     o->client = client;
     o->node = node;
+    o->client_method = s->entry_method;
     o->a.method = m;
     o->a.deadline = msr_deadline_in_ms(120000);
     o->a.wait_for_ready = 1;
@@ -184,6 +234,117 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
 }
 
 static int drain(sim_t *s);
+
+static int relay_batch(sim_t *s, int r, msr_rpc_method_t m,
+                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space));
+
+static const ProtobufCMessage *make_join(sim_t *s, int n, void *space)
+{
+    Msr__JoinRequest *j = space;
+    msr__join_request__init(j);
+    j->protocol_version = MSR_PROTOCOL_VERSION;
+    j->job_id = "scale";
+    j->host = ""; /* set by the caller */
+    j->pid = 1000 + n;
+    j->local_worker_num = s->ranks;
+    j->worker_num = s->nodes * s->ranks;
+    j->node_rank = -1;
+    j->free_port = 29500;
+    return &j->base;
+}
+
+static const ProtobufCMessage *make_heartbeat(sim_t *s, int n, void *space)
+{
+    Msr__HeartbeatRequest *h = space;
+    msr__heartbeat_request__init(h);
+    h->node_id = s->ids[n];
+    h->generation = 0;
+    h->known_state = MSR__JOB_STATE__JOB_WAITING;
+    h->ready_generation = 0;
+    h->wait_ms = 60000;
+    return &h->base;
+}
+
+/* Relay mode: every relay sends its nodes' joins as one batch, then their
+ * ready heartbeats as one batch (held until the job forms); every node
+ * must then have a distinct rank of 0 .. nodes - 1. */
+static int relay_join(sim_t *s)
+{
+    int relays = (s->nodes + s->relay - 1) / s->relay;
+    for (int r = 0; r < relays; r++)
+        if (relay_batch(s, r, MSR_RPC_JOIN, make_join) != 0)
+            return -1;
+    if (drain(s) != 0)
+        return -1;
+    for (int r = 0; r < relays; r++)
+        if (relay_batch(s, r, MSR_RPC_HEARTBEAT, make_heartbeat) != 0)
+            return -1;
+    if (drain(s) != 0)
+        return -1;
+    char *seen = calloc((size_t)s->nodes, 1);
+    int bad = seen == NULL;
+    for (int n = 0; !bad && n < s->nodes; n++) {
+        int k = s->node_rank[n];
+        bad = k < 0 || k >= s->nodes || seen[k];
+        if (!bad)
+            seen[k] = 1;
+    }
+    free(seen);
+    if (bad)
+        sim_fail(s, "the ranks", 0, "not every node has a rank of its own");
+    return bad ? -1 : 0;
+}
+
+/* Relay r's batch of the calls of its nodes (the nodes r * relay on), one
+ * request each made by make(node, buffer for its request). */
+static int relay_batch(sim_t *s, int r, msr_rpc_method_t m,
+                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space))
+{
+    int first = r * s->relay, n = s->nodes - first < s->relay ? s->nodes - first : s->relay;
+    Msr__RelayCall *calls = calloc((size_t)n, sizeof *calls);
+    Msr__RelayCall **callp = calloc((size_t)n, sizeof *callp);
+    uint8_t *bufs = malloc((size_t)n * 512);
+    int rc = calls && callp && bufs ? 0 : -1;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        union {
+            Msr__JoinRequest j;
+            Msr__HeartbeatRequest h;
+        } space;
+        char host[32];
+        const ProtobufCMessage *req = make(s, first + k, &space);
+        if (m == MSR_RPC_JOIN) {
+            snprintf(host, sizeof host, "10.%d.%d.%d", (first + k) >> 16, ((first + k) >> 8) & 255,
+                     (first + k) & 255);
+            space.j.host = host;
+        }
+        size_t len = protobuf_c_message_get_packed_size(req);
+        if (len > 512) {
+            rc = -1;
+            break;
+        }
+        protobuf_c_message_pack(req, bufs + (size_t)k * 512);
+        msr__relay_call__init(&calls[k]);
+        calls[k].method = (uint32_t)m;
+        calls[k].request.data = bufs + (size_t)k * 512;
+        calls[k].request.len = len;
+        callp[k] = &calls[k];
+    }
+    char rid[32];
+    snprintf(rid, sizeof rid, "relay-%d", r);
+    Msr__RelayRequest req = MSR__RELAY_REQUEST__INIT;
+    req.relay_id = rid;
+    req.subtree = (uint32_t)s->relay;
+    req.n_calls = (size_t)n;
+    req.calls = callp;
+    s->entry_method = m;
+    if (rc == 0)
+        rc = start_op(s, r, first, MSR_RPC_RELAY, &req.base); /* packed as it starts */
+    s->entry_method = MSR_RPC_METHOD_COUNT;
+    free(calls);
+    free(callp);
+    free(bufs);
+    return rc;
+}
 
 /* A TCP port free on loopback now (for the dashboard). */
 static int free_port(void)
@@ -482,7 +643,7 @@ static int exchange_all(sim_t *s, Msr__Contribution **eptr)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy, int max_conns, int window)
+                   int lazy, int max_conns, int window, int relay)
 {
     sim_t s;
     memset(&s, 0, sizeof s);
@@ -492,7 +653,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     s.direct = direct;
     s.dashboard = dashboard;
     s.lazy = lazy;
-    s.clients = direct ? nodes * ranks : nodes;
+    s.relay = relay;
+    s.entry_method = MSR_RPC_METHOD_COUNT;
+    s.clients = relay ? (nodes + relay - 1) / relay : direct ? nodes * ranks : nodes;
     s.nch = s.clients < max_conns ? s.clients : max_conns;
     s.want_bytes = (size_t)nodes * ranks * bytes;
     int world = nodes * ranks, port = 0, rc = 1, dash = dashboard ? free_port() : 0;
@@ -503,6 +666,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     s.ch = calloc((size_t)s.nch, sizeof *s.ch);
     s.ids = calloc((size_t)nodes, sizeof *s.ids);
+    s.node_rank = calloc((size_t)nodes, sizeof *s.node_rank);
     msr_rpc_loop_create(&s.loop);
     for (int i = 0; i < s.nch; i++)
         if (msr_rpc_channel_create_own(target, token, &s.ch[i]) != MSR_OK) {
@@ -531,7 +695,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     uint64_t t0 = msr_now_ns();
     double cpu_t0 = cpu_ms(coord);
     char host[32];
-    for (int n = 0; n < nodes; n++) {
+    if (relay && relay_join(&s) != 0)
+        goto fail;
+    for (int n = 0; n < nodes && !relay; n++) {
         Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
         j.protocol_version = MSR_PROTOCOL_VERSION;
         j.job_id = "scale";
@@ -547,7 +713,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     }
     if (drain(&s) != 0)
         goto fail;
-    for (int n = 0; n < nodes; n++) {
+    for (int n = 0; n < nodes && !relay; n++) {
         Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
         h.node_id = s.ids[n];
         h.generation = 0;
@@ -575,7 +741,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
         entries[r].data.len = (size_t)bytes;
         eptr[r] = &entries[r];
     }
-    int ok = lazy ? lazy_exchange(&s, eptr) == 0 : exchange_all(&s, eptr) == 0;
+    /* relay mode measures the rendezvous (join and formation) alone: a
+     * relay carries membership calls, not the store's */
+    int ok = relay ? 1 : lazy ? lazy_exchange(&s, eptr) == 0 : exchange_all(&s, eptr) == 0;
     uint64_t t2 = msr_now_ns();
     double cpu_end = cpu_ms(coord);
     free(payload);
@@ -594,7 +762,8 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
            "(connect %.0f join %.0f exchange %.0f) "
            "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
            nodes, world, s.nch,
-           lazy     ? "lazy"
+           relay    ? "relay"
+           : lazy   ? "lazy"
            : direct ? "ag-direct"
                     : "allgather",
            conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, cpu_conn * 1000.0 / nodes,
@@ -618,6 +787,7 @@ out:
     msr_rpc_loop_destroy(s.loop);
     free(s.ch);
     free(s.ids);
+    free(s.node_rank);
     kill(coord, SIGTERM);
     waitpid(coord, NULL, 0);
     return rc;
@@ -627,6 +797,7 @@ int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
     int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1, window = 1024, conns = 0;
+    int relay = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -640,6 +811,8 @@ int main(int argc, char **argv)
             window = atoi(argv[++i]);
         else if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
             conns = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--relay") == 0 && i + 1 < argc)
+            relay = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "lazy") == 0 || strcmp(argv[i + 1], "allgather") == 0))
             lazy = strcmp(argv[++i], "lazy") == 0;
@@ -648,7 +821,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
                             "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
-                            "[--dashboard]\n");
+                            "[--dashboard] [--relay F]\n");
             return 2;
         }
     }
@@ -658,6 +831,13 @@ int main(int argc, char **argv)
     }
     if (window < 0 || conns < 0) {
         fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
+        return 2;
+    }
+    if (relay < 0 || relay > MSR_RELAY_BATCH_MAX || (relay && (direct || dashboard))) {
+        fprintf(stderr,
+                "rdzv_scale: --relay takes 1 to %d nodes a relay (0: none), without "
+                "--direct or --dashboard\n",
+                MSR_RELAY_BATCH_MAX);
         return 2;
     }
     if (direct && lazy) {
@@ -707,7 +887,7 @@ int main(int argc, char **argv)
     for (const char *p = list; *p;) {
         int nodes = atoi(p);
         if (nodes > 0 &&
-            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window) != 0)
+            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window, relay) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
