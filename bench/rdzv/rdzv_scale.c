@@ -17,9 +17,24 @@
  *     first use). With --direct every rank is a client of its own instead
  *     (no proxy).
  *
+ *   --relay F: the nodes join through relays of F nodes each (one level,
+ *     docs/architecture.md "Relays"): each relay, simulated here over a
+ *     connection of its own, sends its nodes' joins as one Relay call,
+ *     then their ready heartbeats as one (held until the job forms), as
+ *     a relay agent does; every node must get a rank of its own. The
+ *     coordinator's code paths are the real ones. No exchange follows (a
+ *     relay carries membership calls, not the store's).
+ *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
  *              [--mode lazy|allgather] [--direct] [--window 1024]
- *              [--conns N] [--dashboard]
+ *              [--conns N] [--dashboard] [--relay F]
+ *              [--model_relay F NODES,...] [--rtt_us 100]
+ *
+ * --model_relay F NODES,...: after the runs of --nodes (direct), runs
+ * NODES through relays of F, fits the coordinator's costs to both and
+ * prints the time of a join from 1K to 1M ranks on separate machines,
+ * measured here where it ran and modelled (print_model; --rtt_us: the
+ * network's round trip, an assumption).
  *
  * --window: at most this many connections are being made at once (0: all
  * at once). A burst of more SYNs than the coordinator's listen backlog
@@ -84,6 +99,17 @@ typedef struct op {
 static void relay_done(sim_t *s, const op_t *o, const Msr__RelayResponse *r);
 
 static const char *token = "rdzv-scale-token";
+
+/* What a run measured, for --model. */
+typedef struct measured {
+    int nodes, relay;
+    double connect_us, join_us; /* the coordinator's CPU per node in each phase */
+    double join_ms, total_ms;   /* wall time of connect + join */
+} measured_t;
+
+#define MEASURED_MAX 32
+static measured_t runs[MEASURED_MAX];
+static int nruns;
 
 static pid_t start_coordinator(const char *msrun, int world, int local, int dash_port, int *port_p)
 {
@@ -770,6 +796,13 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
            cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
            total * 1000.0 / world);
     fflush(stdout);
+    if (nruns < MEASURED_MAX)
+        runs[nruns++] = (measured_t){nodes,
+                                     relay,
+                                     cpu_conn * 1000.0 / nodes,
+                                     cpu_join * 1000.0 / nodes,
+                                     join_ms,
+                                     conn_ms + join_ms};
     if (dashboard && dashboard_phase(&s, dash) != 0) {
         if (!s.failed)
             snprintf(s.err, sizeof s.err, "the dashboard did not answer");
@@ -793,11 +826,100 @@ out:
     return rc;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median over the runs with (relay != 0) == relayed of what get reads. */
+static double median_of(int relayed, double (*get)(const measured_t *m))
+{
+    double v[MEASURED_MAX];
+    int n = 0;
+    for (int i = 0; i < nruns; i++)
+        if ((runs[i].relay != 0) == relayed)
+            v[n++] = get(&runs[i]);
+    if (n == 0)
+        return -1;
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double get_connect(const measured_t *m)
+{
+    return m->connect_us;
+}
+
+static double get_join(const measured_t *m)
+{
+    return m->join_us;
+}
+
+/* The wall time (connect + join) measured here for nodes through relays of
+ * fan-in relay (0: direct); -1 when not run. */
+static double measured_ms(int nodes, int relay)
+{
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].nodes == nodes && runs[i].relay == relay)
+            return runs[i].total_ms;
+    return -1;
+}
+
+/* The critical path of a join on separate machines (docs/performance.md,
+ * "Rendezvous at scale"), fitted to this invocation's runs. Per node the
+ * coordinator spends c_conn on a connection (and its first call) and
+ * c_call on each further call when nodes call it directly; through relays
+ * it spends c_call per batch and c_entry per entry. A relay is a server
+ * like the coordinator: its F nodes cost it F * c_conn to connect and
+ * F * c_call per round. Two rounds (the joins, the ready heartbeats), each
+ * crossing two hops of rtt_us; the relays work in parallel, the
+ * coordinator alone. */
+static void print_model(int ranks, int relay, double rtt_us)
+{
+    double c_conn = median_of(0, get_connect), c_call = median_of(0, get_join) / 2,
+           relay_join = median_of(1, get_join);
+    if (c_conn < 0 || relay_join < 0 || relay == 0) {
+        printf("model: needs a direct run and a --relay run in one invocation (--model_relay F)\n");
+        return;
+    }
+    int fit_relay = 0;
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].relay)
+            fit_relay = runs[i].relay;
+    double c_entry = relay_join / 2 - c_call / fit_relay;
+    if (c_entry < 0.5)
+        c_entry = 0.5;
+    printf("model: c_conn=%.0f us c_call=%.0f us c_entry=%.1f us (coordinator CPU, fitted here); "
+           "rtt=%.0f us (assumed); relays of %d nodes, one level\n",
+           c_conn, c_call, c_entry, rtt_us, relay);
+    printf("%-9s %-8s %-8s | %-13s %-13s | %-14s %-14s\n", "ranks", "nodes", "relays",
+           "here_direct_s", "here_relay_s", "model_direct_s", "model_relay_s");
+    static const int world[] = {1024, 8192, 32768, 100000, 1000000};
+    for (size_t i = 0; i < sizeof world / sizeof world[0]; i++) {
+        int nodes = world[i] / ranks, F = nodes < relay ? nodes : relay;
+        int nrel = (nodes + F - 1) / F;
+        double direct = nodes * (c_conn + 2 * c_call) / 1e6;
+        double round = (F * c_call + nrel * c_call + nodes * c_entry + 2 * rtt_us) / 1e6;
+        double viarelay = (F * c_conn + nrel * c_conn) / 1e6 + 2 * round;
+        double hd = measured_ms(nodes, 0), hr = measured_ms(nodes, relay);
+        char hds[16] = "-", hrs[16] = "-";
+        if (hd >= 0)
+            snprintf(hds, sizeof hds, "%.2f", hd / 1000);
+        if (hr >= 0)
+            snprintf(hrs, sizeof hrs, "%.2f", hr / 1000);
+        printf("%-9d %-8d %-8d | %-13s %-13s | %-14.2f %-14.2f\n", world[i], nodes, nrel, hds, hrs,
+               direct, viarelay);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
     int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1, window = 1024, conns = 0;
-    int relay = 0;
+    int relay = 0, model_relay = 0;
+    const char *relay_list = NULL;
+    double rtt_us = 100;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -813,6 +935,11 @@ int main(int argc, char **argv)
             conns = atoi(argv[++i]);
         else if (strcmp(argv[i], "--relay") == 0 && i + 1 < argc)
             relay = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--model_relay") == 0 && i + 2 < argc) {
+            model_relay = atoi(argv[++i]);
+            relay_list = argv[++i];
+        } else if (strcmp(argv[i], "--rtt_us") == 0 && i + 1 < argc)
+            rtt_us = atof(argv[++i]);
         else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "lazy") == 0 || strcmp(argv[i + 1], "allgather") == 0))
             lazy = strcmp(argv[++i], "lazy") == 0;
@@ -821,7 +948,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
                             "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
-                            "[--dashboard] [--relay F]\n");
+                            "[--dashboard] [--relay F] [--model_relay F NODES,...] "
+                            "[--rtt_us 100]\n");
             return 2;
         }
     }
@@ -831,6 +959,14 @@ int main(int argc, char **argv)
     }
     if (window < 0 || conns < 0) {
         fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
+        return 2;
+    }
+    if (model_relay < 0 || model_relay > MSR_RELAY_BATCH_MAX || rtt_us < 0 ||
+        (model_relay && relay)) {
+        fprintf(stderr,
+                "rdzv_scale: --model_relay takes 1 to %d nodes a relay and a list of "
+                "node counts, and goes without --relay\n",
+                MSR_RELAY_BATCH_MAX);
         return 2;
     }
     if (relay < 0 || relay > MSR_RELAY_BATCH_MAX || (relay && (direct || dashboard))) {
@@ -894,6 +1030,17 @@ int main(int argc, char **argv)
             break;
         p++;
     }
+    /* --model_relay: the same through relays, then the model fitted to both */
+    for (const char *p = relay_list; rc == 0 && p && *p;) {
+        int nodes = atoi(p);
+        if (nodes > 0 &&
+            run_one(msrun, nodes, ranks, bytes, 0, 0, 1, conns, window, model_relay) != 0)
+            rc = 1;
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    if (rc == 0 && model_relay)
+        print_model(ranks, model_relay, rtt_us);
     msr_rpc_library_unref();
     return rc;
 }
