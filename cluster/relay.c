@@ -44,6 +44,7 @@ struct batch {
     int flushing;  /* an entry was answered: held heartbeats are answered now */
     int cancelled; /* the Relay call ended: answers are dropped */
     int started;   /* every entry was handed to the core */
+    int in_flush;  /* batch_flush runs: the last answer leaves finishing to it */
     sub_t subs[];
 };
 
@@ -107,11 +108,15 @@ static void batch_finish(batch_t *b)
 static void batch_flush(batch_t *b)
 {
     b->flushing = 1;
+    b->in_flush = 1; /* the answers below must not free b under the loop */
     for (uint32_t i = 0; i < b->n; i++) {
         sub_t *s = &b->subs[i];
         if (!s->answered && s->node && s->node->hb && s->node->hb->call == tagged(s))
             msr_coord_wake_node(b->coord, s->node);
     }
+    b->in_flush = 0;
+    if (b->pending == 0)
+        batch_finish(b);
 }
 
 static void sub_answered(sub_t *s)
@@ -124,8 +129,8 @@ static void sub_answered(sub_t *s)
             batch_free(b);
         return;
     }
-    if (!b->started)
-        return; /* msr_coord_relay finishes it */
+    if (!b->started || b->in_flush)
+        return; /* msr_coord_relay or batch_flush finishes it */
     if (b->pending == 0)
         batch_finish(b);
     else if (!b->flushing)
@@ -372,7 +377,7 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
     if (b->pending == 0)
         batch_finish(b);
     else if (b->pending < b->n)
-        batch_flush(b);
+        batch_flush(b); /* finishes it when that answers the rest */
 out:
     for (size_t k = 0; k < req->n_calls; k++)
         msr_rpc_message_free(reqs[k]);
