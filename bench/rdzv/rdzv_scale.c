@@ -73,6 +73,7 @@
 
 #include "bench_coord.h"
 #include "base/time.h"
+#include "rendezvous/relay.h"
 #include "rendezvous/rpc.h"
 
 typedef struct sim {
@@ -84,7 +85,7 @@ typedef struct sim {
     msr_rpc_channel_t **ch;
     char (*ids)[32];
     int pending, failed;
-    msr_rpc_method_t entry_method; /* of the next Relay call started */
+    msr_rpc_method_t entry_method; /* of the relayed calls in flight */
     size_t want_bytes;
     char err[300];
 } sim_t;
@@ -93,10 +94,13 @@ typedef struct op {
     msr_rpc_async_t a;
     sim_t *sim;
     int client, node;
-    msr_rpc_method_t client_method; /* a Relay call: the method of its entries */
 } op_t;
 
-static void relay_done(sim_t *s, const op_t *o, const Msr__RelayResponse *r);
+/* A simulated node, as a relayed call's argument. */
+typedef struct node_arg {
+    sim_t *sim;
+    int node;
+} node_arg_t;
 
 static const char *token = "rdzv-scale-token";
 
@@ -142,40 +146,6 @@ static void sim_fail(sim_t *s, const char *what, int node, const char *why)
     s->failed = 1;
 }
 
-/* A relay's batch answered: entry k is node o->node + k's answer. */
-static void relay_done(sim_t *s, const op_t *o, const Msr__RelayResponse *r)
-{
-    for (size_t k = 0; k < r->n_answers; k++) {
-        const Msr__RelayAnswer *an = r->answers[k];
-        int node = o->node + (int)k;
-        if (an->code != 0) {
-            sim_fail(s, "a relayed call", node, an->message);
-            return;
-        }
-        if (o->client_method == MSR_RPC_JOIN) {
-            Msr__JoinResponse *j = (Msr__JoinResponse *)msr_rpc_response_unpack(
-                MSR_RPC_JOIN, an->response.data, an->response.len);
-            if (j == NULL) {
-                sim_fail(s, "a relayed join", node, "the answer does not unpack");
-                return;
-            }
-            snprintf(s->ids[node], sizeof s->ids[0], "%s", j->node_id);
-            msr_rpc_message_free(&j->base);
-            continue;
-        }
-        Msr__HeartbeatResponse *h = (Msr__HeartbeatResponse *)msr_rpc_response_unpack(
-            MSR_RPC_HEARTBEAT, an->response.data, an->response.len);
-        int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL;
-        if (ok)
-            s->node_rank[node] = h->assignment->node_rank;
-        msr_rpc_message_free(h ? &h->base : NULL);
-        if (!ok) {
-            sim_fail(s, "a relayed heartbeat", node, "not running after it");
-            return;
-        }
-    }
-}
-
 static void op_done(msr_rpc_async_t *a)
 {
     op_t *o = (op_t *)a;
@@ -196,8 +166,6 @@ static void op_done(msr_rpc_async_t *a)
                          o->client);
             s->failed = 1;
         }
-    } else if (a->method == MSR_RPC_RELAY) {
-        relay_done(s, o, (const Msr__RelayResponse *)a->resp);
     } else if (a->method == MSR_RPC_FETCH) {
         /* each entry is an address published as (index, payload) */
         const Msr__FetchResponse *r = (const Msr__FetchResponse *)a->resp;
@@ -245,7 +213,6 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
     o->sim = s;
     o->client = client;
     o->node = node;
-    o->client_method = s->entry_method;
     o->a.method = m;
     o->a.deadline = msr_deadline_in_ms(120000);
     o->a.wait_for_ready = 1;
@@ -260,9 +227,6 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
 }
 
 static int drain(sim_t *s);
-
-static int relay_batch(sim_t *s, int r, msr_rpc_method_t m,
-                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space));
 
 static const ProtobufCMessage *make_join(sim_t *s, int n, void *space)
 {
@@ -291,21 +255,95 @@ static const ProtobufCMessage *make_heartbeat(sim_t *s, int n, void *space)
     return &h->base;
 }
 
+/* A node's relayed call answered (rendezvous/relay.h). */
+static void node_answered(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    node_arg_t *na = arg;
+    sim_t *s = na->sim;
+    int node = na->node;
+    s->pending--;
+    if (code != 0) {
+        sim_fail(s, "a relayed call", node, message);
+        return;
+    }
+    if (s->entry_method == MSR_RPC_JOIN) {
+        Msr__JoinResponse *j =
+            (Msr__JoinResponse *)msr_rpc_response_unpack(MSR_RPC_JOIN, resp, len);
+        if (j == NULL) {
+            sim_fail(s, "a relayed join", node, "the answer does not unpack");
+            return;
+        }
+        snprintf(s->ids[node], sizeof s->ids[0], "%s", j->node_id);
+        msr_rpc_message_free(&j->base);
+        return;
+    }
+    Msr__HeartbeatResponse *h =
+        (Msr__HeartbeatResponse *)msr_rpc_response_unpack(MSR_RPC_HEARTBEAT, resp, len);
+    int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL;
+    if (ok)
+        s->node_rank[node] = h->assignment->node_rank;
+    msr_rpc_message_free(h ? &h->base : NULL);
+    if (!ok)
+        sim_fail(s, "a relayed heartbeat", node, "not running after it");
+}
+
+/* One round through the relays: every node's call of method m (made by
+ * make) queued at its relay, every relay's queue sent as one batch, and
+ * every answer awaited. */
+static int relay_round(sim_t *s, msr_relay_t **relays, node_arg_t *args, msr_rpc_method_t m,
+                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space))
+{
+    int nrel = (s->nodes + s->relay - 1) / s->relay;
+    s->entry_method = m;
+    for (int n = 0; n < s->nodes; n++) {
+        union {
+            Msr__JoinRequest j;
+            Msr__HeartbeatRequest h;
+        } space;
+        char host[32];
+        const ProtobufCMessage *req = make(s, n, &space);
+        if (m == MSR_RPC_JOIN) {
+            snprintf(host, sizeof host, "10.%d.%d.%d", n >> 16, (n >> 8) & 255, n & 255);
+            space.j.host = host;
+        }
+        if (msr_relay_submit(relays[n / s->relay], m, req, node_answered, &args[n]) != MSR_OK)
+            return -1;
+        s->pending++;
+    }
+    for (int r = 0; r < nrel; r++)
+        msr_relay_flush(relays[r]);
+    return drain(s);
+}
+
 /* Relay mode: every relay sends its nodes' joins as one batch, then their
- * ready heartbeats as one batch (held until the job forms); every node
- * must then have a distinct rank of 0 .. nodes - 1. */
+ * ready heartbeats as one batch (held until the job forms), through the
+ * relay code of rendezvous/relay.h; every node must then have a distinct
+ * rank of 0 .. nodes - 1. */
 static int relay_join(sim_t *s)
 {
-    int relays = (s->nodes + s->relay - 1) / s->relay;
-    for (int r = 0; r < relays; r++)
-        if (relay_batch(s, r, MSR_RPC_JOIN, make_join) != 0)
-            return -1;
-    if (drain(s) != 0)
-        return -1;
-    for (int r = 0; r < relays; r++)
-        if (relay_batch(s, r, MSR_RPC_HEARTBEAT, make_heartbeat) != 0)
-            return -1;
-    if (drain(s) != 0)
+    int nrel = (s->nodes + s->relay - 1) / s->relay, rc = 0;
+    msr_relay_t **relays = calloc((size_t)nrel, sizeof *relays);
+    node_arg_t *args = calloc((size_t)s->nodes, sizeof *args);
+    if (relays == NULL || args == NULL)
+        rc = -1;
+    for (int n = 0; rc == 0 && n < s->nodes; n++)
+        args[n] = (node_arg_t){s, n};
+    for (int r = 0; rc == 0 && r < nrel; r++) {
+        char rid[32];
+        snprintf(rid, sizeof rid, "relay-%d", r);
+        if (msr_relay_create(s->loop, s->ch[r], rid, (uint32_t)s->relay, &relays[r]) != MSR_OK)
+            rc = -1;
+    }
+    if (rc == 0)
+        rc = relay_round(s, relays, args, MSR_RPC_JOIN, make_join);
+    if (rc == 0)
+        rc = relay_round(s, relays, args, MSR_RPC_HEARTBEAT, make_heartbeat);
+    for (int r = 0; relays && r < nrel; r++)
+        msr_relay_destroy(relays[r]);
+    drain(s); /* what a failure left in flight comes back cancelled */
+    free(relays);
+    free(args);
+    if (rc != 0)
         return -1;
     char *seen = calloc((size_t)s->nodes, 1);
     int bad = seen == NULL;
@@ -319,57 +357,6 @@ static int relay_join(sim_t *s)
     if (bad)
         sim_fail(s, "the ranks", 0, "not every node has a rank of its own");
     return bad ? -1 : 0;
-}
-
-/* Relay r's batch of the calls of its nodes (the nodes r * relay on), one
- * request each made by make(node, buffer for its request). */
-static int relay_batch(sim_t *s, int r, msr_rpc_method_t m,
-                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space))
-{
-    int first = r * s->relay, n = s->nodes - first < s->relay ? s->nodes - first : s->relay;
-    Msr__RelayCall *calls = calloc((size_t)n, sizeof *calls);
-    Msr__RelayCall **callp = calloc((size_t)n, sizeof *callp);
-    uint8_t *bufs = malloc((size_t)n * 512);
-    int rc = calls && callp && bufs ? 0 : -1;
-    for (int k = 0; rc == 0 && k < n; k++) {
-        union {
-            Msr__JoinRequest j;
-            Msr__HeartbeatRequest h;
-        } space;
-        char host[32];
-        const ProtobufCMessage *req = make(s, first + k, &space);
-        if (m == MSR_RPC_JOIN) {
-            snprintf(host, sizeof host, "10.%d.%d.%d", (first + k) >> 16, ((first + k) >> 8) & 255,
-                     (first + k) & 255);
-            space.j.host = host;
-        }
-        size_t len = protobuf_c_message_get_packed_size(req);
-        if (len > 512) {
-            rc = -1;
-            break;
-        }
-        protobuf_c_message_pack(req, bufs + (size_t)k * 512);
-        msr__relay_call__init(&calls[k]);
-        calls[k].method = (uint32_t)m;
-        calls[k].request.data = bufs + (size_t)k * 512;
-        calls[k].request.len = len;
-        callp[k] = &calls[k];
-    }
-    char rid[32];
-    snprintf(rid, sizeof rid, "relay-%d", r);
-    Msr__RelayRequest req = MSR__RELAY_REQUEST__INIT;
-    req.relay_id = rid;
-    req.subtree = (uint32_t)s->relay;
-    req.n_calls = (size_t)n;
-    req.calls = callp;
-    s->entry_method = m;
-    if (rc == 0)
-        rc = start_op(s, r, first, MSR_RPC_RELAY, &req.base); /* packed as it starts */
-    s->entry_method = MSR_RPC_METHOD_COUNT;
-    free(calls);
-    free(callp);
-    free(bufs);
-    return rc;
 }
 
 /* A TCP port free on loopback now (for the dashboard). */
