@@ -46,11 +46,39 @@ void msr_relay_flush(msr_relay_t *relay);
 /* Batches sent and not yet answered. */
 size_t msr_relay_in_flight(const msr_relay_t *relay);
 
+/* Answers what is queued CANCELLED and cancels the batches in flight
+ * (their calls answered CANCELLED as they come back, on the loop). */
+void msr_relay_cancel(msr_relay_t *relay);
+
 /* Drops what is queued (its calls answered CANCELLED) and cancels the
  * batches in flight (their calls answered CANCELLED as they come back).
  * The relay is freed now when none is in flight, else when the last comes
  * back: keep polling the loop until then, as for any async call. NULL
  * does nothing. */
 void msr_relay_destroy(msr_relay_t *relay);
+
+/* ---- the relay agent's server ---- */
+
+/* A relay agent's server: its nodes call it as they would call the
+ * coordinator (Join, Heartbeat, Report and Leave, with the job token); each
+ * call is queued on a relay (above) and answered with the coordinator's
+ * answer to it. Other methods are refused with UNIMPLEMENTED. */
+typedef struct msr_relay_server msr_relay_server_t;
+
+/* Serves on address ("127.0.0.1:0"; *port_p gets the port) on loop, with
+ * token, relaying to up (the caller's) as relay_id for subtree nodes.
+ * MSR_ERR_ADDR_IN_USE, MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY. */
+msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, const char *token,
+                                     msr_rpc_channel_t *up, const char *relay_id, uint32_t subtree,
+                                     int *port_p, msr_relay_server_t **server_p);
+
+/* Sends the calls that arrived since the last flush as one batch: call it
+ * after each poll of the loop (what arrives within one poll is batched). */
+void msr_relay_server_flush(msr_relay_server_t *server);
+
+/* Stops serving: the nodes' calls still waiting are cancelled (the nodes
+ * hear it and go to the coordinator), and the server freed. Polls the loop
+ * itself. NULL does nothing. */
+void msr_relay_server_destroy(msr_relay_server_t *server);
 
 #endif

@@ -186,21 +186,26 @@ size_t msr_relay_in_flight(const msr_relay_t *r)
     return r->nflying;
 }
 
-void msr_relay_destroy(msr_relay_t *r)
+void msr_relay_cancel(msr_relay_t *r)
 {
-    if (r == NULL)
-        return;
     for (size_t k = 0; k < r->nqueue; k++) {
         r->queue[k].done(r->queue[k].arg, MSR_RPC_CANCELLED, "the relay is shutting down", NULL, 0);
         msr_free(r->queue[k].req);
     }
     r->nqueue = 0;
+    for (batch_t *b = r->flying; b; b = b->next)
+        msr_rpc_async_cancel(&b->a);
+}
+
+void msr_relay_destroy(msr_relay_t *r)
+{
+    if (r == NULL)
+        return;
+    msr_relay_cancel(r);
     if (r->nflying == 0) {
         msr_free(r->queue);
         msr_free(r);
         return;
     }
-    r->destroying = 1;
-    for (batch_t *b = r->flying; b; b = b->next)
-        msr_rpc_async_cancel(&b->a);
+    r->destroying = 1; /* freed by the last batch_done */
 }

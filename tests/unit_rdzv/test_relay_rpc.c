@@ -1,7 +1,9 @@
 /* The relay's side of a batch (rendezvous/relay.h) against a coordinator
  * served over a real socket: nodes joined through two relays form the job;
  * a batch the coordinator refuses answers each of its calls with why; a
- * relay that goes away mid-join leaves its nodes free to join directly. */
+ * relay that goes away mid-join leaves its nodes free to join directly;
+ * nodes calling a relay agent's server over sockets, and that relay dying
+ * mid-join. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -282,7 +284,149 @@ static void test_relay_gone_mid_join(void)
     stop(&s);
 }
 
+/* ---- the relay agent's server, nodes calling it over sockets ---- */
+
+typedef struct relay_agent {
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up;
+    msr_relay_server_t *server;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+    int port;
+} relay_agent_t;
+
+static void *relay_serve(void *arg)
+{
+    relay_agent_t *a = arg;
+    while (!a->stop) {
+        msr_rpc_loop_poll(a->loop, msr_deadline_in_ms(5));
+        msr_relay_server_flush(a->server);
+    }
+    msr_relay_server_destroy(a->server); /* the relay dies: its calls end */
+    return NULL;
+}
+
+typedef struct node_call {
+    msr_rpc_async_t a;
+    int done, code;
+    char id[32];
+    int state, rank;
+} node_call_t;
+
+static void node_call_done(msr_rpc_async_t *a)
+{
+    node_call_t *c = (node_call_t *)a;
+    c->code = a->status == MSR_OK ? 0 : a->grpc_code ? a->grpc_code : -1;
+    if (a->status == MSR_OK && a->method == MSR_RPC_JOIN)
+        snprintf(c->id, sizeof c->id, "%s", ((Msr__JoinResponse *)a->resp)->node_id);
+    if (a->status == MSR_OK && a->method == MSR_RPC_HEARTBEAT) {
+        const Msr__HeartbeatResponse *h = (const Msr__HeartbeatResponse *)a->resp;
+        c->state = h->state;
+        c->rank = h->assignment ? h->assignment->node_rank : -1;
+    }
+    msr_rpc_async_cleanup(a);
+    c->done = 1;
+}
+
+static void node_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c,
+                       msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    memset(c, 0, sizeof *c);
+    c->a.method = m;
+    c->a.deadline = msr_deadline_in_ms(20000);
+    c->a.wait_for_ready = 1;
+    c->a.done = node_call_done;
+    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &c->a, req));
+}
+
+static void node_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (int k = 0; k < n; k++)
+        while (!c[k].done) {
+            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d not done in 20 s", k);
+            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
+        }
+}
+
+/* Two nodes join through a relay agent's server and wait for the job
+ * (their heartbeats held at the coordinator through the relay); the relay
+ * dies: their calls end with an error, they join again directly (ids
+ * kept), a third node joins, and the job forms with all three. */
+static void test_relay_server(void)
+{
+    served_t s;
+    start(&s, 3);
+    relay_agent_t ra;
+    memset(&ra, 0, sizeof ra);
+    MSR_CHECK_OK(msr_rpc_loop_create(&ra.loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ra.up));
+    MSR_CHECK_OK(msr_relay_server_create(ra.loop, "127.0.0.1:0", "tok", ra.up, "agent", 2, &ra.port,
+                                         &ra.server));
+    MSR_CHECK(pthread_create(&ra.thread, NULL, relay_serve, &ra) == 0);
+    char relay_target[64];
+    snprintf(relay_target, sizeof relay_target, "127.0.0.1:%d", ra.port);
+
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via, *direct;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(relay_target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    node_t n[3];
+    node_call_t c[3];
+    memset(n, 0, sizeof n);
+    for (int k = 0; k < 3; k++)
+        n[k].index = k;
+    for (int k = 0; k < 2; k++) {
+        Msr__JoinRequest j = join_req(&n[k], 3);
+        node_start(via, loop, &c[k], MSR_RPC_JOIN, &j.base);
+    }
+    node_wait(loop, c, 2);
+    for (int k = 0; k < 2; k++) {
+        MSR_CHECK_MSG(c[k].code == 0, "join %d through the relay: %d", k, c[k].code);
+        snprintf(n[k].id, sizeof n[k].id, "%s", c[k].id);
+    }
+    for (int k = 0; k < 2; k++) {
+        Msr__HeartbeatRequest h = beat_req(&n[k]);
+        node_start(via, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
+    }
+    for (int k = 0; k < 10; k++) /* held: the job needs a third node */
+        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
+    MSR_CHECK(!c[0].done && !c[1].done);
+    ra.stop = 1;
+    pthread_join(ra.thread, NULL);
+    node_wait(loop, c, 2);
+    MSR_CHECK_MSG(c[0].code != 0 && c[1].code != 0, "a dead relay's calls succeeded");
+    for (int k = 0; k < 3; k++) {
+        Msr__JoinRequest j = join_req(&n[k], 3);
+        node_start(direct, loop, &c[k], MSR_RPC_JOIN, &j.base);
+        node_wait(loop, &c[k], 1);
+        MSR_CHECK_MSG(c[k].code == 0, "direct join %d: %d", k, c[k].code);
+        if (k < 2)
+            MSR_CHECK_STR(c[k].id, n[k].id);
+        snprintf(n[k].id, sizeof n[k].id, "%s", c[k].id);
+    }
+    for (int k = 0; k < 3; k++) {
+        Msr__HeartbeatRequest h = beat_req(&n[k]);
+        node_start(direct, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
+    }
+    node_wait(loop, c, 3);
+    int seen = 0;
+    for (int k = 0; k < 3; k++) {
+        MSR_CHECK_EQ(c[k].state, MSR__JOB_STATE__JOB_RUNNING);
+        MSR_CHECK(c[k].rank >= 0 && c[k].rank < 3 && !(seen & (1 << c[k].rank)));
+        seen |= 1 << c[k].rank;
+    }
+    msr_rpc_channel_destroy(via);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_loop_destroy(loop);
+    msr_rpc_channel_destroy(ra.up);
+    msr_rpc_loop_destroy(ra.loop);
+    stop(&s);
+}
+
 static const msr_test_t tests[] = {
+    {"relay_server", test_relay_server, 60},
     {"two_relays", test_two_relays, 30},
     {"refused_batch", test_refused_batch, 30},
     {"relay_gone_mid_join", test_relay_gone_mid_join, 30},
