@@ -17,6 +17,8 @@ int main(int argc, char **argv)
         return msr_dashboard_main(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "board") == 0)
         return msr_board_main(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "relay") == 0)
+        return msr_relay_main(argc - 2, argv + 2);
     msr_options_t opts;
     int r = msr_options_parse(argc - 1, argv + 1, &opts);
     if (r != 0) {

@@ -43,6 +43,9 @@ msr_status_t msr_relay_submit(msr_relay_t *relay, msr_rpc_method_t method,
  * UNAVAILABLE. */
 void msr_relay_flush(msr_relay_t *relay);
 
+/* Calls relayed and batches sent so far. */
+void msr_relay_counts(const msr_relay_t *relay, uint64_t *calls_p, uint64_t *batches_p);
+
 /* Batches sent and not yet answered. */
 size_t msr_relay_in_flight(const msr_relay_t *relay);
 
@@ -75,6 +78,9 @@ msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, 
 /* Sends the calls that arrived since the last flush as one batch: call it
  * after each poll of the loop (what arrives within one poll is batched). */
 void msr_relay_server_flush(msr_relay_server_t *server);
+
+/* The server's relay, for its counts. */
+const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *server);
 
 /* Stops serving: the nodes' calls still waiting are cancelled (the nodes
  * hear it and go to the coordinator), and the server freed. Polls the loop

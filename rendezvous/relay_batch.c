@@ -37,6 +37,7 @@ struct msr_relay {
     batch_t *flying; /* in flight */
     size_t nflying;
     int destroying;
+    uint64_t calls, batches; /* sent */
 };
 
 msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const char *relay_id,
@@ -158,6 +159,8 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
     msr_free(calls);
     msr_free(callp);
     if (st == MSR_OK) {
+        r->calls += n;
+        r->batches++;
         b->next = r->flying;
         r->flying = b;
         r->nflying++;
@@ -179,6 +182,12 @@ void msr_relay_flush(msr_relay_t *r)
         send_batch(r, first, n < MSR_RELAY_BATCH_MAX ? n : MSR_RELAY_BATCH_MAX);
     }
     r->nqueue = 0;
+}
+
+void msr_relay_counts(const msr_relay_t *r, uint64_t *calls_p, uint64_t *batches_p)
+{
+    *calls_p = r->calls;
+    *batches_p = r->batches;
 }
 
 size_t msr_relay_in_flight(const msr_relay_t *r)

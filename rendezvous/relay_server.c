@@ -99,6 +99,11 @@ err_free:
     return st;
 }
 
+const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *s)
+{
+    return s->relay;
+}
+
 void msr_relay_server_flush(msr_relay_server_t *s)
 {
     msr_relay_flush(s->relay);
