@@ -47,7 +47,7 @@ static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const c
 {
     if (must_hold(c) && hold(c, call, NULL, code, message) != NULL)
         return;
-    c->responder.fail(call, code, message);
+    msr_coord_io_fail(c, call, code, message);
 }
 
 /* Out of memory while holding an answer: it cannot wait, and it cannot be
@@ -56,26 +56,26 @@ static void answer_fail(msr_coord_t *c, void *call, msr_rpc_code_t code, const c
 void msr_coord_answer_blob(msr_coord_t *c, void *call, msr_blob_t *blob)
 {
     if (!must_hold(c)) {
-        c->responder.reply_blob(call, blob);
+        msr_coord_io_reply_blob(c, call, blob);
         return;
     }
     atomic_fetch_add(&blob->refs, 1);
     if (hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_coord_io_fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
 void msr_coord_reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
 {
     if (!must_hold(c)) {
-        c->responder.reply(call, resp);
+        msr_coord_io_reply(c, call, resp);
         return;
     }
     msr_blob_t *blob = msr_blob_pack(resp);
     if (blob == NULL || hold(c, call, blob, 0, NULL) == NULL) {
         msr_blob_unref(blob);
-        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        msr_coord_io_fail(c, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
     }
 }
 
@@ -90,11 +90,11 @@ void msr_coord_answers_release(msr_coord_t *c, const char *why)
         void *call = a->held.call;
         msr_held_take(&c->held, &a->held);
         if (why)
-            c->responder.fail(call, MSR_RPC_INTERNAL, why);
+            msr_coord_io_fail(c, call, MSR_RPC_INTERNAL, why);
         else if (a->blob)
-            c->responder.reply_blob(call, a->blob);
+            msr_coord_io_reply_blob(c, call, a->blob);
         else
-            c->responder.fail(call, a->code, a->message);
+            msr_coord_io_fail(c, call, a->code, a->message);
         msr_blob_unref(a->blob);
         msr_free(a);
     }
@@ -236,7 +236,7 @@ void msr_coord_reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, 
  * client hears why (MSR_DEADLINE_NEVER when the client set none). */
 static uint64_t answer_by(const msr_coord_t *c, void *call)
 {
-    uint64_t client = c->responder.deadline(call);
+    uint64_t client = msr_coord_io_deadline(c, call);
     if (client == MSR_DEADLINE_NEVER)
         return MSR_DEADLINE_NEVER;
     uint64_t margin = 200 * 1000000ull;
@@ -264,19 +264,18 @@ static uint64_t io_deadline(void *ctx, void *call)
 
 static void io_set_data(void *ctx, void *call, void *data)
 {
-    ((msr_coord_t *)ctx)->responder.set_data(call, data);
+    msr_coord_io_set_data(ctx, call, data);
 }
 
 static void *io_get_data(void *ctx, void *call)
 {
-    return ((msr_coord_t *)ctx)->responder.get_data(call);
+    return msr_coord_io_get_data(ctx, call);
 }
 
 /* The client a held call is charged to (held.h). */
 static const char *io_peer(void *ctx, void *call)
 {
-    const msr_coord_t *c = ctx;
-    return c->responder.peer ? c->responder.peer(call) : NULL;
+    return msr_coord_io_peer(ctx, call);
 }
 
 void msr_coord_held_init(msr_coord_t *c)

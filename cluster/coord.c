@@ -204,6 +204,8 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
         return MSR_ERR_NO_MEMORY;
     c->config = *config;
     c->responder = *responder;
+    msr_list_init(&c->relay_batches);
+    c->relaying = "";
     msr_coord_held_init(c);
     msr_coord_heartbeats_init(c);
     msr_list_init(&c->requests);
@@ -273,6 +275,8 @@ void msr_coord_destroy(msr_coord_t *c)
         }
     }
     msr_coord_store_reset(c, "coordinator shutting down");
+    msr_coord_relays_cleanup(c);
+    msr_map_cleanup(&c->node_ids, NULL);
     for (size_t i = 0; i < c->nnodes; i++) {
         msr_free(c->nodes[i]->host);
         msr_free(c->nodes[i]);
@@ -336,6 +340,9 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
     case MSR_RPC_PROGRESS:
         msr_coord_progress(c, call, (const Msr__ProgressRequest *)req);
         break;
+    case MSR_RPC_RELAY:
+        msr_coord_relay(c, call, (const Msr__RelayRequest *)req);
+        break;
     default:
         msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED, "unknown method");
     }
@@ -343,6 +350,8 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
 
 void msr_coord_cancel(msr_coord_t *c, void *call)
 {
+    if (msr_coord_relay_cancel(c, call))
+        return;
     msr_held_cancel(&c->held, call);
 }
 

@@ -57,9 +57,10 @@ typedef struct node {
     int ready_generation; /* the generation it can start, -1 before any */
     int alive, left;
     uint64_t last_seen;
-    uint64_t suspect_until; /* its connection broke: lost unless it calls by then */
-    uint64_t joined_seq;    /* order of arrival */
-    msr_held_t *hb;         /* the held heartbeat, if any */
+    uint64_t suspect_until;           /* its connection broke: lost unless it calls by then */
+    uint64_t joined_seq;              /* order of arrival */
+    msr_held_t *hb;                   /* the held heartbeat, if any */
+    char relay[MSR_RELAY_ID_MAX + 1]; /* the relay it joined through ("": directly) */
 } node_t;
 
 /* What the coordinator knows of a rank's progress (observe.c), for the
@@ -196,6 +197,14 @@ struct msr_coord {
     uint64_t etcd_retry_at;
     uint64_t calls[MSR_RPC_METHOD_COUNT];
     msr_obs_t obs; /* progress reports and stragglers (observe.c) */
+    /* Relays (relay.c): the batches being answered, and while a batch's
+     * entry is handed to the core, its relay's id ("" otherwise). */
+    msr_list_t relay_batches;
+    const char *relaying;
+    /* Kept counts and an index, so that no call costs O(nodes): nodes
+     * alive, nodes ready for the generation (ready_for), nodes by id. */
+    int nalive, nready;
+    msr_map_t node_ids;
 };
 
 /* Marks the job's record changed (level is kept for the callers' sake: every
@@ -227,16 +236,54 @@ static inline int world_size(const msr_coord_t *c)
 
 static inline int alive_nodes(const msr_coord_t *c)
 {
-    int n = 0;
-    for (size_t i = 0; i < c->nnodes; i++)
-        n += c->nodes[i]->alive;
-    return n;
+    return c->nalive;
 }
 
 static inline int ready_for(const msr_coord_t *c, const node_t *n)
 {
     return n->alive && n->ready_generation >= c->generation;
 }
+
+/* Every change of a node's alive or ready_generation goes through these,
+ * which keep c->nalive and c->nready; msr_coord_recount() recomputes both
+ * after the generation changes or the state is loaded. */
+static inline void node_set_alive(msr_coord_t *c, node_t *n, int alive)
+{
+    int was = ready_for(c, n);
+    c->nalive += (alive != 0) - (n->alive != 0);
+    n->alive = alive != 0;
+    c->nready += ready_for(c, n) - was;
+}
+
+static inline void node_set_ready(msr_coord_t *c, node_t *n, int generation)
+{
+    int was = ready_for(c, n);
+    n->ready_generation = generation;
+    c->nready += ready_for(c, n) - was;
+}
+
+void msr_coord_recount(msr_coord_t *c);
+/* Indexes n by its id (set): MSR_ERR_NO_MEMORY. */
+msr_status_t msr_coord_node_index(msr_coord_t *c, node_t *n);
+
+/* ---- relays (relay.c) ---- */
+
+/* A relay's batch: each entry handed to the core as a sub-call. */
+void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req);
+/* The Relay call ended unanswered: its held entries end with it. Returns 1
+ * when call was a relay's batch. */
+int msr_coord_relay_cancel(msr_coord_t *c, void *call);
+/* Frees the batches left at the core's end (their calls are not answered). */
+void msr_coord_relays_cleanup(msr_coord_t *c);
+/* The responder, as the core uses it: a sub-call's answer goes to its
+ * batch, any other call's to the binding. */
+void msr_coord_io_reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp);
+void msr_coord_io_reply_blob(msr_coord_t *c, void *call, msr_blob_t *blob);
+void msr_coord_io_fail(msr_coord_t *c, void *call, int code, const char *message);
+uint64_t msr_coord_io_deadline(const msr_coord_t *c, void *call);
+const char *msr_coord_io_peer(const msr_coord_t *c, void *call);
+void msr_coord_io_set_data(msr_coord_t *c, void *call, void *data);
+void *msr_coord_io_get_data(const msr_coord_t *c, void *call);
 
 /* How loud a restart or the job's failure is (see outcome_reported). */
 static inline msr_log_level_t outcome_level(const msr_coord_t *c)

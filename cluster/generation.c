@@ -37,6 +37,7 @@ static void set_state(msr_coord_t *c, msr_job_state_t s)
 static void start_generation(msr_coord_t *c, int generation, const char *why)
 {
     c->generation = generation;
+    msr_coord_recount(c); /* who is ready depends on the generation */
     char msg[640];
     snprintf(msg, sizeof msg, "generation %d ended: %.560s", generation - 1, why);
     msr_coord_store_reset(c, msg);
@@ -172,11 +173,8 @@ void msr_coord_try_form(msr_coord_t *c)
 {
     if (!state_forming(c->state) || !c->configured)
         return;
-    int ready = 0, alive = 0;
-    for (size_t i = 0; i < c->nnodes; i++) {
-        ready += ready_for(c, c->nodes[i]);
-        alive += c->nodes[i]->alive;
-    }
+    /* kept counts: a ready heartbeat costs O(1) until the job forms */
+    int ready = c->nready, alive = c->nalive;
     if (elastic(c)) {
         if (ready < c->min_nodes)
             return;
@@ -194,22 +192,34 @@ void msr_coord_try_form(msr_coord_t *c)
     } else {
         if (ready < c->node_count)
             return;
-        /* Wanted ranks first, then the rest by arrival. */
+        /* Wanted ranks first, then the rest by arrival: O(nodes), the
+         * ranks taken marked (at most nnodes of them are below nnodes) */
+        uint8_t *taken = msr_calloc(c->nnodes + 1, 1);
+        if (taken == NULL) {
+            MSR_WARN("job %s: out of memory forming generation %d; trying again at the next "
+                     "heartbeat",
+                     c->job_id, c->generation);
+            return;
+        }
         for (size_t i = 0; i < c->nnodes; i++) {
             node_t *n = c->nodes[i];
             n->rank = -1;
-            if (ready_for(c, n) && n->wanted_rank >= 0)
+            if (ready_for(c, n) && n->wanted_rank >= 0) {
                 n->rank = n->wanted_rank;
+                if ((size_t)n->rank < c->nnodes)
+                    taken[n->rank] = 1;
+            }
         }
         int next = 0;
         for (size_t i = 0; i < c->nnodes; i++) {
             node_t *n = c->nodes[i];
             if (!ready_for(c, n) || n->rank >= 0)
                 continue;
-            while (member_of_rank(c, next))
+            while ((size_t)next < c->nnodes && taken[next])
                 next++;
-            n->rank = next;
+            n->rank = next++;
         }
+        msr_free(taken);
     }
     node_t *zero = member_of_rank(c, 0);
     snprintf(c->master_addr, sizeof c->master_addr, "%s", zero ? zero->host : "");

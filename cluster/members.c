@@ -42,10 +42,21 @@ node_t *msr_coord_node_find(msr_coord_t *c, const char *id)
 {
     if (id == NULL || *id == '\0')
         return NULL;
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (strcmp(c->nodes[i]->id, id) == 0)
-            return c->nodes[i];
-    return NULL;
+    return msr_map_get(&c->node_ids, id);
+}
+
+msr_status_t msr_coord_node_index(msr_coord_t *c, node_t *n)
+{
+    return msr_map_put(&c->node_ids, n->id, n, NULL);
+}
+
+void msr_coord_recount(msr_coord_t *c)
+{
+    c->nalive = c->nready = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        c->nalive += c->nodes[i]->alive != 0;
+        c->nready += ready_for(c, c->nodes[i]);
+    }
 }
 
 /* Holds node n's heartbeat call for up to wait_ms; NULL when out of
@@ -103,7 +114,7 @@ void msr_coord_wake_heartbeats(msr_coord_t *c)
 
 static void node_lost(msr_coord_t *c, node_t *n, const char *why)
 {
-    n->alive = 0;
+    node_set_alive(c, n, 0);
     if (n->hb) {
         msr_held_t *w = n->hb;
         void *call = w->call;
@@ -377,9 +388,9 @@ static node_t *join_new_node(msr_coord_t *c, void *call, const Msr__JoinRequest 
                       req->node_rank, c->node_count, c->node_count - 1);
         return NULL;
     }
-    for (size_t i = 0; i < c->nnodes; i++) {
+    for (size_t i = 0; req->node_rank >= 0 && i < c->nnodes; i++) {
         node_t *m = c->nodes[i];
-        if (m->alive && req->node_rank >= 0 && m->wanted_rank == req->node_rank) {
+        if (m->alive && m->wanted_rank == req->node_rank) {
             MSR_WARN("job %s: refused node %s (pid %d): node rank %d is taken by %s (pid %d)",
                      c->job_id, host, req->pid, req->node_rank, m->host, m->pid);
             msr_held_fail(&c->held, call, MSR_RPC_FAILED_PRECONDITION,
@@ -403,6 +414,11 @@ static node_t *join_new_node(msr_coord_t *c, void *call, const Msr__JoinRequest 
     msr_random_bytes(rnd, sizeof rnd);
     for (size_t i = 0; i < sizeof rnd; i++)
         snprintf(n->id + 2 * i, 3, "%02x", rnd[i]);
+    if (msr_coord_node_index(c, n) != MSR_OK) {
+        n->id[0] = '\0'; /* never found: a dead entry */
+        msr_held_fail(&c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return NULL;
+    }
     n->wanted_rank = req->node_rank >= 0 ? req->node_rank : -1;
     n->joined_seq = ++c->join_seq;
     if (elastic(c) && c->state == MSR_JOB_RUNNING && c->last_call == 0) {
@@ -429,7 +445,10 @@ void msr_coord_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     }
     if (n == NULL && (n = join_new_node(c, call, req, host)) == NULL)
         return;
-    n->alive = 1;
+    node_set_alive(c, n, 1);
+    /* the relay it joined through (relay.c), "" when directly: a relay
+     * speaks only for the nodes that joined through it */
+    snprintf(n->relay, sizeof n->relay, "%s", c->relaying);
     n->pid = req->pid;
     n->local_worker_num = req->local_worker_num;
     n->free_port = req->free_port;
@@ -469,7 +488,7 @@ void msr_coord_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
         heartbeat_reply(c, old, n);
     }
     if (req->ready_generation > n->ready_generation) {
-        n->ready_generation = req->ready_generation;
+        node_set_ready(c, n, req->ready_generation);
         MARK_DIRTY(c, 1);
         msr_coord_try_form(c);
     }
@@ -499,7 +518,7 @@ void msr_coord_leave(msr_coord_t *c, void *call, const Msr__LeaveRequest *req)
         snprintf(why, sizeof why, "left the job (%.150s)",
                  req->reason && *req->reason ? req->reason : "no reason given");
         if (state_terminal(c->state)) {
-            n->alive = 0;
+            node_set_alive(c, n, 0);
             MSR_INFO("job %s: node %d (%s) left", c->job_id, n->rank, n->host);
         } else {
             node_lost(c, n, why);

@@ -318,7 +318,7 @@ void msr_coord_progress(msr_coord_t *c, void *call, const Msr__ProgressRequest *
     }
     resp.n_stragglers = k;
     resp.stragglers = recp;
-    c->responder.reply(call, &resp.base);
+    msr_coord_io_reply(c, call, &resp.base);
 }
 
 /* ---- rendering ---- */

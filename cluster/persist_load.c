@@ -75,6 +75,8 @@ static void nodes_clear(msr_coord_t *c)
         msr_free(c->nodes[i]);
     }
     c->nnodes = 0;
+    msr_map_cleanup(&c->node_ids, NULL);
+    msr_coord_recount(c);
 }
 
 static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
@@ -143,7 +145,10 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
         n->ready_generation = pn->ready_generation;
         n->alive = pn->alive;
         n->last_seen = now; /* every node gets a full timeout to come back */
+        if (n->id[0] && msr_coord_node_index(c, n) != MSR_OK)
+            return MSR_ERR_NO_MEMORY;
     }
+    msr_coord_recount(c);
     return MSR_OK;
 }
 

@@ -18,10 +18,31 @@
  * its first ones). */
 #define MSR_HEARTBEAT_WORKERS_MAX 256
 
+/* The link joins and heartbeats go on: the relay's (--relay) until one
+ * of its calls fails, then the coordinator's. */
+static msr_link_t *membership_link(const agent_t *a)
+{
+    return a->relay_link && !a->relay_failed ? a->relay_link : a->link;
+}
+
+/* A call through the relay failed for want of it (the relay is gone or
+ * cannot reach the coordinator): from now on the node calls the
+ * coordinator itself, which accepts a node that joined through a relay. */
+static void relay_check(agent_t *a, const msr_rpc_async_t *as)
+{
+    if (a->relay_link == NULL || a->relay_failed || as->status == MSR_OK ||
+        as->status == MSR_ERR_NOT_FOUND || as->status == MSR_ERR_REFUSED)
+        return;
+    a->relay_failed = 1;
+    MSR_WARN("the relay %s failed (%s): calling the coordinator at %s directly", a->o->relay,
+             as->err, a->coord.target);
+}
+
 static void join_done(msr_rpc_async_t *as, void *arg)
 {
     agent_t *a = arg;
     uint64_t now = msr_now_ns();
+    relay_check(a, as);
     if (as->status == MSR_OK) {
         const Msr__JoinResponse *r = (const Msr__JoinResponse *)as->resp;
         msr_agent_prof_mark(a, MSR_LPROF_JOIN, a->prof.joining);
@@ -58,8 +79,8 @@ void msr_agent_join_send(agent_t *a)
     if (a->prof.joining == 0)
         a->prof.joining = msr_now_ns();
     int64_t left = msr_node_join_left_ms(&a->node, msr_now_ns());
-    msr_status_t st =
-        msr_link_call(a->link, MSR_RPC_JOIN, &req.base, left < 5000 ? left : 5000, 1, join_done, a);
+    msr_status_t st = msr_link_call(membership_link(a), MSR_RPC_JOIN, &req.base,
+                                    left < 5000 ? left : 5000, 1, join_done, a);
     if (st != MSR_OK)
         msr_node_on_send_failed(&a->node, msr_now_ns(), msr_status_str(st));
 }
@@ -123,6 +144,7 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
 {
     agent_t *a = arg;
     uint64_t now = msr_now_ns();
+    relay_check(a, as);
     if (as->status != MSR_OK) {
         msr_node_on_heartbeat_failed(&a->node, now, as->status == MSR_ERR_NOT_FOUND, as->err);
         msr_agent_run_node(a);
@@ -200,7 +222,7 @@ void msr_agent_heartbeat_send(agent_t *a)
         req.outputs = outsp;
         break;
     }
-    msr_status_t st = msr_link_call(a->link, MSR_RPC_HEARTBEAT, &req.base,
+    msr_status_t st = msr_link_call(membership_link(a), MSR_RPC_HEARTBEAT, &req.base,
                                     a->o->heartbeat_ms + 5000, 0, hb_done, a);
     msr_free(outs);
     msr_free(outsp);

@@ -86,6 +86,8 @@ typedef struct agent {
     char node_id[MSR_NODE_ID_LEN]; /* given at Join */
     int free_port;                 /* offered to the job (torch's MASTER_PORT) */
     msr_link_t *link;              /* the calls to the coordinator */
+    msr_link_t *relay_link;        /* --relay: joins and heartbeats through it; NULL: none */
+    int relay_failed;              /* its calls failed: the coordinator's link from then on */
     msr_proxy_t *proxy;            /* the workers' store calls */
     msr_history_t *history;        /* the run's history in --log_dir (history.h); NULL: none */
     msr_reports_t reports;         /* workers' exits not yet acknowledged */

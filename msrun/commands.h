@@ -24,4 +24,8 @@ int msr_board_main(int argc, char **argv);
  * on stderr). */
 int msr_ckpt_cmd_main(int argc, char **argv);
 
+/* `msrun relay ...`: a relay agent between nodes and the coordinator
+ * (docs/architecture.md, "Relays"); returns its exit status. */
+int msr_relay_main(int argc, char **argv);
+
 #endif

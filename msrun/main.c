@@ -19,6 +19,8 @@ int main(int argc, char **argv)
         return msr_dashboard_main(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "board") == 0)
         return msr_board_main(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "relay") == 0)
+        return msr_relay_main(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "ckpt") == 0)
         return msr_ckpt_cmd_main(argc - 2, argv + 2);
     uint64_t start_ns = msr_now_ns(); /* --profile_launch's zero */

@@ -378,6 +378,12 @@ static const msr_opt_t opt_defs[] = {
      .metavar = "spawn|fork|forkserver",
      .help = "torchrun's, accepted without effect: msrun starts every worker as a new program "
              "(fork and exec)."},
+    /* relays (issue 40) */
+    {.name = "relay", .kind = MSR_OPT_STRING, .env = "MSRUN_RELAY", .dest = D(relay),
+     .def = "none", .metavar = "HOST:PORT",
+     .help = "send this node's joins and heartbeats through the relay at HOST:PORT (`msrun "
+             "relay`), which batches them for the coordinator; when the relay fails, the node "
+             "calls the coordinator itself."},
 };
 /* clang-format on */
 
@@ -439,6 +445,7 @@ void msr_options_usage(FILE *out)
                  "       msrun dashboard [--dashboard_port P] [--dashboard_addr ADDR]\n"
                  "       msrun board [--out FILE] DIR [DIR...]\n"
                  "       msrun ckpt inspect DIR [--step N]\n"
+                 "       msrun relay --coordinator HOST:PORT [--bind HOST:PORT] [options]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
                  "restarts the job after failures. Options end at the first argument that is not\n"

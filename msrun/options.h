@@ -131,6 +131,9 @@ typedef struct msr_options {
     char *local_ranks_filter;    /* NULL: every local rank reaches the terminal */
     int start_method;            /* accepted, ignored */
     msr_origins_t origins;
+    /* relays (issue 40): this node's joins and heartbeats go through the
+     * relay at this HOST:PORT (`msrun relay`); NULL: to the coordinator */
+    char *relay;
     /* one command for a whole job (launcher/remote.h): NULL when not given */
     char *hostfile, *hosts; /* --hostfile, --host (-H) */
     char *ssh;              /* --ssh: how to reach a host; NULL: "ssh" */

@@ -53,6 +53,7 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_PROGRESS] = METHOD("Coordinator", Progress, progress),
     [MSR_RPC_PUBLISH] = METHOD("Store", Publish, publish),
     [MSR_RPC_FETCH] = METHOD("Store", Fetch, fetch),
+    [MSR_RPC_RELAY] = METHOD("Coordinator", Relay, relay),
 };
 
 static void *pb_alloc(void *data, size_t size)
@@ -287,6 +288,26 @@ static const char *pb_nul_field(const ProtobufCMessageDescriptor *desc, const ui
         }
     }
     return NULL;
+}
+
+ProtobufCMessage *msr_rpc_response_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len)
+{
+    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
+        return NULL;
+    return protobuf_c_message_unpack(msr_rpc_methods[method].response, &msr_rpc_pb_allocator, len,
+                                     data);
+}
+
+ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const uint8_t *data,
+                                                 size_t len, const char **nul_field_p)
+{
+    *nul_field_p = NULL;
+    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
+        return NULL;
+    const ProtobufCMessageDescriptor *desc = msr_rpc_methods[method].request;
+    if ((*nul_field_p = pb_nul_field(desc, data, len, 16)) != NULL)
+        return NULL;
+    return protobuf_c_message_unpack(desc, &msr_rpc_pb_allocator, len, data);
 }
 
 ProtobufCMessage *msr_rpc_unpack_checked(grpc_byte_buffer *bb,

@@ -67,6 +67,7 @@ typedef enum msr_rpc_method {
     MSR_RPC_PROGRESS, /* progress reports: a worker's to its node, a node's to the coordinator */
     MSR_RPC_PUBLISH,  /* values published under (name, index) ... */
     MSR_RPC_FETCH,    /* ... and fetched by index when first needed */
+    MSR_RPC_RELAY,    /* a relay's batch of its subtree's membership calls */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 
@@ -87,6 +88,24 @@ void msr_rpc_message_free(ProtobufCMessage *msg);
 
 /* Unpacks bytes as a request of method; NULL when malformed or out of memory. */
 ProtobufCMessage *msr_rpc_request_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len);
+
+/* Unpacks bytes as a response of method (a relay's answer to one of its
+ * entries); NULL when malformed or out of memory. */
+ProtobufCMessage *msr_rpc_response_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len);
+
+/* As msr_rpc_request_unpack, for bytes a peer sent: NULL with
+ * *nul_field_p the field's name when a string field holds a NUL byte (C
+ * would read it cut short), NULL with *nul_field_p NULL when malformed or
+ * out of memory. */
+ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const uint8_t *data,
+                                                 size_t len, const char **nul_field_p);
+
+/* A relay's batch (RelayRequest): at most this many calls, and a subtree
+ * of at most this many nodes (docs/architecture.md, "Relays"). */
+#define MSR_RELAY_BATCH_MAX   1024
+#define MSR_RELAY_SUBTREE_MAX 1048576
+/* The most bytes of a relay's id (RelayRequest.relay_id). */
+#define MSR_RELAY_ID_MAX      64
 
 /* Whether key is a valid store key (1..MSR_KEY_MAX bytes, no control chars). */
 int msr_rpc_key_valid(const char *key);

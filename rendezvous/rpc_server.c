@@ -262,6 +262,7 @@ static size_t request_limit(const msr_rpc_server_t *s, msr_rpc_method_t method)
     case MSR_RPC_COMPARE_SET:
     case MSR_RPC_ALLGATHER:
     case MSR_RPC_PUBLISH:
+    case MSR_RPC_RELAY: /* up to MSR_RELAY_BATCH_MAX nodes' calls */
         return s->max_message;
     default:
         return MSR_RPC_SMALL_REQUEST_MAX < s->max_message ? MSR_RPC_SMALL_REQUEST_MAX

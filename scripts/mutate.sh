@@ -2177,4 +2177,69 @@ test: ^test_parallel_safetensors_cli$
     if (tr->mp != NULL && (st = MSR_OK) != MSR_OK) {
 >>>
 
+@ relay.no_flush_on_answer
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+    else if (!b->flushing)
+        batch_flush(b);
+===
+    else if (0)
+        batch_flush(b);
+>>>
+
+@ relay.cancel_ignored
+file: cluster/coord.c
+test: ^test_relay$
+<<<
+    if (msr_coord_relay_cancel(c, call))
+===
+    if (0)
+>>>
+
+@ relay.node_twice_allowed
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+        if (old != NULL) {
+===
+        if (0) {
+>>>
+
+@ relay.foreign_node_served
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+    if (n != NULL && strcmp(n->relay, b->relay_id) != 0) {
+===
+    if (0) {
+>>>
+
+@ relay.subtree_unchecked
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+    if (req->subtree > MSR_RELAY_SUBTREE_MAX || req->n_calls > req->subtree) {
+===
+    if (req->subtree > MSR_RELAY_SUBTREE_MAX) {
+>>>
+
+@ relay.batch_bound_off_by_one
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+    if (req->n_calls == 0 || req->n_calls > MSR_RELAY_BATCH_MAX) {
+===
+    if (req->n_calls == 0 || req->n_calls >= MSR_RELAY_BATCH_MAX) {
+>>>
+
+@ relay.joined_through_not_recorded
+file: cluster/members.c
+test: ^test_relay$
+<<<
+    snprintf(n->relay, sizeof n->relay, "%s", c->relaying);
+===
+    n->relay[0] = '\0';
+>>>
+
 __END__

@@ -17,9 +17,24 @@
  *     first use). With --direct every rank is a client of its own instead
  *     (no proxy).
  *
+ *   --relay F: the nodes join through relays of F nodes each (one level,
+ *     docs/architecture.md "Relays"): each relay, simulated here over a
+ *     connection of its own, sends its nodes' joins as one Relay call,
+ *     then their ready heartbeats as one (held until the job forms), as
+ *     a relay agent does; every node must get a rank of its own. The
+ *     coordinator's code paths are the real ones. No exchange follows (a
+ *     relay carries membership calls, not the store's).
+ *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
  *              [--mode lazy|allgather] [--direct] [--window 1024]
- *              [--conns N] [--dashboard]
+ *              [--conns N] [--dashboard] [--relay F]
+ *              [--model_relay F NODES,...] [--rtt_us 100]
+ *
+ * --model_relay F NODES,...: after the runs of --nodes (direct), runs
+ * NODES through relays of F, fits the coordinator's costs to both and
+ * prints the time of a join from 1K to 1M ranks on separate machines,
+ * measured here where it ran and modelled (print_model; --rtt_us: the
+ * network's round trip, an assumption).
  *
  * --window: at most this many connections are being made at once (0: all
  * at once). A burst of more SYNs than the coordinator's listen backlog
@@ -58,15 +73,19 @@
 
 #include "bench_coord.h"
 #include "base/time.h"
+#include "rendezvous/relay.h"
 #include "rendezvous/rpc.h"
 
 typedef struct sim {
     int nodes, ranks, bytes, direct, clients, dashboard, lazy;
-    int nch; /* connections: clients share them round robin past the limit */
+    int relay;      /* nodes per relay (its subtree); 0: every node calls itself */
+    int *node_rank; /* relay mode: each node's rank in the formed job */
+    int nch;        /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
     int pending, failed;
+    msr_rpc_method_t entry_method; /* of the relayed calls in flight */
     size_t want_bytes;
     char err[300];
 } sim_t;
@@ -77,7 +96,24 @@ typedef struct op {
     int client, node;
 } op_t;
 
+/* A simulated node, as a relayed call's argument. */
+typedef struct node_arg {
+    sim_t *sim;
+    int node;
+} node_arg_t;
+
 static const char *token = "rdzv-scale-token";
+
+/* What a run measured, for --model. */
+typedef struct measured {
+    int nodes, relay;
+    double connect_us, join_us; /* the coordinator's CPU per node in each phase */
+    double join_ms, total_ms;   /* wall time of connect + join */
+} measured_t;
+
+#define MEASURED_MAX 32
+static measured_t runs[MEASURED_MAX];
+static int nruns;
 
 static pid_t start_coordinator(const char *msrun, int world, int local, int dash_port, int *port_p)
 {
@@ -101,6 +137,13 @@ static pid_t start_coordinator(const char *msrun, int world, int local, int dash
                           dp,
                           NULL};
     return bench_coord_start("rdzv_scale", msrun, token, args, port_p);
+}
+
+static void sim_fail(sim_t *s, const char *what, int node, const char *why)
+{
+    if (!s->failed)
+        snprintf(s->err, sizeof s->err, "%s of node %d: %s", what, node, why);
+    s->failed = 1;
 }
 
 static void op_done(msr_rpc_async_t *a)
@@ -184,6 +227,137 @@ static int start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Pr
 }
 
 static int drain(sim_t *s);
+
+static const ProtobufCMessage *make_join(sim_t *s, int n, void *space)
+{
+    Msr__JoinRequest *j = space;
+    msr__join_request__init(j);
+    j->protocol_version = MSR_PROTOCOL_VERSION;
+    j->job_id = "scale";
+    j->host = ""; /* set by the caller */
+    j->pid = 1000 + n;
+    j->local_worker_num = s->ranks;
+    j->worker_num = s->nodes * s->ranks;
+    j->node_rank = -1;
+    j->free_port = 29500;
+    return &j->base;
+}
+
+static const ProtobufCMessage *make_heartbeat(sim_t *s, int n, void *space)
+{
+    Msr__HeartbeatRequest *h = space;
+    msr__heartbeat_request__init(h);
+    h->node_id = s->ids[n];
+    h->generation = 0;
+    h->known_state = MSR__JOB_STATE__JOB_WAITING;
+    h->ready_generation = 0;
+    h->wait_ms = 60000;
+    return &h->base;
+}
+
+/* A node's relayed call answered (rendezvous/relay.h). */
+static void node_answered(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    node_arg_t *na = arg;
+    sim_t *s = na->sim;
+    int node = na->node;
+    s->pending--;
+    if (code != 0) {
+        sim_fail(s, "a relayed call", node, message);
+        return;
+    }
+    if (s->entry_method == MSR_RPC_JOIN) {
+        Msr__JoinResponse *j =
+            (Msr__JoinResponse *)msr_rpc_response_unpack(MSR_RPC_JOIN, resp, len);
+        if (j == NULL) {
+            sim_fail(s, "a relayed join", node, "the answer does not unpack");
+            return;
+        }
+        snprintf(s->ids[node], sizeof s->ids[0], "%s", j->node_id);
+        msr_rpc_message_free(&j->base);
+        return;
+    }
+    Msr__HeartbeatResponse *h =
+        (Msr__HeartbeatResponse *)msr_rpc_response_unpack(MSR_RPC_HEARTBEAT, resp, len);
+    int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL;
+    if (ok)
+        s->node_rank[node] = h->assignment->node_rank;
+    msr_rpc_message_free(h ? &h->base : NULL);
+    if (!ok)
+        sim_fail(s, "a relayed heartbeat", node, "not running after it");
+}
+
+/* One round through the relays: every node's call of method m (made by
+ * make) queued at its relay, every relay's queue sent as one batch, and
+ * every answer awaited. */
+static int relay_round(sim_t *s, msr_relay_t **relays, node_arg_t *args, msr_rpc_method_t m,
+                       const ProtobufCMessage *(*make)(sim_t *s, int node, void *space))
+{
+    int nrel = (s->nodes + s->relay - 1) / s->relay;
+    s->entry_method = m;
+    for (int n = 0; n < s->nodes; n++) {
+        union {
+            Msr__JoinRequest j;
+            Msr__HeartbeatRequest h;
+        } space;
+        char host[32];
+        const ProtobufCMessage *req = make(s, n, &space);
+        if (m == MSR_RPC_JOIN) {
+            snprintf(host, sizeof host, "10.%d.%d.%d", n >> 16, (n >> 8) & 255, n & 255);
+            space.j.host = host;
+        }
+        if (msr_relay_submit(relays[n / s->relay], m, req, node_answered, &args[n]) != MSR_OK)
+            return -1;
+        s->pending++;
+    }
+    for (int r = 0; r < nrel; r++)
+        msr_relay_flush(relays[r]);
+    return drain(s);
+}
+
+/* Relay mode: every relay sends its nodes' joins as one batch, then their
+ * ready heartbeats as one batch (held until the job forms), through the
+ * relay code of rendezvous/relay.h; every node must then have a distinct
+ * rank of 0 .. nodes - 1. */
+static int relay_join(sim_t *s)
+{
+    int nrel = (s->nodes + s->relay - 1) / s->relay, rc = 0;
+    msr_relay_t **relays = calloc((size_t)nrel, sizeof *relays);
+    node_arg_t *args = calloc((size_t)s->nodes, sizeof *args);
+    if (relays == NULL || args == NULL)
+        rc = -1;
+    for (int n = 0; rc == 0 && n < s->nodes; n++)
+        args[n] = (node_arg_t){s, n};
+    for (int r = 0; rc == 0 && r < nrel; r++) {
+        char rid[32];
+        snprintf(rid, sizeof rid, "relay-%d", r);
+        if (msr_relay_create(s->loop, s->ch[r], rid, (uint32_t)s->relay, &relays[r]) != MSR_OK)
+            rc = -1;
+    }
+    if (rc == 0)
+        rc = relay_round(s, relays, args, MSR_RPC_JOIN, make_join);
+    if (rc == 0)
+        rc = relay_round(s, relays, args, MSR_RPC_HEARTBEAT, make_heartbeat);
+    for (int r = 0; relays && r < nrel; r++)
+        msr_relay_destroy(relays[r]);
+    drain(s); /* what a failure left in flight comes back cancelled */
+    free(relays);
+    free(args);
+    if (rc != 0)
+        return -1;
+    char *seen = calloc((size_t)s->nodes, 1);
+    int bad = seen == NULL;
+    for (int n = 0; !bad && n < s->nodes; n++) {
+        int k = s->node_rank[n];
+        bad = k < 0 || k >= s->nodes || seen[k];
+        if (!bad)
+            seen[k] = 1;
+    }
+    free(seen);
+    if (bad)
+        sim_fail(s, "the ranks", 0, "not every node has a rank of its own");
+    return bad ? -1 : 0;
+}
 
 /* A TCP port free on loopback now (for the dashboard). */
 static int free_port(void)
@@ -482,7 +656,7 @@ static int exchange_all(sim_t *s, Msr__Contribution **eptr)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy, int max_conns, int window)
+                   int lazy, int max_conns, int window, int relay)
 {
     sim_t s;
     memset(&s, 0, sizeof s);
@@ -492,7 +666,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     s.direct = direct;
     s.dashboard = dashboard;
     s.lazy = lazy;
-    s.clients = direct ? nodes * ranks : nodes;
+    s.relay = relay;
+    s.entry_method = MSR_RPC_METHOD_COUNT;
+    s.clients = relay ? (nodes + relay - 1) / relay : direct ? nodes * ranks : nodes;
     s.nch = s.clients < max_conns ? s.clients : max_conns;
     s.want_bytes = (size_t)nodes * ranks * bytes;
     int world = nodes * ranks, port = 0, rc = 1, dash = dashboard ? free_port() : 0;
@@ -503,6 +679,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     s.ch = calloc((size_t)s.nch, sizeof *s.ch);
     s.ids = calloc((size_t)nodes, sizeof *s.ids);
+    s.node_rank = calloc((size_t)nodes, sizeof *s.node_rank);
     msr_rpc_loop_create(&s.loop);
     for (int i = 0; i < s.nch; i++)
         if (msr_rpc_channel_create_own(target, token, &s.ch[i]) != MSR_OK) {
@@ -531,7 +708,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     uint64_t t0 = msr_now_ns();
     double cpu_t0 = cpu_ms(coord);
     char host[32];
-    for (int n = 0; n < nodes; n++) {
+    if (relay && relay_join(&s) != 0)
+        goto fail;
+    for (int n = 0; n < nodes && !relay; n++) {
         Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
         j.protocol_version = MSR_PROTOCOL_VERSION;
         j.job_id = "scale";
@@ -547,7 +726,7 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
     }
     if (drain(&s) != 0)
         goto fail;
-    for (int n = 0; n < nodes; n++) {
+    for (int n = 0; n < nodes && !relay; n++) {
         Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
         h.node_id = s.ids[n];
         h.generation = 0;
@@ -575,7 +754,9 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
         entries[r].data.len = (size_t)bytes;
         eptr[r] = &entries[r];
     }
-    int ok = lazy ? lazy_exchange(&s, eptr) == 0 : exchange_all(&s, eptr) == 0;
+    /* relay mode measures the rendezvous (join and formation) alone: a
+     * relay carries membership calls, not the store's */
+    int ok = relay ? 1 : lazy ? lazy_exchange(&s, eptr) == 0 : exchange_all(&s, eptr) == 0;
     uint64_t t2 = msr_now_ns();
     double cpu_end = cpu_ms(coord);
     free(payload);
@@ -594,13 +775,21 @@ static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direc
            "(connect %.0f join %.0f exchange %.0f) "
            "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
            nodes, world, s.nch,
-           lazy     ? "lazy"
+           relay    ? "relay"
+           : lazy   ? "lazy"
            : direct ? "ag-direct"
                     : "allgather",
            conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, cpu_conn * 1000.0 / nodes,
            cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
            total * 1000.0 / world);
     fflush(stdout);
+    if (nruns < MEASURED_MAX)
+        runs[nruns++] = (measured_t){nodes,
+                                     relay,
+                                     cpu_conn * 1000.0 / nodes,
+                                     cpu_join * 1000.0 / nodes,
+                                     join_ms,
+                                     conn_ms + join_ms};
     if (dashboard && dashboard_phase(&s, dash) != 0) {
         if (!s.failed)
             snprintf(s.err, sizeof s.err, "the dashboard did not answer");
@@ -618,15 +807,106 @@ out:
     msr_rpc_loop_destroy(s.loop);
     free(s.ch);
     free(s.ids);
+    free(s.node_rank);
     kill(coord, SIGTERM);
     waitpid(coord, NULL, 0);
     return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median over the runs with (relay != 0) == relayed of what get reads. */
+static double median_of(int relayed, double (*get)(const measured_t *m))
+{
+    double v[MEASURED_MAX];
+    int n = 0;
+    for (int i = 0; i < nruns; i++)
+        if ((runs[i].relay != 0) == relayed)
+            v[n++] = get(&runs[i]);
+    if (n == 0)
+        return -1;
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double get_connect(const measured_t *m)
+{
+    return m->connect_us;
+}
+
+static double get_join(const measured_t *m)
+{
+    return m->join_us;
+}
+
+/* The wall time (connect + join) measured here for nodes through relays of
+ * fan-in relay (0: direct); -1 when not run. */
+static double measured_ms(int nodes, int relay)
+{
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].nodes == nodes && runs[i].relay == relay)
+            return runs[i].total_ms;
+    return -1;
+}
+
+/* The critical path of a join on separate machines (docs/performance.md,
+ * "Rendezvous at scale"), fitted to this invocation's runs. Per node the
+ * coordinator spends c_conn on a connection (and its first call) and
+ * c_call on each further call when nodes call it directly; through relays
+ * it spends c_call per batch and c_entry per entry. A relay is a server
+ * like the coordinator: its F nodes cost it F * c_conn to connect and
+ * F * c_call per round. Two rounds (the joins, the ready heartbeats), each
+ * crossing two hops of rtt_us; the relays work in parallel, the
+ * coordinator alone. */
+static void print_model(int ranks, int relay, double rtt_us)
+{
+    double c_conn = median_of(0, get_connect), c_call = median_of(0, get_join) / 2,
+           relay_join = median_of(1, get_join);
+    if (c_conn < 0 || relay_join < 0 || relay == 0) {
+        printf("model: needs a direct run and a --relay run in one invocation (--model_relay F)\n");
+        return;
+    }
+    int fit_relay = 0;
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].relay)
+            fit_relay = runs[i].relay;
+    double c_entry = relay_join / 2 - c_call / fit_relay;
+    if (c_entry < 0.5)
+        c_entry = 0.5;
+    printf("model: c_conn=%.0f us c_call=%.0f us c_entry=%.1f us (coordinator CPU, fitted here); "
+           "rtt=%.0f us (assumed); relays of %d nodes, one level\n",
+           c_conn, c_call, c_entry, rtt_us, relay);
+    printf("%-9s %-8s %-8s | %-13s %-13s | %-14s %-14s\n", "ranks", "nodes", "relays",
+           "here_direct_s", "here_relay_s", "model_direct_s", "model_relay_s");
+    static const int world[] = {1024, 8192, 32768, 100000, 1000000};
+    for (size_t i = 0; i < sizeof world / sizeof world[0]; i++) {
+        int nodes = world[i] / ranks, F = nodes < relay ? nodes : relay;
+        int nrel = (nodes + F - 1) / F;
+        double direct = nodes * (c_conn + 2 * c_call) / 1e6;
+        double round = (F * c_call + nrel * c_call + nodes * c_entry + 2 * rtt_us) / 1e6;
+        double viarelay = (F * c_conn + nrel * c_conn) / 1e6 + 2 * round;
+        double hd = measured_ms(nodes, 0), hr = measured_ms(nodes, relay);
+        char hds[16] = "-", hrs[16] = "-";
+        if (hd >= 0)
+            snprintf(hds, sizeof hds, "%.2f", hd / 1000);
+        if (hr >= 0)
+            snprintf(hrs, sizeof hrs, "%.2f", hr / 1000);
+        printf("%-9d %-8d %-8d | %-13s %-13s | %-14.2f %-14.2f\n", world[i], nodes, nrel, hds, hrs,
+               direct, viarelay);
+    }
 }
 
 int main(int argc, char **argv)
 {
     const char *list = "16,128,1024";
     int ranks = 8, bytes = 64, direct = 0, dashboard = 0, lazy = 1, window = 1024, conns = 0;
+    int relay = 0, model_relay = 0;
+    const char *relay_list = NULL;
+    double rtt_us = 100;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -640,6 +920,13 @@ int main(int argc, char **argv)
             window = atoi(argv[++i]);
         else if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
             conns = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--relay") == 0 && i + 1 < argc)
+            relay = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--model_relay") == 0 && i + 2 < argc) {
+            model_relay = atoi(argv[++i]);
+            relay_list = argv[++i];
+        } else if (strcmp(argv[i], "--rtt_us") == 0 && i + 1 < argc)
+            rtt_us = atof(argv[++i]);
         else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "lazy") == 0 || strcmp(argv[i + 1], "allgather") == 0))
             lazy = strcmp(argv[++i], "lazy") == 0;
@@ -648,7 +935,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
                             "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
-                            "[--dashboard]\n");
+                            "[--dashboard] [--relay F] [--model_relay F NODES,...] "
+                            "[--rtt_us 100]\n");
             return 2;
         }
     }
@@ -658,6 +946,21 @@ int main(int argc, char **argv)
     }
     if (window < 0 || conns < 0) {
         fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
+        return 2;
+    }
+    if (model_relay < 0 || model_relay > MSR_RELAY_BATCH_MAX || rtt_us < 0 ||
+        (model_relay && relay)) {
+        fprintf(stderr,
+                "rdzv_scale: --model_relay takes 1 to %d nodes a relay and a list of "
+                "node counts, and goes without --relay\n",
+                MSR_RELAY_BATCH_MAX);
+        return 2;
+    }
+    if (relay < 0 || relay > MSR_RELAY_BATCH_MAX || (relay && (direct || dashboard))) {
+        fprintf(stderr,
+                "rdzv_scale: --relay takes 1 to %d nodes a relay (0: none), without "
+                "--direct or --dashboard\n",
+                MSR_RELAY_BATCH_MAX);
         return 2;
     }
     if (direct && lazy) {
@@ -707,13 +1010,24 @@ int main(int argc, char **argv)
     for (const char *p = list; *p;) {
         int nodes = atoi(p);
         if (nodes > 0 &&
-            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window) != 0)
+            run_one(msrun, nodes, ranks, bytes, direct, dashboard, lazy, conns, window, relay) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
             break;
         p++;
     }
+    /* --model_relay: the same through relays, then the model fitted to both */
+    for (const char *p = relay_list; rc == 0 && p && *p;) {
+        int nodes = atoi(p);
+        if (nodes > 0 &&
+            run_one(msrun, nodes, ranks, bytes, 0, 0, 1, conns, window, model_relay) != 0)
+            rc = 1;
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    if (rc == 0 && model_relay)
+        print_model(ranks, model_relay, rtt_us);
     msr_rpc_library_unref();
     return rc;
 }

@@ -1,0 +1,419 @@
+/* A relay's batch (RelayRequest): its subtree's membership calls answered
+ * by the core's own handlers, one sub-call each, and the answers gathered
+ * into one RelayResponse (docs/architecture.md, "Relays").
+ *
+ * A sub-call stands for a node's call inside the core: the core answers it
+ * through the responder like any call, and may hold it (a long-polled
+ * heartbeat, an answer waiting for a save). Sub-calls are told apart from
+ * the binding's calls by their pointer's low bit (a sub_t is at least
+ * 8-byte aligned; the binding's calls are pointers to structs too): every
+ * answer the core gives goes through msr_coord_io_*() below, which route a
+ * sub-call's answer into its batch and any other to the binding. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/map.h"
+#include "base/util.h"
+#include "cluster/coord_internal.h"
+
+typedef struct batch batch_t;
+
+typedef struct sub {
+    batch_t *batch;
+    uint32_t index;
+    int answered;
+    int code;         /* msr_rpc_code_t */
+    char *message;    /* when code != 0 */
+    msr_blob_t *blob; /* the packed response when code == 0 */
+    void *data;       /* the core's slot (held.h) */
+    node_t *node;     /* a heartbeat's node: flushed when another entry is answered */
+    char peer[96];    /* "relay:<relay id>/<index>": each entry is a client of its own
+                       * for the bounds of held calls (a relay's nodes share its host) */
+} sub_t;
+
+struct batch {
+    msr_list_t link; /* in c->relay_batches */
+    msr_coord_t *coord;
+    void *call; /* the binding's Relay call */
+    char relay_id[MSR_RELAY_ID_MAX + 1];
+    uint32_t n, pending;
+    int flushing;  /* an entry was answered: held heartbeats are answered now */
+    int cancelled; /* the Relay call ended: answers are dropped */
+    int started;   /* every entry was handed to the core */
+    int in_flush;  /* batch_flush runs: the last answer leaves finishing to it */
+    sub_t subs[];
+};
+
+static int is_sub(const void *call)
+{
+    return ((uintptr_t)call & 1u) != 0;
+}
+
+static sub_t *sub_of(void *call)
+{
+    return (sub_t *)((uintptr_t)call & ~(uintptr_t)1u);
+}
+
+static void *tagged(sub_t *s)
+{
+    return (void *)((uintptr_t)s | 1u);
+}
+
+static void batch_free(batch_t *b)
+{
+    for (uint32_t i = 0; i < b->n; i++) {
+        msr_free(b->subs[i].message);
+        msr_blob_unref(b->subs[i].blob);
+    }
+    msr_list_remove(&b->link);
+    msr_free(b);
+}
+
+/* Every entry is answered: one RelayResponse for the relay. */
+static void batch_finish(batch_t *b)
+{
+    msr_coord_t *c = b->coord;
+    Msr__RelayAnswer *ans = msr_calloc(b->n, sizeof *ans);
+    Msr__RelayAnswer **ansp = msr_calloc(b->n, sizeof *ansp);
+    if (ans == NULL || ansp == NULL) {
+        c->responder.fail(b->call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+    } else {
+        for (uint32_t i = 0; i < b->n; i++) {
+            const sub_t *s = &b->subs[i];
+            msr__relay_answer__init(&ans[i]);
+            ans[i].code = s->code;
+            ans[i].message = s->message ? s->message : "";
+            if (s->blob) {
+                ans[i].response.data = s->blob->data;
+                ans[i].response.len = s->blob->len;
+            }
+            ansp[i] = &ans[i];
+        }
+        Msr__RelayResponse r = MSR__RELAY_RESPONSE__INIT;
+        r.n_answers = b->n;
+        r.answers = ansp;
+        c->responder.reply(b->call, &r.base);
+    }
+    msr_free(ans);
+    msr_free(ansp);
+    batch_free(b);
+}
+
+/* The first answer of a batch: its heartbeats still held are answered now
+ * (with the job as it stands), so no node waits on another's long poll. */
+static void batch_flush(batch_t *b)
+{
+    b->flushing = 1;
+    b->in_flush = 1; /* the answers below must not free b under the loop */
+    for (uint32_t i = 0; i < b->n; i++) {
+        sub_t *s = &b->subs[i];
+        if (!s->answered && s->node && s->node->hb && s->node->hb->call == tagged(s))
+            msr_coord_wake_node(b->coord, s->node);
+    }
+    b->in_flush = 0;
+    if (b->pending == 0)
+        batch_finish(b);
+}
+
+static void sub_answered(sub_t *s)
+{
+    batch_t *b = s->batch;
+    s->answered = 1;
+    b->pending--;
+    if (b->cancelled) {
+        if (b->pending == 0)
+            batch_free(b);
+        return;
+    }
+    if (!b->started || b->in_flush)
+        return; /* msr_coord_relay or batch_flush finishes it */
+    if (b->pending == 0)
+        batch_finish(b);
+    else if (!b->flushing)
+        batch_flush(b);
+}
+
+static void sub_fail(sub_t *s, int code, const char *message)
+{
+    if (s->answered)
+        return;
+    s->code = code;
+    s->message = msr_strdup(message ? message : "");
+    sub_answered(s);
+}
+
+/* ---- the core's answers, routed ---- */
+
+void msr_coord_io_reply(msr_coord_t *c, void *call, const ProtobufCMessage *resp)
+{
+    if (!is_sub(call)) {
+        c->responder.reply(call, resp);
+        return;
+    }
+    sub_t *s = sub_of(call);
+    if (s->answered)
+        return;
+    if ((s->blob = msr_blob_pack(resp)) == NULL) {
+        sub_fail(s, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    sub_answered(s);
+}
+
+void msr_coord_io_reply_blob(msr_coord_t *c, void *call, msr_blob_t *blob)
+{
+    if (!is_sub(call)) {
+        c->responder.reply_blob(call, blob);
+        return;
+    }
+    sub_t *s = sub_of(call);
+    if (s->answered)
+        return;
+    atomic_fetch_add(&blob->refs, 1);
+    s->blob = blob;
+    sub_answered(s);
+}
+
+void msr_coord_io_fail(msr_coord_t *c, void *call, int code, const char *message)
+{
+    if (!is_sub(call))
+        c->responder.fail(call, code, message);
+    else
+        sub_fail(sub_of(call), code, message);
+}
+
+uint64_t msr_coord_io_deadline(const msr_coord_t *c, void *call)
+{
+    if (is_sub(call))
+        call = sub_of(call)->batch->call;
+    return c->responder.deadline(call);
+}
+
+const char *msr_coord_io_peer(const msr_coord_t *c, void *call)
+{
+    if (is_sub(call))
+        return sub_of(call)->peer;
+    return c->responder.peer ? c->responder.peer(call) : NULL;
+}
+
+void msr_coord_io_set_data(msr_coord_t *c, void *call, void *data)
+{
+    if (is_sub(call))
+        sub_of(call)->data = data;
+    else
+        c->responder.set_data(call, data);
+}
+
+void *msr_coord_io_get_data(const msr_coord_t *c, void *call)
+{
+    return is_sub(call) ? sub_of(call)->data : c->responder.get_data(call);
+}
+
+/* ---- the batch ---- */
+
+static const char *relay_peer(const msr_coord_t *c, void *call)
+{
+    const char *p = msr_coord_io_peer(c, call);
+    return p ? p : "a relay";
+}
+
+/* A node named in entry k: "id:<node_id>" or, for a first join, "hp:<host>
+ * <pid>", into key. */
+static void entry_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)
+{
+    const char *id = NULL;
+    if (m == MSR_RPC_JOIN) {
+        const Msr__JoinRequest *j = (const Msr__JoinRequest *)req;
+        if (j->node_id == NULL || *j->node_id == '\0') {
+            snprintf(key, len, "hp:%.200s %d", j->host ? j->host : "", j->pid);
+            return;
+        }
+        id = j->node_id;
+    } else if (m == MSR_RPC_HEARTBEAT) {
+        id = ((const Msr__HeartbeatRequest *)req)->node_id;
+    } else if (m == MSR_RPC_REPORT) {
+        id = ((const Msr__ReportRequest *)req)->node_id;
+    } else {
+        id = ((const Msr__LeaveRequest *)req)->node_id;
+    }
+    snprintf(key, len, "id:%.200s", id ? id : "");
+}
+
+static const char *node_id_of(msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    switch (m) {
+    case MSR_RPC_HEARTBEAT:
+        return ((const Msr__HeartbeatRequest *)req)->node_id;
+    case MSR_RPC_REPORT:
+        return ((const Msr__ReportRequest *)req)->node_id;
+    case MSR_RPC_LEAVE:
+        return ((const Msr__LeaveRequest *)req)->node_id;
+    default:
+        return NULL;
+    }
+}
+
+/* Checks the batch as a whole and unpacks its entries into reqs; on a
+ * refusal fills why and returns -1 (what was unpacked is the caller's). */
+static int batch_check(const Msr__RelayRequest *req, ProtobufCMessage **reqs, char *why,
+                       size_t wlen)
+{
+    const char *rid = req->relay_id ? req->relay_id : "";
+    if (*rid == '\0' || strlen(rid) > MSR_RELAY_ID_MAX) {
+        snprintf(why, wlen, "a relay's id must have 1 to %d bytes", MSR_RELAY_ID_MAX);
+        return -1;
+    }
+    if (req->n_calls == 0 || req->n_calls > MSR_RELAY_BATCH_MAX) {
+        snprintf(why, wlen, "relay %s: a batch of %zu calls; a batch has 1 to %d", rid,
+                 req->n_calls, MSR_RELAY_BATCH_MAX);
+        return -1;
+    }
+    if (req->subtree > MSR_RELAY_SUBTREE_MAX || req->n_calls > req->subtree) {
+        snprintf(why, wlen,
+                 "relay %s: %zu calls for a subtree of %u nodes (at most one call a node, and "
+                 "at most %d nodes in a subtree)",
+                 rid, req->n_calls, req->subtree, MSR_RELAY_SUBTREE_MAX);
+        return -1;
+    }
+    msr_map_t seen;
+    memset(&seen, 0, sizeof seen);
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < req->n_calls; k++) {
+        const Msr__RelayCall *e = req->calls[k];
+        msr_rpc_method_t m = (msr_rpc_method_t)e->method;
+        if (m != MSR_RPC_JOIN && m != MSR_RPC_HEARTBEAT && m != MSR_RPC_REPORT &&
+            m != MSR_RPC_LEAVE) {
+            snprintf(why, wlen,
+                     "relay %s: call %zu has method %u; a relay carries Join, Heartbeat, Report "
+                     "and Leave only",
+                     rid, k, e->method);
+            rc = -1;
+            break;
+        }
+        const char *nul = NULL;
+        reqs[k] = msr_rpc_request_unpack_checked(m, e->request.data, e->request.len, &nul);
+        if (reqs[k] == NULL) {
+            snprintf(why, wlen, "relay %s: call %zu (%s) %s%s", rid, k, msr_rpc_methods[m].name,
+                     nul ? "has a NUL byte in " : "does not unpack", nul ? nul : "");
+            rc = -1;
+            break;
+        }
+        char key[256];
+        entry_key(m, reqs[k], key, sizeof key);
+        void *old = msr_map_get(&seen, key);
+        if (old != NULL) {
+            snprintf(why, wlen, "relay %s: calls %zu and %zu are for the same node (%.200s)", rid,
+                     (size_t)((uintptr_t)old - 1), k, key + 3);
+            rc = -1;
+        } else if (msr_map_put(&seen, key, (void *)(uintptr_t)(k + 1), NULL) != MSR_OK) {
+            snprintf(why, wlen, "coordinator out of memory");
+            rc = -1;
+        }
+    }
+    msr_map_cleanup(&seen, NULL);
+    return rc;
+}
+
+/* Hands entry k of batch b to the core (or refuses it alone: a node the
+ * relay does not serve). */
+static void batch_start_one(msr_coord_t *c, batch_t *b, msr_rpc_method_t m,
+                            const ProtobufCMessage *req)
+{
+    sub_t *s = &b->subs[b->n];
+    s->batch = b;
+    s->index = b->n++;
+    b->pending++;
+    snprintf(s->peer, sizeof s->peer, "relay:%s/%u", b->relay_id, s->index);
+    const char *id = node_id_of(m, req);
+    node_t *n = id ? msr_coord_node_find(c, id) : NULL;
+    if (n != NULL && strcmp(n->relay, b->relay_id) != 0) {
+        char why[300];
+        snprintf(why, sizeof why,
+                 "relay %s does not serve node %s: it joined %s%s; join again through this relay",
+                 b->relay_id, id, n->relay[0] ? "through relay " : "directly", n->relay);
+        sub_fail(s, MSR_RPC_FAILED_PRECONDITION, why);
+        return;
+    }
+    if (m == MSR_RPC_HEARTBEAT)
+        s->node = n;
+    c->relaying = b->relay_id;
+    msr_coord_call(c, tagged(s), m, req);
+    c->relaying = "";
+}
+
+void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
+{
+    char why[400];
+    ProtobufCMessage **reqs = msr_calloc(req->n_calls ? req->n_calls : 1, sizeof *reqs);
+    batch_t *b = NULL;
+    if (reqs == NULL) {
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return;
+    }
+    if (batch_check(req, reqs, why, sizeof why) != 0) {
+        MSR_WARN("job %s: refused a relay's batch from %s: %s", c->job_id, relay_peer(c, call),
+                 why);
+        c->responder.fail(call,
+                          strcmp(why, "coordinator out of memory") == 0 ? MSR_RPC_RESOURCE_EXHAUSTED
+                                                                        : MSR_RPC_INVALID_ARGUMENT,
+                          why);
+        goto out;
+    }
+    if ((b = msr_calloc(1, sizeof *b + req->n_calls * sizeof(sub_t))) == NULL) {
+        c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        goto out;
+    }
+    b->coord = c;
+    b->call = call;
+    snprintf(b->relay_id, sizeof b->relay_id, "%s", req->relay_id);
+    msr_list_push_back(&c->relay_batches, &b->link);
+    for (size_t k = 0; k < req->n_calls; k++)
+        batch_start_one(c, b, (msr_rpc_method_t)req->calls[k]->method, reqs[k]);
+    b->started = 1;
+    if (b->pending == 0)
+        batch_finish(b);
+    else if (b->pending < b->n)
+        batch_flush(b); /* finishes it when that answers the rest */
+out:
+    for (size_t k = 0; k < req->n_calls; k++)
+        msr_rpc_message_free(reqs[k]);
+    msr_free(reqs);
+}
+
+int msr_coord_relay_cancel(msr_coord_t *c, void *call)
+{
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &c->relay_batches)
+    {
+        batch_t *b = MSR_CONTAINER_OF(pos, batch_t, link);
+        if (b->call != call)
+            continue;
+        b->cancelled = 1;
+        /* the entries still held (a long-polled heartbeat: its node is
+         * suspect, as when its own connection breaks; an answer waiting
+         * for a save: the change stays) end with the call */
+        for (uint32_t i = 0; i < b->n; i++) {
+            sub_t *s = &b->subs[i];
+            if (!s->answered && msr_held_cancel(&c->held, tagged(s))) {
+                s->answered = 1;
+                b->pending--;
+            }
+        }
+        if (b->pending == 0)
+            batch_free(b);
+        return 1;
+    }
+    return 0;
+}
+
+void msr_coord_relays_cleanup(msr_coord_t *c)
+{
+    while (!msr_list_empty(&c->relay_batches)) {
+        batch_t *b = MSR_CONTAINER_OF(c->relay_batches.next, batch_t, link);
+        batch_free(b);
+    }
+}

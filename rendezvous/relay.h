@@ -1,0 +1,90 @@
+/* A relay's side of a Relay call (docs/architecture.md, "Relays"): the
+ * membership calls of a relay's nodes queued, sent to the coordinator as
+ * one batch, and each node's answer handed back to it. The relay agent
+ * wraps this with its server (its nodes call it as they would call the
+ * coordinator); rdzv_scale drives it in-process to simulate a million
+ * ranks within one machine's descriptors.
+ *
+ * Every function must be called from the thread that polls loop, where the
+ * done callbacks run too. Private to msrun. */
+#ifndef MSR_RENDEZVOUS_RELAY_H
+#define MSR_RENDEZVOUS_RELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "rendezvous/rpc.h"
+
+typedef struct msr_relay msr_relay_t;
+
+/* A node's call answered: code 0 and its response's bytes (resp, len, valid
+ * during the callback only), or a gRPC status code and why. */
+typedef void (*msr_relay_done_t)(void *arg, int code, const char *message, const uint8_t *resp,
+                                 size_t len);
+
+/* A relay named relay_id (1..MSR_RELAY_ID_MAX bytes) serving subtree nodes
+ * (1..MSR_RELAY_SUBTREE_MAX), whose batches go over up (a channel to the
+ * coordinator, still the caller's) on loop. MSR_ERR_INVALID_ARG,
+ * MSR_ERR_NO_MEMORY. */
+msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const char *relay_id,
+                              uint32_t subtree, msr_relay_t **relay_p);
+
+/* Queues a node's call (Join, Heartbeat, Report or Leave; req packed now,
+ * still the caller's). done(arg, ...) runs once: with the node's answer, or
+ * with the batch's failure (UNAVAILABLE when the coordinator cannot be
+ * reached: the node then calls the coordinator itself). MSR_ERR_INVALID_ARG
+ * for another method, MSR_ERR_NO_MEMORY; done never runs then. */
+msr_status_t msr_relay_submit(msr_relay_t *relay, msr_rpc_method_t method,
+                              const ProtobufCMessage *req, msr_relay_done_t done, void *arg);
+
+/* Sends what is queued, as batches of at most MSR_RELAY_BATCH_MAX calls.
+ * A call whose batch cannot be started is answered at once with
+ * UNAVAILABLE. */
+void msr_relay_flush(msr_relay_t *relay);
+
+/* Calls relayed and batches sent so far. */
+void msr_relay_counts(const msr_relay_t *relay, uint64_t *calls_p, uint64_t *batches_p);
+
+/* Batches sent and not yet answered. */
+size_t msr_relay_in_flight(const msr_relay_t *relay);
+
+/* Answers what is queued CANCELLED and cancels the batches in flight
+ * (their calls answered CANCELLED as they come back, on the loop). */
+void msr_relay_cancel(msr_relay_t *relay);
+
+/* Drops what is queued (its calls answered CANCELLED) and cancels the
+ * batches in flight (their calls answered CANCELLED as they come back).
+ * The relay is freed now when none is in flight, else when the last comes
+ * back: keep polling the loop until then, as for any async call. NULL
+ * does nothing. */
+void msr_relay_destroy(msr_relay_t *relay);
+
+/* ---- the relay agent's server ---- */
+
+/* A relay agent's server: its nodes call it as they would call the
+ * coordinator (Join, Heartbeat, Report and Leave, with the job token); each
+ * call is queued on a relay (above) and answered with the coordinator's
+ * answer to it. Other methods are refused with UNIMPLEMENTED. */
+typedef struct msr_relay_server msr_relay_server_t;
+
+/* Serves on address ("127.0.0.1:0"; *port_p gets the port) on loop, with
+ * token, relaying to up (the caller's) as relay_id for subtree nodes.
+ * MSR_ERR_ADDR_IN_USE, MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY. */
+msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, const char *token,
+                                     msr_rpc_channel_t *up, const char *relay_id, uint32_t subtree,
+                                     int *port_p, msr_relay_server_t **server_p);
+
+/* Sends the calls that arrived since the last flush as one batch: call it
+ * after each poll of the loop (what arrives within one poll is batched). */
+void msr_relay_server_flush(msr_relay_server_t *server);
+
+/* The server's relay, for its counts. */
+const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *server);
+
+/* Stops serving: the nodes' calls still waiting are cancelled (the nodes
+ * hear it and go to the coordinator), and the server freed. Polls the loop
+ * itself. NULL does nothing. */
+void msr_relay_server_destroy(msr_relay_server_t *server);
+
+#endif

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Relays with the real msrun (issue 40): two nodes of two workers join a job
+# through `msrun relay` and run it to the end; a relay killed while its
+# nodes' job runs: the nodes go on calling the coordinator directly, and
+# the job ends well; a node behind a relay killed: it is found lost as a
+# direct node is, and the job (no restarts) fails naming it.
+. "$(dirname "$0")/lib.sh"
+unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY
+use_token_file
+
+# start_relay NAME COORD_PORT: a relay for the coordinator at COORD_PORT;
+# RELAY_PID and RELAY_PORT are set
+start_relay() {
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" relay --coordinator "127.0.0.1:$2" \
+        --bind 127.0.0.1:0 --relay_id "$1" --subtree 2 --ready_fd 3 \
+        3>"$TMP/$1.ready" >"$TMP/$1.out" 2>"$TMP/$1.err" &
+    RELAY_PID=$!
+    wait_for "port" "$TMP/$1.ready" 20 || fail "the relay did not start"
+    RELAY_PORT=$(awk '/^port/ { print $2 }' "$TMP/$1.ready")
+}
+
+start_node() {
+    local n=$1
+    shift
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
+    eval "PID$n=$!"
+}
+
+# 1. a job through a relay: both nodes' joins and heartbeats relayed
+port=$(free_port)
+start_relay r1 "$port"
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
+    --job_id=relayed --cluster_time_out=60 --relay="127.0.0.1:$RELAY_PORT")
+start_node 0 "${common[@]}" true
+start_node 1 "${common[@]}" true
+wait_pid "$PID0" 60
+expect_code 0 "node 0 through the relay"
+wait_pid "$PID1" 60
+expect_code 0 "node 1 through the relay"
+kill -TERM "$RELAY_PID"
+wait_pid "$RELAY_PID" 20
+expect_code 0 "the relay"
+grep -qE "relaying [1-9][0-9]* calls in [1-9][0-9]* batches" "$TMP/r1.err" ||
+    fail "the relay relayed nothing: $(cat "$TMP/r1.err")"
+grep -q "the relay .* failed" "$TMP/node0.err" "$TMP/node1.err" &&
+    fail "a node left the relay in a job without failures"
+ok "two nodes joined and ran a job through a relay"
+
+# 2. the relay killed while the job runs: the nodes call the coordinator
+#    themselves and the job ends well
+port=$(free_port)
+start_relay r2 "$port"
+cat >"$TMP/hold.sh" <<EOS
+#!/bin/sh
+while [ ! -e "$TMP/stop" ]; do sleep 0.05; done
+EOS
+chmod +x "$TMP/hold.sh"
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
+    --job_id=relaykill --cluster_time_out=60 --relay="127.0.0.1:$RELAY_PORT")
+start_node 0 "${common[@]}" "$TMP/hold.sh"
+start_node 1 "${common[@]}" "$TMP/hold.sh"
+for ((i = 0; i < 400; i++)); do # the job runs: four workers started
+    [ "$(pgrep -f -c "^/bin/sh $TMP/hold.sh")" = 4 ] && break
+    sleep 0.05
+done
+[ "$(pgrep -f -c "^/bin/sh $TMP/hold.sh")" = 4 ] || fail "the job did not start its 4 workers"
+kill -9 "$RELAY_PID"
+wait_for "the relay 127.0.0.1:$RELAY_PORT failed" "$TMP/node0.err" 30 ||
+    fail "node 0 did not notice its relay die"
+touch "$TMP/stop"
+wait_pid "$PID0" 60
+expect_code 0 "node 0 after its relay died"
+wait_pid "$PID1" 60
+expect_code 0 "node 1 after its relay died"
+ok "a relay killed mid-job: its nodes called the coordinator and the job ended well"
+
+# 3. a node behind the relay killed while the job runs: lost after the
+#    node timeout (here 2 s; plus up to a heartbeat interval, which its
+#    relay's held batch keeps), and the job fails saying so
+rm -f "$TMP/stop"
+port=$(free_port)
+start_relay r3 "$port"
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
+    --job_id=relaylost --cluster_time_out=60 --node_timeout=2 --max_restarts=0
+    --relay="127.0.0.1:$RELAY_PORT")
+start_node 0 "${common[@]}" "$TMP/hold.sh"
+start_node 1 "${common[@]}" "$TMP/hold.sh"
+for ((i = 0; i < 400; i++)); do
+    [ "$(pgrep -f -c "^/bin/sh $TMP/hold.sh")" = 4 ] && break
+    sleep 0.05
+done
+[ "$(pgrep -f -c "^/bin/sh $TMP/hold.sh")" = 4 ] || fail "the job did not start its 4 workers"
+# the node whose msrun does not run the coordinator dies
+read -r host _ < <(coordinator_of relaylost "$PID0" "$PID1") ||
+    fail "neither node runs the coordinator"
+if [ "$host" = "$PID0" ]; then live=0 dead=$PID1; else live=1 dead=$PID0; fi
+kill -9 "$dead"
+wait_pid "$host" 30
+[ "$CODE" -ne 0 ] || fail "the live node ended well though the other was lost"
+grep -q "was lost: no heartbeat" "$TMP/node$live.err" ||
+    fail "the live node does not say the other was lost: $(tail -3 "$TMP/node$live.err")"
+touch "$TMP/stop"
+kill -TERM "$RELAY_PID"
+wait_pid "$RELAY_PID" 20
+ok "a node behind a relay killed: found lost, the job failed naming it"

@@ -1,0 +1,572 @@
+/* Unit tests of relays' batches in the coordinator core (cluster/relay.c),
+ * driven through a responder that records answers: a job joined through
+ * relays forms as a direct one does, a batch's bounds and refusals, a relay
+ * that ends mid-join, and a node behind a relay that dies. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/time.h"
+#include "cluster/coord.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+
+/* ---- a fake call ---- */
+
+typedef struct fcall {
+    int answered;
+    int code; /* grpc status; 0 = OK */
+    char message[512];
+    msr_rpc_method_t method;
+    ProtobufCMessage *resp; /* unpacked answer */
+    void *data;
+} fcall_t;
+
+static void f_reply(void *call, const ProtobufCMessage *resp)
+{
+    fcall_t *c = call;
+    MSR_CHECK_MSG(!c->answered, "a call answered twice");
+    c->answered = 1;
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(resp, buf);
+    c->resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
+    free(buf);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_reply_blob(void *call, msr_blob_t *blob)
+{
+    fcall_t *c = call;
+    MSR_CHECK_MSG(!c->answered, "a call answered twice");
+    c->answered = 1;
+    c->resp =
+        protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_fail(void *call, int code, const char *message)
+{
+    fcall_t *c = call;
+    MSR_CHECK_MSG(!c->answered, "a call answered twice");
+    c->answered = 1;
+    c->code = code;
+    snprintf(c->message, sizeof c->message, "%s", message);
+}
+
+static uint64_t f_deadline(void *call)
+{
+    (void)call;
+    return MSR_DEADLINE_NEVER;
+}
+
+static const char *f_peer(void *call)
+{
+    (void)call;
+    return "ipv4:127.0.0.1:4000";
+}
+
+static void f_set_data(void *call, void *data)
+{
+    ((fcall_t *)call)->data = data;
+}
+
+static void *f_get_data(void *call)
+{
+    return ((fcall_t *)call)->data;
+}
+
+static const msr_coord_responder_t responder = {f_reply, f_reply_blob, f_fail,    f_deadline,
+                                                f_peer,  f_set_data,   f_get_data};
+
+static void fcall_reset(fcall_t *c)
+{
+    if (c->resp)
+        protobuf_c_message_free_unpacked(c->resp, NULL);
+    memset(c, 0, sizeof *c);
+}
+
+static void call(msr_coord_t *co, fcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    fcall_reset(c);
+    c->method = m;
+    msr_coord_call(co, c, m, req);
+    msr_coord_flush(co);
+}
+
+static msr_coord_t *make_coord(int nodes, int64_t node_timeout_ms)
+{
+    msr_coord_config_t cfg = {
+        .token = "t",
+        .job_id = "job",
+        .worker_num = 2 * nodes,
+        .local_worker_num = 2,
+        .max_restarts = 0,
+        .node_timeout_ms = node_timeout_ms,
+        .join_timeout_ms = 60000,
+    };
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    return co;
+}
+
+/* ---- requests ---- */
+
+#define NMAX 1100
+
+typedef struct sim {
+    int nodes;
+    char ids[NMAX][32];
+    char hosts[NMAX][32];
+} sim_t;
+
+static Msr__JoinRequest join_req(sim_t *s, int n, int wanted_rank)
+{
+    Msr__JoinRequest r = MSR__JOIN_REQUEST__INIT;
+    r.protocol_version = MSR_PROTOCOL_VERSION;
+    r.job_id = "job";
+    snprintf(s->hosts[n], sizeof s->hosts[n], "10.0.%d.%d", n / 256, n % 256);
+    r.host = s->hosts[n];
+    r.pid = 1000 + n;
+    r.worker_num = 2 * s->nodes;
+    r.local_worker_num = 2;
+    r.node_rank = wanted_rank;
+    r.free_port = 5000 + n;
+    r.node_id = s->ids[n]; /* "" the first time */
+    return r;
+}
+
+static Msr__HeartbeatRequest beat_req(sim_t *s, int n, uint32_t wait_ms)
+{
+    Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+    r.node_id = s->ids[n];
+    r.generation = 0;
+    r.known_state = MSR__JOB_STATE__JOB_WAITING;
+    r.ready_generation = 0;
+    r.wait_ms = wait_ms;
+    return r;
+}
+
+/* The batch of relay rid for nodes[0..n): each node's join (method JOIN)
+ * or heartbeat (HEARTBEAT, wait_ms); bufs holds the packed requests. */
+static void relay_call(msr_coord_t *co, fcall_t *c, sim_t *s, const char *rid, uint32_t subtree,
+                       msr_rpc_method_t m, const int *nodes, int n, uint32_t wait_ms)
+{
+    static uint8_t bufs[NMAX][256];
+    static Msr__RelayCall calls[NMAX];
+    static Msr__RelayCall *callp[NMAX];
+    MSR_CHECK(n <= NMAX);
+    for (int k = 0; k < n; k++) {
+        Msr__JoinRequest j = join_req(s, nodes[k], -1);
+        Msr__HeartbeatRequest h = beat_req(s, nodes[k], wait_ms);
+        const ProtobufCMessage *req = m == MSR_RPC_JOIN ? &j.base : &h.base;
+        size_t len = protobuf_c_message_get_packed_size(req);
+        MSR_CHECK(len <= sizeof bufs[0]);
+        protobuf_c_message_pack(req, bufs[k]);
+        msr__relay_call__init(&calls[k]);
+        calls[k].method = (uint32_t)m;
+        calls[k].request.data = bufs[k];
+        calls[k].request.len = len;
+        callp[k] = &calls[k];
+    }
+    Msr__RelayRequest r = MSR__RELAY_REQUEST__INIT;
+    r.relay_id = (char *)rid;
+    r.subtree = subtree;
+    r.n_calls = (size_t)n;
+    r.calls = callp;
+    call(co, c, MSR_RPC_RELAY, &r.base);
+}
+
+/* Entry k of an answered batch, unpacked as a response of m (or NULL when
+ * the entry was refused: *code_p and *msg_p say why). */
+static ProtobufCMessage *entry(const fcall_t *c, size_t k, msr_rpc_method_t m, int *code_p,
+                               const char **msg_p)
+{
+    MSR_CHECK_MSG(c->answered && c->code == 0, "the batch failed: %d %s", c->code, c->message);
+    const Msr__RelayResponse *r = (const Msr__RelayResponse *)c->resp;
+    MSR_CHECK(k < r->n_answers);
+    *code_p = r->answers[k]->code;
+    *msg_p = r->answers[k]->message;
+    if (*code_p != 0)
+        return NULL;
+    ProtobufCMessage *msg =
+        msr_rpc_response_unpack(m, r->answers[k]->response.data, r->answers[k]->response.len);
+    MSR_CHECK(msg != NULL);
+    return msg;
+}
+
+/* Nodes first..first+n joined through relay rid, each recording its id. */
+static void relay_join(msr_coord_t *co, sim_t *s, const char *rid, int first, int n)
+{
+    int nodes[NMAX];
+    for (int k = 0; k < n; k++)
+        nodes[k] = first + k;
+    fcall_t c = {0};
+    relay_call(co, &c, s, rid, (uint32_t)n, MSR_RPC_JOIN, nodes, n, 0);
+    for (int k = 0; k < n; k++) {
+        int code;
+        const char *msg;
+        Msr__JoinResponse *j = (Msr__JoinResponse *)entry(&c, (size_t)k, MSR_RPC_JOIN, &code, &msg);
+        MSR_CHECK_MSG(j != NULL, "join %d through %s: %d %s", k, rid, code, msg);
+        snprintf(s->ids[first + k], sizeof s->ids[0], "%s", j->node_id);
+        msr_rpc_message_free(&j->base);
+    }
+    fcall_reset(&c);
+}
+
+/* Node n's direct heartbeat (wait 0): its response's state, and its
+ * node rank through *rank_p (-1 without an assignment). */
+static int direct_beat(msr_coord_t *co, sim_t *s, int n, int *rank_p)
+{
+    fcall_t c = {0};
+    Msr__HeartbeatRequest h = beat_req(s, n, 0);
+    call(co, &c, MSR_RPC_HEARTBEAT, &h.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "heartbeat of %d: %d %s", n, c.code, c.message);
+    const Msr__HeartbeatResponse *r = (const Msr__HeartbeatResponse *)c.resp;
+    int state = r->state;
+    if (rank_p)
+        *rank_p = r->assignment ? r->assignment->node_rank : -1;
+    fcall_reset(&c);
+    return state;
+}
+
+static void direct_join(msr_coord_t *co, sim_t *s, int n, int wanted_rank)
+{
+    fcall_t c = {0};
+    Msr__JoinRequest j = join_req(s, n, wanted_rank);
+    call(co, &c, MSR_RPC_JOIN, &j.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "join of %d: %d %s", n, c.code, c.message);
+    snprintf(s->ids[n], sizeof s->ids[0], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
+    fcall_reset(&c);
+}
+
+/* ---- the tests ---- */
+
+/* Eight nodes joined directly, and the same eight through two relays of
+ * four (their joins in one batch each, their ready heartbeats in one held
+ * batch each): the same members with the same node ranks, by arrival. */
+static void test_same_as_direct(void)
+{
+    enum { N = 8 };
+    static sim_t d, r;
+    memset(&d, 0, sizeof d);
+    memset(&r, 0, sizeof r);
+    d.nodes = r.nodes = N;
+    msr_coord_t *cd = make_coord(N, 600000), *cr = make_coord(N, 600000);
+    for (int n = 0; n < N; n++)
+        direct_join(cd, &d, n, -1);
+    for (int n = 0; n < N; n++)
+        direct_beat(cd, &d, n, NULL);
+    relay_join(cr, &r, "a", 0, 4);
+    relay_join(cr, &r, "b", 4, 4);
+    fcall_t ca = {0}, cb = {0};
+    int fa[] = {0, 1, 2, 3}, fb[] = {4, 5, 6, 7};
+    relay_call(cr, &ca, &r, "a", 4, MSR_RPC_HEARTBEAT, fa, 4, 60000);
+    MSR_CHECK_MSG(!ca.answered, "a batch of held heartbeats was answered before the job formed");
+    relay_call(cr, &cb, &r, "b", 4, MSR_RPC_HEARTBEAT, fb, 4, 60000);
+    MSR_CHECK(ca.answered && cb.answered);
+    for (int n = 0; n < N; n++) {
+        int code, want, got;
+        const char *msg;
+        Msr__HeartbeatResponse *h = (Msr__HeartbeatResponse *)entry(
+            n < 4 ? &ca : &cb, (size_t)(n % 4), MSR_RPC_HEARTBEAT, &code, &msg);
+        MSR_CHECK_MSG(h != NULL, "node %d: %d %s", n, code, msg);
+        MSR_CHECK_EQ(h->state, MSR__JOB_STATE__JOB_RUNNING);
+        MSR_CHECK(h->assignment != NULL);
+        got = h->assignment->node_rank;
+        MSR_CHECK_EQ(h->assignment->world_size, 2 * N);
+        MSR_CHECK_EQ(h->assignment->rank_offset, 2 * got);
+        msr_rpc_message_free(&h->base);
+        MSR_CHECK_EQ(direct_beat(cd, &d, n, &want), MSR__JOB_STATE__JOB_RUNNING);
+        MSR_CHECK_MSG(got == want, "node %d: rank %d through a relay, %d directly", n, got, want);
+    }
+    fcall_reset(&ca);
+    fcall_reset(&cb);
+    msr_coord_destroy(cd);
+    msr_coord_destroy(cr);
+}
+
+/* A batch refused whole, with INVALID_ARGUMENT and a message holding want. */
+static void check_refused(const fcall_t *c, const char *want)
+{
+    MSR_CHECK_MSG(c->answered && c->code == MSR_RPC_INVALID_ARGUMENT,
+                  "the batch was not refused: %d %s", c->code, c->message);
+    MSR_CHECK_MSG(strstr(c->message, want) != NULL, "'%s' does not say '%s'", c->message, want);
+}
+
+/* The batch's bounds, each at exactly its limit and one past it. */
+static void test_batch_bounds(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = MSR_RELAY_BATCH_MAX + 1;
+    msr_coord_t *co = make_coord(s.nodes, 600000);
+    int nodes[NMAX];
+    for (int k = 0; k < NMAX; k++)
+        nodes[k] = k;
+    fcall_t c = {0};
+    /* one call past the batch's limit, then exactly at it */
+    relay_call(co, &c, &s, "r", MSR_RELAY_BATCH_MAX + 1, MSR_RPC_JOIN, nodes,
+               MSR_RELAY_BATCH_MAX + 1, 0);
+    check_refused(&c, "a batch of 1025 calls; a batch has 1 to 1024");
+    relay_call(co, &c, &s, "r", MSR_RELAY_BATCH_MAX, MSR_RPC_JOIN, nodes, MSR_RELAY_BATCH_MAX, 0);
+    int code;
+    const char *msg;
+    for (int k = 0; k < MSR_RELAY_BATCH_MAX; k++) {
+        ProtobufCMessage *j = entry(&c, (size_t)k, MSR_RPC_JOIN, &code, &msg);
+        MSR_CHECK_MSG(j != NULL, "entry %d: %d %s", k, code, msg);
+        msr_rpc_message_free(j);
+    }
+    /* an empty batch */
+    relay_call(co, &c, &s, "r", 4, MSR_RPC_JOIN, nodes, 0, 0);
+    check_refused(&c, "a batch of 0 calls");
+    /* the subtree: at its limit, one past it, and fewer nodes than calls
+     * (a relay lying about its subtree) */
+    int last = MSR_RELAY_BATCH_MAX;
+    relay_call(co, &c, &s, "r", MSR_RELAY_SUBTREE_MAX + 1, MSR_RPC_JOIN, &last, 1, 0);
+    check_refused(&c, "a subtree of 1048577 nodes");
+    relay_call(co, &c, &s, "r", 2, MSR_RPC_JOIN, nodes, 3, 0);
+    check_refused(&c, "relay r: 3 calls for a subtree of 2 nodes");
+    /* the relay's id: 64 bytes and 65 */
+    char id[MSR_RELAY_ID_MAX + 2];
+    memset(id, 'x', sizeof id);
+    id[MSR_RELAY_ID_MAX + 1] = '\0';
+    relay_call(co, &c, &s, id, 1, MSR_RPC_JOIN, &last, 1, 0);
+    check_refused(&c, "a relay's id must have 1 to 64 bytes");
+    id[MSR_RELAY_ID_MAX] = '\0';
+    relay_call(co, &c, &s, id, MSR_RELAY_SUBTREE_MAX, MSR_RPC_JOIN, &last, 1, 0);
+    ProtobufCMessage *j = entry(&c, 0, MSR_RPC_JOIN, &code, &msg);
+    MSR_CHECK_MSG(j != NULL, "the 1025th node: %d %s", code, msg);
+    msr_rpc_message_free(j);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A node listed twice, a method a relay does not carry, bytes that do not
+ * unpack: the batch refused whole, nothing of it applied. */
+static void test_bad_batches(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = 4;
+    msr_coord_t *co = make_coord(4, 600000);
+    fcall_t c = {0};
+    int twice[] = {0, 1, 0};
+    relay_call(co, &c, &s, "r", 4, MSR_RPC_JOIN, twice, 3, 0);
+    check_refused(&c, "calls 0 and 2 are for the same node (10.0.0.0 1000)");
+    relay_join(co, &s, "r", 0, 2);
+    relay_call(co, &c, &s, "r", 4, MSR_RPC_HEARTBEAT, twice, 3, 0);
+    check_refused(&c, "calls 0 and 2 are for the same node");
+    /* nothing of the refused batches joined: 2 nodes, not 3 */
+    Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
+    call(co, &c, MSR_RPC_STATUS, &st.base);
+    MSR_CHECK_EQ(((Msr__StatusResponse *)c.resp)->n_nodes, 2);
+    /* a Status inside a batch, and a join that does not unpack */
+    uint8_t junk[] = {0xff, 0xff, 0xff};
+    Msr__RelayCall rc = MSR__RELAY_CALL__INIT, *rcp = &rc;
+    Msr__RelayRequest r = MSR__RELAY_REQUEST__INIT;
+    r.relay_id = "r";
+    r.subtree = 4;
+    r.n_calls = 1;
+    r.calls = &rcp;
+    rc.method = MSR_RPC_STATUS;
+    call(co, &c, MSR_RPC_RELAY, &r.base);
+    check_refused(&c, "call 0 has method 4; a relay carries Join, Heartbeat, Report and Leave");
+    rc.method = MSR_RPC_JOIN;
+    rc.request.data = junk;
+    rc.request.len = sizeof junk;
+    call(co, &c, MSR_RPC_RELAY, &r.base);
+    check_refused(&c, "call 0 (Join) does not unpack");
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A relay speaks only for the nodes that joined through it: another
+ * relay's heartbeat for one is refused alone (the batch's other entries
+ * are answered); joining again through the other relay moves the node. */
+static void test_foreign_node(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = 4;
+    msr_coord_t *co = make_coord(4, 600000);
+    relay_join(co, &s, "a", 0, 2);
+    relay_join(co, &s, "b", 2, 1);
+    direct_join(co, &s, 3, -1);
+    fcall_t c = {0};
+    int mixed[] = {2, 0, 3};
+    relay_call(co, &c, &s, "b", 3, MSR_RPC_HEARTBEAT, mixed, 3, 0);
+    int code;
+    const char *msg;
+    ProtobufCMessage *h = entry(&c, 0, MSR_RPC_HEARTBEAT, &code, &msg);
+    MSR_CHECK_MSG(h != NULL, "b's own node: %d %s", code, msg);
+    msr_rpc_message_free(h);
+    MSR_CHECK(entry(&c, 1, MSR_RPC_HEARTBEAT, &code, &msg) == NULL);
+    MSR_CHECK_EQ(code, MSR_RPC_FAILED_PRECONDITION);
+    MSR_CHECK_MSG(strstr(msg, "relay b does not serve node") && strstr(msg, "through relay a"),
+                  "%s", msg);
+    MSR_CHECK(entry(&c, 2, MSR_RPC_HEARTBEAT, &code, &msg) == NULL);
+    MSR_CHECK_MSG(code == MSR_RPC_FAILED_PRECONDITION && strstr(msg, "joined directly"), "%d %s",
+                  code, msg);
+    /* node 0 joins again through b (its id kept): b now speaks for it */
+    int zero = 0;
+    relay_call(co, &c, &s, "b", 3, MSR_RPC_JOIN, &zero, 1, 0);
+    Msr__JoinResponse *j = (Msr__JoinResponse *)entry(&c, 0, MSR_RPC_JOIN, &code, &msg);
+    MSR_CHECK_MSG(j != NULL && strcmp(j->node_id, s.ids[0]) == 0, "rejoin: %d %s", code, msg);
+    msr_rpc_message_free(&j->base);
+    relay_call(co, &c, &s, "b", 3, MSR_RPC_HEARTBEAT, &zero, 1, 0);
+    h = entry(&c, 0, MSR_RPC_HEARTBEAT, &code, &msg);
+    MSR_CHECK_MSG(h != NULL, "after moving to b: %d %s", code, msg);
+    msr_rpc_message_free(h);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A relay ends mid-join (its Relay call cancelled while its nodes' ready
+ * heartbeats are held): the batch is never answered, and its nodes join
+ * again directly, keeping their ids; the job forms with all four. */
+static void test_relay_killed_mid_join(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = 4;
+    msr_coord_t *co = make_coord(4, 600000);
+    relay_join(co, &s, "a", 0, 3);
+    fcall_t c = {0};
+    int three[] = {0, 1, 2};
+    relay_call(co, &c, &s, "a", 3, MSR_RPC_HEARTBEAT, three, 3, 60000);
+    MSR_CHECK(!c.answered);
+    msr_coord_cancel(co, &c); /* the relay died: its connection broke */
+    msr_coord_tick(co, msr_now_ns());
+    MSR_CHECK_MSG(!c.answered, "a cancelled batch was answered");
+    /* the three go direct: join again (same ids), beat; node 3 joins */
+    for (int n = 0; n < 3; n++) {
+        char was[32];
+        snprintf(was, sizeof was, "%s", s.ids[n]);
+        direct_join(co, &s, n, -1);
+        MSR_CHECK_STR(s.ids[n], was);
+        MSR_CHECK_EQ(direct_beat(co, &s, n, NULL), MSR__JOB_STATE__JOB_WAITING);
+    }
+    direct_join(co, &s, 3, -1);
+    int seen = 0;
+    for (int n = 3; n >= 0; n--) {
+        int rank;
+        MSR_CHECK_EQ(direct_beat(co, &s, n, &rank), MSR__JOB_STATE__JOB_RUNNING);
+        MSR_CHECK(rank >= 0 && rank < 4 && !(seen & (1 << rank)));
+        seen |= 1 << rank;
+    }
+    MSR_CHECK_MSG(!c.answered, "the dead relay's batch was answered after its nodes moved");
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A batch with a held heartbeat and an entry answered at once is answered
+ * at once: the heartbeat with the job as it stands (still waiting); and
+ * one whose held entry is answered later is answered then, whole. */
+static void test_batch_not_held_by_one(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = 4;
+    msr_coord_t *co = make_coord(4, 600000);
+    relay_join(co, &s, "a", 0, 1);
+    /* entry 0: node 0's ready heartbeat (held alone); entry 1: node 1's
+     * join, answered at once */
+    Msr__HeartbeatRequest h = beat_req(&s, 0, 60000);
+    Msr__JoinRequest j = join_req(&s, 1, -1);
+    uint8_t b0[256], b1[256];
+    Msr__RelayCall e0 = MSR__RELAY_CALL__INIT, e1 = MSR__RELAY_CALL__INIT, *ep[] = {&e0, &e1};
+    e0.method = MSR_RPC_HEARTBEAT;
+    e0.request.len = protobuf_c_message_pack(&h.base, b0);
+    e0.request.data = b0;
+    e1.method = MSR_RPC_JOIN;
+    e1.request.len = protobuf_c_message_pack(&j.base, b1);
+    e1.request.data = b1;
+    Msr__RelayRequest r = MSR__RELAY_REQUEST__INIT;
+    r.relay_id = "a";
+    r.subtree = 2;
+    r.n_calls = 2;
+    r.calls = ep;
+    fcall_t c = {0};
+    call(co, &c, MSR_RPC_RELAY, &r.base);
+    MSR_CHECK_MSG(c.answered, "one held heartbeat held the whole batch");
+    int code;
+    const char *msg;
+    Msr__HeartbeatResponse *hr =
+        (Msr__HeartbeatResponse *)entry(&c, 0, MSR_RPC_HEARTBEAT, &code, &msg);
+    MSR_CHECK_MSG(hr != NULL && hr->state == MSR__JOB_STATE__JOB_WAITING, "%d %s", code, msg);
+    msr_rpc_message_free(&hr->base);
+    ProtobufCMessage *jr = entry(&c, 1, MSR_RPC_JOIN, &code, &msg);
+    MSR_CHECK(jr != NULL);
+    msr_rpc_message_free(jr);
+    /* later: both entries held, then one answered (node 0's newer direct
+     * heartbeat replaces its held one): the other is answered with it */
+    int both[] = {0, 1};
+    s.ids[1][0] = '\0';
+    relay_join(co, &s, "a", 1, 1);
+    relay_call(co, &c, &s, "a", 2, MSR_RPC_HEARTBEAT, both, 2, 60000);
+    MSR_CHECK(!c.answered);
+    MSR_CHECK_EQ(direct_beat(co, &s, 0, NULL), MSR__JOB_STATE__JOB_WAITING);
+    MSR_CHECK_MSG(c.answered, "a held entry held the batch after another was answered");
+    hr = (Msr__HeartbeatResponse *)entry(&c, 1, MSR_RPC_HEARTBEAT, &code, &msg);
+    MSR_CHECK_MSG(hr != NULL && hr->state == MSR__JOB_STATE__JOB_WAITING, "%d %s", code, msg);
+    msr_rpc_message_free(&hr->base);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+/* A node behind a relay dies: the relay's batches go on for the others
+ * and leave it out; it is lost after the node timeout, as a direct node
+ * is, and the job (no restarts) fails naming it. */
+static void test_node_behind_relay_dies(void)
+{
+    static sim_t s;
+    memset(&s, 0, sizeof s);
+    s.nodes = 3;
+    msr_coord_t *co = make_coord(3, 300);
+    relay_join(co, &s, "a", 0, 3);
+    fcall_t c = {0};
+    int all[] = {0, 1, 2};
+    relay_call(co, &c, &s, "a", 3, MSR_RPC_HEARTBEAT, all, 3, 0);
+    MSR_CHECK(c.answered);
+    uint64_t limit = msr_deadline_in_ms(10000);
+    int state = MSR__JOB_STATE__JOB_RUNNING;
+    while (state == MSR__JOB_STATE__JOB_RUNNING) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "node 2 was not found lost within 10 s");
+        msr_sleep_ms(50); /* paces the relay's rounds; the deadline bounds them */
+        uint64_t t = msr_now_ns();
+        relay_call(co, &c, &s, "a", 3, MSR_RPC_HEARTBEAT, all, 2, 0);
+        msr_coord_tick(co, t);
+        int code;
+        const char *msg;
+        Msr__HeartbeatResponse *h =
+            (Msr__HeartbeatResponse *)entry(&c, 0, MSR_RPC_HEARTBEAT, &code, &msg);
+        MSR_CHECK(h != NULL);
+        state = h->state;
+        msr_rpc_message_free(&h->base);
+    }
+    Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
+    call(co, &c, MSR_RPC_STATUS, &st.base);
+    const Msr__StatusResponse *sr = (const Msr__StatusResponse *)c.resp;
+    MSR_CHECK_EQ(sr->state, MSR__JOB_STATE__JOB_FAILED);
+    MSR_CHECK(sr->failure && strstr(sr->failure->host, "10.0.0.2"));
+    MSR_CHECK(sr->n_nodes == 3 && !sr->nodes[2]->alive && sr->nodes[0]->alive);
+    fcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
+static const msr_test_t tests[] = {
+    {"same_as_direct", test_same_as_direct, 10},
+    {"batch_bounds", test_batch_bounds, 20},
+    {"bad_batches", test_bad_batches, 10},
+    {"foreign_node", test_foreign_node, 10},
+    {"relay_killed_mid_join", test_relay_killed_mid_join, 10},
+    {"batch_not_held_by_one", test_batch_not_held_by_one, 10},
+    {"node_behind_relay_dies", test_node_behind_relay_dies, 20},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
