@@ -113,15 +113,26 @@ static int own_dir(char *dir, size_t len)
     return 0;
 }
 
-/* Runs a's command with stdout to /dev/null and stderr to log; its exit
- * status, or -1. */
+extern char **environ;
+
+/* Runs a's command with stdout to /dev/null and stderr to log, without
+ * the MSRUN_ and MSR_ variables (msrun's options and a job's worker
+ * environment, which would make the one-process run part of another job);
+ * its exit status, or -1. */
 static int run(args_t *a, const char *log)
 {
     pid_t pid = fork();
     if (pid == 0) {
         int out = open("/dev/null", O_WRONLY), err = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (out >= 0 && err >= 0 && dup2(out, 1) >= 0 && dup2(err, 2) >= 0)
-            execv(a->v[0], a->v);
+        size_t n = 0, k = 0;
+        while (environ[n] != NULL)
+            n++;
+        char **env = calloc(n + 1, sizeof *env);
+        for (size_t i = 0; env != NULL && i < n; i++)
+            if (strncmp(environ[i], "MSRUN_", 6) != 0 && strncmp(environ[i], "MSR_", 4) != 0)
+                env[k++] = environ[i];
+        if (env != NULL && out >= 0 && err >= 0 && dup2(out, 1) >= 0 && dup2(err, 2) >= 0)
+            execve(a->v[0], a->v, env);
         fprintf(stderr, "msrun ckpt: cannot run %s: %s\n", a->v[0], strerror(errno));
         _exit(127);
     }

@@ -2,8 +2,9 @@
 # msrun ckpt export DIR [--step N] --safetensors FILE (docs/checkpoint.md
 # "msrun ckpt export"): the weights of a tp 2 x pp 2 checkpoint and of a
 # dp 2 ZeRO-3 one equal, byte for byte, what the training run exported at
-# that step and what a one-process resume exports; --step picks an older
-# step; train_gpt --init-from the export computes the resume's loss (1e-5).
+# that step and what a one-process resume exports, and so do a MoE model's
+# (tp 2, ep 2); --step picks an older step; train_gpt --init-from the export
+# computes the resume's loss (1e-5); MSRUN_ and MSR_ variables are ignored.
 # No checkpoint, a step that is not there, a damaged piece, a FILE that
 # cannot be written: exit 2 naming the file, FILE left as it was, no
 # private folder left behind.
@@ -45,6 +46,10 @@ cp -r "$W/ck" "$W/ck1"
 msrun_n 1 --data "$W/data" --global-batch 4 --steps 0 --resume --ckpt-dir "$W/ck1" \
     --export-safetensors "$W/r3.st"
 same "$W/r3.st" "$W/e3.st" "tp 2 x pp 2: a one-process resume's export and msrun ckpt export"
+# msrun's options and a job's variables in the environment do not reach the
+# one-process run (MSRUN_NNODES=2 would wait for a second node)
+MSRUN_NNODES=2 MSRUN_WORKER_NUM=4 MSR_RANK=3 export_ 0 "$W/ck" --safetensors "$W/env.st"
+same "$W/e3.st" "$W/env.st" "with MSRUN_ and MSR_ variables set"
 # --step: the newest (3) by number; 2, with the options in either order
 export_ 0 "$W/ck" --step 3 --safetensors "$W/e3b.st"
 same "$W/e3.st" "$W/e3b.st" "--step 3"
@@ -75,6 +80,13 @@ cp -r "$W/z" "$W/z1"
 msrun_n 1 --corpus-bytes 8192 --global-batch 4 --steps 0 --resume --ckpt-dir "$W/z1" \
     --export-safetensors "$W/zr.st"
 same "$W/zr.st" "$W/ze.st" "ZeRO-3: a one-process resume's export and msrun ckpt export"
+
+# a Mixture-of-Experts model saved by tp 2 x dp 2 with ep 2
+msrun_n 4 --corpus-bytes 8192 --global-batch 4 --experts 4 --top-k 2 --moe-every 2 --tp 2 \
+    --ep 2 --steps 2 --ckpt-dir "$W/m" --export-safetensors "$W/mtrain.st"
+export_ 0 "$W/m" --safetensors "$W/me.st"
+same "$W/mtrain.st" "$W/me.st" "MoE: the run's own export and msrun ckpt export"
+grep -q '"h1.e3.fcprojw":{"dtype":"F32","shape":\[32,128\]' "$W/me.st" || fail "MoE: no h1.e3.fcprojw"
 
 # bad input: exit 2 naming the file; an existing FILE is left as it was
 echo old >"$W/keep.st"
