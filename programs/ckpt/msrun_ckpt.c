@@ -5,12 +5,14 @@
  * and that every element of the model is present (docs/checkpoint.md).
  * Exit 0: whole and intact; 2: bad input (the file and tensor named). */
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/alloc.h"
+#include "ckpt.h"
 #include "base/err.h"
 #include "model/gpt.h"
 #include "model/moe.h"
@@ -19,9 +21,20 @@
 
 #define EXIT_BAD 2
 
+static int quiet; /* ckpt_check: only the errors */
+
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!quiet)
+        vprintf(fmt, ap);
+    va_end(ap);
+}
+
 /* The newest step-N folder of dir with a MANIFEST (a complete save); -1
  * when none. */
-static long long newest_step(const char *dir)
+long long ckpt_newest_step(const char *dir)
 {
     long long best = -1;
     DIR *d = opendir(dir);
@@ -154,10 +167,10 @@ static int report(const msr_gpt_t *m, size_t experts, const unsigned char *have)
             snprintf(shape, sizeof shape, "(%d)", t->shape[0]);
         else
             snprintf(shape, sizeof shape, "(%d, %d)", t->shape[0], t->shape[1]);
-        printf("  %-14s %-14s %12zu bytes\n", t->name, shape, 12 * t->count);
+        say("  %-14s %-14s %12zu bytes\n", t->name, shape, 12 * t->count);
     }
     if (experts > 0)
-        printf("  %-14s %-14zu %12zu bytes\n", "experts", experts, 12 * experts);
+        say("  %-14s %-14zu %12zu bytes\n", "experts", experts, 12 * experts);
     for (size_t i = 0; i < total; i++) {
         if (!(have[i / 8] & (1u << (i % 8)))) {
             fprintf(stderr, "msrun ckpt: no shard holds element %zu (tensor %s)\n", i,
@@ -174,7 +187,7 @@ static int inspect(const char *dir, long long step)
     msr_gpt_config_t cfg;
     msr_gpt_t *m = NULL;
     msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL};
-    if (step < 0 && (step = newest_step(dir)) < 0) {
+    if (step < 0 && (step = ckpt_newest_step(dir)) < 0) {
         fprintf(stderr,
                 "msrun ckpt: no complete checkpoint (a step-N folder with a MANIFEST) "
                 "under %s\n",
@@ -194,16 +207,16 @@ static int inspect(const char *dir, long long step)
         shard_free(&s0);
         return EXIT_BAD;
     }
-    printf("step %llu (optimizer step %llu, %llu samples drawn), saved by %u ranks, ZeRO %u\n",
-           (unsigned long long)s0.h.step, (unsigned long long)s0.h.adam_t,
-           (unsigned long long)s0.h.data_position, s0.h.world, s0.h.zero);
+    say("step %llu (optimizer step %llu, %llu samples drawn), saved by %u ranks, ZeRO %u\n",
+        (unsigned long long)s0.h.step, (unsigned long long)s0.h.adam_t,
+        (unsigned long long)s0.h.data_position, s0.h.world, s0.h.zero);
     if (s0.h.tp > 0 && s0.h.pp > 0 && s0.h.cp > 0)
-        printf("layout: dp %u x pp %u x cp %u x tp %u%s, %u virtual stages per rank, ep %u\n",
-               s0.h.world / (s0.h.tp * s0.h.pp * s0.h.cp), s0.h.pp, s0.h.cp, s0.h.tp,
-               s0.h.sp ? " with sp" : "", s0.h.chunks, s0.h.ep);
+        say("layout: dp %u x pp %u x cp %u x tp %u%s, %u virtual stages per rank, ep %u\n",
+            s0.h.world / (s0.h.tp * s0.h.pp * s0.h.cp), s0.h.pp, s0.h.cp, s0.h.tp,
+            s0.h.sp ? " with sp" : "", s0.h.chunks, s0.h.ep);
     else
-        printf("layout: not recorded\n");
-    printf("settings: %s\n", s0.h.meta);
+        say("layout: not recorded\n");
+    say("settings: %s\n", s0.h.meta);
     size_t total = s0.h.num_params;
     unsigned char *have = msr_calloc(total / 8 + 1, 1);
     float *buf = msr_malloc(12 * (size_t)MSR_TCKPT_PIECE_MAX);
@@ -226,12 +239,12 @@ static int inspect(const char *dir, long long step)
         shard_free(&s);
     }
     if (!bad) {
-        printf("%d tensors:\n", m->num_tensors + (total > m->num_params));
+        say("%d tensors:\n", m->num_tensors + (total > m->num_params));
         bad = report(m, total - m->num_params, have) != 0;
     }
     if (!bad)
-        printf("%u shards, %llu pieces: every checksum matches, every element present\n",
-               s0.h.world, (unsigned long long)pieces);
+        say("%u shards, %llu pieces: every checksum matches, every element present\n", s0.h.world,
+            (unsigned long long)pieces);
     msr_free(buf);
     msr_free(have);
     msr_gpt_destroy(m);
@@ -239,12 +252,34 @@ static int inspect(const char *dir, long long step)
     return bad ? EXIT_BAD : 0;
 }
 
+int ckpt_settings(const char *dir, long long step, char *meta, size_t len)
+{
+    shard_t s0;
+    if (shard_read(dir, step, 0, &s0) != 0)
+        return EXIT_BAD;
+    snprintf(meta, len, "%s", s0.h.meta);
+    shard_free(&s0);
+    return 0;
+}
+
+int ckpt_check(const char *dir, long long step)
+{
+    quiet = 1;
+    int rc = inspect(dir, step);
+    quiet = 0;
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: msrun ckpt inspect DIR [--step N]\n"
-               "  prints the newest complete checkpoint under DIR (or step N): the step, the\n"
-               "  world that saved it, every tensor with its shape and bytes; checks every\n"
-               "  piece's CRC and that every element is present (exit 2 if not)\n");
+               "       msrun ckpt export DIR [--step N] --safetensors FILE\n"
+               "  inspect: prints the newest complete checkpoint under DIR (or step N): the\n"
+               "  step, the world that saved it, every tensor with its shape and bytes; checks\n"
+               "  every piece's CRC and that every element is present (exit 2 if not)\n"
+               "  export: checks it as inspect does, then writes the whole model's weights\n"
+               "  (F32, docs/checkpoint.md's names) to the safetensors file FILE, loaded by\n"
+               "  train_gpt as one process under msrun (exit 2 on bad input or failure)\n");
 }
 
 int main(int argc, char **argv)
@@ -254,13 +289,22 @@ int main(int argc, char **argv)
         return 0;
     }
     long long step = -1;
-    char *end = NULL;
-    if (argc == 5 && strcmp(argv[3], "--step") == 0)
-        step = strtoll(argv[4], &end, 10);
-    if (argc < 3 || strcmp(argv[1], "inspect") != 0 || (argc != 3 && argc != 5) ||
-        (argc == 5 && (end == argv[4] || *end != '\0' || step < 0))) {
+    const char *st = NULL;
+    int bad = argc < 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "export") != 0);
+    for (int i = 3; i < argc && !bad; i += 2) {
+        char *end = NULL;
+        if (i + 1 >= argc)
+            bad = 1;
+        else if (strcmp(argv[i], "--step") == 0 && step < 0)
+            bad = (step = strtoll(argv[i + 1], &end, 10)) < 0 || end == argv[i + 1] || *end != '\0';
+        else if (strcmp(argv[i], "--safetensors") == 0 && st == NULL && argv[1][0] == 'e')
+            bad = *(st = argv[i + 1]) == '\0';
+        else
+            bad = 1;
+    }
+    if (bad || (argv[1][0] == 'e' && st == NULL)) {
         usage(stderr);
         return EXIT_BAD;
     }
-    return inspect(argv[2], step);
+    return argv[1][0] == 'e' ? ckpt_export(argv[2], step, st) : inspect(argv[2], step);
 }
