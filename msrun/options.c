@@ -445,6 +445,7 @@ void msr_options_usage(FILE *out)
                  "       msrun dashboard [--dashboard_port P] [--dashboard_addr ADDR]\n"
                  "       msrun board [--out FILE] DIR [DIR...]\n"
                  "       msrun ckpt inspect DIR [--step N]\n"
+                 "       msrun ckpt export DIR [--step N] --safetensors FILE\n"
                  "       msrun relay --coordinator HOST:PORT [--bind HOST:PORT] [options]\n"
                  "\n"
                  "Starts PROGRAM as this node's workers of a distributed job, supervises them and\n"
