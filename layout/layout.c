@@ -3,6 +3,7 @@
 #include "layout/layout.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -372,4 +373,119 @@ uint64_t msr_layout_work_ints(const msr_layout_dims_t *d, int micros)
     if (d->cp <= 1)
         return 0;
     return (uint64_t)d->cp * (uint64_t)d->T + 2 * (uint64_t)micros * (uint64_t)d->N;
+}
+
+/* ---- the whole model's work space ---- */
+
+size_t msr_layout_whole_work(const msr_layout_dims_t *d, int w, int datt_heads)
+{
+    size_t N = d->N, C = (size_t)d->C, T = (size_t)d->T;
+    switch (w) {
+    case MSR_WORK_WHOLE_DRES:
+    case MSR_WORK_WHOLE_DLN:
+    case MSR_WORK_WHOLE_DATTY:
+        return N * C;
+    case MSR_WORK_WHOLE_DQKV:
+        return N * 3 * C;
+    case MSR_WORK_WHOLE_DFCH:
+    case MSR_WORK_WHOLE_DFCH_GELU:
+        return N * 4 * C;
+    case MSR_WORK_WHOLE_DATT:
+        return (size_t)datt_heads * T * T;
+    case MSR_WORK_WHOLE_DLOGITS:
+        return N * (size_t)d->V;
+    }
+    return 0;
+}
+
+uint64_t msr_layout_whole_work_elems(const msr_layout_dims_t *d, int datt_heads)
+{
+    uint64_t e = 0;
+    for (int w = 0; w < MSR_WORK_WHOLE_COUNT; w++)
+        e += msr_layout_whole_work(d, w, datt_heads);
+    return e;
+}
+
+/* ---- the MoE blocks' work space ---- */
+
+uint64_t msr_layout_moe_capacity(double F, uint64_t tokens, uint64_t K, uint64_t E)
+{
+    double c = ceil(F * (double)tokens * (double)K / (double)E);
+    return c < 1.0 ? 1 : (uint64_t)c;
+}
+
+msr_layout_moe_dims_t msr_layout_moe_dims(uint64_t tokens, uint64_t experts, uint64_t top_k,
+                                          double capacity_factor, uint64_t channels,
+                                          uint64_t hidden)
+{
+    msr_layout_moe_dims_t d = {tokens, experts, top_k, channels, hidden, 0, 0};
+    d.cap = msr_layout_moe_capacity(capacity_factor, tokens, top_k, experts);
+    d.rows = experts * d.cap;
+    return d;
+}
+
+size_t msr_layout_moe_work(const msr_layout_moe_dims_t *d, int w)
+{
+    switch (w) {
+    case MSR_MOE_WORK_PROBS:
+    case MSR_MOE_WORK_DPROBS:
+        return (size_t)(d->N * d->E);
+    case MSR_MOE_WORK_CHOICE:
+    case MSR_MOE_WORK_GATE:
+    case MSR_MOE_WORK_POS:
+    case MSR_MOE_WORK_DGATE:
+        return (size_t)(d->N * d->K);
+    case MSR_MOE_WORK_FRAC:
+    case MSR_MOE_WORK_USED:
+    case MSR_MOE_WORK_LOAD:
+        return (size_t)d->E;
+    case MSR_MOE_WORK_XIN:
+    case MSR_MOE_WORK_COMB:
+    case MSR_MOE_WORK_SEND:
+    case MSR_MOE_WORK_OUT:
+    case MSR_MOE_WORK_DOUT:
+        return (size_t)(d->rows * d->C);
+    case MSR_MOE_WORK_FCH:
+    case MSR_MOE_WORK_FCH_G:
+    case MSR_MOE_WORK_DFCH:
+    case MSR_MOE_WORK_DFCH_G:
+        return (size_t)(d->rows * d->H);
+    case MSR_MOE_WORK_RDX:
+        return (size_t)(d->N * d->C);
+    }
+    return 0;
+}
+
+size_t msr_layout_moe_work_size(int w, size_t fw)
+{
+    switch (w) {
+    case MSR_MOE_WORK_CHOICE:
+    case MSR_MOE_WORK_POS:
+    case MSR_MOE_WORK_USED:
+        return sizeof(int32_t);
+    case MSR_MOE_WORK_FRAC:
+        return sizeof(double);
+    case MSR_MOE_WORK_LOAD:
+        return sizeof(int64_t);
+    }
+    return fw;
+}
+
+static uint64_t moe_work_sum(const msr_layout_moe_dims_t *d, int lo, int hi, uint64_t fw)
+{
+    uint64_t b = 0;
+    for (int w = lo; w < hi; w++)
+        b += (uint64_t)msr_layout_moe_work(d, w) * msr_layout_moe_work_size(w, (size_t)fw);
+    return b;
+}
+
+uint64_t msr_layout_moe_work_bytes(const msr_layout_moe_dims_t *d, int held, int frames, int blocks,
+                                   int rdx, uint64_t fw)
+{
+    uint64_t slot = moe_work_sum(d, 0, MSR_MOE_WORK_SLOT_END, fw);
+    uint64_t once = moe_work_sum(d, MSR_MOE_WORK_SLOT_END, MSR_MOE_WORK_ONCE_END, fw);
+    uint64_t load = moe_work_sum(d, MSR_MOE_WORK_LOAD, MSR_MOE_WORK_LOAD + 1, fw);
+    if (rdx)
+        once += moe_work_sum(d, MSR_MOE_WORK_RDX, MSR_MOE_WORK_RDX + 1, fw);
+    return (uint64_t)held * (uint64_t)frames * slot + once + (uint64_t)blocks * load;
 }

@@ -285,4 +285,96 @@ uint64_t msr_layout_work_elems(const msr_layout_dims_t *d);
  * targets (2 micros N); 0 without context parallel. */
 uint64_t msr_layout_work_ints(const msr_layout_dims_t *d, int micros);
 
+/* ---- the whole model's work space ---- */
+
+/* The buffers model/gpt.c carves a whole model's backward work space into
+ * (msr_gpt_carve_work), in this order (fp32; what the planner counts). */
+enum {
+    MSR_WORK_WHOLE_DRES,      /* (N, C) */
+    MSR_WORK_WHOLE_DLN,       /* (N, C) */
+    MSR_WORK_WHOLE_DQKV,      /* (N, 3 C) */
+    MSR_WORK_WHOLE_DATTY,     /* (N, C) */
+    MSR_WORK_WHOLE_DFCH,      /* (N, 4 C) */
+    MSR_WORK_WHOLE_DFCH_GELU, /* (N, 4 C) */
+    MSR_WORK_WHOLE_DATT,      /* (datt_heads, T, T) */
+    MSR_WORK_WHOLE_DLOGITS,   /* (N, V) */
+    MSR_WORK_WHOLE_COUNT,
+};
+
+/* The fp32 elements of whole-model work buffer w (MSR_WORK_WHOLE_*) for d
+ * (as msr_layout_dims gives it with tp = cp = 1); datt holds datt_heads
+ * (T, T) matrices (the CPU model runs one head at a time, the GPU a row's
+ * heads at once). 0 for w out of range. */
+size_t msr_layout_whole_work(const msr_layout_dims_t *d, int w, int datt_heads);
+
+/* The fp32 elements of the whole model's work space: the sum of the table. */
+uint64_t msr_layout_whole_work_elems(const msr_layout_dims_t *d, int datt_heads);
+
+/* ---- the MoE blocks' work space ---- */
+
+/* The sizes a rank's MoE state is counted in: micro-batches of N tokens,
+ * E experts, K choices a token, C channels, an expert's hidden layer of H,
+ * and rows = E x the capacity of an expert (msr_layout_moe_capacity). */
+typedef struct msr_layout_moe_dims {
+    uint64_t N, E, K, C, H, cap, rows;
+} msr_layout_moe_dims_t;
+
+/* An expert's capacity for tokens tokens: ceil(F * tokens * K / E), at
+ * least 1. */
+uint64_t msr_layout_moe_capacity(double F, uint64_t tokens, uint64_t K, uint64_t E);
+
+msr_layout_moe_dims_t msr_layout_moe_dims(uint64_t tokens, uint64_t experts, uint64_t top_k,
+                                          double capacity_factor, uint64_t channels,
+                                          uint64_t hidden);
+
+/* The buffers model/moe.c allocates (msr_moe_create_frames), what the
+ * planner counts. A slot's, one per MoE block and frame (a micro-batch
+ * whose routing waits for its backward): the router's probabilities, each
+ * token's choices, gates and slots, the drop fractions, the dispatched
+ * inputs, the experts' hidden layer before and after GELU, the combined
+ * outputs, the used slots. Once a state: the exchanges' send, output and
+ * output-gradient rows, the hidden layer's gradients, the gates' and
+ * probabilities' gradients. One per MoE block: the load counters. The
+ * router's unwanted input gradient (tp ranks but 0 that keep the router's
+ * weight gradient: msr_moe_set_layout). */
+enum {
+    MSR_MOE_WORK_PROBS,  /* (N, E) float */
+    MSR_MOE_WORK_CHOICE, /* (N, K) int */
+    MSR_MOE_WORK_GATE,   /* (N, K) float */
+    MSR_MOE_WORK_POS,    /* (N, K) int */
+    MSR_MOE_WORK_FRAC,   /* (E) double */
+    MSR_MOE_WORK_XIN,    /* (rows, C) float */
+    MSR_MOE_WORK_FCH,    /* (rows, H) float */
+    MSR_MOE_WORK_FCH_G,  /* (rows, H) float */
+    MSR_MOE_WORK_COMB,   /* (rows, C) float */
+    MSR_MOE_WORK_USED,   /* (E) int */
+    MSR_MOE_WORK_SLOT_END,
+    MSR_MOE_WORK_SEND = MSR_MOE_WORK_SLOT_END, /* (rows, C) float */
+    MSR_MOE_WORK_OUT,                          /* (rows, C) float */
+    MSR_MOE_WORK_DOUT,                         /* (rows, C) float */
+    MSR_MOE_WORK_DFCH,                         /* (rows, H) float */
+    MSR_MOE_WORK_DFCH_G,                       /* (rows, H) float */
+    MSR_MOE_WORK_DGATE,                        /* (N, K) float */
+    MSR_MOE_WORK_DPROBS,                       /* (N, E) float */
+    MSR_MOE_WORK_ONCE_END,
+    MSR_MOE_WORK_LOAD = MSR_MOE_WORK_ONCE_END, /* (E) int64 */
+    MSR_MOE_WORK_RDX,                          /* (N, C) float */
+    MSR_MOE_WORK_COUNT,
+};
+
+/* The elements of MoE buffer w (MSR_MOE_WORK_*) for d; 0 out of range. */
+size_t msr_layout_moe_work(const msr_layout_moe_dims_t *d, int w);
+
+/* The bytes of one element of buffer w: fw for a float (the runtime's
+ * sizeof(float); the planner's paper accounting counts its precision's),
+ * the C type's size for the others. */
+size_t msr_layout_moe_work_size(int w, size_t fw);
+
+/* The bytes of a MoE state with floats of fw bytes: the slots of `held`
+ * MoE blocks (those the rank runs) x frames, the once buffers, the load
+ * counters of all `blocks` MoE blocks, and the router's input gradient
+ * when rdx. */
+uint64_t msr_layout_moe_work_bytes(const msr_layout_moe_dims_t *d, int held, int frames, int blocks,
+                                   int rdx, uint64_t fw);
+
 #endif

@@ -419,16 +419,17 @@ void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t 
 void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
                         msr_gpt_work_t *w)
 {
-    size_t B = (size_t)batch, T = (size_t)cfg->max_seq, C = (size_t)cfg->channels;
-    size_t V = (size_t)cfg->vocab, N = B * T;
-    w->dres = msr_gpt_carve(c, N * C);
-    w->dln = msr_gpt_carve(c, N * C);
-    w->dqkv = msr_gpt_carve(c, N * 3 * C);
-    w->datty = msr_gpt_carve(c, N * C);
-    w->dfch = msr_gpt_carve(c, N * 4 * C);
-    w->dfch_gelu = msr_gpt_carve(c, N * 4 * C);
-    w->datt = msr_gpt_carve(c, (size_t)datt_heads * T * T);
-    w->dlogits = msr_gpt_carve(c, N * V);
+    /* the layout's table (layout/layout.h), which the planner counts */
+    msr_layout_dims_t d = msr_layout_dims(batch, cfg->max_seq, cfg->channels, cfg->heads,
+                                          cfg->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    float **field[MSR_WORK_WHOLE_COUNT] = {
+        [MSR_WORK_WHOLE_DRES] = &w->dres, [MSR_WORK_WHOLE_DLN] = &w->dln,
+        [MSR_WORK_WHOLE_DQKV] = &w->dqkv, [MSR_WORK_WHOLE_DATTY] = &w->datty,
+        [MSR_WORK_WHOLE_DFCH] = &w->dfch, [MSR_WORK_WHOLE_DFCH_GELU] = &w->dfch_gelu,
+        [MSR_WORK_WHOLE_DATT] = &w->datt, [MSR_WORK_WHOLE_DLOGITS] = &w->dlogits,
+    };
+    for (int k = 0; k < MSR_WORK_WHOLE_COUNT; k++)
+        *field[k] = msr_gpt_carve(c, msr_layout_whole_work(&d, k, datt_heads));
 }
 
 msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_t **model_p)

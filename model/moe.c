@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "layout/layout.h"
 #include "model/err_call.h"
 #include "model/layers.h"
 #include "model/rng.h"
@@ -33,7 +34,8 @@ struct msr_moe {
     int E, K, C, H, every, L;
     double F, A;
     int max_tokens, max_cap;
-    msr_comm_t *ep_comm; /* NULL: ep 1 */
+    msr_layout_moe_dims_t dims; /* the layout's MoE table's sizes: its buffers */
+    msr_comm_t *ep_comm;        /* NULL: ep 1 */
     int ep, ep_rank;
     msr_comm_t *tp_comm; /* NULL: tp 1 */
     int tp, tp_rank;
@@ -68,9 +70,8 @@ struct msr_moe {
 
 int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens)
 {
-    double c =
-        ceil(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
-    return c < 1.0 ? 1 : (int)c;
+    return (int)msr_layout_moe_capacity(moe->capacity_factor, (uint64_t)tokens,
+                                        (uint64_t)moe->top_k, (uint64_t)moe->experts);
 }
 
 size_t msr_moe_expert_count(int C)
@@ -112,6 +113,14 @@ static void slot_free(moe_slot_t *s)
 /* The GPT-2 initialisation's stream for the experts (the flat buffers'
  * is another: an expert element's index is its own, see moe.h). */
 #define MOE_INIT_STREAM 0x6578707274ULL
+
+/* Buffer w of the layout's MoE table (layout/layout.h: what the planner
+ * counts), zeroed. */
+static void *work_alloc(const msr_moe_t *moe, int w)
+{
+    return msr_calloc(msr_layout_moe_work(&moe->dims, w),
+                      msr_layout_moe_work_size(w, sizeof(float)));
+}
 
 static void store_free(msr_moe_t *moe)
 {
@@ -303,10 +312,10 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
     moe->frames = frames;
     moe->counting = 1;
     moe->max_tokens = max_tokens;
-    moe->max_cap = msr_moe_capacity(m, max_tokens);
+    moe->dims = msr_layout_moe_dims((uint64_t)max_tokens, (uint64_t)m->experts, (uint64_t)m->top_k,
+                                    m->capacity_factor, (uint64_t)moe->C, (uint64_t)moe->H);
+    moe->max_cap = (int)moe->dims.cap;
     moe->nslots = cfg->layers / m->every;
-    size_t N = (size_t)max_tokens, E = (size_t)moe->E, K = (size_t)moe->K;
-    size_t C = (size_t)moe->C, H = (size_t)moe->H, rows = E * (size_t)moe->max_cap;
     moe->slots = msr_calloc((size_t)moe->nslots * (size_t)frames, sizeof *moe->slots);
     moe->stats = msr_calloc((size_t)moe->nslots, sizeof *moe->stats);
     moe->store_of = msr_calloc((size_t)moe->nslots, sizeof *moe->store_of);
@@ -315,34 +324,34 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
         goto err_free;
     for (int i = 0; i < moe->nslots; i++) {
         moe->store_of[i] = moe->held[i] = i;
-        if ((moe->stats[i].load = msr_calloc(E, sizeof(int64_t))) == NULL)
+        if ((moe->stats[i].load = work_alloc(moe, MSR_MOE_WORK_LOAD)) == NULL)
             goto err_free;
     }
     moe->nheld = moe->nslots;
     for (int i = 0; i < moe->nslots * frames; i++) {
         moe_slot_t *s = &moe->slots[i];
-        s->probs = msr_calloc(N * E, sizeof(float));
-        s->choice = msr_calloc(N * K, sizeof(int));
-        s->gate = msr_calloc(N * K, sizeof(float));
-        s->pos = msr_calloc(N * K, sizeof(int));
-        s->frac = msr_calloc(E, sizeof(double));
-        s->xin = msr_calloc(rows * C, sizeof(float));
-        s->fch = msr_calloc(rows * H, sizeof(float));
-        s->fch_g = msr_calloc(rows * H, sizeof(float));
-        s->comb = msr_calloc(rows * C, sizeof(float));
-        s->used = msr_calloc(E, sizeof(int));
+        s->probs = work_alloc(moe, MSR_MOE_WORK_PROBS);
+        s->choice = work_alloc(moe, MSR_MOE_WORK_CHOICE);
+        s->gate = work_alloc(moe, MSR_MOE_WORK_GATE);
+        s->pos = work_alloc(moe, MSR_MOE_WORK_POS);
+        s->frac = work_alloc(moe, MSR_MOE_WORK_FRAC);
+        s->xin = work_alloc(moe, MSR_MOE_WORK_XIN);
+        s->fch = work_alloc(moe, MSR_MOE_WORK_FCH);
+        s->fch_g = work_alloc(moe, MSR_MOE_WORK_FCH_G);
+        s->comb = work_alloc(moe, MSR_MOE_WORK_COMB);
+        s->used = work_alloc(moe, MSR_MOE_WORK_USED);
         if (s->probs == NULL || s->choice == NULL || s->gate == NULL || s->pos == NULL ||
             s->frac == NULL || s->xin == NULL || s->fch == NULL || s->fch_g == NULL ||
             s->comb == NULL || s->used == NULL)
             goto err_free;
     }
-    moe->send = msr_calloc(rows * C, sizeof(float));
-    moe->out = msr_calloc(rows * C, sizeof(float));
-    moe->dout = msr_calloc(rows * C, sizeof(float));
-    moe->dfch = msr_calloc(rows * H, sizeof(float));
-    moe->dfch_g = msr_calloc(rows * H, sizeof(float));
-    moe->dgate = msr_calloc(N * K, sizeof(float));
-    moe->dprobs = msr_calloc(N * E, sizeof(float));
+    moe->send = work_alloc(moe, MSR_MOE_WORK_SEND);
+    moe->out = work_alloc(moe, MSR_MOE_WORK_OUT);
+    moe->dout = work_alloc(moe, MSR_MOE_WORK_DOUT);
+    moe->dfch = work_alloc(moe, MSR_MOE_WORK_DFCH);
+    moe->dfch_g = work_alloc(moe, MSR_MOE_WORK_DFCH_G);
+    moe->dgate = work_alloc(moe, MSR_MOE_WORK_DGATE);
+    moe->dprobs = work_alloc(moe, MSR_MOE_WORK_DPROBS);
     if (moe->send == NULL || moe->out == NULL || moe->dout == NULL || moe->dfch == NULL ||
         moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL)
         goto err_free;
@@ -381,7 +390,7 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     moe->El = moe->E / (ep * tp);
     moe->router_once = tp > 1 && lay->router_once;
     if (moe->tp_rank > 0 && !moe->router_once && moe->rdx == NULL &&
-        (moe->rdx = msr_calloc((size_t)moe->max_tokens * (size_t)moe->C, sizeof(float))) == NULL) {
+        (moe->rdx = work_alloc(moe, MSR_MOE_WORK_RDX)) == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY,
                        "moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
     }

@@ -534,21 +534,23 @@ static uint64_t whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layou
 
 /* Bytes of the work space and token buffers a rank allocates besides its
  * parameters, state and kept activations; *scratch_p the blocks' shared
- * scratch among them. Whole model (model/gpt.c msr_gpt_carve_work, one
- * attention head's datt): dres, dln, datty N C, dqkv 3 N C, dfch and
- * dfch_gelu 4 N C each, datt T^2, dlogits N V; the model's and the
- * trainer's inputs and targets, N ints each. Model parallel: the layout's
- * work table (msr_layout_work, which parallel/mp.c carves) and the ints
- * context parallel adds, with the trainer's inputs and targets for every
- * micro-batch of the step (whole sequences under cp). */
+ * scratch among them. Whole model: the layout's whole-model work table
+ * (msr_layout_whole_work, which model/gpt.c carves, one attention head's
+ * datt) and the model's and the trainer's inputs and targets, N ints each.
+ * Model parallel: the layout's work table (msr_layout_work, which
+ * parallel/mp.c carves) and the ints context parallel adds, with the
+ * trainer's inputs and targets for every micro-batch of the step (whole
+ * sequences under cp). */
 static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                            uint64_t *scratch_p)
 {
     *scratch_p = 0;
-    uint64_t B = (uint64_t)l->micro_batch, T = (uint64_t)m->seq;
-    uint64_t C = (uint64_t)m->channels, V = (uint64_t)m->vocab, N = B * T;
-    if (whole_path(l))
-        return (14 * N * C + T * T + N * V) * F32 + 4 * N * sizeof(int32_t);
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq;
+    if (whole_path(l)) {
+        msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads,
+                                              m->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+        return msr_layout_whole_work_elems(&d, 1) * F32 + 4 * N * sizeof(int32_t);
+    }
     uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
     msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
                                           l->tp, l->sp, msr_plan_cp(l), l->recompute);
@@ -557,35 +559,23 @@ static uint64_t work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l
            trainer;
 }
 
-/* The MoE state's buffers (model/moe.c msr_moe_create_frames) for
- * micro-batches of N = b T tokens, floats of fw bytes: per MoE block the
- * rank runs and frame (a micro-batch whose routing waits for its backward:
- * one on the whole-model path and under full recompute, else the step's
- * micro-batches) the router's probabilities N E, choices, gates and slots
- * N K (ints for two), the drop fractions E doubles, the dispatched inputs
- * and combined outputs rows C, the experts' hidden layer before and after
- * GELU rows 4C each and the used slots E ints; the load counters E int64s
- * of every MoE block; once, the send, output and output-gradient exchanges
- * rows C each, the hidden layer's gradients 2 rows 4C, gate and
- * probability gradients N K and N E, and under tp without sp on tp ranks
- * but 0 the router's unwanted input gradient N C; rows = E x capacity. */
+/* The MoE state's buffers: the layout's MoE table (msr_layout_moe_work,
+ * which model/moe.c allocates from) for micro-batches of N = b T tokens,
+ * floats of fw bytes: a slot per MoE block the rank runs and frame (a
+ * micro-batch whose routing waits for its backward: one on the whole-model
+ * path and under full recompute, else the step's micro-batches), the once
+ * buffers, the load counters of every MoE block, and under tp without sp
+ * on tp ranks but 0 the router's unwanted input gradient. */
 static uint64_t moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
                                int tp_rank, uint64_t fw)
 {
-    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, E = (uint64_t)m->experts;
-    uint64_t K = (uint64_t)m->top_k, C = (uint64_t)m->channels, H = 4 * C;
-    double capd = ceil(m->capacity_factor * (double)N * (double)K / (double)E);
-    uint64_t cap = capd < 1 ? 1 : (uint64_t)capd, rows = E * cap;
-    if (m->arch == MSR_PLAN_LLAMA)
-        H = (uint64_t)m->ffn;
-    uint64_t frames = whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : (uint64_t)l->micros;
-    uint64_t slot = (N * E + N * K) * fw + 2 * N * K * sizeof(int32_t) + E * sizeof(double) +
-                    (2 * rows * C + 2 * rows * H) * fw + E * sizeof(int32_t);
-    uint64_t once = (3 * rows * C + 2 * rows * H + N * K + N * E) * fw +
-                    (uint64_t)(m->layers / m->moe_every) * E * sizeof(int64_t);
-    if (l->tp > 1 && !l->sp && tp_rank > 0)
-        once += N * C * fw;
-    return (uint64_t)blocks * frames * slot + once;
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, C = (uint64_t)m->channels;
+    uint64_t H = m->arch == MSR_PLAN_LLAMA ? (uint64_t)m->ffn : 4 * C;
+    msr_layout_moe_dims_t d =
+        msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k, m->capacity_factor, C, H);
+    int frames = whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : l->micros;
+    int rdx = l->tp > 1 && !l->sp && tp_rank > 0;
+    return msr_layout_moe_work_bytes(&d, blocks, frames, m->layers / m->moe_every, rdx, fw);
 }
 
 /* Paper accounting: bytes of one chunk's kept activations. */

@@ -1849,12 +1849,12 @@ test: ^(test_base|it_cli)$
 >>>
 
 @ moe.capacity_floor
-file: model/moe.c
-test: ^test_parallel_moe$
+file: layout/layout.c
+test: ^test_parallel_(moe|layout)$
 <<<
-        ceil(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
+    double c = ceil(F * (double)tokens * (double)K / (double)E);
 ===
-        floor(moe->capacity_factor * (double)tokens * (double)moe->top_k / (double)moe->experts);
+    double c = floor(F * (double)tokens * (double)K / (double)E);
 >>>
 
 @ pipe.interleaved_m_equals_p_dropped

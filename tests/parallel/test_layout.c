@@ -3,7 +3,9 @@
  * bucket's elements found from any of its positions, the ZeRO threshold
  * at exactly its size and one under, the blocks of an uneven shard; the
  * unit walk against the cut it claims, with runs of whole buckets and
- * without; the work table against the sizes it replaced. */
+ * without; the work tables (model parallel's, the whole model's, the
+ * MoE blocks') against the sizes they replaced, at their ends and one
+ * past. */
 #include <stdint.h>
 
 #include "layout/layout.h"
@@ -307,6 +309,81 @@ static void test_work_table(void)
     MSR_CHECK_EQ(msr_layout_work_elems(&c), call);
 }
 
+/* ---- the whole model's and the MoE blocks' work tables ---- */
+
+static void test_whole_work_table(void)
+{
+    /* B 2, T 16, C 8, V 12: the table against the sizes model/gpt.c carved
+     * by hand (14 N C, datt_heads T^2, N V); datt at 1 head and at 2 */
+    msr_layout_dims_t d = msr_layout_dims(2, 16, 8, 2, 12, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    uint64_t N = 32, C = 8, T = 16, V = 12;
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DRES, 1), N * C);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DQKV, 1), 3 * N * C);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DFCH_GELU, 1), 4 * N * C);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DATT, 1), T * T);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DATT, 2), 2 * T * T);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_DLOGITS, 1), N * V);
+    /* the last entry and one past: 0 out of range, at either end */
+    MSR_CHECK(msr_layout_whole_work(&d, MSR_WORK_WHOLE_COUNT - 1, 1) > 0);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, MSR_WORK_WHOLE_COUNT, 1), 0);
+    MSR_CHECK_EQ(msr_layout_whole_work(&d, -1, 1), 0);
+    MSR_CHECK_EQ(msr_layout_whole_work_elems(&d, 1), 14 * N * C + T * T + N * V);
+    MSR_CHECK_EQ(msr_layout_whole_work_elems(&d, 2), 14 * N * C + 2 * T * T + N * V);
+    /* a batch of one sequence: every (N, .) buffer halves, datt does not */
+    msr_layout_dims_t one = msr_layout_dims(1, 16, 8, 2, 12, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    MSR_CHECK_EQ(msr_layout_whole_work_elems(&one, 1), 14 * 16 * C + T * T + 16 * V);
+}
+
+static void test_moe_capacity(void)
+{
+    /* F N K / E exactly whole (8 tokens, K 2, E 4: 4) and one token past
+     * (4.5: 5); the floor of 1 at no tokens and at a tiny factor */
+    MSR_CHECK_EQ(msr_layout_moe_capacity(1.0, 8, 2, 4), 4);
+    MSR_CHECK_EQ(msr_layout_moe_capacity(1.0, 9, 2, 4), 5);
+    MSR_CHECK_EQ(msr_layout_moe_capacity(1.25, 8, 2, 4), 5);
+    MSR_CHECK_EQ(msr_layout_moe_capacity(1.0, 0, 2, 4), 1);
+    MSR_CHECK_EQ(msr_layout_moe_capacity(0.01, 1, 1, 4), 1);
+    msr_layout_moe_dims_t d = msr_layout_moe_dims(9, 4, 2, 1.0, 8, 32);
+    MSR_CHECK(d.cap == 5 && d.rows == 20 && d.N == 9 && d.H == 32);
+}
+
+static void test_moe_work_table(void)
+{
+    /* N 9, E 4, K 2, C 8, H 32, rows 20: the table against the sizes
+     * model/moe.c allocated by hand */
+    msr_layout_moe_dims_t d = msr_layout_moe_dims(9, 4, 2, 1.0, 8, 32);
+    uint64_t N = 9, E = 4, K = 2, C = 8, H = 32, rows = 20;
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_PROBS), N * E);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_POS), N * K);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_FRAC), E);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_FCH_G), rows * H);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_COMB), rows * C);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_SEND), rows * C);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_DPROBS), N * E);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_LOAD), E);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_RDX), N * C);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_COUNT), 0);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, -1), 0);
+    /* the element sizes: floats the caller's width, the others their type's */
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_PROBS, 2), 2);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_CHOICE, 2), 4);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_FRAC, 2), 8);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_USED, 2), 4);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_LOAD, 2), 8);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_RDX, 4), 4);
+    /* the sum against the planner's old formula, floats of 4 bytes and 2,
+     * with the router's gradient and without, at 0 held blocks and 3 */
+    for (uint64_t fw = 2; fw <= 4; fw += 2) {
+        uint64_t slot = (N * E + N * K) * fw + 2 * N * K * 4 + E * 8 +
+                        (2 * rows * C + 2 * rows * H) * fw + E * 4;
+        uint64_t once = (3 * rows * C + 2 * rows * H + N * K + N * E) * fw + 4 * E * 8;
+        MSR_CHECK_EQ(msr_layout_moe_work_bytes(&d, 3, 2, 4, 0, fw), 3 * 2 * slot + once);
+        MSR_CHECK_EQ(msr_layout_moe_work_bytes(&d, 3, 2, 4, 1, fw),
+                     3 * 2 * slot + once + N * C * fw);
+        MSR_CHECK_EQ(msr_layout_moe_work_bytes(&d, 0, 2, 4, 0, fw), once);
+    }
+}
+
 static const msr_test_t tests[] = {
     {"buckets_at_bounds", test_buckets_at_bounds, 10},
     {"bucket_elems", test_bucket_elems, 10},
@@ -317,6 +394,9 @@ static const msr_test_t tests[] = {
     {"work_table", test_work_table, 10},
     {"zero3_visits", test_zero3_visits, 10},
     {"bucket_defaults", test_bucket_defaults, 10},
+    {"whole_work_table", test_whole_work_table, 10},
+    {"moe_capacity", test_moe_capacity, 10},
+    {"moe_work_table", test_moe_work_table, 10},
 };
 
 int main(int argc, char **argv)
