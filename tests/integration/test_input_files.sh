@@ -18,7 +18,7 @@ in_time() {
 
 # 1. checkpoints: a real 2-rank job saves steps 2 and 4; a FIFO in place of
 #    step 4's MANIFEST or of rank 0's file, then --resume: the job fails at
-#    once with the file's name, on every rank
+#    once with the file's name, on every rank, with exit 2 (bad input)
 train=(--layers 1 --channels 16 --heads 2 --seq 8 --micro-batch 2 --ckpt-every 2)
 in_time 60 "$MSRUN" --worker_num=2 --local_worker_num=2 "$BIN/train_gpt" "${train[@]}" --steps 4 \
     --ckpt-dir "$TMP/ck0"
@@ -29,7 +29,7 @@ for planted in MANIFEST rank-0.bin; do
     rm "$TMP/ck/step-4/$planted" && mkfifo "$TMP/ck/step-4/$planted"
     in_time 30 "$MSRUN" --worker_num=2 --local_worker_num=2 "$BIN/train_gpt" "${train[@]}" \
         --steps 6 --ckpt-dir "$TMP/ck" --resume
-    expect_code 1 "--resume over a FIFO at step-4/$planted"
+    expect_code 2 "--resume over a FIFO at step-4/$planted"
     expect_in "step-4/$planted is not a regular file (a FIFO): not resuming" "$TMP/err" \
         "the refusal names the FIFO"
     expect_in "rank 1\].*not a regular file.*not resuming" "$TMP/err" "rank 1 fails too"
