@@ -249,9 +249,10 @@ static void test_relay_gone_mid_join(void)
     for (int k = 0; k < 5; k++)
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
     MSR_CHECK(!n[0].answered && !n[1].answered);
-    msr_relay_destroy(r);
-    msr_rpc_channel_destroy(ch); /* the relay's connection ends */
+    msr_relay_destroy(r); /* its batch in flight is cancelled: the server sees it end */
     wait_answered(loop, n, 2);
+    /* only now: the cancelled batch's completion still reads its channel */
+    msr_rpc_channel_destroy(ch);
     MSR_CHECK_MSG(n[0].code == MSR_RPC_CANCELLED, "%d %s", n[0].code, n[0].message);
     for (int k = 0; k < 3; k++) {
         char was[32];
