@@ -235,6 +235,10 @@ static void test_death_signal(void)
  * a large msrun). */
 static void test_no_copy_on_write(void)
 {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("skip: sanitized builds spawn by fork (msrun/spawn.c)\n");
+    return;
+#endif
     enum { PAGES = 16384 };
     long page = sysconf(_SC_PAGESIZE);
     size_t bytes = (size_t)PAGES * (size_t)page;
