@@ -469,12 +469,8 @@ static int loop_setup(agent_t *a)
         return 1;
     }
     a->reports.link = a->link;
-    if (a->o->relay && msr_link_create(a->loop.base, a->o->relay, a->job.token, &a->job.tls,
-                                       &a->relay_link) != MSR_OK) {
-        fprintf(stderr, "msrun: error: cannot create the link to the relay %s: %s\n", a->o->relay,
-                msr_err_msg());
+    if (msr_agent_relay_open(a) != 0)
         return 1;
-    }
     /* The workers' store calls go through this node's proxy. */
     /* The node's workers are one client of the coordinator: the proxy
      * holds their calls to the same bound (--held_calls_max, _bytes_max). */
@@ -537,8 +533,7 @@ static int loop_run(agent_t *a)
     a->link = NULL;
     a->reports.link = NULL;
     msr_agent_prof_mark(a, MSR_LPROF_LEAVE, leaving);
-    msr_link_destroy(a->relay_link);
-    a->relay_link = NULL;
+    msr_agent_relay_close(a);
     msr_node_print_outcome(&a->node);
     int rc = a->node.exit_code;
     if (rc != 0 && a->node.state == MSR_JOB_FAILED && a->o->error_file &&
@@ -605,7 +600,7 @@ static void loop_teardown(agent_t *a)
     msr_history_close(a->history);
     a->history = NULL;
     msr_link_destroy(a->link);
-    msr_link_destroy(a->relay_link);
+    msr_agent_relay_close(a);
     msr_reports_free(&a->reports); /* unacknowledged: their calls were cancelled with the link */
     msr_free(a->local.workers);
     msr_free(a->local.tails);

@@ -108,6 +108,12 @@ void msr_agent_join_send(agent_t *a);
 void msr_agent_heartbeat_send(agent_t *a);
 void msr_agent_leave(agent_t *a);
 
+/* agent_relay.c: the link to the relay (--relay). open: once the loop
+ * exists; nothing without --relay (0, or 1 with a message printed).
+ * close: destroys it (its calls cancelled); again does nothing. */
+int msr_agent_relay_open(agent_t *a);
+void msr_agent_relay_close(agent_t *a);
+
 /* agent_prof.c: --profile_launch. start: once the job's directory exists
  * (sets the workers' MSR_PROFILE_LAUNCH, or unsets it when off; 0, or 1
  * with a message printed). mark: a phase of this msrun from start_ns to

@@ -226,6 +226,23 @@ static msr_status_t gather_result_make(const char *what, uint32_t count, const u
     return MSR_OK;
 }
 
+/* The one entry an allgather's or a publish's request carries: this
+ * rank's data at index (not copied: it must outlive the call). entries[0]
+ * points to entry, so the struct must not move once initialised. */
+typedef struct contribution {
+    Msr__Contribution entry;
+    Msr__Contribution *entries[1];
+} contribution_t;
+
+static void contribution_init(contribution_t *c, uint32_t index, const void *data, size_t len)
+{
+    *c = (contribution_t){.entry = MSR__CONTRIBUTION__INIT};
+    c->entry.index = index;
+    c->entry.data.data = (uint8_t *)data;
+    c->entry.data.len = len;
+    c->entries[0] = &c->entry;
+}
+
 msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t count, uint32_t index,
                                  uint32_t local_count, const void *data, size_t len,
                                  int64_t wait_ms, msr_gather_result_t **result_p)
@@ -237,17 +254,14 @@ msr_status_t msr_store_allgather(msr_ctx_t *ctx, const char *name, uint32_t coun
         msr_err_set("allgather '%.40s': index %u is not below count %u", name, index, count);
         return MSR_ERR_INVALID_ARG;
     }
-    Msr__Contribution entry = MSR__CONTRIBUTION__INIT;
-    Msr__Contribution *entries[1] = {&entry};
-    entry.index = index;
-    entry.data.data = (uint8_t *)data;
-    entry.data.len = len;
+    contribution_t c;
+    contribution_init(&c, index, data, len);
     Msr__AllgatherRequest req = MSR__ALLGATHER_REQUEST__INIT;
     req.generation = ctx->generation;
     req.name = (char *)name;
     req.count = count;
     req.n_entries = 1;
-    req.entries = entries;
+    req.entries = c.entries;
     req.wait_ms = wait_to_ms(ctx, wait_ms);
     req.local_count = local_count;
     ProtobufCMessage *resp = NULL;
@@ -270,16 +284,13 @@ msr_status_t msr_store_publish(msr_ctx_t *ctx, const char *name, uint32_t index,
     msr_status_t st = check_key("publish", name);
     if (st != MSR_OK)
         return st;
-    Msr__Contribution entry = MSR__CONTRIBUTION__INIT;
-    Msr__Contribution *entries[1] = {&entry};
-    entry.index = index;
-    entry.data.data = (uint8_t *)data;
-    entry.data.len = len;
+    contribution_t c;
+    contribution_init(&c, index, data, len);
     Msr__PublishRequest req = MSR__PUBLISH_REQUEST__INIT;
     req.generation = ctx->generation;
     req.name = (char *)name;
     req.n_entries = 1;
-    req.entries = entries;
+    req.entries = c.entries;
     req.local_count = local_count;
     ProtobufCMessage *resp = NULL;
     char what[80];

@@ -111,49 +111,173 @@ static int usage(void)
     return 2;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct args {
+    const char *ops;   /* --op: "all", or names separated by commas */
+    const char *sizes; /* --sizes: bytes, separated by commas */
+    long iters;        /* --iters; 0: by size */
+    int check;         /* --check */
+    msr_dtype_t dt;    /* --dtype */
+} args_t;
+
+/* Reads the command line into o; 0, or 2 with the usage printed. */
+static int parse_args(int argc, char **argv, args_t *o)
 {
-    const char *op_arg = "allreduce";
-    const char *sizes_arg = "8,1024,65536,1048576,16777216,67108864";
-    long iters_arg = 0;
-    int check = 0;
-    msr_dtype_t dt = MSR_DTYPE_F32;
+    *o = (args_t){
+        .ops = "allreduce", .sizes = "8,1024,65536,1048576,16777216,67108864", .dt = MSR_DTYPE_F32};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
-            op_arg = argv[++i];
+            o->ops = argv[++i];
         } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
-            sizes_arg = argv[++i];
+            o->sizes = argv[++i];
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters_arg = strtol(argv[++i], NULL, 10);
+            o->iters = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             const char *t = argv[++i];
             int found = 0;
             for (int d = 0; d < MSR_DTYPE_COUNT; d++)
                 if (strcmp(t, msr_dtype_name((msr_dtype_t)d)) == 0) {
-                    dt = (msr_dtype_t)d;
+                    o->dt = (msr_dtype_t)d;
                     found = 1;
                 }
             if (!found)
                 return usage();
         } else if (strcmp(argv[i], "--check") == 0) {
-            check = 1;
+            o->check = 1;
         } else {
             return usage();
         }
     }
     /* every name in the list must be an op */
     size_t named = 1, known = 0;
-    for (const char *p = op_arg; (p = strchr(p, ',')) != NULL; p++)
+    for (const char *p = o->ops; (p = strchr(p, ',')) != NULL; p++)
         named++;
     for (size_t k = 0; k < N_OPS; k++)
-        known += op_wanted(op_arg, ops[k]);
-    if (strcmp(op_arg, "all") != 0 && known != named)
+        known += op_wanted(o->ops, ops[k]);
+    if (strcmp(o->ops, "all") != 0 && known != named)
         return usage();
-    if (check && (dt != MSR_DTYPE_F32 ||
-                  (strcmp(op_arg, "allreduce") != 0 && strcmp(op_arg, "reduce_scatter") != 0 &&
-                   strcmp(op_arg, "allgather") != 0)))
+    if (o->check && (o->dt != MSR_DTYPE_F32 ||
+                     (strcmp(o->ops, "allreduce") != 0 && strcmp(o->ops, "reduce_scatter") != 0 &&
+                      strcmp(o->ops, "allgather") != 0)))
         return usage();
+    return 0;
+}
 
+/* Warm-up, then iters timed calls of op on a and b. *calls_p counts each
+ * warm-up call too; *worst_p: the slowest rank's mean time per call. */
+static msr_status_t time_op(msr_comm_t *comm, const char *op, char *a, char *b, size_t count,
+                            msr_dtype_t dt, long iters, long *calls_p, double *worst_p)
+{
+    msr_status_t st = MSR_OK;
+    /* Warm-up: rounds of 4 calls until 0.2 s have passed on the
+     * slowest rank (agreed by an allreduce, so that every rank makes
+     * the same calls); startup noise stays out of the figures. */
+    double w0 = now_s();
+    for (int32_t done = 0; !done && st == MSR_OK;) {
+        for (int w = 0; w < 4 && st == MSR_OK; w++, (*calls_p)++)
+            st = run_op(comm, op, a, b, count, dt);
+        int32_t mine = now_s() - w0 >= 0.2;
+        if (st == MSR_OK)
+            st = msr_comm_allreduce(comm, &mine, &done, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    }
+    if (st == MSR_OK)
+        st = msr_comm_barrier(comm);
+    double t = now_s();
+    for (long i = 0; i < iters && st == MSR_OK; i++)
+        st = run_op(comm, op, a, b, count, dt);
+    t = (now_s() - t) / (double)iters;
+    if (st == MSR_OK)
+        st = msr_comm_allreduce(comm, &t, worst_p, 1, MSR_DTYPE_F64, MSR_OP_MAX);
+    return st;
+}
+
+/* One op at one size: measured, checked with --check, and printed by
+ * rank 0. 0, or 1 when it failed (said on stderr) or a check found wrong
+ * elements. */
+static int bench_size(msr_comm_t *comm, const args_t *o, const char *op, size_t bytes)
+{
+    int n = msr_comm_size(comm), rank = msr_comm_rank(comm), check = o->check;
+    size_t es = msr_dtype_size(o->dt);
+    /* count: per rank for the collectives that split the vector */
+    int per_rank = strcmp(op, "reduce_scatter") == 0 || strcmp(op, "allgather") == 0 ||
+                   strcmp(op, "alltoall") == 0;
+    size_t count = bytes / es;
+    if (per_rank)
+        count /= (size_t)n;
+    if (count == 0 && bytes > 0)
+        count = 1;
+    size_t total = per_rank ? count * (size_t)n : count;
+    size_t used = strcmp(op, "barrier") == 0 ? 0 : total * es;
+    char *a = malloc(total * es + 64), *b = malloc(total * es + 64);
+    if (a == NULL || b == NULL) {
+        fprintf(stderr, "comm_bench: out of memory for %zu bytes\n", used);
+        free(a);
+        free(b);
+        return 1;
+    }
+    for (size_t i = 0; i < total * es; i++)
+        a[i] = (char)(rank + i % 7);
+    memset(b, 0, total * es);
+    long iters = o->iters > 0          ? o->iters
+                 : bytes < 65536       ? 2000
+                 : bytes < (1 << 20)   ? 200
+                 : bytes < (16u << 20) ? 50
+                                       : 10;
+    long calls = iters + check;
+    double worst = 0;
+    msr_status_t st = time_op(comm, op, a, b, count, o->dt, iters, &calls, &worst);
+    int64_t bad = 0, bad_all = 0;
+    if (check && st == MSR_OK &&
+        (bad = check_op(comm, op, (float *)a, (float *)b, count, &st)) >= 0)
+        st = msr_comm_allreduce(comm, &bad, &bad_all, 1, MSR_DTYPE_I64, MSR_OP_SUM);
+    free(a);
+    free(b);
+    if (st != MSR_OK) {
+        fprintf(stderr, "comm_bench: %s of %zu bytes: %s: %s\n", op, used, msr_status_str(st),
+                msr_last_error());
+        return 1;
+    }
+    double factor = strcmp(op, "allreduce") == 0 ? 2.0 * (n - 1) / n
+                    : per_rank                   ? (double)(n - 1) / n
+                    : strcmp(op, "barrier") == 0 ? 0.0
+                                                 : 1.0;
+    if (rank == 0) {
+        printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld\n", op, n, used,
+               worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0, calls);
+        fflush(stdout);
+    }
+    int rc = 0;
+    if (check && bad_all != 0) {
+        if (rank == 0)
+            printf("check op=%s bytes=%zu FAILED: %lld wrong elements\n", op, used,
+                   (long long)bad_all);
+        rc = 1;
+    } else if (check && rank == 0) {
+        printf("check op=%s bytes=%zu ok\n", op, used);
+    }
+    fflush(stdout);
+    return rc;
+}
+
+/* Every size of --sizes for op (the barrier: one, of 0 bytes), up to the
+ * first that fails; 0 or 1. */
+static int bench_op(msr_comm_t *comm, const args_t *o, const char *op)
+{
+    char list[1024];
+    snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : o->sizes);
+    char *save = NULL;
+    int rc = 0;
+    for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save))
+        rc = bench_size(comm, o, op, strtoull(tok, NULL, 10));
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    args_t o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0)
+        return rc;
     msr_ctx_t *ctx = NULL;
     msr_status_t st = msr_init(&ctx);
     if (st != MSR_OK) {
@@ -168,98 +292,9 @@ int main(int argc, char **argv)
         msr_finalize(ctx);
         return 1;
     }
-    int n = msr_comm_size(comm), rank = msr_comm_rank(comm);
-    size_t es = msr_dtype_size(dt);
-    int rc = 0;
-    for (size_t k = 0; k < N_OPS && rc == 0; k++) {
-        const char *op = ops[k];
-        if (!op_wanted(op_arg, op))
-            continue;
-        char list[1024];
-        snprintf(list, sizeof list, "%s", strcmp(op, "barrier") == 0 ? "0" : sizes_arg);
-        char *save = NULL;
-        for (char *tok = strtok_r(list, ",", &save); tok && rc == 0;
-             tok = strtok_r(NULL, ",", &save)) {
-            size_t bytes = strtoull(tok, NULL, 10);
-            /* count: per rank for the collectives that split the vector */
-            int per_rank = strcmp(op, "reduce_scatter") == 0 || strcmp(op, "allgather") == 0 ||
-                           strcmp(op, "alltoall") == 0;
-            size_t count = bytes / es;
-            if (per_rank)
-                count /= (size_t)n;
-            if (count == 0 && bytes > 0)
-                count = 1;
-            size_t total = per_rank ? count * (size_t)n : count;
-            size_t used = strcmp(op, "barrier") == 0 ? 0 : total * es;
-            char *a = malloc(total * es + 64), *b = malloc(total * es + 64);
-            if (a == NULL || b == NULL) {
-                fprintf(stderr, "comm_bench: out of memory for %zu bytes\n", used);
-                rc = 1;
-                free(a);
-                free(b);
-                break;
-            }
-            for (size_t i = 0; i < total * es; i++)
-                a[i] = (char)(rank + i % 7);
-            memset(b, 0, total * es);
-            long iters = iters_arg > 0         ? iters_arg
-                         : bytes < 65536       ? 2000
-                         : bytes < (1 << 20)   ? 200
-                         : bytes < (16u << 20) ? 50
-                                               : 10;
-            /* Warm-up: rounds of 4 calls until 0.2 s have passed on the
-             * slowest rank (agreed by an allreduce, so that every rank makes
-             * the same calls); startup noise stays out of the figures. */
-            double w0 = now_s();
-            long calls = iters + check;
-            for (int32_t done = 0; !done && st == MSR_OK;) {
-                for (int w = 0; w < 4 && st == MSR_OK; w++, calls++)
-                    st = run_op(comm, op, a, b, count, dt);
-                int32_t mine = now_s() - w0 >= 0.2;
-                if (st == MSR_OK)
-                    st = msr_comm_allreduce(comm, &mine, &done, 1, MSR_DTYPE_I32, MSR_OP_MIN);
-            }
-            if (st == MSR_OK)
-                st = msr_comm_barrier(comm);
-            double t = now_s();
-            for (long i = 0; i < iters && st == MSR_OK; i++)
-                st = run_op(comm, op, a, b, count, dt);
-            t = (now_s() - t) / (double)iters;
-            double worst = 0;
-            if (st == MSR_OK)
-                st = msr_comm_allreduce(comm, &t, &worst, 1, MSR_DTYPE_F64, MSR_OP_MAX);
-            int64_t bad = 0, bad_all = 0;
-            if (check && st == MSR_OK &&
-                (bad = check_op(comm, op, (float *)a, (float *)b, count, &st)) >= 0)
-                st = msr_comm_allreduce(comm, &bad, &bad_all, 1, MSR_DTYPE_I64, MSR_OP_SUM);
-            free(a);
-            free(b);
-            if (st != MSR_OK) {
-                fprintf(stderr, "comm_bench: %s of %zu bytes: %s: %s\n", op, used,
-                        msr_status_str(st), msr_last_error());
-                rc = 1;
-                break;
-            }
-            double factor = strcmp(op, "allreduce") == 0 ? 2.0 * (n - 1) / n
-                            : per_rank                   ? (double)(n - 1) / n
-                            : strcmp(op, "barrier") == 0 ? 0.0
-                                                         : 1.0;
-            if (rank == 0) {
-                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld\n", op, n, used,
-                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0, calls);
-                fflush(stdout);
-            }
-            if (check && bad_all != 0) {
-                if (rank == 0)
-                    printf("check op=%s bytes=%zu FAILED: %lld wrong elements\n", op, used,
-                           (long long)bad_all);
-                rc = 1;
-            } else if (check && rank == 0) {
-                printf("check op=%s bytes=%zu ok\n", op, used);
-            }
-            fflush(stdout);
-        }
-    }
+    for (size_t k = 0; k < N_OPS && rc == 0; k++)
+        if (op_wanted(o.ops, ops[k]))
+            rc = bench_op(comm, &o, ops[k]);
     msr_comm_destroy(comm);
     msr_finalize(ctx);
     return rc;

@@ -98,43 +98,107 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int main(int argc, char **argv)
+/* The command line (see the header). */
+typedef struct args {
+    const char *clients, *op, *state;
+    int ops, bytes;
+    char msrun[4200]; /* --msrun; "": the one next to this program */
+} args_t;
+
+/* Reads the command line into o; 0, or 2 with the reason printed. */
+static int parse_args(int argc, char **argv, args_t *o)
 {
-    const char *clients_arg = "1,8", *op = "set", *state = "on";
-    int ops = 2000, bytes = 16;
-    char msrun[4200] = "";
+    *o = (args_t){.clients = "1,8", .op = "set", .state = "on", .ops = 2000, .bytes = 16};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--clients") == 0)
-            clients_arg = argv[i + 1];
+            o->clients = argv[i + 1];
         else if (strcmp(argv[i], "--ops") == 0)
-            ops = atoi(argv[i + 1]);
+            o->ops = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--bytes") == 0)
-            bytes = atoi(argv[i + 1]);
+            o->bytes = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--op") == 0)
-            op = argv[i + 1];
+            o->op = argv[i + 1];
         else if (strcmp(argv[i], "--state") == 0)
-            state = argv[i + 1];
+            o->state = argv[i + 1];
         else if (strcmp(argv[i], "--msrun") == 0)
-            snprintf(msrun, sizeof msrun, "%s", argv[i + 1]);
+            snprintf(o->msrun, sizeof o->msrun, "%s", argv[i + 1]);
         else {
             fprintf(stderr, "store_bench: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (ops <= 0 || bytes < 0) {
+    if (o->ops <= 0 || o->bytes < 0) {
         fprintf(stderr, "store_bench: --ops and --bytes must be positive\n");
         return 2;
     }
-    if (msrun[0] == '\0') { /* next to this program */
-        ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
+    return 0;
+}
+
+/* One line: nclients threads against a coordinator of their own (its
+ * state file at path when with_state). 0, 1 when a client failed (said
+ * on stderr), or -1 when the coordinator did not start. */
+static int bench_clients(const args_t *o, int nclients, const char *path, int with_state,
+                         const char *sync)
+{
+    int ops = o->ops;
+    unlink(path);
+    int port = 0;
+    pid_t pid = start_coordinator(o->msrun, with_state ? path : NULL, sync, &port);
+    if (pid < 0)
+        return -1;
+    worker_t *w = calloc((size_t)nclients, sizeof *w);
+    uint64_t *all = calloc((size_t)nclients * (size_t)ops, sizeof *all);
+    uint64_t t0 = msr_now_ns();
+    for (int c = 0; c < nclients; c++) {
+        w[c].id = c;
+        w[c].ops = ops;
+        w[c].bytes = o->bytes;
+        w[c].add = strcmp(o->op, "add") == 0;
+        w[c].lat_ns = all + (size_t)c * (size_t)ops;
+        snprintf(w[c].target, sizeof w[c].target, "127.0.0.1:%d", port);
+        pthread_create(&w[c].thread, NULL, run, &w[c]);
+    }
+    int failed = 0;
+    for (int c = 0; c < nclients; c++) {
+        pthread_join(w[c].thread, NULL);
+        if (w[c].failed && !failed) {
+            fprintf(stderr, "store_bench: client %d: %s\n", c, w[c].err);
+            failed = 1;
+        }
+    }
+    double secs = (double)(msr_now_ns() - t0) / 1e9;
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    size_t n = (size_t)nclients * (size_t)ops;
+    qsort(all, n, sizeof *all, cmp_u64);
+    if (!failed)
+        printf("op=%s state=%s clients=%d ops=%d bytes=%d p50_us=%.1f p99_us=%.1f "
+               "writes_per_s=%.0f\n",
+               o->op, o->state, nclients, ops, o->bytes, (double)all[n / 2] / 1e3,
+               (double)all[n * 99 / 100] / 1e3, (double)n / secs);
+    fflush(stdout);
+    free(all);
+    free(w);
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    args_t o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0)
+        return rc;
+    if (o.msrun[0] == '\0') { /* next to this program */
+        ssize_t n = readlink("/proc/self/exe", o.msrun, sizeof o.msrun - 16);
         if (n <= 0)
             return 1;
-        msrun[n] = '\0';
-        char *slash = strrchr(msrun, '/');
+        o.msrun[n] = '\0';
+        char *slash = strrchr(o.msrun, '/');
         snprintf(slash + 1, 8, "msrun");
     }
     signal(SIGPIPE, SIG_IGN);
     char dir[] = "/tmp/store-bench-XXXXXX", path[64] = "";
+    const char *state = o.state;
     if (strcmp(state, "on") != 0 && strcmp(state, "process") != 0 && strcmp(state, "off") != 0) {
         fprintf(stderr, "store_bench: --state is on, process or off\n");
         return 2;
@@ -146,52 +210,16 @@ int main(int argc, char **argv)
             return 1;
         snprintf(path, sizeof path, "%s/state", dir);
     }
-    int rc = 0;
-    for (const char *p = clients_arg; *p;) {
+    for (const char *p = o.clients; *p;) {
         int nclients = atoi(p);
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
         if (nclients <= 0)
             continue;
-        unlink(path);
-        int port = 0;
-        pid_t pid = start_coordinator(msrun, with_state ? path : NULL, sync, &port);
-        if (pid < 0)
+        int r = bench_clients(&o, nclients, path, with_state, sync);
+        if (r < 0)
             return 1;
-        worker_t *w = calloc((size_t)nclients, sizeof *w);
-        uint64_t *all = calloc((size_t)nclients * (size_t)ops, sizeof *all);
-        uint64_t t0 = msr_now_ns();
-        for (int c = 0; c < nclients; c++) {
-            w[c].id = c;
-            w[c].ops = ops;
-            w[c].bytes = bytes;
-            w[c].add = strcmp(op, "add") == 0;
-            w[c].lat_ns = all + (size_t)c * (size_t)ops;
-            snprintf(w[c].target, sizeof w[c].target, "127.0.0.1:%d", port);
-            pthread_create(&w[c].thread, NULL, run, &w[c]);
-        }
-        int failed = 0;
-        for (int c = 0; c < nclients; c++) {
-            pthread_join(w[c].thread, NULL);
-            if (w[c].failed && !failed) {
-                fprintf(stderr, "store_bench: client %d: %s\n", c, w[c].err);
-                failed = 1;
-            }
-        }
-        double secs = (double)(msr_now_ns() - t0) / 1e9;
-        kill(pid, SIGTERM);
-        waitpid(pid, NULL, 0);
-        size_t n = (size_t)nclients * (size_t)ops;
-        qsort(all, n, sizeof *all, cmp_u64);
-        if (failed)
+        if (r > 0)
             rc = 1;
-        else
-            printf("op=%s state=%s clients=%d ops=%d bytes=%d p50_us=%.1f p99_us=%.1f "
-                   "writes_per_s=%.0f\n",
-                   op, state, nclients, ops, bytes, (double)all[n / 2] / 1e3,
-                   (double)all[n * 99 / 100] / 1e3, (double)n / secs);
-        fflush(stdout);
-        free(all);
-        free(w);
     }
     if (with_state) {
         char tmp[80];

@@ -154,55 +154,47 @@ static void *flood_thread(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
+/* 1. small writes alone; returns the coordinator's peak memory (KiB). */
+static long part_alone(msr_rpc_channel_t *ch, lat_t *before)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: store_flood ADDR TOKEN COORD_PID VALUE_MAX BYTES_MAX\n");
-        return 2;
-    }
-    addr = argv[1];
-    token = argv[2];
-    coord_pid = strtol(argv[3], NULL, 10);
-    value_max = strtoull(argv[4], NULL, 10);
-    bytes_max = strtoull(argv[5], NULL, 10);
-    measure_only = getenv("STORE_FLOOD_MEASURE_ONLY") != NULL;
-    msr_rpc_channel_t *ch = NULL;
-    CHECK(msr_rpc_channel_create_own(addr, token, &ch) == MSR_OK, "channel");
-    char err[512];
-
-    /* 1. small writes alone */
-    static lat_t before, during;
     for (int i = 0; i < 500; i++)
-        small_write(ch, &before);
+        small_write(ch, before);
     long rss0 = msr_flood_proc_kib(coord_pid, "VmRSS"),
          hwm0 = msr_flood_proc_kib(coord_pid, "VmHWM");
     printf("coordinator before the flood: VmRSS %ld KiB, VmHWM %ld KiB\n", rss0, hwm0);
+    return hwm0;
+}
 
-    /* 2. the flood, small writes beside it */
-    static flood_t f;
+/* 2. the flood, small writes beside it; returns the coordinator's peak
+ * memory (KiB) after it. */
+static long part_flood(msr_rpc_channel_t *ch, flood_t *f, lat_t *during)
+{
     pthread_t t;
     uint64_t t0 = msr_now_ns();
-    CHECK(pthread_create(&t, NULL, flood_thread, &f) == 0, "thread");
-    while (!f.done)
-        small_write(ch, &during);
+    CHECK(pthread_create(&t, NULL, flood_thread, f) == 0, "thread");
+    while (!f->done)
+        small_write(ch, during);
     pthread_join(t, NULL);
     double secs = (double)(msr_now_ns() - t0) / 1e9;
     long rss1 = msr_flood_proc_kib(coord_pid, "VmRSS"),
          hwm1 = msr_flood_proc_kib(coord_pid, "VmHWM");
     printf("flood: %llu MiB attempted in %.1f s: %d values (%llu MiB) accepted, %d refused over "
            "--store_value_max, %d refused over --store_bytes_max\n",
-           f.attempted >> 20, secs, f.accepted_n, f.accepted >> 20, f.refused_value,
-           f.refused_total);
+           f->attempted >> 20, secs, f->accepted_n, f->accepted >> 20, f->refused_value,
+           f->refused_total);
     printf("coordinator after the flood: VmRSS %ld KiB, VmHWM %ld KiB (limit %llu KiB)\n", rss1,
            hwm1, bytes_max >> 10);
-    lat_print("alone", &before);
-    lat_print("beside the flood", &during);
-    if (measure_only)
-        return 0;
-    CHECK(f.refused_value == f.oversize, "%d over-size writes, %d refused", f.oversize,
-          f.refused_value);
-    CHECK(f.refused_total > 0, "no write was refused over the total");
-    CHECK(f.accepted <= bytes_max, "%llu bytes accepted over a limit of %llu", f.accepted,
+    return hwm1;
+}
+
+/* 2's promises: every over-size write refused, the total held, and the
+ * coordinator's peak memory within it (hwm0 before, hwm1 after). */
+static void flood_check(const flood_t *f, long hwm0, long hwm1)
+{
+    CHECK(f->refused_value == f->oversize, "%d over-size writes, %d refused", f->oversize,
+          f->refused_value);
+    CHECK(f->refused_total > 0, "no write was refused over the total");
+    CHECK(f->accepted <= bytes_max, "%llu bytes accepted over a limit of %llu", f->accepted,
           bytes_max);
     /* margin: the messages in flight (a received value is held by gRPC,
      * unpacked and copied: about 3 x VALUE_MAX, several at once) and
@@ -211,38 +203,57 @@ int main(int argc, char **argv)
     CHECK(hwm1 <= hwm0 + (long)(bytes_max >> 10) + margin_kib,
           "the coordinator's peak grew from %ld to %ld KiB (limit %llu KiB + margin %ld KiB)", hwm0,
           hwm1, bytes_max >> 10, margin_kib);
+}
 
-    /* 3. huge counts in tiny requests */
+/* The tiny allgather and barrier requests of 3, used again (renamed and
+ * recounted) by 4. ep[0] points to e: the struct must not move. */
+typedef struct tiny {
+    Msr__Contribution e;
+    Msr__Contribution *ep[1];
+    Msr__AllgatherRequest ag;
+    Msr__BarrierRequest br;
+} tiny_t;
+
+/* 3. huge counts in tiny requests */
+static void part_huge_counts(msr_rpc_channel_t *ch, tiny_t *q)
+{
+    char err[512];
     long rss2 = msr_flood_proc_kib(coord_pid, "VmRSS");
-    Msr__Contribution e = MSR__CONTRIBUTION__INIT;
-    Msr__Contribution *ep[1] = {&e};
-    e.data.data = (uint8_t *)"x";
-    e.data.len = 1;
-    Msr__AllgatherRequest ag = MSR__ALLGATHER_REQUEST__INIT;
-    ag.name = "huge";
-    ag.count = 1u << 24;
-    ag.n_entries = 1;
-    ag.entries = ep;
-    ag.wait_ms = 100;
-    int code = call(ch, MSR_RPC_ALLGATHER, &ag.base, err, sizeof err);
+    q->e = (Msr__Contribution)MSR__CONTRIBUTION__INIT;
+    q->ep[0] = &q->e;
+    q->e.data.data = (uint8_t *)"x";
+    q->e.data.len = 1;
+    q->ag = (Msr__AllgatherRequest)MSR__ALLGATHER_REQUEST__INIT;
+    q->ag.name = "huge";
+    q->ag.count = 1u << 24;
+    q->ag.n_entries = 1;
+    q->ag.entries = q->ep;
+    q->ag.wait_ms = 100;
+    int code = call(ch, MSR_RPC_ALLGATHER, &q->ag.base, err, sizeof err);
     printf("allgather of %zu bytes with count %u: code %d: %s\n",
-           protobuf_c_message_get_packed_size(&ag.base), ag.count, code, err);
+           protobuf_c_message_get_packed_size(&q->ag.base), q->ag.count, code, err);
     CHECK(code == GRPC_STATUS_INVALID_ARGUMENT, "the huge allgather was not refused");
-    Msr__BarrierRequest br = MSR__BARRIER_REQUEST__INIT;
-    br.name = "huge";
-    br.count = 100000000;
-    br.wait_ms = 100;
-    code = call(ch, MSR_RPC_BARRIER, &br.base, err, sizeof err);
+    q->br = (Msr__BarrierRequest)MSR__BARRIER_REQUEST__INIT;
+    q->br.name = "huge";
+    q->br.count = 100000000;
+    q->br.wait_ms = 100;
+    code = call(ch, MSR_RPC_BARRIER, &q->br.base, err, sizeof err);
     printf("barrier of %zu bytes with count %u: code %d: %s\n",
-           protobuf_c_message_get_packed_size(&br.base), br.count, code, err);
+           protobuf_c_message_get_packed_size(&q->br.base), q->br.count, code, err);
     CHECK(code == GRPC_STATUS_INVALID_ARGUMENT, "the huge barrier was not refused");
     long rss3 = msr_flood_proc_kib(coord_pid, "VmRSS");
     printf("coordinator around the huge counts: VmRSS %ld -> %ld KiB\n", rss2, rss3);
     CHECK(rss3 - rss2 < 16 * 1024, "VmRSS grew by %ld KiB", rss3 - rss2);
+}
 
-    /* 4. expired waits leave nothing: make room, wait on 3 x KEYS_MAX names
-     * that are never set or completed, then fill the store to its key limit */
-    for (int i = 0; i < f.accepted_n + 8; i++) {
+/* 4. expired waits leave nothing: make room (the flood's accepted_n keys
+ * and the small one), wait on 3 x KEYS_MAX names that are never set or
+ * completed, then fill the store to its key limit */
+static void part_expired_waits(msr_rpc_channel_t *ch, tiny_t *q, int accepted_n)
+{
+    char err[512];
+    int code;
+    for (int i = 0; i < accepted_n + 8; i++) {
         char key[64];
         snprintf(key, sizeof key, "flood/%d", i);
         Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
@@ -260,15 +271,15 @@ int main(int argc, char **argv)
         g.wait_ms = 1;
         code = call(ch, MSR_RPC_GET, &g.base, err, sizeof err);
         CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "get-wait %d: code %d: %s", i, code, err);
-        br.name = name;
-        br.count = 2;
-        br.wait_ms = 1;
-        code = call(ch, MSR_RPC_BARRIER, &br.base, err, sizeof err);
+        q->br.name = name;
+        q->br.count = 2;
+        q->br.wait_ms = 1;
+        code = call(ch, MSR_RPC_BARRIER, &q->br.base, err, sizeof err);
         CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "barrier %d: code %d: %s", i, code, err);
-        ag.name = name;
-        ag.count = 2;
-        ag.wait_ms = 1;
-        code = call(ch, MSR_RPC_ALLGATHER, &ag.base, err, sizeof err);
+        q->ag.name = name;
+        q->ag.count = 2;
+        q->ag.wait_ms = 1;
+        code = call(ch, MSR_RPC_ALLGATHER, &q->ag.base, err, sizeof err);
         CHECK(code == GRPC_STATUS_DEADLINE_EXCEEDED, "allgather %d: code %d: %s", i, code, err);
     }
     for (int i = 0; i < KEYS_MAX; i++) {
@@ -283,6 +294,34 @@ int main(int argc, char **argv)
           "key %d: code %d: %s", KEYS_MAX + 1, code, err);
     printf("%d expired waits left nothing: %d keys admitted, the next refused: %s\n", 3 * KEYS_MAX,
            KEYS_MAX, err);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: store_flood ADDR TOKEN COORD_PID VALUE_MAX BYTES_MAX\n");
+        return 2;
+    }
+    addr = argv[1];
+    token = argv[2];
+    coord_pid = strtol(argv[3], NULL, 10);
+    value_max = strtoull(argv[4], NULL, 10);
+    bytes_max = strtoull(argv[5], NULL, 10);
+    measure_only = getenv("STORE_FLOOD_MEASURE_ONLY") != NULL;
+    msr_rpc_channel_t *ch = NULL;
+    CHECK(msr_rpc_channel_create_own(addr, token, &ch) == MSR_OK, "channel");
+    static lat_t before, during;
+    static flood_t f;
+    long hwm0 = part_alone(ch, &before);
+    long hwm1 = part_flood(ch, &f, &during);
+    lat_print("alone", &before);
+    lat_print("beside the flood", &during);
+    if (measure_only)
+        return 0;
+    flood_check(&f, hwm0, hwm1);
+    static tiny_t q;
+    part_huge_counts(ch, &q);
+    part_expired_waits(ch, &q, f.accepted_n);
     msr_rpc_channel_destroy(ch);
     printf("ok\n");
     return 0;

@@ -1,0 +1,67 @@
+/* rdzv_scale's pieces (rdzv_scale.c's header describes the benchmark): the
+ * simulation every piece drives, and what each piece offers the others.
+ * All run on the one thread of the benchmark; the simulation's calls are
+ * answered as its loop is polled (rdzv_drain). */
+#ifndef RDZV_SCALE_IMPL_H
+#define RDZV_SCALE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/rpc.h"
+
+/* The job's token, given to the coordinator and sent by every client. */
+#define RDZV_TOKEN "rdzv-scale-token"
+
+typedef struct sim {
+    int nodes, ranks, bytes, direct, clients, dashboard, lazy;
+    int relay;      /* nodes per relay (its subtree); 0: every node calls itself */
+    int *node_rank; /* relay mode: each node's rank in the formed job */
+    int nch;        /* connections: clients share them round robin past the limit */
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t **ch;
+    char (*ids)[32];
+    int pending, failed;
+    msr_rpc_method_t entry_method; /* of the relayed calls in flight */
+    size_t want_bytes;
+    char err[300];
+} sim_t;
+
+/* What a run measured, for --model. */
+typedef struct measured {
+    int nodes, relay;
+    double connect_us, join_us; /* the coordinator's CPU per node in each phase */
+    double join_ms, total_ms;   /* wall time of connect + join */
+} measured_t;
+
+/* rdzv_calls.c. start_op: starts a call of client (a channel); node is the
+ * simulated node it is for; 0, or -1 when it cannot start. drain: polls
+ * until no call is in flight; 0, or -1 when the loop failed or a call did
+ * (s->err says which). make_join, make_heartbeat: node n's request, built
+ * in space (a Msr__JoinRequest, a Msr__HeartbeatRequest; a join's host is
+ * the caller's to set). lazy_exchange, exchange_all: the exchange of the
+ * addresses in eptr[nodes * ranks] (see rdzv_scale.c's header); 0 or -1. */
+int rdzv_start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const ProtobufCMessage *req);
+int rdzv_drain(sim_t *s);
+const ProtobufCMessage *rdzv_make_join(sim_t *s, int n, void *space);
+const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space);
+int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr);
+int rdzv_exchange_all(sim_t *s, Msr__Contribution **eptr);
+
+/* rdzv_relay.c: every node joins and reports ready through relays of
+ * s->relay nodes (one per channel); 0, or -1 with s->err set. */
+int rdzv_relay_join(sim_t *s);
+
+/* rdzv_dashboard.c. free_port: a TCP port free on loopback now, or -1.
+ * dashboard_phase: the dashboard's line for the job formed on s, its
+ * coordinator serving the dashboard on port; 0 or -1. */
+int rdzv_free_port(void);
+int rdzv_dashboard_phase(sim_t *s, int port);
+
+/* rdzv_model.c. record: keeps a run's measurement (past 32, dropped).
+ * print_model: the model fitted to the runs kept, for ranks a node and
+ * relays of relay nodes, rtt_us the network's assumed round trip. */
+void rdzv_model_record(const measured_t *m);
+void rdzv_print_model(int ranks, int relay, double rtt_us);
+
+#endif
