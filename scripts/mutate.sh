@@ -1069,7 +1069,7 @@ test: ^test_parallel_plan_report$
 >>>
 
 @ plan_mem.moe_block_keeps_mlp
-file: planner/plan_mem.c
+file: planner/plan_part.c
 test: ^test_parallel_plan$
 <<<
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
