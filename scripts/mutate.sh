@@ -1069,7 +1069,7 @@ test: ^test_parallel_plan_report$
 >>>
 
 @ plan_mem.moe_block_keeps_mlp
-file: planner/plan_mem.c
+file: planner/plan_part.c
 test: ^test_parallel_plan$
 <<<
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
@@ -1538,7 +1538,7 @@ test: ^gpu_fake_nccl_np3$
 >>>
 
 @ plan.time.rows_cost_ignored
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
     return (N + h) / N * (N0 / (N0 + h));
@@ -1547,7 +1547,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.ring_at_attention_rate
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
     *(cp > 1 ? &p->attn_f.rflops : &p->attn_f.aflops) = s->att / s->t;
@@ -1587,7 +1587,7 @@ test: ^test_parallel_plan$
 >>>
 
 @ plan.time.ring_chunk_ignored
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
     p->ring_cost = cp > 1 ? chunk_cost(c, s->S) : 1;
@@ -1596,7 +1596,7 @@ test: ^test_parallel_plan_time$
 >>>
 
 @ plan.time.moe_rows_at_N
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
     double rc_e = s->E > 0 ? rows_cost(c, s->rows / s->E) : rc;
@@ -1632,7 +1632,7 @@ test: ^it_multinode$
 >>>
 
 @ plan.time.selective_no_gelu
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
         p->sel_f.act += dense * s->eb * 2 * s->N * s->F / s->t;
@@ -1668,7 +1668,7 @@ test: ^test_parallel_plan_search$
 >>>
 
 @ plan.time.ring_step_backward_free
-file: planner/plan_time.c
+file: planner/plan_cost.c
 test: ^test_parallel_plan_time$
 <<<
         p->ring_b_ms = (cp - 1) * (kv > step_b ? kv - step_b : 0) + cp * (kv + hand);

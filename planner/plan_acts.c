@@ -1,0 +1,112 @@
+/* The runtime's activations and work space, counted with the layout's own
+ * tables (layout/): one micro-batch chunk's kept frame, the whole model's
+ * activation table, the work space and token buffers, the MoE state's
+ * buffers, and the most frames a rank's pipeline schedule keeps at once;
+ * with the paper accounting's frame for the other precisions and
+ * architectures (plan_paper.c). */
+#include "layout/layout.h"
+#include "planner/plan.h"
+#include "planner/plan_mem_impl.h"
+
+/* ---- activations (parallel/mp_pipe.c msr_mp_carve_frame) ---- */
+
+/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT
+ * runtime: the layout's table, which the runtime carves its frames from. */
+uint64_t msr_plan_frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
+                              int head)
+{
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    return msr_layout_frame_elems(&d, layers, head);
+}
+
+/* train_gpt runs the whole model without the model-parallel runtime when
+ * tp = pp = 1 with no recompute (parallel/train.c msr_train_uses_mp; its
+ * --trace would switch it on). */
+int msr_plan_whole_path(const msr_plan_layout_t *l)
+{
+    return l->tp == 1 && l->pp == 1 && msr_plan_cp(l) == 1 && l->chunks == 1 && !l->sp &&
+           l->recompute == MSR_PLAN_RC_NONE;
+}
+
+/* fp32 elements of the whole model's activation table for b sequences:
+ * the layout's, which model/gpt.c carves. */
+uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
+{
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    return msr_layout_whole_elems(&d, m->layers);
+}
+
+/* ---- the runtime's work space ---- */
+
+/* Bytes of the work space and token buffers a rank allocates besides its
+ * parameters, state and kept activations; *scratch_p the blocks' shared
+ * scratch among them. Whole model: the layout's whole-model work table
+ * (msr_layout_whole_work, which model/gpt.c carves, one attention head's
+ * datt) and the model's and the trainer's inputs and targets, N ints each.
+ * Model parallel: the layout's work table (msr_layout_work, which
+ * parallel/mp.c carves) and the ints context parallel adds, with the
+ * trainer's inputs and targets for every micro-batch of the step (whole
+ * sequences under cp). */
+uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                             uint64_t *scratch_p)
+{
+    *scratch_p = 0;
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq;
+    if (msr_plan_whole_path(l)) {
+        msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads,
+                                              m->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+        return msr_layout_whole_work_elems(&d, 1) * MSR_PLAN_F32 + 4 * N * sizeof(int32_t);
+    }
+    uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * MSR_PLAN_F32;
+    return msr_layout_work_elems(&d) * MSR_PLAN_F32 +
+           msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer;
+}
+
+/* The MoE state's buffers: the layout's MoE table (msr_layout_moe_work,
+ * which model/moe.c allocates from) for micro-batches of N = b T tokens,
+ * floats of fw bytes: a slot per MoE block the rank runs and frame (a
+ * micro-batch whose routing waits for its backward: one on the whole-model
+ * path and under full recompute, else the step's micro-batches), the once
+ * buffers, the load counters of every MoE block, and under tp without sp
+ * on tp ranks but 0 the router's unwanted input gradient. */
+uint64_t msr_plan_moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
+                                 int tp_rank, uint64_t fw)
+{
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, C = (uint64_t)m->channels;
+    uint64_t H = m->arch == MSR_PLAN_LLAMA ? (uint64_t)m->ffn : 4 * C;
+    msr_layout_moe_dims_t d =
+        msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k, m->capacity_factor, C, H);
+    int frames = msr_plan_whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : l->micros;
+    int rdx = l->tp > 1 && !l->sp && tp_rank > 0;
+    return msr_layout_moe_work_bytes(&d, blocks, frames, m->layers / m->moe_every, rdx, fw);
+}
+
+/* Walks rank pr's schedule (layout/pipe_order.h, the runtime's order):
+ * a forward opens a frame of its chunk, its backward closes it. Returns the
+ * most bytes alive at once; *held_p the most frames. */
+uint64_t msr_plan_schedule_peak(const msr_plan_layout_t *l, int pr, const uint64_t *chunk_bytes,
+                                int *held_p)
+{
+    uint64_t live = 0, peak = 0;
+    int held = 0, most = 0;
+    int n = msr_pipe_ops_to_peak(l->schedule, l->micros, l->pp, pr, l->chunks);
+    for (int k = 0; k < n; k++) {
+        msr_pipe_op_t o = msr_pipe_op_at(l->schedule, l->micros, l->pp, pr, l->chunks, k);
+        if (o.backward) {
+            live -= chunk_bytes[o.c];
+            held--;
+            continue;
+        }
+        live += chunk_bytes[o.c];
+        held++;
+        peak = msr_plan_max_u64(peak, live);
+        most = held > most ? held : most;
+    }
+    *held_p = most;
+    return peak;
+}
