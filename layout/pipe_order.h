@@ -1,7 +1,7 @@
 /* The order in which one pipeline rank runs its forwards and backwards,
  * for each schedule: the runtime follows it (parallel/mp.c), and the
  * planner walks the same order to count the activations a rank holds at
- * once (planner/plan_mem.c) and to simulate the step (planner/plan_sim.c).
+ * once (planner/plan_acts.c) and to simulate the step (planner/plan_sim.c).
  *
  * GPipe: every forward, then every backward. 1F1B (or one virtual stage):
  * p - r - 1 warm-up forwards, then one forward and one backward in turn,

@@ -88,7 +88,7 @@ fail:
 
 /* The per-rank bandwidth, bytes/s, the time model's allreduce of bytes
  * over n ranks implies when it takes secs with msgs latencies lat: 2
- * (n-1)/n bytes cross each rank's link (planner/plan_time.c). */
+ * (n-1)/n bytes cross each rank's link (planner/plan_cost.c). */
 static double allreduce_bandwidth(double bytes, int n, double secs, double msgs, double lat)
 {
     double wire = secs - msgs * lat;
