@@ -738,7 +738,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.gradients_averaged_twice
-file: parallel/dp.c
+file: parallel/dp_hooks.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
                                  MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
@@ -749,7 +749,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.norm.replicated_counted_on_every_rank
-file: parallel/dp.c
+file: parallel/dp_step.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
         if (u->own_n == 0 || (u->replicated && dp->rank != 0))
@@ -758,7 +758,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.loss.local_only
-file: parallel/dp.c
+file: parallel/dp_step.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
     *loss_sum_p = red[0];
