@@ -122,6 +122,20 @@ static void *work_alloc(const msr_moe_t *moe, int w)
                       msr_layout_moe_work_size(w, sizeof(float)));
 }
 
+/* Buffers [w0, w1) of the layout's MoE table into b[w0 .. w1 - 1], each
+ * made by work_alloc; 0 when one is missing, and then none is kept. */
+static int work_alloc_range(const msr_moe_t *moe, int w0, int w1, void **b)
+{
+    for (int w = w0; w < w1; w++) {
+        if ((b[w] = work_alloc(moe, w)) == NULL) {
+            while (w-- > w0)
+                msr_free(b[w]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void store_free(msr_moe_t *moe)
 {
     msr_free(moe->params);
@@ -328,33 +342,30 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
             goto err_free;
     }
     moe->nheld = moe->nslots;
+    void *b[MSR_MOE_WORK_ONCE_END]; /* indexed by the layout's buffer */
     for (int i = 0; i < moe->nslots * frames; i++) {
-        moe_slot_t *s = &moe->slots[i];
-        s->probs = work_alloc(moe, MSR_MOE_WORK_PROBS);
-        s->choice = work_alloc(moe, MSR_MOE_WORK_CHOICE);
-        s->gate = work_alloc(moe, MSR_MOE_WORK_GATE);
-        s->pos = work_alloc(moe, MSR_MOE_WORK_POS);
-        s->frac = work_alloc(moe, MSR_MOE_WORK_FRAC);
-        s->xin = work_alloc(moe, MSR_MOE_WORK_XIN);
-        s->fch = work_alloc(moe, MSR_MOE_WORK_FCH);
-        s->fch_g = work_alloc(moe, MSR_MOE_WORK_FCH_G);
-        s->comb = work_alloc(moe, MSR_MOE_WORK_COMB);
-        s->used = work_alloc(moe, MSR_MOE_WORK_USED);
-        if (s->probs == NULL || s->choice == NULL || s->gate == NULL || s->pos == NULL ||
-            s->frac == NULL || s->xin == NULL || s->fch == NULL || s->fch_g == NULL ||
-            s->comb == NULL || s->used == NULL)
+        if (!work_alloc_range(moe, MSR_MOE_WORK_PROBS, MSR_MOE_WORK_SLOT_END, b))
             goto err_free;
+        moe->slots[i] = (moe_slot_t){.probs = b[MSR_MOE_WORK_PROBS],
+                                     .choice = b[MSR_MOE_WORK_CHOICE],
+                                     .gate = b[MSR_MOE_WORK_GATE],
+                                     .pos = b[MSR_MOE_WORK_POS],
+                                     .frac = b[MSR_MOE_WORK_FRAC],
+                                     .xin = b[MSR_MOE_WORK_XIN],
+                                     .fch = b[MSR_MOE_WORK_FCH],
+                                     .fch_g = b[MSR_MOE_WORK_FCH_G],
+                                     .comb = b[MSR_MOE_WORK_COMB],
+                                     .used = b[MSR_MOE_WORK_USED]};
     }
-    moe->send = work_alloc(moe, MSR_MOE_WORK_SEND);
-    moe->out = work_alloc(moe, MSR_MOE_WORK_OUT);
-    moe->dout = work_alloc(moe, MSR_MOE_WORK_DOUT);
-    moe->dfch = work_alloc(moe, MSR_MOE_WORK_DFCH);
-    moe->dfch_g = work_alloc(moe, MSR_MOE_WORK_DFCH_G);
-    moe->dgate = work_alloc(moe, MSR_MOE_WORK_DGATE);
-    moe->dprobs = work_alloc(moe, MSR_MOE_WORK_DPROBS);
-    if (moe->send == NULL || moe->out == NULL || moe->dout == NULL || moe->dfch == NULL ||
-        moe->dfch_g == NULL || moe->dgate == NULL || moe->dprobs == NULL)
+    if (!work_alloc_range(moe, MSR_MOE_WORK_SEND, MSR_MOE_WORK_ONCE_END, b))
         goto err_free;
+    moe->send = b[MSR_MOE_WORK_SEND];
+    moe->out = b[MSR_MOE_WORK_OUT];
+    moe->dout = b[MSR_MOE_WORK_DOUT];
+    moe->dfch = b[MSR_MOE_WORK_DFCH];
+    moe->dfch_g = b[MSR_MOE_WORK_DFCH_G];
+    moe->dgate = b[MSR_MOE_WORK_DGATE];
+    moe->dprobs = b[MSR_MOE_WORK_DPROBS];
     if (store_alloc(moe) != MSR_OK)
         goto err_free;
     *moe_p = moe;
