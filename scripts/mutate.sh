@@ -922,7 +922,7 @@ test: ^it_bind$
 >>>
 
 @ moe.tp_gate_grads_not_summed
-file: model/moe.c
+file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_comm != NULL) {
@@ -933,7 +933,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ moe.router_dx_on_every_tp_rank
-file: model/moe.c
+file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_rank == 0) {
