@@ -944,7 +944,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ mp.moe_recompute_counts_routing
-file: parallel/mp.c
+file: parallel/mp_run.c
 test: ^test_parallel_train$
 <<<
         return block_forward(mp, m, l, p, la, x, 0);
@@ -953,7 +953,7 @@ test: ^test_parallel_train$
 >>>
 
 @ mp.moe_aux_loss_of_last_stage_only
-file: parallel/mp.c
+file: parallel/mp_run.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
