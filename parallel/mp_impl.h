@@ -119,6 +119,12 @@ msr_status_t msr_mp_failed(const char *what, msr_status_t st);
 /* Adds a span to the trace while tracing. */
 void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Gives a live frame's memory back to the pool (mp_run.c; a closed frame
+ * is left as it is). */
+void msr_mp_frame_close(msr_mp_t *mp, frame_t *f);
+/* Waits for the pipeline's sends in flight (mp.c); the first failure,
+ * prefixed as msr_mp_failed does. */
+msr_status_t msr_mp_sends_wait(msr_mp_t *mp);
 
 /* An allreduce over the tensor-parallel group (nothing at tp = 1). */
 msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,

@@ -738,7 +738,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.gradients_averaged_twice
-file: parallel/dp.c
+file: parallel/dp_hooks.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
                                  MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
@@ -749,7 +749,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.norm.replicated_counted_on_every_rank
-file: parallel/dp.c
+file: parallel/dp_step.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
         if (u->own_n == 0 || (u->replicated && dp->rank != 0))
@@ -758,7 +758,7 @@ test: ^test_parallel_dp_np(2|4)$
 >>>
 
 @ dp.loss.local_only
-file: parallel/dp.c
+file: parallel/dp_step.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
     *loss_sum_p = red[0];
@@ -922,7 +922,7 @@ test: ^it_bind$
 >>>
 
 @ moe.tp_gate_grads_not_summed
-file: model/moe.c
+file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_comm != NULL) {
@@ -933,7 +933,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ moe.router_dx_on_every_tp_rank
-file: model/moe.c
+file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_rank == 0) {
@@ -944,7 +944,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ mp.moe_recompute_counts_routing
-file: parallel/mp.c
+file: parallel/mp_run.c
 test: ^test_parallel_train$
 <<<
         return block_forward(mp, m, l, p, la, x, 0);
@@ -953,7 +953,7 @@ test: ^test_parallel_train$
 >>>
 
 @ mp.moe_aux_loss_of_last_stage_only
-file: parallel/mp.c
+file: parallel/mp_run.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;

@@ -1,12 +1,9 @@
-/* The CUDA model's kernels (gpt_cuda.cu includes this once): each the
+/* The CUDA model's kernels (gpt_cuda_pass.cu includes this once): each the
  * CPU kernel of the same name in model/layers_impl.h, one thread per
- * element or one warp per row. Needs WARP from gpt_cuda.cu. */
+ * element or one warp per row. Needs WARP and GRID_STRIDE from
+ * gpt_cuda_impl.cuh. */
 #ifndef MSR_PARALLEL_CUDA_KERNELS_CUH
 #define MSR_PARALLEL_CUDA_KERNELS_CUH
-
-#define GRID_STRIDE(i, n)                                                   \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (size_t)gridDim.x * blockDim.x)
 
 /* Rows handled by one warp each, grid-stride. */
 #define WARP_ROWS(row, rows)                                                                \
@@ -240,40 +237,6 @@ __global__ static void crossentropy_backward_k(float *dlogits, const float *prob
         if (j == targets[n])
             d -= dloss;
         dlogits[i] = d;
-    }
-}
-
-/* Per block, the sum of squares (in double) of its grid-stride share of x. */
-__global__ static void sumsq_k(double *partials, const float *x, size_t n)
-{
-    __shared__ double acc[THREADS];
-    double s = 0.0;
-    GRID_STRIDE(i, n)
-    s += (double)x[i] * (double)x[i];
-    acc[threadIdx.x] = s;
-    __syncthreads();
-    for (unsigned k = blockDim.x / 2; k > 0; k /= 2) {
-        if (threadIdx.x < k)
-            acc[threadIdx.x] += acc[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0)
-        partials[blockIdx.x] = acc[0];
-}
-
-/* AdamW over n elements of one decay flag (msr_adamw_update_range). */
-__global__ static void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float keep,
-                               msr_cuda_adamw_step_t s)
-{
-    GRID_STRIDE(i, n)
-    {
-        float gr = g[i] * s.grad_scale;
-        float mm = m[i] * s.beta1 + s.one_minus_beta1 * gr;
-        float vv = v[i] * s.beta2 + s.one_minus_beta2 * gr * gr;
-        m[i] = mm;
-        v[i] = vv;
-        float denom = sqrtf(vv) / s.bc2_sqrt + s.eps;
-        p[i] = p[i] * keep - s.step_size * mm / denom;
     }
 }
 

@@ -1,0 +1,115 @@
+/* The CUDA model's private state and helpers (see gpt_cuda.h), shared by
+ * its files: gpt_cuda.cu (error handling, creation, copies, the optimizer's
+ * parts) and gpt_cuda_pass.cu (the layers' host helpers, forward and
+ * backward). */
+#ifndef MSR_MODEL_CUDA_GPT_CUDA_IMPL_CUH
+#define MSR_MODEL_CUDA_GPT_CUDA_IMPL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+
+extern "C" {
+#include "model/cuda/gpt_cuda.h"
+}
+
+#define WARP         32
+#define THREADS      256 /* per block */
+#define MAX_BLOCKS   65535
+#define SUMSQ_BLOCKS 1024
+
+/* One span of the flat buffer that shares AdamW's decay flag. */
+typedef struct span {
+    size_t lo, n;
+    int decay;
+} span_t;
+
+struct msr_cuda_gpt {
+    msr_gpt_config_t cfg;
+    int max_batch;
+    int device;
+    size_t num_params;
+    int num_spans;
+    span_t *spans; /* host: the tensors, neighbours with one decay flag merged */
+
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t event; /* msr_cuda_gpt_order's; made on first use */
+
+    /* device buffers, each (num_params) in the CPU model's flat layout */
+    float *params, *grads, *m, *v;
+
+    /* device activations and work space: one allocation, pointer tables
+     * (host arrays of device pointers) in the CPU model's types */
+    float *mem;
+    size_t mem_count;
+    msr_gpt_acts_t acts; /* acts.blocks: [L] */
+    msr_gpt_work_t work; /* work.datt: (NH, T, T), one batch row's heads */
+    float *ln_tmp;       /* (N, C) xhat * dout, for the layernorm weight gradient */
+    float *ones;         /* (N) all 1, for the gemv column sums */
+
+    int *d_inputs, *d_targets; /* (B, T) on the device */
+    int *h_targets;            /* (B, T) host copy, for nothing but checks */
+    float *h_losses;           /* (B, T) host copy of the losses */
+    double *d_partials;        /* (SUMSQ_BLOCKS) */
+    double *h_partials;        /* (SUMSQ_BLOCKS) */
+
+    int B, T;         /* of the last forward with targets; 0 before */
+    int fwd_B, fwd_T; /* of the last forward */
+};
+
+/* A failed CUDA or cuBLAS call's status, with what failed and where in
+ * the error text (gpt_cuda.cu). */
+msr_status_t msr_cuda_gpt_cuda_fail(cudaError_t e, const char *what, int line);
+msr_status_t msr_cuda_gpt_blas_fail(cublasStatus_t s, const char *what, int line);
+
+/* Return from the calling function on a failed CUDA or cuBLAS call. */
+#define CU(call)                                                \
+    do {                                                        \
+        cudaError_t e_ = (call);                                \
+        if (e_ != cudaSuccess)                                  \
+            return msr_cuda_gpt_cuda_fail(e_, #call, __LINE__); \
+    } while (0)
+#define BLAS(call)                                              \
+    do {                                                        \
+        cublasStatus_t s_ = (call);                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                        \
+            return msr_cuda_gpt_blas_fail(s_, #call, __LINE__); \
+    } while (0)
+/* After a kernel launch: a bad configuration shows here. */
+#define LAUNCHED(what) CU(cudaGetLastError())
+#define TRY(call)                  \
+    do {                           \
+        msr_status_t st_ = (call); \
+        if (st_ != MSR_OK)         \
+            return st_;            \
+    } while (0)
+
+/* Blocks of THREADS for n work items (grid-stride loops cover the rest). */
+static inline unsigned msr_cuda_gpt_grid_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
+}
+
+/* Blocks of THREADS for one warp per row. */
+static inline unsigned msr_cuda_gpt_grid_rows(size_t rows)
+{
+    return msr_cuda_gpt_grid_for(rows * WARP);
+}
+
+/* A grid-stride loop over [0, n). */
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Zeroes n floats at p on the model's stream (gpt_cuda_pass.cu). */
+msr_status_t msr_cuda_gpt_zero(msr_cuda_gpt_t *md, float *p, size_t n);
+/* Copies and waits for the copy (gpt_cuda.cu). */
+msr_status_t msr_cuda_gpt_copy_sync(msr_cuda_gpt_t *md, void *dst, const void *src, size_t bytes,
+                                    cudaMemcpyKind kind);
+
+#endif

@@ -1,0 +1,362 @@
+/* The MoE layer's forward and backward (see moe.h): the router and its
+ * top-k choice, capacity, the dispatch and combine alltoalls over expert
+ * parallel, the experts' MLPs on the filled rows, and the gradients of
+ * all of these. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "model/err_call.h"
+#include "model/layers.h"
+#include "model/moe_impl.h"
+
+/* Expert e's tensors inside an experts base. */
+typedef struct expert {
+    float *fcw, *fcb, *fcprojw, *fcprojb;
+} expert_t;
+
+static expert_t expert_point(float *base, int e, int C)
+{
+    size_t H = 4 * (size_t)C;
+    float *x = base + (size_t)e * msr_moe_expert_count(C);
+    expert_t x_p;
+    x_p.fcw = x, x += H * (size_t)C;
+    x_p.fcb = x, x += H;
+    x_p.fcprojw = x, x += (size_t)C * H;
+    x_p.fcprojb = x;
+    return x_p;
+}
+
+/* Block l's slot of the selected frame: l is the (i+1)-th MoE block when
+ * l + 1 = (i + 1) * every. */
+static moe_slot_t *slot_of(msr_moe_t *moe, int l)
+{
+    return &moe->slots[((l + 1) / moe->every - 1) * moe->frames + moe->frame];
+}
+
+/* The row block of expert e in the dispatch buffer, -1 when another tp
+ * rank computes it: the blocks go ep rank by ep rank, each with the El
+ * experts this tp rank computes there, so that one alltoall of El * cap
+ * rows per peer carries them (at tp 1: e itself). */
+static int row_block(const msr_moe_t *moe, int e)
+{
+    int per = moe->E / moe->ep, p = e / per, le = e % per - moe->tp_rank * moe->El;
+    return le >= 0 && le < moe->El ? p * moe->El + le : -1;
+}
+
+/* The blocks of the dispatch buffer: ep * El. */
+static int row_blocks(const msr_moe_t *moe)
+{
+    return moe->ep * moe->El;
+}
+
+static void span(msr_moe_t *moe, const char *what, uint64_t a)
+{
+    if (moe->span != NULL)
+        moe->span(moe->span_arg, what, a, msr_now_ns());
+}
+
+/* Sends each rank its block of rows (El experts x cap rows x C) of src
+ * and receives the blocks the ranks send here into dst: the dispatch and
+ * the combine, both ways. At ep 1 a copy. */
+static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int cap, int C,
+                             const char *what)
+{
+    size_t n = (size_t)row_blocks(moe) * (size_t)cap * (size_t)C;
+    if (moe->ep_comm == NULL) {
+        memcpy(dst, src, n * sizeof(float));
+        return MSR_OK;
+    }
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
+    span(moe, what, a);
+    if (st != MSR_OK)
+        return msr_err_call(st, "moe: the alltoall of %zu floats over ep %d (%s)", n, moe->ep,
+                            what);
+    return MSR_OK;
+}
+
+/* The dispatch's counts: each rank sends the rows it filled at each
+ * row block (count, ep * El) and gets, in used, those of expert-side block
+ * b = (source rank, local expert), so the experts run on filled rows only. */
+static msr_status_t exchange_counts(msr_moe_t *moe, const int *count, int *used)
+{
+    if (moe->ep_comm == NULL) {
+        memcpy(used, count, (size_t)row_blocks(moe) * sizeof *used);
+        return MSR_OK;
+    }
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_alltoall(moe->ep_comm, count, used, (uint64_t)moe->El, MSR_DTYPE_I32);
+    span(moe, "moe counts", a);
+    if (st != MSR_OK)
+        return msr_err_call(st, "moe: the alltoall of the dispatch's counts over ep %d", moe->ep);
+    return MSR_OK;
+}
+
+/* The local expert (its index among this rank's) of expert-side block b
+ * (source rank p, local expert le = b % El): rows [b * cap, (b + 1) *
+ * cap). */
+static int block_expert(const msr_moe_t *moe, int b)
+{
+    return b % moe->El;
+}
+
+/* The router: probs, each token's top K and the counts of the choices. */
+static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
+{
+    int E = moe->E, K = moe->K, C = moe->C;
+    msr_matmul_forward(s->probs, x, routerw, NULL, N, C, E);
+    memset(s->frac, 0, (size_t)E * sizeof(double));
+    for (int t = 0; t < N; t++) {
+        float *p = s->probs + (size_t)t * E;
+        float mx = p[0];
+        for (int e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += p[e];
+        }
+        for (int e = 0; e < E; e++)
+            p[e] = (float)(p[e] / sum);
+        for (int j = 0; j < K; j++) { /* the j-th most probable, ties: lower index */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++)
+                    taken |= s->choice[(size_t)t * K + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            s->choice[(size_t)t * K + j] = best;
+            s->gate[(size_t)t * K + j] = p[best];
+            s->frac[best] += 1.0;
+        }
+    }
+    for (int e = 0; e < E; e++)
+        s->frac[e] /= (double)N * K;
+}
+
+msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p, const float *x,
+                             int N, float *y, double *aux_p)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    int E = moe->E, K = moe->K, C = moe->C, H = moe->H;
+    msr_gpt_moe_t cfg = {E, K, moe->every, moe->F, moe->A};
+    int cap = msr_moe_capacity(&cfg, N);
+    int nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
+    msr_moe_stats_t *stats = &moe->stats[(l + 1) / moe->every - 1];
+    s->N = 0;
+    route(moe, s, p->routerw, x, N);
+
+    /* capacity: choice rank first, then token index (every tp rank counts
+     * every expert alike; it fills the rows of its own experts only) */
+    int count[MSR_GPT_MAX_EXPERTS], filled[MSR_GPT_MAX_EXPERTS];
+    memset(count, 0, sizeof count);
+    memset(filled, 0, sizeof filled);
+    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    if (moe->counting)
+        stats->tokens += N;
+    for (int j = 0; j < K; j++) {
+        for (int t = 0; t < N; t++) {
+            size_t tj = (size_t)t * K + j;
+            int e = s->choice[tj], q = row_block(moe, e);
+            if (count[e] == cap) {
+                s->pos[tj] = -1;
+                stats->dropped += moe->counting;
+                continue;
+            }
+            s->pos[tj] = count[e]++;
+            stats->load[e] += moe->counting;
+            if (q < 0)
+                continue;
+            filled[q] = count[e];
+            memcpy(moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
+                   (size_t)C * sizeof(float));
+        }
+    }
+
+    /* dispatch, the experts (on the filled rows of each block), combine */
+    msr_status_t st = exchange_counts(moe, filled, s->used);
+    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C, "moe dispatch")) != MSR_OK)
+        return st;
+    for (int b = 0; b < nb; b++) {
+        expert_t w = expert_point(p->experts, block_expert(moe, b), C);
+        size_t r0 = (size_t)b * cap;
+        int n = s->used[b];
+        if (n == 0)
+            continue;
+        msr_matmul_forward(s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
+        msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
+        msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n, H, C);
+    }
+    if ((st = exchange(moe, moe->out, s->comb, cap, C, "moe combine")) != MSR_OK)
+        return st;
+    memset(y, 0, (size_t)N * C * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            int q = row_block(moe, s->choice[tj]);
+            if (s->pos[tj] < 0 || q < 0)
+                continue;
+            const float *o = s->comb + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
+            float g = s->gate[tj];
+            for (int c = 0; c < C; c++)
+                y[(size_t)t * C + c] += g * o[c];
+        }
+    }
+
+    double aux = 0.0;
+    if (moe->A > 0.0) {
+        for (int e = 0; e < E; e++) {
+            double P = 0.0;
+            for (int t = 0; t < N; t++)
+                P += s->probs[(size_t)t * E + e];
+            aux += s->frac[e] * (P / N);
+        }
+        aux *= moe->A * E;
+    }
+    s->N = N;
+    s->cap = cap;
+    *aux_p = aux;
+    return MSR_OK;
+}
+
+/* Combine's backward: the gates' gradients into moe->dgate (N, K) and
+ * the outputs' into moe->send (rows, C), from dy (N, C). */
+static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
+{
+    int K = moe->K, C = moe->C, N = s->N, cap = s->cap;
+    size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
+    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        const float *d = dy + (size_t)t * C;
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            int q = row_block(moe, s->choice[tj]);
+            moe->dgate[tj] = 0.0f;
+            if (s->pos[tj] < 0 || q < 0)
+                continue;
+            size_t row = (size_t)q * cap + (size_t)s->pos[tj];
+            const float *o = s->comb + row * C;
+            float *dsend = moe->send + row * C, gt = s->gate[tj], dg = 0.0f;
+            for (int c = 0; c < C; c++) {
+                dg += d[c] * o[c];
+                dsend[c] = gt * d[c];
+            }
+            moe->dgate[tj] = dg;
+        }
+    }
+}
+
+/* The experts' backward where they ran, from moe->send's output gradients:
+ * their weights' gradients into g, their input gradients added to dx
+ * (N, C). */
+static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
+                                     const msr_gpt_block_params_t *p,
+                                     const msr_gpt_block_params_t *g, float *dx)
+{
+    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->cap, nb = row_blocks(moe);
+    size_t rows = (size_t)nb * (size_t)cap;
+    msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
+    if (st != MSR_OK)
+        return st;
+    memset(moe->dfch_g, 0, rows * (size_t)H * sizeof(float));
+    memset(moe->dfch, 0, rows * (size_t)H * sizeof(float));
+    memset(moe->out, 0, rows * (size_t)C * sizeof(float));
+    for (int b = 0; b < nb; b++) {
+        int e = block_expert(moe, b);
+        expert_t w = expert_point(p->experts, e, C), dw = expert_point(g->experts, e, C);
+        size_t r0 = (size_t)b * cap;
+        int n = s->used[b];
+        if (n == 0)
+            continue;
+        msr_matmul_backward(moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb, moe->dout + r0 * C,
+                            s->fch_g + r0 * H, w.fcprojw, n, H, C);
+        msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H, (size_t)n * H);
+        msr_matmul_backward(moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H, s->xin + r0 * C,
+                            w.fcw, n, C, H);
+    }
+    if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
+        return st;
+    for (int t = 0; t < N; t++) {
+        for (int j = 0; j < K; j++) {
+            size_t tj = (size_t)t * K + j;
+            int q = row_block(moe, s->choice[tj]);
+            if (s->pos[tj] < 0 || q < 0)
+                continue;
+            const float *d = moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
+            for (int c = 0; c < C; c++)
+                dx[(size_t)t * C + c] += d[c];
+        }
+    }
+    return MSR_OK;
+}
+
+/* The router's backward from moe->dgate: the gates and the load-balancing
+ * loss into the probabilities, softmax's backward into the logits (in
+ * place), the router matmul into dx (N, C) and g->routerw. */
+static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_block_params_t *p,
+                            const msr_gpt_block_params_t *g, const float *x, float *dx,
+                            float aux_weight)
+{
+    int E = moe->E, K = moe->K, C = moe->C, N = s->N;
+    double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
+    for (int t = 0; t < N; t++) {
+        float *dp = moe->dprobs + (size_t)t * E;
+        const float *pr = s->probs + (size_t)t * E;
+        for (int e = 0; e < E; e++)
+            dp[e] = (float)(daux * s->frac[e]);
+        for (int j = 0; j < K; j++)
+            dp[s->choice[(size_t)t * K + j]] += moe->dgate[(size_t)t * K + j];
+        double dot = 0.0;
+        for (int e = 0; e < E; e++)
+            dot += (double)pr[e] * dp[e];
+        for (int e = 0; e < E; e++)
+            dp[e] = pr[e] * (float)(dp[e] - dot);
+    }
+    /* tp: every rank computes the router alike; its input gradient joins
+     * tp rank 0's dx only (the others' hold their experts' share), and its
+     * weight gradient every rank's, or only rank 0's when the caller sums
+     * it over tp */
+    if (moe->tp_rank == 0) {
+        msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    } else if (!moe->router_once) {
+        memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
+        msr_matmul_backward(moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+    }
+}
+
+msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
+                              const msr_gpt_block_params_t *g, const float *x, const float *dy,
+                              float *dx, float aux_weight)
+{
+    moe_slot_t *s = slot_of(moe, l);
+    if (s->N == 0)
+        return msr_err(MSR_ERR_STATE, "moe: backward of block %d without its forward", l);
+    int N = s->N, K = moe->K;
+    combine_backward(moe, s, dy);
+    msr_status_t st = experts_backward(moe, s, p, g, dx);
+    if (st != MSR_OK)
+        return st;
+    /* tp: a gate's gradient came from the rank computing its expert (zero
+     * on the others): the sum gives every rank all of them */
+    if (moe->tp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        st = msr_comm_allreduce(moe->tp_comm, MSR_IN_PLACE, moe->dgate, (uint64_t)N * K,
+                                MSR_DTYPE_F32, MSR_OP_SUM);
+        span(moe, "moe gate grads", a);
+        if (st != MSR_OK)
+            return msr_err_call(st, "moe: the allreduce of the gates' gradients over tp %d",
+                                moe->tp);
+    }
+
+    router_backward(moe, s, p, g, x, dx, aux_weight);
+    return MSR_OK;
+}

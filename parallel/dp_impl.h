@@ -1,0 +1,79 @@
+/* Data parallel's private functions (see dp.h), shared by its files:
+ * dp.c (the layout, temporary buffers, create and destroy), dp_hooks.c
+ * (the hooks that reduce buckets and gather ZeRO-3 segments while
+ * forward and backward run), dp_step.c (the step's end) and dp_pieces.c
+ * (checkpoint pieces). */
+#ifndef MSR_PARALLEL_DP_IMPL_H
+#define MSR_PARALLEL_DP_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout/layout.h"
+#include "parallel/dp.h"
+
+/* Page-backed temporary buffers of n floats, counted in dp->transient and
+ * kept for reuse when freed (dp.c); tmp_alloc sets the error text and
+ * returns NULL when out of memory; tmp_free sets *p to NULL. */
+float *msr_dp_tmp_alloc(msr_dp_t *dp, size_t n, int zeroed);
+void msr_dp_tmp_free(msr_dp_t *dp, float **p, size_t n);
+
+/* The communicator's failure st, with what failed in front of its text. */
+msr_status_t msr_dp_comm_failed(const char *what, int index, msr_status_t st);
+
+/* Elements [a, e) of a sharded unit that belong to rank j's block. */
+static inline void msr_dp_block_of(const msr_dp_unit_t *u, int j, size_t *a_p, size_t *e_p)
+{
+    uint64_t a, e;
+    msr_layout_block_of(u->n, u->blk, j, &a, &e);
+    *a_p = (size_t)a;
+    *e_p = (size_t)e;
+}
+
+static inline size_t msr_dp_seg_count(const msr_dp_t *dp, int s)
+{
+    return dp->model->segments[s].count;
+}
+
+/* Where a unit's owned parameters and gradients are. */
+static inline float *msr_dp_param_at(const msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    return dp->cfg.zero >= 3 ? dp->pshard + u->shard_off : dp->model->params + u->own_lo;
+}
+
+static inline float *msr_dp_grad_at(const msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    return dp->cfg.zero >= 2 ? dp->gshard + u->shard_off : dp->model->grads + u->own_lo;
+}
+
+/* Where a unit's owned moments start in the optimizer (flat in stage 0). */
+static inline size_t msr_dp_moment_off(const msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    return dp->cfg.zero == 0 ? u->own_lo : u->shard_off;
+}
+
+/* Buckets and ZeRO-3 gathers (dp_hooks.c): bucket_start starts bucket b's
+ * reduction (its errors prefixed as comm_failed does); bucket_finish moves a
+ * reduced bucket's results into place and frees its buffer; seg_ready
+ * makes segment s's full parameters available and points the model at
+ * them; seg_drop frees them (waiting for a gather in flight). */
+msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b);
+void msr_dp_bucket_finish(msr_dp_t *dp, int b);
+msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s);
+msr_status_t msr_dp_seg_drop(msr_dp_t *dp, int s);
+
+/* The model's hooks (dp_hooks.c; see model/gpt.h's msr_gpt_hooks_t). */
+msr_status_t msr_dp_hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pass_t pass);
+msr_status_t msr_dp_hook_release(void *arg, msr_gpt_t *model, int s, msr_gpt_pass_t pass);
+msr_status_t msr_dp_hook_grads_ready(void *arg, msr_gpt_t *model, int s);
+msr_status_t msr_dp_hook_poll(void *arg, msr_gpt_t *model);
+
+/* Waits for whatever is in flight and frees every temporary buffer (dp.c);
+ * the first failure, or MSR_OK. */
+msr_status_t msr_dp_drain(msr_dp_t *dp);
+
+/* Gathers the sharded units of arr (a flat-indexed array: the parameters,
+ * or stage 0's moments) from their owners (dp_step.c). */
+msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr);
+
+#endif

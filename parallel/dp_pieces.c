@@ -1,0 +1,140 @@
+/* Data parallel's checkpoint pieces (see dp.h): the units this rank owns,
+ * to save, and a restore that takes what this rank needs from any saved
+ * rank's pieces, checks that all of it was found, and rebuilds the
+ * replicated state from the shards. */
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "model/err_call.h"
+#include "parallel/dp_impl.h"
+
+#define COVER_PARAMS  1u
+#define COVER_MOMENTS 2u
+
+/* ---- checkpoints ---- */
+
+int msr_dp_num_owned(const msr_dp_t *dp)
+{
+    int n = 0;
+    for (int k = 0; k < dp->num_units; k++)
+        n += dp->units[k].own_n > 0;
+    return n;
+}
+
+void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece)
+{
+    int i = -1;
+    for (int u = 0; u < dp->num_units; u++) {
+        if (dp->units[u].own_n > 0 && ++i == k) {
+            const msr_dp_unit_t *un = &dp->units[u];
+            size_t mo = msr_dp_moment_off(dp, un);
+            *piece = (msr_dp_piece_t){un->own_lo, un->own_n, msr_dp_param_at(dp, un),
+                                      dp->opt->m + mo, dp->opt->v + mo};
+            return;
+        }
+    }
+    *piece = (msr_dp_piece_t){0, 0, NULL, NULL, NULL};
+}
+
+msr_status_t msr_dp_load_begin(msr_dp_t *dp)
+{
+    msr_free(dp->cover);
+    dp->cover = msr_calloc(dp->model->num_params + 1, 1);
+    if (dp->cover == NULL) {
+        return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory loading a checkpoint");
+    }
+    return MSR_OK;
+}
+
+/* Copies the part of src (a piece's array starting at flat element
+ * piece->lo) that falls in flat [lo, lo + n) to dst (element lo), and marks
+ * it found. */
+static void take(msr_dp_t *dp, const msr_dp_piece_t *piece, const float *src, size_t lo, size_t n,
+                 float *dst, unsigned bit)
+{
+    size_t a = MSR_MAX(lo, piece->lo), e = MSR_MIN(lo + n, piece->lo + piece->n);
+    if (a >= e)
+        return;
+    memcpy(dst + (a - lo), src + (a - piece->lo), (e - a) * sizeof(float));
+    for (size_t i = a; i < e; i++)
+        dp->cover[i] |= (uint8_t)bit;
+}
+
+void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
+{
+    for (int k = 0; k < dp->num_units; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->lo >= piece->lo + piece->n || u->lo + u->n <= piece->lo)
+            continue;
+        if (dp->cfg.zero <= 2)
+            take(dp, piece, piece->params, u->lo, u->n, dp->model->params + u->lo, COVER_PARAMS);
+        else
+            take(dp, piece, piece->params, u->own_lo, u->own_n, dp->pshard + u->shard_off,
+                 COVER_PARAMS);
+        size_t lo = dp->cfg.zero == 0 ? u->lo : u->own_lo;
+        size_t n = dp->cfg.zero == 0 ? u->n : u->own_n;
+        size_t mo = dp->cfg.zero == 0 ? u->lo : u->shard_off;
+        take(dp, piece, piece->m, lo, n, dp->opt->m + mo, 0);
+        take(dp, piece, piece->v, lo, n, dp->opt->v + mo, COVER_MOMENTS);
+    }
+}
+
+/* The first element of flat [lo, lo + n) that lacks bits, or lo + n. */
+static size_t first_missing(const msr_dp_t *dp, size_t lo, size_t n, unsigned bits)
+{
+    for (size_t i = lo; i < lo + n; i++)
+        if ((dp->cover[i] & bits) != bits)
+            return i;
+    return lo + n;
+}
+
+msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
+{
+    size_t missing = SIZE_MAX;
+    for (int k = 0; k < dp->num_units && missing == SIZE_MAX && !failed && dp->cover != NULL; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        size_t i = first_missing(dp, u->own_lo, u->own_n, COVER_PARAMS | COVER_MOMENTS);
+        if (i < u->own_lo + u->own_n)
+            missing = i;
+        if (gather || missing != SIZE_MAX)
+            continue;
+        /* what this rank holds beyond its own elements */
+        unsigned bits =
+            (dp->cfg.zero <= 2 ? COVER_PARAMS : 0u) | (dp->cfg.zero == 0 ? COVER_MOMENTS : 0u);
+        if (bits != 0 && (i = first_missing(dp, u->lo, u->n, bits)) < u->lo + u->n)
+            missing = i;
+    }
+    if (missing != SIZE_MAX)
+        msr_err_set("dp: the checkpoint lacks flat element %zu of the %zu parameters (or its "
+                    "moments)",
+                    missing, dp->model->num_params);
+    /* every rank learns whether all found what they need */
+    int32_t ok = missing == SIZE_MAX && !failed && dp->cover != NULL;
+    msr_free(dp->cover);
+    dp->cover = NULL;
+    if (dp->comm != NULL) {
+        msr_status_t st =
+            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, &ok, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (st != MSR_OK)
+            return msr_dp_comm_failed("agreement on a checkpoint load, rank", dp->rank, st);
+    }
+    if (!ok) {
+        if (missing == SIZE_MAX && !failed)
+            msr_err_set("dp: another rank could not load its part of the checkpoint");
+        return MSR_ERR_CORRUPT;
+    }
+    if (!gather)
+        return MSR_OK;
+    msr_status_t st = MSR_OK;
+    if (dp->cfg.zero <= 2)
+        st = msr_dp_allgather_flat(dp, dp->model->params);
+    if (st == MSR_OK && dp->cfg.zero == 0)
+        st = msr_dp_allgather_flat(dp, dp->opt->m);
+    if (st == MSR_OK && dp->cfg.zero == 0)
+        st = msr_dp_allgather_flat(dp, dp->opt->v);
+    return st;
+}

@@ -1,0 +1,491 @@
+/* Model parallel's step (see mp.h): a block's forward, backward and
+ * recompute on this rank's part, the pipeline's frames, sends and
+ * receives, the forwards and backwards in the schedule's order, and the
+ * step around them (tied embeddings, sequence parallel's sums, the
+ * gradients' hand-over to data parallel, the loss). */
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "layout/layout.h"
+#include "model/err_call.h"
+#include "model/layers.h"
+#include "model/moe.h"
+#include "parallel/mp_impl.h"
+
+/* ---- a block ---- */
+
+static int seg_of_layer(const msr_gpt_t *m, int c, int l)
+{
+    return m->chunk_seg[c] + (l - m->chunk_lo[c]);
+}
+
+/* Block l's parameters in segment s (grads: its gradients), a MoE block's
+ * router and this rank's experts included. */
+static void point_params(msr_mp_t *mp, int s, int l, int grads, msr_gpt_block_params_t *p)
+{
+    msr_gpt_t *model = mp->model;
+    msr_gpt_block_point_tp(&model->cfg, mp->tp,
+                           grads ? model->segments[s].grads : model->segments[s].params, p);
+    p->routerw = p->experts = NULL;
+    if (!msr_gpt_layer_is_moe(&model->cfg, l))
+        return;
+    p->routerw = p->fcw; /* the router takes the MLP's place after ln2b */
+    p->fcw = p->fcb = p->fcprojw = p->fcprojb = NULL;
+    p->experts = msr_moe_block_params(model->moe, l, grads);
+}
+
+/* A MoE block's MLP (model/moe.h) as the block's MLP: every tp rank
+ * gets the whole micro-batch and returns its experts' share of y. */
+typedef struct moe_call {
+    msr_mp_t *mp;
+    int l;
+    const msr_gpt_block_params_t *p, *g;
+    double aux;
+} moe_call_t;
+
+static msr_status_t moe_mlp(void *arg, const float *in, float *out)
+{
+    moe_call_t *c = arg;
+    return msr_moe_forward(c->mp->model->moe, c->l, c->p, in, (int)c->mp->d.N, out, &c->aux);
+}
+
+static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *dout, float *din)
+{
+    moe_call_t *c = arg;
+    msr_mp_t *mp = c->mp;
+    /* the load-balancing loss counts like the micro-batch's mean loss */
+    return msr_moe_backward(mp->model->moe, c->l, c->p, c->g, in, dout, din,
+                            mp->dloss * (float)mp->d.N);
+}
+
+/* Forward of block l for micro-batch m; a MoE block's load-balancing loss
+ * joins the step's unless this is a recompute (count 0), which also
+ * leaves the router's counters alone. */
+static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
+                                  msr_gpt_block_acts_t *la, const float *x, int count)
+{
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+        return msr_block_forward(&mp->blk, p, la, x, NULL);
+    moe_call_t c = {mp, l, p, NULL, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
+    msr_moe_select(mp->model->moe, m, count);
+    msr_status_t st = msr_block_forward(&mp->blk, p, la, x, &mlp);
+    if (st == MSR_OK && count)
+        mp->aux_sum += c.aux;
+    return st;
+}
+
+static msr_status_t block_backward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
+                                   const msr_gpt_block_params_t *g, msr_gpt_block_acts_t *la,
+                                   const float *x, float *dres)
+{
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+        return msr_block_backward(&mp->blk, p, g, la, x, dres, NULL);
+    moe_call_t c = {mp, l, p, g, 0.0};
+    msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
+    msr_moe_select(mp->model->moe, m, 0);
+    return msr_block_backward(&mp->blk, p, g, la, x, dres, &mlp);
+}
+
+/* Brings back what the recompute mode dropped, just before backward. */
+static msr_status_t recompute(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
+                              msr_gpt_block_acts_t *la, const float *x)
+{
+    const dims_t *d = &mp->d;
+    if (d->mode == MSR_MP_RECOMPUTE_FULL)
+        return block_forward(mp, m, l, p, la, x, 0);
+    if (d->mode == MSR_MP_RECOMPUTE_SELECTIVE) {
+        /* the attention output is kept; the recomputed copy goes to scratch
+         * (under cp the logsumexp was kept: nothing to recompute); a MoE
+         * block has no GELU of its own to bring back */
+        if (d->cp == 1)
+            msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
+        if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+            msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
+    }
+    return MSR_OK;
+}
+
+/* ---- the pipeline ---- */
+
+static int tag_of(const msr_mp_t *mp, int backward, int m, int j)
+{
+    return (backward * mp->cfg.micros + m) * mp->nv + j;
+}
+
+static frame_t *frame_at(msr_mp_t *mp, int m, int c)
+{
+    return &mp->frames[(size_t)m * mp->cfg.chunks + c];
+}
+
+static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
+{
+    int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
+    msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
+    msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    f->mem = NULL;
+    for (int k = 0; k < mp->pool_n && f->mem == NULL; k++) {
+        if (mp->pool[k].bytes == keep.used * sizeof(float)) {
+            f->mem = mp->pool[k].mem;
+            mp->pool[k] = mp->pool[--mp->pool_n];
+        }
+    }
+    if (f->mem == NULL && (f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
+                       keep.used * sizeof(float));
+    }
+    keep.base = f->mem;
+    keep.used = 0;
+    scr.base = mp->w.scratch;
+    scr.used = 0;
+    msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    f->bytes = keep.used * sizeof(float);
+    f->live = 1;
+    mp->acts_live += f->bytes;
+    if (mp->acts_live > mp->stats.acts_peak)
+        mp->stats.acts_peak = mp->acts_live;
+    return MSR_OK;
+}
+
+void msr_mp_frame_close(msr_mp_t *mp, frame_t *f)
+{
+    if (!f->live)
+        return;
+    /* back to the pool (never full: it has a place for every frame) */
+    mp->pool[mp->pool_n].mem = f->mem;
+    mp->pool[mp->pool_n++].bytes = f->bytes;
+    f->mem = NULL;
+    f->live = 0;
+    mp->acts_live -= f->bytes;
+}
+
+static msr_status_t recv_from(msr_mp_t *mp, float *buf, int peer, int tag)
+{
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_recv(mp->mesh->pp_comm, buf, mp->d.Nl * (size_t)mp->d.C, MSR_DTYPE_F32, peer, tag);
+    uint64_t b = msr_now_ns();
+    mp->recv_ns += b - a;
+    msr_mp_span_add(mp, 1, a, b, "recv from %d", peer);
+    return st != MSR_OK ? msr_mp_failed("pipeline receive", st) : MSR_OK;
+}
+
+static msr_status_t send_to(msr_mp_t *mp, const float *buf, int peer, int tag, msr_comm_req_t **req)
+{
+    msr_status_t st = msr_comm_isend(mp->mesh->pp_comm, buf, mp->d.Nl * (size_t)mp->d.C,
+                                     MSR_DTYPE_F32, peer, tag, req);
+    return st != MSR_OK ? msr_mp_failed("pipeline send", st) : MSR_OK;
+}
+
+static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
+{
+    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
+    if (acquire)
+        return h->acquire(h->arg, mp->model, s, MSR_GPT_BACKWARD);
+    return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
+}
+
+static msr_status_t seg_done(msr_mp_t *mp, int s);
+
+static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
+{
+    msr_gpt_t *model = mp->model;
+    int j = c * mp->pp + mp->pr;
+    size_t N = mp->d.N;
+    frame_t *f = frame_at(mp, m, c);
+    msr_status_t st = frame_open(mp, m, c, f);
+    if (st != MSR_OK)
+        return st;
+    if (j == 0)
+        st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
+    else
+        st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
+    if (st != MSR_OK)
+        return st;
+    const float *x = f->in;
+    for (int l = model->chunk_lo[c]; l < model->chunk_hi[c]; l++) {
+        msr_gpt_block_acts_t *la = &f->layers[l - model->chunk_lo[c]];
+        msr_gpt_block_params_t p;
+        point_params(mp, seg_of_layer(model, c, l), l, 0, &p);
+        if ((st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK)
+            return st;
+        x = la->res3;
+    }
+    if (j == mp->nv - 1)
+        return msr_mp_head_forward(mp, f, x, mp->targets + (size_t)m * N);
+    return send_to(mp, x, (j + 1) % mp->pp, tag_of(mp, 0, m, j + 1),
+                   &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
+}
+
+static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
+{
+    msr_gpt_t *model = mp->model;
+    int j = c * mp->pp + mp->pr;
+    size_t N = mp->d.N;
+    frame_t *f = frame_at(mp, m, c);
+    int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
+    float *dres = mp->w.dres;
+    msr_status_t st;
+    if (mp->overlap) {
+        /* backwards go in micro-batch order: each is one dp micro-batch */
+        if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
+            return st;
+        mp->last_backward = mp->backwards == mp->cfg.micros - 1;
+        st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
+        mp->backwards++;
+        if (st != MSR_OK)
+            return st;
+    }
+    if (j == mp->nv - 1) {
+        if (mp->pp == 1 && (st = hook(mp, model->seg_embed, 1)) != MSR_OK)
+            return st;
+        if ((st = hook(mp, model->seg_lnf, 1)) != MSR_OK)
+            return st;
+        st = msr_mp_head_backward(mp, f, f->layers[hi - lo - 1].res3, mp->targets + (size_t)m * N);
+        if (st == MSR_OK)
+            st = hook(mp, model->seg_lnf, 0);
+        if (st == MSR_OK && mp->pp == 1)
+            st = hook(mp, model->seg_embed, 0);
+        if (st == MSR_OK)
+            st = seg_done(mp, model->seg_lnf);
+        /* the head's wte gradient is complete after the last backward */
+        if (st == MSR_OK && mp->overlap && mp->pp > 1 && mp->last_backward) {
+            st =
+                msr_comm_isend(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
+                               MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1, &mp->tied_req);
+            if (st != MSR_OK)
+                return msr_mp_failed("sending the tied embedding's gradient", st);
+        }
+    } else {
+        st = recv_from(mp, dres, (j + 1) % mp->pp, tag_of(mp, 1, m, j));
+    }
+    if (st != MSR_OK)
+        return st;
+    for (int l = hi - 1; l >= lo; l--) {
+        int s = seg_of_layer(model, c, l);
+        msr_gpt_block_acts_t *la = &f->layers[l - lo];
+        const float *x = l == lo ? f->in : f->layers[l - lo - 1].res3;
+        if ((st = hook(mp, s, 1)) != MSR_OK)
+            return st;
+        msr_gpt_block_params_t p, g;
+        point_params(mp, s, l, 0, &p);
+        point_params(mp, s, l, 1, &g);
+        if ((st = recompute(mp, m, l, &p, la, x)) != MSR_OK)
+            return st;
+        if ((st = block_backward(mp, m, l, &p, &g, la, x, dres)) != MSR_OK)
+            return st;
+        if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
+            return st;
+    }
+    if (j == 0) {
+        if ((st = hook(mp, model->seg_embed, 1)) != MSR_OK)
+            return st;
+        if ((st = msr_mp_embed_backward(mp, mp->inputs + (size_t)m * N, dres)) != MSR_OK)
+            return st;
+        if ((st = seg_done(mp, model->seg_embed)) != MSR_OK)
+            return st;
+        st = hook(mp, model->seg_embed, 0);
+    } else {
+        size_t k = (size_t)m * mp->cfg.chunks + c;
+        float *buf = mp->gsend + k * mp->d.Nl * (size_t)mp->d.C;
+        memcpy(buf, dres, mp->d.Nl * (size_t)mp->d.C * sizeof(float));
+        st = send_to(mp, buf, (j - 1 + mp->nv) % mp->pp, tag_of(mp, 1, m, j - 1),
+                     &mp->sreq[2 * k + 1]);
+    }
+    msr_mp_frame_close(mp, f);
+    return st;
+}
+
+/* ---- the step ---- */
+
+msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
+{
+    if (mp->pp == 1)
+        return MSR_OK;
+    size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+    msr_status_t st = MSR_OK;
+    if (mp->pr == 0)
+        st = msr_comm_send(mp->mesh->pp_comm, mp->model->segments[mp->model->seg_embed].params, n,
+                           MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX);
+    else if (mp->pr == mp->pp - 1)
+        st = msr_comm_recv(mp->mesh->pp_comm, mp->head_wte, n, MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX);
+    return st != MSR_OK ? msr_mp_failed("sending the tied embedding to the last stage", st)
+                        : MSR_OK;
+}
+
+/* The first stage adds the head's wte gradient (sent by the last stage)
+ * to its own; the segment must be acquired. */
+static msr_status_t tied_add(msr_mp_t *mp)
+{
+    msr_gpt_t *m = mp->model;
+    size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+    float *tmp = mp->w.dln; /* (N, C) is free here; used if it is large enough */
+    float *buf = n <= mp->d.N * (size_t)mp->d.C ? tmp : msr_malloc(n * sizeof(float));
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_recv(mp->mesh->pp_comm, buf, n, MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX - 1);
+    if (st == MSR_OK) {
+        float *g = m->segments[m->seg_embed].grads;
+        for (size_t i = 0; i < n; i++)
+            g[i] += buf[i];
+    }
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
+    if (buf != tmp)
+        msr_free(buf);
+    return st != MSR_OK ? msr_mp_failed("receiving the tied embedding's gradient", st) : MSR_OK;
+}
+
+/* Sequence parallel: sums the partial gradients of the tp-replicated
+ * tensors of segment s (seg < 0: of every segment) over tp, packed into
+ * one allreduce. */
+static msr_status_t sp_sum(msr_mp_t *mp, int seg)
+{
+    msr_gpt_t *m = mp->model;
+    size_t total = 0;
+    for (int k = 0; k < m->num_tensors; k++)
+        if (m->tensors[k].tp_replicated && (seg < 0 || m->tensors[k].segment == seg))
+            total += m->tensors[k].count;
+    if (total == 0)
+        return MSR_OK;
+    float *buf = msr_malloc(total * sizeof(float));
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = MSR_OK;
+    for (int pass = 0; pass < 2 && st == MSR_OK; pass++) {
+        size_t off = 0;
+        for (int k = 0; k < m->num_tensors; k++) {
+            const msr_gpt_tensor_t *t = &m->tensors[k];
+            if (!t->tp_replicated || (seg >= 0 && t->segment != seg))
+                continue;
+            const msr_gpt_segment_t *s = &m->segments[t->segment];
+            float *g = s->grads + (t->offset - s->offset);
+            if (pass == 0)
+                memcpy(buf + off, g, t->count * sizeof(float));
+            else
+                memcpy(g, buf + off, t->count * sizeof(float));
+            off += t->count;
+        }
+        if (pass == 0)
+            st = msr_mp_tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
+    }
+    msr_free(buf);
+    return st;
+}
+
+/* Reduce-once path (interleaved): at the end of the step's backwards the
+ * head's wte gradient joins the first stage's, and under sp the
+ * tp-replicated parameters' partial gradients are summed over tp. */
+static msr_status_t finish_grads(msr_mp_t *mp)
+{
+    msr_gpt_t *m = mp->model;
+    msr_status_t st = MSR_OK;
+    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
+        st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
+                           MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1);
+        if (st != MSR_OK)
+            return msr_mp_failed("sending the tied embedding's gradient", st);
+    } else if (mp->pp > 1 && mp->pr == 0) {
+        if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = tied_add(mp)) == MSR_OK)
+            st = hook(mp, m->seg_embed, 0);
+        if (st != MSR_OK)
+            return st;
+    }
+    return mp->d.sp ? sp_sum(mp, -1) : MSR_OK;
+}
+
+/* Overlap path: segment s is done for this backward. When this backward
+ * reduces (the step's last; every one under ZeRO-2), its gradient is made
+ * final (sp sum, the tied gradient on the last backward) and handed to dp,
+ * whose buckets start as they complete. */
+static msr_status_t seg_done(msr_mp_t *mp, int s)
+{
+    if (!mp->overlap || !mp->dp->reduce_now)
+        return MSR_OK;
+    msr_status_t st;
+    if (mp->d.sp && (st = sp_sum(mp, s)) != MSR_OK)
+        return st;
+    if (s == mp->model->seg_embed && mp->pp > 1 && mp->last_backward &&
+        (st = tied_add(mp)) != MSR_OK)
+        return st;
+    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
+    return h->grads_ready(h->arg, mp->model, s);
+}
+
+msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
+                        float dloss, double *loss_p)
+{
+    msr_status_t st;
+    mp->num_spans = 0;
+    if (mp->tracing && mp->mesh->world != NULL &&
+        (st = msr_comm_barrier(mp->mesh->world)) != MSR_OK)
+        return msr_mp_failed("barrier before a traced step", st);
+    /* what a failed run may have left: sends in flight, activations */
+    if ((st = msr_mp_sends_wait(mp)) != MSR_OK)
+        return st;
+    for (size_t k = 0; k < (size_t)mp->cfg.micros * (size_t)mp->cfg.chunks; k++)
+        msr_mp_frame_close(mp, &mp->frames[k]);
+    uint64_t t0 = msr_now_ns();
+    mp->t0 = t0;
+    if (mp->cp > 1) {
+        /* this rank's positions of every micro-batch: all it computes on */
+        size_t Ng = mp->d.N * (size_t)mp->cp;
+        for (int m = 0; m < mp->cfg.micros; m++) {
+            msr_mp_cp_select(mp, inputs + (size_t)m * Ng, mp->cp_in + (size_t)m * mp->d.N);
+            msr_mp_cp_select(mp, targets + (size_t)m * Ng, mp->cp_tgt + (size_t)m * mp->d.N);
+        }
+        inputs = mp->cp_in;
+        targets = mp->cp_tgt;
+    }
+    mp->inputs = inputs;
+    mp->targets = targets;
+    mp->dloss = dloss;
+    mp->dp = dp;
+    mp->loss_sum = 0.0;
+    mp->aux_sum = 0.0;
+    mp->recv_ns = 0;
+    if (mp->head_dwte != NULL)
+        memset(mp->head_dwte, 0, (size_t)mp->d.Vl * (size_t)mp->d.C * sizeof(float));
+    mp->backwards = 0;
+    mp->last_backward = 0;
+    if (!mp->overlap && (st = msr_dp_micro_begin(dp, 1, 1)) != MSR_OK)
+        return st;
+    uint64_t busy = 0;
+    for (int k = 0; k < mp->num_ops; k++) {
+        const op_t *o = &mp->ops[k];
+        uint64_t r0 = mp->recv_ns, a = msr_now_ns();
+        st = o->backward ? run_backward(mp, o->m, o->c) : run_forward(mp, o->m, o->c);
+        uint64_t b = msr_now_ns(), waited = mp->recv_ns - r0;
+        busy += (b - a) - waited;
+        /* the op's receive comes first: its compute starts after it */
+        msr_mp_span_add(mp, 0, a + waited, b, o->backward ? "B%d.%d" : "F%d.%d", o->m, o->c);
+        if (st != MSR_OK)
+            return st;
+    }
+    uint64_t a = msr_now_ns();
+    if ((st = msr_mp_sends_wait(mp)) != MSR_OK)
+        return st;
+    if (!mp->overlap && (st = finish_grads(mp)) != MSR_OK)
+        return st;
+    uint64_t b = msr_now_ns();
+    st = mp->overlap ? msr_dp_micro_end(dp) : msr_dp_reduce_all(dp);
+    msr_mp_span_add(mp, 1, b, msr_now_ns(), "dp wait");
+    (void)a;
+    if (st != MSR_OK)
+        return st;
+    mp->stats.steps++;
+    mp->stats.step_ns += msr_now_ns() - t0;
+    mp->stats.busy_ns += busy;
+    mp->stats.recv_wait_ns += mp->recv_ns;
+    /* the MoE blocks' load-balancing losses of every stage, once per tp group */
+    *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+    if (mp->tr != 0)
+        *loss_p = 0.0;
+    return MSR_OK;
+}
