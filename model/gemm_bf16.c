@@ -15,16 +15,17 @@
 const msr_gemm_bf16_ops_t *const msr_gemm_bf16_onednn_ops = NULL;
 #endif
 
-/* The blas path's blocks: op(A) (MC, KC) and op(B) (KC, NC) in fp32, 2.5
- * MiB together, so a product of any size needs no more. KC covers the
- * model's usual K (C or 4C) in one or few blocks; each block is one
- * cblas_sgemm, big enough to run near its full rate. */
+/* The blas path's blocks: op(A) (MC, KC) and op(B) (KC, NC) widened to
+ * fp32. Each block is one cblas_sgemm, which packs its operands again on
+ * every call: blocks as large as the model's products (B*T rows, K up to
+ * 4C) keep that to once per product. The buffers grow to what a product
+ * needs, never past these bounds (6 + 12 MiB). */
+#define BLAS_MC 1024
+#define BLAS_KC 1536
+#define BLAS_NC 2048
+
 #define MSR_GEMM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MSR_GEMM_MAX(a, b) ((a) > (b) ? (a) : (b))
-
-#define BLAS_MC 256
-#define BLAS_KC 512
-#define BLAS_NC 1024
 
 struct msr_gemm_bf16 {
     msr_gemm_bf16_path_t path;
@@ -48,30 +49,36 @@ const char *msr_gemm_bf16_path_name(msr_gemm_bf16_path_t path)
 /* ---- the blas path ---- */
 
 typedef struct blas_state {
-    float *a; /* BLAS_MC * BLAS_KC */
-    float *b; /* BLAS_KC * BLAS_NC */
+    float *a, *b;        /* op(A)'s and op(B)'s widened blocks */
+    size_t a_cap, b_cap; /* their sizes, in floats */
 } blas_state_t;
 
 static msr_status_t blas_create(unsigned cpu_features, void **state_p)
 {
     (void)cpu_features; /* the conversions dispatch on their own */
     blas_state_t *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        goto err_nomem;
-    s->a = malloc((size_t)BLAS_MC * BLAS_KC * sizeof *s->a);
-    s->b = malloc((size_t)BLAS_KC * BLAS_NC * sizeof *s->b);
-    if (s->a == NULL || s->b == NULL)
-        goto err_free_state;
+    if (s == NULL) {
+        MSR_ERROR("bf16 gemm: out of memory for the blas path's state");
+        return MSR_ERR_NO_MEMORY;
+    }
     *state_p = s;
     return MSR_OK;
-err_free_state:
-    free(s->a);
-    free(s->b);
-    free(s);
-err_nomem:
-    MSR_ERROR("bf16 gemm: cannot allocate its %zu-byte block buffer",
-              (size_t)(BLAS_MC + BLAS_NC) * BLAS_KC * sizeof(float));
-    return MSR_ERR_NO_MEMORY;
+}
+
+/* *buf_p holds at least n floats, *cap_p updated; on failure unchanged */
+static msr_status_t reserve(float **buf_p, size_t *cap_p, size_t n)
+{
+    if (n <= *cap_p)
+        return MSR_OK;
+    float *p = malloc(n * sizeof *p);
+    if (p == NULL) {
+        MSR_ERROR("bf16 gemm: cannot allocate a %zu-byte block buffer", n * sizeof *p);
+        return MSR_ERR_NO_MEMORY;
+    }
+    free(*buf_p);
+    *buf_p = p;
+    *cap_p = n;
+    return MSR_OK;
 }
 
 static void blas_destroy(void *state)
@@ -101,6 +108,12 @@ static msr_status_t blas_run(void *state, bool trans_a, bool trans_b, int M, int
                              float beta, float *C, int ldc)
 {
     blas_state_t *s = state;
+    int mb = MSR_GEMM_MIN(BLAS_MC, M), kb = MSR_GEMM_MIN(BLAS_KC, K), nb = MSR_GEMM_MIN(BLAS_NC, N);
+    msr_status_t st = reserve(&s->a, &s->a_cap, (size_t)mb * kb);
+    if (st == MSR_OK)
+        st = reserve(&s->b, &s->b_cap, (size_t)kb * nb);
+    if (st != MSR_OK)
+        return st;
     CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     for (int n0 = 0; n0 < N; n0 += BLAS_NC) {

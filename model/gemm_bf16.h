@@ -8,7 +8,8 @@
  *
  * Paths, one chosen per context at creation:
  *   blas    the project's own: blocks of A and B widened to fp32 (exact)
- *           into the context's bounded buffer, then cblas_sgemm. On every
+ *           into the context's buffers (at most 18 MiB, whatever the
+ *           sizes), then cblas_sgemm. On every
  *           CPU the result is an fp32 product of the bf16 inputs: within
  *           gamma(K+2) = (K+2)u / (1 - (K+2)u), u = 2^-24, of
  *           |alpha| sum_k |a_ik b_kj| + |beta c_ij| (docs/model.md, "bf16
@@ -61,8 +62,9 @@ const char *msr_gemm_bf16_impl(const msr_gemm_bf16_t *g);
 /* The product above. Leading dimensions as cblas's row-major ones: lda at
  * least K (or M when trans_a), ldb at least N (or K when trans_b), ldc at
  * least N, and at least 1. MSR_ERR_INVALID_ARG for a negative size or a
- * short leading dimension, MSR_ERR_BACKEND (logged) when oneDNN fails; C
- * is then unspecified. M, N or K 0 is valid (K 0: C = beta * C). */
+ * short leading dimension, MSR_ERR_NO_MEMORY when the blas path cannot
+ * grow its buffers (C untouched), MSR_ERR_BACKEND when oneDNN fails (C
+ * then unspecified); each logged. M, N or K 0 is valid (K 0: C = beta * C). */
 msr_status_t msr_gemm_bf16(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M, int N, int K,
                            float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                            float beta, float *C, int ldc);

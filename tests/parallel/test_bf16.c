@@ -272,11 +272,13 @@ typedef struct shape {
     int M, N, K;
 } shape_t;
 
-/* 1 x N, N x 1, odd, and past each of the blas path's blocks (MC 256, KC
- * 512, NC 1024) by one */
-static const shape_t shapes[] = {{1, 37, 19},   {41, 1, 23},   {1, 1, 1},    {7, 13, 5},
-                                 {31, 29, 1},   {3, 5, 513},   {257, 9, 17}, {5, 1025, 11},
-                                 {64, 96, 384}, {17, 33, 1031}};
+/* 1 x N, N x 1, odd, the model's K (384), and each of the blas path's
+ * blocks (MC 1024, KC 1536, NC 2048) at its bound and one past */
+static const shape_t shapes[] = {
+    {1, 37, 19},   {41, 1, 23},   {1, 1, 1},      {7, 13, 5},   {31, 29, 1},
+    {64, 96, 384}, {1024, 9, 7},  {1025, 9, 17},  {3, 5, 1536}, {3, 5, 1537},
+    {5, 2048, 11}, {5, 2049, 11}, {17, 33, 1031},
+};
 
 static uint16_t *bf16_random(size_t n, uint64_t stream, double scale)
 {
