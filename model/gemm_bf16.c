@@ -8,7 +8,7 @@
 
 #include "base/cpu_features.h"
 #include "base/log.h"
-#include "model/bf16.h"
+#include "base/bf16.h"
 #include "model/gemm_bf16_impl.h"
 
 #ifndef MSR_HAVE_ONEDNN

@@ -5,13 +5,14 @@
  * finite bf16 (0x7f7f, 3.3895e38) round to infinity as RNE says; subnormals
  * round like any other value (no flush to zero). bf16 -> fp32 is exact.
  * These are the same bits as the communicator's msr_f32_to_bf16 and
- * msr_bf16_to_f32 (comm/), which should become calls of these.
+ * msr_bf16_to_f32 (comm/reduce.c; test_parallel_bf16 checks it), which
+ * should become calls of these.
  *
  * The array forms use AVX2 where msr_cpu_features_get() reports it (the
  * build needs no -mavx2) and give the same bits as the scalar forms on
  * every path. Any thread may call them; dst and src must not overlap. */
-#ifndef MSR_MODEL_BF16_H
-#define MSR_MODEL_BF16_H
+#ifndef MSR_BASE_BF16_H
+#define MSR_BASE_BF16_H
 
 #include <stddef.h>
 #include <stdint.h>

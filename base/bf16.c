@@ -1,5 +1,5 @@
 /* bfloat16 conversions of arrays: scalar, and AVX2 chosen at run time. */
-#include "model/bf16.h"
+#include "base/bf16.h"
 
 #include "base/cpu_features.h"
 
