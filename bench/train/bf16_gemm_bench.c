@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "base/cpu_features.h"
-#include "model/bf16.h"
+#include "base/bf16.h"
 #include "model/gemm_bf16.h"
 
 #if defined(__x86_64__)
