@@ -1,0 +1,23 @@
+/* The bf16 products' paths as an ops table (model/gemm_bf16.c). */
+#ifndef MSR_MODEL_GEMM_BF16_IMPL_H
+#define MSR_MODEL_GEMM_BF16_IMPL_H
+
+#include "model/gemm_bf16.h"
+
+/* One path. Arguments are checked by msr_gemm_bf16 before run is called,
+ * and M, N, K are all positive. */
+typedef struct msr_gemm_bf16_ops {
+    /* allocates the path's state into *state_p; logs its failures */
+    msr_status_t (*create)(unsigned cpu_features, void **state_p);
+    void (*destroy)(void *state);
+    msr_status_t (*run)(void *state, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                        float *C, int ldc);
+    /* the implementation last used ("" before any run) */
+    const char *(*impl)(const void *state);
+} msr_gemm_bf16_ops_t;
+
+/* oneDNN's, in a build that has it (gemm_bf16_onednn.c); NULL otherwise */
+extern const msr_gemm_bf16_ops_t *const msr_gemm_bf16_onednn_ops;
+
+#endif
