@@ -661,16 +661,16 @@ test: ^it_ckpt$
 
 # ---- the collectives (comm/)
 @ coll.reduce_chain_leaf_sends_partial
-file: comm/ucx/coll.c
+file: comm/ucx/coll_rooted.c
 test: ^comm_collectives_np(3|8)$
 <<<
-    return leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+    return leaf ? ucx_at(a->sendbuf, off, r->es) : ucx_at(reduce_chain_partial(r), off, r->es);
 ===
-    return leaf && !leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+    return leaf && !leaf ? ucx_at(a->sendbuf, off, r->es) : ucx_at(reduce_chain_partial(r), off, r->es);
 >>>
 
 @ coll.pipe_sends_before_data
-file: comm/ucx/coll.c
+file: comm/ucx/coll_ring.c
 test: ^comm_collectives_np(3|8)$
 <<<
         while (p->sends_posted < f->sends && p->sends_posted < f->first_sends + p->recvs_done &&
@@ -703,7 +703,7 @@ test: ^comm_determinism_np4$
 >>>
 
 @ comm.direct.reverse_fold
-file: comm/ucx/coll.c
+file: comm/ucx/coll_rounds.c
 test: ^comm_determinism_np4$
 <<<
     const void *x0 = r->me == 0 ? own : slots;

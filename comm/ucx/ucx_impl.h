@@ -446,7 +446,7 @@ msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
 msr_status_t ucx_coll_start(ucx_req_t *r);
 void ucx_tuning_read(ucx_tuning_t *t, int local_size);
 
-/* ops helpers (coll.c) */
+/* ops helpers (coll_ops.c) */
 void ucx_req_drop_ops(ucx_req_t *r);
 void ucx_req_release_scratch(ucx_req_t *r);
 /* for hier.c: a collective message to or from rank peer of r's group on
