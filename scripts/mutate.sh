@@ -1369,7 +1369,7 @@ test: ^sec_attack$
 
 # ---- collectives over several nodes in two levels (comm/ucx/hier.c)
 @ comm.hier.gather_offset_off_by_one
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
             st = ucx_op_recv(r, &ops[4 * j + 2], peer, piece, len * es, phase + 1);
@@ -1378,7 +1378,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.nodes_folded_backwards
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_3nodes$
 <<<
     const char *x0 = h->node == 0 ? dst : area;
@@ -1396,7 +1396,7 @@ test: ^comm_hier_3nodes$
 >>>
 
 @ comm.hier.avg_divided_by_nodes
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
         msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
@@ -1419,7 +1419,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.bcast_passed_on_before_the_tiles_gave_it
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
         uint64_t have = x->rs.tiles.copied * x->rs.tiles.tile_elems; /* of the vector */
@@ -1428,16 +1428,16 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.chain_links_disagree_on_neighbours
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_3nodes$
 <<<
-    return seg_owner(h, x, t, (root_node + v) % h->nnodes);
+    return ucx_hier_seg_owner(h, x, t, (root_node + v) % h->nnodes);
 ===
-    return seg_owner(h, x, t, (root_node - v + h->nnodes) % h->nnodes);
+    return ucx_hier_seg_owner(h, x, t, (root_node - v + h->nnodes) % h->nnodes);
 >>>
 
 @ comm.hier.reduce_unit_passed_on_before_reduced
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
     uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
@@ -1448,7 +1448,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.reduce_result_gathered_before_final
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
     if (v == 0)
@@ -1459,7 +1459,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.unit_leaves_before_reduced
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
             if (un->off + un->len - x->my_off > rs_ready)
@@ -1470,7 +1470,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.allgather_in_node_before_final
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
     uint64_t d = r->hier.done;
@@ -1480,7 +1480,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.relayed_block_in_wrong_place
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_2nodes$
 <<<
             st = route_recv(r, &i, agent_of(h, my, s), dst, b, 2);
@@ -1489,7 +1489,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.reduce_scatter_nodes_backwards
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_3nodes$
 <<<
             x->pieces[m] = rs_node_partial(r, m) + off * es;
@@ -1498,7 +1498,7 @@ test: ^comm_hier_3nodes$
 >>>
 
 @ comm.hier.reduce_scatter_partial_sent_early
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_2nodes$
 <<<
         if (!done)
