@@ -1346,7 +1346,7 @@ test: ^test_proxy_fetch$
 >>>
 
 @ ucx.address_not_fetched
-file: comm/ucx/engine.c
+file: comm/ucx/engine_peers.c
 test: ^comm_collectives_2nodes$
 <<<
     if (p->addr == NULL) {
@@ -1512,12 +1512,12 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.engine.host_peer_not_polled
-file: comm/ucx/engine.c
+file: comm/ucx/engine_peers.c
 test: ^comm_kill_2nodes_host$
 <<<
         return 0;
     }
-    rebuild_pollfds(e);
+    ucx_engine_rebuild_pollfds(e);
     return 1;
 ===
         return 0;

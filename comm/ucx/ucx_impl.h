@@ -390,7 +390,8 @@ static inline void ucx_engine_unlock(ucx_engine_t *e)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* engine.c */
+/* engine*.c (engine.c the engine, engine_peers.c its peers and endpoints,
+ * engine_fail.c failures, engine_progress.c progress and waiting) */
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
                                ucx_engine_t **engine_p);
 void ucx_engine_unref(ucx_engine_t *e);
