@@ -2,7 +2,7 @@
  * receives posted into the request's op slots (a failure turned into a
  * status and a sentence in the request), testing and waiting for them, room
  * for more slots, and the request's scratch (inline, the communicator's
- * cached block, or allocated). The algorithms (coll_*.c, hier.c, shm.c)
+ * cached block, or allocated). The algorithms over UCX (coll_*.c, hier*.c)
  * post through these alone. */
 #include <stdio.h>
 
