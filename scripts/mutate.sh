@@ -692,7 +692,7 @@ test: ^comm_determinism_np4$
 >>>
 
 @ comm.shm_tiles.reverse_fold
-file: comm/ucx/shm.c
+file: comm/ucx/shm_tiles.c
 test: ^comm_determinism_np4$
 <<<
     msr_reduce(a->op, a->dtype, dst, src[0], src[1], count);
@@ -1407,7 +1407,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.uneven_parts_as_equal_blocks
-file: comm/ucx/shm.c
+file: comm/ucx/shm_tiles.c
 test: ^comm_hier_2nodes$
 <<<
     if (r->tiles.parts) {

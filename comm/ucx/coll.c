@@ -58,7 +58,7 @@ static ucx_algo_t parse_algo(const char *var)
     return UCX_ALGO_AUTO;
 }
 
-/* never (0), always (1) or auto (2, by measurement: shm.c) */
+/* never (0), always (1) or auto (2, by measurement: shm_tiles.c) */
 static int parse_nt(const char *var)
 {
     const char *v = getenv(var);
