@@ -1527,7 +1527,7 @@ test: ^comm_kill_2nodes_host$
 >>>
 
 @ comm.nccl.split_not_settled_on_success
-file: comm/nccl/gpu_comm.c
+file: comm/nccl/gpu_ops.c
 test: ^gpu_fake_nccl_np3$
 <<<
             if (mine == MSR_OK || mine == MSR_IN_PROGRESS)
