@@ -29,11 +29,9 @@
  *
  * Every reduction combines operands in an order fixed by the ranks alone
  * (never by arrival), so results are bitwise reproducible. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/alloc.h"
 #include "base/log.h"
 #include "base/shm_defaults.h"
 #include "base/util.h"

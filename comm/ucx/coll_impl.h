@@ -21,14 +21,13 @@ msr_status_t ucx_op_send_tag(ucx_req_t *r, ucx_op_t *op, int peer, const void *b
                              uint64_t tag);
 msr_status_t ucx_op_recv_tag(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,
                              uint64_t tag);
-
-/* ---- geometry ---- */
-
 /* The next free op slot of r (room reserved by ucx_ops_reserve). */
 static inline ucx_op_t *ucx_next_op(ucx_req_t *r)
 {
     return &r->ops[r->nops++];
 }
+
+/* ---- geometry ---- */
 
 /* a mod n for a in (-2n, 2n) without a division (the common case), else
  * with one. */

@@ -2,8 +2,6 @@
  * as a ring of segments (reduce-scatter, then allgather), allgather's ring,
  * and the windowed segment pipeline (ucx_pipe_step) that the ring and the
  * chains of broadcast and reduce (coll_rooted.c) share. */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "comm/reduce.h"

@@ -5,7 +5,6 @@
  * flight. Each is a step function (coll.c says how they resume); every
  * reduction folds in rank order. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "comm/reduce.h"
