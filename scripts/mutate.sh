@@ -1367,7 +1367,7 @@ test: ^sec_attack$
             next = c->deadline_ns;
 >>>
 
-# ---- collectives over several nodes in two levels (comm/ucx/hier.c)
+# ---- collectives over several nodes in two levels (comm/ucx/hier*.c)
 @ comm.hier.gather_offset_off_by_one
 file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
