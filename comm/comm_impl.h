@@ -21,9 +21,9 @@ typedef enum msr_coll {
     MSR_COLL_RECV,
 } msr_coll_t;
 
-/* One operation, with MSR_IN_PLACE already resolved by comm.c: sendbuf then
- * points where the collective's in-place convention puts this rank's input
- * (inside recvbuf), and in_place is set. */
+/* One operation, with MSR_IN_PLACE already resolved by comm_calls.c:
+ * sendbuf then points where the collective's in-place convention puts this
+ * rank's input (inside recvbuf), and in_place is set. */
 typedef struct msr_coll_args {
     msr_coll_t coll;
     const void *sendbuf;
@@ -115,6 +115,15 @@ void msr_comm_unref(msr_comm_t *comm);
 /* Marks comm broken with st; the first status wins. Returns 1 when this
  * call broke it, 0 when it already was. */
 int msr_comm_break(msr_comm_t *comm, msr_status_t st);
+
+/* comm.c, for comm_calls.c: whether comm may take an operation (MSR_OK, or
+ * the error set with what's name); whether a's operation on comm is one
+ * rank's copy (a host communicator of one rank), that copy, and the start
+ * of a checked operation (on success *req_p is running or finished). */
+msr_status_t msr_comm_check_usable(const msr_comm_t *comm, const char *what);
+int msr_comm_is_local(const msr_comm_t *comm, const msr_coll_args_t *a);
+msr_status_t msr_comm_run_local(msr_comm_t *comm, const msr_coll_args_t *a);
+msr_status_t msr_comm_start(msr_comm_t *comm, const msr_coll_args_t *a, msr_comm_req_t **req_p);
 
 /* split's flags from msr_comm_dup: the same group, in the same order */
 #define MSR_COMM_SPLIT_DUP 0x100u

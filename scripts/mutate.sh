@@ -661,16 +661,16 @@ test: ^it_ckpt$
 
 # ---- the collectives (comm/)
 @ coll.reduce_chain_leaf_sends_partial
-file: comm/ucx/coll.c
+file: comm/ucx/coll_rooted.c
 test: ^comm_collectives_np(3|8)$
 <<<
-    return leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+    return leaf ? ucx_at(a->sendbuf, off, r->es) : ucx_at(reduce_chain_partial(r), off, r->es);
 ===
-    return leaf && !leaf ? at(a->sendbuf, off, r->es) : at(reduce_chain_partial(r), off, r->es);
+    return leaf && !leaf ? ucx_at(a->sendbuf, off, r->es) : ucx_at(reduce_chain_partial(r), off, r->es);
 >>>
 
 @ coll.pipe_sends_before_data
-file: comm/ucx/coll.c
+file: comm/ucx/coll_ring.c
 test: ^comm_collectives_np(3|8)$
 <<<
         while (p->sends_posted < f->sends && p->sends_posted < f->first_sends + p->recvs_done &&
@@ -692,7 +692,7 @@ test: ^comm_determinism_np4$
 >>>
 
 @ comm.shm_tiles.reverse_fold
-file: comm/ucx/shm.c
+file: comm/ucx/shm_tiles.c
 test: ^comm_determinism_np4$
 <<<
     msr_reduce(a->op, a->dtype, dst, src[0], src[1], count);
@@ -703,7 +703,7 @@ test: ^comm_determinism_np4$
 >>>
 
 @ comm.direct.reverse_fold
-file: comm/ucx/coll.c
+file: comm/ucx/coll_rounds.c
 test: ^comm_determinism_np4$
 <<<
     const void *x0 = r->me == 0 ? own : slots;
@@ -1346,7 +1346,7 @@ test: ^test_proxy_fetch$
 >>>
 
 @ ucx.address_not_fetched
-file: comm/ucx/engine.c
+file: comm/ucx/engine_peers.c
 test: ^comm_collectives_2nodes$
 <<<
     if (p->addr == NULL) {
@@ -1367,9 +1367,9 @@ test: ^sec_attack$
             next = c->deadline_ns;
 >>>
 
-# ---- collectives over several nodes in two levels (comm/ucx/hier.c)
+# ---- collectives over several nodes in two levels (comm/ucx/hier*.c)
 @ comm.hier.gather_offset_off_by_one
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
             st = ucx_op_recv(r, &ops[4 * j + 2], peer, piece, len * es, phase + 1);
@@ -1378,7 +1378,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.nodes_folded_backwards
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_3nodes$
 <<<
     const char *x0 = h->node == 0 ? dst : area;
@@ -1396,7 +1396,7 @@ test: ^comm_hier_3nodes$
 >>>
 
 @ comm.hier.avg_divided_by_nodes
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
         msr_reduce(x->op, x->dt, dst, dst, area + (size_t)m * piece, len);
@@ -1407,7 +1407,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.uneven_parts_as_equal_blocks
-file: comm/ucx/shm.c
+file: comm/ucx/shm_tiles.c
 test: ^comm_hier_2nodes$
 <<<
     if (r->tiles.parts) {
@@ -1419,7 +1419,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.bcast_passed_on_before_the_tiles_gave_it
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
         uint64_t have = x->rs.tiles.copied * x->rs.tiles.tile_elems; /* of the vector */
@@ -1428,16 +1428,16 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.chain_links_disagree_on_neighbours
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_3nodes$
 <<<
-    return seg_owner(h, x, t, (root_node + v) % h->nnodes);
+    return ucx_hier_seg_owner(h, x, t, (root_node + v) % h->nnodes);
 ===
-    return seg_owner(h, x, t, (root_node - v + h->nnodes) % h->nnodes);
+    return ucx_hier_seg_owner(h, x, t, (root_node - v + h->nnodes) % h->nnodes);
 >>>
 
 @ comm.hier.reduce_unit_passed_on_before_reduced
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
     uint64_t rs_ready = s->rs_done ? UINT64_MAX : x->rs.tiles.reduced * x->rs.tiles.tile_elems;
@@ -1448,7 +1448,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.reduce_result_gathered_before_final
-file: comm/ucx/hier.c
+file: comm/ucx/hier_chain.c
 test: ^comm_hier_2nodes$
 <<<
     if (v == 0)
@@ -1459,7 +1459,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.unit_leaves_before_reduced
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
             if (un->off + un->len - x->my_off > rs_ready)
@@ -1470,7 +1470,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.allgather_in_node_before_final
-file: comm/ucx/hier.c
+file: comm/ucx/hier_allreduce.c
 test: ^comm_hier_2nodes$
 <<<
     uint64_t d = r->hier.done;
@@ -1480,7 +1480,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.relayed_block_in_wrong_place
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_2nodes$
 <<<
             st = route_recv(r, &i, agent_of(h, my, s), dst, b, 2);
@@ -1489,7 +1489,7 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.hier.reduce_scatter_nodes_backwards
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_3nodes$
 <<<
             x->pieces[m] = rs_node_partial(r, m) + off * es;
@@ -1498,7 +1498,7 @@ test: ^comm_hier_3nodes$
 >>>
 
 @ comm.hier.reduce_scatter_partial_sent_early
-file: comm/ucx/hier.c
+file: comm/ucx/hier_route.c
 test: ^comm_hier_2nodes$
 <<<
         if (!done)
@@ -1512,12 +1512,12 @@ test: ^comm_hier_2nodes$
 >>>
 
 @ comm.engine.host_peer_not_polled
-file: comm/ucx/engine.c
+file: comm/ucx/engine_peers.c
 test: ^comm_kill_2nodes_host$
 <<<
         return 0;
     }
-    rebuild_pollfds(e);
+    ucx_engine_rebuild_pollfds(e);
     return 1;
 ===
         return 0;
@@ -1527,7 +1527,7 @@ test: ^comm_kill_2nodes_host$
 >>>
 
 @ comm.nccl.split_not_settled_on_success
-file: comm/nccl/gpu_comm.c
+file: comm/nccl/gpu_ops.c
 test: ^gpu_fake_nccl_np3$
 <<<
             if (mine == MSR_OK || mine == MSR_IN_PROGRESS)

@@ -197,7 +197,7 @@ msr_status_t gpu_staged_start(gpu_req_t *r);
 #define GPU_POST_P2P  2
 msr_status_t gpu_staged_step(gpu_req_t *r, int *may_post);
 
-/* gpu_comm.c: the ops every device backend shares */
+/* gpu_ops.c: the ops every device backend shares */
 msr_status_t gpu_op_run(msr_comm_t *comm, const msr_coll_args_t *args, uint64_t deadline);
 msr_status_t gpu_op_wait(msr_comm_req_t *req);
 msr_status_t gpu_op_test(msr_comm_req_t *req);
@@ -215,5 +215,10 @@ msr_status_t gpu_op_split(msr_comm_t *comm, int color, int key, unsigned flags,
 /* Frees what a finished request holds (its event back to the pool, its
  * pinned block to the cache). Lock held. */
 void gpu_req_release(gpu_req_t *r);
+/* A request that ends (done or failed) leaves the list; fails one request
+ * (its status and message; what its copies may still touch is kept until
+ * release). Lock held. */
+void gpu_req_leave(gpu_req_t *r);
+void gpu_req_fail(gpu_req_t *r, msr_status_t st, const char *why);
 
 #endif

@@ -1,6 +1,6 @@
 /* The shared-memory segment of a group on one node, as shm.c lays it out
  * and both its paths read it: the slots (shm_slots.c) and the tiles
- * (shm.c). Private to comm/ucx. */
+ * (shm_tiles.c). Private to comm/ucx. */
 #ifndef MSRUN_COMM_UCX_SHM_IMPL_H
 #define MSRUN_COMM_UCX_SHM_IMPL_H
 

@@ -191,7 +191,7 @@ typedef struct ucx_op {
 #define UCX_INLINE_SCRATCH 512
 
 /* ---- algorithm state ----
- * One struct per algorithm (coll.c, shm.c), in a union in the request: the
+ * One struct per algorithm (coll_*.c, shm_*.c), in a union in the request: the
  * state that lives from one step to the next. A request starts with it
  * cleared, so every phase below starts at its first value (0). A step
  * function that posts messages and waits for them keeps the point where it
@@ -293,14 +293,14 @@ typedef struct ucx_a2a {
     int posted, done; /* steps posted and finished, from 1 */
 } ucx_a2a_t;
 
-/* shm.c: the shared-memory allreduce and barrier through the slots */
+/* shm_slots.c: the shared-memory allreduce and barrier through the slots */
 typedef struct ucx_shm_slots {
     uint64_t seq;     /* this operation's number (the communicator's count) */
     int published;    /* our input is in our slot and our sequence word says so */
     int first_unseen; /* the first member not seen at the awaited number yet */
 } ucx_shm_slots_t;
 
-/* shm.c: the tiled path; tiles are counted over the communicator's life */
+/* shm_tiles.c: the tiled path; tiles are counted over the communicator's life */
 typedef struct ucx_shm_tiles {
     uint64_t seq;        /* this operation's number */
     uint64_t parts;      /* reduce-scatter and allgather of hier.c: the blocks are the
@@ -390,7 +390,8 @@ static inline void ucx_engine_unlock(ucx_engine_t *e)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* engine.c */
+/* engine*.c (engine.c the engine, engine_peers.c its peers and endpoints,
+ * engine_fail.c failures, engine_progress.c progress and waiting) */
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
                                ucx_engine_t **engine_p);
 void ucx_engine_unref(ucx_engine_t *e);
@@ -431,9 +432,10 @@ void ucx_req_done(ucx_req_t *r);
  * serve). */
 msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
-/* The shared-memory allreduce (and barrier: count 0) as a step function. */
+/* shm_slots.c: the shared-memory allreduce (and barrier: count 0) as a step
+ * function. */
 msr_status_t ucx_shm_step(ucx_req_t *r);
-/* The tiled allreduce, reduce-scatter, allgather, broadcast and reduce:
+/* shm_tiles.c: the tiled allreduce, reduce-scatter, allgather, broadcast and reduce:
  * scratch tells the bytes of r->scratch it needs, init counts the
  * operation's tiles (r->tiles.seq already numbered it), step runs it. */
 size_t ucx_shm_tiled_scratch(const ucx_req_t *r);
@@ -446,7 +448,7 @@ msr_status_t ucx_shm_tiled_step(ucx_req_t *r);
 msr_status_t ucx_coll_start(ucx_req_t *r);
 void ucx_tuning_read(ucx_tuning_t *t, int local_size);
 
-/* ops helpers (coll.c) */
+/* ops helpers (coll_ops.c) */
 void ucx_req_drop_ops(ucx_req_t *r);
 void ucx_req_release_scratch(ucx_req_t *r);
 /* for hier.c: a collective message to or from rank peer of r's group on

@@ -1,0 +1,230 @@
+/* The messages and memory of a UCX collective request: tagged sends and
+ * receives posted into the request's op slots (a failure turned into a
+ * status and a sentence in the request), testing and waiting for them, room
+ * for more slots, and the request's scratch (inline, the communicator's
+ * cached block, or allocated). The algorithms over UCX (coll_*.c, hier*.c)
+ * post through these alone. */
+#include <stdio.h>
+
+#include "base/alloc.h"
+#include "comm/ucx/coll_impl.h"
+
+/* ---- messages ---- */
+
+static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int peer)
+{
+    msr_status_t st;
+    switch (s) {
+    case UCS_OK:
+        return MSR_OK;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        st = MSR_ERR_TRUNCATED;
+        break;
+    case UCS_ERR_CANCELED:
+        st = MSR_ERR_CANCELED;
+        break;
+    case UCS_ERR_NO_MEMORY:
+        st = MSR_ERR_NO_MEMORY;
+        break;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NOT_IMPLEMENTED:
+        st = MSR_ERR_BACKEND;
+        break;
+    default: /* transport errors: the peer went away */
+        st = MSR_ERR_PEER_LOST;
+        break;
+    }
+    snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d: %s", r->algo, what, peer,
+             ucs_status_string(s));
+    return st;
+}
+
+static msr_status_t peer_ep(ucx_req_t *r, int peer, ucp_ep_h *ep_p)
+{
+    ucx_peer_t *p = r->uc->peer[peer];
+    if (p->dead) {
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: rank %d (job rank %d) is lost", r->algo,
+                 peer, p->world_rank);
+        return MSR_ERR_PEER_LOST;
+    }
+    *ep_p = ucx_engine_ep(r->uc->engine, p);
+    if (*ep_p == NULL) {
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: cannot connect to rank %d", r->algo, peer);
+        return MSR_ERR_BACKEND;
+    }
+    return MSR_OK;
+}
+
+static uint64_t coll_low(const ucx_req_t *r, unsigned phase)
+{
+    return ((uint64_t)r->seq << 6) | (phase & (UCX_TAG_PHASES - 1));
+}
+
+msr_status_t ucx_op_send_tag(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
+                             uint64_t tag)
+{
+    ucp_ep_h ep;
+    op->h = NULL;
+    op->recv = 0;
+    msr_status_t st = peer_ep(r, peer, &ep);
+    if (st != MSR_OK)
+        return st;
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *h = ucp_tag_send_nbx(ep, buf, len, tag, &prm);
+    if (UCS_PTR_IS_ERR(h))
+        return map_ucs(r, UCS_PTR_STATUS(h), "send", peer);
+    op->h = h;
+    return MSR_OK;
+}
+
+msr_status_t ucx_op_recv_tag(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,
+                             uint64_t tag)
+{
+    op->h = NULL;
+    op->recv = 1;
+    op->len = len;
+    if (r->uc->peer[peer]->dead) {
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: rank %d is lost", r->algo, peer);
+        return MSR_ERR_PEER_LOST;
+    }
+    /* No UCP_OP_ATTR_FIELD_RECV_INFO: UCX 1.13 does not fill it in when a
+     * receive completes at once, and the length must be checked. */
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *h = ucp_tag_recv_nbx(r->uc->engine->worker, buf, len, tag, UCX_TAG_MASK_FULL, &prm);
+    if (UCS_PTR_IS_ERR(h))
+        return map_ucs(r, UCS_PTR_STATUS(h), "receive", peer);
+    op->h = h;
+    return MSR_OK;
+}
+
+msr_status_t ucx_op_send(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
+                         unsigned phase)
+{
+    return ucx_op_send_tag(r, op, peer, buf, len,
+                           ucx_tag(UCX_TAG_COLL, r->uc->id, r->me, coll_low(r, phase)));
+}
+
+msr_status_t ucx_op_recv(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,
+                         unsigned phase)
+{
+    return ucx_op_recv_tag(r, op, peer, buf, len,
+                           ucx_tag(UCX_TAG_COLL, r->uc->id, peer, coll_low(r, phase)));
+}
+
+/* 1 once op is finished (r->err says how), 0 while it runs. */
+int ucx_op_test(ucx_req_t *r, ucx_op_t *op)
+{
+    if (op->h == NULL)
+        return 1;
+    ucs_status_t s;
+    size_t got = op->len;
+    if (op->recv) {
+        ucp_tag_recv_info_t info;
+        s = ucp_tag_recv_request_test(op->h, &info);
+        got = info.length;
+    } else {
+        s = ucp_request_check_status(op->h);
+    }
+    if (s == UCS_INPROGRESS)
+        return 0;
+    ucp_request_free(op->h);
+    op->h = NULL;
+    if (s != UCS_OK && r->err == MSR_OK) {
+        r->err = map_ucs(r, s, op->recv ? "receive" : "send", -1);
+    } else if (op->recv && got != op->len && r->err == MSR_OK) {
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: received %zu bytes, %zu expected", r->algo,
+                 got, op->len);
+        r->err = MSR_ERR_TRUNCATED;
+    }
+    return 1;
+}
+
+/* 1 when every posted op is finished (or one failed). */
+static int ops_done(ucx_req_t *r)
+{
+    int all = 1;
+    for (int i = 0; i < r->nops; i++)
+        if (!ucx_op_test(r, &r->ops[i]))
+            all = 0;
+    if (r->err != MSR_OK)
+        return 1;
+    if (all)
+        r->nops = 0;
+    return all;
+}
+
+/* MSR_OK once every operation posted so far is finished, MSR_IN_PROGRESS
+ * while one runs, or the failure of one. */
+msr_status_t ucx_ops_wait(ucx_req_t *r)
+{
+    if (!ops_done(r))
+        return MSR_IN_PROGRESS;
+    return r->err;
+}
+
+void ucx_req_drop_ops(ucx_req_t *r)
+{
+    if (r->ops != r->inline_ops)
+        msr_free(r->ops);
+    r->ops = r->inline_ops;
+    r->cap_ops = UCX_INLINE_OPS;
+    r->nops = 0;
+}
+
+msr_status_t ucx_ops_reserve(ucx_req_t *r, int n)
+{
+    if (n <= r->cap_ops)
+        return MSR_OK;
+    ucx_op_t *ops = msr_calloc((size_t)n, sizeof *ops);
+    if (ops == NULL)
+        return MSR_ERR_NO_MEMORY;
+    if (r->ops != r->inline_ops)
+        msr_free(r->ops);
+    r->ops = ops;
+    r->cap_ops = n;
+    return MSR_OK;
+}
+
+/* ---- scratch ---- */
+
+msr_status_t ucx_scratch_get(ucx_req_t *r, size_t len)
+{
+    ucx_comm_t *uc = r->uc;
+    if (len <= sizeof r->inline_scratch) {
+        r->scratch = r->inline_scratch;
+        r->scratch_from = 0;
+    } else if (!uc->cache_busy && uc->cache_len >= len) {
+        r->scratch = uc->cache;
+        r->scratch_from = 1;
+        uc->cache_busy = 1;
+    } else {
+        r->scratch = msr_malloc(len);
+        if (r->scratch == NULL)
+            return MSR_ERR_NO_MEMORY;
+        r->scratch_from = 2;
+    }
+    r->scratch_len = len;
+    return MSR_OK;
+}
+
+void ucx_req_release_scratch(ucx_req_t *r)
+{
+    ucx_comm_t *uc = r->uc;
+    if (r->scratch_from == 1) {
+        uc->cache_busy = 0;
+    } else if (r->scratch_from == 2) {
+        /* Keep the largest block for the next operation. */
+        if (!uc->cache_busy && r->scratch_len > uc->cache_len &&
+            r->scratch_len <= ((size_t)256 << 20)) {
+            msr_free(uc->cache);
+            uc->cache = r->scratch;
+            uc->cache_len = r->scratch_len;
+        } else {
+            msr_free(r->scratch);
+        }
+    }
+    r->scratch = NULL;
+    r->scratch_from = 0;
+    r->scratch_len = 0;
+}
