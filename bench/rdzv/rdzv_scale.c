@@ -1,7 +1,7 @@
 /* Rendezvous at scale: N simulated nodes of R ranks against a real
  * coordinator process. Every node joins (each over a TCP connection of its
  * own, as separate hosts would), then the ranks exchange their communication
- * addresses of B bytes as a UCX engine does at startup (comm/ucx/engine.c),
+ * addresses of B bytes as a UCX engine does at startup (comm/ucx/engine_peers.c),
  * sending what a node's msrun proxy sends upstream for its ranks:
  *
  *   --mode lazy (default): each node publishes its R addresses in one
