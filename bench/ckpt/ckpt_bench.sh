@@ -109,15 +109,15 @@ row() { # NAME FILE DDFILE: a row of the table
     local s d
     s=$(med "$2")
     d=$(med "$3")
-    printf "| %-28s | %8.3f | %8.0f | %8.3f | %8.0f | %5.0f%% |\n" "$1" "$s" "$(mbs "$s")" "$d" \
+    printf "| %-32s | %8.3f | %8.0f | %8.3f | %8.0f | %5.0f%% |\n" "$1" "$s" "$(mbs "$s")" "$d" \
         "$(mbs "$d")" "$(echo "100 * $d / $s" | bc -l)"
 }
 printf "checkpoint throughput: %d parameters, %d bytes in %d files; save and load by %d ranks,\n" \
     "$params" "$bytes" "$np" "$np"
 printf "resharded load by %d; median of %d runs; cpus %s; reads %s\n\n" "$np2" "$runs" \
     "${cpus:-all}" "$([ $cold = 1 ] && echo "after dropping the page cache" || echo "from the page cache")"
-printf "| %-28s | %8s | %8s | %8s | %8s | %6s |\n" "" "msrun s" "MB/s" "dd s" "MB/s" "% disk"
-printf "|%s|%s|%s|%s|%s|%s|\n" "------------------------------" "---------:" "---------:" \
+printf "| %-32s | %8s | %8s | %8s | %8s | %6s |\n" "" "msrun s" "MB/s" "dd s" "MB/s" "% disk"
+printf "|%s|%s|%s|%s|%s|%s|\n" "----------------------------------" "---------:" "---------:" \
     "---------:" "---------:" "-------:"
 row "save" save dd_write
 row "save async (durable)" save_async dd_write
@@ -130,8 +130,8 @@ printf "resharded load / same-layout load: %.2f\n" "$(echo "$(med reshard) / $(m
 bytes=$tgbytes
 printf "\ntrain_gpt, a GPT of 29.1 M parameters, ZeRO-3 over %d ranks: %d bytes in %d files\n\n" \
     "$np" "$bytes" "$np"
-printf "| %-28s | %8s | %8s | %8s | %8s | %6s |\n" "" "msrun s" "MB/s" "dd s" "MB/s" "% disk"
-printf "|%s|%s|%s|%s|%s|%s|\n" "------------------------------" "---------:" "---------:" \
+printf "| %-32s | %8s | %8s | %8s | %8s | %6s |\n" "" "msrun s" "MB/s" "dd s" "MB/s" "% disk"
+printf "|%s|%s|%s|%s|%s|%s|\n" "----------------------------------" "---------:" "---------:" \
     "---------:" "---------:" "-------:"
 row "train_gpt save" tg_save tg_dd
 row "train_gpt --ckpt-async (durable)" tg_async tg_dd
