@@ -1,0 +1,325 @@
+/* Checkpoint save and load throughput as train_gpt's checkpoints see it: a
+ * worker under msrun that writes and reads the trainer's payload format
+ * (parallel/ckpt.h) through libmsrun's checkpoint files, every rank its
+ * share of a model's state (parameters and AdamW's m and v, 12 bytes a
+ * parameter), and rank 0 prints one line (bench/ckpt/ckpt_bench.sh makes
+ * the table):
+ *
+ *   mode=save np=4 bytes=360000192 s=1.52 stall_s=1.52
+ *
+ * s runs from a barrier to the last rank's return (for a save, every
+ * rank's state durable and the step committed; for a load, every rank's
+ * share in its buffers, every CRC checked); stall_s is what a training
+ * step waits (the copy for save-async). bytes counts the files
+ * (rank-R.bin, headers included).
+ *
+ *   ckpt_bench MODE DIR PARAMS
+ *     save        encode with the pieces' CRCs, msr_ckpt_save (train_gpt)
+ *     save-async  the step's copy without CRCs, then a thread seals and
+ *                 saves it (train_gpt --ckpt-async)
+ *     load        every rank its own file whole: msr_ckpt_load, the
+ *                 state's CRC, decode, copy into its share (same layout)
+ *     reshard     a world of another size: every rank reads the header of
+ *                 every saved file and only the pieces that overlap its
+ *                 share (msr_ckpt_read_rank, one piece's buffer), checking
+ *                 each piece's CRC (train_gpt's resume in another layout)
+ *
+ * A rank's share is msr_ckpt_slice of PARAMS over the world (ckpt_full.h),
+ * as the data-parallel ranks of a ZeRO-3 job or the CUDA trainer save. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "msrun/msrun.h"
+#include "parallel/ckpt.h"
+#include "parallel/ckpt_full.h"
+#include "parallel/ckpt_map.h"
+
+#define BENCH_STEP 1
+#define META       "ckpt_bench: flat state"
+
+/* One rank's share of the state: global elements [lo, lo + n). */
+typedef struct share {
+    size_t lo, n;
+    float *params, *m, *v;
+} share_t;
+
+/* The background writer of save-async. */
+typedef struct writer {
+    msr_ctx_t *ctx;
+    const char *dir;
+    void *buf;
+    size_t len;
+    msr_status_t st;
+} writer_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(msr_ctx_t *ctx, const char *what, msr_status_t st)
+{
+    fprintf(stderr, "ckpt_bench: rank %d: %s: %s: %s\n", ctx != NULL ? msr_rank(ctx) : -1, what,
+            msr_status_str(st), msr_last_error());
+    return 1;
+}
+
+static msr_status_t share_alloc(share_t *s, int rank, int world, size_t P, int fill)
+{
+    size_t hi;
+    msr_ckpt_slice(rank, world, P, &s->lo, &hi);
+    s->n = hi - s->lo;
+    s->params = msr_malloc((s->n + 1) * sizeof(float));
+    s->m = msr_malloc((s->n + 1) * sizeof(float));
+    s->v = msr_malloc((s->n + 1) * sizeof(float));
+    if (s->params == NULL || s->m == NULL || s->v == NULL)
+        return MSR_ERR_NO_MEMORY;
+    for (size_t i = 0; i < s->n; i++) { /* touched: no page is faulted in while timed */
+        float x = fill ? (float)((s->lo + i) % 9973) * 1e-3f : 0.0f;
+        s->params[i] = x;
+        s->m[i] = x * 0.5f;
+        s->v[i] = x * 0.25f;
+    }
+    return MSR_OK;
+}
+
+static void share_free(share_t *s)
+{
+    msr_free(s->params);
+    msr_free(s->m);
+    msr_free(s->v);
+}
+
+static msr_tckpt_header_t header_of(msr_ctx_t *ctx, size_t P)
+{
+    msr_tckpt_header_t h = {.step = BENCH_STEP,
+                            .num_params = P,
+                            .rank = (uint32_t)msr_rank(ctx),
+                            .world = (uint32_t)msr_world_size(ctx),
+                            .zero = 3,
+                            .meta = META,
+                            .tp = 1,
+                            .pp = 1,
+                            .cp = 1,
+                            .ep = 1,
+                            .chunks = 1};
+    return h;
+}
+
+static void *writer_thread(void *arg)
+{
+    writer_t *w = arg;
+    w->st = msr_tckpt_seal(w->buf, w->len);
+    if (w->st == MSR_OK)
+        w->st = msr_ckpt_save(w->ctx, w->dir, BENCH_STEP, w->buf, w->len, 0);
+    return NULL;
+}
+
+/* Saves s (async: the copy in *stall_p, the rest in a thread joined
+ * before returning); *bytes_p gets the payload's length. */
+static msr_status_t bench_save(msr_ctx_t *ctx, const char *dir, size_t P, const share_t *s,
+                               int async, double *stall_p, size_t *bytes_p)
+{
+    msr_tckpt_header_t h = header_of(ctx, P);
+    msr_tckpt_range_t r = {s->lo, s->n, s->params, s->m, s->v};
+    writer_t w = {ctx, dir, NULL, 0, MSR_OK};
+    double t0 = now_s();
+    msr_status_t st = async ? msr_tckpt_encode_unsealed(&h, &r, s->n > 0, &w.buf, &w.len)
+                            : msr_tckpt_encode(&h, &r, s->n > 0, &w.buf, &w.len);
+    *stall_p = now_s() - t0;
+    if (st != MSR_OK)
+        return st;
+    *bytes_p = w.len;
+    pthread_t th;
+    if (async && pthread_create(&th, NULL, writer_thread, &w) == 0) {
+        pthread_join(th, NULL);
+        st = w.st;
+    } else {
+        st = msr_ckpt_save(ctx, dir, BENCH_STEP, w.buf, w.len, 0);
+        *stall_p = now_s() - t0;
+    }
+    msr_free(w.buf);
+    return st;
+}
+
+/* msr_ckpt_map_fn-like copy of the overlap of saved piece r into s. */
+static void share_take(share_t *s, const msr_tckpt_range_t *r)
+{
+    size_t lo, n;
+    if (!msr_ckpt_overlap(s->lo, s->n, r->lo, r->n, &lo, &n))
+        return;
+    memcpy(s->params + (lo - s->lo), r->params + (lo - r->lo), n * sizeof(float));
+    memcpy(s->m + (lo - s->lo), r->m + (lo - r->lo), n * sizeof(float));
+    memcpy(s->v + (lo - s->lo), r->v + (lo - r->lo), n * sizeof(float));
+}
+
+/* Loads this rank's own file whole (same world and share). */
+static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size_t *bytes_p)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0;
+    msr_status_t st = msr_ckpt_load(ctx, dir, BENCH_STEP, &buf, &len);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode(buf, len, "own shard", &h, &r, &n);
+    for (uint32_t k = 0; k < n && st == MSR_OK; k++)
+        share_take(s, &r[k]);
+    msr_free(r);
+    free(buf);
+    *bytes_p = len;
+    return st;
+}
+
+/* Reads from saved rank `rank`'s file the pieces that overlap s, one
+ * piece's buffer at a time, checking each against its CRC. *seen_p gets
+ * the file's payload length. */
+static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share_t *s,
+                                float **buf_p, size_t *cap_p, size_t *seen_p)
+{
+    unsigned char prefix[MSR_TCKPT_PREFIX_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0;
+    void *head = NULL;
+    msr_status_t st =
+        msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, 0, prefix, sizeof prefix, &total);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(prefix, sizeof prefix, &hl);
+    if (st == MSR_OK && (hl > total || (head = msr_malloc(hl)) == NULL))
+        st = MSR_ERR_CORRUPT;
+    if (st == MSR_OK)
+        st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, 0, head, hl, NULL);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(head, hl, (size_t)total, "a saved shard", &h, &r, &n);
+    for (uint32_t k = 0; k < n && st == MSR_OK; k++) {
+        size_t lo, cnt, floats = 3 * (size_t)r[k].n;
+        if (!msr_ckpt_overlap(s->lo, s->n, r[k].lo, r[k].n, &lo, &cnt))
+            continue;
+        if (floats > *cap_p) {
+            msr_free(*buf_p);
+            *cap_p = floats;
+            if ((*buf_p = msr_malloc(floats * sizeof(float))) == NULL)
+                st = MSR_ERR_NO_MEMORY;
+        }
+        if (st == MSR_OK)
+            st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, r[k].offset, *buf_p,
+                                    floats * sizeof(float), NULL);
+        if (st != MSR_OK)
+            break;
+        r[k].params = *buf_p;
+        r[k].m = *buf_p + r[k].n;
+        r[k].v = *buf_p + 2 * r[k].n;
+        if (!msr_tckpt_piece_ok(&h, &r[k]))
+            st = MSR_ERR_CORRUPT;
+        else
+            share_take(s, &r[k]);
+    }
+    msr_free(r);
+    msr_free(head);
+    *seen_p = (size_t)total;
+    return st;
+}
+
+/* Loads s out of a checkpoint saved by another world: every saved file's
+ * header, and the pieces s needs. *bytes_p: the saved payloads' length. */
+static msr_status_t bench_reshard(msr_ctx_t *ctx, const char *dir, share_t *s, size_t *bytes_p)
+{
+    int64_t step = -1;
+    int saved_world = 0;
+    float *buf = NULL;
+    size_t cap = 0, all = 0;
+    msr_status_t st = msr_ckpt_latest_any(ctx, dir, &step, &saved_world);
+    if (st == MSR_OK && step != BENCH_STEP)
+        st = MSR_ERR_NOT_FOUND;
+    for (int r = 0; r < saved_world && st == MSR_OK; r++) {
+        size_t seen = 0;
+        st = reshard_one(ctx, dir, r, s, &buf, &cap, &seen);
+        all += seen + 48; /* and libmsrun's header of the file */
+    }
+    msr_free(buf);
+    *bytes_p = all;
+    return st;
+}
+
+/* The job's slowest rank's seconds, rank 0's figures otherwise. */
+static msr_status_t job_max(msr_ctx_t *ctx, double *x)
+{
+    int world = msr_world_size(ctx);
+    double *all = malloc((size_t)world * sizeof *all);
+    if (all == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = msr_allgather(ctx, x, sizeof *x, all);
+    for (int r = 0; r < world && st == MSR_OK; r++)
+        *x = all[r] > *x ? all[r] : *x;
+    free(all);
+    return st;
+}
+
+static msr_status_t run(msr_ctx_t *ctx, const char *mode, const char *dir, size_t P)
+{
+    int save = strncmp(mode, "save", 4) == 0, async = strcmp(mode, "save-async") == 0;
+    share_t s = {0};
+    double stall = 0.0;
+    size_t bytes = 0;
+    msr_status_t st = share_alloc(&s, msr_rank(ctx), msr_world_size(ctx), P, save);
+    if (st == MSR_OK)
+        st = msr_barrier(ctx);
+    double t0 = now_s();
+    if (st == MSR_OK && save)
+        st = bench_save(ctx, dir, P, &s, async, &stall, &bytes);
+    else if (st == MSR_OK && strcmp(mode, "load") == 0)
+        st = bench_load(ctx, dir, &s, &bytes);
+    else if (st == MSR_OK)
+        st = bench_reshard(ctx, dir, &s, &bytes);
+    double secs = now_s() - t0;
+    share_free(&s);
+    if (st != MSR_OK)
+        return st;
+    int reshard = strcmp(mode, "reshard") == 0;
+    double total = (double)bytes + (reshard ? 0.0 : 48.0); /* libmsrun's header of a file */
+    if ((st = job_max(ctx, &secs)) != MSR_OK || (st = job_max(ctx, &stall)) != MSR_OK)
+        return st;
+    if (!reshard) { /* a rank's own file: sum them */
+        double *all = malloc((size_t)msr_world_size(ctx) * sizeof *all);
+        if (all == NULL)
+            return MSR_ERR_NO_MEMORY;
+        st = msr_allgather(ctx, &total, sizeof total, all);
+        total = 0.0;
+        for (int r = 0; r < msr_world_size(ctx) && st == MSR_OK; r++)
+            total += all[r];
+        free(all);
+    }
+    if (st == MSR_OK && msr_rank(ctx) == 0)
+        printf("mode=%s np=%d bytes=%.0f s=%.4f stall_s=%.4f\n", mode, msr_world_size(ctx), total,
+               secs, save ? stall : secs);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "save-async") != 0 &&
+                      strcmp(argv[1], "load") != 0 && strcmp(argv[1], "reshard") != 0)) {
+        fprintf(stderr, "usage: ckpt_bench save|save-async|load|reshard DIR PARAMS\n");
+        return 2;
+    }
+    size_t P = (size_t)strtoull(argv[3], NULL, 10);
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK)
+        return fail(NULL, "msr_init", st);
+    st = run(ctx, argv[1], argv[2], P);
+    int rc = st != MSR_OK ? fail(ctx, argv[1], st) : 0;
+    msr_finalize(ctx);
+    return rc;
+}
