@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Continues crc over len bytes; start with crc = 0. */
+/* Continues crc over len bytes; start with crc = 0. Thread-safe: its
+ * tables are built once (pthread_once), then only read. */
 uint32_t msr_crc32(uint32_t crc, const void *data, size_t len);
 
 #endif

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/crc32_fast.h"
+#include "base/crc32.h"
 #include "base/err.h"
 #include "base/status.h"
 
@@ -74,7 +74,7 @@ static uint64_t pieces_of(uint64_t n)
  * header fails every piece's check. */
 static uint32_t head_crc(const unsigned char *b, uint32_t version)
 {
-    return msr_crc32_fast(0, b + 16, fixed_len(version) - 16);
+    return msr_crc32(0, b + 16, fixed_len(version) - 16);
 }
 
 /* A piece's CRC: the header's, then its (lo, n) as written, then its
@@ -83,11 +83,11 @@ static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float 
                           const float *m, const float *v)
 {
     size_t n = n32;
-    uint32_t crc = msr_crc32_fast(head, &lo, sizeof lo);
-    crc = msr_crc32_fast(crc, &n32, sizeof n32);
-    crc = msr_crc32_fast(crc, params, n * sizeof(float));
-    crc = msr_crc32_fast(crc, m, n * sizeof(float));
-    return msr_crc32_fast(crc, v, n * sizeof(float));
+    uint32_t crc = msr_crc32(head, &lo, sizeof lo);
+    crc = msr_crc32(crc, &n32, sizeof n32);
+    crc = msr_crc32(crc, params, n * sizeof(float));
+    crc = msr_crc32(crc, m, n * sizeof(float));
+    return msr_crc32(crc, v, n * sizeof(float));
 }
 
 /* Writes the range table and the pieces of ranges[0..n) from p (the end
