@@ -147,6 +147,17 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
 int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
                              const char *path);
 
+/* ---- elastic jobs (programs/train_gpt/train_gpt_elastic.c) ---- */
+
+/* --resume without --global-batch in a job: when a checkpoint exists under
+ * o->ckpt_dir (saved by any world size), sets o->global_batch to the one
+ * it was trained with, so that a job re-formed on another number of ranks
+ * (msrun --nnodes=MIN:MAX) resumes the same curve (--grad-accum follows;
+ * --auto plans for it); rank 0 says so. Nothing saved yet: o unchanged.
+ * Collective over the job (msr_ckpt_latest_any). Returns the exit status:
+ * 0, EXIT_BAD_INPUT (the checkpoint's header refused, named), 1. */
+int train_gpt_keep_global_batch(options_t *o, const job_t *job);
+
 /* ---- the planner's front ends ---- */
 
 /* What --calibrate measured (bits of calib_t.measured); the rest of the
