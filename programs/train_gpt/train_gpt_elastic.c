@@ -1,6 +1,9 @@
 /* train_gpt in an elastic job (docs/checkpoint.md "Elastic jobs"): a
- * resume keeps the checkpoint's global batch whatever the world size. */
+ * resume keeps the checkpoint's global batch whatever the world size; a
+ * node waiting to join is looked for between steps (msrun/store.h
+ * MSR_KEY_JOIN_*). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/util.h"
 #include "parallel/ckpt.h"
 #include "programs/train_gpt/train_gpt.h"
 
@@ -81,4 +85,47 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job)
                 " sequences (step %lld, saved by %d ranks; this job has %d)\n",
                 G, (long long)step, world, job->world);
     return 0;
+}
+
+void train_gpt_join_announce(const job_t *job, const options_t *o)
+{
+    if (job->ctx == NULL || job->rank != 0 || o->ckpt_dir == NULL)
+        return;
+    msr_status_t st = msr_store_set(job->ctx, MSR_KEY_JOIN_SAVES, "1", 1);
+    if (st != MSR_OK) /* the job still grows, at msrun's last call */
+        fprintf(stderr, "train_gpt: cannot tell msrun that joins wait for a checkpoint: %s: %s\n",
+                msr_status_str(st), msr_last_error());
+}
+
+/* How often the ranks look for a node waiting to join, in time: a look
+ * is a store call through msrun and an allreduce, which cost more than a
+ * small model's step. */
+#define JOIN_LOOK_S 0.1
+
+int train_gpt_join_every(const job_t *job, msr_comm_t *comm, double dt)
+{
+    if (job->ctx == NULL || (job->world > 1 && comm == NULL))
+        return 0;
+    int32_t k = dt >= JOIN_LOOK_S ? 1
+                : dt > 0          ? (int32_t)MSR_MIN(ceil(JOIN_LOOK_S / dt), 1000)
+                                  : 1000;
+    if (comm != NULL &&
+        msr_comm_allreduce(comm, MSR_IN_PLACE, &k, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
+        return 0;
+    return k;
+}
+
+int train_gpt_join_waiting(const job_t *job, msr_comm_t *comm)
+{
+    int32_t w = 0;
+    if (job->rank == 0) {
+        void *v = NULL;
+        size_t len = 0;
+        w = msr_store_get(job->ctx, MSR_KEY_JOIN_WAITING, 0, &v, &len) == MSR_OK;
+        free(v);
+    }
+    if (comm != NULL &&
+        msr_comm_allreduce(comm, MSR_IN_PLACE, &w, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
+        return 0;
+    return w;
 }

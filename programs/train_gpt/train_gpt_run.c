@@ -551,40 +551,7 @@ static void print_step(uint64_t step, double loss, double norm, double tok_s, FI
     }
 }
 
-/* ---- an elastic job growing (msrun/store.h MSR_KEY_JOIN_*) ---- */
-
-/* Rank 0 tells the coordinator that this generation saves a checkpoint
- * when a node waits to join (so it holds the re-form for that save). */
-static void join_announce(const job_t *job, const options_t *o)
-{
-    if (job->ctx == NULL || job->rank != 0 || o->ckpt_dir == NULL)
-        return;
-    msr_status_t st = msr_store_set(job->ctx, MSR_KEY_JOIN_SAVES, "1", 1);
-    if (st != MSR_OK) /* the job still grows, at msrun's last call */
-        fprintf(stderr, "train_gpt: cannot tell msrun that joins wait for a checkpoint: %s: %s\n",
-                msr_status_str(st), msr_last_error());
-}
-
-/* Whether a node waits to join the job, agreed by every rank: rank 0 asks
- * the store, the world's allreduce shares its answer (0 when the world
- * has no communicator here, or the allreduce fails: the next step's
- * communication then reports it). */
-static int join_waiting(const job_t *job, msr_comm_t *comm)
-{
-    if (job->ctx == NULL || (job->world > 1 && comm == NULL))
-        return 0;
-    int32_t w = 0;
-    if (job->rank == 0) {
-        void *v = NULL;
-        size_t len = 0;
-        w = msr_store_get(job->ctx, MSR_KEY_JOIN_WAITING, 0, &v, &len) == MSR_OK;
-        free(v);
-    }
-    if (comm != NULL &&
-        msr_comm_allreduce(comm, MSR_IN_PLACE, &w, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
-        return 0;
-    return w;
-}
+/* ---- an elastic job growing (train_gpt_elastic.c) ---- */
 
 /* A node waits to join: the checkpoint of this step (unless just saved),
  * written through, then rank 0 tells the coordinator that it may re-form
@@ -629,7 +596,8 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
     int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
     if (rc != 0)
         return rc;
-    join_announce(job, o);
+    train_gpt_join_announce(job, o);
+    int every = 0; /* steps between looks for a joining node (join_every; 0: none) */
     uint64_t first_step = t->ops->steps(t->tr), step = first_step, timed = 0;
     double timed_s = 0.0;
     while (step < (uint64_t)o->steps) {
@@ -668,8 +636,10 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
         if (due && save_checkpoint(t, job, o, meta, s) != MSR_OK)
             return 1;
-        if (o->ckpt_dir != NULL && step < (uint64_t)o->steps && join_waiting(job, comm) &&
-            (rc = join_save(t, job, o, meta, s, due)) != 0)
+        if (o->ckpt_dir != NULL && step == first_step + 1)
+            every = train_gpt_join_every(job, comm, dt);
+        if (every > 0 && (step - first_step) % (uint64_t)every == 0 && step < (uint64_t)o->steps &&
+            train_gpt_join_waiting(job, comm) && (rc = join_save(t, job, o, meta, s, due)) != 0)
             return rc;
     }
     if (job->rank == 0 && timed > 0)

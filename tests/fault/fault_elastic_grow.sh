@@ -9,6 +9,7 @@
 # once, and the steps after the resume equal (1e-5 relative) those of a
 # 6-rank run resumed from the same checkpoint. Exit 0 on every node.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator
 use_token_file
 cat >"$TMP/cluster" <<'CLUSTER'
 ranks_per_node = 2

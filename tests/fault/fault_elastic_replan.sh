@@ -9,6 +9,7 @@
 # 4 ranks) and ends with exit 0. The steps after the resume equal (1e-5
 # relative) those of a 4-rank run resumed from the same checkpoint.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator
 use_token_file
 cat >"$TMP/cluster" <<'CLUSTER'
 ranks_per_node = 2
