@@ -311,7 +311,8 @@ void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
 {
     if (elastic(c) && c->last_call && now >= c->last_call) {
         if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count && join_held(c, now)) {
-            c->last_call = now + JOIN_HOLD_POLL_NS; /* the workers are saving */
+            /* the workers are saving: look again soon, and at the bound */
+            c->last_call = MSR_MIN(now + JOIN_HOLD_POLL_NS, c->join_hold_until);
         } else if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count) {
             /* nodes joined a running job: re-form to take them in (a change
              * of membership, not a failure: no restart is counted) */
