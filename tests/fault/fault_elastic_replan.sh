@@ -88,5 +88,26 @@ for s in range(lo, hi + 1):
     assert abs(a - b) <= 1e-5 * abs(b), (s, a, b)
 print("steps %d..%d equal the reference's" % (lo, hi))
 PY
+# refused clearly (exit 2, no step), from the same checkpoint on 4 ranks: a
+# layout given that does not divide them (it says that --auto re-plans),
+# and a checkpoint whose rank-0 shard is cut short (the file named)
+refused() { # refused NAME PATTERN DIR [train_gpt options...]
+    local name=$1 pat=$2 dir=$3 rc=0
+    shift 3
+    timeout -k 5 60 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --worker_num=4 --local_worker_num=4 \
+        "$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micro-batch 2 \
+        --steps "$STEPS" --resume --ckpt-dir "$dir" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" ||
+        rc=$?
+    [ "$rc" = 2 ] || fail "$name: exit $rc, want 2: $(tail -n 5 "$TMP/$name.err")"
+    grep -q -- "$pat" "$TMP/$name.err" || fail "$name: no '$pat': $(tail -n 5 "$TMP/$name.err")"
+    grep -q "step [0-9]* loss" "$TMP/$name.out" && fail "$name: trained a step"
+}
+refused layout "do not divide into tp 2 x pp 3 x cp 1; an elastic job .* needs --auto to re-plan" \
+    "$TMP/ref" --tp 2 --pp 3
+mkdir -p "$TMP/cut"
+cp -r "$TMP/ck/step-$from" "$TMP/cut/"
+truncate -s 10 "$TMP/cut/step-$from/rank-0.bin"
+refused cut "the global batch of the checkpoint under $TMP/cut: .*rank-0" "$TMP/cut" --auto --tp 2 \
+    --cluster "$TMP/cluster"
 no_leftovers "elastic re-plan"
 ok "elastic re-plan: tp 2 x pp 3 on 6 ranks, killed, resumed as tp 2 x pp 2 on 4"
