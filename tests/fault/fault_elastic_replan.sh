@@ -21,7 +21,7 @@ mem_gbs = 3
 kernel_us = 0.2
 cores_per_node = 2
 CLUSTER
-STEPS=30
+STEPS=60
 train=("$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micro-batch 2
     --lr 3e-3 --steps "$STEPS" --threads 1 --auto --tp 2 --cluster "$TMP/cluster"
     --ckpt-every 4 --resume)
