@@ -168,6 +168,8 @@ struct msr_coord {
     uint64_t form_deadline, next_check;
     uint64_t last_call; /* elastic: form (or take in joiners) at this time */
     uint64_t join_seq;
+    /* elastic: a re-form held for the workers' checkpoint ends by then */
+    uint64_t join_hold_until;
     uint8_t *rank_done;
     int ndone;
     /* What changed since the last save (with a state file): */
@@ -365,6 +367,11 @@ void msr_coord_check_forming(msr_coord_t *c, uint64_t now);
 /* coord.c: fails every waiting store call and empties the store (a new
  * generation starts from nothing). */
 void msr_coord_store_reset(msr_coord_t *c, const char *why);
+
+/* generation.c: tells the running generation's workers that `waiting`
+ * nodes wait to join (MSR_KEY_JOIN_WAITING, msrun/store.h); the key goes
+ * with the generation's store. */
+void msr_coord_join_notice(msr_coord_t *c, int waiting);
 
 /* What node n is doing, in the words of NodeStatus.state. */
 char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);

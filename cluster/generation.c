@@ -17,6 +17,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/coord_internal.h"
+#include "msrun/store.h"
 
 static void fail_job(msr_coord_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -285,10 +286,34 @@ void msr_coord_report(msr_coord_t *c, void *call, const Msr__ReportRequest *req)
     msr_coord_reply(c, call, &r.base);
 }
 
+void msr_coord_join_notice(msr_coord_t *c, int waiting)
+{
+    char text[16];
+    int n = snprintf(text, sizeof text, "%d", waiting);
+    /* seen by the workers' polls only: nobody waits on it */
+    if (msr_store_core_load_set(c->store, MSR_KEY_JOIN_WAITING, text, (size_t)n) != MSR_OK)
+        MSR_WARN("job %s: cannot tell the workers that a node waits: %s", c->job_id, msr_err_msg());
+}
+
+/* Whether the workers save before the re-form that takes joiners in
+ * (MSR_KEY_JOIN_SAVES without MSR_KEY_JOIN_READY) and may still. */
+static int join_held(const msr_coord_t *c, uint64_t now)
+{
+    return now < c->join_hold_until && msr_store_core_value(c->store, MSR_KEY_JOIN_SAVES) != NULL &&
+           msr_store_core_value(c->store, MSR_KEY_JOIN_READY) == NULL;
+}
+
+/* The poll of a held re-form: the workers' READY is a store write, which
+ * wakes nobody here. */
+#define JOIN_HOLD_POLL_NS 20000000ull
+
 void msr_coord_check_forming(msr_coord_t *c, uint64_t now)
 {
     if (elastic(c) && c->last_call && now >= c->last_call) {
-        if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count) {
+        if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count && join_held(c, now)) {
+            /* the workers are saving: look again soon, and at the bound */
+            c->last_call = MSR_MIN(now + JOIN_HOLD_POLL_NS, c->join_hold_until);
+        } else if (c->state == MSR_JOB_RUNNING && alive_nodes(c) > c->node_count) {
             /* nodes joined a running job: re-form to take them in (a change
              * of membership, not a failure: no restart is counted) */
             int joined = alive_nodes(c) - c->node_count;

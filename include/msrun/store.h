@@ -76,6 +76,23 @@ MSR_API void msr_heartbeat(msr_ctx_t *ctx);
  * nothing for a worker started without msrun. Any thread. */
 MSR_API void msr_note_peer_lost(msr_ctx_t *ctx);
 
+/* ---- an elastic job growing (docs/checkpoint.md "Elastic jobs") ----
+ * When a node joins a running elastic job (msrun --nnodes=MIN:MAX), the
+ * coordinator sets MSR_KEY_JOIN_WAITING in the store (its value: the
+ * nodes waiting, as decimal text) and re-forms the job to take the node in
+ * after msrun --last_call. A program that checkpoints can make that
+ * re-form come at its next checkpoint instead of throwing the steps since
+ * its last one away: one rank sets MSR_KEY_JOIN_SAVES when the
+ * generation starts; seeing MSR_KEY_JOIN_WAITING (msr_store_get with
+ * wait_ms 0, between steps), the ranks save, then one sets
+ * MSR_KEY_JOIN_READY and the ranks wait to be stopped. The coordinator
+ * holds the re-form while SAVES is set without READY, for at most msrun
+ * --cluster_time_out from the join. The keys go with the generation (the
+ * store is emptied when it ends). */
+#define MSR_KEY_JOIN_WAITING "msrun.join.waiting"
+#define MSR_KEY_JOIN_SAVES   "msrun.join.saves"
+#define MSR_KEY_JOIN_READY   "msrun.join.ready"
+
 /* ---- the store ----
  * Keys are 1 to 1024 bytes of printable text (MSR_ERR_BAD_KEY otherwise).
  * They live in the current generation: after a restart the store is empty

@@ -115,7 +115,7 @@ static const msr_opt_t specs[] = {
     OPT_INT("ckpt-keep", ckpt_keep, 0, (int64_t)1e9, "checkpoints kept, 0 = all (0)"),
     OPT_FLAG("resume", resume,
              "continue from the latest complete checkpoint, saved by any layout and world size "
-             "of the same model and global batch"),
+             "of the same model and global batch (without --global-batch: the checkpoint's)"),
     OPT_FLAG("ckpt-async", ckpt_async,
              "a step only copies the state to save; a thread writes it (the next save waits "
              "for it)"),
@@ -231,8 +231,11 @@ static int check_combination(options_t *o, int world, int in_job)
         if (world % mp != 0) {
             fprintf(stderr,
                     "train_gpt: the job's %d ranks do not divide into tp %" PRId64 " x pp %" PRId64
-                    " x cp %" PRId64 "\n",
-                    world, o->tp, o->pp, o->cp);
+                    " x cp %" PRId64 "%s\n",
+                    world, o->tp, o->pp, o->cp,
+                    in_job && o->resume ? "; an elastic job (msrun --nnodes=MIN:MAX) that "
+                                          "re-forms on other ranks needs --auto to re-plan"
+                                        : "");
             return -1;
         }
         o->dp = world / mp;
@@ -571,6 +574,9 @@ int main(int argc, char **argv)
     rc = EXIT_BAD_INPUT;
     msr_dataset_t *data = NULL;
     FILE *loss_log = NULL;
+    if ((rc = train_gpt_keep_global_batch(&o, &job)) != 0)
+        goto out;
+    rc = EXIT_BAD_INPUT;
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL || o.recalibrate) {
         int done = 0;

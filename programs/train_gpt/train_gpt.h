@@ -147,6 +147,35 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
 int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
                              const char *path);
 
+/* ---- elastic jobs (programs/train_gpt/train_gpt_elastic.c) ---- */
+
+/* --resume without --global-batch in a job: when a checkpoint exists under
+ * o->ckpt_dir (saved by any world size), sets o->global_batch to the one
+ * it was trained with, so that a job re-formed on another number of ranks
+ * (msrun --nnodes=MIN:MAX) resumes the same curve (--grad-accum follows;
+ * --auto plans for it); rank 0 says so. Nothing saved yet: o unchanged.
+ * Collective over the job (msr_ckpt_latest_any). Returns the exit status:
+ * 0, EXIT_BAD_INPUT (the checkpoint's header refused, named), 1. */
+int train_gpt_keep_global_batch(options_t *o, const job_t *job);
+
+/* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
+ * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
+ * that it holds the re-form for that save. A failure is printed: the job
+ * then grows at msrun's last call. */
+void train_gpt_join_announce(const job_t *job, const options_t *o);
+
+/* Every how many steps the ranks look for a joining node: about every
+ * 0.1 s from the first step's time dt (seconds), agreed by every rank (the
+ * largest). 0: never (no communicator for the world here, or the
+ * allreduce failed: the next step's communication then reports it).
+ * Collective over comm (NULL alone). */
+int train_gpt_join_every(const job_t *job, msr_comm_t *comm, double dt);
+
+/* Whether a node waits to join the job (MSR_KEY_JOIN_WAITING), agreed by
+ * every rank: rank 0 asks the store, an allreduce over comm shares its
+ * answer (0 when it fails). Collective over comm (NULL alone). */
+int train_gpt_join_waiting(const job_t *job, msr_comm_t *comm);
+
 /* ---- the planner's front ends ---- */
 
 /* What --calibrate measured (bits of calib_t.measured); the rest of the

@@ -551,6 +551,43 @@ static void print_step(uint64_t step, double loss, double norm, double tok_s, FI
     }
 }
 
+/* ---- an elastic job growing (train_gpt_elastic.c) ---- */
+
+/* A node waits to join: the checkpoint of this step (unless just saved),
+ * written through, then rank 0 tells the coordinator that it may re-form
+ * the job, which stops these workers; every rank waits for that, beating.
+ * Returns 0 (not stopped within the job's timeout: training goes on) or
+ * the exit status. */
+static int join_save(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
+                     saver_t *s, int saved)
+{
+    uint64_t step = t->ops->steps(t->tr);
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: a node waits to join: saving step %llu, then the job re-forms\n",
+                (unsigned long long)step);
+    if ((!saved && save_checkpoint(t, job, o, meta, s) != MSR_OK) || saver_wait(s) != MSR_OK)
+        return 1;
+    msr_status_t st = job->rank == 0 ? msr_store_set(job->ctx, MSR_KEY_JOIN_READY, "1", 1) : MSR_OK;
+    if (st != MSR_OK) {
+        fprintf(stderr, "train_gpt: telling msrun that step %llu is saved: %s: %s\n",
+                (unsigned long long)step, msr_status_str(st), msr_last_error());
+        return 0;
+    }
+    int64_t ms = msr_timeout(job->ctx) > 0 ? msr_timeout(job->ctx) : 60000;
+    uint64_t until = msr_now_ns() + (uint64_t)ms * 1000000ull;
+    while (msr_now_ns() < until) { /* msrun stops us at the re-form */
+        msr_heartbeat(job->ctx);
+        msr_sleep_ms(20);
+    }
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: the job did not re-form within %lld ms of step %llu's checkpoint: "
+                "training on\n",
+                (long long)ms, (unsigned long long)step);
+    return 0;
+}
+
 /* The steps of train_gpt_run, saving through s. */
 static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, const char *meta,
                      msr_comm_t *comm, uint64_t tokens, FILE *loss_log, saver_t *s)
@@ -559,6 +596,8 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
     int rc = start_from_checkpoint(t, job, o, meta, &resumed_from);
     if (rc != 0)
         return rc;
+    train_gpt_join_announce(job, o);
+    int every = 0; /* steps between looks for a joining node (join_every; 0: none) */
     uint64_t first_step = t->ops->steps(t->tr), step = first_step, timed = 0;
     double timed_s = 0.0;
     while (step < (uint64_t)o->steps) {
@@ -597,6 +636,11 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
                   ((o->ckpt_every > 0 && step % o->ckpt_every == 0) || step == (uint64_t)o->steps);
         if (due && save_checkpoint(t, job, o, meta, s) != MSR_OK)
             return 1;
+        if (o->ckpt_dir != NULL && step == first_step + 1)
+            every = train_gpt_join_every(job, comm, dt);
+        if (every > 0 && (step - first_step) % (uint64_t)every == 0 && step < (uint64_t)o->steps &&
+            train_gpt_join_waiting(job, comm) && (rc = join_save(t, job, o, meta, s, due)) != 0)
+            return rc;
     }
     if (job->rank == 0 && timed > 0)
         fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",

@@ -22,6 +22,7 @@
 #include "base/util.h"
 #include "cluster/coord.h"
 #include "cluster/coord_internal.h"
+#include "msrun/store.h"
 #include "cluster/straggler.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
@@ -2826,6 +2827,111 @@ static void test_output_evicts_oldest(void)
     msr_coord_destroy(co);
 }
 
+/* ---- an elastic job grows at the workers' checkpoint (msrun/store.h
+ * MSR_KEY_JOIN_*) ---- */
+
+/* key's value in generation gen's store into out ("" when absent). */
+static void get_gen(msr_coord_t *co, const char *key, int gen, char *out, size_t len)
+{
+    fcall_t c = {0};
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = (char *)key;
+    g.generation = gen;
+    call(co, &c, MSR_RPC_GET, &g.base);
+    out[0] = '\0';
+    if (c.code == 0) {
+        Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
+        MSR_CHECK(r->value.len < len);
+        memcpy(out, r->value.data, r->value.len);
+        out[r->value.len] = '\0';
+    } else {
+        MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND);
+    }
+    fcall_reset(&c);
+}
+
+/* An elastic job (2 to 3 nodes, last call 50 ms, joins held at most
+ * hold_ms) running on two nodes; *t_p: the time the third node joined,
+ * between t_p[0] and t_p[1]. The workers announced that they save first
+ * when saves is set. */
+static msr_coord_t *grown_coord(int64_t hold_ms, int saves, char ids[3][64], uint64_t t_p[2])
+{
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 3,
+                              .local_worker_num = 1,
+                              .min_nodes = 2,
+                              .max_nodes = 3,
+                              .last_call_ms = 50,
+                              .node_timeout_ms = LONG_NODE_TIMEOUT_MS,
+                              .join_timeout_ms = hold_ms};
+    msr_coord_t *co = NULL;
+    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    fcall_t c = {0};
+    for (int i = 0; i < 3; i++) {
+        Msr__JoinRequest j = join_req(3, 1, -1, 0);
+        j.min_nodes = 2;
+        j.max_nodes = 3;
+        j.pid = 300 + i;
+        if (i == 2) {
+            if (saves)
+                set_kv(co, MSR_KEY_JOIN_SAVES, "1");
+            t_p[0] = msr_now_ns();
+        }
+        call(co, &c, MSR_RPC_JOIN, &j.base);
+        MSR_CHECK_MSG(c.code == 0, "join: %s", c.message);
+        snprintf(ids[i], 64, "%s", ((Msr__JoinResponse *)c.resp)->node_id);
+        if (i == 1) { /* MIN ready: the job forms after the last call */
+            beat(co, &c, ids[0], 0, 0);
+            beat(co, &c, ids[1], 0, 0);
+            msr_sleep_ms(60);
+            msr_coord_tick(co, msr_now_ns());
+            MSR_CHECK_EQ(beat(co, &c, ids[0], 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+        }
+    }
+    t_p[1] = msr_now_ns();
+    fcall_reset(&c);
+    return co;
+}
+
+/* The job's state after a tick at now (node 0 beating in generation 0). */
+static Msr__JobState state_at(msr_coord_t *co, const char *id, uint64_t now)
+{
+    fcall_t c = {0};
+    msr_coord_tick(co, now);
+    Msr__JobState st = beat(co, &c, id, 0, 0)->state;
+    fcall_reset(&c);
+    return st;
+}
+
+static void test_elastic_join_hold(void)
+{
+    const uint64_t ms = 1000000ull, hold = 2000 * ms;
+    char ids[3][64], v[32];
+    uint64_t t[2];
+    /* the workers told: one node waits */
+    msr_coord_t *co = grown_coord(2000, 1, ids, t);
+    get_gen(co, MSR_KEY_JOIN_WAITING, 0, v, sizeof v);
+    MSR_CHECK_MSG(strcmp(v, "1") == 0, "waiting: '%s'", v);
+    /* held past the last call while the workers save, up to the bound
+     * (the join's time + --cluster_time_out) and not one tick past it */
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[0] + hold - 1), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + hold), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    /* READY ends the hold at the next look (20 ms) */
+    co = grown_coord(60000, 1, ids, t);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 90 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    set_kv(co, MSR_KEY_JOIN_READY, "1");
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 120 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    /* no SAVES: taken in at the last call, as before */
+    co = grown_coord(60000, 0, ids, t);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"progress_and_stragglers", test_progress_and_stragglers, 10},
     {"progress_history", test_progress_history, 10},
@@ -2874,6 +2980,7 @@ static const msr_test_t tests[] = {
     {"state_file_counts", test_state_file_counts, 10},
     {"state_file_symlinks", test_state_file_symlinks, 10},
     {"elastic", test_elastic, 20},
+    {"elastic_join_hold", test_elastic_join_hold, 20},
     {"alloc_failures", test_alloc_failures, 60},
     {"alloc_failures_durable", test_alloc_failures_durable, 120},
 };

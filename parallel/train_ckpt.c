@@ -1,0 +1,618 @@
+/* The trainer's checkpoint shard: snapshot and restore (see train.h). */
+#include "parallel/train.h"
+#include "parallel/train_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "model/err_call.h"
+#include "model/moe.h"
+
+/* The whole model's flat elements: where its experts start in the
+ * checkpoint's numbering (ckpt_map.h), whatever part this rank holds. */
+static size_t whole_flat(const msr_trainer_t *tr)
+{
+    return msr_gpt_num_params(&tr->cfg.model);
+}
+
+/* The checkpoint's element count: the whole model's flat buffer, then its
+ * experts. */
+static size_t total_params(const msr_trainer_t *tr)
+{
+    return whole_flat(tr) + msr_moe_num_params(&tr->cfg.model);
+}
+
+/* The saving world: this rank's place in it and its size (every rank of
+ * every model-parallel group saves its own payload). */
+static int world_rank(const msr_trainer_t *tr)
+{
+    return tr->mesh != NULL ? tr->mesh->rank : tr->dp->rank;
+}
+
+static int world_size(const msr_trainer_t *tr)
+{
+    const msr_mesh_t *m = tr->mesh;
+    return m != NULL ? m->dp * m->pp * m->cp * m->tp : tr->dp->size;
+}
+
+/* The MoE blocks whose experts a payload holds after the flat pieces. */
+static int expert_ranges(const msr_trainer_t *tr)
+{
+    return tr->model->moe != NULL ? msr_moe_held(tr->model->moe) : 0;
+}
+
+/* Range k of the experts this rank saves, in the checkpoint's numbering:
+ * MoE block k's part of the optimizer's shard of the store (all of the
+ * block's at ZeRO 0), with their parameters and moments; n = 0 when the
+ * shard has none of block k. */
+static msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
+{
+    msr_moe_t *moe = tr->model->moe;
+    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
+    size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
+    size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
+    if (lo >= hi)
+        return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
+    size_t s = lo - tr->eshard_lo;
+    return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + (lo - k * per), hi - lo,
+                               msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
+}
+
+/* The ranges a rank saves, growing as the map's runs cut its pieces. */
+typedef struct range_list {
+    msr_tckpt_range_t *r;
+    size_t n, cap;
+    msr_dp_piece_t piece; /* the owned piece being cut */
+} range_list_t;
+
+static int range_push(range_list_t *l, msr_tckpt_range_t x)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap > 0 ? 2 * l->cap : 64;
+        msr_tckpt_range_t *r = msr_realloc_array(l->r, cap, sizeof *r);
+        if (r == NULL)
+            return -1;
+        l->r = r;
+        l->cap = cap;
+    }
+    l->r[l->n++] = x;
+    return 0;
+}
+
+/* msr_ckpt_map_fn: the part of l->piece at local lo is global glo. */
+static int range_cut(void *arg, size_t lo, size_t glo, size_t n)
+{
+    range_list_t *l = arg;
+    size_t off = lo - l->piece.lo;
+    return range_push(
+        l, (msr_tckpt_range_t){glo, n, l->piece.params + off, l->piece.m + off, l->piece.v + off});
+}
+
+static int range_by_lo(const void *a, const void *b)
+{
+    const msr_tckpt_range_t *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Everything this rank saves, in the checkpoint's numbering and in
+ * increasing order: its owned flat pieces cut into the whole model's
+ * ranges (map), then its experts. *l_p's r is the caller's (msr_free). */
+static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, range_list_t *l_p)
+{
+    range_list_t l = {0};
+    int bad = 0;
+    for (int k = 0; k < msr_dp_num_owned(tr->dp) && !bad; k++) {
+        msr_dp_owned(tr->dp, k, &l.piece);
+        bad = msr_ckpt_map_to_global(map, l.piece.lo, l.piece.n, range_cut, &l) != 0;
+    }
+    if (l.n > 0)
+        qsort(l.r, l.n, sizeof *l.r, range_by_lo);
+    for (int k = 0; k < expert_ranges(tr) && !bad; k++) {
+        msr_tckpt_range_t x = expert_range(tr, k);
+        bad = x.n > 0 && range_push(&l, x) != 0;
+    }
+    if (bad) {
+        msr_free(l.r);
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %zu pieces",
+                       l.n);
+    }
+    *l_p = l;
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
+{
+    msr_ckpt_map_t map;
+    range_list_t l;
+    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    if (st != MSR_OK)
+        return st;
+    st = saved_ranges(tr, &map, &l);
+    msr_ckpt_map_free(&map);
+    if (st != MSR_OK)
+        return st;
+    msr_tckpt_header_t h = {
+        .step = tr->step,
+        .adam_t = tr->dp->opt->t,
+        .data_seed = tr->sampler.seed,
+        .data_position = tr->sampler.position,
+        .num_params = total_params(tr),
+        .rank = (uint32_t)world_rank(tr),
+        .world = (uint32_t)world_size(tr),
+        .zero = (uint32_t)tr->cfg.par.zero,
+        .meta = meta,
+        .tp = (uint32_t)MSR_MAX(tr->cfg.tp, 1),
+        .pp = (uint32_t)MSR_MAX(tr->cfg.pp, 1),
+        .cp = (uint32_t)MSR_MAX(tr->cfg.cp, 1),
+        .ep = (uint32_t)MSR_MAX(tr->cfg.ep, 1),
+        .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
+        .sp = (uint32_t)(tr->cfg.mp.sp != 0),
+    };
+    st = tr->unsealed_snapshots ? msr_tckpt_encode_unsealed(&h, l.r, (uint32_t)l.n, buf_p, len_p)
+                                : msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
+    msr_free(l.r);
+    return st;
+}
+
+/* One saved rank's payload, decoded. */
+typedef struct payload {
+    void *buf;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *ranges;
+    uint32_t n;
+    int partial; /* only the header and range table were read (buf holds them) */
+} payload_t;
+
+static void payload_free(payload_t *p)
+{
+    msr_free(p->ranges);
+    msr_free(p->buf);
+    memset(p, 0, sizeof *p);
+}
+
+/* Where the saved payloads come from: whole (fetch) or, when read is not
+ * NULL, in byte ranges. */
+typedef struct source {
+    msr_trainer_fetch_t fetch;
+    msr_trainer_read_t read;
+    void *arg;
+} source_t;
+
+/* Reads only the header and range table of rank's payload (p->buf holds
+ * them; the ranges' data pointers are NULL). */
+static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *p)
+{
+    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
+    char what[64];
+    memset(p, 0, sizeof *p);
+    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(fixed, sizeof fixed, &hl);
+    if (st == MSR_OK) { /* name it by its file (libmsrun's step-S/rank-R.bin) */
+        uint64_t step;
+        memcpy(&step, fixed + 16, sizeof step);
+        snprintf(what, sizeof what, "step-%llu/rank-%d.bin", (unsigned long long)step, rank);
+    }
+    if (st == MSR_OK && (hl < sizeof fixed || hl > total))
+        st = msr_err(MSR_ERR_CORRUPT, "train: %s has a header of %zu bytes in %llu", what, hl,
+                     (unsigned long long)total);
+    if (st == MSR_OK && (p->buf = msr_malloc(hl)) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a header of %zu bytes", hl);
+    if (st == MSR_OK)
+        st = src->read(src->arg, rank, 0, p->buf, hl, NULL);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(p->buf, hl, (size_t)total, what, &p->h, &p->ranges, &p->n);
+    if (st != MSR_OK)
+        payload_free(p);
+    p->partial = 1;
+    return st;
+}
+
+static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
+{
+    size_t len;
+    char what[48];
+    memset(p, 0, sizeof *p);
+    msr_status_t st = fetch(arg, rank, &p->buf, &len);
+    if (st != MSR_OK)
+        return st;
+    snprintf(what, sizeof what, "the shard of rank %d", rank);
+    st = msr_tckpt_decode(p->buf, len, what, &p->h, &p->ranges, &p->n);
+    if (st != MSR_OK)
+        payload_free(p);
+    return st;
+}
+
+/* Whether p holds exactly the pieces this rank saves (map: its runs):
+ * its ranges cut as msr_tckpt_encode cuts them. */
+static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
+{
+    range_list_t l;
+    if (saved_ranges(tr, map, &l) != MSR_OK)
+        return 0; /* read every payload instead */
+    uint32_t j = 0;
+    int same = 1;
+    for (size_t k = 0; k < l.n && same; k++) {
+        for (uint64_t at = 0; at < l.r[k].n && same; at += MSR_TCKPT_PIECE_MAX, j++) {
+            uint64_t c = MSR_MIN(l.r[k].n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
+            same = j < p->n && p->ranges[j].lo == l.r[k].lo + at && p->ranges[j].n == c;
+        }
+    }
+    msr_free(l.r);
+    return same && j == p->n;
+}
+
+/* Copies the part of saved range r that this rank saves itself (its
+ * optimizer's shard of the experts: parameters and moments), marking it in
+ * cover (one flag per shard element). The other replicas' blocks of the
+ * parameters come with msr_train_experts_gather. */
+static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
+{
+    for (int k = 0; k < expert_ranges(tr); k++) {
+        msr_tckpt_range_t mine = expert_range(tr, k);
+        size_t lo = MSR_MAX(mine.lo, r->lo), hi = MSR_MIN(mine.lo + mine.n, r->lo + r->n);
+        if (mine.n == 0 || lo >= hi)
+            continue;
+        size_t at = (size_t)(mine.m - tr->eopt->m) + (lo - mine.lo); /* in the shard */
+        size_t from = lo - r->lo, n = hi - lo;
+        memcpy(msr_moe_params(tr->model->moe) + tr->eshard_lo + at, r->params + from,
+               n * sizeof(float));
+        memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
+        memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
+        memset(cover + at, 1, n);
+    }
+}
+
+/* The saved range a run of this rank's overlaps (msr_ckpt_map_fn). */
+typedef struct apply_arg {
+    msr_dp_t *dp;
+    const msr_tckpt_range_t *r;
+} apply_arg_t;
+
+static int apply_run(void *arg, size_t lo, size_t glo, size_t n)
+{
+    apply_arg_t *a = arg;
+    size_t off = glo - a->r->lo;
+    msr_dp_piece_t piece = {lo, n, a->r->params + off, a->r->m + off, a->r->v + off};
+    msr_dp_load_piece(a->dp, &piece);
+    return 0;
+}
+
+/* Loads the parts of p's ranges this rank holds: flat ranges through the
+ * map to local elements, experts into the shard (cover: NULL without). */
+static void payload_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                          uint8_t *cover)
+{
+    for (uint32_t k = 0; k < p->n; k++) {
+        const msr_tckpt_range_t *r = &p->ranges[k];
+        if (r->lo >= whole_flat(tr)) {
+            if (cover != NULL)
+                experts_load(tr, r, cover);
+            continue;
+        }
+        size_t n = MSR_MIN(r->n, whole_flat(tr) - r->lo); /* decode bounds lo + n */
+        apply_arg_t a = {tr->dp, r};
+        msr_ckpt_map_to_local(map, r->lo, n, apply_run, &a);
+    }
+}
+
+/* msr_ckpt_map_fn: stops at the first part this rank holds, giving its
+ * local start. */
+static int first_held(void *arg, size_t lo, size_t glo, size_t n)
+{
+    (void)glo;
+    (void)n;
+    *(size_t *)arg = lo;
+    return 1;
+}
+
+/* Whether this rank holds any element of saved range r. */
+static int range_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
+{
+    size_t lo, n;
+    if (r->lo >= whole_flat(tr)) {
+        for (int k = 0; k < expert_ranges(tr); k++) {
+            msr_tckpt_range_t mine = expert_range(tr, k);
+            if (mine.n > 0 && msr_ckpt_overlap(mine.lo, mine.n, r->lo, r->n, &lo, &n))
+                return 1;
+        }
+        return 0;
+    }
+    return msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held,
+                                 &lo) != 0;
+}
+
+/* The name of the tensor of this rank's that holds a part of saved range
+ * r (one range_needed accepted). */
+static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                             const msr_tckpt_range_t *r)
+{
+    size_t lo = 0;
+    if (r->lo >= whole_flat(tr))
+        return "experts";
+    msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held, &lo);
+    for (int k = 0; k < tr->model->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &tr->model->tensors[k];
+        if (lo >= t->offset && lo < t->offset + t->count)
+            return t->name;
+    }
+    return "?";
+}
+
+/* Reads the pieces of partial payload p (saved by rank) that hold
+ * elements of this rank's, one at a time through a buffer of one piece
+ * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
+ * and loads them. */
+static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                       const payload_t *p, const source_t *src, int rank,
+                                       uint8_t *cover)
+{
+    float *buf = NULL;
+    size_t cap = 0;
+    msr_status_t st = MSR_OK;
+    for (uint32_t k = 0; k < p->n && st == MSR_OK; k++) {
+        msr_tckpt_range_t r = p->ranges[k];
+        if (!range_needed(tr, map, &r))
+            continue;
+        size_t floats = 3 * (size_t)r.n;
+        if (floats > cap) {
+            msr_free(buf);
+            cap = floats;
+            if ((buf = msr_malloc(cap * sizeof *buf)) == NULL)
+                return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
+                               cap);
+        }
+        if ((st = src->read(src->arg, rank, r.offset, buf, floats * sizeof *buf, NULL)) != MSR_OK)
+            break;
+        r.params = buf;
+        r.m = buf + r.n;
+        r.v = buf + 2 * r.n;
+        if (!msr_tckpt_piece_ok(&p->h, &r)) {
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
+                         "%llu) of the whole model) does not match its CRC",
+                         (unsigned long long)p->h.step, rank, tensor_of(tr, map, &r),
+                         (unsigned long long)r.lo, (unsigned long long)(r.lo + r.n));
+            break;
+        }
+        payload_t one = {NULL, p->h, &r, 1, 0};
+        payload_apply(tr, map, &one, cover);
+    }
+    msr_free(buf);
+    return st;
+}
+
+/* Loads what this rank needs of payload p (saved by rank): from its bytes,
+ * or, partial, by reading the pieces it needs. */
+static msr_status_t payload_load(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                 const source_t *src, int rank, uint8_t *cover)
+{
+    if (p->partial)
+        return payload_read_apply(tr, map, p, src, rank, cover);
+    payload_apply(tr, map, p, cover);
+    return MSR_OK;
+}
+
+/* Whether two payloads belong to the same checkpoint. */
+static int same_checkpoint(const payload_t *a, const payload_t *b, int world)
+{
+    return a->h.step == b->h.step && a->h.adam_t == b->h.adam_t &&
+           a->h.data_seed == b->h.data_seed && a->h.data_position == b->h.data_position &&
+           a->h.num_params == b->h.num_params && a->h.world == (uint32_t)world &&
+           b->h.world == (uint32_t)world && strcmp(a->h.meta, b->h.meta) == 0;
+}
+
+/* With model parallel, the dp groups of the world agree on the outcome
+ * (all succeed or all fail), and the last stage gets the restored wte. */
+static msr_status_t restore_agree(msr_trainer_t *tr, msr_status_t st)
+{
+    if (tr->mp == NULL)
+        return st;
+    if (tr->mesh->world != NULL) {
+        int32_t ok = st == MSR_OK;
+        msr_status_t cst =
+            msr_comm_allreduce(tr->mesh->world, MSR_IN_PLACE, &ok, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK)
+            return msr_err_call(cst, "train: agreeing on a restore");
+        if (!ok && st == MSR_OK)
+            return msr_err(MSR_ERR_CORRUPT,
+                           "train: another rank could not restore its checkpoint shard");
+        if (!ok)
+            return st;
+    }
+    return st == MSR_OK ? msr_mp_sync_tied(tr->mp) : st;
+}
+
+/* What the ranks of the replica group agree on before loading anything,
+ * each flag the minimum over the ranks (reduced as 3 int32s). */
+typedef struct restore_flags {
+    int32_t fetched;       /* the rank read and decoded its first shard */
+    int32_t same_settings; /* that shard's meta, parameter count and world are this run's */
+    int32_t own_layout;    /* it holds exactly the rank's pieces: no other shard is read */
+} restore_flags_t;
+
+_Static_assert(sizeof(restore_flags_t) == 3 * sizeof(int32_t), "reduced as 3 int32s");
+
+/* The flags of this rank's first shard p0 (fetched with fetch_st, the
+ * shard of rank first), agreed over the replica group. Fails when any rank
+ * could not read its shard, or any shard has other settings (CONFIG). */
+static msr_status_t restore_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const char *meta,
+                                  int world, int first, msr_status_t fetch_st, const payload_t *p0,
+                                  restore_flags_t *flags_p)
+{
+    msr_dp_t *dp = tr->dp;
+    restore_flags_t f = {fetch_st == MSR_OK, 0, 0};
+    if (f.fetched) {
+        f.same_settings = strcmp(p0->h.meta, meta) == 0 && p0->h.num_params == total_params(tr) &&
+                          p0->h.world == (uint32_t)world;
+        f.own_layout =
+            world == world_size(tr) && p0->h.rank == (uint32_t)first && same_layout(tr, map, p0);
+    }
+    int own_settings = f.same_settings;
+    if (dp->comm != NULL) {
+        msr_status_t cst =
+            msr_comm_allreduce(dp->comm, MSR_IN_PLACE, &f, 3, MSR_DTYPE_I32, MSR_OP_MIN);
+        if (cst != MSR_OK)
+            return msr_err_call(cst, "train: agreeing on a checkpoint");
+    }
+    if (fetch_st != MSR_OK)
+        return fetch_st;
+    if (!f.fetched)
+        return msr_err(MSR_ERR_CORRUPT, "train: another rank could not read its checkpoint shard");
+    if (!own_settings) {
+        size_t at = msr_tckpt_meta_diff(p0->h.meta, meta);
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: the checkpoint of step %llu was written with other settings; "
+                       "checkpoint: %s%.160s (%llu parameters, %u ranks); this run: %s%.160s "
+                       "(%zu parameters, %d ranks)",
+                       (unsigned long long)p0->h.step, at > 0 ? "..." : "", p0->h.meta + at,
+                       (unsigned long long)p0->h.num_params, p0->h.world, at > 0 ? "..." : "",
+                       meta + at, total_params(tr), world);
+    }
+    if (!f.same_settings)
+        return msr_err(MSR_ERR_CONFIG,
+                       "train: another rank's checkpoint shard was written with other settings");
+    *flags_p = f;
+    return MSR_OK;
+}
+
+/* The point a checkpoint resumes from, as a shard's header says. */
+enum { POINT_STEP, POINT_ADAM_T, POINT_DATA_SEED, POINT_DATA_POSITION, POINT_N };
+
+/* Every rank resumes from the same point, or none does: the step,
+ * optimizer and sampler state of each rank's first shard p0, their maxima
+ * and (negated) minima over the replica group, must be equal. */
+static msr_status_t restore_same_point(msr_trainer_t *tr, const payload_t *p0)
+{
+    if (tr->dp->comm == NULL)
+        return MSR_OK;
+    struct {
+        int64_t max[POINT_N];
+        int64_t neg_min[POINT_N];
+    } v = {{(int64_t)p0->h.step, (int64_t)p0->h.adam_t, (int64_t)p0->h.data_seed,
+            (int64_t)p0->h.data_position}};
+    _Static_assert(sizeof v == 2 * POINT_N * sizeof(int64_t), "reduced as int64s");
+    int same = 1;
+    for (int k = 0; k < POINT_N; k++)
+        v.neg_min[k] = -v.max[k];
+    msr_status_t st =
+        msr_comm_allreduce(tr->dp->comm, MSR_IN_PLACE, &v, 2 * POINT_N, MSR_DTYPE_I64, MSR_OP_MAX);
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: agreeing on a checkpoint");
+    for (int k = 0; k < POINT_N; k++)
+        same = same && v.max[k] == -v.neg_min[k];
+    if (!same) {
+        return msr_err(MSR_ERR_CORRUPT,
+                       "train: the ranks' checkpoint shards disagree (step %lld..%lld, optimizer "
+                       "step %lld..%lld, samples drawn %lld..%lld): not resuming from them",
+                       (long long)-v.neg_min[POINT_STEP], (long long)v.max[POINT_STEP],
+                       (long long)-v.neg_min[POINT_ADAM_T], (long long)v.max[POINT_ADAM_T],
+                       (long long)-v.neg_min[POINT_DATA_POSITION],
+                       (long long)v.max[POINT_DATA_POSITION]);
+    }
+    return MSR_OK;
+}
+
+/* Applies the shards of the saving world's other ranks (the rank's own
+ * layout differs from the one that saved): each must be of p0's
+ * checkpoint. One payload (or, reading in part, one header and one piece)
+ * is held at a time. */
+static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
+                                        int first, const source_t *src, const payload_t *p0,
+                                        uint8_t *cover)
+{
+    msr_status_t st = MSR_OK;
+    for (int r = 0; r < world && st == MSR_OK; r++) {
+        payload_t p;
+        if (r == first)
+            continue;
+        st = src->read != NULL ? payload_read_head(src, r, &p)
+                               : payload_fetch(src->fetch, src->arg, r, &p);
+        if (st != MSR_OK)
+            break;
+        if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "train: the shards of ranks %d and %d belong to different checkpoints",
+                         first, r);
+        else
+            st = payload_load(tr, map, &p, src, r, cover);
+        payload_free(&p);
+    }
+    return st;
+}
+
+/* Loads the checkpoint whose first shard is p0 (the shard of rank first):
+ * with own_layout, from p0 alone, else from every shard that may hold a
+ * piece of this rank's. Whatever fails, every rank reaches
+ * msr_dp_load_end, which agrees on the outcome. */
+static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
+                                 const source_t *src, const payload_t *p0, int own_layout)
+{
+    msr_status_t read_st = msr_dp_load_begin(tr->dp);
+    size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
+    uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
+    if (read_st == MSR_OK && ecount > 0 && cover == NULL)
+        read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
+    if (read_st == MSR_OK)
+        read_st = payload_load(tr, map, p0, src, first, cover);
+    if (read_st == MSR_OK && !own_layout)
+        read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
+    for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
+        if (!cover[i])
+            read_st = msr_err(MSR_ERR_CORRUPT,
+                              "train: the checkpoint lacks expert element %zu of this rank's", i);
+    }
+    msr_free(cover);
+    msr_status_t st = msr_dp_load_end(tr->dp, own_layout, read_st != MSR_OK);
+    if (st != MSR_OK)
+        return read_st != MSR_OK ? read_st : st;
+    if (tr->model->moe != NULL)
+        return msr_train_experts_gather(tr);
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg)
+{
+    int first = world == world_size(tr) ? world_rank(tr) : 0;
+    source_t src = {fetch, read, arg};
+    payload_t p0;
+    msr_ckpt_map_t map;
+    restore_flags_t flags = {0, 0, 0};
+    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    if (st != MSR_OK) /* every rank still reaches restore_agree */
+        memset(&p0, 0, sizeof p0);
+    else if (read != NULL && world != world_size(tr)) /* not this layout: only what it needs */
+        st = payload_read_head(&src, first, &p0);
+    else
+        st = payload_fetch(fetch, arg, first, &p0);
+    st = restore_check(tr, &map, meta, world, first, st, &p0, &flags);
+    if (st == MSR_OK)
+        st = restore_same_point(tr, &p0);
+    if (st == MSR_OK)
+        st = restore_read(tr, &map, world, first, &src, &p0, flags.own_layout);
+    if (st == MSR_OK) {
+        tr->dp->opt->t = p0.h.adam_t;
+        if (tr->eopt != NULL)
+            tr->eopt->t = p0.h.adam_t;
+        tr->sampler.seed = p0.h.data_seed;
+        tr->sampler.position = p0.h.data_position;
+        tr->step = p0.h.step;
+    }
+    payload_free(&p0);
+    msr_ckpt_map_free(&map);
+    return restore_agree(tr, st);
+}
+
+msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
+                                 msr_trainer_fetch_t fetch, void *arg)
+{
+    return msr_trainer_restore_parts(tr, meta, world, fetch, NULL, arg);
+}
