@@ -25,101 +25,18 @@
 #include "cluster/straggler.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
-
-/* ---- a fake call ---- */
-
-typedef struct fcall {
-    int answered;
-    int code; /* grpc status; 0 = OK */
-    char message[512];
-    msr_rpc_method_t method;
-    ProtobufCMessage *resp; /* unpacked answer */
-    uint64_t deadline;
-    void *data;
-} fcall_t;
-
-static msr_rpc_method_t reply_method;
-
-static void f_reply(void *call, const ProtobufCMessage *resp)
-{
-    fcall_t *c = call;
-    MSR_CHECK(!c->answered);
-    c->answered = 1;
-    c->code = 0;
-    /* Round-trip through the wire format, as the real binding does. */
-    size_t len = protobuf_c_message_get_packed_size(resp);
-    /* plain malloc: the allocation-failure test must only fail the core's */
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(resp, buf);
-    c->resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
-    free(buf);
-    MSR_CHECK(c->resp != NULL);
-}
-
-static void f_reply_blob(void *call, msr_blob_t *blob)
-{
-    fcall_t *c = call;
-    MSR_CHECK(!c->answered);
-    c->answered = 1;
-    c->code = 0;
-    c->resp =
-        protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
-    MSR_CHECK(c->resp != NULL);
-}
-
-static void f_fail(void *call, int code, const char *message)
-{
-    fcall_t *c = call;
-    MSR_CHECK(!c->answered);
-    c->answered = 1;
-    c->code = code;
-    snprintf(c->message, sizeof c->message, "%s", message);
-}
-
-static uint64_t f_deadline(void *call)
-{
-    return ((fcall_t *)call)->deadline;
-}
-
-static const char *f_peer(void *call)
-{
-    (void)call;
-    return "test";
-}
-
-static void f_set_data(void *call, void *data)
-{
-    ((fcall_t *)call)->data = data;
-}
-
-static void *f_get_data(void *call)
-{
-    return ((fcall_t *)call)->data;
-}
-
-static const msr_coord_responder_t responder = {f_reply, f_reply_blob, f_fail,    f_deadline,
-                                                f_peer,  f_set_data,   f_get_data};
-
-static void fcall_reset(fcall_t *c)
-{
-    if (c->resp)
-        protobuf_c_message_free_unpacked(c->resp, NULL);
-    memset(c, 0, sizeof *c);
-    c->deadline = MSR_DEADLINE_NEVER;
-}
+#include "tests/unit_rdzv/fixtures.h"
 
 /* Whether call() saves after each call, as the server's loop does after
  * each batch (with a state file, answers wait for the save). */
 static int hold_answers;
 
-static void call(msr_coord_t *co, fcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
+static void call(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
 {
-    fcall_reset(c);
-    c->method = m;
-    reply_method = m;
-    msr_coord_call(co, c, m, req);
-    if (!hold_answers)
-        msr_coord_flush(co);
+    if (hold_answers)
+        msr_tcall_send(co, c, m, req);
+    else
+        msr_tcall_call(co, c, m, req);
 }
 
 /* ---- helpers for the job ---- */
@@ -148,7 +65,7 @@ static msr_coord_t *make_coord(int worker_num, int local, int max_restarts)
         .store_limits = job_limits,
     };
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     return co;
 }
 
@@ -171,18 +88,18 @@ static Msr__JoinRequest join_req(int worker_num, int local, int node_rank, int m
 static const char *join(msr_coord_t *co, int slot, int worker_num, int local, int node_rank)
 {
     static char ids[16][64];
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__JoinRequest r = join_req(worker_num, local, node_rank, job_max_restarts);
     r.pid = 100 + slot;
     call(co, &c, MSR_RPC_JOIN, &r.base);
     MSR_CHECK_MSG(c.answered && c.code == 0, "join failed: %d %s", c.code, c.message);
     snprintf(ids[slot], sizeof ids[slot], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return ids[slot];
 }
 
 /* A heartbeat that answers at once (wait 0); returns the response. */
-static Msr__HeartbeatResponse *beat(msr_coord_t *co, fcall_t *c, const char *id, int gen, int ready)
+static Msr__HeartbeatResponse *beat(msr_coord_t *co, tcall_t *c, const char *id, int gen, int ready)
 {
     Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
     r.node_id = (char *)id;
@@ -204,7 +121,7 @@ static uint64_t beat_until_changed(msr_coord_t *co, const char *const *live, int
                                    Msr__JobState from, int64_t limit_ms)
 {
     uint64_t limit = msr_deadline_in_ms(limit_ms);
-    fcall_t c = {0};
+    tcall_t c = {0};
     for (;;) {
         msr_sleep_ms(50); /* paces the rounds; the deadline bounds them */
         uint64_t t = msr_now_ns();
@@ -212,7 +129,7 @@ static uint64_t beat_until_changed(msr_coord_t *co, const char *const *live, int
             beat(co, &c, live[i], gen, gen);
         msr_coord_tick(co, t);
         Msr__JobState now = beat(co, &c, live[0], gen, gen)->state;
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
         if (now != from)
             return t;
         MSR_CHECK_MSG(!msr_deadline_passed(limit), "the job is still in state %d after %lld ms",
@@ -236,10 +153,10 @@ static void report_lost(msr_coord_t *co, const char *id, int gen, int rank, int 
     r.node_id = (char *)id;
     r.generation = gen;
     r.exit = &f;
-    fcall_t c = {0};
+    tcall_t c = {0};
     call(co, &c, MSR_RPC_REPORT, &r.base);
     MSR_CHECK(c.answered && c.code == 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
 }
 
 static void report(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig)
@@ -252,7 +169,7 @@ static void report(msr_coord_t *co, const char *id, int gen, int rank, int code,
 static void test_join_validation(void)
 {
     msr_coord_t *co = make_coord(4, 2, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__JoinRequest r = join_req(4, 2, -1, 0);
     r.protocol_version = 99;
     call(co, &c, MSR_RPC_JOIN, &r.base);
@@ -294,7 +211,7 @@ static void test_join_validation(void)
     r = join_req(4, 2, -1, 0);
     call(co, &c, MSR_RPC_JOIN, &r.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_RESOURCE_EXHAUSTED); /* full */
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -303,7 +220,7 @@ static void test_formation_and_ranks(void)
     msr_coord_t *co = make_coord(6, 2, 0);
     const char *a = join(co, 0, 6, 2, -1);
     const char *b = join(co, 1, 6, 2, 0); /* wants rank 0 */
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_WAITING);
     MSR_CHECK_EQ(r->joined_nodes, 1);
@@ -326,7 +243,7 @@ static void test_formation_and_ranks(void)
     MSR_CHECK_EQ(r->assignment->rank_offset, 0);
     MSR_CHECK_STR(r->assignment->master_addr, "127.0.0.1");
     MSR_CHECK_EQ(r->assignment->master_port, 5000);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -335,7 +252,7 @@ static void test_heartbeat_long_poll(void)
     msr_coord_t *co = make_coord(2, 1, 0);
     const char *a = join(co, 0, 2, 1, -1);
     const char *b = join(co, 1, 2, 1, -1);
-    fcall_t held = {0}, c = {0};
+    tcall_t held = {0}, c = {0};
     Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
     r.node_id = (char *)a;
     r.generation = 0;
@@ -361,8 +278,8 @@ static void test_heartbeat_long_poll(void)
     msr_coord_cancel(co, &held);
     msr_coord_tick(co, msr_now_ns() + 100000000ull);
     MSR_CHECK(!held.answered);
-    fcall_reset(&held);
-    fcall_reset(&c);
+    msr_tcall_reset(&held);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -371,7 +288,7 @@ static void test_failure_restart_and_done(void)
     msr_coord_t *co = make_coord(2, 1, 1);
     const char *a = join(co, 0, 2, 1, -1);
     const char *b = join(co, 1, 2, 1, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     report(co, a, 0, 0, 3, 0); /* rank 0 fails: one restart left */
@@ -399,11 +316,11 @@ static void test_failure_restart_and_done(void)
     lv.node_id = (char *)b;
     call(co, &c, MSR_RPC_LEAVE, &lv.base);
     MSR_CHECK(msr_coord_finished(co));
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
-static Msr__StatusResponse *status(msr_coord_t *co, fcall_t *c);
+static Msr__StatusResponse *status(msr_coord_t *co, tcall_t *c);
 
 /* A failure that followed a lost peer ends the generation, and the failure
  * the peer loss followed, reported after it, becomes the root cause; a later
@@ -413,7 +330,7 @@ static void test_root_cause_after_peer_lost(void)
     msr_coord_t *co = make_coord(2, 1, 2);
     const char *a = join(co, 0, 2, 1, -1);
     const char *b = join(co, 1, 2, 1, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     report_lost(co, a, 0, 0, 1, 0, 1); /* rank 0 saw rank 1 lost, exited 1 */
@@ -452,7 +369,7 @@ static void test_root_cause_after_peer_lost(void)
     r = beat(co, &c, a, 2, 2);
     MSR_CHECK(r->failure && r->failure->rank == 0 && r->failure->exit_code == 7);
     MSR_CHECK(strstr(r->message, "rank 0 on node 0") && strstr(r->message, "no restarts left"));
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -460,7 +377,7 @@ static void test_restarts_exhausted(void)
 {
     msr_coord_t *co = make_coord(1, 1, 0);
     const char *a = join(co, 0, 1, 1, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     report(co, a, 0, 0, 0, 9); /* killed by SIGKILL */
     Msr__HeartbeatResponse *r = beat(co, &c, a, 0, 0);
@@ -471,7 +388,7 @@ static void test_restarts_exhausted(void)
     Msr__JoinRequest j = join_req(1, 1, -1, 0);
     call(co, &c, MSR_RPC_JOIN, &j.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_FAILED_PRECONDITION);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -482,7 +399,7 @@ static void test_node_lost(void)
     job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
     const char *a = join(co, 0, 2, 1, -1);
     const char *b = join(co, 1, 2, 1, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     beat(co, &c, a, 0, 0);
     uint64_t silent = msr_now_ns(); /* b's last call is after this */
     beat(co, &c, b, 0, 0);
@@ -496,7 +413,7 @@ static void test_node_lost(void)
     MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_FAILED);
     MSR_CHECK(r->failure && r->failure->rank == -1);
     MSR_CHECK(strstr(r->message, "lost") != NULL);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -508,9 +425,9 @@ static msr_coord_t *running_coord(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return co;
 }
 
@@ -520,16 +437,16 @@ static void set_kv(msr_coord_t *co, const char *k, const char *v)
     s.key = (char *)k;
     s.value.data = (uint8_t *)v;
     s.value.len = strlen(v);
-    fcall_t c = {0};
+    tcall_t c = {0};
     call(co, &c, MSR_RPC_SET, &s.base);
     MSR_CHECK(c.answered && c.code == 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
 }
 
 static void test_store_get_wait(void)
 {
     msr_coord_t *co = running_coord();
-    fcall_t c = {0}, w1 = {0}, w2 = {0};
+    tcall_t c = {0}, w1 = {0}, w2 = {0};
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = "k";
     call(co, &c, MSR_RPC_GET, &g.base);
@@ -552,7 +469,7 @@ static void test_store_get_wait(void)
     MSR_CHECK_EQ(w1.code, GRPC_STATUS_DEADLINE_EXCEEDED);
     MSR_CHECK(strstr(w1.message, "'never'") != NULL);
     /* the client's own deadline bounds the wait even with a long wait_ms */
-    fcall_reset(&w2);
+    msr_tcall_reset(&w2);
     w2.method = MSR_RPC_GET;
     w2.deadline = msr_now_ns() + 250 * 1000000ull;
     g.wait_ms = 100000;
@@ -560,16 +477,16 @@ static void test_store_get_wait(void)
     MSR_CHECK(!w2.answered);
     msr_coord_tick(co, msr_now_ns() + 60 * 1000000ull);
     MSR_CHECK(w2.answered && w2.code == GRPC_STATUS_DEADLINE_EXCEEDED);
-    fcall_reset(&c);
-    fcall_reset(&w1);
-    fcall_reset(&w2);
+    msr_tcall_reset(&c);
+    msr_tcall_reset(&w1);
+    msr_tcall_reset(&w2);
     msr_coord_destroy(co);
 }
 
 static void test_store_add_cas_delete(void)
 {
     msr_coord_t *co = running_coord();
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
     a.key = "ctr";
     for (int i = 1; i <= 100; i++) {
@@ -617,14 +534,14 @@ static void test_store_add_cas_delete(void)
     MSR_CHECK(((Msr__DeleteResponse *)c.resp)->existed);
     call(co, &c, MSR_RPC_DELETE, &d.base);
     MSR_CHECK(!((Msr__DeleteResponse *)c.resp)->existed);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
 static void test_store_bad_keys_and_generation(void)
 {
     msr_coord_t *co = running_coord();
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__SetRequest s = MSR__SET_REQUEST__INIT;
     s.key = "";
     call(co, &c, MSR_RPC_SET, &s.base);
@@ -643,7 +560,7 @@ static void test_store_bad_keys_and_generation(void)
     call(co, &c, MSR_RPC_SET, &s.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_ABORTED);
     MSR_CHECK(strstr(c.message, "stale generation 3") != NULL);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -651,7 +568,7 @@ static void test_store_reset_on_restart(void)
 {
     msr_coord_t *co = make_coord(1, 1, 1);
     const char *a = join(co, 0, 1, 1, -1);
-    fcall_t c = {0}, w = {0};
+    tcall_t c = {0}, w = {0};
     beat(co, &c, a, 0, 0);
     set_kv(co, "x", "1");
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
@@ -667,15 +584,15 @@ static void test_store_reset_on_restart(void)
     g.wait_ms = 0;
     call(co, &c, MSR_RPC_GET, &g.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND); /* the old keys are gone */
-    fcall_reset(&c);
-    fcall_reset(&w);
+    msr_tcall_reset(&c);
+    msr_tcall_reset(&w);
     msr_coord_destroy(co);
 }
 
 static void test_barrier(void)
 {
     msr_coord_t *co = running_coord();
-    fcall_t c[4] = {{0}};
+    tcall_t c[4] = {{0}};
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
     b.name = "b";
     b.count = 5;
@@ -706,7 +623,7 @@ static void test_barrier(void)
     MSR_CHECK_EQ(c[0].code, GRPC_STATUS_DEADLINE_EXCEEDED);
     MSR_CHECK_MSG(strstr(c[0].message, "1 of 2 participants") != NULL, "%s", c[0].message);
     for (int i = 0; i < 4; i++)
-        fcall_reset(&c[i]);
+        msr_tcall_reset(&c[i]);
     msr_coord_destroy(co);
 }
 
@@ -714,7 +631,7 @@ static void test_allgather(void)
 {
     msr_coord_t *co = running_coord();
     enum { N = 5 };
-    fcall_t c[N] = {{0}};
+    tcall_t c[N] = {{0}};
     /* contributions arrive out of order and with different lengths */
     int order[N] = {3, 0, 4, 1, 2};
     for (int k = 0; k < N; k++) {
@@ -747,7 +664,7 @@ static void test_allgather(void)
                 MSR_CHECK_EQ(r->data.data[off + (size_t)j], 'a' + i);
             off += (size_t)i + 1;
         }
-        fcall_reset(&c[k]);
+        msr_tcall_reset(&c[k]);
     }
     /* duplicates and out-of-range indexes are refused, leaving no trace */
     Msr__Contribution e1 = MSR__CONTRIBUTION__INIT, e2 = MSR__CONTRIBUTION__INIT;
@@ -769,7 +686,7 @@ static void test_allgather(void)
     call(co, &c[0], MSR_RPC_ALLGATHER, &r.base);
     MSR_CHECK(c[0].answered && c[0].code == 0);
     MSR_CHECK_EQ(((Msr__AllgatherResponse *)c[0].resp)->n_lengths, 2);
-    fcall_reset(&c[0]);
+    msr_tcall_reset(&c[0]);
     msr_coord_destroy(co);
 }
 
@@ -780,16 +697,16 @@ static msr_coord_t *restarted_coord(void)
 {
     msr_coord_t *co = make_coord(1, 1, 1);
     const char *a = join(co, 0, 1, 1, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     beat(co, &c, a, 0, 0);
     report(co, a, 0, 0, 1, 0);
     MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_RUNNING);
     MSR_CHECK_EQ(((Msr__HeartbeatResponse *)c.resp)->generation, 1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return co;
 }
 
-static void check_stale(const fcall_t *c, const char *what)
+static void check_stale(const tcall_t *c, const char *what)
 {
     MSR_CHECK_MSG(c->answered && c->code == GRPC_STATUS_ABORTED,
                   "%s of generation 0 at generation 1: answered %d, code %d", what, c->answered,
@@ -800,7 +717,7 @@ static void check_stale(const fcall_t *c, const char *what)
 /* The value of key in generation 1, "" if absent. */
 static void get1(msr_coord_t *co, const char *key, char *out, size_t len)
 {
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = (char *)key;
     g.generation = 1;
@@ -814,7 +731,7 @@ static void get1(msr_coord_t *co, const char *key, char *out, size_t len)
     } else {
         MSR_CHECK_EQ(c.code, GRPC_STATUS_NOT_FOUND);
     }
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
 }
 
 /* Every store call of a past generation (older than the job's, the usual
@@ -823,7 +740,7 @@ static void get1(msr_coord_t *co, const char *key, char *out, size_t len)
 static void test_store_stale_generation_every_call(void)
 {
     msr_coord_t *co = restarted_coord();
-    fcall_t c = {0};
+    tcall_t c = {0};
     char got[64];
     Msr__SetRequest s = MSR__SET_REQUEST__INIT;
     s.key = "k";
@@ -891,14 +808,14 @@ static void test_store_stale_generation_every_call(void)
     ag.entries = ep;
     call(co, &c, MSR_RPC_ALLGATHER, &ag.base);
     check_stale(&c, "allgather");
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
 static int cas(msr_coord_t *co, const char *key, const char *expected, const char *desired,
                char *current, size_t len)
 {
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
     cs.key = (char *)key;
     cs.expected.data = (uint8_t *)expected;
@@ -916,7 +833,7 @@ static int cas(msr_coord_t *co, const char *key, const char *expected, const cha
         current[r->current.len] = '\0';
     }
     int swapped = r->swapped ? 1 : r->present ? 0 : -1; /* -1: absent */
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return swapped;
 }
 
@@ -939,7 +856,7 @@ static void test_store_compare_set_exact(void)
     MSR_CHECK_STR(cur, "owner2");
     /* an empty expectation is not "absent" */
     MSR_CHECK_EQ(cas(co, "none", "", "x", cur, sizeof cur), -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = "none";
     call(co, &c, MSR_RPC_GET, &g.base);
@@ -950,7 +867,7 @@ static void test_store_compare_set_exact(void)
     MSR_CHECK_STR(cur, "");
     MSR_CHECK_EQ(cas(co, "e", "", "y", cur, sizeof cur), 1);
     MSR_CHECK_STR(cur, "y");
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -959,7 +876,7 @@ static void test_store_compare_set_exact(void)
 static void test_store_add_limits(void)
 {
     msr_coord_t *co = running_coord();
-    fcall_t c = {0};
+    tcall_t c = {0};
     char got[64];
     Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
     set_kv(co, "hi", "9223372036854775806");
@@ -985,7 +902,7 @@ static void test_store_add_limits(void)
     Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
     snprintf(got, sizeof got, "%.*s", (int)r->value.len, (const char *)r->value.data);
     MSR_CHECK_STR(got, "-9223372036854775808");
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -997,7 +914,7 @@ static void test_barrier_allgather_reset_on_restart(void)
     /* two ranks on one node, so that counts of 2 are the job's own */
     msr_coord_t *co = make_coord(2, 2, 1);
     const char *a = join(co, 0, 2, 2, -1);
-    fcall_t c = {0}, b0 = {0}, g0 = {0}, b1 = {0}, g1 = {0};
+    tcall_t c = {0}, b0 = {0}, g0 = {0}, b1 = {0}, g1 = {0};
     beat(co, &c, a, 0, 0);
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
     b.name = "b";
@@ -1039,11 +956,11 @@ static void test_barrier_allgather_reset_on_restart(void)
     MSR_CHECK(c.answered && c.code == 0 && g1.answered && g1.code == 0);
     Msr__AllgatherResponse *r = (Msr__AllgatherResponse *)g1.resp;
     MSR_CHECK(r->data.len == 2 && memcmp(r->data.data, "nm", 2) == 0);
-    fcall_reset(&c);
-    fcall_reset(&b0);
-    fcall_reset(&g0);
-    fcall_reset(&b1);
-    fcall_reset(&g1);
+    msr_tcall_reset(&c);
+    msr_tcall_reset(&b0);
+    msr_tcall_reset(&g0);
+    msr_tcall_reset(&b1);
+    msr_tcall_reset(&g1);
     msr_coord_destroy(co);
 }
 
@@ -1063,11 +980,11 @@ static void test_persist_and_resume(void)
                               .state_file = path};
     job_max_restarts = 3;
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     char a[64], b[64];
     snprintf(a, sizeof a, "%s", join(co, 0, 2, 1, -1));
     snprintf(b, sizeof b, "%s", join(co, 1, 2, 1, -1));
-    fcall_t c = {0};
+    tcall_t c = {0};
     beat(co, &c, a, 0, 0);
     report(co, a, 0, 0, 1, 0); /* not running yet: ignored */
     beat(co, &c, b, 0, 0);
@@ -1083,10 +1000,10 @@ static void test_persist_and_resume(void)
     MSR_CHECK_EQ(c.code, 0);
     report(co, a, 1, 0, 0, 0); /* rank 0 done */
     msr_coord_tick(co, msr_now_ns() + 1000000000ull);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co); /* the coordinator dies */
 
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     Msr__HeartbeatResponse *r = beat(co, &c, b, 1, 1);
     MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
     MSR_CHECK_EQ(r->generation, 1);
@@ -1102,7 +1019,7 @@ static void test_persist_and_resume(void)
     MSR_CHECK(((Msr__GetResponse *)c.resp)->value.len == 5);
     report(co, b, 1, rank_b, 0, 0); /* the other rank: the job is done */
     MSR_CHECK_EQ(beat(co, &c, a, 1, 1)->state, MSR__JOB_STATE__JOB_DONE);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 
     /* a corrupt state file is refused, not half-read */
@@ -1110,7 +1027,7 @@ static void test_persist_and_resume(void)
     MSR_CHECK(f != NULL);
     fputs("not a state file", f);
     fclose(f);
-    MSR_CHECK_STATUS(msr_coord_create(&cfg, &responder, &co), MSR_ERR_CORRUPT);
+    MSR_CHECK_STATUS(msr_coord_create(&cfg, &msr_tcall_responder, &co), MSR_ERR_CORRUPT);
     unlink(path);
     rmdir(dir);
 }
@@ -1150,11 +1067,11 @@ static msr_coord_t *durable_coord(const char *path)
                               .state_file = path};
     job_max_restarts = 0;
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     return co;
 }
 
-static int set_key(msr_coord_t *co, fcall_t *c, const char *key, const char *value)
+static int set_key(msr_coord_t *co, tcall_t *c, const char *key, const char *value)
 {
     Msr__SetRequest s = MSR__SET_REQUEST__INIT;
     s.key = (char *)key;
@@ -1168,7 +1085,7 @@ static int set_key(msr_coord_t *co, fcall_t *c, const char *key, const char *val
 static const char *get_key(msr_coord_t *co, const char *key)
 {
     static char out[256];
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = (char *)key;
     call(co, &c, MSR_RPC_GET, &g.base);
@@ -1178,7 +1095,7 @@ static const char *get_key(msr_coord_t *co, const char *key)
         Msr__GetResponse *r = (Msr__GetResponse *)c.resp;
         snprintf(out, sizeof out, "%.*s", (int)r->value.len, (const char *)r->value.data);
     }
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return out;
 }
 
@@ -1203,7 +1120,7 @@ static long file_size(const char *path)
 }
 
 /* The job's Status (the call's answer stays in c). */
-static Msr__StatusResponse *status(msr_coord_t *co, fcall_t *c)
+static Msr__StatusResponse *status(msr_coord_t *co, tcall_t *c)
 {
     Msr__StatusRequest r = MSR__STATUS_REQUEST__INIT;
     call(co, c, MSR_RPC_STATUS, &r.base);
@@ -1228,10 +1145,10 @@ static void test_failure_history(void)
                               .state_file = t.path};
     job_max_restarts = 30;
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     char a[64];
     snprintf(a, sizeof a, "%s", join(co, 0, 1, 1, -1));
-    fcall_t c = {0};
+    tcall_t c = {0};
     const int fails = 18;
     for (int g = 0; g < fails; g++) {
         MSR_CHECK_EQ(beat(co, &c, a, g, g)->state, MSR__JOB_STATE__JOB_RUNNING);
@@ -1253,7 +1170,7 @@ static void test_failure_history(void)
     MSR_CHECK(r->failure != NULL && r->failure->n_stderr_tail == 1); /* the last keeps its tail */
     /* another coordinator on the same file, with no goodbye from this one */
     msr_coord_t *again = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &again));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &again));
     r = status(again, &c);
     MSR_CHECK_EQ(r->generation, fails);
     MSR_CHECK_EQ(r->restart_count, fails);
@@ -1267,16 +1184,16 @@ static void test_failure_history(void)
     MSR_CHECK_EQ(beat(again, &c, a, fails, fails)->state, MSR__JOB_STATE__JOB_RUNNING);
     report(again, a, fails, 0, 77, 0);
     msr_coord_tick(again, msr_now_ns());
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(again);
     msr_coord_destroy(co);
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     r = status(co, &c);
     MSR_CHECK_EQ(r->n_failures, 16);
     MSR_CHECK_EQ(r->failures[0]->generation, fails - 15);
     MSR_CHECK_EQ(r->failures[15]->generation, fails);
     MSR_CHECK_EQ(r->failures[15]->exit_code, 77);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     tmpstate_remove(&t);
 }
@@ -1289,7 +1206,7 @@ static void test_write_held_until_saved(void)
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
     hold_answers = 1;
-    fcall_t c[3] = {{0}};
+    tcall_t c[3] = {{0}};
     set_key(co, &c[0], "a", "1");
     set_key(co, &c[1], "b", "2");
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
@@ -1312,7 +1229,7 @@ static void test_write_held_until_saved(void)
     MSR_CHECK(!c[0].answered);
     hold_answers = 0;
     for (int i = 0; i < 3; i++)
-        fcall_reset(&c[i]);
+        msr_tcall_reset(&c[i]);
     /* a kill -9 now (no destroy, no flush) loses nothing answered */
     long before = file_size(t.path);
     MSR_CHECK(before > 0);
@@ -1332,7 +1249,7 @@ static void test_save_failure_fails_writes(void)
     tmpstate_t t;
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "small", "x"), 0);
     /* the file may not grow any more: the append fails with EFBIG */
     signal(SIGXFSZ, SIG_IGN);
@@ -1354,7 +1271,7 @@ static void test_save_failure_fails_writes(void)
     msr_sleep_ms(120); /* the next attempt comes after a pause */
     msr_coord_tick(co, msr_now_ns());
     MSR_CHECK_EQ(set_key(co, &c, "after", "z"), 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_t *again = durable_coord(t.path);
     MSR_CHECK(strcmp(get_key(again, "small"), "x") == 0);
     MSR_CHECK(strcmp(get_key(again, "after"), "z") == 0);
@@ -1375,7 +1292,7 @@ static void test_save_failure_fails_writes(void)
 static int64_t add_req(msr_coord_t *co, const char *key, int64_t delta, uint64_t client,
                        uint64_t id)
 {
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
     a.key = (char *)key;
     a.delta = delta;
@@ -1384,7 +1301,7 @@ static int64_t add_req(msr_coord_t *co, const char *key, int64_t delta, uint64_t
     call(co, &c, MSR_RPC_ADD, &a.base);
     MSR_CHECK_MSG(c.answered && c.code == 0, "add: %d %s", c.code, c.message);
     int64_t v = ((Msr__AddResponse *)c.resp)->value;
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return v;
 }
 
@@ -1397,7 +1314,7 @@ static void test_save_failure_cut_back(void)
     tmpstate_t t;
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "small", "x"), 0);
     MSR_CHECK_EQ(set_key(co, &c, "log", "y"), 0); /* appended: the log is open */
     long before = file_size(t.path);
@@ -1415,7 +1332,7 @@ static void test_save_failure_cut_back(void)
     MSR_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
     MSR_CHECK_EQ(code, GRPC_STATUS_INTERNAL);
     MSR_CHECK_MSG(after == before, "%ld bytes after the failed save, %ld before", after, before);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     tmpstate_remove(&t);
 }
@@ -1432,14 +1349,14 @@ static void test_request_ids(void)
     MSR_CHECK_EQ(add_req(co, "n", 1, 0, 0), 16);
     MSR_CHECK_EQ(add_req(co, "n", 1, 0, 0), 17);
     /* an id used by another method is refused, not answered wrongly */
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__SetRequest s = MSR__SET_REQUEST__INIT;
     s.key = "n";
     s.client_id = 7;
     s.request_id = 2;
     call(co, &c, MSR_RPC_SET, &s.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* the coordinator dies without a word and comes back */
     msr_coord_t *again = durable_coord(t.path);
     MSR_CHECK_EQ(add_req(again, "n", 5, 7, 2), 10);
@@ -1465,7 +1382,7 @@ static msr_coord_t *plain_coord(const char *job_id)
                               .join_timeout_ms = 60000};
     job_max_restarts = 0;
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     return co;
 }
 
@@ -1521,12 +1438,12 @@ static void test_persist_records(void)
     msr_free(rec);
     /* another job's change is refused whole */
     msr_coord_t *other = plain_coord("other");
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__JoinRequest j = join_req(1, 1, 0, 0);
     j.job_id = "other";
     call(other, &c, MSR_RPC_JOIN, &j.base);
     MSR_CHECK_MSG(c.answered && c.code == 0, "join: %d %s", c.code, c.message);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     rec = msr_coord_persist_change_record(other, &len);
     MSR_CHECK(rec != NULL);
     MSR_CHECK_EQ(msr_coord_persist_apply(b, rec, len, 0), MSR_ERR_CORRUPT);
@@ -1543,7 +1460,7 @@ static void test_log_and_compaction(void)
     tmpstate_t t;
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     char big[4000];
     memset(big, 'b', sizeof big - 1);
     big[sizeof big - 1] = '\0';
@@ -1576,7 +1493,7 @@ static void test_log_and_compaction(void)
     d.key = "big7";
     call(co, &c, MSR_RPC_DELETE, &d.base);
     MSR_CHECK_EQ(c.code, 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_t *again = durable_coord(t.path);
     MSR_CHECK(strcmp(get_key(again, "small"), "19999") == 0);
     MSR_CHECK(strcmp(get_key(again, "big7"), "") == 0);
@@ -1593,7 +1510,7 @@ static void test_log_compaction_bound(void)
     tmpstate_t t;
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "a", "1"), 0);
     long snap = file_size(t.path); /* the first save: a snapshot alone */
     enum { CHUNK = 40000 };
@@ -1617,7 +1534,7 @@ static void test_log_compaction_bound(void)
     MSR_CHECK_EQ(set_key(co, &c, "y", "1"), 0);
     MSR_CHECK_MSG(file_size(t.path) < 4 * CHUNK, "the log of %ld bytes is not compacted",
                   file_size(t.path));
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     msr_coord_t *again = durable_coord(t.path);
     MSR_CHECK_EQ(strlen(get_key(again, "y")), 1);
@@ -1635,14 +1552,14 @@ static void test_state_file_fd_zero(void)
     MSR_CHECK(saved >= 0);
     close(0);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "a", "1"), 0); /* the first save: a snapshot */
     struct stat first, next;
     MSR_CHECK(stat(t.path, &first) == 0);
     int zero = fcntl(0, F_GETFD) != -1; /* the state file's */
     MSR_CHECK_EQ(set_key(co, &c, "b", "2"), 0);
     MSR_CHECK(stat(t.path, &next) == 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     MSR_CHECK(dup2(saved, 0) == 0);
     close(saved);
@@ -1660,12 +1577,12 @@ static void test_torn_tail(void)
     tmpstate_t t;
     tmpstate_make(&t);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "one", "1"), 0);
     long good = file_size(t.path);
     MSR_CHECK_EQ(set_key(co, &c, "two", "2"), 0);
     long full = file_size(t.path);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     /* the last record torn in the middle */
     MSR_CHECK(truncate(t.path, full - 3) == 0);
@@ -1673,7 +1590,7 @@ static void test_torn_tail(void)
     MSR_CHECK(strcmp(get_key(co, "one"), "1") == 0);
     MSR_CHECK(strcmp(get_key(co, "two"), "") == 0);
     MSR_CHECK_EQ(set_key(co, &c, "three", "3"), 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     /* a damaged byte in the last record, and garbage after it */
     long len = file_size(t.path);
@@ -1797,7 +1714,7 @@ static void test_state_file_counts(void)
                                   .join_timeout_ms = 60000,
                                   .state_file = t.path};
         msr_coord_t *co = NULL;
-        msr_status_t st = msr_coord_create(&cfg, &responder, &co);
+        msr_status_t st = msr_coord_create(&cfg, &msr_tcall_responder, &co);
         if (st == MSR_OK) { /* what a report then does with it */
             report(co, "aaaa", 1, 500, 0, 0);
             msr_coord_destroy(co);
@@ -1824,9 +1741,9 @@ static void test_state_file_symlinks(void)
     fclose(f);
     MSR_CHECK(symlink(victim, tmp) == 0);
     msr_coord_t *co = durable_coord(t.path);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(set_key(co, &c, "k", "v"), 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     MSR_CHECK_EQ(file_size(victim), 4);
     struct stat sb;
@@ -1839,7 +1756,7 @@ static void test_state_file_symlinks(void)
                               .local_worker_num = 1,
                               .max_restarts = 0,
                               .state_file = t.path};
-    MSR_CHECK(msr_coord_create(&cfg, &responder, &co) != MSR_OK);
+    MSR_CHECK(msr_coord_create(&cfg, &msr_tcall_responder, &co) != MSR_OK);
     MSR_CHECK_EQ(file_size(victim), 4);
     unlink(victim);
     tmpstate_remove(&t);
@@ -1864,8 +1781,8 @@ static void test_elastic(void)
                               .node_timeout_ms = 5000,
                               .join_timeout_ms = 60000};
     msr_coord_t *co = NULL;
-    MSR_CHECK_OK(msr_coord_create(&cfg, &responder, &co));
-    fcall_t c = {0};
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
+    tcall_t c = {0};
     char ids[4][64];
     for (int i = 0; i < 3; i++) {
         Msr__JoinRequest j = join_req(4, 1, -1, 2);
@@ -1912,7 +1829,7 @@ static void test_elastic(void)
      * coordinator's for a broken long poll), the job re-forms on the two
      * left, renumbered, one restart counted */
     const uint64_t grace_ns = 1500 * 1000000ull;
-    fcall_t held = {0};
+    tcall_t held = {0};
     Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
     h.node_id = ids[1];
     h.generation = 1;
@@ -1939,8 +1856,8 @@ static void test_elastic(void)
     int a0 = beat(co, &c, ids[0], 2, 2)->assignment->node_rank;
     int a2 = beat(co, &c, ids[2], 2, 2)->assignment->node_rank;
     MSR_CHECK((a0 == 0 && a2 == 1) || (a0 == 1 && a2 == 0));
-    fcall_reset(&c);
-    fcall_reset(&held);
+    msr_tcall_reset(&c);
+    msr_tcall_reset(&held);
     msr_coord_destroy(co);
 }
 
@@ -1953,12 +1870,12 @@ static int set_code(msr_coord_t *co, const char *k, size_t len, char *msg, size_
     s.key = (char *)k;
     s.value.data = buf;
     s.value.len = len;
-    fcall_t c = {0};
+    tcall_t c = {0};
     call(co, &c, MSR_RPC_SET, &s.base);
     MSR_CHECK(c.answered);
     snprintf(msg, msglen, "%s", c.message);
     int code = c.code;
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     return code;
 }
 
@@ -1967,7 +1884,7 @@ static void test_store_limits(void)
     job_limits = (msr_store_limits_t){.value_max = 1000, .keys_max = 4, .bytes_max = 3000};
     msr_coord_t *co = running_coord();
     job_limits = (msr_store_limits_t){0, 0, 0};
-    char msg[512];
+    char msg[sizeof((tcall_t *)0)->message];
     /* one byte over the value size */
     MSR_CHECK_EQ(set_code(co, "a", 1001, msg, sizeof msg), GRPC_STATUS_RESOURCE_EXHAUSTED);
     MSR_CHECK_MSG(strstr(msg, "--store_value_max") && strstr(msg, "1000"), "%s", msg);
@@ -1984,7 +1901,7 @@ static void test_store_limits(void)
     MSR_CHECK_EQ(set_code(co, "e", 1, msg, sizeof msg), GRPC_STATUS_RESOURCE_EXHAUSTED);
     MSR_CHECK_MSG(strstr(msg, "--store_keys_max") != NULL, "%s", msg);
     /* add counts like set */
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
     a.key = "e";
     a.delta = 1;
@@ -2017,7 +1934,7 @@ static void test_store_limits(void)
     call(co, &c, MSR_RPC_ALLGATHER, &r.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
     MSR_CHECK_MSG(strstr(c.message, "--store_value_max") != NULL, "%s", c.message);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2026,7 +1943,7 @@ static void test_store_limits(void)
 static void test_store_counts_bounded(void)
 {
     msr_coord_t *co = running_coord(); /* 8 ranks */
-    fcall_t c = {0};
+    tcall_t c = {0};
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
     b.name = "b";
     b.count = 9;
@@ -2050,7 +1967,7 @@ static void test_store_counts_bounded(void)
     r.count = 9;
     call(co, &c, MSR_RPC_ALLGATHER, &r.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
     /* workers that reach a coordinator no node joined (another launcher
      * started them): the job's size is unknown, and an allgather's entry
@@ -2067,7 +1984,7 @@ static void test_store_counts_bounded(void)
     call(co, &c, MSR_RPC_ALLGATHER, &r.base);
     MSR_CHECK(!c.answered);
     msr_coord_cancel(co, &c);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2081,7 +1998,7 @@ static void test_store_expired_waits_withdraw(void)
     job_limits = (msr_store_limits_t){.keys_max = 2};
     msr_coord_t *co = running_coord();
     job_limits = (msr_store_limits_t){0, 0, 0};
-    fcall_t c[3] = {{0}};
+    tcall_t c[3] = {{0}};
     /* barrier of 2: the first arrival expires, comes again; not released
      * until the second participant is there */
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
@@ -2118,7 +2035,7 @@ static void test_store_expired_waits_withdraw(void)
     MSR_CHECK_MSG(!c[0].answered, "index 0 again: %d %s", c[0].code, c[0].message);
     /* a cancelled participant's contribution goes too */
     msr_coord_cancel(co, &c[0]);
-    fcall_reset(&c[0]);
+    msr_tcall_reset(&c[0]);
     call(co, &c[0], MSR_RPC_ALLGATHER, &r.base);
     MSR_CHECK_MSG(!c[0].answered, "index 0 after a cancel: %d %s", c[0].code, c[0].message);
     e.index = 1;
@@ -2144,12 +2061,12 @@ static void test_store_expired_waits_withdraw(void)
             msr_coord_tick(co, msr_now_ns());
             MSR_CHECK_EQ(c[2].code, GRPC_STATUS_DEADLINE_EXCEEDED);
         }
-        fcall_reset(&c[2]);
+        msr_tcall_reset(&c[2]);
     }
     set_kv(co, "k1", "v");
     set_kv(co, "k2", "v");
     for (int i = 0; i < 3; i++)
-        fcall_reset(&c[i]);
+        msr_tcall_reset(&c[i]);
     msr_coord_destroy(co);
 }
 
@@ -2160,7 +2077,7 @@ static void test_alloc_failures(void)
     for (long k = 0; k < 400; k++) {
         msr_coord_t *co = running_coord();
         msr_alloc_fail_at(k);
-        fcall_t c[3] = {{0}};
+        tcall_t c[3] = {{0}};
         Msr__SetRequest s = MSR__SET_REQUEST__INIT;
         s.key = "k";
         s.value.data = (uint8_t *)"v";
@@ -2182,7 +2099,7 @@ static void test_alloc_failures(void)
         msr_alloc_fail_at(-1);
         for (int i = 0; i < 3; i++) {
             MSR_CHECK_MSG(c[i].answered, "call %d unanswered with allocation %ld failing", i, k);
-            fcall_reset(&c[i]);
+            msr_tcall_reset(&c[i]);
         }
         msr_coord_destroy(co);
         if (!failed)
@@ -2203,7 +2120,7 @@ static void test_alloc_failures_durable(void)
         msr_coord_t *co = durable_coord(t.path);
         hold_answers = 1;
         msr_alloc_fail_at(k);
-        fcall_t c[3] = {{0}};
+        tcall_t c[3] = {{0}};
         set_key(co, &c[0], "k", "v");
         Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
         a.key = "n";
@@ -2218,7 +2135,7 @@ static void test_alloc_failures_durable(void)
         hold_answers = 0;
         for (int i = 0; i < 3; i++) {
             MSR_CHECK_MSG(c[i].answered, "call %d unanswered with allocation %ld failing", i, k);
-            fcall_reset(&c[i]);
+            msr_tcall_reset(&c[i]);
         }
         msr_coord_destroy(co);
         co = durable_coord(t.path); /* whatever was saved reads back */
@@ -2233,7 +2150,7 @@ static void test_alloc_failures_durable(void)
 
 /* Progress: the ranks' reports, the straggler named once, stale
  * generations ignored, and what /metrics and /api/job render of it. */
-static void progress_send(msr_coord_t *co, fcall_t *c, const char *id, int gen, int slow_rank,
+static void progress_send(msr_coord_t *co, tcall_t *c, const char *id, int gen, int slow_rank,
                           int64_t step)
 {
     Msr__StepReport reps[8], *repp[8];
@@ -2270,18 +2187,18 @@ static void test_progress_and_stragglers(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* balanced: nobody named */
     progress_send(co, &c, a, 0, -1, 19);
     MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* rank 5 twice as slow over a whole window: suspected, not yet named
      * (one window may be a moment of the machine) */
     progress_send(co, &c, a, 0, 5, 39);
     MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* and over the next window too: named, with its node */
     progress_send(co, &c, a, 0, 5, 59);
     Msr__ProgressResponse *r = (Msr__ProgressResponse *)c.resp;
@@ -2291,14 +2208,14 @@ static void test_progress_and_stragglers(void)
     MSR_CHECK(r->n_stragglers == 1 && r->stragglers[0]->window == MSR_STRAGGLER_WINDOW);
     MSR_CHECK(r->n_stragglers == 1 && r->stragglers[0]->ratio > 1.9 &&
               r->stragglers[0]->ratio < 2.0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* still slow: the same one straggler, named once */
     progress_send(co, &c, a, 0, 5, 79);
     MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* another generation's reports are ignored */
     progress_send(co, &c, a, 7, 5, 1000);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_buf_t m = MSR_BUF_INIT, j = MSR_BUF_INIT;
     MSR_CHECK_OK(msr_coord_render_metrics(co, &m));
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
@@ -2325,7 +2242,7 @@ static void test_progress_and_stragglers(void)
 }
 
 /* Ranks lo..hi report a window of steps ending at `step`, each taking t. */
-static void progress_window(msr_coord_t *co, fcall_t *c, const char *id, int lo, int hi,
+static void progress_window(msr_coord_t *co, tcall_t *c, const char *id, int lo, int hi,
                             int64_t step, double t)
 {
     Msr__StepReport reps[8], *repp[8];
@@ -2359,33 +2276,33 @@ static void test_stragglers_same_steps(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* every rank: steps 20..39 slow (the machine busy) */
     progress_window(co, &c, a, 0, 7, 39, 0.2);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* ranks 4..7 went on: steps 40..59 fast; ranks 0..3 have not said yet */
     progress_window(co, &c, a, 4, 7, 59, 0.1);
     MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 0);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     /* ranks 0..3 report 40..59 fast too, but rank 2 slow over them: named */
     progress_window(co, &c, a, 0, 1, 59, 0.1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     progress_window(co, &c, a, 3, 3, 59, 0.1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     progress_window(co, &c, a, 2, 2, 59, 0.3);
     MSR_CHECK_EQ(((Msr__ProgressResponse *)c.resp)->n_stragglers, 0); /* suspected */
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     progress_window(co, &c, a, 0, 1, 79, 0.1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     progress_window(co, &c, a, 3, 7, 79, 0.1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     progress_window(co, &c, a, 2, 2, 79, 0.3);
     Msr__ProgressResponse *r = (Msr__ProgressResponse *)c.resp;
     MSR_CHECK_EQ(r->n_stragglers, 1);
     MSR_CHECK(r->n_stragglers == 1 && r->stragglers[0]->rank == 2);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2398,7 +2315,7 @@ static void test_progress_nonpositive_times(void)
 {
     msr_coord_t *co = make_coord(1, 1, 0);
     const char *a = join(co, 0, 1, 1, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     double times[MSR_STRAGGLER_WINDOW];
     for (int k = 0; k < MSR_STRAGGLER_WINDOW; k++)
@@ -2416,7 +2333,7 @@ static void test_progress_nonpositive_times(void)
     req.steps = &repp;
     call(co, &c, MSR_RPC_PROGRESS, &req.base);
     MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_buf_t j = MSR_BUF_INIT;
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
     MSR_CHECK_MSG(strstr(j.data, "\"step\":30,\"step_ms\":0,\"step_ms_mean\":0,") != NULL, "%s",
@@ -2431,7 +2348,7 @@ static void test_progress_history_stride(void)
 {
     msr_coord_t *co = make_coord(1, 1, 0);
     const char *a = join(co, 0, 1, 1, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     const int64_t after[] = {MSR_OBS_HISTORY + 3, MSR_OBS_HISTORY + 5};
     for (int64_t k = 0; k <= MSR_OBS_HISTORY + 2; k++) {
@@ -2446,7 +2363,7 @@ static void test_progress_history_stride(void)
         req.steps = &repp;
         call(co, &c, MSR_RPC_PROGRESS, &req.base);
         MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
     }
     msr_buf_t j = MSR_BUF_INIT;
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
@@ -2462,15 +2379,15 @@ static void test_progress_history(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     for (int64_t step = 10; step <= 40; step += 10) {
         progress_send(co, &c, a, 0, -1, step);
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
     }
     progress_send(co, &c, a, 0, -1, 20); /* resumed from step 20 */
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_buf_t j = MSR_BUF_INIT;
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
     MSR_CHECK_MSG(strstr(j.data, "\"history\":[[10,100,2.5],[20,100,2.5]]}") != NULL, "%s", j.data);
@@ -2478,7 +2395,7 @@ static void test_progress_history(void)
     msr_buf_cleanup(&j);
     for (int64_t step = 21; step <= 1000; step++) {
         progress_send(co, &c, a, 0, -1, step);
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
     }
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
     const char *h = strstr(j.data, "\"history\":[[10,100,2.5],");
@@ -2513,9 +2430,9 @@ static void test_stragglers_disjoint_windows(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     const struct {
         int64_t step;
         size_t named;
@@ -2526,7 +2443,7 @@ static void test_stragglers_disjoint_windows(void)
         MSR_CHECK_MSG(((Msr__ProgressResponse *)c.resp)->n_stragglers == rounds[k].named,
                       "at step %lld: %zu named", (long long)rounds[k].step,
                       ((Msr__ProgressResponse *)c.resp)->n_stragglers);
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
     }
     msr_coord_destroy(co);
 }
@@ -2538,9 +2455,9 @@ static void test_stragglers_far_ahead(void)
 {
     msr_coord_t *co = make_coord(8, 8, 0);
     const char *a = join(co, 0, 8, 8, -1);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     double times[8][MSR_STRAGGLER_WINDOW];
     Msr__StepReport reps[8], *repp[8];
     for (int round = 0; round < 3; round++) {
@@ -2563,7 +2480,7 @@ static void test_stragglers_far_ahead(void)
         req.steps = repp;
         call(co, &c, MSR_RPC_PROGRESS, &req.base);
         MSR_CHECK_MSG(c.answered && c.code == 0, "progress: %d %s", c.code, c.message);
-        fcall_reset(&c);
+        msr_tcall_reset(&c);
     }
     msr_buf_t j = MSR_BUF_INIT;
     MSR_CHECK_OK(msr_coord_render_job(co, &j));
@@ -2591,7 +2508,7 @@ static void test_output_tail(void)
     job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
     const char *a = join(co, 0, 4, 2, 0);
     const char *b = join(co, 1, 4, 2, 1);
-    fcall_t held = {0}, c = {0};
+    tcall_t held = {0}, c = {0};
     beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(beat(co, &c, b, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     char js[4096];
@@ -2662,8 +2579,8 @@ static void test_output_tail(void)
                   "%s", js);
     MSR_CHECK_EQ(output(co, 2, js, sizeof js), 200); /* never fetched: no lines */
     MSR_CHECK_MSG(strstr(js, "\"lines\":[]") && strstr(js, "\"time\":null"), "%s", js);
-    fcall_reset(&held);
-    fcall_reset(&c);
+    msr_tcall_reset(&held);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2673,7 +2590,7 @@ static void test_output_bounds(void)
 {
     msr_coord_t *co = make_coord(128, 128, 0);
     const char *a = join(co, 0, 128, 128, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     char js[512];
     for (int rank = 0; rank < MSR_OUTPUT_ASKS_MAX; rank++)
@@ -2696,7 +2613,7 @@ static void test_output_bounds(void)
     MSR_CHECK_MSG(strstr(b.data, "did not send the lines within 5 s"), "%.*s", (int)b.len, b.data);
     msr_buf_cleanup(&b);
     MSR_CHECK_EQ(output(co, MSR_OUTPUT_ASKS_MAX, js, sizeof js), 202); /* room again */
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2707,7 +2624,7 @@ static void test_output_bytes_total(void)
 {
     msr_coord_t *co = make_coord(2, 2, 0);
     const char *a = join(co, 0, 2, 2, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     enum { FULL = MSR_OUTPUT_BYTES / MSR_OUTPUT_LINE_MAX }; /* 20 whole lines, A to T */
     static uint8_t text[FULL + 1][MSR_OUTPUT_LINE_MAX + 10];
@@ -2747,7 +2664,7 @@ static void test_output_bytes_total(void)
             MSR_CHECK_MSG(strstr(b.data, "UUUU") == NULL, "the line past the bound is kept");
         msr_buf_cleanup(&b);
     }
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2758,7 +2675,7 @@ static void test_output_unasked_and_time_zero(void)
 {
     msr_coord_t *co = make_coord(2, 2, 0);
     const char *a = join(co, 0, 2, 2, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     char js[512];
     MSR_CHECK_EQ(output(co, 0, js, sizeof js), 202);
@@ -2780,7 +2697,7 @@ static void test_output_unasked_and_time_zero(void)
     Msr__HeartbeatResponse *hr = beat(co, &c, a, 0, 0);
     MSR_CHECK_EQ(hr->n_output_ranks, 1);
     MSR_CHECK_EQ(hr->n_output_ranks ? hr->output_ranks[0] : -1, 1);
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
@@ -2791,7 +2708,7 @@ static void test_output_evicts_oldest(void)
     enum { N = MSR_OUTPUT_KEPT_MAX + 1 };
     msr_coord_t *co = make_coord(N, N, 0);
     const char *a = join(co, 0, N, N, 0);
-    fcall_t c = {0};
+    tcall_t c = {0};
     MSR_CHECK_EQ(beat(co, &c, a, 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
     char js[512];
     ProtobufCBinaryData line = {4, (uint8_t *)"kept"};
@@ -2822,7 +2739,7 @@ static void test_output_evicts_oldest(void)
                       ranks[k], (int)b.len, b.data);
         msr_buf_cleanup(&b);
     }
-    fcall_reset(&c);
+    msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }
 
