@@ -1567,25 +1567,9 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     exit(0);
 }
 
-int main(int argc, char **argv)
+/* The algorithms mode forces, through the communicator's environment. */
+static void force_algorithms(const char *mode)
 {
-    if (argc < 2) {
-        fprintf(stderr,
-                "usage: comm_worker "
-                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
-                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
-        return 2;
-    }
-    const char *mode = argv[1];
-    msr_ctx_t *ctx = NULL;
-    msr_status_t st = msr_init(&ctx);
-    if (st != MSR_OK) {
-        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
-        return 1;
-    }
-    g_rank = msr_rank(ctx);
-    g_nodes = msr_node_count(ctx);
     if (strcmp(mode, "killring") == 0)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
     if (strcmp(mode, "killhier") == 0)
@@ -1610,13 +1594,11 @@ int main(int argc, char **argv)
             setenv(var, "hier", 1);
         }
     }
-    msr_comm_t *world = NULL;
-    snprintf(g_case, sizeof g_case, "world");
-    OK(msr_comm_world(ctx, &world));
-    if (msr_comm_size(world) != msr_world_size(ctx) || msr_comm_rank(world) != g_rank ||
-        msr_comm_world_rank(world, g_rank) != g_rank)
-        fail("world: rank %d of %d", msr_comm_rank(world), msr_comm_size(world));
-    double t0 = now_ms();
+}
+
+/* Runs mode's checks on world; 0 when mode is not one of these. */
+static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
+{
     if (strcmp(mode, "collectives") == 0)
         mode_collectives(world);
     else if (strcmp(mode, "samecomm") == 0)
@@ -1631,8 +1613,21 @@ int main(int argc, char **argv)
         mode_determinism(world);
     else if (strcmp(mode, "hier") == 0)
         mode_hier(ctx, world);
-    else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
-             strcmp(mode, "killhier") == 0) /* 1 MiB */
+    else if (strcmp(mode, "small") == 0)
+        mode_small(world);
+    else if (strcmp(mode, "leave") == 0)
+        mode_leave(ctx, world);
+    else
+        return 0;
+    return 1;
+}
+
+/* Runs a failure mode (a rank killed or stopped mid-collective; does not
+ * return); 0 when mode is not one. */
+static int run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
+{
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
+        strcmp(mode, "killhier") == 0) /* 1 MiB */
         mode_failure(ctx, world, 0, 1 << 18, FAIL_ALLREDUCE,
                      strcmp(mode, "killhier") == 0 ? "allreduce(hier)" : NULL);
     else if (strcmp(mode, "killhierrs") == 0)
@@ -1645,8 +1640,6 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 1 << 18, FAIL_REDUCE, "reduce(hier)");
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
-    else if (strcmp(mode, "small") == 0)
-        mode_small(world);
     else if (strcmp(mode, "killsmallbc") == 0) /* the slots of the other collectives */
         mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
     else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots unless CPUs are fewer */
@@ -1657,11 +1650,41 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_REDUCE_SCATTER, "reduce_scatter(shm)");
-    else if (strcmp(mode, "leave") == 0)
-        mode_leave(ctx, world);
     else if (strcmp(mode, "stop") == 0)
         mode_failure(ctx, world, 1, 1 << 18, FAIL_ALLREDUCE, NULL);
     else
+        return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr,
+                "usage: comm_worker "
+                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
+                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
+                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    g_rank = msr_rank(ctx);
+    g_nodes = msr_node_count(ctx);
+    force_algorithms(mode);
+    msr_comm_t *world = NULL;
+    snprintf(g_case, sizeof g_case, "world");
+    OK(msr_comm_world(ctx, &world));
+    if (msr_comm_size(world) != msr_world_size(ctx) || msr_comm_rank(world) != g_rank ||
+        msr_comm_world_rank(world, g_rank) != g_rank)
+        fail("world: rank %d of %d", msr_comm_rank(world), msr_comm_size(world));
+    double t0 = now_ms();
+    if (!run_mode(ctx, world, mode) && !run_failure_mode(ctx, world, mode))
         fail("unknown mode %s", mode);
     snprintf(g_case, sizeof g_case, "final barrier");
     OK(msr_comm_barrier(world));
