@@ -283,18 +283,11 @@ int64_t tc_add_req(msr_coord_t *co, const char *key, int64_t delta, uint64_t cli
 }
 
 /* Every piece's tests, run as one table. */
-static const tc_tests_t *const pieces[] = {&tc_members_tests, &tc_store_tests,  &tc_durable_tests,
-                                           &tc_records_tests, &tc_limits_tests, &tc_progress_tests,
-                                           &tc_output_tests};
+static const msr_test_piece_t *const pieces[] = {
+    &tc_members_tests, &tc_store_tests,    &tc_durable_tests, &tc_records_tests,
+    &tc_limits_tests,  &tc_progress_tests, &tc_output_tests};
 
 int main(int argc, char **argv)
 {
-    static msr_test_t all[64];
-    size_t n = 0;
-    for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
-        for (size_t k = 0; k < pieces[p]->n; k++) {
-            MSR_CHECK_MSG(n < sizeof all / sizeof all[0], "more tests than the table holds");
-            all[n++] = pieces[p]->tests[k];
-        }
-    return msr_test_main(argc, argv, all, n);
+    return msr_test_main_pieces(argc, argv, pieces, sizeof pieces / sizeof pieces[0]);
 }

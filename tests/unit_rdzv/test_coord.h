@@ -10,15 +10,11 @@
 
 #include "cluster/coord.h"
 #include "tests/runner.h"
+#include "tests/unit_rdzv/pieces.h"
 #include "tests/unit_rdzv/fixtures.h"
 
-/* A piece's tests (test_coord_<theme>.c), for the one table. */
-typedef struct tc_tests {
-    const msr_test_t *tests;
-    size_t n;
-} tc_tests_t;
-
-extern const tc_tests_t tc_members_tests, tc_store_tests, tc_durable_tests, tc_records_tests,
+/* Each piece's tests (test_coord_<theme>.c). */
+extern const msr_test_piece_t tc_members_tests, tc_store_tests, tc_durable_tests, tc_records_tests,
     tc_limits_tests, tc_progress_tests, tc_output_tests;
 
 /* ---- the coordinators the helpers make ---- */

@@ -321,4 +321,4 @@ static const msr_test_t tests[] = {
     {"request_ids", test_request_ids, 10},
 };
 
-const tc_tests_t tc_durable_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_durable_tests = MSR_TEST_PIECE(tests);

@@ -312,4 +312,4 @@ static const msr_test_t tests[] = {
     {"alloc_failures_durable", test_alloc_failures_durable, 120},
 };
 
-const tc_tests_t tc_limits_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_limits_tests = MSR_TEST_PIECE(tests);

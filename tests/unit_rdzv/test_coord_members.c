@@ -379,4 +379,4 @@ static const msr_test_t tests[] = {
     {"elastic", test_elastic, 20},
 };
 
-const tc_tests_t tc_members_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_members_tests = MSR_TEST_PIECE(tests);

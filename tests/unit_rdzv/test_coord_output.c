@@ -279,4 +279,4 @@ static const msr_test_t tests[] = {
     {"output_evicts_oldest", test_output_evicts_oldest, 30},
 };
 
-const tc_tests_t tc_output_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_output_tests = MSR_TEST_PIECE(tests);

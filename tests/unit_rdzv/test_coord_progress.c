@@ -368,4 +368,4 @@ static const msr_test_t tests[] = {
     {"stragglers_far_ahead", test_stragglers_far_ahead, 10},
 };
 
-const tc_tests_t tc_progress_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_progress_tests = MSR_TEST_PIECE(tests);

@@ -424,4 +424,4 @@ static const msr_test_t tests[] = {
     {"state_file_symlinks", test_state_file_symlinks, 10},
 };
 
-const tc_tests_t tc_records_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_records_tests = MSR_TEST_PIECE(tests);

@@ -553,4 +553,4 @@ static const msr_test_t tests[] = {
     {"barrier_allgather_reset_on_restart", test_barrier_allgather_reset_on_restart, 10},
 };
 
-const tc_tests_t tc_store_tests = {tests, sizeof tests / sizeof tests[0]};
+const msr_test_piece_t tc_store_tests = MSR_TEST_PIECE(tests);
