@@ -1464,6 +1464,40 @@ static void *killer(void *arg)
 /* The collective a failure test repeats until it fails. */
 enum { FAIL_ALLREDUCE, FAIL_REDUCE_SCATTER, FAIL_ALLGATHER, FAIL_BROADCAST, FAIL_REDUCE };
 
+/* One call of the collective coll on world: count elements in and out
+ * (reduce-scatter's input and allgather's output are the whole vector, n
+ * blocks of count / n). */
+static msr_status_t failure_collective(msr_comm_t *world, int coll, float *a, float *b,
+                                       size_t count)
+{
+    size_t n = (size_t)msr_comm_size(world);
+    int me = msr_comm_rank(world);
+    if (coll == FAIL_REDUCE_SCATTER)
+        return msr_comm_reduce_scatter(world, a, b, count / n, MSR_DTYPE_F32, MSR_OP_SUM);
+    if (coll == FAIL_ALLGATHER)
+        return msr_comm_allgather(world, a, b, count / n, MSR_DTYPE_F32);
+    if (coll == FAIL_BROADCAST)
+        return msr_comm_broadcast(world, a, count, MSR_DTYPE_F32, 0);
+    if (coll == FAIL_REDUCE)
+        return msr_comm_reduce(world, a, me == 0 ? b : NULL, count, MSR_DTYPE_F32, MSR_OP_SUM, 0);
+    return msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+}
+
+/* When the stopped victim said it stopped (it stops between two
+ * collectives, after its own 300 ms), from the store. */
+static double stopped_at(msr_ctx_t *ctx)
+{
+    void *v = NULL;
+    size_t len = 0;
+    OK(msr_store_get(ctx, "comm_worker/stopped_at", 30000, &v, &len));
+    if (len != sizeof(double))
+        fail("stopped_at has %zu bytes", len);
+    double at;
+    memcpy(&at, v, sizeof at);
+    free(v);
+    return at;
+}
+
 /* algo: what the failure's message must name (the algorithm forced), or NULL */
 static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count, int coll,
                          const char *algo)
@@ -1504,16 +1538,7 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
             for (;;)
                 pause();
         }
-        if (coll == FAIL_REDUCE_SCATTER)
-            st = msr_comm_reduce_scatter(world, a, b, count / (size_t)n, MSR_DTYPE_F32, MSR_OP_SUM);
-        else if (coll == FAIL_ALLGATHER)
-            st = msr_comm_allgather(world, a, b, count / (size_t)n, MSR_DTYPE_F32);
-        else if (coll == FAIL_BROADCAST)
-            st = msr_comm_broadcast(world, a, count, MSR_DTYPE_F32, 0);
-        else if (coll == FAIL_REDUCE)
-            st = msr_comm_reduce(world, a, me == 0 ? b : NULL, count, MSR_DTYPE_F32, MSR_OP_SUM, 0);
-        else
-            st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+        st = failure_collective(world, coll, a, b, count);
         iters++;
         if (now_ms() - start > 60000)
             fail("still running after 60 s");
@@ -1521,19 +1546,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     double failed_at = now_ms(), took = failed_at - event;
     char why[256];
     snprintf(why, sizeof why, "%s", msr_last_error());
-    if (stop) {
-        /* timed from when the victim did stop, not from when it meant to
-         * (it stops between two allreduces, after its own 300 ms) */
-        void *v = NULL;
-        size_t len = 0;
-        OK(msr_store_get(ctx, "comm_worker/stopped_at", 30000, &v, &len));
-        if (len != sizeof(double))
-            fail("stopped_at has %zu bytes", len);
-        double at;
-        memcpy(&at, v, sizeof at);
-        free(v);
-        took = failed_at - at;
-    }
+    if (stop) /* timed from when the victim did stop, not from when it meant to */
+        took = failed_at - stopped_at(ctx);
     int expected =
         stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
     static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
