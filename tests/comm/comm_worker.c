@@ -1464,6 +1464,40 @@ static void *killer(void *arg)
 /* The collective a failure test repeats until it fails. */
 enum { FAIL_ALLREDUCE, FAIL_REDUCE_SCATTER, FAIL_ALLGATHER, FAIL_BROADCAST, FAIL_REDUCE };
 
+/* One call of the collective coll on world: count elements in and out
+ * (reduce-scatter's input and allgather's output are the whole vector, n
+ * blocks of count / n). */
+static msr_status_t failure_collective(msr_comm_t *world, int coll, float *a, float *b,
+                                       size_t count)
+{
+    size_t n = (size_t)msr_comm_size(world);
+    int me = msr_comm_rank(world);
+    if (coll == FAIL_REDUCE_SCATTER)
+        return msr_comm_reduce_scatter(world, a, b, count / n, MSR_DTYPE_F32, MSR_OP_SUM);
+    if (coll == FAIL_ALLGATHER)
+        return msr_comm_allgather(world, a, b, count / n, MSR_DTYPE_F32);
+    if (coll == FAIL_BROADCAST)
+        return msr_comm_broadcast(world, a, count, MSR_DTYPE_F32, 0);
+    if (coll == FAIL_REDUCE)
+        return msr_comm_reduce(world, a, me == 0 ? b : NULL, count, MSR_DTYPE_F32, MSR_OP_SUM, 0);
+    return msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+}
+
+/* When the stopped victim said it stopped (it stops between two
+ * collectives, after its own 300 ms), from the store. */
+static double stopped_at(msr_ctx_t *ctx)
+{
+    void *v = NULL;
+    size_t len = 0;
+    OK(msr_store_get(ctx, "comm_worker/stopped_at", 30000, &v, &len));
+    if (len != sizeof(double))
+        fail("stopped_at has %zu bytes", len);
+    double at;
+    memcpy(&at, v, sizeof at);
+    free(v);
+    return at;
+}
+
 /* algo: what the failure's message must name (the algorithm forced), or NULL */
 static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t count, int coll,
                          const char *algo)
@@ -1504,16 +1538,7 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
             for (;;)
                 pause();
         }
-        if (coll == FAIL_REDUCE_SCATTER)
-            st = msr_comm_reduce_scatter(world, a, b, count / (size_t)n, MSR_DTYPE_F32, MSR_OP_SUM);
-        else if (coll == FAIL_ALLGATHER)
-            st = msr_comm_allgather(world, a, b, count / (size_t)n, MSR_DTYPE_F32);
-        else if (coll == FAIL_BROADCAST)
-            st = msr_comm_broadcast(world, a, count, MSR_DTYPE_F32, 0);
-        else if (coll == FAIL_REDUCE)
-            st = msr_comm_reduce(world, a, me == 0 ? b : NULL, count, MSR_DTYPE_F32, MSR_OP_SUM, 0);
-        else
-            st = msr_comm_allreduce(world, a, b, count, MSR_DTYPE_F32, MSR_OP_SUM);
+        st = failure_collective(world, coll, a, b, count);
         iters++;
         if (now_ms() - start > 60000)
             fail("still running after 60 s");
@@ -1521,19 +1546,8 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     double failed_at = now_ms(), took = failed_at - event;
     char why[256];
     snprintf(why, sizeof why, "%s", msr_last_error());
-    if (stop) {
-        /* timed from when the victim did stop, not from when it meant to
-         * (it stops between two allreduces, after its own 300 ms) */
-        void *v = NULL;
-        size_t len = 0;
-        OK(msr_store_get(ctx, "comm_worker/stopped_at", 30000, &v, &len));
-        if (len != sizeof(double))
-            fail("stopped_at has %zu bytes", len);
-        double at;
-        memcpy(&at, v, sizeof at);
-        free(v);
-        took = failed_at - at;
-    }
+    if (stop) /* timed from when the victim did stop, not from when it meant to */
+        took = failed_at - stopped_at(ctx);
     int expected =
         stop ? (st == MSR_ERR_TIMEOUT || st == MSR_ERR_PEER_LOST) : (st == MSR_ERR_PEER_LOST);
     static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
@@ -1567,25 +1581,9 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     exit(0);
 }
 
-int main(int argc, char **argv)
+/* The algorithms mode forces, through the communicator's environment. */
+static void force_algorithms(const char *mode)
 {
-    if (argc < 2) {
-        fprintf(stderr,
-                "usage: comm_worker "
-                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
-                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
-        return 2;
-    }
-    const char *mode = argv[1];
-    msr_ctx_t *ctx = NULL;
-    msr_status_t st = msr_init(&ctx);
-    if (st != MSR_OK) {
-        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
-        return 1;
-    }
-    g_rank = msr_rank(ctx);
-    g_nodes = msr_node_count(ctx);
     if (strcmp(mode, "killring") == 0)
         setenv("MSR_COMM_ALGO_ALLREDUCE", "ring", 1);
     if (strcmp(mode, "killhier") == 0)
@@ -1610,13 +1608,11 @@ int main(int argc, char **argv)
             setenv(var, "hier", 1);
         }
     }
-    msr_comm_t *world = NULL;
-    snprintf(g_case, sizeof g_case, "world");
-    OK(msr_comm_world(ctx, &world));
-    if (msr_comm_size(world) != msr_world_size(ctx) || msr_comm_rank(world) != g_rank ||
-        msr_comm_world_rank(world, g_rank) != g_rank)
-        fail("world: rank %d of %d", msr_comm_rank(world), msr_comm_size(world));
-    double t0 = now_ms();
+}
+
+/* Runs mode's checks on world; 0 when mode is not one of these. */
+static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
+{
     if (strcmp(mode, "collectives") == 0)
         mode_collectives(world);
     else if (strcmp(mode, "samecomm") == 0)
@@ -1631,8 +1627,21 @@ int main(int argc, char **argv)
         mode_determinism(world);
     else if (strcmp(mode, "hier") == 0)
         mode_hier(ctx, world);
-    else if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
-             strcmp(mode, "killhier") == 0) /* 1 MiB */
+    else if (strcmp(mode, "small") == 0)
+        mode_small(world);
+    else if (strcmp(mode, "leave") == 0)
+        mode_leave(ctx, world);
+    else
+        return 0;
+    return 1;
+}
+
+/* Runs a failure mode (a rank killed or stopped mid-collective; does not
+ * return); 0 when mode is not one. */
+static int run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
+{
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "killring") == 0 ||
+        strcmp(mode, "killhier") == 0) /* 1 MiB */
         mode_failure(ctx, world, 0, 1 << 18, FAIL_ALLREDUCE,
                      strcmp(mode, "killhier") == 0 ? "allreduce(hier)" : NULL);
     else if (strcmp(mode, "killhierrs") == 0)
@@ -1645,8 +1654,6 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 1 << 18, FAIL_REDUCE, "reduce(hier)");
     else if (strcmp(mode, "killsmall") == 0) /* 8 bytes: shared memory on one node */
         mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
-    else if (strcmp(mode, "small") == 0)
-        mode_small(world);
     else if (strcmp(mode, "killsmallbc") == 0) /* the slots of the other collectives */
         mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
     else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots unless CPUs are fewer */
@@ -1657,11 +1664,41 @@ int main(int argc, char **argv)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_REDUCE_SCATTER, "reduce_scatter(shm)");
-    else if (strcmp(mode, "leave") == 0)
-        mode_leave(ctx, world);
     else if (strcmp(mode, "stop") == 0)
         mode_failure(ctx, world, 1, 1 << 18, FAIL_ALLREDUCE, NULL);
     else
+        return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr,
+                "usage: comm_worker "
+                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
+                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
+                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    g_rank = msr_rank(ctx);
+    g_nodes = msr_node_count(ctx);
+    force_algorithms(mode);
+    msr_comm_t *world = NULL;
+    snprintf(g_case, sizeof g_case, "world");
+    OK(msr_comm_world(ctx, &world));
+    if (msr_comm_size(world) != msr_world_size(ctx) || msr_comm_rank(world) != g_rank ||
+        msr_comm_world_rank(world, g_rank) != g_rank)
+        fail("world: rank %d of %d", msr_comm_rank(world), msr_comm_size(world));
+    double t0 = now_ms();
+    if (!run_mode(ctx, world, mode) && !run_failure_mode(ctx, world, mode))
         fail("unknown mode %s", mode);
     snprintf(g_case, sizeof g_case, "final barrier");
     OK(msr_comm_barrier(world));

@@ -113,6 +113,108 @@ static void test_bf16_rounding(void)
     MSR_CHECK(isnan(msr_bf16_to_f32(msr_f32_to_bf16(NAN))));
 }
 
+/* Element i of a and b (random, equal every 97th) and ref's op of them,
+ * computed in dt by a scalar loop. */
+static void fill_element(msr_dtype_t dt, msr_op_t op, unsigned char *a, unsigned char *b,
+                         unsigned char *ref, size_t i)
+{
+    int64_t x = (int64_t)(rng() % 200) - 100, y = (int64_t)(rng() % 200) - 100;
+    if (i % 97 == 0)
+        y = x; /* equal operands */
+    double fx = (double)x / 8, fy = (double)y / 8;
+    switch (dt) {
+    case MSR_DTYPE_F32: {
+        float p = (float)fx, q = (float)fy;
+        ((float *)a)[i] = p;
+        ((float *)b)[i] = q;
+        ((float *)ref)[i] = op == MSR_OP_PROD  ? p * q
+                            : op == MSR_OP_MIN ? (p < q ? p : q)
+                            : op == MSR_OP_MAX ? (p > q ? p : q)
+                                               : p + q;
+        break;
+    }
+    case MSR_DTYPE_F64: {
+        double p = fx, q = fy;
+        ((double *)a)[i] = p;
+        ((double *)b)[i] = q;
+        ((double *)ref)[i] = op == MSR_OP_PROD  ? p * q
+                             : op == MSR_OP_MIN ? (p < q ? p : q)
+                             : op == MSR_OP_MAX ? (p > q ? p : q)
+                                                : p + q;
+        break;
+    }
+    case MSR_DTYPE_F16:
+    case MSR_DTYPE_BF16: {
+        int half = dt == MSR_DTYPE_F16;
+        /* operands with all 16 bits random, finite */
+        float p = (float)fx * (float)(rng() % 1000) / 7.0f;
+        float q = (float)fy * (float)(rng() % 1000) / 7.0f;
+        uint16_t hp = half ? h_of((_Float16)p) : bf16_ref(p);
+        uint16_t hq = half ? h_of((_Float16)q) : bf16_ref(q);
+        float pp = half ? (float)of_h(hp) : bitsf((uint32_t)hp << 16);
+        float qq = half ? (float)of_h(hq) : bitsf((uint32_t)hq << 16);
+        float r = op == MSR_OP_PROD  ? pp * qq
+                  : op == MSR_OP_MIN ? (pp < qq ? pp : qq)
+                  : op == MSR_OP_MAX ? (pp > qq ? pp : qq)
+                                     : pp + qq;
+        ((uint16_t *)a)[i] = hp;
+        ((uint16_t *)b)[i] = hq;
+        ((uint16_t *)ref)[i] = half ? h_of((_Float16)r) : bf16_ref(r);
+        break;
+    }
+    case MSR_DTYPE_I32: {
+        int32_t p = (int32_t)(x * 1000003), q = (int32_t)(y * 7919);
+        ((int32_t *)a)[i] = p;
+        ((int32_t *)b)[i] = q;
+        ((int32_t *)ref)[i] = op == MSR_OP_PROD  ? (int32_t)((uint32_t)p * (uint32_t)q)
+                              : op == MSR_OP_MIN ? (p < q ? p : q)
+                              : op == MSR_OP_MAX ? (p > q ? p : q)
+                                                 : (int32_t)((uint32_t)p + (uint32_t)q);
+        break;
+    }
+    case MSR_DTYPE_I64: {
+        int64_t p = x * ((int64_t)1 << 40), q = y * ((int64_t)1 << 30);
+        ((int64_t *)a)[i] = p;
+        ((int64_t *)b)[i] = q;
+        ((int64_t *)ref)[i] = op == MSR_OP_PROD  ? (int64_t)((uint64_t)p * (uint64_t)q)
+                              : op == MSR_OP_MIN ? (p < q ? p : q)
+                              : op == MSR_OP_MAX ? (p > q ? p : q)
+                                                 : (int64_t)((uint64_t)p + (uint64_t)q);
+        break;
+    }
+    case MSR_DTYPE_U8: {
+        uint8_t p = (uint8_t)x, q = (uint8_t)y;
+        a[i] = p;
+        b[i] = q;
+        ref[i] = op == MSR_OP_PROD  ? (uint8_t)(p * q)
+                 : op == MSR_OP_MIN ? (p < q ? p : q)
+                 : op == MSR_OP_MAX ? (p > q ? p : q)
+                                    : (uint8_t)(p + q);
+        break;
+    }
+    }
+}
+
+/* op over a and b equals ref, out of place and with dst aliasing a and b. */
+static void check_reduce(msr_op_t op, msr_dtype_t dt, unsigned char *dst, const unsigned char *a,
+                         const unsigned char *b, const unsigned char *ref, size_t n)
+{
+    size_t es = msr_dtype_size(dt);
+    msr_reduce(op, dt, dst, a, b, n);
+    MSR_CHECK_MSG(memcmp(dst, ref, n * es) == 0, "%s %s: out of place", msr_dtype_name(dt),
+                  msr_op_name(op));
+    unsigned char *copy = malloc(n * es);
+    memcpy(copy, a, n * es);
+    msr_reduce(op, dt, copy, copy, b, n);
+    MSR_CHECK_MSG(memcmp(copy, ref, n * es) == 0, "%s %s: dst == a", msr_dtype_name(dt),
+                  msr_op_name(op));
+    memcpy(copy, b, n * es);
+    msr_reduce(op, dt, copy, a, copy, n);
+    MSR_CHECK_MSG(memcmp(copy, ref, n * es) == 0, "%s %s: dst == b", msr_dtype_name(dt),
+                  msr_op_name(op));
+    free(copy);
+}
+
 /* Every (dtype, op) against a scalar loop, with dst aliasing a and b. */
 static void test_kernels(void)
 {
@@ -124,96 +226,9 @@ static void test_kernels(void)
                       *ref = malloc(n * es);
         for (int o = 0; o < MSR_OP_COUNT; o++) {
             msr_op_t op = (msr_op_t)o;
-            for (size_t i = 0; i < n; i++) {
-                int64_t x = (int64_t)(rng() % 200) - 100, y = (int64_t)(rng() % 200) - 100;
-                if (i % 97 == 0)
-                    y = x; /* equal operands */
-                double fx = (double)x / 8, fy = (double)y / 8;
-                switch (dt) {
-                case MSR_DTYPE_F32: {
-                    float p = (float)fx, q = (float)fy;
-                    ((float *)a)[i] = p;
-                    ((float *)b)[i] = q;
-                    ((float *)ref)[i] = op == MSR_OP_PROD  ? p * q
-                                        : op == MSR_OP_MIN ? (p < q ? p : q)
-                                        : op == MSR_OP_MAX ? (p > q ? p : q)
-                                                           : p + q;
-                    break;
-                }
-                case MSR_DTYPE_F64: {
-                    double p = fx, q = fy;
-                    ((double *)a)[i] = p;
-                    ((double *)b)[i] = q;
-                    ((double *)ref)[i] = op == MSR_OP_PROD  ? p * q
-                                         : op == MSR_OP_MIN ? (p < q ? p : q)
-                                         : op == MSR_OP_MAX ? (p > q ? p : q)
-                                                            : p + q;
-                    break;
-                }
-                case MSR_DTYPE_F16:
-                case MSR_DTYPE_BF16: {
-                    int half = dt == MSR_DTYPE_F16;
-                    /* operands with all 16 bits random, finite */
-                    float p = (float)fx * (float)(rng() % 1000) / 7.0f;
-                    float q = (float)fy * (float)(rng() % 1000) / 7.0f;
-                    uint16_t hp = half ? h_of((_Float16)p) : bf16_ref(p);
-                    uint16_t hq = half ? h_of((_Float16)q) : bf16_ref(q);
-                    float pp = half ? (float)of_h(hp) : bitsf((uint32_t)hp << 16);
-                    float qq = half ? (float)of_h(hq) : bitsf((uint32_t)hq << 16);
-                    float r = op == MSR_OP_PROD  ? pp * qq
-                              : op == MSR_OP_MIN ? (pp < qq ? pp : qq)
-                              : op == MSR_OP_MAX ? (pp > qq ? pp : qq)
-                                                 : pp + qq;
-                    ((uint16_t *)a)[i] = hp;
-                    ((uint16_t *)b)[i] = hq;
-                    ((uint16_t *)ref)[i] = half ? h_of((_Float16)r) : bf16_ref(r);
-                    break;
-                }
-                case MSR_DTYPE_I32: {
-                    int32_t p = (int32_t)(x * 1000003), q = (int32_t)(y * 7919);
-                    ((int32_t *)a)[i] = p;
-                    ((int32_t *)b)[i] = q;
-                    ((int32_t *)ref)[i] = op == MSR_OP_PROD  ? (int32_t)((uint32_t)p * (uint32_t)q)
-                                          : op == MSR_OP_MIN ? (p < q ? p : q)
-                                          : op == MSR_OP_MAX ? (p > q ? p : q)
-                                                             : (int32_t)((uint32_t)p + (uint32_t)q);
-                    break;
-                }
-                case MSR_DTYPE_I64: {
-                    int64_t p = x * ((int64_t)1 << 40), q = y * ((int64_t)1 << 30);
-                    ((int64_t *)a)[i] = p;
-                    ((int64_t *)b)[i] = q;
-                    ((int64_t *)ref)[i] = op == MSR_OP_PROD  ? (int64_t)((uint64_t)p * (uint64_t)q)
-                                          : op == MSR_OP_MIN ? (p < q ? p : q)
-                                          : op == MSR_OP_MAX ? (p > q ? p : q)
-                                                             : (int64_t)((uint64_t)p + (uint64_t)q);
-                    break;
-                }
-                case MSR_DTYPE_U8: {
-                    uint8_t p = (uint8_t)x, q = (uint8_t)y;
-                    a[i] = p;
-                    b[i] = q;
-                    ref[i] = op == MSR_OP_PROD  ? (uint8_t)(p * q)
-                             : op == MSR_OP_MIN ? (p < q ? p : q)
-                             : op == MSR_OP_MAX ? (p > q ? p : q)
-                                                : (uint8_t)(p + q);
-                    break;
-                }
-                }
-            }
-            msr_reduce(op, dt, dst, a, b, n);
-            MSR_CHECK_MSG(memcmp(dst, ref, n * es) == 0, "%s %s: out of place", msr_dtype_name(dt),
-                          msr_op_name(op));
-            unsigned char *copy = malloc(n * es);
-            memcpy(copy, a, n * es);
-            msr_reduce(op, dt, copy, copy, b, n);
-            MSR_CHECK_MSG(memcmp(copy, ref, n * es) == 0, "%s %s: dst == a", msr_dtype_name(dt),
-                          msr_op_name(op));
-            memcpy(copy, b, n * es);
-            msr_reduce(op, dt, copy, a, copy, n);
-            MSR_CHECK_MSG(memcmp(copy, ref, n * es) == 0, "%s %s: dst == b", msr_dtype_name(dt),
-                          msr_op_name(op));
-            free(copy);
+            for (size_t i = 0; i < n; i++)
+                fill_element(dt, op, a, b, ref, i);
+            check_reduce(op, dt, dst, a, b, ref, n);
         }
         free(a);
         free(b);

@@ -113,6 +113,105 @@ static void *f_get_data(void *call)
 static const msr_coord_responder_t responder = {f_reply, f_reply_blob, f_fail,    f_deadline,
                                                 f_peer,  f_set_data,   f_get_data};
 
+/* The job the first input byte picks (see the top); with 0x02 a state file
+ * in a new temporary directory dir (path, or "" when none could be made). */
+static void fuzz_config(uint8_t first, msr_coord_config_t *cfg, char *dir, char *path,
+                        size_t pathlen)
+{
+    *cfg = (msr_coord_config_t){.token = "t", .node_timeout_ms = 200, .join_timeout_ms = 60000};
+    if ((first & 1) == 0) {
+        cfg->job_id = "job";
+        cfg->worker_num = 4;
+        cfg->local_worker_num = 2;
+        cfg->max_restarts = 1;
+    } else {
+        cfg->max_restarts = -1;
+    }
+    if ((first & 2) && mkdtemp(dir) != NULL) {
+        snprintf(path, pathlen, "%s/state", dir);
+        cfg->state_file = path;
+    }
+}
+
+/* A call of method m with the request in data[0..len) (nothing when it
+ * does not unpack), added to *all. A node id of one digit names the
+ * node that joined so many joins before. */
+static void feed_call(msr_coord_t *co, fcall_t **all, uint8_t op, unsigned m, const uint8_t *data,
+                      size_t len)
+{
+    ProtobufCMessage *req = msr_rpc_request_unpack((msr_rpc_method_t)m, data, len);
+    if (req == NULL)
+        return;
+    char **id = m == MSR_RPC_HEARTBEAT ? &((Msr__HeartbeatRequest *)req)->node_id
+                : m == MSR_RPC_REPORT  ? &((Msr__ReportRequest *)req)->node_id
+                : m == MSR_RPC_LEAVE   ? &((Msr__LeaveRequest *)req)->node_id
+                : m == MSR_RPC_JOIN    ? &((Msr__JoinRequest *)req)->node_id
+                                       : NULL;
+    char *saved = NULL;
+    if (id && *id && (*id)[0] >= '0' && (*id)[0] <= '9' && (*id)[1] == '\0' &&
+        (*id)[0] - '0' < njoined) {
+        saved = *id; /* restored before freeing: it belongs to req */
+        *id = joined_ids[(*id)[0] - '0'];
+    }
+    fcall_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        abort();
+    c->method = (msr_rpc_method_t)m;
+    c->deadline = op & 0x40 ? msr_now_ns() + 50000000ull : MSR_DEADLINE_NEVER;
+    c->next = *all;
+    *all = c;
+    msr_coord_call(co, c, c->method, req);
+    if (saved)
+        *id = saved;
+    msr_rpc_message_free(req);
+}
+
+/* The client of the oldest unanswered call goes away. */
+static void cancel_oldest(msr_coord_t *co, fcall_t *all)
+{
+    fcall_t *held = NULL;
+    for (fcall_t *c = all; c; c = c->next)
+        if (!c->answered)
+            held = c;
+    if (held) {
+        msr_coord_cancel(co, held);
+        held->answered = 1; /* gone: must not be answered now */
+        held->data = NULL;
+    }
+}
+
+/* Whatever the coordinator saved, a restarted one reads back; then the
+ * state file and its directory are removed. */
+static void check_read_back(const msr_coord_config_t *cfg, const char *dir, const char *path)
+{
+    msr_coord_t *co = NULL;
+    if (msr_coord_create(cfg, &responder, &co) != MSR_OK) {
+        fprintf(stderr, "fuzz_coord: the state file it wrote does not read back\n");
+        abort();
+    }
+    msr_coord_destroy(co);
+    char tmp[80];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    unlink(path);
+    unlink(tmp);
+    rmdir(dir);
+}
+
+/* Every call was answered (or its client went away); frees them. */
+static void check_answered(fcall_t *all)
+{
+    for (fcall_t *c = all; c;) {
+        fcall_t *next = c->next;
+        if (!c->answered) {
+            fprintf(stderr, "fuzz_coord: a %s call was never answered\n",
+                    msr_rpc_methods[c->method].name);
+            abort();
+        }
+        free(c);
+        c = next;
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -122,20 +221,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     msr_log_set_level(MSR_LOG_ERROR);
     if (size < 1)
         return 0;
-    msr_coord_config_t cfg = {.token = "t", .node_timeout_ms = 200, .join_timeout_ms = 60000};
-    if ((data[0] & 1) == 0) {
-        cfg.job_id = "job";
-        cfg.worker_num = 4;
-        cfg.local_worker_num = 2;
-        cfg.max_restarts = 1;
-    } else {
-        cfg.max_restarts = -1;
-    }
+    msr_coord_config_t cfg;
     char dir[] = "/tmp/msrun-fuzz-XXXXXX", path[64] = "";
-    if ((data[0] & 2) && mkdtemp(dir) != NULL) {
-        snprintf(path, sizeof path, "%s/state", dir);
-        cfg.state_file = path;
-    }
+    fuzz_config(data[0], &cfg, dir, path, sizeof path);
     msr_coord_t *co = NULL;
     if (msr_coord_create(&cfg, &responder, &co) != MSR_OK) {
         if (path[0])
@@ -155,46 +243,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned m = op & 0x0f;
         if (m == MSR_RPC_BEAT)
             m = MSR_RPC_FETCH;
-        if (m < MSR_RPC_METHOD_COUNT) {
-            ProtobufCMessage *req = msr_rpc_request_unpack((msr_rpc_method_t)m, data + i, len);
-            if (req) {
-                char **id = m == MSR_RPC_HEARTBEAT ? &((Msr__HeartbeatRequest *)req)->node_id
-                            : m == MSR_RPC_REPORT  ? &((Msr__ReportRequest *)req)->node_id
-                            : m == MSR_RPC_LEAVE   ? &((Msr__LeaveRequest *)req)->node_id
-                            : m == MSR_RPC_JOIN    ? &((Msr__JoinRequest *)req)->node_id
-                                                   : NULL;
-                char *saved = NULL;
-                if (id && *id && (*id)[0] >= '0' && (*id)[0] <= '9' && (*id)[1] == '\0' &&
-                    (*id)[0] - '0' < njoined) {
-                    saved = *id; /* restored before freeing: it belongs to req */
-                    *id = joined_ids[(*id)[0] - '0'];
-                }
-                fcall_t *c = calloc(1, sizeof *c);
-                if (c == NULL)
-                    abort();
-                c->method = (msr_rpc_method_t)m;
-                c->deadline = op & 0x40 ? msr_now_ns() + 50000000ull : MSR_DEADLINE_NEVER;
-                c->next = all;
-                all = c;
-                msr_coord_call(co, c, c->method, req);
-                if (saved)
-                    *id = saved;
-                msr_rpc_message_free(req);
-            }
-        }
+        if (m < MSR_RPC_METHOD_COUNT)
+            feed_call(co, &all, op, m, data + i, len);
         i += len;
-        if (op & 0x10) {
-            /* the client of the oldest unanswered call goes away */
-            fcall_t *held = NULL;
-            for (fcall_t *c = all; c; c = c->next)
-                if (!c->answered)
-                    held = c;
-            if (held) {
-                msr_coord_cancel(co, held);
-                held->answered = 1; /* gone: must not be answered now */
-                held->data = NULL;
-            }
-        }
+        if (op & 0x10)
+            cancel_oldest(co, all);
         if (op & 0x20) {
             clock += 100000000ull;
             msr_coord_tick(co, clock);
@@ -204,28 +257,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     msr_coord_tick(co, clock);
     msr_coord_destroy(co); /* answers everything still held */
-    if (path[0]) {
-        /* whatever the coordinator saved, a restarted one reads back */
-        if (msr_coord_create(&cfg, &responder, &co) != MSR_OK) {
-            fprintf(stderr, "fuzz_coord: the state file it wrote does not read back\n");
-            abort();
-        }
-        msr_coord_destroy(co);
-        char tmp[80];
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        unlink(path);
-        unlink(tmp);
-        rmdir(dir);
-    }
-    for (fcall_t *c = all; c;) {
-        fcall_t *next = c->next;
-        if (!c->answered) {
-            fprintf(stderr, "fuzz_coord: a %s call was never answered\n",
-                    msr_rpc_methods[c->method].name);
-            abort();
-        }
-        free(c);
-        c = next;
-    }
+    if (path[0])
+        check_read_back(&cfg, dir, path);
+    check_answered(all);
     return 0;
 }

@@ -86,13 +86,18 @@ static void join(seed_t *s, int rank)
     seed_add(s, MSR_RPC_JOIN, 0, &j.base);
 }
 
-static int write_seeds(const char *dir)
+/* An empty seed whose first byte (the job, see fuzz_coord.c) is first. */
+static void seed_begin(seed_t *s, uint8_t first)
 {
-    mkdir(dir, 0755);
+    memset(s, 0, sizeof *s);
+    s->data[s->len++] = first;
+}
+
+/* A job forming: two joins, heartbeats. */
+static void seed_join(const char *dir)
+{
     seed_t s;
-    /* a job forming: two joins, heartbeats */
-    memset(&s, 0, sizeof s);
-    s.data[s.len++] = 0;
+    seed_begin(&s, 0);
     join(&s, -1);
     join(&s, 1);
     Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
@@ -100,9 +105,13 @@ static int write_seeds(const char *dir)
     h.wait_ms = 1000;
     seed_add(&s, MSR_RPC_HEARTBEAT, 0x20, &h.base);
     seed_write(dir, "seed-join", &s);
-    /* the store */
-    memset(&s, 0, sizeof s);
-    s.data[s.len++] = 0;
+}
+
+/* The store. */
+static void seed_store(const char *dir)
+{
+    seed_t s;
+    seed_begin(&s, 0);
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;
     g.key = "k";
     g.wait_ms = 500;
@@ -124,9 +133,13 @@ static int write_seeds(const char *dir)
     d.key = "k";
     seed_add(&s, MSR_RPC_DELETE, 0x20, &d.base);
     seed_write(dir, "seed-store", &s);
-    /* barrier and allgather, with a cancel and a deadline */
-    memset(&s, 0, sizeof s);
-    s.data[s.len++] = 0;
+}
+
+/* Barrier and allgather, with a cancel and a deadline. */
+static void seed_collectives(const char *dir)
+{
+    seed_t s;
+    seed_begin(&s, 0);
     Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
     b.name = "b";
     b.count = 3;
@@ -147,10 +160,18 @@ static int write_seeds(const char *dir)
     e.index = 0;
     seed_add(&s, MSR_RPC_ALLGATHER, 0x20, &ag.base);
     seed_write(dir, "seed-collectives", &s);
-    /* publish and fetch: a fetch held until its entries come, one that
-     * runs out of time */
-    memset(&s, 0, sizeof s);
-    s.data[s.len++] = 0;
+}
+
+/* Publish and fetch: a fetch held until its entries come, one that runs
+ * out of time. */
+static void seed_publish(const char *dir)
+{
+    seed_t s;
+    seed_begin(&s, 0);
+    Msr__Contribution e = MSR__CONTRIBUTION__INIT, *ep[1] = {&e};
+    e.index = 0;
+    e.data.data = (uint8_t *)"abc";
+    e.data.len = 3;
     uint32_t want[2] = {1, 0};
     Msr__FetchRequest fr = MSR__FETCH_REQUEST__INIT;
     fr.name = "a";
@@ -171,9 +192,13 @@ static int write_seeds(const char *dir)
     want[0] = 7;
     seed_add(&s, MSR_RPC_BEAT, 0x40, &fr.base);
     seed_write(dir, "seed-publish", &s);
-    /* failure and restart */
-    memset(&s, 0, sizeof s);
-    s.data[s.len++] = 1;
+}
+
+/* Failure and restart. */
+static void seed_report(const char *dir)
+{
+    seed_t s;
+    seed_begin(&s, 1);
     join(&s, 0);
     Msr__Failure fl = MSR__FAILURE__INIT;
     fl.rank = 1;
@@ -188,6 +213,16 @@ static int write_seeds(const char *dir)
     Msr__StatusRequest sr = MSR__STATUS_REQUEST__INIT;
     seed_add(&s, MSR_RPC_STATUS, 0x20, &sr.base);
     seed_write(dir, "seed-report", &s);
+}
+
+static int write_seeds(const char *dir)
+{
+    mkdir(dir, 0755);
+    seed_join(dir);
+    seed_store(dir);
+    seed_collectives(dir);
+    seed_publish(dir);
+    seed_report(dir);
     return 0;
 }
 

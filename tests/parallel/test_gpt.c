@@ -510,7 +510,8 @@ static void test_bad_input(void)
 
 /* ---- an uneven split of the layers into pipeline stages ---- */
 
-static void test_split(void)
+/* A split parsed, checked, formatted, and its stages' layers. */
+static void split_parse(void)
 {
     int sp[8], n = -1;
     MSR_CHECK_OK(msr_layout_split_parse("3,5,5,3", sp, 8, &n));
@@ -535,8 +536,12 @@ static void test_split(void)
     int lo = -1, hi = -1;
     msr_layout_split_stage(16, 4, sp, 2, &lo, &hi);
     MSR_CHECK(lo == 8 && hi == 13);
+}
 
-    /* refusals, each naming its fault */
+/* Refusals, each naming its fault. */
+static void split_refusals(void)
+{
+    int sp[8], n;
     const struct {
         const char *text, *why;
     } bad[] = {
@@ -562,8 +567,13 @@ static void test_split(void)
     MSR_CHECK(strstr(msr_err_msg(), "virtual stage 1 has 0 layers") != NULL);
     MSR_CHECK_STATUS(msr_layout_split_check(16, 4, s15, 4), MSR_ERR_CONFIG);
     MSR_CHECK(strstr(msr_err_msg(), "sum to 15, not the 16 layers") != NULL);
+}
 
-    /* a part: pp 2 x 2 chunks of 8 layers split 1,3,3,1; virtual stage j
+/* A part of a model split unevenly: its chunks, segments and tensors, its
+ * own copy of the split; a split that does not sum to the layers refused. */
+static void split_part(void)
+{
+    /* pp 2 x 2 chunks of 8 layers split 1,3,3,1; virtual stage j
      * = c * pp + pp_rank, so rank 0 holds stages 0 and 2: layers 0 and 4..6 */
     msr_gpt_config_t c = {MSR_GPT_VOCAB, 8, 8, 2, 16};
     int split[] = {1, 3, 3, 1};
@@ -596,9 +606,17 @@ static void test_split(void)
     m = NULL;
     MSR_CHECK_STATUS(msr_gpt_create_part(&c, &part, 0, &m), MSR_ERR_CONFIG);
     MSR_CHECK(m == NULL);
+}
 
-    /* every allocation failing in turn, the split's copy included */
-    part.stage_layers = split;
+/* Every allocation of a split part failing in turn, the split's copy
+ * included. */
+static void split_part_no_memory(void)
+{
+    msr_gpt_config_t c = {MSR_GPT_VOCAB, 8, 8, 2, 16};
+    int split[] = {1, 3, 3, 1};
+    msr_gpt_part_t part = {1, 0, 2, 0, 2, split};
+    part.pp_rank = 1; /* stages 1 and 3, as split_part's last model */
+    msr_gpt_t *m;
     for (long i = 0;; i++) {
         m = NULL;
         msr_alloc_fail_at(i);
@@ -614,6 +632,14 @@ static void test_split(void)
         MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
         MSR_CHECK(m == NULL);
     }
+}
+
+static void test_split(void)
+{
+    split_parse();
+    split_refusals();
+    split_part();
+    split_part_no_memory();
 }
 
 /* Every allocation of create failing in turn gives MSR_ERR_NO_MEMORY and

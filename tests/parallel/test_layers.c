@@ -332,91 +332,145 @@ static int ring_pos(int r, int cp, int t)
     return t < S ? r * S + t : (2 * cp - 1 - r) * S + (t - S);
 }
 
-/* Every rank's queries against every rank's keys and values, block by
- * block in ring order (rank r sees r, r - 1, ...), forward and backward;
- * the outputs and the gradients (each block's dk, dv summed at its owner)
- * must be the full attention's at the same positions. In double, to
- * rounding; in float, to 1e-6 of the float kernel. */
-static void ring_check(int cp, const double *qkv, const double *dout, const double *out,
-                       const double *dqkv)
+/* The context-parallel ranks' slices of the sequence and what the ring
+ * computes from them, in double (l*) and in float (f*): the queries, keys
+ * and values, the output's gradient, the outputs, the gradients; a rank's
+ * running max and sum per batch, the log-sum-exps of every rank; scratch.
+ * pos: each local position's global one. */
+typedef struct ring {
+    int cp, Tc, C3;
+    size_t nq, no, ns;
+    int *pos;
+    double *lq, *ld, *lo, *lg, *mx, *sum, *delta, *scratch, *lse_all;
+    float *fq, *fd, *fo, *fg, *fmx, *fsum, *flse, *fdelta, *fscr;
+} ring_t;
+
+static void ring_alloc(ring_t *rg, int cp)
 {
     int Tc = RT / cp, C3 = 3 * RC;
     size_t nq = (size_t)RB * Tc * C3, no = (size_t)RB * Tc * RC, ns = (size_t)Tc * RNH;
-    int *pos = malloc((size_t)cp * Tc * sizeof *pos);
-    double *lq = vec(NULL, (size_t)cp * nq, 0), *ld = vec(NULL, (size_t)cp * no, 0);
-    double *lo = vec(NULL, (size_t)cp * no, 0), *lg = vec(NULL, (size_t)cp * nq, 0);
-    double *mx = vec(NULL, RB * ns, 0), *sum = vec(NULL, RB * ns, 0);
-    double *delta = vec(NULL, ns, 0), *scratch = vec(NULL, 2 * (size_t)Tc * Tc, 0);
-    float *fq = malloc((size_t)cp * nq * sizeof *fq), *fd = malloc((size_t)cp * no * sizeof *fd);
-    float *fo = calloc((size_t)cp * no, sizeof *fo), *fg = calloc((size_t)cp * nq, sizeof *fg);
-    float *fmx = malloc(RB * ns * sizeof *fmx), *fsum = malloc(RB * ns * sizeof *fsum);
-    float *flse = malloc((size_t)cp * RB * ns * sizeof *flse),
-          *fdelta = malloc(ns * sizeof *fdelta);
-    float *fscr = malloc(2 * (size_t)Tc * Tc * sizeof *fscr);
-    double *lse_all = vec(NULL, (size_t)cp * RB * ns, 0);
-    MSR_CHECK(pos != NULL && fq != NULL && fd != NULL && fo != NULL && fg != NULL && fmx != NULL &&
-              fsum != NULL && flse != NULL && fdelta != NULL && fscr != NULL);
+    *rg = (ring_t){.cp = cp, .Tc = Tc, .C3 = C3, .nq = nq, .no = no, .ns = ns};
+    rg->pos = malloc((size_t)cp * Tc * sizeof *rg->pos);
+    rg->lq = vec(NULL, (size_t)cp * nq, 0), rg->ld = vec(NULL, (size_t)cp * no, 0);
+    rg->lo = vec(NULL, (size_t)cp * no, 0), rg->lg = vec(NULL, (size_t)cp * nq, 0);
+    rg->mx = vec(NULL, RB * ns, 0), rg->sum = vec(NULL, RB * ns, 0);
+    rg->delta = vec(NULL, ns, 0), rg->scratch = vec(NULL, 2 * (size_t)Tc * Tc, 0);
+    rg->fq = malloc((size_t)cp * nq * sizeof *rg->fq);
+    rg->fd = malloc((size_t)cp * no * sizeof *rg->fd);
+    rg->fo = calloc((size_t)cp * no, sizeof *rg->fo);
+    rg->fg = calloc((size_t)cp * nq, sizeof *rg->fg);
+    rg->fmx = malloc(RB * ns * sizeof *rg->fmx), rg->fsum = malloc(RB * ns * sizeof *rg->fsum);
+    rg->flse = malloc((size_t)cp * RB * ns * sizeof *rg->flse);
+    rg->fdelta = malloc(ns * sizeof *rg->fdelta);
+    rg->fscr = malloc(2 * (size_t)Tc * Tc * sizeof *rg->fscr);
+    rg->lse_all = vec(NULL, (size_t)cp * RB * ns, 0);
+    MSR_CHECK(rg->pos != NULL && rg->fq != NULL && rg->fd != NULL && rg->fo != NULL &&
+              rg->fg != NULL && rg->fmx != NULL && rg->fsum != NULL && rg->flse != NULL &&
+              rg->fdelta != NULL && rg->fscr != NULL);
+}
+
+static void ring_free(ring_t *rg)
+{
+    free(rg->pos), free(rg->lq), free(rg->ld), free(rg->lo), free(rg->lg), free(rg->mx);
+    free(rg->sum), free(rg->delta), free(rg->scratch), free(rg->fq), free(rg->fd), free(rg->fo);
+    free(rg->fg), free(rg->fmx), free(rg->fsum), free(rg->flse), free(rg->fdelta), free(rg->fscr);
+    free(rg->lse_all);
+}
+
+/* Each rank's queries, keys, values and output gradient: its positions'
+ * rows of qkv and dout, in double and in float. */
+static void ring_scatter(ring_t *rg, const double *qkv, const double *dout)
+{
+    int cp = rg->cp, Tc = rg->Tc, C3 = rg->C3;
+    size_t nq = rg->nq, no = rg->no;
     for (int r = 0; r < cp; r++) {
         for (int t = 0; t < Tc; t++) {
-            int g = pos[r * Tc + t] = ring_pos(r, cp, t);
+            int g = rg->pos[r * Tc + t] = ring_pos(r, cp, t);
             for (int b = 0; b < RB; b++) {
-                memcpy(lq + r * nq + ((size_t)b * Tc + t) * C3, qkv + ((size_t)b * RT + g) * C3,
-                       C3 * sizeof *lq);
-                memcpy(ld + r * no + ((size_t)b * Tc + t) * RC, dout + ((size_t)b * RT + g) * RC,
-                       RC * sizeof *ld);
+                memcpy(rg->lq + r * nq + ((size_t)b * Tc + t) * C3, qkv + ((size_t)b * RT + g) * C3,
+                       C3 * sizeof *rg->lq);
+                memcpy(rg->ld + r * no + ((size_t)b * Tc + t) * RC,
+                       dout + ((size_t)b * RT + g) * RC, RC * sizeof *rg->ld);
             }
         }
     }
     for (size_t i = 0; i < (size_t)cp * nq; i++)
-        fq[i] = (float)lq[i];
+        rg->fq[i] = (float)rg->lq[i];
     for (size_t i = 0; i < (size_t)cp * no; i++)
-        fd[i] = (float)ld[i];
-    /* forward */
+        rg->fd[i] = (float)rg->ld[i];
+}
+
+/* Forward: rank r's queries against every block in ring order, then
+ * finished into its outputs and log-sum-exps. */
+static void ring_forward(ring_t *rg)
+{
+    int cp = rg->cp, Tc = rg->Tc, C3 = rg->C3, *pos = rg->pos;
+    size_t nq = rg->nq, no = rg->no, ns = rg->ns;
     for (int r = 0; r < cp; r++) {
         for (size_t i = 0; i < RB * ns; i++)
-            mx[i] = -INFINITY, sum[i] = 0, fmx[i] = -INFINITY, fsum[i] = 0;
+            rg->mx[i] = -INFINITY, rg->sum[i] = 0, rg->fmx[i] = -INFINITY, rg->fsum[i] = 0;
         for (int s = 0; s < cp; s++) {
             int j = (r - s + cp) % cp;
             for (int b = 0; b < RB; b++) {
                 size_t qo = r * nq + (size_t)b * Tc * C3, ko = j * nq + (size_t)b * Tc * C3;
                 size_t oo = r * no + (size_t)b * Tc * RC;
-                msr_attention_ring_forward_f64(lo + oo, mx + b * ns, sum + b * ns, lq + qo, C3,
-                                               pos + r * Tc, Tc, lq + ko + RC, lq + ko + 2 * RC, C3,
-                                               pos + j * Tc, Tc, RC, RNH, scratch);
-                msr_attention_ring_forward(fo + oo, fmx + b * ns, fsum + b * ns, fq + qo, C3,
-                                           pos + r * Tc, Tc, fq + ko + RC, fq + ko + 2 * RC, C3,
-                                           pos + j * Tc, Tc, RC, RNH, fscr);
+                msr_attention_ring_forward_f64(rg->lo + oo, rg->mx + b * ns, rg->sum + b * ns,
+                                               rg->lq + qo, C3, pos + r * Tc, Tc, rg->lq + ko + RC,
+                                               rg->lq + ko + 2 * RC, C3, pos + j * Tc, Tc, RC, RNH,
+                                               rg->scratch);
+                msr_attention_ring_forward(rg->fo + oo, rg->fmx + b * ns, rg->fsum + b * ns,
+                                           rg->fq + qo, C3, pos + r * Tc, Tc, rg->fq + ko + RC,
+                                           rg->fq + ko + 2 * RC, C3, pos + j * Tc, Tc, RC, RNH,
+                                           rg->fscr);
             }
         }
         for (int b = 0; b < RB; b++) {
             size_t oo = r * no + (size_t)b * Tc * RC, so = ((size_t)r * RB + b) * ns;
-            msr_attention_ring_finish_f64(lo + oo, lse_all + so, mx + b * ns, sum + b * ns, Tc, RC,
-                                          RNH);
-            msr_attention_ring_finish(fo + oo, flse + so, fmx + b * ns, fsum + b * ns, Tc, RC, RNH);
+            msr_attention_ring_finish_f64(rg->lo + oo, rg->lse_all + so, rg->mx + b * ns,
+                                          rg->sum + b * ns, Tc, RC, RNH);
+            msr_attention_ring_finish(rg->fo + oo, rg->flse + so, rg->fmx + b * ns,
+                                      rg->fsum + b * ns, Tc, RC, RNH);
         }
     }
-    /* backward: rank r's queries against block j, j's gradients to j */
+}
+
+/* Backward: rank r's queries against block j, j's gradients to j. */
+static void ring_backward(ring_t *rg)
+{
+    int cp = rg->cp, Tc = rg->Tc, C3 = rg->C3, *pos = rg->pos;
+    size_t nq = rg->nq, no = rg->no, ns = rg->ns;
+    double *lq = rg->lq, *lg = rg->lg;
+    float *fq = rg->fq, *fg = rg->fg;
     for (int r = 0; r < cp; r++) {
         for (int b = 0; b < RB; b++) {
             size_t qo = r * nq + (size_t)b * Tc * C3, oo = r * no + (size_t)b * Tc * RC;
             size_t so = ((size_t)r * RB + b) * ns;
-            msr_attention_ring_delta_f64(delta, ld + oo, lo + oo, Tc, RC, RNH);
-            msr_attention_ring_delta(fdelta, fd + oo, fo + oo, Tc, RC, RNH);
+            msr_attention_ring_delta_f64(rg->delta, rg->ld + oo, rg->lo + oo, Tc, RC, RNH);
+            msr_attention_ring_delta(rg->fdelta, rg->fd + oo, rg->fo + oo, Tc, RC, RNH);
             for (int s = 0; s < cp; s++) {
                 int j = (r - s + cp) % cp;
                 size_t ko = j * nq + (size_t)b * Tc * C3;
-                msr_attention_ring_backward_f64(lg + qo, C3, lg + ko + RC, lg + ko + 2 * RC, C3,
-                                                ld + oo, lq + qo, lq + ko + RC, lq + ko + 2 * RC,
-                                                lse_all + so, delta, pos + r * Tc, Tc, pos + j * Tc,
-                                                Tc, RC, RNH, scratch);
+                msr_attention_ring_backward_f64(
+                    lg + qo, C3, lg + ko + RC, lg + ko + 2 * RC, C3, rg->ld + oo, lq + qo,
+                    lq + ko + RC, lq + ko + 2 * RC, rg->lse_all + so, rg->delta, pos + r * Tc, Tc,
+                    pos + j * Tc, Tc, RC, RNH, rg->scratch);
                 msr_attention_ring_backward(fg + qo, C3, fg + ko + RC, fg + ko + 2 * RC, C3,
-                                            fd + oo, fq + qo, fq + ko + RC, fq + ko + 2 * RC,
-                                            flse + so, fdelta, pos + r * Tc, Tc, pos + j * Tc, Tc,
-                                            RC, RNH, fscr);
+                                            rg->fd + oo, fq + qo, fq + ko + RC, fq + ko + 2 * RC,
+                                            rg->flse + so, rg->fdelta, pos + r * Tc, Tc,
+                                            pos + j * Tc, Tc, RC, RNH, rg->fscr);
             }
         }
     }
-    /* against the full attention, row by row at the global positions */
+}
+
+/* The ring's outputs and gradients against the full attention's, row by
+ * row at the global positions: out and dqkv in double (to rounding), the
+ * float kernel's over qkv and dout in float (to 1e-6). */
+static void ring_compare(const ring_t *rg, const double *qkv, const double *dout, const double *out,
+                         const double *dqkv)
+{
+    int cp = rg->cp, Tc = rg->Tc, C3 = rg->C3;
+    size_t nq = rg->nq, no = rg->no;
     double num = 0, den = 1e-30, fnum = 0, fden = 1e-30, gnum = 0, gden = 1e-30, fgnum = 0,
            fgden = 1e-30;
     float *full_fo = malloc((size_t)RB * RT * RC * sizeof *full_fo);
@@ -431,19 +485,19 @@ static void ring_check(int cp, const double *qkv, const double *dout, const doub
     for (int r = 0; r < cp; r++) {
         for (int b = 0; b < RB; b++) {
             for (int t = 0; t < Tc; t++) {
-                size_t g = (size_t)b * RT + (size_t)pos[r * Tc + t], l = (size_t)b * Tc + t;
+                size_t g = (size_t)b * RT + (size_t)rg->pos[r * Tc + t], l = (size_t)b * Tc + t;
                 for (int c = 0; c < RC; c++) {
                     double want = out[g * RC + c], fwant = full_fo[g * RC + c];
-                    num = fmax(num, fabs(lo[r * no + l * RC + c] - want));
+                    num = fmax(num, fabs(rg->lo[r * no + l * RC + c] - want));
                     den = fmax(den, fabs(want));
-                    fnum = fmax(fnum, fabs((double)fo[r * no + l * RC + c] - fwant));
+                    fnum = fmax(fnum, fabs((double)rg->fo[r * no + l * RC + c] - fwant));
                     fden = fmax(fden, fabs(fwant));
                 }
                 for (int c = 0; c < C3; c++) {
                     double want = dqkv[g * C3 + c], fwant = full_fg[g * C3 + c];
-                    gnum = fmax(gnum, fabs(lg[r * nq + l * C3 + c] - want));
+                    gnum = fmax(gnum, fabs(rg->lg[r * nq + l * C3 + c] - want));
                     gden = fmax(gden, fabs(want));
-                    fgnum = fmax(fgnum, fabs((double)fg[r * nq + l * C3 + c] - fwant));
+                    fgnum = fmax(fgnum, fabs((double)rg->fg[r * nq + l * C3 + c] - fwant));
                     fgden = fmax(fgden, fabs(fwant));
                 }
             }
@@ -455,9 +509,23 @@ static void ring_check(int cp, const double *qkv, const double *dout, const doub
                   "cp %d, float: output %.3g, gradient %.3g relative", cp, fnum / fden,
                   fgnum / fgden);
     free(full_fo), free(full_fa), free(full_fq), free(full_fd), free(full_fg), free(full_fs);
-    free(pos), free(lq), free(ld), free(lo), free(lg), free(mx), free(sum), free(delta);
-    free(scratch), free(fq), free(fd), free(fo), free(fg), free(fmx), free(fsum), free(flse);
-    free(fdelta), free(fscr), free(lse_all);
+}
+
+/* Every rank's queries against every rank's keys and values, block by
+ * block in ring order (rank r sees r, r - 1, ...), forward and backward;
+ * the outputs and the gradients (each block's dk, dv summed at its owner)
+ * must be the full attention's at the same positions. In double, to
+ * rounding; in float, to 1e-6 of the float kernel. */
+static void ring_check(int cp, const double *qkv, const double *dout, const double *out,
+                       const double *dqkv)
+{
+    ring_t rg;
+    ring_alloc(&rg, cp);
+    ring_scatter(&rg, qkv, dout);
+    ring_forward(&rg);
+    ring_backward(&rg);
+    ring_compare(&rg, qkv, dout, out, dqkv);
+    ring_free(&rg);
 }
 
 static void test_attention_ring(void)

@@ -1,7 +1,8 @@
 /* A fake call for the unit tests of held calls and the store core
  * (test_held, test_held_budget, test_store_core): a plain struct standing
  * for a gRPC call, and the io callbacks held.h and store_core.h ask of
- * their user (its slot, deadline, peer and failure) written once. */
+ * their user (its slot, deadline, peer and failure) written once. The
+ * coordinator's tests use it through fixtures.h. */
 #ifndef MSR_TESTS_FAKE_CALL_H
 #define MSR_TESTS_FAKE_CALL_H
 

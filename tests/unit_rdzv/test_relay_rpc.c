@@ -15,42 +15,18 @@
 #include "rendezvous/relay.h"
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
-
-typedef struct served {
-    msr_coord_server_t *server;
-    pthread_t thread;
-    volatile sig_atomic_t stop;
-    int port;
-    char target[64];
-} served_t;
-
-static void *serve(void *arg)
-{
-    served_t *s = arg;
-    msr_coord_server_run(s->server, &s->stop, 0);
-    return NULL;
-}
+#include "tests/unit_rdzv/fixtures.h"
 
 /* A coordinator for a job of nodes nodes of one worker each. */
-static void start(served_t *s, int nodes)
+static void start(msr_tserved_t *s, int nodes)
 {
-    memset(s, 0, sizeof *s);
     msr_coord_config_t cfg = {.token = "tok",
                               .job_id = "j",
                               .worker_num = nodes,
                               .local_worker_num = 1,
                               .max_restarts = 0,
                               .node_timeout_ms = 600000};
-    MSR_CHECK_OK(msr_coord_server_create("127.0.0.1:0", &cfg, &s->port, &s->server));
-    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", s->port);
-    MSR_CHECK(pthread_create(&s->thread, NULL, serve, s) == 0);
-}
-
-static void stop(served_t *s)
-{
-    s->stop = 1;
-    pthread_join(s->thread, NULL);
-    msr_coord_server_destroy(s->server);
+    msr_tserved_start(s, &cfg);
 }
 
 /* ---- simulated nodes ---- */
@@ -143,7 +119,7 @@ static void submit_beat(msr_relay_t *r, node_t *n)
  * it from its relay with a rank of its own. */
 static void test_two_relays(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, 4);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ca, *cb;
@@ -182,14 +158,14 @@ static void test_two_relays(void)
     msr_rpc_channel_destroy(ca);
     msr_rpc_channel_destroy(cb);
     msr_rpc_loop_destroy(loop);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 /* A relay lying about its subtree (one node, two calls): the coordinator
  * refuses the batch and each call hears why. */
 static void test_refused_batch(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, 4);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch;
@@ -217,7 +193,7 @@ static void test_refused_batch(void)
     msr_relay_destroy(r);
     msr_rpc_channel_destroy(ch);
     msr_rpc_loop_destroy(loop);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 /* A relay goes away while its nodes' ready heartbeats are held: they are
@@ -225,7 +201,7 @@ static void test_refused_batch(void)
  * third node joins, and the job forms with all three. */
 static void test_relay_gone_mid_join(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, 3);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch, *direct;
@@ -282,7 +258,7 @@ static void test_relay_gone_mid_join(void)
     }
     msr_rpc_channel_destroy(direct);
     msr_rpc_loop_destroy(loop);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 /* ---- the relay agent's server, nodes calling it over sockets ---- */
@@ -356,7 +332,7 @@ static void node_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
  * kept), a third node joins, and the job forms with all three. */
 static void test_relay_server(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, 3);
     relay_agent_t ra;
     memset(&ra, 0, sizeof ra);
@@ -423,7 +399,7 @@ static void test_relay_server(void)
     msr_rpc_loop_destroy(loop);
     msr_rpc_channel_destroy(ra.up);
     msr_rpc_loop_destroy(ra.loop);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 static const msr_test_t tests[] = {

@@ -24,39 +24,14 @@
 #include "rendezvous/rpc.h"
 #include "rendezvous/rpc_accept.h"
 #include "tests/runner.h"
-
-typedef struct served {
-    msr_coord_server_t *server;
-    pthread_t thread;
-    volatile sig_atomic_t stop;
-    int port;
-    char target[64];
-} served_t;
-
-static void *serve(void *arg)
-{
-    served_t *s = arg;
-    msr_coord_server_run(s->server, &s->stop, 0);
-    return NULL;
-}
+#include "tests/unit_rdzv/fixtures.h"
 
 /* A coordinator for a 1-node, 1-worker job, already running. */
-static void start(served_t *s, const char *token)
+static void start(msr_tserved_t *s, const char *token)
 {
-    memset(s, 0, sizeof *s);
     msr_coord_config_t cfg = {
         .token = token, .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
-    MSR_CHECK_OK(msr_coord_server_create("127.0.0.1:0", &cfg, &s->port, &s->server));
-    MSR_CHECK(s->port > 0);
-    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", s->port);
-    MSR_CHECK(pthread_create(&s->thread, NULL, serve, s) == 0);
-}
-
-static void stop(served_t *s)
-{
-    s->stop = 1;
-    pthread_join(s->thread, NULL);
-    msr_coord_server_destroy(s->server);
+    msr_tserved_start(s, &cfg);
 }
 
 static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len)
@@ -75,7 +50,7 @@ static msr_status_t set_key(msr_rpc_channel_t *ch, const char *key, size_t len)
 
 static void test_token(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "secret");
     msr_rpc_channel_t *good, *bad, *none;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "secret", &good));
@@ -88,17 +63,17 @@ static void test_token(void)
     msr_rpc_channel_destroy(good);
     msr_rpc_channel_destroy(bad);
     msr_rpc_channel_destroy(none);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 static void test_unreachable(void)
 {
     /* a port nobody listens on: find one by starting and stopping a server */
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     char target[64];
     snprintf(target, sizeof target, "%s", s.target);
-    stop(&s);
+    msr_tserved_stop(&s);
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(target, "t", &ch));
     Msr__StatusRequest r = MSR__STATUS_REQUEST__INIT;
@@ -118,7 +93,7 @@ static void test_unreachable(void)
 
 static void test_wait_deadline(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
@@ -139,12 +114,12 @@ static void test_wait_deadline(void)
     MSR_CHECK_STATUS(st, MSR_ERR_TIMEOUT);
     MSR_CHECK(msr_now_ns() - t0 < 3000000000ull);
     msr_rpc_channel_destroy(ch);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 static void test_large_messages(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
@@ -157,14 +132,14 @@ static void test_large_messages(void)
     MSR_CHECK_EQ(((Msr__GetResponse *)resp)->value.len, big);
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 /* A request larger than its method's limit is refused with
  * RESOURCE_EXHAUSTED, naming the limit, and the server carries on. */
 static void test_request_limits(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
@@ -186,7 +161,7 @@ static void test_request_limits(void)
     /* and the server still answers */
     MSR_CHECK_OK(set_key(ch, "small", 10));
     msr_rpc_channel_destroy(ch);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 /* A raw Set whose key holds a NUL byte ("a\0b" on the wire: a string C
@@ -196,7 +171,7 @@ static void test_request_limits(void)
  * (field 1 a varint, field 2 length-delimited), sent to Set's path. */
 static void test_nul_key(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
@@ -233,18 +208,18 @@ static void test_nul_key(void)
     MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_GET, &g.base, msr_deadline_in_ms(10000), 1, &resp));
     msr_rpc_message_free(resp);
     msr_rpc_channel_destroy(ch);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 static void test_port_in_use(void)
 {
-    served_t s;
+    msr_tserved_t s;
     start(&s, "t");
     msr_coord_config_t cfg = {.token = "t", .worker_num = 1, .local_worker_num = 1};
     msr_coord_server_t *second = NULL;
     int port = 0;
     MSR_CHECK_STATUS(msr_coord_server_create(s.target, &cfg, &port, &second), MSR_ERR_ADDR_IN_USE);
-    stop(&s);
+    msr_tserved_stop(&s);
 }
 
 static void fail_all(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,

@@ -1,0 +1,112 @@
+/* Fixtures shared by the coordinator's unit tests (fixtures.h). */
+#include "tests/unit_rdzv/fixtures.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/runner.h"
+
+static const char *default_peer = "test";
+
+void msr_tcall_use_peer(const char *peer)
+{
+    default_peer = peer;
+}
+
+static void f_reply(void *call, const ProtobufCMessage *resp)
+{
+    tcall_t *c = call;
+    msr_tcall_answer(c);
+    c->code = 0;
+    /* Round-trip through the wire format, as the real binding does. */
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    /* plain malloc: the allocation-failure test must only fail the core's */
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(resp, buf);
+    c->resp = protobuf_c_message_unpack(resp->descriptor, NULL, len, buf);
+    free(buf);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_reply_blob(void *call, msr_blob_t *blob)
+{
+    tcall_t *c = call;
+    msr_tcall_answer(c);
+    c->code = 0;
+    c->resp =
+        protobuf_c_message_unpack(msr_rpc_methods[c->method].response, NULL, blob->len, blob->data);
+    MSR_CHECK(c->resp != NULL);
+}
+
+static void f_fail(void *call, int code, const char *message)
+{
+    msr_tcall_fail(NULL, call, (msr_rpc_code_t)code, message);
+}
+
+static uint64_t f_deadline(void *call)
+{
+    return msr_tcall_deadline(NULL, call);
+}
+
+static const char *f_peer(void *call)
+{
+    const char *peer = msr_tcall_peer(NULL, call);
+    return peer ? peer : default_peer;
+}
+
+static void f_set_data(void *call, void *data)
+{
+    msr_tcall_set_data(NULL, call, data);
+}
+
+static void *f_get_data(void *call)
+{
+    return msr_tcall_get_data(NULL, call);
+}
+
+const msr_coord_responder_t msr_tcall_responder = {f_reply, f_reply_blob, f_fail,    f_deadline,
+                                                   f_peer,  f_set_data,   f_get_data};
+
+void msr_tcall_reset(tcall_t *c)
+{
+    if (c->resp)
+        protobuf_c_message_free_unpacked(c->resp, NULL);
+    msr_tcall_init(c);
+}
+
+void msr_tcall_send(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    msr_tcall_reset(c);
+    c->method = m;
+    msr_coord_call(co, c, m, req);
+}
+
+void msr_tcall_call(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    msr_tcall_send(co, c, m, req);
+    msr_coord_flush(co);
+}
+
+static void *serve(void *arg)
+{
+    msr_tserved_t *s = arg;
+    msr_coord_server_run(s->server, &s->stop, 0);
+    return NULL;
+}
+
+void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg)
+{
+    memset(s, 0, sizeof *s);
+    MSR_CHECK_OK(msr_coord_server_create("127.0.0.1:0", cfg, &s->port, &s->server));
+    MSR_CHECK(s->port > 0);
+    snprintf(s->target, sizeof s->target, "127.0.0.1:%d", s->port);
+    MSR_CHECK(pthread_create(&s->thread, NULL, serve, s) == 0);
+}
+
+void msr_tserved_stop(msr_tserved_t *s)
+{
+    s->stop = 1;
+    pthread_join(s->thread, NULL);
+    msr_coord_server_destroy(s->server);
+}

@@ -1,0 +1,54 @@
+/* Fixtures shared by the coordinator's unit tests (test_coord, test_relay,
+ * test_rpc, test_relay_rpc): the fake call of fake_call.h answering as the
+ * coordinator core's responder (its answers unpacked as a client would see
+ * them), and a coordinator server run on loopback by a thread of its own.
+ * Every helper fails the test (MSR_CHECK) where its step fails. */
+#ifndef MSR_TESTS_FIXTURES_H
+#define MSR_TESTS_FIXTURES_H
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "cluster/coord.h"
+#include "cluster/server.h"
+#include "tests/unit_rdzv/fake_call.h"
+
+/* ---- the core's responder over a fake call ---- */
+
+/* Answers each call by filling its tcall_t: a reply is packed and unpacked
+ * again into c->resp (as the real binding's wire would); a failure keeps
+ * its code and message; a second answer fails the test. The peer is
+ * c->peer, or the one set by msr_tcall_use_peer ("test" by default). */
+extern const msr_coord_responder_t msr_tcall_responder;
+
+/* The peer a call without one of its own names (a string that outlives
+ * the test). */
+void msr_tcall_use_peer(const char *peer);
+
+/* Frees c's answer, then msr_tcall_init(c). */
+void msr_tcall_reset(tcall_t *c);
+
+/* Resets c and hands it to the core as a call of method m; the answer
+ * comes with the core's next flush (held calls later). */
+void msr_tcall_send(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req);
+
+/* msr_tcall_send, then a flush: an answer due at once is in c. */
+void msr_tcall_call(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMessage *req);
+
+/* ---- a coordinator served over loopback ---- */
+
+typedef struct msr_tserved {
+    msr_coord_server_t *server;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+    int port;
+    char target[64]; /* "127.0.0.1:<port>" */
+} msr_tserved_t;
+
+/* A coordinator server for cfg on 127.0.0.1 (a port of its own), run by
+ * a thread until msr_tserved_stop. */
+void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg);
+/* Stops the thread and destroys the server. */
+void msr_tserved_stop(msr_tserved_t *s);
+
+#endif
