@@ -3,6 +3,9 @@
  * version chosen at run time where the CPU has it. */
 #include "comm/reduce.h"
 
+#include "base/bf16.h"
+#include "base/cpu_features.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -66,19 +69,6 @@ uint16_t msr_f32_to_f16(float f)
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
         h++;
     return (uint16_t)(sign | h);
-}
-
-float msr_bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-uint16_t msr_f32_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /* ---- kernels for the native types ---- */
@@ -151,7 +141,7 @@ MSR_CLONES static void bf16_reduce(msr_op_t op, uint16_t *dst, const uint16_t *a
         }
         f32_block(op, x, x, y, m);
         for (size_t j = 0; j < m; j++)
-            dst[i + j] = msr_f32_to_bf16(x[j]);
+            dst[i + j] = msr_bf16_from_f32(x[j]);
     }
 }
 
@@ -207,7 +197,9 @@ f16_reduce_f16c(msr_op_t op, uint16_t *dst, const uint16_t *a, const uint16_t *b
 static void f16_reduce(msr_op_t op, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n)
 {
 #if MSR_HAVE_X86
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
+    const unsigned need = MSR_CPU_F16C | MSR_CPU_AVX2;
+    unsigned have = 0;
+    if (msr_cpu_features_get(&have) == MSR_OK && (have & need) == need) {
         f16_reduce_f16c(op, dst, a, b, n);
         return;
     }
@@ -292,7 +284,7 @@ void msr_reduce_finish(msr_op_t op, msr_dtype_t dtype, void *buf, size_t count, 
     case MSR_DTYPE_BF16: {
         uint16_t *p = buf;
         for (i = 0; i < count; i++)
-            p[i] = msr_f32_to_bf16(msr_bf16_to_f32(p[i]) / (float)n);
+            p[i] = msr_bf16_from_f32(msr_f32_from_bf16(p[i]) / (float)n);
         break;
     }
     case MSR_DTYPE_I32: {

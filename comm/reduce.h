@@ -20,10 +20,9 @@ void msr_reduce(msr_op_t op, msr_dtype_t dtype, void *dst, const void *a, const 
  * MSR_OP_AVG, does nothing for the other ops. */
 void msr_reduce_finish(msr_op_t op, msr_dtype_t dtype, void *buf, size_t count, int n);
 
-/* Conversions used by the kernels (round to nearest even, NaN stays NaN). */
+/* IEEE binary16 conversions used by the kernels (round to nearest even,
+ * NaN stays NaN); bf16's are base/bf16.h's. */
 float msr_f16_to_f32(uint16_t h);
 uint16_t msr_f32_to_f16(float f);
-float msr_bf16_to_f32(uint16_t h);
-uint16_t msr_f32_to_bf16(float f);
 
 #endif

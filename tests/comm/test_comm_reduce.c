@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "comm/reduce.h"
 #include "tests/runner.h"
 
@@ -105,12 +106,12 @@ static void test_bf16_rounding(void)
         if (fabsf(f) > 3.3e38f)
             continue; /* rounds to infinity: checked below */
         uint16_t want = bf16_ref(f);
-        uint16_t got = msr_f32_to_bf16(f);
+        uint16_t got = msr_bf16_from_f32(f);
         MSR_CHECK_MSG(got == want, "f32 0x%08x: 0x%04x != 0x%04x", x, got, want);
-        MSR_CHECK(fbits(msr_bf16_to_f32(got)) == (uint32_t)got << 16);
+        MSR_CHECK(fbits(msr_f32_from_bf16(got)) == (uint32_t)got << 16);
     }
-    MSR_CHECK(msr_f32_to_bf16(bitsf(0x7f7fffffu)) == 0x7f80u); /* FLT_MAX -> inf */
-    MSR_CHECK(isnan(msr_bf16_to_f32(msr_f32_to_bf16(NAN))));
+    MSR_CHECK(msr_bf16_from_f32(bitsf(0x7f7fffffu)) == 0x7f80u); /* FLT_MAX -> inf */
+    MSR_CHECK(isnan(msr_f32_from_bf16(msr_bf16_from_f32(NAN))));
 }
 
 /* Element i of a and b (random, equal every 97th) and ref's op of them,

@@ -33,7 +33,6 @@
 
 #include "base/cpu_features.h"
 #include "base/bf16.h"
-#include "comm/reduce.h"
 #include "model/gemm_bf16.h"
 #include "model/rng.h"
 #include "tests/runner.h"
@@ -181,24 +180,6 @@ static void test_round_random(void)
     free(x);
     free(a);
     free(s);
-}
-
-/* the communicator's conversions (comm/reduce.c) give the same bits, so
- * they can become calls of base/bf16.h's: every bf16 widened, every edge
- * above and 2^20 random patterns rounded */
-static void test_same_as_comm(void)
-{
-    for (uint32_t h = 0; h < 65536; h++)
-        MSR_CHECK(bits_of(msr_bf16_to_f32((uint16_t)h)) == bits_of(msr_f32_from_bf16((uint16_t)h)));
-    static const uint32_t edges[] = {0x3f808000, 0x3f818000, 0x7f7f7fff, 0x7f7f8000, 0x7f800001,
-                                     0xff800001, 0x00008000, 0x00018000, 0x80000000, 0x7fc00000};
-    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
-        MSR_CHECK_MSG(msr_f32_to_bf16(float_of(edges[i])) == msr_bf16_from_f32(float_of(edges[i])),
-                      "0x%08x", edges[i]);
-    for (uint64_t i = 0; i < (1u << 20); i++) {
-        float f = float_of((uint32_t)msr_rng_u64(43, 1, i));
-        MSR_CHECK_MSG(msr_f32_to_bf16(f) == msr_bf16_from_f32(f), "0x%08x", bits_of(f));
-    }
 }
 
 /* ---- CPU features ---- */
@@ -510,7 +491,6 @@ static const msr_test_t tests[] = {
     {"round_edges", test_round_edges, 10},
     {"widen_all", test_widen_all, 10},
     {"round_random", test_round_random, 20},
-    {"same_as_comm", test_same_as_comm, 20},
     {"features_detect", test_features_detect, 10},
     {"features_parse", test_features_parse, 10},
     {"features_mask", test_features_mask, 10},
