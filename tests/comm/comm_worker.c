@@ -22,7 +22,8 @@
  *   killsmallrs  with small allgathers and reduce-scatters: all through the
  *                slots (their messages name "(shm)")
  *   killsmallbcauto  killsmallbc without forcing: the slots, or the binomial
- *                tree on a machine with fewer CPUs than ranks
+ *                tree where the members' CPUs (their affinity) are fewer
+ *                than the ranks
  *   small        every collective of the slots at the slot's size and one
  *                past, at the inline size and one past, every dtype and op;
  *                on the world, a dup with other slots and halves, then all
