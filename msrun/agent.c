@@ -1,9 +1,10 @@
 /* The agent: the libevent wiring around the node's state machine (node.h).
- * Signals, child exits and the coordinator's answers become events fed to
- * the machine; the actions it queues are performed here (send, spawn,
- * signal, report, restart the coordinator, exit). One timer (the cron)
- * serves every deadline: the machine's (retries, SIGKILL after the grace,
- * unkillable workers, the beat check) and the reports' retries. */
+ * Signals, child exits (agent_events.c) and the coordinator's answers
+ * become events fed to the machine; the actions it queues are performed
+ * here (send, spawn, signal, report, restart the coordinator, exit). One
+ * timer (the cron) serves every deadline: the machine's (retries, SIGKILL
+ * after the grace, unkillable workers, the beat check) and the reports'
+ * retries. */
 #include "launcher/agent.h"
 
 #include <errno.h>
@@ -264,51 +265,6 @@ void msr_agent_run_node(agent_t *a)
         msr_elect_quiet(a->coord.elect);
 }
 
-/* ---- the election through etcd ---- */
-
-/* The coordinator is now at target (elected through etcd): the link and
- * the proxy follow. */
-static void on_coord_moved(void *arg, const char *target)
-{
-    agent_t *a = arg;
-    if (strcmp(target, a->coord.target) == 0)
-        return;
-    if (msr_link_retarget(a->link, target) != MSR_OK ||
-        (a->proxy && msr_proxy_retarget(a->proxy, target) != MSR_OK)) {
-        MSR_ERROR("cannot reach the new coordinator at %s: %s", target, msr_err_msg());
-        return;
-    }
-    MSR_WARN("the coordinator is now at %s", target);
-    snprintf(a->coord.target, sizeof a->coord.target, "%s", target);
-    msr_node_on_coord_moved(&a->node, msr_now_ns());
-    msr_agent_run_node(a);
-}
-
-static void on_elect(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    agent_t *a = arg;
-    msr_elect_event_t ev;
-    while (msr_elect_next(a->coord.elect, &ev) != MSR_ELECT_NONE) {
-        switch (ev.kind) {
-        case MSR_ELECT_WON:
-            if (!a->node.finished)
-                msr_coord_child_takeover(&a->coord);
-            break;
-        case MSR_ELECT_LEADER:
-            on_coord_moved(a, ev.addr);
-            break;
-        case MSR_ELECT_LOST:
-            MSR_WARN("this node's etcd lease expired: its coordinator stops, another is elected");
-            msr_coord_child_kill(&a->coord);
-            break;
-        case MSR_ELECT_NONE:
-            break;
-        }
-    }
-}
-
 static void on_cron(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -316,79 +272,6 @@ static void on_cron(evutil_socket_t fd, short what, void *arg)
     agent_t *a = arg;
     msr_node_on_tick(&a->node, msr_now_ns());
     msr_agent_run_node(a); /* also sends the reports that are due */
-}
-
-/* ---- signals and child exits ---- */
-
-static void on_child(agent_t *a, pid_t pid, int status)
-{
-    if (pid == a->coord.pid) {
-        a->coord.pid = 0;
-        char how[64];
-        if (WIFSIGNALED(status))
-            msr_signal_name(WTERMSIG(status), how, sizeof how);
-        else
-            snprintf(how, sizeof how, "code %d", WEXITSTATUS(status));
-        int job_over = WIFEXITED(status) && WEXITSTATUS(status) <= 1;
-        if (msr_coord_child_exited(&a->coord, how))
-            msr_node_on_coord_exit(&a->node, msr_now_ns(), how, job_over);
-        return;
-    }
-    for (int i = 0; i < a->local.count; i++) {
-        msr_worker_t *w = &a->local.workers[i];
-        if (!w->running || w->pid != pid)
-            continue;
-        w->running = 0;
-        w->status = status;
-        w->exit_time = msr_wall_time();
-        if (a->prof.on) { /* the exit's end, and the workers' while they last */
-            uint64_t now = msr_now_ns();
-            a->prof.workers[i].end[MSR_LPROF_EXIT] = now;
-            a->prof.self.start[MSR_LPROF_WAIT] = a->prof.workers[0].start[MSR_LPROF_FORK];
-            a->prof.self.end[MSR_LPROF_WAIT] = now;
-        }
-        msr_worker_drain(w);
-        msr_node_on_worker_exit(&a->node, i, WIFSIGNALED(status) ? -1 : WEXITSTATUS(status),
-                                WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-        return;
-    }
-}
-
-static void reap(agent_t *a)
-{
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        on_child(a, pid, status);
-        msr_agent_run_node(a);
-    }
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-    (void)what;
-    agent_t *a = arg;
-    if (sig == SIGCHLD)
-        reap(a);
-    else
-        msr_node_on_signal(&a->node, msr_now_ns(), (int)sig);
-    msr_agent_run_node(a);
-}
-
-/* --exit_on_stdin_eof: stdin closed (the launcher's ssh ended) stops the
- * job as SIGTERM does; anything read is dropped. */
-static void on_stdin(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    agent_t *a = arg;
-    char buf[256];
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN)))
-        return;
-    event_del(a->loop.stdin_ev);
-    MSR_INFO("standard input closed: stopping the job");
-    msr_node_on_signal(&a->node, msr_now_ns(), SIGTERM);
-    msr_agent_run_node(a);
 }
 
 /* ---- start and end ---- */
@@ -454,7 +337,7 @@ static int loop_setup(agent_t *a)
     int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
     _Static_assert(MSR_ARRAY_SIZE(sigs) == MSR_AGENT_SIGNALS, "the signals the agent watches");
     for (size_t i = 0; i < MSR_ARRAY_SIZE(sigs); i++) {
-        a->loop.sig_ev[a->loop.nsig] = evsignal_new(a->loop.base, sigs[i], on_signal, a);
+        a->loop.sig_ev[a->loop.nsig] = evsignal_new(a->loop.base, sigs[i], msr_agent_on_signal, a);
         if (a->loop.sig_ev[a->loop.nsig] == NULL ||
             event_add(a->loop.sig_ev[a->loop.nsig], NULL) != 0) {
             fprintf(stderr, "msrun: error: cannot watch signals\n");
@@ -488,7 +371,7 @@ static int loop_setup(agent_t *a)
         MSR_WARN("no history of this run in %s: %s", a->files.log_run_dir, msr_err_msg());
     msr_proxy_set_history(a->proxy, a->history);
     if (a->o->exit_on_stdin_eof) {
-        a->loop.stdin_ev = event_new(a->loop.base, 0, EV_READ | EV_PERSIST, on_stdin, a);
+        a->loop.stdin_ev = event_new(a->loop.base, 0, EV_READ | EV_PERSIST, msr_agent_on_stdin, a);
         if (a->loop.stdin_ev == NULL || event_add(a->loop.stdin_ev, NULL) != 0) {
             fprintf(stderr, "msrun: error: cannot watch standard input\n");
             return 1;
@@ -496,7 +379,7 @@ static int loop_setup(agent_t *a)
     }
     if (a->coord.elect) {
         a->loop.elect_ev = event_new(a->loop.base, msr_elect_fd(a->coord.elect),
-                                     EV_READ | EV_PERSIST, on_elect, a);
+                                     EV_READ | EV_PERSIST, msr_agent_on_elect, a);
         if (a->loop.elect_ev == NULL || event_add(a->loop.elect_ev, NULL) != 0 ||
             msr_elect_start(a->coord.elect) != MSR_OK) {
             fprintf(stderr, "msrun: error: cannot watch the election in etcd: %s\n", msr_err_msg());
@@ -509,7 +392,7 @@ static int loop_setup(agent_t *a)
 /* Runs the loop; returns the exit status once the machine exits. */
 static int loop_run(agent_t *a)
 {
-    reap(a); /* a coordinator child that died before the loop started */
+    msr_agent_reap(a); /* a coordinator child that died before the loop started */
     msr_node_on_start(&a->node, msr_now_ns());
     msr_agent_run_node(a);
     event_base_dispatch(a->loop.base);
@@ -614,7 +497,7 @@ int msr_agent_run(msr_options_t *o)
     agent_t a;
     memset(&a, 0, sizeof a);
     a.o = o;
-    msr_coord_init(&a.coord, o, &a.job, on_coord_moved, &a);
+    msr_coord_init(&a.coord, o, &a.job, msr_agent_on_coord_moved, &a);
     a.local.count = o->local_worker_num;
     a.files.log_dir_fd = -1;
     a.job.start_ns = msr_now_ns();

@@ -1,8 +1,7 @@
-/* The agent's record, shared by its files: agent.c (start, end, the
- * events and the actions) and agent_calls.c (its calls to the
- * coordinator). The coordinator's child and the reports keep their own
- * state (coord_child.h, report.h) and see only the parts of the agent
- * they are given. Event-loop thread only. */
+/* The agent's record, shared by its files: agent.c (start, end, the timer and the actions),
+ * agent_events.c (signals, child exits, stdin, the election) and agent_calls.c (its calls to the
+ * coordinator). The coordinator's child and the reports keep their own state (coord_child.h,
+ * report.h) and see only the parts of the agent they are given. Event-loop thread only. */
 #ifndef MSR_MSRUN_AGENT_IMPL_H
 #define MSR_MSRUN_AGENT_IMPL_H
 
@@ -100,6 +99,17 @@ typedef struct agent {
 /* agent.c: feeds nothing; performs the machine's queued actions and arms
  * the timer. Call after feeding an event. */
 void msr_agent_run_node(agent_t *a);
+
+/* agent_events.c: what happens outside the machine, fed to it (then
+ * msr_agent_run_node). on_coord_moved: the coordinator is now at target
+ * (msr_coord_init's callback; arg is the agent); on_elect, on_signal,
+ * on_stdin: the loop's events' callbacks (arg is the agent); reap: waits
+ * for every child that exited (the coordinator's, the workers). */
+void msr_agent_on_coord_moved(void *arg, const char *target);
+void msr_agent_on_elect(evutil_socket_t fd, short what, void *arg);
+void msr_agent_on_signal(evutil_socket_t sig, short what, void *arg);
+void msr_agent_on_stdin(evutil_socket_t fd, short what, void *arg);
+void msr_agent_reap(agent_t *a);
 
 /* agent_calls.c: the node's calls to the coordinator. Join and Heartbeat
  * answer into the node's machine (then msr_agent_run_node); a call that

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "rendezvous/rpc.h"
-#include "tests/unit_rdzv/pieces.h"
+#include "tests/pieces.h"
 
 #define TOKEN "sec-attack-token"
 

@@ -10,7 +10,7 @@
 
 #include "cluster/coord.h"
 #include "tests/runner.h"
-#include "tests/unit_rdzv/pieces.h"
+#include "tests/pieces.h"
 #include "tests/unit_rdzv/fixtures.h"
 
 /* Each piece's tests (test_coord_<theme>.c). */

@@ -320,6 +320,78 @@ static void test_state_v2_torn_frame(void)
     tc_tmpstate_remove(&t);
 }
 
+/* Opens a coordinator on the first len bytes of the state file that whole
+ * (of full bytes) held, with what it logs kept in log_lines. */
+static msr_coord_t *open_cut(const char *path, const char *whole, long full, long len)
+{
+    FILE *f = fopen(path, "wb");
+    MSR_CHECK(f != NULL);
+    MSR_CHECK(fwrite(whole, 1, (size_t)full, f) == (size_t)full);
+    fclose(f);
+    MSR_CHECK(truncate(path, len) == 0);
+    log_used = 0;
+    log_lines[0] = '\0';
+    msr_log_set_sink(log_sink, NULL);
+    msr_coord_t *co = tc_durable_coord(path);
+    msr_log_set_sink(NULL, NULL);
+    return co;
+}
+
+/* A state file cut short at the bounds of its last record: by exactly one
+ * byte and by all but one byte of it (a torn tail: cut off, the records
+ * before it recovered), by the whole record (nothing torn: nothing cut,
+ * nothing logged), and by one byte more (the record before is the torn
+ * tail). The coordinator recovers and saves on after each. */
+static void test_torn_tail_bounds(void)
+{
+    tmpstate_t t;
+    tc_tmpstate_make(&t);
+    msr_coord_t *co = tc_durable_coord(t.path);
+    tcall_t c = {0};
+    MSR_CHECK_EQ(tc_set_key(co, &c, "zero", "0"), 0); /* the log is open */
+    long s1 = tc_file_size(t.path);
+    MSR_CHECK_EQ(tc_set_key(co, &c, "one", "1"), 0);
+    long s2 = tc_file_size(t.path);
+    MSR_CHECK_EQ(tc_set_key(co, &c, "two", "2"), 0);
+    long full = tc_file_size(t.path), last = full - s2;
+    MSR_CHECK(s1 < s2 && last > 1);
+    msr_tcall_reset(&c);
+    msr_coord_destroy(co);
+    char *whole = malloc((size_t)full);
+    int fd = open(t.path, O_RDONLY);
+    MSR_CHECK(whole != NULL && fd >= 0 && read(fd, whole, (size_t)full) == full);
+    close(fd);
+    const struct {
+        long cut, kept; /* bytes cut, where the recovered records end */
+        int one;        /* whether "one" is recovered ("two" never is) */
+    } cases[] = {{1, s2, 1}, {last - 1, s2, 1}, {last, s2, 1}, {last + 1, s1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        co = open_cut(t.path, whole, full, full - cases[i].cut);
+        MSR_CHECK_MSG(co != NULL, "cut by %ld bytes: refused", cases[i].cut);
+        MSR_CHECK(strcmp(tc_get_key(co, "zero"), "0") == 0);
+        MSR_CHECK(strcmp(tc_get_key(co, "one"), cases[i].one ? "1" : "") == 0);
+        MSR_CHECK(strcmp(tc_get_key(co, "two"), "") == 0);
+        /* a torn tail is cut off there and said so; a whole record's end is
+         * no tear (the first save then rewrites the file: a fresh snapshot) */
+        char said[64];
+        snprintf(said, sizeof said, "cutting off its last %ld bytes",
+                 full - cases[i].cut - cases[i].kept);
+        int torn = cases[i].cut != last;
+        MSR_CHECK_MSG((strstr(log_lines, said) != NULL) == torn &&
+                          strstr(log_lines, "corrupt") == NULL &&
+                          strstr(log_lines, "cannot cut") == NULL,
+                      "cut by %ld bytes: %s", cases[i].cut, log_lines);
+        MSR_CHECK_EQ(tc_set_key(co, &c, "after", "a"), 0); /* it saves on */
+        msr_tcall_reset(&c);
+        msr_coord_destroy(co);
+        co = tc_durable_coord(t.path);
+        MSR_CHECK(strcmp(tc_get_key(co, "after"), "a") == 0);
+        msr_coord_destroy(co);
+    }
+    free(whole);
+    tc_tmpstate_remove(&t);
+}
+
 /* Counts read from the state file are checked against the job: a file that
  * says the running generation has 1000 nodes of a 2-worker job is refused
  * (it used to be taken, and a report of rank 500 then wrote out of bounds). */
@@ -420,6 +492,7 @@ static const msr_test_t tests[] = {
     {"state_file_fd_zero", test_state_file_fd_zero, 10},
     {"torn_tail", test_torn_tail, 10},
     {"state_v2_torn_frame", test_state_v2_torn_frame, 10},
+    {"torn_tail_bounds", test_torn_tail_bounds, 10},
     {"state_file_counts", test_state_file_counts, 10},
     {"state_file_symlinks", test_state_file_symlinks, 10},
 };

@@ -10,7 +10,7 @@
 
 #include "rendezvous/store_core.h"
 #include "tests/runner.h"
-#include "tests/unit_rdzv/pieces.h"
+#include "tests/pieces.h"
 #include "tests/unit_rdzv/fake_call.h"
 
 /* Each piece's tests (test_store_core_<theme>.c). */

@@ -1,7 +1,8 @@
-/* One test executable from several files (test_coord, test_store_core):
- * each file's table of tests is a piece, and main runs every piece's tests
- * as one table through the runner (tests/runner.h), so the executable and
- * its tests' names stay what they were before the split. */
+/* One test executable from several files (test_coord, test_store_core,
+ * the security tests): each file's table of tests is a piece, and main
+ * runs every piece's tests as one table through the runner
+ * (tests/runner.h), so the executable and its tests' names stay what they
+ * were before the split. */
 #ifndef MSR_TESTS_PIECES_H
 #define MSR_TESTS_PIECES_H
 

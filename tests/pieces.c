@@ -1,5 +1,5 @@
 /* One test executable from several files' tables (pieces.h). */
-#include "tests/unit_rdzv/pieces.h"
+#include "tests/pieces.h"
 
 int msr_test_main_pieces(int argc, char **argv, const msr_test_piece_t *const *pieces, size_t n)
 {

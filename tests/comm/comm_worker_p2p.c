@@ -1,0 +1,84 @@
+/* comm_worker's p2p mode: send/recv, isend/irecv, tags, truncation and a
+ * dup with its own worker. */
+#include "comm_worker.h"
+
+/* ---- point to point ---- */
+
+void cw_mode_p2p(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    snprintf(g_case, sizeof g_case, "p2p ring");
+    for (size_t count = 1; count <= (1u << 20); count *= 16) {
+        int64_t *s = xmalloc(count * 8), *r = xmalloc(count * 8);
+        for (size_t i = 0; i < count; i++)
+            s[i] = (int64_t)(me * 1000003 + (int64_t)i);
+        msr_comm_req_t *q[2];
+        OK(msr_comm_irecv(world, r, count, MSR_DTYPE_I64, left, 5, &q[0]));
+        OK(msr_comm_isend(world, s, count, MSR_DTYPE_I64, right, 5, &q[1]));
+        OK(msr_comm_wait_all(q, 2));
+        for (size_t i = 0; i < count; i++)
+            if (r[i] != (int64_t)(left * 1000003 + (int64_t)i))
+                fail("p2p %zu elements: wrong value at %zu", count, i);
+        free(s);
+        free(r);
+    }
+    /* tags keep messages apart; same tag keeps order */
+    snprintf(g_case, sizeof g_case, "p2p tags");
+    int v[4] = {me, me + 100, me + 200, me + 300}, got[4] = {0};
+    msr_comm_req_t *q[8];
+    OK(msr_comm_irecv(world, &got[0], 1, MSR_DTYPE_I32, left, 7, &q[0]));
+    OK(msr_comm_irecv(world, &got[1], 1, MSR_DTYPE_I32, left, MSR_COMM_TAG_MAX, &q[1]));
+    OK(msr_comm_irecv(world, &got[2], 1, MSR_DTYPE_I32, left, 7, &q[2]));
+    OK(msr_comm_irecv(world, &got[3], 1, MSR_DTYPE_I32, left, 0, &q[3]));
+    OK(msr_comm_isend(world, &v[3], 1, MSR_DTYPE_I32, right, 0, &q[4]));
+    OK(msr_comm_isend(world, &v[0], 1, MSR_DTYPE_I32, right, 7, &q[5]));
+    OK(msr_comm_isend(world, &v[1], 1, MSR_DTYPE_I32, right, MSR_COMM_TAG_MAX, &q[6]));
+    OK(msr_comm_isend(world, &v[2], 1, MSR_DTYPE_I32, right, 7, &q[7]));
+    OK(msr_comm_wait_all(q, 8));
+    if (got[0] != left || got[1] != left + 100 || got[2] != left + 200 || got[3] != left + 300)
+        fail("tags: got %d %d %d %d", got[0], got[1], got[2], got[3]);
+    /* a receive that expects less than was sent fails, and the
+     * communicator stays usable */
+    snprintf(g_case, sizeof g_case, "p2p truncation");
+    int32_t big[4] = {1, 2, 3, 4}, small[2];
+    msr_comm_req_t *t[2];
+    OK(msr_comm_isend(world, big, 4, MSR_DTYPE_I32, right, 11, &t[0]));
+    msr_status_t st = msr_comm_recv(world, small, 2, MSR_DTYPE_I32, left, 11);
+    if (st != MSR_ERR_TRUNCATED)
+        fail("short receive: %s, expected MSR_ERR_TRUNCATED", msr_status_name(st));
+    OK(msr_comm_wait(t[0]));
+    OK(msr_comm_barrier(world));
+    /* bad arguments change nothing */
+    snprintf(g_case, sizeof g_case, "bad arguments");
+    if (msr_comm_send(world, big, 1, MSR_DTYPE_I32, n, 0) != MSR_ERR_INVALID_ARG ||
+        msr_comm_send(world, big, 1, MSR_DTYPE_I32, 0, -1) != MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, 1, (msr_dtype_t)42, MSR_OP_SUM) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, 1, MSR_DTYPE_I32, (msr_op_t)9) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_broadcast(world, big, 1, MSR_DTYPE_I32, -1) != MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, NULL, small, 1, MSR_DTYPE_I32, MSR_OP_SUM) !=
+            MSR_ERR_INVALID_ARG ||
+        msr_comm_allreduce(world, big, small, UINT64_MAX / 2, MSR_DTYPE_I32, MSR_OP_SUM) !=
+            MSR_ERR_OVERFLOW ||
+        msr_comm_split(world, -5, 0, &(msr_comm_t *){NULL}) != MSR_ERR_INVALID_ARG)
+        fail("a bad argument was not refused");
+    if (msr_comm_status(world) != MSR_OK)
+        fail("bad arguments broke the communicator");
+    /* dup with its own worker, used alongside the world */
+    snprintf(g_case, sizeof g_case, "dup own worker");
+    msr_comm_t *own = NULL;
+    OK(msr_comm_dup(world, MSR_COMM_OWN_WORKER, &own));
+    int64_t x = me + 1, sum = 0, sum2 = 0;
+    msr_comm_req_t *q2[2];
+    OK(msr_comm_iallreduce(own, &x, &sum, 1, MSR_DTYPE_I64, MSR_OP_SUM, &q2[0]));
+    OK(msr_comm_iallreduce(world, &x, &sum2, 1, MSR_DTYPE_I64, MSR_OP_SUM, &q2[1]));
+    OK(msr_comm_wait(q2[1]));
+    OK(msr_comm_wait(q2[0]));
+    if (sum != (int64_t)n * (n + 1) / 2 || sum2 != sum)
+        fail("own-worker allreduce: %lld %lld", (long long)sum, (long long)sum2);
+    if (msr_comm_world_rank(own, msr_comm_rank(own)) != me || msr_comm_size(own) != n)
+        fail("own-worker dup: rank %d of %d", msr_comm_rank(own), msr_comm_size(own));
+    msr_comm_destroy(own);
+}

@@ -1,0 +1,125 @@
+/* comm_worker's small mode: the shared-memory slots of every small
+ * collective at their bounds and one past, on several communicators. */
+#include "comm_worker.h"
+
+/* ---- the shared-memory slots at their bounds ---- */
+
+/* The slots' size for a communicator of n made now: what shm.c's shape
+ * gives for MSR_COMM_SHM_MAX and MSR_COMM_SHM_SEGMENT (their defaults
+ * unless set), in whole cache lines. */
+static size_t slot_size(int n)
+{
+    const char *mx = getenv("MSR_COMM_SHM_MAX"), *seg = getenv("MSR_COMM_SHM_SEGMENT");
+    size_t slot = mx ? strtoull(mx, NULL, 10) : 16 << 10;
+    size_t cap = (seg ? strtoull(seg, NULL, 10) : 16 << 20) / (2 * (size_t)n);
+    return (slot < cap ? slot : cap) / 64 * 64;
+}
+
+/* Every collective of the slots on t at exactly the slot's size and one
+ * element past it (the tiles or messages then), at the 16 bytes that travel
+ * in a member's counter line and one past, and at counts that are
+ * multiples of nothing: every dtype and op, in place and not. */
+static void check_small(tc_t *t, size_t slot)
+{
+    for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
+        msr_dtype_t dt = (msr_dtype_t)d;
+        size_t es = msr_dtype_size(dt), n = (size_t)t->n;
+        /* whole vectors (allreduce, broadcast, an allgather's block) and a
+         * reduce-scatter's block, whose input is n of them */
+        const uint64_t whole[] = {slot / es, slot / es + 1, 16 / es, 16 / es + 1, 3, 1};
+        const uint64_t block[] = {
+            slot / (n * es), slot / (n * es) + 1, 16 / (n * es), 16 / (n * es) + 1, 3, 1};
+        for (size_t c = 0; c < sizeof whole / sizeof whole[0]; c++) {
+            for (int o = 0; o < MSR_OP_COUNT; o++) {
+                msr_op_t op = (msr_op_t)o;
+                for (int ip = 0; ip < 3; ip++) {
+                    snprintf(g_case, sizeof g_case, "small %s n=%d %s %s count=%llu/%llu ip=%d",
+                             t->label, t->n, msr_dtype_name(dt), msr_op_name(op),
+                             (unsigned long long)whole[c], (unsigned long long)block[c], ip);
+                    if (ip < 2)
+                        cw_check_allreduce(t, dt, op, whole[c], ip);
+                    cw_check_reduce_scatter(t, dt, op, block[c], ip);
+                }
+            }
+            snprintf(g_case, sizeof g_case, "small %s n=%d %s count=%llu", t->label, t->n,
+                     msr_dtype_name(dt), (unsigned long long)whole[c]);
+            cw_check_allgather(t, dt, whole[c], (int)(c % 2));
+            cw_check_allgather(t, dt, whole[c], (int)(c % 2 == 0));
+            cw_check_broadcast(t, dt, whole[c], (int)(c % n));
+        }
+    }
+}
+
+/* The same operations at their bounds on three communicators at once
+ * (the world, a dup with smaller slots, halves of the world), non-blocking,
+ * finished in different orders on different ranks. */
+static void small_at_once(msr_comm_t *world, msr_comm_t *dup, msr_comm_t *half, size_t slot,
+                          size_t dslot)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int hn = msr_comm_size(half), hme = msr_comm_rank(half);
+    size_t bc = slot / 4, ag = dslot / 4, rs = dslot / 4 / (size_t)hn;
+    float *b = xmalloc(bc * 4), *gin = xmalloc(ag * 4), *gout = xmalloc(ag * 4 * (size_t)n);
+    float *rin = xmalloc(rs * 4 * (size_t)hn), *rout = xmalloc(rs * 4 + 4);
+    for (int round = 0; round < 20; round++) {
+        snprintf(g_case, sizeof g_case, "small at once round %d", round);
+        int root = round % n;
+        for (size_t i = 0; i < bc; i++)
+            b[i] = me == root ? (float)((i + (size_t)round) % 9) : -1.0f;
+        for (size_t i = 0; i < ag; i++)
+            gin[i] = (float)((size_t)me * 3 + i % 5);
+        for (size_t i = 0; i < rs * (size_t)hn; i++)
+            rin[i] = (float)((size_t)hme + i % 7);
+        msr_comm_req_t *req[3];
+        OK(msr_comm_ibroadcast(world, b, bc, MSR_DTYPE_F32, root, &req[0]));
+        OK(msr_comm_iallgather(dup, gin, gout, ag, MSR_DTYPE_F32, &req[1]));
+        OK(msr_comm_ireduce_scatter(half, rin, rout, rs, MSR_DTYPE_F32, MSR_OP_SUM, &req[2]));
+        for (int k = 0; k < 3; k++)
+            OK(msr_comm_wait(req[me % 2 ? 2 - k : k]));
+        for (size_t i = 0; i < bc; i++)
+            if (b[i] != (float)((i + (size_t)round) % 9))
+                fail("broadcast at %zu: %g", i, (double)b[i]);
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < ag; i++)
+                if (gout[(size_t)r * ag + i] != (float)((size_t)r * 3 + i % 5))
+                    fail("allgather block %d at %zu", r, i);
+        for (size_t i = 0; i < rs; i++) {
+            float want = 0;
+            for (int r = 0; r < hn; r++)
+                want += (float)((size_t)r + ((size_t)hme * rs + i) % 7);
+            if (rout[i] != want)
+                fail("reduce_scatter at %zu: %g, expected %g", i, (double)rout[i], (double)want);
+        }
+        g_checks += 3;
+    }
+    free(b);
+    free(gin);
+    free(gout);
+    free(rin);
+    free(rout);
+}
+
+/* The slots of the default size on the world, of 1000 bytes (960: whole
+ * lines) on a dup, on halves of the world, and all three at once. */
+void cw_mode_small(msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    size_t slot = slot_size(n); /* broadcasts forced through the slots (main) */
+    tc_t t = {world, "world", n, me};
+    check_small(&t, slot);
+    setenv("MSR_COMM_SHM_MAX", "1000", 1);
+    msr_comm_t *dup = NULL, *half = NULL;
+    snprintf(g_case, sizeof g_case, "small dup");
+    OK(msr_comm_dup(world, 0, &dup));
+    size_t dslot = slot_size(n);
+    OK(msr_comm_split(world, me % 2, me, &half));
+    int hn = msr_comm_size(half);
+    size_t hslot = slot_size(hn);
+    unsetenv("MSR_COMM_SHM_MAX");
+    tc_t d = {dup, "dup", n, me}, h = {half, "half", hn, msr_comm_rank(half)};
+    check_small(&d, dslot);
+    check_small(&h, hslot);
+    small_at_once(world, dup, half, slot, dslot);
+    msr_comm_destroy(half);
+    msr_comm_destroy(dup);
+}
