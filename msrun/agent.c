@@ -89,9 +89,9 @@ static void spawn_workers(agent_t *a, int from)
         .devnull = a->local.devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
+    uint64_t began = msr_now_ns(); /* a slice of the start: node.h */
     /* slots of workers that exited by themselves (no stop was needed) still
      * hold their last stderr lines */
-    uint64_t began = msr_now_ns();
     if (from == 0)
         cleanup_workers(a);
     if (from == 0 && a->proxy)
