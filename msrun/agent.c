@@ -55,7 +55,7 @@ static void on_metric_line(void *arg, int rank, const char *line, size_t len)
         msr_proxy_report_line(a->proxy, rank, &m, msr_wall_time());
 }
 
-static void spawn_workers(agent_t *a)
+static void spawn_workers(agent_t *a, int from)
 {
     msr_options_t *o = a->o;
     const msr_node_t *n = &a->node;
@@ -90,12 +90,14 @@ static void spawn_workers(agent_t *a)
         .devnull = a->local.devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
     };
+    uint64_t began = msr_now_ns(); /* a slice of the start: node.h */
     /* slots of workers that exited by themselves (no stop was needed) still
      * hold their last stderr lines */
-    cleanup_workers(a);
-    if (a->proxy)
+    if (from == 0)
+        cleanup_workers(a);
+    if (from == 0 && a->proxy)
         msr_proxy_set_member(a->proxy, a->node_id, n->node_rank, n->generation);
-    for (int i = 0; i < a->local.count; i++) {
+    for (int i = from; i < a->local.count; i++) {
         msr_worker_t *w = &a->local.workers[i];
         int rank = n->rank_offset + i;
         msr_worker_io_t io = {0};
@@ -125,6 +127,10 @@ static void spawn_workers(agent_t *a)
             char why[620];
             snprintf(why, sizeof why, "rank %d: %.500s", rank, msr_err_msg());
             msr_node_on_spawn_failed(&a->node, msr_now_ns(), why);
+            return;
+        }
+        if (i + 1 < a->local.count && msr_node_spawn_turn_over(&a->node, began, msr_now_ns())) {
+            msr_node_on_spawn_paused(&a->node, msr_now_ns(), i + 1); /* the loop's turn */
             return;
         }
     }
@@ -198,7 +204,7 @@ static void perform(agent_t *a, const msr_node_action_t *act)
         msr_agent_heartbeat_send(a);
         break;
     case MSR_NODE_ACT_SPAWN:
-        spawn_workers(a);
+        spawn_workers(a, act->local);
         break;
     case MSR_NODE_ACT_SIGNAL:
         signal_workers(a, act);

@@ -90,7 +90,7 @@ uint64_t msr_node_next_deadline(const msr_node_t *n)
     if (n->finished)
         return 0;
     uint64_t d = min_armed(n->retry_at, n->kill_at);
-    return min_armed(min_armed(d, n->stuck_at), n->hang_at);
+    return min_armed(min_armed(min_armed(d, n->stuck_at), n->hang_at), n->spawn_at);
 }
 
 /* ---- the coordinator ---- */
@@ -319,7 +319,36 @@ static void spawn(msr_node_t *n, uint64_t now)
         n->workers[i].beaten = 0;
         n->workers[i].sent_sigs = 0;
     }
-    push(n, MSR_NODE_ACT_SPAWN)->generation = n->generation;
+    n->spawn_at = 0;
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_SPAWN);
+    a->generation = n->generation;
+    a->local = 0;
+}
+
+int msr_node_spawn_turn_over(const msr_node_t *n, uint64_t began, uint64_t now)
+{
+    (void)n;
+    return now >= began && now - began >= MSR_NODE_SPAWN_SLICE_MS * NS_PER_MS;
+}
+
+void msr_node_on_spawn_paused(msr_node_t *n, uint64_t now, int next)
+{
+    if (n->finished || n->stopping || next <= 0 || next >= n->cfg.nworkers)
+        return;
+    n->spawn_next = next;
+    n->spawn_at = now ? now : 1; /* the next tick, after the loop's turn */
+}
+
+/* The tick after a paused spawn: the rest, unless the workers were told to
+ * stop (or moved to another generation) meanwhile. */
+static void spawn_resume(msr_node_t *n)
+{
+    n->spawn_at = 0;
+    if (n->stopping || n->worker_generation != n->generation || n->spawn_next <= 0)
+        return;
+    msr_node_action_t *a = push(n, MSR_NODE_ACT_SPAWN);
+    a->generation = n->generation;
+    a->local = n->spawn_next;
 }
 
 /* The exit status of a failed job: the root cause's, or MSR_EXIT_NOT_FORMED
@@ -449,6 +478,7 @@ static void stopping_done(msr_node_t *n)
  * stopping_done() follows once all are gone. */
 static void stop_workers(msr_node_t *n, uint64_t now, int sig)
 {
+    n->spawn_at = 0; /* a paused spawn is not resumed */
     if (!n->stopping) {
         n->stopping = 1;
         n->kill_sent = 0;
@@ -577,6 +607,8 @@ void msr_node_on_tick(msr_node_t *n, uint64_t now)
         n->stuck_at = 0;
         give_up_on_stuck(n);
     }
+    if (n->spawn_at && now >= n->spawn_at)
+        spawn_resume(n);
     if (n->hang_at && now >= n->hang_at) {
         int64_t every = n->cfg.worker_timeout_ms / 4 < 50 ? 50 : n->cfg.worker_timeout_ms / 4;
         n->hang_at = now + (uint64_t)(every > 1000 ? 1000 : every) * NS_PER_MS;

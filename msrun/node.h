@@ -38,7 +38,8 @@
 typedef enum msr_node_act_kind {
     MSR_NODE_ACT_JOIN,          /* send a join request */
     MSR_NODE_ACT_HEARTBEAT,     /* send a heartbeat (generation, state, ready_generation) */
-    MSR_NODE_ACT_SPAWN,         /* free old slots, start every worker of generation */
+    MSR_NODE_ACT_SPAWN,         /* start the workers of generation from local on (0: free
+                                   the old slots first); see msr_node_spawn_turn_over */
     MSR_NODE_ACT_SIGNAL,        /* sig to worker local (-1: every running one); text: why
                                    it is killed as hung, or NULL */
     MSR_NODE_ACT_POLL_BEATS,    /* feed msr_node_on_beat for each running worker */
@@ -54,7 +55,8 @@ typedef enum msr_node_act_kind {
 
 typedef struct msr_node_action {
     msr_node_act_kind_t kind;
-    int local;             /* SIGNAL, REPORT: the worker's local rank (-1: all) */
+    int local;             /* SIGNAL, REPORT: the worker's local rank (-1: all); SPAWN:
+                              the first worker to start */
     int sig;               /* SIGNAL: the signal; REPORT: the signal that killed it, or 0 */
     int generation;        /* HEARTBEAT, SPAWN, REPORT */
     int exit_code;         /* REPORT: the code, -1 when killed by a signal */
@@ -131,6 +133,7 @@ typedef struct msr_node {
     int hb_inflight;
     uint64_t coord_lost_since; /* 0 while it answers; the start before joining */
     int spawned;               /* workers were started in some generation */
+    int spawn_next;            /* a spawn handed the loop a turn: the next local to start */
     uint64_t spawned_at;       /* when the current generation's were */
     int unwatched_said;        /* the worker_timeout warning for non-libmsrun workers */
     int64_t backoff_ms;
@@ -138,7 +141,7 @@ typedef struct msr_node {
     int last_joined;
 
     /* deadlines (monotonic ns; 0: not armed) */
-    uint64_t retry_at, kill_at, stuck_at, hang_at;
+    uint64_t retry_at, kill_at, stuck_at, hang_at, spawn_at;
 
     /* the end */
     int finished;
@@ -193,6 +196,20 @@ void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const c
  * the ones after it were not tried. */
 void msr_node_on_spawned(msr_node_t *n, int local, int pid);
 void msr_node_on_spawn_failed(msr_node_t *n, uint64_t now, const char *why);
+
+/* Starting a worker waits until it has exec'd, and with many workers on
+ * few cores each start waits behind the ones already spinning (64 on one
+ * core took 10 s): a loop that started them all at once answered no
+ * heartbeat meanwhile and the coordinator declared the node lost. So a
+ * spawn holds the agent's loop at most MSR_NODE_SPAWN_SLICE_MS: the agent
+ * asks msr_node_spawn_turn_over after each start (began: when this
+ * ACT_SPAWN began) and, when it says 1 with workers left, stops and calls
+ * msr_node_on_spawn_paused with the next local; the loop turns (heartbeats,
+ * the workers' calls) and a tick queues the next ACT_SPAWN from there. A
+ * stop in between cancels the rest. */
+#define MSR_NODE_SPAWN_SLICE_MS 50
+int msr_node_spawn_turn_over(const msr_node_t *n, uint64_t began, uint64_t now);
+void msr_node_on_spawn_paused(msr_node_t *n, uint64_t now, int next);
 /* Worker local was reaped: its exit code, or -1 and the signal. */
 void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig);
 /* After ACT_POLL_BEATS: worker local's libmsrun beats (see msr_beat_info_t). */

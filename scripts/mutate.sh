@@ -831,6 +831,33 @@ test: ^(test_node|fuzz_node_corpus)$
         if (0 && n->nrunning > 0 && n->worker_generation != n->generation)
 >>>
 
+@ node.spawn_slice.never_pauses
+file: msrun/node.c
+test: ^(test_node_spawn|it_oversub)$
+<<<
+    return now >= began && now - began >= MSR_NODE_SPAWN_SLICE_MS * NS_PER_MS;
+===
+    return 0 && now >= began && now - began >= MSR_NODE_SPAWN_SLICE_MS * NS_PER_MS;
+>>>
+
+@ node.spawn_slice.resumed_from_the_first
+file: msrun/node.c
+test: ^(test_node_spawn|fuzz_node_corpus)$
+<<<
+    a->local = n->spawn_next;
+===
+    a->local = 0;
+>>>
+
+@ node.spawn_slice.not_cancelled_by_a_stop
+file: msrun/node.c
+test: ^(test_node_spawn|fuzz_node_corpus)$
+<<<
+    n->spawn_at = 0; /* a paused spawn is not resumed */
+===
+    /* a paused spawn is not resumed */
+>>>
+
 @ cpus.bind_core.overlapping_shares
 file: msrun/cpus.c
 test: ^(test_cpu_share|it_bind)$

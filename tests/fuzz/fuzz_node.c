@@ -66,10 +66,14 @@ static int nrunning(const model_t *m)
     return k;
 }
 
-static void spawn(model_t *m)
+static void spawn(model_t *m, int from)
 {
-    CHECK(nrunning(m) == 0, "spawned while %d old workers live", nrunning(m));
-    for (int i = 0; i < m->n.cfg.nworkers; i++) {
+    if (from == 0)
+        CHECK(nrunning(m) == 0, "spawned while %d old workers live", nrunning(m));
+    CHECK(from >= 0 && from < m->n.cfg.nworkers, "spawn from worker %d", from);
+    CHECK(!m->n.stopping, "a spawn while stopping");
+    for (int i = from; i < m->n.cfg.nworkers; i++) {
+        CHECK(!m->running[i], "worker %d started twice", i);
         if (m->fail_spawn == i + 1) {
             m->fail_spawn = 0;
             msr_node_on_spawn_failed(&m->n, m->now, "rank: cannot run it");
@@ -77,6 +81,10 @@ static void spawn(model_t *m)
         }
         m->running[i] = 1;
         msr_node_on_spawned(&m->n, i, 1000 + i);
+        if (i + 1 < m->n.cfg.nworkers && (byte(m) & 3) == 0) {
+            msr_node_on_spawn_paused(&m->n, m->now, i + 1); /* the loop's turn */
+            return;
+        }
     }
 }
 
@@ -123,7 +131,7 @@ static void perform(model_t *m, const msr_node_action_t *a)
         }
         break;
     case MSR_NODE_ACT_SPAWN:
-        spawn(m);
+        spawn(m, a->local);
         break;
     case MSR_NODE_ACT_POLL_BEATS:
         for (int i = 0; i < m->n.cfg.nworkers; i++)

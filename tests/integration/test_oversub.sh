@@ -1,0 +1,34 @@
+#!/bin/bash
+# 64 workers that all spin, on one core with msrun and its coordinator: the
+# node keeps its heartbeat while it starts them (each start waits behind the
+# spinning ones) and while they spin, so the coordinator never declares it
+# lost and the job ends as its workers do (docs/architecture.md, "Fault
+# model"). A short --node_timeout makes a loop held for the whole start
+# (seconds here) fail for sure; the fix holds it 50 ms at a time.
+. "$(dirname "$0")/lib.sh"
+
+SPIN=$BUILD/tests/spin_worker
+if ! command -v taskset >/dev/null; then
+    echo "SKIP: taskset is not installed (util-linux)"
+    exit 77
+fi
+cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
+
+: >"$TMP/out"
+: >"$TMP/err"
+# the workers spin until $TMP/stop exists (50 s at most)
+env MSRUN_TEST_MARKER="$MARKER" taskset -c "$cpu" "$MSRUN" --worker_num=64 \
+    --local_worker_num=64 --node_timeout=2 --heartbeat_interval=0.5 \
+    "$SPIN" "$TMP/stop" 50 >"$TMP/out" 2>"$TMP/err" &
+BG_PID=$!
+wait_for "generation 0: started 64 workers" "$TMP/err" 45 ||
+    fail "the 64 workers were not all started"
+# a window, not a wait for a state: the node must stay alive while all 64
+# spin for twice --node_timeout
+sleep 4
+touch "$TMP/stop"
+wait_pid "$BG_PID" 40
+expect_not_in "was lost" "$TMP/err" "the coordinator lost the node"
+expect_code 0 "64 spinning workers on one core"
+no_leftovers "after the oversubscribed job"
+ok "64 spinning workers on one core: the node kept its heartbeat"
