@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu_features.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -547,9 +548,13 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     case MSR_OPTS_HELP:
         msr_options_usage(stdout);
         return 1;
-    case MSR_OPTS_VERSION:
-        printf("msrun %s (protocol 1)\n", MSR_VERSION_STRING);
+    case MSR_OPTS_VERSION: {
+        /* the kernels' paths depend on the CPU: a bug report carries both */
+        char cpu[200];
+        msr_cpu_features_describe(cpu, sizeof cpu);
+        printf("msrun %s (protocol 1)\n%s\n", MSR_VERSION_STRING, cpu);
         return 1;
+    }
     case MSR_OPTS_BAD:
         msr_opts_print_error(set);
         return 2;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu_features.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
@@ -384,6 +385,11 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
                 cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
                 cfg->grad_accum, cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0) { /* the kernels' paths follow from it */
+        char cpu[200];
+        msr_cpu_features_describe(cpu, sizeof cpu);
+        fprintf(stderr, "train_gpt: %s\n", cpu);
+    }
     if (job->rank == 0 && tr->model->moe != NULL)
         fprintf(stderr,
                 "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
