@@ -233,6 +233,10 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     c->max_nodes = config->max_nodes;
     if (c->config.last_call_ms <= 0)
         c->config.last_call_ms = 1000;
+    if (c->config.join_hold_ms == 0)
+        c->config.join_hold_ms = c->config.join_timeout_ms;
+    else if (c->config.join_hold_ms < 0)
+        c->config.join_hold_ms = 0;
     if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
         if (msr_coord_settings_valid(c) != MSR_OK) {
             msr_store_core_destroy(c->store);
