@@ -63,7 +63,7 @@ static const msr_opt_t specs[] = {
     OPT_INT("seq", seq, 1, 16384, "tokens per sequence (64)"),
     OPT_INT("micro-batch", micro_batch, 1, 65536, "sequences per forward/backward (8)"),
     OPT_INT("grad-accum", grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
-    OPT_INT("global-batch", global_batch, 0, 1 << 30,
+    OPT_INT("global-batch", global_batch, 0, TRAIN_GPT_GLOBAL_BATCH_MAX,
             "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
             "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
     OPT_INT("dp", dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
