@@ -524,6 +524,48 @@ static void test_elastic_join_hold_option(void)
     msr_coord_destroy(co);
 }
 
+/* ---- a join's wait and hold survive a coordinator restart (the state
+ * file's join_wall_ns and the saved MSR_KEY_JOIN_WAITING) ---- */
+
+static void test_elastic_join_restart(void)
+{
+    const uint64_t ms = 1000000ull, hold = 1500 * ms;
+    char dir[] = "/tmp/msrun-coord-test-XXXXXX";
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    char path[128], ids[3][64], v[32];
+    snprintf(path, sizeof path, "%s/state", dir);
+    uint64_t t[2];
+    msr_coord_config_t cfg = hold_cfg(1500);
+    cfg.state_file = path;
+    msr_coord_t *co = grown_coord_cfg(cfg, 1, ids, t);
+    msr_coord_tick(co, msr_now_ns()); /* saved */
+    msr_coord_destroy(co);            /* the coordinator dies after the join */
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
+    /* the workers still see the join */
+    get_gen(co, MSR_KEY_JOIN_WAITING, 0, v, sizeof v);
+    MSR_CHECK_MSG(strcmp(v, "1") == 0, "waiting after a restart: '%s'", v);
+    /* still held for the save past the last call, up to the bound counted
+     * from the join (the wall clock across the restart: 1 ms of slack),
+     * then re-formed */
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[0] + hold - ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + hold + ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_tick(co, msr_now_ns());
+    msr_coord_destroy(co);
+    /* without the save, taken in at the last call after a restart too */
+    unlink(path);
+    cfg = hold_cfg(1500);
+    cfg.state_file = path;
+    co = grown_coord_cfg(cfg, 0, ids, t);
+    msr_coord_tick(co, msr_now_ns());
+    msr_coord_destroy(co);
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    unlink(path);
+    rmdir(dir);
+}
+
 static const msr_test_t tests[] = {
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
@@ -535,6 +577,7 @@ static const msr_test_t tests[] = {
     {"elastic", test_elastic, 20},
     {"elastic_join_hold", test_elastic_join_hold, 20},
     {"elastic_join_hold_option", test_elastic_join_hold_option, 20},
+    {"elastic_join_restart", test_elastic_join_restart, 20},
 };
 
 const msr_test_piece_t tc_members_tests = MSR_TEST_PIECE(tests);
