@@ -2,7 +2,8 @@
 # --join_hold: the bound of an elastic job's hold for the workers' save at
 # a join (docs/usage.md, docs/checkpoint.md "Elastic jobs"): its bounds in
 # msrun, its environment variable and `msrun coordinator` alike, and the
-# embedded coordinator started with it. Also --version's CPU line.
+# embedded coordinator started with it. Also the CPU line of --version
+# and of train_gpt's start-up (rank 0 only).
 . "$(dirname "$0")/lib.sh"
 use_token_file
 
@@ -80,4 +81,17 @@ expect_code 0 "msrun --version"
 expect_in "^msrun [0-9]" "$TMP/out" "msrun --version"
 expect_in "^cpu: .*masked off: f16c" "$TMP/out" "msrun --version's CPU line"
 ok "msrun --version names the CPU's features"
+
+gpt=("$BUILD/bin/train_gpt" --layers 1 --channels 16 --heads 2 --seq 8 --micro-batch 1
+    --steps 1 --threads 1)
+CODE=0
+MSRUN_CPU_DISABLE=f16c timeout -k 5 30 "${gpt[@]}" >"$TMP/out" 2>"$TMP/err" || CODE=$?
+expect_code 0 "train_gpt alone"
+expect_in "^train_gpt: cpu: .*masked off: f16c" "$TMP/err" "train_gpt's CPU line"
+run_msrun --worker_num=2 --local_worker_num=2 "${gpt[@]}"
+expect_code 0 "train_gpt on 2 ranks"
+n=$(grep -c "train_gpt: cpu: " "$TMP/err")
+[ "$n" = 1 ] || fail "train_gpt on 2 ranks: $n CPU lines, want 1 (rank 0's)"
+no_leftovers "train_gpt on 2 ranks"
+ok "train_gpt's start-up names the CPU's features, on rank 0"
 exit $FAILED
