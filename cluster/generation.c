@@ -302,7 +302,9 @@ void msr_coord_join_notice(msr_coord_t *c, int waiting)
 void msr_coord_join_restore(msr_coord_t *c)
 {
     if (c->join_wall_ns <= 0 || !elastic(c) || c->state != MSR_JOB_RUNNING) {
-        c->join_wall_ns = 0;
+        c->join_wall_ns = 0; /* a later record of the log: no join waits now */
+        c->last_call = 0;
+        c->join_hold_until = 0;
         return;
     }
     int64_t since = (int64_t)(msr_wall_time() * 1e9) - c->join_wall_ns;
@@ -312,8 +314,8 @@ void msr_coord_join_restore(msr_coord_t *c)
     uint64_t hold = (uint64_t)c->config.join_hold_ms * 1000000ull;
     c->last_call = now + (ago < last_call ? last_call - ago : 0);
     c->join_hold_until = now + (ago < hold ? hold - ago : 0);
-    MSR_INFO("job %s: a node joined %.3f s before this restart: taking it in after the last call "
-             "and the workers' save, held at most %.3f s more",
+    MSR_INFO("job %s: a node joined %.3f s before this restart: taken in at a new generation "
+             "after the last call (held at most %.3f s more while the workers save)",
              c->job_id, (double)ago / 1e9, (double)(c->join_hold_until - now) / 1e9);
 }
 
