@@ -46,14 +46,17 @@ static void s_reply_write(void *ctx, void *call, msr_rpc_method_t method, uint64
     msr_coord_reply_write(ctx, call, method, client_id, request_id, resp);
 }
 
-/* Notes a key as changed for the next save (with a state file). */
-static void s_key_changed(void *ctx, const char *key)
+void msr_coord_key_changed(msr_coord_t *c, const char *key)
 {
-    msr_coord_t *c = ctx;
     if (!msr_coord_persisting(c) || msr_map_get(&c->dirty_keys, key) != NULL)
         return;
     if (msr_map_put(&c->dirty_keys, key, (void *)1, NULL) != MSR_OK)
         c->need_snapshot = 1; /* the next save writes everything instead */
+}
+
+static void s_key_changed(void *ctx, const char *key)
+{
+    msr_coord_key_changed(ctx, key);
 }
 
 static int s_generation(void *ctx)
@@ -233,6 +236,10 @@ msr_status_t msr_coord_create(const msr_coord_config_t *config,
     c->max_nodes = config->max_nodes;
     if (c->config.last_call_ms <= 0)
         c->config.last_call_ms = 1000;
+    if (c->config.join_hold_ms == 0)
+        c->config.join_hold_ms = c->config.join_timeout_ms;
+    else if (c->config.join_hold_ms < 0)
+        c->config.join_hold_ms = 0;
     if (c->worker_num > 0 && c->local_worker_num > 0 && c->max_restarts >= 0) {
         if (msr_coord_settings_valid(c) != MSR_OK) {
             msr_store_core_destroy(c->store);

@@ -35,6 +35,9 @@ typedef struct msr_coord_responder {
     void *(*get_data)(void *call);
 } msr_coord_responder_t;
 
+/* msr_coord_config_t.join_hold_ms: a join's re-form is not held */
+#define MSR_COORD_JOIN_HOLD_NONE (-1)
+
 typedef struct msr_coord_config {
     const char *token; /* the job token (checked by the server binding) */
     /* Munge authentication (the server binding's too): a node without the
@@ -53,8 +56,12 @@ typedef struct msr_coord_config {
     int64_t last_call_ms;    /* elastic: how long to wait for more nodes once MIN are in */
     int64_t node_timeout_ms; /* a node silent this long is lost */
     int64_t join_timeout_ms; /* the first generation must form within */
-    const char *state_file;  /* NULL: no persistence; else a snapshot and a log
-                              * of changes (docs/store.md), created 0600 */
+    /* elastic: how long a join's re-form waits at most for the workers'
+     * checkpoint (msrun/store.h MSR_KEY_JOIN_*), from the join; 0:
+     * join_timeout_ms; MSR_COORD_JOIN_HOLD_NONE: not at all */
+    int64_t join_hold_ms;
+    const char *state_file; /* NULL: no persistence; else a snapshot and a log
+                             * of changes (docs/store.md), created 0600 */
     /* How far a save goes before its answers are released: 0 (the default)
      * waits for the disk (fdatasync), so an answered write survives a crash
      * of the node; 1 stops at the kernel (write(2)), so it survives any end

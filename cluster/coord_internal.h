@@ -170,6 +170,9 @@ struct msr_coord {
     uint64_t join_seq;
     /* elastic: a re-form held for the workers' checkpoint ends by then */
     uint64_t join_hold_until;
+    /* elastic: the wall-clock time (ns since the epoch) of the join that
+     * set last_call and join_hold_until, kept in the state file; 0: none */
+    int64_t join_wall_ns;
     uint8_t *rank_done;
     int ndone;
     /* What changed since the last save (with a state file): */
@@ -372,6 +375,14 @@ void msr_coord_store_reset(msr_coord_t *c, const char *why);
  * nodes wait to join (MSR_KEY_JOIN_WAITING, msrun/store.h); the key goes
  * with the generation's store. */
 void msr_coord_join_notice(msr_coord_t *c, int waiting);
+
+/* After the state file is read back: a join that waited (join_wall_ns)
+ * gets its last call and its hold again, counted from the join's time on
+ * the wall clock (a bound already passed: at the next tick). */
+void msr_coord_join_restore(msr_coord_t *c);
+
+/* Notes a key as changed for the next save (with a state file). */
+void msr_coord_key_changed(msr_coord_t *c, const char *key);
 
 /* What node n is doing, in the words of NodeStatus.state. */
 char *msr_coord_node_state(const msr_coord_t *c, const node_t *n);

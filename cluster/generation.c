@@ -46,6 +46,7 @@ static void start_generation(msr_coord_t *c, int generation, const char *why)
         c->nodes[i]->rank = -1;
     memset(c->rank_done, 0, (size_t)c->worker_num);
     c->ndone = 0;
+    c->join_wall_ns = 0; /* a new generation takes the joiners in */
     MARK_DIRTY(c, 2);
 }
 
@@ -290,9 +291,32 @@ void msr_coord_join_notice(msr_coord_t *c, int waiting)
 {
     char text[16];
     int n = snprintf(text, sizeof text, "%d", waiting);
-    /* seen by the workers' polls only: nobody waits on it */
+    /* seen by the workers' polls only: nobody waits on it; saved with the
+     * job, so that the workers see it after a restart of the coordinator */
     if (msr_store_core_load_set(c->store, MSR_KEY_JOIN_WAITING, text, (size_t)n) != MSR_OK)
         MSR_WARN("job %s: cannot tell the workers that a node waits: %s", c->job_id, msr_err_msg());
+    else
+        msr_coord_key_changed(c, MSR_KEY_JOIN_WAITING);
+}
+
+void msr_coord_join_restore(msr_coord_t *c)
+{
+    if (c->join_wall_ns <= 0 || !elastic(c) || c->state != MSR_JOB_RUNNING) {
+        c->join_wall_ns = 0; /* a later record of the log: no join waits now */
+        c->last_call = 0;
+        c->join_hold_until = 0;
+        return;
+    }
+    int64_t since = (int64_t)(msr_wall_time() * 1e9) - c->join_wall_ns;
+    uint64_t ago = since > 0 ? (uint64_t)since : 0; /* a clock set back: from now */
+    uint64_t now = msr_now_ns();
+    uint64_t last_call = (uint64_t)c->config.last_call_ms * 1000000ull;
+    uint64_t hold = (uint64_t)c->config.join_hold_ms * 1000000ull;
+    c->last_call = now + (ago < last_call ? last_call - ago : 0);
+    c->join_hold_until = now + (ago < hold ? hold - ago : 0);
+    MSR_INFO("job %s: a node joined %.3f s before this restart: taken in at a new generation "
+             "after the last call (held at most %.3f s more while the workers save)",
+             c->job_id, (double)ago / 1e9, (double)(c->join_hold_until - now) / 1e9);
 }
 
 /* Whether the workers save before the re-form that takes joiners in

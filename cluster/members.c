@@ -424,7 +424,8 @@ static node_t *join_new_node(msr_coord_t *c, void *call, const Msr__JoinRequest 
     if (elastic(c) && c->state == MSR_JOB_RUNNING && c->last_call == 0) {
         /* taken in at the next generation, after a last call for others */
         c->last_call = msr_now_ns() + (uint64_t)c->config.last_call_ms * 1000000ull;
-        c->join_hold_until = msr_now_ns() + (uint64_t)c->config.join_timeout_ms * 1000000ull;
+        c->join_hold_until = msr_now_ns() + (uint64_t)c->config.join_hold_ms * 1000000ull;
+        c->join_wall_ns = (int64_t)(msr_wall_time() * 1e9);
     }
     if (elastic(c) && c->state == MSR_JOB_RUNNING)
         msr_coord_join_notice(c, alive_nodes(c) + 1 - c->node_count);

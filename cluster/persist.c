@@ -116,6 +116,7 @@ static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t 
     ps->master_addr = c->master_addr;
     ps->master_port = c->master_port;
     ps->node_count = c->node_count;
+    ps->join_wall_ns = c->join_wall_ns;
     if (c->failure.set) {
         msr_failure_to_msg(&c->failure, &j->failure);
         ps->failure = &j->failure;

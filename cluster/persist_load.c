@@ -106,6 +106,7 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
     snprintf(c->message, sizeof c->message, "%s", ps->message ? ps->message : "");
     snprintf(c->master_addr, sizeof c->master_addr, "%s", ps->master_addr ? ps->master_addr : "");
     c->master_port = ps->master_port;
+    c->join_wall_ns = ps->join_wall_ns;
     if (ps->failure)
         msr_failure_from_msg(&c->failure, ps->failure);
     /* the history's last MSR_FAILURE_HISTORY; a record from before there
@@ -149,6 +150,7 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
             return MSR_ERR_NO_MEMORY;
     }
     msr_coord_recount(c);
+    msr_coord_join_restore(c);
     return MSR_OK;
 }
 

@@ -43,6 +43,7 @@ typedef struct coord_args {
     char *job_id, *token, *token_file, *state_file;
     int worker_num, local_worker_num, max_restarts; /* 0, 0, -1: from the first node */
     int64_t node_timeout_ms, cluster_time_out_ms, last_call_ms;
+    int64_t join_hold_ms; /* -1: not given */
     int min_nodes, max_nodes;
     int log_level, state_sync, ready_fd;
     int state_repair; /* cut a corrupt --state_file at its first bad record */
@@ -104,6 +105,10 @@ static const msr_opt_t coord_opts[] = {
     {.name = "last_call", .kind = MSR_OPT_SECONDS, MSR_OPTB_LAST_CALL, .dest = C(last_call_ms),
      .def = "1", .metavar = "SEC",
      .help = "elastic: once MIN nodes are in, wait this long for more."},
+    {.name = "join_hold", .kind = MSR_OPT_SECONDS, MSR_OPTB_JOIN_HOLD, .dest = C(join_hold_ms),
+     .def = "cluster_time_out", .metavar = "SEC",
+     .help = "elastic: hold a join's re-form this long at most for the workers' checkpoint; 0: "
+             "no hold."},
     {.name = "cluster_time_out", .aliases = {"rdzv_timeout"}, .kind = MSR_OPT_SECONDS,
      MSR_OPTB_CLUSTER_TIME_OUT, .dest = C(cluster_time_out_ms), .def = "600", .metavar = "SEC",
      .help = "a generation must form within this long."},
@@ -366,6 +371,9 @@ static int coord_serve(const coord_args_t *a, const char *bind)
         .min_nodes = a->min_nodes < a->max_nodes ? a->min_nodes : 0,
         .max_nodes = a->min_nodes < a->max_nodes ? a->max_nodes : 0,
         .last_call_ms = a->last_call_ms,
+        .join_hold_ms = a->join_hold_ms < 0    ? 0 /* the coordinator's default */
+                        : a->join_hold_ms == 0 ? MSR_COORD_JOIN_HOLD_NONE
+                                               : a->join_hold_ms,
         .store_limits = {(uint64_t)a->store_value_max, (uint64_t)a->store_keys_max,
                          (uint64_t)a->store_bytes_max},
         .held_limits = {(uint64_t)a->held_calls_max, (uint64_t)a->held_bytes_max,
@@ -429,6 +437,7 @@ int msr_coordinator_main(int argc, char **argv)
                       .node_timeout_ms = 5000,
                       .cluster_time_out_ms = 600000,
                       .last_call_ms = 1000,
+                      .join_hold_ms = -1,
                       .log_level = MSR_LOG_INFO,
                       .ready_fd = -1};
     int r = coord_parse(argc, argv, &a);

@@ -29,6 +29,7 @@
 /* The embedded coordinator's command line: this job's settings. */
 typedef struct coord_argv {
     char bind[300], fd[16], wn[16], lwn[16], mr[16], nt[32], ct[32], ll[16], nn[48], lc[32];
+    char jh[32];
     char lease[24], dport[16], dttl[32], dmax[16], ddl[32];
     char limit[7][24];
     char *argv[72];
@@ -88,6 +89,11 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
     if (c->o->max_nodes > c->o->min_nodes) {
         v->argv[k++] = "--nnodes";
         v->argv[k++] = v->nn;
+    }
+    if (c->o->join_hold_ms >= 0) {
+        snprintf(v->jh, sizeof v->jh, "%.3f", (double)c->o->join_hold_ms / 1000.0);
+        v->argv[k++] = "--join_hold";
+        v->argv[k++] = v->jh;
     }
     if (c->elect) {
         /* the state in etcd, written only while this node's lease leads */

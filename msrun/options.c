@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu_features.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -93,6 +94,12 @@ static const msr_opt_t opt_defs[] = {
     {.name = "last_call", .kind = MSR_OPT_SECONDS, MSR_OPTB_LAST_CALL, .env = "MSRUN_LAST_CALL",
      .dest = D(last_call_ms), .def = "1", .metavar = "SEC",
      .help = "elastic jobs: once MIN nodes are in, how long to wait for more before starting."},
+    {.name = "join_hold", .kind = MSR_OPT_SECONDS, MSR_OPTB_JOIN_HOLD, .env = "MSRUN_JOIN_HOLD",
+     .dest = D(join_hold_ms), .def = "cluster_time_out", .metavar = "SEC",
+     .help = "elastic jobs: when a node joins a running job whose workers save before a join "
+             "(train_gpt with --ckpt-dir), how long at most to hold the re-form for their "
+             "checkpoint, from the join. 0: take the node in after --last_call without waiting "
+             "for the save (the steps since the last checkpoint are trained again)."},
     {.name = "max_restarts", .kind = MSR_OPT_INT, MSR_OPTB_RESTARTS, .env = "MSRUN_MAX_RESTARTS",
      .dest = D(max_restarts), .def = "0", .metavar = "N",
      .help = "restarts of the whole job after a worker failure, counted job-wide."},
@@ -509,6 +516,7 @@ static void defaults(msr_options_t *o)
     o->node_timeout_ms = 5000;
     o->coordinator_timeout_ms = 30000;
     o->last_call_ms = 1000;
+    o->join_hold_ms = -1;
     o->log_level = MSR_LOG_INFO;
     o->tag_output = 1;
     o->etcd_lease = 2;
@@ -547,9 +555,13 @@ int msr_options_parse(int argc, char **argv, msr_options_t *o)
     case MSR_OPTS_HELP:
         msr_options_usage(stdout);
         return 1;
-    case MSR_OPTS_VERSION:
-        printf("msrun %s (protocol 1)\n", MSR_VERSION_STRING);
+    case MSR_OPTS_VERSION: {
+        /* the kernels' paths depend on the CPU: a bug report carries both */
+        char cpu[200];
+        msr_cpu_features_describe(cpu, sizeof cpu);
+        printf("msrun %s (protocol 1)\n%s\n", MSR_VERSION_STRING, cpu);
         return 1;
+    }
     case MSR_OPTS_BAD:
         msr_opts_print_error(set);
         return 2;

@@ -22,6 +22,8 @@
 #define MSR_OPTB_CLUSTER_TIME_OUT .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_LAST_CALL        .min = 1, .max = MSR_OPTB_SECONDS_MAX
 #define MSR_OPTB_NODE_TIMEOUT     .min = 100, .max = MSR_OPTB_SECONDS_MAX
+/* --join_hold: 0 takes a late node in without waiting for the workers' save */
+#define MSR_OPTB_JOIN_HOLD        .min = 0, .max = MSR_OPTB_SECONDS_MAX
 /* --dashboard_login_ttl: 1 s to a day */
 #define MSR_OPTB_LOGIN_TTL        .min = 1000, .max = INT64_C(86400000)
 
@@ -57,6 +59,7 @@ typedef struct msr_options {
     int bind_to;              /* msr_bind_t (msrun/cpus.h) */
     int min_nodes, max_nodes; /* elastic range from --nnodes MIN:MAX; 0 for a fixed size */
     int64_t last_call_ms;
+    int64_t join_hold_ms; /* -1: --cluster_time_out (not given) */
     int max_restarts;
     int standalone;
     char *job_id;

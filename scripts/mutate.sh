@@ -2269,4 +2269,40 @@ test: ^test_relay$
     n->relay[0] = '\0';
 >>>
 
+@ elastic.join_hold_option_ignored
+file: cluster/members.c
+test: ^test_coord$
+<<<
+        c->join_hold_until = msr_now_ns() + (uint64_t)c->config.join_hold_ms * 1000000ull;
+===
+        c->join_hold_until = msr_now_ns() + (uint64_t)c->config.join_timeout_ms * 1000000ull;
+>>>
+
+@ elastic.join_time_not_saved
+file: cluster/persist.c
+test: ^test_coord$
+<<<
+    ps->join_wall_ns = c->join_wall_ns;
+===
+    ps->join_wall_ns = 0;
+>>>
+
+@ elastic.waiting_not_saved
+file: cluster/generation.c
+test: ^test_coord$
+<<<
+        msr_coord_key_changed(c, MSR_KEY_JOIN_WAITING);
+===
+        (void)0;
+>>>
+
+@ elastic.global_batch_cap_off_by_one
+file: programs/train_gpt/train_gpt_elastic.c
+test: ^test_parallel_train_gpt_elastic$
+<<<
+g <= TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
+===
+g < TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
+>>>
+
 __END__

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu_features.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
@@ -62,7 +63,7 @@ static const msr_opt_t specs[] = {
     OPT_INT("seq", seq, 1, 16384, "tokens per sequence (64)"),
     OPT_INT("micro-batch", micro_batch, 1, 65536, "sequences per forward/backward (8)"),
     OPT_INT("grad-accum", grad_accum, 1, 65536, "micro-batches per step and dp rank (1)"),
-    OPT_INT("global-batch", global_batch, 0, 1 << 30,
+    OPT_INT("global-batch", global_batch, 0, TRAIN_GPT_GLOBAL_BATCH_MAX,
             "sequences per step; sets --grad-accum to it / (micro-batch x dp), so any world "
             "size trains (and resumes) the same numbers; 0 = micro-batch x grad-accum x dp (0)"),
     OPT_INT("dp", dp, 0, 1 << 20, "data-parallel degree, 0 = world size / (tp x pp x cp) (0)"),
@@ -384,6 +385,11 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
                 train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
                 cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
                 cfg->grad_accum, cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+    if (job->rank == 0) { /* the kernels' paths follow from it */
+        char cpu[200];
+        msr_cpu_features_describe(cpu, sizeof cpu);
+        fprintf(stderr, "train_gpt: %s\n", cpu);
+    }
     if (job->rank == 0 && tr->model->moe != NULL)
         fprintf(stderr,
                 "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "

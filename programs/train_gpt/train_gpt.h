@@ -158,6 +158,15 @@ int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_data
  * 0, EXIT_BAD_INPUT (the checkpoint's header refused, named), 1. */
 int train_gpt_keep_global_batch(options_t *o, const job_t *job);
 
+/* The largest global batch a checkpoint's settings may name (and
+ * --global-batch may ask for). */
+#define TRAIN_GPT_GLOBAL_BATCH_MAX (1 << 30)
+
+/* The global batch written in a checkpoint's settings text (train_gpt_meta's
+ * "; global batch G;"): 1 to TRAIN_GPT_GLOBAL_BATCH_MAX, else 0 (none, not
+ * a number, or out of range). */
+int64_t train_gpt_meta_global_batch(const char *meta);
+
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
  * that it holds the re-form for that save. A failure is printed: the job

@@ -15,16 +15,14 @@
 #include "parallel/ckpt.h"
 #include "programs/train_gpt/train_gpt.h"
 
-/* The global batch written in meta (train_gpt_meta's "global batch G"),
- * 0 when it has none. */
-static int64_t meta_global_batch(const char *meta)
+int64_t train_gpt_meta_global_batch(const char *meta)
 {
     const char *at = strstr(meta, "; global batch ");
     if (at == NULL)
         return 0;
     char *end;
     unsigned long long g = strtoull(at + strlen("; global batch "), &end, 10);
-    return end != at && *end == ';' && g > 0 && g <= (1ull << 30) ? (int64_t)g : 0;
+    return end != at && *end == ';' && g > 0 && g <= TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
 }
 
 /* Reads the settings text of rank 0's shard of step (saved by a world of
@@ -54,7 +52,7 @@ static msr_status_t saved_global_batch(const job_t *job, const char *dir, int64_
         st = msr_ckpt_read_rank(job->ctx, dir, step, 0, 0, head, hl, NULL);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(head, hl, (size_t)total, what, &h, &ranges, &n);
-    if (st == MSR_OK && (*G_p = meta_global_batch(h.meta)) == 0)
+    if (st == MSR_OK && (*G_p = train_gpt_meta_global_batch(h.meta)) == 0)
         st = msr_err(MSR_ERR_CORRUPT, "%s names no global batch in its settings", what);
     msr_free(ranges);
     msr_free(head);

@@ -396,6 +396,9 @@ static void get_gen(msr_coord_t *co, const char *key, int gen, char *out, size_t
  * hold_ms) running on two nodes; *t_p: the time the third node joined,
  * between t_p[0] and t_p[1]. The workers announced that they save first
  * when saves is set. */
+static msr_coord_t *grown_coord_cfg(msr_coord_config_t cfg, int saves, char ids[3][64],
+                                    uint64_t t_p[2]);
+
 static msr_coord_t *grown_coord(int64_t hold_ms, int saves, char ids[3][64], uint64_t t_p[2])
 {
     msr_coord_config_t cfg = {.token = "t",
@@ -407,6 +410,12 @@ static msr_coord_t *grown_coord(int64_t hold_ms, int saves, char ids[3][64], uin
                               .last_call_ms = 50,
                               .node_timeout_ms = LONG_NODE_TIMEOUT_MS,
                               .join_timeout_ms = hold_ms};
+    return grown_coord_cfg(cfg, saves, ids, t_p);
+}
+
+static msr_coord_t *grown_coord_cfg(msr_coord_config_t cfg, int saves, char ids[3][64],
+                                    uint64_t t_p[2])
+{
     msr_coord_t *co = NULL;
     MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     tcall_t c = {0};
@@ -474,6 +483,89 @@ static void test_elastic_join_hold(void)
     msr_coord_destroy(co);
 }
 
+/* ---- --join_hold: the hold's own bound (msr_coord_config_t.join_hold_ms) ---- */
+
+static msr_coord_config_t hold_cfg(int64_t hold_ms)
+{
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "job",
+                              .worker_num = 3,
+                              .local_worker_num = 1,
+                              .min_nodes = 2,
+                              .max_nodes = 3,
+                              .last_call_ms = 50,
+                              .node_timeout_ms = LONG_NODE_TIMEOUT_MS,
+                              .join_timeout_ms = 60000,
+                              .join_hold_ms = hold_ms};
+    return cfg;
+}
+
+static void test_elastic_join_hold_option(void)
+{
+    const uint64_t ms = 1000000ull, hold = 1500 * ms;
+    char ids[3][64];
+    uint64_t t[2];
+    /* its own bound, not --cluster_time_out's 60 s: held one nanosecond
+     * before it, re-formed at it */
+    msr_coord_t *co = grown_coord_cfg(hold_cfg(1500), 1, ids, t);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[0] + hold - 1), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + hold), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    /* none (--join_hold=0): taken in at the last call though the workers
+     * save */
+    co = grown_coord_cfg(hold_cfg(MSR_COORD_JOIN_HOLD_NONE), 1, ids, t);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    /* 0 (not given): --cluster_time_out's bound, as before */
+    co = grown_coord_cfg(hold_cfg(0), 1, ids, t);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + hold), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60000 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+}
+
+/* ---- a join's wait and hold survive a coordinator restart (the state
+ * file's join_wall_ns and the saved MSR_KEY_JOIN_WAITING) ---- */
+
+static void test_elastic_join_restart(void)
+{
+    const uint64_t ms = 1000000ull, hold = 1500 * ms;
+    char dir[] = "/tmp/msrun-coord-test-XXXXXX";
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    char path[128], ids[3][64], v[32];
+    snprintf(path, sizeof path, "%s/state", dir);
+    uint64_t t[2];
+    msr_coord_config_t cfg = hold_cfg(1500);
+    cfg.state_file = path;
+    msr_coord_t *co = grown_coord_cfg(cfg, 1, ids, t);
+    msr_coord_tick(co, msr_now_ns()); /* saved */
+    msr_coord_destroy(co);            /* the coordinator dies after the join */
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
+    /* the workers still see the join */
+    get_gen(co, MSR_KEY_JOIN_WAITING, 0, v, sizeof v);
+    MSR_CHECK_MSG(strcmp(v, "1") == 0, "waiting after a restart: '%s'", v);
+    /* still held for the save past the last call, up to the bound counted
+     * from the join (the wall clock across the restart: 1 ms of slack),
+     * then re-formed */
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[0] + hold - ms), MSR__JOB_STATE__JOB_RUNNING);
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + hold + ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_tick(co, msr_now_ns());
+    msr_coord_destroy(co);
+    /* without the save, taken in at the last call after a restart too */
+    unlink(path);
+    cfg = hold_cfg(1500);
+    cfg.state_file = path;
+    co = grown_coord_cfg(cfg, 0, ids, t);
+    msr_coord_tick(co, msr_now_ns());
+    msr_coord_destroy(co);
+    MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
+    MSR_CHECK_EQ(state_at(co, ids[0], t[1] + 60 * ms), MSR__JOB_STATE__JOB_RESTARTING);
+    msr_coord_destroy(co);
+    unlink(path);
+    rmdir(dir);
+}
+
 static const msr_test_t tests[] = {
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
@@ -484,6 +576,8 @@ static const msr_test_t tests[] = {
     {"node_lost", test_node_lost, 10},
     {"elastic", test_elastic, 20},
     {"elastic_join_hold", test_elastic_join_hold, 20},
+    {"elastic_join_hold_option", test_elastic_join_hold_option, 20},
+    {"elastic_join_restart", test_elastic_join_restart, 20},
 };
 
 const msr_test_piece_t tc_members_tests = MSR_TEST_PIECE(tests);
