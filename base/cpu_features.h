@@ -48,7 +48,7 @@ msr_status_t msr_cpu_features_get(unsigned *features_p);
 const char *msr_cpu_feature_name(unsigned feature);
 
 /* One line for a program's start-up or --version output, e.g.
- * "cpu: avx2 fma f16c (masked off: fma; absent: avx512f avx512_bf16 amx_bf16)".
+ * "cpu: avx2 f16c (masked off: fma) (absent: avx512f avx512_bf16 amx_bf16)".
  * Writes at most len bytes, always terminated; returns the length it
  * needed (as snprintf). */
 size_t msr_cpu_features_describe(char *buf, size_t len);
