@@ -32,14 +32,10 @@ static size_t slot_bytes(const ucx_req_t *r)
     return r->bytes;
 }
 
-/* Whether every member whose slot this operation reads published k (from
- * sl->first_unseen on): a broadcast reads the root's only. */
-static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+/* Whether every member published k (from sl->first_unseen on): its
+ * input for k is in its slot, and it finished every operation before k. */
+static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
-    const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_BROADCAST && k == r->slots.seq)
-        return r->me == a->root ||
-               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
     for (int j = r->slots.first_unseen; j < r->n; j++) {
         if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->slots.first_unseen = j;
@@ -48,6 +44,41 @@ static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     }
     r->slots.first_unseen = 0;
     return 1;
+}
+
+/* Whether every member whose slot this operation reads published k: a
+ * broadcast reads the root's only. */
+static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_BROADCAST)
+        return r->me == a->root ||
+               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
+    return all_reached(s, r, k);
+}
+
+/* Whether operation k may publish here: the one before finished here, and
+ * no member still reads what k overwrites. Members write their slot k & 1,
+ * last written by k - 2 at the latest (or by a broadcast of that parity
+ * before it): every member must have finished k - 2, i.e. published k - 1.
+ * A broadcast's root writes ring entry k mod 2n (bcast_data_of), last
+ * written by broadcast k - 2n or by the last operation of k's parity whose
+ * members wrote their slots (data_op): only those must be finished, so the
+ * root runs up to 2n broadcasts ahead of its slowest reader; its readers
+ * write nothing and go at once. */
+static int slots_turn(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (r->uc->shm_done != k - 1)
+        return 0;
+    if (a->coll != MSR_COLL_BROADCAST)
+        return all_reached(s, r, k - 1);
+    if (r->me != a->root)
+        return 1;
+    uint64_t ring = (uint64_t)s->n * 2, last = k > ring ? k - ring : 0;
+    if (s->data_op[k & 1] > last)
+        last = s->data_op[k & 1];
+    return last == 0 || all_reached(s, r, last + 1);
 }
 
 /* Every slot is there: fold them in rank order (allreduce; reduce-scatter
@@ -77,7 +108,7 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         return;
     case MSR_COLL_BROADCAST:
         if (r->me != a->root)
-            memcpy(a->recvbuf, data_of(s, a->root, k, r->bytes), r->bytes);
+            memcpy(a->recvbuf, bcast_data_of(s, k, r->bytes), r->bytes);
         return;
     default:
         return;
@@ -89,17 +120,20 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
  * members whose slots we read and fold or copy them. */
 msr_status_t ucx_shm_step(ucx_req_t *r)
 {
-    const struct ucx_shm *s = r->uc->shm;
+    struct ucx_shm *s = r->uc->shm;
     const msr_coll_args_t *a = &r->pub.args;
     ucx_shm_slots_t *sl = &r->slots;
     const uint64_t k = sl->seq;
     if (!sl->published) {
-        /* our turn: operation k-1 finished here and published everywhere */
-        if (r->uc->shm_done != k - 1 || !slots_seen(s, r, k - 1))
+        if (!slots_turn(s, r, k))
             return MSR_IN_PROGRESS;
         size_t in = slot_bytes(r);
-        if (in)
+        if (in && a->coll == MSR_COLL_BROADCAST) {
+            memcpy(bcast_data_of(s, k, in), a->sendbuf, in);
+        } else if (in) {
             memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
+            s->data_op[k & 1] = k;
+        }
         atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
         sl->published = 1;
     }

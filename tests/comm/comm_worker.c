@@ -21,8 +21,8 @@
  *   killsmallbc  the same with 8-byte broadcasts from rank 0, killsmallag
  *   killsmallrs  with small allgathers and reduce-scatters: all through the
  *                slots (their messages name "(shm)")
- *   killsmallbcauto  killsmallbc without forcing: the slots, or the binomial
- *                tree on a machine with fewer CPUs than ranks
+ *   killsmallbcauto  killsmallbc without forcing: the slots, also on a
+ *                machine with fewer CPUs than ranks
  *   small        every collective of the slots at the slot's size and one
  *                past, at the inline size and one past, every dtype and op;
  *                on the world, a dup with other slots and halves, then all
@@ -1656,10 +1656,8 @@ static int run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "killsmallbc") == 0) /* the slots of the other collectives */
         mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
-    else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots unless CPUs are fewer */
-        mode_failure(ctx, world, 0, 2, FAIL_BROADCAST,
-                     sysconf(_SC_NPROCESSORS_ONLN) < msr_comm_size(world) ? "broadcast(binomial)"
-                                                                          : "broadcast(shm)");
+    else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots, crowded or not */
+        mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
     else if (strcmp(mode, "killsmallag") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)
