@@ -42,6 +42,13 @@ struct ucx_shm {
      * operations): data_op[p], the last operation of parity p whose members
      * each wrote their own slot (allreduce, reduce-scatter, allgather) */
     uint64_t data_op[2];
+    /* broadcasts go through a ring per parity p over the members' slots p
+     * (shm_slots.c): the stride of its entries now, its last broadcast,
+     * the last one with another stride; and where the operation placed
+     * last (ring_booked) writes or reads */
+    size_t ring_stride[2];
+    uint64_t ring_last[2], ring_other[2], ring_booked;
+    char *ring_cur;
     /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
      * the last NT_SAMPLES operations took per KiB with plain stores [0] and
      * bypassing the cache [1] (0: not measured), and operations seen */
@@ -61,17 +68,6 @@ static inline char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
 static inline char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
 {
     return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
-}
-
-/* Broadcasts take the slots of all members in turn, a ring of 2n entries
- * (entry i: member i / 2's slot i & 1, or its inline bytes), so that a root
- * can run up to 2n broadcasts ahead of its readers (shm_slots.c guards the
- * reuse). Entry k mod 2n has the parity of k, as every member's slot k & 1
- * does. */
-static inline char *bcast_data_of(const struct ucx_shm *s, uint64_t k, size_t bytes)
-{
-    uint64_t i = k % ((uint64_t)s->n * 2);
-    return data_of(s, (int)(i >> 1), i, bytes);
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* The worker of the small-broadcast tests (the shared-memory slots' ring),
  * started by the real msrun (tests/comm/run_bcast.sh). `bcast_worker MODE`:
  *   ahead   (broadcasts forced through the slots) on a fresh
- *           communicator the root runs exactly the ring's depth
- *           (2n broadcasts) while the others have not started any: all
+ *           communicator the root runs exactly the ring's depth (2n x
+ *           the cache-line strides of the vector a slot holds) while the
+ *           others have not started any: all
  *           complete; one past it must wait for the readers (it is still in
  *           progress however often it is driven); then the readers read
  *           every one in order, none overwritten. At the inline size, one
@@ -10,7 +11,9 @@
  *   stress  many broadcasts from one root and from rotating ones, of sizes
  *           around the inline bound and up to a slot, between allreduces,
  *           allgathers and barriers, with readers that stall now and then:
- *           every rank checks every value.
+ *           every rank checks every value; first a member that stays away
+ *           100 ms before it folds an allreduce whose slots the root's next
+ *           broadcasts share.
  * A failed check prints the case and exits 1; rank 0 prints "ok MODE". */
 #include <stdarg.h>
 #include <stdint.h>
@@ -78,7 +81,9 @@ static void ahead_round(msr_comm_t *world, size_t bytes)
     OK(msr_comm_dup(world, 0, &c));
     msr_comm_set_timeout(c, 20000);
     int n = msr_comm_size(c), me = msr_comm_rank(c);
-    int depth = 2 * n;
+    /* the ring: per parity, every member's slot in entries of whole lines */
+    size_t stride = bytes <= 64 ? 64 : (bytes + 63) / 64 * 64;
+    int depth = 2 * n * (int)(SLOT_BYTES / stride);
     unsigned char *buf = malloc((size_t)(depth + 1) * bytes);
     if (buf == NULL)
         fail("out of memory");
@@ -170,8 +175,54 @@ static void stress_op(msr_comm_t *c, uint64_t k, unsigned char *buf, float *f)
     maybe_stall(k, me, n);
 }
 
+/* The last rank publishes a 4 KiB allreduce (in its slot, which the ring
+ * shares) and stays away 100 ms before it folds; the root, done with the
+ * allreduce, broadcasts on: a broadcast of the allreduce's parity must
+ * wait for that fold rather than overwrite the slots it reads. */
+static void lag_round(msr_comm_t *world)
+{
+    enum { COUNT = 1024, BCASTS = 8 };
+    msr_comm_t *c = NULL;
+    OK(msr_comm_dup(world, 0, &c));
+    int n = msr_comm_size(c), me = msr_comm_rank(c), slow = n - 1, go = 1;
+    float *in = malloc(COUNT * sizeof *in), *out = malloc(COUNT * sizeof *out);
+    unsigned char buf[8];
+    if (in == NULL || out == NULL)
+        fail("out of memory");
+    for (int i = 0; i < COUNT; i++)
+        in[i] = (float)(me + i);
+    if (me == slow) {
+        msr_comm_req_t *req = NULL;
+        OK(msr_comm_iallreduce(c, in, out, COUNT, MSR_DTYPE_F32, MSR_OP_SUM, &req));
+        if (msr_comm_test(&req) != MSR_IN_PROGRESS)
+            fail("the allreduce finished before the others started it");
+        for (int j = 0; j < n - 1; j++)
+            OK(msr_comm_send(c, &go, 1, MSR_DTYPE_I32, j, 8));
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+        OK(msr_comm_wait(req));
+    } else {
+        OK(msr_comm_recv(c, &go, 1, MSR_DTYPE_I32, slow, 8));
+        OK(msr_comm_allreduce(c, in, out, COUNT, MSR_DTYPE_F32, MSR_OP_SUM));
+    }
+    for (int i = 0; i < COUNT; i++)
+        if (out[i] != (float)(n * (n - 1) / 2 + n * i))
+            fail("allreduce before the broadcasts: element %d is %g", i, (double)out[i]);
+    for (uint64_t k = 0; k < BCASTS; k++) {
+        if (me == 0)
+            fill(buf, sizeof buf, k, 0);
+        OK(msr_comm_broadcast(c, buf, sizeof buf, MSR_DTYPE_U8, 0));
+        check(buf, sizeof buf, k, 0);
+    }
+    free(in);
+    free(out);
+    msr_comm_destroy(c);
+}
+
 static void mode_stress(msr_comm_t *world)
 {
+    snprintf(g_case, sizeof g_case, "lagging fold");
+    lag_round(world);
     unsigned char *buf = malloc(SLOT_BYTES);
     float f[4];
     if (buf == NULL)
