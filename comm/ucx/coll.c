@@ -184,11 +184,13 @@ static ucx_algo_t choose(const ucx_req_t *r)
         return total < t->allgather_ring_min && small_group ? UCX_ALGO_DIRECT : UCX_ALGO_RING;
     case MSR_COLL_BROADCAST:
     case MSR_COLL_REDUCE: {
-        /* small vectors: a broadcast through the slots (auto: unless the
-         * machine is crowded); a reduce through the tree's messages, which
-         * beat the tiles' hand-offs */
+        /* small vectors: a broadcast through the slots, also on a crowded
+         * machine (its root writes once and runs ahead of the readers, each
+         * reader waits for the root alone: one wake-up deep, where the
+         * tree is log n); a reduce through the tree's messages, which beat
+         * the tiles' hand-offs */
         if (r->uc->shm && a->coll == MSR_COLL_BROADCAST && bytes <= r->uc->shm_slot &&
-            (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && r->uc->shm_own_cpus)))
+            (f == UCX_ALGO_SHM || f == UCX_ALGO_AUTO))
             return UCX_ALGO_SHM;
         if (r->uc->shm_tile && (f == UCX_ALGO_SHM || (f == UCX_ALGO_AUTO && bytes > t->shm_max)))
             return UCX_ALGO_SHM;

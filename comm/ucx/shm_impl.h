@@ -38,6 +38,17 @@ struct ucx_shm {
     size_t tile;  /* 0: no tiled path */
     uint64_t depth;
     int n;
+    /* the slots' reuse, on this member alone (every member counts the same
+     * operations): data_op[p], the last operation of parity p whose members
+     * each wrote their own slot (allreduce, reduce-scatter, allgather) */
+    uint64_t data_op[2];
+    /* broadcasts go through a ring per parity p over the members' slots p
+     * (shm_slots.c): the stride of its entries now, its last broadcast,
+     * the last one with another stride; and where the operation placed
+     * last (ring_booked) writes or reads */
+    size_t ring_stride[2];
+    uint64_t ring_last[2], ring_other[2], ring_booked;
+    char *ring_cur;
     /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
      * the last NT_SAMPLES operations took per KiB with plain stores [0] and
      * bypassing the cache [1] (0: not measured), and operations seen */

@@ -32,14 +32,10 @@ static size_t slot_bytes(const ucx_req_t *r)
     return r->bytes;
 }
 
-/* Whether every member whose slot this operation reads published k (from
- * sl->first_unseen on): a broadcast reads the root's only. */
-static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+/* Whether every member published k (from sl->first_unseen on): its
+ * input for k is in its slot, and it finished every operation before k. */
+static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
-    const msr_coll_args_t *a = &r->pub.args;
-    if (a->coll == MSR_COLL_BROADCAST && k == r->slots.seq)
-        return r->me == a->root ||
-               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
     for (int j = r->slots.first_unseen; j < r->n; j++) {
         if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->slots.first_unseen = j;
@@ -48,6 +44,68 @@ static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     }
     r->slots.first_unseen = 0;
     return 1;
+}
+
+/* Whether every member whose slot this operation reads published k: a
+ * broadcast reads the root's only. */
+static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_BROADCAST)
+        return r->me == a->root ||
+               atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
+    return all_reached(s, r, k);
+}
+
+/* Places broadcast k in the ring of its parity (once, at its turn: every
+ * member places the same operations in the same order) and returns the
+ * operation every member must have finished before the root may write
+ * there (0: none). The ring's entries are whole cache lines of the
+ * members' slots k & 1, as many as fit the vector, in turn: broadcast k
+ * overwrites what the broadcast of the same stride 2 x entries before it
+ * wrote, or what one of another stride or an operation whose members wrote
+ * their own slots (data_op) wrote before those. */
+static uint64_t ring_place(struct ucx_shm *s, uint64_t k, size_t bytes)
+{
+    const int p = (int)(k & 1);
+    size_t stride = bytes <= LINE ? LINE : (bytes + LINE - 1) / LINE * LINE;
+    uint64_t per_slot = s->slot >= stride ? s->slot / stride : 1; /* 1: no slots, no bytes */
+    uint64_t entries = per_slot * (uint64_t)s->n;
+    if (s->ring_booked != k) {
+        if (stride != s->ring_stride[p]) {
+            s->ring_other[p] = s->ring_last[p];
+            s->ring_stride[p] = stride;
+        }
+        s->ring_last[p] = k;
+        uint64_t i = (k >> 1) % entries;
+        s->ring_cur = slot_of(s, (int)(i / per_slot), k) + (size_t)(i % per_slot) * stride;
+        s->ring_booked = k;
+    }
+    uint64_t last = k > 2 * entries ? k - 2 * entries : 0;
+    if (s->ring_other[p] > last)
+        last = s->ring_other[p];
+    if (s->data_op[p] > last)
+        last = s->data_op[p];
+    return last;
+}
+
+/* Whether operation k may publish here: the one before finished here, and
+ * no member still reads what k overwrites. Members write their slot k & 1,
+ * last written by k - 2 at the latest (or by a broadcast of that parity
+ * before it): every member must have finished k - 2, i.e. published k - 1.
+ * A broadcast's root writes its ring entry (ring_place): only the
+ * operation that wrote it last must be finished, so the root runs up to
+ * the ring's length ahead of its slowest reader; readers write nothing and
+ * go at once. */
+static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (r->uc->shm_done != k - 1)
+        return 0;
+    if (a->coll != MSR_COLL_BROADCAST)
+        return all_reached(s, r, k - 1);
+    uint64_t last = ring_place(s, k, r->bytes);
+    return r->me != a->root || last == 0 || all_reached(s, r, last + 1);
 }
 
 /* Every slot is there: fold them in rank order (allreduce; reduce-scatter
@@ -77,7 +135,7 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         return;
     case MSR_COLL_BROADCAST:
         if (r->me != a->root)
-            memcpy(a->recvbuf, data_of(s, a->root, k, r->bytes), r->bytes);
+            memcpy(a->recvbuf, s->ring_cur, r->bytes);
         return;
     default:
         return;
@@ -89,17 +147,20 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
  * members whose slots we read and fold or copy them. */
 msr_status_t ucx_shm_step(ucx_req_t *r)
 {
-    const struct ucx_shm *s = r->uc->shm;
+    struct ucx_shm *s = r->uc->shm;
     const msr_coll_args_t *a = &r->pub.args;
     ucx_shm_slots_t *sl = &r->slots;
     const uint64_t k = sl->seq;
     if (!sl->published) {
-        /* our turn: operation k-1 finished here and published everywhere */
-        if (r->uc->shm_done != k - 1 || !slots_seen(s, r, k - 1))
+        if (!slots_turn(s, r, k))
             return MSR_IN_PROGRESS;
         size_t in = slot_bytes(r);
-        if (in)
+        if (in && a->coll == MSR_COLL_BROADCAST) {
+            memcpy(s->ring_cur, a->sendbuf, in);
+        } else if (in) {
             memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
+            s->data_op[k & 1] = k;
+        }
         atomic_store_explicit(&s->ctl[r->me].c[C_SEQ], k, memory_order_release);
         sl->published = 1;
     }

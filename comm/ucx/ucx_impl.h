@@ -168,8 +168,8 @@ typedef struct ucx_comm {
     /* the shared-memory segment of a group on one node (shm.c), or NULL */
     struct ucx_shm *shm;
     size_t shm_slot;    /* its slots: the most a member puts in for one operation */
-    int shm_own_cpus;   /* this machine has a CPU per rank: auto broadcasts through the
-                         * slots, and their waits poll before the engine's loop (shm.c) */
+    int shm_own_cpus;   /* this machine has a CPU per rank: the slots' waits poll
+                         * before the engine's loop (shm.c) */
     size_t shm_tile;    /* its tiles (0: no tiled path) */
     uint64_t shm_tiles; /* tiles of the tiled operations started */
     uint64_t shm_seq;   /* shared-memory operations started */

@@ -21,9 +21,8 @@
  *   killsmallbc  the same with 8-byte broadcasts from rank 0, killsmallag
  *   killsmallrs  with small allgathers and reduce-scatters: all through the
  *                slots (their messages name "(shm)")
- *   killsmallbcauto  killsmallbc without forcing: the slots, or the binomial
- *                tree where the members' CPUs (their affinity) are fewer
- *                than the ranks
+ *   killsmallbcauto  killsmallbc without forcing: the slots, also where
+ *                the members' CPUs are fewer than the ranks
  *   small        every collective of the slots at the slot's size and one
  *                past, at the inline size and one past, every dtype and op;
  *                on the world, a dup with other slots and halves, then all

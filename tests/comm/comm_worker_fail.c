@@ -1,8 +1,6 @@
 /* comm_worker's modes of a member that goes: leave (it leaves cleanly) and
  * the failure modes (a rank killed or stopped in the middle of a
  * collective; the survivors must notice in time). */
-#include <sched.h>
-
 #include "comm_worker.h"
 
 /* ---- a member leaves cleanly ---- */
@@ -254,19 +252,6 @@ static void mode_failure(msr_ctx_t *ctx, msr_comm_t *world, int stop, size_t cou
     exit(0);
 }
 
-/* The CPUs the library counts when it chooses the slots' broadcast: on one
- * node the union of its members' affinity masks, which under msrun without
- * binding is every member's own mask, so this process's; with several
- * nodes on this machine (their masks unknown to it), the CPUs online. */
-static int node_cpus(void)
-{
-    cpu_set_t set;
-    if (g_nodes <= 1 && sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long on = sysconf(_SC_NPROCESSORS_ONLN);
-    return on > 0 ? (int)on : 1;
-}
-
 /* Runs a failure mode (a rank killed or stopped mid-collective; does not
  * return); 0 when mode is not one. */
 int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
@@ -287,9 +272,8 @@ int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         mode_failure(ctx, world, 0, 2, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "killsmallbc") == 0) /* the slots of the other collectives */
         mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
-    else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots unless CPUs are fewer */
-        mode_failure(ctx, world, 0, 2, FAIL_BROADCAST,
-                     node_cpus() < msr_comm_size(world) ? "broadcast(binomial)" : "broadcast(shm)");
+    else if (strcmp(mode, "killsmallbcauto") == 0) /* the slots, crowded or not */
+        mode_failure(ctx, world, 0, 2, FAIL_BROADCAST, "broadcast(shm)");
     else if (strcmp(mode, "killsmallag") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)

@@ -1,0 +1,271 @@
+/* The worker of the small-broadcast tests (the shared-memory slots' ring),
+ * started by the real msrun (tests/comm/run_bcast.sh). `bcast_worker MODE`:
+ *   ahead   (broadcasts forced through the slots) on a fresh
+ *           communicator the root runs exactly the ring's depth (2n x
+ *           the cache-line strides of the vector a slot holds) while the
+ *           others have not started any: all
+ *           complete; one past it must wait for the readers (it is still in
+ *           progress however often it is driven); then the readers read
+ *           every one in order, none overwritten. At the inline size, one
+ *           past it, and a slot's size.
+ *   stress  many broadcasts from one root and from rotating ones, of sizes
+ *           around the inline bound and up to a slot, between allreduces,
+ *           allgathers and barriers, with readers that stall now and then:
+ *           every rank checks every value; first a member that stays away
+ *           100 ms before it folds an allreduce whose slots the root's next
+ *           broadcasts share.
+ * A failed check prints the case and exits 1; rank 0 prints "ok MODE". */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "msrun/msrun.h"
+
+static int g_rank = -1;
+static char g_case[128];
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "bcast_worker rank %d: FAIL [%s]: %s (last error: %s)\n", g_rank, g_case, msg,
+            msr_last_error());
+    fflush(stderr);
+    exit(1);
+}
+
+#define OK(expr)                                         \
+    do {                                                 \
+        msr_status_t st_ = (expr);                       \
+        if (st_ != MSR_OK)                               \
+            fail("%s: %s", #expr, msr_status_name(st_)); \
+    } while (0)
+
+/* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes. */
+enum { SLOT_BYTES = 16384, INLINE_BYTES = 16 };
+
+/* Byte i of broadcast k from root: differs between broadcasts, positions
+ * and roots, never 0. */
+static unsigned char pattern(uint64_t k, int root, size_t i)
+{
+    return (unsigned char)(1 + (k * 131 + (uint64_t)root * 17 + i * 7) % 251);
+}
+
+static void fill(unsigned char *buf, size_t bytes, uint64_t k, int root)
+{
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = pattern(k, root, i);
+}
+
+static void check(const unsigned char *buf, size_t bytes, uint64_t k, int root)
+{
+    for (size_t i = 0; i < bytes; i++)
+        if (buf[i] != pattern(k, root, i))
+            fail("broadcast %llu of %zu bytes from %d: byte %zu is %u, expected %u",
+                 (unsigned long long)k, bytes, root, i, buf[i], pattern(k, root, i));
+}
+
+/* One round of mode ahead on a fresh dup of world: the root's depth
+ * broadcasts, then one more that must wait, while the readers wait for a
+ * message before they start any. */
+static void ahead_round(msr_comm_t *world, size_t bytes)
+{
+    msr_comm_t *c = NULL;
+    OK(msr_comm_dup(world, 0, &c));
+    msr_comm_set_timeout(c, 20000);
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    /* the ring: per parity, every member's slot in entries of whole lines */
+    size_t stride = bytes <= 64 ? 64 : (bytes + 63) / 64 * 64;
+    int depth = 2 * n * (int)(SLOT_BYTES / stride);
+    unsigned char *buf = malloc((size_t)(depth + 1) * bytes);
+    if (buf == NULL)
+        fail("out of memory");
+    int go = 1;
+    if (me == 0) {
+        for (int k = 0; k < depth; k++) { /* at the bound: none waits */
+            fill(buf + (size_t)k * bytes, bytes, (uint64_t)k, 0);
+            OK(msr_comm_broadcast(c, buf + (size_t)k * bytes, bytes, MSR_DTYPE_U8, 0));
+        }
+        /* one past: its entry is broadcast 0's, which no reader has read */
+        unsigned char *last = buf + (size_t)depth * bytes;
+        fill(last, bytes, (uint64_t)depth, 0);
+        msr_comm_req_t *req = NULL;
+        OK(msr_comm_ibroadcast(c, last, bytes, MSR_DTYPE_U8, 0, &req));
+        for (int i = 0; i < 1000; i++)
+            if (msr_comm_test(&req) != MSR_IN_PROGRESS)
+                fail("broadcast %d finished before any reader read broadcast 0", depth);
+        for (int j = 1; j < n; j++)
+            OK(msr_comm_send(c, &go, 1, MSR_DTYPE_I32, j, 7));
+        OK(msr_comm_wait(req));
+    } else {
+        OK(msr_comm_recv(c, &go, 1, MSR_DTYPE_I32, 0, 7));
+        for (int k = 0; k <= depth; k++) {
+            memset(buf, 0, bytes);
+            OK(msr_comm_broadcast(c, buf, bytes, MSR_DTYPE_U8, 0));
+            check(buf, bytes, (uint64_t)k, 0);
+        }
+    }
+    OK(msr_comm_barrier(c));
+    free(buf);
+    msr_comm_destroy(c);
+}
+
+static void mode_ahead(msr_comm_t *world)
+{
+    static const size_t sizes[] = {INLINE_BYTES, INLINE_BYTES + 1, 1024, SLOT_BYTES};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        snprintf(g_case, sizeof g_case, "ahead %zu bytes", sizes[i]);
+        ahead_round(world, sizes[i]);
+    }
+}
+
+/* A reader that stalls now and then (which and when from k alone): the
+ * root runs ahead of it to the ring's end and must wait there. */
+static void maybe_stall(uint64_t k, int me, int n)
+{
+    if (me != 0 && (k % 97) == (uint64_t)(me * 13 % 97) && (int)(k / 97 % (uint64_t)n) == me) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Operation k of mode stress: mostly broadcasts of a size from the list,
+ * from rank 0 (a root far ahead) or rotating; every 11th an allreduce
+ * (whose members write their own slots, which the ring shares), every
+ * 13th an allgather, every 50th a barrier. */
+static void stress_op(msr_comm_t *c, uint64_t k, unsigned char *buf, float *f)
+{
+    static const size_t sizes[] = {1, 8, INLINE_BYTES, INLINE_BYTES + 1, 64, 1000, SLOT_BYTES};
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    if (k % 50 == 49) {
+        OK(msr_comm_barrier(c));
+    } else if (k % 11 == 10) {
+        for (int i = 0; i < 4; i++)
+            f[i] = (float)(me + (int)(k % 100) + i);
+        OK(msr_comm_allreduce(c, MSR_IN_PLACE, f, 4, MSR_DTYPE_F32, MSR_OP_SUM));
+        for (int i = 0; i < 4; i++) {
+            float want = (float)(n * (n - 1) / 2 + n * ((int)(k % 100) + i));
+            if (f[i] != want)
+                fail("allreduce %llu: element %d is %g, expected %g", (unsigned long long)k, i,
+                     (double)f[i], (double)want);
+        }
+    } else if (k % 13 == 12) {
+        int v = (int)(k % 1000) * 100 + me, all[64];
+        OK(msr_comm_allgather(c, &v, all, 1, MSR_DTYPE_I32));
+        for (int j = 0; j < n; j++)
+            if (all[j] != (int)(k % 1000) * 100 + j)
+                fail("allgather %llu: block %d is %d", (unsigned long long)k, j, all[j]);
+    } else {
+        size_t bytes = sizes[k % (sizeof sizes / sizeof sizes[0])];
+        int root = k < 4000 ? 0 : (int)(k % (uint64_t)n);
+        if (me == root)
+            fill(buf, bytes, k, root);
+        else
+            memset(buf, 0, bytes);
+        OK(msr_comm_broadcast(c, buf, bytes, MSR_DTYPE_U8, root));
+        check(buf, bytes, k, root);
+    }
+    maybe_stall(k, me, n);
+}
+
+/* The last rank publishes a 4 KiB allreduce (in its slot, which the ring
+ * shares) and stays away 100 ms before it folds; the root, done with the
+ * allreduce, broadcasts on: a broadcast of the allreduce's parity must
+ * wait for that fold rather than overwrite the slots it reads. */
+static void lag_round(msr_comm_t *world)
+{
+    enum { COUNT = 1024, BCASTS = 8 };
+    msr_comm_t *c = NULL;
+    OK(msr_comm_dup(world, 0, &c));
+    int n = msr_comm_size(c), me = msr_comm_rank(c), slow = n - 1, go = 1;
+    float *in = malloc(COUNT * sizeof *in), *out = malloc(COUNT * sizeof *out);
+    unsigned char buf[8];
+    if (in == NULL || out == NULL)
+        fail("out of memory");
+    for (int i = 0; i < COUNT; i++)
+        in[i] = (float)(me + i);
+    if (me == slow) {
+        msr_comm_req_t *req = NULL;
+        OK(msr_comm_iallreduce(c, in, out, COUNT, MSR_DTYPE_F32, MSR_OP_SUM, &req));
+        if (msr_comm_test(&req) != MSR_IN_PROGRESS)
+            fail("the allreduce finished before the others started it");
+        for (int j = 0; j < n - 1; j++)
+            OK(msr_comm_send(c, &go, 1, MSR_DTYPE_I32, j, 8));
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+        OK(msr_comm_wait(req));
+    } else {
+        OK(msr_comm_recv(c, &go, 1, MSR_DTYPE_I32, slow, 8));
+        OK(msr_comm_allreduce(c, in, out, COUNT, MSR_DTYPE_F32, MSR_OP_SUM));
+    }
+    for (int i = 0; i < COUNT; i++)
+        if (out[i] != (float)(n * (n - 1) / 2 + n * i))
+            fail("allreduce before the broadcasts: element %d is %g", i, (double)out[i]);
+    for (uint64_t k = 0; k < BCASTS; k++) {
+        if (me == 0)
+            fill(buf, sizeof buf, k, 0);
+        OK(msr_comm_broadcast(c, buf, sizeof buf, MSR_DTYPE_U8, 0));
+        check(buf, sizeof buf, k, 0);
+    }
+    free(in);
+    free(out);
+    msr_comm_destroy(c);
+}
+
+static void mode_stress(msr_comm_t *world)
+{
+    snprintf(g_case, sizeof g_case, "lagging fold");
+    lag_round(world);
+    unsigned char *buf = malloc(SLOT_BYTES);
+    float f[4];
+    if (buf == NULL)
+        fail("out of memory");
+    if (msr_comm_size(world) > 64)
+        fail("stress: at most 64 ranks");
+    snprintf(g_case, sizeof g_case, "stress");
+    for (uint64_t k = 0; k < 6000; k++)
+        stress_op(world, k, buf, f);
+    free(buf);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bcast_worker ahead|stress\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    if (strcmp(mode, "ahead") == 0) /* the slots' bound, whatever auto takes */
+        setenv("MSR_COMM_ALGO_BROADCAST", "shm", 1);
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    if (st != MSR_OK) {
+        fprintf(stderr, "msr_init: %s: %s\n", msr_status_str(st), msr_last_error());
+        return 1;
+    }
+    g_rank = msr_rank(ctx);
+    msr_comm_t *world = NULL;
+    snprintf(g_case, sizeof g_case, "world");
+    OK(msr_comm_world(ctx, &world));
+    msr_comm_set_timeout(world, 30000);
+    if (strcmp(mode, "ahead") == 0)
+        mode_ahead(world);
+    else if (strcmp(mode, "stress") == 0)
+        mode_stress(world);
+    else
+        fail("unknown mode %s", mode);
+    snprintf(g_case, sizeof g_case, "final barrier");
+    OK(msr_comm_barrier(world));
+    msr_comm_destroy(world);
+    if (g_rank == 0)
+        printf("ok %s\n", mode);
+    msr_finalize(ctx);
+    return 0;
+}
