@@ -12,6 +12,32 @@
 
 /* ---- progress ---- */
 
+/* Steps every running request once; returns how many ended. A request
+ * that ends leaves the list, and one that fails may take others of its
+ * communicator with it: start over after each. */
+static int step_active(ucx_engine_t *e)
+{
+    int ended = 0;
+    msr_list_t *pos;
+restart:
+    for (pos = e->active.next; pos != &e->active; pos = pos->next) {
+        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
+        msr_status_t st = r->step(r);
+        if (st == MSR_IN_PROGRESS)
+            continue;
+        ended++;
+        if (st == MSR_OK) {
+            r->pub.status = MSR_OK;
+            ucx_req_done(r);
+        } else {
+            ucx_req_fail(r, st, "%s: %s", r->algo,
+                         r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        }
+        goto restart;
+    }
+    return ended;
+}
+
 /* One round: UCX's progress, news of failures, then every running request.
  * Returns nonzero when anything happened. Called with the lock held. */
 static int progress_all(ucx_engine_t *e)
@@ -24,30 +50,19 @@ static int progress_all(ucx_engine_t *e)
      * progressed, the steps have nothing new to see. */
     if (events == 0 && !e->dead_pending && !e->abort_pending && !e->shm_active)
         return 0;
-    /* notices first: a member that said it left and then exited is not lost */
-    if (e->abort_pending)
-        ucx_engine_handle_aborts(e);
-    if (e->dead_pending)
-        ucx_engine_handle_deaths(e);
-    /* A request that ends leaves the list, and one that fails may take
-     * others of its communicator with it: start over after each. */
-    msr_list_t *pos;
-restart:
-    for (pos = e->active.next; pos != &e->active; pos = pos->next) {
-        ucx_req_t *r = MSR_CONTAINER_OF(pos, ucx_req_t, link);
-        msr_status_t st = r->step(r);
-        if (st == MSR_IN_PROGRESS)
-            continue;
-        events++;
-        if (st == MSR_OK) {
-            r->pub.status = MSR_OK;
-            ucx_req_done(r);
-        } else {
-            ucx_req_fail(r, st, "%s: %s", r->algo,
-                         r->pub.error[0] ? r->pub.error : msr_status_str(st));
-        }
-        goto restart;
+    /* Operations a member did its part of before it died or gave up (it
+     * passed the barrier we still wait in, its words are in shared memory)
+     * end first: its death breaks only what is left. Then the notices
+     * before the deaths: a member that said it left and then exited is
+     * not lost. */
+    if (e->abort_pending || e->dead_pending) {
+        events += step_active(e);
+        if (e->abort_pending)
+            ucx_engine_handle_aborts(e);
+        if (e->dead_pending)
+            ucx_engine_handle_deaths(e);
     }
+    events += step_active(e);
     if (e->n_orphans)
         ucx_engine_reap_orphans(e);
     /* tiled shared-memory operations that moved are busy, not idle */

@@ -39,6 +39,8 @@
  *   leave        rank 0 destroys the world after a barrier and exits; the
  *                others, still holding it, go on among themselves on it
  *                (point to point): a member that left cleanly is not lost
+ *   exitafterbarrier  rank 0 arrives last at a barrier and exits at once:
+ *                the others' barrier ends, it does not fail (PEER_LOST)
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  * Every rank checks its own results; a failed check prints the case and
@@ -247,6 +249,8 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         cw_mode_small(world);
     else if (strcmp(mode, "leave") == 0)
         cw_mode_leave(ctx, world);
+    else if (strcmp(mode, "exitafterbarrier") == 0)
+        cw_mode_exit_after_barrier(ctx, world);
     else
         return 0;
     return 1;
@@ -257,7 +261,8 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: comm_worker "
                 "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|stop|hier|killhier|killhierrs|killhierag|killhierbc|killhierred|"
+                "leave|exitafterbarrier|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
+                "killhierred|"
                 "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
         return 2;
     }

@@ -60,15 +60,16 @@ void cw_check_allgather(tc_t *t, msr_dtype_t dt, uint64_t sc, int inplace);
 void cw_check_broadcast(tc_t *t, msr_dtype_t dt, uint64_t count, int root);
 
 /* ---- the modes (comm_worker.c's comment says what each checks) ---- */
-void cw_mode_collectives(msr_comm_t *world);           /* comm_worker_coll.c */
-void cw_mode_samecomm(msr_comm_t *world);              /* comm_worker_inflight.c */
-void cw_mode_inflight(msr_comm_t *world);              /* comm_worker_inflight.c */
-void cw_mode_threads(msr_comm_t *world);               /* comm_worker_inflight.c */
-void cw_mode_small(msr_comm_t *world);                 /* comm_worker_small.c */
-void cw_mode_p2p(msr_comm_t *world);                   /* comm_worker_p2p.c */
-void cw_mode_determinism(msr_comm_t *world);           /* comm_worker_order.c */
-void cw_mode_hier(msr_ctx_t *ctx, msr_comm_t *world);  /* comm_worker_order.c */
-void cw_mode_leave(msr_ctx_t *ctx, msr_comm_t *world); /* comm_worker_fail.c */
+void cw_mode_collectives(msr_comm_t *world);                        /* comm_worker_coll.c */
+void cw_mode_samecomm(msr_comm_t *world);                           /* comm_worker_inflight.c */
+void cw_mode_inflight(msr_comm_t *world);                           /* comm_worker_inflight.c */
+void cw_mode_threads(msr_comm_t *world);                            /* comm_worker_inflight.c */
+void cw_mode_small(msr_comm_t *world);                              /* comm_worker_small.c */
+void cw_mode_p2p(msr_comm_t *world);                                /* comm_worker_p2p.c */
+void cw_mode_determinism(msr_comm_t *world);                        /* comm_worker_order.c */
+void cw_mode_hier(msr_ctx_t *ctx, msr_comm_t *world);               /* comm_worker_order.c */
+void cw_mode_leave(msr_ctx_t *ctx, msr_comm_t *world);              /* comm_worker_fail.c */
+void cw_mode_exit_after_barrier(msr_ctx_t *ctx, msr_comm_t *world); /* comm_worker_fail.c */
 /* Runs a failure mode (a rank killed or stopped mid-collective; does not
  * return); 0 when mode is not one. comm_worker_fail.c */
 int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode);

@@ -119,6 +119,67 @@ void cw_mode_leave(msr_ctx_t *ctx, msr_comm_t *world)
     exit(0);
 }
 
+/* ---- a member that did its part and exits ---- */
+
+/* Rank 0 arrives last at a shared-memory barrier and exits at once, without
+ * destroying anything (as a program whose last call was a barrier may):
+ * the others, waiting in that barrier, must see it end (MSR_OK), not fail
+ * with PEER_LOST because rank 0's exit is what woke them. To make that
+ * order certain, rank 0 stops the others (SIGSTOP) before it arrives, and
+ * a child of rank 0 continues them once rank 0 is gone: they wake with
+ * rank 0's arrival and its death both there to see. */
+void cw_mode_exit_after_barrier(msr_ctx_t *ctx, msr_comm_t *world)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int *pids = xmalloc((size_t)n * sizeof *pids);
+    int pid = getpid();
+    snprintf(g_case, sizeof g_case, "exitafterbarrier: pids");
+    OK(msr_allgather(ctx, &pid, sizeof pid, pids));
+    OK(msr_comm_barrier(world));
+    char key[64];
+    if (me == 0) {
+        for (int r = 1; r < n; r++) { /* the others are in the barrier */
+            void *v = NULL;
+            size_t len = 0;
+            snprintf(key, sizeof key, "comm_worker/in_barrier/%d", r);
+            OK(msr_store_get(ctx, key, 30000, &v, &len));
+            free(v);
+        }
+        /* past their polls and yields: asleep in the engine's wait (a
+         * rank not yet there would only make rank 0 wait for its SIGCONT) */
+        usleep(200 * 1000);
+        fflush(stdout);
+        pid_t helper = fork();
+        if (helper < 0)
+            fail("fork: %s", strerror(errno));
+        if (helper == 0) { /* rank 0's child: continues the others after rank 0 */
+            double end = now_ms() + 30000;
+            while (getppid() == pid && now_ms() < end)
+                usleep(1000); /* paces the look; the deadline bounds it */
+            for (int r = 1; r < n; r++)
+                kill(pids[r], SIGCONT);
+            _exit(0);
+        }
+        for (int r = 1; r < n; r++)
+            if (kill(pids[r], SIGSTOP) != 0)
+                fail("SIGSTOP to rank %d: %s", r, strerror(errno));
+        OK(msr_comm_barrier(world));
+        _exit(0);
+    }
+    snprintf(key, sizeof key, "comm_worker/in_barrier/%d", me);
+    OK(msr_store_set(ctx, key, "1", 1));
+    snprintf(g_case, sizeof g_case, "exitafterbarrier: the barrier rank 0 passed");
+    msr_status_t st = msr_comm_barrier(world);
+    if (st != MSR_OK)
+        fail("the barrier rank 0 passed before exiting failed: %s", msr_status_name(st));
+    printf("ok exitafterbarrier (rank %d)\n", me);
+    fflush(stdout);
+    free(pids);
+    msr_comm_destroy(world);
+    msr_finalize(ctx);
+    exit(0);
+}
+
 /* ---- failures ---- */
 
 static void *killer(void *arg)

@@ -33,7 +33,7 @@ if [ -n "${MSRUN_SANITIZE:-}" ]; then
     prog=(env "ASAN_OPTIONS=$worker_asan" "$worker" "$mode")
     # a connection to the member that left may fail inside UCX, whose error
     # path leaks (see ucx_leave.supp)
-    [ "$mode" = leave ] && export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/ucx_leave.supp"
+    case $mode in leave | exitafterbarrier) export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/ucx_leave.supp" ;; esac
 fi
 
 job_pids() {
@@ -109,6 +109,13 @@ collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier 
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
     grep -q "ok $mode" "$out/log" || failed "rank 0 did not report ok"
+    ;;
+exitafterbarrier)
+    run_once "$out/log"
+    rc=$?
+    [ $rc -eq 0 ] || failed "msrun exited with $rc"
+    got=$(grep -c "ok exitafterbarrier" "$out/log")
+    [ "$got" -eq $((np - 1)) ] || failed "$got of $((np - 1)) survivors saw the barrier end"
     ;;
 determinism)
     run_once "$out/log1"
