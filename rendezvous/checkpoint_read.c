@@ -175,22 +175,28 @@ static void read_ahead(int fd, off_t at, off_t len)
 }
 
 /* Reads len bytes of fd from file offset at into data, in chunks of
- * CKPT_CHUNK with the disk kept CKPT_AHEAD bytes ahead, and continues
- * *crc_p over each chunk just read (crc_p NULL: none). With stream, data
- * holds one chunk and each chunk overwrites the last (a check alone, in a
- * bounded buffer). MSR_ERR_CORRUPT when the file ends early, MSR_ERR_IO on
- * a failed read (the error text names path). */
+ * CKPT_CHUNK, and continues *crc_p over each chunk just read (crc_p NULL:
+ * none). The disk is kept ahead by file offsets, not by calls, so that a
+ * reader calling once a chunk asks as little as one calling once a file:
+ * the chunk that reaches the start B of one of a file's windows of
+ * CKPT_AHEAD / 2 bytes asks for [B, B + CKPT_AHEAD), up to end (the file's
+ * end), and a read of more than one chunk for its first CKPT_AHEAD. With stream,
+ * data holds one chunk and each chunk overwrites the last (a check alone,
+ * in a bounded buffer). MSR_ERR_CORRUPT when the file ends early,
+ * MSR_ERR_IO on a failed read (the error text names path). */
 static msr_status_t read_chunks(int fd, const char *path, off_t at, void *data, size_t len,
-                                int stream, uint32_t *crc_p)
+                                off_t end, int stream, uint32_t *crc_p)
 {
+    const off_t half = CKPT_AHEAD / 2;
     size_t done = 0;
     (void)posix_fadvise(fd, at, (off_t)len, POSIX_FADV_SEQUENTIAL);
-    read_ahead(fd, at, MSR_MIN((off_t)len, CKPT_AHEAD));
+    if (len > CKPT_CHUNK)
+        read_ahead(fd, at, MSR_MIN(end - at, CKPT_AHEAD));
     while (done < len) {
         size_t want = MSR_MIN(len - done, CKPT_CHUNK);
-        off_t ahead = at + (off_t)done + CKPT_AHEAD, end = at + (off_t)len;
-        if (done % (size_t)(CKPT_AHEAD / 2) == 0 && ahead < end) /* twice per window */
-            read_ahead(fd, ahead, MSR_MIN(end - ahead, CKPT_AHEAD / 2));
+        off_t pos = at + (off_t)done, win = (pos + (off_t)want) / half * half;
+        if (win > pos) /* this chunk reaches window win */
+            read_ahead(fd, win, MSR_MIN(end - win, CKPT_AHEAD));
         unsigned char *dst = (unsigned char *)data + (stream ? 0 : done);
         ssize_t got = pread(fd, dst, want, at + (off_t)done);
         if (got < 0 && errno == EINTR)
@@ -238,7 +244,8 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
                      path, h.len);
         goto out;
     }
-    st = read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, 0, &crc);
+    st = read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 0,
+                     &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     if (st != MSR_OK) {
@@ -274,14 +281,11 @@ msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
         close(fd);
         return MSR_ERR_CORRUPT;
     }
-    st = read_chunks(fd, path, (off_t)(CKPT_HEADER + offset), buf, len, 0, NULL);
     /* a resharded load reads the pieces it needs a chunk at a time, most
-     * often one after the other: the disk reads the next CKPT_AHEAD bytes
-     * while the caller checks these (small reads, headers, ask nothing) */
-    uint64_t next = offset + len;
-    if (st == MSR_OK && len >= CKPT_CHUNK && next < h.len)
-        read_ahead(fd, (off_t)(CKPT_HEADER + next),
-                   (off_t)MSR_MIN((uint64_t)CKPT_AHEAD, h.len - next));
+     * often one after the other: read_chunks keeps the disk ahead of them
+     * in the file, past this read */
+    st = read_chunks(fd, path, (off_t)(CKPT_HEADER + offset), buf, len, CKPT_HEADER + (off_t)h.len,
+                     0, NULL);
     close(fd);
     if (st == MSR_OK && total_p != NULL)
         *total_p = h.len;
@@ -305,7 +309,8 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
     if (chunk == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory to check %s", path);
     else
-        st = read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len, 1, &crc);
+        st = read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 1,
+                         &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     free(chunk);
