@@ -312,6 +312,13 @@ msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, co
     return decode(head, hl, total, 0, what, h_p, ranges_p, n_p);
 }
 
+uint32_t msr_tckpt_piece_crc_start(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
+{
+    uint64_t lo = r->lo;
+    uint32_t n32 = (uint32_t)r->n;
+    return msr_crc32(msr_crc32(h->head_crc, &lo, sizeof lo), &n32, sizeof n32);
+}
+
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
 {
     return h->version < 3 ||

@@ -125,6 +125,17 @@ msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, co
  * its CRC (always for version 2, which has none). */
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
 
+/* A piece's CRC checked as its bytes arrive: msr_crc32 continued from
+ * this over the piece's 3 * r->n floats, in the order of the payload
+ * (params, m, v), equals r->crc when the piece is intact (version 3; a
+ * version 2 piece has no CRC). Lets a reader check each chunk it reads
+ * while the chunk is in the cache. */
+uint32_t msr_tckpt_piece_crc_start(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
+
+/* The bytes a reader of pieces reads at a time (and checks while they are
+ * in the cache). */
+#define MSR_TCKPT_READ_CHUNK ((size_t)1 << 20)
+
 /* Where metas a and b first differ, backed up to the start of that "; "-
  * separated field: a message about other settings shows both from there
  * (a whole meta does not fit one error text). 0 when the first differs. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/crc32.h"
 #include "base/err.h"
 #include "base/status.h"
 #include "model/err_call.h"
@@ -345,6 +346,27 @@ static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
     return "?";
 }
 
+/* Reads piece r of rank's payload into buf (3 * r->n floats) in chunks of
+ * MSR_TCKPT_READ_CHUNK, continuing its CRC over each chunk while it is in
+ * the cache: *crc_p gets the CRC to compare with r->crc. */
+static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_header_t *h,
+                               const msr_tckpt_range_t *r, float *buf, uint32_t *crc_p)
+{
+    size_t len = 3 * (size_t)r->n * sizeof *buf;
+    unsigned char *b = (unsigned char *)buf;
+    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
+    for (size_t at = 0; at < len;) {
+        size_t n = MSR_MIN(len - at, MSR_TCKPT_READ_CHUNK);
+        msr_status_t st = src->read(src->arg, rank, r->offset + at, b + at, n, NULL);
+        if (st != MSR_OK)
+            return st;
+        crc = msr_crc32(crc, b + at, n);
+        at += n;
+    }
+    *crc_p = crc;
+    return MSR_OK;
+}
+
 /* Reads the pieces of partial payload p (saved by rank) that hold
  * elements of this rank's, one at a time through a buffer of one piece
  * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
@@ -368,12 +390,13 @@ static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
                 return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
                                cap);
         }
-        if ((st = src->read(src->arg, rank, r.offset, buf, floats * sizeof *buf, NULL)) != MSR_OK)
+        uint32_t crc = 0;
+        if ((st = piece_read(src, rank, &p->h, &r, buf, &crc)) != MSR_OK)
             break;
         r.params = buf;
         r.m = buf + r.n;
         r.v = buf + 2 * r.n;
-        if (!msr_tckpt_piece_ok(&p->h, &r)) {
+        if (p->h.version >= 3 && crc != r.crc) {
             st = msr_err(MSR_ERR_CORRUPT,
                          "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
                          "%llu) of the whole model) does not match its CRC",

@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -157,6 +159,74 @@ static msr_status_t open_state(const char *dir, int64_t step, int rank, int worl
     return MSR_OK;
 }
 
+/* A load reads a file in chunks of CKPT_CHUNK bytes and checks each while
+ * it is still in the cache (one pass over memory, not two), with the next
+ * CKPT_AHEAD bytes already asked of the disk (posix_fadvise WILLNEED), so
+ * the disk reads ahead while the CRC runs. */
+#define CKPT_CHUNK ((size_t)1 << 20)
+#define CKPT_AHEAD ((off_t)16 << 20)
+
+/* Asks the kernel to start reading [at, at + len) of fd into the page
+ * cache and return at once; a hint, its failure ignored. */
+static void read_ahead(int fd, off_t at, off_t len)
+{
+    if (len > 0)
+        (void)posix_fadvise(fd, at, len, POSIX_FADV_WILLNEED);
+}
+
+/* Reads len bytes of fd from file offset at into data, in chunks of
+ * CKPT_CHUNK, and continues *crc_p over each chunk just read (crc_p NULL:
+ * none). The disk is kept ahead by file offsets, not by calls, so that a
+ * reader calling once a chunk asks as little as one calling once a file:
+ * the chunk that reaches the start B of one of a file's windows of
+ * CKPT_AHEAD / 2 bytes asks for [B, B + CKPT_AHEAD), up to end (the file's
+ * end), and a read of more than one chunk for its first CKPT_AHEAD. With stream,
+ * data holds one chunk and each chunk overwrites the last (a check alone,
+ * in a bounded buffer). MSR_ERR_CORRUPT when the file ends early,
+ * MSR_ERR_IO on a failed read (the error text names path). */
+static msr_status_t read_chunks(int fd, const char *path, off_t at, void *data, size_t len,
+                                off_t end, int stream, uint32_t *crc_p)
+{
+    const off_t half = CKPT_AHEAD / 2;
+    size_t done = 0;
+    (void)posix_fadvise(fd, at, (off_t)len, POSIX_FADV_SEQUENTIAL);
+    if (len > CKPT_CHUNK)
+        read_ahead(fd, at, MSR_MIN(end - at, CKPT_AHEAD));
+    while (done < len) {
+        size_t want = MSR_MIN(len - done, CKPT_CHUNK);
+        off_t pos = at + (off_t)done, win = (pos + (off_t)want) / half * half;
+        if (win > pos) /* this chunk reaches window win */
+            read_ahead(fd, win, MSR_MIN(end - win, CKPT_AHEAD));
+        unsigned char *dst = (unsigned char *)data + (stream ? 0 : done);
+        ssize_t got = pread(fd, dst, want, at + (off_t)done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return io_error("cannot read", path);
+        if (got == 0)
+            return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", path);
+        if (crc_p != NULL)
+            *crc_p = msr_crc32(*crc_p, dst, (size_t)got);
+        done += (size_t)got;
+    }
+    return MSR_OK;
+}
+
+/* A buffer of len bytes for a load; large ones are asked to be backed by
+ * huge pages (a hint), so that filling them faults 512 times less. */
+static void *load_buffer(size_t len)
+{
+    unsigned char *data = malloc(len ? len : 1);
+    size_t huge = (size_t)2 << 20;
+    if (data != NULL && len >= 2 * huge) {
+        uintptr_t lo = ((uintptr_t)data + huge - 1) & ~(uintptr_t)(huge - 1),
+                  hi = ((uintptr_t)data + len) & ~(uintptr_t)(huge - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+    return data;
+}
+
 /* Reads and checks step-<step>/rank-<rank>.bin; world < 0 accepts any. */
 static msr_status_t load_file(const char *dir, int64_t step, int rank, int world, void **data_p,
                               size_t *len_p)
@@ -167,21 +237,24 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     msr_status_t st = open_state(dir, step, rank, world, path, sizeof path, &fd, &h);
     if (st != MSR_OK)
         return st;
-    st = MSR_ERR_CORRUPT;
-    void *data = malloc(h.len ? h.len : 1);
-    if (data == NULL) {
-        st = MSR_ERR_NO_MEMORY;
+    uint32_t crc = 0;
+    void *data = NULL;
+    if (h.len > SIZE_MAX - 1 || (data = load_buffer((size_t)h.len)) == NULL) {
+        st = msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for %s (%" PRIu64 " bytes)",
+                     path, h.len);
         goto out;
     }
-    if (msr_read_full(fd, data, h.len) != MSR_OK || msr_crc32(0, data, h.len) != h.crc) {
-        msr_err_set("checkpoint: %s does not match its CRC", path);
+    st = read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 0,
+                     &crc);
+    if (st == MSR_OK && crc != h.crc)
+        st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
+    if (st != MSR_OK) {
         free(data);
         goto out;
     }
     *data_p = data;
     if (len_p)
         *len_p = h.len;
-    st = MSR_OK;
 out:
     close(fd);
     return st;
@@ -208,19 +281,11 @@ msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
         close(fd);
         return MSR_ERR_CORRUPT;
     }
-    unsigned char *p = buf;
-    size_t done = 0;
-    while (done < len && st == MSR_OK) {
-        ssize_t got = pread(fd, p + done, len - done, (off_t)(CKPT_HEADER + offset + done));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            st = got < 0 ? io_error("cannot read", path) : MSR_ERR_CORRUPT;
-            if (got == 0)
-                msr_err_set("checkpoint: %s ends early", path);
-        }
-        done += got > 0 ? (size_t)got : 0;
-    }
+    /* a resharded load reads the pieces it needs a chunk at a time, most
+     * often one after the other: read_chunks keeps the disk ahead of them
+     * in the file, past this read */
+    st = read_chunks(fd, path, (off_t)(CKPT_HEADER + offset), buf, len, CKPT_HEADER + (off_t)h.len,
+                     0, NULL);
     close(fd);
     if (st == MSR_OK && total_p != NULL)
         *total_p = h.len;
@@ -228,12 +293,28 @@ msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
 }
 
 /* Whether this rank's state of step reads back whole (header, length and
- * CRC); on failure msr_last_error() says why. */
+ * CRC), read through a buffer of one chunk (the state is not held); on
+ * failure msr_last_error() says why. */
 static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
 {
-    void *data = NULL;
-    msr_status_t st = load_file(dir, step, msr_rank(ctx), msr_world_size(ctx), &data, NULL);
-    free(data);
+    char path[4200];
+    int fd;
+    ckpt_header_t h;
+    uint32_t crc = 0;
+    msr_status_t st =
+        open_state(dir, step, msr_rank(ctx), msr_world_size(ctx), path, sizeof path, &fd, &h);
+    if (st != MSR_OK)
+        return 0;
+    void *chunk = malloc(CKPT_CHUNK);
+    if (chunk == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory to check %s", path);
+    else
+        st = read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 1,
+                         &crc);
+    if (st == MSR_OK && crc != h.crc)
+        st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
+    free(chunk);
+    close(fd);
     return st == MSR_OK;
 }
 

@@ -21,8 +21,9 @@
  *                 state's CRC, decode, copy into its share (same layout)
  *     reshard     a world of another size: every rank reads the header of
  *                 every saved file and only the pieces that overlap its
- *                 share (msr_ckpt_read_rank, one piece's buffer), checking
- *                 each piece's CRC (train_gpt's resume in another layout)
+ *                 share (msr_ckpt_read_rank, one piece's buffer, a chunk
+ *                 at a time), checking each piece's CRC chunk by chunk
+ *                 (train_gpt's resume in another layout)
  *
  * A rank's share is msr_ckpt_slice of PARAMS over the world (ckpt_full.h),
  * as the data-parallel ranks of a ZeRO-3 job or the CUDA trainer save. */
@@ -34,6 +35,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/crc32.h"
 #include "msrun/msrun.h"
 #include "parallel/ckpt.h"
 #include "parallel/ckpt_full.h"
@@ -212,15 +214,21 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
             if ((*buf_p = msr_malloc(floats * sizeof(float))) == NULL)
                 st = MSR_ERR_NO_MEMORY;
         }
-        if (st == MSR_OK)
-            st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, r[k].offset, *buf_p,
-                                    floats * sizeof(float), NULL);
+        /* a chunk at a time, its CRC continued while it is in the cache */
+        unsigned char *b = (unsigned char *)*buf_p;
+        uint32_t crc = msr_tckpt_piece_crc_start(&h, &r[k]);
+        for (size_t at = 0, len = floats * sizeof(float); at < len && st == MSR_OK;) {
+            size_t c = len - at < MSR_TCKPT_READ_CHUNK ? len - at : MSR_TCKPT_READ_CHUNK;
+            st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, r[k].offset + at, b + at, c, NULL);
+            crc = msr_crc32(crc, b + at, c);
+            at += c;
+        }
         if (st != MSR_OK)
             break;
         r[k].params = *buf_p;
         r[k].m = *buf_p + r[k].n;
         r[k].v = *buf_p + 2 * r[k].n;
-        if (!msr_tckpt_piece_ok(&h, &r[k]))
+        if (h.version >= 3 && crc != r[k].crc)
             st = MSR_ERR_CORRUPT;
         else
             share_take(s, &r[k]);

@@ -14,7 +14,9 @@
 #                ZeRO-3 over NP ranks) trains one step and saves, without
 #                and with --ckpt-async, timing the save itself (its "ms in
 #                the steps" and "written in the background")
-#                / dd of the same bytes with conv=fdatasync
+#                / dd of the same bytes with conv=fdatasync; and resumes from
+#                that checkpoint (its "resumed from step 1 under DIR in X s")
+#                / dd reading the file dd wrote
 # Before every read the page cache is dropped when this user can
 # (root: echo 3 > /proc/sys/vm/drop_caches); otherwise both sides read from
 # the page cache, and the table says so. Each row is the median of RUNS
@@ -71,6 +73,14 @@ tg_() { # ARGS...: train_gpt's line about its checkpoints
         --steps 1 --zero 3 --threads 1 --ckpt-dir "$tmp/tg" "$@" 2>&1 |
         grep 'checkpoints:' || { echo "train_gpt failed" >&2; exit 1; }
 }
+tg_resume() { # train_gpt's seconds to resume from the checkpoint under $tmp/tg (its own
+    # "resumed from step S under DIR in X s"), then one step
+    "${pin[@]}" "$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
+        "$b/train_gpt" --layers 12 --channels 448 --heads 4 --seq 16 --micro-batch 1 \
+        --steps 2 --zero 3 --threads 1 --ckpt-dir "$tmp/tg" --resume 2>&1 |
+        sed -n 's/.*train_gpt: resumed from step 1 under .* in \([0-9.]*\) s .*/\1/p' | grep . ||
+        { echo "train_gpt --resume failed" >&2; exit 1; }
+}
 ms() { sed -n "s/.*[:,] \([0-9.]*\) ms $1.*/\1/p"; } # WHAT: train_gpt's ms of WHAT
 ck=$tmp/ck
 for ((i = 0; i < runs; i++)); do
@@ -96,6 +106,10 @@ for ((i = 0; i < runs; i++)); do
     tgbytes=$(cat "$tmp"/tg/step-1/rank-*.bin | wc -c)
     ddsecs if=/dev/zero of="$tmp/dd" bs=4M iflag=count_bytes count="$tgbytes" conv=fdatasync \
         >>"$tmp/tg_dd"
+    drop
+    tg_resume >>"$tmp/tg_resume"
+    drop
+    ddsecs if="$tmp/dd" of=/dev/null bs=4M >>"$tmp/tg_dd_read"
     rm -rf "$tmp/tg"
     line=$(tg_ --ckpt-async)
     stall=$(echo "$line" | ms "in the steps")
@@ -135,6 +149,7 @@ printf "|%s|%s|%s|%s|%s|%s|\n" "----------------------------------" "---------:"
     "---------:" "---------:" "-------:"
 row "train_gpt save" tg_save tg_dd
 row "train_gpt --ckpt-async (durable)" tg_async tg_dd
+row "train_gpt --resume (load)" tg_resume tg_dd_read
 stall=$(med tg_stall)
 printf "\ntrain_gpt --ckpt-async stall (the step's copy): %.3f s, %.0f%% of the synchronous save\n" \
     "$stall" "$(echo "100 * $stall / $(med tg_save)" | bc -l)"

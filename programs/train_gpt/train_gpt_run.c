@@ -273,6 +273,7 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
 {
     int64_t same = -1, any = -1;
     int world = 0;
+    uint64_t t0 = msr_now_ns(); /* the resume's time: finding, reading, loading */
     msr_status_t st = find_latest(job, o, &same, &any, &world);
     if (st != MSR_OK)
         return st;
@@ -289,8 +290,9 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     }
     *resumed_p = 1;
     if (job->rank == 0) {
-        fprintf(stderr, "train_gpt: resumed from step %lld under %s (saved by %d ranks)\n",
-                (long long)any, o->ckpt_dir, world);
+        fprintf(stderr,
+                "train_gpt: resumed from step %lld under %s in %.3f s (saved by %d ranks)\n",
+                (long long)any, o->ckpt_dir, (double)(msr_now_ns() - t0) * 1e-9, world);
         fprintf(stderr,
                 "train_gpt: rank 0 read %llu bytes (headers and the pieces it needs) of shards "
                 "of %llu bytes\n",
