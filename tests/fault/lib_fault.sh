@@ -105,3 +105,22 @@ wait_checkpoint() {
     done
     return 0
 }
+
+# first_gen_of W FILE: the first generation that FILE's start lines show on
+# W ranks (empty when none)
+first_gen_of() {
+    sed -n "s/.*start gen \([0-9]*\) rank [0-9]* of $1 .*/\1/p" "$2" 2>/dev/null | head -n 1
+}
+
+# wait_gen_after G W FILE SECONDS: until FILE shows a start line of a
+# generation after G on W ranks (a line of generation G or before, of an
+# earlier world of the same size, does not count)
+wait_gen_after() {
+    local i
+    for ((i = 0; i < $4 * 20; i++)); do
+        sed -n "s/.*start gen \([0-9]*\) rank [0-9]* of $2 .*/\1/p" "$3" 2>/dev/null |
+            awk -v g="$1" '$1 > g { f = 1 } END { exit !f }' && return 0
+        sleep 0.05
+    done
+    return 1
+}
