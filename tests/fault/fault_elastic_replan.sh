@@ -27,7 +27,7 @@ train=("$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micr
     --ckpt-every 4 --resume)
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=2
-    --max_restarts=3 --node_timeout=2 --last_call=20 --log_level=info)
+    --max_restarts=3 --node_timeout=2 --last_call=5 --log_level=info)
 for n in 0 1 2; do
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "${common[@]}" "${train[@]}" --ckpt-dir "$TMP/ck" \
         --loss-log "$TMP/loss" >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
@@ -36,7 +36,10 @@ for n in 0 1 2; do
 done
 # the 3 nodes form generation 0 together: it forms as soon as the third is
 # in, so the last call is only a deadline for its msrun to start (at 2 s a
-# loaded machine started it later, and generation 0 ran on 4 ranks)
+# loaded machine started it later, and generation 0 ran on 4 ranks); not
+# longer than 5 s, well inside the re-form's wait below: a re-form after a
+# failure also waits it out when the lost node is declared lost only after
+# the others are ready again
 wait_for "generation 0: started 2 workers (ranks [0-9.]* of 6)" "$TMP/n0.err" 40 ||
     fail "3 nodes formed generation 0"
 # a checkpoint of the 6 ranks is complete (its MANIFEST is written last)
