@@ -2242,4 +2242,14 @@ test: ^test_relay$
     n->relay[0] = '\0';
 >>>
 
+@ members.lost_while_forming_no_form
+file: cluster/members.c
+test: ^fault_etcd_elastic$
+<<<
+         * re-form waited for the last call's end (or the join timeout) */
+        msr_coord_try_form(c);
+===
+         * re-form waited for the last call's end (or the join timeout) */
+>>>
+
 __END__
