@@ -36,10 +36,7 @@ for n in 0 1 2; do
 done
 # the 3 nodes form generation 0 together: it forms as soon as the third is
 # in, so the last call is only a deadline for its msrun to start (at 2 s a
-# loaded machine started it later, and generation 0 ran on 4 ranks); not
-# longer than 5 s, well inside the re-form's wait below: a re-form after a
-# failure also waits it out when the lost node is declared lost only after
-# the others are ready again
+# loaded machine started it later, and generation 0 ran on 4 ranks)
 wait_for "generation 0: started 2 workers (ranks [0-9.]* of 6)" "$TMP/n0.err" 40 ||
     fail "3 nodes formed generation 0"
 # a checkpoint of the 6 ranks is complete (its MANIFEST is written last)
