@@ -146,6 +146,9 @@ static void node_lost(msr_coord_t *c, node_t *n, const char *why)
         msr_coord_generation_failed(c, &f);
     } else {
         MARK_DIRTY(c, 2);
+        /* the others may all be ready now: without this, an elastic
+         * re-form waited for the last call's end (or the join timeout) */
+        msr_coord_try_form(c);
     }
 }
 

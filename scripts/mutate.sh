@@ -2333,4 +2333,15 @@ test: ^comm_bcast_stress_np8$
 ===
     if (0 && s->ring_other[p] > last)
 >>>
+
+@ members.lost_while_forming_no_form
+file: cluster/members.c
+test: ^fault_etcd_elastic$
+<<<
+         * re-form waited for the last call's end (or the join timeout) */
+        msr_coord_try_form(c);
+===
+         * re-form waited for the last call's end (or the join timeout) */
+>>>
+
 __END__

@@ -16,10 +16,11 @@
 use_token_file
 start_etcd
 reference_digest >/dev/null
-job="elastic$$"
+# the job id lib_fault.sh gave the test: its shared-memory files carry it
+job=$MSRUN_JOB_ID
 common=(--rdzv_backend=etcd --rdzv_endpoint="$ETCD_EP" --rdzv_id="$job" --nnodes=2:3
     --local_worker_num=1 --max_restarts=3 --etcd_lease=1 --node_timeout=1
-    --heartbeat_interval=0.3 --last_call=0.3 --cluster_time_out=20 --log_level=info)
+    --heartbeat_interval=0.3 --last_call=20 --cluster_time_out=20 --log_level=info)
 args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
 pids=()
 for n in 0 1 2; do
@@ -29,6 +30,11 @@ for n in 0 1 2; do
         >"$TMP/n$n.out" 2>"$TMP/n$n.err" &
     pids+=($!)
 done
+# generation 0 on all 3 nodes: it forms as soon as the third is in, so the
+# last call is a deadline for a late msrun (at 0.3 s a loaded machine ran
+# generation 0 on 2). After the failover it must not delay the re-form:
+# the new coordinator learns of the killed node's loss (node_timeout) after
+# the others are ready, and that loss has to form the generation
 wait_formed 3
 # a checkpoint in, then the coordinator's node goes
 wait_checkpoint "$TMP/ck"

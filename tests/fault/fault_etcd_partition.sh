@@ -28,7 +28,8 @@ trap 'netns_down; cleanup' EXIT
 netns_up || fail "setting up the namespaces"
 start_etcd
 reference_digest >/dev/null
-job="cut$$"
+# the job id lib_fault.sh gave the test: its shared-memory files carry it
+job=$MSRUN_JOB_ID
 common=(--rdzv_backend=etcd --rdzv_endpoint="$ETCD_EP" --rdzv_id="$job" --nnodes=2:3
     --local_worker_num=1 --max_restarts=3 --etcd_lease=1 --node_timeout=1
     --heartbeat_interval=0.3 --last_call=0.3 --coordinator_timeout=4 --cluster_time_out=20

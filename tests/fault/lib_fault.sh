@@ -10,6 +10,12 @@ ITERS=${FAULT_ITERS:-300}
 EVERY=10
 SLEEP_MS=${FAULT_SLEEP_MS:-4}
 export FAULT_GATE=$TMP/gate
+# Every msrun of the test runs under a job id of its own, which names its
+# shared-memory files (/dev/shm/msr-<job id>-...): no_shm_leftovers then
+# counts this test's files only. Another test's unmapped files are not
+# ours to report: tests/comm/shm_unique.sh holds msr-shmuniq-* files
+# through its run, and a fault test that ran beside it (ctest -j2) failed.
+export MSRUN_JOB_ID=fault-$$-$RANDOM
 mkdir -p "$FAULT_GATE"
 . "$MSRUN_SOURCE/tests/shm_files.sh"
 
@@ -72,10 +78,12 @@ rand_delay() {
     python3 -c "import random; print('%.3f' % random.uniform($1, $2))"
 }
 
-# No shared-memory file of ours left in /dev/shm (tests/shm_files.sh).
+# No shared-memory file of ours left in /dev/shm (tests/shm_files.sh): of
+# msrun's, those of this test's job id; UCX's own carry no job to tell them
+# apart, so all of those count
 no_shm_leftovers() {
     local left
-    left=$(stale_shm | tr '\n' ' ')
+    left=$(stale_shm | grep -E "^(ucx_|msr-$MSRUN_JOB_ID-)" | tr '\n' ' ')
     [ -z "$left" ] || fail "$1: files left in /dev/shm: $left"
 }
 
@@ -104,4 +112,23 @@ wait_checkpoint() {
         sleep 0.05
     done
     return 0
+}
+
+# first_gen_of W FILE: the first generation that FILE's start lines show on
+# W ranks (empty when none)
+first_gen_of() {
+    sed -n "s/.*start gen \([0-9]*\) rank [0-9]* of $1 .*/\1/p" "$2" 2>/dev/null | head -n 1
+}
+
+# wait_gen_after G W FILE SECONDS: until FILE shows a start line of a
+# generation after G on W ranks (a line of generation G or before, of an
+# earlier world of the same size, does not count)
+wait_gen_after() {
+    local i
+    for ((i = 0; i < $4 * 20; i++)); do
+        sed -n "s/.*start gen \([0-9]*\) rank [0-9]* of $2 .*/\1/p" "$3" 2>/dev/null |
+            awk -v g="$1" '$1 > g { f = 1 } END { exit !f }' && return 0
+        sleep 0.05
+    done
+    return 1
 }

@@ -28,7 +28,7 @@ secret_in_ps() {
     local p n=0
     for p in $(leftovers); do
         n=$((n + 1))
-        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$1"; then
+        if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q -- "$1"; then
             echo "$p: $(tr '\0' ' ' <"/proc/$p/cmdline")"
         fi
     done
@@ -154,11 +154,20 @@ env -u MSRUN_TOKEN -u MSRUN_TOKEN_FILE timeout 20 "$MSRUN" coordinator --port 0 
     >"$TMP/c.out" 2>&1 || CODE=$?
 expect_code 2 "a coordinator without a token"
 expect_in "no job token" "$TMP/c.out" "the coordinator says why"
+# start_coordinator OUT ARGS...: a background msrun coordinator ($cpid)
+# with its output in OUT, emptied here first: `cmd >OUT &` truncates in the
+# child, which on a loaded machine runs after the first wait_for, and the
+# coordinator before's "listening" line (its port, not this one's) matched
+start_coordinator() {
+    local out=$1
+    shift
+    : >"$out"
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator "$@" >"$out" 2>&1 &
+    cpid=$!
+}
 port=$(free_port)
-env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --port "$port" --token="$secret" \
-    >"$TMP/c.out" 2>&1 &
-cpid=$!
-wait_for "listening" "$TMP/c.out" 20 || fail "the coordinator listens"
+start_coordinator "$TMP/c1.out" --port "$port" --token="$secret"
+wait_for "listening on .*(port $port)" "$TMP/c1.out" 20 || fail "the coordinator listens"
 addrs=$(listen_addrs "$port")
 [ -n "$addrs" ] || fail "no listening socket on port $port found in /proc/net"
 for a in $addrs; do is_loopback "$a" || fail "--port alone listens on $a, not on loopback"; done
@@ -166,10 +175,8 @@ tr '\0' ' ' <"/proc/$cpid/cmdline" | grep -q -- "$secret" && fail "the coordinat
 kill "$cpid"
 wait_pid "$cpid" 20
 port=$(free_port)
-env MSRUN_TEST_MARKER="$MARKER" MSRUN_TOKEN="$secret" "$MSRUN" coordinator --port "$port" \
-    --host 0.0.0.0 >"$TMP/c.out" 2>&1 &
-cpid=$!
-wait_for "listening" "$TMP/c.out" 20 || fail "the coordinator on 0.0.0.0 listens"
+MSRUN_TOKEN="$secret" start_coordinator "$TMP/c2.out" --port "$port" --host 0.0.0.0
+wait_for "listening on .*(port $port)" "$TMP/c2.out" 20 || fail "the coordinator on 0.0.0.0 listens"
 addrs=$(listen_addrs "$port")
 wild=0
 for a in $addrs; do is_loopback "$a" || wild=1; done
