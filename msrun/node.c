@@ -1,6 +1,7 @@
 /* The node's state machine (node.h): decisions only; the agent performs
  * them. Logs what it decides, like the coordinator's core. */
 #include "launcher/node.h"
+#include "launcher/node_impl.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -11,18 +12,14 @@
 #include "base/log.h"
 #include "base/util.h"
 
-#define NS_PER_MS    1000000ull
 #define BACKOFF_MIN  50   /* ms: the first retry of a join or heartbeat */
 #define BACKOFF_MAX  1000 /* ms: retries back off to this */
 #define STUCK_MS     5000 /* after SIGKILL, how long before giving up on a worker */
 #define SLOW_FORM_MS 1000 /* forming takes longer than this: say who is awaited */
 
-static void finish(msr_node_t *n, int code, const char *error);
-static void stop_workers(msr_node_t *n, uint64_t now, int sig);
-
 /* ---- the queue ---- */
 
-static msr_node_action_t *push(msr_node_t *n, msr_node_act_kind_t kind)
+msr_node_action_t *msr_node_push(msr_node_t *n, msr_node_act_kind_t kind)
 {
     static msr_node_action_t dropped;
     if (n->acts_len == n->acts_cap) {
@@ -112,7 +109,7 @@ static void heartbeat(msr_node_t *n)
 {
     if (n->finished || !n->joined)
         return;
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_HEARTBEAT);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_HEARTBEAT);
     a->generation = n->generation;
     n->hb_inflight++;
 }
@@ -125,7 +122,7 @@ void msr_node_on_start(msr_node_t *n, uint64_t now)
     }
     /* cluster_time_out counts from here, not from the first failed call */
     n->coord_lost_since = now;
-    push(n, MSR_NODE_ACT_JOIN);
+    msr_node_push(n, MSR_NODE_ACT_JOIN);
 }
 
 void msr_node_on_send_failed(msr_node_t *n, uint64_t now, const char *why)
@@ -134,7 +131,7 @@ void msr_node_on_send_failed(msr_node_t *n, uint64_t now, const char *why)
         return;
     if (!n->joined) {
         MSR_ERROR("cannot send the join request: %s", why);
-        finish(n, 1, NULL);
+        msr_node_finish(n, 1, NULL);
         return;
     }
     n->hb_inflight--;
@@ -167,7 +164,7 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
                  token ? ": check --token_file, MSRUN_TOKEN_FILE, --token or MSRUN_TOKEN (every "
                          "node of a job must give the same)"
                        : "");
-        finish(n, 2, n->error);
+        msr_node_finish(n, 2, n->error);
         return;
     }
     /* away, or full (a lost node may not be reaped yet) */
@@ -176,7 +173,7 @@ void msr_node_on_join_failed(msr_node_t *n, uint64_t now, msr_node_join_error_t 
     if (now - n->coord_lost_since >= (uint64_t)n->cfg.cluster_time_out_ms * NS_PER_MS) {
         snprintf(n->error, sizeof n->error, "no coordinator answered at %s within %g s",
                  n->cfg.coord_target, (double)n->cfg.cluster_time_out_ms / 1000.0);
-        finish(n, MSR_EXIT_NOT_FORMED, n->error);
+        msr_node_finish(n, MSR_EXIT_NOT_FORMED, n->error);
         return;
     }
     if (now - n->last_progress > 5000 * NS_PER_MS) {
@@ -211,9 +208,9 @@ static void give_up(msr_node_t *n, uint64_t now)
     n->interrupted = -1;
     n->exit_code = 1;
     if (n->nrunning)
-        stop_workers(n, now, SIGTERM);
+        msr_node_stop_workers(n, now, SIGTERM);
     else
-        finish(n, 1, NULL);
+        msr_node_finish(n, 1, NULL);
 }
 
 void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const char *why)
@@ -300,7 +297,7 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
     }
     if (u->has_assignment && u->state == MSR_JOB_RUNNING) {
         if (n->node_rank != u->node_rank)
-            push(n, MSR_NODE_ACT_LOG_RANK)->code = u->node_rank;
+            msr_node_push(n, MSR_NODE_ACT_LOG_RANK)->code = u->node_rank;
         n->node_rank = u->node_rank;
         n->node_count = u->node_count;
         n->world_size = u->world_size;
@@ -320,7 +317,7 @@ static void spawn(msr_node_t *n, uint64_t now)
         n->workers[i].sent_sigs = 0;
     }
     n->spawn_at = 0;
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_SPAWN);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_SPAWN);
     a->generation = n->generation;
     a->local = 0;
 }
@@ -346,7 +343,7 @@ static void spawn_resume(msr_node_t *n)
     n->spawn_at = 0;
     if (n->stopping || n->worker_generation != n->generation || n->spawn_next <= 0)
         return;
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_SPAWN);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_SPAWN);
     a->generation = n->generation;
     a->local = n->spawn_next;
 }
@@ -368,14 +365,14 @@ static void follow(msr_node_t *n, uint64_t now, const msr_node_update_t *u, int 
     case MSR_JOB_FAILED:
     case MSR_JOB_DONE:
         if (n->nrunning > 0 || n->stopping)
-            stop_workers(n, now, SIGTERM);
+            msr_node_stop_workers(n, now, SIGTERM);
         else
-            finish(n, u->state == MSR_JOB_DONE ? 0 : failed_code(n), NULL);
+            msr_node_finish(n, u->state == MSR_JOB_DONE ? 0 : failed_code(n), NULL);
         break;
     case MSR_JOB_RUNNING:
         n->forming_since = 0;
         if (n->nrunning > 0 && n->worker_generation != n->generation)
-            stop_workers(n, now, SIGTERM); /* workers of an older generation */
+            msr_node_stop_workers(n, now, SIGTERM); /* workers of an older generation */
         else if (!n->stopping && u->has_assignment && n->worker_generation != n->generation &&
                  n->ready_generation >= n->generation)
             spawn(n, now);
@@ -385,7 +382,7 @@ static void follow(msr_node_t *n, uint64_t now, const msr_node_update_t *u, int 
         if (new_generation && n->generation > 0 && n->message[0])
             MSR_WARN("%s", n->message);
         if (n->nrunning > 0 || n->stopping) {
-            stop_workers(n, now, SIGTERM);
+            msr_node_stop_workers(n, now, SIGTERM);
         } else if (n->ready_generation < n->generation) {
             n->ready_generation = n->generation;
             heartbeat(n); /* tell the coordinator at once */
@@ -435,17 +432,17 @@ void msr_node_on_spawn_failed(msr_node_t *n, uint64_t now, const char *why)
     snprintf(n->message, sizeof n->message, "%s", why);
     n->exit_code = 2;
     n->interrupted = -1; /* finish with exit_code once stopped */
-    stop_workers(n, now, SIGKILL);
+    msr_node_stop_workers(n, now, SIGKILL);
 }
 
 /* Sends sig to every running worker (local -1) or to one, and remembers it:
  * a death by another signal was not msrun's doing. */
-static msr_node_action_t *signal_workers(msr_node_t *n, int local, int sig)
+msr_node_action_t *msr_node_signal_workers(msr_node_t *n, int local, int sig)
 {
     for (int i = 0; i < n->cfg.nworkers; i++)
         if ((local < 0 || i == local) && n->workers[i].running && sig > 0 && sig < 32)
             n->workers[i].sent_sigs |= 1u << sig;
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_SIGNAL);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_SIGNAL);
     a->local = local;
     a->sig = sig;
     return a;
@@ -458,16 +455,16 @@ static void stopping_done(msr_node_t *n)
         return;
     n->stopping = 0;
     n->kill_at = n->stuck_at = 0;
-    push(n, MSR_NODE_ACT_RELEASE);
+    msr_node_push(n, MSR_NODE_ACT_RELEASE);
     for (int i = 0; i < n->cfg.nworkers; i++)
         memset(&n->workers[i], 0, sizeof n->workers[i]);
     n->worker_generation = -1;
     if (n->interrupted) {
-        finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
+        msr_node_finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
     } else if (n->state == MSR_JOB_FAILED) {
-        finish(n, failed_code(n), NULL);
+        msr_node_finish(n, failed_code(n), NULL);
     } else if (n->state == MSR_JOB_DONE) {
-        finish(n, 0, NULL);
+        msr_node_finish(n, 0, NULL);
     } else if (n->ready_generation < n->generation) {
         n->ready_generation = n->generation; /* ready for the next generation */
         heartbeat(n);
@@ -476,7 +473,7 @@ static void stopping_done(msr_node_t *n)
 
 /* Stops every running worker: sig now, SIGKILL after the grace period;
  * stopping_done() follows once all are gone. */
-static void stop_workers(msr_node_t *n, uint64_t now, int sig)
+void msr_node_stop_workers(msr_node_t *n, uint64_t now, int sig)
 {
     n->spawn_at = 0; /* a paused spawn is not resumed */
     if (!n->stopping) {
@@ -487,7 +484,7 @@ static void stop_workers(msr_node_t *n, uint64_t now, int sig)
             n->kill_at = 1;
     }
     if (n->nrunning > 0)
-        signal_workers(n, -1, sig);
+        msr_node_signal_workers(n, -1, sig);
     else
         stopping_done(n);
 }
@@ -509,7 +506,7 @@ void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig)
         stopping_done(n);
         return;
     }
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_REPORT);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_REPORT);
     a->local = local;
     a->generation = n->worker_generation;
     a->exit_code = sig ? -1 : exit_code;
@@ -536,7 +533,7 @@ void msr_node_on_beat(msr_node_t *n, uint64_t now, int local, uint64_t last_beat
         snprintf(w->hung, sizeof w->hung, "hung: no msr_heartbeat() for %.1f s", secs);
     if (w->hung[0]) {
         MSR_WARN("rank %d (pid %d) %s: killing it", w->rank, w->pid, w->hung);
-        msr_node_action_t *a = signal_workers(n, local, SIGKILL);
+        msr_node_action_t *a = msr_node_signal_workers(n, local, SIGKILL);
         snprintf(a->text, sizeof a->text, "%s", w->hung);
     }
 }
@@ -560,7 +557,7 @@ void msr_node_on_no_beat(msr_node_t *n, uint64_t now, int local)
 static void kill_after_grace(msr_node_t *n, uint64_t now)
 {
     if (n->nrunning > 0) {
-        signal_workers(n, -1, SIGKILL);
+        msr_node_signal_workers(n, -1, SIGKILL);
         MSR_WARN("%d worker%s did not stop within %.1f s of SIGTERM: sent SIGKILL", n->nrunning,
                  n->nrunning == 1 ? "" : "s", (double)n->cfg.grace_ms / 1000.0);
     }
@@ -597,7 +594,7 @@ void msr_node_on_tick(msr_node_t *n, uint64_t now)
         if (n->joined)
             heartbeat(n);
         else
-            push(n, MSR_NODE_ACT_JOIN);
+            msr_node_push(n, MSR_NODE_ACT_JOIN);
     }
     if (n->kill_at && now >= n->kill_at) {
         n->kill_at = 0;
@@ -613,105 +610,6 @@ void msr_node_on_tick(msr_node_t *n, uint64_t now)
         int64_t every = n->cfg.worker_timeout_ms / 4 < 50 ? 50 : n->cfg.worker_timeout_ms / 4;
         n->hang_at = now + (uint64_t)(every > 1000 ? 1000 : every) * NS_PER_MS;
         if (!n->stopping && n->nrunning > 0 && !n->finished)
-            push(n, MSR_NODE_ACT_POLL_BEATS);
-    }
-}
-
-/* ---- signals, the coordinator child, the end ---- */
-
-void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
-{
-    char name[32];
-    msr_signal_name(sig, name, sizeof name);
-    if (n->finished)
-        return;
-    if (sig == SIGUSR1 || sig == SIGUSR2) {
-        MSR_INFO("forwarding %s to the workers", name);
-        if (n->nrunning > 0)
-            signal_workers(n, -1, sig);
-        return;
-    }
-    /* SIGINT, SIGTERM, SIGHUP */
-    if (n->interrupted > 0) {
-        MSR_WARN("%s again: killing the workers now", name);
-        if (n->nrunning > 0)
-            signal_workers(n, -1, SIGKILL);
-        return;
-    }
-    n->interrupted = sig;
-    /* "node ?" before the coordinator gave this node its rank */
-    char rank[16] = "?";
-    if (n->node_rank >= 0)
-        snprintf(rank, sizeof rank, "%d", n->node_rank);
-    snprintf(n->message, sizeof n->message, "msrun on node %s was interrupted by %s", rank, name);
-    if (n->nrunning > 0) {
-        MSR_WARN("interrupted by %s: stopping the workers (SIGKILL after %.1f s)", name,
-                 (double)n->cfg.grace_ms / 1000.0);
-        stop_workers(n, now, sig == SIGHUP ? SIGTERM : sig);
-    } else {
-        finish(n, 128 + sig, NULL);
-    }
-}
-
-void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int job_over)
-{
-    (void)now;
-    if (n->finished)
-        return;
-    if (job_over && !n->joined) {
-        /* it ended the job (its message said why) before this node was in:
-         * a restarted one would only read the same end from its state */
-        snprintf(n->error, sizeof n->error,
-                 "the embedded coordinator ended the job before this node joined (%s)", how);
-        finish(n, MSR_EXIT_NOT_FORMED, n->error);
-        return;
-    }
-    /* The workers keep running: a coordinator restarted on the same port
-     * and state file resumes the job. */
-    snprintf(push(n, MSR_NODE_ACT_COORD_RESTART)->text, sizeof n->acts[0].text, "%s", how);
-}
-
-/* The end: leave (once joined; after the loop, with the workers gone), stop
- * the embedded coordinator, exit. error, if any, is for stderr. */
-static void finish(msr_node_t *n, int code, const char *error)
-{
-    if (n->finished)
-        return;
-    n->finished = 1;
-    n->exit_code = code;
-    n->retry_at = n->kill_at = n->stuck_at = n->hang_at = 0;
-    if (n->joined) {
-        if (n->interrupted != 0)
-            snprintf(n->leave_reason, sizeof n->leave_reason, "%s", n->message);
-        else
-            snprintf(n->leave_reason, sizeof n->leave_reason, "finished (exit status %d)", code);
-        push(n, MSR_NODE_ACT_LEAVE)->long_text = n->leave_reason;
-    }
-    push(n, MSR_NODE_ACT_COORD_STOP);
-    msr_node_action_t *a = push(n, MSR_NODE_ACT_EXIT);
-    a->code = code;
-    a->long_text = error;
-}
-
-void msr_node_print_outcome(const msr_node_t *n)
-{
-    if (n->state == MSR_JOB_FAILED && n->interrupted == 0 && n->exit_code != 0) {
-        char what[700];
-        const msr_failure_t *c = &n->cause;
-        if (c->set) {
-            msr_failure_describe(c, what, sizeof what);
-            MSR_ERROR("job failed (generation %d): %s", c->generation, what);
-            if (n->max_restarts > 0)
-                MSR_ERROR("restarts used: %d of %d", n->restart_count, n->max_restarts);
-            if (c->ntail > 0) {
-                MSR_ERROR("last lines rank %d wrote to stderr:", c->rank);
-                for (size_t i = 0; i < c->ntail; i++)
-                    MSR_ERROR("  | %s", c->tail[i]);
-            }
-        } else {
-            MSR_ERROR("job failed: %s", n->message);
-        }
-    } else if (n->interrupted != 0 && n->exit_code != 0) {
-        MSR_ERROR("%s", n->message[0] ? n->message : "stopped");
+            msr_node_push(n, MSR_NODE_ACT_POLL_BEATS);
     }
 }

@@ -817,7 +817,7 @@ test: ^it_exit$
 file: msrun/node.c
 test: ^(test_node|fuzz_node_corpus)$
 <<<
-        finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
+        msr_node_finish(n, n->interrupted > 0 ? 128 + n->interrupted : n->exit_code, NULL);
 ===
         finish(n, n->interrupted > 0 ? 127 + n->interrupted : n->exit_code, NULL);
 >>>
