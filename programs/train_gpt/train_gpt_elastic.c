@@ -72,7 +72,8 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job)
     if (st == MSR_OK)
         st = saved_global_batch(job, o->ckpt_dir, step, &G);
     if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: the global batch of the checkpoint under %s: %s: %s: not resuming\n",
+        fprintf(stderr,
+                "train_gpt: the global batch of the checkpoint under %s: %s: %s: not resuming\n",
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
         return st == MSR_ERR_CORRUPT ? EXIT_BAD_INPUT : 1;
     }
