@@ -2,6 +2,7 @@
 #include "base/optparse.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -181,14 +182,21 @@ static msr_status_t list_append(void *obj, size_t off, const char *v)
     return MSR_OK;
 }
 
-/* seconds as a decimal number, to milliseconds */
+/* The parser's own limit of a number of seconds, whatever an option's. */
+#define SECONDS_MAX 1e9
+
+/* seconds as a decimal number, to milliseconds: 0, or -1 when v is no
+ * number of seconds, or -2 when it is a number below 0 or above
+ * SECONDS_MAX (*ms_p not written then). */
 static int parse_seconds(const char *v, int64_t *ms_p)
 {
     char *end = NULL;
     errno = 0;
     double s = strtod(v, &end);
-    if (end == v || *end != '\0' || errno || s < 0 || s > 1e9 || s != s)
-        return -1;
+    if (end == v || *end != '\0' || s != s || (errno && (errno != ERANGE || fabs(s) < 1)))
+        return -1; /* an underflow too: no number of milliseconds */
+    if (errno == ERANGE || s < 0 || s > SECONDS_MAX)
+        return -2;
     *ms_p = (int64_t)(s * 1000.0 + 0.5);
     return 0;
 }
@@ -264,14 +272,21 @@ static msr_status_t parse_real(const msr_opt_t *d, const char *v, src_t s, doubl
                    open ? '(' : '[', d->real_min, d->real_max);
 }
 
+/* Seconds within the option's bounds and the parser's limit; a number out
+ * of them is told the bound it passed. */
 static msr_status_t parse_secs(const msr_opt_t *d, const char *v, src_t s, int64_t *x)
 {
-    if (parse_seconds(v, x) != 0)
+    double max_s = (double)d->max / 1000.0 < SECONDS_MAX ? (double)d->max / 1000.0 : SECONDS_MAX;
+    int r = parse_seconds(v, x);
+    if (r == -1)
         return bad(s, v, "is not a number of seconds");
-    if (*x == 0 && (d->flags & MSR_OPT_ZERO_OFF))
+    if (r == 0 && *x == 0 && (d->flags & MSR_OPT_ZERO_OFF))
         return MSR_OK;
-    if (*x >= d->min && *x <= d->max)
+    if (r == 0 && *x >= d->min && *x <= d->max)
         return MSR_OK;
+    if (r == -2 ? v[0] != '-' : *x > d->min)
+        return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s: must be at most %.15g s", s.w, s.sep, v,
+                       max_s);
     return msr_err(MSR_ERR_INVALID_ARG, "%s%c%s: must be %sat least %g s", s.w, s.sep, v,
                    (d->flags & MSR_OPT_ZERO_OFF) ? "0 (off) or " : "", (double)d->min / 1000.0);
 }

@@ -200,9 +200,7 @@ int64_t msr_node_join_left_ms(const msr_node_t *n, uint64_t now)
     return left < 1 ? 1 : left;
 }
 
-/* The node cannot go on with the job (the coordinator lost, or forgot this
- * node): stop the workers and exit 1. */
-static void give_up(msr_node_t *n, uint64_t now)
+void msr_node_give_up(msr_node_t *n, uint64_t now)
 {
     MSR_ERROR("%s", n->message);
     n->interrupted = -1;
@@ -221,7 +219,7 @@ void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const c
     if (gone) {
         snprintf(n->message, sizeof n->message, "the coordinator no longer knows this node: %s",
                  why);
-        give_up(n, now);
+        msr_node_give_up(n, now);
         return;
     }
     if (n->coord_lost_since == 0) {
@@ -231,7 +229,7 @@ void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const c
         snprintf(n->message, sizeof n->message,
                  "lost the coordinator at %s: no answer for %.1f s (%.200s)", n->cfg.coord_target,
                  (double)n->cfg.coordinator_timeout_ms / 1000.0, why);
-        give_up(n, now);
+        msr_node_give_up(n, now);
         return;
     }
     if (n->hb_inflight == 0)
@@ -402,6 +400,7 @@ void msr_node_on_update(msr_node_t *n, uint64_t now, const msr_node_update_t *u)
     if (n->coord_lost_since)
         MSR_INFO("the coordinator at %s answers again", n->cfg.coord_target);
     n->coord_lost_since = 0;
+    n->coord_ended = 0;
     n->backoff_ms = BACKOFF_MIN;
     int new_generation = u->generation != n->generation;
     take_update(n, u);

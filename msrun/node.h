@@ -132,6 +132,7 @@ typedef struct msr_node {
     int joined;
     int hb_inflight;
     uint64_t coord_lost_since; /* 0 while it answers; the start before joining */
+    int coord_ended;           /* the embedded one exited with the job over; 0 on an answer */
     int spawned;               /* workers were started in some generation */
     int spawn_next;            /* a spawn handed the loop a turn: the next local to start */
     uint64_t spawned_at;       /* when the current generation's were */
@@ -224,7 +225,9 @@ void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig);
 /* The embedded coordinator exited; how: "SIGKILL", "code 1". */
 /* job_over: it exited by itself with the code that says the job ended (0
  * done, 1 failed): a node that never joined then stops, as the job it
- * waited for is over. */
+ * waited for is over; a joined node restarts it once, and gives up (exit 1,
+ * "declared this node lost") when the restarted one ends the job too
+ * before answering this node. */
 void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int job_over);
 
 /* Before joining: how long the join may still take (at least 1 ms), so that

@@ -50,7 +50,6 @@ void msr_node_on_signal(msr_node_t *n, uint64_t now, int sig)
 
 void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int job_over)
 {
-    (void)now;
     if (n->finished)
         return;
     if (job_over && !n->joined) {
@@ -61,8 +60,26 @@ void msr_node_on_coord_exit(msr_node_t *n, uint64_t now, const char *how, int jo
         msr_node_finish(n, MSR_EXIT_NOT_FORMED, n->error);
         return;
     }
+    if (job_over && n->coord_ended) {
+        /* It exits by itself only once no node is left in the job: this
+         * node was declared lost (its heartbeats unheard for the node
+         * timeout: msrun stopped, or its machine too loaded), and a
+         * restarted one read the same end from its state without answering
+         * this node once. Restarting it again would only repeat that until
+         * the coordinator timeout, which would then hide the cause. */
+        snprintf(n->message, sizeof n->message,
+                 "the coordinator declared this node lost (no heartbeat heard within "
+                 "--node_timeout) and the job ended without it (the embedded coordinator "
+                 "exited with %s, again after a restart)",
+                 how);
+        msr_node_give_up(n, now);
+        return;
+    }
     /* The workers keep running: a coordinator restarted on the same port
-     * and state file resumes the job. */
+     * and state file resumes the job. One that ended the job with this node
+     * still in was perhaps stopped by a signal (it exits 1 then too): it is
+     * restarted once. */
+    n->coord_ended = job_over;
     snprintf(msr_node_push(n, MSR_NODE_ACT_COORD_RESTART)->text, sizeof n->acts[0].text, "%s", how);
 }
 

@@ -15,6 +15,9 @@ msr_node_action_t *msr_node_push(msr_node_t *n, msr_node_act_kind_t kind);
 msr_node_action_t *msr_node_signal_workers(msr_node_t *n, int local, int sig);
 /* Stops the running workers with sig, escalating after the grace. */
 void msr_node_stop_workers(msr_node_t *n, uint64_t now, int sig);
+/* The node cannot go on with the job (the coordinator lost, or forgot this
+ * node): logs n->message, stops the workers and exits 1. */
+void msr_node_give_up(msr_node_t *n, uint64_t now);
 /* Ends the node with exit code and error (NULL: none). */
 void msr_node_finish(msr_node_t *n, int code, const char *error);
 

@@ -179,6 +179,23 @@ static msr_status_t exec_failure(const char *path, int err)
 #endif
 #define CHILD_STACK_BYTES (64 * 1024)
 
+/* The child's report (its failure, or nothing) is read without waiting
+ * when the parent resumes only once the child is done with it: with
+ * CLONE_VFORK that is when it exited (after writing any failure) or when
+ * its exec passed the point of no return (the old memory let go of), after
+ * which exec cannot fail back. Waiting there for end of file, as a
+ * blocking read did, waited for the close-on-exec of the pipe's write end
+ * a little later in exec, which a starved child (workers spinning on the
+ * agent's core) reached up to a second later, or never while a process
+ * forked by another thread meanwhile held a copy of it: all of it with
+ * the agent's event loop held. A forked child (sanitized builds) runs
+ * its steps after fork returns: there the read waits for its report. */
+#if MSR_SPAWN_BY_CLONE
+#define REPORT_PIPE_FLAGS O_NONBLOCK
+#else
+#define REPORT_PIPE_FLAGS 0
+#endif
+
 typedef struct child_args {
     const msr_spawn_options_t *o;
     char *const *envp;
@@ -210,7 +227,7 @@ msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
     int devnull = -1, pipefd[2] = {-1, -1};
     if (needs_devnull(o) && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
         return msr_err(msr_status_from_errno(errno), "cannot open /dev/null: %s", strerror(errno));
-    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    if (pipe2(pipefd, O_CLOEXEC | REPORT_PIPE_FLAGS) != 0) {
         msr_err_set("pipe: %s", strerror(errno));
         goto err_devnull;
     }
@@ -255,10 +272,13 @@ msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
     do {
         n = read(pipefd[0], &f, sizeof f);
     } while (n < 0 && errno == EINTR);
+    int report_err = n < 0 ? errno : 0;
     close(pipefd[0]);
     if (devnull >= 0)
         close(devnull);
-    if (n == 0) {
+    /* nothing to read: the child is past exec's point of no return (see
+     * REPORT_PIPE_FLAGS) */
+    if (n == 0 || (n < 0 && (report_err == EAGAIN || report_err == EWOULDBLOCK))) {
         *pid_p = pid;
         return MSR_OK;
     }

@@ -83,24 +83,38 @@ static void fold_in_order(ucx_req_t *r, void *dst, const void *own, const char *
     msr_reduce_finish(a->op, a->dtype, dst, count, r->n);
 }
 
+/* Posts one direct exchange: sends first (they are what the others wait
+ * for), to every other rank j r->bytes from send + j * send_stride (stride
+ * 0: the same vector to all), then receives, from every other rank j
+ * r->bytes into recv + j * recv_stride. */
+static msr_status_t post_direct(ucx_req_t *r, const void *send, size_t send_stride, void *recv,
+                                size_t recv_stride)
+{
+    msr_status_t st;
+    for (int d = 1; d < r->n; d++) {
+        int j = ucx_mod(r->me + d, r->n);
+        st = ucx_op_send(r, ucx_next_op(r), j, ucx_at(send, (uint64_t)j, send_stride), r->bytes, 0);
+        if (st != MSR_OK)
+            return st;
+    }
+    for (int d = 1; d < r->n; d++) {
+        int j = ucx_mod(r->me - d, r->n);
+        st = ucx_op_recv(r, ucx_next_op(r), j, ucx_at(recv, (uint64_t)j, recv_stride), r->bytes, 0);
+        if (st != MSR_OK)
+            return st;
+    }
+    return MSR_OK;
+}
+
 msr_status_t ucx_step_allreduce_direct(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
     msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        /* Sends first: they are what the others wait for. Slot j gets rank
-         * j's vector; slot me a copy of ours when in place. */
-        for (int d = 1; d < r->n; d++) {
-            st = ucx_op_send(r, ucx_next_op(r), ucx_mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
-        for (int d = 1; d < r->n; d++) {
-            int j = ucx_mod(r->me - d, r->n);
-            st = ucx_op_recv(r, ucx_next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
+        /* Slot j gets rank j's vector; slot me a copy of ours when in place. */
+        st = post_direct(r, a->sendbuf, 0, r->scratch, r->bytes);
+        if (st != MSR_OK)
+            return st;
         if (a->in_place)
             memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;
@@ -119,19 +133,9 @@ msr_status_t ucx_step_reduce_scatter_direct(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        for (int d = 1; d < r->n; d++) {
-            int j = ucx_mod(r->me + d, r->n);
-            st = ucx_op_send(r, ucx_next_op(r), j,
-                             ucx_at(a->sendbuf, (uint64_t)j * a->count, r->es), r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
-        for (int d = 1; d < r->n; d++) {
-            int j = ucx_mod(r->me - d, r->n);
-            st = ucx_op_recv(r, ucx_next_op(r), j, r->scratch + (size_t)j * r->bytes, r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
+        st = post_direct(r, a->sendbuf, r->bytes, r->scratch, r->bytes);
+        if (st != MSR_OK)
+            return st;
         if (a->in_place && r->bytes > 0) /* count 0 may come with NULL buffers */
             memcpy(r->scratch + (size_t)r->me * r->bytes, a->recvbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;
@@ -151,18 +155,9 @@ msr_status_t ucx_step_allgather_direct(ucx_req_t *r)
     const msr_coll_args_t *a = &r->pub.args;
     msr_status_t st;
     if (r->direct.phase == UCX_DIRECT_POST) {
-        for (int d = 1; d < r->n; d++) {
-            st = ucx_op_send(r, ucx_next_op(r), ucx_mod(r->me + d, r->n), a->sendbuf, r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
-        for (int d = 1; d < r->n; d++) {
-            int j = ucx_mod(r->me - d, r->n);
-            st = ucx_op_recv(r, ucx_next_op(r), j,
-                             ucx_at(a->recvbuf, (uint64_t)j * a->count, r->es), r->bytes, 0);
-            if (st != MSR_OK)
-                return st;
-        }
+        st = post_direct(r, a->sendbuf, 0, a->recvbuf, r->bytes);
+        if (st != MSR_OK)
+            return st;
         if (!a->in_place && r->bytes)
             memcpy(ucx_at(a->recvbuf, (uint64_t)r->me * a->count, r->es), a->sendbuf, r->bytes);
         r->direct.phase = UCX_DIRECT_WAIT;

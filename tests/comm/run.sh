@@ -54,7 +54,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 "$(dirname "$0")/../../scripts/free_port.py"; }
+# a free port claimed for this script until it exits (lib.sh's free_port)
+free_port() {
+    MSRUN_PORT_CLAIMS="$build/tests/port-claims" MSRUN_PORT_OWNER=$$ \
+        python3 "$(dirname "$0")/../../scripts/free_port.py"
+}
 
 run_once() { # $1: log file; the exit status of node 0's msrun
     local pids=() n

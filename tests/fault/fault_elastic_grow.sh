@@ -9,21 +9,10 @@
 # once, and the steps after the resume equal (1e-5 relative) those of a
 # 6-rank run resumed from the same checkpoint. Exit 0 on every node.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
-. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator, elastic_train
 use_token_file
-cat >"$TMP/cluster" <<'CLUSTER'
-ranks_per_node = 2
-mem_gib = 0.0015
-peak_tflops = 0.05
-intra_gbs = 5
-latency_us = 2
-mem_gbs = 3
-kernel_us = 0.2
-cores_per_node = 2
-CLUSTER
 STEPS=120
-train=("$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micro-batch 2
-    --lr 3e-3 --steps "$STEPS" --threads 1 --auto --tp 2 --cluster "$TMP/cluster" --resume)
+elastic_train "$STEPS" --resume
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=2
     --max_restarts=3 --node_timeout=2 --last_call=0.3 --log_level=info)

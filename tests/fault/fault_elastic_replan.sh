@@ -9,22 +9,10 @@
 # 4 ranks) and ends with exit 0. The steps after the resume equal (1e-5
 # relative) those of a 4-rank run resumed from the same checkpoint.
 . "$MSRUN_SOURCE/tests/integration/lib.sh"
-. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator
+. "$MSRUN_SOURCE/tests/fault/lib_fault.sh" # wait_coordinator, elastic_train
 use_token_file
-cat >"$TMP/cluster" <<'CLUSTER'
-ranks_per_node = 2
-mem_gib = 0.0015
-peak_tflops = 0.05
-intra_gbs = 5
-latency_us = 2
-mem_gbs = 3
-kernel_us = 0.2
-cores_per_node = 2
-CLUSTER
 STEPS=60
-train=("$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micro-batch 2
-    --lr 3e-3 --steps "$STEPS" --threads 1 --auto --tp 2 --cluster "$TMP/cluster"
-    --ckpt-every 4 --resume)
+elastic_train "$STEPS" --ckpt-every 4 --resume
 port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=2:3 --local_worker_num=2
     --max_restarts=3 --node_timeout=2 --last_call=5 --log_level=info)

@@ -132,3 +132,22 @@ wait_gen_after() {
     done
     return 1
 }
+
+# elastic_train STEPS [ARG...]: sets train to the train_gpt command of the
+# elastic model-parallel tests (--auto --tp 2, STEPS steps, then ARGs), its
+# cluster file in $TMP/cluster: a memory budget that leaves tp 2 x pp 3 on
+# 6 ranks and tp 2 x pp 2 on 4
+elastic_train() {
+    cat >"$TMP/cluster" <<'CLUSTER'
+ranks_per_node = 2
+mem_gib = 0.0015
+peak_tflops = 0.05
+intra_gbs = 5
+latency_us = 2
+mem_gbs = 3
+kernel_us = 0.2
+cores_per_node = 2
+CLUSTER
+    train=("$BUILD/bin/train_gpt" --layers 6 --channels 32 --heads 4 --seq 16 --micro-batch 2
+        --lr 3e-3 --steps "$1" --threads 1 --auto --tp 2 --cluster "$TMP/cluster" "${@:2}")
+}

@@ -71,8 +71,13 @@ fail() {
 ok() { echo "ok   $*"; }
 
 # a TCP port free on loopback right now
-# free_port [N]: N free ports (see scripts/free_port.py for why not bind(0)'s)
-free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free_port.py" "$@"; }
+# free_port [N]: N free ports (see scripts/free_port.py for why not bind(0)'s),
+# claimed for this test's shell until it exits, so that no test running
+# beside it gets them
+free_port() {
+    MSRUN_PORT_CLAIMS="$BUILD/tests/port-claims" MSRUN_PORT_OWNER=$$ \
+        python3 "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free_port.py" "$@"
+}
 
 # use_token_file: every msrun started after this gets the same job token
 # from a 0600 file, as a scheduler would hand one out (a job of several

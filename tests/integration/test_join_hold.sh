@@ -30,15 +30,21 @@ for v in 0 1000000000; do
     out=$(verdict env MSRUN_JOIN_HOLD="$v" "$MSRUN" "${agent[@]}" no-such-program-xyz)
     [ "$out" = accepted ] || fail "MSRUN_JOIN_HOLD=$v: $out"
 done
+# one past each bound is told that bound; no number, that it is none
 for v in -0.001 1000000000.001 soon; do
+    case "$v" in
+    -*) why="$v: must be at least 0 s" ;;
+    1*) why="$v: must be at most 1000000000 s" ;;
+    *) why="$v is not a number of seconds" ;;
+    esac
     out=$(verdict "$MSRUN" --join_hold="$v" "${agent[@]}" no-such-program-xyz)
-    case "$out" in "msrun: error: --join_hold=$v is not a number of seconds"*) ;;
+    case "$out" in "msrun: error: --join_hold=$why"*) ;;
     *) fail "msrun --join_hold=$v: $out" ;; esac
     out=$(verdict "$MSRUN" coordinator --join_hold="$v")
-    case "$out" in "msrun coordinator: error: --join_hold=$v is not a number of seconds"*) ;;
+    case "$out" in "msrun coordinator: error: --join_hold=$why"*) ;;
     *) fail "msrun coordinator --join_hold=$v: $out" ;; esac
     out=$(verdict env MSRUN_JOIN_HOLD="$v" "$MSRUN" "${agent[@]}" no-such-program-xyz)
-    case "$out" in *"MSRUN_JOIN_HOLD=$v is not a number of seconds"*) ;;
+    case "$out" in *"MSRUN_JOIN_HOLD=$why"*) ;;
     *) fail "MSRUN_JOIN_HOLD=$v: $out" ;; esac
 done
 ok "--join_hold: 0 and 1e9 s accepted, -0.001 and 1e9 + 0.001 s refused"

@@ -209,20 +209,32 @@ void test_optparse_boundaries(void)
     MSR_CHECK_EQ(c.ms, 100);
     MSR_CHECK_EQ(bound_parse(&c, "--wait=60", NULL), MSR_OPTS_OK);
     MSR_CHECK_EQ(c.ms, 60000);
-    const char *bad_s[] = {"--wait=0.099", "--wait=60.001", "--wait=abc", "--wait=1x",
-                           "--wait=-1",    "--wait=nan",    "--wait=1e10"};
+    /* out of range: the bound passed; no number of seconds at all: that */
+    const struct {
+        const char *arg, *why;
+    } bad_s[] = {
+        {"--wait=0.099", "--wait=0.099: must be at least 0.1 s"},
+        {"--wait=60.001", "--wait=60.001: must be at most 60 s"},
+        {"--wait=-1", "--wait=-1: must be at least 0.1 s"},
+        {"--wait=1e10", "--wait=1e10: must be at most 60 s"},
+        {"--wait=1e999", "--wait=1e999: must be at most 60 s"},
+        {"--wait=abc", "--wait=abc is not a number of seconds"},
+        {"--wait=1x", "--wait=1x is not a number of seconds"},
+        {"--wait=nan", "--wait=nan is not a number of seconds"},
+        {"--wait=1e-999", "--wait=1e-999 is not a number of seconds"},
+    };
     for (size_t i = 0; i < MSR_ARRAY_SIZE(bad_s); i++) {
-        c.ms = 7;
-        MSR_CHECK_MSG(bound_parse(&c, bad_s[i], NULL) == MSR_OPTS_BAD, "%s taken", bad_s[i]);
-        /* out of range, or no number of seconds at all */
-        MSR_CHECK_MSG(strstr(msr_err_msg(), i < 2 ? "must be" : "is not a number of seconds"),
-                      "%s: %s", bad_s[i], msr_err_msg());
+        MSR_CHECK_MSG(bound_parse(&c, bad_s[i].arg, NULL) == MSR_OPTS_BAD, "%s taken",
+                      bad_s[i].arg);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), bad_s[i].why), "%s: %s", bad_s[i].arg, msr_err_msg());
     }
-    /* the parser's own limit: 1e9 seconds taken, a millisecond more not */
+    /* the parser's own limit: 1e9 seconds taken, a millisecond more told
+     * that bound */
     MSR_CHECK_EQ(bound_parse(&c, "--forever=1000000000", NULL), MSR_OPTS_OK);
     MSR_CHECK_EQ(c.forever, INT64_C(1000000000000));
     MSR_CHECK_EQ(bound_parse(&c, "--forever=1000000000.001", NULL), MSR_OPTS_BAD);
-    MSR_CHECK_MSG(strstr(msr_err_msg(), "is not a number of seconds"), "%s", msr_err_msg());
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "--forever=1000000000.001: must be at most 1000000000 s"),
+                  "%s", msr_err_msg());
     /* each integer range says its own bound */
     const struct {
         const char *arg, *why;

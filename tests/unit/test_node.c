@@ -476,7 +476,40 @@ static void test_coordinator_ended_before_join(void)
     msr_node_cleanup(&n);
 }
 
+/* The embedded coordinator ended the job with this node still in (it was
+ * declared lost): restarted once; the restarted one ending it too before
+ * answering means the end is real: stop the workers and exit 1 naming the
+ * cause, not a restart loop until the coordinator timeout. An answer in
+ * between starts the count again. */
+static void test_coordinator_ended_without_this_node(void)
+{
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_coord_exit(&n, T0, "code 1", 1);
+    expect(MSR_NODE_ACT_COORD_RESTART);
+    expect_none();
+    msr_node_on_coord_exit(&n, T0, "code 1", 1);
+    MSR_CHECK(strstr(n.message, "declared this node lost") != NULL);
+    expect(MSR_NODE_ACT_SIGNAL);
+    MSR_CHECK_EQ(act.sig, SIGTERM);
+    msr_node_cleanup(&n);
+
+    setup(1, 0);
+    run_generation0();
+    msr_node_on_coord_exit(&n, T0, "code 1", 1);
+    expect(MSR_NODE_ACT_COORD_RESTART);
+    n.hb_inflight++;
+    update(0, MSR_JOB_RUNNING, 1, NULL);
+    while (msr_node_next_action(&n, &act))
+        ;
+    msr_node_on_coord_exit(&n, T0, "code 1", 1);
+    expect(MSR_NODE_ACT_COORD_RESTART);
+    MSR_CHECK(!n.finished);
+    msr_node_cleanup(&n);
+}
+
 static const msr_test_t tests[] = {
+    {"coordinator_ended_without_this_node", test_coordinator_ended_without_this_node, 10},
     {"join_deadline_from_the_start", test_join_deadline_from_the_start, 10},
     {"not_formed_exit_code", test_not_formed_exit_code, 10},
     {"coordinator_ended_before_join", test_coordinator_ended_before_join, 10},

@@ -3,6 +3,7 @@
  * and what the parent learns when the child cannot start. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/time.h"
 #include "launcher/spawn.h"
 #include "tests/runner.h"
 
@@ -295,6 +297,70 @@ static void test_wait_wakes_on_exit(void)
     MSR_CHECK(msr_spawn_wait(pid, 10000) == 1);
 }
 
+/* A process forked by another thread while msr_spawn runs holds a copy
+ * of its report pipe's write end until it exits (close-on-exec closes it
+ * only at an exec). msr_spawn must not wait for that copy, as a blocking
+ * read of the report did: the agent's event loop was held as long. Here a
+ * thread forks children that keep their copies 2 s while this one spawns
+ * /bin/true 20 times: each spawn returns well within those 2 s, and an
+ * exec failure is still reported with its errno. */
+typedef struct forker {
+    volatile int stop;
+    int forks;
+} forker_t;
+
+static void *fork_holders(void *arg)
+{
+    forker_t *f = arg;
+    while (!f->stop && f->forks < 200) {
+        pid_t p = fork();
+        if (p == 0) {
+            struct timespec hold = {2, 0};
+            nanosleep(&hold, NULL);
+            _exit(0);
+        }
+        f->forks += p > 0;
+        struct timespec gap = {0, 200 * 1000};
+        nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+static void test_report_not_held_by_forks(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("skip: sanitized builds spawn by fork, whose report is waited for (msrun/spawn.c)\n");
+    return;
+#endif
+    forker_t f = {0};
+    pthread_t t;
+    MSR_CHECK(pthread_create(&t, NULL, fork_holders, &f) == 0);
+    char *argv[] = {"true", NULL};
+    msr_spawn_options_t o = {.path = "/bin/true", .argv = argv, .extra_fd = -1};
+    int64_t slowest_ms = 0;
+    for (int i = 0; i < 20; i++) {
+        uint64_t t0 = msr_now_ns();
+        pid_t pid;
+        MSR_CHECK_OK(msr_spawn(&o, &pid));
+        int64_t ms = (int64_t)((msr_now_ns() - t0) / 1000000);
+        slowest_ms = ms > slowest_ms ? ms : slowest_ms;
+        MSR_CHECK(waitpid(pid, NULL, 0) == pid);
+    }
+    char *bad_argv[] = {"nothing-here", NULL};
+    msr_spawn_options_t bad = {
+        .path = "/nonexistent/nothing-here", .argv = bad_argv, .extra_fd = -1};
+    pid_t pid;
+    MSR_CHECK_EQ(msr_spawn(&bad, &pid), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "No such file or directory") != NULL, "%s", msr_err_msg());
+    f.stop = 1;
+    pthread_join(t, NULL);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    MSR_CHECK(f.forks > 0);
+    MSR_CHECK_MSG(slowest_ms < 1000, "a spawn took %lld ms beside %d forks holding 2 s",
+                  (long long)slowest_ms, f.forks);
+}
+
 static const msr_test_t tests[] = {
     {"exec_failure", test_exec_failure, 10},
     {"setup_failure", test_setup_failure, 10},
@@ -305,6 +371,7 @@ static const msr_test_t tests[] = {
     {"death_signal", test_death_signal, 20},
     {"no_copy_on_write", test_no_copy_on_write, 20},
     {"wait_wakes_on_exit", test_wait_wakes_on_exit, 30},
+    {"report_not_held_by_forks", test_report_not_held_by_forks, 30},
 };
 
 int main(int argc, char **argv)

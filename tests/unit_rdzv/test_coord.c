@@ -97,6 +97,26 @@ Msr__HeartbeatResponse *tc_beat(msr_coord_t *co, tcall_t *c, const char *id, int
     return (Msr__HeartbeatResponse *)c->resp;
 }
 
+/* Ticks, then beats node id (generation gen, ready for it), about every
+ * 10 ms until the answer says the job is in state want, limit_ms at the
+ * most: what a step after a last call waits for (an elastic job forms, a
+ * late node is taken in) without guessing how long the machine takes.
+ * Returns that answer (held in c). */
+Msr__HeartbeatResponse *tc_beat_until_state(msr_coord_t *co, tcall_t *c, const char *id, int gen,
+                                            Msr__JobState want, int64_t limit_ms)
+{
+    uint64_t limit = msr_deadline_in_ms(limit_ms);
+    for (;;) {
+        msr_coord_tick(co, msr_now_ns());
+        Msr__HeartbeatResponse *r = tc_beat(co, c, id, gen, gen);
+        if (r->state == want)
+            return r;
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the job is in state %d, not %d, after %lld ms",
+                      (int)r->state, (int)want, (long long)limit_ms);
+        msr_sleep_ms(10);
+    }
+}
+
 /* Beats each of the nw nodes in live (generation gen, ready for it) about
  * every 50 ms and ticks, until the job's state is no longer `from` (another
  * node was lost), limit_ms at the most; returns the time the tick that

@@ -44,6 +44,8 @@ msr_coord_t *tc_make_coord(int worker_num, int local, int max_restarts);
 Msr__JoinRequest tc_join_req(int worker_num, int local, int node_rank, int max_restarts);
 const char *tc_join(msr_coord_t *co, int slot, int worker_num, int local, int node_rank);
 Msr__HeartbeatResponse *tc_beat(msr_coord_t *co, tcall_t *c, const char *id, int gen, int ready);
+Msr__HeartbeatResponse *tc_beat_until_state(msr_coord_t *co, tcall_t *c, const char *id, int gen,
+                                            Msr__JobState want, int64_t limit_ms);
 uint64_t tc_beat_until_changed(msr_coord_t *co, const char *const *live, int nw, int gen,
                                Msr__JobState from, int64_t limit_ms);
 void tc_report_lost(msr_coord_t *co, const char *id, int gen, int rank, int code, int sig,

@@ -304,10 +304,8 @@ static void test_elastic(void)
             /* two nodes (MIN) ready: the job forms after the last call */
             tc_beat(co, &c, ids[0], 0, 0);
             MSR_CHECK_EQ(tc_beat(co, &c, ids[1], 0, 0)->state, MSR__JOB_STATE__JOB_WAITING);
-            msr_sleep_ms(60);
-            msr_coord_tick(co, msr_now_ns());
-            Msr__HeartbeatResponse *r = tc_beat(co, &c, ids[0], 0, 0);
-            MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+            Msr__HeartbeatResponse *r =
+                tc_beat_until_state(co, &c, ids[0], 0, MSR__JOB_STATE__JOB_RUNNING, 5000);
             MSR_CHECK_EQ(r->assignment->world_size, 2);
             MSR_CHECK_EQ(r->assignment->node_count, 2);
         }
@@ -319,10 +317,8 @@ static void test_elastic(void)
     tc_call(co, &c, MSR_RPC_JOIN, &j.base);
     MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
     /* the third node is taken in at the next generation, without a restart */
-    msr_sleep_ms(60);
-    msr_coord_tick(co, msr_now_ns());
-    Msr__HeartbeatResponse *r = tc_beat(co, &c, ids[0], 0, 0);
-    MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RESTARTING);
+    Msr__HeartbeatResponse *r =
+        tc_beat_until_state(co, &c, ids[0], 0, MSR__JOB_STATE__JOB_RESTARTING, 5000);
     MSR_CHECK_EQ(r->generation, 1);
     MSR_CHECK_EQ(r->restart_count, 0);
     for (int i = 0; i < 3; i++)
@@ -435,9 +431,7 @@ static msr_coord_t *grown_coord_cfg(msr_coord_config_t cfg, int saves, char ids[
         if (i == 1) { /* MIN ready: the job forms after the last call */
             tc_beat(co, &c, ids[0], 0, 0);
             tc_beat(co, &c, ids[1], 0, 0);
-            msr_sleep_ms(60);
-            msr_coord_tick(co, msr_now_ns());
-            MSR_CHECK_EQ(tc_beat(co, &c, ids[0], 0, 0)->state, MSR__JOB_STATE__JOB_RUNNING);
+            tc_beat_until_state(co, &c, ids[0], 0, MSR__JOB_STATE__JOB_RUNNING, 5000);
         }
     }
     t_p[1] = msr_now_ns();
