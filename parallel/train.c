@@ -78,6 +78,12 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                        "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
                        cfg->par.zero, cfg->par.bucket_bytes);
     }
+    if (cfg->par.grad_bf16 && cfg->par.zero != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "gradients reduced in bf16 need ZeRO stage 0, not %d (ZeRO's "
+                       "reduce-scatters sum in fp32)",
+                       cfg->par.zero);
+    }
     if (cfg->tp < 1 || cfg->pp < 1 || cfg->cp < 0) {
         return msr_err(MSR_ERR_CONFIG, "tp %d, pp %d and cp %d must be at least 1", cfg->tp,
                        cfg->pp, cfg->cp);

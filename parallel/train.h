@@ -63,12 +63,8 @@ typedef struct msr_train_config {
     /* mixed precision (docs/model.md "bf16 training"): the matrix products'
      * operands in precision (MSR_PRECISION_FP32, the zero value, or bf16;
      * model/layers.h), the fp32 parameters being the master weights that
-     * AdamW updates; and whether the data-parallel gradients are summed in
-     * bf16 (the communicator's MSR_DTYPE_BF16 sum: fp32 sums of bf16
-     * inputs, rounded once; msr_train_config_check says what it refuses)
-     * rather than fp32 */
+     * AdamW updates. (Gradients reduced in bf16: par.grad_bf16.) */
     msr_precision_t precision;
-    int grad_reduce_bf16; /* 1: gradients reduced in bf16 */
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,

@@ -316,6 +316,8 @@ static int check_combination(options_t *o, int world, int in_job)
         fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
         return -1;
     }
+    if (precision_check(o) != 0)
+        return -1;
     if (strcmp(o->device, "cuda") == 0 && (o->experts > 0 || o->ep > 1)) {
         fprintf(stderr, "train_gpt: --device cuda has no MoE blocks: --experts and --ep are for "
                         "--device cpu only\n");
@@ -341,8 +343,6 @@ static int check_combination(options_t *o, int world, int in_job)
             return -1;
         }
     }
-    if (precision_check(o) != 0)
-        return -1;
     if (train_gpt_st_check(o) != 0)
         return -1;
     if (o->ckpt_dir != NULL && !in_job) {
@@ -575,7 +575,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     cfg->mp_always = o->trace != NULL;
     /* checked by precision_check */
     (void)msr_precision_parse(o->precision, &cfg->precision);
-    cfg->grad_reduce_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
+    cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
     if (msr_train_config_check(cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
         return -1;

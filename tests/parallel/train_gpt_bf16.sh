@@ -46,6 +46,8 @@ refuse() {
 }
 refuse "--precision fp16: not fp32 or bf16" --precision fp16
 refuse "--grad-reduce-dtype f32: not fp32 or bf16" --grad-reduce-dtype f32
+refuse "gradients reduced in bf16 need ZeRO stage 0, not 1" --grad-reduce-dtype bf16 --zero 1
+refuse "--device cuda trains in fp32" --precision bf16 --device cuda
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--precision" "$work/help" || fail "--help has no --precision"
 
@@ -91,6 +93,14 @@ run pp2-gpipe 2 --pp 2 --schedule gpipe
 run pp2-1f1b 2 --pp 2 --schedule 1f1b --recompute full
 run pp2-interleaved 2 --pp 2 --schedule interleaved --virtual-stages 2
 run cp2 2 --cp 2
+
+# gradients summed in bf16 (rounded to bf16 once per rank, fp32 sums,
+# rounded once more): each rank's gradient moves by at most u relative
+# before the sum and the sum by u after it, the same order as a product's
+# operand (above), so the same bound; and it must differ from the fp32 sum
+run dp2-grad-bf16 2 --dp 2 --grad-reduce-dtype bf16
+cmp -s <(losses "$work/dp2") <(losses "$work/dp2-grad-bf16") &&
+    fail "--grad-reduce-dtype bf16 prints the losses of fp32 sums"
 
 # Mixture-of-Experts, expert parallel over 2 ranks, against its own one
 # process
