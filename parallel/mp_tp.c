@@ -232,6 +232,8 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
         return st;
     msr_matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C,
                        d->Vl);
+    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
+        return st; /* a failed product, logged where it failed */
     size_t N = d->N, Vl = (size_t)d->Vl;
     if (d->tp == 1) {
         msr_crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
@@ -308,6 +310,8 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
         return st;
     msr_matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
                         head_wte(mp, 0), (int)N, d->C, d->Vl);
+    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
+        return st;
     if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
         return st;
     const float *lnfw = m->segments[m->seg_lnf].params;
