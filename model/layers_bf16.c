@@ -140,7 +140,12 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
                     ldc);
         return;
     }
-    if (M <= 0 || N <= 0)
+    if (M < 0 || N < 0 || K < 0) {
+        MSR_ERROR("products: a %d x %d x %d product has a negative size", M, N, K);
+        fail(p, MSR_ERR_INVALID_ARG);
+        return;
+    }
+    if (M == 0 || N == 0)
         return;
     /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
     int ar = trans_a ? K : M, ac = trans_a ? M : K;
