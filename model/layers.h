@@ -71,6 +71,11 @@ msr_precision_t msr_products_precision(const msr_products_t *p);
  * Sticky: a pass that saw a failure is not to be trusted. */
 msr_status_t msr_products_status(const msr_products_t *p);
 
+/* The bytes of bf16 operand scratch the context holds now: the largest
+ * op(A) and op(B) storage it has rounded, 2 bytes an element (0 for fp32
+ * and NULL). The bf16 path's own buffers (model/gemm_bf16.h) come on top. */
+size_t msr_products_scratch_bytes(const msr_products_t *p);
+
 /* The product every float kernel calls: cblas_sgemm's row-major form,
  * C (M,N) = alpha op(A) op(B) + beta C, in p's precision (above). */
 void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int N, int K,

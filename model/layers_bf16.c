@@ -100,6 +100,11 @@ msr_status_t msr_products_status(const msr_products_t *p)
     return p != NULL ? p->status : MSR_OK;
 }
 
+size_t msr_products_scratch_bytes(const msr_products_t *p)
+{
+    return p != NULL ? (p->a_cap + p->b_cap) * sizeof(uint16_t) : 0;
+}
+
 /* The first failure sticks; later ones are the same story. */
 static void fail(msr_products_t *p, msr_status_t st)
 {

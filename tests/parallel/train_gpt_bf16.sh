@@ -77,6 +77,15 @@ close "bf16 vs fp32" "$work/one" "$work/f32"
 cmp -s <(losses "$work/one") <(losses "$work/f32") &&
     fail "bf16 prints the losses of fp32: the switch does nothing"
 
+# --report's bf16 operand scratch, counted by hand: the largest operands
+# of any product are the head's, dlogits (N,V) and wte (V,C), N = 2 x 16
+# rows, V = 256, C = 32: 2 x (32 x 256 + 256 x 32) = 32768 bytes. Under tp 2
+# each rank holds V/2 of the vocabulary: 2 x (32 x 128 + 128 x 32) = 16384
+timeout 60 "$bin/train_gpt" "${small[@]}" --steps 1 --report >/dev/null 2>"$work/rep" ||
+    fail "--report: $(cat "$work/rep")"
+grep -q "rank 0 precision bf16: bf16 operand scratch 32768 bytes; gradients summed in fp32" \
+    "$work/rep" || fail "--report: $(cat "$work/rep")"
+
 run() { # run NAME N ARGS...
     local name=$1 n=$2
     shift 2
@@ -88,7 +97,11 @@ run dp2 2 --dp 2
 run zero1 2 --dp 2 --zero 1
 run zero2 2 --dp 2 --zero 2 --bucket-mb 0.02
 run zero3 2 --dp 2 --zero 3
-run tp2-sp 2 --tp 2 --sp --recompute selective
+run tp2-sp 2 --tp 2 --sp --recompute selective --report
+for r in 0 1; do
+    grep -q "rank $r precision bf16: bf16 operand scratch 16384 bytes" "$work/tp2-sp.err" ||
+        fail "tp 2 --report, rank $r: $(cat "$work/tp2-sp.err")"
+done
 run pp2-gpipe 2 --pp 2 --schedule gpipe
 run pp2-1f1b 2 --pp 2 --schedule 1f1b --recompute full
 run pp2-interleaved 2 --pp 2 --schedule interleaved --virtual-stages 2
