@@ -114,6 +114,8 @@ run cp2 2 --cp 2
 run dp2-grad-bf16 2 --dp 2 --grad-reduce-dtype bf16
 cmp -s <(losses "$work/dp2") <(losses "$work/dp2-grad-bf16") &&
     fail "--grad-reduce-dtype bf16 prints the losses of fp32 sums"
+# and through the model-parallel runtime's buckets (dp x cp over pp)
+run dp2-pp2-grad-bf16 4 --dp 2 --pp 2 --schedule gpipe --grad-reduce-dtype bf16
 
 # Mixture-of-Experts, expert parallel over 2 ranks, against its own one
 # process
