@@ -15,14 +15,14 @@
 # ones, each within u of the fp32 value: at most 2u = 2^-7 apart. A flip
 # therefore moves an operand at most twice as far as bf16's own rounding
 # moves it from fp32 (u), and happens to about 2^-16 of the elements (the
-# 16 bits bf16 drops). The loss is a smooth function of the operands, so
-# its change from flips is bounded by twice its change from rounding every
-# operand once, which is what the bf16 products may cost in accuracy: u of
-# the loss. Tolerance, per step: |loss - loss of one process| <= 2u x loss
-# = loss / 128. bf16 against fp32 is held to the same bound and must
-# differ (the switch does something). Measured (docs/model.md): 2e-6 to
-# 4e-5 between layouts, 1.2e-4 bf16 vs fp32, at losses near 5.5 (bound
-# 0.043).
+# 16 bits bf16 drops). To first order the loss moves by the sum of its
+# sensitivities times the operands' moves, so flips move it at most twice
+# as far as rounding every operand once does; taking that, bf16's own cost,
+# to be at most u of the loss (each product's relative error; the one
+# assumption, checked below by holding bf16 against fp32 to the same
+# bound), the tolerance per step is |loss - loss of one process| <= 2u x
+# loss = loss / 128. bf16 against fp32 must also differ (the switch does
+# something). The measured differences are in docs/model.md.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
