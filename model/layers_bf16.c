@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bf16.h"
 #include "base/cpu_features.h"
 #include "base/log.h"
@@ -61,7 +62,7 @@ msr_status_t msr_products_create(msr_precision_t precision, msr_products_t **p_p
         MSR_ERROR("products: unknown precision %d", (int)precision);
         return MSR_ERR_INVALID_ARG;
     }
-    msr_products_t *p = calloc(1, sizeof *p);
+    msr_products_t *p = msr_calloc(1, sizeof *p);
     if (p == NULL) {
         MSR_ERROR("products: out of memory for a context");
         return MSR_ERR_NO_MEMORY;
@@ -70,7 +71,7 @@ msr_status_t msr_products_create(msr_precision_t precision, msr_products_t **p_p
     if (precision == MSR_PRECISION_BF16) {
         msr_status_t st = msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &p->gemm);
         if (st != MSR_OK) {
-            free(p);
+            msr_free(p);
             return st;
         }
         if (msr_gemm_bf16_path(p->gemm) == MSR_GEMM_BF16_BLAS)
@@ -85,9 +86,9 @@ void msr_products_destroy(msr_products_t *p)
     if (p == NULL)
         return;
     msr_gemm_bf16_destroy(p->gemm);
-    free(p->a);
-    free(p->b);
-    free(p);
+    msr_free(p->a);
+    msr_free(p->b);
+    msr_free(p);
 }
 
 msr_precision_t msr_products_precision(const msr_products_t *p)
@@ -117,12 +118,12 @@ static msr_status_t reserve(uint16_t **buf_p, size_t *cap_p, size_t n)
 {
     if (n <= *cap_p)
         return MSR_OK;
-    uint16_t *q = malloc(n * sizeof *q);
+    uint16_t *q = msr_malloc(n * sizeof *q);
     if (q == NULL) {
         MSR_ERROR("products: cannot allocate %zu bytes of bf16 scratch", n * sizeof *q);
         return MSR_ERR_NO_MEMORY;
     }
-    free(*buf_p);
+    msr_free(*buf_p);
     *buf_p = q;
     *cap_p = n;
     return MSR_OK;

@@ -3,12 +3,14 @@
  * bf16 first (the blas path widens them exactly and calls the same
  * sgemm), and differs from fp32 on operands that are not bf16 numbers;
  * attention in bf16 stays within a bound derived from bf16's rounding;
- * a failed product's status sticks; the precision names parse. */
+ * a failed product's status sticks, every allocation failing in turn
+ * included; the precision names parse. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bf16.h"
 #include "model/layers.h"
 #include "model/rng.h"
@@ -155,12 +157,46 @@ static void test_sticky_status(void)
     msr_products_destroy(p);
 }
 
+/* Every allocation of a bf16 context and its first product failing in
+ * turn: creation fails cleanly (nothing written), a product records
+ * MSR_ERR_NO_MEMORY; the first run that meets no failure is exact. */
+static void test_no_memory(void)
+{
+    float *inp = random_floats((size_t)N * IC, 10), *w = random_floats((size_t)OC * IC, 11);
+    float *ri = rounded(inp, (size_t)N * IC), *rw = rounded(w, (size_t)OC * IC);
+    float *want = forward(NULL, ri, rw, NULL);
+    for (long i = 0;; i++) {
+        msr_products_t *p = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_products_create(MSR_PRECISION_BF16, &p);
+        float *got = st == MSR_OK ? forward(p, inp, w, NULL) : NULL;
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (st != MSR_OK) {
+            MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+            MSR_CHECK(p == NULL);
+        } else if (failed) {
+            MSR_CHECK_STATUS(msr_products_status(p), MSR_ERR_NO_MEMORY);
+        } else {
+            MSR_CHECK_OK(msr_products_status(p));
+            MSR_CHECK(memcmp(got, want, (size_t)N * OC * sizeof *got) == 0);
+            MSR_CHECK(i >= 3); /* the context and its two operands' scratch */
+        }
+        msr_products_destroy(p);
+        free(got);
+        if (!failed)
+            break;
+    }
+    free(inp), free(w), free(ri), free(rw), free(want);
+}
+
 static const msr_test_t tests[] = {
     {"names", test_names, 10},
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
     {"bf16_matmul", test_bf16_matmul, 10},
     {"bf16_attention", test_bf16_attention, 10},
     {"sticky_status", test_sticky_status, 10},
+    {"no_memory", test_no_memory, 10},
 };
 
 int main(int argc, char **argv)
