@@ -68,16 +68,17 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
     msr_status_t st = enter(b, a->ln1, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(a->qkv, in, p->qkvw, p->qkvb, N, C, 3 * b->Cl);
+    msr_matmul_forward(b->prod, a->qkv, in, p->qkvw, p->qkvb, N, C, 3 * b->Cl);
     if ((st = poll(b)) != MSR_OK)
         return st;
     if (b->comm != NULL && b->comm->attend != NULL)
         st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
     else
-        msr_attention_forward(a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
+        msr_attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
-    msr_matmul_forward(b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl, C);
+    msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl,
+                       C);
     return residual(b, a->res2, x, p->attprojb);
 }
 
@@ -92,11 +93,12 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
     msr_status_t st = enter(b, a->ln2, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(a->fch, in, p->fcw, p->fcb, N, C, b->Hl);
+    msr_matmul_forward(b->prod, a->fch, in, p->fcw, p->fcb, N, C, b->Hl);
     if ((st = poll(b)) != MSR_OK)
         return st;
     msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
-    msr_matmul_forward(b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl, C);
+    msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
+                       C);
     return residual(b, a->res3, a->res2, p->fcprojb);
 }
 
@@ -120,9 +122,10 @@ msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_
                                msr_gpt_block_acts_t *a, const float *x, const msr_block_mlp_t *mlp)
 {
     msr_status_t st = attn_forward(b, p, a, x);
-    if (st != MSR_OK)
-        return st;
-    return mlp != NULL ? hook_forward(b, p, a, mlp) : mlp_forward(b, p, a);
+    if (st == MSR_OK)
+        st = mlp != NULL ? hook_forward(b, p, a, mlp) : mlp_forward(b, p, a);
+    /* a failed product (logged where it failed) spoils the pass */
+    return st != MSR_OK ? st : msr_products_status(b->prod);
 }
 
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)
@@ -135,7 +138,8 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     if (st != MSR_OK)
         return st;
     memset(din, 0, b->N * (size_t)IC * sizeof(float));
-    msr_matmul_backward(din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC, b->C);
+    msr_matmul_backward(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
+                        b->C);
     if (b->tp > 1)
         add_colsum(db, dres, b->Nl, b->C);
     return poll(b);
@@ -155,7 +159,7 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
     if (st != MSR_OK)
         return st;
     memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
-    msr_matmul_backward(b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
+    msr_matmul_backward(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
     if ((st = poll(b)) != MSR_OK || (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
         return st;
     msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
@@ -196,8 +200,8 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
     if (b->comm != NULL && b->comm->attend_backward != NULL)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
-        msr_attention_backward(b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T, b->Cl,
-                               b->NHl);
+        msr_attention_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
+                               b->Cl, b->NHl);
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */
@@ -233,5 +237,7 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
     /* res3 = res2 + mlp(ln2(res2)), then res2 = x + attn(ln1(x)) */
     msr_status_t st =
         mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres);
-    return st != MSR_OK ? st : attn_backward(b, p, g, a, x, dres);
+    if (st == MSR_OK)
+        st = attn_backward(b, p, g, a, x, dres);
+    return st != MSR_OK ? st : msr_products_status(b->prod);
 }

@@ -57,6 +57,7 @@ typedef struct msr_block {
     int NHl, Cl, Hl;              /* this rank's heads, their width C/tp, MLP width 4C/tp */
     size_t N, Nl;                 /* token rows, rows held outside the tp layers */
     const msr_block_comm_t *comm; /* NULL: tp = 1 */
+    msr_products_t *prod;         /* the products' precision (NULL: fp32), the model's */
     float *proj, *projl;          /* (N,C) a projection before its reduction, (Nl,C) */
     float *gat, *dgat;            /* (N,C) gathered input and gradient (sequence parallel) */
     float *dln, *dlnl;            /* (N,C) a layernorm output's gradient, (Nl,C) reduced */

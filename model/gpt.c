@@ -233,11 +233,25 @@ msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part
     return create(cfg, part, 0, flags, model_p);
 }
 
+msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision)
+{
+    msr_products_t *p = NULL;
+    msr_status_t st = msr_products_create(precision, &p);
+    if (st != MSR_OK)
+        return st;
+    if (m->moe != NULL)
+        msr_moe_set_products(m->moe, p);
+    msr_products_destroy(m->prod);
+    m->prod = p;
+    return MSR_OK;
+}
+
 void msr_gpt_destroy(msr_gpt_t *model)
 {
     if (model == NULL)
         return;
     msr_moe_destroy(model->moe);
+    msr_products_destroy(model->prod);
     msr_free(model->stage_layers);
     msr_free(model->inputs);
     msr_free(model->targets);

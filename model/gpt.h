@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "model/layers.h"
 
 /* Mixture-of-Experts (model/moe.h, docs/model.md "Mixture-of-Experts"):
  * every `every`-th block (layers every-1, 2*every-1, ...) has, in place of
@@ -293,7 +294,17 @@ typedef struct msr_gpt {
     int B, T;     /* 0, 0 until a forward with targets ran */
 
     msr_moe_t *moe; /* the MoE blocks' routing and experts' work (NULL: dense) */
+
+    /* the matrix products' precision (layers.h; owned): NULL is fp32 */
+    msr_products_t *prod;
 } msr_gpt_t;
+
+/* Runs the model's matrix products in precision (layers.h, "precision of
+ * the matrix products"): bf16 operands with fp32 sums, or fp32. The
+ * parameters stay fp32 (the masters). Call before the first pass, after
+ * the model's MoE state (m->moe) is in place: it gets the same. Errors
+ * (logged): those of msr_products_create; the model is then unchanged. */
+msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision);
 
 /* Creates a model of shape cfg whose activations hold up to max_batch
  * sequences of up to cfg->max_seq tokens. Parameters and gradients are

@@ -69,6 +69,7 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
         .N = N,
         .Nl = N,
         .comm = comm,
+        .prod = m->prod,
         .proj = m->acts.proj,
         .dln = w->dln,
         .dqkv = w->dqkv,
@@ -199,7 +200,10 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     /* the output head, tied to wte: logits (B,T,V) = lnf (B,T,C) @ wte^T */
     if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
-    msr_matmul_forward(acts->logits, acts->lnf, model->segments[0].params, NULL, N, C, V);
+    msr_matmul_forward(model->prod, acts->logits, acts->lnf, model->segments[0].params, NULL, N, C,
+                       V);
+    if ((st = msr_products_status(model->prod)) != MSR_OK)
+        return st;
     if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
     if (targets == NULL)
@@ -240,8 +244,10 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
     /* the head: dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
     if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
-    msr_matmul_backward(w->dln, model->segments[0].grads, NULL, w->dlogits, acts->lnf,
+    msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits, acts->lnf,
                         model->segments[0].params, N, C, V);
+    if ((st = msr_products_status(model->prod)) != MSR_OK)
+        return st;
     if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
 

@@ -9,17 +9,22 @@
 /* float: what the model runs */
 #define real        float
 #define LAYER(name) msr_##name
-#define GEMM        cblas_sgemm
+#define PRODUCTS    msr_products_t *pr,
+#define GEMM(pr, ta, tb, ...) \
+    msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
 #include "model/layers_impl.h"
 #undef real
 #undef LAYER
+#undef PRODUCTS
 #undef GEMM
 
 /* double: what the gradient tests check against finite differences */
 #define real        double
 #define LAYER(name) msr_##name##_f64
-#define GEMM        cblas_dgemm
+#define PRODUCTS
+#define GEMM(pr, ...) cblas_dgemm(CblasRowMajor, __VA_ARGS__)
 #include "model/layers_impl.h"
 #undef real
 #undef LAYER
+#undef PRODUCTS
 #undef GEMM

@@ -12,7 +12,8 @@
  * parallel layer can call them on its slice (fewer heads, a column block of a
  * weight) and a recomputing layer can call the forward again in backward.
  *
- * Each kernel exists twice, compiled from one body (layers_impl.h): in float
+ * The kernels with matrix products take a products context first (below:
+ * NULL is fp32). Each kernel exists twice, compiled from one body (layers_impl.h): in float
  * (msr_<kernel>, what the model runs) and in double (msr_<kernel>_f64, what
  * the gradient tests compare against finite differences). Thread-safe: they
  * touch only their arguments. */
@@ -20,6 +21,66 @@
 #define MSR_MODEL_LAYERS_H
 
 #include <stddef.h>
+
+#include "msrun/base.h"
+
+/* ---- precision of the matrix products ----
+ *
+ * The float kernels' matrix products (every GEMM below: the linear layers'
+ * forward and both backward products, attention's q.k and a.v and their
+ * backward products, the head) run through a products context. NULL, or a
+ * context of MSR_PRECISION_FP32, is plain cblas_sgemm. A context of
+ * MSR_PRECISION_BF16 rounds both operands to bf16 (nearest, ties to even)
+ * into its scratch and multiplies them with msr_gemm_bf16 (model/
+ * gemm_bf16.h): bf16 inputs, fp32 sums and fp32 results. Everything else the
+ * kernels do (layernorm, softmax, GELU, the loss, attention's row sums) stays
+ * fp32, and so do the parameters (the fp32 masters: the weights are rounded
+ * at each product, no bf16 copy is kept; docs/model.md "bf16 training").
+ *
+ * The kernels return nothing, so a product that fails (out of memory for
+ * the scratch or the bf16 path's buffers, a oneDNN failure) records its
+ * status in the context, logged once, and leaves its output unspecified:
+ * the model checks msr_products_status after each pass. The scratch grows
+ * to the largest operand the model multiplies, two of them (A and B), and
+ * never beyond. A context belongs to one thread at a time, as its model. */
+typedef enum msr_precision {
+    MSR_PRECISION_FP32 = 0,
+    MSR_PRECISION_BF16 = 1,
+} msr_precision_t;
+
+typedef struct msr_products msr_products_t;
+
+/* "fp32", "bf16"; "?" otherwise. */
+const char *msr_precision_name(msr_precision_t precision);
+/* Parses "fp32" or "bf16" into *precision_p (written only on success);
+ * MSR_ERR_INVALID_ARG otherwise, not logged (the caller says which option). */
+msr_status_t msr_precision_parse(const char *text, msr_precision_t *precision_p);
+
+/* Creates a context for precision. For bf16 on a CPU without bf16 units
+ * (no avx512_bf16) it says once per process, at info level, that the
+ * products run on the slower widened-to-fp32 path: never an illegal
+ * instruction. Errors (logged): those of msr_gemm_bf16_create,
+ * MSR_ERR_NO_MEMORY, MSR_ERR_INVALID_ARG for an unknown precision. *p_p is
+ * written only on success. */
+msr_status_t msr_products_create(msr_precision_t precision, msr_products_t **p_p);
+/* Frees the context; NULL does nothing. */
+void msr_products_destroy(msr_products_t *p);
+/* The context's precision; MSR_PRECISION_FP32 for NULL. */
+msr_precision_t msr_products_precision(const msr_products_t *p);
+/* The first failure of a product since creation (MSR_OK: none; NULL: OK).
+ * Sticky: a pass that saw a failure is not to be trusted. */
+msr_status_t msr_products_status(const msr_products_t *p);
+
+/* The bytes of bf16 operand scratch the context holds now: the largest
+ * op(A) and op(B) storage it has rounded, 2 bytes an element (0 for fp32
+ * and NULL). The bf16 path's own buffers (model/gemm_bf16.h) come on top. */
+size_t msr_products_scratch_bytes(const msr_products_t *p);
+
+/* The product every float kernel calls: cblas_sgemm's row-major form,
+ * C (M,N) = alpha op(A) op(B) + beta C, in p's precision (above). */
+void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc);
 
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5
@@ -43,22 +104,24 @@ void msr_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
 
 /* out = inp @ weight^T + bias, as torch.nn.Linear.
  * out (N,OC), inp (N,IC), weight (OC,IC), bias (OC) or NULL. */
-void msr_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
-                        int IC, int OC);
+void msr_matmul_forward(msr_products_t *pr, float *out, const float *inp, const float *weight,
+                        const float *bias, int N, int IC, int OC);
 /* dinp (N,IC) += dout @ weight, dweight (OC,IC) += dout^T @ inp, dbias (OC) +=
  * the column sums of dout (N,OC); dbias may be NULL. */
-void msr_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int IC, int OC);
+void msr_matmul_backward(msr_products_t *pr, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight, int N, int IC,
+                         int OC);
 
 /* Causal multi-head self-attention on packed q, k, v.
  * out (B,T,C), att (B,NH,T,T) the softmax of each query row (zero above the
  * diagonal; kept for backward), qkv (B,T,3C) laid out [q | k | v] with head h
  * in columns [h*HS, (h+1)*HS) of each, HS = C / NH. C is the total width of
  * the heads given here (a tensor-parallel rank passes its own heads). */
-void msr_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void msr_attention_forward(msr_products_t *pr, float *out, float *att, const float *qkv, int B,
+                           int T, int C, int NH);
 /* dqkv (B,T,3C) +=. scratch: T*T floats of work space. */
-void msr_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH);
+void msr_attention_backward(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int C, int NH);
 
 /* Ring attention (context parallel, parallel/mp.h): causal attention of a
  * rank's queries computed one block of keys and values at a time, the
@@ -73,9 +136,10 @@ void msr_attention_backward(float *dqkv, float *scratch, const float *dout, cons
  * (in place: out may be acc) and leaves lse (Tq,NH) = mx + log(sum), all
  * that backward needs besides q, k, v and the output. Every query must
  * have seen at least one key by then (its own position does). */
-void msr_attention_ring_forward(float *acc, float *mx, float *sum, const float *q, int ldq,
-                                const int *qpos, int Tq, const float *k, const float *v, int ldk,
-                                const int *kpos, int Tk, int C, int NH, float *scratch);
+void msr_attention_ring_forward(msr_products_t *pr, float *acc, float *mx, float *sum,
+                                const float *q, int ldq, const int *qpos, int Tq, const float *k,
+                                const float *v, int ldk, const int *kpos, int Tk, int C, int NH,
+                                float *scratch);
 void msr_attention_ring_finish(float *out, float *lse, const float *mx, const float *sum, int Tq,
                                int C, int NH);
 /* delta (Tq,NH) = the per-head row sums of dout * out, both (Tq,C): once
@@ -86,10 +150,11 @@ void msr_attention_ring_delta(float *delta, const float *dout, const float *out,
  * ldk) += the block's share of the gradients; dout (Tq,C) the output's
  * gradient. scratch: 2*Tq*Tk. Summing over every block gives the full
  * attention's gradients. */
-void msr_attention_ring_backward(float *dq, int ldq, float *dk, float *dv, int ldk,
-                                 const float *dout, const float *q, const float *k, const float *v,
-                                 const float *lse, const float *delta, const int *qpos, int Tq,
-                                 const int *kpos, int Tk, int C, int NH, float *scratch);
+void msr_attention_ring_backward(msr_products_t *pr, float *dq, int ldq, float *dk, float *dv,
+                                 int ldk, const float *dout, const float *q, const float *k,
+                                 const float *v, const float *lse, const float *delta,
+                                 const int *qpos, int Tq, const int *kpos, int Tk, int C, int NH,
+                                 float *scratch);
 
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n). */
 void msr_gelu_forward(float *out, const float *inp, size_t n);

@@ -1,7 +1,10 @@
 /* The body of the layer kernels (documented in layers.h), written once for
  * the scalar type `real`. layers.c includes this file twice: with real =
  * float and LAYER(name) = msr_name, and with real = double and LAYER(name) =
- * msr_name_f64. GEMM is cblas_sgemm or cblas_dgemm to match. The math
+ * msr_name_f64. GEMM(pr, ...) is msr_products_sgemm (the products context
+ * pr picks fp32 or bf16 operands) or cblas_dgemm (pr dropped); PRODUCTS is
+ * the float kernels' leading `msr_products_t *pr,` parameter and nothing in
+ * double. The math
  * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
  * constants are cast to real (R(...)) so no expression silently widens to
  * double in the float build.
@@ -93,8 +96,8 @@ void LAYER(layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
     }
 }
 
-void LAYER(matmul_forward)(real *out, const real *inp, const real *weight, const real *bias, int N,
-                           int IC, int OC)
+void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weight,
+                           const real *bias, int N, int IC, int OC)
 {
     /* start from the bias (or zero), then out += inp @ weight^T */
     for (int n = 0; n < N; n++) {
@@ -102,19 +105,16 @@ void LAYER(matmul_forward)(real *out, const real *inp, const real *weight, const
         for (int j = 0; j < OC; j++)
             o[j] = bias != NULL ? bias[j] : R(0);
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, R(1), inp, IC, weight, IC, R(1), out,
-         OC);
+    GEMM(pr, CblasNoTrans, CblasTrans, N, OC, IC, R(1), inp, IC, weight, IC, R(1), out, OC);
 }
 
-void LAYER(matmul_backward)(real *dinp, real *dweight, real *dbias, const real *dout,
+void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
                             const real *inp, const real *weight, int N, int IC, int OC)
 {
     /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1),
-         dinp, IC);
+    GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1), dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight,
-         IC);
+    GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
     if (dbias != NULL) {
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * OC; /* (OC) */
@@ -130,7 +130,8 @@ void LAYER(matmul_backward)(real *dinp, real *dweight, real *dbias, const real *
  *   out = att V                     (T,HS) into the head's columns of out
  * The products run through BLAS on the full T x T square (the masked half is
  * computed and thrown away: cheaper than a triangle loop at these sizes). */
-void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int T, int C, int NH)
+void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T, int C,
+                              int NH)
 {
     int HS = C / NH;
     int C3 = 3 * C;
@@ -142,8 +143,7 @@ void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int 
             const real *v = q + (size_t)2 * C;                         /* (T,HS), row stride 3C */
             real *a = att + ((size_t)b * NH + h) * T * T;              /* (T,T) */
             real *o = out + (size_t)b * T * C + (size_t)h * HS;        /* (T,HS), row stride C */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a,
-                 T);
+            GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a, T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
                 real mx = row[0];
@@ -160,8 +160,7 @@ void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int 
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0;
             }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, R(1), a, T, v, C3, R(0), o,
-                 C);
+            GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, R(1), a, T, v, C3, R(0), o, C);
         }
     }
 }
@@ -171,8 +170,8 @@ void LAYER(attention_forward)(real *out, real *att, const real *qkv, int B, int 
  *   dpre  = att * (datt - rowsum(att * datt))          softmax backward
  *   dQ   += dpre K / sqrt(HS),  dK += dpre^T Q / sqrt(HS),  dV += att^T dout
  * att is zero above the diagonal, so the masked entries of dpre are zero. */
-void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, const real *qkv,
-                               const real *att, int B, int T, int C, int NH)
+void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
+                               const real *qkv, const real *att, int B, int T, int C, int NH)
 {
     int HS = C / NH;
     int C3 = 3 * C;
@@ -189,7 +188,7 @@ void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, cons
             const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, R(1), d, C, v, C3, R(0), da, T);
+            GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, R(1), d, C, v, C3, R(0), da, T);
             for (int i = 0; i < T; i++) {
                 const real *arow = a + (size_t)i * T; /* (T) */
                 real *drow = da + (size_t)i * T;      /* (T) */
@@ -201,11 +200,9 @@ void LAYER(attention_backward)(real *dqkv, real *scratch, const real *dout, cons
                 for (int j = i + 1; j < T; j++)
                     drow[j] = 0;
             }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq,
-                 C3);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk,
-                 C3);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
+            GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq, C3);
+            GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk, C3);
+            GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
         }
     }
 }
@@ -292,7 +289,7 @@ void LAYER(crossentropy_backward)(real *dlogits, const real *probs, const int *t
  *   sum  = a sum + sum_j exp(s[i,j] - m')
  *   acc  = a acc + exp(s - m') V
  * A row that sees nothing of the block is left as it was. */
-void LAYER(attention_ring_forward)(real *acc, real *mx, real *sum, const real *q, int ldq,
+void LAYER(attention_ring_forward)(PRODUCTS real *acc, real *mx, real *sum, const real *q, int ldq,
                                    const int *qpos, int Tq, const real *k, const real *v, int ldk,
                                    const int *kpos, int Tk, int C, int NH, real *scratch)
 {
@@ -302,8 +299,7 @@ void LAYER(attention_ring_forward)(real *acc, real *mx, real *sum, const real *q
     for (int h = 0; h < NH; h++) {
         const real *qh = q + (size_t)h * HS, *kh = k + (size_t)h * HS, *vh = v + (size_t)h * HS;
         real *ah = acc + (size_t)h * HS; /* (Tq,HS), row stride C */
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, qh, ldq, kh, ldk, R(0), s,
-             Tk);
+        GEMM(pr, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, qh, ldq, kh, ldk, R(0), s, Tk);
         for (int i = 0; i < Tq; i++) {
             real *row = s + (size_t)i * Tk; /* (Tk) */
             real *m = mx + (size_t)i * NH + h, *l = sum + (size_t)i * NH + h;
@@ -332,8 +328,7 @@ void LAYER(attention_ring_forward)(real *acc, real *mx, real *sum, const real *q
             for (int c = 0; c < HS; c++)
                 o[c] *= a;
         }
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, R(1), s, Tk, vh, ldk, R(1), ah,
-             C);
+        GEMM(pr, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, R(1), s, Tk, vh, ldk, R(1), ah, C);
     }
 }
 
@@ -372,7 +367,7 @@ void LAYER(attention_ring_delta)(real *delta, const real *dout, const real *out,
  * block's keys:
  *   dV += P^T dout;  dP = dout V^T;  dS = P * (dP - delta)
  *   dQ += dS K / sqrt(HS);  dK += dS^T Q / sqrt(HS) */
-void LAYER(attention_ring_backward)(real *dq, int ldq, real *dk, real *dv, int ldk,
+void LAYER(attention_ring_backward)(PRODUCTS real *dq, int ldq, real *dk, real *dv, int ldk,
                                     const real *dout, const real *q, const real *k, const real *v,
                                     const real *lse, const real *delta, const int *qpos, int Tq,
                                     const int *kpos, int Tk, int C, int NH, real *scratch)
@@ -382,10 +377,10 @@ void LAYER(attention_ring_backward)(real *dq, int ldq, real *dk, real *dv, int l
     real *p = scratch, *ds = scratch + (size_t)Tq * Tk; /* (Tq,Tk) each */
     for (int h = 0; h < NH; h++) {
         size_t ho = (size_t)h * HS;
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, q + ho, ldq, k + ho, ldk,
-             R(0), p, Tk);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, R(1), dout + ho, C, v + ho, ldk,
-             R(0), ds, Tk);
+        GEMM(pr, CblasNoTrans, CblasTrans, Tq, Tk, HS, scale, q + ho, ldq, k + ho, ldk, R(0), p,
+             Tk);
+        GEMM(pr, CblasNoTrans, CblasTrans, Tq, Tk, HS, R(1), dout + ho, C, v + ho, ldk, R(0), ds,
+             Tk);
         for (int i = 0; i < Tq; i++) {
             real *prow = p + (size_t)i * Tk, *drow = ds + (size_t)i * Tk;
             real l = lse[(size_t)i * NH + h], dl = delta[(size_t)i * NH + h];
@@ -394,11 +389,11 @@ void LAYER(attention_ring_backward)(real *dq, int ldq, real *dk, real *dv, int l
                 drow[j] = prow[j] * (drow[j] - dl);
             }
         }
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, R(1), p, Tk, dout + ho, C, R(1),
-             dv + ho, ldk);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, scale, ds, Tk, k + ho, ldk,
-             R(1), dq + ho, ldq);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, scale, ds, Tk, q + ho, ldq, R(1),
-             dk + ho, ldk);
+        GEMM(pr, CblasTrans, CblasNoTrans, Tk, HS, Tq, R(1), p, Tk, dout + ho, C, R(1), dv + ho,
+             ldk);
+        GEMM(pr, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, scale, ds, Tk, k + ho, ldk, R(1), dq + ho,
+             ldq);
+        GEMM(pr, CblasTrans, CblasNoTrans, Tk, HS, Tq, scale, ds, Tk, q + ho, ldq, R(1), dk + ho,
+             ldk);
     }
 }

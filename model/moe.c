@@ -204,6 +204,11 @@ void msr_moe_zero_grad(msr_moe_t *moe)
     memset(moe->grads, 0, moe->count * sizeof(float));
 }
 
+void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod)
+{
+    moe->prod = prod;
+}
+
 void msr_moe_destroy(msr_moe_t *moe)
 {
     if (moe == NULL)

@@ -101,6 +101,10 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
                                    msr_moe_t **moe_p);
 void msr_moe_destroy(msr_moe_t *moe);
 
+/* The experts' and the router's products run through prod (borrowed: the
+ * model's, layers.h; NULL: fp32). msr_gpt_set_precision calls it. */
+void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod);
+
 /* Shards the experts over comm's ranks (borrowed; NULL: this rank computes
  * them all), and makes the store hold this rank's experts (zero: call
  * msr_moe_init_params). Its size must divide E. Every rank of comm runs the

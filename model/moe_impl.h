@@ -50,6 +50,7 @@ struct msr_moe {
     float *params, *grads;     /* (count) */
     msr_gpt_tensor_t *tensors; /* their table, offsets in params */
     int num_tensors;
+    msr_products_t *prod; /* the model's products (borrowed; NULL: fp32) */
     /* work space shared by the blocks */
     float *send;   /* (E*cap, C) dispatch side: rows by expert */
     float *out;    /* (E*cap, C) expert side: outputs, then input gradients */

@@ -110,7 +110,7 @@ static int block_expert(const msr_moe_t *moe, int b)
 static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
 {
     int E = moe->E, K = moe->K, C = moe->C;
-    msr_matmul_forward(s->probs, x, routerw, NULL, N, C, E);
+    msr_matmul_forward(moe->prod, s->probs, x, routerw, NULL, N, C, E);
     memset(s->frac, 0, (size_t)E * sizeof(double));
     for (int t = 0; t < N; t++) {
         float *p = s->probs + (size_t)t * E;
@@ -192,9 +192,11 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         int n = s->used[b];
         if (n == 0)
             continue;
-        msr_matmul_forward(s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
+        msr_matmul_forward(moe->prod, s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C,
+                           H);
         msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
-        msr_matmul_forward(moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n, H, C);
+        msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw,
+                           w.fcprojb, n, H, C);
     }
     if ((st = exchange(moe, moe->out, s->comb, cap, C, "moe combine")) != MSR_OK)
         return st;
@@ -277,11 +279,11 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
         int n = s->used[b];
         if (n == 0)
             continue;
-        msr_matmul_backward(moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb, moe->dout + r0 * C,
-                            s->fch_g + r0 * H, w.fcprojw, n, H, C);
+        msr_matmul_backward(moe->prod, moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb,
+                            moe->dout + r0 * C, s->fch_g + r0 * H, w.fcprojw, n, H, C);
         msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H, (size_t)n * H);
-        msr_matmul_backward(moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H, s->xin + r0 * C,
-                            w.fcw, n, C, H);
+        msr_matmul_backward(moe->prod, moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H,
+                            s->xin + r0 * C, w.fcw, n, C, H);
     }
     if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
         return st;
@@ -326,10 +328,12 @@ static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_b
      * weight gradient every rank's, or only rank 0's when the caller sums
      * it over tp */
     if (moe->tp_rank == 0) {
-        msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
+                            C, E);
     } else if (!moe->router_once) {
         memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
-        msr_matmul_backward(moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+        msr_matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x,
+                            p->routerw, N, C, E);
     }
 }
 

@@ -220,6 +220,12 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
                        "dp: ZeRO stage %d (0..3) or bucket of %zu bytes (>= 4) out of range",
                        cfg->zero, cfg->bucket_bytes);
     }
+    if (cfg->grad_bf16 && cfg->zero != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: gradients reduced in bf16 need ZeRO stage 0, not %d (ZeRO's "
+                       "reduce-scatters sum in fp32)",
+                       cfg->zero);
+    }
     unsigned have = (model->params == NULL ? MSR_GPT_NO_PARAMS : 0u) |
                     (model->grads == NULL ? MSR_GPT_NO_GRADS : 0u);
     if (have != msr_dp_model_flags(cfg->zero)) {

@@ -85,6 +85,11 @@ typedef struct msr_dp_config {
     size_t zero_min_bytes;     /* segments smaller than this stay replicated */
     int overlap;               /* 1: a bucket starts when ready; 0: after backward */
     int measure;               /* also measure the exposed wait (one more allreduce per step) */
+    /* 1: each bucket's gradients are rounded to bf16 and summed by the
+     * communicator's MSR_DTYPE_BF16 sum (each combining step in fp32,
+     * rounded to bf16; docs/comm.md), then widened back; ZeRO 0 only
+     * (refused otherwise): ZeRO's reduce-scatters keep fp32 */
+    int grad_bf16;
 } msr_dp_config_t;
 
 /* The model flags (msr_gpt_create_ex) a stage needs. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/bf16.h"
 #include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -113,6 +114,28 @@ static msr_status_t pack_grads(msr_dp_t *dp, int s)
     return MSR_OK;
 }
 
+/* Gradients reduced in bf16 (ZeRO 0): the bucket's gradients rounded into
+ * its packed buffer (n bf16 in ceil(n/2) floats), allreduced there in
+ * bf16, and widened back by msr_dp_bucket_finish. */
+static size_t bf16_floats(const msr_dp_bucket_t *B)
+{
+    return (B->hi - B->lo + 1) / 2;
+}
+
+static msr_status_t bf16_start(msr_dp_t *dp, msr_dp_bucket_t *B)
+{
+    size_t n = B->hi - B->lo;
+    msr_status_t st = make_room(dp);
+    if (st != MSR_OK)
+        return st;
+    if ((B->packed = msr_dp_tmp_alloc(dp, bf16_floats(B), 0)) == NULL)
+        return MSR_ERR_NO_MEMORY;
+    uint16_t *h = (uint16_t *)(void *)B->packed;
+    msr_bf16_from_f32_n(h, dp->model->grads + B->lo, n);
+    return msr_comm_iallreduce(dp->comm, MSR_IN_PLACE, h, n, MSR_DTYPE_BF16, MSR_OP_SUM,
+                               &B->req[0]);
+}
+
 msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b)
 {
     msr_dp_bucket_t *B = &dp->buckets[b];
@@ -120,7 +143,9 @@ msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b)
     if (dp->comm == NULL)
         return MSR_OK; /* alone: every reduction is the identity */
     msr_status_t st = MSR_OK;
-    if (dp->cfg.zero == 0) {
+    if (dp->cfg.zero == 0 && dp->cfg.grad_bf16) {
+        st = bf16_start(dp, B);
+    } else if (dp->cfg.zero == 0) {
         st = msr_comm_iallreduce(dp->comm, MSR_IN_PLACE, dp->model->grads + B->lo, B->hi - B->lo,
                                  MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
     } else {
@@ -141,6 +166,11 @@ void msr_dp_bucket_finish(msr_dp_t *dp, int b)
     msr_dp_bucket_t *B = &dp->buckets[b];
     B->finished = 1;
     dp->stats.buckets++;
+    if (dp->cfg.zero == 0 && dp->cfg.grad_bf16 && B->packed != NULL) {
+        msr_f32_from_bf16_n(dp->model->grads + B->lo, (const uint16_t *)(void *)B->packed,
+                            B->hi - B->lo);
+        msr_dp_tmp_free(dp, &B->packed, bf16_floats(B));
+    }
     if (dp->cfg.zero == 0)
         return;
     size_t size = (size_t)dp->size;

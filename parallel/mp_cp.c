@@ -126,7 +126,7 @@ static void pair_forward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
     const fold_fwd_t *f = arg;
     const dims_t *d = &mp->d;
     int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
-    msr_attention_ring_forward(f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
+    msr_attention_ring_forward(mp->model->prod, f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
                                mp->w.rsum + p->qr * NH, f->qkv + p->qr * C3, C3, p->qpos, S,
                                f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl, C2, p->kpos, S,
                                d->Cl, NH, mp->w.datt);
@@ -176,7 +176,7 @@ static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
     const fold_bwd_t *f = arg;
     const dims_t *d = &mp->d;
     int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
-    msr_attention_ring_backward(f->dqkv + p->qr * C3, C3, f->dkv + p->kr * C2,
+    msr_attention_ring_backward(mp->model->prod, f->dqkv + p->qr * C3, C3, f->dkv + p->kr * C2,
                                 f->dkv + p->kr * C2 + d->Cl, C2, f->dout + p->qr * d->Cl,
                                 f->qkv + p->qr * C3, f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl,
                                 f->lse + p->qr * NH, mp->w.delta + p->qr * NH, p->qpos, S, p->kpos,

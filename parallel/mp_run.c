@@ -103,7 +103,8 @@ static msr_status_t recompute(msr_mp_t *mp, int m, int l, const msr_gpt_block_pa
          * (under cp the logsumexp was kept: nothing to recompute); a MoE
          * block has no GELU of its own to bring back */
         if (d->cp == 1)
-            msr_attention_forward(mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl, d->NHl);
+            msr_attention_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl,
+                                  d->NHl);
         if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
             msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
     }

@@ -116,6 +116,7 @@ void msr_mp_point_block(msr_mp_t *mp)
         .N = d->N,
         .Nl = d->Nl,
         .comm = tp || cp ? &mp->blk_comm : NULL,
+        .prod = mp->model->prod,
         .proj = w->proj,
         .projl = w->projl,
         .gat = w->gat,
@@ -229,7 +230,10 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
+    msr_matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C,
+                       d->Vl);
+    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
+        return st; /* a failed product, logged where it failed */
     size_t N = d->N, Vl = (size_t)d->Vl;
     if (d->tp == 1) {
         msr_crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
@@ -304,8 +308,10 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
-    msr_matmul_backward(w->dln, head_wte(mp, 1), NULL, w->dlogits, g, head_wte(mp, 0), (int)N, d->C,
-                        d->Vl);
+    msr_matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
+                        head_wte(mp, 0), (int)N, d->C, d->Vl);
+    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
+        return st;
     if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
         return st;
     const float *lnfw = m->segments[m->seg_lnf].params;

@@ -78,6 +78,12 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                        "ZeRO stage %d (0..3) or bucket of %zu bytes (at least 4) out of range",
                        cfg->par.zero, cfg->par.bucket_bytes);
     }
+    if (cfg->par.grad_bf16 && cfg->par.zero != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "gradients reduced in bf16 need ZeRO stage 0, not %d (ZeRO's "
+                       "reduce-scatters sum in fp32)",
+                       cfg->par.zero);
+    }
     if (cfg->tp < 1 || cfg->pp < 1 || cfg->cp < 0) {
         return msr_err(MSR_ERR_CONFIG, "tp %d, pp %d and cp %d must be at least 1", cfg->tp,
                        cfg->pp, cfg->cp);
@@ -233,6 +239,19 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     return MSR_OK;
 }
 
+/* The model's (and its experts') products in the configured precision,
+ * once the MoE state is in place. */
+static msr_status_t set_precision(msr_trainer_t *tr)
+{
+    if (tr->cfg.precision == MSR_PRECISION_FP32)
+        return MSR_OK;
+    msr_status_t st = msr_gpt_set_precision(tr->model, tr->cfg.precision);
+    if (st != MSR_OK)
+        return msr_err(st, "train: cannot run the matrix products in %s",
+                       msr_precision_name(tr->cfg.precision));
+    return MSR_OK;
+}
+
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p)
 {
@@ -268,6 +287,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
     if (st != MSR_OK)
         goto err_free;
     if (tr->model->moe != NULL && (st = experts_create(tr, comm, rank)) != MSR_OK)
+        goto err_free;
+    if ((st = set_precision(tr)) != MSR_OK)
         goto err_free;
     *tr_p = tr;
     return MSR_OK;
@@ -338,6 +359,9 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
         if (st != MSR_OK || (st = experts_create(tr, mesh->dp_comm, mesh->dp_rank)) != MSR_OK)
             goto err_free;
     }
+    /* before msr_mp_create: its block takes the model's products */
+    if ((st = set_precision(tr)) != MSR_OK)
+        goto err_free;
     if ((st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         goto err_free;
     if ((st = msr_mp_sync_tied(tr->mp)) != MSR_OK)

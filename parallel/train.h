@@ -60,6 +60,11 @@ typedef struct msr_train_config {
      * (model/moe.h). Needs model.moe.experts > 0 divisible by ep x tp,
      * ep dividing dp, and no cp */
     int ep;
+    /* mixed precision (docs/model.md "bf16 training"): the matrix products'
+     * operands in precision (MSR_PRECISION_FP32, the zero value, or bf16;
+     * model/layers.h), the fp32 parameters being the master weights that
+     * AdamW updates. (Gradients reduced in bf16: par.grad_bf16.) */
+    msr_precision_t precision;
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,

@@ -964,10 +964,10 @@ file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_rank == 0) {
-        msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
 ===
     if (moe->tp_rank >= 0) {
-        msr_matmul_backward(dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
 >>>
 
 @ mp.moe_recompute_counts_routing

@@ -102,6 +102,13 @@ static const msr_opt_t specs[] = {
     OPT_INT("overlap", overlap, 0, 1,
             "1: reduce each bucket as soon as ready, overlapping backward; 0: after (1); "
             "--schedule interleaved reduces after the pipeline flush"),
+    /* mixed precision (docs/model.md "bf16 training") */
+    OPT_TEXT("precision", precision,
+             "the matrix products' operands: fp32, or bf16 (fp32 sums, fp32 master weights and "
+             "AdamW moments; layernorm, softmax, GELU and the loss in fp32) (fp32)"),
+    OPT_TEXT("grad-reduce-dtype", grad_reduce_dtype,
+             "the dtype data-parallel gradients are summed in: fp32, or bf16 (rounded to bf16, "
+             "each combining step in fp32 rounded to bf16; needs --zero 0) (fp32)"),
     OPT_INT("steps", steps, 0, (int64_t)1e15, "optimizer steps to reach (20)"),
     OPT_REAL("lr", lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT_INT("warmup", warmup, 0, (int64_t)1e9, "steps of linear learning-rate warm-up (0)"),
@@ -221,6 +228,29 @@ int train_gpt_split_check(options_t *o)
     return 0;
 }
 
+/* --precision and --grad-reduce-dtype: known names, and what the CUDA
+ * trainer runs (fp32 only). Returns 0, or -1 with the reason printed. */
+static int precision_check(const options_t *o)
+{
+    msr_precision_t p;
+    if (msr_precision_parse(o->precision, &p) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --precision %s: not fp32 or bf16\n", o->precision);
+        return -1;
+    }
+    if (strcmp(o->grad_reduce_dtype, "fp32") != 0 && strcmp(o->grad_reduce_dtype, "bf16") != 0) {
+        fprintf(stderr, "train_gpt: --grad-reduce-dtype %s: not fp32 or bf16\n",
+                o->grad_reduce_dtype);
+        return -1;
+    }
+    if (strcmp(o->device, "cuda") == 0 &&
+        (p != MSR_PRECISION_FP32 || strcmp(o->grad_reduce_dtype, "fp32") != 0)) {
+        fprintf(stderr, "train_gpt: --device cuda trains in fp32: --precision bf16 and "
+                        "--grad-reduce-dtype bf16 are for --device cpu only\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* The combinations this build can run; prints why not and returns -1.
  * Fills in dp when it was left to the world size. */
 static int check_combination(options_t *o, int world, int in_job)
@@ -286,6 +316,8 @@ static int check_combination(options_t *o, int world, int in_job)
         fprintf(stderr, "train_gpt: --device %s: not cpu or cuda\n", o->device);
         return -1;
     }
+    if (precision_check(o) != 0)
+        return -1;
     if (strcmp(o->device, "cuda") == 0 && (o->experts > 0 || o->ep > 1)) {
         fprintf(stderr, "train_gpt: --device cuda has no MoE blocks: --experts and --ep are for "
                         "--device cpu only\n");
@@ -478,6 +510,8 @@ static options_t options_defaults(void)
         .grad_clip = 1.0,
         .corpus_bytes = 1 << 20,
         .device = "cpu",
+        .precision = "fp32",
+        .grad_reduce_dtype = "fp32",
         .calibrate_runs = 1,
     };
 }
@@ -539,6 +573,9 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     cfg->mp.recompute = (msr_mp_recompute_t)recompute;
     cfg->mp.stage_layers = o->split_n > 0 ? o->split : NULL;
     cfg->mp_always = o->trace != NULL;
+    /* checked by precision_check */
+    (void)msr_precision_parse(o->precision, &cfg->precision);
+    cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
     if (msr_train_config_check(cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());
         return -1;

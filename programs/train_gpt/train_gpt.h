@@ -40,6 +40,8 @@ typedef struct options {
     int64_t threads;
     const char *loss_log;
     const char *device;
+    /* mixed precision: --precision, --grad-reduce-dtype ("fp32" or "bf16") */
+    const char *precision, *grad_reduce_dtype;
     int report;
     /* the planner (train_gpt_calibrate.c, train_gpt_plan.c) */
     const char *calibrate, *cluster;

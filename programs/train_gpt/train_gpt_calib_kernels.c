@@ -22,17 +22,17 @@ void calib_run(const calib_bufs_t *b, const calib_call_t *k)
     size_t nc = (size_t)b->N * (size_t)b->C;
     switch (k->kind) {
     case K_MM_FWD:
-        msr_matmul_forward(b->out, b->inp, b->weight, b->bias, k->N, k->IC, k->OC);
+        msr_matmul_forward(NULL, b->out, b->inp, b->weight, b->bias, k->N, k->IC, k->OC);
         break;
     case K_MM_BWD:
-        msr_matmul_backward(b->dinp, b->dweight, b->dbias, b->dout, b->inp, b->weight, k->N, k->IC,
-                            k->OC);
+        msr_matmul_backward(NULL, b->dinp, b->dweight, b->dbias, b->dout, b->inp, b->weight, k->N,
+                            k->IC, k->OC);
         break;
     case K_ATTN_FWD:
-        msr_attention_forward(b->out, b->att, b->inp, b->B, b->T, b->C, b->NH);
+        msr_attention_forward(NULL, b->out, b->att, b->inp, b->B, b->T, b->C, b->NH);
         break;
     case K_ATTN_BWD:
-        msr_attention_backward(b->dinp, b->scratch, b->dout, b->inp, b->att, b->B, b->T, b->C,
+        msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, b->inp, b->att, b->B, b->T, b->C,
                                b->NH);
         break;
     case K_LN_FWD:
@@ -53,10 +53,10 @@ void calib_run(const calib_bufs_t *b, const calib_call_t *k)
         const float *q = b->inp, *kk = b->inp + C, *v = b->inp + 2 * C;
         const int *kpos = b->ring_pos, *qpos = b->ring_pos + S;
         if (k->kind == K_RING_FWD)
-            msr_attention_ring_forward(b->out, b->ring_mx, b->ring_sum, q, 3 * C, qpos, S, kk, v,
-                                       3 * C, kpos, S, C, NH, b->scratch);
+            msr_attention_ring_forward(NULL, b->out, b->ring_mx, b->ring_sum, q, 3 * C, qpos, S, kk,
+                                       v, 3 * C, kpos, S, C, NH, b->scratch);
         else
-            msr_attention_ring_backward(b->dinp, 3 * C, b->ring_dkv, b->ring_dkv + C, 2 * C,
+            msr_attention_ring_backward(NULL, b->dinp, 3 * C, b->ring_dkv, b->ring_dkv + C, 2 * C,
                                         b->dout, q, kk, v, b->ring_lse, b->ring_delta, qpos, S,
                                         kpos, S, C, NH, b->scratch);
         break;

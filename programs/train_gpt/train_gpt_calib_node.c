@@ -37,15 +37,16 @@ static size_t calib_frame_floats(const calib_bufs_t *b)
 
 static void calib_frame_fwd(const calib_bufs_t *b, const calib_frame_t *f)
 {
-    msr_attention_forward(f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH);
-    msr_matmul_forward(f->h, f->x, b->weight, b->bias, b->N, b->C, 4 * b->C);
+    msr_attention_forward(NULL, f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH);
+    msr_matmul_forward(NULL, f->h, f->x, b->weight, b->bias, b->N, b->C, 4 * b->C);
 }
 
 static void calib_frame_bwd(const calib_bufs_t *b, const calib_frame_t *f)
 {
-    msr_matmul_backward(b->dinp, b->dweight, b->dbias, b->dout, f->x, b->weight, b->N, b->C,
+    msr_matmul_backward(NULL, b->dinp, b->dweight, b->dbias, b->dout, f->x, b->weight, b->N, b->C,
                         4 * b->C);
-    msr_attention_backward(b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C, b->NH);
+    msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C,
+                           b->NH);
 }
 
 typedef struct calib_frames {

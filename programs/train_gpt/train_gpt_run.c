@@ -381,6 +381,14 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
             1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
             1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
             work_bytes(tr), peak_rss_kib());
+    if (tr->model->prod != NULL) {
+        fprintf(stderr,
+                "train_gpt: rank %d precision %s: bf16 operand scratch %zu bytes; gradients "
+                "summed in %s\n",
+                job->rank, msr_precision_name(msr_products_precision(tr->model->prod)),
+                msr_products_scratch_bytes(tr->model->prod),
+                tr->cfg.par.grad_bf16 ? "bf16" : "fp32");
+    }
     if (tr->model->moe != NULL) {
         size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
         fprintf(stderr,

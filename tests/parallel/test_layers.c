@@ -244,7 +244,7 @@ static void test_matmul(void)
 
     float *fi = to_float(c.inp, MN * MIC), *fw = to_float(c.weight, MOC * MIC);
     float *fo = malloc(MN * MOC * sizeof *fo);
-    msr_matmul_forward(fo, fi, fw, NULL, MN, MIC, MOC);
+    msr_matmul_forward(NULL, fo, fi, fw, NULL, MN, MIC, MOC);
     MSR_CHECK(rel_diff(fo, c.out, MN * MOC) < 1e-5);
     free(fi), free(fw), free(fo), free(o2), free(dinp2), free(dw2), free(db2);
     free(dinp), free(dw), free(db), free(c.inp), free(c.weight), free(c.bias), free(c.out),
@@ -312,8 +312,8 @@ static void test_attention(void)
     float *fq = to_float(c.qkv, AB * AT * 3 * AC), *fo = malloc(AB * AT * AC * sizeof *fo);
     float *fa = malloc(AB * ANH * AT * AT * sizeof *fa), *fs = malloc(AT * AT * sizeof *fs);
     float *fd = to_float(c.w, AB * AT * AC), *fdq = calloc(AB * AT * 3 * AC, sizeof *fdq);
-    msr_attention_forward(fo, fa, fq, AB, AT, AC, ANH);
-    msr_attention_backward(fdq, fs, fd, fq, fa, AB, AT, AC, ANH);
+    msr_attention_forward(NULL, fo, fa, fq, AB, AT, AC, ANH);
+    msr_attention_backward(NULL, fdq, fs, fd, fq, fa, AB, AT, AC, ANH);
     MSR_CHECK(rel_diff(fo, c.out, AB * AT * AC) < 1e-5);
     MSR_CHECK(rel_diff(fdq, dqkv, AB * AT * 3 * AC) < 1e-5);
     free(fq), free(fo), free(fa), free(fs), free(fd), free(fdq), free(before);
@@ -418,7 +418,7 @@ static void ring_forward(ring_t *rg)
                                                rg->lq + qo, C3, pos + r * Tc, Tc, rg->lq + ko + RC,
                                                rg->lq + ko + 2 * RC, C3, pos + j * Tc, Tc, RC, RNH,
                                                rg->scratch);
-                msr_attention_ring_forward(rg->fo + oo, rg->fmx + b * ns, rg->fsum + b * ns,
+                msr_attention_ring_forward(NULL, rg->fo + oo, rg->fmx + b * ns, rg->fsum + b * ns,
                                            rg->fq + qo, C3, pos + r * Tc, Tc, rg->fq + ko + RC,
                                            rg->fq + ko + 2 * RC, C3, pos + j * Tc, Tc, RC, RNH,
                                            rg->fscr);
@@ -454,7 +454,7 @@ static void ring_backward(ring_t *rg)
                     lg + qo, C3, lg + ko + RC, lg + ko + 2 * RC, C3, rg->ld + oo, lq + qo,
                     lq + ko + RC, lq + ko + 2 * RC, rg->lse_all + so, rg->delta, pos + r * Tc, Tc,
                     pos + j * Tc, Tc, RC, RNH, rg->scratch);
-                msr_attention_ring_backward(fg + qo, C3, fg + ko + RC, fg + ko + 2 * RC, C3,
+                msr_attention_ring_backward(NULL, fg + qo, C3, fg + ko + RC, fg + ko + 2 * RC, C3,
                                             rg->fd + oo, fq + qo, fq + ko + RC, fq + ko + 2 * RC,
                                             rg->flse + so, rg->fdelta, pos + r * Tc, Tc,
                                             pos + j * Tc, Tc, RC, RNH, rg->fscr);
@@ -480,8 +480,8 @@ static void ring_compare(const ring_t *rg, const double *qkv, const double *dout
     float *full_fg = calloc((size_t)RB * RT * C3, sizeof *full_fg);
     float *full_fs = malloc((size_t)RT * RT * sizeof *full_fs);
     MSR_CHECK(full_fo != NULL && full_fa != NULL && full_fg != NULL && full_fs != NULL);
-    msr_attention_forward(full_fo, full_fa, full_fq, RB, RT, RC, RNH);
-    msr_attention_backward(full_fg, full_fs, full_fd, full_fq, full_fa, RB, RT, RC, RNH);
+    msr_attention_forward(NULL, full_fo, full_fa, full_fq, RB, RT, RC, RNH);
+    msr_attention_backward(NULL, full_fg, full_fs, full_fd, full_fq, full_fa, RB, RT, RC, RNH);
     for (int r = 0; r < cp; r++) {
         for (int b = 0; b < RB; b++) {
             for (int t = 0; t < Tc; t++) {

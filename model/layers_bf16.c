@@ -1,0 +1,172 @@
+/* The layers' products context (layers.h): fp32 products, or bf16 operands
+ * rounded into scratch and multiplied by msr_gemm_bf16 with fp32 sums. */
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/bf16.h"
+#include "base/cpu_features.h"
+#include "base/log.h"
+#include "model/gemm_bf16.h"
+#include "model/layers.h"
+
+struct msr_products {
+    msr_precision_t precision;
+    msr_gemm_bf16_t *gemm; /* bf16 only */
+    uint16_t *a, *b;       /* op(A)'s and op(B)'s storage rounded to bf16 */
+    size_t a_cap, b_cap;   /* their sizes, in elements */
+    msr_status_t status;   /* the first failure (MSR_OK: none) */
+};
+
+const char *msr_precision_name(msr_precision_t precision)
+{
+    switch (precision) {
+    case MSR_PRECISION_FP32:
+        return "fp32";
+    case MSR_PRECISION_BF16:
+        return "bf16";
+    }
+    return "?";
+}
+
+msr_status_t msr_precision_parse(const char *text, msr_precision_t *precision_p)
+{
+    if (text != NULL && strcmp(text, "fp32") == 0)
+        *precision_p = MSR_PRECISION_FP32;
+    else if (text != NULL && strcmp(text, "bf16") == 0)
+        *precision_p = MSR_PRECISION_BF16;
+    else
+        return MSR_ERR_INVALID_ARG;
+    return MSR_OK;
+}
+
+/* Once per process (the one-time initialisation the style allows): a CPU
+ * without bf16 units runs the products widened to fp32, which is correct
+ * but slower than fp32 itself (docs/performance.md). */
+static void say_slow_path(void)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    unsigned f = 0;
+    if (msr_cpu_features_get(&f) != MSR_OK || (f & MSR_CPU_AVX512_BF16) != 0)
+        return;
+    if (!atomic_flag_test_and_set(&said))
+        MSR_WARN("bf16: this CPU has no bf16 units (avx512_bf16); the bf16 products run on the "
+                 "slower path that widens them to fp32 (docs/model.md, \"bf16 products\")");
+}
+
+msr_status_t msr_products_create(msr_precision_t precision, msr_products_t **p_p)
+{
+    if (precision != MSR_PRECISION_FP32 && precision != MSR_PRECISION_BF16) {
+        MSR_ERROR("products: unknown precision %d", (int)precision);
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_products_t *p = msr_calloc(1, sizeof *p);
+    if (p == NULL) {
+        MSR_ERROR("products: out of memory for a context");
+        return MSR_ERR_NO_MEMORY;
+    }
+    p->precision = precision;
+    if (precision == MSR_PRECISION_BF16) {
+        msr_status_t st = msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &p->gemm);
+        if (st != MSR_OK) {
+            msr_free(p);
+            return st;
+        }
+        if (msr_gemm_bf16_path(p->gemm) == MSR_GEMM_BF16_BLAS)
+            say_slow_path();
+    }
+    *p_p = p;
+    return MSR_OK;
+}
+
+void msr_products_destroy(msr_products_t *p)
+{
+    if (p == NULL)
+        return;
+    msr_gemm_bf16_destroy(p->gemm);
+    msr_free(p->a);
+    msr_free(p->b);
+    msr_free(p);
+}
+
+msr_precision_t msr_products_precision(const msr_products_t *p)
+{
+    return p != NULL ? p->precision : MSR_PRECISION_FP32;
+}
+
+msr_status_t msr_products_status(const msr_products_t *p)
+{
+    return p != NULL ? p->status : MSR_OK;
+}
+
+size_t msr_products_scratch_bytes(const msr_products_t *p)
+{
+    return p != NULL ? (p->a_cap + p->b_cap) * sizeof(uint16_t) : 0;
+}
+
+/* The first failure sticks; later ones are the same story. */
+static void fail(msr_products_t *p, msr_status_t st)
+{
+    if (p->status == MSR_OK)
+        p->status = st;
+}
+
+/* *buf_p holds at least n elements; on failure unchanged */
+static msr_status_t reserve(uint16_t **buf_p, size_t *cap_p, size_t n)
+{
+    if (n <= *cap_p)
+        return MSR_OK;
+    uint16_t *q = msr_malloc(n * sizeof *q);
+    if (q == NULL) {
+        MSR_ERROR("products: cannot allocate %zu bytes of bf16 scratch", n * sizeof *q);
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_free(*buf_p);
+    *buf_p = q;
+    *cap_p = n;
+    return MSR_OK;
+}
+
+/* dst (rows, cols) packed = src (rows, cols) with row stride ld, rounded */
+static void round_rows(uint16_t *dst, const float *src, int ld, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++)
+        msr_bf16_from_f32_n(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
+}
+
+void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc)
+{
+    if (p == NULL || p->precision == MSR_PRECISION_FP32) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
+        return;
+    }
+    if (M < 0 || N < 0 || K < 0) {
+        MSR_ERROR("products: a %d x %d x %d product has a negative size", M, N, K);
+        fail(p, MSR_ERR_INVALID_ARG);
+        return;
+    }
+    if (M == 0 || N == 0)
+        return;
+    /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
+    int ar = trans_a ? K : M, ac = trans_a ? M : K;
+    int br = trans_b ? N : K, bc = trans_b ? K : N;
+    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)ar * (size_t)ac);
+    if (st == MSR_OK)
+        st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
+    if (st != MSR_OK) {
+        fail(p, st);
+        return;
+    }
+    round_rows(p->a, A, lda, ar, ac);
+    round_rows(p->b, B, ldb, br, bc);
+    st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, p->a, ac > 0 ? ac : 1,
+                       p->b, bc > 0 ? bc : 1, beta, C, ldc);
+    if (st != MSR_OK)
+        fail(p, st);
+}

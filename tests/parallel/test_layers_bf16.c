@@ -1,0 +1,205 @@
+/* The layers' products context (model/layers.h): fp32 is cblas_sgemm
+ * bitwise; bf16 is, bitwise, the fp32 kernel run on operands rounded to
+ * bf16 first (the blas path widens them exactly and calls the same
+ * sgemm), and differs from fp32 on operands that are not bf16 numbers;
+ * attention in bf16 stays within a bound derived from bf16's rounding;
+ * a failed product's status sticks, every allocation failing in turn
+ * included; the precision names parse. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/bf16.h"
+#include "model/layers.h"
+#include "model/rng.h"
+#include "tests/runner.h"
+
+/* n values in [-1, 1) from stream s, not bf16 numbers (almost surely) */
+static float *random_floats(size_t n, uint64_t s)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2.0 * msr_rng_open01(msr_rng_u64(42, s, i)) - 1.0);
+    return x;
+}
+
+static float *rounded(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+        y[i] = msr_f32_from_bf16(msr_bf16_from_f32(x[i]));
+    return y;
+}
+
+static void test_names(void)
+{
+    msr_precision_t p = MSR_PRECISION_BF16;
+    MSR_CHECK_OK(msr_precision_parse("fp32", &p));
+    MSR_CHECK_EQ(p, MSR_PRECISION_FP32);
+    MSR_CHECK_OK(msr_precision_parse("bf16", &p));
+    MSR_CHECK_EQ(p, MSR_PRECISION_BF16);
+    const char *bad[] = {"", "BF16", "bf17", "fp16", "fp32 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        MSR_CHECK_STATUS(msr_precision_parse(bad[i], &p), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_precision_parse(NULL, &p), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_EQ(p, MSR_PRECISION_BF16); /* untouched by the failures */
+    MSR_CHECK_STR(msr_precision_name(MSR_PRECISION_FP32), "fp32");
+    MSR_CHECK_STR(msr_precision_name(MSR_PRECISION_BF16), "bf16");
+    MSR_CHECK_STR(msr_precision_name((msr_precision_t)7), "?");
+    msr_products_t *q = NULL;
+    MSR_CHECK_STATUS(msr_products_create((msr_precision_t)7, &q), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(q == NULL);
+    MSR_CHECK_EQ(msr_products_precision(NULL), MSR_PRECISION_FP32);
+    msr_products_destroy(NULL);
+}
+
+enum { N = 37, IC = 45, OC = 29 }; /* odd, so no size is a kernel's multiple */
+
+/* out (N,OC) of matmul_forward through prod on inp, w, b */
+static float *forward(msr_products_t *prod, const float *inp, const float *w, const float *b)
+{
+    float *out = malloc((size_t)N * OC * sizeof *out);
+    msr_matmul_forward(prod, out, inp, w, b, N, IC, OC);
+    return out;
+}
+
+static void test_fp32_is_sgemm(void)
+{
+    float *inp = random_floats((size_t)N * IC, 1), *w = random_floats((size_t)OC * IC, 2);
+    msr_products_t *p32 = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_FP32, &p32));
+    float *a = forward(NULL, inp, w, NULL), *b = forward(p32, inp, w, NULL);
+    float *c = calloc((size_t)N * OC, sizeof *c);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, c,
+                OC);
+    MSR_CHECK(memcmp(a, c, (size_t)N * OC * sizeof *a) == 0);
+    MSR_CHECK(memcmp(b, c, (size_t)N * OC * sizeof *b) == 0);
+    MSR_CHECK_OK(msr_products_status(p32));
+    msr_products_destroy(p32);
+    free(inp), free(w), free(a), free(b), free(c);
+}
+
+static void test_bf16_matmul(void)
+{
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = random_floats(ni, 3), *w = random_floats(nw, 4), *bias = random_floats(OC, 5);
+    float *dout = random_floats(no, 6);
+    float *rinp = rounded(inp, ni), *rw = rounded(w, nw), *rdout = rounded(dout, no);
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_EQ(msr_products_precision(p), MSR_PRECISION_BF16);
+    /* forward: the fp32 kernel on rounded operands, bitwise; not fp32's */
+    float *got = forward(p, inp, w, bias), *want = forward(NULL, rinp, rw, bias);
+    float *f32 = forward(NULL, inp, w, bias);
+    MSR_CHECK(memcmp(got, want, no * sizeof *got) == 0);
+    MSR_CHECK(memcmp(got, f32, no * sizeof *got) != 0);
+    /* backward, both products accumulating into non-zero gradients (the
+     * bias's column sums are fp32 either way: left out) */
+    float *dinp = random_floats(ni, 7), *dw = random_floats(nw, 8);
+    float *dinp2 = malloc(ni * sizeof *dinp2), *dw2 = malloc(nw * sizeof *dw2);
+    memcpy(dinp2, dinp, ni * sizeof *dinp);
+    memcpy(dw2, dw, nw * sizeof *dw);
+    msr_matmul_backward(p, dinp, dw, NULL, dout, inp, w, N, IC, OC);
+    msr_matmul_backward(NULL, dinp2, dw2, NULL, rdout, rinp, rw, N, IC, OC);
+    MSR_CHECK(memcmp(dinp, dinp2, ni * sizeof *dinp) == 0);
+    MSR_CHECK(memcmp(dw, dw2, nw * sizeof *dw) == 0);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    free(inp), free(w), free(bias), free(dout), free(rinp), free(rw), free(rdout);
+    free(got), free(want), free(f32), free(dinp), free(dw), free(dinp2), free(dw2);
+}
+
+/* Causal attention, q, k, v in [-1, 1), head size HS. bf16 moves each
+ * score q.k/sqrt(HS) by at most delta = (2u + u^2) HS / sqrt(HS) (each
+ * operand within u = 2^-8 of its value, |q_c k_c| <= 1), plus fp32's
+ * HS 2^-24 (in the slack); a softmax row's probabilities then move by a
+ * factor within exp(+-2 delta), so by at most exp(2 delta) - 1 in sum, and
+ * a.v, with a and v rounded once more (2u + u^2), by at most
+ * (exp(2 delta) - 1 + 2u + u^2) max|v| <= that (|v| < 1). */
+static void test_bf16_attention(void)
+{
+    enum { B = 2, T = 11, C = 24, NH = 3, HS = C / NH };
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = random_floats(nq, 9);
+    float *o16 = malloc(no * sizeof *o16), *o32 = malloc(no * sizeof *o32);
+    float *a16 = malloc(na * sizeof *a16), *a32 = malloc(na * sizeof *a32);
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    msr_attention_forward(p, o16, a16, qkv, B, T, C, NH);
+    msr_attention_forward(NULL, o32, a32, qkv, B, T, C, NH);
+    double u = ldexp(1.0, -8), delta = (2 * u + u * u) * HS / sqrt((double)HS);
+    double bound = exp(2 * delta) - 1 + 2 * u + u * u, worst = 0;
+    for (size_t i = 0; i < no; i++)
+        worst = fmax(worst, fabs((double)o16[i] - (double)o32[i]));
+    MSR_CHECK_MSG(worst <= bound, "attention bf16 vs fp32: %g > bound %g", worst, bound);
+    MSR_CHECK(worst > 0);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    free(qkv), free(o16), free(o32), free(a16), free(a32);
+}
+
+/* A failed product's status sticks, later good products do not clear it;
+ * fp32 contexts go straight to BLAS and have nothing to record. */
+static void test_sticky_status(void)
+{
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0};
+    msr_products_sgemm(p, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    MSR_CHECK_OK(msr_products_status(p));
+    MSR_CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4); /* small integers: exact */
+    msr_products_sgemm(p, 0, 0, 2, -1, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    MSR_CHECK_STATUS(msr_products_status(p), MSR_ERR_INVALID_ARG);
+    msr_products_sgemm(p, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    MSR_CHECK_STATUS(msr_products_status(p), MSR_ERR_INVALID_ARG);
+    msr_products_destroy(p);
+}
+
+/* Every allocation of a bf16 context and its first product failing in
+ * turn: creation fails cleanly (nothing written), a product records
+ * MSR_ERR_NO_MEMORY; the first run that meets no failure is exact. */
+static void test_no_memory(void)
+{
+    float *inp = random_floats((size_t)N * IC, 10), *w = random_floats((size_t)OC * IC, 11);
+    float *ri = rounded(inp, (size_t)N * IC), *rw = rounded(w, (size_t)OC * IC);
+    float *want = forward(NULL, ri, rw, NULL);
+    for (long i = 0;; i++) {
+        msr_products_t *p = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_products_create(MSR_PRECISION_BF16, &p);
+        float *got = st == MSR_OK ? forward(p, inp, w, NULL) : NULL;
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        if (st != MSR_OK) {
+            MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+            MSR_CHECK(p == NULL);
+        } else if (failed) {
+            MSR_CHECK_STATUS(msr_products_status(p), MSR_ERR_NO_MEMORY);
+        } else {
+            MSR_CHECK_OK(msr_products_status(p));
+            MSR_CHECK(memcmp(got, want, (size_t)N * OC * sizeof *got) == 0);
+            MSR_CHECK(i >= 3); /* the context and its two operands' scratch */
+        }
+        msr_products_destroy(p);
+        free(got);
+        if (!failed)
+            break;
+    }
+    free(inp), free(w), free(ri), free(rw), free(want);
+}
+
+static const msr_test_t tests[] = {
+    {"names", test_names, 10},
+    {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
+    {"bf16_matmul", test_bf16_matmul, 10},
+    {"bf16_attention", test_bf16_attention, 10},
+    {"sticky_status", test_sticky_status, 10},
+    {"no_memory", test_no_memory, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}

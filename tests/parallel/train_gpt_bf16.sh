@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# train_gpt --precision bf16 in every layout: each run's losses against one
+# process in bf16 on the same global batch, within the tolerance derived
+# below; one process in bf16 differs from fp32 (the switch does something)
+# but stays close; a bf16 run resumes from its checkpoint bitwise; the
+# options' bad values and refused combinations exit 2 with the reason.
+#
+# The tolerance, derived (docs/model.md "bf16 training"). Two layouts
+# compute the same fp32 values up to the order of their sums (tp splits a
+# product's sum, dp and ZeRO sum the gradients in another order, cp folds
+# the softmax block by block), so an operand of a product differs between
+# them by a few fp32 ulps (2^-23 relative each). Rounded to bf16 (RNE, 8
+# significant bits, unit roundoff u = 2^-8) both land on the same bf16
+# number unless they straddle a rounding midpoint, and then on adjacent
+# ones, each within u of the fp32 value: at most 2u = 2^-7 apart. A flip
+# therefore moves an operand at most twice as far as bf16's own rounding
+# moves it from fp32 (u), and happens to about 2^-16 of the elements (the
+# 16 bits bf16 drops). To first order the loss moves by the sum of its
+# sensitivities times the operands' moves, so flips move it at most twice
+# as far as rounding every operand once does; taking that, bf16's own cost,
+# to be at most u of the loss (each product's relative error; the one
+# assumption, checked below by holding bf16 against fp32 to the same
+# bound), the tolerance per step is |loss - loss of one process| <= 2u x
+# loss = loss / 128. bf16 against fp32 must also differ (the switch does
+# something). The measured differences are in docs/model.md.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4 --steps 3
+    --precision bf16)
+msrun_n() {
+    local n=$1 job=bf16-$$-$RANDOM
+    shift
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "$@"
+}
+refuse() {
+    local pattern=$1 rc=0
+    shift
+    timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
+    return 0
+}
+refuse "--precision fp16: not fp32 or bf16" --precision fp16
+refuse "--grad-reduce-dtype f32: not fp32 or bf16" --grad-reduce-dtype f32
+refuse "gradients reduced in bf16 need ZeRO stage 0, not 1" --grad-reduce-dtype bf16 --zero 1
+refuse "--device cuda trains in fp32" --precision bf16 --device cuda
+timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
+grep -q -- "--precision" "$work/help" || fail "--help has no --precision"
+
+# losses FILE: "step loss" pairs
+losses() { grep -o 'step [0-9]* loss [0-9.]*' "$1" | awk '{ print $2, $4 }'; }
+# close NAME A B: the same steps, |loss difference| <= 2u x loss = loss /
+# 128 (above); prints the largest difference
+close() {
+    paste <(losses "$2") <(losses "$3") |
+        awk -v name="$1" '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > $2 / 128) bad = 1
+                            if (d > m) m = d; n++ }
+             END { printf "%s: max |loss difference| %.6f over %d steps\n", name, m, n
+                   exit bad || n != 3 }' ||
+        fail "$1 is not within loss / 128 of one process: $(paste "$2" "$3")"
+}
+
+timeout 60 "$bin/train_gpt" "${small[@]}" >"$work/one" 2>"$work/one.err" ||
+    fail "one process: $(cat "$work/one.err")"
+# a CPU without bf16 units says so once (never an illegal instruction)
+if ! grep -q avx512_bf16 /proc/cpuinfo; then
+    [[ $(grep -c "no bf16 units" "$work/one.err") -eq 1 ]] ||
+        fail "no single slower-path line: $(cat "$work/one.err")"
+fi
+timeout 60 "$bin/train_gpt" "${small[@]}" --precision fp32 >"$work/f32" ||
+    fail "one process fp32"
+close "bf16 vs fp32" "$work/one" "$work/f32"
+cmp -s <(losses "$work/one") <(losses "$work/f32") &&
+    fail "bf16 prints the losses of fp32: the switch does nothing"
+
+# --report's bf16 operand scratch, counted by hand: the largest operands
+# of any product are the head's, dlogits (N,V) and wte (V,C), N = 2 x 16
+# rows, V = 256, C = 32: 2 x (32 x 256 + 256 x 32) = 32768 bytes. Under tp 2
+# each rank holds V/2 of the vocabulary: 2 x (32 x 128 + 128 x 32) = 16384
+timeout 60 "$bin/train_gpt" "${small[@]}" --steps 1 --report >/dev/null 2>"$work/rep" ||
+    fail "--report: $(cat "$work/rep")"
+grep -q "rank 0 precision bf16: bf16 operand scratch 32768 bytes; gradients summed in fp32" \
+    "$work/rep" || fail "--report: $(cat "$work/rep")"
+
+run() { # run NAME N ARGS...
+    local name=$1 n=$2
+    shift 2
+    msrun_n "$n" "${small[@]}" "$@" >"$work/$name" 2>"$work/$name.err" ||
+        fail "$name: $(cat "$work/$name.err")"
+    close "$name" "$work/one" "$work/$name"
+}
+run dp2 2 --dp 2
+run zero1 2 --dp 2 --zero 1
+run zero2 2 --dp 2 --zero 2 --bucket-mb 0.02
+run zero3 2 --dp 2 --zero 3
+run tp2-sp 2 --tp 2 --sp --recompute selective --report
+for r in 0 1; do
+    grep -q "rank $r precision bf16: bf16 operand scratch 16384 bytes" "$work/tp2-sp.err" ||
+        fail "tp 2 --report, rank $r: $(cat "$work/tp2-sp.err")"
+done
+run pp2-gpipe 2 --pp 2 --schedule gpipe
+run pp2-1f1b 2 --pp 2 --schedule 1f1b --recompute full
+run pp2-interleaved 2 --pp 2 --schedule interleaved --virtual-stages 2
+run cp2 2 --cp 2
+
+# gradients summed in bf16 (rounded to bf16 once per rank, fp32 sums,
+# rounded once more): each rank's gradient moves by at most u relative
+# before the sum and the sum by u after it, the same order as a product's
+# operand (above), so the same bound; and it must differ from the fp32 sum
+run dp2-grad-bf16 2 --dp 2 --grad-reduce-dtype bf16
+cmp -s <(losses "$work/dp2") <(losses "$work/dp2-grad-bf16") &&
+    fail "--grad-reduce-dtype bf16 prints the losses of fp32 sums"
+# and through the model-parallel runtime's buckets (dp x cp over pp)
+run dp2-pp2-grad-bf16 4 --dp 2 --pp 2 --schedule gpipe --grad-reduce-dtype bf16
+
+# Mixture-of-Experts, expert parallel over 2 ranks, against its own one
+# process
+moe=(--experts 4 --top-k 2)
+timeout 60 "$bin/train_gpt" "${small[@]}" "${moe[@]}" >"$work/one" 2>"$work/one.err" ||
+    fail "one process, MoE: $(cat "$work/one.err")"
+run ep2 2 "${moe[@]}" --dp 2 --ep 2
+
+# resume: dp 2 with ZeRO-1 saves at step 2 and resumes for step 3; the
+# losses (exact, %a) are bitwise those of the run that never stopped, the
+# fp32 masters and moments being what the checkpoint holds
+ck=(--dp 2 --zero 1)
+msrun_n 2 "${small[@]}" "${ck[@]}" --loss-log "$work/whole" >/dev/null 2>"$work/err" ||
+    fail "uninterrupted: $(cat "$work/err")"
+msrun_n 2 "${small[@]}" "${ck[@]}" --steps 2 --ckpt-dir "$work/ck" --loss-log "$work/first" \
+    >/dev/null 2>"$work/err" || fail "first part: $(cat "$work/err")"
+msrun_n 2 "${small[@]}" "${ck[@]}" --ckpt-dir "$work/ck" --resume --loss-log "$work/second" \
+    >/dev/null 2>"$work/err" || fail "resumed: $(cat "$work/err")"
+grep -q "resumed from step 2" "$work/err" || fail "no resume: $(cat "$work/err")"
+[[ $(wc -l <"$work/whole") -eq 3 ]] || fail "loss log: $(cat "$work/whole")"
+diff "$work/whole" <(cat "$work/first" "$work/second") ||
+    fail "the resumed bf16 run differs from the uninterrupted one"
+echo "train_gpt bf16: ok"
