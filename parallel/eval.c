@@ -1,0 +1,164 @@
+/* The validation loss (see eval.h). */
+#include "parallel/eval.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "model/err_call.h"
+#include "parallel/ckpt_full.h"
+
+void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
+                   int *targets)
+{
+    uint64_t W = msr_sampler_windows(val->size, T);
+    for (int r = 0; r < n; r++) {
+        size_t o = (size_t)(((first + (uint64_t)r) % W) * (uint64_t)T);
+        int *in = inputs + (size_t)r * T, *tg = targets + (size_t)r * T;
+        for (int t = 0; t < T; t++) {
+            in[t] = msr_dataset_token(val, o + (size_t)t);
+            tg[t] = msr_dataset_token(val, o + (size_t)t + 1);
+        }
+    }
+}
+
+/* The world's payloads, each padded to `stride` bytes after an 8-byte
+ * length, as msr_ckpt_gather's fetch reads them. */
+typedef struct payloads {
+    const unsigned char *all;
+    size_t stride;
+} payloads_t;
+
+static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    const payloads_t *p = arg;
+    const unsigned char *at = p->all + (size_t)rank * p->stride;
+    uint64_t len;
+    memcpy(&len, at, sizeof len);
+    void *buf = msr_malloc(len > 0 ? len : 1); /* decode wants 8-byte alignment */
+    if (buf == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for rank %d's payload", rank);
+    memcpy(buf, at + sizeof len, len);
+    *buf_p = buf;
+    *len_p = len;
+    return MSR_OK;
+}
+
+/* The world the trainer's ranks form, and this rank's place in it. */
+static msr_comm_t *world_of(const msr_trainer_t *tr)
+{
+    if (tr->mesh != NULL)
+        return tr->mesh->world;
+    return tr->dp->comm;
+}
+
+/* Every rank's payload of the trainer's state, into *all_p (msr_free) as
+ * fetch_payload reads them. */
+static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, payloads_t *p,
+                             unsigned char **all_p)
+{
+    void *mine = NULL;
+    size_t len = 0;
+    int unsealed = tr->unsealed_snapshots; /* decode checks the CRCs: seal now */
+    tr->unsealed_snapshots = 0;
+    msr_status_t st = msr_trainer_snapshot(tr, "eval", &mine, &len);
+    tr->unsealed_snapshots = unsealed;
+    if (st != MSR_OK)
+        return st;
+    uint64_t most = len;
+    if (world != NULL && (st = msr_comm_allreduce(world, MSR_IN_PLACE, &most, 1, MSR_DTYPE_I64,
+                                                  MSR_OP_MAX)) != MSR_OK) {
+        msr_free(mine);
+        return msr_err_call(st, "eval: the largest payload");
+    }
+    p->stride = (sizeof(uint64_t) + (size_t)most + 7) / 8 * 8;
+    unsigned char *all = msr_calloc((size_t)size, p->stride);
+    if (all == NULL) {
+        msr_free(mine);
+        return msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %d payloads of %zu bytes", size,
+                       p->stride);
+    }
+    int rank = world != NULL ? msr_comm_rank(world) : 0;
+    uint64_t len64 = len;
+    memcpy(all + (size_t)rank * p->stride, &len64, sizeof len64);
+    memcpy(all + (size_t)rank * p->stride + sizeof len64, mine, len);
+    msr_free(mine);
+    if (world != NULL &&
+        (st = msr_comm_allgather(world, MSR_IN_PLACE, all, p->stride, MSR_DTYPE_U8)) != MSR_OK) {
+        msr_free(all);
+        return msr_err_call(st, "eval: the allgather of %d payloads", size);
+    }
+    p->all = all;
+    *all_p = all;
+    return MSR_OK;
+}
+
+/* The whole model with the parameters the world's payloads hold. */
+static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
+{
+    msr_comm_t *world = world_of(tr);
+    int size = world != NULL ? msr_comm_size(world) : 1;
+    payloads_t p = {0};
+    unsigned char *all = NULL;
+    msr_status_t st = exchange(tr, world, size, &p, &all);
+    if (st != MSR_OK)
+        return st;
+    msr_gpt_t *model = NULL;
+    size_t P = msr_gpt_num_params(&tr->cfg.model);
+    float *mv = msr_malloc(2 * P * sizeof(float) + 1); /* the moments, unused */
+    st = mv == NULL
+             ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu moments", 2 * P)
+             : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
+    msr_tckpt_header_t h;
+    if (st == MSR_OK)
+        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", P, model->params, mv, mv + P, &h);
+    msr_free(mv);
+    msr_free(all);
+    if (st != MSR_OK) {
+        msr_gpt_destroy(model);
+        return st;
+    }
+    *model_p = model;
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
+                              double *loss_p)
+{
+    if (tr->model->moe != NULL || batches < 1) {
+        return msr_err(MSR_ERR_CONFIG, "eval: %s",
+                       batches < 1 ? "no validation batches" : "a MoE model's validation");
+    }
+    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
+    msr_comm_t *world = world_of(tr);
+    int size = world != NULL ? msr_comm_size(world) : 1,
+        rank = world != NULL ? msr_comm_rank(world) : 0;
+    msr_gpt_t *model = NULL;
+    msr_status_t st = whole_model(tr, &model);
+    int *in = msr_malloc(2 * (size_t)B * (size_t)T * sizeof(int));
+    if (st == MSR_OK && in == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %d x %d", B, T);
+    double sum = 0.0;
+    for (int b = rank; b < batches && st == MSR_OK; b += size) {
+        double loss;
+        int *tg = in + (size_t)B * (size_t)T;
+        msr_eval_fill(val, T, (uint64_t)b * (uint64_t)B, B, in, tg);
+        st = msr_gpt_forward(model, in, tg, B, T, NULL, &loss);
+        sum += loss;
+    }
+    msr_free(in);
+    msr_gpt_destroy(model);
+    /* every rank joins the sum, a failed one with NaN, so none waits */
+    double out[2] = {st == MSR_OK ? sum : 0.0, st == MSR_OK ? 0.0 : 1.0};
+    msr_status_t cs = MSR_OK;
+    if (world != NULL)
+        cs = msr_comm_allreduce(world, MSR_IN_PLACE, out, 2, MSR_DTYPE_F64, MSR_OP_SUM);
+    if (st != MSR_OK)
+        return st;
+    if (cs != MSR_OK)
+        return msr_err_call(cs, "eval: summing the validation losses");
+    if (out[1] > 0.0)
+        return msr_err(MSR_ERR_STATE, "eval: another rank's validation failed");
+    *loss_p = out[0] / batches;
+    return MSR_OK;
+}

@@ -1,0 +1,41 @@
+/* The validation loss: the mean loss of a fixed set of batches of a
+ * held-out data set under the trainer's current parameters, forward only,
+ * the same whatever the layout that trains them.
+ *
+ * How: every rank assembles the whole model from the ranks' checkpoint
+ * payloads (msr_trainer_snapshot, exchanged in memory over the world, read
+ * back by msr_ckpt_gather: the path a resume in another layout takes), so
+ * the numbers do not depend on how the model is cut; the ranks then share
+ * out the batches, each running a whole-model forward pass over batches r,
+ * r + world, ..., and the per-batch losses are summed over the world. This
+ * costs every rank the whole model's parameters, moments and one
+ * micro-batch's activations while it runs, and one exchange of every
+ * rank's payload: it is for models that fit one process (the ones the CPU
+ * runtime trains), and for a validation every few hundred steps.
+ *
+ * Batch b is val sample rows [b * B, (b + 1) * B), B the micro-batch; val
+ * sample k is the data set's window k mod W of T + 1 tokens in file order
+ * (the windows msr_sampler_windows counts: starting at multiples of T), so
+ * the set depends on the file, B and T only, never on the seed or the step. */
+#ifndef MSR_PARALLEL_EVAL_H
+#define MSR_PARALLEL_EVAL_H
+
+#include "msrun/base.h"
+#include "model/data.h"
+#include "parallel/train.h"
+
+/* Writes the mean loss over `batches` validation batches of val to
+ * *loss_p, the same on every rank. Collective over the trainer's world
+ * (every rank calls it). val->size must exceed T and val's tokens be below
+ * the model's V (msr_dataset_vocab). Errors: MSR_ERR_CONFIG (a MoE model:
+ * not supported yet; batches < 1), MSR_ERR_NO_MEMORY, the communicator's
+ * and the forward pass's. The trainer is unchanged. */
+msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
+                              double *loss_p);
+
+/* Fills rows [first, first + n) of val's validation samples (T + 1 token
+ * windows in file order, wrapping) as inputs and targets (n, T). */
+void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
+                   int *targets);
+
+#endif
