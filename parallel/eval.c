@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/status.h"
 #include "model/err_call.h"
 #include "parallel/ckpt_full.h"
 
@@ -138,13 +139,16 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
     int *in = msr_malloc(2 * (size_t)B * (size_t)T * sizeof(int));
     if (st == MSR_OK && in == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %d x %d", B, T);
+    /* the rows: batches global batches; chunks of B rows shared out */
+    uint64_t G = (uint64_t)B * (uint64_t)tr->cfg.grad_accum * (uint64_t)tr->cfg.dp,
+             R = G * (uint64_t)batches, chunks = (R + (uint64_t)B - 1) / (uint64_t)B;
     double sum = 0.0;
-    for (int b = rank; b < batches && st == MSR_OK; b += size) {
+    for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
         double loss;
-        int *tg = in + (size_t)B * (size_t)T;
-        msr_eval_fill(val, T, (uint64_t)b * (uint64_t)B, B, in, tg);
-        st = msr_gpt_forward(model, in, tg, B, T, NULL, &loss);
-        sum += loss;
+        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)B, R - c * B);
+        msr_eval_fill(val, T, c * (uint64_t)B, n, in, tg);
+        st = msr_gpt_forward(model, in, tg, n, T, NULL, &loss);
+        sum += loss * n; /* the chunk's mean over its n x T tokens */
     }
     msr_free(in);
     msr_gpt_destroy(model);
@@ -159,6 +163,6 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
         return msr_err_call(cs, "eval: summing the validation losses");
     if (out[1] > 0.0)
         return msr_err(MSR_ERR_STATE, "eval: another rank's validation failed");
-    *loss_p = out[0] / batches;
+    *loss_p = out[0] / (double)R;
     return MSR_OK;
 }

@@ -6,17 +6,20 @@
  * payloads (msr_trainer_snapshot, exchanged in memory over the world, read
  * back by msr_ckpt_gather: the path a resume in another layout takes), so
  * the numbers do not depend on how the model is cut; the ranks then share
- * out the batches, each running a whole-model forward pass over batches r,
- * r + world, ..., and the per-batch losses are summed over the world. This
+ * out the rows in chunks of a micro-batch, each running a whole-model
+ * forward pass over chunks r, r + world, ..., and the rows' losses are
+ * summed over the world. This
  * costs every rank the whole model's parameters, moments and one
  * micro-batch's activations while it runs, and one exchange of every
  * rank's payload: it is for models that fit one process (the ones the CPU
  * runtime trains), and for a validation every few hundred steps.
  *
- * Batch b is val sample rows [b * B, (b + 1) * B), B the micro-batch; val
- * sample k is the data set's window k mod W of T + 1 tokens in file order
- * (the windows msr_sampler_windows counts: starting at multiples of T), so
- * the set depends on the file, B and T only, never on the seed or the step. */
+ * The rows are the first batches x G validation samples, G the global
+ * batch (micro-batch x grad-accum x dp, the same in every layout of a
+ * run); sample k is the data set's window k mod W of T + 1 tokens in file
+ * order (the windows msr_sampler_windows counts: starting at multiples of
+ * T), so the set depends on the file, G and T only, never on the layout,
+ * the seed or the step. The loss is the mean over the rows' tokens. */
 #ifndef MSR_PARALLEL_EVAL_H
 #define MSR_PARALLEL_EVAL_H
 
@@ -24,7 +27,7 @@
 #include "model/data.h"
 #include "parallel/train.h"
 
-/* Writes the mean loss over `batches` validation batches of val to
+/* Writes the mean loss over `batches` global batches of val's rows to
  * *loss_p, the same on every rank. Collective over the trainer's world
  * (every rank calls it). val->size must exceed T and val's tokens be below
  * the model's V (msr_dataset_vocab). Errors: MSR_ERR_CONFIG (a MoE model:

@@ -10,7 +10,7 @@ to the smallest pair) becomes token 256 + i. Nothing is downloaded; the
 output depends only on the input text and the options.
 
 usage: make_tokens.py OUT [--val VAL_OUT] [--val-fraction F] [--merges N]
-                          [--version 1|2] [--input TEXT]
+                          [--version 1|2] [--input TEXT] [--max-tokens N]
 """
 import argparse
 import os
@@ -72,10 +72,13 @@ def main():
     ap.add_argument("--merges", type=int, default=256)
     ap.add_argument("--version", type=int, choices=(1, 2), default=1)
     ap.add_argument("--input", default=None)
+    ap.add_argument("--max-tokens", type=int, default=0, help="keep the first N tokens (0: all)")
     a = ap.parse_args()
     path = a.input or default_input()
     with open(path, "rb") as f:
         tokens = bpe(f.read(), a.merges)
+    if a.max_tokens > 0:
+        tokens = tokens[: a.max_tokens]
     cut = len(tokens)
     if a.val is not None:
         cut = len(tokens) - max(1, int(len(tokens) * a.val_fraction))

@@ -149,7 +149,8 @@ static const msr_opt_t specs[] = {
     OPT_INT("val-every", val_every, 0, (int64_t)1e15,
             "steps between validation losses, 0 = only at the end (0)"),
     OPT_INT("val-batches", val_batches, 1, 1 << 20,
-            "validation batches of micro-batch sequences, the data's first windows in order (8)"),
+            "validation batches of global-batch sequences: the first windows of --val-data "
+            "in order (4)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -497,7 +498,7 @@ static options_t options_defaults(void)
         .corpus_bytes = 1 << 20,
         .device = "cpu",
         .calibrate_runs = 1,
-        .val_batches = 8,
+        .val_batches = 4,
     };
 }
 

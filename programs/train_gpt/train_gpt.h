@@ -51,12 +51,12 @@ typedef struct options {
      * --dump-logits */
     const char *export_st, *init_from, *dump_logits;
     /* token data, validation and epochs (train_gpt_data.c) */
-    int64_t vocab;               /* --vocab, 0: the data's */
-    int epochs;                  /* --epochs: the sampler's epoch order */
-    const char *val_data;        /* --val-data */
-    int64_t val_every;           /* --val-every, 0: only at the end */
-    int64_t val_batches;         /* --val-batches */
-    msr_dataset_t *val_set;      /* --val-data loaded (not an option) */
+    int64_t vocab;          /* --vocab, 0: the data's */
+    int epochs;             /* --epochs: the sampler's epoch order */
+    const char *val_data;   /* --val-data */
+    int64_t val_every;      /* --val-every, 0: only at the end */
+    int64_t val_batches;    /* --val-batches */
+    msr_dataset_t *val_set; /* --val-data loaded (not an option) */
     unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
