@@ -53,6 +53,21 @@ static msr_comm_t *world_of(const msr_trainer_t *tr)
     return tr->dp->comm;
 }
 
+/* Whether any rank of world failed (failed: this rank's), so that all
+ * go on or all stop together and none waits in a collective for a rank
+ * that left. */
+static msr_status_t any_failed(msr_comm_t *world, int failed, int *any_p)
+{
+    int64_t f = failed;
+    msr_status_t st = MSR_OK;
+    if (world != NULL)
+        st = msr_comm_allreduce(world, MSR_IN_PLACE, &f, 1, MSR_DTYPE_I64, MSR_OP_MAX);
+    if (st != MSR_OK)
+        return msr_err_call(st, "eval: agreeing on the ranks' state");
+    *any_p = f != 0;
+    return MSR_OK;
+}
+
 /* Every rank's payload of the trainer's state, into *all_p (msr_free) as
  * fetch_payload reads them. */
 static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, payloads_t *p,
@@ -62,22 +77,30 @@ static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, pay
     size_t len = 0;
     int unsealed = tr->unsealed_snapshots; /* decode checks the CRCs: seal now */
     tr->unsealed_snapshots = 0;
-    msr_status_t st = msr_trainer_snapshot(tr, "eval", &mine, &len);
+    msr_status_t st = msr_trainer_snapshot(tr, "eval", &mine, &len), cs;
     tr->unsealed_snapshots = unsealed;
-    if (st != MSR_OK)
-        return st;
-    uint64_t most = len;
-    if (world != NULL && (st = msr_comm_allreduce(world, MSR_IN_PLACE, &most, 1, MSR_DTYPE_I64,
+    int64_t most[2] = {(int64_t)len, st != MSR_OK}; /* the largest payload, a failure */
+    if (world != NULL && (cs = msr_comm_allreduce(world, MSR_IN_PLACE, most, 2, MSR_DTYPE_I64,
                                                   MSR_OP_MAX)) != MSR_OK) {
         msr_free(mine);
-        return msr_err_call(st, "eval: the largest payload");
+        return msr_err_call(cs, "eval: the largest payload");
     }
-    p->stride = (sizeof(uint64_t) + (size_t)most + 7) / 8 * 8;
-    unsigned char *all = msr_calloc((size_t)size, p->stride);
-    if (all == NULL) {
+    if (st != MSR_OK || most[1] != 0) {
         msr_free(mine);
-        return msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %d payloads of %zu bytes", size,
-                       p->stride);
+        return st != MSR_OK ? st : msr_err(MSR_ERR_STATE, "eval: another rank's snapshot failed");
+    }
+    p->stride = (sizeof(uint64_t) + (size_t)most[0] + 7) / 8 * 8;
+    unsigned char *all = msr_calloc((size_t)size, p->stride);
+    int any = 0;
+    if ((st = any_failed(world, all == NULL, &any)) != MSR_OK || any) {
+        msr_free(mine);
+        msr_free(all);
+        if (st != MSR_OK)
+            return st;
+        return all == NULL
+                   ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %d payloads of %zu bytes",
+                             size, p->stride)
+                   : msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
     }
     int rank = world != NULL ? msr_comm_rank(world) : 0;
     uint64_t len64 = len;
