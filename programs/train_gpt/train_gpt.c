@@ -204,7 +204,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
                  "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step; the\n"
-                 "loss is the mean cross-entropy of the next byte, in nats per byte.\n\n");
+                 "loss is the mean cross-entropy of the next byte, in nats per byte (of the\n"
+                 "next token, in nats per token, when --data is a token file).\n\n");
     msr_opts_usage(&opt_set, out);
 }
 

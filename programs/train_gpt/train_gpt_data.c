@@ -7,7 +7,7 @@
 #include "parallel/eval.h"
 #include "programs/train_gpt/train_gpt.h"
 
-/* Loads path (what: the option, for the messages) with V applied (0: the
+/* Loads path (what: the message's start) with V applied (0: the
  * file's own). Returns 0, or -1 with the reason printed. */
 static int load(const char *what, const char *path, int V, msr_dataset_t **ds_p)
 {
@@ -38,7 +38,7 @@ int train_gpt_data_open(options_t *o, msr_dataset_t **data_p)
     }
     msr_dataset_t *data = NULL;
     if (o->data != NULL) {
-        if (load("--data", o->data, (int)o->vocab, &data) != 0)
+        if (load("no data", o->data, (int)o->vocab, &data) != 0)
             return -1;
     } else {
         msr_status_t st = msr_dataset_generate((uint64_t)o->seed, (size_t)o->corpus_bytes, &data);
@@ -57,7 +57,7 @@ int train_gpt_data_open(options_t *o, msr_dataset_t **data_p)
     }
     data->epochs = o->epochs;
     if (o->val_data != NULL) {
-        if (load("--val-data", o->val_data, data->vocab, &o->val_set) != 0) {
+        if (load("no validation data", o->val_data, data->vocab, &o->val_set) != 0) {
             msr_dataset_destroy(data);
             return -1;
         }
