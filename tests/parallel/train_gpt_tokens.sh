@@ -44,6 +44,13 @@ import sys
 v = [float.fromhex(l.split()[4]) for l in open(sys.argv[1]) if l.startswith("val ")]
 assert v[-1] < v[0] < 6.0, v  # below ln(356) at the start, falling
 PY
+# validating changes nothing in training: the step lines of a run without
+# --val-data are the same, bitwise
+val=()
+for a in "${model[@]}"; do [[ $a == --val-data || $a == "$work/val.bin" ]] || val+=("$a"); done
+timeout -k 5 60 "$bin/train_gpt" "${val[@]}" --micro-batch 2 --grad-accum 6 --steps 5 \
+    --loss-log "$work/noval.log" >/dev/null 2>&1 || fail "the run without validation"
+cmp -s <(grep '^step' "$work/one.log") "$work/noval.log" || fail "validation changed the steps"
 # the same validation losses in other layouts
 for layout in "2 --micro-batch 3 --grad-accum 2 --zero 3" "4 --micro-batch 2 --grad-accum 6 --tp 2 --pp 2" \
     "2 --micro-batch 2 --grad-accum 6 --cp 2"; do
