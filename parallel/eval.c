@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "model/err_call.h"
+#include "model/moe.h"
 #include "parallel/ckpt_full.h"
 
 void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
@@ -117,7 +118,10 @@ static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, pay
     return MSR_OK;
 }
 
-/* The whole model with the parameters the world's payloads hold. */
+/* The whole model with the parameters the world's payloads hold: the
+ * flat parameters, then a MoE model's experts in the whole model's expert
+ * numbering (the payload's, parallel/train.h), into a store that holds
+ * them all. */
 static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
 {
     msr_comm_t *world = world_of(tr);
@@ -128,15 +132,23 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
     if (st != MSR_OK)
         return st;
     msr_gpt_t *model = NULL;
-    size_t P = msr_gpt_num_params(&tr->cfg.model);
-    float *mv = msr_malloc(2 * P * sizeof(float) + 1); /* the moments, unused */
-    st = mv == NULL
-             ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu moments", 2 * P)
+    size_t P = msr_gpt_num_params(&tr->cfg.model), E = msr_moe_num_params(&tr->cfg.model),
+           n = P + E;
+    float *buf = msr_malloc(3 * n * sizeof(float) + 1); /* parameters, m, v */
+    st = buf == NULL
+             ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
              : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
+    if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))
+        st = msr_err(MSR_ERR_STATE, "eval: the whole model's store does not hold %zu experts", E);
     msr_tckpt_header_t h;
     if (st == MSR_OK)
-        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", P, model->params, mv, mv + P, &h);
-    msr_free(mv);
+        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", n, buf, buf + n, buf + 2 * n, &h);
+    if (st == MSR_OK) {
+        memcpy(model->params, buf, P * sizeof(float));
+        if (E > 0)
+            memcpy(msr_moe_params(model->moe), buf + P, E * sizeof(float));
+    }
+    msr_free(buf);
     msr_free(all);
     if (st != MSR_OK) {
         msr_gpt_destroy(model);
@@ -149,11 +161,12 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
 msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
                               double *loss_p)
 {
-    if (tr->model->moe != NULL || batches < 1) {
-        return msr_err(MSR_ERR_CONFIG, "eval: %s",
-                       batches < 1 ? "no validation batches" : "a MoE model's validation");
-    }
+    if (batches < 1)
+        return msr_err(MSR_ERR_CONFIG, "eval: %d validation batches", batches);
     int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
+    /* a MoE block's capacity depends on the tokens of a forward pass: one
+     * sequence a pass, whatever the layout's micro-batch */
+    int chunk = tr->cfg.model.moe.experts > 0 ? 1 : B;
     msr_comm_t *world = world_of(tr);
     int size = world != NULL ? msr_comm_size(world) : 1,
         rank = world != NULL ? msr_comm_rank(world) : 0;
@@ -162,14 +175,14 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
     int *in = msr_malloc(2 * (size_t)B * (size_t)T * sizeof(int));
     if (st == MSR_OK && in == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %d x %d", B, T);
-    /* the rows: batches global batches; chunks of B rows shared out */
+    /* the rows: batches global batches; chunks of `chunk` rows shared out */
     uint64_t G = (uint64_t)B * (uint64_t)tr->cfg.grad_accum * (uint64_t)tr->cfg.dp,
-             R = G * (uint64_t)batches, chunks = (R + (uint64_t)B - 1) / (uint64_t)B;
+             R = G * (uint64_t)batches, chunks = (R + (uint64_t)chunk - 1) / (uint64_t)chunk;
     double sum = 0.0;
     for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
         double loss;
-        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)B, R - c * B);
-        msr_eval_fill(val, T, c * (uint64_t)B, n, in, tg);
+        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
+        msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
         st = msr_gpt_forward(model, in, tg, n, T, NULL, &loss);
         sum += loss * n; /* the chunk's mean over its n x T tokens */
     }

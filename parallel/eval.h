@@ -19,7 +19,11 @@
  * run); sample k is the data set's window k mod W of T + 1 tokens in file
  * order (the windows msr_sampler_windows counts: starting at multiples of
  * T), so the set depends on the file, G and T only, never on the layout,
- * the seed or the step. The loss is the mean over the rows' tokens. */
+ * the seed or the step. The loss is the mean over the rows' tokens (the
+ * cross-entropy msr_gpt_forward reports). A MoE model runs one sequence a
+ * forward pass, so that its blocks' capacity (which depends on the tokens
+ * of a pass) is the same whatever the layout's micro-batch; its experts
+ * come from the payloads too, into a store that holds them all. */
 #ifndef MSR_PARALLEL_EVAL_H
 #define MSR_PARALLEL_EVAL_H
 
@@ -30,9 +34,9 @@
 /* Writes the mean loss over `batches` global batches of val's rows to
  * *loss_p, the same on every rank. Collective over the trainer's world
  * (every rank calls it). val->size must exceed T and val's tokens be below
- * the model's V (msr_dataset_vocab). Errors: MSR_ERR_CONFIG (a MoE model:
- * not supported yet; batches < 1), MSR_ERR_NO_MEMORY, the communicator's
- * and the forward pass's. The trainer is unchanged. */
+ * the model's V (msr_dataset_vocab). Errors: MSR_ERR_CONFIG (batches < 1),
+ * MSR_ERR_NO_MEMORY, the communicator's and the forward pass's. The
+ * trainer is unchanged. */
 msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
                               double *loss_p);
 

@@ -2390,6 +2390,15 @@ test: ^test_parallel_train_gpt_tokens$
     for (uint64_t c = (uint64_t)rank % 1; c < chunks && st == MSR_OK; c += (uint64_t)size / (uint64_t)size) {
 >>>
 
+@ tokens.moe_eval_micro_batch
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+    int chunk = tr->cfg.model.moe.experts > 0 ? 1 : B;
+===
+    int chunk = tr->cfg.model.moe.experts > 0 ? B : B;
+>>>
+
 @ tokens.meta_without_epochs
 file: programs/train_gpt/train_gpt_run.c
 test: ^test_parallel_train_gpt_tokens$

@@ -31,11 +31,6 @@ int train_gpt_data_open(options_t *o, msr_dataset_t **data_p)
         fprintf(stderr, "train_gpt: --val-data, --vocab and --epochs are for --device cpu only\n");
         return -1;
     }
-    if (o->val_data != NULL && o->experts > 0) {
-        fprintf(stderr, "train_gpt: --val-data: a MoE model's validation loss is not computed "
-                        "yet (dense models only)\n");
-        return -1;
-    }
     msr_dataset_t *data = NULL;
     if (o->data != NULL) {
         if (load("no data", o->data, (int)o->vocab, &data) != 0)

@@ -2,9 +2,9 @@
 # Token data end to end: scripts/make_tokens.py writes a token file and a
 # validation file (llm.c's .bin layout); train_gpt trains on them with
 # --epochs and prints validation losses that are the same in every layout
-# (1e-5 relative); a run resumed mid-epoch on another world size prints
-# the losses of a run never stopped (1e-5); bad token data is refused
-# naming what is wrong, no step trained.
+# (1e-5 relative), a MoE model's too; a run resumed mid-epoch on another
+# world size prints the losses of a run never stopped (1e-5); bad token
+# data is refused naming what is wrong, no step trained.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -58,6 +58,29 @@ for layout in "2 --micro-batch 3 --grad-accum 2 --zero 3" "4 --micro-batch 2 --g
     msrun_n "${l[@]}" --steps 5 --val-every 2 --loss-log "$work/l.log" >/dev/null \
         2>"$work/l.err" || { cat "$work/l.err" >&2; fail "layout $layout"; }
     same_val "$work/one.log" "$work/l.log" 3
+    rm -f "$work/l.log"
+done
+
+# a MoE model: its validation runs one sequence a forward pass, so the MoE
+# blocks' capacity is the same whatever the layout's micro-batch
+moe=(--experts 4 --top-k 2 --moe-every 1 --val-batches 2)
+# at step 0 every layout holds the seed's parameters: micro-batches of 2
+# and 3 give the same validation loss
+msrun_n 1 "${moe[@]}" --steps 0 --micro-batch 2 --grad-accum 6 --loss-log "$work/moe0.log" \
+    >/dev/null 2>"$work/l.err" || { cat "$work/l.err" >&2; fail "MoE at step 0"; }
+msrun_n 2 "${moe[@]}" --steps 0 --micro-batch 3 --grad-accum 2 --ep 2 --loss-log "$work/l.log" \
+    >/dev/null 2>"$work/l.err" || { cat "$work/l.err" >&2; fail "MoE at step 0, ep 2"; }
+same_val "$work/moe0.log" "$work/l.log" 1
+rm -f "$work/l.log"
+# trained 3 steps (training's routing depends on the micro-batch: kept)
+moe+=(--steps 3 --val-every 3 --micro-batch 2)
+msrun_n 1 "${moe[@]}" --grad-accum 6 --loss-log "$work/moe1.log" >/dev/null 2>"$work/l.err" ||
+    { cat "$work/l.err" >&2; fail "MoE, one process"; }
+for layout in "2 --grad-accum 3 --ep 2" "4 --grad-accum 3 --pp 2 --dp 2 --ep 2 --zero 1"; do
+    read -r -a l <<<"$layout"
+    msrun_n "${l[0]}" "${moe[@]}" "${l[@]:1}" --loss-log "$work/l.log" >/dev/null \
+        2>"$work/l.err" || { cat "$work/l.err" >&2; fail "MoE layout $layout"; }
+    same_val "$work/moe1.log" "$work/l.log" 1
     rm -f "$work/l.log"
 done
 
