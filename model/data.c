@@ -1,4 +1,5 @@
-/* Data sets (a file's bytes or the generated corpus) and the sampler. */
+/* Data sets (a file's bytes or tokens, or the generated corpus) and the
+ * sampler; token files' header and the epochs' order are in data_tokens.c. */
 #include "model/data.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "base/util.h"
+#include "model/data_impl.h"
 #include "model/rng.h"
 
 #define DATA_STREAM   0x64617461ULL /* the sampler's RNG stream */
@@ -51,10 +53,18 @@ msr_status_t msr_dataset_load(const char *path, msr_dataset_t **ds_p)
         goto err_free;
     }
     close(fd);
-    ds->bytes = map;
-    ds->size = (size_t)sb.st_size;
-    ds->mapped = ds->size;
+    ds->map = map;
+    ds->mapped = (size_t)sb.st_size;
     snprintf(ds->origin, sizeof ds->origin, "%s", path);
+    ds->bytes = map;
+    ds->size = ds->mapped;
+    ds->width = 1;
+    ds->vocab = 256;
+    if (msr_data_is_tokens(map, ds->mapped) &&
+        (st = msr_data_tokens_parse(path, map, ds->mapped, ds)) != MSR_OK) {
+        msr_dataset_destroy(ds);
+        return st;
+    }
     *ds_p = ds;
     return MSR_OK;
 
@@ -144,6 +154,8 @@ msr_status_t msr_dataset_generate(uint64_t seed, size_t size, msr_dataset_t **ds
     ds->owned = text;
     ds->bytes = (const uint8_t *)text;
     ds->size = size;
+    ds->width = 1;
+    ds->vocab = 256;
     snprintf(ds->origin, sizeof ds->origin, "generated corpus (seed %llu, %zu bytes)",
              (unsigned long long)seed, size);
     *ds_p = ds;
@@ -155,7 +167,7 @@ void msr_dataset_destroy(msr_dataset_t *ds)
     if (ds == NULL)
         return;
     if (ds->mapped > 0)
-        munmap((void *)ds->bytes, ds->mapped);
+        munmap(ds->map, ds->mapped);
     msr_free(ds->owned);
     msr_free(ds);
 }
@@ -171,12 +183,19 @@ void msr_sampler_fill(const msr_sampler_t *s, const msr_dataset_t *ds, int T, ui
                       int *inputs, int *targets)
 {
     for (int r = 0; r < n; r++) {
-        size_t o = msr_sampler_offset(s, ds->size, T, s->position + first + (uint64_t)r);
-        const uint8_t *w = ds->bytes + o; /* (T + 1) */
+        size_t o = msr_sampler_start(s, ds, T, s->position + first + (uint64_t)r);
         int *in = inputs + (size_t)r * T, *tg = targets + (size_t)r * T;
+        if (ds->width == 1) {                 /* bytes: the common case, read directly */
+            const uint8_t *w = ds->bytes + o; /* (T + 1) */
+            for (int t = 0; t < T; t++) {
+                in[t] = w[t];
+                tg[t] = w[t + 1];
+            }
+            continue;
+        }
         for (int t = 0; t < T; t++) {
-            in[t] = w[t];
-            tg[t] = w[t + 1];
+            in[t] = msr_dataset_token(ds, o + (size_t)t);
+            tg[t] = msr_dataset_token(ds, o + (size_t)t + 1);
         }
     }
 }

@@ -2344,4 +2344,68 @@ test: ^fault_etcd_elastic$
          * re-form waited for the last call's end (or the join timeout) */
 >>>
 
+# ---- token data, epochs and validation (docs/model.md "Token data")
+@ tokens.count_short_ok
+file: model/data_tokens.c
+test: ^test_parallel_data_tokens$
+<<<
+    if (count <= 0 || (uint64_t)count * (uint64_t)width != body) {
+===
+    if (count <= 0 || (uint64_t)count * (uint64_t)width > body) {
+>>>
+
+@ tokens.vocab_off_by_one
+file: model/data_tokens.c
+test: ^test_parallel_data_tokens$
+<<<
+        if (t >= V || t < 0) { /* a uint32 token past INT_MAX reads negative */
+===
+        if (t > V || t < 0) { /* a uint32 token past INT_MAX reads negative */
+>>>
+
+@ tokens.perm_identity
+file: model/data_tokens.c
+test: ^test_parallel_data_tokens$
+<<<
+        uint64_t f = msr_rng_u64(seed, PERM_STREAM + epoch * PERM_ROUNDS + round, r) & mask;
+===
+        uint64_t f = msr_rng_u64(seed, PERM_STREAM + epoch * PERM_ROUNDS + round, r) & mask & 0;
+>>>
+
+@ tokens.epochs_ignored
+file: model/data_tokens.c
+test: ^test_parallel_data_tokens$
+<<<
+    if (!ds->epochs)
+===
+    if (1)
+>>>
+
+@ tokens.eval_rows_twice
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+    for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
+===
+    for (uint64_t c = (uint64_t)rank % 1; c < chunks && st == MSR_OK; c += (uint64_t)size / (uint64_t)size) {
+>>>
+
+@ tokens.moe_eval_micro_batch
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+    int chunk = tr->cfg.model.moe.experts > 0 ? 1 : B;
+===
+    int chunk = tr->cfg.model.moe.experts > 0 ? B : B;
+>>>
+
+@ tokens.meta_without_epochs
+file: programs/train_gpt/train_gpt_run.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+        snprintf(meta + used, len - used, "; epochs");
+===
+        (void)used;
+>>>
+
 __END__

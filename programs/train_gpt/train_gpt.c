@@ -115,7 +115,9 @@ static const msr_opt_t specs[] = {
     OPT_REAL("weight-decay", weight_decay, 0, 1e3, "AdamW weight decay on matrices (0.1)"),
     OPT_REAL("grad-clip", grad_clip, 0, 1e30, "global gradient-norm limit, 0 = off (1)"),
     OPT_INT("seed", seed, 0, (int64_t)9.2e18, "initialisation and sampling seed (1337)"),
-    OPT_TEXT("data", data, "a file whose bytes are the data (generated corpus)"),
+    OPT_TEXT("data", data,
+             "the data: a token file (llm.c's .bin: magic 20240520, version 1 uint16 or 2 "
+             "uint32 tokens), else a file whose bytes are the tokens (generated corpus)"),
     OPT_INT("corpus-bytes", corpus_bytes, 2, 1 << 30, "size of the generated corpus (1 MiB)"),
     OPT_TEXT("ckpt-dir", ckpt_dir, "directory of checkpoints (none)"),
     OPT_INT("ckpt-every", ckpt_every, 0, (int64_t)1e15,
@@ -140,6 +142,22 @@ static const msr_opt_t specs[] = {
              "at the end, rank 0 writes the logits of a fixed batch (the data's first "
              "micro-batch x seq bytes) here: i32 B T V, i32 tokens, f32 logits, little-endian; "
              "tp = pp = cp = ep = 1, ZeRO 0-2 (none)"),
+    /* token data, validation and epochs (train_gpt_data.c, docs/model.md "Token data") */
+    OPT_INT("vocab", vocab, 0, 65536,
+            "vocabulary V, every token below it; 0 = 256 for bytes, for a token file its "
+            "largest token + 1 rounded up to a multiple of 128 (0)"),
+    OPT_FLAG("epochs", epochs,
+             "sample in epochs: every window of seq + 1 tokens (starting at multiples of seq) "
+             "once per epoch, in an order shuffled by the seed and the epoch (default: windows "
+             "drawn with replacement)"),
+    OPT_TEXT("val-data", val_data,
+             "validation data (a token or byte file, same V): its loss over --val-batches "
+             "fixed batches, printed every --val-every steps and at the end (none)"),
+    OPT_INT("val-every", val_every, 0, (int64_t)1e15,
+            "steps between validation losses, 0 = only at the end (0)"),
+    OPT_INT("val-batches", val_batches, 1, 1 << 20,
+            "validation batches of global-batch sequences: the first windows of --val-data "
+            "in order (4)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -193,7 +211,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: train_gpt [--option value | --option=value]...\n\n"
                  "Trains a GPT on bytes and prints 'step N loss L tok/s R' per step; the\n"
-                 "loss is the mean cross-entropy of the next byte, in nats per byte.\n\n");
+                 "loss is the mean cross-entropy of the next byte, in nats per byte (of the\n"
+                 "next token, in nats per token, when --data is a token file).\n\n");
     msr_opts_usage(&opt_set, out);
 }
 
@@ -413,10 +432,11 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
         fprintf(stderr,
                 "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
                 "batch %llu = micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s; "
-                "loss in nats per byte\n",
+                "loss in nats per %s\n",
                 train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
                 cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
-                cfg->grad_accum, cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin);
+                cfg->grad_accum, cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin,
+                data->width == 1 ? "byte" : "token");
     if (job->rank == 0) { /* the kernels' paths follow from it */
         char cpu[200];
         msr_cpu_features_describe(cpu, sizeof cpu);
@@ -513,6 +533,7 @@ static options_t options_defaults(void)
         .precision = "fp32",
         .grad_reduce_dtype = "fp32",
         .calibrate_runs = 1,
+        .val_batches = 4,
     };
 }
 
@@ -541,7 +562,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
                         const msr_dataset_t *data, msr_train_config_t *cfg)
 {
     *cfg = (msr_train_config_t){
-        .model = {MSR_GPT_VOCAB, (int)o->seq, (int)o->layers, (int)o->heads, (int)o->channels},
+        .model = {data->vocab, (int)o->seq, (int)o->layers, (int)o->heads, (int)o->channels},
         .micro_batch = (int)o->micro_batch,
         .grad_accum = (int)o->grad_accum,
         .dp = (int)o->dp,
@@ -639,13 +660,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    msr_status_t st = o.data != NULL
-                          ? msr_dataset_load(o.data, &data)
-                          : msr_dataset_generate((uint64_t)o.seed, (size_t)o.corpus_bytes, &data);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: no data: %s\n", msr_err_msg_or(st));
+    if (train_gpt_data_open(&o, &data) != 0)
         goto out;
-    }
     msr_train_config_t cfg;
     if (train_config(&o, &job, schedule, recompute, data, &cfg) != 0)
         goto out;
@@ -664,6 +680,7 @@ int main(int argc, char **argv)
 
 out:
     msr_dataset_destroy(data);
+    msr_dataset_destroy(o.val_set);
     if (loss_log != NULL)
         fclose(loss_log);
     msr_finalize(job.ctx);

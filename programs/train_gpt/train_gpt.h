@@ -52,6 +52,13 @@ typedef struct options {
     /* safetensors (train_gpt_st.c): --export-safetensors, --init-from,
      * --dump-logits */
     const char *export_st, *init_from, *dump_logits;
+    /* token data, validation and epochs (train_gpt_data.c) */
+    int64_t vocab;          /* --vocab, 0: the data's */
+    int epochs;             /* --epochs: the sampler's epoch order */
+    const char *val_data;   /* --val-data */
+    int64_t val_every;      /* --val-every, 0: only at the end */
+    int64_t val_batches;    /* --val-batches */
+    msr_dataset_t *val_set; /* --val-data loaded (not an option) */
     unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
@@ -148,6 +155,20 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
  * tokens[B*T], f32 logits[B*T*V], little-endian. Returns the exit status. */
 int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
                              const char *path);
+
+/* ---- token data, validation, epochs (programs/train_gpt/train_gpt_data.c) ---- */
+
+/* Loads --data (else generates the corpus) into *data_p with --vocab and
+ * --epochs applied, and --val-data into o->val_set with the same V.
+ * Returns 0, or -1 with the reason printed. */
+int train_gpt_data_open(options_t *o, msr_dataset_t **data_p);
+
+/* --val-data: the validation loss after step `step` when it is due (every
+ * --val-every steps; `last`: the run's end), printed by rank 0 as "val
+ * step N loss L" (and appended to the loss log as "val step N loss %a").
+ * Collective over the world. Returns 0, or 1 with the reason printed. */
+int train_gpt_validate(const trainer_t *t, const job_t *job, const options_t *o, uint64_t step,
+                       int last, FILE *loss_log);
 
 /* ---- elastic jobs (programs/train_gpt/train_gpt_elastic.c) ---- */
 

@@ -67,6 +67,10 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
              cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
              (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
              data->origin, data->size);
+    if (data->epochs) { /* the sampler's order (model/data.h) */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; epochs");
+    }
     if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
         const msr_gpt_moe_t *m = &cfg->model.moe;
         size_t used = strlen(meta);
@@ -634,6 +638,8 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
         }
         if (job->rank == 0)
             print_step(step, loss, t->ops->grad_norm(t->tr), (double)tokens / dt, loss_log);
+        if (train_gpt_validate(t, job, o, step, step == (uint64_t)o->steps, loss_log) != 0)
+            return 1;
         msr_status_t st = MSR_OK;
         msr_err_clear();
         if (o->report && o->experts > 0 && t->cpu != NULL &&
@@ -652,6 +658,8 @@ static int run_steps(const trainer_t *t, const job_t *job, const options_t *o, c
             train_gpt_join_waiting(job, comm) && (rc = join_save(t, job, o, meta, s, due)) != 0)
             return rc;
     }
+    if (step == first_step && train_gpt_validate(t, job, o, step, 1, loss_log) != 0)
+        return 1; /* no step ran: the end is now */
     if (job->rank == 0 && timed > 0)
         fprintf(stderr, "train_gpt: %llu steps; after the first: %.1f ms/step, %.0f tok/s\n",
                 (unsigned long long)(step - first_step), 1e3 * timed_s / (double)timed,

@@ -425,7 +425,7 @@ int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_data
     if (tokens == NULL)
         return 1;
     for (size_t i = 0; i < N; i++)
-        tokens[i] = data->bytes[i % data->size];
+        tokens[i] = msr_dataset_token(data, i % data->size);
     double unused = 0.0;
     msr_err_clear();
     msr_status_t st = msr_gpt_forward(tr->model, tokens, NULL, B, T, NULL, &unused);

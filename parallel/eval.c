@@ -1,0 +1,204 @@
+/* The validation loss (see eval.h). */
+#include "parallel/eval.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/status.h"
+#include "model/err_call.h"
+#include "model/moe.h"
+#include "parallel/ckpt_full.h"
+
+void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
+                   int *targets)
+{
+    uint64_t W = msr_sampler_windows(val->size, T);
+    for (int r = 0; r < n; r++) {
+        size_t o = (size_t)(((first + (uint64_t)r) % W) * (uint64_t)T);
+        int *in = inputs + (size_t)r * T, *tg = targets + (size_t)r * T;
+        for (int t = 0; t < T; t++) {
+            in[t] = msr_dataset_token(val, o + (size_t)t);
+            tg[t] = msr_dataset_token(val, o + (size_t)t + 1);
+        }
+    }
+}
+
+/* The world's payloads, each padded to `stride` bytes after an 8-byte
+ * length, as msr_ckpt_gather's fetch reads them. */
+typedef struct payloads {
+    const unsigned char *all;
+    size_t stride;
+} payloads_t;
+
+static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    const payloads_t *p = arg;
+    const unsigned char *at = p->all + (size_t)rank * p->stride;
+    uint64_t len;
+    memcpy(&len, at, sizeof len);
+    void *buf = msr_malloc(len > 0 ? len : 1); /* decode wants 8-byte alignment */
+    if (buf == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for rank %d's payload", rank);
+    memcpy(buf, at + sizeof len, len);
+    *buf_p = buf;
+    *len_p = len;
+    return MSR_OK;
+}
+
+/* The world the trainer's ranks form, and this rank's place in it. */
+static msr_comm_t *world_of(const msr_trainer_t *tr)
+{
+    if (tr->mesh != NULL)
+        return tr->mesh->world;
+    return tr->dp->comm;
+}
+
+/* Whether any rank of world failed (failed: this rank's), so that all
+ * go on or all stop together and none waits in a collective for a rank
+ * that left. */
+static msr_status_t any_failed(msr_comm_t *world, int failed, int *any_p)
+{
+    int64_t f = failed;
+    msr_status_t st = MSR_OK;
+    if (world != NULL)
+        st = msr_comm_allreduce(world, MSR_IN_PLACE, &f, 1, MSR_DTYPE_I64, MSR_OP_MAX);
+    if (st != MSR_OK)
+        return msr_err_call(st, "eval: agreeing on the ranks' state");
+    *any_p = f != 0;
+    return MSR_OK;
+}
+
+/* Every rank's payload of the trainer's state, into *all_p (msr_free) as
+ * fetch_payload reads them. */
+static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, payloads_t *p,
+                             unsigned char **all_p)
+{
+    void *mine = NULL;
+    size_t len = 0;
+    int unsealed = tr->unsealed_snapshots; /* decode checks the CRCs: seal now */
+    tr->unsealed_snapshots = 0;
+    msr_status_t st = msr_trainer_snapshot(tr, "eval", &mine, &len), cs;
+    tr->unsealed_snapshots = unsealed;
+    int64_t most[2] = {(int64_t)len, st != MSR_OK}; /* the largest payload, a failure */
+    if (world != NULL && (cs = msr_comm_allreduce(world, MSR_IN_PLACE, most, 2, MSR_DTYPE_I64,
+                                                  MSR_OP_MAX)) != MSR_OK) {
+        msr_free(mine);
+        return msr_err_call(cs, "eval: the largest payload");
+    }
+    if (st != MSR_OK || most[1] != 0) {
+        msr_free(mine);
+        return st != MSR_OK ? st : msr_err(MSR_ERR_STATE, "eval: another rank's snapshot failed");
+    }
+    p->stride = (sizeof(uint64_t) + (size_t)most[0] + 7) / 8 * 8;
+    unsigned char *all = msr_calloc((size_t)size, p->stride);
+    int any = 0;
+    if ((st = any_failed(world, all == NULL, &any)) != MSR_OK || any) {
+        msr_free(mine);
+        msr_free(all);
+        if (st != MSR_OK)
+            return st;
+        return all == NULL
+                   ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %d payloads of %zu bytes",
+                             size, p->stride)
+                   : msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
+    }
+    int rank = world != NULL ? msr_comm_rank(world) : 0;
+    uint64_t len64 = len;
+    memcpy(all + (size_t)rank * p->stride, &len64, sizeof len64);
+    memcpy(all + (size_t)rank * p->stride + sizeof len64, mine, len);
+    msr_free(mine);
+    if (world != NULL &&
+        (st = msr_comm_allgather(world, MSR_IN_PLACE, all, p->stride, MSR_DTYPE_U8)) != MSR_OK) {
+        msr_free(all);
+        return msr_err_call(st, "eval: the allgather of %d payloads", size);
+    }
+    p->all = all;
+    *all_p = all;
+    return MSR_OK;
+}
+
+/* The whole model with the parameters the world's payloads hold: the
+ * flat parameters, then a MoE model's experts in the whole model's expert
+ * numbering (the payload's, parallel/train.h), into a store that holds
+ * them all. */
+static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
+{
+    msr_comm_t *world = world_of(tr);
+    int size = world != NULL ? msr_comm_size(world) : 1;
+    payloads_t p = {0};
+    unsigned char *all = NULL;
+    msr_status_t st = exchange(tr, world, size, &p, &all);
+    if (st != MSR_OK)
+        return st;
+    msr_gpt_t *model = NULL;
+    size_t P = msr_gpt_num_params(&tr->cfg.model), E = msr_moe_num_params(&tr->cfg.model),
+           n = P + E;
+    float *buf = msr_malloc(3 * n * sizeof(float) + 1); /* parameters, m, v */
+    st = buf == NULL
+             ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
+             : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
+    if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))
+        st = msr_err(MSR_ERR_STATE, "eval: the whole model's store does not hold %zu experts", E);
+    msr_tckpt_header_t h;
+    if (st == MSR_OK)
+        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", n, buf, buf + n, buf + 2 * n, &h);
+    if (st == MSR_OK) {
+        memcpy(model->params, buf, P * sizeof(float));
+        if (E > 0)
+            memcpy(msr_moe_params(model->moe), buf + P, E * sizeof(float));
+    }
+    msr_free(buf);
+    msr_free(all);
+    if (st != MSR_OK) {
+        msr_gpt_destroy(model);
+        return st;
+    }
+    *model_p = model;
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
+                              double *loss_p)
+{
+    if (batches < 1)
+        return msr_err(MSR_ERR_CONFIG, "eval: %d validation batches", batches);
+    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
+    /* a MoE block's capacity depends on the tokens of a forward pass: one
+     * sequence a pass, whatever the layout's micro-batch */
+    int chunk = tr->cfg.model.moe.experts > 0 ? 1 : B;
+    msr_comm_t *world = world_of(tr);
+    int size = world != NULL ? msr_comm_size(world) : 1,
+        rank = world != NULL ? msr_comm_rank(world) : 0;
+    msr_gpt_t *model = NULL;
+    msr_status_t st = whole_model(tr, &model);
+    int *in = msr_malloc(2 * (size_t)B * (size_t)T * sizeof(int));
+    if (st == MSR_OK && in == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %d x %d", B, T);
+    /* the rows: batches global batches; chunks of `chunk` rows shared out */
+    uint64_t G = (uint64_t)B * (uint64_t)tr->cfg.grad_accum * (uint64_t)tr->cfg.dp,
+             R = G * (uint64_t)batches, chunks = (R + (uint64_t)chunk - 1) / (uint64_t)chunk;
+    double sum = 0.0;
+    for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
+        double loss;
+        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
+        msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
+        st = msr_gpt_forward(model, in, tg, n, T, NULL, &loss);
+        sum += loss * n; /* the chunk's mean over its n x T tokens */
+    }
+    msr_free(in);
+    msr_gpt_destroy(model);
+    /* every rank joins the sum, a failed one with NaN, so none waits */
+    double out[2] = {st == MSR_OK ? sum : 0.0, st == MSR_OK ? 0.0 : 1.0};
+    msr_status_t cs = MSR_OK;
+    if (world != NULL)
+        cs = msr_comm_allreduce(world, MSR_IN_PLACE, out, 2, MSR_DTYPE_F64, MSR_OP_SUM);
+    if (st != MSR_OK)
+        return st;
+    if (cs != MSR_OK)
+        return msr_err_call(cs, "eval: summing the validation losses");
+    if (out[1] > 0.0)
+        return msr_err(MSR_ERR_STATE, "eval: another rank's validation failed");
+    *loss_p = out[0] / (double)R;
+    return MSR_OK;
+}
