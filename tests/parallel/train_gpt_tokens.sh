@@ -48,7 +48,8 @@ PY
 # --val-data are the same, bitwise
 val=()
 for a in "${model[@]}"; do [[ $a == --val-data || $a == "$work/val.bin" ]] || val+=("$a"); done
-timeout -k 5 60 "$bin/train_gpt" "${val[@]}" --micro-batch 2 --grad-accum 6 --steps 5 \
+# (one thread, as msrun gives its workers: the products' sums in one order)
+OMP_NUM_THREADS=1 timeout -k 5 60 "$bin/train_gpt" "${val[@]}" --micro-batch 2 --grad-accum 6 --steps 5 \
     --loss-log "$work/noval.log" >/dev/null 2>&1 || fail "the run without validation"
 cmp -s <(grep '^step' "$work/one.log") "$work/noval.log" || fail "validation changed the steps"
 # the same validation losses in other layouts
@@ -60,6 +61,20 @@ for layout in "2 --micro-batch 3 --grad-accum 2 --zero 3" "4 --micro-batch 2 --g
     same_val "$work/one.log" "$work/l.log" 3
     rm -f "$work/l.log"
 done
+
+# the validation loss is computed in the precision the job trains in: at
+# step 0 (the seed's parameters) bf16's differs from fp32's, and a bf16
+# layout's equals one bf16 process's
+msrun_n 1 --micro-batch 2 --grad-accum 6 --steps 0 --precision bf16 --loss-log "$work/b1.log" \
+    >/dev/null 2>"$work/l.err" || { cat "$work/l.err" >&2; fail "bf16, one process"; }
+msrun_n 1 --micro-batch 2 --grad-accum 6 --steps 0 --loss-log "$work/f1.log" >/dev/null \
+    2>"$work/l.err" || { cat "$work/l.err" >&2; fail "fp32 at step 0"; }
+cmp -s <(grep '^val' "$work/b1.log") <(grep '^val' "$work/f1.log") &&
+    fail "bf16 validation prints fp32's loss: $(cat "$work/b1.log")"
+msrun_n 2 --micro-batch 3 --grad-accum 2 --steps 0 --zero 3 --precision bf16 \
+    --loss-log "$work/l.log" >/dev/null 2>"$work/l.err" || { cat "$work/l.err" >&2; fail "bf16 dp 2"; }
+same_val "$work/b1.log" "$work/l.log" 1
+rm -f "$work/l.log"
 
 # a MoE model: its validation runs one sequence a forward pass, so the MoE
 # blocks' capacity is the same whatever the layout's micro-batch
