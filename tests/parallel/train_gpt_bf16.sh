@@ -86,12 +86,26 @@ timeout 60 "$bin/train_gpt" "${small[@]}" --steps 1 --report >/dev/null 2>"$work
 grep -q "rank 0 precision bf16: bf16 operand scratch 32768 bytes; gradients summed in fp32" \
     "$work/rep" || fail "--report: $(cat "$work/rep")"
 
+# nearer NAME B F L: layout L's largest loss difference from one bf16
+# process B is below its difference from one fp32 process F. The bound
+# above is loose (it holds whatever bf16 costs); this one catches a layout
+# that ran some of its products unrounded: its losses would lean to fp32's
+maxdiff() { paste <(losses "$1") <(losses "$2") |
+    awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.9g", m }'; }
+nearer() {
+    local to_b to_f
+    to_b=$(maxdiff "$2" "$4")
+    to_f=$(maxdiff "$3" "$4")
+    awk -v b="$to_b" -v f="$to_f" 'BEGIN { exit !(b < f) }' ||
+        fail "$1 is as near fp32 ($to_f) as bf16 ($to_b): a product not rounded?"
+}
 run() { # run NAME N ARGS...
     local name=$1 n=$2
     shift 2
     msrun_n "$n" "${small[@]}" "$@" >"$work/$name" 2>"$work/$name.err" ||
         fail "$name: $(cat "$work/$name.err")"
     close "$name" "$work/one" "$work/$name"
+    nearer "$name" "$work/one" "$work/f32" "$work/$name"
 }
 run dp2 2 --dp 2
 run zero1 2 --dp 2 --zero 1
@@ -122,6 +136,8 @@ run dp2-pp2-grad-bf16 4 --dp 2 --pp 2 --schedule gpipe --grad-reduce-dtype bf16
 moe=(--experts 4 --top-k 2)
 timeout 60 "$bin/train_gpt" "${small[@]}" "${moe[@]}" >"$work/one" 2>"$work/one.err" ||
     fail "one process, MoE: $(cat "$work/one.err")"
+timeout 60 "$bin/train_gpt" "${small[@]}" "${moe[@]}" --precision fp32 >"$work/f32" ||
+    fail "one process, MoE, fp32"
 run ep2 2 "${moe[@]}" --dp 2 --ep 2
 
 # resume: dp 2 with ZeRO-1 saves at step 2 and resumes for step 3; the
