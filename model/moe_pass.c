@@ -192,11 +192,10 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         int n = s->used[b];
         if (n == 0)
             continue;
-        msr_matmul_forward(moe->prod, s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C,
-                           H);
+        msr_matmul_forward(moe->prod, s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
         msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
-        msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw,
-                           w.fcprojb, n, H, C);
+        msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n,
+                           H, C);
     }
     if ((st = exchange(moe, moe->out, s->comb, cap, C, "moe combine")) != MSR_OK)
         return st;
@@ -328,12 +327,11 @@ static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_b
      * weight gradient every rank's, or only rank 0's when the caller sums
      * it over tp */
     if (moe->tp_rank == 0) {
-        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
-                            C, E);
+        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     } else if (!moe->router_once) {
         memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
-        msr_matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x,
-                            p->routerw, N, C, E);
+        msr_matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C,
+                            E);
     }
 }
 
