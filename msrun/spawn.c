@@ -255,8 +255,8 @@ static msr_status_t spawn_start(const msr_spawn_options_t *o, msr_spawn_fn_t fn,
         msr_err_set("pipe: %s", strerror(errno));
         goto err_devnull;
     }
-    char *stack = msr_malloc(CHILD_STACK_BYTES);
-    if (stack == NULL) {
+    char *stack = fn ? NULL : msr_malloc(CHILD_STACK_BYTES); /* a fork needs none */
+    if (fn == NULL && stack == NULL) {
         msr_err_set("cannot start '%s': out of memory", o->path);
         close(pipefd[1]);
         goto err_pipe;
@@ -270,7 +270,8 @@ static msr_status_t spawn_start(const msr_spawn_options_t *o, msr_spawn_fn_t fn,
      * thread waits until then (as posix_spawn): no page tables are copied
      * and no page is copied on write, which made each fork of a large
      * msrun cost milliseconds. The child writes only its own stack and
-     * errno (this thread's, unused here after a successful start). */
+     * errno (this thread's, unused here after a successful start).
+     * msr_spawn_fork's child runs on in its copy: a fork. */
     child_args_t args = {o, envp, devnull, pipefd[1], getpid(), fn, fn_arg};
     pid_t pid;
     if (fn || !MSR_SPAWN_BY_CLONE) {
