@@ -28,6 +28,7 @@
 #include "launcher/commands.h"
 #include "launcher/dashboard_login.h"
 #include "launcher/net.h"
+#include "launcher/rundir.h"
 #include "launcher/spawn.h"
 
 /* The embedded coordinator's command line: this job's settings. */
@@ -268,6 +269,12 @@ msr_status_t msr_coord_child_spawn(msr_coord_t *c, const char *bind_addr, int *r
         .new_group = 1,
         .death_signal = SIGTERM,
     };
+    if (MSR_LOG_DEBUG <= msr_log_level_) {
+        /* whole: a copy's command line shows only what msrun's own has room for */
+        char line[2048];
+        msr_run_command_format(v.argv, line, sizeof line);
+        MSR_DEBUG("starting the embedded coordinator: %s", line);
+    }
     pid_t pid;
     /* The first start, before msrun has a thread or has used gRPC, forks
      * and runs the coordinator in the copy: msrun and its libraries are
