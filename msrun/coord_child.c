@@ -200,7 +200,7 @@ static void coord_child_title(char *const *argv)
     for (int i = 0; argv[i] && k + 1 < len; i++) {
         size_t n = strlen(argv[i]);
         if (i > 0)
-            area[k++] = ' ';
+            area[k++] = '\0'; /* argument by argument, as the kernel lays them out */
         n = n < len - 1 - k ? n : len - 1 - k;
         memcpy(area + k, argv[i], n);
         k += n;

@@ -19,6 +19,9 @@ coord=$(pgrep -P "$BG_PID" -f "msrun coordinator" | head -n 1)
     fail "the coordinator ($(cat "/proc/$coord/comm")) is not a copy of msrun ($(cat "/proc/$BG_PID/comm"))"
 grep -q "the embedded coordinator runs in a copy of msrun (pid $coord)" "$TMP/err" ||
     fail "msrun's log does not say the coordinator $coord is its copy"
+# its command line reads as an exec'd one's, argument by argument
+[ "$(tr '\0' '\n' <"/proc/$coord/cmdline" | sed -n 2,3p | tr '\n' ' ')" = "coordinator --bind " ] ||
+    fail "the copy's command line: $(tr '\0' '|' <"/proc/$coord/cmdline")"
 ok "the first coordinator is a copy of msrun, not a second exec"
 
 env_of() { tr '\0' '\n' <"/proc/$1/environ"; }
