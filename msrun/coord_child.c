@@ -11,19 +11,24 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "base/util.h"
 #include "cluster/http.h"
+#include "launcher/commands.h"
 #include "launcher/dashboard_login.h"
 #include "launcher/net.h"
+#include "launcher/rundir.h"
 #include "launcher/spawn.h"
 
 /* The embedded coordinator's command line: this job's settings. */
@@ -151,6 +156,81 @@ static void coord_argv(msr_coord_t *c, const char *bind_addr, coord_argv_t *v)
     v->argv[k] = NULL;
 }
 
+/* Fields first..first+n-1 (1-based, first > 2) of /proc/self/stat: 0, or
+ * -1 if they cannot be read. */
+static int self_stat(int first, int n, unsigned long long *out)
+{
+    char buf[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[got > 0 ? got : 0] = '\0';
+    char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    if (p == NULL)
+        return -1;
+    p++;
+    for (int field = 3, k = 0; k < n; field++) {
+        char *end;
+        unsigned long long x = strtoull(p, &end, 10);
+        if (field >= first) {
+            if (end == p)
+                return -1;
+            out[k++] = x;
+        }
+        p += strspn(p, " ");
+        p += strcspn(p, " ");
+    }
+    return 0;
+}
+
+/* In a forked coordinator: its command line, as ps and pgrep show it,
+ * becomes "msrun coordinator --bind ..." as an exec'd one's, written over
+ * msrun's own arguments and cut to their length (the environment stays as
+ * it is: tests find their processes by it). Nothing if the kernel does not
+ * say where they are. */
+static void coord_child_title(char *const *argv)
+{
+    unsigned long long a[2]; /* arg_start, arg_end */
+    if (self_stat(48, 2, a) != 0 || a[0] == 0 || a[1] <= a[0])
+        return;
+    char *area = (char *)(uintptr_t)a[0];
+    size_t len = (size_t)(a[1] - a[0]), k = 0;
+    for (int i = 0; argv[i] && k + 1 < len; i++) {
+        size_t n = strlen(argv[i]);
+        if (i > 0)
+            area[k++] = '\0'; /* argument by argument, as the kernel lays them out */
+        n = n < len - 1 - k ? n : len - 1 - k;
+        memcpy(area + k, argv[i], n);
+        k += n;
+    }
+    memset(area + k, 0, len - k); /* its last byte a NUL: the kernel reads no further */
+}
+
+/* The forked coordinator's main: `msrun coordinator` with argv (NULL-
+ * terminated, from coord_argv), copied first, since its strings may lie in
+ * the area the title overwrites. */
+static int coord_child_main(void *arg)
+{
+    char *const *argv = arg;
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    char **copy = msr_calloc((size_t)argc + 1, sizeof *copy);
+    for (int i = 0; copy && i < argc; i++)
+        if ((copy[i] = msr_strdup(argv[i])) == NULL)
+            return 2; /* a copy of msrun that exits at once: freed by the exit */
+    if (copy == NULL)
+        return 2;
+    coord_child_title(copy);
+    int rc = msr_coordinator_main(argc - 2, copy + 2);
+    for (int i = 0; i < argc; i++)
+        msr_free(copy[i]);
+    msr_free(copy);
+    return rc;
+}
+
 msr_status_t msr_coord_child_spawn(msr_coord_t *c, const char *bind_addr, int *ready_fd_p)
 {
     coord_argv_t v;
@@ -189,8 +269,25 @@ msr_status_t msr_coord_child_spawn(msr_coord_t *c, const char *bind_addr, int *r
         .new_group = 1,
         .death_signal = SIGTERM,
     };
+    if (MSR_LOG_DEBUG <= msr_log_level_) {
+        /* whole: a copy's command line shows only what msrun's own has room for */
+        char line[2048];
+        msr_run_command_format(v.argv, line, sizeof line);
+        MSR_DEBUG("starting the embedded coordinator: %s", line);
+    }
     pid_t pid;
-    msr_status_t st = msr_spawn(&so, &pid);
+    /* The first start, before msrun has a thread or has used gRPC, forks
+     * and runs the coordinator in the copy: msrun and its libraries are
+     * not loaded a second time. Later ones (a restart, a takeover) exec. */
+    msr_status_t st =
+        c->fork_ok ? msr_spawn_fork(&so, coord_child_main, v.argv, &pid) : MSR_ERR_UNSUPPORTED;
+    if (st == MSR_ERR_UNSUPPORTED && c->fork_ok)
+        MSR_DEBUG("the embedded coordinator is started by exec: %s", msr_err_msg());
+    if (st == MSR_ERR_UNSUPPORTED)
+        st = msr_spawn(&so, &pid);
+    else
+        MSR_DEBUG("the embedded coordinator runs in a copy of msrun (pid %d)", (int)pid);
+    c->fork_ok = 0;
     msr_spawn_env_free(envp);
     close(ready[1]);
     if (st != MSR_OK) {
@@ -424,6 +521,7 @@ void msr_coord_init(msr_coord_t *c, const msr_options_t *o, msr_job_t *job,
     c->moved = moved;
     c->moved_arg = moved_arg;
     c->ready_fd = -1;
+    c->fork_ok = 1;
 }
 
 void msr_coord_child_unwatch(msr_coord_t *c)
@@ -434,4 +532,5 @@ void msr_coord_child_unwatch(msr_coord_t *c)
     if (c->ready_fd >= 0)
         close(c->ready_fd);
     c->ready_fd = -1;
+    c->fork_ok = 1;
 }

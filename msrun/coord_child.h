@@ -54,7 +54,8 @@ typedef struct msr_coord {
     char host[MSR_IP_LEN]; /* this node's address toward it: where peers reach this node */
 
     /* the embedded coordinator, when this node runs it */
-    pid_t pid;                                   /* 0 if none */
+    pid_t pid;   /* 0 if none */
+    int fork_ok; /* msrun has not used gRPC yet: the first start may fork (msr_spawn_fork) */
     char bind[MSR_HOSTPORT_LEN];                 /* where it listens (restarts reuse it) */
     char state_file[MSR_JOB_FILE_LEN];           /* its state, for a restarted one */
     char dashboard_code[MSR_DASHBOARD_CODE_LEN]; /* "" none */
@@ -89,7 +90,10 @@ int msr_coord_setup(msr_coord_t *c);
 
 /* Starts `msrun coordinator` for this job listening on bind_addr (its token
  * in its environment, stdin /dev/null, its ready pipe at fd 3, its own
- * process group, SIGTERM when this msrun dies). Sets c->pid and
+ * process group, SIGTERM when this msrun dies): while c->fork_ok (the
+ * first start, before msrun has a thread or has used gRPC) in a fork of
+ * msrun that runs the coordinator's main (msr_spawn_fork), else by exec of
+ * msrun. Sets c->pid and
  * *ready_fd_p, the pipe's read end, on which it writes "port N\n" once it
  * listens or "error ...\n". */
 msr_status_t msr_coord_child_spawn(msr_coord_t *c, const char *bind_addr, int *ready_fd_p);

@@ -27,6 +27,7 @@
 static msr_status_t probe_coordinator(msr_coord_t *c, const char *target, int wait_for_ready)
 {
     msr_rpc_channel_t *ch = NULL;
+    c->fork_ok = 0; /* gRPC's state and threads are this process's from here */
     msr_status_t st = msr_rpc_channel_create_tls(target, c->job->token, &c->job->tls, &ch);
     if (st != MSR_OK)
         return st;
@@ -92,6 +93,7 @@ static int fetch_token(msr_coord_t *c)
 {
     uint64_t deadline = c->job->start_ns + (uint64_t)c->o->cluster_time_out_ms * 1000000ull;
     msr_rpc_channel_t *ch = NULL;
+    c->fork_ok = 0; /* gRPC is this process's from here */
     if (msr_rpc_channel_create_tls(c->target, NULL, &c->job->tls, &ch) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot reach the coordinator at %s: %s\n", c->target,
                 msr_err_msg());
@@ -256,6 +258,7 @@ static int share_token(msr_coord_t *c)
 static int setup_etcd(msr_coord_t *c)
 {
     const msr_options_t *o = c->o;
+    c->fork_ok = 0; /* the election's client has threads */
     snprintf(c->etcd_prefix, sizeof c->etcd_prefix, "/msrun/%s", c->job->id);
     uint64_t deadline = msr_deadline_in_ms(o->cluster_time_out_ms);
     /* the first endpoint's host says which of this host's addresses peers see */

@@ -1,12 +1,15 @@
 /* The one way msrun starts a process (spawn.h). */
 #include "launcher/spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -34,6 +37,7 @@ typedef enum spawn_step {
     STEP_EXTRA_FD,
     STEP_CPUS,
     STEP_CHDIR,
+    STEP_CLOSE_FDS,
     STEP_EXEC,
 } spawn_step_t;
 
@@ -49,6 +53,7 @@ static const char *const step_names[] = {
     [STEP_EXTRA_FD] = "dup2 of the extra fd",
     [STEP_CPUS] = "sched_setaffinity",
     [STEP_CHDIR] = "chdir",
+    [STEP_CLOSE_FDS] = "closing the close-on-exec fds",
     [STEP_EXEC] = "exec",
 };
 
@@ -72,8 +77,7 @@ static void __attribute__((noreturn)) child_fail(int pipe_fd, spawn_step_t step)
  * fds to place are first copied above every target, so that placing one
  * never overwrites another's source, and a source equal to its target still
  * loses close-on-exec through dup2. */
-static void __attribute__((noreturn))
-child_main(const msr_spawn_options_t *o, char *const *envp, int devnull, int pipe_fd, pid_t parent)
+static int child_prepare(const msr_spawn_options_t *o, int devnull, int pipe_fd, pid_t parent)
 {
     if (o->new_group && setpgid(0, 0) != 0)
         child_fail(pipe_fd, STEP_SETPGID);
@@ -128,8 +132,49 @@ child_main(const msr_spawn_options_t *o, char *const *envp, int devnull, int pip
         child_fail(pipe_fd, STEP_CPUS);
     if (o->cwd && chdir(o->cwd) != 0)
         child_fail(pipe_fd, STEP_CHDIR);
-    execve(o->path, o->argv, envp);
-    child_fail(pipe_fd, STEP_EXEC);
+    return pipe_fd;
+}
+
+/* In a forked child (msr_spawn_fork): closes what exec would, every
+ * close-on-exec fd (the error pipe last, which tells the parent the child
+ * started). The process has one thread, so opendir may allocate. */
+static void child_close_cloexec(int pipe_fd)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        child_fail(pipe_fd, STEP_CLOSE_FDS);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || fd == pipe_fd)
+            continue;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags >= 0 && (flags & FD_CLOEXEC))
+            close(fd);
+    }
+    closedir(d);
+    close(pipe_fd);
+}
+
+typedef struct child_args {
+    const msr_spawn_options_t *o;
+    char *const *envp;
+    int devnull, pipe_fd;
+    pid_t parent;
+    msr_spawn_fn_t fn; /* NULL: exec o->path */
+    void *fn_arg;
+} child_args_t;
+
+static void __attribute__((noreturn)) child_main(const child_args_t *c)
+{
+    int pipe_fd = child_prepare(c->o, c->devnull, c->pipe_fd, c->parent);
+    if (c->fn == NULL) {
+        execve(c->o->path, c->o->argv, c->envp);
+        child_fail(pipe_fd, STEP_EXEC);
+    }
+    environ = (char **)c->envp;
+    child_close_cloexec(pipe_fd);
+    exit(c->fn(c->fn_arg));
 }
 
 static msr_status_t status_of(int err)
@@ -189,24 +234,17 @@ static msr_status_t exec_failure(const char *path, int err)
  * agent's core) reached up to a second later, or never while a process
  * forked by another thread meanwhile held a copy of it: all of it with
  * the agent's event loop held. A forked child (sanitized builds) runs
- * its steps after fork returns: there the read waits for its report. */
+ * its steps after fork returns, and msr_spawn_fork's child runs on in
+ * its copy: there the pipe blocks and the read waits for its report. */
 #if MSR_SPAWN_BY_CLONE
 #define REPORT_PIPE_FLAGS O_NONBLOCK
 #else
 #define REPORT_PIPE_FLAGS 0
 #endif
 
-typedef struct child_args {
-    const msr_spawn_options_t *o;
-    char *const *envp;
-    int devnull, pipe_fd;
-    pid_t parent;
-} child_args_t;
-
 static int child_entry(void *arg)
 {
-    const child_args_t *c = arg;
-    child_main(c->o, c->envp, c->devnull, c->pipe_fd, c->parent);
+    child_main(arg);
 }
 
 static int needs_devnull(const msr_spawn_options_t *o)
@@ -217,9 +255,13 @@ static int needs_devnull(const msr_spawn_options_t *o)
     return 0;
 }
 
-msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
+/* msr_spawn, or with fn msr_spawn_fork: the child runs fn instead of
+ * exec. */
+static msr_status_t spawn_start(const msr_spawn_options_t *o, msr_spawn_fn_t fn, void *fn_arg,
+                                pid_t *pid_p)
 {
-    if (o == NULL || o->path == NULL || o->argv == NULL || o->argv[0] == NULL || pid_p == NULL)
+    if (o == NULL || o->path == NULL || pid_p == NULL ||
+        (fn == NULL && (o->argv == NULL || o->argv[0] == NULL)))
         return msr_err(MSR_ERR_INVALID_ARG, "spawn: no program or argv");
     if (o->extra_fd >= 0 && o->extra_fd_as < 3)
         return msr_err(MSR_ERR_INVALID_ARG, "spawn: the extra fd must land at 3 or above");
@@ -227,12 +269,12 @@ msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
     int devnull = -1, pipefd[2] = {-1, -1};
     if (needs_devnull(o) && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
         return msr_err(msr_status_from_errno(errno), "cannot open /dev/null: %s", strerror(errno));
-    if (pipe2(pipefd, O_CLOEXEC | REPORT_PIPE_FLAGS) != 0) {
+    if (pipe2(pipefd, O_CLOEXEC | (fn ? 0 : REPORT_PIPE_FLAGS)) != 0) {
         msr_err_set("pipe: %s", strerror(errno));
         goto err_devnull;
     }
-    char *stack = msr_malloc(CHILD_STACK_BYTES);
-    if (stack == NULL) {
+    char *stack = fn ? NULL : msr_malloc(CHILD_STACK_BYTES); /* a fork needs none */
+    if (fn == NULL && stack == NULL) {
         msr_err_set("cannot start '%s': out of memory", o->path);
         close(pipefd[1]);
         goto err_pipe;
@@ -246,16 +288,20 @@ msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
      * thread waits until then (as posix_spawn): no page tables are copied
      * and no page is copied on write, which made each fork of a large
      * msrun cost milliseconds. The child writes only its own stack and
-     * errno (this thread's, unused here after a successful start). */
-    child_args_t args = {o, envp, devnull, pipefd[1], getpid()};
-#if MSR_SPAWN_BY_CLONE
-    pid_t pid =
-        clone(child_entry, stack + CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
-#else
-    pid_t pid = fork();
-    if (pid == 0)
-        child_entry(&args);
-#endif
+     * errno (this thread's, unused here after a successful start).
+     * msr_spawn_fork's child runs on in its copy: a fork. */
+    child_args_t args = {o, envp, devnull, pipefd[1], getpid(), fn, fn_arg};
+    pid_t pid;
+    if (fn || !MSR_SPAWN_BY_CLONE) {
+        if (fn) /* nothing buffered here is written twice by the child's exit */
+            fflush(NULL);
+        pid = fork();
+        if (pid == 0)
+            child_entry(&args);
+    } else {
+        pid =
+            clone(child_entry, stack + CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+    }
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     msr_free(stack);
@@ -298,6 +344,43 @@ err_devnull:
     if (devnull >= 0)
         close(devnull);
     return MSR_ERR_SYSTEM;
+}
+
+msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p)
+{
+    return spawn_start(o, NULL, NULL, pid_p);
+}
+
+/* The threads of this process, from /proc/self/stat (its 20th field); 0
+ * if unknown. */
+static long threads_of_self(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    long threads = 0;
+    if (p == NULL ||
+        sscanf(p + 1, " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
+               &threads) != 1)
+        return 0;
+    return threads;
+}
+
+msr_status_t msr_spawn_fork(const msr_spawn_options_t *o, msr_spawn_fn_t fn, void *arg,
+                            pid_t *pid_p)
+{
+    if (fn == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "spawn: no function for the child");
+    long threads = threads_of_self();
+    if (threads != 1)
+        return msr_err(MSR_ERR_UNSUPPORTED, "cannot fork '%s': this process has %ld threads",
+                       o && o->path ? o->path : "?", threads);
+    return spawn_start(o, fn, arg, pid_p);
 }
 
 static int dropped(const char *entry, const char *const *drop)

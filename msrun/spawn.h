@@ -49,6 +49,22 @@ typedef struct msr_spawn_options {
  * Any thread may call it. */
 msr_status_t msr_spawn(const msr_spawn_options_t *o, pid_t *pid_p);
 
+/* What a forked child runs instead of a program: its exit status. */
+typedef int (*msr_spawn_fn_t)(void *arg);
+
+/* As msr_spawn, but the child runs fn(arg) in a copy of this process (a
+ * fork, no exec) and exits with its value: no program is loaded again.
+ * Everything msr_spawn does in the child happens alike, and what exec
+ * would do too: o->envp becomes its environment, every close-on-exec fd is
+ * closed; o->argv is not used (o->path only names it in messages). A copy
+ * of a process with threads has only the caller's, in whatever state the
+ * others left locks and libraries: so this forks only a process with one
+ * thread, else it returns MSR_ERR_UNSUPPORTED and starts nothing (the
+ * caller execs instead). The caller must also not have started a library
+ * that keeps state a copy must not share (gRPC). */
+msr_status_t msr_spawn_fork(const msr_spawn_options_t *o, msr_spawn_fn_t fn, void *arg,
+                            pid_t *pid_p);
+
 /* Waits up to ms for child pid to exit and reaps it: 1 if it exited (or
  * is not this process's child), 0 if it still runs. Woken by the exit
  * itself (a pidfd), not by a period; where the kernel has no pidfds

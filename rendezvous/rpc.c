@@ -167,10 +167,55 @@ static void absl_deadlock_detection_off(void)
     }
 }
 
+static void *absl_frequency_probe(void *arg)
+{
+    void (*probe)(void);
+    memcpy(&probe, &arg, sizeof probe);
+    probe();
+    return NULL;
+}
+
+/* abseil measures the CPU's frequency the first time one of its mutexes
+ * blocks (absl::base_internal::NominalCPUFrequency(), once per process):
+ * by sleeping 1 ms, 2 ms, ... until two measurements agree. That first
+ * time is gRPC's shutdown, the end of every process (a worker's finalize,
+ * msrun's leave, the coordinator's exit), each 3 ms or more longer. Made
+ * here, once, in a thread of its own, the measurement overlaps the
+ * process's work; the later call finds it done. Nothing when the library
+ * does not export it or no thread can be made. */
+static void absl_frequency_early(void)
+{
+    static const char *const names[] = {
+        "_ZN4absl7debian313base_internal19NominalCPUFrequencyEv",
+        "_ZN4absl7debian213base_internal19NominalCPUFrequencyEv",
+        "_ZN4absl7debian413base_internal19NominalCPUFrequencyEv",
+        "_ZN4absl13base_internal19NominalCPUFrequencyEv",
+    };
+    static int done;
+    if (done++)
+        return;
+    for (size_t i = 0; i < MSR_ARRAY_SIZE(names); i++) {
+        void *sym = dlsym(RTLD_DEFAULT, names[i]);
+        if (sym == NULL)
+            continue;
+        pthread_attr_t attr;
+        pthread_t t;
+        if (pthread_attr_init(&attr) != 0)
+            return;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        if (pthread_create(&t, &attr, absl_frequency_probe, sym) == 0)
+            pthread_setname_np(t, MSR_RPC_FREQ_THREAD); /* gone once done */
+        pthread_attr_destroy(&attr);
+        return;
+    }
+}
+
 void msr_rpc_library_ref(void)
 {
     pthread_mutex_lock(&lib_lock);
     if (lib_refs++ == 0) {
+        absl_frequency_early();
         absl_deadlock_detection_off();
         gpr_set_log_function(grpc_log_to_msr);
         grpc_init();

@@ -115,6 +115,10 @@ msr_status_t msr_rpc_status_from_grpc(int code);
 
 /* Reference-counted gRPC library initialisation; every create below takes one
  * reference and its destroy drops it. Thread-safe. */
+/* The first ref also starts a thread of this name that measures the
+ * CPU's frequency for abseil, once, so that gRPC's shutdown does not
+ * (rpc.c); it ends when done. */
+#define MSR_RPC_FREQ_THREAD "msr-cpufreq"
 void msr_rpc_library_ref(void);
 void msr_rpc_library_unref(void);
 

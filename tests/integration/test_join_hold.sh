@@ -58,16 +58,17 @@ for hold in 7.5 none; do
     port=$(free_port)
     extra=()
     [ "$hold" = none ] || extra=(--join_hold="$hold")
-    start_msrun --master_addr=127.0.0.1 --master_port="$port" --nnodes=1:2 \
+    start_msrun --master_addr=127.0.0.1 --master_port="$port" --nnodes=1:2 --log_level=debug \
         --local_worker_num=1 --last_call=0.1 "${extra[@]}" "$TMP/prog.sh"
     for ((i = 0; i < 600; i++)); do # 30 s at most
         [ -e "$TMP/started" ] && break
         sleep 0.05
     done
     [ -e "$TMP/started" ] || fail "join_hold $hold: the worker did not start"
-    line=$(coordinator_of "--last_call" "$BG_PID") || fail "join_hold $hold: no coordinator"
-    coord=${line#* }
-    args=$(tr '\0' ' ' <"/proc/$coord/cmdline")
+    # its whole command line, from msrun's debug log (a copy of msrun shows
+    # only as much of it as msrun's own command line has room for)
+    coordinator_of "--bind" "$BG_PID" >/dev/null || fail "join_hold $hold: no coordinator"
+    args="$(sed -n 's/.*starting the embedded coordinator: //p' "$TMP/err") "
     if [ "$hold" = none ]; then
         case "$args" in *--join_hold*) fail "no --join_hold given, yet passed: $args" ;; esac
     else

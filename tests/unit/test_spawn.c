@@ -1,6 +1,7 @@
 /* Unit tests of msrun's one spawn path (msrun/spawn.c), with real
  * processes: what the child gets (environment, stdio, process group, fds),
- * and what the parent learns when the child cannot start. */
+ * and what the parent learns when the child cannot start; and the same of
+ * msr_spawn_fork, whose child runs a function instead of a program. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -361,6 +362,120 @@ static void test_report_not_held_by_forks(void)
                   (long long)slowest_ms, f.forks);
 }
 
+/* msr_spawn_fork's child: reports on fd 9 what it got, exits 7. */
+static int forked_report(void *arg)
+{
+    const int *fds = arg; /* a close-on-exec fd and a plain one of the parent */
+    char link[64] = "";
+    ssize_t n = readlink("/proc/self/fd/0", link, sizeof link - 1);
+    link[n > 0 ? n : 0] = '\0';
+    const char *a = getenv("A");
+    char line[256];
+    int len =
+        snprintf(line, sizeof line, "A=%s KEEP=%s stdin=%s cloexec=%s plain=%s\n", a ? a : "-",
+                 getenv("KEEP") ? "set" : "-", link, fcntl(fds[0], F_GETFD) < 0 ? "closed" : "open",
+                 fcntl(fds[1], F_GETFD) < 0 ? "closed" : "open");
+    return write(9, line, (size_t)len) == len ? 7 : 1;
+}
+
+/* This process's threads (a thread sanitizer adds one of its own). */
+static int threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    MSR_CHECK(f != NULL);
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* msr_spawn_fork: the child runs the function with everything msr_spawn
+ * gives a child, and what exec would do: the given environment, every
+ * close-on-exec fd closed, the rest kept. */
+static void test_fork_runs_function(void)
+{
+    if (threads_now() != 1) {
+        printf("skip: this process has %d threads before any test's\n", threads_now());
+        return;
+    }
+    int fds[2];
+    fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fds[1] = open("/dev/null", O_RDONLY);
+    MSR_CHECK(fds[0] >= 0 && fds[1] >= 0);
+    int p[2];
+    MSR_CHECK(pipe2(p, O_CLOEXEC) == 0);
+    char *envp[] = {"A=1", NULL};
+    msr_spawn_options_t o = {
+        .path = "forked", .envp = envp, .extra_fd = p[1], .extra_fd_as = 9, .new_group = 1};
+    o.stdio[0].how = MSR_SPAWN_DEVNULL;
+    setenv("KEEP", "1", 1);
+    pid_t pid;
+    MSR_CHECK_OK(msr_spawn_fork(&o, forked_report, fds, &pid));
+    close(p[1]);
+    char got[256];
+    ssize_t n = read(p[0], got, sizeof got - 1);
+    MSR_CHECK(n > 0);
+    got[n] = '\0';
+    close(p[0]);
+    int status;
+    MSR_CHECK(waitpid(pid, &status, 0) == pid);
+    MSR_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 7, "child status %d", status);
+    MSR_CHECK_STR(got, "A=1 KEEP=- stdin=/dev/null cloexec=closed plain=open\n");
+    close(fds[0]);
+    close(fds[1]);
+}
+
+static int forked_exit(void *arg)
+{
+    (void)arg;
+    return 3;
+}
+
+static void *blocked_thread(void *arg)
+{
+    char c;
+    return read(*(int *)arg, &c, 1) < 0 ? NULL : arg;
+}
+
+/* A copy of a process with threads would hold the others' locks: with a
+ * second thread running, msr_spawn_fork starts nothing and says so; once
+ * it is gone, it forks. */
+static void test_fork_refuses_threads(void)
+{
+    int base = threads_now();
+    int p[2];
+    MSR_CHECK(pipe2(p, O_CLOEXEC) == 0);
+    pthread_t t;
+    MSR_CHECK(pthread_create(&t, NULL, blocked_thread, &p[0]) == 0);
+    msr_spawn_options_t o = {.path = "forked", .extra_fd = -1};
+    pid_t pid = -1;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_spawn_fork(&o, forked_exit, NULL, &pid), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK(pid == -1);
+    char want[32];
+    snprintf(want, sizeof want, "%d threads", base + 1);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), want), "message: %s", msr_err_msg());
+    MSR_CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+    MSR_CHECK(write(p[1], "x", 1) == 1);
+    MSR_CHECK(pthread_join(t, NULL) == 0);
+    close(p[0]);
+    close(p[1]);
+    if (base != 1) {
+        printf("skip: this process has %d threads before any test's\n", base);
+        return;
+    }
+    /* a joined thread leaves the kernel's count a moment after the join */
+    for (int i = 0; i < 5000 && threads_now() != base; i++)
+        usleep(1000);
+    MSR_CHECK_OK(msr_spawn_fork(&o, forked_exit, NULL, &pid));
+    int status;
+    MSR_CHECK(waitpid(pid, &status, 0) == pid);
+    MSR_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 3, "child status %d", status);
+}
+
 static const msr_test_t tests[] = {
     {"exec_failure", test_exec_failure, 10},
     {"setup_failure", test_setup_failure, 10},
@@ -372,6 +487,8 @@ static const msr_test_t tests[] = {
     {"no_copy_on_write", test_no_copy_on_write, 20},
     {"wait_wakes_on_exit", test_wait_wakes_on_exit, 30},
     {"report_not_held_by_forks", test_report_not_held_by_forks, 30},
+    {"fork_runs_function", test_fork_runs_function, 10},
+    {"fork_refuses_threads", test_fork_refuses_threads, 10},
 };
 
 int main(int argc, char **argv)
