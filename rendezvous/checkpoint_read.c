@@ -312,7 +312,7 @@ static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void
 }
 
 msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
-                                  msr_ckpt_reader_t **reader_p, uint64_t *total_p)
+                                  int check, msr_ckpt_reader_t **reader_p, uint64_t *total_p)
 {
     (void)ctx; /* a tool outside a job passes NULL */
     if (dir == NULL || step < 0 || rank < 0 || reader_p == NULL) {
@@ -320,7 +320,7 @@ msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step,
         return MSR_ERR_INVALID_ARG;
     }
     msr_ckpt_reader_t *r;
-    msr_status_t st = reader_open(dir, step, rank, 1, &r);
+    msr_status_t st = reader_open(dir, step, rank, check != 0, &r);
     if (st != MSR_OK)
         return st;
     if (total_p != NULL)

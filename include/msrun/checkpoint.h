@@ -95,21 +95,24 @@ MSR_API msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t
 /* A rank's state of a step held open for reads in parts: the header is
  * read and checked once, at open, and every read after it reuses the file
  * (a load reading a piece at a time opens it once, not once a piece).
- * While the reads go in order from the state's start (each starting at or
- * before the end of the ones before), the reader continues the CRC of the
- * whole state over them, and the read that reaches the state's end checks
- * it: MSR_ERR_CORRUPT, "checkpoint: <file> does not match its CRC", when it
- * does not match. A read that skips bytes ends that check (the caller then
- * checks what it reads, as with msr_ckpt_read_rank). One reader is used by
+ * Opened with check, while the reads go in order from the state's start
+ * (each starting at or before the end of the ones before), the reader
+ * continues the CRC of the whole state over them, and the read that
+ * reaches the state's end checks it: MSR_ERR_CORRUPT, "checkpoint: <file>
+ * does not match its CRC", when it does not match. A read that skips
+ * bytes ends that check; without check, or then, the caller checks what
+ * it reads, as with msr_ckpt_read_rank. One reader is used by
  * one thread at a time; readers of the same file are independent. */
 typedef struct msr_ckpt_reader msr_ckpt_reader_t;
 
-/* Opens rank `rank`'s state of step under dir (any world size): *reader_p
+/* Opens rank `rank`'s state of step under dir (any world size), with the
+ * whole state's CRC checked as above when check is not 0: *reader_p
  * (close it with msr_ckpt_reader_close) and *total_p (NULL: not wanted),
  * the state's length. Errors as msr_ckpt_read_rank's, and
  * MSR_ERR_NO_MEMORY; *reader_p untouched on failure. ctx may be NULL. */
 MSR_API msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
-                                          msr_ckpt_reader_t **reader_p, uint64_t *total_p);
+                                          int check, msr_ckpt_reader_t **reader_p,
+                                          uint64_t *total_p);
 
 /* Reads len bytes at offset of the state into buf: MSR_ERR_CORRUPT for
  * bytes past the state's end, a short file or a whole state read in order

@@ -231,7 +231,11 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
     if (f->reader == NULL || f->reader_rank != rank) { /* one open per payload, not per piece */
         msr_ckpt_reader_close(f->reader);
         f->reader = NULL;
-        st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, &f->reader, &f->reader_total);
+        /* its own payload of a step this world saved is read whole, in
+         * order: checked by the file's CRC too, as msr_ckpt_load would */
+        int whole = f->own_complete && rank == msr_rank(f->ctx);
+        st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
+                                  &f->reader_total);
         f->reader_rank = rank;
     }
     if (st == MSR_OK)
