@@ -128,8 +128,8 @@ MSR_API int msr_ckpt_reader_checked(const msr_ckpt_reader_t *reader);
 MSR_API void msr_ckpt_reader_close(msr_ckpt_reader_t *reader);
 
 /* As msr_ckpt_latest, without reading the states back: the newest step
- * committed on every rank whose file's header fits (step, rank, world size
- * and length), agreed by all ranks (every rank must call it). For a
+ * committed on every rank whose file's header fits (step, rank and world
+ * size), agreed by all ranks (every rank must call it). For a
  * program whose load is the check: msr_ckpt_load, or a reader that reads
  * the whole state in order, checks the CRC as it reads, so the state is
  * read once, not twice. When that load fails with MSR_ERR_CORRUPT the
