@@ -13,8 +13,8 @@
 #define MSR_CPU_X86 1
 #endif
 
-static const char *const feature_names[] = {"avx2",    "fma",         "f16c",
-                                            "avx512f", "avx512_bf16", "amx_bf16"};
+static const char *const feature_names[] = {"avx2",        "fma",      "f16c",  "avx512f",
+                                            "avx512_bf16", "amx_bf16", "pclmul"};
 
 const char *msr_cpu_feature_name(unsigned feature)
 {
@@ -40,14 +40,17 @@ unsigned msr_cpu_features_detect(void)
         return 0;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     unsigned fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    /* PCLMULQDQ and SSE4.1 use only the SSE registers, which every x86-64
+     * OS saves: no AVX needed */
+    f |= ((c >> 1) & 1) && ((c >> 19) & 1) ? MSR_CPU_PCLMUL : 0;
     if (!osxsave || !avx)
-        return 0;
+        return f;
     unsigned long long x = xcr0();
     int ymm = (x & 0x6) == 0x6;           /* SSE and AVX state */
     int zmm = (x & 0xe6) == 0xe6;         /* and opmask, ZMM_Hi256, Hi16_ZMM */
     int tiles = (x & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
     if (!ymm)
-        return 0;
+        return f;
     f |= fma ? MSR_CPU_FMA : 0;
     f |= f16c ? MSR_CPU_F16C : 0;
     if (__get_cpuid_max(0, NULL) < 7)
@@ -104,7 +107,7 @@ static void features_init(void)
     features_status = msr_cpu_features_parse(env, &mask);
     if (features_status != MSR_OK) {
         MSR_ERROR("MSRUN_CPU_DISABLE=\"%s\": unknown feature (known: avx2, fma, f16c, avx512f, "
-                  "avx512_bf16, amx_bf16, all)",
+                  "avx512_bf16, amx_bf16, pclmul, all)",
                   env);
         return;
     }

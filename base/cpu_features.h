@@ -24,9 +24,10 @@ typedef enum msr_cpu_feature {
     MSR_CPU_AVX512F = 1u << 3,     /* "avx512f" */
     MSR_CPU_AVX512_BF16 = 1u << 4, /* "avx512_bf16" (vdpbf16ps) */
     MSR_CPU_AMX_BF16 = 1u << 5,    /* "amx_bf16" (tile state enabled in XCR0) */
+    MSR_CPU_PCLMUL = 1u << 6,      /* "pclmul" (PCLMULQDQ with SSE4.1: the CRC-32) */
 } msr_cpu_feature_t;
 
-#define MSR_CPU_ALL 0x3fu
+#define MSR_CPU_ALL 0x7fu
 
 /* What the CPU and the OS support, without the environment's mask: cpuid
  * on every call (for tests and the one-line description). 0 off x86-64. */
@@ -48,7 +49,7 @@ msr_status_t msr_cpu_features_get(unsigned *features_p);
 const char *msr_cpu_feature_name(unsigned feature);
 
 /* One line for a program's start-up or --version output, e.g.
- * "cpu: avx2 f16c (masked off: fma) (absent: avx512f avx512_bf16 amx_bf16)".
+ * "cpu: avx2 f16c pclmul (masked off: fma) (absent: avx512f avx512_bf16 amx_bf16)".
  * Writes at most len bytes, always terminated; returns the length it
  * needed (as snprintf). */
 size_t msr_cpu_features_describe(char *buf, size_t len);

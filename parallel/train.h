@@ -199,8 +199,12 @@ typedef msr_status_t (*msr_trainer_read_t)(void *arg, int rank, uint64_t offset,
  * hold elements of its own, one at a time (its memory: its part plus one
  * piece of at most MSR_TCKPT_PIECE_MAX elements), and checks each against
  * its CRC (MSR_ERR_CORRUPT naming the file, the tensor and the elements).
- * Same layout and world: as msr_trainer_restore (its own payload, whole).
- * Same contract and errors otherwise, read's included. */
+ * Same layout and world: its own payload's pieces, each checked and
+ * loaded as it is read (no copy of the whole state is held). Same
+ * contract and errors otherwise, read's included, but one: after a
+ * failure with MSR_ERR_CORRUPT (a damaged checkpoint) it may be called
+ * again with another checkpoint, on every rank, since a load that
+ * succeeds writes every element the rank holds. */
 msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
                                        msr_trainer_fetch_t fetch, msr_trainer_read_t read,
                                        void *arg);

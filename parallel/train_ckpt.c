@@ -612,7 +612,7 @@ msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int 
     msr_status_t st = msr_ckpt_map_build(tr->model, &map);
     if (st != MSR_OK) /* every rank still reaches restore_agree */
         memset(&p0, 0, sizeof p0);
-    else if (read != NULL && world != world_size(tr)) /* not this layout: only what it needs */
+    else if (read != NULL) /* a piece at a time, never the whole state: only what it needs */
         st = payload_read_head(&src, first, &p0);
     else
         st = payload_fetch(fetch, arg, first, &p0);

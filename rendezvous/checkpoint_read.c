@@ -260,6 +260,108 @@ out:
     return st;
 }
 
+/* A state open for reads in parts (msrun/checkpoint.h). */
+struct msr_ckpt_reader {
+    int fd;
+    int check;       /* continue the whole state's CRC over reads in order */
+    int checked;     /* the whole state was read in order and matched */
+    uint64_t crc_at; /* bytes of the state from its start the CRC covers */
+    uint32_t crc;
+    ckpt_header_t h;
+    char path[4200];
+};
+
+static msr_status_t reader_open(const char *dir, int64_t step, int rank, int check,
+                                msr_ckpt_reader_t **reader_p)
+{
+    msr_ckpt_reader_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a reader");
+    msr_status_t st = open_state(dir, step, rank, -1, r->path, sizeof r->path, &r->fd, &r->h);
+    if (st != MSR_OK) {
+        free(r);
+        return st;
+    }
+    r->check = check;
+    *reader_p = r;
+    return MSR_OK;
+}
+
+/* The bytes [offset, offset + len) just read into buf: continues the whole
+ * state's CRC over those past crc_at, and checks it at the state's end. */
+static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void *buf, size_t len)
+{
+    if (!r->check || r->checked || len == 0)
+        return MSR_OK;
+    if (offset > r->crc_at) { /* bytes skipped: no whole check */
+        r->check = 0;
+        return MSR_OK;
+    }
+    uint64_t end = offset + len;
+    if (end <= r->crc_at)
+        return MSR_OK;
+    r->crc = msr_crc32(r->crc, (const unsigned char *)buf + (r->crc_at - offset),
+                       (size_t)(end - r->crc_at));
+    r->crc_at = end;
+    if (end < r->h.len)
+        return MSR_OK;
+    if (r->crc != r->h.crc)
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", r->path);
+    r->checked = 1;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                  int check, msr_ckpt_reader_t **reader_p, uint64_t *total_p)
+{
+    (void)ctx; /* a tool outside a job passes NULL */
+    if (dir == NULL || step < 0 || rank < 0 || reader_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_reader_t *r;
+    msr_status_t st = reader_open(dir, step, rank, check != 0, &r);
+    if (st != MSR_OK)
+        return st;
+    if (total_p != NULL)
+        *total_p = r->h.len;
+    *reader_p = r;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len)
+{
+    if (r == NULL || (buf == NULL && len > 0)) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (offset > r->h.len || len > r->h.len - offset) {
+        msr_err_set("checkpoint: %s holds %" PRIu64 " bytes of state, not [%" PRIu64 ", %" PRIu64
+                    ")",
+                    r->path, r->h.len, offset, offset + (uint64_t)len);
+        return MSR_ERR_CORRUPT;
+    }
+    /* a resharded load reads the pieces it needs a chunk at a time, most
+     * often one after the other: read_chunks keeps the disk ahead of them
+     * in the file, past this read */
+    msr_status_t st = read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf, len,
+                                  CKPT_HEADER + (off_t)r->h.len, 0, NULL);
+    return st == MSR_OK ? reader_crc(r, offset, buf, len) : st;
+}
+
+int msr_ckpt_reader_checked(const msr_ckpt_reader_t *r)
+{
+    return r != NULL && r->checked;
+}
+
+void msr_ckpt_reader_close(msr_ckpt_reader_t *r)
+{
+    if (r == NULL)
+        return;
+    close(r->fd);
+    free(r);
+}
+
 msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
                                 uint64_t offset, void *buf, size_t len, uint64_t *total_p)
 {
@@ -268,27 +370,14 @@ msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
         msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
     }
-    char path[4200];
-    int fd;
-    ckpt_header_t h;
-    msr_status_t st = open_state(dir, step, rank, -1, path, sizeof path, &fd, &h);
+    msr_ckpt_reader_t *r;
+    msr_status_t st = reader_open(dir, step, rank, 0, &r); /* the caller checks its part */
     if (st != MSR_OK)
         return st;
-    if (offset > h.len || len > h.len - offset) {
-        msr_err_set("checkpoint: %s holds %" PRIu64 " bytes of state, not [%" PRIu64 ", %" PRIu64
-                    ")",
-                    path, h.len, offset, offset + (uint64_t)len);
-        close(fd);
-        return MSR_ERR_CORRUPT;
-    }
-    /* a resharded load reads the pieces it needs a chunk at a time, most
-     * often one after the other: read_chunks keeps the disk ahead of them
-     * in the file, past this read */
-    st = read_chunks(fd, path, (off_t)(CKPT_HEADER + offset), buf, len, CKPT_HEADER + (off_t)h.len,
-                     0, NULL);
-    close(fd);
+    st = msr_ckpt_reader_read(r, offset, buf, len);
     if (st == MSR_OK && total_p != NULL)
-        *total_p = h.len;
+        *total_p = r->h.len;
+    msr_ckpt_reader_close(r);
     return st;
 }
 
@@ -355,7 +444,8 @@ static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER]
     free(steps);
 }
 
-msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+/* msr_ckpt_latest, and with verify 0 msr_ckpt_latest_unchecked. */
+static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t *step_p)
 {
     if (ctx == NULL || dir == NULL || step_p == NULL) {
         msr_err_set("checkpoint: bad arguments");
@@ -397,6 +487,10 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
         }
         if (!everywhere)
             continue;
+        if (!verify) { /* complete everywhere: the caller's load checks it */
+            agreed = cand;
+            break;
+        }
         /* Complete everywhere: every rank reads its state back before the
          * job trusts it; a corrupt one sends all ranks to the next. */
         int32_t ok = verify_own(ctx, dir, cand), *oks = NULL;
@@ -436,6 +530,16 @@ msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
     }
     *step_p = agreed;
     return MSR_OK;
+}
+
+msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    return latest(ctx, dir, 1, step_p);
+}
+
+msr_status_t msr_ckpt_latest_unchecked(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
+{
+    return latest(ctx, dir, 0, step_p);
 }
 
 msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,

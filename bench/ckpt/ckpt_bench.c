@@ -17,11 +17,14 @@
  *     save        encode with the pieces' CRCs, msr_ckpt_save (train_gpt)
  *     save-async  the step's copy without CRCs, then a thread seals and
  *                 saves it (train_gpt --ckpt-async)
- *     load        every rank its own file whole: msr_ckpt_load, the
- *                 state's CRC, decode, copy into its share (same layout)
+ *     load        every rank its own file (same layout) through one
+ *                 reader (msr_ckpt_reader_*): the header and range table,
+ *                 then each piece's parameters and moments read straight
+ *                 into its share a chunk at a time, each piece's CRC and
+ *                 the state's continued over each chunk
  *     reshard     a world of another size: every rank reads the header of
  *                 every saved file and only the pieces that overlap its
- *                 share (msr_ckpt_read_rank, one piece's buffer, a chunk
+ *                 share (a reader per file, one piece's buffer, a chunk
  *                 at a time), checking each piece's CRC chunk by chunk
  *                 (train_gpt's resume in another layout)
  *
@@ -162,22 +165,68 @@ static void share_take(share_t *s, const msr_tckpt_range_t *r)
     memcpy(s->v + (lo - s->lo), r->v + (lo - r->lo), n * sizeof(float));
 }
 
-/* Loads this rank's own file whole (same world and share). */
+/* Reads len bytes at offset of rd into dst a chunk at a time, continuing
+ * *crc_p over each chunk while it is in the cache. */
+static msr_status_t read_crc(msr_ckpt_reader_t *rd, uint64_t offset, void *dst, size_t len,
+                             uint32_t *crc_p)
+{
+    unsigned char *b = dst;
+    msr_status_t st = MSR_OK;
+    for (size_t at = 0; at < len && st == MSR_OK;) {
+        size_t c = len - at < MSR_TCKPT_READ_CHUNK ? len - at : MSR_TCKPT_READ_CHUNK;
+        st = msr_ckpt_reader_read(rd, offset + at, b + at, c);
+        if (st == MSR_OK)
+            *crc_p = msr_crc32(*crc_p, b + at, c);
+        at += c;
+    }
+    return st;
+}
+
+/* Loads this rank's own file (same world and share): the header, then
+ * each piece's parameters and moments straight into the share, in the
+ * file's order (the reader checks the state's CRC at its end). */
 static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size_t *bytes_p)
 {
-    void *buf = NULL;
-    size_t len = 0;
+    unsigned char prefix[MSR_TCKPT_PREFIX_LEN];
+    uint64_t total = 0;
+    size_t hl = 0;
     msr_tckpt_header_t h;
     msr_tckpt_range_t *r = NULL;
-    uint32_t n = 0;
-    msr_status_t st = msr_ckpt_load(ctx, dir, BENCH_STEP, &buf, &len);
+    uint32_t n = 0, crc = 0;
+    void *head = NULL;
+    msr_ckpt_reader_t *rd = NULL;
+    msr_status_t st = msr_ckpt_reader_open(ctx, dir, BENCH_STEP, msr_rank(ctx), 1, &rd, &total);
     if (st == MSR_OK)
-        st = msr_tckpt_decode(buf, len, "own shard", &h, &r, &n);
-    for (uint32_t k = 0; k < n && st == MSR_OK; k++)
-        share_take(s, &r[k]);
+        st = msr_ckpt_reader_read(rd, 0, prefix, sizeof prefix);
+    if (st == MSR_OK)
+        st = msr_tckpt_head_len(prefix, sizeof prefix, &hl);
+    if (st == MSR_OK && (hl > total || (head = msr_malloc(hl)) == NULL))
+        st = MSR_ERR_CORRUPT;
+    if (st == MSR_OK)
+        st = read_crc(rd, 0, head, hl, &crc);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(head, hl, (size_t)total, "own shard", &h, &r, &n);
+    for (uint32_t k = 0; k < n && st == MSR_OK; k++) {
+        size_t lo, cnt, bytes = (size_t)r[k].n * sizeof(float);
+        if (!msr_ckpt_overlap(s->lo, s->n, r[k].lo, r[k].n, &lo, &cnt) || cnt != r[k].n) {
+            st = MSR_ERR_CORRUPT; /* not this share's layout */
+            break;
+        }
+        crc = msr_tckpt_piece_crc_start(&h, &r[k]);
+        st = read_crc(rd, r[k].offset, s->params + (lo - s->lo), bytes, &crc);
+        if (st == MSR_OK)
+            st = read_crc(rd, r[k].offset + bytes, s->m + (lo - s->lo), bytes, &crc);
+        if (st == MSR_OK)
+            st = read_crc(rd, r[k].offset + 2 * bytes, s->v + (lo - s->lo), bytes, &crc);
+        if (st == MSR_OK && h.version >= 3 && crc != r[k].crc)
+            st = MSR_ERR_CORRUPT;
+    }
+    if (st == MSR_OK && !msr_ckpt_reader_checked(rd))
+        st = MSR_ERR_CORRUPT; /* the whole state was not read */
+    msr_ckpt_reader_close(rd);
     msr_free(r);
-    free(buf);
-    *bytes_p = len;
+    msr_free(head);
+    *bytes_p = (size_t)total;
     return st;
 }
 
@@ -194,14 +243,16 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
     msr_tckpt_range_t *r = NULL;
     uint32_t n = 0;
     void *head = NULL;
-    msr_status_t st =
-        msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, 0, prefix, sizeof prefix, &total);
+    msr_ckpt_reader_t *rd = NULL; /* one open per file, not per chunk */
+    msr_status_t st = msr_ckpt_reader_open(ctx, dir, BENCH_STEP, rank, 0, &rd, &total);
+    if (st == MSR_OK)
+        st = msr_ckpt_reader_read(rd, 0, prefix, sizeof prefix);
     if (st == MSR_OK)
         st = msr_tckpt_head_len(prefix, sizeof prefix, &hl);
     if (st == MSR_OK && (hl > total || (head = msr_malloc(hl)) == NULL))
         st = MSR_ERR_CORRUPT;
     if (st == MSR_OK)
-        st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, 0, head, hl, NULL);
+        st = msr_ckpt_reader_read(rd, 0, head, hl);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(head, hl, (size_t)total, "a saved shard", &h, &r, &n);
     for (uint32_t k = 0; k < n && st == MSR_OK; k++) {
@@ -215,14 +266,9 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
                 st = MSR_ERR_NO_MEMORY;
         }
         /* a chunk at a time, its CRC continued while it is in the cache */
-        unsigned char *b = (unsigned char *)*buf_p;
         uint32_t crc = msr_tckpt_piece_crc_start(&h, &r[k]);
-        for (size_t at = 0, len = floats * sizeof(float); at < len && st == MSR_OK;) {
-            size_t c = len - at < MSR_TCKPT_READ_CHUNK ? len - at : MSR_TCKPT_READ_CHUNK;
-            st = msr_ckpt_read_rank(ctx, dir, BENCH_STEP, rank, r[k].offset + at, b + at, c, NULL);
-            crc = msr_crc32(crc, b + at, c);
-            at += c;
-        }
+        if (st == MSR_OK)
+            st = read_crc(rd, r[k].offset, *buf_p, floats * sizeof(float), &crc);
         if (st != MSR_OK)
             break;
         r[k].params = *buf_p;
@@ -233,6 +279,7 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
         else
             share_take(s, &r[k]);
     }
+    msr_ckpt_reader_close(rd);
     msr_free(r);
     msr_free(head);
     *seen_p = (size_t)total;

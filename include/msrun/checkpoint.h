@@ -92,6 +92,51 @@ MSR_API msr_status_t msr_ckpt_load_rank(msr_ctx_t *ctx, const char *dir, int64_t
 MSR_API msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
                                         uint64_t offset, void *buf, size_t len, uint64_t *total_p);
 
+/* A rank's state of a step held open for reads in parts: the header is
+ * read and checked once, at open, and every read after it reuses the file
+ * (a load reading a piece at a time opens it once, not once a piece).
+ * Opened with check, while the reads go in order from the state's start
+ * (each starting at or before the end of the ones before), the reader
+ * continues the CRC of the whole state over them, and the read that
+ * reaches the state's end checks it: MSR_ERR_CORRUPT, "checkpoint: <file>
+ * does not match its CRC", when it does not match. A read that skips
+ * bytes ends that check; without check, or then, the caller checks what
+ * it reads, as with msr_ckpt_read_rank. One reader is used by
+ * one thread at a time; readers of the same file are independent. */
+typedef struct msr_ckpt_reader msr_ckpt_reader_t;
+
+/* Opens rank `rank`'s state of step under dir (any world size), with the
+ * whole state's CRC checked as above when check is not 0: *reader_p
+ * (close it with msr_ckpt_reader_close) and *total_p (NULL: not wanted),
+ * the state's length. Errors as msr_ckpt_read_rank's, and
+ * MSR_ERR_NO_MEMORY; *reader_p untouched on failure. ctx may be NULL. */
+MSR_API msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                          int check, msr_ckpt_reader_t **reader_p,
+                                          uint64_t *total_p);
+
+/* Reads len bytes at offset of the state into buf: MSR_ERR_CORRUPT for
+ * bytes past the state's end, a short file or a whole state read in order
+ * that does not match its CRC; MSR_ERR_IO. */
+MSR_API msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *reader, uint64_t offset, void *buf,
+                                          size_t len);
+
+/* Whether the reads so far covered the whole state in order and it
+ * matched its CRC: 1 yes, 0 not (yet). */
+MSR_API int msr_ckpt_reader_checked(const msr_ckpt_reader_t *reader);
+
+/* Closes the file and frees the reader; NULL does nothing. */
+MSR_API void msr_ckpt_reader_close(msr_ckpt_reader_t *reader);
+
+/* As msr_ckpt_latest, without reading the states back: the newest step
+ * committed on every rank whose file's header fits (step, rank and world
+ * size), agreed by all ranks (every rank must call it). For a
+ * program whose load is the check: msr_ckpt_load, or a reader that reads
+ * the whole state in order, checks the CRC as it reads, so the state is
+ * read once, not twice. When that load fails with MSR_ERR_CORRUPT the
+ * program falls back to msr_ckpt_latest, which refuses the damaged step
+ * (the log names the file) and finds the newest intact one. */
+MSR_API msr_status_t msr_ckpt_latest_unchecked(msr_ctx_t *ctx, const char *dir, int64_t *step_p);
+
 #ifdef __cplusplus
 }
 #endif

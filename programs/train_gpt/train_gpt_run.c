@@ -185,9 +185,12 @@ typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
     int64_t step;
-    int own_complete; /* msr_ckpt_latest found this step complete for this world */
-    uint64_t read;    /* bytes of payloads this rank read ... */
-    uint64_t seen;    /* ... of the payloads it looked at (whole or in part) */
+    int own_complete;          /* msr_ckpt_latest found this step complete for this world */
+    uint64_t read;             /* bytes of payloads this rank read ... */
+    uint64_t seen;             /* ... of the payloads it looked at (whole or in part) */
+    msr_ckpt_reader_t *reader; /* the payload read in part last, held open */
+    int reader_rank;
+    uint64_t reader_total;
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
@@ -228,10 +231,31 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
                                  uint64_t *total_p)
 {
     fetch_arg_t *f = arg;
-    msr_status_t st = msr_ckpt_read_rank(f->ctx, f->dir, f->step, rank, offset, buf, len, total_p);
+    msr_status_t st = MSR_OK;
+    if (f->reader == NULL || f->reader_rank != rank) { /* one open per payload, not per piece */
+        msr_ckpt_reader_close(f->reader);
+        f->reader = NULL;
+        /* its own payload of a step this world saved is read whole, in
+         * order: checked by the file's CRC too, as msr_ckpt_load would */
+        int whole = f->own_complete && rank == msr_rank(f->ctx);
+        st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
+                                  &f->reader_total);
+        f->reader_rank = rank;
+    }
+    if (st == MSR_OK)
+        st = msr_ckpt_reader_read(f->reader, offset, buf, len);
     if (st != MSR_OK)
         return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));
+    uint64_t step = (uint64_t)f->step; /* the payload's own step (its bytes 16..23) ... */
+    if (offset == 0 && len >= 24)
+        memcpy(&step, (const char *)buf + 16, sizeof step);
+    if (step != (uint64_t)f->step) /* ... is the one its file is filed under */
+        return msr_err(MSR_ERR_CORRUPT,
+                       "rank %d's shard of step %lld under %s says it is of step %llu: refusing it",
+                       rank, (long long)f->step, f->dir, (unsigned long long)step);
+    if (total_p != NULL)
+        *total_p = f->reader_total;
     f->read += len;
     f->seen += total_p != NULL ? *total_p : 0; /* asked once per payload, with its header */
     return MSR_OK;
@@ -242,10 +266,11 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
  * when none. When this world saved the newest and msr_ckpt_latest fell
  * back past it to an older step complete and intact everywhere, *any_p is
  * that step. Logs and returns the store's error. */
-static msr_status_t find_latest(const job_t *job, const options_t *o, int64_t *same_p,
+static msr_status_t find_latest(const job_t *job, const options_t *o, int check, int64_t *same_p,
                                 int64_t *any_p, int *world_p)
 {
-    msr_status_t st = msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p);
+    msr_status_t st = check ? msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p)
+                            : msr_ckpt_latest_unchecked(job->ctx, o->ckpt_dir, same_p);
     if (st == MSR_OK)
         st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
     if (st != MSR_OK) {
@@ -278,21 +303,29 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
     int64_t same = -1, any = -1;
     int world = 0;
     uint64_t t0 = msr_now_ns(); /* the resume's time: finding, reading, loading */
-    msr_status_t st = find_latest(job, o, &same, &any, &world);
-    if (st != MSR_OK)
-        return st;
-    *resumed_p = 0;
-    if (any < 0)
-        return MSR_OK;
-    /* rank r of the saving world wrote payload r, whatever its layout */
-    fetch_arg_t f = {job->ctx, o->ckpt_dir, any, same == any, 0, 0};
-    msr_err_clear();
-    if ((st = t->ops->restore(t->tr, meta, world, fetch_payload, &f)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
-                o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
-        return st;
+    msr_status_t st = MSR_ERR_CORRUPT;
+    fetch_arg_t f = {0};
+    /* the load is the check: the newest step is read once; a damaged one
+     * fails the load (as corrupt, or as of other settings when the damage
+     * is in its settings' text), and the search that reads every rank's
+     * state back refuses it (naming its file) and finds the step before */
+    for (int check = 0;
+         check < 2 && (st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) && (!check || same == any);
+         check++) {
+        if ((st = find_latest(job, o, check, &same, &any, &world)) != MSR_OK || any < 0)
+            break;
+        /* rank r of the saving world wrote payload r, whatever its layout */
+        f = (fetch_arg_t){job->ctx, o->ckpt_dir, any, same == any, 0, 0, NULL, -1, 0};
+        msr_err_clear();
+        st = t->ops->restore(t->tr, meta, world, fetch_payload, &f);
+        msr_ckpt_reader_close(f.reader);
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
+                    o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
     }
-    *resumed_p = 1;
+    *resumed_p = st == MSR_OK && any >= 0;
+    if (st != MSR_OK || !*resumed_p)
+        return st;
     if (job->rank == 0) {
         fprintf(stderr,
                 "train_gpt: resumed from step %lld under %s in %.3f s (saved by %d ranks)\n",

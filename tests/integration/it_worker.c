@@ -165,6 +165,8 @@ static int do_store(void)
     return 0;
 }
 
+static msr_status_t do_ckpt_reader(msr_ctx_t *ctx, const char *dir);
+
 /* Checkpoints: save steps 0..5 keeping 3, lose rank 1's last commit,
  * agree on the step before, detect a corrupt file. */
 static int do_ckpt(const char *dir)
@@ -241,9 +243,52 @@ static int do_ckpt(const char *dir)
         CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 2, 237, part, 0, NULL), MSR_ERR_CORRUPT);
         CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 9, 0, part, 1, NULL), MSR_ERR_NOT_FOUND);
     }
+    CHECK_ST(do_ckpt_reader(ctx, dir), MSR_OK);
     printf("checkpoint checks passed on rank %d\n", rank);
     msr_finalize(ctx);
     return 0;
+}
+
+/* A reader held open (msr_ckpt_reader_*): reads in order that reach the
+ * state's end check its CRC, exactly to the end and not one byte past;
+ * a read that skips bytes checks nothing; rank 0's step 4, damaged above,
+ * fails at the read that reaches its end, and only with check. */
+static msr_status_t do_ckpt_reader(msr_ctx_t *ctx, const char *dir)
+{
+    unsigned char part[236], *all;
+    uint64_t total = 0;
+    msr_ckpt_reader_t *rd = NULL;
+    CHECK_ST(msr_ckpt_reader_open(ctx, dir, 5, 2, 1, &rd, &total), MSR_OK);
+    CHECK(total == 236, "rank 2's state holds %llu bytes", (unsigned long long)total);
+    CHECK_ST(msr_ckpt_reader_read(rd, 0, part, 100), MSR_OK);
+    CHECK(!msr_ckpt_reader_checked(rd), "checked before its end");
+    CHECK_ST(msr_ckpt_reader_read(rd, 50, part + 50, 186), MSR_OK); /* overlapping, to the end */
+    CHECK(msr_ckpt_reader_checked(rd), "read whole in order, not checked");
+    CHECK(part[0] == (unsigned char)(2 * 31 + 35), "rank 2's first byte through a reader");
+    CHECK_ST(msr_ckpt_reader_read(rd, 236, part, 0), MSR_OK);
+    CHECK_ST(msr_ckpt_reader_read(rd, 236, part, 1), MSR_ERR_CORRUPT);
+    CHECK_ST(msr_ckpt_reader_read(rd, 237, part, 0), MSR_ERR_CORRUPT);
+    msr_ckpt_reader_close(rd);
+    CHECK_ST(msr_ckpt_reader_open(ctx, dir, 5, 2, 1, &rd, NULL), MSR_OK);
+    CHECK_ST(msr_ckpt_reader_read(rd, 0, part, 10), MSR_OK);
+    CHECK_ST(msr_ckpt_reader_read(rd, 11, part + 11, 225), MSR_OK); /* byte 10 skipped */
+    CHECK(!msr_ckpt_reader_checked(rd), "checked with a byte skipped");
+    msr_ckpt_reader_close(rd);
+    msr_ckpt_reader_close(NULL);
+    CHECK_ST(msr_ckpt_reader_open(ctx, dir, 5, 9, 1, &rd, NULL), MSR_ERR_NOT_FOUND);
+    CHECK_ST(msr_barrier(ctx), MSR_OK); /* rank 0 damaged step 4 before it */
+    for (int check = 0; check < 2; check++) {
+        CHECK_ST(msr_ckpt_reader_open(ctx, dir, 4, 0, check, &rd, &total), MSR_OK);
+        CHECK(total > 1 && (all = malloc(total)) != NULL, "a buffer of %llu bytes",
+              (unsigned long long)total);
+        CHECK_ST(msr_ckpt_reader_read(rd, 0, all, total - 1), MSR_OK);
+        CHECK_ST(msr_ckpt_reader_read(rd, total - 1, all, 1), check ? MSR_ERR_CORRUPT : MSR_OK);
+        CHECK(!check || strstr(msr_last_error(), "step-4/rank-0.bin does not match its CRC"),
+              "the damage not named: %s", msr_last_error());
+        free(all);
+        msr_ckpt_reader_close(rd);
+    }
+    return MSR_OK;
 }
 
 /* Checkpoint agreement reads every rank's offer, the last rank's too: save

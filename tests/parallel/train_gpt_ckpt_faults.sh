@@ -129,6 +129,18 @@ path = sys.argv[1]
 b = bytearray(open(path, "rb").read())
 hl = struct.unpack_from("<I", b, 48 + 12)[0]  # the payload's header bytes
 b[48 + hl:] = b"\xff" * (len(b) - 48 - hl)  # every float NaN
+# every checksum made to match (a load checks each piece's, then the file's):
+# a piece's CRC runs from the header's (its bytes 16..99) over its (lo, n)
+# as in the range table, then its parameters and moments
+n = struct.unpack_from("<I", b, 48 + 68)[0]
+head = zlib.crc32(bytes(b[48 + 16:48 + 100]))
+at = 48 + hl
+for k in range(n):
+    e = 48 + hl - 16 * (n - k)
+    count = struct.unpack_from("<I", b, e + 8)[0]
+    crc = zlib.crc32(bytes(b[at:at + 12 * count]), zlib.crc32(bytes(b[e:e + 12]), head))
+    struct.pack_into("<I", b, e + 12, crc)
+    at += 12 * count
 struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
 open(path, "wb").write(b)
 PY

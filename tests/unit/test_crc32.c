@@ -1,8 +1,13 @@
-/* base/crc32.h's slicing-by-8 CRC-32 against the definition (a bit at a
- * time, written here), for every length, alignment and split of the input. */
+/* base/crc32.h's CRC-32 against the definition (a bit at a time, written
+ * here), for every length, alignment and split of the input, on the path
+ * the CPU takes (folded where it has PCLMULQDQ) and on the tables with
+ * "pclmul" masked off (each test runs in its own process, so the mask set
+ * before the first call holds for the whole test). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "base/cpu_features.h"
 #include "base/crc32.h"
 #include "tests/runner.h"
 
@@ -39,23 +44,46 @@ static void test_check_value(void)
     MSR_CHECK(msr_crc32(0x12345678u, "", 0) == 0x12345678u);
 }
 
-/* Every length 0..80 (the 8-byte steps, and 0..7 bytes left over) from
- * every start 0..7 (aligned or not), continued from 0 and from another CRC. */
-static void test_lengths_and_alignments(void)
+/* Every length 0..300 (the folds of 64 and 16 bytes and what is left,
+ * the 8-byte steps and 0..7 bytes after them) from every start 0..16
+ * (aligned or not), continued from 0 and from another CRC. */
+static void check_lengths(void)
 {
-    unsigned char b[96];
+    static unsigned char b[320];
     fill(b, sizeof b);
-    for (size_t at = 0; at < 8; at++)
-        for (size_t n = 0; n + at <= 88; n++) {
+    for (size_t at = 0; at <= 16; at++)
+        for (size_t n = 0; n <= 300; n++) {
             MSR_CHECK_MSG(msr_crc32(0, b + at, n) == ref_crc32(0, b + at, n),
                           "start %zu, %zu bytes", at, n);
             MSR_CHECK(msr_crc32(0xdeadbeefu, b + at, n) == ref_crc32(0xdeadbeefu, b + at, n));
         }
 }
 
+/* The path the CPU takes: folded wherever it has pclmul (so this test
+ * checks the fold on such a CPU, and says when it could not). */
+static void test_lengths_and_alignments(void)
+{
+    unsigned f = 0;
+    MSR_CHECK_OK(msr_cpu_features_get(&f));
+    MSR_CHECK_EQ(msr_crc32_folded(), (f & MSR_CPU_PCLMUL) != 0);
+    if (!msr_crc32_folded())
+        printf("no pclmul on this CPU: the tables only\n");
+    check_lengths();
+}
+
+/* "pclmul" masked off: the tables, the same values. */
+static void test_tables_forced(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "pclmul", 1);
+    MSR_CHECK_EQ(msr_crc32_folded(), 0);
+    MSR_CHECK(msr_crc32(0, "123456789", 9) == 0xcbf43926u);
+    check_lengths();
+}
+
 /* A buffer of a checkpoint piece's size and one byte more, whole and
- * split anywhere (a piece's CRC continues over its fields and floats). */
-static void test_large_and_split(void)
+ * split anywhere (a piece's CRC continues over its fields and floats),
+ * from an odd start too. */
+static void check_large(void)
 {
     size_t n = (size_t)12 << 20; /* MSR_TCKPT_PIECE_MAX floats x 3 */
     unsigned char *b = malloc(n + 1);
@@ -68,15 +96,30 @@ static void test_large_and_split(void)
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++)
         MSR_CHECK_MSG(msr_crc32(msr_crc32(0, b, cuts[k]), b + cuts[k], n - cuts[k]) == whole,
                       "split at %zu", cuts[k]);
+    MSR_CHECK(msr_crc32(0, b + 3, n - 3) == ref_crc32(0, b + 3, n - 3));
     b[n / 2] ^= 1; /* one bit flipped is seen */
     MSR_CHECK(msr_crc32(0, b, n) != whole);
     free(b);
 }
 
+static void test_large_and_split(void)
+{
+    check_large();
+}
+
+static void test_large_tables_forced(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "pclmul", 1);
+    MSR_CHECK_EQ(msr_crc32_folded(), 0);
+    check_large();
+}
+
 static const msr_test_t tests[] = {
     {"check_value", test_check_value, 10},
     {"lengths_and_alignments", test_lengths_and_alignments, 10},
+    {"tables_forced", test_tables_forced, 10},
     {"large_and_split", test_large_and_split, 30},
+    {"large_tables_forced", test_large_tables_forced, 30},
 };
 
 int main(int argc, char **argv)
