@@ -129,9 +129,12 @@ static void linear_operands(uint64_t N, uint64_t IC, uint64_t OC, uint64_t *a, u
  * largest B over the products the rank's part runs: its blocks' four
  * linear layers on all N rows of its positions (tp's shares), attention's
  * per-head products (T x T and T x head size; under cp the ring's half
- * chunks S = T / 2), the MoE router and experts (an expert's rows at most
- * its capacity), and the tied head (N x V / tp) on the rank that holds it.
- * The layout's dims are the runtime's (layout/). */
+ * chunks S = T / 2), the MoE router and experts, and the tied head
+ * (N x V / tp) on the rank that holds it. The layout's dims are the
+ * runtime's (layout/). Exact, except where an expert's product is the
+ * largest: its rows are the tokens routed to it, counted here at their
+ * most (min(capacity, N)), so then a bound (exact when every expert is
+ * full, e.g. top-k = E). */
 uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                      int blocks, int moe_blocks, int has_head)
 {
@@ -154,9 +157,13 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
         uint64_t H = 4 * C;
         msr_layout_moe_dims_t md = msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k,
                                                        m->capacity_factor, C, H);
+        /* an expert runs each source rank's tokens routed to it: at most
+         * its capacity, and at most the N tokens (each routed to it once);
+         * fewer when the routing says so, which only a step can tell */
+        uint64_t rows = msr_plan_min_u64(md.cap, N);
         linear_operands(N, C, (uint64_t)m->experts, &a, &b);
-        linear_operands(md.cap, C, H, &a, &b);
-        linear_operands(md.cap, H, C, &a, &b);
+        linear_operands(rows, C, H, &a, &b);
+        linear_operands(rows, H, C, &a, &b);
     }
     if (has_head)
         linear_operands(N, C, (uint64_t)d.Vl, &a, &b);
