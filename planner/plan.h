@@ -9,14 +9,17 @@
  *            buckets, units and shards (ZeRO 0-3, replicated small
  *            segments), each micro-batch chunk's kept activations and the
  *            most held at once under the rank's schedule. These equal, to
- *            the byte, what train_gpt --report prints.
+ *            the byte, what train_gpt --report prints. Also the runtime's
+ *            bf16 (MSR_PLAN_BF16_RUNTIME, train_gpt --precision bf16): the
+ *            same fp32 state plus the products' bf16 operand scratch.
  *
  *   paper    the published conventions: mixed-precision Adam keeps 2 + 2 +
  *            K bytes per parameter (K = 12: fp32 master weights and two
  *            moments) partitioned by ZeRO stage (Rajbhandari et al. 2019);
  *            activations per layer in 16-bit by Korthikanti et al. (2022)'s
  *            terms, cut by tensor and sequence parallel and dropped by
- *            recompute. Used for bf16 and for the Llama-style description.
+ *            recompute. Used for MSR_PLAN_BF16 (bf16 at paper scale) and
+ *            for the Llama-style description.
  *
  * Layer and rank conventions follow the runtime: rank = ((dp_rank * pp +
  * pp_rank) * cp + cp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
@@ -56,7 +59,11 @@ typedef struct msr_plan_model {
 
 typedef enum msr_plan_precision {
     MSR_PLAN_FP32 = 0, /* fp32 parameters, gradients and Adam moments (the runtime) */
-    MSR_PLAN_BF16 = 1, /* bf16 parameters and gradients, fp32 master and moments */
+    MSR_PLAN_BF16 = 1, /* paper: bf16 parameters and gradients, fp32 master and moments */
+    /* the runtime's bf16 (train_gpt --precision bf16): fp32 parameters,
+     * gradients and moments as MSR_PLAN_FP32, plus the products' bf16
+     * operand scratch (msr_plan_rank_t.bf16_scratch) */
+    MSR_PLAN_BF16_RUNTIME = 2,
 } msr_plan_precision_t;
 
 /* Schedules and recompute modes: the layout's (layout/layout.h), which
@@ -148,6 +155,9 @@ typedef struct msr_plan_rank {
     uint64_t expert_optim;     /* their Adam moments: whole, or under ZeRO >= 1 this rank's
                                 * block of them among the dp / ep ranks holding the same
                                 * experts (parallel/train.c) */
+    uint64_t bf16_scratch;     /* the products' bf16 operand scratch (MSR_PLAN_BF16_RUNTIME:
+                                * model/layers_bf16.c, the largest op(A) plus the largest
+                                * op(B) the rank rounds; 0 otherwise) */
     uint64_t moe_work;         /* the MoE state's routing, kept expert activations and
                                 * exchange buffers (runtime accounting; 0 in the paper's) */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
@@ -164,7 +174,7 @@ static inline uint64_t msr_plan_rank_rows(const msr_plan_rank_t *o)
 {
     return o->params + o->grads + o->optim + o->master + o->expert_params + o->expert_grads +
            o->expert_optim + o->moe_work + o->activations + o->comm + o->buckets_bound + o->work -
-           o->untouched + o->shm;
+           o->untouched + o->shm + o->bf16_scratch;
 }
 
 /* The whole model's parameters (GPT: V*C + T*C + L*(12C^2 + 13C) + 2C). */
@@ -185,8 +195,16 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
 
-/* Rank rank's bytes. GPT in fp32: the runtime accounting (exact); anything
- * else: the paper accounting. The layout must have passed msr_plan_check. */
+/* Whether prec of model m is counted as the runtime counts (GPT in fp32 or
+ * with the runtime's bf16 products) rather than by the paper accounting. */
+static inline int msr_plan_is_runtime(const msr_plan_model_t *m, msr_plan_precision_t prec)
+{
+    return m->arch == MSR_PLAN_GPT && (prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME);
+}
+
+/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME: the runtime
+ * accounting (exact); anything else: the paper accounting. The layout must have passed
+ * msr_plan_check. */
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
                    int rank, msr_plan_rank_t *out);
 

@@ -110,3 +110,62 @@ uint64_t msr_plan_schedule_peak(const msr_plan_layout_t *l, int pr, const uint64
     *held_p = most;
     return peak;
 }
+
+/* ---- the bf16 products' operand scratch (model/layers_bf16.c) ---- */
+
+/* The largest op(A) and op(B) of the products a linear layer of N rows,
+ * IC inputs and OC outputs runs (model/layers_impl.h): forward inp (N,IC)
+ * x W (OC,IC); backward dout (N,OC) x W, and dout (N,OC) x inp (N,IC). */
+static void linear_operands(uint64_t N, uint64_t IC, uint64_t OC, uint64_t *a, uint64_t *b)
+{
+    *a = msr_plan_max_u64(*a, N * msr_plan_max_u64(IC, OC));
+    *b = msr_plan_max_u64(*b, msr_plan_max_u64(OC * IC, N * IC));
+}
+
+/* Bytes of bf16 operand scratch rank o's products context holds after a
+ * step of train_gpt --precision bf16: the context keeps one buffer for
+ * op(A) and one for op(B), each grown to the largest it has rounded
+ * (msr_products_scratch_bytes), so the count is the largest A and the
+ * largest B over the products the rank's part runs: its blocks' four
+ * linear layers on all N rows of its positions (tp's shares), attention's
+ * per-head products (T x T and T x head size; under cp the ring's half
+ * chunks S = T / 2), the MoE router and experts, and the tied head
+ * (N x V / tp) on the rank that holds it. The layout's dims are the
+ * runtime's (layout/). Exact, except where an expert's product is the
+ * largest: its rows are the tokens routed to it, counted here at their
+ * most (min(capacity, N)), so then a bound (exact when every expert is
+ * full, e.g. top-k = E). */
+uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                                     int blocks, int moe_blocks, int has_head)
+{
+    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
+                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    uint64_t N = d.N, C = (uint64_t)d.C, Cl = (uint64_t)d.Cl, Hl = (uint64_t)d.Hl;
+    uint64_t T = (uint64_t)d.T, HS = (uint64_t)(m->channels / m->heads), a = 0, b = 0;
+    if (blocks > 0) {
+        linear_operands(N, C, 3 * Cl, &a, &b);
+        linear_operands(N, Cl, C, &a, &b);
+        uint64_t S = msr_plan_cp(l) > 1 ? T / 2 : T; /* the ring's chunks, or all of T */
+        a = msr_plan_max_u64(a, S * msr_plan_max_u64(S, HS));
+        b = msr_plan_max_u64(b, S * HS);
+    }
+    if (blocks > moe_blocks) {
+        linear_operands(N, C, Hl, &a, &b);
+        linear_operands(N, Hl, C, &a, &b);
+    }
+    if (moe_blocks > 0) {
+        uint64_t H = 4 * C;
+        msr_layout_moe_dims_t md = msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k,
+                                                       m->capacity_factor, C, H);
+        /* an expert runs each source rank's tokens routed to it: at most
+         * its capacity, and at most the N tokens (each routed to it once);
+         * fewer when the routing says so, which only a step can tell */
+        uint64_t rows = msr_plan_min_u64(md.cap, N);
+        linear_operands(N, C, (uint64_t)m->experts, &a, &b);
+        linear_operands(rows, C, H, &a, &b);
+        linear_operands(rows, H, C, &a, &b);
+    }
+    if (has_head)
+        linear_operands(N, C, (uint64_t)d.Vl, &a, &b);
+    return (a + b) * 2; /* bf16 */
+}

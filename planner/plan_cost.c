@@ -221,7 +221,7 @@ static void count_attention(const msr_plan_model_t *m, const msr_plan_layout_t *
      * the GELU of the dense blocks; in the papers' accounting (Korthikanti
      * et al. 2022) the attention core alone, and under cp nothing (the
      * ring keeps no scores) */
-    int runtime = m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32;
+    int runtime = msr_plan_is_runtime(m, prec);
     if (cp == 1)
         p->sel_f = p->attn_f;
     if (runtime) {

@@ -65,7 +65,7 @@ static uint64_t shm_tiled(uint64_t n, uint64_t msg, int rs_ag, uint64_t rs_per_s
 uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                               msr_plan_precision_t prec, int layers, int head)
 {
-    if (m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32)
+    if (msr_plan_is_runtime(m, prec))
         return msr_plan_frame_elems(m, l, layers, head) * MSR_PLAN_F32;
     return msr_plan_frame_paper_bytes(m, l, prec, layers);
 }
@@ -219,9 +219,11 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     o->cp_rank = rank / l.tp % cp;
     o->pp_rank = rank / (l.tp * cp) % l.pp;
     o->dp_rank = rank / (l.tp * cp * l.pp);
-    int runtime = m->arch == MSR_PLAN_GPT && prec == MSR_PLAN_FP32;
+    int runtime = msr_plan_is_runtime(m, prec);
     msr_plan_part_t p;
     msr_plan_part_of(m, &l, o->pp_rank, &p);
+    if (prec == MSR_PLAN_BF16_RUNTIME && runtime)
+        o->bf16_scratch = msr_plan_bf16_scratch_bytes(m, &l, p.blocks, p.moe_blocks, p.has_head);
     msr_plan_dp_layout_t d;
     msr_plan_dp_layout(&p, &l, o->dp_rank * cp + o->cp_rank, &d); /* its rank among the replicas */
     o->part_params = p.total;

@@ -148,4 +148,10 @@ uint64_t msr_plan_schedule_peak(const msr_plan_layout_t *l, int pr, const uint64
 uint64_t msr_plan_frame_paper_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                     msr_plan_precision_t prec, int layers);
 
+/* Bytes of bf16 operand scratch the products context of a rank whose part
+ * has `blocks` blocks (moe_blocks of them MoE) and, when has_head, the head
+ * holds after a step (train_gpt --precision bf16). */
+uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                                     int blocks, int moe_blocks, int has_head);
+
 #endif

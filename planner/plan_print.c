@@ -271,6 +271,8 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
     row_bytes(f, "Adam moments", r->optim, T, p->l.zero >= 1 ? "sharded (ZeRO 1-3)" : "");
     if (r->master > 0)
         row_bytes(f, "fp32 master weights", r->master, T, "");
+    if (r->bf16_scratch > 0)
+        row_bytes(f, "bf16 operand scratch", r->bf16_scratch, T, "the largest product's operands");
     if (m->experts > 0) {
         snprintf(note, sizeof note, "%d of the %d experts of each MoE block (ep %d)",
                  r->experts_held, m->experts, msr_plan_ep(&p->l));
@@ -441,7 +443,9 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
             msr_plan_recompute_names[l->recompute], l->micro_batch, l->micros, sched);
     fprintf(f, "  model: %s, %" PRIu64 " parameters, %d layers, %s\n",
             m->arch == MSR_PLAN_GPT ? "GPT" : "Llama", msr_plan_num_params(m), m->layers,
-            prec == MSR_PLAN_BF16 ? "bf16 with fp32 master weights" : "fp32");
+            prec == MSR_PLAN_BF16           ? "bf16 with fp32 master weights"
+            : prec == MSR_PLAN_BF16_RUNTIME ? "bf16 products, fp32 parameters and moments"
+                                            : "fp32");
     if (m->experts > 0)
         fprintf(f,
                 "  MoE: %d of the %d blocks (one in %d) have %d experts, top-%d, capacity factor "

@@ -1115,6 +1115,33 @@ test: ^test_parallel_plan_report$
     uint64_t reps = (uint64_t)l->dp, lo = 0, hi = count, blk = 0;
 >>>
 
+@ plan_acts.bf16_expert_rows_at_capacity
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_bf16$
+<<<
+        uint64_t rows = msr_plan_min_u64(md.cap, N);
+===
+        uint64_t rows = md.cap;
+>>>
+
+@ plan_acts.bf16_ring_chunk_whole
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_bf16$
+<<<
+        uint64_t S = msr_plan_cp(l) > 1 ? T / 2 : T; /* the ring's chunks, or all of T */
+===
+        uint64_t S = T;
+>>>
+
+@ train_gpt_plan.vocab_of_bytes
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_plan_report_bf16$
+<<<
+    *V_p = ds->vocab;
+===
+    *V_p = MSR_GPT_VOCAB;
+>>>
+
 @ plan_mem.moe_block_keeps_mlp
 file: planner/plan_part.c
 test: ^test_parallel_plan$

@@ -6,7 +6,7 @@
  *            llama3-8b, ...; the shape options below override its fields)
  *   plan_gpt --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256
  *            --global-batch 8 --world 4 [--arch gpt|llama --ffn F
- *            --kv-heads K] [--precision fp32|bf16] [--cluster FILE]
+ *            --kv-heads K] [--precision fp32|bf16|bf16-runtime] [--cluster FILE]
  *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
@@ -78,7 +78,7 @@ static const msr_opt_t opts[] = {
     TEXT("arch", arch, "gpt|llama"),
     INT("ffn", ffn, 1, 1 << 24, "F", MSR_OPT_USAGE_JOIN),
     INT("kv-heads", kv_heads, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
-    TEXT("precision", precision, "fp32|bf16"),
+    TEXT("precision", precision, "fp32|bf16|bf16-runtime"),
     TEXT("cluster", cluster, "FILE"),
     TEXT("fix", fix, "dp=..,tp=..,pp=..,sp=..,zero=..,recompute=..,micro_batch=..,schedule=..,"
                      "virtual_stages=..,cp=..,ep=.."),
@@ -226,8 +226,16 @@ static msr_status_t check_names(args_t *a)
         a->prec = MSR_PLAN_FP32;
     else if (strcmp(a->precision, "bf16") == 0)
         a->prec = MSR_PLAN_BF16;
+    else if (strcmp(a->precision, "bf16-runtime") == 0)
+        a->prec = MSR_PLAN_BF16_RUNTIME;
     else
-        return msr_err(MSR_ERR_INVALID_ARG, "--precision %s: not fp32 or bf16", a->precision);
+        return msr_err(MSR_ERR_INVALID_ARG, "--precision %s: not fp32, bf16 or bf16-runtime",
+                       a->precision);
+    /* bf16-runtime is train_gpt --precision bf16, which trains the GPT */
+    if (a->prec == MSR_PLAN_BF16_RUNTIME && a->m.arch != MSR_PLAN_GPT)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "--precision bf16-runtime counts train_gpt's GPT: not with --arch %s",
+                       a->arch);
     if (strcmp(a->format, "table") != 0 && strcmp(a->format, "kv") != 0)
         return msr_err(MSR_ERR_INVALID_ARG, "--format %s: not table or kv", a->format);
     if (strcmp(a->search_name, "exhaustive") == 0)
@@ -366,6 +374,8 @@ static void print_ranks(const args_t *a, const msr_plan_t *plan)
             printf(" experts %d expert_params %" PRIu64 " expert_grads %" PRIu64
                    " expert_optim %" PRIu64 " moe_work %" PRIu64,
                    o.experts_held, o.expert_params, o.expert_grads, o.expert_optim, o.moe_work);
+        if (a->prec == MSR_PLAN_BF16_RUNTIME)
+            printf(" bf16_scratch %" PRIu64, o.bf16_scratch);
         printf("\n");
     }
 }

@@ -158,8 +158,11 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         k.measured |= 1u << CALIB_MEM;
     }
     if (comm != NULL && msr_comm_size(comm) > 1) {
+        /* the job's vocabulary: --vocab, else bytes' (a token file's own
+         * V is a guess's worth of the gradients' size, clamped below) */
+        size_t V = o->vocab > 0 ? (size_t)o->vocab : (size_t)MSR_GPT_VOCAB;
         size_t bytes = ((size_t)o->layers * 12 * (size_t)o->channels * (size_t)o->channels +
-                        (size_t)MSR_GPT_VOCAB * (size_t)o->channels) *
+                        V * (size_t)o->channels) *
                        sizeof(float);
         if (bytes < CALIB_MIN_COMM_BYTES)
             bytes = CALIB_MIN_COMM_BYTES;

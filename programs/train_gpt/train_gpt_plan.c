@@ -23,6 +23,7 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "layout/layout.h"
+#include "model/data.h"
 #include "model/gpt.h"
 #include "parallel/mp.h"
 #include "planner/plan.h"
@@ -306,7 +307,8 @@ static void predicted_text(const msr_plan_t *p, char *buf, size_t len)
  * train_gpt's defaults for the rest), as a plan in *p. Returns 0, or -1
  * with the runtime's reason in why. */
 static int default_plan(const options_t *o, const job_t *job, const msr_plan_model_t *m,
-                        const msr_plan_cluster_t *c, msr_plan_t *p, char *why, size_t len)
+                        msr_plan_precision_t prec, const msr_plan_cluster_t *c, msr_plan_t *p,
+                        char *why, size_t len)
 {
     memset(p, 0, sizeof *p);
     msr_plan_layout_t *l = &p->l;
@@ -338,9 +340,9 @@ static int default_plan(const options_t *o, const job_t *job, const msr_plan_mod
     if (msr_plan_check(m, l, why, len) != 0)
         return -1;
     int at;
-    p->peak = msr_plan_peak(m, l, MSR_PLAN_FP32, &at);
-    msr_plan_rank(m, l, MSR_PLAN_FP32, at, &p->at);
-    msr_plan_time(m, l, MSR_PLAN_FP32, c, &p->t);
+    p->peak = msr_plan_peak(m, l, prec, &at);
+    msr_plan_rank(m, l, prec, at, &p->at);
+    msr_plan_time(m, l, prec, c, &p->t);
     if ((double)p->peak > c->mem_gib * 1073741824.0) {
         snprintf(why, len, "over the %.4g GiB per rank", c->mem_gib);
         return -1;
@@ -351,8 +353,9 @@ static int default_plan(const options_t *o, const job_t *job, const msr_plan_mod
 /* --auto on rank 0: the plan taken (index k of n), why, the runner-up and
  * the layout without --auto, each with its prediction. */
 static void auto_explain(const options_t *o, const job_t *job, const msr_plan_model_t *m,
-                         const cluster_src_t *src, const msr_plan_t *plans, int64_t n, int64_t k,
-                         int64_t within, uint64_t found)
+                         msr_plan_precision_t prec, const cluster_src_t *src,
+                         const msr_plan_t *plans, int64_t n, int64_t k, int64_t within,
+                         uint64_t found)
 {
     char lay[1024], pred[256];
     layout_text(&plans[k].l, m->experts > 0, lay, sizeof lay);
@@ -382,7 +385,7 @@ static void auto_explain(const options_t *o, const job_t *job, const msr_plan_mo
     }
     msr_plan_t d;
     char why[512];
-    int ok = default_plan(o, job, m, &src->c, &d, why, sizeof why) == 0;
+    int ok = default_plan(o, job, m, prec, &src->c, &d, why, sizeof why) == 0;
     layout_text(&d.l, m->experts > 0, lay, sizeof lay);
     if (ok)
         predicted_text(&d, pred, sizeof pred);
@@ -416,6 +419,38 @@ static void auto_apply(options_t *o, int64_t global_batch, const msr_plan_t *p)
     }
 }
 
+/* The vocabulary the job trains: --vocab, else the data's own (a token
+ * file's, read here as training reads it; 256 for bytes and for the
+ * generated corpus). Returns 0, or the exit status (the data refused). */
+static int plan_vocab(const options_t *o, const job_t *job, int *V_p)
+{
+    if (o->vocab > 0 || o->data == NULL) {
+        *V_p = o->vocab > 0 ? (int)o->vocab : MSR_GPT_VOCAB;
+        return 0;
+    }
+    msr_dataset_t *ds = NULL;
+    msr_status_t st = msr_dataset_load(o->data, &ds);
+    if (st != MSR_OK)
+        return refuse(job, "no data: %s", msr_err_msg_or(st));
+    *V_p = ds->vocab;
+    msr_dataset_destroy(ds);
+    return 0;
+}
+
+/* The precision the job trains (--precision), as the planner counts it:
+ * fp32, or the runtime's bf16 products (not the paper's bf16). Returns 0
+ * or the exit status. */
+static int plan_precision(const options_t *o, const job_t *job, msr_plan_precision_t *prec_p)
+{
+    if (strcmp(o->precision, "fp32") == 0)
+        *prec_p = MSR_PLAN_FP32;
+    else if (strcmp(o->precision, "bf16") == 0)
+        *prec_p = MSR_PLAN_BF16_RUNTIME;
+    else
+        return refuse(job, "--precision %s: not fp32 or bf16", o->precision);
+    return 0;
+}
+
 int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
 {
     int rc = check_request(o, job);
@@ -426,8 +461,18 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         return train_gpt_calibrate_main(o, job);
     }
     *done_p = !o->auto_plan;
-    msr_plan_model_t m = {MSR_PLAN_GPT,  (int)o->layers,       (int)o->channels, (int)o->heads,
-                          (int)o->heads, 4 * (int)o->channels, MSR_GPT_VOCAB,    (int)o->seq};
+    int V = 0;
+    msr_plan_precision_t prec = MSR_PLAN_FP32;
+    if ((rc = plan_precision(o, job, &prec)) != 0 || (rc = plan_vocab(o, job, &V)) != 0)
+        return rc;
+    msr_plan_model_t m = {MSR_PLAN_GPT,
+                          (int)o->layers,
+                          (int)o->channels,
+                          (int)o->heads,
+                          (int)o->heads,
+                          4 * (int)o->channels,
+                          V,
+                          (int)o->seq};
     m.experts = (int)o->experts; /* a MoE model (0: dense) */
     m.top_k = (int)o->top_k;
     m.moe_every = (int)o->moe_every;
@@ -470,7 +515,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         keep = o->explain;
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pruned;
-    int64_t n = msr_plan_search(&m, MSR_PLAN_FP32, &c, &q, keep, &plans, &pruned, why, sizeof why);
+    int64_t n = msr_plan_search(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why);
     if (n < 0) {
         rc = refuse(job, "the planner: %s", why);
         goto out;
@@ -494,7 +539,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         if (job->rank == 0) {
             printf("cluster: %s\n", src->origin);
             if (o->explain > 0) {
-                msr_plan_print_explain(stdout, &m, MSR_PLAN_FP32, &c, plans, n, o->explain);
+                msr_plan_print_explain(stdout, &m, prec, &c, plans, n, o->explain);
             } else {
                 msr_plan_print_table(stdout, plans, n);
                 msr_plan_print_summary(stdout, &q, &c, &pruned, n, 0);
@@ -505,7 +550,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     /* --auto: the simplest plan within the noise, then the usual checks */
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
-        auto_explain(o, job, &m, src, plans, n, k, within, pruned.found);
+        auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
     auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);

@@ -1,0 +1,96 @@
+# The check of the planner's runtime accounting against train_gpt --report
+# (sourced by plan_report.sh and plan_report_bf16.sh): check LAYERS FIX
+# TRAIN_ARGS... runs one layout of 4 ranks under msrun and compares every
+# rank's counts with plan_gpt --ranks's to the byte. The caller sets moe
+# (the MoE model's options, or none), shape (the model's width, heads and
+# sequence), plan_extra (plan_gpt's options for
+# the precision and vocabulary) and train_extra (train_gpt's for the same).
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+work=$(mktemp -d)
+jobs_started=()
+cleanup() {
+    local j
+    for j in "${jobs_started[@]}"; do kill_job "$j"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# check LAYERS FIX TRAIN_ARGS...: FIX is plan_gpt's --fix (with
+# micro_batch), TRAIN_ARGS the same layout for train_gpt (a --pp-layers
+# among them goes to plan_gpt too).
+checked=0
+moe=() plan_extra=() train_extra=() shape=(--channels 32 --heads 4 --seq 16)
+check() {
+    local layers=$1 fix=$2 dp mb accum bucket=25 zmin=65536 a job=plan-$$-$RANDOM
+    shift 2
+    local args=("$@") split=()
+    dp=$(sed -n 's/.*dp=\([0-9]*\).*/\1/p' <<<"$fix")
+    mb=$(sed -n 's/.*micro_batch=\([0-9]*\).*/\1/p' <<<"$fix")
+    accum=1
+    for ((a = 0; a < ${#args[@]}; a++)); do
+        case ${args[a]} in
+        --grad-accum) accum=${args[a + 1]} ;;
+        --bucket-mb) bucket=${args[a + 1]} ;;
+        --zero-min-bytes) zmin=${args[a + 1]} ;;
+        --pp-layers) split=(--pp-layers "${args[a + 1]}") ;;
+        esac
+    done
+    local model=(--layers "$layers" "${shape[@]}" "${moe[@]}")
+    "$bin/plan_gpt" "${model[@]}" "${plan_extra[@]}" --world 4 --global-batch $((dp * mb * accum)) \
+        --bucket-mb "$bucket" --zero-min-bytes "$zmin" --fix "$fix" "${split[@]}" --ranks \
+        >"$work/plan" 2>"$work/plan.err" || fail "plan_gpt --fix $fix: $(cat "$work/plan.err")"
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --micro-batch "$mb" --dp "$dp" \
+        --steps 1 --report "${train_extra[@]}" "${args[@]}" >"$work/out" 2>"$work/err" ||
+        fail "train_gpt ${args[*]}: $(tail -5 "$work/err")"
+    local r want got mp tpeak bound peaks="" scratch=""
+    for r in 0 1 2 3; do
+        want=$(grep "^rank $r " "$work/plan" | sed 's/ experts [0-9]* expert_params.*//')
+        got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p" "$work/err")
+        [[ -n "$got" ]] || fail "${args[*]}: no report of rank $r: $(cat "$work/err")"
+        # a MoE model's experts: held, their parameters, gradients, moments
+        if ((${#moe[@]} > 0)); then
+            local ex wex
+            ex=$(sed -n "s/.*train_gpt: rank $r experts: \([0-9]*\) of [0-9]* per MoE block held here: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) bytes.*/experts \1 expert_params \2 expert_grads \3 expert_optim \4/p" "$work/err")
+            wex=$(grep "^rank $r " "$work/plan" | sed 's/.* \(experts [0-9]* expert_params [0-9]* expert_grads [0-9]* expert_optim [0-9]*\).*/\1/')
+            [[ -n "$ex" && "$ex" == "$wex" ]] ||
+                fail "train_gpt ${args[*]}: rank $r's experts: counted '$ex', planned '$wex'"
+        fi
+        # the bf16 products' operand scratch (--precision bf16)
+        if [[ " ${plan_extra[*]} " == *" bf16-runtime "* ]]; then
+            local sc wsc
+            sc=$(sed -n "s/.*train_gpt: rank $r precision bf16: bf16 operand scratch \([0-9]*\) bytes.*/\1/p" "$work/err")
+            wsc=$(grep "^rank $r " "$work/plan" | sed -n 's/.* bf16_scratch \([0-9]*\).*/\1/p')
+            [[ -n "$sc" && "$sc" == "$wsc" ]] ||
+                fail "train_gpt ${args[*]}: rank $r's bf16 scratch: counted '$sc', planned '$wsc'"
+            scratch="$scratch $sc"
+        fi
+        mp=$(sed -n "s/.*train_gpt: rank $r mp: .*activations peak \([0-9]*\) bytes (a chunk's micro-batch keeps \([0-9]*\), with the head \([0-9]*\)).*/ acts_peak \1 frame \2 frame_head \3/p" "$work/err")
+        if [[ -n "$mp" ]]; then
+            got="$got$mp"
+            want=${want% transient_bound *}
+        else
+            want=${want% acts_peak *}
+        fi
+        [[ "$got" == "$want" ]] ||
+            fail "train_gpt ${args[*]}: rank $r counted
+  $got
+planned
+  $want"
+        tpeak=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: .* transient-peak \([0-9]*\) bytes.*/\1/p" "$work/err")
+        bound=$(grep "^rank $r " "$work/plan" | sed 's/.* transient_bound \([0-9]*\).*/\1/')
+        ((tpeak <= bound)) ||
+            fail "train_gpt ${args[*]}: rank $r transient peak $tpeak over the bound $bound"
+        peaks="$peaks $tpeak/$bound"
+    done
+    echo "$fix: transient peak / planned, ranks 0-3:$peaks${scratch:+; bf16 scratch:$scratch}"
+    checked=$((checked + 1))
+}
+
