@@ -12,10 +12,10 @@
 # code under test differs. Every build and run is pinned to the same CPUs;
 # the rounds alternate which commit goes first, so a drift in the machine's
 # load falls on both. The table gives, per figure, each side's median and
-# range, the ratio after/before of the medians, and a flag when the ratio is
-# beyond the noise measured in the same run: noise = the larger of the two
-# sides' relative spreads ((max - min) / median of a commit's own runs); a
-# figure is flagged SLOWER (or faster) when it moves by more than that.
+# range, the ratio after/before of the medians and of each round, and a flag
+# when a figure moved beyond the noise measured in the same run: by more than
+# the spread of a commit's own runs, or the same way in every round (see
+# bench/regress/table.awk).
 #
 # usage: bench/regress/regress.sh BEFORE AFTER [RUNS]
 #   BEFORE, AFTER: commits (names git rev-parse accepts); RUNS: rounds (3)
@@ -97,10 +97,11 @@ build() {
     echo "${sha[$side]} $cmake_args" >"$d/built"
 }
 
-# put KEY DIR UNIT SIDE VALUE: one sample; DIR is + when more is better
+# put KEY DIR UNIT SIDE VALUE: one sample of round $r; DIR is + when more
+# is better
 put() {
     if [[ $5 =~ ^[0-9.]+$ ]]; then
-        echo "$1|$2|$3 $4 $5" >>"$work/samples"
+        echo "$1|$2|$3 $4 $5 $r" >>"$work/samples"
     else
         echo "$me: no figure for $1 ($4): '$5'" >&2
     fi
@@ -170,43 +171,4 @@ echo "# regress.sh ${name[before]} (${sha[before]:0:10}) -> ${name[after]} (${sh
     "$runs alternating rounds, CPUs $cpus, $(($(date +%s) - t0)) s;" \
     "load average $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 [ "${RAW:-0}" = 1 ] && cat "$work/samples"
-awk -F'|' '
-function sort(a, n,    i, j, t) {
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-}
-function fmt(x) { return x >= 100 ? sprintf("%.0f", x) : sprintf("%.3g", x) }
-function med(a, n) { return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-{
-    split($3, f, " ")  # UNIT SIDE VALUE
-    if (!($1 in dir)) { dir[$1] = $2; unit[$1] = f[1]; order[++nk] = $1 }
-    k = $1 SUBSEP f[2]
-    v[k, ++cnt[k]] = f[3] + 0
-}
-END {
-    printf "| figure | unit | before: median [min-max] | after: median [min-max] | after/before | noise | flag |\n"
-    printf "|---|---|---|---|---|---|---|\n"
-    for (i = 1; i <= nk; i++) {
-        key = order[i]
-        for (s = 1; s <= 2; s++) {
-            side = s == 1 ? "before" : "after"
-            n = cnt[key SUBSEP side]
-            delete a
-            for (j = 1; j <= n; j++) a[j] = v[key SUBSEP side, j]
-            sort(a, n)
-            m[s] = n ? med(a, n) : 0
-            spread[s] = n && m[s] > 0 ? (a[n] - a[1]) / m[s] : 0
-            txt[s] = n ? sprintf("%s [%s-%s] (%d)", fmt(m[s]), fmt(a[1]), fmt(a[n]), n) : "-"
-        }
-        if (m[1] <= 0 || m[2] <= 0) {
-            printf "| %s | %s | %s | %s | - | - | no figure |\n", key, unit[key], txt[1], txt[2]
-            continue
-        }
-        ratio = m[2] / m[1]
-        noise = spread[1] > spread[2] ? spread[1] : spread[2]
-        # worse: less of a "+" figure, more of a "-" one
-        worse = dir[key] == "+" ? ratio < 1 : ratio > 1
-        flag = (ratio - 1 > noise || 1 - ratio > noise) ? (worse ? "SLOWER" : "faster") : ""
-        printf "| %s | %s | %s | %s | %.2f | %.0f%% | %s |\n", key, unit[key], txt[1], txt[2], ratio,
-            100 * noise, flag
-    }
-}' "$work/samples"
+awk -f "$here/bench/regress/table.awk" "$work/samples"
