@@ -27,8 +27,10 @@
 #             per round, its median is the round's figure (3)
 #   SIZES     comm sizes in bytes (1, 4, 16, 64 MiB)
 #   CMAKE_ARGS  configure options for both (RelWithDebInfo, CUDA off)
-#   REGRESS_DIR  where the sources and builds go, kept (default: a
-#             temporary directory, removed at the end unless KEEP=1)
+#   REGRESS_DIR  where the sources and builds go, kept, and a build of the
+#             same commit and options reused (default: a temporary
+#             directory, removed at the end unless KEEP=1)
+#   RAW=1     also prints every sample (FIGURE|DIR|UNIT SIDE VALUE ROUND)
 # Exit status: 0 with the table printed; 2 on bad usage or a bad commit name;
 # 1 when a build fails (the log's tail is printed).
 set -euo pipefail
@@ -75,7 +77,7 @@ export CCACHE_BASEDIR=$work CCACHE_NOHASHDIR=1
 build() {
     local side=$1 d=$work/$1
     # a kept REGRESS_DIR's build of the same commit and options is reused
-    if [ "$(cat "$d/built" 2>/dev/null)" = "${sha[$side]} $cmake_args" ]; then
+    if [ "$(cat "$d/built" 2>/dev/null)" = "${sha[$side]} $cmake_args" ] && [ -x "$d/build/bin/msrun" ]; then
         echo "# reusing the build of ${side} ${name[$side]} (${sha[$side]:0:10}) in $d/build" >&2
         return
     fi
