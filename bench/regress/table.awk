@@ -5,7 +5,8 @@
 # medians, the rounds' own ratios (before and after of one round ran back to
 # back, so they saw the same load) and the noise: the larger of the two
 # sides' relative spreads, (max - min) / median of one commit's own runs.
-# Flags: SLOWER or faster when the ratio of the medians moves by more than
+# Flags (none with fewer than 3 runs a side, whose spread says nothing):
+# SLOWER or faster when the ratio of the medians moves by more than
 # the noise ("spread"), or when every round moved the same way, at least 4
 # rounds ("every round": a sign test, chance 2/2^n for code that changed
 # nothing, 1 in 8 at 4 rounds, 1 in 16 at 5).
@@ -36,6 +37,7 @@ END {
             for (j = 1; j <= n; j++) a[j] = v[key SUBSEP side, j]
             sort(a, n)
             m[s] = n ? med(a, n) : 0
+            runs[s] = n
             spread[s] = n && m[s] > 0 ? (a[n] - a[1]) / m[s] : 0
             txt[s] = n ? sprintf("%s [%s-%s] (%d)", fmt(m[s]), fmt(a[1]), fmt(a[n]), n) : "-"
         }
@@ -59,10 +61,13 @@ END {
         noise = spread[1] > spread[2] ? spread[1] : spread[2]
         worse = dir[key] == "+" ? ratio < 1 : ratio > 1
         flag = ""
-        if (ratio - 1 > noise || 1 - ratio > noise) flag = (worse ? "SLOWER" : "faster") " (spread)"
+        few = runs[1] < 3 || runs[2] < 3 # no spread to speak of: no flag by it
+        if (few)
+            flag = ""
+        else if (ratio - 1 > noise || 1 - ratio > noise) flag = (worse ? "SLOWER" : "faster") " (spread)"
         else if (np >= 4 && worse_n == np) flag = "SLOWER (every round)"
         else if (np >= 4 && better_n == np) flag = "faster (every round)"
-        printf "| %s | %s | %s | %s | %.2f | %s | %.0f%% | %s |\n", key, unit[key], txt[1], txt[2], ratio,
-            ptxt, 100 * noise, flag
+        printf "| %s | %s | %s | %s | %.2f | %s | %s | %s |\n", key, unit[key], txt[1], txt[2], ratio,
+            ptxt, few ? "-" : sprintf("%.0f%%", 100 * noise), flag
     }
 }
