@@ -451,6 +451,31 @@ static int plan_precision(const options_t *o, const job_t *job, msr_plan_precisi
     return 0;
 }
 
+/* The model the job trains, as the planner describes it, with the job's
+ * vocabulary (plan_vocab). Returns 0 or the exit status. */
+static int plan_model(const options_t *o, const job_t *job, msr_plan_model_t *m)
+{
+    int V = 0, rc = plan_vocab(o, job, &V);
+    if (rc != 0)
+        return rc;
+    *m = (msr_plan_model_t){MSR_PLAN_GPT,
+                            (int)o->layers,
+                            (int)o->channels,
+                            (int)o->heads,
+                            (int)o->heads,
+                            4 * (int)o->channels,
+                            V,
+                            (int)o->seq};
+    m->experts = (int)o->experts; /* a MoE model (0: dense) */
+    m->top_k = (int)o->top_k;
+    m->moe_every = (int)o->moe_every;
+    m->capacity_factor = o->capacity_factor;
+    char why[512];
+    if (msr_plan_check_model(m, why, sizeof why) != 0)
+        return refuse(job, "%s", why);
+    return 0;
+}
+
 int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
 {
     int rc = check_request(o, job);
@@ -461,25 +486,11 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         return train_gpt_calibrate_main(o, job);
     }
     *done_p = !o->auto_plan;
-    int V = 0;
     msr_plan_precision_t prec = MSR_PLAN_FP32;
-    if ((rc = plan_precision(o, job, &prec)) != 0 || (rc = plan_vocab(o, job, &V)) != 0)
+    msr_plan_model_t m;
+    if ((rc = plan_precision(o, job, &prec)) != 0 || (rc = plan_model(o, job, &m)) != 0)
         return rc;
-    msr_plan_model_t m = {MSR_PLAN_GPT,
-                          (int)o->layers,
-                          (int)o->channels,
-                          (int)o->heads,
-                          (int)o->heads,
-                          4 * (int)o->channels,
-                          V,
-                          (int)o->seq};
-    m.experts = (int)o->experts; /* a MoE model (0: dense) */
-    m.top_k = (int)o->top_k;
-    m.moe_every = (int)o->moe_every;
-    m.capacity_factor = o->capacity_factor;
     char why[512];
-    if (msr_plan_check_model(&m, why, sizeof why) != 0)
-        return refuse(job, "%s", why);
     msr_plan_query_t q;
     memset(&q, 0, sizeof q);
     q.world = job->world;

@@ -1,5 +1,6 @@
 /* train_gpt's run (train_gpt.h): the step loop, checkpoint saving and
- * resume, whatever the device, and the CPU run's report and trace. */
+ * resume, whatever the device, and the CPU run's trace (its report:
+ * train_gpt_report.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -352,102 +353,6 @@ static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, co
     else
         fprintf(stderr, "train_gpt: the loss of step %llu is %f; lower --lr\n",
                 (unsigned long long)step, loss);
-}
-
-/* This process's peak resident memory in KiB (VmHWM), 0 if unknown. */
-static long peak_rss_kib(void)
-{
-    return msr_proc_status_kib("VmHWM");
-}
-
-/* The work space the rank's runtime allocated besides parameters, state
- * and kept activations: the whole model's (msr_gpt_carve_work, with its
- * own inputs and targets) or the model-parallel runtime's (point_work),
- * and the trainer's inputs and targets (every micro-batch of a step under
- * the model-parallel runtime, one otherwise). */
-static size_t work_bytes(const msr_trainer_t *tr)
-{
-    size_t N = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.max_seq;
-    if (tr->mp != NULL)
-        return msr_mp_stats(tr->mp)->work_bytes + 2 * N * (size_t)tr->cfg.grad_accum * sizeof(int);
-    size_t model = tr->model->work_count * sizeof(float) +
-                   (tr->model->inputs != NULL ? 2 * N * sizeof(int) : 0);
-    return model + 2 * N * sizeof(int);
-}
-
-msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t step)
-{
-    int E = tr->cfg.model.moe.experts, n = msr_moe_blocks(tr->model->moe);
-    int64_t *s = msr_calloc((size_t)n * (size_t)(E + 2), sizeof *s);
-    if (s == NULL)
-        return MSR_ERR_NO_MEMORY;
-    msr_status_t st = msr_trainer_moe_stats(tr, s);
-    for (int i = 0; i < n && st == MSR_OK && job->rank == 0; i++) {
-        const int64_t *b = s + (size_t)i * (size_t)(E + 2);
-        char load[4096];
-        size_t used = 0;
-        load[0] = '\0';
-        for (int e = 0; e < E && used < sizeof load; e++)
-            used += (size_t)snprintf(load + used, sizeof load - used, "%s%lld", e > 0 ? " " : "",
-                                     (long long)b[2 + e]);
-        fprintf(stderr,
-                "train_gpt: moe step %llu block %d (layer %d): %lld tokens, %lld of %lld "
-                "choices dropped; load %s\n",
-                (unsigned long long)step, i, (i + 1) * tr->cfg.model.moe.every - 1, (long long)b[0],
-                (long long)b[1], (long long)b[0] * tr->cfg.model.moe.top_k, load);
-    }
-    msr_free(s);
-    return st;
-}
-
-/* One line per rank: bytes held and where the time went. */
-void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
-{
-    msr_dp_memory_t m;
-    msr_dp_memory(tr->dp, &m);
-    const msr_dp_stats_t *s = &tr->dp->stats;
-    double n = s->steps > 0 ? (double)s->steps : 1.0;
-    fprintf(stderr,
-            "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
-            "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
-            "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; work %zu "
-            "bytes; peak RSS %ld KiB\n",
-            job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak,
-            m.shard_elems, tr->model->num_params, m.replicated_elems,
-            1e-6 * (double)s->forward_ns / n, 1e-6 * (double)s->backward_ns / n,
-            1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
-            1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
-            work_bytes(tr), peak_rss_kib());
-    if (tr->model->prod != NULL) {
-        fprintf(stderr,
-                "train_gpt: rank %d precision %s: bf16 operand scratch %zu bytes; gradients "
-                "summed in %s\n",
-                job->rank, msr_precision_name(msr_products_precision(tr->model->prod)),
-                msr_products_scratch_bytes(tr->model->prod),
-                tr->cfg.par.grad_bf16 ? "bf16" : "fp32");
-    }
-    if (tr->model->moe != NULL) {
-        size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
-        fprintf(stderr,
-                "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
-                "%zu optim %zu bytes\n",
-                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
-                2 * (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
-    }
-    if (tr->mp != NULL) {
-        const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
-        double steps = ms->steps > 0 ? (double)ms->steps : 1.0;
-        fprintf(stderr,
-                "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: "
-                "step %.2f ms, busy %.2f ms, bubble %.4f, receive wait %.2f ms; activations peak "
-                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu)\n",
-                job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->cp_rank, tr->mesh->cp,
-                tr->mesh->tp_rank, tr->mesh->tp, 1e-6 * (double)ms->step_ns / steps,
-                1e-6 * (double)ms->busy_ns / steps,
-                ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
-                1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
-                ms->frame_bytes[1]);
-    }
 }
 
 /* Writes the traced step of every rank as Chrome-trace JSON (chrome://tracing,
