@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "model/block.h"
 #include "model/layers.h"
+#include "model/moe.h"
 #include "model/rng.h"
 
 /* the stream of the sampler's draws (rng.h): "gen" */
@@ -77,12 +78,10 @@ msr_status_t msr_gpt_gen_create(msr_gpt_t *model, msr_gpt_gen_t **gen_p)
     const msr_gpt_config_t *cfg = &model->cfg;
     if (!model->whole || model->params == NULL)
         return msr_err(MSR_ERR_CONFIG, "generate: needs the whole model with its parameters");
-    if (cfg->moe.experts > 0) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "generate: a MoE model (--experts %d) is not supported: its blocks' "
-                       "capacity depends on the tokens of a pass, so one token a pass would "
-                       "route differently from training",
-                       cfg->moe.experts);
+    if (cfg->moe.experts > 0 &&
+        (model->moe == NULL || msr_moe_count(model->moe) != msr_moe_num_params(cfg))) {
+        return msr_err(MSR_ERR_CONFIG, "generate: a MoE model needs all its experts in this "
+                                       "process (expert parallel 1)");
     }
     msr_gpt_gen_t *g = msr_calloc(1, sizeof *g);
     if (g == NULL)
@@ -142,6 +141,21 @@ static msr_status_t gen_attend(void *arg, float *out, float *lse, const float *q
     return MSR_OK;
 }
 
+/* A MoE block's MLP on the one position (block.h's mlp hook): its
+ * load-balancing loss is not needed. */
+typedef struct gen_moe {
+    msr_gpt_t *model;
+    int l;
+    const msr_gpt_block_params_t *p;
+} gen_moe_t;
+
+static msr_status_t gen_moe_forward(void *arg, const float *in, float *out)
+{
+    gen_moe_t *c = arg;
+    double aux;
+    return msr_moe_forward(c->model->moe, c->l, c->p, in, 1, out, &aux);
+}
+
 msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logits_p)
 {
     msr_gpt_t *m = gen->model;
@@ -175,8 +189,13 @@ msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logit
     for (int l = 0; l < L; l++) {
         msr_gpt_block_params_t p;
         msr_gpt_block_point_layer(cfg, l, m->segments[1 + l].params, &p);
+        gen_moe_t moe = {m, l, &p};
+        msr_block_mlp_t mlp = {gen_moe_forward, NULL, &moe};
+        int is_moe = msr_gpt_layer_is_moe(cfg, l);
+        if (is_moe)
+            p.experts = msr_moe_block_params(m->moe, l, 0);
         gen->layer = l;
-        msr_status_t st = msr_block_forward(&b, &p, &gen->a, gen->x, NULL);
+        msr_status_t st = msr_block_forward(&b, &p, &gen->a, gen->x, is_moe ? &mlp : NULL);
         if (st != MSR_OK)
             return st;
         memcpy(gen->x, gen->a.res3, (size_t)C * sizeof(float));

@@ -13,11 +13,13 @@
  * The block's math is model/block.c's and the kernels model/layers.h's:
  * only the attention is routed through the cache (block.h's attend hook),
  * so the logits of position t equal a full forward's (to rounding). A MoE
- * model is refused (its blocks' capacity depends on the tokens of a pass,
- * so one token a pass routes differently from a full forward).
+ * block runs its MLP (model/moe.h) on the one position: its capacity,
+ * ceil(F K / E) >= 1 per expert for one token, never drops a choice, so
+ * its logits are those of a full forward that drops none (a training
+ * forward over many tokens may drop some).
  *
  * Not thread-safe: one thread drives a generator; the model must outlive
- * it and is only read. */
+ * it, and its parameters are only read. */
 #ifndef MSR_MODEL_GPT_GENERATE_H
 #define MSR_MODEL_GPT_GENERATE_H
 
@@ -38,7 +40,8 @@ typedef struct msr_gpt_sampler {
 
 /* Creates a generator for model (a whole model with its flat parameters:
  * msr_gpt_create's, not a part). The cache holds cfg.max_seq positions.
- * Errors: MSR_ERR_CONFIG (a part, no parameters, a MoE model; the reason
+ * Errors: MSR_ERR_CONFIG (a part, no parameters, a MoE model without all
+ * its experts (ep > 1); the reason
  * in the error text), MSR_ERR_NO_MEMORY. *gen_p written only on success. */
 msr_status_t msr_gpt_gen_create(msr_gpt_t *model, msr_gpt_gen_t **gen_p);
 /* Frees the generator; NULL does nothing. The model is untouched. */

@@ -79,11 +79,6 @@ static int gen_check(const options_t *o, const msr_train_config_t *cfg, const ms
                         "--trace or --device cuda\n");
         return -1;
     }
-    if (o->experts > 0) {
-        fprintf(stderr, "train_gpt: --generate: a MoE model (--experts) is not supported: its "
-                        "blocks' capacity depends on the tokens of a pass\n");
-        return -1;
-    }
     if (o->generate > o->seq - P) {
         fprintf(stderr,
                 "train_gpt: --generate %" PRId64 " after a prompt of %d tokens is more than "

@@ -76,7 +76,8 @@ bad --generate 1 --prompt-tokens 256
 bad --generate 1 --prompt-tokens 1,,2
 bad --generate 1 --prompt ""
 bad --generate 1
-bad --generate 1 --prompt a --experts 2
+# a MoE model generates too (from the seed's weights: it runs)
+ok --generate 4 --prompt a --experts 4 --top-k 2 --moe-every 2
 # a directory without a checkpoint
 mkdir "$work/empty"
 rc=0
