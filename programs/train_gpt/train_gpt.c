@@ -158,6 +158,20 @@ static const msr_opt_t specs[] = {
     OPT_INT("val-batches", val_batches, 1, 1 << 20,
             "validation batches of global-batch sequences: the first windows of --val-data "
             "in order (4)"),
+    /* generation (train_gpt_gen.c, docs/model.md "Generation") */
+    OPT_INT("generate", generate, 0, 1 << 20,
+            "no training: sample N tokens after the prompt from the newest checkpoint under "
+            "--ckpt-dir (any layout's, loaded into one process), else --init-from's weights, "
+            "else the seed's; prompt + N <= --seq; prints the bytes, or token ids, to stdout"),
+    OPT_TEXT("prompt", prompt, "--generate's prompt as bytes (a byte-level model, V = 256)"),
+    OPT_TEXT("prompt-tokens", prompt_tokens,
+             "--generate's prompt as token ids, e.g. 1,2,3 (each below V)"),
+    OPT_REAL("temperature", temperature, 0, 1e6,
+             "--generate: softmax(logits / temperature), 0 = greedy (the argmax) (1)"),
+    OPT_INT("sample-top-k", sample_top_k, 0, 65536,
+            "--generate: draw among the k most likely tokens only (k <= V), 0 = all (0)"),
+    OPT_INT("sample-seed", sample_seed, 0, (int64_t)9.2e18,
+            "--generate: the seed of the draws (--seed, which a checkpoint's run fixes)"),
     OPT_INT("threads", threads, 0, 1024, "OpenBLAS threads, 0 = OpenBLAS's choice (0)"),
     OPT_TEXT("loss-log", loss_log,
              "rank 0 also appends 'step N loss L norm G' with exact (%a) values here"),
@@ -534,6 +548,7 @@ static options_t options_defaults(void)
         .grad_reduce_dtype = "fp32",
         .calibrate_runs = 1,
         .val_batches = 4,
+        .temperature = 1.0,
     };
 }
 
@@ -665,6 +680,10 @@ int main(int argc, char **argv)
     msr_train_config_t cfg;
     if (train_config(&o, &job, schedule, recompute, data, &cfg) != 0)
         goto out;
+    if (train_gpt_given(&o, "generate")) { /* generation, no training */
+        rc = train_gpt_generate(&o, &cfg, data, &job);
+        goto out;
+    }
     if (open_outputs(&o, &job, &loss_log) != 0)
         goto out;
     if (o.threads > 0)

@@ -59,7 +59,14 @@ typedef struct options {
     int64_t val_every;      /* --val-every, 0: only at the end */
     int64_t val_batches;    /* --val-batches */
     msr_dataset_t *val_set; /* --val-data loaded (not an option) */
-    unsigned char seen[64]; /* msr_opts_parse's: 1 for the table's options given */
+    /* generation (train_gpt_gen.c, docs/model.md "Generation") */
+    int64_t generate;          /* --generate N: tokens to sample (given: generate, no training) */
+    const char *prompt;        /* --prompt: bytes, for a byte-level model */
+    const char *prompt_tokens; /* --prompt-tokens: "1,2,3" */
+    double temperature;        /* --temperature, 0: greedy */
+    int64_t sample_top_k;      /* --sample-top-k, 0: every token */
+    int64_t sample_seed;       /* --sample-seed, not given: --seed */
+    unsigned char seen[80];    /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */
@@ -130,6 +137,17 @@ msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t 
 
 /* --report: one line per rank, bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
+
+/* ---- generation (programs/train_gpt/train_gpt_gen.c, docs/model.md "Generation") ---- */
+
+/* --generate: samples o->generate tokens after the prompt from the model
+ * of the newest checkpoint under --ckpt-dir (any layout's, loaded into one
+ * process), else of --init-from, else the seed's initial weights, and
+ * prints them to stdout (bytes, or token ids). One process only. Returns
+ * the exit status: 0, EXIT_BAD_INPUT (a value refused, its reason
+ * printed), 1. */
+int train_gpt_generate(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
+                       const job_t *job);
 
 /* ---- safetensors (programs/train_gpt/train_gpt_st.c, docs/checkpoint.md) ---- */
 
