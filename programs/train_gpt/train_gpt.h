@@ -107,6 +107,10 @@ extern const trainer_ops_t train_gpt_cpu_ops;
  * printed. */
 int train_gpt_split_check(options_t *o);
 
+/* The combinations this build can run; prints why not and returns -1.
+ * Fills in dp when it was left to the world size (in_job: under msrun). */
+int train_gpt_check_combination(options_t *o, int world, int in_job);
+
 /* The whole model's parameters, whatever the layout (the experts too). */
 size_t train_gpt_model_params(const msr_train_config_t *cfg);
 
