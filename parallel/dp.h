@@ -192,7 +192,9 @@ typedef struct msr_dp {
     msr_dp_stats_t stats;
     msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
     int tp_rank;
-    uint8_t *cover; /* while loading a checkpoint: what was found, per element */
+    /* while loading a checkpoint: the ranges found (dp_pieces.c), one
+     * allocation that msr_free frees */
+    struct msr_dp_cover *cover;
     /* added to this rank's squared gradient norm by the next msr_dp_update,
      * which resets it: gradients the trainer keeps outside the flat buffers
      * (the MoE experts), counted once over the group by whoever sets it */
