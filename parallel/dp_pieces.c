@@ -129,6 +129,38 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
     }
 }
 
+int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
+                     float **v_p)
+{
+    float *at[3] = {NULL, NULL, NULL}; /* where the next element goes, in each */
+    size_t next = lo;
+    for (int k = 0; k < dp->num_units && next < lo + n; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->own_n == 0 || next < u->own_lo || next >= u->own_lo + u->own_n)
+            continue;
+        size_t in = next - u->own_lo, mo = msr_dp_moment_off(dp, u);
+        float *p = msr_dp_param_at(dp, u) + in, *m = dp->opt->m + mo + in,
+              *v = dp->opt->v + mo + in;
+        if (next > lo && (p != at[0] || m != at[1] || v != at[2]))
+            return 0; /* units not side by side in the buffers */
+        size_t take = MSR_MIN(lo + n, u->own_lo + u->own_n) - next;
+        at[0] = p + take, at[1] = m + take, at[2] = v + take;
+        next += take;
+    }
+    if (next != lo + n || n == 0)
+        return 0;
+    *params_p = at[0] - n;
+    *m_p = at[1] - n;
+    *v_p = at[2] - n;
+    return 1;
+}
+
+void msr_dp_load_mark(msr_dp_t *dp, size_t lo, size_t n)
+{
+    mark(dp, lo, n, COVER_PARAMS);
+    mark(dp, lo, n, COVER_MOMENTS);
+}
+
 static int mark_cmp(const void *a, const void *b)
 {
     const msr_dp_mark_t *x = a, *y = b;

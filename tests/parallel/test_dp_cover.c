@@ -1,7 +1,8 @@
 /* dp's checkpoint load (msr_dp_load_begin/piece/end) kept as ranges of
  * elements found: pieces in any order, overlapping or touching, load
  * whole; a gap of one element anywhere, the first and the last included,
- * is found and named; a failed allocation is a status, never a crash. */
+ * is found and named; a failed allocation is a status, never a crash;
+ * a range read in place where it lies, then marked. */
 #include <stdio.h>
 #include <string.h>
 
@@ -147,10 +148,52 @@ static void test_alloc_failures(void)
     fixture_cleanup(&f);
 }
 
+/* Read in place: the destination of every element range up to all P
+ * elements, written there and marked, loads; P + 1 elements (one past
+ * the last) and 0 have none; the destinations are msr_dp_owned's. */
+static void test_in_place(void)
+{
+    for (int zero = 0; zero <= 3; zero++) {
+        fixture_t f;
+        fixture_init(&f, zero);
+        float *d[3];
+        MSR_CHECK(!msr_dp_load_dest(f.dp, 0, f.P + 1, &d[0], &d[1], &d[2]));
+        MSR_CHECK(!msr_dp_load_dest(f.dp, f.P - 1, 2, &d[0], &d[1], &d[2]));
+        MSR_CHECK(!msr_dp_load_dest(f.dp, 0, 0, &d[0], &d[1], &d[2]));
+        msr_dp_piece_t own;
+        msr_dp_owned(f.dp, 0, &own);
+        MSR_CHECK(msr_dp_load_dest(f.dp, own.lo, own.n, &d[0], &d[1], &d[2]));
+        MSR_CHECK(d[0] == own.params && d[1] == own.m && d[2] == own.v);
+        MSR_CHECK_OK(msr_dp_load_begin(f.dp));
+        size_t step = (f.P + 4) / 5, whole = 0; /* 5 ranges, the last to element P exactly */
+        for (size_t lo = 0; lo < f.P; lo += step) {
+            size_t n = MSR_MIN(step, f.P - lo);
+            if (!msr_dp_load_dest(f.dp, lo, n, &d[0], &d[1], &d[2])) {
+                load(&f, lo, n); /* units apart in the buffers (zero 3) */
+                continue;
+            }
+            for (int a = 0; a < 3; a++)
+                memcpy(d[a], f.src + a * f.P + lo, n * sizeof(float));
+            msr_dp_load_mark(f.dp, lo, n);
+            whole++;
+        }
+        MSR_CHECK(whole > 0);
+        MSR_CHECK_OK(msr_dp_load_end(f.dp, 0, 0));
+        check_loaded(&f);
+        /* in place but not marked: named as missing */
+        MSR_CHECK_OK(msr_dp_load_begin(f.dp));
+        load(&f, 0, f.P - 1);
+        MSR_CHECK(msr_dp_load_dest(f.dp, f.P - 1, 1, &d[0], &d[1], &d[2]));
+        MSR_CHECK_EQ(msr_dp_load_end(f.dp, 0, 0), MSR_ERR_CORRUPT);
+        fixture_cleanup(&f);
+    }
+}
+
 static const msr_test_t tests[] = {
     {"any_order", test_any_order, 30},
     {"gap_of_one", test_gap_of_one, 30},
     {"alloc_failures", test_alloc_failures, 30},
+    {"in_place", test_in_place, 30},
 };
 
 int main(int argc, char **argv)
