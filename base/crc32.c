@@ -29,8 +29,24 @@
 #endif
 
 static uint32_t slice_table[8][256];
+static uint32_t x2n_table[32]; /* x^(2^k) mod P, reflected: msr_crc32_combine */
 static int use_fold;
 static pthread_once_t slice_once = PTHREAD_ONCE_INIT;
+
+/* a * b mod P in GF(2), both reflected (bit 31 is x^0): the product of
+ * two remainders is the remainder of their product. */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (; m != 0 && a != 0; m >>= 1) {
+        if (a & m) {
+            p ^= b;
+            a ^= m;
+        }
+        b = b & 1 ? 0xedb88320u ^ (b >> 1) : b >> 1;
+    }
+    return p;
+}
 
 static void slice_init(void)
 {
@@ -44,6 +60,9 @@ static void slice_init(void)
         for (uint32_t i = 0; i < 256; i++)
             slice_table[t][i] =
                 (slice_table[t - 1][i] >> 8) ^ slice_table[0][slice_table[t - 1][i] & 0xff];
+    x2n_table[0] = 1u << 30; /* x^1; x^0 is 1u << 31 in the reflected order */
+    for (int k = 1; k < 32; k++)
+        x2n_table[k] = gf2_mulmod(x2n_table[k - 1], x2n_table[k - 1]);
     /* a malformed MSRUN_CPU_DISABLE (logged there) means the tables */
     unsigned f = 0;
     use_fold = msr_cpu_features_get(&f) == MSR_OK && (f & MSR_CPU_PCLMUL);
@@ -128,4 +147,23 @@ int msr_crc32_folded(void)
 {
     pthread_once(&slice_once, slice_init);
     return use_fold;
+}
+
+/* x^(8 * len) mod P: the shift a CRC's state takes over len bytes. */
+static uint32_t x8n_mod(uint64_t len)
+{
+    uint32_t p = 1u << 31; /* x^0 */
+    for (int k = 3; len != 0; len >>= 1, k++)
+        if (len & 1)
+            p = gf2_mulmod(x2n_table[k & 31], p);
+    return p;
+}
+
+uint32_t msr_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    pthread_once(&slice_once, slice_init);
+    /* CRC-32's pre- and post-inversion cancel in the XOR of two CRCs of
+     * messages of the same length, so crc(A B) is crc(A) moved over B's
+     * bytes plus crc(B) from 0 */
+    return gf2_mulmod(x8n_mod(len_b), crc_a) ^ crc_b;
 }

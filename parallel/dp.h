@@ -192,7 +192,9 @@ typedef struct msr_dp {
     msr_dp_stats_t stats;
     msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
     int tp_rank;
-    uint8_t *cover; /* while loading a checkpoint: what was found, per element */
+    /* while loading a checkpoint: the ranges found (dp_pieces.c), one
+     * allocation that msr_free frees */
+    struct msr_dp_cover *cover;
     /* added to this rank's squared gradient norm by the next msr_dp_update,
      * which resets it: gradients the trainer keeps outside the flat buffers
      * (the MoE experts), counted once over the group by whoever sets it */
@@ -273,6 +275,15 @@ void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece);
 
 msr_status_t msr_dp_load_begin(msr_dp_t *dp);
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece);
+/* Same layout, read in place: where flat [lo, lo + n), all of it this
+ * rank's own elements, lies in this rank's buffers, n floats of each at
+ * *params_p, *m_p and *v_p (the caller reads the piece's arrays there), or
+ * 0 (outputs untouched) when it is not all own or not contiguous in any of
+ * them: then load it through msr_dp_load_piece. Once filled and checked,
+ * msr_dp_load_mark marks the range found, as load_piece would have. */
+int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
+                     float **v_p);
+void msr_dp_load_mark(msr_dp_t *dp, size_t lo, size_t n);
 /* failed: this rank could not read all it meant to (load_end then fails
  * on every rank). Collective: every rank calls it, even after a failed
  * load_begin, and all succeed or all fail. Errors: MSR_ERR_CORRUPT

@@ -3,6 +3,7 @@
  * rank's pieces, checks that all of it was found, and rebuilds the
  * replicated state from the shards. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -40,19 +41,64 @@ void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece)
     *piece = (msr_dp_piece_t){0, 0, NULL, NULL, NULL};
 }
 
+/* A range of flat elements a load found one part of (COVER_*). A load
+ * keeps ranges, not a flag per element: marking is one append per piece
+ * and unit, and load_end's check a search of the sorted ranges. */
+typedef struct msr_dp_mark {
+    size_t lo, n;
+    unsigned bit;
+} msr_dp_mark_t;
+
+struct msr_dp_cover {
+    size_t n, cap;
+    int no_memory; /* a mark could not be kept: the load fails */
+    msr_dp_mark_t r[];
+};
+
+#define COVER_FIRST_CAP 64
+
 msr_status_t msr_dp_load_begin(msr_dp_t *dp)
 {
     msr_free(dp->cover);
-    dp->cover = msr_calloc(dp->model->num_params + 1, 1);
+    dp->cover = msr_malloc(sizeof *dp->cover + COVER_FIRST_CAP * sizeof(msr_dp_mark_t));
     if (dp->cover == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory loading a checkpoint");
     }
+    *dp->cover = (struct msr_dp_cover){0, COVER_FIRST_CAP, 0};
     return MSR_OK;
+}
+
+/* Marks flat [lo, lo + n) found for bit: extends the last range when this
+ * one continues it (a piece's units follow one another), else appends. */
+static void mark(msr_dp_t *dp, size_t lo, size_t n, unsigned bit)
+{
+    struct msr_dp_cover *c = dp->cover;
+    if (c == NULL || c->no_memory)
+        return;
+    for (size_t j = c->n; j > 0 && j + 2 >= c->n; j--) { /* the last two: params, moments */
+        msr_dp_mark_t *l = &c->r[j - 1];
+        if (l->bit == bit && l->lo + l->n == lo) {
+            l->n += n;
+            return;
+        }
+    }
+    if (c->n == c->cap) {
+        size_t cap = 2 * c->cap;
+        struct msr_dp_cover *g = msr_realloc(c, sizeof *c + cap * sizeof(msr_dp_mark_t));
+        if (g == NULL) {
+            msr_err_set("dp: out of memory for %zu marks loading a checkpoint", cap);
+            c->no_memory = 1;
+            return;
+        }
+        g->cap = cap;
+        dp->cover = c = g;
+    }
+    c->r[c->n++] = (msr_dp_mark_t){lo, n, bit};
 }
 
 /* Copies the part of src (a piece's array starting at flat element
  * piece->lo) that falls in flat [lo, lo + n) to dst (element lo), and marks
- * it found. */
+ * it found (bit 0: copied only). */
 static void take(msr_dp_t *dp, const msr_dp_piece_t *piece, const float *src, size_t lo, size_t n,
                  float *dst, unsigned bit)
 {
@@ -60,8 +106,8 @@ static void take(msr_dp_t *dp, const msr_dp_piece_t *piece, const float *src, si
     if (a >= e)
         return;
     memcpy(dst + (a - lo), src + (a - piece->lo), (e - a) * sizeof(float));
-    for (size_t i = a; i < e; i++)
-        dp->cover[i] |= (uint8_t)bit;
+    if (bit != 0)
+        mark(dp, a, e - a, bit);
 }
 
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
@@ -83,18 +129,101 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
     }
 }
 
+int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
+                     float **v_p)
+{
+    float *at[3] = {NULL, NULL, NULL}; /* where the next element goes, in each */
+    size_t next = lo;
+    for (int k = 0; k < dp->num_units && next < lo + n; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->own_n == 0 || next < u->own_lo || next >= u->own_lo + u->own_n)
+            continue;
+        size_t in = next - u->own_lo, mo = msr_dp_moment_off(dp, u);
+        float *p = msr_dp_param_at(dp, u) + in, *m = dp->opt->m + mo + in,
+              *v = dp->opt->v + mo + in;
+        if (next > lo && (p != at[0] || m != at[1] || v != at[2]))
+            return 0; /* units not side by side in the buffers */
+        size_t take = MSR_MIN(lo + n, u->own_lo + u->own_n) - next;
+        at[0] = p + take, at[1] = m + take, at[2] = v + take;
+        next += take;
+    }
+    if (next != lo + n || n == 0)
+        return 0;
+    *params_p = at[0] - n;
+    *m_p = at[1] - n;
+    *v_p = at[2] - n;
+    return 1;
+}
+
+void msr_dp_load_mark(msr_dp_t *dp, size_t lo, size_t n)
+{
+    mark(dp, lo, n, COVER_PARAMS);
+    mark(dp, lo, n, COVER_MOMENTS);
+}
+
+static int mark_cmp(const void *a, const void *b)
+{
+    const msr_dp_mark_t *x = a, *y = b;
+    if (x->bit != y->bit)
+        return x->bit < y->bit ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Sorts the marks by part, then start, and merges those that overlap or
+ * touch: each part's ranges are then disjoint and apart. */
+static void cover_merge(struct msr_dp_cover *c)
+{
+    qsort(c->r, c->n, sizeof c->r[0], mark_cmp);
+    size_t w = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        msr_dp_mark_t *l = w > 0 ? &c->r[w - 1] : NULL;
+        if (l != NULL && l->bit == c->r[i].bit && c->r[i].lo <= l->lo + l->n)
+            l->n = MSR_MAX(l->n, c->r[i].lo + c->r[i].n - l->lo);
+        else
+            c->r[w++] = c->r[i];
+    }
+    c->n = w;
+}
+
+/* The first element of flat [lo, lo + n) that lacks bit (in the merged
+ * marks), or lo + n. */
+static size_t first_missing_bit(const struct msr_dp_cover *c, size_t lo, size_t n, unsigned bit)
+{
+    size_t a = 0, b = c->n; /* the last range of bit starting at or before lo */
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        const msr_dp_mark_t *m = &c->r[mid];
+        if (m->bit < bit || (m->bit == bit && m->lo <= lo))
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    if (a == 0 || c->r[a - 1].bit != bit || c->r[a - 1].lo + c->r[a - 1].n <= lo)
+        return lo;
+    return MSR_MIN(c->r[a - 1].lo + c->r[a - 1].n, lo + n);
+}
+
 /* The first element of flat [lo, lo + n) that lacks bits, or lo + n. */
 static size_t first_missing(const msr_dp_t *dp, size_t lo, size_t n, unsigned bits)
 {
-    for (size_t i = lo; i < lo + n; i++)
-        if ((dp->cover[i] & bits) != bits)
-            return i;
-    return lo + n;
+    size_t first = lo + n;
+    if (n == 0)
+        return first;
+    if (bits & COVER_PARAMS)
+        first = MSR_MIN(first, first_missing_bit(dp->cover, lo, n, COVER_PARAMS));
+    if (bits & COVER_MOMENTS)
+        first = MSR_MIN(first, first_missing_bit(dp->cover, lo, n, COVER_MOMENTS));
+    return first;
 }
 
 msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
 {
     size_t missing = SIZE_MAX;
+    int no_memory = dp->cover != NULL && dp->cover->no_memory;
+    if (no_memory)
+        failed = 1; /* the error was set where it happened */
+    if (dp->cover != NULL && !failed)
+        cover_merge(dp->cover);
     for (int k = 0; k < dp->num_units && missing == SIZE_MAX && !failed && dp->cover != NULL; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         size_t i = first_missing(dp, u->own_lo, u->own_n, COVER_PARAMS | COVER_MOMENTS);
@@ -125,7 +254,7 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
     if (!ok) {
         if (missing == SIZE_MAX && !failed)
             msr_err_set("dp: another rank could not load its part of the checkpoint");
-        return MSR_ERR_CORRUPT;
+        return no_memory ? MSR_ERR_NO_MEMORY : MSR_ERR_CORRUPT;
     }
     if (!gather)
         return MSR_OK;

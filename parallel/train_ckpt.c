@@ -367,6 +367,83 @@ static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_he
     return MSR_OK;
 }
 
+/* msr_ckpt_map_fn: the one local run a saved range maps to (n = 0: none,
+ * or more than one). */
+typedef struct one_run {
+    size_t lo, n;
+    int runs;
+} one_run_t;
+
+static int one_run(void *arg, size_t lo, size_t glo, size_t n)
+{
+    one_run_t *o = arg;
+    (void)glo;
+    o->lo = lo;
+    o->n = n;
+    return ++o->runs > 1;
+}
+
+/* Reads len bytes at offset of rank's payload into dst in chunks of
+ * MSR_TCKPT_READ_CHUNK, continuing *crc over each while it is in the
+ * cache. */
+static msr_status_t read_crc(const source_t *src, int rank, uint64_t offset, void *dst, size_t len,
+                             uint32_t *crc)
+{
+    unsigned char *b = dst;
+    for (size_t at = 0; at < len;) {
+        size_t n = MSR_MIN(len - at, MSR_TCKPT_READ_CHUNK);
+        msr_status_t st = src->read(src->arg, rank, offset + at, b + at, n, NULL);
+        if (st != MSR_OK)
+            return st;
+        *crc = msr_crc32(*crc, b + at, n);
+        at += n;
+    }
+    return MSR_OK;
+}
+
+/* Same layout, in place: when piece r is all this rank's own elements and
+ * lies side by side in its buffers, reads its parameters and moments
+ * straight there (no piece's buffer, no copy) and checks its CRC. *done_p:
+ * 1 when read so, 0 when it must go through a piece's buffer. */
+static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                        const source_t *src, int rank, const msr_tckpt_header_t *h,
+                                        const msr_tckpt_range_t *r, uint32_t *crc_p, int *done_p)
+{
+    one_run_t o = {0, 0, 0};
+    float *dst[3];
+    *done_p = 0;
+    if (r->lo + r->n > whole_flat(tr))
+        return MSR_OK;
+    msr_ckpt_map_to_local(map, r->lo, r->n, one_run, &o);
+    if (o.runs != 1 || o.n != r->n ||
+        !msr_dp_load_dest(tr->dp, o.lo, o.n, &dst[0], &dst[1], &dst[2]))
+        return MSR_OK;
+    size_t len = (size_t)r->n * sizeof(float);
+    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
+    for (int a = 0; a < 3; a++) { /* params, m, v: one after the other in the payload */
+        msr_status_t st = read_crc(src, rank, r->offset + a * len, dst[a], len, &crc);
+        if (st != MSR_OK)
+            return st;
+    }
+    *crc_p = crc;
+    *done_p = 1;
+    return MSR_OK;
+}
+
+/* Piece r of p (saved by rank), read with CRC crc: MSR_ERR_CORRUPT naming
+ * its tensor when that is not the piece's. */
+static msr_status_t piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                int rank, const msr_tckpt_range_t *r, uint32_t crc)
+{
+    if (p->h.version < 3 || crc == r->crc)
+        return MSR_OK;
+    return msr_err(MSR_ERR_CORRUPT,
+                   "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
+                   "%llu) of the whole model) does not match its CRC",
+                   (unsigned long long)p->h.step, rank, tensor_of(tr, map, r),
+                   (unsigned long long)r->lo, (unsigned long long)(r->lo + r->n));
+}
+
 /* Reads the pieces of partial payload p (saved by rank) that hold
  * elements of this rank's, one at a time through a buffer of one piece
  * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
@@ -382,6 +459,18 @@ static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
         msr_tckpt_range_t r = p->ranges[k];
         if (!range_needed(tr, map, &r))
             continue;
+        int in_place = 0;
+        uint32_t crc = 0;
+        if ((st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place)) != MSR_OK)
+            break;
+        if (in_place) {
+            if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
+                break;
+            one_run_t o = {0, 0, 0};
+            msr_ckpt_map_to_local(map, r.lo, r.n, one_run, &o);
+            msr_dp_load_mark(tr->dp, o.lo, o.n);
+            continue;
+        }
         size_t floats = 3 * (size_t)r.n;
         if (floats > cap) {
             msr_free(buf);
@@ -390,20 +479,13 @@ static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
                 return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
                                cap);
         }
-        uint32_t crc = 0;
         if ((st = piece_read(src, rank, &p->h, &r, buf, &crc)) != MSR_OK)
             break;
         r.params = buf;
         r.m = buf + r.n;
         r.v = buf + 2 * r.n;
-        if (p->h.version >= 3 && crc != r.crc) {
-            st = msr_err(MSR_ERR_CORRUPT,
-                         "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
-                         "%llu) of the whole model) does not match its CRC",
-                         (unsigned long long)p->h.step, rank, tensor_of(tr, map, &r),
-                         (unsigned long long)r.lo, (unsigned long long)(r.lo + r.n));
+        if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
             break;
-        }
         payload_t one = {NULL, p->h, &r, 1, 0};
         payload_apply(tr, map, &one, cover);
     }

@@ -114,12 +114,49 @@ static void test_large_tables_forced(void)
     check_large();
 }
 
+/* msr_crc32_combine against the CRC of the joined bytes: every cut of
+ * 300 bytes (0 and every length included), cuts of 1 MiB, a seeded CRC
+ * made seedless, and lengths past 4 GiB by the rule's own algebra. */
+static void test_combine(void)
+{
+    static unsigned char b[300];
+    fill(b, sizeof b);
+    for (size_t n = 0; n <= sizeof b; n++) {
+        uint32_t whole = ref_crc32(0, b, n);
+        for (size_t cut = 0; cut <= n; cut++) {
+            uint32_t a = msr_crc32(0, b, cut), z = msr_crc32(0, b + cut, n - cut);
+            MSR_CHECK_MSG(msr_crc32_combine(a, z, n - cut) == whole, "%zu bytes cut at %zu", n,
+                          cut);
+        }
+        uint32_t seeded = msr_crc32(0xdeadbeefu, b, n); /* a piece's CRC from its header's */
+        MSR_CHECK(msr_crc32_combine(0xdeadbeefu, 0, n) == (ref_crc32(0xdeadbeefu, b, n) ^ whole));
+        MSR_CHECK((seeded ^ msr_crc32_combine(0xdeadbeefu, 0, n)) == whole);
+    }
+    size_t n = (size_t)1 << 20;
+    unsigned char *m = malloc(n);
+    MSR_CHECK(m != NULL);
+    fill(m, n);
+    uint32_t whole = msr_crc32(0, m, n);
+    static const size_t cuts[] = {1, 4096, 65536 + 3, (size_t)1 << 19};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++)
+        MSR_CHECK(msr_crc32_combine(msr_crc32(0, m, cuts[k]),
+                                    msr_crc32(0, m + cuts[k], n - cuts[k]), n - cuts[k]) == whole);
+    free(m);
+    /* zeros past 4 GiB: moving over 2^32 + 5 bytes is moving over 2^32, then 5 */
+    uint64_t big = ((uint64_t)1 << 32) + 5;
+    uint32_t c = 0x12345678u;
+    MSR_CHECK(msr_crc32_combine(c, 0, big) ==
+              msr_crc32_combine(msr_crc32_combine(c, 0, (uint64_t)1 << 32), 0, 5));
+    MSR_CHECK(msr_crc32_combine(c, 0, big) != msr_crc32_combine(c, 0, 5));
+}
+
 static const msr_test_t tests[] = {
     {"check_value", test_check_value, 10},
     {"lengths_and_alignments", test_lengths_and_alignments, 10},
     {"tables_forced", test_tables_forced, 10},
     {"large_and_split", test_large_and_split, 30},
     {"large_tables_forced", test_large_tables_forced, 30},
+    {"combine", test_combine, 30},
 };
 
 int main(int argc, char **argv)
