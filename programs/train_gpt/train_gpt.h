@@ -66,7 +66,7 @@ typedef struct options {
     double temperature;        /* --temperature, 0: greedy */
     int64_t sample_top_k;      /* --sample-top-k, 0: every token */
     int64_t sample_seed;       /* --sample-seed, not given: --seed */
-    unsigned char seen[80];    /* msr_opts_parse's: 1 for the table's options given */
+    unsigned char *seen;       /* msr_opts_parse's, an entry per option of the table: 1 given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */
