@@ -76,6 +76,9 @@ bad --generate 1 --prompt-tokens 256
 bad --generate 1 --prompt-tokens 1,,2
 bad --generate 1 --prompt ""
 bad --generate 1
+# one process without the model-parallel path: the option given is named
+bad --generate 1 --prompt a --recompute selective
+grep -q -- "--recompute" "$work/err" || fail "--recompute not named: $(cat "$work/err")"
 # a MoE model generates too (from the seed's weights: it runs)
 ok --generate 4 --prompt a --experts 4 --top-k 2 --moe-every 2
 # a directory without a checkpoint
