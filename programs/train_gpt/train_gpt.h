@@ -212,6 +212,21 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job);
  * a number, or out of range). */
 int64_t train_gpt_meta_global_batch(const char *meta);
 
+/* The settings text meta (train_gpt_meta's) as checkpoints saved before it
+ * counted the data in tokens wrote it: "data ORIGIN (N bytes)" for "(N
+ * tokens)" (the same N: a byte-level data set's tokens are its bytes, a
+ * token file's size was its tokens), into older (len bytes). Returns 1, or
+ * 0 when meta names no data in tokens or older is too short. */
+int train_gpt_meta_older(const char *meta, char *older, size_t len);
+
+/* The settings text a resume from step under dir compares: meta, or the
+ * older wording of it (in older, len bytes) when rank 0's shard of that
+ * step was saved with that (train_gpt_meta_older). Every rank reads the
+ * same file, so every rank picks the same. A header that cannot be read
+ * picks meta (the restore then names the fault). */
+const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t step,
+                                     const char *meta, char *older, size_t len);
+
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
  * that it holds the re-form for that save. A failure is printed: the job
