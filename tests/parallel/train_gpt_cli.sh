@@ -6,19 +6,8 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+job_test_setup
 small=(--layers 1 --channels 32 --heads 2 --seq 32 --micro-batch 4)
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
 
 # under msrun with N workers: msrun_n N ARGS... (stdout and stderr as given)
 msrun_n() {
