@@ -115,13 +115,19 @@ static int gen_load(const options_t *o, const msr_train_config_t *cfg, const msr
         return rc;
     if (o->ckpt_dir == NULL)
         return 0;
-    /* the run's own resume, stepping to nowhere: --steps 0 */
+    /* the run's own resume, stepping to nowhere: --steps 0; as a resume,
+     * the checkpoint's global batch unless --global-batch is given (a
+     * checkpoint of dp 2 loads without it) */
     options_t r = *o;
     r.steps = 0;
     r.resume = 1;
     r.val_set = NULL;
     r.ckpt_every = 0;
-    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    if ((rc = train_gpt_keep_global_batch(&r, job)) != 0)
+        return rc;
+    uint64_t G = r.global_batch > 0
+                     ? (uint64_t)r.global_batch
+                     : (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, &c, G, data);
     trainer_t t = {&train_gpt_cpu_ops, tr, tr};
