@@ -1,6 +1,8 @@
-/* The global batch a resume reads from a checkpoint's settings text
- * (programs/train_gpt/train_gpt_elastic.c): its cap at exactly
- * TRAIN_GPT_GLOBAL_BATCH_MAX and one past it, and texts that name none. */
+/* The settings text a resume reads from a checkpoint
+ * (programs/train_gpt/train_gpt_elastic.c): the global batch's cap at
+ * exactly TRAIN_GPT_GLOBAL_BATCH_MAX and one past it, texts that name
+ * none; the older wording of the data's size. The elastic resume itself
+ * runs end to end in train_gpt_elastic.sh. */
 #include <stdio.h>
 
 #include "programs/train_gpt/train_gpt.h"
