@@ -12,7 +12,7 @@ bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
 job=gen-$$-$RANDOM
-jobs_started=("$job" "$job-1" "$job-2" "$job-moe" "$job-bf16" "$job-g1" "$job-g2" "$job-g3" "$job-g4")
+jobs_started=("$job" "$job-1" "$job-2")
 model=(--layers 2 --channels 20 --heads 2 --seq 16 --micro-batch 2 --corpus-bytes 4096)
 
 # trained in tp 2 over 2 ranks; the same weights exported to safetensors
@@ -118,6 +118,7 @@ from_trained() {
     done
     shift
     g=("$@")
+    jobs_started+=("$j" "$j-g1" "$j-g2")
     timeout -k 5 50 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$j" \
         "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "${t[@]}" --steps 10 \
         --ckpt-dir "$work/$name.ck" --export-safetensors "$work/$name.st" \
