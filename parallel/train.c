@@ -65,8 +65,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
         return msr_err(MSR_ERR_CONFIG, "dp rank %d is not in [0, %d)", cfg->dp_rank, cfg->dp);
     }
     if (data->size <= (size_t)cfg->model.max_seq) {
-        return msr_err(MSR_ERR_CONFIG, "the data (%zu bytes) must be longer than the sequence (%d)",
-                       data->size, cfg->model.max_seq);
+        return msr_err(MSR_ERR_CONFIG,
+                       "the data (%zu tokens) must be longer than the sequence (%d)", data->size,
+                       cfg->model.max_seq);
     }
     if (!(cfg->lr > 0.0f && cfg->lr < 1e3f) || cfg->warmup < 0 || !(cfg->grad_clip >= 0.0f)) {
         return msr_err(MSR_ERR_CONFIG,

@@ -2345,11 +2345,29 @@ test: ^test_coord$
 
 @ elastic.global_batch_cap_off_by_one
 file: programs/train_gpt/train_gpt_elastic.c
-test: ^test_parallel_train_gpt_elastic$
+test: ^test_parallel_train_gpt_meta$
 <<<
 g <= TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
 ===
 g < TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
+>>>
+
+@ elastic.resume_ignores_saved_batch
+file: programs/train_gpt/train_gpt_elastic.c
+test: ^test_parallel_train_gpt_elastic$
+<<<
+    o->global_batch = G;
+===
+    (void)G;
+>>>
+
+@ train_gpt.meta_older_overflows_by_one
+file: programs/train_gpt/train_gpt_elastic.c
+test: ^test_parallel_train_gpt_meta$
+<<<
+        return n > 0 && (size_t)n < len;
+===
+        return n > 0 && (size_t)n <= len;
 >>>
 
 # ---- small broadcasts through the slots' ring (comm/ucx/shm_slots.c)

@@ -24,7 +24,10 @@
 #   bench/ckpt/ckpt_bench.sh [NP] [NP2] [PARAMS] [RUNS] [CPUS] [DIR]
 #   (defaults 4, 3, 30000000, 5, all, a new folder under $TMPDIR)
 # PARAMS: the model's parameters (12 bytes of state each: parameters and
-# AdamW's m and v); CPUS: a taskset list every process runs on; DIR: a
+# AdamW's m and v); CPUS: a taskset list every process runs on, msrun's
+# ranks and dd alike (the ranks inherit msrun's affinity: NP ranks share
+# the cores dd has to itself, so a list shorter than NP charges the ranks'
+# own work, the CRCs and copies, to the checkpoint's time); DIR: a
 # folder on the disk to measure (emptied of what the bench writes);
 # MSRUN_BUILD: the build directory (default build).
 set -euo pipefail
@@ -128,8 +131,9 @@ row() { # NAME FILE DDFILE: a row of the table
 }
 printf "checkpoint throughput: %d parameters, %d bytes in %d files; save and load by %d ranks,\n" \
     "$params" "$bytes" "$np" "$np"
-printf "resharded load by %d; median of %d runs; cpus %s; reads %s\n\n" "$np2" "$runs" \
-    "${cpus:-all}" "$([ $cold = 1 ] && echo "after dropping the page cache" || echo "from the page cache")"
+printf "resharded load by %d; median of %d runs; cpus %s (ranks and dd alike); reads %s\n\n" \
+    "$np2" "$runs" "${cpus:-all}" \
+    "$([ $cold = 1 ] && echo "after dropping the page cache" || echo "from the page cache")"
 printf "| %-32s | %8s | %8s | %8s | %8s | %6s |\n" "" "msrun s" "MB/s" "dd s" "MB/s" "% disk"
 printf "|%s|%s|%s|%s|%s|%s|\n" "----------------------------------" "---------:" "---------:" \
     "---------:" "---------:" "-------:"

@@ -66,7 +66,7 @@ typedef struct options {
     double temperature;        /* --temperature, 0: greedy */
     int64_t sample_top_k;      /* --sample-top-k, 0: every token */
     int64_t sample_seed;       /* --sample-seed, not given: --seed */
-    unsigned char seen[80];    /* msr_opts_parse's: 1 for the table's options given */
+    unsigned char *seen;       /* msr_opts_parse's, an entry per option of the table: 1 given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */
@@ -211,6 +211,21 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job);
  * "; global batch G;"): 1 to TRAIN_GPT_GLOBAL_BATCH_MAX, else 0 (none, not
  * a number, or out of range). */
 int64_t train_gpt_meta_global_batch(const char *meta);
+
+/* The settings text meta (train_gpt_meta's) as checkpoints saved before it
+ * counted the data in tokens wrote it: "data ORIGIN (N bytes)" for "(N
+ * tokens)" (the same N: a byte-level data set's tokens are its bytes, a
+ * token file's size was its tokens), into older (len bytes). Returns 1, or
+ * 0 when meta names no data in tokens or older is too short. */
+int train_gpt_meta_older(const char *meta, char *older, size_t len);
+
+/* The settings text a resume from step under dir compares: meta, or the
+ * older wording of it (in older, len bytes) when rank 0's shard of that
+ * step was saved with that (train_gpt_meta_older). Every rank reads the
+ * same file, so every rank picks the same. A header that cannot be read
+ * picks meta (the restore then names the fault). */
+const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t step,
+                                     const char *meta, char *older, size_t len);
 
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so

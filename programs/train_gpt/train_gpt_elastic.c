@@ -1,5 +1,6 @@
 /* train_gpt in an elastic job (docs/checkpoint.md "Elastic jobs"): a
- * resume keeps the checkpoint's global batch whatever the world size; a
+ * resume keeps the checkpoint's global batch whatever the world size, and
+ * reads the settings text of checkpoints saved before it said tokens; a
  * node waiting to join is looked for between steps (msrun/store.h
  * MSR_KEY_JOIN_*). */
 #include <inttypes.h>
@@ -25,11 +26,25 @@ int64_t train_gpt_meta_global_batch(const char *meta)
     return end != at && *end == ';' && g > 0 && g <= TRAIN_GPT_GLOBAL_BATCH_MAX ? (int64_t)g : 0;
 }
 
+int train_gpt_meta_older(const char *meta, char *older, size_t len)
+{
+    static const char now[] = " tokens)", then[] = " bytes)";
+    const char *d = strstr(meta, "; data ");
+    for (const char *p = d != NULL ? strstr(d, now) : NULL; p != NULL; p = strstr(p + 1, now)) {
+        const char *after = p + strlen(now); /* the data's end: the text's, or a setting's */
+        if (*after != '\0' && strncmp(after, "; ", 2) != 0)
+            continue;
+        int n = snprintf(older, len, "%.*s%s%s", (int)(p - meta), meta, then, after);
+        return n > 0 && (size_t)n < len;
+    }
+    return 0;
+}
+
 /* Reads the settings text of rank 0's shard of step (saved by a world of
- * any size) and its global batch into *G_p. Returns MSR_OK or the error
- * (the file named in the error text). */
-static msr_status_t saved_global_batch(const job_t *job, const char *dir, int64_t step,
-                                       int64_t *G_p)
+ * any size) into meta (len bytes). Returns MSR_OK or the error (the file
+ * named in the error text). */
+static msr_status_t saved_meta(const job_t *job, const char *dir, int64_t step, char *meta,
+                               size_t len)
 {
     unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
@@ -52,10 +67,39 @@ static msr_status_t saved_global_batch(const job_t *job, const char *dir, int64_
         st = msr_ckpt_read_rank(job->ctx, dir, step, 0, 0, head, hl, NULL);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(head, hl, (size_t)total, what, &h, &ranges, &n);
-    if (st == MSR_OK && (*G_p = train_gpt_meta_global_batch(h.meta)) == 0)
-        st = msr_err(MSR_ERR_CORRUPT, "%s names no global batch in its settings", what);
+    if (st == MSR_OK)
+        snprintf(meta, len, "%s", h.meta);
     msr_free(ranges);
     msr_free(head);
+    return st;
+}
+
+const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t step,
+                                     const char *meta, char *older, size_t len)
+{
+    char saved[MSR_TCKPT_META_MAX];
+    if (job->ctx == NULL || strstr(meta, " tokens)") == NULL ||
+        !train_gpt_meta_older(meta, older, len))
+        return meta;
+    msr_err_clear();
+    if (saved_meta(job, dir, step, saved, sizeof saved) != MSR_OK) {
+        msr_err_clear(); /* the restore reads the same file and says what is wrong */
+        return meta;
+    }
+    return strcmp(saved, older) == 0 ? older : meta;
+}
+
+/* The global batch of the settings text of rank 0's shard of step into
+ * *G_p. Returns MSR_OK or the error (the file named in the error text). */
+static msr_status_t saved_global_batch(const job_t *job, const char *dir, int64_t step,
+                                       int64_t *G_p)
+{
+    char meta[MSR_TCKPT_META_MAX];
+    msr_status_t st = saved_meta(job, dir, step, meta, sizeof meta);
+    if (st == MSR_OK && (*G_p = train_gpt_meta_global_batch(meta)) == 0)
+        st = msr_err(MSR_ERR_CORRUPT,
+                     "%s/step-%lld/rank-0.bin names no global batch in its settings", dir,
+                     (long long)step);
     return st;
 }
 

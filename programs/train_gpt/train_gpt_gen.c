@@ -18,29 +18,29 @@
 
 /* The prompt as tokens, into *tok_p (msr_free) and *n_p: --prompt's bytes
  * for a byte-level model, --prompt-tokens' ids. Each token below V, at
- * least one and at most seq of them. Returns 0, or -1 with the reason
- * printed. */
+ * least one and at most seq of them. Returns 0, or the exit status with
+ * the reason printed: EXIT_BAD_INPUT for a bad prompt, 1 out of memory. */
 static int prompt_parse(const options_t *o, const msr_dataset_t *data, int **tok_p, int *n_p)
 {
     int V = data->vocab, T = (int)o->seq;
     if ((o->prompt == NULL) == (o->prompt_tokens == NULL)) {
         fprintf(stderr, "train_gpt: --generate needs a prompt: --prompt TEXT (bytes) or "
                         "--prompt-tokens 1,2,3 (one of them)\n");
-        return -1;
+        return EXIT_BAD_INPUT;
     }
     if (o->prompt != NULL && (data->width != 1 || V != 256)) {
         fprintf(stderr,
                 "train_gpt: --prompt is bytes, for a byte-level model; this model reads "
                 "tokens of a token file (V %d): use --prompt-tokens\n",
                 V);
-        return -1;
+        return EXIT_BAD_INPUT;
     }
     const char *text = o->prompt != NULL ? o->prompt : o->prompt_tokens;
     size_t most = strlen(text) + 1; /* a token per byte at most */
     int *tok = msr_calloc(most, sizeof(int)), n = 0;
     if (tok == NULL) {
-        fprintf(stderr, "train_gpt: out of memory for the prompt\n");
-        return -1;
+        fprintf(stderr, "train_gpt: out of memory for a prompt of %zu bytes\n", most - 1);
+        return 1; /* not the input's fault */
     }
     for (const char *p = text; o->prompt != NULL && *p != '\0'; p++)
         tok[n++] = (unsigned char)*p;
@@ -53,7 +53,7 @@ static int prompt_parse(const options_t *o, const msr_dataset_t *data, int **tok
                     "train_gpt: --prompt-tokens %s: token %d is not a number in [0, V = %d)\n",
                     text, n, V);
             msr_free(tok);
-            return -1;
+            return EXIT_BAD_INPUT;
         }
         tok[n++] = (int)v;
         p = *end == ',' ? end + 1 : end;
@@ -61,7 +61,7 @@ static int prompt_parse(const options_t *o, const msr_dataset_t *data, int **tok
     if (n < 1 || n > T) {
         fprintf(stderr, "train_gpt: the prompt has %d tokens: it needs 1 to --seq %d\n", n, T);
         msr_free(tok);
-        return -1;
+        return EXIT_BAD_INPUT;
     }
     *tok_p = tok;
     *n_p = n;
@@ -76,7 +76,7 @@ static int gen_check(const options_t *o, const msr_train_config_t *cfg, const ms
     if (job->world > 1 || msr_train_uses_mp(cfg) || strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "train_gpt: --generate runs in one process on the CPU (a checkpoint of "
                         "any layout loads into it): start one rank, without --tp, --pp, --cp, "
-                        "--trace or --device cuda\n");
+                        "--sp, --recompute, --trace or --device cuda\n");
         return -1;
     }
     if (o->generate > o->seq - P) {
@@ -115,13 +115,19 @@ static int gen_load(const options_t *o, const msr_train_config_t *cfg, const msr
         return rc;
     if (o->ckpt_dir == NULL)
         return 0;
-    /* the run's own resume, stepping to nowhere: --steps 0 */
+    /* the run's own resume, stepping to nowhere: --steps 0; as a resume,
+     * the checkpoint's global batch unless --global-batch is given (a
+     * checkpoint of dp 2 loads without it) */
     options_t r = *o;
     r.steps = 0;
     r.resume = 1;
     r.val_set = NULL;
     r.ckpt_every = 0;
-    uint64_t G = (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
+    if ((rc = train_gpt_keep_global_batch(&r, job)) != 0)
+        return rc;
+    uint64_t G = r.global_batch > 0
+                     ? (uint64_t)r.global_batch
+                     : (uint64_t)o->micro_batch * (uint64_t)o->grad_accum * (uint64_t)o->dp;
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, &c, G, data);
     trainer_t t = {&train_gpt_cpu_ops, tr, tr};
@@ -160,8 +166,9 @@ int train_gpt_generate(const options_t *o, const msr_train_config_t *cfg, const 
     msr_mesh_t *mesh = NULL;
     msr_trainer_t *tr = NULL;
     msr_gpt_gen_t *gen = NULL;
-    if (prompt_parse(o, data, &prompt, &P) != 0)
-        return EXIT_BAD_INPUT;
+    if ((rc = prompt_parse(o, data, &prompt, &P)) != 0)
+        return rc;
+    rc = EXIT_BAD_INPUT;
     if (gen_check(o, cfg, data, job, P) != 0)
         goto out;
     rc = 1;

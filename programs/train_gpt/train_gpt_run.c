@@ -63,7 +63,7 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
 {
     snprintf(meta, len,
              "layers %d channels %d heads %d seq %d vocab %d; global batch %llu; seed %llu; "
-             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu bytes)",
+             "lr %.9g warmup %d weight-decay %.9g grad-clip %.9g; data %s (%zu tokens)",
              cfg->model.layers, cfg->model.channels, cfg->model.heads, cfg->model.max_seq,
              cfg->model.vocab, (unsigned long long)G, (unsigned long long)cfg->seed,
              (double)cfg->lr, cfg->warmup, cfg->adamw.weight_decay, (double)cfg->grad_clip,
@@ -317,8 +317,10 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
             break;
         /* rank r of the saving world wrote payload r, whatever its layout */
         f = (fetch_arg_t){job->ctx, o->ckpt_dir, any, same == any, 0, 0, NULL, -1, 0};
+        char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
+        const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, any, meta, older, sizeof older);
         msr_err_clear();
-        st = t->ops->restore(t->tr, meta, world, fetch_payload, &f);
+        st = t->ops->restore(t->tr, m, world, fetch_payload, &f);
         msr_ckpt_reader_close(f.reader);
         if (st != MSR_OK)
             fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,

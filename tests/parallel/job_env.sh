@@ -26,7 +26,8 @@ kill_job() {
 }
 
 # The usual start of a job test: a directory $work, removed at exit with
-# every job named in jobs_started stopped first, and fail MESSAGE.
+# every job named in jobs_started stopped first, and fail MESSAGE (which
+# also prints the file fail_log names, when a test sets it).
 job_test_setup() {
     work=$(mktemp -d)
     jobs_started=()
@@ -39,5 +40,6 @@ job_test_cleanup() {
 }
 fail() {
     echo "FAIL: $*" >&2
+    [[ -z "${fail_log:-}" ]] || cat "$fail_log" >&2 2>/dev/null || true
     exit 1
 }

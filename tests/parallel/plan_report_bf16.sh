@@ -63,24 +63,7 @@ check 6 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=none,micro_batch=2,$s=1f1b --tp 2 -
 # train_gpt --plan counts the precision and V the job asks for: its
 # --explain 1 (the fastest plan, its bytes by kind) is plan_gpt's with the
 # same precision and V, on a cluster written by hand
-cat >"$work/cluster" <<'CL'
-ranks_per_node = 4
-mem_gib = 1
-peak_tflops = 0.05
-intra_gbs = 5
-inter_gbs = 1
-latency_us = 2
-mem_gbs = 3
-act_gbs = 1
-kernel_us = 0.2
-cores_per_node = 2
-mm_rows = 32
-mm_rows_half = 10
-attn_tflops = 0.02
-ring_tflops = 0.01
-ring_chunk = 16
-ring_chunk_half = 4
-CL
+cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
 explain() { # explain NAME PLAN_GPT_ARGS... -- TRAIN_GPT_ARGS...
     local name=$1 p=() job=plan-$$-$RANDOM
     shift

@@ -8,18 +8,7 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+job_test_setup
 
 # check LAYERS FIX TRAIN_ARGS...: FIX is plan_gpt's --fix (with
 # micro_batch), TRAIN_ARGS the same layout for train_gpt (a --pp-layers

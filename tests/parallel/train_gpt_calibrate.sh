@@ -9,18 +9,7 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+job_test_setup
 small=(--layers 2 --channels 32 --heads 2 --seq 16 --micro-batch 4)
 mb=4 seq=16 # of small
 

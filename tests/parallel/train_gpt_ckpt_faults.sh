@@ -12,18 +12,10 @@ set -euo pipefail
 case_name=${1:?which case: fallback, edit, leftovers or link}
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
+job_test_setup
 job=ckfault-$$-$RANDOM
-cleanup() {
-    kill_job "$job"
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    cat "$work/log" >&2 2>/dev/null || true
-    exit 1
-}
+jobs_started=("$job")
+fail_log=$work/log
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
     --ckpt-every 5 --resume)
 # train DIR STEPS: runs the job (60 s at most); $rc gets msrun's status

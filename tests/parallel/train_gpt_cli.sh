@@ -6,19 +6,8 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+job_test_setup
 small=(--layers 1 --channels 32 --heads 2 --seq 32 --micro-batch 4)
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
 
 # under msrun with N workers: msrun_n N ARGS... (stdout and stderr as given)
 msrun_n() {
@@ -56,7 +45,7 @@ refuse "need --ckpt-dir" --ckpt-keep 2
 refuse "run under msrun" --ckpt-dir "$work/ck"
 refuse "no data" --data "$work/missing"
 printf 'short' >"$work/short"
-refuse "must be longer than the sequence" --data "$work/short" --seq 32
+refuse "the data (5 tokens) must be longer than the sequence (32)" --data "$work/short" --seq 32
 # (into a file: grep -q leaving early would break a longer help's pipe)
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--zero-min-bytes" "$work/help" || fail "--help"
@@ -137,6 +126,9 @@ msrun_n 2 "${small[@]}" "${dp2[@]}" --lr 0.002 --ckpt-dir "$ck" --resume >"$work
     2>"$work/err" || rc=$?
 [[ $rc -eq 2 ]] || fail "other settings: exit $rc, want 2: $(cat "$work/err")"
 grep -q "other settings" "$work/err" || fail "other settings: $(cat "$work/err")"
+# the settings text counts the data in tokens (a byte-level corpus: its bytes)
+grep -q "checkpoint: .*; data generated corpus (seed 1337, 1048576 bytes) (1048576 tokens)" \
+    "$work/err" || fail "the settings' data: $(cat "$work/err")"
 msrun_n 1 "${small[@]}" --steps 1 --ckpt-dir "$work/empty" --resume >"$work/out" 2>"$work/err" ||
     fail "fresh start: $(cat "$work/err")"
 grep -q 'step 1 ' "$work/out" || fail "fresh start with --resume: $(cat "$work/out")"

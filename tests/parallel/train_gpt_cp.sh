@@ -9,19 +9,8 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+job_test_setup
 small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2)
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
 msrun_n() {
     local n=$1 job=cpcli-$$-$RANDOM
     shift

@@ -3,7 +3,10 @@
 # trained by 2 ranks in tp 2 generates, from its checkpoint loaded into one
 # process, exactly what the same weights generate from --init-from; greedy
 # and seeded sampling are repeatable; every bad value is refused with exit
-# 2 at its bound and one past.
+# 2 at its bound and one past. So do a MoE model trained with ep 2 (its
+# checkpoint's global batch taken without --global-batch) and a bf16 run's
+# model, generated with bf16 products: seeded samples repeat and equal the
+# export's.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -76,6 +79,9 @@ bad --generate 1 --prompt-tokens 256
 bad --generate 1 --prompt-tokens 1,,2
 bad --generate 1 --prompt ""
 bad --generate 1
+# one process without the model-parallel path: the option given is named
+bad --generate 1 --prompt a --recompute selective
+grep -q -- "--recompute" "$work/err" || fail "--recompute not named: $(cat "$work/err")"
 # a MoE model generates too (from the seed's weights: it runs)
 ok --generate 4 --prompt a --experts 4 --top-k 2 --moe-every 2
 # a directory without a checkpoint
@@ -97,4 +103,45 @@ bad "${tok[@]}" --generate 5 --prompt-tokens 384
 bad "${tok[@]}" --generate 5 --prompt abc
 bad "${tok[@]}" --generate 5 --prompt-tokens 1 --sample-top-k 385
 ok "${tok[@]}" --generate 5 --prompt-tokens 1 --sample-top-k 384
-echo "ok: generation from a tp 2 checkpoint, the sampler and the bounds"
+
+# from_trained NAME JOB TRAIN_ARGS... -- GEN_ARGS...: trains the model with
+# TRAIN_ARGS on 2 ranks into $work/NAME.ck (and its export NAME.st), then
+# generates with GEN_ARGS from the checkpoint, loaded into one process
+# without --global-batch (the checkpoint's is taken), twice with the same
+# seed, and from the export: all three the same text
+from_trained() {
+    local name=$1 j=$2 t=() g=() k
+    shift 2
+    while [[ $1 != -- ]]; do
+        t+=("$1")
+        shift
+    done
+    shift
+    g=("$@")
+    jobs_started+=("$j" "$j-g1" "$j-g2")
+    timeout -k 5 50 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$j" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "${t[@]}" --steps 10 \
+        --ckpt-dir "$work/$name.ck" --export-safetensors "$work/$name.st" \
+        >"$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; fail "$name: training failed"; }
+    for k in 1 2; do
+        timeout -k 5 30 "${msrun_cmd[@]}" --worker_num=1 --local_worker_num=1 \
+            --job_id="$j-g$k" --tag_output=0 "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" \
+            "${g[@]}" --ckpt-dir "$work/$name.ck" >"$work/$name.$k.out" 2>"$work/$name.err" ||
+            fail "$name: generation from the checkpoint: $(cat "$work/$name.err")"
+        grep -q "resumed from step 10 .* (saved by 2 ranks)" "$work/$name.err" ||
+            fail "$name: did not load step 10: $(cat "$work/$name.err")"
+    done
+    gen "${g[@]}" --init-from "$work/$name.st" >"$work/$name.st.out" 2>"$work/$name.err" ||
+        fail "$name: generation from the export: $(cat "$work/$name.err")"
+    [[ $(wc -c <"$work/$name.1.out") -eq 13 ]] || fail "$name: not 12 bytes and a newline"
+    cmp -s "$work/$name.1.out" "$work/$name.2.out" || fail "$name: the same seed twice differs"
+    cmp -s "$work/$name.1.out" "$work/$name.st.out" ||
+        fail "$name: checkpoint and export generate differently"
+}
+sampled=(--generate 12 --prompt "the " --temperature 2 --sample-seed 5)
+# a MoE model trained with expert parallel (ep 2 over dp 2: global batch 4)
+moe=(--experts 4 --top-k 2 --moe-every 1)
+from_trained moe "$job-moe" "${moe[@]}" --ep 2 -- "${moe[@]}" "${sampled[@]}"
+# a bf16 run's checkpoint (tp 2), generated with bf16 products
+from_trained bf16 "$job-bf16" --precision bf16 --tp 2 -- --precision bf16 "${sampled[@]}"
+echo "ok: generation from a tp 2, a MoE (ep 2) and a bf16 checkpoint, the sampler and the bounds"

@@ -5,17 +5,9 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
+job_test_setup
 job=msg-$$-$RANDOM
-cleanup() {
-    kill_job "$job"
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+jobs_started=("$job")
 small=(--layers 2 --channels 32 --heads 2 --seq 32 --micro-batch 4)
 
 # alone: the header names the model's parameters and the loss's unit

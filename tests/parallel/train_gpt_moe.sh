@@ -13,18 +13,7 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+job_test_setup
 # every second block is MoE; capacity 1.0 drops some choices every step
 moe=(--layers 2 --channels 16 --heads 2 --seq 16 --micro-batch 2 --experts 4 --top-k 2
     --moe-every 1 --capacity-factor 1.0 --aux-loss 0.01 --global-batch 8 --report)

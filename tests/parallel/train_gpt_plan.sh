@@ -11,19 +11,8 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
-jobs_started=()
-cleanup() {
-    local j
-    for j in "${jobs_started[@]}"; do kill_job "$j"; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+job_test_setup
 export XDG_CACHE_HOME="$work/cache" # the calibration cache: never the user's own
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
 model=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --steps 2)
 
 msrun_n() { # msrun_n N ARGS...
@@ -35,25 +24,7 @@ msrun_n() { # msrun_n N ARGS...
 }
 
 # a cluster of this machine's order, written by hand so the plans are fixed
-cat >"$work/cluster" <<'EOF'
-# a test cluster
-ranks_per_node = 4
-mem_gib = 1
-peak_tflops = 0.05
-intra_gbs = 5
-inter_gbs = 1
-latency_us = 2
-mem_gbs = 3
-act_gbs = 1
-kernel_us = 0.2
-cores_per_node = 2
-mm_rows = 32
-mm_rows_half = 10
-attn_tflops = 0.02
-ring_tflops = 0.01
-ring_chunk = 16
-ring_chunk_half = 4
-EOF
+cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
 
 # rows FILE: the table's rows (msrun's prefix dropped), "# dp tp pp cp ep
 # sp zero recompute micro accum schedule ... step_ms ..."

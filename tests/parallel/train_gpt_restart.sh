@@ -6,19 +6,10 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
-work=$(mktemp -d)
+job_test_setup
 job=restart-$$-$RANDOM
-cleanup() {
-    kill_job "$job"
-    kill_job "$job-ref"
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    cat "$work/log" >&2 2>/dev/null || true
-    exit 1
-}
+jobs_started=("$job" "$job-ref")
+fail_log=$work/log
 steps=300
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --zero 2 --bucket-mb 0.02
     --steps $steps --ckpt-every 5 --ckpt-keep 2 --resume)
