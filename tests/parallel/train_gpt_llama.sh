@@ -3,9 +3,10 @@
 # the layouts it does not have yet are refused before training (exit 2,
 # with the reason); dp 2 with ZeRO 0, 1, 2 and 3 print the losses and
 # gradient norms of one process over 10 steps (1e-5 relative); a
-# checkpoint saved by dp 2 with ZeRO 1 at step 4 resumes in one process
-# with ZeRO 0 and in dp 2 with ZeRO 3 to the same 10 steps; a Llama's
-# checkpoint is refused by a Llama of other kv heads.
+# checkpoint saved by dp 2 with ZeRO 1 at step 4 is exported by msrun ckpt
+# export as the run's own --export-safetensors (Hugging Face's names) and
+# resumes in one process with ZeRO 0 and in dp 2 with ZeRO 3 to the same
+# 10 steps; a Llama's checkpoint is refused by a Llama of other kv heads.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -80,7 +81,12 @@ done
 
 # checkpoints: dp 2 ZeRO 1 saves at step 4; one process and dp 2 ZeRO 3 resume
 msrun_n 2 "${model[@]}" --micro-batch 2 --zero 1 --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" \
-    >/dev/null 2>"$W/err" || fail "saving: $(cat "$W/err")"
+    --export-safetensors "$W/s4.st" >/dev/null 2>"$W/err" || fail "saving: $(cat "$W/err")"
+# msrun ckpt export writes the checkpoint's Llama as the run's own export
+timeout -k 5 60 "$bin/msrun" ckpt export "$W/ck" --safetensors "$W/e4.st" >"$W/out" 2>"$W/err" ||
+    fail "msrun ckpt export: $(cat "$W/err")"
+cmp -s "$W/s4.st" "$W/e4.st" || fail "msrun ckpt export differs from the run's own export"
+grep -q "model.layers.2.mlp.down_proj.weight" "$W/e4.st" || fail "no Hugging Face names"
 tail -n 6 "$W/one" >"$W/one-tail"
 for layout in "1 --micro-batch 4" "2 --micro-batch 2 --zero 3"; do
     spec=($layout)
