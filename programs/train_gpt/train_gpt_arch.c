@@ -1,10 +1,10 @@
 /* train_gpt's --arch (train_gpt.h): gpt or llama, the Llama's options and
  * what a Llama runs on today (docs/model.md "Llama"): one process, data
  * parallel and ZeRO 1-3, checkpoints and resume, safetensors export and
- * import, --dump-logits and --dump-grads. The model-parallel runtime
- * (tp, sp, pp, cp, virtual stages, recompute, --trace), experts, bf16
- * products, the CUDA trainer, generation and the planner run GPT blocks
- * only, and are refused for a Llama by name. */
+ * import, --dump-logits and --dump-grads, fp32 or bf16 products. The
+ * model-parallel runtime (tp, sp, pp, cp, virtual stages, recompute,
+ * --trace), experts, the CUDA trainer, generation and the planner run GPT
+ * blocks only, and are refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,8 +37,6 @@ static const char *missing_piece(const options_t *o)
         return "--trace (the model-parallel runtime's Llama blocks)";
     if (o->experts > 0 || o->ep > 1)
         return "--experts and --ep (Mixtral-style SwiGLU experts)";
-    if (strcmp(o->precision, "fp32") != 0)
-        return "--precision bf16 (not checked against fp32 for a Llama)";
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda (the CUDA trainer's Llama kernels)";
     if (o->generate > 0 || o->prompt != NULL || o->prompt_tokens != NULL)

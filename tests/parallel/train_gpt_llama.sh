@@ -2,7 +2,9 @@
 # train_gpt --arch llama (docs/model.md "Llama"): its options' limits and
 # the layouts it does not have yet are refused before training (exit 2,
 # with the reason); dp 2 with ZeRO 0, 1, 2 and 3 print the losses and
-# gradient norms of one process over 10 steps (1e-5 relative); a
+# gradient norms of one process over 10 steps (1e-5 relative); with
+# --precision bf16 one process stays within loss / 128 of fp32 and dp 2 of
+# one process; a
 # checkpoint saved by dp 2 with ZeRO 1 at step 4 is exported by msrun ckpt
 # export as the run's own --export-safetensors (Hugging Face's names) and
 # resumes in one process with ZeRO 0 and in dp 2 with ZeRO 3 to the same
@@ -46,7 +48,6 @@ refuse "--tp (tensor-parallel Llama blocks) is not written" "${small[@]}" --tp 2
 refuse "--pp, --virtual-stages and --pp-layers" "${small[@]}" --pp 2
 refuse "--cp (ring attention with rotary positions)" "${small[@]}" --cp 2
 refuse "--experts and --ep" "${small[@]}" --experts 4
-refuse "--precision bf16" "${small[@]}" --precision bf16
 refuse "--recompute" "${small[@]}" --recompute full
 refuse "--generate" "${small[@]}" --generate 4
 refuse "the planner's count" "${small[@]}" --plan
@@ -78,6 +79,23 @@ for z in 0 1 2 3; do
         2>"$W/err" || fail "dp 2 zero $z: $(cat "$W/err")"
     close "$W/dp2z$z" "$W/one"
 done
+
+# bf16 products (docs/model.md "bf16 training": the tolerance loss / 128):
+# one process differs from fp32 but stays within it, dp 2 ZeRO 1 within it
+# of one process in bf16
+timeout 60 "$bin/train_gpt" "${model[@]}" --micro-batch 4 --precision bf16 \
+    --loss-log "$W/one-bf16" >/dev/null 2>"$W/err" || fail "bf16: $(cat "$W/err")"
+msrun_n 2 "${model[@]}" --micro-batch 2 --zero 1 --precision bf16 --loss-log "$W/dp2-bf16" \
+    >/dev/null 2>"$W/err" || fail "dp 2 bf16: $(cat "$W/err")"
+python3 - "$W/one-bf16" "$W/one" "$W/dp2-bf16" <<'PY' || fail "bf16 (above)"
+import sys
+b, f, d = [[float.fromhex(l.split()[3]) for l in open(p) if l.strip()] for p in sys.argv[1:4]]
+assert len(b) == len(f) == len(d) == 10, (len(b), len(f), len(d))
+assert b != f, "bf16 trains the fp32 numbers"
+for i, (x, y, z) in enumerate(zip(b, f, d)):
+    assert abs(x - y) <= y / 128, ("bf16 vs fp32", i + 1, x, y)
+    assert abs(z - x) <= x / 128, ("dp 2 bf16 vs one process bf16", i + 1, z, x)
+PY
 
 # checkpoints: dp 2 ZeRO 1 saves at step 4; one process and dp 2 ZeRO 3 resume
 msrun_n 2 "${model[@]}" --micro-batch 2 --zero 1 --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" \
