@@ -78,6 +78,10 @@ msr_status_t msr_gpt_gen_create(msr_gpt_t *model, msr_gpt_gen_t **gen_p)
     const msr_gpt_config_t *cfg = &model->cfg;
     if (!model->whole || model->params == NULL)
         return msr_err(MSR_ERR_CONFIG, "generate: needs the whole model with its parameters");
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA) {
+        return msr_err(MSR_ERR_CONFIG, "generate: a Llama's key/value cache (rotary positions, "
+                                       "grouped key/value heads) is not written yet");
+    }
     if (cfg->moe.experts > 0 &&
         (model->moe == NULL || msr_moe_count(model->moe) != msr_moe_num_params(cfg))) {
         return msr_err(MSR_ERR_CONFIG, "generate: a MoE model needs all its experts in this "

@@ -204,9 +204,10 @@ static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks
     msr_gpt_acts_t *acts = &model->acts;
     msr_gpt_work_t *w = &model->work;
     msr_status_t st;
-    if (llama && (st = visit_embeddings(model, hooks, MSR_GPT_BACKWARD)) != MSR_OK)
-        return st;
-    if (!llama) { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
+    if (llama) { /* the GPT's visit to the head's segment 0: nothing to do */
+        if ((st = visit_embeddings(model, hooks, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+    } else { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
         if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
         msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,

@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "model/gpt.h"
+#include "model/gpt_generate.h"
 #include "model/layers.h"
 #include "model/rng.h"
 #include "tests/runner.h"
@@ -483,6 +484,17 @@ static void test_hooks(void)
     msr_gpt_destroy(m);
 }
 
+/* Generation's key/value cache is the GPT's: refused for a Llama, by name. */
+static void test_generate_refused(void)
+{
+    msr_gpt_t *m = llama_model(2, 2);
+    msr_gpt_gen_t *g = NULL;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_gpt_gen_create(m, &g), MSR_ERR_CONFIG);
+    MSR_CHECK(g == NULL && strstr(msr_err_msg(), "Llama") != NULL);
+    msr_gpt_destroy(m);
+}
+
 /* ---- limits ---- */
 
 static void check_refused(const msr_gpt_config_t *cfg, const char *what)
@@ -559,6 +571,7 @@ static const msr_test_t tests[] = {
     {"gradient_gqa", test_gradient_gqa, 60},
     {"gradient_mha", test_gradient_mha, 60},
     {"hooks", test_hooks, 10},
+    {"generate_refused", test_generate_refused, 10},
     {"limits", test_limits, 10},
 };
 
