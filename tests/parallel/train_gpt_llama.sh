@@ -6,7 +6,8 @@
 # --precision bf16 one process stays within loss / 128 of fp32 and dp 2 of
 # one process; a
 # checkpoint saved by dp 2 with ZeRO 1 at step 4 is exported by msrun ckpt
-# export as the run's own --export-safetensors (Hugging Face's names) and
+# export as the run's own --export-safetensors (Hugging Face's names),
+# which --init-from reads back unchanged (a GPT's file refused), and
 # resumes in one process with ZeRO 0 and in dp 2 with ZeRO 3 to the same
 # 10 steps; a Llama's checkpoint is refused by a Llama of other kv heads.
 set -euo pipefail
@@ -105,6 +106,15 @@ timeout -k 5 60 "$bin/msrun" ckpt export "$W/ck" --safetensors "$W/e4.st" >"$W/o
     fail "msrun ckpt export: $(cat "$W/err")"
 cmp -s "$W/s4.st" "$W/e4.st" || fail "msrun ckpt export differs from the run's own export"
 grep -q "model.layers.2.mlp.down_proj.weight" "$W/e4.st" || fail "no Hugging Face names"
+# --init-from reads it back (dp 2 ZeRO 3 reading its owned pieces): the same file out
+msrun_n 2 "${model[@]}" --micro-batch 2 --zero 3 --steps 0 --init-from "$W/e4.st" \
+    --export-safetensors "$W/i4.st" >/dev/null 2>"$W/err" || fail "init-from: $(cat "$W/err")"
+cmp -s "$W/e4.st" "$W/i4.st" || fail "--init-from then --export-safetensors changed the weights"
+# a GPT's file is not a Llama's weights
+timeout 60 "$bin/train_gpt" --layers 3 --channels 32 --heads 4 --seq 16 --steps 0 \
+    --export-safetensors "$W/gpt.st" >/dev/null 2>"$W/err" || fail "gpt export: $(cat "$W/err")"
+refuse "no tensor 'model.embed_tokens.weight'" "${model[@]}" --micro-batch 4 --steps 0 \
+    --init-from "$W/gpt.st"
 tail -n 6 "$W/one" >"$W/one-tail"
 for layout in "1 --micro-batch 4" "2 --micro-batch 2 --zero 3"; do
     spec=($layout)
