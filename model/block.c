@@ -66,13 +66,17 @@ static int qkv_width(const msr_block_t *b)
 }
 
 /* The Llama's attention on its qkv (N, Cl + 2 KVl), just projected: rotary
- * positions on q and k, then grouped-query attention. */
-static void llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
+ * positions on q and k (from position pos0), then grouped-query attention,
+ * or the attend hook's (generation's key/value cache). */
+static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
 {
     int HS = b->Cl / b->NHl, W = qkv_width(b);
-    msr_rope_forward(a->qkv, W, b->B, b->T, b->NHl, HS, b->rope_theta, 1);
-    msr_rope_forward(a->qkv + b->Cl, W, b->B, b->T, b->NKVl, HS, b->rope_theta, 1);
+    msr_rope_forward(a->qkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, 1);
+    msr_rope_forward(a->qkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, 1);
+    if (b->comm != NULL && b->comm->attend != NULL) /* generation's cache */
+        return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
     msr_attention_gqa_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl, b->NKVl);
+    return MSR_OK;
 }
 
 /* Its backward: b->dqkv (N, Cl + 2 KVl) += from b->datty; the rotated q
@@ -82,8 +86,8 @@ static void llama_attend_backward(const msr_block_t *b, const msr_gpt_block_acts
     int HS = b->Cl / b->NHl, W = qkv_width(b);
     msr_attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
                                b->Cl, b->NHl, b->NKVl);
-    msr_rope_forward(b->dqkv, W, b->B, b->T, b->NHl, HS, b->rope_theta, -1);
-    msr_rope_forward(b->dqkv + b->Cl, W, b->B, b->T, b->NKVl, HS, b->rope_theta, -1);
+    msr_rope_forward(b->dqkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, -1);
+    msr_rope_forward(b->dqkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, -1);
 }
 
 /* ln = norm(x): LayerNorm (mean and rstd kept), or a Llama's RMSNorm
@@ -111,7 +115,7 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
     if ((st = poll(b)) != MSR_OK)
         return st;
     if (b->llama)
-        llama_attend(b, a);
+        st = llama_attend(b, a);
     else if (b->comm != NULL && b->comm->attend != NULL)
         st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
     else

@@ -24,7 +24,8 @@
  * query heads then the key/value heads (grouped-query attention) with
  * rotary positions applied to q and k, and the SwiGLU MLP: fc (N, 2Hl)
  * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Only tp = 1 and
- * no context parallel are written for it (msr_gpt_part_check). */
+ * no context parallel are written for it (msr_gpt_part_check); its attend
+ * hook (forward only: generation) gets the rotated qkv (N, Cl + 2 KVl). */
 #ifndef MSR_MODEL_BLOCK_H
 #define MSR_MODEL_BLOCK_H
 
@@ -66,6 +67,8 @@ typedef struct msr_block {
     int llama;                    /* a Llama block (above): 0 for the GPT's */
     int NKVl;                     /* llama: this rank's key/value heads (KVl = NKVl * Cl/NHl) */
     double rope_theta;            /* llama: the rotary base */
+    int pos0;                     /* llama: the position of each sequence's first row (0;
+                                   * generation: the cache's length) */
     const msr_block_comm_t *comm; /* NULL: tp = 1 */
     msr_products_t *prod;         /* the products' precision (NULL: fp32), the model's */
     float *proj, *projl;          /* (N,C) a projection before its reduction, (Nl,C) */

@@ -198,10 +198,11 @@ void msr_swiglu_forward(float *out, const float *inp, int N, int F);
 void msr_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 /* Rotary positions in place on H heads of width HS (even) at the start of
  * each row of x (B,T, row stride ld): Hugging Face Llama's rotate_half
- * pairing (element i with i + HS/2, angle t * theta^(-2i/HS), t the
- * position in the sequence). dir = 1 rotates, -1 rotates back (backward:
- * a gradient rotates back in place). */
-void msr_rope_forward(float *x, int ld, int B, int T, int H, int HS, double theta, int dir);
+ * pairing (element i with i + HS/2, angle t * theta^(-2i/HS), t = t0 + the
+ * row's index in its sequence: t0 0 for whole sequences, the cache's
+ * length when generating). dir = 1 rotates, -1 rotates back (backward: a
+ * gradient rotates back in place). */
+void msr_rope_forward(float *x, int ld, int B, int T, int t0, int H, int HS, double theta, int dir);
 
 /* Softmax and cross-entropy fused.
  * losses (N) = -log softmax(logits)[target], probs (N,V) the softmax (kept for
@@ -258,7 +259,8 @@ void msr_rmsnorm_backward_f64(double *dinp, double *dweight, const double *dout,
                               const double *weight, const double *rstd, int N, int C);
 void msr_swiglu_forward_f64(double *out, const double *inp, int N, int F);
 void msr_swiglu_backward_f64(double *dinp, const double *inp, const double *dout, int N, int F);
-void msr_rope_forward_f64(double *x, int ld, int B, int T, int H, int HS, double theta, int dir);
+void msr_rope_forward_f64(double *x, int ld, int B, int T, int t0, int H, int HS, double theta,
+                          int dir);
 void msr_gelu_forward_f64(double *out, const double *inp, size_t n);
 void msr_gelu_backward_f64(double *dinp, const double *inp, const double *dout, size_t n);
 void msr_residual_forward_f64(double *out, const double *a, const double *b, size_t n);

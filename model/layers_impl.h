@@ -313,17 +313,18 @@ void LAYER(swiglu_backward)(real *dinp, const real *inp, const real *dout, int N
 
 /* Rotary positions, Hugging Face Llama's "rotate_half" pairing: in each
  * head of width HS, element i < HS/2 turns with element i + HS/2 by the
- * angle t * theta^(-2i/HS), t the token's position in its sequence:
+ * angle t * theta^(-2i/HS), t = t0 + the row's index in its sequence:
  *   x'[i] = x[i] cos - x[i+HS/2] sin,  x'[i+HS/2] = x[i+HS/2] cos + x[i] sin
  * x (B,T, row stride ld) holds H heads from its first column, rotated in
  * place; dir = -1 turns them back (the backward of dir = +1: a rotation's
  * transpose is its inverse). The angles are computed in double. */
-void LAYER(rope_forward)(real *x, int ld, int B, int T, int H, int HS, double theta, int dir)
+void LAYER(rope_forward)(real *x, int ld, int B, int T, int t0, int H, int HS, double theta,
+                         int dir)
 {
     int half = HS / 2;
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
-            double ang = (double)t * pow(theta, -2.0 * i / HS);
+            double ang = (double)(t0 + t) * pow(theta, -2.0 * i / HS);
             real cs = (real)cos(ang), sn = (real)(dir * sin(ang));
             for (int b = 0; b < B; b++) {
                 real *row = x + ((size_t)b * T + t) * (size_t)ld; /* (ld) */

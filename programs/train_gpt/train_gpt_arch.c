@@ -1,9 +1,9 @@
 /* train_gpt's --arch (train_gpt.h): gpt or llama, the Llama's options and
  * what a Llama runs on today (docs/model.md "Llama"): one process, data
  * parallel and ZeRO 1-3, checkpoints and resume, safetensors export and
- * import, --dump-logits and --dump-grads, fp32 or bf16 products. The
- * model-parallel runtime (tp, sp, pp, cp, virtual stages, recompute,
- * --trace), experts, the CUDA trainer, generation and the planner run GPT
+ * import, --dump-logits and --dump-grads, fp32 or bf16 products,
+ * --generate. The model-parallel runtime (tp, sp, pp, cp, virtual stages,
+ * recompute, --trace), experts, the CUDA trainer and the planner run GPT
  * blocks only, and are refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,8 +39,6 @@ static const char *missing_piece(const options_t *o)
         return "--experts and --ep (Mixtral-style SwiGLU experts)";
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda (the CUDA trainer's Llama kernels)";
-    if (o->generate > 0 || o->prompt != NULL || o->prompt_tokens != NULL)
-        return "--generate (a key/value cache with rotary positions)";
     if (o->calibrate != NULL || o->plan || o->plan_all || o->explain > 0 || o->auto_plan ||
         o->cluster != NULL || o->recalibrate)
         return "--plan, --auto, --explain and --calibrate (the planner's count of the "

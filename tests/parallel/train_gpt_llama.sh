@@ -9,7 +9,8 @@
 # export as the run's own --export-safetensors (Hugging Face's names),
 # which --init-from reads back unchanged (a GPT's file refused), and
 # resumes in one process with ZeRO 0 and in dp 2 with ZeRO 3 to the same
-# 10 steps; a Llama's checkpoint is refused by a Llama of other kv heads.
+# 10 steps; --generate from that checkpoint equals --generate from its
+# export; a Llama's checkpoint is refused by a Llama of other kv heads.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -50,7 +51,6 @@ refuse "--pp, --virtual-stages and --pp-layers" "${small[@]}" --pp 2
 refuse "--cp (ring attention with rotary positions)" "${small[@]}" --cp 2
 refuse "--experts and --ep" "${small[@]}" --experts 4
 refuse "--recompute" "${small[@]}" --recompute full
-refuse "--generate" "${small[@]}" --generate 4
 refuse "the planner's count" "${small[@]}" --plan
 # the bounds themselves train: kv heads 1 and = heads, ffn 1
 for extra in "--kv-heads 1" "--kv-heads 4" "--ffn 1"; do
@@ -134,6 +134,27 @@ for x, y in zip(a, b):
 PY
     rm -rf "$W/ck-r" "$W/res"
 done
+# --generate from the dp 2 ZeRO 1 checkpoint (into one process) = from its
+# export; greedy twice the same
+gen() {
+    local job=llama-$$-$RANDOM
+    jobs_started+=("$job")
+    timeout -k 5 30 "${msrun_cmd[@]}" --worker_num=1 --local_worker_num=1 --job_id="$job" \
+        --tag_output=0 "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --micro-batch 4 "$@"
+}
+gen --ckpt-dir "$W/ck" --generate 10 --prompt "the " --sample-seed 3 >"$W/g-ck" 2>"$W/err" ||
+    fail "generate from the checkpoint: $(cat "$W/err")"
+grep -q "resumed from step 4" "$W/err" || fail "did not load step 4: $(cat "$W/err")"
+timeout 30 "$bin/train_gpt" "${model[@]}" --init-from "$W/e4.st" --generate 10 --prompt "the " \
+    --sample-seed 3 >"$W/g-st" 2>"$W/err" || fail "generate from the export: $(cat "$W/err")"
+cmp -s "$W/g-ck" "$W/g-st" || fail "checkpoint and export generate differently"
+[[ $(wc -c <"$W/g-st") -eq 11 ]] || fail "not 10 bytes and a newline: $(od -c "$W/g-st")"
+for i in 1 2; do
+    timeout 30 "$bin/train_gpt" "${model[@]}" --init-from "$W/e4.st" --generate 10 \
+        --prompt-tokens 116,104 --temperature 0 >"$W/greedy$i" 2>"$W/err" ||
+        fail "greedy: $(cat "$W/err")"
+done
+cmp -s "$W/greedy1" "$W/greedy2" || fail "greedy differs between runs"
 # another Llama (kv heads 4) does not resume it
 rc=0
 msrun_n 1 "${model[@]}" --micro-batch 4 --kv-heads 4 --ckpt-dir "$W/ck" --resume >"$W/out" \
