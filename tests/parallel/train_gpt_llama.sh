@@ -106,6 +106,11 @@ timeout -k 5 60 "$bin/msrun" ckpt export "$W/ck" --safetensors "$W/e4.st" >"$W/o
     fail "msrun ckpt export: $(cat "$W/err")"
 cmp -s "$W/s4.st" "$W/e4.st" || fail "msrun ckpt export differs from the run's own export"
 grep -q "model.layers.2.mlp.down_proj.weight" "$W/e4.st" || fail "no Hugging Face names"
+# msrun ckpt inspect reads the Llama's table out of the checkpoint's settings
+timeout -k 5 60 "$bin/msrun" ckpt inspect "$W/ck" >"$W/out" 2>"$W/err" ||
+    fail "msrun ckpt inspect: $(cat "$W/err")"
+grep -q "h2.wk .*(16, 32)" "$W/out" && grep -q "lm_head .*(256, 32)" "$W/out" ||
+    fail "msrun ckpt inspect: $(cat "$W/out")"
 # --init-from reads it back (dp 2 ZeRO 3 reading its owned pieces): the same file out
 msrun_n 2 "${model[@]}" --micro-batch 2 --zero 3 --steps 0 --init-from "$W/e4.st" \
     --export-safetensors "$W/i4.st" >/dev/null 2>"$W/err" || fail "init-from: $(cat "$W/err")"
