@@ -52,10 +52,53 @@ static msr_status_t residual(const msr_block_t *b, float *out, const float *x, c
     msr_status_t st = reduce(b, b->proj, b->projl, &r);
     if (st != MSR_OK)
         return st;
-    if (b->tp > 1)
+    if (b->tp > 1 && bias != NULL)
         add_bias(r, bias, b->Nl, b->C);
     msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
     return poll(b);
+}
+
+/* The width of this rank's q, k and v columns of qkv: 3Cl, or a Llama's
+ * Cl + 2 KVl. */
+static int qkv_width(const msr_block_t *b)
+{
+    return b->llama ? b->Cl + 2 * b->NKVl * (b->Cl / b->NHl) : 3 * b->Cl;
+}
+
+/* The Llama's attention on its qkv (N, Cl + 2 KVl), just projected: rotary
+ * positions on q and k (from position pos0), then grouped-query attention,
+ * or the attend hook's (generation's key/value cache). */
+static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
+{
+    int HS = b->Cl / b->NHl, W = qkv_width(b);
+    msr_rope_forward(a->qkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, 1);
+    msr_rope_forward(a->qkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, 1);
+    if (b->comm != NULL && b->comm->attend != NULL) /* generation's cache */
+        return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
+    msr_attention_gqa_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl, b->NKVl);
+    return MSR_OK;
+}
+
+/* Its backward: b->dqkv (N, Cl + 2 KVl) += from b->datty; the rotated q
+ * and k gradients then turn back to those of the projection's output. */
+static void llama_attend_backward(const msr_block_t *b, const msr_gpt_block_acts_t *a)
+{
+    int HS = b->Cl / b->NHl, W = qkv_width(b);
+    msr_attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
+                               b->Cl, b->NHl, b->NKVl);
+    msr_rope_forward(b->dqkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, -1);
+    msr_rope_forward(b->dqkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, -1);
+}
+
+/* ln = norm(x): LayerNorm (mean and rstd kept), or a Llama's RMSNorm
+ * (rstd kept, no bias). */
+static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rstd, const float *x,
+                         const float *w, const float *bias)
+{
+    if (b->llama)
+        msr_rmsnorm_forward(ln, rstd, x, w, (int)b->Nl, b->C);
+    else
+        msr_layernorm_forward(ln, mean, rstd, x, w, bias, (int)b->Nl, b->C);
 }
 
 /* x + attn(ln1(x)) */
@@ -64,14 +107,16 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
-    msr_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, (int)b->Nl, C);
+    norm_forward(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
     msr_status_t st = enter(b, a->ln1, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(b->prod, a->qkv, in, p->qkvw, p->qkvb, N, C, 3 * b->Cl);
+    msr_matmul_forward(b->prod, a->qkv, in, p->qkvw, p->qkvb, N, C, qkv_width(b));
     if ((st = poll(b)) != MSR_OK)
         return st;
-    if (b->comm != NULL && b->comm->attend != NULL)
+    if (b->llama)
+        st = llama_attend(b, a);
+    else if (b->comm != NULL && b->comm->attend != NULL)
         st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
     else
         msr_attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
@@ -88,15 +133,18 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
-                          C);
+    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
     msr_status_t st = enter(b, a->ln2, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(b->prod, a->fch, in, p->fcw, p->fcb, N, C, b->Hl);
+    /* GELU's fc (N,Hl), or a Llama's gate and up (N,2Hl) */
+    msr_matmul_forward(b->prod, a->fch, in, p->fcw, p->fcb, N, C, b->llama ? 2 * b->Hl : b->Hl);
     if ((st = poll(b)) != MSR_OK)
         return st;
-    msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
+    if (b->llama)
+        msr_swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
+    else
+        msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
     msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
                        C);
     return residual(b, a->res3, a->res2, p->fcprojb);
@@ -162,7 +210,10 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
     msr_matmul_backward(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
     if ((st = poll(b)) != MSR_OK || (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
         return st;
-    msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+    if (b->llama)
+        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
+    else
+        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
     return MSR_OK;
 }
 
@@ -173,15 +224,19 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
                                  float *dres)
 {
     size_t NH = b->N * (size_t)b->Hl;
+    int OC = b->llama ? 2 * b->Hl : b->Hl; /* fc's outputs: a Llama's gate and up */
     /* res3 = res2 + mlp(ln2(res2)): dres reaches res2 unchanged through the
      * skip, and is the gradient of the MLP's output */
     msr_status_t st = proj_backward(b, b->dfch_gelu, g->fcprojw, g->fcprojb, dres, a->fch_gelu,
                                     p->fcprojw, b->Hl);
     if (st != MSR_OK)
         return st;
-    memset(b->dfch, 0, NH * sizeof(float));
-    msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
-    return norm_backward(b, dres, b->dfch, b->Hl, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
+    memset(b->dfch, 0, b->N * (size_t)OC * sizeof(float));
+    if (b->llama)
+        msr_swiglu_backward(b->dfch, a->fch, b->dfch_gelu, (int)b->N, b->Hl);
+    else
+        msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
+    return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
                          g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
 }
 
@@ -196,8 +251,10 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
     if (st != MSR_OK)
         return st;
-    memset(b->dqkv, 0, b->N * 3 * (size_t)b->Cl * sizeof(float));
-    if (b->comm != NULL && b->comm->attend_backward != NULL)
+    memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
+    if (b->llama)
+        llama_attend_backward(b, a);
+    else if (b->comm != NULL && b->comm->attend_backward != NULL)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
         msr_attention_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
@@ -205,8 +262,8 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */
-    return norm_backward(b, dres, b->dqkv, 3 * b->Cl, a->ln1, p->qkvw, g->qkvw, g->qkvb, x, p->ln1w,
-                         g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
+    return norm_backward(b, dres, b->dqkv, qkv_width(b), a->ln1, p->qkvw, g->qkvw, g->qkvb, x,
+                         p->ln1w, g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
 }
 
 /* The caller's MLP's backward: dres (Nl,C), the gradient of res3, becomes

@@ -17,7 +17,15 @@
  * attend hook (ring attention over the cp group, see mp.h). At tp = 1 the biases
  * of the row-parallel layers go into their matmuls; with tp > 1 they are
  * added once after the reduction. Bitwise the same at tp = 1 whatever the
- * caller. Not thread-safe: one thread drives a block's buffers. */
+ * caller. Not thread-safe: one thread drives a block's buffers.
+ *
+ * A Llama block (llama set; docs/model.md "Llama") is the same block with
+ * RMSNorm for ln1 and ln2, no biases, qkv (N, Cl + 2 KVl) holding the
+ * query heads then the key/value heads (grouped-query attention) with
+ * rotary positions applied to q and k, and the SwiGLU MLP: fc (N, 2Hl)
+ * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Only tp = 1 and
+ * no context parallel are written for it (msr_gpt_part_check); its attend
+ * hook (forward only: generation) gets the rotated qkv (N, Cl + 2 KVl). */
 #ifndef MSR_MODEL_BLOCK_H
 #define MSR_MODEL_BLOCK_H
 
@@ -56,6 +64,11 @@ typedef struct msr_block {
     int tp;                       /* tensor-parallel degree: 1 for the whole block */
     int NHl, Cl, Hl;              /* this rank's heads, their width C/tp, MLP width 4C/tp */
     size_t N, Nl;                 /* token rows, rows held outside the tp layers */
+    int llama;                    /* a Llama block (above): 0 for the GPT's */
+    int NKVl;                     /* llama: this rank's key/value heads (KVl = NKVl * Cl/NHl) */
+    double rope_theta;            /* llama: the rotary base */
+    int pos0;                     /* llama: the position of each sequence's first row (0;
+                                   * generation: the cache's length) */
     const msr_block_comm_t *comm; /* NULL: tp = 1 */
     msr_products_t *prod;         /* the products' precision (NULL: fp32), the model's */
     float *proj, *projl;          /* (N,C) a projection before its reduction, (Nl,C) */

@@ -18,6 +18,35 @@
 #include "model/moe.h"
 #include "model/rng.h"
 
+/* A Llama's own sizes (gpt.h). */
+static msr_status_t llama_check(const msr_gpt_config_t *cfg)
+{
+    if (cfg->arch != MSR_GPT_ARCH_LLAMA)
+        return msr_err(MSR_ERR_CONFIG, "architecture %d is not gpt (0) or llama (1)", cfg->arch);
+    if (cfg->ffn < 1 || cfg->ffn > GPT_MAX_FFN) {
+        return msr_err(MSR_ERR_CONFIG, "llama: ffn %d is not in [1, %d]", cfg->ffn, GPT_MAX_FFN);
+    }
+    if (cfg->kv_heads < 1 || cfg->kv_heads > cfg->heads || cfg->heads % cfg->kv_heads != 0) {
+        return msr_err(MSR_ERR_CONFIG, "llama: %d kv heads do not divide the %d heads",
+                       cfg->kv_heads, cfg->heads);
+    }
+    if ((cfg->channels / cfg->heads) % 2 != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "llama: the head width %d (channels %d / heads %d) is odd: rotary "
+                       "positions turn pairs",
+                       cfg->channels / cfg->heads, cfg->channels, cfg->heads);
+    }
+    if (!(cfg->rope_theta > 1.0 && cfg->rope_theta <= 1e12)) {
+        return msr_err(MSR_ERR_CONFIG, "llama: rope theta %g is not in (1, 1e12]", cfg->rope_theta);
+    }
+    if (cfg->moe.experts != 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "llama: no experts yet (its Mixtral-style SwiGLU experts are not "
+                       "written; the MoE blocks are GPT-2 MLPs)");
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg)
 {
     if (cfg->vocab < 1 || cfg->vocab > GPT_MAX_VOCAB) {
@@ -39,6 +68,8 @@ msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg)
         return msr_err(MSR_ERR_CONFIG, "channels %d do not divide into %d heads", cfg->channels,
                        cfg->heads);
     }
+    if (cfg->arch != MSR_GPT_ARCH_GPT && llama_check(cfg) != MSR_OK)
+        return MSR_ERR_CONFIG;
     const msr_gpt_moe_t *m = &cfg->moe;
     if (m->experts == 0)
         return MSR_OK;
@@ -72,6 +103,10 @@ int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l)
 size_t msr_gpt_block_params(const msr_gpt_config_t *cfg, int l)
 {
     size_t C = (size_t)cfg->channels, E = (size_t)cfg->moe.experts;
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA) { /* ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2 */
+        size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads), F = (size_t)cfg->ffn;
+        return 2 * C * C + 2 * KVC * C + 2 * C + 3 * F * C;
+    }
     size_t attn = 4 * C * C + 8 * C;  /* ln1, qkv, attproj, ln2 */
     if (msr_gpt_layer_is_moe(cfg, l)) /* the router; the experts are the MoE state's */
         return attn + E * C;
@@ -81,9 +116,13 @@ size_t msr_gpt_block_params(const msr_gpt_config_t *cfg, int l)
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
 {
     size_t C = (size_t)cfg->channels, n = (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C;
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA) /* wte; lnfw and the untied head */
+        n = (size_t)cfg->vocab * C + C + (size_t)cfg->vocab * C;
+    else
+        n += 2 * C;
     for (int l = 0; l < cfg->layers; l++)
         n += msr_gpt_block_params(cfg, l);
-    return n + 2 * C;
+    return n;
 }
 
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part)
@@ -96,6 +135,12 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
         return msr_err(
             MSR_ERR_CONFIG, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
             part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
+    }
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA && (part->tp > 1 || part->pp > 1)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "llama: tp %d, pp %d: a Llama runs whole on a rank (data parallel and "
+                       "ZeRO); its tensor- and pipeline-parallel parts are not written",
+                       part->tp, part->pp);
     }
     if (cfg->heads % part->tp != 0) {
         return msr_err(MSR_ERR_CONFIG, "%d heads do not divide among tp %d ranks", cfg->heads,

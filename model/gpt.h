@@ -16,6 +16,19 @@
  *                              fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)
  *   segment L+1    final norm: lnfw (C), lnfb (C)
  *
+ * A Llama (cfg->arch MSR_GPT_ARCH_LLAMA, docs/model.md "Llama"; HS = C/NH,
+ * KVC = KVH * HS, F = cfg->ffn; no biases, no wpe, an untied head):
+ *
+ *   segment 0      embeddings: wte (V,C)
+ *   segment 1+l    block l:    ln1w (C), wq (C,C), wk (KVC,C), wv (KVC,C),
+ *                              wo (C,C), ln2w (C), w1 (F,C), w3 (F,C),
+ *                              w2 (C,F)
+ *   segment L+1    final norm and head: lnfw (C), lm_head (V,C)
+ *
+ * wq, wk, wv are one (C + 2 KVC, C) matrix to the block (its qkvw), w1 and
+ * w3 one (2F, C) (its fcw: gate rows, then up rows), wo its attprojw and
+ * w2 its fcprojw; ln1w and ln2w are RMSNorm weights.
+ *
  * Backward finishes the segments' gradients from the end of the buffer to
  * its start (L+1, L, ..., 1, 0), so the gradients that are ready always form
  * one contiguous tail of the flat buffer: data parallel reduces them in
@@ -51,7 +64,14 @@ typedef struct msr_gpt_moe {
 
 #define MSR_GPT_MAX_EXPERTS 1024
 
-/* The model's shape. */
+/* The architecture of the blocks (docs/model.md "Llama"). */
+typedef enum msr_gpt_arch {
+    MSR_GPT_ARCH_GPT = 0,   /* GPT-2: LayerNorm, GELU MLP, learned positions, tied head */
+    MSR_GPT_ARCH_LLAMA = 1, /* RMSNorm, SwiGLU, rotary positions, GQA, untied head, no biases */
+} msr_gpt_arch_t;
+
+/* The model's shape. A config zeroed past moe is the GPT: arch, ffn,
+ * kv_heads and rope_theta are read only for MSR_GPT_ARCH_LLAMA. */
 typedef struct msr_gpt_config {
     int vocab;    /* V: 256, bytes as tokens */
     int max_seq;  /* maxT: the longest sequence (rows of wpe) */
@@ -59,6 +79,10 @@ typedef struct msr_gpt_config {
     int heads;    /* NH: attention heads; C % NH == 0 */
     int channels; /* C: the width of the residual stream */
     msr_gpt_moe_t moe;
+    msr_gpt_arch_t arch; /* MSR_GPT_ARCH_GPT (0) or MSR_GPT_ARCH_LLAMA */
+    int ffn;             /* F: llama's SwiGLU width, >= 1 */
+    int kv_heads;        /* KVH: llama's key/value heads, dividing NH */
+    double rope_theta;   /* llama's rotary base (10000), > 0 */
 } msr_gpt_config_t;
 
 /* Whether block l of cfg is a Mixture-of-Experts block. */
@@ -110,7 +134,9 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
 
 /* Checks a shape: every size positive and bounded, C divisible by NH, and
  * a MoE setting (when experts > 0) in range: 1 <= K <= E, every >= 1,
- * capacity factor > 0, aux loss >= 0.
+ * capacity factor > 0, aux loss >= 0. A Llama also: ffn in [1, 4 x 16384],
+ * kv_heads in [1, NH] dividing NH, an even head width (rotary pairs),
+ * rope_theta > 1, and no experts (its SwiGLU experts are not written).
  * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
@@ -118,7 +144,8 @@ msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
 /* The number of parameters of a shape in the flat buffers: V*C + maxT*C +
  * L*(12C^2 + 13C) + 2C for a dense model; a MoE block holds its router, E*C,
  * in place of the MLP's 8C^2 + 5C (its experts are the MoE state's,
- * model/moe.h: msr_moe_num_params). */
+ * model/moe.h: msr_moe_num_params). A Llama: 2VC + C + L*(2C^2 + 2 KVC C +
+ * 2C + 3FC). */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
 
 /* The parameter tensors of a block, in their flat-buffer order. A MoE
@@ -174,7 +201,9 @@ typedef struct msr_gpt_segment {
                     * buckets when its backward finishes); 0 for the whole model */
 } msr_gpt_segment_t;
 
-/* Pointers to one block's parameters (or gradients: same layout). */
+/* Pointers to one block's parameters (or gradients: same layout). A
+ * Llama block (see the layout above) has ln1w, qkvw (C + 2 KVC, C),
+ * attprojw, ln2w, fcw (2F, C) and fcprojw (C, F); the rest are NULL. */
 typedef struct msr_gpt_block_params {
     float *ln1w;     /* (C) */
     float *ln1b;     /* (C) */
@@ -269,7 +298,7 @@ typedef struct msr_gpt {
     float *params;        /* (num_params) the flat parameter buffer */
     float *grads;         /* (num_params) the flat gradient buffer */
 
-    int num_tensors; /* 2 + 12 L + 2 */
+    int num_tensors; /* 2 + 12 L + 2 (a Llama: 1 + 9 L + 2) */
     msr_gpt_tensor_t *tensors;
     int num_segments; /* L + 2 for the whole model */
     msr_gpt_segment_t *segments;
@@ -335,7 +364,7 @@ void msr_gpt_destroy(msr_gpt_t *model);
  * params or grads) of a dense block. */
 void msr_gpt_block_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p);
 /* The same for block l, dense or MoE (experts NULL: they are the MoE
- * state's). */
+ * state's), GPT or Llama. */
 void msr_gpt_block_point_layer(const msr_gpt_config_t *cfg, int l, float *base,
                                msr_gpt_block_params_t *p);
 /* The same for a tensor-parallel rank's block (tp = 1: the whole block):
@@ -384,7 +413,9 @@ typedef enum msr_gpt_pass {
  *
  * Forward visits 0 (embeddings), 1..L, L+1 (final norm), then 0 again (the
  * output head reads wte). Backward visits 0 (head), L+1, L..1, 0 (embeddings),
- * and segment 0's gradients are ready only after that last visit. */
+ * and segment 0's gradients are ready only after that last visit. A Llama
+ * visits in the same order, though its head is in L+1: its visits to 0 after
+ * L+1 in forward and before it in backward touch nothing. */
 typedef struct msr_gpt_hooks {
     void *arg;
     msr_status_t (*acquire)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);

@@ -26,7 +26,8 @@ struct msr_gpt_gen {
     int pos;                          /* positions stepped since the last reset */
     int layer;                        /* the block running now (the attend hook's cache) */
     float *mem;                       /* every buffer below */
-    float *kcache, *vcache;           /* (L, maxT, C) each */
+    float *kcache, *vcache;           /* (L, maxT, C) each (a Llama's key/value heads
+                                       * repeated for their query heads) */
     int *kpos;                        /* (maxT) 0, 1, ..., maxT - 1: the keys' positions */
     float *x;                         /* (C) the residual stream between blocks */
     msr_gpt_block_acts_t a;           /* one position's block activations (N = 1) */
@@ -59,8 +60,10 @@ static size_t gen_carve(const msr_gpt_config_t *cfg, msr_gpt_gen_t *g)
     a->ln2 = msr_gpt_carve(&c, C);
     a->ln2_mean = msr_gpt_carve(&c, 1);
     a->ln2_rstd = msr_gpt_carve(&c, 1);
-    a->fch = msr_gpt_carve(&c, 4 * C);
-    a->fch_gelu = msr_gpt_carve(&c, 4 * C);
+    /* the GPT's fc (4C), a Llama's gate and up (2F) */
+    size_t H = cfg->arch == MSR_GPT_ARCH_LLAMA ? 2 * (size_t)cfg->ffn : 4 * C;
+    a->fch = msr_gpt_carve(&c, H);
+    a->fch_gelu = msr_gpt_carve(&c, H);
     a->res3 = msr_gpt_carve(&c, C);
     g->proj = msr_gpt_carve(&c, C);
     g->mx = msr_gpt_carve(&c, NH);
@@ -119,7 +122,8 @@ void msr_gpt_gen_reset(msr_gpt_gen_t *gen)
 
 /* The block's attention (block.h's attend hook) through the cache: this
  * position's k and v join layer g->layer's cache, then its query attends
- * to positions 0..pos. out (1,C), lse (1,NH), qkv (1,3C). */
+ * to positions 0..pos. out (1,C), lse (1,NH), qkv (1,3C), or a Llama's
+ * (1, C + 2 KVC) rotated at its position. */
 static msr_status_t gen_attend(void *arg, float *out, float *lse, const float *qkv)
 {
     msr_gpt_gen_t *g = arg;
@@ -128,8 +132,17 @@ static msr_status_t gen_attend(void *arg, float *out, float *lse, const float *q
     size_t at = ((size_t)g->layer * (size_t)T + (size_t)g->pos) * (size_t)C;
     float *k = g->kcache + ((size_t)g->layer * (size_t)T) * (size_t)C;
     float *v = g->vcache + ((size_t)g->layer * (size_t)T) * (size_t)C;
-    memcpy(g->kcache + at, qkv + C, (size_t)C * sizeof(float));     /* k (C) */
-    memcpy(g->vcache + at, qkv + 2 * C, (size_t)C * sizeof(float)); /* v (C) */
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA) { /* q (C), then KVH heads of k, of v */
+        int HS = C / NH, KVH = cfg->kv_heads, KVC = KVH * HS;
+        for (int h = 0; h < NH; h++) { /* query head h reads key/value head h / (NH/KVH) */
+            const float *kh = qkv + C + (size_t)(h / (NH / KVH)) * (size_t)HS;
+            memcpy(g->kcache + at + (size_t)h * HS, kh, (size_t)HS * sizeof(float));
+            memcpy(g->vcache + at + (size_t)h * HS, kh + KVC, (size_t)HS * sizeof(float));
+        }
+    } else {
+        memcpy(g->kcache + at, qkv + C, (size_t)C * sizeof(float));     /* k (C) */
+        memcpy(g->vcache + at, qkv + 2 * C, (size_t)C * sizeof(float)); /* v (C) */
+    }
     memset(out, 0, (size_t)C * sizeof(float)); /* the sums build up in out: finish works in place */
     for (int h = 0; h < NH; h++) {
         g->mx[h] = -INFINITY;
@@ -167,10 +180,14 @@ msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logit
         return msr_err(MSR_ERR_INVALID_ARG, "generate: the cache is full (%d positions)",
                        cfg->max_seq);
     }
-    /* embeddings: wte[token] + wpe[pos] (C) */
+    /* embeddings: wte[token] + wpe[pos] (C); a Llama's: wte[token] */
+    int llama = cfg->arch == MSR_GPT_ARCH_LLAMA;
     const float *wte = m->segments[0].params;       /* (V, C) */
     const float *wpe = wte + (size_t)V * (size_t)C; /* (maxT, C) */
-    msr_encoder_forward(gen->x, &token, wte, wpe + (size_t)gen->pos * (size_t)C, 1, 1, C);
+    if (llama)
+        msr_embedding_forward(gen->x, &token, wte, 1, C);
+    else
+        msr_encoder_forward(gen->x, &token, wte, wpe + (size_t)gen->pos * (size_t)C, 1, 1, C);
 
     /* the blocks on one position, attention through the cache */
     msr_block_comm_t comm = {.arg = gen, .attend = gen_attend};
@@ -180,9 +197,13 @@ msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logit
                      .tp = 1,
                      .NHl = cfg->heads,
                      .Cl = C,
-                     .Hl = 4 * C,
+                     .Hl = llama ? cfg->ffn : 4 * C,
                      .N = 1,
                      .Nl = 1,
+                     .llama = llama,
+                     .NKVl = cfg->kv_heads,
+                     .rope_theta = cfg->rope_theta,
+                     .pos0 = gen->pos,
                      .comm = &comm,
                      .prod = m->prod,
                      .proj = gen->proj};
@@ -201,10 +222,14 @@ msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logit
         memcpy(gen->x, gen->a.res3, (size_t)C * sizeof(float));
     }
 
-    /* final layernorm and the tied head: logits (V) = lnf (C) @ wte^T */
+    /* final layernorm and the tied head: logits (V) = lnf (C) @ wte^T; a
+     * Llama's final RMSNorm and its head lm_head (V,C) after lnfw */
     const float *lnfw = m->segments[L + 1].params, *lnfb = lnfw + C; /* (C), (C) */
-    msr_layernorm_forward(gen->lnf, gen->lnf_mean, gen->lnf_rstd, gen->x, lnfw, lnfb, 1, C);
-    msr_matmul_forward(m->prod, gen->logits, gen->lnf, wte, NULL, 1, C, V);
+    if (llama)
+        msr_rmsnorm_forward(gen->lnf, gen->lnf_rstd, gen->x, lnfw, 1, C);
+    else
+        msr_layernorm_forward(gen->lnf, gen->lnf_mean, gen->lnf_rstd, gen->x, lnfw, lnfb, 1, C);
+    msr_matmul_forward(m->prod, gen->logits, gen->lnf, llama ? lnfb : wte, NULL, 1, C, V);
     msr_status_t st = msr_products_status(m->prod);
     if (st != MSR_OK)
         return st;

@@ -18,6 +18,11 @@
  * its logits are those of a full forward that drops none (a training
  * forward over many tokens may drop some).
  *
+ * A Llama (docs/model.md "Llama"): wte[token] (no wpe), q and k rotated at
+ * position pos before k joins the cache, each key/value head stored
+ * repeated for its NH/KVH query heads (the cache stays (maxT, C) a layer,
+ * as the GPT's), the final RMSNorm and the untied lm_head.
+ *
  * Not thread-safe: one thread drives a generator; the model must outlive
  * it, and its parameters are only read. */
 #ifndef MSR_MODEL_GPT_GENERATE_H

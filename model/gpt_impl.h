@@ -16,6 +16,7 @@
 #define GPT_MAX_LAYERS   1024
 #define GPT_MAX_VOCAB    65536
 #define GPT_MAX_BATCH    65536
+#define GPT_MAX_FFN      (4 * GPT_MAX_CHANNELS)
 
 _Static_assert(MSR_GPT_MAX_STAGES == GPT_MAX_LAYERS, "a split has at most one stage per layer");
 

@@ -65,9 +65,12 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
         .tp = 1,
         .NHl = m->cfg.heads,
         .Cl = C,
-        .Hl = 4 * C,
+        .Hl = m->cfg.arch == MSR_GPT_ARCH_LLAMA ? m->cfg.ffn : 4 * C,
         .N = N,
         .Nl = N,
+        .llama = m->cfg.arch == MSR_GPT_ARCH_LLAMA,
+        .NKVl = m->cfg.kv_heads,
+        .rope_theta = m->cfg.rope_theta,
         .comm = comm,
         .prod = m->prod,
         .proj = m->acts.proj,
@@ -133,6 +136,108 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
+/* The final layernorm and the output head, tied to wte: logits (B,T,V) =
+ * lnf (B,T,C) @ wte^T; x (N,C) the last block's output. */
+static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
+                                 const msr_gpt_hooks_t *hooks)
+{
+    int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
+    msr_gpt_acts_t *acts = &model->acts;
+    msr_status_t st;
+    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    const float *lnfw = model->segments[L + 1].params; /* (C) */
+    const float *lnfb = lnfw + C;                      /* (C) */
+    msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfb, N, C);
+    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+
+    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    msr_matmul_forward(model->prod, acts->logits, acts->lnf, model->segments[0].params, NULL, N, C,
+                       V);
+    if ((st = msr_products_status(model->prod)) != MSR_OK)
+        return st;
+    return hook_release(hooks, model, 0, MSR_GPT_FORWARD);
+}
+
+/* A Llama's head does not read segment 0, but the hooks' order is the
+ * GPT's (gpt.h: forward ends and backward starts with a visit to 0), which
+ * ZeRO-3's visit table (layout/) expects: an empty visit keeps it. */
+static msr_status_t visit_embeddings(msr_gpt_t *model, const msr_gpt_hooks_t *hooks,
+                                     msr_gpt_pass_t pass)
+{
+    msr_status_t st = hook_acquire(hooks, model, 0, pass);
+    return st != MSR_OK ? st : hook_release(hooks, model, 0, pass);
+}
+
+/* A Llama's final RMSNorm and untied head, both in segment L+1: logits
+ * (B,T,V) = rmsnorm(x) (B,T,C) @ lm_head^T. */
+static msr_status_t llama_head_forward(msr_gpt_t *model, const float *x, int N,
+                                       const msr_gpt_hooks_t *hooks)
+{
+    int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
+    msr_gpt_acts_t *acts = &model->acts;
+    msr_status_t st;
+    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    const float *lnfw = model->segments[L + 1].params; /* (C) */
+    const float *head = lnfw + C;                      /* (V, C) */
+    msr_rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
+    msr_matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
+    if ((st = msr_products_status(model->prod)) != MSR_OK)
+        return st;
+    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+        return st;
+    return visit_embeddings(model, hooks, MSR_GPT_FORWARD);
+}
+
+/* The head's backward, from w->dlogits: a Llama's (segment L+1: lm_head
+ * and the final RMSNorm), or the GPT's (segment 0's wte, then L+1's final
+ * layernorm); leaves the gradient of the last block's output in w->dres
+ * and calls grads_ready(L+1). */
+static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks)
+{
+    const msr_gpt_config_t *cfg = &model->cfg;
+    int N = model->B * model->T, C = cfg->channels, V = cfg->vocab, L = cfg->layers;
+    int llama = cfg->arch == MSR_GPT_ARCH_LLAMA;
+    msr_gpt_acts_t *acts = &model->acts;
+    msr_gpt_work_t *w = &model->work;
+    msr_status_t st;
+    if (llama) { /* the GPT's visit to the head's segment 0: nothing to do */
+        if ((st = visit_embeddings(model, hooks, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+    } else { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
+        if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+        msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,
+                            acts->lnf, model->segments[0].params, N, C, V);
+        if ((st = msr_products_status(model->prod)) != MSR_OK)
+            return st;
+        if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
+            return st;
+    }
+    /* final norm: its input is the last block's output */
+    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    const float *lnfw = model->segments[L + 1].params; /* (C) */
+    float *dlnfw = model->segments[L + 1].grads;       /* (C) */
+    if (llama) {                                       /* lm_head (V,C) after lnfw */
+        msr_matmul_backward(model->prod, w->dln, dlnfw + C, NULL, w->dlogits, acts->lnf, lnfw + C,
+                            N, C, V);
+        if ((st = msr_products_status(model->prod)) != MSR_OK)
+            return st;
+        msr_rmsnorm_backward(w->dres, dlnfw, w->dln, acts->blocks[L - 1].res3, lnfw, acts->lnf_rstd,
+                             N, C);
+    } else {
+        msr_layernorm_backward(w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
+                               acts->lnf_mean, acts->lnf_rstd, N, C);
+    }
+    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
+        return st;
+    return hook_grads_ready(hooks, model, L + 1);
+}
+
 static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
@@ -157,7 +262,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         return msr_err(MSR_ERR_INVALID_ARG, "gpt: batch %d x %d does not fit the model's %d x %d",
                        B, T, model->max_batch, cfg->max_seq);
     }
-    int N = B * T;
+    int N = B * T, llama = cfg->arch == MSR_GPT_ARCH_LLAMA;
     msr_status_t st = check_tokens(inputs, (size_t)N, V, "inputs");
     if (st == MSR_OK && targets != NULL)
         st = check_tokens(targets, (size_t)N, V, "targets");
@@ -170,8 +275,11 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
     const float *wte = model->segments[0].params;   /* (V, C) */
-    const float *wpe = wte + (size_t)V * (size_t)C; /* (maxT, C) */
-    msr_encoder_forward(acts->encoded, inputs, wte, wpe, B, T, C);
+    const float *wpe = wte + (size_t)V * (size_t)C; /* (maxT, C); a Llama has none */
+    if (llama)
+        msr_embedding_forward(acts->encoded, inputs, wte, N, C);
+    else
+        msr_encoder_forward(acts->encoded, inputs, wte, wpe, B, T, C);
     if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
 
@@ -188,23 +296,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         x = acts->blocks[l].res3;
     }
 
-    /* final layernorm */
-    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    const float *lnfw = model->segments[L + 1].params; /* (C) */
-    const float *lnfb = lnfw + C;                      /* (C) */
-    msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfb, N, C);
-    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-
-    /* the output head, tied to wte: logits (B,T,V) = lnf (B,T,C) @ wte^T */
-    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    msr_matmul_forward(model->prod, acts->logits, acts->lnf, model->segments[0].params, NULL, N, C,
-                       V);
-    if ((st = msr_products_status(model->prod)) != MSR_OK)
-        return st;
-    if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+    if ((st = (llama ? llama_head_forward : head_forward)(model, x, N, hooks)) != MSR_OK)
         return st;
     if (targets == NULL)
         return MSR_OK;
@@ -241,26 +333,7 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
     memset(w->dln, 0, NC * sizeof(float));
     msr_crossentropy_backward(w->dlogits, acts->probs, model->targets, dloss, N, V);
 
-    /* the head: dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
-    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
-        return st;
-    msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits, acts->lnf,
-                        model->segments[0].params, N, C, V);
-    if ((st = msr_products_status(model->prod)) != MSR_OK)
-        return st;
-    if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
-        return st;
-
-    /* final layernorm: its input is the last block's output */
-    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
-        return st;
-    const float *lnfw = model->segments[L + 1].params; /* (C) */
-    float *dlnfw = model->segments[L + 1].grads;       /* (C) */
-    msr_layernorm_backward(w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
-                           acts->lnf_mean, acts->lnf_rstd, N, C);
-    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
-        return st;
-    if ((st = hook_grads_ready(hooks, model, L + 1)) != MSR_OK)
+    if ((st = head_backward(model, hooks)) != MSR_OK)
         return st;
 
     for (int l = L - 1; l >= 0; l--) {
@@ -279,8 +352,11 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
     if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
     float *dwte = model->segments[0].grads;     /* (V, C) */
-    float *dwpe = dwte + (size_t)V * (size_t)C; /* (maxT, C) */
-    msr_encoder_backward(dwte, dwpe, w->dres, model->inputs, B, T, C);
+    float *dwpe = dwte + (size_t)V * (size_t)C; /* (maxT, C); a Llama has none */
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA)
+        msr_embedding_backward(dwte, w->dres, model->inputs, N, C);
+    else
+        msr_encoder_backward(dwte, dwpe, w->dres, model->inputs, B, T, C);
     if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
     return hook_grads_ready(hooks, model, 0);

@@ -92,6 +92,45 @@ static msr_gpt_segment_t *open_segment(msr_gpt_t *m, size_t off, int layer, int 
     return s;
 }
 
+/* A Llama's table (gpt.h): the whole model, held whole (no tp, no pp). */
+static void llama_layout(msr_gpt_t *m)
+{
+    int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, F = m->cfg.ffn;
+    int KVC = m->cfg.kv_heads * (C / m->cfg.heads);
+    size_t off = 0;
+    char name[24];
+    m->seg_embed = 0;
+    msr_gpt_segment_t *s = open_segment(m, off, -1, 0);
+    tensor_spec_t wte = {"wte", V, C, 1, SPLIT_NONE, 1};
+    add_tensor(m, &off, 0, "wte", &wte, off);
+    s->count = off - s->offset;
+    const tensor_spec_t block[] = {
+        {"ln1w", C, 0, 0, SPLIT_NONE, 1}, {"wq", C, C, 1, SPLIT_NONE, 1},
+        {"wk", KVC, C, 1, SPLIT_NONE, 1}, {"wv", KVC, C, 1, SPLIT_NONE, 1},
+        {"wo", C, C, 1, SPLIT_NONE, 1},   {"ln2w", C, 0, 0, SPLIT_NONE, 1},
+        {"w1", F, C, 1, SPLIT_NONE, 1},   {"w3", F, C, 1, SPLIT_NONE, 1},
+        {"w2", C, F, 1, SPLIT_NONE, 1},
+    };
+    m->chunk_lo[0] = 0;
+    m->chunk_hi[0] = L;
+    m->chunk_seg[0] = 1;
+    for (int l = 0; l < L; l++) {
+        s = open_segment(m, off, l, 0);
+        for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
+            snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
+            add_tensor(m, &off, m->num_segments - 1, name, &block[k], off);
+        }
+        s->count = off - s->offset;
+    }
+    m->seg_lnf = m->num_segments;
+    s = open_segment(m, off, -1, 0);
+    tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1}, head = {"", V, C, 1, SPLIT_NONE, 1};
+    add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, off);
+    add_tensor(m, &off, m->seg_lnf, "lm_head", &head, off);
+    s->count = off - s->offset;
+    m->num_params = off;
+}
+
 /* Fills m->tensors and m->segments in flat-buffer order (see gpt.h) for
  * m->part, and m->num_params. */
 void msr_gpt_build_layout(msr_gpt_t *m)
@@ -107,6 +146,10 @@ void msr_gpt_build_layout(msr_gpt_t *m)
     int has_embed = pt->pp_rank == 0, has_head = pt->pp_rank == pt->pp - 1;
     m->seg_embed = m->seg_lnf = -1;
 
+    if (m->cfg.arch == MSR_GPT_ARCH_LLAMA) { /* whole only (msr_gpt_part_check) */
+        llama_layout(m);
+        return;
+    }
     if (has_embed) {
         m->seg_embed = m->num_segments;
         msr_gpt_segment_t *s = open_segment(m, off, -1, 0);
@@ -177,7 +220,8 @@ static tensor_init_t tensor_init(const msr_gpt_t *m, const msr_gpt_tensor_t *t)
     kind = kind != NULL ? kind + 1 : t->name;
     if (strcmp(kind, "wpe") == 0)
         in.std = 0.01;
-    else if (strcmp(kind, "attprojw") == 0 || strcmp(kind, "fcprojw") == 0)
+    else if (strcmp(kind, "attprojw") == 0 || strcmp(kind, "fcprojw") == 0 ||
+             strcmp(kind, "wo") == 0 || strcmp(kind, "w2") == 0)
         in.std = 0.02 / sqrt(2.0 * m->cfg.layers);
     else if (t->ndim == 2)
         in.std = 0.02;
@@ -224,9 +268,29 @@ void msr_gpt_segment_reset(msr_gpt_t *model, int s)
     model->segments[s].grads = model->grads != NULL ? model->grads + off : NULL;
 }
 
+/* A Llama block's pointers (gpt.h): qkvw covers wq, wk and wv, fcw w1 and
+ * w3. */
+static void llama_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
+{
+    size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn;
+    size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads);
+    float *x = base;
+    *p = (msr_gpt_block_params_t){0};
+    p->ln1w = x, x += C;
+    p->qkvw = x, x += (C + 2 * KVC) * C;
+    p->attprojw = x, x += C * C;
+    p->ln2w = x, x += C;
+    p->fcw = x, x += 2 * F * C;
+    p->fcprojw = x;
+}
+
 void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
                             msr_gpt_block_params_t *p)
 {
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA) {
+        llama_point(cfg, base, p);
+        return;
+    }
     size_t C = (size_t)cfg->channels, Cl = C / (size_t)tp, Hl = 4 * C / (size_t)tp;
     float *x = base;
     p->ln1w = x, x += C;
@@ -269,6 +333,20 @@ float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n)
     return p;
 }
 
+/* The size of piece k: the layout's table's (GPT's) n, but for a Llama's
+ * MLP pieces, whose width follows ffn: k == fch (the gate and up
+ * projections, N x 2F) and k == fch_act (silu(gate) * up, N x F). Every
+ * other piece of a Llama fits in the GPT's (qkv: C + 2 KVC <= 3C). The
+ * planner does not count Llamas yet (train_gpt refuses --plan for one). */
+static size_t llama_size(const msr_gpt_config_t *cfg, int batch, int k, int fch, int fch_act,
+                         size_t n)
+{
+    if (cfg->arch != MSR_GPT_ARCH_LLAMA || (k != fch && k != fch_act))
+        return n;
+    size_t N = (size_t)batch * (size_t)cfg->max_seq, F = (size_t)cfg->ffn;
+    return k == fch ? N * 2 * F : N * F;
+}
+
 void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
                         msr_gpt_acts_t *a)
 {
@@ -289,7 +367,8 @@ void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t 
         };
         for (int k = 0; k < MSR_ACT_BLOCK_COUNT; k++) {
             int kept;
-            *field[k] = msr_gpt_carve(c, msr_layout_block_act(&d, k, &kept));
+            *field[k] = msr_gpt_carve(c, llama_size(cfg, batch, k, MSR_ACT_FCH, MSR_ACT_FCH_GELU,
+                                                    msr_layout_block_act(&d, k, &kept)));
         }
     }
     a->lnf = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_WHOLE_LNF));
@@ -314,5 +393,7 @@ void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, 
         [MSR_WORK_WHOLE_DATT] = &w->datt, [MSR_WORK_WHOLE_DLOGITS] = &w->dlogits,
     };
     for (int k = 0; k < MSR_WORK_WHOLE_COUNT; k++)
-        *field[k] = msr_gpt_carve(c, msr_layout_whole_work(&d, k, datt_heads));
+        *field[k] = msr_gpt_carve(c, llama_size(cfg, batch, k, MSR_WORK_WHOLE_DFCH,
+                                                MSR_WORK_WHOLE_DFCH_GELU,
+                                                msr_layout_whole_work(&d, k, datt_heads)));
 }

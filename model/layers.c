@@ -2,6 +2,7 @@
 #include "model/layers.h"
 
 #include <cblas.h>
+#include <string.h>
 #include <tgmath.h>
 
 #define R(x) ((real)(x))
@@ -10,21 +11,25 @@
 #define real        float
 #define LAYER(name) msr_##name
 #define PRODUCTS    msr_products_t *pr,
+#define PASS_PR     pr,
 #define GEMM(pr, ta, tb, ...) \
     msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
 #include "model/layers_impl.h"
 #undef real
 #undef LAYER
 #undef PRODUCTS
+#undef PASS_PR
 #undef GEMM
 
 /* double: what the gradient tests check against finite differences */
 #define real        double
 #define LAYER(name) msr_##name##_f64
 #define PRODUCTS
+#define PASS_PR
 #define GEMM(pr, ...) cblas_dgemm(CblasRowMajor, __VA_ARGS__)
 #include "model/layers_impl.h"
 #undef real
 #undef LAYER
 #undef PRODUCTS
+#undef PASS_PR
 #undef GEMM

@@ -123,6 +123,16 @@ void msr_attention_forward(msr_products_t *pr, float *out, float *att, const flo
 void msr_attention_backward(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *att, int B, int T, int C, int NH);
 
+/* The same with grouped-query attention: qkv (B,T,C + 2 KVC) laid out
+ * [q (C) | k (KVC) | v (KVC)], KVC = KVH * HS, KVH dividing NH; query head
+ * h reads key/value head h / (NH/KVH). KVH = NH is the kernel above. */
+void msr_attention_gqa_forward(msr_products_t *pr, float *out, float *att, const float *qkv, int B,
+                               int T, int C, int NH, int KVH);
+/* dqkv (B,T,C + 2 KVC) +=; a key/value head's gradient sums its query heads'. */
+void msr_attention_gqa_backward(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH,
+                                int KVH);
+
 /* Ring attention (context parallel, parallel/mp.h): causal attention of a
  * rank's queries computed one block of keys and values at a time, the
  * blocks in any order, with the causal mask taken from global positions.
@@ -164,6 +174,35 @@ void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 /* out = a + b, all (n). Its backward adds dout to both gradients, which the
  * model does by passing one buffer along (see gpt.c). */
 void msr_residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* ---- the Llama block's kernels (docs/model.md "Llama") ---- */
+
+/* RMSNorm's epsilon, as Llama 2's (torch's LlamaRMSNorm default is 1e-6;
+ * the PyTorch test passes this one). */
+#define MSR_RMSNORM_EPS 1e-5
+
+/* out (N,C) = wte[inp[n]] rows; inp (N) tokens in [0, V), wte (V,C). */
+void msr_embedding_forward(float *out, const int *inp, const float *wte, int N, int C);
+/* dwte (V,C) += the rows of dout (N,C). */
+void msr_embedding_backward(float *dwte, const float *dout, const int *inp, int N, int C);
+/* out (N,C) = inp * rstd * weight, rstd (N) = 1 / sqrt(mean(inp^2) + eps)
+ * kept for backward; weight (C). No bias. */
+void msr_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                         int C);
+/* dinp (N,C) +=, dweight (C) +=. */
+void msr_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, const float *rstd, int N, int C);
+/* out (N,F) = silu(gate) * up from inp (N,2F), rows [gate (F) | up (F)]. */
+void msr_swiglu_forward(float *out, const float *inp, int N, int F);
+/* dinp (N,2F) += from dout (N,F). */
+void msr_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+/* Rotary positions in place on H heads of width HS (even) at the start of
+ * each row of x (B,T, row stride ld): Hugging Face Llama's rotate_half
+ * pairing (element i with i + HS/2, angle t * theta^(-2i/HS), t = t0 + the
+ * row's index in its sequence: t0 0 for whole sequences, the cache's
+ * length when generating). dir = 1 rotates, -1 rotates back (backward: a
+ * gradient rotates back in place). */
+void msr_rope_forward(float *x, int ld, int B, int T, int t0, int H, int HS, double theta, int dir);
 
 /* Softmax and cross-entropy fused.
  * losses (N) = -log softmax(logits)[target], probs (N,V) the softmax (kept for
@@ -207,6 +246,21 @@ void msr_attention_ring_backward_f64(double *dq, int ldq, double *dk, double *dv
                                      const double *v, const double *lse, const double *delta,
                                      const int *qpos, int Tq, const int *kpos, int Tk, int C,
                                      int NH, double *scratch);
+void msr_attention_gqa_forward_f64(double *out, double *att, const double *qkv, int B, int T, int C,
+                                   int NH, int KVH);
+void msr_attention_gqa_backward_f64(double *dqkv, double *scratch, const double *dout,
+                                    const double *qkv, const double *att, int B, int T, int C,
+                                    int NH, int KVH);
+void msr_embedding_forward_f64(double *out, const int *inp, const double *wte, int N, int C);
+void msr_embedding_backward_f64(double *dwte, const double *dout, const int *inp, int N, int C);
+void msr_rmsnorm_forward_f64(double *out, double *rstd, const double *inp, const double *weight,
+                             int N, int C);
+void msr_rmsnorm_backward_f64(double *dinp, double *dweight, const double *dout, const double *inp,
+                              const double *weight, const double *rstd, int N, int C);
+void msr_swiglu_forward_f64(double *out, const double *inp, int N, int F);
+void msr_swiglu_backward_f64(double *dinp, const double *inp, const double *dout, int N, int F);
+void msr_rope_forward_f64(double *x, int ld, int B, int T, int t0, int H, int HS, double theta,
+                          int dir);
 void msr_gelu_forward_f64(double *out, const double *inp, size_t n);
 void msr_gelu_backward_f64(double *dinp, const double *inp, const double *dout, size_t n);
 void msr_residual_forward_f64(double *out, const double *a, const double *b, size_t n);

@@ -124,25 +124,29 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
     }
 }
 
-/* Per batch row b and head h, with Q, K, V the (T,HS) column blocks of qkv:
+/* Per batch row b and head h, with Q the head's (T,HS) column block of qkv
+ * and K, V those of its key/value head h / (NH/KVH):
  *   pre = Q K^T / sqrt(HS)          (T,T)
  *   att = softmax over j <= i of pre[i, j], 0 for j > i
  *   out = att V                     (T,HS) into the head's columns of out
+ * qkv (B,T,C + 2 KVC) is laid out [q (C) | k (KVC) | v (KVC)], KVC = KVH *
+ * HS; KVH = NH is multi-head attention, [q | k | v] of width 3C.
  * The products run through BLAS on the full T x T square (the masked half is
  * computed and thrown away: cheaper than a triangle loop at these sizes). */
-void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T, int C,
-                              int NH)
+void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T,
+                                  int C, int NH, int KVH)
 {
-    int HS = C / NH;
-    int C3 = 3 * C;
+    int HS = C / NH, G = NH / KVH;
+    int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const real *q = qkv + (size_t)b * T * C3 + (size_t)h * HS; /* (T,HS), row stride 3C */
-            const real *k = q + C;                                     /* (T,HS), row stride 3C */
-            const real *v = q + (size_t)2 * C;                         /* (T,HS), row stride 3C */
-            real *a = att + ((size_t)b * NH + h) * T * T;              /* (T,T) */
-            real *o = out + (size_t)b * T * C + (size_t)h * HS;        /* (T,HS), row stride C */
+            const real *row0 = qkv + (size_t)b * T * C3;        /* (T,C3) */
+            const real *q = row0 + (size_t)h * HS;              /* (T,HS), row stride C3 */
+            const real *k = row0 + C + (size_t)(h / G) * HS;    /* (T,HS), row stride C3 */
+            const real *v = k + KVC;                            /* (T,HS), row stride C3 */
+            real *a = att + ((size_t)b * NH + h) * T * T;       /* (T,T) */
+            real *o = out + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), row stride C */
             GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a, T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
@@ -165,26 +169,35 @@ void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, in
     }
 }
 
+void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T, int C,
+                              int NH)
+{
+    LAYER(attention_gqa_forward)(PASS_PR out, att, qkv, B, T, C, NH, NH);
+}
+
 /* Backward of the above, per (b, h):
  *   datt  = dout V^T                                   (T,T)
  *   dpre  = att * (datt - rowsum(att * datt))          softmax backward
  *   dQ   += dpre K / sqrt(HS),  dK += dpre^T Q / sqrt(HS),  dV += att^T dout
- * att is zero above the diagonal, so the masked entries of dpre are zero. */
-void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
-                               const real *qkv, const real *att, int B, int T, int C, int NH)
+ * att is zero above the diagonal, so the masked entries of dpre are zero.
+ * The NH/KVH query heads of a key/value head add up in its dK and dV. */
+void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
+                                   const real *qkv, const real *att, int B, int T, int C, int NH,
+                                   int KVH)
 {
-    int HS = C / NH;
-    int C3 = 3 * C;
+    int HS = C / NH, G = NH / KVH;
+    int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
-            const real *q = qkv + qoff;                                /* (T,HS), stride 3C */
-            const real *k = q + C;                                     /* (T,HS), stride 3C */
-            const real *v = q + (size_t)2 * C;                         /* (T,HS), stride 3C */
-            real *dq = dqkv + qoff;                                    /* (T,HS), stride 3C */
-            real *dk = dq + C;                                         /* (T,HS), stride 3C */
-            real *dv = dq + (size_t)2 * C;                             /* (T,HS), stride 3C */
+            size_t koff = (size_t)b * T * C3 + C + (size_t)(h / G) * HS;
+            const real *q = qkv + qoff;                                /* (T,HS), stride C3 */
+            const real *k = qkv + koff;                                /* (T,HS), stride C3 */
+            const real *v = k + KVC;                                   /* (T,HS), stride C3 */
+            real *dq = dqkv + qoff;                                    /* (T,HS), stride C3 */
+            real *dk = dqkv + koff;                                    /* (T,HS), stride C3 */
+            real *dv = dk + KVC;                                       /* (T,HS), stride C3 */
             const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
@@ -203,6 +216,125 @@ void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *d
             GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq, C3);
             GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk, C3);
             GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
+        }
+    }
+}
+
+void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
+                               const real *qkv, const real *att, int B, int T, int C, int NH)
+{
+    LAYER(attention_gqa_backward)(PASS_PR dqkv, scratch, dout, qkv, att, B, T, C, NH, NH);
+}
+
+/* ---- the Llama block's kernels ---- */
+
+/* out[b,t,:] = wte[inp[b,t],:] (no positions: rotary ones are in attention) */
+void LAYER(embedding_forward)(real *out, const int *inp, const real *wte, int N, int C)
+{
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * C, wte + (size_t)inp[n] * C, (size_t)C * sizeof(real));
+}
+
+void LAYER(embedding_backward)(real *dwte, const real *dout, const int *inp, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        real *dw = dwte + (size_t)inp[n] * C; /* (C) */
+        const real *d = dout + (size_t)n * C; /* (C) */
+        for (int c = 0; c < C; c++)
+            dw[c] += d[c];
+    }
+}
+
+/* out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps), per row */
+void LAYER(rmsnorm_forward)(real *out, real *rstd, const real *inp, const real *weight, int N,
+                            int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C; /* (C) */
+        real *o = out + (size_t)n * C;       /* (C) */
+        real ss = 0;
+        for (int c = 0; c < C; c++)
+            ss += x[c] * x[c];
+        real s = R(1) / sqrt(ss / (real)C + R(MSR_RMSNORM_EPS));
+        for (int c = 0; c < C; c++)
+            o[c] = x[c] * s * weight[c];
+        rstd[n] = s;
+    }
+}
+
+/* With xhat = x * rstd and g = dout * weight:
+ * dx = rstd * (g - xhat * mean(g * xhat)). */
+void LAYER(rmsnorm_backward)(real *dinp, real *dweight, const real *dout, const real *inp,
+                             const real *weight, const real *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;  /* (C) */
+        const real *d = dout + (size_t)n * C; /* (C) */
+        real *dx = dinp + (size_t)n * C;      /* (C) */
+        real s = rstd[n], gx = 0;
+        for (int c = 0; c < C; c++)
+            gx += d[c] * weight[c] * x[c] * s;
+        gx = gx / (real)C;
+        for (int c = 0; c < C; c++) {
+            real xhat = x[c] * s;
+            dweight[c] += xhat * d[c];
+            dx[c] += s * (d[c] * weight[c] - xhat * gx);
+        }
+    }
+}
+
+/* SwiGLU: out (N,F) = silu(gate) * up, from inp (N,2F) whose rows are
+ * [gate (F) | up (F)]; silu(a) = a * sigmoid(a). */
+void LAYER(swiglu_forward)(real *out, const real *inp, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const real *a = inp + (size_t)n * 2 * F, *u = a + F; /* (F) each */
+        real *o = out + (size_t)n * F;                       /* (F) */
+        for (int i = 0; i < F; i++)
+            o[i] = a[i] / (R(1) + exp(-a[i])) * u[i];
+    }
+}
+
+/* dinp (N,2F) += the gradients of gate and up: with s = sigmoid(a),
+ * d gate = dout * up * s (1 + a (1 - s)), d up = dout * silu(a). */
+void LAYER(swiglu_backward)(real *dinp, const real *inp, const real *dout, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const real *a = inp + (size_t)n * 2 * F, *u = a + F; /* (F) each */
+        const real *d = dout + (size_t)n * F;                /* (F) */
+        real *da = dinp + (size_t)n * 2 * F, *du = da + F;   /* (F) each */
+        for (int i = 0; i < F; i++) {
+            real s = R(1) / (R(1) + exp(-a[i]));
+            da[i] += d[i] * u[i] * s * (R(1) + a[i] * (R(1) - s));
+            du[i] += d[i] * a[i] * s;
+        }
+    }
+}
+
+/* Rotary positions, Hugging Face Llama's "rotate_half" pairing: in each
+ * head of width HS, element i < HS/2 turns with element i + HS/2 by the
+ * angle t * theta^(-2i/HS), t = t0 + the row's index in its sequence:
+ *   x'[i] = x[i] cos - x[i+HS/2] sin,  x'[i+HS/2] = x[i+HS/2] cos + x[i] sin
+ * x (B,T, row stride ld) holds H heads from its first column, rotated in
+ * place; dir = -1 turns them back (the backward of dir = +1: a rotation's
+ * transpose is its inverse). The angles are computed in double. */
+void LAYER(rope_forward)(real *x, int ld, int B, int T, int t0, int H, int HS, double theta,
+                         int dir)
+{
+    int half = HS / 2;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            double ang = (double)(t0 + t) * pow(theta, -2.0 * i / HS);
+            real cs = (real)cos(ang), sn = (real)(dir * sin(ang));
+            for (int b = 0; b < B; b++) {
+                real *row = x + ((size_t)b * T + t) * (size_t)ld; /* (ld) */
+                for (int h = 0; h < H; h++) {
+                    real *p = row + (size_t)h * HS;
+                    real x1 = p[i], x2 = p[i + half];
+                    p[i] = x1 * cs - x2 * sn;
+                    p[i + half] = x2 * cs + x1 * sn;
+                }
+            }
         }
     }
 }

@@ -49,6 +49,26 @@ static void add(args_t *a, const char *fmt, ...)
     a->used += (size_t)k + 1;
 }
 
+/* A Llama's "; arch llama ffn F kv-heads K rope-theta X" in data (before
+ * "; experts", if any: *len_p ends there) as train_gpt's options, and
+ * *len_p cut to the data's origin before it. 0, or -1 when malformed. */
+static int llama_settings(const char *data, size_t *len_p, args_t *a)
+{
+    const char *arch = strstr(data, "; arch ");
+    if (arch == NULL || (size_t)(arch - data) >= *len_p)
+        return 0;
+    int ffn, kv;
+    char theta[32];
+    if (sscanf(arch, "; arch llama ffn %d kv-heads %d rope-theta %31[^;]", &ffn, &kv, theta) != 3)
+        return -1;
+    *len_p = (size_t)(arch - data);
+    add(a, "--arch=llama");
+    add(a, "--ffn=%d", ffn);
+    add(a, "--kv-heads=%d", kv);
+    add(a, "--rope-theta=%s", theta);
+    return 0;
+}
+
 /* train_gpt's options for the model and training settings of meta (the
  * text train_gpt_meta writes); 0, or -1 when meta is not such a text. */
 static int settings(const char *meta, args_t *a)
@@ -75,7 +95,10 @@ static int settings(const char *meta, args_t *a)
     add(a, "--weight-decay=%s", wd);
     add(a, "--grad-clip=%s", gc);
     const char *data = meta + at, *moe = strstr(data, "; experts ");
-    size_t len = moe != NULL ? (size_t)(moe - data) : strlen(data), p = len;
+    size_t len = moe != NULL ? (size_t)(moe - data) : strlen(data), p;
+    if (llama_settings(data, &len, a) != 0) /* a Llama's (train_gpt_meta) */
+        return -1;
+    p = len;
     while (p > 1 && !(data[p - 1] == '(' && data[p - 2] == ' '))
         p--; /* data is "ORIGIN (N bytes)" */
     if (p <= 1 || data[len - 1] != ')')

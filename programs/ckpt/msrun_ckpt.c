@@ -109,6 +109,13 @@ static int shape_of(const char *meta, msr_gpt_config_t *cfg)
         sscanf(x, "; experts %d top-k %d moe-every %d capacity-factor %lf aux-loss %lf",
                &m->experts, &m->top_k, &m->every, &m->capacity_factor, &m->aux_loss) != 5)
         return -1;
+    const char *arch = strstr(meta, "; arch "); /* a Llama's (train_gpt_meta) */
+    if (arch != NULL) {
+        if (sscanf(arch, "; arch llama ffn %d kv-heads %d rope-theta %lf", &cfg->ffn,
+                   &cfg->kv_heads, &cfg->rope_theta) != 3)
+            return -1;
+        cfg->arch = MSR_GPT_ARCH_LLAMA;
+    }
     return msr_gpt_config_check(cfg) == MSR_OK ? 0 : -1;
 }
 

@@ -207,6 +207,21 @@ static const msr_opt_t specs[] = {
              "measure the cluster for --plan, --explain and --auto again instead of reusing the "
              "calibration cached for this machine and model shape ($XDG_CACHE_HOME/msrun or "
              "~/.cache/msrun), and cache the new one"),
+    /* the architecture (train_gpt_arch.c, docs/model.md "Llama") */
+    OPT_TEXT("arch", arch,
+             "gpt (GPT-2: LayerNorm, GELU MLP, learned positions, tied head) or llama (RMSNorm, "
+             "SwiGLU MLP, rotary positions, grouped-query attention, untied head, no biases; "
+             "one process, dp and ZeRO) (gpt)"),
+    OPT_INT("ffn", ffn, 1, 65536,
+            "llama: width of the SwiGLU MLP (8 x channels / 3, rounded up to a multiple of 8)"),
+    OPT_INT("kv-heads", kv_heads, 1, 16384,
+            "llama: key/value heads, dividing --heads (grouped-query attention) (--heads)"),
+    OPT_REAL("rope-theta", rope_theta, 1, 1e12,
+             "llama: base of the rotary positions' frequencies, above 1 (10000)"),
+    OPT_TEXT("dump-grads", dump_grads,
+             "at the end, rank 0 writes the gradient of the mean loss of --dump-logits' batch "
+             "(targets: each token's next in the data) as safetensors under the export's names, "
+             "with the loss as tensor 'loss'; as --dump-logits, and ZeRO 0-1 (none)"),
     {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
 
@@ -298,6 +313,9 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
         msr_cpu_features_describe(cpu, sizeof cpu);
         fprintf(stderr, "train_gpt: %s\n", cpu);
     }
+    if (job->rank == 0 && cfg->model.arch == MSR_GPT_ARCH_LLAMA)
+        fprintf(stderr, "train_gpt: llama: ffn %d, %d kv heads, rope theta %g\n", cfg->model.ffn,
+                cfg->model.kv_heads, cfg->model.rope_theta);
     if (job->rank == 0 && tr->model->moe != NULL)
         fprintf(stderr,
                 "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
@@ -331,6 +349,8 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
         goto out;
     if (o->dump_logits != NULL &&
         (rc = train_gpt_st_dump_logits(tr, job, data, o->dump_logits)) != 0)
+        goto out;
+    if (o->dump_grads != NULL && (rc = train_gpt_st_dump_grads(tr, job, data, o->dump_grads)) != 0)
         goto out;
     rc = 1;
     if (o->report)
@@ -391,6 +411,8 @@ static options_t options_defaults(void)
         .calibrate_runs = 1,
         .val_batches = 4,
         .temperature = 1.0,
+        .arch = "gpt",
+        .rope_theta = 10000.0,
     };
 }
 
@@ -433,6 +455,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
         .adamw = {0.9, 0.95, 1e-8, o->weight_decay},
     };
     msr_train_config_defaults(cfg);
+    train_gpt_arch_config(o, &cfg->model);
     if (o->experts > 0)
         cfg->model.moe = (msr_gpt_moe_t){(int)o->experts, (int)o->top_k, (int)o->moe_every,
                                          o->capacity_factor, o->aux_loss};
@@ -500,6 +523,8 @@ int main(int argc, char **argv)
     if ((rc = train_gpt_keep_global_batch(&o, &job)) != 0)
         goto out;
     rc = EXIT_BAD_INPUT;
+    if (train_gpt_arch_check(&o) != 0)
+        goto out;
     if (o.calibrate != NULL || o.plan || o.plan_all || o.explain > 0 || o.auto_plan ||
         o.cluster != NULL || o.recalibrate) {
         int done = 0;

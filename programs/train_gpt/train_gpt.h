@@ -66,7 +66,12 @@ typedef struct options {
     double temperature;        /* --temperature, 0: greedy */
     int64_t sample_top_k;      /* --sample-top-k, 0: every token */
     int64_t sample_seed;       /* --sample-seed, not given: --seed */
-    unsigned char *seen;       /* msr_opts_parse's, an entry per option of the table: 1 given */
+    /* the architecture (train_gpt_arch.c, docs/model.md "Llama") */
+    const char *arch;       /* --arch: "gpt" or "llama" */
+    int64_t ffn, kv_heads;  /* --ffn, --kv-heads (llama; not given: their defaults) */
+    double rope_theta;      /* --rope-theta (llama) */
+    const char *dump_grads; /* --dump-grads: the --dump-logits batch's gradients */
+    unsigned char *seen;    /* msr_opts_parse's, an entry per option of the table: 1 given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */
@@ -118,6 +123,22 @@ size_t train_gpt_model_params(const msr_train_config_t *cfg);
 /* Trains on the GPU (train_gpt_cuda.c); the process's exit status. */
 int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                        const job_t *job, FILE *loss_log);
+/* --arch and its options (train_gpt_arch.c): a known architecture, the
+ * Llama's options only with --arch llama, and the layouts and tools a
+ * Llama has (data parallel and ZeRO, checkpoints, safetensors); fills in
+ * --ffn and --kv-heads' defaults. Called before the planner. Returns 0, or
+ * -1 with the reason printed. */
+int train_gpt_arch_check(options_t *o);
+/* The model's architecture fields of cfg from checked options. */
+void train_gpt_arch_config(const options_t *o, msr_gpt_config_t *cfg);
+/* --dump-grads (train_gpt_st.c): rank 0 writes the gradient of the mean
+ * loss of the --dump-logits batch (targets: each token's next in the
+ * data) at the model's current weights, as safetensors under the export's
+ * names, with the loss as the 1-element tensor "loss". Returns 0, else
+ * the exit status with the reason printed. */
+int train_gpt_st_dump_grads(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
+                            const char *path);
+
 #endif
 
 /* The text a resume must match: the settings that decide the numbers
@@ -315,5 +336,21 @@ int train_gpt_calibrate_main(const options_t *o, const job_t *job);
  * sets o's layout from the best plan. Collective over the job. Returns the
  * exit status so far (0: go on unless *done_p). */
 int train_gpt_plan(options_t *o, const job_t *job, int *done_p);
+
+/* --arch and its options (train_gpt_arch.c): a known architecture, the
+ * Llama's options only with --arch llama, and the layouts and tools a
+ * Llama has (data parallel and ZeRO, checkpoints, safetensors); fills in
+ * --ffn and --kv-heads' defaults. Called before the planner. Returns 0, or
+ * -1 with the reason printed. */
+int train_gpt_arch_check(options_t *o);
+/* The model's architecture fields of cfg from checked options. */
+void train_gpt_arch_config(const options_t *o, msr_gpt_config_t *cfg);
+/* --dump-grads (train_gpt_st.c): rank 0 writes the gradient of the mean
+ * loss of the --dump-logits batch (targets: each token's next in the
+ * data) at the model's current weights, as safetensors under the export's
+ * names, with the loss as the 1-element tensor "loss". Returns 0, else
+ * the exit status with the reason printed. */
+int train_gpt_st_dump_grads(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
+                            const char *path);
 
 #endif

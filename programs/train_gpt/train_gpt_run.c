@@ -72,6 +72,11 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
         size_t used = strlen(meta);
         snprintf(meta + used, len - used, "; epochs");
     }
+    if (cfg->model.arch == MSR_GPT_ARCH_LLAMA) { /* a Llama resumes only as the same Llama */
+        size_t used = strlen(meta);
+        snprintf(meta + used, len - used, "; arch llama ffn %d kv-heads %d rope-theta %.9g",
+                 cfg->model.ffn, cfg->model.kv_heads, cfg->model.rope_theta);
+    }
     if (cfg->model.moe.experts > 0) { /* the MoE blocks (not ep: any ep resumes) */
         const msr_gpt_moe_t *m = &cfg->model.moe;
         size_t used = strlen(meta);

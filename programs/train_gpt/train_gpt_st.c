@@ -25,10 +25,12 @@
 
 int train_gpt_st_check(const options_t *o)
 {
-    const char *opt = o->export_st != NULL   ? "--export-safetensors"
-                      : o->init_from != NULL ? "--init-from"
-                                             : "--dump-logits";
-    if (o->export_st == NULL && o->init_from == NULL && o->dump_logits == NULL)
+    const char *opt = o->export_st != NULL    ? "--export-safetensors"
+                      : o->init_from != NULL  ? "--init-from"
+                      : o->dump_grads != NULL ? "--dump-grads"
+                                              : "--dump-logits";
+    if (o->export_st == NULL && o->init_from == NULL && o->dump_logits == NULL &&
+        o->dump_grads == NULL)
         return 0;
     if (strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "train_gpt: %s is for --device cpu only\n", opt);
@@ -40,7 +42,47 @@ int train_gpt_st_check(const options_t *o)
                         "--tp, --pp, --cp or --ep > 1 or --zero 3\n");
         return -1;
     }
+    if (o->dump_grads != NULL &&
+        (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->ep > 1 || o->zero >= 2 || o->experts > 0)) {
+        fprintf(stderr, "train_gpt: --dump-grads runs the whole model on rank 0 into its flat "
+                        "gradients: not with --tp, --pp, --cp or --ep > 1, --zero 2 or 3, or "
+                        "--experts\n");
+        return -1;
+    }
     return 0;
+}
+
+/* The name in the file of the model's tensor `name` (model/gpt.h's
+ * table): the same for a GPT; a Llama's under Hugging Face Llama's names
+ * (docs/checkpoint.md "safetensors names"), so that transformers'
+ * LlamaForCausalLM reads the file as it is (its rotary convention is the
+ * model's, rotate_half). */
+static void file_name(const msr_gpt_config_t *cfg, const char *name, char *out, size_t len)
+{
+    static const struct {
+        const char *ours, *hf;
+    } block[] = {
+        {"ln1w", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+        {"wk", "self_attn.k_proj.weight"},  {"wv", "self_attn.v_proj.weight"},
+        {"wo", "self_attn.o_proj.weight"},  {"ln2w", "post_attention_layernorm.weight"},
+        {"w1", "mlp.gate_proj.weight"},     {"w3", "mlp.up_proj.weight"},
+        {"w2", "mlp.down_proj.weight"},
+    };
+    snprintf(out, len, "%s", name);
+    if (cfg->arch != MSR_GPT_ARCH_LLAMA)
+        return;
+    if (strcmp(name, "wte") == 0)
+        snprintf(out, len, "model.embed_tokens.weight");
+    else if (strcmp(name, "lnfw") == 0)
+        snprintf(out, len, "model.norm.weight");
+    else if (strcmp(name, "lm_head") == 0)
+        snprintf(out, len, "lm_head.weight");
+    int l, at = 0;
+    if (sscanf(name, "h%d.%n", &l, &at) != 1 || at == 0)
+        return;
+    for (size_t k = 0; k < sizeof block / sizeof block[0]; k++)
+        if (strcmp(name + at, block[k].ours) == 0)
+            snprintf(out, len, "model.layers.%d.%s", l, block[k].hf);
 }
 
 /* The file's tensors: the whole model's table (model/gpt.h), in its
@@ -73,10 +115,12 @@ static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
         blocks += msr_gpt_layer_is_moe(cfg, l);
     nm->n = 0;
     nm->t =
-        msr_calloc((size_t)whole->num_tensors + (size_t)blocks * (size_t)E * 4 + 1, sizeof *nm->t);
+        msr_calloc((size_t)whole->num_tensors + (size_t)blocks * (size_t)E * 4 + 2, sizeof *nm->t);
     for (int i = 0; nm->t != NULL && i < whole->num_tensors; i++) {
         const msr_gpt_tensor_t *w = &whole->tensors[i];
-        name_add(nm, w->name, w->shape[0], w->ndim == 2 ? w->shape[1] : 0);
+        char name[MSR_ST_NAME_MAX + 1];
+        file_name(cfg, w->name, name, sizeof name);
+        name_add(nm, name, w->shape[0], w->ndim == 2 ? w->shape[1] : 0);
     }
     static const char *const mlp[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
     for (int l = 0; nm->t != NULL && l < cfg->layers; l++) {
@@ -210,7 +254,9 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
     for (int i = m->params != NULL ? 0 : n_flat; i < n_flat + n_exp; i++) {
         const msr_gpt_tensor_t *t = i < n_flat ? &m->tensors[i] : &experts[i - n_flat];
         float *base = i < n_flat ? m->params : msr_moe_params(m->moe);
-        load_arg_t a = {f, msr_st_find(f, t->name), base + t->offset};
+        char name[MSR_ST_NAME_MAX + 1];
+        file_name(&m->cfg, t->name, name, sizeof name);
+        load_arg_t a = {f, msr_st_find(f, name), base + t->offset};
         msr_err_clear();
         msr_status_t st = for_runs(t, load_run, &a);
         if (st != MSR_OK) {
@@ -231,8 +277,10 @@ static msr_status_t read_flat(const msr_gpt_t *m, const msr_st_file_t *f, size_t
         const msr_gpt_tensor_t *t = &m->tensors[i];
         size_t a = lo > t->offset ? lo : t->offset;
         size_t b = lo + n < t->offset + t->count ? lo + n : t->offset + t->count;
+        char name[MSR_ST_NAME_MAX + 1];
+        file_name(&m->cfg, t->name, name, sizeof name);
         if (a < b)
-            st = msr_st_read_f32(f, msr_st_find(f, t->name), a - t->offset, b - a, dst + (a - lo));
+            st = msr_st_read_f32(f, msr_st_find(f, name), a - t->offset, b - a, dst + (a - lo));
     }
     return st;
 }
@@ -310,13 +358,16 @@ static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
 
 /* Writes tensors t[0..n) (their elements at base) into w where nm places
  * them. */
-static msr_status_t write_tensors(const msr_gpt_tensor_t *t, int n, const float *base,
-                                  const names_t *nm, msr_st_writer_t *w, int tp_rank)
+static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_tensor_t *t, int n,
+                                  const float *base, const names_t *nm, msr_st_writer_t *w,
+                                  int tp_rank)
 {
     for (int i = 0; i < n; i++) {
         if (t[i].tp_replicated && tp_rank != 0)
             continue;
-        save_arg_t a = {w, names_find(nm, t[i].name), base + t[i].offset};
+        char name[MSR_ST_NAME_MAX + 1];
+        file_name(cfg, t[i].name, name, sizeof name);
+        save_arg_t a = {w, names_find(nm, name), base + t[i].offset};
         msr_status_t st = for_runs(&t[i], save_run, &a);
         if (st != MSR_OK)
             return st;
@@ -335,11 +386,12 @@ static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr
     int tp_rank = mesh != NULL ? mesh->tp_rank : 0, cp0 = mesh == NULL || mesh->cp_rank == 0;
     msr_status_t st = MSR_OK;
     if (cp0 && (mesh == NULL || mesh->dp_rank == 0))
-        st = write_tensors(tr->model->tensors, tr->model->num_tensors, params, nm, w, tp_rank);
+        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, params, nm,
+                           w, tp_rank);
     if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
         int n;
         const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
-        st = write_tensors(t, n, msr_moe_params(tr->model->moe), nm, w, 0);
+        st = write_tensors(&tr->cfg.model, t, n, msr_moe_params(tr->model->moe), nm, w, 0);
     }
     return st;
 }
@@ -446,4 +498,65 @@ int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_data
     }
     msr_free(tokens);
     return rc;
+}
+
+/* ---- --dump-grads ---- */
+
+/* The model's tensors' gradients and the loss into a new file at path. */
+static msr_status_t write_grads(const msr_trainer_t *tr, const char *path, double loss)
+{
+    names_t nm = {NULL, 0};
+    msr_st_writer_t *w = NULL;
+    msr_status_t st = model_names(&tr->cfg.model, &nm);
+    if (st == MSR_OK)
+        name_add(&nm, "loss", 1, 0); /* model_names leaves a spare entry for it */
+    if (st == MSR_OK)
+        st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
+    if (st == MSR_OK)
+        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors,
+                           tr->model->grads, &nm, w, 0);
+    float lossf = (float)loss;
+    if (st == MSR_OK)
+        st = msr_st_write_f32(w, nm.n - 1, 0, 1, &lossf);
+    if (st == MSR_OK) {
+        st = msr_st_writer_close(w, 1);
+        w = NULL;
+    }
+    msr_st_writer_abort(w);
+    msr_free(nm.t);
+    return st;
+}
+
+int train_gpt_st_dump_grads(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
+                            const char *path)
+{
+    if (job->rank != 0)
+        return 0;
+    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
+    size_t N = (size_t)B * (size_t)T;
+    int *tokens = msr_malloc(2 * N * sizeof *tokens);
+    if (tokens == NULL || tr->model->grads == NULL) {
+        fprintf(stderr, "train_gpt: --dump-grads: out of memory, or no flat gradients\n");
+        msr_free(tokens);
+        return 1;
+    }
+    int *targets = tokens + N;
+    for (size_t i = 0; i < N; i++) {
+        tokens[i] = msr_dataset_token(data, i % data->size);
+        targets[i] = msr_dataset_token(data, (i + 1) % data->size);
+    }
+    double loss = 0.0;
+    msr_err_clear();
+    msr_gpt_zero_grad(tr->model);
+    msr_status_t st = msr_gpt_forward(tr->model, tokens, targets, B, T, NULL, &loss);
+    if (st == MSR_OK)
+        st = msr_gpt_backward(tr->model, 1.0f / (float)N, NULL);
+    if (st == MSR_OK && (st = write_grads(tr, path, loss)) != MSR_OK)
+        fprintf(stderr, "train_gpt: --dump-grads %s: %s: %s\n", path, msr_status_str(st),
+                msr_err_msg_or(st));
+    else if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: --dump-grads: the forward and backward passes: %s: %s\n",
+                msr_status_str(st), msr_err_msg_or(st));
+    msr_free(tokens);
+    return st == MSR_OK ? 0 : 1;
 }
