@@ -66,7 +66,12 @@ typedef struct options {
     double temperature;        /* --temperature, 0: greedy */
     int64_t sample_top_k;      /* --sample-top-k, 0: every token */
     int64_t sample_seed;       /* --sample-seed, not given: --seed */
-    unsigned char seen[80];    /* msr_opts_parse's: 1 for the table's options given */
+    /* the optimizer's moments offloaded (train_gpt_offload.c) */
+    const char *offload;    /* --offload: optimizer=host or optimizer=disk:DIR */
+    int64_t offload_chunk;  /* --offload-chunk bytes */
+    const char *offload_io; /* --offload-io: threads or uring */
+    int offload_keep;       /* --offload-keep */
+    unsigned char seen[96]; /* msr_opts_parse's: 1 for the table's options given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */
@@ -110,6 +115,11 @@ int train_gpt_split_check(options_t *o);
 /* The combinations this build can run; prints why not and returns -1.
  * Fills in dp when it was left to the world size (in_job: under msrun). */
 int train_gpt_check_combination(options_t *o, int world, int in_job);
+
+/* --offload and its settings into *cfg (rank names the file), checked
+ * against the rest of the options. Returns 0, or -1 with the reason
+ * printed. */
+int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *cfg);
 
 /* The whole model's parameters, whatever the layout (the experts too). */
 size_t train_gpt_model_params(const msr_train_config_t *cfg);
