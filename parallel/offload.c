@@ -126,13 +126,20 @@ static void slot_submit(msr_offload_t *off, int s, int write, size_t k)
                      (off_t)(k * off->chunk_bytes));
 }
 
-/* Waits for every slot, keeping the first error. */
+/* Waits for every slot, keeping the first error (and its text: what
+ * fails after it is not reported). */
 static msr_status_t drain(msr_offload_t *off, msr_status_t st)
 {
     for (int s = 0; s < MSR_OFFLOAD_SLOTS; s++) {
-        msr_status_t w = slot_wait(off, s);
+        if (st != MSR_OK && off->hold[s] != HOLD_NONE) {
+            size_t done;
+            int err;
+            off->ops->wait(off->eng, s, &done, &err);
+            off->hold[s] = HOLD_NONE;
+            continue;
+        }
         if (st == MSR_OK)
-            st = w;
+            st = slot_wait(off, s);
     }
     if (st != MSR_OK)
         off->failed = 1;
