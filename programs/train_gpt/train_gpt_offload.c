@@ -1,5 +1,6 @@
 /* train_gpt --offload: where AdamW's moments live (docs/model.md
  * "Offload", parallel/offload.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,5 +54,8 @@ int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t 
         fprintf(stderr, "train_gpt: --offload: %s\n", msr_err_msg());
         return -1;
     }
+    /* a file size limit reached is then a write failing with EFBIG, which
+     * the store reports with its file and chunk, not a signal that kills */
+    signal(SIGXFSZ, SIG_IGN);
     return 0;
 }
