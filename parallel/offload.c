@@ -187,8 +187,10 @@ static msr_status_t engine_start(msr_offload_t *off)
 static msr_status_t store_alloc(msr_offload_t *off, size_t count)
 {
     size_t want = off->cfg.chunk_bytes != 0 ? off->cfg.chunk_bytes : MSR_OFFLOAD_CHUNK_DEFAULT;
-    size_t need =
-        (2 * count * sizeof(float) + MSR_OFFLOAD_ALIGN - 1) / MSR_OFFLOAD_ALIGN * MSR_OFFLOAD_ALIGN;
+    /* a store of fewer than SLOTS chunks: chunks of a SLOTS-th of it, so its
+     * buffers are never much more than the moments themselves */
+    size_t quarter = (2 * count * sizeof(float) + MSR_OFFLOAD_SLOTS - 1) / MSR_OFFLOAD_SLOTS;
+    size_t need = (quarter + MSR_OFFLOAD_ALIGN - 1) / MSR_OFFLOAD_ALIGN * MSR_OFFLOAD_ALIGN;
     off->count = count;
     off->chunk_bytes = MSR_MAX(MSR_MIN(want, need), (size_t)MSR_OFFLOAD_ALIGN);
     off->per = off->chunk_bytes / (2 * sizeof(float));

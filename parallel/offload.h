@@ -46,8 +46,10 @@ typedef enum msr_offload_io {
 
 /* Chunk sizes: multiples of MSR_OFFLOAD_ALIGN (O_DIRECT's block) within
  * [MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX]. A store whose moments are
- * fewer than a chunk's uses a smaller chunk (the moments rounded up to
- * MSR_OFFLOAD_ALIGN). */
+ * fewer than MSR_OFFLOAD_SLOTS chunks' uses smaller chunks: a
+ * MSR_OFFLOAD_SLOTS-th of its moments' bytes rounded up to
+ * MSR_OFFLOAD_ALIGN, so its buffers never hold much more than the
+ * moments. */
 #define MSR_OFFLOAD_ALIGN         4096u
 #define MSR_OFFLOAD_CHUNK_MIN     4096u
 #define MSR_OFFLOAD_CHUNK_MAX     (1u << 30)

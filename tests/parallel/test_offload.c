@@ -153,11 +153,15 @@ static void test_chunk_bounds(void)
         MSR_CHECK_STATUS(msr_offload_config_check(&cfg), MSR_ERR_INVALID_ARG);
         MSR_CHECK(strstr(msr_err_msg(), "multiple of 4096") != NULL);
     }
-    /* the largest chunk on a small store: the store's size rounded up */
+    /* the largest chunk on a small store: a quarter of the store's bytes
+     * rounded up (8000 bytes: 4096; 40000: 12288) */
     msr_offload_config_t cfg = config(MSR_OFFLOAD_CHUNK_MAX, MSR_OFFLOAD_IO_THREADS);
     msr_offload_t *off;
     MSR_CHECK_OK(msr_offload_create(&cfg, 1000, &off));
-    MSR_CHECK_EQ(msr_offload_chunk_bytes(off), 8192);
+    MSR_CHECK_EQ(msr_offload_chunk_bytes(off), 4096);
+    msr_offload_destroy(off);
+    MSR_CHECK_OK(msr_offload_create(&cfg, 5000, &off));
+    MSR_CHECK_EQ(msr_offload_chunk_bytes(off), 12288);
     msr_offload_destroy(off);
 }
 
