@@ -168,19 +168,30 @@ static void put_chunk(msr_offload_t *off, int s, size_t k)
     slot_submit(off, s, 1, k);
 }
 
-static msr_status_t engine_start(msr_offload_t *off)
+static void engine_name(msr_offload_t *off)
 {
-    msr_offload_io_t io = off->cfg.io == MSR_OFFLOAD_IO_DEFAULT ? MSR_OFFLOAD_IO_BEST : off->cfg.io;
-    off->ops = &msr_offload_threads_ops;
-#ifdef MSR_HAVE_LIBURING
-    if (io == MSR_OFFLOAD_IO_URING)
-        off->ops = &msr_offload_uring_ops;
-#else
-    (void)io;
-#endif
     snprintf(off->engine_name, sizeof off->engine_name, "%s%s", off->ops->name,
              off->direct ? "+direct" : "");
-    return off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+}
+
+/* The engine cfg.io asks for; the default falls back from io_uring to the
+ * thread pool when the kernel refuses io_uring. */
+static msr_status_t engine_start(msr_offload_t *off)
+{
+    off->ops = &msr_offload_threads_ops;
+#ifdef MSR_HAVE_LIBURING
+    if (off->cfg.io != MSR_OFFLOAD_IO_THREADS)
+        off->ops = &msr_offload_uring_ops;
+#endif
+    engine_name(off);
+    msr_status_t st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+    if (st == MSR_ERR_UNSUPPORTED && off->cfg.io == MSR_OFFLOAD_IO_DEFAULT) {
+        MSR_INFO("%s: the thread pool instead", msr_err_msg());
+        off->ops = &msr_offload_threads_ops;
+        engine_name(off);
+        st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+    }
+    return st;
 }
 
 /* Sizes, buffers and the CRC table. */

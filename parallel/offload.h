@@ -35,14 +35,15 @@ typedef enum msr_offload_mode {
 
 /* How the chunks move. */
 typedef enum msr_offload_io {
-    MSR_OFFLOAD_IO_DEFAULT = 0, /* MSR_OFFLOAD_IO_BEST */
+    MSR_OFFLOAD_IO_DEFAULT = 0, /* uring where built and allowed, else threads */
     MSR_OFFLOAD_IO_THREADS,     /* a pool of threads calling pread and pwrite */
     MSR_OFFLOAD_IO_URING,       /* io_uring (builds with liburing only) */
 } msr_offload_io_t;
 
-/* The default engine: the faster on the machines measured (docs/performance.md
- * "Optimizer offload"). */
-#define MSR_OFFLOAD_IO_BEST MSR_OFFLOAD_IO_THREADS
+/* The default is io_uring, the faster where measured (docs/performance.md
+ * "Optimizer offload"); a build without liburing, or a kernel that refuses
+ * io_uring (seccomp, io_uring_disabled), gets the thread pool, with a note
+ * on the log in the second case. */
 
 /* Chunk sizes: multiples of MSR_OFFLOAD_ALIGN (O_DIRECT's block) within
  * [MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX]. A store whose moments are

@@ -111,9 +111,11 @@ static const msr_opt_t specs[] = {
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload disk: bytes per chunk (m and v of chunk/8 elements), a multiple of 4096 "
             "(4194304)"),
-    OPT_TEXT("offload-io", offload_io,
-             "--offload disk: the I/O engine, threads (pread/pwrite on a pool) or uring "
-             "(io_uring, where built with liburing) (threads)"),
+    OPT_TEXT(
+        "offload-io", offload_io,
+        "--offload disk: the I/O engine, threads (pread/pwrite on a pool) or uring "
+        "(io_uring, where built with liburing) (uring where built and the kernel allows it, else "
+        "threads)"),
     OPT_FLAG("offload-keep", offload_keep, "--offload disk: keep the files at the end"),
     /* mixed precision (docs/model.md "bf16 training") */
     OPT_TEXT("precision", precision,

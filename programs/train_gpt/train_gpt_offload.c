@@ -30,6 +30,11 @@ int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t 
             return -1;
         }
     }
+    if (cfg->mode == MSR_OFFLOAD_HOST && strcmp(o->device, "cpu") != 0) {
+        fprintf(stderr, "train_gpt: --offload optimizer=host with --device cuda (the update on "
+                        "the host while the GPU computes) is not built yet\n");
+        return -1;
+    }
     if (cfg->mode != MSR_OFFLOAD_DISK)
         return 0;
     if (o->experts > 0 || strcmp(o->device, "cpu") != 0) {
