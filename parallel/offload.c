@@ -241,6 +241,8 @@ msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
     msr_status_t st = msr_offload_config_check(cfg);
     if (st != MSR_OK)
         return st;
+    if (cfg->mode != MSR_OFFLOAD_DISK)
+        return msr_err(MSR_ERR_INVALID_ARG, "offload: a store is for the disk mode only");
     msr_offload_t *off = msr_calloc(1, sizeof *off);
     if (off == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");

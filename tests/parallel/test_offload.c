@@ -285,16 +285,43 @@ static void test_mode_and_removal(void)
     MSR_CHECK(access(path, F_OK) == 0);
 }
 
+/* Every allocation of a store and a step failing in turn: out of memory,
+ * nothing left behind; the host mode is no store. */
+static void test_alloc_failures(void)
+{
+    make_dir();
+    msr_offload_config_t cfg = config(MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_IO_DEFAULT);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", dir);
+    for (long i = 0;; i++) {
+        msr_offload_t *off = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_offload_create(&cfg, 5 * 512, &off);
+        visit_t vis = {0, 1};
+        if (st == MSR_OK)
+            st = msr_offload_step(off, bump, &vis);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        msr_offload_destroy(off);
+        MSR_CHECK(system(cmd) == 0);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            MSR_CHECK(i >= 3);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+    }
+    cfg.mode = MSR_OFFLOAD_HOST;
+    msr_offload_t *off = NULL;
+    MSR_CHECK_STATUS(msr_offload_create(&cfg, 10, &off), MSR_ERR_INVALID_ARG);
+}
+
 static const msr_test_t tests[] = {
-    {"stream_threads", test_stream_threads, 30},
-    {"stream_uring", test_stream_uring, 30},
-    {"stream_sizes", test_stream_sizes, 30},
-    {"chunk_bounds", test_chunk_bounds, 30},
-    {"corrupt_threads", test_corrupt_threads, 30},
-    {"corrupt_uring", test_corrupt_uring, 30},
-    {"short_read", test_short_read, 30},
-    {"file_size_limit", test_file_size_limit, 30},
-    {"disk_full", test_disk_full, 30},
+    {"alloc_failures", test_alloc_failures, 30},     {"stream_threads", test_stream_threads, 30},
+    {"stream_uring", test_stream_uring, 30},         {"stream_sizes", test_stream_sizes, 30},
+    {"chunk_bounds", test_chunk_bounds, 30},         {"corrupt_threads", test_corrupt_threads, 30},
+    {"corrupt_uring", test_corrupt_uring, 30},       {"short_read", test_short_read, 30},
+    {"file_size_limit", test_file_size_limit, 30},   {"disk_full", test_disk_full, 30},
     {"mode_and_removal", test_mode_and_removal, 30},
 };
 
