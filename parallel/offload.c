@@ -80,7 +80,7 @@ static msr_status_t open_file(msr_offload_t *off)
     if (off->fd < 0 && errno == EINVAL) { /* tmpfs and the like */
         off->fd = open(off->path, flags, 0600);
         if (off->fd >= 0)
-            MSR_INFO("offload: %s takes no O_DIRECT: the moments go through the page cache",
+            MSR_WARN("offload: %s takes no O_DIRECT: the moments go through the page cache",
                      off->cfg.dir);
     }
     if (off->fd < 0)
@@ -186,7 +186,7 @@ static msr_status_t engine_start(msr_offload_t *off)
     engine_name(off);
     msr_status_t st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
     if (st == MSR_ERR_UNSUPPORTED && off->cfg.io == MSR_OFFLOAD_IO_DEFAULT) {
-        MSR_INFO("%s: the thread pool instead", msr_err_msg());
+        MSR_WARN("%s: the thread pool instead", msr_err_msg());
         off->ops = &msr_offload_threads_ops;
         engine_name(off);
         st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);

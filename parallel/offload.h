@@ -42,7 +42,7 @@ typedef enum msr_offload_io {
 
 /* The default is io_uring, the faster where measured (docs/performance.md
  * "Optimizer offload"); a build without liburing, or a kernel that refuses
- * io_uring (seccomp, io_uring_disabled), gets the thread pool, with a note
+ * io_uring (seccomp, io_uring_disabled), gets the thread pool, with a warning
  * on the log in the second case. */
 
 /* Chunk sizes: multiples of MSR_OFFLOAD_ALIGN (O_DIRECT's block) within
@@ -77,7 +77,7 @@ msr_status_t msr_offload_config_check(const msr_offload_config_t *cfg);
 
 /* Creates the file <dir>/msrun-offload-rank<rank>-<pid>.bin (0600, O_EXCL,
  * O_DIRECT where the filesystem takes it, else through the page cache with
- * a note on the log) holding zero moments for count elements (count may be
+ * a warning on the log) holding zero moments for count elements (count may be
  * 0: an empty store). Every chunk is written once here, so a disk too small
  * fails now. Errors: MSR_ERR_INVALID_ARG (cfg), MSR_ERR_IO (the file:
  * create, write, a full disk; the path and the system's reason in the error
