@@ -105,14 +105,13 @@ void msr_adamw_begin(msr_adamw_t *opt, float lr, float grad_scale)
     opt->grad_scale = grad_scale;
 }
 
-void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *params,
-                            const float *grads)
+void msr_adamw_update_moments(msr_adamw_t *opt, size_t off, size_t n, float *params,
+                              const float *grads, float *m, float *v)
 {
     const msr_adamw_config_t *c = &opt->cfg;
     float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
     float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
     float step_size = opt->step_size, bc2_sqrt = opt->bc2_sqrt, grad_scale = opt->grad_scale;
-    float *m = opt->m, *v = opt->v;
     size_t end = off + n;
     for (int s = 0; s < opt->num_spans; s++) {
         const msr_adamw_span_t *sp = &opt->spans[s];
@@ -120,7 +119,7 @@ void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *param
         if (a >= b)
             continue;
         float keep = sp->decay ? opt->decay_keep : 1.0f;
-        float *p = params + (a - off), *mm = m + a, *vv = v + a;
+        float *p = params + (a - off), *mm = m + (a - off), *vv = v + (a - off);
         const float *gr = grads + (a - off);
         for (size_t i = 0; i < b - a; i++) {
             float g = gr[i] * grad_scale;
@@ -130,6 +129,12 @@ void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *param
             p[i] = p[i] * keep - step_size * mm[i] / denom;
         }
     }
+}
+
+void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *params,
+                            const float *grads)
+{
+    msr_adamw_update_moments(opt, off, n, params, grads, opt->m + off, opt->v + off);
 }
 
 void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float lr,

@@ -49,8 +49,8 @@ typedef struct msr_adamw {
     msr_adamw_config_t cfg;
     size_t lo, hi; /* the first range's lo and the last range's hi */
     size_t count;  /* owned elements: the size of the shard space */
-    float *m;      /* (count) first moments */
-    float *v;      /* (count) second moments */
+    float *m;      /* (count) first moments; NULL while offloaded (parallel/offload.h) */
+    float *v;      /* (count) second moments; likewise */
     uint64_t t;    /* steps taken */
     int num_spans;
     msr_adamw_span_t *spans; /* cover [0, count) in order */
@@ -91,6 +91,13 @@ void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float
 void msr_adamw_begin(msr_adamw_t *opt, float lr, float grad_scale);
 void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *params,
                             const float *grads);
+
+/* update_range with the moments of shard elements [off, off + n) at m[0..n)
+ * and v[0..n) instead of in opt->m and opt->v: for moments that live
+ * elsewhere and are brought in a chunk at a time (parallel/offload.h). The
+ * same arithmetic, so the same bits. */
+void msr_adamw_update_moments(msr_adamw_t *opt, size_t off, size_t n, float *params,
+                              const float *grads, float *m, float *v);
 
 /* The sum of squares of x (n), in double and in index order. The global
  * gradient norm is sqrt of the sum of every shard's msr_sumsq. */

@@ -280,6 +280,8 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
     }
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
+    if ((st = msr_dp_offload_attach(dp)) != MSR_OK)
+        goto err_free;
     *dp_p = dp;
     return MSR_OK;
 
@@ -328,6 +330,7 @@ void msr_dp_destroy(msr_dp_t *dp)
     while (dp->cached > 0)
         tmp_evict(dp, dp->cached - 1);
     msr_free(dp->cover);
+    msr_offload_destroy(dp->offload);
     msr_adamw_destroy(dp->opt);
     msr_free(dp->gshard);
     msr_free(dp->pshard);

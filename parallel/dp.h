@@ -75,6 +75,7 @@
 #include "model/adamw.h"
 #include "model/gpt.h"
 #include "layout/layout.h"
+#include "parallel/offload.h"
 
 #define MSR_DP_TMP_CACHE 64 /* freed temporaries kept for reuse */
 
@@ -90,6 +91,9 @@ typedef struct msr_dp_config {
      * rounded to bf16; docs/comm.md), then widened back; ZeRO 0 only
      * (refused otherwise): ZeRO's reduce-scatters keep fp32 */
     int grad_bf16;
+    /* where the optimizer's moments live (parallel/offload.h): MSR_OFFLOAD_DISK
+     * streams them from a file of this rank's in each msr_dp_update */
+    msr_offload_config_t offload;
 } msr_dp_config_t;
 
 /* The model flags (msr_gpt_create_ex) a stage needs. */
@@ -170,6 +174,9 @@ typedef struct msr_dp {
     float *pshard;    /* ZeRO-3: parameters of the shard space (S) */
     float *gshard;    /* ZeRO-2/3: gradients of the shard space (S) */
     msr_adamw_t *opt; /* stage 0: over [0, P); else over the shard space */
+    /* the moments' file under cfg.offload's disk mode (opt->m and opt->v
+     * are then NULL but while a checkpoint holds them: dp_offload.c) */
+    msr_offload_t *offload;
 
     /* the current micro-batch */
     int reduce_now;  /* this backward reduces its buckets */
@@ -254,6 +261,16 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
 msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out);
 
 void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
+
+/* ---- the optimizer's moments offloaded (dp_offload.c, parallel/offload.h) ----
+ * Under cfg.offload's disk mode the moments are in a file and a step
+ * streams them. A checkpoint reads them whole: msr_dp_offload_hold brings
+ * them into opt->m and opt->v (read 1: from the file; 0: zeros, for a
+ * restore to fill), msr_dp_offload_drop writes them back (write 1) and frees
+ * them. Both do nothing without offload. Errors: the store's (offload.h),
+ * MSR_ERR_NO_MEMORY. */
+msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read);
+msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
 
 /* ---- checkpoints ----
  * A rank saves the units it owns (msr_dp_owned: params, m, v of each). A

@@ -74,6 +74,12 @@ msr_status_t msr_dp_drain(msr_dp_t *dp);
 
 /* Gathers the sharded units of arr (a flat-indexed array: the parameters,
  * or stage 0's moments) from their owners (dp_step.c). */
+/* The optimizer's moments moved to their file when cfg.offload asks for
+ * the disk (MSR_OK and nothing done otherwise); the step's AdamW over them,
+ * after msr_adamw_begin (dp_offload.c). Errors: the store's. */
+msr_status_t msr_dp_offload_attach(msr_dp_t *dp);
+msr_status_t msr_dp_offload_update(msr_dp_t *dp);
+
 msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr);
 
 #endif

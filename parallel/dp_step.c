@@ -215,7 +215,11 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
     }
     double norm = sqrt(red[1]);
     float scale = msr_clip_scale(norm, max_norm);
-    if (dp->cfg.zero == 0) {
+    msr_status_t st = MSR_OK;
+    if (dp->offload != NULL) {
+        msr_adamw_begin(dp->opt, lr, scale);
+        st = msr_dp_offload_update(dp);
+    } else if (dp->cfg.zero == 0) {
         msr_adamw_update(dp->opt, dp->model->params, dp->model->grads, lr, scale);
     } else {
         msr_adamw_begin(dp->opt, lr, scale);
@@ -226,8 +230,7 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
                                        msr_dp_grad_at(dp, u));
         }
     }
-    msr_status_t st = MSR_OK;
-    if (dp->cfg.zero == 1 || dp->cfg.zero == 2)
+    if (st == MSR_OK && (dp->cfg.zero == 1 || dp->cfg.zero == 2))
         st = msr_dp_allgather_flat(dp, dp->model->params);
     dp->stats.update_ns += msr_now_ns() - t0;
     dp->stats.steps++;
@@ -263,7 +266,7 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem)
     size_t P = dp->model->num_params, S = dp->shard_count, f = sizeof(float);
     mem->params = (dp->model->params != NULL ? P * f : 0) + (dp->pshard != NULL ? S * f : 0);
     mem->grads = (dp->model->grads != NULL ? P * f : 0) + (dp->gshard != NULL ? S * f : 0);
-    mem->optim = 2 * dp->opt->count * f;
+    mem->optim = dp->offload != NULL ? msr_offload_resident(dp->offload) : 2 * dp->opt->count * f;
     mem->transient_peak = dp->transient_peak;
     mem->shard_elems = S;
     mem->replicated_elems = dp->rep_count;

@@ -76,7 +76,20 @@ static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, r
     return MSR_OK;
 }
 
+static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+
+/* With the moments offloaded (parallel/offload.h), they are read whole from
+ * their file into the shard for the encoding, and freed after it. */
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
+{
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 1);
+    if (st == MSR_OK)
+        st = snapshot(tr, meta, buf_p, len_p);
+    (void)msr_dp_offload_drop(tr->dp, 0);
+    return st;
+}
+
+static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
     msr_ckpt_map_t map;
     range_list_t l;
@@ -633,9 +646,25 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
     return MSR_OK;
 }
 
+static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                  msr_trainer_fetch_t fetch, msr_trainer_read_t read, void *arg);
+
+/* With the moments offloaded, the restore fills them in memory and they go
+ * back to their file after it. */
 msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
                                        msr_trainer_fetch_t fetch, msr_trainer_read_t read,
                                        void *arg)
+{
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
+    if (st != MSR_OK)
+        return st;
+    st = restore_parts(tr, meta, world, fetch, read, arg);
+    msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
+    return st != MSR_OK ? st : wst;
+}
+
+static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                  msr_trainer_fetch_t fetch, msr_trainer_read_t read, void *arg)
 {
     int first = world == world_size(tr) ? world_rank(tr) : 0;
     source_t src = {fetch, read, arg};

@@ -2473,4 +2473,49 @@ test: ^test_parallel_train_gpt_tokens$
         (void)used;
 >>>
 
+@ offload.crc_unchecked
+file: parallel/offload.c
+test: ^test_parallel_offload$
+<<<
+    if (crc == off->crc[k])
+===
+    if (1 || crc == off->crc[k])
+>>>
+
+@ offload.short_read_taken
+file: parallel/offload.c
+test: ^test_parallel_offload$
+<<<
+    if (err != 0 || done != off->chunk_bytes)
+===
+    if (err != 0)
+>>>
+
+@ offload.zero_unit_skipped
+file: parallel/dp_offload.c
+test: ^test_parallel_train_gpt_offload$
+<<<
+        if (u->own_n == 0 || a >= b)
+===
+        if (u->own_n == 0 || a >= b || k == 1)
+>>>
+
+@ offload.snapshot_zero_moments
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_ckpt$
+<<<
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 1);
+===
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
+>>>
+
+@ offload.restore_not_written_back
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_ckpt$
+<<<
+    msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
+===
+    msr_status_t wst = msr_dp_offload_drop(tr->dp, 0);
+>>>
+
 __END__

@@ -71,6 +71,11 @@ typedef struct options {
     int64_t ffn, kv_heads;  /* --ffn, --kv-heads (llama; not given: their defaults) */
     double rope_theta;      /* --rope-theta (llama) */
     const char *dump_grads; /* --dump-grads: the --dump-logits batch's gradients */
+    /* the optimizer's moments offloaded (train_gpt_offload.c) */
+    const char *offload;    /* --offload: optimizer=host or optimizer=disk:DIR */
+    int64_t offload_chunk;  /* --offload-chunk bytes */
+    const char *offload_io; /* --offload-io: threads or uring */
+    int offload_keep;       /* --offload-keep */
     unsigned char *seen;    /* msr_opts_parse's, an entry per option of the table: 1 given */
 } options_t;
 
@@ -115,6 +120,11 @@ int train_gpt_split_check(options_t *o);
 /* The combinations this build can run; prints why not and returns -1.
  * Fills in dp when it was left to the world size (in_job: under msrun). */
 int train_gpt_check_combination(options_t *o, int world, int in_job);
+
+/* --offload and its settings into *cfg (rank names the file), checked
+ * against the rest of the options. Returns 0, or -1 with the reason
+ * printed. */
+int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *cfg);
 
 /* The whole model's parameters, whatever the layout (the experts too). */
 size_t train_gpt_model_params(const msr_train_config_t *cfg);

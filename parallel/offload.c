@@ -1,0 +1,389 @@
+/* The optimizer's moments in a file, streamed a chunk at a time (see
+ * offload.h). */
+#include "parallel/offload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/crc32.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "parallel/offload_impl.h"
+
+/* What slot s holds. */
+enum { HOLD_NONE, HOLD_READ, HOLD_WRITE };
+
+struct msr_offload {
+    msr_offload_config_t cfg;
+    char *path;
+    int fd, direct, failed;
+    const msr_offload_engine_ops_t *ops;
+    msr_offload_engine_t *eng;
+    char engine_name[24];
+    size_t count;       /* elements */
+    size_t chunk_bytes; /* in use: cfg's, or less for a small store */
+    size_t per;         /* elements per chunk: chunk_bytes / 8 */
+    size_t nchunks;
+    uint32_t *crc; /* (nchunks) of each chunk as last written */
+    unsigned char *buf[MSR_OFFLOAD_SLOTS];
+    int hold[MSR_OFFLOAD_SLOTS];
+    size_t held[MSR_OFFLOAD_SLOTS]; /* the chunk a slot's operation moves */
+};
+
+int msr_offload_io_parse(const char *name)
+{
+    if (strcmp(name, "threads") == 0)
+        return MSR_OFFLOAD_IO_THREADS;
+    if (strcmp(name, "uring") == 0)
+        return MSR_OFFLOAD_IO_URING;
+    return -1;
+}
+
+msr_status_t msr_offload_config_check(const msr_offload_config_t *cfg)
+{
+    size_t c = cfg->chunk_bytes;
+    if (c != 0 &&
+        (c < MSR_OFFLOAD_CHUNK_MIN || c > MSR_OFFLOAD_CHUNK_MAX || c % MSR_OFFLOAD_ALIGN != 0)) {
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "offload: a chunk of %zu bytes is not a multiple of %u in [%u, %u]", c,
+                       MSR_OFFLOAD_ALIGN, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX);
+    }
+#ifndef MSR_HAVE_LIBURING
+    if (cfg->io == MSR_OFFLOAD_IO_URING) {
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "offload: io_uring is not in this build (built without liburing)");
+    }
+#endif
+    if (cfg->mode == MSR_OFFLOAD_DISK && (cfg->dir == NULL || cfg->dir[0] == '\0'))
+        return msr_err(MSR_ERR_INVALID_ARG, "offload: the disk mode needs a directory");
+    return MSR_OK;
+}
+
+static size_t chunk_of(const msr_offload_t *off, size_t k)
+{
+    return MSR_MIN(off->per, off->count - k * off->per);
+}
+
+/* Opens path O_EXCL 0600, with O_DIRECT when the filesystem takes it. */
+static msr_status_t open_file(msr_offload_t *off)
+{
+    int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+    off->fd = open(off->path, flags | O_DIRECT, 0600);
+    off->direct = off->fd >= 0;
+    if (off->fd < 0 && errno == EINVAL) { /* tmpfs and the like */
+        off->fd = open(off->path, flags, 0600);
+        if (off->fd >= 0)
+            MSR_WARN("offload: %s takes no O_DIRECT: the moments go through the page cache",
+                     off->cfg.dir);
+    }
+    if (off->fd < 0)
+        return msr_err(MSR_ERR_IO, "offload: cannot create %s: %s", off->path, strerror(errno));
+    if (fchmod(off->fd, 0600) != 0) { /* whatever the umask said */
+        return msr_err(MSR_ERR_IO, "offload: cannot make %s 0600: %s", off->path, strerror(errno));
+    }
+    return MSR_OK;
+}
+
+static msr_status_t io_failed(msr_offload_t *off, int write, size_t k, size_t done, int err)
+{
+    off->failed = 1;
+    if (err != 0) {
+        return msr_err(MSR_ERR_IO, "offload: %s chunk %zu of %s: %s%s",
+                       write ? "writing" : "reading", k, off->path, strerror(err),
+                       err == ENOSPC || err == EFBIG ? " (the disk or the file size limit is full)"
+                                                     : "");
+    }
+    return msr_err(MSR_ERR_IO, "offload: short %s of chunk %zu of %s: %zu of %zu bytes",
+                   write ? "write" : "read", k, off->path, done, off->chunk_bytes);
+}
+
+/* Waits for slot s's operation; checks that it moved the whole chunk. */
+static msr_status_t slot_wait(msr_offload_t *off, int s)
+{
+    if (off->hold[s] == HOLD_NONE)
+        return MSR_OK;
+    size_t done;
+    int err, write = off->hold[s] == HOLD_WRITE;
+    off->ops->wait(off->eng, s, &done, &err);
+    off->hold[s] = HOLD_NONE;
+    if (err != 0 || done != off->chunk_bytes)
+        return io_failed(off, write, off->held[s], done, err);
+    return MSR_OK;
+}
+
+static void slot_submit(msr_offload_t *off, int s, int write, size_t k)
+{
+    off->hold[s] = write ? HOLD_WRITE : HOLD_READ;
+    off->held[s] = k;
+    off->ops->submit(off->eng, s, write, off->buf[s], off->chunk_bytes,
+                     (off_t)(k * off->chunk_bytes));
+}
+
+/* Waits for every slot, keeping the first error (and its text: what
+ * fails after it is not reported). */
+static msr_status_t drain(msr_offload_t *off, msr_status_t st)
+{
+    for (int s = 0; s < MSR_OFFLOAD_SLOTS; s++) {
+        if (st != MSR_OK && off->hold[s] != HOLD_NONE) {
+            size_t done;
+            int err;
+            off->ops->wait(off->eng, s, &done, &err);
+            off->hold[s] = HOLD_NONE;
+            continue;
+        }
+        if (st == MSR_OK)
+            st = slot_wait(off, s);
+    }
+    if (st != MSR_OK)
+        off->failed = 1;
+    return st;
+}
+
+/* Checks a chunk just read against the CRC it was written with. */
+static msr_status_t check_chunk(msr_offload_t *off, int s, size_t k)
+{
+    uint32_t crc = msr_crc32(0, off->buf[s], off->chunk_bytes);
+    if (crc == off->crc[k])
+        return MSR_OK;
+    off->failed = 1;
+    return msr_err(MSR_ERR_CORRUPT,
+                   "offload: chunk %zu of %s (bytes %zu..%zu) changed underneath: crc %08x, "
+                   "written with %08x",
+                   k, off->path, k * off->chunk_bytes, (k + 1) * off->chunk_bytes, (unsigned)crc,
+                   (unsigned)off->crc[k]);
+}
+
+/* Fills slot s with chunk k's new contents (m, v: count floats, the
+ * chunk's elements at k * per) and writes it. */
+static void put_chunk(msr_offload_t *off, int s, size_t k)
+{
+    off->crc[k] = msr_crc32(0, off->buf[s], off->chunk_bytes);
+    slot_submit(off, s, 1, k);
+}
+
+static void engine_name(msr_offload_t *off)
+{
+    snprintf(off->engine_name, sizeof off->engine_name, "%s%s", off->ops->name,
+             off->direct ? "+direct" : "");
+}
+
+/* The engine cfg.io asks for; the default falls back from io_uring to the
+ * thread pool when the kernel refuses io_uring. */
+static msr_status_t engine_start(msr_offload_t *off)
+{
+    off->ops = &msr_offload_threads_ops;
+#ifdef MSR_HAVE_LIBURING
+    if (off->cfg.io != MSR_OFFLOAD_IO_THREADS)
+        off->ops = &msr_offload_uring_ops;
+#endif
+    engine_name(off);
+    msr_status_t st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+    if (st == MSR_ERR_UNSUPPORTED && off->cfg.io == MSR_OFFLOAD_IO_DEFAULT) {
+        MSR_WARN("%s: the thread pool instead", msr_err_msg());
+        off->ops = &msr_offload_threads_ops;
+        engine_name(off);
+        st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+    }
+    return st;
+}
+
+/* Sizes, buffers and the CRC table. */
+static msr_status_t store_alloc(msr_offload_t *off, size_t count)
+{
+    size_t want = off->cfg.chunk_bytes != 0 ? off->cfg.chunk_bytes : MSR_OFFLOAD_CHUNK_DEFAULT;
+    /* a store of fewer than SLOTS chunks: chunks of a SLOTS-th of it, so its
+     * buffers are never much more than the moments themselves */
+    size_t quarter = (2 * count * sizeof(float) + MSR_OFFLOAD_SLOTS - 1) / MSR_OFFLOAD_SLOTS;
+    size_t need = (quarter + MSR_OFFLOAD_ALIGN - 1) / MSR_OFFLOAD_ALIGN * MSR_OFFLOAD_ALIGN;
+    off->count = count;
+    off->chunk_bytes = MSR_MAX(MSR_MIN(want, need), (size_t)MSR_OFFLOAD_ALIGN);
+    off->per = off->chunk_bytes / (2 * sizeof(float));
+    off->nchunks = (count + off->per - 1) / off->per;
+    off->crc = msr_calloc(off->nchunks + 1, sizeof *off->crc);
+    if (off->crc == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for %zu chunks", off->nchunks);
+    for (int s = 0; s < MSR_OFFLOAD_SLOTS; s++) {
+        void *p = NULL;
+        if (posix_memalign(&p, MSR_OFFLOAD_ALIGN, off->chunk_bytes) != 0)
+            return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for chunks of %zu bytes",
+                           off->chunk_bytes);
+        memset(p, 0, off->chunk_bytes);
+        off->buf[s] = p;
+    }
+    return MSR_OK;
+}
+
+/* Writes every chunk as zeros (so a disk too small fails at once). */
+static msr_status_t write_zeros(msr_offload_t *off)
+{
+    uint32_t zero_crc = msr_crc32(0, off->buf[0], off->chunk_bytes);
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < off->nchunks && st == MSR_OK; k++) {
+        int s = (int)(k % MSR_OFFLOAD_SLOTS); /* buffers all zero */
+        st = slot_wait(off, s);
+        off->crc[k] = zero_crc;
+        if (st == MSR_OK)
+            slot_submit(off, s, 1, k);
+    }
+    return drain(off, st);
+}
+
+msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
+                                msr_offload_t **off_p)
+{
+    msr_status_t st = msr_offload_config_check(cfg);
+    if (st != MSR_OK)
+        return st;
+    if (cfg->mode != MSR_OFFLOAD_DISK)
+        return msr_err(MSR_ERR_INVALID_ARG, "offload: a store is for the disk mode only");
+    msr_offload_t *off = msr_calloc(1, sizeof *off);
+    if (off == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
+    off->cfg = *cfg;
+    off->fd = -1;
+    size_t plen = strlen(cfg->dir) + 64;
+    off->path = msr_malloc(plen);
+    off->cfg.dir = msr_strdup(cfg->dir);
+    if (off->path == NULL || off->cfg.dir == NULL) {
+        st = msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
+        goto err_free;
+    }
+    snprintf(off->path, plen, "%s/msrun-offload-rank%d-%ld.bin", cfg->dir, cfg->rank,
+             (long)getpid());
+    if ((st = store_alloc(off, count)) != MSR_OK || (st = open_file(off)) != MSR_OK)
+        goto err_free;
+    if ((st = engine_start(off)) != MSR_OK || (st = write_zeros(off)) != MSR_OK)
+        goto err_free;
+    off->failed = 0;
+    *off_p = off;
+    return MSR_OK;
+
+err_free:
+    off->cfg.keep = 0; /* nothing left behind */
+    msr_offload_destroy(off);
+    return st;
+}
+
+void msr_offload_destroy(msr_offload_t *off)
+{
+    if (off == NULL)
+        return;
+    if (off->eng != NULL) {
+        (void)drain(off, MSR_OK);
+        off->ops->destroy(off->eng);
+    }
+    if (off->fd >= 0) {
+        close(off->fd);
+        if (!off->cfg.keep && unlink(off->path) != 0)
+            MSR_WARN("offload: cannot remove %s: %s", off->path, strerror(errno));
+    }
+    for (int s = 0; s < MSR_OFFLOAD_SLOTS; s++)
+        free(off->buf[s]);
+    msr_free(off->crc);
+    msr_free((char *)off->cfg.dir);
+    msr_free(off->path);
+    msr_free(off);
+}
+
+static msr_status_t refuse_failed(const msr_offload_t *off)
+{
+    return msr_err(MSR_ERR_STATE, "offload: %s failed before and may hold a half-done step",
+                   off->path);
+}
+
+msr_status_t msr_offload_step(msr_offload_t *off, msr_offload_chunk_fn fn, void *arg)
+{
+    if (off->failed)
+        return refuse_failed(off);
+    size_t N = off->nchunks;
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < MSR_MIN((size_t)MSR_OFFLOAD_AHEAD, N); k++)
+        slot_submit(off, (int)(k % MSR_OFFLOAD_SLOTS), 0, k);
+    for (size_t k = 0; k < N && st == MSR_OK; k++) {
+        int s = (int)(k % MSR_OFFLOAD_SLOTS);
+        st = slot_wait(off, s);
+        size_t ka = k + MSR_OFFLOAD_AHEAD; /* its slot last wrote chunk ka - SLOTS */
+        if (st == MSR_OK && ka < N) {
+            int sa = (int)(ka % MSR_OFFLOAD_SLOTS);
+            st = slot_wait(off, sa);
+            if (st == MSR_OK)
+                slot_submit(off, sa, 0, ka);
+        }
+        if (st == MSR_OK)
+            st = check_chunk(off, s, k);
+        if (st == MSR_OK) {
+            float *m = (float *)off->buf[s], *v = m + off->per;
+            st = fn(arg, k * off->per, chunk_of(off, k), m, v);
+        }
+        if (st == MSR_OK)
+            put_chunk(off, s, k);
+    }
+    return drain(off, st);
+}
+
+msr_status_t msr_offload_read_all(msr_offload_t *off, float *m, float *v)
+{
+    if (off->failed)
+        return refuse_failed(off);
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < off->nchunks && st == MSR_OK; k++) {
+        slot_submit(off, 0, 0, k);
+        st = slot_wait(off, 0);
+        if (st == MSR_OK)
+            st = check_chunk(off, 0, k);
+        if (st == MSR_OK) {
+            const float *cm = (const float *)off->buf[0];
+            size_t n = chunk_of(off, k);
+            memcpy(m + k * off->per, cm, n * sizeof(float));
+            memcpy(v + k * off->per, cm + off->per, n * sizeof(float));
+        }
+    }
+    return drain(off, st);
+}
+
+msr_status_t msr_offload_write_all(msr_offload_t *off, const float *m, const float *v)
+{
+    if (off->failed)
+        return refuse_failed(off);
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < off->nchunks && st == MSR_OK; k++) {
+        int s = (int)(k % MSR_OFFLOAD_SLOTS);
+        st = slot_wait(off, s);
+        if (st != MSR_OK)
+            break;
+        float *cm = (float *)off->buf[s];
+        size_t n = chunk_of(off, k);
+        memset(cm, 0, off->chunk_bytes);
+        memcpy(cm, m + k * off->per, n * sizeof(float));
+        memcpy(cm + off->per, v + k * off->per, n * sizeof(float));
+        put_chunk(off, s, k);
+    }
+    return drain(off, st);
+}
+
+const char *msr_offload_path(const msr_offload_t *off)
+{
+    return off->path;
+}
+
+size_t msr_offload_chunk_bytes(const msr_offload_t *off)
+{
+    return off->chunk_bytes;
+}
+
+size_t msr_offload_resident(const msr_offload_t *off)
+{
+    return MSR_OFFLOAD_SLOTS * off->chunk_bytes + (off->nchunks + 1) * sizeof(uint32_t);
+}
+
+const char *msr_offload_engine(const msr_offload_t *off)
+{
+    return off->engine_name;
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# train_gpt --offload optimizer=disk:DIR (docs/model.md "Offload"): the same
+# losses, bitwise, as the same layout without offload for 10 steps, for dp,
+# ZeRO 1, 2, 3, tp and pp, with both I/O engines and in bf16; the files are
+# one per rank, 0600, removed at the end and kept with --offload-keep; the
+# options' bounds (the chunk at each bound and one past) and refusals exit
+# 2 with the reason; a file size limit reached is a clear error.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4 --steps 10)
+mkdir -p "$work/off"
+# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
+run() {
+    local name=$1 n=$2 job=offload-$$-$RANDOM
+    shift 2
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" "$@" \
+        >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
+    [[ $(wc -l <"$work/$name.log") -eq 10 ]] || fail "$name: $(wc -l <"$work/$name.log") steps"
+}
+# the engines this build has (io_uring only where built with liburing)
+engines=(threads uring)
+if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "optimizer=disk:$work/off" \
+    --offload-io uring 2>&1 >/dev/null | grep -q "io_uring is not in this build"; then
+    echo "skip: --offload-io uring (built without liburing)"
+    engines=(threads)
+fi
+# same LAYOUT N ARGS...: with and without offload, each engine, bitwise
+same() {
+    local name=$1 n=$2
+    shift 2
+    run "$name" "$n" "$@"
+    for io in "${engines[@]}"; do
+        run "$name-$io" "$n" "$@" --offload "optimizer=disk:$work/off" --offload-io $io \
+            --offload-chunk 4096
+        cmp -s "$work/$name.log" "$work/$name-$io.log" ||
+            fail "$name with --offload-io $io differs: $(diff "$work/$name.log" "$work/$name-$io.log" | head -4)"
+        [[ -z "$(ls -A "$work/off")" ]] || fail "$name-$io left files: $(ls "$work/off")"
+    done
+}
+same dp 2 --zero 0
+same zero1 2 --zero 1 --bucket-mb 0.02
+same zero2 2 --zero 2 --bucket-mb 0.02
+same zero3 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0
+same tp 2 --tp 2 --zero 1
+same pp 2 --pp 2
+same bf16 2 --precision bf16
+# the offload does something: each rank's moments are in its file
+MSR_LOG_LEVEL=info run note 2 --zero 1 --offload "optimizer=disk:$work/off"
+for r in 0 1; do
+    grep -q "rank $r.*offload: the moments of [0-9]* elements in $work/off/msrun-offload-rank$r-" \
+        "$work/note.out" || fail "rank $r does not say where its moments are: $(cat "$work/note.out")"
+done
+[[ -z "$(ls -A "$work/off")" ]] || fail "files left: $(ls "$work/off")"
+
+# kept on request: one per rank, 0600 (whatever the umask), of the shard's size
+(umask 000 && run keep 2 --zero 1 --offload "optimizer=disk:$work/off" --offload-keep)
+cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
+files=("$work"/off/msrun-offload-rank*.bin)
+[[ ${#files[@]} -eq 2 ]] || fail "--offload-keep left ${#files[@]} files, want 2"
+for f in "${files[@]}"; do
+    [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
+done
+rm -f "$work"/off/*
+
+# the chunk at its bounds runs (a chunk larger than the shard shrinks to it)
+run chunk-min 1 --offload "optimizer=disk:$work/off" --offload-chunk 4096
+run chunk-max 1 --offload "optimizer=disk:$work/off" --offload-chunk 1073741824
+run one 1
+cmp -s "$work/one.log" "$work/chunk-min.log" || fail "--offload-chunk 4096 differs"
+cmp -s "$work/one.log" "$work/chunk-max.log" || fail "--offload-chunk 1073741824 differs"
+
+refuse() {
+    local pattern=$1 rc=0
+    shift
+    timeout 30 "$bin/train_gpt" "${small[@]}" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
+}
+d="optimizer=disk:$work/off"
+refuse "--offload-chunk 4095 is not an integer in \[4096, 1073741824\]" --offload "$d" \
+    --offload-chunk 4095
+refuse "--offload-chunk 1073745920 is not an integer in \[4096" --offload "$d" \
+    --offload-chunk 1073745920
+refuse "not a multiple of 4096" --offload "$d" --offload-chunk 1073741820
+refuse "not a multiple of 4096" --offload "$d" --offload-chunk 6000
+refuse "is not optimizer=host or optimizer=disk:DIR" --offload optimizer=disk:
+refuse "is not optimizer=host or optimizer=disk:DIR" --offload params=disk:x
+refuse "--offload-io 'aio' is not threads or uring" --offload "$d" --offload-io aio
+refuse "--offload-keep needs --offload optimizer=disk:DIR" --offload-keep
+refuse "--offload-chunk needs --offload optimizer=disk:DIR" --offload optimizer=host \
+    --offload-chunk 8192
+refuse "not the experts of --experts yet" --offload "$d" --experts 2
+timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
+grep -q -- "--offload-chunk" "$work/help" || fail "--help lacks --offload-chunk"
+# optimizer=host: a CPU rank's moments are in host memory already
+run host 1 --offload optimizer=host
+cmp -s "$work/one.log" "$work/host.log" || fail "--offload optimizer=host differs"
+
+# errors: a directory that is not there, and the file size limit reached
+rc=0
+timeout 30 "$bin/train_gpt" "${small[@]}" --offload "optimizer=disk:$work/none" >"$work/out" \
+    2>"$work/err" || rc=$?
+[[ $rc -ne 0 ]] && grep -q "offload: cannot create $work/none/msrun-offload-rank0-" "$work/err" ||
+    fail "a missing directory: exit $rc: $(cat "$work/err")"
+rc=0
+(ulimit -f 16 && exec timeout 30 "$bin/train_gpt" "${small[@]}" --offload "optimizer=disk:$work/off" \
+    --offload-chunk 4096) >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -ne 0 ]] && grep -q "writing chunk 4 of $work/off/msrun-offload-rank0-.*File too large" \
+    "$work/err" || fail "the file size limit: exit $rc: $(cat "$work/err")"
+[[ -z "$(ls -A "$work/off")" ]] || fail "a failed start left files: $(ls "$work/off")"
+# a chunk changed underneath while the run goes on: the step that reads it
+# stops the run with the file and the chunk named (chunk 5 is scribbled
+# over until the run stops: a step's own write-behind may undo one pass)
+"$bin/train_gpt" "${small[@]}" --steps 1000000 --offload "optimizer=disk:$work/off" \
+    --offload-chunk 4096 >"$work/out" 2>"$work/err" &
+pid=$!
+f=""
+for _ in $(seq 1 2000); do
+    f=$(compgen -G "$work/off/msrun-offload-rank0-*.bin" | head -1) && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+done
+[[ -n "$f" ]] || { kill $pid 2>/dev/null; fail "no offload file appeared: $(cat "$work/err")"; }
+end=$((SECONDS + 30))
+while kill -0 $pid 2>/dev/null && [[ $SECONDS -lt $end ]]; do
+    head -c 4096 /dev/urandom | dd of="$f" bs=4096 seek=5 conv=notrunc,nocreat 2>/dev/null || true
+done
+if kill -0 $pid 2>/dev/null; then
+    kill $pid
+    fail "a run whose file was changed underneath went on for 30 s"
+fi
+rc=0
+wait $pid || rc=$?
+[[ $rc -eq 1 ]] || fail "a chunk changed underneath: exit $rc, want 1: $(tail -3 "$work/err")"
+grep -q "offload: chunk 5 of $f (bytes 20480..24576) changed underneath" "$work/err" ||
+    fail "a chunk changed underneath: $(tail -3 "$work/err")"
+[[ -z "$(ls -A "$work/off")" ]] || fail "the failed run left files: $(ls "$work/off")"
+echo "offload: losses bitwise equal without it for dp, ZeRO 1-3, tp, pp, bf16, both engines"
