@@ -391,6 +391,12 @@ static const msr_opt_t opt_defs[] = {
      .help = "send this node's joins and heartbeats through the relay at HOST:PORT (`msrun "
              "relay`), which batches them for the coordinator; when the relay fails, the node "
              "calls the coordinator itself."},
+    /* parameter server roles (issue 46; docs/ps.md) */
+    {.name = "ps_servers", .kind = MSR_OPT_INT, .min = 0, .max = INT32_MAX,
+     .env = "MSRUN_PS_SERVERS", .dest = D(ps_servers), .def = "0", .metavar = "N",
+     .help = "parameter server training: the last N global ranks are servers (MSR_ROLE=server), "
+             "the others workers (MSR_ROLE=worker); every rank gets MSR_PS_SERVERS=N. N must be "
+             "below the world size. 0: no roles set."},
 };
 /* clang-format on */
 
