@@ -349,6 +349,10 @@ static msr_status_t poll_workers(msr_ps_t *ps, ps_loop_t *l, int *busy_p)
     return MSR_OK;
 }
 
+/* The longest pause of an idle server between two polls of its workers:
+ * the most a request waits on a quiet server before it is looked at. */
+#define PS_IDLE_MAX_NS 200000L
+
 msr_status_t msr_ps_serve(msr_ps_t *ps)
 {
     if (ps == NULL || ps->role != MSR_PS_SERVER)
@@ -368,9 +372,11 @@ msr_status_t msr_ps_serve(msr_ps_t *ps)
     while (st == MSR_OK && l.ndone < ps->workers) {
         int busy = 0;
         st = poll_workers(ps, &l, &busy);
-        /* nothing came: back off up to a millisecond, so servers that share
-         * cores with workers leave them the CPU */
-        idle_ns = busy ? 0 : (idle_ns ? (idle_ns * 2 > 1000000 ? 1000000 : idle_ns * 2) : 1000);
+        /* nothing came: back off, doubling from 1 us up to PS_IDLE_MAX_NS,
+         * so that servers sharing cores with workers leave them the CPU */
+        idle_ns =
+            busy ? 0
+                 : (idle_ns ? (idle_ns * 2 > PS_IDLE_MAX_NS ? PS_IDLE_MAX_NS : idle_ns * 2) : 1000);
         if (!busy && st == MSR_OK)
             nanosleep(&(struct timespec){0, idle_ns}, NULL);
     }

@@ -13,6 +13,8 @@
  *               next push (not return within 0.5 s without it, and see it)
  *   bad         a server's refusals (unknown table, key at and past the
  *               rows, negative key, wrong width) and that the server goes on
+ *   bench       measures pull and push against raw messages (not a test:
+ *               docs/ps.md has its figures)
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
  * "ok MODE" at the end. */
 #include <math.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "msrun/msrun.h"
@@ -482,6 +485,101 @@ static void mode_bad(msr_ctx_t *ctx)
         printf("ok bad\n");
 }
 
+/* ---- bench: pull and push latency and throughput (docs/ps.md) ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Worker 0 alone calls; the other workers only say goodbye. */
+static void bench_calls(msr_ps_t *ps, int t, uint32_t width, uint64_t rows)
+{
+    const uint64_t sizes[] = {1, 64, 4096, 65536};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint64_t n = sizes[i];
+        int64_t *keys = malloc(n * sizeof *keys);
+        float *v = malloc(n * width * sizeof *v);
+        if (!keys || !v)
+            fail("out of memory");
+        for (uint64_t k = 0; k < n; k++)
+            keys[k] = (int64_t)((k * 2654435761u) % rows);
+        memset(v, 0, n * width * sizeof *v);
+        int reps = n >= 65536 ? 10 : n >= 4096 ? 50 : 500;
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++)
+            CHECK_OK(msr_ps_pull(ps, t, keys, n, v, width));
+        double t1 = now_s();
+        for (int r = 0; r < reps; r++)
+            CHECK_OK(msr_ps_push(ps, t, keys, n, v, width));
+        double t2 = now_s();
+        double mb = (double)n * width * 4 / 1e6;
+        printf("BENCH keys %6llu width %u: pull %8.1f us %7.1f MB/s, push %8.1f us %7.1f MB/s\n",
+               (unsigned long long)n, width, (t1 - t0) / reps * 1e6, mb * reps / (t1 - t0),
+               (t2 - t1) / reps * 1e6, mb * reps / (t2 - t1));
+        free(keys);
+        free(v);
+    }
+}
+
+/* The same bytes as a pull of n rows, as a round trip of raw messages
+ * between worker 0 and server 0 (what the transport gives). */
+static void bench_raw(msr_comm_t *world, int me, int peer, int client)
+{
+    const uint64_t sizes[] = {1, 64, 4096, 65536};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint64_t n = sizes[i] * 16;
+        float *v = calloc(n, sizeof *v);
+        int64_t *k = calloc(sizes[i], sizeof *k);
+        if (!v || !k)
+            fail("out of memory");
+        int reps = sizes[i] >= 65536 ? 10 : sizes[i] >= 4096 ? 50 : 500;
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++) {
+            if (client) {
+                CHECK_OK(msr_comm_send(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
+                CHECK_OK(msr_comm_recv(world, v, n, MSR_DTYPE_F32, peer, 9));
+            } else {
+                CHECK_OK(msr_comm_recv(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
+                CHECK_OK(msr_comm_send(world, v, n, MSR_DTYPE_F32, peer, 9));
+            }
+        }
+        double t1 = now_s();
+        if (client)
+            printf("BENCH raw round trip of %6llu keys' bytes: %8.1f us %7.1f MB/s\n",
+                   (unsigned long long)sizes[i], (t1 - t0) / reps * 1e6,
+                   (double)n * 4 / 1e6 * reps / (t1 - t0));
+        free(v);
+        free(k);
+    }
+    (void)me;
+}
+
+static void mode_bench(msr_ctx_t *ctx)
+{
+    msr_comm_t *world;
+    CHECK_OK(msr_comm_world(ctx, &world));
+    int me = msr_comm_rank(world), size = msr_comm_size(world);
+    msr_ps_t *ps;
+    CHECK_OK(msr_ps_create(world, 0, 1 << 30, &ps));
+    int server0 = msr_ps_workers(ps);
+    if (me == 0 || me == server0)
+        bench_raw(world, me, me == 0 ? server0 : 0, me == 0);
+    msr_ps_table_config_t c = {.rows = 1u << 20, .width = 16, .optim = MSR_PS_ADAM, .lr = 0.01f};
+    int t;
+    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER)
+        CHECK_OK(msr_ps_serve(ps));
+    else if (me == 0)
+        bench_calls(ps, t, c.width, c.rows);
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (me == 0)
+        printf("ok bench (%d ranks, %d servers)\n", size, size - server0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -500,6 +598,8 @@ int main(int argc, char **argv)
         mode_stale(ctx, atoi(argv[2]));
     else if (strcmp(argv[1], "bad") == 0)
         mode_bad(ctx);
+    else if (strcmp(argv[1], "bench") == 0)
+        mode_bench(ctx);
     else
         fail("unknown mode %s", argv[1]);
     msr_finalize(ctx);
