@@ -38,6 +38,7 @@ typedef struct ps_req {
 } ps_req_t;
 
 #define PS_MSG_MAX 200
+#define PS_NO_SLOT UINT32_MAX
 typedef struct ps_rep {
     int64_t status;       /* msr_status_t */
     char msg[PS_MSG_MAX]; /* why, when status is an error */
@@ -53,11 +54,13 @@ typedef struct ps_table {
     uint32_t *steps;     /* (local_rows) Adam's per-row step count */
     uint64_t pushes;     /* workers: this worker's pushes of the table */
     /* servers */
-    int64_t *clock;   /* (workers) each worker's pushes received */
-    double *acc;      /* (local_rows, width) the gradients summed this step */
-    uint8_t *touched; /* (local_rows) rows with something in acc */
-    uint64_t *order;  /* the touched rows, in the order first touched */
-    uint64_t ntouched;
+    int64_t *clock; /* (workers) each worker's pushes received */
+    /* the gradients summed this step, only for the rows pushed: a table of
+     * many rows of which a step touches few keeps 4 bytes a row for it */
+    uint32_t *slot;  /* (local_rows) a pushed row's slot in acc; PS_NO_SLOT: none */
+    double *acc;     /* (cap, width) the summed gradients, a slot each */
+    uint64_t *order; /* (cap) the local row of each slot, in the order first pushed */
+    uint64_t ntouched, cap;
     int round_pushes; /* synchronous: pushes of the current step */
 } ps_table_t;
 

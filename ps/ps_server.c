@@ -17,11 +17,9 @@ msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t)
     size_t cells = n ? n * w : 1;
     t->local_rows = n;
     t->w = msr_malloc(cells * sizeof *t->w);
-    t->acc = msr_calloc(cells, sizeof *t->acc);
-    t->touched = msr_calloc(n ? n : 1, 1);
-    t->order = msr_calloc(n ? n : 1, sizeof *t->order);
+    t->slot = msr_malloc((n ? n : 1) * sizeof *t->slot);
     t->clock = msr_calloc((size_t)ps->workers, sizeof *t->clock);
-    int ok = t->w && t->acc && t->touched && t->order && t->clock;
+    int ok = t->w && t->slot && t->clock;
     if (ok && t->cfg.optim != MSR_PS_SGD)
         ok = (t->s1 = msr_calloc(cells, sizeof *t->s1)) != NULL;
     if (ok && t->cfg.optim == MSR_PS_ADAM)
@@ -32,6 +30,8 @@ msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_table_create: no memory for %llu rows of %zu",
                        (unsigned long long)n, w);
     }
+    for (uint64_t i = 0; i < n; i++)
+        t->slot[i] = PS_NO_SLOT;
     for (uint64_t i = 0; i < n; i++)
         for (size_t c = 0; c < w; c++)
             t->w[i * w + c] =
@@ -46,13 +46,13 @@ void ps_table_free_shard(ps_table_t *t)
     msr_free(t->s2);
     msr_free(t->steps);
     msr_free(t->acc);
-    msr_free(t->touched);
+    msr_free(t->slot);
     msr_free(t->order);
     msr_free(t->clock);
     t->w = t->s1 = t->s2 = NULL;
     t->steps = NULL;
     t->acc = NULL;
-    t->touched = NULL;
+    t->slot = NULL;
     t->order = NULL;
     t->clock = NULL;
 }
@@ -100,12 +100,11 @@ static void apply_step(msr_ps_t *ps, ps_table_t *t)
     size_t w = t->cfg.width;
     for (uint64_t j = 0; j < t->ntouched; j++) {
         uint64_t i = t->order[j];
-        double *g = t->acc + i * w;
+        double *g = t->acc + j * w;
         for (size_t k = 0; k < w; k++)
             g[k] /= ps->workers;
         apply_row(t, i, g);
-        memset(g, 0, w * sizeof *g);
-        t->touched[i] = 0;
+        t->slot[i] = PS_NO_SLOT;
     }
     t->ntouched = 0;
 }
@@ -204,19 +203,40 @@ static msr_status_t hold(ps_loop_t *l, int worker, const ps_req_t *req, int64_t 
     return MSR_OK;
 }
 
-/* Adds a push's gradients to its table's sums (duplicate keys add up). */
-static void accumulate(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g, int64_t n)
+/* Adds a push's gradients to its table's sums (duplicate keys add up);
+ * MSR_ERR_NO_MEMORY when the sums cannot grow (nothing added then). */
+static msr_status_t accumulate(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g,
+                               int64_t n)
 {
     size_t w = t->cfg.width;
+    if (t->ntouched + (uint64_t)n > t->cap) { /* room for every key new */
+        uint64_t cap = t->cap ? t->cap : 64;
+        while (cap < t->ntouched + (uint64_t)n)
+            cap *= 2;
+        double *acc = msr_realloc_array(t->acc, cap * w, sizeof *acc);
+        if (acc != NULL)
+            t->acc = acc;
+        uint64_t *order = msr_realloc_array(t->order, cap, sizeof *order);
+        if (order != NULL)
+            t->order = order;
+        if (acc == NULL || order == NULL || cap >= PS_NO_SLOT)
+            return msr_err(MSR_ERR_NO_MEMORY, "parameter server: no memory to sum %llu rows",
+                           (unsigned long long)cap);
+        t->cap = cap;
+    }
     for (int64_t j = 0; j < n; j++) {
         uint64_t i = (uint64_t)keys[j] / ps->servers;
-        if (!t->touched[i]) {
-            t->touched[i] = 1;
-            t->order[t->ntouched++] = i;
+        if (t->slot[i] == PS_NO_SLOT) {
+            t->slot[i] = (uint32_t)t->ntouched;
+            t->order[t->ntouched] = i;
+            memset(t->acc + t->ntouched * w, 0, w * sizeof *t->acc);
+            t->ntouched++;
         }
+        double *sum = t->acc + (size_t)t->slot[i] * w;
         for (size_t k = 0; k < w; k++)
-            t->acc[i * w + k] += g[j * w + k];
+            sum[k] += g[j * w + k];
     }
+    return MSR_OK;
 }
 
 /* A push: counted; applied now (asynchronous) or with the step's last push
@@ -226,8 +246,11 @@ static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req
                             const char *msg)
 {
     ps_table_t *t = req->table >= 0 && req->table < ps->ntables ? &ps->tables[req->table] : NULL;
-    if (t && status == MSR_OK)
-        accumulate(ps, t, keys, g, req->nkeys);
+    if (t && status == MSR_OK) {
+        msr_status_t st = accumulate(ps, t, keys, g, req->nkeys);
+        if (st != MSR_OK)
+            return st;
+    }
     if (t)
         t->clock[worker]++;
     if (t == NULL || ps->staleness != MSR_PS_SYNC) {
