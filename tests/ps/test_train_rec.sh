@@ -1,0 +1,49 @@
+#!/bin/bash
+# train_rec (programs/train_rec) under msrun with 2 workers and 2 servers:
+# it learns the synthetic click log (held-out AUC well above chance, and
+# below the generating model's own), in synchronous and asynchronous mode;
+# its options' bounds; and without --ps_servers it says why it cannot run.
+. "$(dirname "$0")/../integration/lib.sh"
+REC=$BUILD/bin/train_rec
+
+# auc_ok MODE: the eval line's AUC is >= 0.65 and <= the generating model's
+auc_ok() {
+    local line auc best
+    line=$(grep "eval: .* auc" "$TMP/out") || fail "$1: no eval line"
+    auc=$(sed -n 's/.* auc \([0-9.]*\) (the generating model.s \([0-9.]*\)).*/\1/p' <<<"$line")
+    best=$(sed -n 's/.* auc \([0-9.]*\) (the generating model.s \([0-9.]*\)).*/\2/p' <<<"$line")
+    python3 -c "import sys; a, b = float('$auc'), float('$best'); sys.exit(0 if 0.65 <= a <= b else 1)" ||
+        fail "$1: auc $auc (generating model $best): not in [0.65, $best]"
+    ok "$1: $line"
+}
+
+run_msrun --worker_num=4 --local_worker_num=4 --ps_servers=2 "$REC" --steps 300 --log_every 100
+expect_code 0 "train_rec, synchronous"
+expect_in "step 300: loss" "$TMP/out" "train_rec, synchronous"
+auc_ok "synchronous"
+
+run_msrun --worker_num=4 --local_worker_num=4 --ps_servers=2 "$REC" --steps 300 --log_every 100 \
+    --staleness 2 --optim adam --lr 0.01
+expect_code 0 "train_rec, asynchronous"
+auc_ok "asynchronous, staleness 2, adam"
+
+# the options' bounds: at the bound and one past
+run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --steps 2 --fields 16 \
+    --hidden 256 --dim 2 --eval 2
+expect_code 0 "--fields 16 --hidden 256 --eval 2 (the bounds)"
+for bad in "--fields 17" "--hidden 257" "--dim 257" "--eval 1" "--staleness -2" "--lr 0" \
+    "--optim rmsprop"; do
+    # shellcheck disable=SC2086 # an option and its value
+    run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" $bad
+    [ "$CODE" != 0 ] || fail "train_rec $bad: accepted"
+    expect_in "train_rec: error: .*${bad%% *}" "$TMP/err" "train_rec $bad"
+done
+ok "train_rec's options: bounds taken, one past refused"
+
+# no servers: a clear error, not a hang
+run_msrun --worker_num=2 --local_worker_num=2 "$REC" --steps 2
+[ "$CODE" != 0 ] || fail "train_rec without --ps_servers: exit 0"
+expect_in "msr_ps_create: 0 servers" "$TMP/err" "train_rec without --ps_servers"
+ok "train_rec without --ps_servers says why"
+no_leftovers "train_rec"
+exit "$FAILED"
