@@ -106,6 +106,14 @@ int msr_ps_servers(const msr_ps_t *ps)
     return ps->servers;
 }
 
+void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *received_p)
+{
+    if (sent_p)
+        *sent_p = ps->sent;
+    if (received_p)
+        *received_p = ps->received;
+}
+
 /* A worker's goodbye to every server, answered so that nothing it sent is
  * still on its way when its communicator goes. */
 static void say_done(msr_ps_t *ps)
@@ -318,6 +326,19 @@ static msr_status_t check_call(msr_ps_t *ps, const int64_t *keys, uint64_t nkeys
     return MSR_OK;
 }
 
+/* Adds a call's messages to msr_ps_traffic's counts. */
+static void count_traffic(msr_ps_t *ps, const ps_batch_t *b, ps_op_t op, uint32_t width)
+{
+    for (int s = 0; s < b->servers; s++) {
+        if (op == PS_OP_PULL && b->count[s] == 0)
+            continue;
+        uint64_t rows = b->count[s] * width * sizeof(float);
+        ps->sent +=
+            sizeof(ps_req_t) + b->count[s] * sizeof(int64_t) + (op == PS_OP_PUSH ? rows : 0);
+        ps->received += sizeof(ps_rep_t) + (op == PS_OP_PULL ? rows : 0);
+    }
+}
+
 /* One pull or push: a request to each server concerned, all in flight at
  * once; the first refusal's reason in msr_last_error(). */
 static msr_status_t ps_call(msr_ps_t *ps, ps_op_t op, int table, const int64_t *keys,
@@ -339,6 +360,7 @@ static msr_status_t ps_call(msr_ps_t *ps, ps_op_t op, int table, const int64_t *
         if (op == PS_OP_PUSH || b.count[s] > 0)
             st = batch_post(ps, &b, s, op, table, width, &nops);
     msr_status_t wst = msr_comm_wait_all(b.ops, nops);
+    count_traffic(ps, &b, op, width);
     if (st == MSR_OK)
         st = wst;
     if (st != MSR_OK) {

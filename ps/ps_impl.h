@@ -98,6 +98,7 @@ struct msr_ps {
     /* a failed server's receives still posted, finished by msr_ps_destroy
      * after the communicator (NULL: none) */
     ps_loop_t *left;
+    uint64_t sent, received; /* msr_ps_traffic's bytes */
 };
 
 /* ps_server.c: one table's shard and state for a server; MSR_ERR_NO_MEMORY. */

@@ -145,6 +145,7 @@ static msr_status_t send_rep(msr_ps_t *ps, int worker, msr_status_t status, cons
     rep.status = status;
     if (msg)
         snprintf(rep.msg, sizeof rep.msg, "%s", msg);
+    ps->sent += sizeof rep;
     return msr_comm_send(ps->comm, &rep, sizeof rep, MSR_DTYPE_U8, worker, PS_TAG_REP);
 }
 
@@ -164,6 +165,7 @@ static msr_status_t answer_pull(msr_ps_t *ps, int worker, const ps_req_t *req, c
         for (size_t i = 0; i < n; i++)
             memcpy(rows + i * w, t->w + (uint64_t)keys[i] / ps->servers * w, w * sizeof *rows);
     }
+    ps->sent += n * w * sizeof *rows;
     st = msr_comm_send(ps->comm, rows, n * w, MSR_DTYPE_F32, worker, PS_TAG_ROWS);
     msr_free(rows);
     return st;
@@ -321,6 +323,7 @@ static msr_status_t on_request(msr_ps_t *ps, ps_loop_t *l, int worker)
         st = msr_comm_recv(ps->comm, keys, n, MSR_DTYPE_I64, worker, PS_TAG_KEYS);
     if (st == MSR_OK && g && n > 0)
         st = msr_comm_recv(ps->comm, g, n * w, MSR_DTYPE_F32, worker, PS_TAG_VALS);
+    ps->received += sizeof req + n * sizeof *keys + (g ? n * w * sizeof *g : 0);
     if (st != MSR_OK)
         goto out;
     msr_status_t verdict = check_request(ps, &req, keys, msg);

@@ -135,6 +135,11 @@ MSR_API msr_status_t msr_ps_push(msr_ps_t *ps, int table, const int64_t *keys, u
 MSR_API msr_status_t msr_ps_pull_dense(msr_ps_t *ps, int table, float *values);
 MSR_API msr_status_t msr_ps_push_dense(msr_ps_t *ps, int table, const float *grads);
 
+/* The bytes this member's pulls and pushes sent and received so far
+ * (headers, keys, rows and gradients; on a server its answers are
+ * counted as sent). Either pointer may be NULL. Never fails. */
+MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *received_p);
+
 /* Servers: answers the workers' requests until every worker has called
  * msr_ps_destroy (MSR_OK) or the communicator fails (its status). A
  * request it refuses gets an error answer; the loop goes on. Fails with

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "msrun/comm.h"
+
 /* The model's and the log's shape. */
 typedef struct rec_shape {
     int fields;    /* F categorical fields, one embedding table each */
@@ -44,5 +46,36 @@ int rec_mlp_size(const rec_shape_t *s);
  * and writes x's into gx (F*D). */
 float rec_forward(const rec_shape_t *s, const float *mlp, const float *x, float label, float scale,
                   float *gmlp, float *gx, double *loss_p);
+
+/* The tables' seeds and initial scales, the same in every mode (the
+ * parameter server's tables and the replicated ones start alike). Table f
+ * < fields is field f's embedding, table fields the MLP. */
+uint64_t rec_table_seed(uint64_t seed, int table);
+float rec_init_scale(const rec_shape_t *s, int table);
+
+/* rec_dp.c: the baselines of docs/ps.md's side-by-side table, no servers:
+ * every rank holds every table (replicated) and either allreduces the
+ * whole tables' gradients (REC_DP_DENSE: data parallel as for a dense
+ * model) or allgathers the touched rows' keys and gradients
+ * (REC_DP_TOUCHED); SGD applied on every rank to the mean. */
+typedef enum rec_dp_mode {
+    REC_DP_DENSE = 1,
+    REC_DP_TOUCHED = 2,
+} rec_dp_mode_t;
+typedef struct rec_dp rec_dp_t;
+/* Allocates and initializes the tables; MSR_ERR_NO_MEMORY. comm stays the
+ * caller's and must outlive *dp_p. */
+msr_status_t rec_dp_create(const rec_shape_t *s, rec_dp_mode_t mode, float lr, msr_comm_t *comm,
+                           rec_dp_t **dp_p);
+void rec_dp_destroy(rec_dp_t *dp);
+/* rows (F, B, D) gets the keys' (F, B) rows, mlp the MLP. */
+void rec_dp_fetch(const rec_dp_t *dp, const int64_t *keys, int B, float *rows, float *mlp);
+/* One step's gradients (as for msr_ps_push), averaged over the ranks and
+ * applied; collective. */
+msr_status_t rec_dp_update(rec_dp_t *dp, const int64_t *keys, int B, const float *grows,
+                           const float *gmlp);
+/* Bytes this rank sent so far (a ring's: the allreduce of n bytes sends
+ * 2 (W-1)/W n, the allgather of n bytes a rank (W-1) n). */
+uint64_t rec_dp_sent(const rec_dp_t *dp);
 
 #endif

@@ -48,3 +48,14 @@ float rec_forward(const rec_shape_t *s, const float *mlp, const float *x, float 
     }
     return p;
 }
+
+uint64_t rec_table_seed(uint64_t seed, int table)
+{
+    return seed * 131 + (uint64_t)table;
+}
+
+float rec_init_scale(const rec_shape_t *s, int table)
+{
+    /* embeddings small; the MLP's first layer He-like */
+    return table < s->fields ? 0.05f : (float)sqrt(2.0 / (s->fields * s->dim));
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/err.h"
 #include "base/optparse.h"
 #include "base/status.h"
 #include "msrun/msrun.h"
@@ -22,9 +23,12 @@ typedef struct args {
     double lr;
     int optim;     /* msr_ps_optim_t */
     int staleness; /* -1: synchronous */
+    int mode;      /* 0: the parameter server; rec_dp_mode_t: a baseline */
 } args_t;
 
 static const char *const optims[] = {"sgd", "adagrad", "adam", NULL};
+/* --mode's values, in the order of args_t.mode */
+static const char *const modes[] = {"ps", "dense", "touched", NULL};
 
 #define D(field) MSR_OPT_DEST(args_t, field)
 #define INT(n, field, lo, hi, mv, h)                                                           \
@@ -52,6 +56,11 @@ static const msr_opt_t opts[] = {
      .help = "learning rate (default 0.05)"},
     {.name = "optim", .kind = MSR_OPT_ENUM, .choices = optims, .dest = D(optim),
      .metavar = "sgd|adagrad|adam", .help = "the servers' optimizer (default adagrad)"},
+    {.name = "mode", .kind = MSR_OPT_ENUM, .choices = modes, .dest = D(mode),
+     .metavar = "ps|dense|touched",
+     .help = "ps: the parameter server (msrun --ps_servers); dense: no servers, every rank "
+             "holds the tables and allreduces their whole gradients; touched: no servers, the "
+             "touched rows' gradients allgathered (the baselines take --optim sgd)"},
     {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
 /* clang-format on */
@@ -108,22 +117,60 @@ static void bufs_free(batch_bufs_t *b)
     free(b->gmlp);
 }
 
-/* Draws samples first .. first+B-1 and pulls their rows and the MLP. */
-static msr_status_t pull_batch(msr_ps_t *ps, const rec_shape_t *s, uint64_t first, int B,
-                               batch_bufs_t *b)
+/* Where the parameters are: the parameter server, or a baseline's
+ * replicated tables. */
+typedef struct trainer {
+    msr_ps_t *ps;
+    rec_dp_t *dp;
+    rec_shape_t s;
+    const args_t *a;
+} trainer_t;
+
+/* Draws samples first .. first+B-1 and fetches their rows and the MLP. */
+static msr_status_t pull_batch(const trainer_t *tr, uint64_t first, int B, batch_bufs_t *b)
 {
+    const rec_shape_t *s = &tr->s;
     for (int i = 0; i < B; i++) {
         rec_sample(s, first + (uint64_t)i, &b->samples[i]);
         for (int f = 0; f < s->fields; f++)
             b->keys[f * B + i] = rec_key(s, f, b->samples[i].value[f]);
     }
+    if (tr->dp) {
+        rec_dp_fetch(tr->dp, b->keys, B, b->rows, b->mlp);
+        return MSR_OK;
+    }
     msr_status_t st = MSR_OK;
     for (int f = 0; f < s->fields && st == MSR_OK; f++)
-        st = msr_ps_pull(ps, f, b->keys + (size_t)f * B, (uint64_t)B,
+        st = msr_ps_pull(tr->ps, f, b->keys + (size_t)f * B, (uint64_t)B,
                          b->rows + (size_t)f * B * s->dim, (uint32_t)s->dim);
     if (st == MSR_OK)
-        st = msr_ps_pull_dense(ps, s->fields, b->mlp);
+        st = msr_ps_pull_dense(tr->ps, s->fields, b->mlp);
     return st;
+}
+
+/* Sends a step's gradients: pushes, or the baseline's collectives. */
+static msr_status_t push_batch(const trainer_t *tr, int B, batch_bufs_t *b)
+{
+    const rec_shape_t *s = &tr->s;
+    if (tr->dp)
+        return rec_dp_update(tr->dp, b->keys, B, b->grows, b->gmlp);
+    msr_status_t st = MSR_OK;
+    for (int f = 0; f < s->fields && st == MSR_OK; f++)
+        st = msr_ps_push(tr->ps, f, b->keys + (size_t)f * B, (uint64_t)B,
+                         b->grows + (size_t)f * B * s->dim, (uint32_t)s->dim);
+    if (st == MSR_OK)
+        st = msr_ps_push_dense(tr->ps, s->fields, b->gmlp);
+    return st;
+}
+
+/* Bytes this worker sent and received so far. */
+static void traffic(const trainer_t *tr, uint64_t *sent, uint64_t *received)
+{
+    if (tr->dp) {
+        *sent = *received = rec_dp_sent(tr->dp); /* a ring receives what it sends */
+        return;
+    }
+    msr_ps_traffic(tr->ps, sent, received);
 }
 
 /* Sample i's input: its F rows side by side. */
@@ -135,10 +182,11 @@ static void gather_x(const rec_shape_t *s, const batch_bufs_t *b, int B, int i)
 }
 
 /* One training step of B samples from first: the batch's mean loss. */
-static msr_status_t train_step(msr_ps_t *ps, const rec_shape_t *s, uint64_t first, int B,
-                               batch_bufs_t *b, double *loss_p)
+static msr_status_t train_step(const trainer_t *tr, uint64_t first, int B, batch_bufs_t *b,
+                               double *loss_p)
 {
-    msr_status_t st = pull_batch(ps, s, first, B, b);
+    const rec_shape_t *s = &tr->s;
+    msr_status_t st = pull_batch(tr, first, B, b);
     if (st != MSR_OK)
         return st;
     memset(b->gmlp, 0, (size_t)rec_mlp_size(s) * sizeof *b->gmlp);
@@ -150,13 +198,8 @@ static msr_status_t train_step(msr_ps_t *ps, const rec_shape_t *s, uint64_t firs
             memcpy(b->grows + ((size_t)f * B + i) * s->dim, b->gx + f * s->dim,
                    (size_t)s->dim * sizeof *b->gx);
     }
-    for (int f = 0; f < s->fields && st == MSR_OK; f++)
-        st = msr_ps_push(ps, f, b->keys + (size_t)f * B, (uint64_t)B,
-                         b->grows + (size_t)f * B * s->dim, (uint32_t)s->dim);
-    if (st == MSR_OK)
-        st = msr_ps_push_dense(ps, s->fields, b->gmlp);
     *loss_p = loss / B;
-    return st;
+    return push_batch(tr, B, b);
 }
 
 /* Held-out samples start here, far past any training sample. */
@@ -164,9 +207,10 @@ static msr_status_t train_step(msr_ps_t *ps, const rec_shape_t *s, uint64_t firs
 
 /* Worker 0: the AUC and loss on a.eval held-out samples, and the AUC of
  * the generating model's own logits on them (the best any model does). */
-static msr_status_t evaluate(msr_ps_t *ps, const rec_shape_t *s, const args_t *a)
+static msr_status_t evaluate(const trainer_t *tr)
 {
-    int n = a->eval, B = 1024;
+    const rec_shape_t *s = &tr->s;
+    int n = tr->a->eval, B = 1024;
     float *score = malloc((size_t)n * sizeof *score), *truth = malloc((size_t)n * sizeof *truth);
     float *label = malloc((size_t)n * sizeof *label);
     batch_bufs_t b = {0};
@@ -177,7 +221,7 @@ static msr_status_t evaluate(msr_ps_t *ps, const rec_shape_t *s, const args_t *a
     st = MSR_OK;
     for (int at = 0; at < n && st == MSR_OK; at += B) {
         int m = n - at < B ? n - at : B;
-        st = pull_batch(ps, s, EVAL_FIRST + (uint64_t)at, m, &b);
+        st = pull_batch(tr, EVAL_FIRST + (uint64_t)at, m, &b);
         for (int i = 0; i < m && st == MSR_OK; i++) {
             gather_x(s, &b, m, i);
             score[at + i] = rec_forward(s, b.mlp, b.x, b.samples[i].label, 0, NULL, NULL, &loss);
@@ -196,11 +240,24 @@ out:
     return st;
 }
 
-static msr_status_t train(msr_ps_t *ps, const rec_shape_t *s, const args_t *a)
+/* Prints step's loss (the window's mean), samples/s and bytes per step. */
+static void report(const trainer_t *tr, int step, double loss, double dt, int W)
 {
-    int me = msr_ps_role_rank(ps), W = msr_ps_workers(ps), B = a->batch;
+    uint64_t sent, received;
+    traffic(tr, &sent, &received);
+    int B = tr->a->batch;
+    printf("step %d: loss %.4f, %.0f samples/s (all workers), %.0f bytes sent and %.0f received "
+           "per step and worker\n",
+           step, loss, dt > 0 ? (double)(step - 1) * B * W / dt : 0.0, (double)sent / step,
+           (double)received / step);
+}
+
+static msr_status_t train(const trainer_t *tr, int me, int W)
+{
+    const args_t *a = tr->a;
+    int B = a->batch;
     batch_bufs_t b = {0};
-    if (bufs_alloc(s, B, &b) != 0)
+    if (bufs_alloc(&tr->s, B, &b) != 0)
         return MSR_ERR_NO_MEMORY;
     msr_status_t st = MSR_OK;
     /* samples/s from the end of the first step: that one waits for the
@@ -208,21 +265,19 @@ static msr_status_t train(msr_ps_t *ps, const rec_shape_t *s, const args_t *a)
     double t0 = now_s(), window = 0;
     for (int step = 0; step < a->steps && st == MSR_OK; step++) {
         double loss = 0;
-        st = train_step(ps, s, ((uint64_t)step * W + me) * B, B, &b, &loss);
+        st = train_step(tr, ((uint64_t)step * W + me) * B, B, &b, &loss);
         window += loss;
         if (step == 0)
             t0 = now_s();
         if (me == 0 && st == MSR_OK && ((step + 1) % a->log_every == 0 || step + 1 == a->steps)) {
             int k = (step + 1) % a->log_every ? (step + 1) % a->log_every : a->log_every;
-            double dt = now_s() - t0;
-            printf("step %d: loss %.4f, %.0f samples/s (all workers)\n", step + 1, window / k,
-                   dt > 0 ? (double)step * B * W / dt : 0.0);
+            report(tr, step + 1, window / k, now_s() - t0, W);
             window = 0;
         }
     }
     bufs_free(&b);
     if (st == MSR_OK && me == 0)
-        st = evaluate(ps, s, a);
+        st = evaluate(tr);
     return st;
 }
 
@@ -236,12 +291,11 @@ static msr_status_t make_tables(msr_ps_t *ps, const rec_shape_t *s, const args_t
                                    .width = (uint32_t)s->dim,
                                    .optim = (msr_ps_optim_t)a->optim,
                                    .lr = (float)a->lr,
-                                   .init_scale = 0.05f,
-                                   .seed = (uint64_t)a->seed * 131 + (uint64_t)f};
-        if (f == s->fields) { /* the MLP: one row, He-like scale */
+                                   .init_scale = rec_init_scale(s, f),
+                                   .seed = rec_table_seed(s->seed, f)};
+        if (f == s->fields) { /* the MLP: one row */
             c.rows = 1;
             c.width = (uint32_t)rec_mlp_size(s);
-            c.init_scale = (float)sqrt(2.0 / (s->fields * s->dim));
         }
         st = msr_ps_table_create(ps, &c, &t);
     }
@@ -280,42 +334,67 @@ static int parse(int argc, char **argv, args_t *a)
     return 2;
 }
 
+/* The parameter server's roles: servers serve, workers train. */
+static msr_status_t run_ps(msr_comm_t *world, trainer_t *tr)
+{
+    const args_t *a = tr->a;
+    msr_status_t st = msr_ps_create(world, 0, a->staleness, &tr->ps);
+    if (st == MSR_OK)
+        st = make_tables(tr->ps, &tr->s, a);
+    if (st != MSR_OK)
+        return st;
+    msr_ps_t *ps = tr->ps;
+    if (msr_ps_my_role(ps) == MSR_PS_WORKER)
+        return train(tr, msr_ps_role_rank(ps), msr_ps_workers(ps));
+    printf("server %d: %d tables of %lld rows, %lld of each here\n", msr_ps_role_rank(ps),
+           a->fields, (long long)a->rows,
+           (long long)((a->rows + msr_ps_servers(ps) - 1) / msr_ps_servers(ps)));
+    return msr_ps_serve(ps);
+}
+
+/* A baseline: every rank a worker with the whole tables. */
+static msr_status_t run_dp(msr_ctx_t *ctx, msr_comm_t *world, trainer_t *tr)
+{
+    const args_t *a = tr->a;
+    msr_ps_role_t role;
+    int workers;
+    msr_status_t st = msr_ps_role(ctx, &role, NULL, &workers);
+    if (st == MSR_OK && (role == MSR_PS_SERVER || workers != msr_world_size(ctx)))
+        st = msr_err(MSR_ERR_INVALID_ARG, "--mode %s has no servers: run it without --ps_servers",
+                     modes[a->mode]);
+    if (st == MSR_OK && a->optim != MSR_PS_SGD)
+        st = msr_err(MSR_ERR_INVALID_ARG, "--mode %s takes --optim sgd only", modes[a->mode]);
+    if (st == MSR_OK)
+        st = rec_dp_create(&tr->s, (rec_dp_mode_t)a->mode, (float)a->lr, world, &tr->dp);
+    if (st == MSR_OK)
+        st = train(tr, msr_comm_rank(world), msr_comm_size(world));
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
     int rc = parse(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    rec_shape_t s = {.fields = a.fields,
-                     .dim = a.dim,
-                     .hidden = a.hidden,
-                     .rows = a.rows,
-                     .vocab = a.vocab,
-                     .seed = (uint64_t)a.seed};
+    trainer_t tr = {.s = {.fields = a.fields,
+                          .dim = a.dim,
+                          .hidden = a.hidden,
+                          .rows = a.rows,
+                          .vocab = a.vocab,
+                          .seed = (uint64_t)a.seed},
+                    .a = &a};
     msr_ctx_t *ctx;
     msr_comm_t *world = NULL;
-    msr_ps_t *ps = NULL;
     msr_status_t st = msr_init(&ctx);
     if (st != MSR_OK)
         return fail(st, "msr_init");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if ((st = msr_comm_world(ctx, &world)) != MSR_OK ||
-        (st = msr_ps_create(world, 0, a.staleness, &ps)) != MSR_OK ||
-        (st = make_tables(ps, &s, &a)) != MSR_OK) {
-        rc = fail(st, "setting up the parameter server");
-        goto out;
-    }
-    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
-        printf("server %d: %d tables of %lld rows, %lld of each here\n", msr_ps_role_rank(ps),
-               a.fields, (long long)a.rows,
-               (long long)((a.rows + msr_ps_servers(ps) - 1) / msr_ps_servers(ps)));
-        st = msr_ps_serve(ps);
-    } else {
-        st = train(ps, &s, &a);
-    }
-    rc = st == MSR_OK ? 0 : fail(st, msr_ps_my_role(ps) == MSR_PS_SERVER ? "serving" : "training");
-out:
-    msr_ps_destroy(ps);
+    if ((st = msr_comm_world(ctx, &world)) == MSR_OK)
+        st = a.mode == 0 ? run_ps(world, &tr) : run_dp(ctx, world, &tr);
+    rc = st == MSR_OK ? 0 : fail(st, modes[a.mode]);
+    msr_ps_destroy(tr.ps);
+    rec_dp_destroy(tr.dp);
     msr_comm_destroy(world);
     msr_finalize(ctx);
     return rc;
