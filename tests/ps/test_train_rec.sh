@@ -2,7 +2,8 @@
 # train_rec (programs/train_rec) under msrun with 2 workers and 2 servers:
 # it learns the synthetic click log (held-out AUC well above chance, and
 # below the generating model's own), in synchronous and asynchronous mode;
-# its options' bounds; and without --ps_servers it says why it cannot run.
+# it equals the allreduce baselines (--mode dense, touched) with SGD; its
+# options' bounds; and without --ps_servers it says why it cannot run.
 . "$(dirname "$0")/../integration/lib.sh"
 REC=$BUILD/bin/train_rec
 
@@ -26,6 +27,33 @@ run_msrun --worker_num=4 --local_worker_num=4 --ps_servers=2 "$REC" --steps 300 
     --staleness 2 --optim adam --lr 0.01
 expect_code 0 "train_rec, asynchronous"
 auc_ok "asynchronous, staleness 2, adam"
+
+# the same model without servers: synchronous SGD through the servers and
+# the allreduce baselines (whole tables, touched rows) end alike
+# eval_of: the eval line's "auc loss"
+eval_of() { sed -n 's/.* auc \([0-9.]*\) (.*), loss \([0-9.]*\)$/\1 \2/p' "$TMP/out"; }
+run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 "$REC" --steps 100 --optim sgd \
+    --lr 0.5 --rows 5000
+expect_code 0 "train_rec --mode ps, sgd"
+want=$(eval_of)
+[ -n "$want" ] || fail "--mode ps: no eval line"
+for mode in dense touched; do
+    run_msrun --worker_num=2 --local_worker_num=2 "$REC" --mode $mode --steps 100 --optim sgd \
+        --lr 0.5 --rows 5000
+    expect_code 0 "train_rec --mode $mode"
+    got=$(eval_of)
+    python3 -c "import sys; a, b = '$want'.split(), '$got'.split(); \
+sys.exit(0 if len(b) == 2 and all(abs(float(x) - float(y)) <= 2e-4 for x, y in zip(a, b)) else 1)" ||
+        fail "--mode $mode ends at auc/loss '$got', the parameter server at '$want'"
+    expect_in "bytes sent and .* received per step" "$TMP/out" "--mode $mode's traffic"
+done
+ok "sgd through the servers = allreduce of the whole tables = of the touched rows ($want)"
+run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --mode touched --steps 2
+expect_code 1 "--mode touched with a server"
+expect_in "has no servers" "$TMP/err" "--mode touched with a server"
+run_msrun --worker_num=2 --local_worker_num=2 "$REC" --mode dense --steps 2 --optim adam
+expect_code 1 "--mode dense --optim adam"
+expect_in "takes --optim sgd only" "$TMP/err" "--mode dense --optim adam"
 
 # the options' bounds: at the bound and one past
 run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --steps 2 --fields 16 \
