@@ -136,6 +136,7 @@ void msr_ps_destroy(msr_ps_t *ps)
         return;
     if (ps->role == MSR_PS_WORKER)
         say_done(ps);
+    ps_durable_free(ps);
     for (int i = 0; i < ps->ntables; i++)
         ps_table_free_shard(&ps->tables[i]);
     msr_free(ps->tables);

@@ -98,13 +98,23 @@ struct msr_ps {
     /* a failed server's receives still posted, finished by msr_ps_destroy
      * after the communicator (NULL: none) */
     ps_loop_t *left;
-    uint64_t sent, received; /* msr_ps_traffic's bytes */
+    uint64_t sent, received;    /* msr_ps_traffic's bytes */
+    struct ps_durable *durable; /* msr_ps_durable's state; NULL: none */
 };
 
 /* ps_server.c: one table's shard and state for a server; MSR_ERR_NO_MEMORY. */
 msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t);
 /* Frees what ps_table_alloc_shard allocated. */
 void ps_table_free_shard(ps_table_t *t);
+/* Applies one asynchronous push at once (the server's path, and the
+ * log's replay); MSR_ERR_NO_MEMORY. */
+msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g,
+                           int64_t n);
+/* ps_durable.c: appends an applied push to the log (and checkpoints the
+ * shard every ckpt_every pushes); MSR_ERR_IO. */
+msr_status_t ps_durable_log(msr_ps_t *ps, const ps_req_t *req, const int64_t *keys, const float *g);
+/* Closes the log and frees the state. */
+void ps_durable_free(msr_ps_t *ps);
 /* Frees a loop's buffers and held requests (its receives finished). */
 void ps_loop_free(ps_loop_t *l);
 

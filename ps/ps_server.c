@@ -241,6 +241,15 @@ static msr_status_t accumulate(msr_ps_t *ps, ps_table_t *t, const int64_t *keys,
     return MSR_OK;
 }
 
+msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g,
+                           int64_t n)
+{
+    msr_status_t st = accumulate(ps, t, keys, g, n);
+    if (st == MSR_OK)
+        apply_step(ps, t);
+    return st;
+}
+
 /* A push: counted; applied now (asynchronous) or with the step's last push
  * (synchronous: every held push of the step is answered then). */
 static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req_t *req,
@@ -258,6 +267,12 @@ static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req
     if (t == NULL || ps->staleness != MSR_PS_SYNC) {
         if (t)
             apply_step(ps, t);
+        /* durable: logged before it is acknowledged (ps_durable.c) */
+        if (t && status == MSR_OK && ps->durable && req->nkeys > 0) {
+            msr_status_t st = ps_durable_log(ps, req, keys, g);
+            if (st != MSR_OK)
+                return st;
+        }
         return send_rep(ps, worker, status, msg);
     }
     msr_status_t st = hold(l, worker, req, NULL, status, msg);

@@ -140,6 +140,24 @@ MSR_API msr_status_t msr_ps_push_dense(msr_ps_t *ps, int table, const float *gra
  * counted as sent). Either pointer may be NULL. Never fails. */
 MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *received_p);
 
+/* Servers, after their tables are made and before msr_ps_serve, in the
+ * asynchronous mode: keeps the shard durable in directory dir (made if
+ * missing; the same for a server across restarts, e.g. on a shared or
+ * local disk): every push is appended to dir/ps-s<server rank>.log before
+ * it is acknowledged, and every ckpt_every pushes (0: 10000) the shard
+ * (values and optimizer state) is written whole to dir/ps-s<rank>.ckpt
+ * (a new file renamed over the old) and the log restarted. First it
+ * restores what dir holds: the checkpoint, then the logged pushes after
+ * it (a record cut by a crash is dropped: it was never acknowledged); so
+ * a server killed and started again with the same tables loses no
+ * acknowledged push. *restored_p (may be NULL) gets the number of pushes
+ * the restored shard holds. The log is written, not synced: it survives
+ * the process, not the machine. Fails with MSR_ERR_STATE (a worker, or
+ * serving), MSR_ERR_UNSUPPORTED (synchronous mode), MSR_ERR_CORRUPT (a
+ * checkpoint of other tables), MSR_ERR_IO, MSR_ERR_NO_MEMORY. */
+MSR_API msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
+                                    uint64_t *restored_p);
+
 /* Servers: answers the workers' requests until every worker has called
  * msr_ps_destroy (MSR_OK) or the communicator fails (its status). A
  * request it refuses gets an error answer; the loop goes on. Fails with

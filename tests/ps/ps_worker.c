@@ -13,6 +13,10 @@
  *               next push (not return within 0.5 s without it, and see it)
  *   bad         a server's refusals (unknown table, key at and past the
  *               rows, negative key, wrong width) and that the server goes on
+ *   durable DIR  asynchronous, the server durable in DIR: generation 0's
+ *               workers push until the server is killed (by the test),
+ *               generation 1's check that the restored row holds every
+ *               acknowledged push
  *   bench       measures pull and push against raw messages (not a test:
  *               docs/ps.md has its figures)
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
@@ -485,6 +489,85 @@ static void mode_bad(msr_ctx_t *ctx)
         printf("ok bad\n");
 }
 
+/* ---- durable DIR: a server killed under load loses no acknowledged push ---- */
+
+/* This worker's acknowledged pushes, in DIR/acked-<worker>. */
+static void acked_write(const char *dir, int me, long n)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/acked-%d", dir, me);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%ld\n", n) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+        fail("writing %s", path);
+}
+
+static long acked_read(const char *dir, int me)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/acked-%d", dir, me);
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    if (f == NULL || fscanf(f, "%ld", &n) != 1)
+        fail("reading %s", path);
+    fclose(f);
+    return n;
+}
+
+/* Generation 0 pushes until the server is killed under it; the next one
+ * checks that the restored row holds every acknowledged push. */
+static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir)
+{
+    int me = msr_ps_role_rank(ps);
+    if (msr_generation(ctx) == 0) {
+        for (long n = 1; n <= 1000000; n++) {
+            float g = -2.0f; /* SGD, lr 1, two workers: the row grows by 1 */
+            int64_t key = 0;
+            msr_status_t st = msr_ps_push(ps, t, &key, 1, &g, 1);
+            if (st != MSR_OK) {
+                printf("durable: worker %d: push %ld failed: %s\n", me, n, msr_status_name(st));
+                _exit(3); /* the job restarts */
+            }
+            acked_write(dir, me, n);
+        }
+        fail("the server was not killed within 1000000 pushes");
+    }
+    long a0 = acked_read(dir, 0), a1 = acked_read(dir, 1);
+    float v = 0;
+    int64_t key = 0;
+    CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+    /* each worker may have had one push applied but not yet acknowledged */
+    if (v < (float)(a0 + a1) || v > (float)(a0 + a1 + 2))
+        fail("the restored row holds %.0f pushes, %ld + %ld were acknowledged", v, a0, a1);
+    printf("durable: worker %d: the restored row holds %.0f pushes, %ld + %ld acknowledged\n", me,
+           v, a0, a1);
+}
+
+static void mode_durable(msr_ctx_t *ctx, const char *dir)
+{
+    msr_comm_t *world;
+    CHECK_OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    CHECK_OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t;
+    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        uint64_t restored;
+        /* a checkpoint every 7 pushes: kills land between them, in the log */
+        CHECK_OK(msr_ps_durable(ps, dir, 7, &restored));
+        printf("durable: server restored %llu pushes (generation %d)\n",
+               (unsigned long long)restored, msr_generation(ctx));
+        CHECK_OK(msr_ps_serve(ps));
+    } else {
+        durable_worker(ctx, ps, t, dir);
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok durable\n");
+}
+
 /* ---- bench: pull and push latency and throughput (docs/ps.md) ---- */
 
 static double now_s(void)
@@ -598,6 +681,8 @@ int main(int argc, char **argv)
         mode_stale(ctx, atoi(argv[2]));
     else if (strcmp(argv[1], "bad") == 0)
         mode_bad(ctx);
+    else if (strcmp(argv[1], "durable") == 0 && argc > 2)
+        mode_durable(ctx, argv[2]);
     else if (strcmp(argv[1], "bench") == 0)
         mode_bench(ctx);
     else
