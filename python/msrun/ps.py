@@ -19,6 +19,7 @@ raises msrun.Error (or a subclass) with msr_last_error()'s sentence.
 """
 
 import ctypes as _c
+import os
 
 from . import _lib
 from ._buffers import Buffer
@@ -67,6 +68,8 @@ for _name, _res, _args in [
     ("msr_ps_pull_dense", _status, [_c.c_void_p, _c.c_int, _c.c_void_p]),
     ("msr_ps_push_dense", _status, [_c.c_void_p, _c.c_int, _c.c_void_p]),
     ("msr_ps_serve", _status, [_c.c_void_p]),
+    ("msr_ps_durable", _status, [_c.c_void_p, _c.c_char_p, _c.c_uint64, _P(_c.c_uint64)]),
+    ("msr_ps_traffic", None, [_c.c_void_p, _P(_c.c_uint64), _P(_c.c_uint64)]),
     ("msr_ps_init_value", _c.c_float, [_c.c_uint64, _c.c_uint64, _c.c_uint32, _c.c_float]),
 ]:
     _fn = getattr(_L, _name)
@@ -203,6 +206,21 @@ class ParameterServer:
         g = Buffer(grads, "grads", writable=False, dtype="f32")
         self._fits(g, self._dense(int(table)), "grads")
         _check(_L.msr_ps_push_dense(self._handle(), int(table), g.address), "msr_ps_push_dense")
+
+    def durable(self, dir, ckpt_every=0):  # pylint: disable=redefined-builtin
+        """msr_ps_durable (servers, asynchronous mode, before serve): the
+        number of pushes restored from dir's checkpoint and log."""
+        n = _c.c_uint64()
+        _check(_L.msr_ps_durable(self._handle(), os.fsencode(dir), int(ckpt_every),
+                                 _c.byref(n)), "msr_ps_durable")
+        return n.value
+
+    @property
+    def traffic(self):
+        """msr_ps_traffic: (bytes sent, bytes received) so far."""
+        sent, received = _c.c_uint64(), _c.c_uint64()
+        _L.msr_ps_traffic(self._handle(), _c.byref(sent), _c.byref(received))
+        return sent.value, received.value
 
     def serve(self):
         """msr_ps_serve: answers the workers until all are done (servers)."""

@@ -29,6 +29,12 @@ def main():
     emb = ps.table_create(rows=10, width=2, optim="sgd", lr=0.5, init_scale=1.0, seed=3)
     dense = ps.table_create(rows=1, width=3, optim="sgd", lr=1.0)
     if ps.role == "server":
+        try:
+            ps.durable("unused")
+            fail("msr_ps_durable in synchronous mode was accepted")
+        except msrun.Error as e:
+            if "asynchronous" not in str(e):
+                fail("msr_ps_durable's refusal says %s" % e)
         ps.serve()
     else:
         keys = array.array("q", [9, 0])
@@ -50,6 +56,9 @@ def main():
         ps.pull_dense(dense, d)
         if list(d) != [-1.0, -2.0, -3.0]:
             fail("the dense tensor is %s" % list(d))
+        sent, received = ps.traffic
+        if sent <= 0 or received <= 0:
+            fail("traffic %d sent, %d received" % (sent, received))
         try:
             ps.pull(emb, array.array("q", [10]), array.array("f", [0.0] * 2))
             fail("key 10 of 10 rows was not refused")
