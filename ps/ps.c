@@ -321,9 +321,11 @@ static msr_status_t check_call(msr_ps_t *ps, const int64_t *keys, uint64_t nkeys
     if (ps->broken != MSR_OK)
         return msr_err(ps->broken, "%s: the parameter server failed before (%s)", what,
                        msr_status_name(ps->broken));
-    if (width == 0 || width > MSR_PS_WIDTH_MAX || nkeys > (UINT64_MAX / 4) / width)
-        return msr_err(MSR_ERR_INVALID_ARG, "%s: width %u with %llu keys", what, width,
-                       (unsigned long long)nkeys);
+    if (width == 0 || width > MSR_PS_WIDTH_MAX || nkeys > (uint64_t)PS_CALL_ELEMS_MAX / width)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "%s: %llu keys of width %u (width 1 to %u, keys x width at most %lld)", what,
+                       (unsigned long long)nkeys, width, MSR_PS_WIDTH_MAX,
+                       (long long)PS_CALL_ELEMS_MAX);
     return MSR_OK;
 }
 

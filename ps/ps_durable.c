@@ -117,7 +117,7 @@ static msr_status_t ckpt_read(msr_ps_t *ps)
 static int record_read(FILE *f, int64_t *h, int64_t **keys, float **g, size_t *cap)
 {
     if (fread(h, sizeof(int64_t), LOG_RECORD_HEAD, f) != LOG_RECORD_HEAD || h[2] < 0 || h[3] <= 0 ||
-        h[3] > (int64_t)MSR_PS_WIDTH_MAX || h[2] > (int64_t)(UINT32_MAX / 4) / h[3])
+        h[3] > (int64_t)MSR_PS_WIDTH_MAX || h[2] > PS_CALL_ELEMS_MAX / h[3])
         return 0;
     size_t n = (size_t)h[2], w = (size_t)h[3];
     if (n * w > *cap || n > *cap) {

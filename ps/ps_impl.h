@@ -37,8 +37,11 @@ typedef struct ps_req {
     int64_t clock; /* the worker's pushes of this table before this request */
 } ps_req_t;
 
-#define PS_MSG_MAX 200
-#define PS_NO_SLOT UINT32_MAX
+#define PS_MSG_MAX        200
+#define PS_NO_SLOT        UINT32_MAX
+/* The most floats (keys x width) of one call: a server takes a request of
+ * more for a broken peer, so a worker refuses it first. */
+#define PS_CALL_ELEMS_MAX ((int64_t)(UINT32_MAX / 4))
 typedef struct ps_rep {
     int64_t status;       /* msr_status_t */
     char msg[PS_MSG_MAX]; /* why, when status is an error */

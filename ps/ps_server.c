@@ -322,7 +322,7 @@ static msr_status_t on_request(msr_ps_t *ps, ps_loop_t *l, int worker)
         return send_rep(ps, worker, MSR_OK, NULL);
     }
     if ((req.op != PS_OP_PULL && req.op != PS_OP_PUSH) || req.nkeys < 0 || req.width <= 0 ||
-        req.width > MSR_PS_WIDTH_MAX || req.nkeys > (int64_t)(UINT32_MAX / 4) / req.width)
+        req.width > MSR_PS_WIDTH_MAX || req.nkeys > PS_CALL_ELEMS_MAX / req.width)
         return msr_err(MSR_ERR_PROTOCOL, "parameter server: malformed request from worker %d",
                        worker);
     size_t n = (size_t)req.nkeys, w = (size_t)req.width;

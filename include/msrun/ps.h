@@ -109,8 +109,10 @@ MSR_API msr_status_t msr_ps_table_create(msr_ps_t *ps, const msr_ps_table_config
  * One request per server that holds some of the keys, all in flight at
  * once. In the asynchronous mode with staleness K it waits until every
  * worker has pushed the table at least (this worker's pushes - K) times.
- * Fails with MSR_ERR_INVALID_ARG (a server refused: unknown table, key out
- * of range, width not the table's; rows then unspecified), MSR_ERR_STATE
+ * At most 2^30 - 1 floats (nkeys x width) per call. Fails with
+ * MSR_ERR_INVALID_ARG (a server refused: unknown table, key out of range,
+ * width not the table's; rows then unspecified; or more floats than
+ * that, refused before anything is sent), MSR_ERR_STATE
  * (called on a server), or the communicator's errors. */
 MSR_API msr_status_t msr_ps_pull(msr_ps_t *ps, int table, const int64_t *keys, uint64_t nkeys,
                                  float *rows, uint32_t width);

@@ -432,7 +432,7 @@ static void bad_worker(msr_ps_t *ps, int t)
     expect_refused(msr_ps_pull(ps, t, &neg, 1, row, 3), "pull of key -1", "out of range");
     expect_refused(msr_ps_pull(ps, t, &last, 1, row, 2), "pull of width 2", "width 3");
     expect_refused(msr_ps_pull(ps, t, &last, 1, row, 4), "pull of width 4", "width 3");
-    expect_refused(msr_ps_pull(ps, t + 1, &last, 1, row, 3), "pull of table 1", "unknown table");
+    expect_refused(msr_ps_pull(ps, t + 2, &last, 1, row, 3), "pull of table 2", "unknown table");
     expect_refused(msr_ps_pull(ps, -1, &last, 1, row, 3), "pull of table -1", "unknown table");
     expect_refused(msr_ps_push(ps, t, two, 2, g, 3), "push of keys 9 and 10", "out of range");
     expect_refused(msr_ps_push(ps, t, &last, 1, g, 2), "push of width 2", "width 3");
@@ -446,6 +446,18 @@ static void bad_worker(msr_ps_t *ps, int t)
         fail("after a good push row 9 is %g, want %g", row[0], before - 1.0f);
     if (msr_ps_serve(ps) != MSR_ERR_STATE)
         fail("msr_ps_serve on a worker did not fail with MSR_ERR_STATE");
+    /* the widest table, MSR_PS_WIDTH_MAX, pulled and pushed whole */
+    float *wide = calloc(MSR_PS_WIDTH_MAX, sizeof *wide);
+    if (wide == NULL)
+        fail("out of memory");
+    CHECK_OK(msr_ps_push_dense(ps, t + 1, wide));
+    CHECK_OK(msr_ps_pull_dense(ps, t + 1, wide));
+    /* one float past a call's bound (2^30 - 1) is refused before anything
+     * is read or sent (at the bound a call would need 4 GiB) */
+    uint64_t past_keys = (1ull << 30) / MSR_PS_WIDTH_MAX; /* x 65536 = 2^30 */
+    if (msr_ps_pull(ps, t + 1, two, past_keys, wide, MSR_PS_WIDTH_MAX) != MSR_ERR_INVALID_ARG)
+        fail("a pull of 2^30 floats was not refused");
+    free(wide);
 }
 
 static void mode_bad(msr_ctx_t *ctx)
@@ -474,6 +486,11 @@ static void mode_bad(msr_ctx_t *ctx)
     if (msr_ps_table_create(ps, &z, &t) != MSR_ERR_INVALID_ARG)
         fail("a table of 0 rows accepted");
     CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    msr_ps_table_config_t wide = {.rows = 1, .width = MSR_PS_WIDTH_MAX, .optim = MSR_PS_ADAM};
+    int tw;
+    CHECK_OK(msr_ps_table_create(ps, &wide, &tw));
+    if (tw != t + 1)
+        fail("the second table is %d, not %d", tw, t + 1);
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
         CHECK_OK(msr_ps_serve(ps));
         float row;
