@@ -148,6 +148,7 @@ typedef struct msr_options {
     /* parameter server roles (docs/ps.md): the last ps_servers global ranks
      * are servers; 0: no roles */
     int ps_servers;
+    int ps_staleness; /* -1: synchronous; K >= 0: asynchronous, staleness K */
 } msr_options_t;
 
 /* Parses argv (after "msrun"), reading MSRUN_* variables for options not

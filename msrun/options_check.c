@@ -339,6 +339,11 @@ static int check_ps_servers(const msr_options_t *o)
     long world = o->worker_num;
     if (o->min_nodes > 0 && (long)o->min_nodes * o->local_worker_num < world)
         world = (long)o->min_nodes * o->local_worker_num;
+    if (o->ps_staleness != -1 && o->ps_servers == 0) {
+        msr_options_error("--ps_staleness=%d needs --ps_servers (it is the servers' mode)",
+                          o->ps_staleness);
+        return -1;
+    }
     if (o->ps_servers > 0 && o->ps_servers >= world) {
         msr_options_error("--ps_servers=%d leaves no worker: it must be below the world size "
                           "(%ld rank%s%s)",

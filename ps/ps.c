@@ -66,8 +66,18 @@ msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_
                        "msr_ps_create: %d servers in a communicator of %d (1 to %d, or "
                        "MSR_PS_SERVERS)",
                        servers, size, size - 1);
+    if (staleness == MSR_PS_STALENESS_ENV) {
+        const char *v = getenv("MSR_PS_STALENESS");
+        char *end = NULL;
+        long k = v && *v ? strtol(v, &end, 10) : MSR_PS_SYNC;
+        if ((v && *v && *end != '\0') || k < MSR_PS_SYNC || k > INT_MAX)
+            return msr_err(MSR_ERR_INVALID_ARG,
+                           "MSR_PS_STALENESS=%s: not -1 (synchronous) or a staleness >= 0", v);
+        staleness = (int)k;
+    }
     if (staleness < MSR_PS_SYNC)
-        return msr_err(MSR_ERR_INVALID_ARG, "msr_ps_create: staleness %d (-1 sync, or >= 0)",
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "msr_ps_create: staleness %d (-1 sync, >= 0, or -2 the launcher's)",
                        staleness);
     msr_ps_t *ps = msr_calloc(1, sizeof *ps);
     if (ps == NULL)

@@ -44,7 +44,10 @@ typedef enum msr_ps_optim {
 } msr_ps_optim_t;
 
 /* staleness for msr_ps_create: synchronous mode (see msr_ps_push). */
-#define MSR_PS_SYNC (-1)
+#define MSR_PS_SYNC          (-1)
+/* staleness for msr_ps_create: the launcher's, MSR_PS_STALENESS (msrun
+ * --ps_staleness; unset: synchronous). */
+#define MSR_PS_STALENESS_ENV (-2)
 
 /* A table of rows x width floats. Row r's element c starts as
  * msr_ps_init_value(seed, r, c, init_scale). beta1, beta2 and eps of 0 take
@@ -75,11 +78,12 @@ MSR_API msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, in
  * (its last members); 0 takes MSR_PS_SERVERS from the environment.
  * staleness: MSR_PS_SYNC, or K >= 0 for the asynchronous mode in which a
  * worker's pull waits until every worker has pushed the table at least
- * (its own pushes of it - K) times. Collective over comm (every member, the
+ * (its own pushes of it - K) times, or MSR_PS_STALENESS_ENV. The members
+ * must agree (the launcher's is the same on every rank). Collective over comm (every member, the
  * same arguments): duplicates comm (comm may be destroyed afterwards).
  * Fails with MSR_ERR_INVALID_ARG (servers < 0 or not below comm's size,
- * staleness < -1), MSR_ERR_NO_MEMORY, or comm's errors. On success *ps_p is
- * the caller's until msr_ps_destroy. */
+ * staleness < -2, MSR_PS_STALENESS not a number >= -1), MSR_ERR_NO_MEMORY, or comm's errors. On
+ * success *ps_p is the caller's until msr_ps_destroy. */
 MSR_API msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p);
 
 /* A worker tells every server it is done (and waits for their answer); then

@@ -22,7 +22,7 @@ typedef struct args {
     int64_t seed;
     double lr;
     int optim;     /* msr_ps_optim_t */
-    int staleness; /* -1: synchronous */
+    int staleness; /* -1: synchronous; -2: the launcher's */
     int mode;      /* 0: the parameter server; rec_dp_mode_t: a baseline */
 } args_t;
 
@@ -49,8 +49,9 @@ static const msr_opt_t opts[] = {
     INT("eval", eval, 2, 1 << 24, "N", "held-out samples for the AUC (default 8192)"),
     INT("log_every", log_every, 1, 1 << 30, "N", "print the loss every N steps (default 50)"),
     INT("seed", seed, 0, INT64_MAX, "S", "the log's and the tables' seed (default 1)"),
-    INT("staleness", staleness, -1, 1 << 20, "K", "-1: synchronous (default); K >= 0: "
-        "asynchronous, a worker at most K pushes ahead of the slowest"),
+    INT("staleness", staleness, -2, 1 << 20, "K",
+        "-1: synchronous; K >= 0: asynchronous, a worker at most K pushes ahead of the "
+        "slowest; -2 (default): msrun --ps_staleness's (MSR_PS_STALENESS; unset: -1)"),
     {.name = "lr", .kind = MSR_OPT_REAL, .real_min = 0, .real_max = 100,
      .flags = MSR_OPT_MIN_OPEN, .dest = D(lr), .metavar = "LR",
      .help = "learning rate (default 0.05)"},
@@ -316,7 +317,7 @@ static int parse(int argc, char **argv, args_t *a)
                   .seed = 1,
                   .lr = 0.05,
                   .optim = MSR_PS_ADAGRAD,
-                  .staleness = MSR_PS_SYNC};
+                  .staleness = MSR_PS_STALENESS_ENV};
     unsigned char seen[MSR_ARRAY_SIZE(opts)];
     int next;
     switch (msr_opts_parse(&opt_set, argc - 1, argv + 1, a, seen, &next)) {

@@ -471,9 +471,24 @@ static void mode_bad(msr_ctx_t *ctx)
         fail("msr_ps_create with %d servers of %d accepted", size, size);
     if (msr_ps_create(world, -1, 0, &ps) != MSR_ERR_INVALID_ARG)
         fail("msr_ps_create with -1 servers accepted");
-    if (msr_ps_create(world, 1, -2, &ps) != MSR_ERR_INVALID_ARG)
-        fail("msr_ps_create with staleness -2 accepted");
-    CHECK_OK(msr_ps_create(world, 0, 0, &ps));
+    if (msr_ps_create(world, 1, -3, &ps) != MSR_ERR_INVALID_ARG)
+        fail("msr_ps_create with staleness -3 accepted");
+    /* the launcher's staleness: the bounds of MSR_PS_STALENESS */
+    const char *keep = getenv("MSR_PS_STALENESS");
+    char kept[32];
+    snprintf(kept, sizeof kept, "%s", keep ? keep : "");
+    const char *bad[] = {"-2", "x", "1x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("MSR_PS_STALENESS", bad[i], 1);
+        if (msr_ps_create(world, 1, MSR_PS_STALENESS_ENV, &ps) != MSR_ERR_INVALID_ARG)
+            fail("MSR_PS_STALENESS=%s accepted", bad[i]);
+    }
+    setenv("MSR_PS_STALENESS", kept, 1);
+    /* ps_bad runs with --ps_staleness 0: the launcher's mode */
+    const char *launched = getenv("MSR_PS_STALENESS");
+    if (launched == NULL || strcmp(launched, "0") != 0)
+        fail("MSR_PS_STALENESS is %s, not the launcher's 0", launched ? launched : "unset");
+    CHECK_OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
     msr_ps_table_config_t c = {
         .rows = 10, .width = 3, .optim = MSR_PS_SGD, .lr = 1.0f, .init_scale = 1.0f, .seed = 5};
     int t;

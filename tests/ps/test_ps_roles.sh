@@ -49,10 +49,32 @@ expect_in "^\[node 0 rank 2\] MSR_ROLE=server\$" "$TMP/out" "rank 2's MSR_ROLE"
 [ "$(grep -c 'MSR_PS_SERVERS=1$' "$TMP/out")" = 3 ] || fail "MSR_PS_SERVERS=1 not in every rank"
 ok "MSR_ROLE and MSR_PS_SERVERS in every rank's environment"
 
+# --ps_staleness: the servers' mode in every rank's environment (-1, the
+# synchronous default, and K >= 0), refused below -1, not a number, or
+# without servers
+run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 --ps_staleness=3 env
+expect_code 0 "--ps_staleness=3"
+[ "$(grep -c 'MSR_PS_STALENESS=3$' "$TMP/out")" = 3 ] || fail "MSR_PS_STALENESS=3 not in every rank"
+run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 --ps_staleness=-1 env
+expect_code 0 "--ps_staleness=-1"
+[ "$(grep -c 'MSR_PS_STALENESS=-1$' "$TMP/out")" = 2 ] || fail "MSR_PS_STALENESS=-1 not in every rank"
+run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 env
+[ "$(grep -c 'MSR_PS_STALENESS=-1$' "$TMP/out")" = 2 ] || fail "no default MSR_PS_STALENESS=-1"
+for bad in -2 x; do
+    run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 --ps_staleness=$bad true
+    expect_code 2 "--ps_staleness=$bad"
+    expect_in "ps_staleness=$bad is not an integer >= -1" "$TMP/err" "--ps_staleness=$bad"
+done
+run_msrun --worker_num=2 --local_worker_num=2 --ps_staleness=1 true
+expect_code 2 "--ps_staleness without --ps_servers"
+expect_in "needs --ps_servers" "$TMP/err" "--ps_staleness without --ps_servers"
+ok "--ps_staleness: -1 and 3 passed on, -2 and x refused, and without servers"
+
 # without the option no role is set: every rank a worker
 run_msrun --worker_num=2 --local_worker_num=2 env
 expect_code 0 "env without --ps_servers"
 expect_not_in "MSR_ROLE=" "$TMP/out" "no --ps_servers"
+expect_not_in "MSR_PS_STALENESS=" "$TMP/out" "no --ps_servers"
 ok "no roles without --ps_servers"
 
 # one past the bound, and values that are not counts: refused before any

@@ -23,10 +23,10 @@ expect_code 0 "train_rec, synchronous"
 expect_in "step 300: loss" "$TMP/out" "train_rec, synchronous"
 auc_ok "synchronous"
 
-run_msrun --worker_num=4 --local_worker_num=4 --ps_servers=2 "$REC" --steps 300 --log_every 100 \
-    --staleness 2 --optim adam --lr 0.01
+run_msrun --worker_num=4 --local_worker_num=4 --ps_servers=2 --ps_staleness=2 "$REC" --steps 300 \
+    --log_every 100 --optim adam --lr 0.01
 expect_code 0 "train_rec, asynchronous"
-auc_ok "asynchronous, staleness 2, adam"
+auc_ok "asynchronous, msrun --ps_staleness=2, adam"
 
 # the same model without servers: synchronous SGD through the servers and
 # the allreduce baselines (whole tables, touched rows) end alike
@@ -59,7 +59,7 @@ expect_in "takes --optim sgd only" "$TMP/err" "--mode dense --optim adam"
 run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --steps 2 --fields 16 \
     --hidden 256 --dim 2 --eval 2
 expect_code 0 "--fields 16 --hidden 256 --eval 2 (the bounds)"
-for bad in "--fields 17" "--hidden 257" "--dim 257" "--eval 1" "--staleness -2" "--lr 0" \
+for bad in "--fields 17" "--hidden 257" "--dim 257" "--eval 1" "--staleness -3" "--lr 0" \
     "--optim rmsprop"; do
     # shellcheck disable=SC2086 # an option and its value
     run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" $bad
