@@ -1,6 +1,7 @@
 /* The parameter server's loop: a server rank answers its workers' pulls and
  * pushes and applies the optimizer to its shard (docs/ps.md). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -93,16 +94,17 @@ static void apply_row(ps_table_t *t, uint64_t i, const double *g)
     }
 }
 
-/* Applies the summed gradients of the touched rows, divided by the number
- * of workers, and clears them. */
-static void apply_step(msr_ps_t *ps, ps_table_t *t)
+/* Applies the summed gradients of the touched rows, divided by divisor
+ * (the number of workers; in a synchronous step, of the workers that
+ * pushed in it), and clears them. */
+static void apply_step(ps_table_t *t, int divisor)
 {
     size_t w = t->cfg.width;
     for (uint64_t j = 0; j < t->ntouched; j++) {
         uint64_t i = t->order[j];
         double *g = t->acc + j * w;
         for (size_t k = 0; k < w; k++)
-            g[k] /= ps->workers;
+            g[k] /= divisor;
         apply_row(t, i, g);
         t->slot[i] = PS_NO_SLOT;
     }
@@ -246,7 +248,29 @@ msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, con
 {
     msr_status_t st = accumulate(ps, t, keys, g, n);
     if (st == MSR_OK)
-        apply_step(ps, t);
+        apply_step(t, ps->workers);
+    return st;
+}
+
+/* Synchronous: once every worker still there has pushed table ti this
+ * step, applies the step and answers its held pushes. */
+static msr_status_t end_round(msr_ps_t *ps, ps_loop_t *l, int ti)
+{
+    ps_table_t *t = &ps->tables[ti];
+    if (t->round_pushes == 0 || t->round_pushes < ps->workers - l->ndone)
+        return MSR_OK;
+    apply_step(t, t->round_pushes);
+    t->round_pushes = 0;
+    size_t keep = 0;
+    msr_status_t st = MSR_OK;
+    for (size_t i = 0; i < l->nheld; i++) {
+        ps_held_t *h = &l->held[i];
+        if (st == MSR_OK && h->req.op == PS_OP_PUSH && h->req.table == ti)
+            st = send_rep(ps, h->worker, h->status, h->msg);
+        else
+            l->held[keep++] = *h;
+    }
+    l->nheld = keep;
     return st;
 }
 
@@ -266,7 +290,7 @@ static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req
         t->clock[worker]++;
     if (t == NULL || ps->staleness != MSR_PS_SYNC) {
         if (t)
-            apply_step(ps, t);
+            apply_step(t, ps->workers);
         /* durable: logged before it is acknowledged (ps_durable.c) */
         if (t && status == MSR_OK && ps->durable && req->nkeys > 0) {
             msr_status_t st = ps_durable_log(ps, req, keys, g);
@@ -276,20 +300,8 @@ static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req
         return send_rep(ps, worker, status, msg);
     }
     msr_status_t st = hold(l, worker, req, NULL, status, msg);
-    if (st != MSR_OK || ++t->round_pushes < ps->workers)
-        return st;
-    apply_step(ps, t);
-    t->round_pushes = 0;
-    size_t keep = 0;
-    for (size_t i = 0; i < l->nheld && st == MSR_OK; i++) {
-        ps_held_t *h = &l->held[i];
-        if (h->req.op == PS_OP_PUSH && h->req.table == req->table)
-            st = send_rep(ps, h->worker, h->status, h->msg);
-        else
-            l->held[keep++] = *h;
-    }
-    l->nheld = keep;
-    return st;
+    t->round_pushes++;
+    return st == MSR_OK ? end_round(ps, l, (int)req->table) : st;
 }
 
 /* Answers the held pulls that the pushes so far let through. */
@@ -310,17 +322,31 @@ static msr_status_t release_pulls(msr_ps_t *ps, ps_loop_t *l)
     return st;
 }
 
+/* A worker is done: it bounds nobody's staleness and no synchronous step
+ * waits for it any more (the steps it left are applied with the others'
+ * pushes), then its goodbye is answered. */
+static msr_status_t on_fin(msr_ps_t *ps, ps_loop_t *l, int worker)
+{
+    l->done[worker] = 1;
+    l->ndone++;
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < ps->ntables; i++)
+        ps->tables[i].clock[worker] = INT64_MAX;
+    for (int i = 0; i < ps->ntables && st == MSR_OK && ps->staleness == MSR_PS_SYNC; i++)
+        st = end_round(ps, l, i);
+    if (st == MSR_OK)
+        st = release_pulls(ps, l);
+    return st == MSR_OK ? send_rep(ps, worker, MSR_OK, NULL) : st;
+}
+
 /* Receives the rest of worker's request (its header is in l->hdr) and
  * answers or holds it. */
 static msr_status_t on_request(msr_ps_t *ps, ps_loop_t *l, int worker)
 {
     ps_req_t req = l->hdr[worker];
     char msg[PS_MSG_MAX] = "";
-    if (req.op == PS_OP_FIN) {
-        l->done[worker] = 1;
-        l->ndone++;
-        return send_rep(ps, worker, MSR_OK, NULL);
-    }
+    if (req.op == PS_OP_FIN)
+        return on_fin(ps, l, worker);
     if ((req.op != PS_OP_PULL && req.op != PS_OP_PUSH) || req.nkeys < 0 || req.width <= 0 ||
         req.width > MSR_PS_WIDTH_MAX || req.nkeys > PS_CALL_ELEMS_MAX / req.width)
         return msr_err(MSR_ERR_PROTOCOL, "parameter server: malformed request from worker %d",

@@ -10,7 +10,10 @@
  *   stale K     asynchronous with staleness K, two workers and one server:
  *               worker 1 pushes S times and pauses; worker 0's pulls up to
  *               S+K pushes must return, at S+K+1 must wait for worker 1's
- *               next push (not return within 0.5 s without it, and see it)
+ *               next push (not return within 0.5 s without it, and see it);
+ *               then worker 1 leaves and worker 0 goes on past K
+ *   leave       synchronous, worker 1 stops after 3 steps of worker 0's 6:
+ *               worker 0's later steps go on without it
  *   bad         a server's refusals (unknown table, key at and past the
  *               rows, negative key, wrong width) and that the server goes on
  *   durable DIR  asynchronous, the server durable in DIR: generation 0's
@@ -369,6 +372,12 @@ static void stale_worker0(msr_ctx_t *ctx, msr_ps_t *ps, int t, int K)
              STALE_S + K + 1, got, STALE_S + 1);
     printf("stale: the pull at %d pushes waited for worker 1's push %d\n", STALE_S + K + 1,
            STALE_S + 1);
+    /* worker 1 leaves now: it bounds nobody any more, far past K */
+    for (int c = 0; c < K + 5; c++) {
+        push_row(ps, t, 0);
+        (void)pull_row1(ps, t);
+    }
+    printf("stale: %d more pushes and pulls after worker 1 left\n", K + 5);
 }
 
 static void mode_stale(msr_ctx_t *ctx, int K)
@@ -409,6 +418,39 @@ static void mode_stale(msr_ctx_t *ctx, int K)
     msr_comm_destroy(world);
     if (msr_rank(ctx) == 0)
         printf("ok stale\n");
+}
+
+/* ---- leave: a worker done early holds no synchronous step back ---- */
+
+static void mode_leave(msr_ctx_t *ctx)
+{
+    msr_comm_t *world;
+    CHECK_OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    CHECK_OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
+    msr_ps_table_config_t c = {.rows = 1, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t;
+    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        CHECK_OK(msr_ps_serve(ps));
+    } else {
+        /* worker 0 trains 6 steps, worker 1 only 3; each step's mean
+         * gradient is -1, whoever pushed it: the row grows by 1 a step */
+        int steps = msr_ps_role_rank(ps) == 0 ? 6 : 3;
+        for (int i = 0; i < steps; i++) {
+            float g = -1.0f, v;
+            int64_t key = 0;
+            CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+            CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+            if (v != (float)(i + 1))
+                fail("after step %d the row is %g, want %d", i + 1, v, i + 1);
+        }
+        printf("leave: worker %d trained %d steps\n", msr_ps_role_rank(ps), steps);
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok leave\n");
 }
 
 /* ---- bad requests ---- */
@@ -713,6 +755,8 @@ int main(int argc, char **argv)
         mode_stale(ctx, atoi(argv[2]));
     else if (strcmp(argv[1], "bad") == 0)
         mode_bad(ctx);
+    else if (strcmp(argv[1], "leave") == 0)
+        mode_leave(ctx);
     else if (strcmp(argv[1], "durable") == 0 && argc > 2)
         mode_durable(ctx, argv[2]);
     else if (strcmp(argv[1], "bench") == 0)
