@@ -2,6 +2,7 @@
  * checkpoint of the shard every so many, restored on start (msr_ps_durable,
  * docs/ps.md's failure table). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +48,23 @@ static void table_head(const msr_ps_t *ps, const ps_table_t *t, uint64_t *h)
     h[3] = (uint64_t)ps->role_rank;
 }
 
+/* A file of this user only (0600: a shard is the model's parameters),
+ * never through a symbolic link, as a stream of the given mode. */
+static FILE *open_private(const char *path, int flags, const char *mode)
+{
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (f == NULL)
+        close(fd);
+    return f;
+}
+
 static msr_status_t ckpt_write(msr_ps_t *ps)
 {
     struct ps_durable *d = ps->durable;
-    FILE *f = fopen(d->tmp, "wb");
+    FILE *f = open_private(d->tmp, O_WRONLY | O_CREAT | O_TRUNC, "wb");
     if (f == NULL)
         return msr_err(MSR_ERR_IO, "ps checkpoint %s: %s", d->tmp, strerror(errno));
     uint64_t head[3] = {CKPT_MAGIC, d->seq, (uint64_t)ps->ntables};
@@ -210,10 +224,8 @@ msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
     snprintf(d->ckpt, sizeof d->ckpt, "%s/ps-s%d.ckpt", dir, ps->role_rank);
     snprintf(d->tmp, sizeof d->tmp, "%s/ps-s%d.ckpt.tmp", dir, ps->role_rank);
     snprintf(d->log, sizeof d->log, "%s/ps-s%d.log", dir, ps->role_rank);
-    /* "a+" would force every write to the end; the replay sets the end */
-    d->f = fopen(d->log, "r+b");
-    if (d->f == NULL && errno == ENOENT)
-        d->f = fopen(d->log, "w+b");
+    /* not "a+", which forces every write to the end: the replay sets it */
+    d->f = open_private(d->log, O_RDWR | O_CREAT, "r+b");
     msr_status_t st =
         d->f ? MSR_OK : msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
     if (st == MSR_OK)

@@ -156,7 +156,8 @@ MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *rece
  * restores what dir holds: the checkpoint, then the logged pushes after
  * it (a record cut by a crash is dropped: it was never acknowledged); so
  * a server killed and started again with the same tables loses no
- * acknowledged push. *restored_p (may be NULL) gets the number of pushes
+ * acknowledged push. The files are this user's only (mode 0600).
+ * *restored_p (may be NULL) gets the number of pushes
  * the restored shard holds. The log is written, not synced: it survives
  * the process, not the machine. Fails with MSR_ERR_STATE (a worker, or
  * serving), MSR_ERR_UNSUPPORTED (synchronous mode), MSR_ERR_CORRUPT (a

@@ -21,9 +21,10 @@ typedef struct args {
     int64_t rows, vocab;
     int64_t seed;
     double lr;
-    int optim;     /* msr_ps_optim_t */
-    int staleness; /* -1: synchronous; -2: the launcher's */
-    int mode;      /* 0: the parameter server; rec_dp_mode_t: a baseline */
+    int optim;           /* msr_ps_optim_t */
+    int staleness;       /* -1: synchronous; -2: the launcher's */
+    int mode;            /* 0: the parameter server; rec_dp_mode_t: a baseline */
+    const char *durable; /* the servers' checkpoint and log directory; NULL: none */
 } args_t;
 
 static const char *const optims[] = {"sgd", "adagrad", "adam", NULL};
@@ -62,6 +63,10 @@ static const msr_opt_t opts[] = {
      .help = "ps: the parameter server (msrun --ps_servers); dense: no servers, every rank "
              "holds the tables and allreduces their whole gradients; touched: no servers, the "
              "touched rows' gradients allgathered (the baselines take --optim sgd)"},
+    {.name = "durable", .kind = MSR_OPT_TEXT, .dest = D(durable), .metavar = "DIR",
+     .help = "asynchronous mode: the servers keep their shards durable in DIR (a checkpoint "
+             "every 10000 pushes and a log of the pushes since), restored on start: with msrun "
+             "--max_restarts a killed server comes back with every acknowledged update"},
     {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
 /* clang-format on */
@@ -347,6 +352,13 @@ static msr_status_t run_ps(msr_comm_t *world, trainer_t *tr)
     msr_ps_t *ps = tr->ps;
     if (msr_ps_my_role(ps) == MSR_PS_WORKER)
         return train(tr, msr_ps_role_rank(ps), msr_ps_workers(ps));
+    if (a->durable) {
+        uint64_t restored;
+        if ((st = msr_ps_durable(ps, a->durable, 0, &restored)) != MSR_OK)
+            return st;
+        printf("server %d: restored %llu pushes from %s\n", msr_ps_role_rank(ps),
+               (unsigned long long)restored, a->durable);
+    }
     printf("server %d: %d tables of %lld rows, %lld of each here\n", msr_ps_role_rank(ps),
            a->fields, (long long)a->rows,
            (long long)((a->rows + msr_ps_servers(ps) - 1) / msr_ps_servers(ps)));

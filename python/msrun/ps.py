@@ -26,9 +26,10 @@ from ._buffers import Buffer
 from ._errors import Error
 from ._errors import check as _check
 
-__all__ = ["ParameterServer", "role", "init_value", "SYNC", "OPTIMIZERS"]
+__all__ = ["ParameterServer", "role", "init_value", "SYNC", "STALENESS_ENV", "OPTIMIZERS"]
 
 SYNC = -1
+STALENESS_ENV = -2  # msrun --ps_staleness's (MSR_PS_STALENESS)
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2}
 _ROLES = {0: "worker", 1: "server"}
 
@@ -95,7 +96,7 @@ def init_value(seed, row, col, init_scale):
 
 class ParameterServer:
     """msr_ps_t over a communicator (msrun.Comm): its last `servers` members
-    serve (0: MSR_PS_SERVERS). staleness: SYNC or K >= 0. Collective."""
+    serve (0: MSR_PS_SERVERS). staleness: SYNC, K >= 0, or STALENESS_ENV. Collective."""
 
     def __init__(self, comm, servers=0, staleness=SYNC):
         h = _c.c_void_p()

@@ -47,6 +47,9 @@ for w in 0 1; do
 done
 expect_not_in "FAIL" "$TMP/err" "the workers' checks"
 [ -f "$dir/ps-s0.ckpt" ] || fail "no checkpoint was written"
+for f in "$dir/ps-s0.ckpt" "$dir/ps-s0.log"; do
+    [ "$(stat -c %a "$f")" = 600 ] || fail "$f has mode $(stat -c %a "$f"), not 600"
+done
 grep "restored\|the restored row" "$TMP/out"
 no_leftovers "durable"
 ok "a server killed under load came back with every acknowledged push"

@@ -55,6 +55,20 @@ run_msrun --worker_num=2 --local_worker_num=2 "$REC" --mode dense --steps 2 --op
 expect_code 1 "--mode dense --optim adam"
 expect_in "takes --optim sgd only" "$TMP/err" "--mode dense --optim adam"
 
+# --durable: a second run's servers start from the first's checkpoint and
+# log (20 steps x 2 workers x 5 tables = 200 pushes); refused when synchronous
+for run in 1 2; do
+    run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 --ps_staleness=1 "$REC" \
+        --steps 20 --eval 64 --durable "$TMP/shards"
+    expect_code 0 "train_rec --durable, run $run"
+done
+expect_in "server 0: restored 200 pushes from" "$TMP/out" "train_rec --durable's second run"
+run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 "$REC" --steps 2 \
+    --durable "$TMP/shards"
+expect_code 1 "train_rec --durable, synchronous"
+expect_in "the asynchronous mode only" "$TMP/err" "train_rec --durable, synchronous"
+ok "train_rec --durable: the servers restore what the run before pushed"
+
 # the options' bounds: at the bound and one past
 run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --steps 2 --fields 16 \
     --hidden 256 --dim 2 --eval 2
