@@ -7,7 +7,7 @@ set(MSRUN_GENERATED_DIR ${PROJECT_BINARY_DIR}/generated)
 # The folders that are modules (docs/architecture.md, section 2). A target in
 # one of them sees only its own folder and, through the targets it links,
 # theirs: a file in comm/ that includes cluster/... does not compile.
-set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm layout model parallel planner programs)
+set(MSRUN_MODULE_DIRS base rendezvous cluster msrun comm ps layout model parallel planner programs)
 
 # The include root of module dir: a folder holding only a link to the
 # module's sources, so "dir/x.h" resolves there and nothing else does. The

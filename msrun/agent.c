@@ -89,6 +89,8 @@ static void spawn_workers(agent_t *a, int from)
         .pty = o->pty,
         .devnull = a->local.devnull,
         .worker_timeout_ms = o->worker_timeout_ms,
+        .ps_servers = o->ps_servers,
+        .ps_staleness = o->ps_staleness,
     };
     uint64_t began = msr_now_ns(); /* a slice of the start: node.h */
     /* slots of workers that exited by themselves (no stop was needed) still

@@ -391,6 +391,19 @@ static const msr_opt_t opt_defs[] = {
      .help = "send this node's joins and heartbeats through the relay at HOST:PORT (`msrun "
              "relay`), which batches them for the coordinator; when the relay fails, the node "
              "calls the coordinator itself."},
+    /* parameter server roles (issue 46; docs/ps.md) */
+    {.name = "ps_servers", .kind = MSR_OPT_INT, .min = 0, .max = INT32_MAX,
+     .env = "MSRUN_PS_SERVERS", .dest = D(ps_servers), .def = "0", .metavar = "N",
+     .help = "parameter server training: the last N global ranks are servers (MSR_ROLE=server), "
+             "the others workers (MSR_ROLE=worker); every rank gets MSR_PS_SERVERS=N. N must be "
+             "below the world size. 0: no roles set."},
+    {.name = "ps_staleness", .kind = MSR_OPT_INT, .min = -1, .max = INT32_MAX,
+     .env = "MSRUN_PS_STALENESS", .dest = D(ps_staleness), .def = "-1 (synchronous)",
+     .metavar = "K",
+     .help = "with ps_servers: every rank gets MSR_PS_STALENESS=K, the parameter server's mode "
+             "for programs that ask libmsrun for the launcher's (msr_ps_create with "
+             "MSR_PS_STALENESS_ENV): -1 synchronous, K >= 0 asynchronous, a worker's pull "
+             "waiting until every worker has pushed at least its own pushes - K times."},
 };
 /* clang-format on */
 
@@ -505,6 +518,7 @@ static void defaults(msr_options_t *o)
 {
     memset(o, 0, sizeof *o);
     o->worker_num = 1; /* derived: msr_options_derive_counts */
+    o->ps_staleness = -1; /* --ps_staleness: synchronous */
     o->local_worker_num = 1;
     o->master_port = 8118;
     o->node_rank = -1;

@@ -145,6 +145,10 @@ typedef struct msr_options {
     /* the launch timeline (base/lprof.h) */
     int profile_launch; /* --profile_launch: print it when the job ends */
     uint64_t start_ns;  /* msr_now_ns() when main() began: the timeline's zero */
+    /* parameter server roles (docs/ps.md): the last ps_servers global ranks
+     * are servers; 0: no roles */
+    int ps_servers;
+    int ps_staleness; /* -1: synchronous; K >= 0: asynchronous, staleness K */
 } msr_options_t;
 
 /* Parses argv (after "msrun"), reading MSRUN_* variables for options not

@@ -332,6 +332,28 @@ static int check_straggler_factor(const msr_options_t *o)
     return 0;
 }
 
+/* --ps_servers (docs/ps.md): at least one worker must be left, in the
+ * smallest world an elastic job may form too. */
+static int check_ps_servers(const msr_options_t *o)
+{
+    long world = o->worker_num;
+    if (o->min_nodes > 0 && (long)o->min_nodes * o->local_worker_num < world)
+        world = (long)o->min_nodes * o->local_worker_num;
+    if (o->ps_staleness != -1 && o->ps_servers == 0) {
+        msr_options_error("--ps_staleness=%d needs --ps_servers (it is the servers' mode)",
+                          o->ps_staleness);
+        return -1;
+    }
+    if (o->ps_servers > 0 && o->ps_servers >= world) {
+        msr_options_error("--ps_servers=%d leaves no worker: it must be below the world size "
+                          "(%ld rank%s%s)",
+                          o->ps_servers, world, world == 1 ? "" : "s",
+                          o->min_nodes > 0 ? " at the fewest nodes" : "");
+        return -1;
+    }
+    return 0;
+}
+
 int msr_options_check_rest(msr_options_t *o, const char *flag)
 {
     if (check_straggler_factor(o) != 0)
@@ -373,6 +395,8 @@ int msr_options_check_rest(msr_options_t *o, const char *flag)
             "--tls_server_name needs TLS: give --tls_ca (or --tls_cert and --tls_key)");
         return 2;
     }
+    if (check_ps_servers(o) != 0)
+        return 2;
     if (resolve_program(o, flag) != 0)
         return 2;
     return 0;

@@ -57,6 +57,9 @@ static int env_skip(const char *entry)
         "TORCHELASTIC_RESTART_COUNT",
         "TORCHELASTIC_MAX_RESTARTS",
         "TORCHELASTIC_RUN_ID",
+        "MSR_ROLE",
+        "MSR_PS_SERVERS",
+        "MSR_PS_STALENESS",
     };
     const char *eq = strchr(entry, '=');
     size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
@@ -208,6 +211,28 @@ static int env_add_python(char **envp, size_t *k_p)
     return 0;
 }
 
+/* Parameter server roles (docs/ps.md): the last ps_servers global ranks
+ * are servers, the others workers; and the servers' mode. Nonzero when out
+ * of memory. */
+static int env_add_role(char **envp, size_t *k_p, const msr_spawn_env_t *e, int rank)
+{
+    char line[64];
+    int server = rank >= e->world_size - e->ps_servers;
+    snprintf(line, sizeof line, "MSR_ROLE=%s", server ? "server" : "worker");
+    if ((envp[*k_p] = msr_strdup(line)) == NULL)
+        return -1;
+    (*k_p)++;
+    snprintf(line, sizeof line, "MSR_PS_SERVERS=%d", e->ps_servers);
+    if ((envp[*k_p] = msr_strdup(line)) == NULL)
+        return -1;
+    (*k_p)++;
+    snprintf(line, sizeof line, "MSR_PS_STALENESS=%d", e->ps_staleness);
+    if ((envp[*k_p] = msr_strdup(line)) == NULL)
+        return -1;
+    (*k_p)++;
+    return 0;
+}
+
 /* The worker's environment: msrun's own, minus the variables msrun sets,
  * plus those. Built before fork so the child allocates nothing. */
 static char **build_env(const msr_spawn_env_t *e, int local_rank)
@@ -274,6 +299,8 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
             goto err;
         k++;
     }
+    if (e->ps_servers > 0 && env_add_role(envp, &k, e, rank) != 0)
+        goto err;
     if (e->worker_timeout_ms > 0) {
         char line[64];
         snprintf(line, sizeof line, "MSR_WORKER_TIMEOUT_MS=%lld", (long long)e->worker_timeout_ms);

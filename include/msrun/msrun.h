@@ -7,5 +7,6 @@
 #include "msrun/store.h"
 #include "msrun/checkpoint.h"
 #include "msrun/comm.h"
+#include "msrun/ps.h"
 
 #endif

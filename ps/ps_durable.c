@@ -1,0 +1,242 @@
+/* A server's shard kept durable: a log of the pushes it acknowledged and a
+ * checkpoint of the shard every so many, restored on start (msr_ps_durable,
+ * docs/ps.md's failure table). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "ps/ps_impl.h"
+
+#define CKPT_MAGIC      0x314b43535052534dull /* "MSRPSCK1" */
+#define LOG_RECORD_HEAD 4                     /* seq, table, nkeys, width */
+
+struct ps_durable {
+    char ckpt[4096], tmp[4096], log[4096];
+    FILE *f;           /* the log, appended to */
+    uint64_t seq;      /* pushes the shard holds (checkpoint + log) */
+    uint64_t ckpt_seq; /* of them in the checkpoint */
+    uint64_t every;    /* pushes between checkpoints */
+};
+
+/* The arrays of table t, in the checkpoint's order: (pointer, bytes). */
+static int table_arrays(const ps_table_t *t, void **ptr, size_t *len)
+{
+    size_t cells = t->local_rows * t->cfg.width;
+    int n = 0;
+    ptr[n] = t->w, len[n++] = cells * sizeof(float);
+    if (t->cfg.optim != MSR_PS_SGD)
+        ptr[n] = t->s1, len[n++] = cells * sizeof(float);
+    if (t->cfg.optim == MSR_PS_ADAM) {
+        ptr[n] = t->s2, len[n++] = cells * sizeof(float);
+        ptr[n] = t->steps, len[n++] = t->local_rows * sizeof(uint32_t);
+    }
+    return n;
+}
+
+/* The header of table t: what a checkpoint must match to be loaded. */
+static void table_head(const msr_ps_t *ps, const ps_table_t *t, uint64_t *h)
+{
+    h[0] = t->local_rows;
+    h[1] = t->cfg.width;
+    h[2] = (uint64_t)t->cfg.optim;
+    h[3] = (uint64_t)ps->role_rank;
+}
+
+/* A file of this user only (0600: a shard is the model's parameters),
+ * never through a symbolic link, as a stream of the given mode. */
+static FILE *open_private(const char *path, int flags, const char *mode)
+{
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (f == NULL)
+        close(fd);
+    return f;
+}
+
+static msr_status_t ckpt_write(msr_ps_t *ps)
+{
+    struct ps_durable *d = ps->durable;
+    FILE *f = open_private(d->tmp, O_WRONLY | O_CREAT | O_TRUNC, "wb");
+    if (f == NULL)
+        return msr_err(MSR_ERR_IO, "ps checkpoint %s: %s", d->tmp, strerror(errno));
+    uint64_t head[3] = {CKPT_MAGIC, d->seq, (uint64_t)ps->ntables};
+    int ok = fwrite(head, sizeof head, 1, f) == 1;
+    for (int i = 0; ok && i < ps->ntables; i++) {
+        uint64_t th[4];
+        void *ptr[4];
+        size_t len[4];
+        table_head(ps, &ps->tables[i], th);
+        ok = fwrite(th, sizeof th, 1, f) == 1;
+        int n = table_arrays(&ps->tables[i], ptr, len);
+        for (int k = 0; ok && k < n; k++)
+            ok = len[k] == 0 || fwrite(ptr[k], len[k], 1, f) == 1;
+    }
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(d->tmp, d->ckpt) != 0) {
+        unlink(d->tmp);
+        return msr_err(MSR_ERR_IO, "ps checkpoint %s: %s", d->ckpt, strerror(errno));
+    }
+    d->ckpt_seq = d->seq;
+    /* the log restarts; records a crash leaves before this are older than
+     * the checkpoint and skipped on replay */
+    if (fflush(d->f) != 0 || ftruncate(fileno(d->f), 0) != 0 || fseek(d->f, 0, SEEK_SET) != 0)
+        return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    return MSR_OK;
+}
+
+static msr_status_t ckpt_read(msr_ps_t *ps)
+{
+    struct ps_durable *d = ps->durable;
+    FILE *f = fopen(d->ckpt, "rb");
+    if (f == NULL)
+        return errno == ENOENT
+                   ? MSR_OK
+                   : msr_err(MSR_ERR_IO, "ps checkpoint %s: %s", d->ckpt, strerror(errno));
+    uint64_t head[3];
+    msr_status_t st = MSR_OK;
+    if (fread(head, sizeof head, 1, f) != 1 || head[0] != CKPT_MAGIC ||
+        head[2] != (uint64_t)ps->ntables)
+        st = msr_err(MSR_ERR_CORRUPT, "ps checkpoint %s: not one of these %d tables", d->ckpt,
+                     ps->ntables);
+    for (int i = 0; st == MSR_OK && i < ps->ntables; i++) {
+        uint64_t th[4], want[4];
+        void *ptr[4];
+        size_t len[4];
+        table_head(ps, &ps->tables[i], want);
+        if (fread(th, sizeof th, 1, f) != 1 || memcmp(th, want, sizeof th) != 0) {
+            st = msr_err(MSR_ERR_CORRUPT, "ps checkpoint %s: table %d differs", d->ckpt, i);
+            break;
+        }
+        int n = table_arrays(&ps->tables[i], ptr, len);
+        for (int k = 0; st == MSR_OK && k < n; k++)
+            if (len[k] && fread(ptr[k], len[k], 1, f) != 1)
+                st = msr_err(MSR_ERR_CORRUPT, "ps checkpoint %s: cut short", d->ckpt);
+    }
+    fclose(f);
+    if (st == MSR_OK)
+        d->seq = d->ckpt_seq = head[1];
+    return st;
+}
+
+/* Reads one whole record into the buffers (grown as needed): 1 when read,
+ * 0 at the end or at a record cut short (never acknowledged). */
+static int record_read(FILE *f, int64_t *h, int64_t **keys, float **g, size_t *cap)
+{
+    if (fread(h, sizeof(int64_t), LOG_RECORD_HEAD, f) != LOG_RECORD_HEAD || h[2] < 0 || h[3] <= 0 ||
+        h[3] > (int64_t)MSR_PS_WIDTH_MAX || h[2] > PS_CALL_ELEMS_MAX / h[3])
+        return 0;
+    size_t n = (size_t)h[2], w = (size_t)h[3];
+    if (n * w > *cap || n > *cap) {
+        size_t c = n * w > n ? n * w : n;
+        int64_t *k = msr_realloc_array(*keys, c ? c : 1, sizeof *k);
+        if (k)
+            *keys = k;
+        float *v = msr_realloc_array(*g, c ? c : 1, sizeof *v);
+        if (v)
+            *g = v;
+        if (!k || !v)
+            return 0;
+        *cap = c;
+    }
+    return fread(*keys, sizeof **keys, n, f) == n && fread(*g, sizeof **g, n * w, f) == n * w;
+}
+
+/* Applies the logged pushes after the checkpoint; leaves the log's end at
+ * the last whole record. */
+static msr_status_t log_replay(msr_ps_t *ps)
+{
+    struct ps_durable *d = ps->durable;
+    int64_t h[LOG_RECORD_HEAD], *keys = NULL;
+    float *g = NULL;
+    size_t cap = 0;
+    long good = 0;
+    msr_status_t st = MSR_OK;
+    rewind(d->f);
+    while (st == MSR_OK && record_read(d->f, h, &keys, &g, &cap)) {
+        good = ftell(d->f);
+        if ((uint64_t)h[0] <= d->ckpt_seq)
+            continue;
+        if (h[1] < 0 || h[1] >= ps->ntables || (uint64_t)h[3] != ps->tables[h[1]].cfg.width) {
+            st = msr_err(MSR_ERR_CORRUPT, "ps log %s: a record of table %lld, width %lld", d->log,
+                         (long long)h[1], (long long)h[3]);
+            break;
+        }
+        for (int64_t i = 0; i < h[2] && st == MSR_OK; i++)
+            if (keys[i] < 0 || (uint64_t)keys[i] >= ps->tables[h[1]].cfg.rows)
+                st = msr_err(MSR_ERR_CORRUPT, "ps log %s: key %lld", d->log, (long long)keys[i]);
+        if (st == MSR_OK)
+            st = ps_apply_push(ps, &ps->tables[h[1]], keys, g, h[2]);
+        d->seq = (uint64_t)h[0];
+    }
+    msr_free(keys);
+    msr_free(g);
+    if (st == MSR_OK && (ftruncate(fileno(d->f), good) != 0 || fseek(d->f, good, SEEK_SET) != 0))
+        st = msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    return st;
+}
+
+msr_status_t ps_durable_log(msr_ps_t *ps, const ps_req_t *req, const int64_t *keys, const float *g)
+{
+    struct ps_durable *d = ps->durable;
+    int64_t h[LOG_RECORD_HEAD] = {(int64_t)(d->seq + 1), req->table, req->nkeys, req->width};
+    size_t n = (size_t)req->nkeys, w = (size_t)req->width;
+    if (fwrite(h, sizeof h, 1, d->f) != 1 || fwrite(keys, sizeof *keys, n, d->f) != n ||
+        fwrite(g, sizeof *g, n * w, d->f) != n * w || fflush(d->f) != 0)
+        return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    d->seq++;
+    if (d->seq - d->ckpt_seq >= d->every)
+        return ckpt_write(ps);
+    return MSR_OK;
+}
+
+void ps_durable_free(msr_ps_t *ps)
+{
+    if (ps->durable == NULL)
+        return;
+    if (ps->durable->f)
+        fclose(ps->durable->f);
+    msr_free(ps->durable);
+    ps->durable = NULL;
+}
+
+msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
+                            uint64_t *restored_p)
+{
+    if (ps == NULL || dir == NULL || ps->role != MSR_PS_SERVER || ps->serving || ps->durable)
+        return msr_err(MSR_ERR_STATE, "msr_ps_durable: a server's, once, before msr_ps_serve");
+    if (ps->staleness == MSR_PS_SYNC)
+        return msr_err(MSR_ERR_UNSUPPORTED, "msr_ps_durable: the asynchronous mode only");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return msr_err(MSR_ERR_IO, "msr_ps_durable: mkdir %s: %s", dir, strerror(errno));
+    struct ps_durable *d = msr_calloc(1, sizeof *d);
+    if (d == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_durable: out of memory");
+    ps->durable = d;
+    d->every = ckpt_every ? ckpt_every : 10000;
+    snprintf(d->ckpt, sizeof d->ckpt, "%s/ps-s%d.ckpt", dir, ps->role_rank);
+    snprintf(d->tmp, sizeof d->tmp, "%s/ps-s%d.ckpt.tmp", dir, ps->role_rank);
+    snprintf(d->log, sizeof d->log, "%s/ps-s%d.log", dir, ps->role_rank);
+    /* not "a+", which forces every write to the end: the replay sets it */
+    d->f = open_private(d->log, O_RDWR | O_CREAT, "r+b");
+    msr_status_t st =
+        d->f ? MSR_OK : msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
+    if (st == MSR_OK)
+        st = ckpt_read(ps);
+    if (st == MSR_OK)
+        st = log_replay(ps);
+    if (st != MSR_OK) {
+        ps_durable_free(ps);
+        return st;
+    }
+    if (restored_p)
+        *restored_p = d->seq;
+    return MSR_OK;
+}

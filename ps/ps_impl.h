@@ -1,0 +1,124 @@
+/* The parameter server's state and wire format, shared by the workers'
+ * calls (ps.c) and the server's loop (ps_server.c). */
+#ifndef MSR_PS_PS_IMPL_H
+#define MSR_PS_PS_IMPL_H
+
+#include <stdint.h>
+
+#include "msrun/ps.h"
+
+/* Messages on the parameter server's own communicator (a dup of the
+ * caller's). A request is a ps_req_t on PS_TAG_REQ, then, when nkeys > 0,
+ * the keys (i64) on PS_TAG_KEYS and for a push the gradients (f32, nkeys *
+ * width) on PS_TAG_VALS. The answer is a ps_rep_t on PS_TAG_REP, then for a
+ * pull with nkeys > 0 the rows (f32, nkeys * width) on PS_TAG_ROWS, sent
+ * also when the request was refused (zeros) so that the worker can post
+ * every receive before it sends. Messages of one peer and tag keep their
+ * order, and a worker has one request per server in flight at a time. */
+enum {
+    PS_TAG_REQ = 1,
+    PS_TAG_KEYS = 2,
+    PS_TAG_VALS = 3,
+    PS_TAG_REP = 4,
+    PS_TAG_ROWS = 5,
+};
+
+typedef enum ps_op {
+    PS_OP_PULL = 1,
+    PS_OP_PUSH = 2,
+    PS_OP_FIN = 3, /* the worker is done: the server answers and forgets it */
+} ps_op_t;
+
+typedef struct ps_req {
+    int64_t op;    /* ps_op_t */
+    int64_t table; /* the table's id */
+    int64_t nkeys;
+    int64_t width; /* the width the worker believes the table has */
+    int64_t clock; /* the worker's pushes of this table before this request */
+} ps_req_t;
+
+#define PS_MSG_MAX        200
+#define PS_NO_SLOT        UINT32_MAX
+/* The most floats (keys x width) of one call: a server takes a request of
+ * more for a broken peer, so a worker refuses it first. */
+#define PS_CALL_ELEMS_MAX ((int64_t)(UINT32_MAX / 4))
+typedef struct ps_rep {
+    int64_t status;       /* msr_status_t */
+    char msg[PS_MSG_MAX]; /* why, when status is an error */
+} ps_rep_t;
+
+/* One table: its configuration; on a server its shard and optimizer state
+ * (local row i is row i * servers + server rank). */
+typedef struct ps_table {
+    msr_ps_table_config_t cfg;
+    uint64_t local_rows; /* rows this server holds; 0 on workers */
+    float *w;            /* (local_rows, width) the values */
+    float *s1, *s2;      /* (local_rows, width) Adagrad's h in s1; Adam's m, v */
+    uint32_t *steps;     /* (local_rows) Adam's per-row step count */
+    uint64_t pushes;     /* workers: this worker's pushes of the table */
+    /* servers */
+    int64_t *clock; /* (workers) each worker's pushes received */
+    /* the gradients summed this step, only for the rows pushed: a table of
+     * many rows of which a step touches few keeps 4 bytes a row for it */
+    uint32_t *slot;  /* (local_rows) a pushed row's slot in acc; PS_NO_SLOT: none */
+    double *acc;     /* (cap, width) the summed gradients, a slot each */
+    uint64_t *order; /* (cap) the local row of each slot, in the order first pushed */
+    uint64_t ntouched, cap;
+    int round_pushes; /* synchronous: pushes of the current step */
+} ps_table_t;
+
+/* A request a server holds: a synchronous push until its step is applied,
+ * a pull until the staleness bound lets it through. */
+typedef struct ps_held {
+    int worker;
+    ps_req_t req;
+    int64_t *keys;       /* a pull's keys (owned) */
+    msr_status_t status; /* a push's answer */
+    char msg[PS_MSG_MAX];
+} ps_held_t;
+
+/* A server's loop state: a header receive per worker, held requests. */
+typedef struct ps_loop {
+    ps_req_t *hdr;         /* (workers) */
+    msr_comm_req_t **recv; /* (workers) NULL: none posted */
+    int *done;             /* (workers) said goodbye */
+    int ndone;
+    ps_held_t *held;
+    size_t nheld, cap;
+} ps_loop_t;
+
+struct msr_ps {
+    msr_comm_t *comm;
+    int rank, size;
+    int workers, servers;
+    int staleness; /* MSR_PS_SYNC or K >= 0 */
+    msr_ps_role_t role;
+    int role_rank;
+    int serving;         /* a server in msr_ps_serve */
+    msr_status_t broken; /* MSR_OK, or the failure that ended it */
+    ps_table_t *tables;
+    int ntables, cap;
+    /* a failed server's receives still posted, finished by msr_ps_destroy
+     * after the communicator (NULL: none) */
+    ps_loop_t *left;
+    uint64_t sent, received;    /* msr_ps_traffic's bytes */
+    struct ps_durable *durable; /* msr_ps_durable's state; NULL: none */
+};
+
+/* ps_server.c: one table's shard and state for a server; MSR_ERR_NO_MEMORY. */
+msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t);
+/* Frees what ps_table_alloc_shard allocated. */
+void ps_table_free_shard(ps_table_t *t);
+/* Applies one asynchronous push at once (the server's path, and the
+ * log's replay); MSR_ERR_NO_MEMORY. */
+msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g,
+                           int64_t n);
+/* ps_durable.c: appends an applied push to the log (and checkpoints the
+ * shard every ckpt_every pushes); MSR_ERR_IO. */
+msr_status_t ps_durable_log(msr_ps_t *ps, const ps_req_t *req, const int64_t *keys, const float *g);
+/* Closes the log and frees the state. */
+void ps_durable_free(msr_ps_t *ps);
+/* Frees a loop's buffers and held requests (its receives finished). */
+void ps_loop_free(ps_loop_t *l);
+
+#endif
