@@ -11,6 +11,7 @@ build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-comp
     libprotobuf-c-dev libucx-dev ucx-utils libopenblas-dev libhwloc-dev libmunge-dev python3
     python3-numpy) # the README's Python example (and the quick start) imports numpy
 build+=(libdnnl-dev) # optional: oneDNN, the bf16 products' onednn path (model/gemm_bf16.h)
+build+=(libtorch-dev pybind11-dev) # optional: torch.distributed's msrun backend (python/c10d)
 test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev python3-clang
     iproute2 procps openssl etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client
     prometheus chromium
