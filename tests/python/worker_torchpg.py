@@ -4,7 +4,8 @@ same job, on the same inputs: the default group is Gloo over msrun's store
 group of every rank. Each collective's result is compared with Gloo's (or,
 where Gloo has no such call, with the result computed from every rank's
 input): integers equal, floats bitwise on 2 ranks (a sum of two operands
-has one order) and within 1e-6 relative on more (the fold orders differ).
+has one order) and within a few units in the last place on more (the fold
+orders differ: 1e-5 for float32, 1e-12 for float64).
 Also: the store (set, get, add, compare_set, delete, check, wait), async work
 and futures, sub-groups with ranks outside them, tags at their bound, and
 the calls refused with their error. Prints "rank R of N: torchpg ok"."""
@@ -40,7 +41,8 @@ def same(a, b, what):
     """Integers equal; floats bitwise on 2 ranks, within 1e-6 on more."""
     expect(a.dtype == b.dtype and a.shape == b.shape, "%s: %s %s vs %s %s" % (what, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape)))
     if a.is_floating_point() and N > 2:
-        expect(torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-6), "%s: differs" % what)
+        tol = 1e-12 if a.dtype == torch.float64 else 1e-5  # a few units in the last place
+        expect(torch.allclose(a.double(), b.double(), rtol=tol, atol=tol), "%s: differs" % what)
     else:
         expect(torch.equal(a, b), "%s: differs (max diff %s)" % (what, (a.double() - b.double()).abs().max().item()))
 
@@ -113,7 +115,8 @@ def check_allreduce():
             dist.all_reduce(g)
             ref = g / N if dtype.is_floating_point else torch.div(g, N, rounding_mode="trunc")
             if dtype.is_floating_point:
-                expect(torch.allclose(m.double(), ref.double(), rtol=1e-6, atol=1e-12), "avg %s" % dtype)
+                tol = 1e-12 if dtype == torch.float64 else 1e-5
+                expect(torch.allclose(m.double(), ref.double(), rtol=tol, atol=tol), "avg %s" % dtype)
             else:
                 expect(torch.equal(m, ref), "avg %s" % dtype)
     # float16 and bfloat16 against the float64 sum of the same inputs
