@@ -153,6 +153,7 @@ class ProcessGroup : public c10d::ProcessGroup
                                            Job job);
     void runLoop();
     msr_comm_t *liveComm(const char *what);
+    at::Tensor &scratch(int64_t bytes);
 
     msr_comm_t *comm_;
     std::mutex mutex_;
@@ -160,6 +161,7 @@ class ProcessGroup : public c10d::ProcessGroup
     std::deque<std::pair<c10::intrusive_ptr<Work>, Job>> queue_;
     bool stop_ = false;
     std::thread worker_;
+    at::Tensor scratch_; // the worker thread's, for lists gathered through it
 };
 
 // Destroys the communicator of every live group (before msr_finalize, at

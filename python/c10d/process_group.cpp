@@ -101,13 +101,6 @@ Buf bufOf(const at::Tensor &t, bool reducing, const char *what)
     return b;
 }
 
-// A flat contiguous tensor of n elements of t's dtype, with its Buf.
-Buf flatLike(const at::Tensor &t, int64_t n, bool reducing, const char *what)
-{
-    at::Tensor flat = at::empty({n}, t.options().memory_format(at::MemoryFormat::Contiguous));
-    return bufOf(flat, reducing, what);
-}
-
 msr_op_t opOf(const c10d::ReduceOp &op, const char *what)
 {
     switch (op.op_) {
@@ -470,6 +463,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce(std::vector<at::Tensor> &ten
     });
 }
 
+// Outputs that are the consecutive blocks of one buffer (a tensor's chunks)
+// receive in place; other lists through the group's scratch buffer.
 c10::intrusive_ptr<c10d::Work>
 ProcessGroup::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                         std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &)
@@ -477,21 +472,41 @@ ProcessGroup::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     const at::Tensor &t = single(inputs, "allgather");
     if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_))
         refuse("allgather: one list of " + std::to_string(size_) + " output tensors");
-    for (const at::Tensor &o : outputs[0]) {
+    bool adjacent = true;
+    const int64_t nbytes = t.numel() * t.element_size();
+    for (size_t i = 0; i < outputs[0].size(); i++) {
+        const at::Tensor &o = outputs[0][i];
         checkCpu(o, "allgather");
         checkSame(t, o, "allgather");
         if (o.numel() != t.numel())
             refuse("allgather: output tensors must have the input's number of elements");
+        adjacent = adjacent && o.is_contiguous() &&
+                   static_cast<char *>(o.data_ptr()) ==
+                       static_cast<char *>(outputs[0][0].data_ptr()) + i * nbytes;
     }
     Buf in = bufOf(t, false, "allgather");
-    Buf all = flatLike(t, t.numel() * size_, false, "allgather");
     std::vector<at::Tensor> outs = outputs[0];
-    return enqueue(OpType::ALLGATHER, outs, [in, all, outs](msr_comm_t *c) {
-        raiseIf(msr_comm_allgather(c, in.data(), all.data(), in.count, in.dtype), "allgather");
-        int64_t n = in.user.numel();
+    return enqueue(OpType::ALLGATHER, outs, [this, in, outs, adjacent, nbytes](msr_comm_t *c) {
+        if (adjacent) {
+            raiseIf(msr_comm_allgather(c, in.data(), outs[0].data_ptr(), in.count, in.dtype),
+                    "allgather");
+            return;
+        }
+        at::Tensor &all = scratch(nbytes * size_);
+        raiseIf(msr_comm_allgather(c, in.data(), all.data_ptr(), in.count, in.dtype), "allgather");
         for (size_t i = 0; i < outs.size(); i++)
-            outs[i].copy_(all.buf.narrow(0, n * i, n).view(outs[i].sizes()));
+            outs[i].copy_(all.narrow(0, nbytes * i, nbytes)
+                              .view(outs[i].scalar_type())
+                              .view(outs[i].sizes()));
     });
+}
+
+// Worker thread only: at least bytes of scratch memory, kept between calls.
+at::Tensor &ProcessGroup::scratch(int64_t bytes)
+{
+    if (!scratch_.defined() || scratch_.numel() < bytes)
+        scratch_ = at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+    return scratch_;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output, at::Tensor &input,
