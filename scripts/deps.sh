@@ -12,6 +12,7 @@ build=(build-essential cmake pkg-config libevent-dev libgrpc-dev protobuf-c-comp
     python3-numpy) # the README's Python example (and the quick start) imports numpy
 build+=(libdnnl-dev) # optional: oneDNN, the bf16 products' onednn path (model/gemm_bf16.h)
 build+=(liburing-dev) # optional: the optimizer offload's io_uring engine (parallel/offload.h)
+build+=(libtorch-dev pybind11-dev) # optional: torch.distributed's msrun backend (python/c10d)
 test=(openmpi-bin libopenmpi-dev python3-torch clang libclang-rt-14-dev python3-clang
     iproute2 procps openssl etcd-server etcd-client python3-yaml munge slurmd slurmctld slurm-client
     prometheus chromium

@@ -1,0 +1,171 @@
+// torch.distributed over libmsrun: a c10d::ProcessGroup whose collectives
+// are libmsrun's host communicators, and a c10d::Store over the job's
+// authenticated store. A thin layer: every call is one or two libmsrun calls
+// plus the copies torch's tensor conventions need; libmsrun's rules (order,
+// deadlines, a broken communicator) hold unchanged (docs/comm.md,
+// docs/python.md "PyTorch").
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "msrun/comm.h"
+#include "msrun/store.h"
+
+namespace msrun_c10d
+{
+
+// Throws std::runtime_error "msrun <what>: <STATUS_NAME>: <msr_last_error>"
+// when st is not MSR_OK. Called right after the libmsrun call, in the thread
+// that made it (msr_last_error is per thread).
+void raiseIf(msr_status_t st, const char *what);
+
+// c10d::Store over msr_store_*: the values torch keeps (its barrier's
+// counters as decimal text, as TCPStore's) in msrun's store, so a job opens
+// no store of its own. getNumKeys and watchKey are not supported (msrun's
+// store has no key count). The context stays the caller's and must outlive
+// the store. Any thread.
+class Store : public c10d::Store
+{
+  public:
+    explicit Store(msr_ctx_t *ctx);
+    void set(const std::string &key, const std::vector<uint8_t> &value) override;
+    std::vector<uint8_t> compareSet(const std::string &key, const std::vector<uint8_t> &expected,
+                                    const std::vector<uint8_t> &desired) override;
+    std::vector<uint8_t> get(const std::string &key) override;
+    int64_t add(const std::string &key, int64_t value) override;
+    bool deleteKey(const std::string &key) override;
+    bool check(const std::vector<std::string> &keys) override;
+    int64_t getNumKeys() override;
+    void wait(const std::vector<std::string> &keys) override;
+    void wait(const std::vector<std::string> &keys,
+              const std::chrono::milliseconds &timeout) override;
+
+  private:
+    int64_t waitMs(std::chrono::milliseconds timeout) const;
+    msr_ctx_t *ctx_;
+};
+
+// The Work of a collective: finished by the group's worker thread, with a
+// future holding its output tensors (DDP's comm hooks chain on it).
+class Work : public c10d::Work
+{
+  public:
+    Work(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+    std::vector<at::Tensor> result() override;
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+    void finishOk();
+    void finishError(std::exception_ptr error);
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The Work of a send or recv: posted at once (msr_comm_isend/irecv) and
+// finished by the thread that waits; a recv into a non-contiguous tensor is
+// copied back then. Dropped unfinished, it is waited for.
+class P2PWork : public c10d::Work
+{
+  public:
+    P2PWork(int rank, c10d::OpType type, msr_comm_req_t *req, at::Tensor user, at::Tensor buf);
+    ~P2PWork() override;
+    bool isCompleted() override;
+    bool wait(std::chrono::milliseconds timeout) override;
+    std::vector<at::Tensor> result() override;
+
+  private:
+    void complete(msr_status_t st);
+    msr_comm_req_t *req_;
+    at::Tensor user_, buf_;
+};
+
+// A process group over one msrun communicator (owned). Collectives run in
+// call order on one worker thread of the group (each rank's order is its
+// callers' order, as libmsrun needs), each a blocking libmsrun call bounded
+// by the group's timeout; the Work returned is finished by that thread.
+// send/recv are posted at once and finished by whoever waits on them.
+class ProcessGroup : public c10d::ProcessGroup
+{
+  public:
+    // Takes comm (its rank and size are the group's); timeout_ms < 0: none.
+    ProcessGroup(msr_comm_t *comm, int64_t timeout_ms);
+    ~ProcessGroup() override;
+    // msr_comm_world over ctx: collective over the whole job.
+    static c10::intrusive_ptr<ProcessGroup> world(msr_ctx_t *ctx, int64_t timeout_ms);
+    // msr_comm_split, run in order with this group's collectives; null for
+    // color MSR_COMM_NO_COLOR. Blocks until done.
+    c10::intrusive_ptr<ProcessGroup> split(int color, int key, int64_t timeout_ms);
+    // Finishes the queued work, stops the thread and destroys the
+    // communicator; later calls raise. Twice does nothing.
+    void shutdown();
+
+    const std::string getBackendName() const override
+    {
+        return "msrun";
+    }
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const c10d::AllreduceCoalescedOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outputSplits,
+                                                 std::vector<int64_t> &inputSplits,
+                                                 const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
+                                        int tag) override;
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
+                                        int tag) override;
+
+  private:
+    using Job = std::function<void(msr_comm_t *)>;
+    c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                           Job job);
+    void runLoop();
+    msr_comm_t *liveComm(const char *what);
+    at::Tensor &scratch(int64_t bytes);
+
+    msr_comm_t *comm_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<std::pair<c10::intrusive_ptr<Work>, Job>> queue_;
+    bool stop_ = false;
+    std::thread worker_;
+    at::Tensor scratch_; // the worker thread's, for lists gathered through it
+};
+
+// Destroys the communicator of every live group (before msr_finalize, at
+// exit): their later calls raise.
+void shutdownAll();
+
+} // namespace msrun_c10d

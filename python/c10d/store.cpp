@@ -1,0 +1,131 @@
+// c10d::Store over libmsrun's store (msr_store_*): torch's keys and values
+// kept by the job's coordinator, reached through the node's msrun with the
+// job's token.
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "msrun_c10d.hpp"
+
+namespace msrun_c10d
+{
+
+void raiseIf(msr_status_t st, const char *what)
+{
+    if (st == MSR_OK)
+        return;
+    throw std::runtime_error(std::string("msrun ") + what + ": " + msr_status_name(st) + ": " +
+                             msr_last_error());
+}
+
+Store::Store(msr_ctx_t *ctx) : ctx_(ctx)
+{
+    if (!ctx)
+        throw std::invalid_argument("msrun store: no context (msrun.init() first)");
+}
+
+// torch's timeouts: > 0 a deadline; 0 (kNoTimeout) or unset: the context's.
+int64_t Store::waitMs(std::chrono::milliseconds timeout) const
+{
+    return timeout.count() > 0 ? timeout.count() : -1;
+}
+
+void Store::set(const std::string &key, const std::vector<uint8_t> &value)
+{
+    raiseIf(msr_store_set(ctx_, key.c_str(), value.data(), value.size()), "store set");
+}
+
+// TCPStore's rule: returns the value now under key: desired when it was
+// swapped in, else the current value (expected when key is absent and
+// expected was not empty).
+std::vector<uint8_t> Store::compareSet(const std::string &key, const std::vector<uint8_t> &expected,
+                                       const std::vector<uint8_t> &desired)
+{
+    int swapped = 0;
+    const void *exp = expected.empty() ? nullptr : expected.data();
+    raiseIf(msr_store_compare_set(ctx_, key.c_str(), exp, expected.size(), desired.data(),
+                                  desired.size(), &swapped),
+            "store compare_set");
+    if (swapped)
+        return desired;
+    void *v = nullptr;
+    size_t len = 0;
+    msr_status_t st = msr_store_get(ctx_, key.c_str(), 0, &v, &len);
+    if (st == MSR_ERR_NOT_FOUND)
+        return expected;
+    raiseIf(st, "store compare_set (reading the current value)");
+    std::vector<uint8_t> out(static_cast<uint8_t *>(v), static_cast<uint8_t *>(v) + len);
+    free(v);
+    return out;
+}
+
+std::vector<uint8_t> Store::get(const std::string &key)
+{
+    void *v = nullptr;
+    size_t len = 0;
+    raiseIf(msr_store_get(ctx_, key.c_str(), waitMs(timeout_), &v, &len), "store get");
+    std::vector<uint8_t> out(static_cast<uint8_t *>(v), static_cast<uint8_t *>(v) + len);
+    free(v);
+    return out;
+}
+
+int64_t Store::add(const std::string &key, int64_t value)
+{
+    int64_t now = 0;
+    raiseIf(msr_store_add(ctx_, key.c_str(), value, &now), "store add");
+    return now;
+}
+
+bool Store::deleteKey(const std::string &key)
+{
+    int existed = 0;
+    raiseIf(msr_store_delete(ctx_, key.c_str(), &existed), "store delete");
+    return existed != 0;
+}
+
+bool Store::check(const std::vector<std::string> &keys)
+{
+    for (const std::string &key : keys) {
+        void *v = nullptr;
+        size_t len = 0;
+        msr_status_t st = msr_store_get(ctx_, key.c_str(), 0, &v, &len);
+        if (st == MSR_ERR_NOT_FOUND)
+            return false;
+        msrun_c10d::raiseIf(st, "store check");
+        free(v);
+    }
+    return true;
+}
+
+int64_t Store::getNumKeys()
+{
+    throw std::runtime_error("msrun store: num_keys is not supported (msrun's store does not "
+                             "count its keys)");
+}
+
+void Store::wait(const std::vector<std::string> &keys)
+{
+    wait(keys, timeout_);
+}
+
+// Every key within one deadline for them all.
+void Store::wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout)
+{
+    using clock = std::chrono::steady_clock;
+    const int64_t total = waitMs(timeout);
+    const clock::time_point start = clock::now();
+    for (const std::string &key : keys) {
+        int64_t left = -1;
+        if (total > 0) {
+            auto spent =
+                std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
+            left = std::max<int64_t>(1, total - spent.count());
+        }
+        void *v = nullptr;
+        size_t len = 0;
+        raiseIf(msr_store_get(ctx_, key.c_str(), left, &v, &len), "store wait");
+        free(v);
+    }
+}
+
+} // namespace msrun_c10d

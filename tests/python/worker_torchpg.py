@@ -1,0 +1,305 @@
+"""torch.distributed's "msrun" backend (msrun.torch) against Gloo in the
+same job, on the same inputs: the default group is Gloo over msrun's store
+(init_method="msrun://"), and dist.new_group(backend="msrun") gives the msrun
+group of every rank. Each collective's result is compared with Gloo's (or,
+where Gloo has no such call, with the result computed from every rank's
+input): integers equal, floats bitwise on 2 ranks (a sum of two operands
+has one order) and within a few units in the last place on more (the fold
+orders differ: 1e-5 for float32, 1e-12 for float64).
+Also: the store (set, get, add, compare_set, delete, check, wait), async work
+and futures, sub-groups with ranks outside them, tags at their bound, and
+the calls refused with their error. Prints "rank R of N: torchpg ok"."""
+
+import os
+import sys
+from datetime import timedelta
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:
+    print("SKIP: torch cannot be imported (Debian: python3-torch): %s" % e)
+    sys.exit(77)
+
+try:
+    import msrun.torch as mt
+except ImportError as e:
+    if os.environ.get("MSRUN_TORCH_BACKEND") == "ON":  # built: it must load
+        raise
+    print("SKIP: msrun.torch cannot be loaded: %s" % e)
+    sys.exit(77)
+
+R = N = 0
+PG = None  # the msrun group of every rank
+DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+SIZES = (1, 1000, 70001)
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError("rank %d: %s" % (R, what))
+
+
+def same(a, b, what):
+    """Integers equal; floats bitwise on 2 ranks, within 1e-6 on more."""
+    expect(a.dtype == b.dtype and a.shape == b.shape, "%s: %s %s vs %s %s" % (what, a.dtype, tuple(a.shape), b.dtype, tuple(b.shape)))
+    if a.is_floating_point() and N > 2:
+        tol = 1e-12 if a.dtype == torch.float64 else 1e-5  # a few units in the last place
+        expect(torch.allclose(a.double(), b.double(), rtol=tol, atol=tol), "%s: differs" % what)
+    else:
+        expect(torch.equal(a, b), "%s: differs (max diff %s)" % (what, (a.double() - b.double()).abs().max().item()))
+
+
+def data(rank, count, dtype, salt=0):
+    """Rank's input: the same on every rank that asks."""
+    g = torch.Generator().manual_seed(1000 * salt + 17 * rank + count)
+    if dtype.is_floating_point:
+        return (torch.randn(count, generator=g, dtype=torch.float64) * 3).to(dtype)
+    return torch.randint(-50, 50, (count,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def check_store():
+    s = mt.store()
+    s.set("k/%d" % R, "v%d" % R)
+    for q in range(N):
+        expect(s.get("k/%d" % q) == ("v%d" % q).encode(), "store get of rank %d's key" % q)
+    expect(s.add("counter", 2) % 2 == 0, "store add")
+    dist.barrier()
+    expect(s.add("counter", 0) == 2 * N, "store counter after the barrier")
+    expect(int(s.get("counter")) == 2 * N, "a counter reads as decimal text")
+    # compare_set: one winner; the loser reads the winner's value
+    got = s.compare_set("cas", "", "rank%d" % R)
+    dist.barrier()
+    winner = s.get("cas")
+    expect(got == winner, "compare_set returns the value now stored")
+    expect(s.compare_set("cas", "wrong", "x") == winner, "a wrong expected value swaps nothing")
+    dist.barrier()
+    if R == 0:
+        expect(s.compare_set("cas", winner, "last") == b"last", "the right expected value swaps")
+        expect(s.compare_set("absent", "exp", "x") == b"exp", "absent key, expected given")
+    dist.barrier()
+    expect(s.get("cas") == b"last", "compare_set's swap seen by all")
+    s.wait(["k/%d" % q for q in range(N)], timedelta(seconds=10))
+    try:
+        s.wait(["never-set"], timedelta(milliseconds=300))
+    except RuntimeError as e:
+        expect("MSR_ERR_TIMEOUT" in str(e), "wait's error: %s" % e)
+    else:
+        raise AssertionError("wait for a key never set returned")
+    dist.barrier()
+    if R == 0:
+        expect(s.delete_key("cas") and not s.delete_key("cas"), "store delete_key")
+    try:
+        s.num_keys()
+    except RuntimeError as e:
+        expect("not supported" in str(e), str(e))
+    else:
+        raise AssertionError("num_keys did not raise")
+    dist.barrier()
+
+
+def check_allreduce():
+    ops = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX)
+    for dtype in DTYPES:
+        for count in SIZES:
+            for op in ops:
+                if op == dist.ReduceOp.PRODUCT and count > 1000:
+                    continue
+                x = data(R, count, dtype)
+                if op == dist.ReduceOp.PRODUCT and not dtype.is_floating_point:
+                    x = x % 3
+                m, g = x.clone(), x.clone()
+                dist.all_reduce(m, op=op, group=PG)
+                dist.all_reduce(g, op=op)
+                same(m, g, "allreduce %s %s x%d" % (op, dtype, count))
+            # avg: Gloo has none; its sum divided by the size
+            m, g = data(R, count, dtype), data(R, count, dtype)
+            dist.all_reduce(m, op=dist.ReduceOp.AVG, group=PG)
+            dist.all_reduce(g)
+            ref = g / N if dtype.is_floating_point else torch.div(g, N, rounding_mode="trunc")
+            if dtype.is_floating_point:
+                tol = 1e-12 if dtype == torch.float64 else 1e-5
+                expect(torch.allclose(m.double(), ref.double(), rtol=tol, atol=tol), "avg %s" % dtype)
+            else:
+                expect(torch.equal(m, ref), "avg %s" % dtype)
+    # float16 and bfloat16 against the float64 sum of the same inputs
+    for dtype in (torch.float16, torch.bfloat16):
+        m = data(R, 1000, dtype)
+        dist.all_reduce(m, group=PG)
+        ins = [data(q, 1000, dtype).double() for q in range(N)]
+        bound = N * 2.0 ** -7 * sum(x.abs() for x in ins) + 1e-3
+        expect(bool(((m.double() - sum(ins)).abs() <= bound).all()), "allreduce %s" % dtype)
+    # not contiguous: a transposed tensor, the result written back into it
+    base = data(R, 600, torch.float32).view(20, 30)
+    m = base.t()
+    expect(not m.is_contiguous(), "the test's tensor is strided")
+    g = m.contiguous()
+    dist.all_reduce(m, group=PG)
+    dist.all_reduce(g)
+    same(m.contiguous(), g, "allreduce of a transposed tensor")
+    same(base.t().contiguous(), g, "the result is in the caller's storage")
+
+
+def check_rooted():
+    for root in range(N):
+        for dtype in DTYPES + (torch.int8, torch.bool):
+            x = data(R, 1000, torch.int64 if dtype == torch.bool else dtype, salt=root)
+            x = (x > 0) if dtype == torch.bool else x.to(dtype)
+            m, g = x.clone(), x.clone()
+            dist.broadcast(m, root, group=PG)
+            if dtype in DTYPES:
+                dist.broadcast(g, root)
+            else:  # Gloo has no bool: the root's input (moved as bytes)
+                g = data(root, 1000, torch.int64 if dtype == torch.bool else dtype, salt=root)
+                g = (g > 0) if dtype == torch.bool else g.to(dtype)
+            same(m, g, "broadcast %s from %d" % (dtype, root))
+        x = data(R, 5000, torch.float32, salt=root)
+        m, g = x.clone(), x.clone()
+        dist.reduce(m, root, group=PG)
+        dist.reduce(g, root)
+        if R == root:
+            same(m, g, "reduce to %d" % root)
+        else:
+            same(m, x, "reduce leaves a non-root's tensor as it was")
+
+
+def check_gathers():
+    for dtype in DTYPES + (torch.float16, torch.bfloat16):
+        x = data(R, 333, dtype)
+        outs = [torch.empty_like(x) for _ in range(N)]
+        dist.all_gather(outs, x, group=PG)
+        for q in range(N):
+            expect(torch.equal(outs[q], data(q, 333, dtype)), "allgather %s block %d" % (dtype, q))
+        # the chunks of one tensor: gathered in place
+        whole = torch.full((N * 333,), 7, dtype=dtype)
+        dist.all_gather(list(whole.chunk(N)), x, group=PG)
+        expect(torch.equal(whole, torch.cat([data(q, 333, dtype) for q in range(N)])), "allgather %s into chunks" % dtype)
+        flat = torch.empty(N * 333, dtype=dtype)
+        dist.all_gather_into_tensor(flat, x, group=PG)
+        expect(torch.equal(flat, torch.cat([data(q, 333, dtype) for q in range(N)])), "all_gather_into_tensor %s" % dtype)
+    # reduce_scatter (Gloo has none: against Gloo's allreduce, sliced)
+    for dtype in DTYPES:
+        ins = [data(R, 100, dtype, salt=q) for q in range(N)]
+        out = torch.empty(100, dtype=dtype)
+        dist.reduce_scatter(out, ins, group=PG)
+        g = torch.cat(ins)
+        dist.all_reduce(g)
+        same(out, g[R * 100:(R + 1) * 100], "reduce_scatter %s" % dtype)
+        out2 = torch.empty(100, dtype=dtype)
+        dist.reduce_scatter_tensor(out2, torch.cat(ins), group=PG)
+        same(out2, out, "reduce_scatter_tensor %s" % dtype)
+
+
+def check_alltoall():
+    x = data(R, 12 * N, torch.float32).view(4 * N, 3)
+    m, g = torch.empty_like(x), torch.empty_like(x)
+    dist.all_to_all_single(m, x, group=PG)
+    dist.all_to_all_single(g, x)
+    same(m, g, "all_to_all_single, equal splits")
+    # rank q sends q + j + 1 rows to rank j
+    ins = [R + j + 1 for j in range(N)]
+    outs = [q + R + 1 for q in range(N)]
+    x = data(R, sum(ins) * 3, torch.float64).view(-1, 3)
+    m, g = torch.empty(sum(outs), 3, dtype=torch.float64), torch.empty(sum(outs), 3, dtype=torch.float64)
+    dist.all_to_all_single(m, x, outs, ins, group=PG)
+    dist.all_to_all_single(g, x, outs, ins)
+    same(m, g, "all_to_all_single with split sizes")
+    # the list form (Gloo has none): block j of rank q is data(q, ..., salt=j)
+    ins = [data(R, 10 + j, torch.int64, salt=j) for j in range(N)]
+    outs = [torch.empty(10 + R, dtype=torch.int64) for _ in range(N)]
+    dist.all_to_all(outs, ins, group=PG)
+    for q in range(N):
+        expect(torch.equal(outs[q], data(q, 10 + R, torch.int64, salt=R)), "all_to_all block from %d" % q)
+
+
+def check_p2p_async():
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    for tag in (0, mt._C.TAG_MAX):  # pylint: disable=protected-access
+        s = data(R, 1 << 16, torch.float32)
+        r = torch.empty(256, 256).t()  # a strided receive
+        reqs = [dist.isend(s, nxt, group=PG, tag=tag), dist.irecv(r, prv, group=PG, tag=tag)]
+        for q in reqs:
+            q.wait()
+        # the message fills the strided tensor in its logical order
+        expect(torch.equal(r.contiguous().view(-1), data(prv, 1 << 16, torch.float32)),
+               "recv into a strided tensor, tag %d" % tag)
+    try:
+        dist.send(torch.zeros(1), nxt, group=PG, tag=mt._C.TAG_MAX + 1)  # pylint: disable=protected-access
+    except ValueError as e:
+        expect("tag" in str(e), str(e))
+    else:
+        raise AssertionError("a tag past the bound was sent")
+    # async collectives: wait(), and a future chained as DDP's hooks do
+    t = torch.full((1000,), float(R + 1))
+    work = dist.all_reduce(t, group=PG, async_op=True)
+    fut = work.get_future().then(lambda f: f.value()[0] * 2)
+    expect(work.wait() and work.is_completed(), "work state")
+    expect(bool((fut.wait() == N * (N + 1)).all()), "future value")
+    works = [dist.all_reduce(torch.ones(10 * i + 1), group=PG, async_op=True) for i in range(20)]
+    for i, w in enumerate(works):
+        w.wait()
+        expect(bool((w.result()[0] == N).all()), "queued work %d" % i)
+    dist.barrier(group=PG)
+
+
+def check_subgroups():
+    ranks = [0, N - 1]
+    sub = dist.new_group(ranks, backend="msrun")
+    gsub = dist.new_group(ranks)
+    if R in ranks:
+        x = data(R, 5000, torch.float32)
+        m, g = x.clone(), x.clone()
+        dist.all_reduce(m, group=sub)
+        dist.all_reduce(g, group=gsub)
+        same(m, g, "sub-group allreduce")
+        expect(sub.size() == 2 and sub.rank() == ranks.index(R), "sub-group rank and size")
+    else:
+        expect(sub == dist.GroupMember.NON_GROUP_MEMBER, "a non-member gets no group")
+    odd = dist.new_group([q for q in range(N) if q % 2], backend="msrun")
+    if R % 2:
+        t = torch.ones(7)
+        dist.all_reduce(t, group=odd)
+        expect(bool((t == N // 2).all()), "odd ranks' group")
+    # the world group still works after the splits
+    t = torch.ones(3)
+    dist.all_reduce(t, group=PG)
+    expect(bool((t == N).all()), "world after splits")
+
+
+def check_refusals():
+    def refused(call, words, what):
+        try:
+            call()
+        except (RuntimeError, ValueError) as e:
+            expect(all(w in str(e) for w in words), "%s: %s" % (what, e))
+        else:
+            raise AssertionError("%s was accepted" % what)
+
+    refused(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND, group=PG), ["not supported"], "BAND")
+    refused(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16), group=PG), ["cannot be reduced"], "int16 sum")
+    refused(lambda: dist.gather(torch.ones(4), [torch.ones(4)] * N if R == 0 else None, 0, group=PG),
+            ["does not support gather"], "gather")
+    refused(lambda: dist.all_gather_into_tensor(torch.empty(3), torch.ones(4), group=PG), ["times the input"], "a wrong allgather size")
+    # the group is still usable after refusals (nothing was sent)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=PG)
+    expect(bool((t == N).all()), "the group after refusals")
+
+
+def main():
+    global R, N, PG
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="msrun://", timeout=timedelta(seconds=60))
+    R, N = dist.get_rank(), dist.get_world_size()
+    expect(R == mt.context().rank and N == mt.context().world_size, "msrun:// gives the job's rank and size")
+    PG = dist.new_group(backend="msrun")
+    expect(PG.size() == N and PG.rank() == R and dist.get_backend(PG) == "msrun", "the msrun group")
+    for check in (check_store, check_allreduce, check_rooted, check_gathers, check_alltoall,
+                  check_p2p_async, check_subgroups, check_refusals):
+        check()
+        print("rank %d: %s passed" % (R, check.__name__), flush=True)
+    dist.destroy_process_group()
+    print("rank %d of %d: torchpg ok" % (R, N), flush=True)
+
+
+main()
