@@ -324,7 +324,7 @@ test: ^test_coord$
 >>>
 
 @ rpc.nul_key_cut
-file: rendezvous/rpc.c
+file: rendezvous/rpc_msg.c
 test: ^test_rpc$
 <<<
             if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) != NULL)
