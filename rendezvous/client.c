@@ -280,7 +280,9 @@ static msr_status_t init_channel(msr_ctx_t *ctx, const char *agent, const char *
                          getenv("MSR_TLS_SERVER_NAME")};
     st = msr_rpc_channel_create_tls(coord, getenv("MSR_TOKEN"), &tls, &ctx->channel);
     if (st != MSR_OK) {
-        msr_err_set("msr_init: cannot create a channel to %s: %s", coord, msr_status_str(st));
+        char why[384];
+        snprintf(why, sizeof why, "%s", msr_err_msg_or(st));
+        msr_err_set("msr_init: cannot create a channel to %s: %s", coord, why);
         return st;
     }
     if (!gen_set) {

@@ -188,3 +188,18 @@ ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const 
         return NULL;
     return protobuf_c_message_unpack(desc, &msr_rpc_pb_allocator, len, data);
 }
+
+void msr_rpc_peer_host(const char *peer, char *out, size_t outlen)
+{
+    const char *p = strchr(peer, ':');
+    int unix_path = strncmp(peer, "unix:", 5) == 0;
+    p = p ? p + 1 : peer;
+    const char *end = unix_path ? NULL : strrchr(p, ':');
+    /* an IPv6 address in brackets keeps its colons */
+    int bracketed = p[0] != '[' || (end && end > p && end[-1] == ']');
+    size_t n = end && end > p && bracketed ? (size_t)(end - p) : strlen(p);
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+}

@@ -186,12 +186,16 @@ static int raw_connect(const fixture_t *f)
 static void raw_send(int fd, uint8_t type, uint8_t code, uint32_t arg, uint32_t len,
                      const void *body, size_t sent)
 {
-    uint8_t hb[MSR_WCHAN_HEADER];
+    /* one write: a server that refuses the header and closes must not
+     * make the sending of the body fail */
+    uint8_t *buf = malloc(MSR_WCHAN_HEADER + sent);
+    MSR_CHECK(buf != NULL);
     msr_wchan_header_t h = {len, type, code, arg};
-    msr_wchan_header_pack(&h, hb);
-    MSR_CHECK_OK(msr_wchan_write_all(fd, hb, sizeof hb));
+    msr_wchan_header_pack(&h, buf);
     if (sent > 0)
-        MSR_CHECK_OK(msr_wchan_write_all(fd, body, sent));
+        memcpy(buf + MSR_WCHAN_HEADER, body, sent);
+    MSR_CHECK_OK(msr_wchan_write_all(fd, buf, MSR_WCHAN_HEADER + sent));
+    free(buf);
 }
 
 /* Reads a frame's header and body (its first outlen - 1 bytes as text). */
