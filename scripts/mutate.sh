@@ -2473,4 +2473,31 @@ test: ^test_parallel_train_gpt_tokens$
         (void)used;
 >>>
 
+@ wchan.frame_bound
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    if (h.len > limit) {
+===
+    if (h.len >= limit) {
+>>>
+
+@ wchan.conn_bound
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    if (s->nconns < s->max_conns && (c = msr_calloc(1, sizeof *c)) != NULL) {
+===
+    if (s->nconns <= s->max_conns && (c = msr_calloc(1, sizeof *c)) != NULL) {
+>>>
+
+@ wchan.token_unchecked
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    return diff == 0;
+===
+    return diff == 0 || 1;
+>>>
+
 __END__

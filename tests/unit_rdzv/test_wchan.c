@@ -73,12 +73,17 @@ typedef struct fixture {
     msr_wchan_server_t *server;
 } fixture_t;
 
-static void fixture_start(fixture_t *f, const char *token)
+static void fixture_start_max(fixture_t *f, const char *token, int max_conns)
 {
     snprintf(f->dir, sizeof f->dir, "/tmp/msr-wchan-XXXXXX");
     MSR_CHECK(mkdtemp(f->dir) != NULL);
     snprintf(f->path, sizeof f->path, "%s/a.sock.w", f->dir);
-    MSR_CHECK_OK(msr_wchan_server_create(f->path, token, 16, handler, NULL, &f->server));
+    MSR_CHECK_OK(msr_wchan_server_create(f->path, token, max_conns, handler, NULL, &f->server));
+}
+
+static void fixture_start(fixture_t *f, const char *token)
+{
+    fixture_start_max(f, token, 16);
 }
 
 static void fixture_stop(fixture_t *f)
@@ -390,6 +395,41 @@ static void test_reply_too_long(void)
     MSR_CHECK_MSG(strstr(msr_err_msg(), "malformed reply") != NULL, "%s", msr_err_msg());
 }
 
+/* At most max_conns connections at once: the one past is closed before
+ * its HELLO is answered; once one ends, a new one is served again. */
+static void test_connection_bound(void)
+{
+    fixture_t f;
+    fixture_start_max(&f, TOKEN, 2);
+    int a = raw_hello(&f), b = raw_hello(&f); /* exactly the bound */
+    int c = raw_connect(&f);
+    uint8_t hello[MSR_WCHAN_HEADER + sizeof TOKEN - 1];
+    msr_wchan_header_t hh = {sizeof TOKEN - 1, MSR_WCHAN_HELLO, 0, MSR_WCHAN_VERSION};
+    msr_wchan_header_pack(&hh, hello);
+    memcpy(hello + MSR_WCHAN_HEADER, TOKEN, sizeof TOKEN - 1);
+    if (send(c, hello, sizeof hello, MSG_NOSIGNAL) < 0) /* it may be closed already */
+        MSR_CHECK(errno == EPIPE || errno == ECONNRESET);
+    uint8_t byte; /* no WELCOME: closed (reset, the HELLO unread) */
+    msr_status_t st = msr_wchan_read_all(c, &byte, 1, msr_deadline_in_ms(10000));
+    MSR_CHECK_MSG(st == MSR_ERR_TRUNCATED || st == MSR_ERR_IO, "got %s", msr_status_str(st));
+    close(c);
+    close(a);
+    uint64_t deadline = msr_deadline_in_ms(10000);
+    int served = 0;
+    while (!served && !msr_deadline_passed(deadline)) {
+        int d = raw_connect(&f);
+        raw_send(d, MSR_WCHAN_HELLO, 0, MSR_WCHAN_VERSION, strlen(TOKEN), TOKEN, strlen(TOKEN));
+        uint8_t hb[MSR_WCHAN_HEADER];
+        served = msr_wchan_read_all(d, hb, sizeof hb, msr_deadline_in_ms(10000)) == MSR_OK;
+        close(d);
+        if (!served)
+            msr_sleep_ms(10); /* the ended connection's thread is reaped at the next accept */
+    }
+    MSR_CHECK_MSG(served, "no connection served after one of the two ended");
+    close(b);
+    fixture_stop(&f);
+}
+
 /* Nothing listens: unreachable, with the path in the message. */
 static void test_unreachable(void)
 {
@@ -409,6 +449,7 @@ static const msr_test_t tests[] = {
     {"bad_frames", test_bad_frames, 20},
     {"reply_too_long", test_reply_too_long, 20},
     {"unreachable", test_unreachable, 20},
+    {"connection_bound", test_connection_bound, 20},
 };
 
 int main(int argc, char **argv)
