@@ -94,7 +94,7 @@ int msr_wchan_conn_gone(msr_wchan_conn_t *c)
 static int conn_hello(msr_wchan_conn_t *c)
 {
     uint8_t hb[MSR_WCHAN_HEADER], tok[MSR_WCHAN_TOKEN_MAX];
-    msr_wchan_header_t h;
+    msr_wchan_header_t h = {0};
     uint64_t deadline = msr_deadline_in_ms(FRAME_GRACE_MS);
     if (msr_wchan_read_all(c->fd, hb, sizeof hb, deadline) != MSR_OK)
         return 0;
@@ -129,7 +129,7 @@ static int conn_hello(msr_wchan_conn_t *c)
 static int conn_call(msr_wchan_conn_t *c)
 {
     uint8_t hb[MSR_WCHAN_HEADER];
-    msr_wchan_header_t h;
+    msr_wchan_header_t h = {0};
     if (msr_wchan_read_all(c->fd, hb, sizeof hb, MSR_DEADLINE_NEVER) != MSR_OK)
         return 0; /* closed between calls: the normal end */
     if (msr_wchan_header_unpack(hb, &h) != MSR_OK || h.type != MSR_WCHAN_CALL) {
