@@ -27,7 +27,7 @@ struct msr_ctx {
     char *job_id;
     msr_rpc_channel_t *channel; /* to the coordinator, in direct mode */
     msr_wchan_t *wchan;         /* or to the node's msrun (the worker channel) */
-    msr_local_store_t *local; /* a singleton job's store, instead of a channel */
+    msr_local_store_t *local;   /* a singleton job's store, instead of a channel */
     int via_agent;
     _Atomic int64_t timeout_ms;
     int64_t connect_ms;

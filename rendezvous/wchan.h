@@ -101,9 +101,9 @@ typedef struct msr_wchan_conn msr_wchan_conn_t;
  * and freed; else msg, at most MSR_WCHAN_MESSAGE_MAX bytes, is sent). May
  * block; msr_wchan_conn_gone tells whether the caller still waits. */
 typedef void (*msr_wchan_handler_fn)(void *arg, msr_wchan_conn_t *conn, msr_rpc_method_t method,
-                                     const uint8_t *req, size_t len, uint64_t deadline,
-                                     int *code_p, uint8_t **resp_p, size_t *resp_len_p,
-                                     char *msg, size_t msglen);
+                                     const uint8_t *req, size_t len, uint64_t deadline, int *code_p,
+                                     uint8_t **resp_p, size_t *resp_len_p, char *msg,
+                                     size_t msglen);
 
 /* Whether the connection's client has gone (closed, or sent out of turn). */
 int msr_wchan_conn_gone(msr_wchan_conn_t *conn);
