@@ -480,6 +480,11 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
         st = MSR_ERR_SYSTEM;
         goto err_server;
     }
+    st = msr_proxy_wchan_start(p, token);
+    if (st != MSR_OK) {
+        msr_proxy_stop(p);
+        return st;
+    }
     *proxy_p = p;
     return MSR_OK;
 
@@ -509,6 +514,7 @@ void msr_proxy_stop(msr_proxy_t *p)
 {
     if (p == NULL)
         return;
+    msr_proxy_wchan_stop(p);
     pthread_mutex_lock(&p->stop_lock);
     atomic_store(&p->stop, 1);
     msr_rpc_server_shutdown(p->server); /* wakes the proxy's thread */

@@ -16,6 +16,7 @@
 #include "rendezvous/held.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/wchan.h"
 
 /* A node's participants of one barrier or allgather, collected until all
  * local_count of them are here, then sent upstream as one call. */
@@ -118,6 +119,10 @@ struct msr_proxy {
      * that client. The proxy thread's. */
     msr_held_limits_t held_limits;
     uint64_t held_calls, held_bytes;
+    /* The worker channel (proxy_wchan.c): its server, and the channel on
+     * which its calls are made to this proxy's own gRPC socket. */
+    msr_wchan_server_t *wchan;
+    msr_rpc_channel_t *self;
 };
 
 /* The most entries a worker's Fetch may ask the proxy for. */
@@ -157,6 +162,12 @@ void msr_proxy_group_add(msr_proxy_t *p, msr_rpc_call_t *call, msr_rpc_method_t 
                          ProtobufCMessage *req, int generation, const char *name, uint32_t count,
                          uint32_t local_count, uint32_t weight, uint32_t wait_ms);
 void msr_proxy_group_expired(msr_proxy_t *p, group_t *g);
+
+/* proxy_wchan.c: the worker channel on socket_path + MSR_WCHAN_SUFFIX,
+ * served once the gRPC server listens; stopped before it (the calls in
+ * flight are cancelled). */
+msr_status_t msr_proxy_wchan_start(msr_proxy_t *p, const char *token);
+void msr_proxy_wchan_stop(msr_proxy_t *p);
 
 /* proxy_fetch.c: a worker's Fetch, answered from the cache or held until
  * the entries it misses come from upstream; the end of a waiting one; the

@@ -21,6 +21,7 @@
 #include "rendezvous/local_store.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/wchan.h"
 
 #include "rendezvous/client_impl.h"
 
@@ -34,6 +35,14 @@ void msr_client_request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *reque
     *request_id = atomic_fetch_add(&ctx->request_seq, 1) + 1;
 }
 
+msr_status_t msr_client_rpc(msr_ctx_t *ctx, msr_rpc_method_t method, const ProtobufCMessage *req,
+                            uint64_t deadline, ProtobufCMessage **resp_p)
+{
+    if (ctx->wchan)
+        return msr_wchan_call(ctx->wchan, method, req, deadline, resp_p);
+    return msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p);
+}
+
 /* ---- beats ---- */
 
 static void beat_once(msr_ctx_t *ctx)
@@ -43,8 +52,8 @@ static void beat_once(msr_ctx_t *ctx)
     req.pid = (int)getpid();
     req.progress = atomic_load(&ctx->progress);
     ProtobufCMessage *resp = NULL;
-    if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), 0,
-                     &resp) == MSR_OK)
+    if (msr_client_rpc(ctx, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(ctx->beat_ms), &resp) ==
+        MSR_OK)
         msr_rpc_message_free(resp);
 }
 
@@ -60,8 +69,7 @@ void msr_note_peer_lost(msr_ctx_t *ctx)
     /* the agent is on this node: a moment is plenty; the caller is on its
      * way to report a failure and must not wait long */
     ProtobufCMessage *resp = NULL;
-    if (msr_rpc_call(ctx->channel, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(500), 0, &resp) ==
-        MSR_OK)
+    if (msr_client_rpc(ctx, MSR_RPC_BEAT, &req.base, msr_deadline_in_ms(500), &resp) == MSR_OK)
         msr_rpc_message_free(resp);
 }
 
@@ -103,8 +111,8 @@ static void report_send(msr_ctx_t *ctx, int64_t deadline_ms)
         return;
     req.generation = ctx->generation;
     ProtobufCMessage *resp = NULL;
-    if (msr_rpc_call(ctx->channel, MSR_RPC_PROGRESS, &req.base, msr_deadline_in_ms(deadline_ms), 0,
-                     &resp) == MSR_OK)
+    if (msr_client_rpc(ctx, MSR_RPC_PROGRESS, &req.base, msr_deadline_in_ms(deadline_ms), &resp) ==
+        MSR_OK)
         msr_rpc_message_free(resp);
     msr_progress_request_cleanup(&req);
 }
@@ -151,7 +159,7 @@ msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time, const ms
             values[k++] = scalars[i].value;
         }
     }
-    if (ctx->channel == NULL || ctx->report_off)
+    if ((ctx->channel == NULL && ctx->wchan == NULL) || ctx->report_off)
         return MSR_OK; /* a job of one rank in this process, or told not to */
     double now = msr_wall_time();
     pthread_mutex_lock(&ctx->report_lock);
@@ -252,28 +260,32 @@ static int init_check_foreign(void)
     return -1;
 }
 
-/* The channel to the node's msrun (its unix socket) or, in direct mode,
- * to the coordinator (TLS as msrun's --tls_* options give it: it may cross
- * the network); a job started by another launcher learns its generation
- * from the job. */
+/* The channel to the node's msrun (the worker channel beside its unix
+ * socket: no gRPC in this process) or, in direct mode, to the coordinator
+ * (TLS as msrun's --tls_* options give it: it may cross the network); a job
+ * started by another launcher learns its generation from the job. */
 static msr_status_t init_channel(msr_ctx_t *ctx, const char *agent, const char *coord, int gen_set)
 {
-    char target[4200];
+    msr_status_t st;
     if (agent && *agent) {
-        snprintf(target, sizeof target, "unix:%s", agent);
+        char path[4200];
+        snprintf(path, sizeof path, "%s%s", agent, MSR_WCHAN_SUFFIX);
         ctx->via_agent = 1;
-    } else {
-        snprintf(target, sizeof target, "%s", coord);
+        st = msr_wchan_create(path, getenv("MSR_TOKEN"), &ctx->wchan);
+        if (st != MSR_OK)
+            msr_err_prefix(st, "msr_init");
+        return st;
     }
     msr_rpc_tls_t tls = {getenv("MSR_TLS_CERT"), getenv("MSR_TLS_KEY"), getenv("MSR_TLS_CA"),
                          getenv("MSR_TLS_SERVER_NAME")};
-    msr_status_t st = msr_rpc_channel_create_tls(target, getenv("MSR_TOKEN"),
-                                                 ctx->via_agent ? NULL : &tls, &ctx->channel);
+    st = msr_rpc_channel_create_tls(coord, getenv("MSR_TOKEN"), &tls, &ctx->channel);
     if (st != MSR_OK) {
-        msr_err_set("msr_init: cannot create a channel to %s: %s", target, msr_status_str(st));
+        char why[384];
+        snprintf(why, sizeof why, "%s", msr_err_msg_or(st));
+        msr_err_set("msr_init: cannot create a channel to %s: %s", coord, why);
         return st;
     }
-    if (!gen_set && !ctx->via_agent) {
+    if (!gen_set) {
         Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
         ProtobufCMessage *resp = NULL;
         st = msr_client_call(ctx, MSR_RPC_STATUS, &req.base, -1, NULL, &resp);
@@ -401,12 +413,13 @@ void msr_finalize(msr_ctx_t *ctx)
     pthread_mutex_unlock(&ctx->report_lock);
     if (ctx->reporting)
         pthread_join(ctx->report_thread, NULL);
-    if (ctx->channel)
+    if (ctx->channel || ctx->wchan)
         report_send(ctx, 1000); /* the last reports, within a second */
     msr_progress_batch_cleanup(&ctx->reports);
     pthread_mutex_destroy(&ctx->report_lock);
     pthread_cond_destroy(&ctx->report_cond);
     msr_rpc_channel_destroy(ctx->channel);
+    msr_wchan_destroy(ctx->wchan);
     msr_local_store_destroy(ctx->local);
     msr_free(ctx->job_id);
     msr_free(ctx);
@@ -484,7 +497,7 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
         if (ctx->local)
             st = msr_local_store_call(ctx->local, method, req, deadline, resp_p);
         else
-            st = msr_rpc_call(ctx->channel, method, req, deadline, 0, resp_p);
+            st = msr_client_rpc(ctx, method, req, deadline, resp_p);
         if (st == MSR_OK)
             return MSR_OK;
         snprintf(err, sizeof err, "%s", msr_err_msg());
@@ -492,7 +505,7 @@ msr_status_t msr_client_call(msr_ctx_t *ctx, msr_rpc_method_t method, const Prot
             msr_deadline_left_ms(deadline) > backoff) {
             /* Not connected yet, or the coordinator is restarting: wait
              * for the connection (polling it on), not just sleep. */
-            if (ctx->local)
+            if (ctx->local || ctx->wchan)
                 msr_sleep_ms(backoff);
             else
                 msr_rpc_channel_wait(ctx->channel, msr_deadline_in_ms(backoff));

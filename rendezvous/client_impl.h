@@ -12,6 +12,7 @@
 #include "rendezvous/local_store.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/wchan.h"
 
 struct msr_ctx {
     int rank, world_size, local_rank, local_world_size, node_rank, node_count, generation;
@@ -24,8 +25,9 @@ struct msr_ctx {
     int beat_stop;
     atomic_ullong progress;
     char *job_id;
-    msr_rpc_channel_t *channel;
-    msr_local_store_t *local; /* a singleton job's store, instead of a channel */
+    msr_rpc_channel_t *channel; /* to the coordinator, in direct mode */
+    msr_wchan_t *wchan;         /* or to the node's msrun (the worker channel) */
+    msr_local_store_t *local;   /* a singleton job's store, instead of a channel */
     int via_agent;
     _Atomic int64_t timeout_ms;
     int64_t connect_ms;
@@ -44,6 +46,10 @@ struct msr_ctx {
     int report_off; /* MSR_REPORT=0: reports are dropped */
     atomic_int peer_lost_noted;
 };
+
+/* One call on ctx's worker channel or gRPC channel, as msr_rpc_call. */
+msr_status_t msr_client_rpc(msr_ctx_t *ctx, msr_rpc_method_t method, const ProtobufCMessage *req,
+                            uint64_t deadline, ProtobufCMessage **resp_p);
 
 /* Stamps a store write with this context's id and the next request id. */
 void msr_client_request_ids(msr_ctx_t *ctx, uint64_t *client_id, uint64_t *request_id);

@@ -27,109 +27,6 @@
 #include "base/util.h"
 #include "rendezvous/rpc_internal.h"
 
-/* ---- methods and messages ---- */
-
-#define METHOD(service, name, msg)                                           \
-    {                                                                        \
-        "/msr." service "/" #name, #name, &msr__##msg##_request__descriptor, \
-            &msr__##msg##_response__descriptor                               \
-    }
-
-const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
-    [MSR_RPC_JOIN] = METHOD("Coordinator", Join, join),
-    [MSR_RPC_HEARTBEAT] = METHOD("Coordinator", Heartbeat, heartbeat),
-    [MSR_RPC_REPORT] = METHOD("Coordinator", Report, report),
-    [MSR_RPC_LEAVE] = METHOD("Coordinator", Leave, leave),
-    [MSR_RPC_STATUS] = METHOD("Coordinator", Status, status),
-    [MSR_RPC_SET] = METHOD("Store", Set, set),
-    [MSR_RPC_GET] = METHOD("Store", Get, get),
-    [MSR_RPC_ADD] = METHOD("Store", Add, add),
-    [MSR_RPC_COMPARE_SET] = METHOD("Store", CompareSet, compare_set),
-    [MSR_RPC_DELETE] = METHOD("Store", Delete, delete),
-    [MSR_RPC_BARRIER] = METHOD("Store", Barrier, barrier),
-    [MSR_RPC_ALLGATHER] = METHOD("Store", Allgather, allgather),
-    [MSR_RPC_BEAT] = METHOD("Agent", Beat, beat),
-    [MSR_RPC_AUTH] = METHOD("Coordinator", Auth, auth),
-    [MSR_RPC_PROGRESS] = METHOD("Coordinator", Progress, progress),
-    [MSR_RPC_PUBLISH] = METHOD("Store", Publish, publish),
-    [MSR_RPC_FETCH] = METHOD("Store", Fetch, fetch),
-    [MSR_RPC_RELAY] = METHOD("Coordinator", Relay, relay),
-};
-
-static void *pb_alloc(void *data, size_t size)
-{
-    (void)data;
-    return msr_malloc(size);
-}
-
-static void pb_free(void *data, void *ptr)
-{
-    (void)data;
-    msr_free(ptr);
-}
-
-ProtobufCAllocator msr_rpc_pb_allocator = {pb_alloc, pb_free, NULL};
-
-void msr_rpc_message_free(ProtobufCMessage *msg)
-{
-    if (msg)
-        protobuf_c_message_free_unpacked(msg, &msr_rpc_pb_allocator);
-}
-
-ProtobufCMessage *msr_rpc_request_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len)
-{
-    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
-        return NULL;
-    return protobuf_c_message_unpack(msr_rpc_methods[method].request, &msr_rpc_pb_allocator, len,
-                                     data);
-}
-
-int msr_rpc_key_valid(const char *key)
-{
-    if (key == NULL || *key == '\0')
-        return 0;
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++, n++)
-        if (*p < 0x20 || *p == 0x7f || n >= MSR_KEY_MAX)
-            return 0;
-    return 1;
-}
-
-msr_status_t msr_rpc_status_from_grpc(int code)
-{
-    switch ((grpc_status_code)code) {
-    case GRPC_STATUS_OK:
-        return MSR_OK;
-    case GRPC_STATUS_CANCELLED:
-        return MSR_ERR_CANCELED;
-    case GRPC_STATUS_INVALID_ARGUMENT:
-        return MSR_ERR_INVALID_ARG;
-    case GRPC_STATUS_DEADLINE_EXCEEDED:
-        return MSR_ERR_TIMEOUT;
-    case GRPC_STATUS_NOT_FOUND:
-        return MSR_ERR_NOT_FOUND;
-    case GRPC_STATUS_ALREADY_EXISTS:
-        return MSR_ERR_EXISTS;
-    case GRPC_STATUS_PERMISSION_DENIED:
-    case GRPC_STATUS_UNAUTHENTICATED:
-        return MSR_ERR_PERMISSION;
-    case GRPC_STATUS_RESOURCE_EXHAUSTED:
-        return MSR_ERR_REFUSED;
-    case GRPC_STATUS_FAILED_PRECONDITION:
-        return MSR_ERR_CONFLICT;
-    case GRPC_STATUS_ABORTED:
-        return MSR_ERR_STALE;
-    case GRPC_STATUS_OUT_OF_RANGE:
-        return MSR_ERR_OVERFLOW;
-    case GRPC_STATUS_UNIMPLEMENTED:
-        return MSR_ERR_UNSUPPORTED;
-    case GRPC_STATUS_UNAVAILABLE:
-        return MSR_ERR_UNREACHABLE;
-    default:
-        return MSR_ERR_INTERNAL;
-    }
-}
-
 /* ---- library init ---- */
 
 static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -276,85 +173,6 @@ grpc_byte_buffer *msr_rpc_pack_message(const ProtobufCMessage *msg)
 }
 
 /* A varint at p[*i] (len bytes in all) into *v; 0 when cut short or too long. */
-static int pb_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *i < len; shift += 7) {
-        uint8_t b = p[(*i)++];
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 1;
-    }
-    return 0;
-}
-
-/* The name of the first string field of the message of type desc in the
- * wire bytes p (len), nested messages too (depth levels deep at most), whose
- * bytes hold a NUL; NULL when none does or the bytes are malformed (unpack
- * refuses those). protobuf-c hands a string to C as NUL-terminated text, so
- * such a field would be cut at its NUL ("a\0b" read as "a"). */
-static const char *pb_nul_field(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
-                                size_t len, int depth)
-{
-    size_t i = 0;
-    while (i < len) {
-        uint64_t tag, n;
-        if (!pb_varint(p, len, &i, &tag) || (tag >> 3) > UINT32_MAX)
-            return NULL;
-        switch (tag & 7) {
-        case 0: /* varint */
-            if (!pb_varint(p, len, &i, &n))
-                return NULL;
-            break;
-        case 1: /* fixed64 */
-        case 5: /* fixed32 */
-            n = (tag & 7) == 1 ? 8 : 4;
-            if (len - i < n)
-                return NULL;
-            i += n;
-            break;
-        case 2: { /* length-delimited */
-            if (!pb_varint(p, len, &i, &n) || n > len - i)
-                return NULL;
-            const ProtobufCFieldDescriptor *f =
-                protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
-            const char *name = NULL;
-            if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) != NULL)
-                name = f->name;
-            else if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE && depth > 0)
-                name = pb_nul_field(f->descriptor, p + i, n, depth - 1);
-            if (name != NULL)
-                return name;
-            i += n;
-            break;
-        }
-        default:
-            return NULL;
-        }
-    }
-    return NULL;
-}
-
-ProtobufCMessage *msr_rpc_response_unpack(msr_rpc_method_t method, const uint8_t *data, size_t len)
-{
-    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
-        return NULL;
-    return protobuf_c_message_unpack(msr_rpc_methods[method].response, &msr_rpc_pb_allocator, len,
-                                     data);
-}
-
-ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const uint8_t *data,
-                                                 size_t len, const char **nul_field_p)
-{
-    *nul_field_p = NULL;
-    if ((unsigned)method >= MSR_RPC_METHOD_COUNT)
-        return NULL;
-    const ProtobufCMessageDescriptor *desc = msr_rpc_methods[method].request;
-    if ((*nul_field_p = pb_nul_field(desc, data, len, 16)) != NULL)
-        return NULL;
-    return protobuf_c_message_unpack(desc, &msr_rpc_pb_allocator, len, data);
-}
-
 ProtobufCMessage *msr_rpc_unpack_checked(grpc_byte_buffer *bb,
                                          const ProtobufCMessageDescriptor *desc,
                                          const char **nul_field_p)
@@ -369,7 +187,7 @@ ProtobufCMessage *msr_rpc_unpack_checked(grpc_byte_buffer *bb,
     const uint8_t *p = GRPC_SLICE_START_PTR(all);
     size_t len = GRPC_SLICE_LENGTH(all);
     ProtobufCMessage *msg = NULL;
-    const char *nul = nul_field_p != NULL ? pb_nul_field(desc, p, len, 16) : NULL;
+    const char *nul = nul_field_p != NULL ? msr_rpc_pb_nul_field(desc, p, len, 16) : NULL;
     if (nul != NULL)
         *nul_field_p = nul;
     else

@@ -39,6 +39,7 @@ typedef enum msr_rpc_code {
     MSR_RPC_INVALID_ARGUMENT = 3,
     MSR_RPC_DEADLINE_EXCEEDED = 4,
     MSR_RPC_NOT_FOUND = 5,
+    MSR_RPC_ALREADY_EXISTS = 6,
     MSR_RPC_PERMISSION_DENIED = 7,
     MSR_RPC_RESOURCE_EXHAUSTED = 8,
     MSR_RPC_FAILED_PRECONDITION = 9,
@@ -47,6 +48,7 @@ typedef enum msr_rpc_code {
     MSR_RPC_UNIMPLEMENTED = 12,
     MSR_RPC_INTERNAL = 13,
     MSR_RPC_UNAVAILABLE = 14,
+    MSR_RPC_UNAUTHENTICATED = 16,
 } msr_rpc_code_t;
 
 typedef enum msr_rpc_method {
@@ -109,6 +111,12 @@ ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const 
 
 /* Whether key is a valid store key (1..MSR_KEY_MAX bytes, no control chars). */
 int msr_rpc_key_valid(const char *key);
+
+/* The name of the first string field of a message of type desc in the
+ * wire bytes p (len), nested messages too (depth levels deep at most), whose
+ * bytes hold a NUL; NULL when none does or the bytes are malformed. */
+const char *msr_rpc_pb_nul_field(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                                 size_t len, int depth);
 
 /* Maps a gRPC status code (grpc_status_code) to msrun's status. */
 msr_status_t msr_rpc_status_from_grpc(int code);

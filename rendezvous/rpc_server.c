@@ -270,21 +270,6 @@ static size_t request_limit(const msr_rpc_server_t *s, msr_rpc_method_t method)
     }
 }
 
-void msr_rpc_peer_host(const char *peer, char *out, size_t outlen)
-{
-    const char *p = strchr(peer, ':');
-    int unix_path = strncmp(peer, "unix:", 5) == 0;
-    p = p ? p + 1 : peer;
-    const char *end = unix_path ? NULL : strrchr(p, ':');
-    /* an IPv6 address in brackets keeps its colons */
-    int bracketed = p[0] != '[' || (end && end > p && end[-1] == ']');
-    size_t n = end && end > p && bracketed ? (size_t)(end - p) : strlen(p);
-    if (n >= outlen)
-        n = outlen - 1;
-    memcpy(out, p, n);
-    out[n] = '\0';
-}
-
 /* Logs a refused call unless that would flood the log: the first refusal
  * of a host not seen lately is logged (at most 10 lines an interval), and
  * otherwise one line an interval says how many were left out. */

@@ -324,7 +324,7 @@ test: ^test_coord$
 >>>
 
 @ rpc.nul_key_cut
-file: rendezvous/rpc.c
+file: rendezvous/rpc_msg.c
 test: ^test_rpc$
 <<<
             if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n) != NULL)
@@ -2516,6 +2516,33 @@ test: ^test_parallel_train_gpt_offload_ckpt$
     msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
 ===
     msr_status_t wst = msr_dp_offload_drop(tr->dp, 0);
+>>>
+
+@ wchan.frame_bound
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    if (h.len > limit) {
+===
+    if (h.len >= limit) {
+>>>
+
+@ wchan.conn_bound
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    if (s->nconns < s->max_conns && (c = msr_calloc(1, sizeof *c)) != NULL) {
+===
+    if (s->nconns <= s->max_conns && (c = msr_calloc(1, sizeof *c)) != NULL) {
+>>>
+
+@ wchan.token_unchecked
+file: rendezvous/wchan_server.c
+test: ^test_wchan$
+<<<
+    return diff == 0;
+===
+    return diff == 0 || 1;
 >>>
 
 __END__

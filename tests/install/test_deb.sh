@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cpack -G DEB makes two Debian packages of the built tree: msrun (the
-# runtime: the launcher, libmsrun.so.N, the Python package) and msrun-dev
+# runtime: the launcher, libmsrun.so.N, libmsrun-grpc.so that libmsrun
+# loads for direct mode, the Python package) and msrun-dev
 # (headers, libmsrun.a, the libmsrun.so link, msrun.pc, the CMake package,
 # depending on msrun of the same version). Together they install what
 # `cmake --install` does, under /usr, the libraries in the multiarch
@@ -59,7 +60,8 @@ list "$deb" >"$TMP/files"
 list "$dev" >"$TMP/devfiles"
 L=usr/$LIB
 PY=usr/lib/python3/dist-packages/msrun
-printf '%s\n' usr/bin/msrun "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" $PY/__init__.py \
+printf '%s\n' usr/bin/msrun "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" \
+    "$L/libmsrun-grpc.so" $PY/__init__.py \
     $PY/_buffers.py $PY/_errors.py $PY/_install.py $PY/_lib.py $PY/ps.py | sort >"$TMP/want"
 diff "$TMP/want" "$TMP/files" >"$TMP/d" || fail "msrun's files (want < > got): $(cat "$TMP/d")"
 for f in "$L/libmsrun.so" "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h \
