@@ -4,7 +4,8 @@
 # msrun::msrun) and the Python package python/msrun. Two components, one
 # Debian package each: runtime (msrun: the launcher, libmsrun.so.N, the
 # Python package) and dev (msrun-dev: headers, libmsrun.a, the libmsrun.so
-# link, msrun.pc, the CMake package). Included last from the top-level
+# link, msrun.pc, the CMake package), and a third where the torch backend is
+# built (torch: msrun-torch). Included last from the top-level
 # CMakeLists.txt.
 include(CMakePackageConfigHelpers)
 
@@ -86,7 +87,12 @@ file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/install/python/_install.py CONTENT
   "\"\"\"Written by cmake --install: libmsrun's place, relative to this package.\"\"\"\n\nLIBRARY = \"@MSRUN_PY_LIBRARY@\"\n"
   @ONLY)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/msrun DESTINATION ${MSRUN_PYTHON_DIR}
-  COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "_install.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+  COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "_install.py" EXCLUDE
+  PATTERN "torch.py" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+if(MSRUN_HAVE_TORCH_BACKEND)
+  install(FILES ${PROJECT_SOURCE_DIR}/python/msrun/torch.py DESTINATION ${MSRUN_PYTHON_DIR}/msrun
+    COMPONENT torch)
+endif()
 install(FILES ${PROJECT_BINARY_DIR}/install/python/_install.py
   DESTINATION ${MSRUN_PYTHON_DIR}/msrun COMPONENT runtime)
 
@@ -117,6 +123,20 @@ else()
 endif()
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL runtime dev)
+# the torch.distributed backend, where it was built: msrun-torch, depending
+# on msrun of the same version and on Debian's PyTorch (named here:
+# dpkg-shlibdeps cannot see libmsrun, which the msrun package holds), so
+# that msrun itself does not pull in PyTorch
+if(MSRUN_HAVE_TORCH_BACKEND)
+  list(APPEND CPACK_COMPONENTS_ALL torch)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_NAME msrun-torch)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_SECTION python)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_DEPENDS
+    "msrun (= ${PROJECT_VERSION}), libtorch1.13, python3-torch, libc6, libstdc++6")
+  set(CPACK_COMPONENT_TORCH_DESCRIPTION
+    "per-node launcher and C runtime for distributed training (PyTorch backend)\n torch.distributed's \"msrun\" backend and store: import msrun.torch.")
+endif()
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME msrun)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME msrun-dev)

@@ -3,7 +3,9 @@
 # runtime: the launcher, libmsrun.so.N, libmsrun-grpc.so that libmsrun
 # loads for direct mode, the Python package) and msrun-dev
 # (headers, libmsrun.a, the libmsrun.so link, msrun.pc, the CMake package,
-# depending on msrun of the same version). Together they install what
+# depending on msrun of the same version), and where the torch.distributed
+# backend was built a third, msrun-torch (its module and msrun/torch.py,
+# depending on msrun and PyTorch). Together they install what
 # `cmake --install` does, under /usr, the libraries in the multiarch
 # directory (usr/lib/<arch>); neither depends on CUDA or NCCL (libmsrun
 # loads them with dlopen when a device communicator is asked for). Nothing
@@ -35,7 +37,12 @@ deb=$(echo "$TMP"/pkg/msrun_"$version"_*.deb)
 dev=$(echo "$TMP"/pkg/msrun-dev_"$version"_*.deb)
 [ -f "$deb" ] || fail "no msrun_${version}_*.deb: $(ls "$TMP/pkg")"
 [ -f "$dev" ] || fail "no msrun-dev_${version}_*.deb: $(ls "$TMP/pkg")"
-[ "$(find "$TMP/pkg" -maxdepth 1 -name '*.deb' | wc -l)" = 2 ] || fail "not two packages: $(ls "$TMP/pkg")"
+# a third, msrun-torch, where the torch.distributed backend was built
+npkg=2
+torchmod=$(find "$BUILD/lib" -maxdepth 1 -name '_msrun_c10d*.so' -printf '%f\n' 2>/dev/null | head -n 1)
+[ -n "$torchmod" ] && npkg=3
+[ "$(find "$TMP/pkg" -maxdepth 1 -name '*.deb' | wc -l)" = "$npkg" ] ||
+    fail "not $npkg packages: $(ls "$TMP/pkg")"
 ok "cpack -G DEB: $(basename "$deb") and $(basename "$dev")"
 
 [ "$(dpkg-deb -f "$deb" Package)" = msrun ] || fail "Package: $(dpkg-deb -f "$deb" Package)"
@@ -54,6 +61,18 @@ done
 [ "$(dpkg-deb -f "$dev" Depends)" = "msrun (= $version)" ] ||
     fail "msrun-dev Depends: $(dpkg-deb -f "$dev" Depends)"
 ok "Depends: msrun the runtime libraries, no CUDA or NCCL; msrun-dev msrun (= $version)"
+if [ -n "$torchmod" ]; then
+    tdeb=$(echo "$TMP"/pkg/msrun-torch_"$version"_*.deb)
+    [ -f "$tdeb" ] || fail "no msrun-torch_${version}_*.deb: $(ls "$TMP/pkg")"
+    tdep=$(dpkg-deb -f "$tdeb" Depends)
+    grep -q "msrun (= $version)" <<<"$tdep" || fail "msrun-torch Depends lacks msrun (= $version): $tdep"
+    grep -q "libtorch" <<<"$tdep" || fail "msrun-torch Depends lacks libtorch: $tdep"
+    grep -qi "torch" <<<"$depends" && fail "msrun depends on PyTorch: $depends"
+    dpkg-deb -c "$tdeb" | awk '{print $6}' | sed 's|^\./||' | grep -v '/$' | sort >"$TMP/tfiles"
+    printf '%s\n' "usr/$LIB/$torchmod" usr/lib/python3/dist-packages/msrun/torch.py | sort >"$TMP/twant"
+    diff "$TMP/twant" "$TMP/tfiles" >"$TMP/d" || fail "msrun-torch's files (want < > got): $(cat "$TMP/d")"
+    ok "msrun-torch: the backend's module and msrun/torch.py, depending on msrun (= $version) and libtorch; msrun not on PyTorch"
+fi
 
 list() { dpkg-deb -c "$1" | awk '{print $6}' | sed 's|^\./||' | grep -v '/$' | sort; }
 list "$deb" >"$TMP/files"
