@@ -3,10 +3,8 @@
  * rank's pieces, checks that all of it was found, and rebuilds the
  * replicated state from the shards. */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -59,27 +57,8 @@ struct msr_dp_cover {
 
 #define COVER_FIRST_CAP 64
 
-/* Asks that the whole 2 MiB pages inside [p, p + bytes) be backed by
- * huge pages (a hint: its failure, or no transparent huge pages, changes
- * nothing but the speed). */
-static void advise_huge(void *p, size_t bytes)
-{
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
-              hi = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-}
-
 msr_status_t msr_dp_load_begin(msr_dp_t *dp)
 {
-    /* The moments are allocated zeroed and, before the first step, never
-     * written: their pages are mapped at their first write, which on a
-     * resume is the load's. Backed by huge pages, that write faults 512
-     * times less often (the kernel zeroes each page all the same). A fresh
-     * run never loads, so its memory is as before. */
-    advise_huge(dp->opt->m, dp->opt->count * sizeof(float));
-    advise_huge(dp->opt->v, dp->opt->count * sizeof(float));
     msr_free(dp->cover);
     dp->cover = msr_malloc(sizeof *dp->cover + COVER_FIRST_CAP * sizeof(msr_dp_mark_t));
     if (dp->cover == NULL) {

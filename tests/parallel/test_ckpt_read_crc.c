@@ -3,14 +3,9 @@
  * byte again: a read that reports a wrong CRC for intact bytes is refused,
  * naming the piece, at a read chunk's first and last byte, the bound and
  * one past; the trainer asks the CRC of every byte of every piece; and a
- * restore that failed so is redone whole from good reads. And a load asks
- * for huge pages for the AdamW moments it is the first to write, which a
- * fresh run does not. */
-#include <stdint.h>
-#include <stdio.h>
+ * restore that failed so is redone whole from good reads. */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/crc32.h"
@@ -187,72 +182,9 @@ static void test_resharded_restore_uses_read_crc(void)
     msr_dataset_destroy(ds);
 }
 
-/* Whether the mapping that holds address p is marked for huge pages
- * (madvise MADV_HUGEPAGE: "hg" among its VmFlags in /proc/self/smaps). */
-static int marked_huge(const void *p)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    MSR_CHECK(f != NULL);
-    char line[512];
-    int in = 0, huge = -1;
-    while (huge < 0 && fgets(line, sizeof line, f) != NULL) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') != NULL &&
-            line[strspn(line, "0123456789abcdef")] == '-')
-            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-        else if (in && strncmp(line, "VmFlags:", 8) == 0)
-            huge = strstr(line, " hg") != NULL;
-    }
-    fclose(f);
-    MSR_CHECK_MSG(huge >= 0, "no mapping holds %p", p);
-    return huge;
-}
-
-/* A 2 MiB page inside the moments of tr (which hold more than 4 MiB). */
-static const void *inside(const float *moments, size_t count)
-{
-    uintptr_t huge = (uintptr_t)2 << 20, lo = ((uintptr_t)moments + huge - 1) & ~(huge - 1);
-    MSR_CHECK(lo + huge <= (uintptr_t)(moments + count));
-    return (const void *)lo;
-}
-
-static void test_restore_moments_huge_pages(void)
-{
-    if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) != 0) {
-        printf("skipped: this kernel has no transparent huge pages\n");
-        return;
-    }
-    msr_dataset_t *ds;
-    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
-    msr_train_config_t c = config();
-    c.model.layers = 2;
-    c.model.channels = 256; /* 1.65 M parameters: 6.6 MB of each moment */
-    msr_trainer_t *tr, *fresh;
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
-    MSR_CHECK(tr->dp->opt->count * sizeof(float) >= (size_t)6 << 20);
-    /* a fresh run: no hint, before and after a step */
-    MSR_CHECK(!marked_huge(inside(tr->dp->opt->m, tr->dp->opt->count)));
-    double loss;
-    MSR_CHECK_OK(msr_trainer_step(tr, &loss));
-    MSR_CHECK(!marked_huge(inside(tr->dp->opt->m, tr->dp->opt->count)));
-    MSR_CHECK(!marked_huge(inside(tr->dp->opt->v, tr->dp->opt->count)));
-    src_t s = {.n = 1, .wrong = UINT64_MAX};
-    MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0]));
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &fresh));
-    MSR_CHECK_OK(msr_trainer_restore_parts(fresh, META, 1, no_fetch, read_part, &s));
-    MSR_CHECK(marked_huge(inside(fresh->dp->opt->m, fresh->dp->opt->count)));
-    MSR_CHECK(marked_huge(inside(fresh->dp->opt->v, fresh->dp->opt->count)));
-    check_same_state(fresh, tr);
-    msr_free(s.buf[0]);
-    msr_trainer_destroy(fresh);
-    msr_trainer_destroy(tr);
-    msr_dataset_destroy(ds);
-}
-
 static const msr_test_t tests[] = {
     {"restore_uses_read_crc", test_restore_uses_read_crc, 60},
     {"resharded_restore_uses_read_crc", test_resharded_restore_uses_read_crc, 60},
-    {"restore_moments_huge_pages", test_restore_moments_huge_pages, 60},
 };
 
 int main(int argc, char **argv)
