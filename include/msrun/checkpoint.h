@@ -126,8 +126,8 @@ MSR_API msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *reader, uint64_t of
  * the whole state continues from it (msr_crc32_combine), so a caller that
  * checks its pieces with it and the whole-state check pass over each byte
  * once between them. */
-MSR_API msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *reader, uint64_t offset,
-                                              void *buf, size_t len, uint32_t *crc_p);
+MSR_API msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *reader, uint64_t offset, void *buf,
+                                              size_t len, uint32_t *crc_p);
 
 /* Whether the reads so far covered the whole state in order and it
  * matched its CRC: 1 yes, 0 not (yet). */
