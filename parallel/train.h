@@ -189,9 +189,12 @@ msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,
 
 /* Reads len bytes at offset of the payload that rank `rank` of the saving
  * world wrote into buf; *total_p (when not NULL) gets the payload's
- * length. */
+ * length, and *crc_p (when not NULL) the bytes' CRC, msr_crc32(0, buf,
+ * len) (base/crc32.h), best computed as they arrive: the restore checks
+ * each piece by combining its chunks' CRCs (msr_crc32_combine) and does
+ * not pass over the bytes again. */
 typedef msr_status_t (*msr_trainer_read_t)(void *arg, int rank, uint64_t offset, void *buf,
-                                           size_t len, uint64_t *total_p);
+                                           size_t len, uint64_t *total_p, uint32_t *crc_p);
 
 /* msr_trainer_restore, reading the payloads in part where it can (read
  * not NULL): a rank that resumes in another layout or world size reads

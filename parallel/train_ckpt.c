@@ -156,7 +156,7 @@ static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *
     size_t hl = 0;
     char what[64];
     memset(p, 0, sizeof *p);
-    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total);
+    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total, NULL);
     if (st == MSR_OK)
         st = msr_tckpt_head_len(fixed, sizeof fixed, &hl);
     if (st == MSR_OK) { /* name it by its file (libmsrun's step-S/rank-R.bin) */
@@ -170,7 +170,7 @@ static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *
     if (st == MSR_OK && (p->buf = msr_malloc(hl)) == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a header of %zu bytes", hl);
     if (st == MSR_OK)
-        st = src->read(src->arg, rank, 0, p->buf, hl, NULL);
+        st = src->read(src->arg, rank, 0, p->buf, hl, NULL, NULL);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(p->buf, hl, (size_t)total, what, &p->h, &p->ranges, &p->n);
     if (st != MSR_OK)
@@ -310,27 +310,6 @@ static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
     return "?";
 }
 
-/* Reads piece r of rank's payload into buf (3 * r->n floats) in chunks of
- * MSR_TCKPT_READ_CHUNK, continuing its CRC over each chunk while it is in
- * the cache: *crc_p gets the CRC to compare with r->crc. */
-static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_header_t *h,
-                               const msr_tckpt_range_t *r, float *buf, uint32_t *crc_p)
-{
-    size_t len = 3 * (size_t)r->n * sizeof *buf;
-    unsigned char *b = (unsigned char *)buf;
-    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
-    for (size_t at = 0; at < len;) {
-        size_t n = MSR_MIN(len - at, MSR_TCKPT_READ_CHUNK);
-        msr_status_t st = src->read(src->arg, rank, r->offset + at, b + at, n, NULL);
-        if (st != MSR_OK)
-            return st;
-        crc = msr_crc32(crc, b + at, n);
-        at += n;
-    }
-    *crc_p = crc;
-    return MSR_OK;
-}
-
 /* msr_ckpt_map_fn: the one local run a saved range maps to (n = 0: none,
  * or more than one). */
 typedef struct one_run {
@@ -348,21 +327,35 @@ static int one_run(void *arg, size_t lo, size_t glo, size_t n)
 }
 
 /* Reads len bytes at offset of rank's payload into dst in chunks of
- * MSR_TCKPT_READ_CHUNK, continuing *crc over each while it is in the
- * cache. */
+ * MSR_TCKPT_READ_CHUNK, continuing *crc over each from the CRC the read
+ * computed as the chunk arrived (msr_crc32_combine): each byte is CRC'd
+ * once, by the read, not again here. */
 static msr_status_t read_crc(const source_t *src, int rank, uint64_t offset, void *dst, size_t len,
                              uint32_t *crc)
 {
     unsigned char *b = dst;
     for (size_t at = 0; at < len;) {
         size_t n = MSR_MIN(len - at, MSR_TCKPT_READ_CHUNK);
-        msr_status_t st = src->read(src->arg, rank, offset + at, b + at, n, NULL);
+        uint32_t chunk = 0;
+        msr_status_t st = src->read(src->arg, rank, offset + at, b + at, n, NULL, &chunk);
         if (st != MSR_OK)
             return st;
-        *crc = msr_crc32(*crc, b + at, n);
+        *crc = msr_crc32_combine(*crc, chunk, n);
         at += n;
     }
     return MSR_OK;
+}
+
+/* Reads piece r of rank's payload into buf (3 * r->n floats), checked as
+ * read_crc reads: *crc_p gets the CRC to compare with r->crc. */
+static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_header_t *h,
+                               const msr_tckpt_range_t *r, float *buf, uint32_t *crc_p)
+{
+    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
+    msr_status_t st = read_crc(src, rank, r->offset, buf, 3 * (size_t)r->n * sizeof *buf, &crc);
+    if (st == MSR_OK)
+        *crc_p = crc;
+    return st;
 }
 
 /* Same layout, in place: when piece r is all this rank's own elements and

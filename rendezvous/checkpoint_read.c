@@ -287,9 +287,14 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
     return MSR_OK;
 }
 
-/* The bytes [offset, offset + len) just read into buf: continues the whole
- * state's CRC over those past crc_at, and checks it at the state's end. */
-static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void *buf, size_t len)
+/* The bytes [offset, offset + len) just read into buf, of seedless CRC
+ * *chunk_crc (NULL: not computed): continues the whole state's CRC over
+ * those past crc_at, and checks it at the state's end. A read that starts
+ * where the CRC stands continues it from *chunk_crc (msr_crc32_combine),
+ * without passing over its bytes again; one that overlaps the bytes before
+ * CRCs only those past them. */
+static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void *buf, size_t len,
+                               const uint32_t *chunk_crc)
 {
     if (!r->check || r->checked || len == 0)
         return MSR_OK;
@@ -300,8 +305,11 @@ static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void
     uint64_t end = offset + len;
     if (end <= r->crc_at)
         return MSR_OK;
-    r->crc = msr_crc32(r->crc, (const unsigned char *)buf + (r->crc_at - offset),
-                       (size_t)(end - r->crc_at));
+    if (offset == r->crc_at && chunk_crc != NULL)
+        r->crc = msr_crc32_combine(r->crc, *chunk_crc, len);
+    else
+        r->crc = msr_crc32(r->crc, (const unsigned char *)buf + (r->crc_at - offset),
+                           (size_t)(end - r->crc_at));
     r->crc_at = end;
     if (end < r->h.len)
         return MSR_OK;
@@ -329,7 +337,8 @@ msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step,
     return MSR_OK;
 }
 
-msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len)
+msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len,
+                                      uint32_t *crc_p)
 {
     if (r == NULL || (buf == NULL && len > 0)) {
         msr_err_set("checkpoint: bad arguments");
@@ -341,12 +350,25 @@ msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *b
                     r->path, r->h.len, offset, offset + (uint64_t)len);
         return MSR_ERR_CORRUPT;
     }
+    /* one pass of the CRC over the bytes serves both the caller and the
+     * whole state's check, when this read continues it */
+    int whole = r->check && !r->checked && offset == r->crc_at;
+    uint32_t crc = 0, *want = crc_p != NULL || whole ? &crc : NULL;
     /* a resharded load reads the pieces it needs a chunk at a time, most
      * often one after the other: read_chunks keeps the disk ahead of them
      * in the file, past this read */
     msr_status_t st = read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf, len,
-                                  CKPT_HEADER + (off_t)r->h.len, 0, NULL);
-    return st == MSR_OK ? reader_crc(r, offset, buf, len) : st;
+                                  CKPT_HEADER + (off_t)r->h.len, 0, want);
+    if (st == MSR_OK)
+        st = reader_crc(r, offset, buf, len, want);
+    if (st == MSR_OK && crc_p != NULL)
+        *crc_p = crc;
+    return st;
+}
+
+msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len)
+{
+    return msr_ckpt_reader_read_crc(r, offset, buf, len, NULL);
 }
 
 int msr_ckpt_reader_checked(const msr_ckpt_reader_t *r)

@@ -679,6 +679,25 @@ test: ^test_crc32$
     const __m128i k512 = _mm_set_epi64x(0x1c6e41596, 0x154442bd5);
 >>>
 
+# ---- one CRC pass on load (issue 41: the reader's and the restore's CRCs combined)
+@ ckpt.reader.combine_length_off
+file: rendezvous/checkpoint_read.c
+test: ^it_ckpt$
+<<<
+        r->crc = msr_crc32_combine(r->crc, *chunk_crc, len);
+===
+        r->crc = msr_crc32_combine(r->crc, *chunk_crc, len - 1);
+>>>
+
+@ train.restore.read_crc_ignored
+file: parallel/train_ckpt.c
+test: ^test_parallel_ckpt_read_crc$
+<<<
+        *crc = msr_crc32_combine(*crc, chunk, n);
+===
+        *crc = msr_crc32(*crc, b + at, n);
+>>>
+
 # ---- the collectives (comm/)
 @ coll.reduce_chain_leaf_sends_partial
 file: comm/ucx/coll_rooted.c

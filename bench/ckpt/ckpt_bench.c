@@ -20,8 +20,9 @@
  *     load        every rank its own file (same layout) through one
  *                 reader (msr_ckpt_reader_*): the header and range table,
  *                 then each piece's parameters and moments read straight
- *                 into its share a chunk at a time, each piece's CRC and
- *                 the state's continued over each chunk
+ *                 into its share a chunk at a time, each chunk CRC'd once
+ *                 as it is read, each piece's CRC and the state's combined
+ *                 from those (msr_ckpt_reader_read_crc)
  *     reshard     a world of another size: every rank reads the header of
  *                 every saved file and only the pieces that overlap its
  *                 share (a reader per file, one piece's buffer, a chunk
@@ -166,7 +167,9 @@ static void share_take(share_t *s, const msr_tckpt_range_t *r)
 }
 
 /* Reads len bytes at offset of rd into dst a chunk at a time, continuing
- * *crc_p over each chunk while it is in the cache. */
+ * *crc_p from each chunk's CRC, computed by the read as the chunk arrived
+ * (msr_crc32_combine): each byte CRC'd once, for the piece and the
+ * reader's whole check alike, as train_gpt's resume does. */
 static msr_status_t read_crc(msr_ckpt_reader_t *rd, uint64_t offset, void *dst, size_t len,
                              uint32_t *crc_p)
 {
@@ -174,9 +177,10 @@ static msr_status_t read_crc(msr_ckpt_reader_t *rd, uint64_t offset, void *dst, 
     msr_status_t st = MSR_OK;
     for (size_t at = 0; at < len && st == MSR_OK;) {
         size_t c = len - at < MSR_TCKPT_READ_CHUNK ? len - at : MSR_TCKPT_READ_CHUNK;
-        st = msr_ckpt_reader_read(rd, offset + at, b + at, c);
+        uint32_t chunk = 0;
+        st = msr_ckpt_reader_read_crc(rd, offset + at, b + at, c, &chunk);
         if (st == MSR_OK)
-            *crc_p = msr_crc32(*crc_p, b + at, c);
+            *crc_p = msr_crc32_combine(*crc_p, chunk, c);
         at += c;
     }
     return st;
@@ -203,7 +207,7 @@ static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size
     if (st == MSR_OK && (hl > total || (head = msr_malloc(hl)) == NULL))
         st = MSR_ERR_CORRUPT;
     if (st == MSR_OK)
-        st = read_crc(rd, 0, head, hl, &crc);
+        st = msr_ckpt_reader_read(rd, 0, head, hl);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(head, hl, (size_t)total, "own shard", &h, &r, &n);
     for (uint32_t k = 0; k < n && st == MSR_OK; k++) {

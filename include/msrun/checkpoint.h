@@ -120,6 +120,15 @@ MSR_API msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64
 MSR_API msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *reader, uint64_t offset, void *buf,
                                           size_t len);
 
+/* msr_ckpt_reader_read, and *crc_p (NULL: not wanted) the CRC-32 of the
+ * bytes read (IEEE 802.3, zlib's crc32(0, buf, len)), written only on
+ * success. Computed once as the bytes arrive; the reader's own check of
+ * the whole state continues from it (msr_crc32_combine), so a caller that
+ * checks its pieces with it and the whole-state check pass over each byte
+ * once between them. */
+MSR_API msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *reader, uint64_t offset, void *buf,
+                                              size_t len, uint32_t *crc_p);
+
 /* Whether the reads so far covered the whole state in order and it
  * matched its CRC: 1 yes, 0 not (yet). */
 MSR_API int msr_ckpt_reader_checked(const msr_ckpt_reader_t *reader);

@@ -32,7 +32,7 @@ static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_
 }
 
 static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
-                                 uint64_t *total_p);
+                                 uint64_t *total_p, uint32_t *crc_p);
 
 static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
                                 void *arg)
@@ -234,7 +234,7 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
 /* Reads bytes [offset, offset + len) of rank's payload of the step (as
  * msr_trainer_read_t): only what a resume in another layout needs. */
 static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
-                                 uint64_t *total_p)
+                                 uint64_t *total_p, uint32_t *crc_p)
 {
     fetch_arg_t *f = arg;
     msr_status_t st = MSR_OK;
@@ -249,7 +249,7 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
         f->reader_rank = rank;
     }
     if (st == MSR_OK)
-        st = msr_ckpt_reader_read(f->reader, offset, buf, len);
+        st = msr_ckpt_reader_read_crc(f->reader, offset, buf, len, crc_p); /* CRC'd once */
     if (st != MSR_OK)
         return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));

@@ -166,6 +166,7 @@ static int do_store(void)
 }
 
 static msr_status_t do_ckpt_reader(msr_ctx_t *ctx, const char *dir);
+static msr_status_t do_ckpt_reader_crc(msr_ctx_t *ctx, const char *dir);
 
 /* Checkpoints: save steps 0..5 keeping 3, lose rank 1's last commit,
  * agree on the step before, detect a corrupt file. */
@@ -244,6 +245,7 @@ static int do_ckpt(const char *dir)
         CHECK_ST(msr_ckpt_read_rank(ctx, dir, 5, 9, 0, part, 1, NULL), MSR_ERR_NOT_FOUND);
     }
     CHECK_ST(do_ckpt_reader(ctx, dir), MSR_OK);
+    CHECK_ST(do_ckpt_reader_crc(ctx, dir), MSR_OK);
     printf("checkpoint checks passed on rank %d\n", rank);
     msr_finalize(ctx);
     return 0;
@@ -288,6 +290,58 @@ static msr_status_t do_ckpt_reader(msr_ctx_t *ctx, const char *dir)
         free(all);
         msr_ckpt_reader_close(rd);
     }
+    return MSR_OK;
+}
+
+/* CRC-32 (IEEE 802.3, zlib's) a bit at a time, from its definition: the
+ * reference msr_ckpt_reader_read_crc's CRCs are checked against. */
+static uint32_t ref_crc32(const unsigned char *p, size_t len)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < len; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+/* msr_ckpt_reader_read_crc: each read gives its bytes' CRC, and the
+ * reader's whole check, continued from those CRCs, still checks the state
+ * exactly at its end (reads in order, overlapping, of one byte), and
+ * refuses rank 0's damaged step 4 at the read that reaches its end (the
+ * CRC then not written). */
+static msr_status_t do_ckpt_reader_crc(msr_ctx_t *ctx, const char *dir)
+{
+    /* [0, cut[0]), then [cut[1], 236): following, the last byte alone,
+     * overlapping, all in the second */
+    static const size_t cuts[][2] = {{100, 100}, {235, 235}, {100, 50}, {0, 0}};
+    unsigned char part[236], *all;
+    uint64_t total = 0;
+    uint32_t crc;
+    msr_ckpt_reader_t *rd = NULL;
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        size_t a = cuts[k][0], b = cuts[k][1];
+        CHECK_ST(msr_ckpt_reader_open(ctx, dir, 5, 2, 1, &rd, &total), MSR_OK);
+        CHECK_ST(msr_ckpt_reader_read_crc(rd, 0, part, a, &crc), MSR_OK);
+        CHECK(crc == ref_crc32(part, a), "the CRC of [0, %zu)", a);
+        CHECK(!msr_ckpt_reader_checked(rd), "checked before its end");
+        CHECK_ST(msr_ckpt_reader_read_crc(rd, b, part + b, 236 - b, &crc), MSR_OK);
+        CHECK(crc == ref_crc32(part + b, 236 - b), "the CRC of [%zu, 236)", b);
+        CHECK(msr_ckpt_reader_checked(rd), "read whole in order with CRCs, not checked (%zu)", a);
+        msr_ckpt_reader_close(rd);
+    }
+    CHECK_ST(msr_ckpt_reader_open(ctx, dir, 4, 0, 1, &rd, &total), MSR_OK);
+    CHECK(total > 1 && (all = malloc(total)) != NULL, "a buffer of %llu bytes",
+          (unsigned long long)total);
+    CHECK_ST(msr_ckpt_reader_read_crc(rd, 0, all, total - 1, &crc), MSR_OK);
+    CHECK(crc == ref_crc32(all, total - 1), "the CRC of step 4's state but its last byte");
+    crc = 7;
+    CHECK_ST(msr_ckpt_reader_read_crc(rd, total - 1, all, 1, &crc), MSR_ERR_CORRUPT);
+    CHECK(crc == 7 && strstr(msr_last_error(), "step-4/rank-0.bin does not match its CRC"),
+          "the damage not named, or the CRC written: %s", msr_last_error());
+    free(all);
+    msr_ckpt_reader_close(rd);
     return MSR_OK;
 }
 

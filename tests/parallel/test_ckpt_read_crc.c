@@ -1,0 +1,193 @@
+/* A restore read in parts checks each piece with the CRCs its read gave
+ * (msr_trainer_read_t's crc_p, combined chunk by chunk) and passes over no
+ * byte again: a read that reports a wrong CRC for intact bytes is refused,
+ * naming the piece, at a read chunk's first and last byte, the bound and
+ * one past; the trainer asks the CRC of every byte of every piece; and a
+ * restore that failed so is redone whole from good reads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/crc32.h"
+#include "base/err.h"
+#include "parallel/ckpt.h"
+#include "parallel/ckpt_full.h"
+#include "parallel/train.h"
+#include "tests/runner.h"
+
+static const char *const META = "a test run";
+
+/* One block of 192 channels: its MLP's matrices hold 147456 elements each,
+ * so the saved pieces span several read chunks (MSR_TCKPT_READ_CHUNK). */
+static msr_train_config_t config(void)
+{
+    msr_train_config_t c = {
+        .model = {MSR_GPT_VOCAB, 16, 1, 4, 192},
+        .micro_batch = 2,
+        .grad_accum = 1,
+        .dp = 1,
+        .dp_rank = 0,
+        .seed = 9,
+        .lr = 3e-3f,
+        .warmup = 2,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&c);
+    return c;
+}
+
+/* The saved payloads, read in part; the read that covers payload byte
+ * `wrong` of rank `wrong_rank` reports a CRC one bit off (its bytes
+ * intact). */
+typedef struct src {
+    void *buf[2];
+    size_t len[2];
+    int n;
+    int wrong_rank;
+    uint64_t wrong;     /* UINT64_MAX: every CRC right */
+    uint64_t crc_bytes; /* bytes read with their CRC asked for */
+} src_t;
+
+static msr_status_t no_fetch(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    (void)arg, (void)rank, (void)buf_p, (void)len_p;
+    return MSR_ERR_NOT_FOUND;
+}
+
+static msr_status_t read_part(void *arg, int rank, uint64_t offset, void *buf, size_t len,
+                              uint64_t *total_p, uint32_t *crc_p)
+{
+    src_t *s = arg;
+    if (rank < 0 || rank >= s->n || offset > s->len[rank] || len > s->len[rank] - offset)
+        return msr_err(MSR_ERR_CORRUPT, "test: no bytes [%llu, +%zu) in rank %d's payload",
+                       (unsigned long long)offset, len, rank);
+    memcpy(buf, (const char *)s->buf[rank] + offset, len);
+    if (total_p != NULL)
+        *total_p = s->len[rank];
+    if (crc_p != NULL) {
+        *crc_p = msr_crc32(0, buf, len);
+        if (rank == s->wrong_rank && s->wrong >= offset && s->wrong < offset + len)
+            *crc_p ^= 1u;
+        s->crc_bytes += len;
+    }
+    return MSR_OK;
+}
+
+/* tr's state equals want's, bitwise. */
+static void check_same_state(msr_trainer_t *tr, msr_trainer_t *want)
+{
+    size_t P = want->model->num_params;
+    MSR_CHECK(memcmp(tr->model->params, want->model->params, P * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(tr->dp->opt->m, want->dp->opt->m, P * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(tr->dp->opt->v, want->dp->opt->v, P * sizeof(float)) == 0);
+    MSR_CHECK_EQ(tr->step, want->step);
+}
+
+/* Restores s (saved by s->n ranks) into a fresh trainer, with a wrong CRC
+ * reported for each of the bytes around the read chunks' bounds of each
+ * piece (refused, naming it), then with right ones (restored as saved). */
+static void restore_checks(msr_trainer_t *saved, msr_dataset_t *ds, src_t *s)
+{
+    msr_train_config_t c = config();
+    c.seed = 10; /* another start: the restore must write every element */
+    msr_trainer_t *tr;
+    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
+    uint64_t piece_bytes = 0;
+    int spans = 0; /* pieces of more than one read chunk */
+    for (int rank = 0; rank < s->n; rank++) {
+        msr_tckpt_header_t h;
+        msr_tckpt_range_t *r;
+        uint32_t n;
+        MSR_CHECK_OK(msr_tckpt_decode(s->buf[rank], s->len[rank], "test", &h, &r, &n));
+        for (uint32_t k = 0; k < n; k++) {
+            uint64_t bytes = 12 * r[k].n, c0 = MSR_TCKPT_READ_CHUNK;
+            uint64_t at[] = {0, c0 - 1, c0, bytes - 1};
+            piece_bytes += bytes;
+            spans += bytes > c0;
+            for (size_t j = 0; j < sizeof at / sizeof at[0]; j++) {
+                if (at[j] >= bytes)
+                    continue;
+                char want[128];
+                snprintf(want, sizeof want, "(elements [%llu, %llu) of the whole model)",
+                         (unsigned long long)r[k].lo, (unsigned long long)(r[k].lo + r[k].n));
+                s->wrong_rank = rank;
+                s->wrong = r[k].offset + at[j];
+                MSR_CHECK_STATUS(msr_trainer_restore_parts(tr, META, s->n, no_fetch, read_part, s),
+                                 MSR_ERR_CORRUPT);
+                MSR_CHECK_MSG(strstr(msr_err_msg(), "the piece of tensor ") != NULL &&
+                                  strstr(msr_err_msg(), want) != NULL &&
+                                  strstr(msr_err_msg(), "does not match its CRC") != NULL,
+                              "byte %llu of a piece: %s", (unsigned long long)at[j], msr_err_msg());
+            }
+        }
+        msr_free(r);
+    }
+    MSR_CHECK_MSG(spans > 0, "no piece spans two read chunks");
+    s->wrong = UINT64_MAX;
+    s->crc_bytes = 0;
+    MSR_CHECK_OK(msr_trainer_restore_parts(tr, META, s->n, no_fetch, read_part, s));
+    MSR_CHECK_EQ(s->crc_bytes, piece_bytes); /* every piece's byte, once */
+    check_same_state(tr, saved);
+    msr_trainer_destroy(tr);
+}
+
+static void test_restore_uses_read_crc(void)
+{
+    msr_dataset_t *ds;
+    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
+    msr_train_config_t c = config();
+    msr_trainer_t *tr;
+    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
+    double loss;
+    for (int i = 0; i < 2; i++)
+        MSR_CHECK_OK(msr_trainer_step(tr, &loss));
+    src_t s = {.n = 1};
+    MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0])); /* the same layout */
+    restore_checks(tr, ds, &s);
+    msr_free(s.buf[0]);
+    msr_trainer_destroy(tr);
+    msr_dataset_destroy(ds);
+}
+
+/* Saved by 2 ranks in slices (parallel/ckpt_full.h): resharded into 1. */
+static void test_resharded_restore_uses_read_crc(void)
+{
+    msr_dataset_t *ds;
+    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
+    msr_train_config_t c = config();
+    msr_trainer_t *tr;
+    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
+    double loss;
+    MSR_CHECK_OK(msr_trainer_step(tr, &loss));
+    src_t s = {.n = 2};
+    for (int r = 0; r < 2; r++) {
+        msr_tckpt_header_t h = {
+            .step = tr->step,
+            .adam_t = tr->dp->opt->t,
+            .data_seed = tr->sampler.seed,
+            .data_position = tr->sampler.position,
+            .num_params = tr->model->num_params,
+            .rank = (uint32_t)r,
+            .world = 2,
+            .meta = META,
+        };
+        MSR_CHECK_OK(msr_ckpt_encode_slice(&h, tr->model->params, tr->dp->opt->m, tr->dp->opt->v,
+                                           &s.buf[r], &s.len[r]));
+    }
+    restore_checks(tr, ds, &s);
+    for (int r = 0; r < 2; r++)
+        msr_free(s.buf[r]);
+    msr_trainer_destroy(tr);
+    msr_dataset_destroy(ds);
+}
+
+static const msr_test_t tests[] = {
+    {"restore_uses_read_crc", test_restore_uses_read_crc, 60},
+    {"resharded_restore_uses_read_crc", test_resharded_restore_uses_read_crc, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
