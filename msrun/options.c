@@ -517,7 +517,7 @@ static int resolve_binding(msr_options_t *o, const unsigned char *seen)
 static void defaults(msr_options_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->worker_num = 1; /* derived: msr_options_derive_counts */
+    o->worker_num = 1;    /* derived: msr_options_derive_counts */
     o->ps_staleness = -1; /* --ps_staleness: synchronous */
     o->local_worker_num = 1;
     o->master_port = 8118;

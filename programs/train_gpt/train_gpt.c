@@ -286,6 +286,48 @@ size_t train_gpt_model_params(const msr_train_config_t *cfg)
     return msr_gpt_num_params(&cfg->model) + msr_moe_num_params(&cfg->model);
 }
 
+/* Rank 0's lines on the job: the model, the batch, the CPU, the layout. */
+static void print_job(const msr_train_config_t *cfg, const msr_trainer_t *tr,
+                      const msr_dataset_t *data, uint64_t G, int use_mp)
+{
+    fprintf(stderr,
+            "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
+            "batch %llu = micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s; "
+            "loss in nats per %s\n",
+            train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels, cfg->model.heads,
+            cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch, cfg->grad_accum, cfg->dp,
+            cfg->par.zero, tr->dp->num_buckets, data->origin, data->width == 1 ? "byte" : "token");
+    char cpu[200]; /* the kernels' paths follow from it */
+    msr_cpu_features_describe(cpu, sizeof cpu);
+    fprintf(stderr, "train_gpt: %s\n", cpu);
+    if (cfg->model.arch == MSR_GPT_ARCH_LLAMA)
+        fprintf(stderr, "train_gpt: llama: ffn %d, %d kv heads, rope theta %g\n", cfg->model.ffn,
+                cfg->model.kv_heads, cfg->model.rope_theta);
+    if (tr->model->moe != NULL)
+        fprintf(stderr,
+                "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
+                "blocks, %zu expert parameters, %zu on rank 0; ep %d\n",
+                cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
+                cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
+                msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
+                cfg->ep > 1 ? cfg->ep : 1);
+    if (use_mp)
+        fprintf(
+            stderr,
+            "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
+            "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu of the model's "
+            "parameters\n",
+            cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
+            msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
+            msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
+    if (tr->cfg.mp.stage_layers != NULL) {
+        char split[8 * MSR_GPT_MAX_STAGES];
+        msr_layout_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
+                                sizeof split);
+        fprintf(stderr, "train_gpt: layers per virtual stage %s (uneven split)\n", split);
+    }
+}
+
 static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                    const job_t *job, FILE *loss_log)
 {
@@ -315,45 +357,7 @@ static int run_cpu(const options_t *o, const msr_train_config_t *cfg, const msr_
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
     if (job->rank == 0)
-        fprintf(stderr,
-                "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
-                "batch %llu = micro %d x accum %d x dp %d; zero %d, %d buckets; data: %s; "
-                "loss in nats per %s\n",
-                train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
-                cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
-                cfg->grad_accum, cfg->dp, cfg->par.zero, tr->dp->num_buckets, data->origin,
-                data->width == 1 ? "byte" : "token");
-    if (job->rank == 0) { /* the kernels' paths follow from it */
-        char cpu[200];
-        msr_cpu_features_describe(cpu, sizeof cpu);
-        fprintf(stderr, "train_gpt: %s\n", cpu);
-    }
-    if (job->rank == 0 && cfg->model.arch == MSR_GPT_ARCH_LLAMA)
-        fprintf(stderr, "train_gpt: llama: ffn %d, %d kv heads, rope theta %g\n", cfg->model.ffn,
-                cfg->model.kv_heads, cfg->model.rope_theta);
-    if (job->rank == 0 && tr->model->moe != NULL)
-        fprintf(stderr,
-                "train_gpt: MoE: %d experts (top-%d, capacity factor %g, aux loss %g) in %d "
-                "blocks, %zu expert parameters, %zu on rank 0; ep %d\n",
-                cfg->model.moe.experts, cfg->model.moe.top_k, cfg->model.moe.capacity_factor,
-                cfg->model.moe.aux_loss, msr_moe_blocks(tr->model->moe),
-                msr_moe_num_params(&cfg->model), msr_moe_count(tr->model->moe),
-                cfg->ep > 1 ? cfg->ep : 1);
-    if (job->rank == 0 && use_mp)
-        fprintf(
-            stderr,
-            "train_gpt: mesh dp %d x pp %d x cp %d x tp %d%s; schedule %s, %d virtual stages "
-            "per rank, %d micro-batches per step; recompute %s; rank 0 holds %zu of the model's "
-            "parameters\n",
-            cfg->dp, cfg->pp, cfg->cp, cfg->tp, cfg->mp.sp ? " with sequence parallel" : "",
-            msr_mp_schedule_name(cfg->mp.schedule), cfg->mp.chunks, cfg->grad_accum,
-            msr_mp_recompute_name(cfg->mp.recompute), tr->model->num_params);
-    if (job->rank == 0 && tr->cfg.mp.stage_layers != NULL) {
-        char split[8 * MSR_GPT_MAX_STAGES];
-        msr_layout_split_format(tr->cfg.mp.stage_layers, cfg->pp * cfg->mp.chunks, split,
-                                sizeof split);
-        fprintf(stderr, "train_gpt: layers per virtual stage %s (uneven split)\n", split);
-    }
+        print_job(cfg, tr, data, G, use_mp);
 
     trainer_t t = {&train_gpt_cpu_ops, tr, tr};
     if (o->init_from != NULL && (rc = train_gpt_st_init(tr, job, comm, o->init_from)) != 0)
