@@ -24,8 +24,9 @@
  * query heads then the key/value heads (grouped-query attention) with
  * rotary positions applied to q and k, and the SwiGLU MLP: fc (N, 2Hl)
  * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Only tp = 1 and
- * no context parallel are written for it (msr_gpt_part_check); its attend
- * hook (forward only: generation) gets the rotated qkv (N, Cl + 2 KVl). */
+ * no context parallel are written for it (msr_gpt_part_check; any pipeline
+ * split runs it); its attend hook (forward only: generation) gets the
+ * rotated qkv (N, Cl + 2 KVl). */
 #ifndef MSR_MODEL_BLOCK_H
 #define MSR_MODEL_BLOCK_H
 

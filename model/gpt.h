@@ -108,7 +108,8 @@ int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l);
  * The first virtual stage also holds the embeddings, the last the final
  * norm and the output head; with pp > 1 the head's tied copy of wte is not
  * part of the flat buffers (parallel/mp.h keeps it in step with the first
- * stage's). */
+ * stage's). A Llama's part (pp only: tp is not written for it) holds wte
+ * on the first virtual stage and lnfw with the untied lm_head on the last. */
 typedef struct msr_gpt_part {
     int tp, tp_rank; /* tensor-parallel degree and this rank's index */
     int pp, pp_rank; /* pipeline stages and this rank's */

@@ -92,18 +92,28 @@ static msr_gpt_segment_t *open_segment(msr_gpt_t *m, size_t off, int layer, int 
     return s;
 }
 
-/* A Llama's table (gpt.h): the whole model, held whole (no tp, no pp). */
+/* A Llama's table (gpt.h) for m->part (no tp yet, msr_gpt_part_check):
+ * the first virtual stage holds wte, each chunk its blocks, the last
+ * stage lnfw and the untied lm_head; full offsets are the whole model's. */
 static void llama_layout(msr_gpt_t *m)
 {
     int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, F = m->cfg.ffn;
     int KVC = m->cfg.kv_heads * (C / m->cfg.heads);
-    size_t off = 0;
+    const msr_gpt_part_t *pt = &m->part;
+    int nv = pt->pp * pt->chunks;
+    size_t off = 0, full_of[GPT_MAX_LAYERS + 1];
     char name[24];
-    m->seg_embed = 0;
-    msr_gpt_segment_t *s = open_segment(m, off, -1, 0);
-    tensor_spec_t wte = {"wte", V, C, 1, SPLIT_NONE, 1};
-    add_tensor(m, &off, 0, "wte", &wte, off);
-    s->count = off - s->offset;
+    msr_gpt_segment_t *s;
+    full_of[0] = (size_t)V * C;
+    for (int l = 0; l < L; l++)
+        full_of[l + 1] = full_of[l] + msr_gpt_block_params(&m->cfg, l);
+    if (pt->pp_rank == 0) {
+        m->seg_embed = m->num_segments;
+        s = open_segment(m, off, -1, 0);
+        tensor_spec_t wte = {"wte", V, C, 1, SPLIT_NONE, 1};
+        add_tensor(m, &off, m->seg_embed, "wte", &wte, 0);
+        s->count = off - s->offset;
+    }
     const tensor_spec_t block[] = {
         {"ln1w", C, 0, 0, SPLIT_NONE, 1}, {"wq", C, C, 1, SPLIT_NONE, 1},
         {"wk", KVC, C, 1, SPLIT_NONE, 1}, {"wv", KVC, C, 1, SPLIT_NONE, 1},
@@ -111,23 +121,29 @@ static void llama_layout(msr_gpt_t *m)
         {"w1", F, C, 1, SPLIT_NONE, 1},   {"w3", F, C, 1, SPLIT_NONE, 1},
         {"w2", C, F, 1, SPLIT_NONE, 1},
     };
-    m->chunk_lo[0] = 0;
-    m->chunk_hi[0] = L;
-    m->chunk_seg[0] = 1;
-    for (int l = 0; l < L; l++) {
-        s = open_segment(m, off, l, 0);
-        for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
-            snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
-            add_tensor(m, &off, m->num_segments - 1, name, &block[k], off);
+    for (int c = 0; c < pt->chunks; c++) {
+        msr_layout_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
+                               &m->chunk_hi[c]);
+        m->chunk_seg[c] = m->num_segments;
+        for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
+            s = open_segment(m, off, l, c);
+            size_t full = full_of[l];
+            for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
+                snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
+                add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
+                full += spec_count(&block[k]);
+            }
+            s->count = off - s->offset;
         }
+    }
+    if (pt->pp_rank == pt->pp - 1) {
+        m->seg_lnf = m->num_segments;
+        s = open_segment(m, off, -1, pt->chunks - 1);
+        tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1}, head = {"", V, C, 1, SPLIT_NONE, 1};
+        add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, full_of[L]);
+        add_tensor(m, &off, m->seg_lnf, "lm_head", &head, full_of[L] + (size_t)C);
         s->count = off - s->offset;
     }
-    m->seg_lnf = m->num_segments;
-    s = open_segment(m, off, -1, 0);
-    tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1}, head = {"", V, C, 1, SPLIT_NONE, 1};
-    add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, off);
-    add_tensor(m, &off, m->seg_lnf, "lm_head", &head, off);
-    s->count = off - s->offset;
     m->num_params = off;
 }
 
@@ -146,7 +162,7 @@ void msr_gpt_build_layout(msr_gpt_t *m)
     int has_embed = pt->pp_rank == 0, has_head = pt->pp_rank == pt->pp - 1;
     m->seg_embed = m->seg_lnf = -1;
 
-    if (m->cfg.arch == MSR_GPT_ARCH_LLAMA) { /* whole only (msr_gpt_part_check) */
+    if (m->cfg.arch == MSR_GPT_ARCH_LLAMA) { /* no tp yet (msr_gpt_part_check) */
         llama_layout(m);
         return;
     }

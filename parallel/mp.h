@@ -53,6 +53,10 @@
  * keeps a copy of wte for the head; its gradient is added into the first
  * stage's at the end of the step, and the first stage sends the updated
  * wte back after the optimizer step (msr_mp_sync_tied), so both stay equal.
+ * A Llama (model/gpt.h) embeds with wte alone (rotary positions are the
+ * blocks') and its last stage holds the untied lm_head after the final
+ * RMSNorm: no copy, nothing tied to sync; tp, sp and cp are not written
+ * for it (msr_gpt_part_check refuses tp).
  *
  * Recompute: none keeps every activation backward needs; selective drops
  * the attention probabilities (B, NH/tp, T, T) and the GELU output and

@@ -105,8 +105,13 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
 
 dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp)
 {
-    return msr_layout_dims(cfg->micro_batch, m->max_seq, m->channels, m->heads, m->vocab, tp,
-                           cfg->sp, cfg->cp, (int)cfg->recompute);
+    dims_t d = msr_layout_dims(cfg->micro_batch, m->max_seq, m->channels, m->heads, m->vocab, tp,
+                               cfg->sp, cfg->cp, (int)cfg->recompute);
+    if (m->arch == MSR_GPT_ARCH_LLAMA) { /* SwiGLU of width ffn; qkv fits the GPT's 3 Cl */
+        d.Hl = m->ffn / tp;
+        d.glu = 1;
+    }
+    return d;
 }
 
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,

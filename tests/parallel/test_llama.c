@@ -568,20 +568,63 @@ static void test_limits(void)
     cfg = llama_config(2);
     cfg.arch = (msr_gpt_arch_t)2;
     check_refused(&cfg, "architecture 2");
-    /* a part: tp and pp are refused, the whole model is not */
+    /* a part: tp is refused, pp and the whole model are not */
     cfg = llama_config(2);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL}, tp = {2, 0, 1, 0, 1, NULL},
                    pp = {1, 0, 2, 0, 1, NULL};
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &whole));
     msr_err_clear();
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "tensor- and pipeline-parallel") != NULL);
-    MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &pp), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "tensor-parallel parts are not written") != NULL);
+    MSR_CHECK_OK(msr_gpt_part_check(&cfg, &pp));
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};
     gpt.ffn = -5;
     gpt.kv_heads = 3;
     MSR_CHECK_OK(msr_gpt_config_check(&gpt));
+}
+
+/* A pipeline stage's tensors (pp 2, uneven and even splits, virtual
+ * stages): the first stage holds wte and no head, the last lnfw and
+ * lm_head and no wte, and every tensor sits where the whole model's of
+ * the same name does, so a checkpoint's logical tensors are the same. */
+static void test_pp_parts(void)
+{
+    msr_gpt_config_t cfg = llama_config(2);
+    cfg.layers = 4;
+    msr_gpt_t *whole, *part;
+    MSR_CHECK_OK(msr_gpt_create_part(&cfg, &(msr_gpt_part_t){1, 0, 1, 0, 1, NULL}, 0, &whole));
+    const int uneven[] = {1, 3}, one_each[] = {1, 1, 1, 1};
+    const struct {
+        const int *split;
+        int chunks;
+    } cases[] = {{NULL, 1}, {uneven, 1}, {one_each, 2}, {NULL, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int held[64] = {0};
+        for (int r = 0; r < 2; r++) {
+            msr_gpt_part_t pt = {1, 0, 2, r, cases[c].chunks, cases[c].split};
+            MSR_CHECK_OK(msr_gpt_create_part(&cfg, &pt, 0, &part));
+            MSR_CHECK((part->seg_embed >= 0) == (r == 0));
+            MSR_CHECK((part->seg_lnf >= 0) == (r == 1));
+            for (int k = 0; k < part->num_tensors; k++) {
+                const msr_gpt_tensor_t *t = &part->tensors[k];
+                int found = 0;
+                for (int w = 0; w < whole->num_tensors; w++) {
+                    const msr_gpt_tensor_t *u = &whole->tensors[w];
+                    if (strcmp(u->name, t->name) != 0)
+                        continue;
+                    found = 1;
+                    held[w]++;
+                    MSR_CHECK(t->full_offset == u->offset && t->count == u->count);
+                }
+                MSR_CHECK(found);
+            }
+            msr_gpt_destroy(part);
+        }
+        for (int w = 0; w < whole->num_tensors; w++)
+            MSR_CHECK(held[w] == 1); /* every tensor on exactly one stage */
+    }
+    msr_gpt_destroy(whole);
 }
 
 static const msr_test_t tests[] = {
@@ -595,6 +638,7 @@ static const msr_test_t tests[] = {
     {"hooks", test_hooks, 10},
     {"generate_cached", test_generate_cached, 10},
     {"limits", test_limits, 10},
+    {"pp_parts", test_pp_parts, 10},
 };
 
 int main(int argc, char **argv)
