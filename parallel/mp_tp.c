@@ -180,10 +180,14 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     for (int b = 0; b < d->B; b++)
         for (int t = 0; t < d->Tl; t++) {
             float *o = out + ((size_t)b * d->Tl + t) * d->C;
-            const float *x = r + ((size_t)b * d->Tl + t) * d->C,
-                        *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
+            const float *x = r + ((size_t)b * d->Tl + t) * d->C;
+            if (is_llama(mp)) { /* no wpe: the rows as they are */
+                memcpy(o, x, (size_t)d->C * sizeof(float));
+                continue;
+            }
+            const float *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
             for (int c = 0; c < d->C; c++)
-                o[c] = x[c] + (is_llama(mp) ? 0.0f : pe[c]);
+                o[c] = x[c] + pe[c];
         }
     return MSR_OK;
 }

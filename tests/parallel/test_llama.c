@@ -568,14 +568,19 @@ static void test_limits(void)
     cfg = llama_config(2);
     cfg.arch = (msr_gpt_arch_t)2;
     check_refused(&cfg, "architecture 2");
-    /* a part: tp is refused, pp and the whole model are not */
+    /* a part: kv heads (2) and ffn (24) divide among tp 2, not tp 4 (kv
+     * heads replicated over tp are not written); pp and the whole model run */
     cfg = llama_config(2);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL}, tp = {2, 0, 1, 0, 1, NULL},
-                   pp = {1, 0, 2, 0, 1, NULL};
+                   tp4 = {4, 0, 1, 0, 1, NULL}, pp = {1, 0, 2, 0, 1, NULL};
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &whole));
+    MSR_CHECK_OK(msr_gpt_part_check(&cfg, &tp));
     msr_err_clear();
+    MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp4), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "kv heads replicated over tp are not written") != NULL);
+    cfg.ffn = 25;
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "tensor-parallel parts are not written") != NULL);
+    cfg.ffn = F;
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &pp));
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};

@@ -2,11 +2,14 @@
 # train_gpt --arch llama in the model-parallel runtime (docs/model.md
 # "Llama"): pipeline parallel with GPipe, 1F1B and interleaved 1F1B, even
 # and uneven --pp-layers (the first stage holds embed_tokens, the last the
-# final norm and the untied lm_head), selective and full recompute and
-# --trace print the losses and gradient norms of one process over 10 steps
-# (1e-5 relative); a split's limits (a layer for every stage: exactly 4
-# stages of 4 layers run, 5 are refused; --pp-layers entries >= 1) are
-# checked before training; tp, sp and cp stay refused by name.
+# final norm and the untied lm_head), tensor parallel with its kv heads
+# split (kv heads = tp) and sequence parallel, selective and full
+# recompute and --trace print the losses and gradient norms of one process
+# over 10 steps (1e-5 relative); a checkpoint of one process resumes in tp
+# 2 x pp 2 and back. A split's limits (a layer for every stage: exactly 4
+# stages of 4 layers run, 5 are refused; --pp-layers entries >= 1; kv
+# heads and ffn dividing among tp) are checked before training; cp stays
+# refused by name.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -37,9 +40,12 @@ refuse() {
     return 0
 }
 small=(--arch llama --layers 4 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1)
-refuse 1 "--tp (tensor-parallel Llama blocks) is not written" "${small[@]}" --tp 2
-refuse 1 "--sp (sequence-parallel Llama blocks) is not written" "${small[@]}" --sp
 refuse 1 "--cp (ring attention with rotary positions) is not written" "${small[@]}" --cp 2
+# kv heads split over tp: kv heads = tp runs (below), one fewer is refused
+refuse 2 "llama: 1 kv heads or ffn 40 do not divide among tp 2" "${small[@]}" --tp 2 \
+    --kv-heads 1 --ffn 40
+refuse 2 "llama: 2 kv heads or ffn 41 do not divide among tp 2" "${small[@]}" --tp 2 \
+    --kv-heads 2 --ffn 41
 refuse 5 "4 layers are fewer than the 5 pipeline stages" "${small[@]}" --pp 5 --grad-accum 5
 refuse 2 "pp-layers" "${small[@]}" --pp 2 --grad-accum 2 --pp-layers 0,4
 
@@ -74,8 +80,33 @@ layout pp2-interleaved-uneven 2 --pp 2 --micro-batch 2 --schedule interleaved \
 layout pp4 4 --pp 4 --micro-batch 2 --schedule 1f1b
 layout pp2-full-dp2-zero1 4 --pp 2 --dp 2 --micro-batch 2 --schedule 1f1b --pp-layers 3,1 \
     --recompute full --zero 1
+layout tp2 2 --tp 2 --micro-batch 4
+layout tp2-sp 2 --tp 2 --sp --micro-batch 4
+layout tp2-pp2-sp-selective 4 --tp 2 --pp 2 --sp --micro-batch 2 --recompute selective
 layout selective 1 --micro-batch 4 --recompute selective
 layout full-trace 1 --micro-batch 2 --recompute full --trace "$W/trace.json"
 python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert t["traceEvents"]' \
     "$W/trace.json" || fail "--trace wrote no spans"
+# resharding: one process saves at step 4, tp 2 x pp 2 resumes it to the
+# same steps 5..8 and saves, and one process resumes that to 9..10
+msrun_n 1 "${model[@]}" --micro-batch 4 --steps 4 --ckpt-every 4 \
+    --ckpt-dir "$W/ck" >/dev/null 2>"$W/err" || fail "saving: $(cat "$W/err")"
+msrun_n 4 "${model[@]}" --tp 2 --pp 2 --micro-batch 2 --steps 8 --ckpt-every 4 \
+    --ckpt-dir "$W/ck" --resume --loss-log "$W/res" >/dev/null 2>"$W/err" ||
+    fail "tp2 x pp2 resume: $(cat "$W/err")"
+grep -q "resumed from step 4" "$W/err" || fail "tp2 x pp2 did not resume: $(cat "$W/err")"
+msrun_n 1 "${model[@]}" --micro-batch 4 --ckpt-dir "$W/ck" --resume \
+    --loss-log "$W/res1" >/dev/null 2>"$W/err" || fail "back: $(cat "$W/err")"
+grep -q "resumed from step 8" "$W/err" || fail "one process did not resume: $(cat "$W/err")"
+python3 - "$W/res" "$W/res1" "$W/one" <<'PY' || fail "resharded runs differ (above)"
+import sys
+a, b, one = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:4]]
+assert len(a) == 4 and len(b) == 2, (len(a), len(b))
+for x in a + b:
+    y = one[int(x[1]) - 1]
+    assert x[:2] == y[:2], (x, y)
+    for i in (3, 5):
+        u, v = float.fromhex(x[i]), float.fromhex(y[i])
+        assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
+PY
 echo "train_gpt_llama_mp: ok"
