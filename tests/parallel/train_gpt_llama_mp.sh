@@ -6,7 +6,8 @@
 # split (kv heads = tp) and sequence parallel, selective and full
 # recompute and --trace print the losses and gradient norms of one process
 # over 10 steps (1e-5 relative); a checkpoint of one process resumes in tp
-# 2 x pp 2 and back. A split's limits (a layer for every stage: exactly 4
+# 2 x pp 2 and back, and tp 2 x pp 2 reads and exports one process's
+# safetensors file unchanged. A split's limits (a layer for every stage: exactly 4
 # stages of 4 layers run, 5 are refused; --pp-layers entries >= 1; kv
 # heads and ffn dividing among tp) are checked before training; cp stays
 # refused by name.
@@ -83,6 +84,7 @@ layout pp2-full-dp2-zero1 4 --pp 2 --dp 2 --micro-batch 2 --schedule 1f1b --pp-l
 layout tp2 2 --tp 2 --micro-batch 4
 layout tp2-sp 2 --tp 2 --sp --micro-batch 4
 layout tp2-pp2-sp-selective 4 --tp 2 --pp 2 --sp --micro-batch 2 --recompute selective
+layout tp2-dp2-zero2 4 --tp 2 --dp 2 --micro-batch 2 --zero 2
 layout selective 1 --micro-batch 4 --recompute selective
 layout full-trace 1 --micro-batch 2 --recompute full --trace "$W/trace.json"
 python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert t["traceEvents"]' \
@@ -109,4 +111,11 @@ for x in a + b:
         u, v = float.fromhex(x[i]), float.fromhex(y[i])
         assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
 PY
+# the split tensors are the whole model's: tp 2 x pp 2 exports (Hugging
+# Face's names) the file one process exports, byte for byte
+msrun_n 1 "${model[@]}" --micro-batch 4 --steps 2 --export-safetensors "$W/one.st" \
+    >/dev/null 2>"$W/err" || fail "one process export: $(cat "$W/err")"
+msrun_n 4 "${model[@]}" --tp 2 --pp 2 --micro-batch 2 --steps 0 --init-from "$W/one.st" \
+    --export-safetensors "$W/mp.st" >/dev/null 2>"$W/err" || fail "tp2 x pp2 export: $(cat "$W/err")"
+cmp -s "$W/one.st" "$W/mp.st" || fail "tp 2 x pp 2 changed the weights it read"
 echo "train_gpt_llama_mp: ok"
