@@ -15,6 +15,7 @@
 #include "model/gpt_generate.h"
 #include "model/layers.h"
 #include "model/rng.h"
+#include "parallel/mp.h"
 #include "tests/runner.h"
 
 #define FD_H   1e-5
@@ -582,6 +583,13 @@ static void test_limits(void)
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
     cfg.ffn = F;
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &pp));
+    /* the runtime: pp 2 and tp 2 run, cp 2 (not written) is refused */
+    msr_mp_config_t mc = {.schedule = MSR_MP_1F1B, .chunks = 1, .micro_batch = 1, .micros = 2};
+    MSR_CHECK_OK(msr_mp_check(&cfg, &mc, 2, 2));
+    mc.cp = 2;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 1), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "rotary positions is not written") != NULL);
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};
     gpt.ffn = -5;
