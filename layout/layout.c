@@ -188,6 +188,7 @@ msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, in
     d.Cl = channels / tp;
     d.NHl = heads / tp;
     d.Hl = 4 * channels / tp;
+    d.glu = 0;
     d.Vl = vocab / tp;
     d.Tl = sp ? d.T / tp : d.T;
     d.N = (size_t)d.B * (size_t)d.T;
@@ -229,7 +230,7 @@ size_t msr_layout_block_act(const msr_layout_dims_t *d, int a, int *kept_p)
         }
         break;
     case MSR_ACT_FCH:
-        n = N * (size_t)d->Hl;
+        n = N * (size_t)d->Hl * (d->glu ? 2 : 1);
         break;
     case MSR_ACT_FCH_GELU:
         n = N * (size_t)d->Hl;
@@ -335,6 +336,7 @@ size_t msr_layout_work(const msr_layout_dims_t *d, int w)
     case MSR_WORK_DATTY:
         return N * (size_t)d->Cl;
     case MSR_WORK_DFCH:
+        return N * (size_t)d->Hl * (d->glu ? 2 : 1);
     case MSR_WORK_DFCH_GELU:
         return N * (size_t)d->Hl;
     case MSR_WORK_DATT:

@@ -173,7 +173,9 @@ typedef struct msr_layout_dims {
     int cp;                       /* context parallel: T is this rank's T/cp positions */
     int Cl, NHl, Hl, Vl;          /* this rank's share: channels of its heads, heads, MLP, vocab */
     int Tl;                       /* positions held outside the tensor-parallel layers */
-    size_t N, Nl;                 /* token rows: all of them, held outside */
+    int glu;      /* 0: the GPT's MLP; 1: a gated MLP (a Llama's SwiGLU: Hl its width, its
+                   * fc output and that output's gradient 2 Hl wide: gate and up) */
+    size_t N, Nl; /* token rows: all of them, held outside */
 } msr_layout_dims_t;
 
 msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, int heads, int vocab,

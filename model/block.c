@@ -188,7 +188,7 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     memset(din, 0, b->N * (size_t)IC * sizeof(float));
     msr_matmul_backward(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
                         b->C);
-    if (b->tp > 1)
+    if (b->tp > 1 && db != NULL) /* a Llama has no biases */
         add_colsum(db, dres, b->Nl, b->C);
     return poll(b);
 }

@@ -23,9 +23,10 @@
  * RMSNorm for ln1 and ln2, no biases, qkv (N, Cl + 2 KVl) holding the
  * query heads then the key/value heads (grouped-query attention) with
  * rotary positions applied to q and k, and the SwiGLU MLP: fc (N, 2Hl)
- * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Only tp = 1 and
- * no context parallel are written for it (msr_gpt_part_check); its attend
- * hook (forward only: generation) gets the rotated qkv (N, Cl + 2 KVl). */
+ * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Under tp a rank
+ * holds NHl query heads, NKVl = KVH/tp key/value heads and Hl = F/tp; no
+ * context parallel is written for it; its attend hook (forward only:
+ * generation) gets the rotated qkv (N, Cl + 2 KVl). */
 #ifndef MSR_MODEL_BLOCK_H
 #define MSR_MODEL_BLOCK_H
 

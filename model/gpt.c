@@ -136,11 +136,12 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
             MSR_ERR_CONFIG, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
             part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
     }
-    if (cfg->arch == MSR_GPT_ARCH_LLAMA && (part->tp > 1 || part->pp > 1)) {
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA &&
+        (cfg->kv_heads % part->tp != 0 || cfg->ffn % part->tp != 0)) {
         return msr_err(MSR_ERR_CONFIG,
-                       "llama: tp %d, pp %d: a Llama runs whole on a rank (data parallel and "
-                       "ZeRO); its tensor- and pipeline-parallel parts are not written",
-                       part->tp, part->pp);
+                       "llama: %d kv heads or ffn %d do not divide among tp %d ranks (kv heads "
+                       "replicated over tp are not written)",
+                       cfg->kv_heads, cfg->ffn, part->tp);
     }
     if (cfg->heads % part->tp != 0) {
         return msr_err(MSR_ERR_CONFIG, "%d heads do not divide among tp %d ranks", cfg->heads,

@@ -108,7 +108,10 @@ int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l);
  * The first virtual stage also holds the embeddings, the last the final
  * norm and the output head; with pp > 1 the head's tied copy of wte is not
  * part of the flat buffers (parallel/mp.h keeps it in step with the first
- * stage's). */
+ * stage's). A Llama's part holds wte on the first virtual stage and lnfw
+ * with the untied lm_head on the last; under tp wq, wk, wv are split by
+ * heads (kv heads divisible by tp), w1 and w3 by rows, wo and w2 by
+ * columns, wte and lm_head by vocabulary rows, the norms whole. */
 typedef struct msr_gpt_part {
     int tp, tp_rank; /* tensor-parallel degree and this rank's index */
     int pp, pp_rank; /* pipeline stages and this rank's */
@@ -126,10 +129,9 @@ typedef struct msr_gpt_part {
 #define MSR_GPT_MAX_STAGES 1024
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
- * vocabulary, at least one layer per virtual stage, ranks in range, and
- * stage_layers (when given) a valid split (msr_layout_split_check). On
- * failure sets the error text (base/err.h: a one-line reason) and returns
- * MSR_ERR_CONFIG. */
+ * vocabulary (a Llama's kv heads and ffn too), at least one layer per virtual stage, ranks in
+ * range, and stage_layers (when given) a valid split (msr_layout_split_check). On failure sets the
+ * error text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH, and

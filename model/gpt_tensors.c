@@ -92,42 +92,61 @@ static msr_gpt_segment_t *open_segment(msr_gpt_t *m, size_t off, int layer, int 
     return s;
 }
 
-/* A Llama's table (gpt.h): the whole model, held whole (no tp, no pp). */
+/* A Llama's table (gpt.h) for m->part: the first virtual stage holds wte,
+ * each chunk its blocks, the last stage lnfw and the untied lm_head; full
+ * offsets are the whole model's. Tensor parallel: wq, wk, wv by heads
+ * (rows: kv heads divide among tp, msr_gpt_part_check), w1 and w3 by
+ * rows, wo and w2 by columns, wte and lm_head by vocabulary rows; the
+ * norms whole. */
 static void llama_layout(msr_gpt_t *m)
 {
     int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, F = m->cfg.ffn;
     int KVC = m->cfg.kv_heads * (C / m->cfg.heads);
-    size_t off = 0;
+    const msr_gpt_part_t *pt = &m->part;
+    int nv = pt->pp * pt->chunks;
+    size_t off = 0, full_of[GPT_MAX_LAYERS + 1];
     char name[24];
-    m->seg_embed = 0;
-    msr_gpt_segment_t *s = open_segment(m, off, -1, 0);
-    tensor_spec_t wte = {"wte", V, C, 1, SPLIT_NONE, 1};
-    add_tensor(m, &off, 0, "wte", &wte, off);
-    s->count = off - s->offset;
-    const tensor_spec_t block[] = {
-        {"ln1w", C, 0, 0, SPLIT_NONE, 1}, {"wq", C, C, 1, SPLIT_NONE, 1},
-        {"wk", KVC, C, 1, SPLIT_NONE, 1}, {"wv", KVC, C, 1, SPLIT_NONE, 1},
-        {"wo", C, C, 1, SPLIT_NONE, 1},   {"ln2w", C, 0, 0, SPLIT_NONE, 1},
-        {"w1", F, C, 1, SPLIT_NONE, 1},   {"w3", F, C, 1, SPLIT_NONE, 1},
-        {"w2", C, F, 1, SPLIT_NONE, 1},
-    };
-    m->chunk_lo[0] = 0;
-    m->chunk_hi[0] = L;
-    m->chunk_seg[0] = 1;
-    for (int l = 0; l < L; l++) {
-        s = open_segment(m, off, l, 0);
-        for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
-            snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
-            add_tensor(m, &off, m->num_segments - 1, name, &block[k], off);
-        }
+    msr_gpt_segment_t *s;
+    full_of[0] = (size_t)V * C;
+    for (int l = 0; l < L; l++)
+        full_of[l + 1] = full_of[l] + msr_gpt_block_params(&m->cfg, l);
+    if (pt->pp_rank == 0) {
+        m->seg_embed = m->num_segments;
+        s = open_segment(m, off, -1, 0);
+        tensor_spec_t wte = {"wte", V, C, 1, SPLIT_ROWS, 1};
+        add_tensor(m, &off, m->seg_embed, "wte", &wte, 0);
         s->count = off - s->offset;
     }
-    m->seg_lnf = m->num_segments;
-    s = open_segment(m, off, -1, 0);
-    tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1}, head = {"", V, C, 1, SPLIT_NONE, 1};
-    add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, off);
-    add_tensor(m, &off, m->seg_lnf, "lm_head", &head, off);
-    s->count = off - s->offset;
+    const tensor_spec_t block[] = {
+        {"ln1w", C, 0, 0, SPLIT_NONE, 1}, {"wq", C, C, 1, SPLIT_ROWS, 1},
+        {"wk", KVC, C, 1, SPLIT_ROWS, 1}, {"wv", KVC, C, 1, SPLIT_ROWS, 1},
+        {"wo", C, C, 1, SPLIT_COLS, 1},   {"ln2w", C, 0, 0, SPLIT_NONE, 1},
+        {"w1", F, C, 1, SPLIT_ROWS, 1},   {"w3", F, C, 1, SPLIT_ROWS, 1},
+        {"w2", C, F, 1, SPLIT_COLS, 1},
+    };
+    for (int c = 0; c < pt->chunks; c++) {
+        msr_layout_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
+                               &m->chunk_hi[c]);
+        m->chunk_seg[c] = m->num_segments;
+        for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
+            s = open_segment(m, off, l, c);
+            size_t full = full_of[l];
+            for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
+                snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
+                add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
+                full += spec_count(&block[k]);
+            }
+            s->count = off - s->offset;
+        }
+    }
+    if (pt->pp_rank == pt->pp - 1) {
+        m->seg_lnf = m->num_segments;
+        s = open_segment(m, off, -1, pt->chunks - 1);
+        tensor_spec_t norm = {"", C, 0, 0, SPLIT_NONE, 1}, head = {"", V, C, 1, SPLIT_ROWS, 1};
+        add_tensor(m, &off, m->seg_lnf, "lnfw", &norm, full_of[L]);
+        add_tensor(m, &off, m->seg_lnf, "lm_head", &head, full_of[L] + (size_t)C);
+        s->count = off - s->offset;
+    }
     m->num_params = off;
 }
 
@@ -146,7 +165,7 @@ void msr_gpt_build_layout(msr_gpt_t *m)
     int has_embed = pt->pp_rank == 0, has_head = pt->pp_rank == pt->pp - 1;
     m->seg_embed = m->seg_lnf = -1;
 
-    if (m->cfg.arch == MSR_GPT_ARCH_LLAMA) { /* whole only (msr_gpt_part_check) */
+    if (m->cfg.arch == MSR_GPT_ARCH_LLAMA) {
         llama_layout(m);
         return;
     }
@@ -268,17 +287,18 @@ void msr_gpt_segment_reset(msr_gpt_t *model, int s)
     model->segments[s].grads = model->grads != NULL ? model->grads + off : NULL;
 }
 
-/* A Llama block's pointers (gpt.h): qkvw covers wq, wk and wv, fcw w1 and
- * w3. */
-static void llama_point(const msr_gpt_config_t *cfg, float *base, msr_gpt_block_params_t *p)
+/* A Llama block's pointers (gpt.h) on a tp-way rank: qkvw covers wq, wk
+ * and wv (C/tp + 2 KVC/tp rows), fcw w1 and w3 (2 F/tp rows), attprojw
+ * (C, C/tp), fcprojw (C, F/tp). */
+static void llama_point(const msr_gpt_config_t *cfg, int tp, float *base, msr_gpt_block_params_t *p)
 {
-    size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn;
-    size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads);
+    size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn / (size_t)tp;
+    size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads) / (size_t)tp, Cl = C / (size_t)tp;
     float *x = base;
     *p = (msr_gpt_block_params_t){0};
     p->ln1w = x, x += C;
-    p->qkvw = x, x += (C + 2 * KVC) * C;
-    p->attprojw = x, x += C * C;
+    p->qkvw = x, x += (Cl + 2 * KVC) * C;
+    p->attprojw = x, x += C * Cl;
     p->ln2w = x, x += C;
     p->fcw = x, x += 2 * F * C;
     p->fcprojw = x;
@@ -288,7 +308,7 @@ void msr_gpt_block_point_tp(const msr_gpt_config_t *cfg, int tp, float *base,
                             msr_gpt_block_params_t *p)
 {
     if (cfg->arch == MSR_GPT_ARCH_LLAMA) {
-        llama_point(cfg, base, p);
+        llama_point(cfg, tp, base, p);
         return;
     }
     size_t C = (size_t)cfg->channels, Cl = C / (size_t)tp, Hl = 4 * C / (size_t)tp;

@@ -140,8 +140,8 @@ static msr_status_t alloc_frames(msr_mp_t *mp, size_t nframes, int max_layers)
     if (mp->pp > 1 && (mp->pr > 0 || mp->cfg.chunks > 1) &&
         (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
         return MSR_ERR_NO_MEMORY;
-    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
-        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
+    if (mp->pp > 1 && mp->pr == mp->pp - 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA) {
+        size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C; /* a Llama's head is untied */
         mp->head_wte = msr_calloc(n, sizeof(float));
         mp->head_dwte = msr_calloc(n, sizeof(float));
         if (mp->head_wte == NULL || mp->head_dwte == NULL)

@@ -53,6 +53,12 @@
  * keeps a copy of wte for the head; its gradient is added into the first
  * stage's at the end of the step, and the first stage sends the updated
  * wte back after the optimizer step (msr_mp_sync_tied), so both stay equal.
+ * A Llama (model/gpt.h) embeds with wte alone (rotary positions are the
+ * blocks') and its last stage holds the untied lm_head after the final
+ * RMSNorm: no copy, nothing tied to sync. Under tp its kv heads split like
+ * the query heads (kv heads divisible by tp: msr_gpt_part_check), w1 and
+ * w3 are column-parallel, w2 row-parallel, lm_head vocabulary-parallel;
+ * cp is not written for it (train_gpt refuses it).
  *
  * Recompute: none keeps every activation backward needs; selective drops
  * the attention probabilities (B, NH/tp, T, T) and the GELU output and

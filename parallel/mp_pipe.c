@@ -57,6 +57,12 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
     }
     int cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (cp > 1 && model->arch == MSR_GPT_ARCH_LLAMA) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "llama: context parallel %d: ring attention with rotary "
+                       "positions is not written",
+                       cp);
+    }
     if (cp > 1 && model->max_seq % (2 * cp) != 0) {
         return msr_err(MSR_ERR_CONFIG,
                        "context parallel: the sequence of %d does not divide into 2 x cp %d chunks",
@@ -105,8 +111,13 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
 
 dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp)
 {
-    return msr_layout_dims(cfg->micro_batch, m->max_seq, m->channels, m->heads, m->vocab, tp,
-                           cfg->sp, cfg->cp, (int)cfg->recompute);
+    dims_t d = msr_layout_dims(cfg->micro_batch, m->max_seq, m->channels, m->heads, m->vocab, tp,
+                               cfg->sp, cfg->cp, (int)cfg->recompute);
+    if (m->arch == MSR_GPT_ARCH_LLAMA) { /* SwiGLU of width ffn; qkv fits the GPT's 3 Cl */
+        d.Hl = m->ffn / tp;
+        d.glu = 1;
+    }
+    return d;
 }
 
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,

@@ -18,6 +18,13 @@
 
 /* ---- a block ---- */
 
+/* The pipeline keeps a copy of the tied wte on its last stage: pp > 1 and
+ * a GPT (a Llama's lm_head is its own, on the last stage). */
+static int tied(const msr_mp_t *mp)
+{
+    return mp->pp > 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA;
+}
+
 static int seg_of_layer(const msr_gpt_t *m, int c, int l)
 {
     return m->chunk_seg[c] + (l - m->chunk_lo[c]);
@@ -102,10 +109,15 @@ static msr_status_t recompute(msr_mp_t *mp, int m, int l, const msr_gpt_block_pa
         /* the attention output is kept; the recomputed copy goes to scratch
          * (under cp the logsumexp was kept: nothing to recompute); a MoE
          * block has no GELU of its own to bring back */
-        if (d->cp == 1)
+        if (d->cp == 1 && mp->blk.llama) /* qkv was kept rotated */
+            msr_attention_gqa_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T,
+                                      d->Cl, d->NHl, mp->blk.NKVl);
+        else if (d->cp == 1)
             msr_attention_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl,
                                   d->NHl);
-        if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
+        if (mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA)
+            msr_swiglu_forward(la->fch_gelu, la->fch, (int)d->N, d->Hl);
+        else if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
             msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
     }
     return MSR_OK;
@@ -255,7 +267,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         if (st == MSR_OK)
             st = seg_done(mp, model->seg_lnf);
         /* the head's wte gradient is complete after the last backward */
-        if (st == MSR_OK && mp->overlap && mp->pp > 1 && mp->last_backward) {
+        if (st == MSR_OK && mp->overlap && tied(mp) && mp->last_backward) {
             st =
                 msr_comm_isend(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                                MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1, &mp->tied_req);
@@ -306,7 +318,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 
 msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
 {
-    if (mp->pp == 1)
+    if (!tied(mp))
         return MSR_OK;
     size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
     msr_status_t st = MSR_OK;
@@ -387,12 +399,12 @@ static msr_status_t finish_grads(msr_mp_t *mp)
 {
     msr_gpt_t *m = mp->model;
     msr_status_t st = MSR_OK;
-    if (mp->pp > 1 && mp->pr == mp->pp - 1) {
+    if (tied(mp) && mp->pr == mp->pp - 1) {
         st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                            MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1);
         if (st != MSR_OK)
             return msr_mp_failed("sending the tied embedding's gradient", st);
-    } else if (mp->pp > 1 && mp->pr == 0) {
+    } else if (tied(mp) && mp->pr == 0) {
         if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = tied_add(mp)) == MSR_OK)
             st = hook(mp, m->seg_embed, 0);
         if (st != MSR_OK)
@@ -412,8 +424,7 @@ static msr_status_t seg_done(msr_mp_t *mp, int s)
     msr_status_t st;
     if (mp->d.sp && (st = sp_sum(mp, s)) != MSR_OK)
         return st;
-    if (s == mp->model->seg_embed && mp->pp > 1 && mp->last_backward &&
-        (st = tied_add(mp)) != MSR_OK)
+    if (s == mp->model->seg_embed && tied(mp) && mp->last_backward && (st = tied_add(mp)) != MSR_OK)
         return st;
     const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
     return h->grads_ready(h->arg, mp->model, s);

@@ -115,6 +115,9 @@ void msr_mp_point_block(msr_mp_t *mp)
         .Hl = d->Hl,
         .N = d->N,
         .Nl = d->Nl,
+        .llama = mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA,
+        .NKVl = mp->model->cfg.kv_heads / d->tp,
+        .rope_theta = mp->model->cfg.rope_theta,
         .comm = tp || cp ? &mp->blk_comm : NULL,
         .prod = mp->model->prod,
         .proj = w->proj,
@@ -140,13 +143,24 @@ static int global_pos(const msr_mp_t *mp, int t)
     return mp->cp > 1 ? mp->cp_pos[(size_t)mp->cr * mp->d.T + (size_t)t] : t;
 }
 
-/* out (Nl, C): this rank's rows of wte[token] + wpe[t]. */
+static int is_llama(const msr_mp_t *mp)
+{
+    return mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA;
+}
+
+/* out (Nl, C): this rank's rows of wte[token] + wpe[t] (a Llama: wte's
+ * alone; its positions are rotary, in the blocks). */
 msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
 {
     const dims_t *d = &mp->d;
     msr_gpt_t *m = mp->model;
     const float *wte = m->segments[m->seg_embed].params; /* (Vl, C) */
     const float *wpe = wte + (size_t)d->Vl * d->C;       /* (maxT, C) */
+    if (d->tp == 1 && is_llama(mp)) {                    /* every row whole here */
+        for (size_t n = 0; n < d->N; n++)
+            memcpy(out + n * d->C, wte + (size_t)tokens[n] * d->C, (size_t)d->C * sizeof(float));
+        return MSR_OK;
+    }
     if (d->tp == 1 && d->cp == 1) {
         msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
         return MSR_OK;
@@ -166,8 +180,12 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     for (int b = 0; b < d->B; b++)
         for (int t = 0; t < d->Tl; t++) {
             float *o = out + ((size_t)b * d->Tl + t) * d->C;
-            const float *x = r + ((size_t)b * d->Tl + t) * d->C,
-                        *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
+            const float *x = r + ((size_t)b * d->Tl + t) * d->C;
+            if (is_llama(mp)) { /* no wpe: the rows as they are */
+                memcpy(o, x, (size_t)d->C * sizeof(float));
+                continue;
+            }
+            const float *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
             for (int c = 0; c < d->C; c++)
                 o[c] = x[c] + pe[c];
         }
@@ -180,12 +198,12 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
     msr_gpt_t *m = mp->model;
     float *dwte = m->segments[m->seg_embed].grads; /* (Vl, C) */
     float *dwpe = dwte + (size_t)d->Vl * d->C;     /* (maxT, C) */
-    if (d->tp == 1 && d->cp == 1) {
+    if (d->tp == 1 && d->cp == 1 && !is_llama(mp)) {
         msr_encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
         return MSR_OK;
     }
     int t0 = d->sp ? mp->tr * d->Tl : 0;
-    for (int b = 0; b < d->B; b++)
+    for (int b = 0; b < d->B && !is_llama(mp); b++)
         for (int t = 0; t < d->Tl; t++) {
             const float *x = dout + ((size_t)b * d->Tl + t) * d->C;
             float *pe = dwpe + (size_t)global_pos(mp, t0 + t) * d->C;
@@ -209,9 +227,15 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
     return MSR_OK;
 }
 
+/* The head's (Vl, C) matrix: the tied wte (the last stage's copy with
+ * pp > 1), or a Llama's lm_head after lnfw. */
 static float *head_wte(msr_mp_t *mp, int grads)
 {
     msr_gpt_t *m = mp->model;
+    if (is_llama(mp)) {
+        msr_gpt_segment_t *s = &m->segments[m->seg_lnf];
+        return (grads ? s->grads : s->params) + mp->d.C;
+    }
     if (mp->pp > 1)
         return grads ? mp->head_dwte : mp->head_wte;
     return grads ? m->segments[m->seg_embed].grads : m->segments[m->seg_embed].params;
@@ -226,7 +250,11 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     work_t *w = &mp->w;
     const float *lnfw = m->segments[m->seg_lnf].params;
     const float *g;
-    msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl, d->C);
+    if (is_llama(mp))
+        msr_rmsnorm_forward(f->lnf, f->lnf_rstd, x, lnfw, (int)d->Nl, d->C);
+    else
+        msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl,
+                              d->C);
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
@@ -316,7 +344,10 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
         return st;
     const float *lnfw = m->segments[m->seg_lnf].params;
     float *dlnfw = m->segments[m->seg_lnf].grads;
-    msr_layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
-                           (int)d->Nl, d->C);
+    if (is_llama(mp))
+        msr_rmsnorm_backward(w->dres, dlnfw, dl, x, lnfw, f->lnf_rstd, (int)d->Nl, d->C);
+    else
+        msr_layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
+                               (int)d->Nl, d->C);
     return MSR_OK;
 }

@@ -1,9 +1,11 @@
 /* train_gpt's --arch (train_gpt.h): gpt or llama, the Llama's options and
  * what a Llama runs on today (docs/model.md "Llama"): one process, data
- * parallel and ZeRO 1-3, checkpoints and resume, safetensors export and
- * import, --dump-logits and --dump-grads, fp32 or bf16 products,
- * --generate. The model-parallel runtime (tp, sp, pp, cp, virtual stages,
- * recompute, --trace), experts, the CUDA trainer and the planner run GPT
+ * parallel and ZeRO 1-3, pipeline parallel (every schedule, virtual stages,
+ * uneven --pp-layers), tensor and sequence parallel (kv heads split over
+ * tp: the model's part check refuses fewer kv heads than tp), recompute and
+ * --trace, checkpoints and resume, safetensors export and import,
+ * --dump-logits and --dump-grads, fp32 or bf16 products, --generate.
+ * Context parallel, experts, the CUDA trainer and the planner run GPT
  * blocks only, and are refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,19 +24,8 @@ static int64_t default_ffn(int64_t channels)
 /* The first option of a Llama's missing pieces that o asks for, or NULL. */
 static const char *missing_piece(const options_t *o)
 {
-    if (o->tp > 1)
-        return "--tp (tensor-parallel Llama blocks)";
-    if (o->sp)
-        return "--sp (sequence-parallel Llama blocks)";
-    if (o->pp > 1 || o->virtual_stages > 1 || o->pp_layers != NULL)
-        return "--pp, --virtual-stages and --pp-layers (the pipeline's Llama stages and "
-               "untied head)";
     if (o->cp > 1)
         return "--cp (ring attention with rotary positions)";
-    if (o->recompute != NULL && strcmp(o->recompute, "none") != 0)
-        return "--recompute (the model-parallel runtime's Llama blocks)";
-    if (o->trace != NULL)
-        return "--trace (the model-parallel runtime's Llama blocks)";
     if (o->experts > 0 || o->ep > 1)
         return "--experts and --ep (Mixtral-style SwiGLU experts)";
     if (strcmp(o->device, "cpu") != 0)
@@ -83,8 +74,8 @@ int train_gpt_arch_check(options_t *o)
     const char *missing = missing_piece(o);
     if (missing != NULL) {
         fprintf(stderr,
-                "train_gpt: --arch llama runs on one process, data parallel and ZeRO: %s "
-                "is not written for it yet\n",
+                "train_gpt: --arch llama runs on one process, data, pipeline, tensor and "
+                "sequence parallel and ZeRO: %s is not written for it yet\n",
                 missing);
         return -1;
     }

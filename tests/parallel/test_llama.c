@@ -15,6 +15,7 @@
 #include "model/gpt_generate.h"
 #include "model/layers.h"
 #include "model/rng.h"
+#include "parallel/mp.h"
 #include "tests/runner.h"
 
 #define FD_H   1e-5
@@ -568,20 +569,75 @@ static void test_limits(void)
     cfg = llama_config(2);
     cfg.arch = (msr_gpt_arch_t)2;
     check_refused(&cfg, "architecture 2");
-    /* a part: tp and pp are refused, the whole model is not */
+    /* a part: kv heads (2) and ffn (24) divide among tp 2, not tp 4 (kv
+     * heads replicated over tp are not written); pp and the whole model run */
     cfg = llama_config(2);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL}, tp = {2, 0, 1, 0, 1, NULL},
-                   pp = {1, 0, 2, 0, 1, NULL};
+                   tp4 = {4, 0, 1, 0, 1, NULL}, pp = {1, 0, 2, 0, 1, NULL};
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &whole));
+    MSR_CHECK_OK(msr_gpt_part_check(&cfg, &tp));
     msr_err_clear();
+    MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp4), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "kv heads replicated over tp are not written") != NULL);
+    cfg.ffn = 25;
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "tensor- and pipeline-parallel") != NULL);
-    MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &pp), MSR_ERR_CONFIG);
+    cfg.ffn = F;
+    MSR_CHECK_OK(msr_gpt_part_check(&cfg, &pp));
+    /* the runtime: pp 2 and tp 2 run, cp 2 (not written) is refused */
+    msr_mp_config_t mc = {.schedule = MSR_MP_1F1B, .chunks = 1, .micro_batch = 1, .micros = 2};
+    MSR_CHECK_OK(msr_mp_check(&cfg, &mc, 2, 2));
+    mc.cp = 2;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 1), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "rotary positions is not written") != NULL);
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};
     gpt.ffn = -5;
     gpt.kv_heads = 3;
     MSR_CHECK_OK(msr_gpt_config_check(&gpt));
+}
+
+/* A pipeline stage's tensors (pp 2, uneven and even splits, virtual
+ * stages): the first stage holds wte and no head, the last lnfw and
+ * lm_head and no wte, and every tensor sits where the whole model's of
+ * the same name does, so a checkpoint's logical tensors are the same. */
+static void test_pp_parts(void)
+{
+    msr_gpt_config_t cfg = llama_config(2);
+    cfg.layers = 4;
+    msr_gpt_t *whole, *part;
+    MSR_CHECK_OK(msr_gpt_create_part(&cfg, &(msr_gpt_part_t){1, 0, 1, 0, 1, NULL}, 0, &whole));
+    const int uneven[] = {1, 3}, one_each[] = {1, 1, 1, 1};
+    const struct {
+        const int *split;
+        int chunks;
+    } cases[] = {{NULL, 1}, {uneven, 1}, {one_each, 2}, {NULL, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int held[64] = {0};
+        for (int r = 0; r < 2; r++) {
+            msr_gpt_part_t pt = {1, 0, 2, r, cases[c].chunks, cases[c].split};
+            MSR_CHECK_OK(msr_gpt_create_part(&cfg, &pt, 0, &part));
+            MSR_CHECK((part->seg_embed >= 0) == (r == 0));
+            MSR_CHECK((part->seg_lnf >= 0) == (r == 1));
+            for (int k = 0; k < part->num_tensors; k++) {
+                const msr_gpt_tensor_t *t = &part->tensors[k];
+                int found = 0;
+                for (int w = 0; w < whole->num_tensors; w++) {
+                    const msr_gpt_tensor_t *u = &whole->tensors[w];
+                    if (strcmp(u->name, t->name) != 0)
+                        continue;
+                    found = 1;
+                    held[w]++;
+                    MSR_CHECK(t->full_offset == u->offset && t->count == u->count);
+                }
+                MSR_CHECK(found);
+            }
+            msr_gpt_destroy(part);
+        }
+        for (int w = 0; w < whole->num_tensors; w++)
+            MSR_CHECK(held[w] == 1); /* every tensor on exactly one stage */
+    }
+    msr_gpt_destroy(whole);
 }
 
 static const msr_test_t tests[] = {
@@ -595,6 +651,7 @@ static const msr_test_t tests[] = {
     {"hooks", test_hooks, 10},
     {"generate_cached", test_generate_cached, 10},
     {"limits", test_limits, 10},
+    {"pp_parts", test_pp_parts, 10},
 };
 
 int main(int argc, char **argv)
