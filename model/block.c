@@ -65,15 +65,34 @@ static int qkv_width(const msr_block_t *b)
     return b->llama ? b->Cl + 2 * b->NKVl * (b->Cl / b->NHl) : 3 * b->Cl;
 }
 
-/* The Llama's attention on its qkv (N, Cl + 2 KVl), just projected: rotary
- * positions on q and k (from position pos0), then grouped-query attention,
- * or the attend hook's (generation's key/value cache). */
-static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
+/* Rotary positions on H heads of qkv's columns x (dir 1) or back (-1):
+ * row t of each sequence at pos0 + t, or at pos[t] (context parallel),
+ * one call per run of consecutive positions. */
+static void rope(const msr_block_t *b, float *x, int H, int dir)
 {
     int HS = b->Cl / b->NHl, W = qkv_width(b);
-    msr_rope_forward(a->qkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, 1);
-    msr_rope_forward(a->qkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, 1);
-    if (b->comm != NULL && b->comm->attend != NULL) /* generation's cache */
+    if (b->pos == NULL) {
+        msr_rope_forward(x, W, b->B, b->T, b->pos0, H, HS, b->rope_theta, dir);
+        return;
+    }
+    for (int s = 0; s < b->B; s++) {
+        for (int t = 0, n; t < b->T; t += n) {
+            for (n = 1; t + n < b->T && b->pos[t + n] == b->pos[t] + n; n++)
+                ;
+            msr_rope_forward(x + ((size_t)s * b->T + (size_t)t) * W, W, 1, n, b->pos[t], H, HS,
+                             b->rope_theta, dir);
+        }
+    }
+}
+
+/* The Llama's attention on its qkv (N, Cl + 2 KVl), just projected: rotary
+ * positions on q and k, then grouped-query attention, or the attend
+ * hook's (generation's key/value cache, context parallel's ring). */
+static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
+{
+    rope(b, a->qkv, b->NHl, 1);
+    rope(b, a->qkv + b->Cl, b->NKVl, 1);
+    if (b->comm != NULL && b->comm->attend != NULL)
         return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
     msr_attention_gqa_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl, b->NKVl);
     return MSR_OK;
@@ -81,13 +100,19 @@ static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
 
 /* Its backward: b->dqkv (N, Cl + 2 KVl) += from b->datty; the rotated q
  * and k gradients then turn back to those of the projection's output. */
-static void llama_attend_backward(const msr_block_t *b, const msr_gpt_block_acts_t *a)
+static msr_status_t llama_attend_backward(const msr_block_t *b, const msr_gpt_block_acts_t *a)
 {
-    int HS = b->Cl / b->NHl, W = qkv_width(b);
-    msr_attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
-                               b->Cl, b->NHl, b->NKVl);
-    msr_rope_forward(b->dqkv, W, b->B, b->T, b->pos0, b->NHl, HS, b->rope_theta, -1);
-    msr_rope_forward(b->dqkv + b->Cl, W, b->B, b->T, b->pos0, b->NKVl, HS, b->rope_theta, -1);
+    msr_status_t st = MSR_OK;
+    if (b->comm != NULL && b->comm->attend_backward != NULL)
+        st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
+    else
+        msr_attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
+                                   b->Cl, b->NHl, b->NKVl);
+    if (st != MSR_OK)
+        return st;
+    rope(b, b->dqkv, b->NHl, -1);
+    rope(b, b->dqkv + b->Cl, b->NKVl, -1);
+    return MSR_OK;
 }
 
 /* ln = norm(x): LayerNorm (mean and rstd kept), or a Llama's RMSNorm
@@ -253,7 +278,7 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         return st;
     memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
     if (b->llama)
-        llama_attend_backward(b, a);
+        st = llama_attend_backward(b, a);
     else if (b->comm != NULL && b->comm->attend_backward != NULL)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else

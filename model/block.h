@@ -24,9 +24,10 @@
  * query heads then the key/value heads (grouped-query attention) with
  * rotary positions applied to q and k, and the SwiGLU MLP: fc (N, 2Hl)
  * holds gate and up, fcproj reads silu(gate) * up (N, Hl). Under tp a rank
- * holds NHl query heads, NKVl = KVH/tp key/value heads and Hl = F/tp; no
- * context parallel is written for it; its attend hook (forward only:
- * generation) gets the rotated qkv (N, Cl + 2 KVl). */
+ * holds NHl query heads, NKVl = KVH/tp key/value heads and Hl = F/tp.
+ * Its attend hooks (generation's cache: forward only; context parallel's
+ * ring) get the rotated qkv (N, Cl + 2 KVl); under cp, pos gives each
+ * row's position (the zigzag chunks'), which the rotation uses. */
 #ifndef MSR_MODEL_BLOCK_H
 #define MSR_MODEL_BLOCK_H
 
@@ -49,11 +50,12 @@ typedef struct msr_block_comm {
      * parallel's buckets) makes progress while the block computes. */
     msr_status_t (*poll)(void *arg);
     /* Context parallel: attention of this rank's queries over the whole
-     * sequence (ring attention). out (N,Cl) from qkv (N,3Cl); att gets what
-     * backward needs (the logsumexp, (N,NHl)). NULL: the causal attention
-     * kernel on the rank's own (B,T) sequence, att (B,NHl,T,T). */
+     * sequence (ring attention). out (N,Cl) from qkv (N,3Cl; a Llama's
+     * (N, Cl + 2KVl), rotated); att gets what backward needs (the
+     * logsumexp, (N,NHl)). NULL: the causal attention kernel on the rank's
+     * own (B,T) sequence, att (B,NHl,T,T). */
     msr_status_t (*attend)(void *arg, float *out, float *att, const float *qkv);
-    /* Its backward: dqkv (N,3Cl) += from dout (N,Cl), given forward's
+    /* Its backward: dqkv (as qkv) += from dout (N,Cl), given forward's
      * qkv, out and att. */
     msr_status_t (*attend_backward)(void *arg, float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *att);
@@ -70,6 +72,8 @@ typedef struct msr_block {
     double rope_theta;            /* llama: the rotary base */
     int pos0;                     /* llama: the position of each sequence's first row (0;
                                    * generation: the cache's length) */
+    const int *pos;               /* llama: each sequence's rows' positions (T), context
+                                   * parallel's zigzag chunks; NULL: pos0 + t */
     const msr_block_comm_t *comm; /* NULL: tp = 1 */
     msr_products_t *prod;         /* the products' precision (NULL: fp32), the model's */
     float *proj, *projl;          /* (N,C) a projection before its reduction, (Nl,C) */

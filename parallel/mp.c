@@ -123,6 +123,15 @@ static msr_status_t alloc_cp(msr_mp_t *mp)
     if (mp->cp_pos == NULL || mp->cp_in == NULL || mp->cp_tgt == NULL)
         return MSR_ERR_NO_MEMORY;
     mp->stats.work_bytes += msr_layout_work_ints(&mp->d, mp->cfg.micros) * sizeof(int);
+    const msr_gpt_config_t *g = &mp->model->cfg;
+    if (g->arch == MSR_GPT_ARCH_LLAMA && g->kv_heads != g->heads) {
+        size_t n = T / 2 * 2 * (size_t)mp->d.Cl; /* grouped-query: the kv heads repeated */
+        mp->cp_kvx = msr_calloc(n, sizeof(float));
+        mp->cp_dkvx = msr_calloc(n, sizeof(float));
+        if (mp->cp_kvx == NULL || mp->cp_dkvx == NULL)
+            return MSR_ERR_NO_MEMORY;
+        mp->stats.work_bytes += 2 * n * sizeof(float);
+    }
     for (int j = 0; j < mp->cp; j++)
         for (size_t t = 0; t < T; t++)
             mp->cp_pos[(size_t)j * T + t] = msr_mp_cp_position(mp->cp, mp->d.T / 2, j, (int)t);
@@ -281,6 +290,8 @@ void msr_mp_destroy(msr_mp_t *mp)
     msr_free(mp->head_wte);
     msr_free(mp->head_dwte);
     msr_free(mp->cp_pos);
+    msr_free(mp->cp_kvx);
+    msr_free(mp->cp_dkvx);
     msr_free(mp->cp_in);
     msr_free(mp->cp_tgt);
     msr_free(mp->wmem);

@@ -57,8 +57,11 @@
  * blocks') and its last stage holds the untied lm_head after the final
  * RMSNorm: no copy, nothing tied to sync. Under tp its kv heads split like
  * the query heads (kv heads divisible by tp: msr_gpt_part_check), w1 and
- * w3 are column-parallel, w2 row-parallel, lm_head vocabulary-parallel;
- * cp is not written for it (train_gpt refuses it).
+ * w3 are column-parallel, w2 row-parallel, lm_head vocabulary-parallel.
+ * Under cp its blocks rotate q and k at each row's global position (the
+ * zigzag chunks', msr_block_t.pos) and the ring carries the k and v of
+ * its KVH/tp key/value heads only, each repeated for its query
+ * heads one chunk at a time in front of the ring kernels.
  *
  * Recompute: none keeps every activation backward needs; selective drops
  * the attention probabilities (B, NH/tp, T, T) and the GELU output and

@@ -35,12 +35,48 @@ static int chunk_of(int cp, int j, int k)
     return k == 0 ? j : 2 * cp - 1 - j;
 }
 
-/* The K and V columns of qkv (N, 3Cl) packed as (N, 2Cl): what travels. */
-static void pack_kv(const dims_t *d, const float *qkv, float *kv)
+/* The width KV of qkv's k (and of its v) columns: Cl, or a Llama's KVl =
+ * NKVl heads (grouped-query attention); qkv is (N, Cl + 2 KV). */
+static size_t kv_width(const msr_mp_t *mp)
 {
-    size_t Cl = (size_t)d->Cl;
-    for (size_t n = 0; n < d->N; n++)
-        memcpy(kv + n * 2 * Cl, qkv + n * 3 * Cl + Cl, 2 * Cl * sizeof(float));
+    return mp->blk.llama ? (size_t)mp->blk.NKVl * (size_t)(mp->d.Cl / mp->d.NHl) : (size_t)mp->d.Cl;
+}
+
+/* The K and V columns of qkv packed as (N, 2KV): what travels. */
+static void pack_kv(const msr_mp_t *mp, const float *qkv, float *kv)
+{
+    size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp);
+    for (size_t n = 0; n < mp->d.N; n++)
+        memcpy(kv + n * 2 * KV, qkv + n * (Cl + 2 * KV) + Cl, 2 * KV * sizeof(float));
+}
+
+/* Grouped-query attention: S rows of kv (2KV wide) with each kv head
+ * repeated for its NHl/NKVl query heads into x (S, 2Cl), what the ring
+ * kernels take. */
+static void expand_kv(const msr_mp_t *mp, const float *kv, float *x, int S)
+{
+    size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp), HS = Cl / (size_t)mp->d.NHl;
+    size_t G = (size_t)(mp->d.NHl / mp->blk.NKVl);
+    for (size_t n = 0; n < (size_t)S; n++)
+        for (size_t h = 0; h < (size_t)mp->d.NHl; h++)
+            for (size_t part = 0; part < 2; part++)
+                memcpy(x + n * 2 * Cl + part * Cl + h * HS,
+                       kv + n * 2 * KV + part * KV + h / G * HS, HS * sizeof(float));
+}
+
+/* Its backward: dkv (S, 2KV) += the sum of each group's columns of dx. */
+static void fold_dkv(const msr_mp_t *mp, float *dkv, const float *dx, int S)
+{
+    size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp), HS = Cl / (size_t)mp->d.NHl;
+    size_t G = (size_t)(mp->d.NHl / mp->blk.NKVl);
+    for (size_t n = 0; n < (size_t)S; n++)
+        for (size_t h = 0; h < (size_t)mp->d.NHl; h++)
+            for (size_t part = 0; part < 2; part++) {
+                float *g = dkv + n * 2 * KV + part * KV + h / G * HS;
+                const float *x = dx + n * 2 * Cl + part * Cl + h * HS;
+                for (size_t i = 0; i < HS; i++)
+                    g[i] += x[i];
+            }
 }
 
 /* Starts one transfer of a ring step: out (N, 2Cl) to the next rank, in
@@ -48,7 +84,7 @@ static void pack_kv(const dims_t *d, const float *qkv, float *kv)
 static msr_status_t ring_post(msr_mp_t *mp, const float *out, float *in, int tag,
                               msr_comm_req_t **req)
 {
-    size_t count = mp->d.N * 2 * (size_t)mp->d.Cl;
+    size_t count = mp->d.N * 2 * kv_width(mp);
     int next = (mp->cr + 1) % mp->cp, prev = (mp->cr - 1 + mp->cp) % mp->cp;
     msr_comm_t *c = mp->mesh->cp_comm;
     msr_status_t st = msr_comm_irecv(c, in, count, MSR_DTYPE_F32, prev, tag, &req[0]);
@@ -125,11 +161,15 @@ static void pair_forward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
 {
     const fold_fwd_t *f = arg;
     const dims_t *d = &mp->d;
-    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
+    int S = d->T / 2, KV = (int)kv_width(mp), W = d->Cl + 2 * KV, C2 = 2 * d->Cl, NH = d->NHl;
+    const float *kv = f->kv + p->kr * 2 * KV;
+    if (KV != d->Cl) { /* grouped-query: the kv heads repeated */
+        expand_kv(mp, kv, mp->cp_kvx, S);
+        kv = mp->cp_kvx;
+    }
     msr_attention_ring_forward(mp->model->prod, f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
-                               mp->w.rsum + p->qr * NH, f->qkv + p->qr * C3, C3, p->qpos, S,
-                               f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl, C2, p->kpos, S,
-                               d->Cl, NH, mp->w.datt);
+                               mp->w.rsum + p->qr * NH, f->qkv + p->qr * W, W, p->qpos, S, kv,
+                               kv + d->Cl, C2, p->kpos, S, d->Cl, NH, mp->w.datt);
 }
 
 msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv)
@@ -143,7 +183,7 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
         w->rmx[i] = -INFINITY;
         w->rsum[i] = 0.0f;
     }
-    pack_kv(d, qkv, w->kv[0]);
+    pack_kv(mp, qkv, w->kv[0]);
     for (int s = 0; s < mp->cp; s++) {
         /* the next block travels while this one is computed */
         msr_comm_req_t *req[2] = {NULL, NULL};
@@ -175,12 +215,21 @@ static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
 {
     const fold_bwd_t *f = arg;
     const dims_t *d = &mp->d;
-    int S = d->T / 2, C3 = 3 * d->Cl, C2 = 2 * d->Cl, NH = d->NHl;
-    msr_attention_ring_backward(mp->model->prod, f->dqkv + p->qr * C3, C3, f->dkv + p->kr * C2,
-                                f->dkv + p->kr * C2 + d->Cl, C2, f->dout + p->qr * d->Cl,
-                                f->qkv + p->qr * C3, f->kv + p->kr * C2, f->kv + p->kr * C2 + d->Cl,
+    int S = d->T / 2, KV = (int)kv_width(mp), W = d->Cl + 2 * KV, C2 = 2 * d->Cl, NH = d->NHl;
+    const float *kv = f->kv + p->kr * 2 * KV;
+    float *dkv = f->dkv + p->kr * 2 * KV;
+    if (KV != d->Cl) { /* grouped-query: the kv heads repeated, their gradients summed */
+        expand_kv(mp, kv, mp->cp_kvx, S);
+        memset(mp->cp_dkvx, 0, (size_t)S * (size_t)C2 * sizeof(float));
+        kv = mp->cp_kvx;
+        dkv = mp->cp_dkvx;
+    }
+    msr_attention_ring_backward(mp->model->prod, f->dqkv + p->qr * W, W, dkv, dkv + d->Cl, C2,
+                                f->dout + p->qr * d->Cl, f->qkv + p->qr * W, kv, kv + d->Cl,
                                 f->lse + p->qr * NH, mp->w.delta + p->qr * NH, p->qpos, S, p->kpos,
                                 S, d->Cl, NH, mp->w.datt);
+    if (KV != d->Cl)
+        fold_dkv(mp, f->dkv + p->kr * 2 * KV, mp->cp_dkvx, S);
 }
 
 /* Backward: at step s this rank holds block j = cr - s with the gradient
@@ -193,9 +242,9 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
     msr_mp_t *mp = arg;
     const dims_t *d = &mp->d;
     work_t *w = &mp->w;
-    size_t n2 = d->N * 2 * (size_t)d->Cl;
+    size_t KV = kv_width(mp), n2 = d->N * 2 * KV;
     msr_attention_ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
-    pack_kv(d, qkv, w->kv[0]);
+    pack_kv(mp, qkv, w->kv[0]);
     memset(w->dkv[0], 0, n2 * sizeof(float));
     for (int s = 0; s < mp->cp; s++) {
         int cur = s % 2, nxt = (s + 1) % 2;
@@ -219,9 +268,9 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
     const float *mine = w->dkv[mp->cp % 2];
     size_t Cl = (size_t)d->Cl;
     for (size_t n = 0; n < d->N; n++) {
-        float *g = dqkv + n * 3 * Cl + Cl;
-        const float *x = mine + n * 2 * Cl;
-        for (size_t c = 0; c < 2 * Cl; c++)
+        float *g = dqkv + n * (Cl + 2 * KV) + Cl;
+        const float *x = mine + n * 2 * KV;
+        for (size_t c = 0; c < 2 * KV; c++)
             g[c] += x[c];
     }
     return MSR_OK;

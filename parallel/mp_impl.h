@@ -53,9 +53,11 @@ struct msr_mp {
     dims_t d;
     int pp, pr, nv; /* stages, this stage, virtual stages */
     int tp, tr;
-    int cp, cr;          /* context parallel: ranks in the ring, this rank's index */
-    int *cp_pos;         /* [cp * T]: rank j's global positions at j * T (T = d.T) */
-    int *cp_in, *cp_tgt; /* [micros * N]: this rank's positions of the step's tokens */
+    int cp, cr;              /* context parallel: ranks in the ring, this rank's index */
+    int *cp_pos;             /* [cp * T]: rank j's global positions at j * T (T = d.T) */
+    int *cp_in, *cp_tgt;     /* [micros * N]: this rank's positions of the step's tokens */
+    float *cp_kvx, *cp_dkvx; /* (T/2, 2 Cl) each: a Llama's kv heads repeated for grouped-query
+                              * ring attention, and their gradients (NULL otherwise) */
 
     float *wmem;
     work_t w;

@@ -57,12 +57,6 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        (int)cfg->schedule, (int)cfg->recompute, cfg->micro_batch, cfg->micros);
     }
     int cp = cfg->cp > 1 ? cfg->cp : 1;
-    if (cp > 1 && model->arch == MSR_GPT_ARCH_LLAMA) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "llama: context parallel %d: ring attention with rotary "
-                       "positions is not written",
-                       cp);
-    }
     if (cp > 1 && model->max_seq % (2 * cp) != 0) {
         return msr_err(MSR_ERR_CONFIG,
                        "context parallel: the sequence of %d does not divide into 2 x cp %d chunks",

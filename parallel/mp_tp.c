@@ -118,6 +118,7 @@ void msr_mp_point_block(msr_mp_t *mp)
         .llama = mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA,
         .NKVl = mp->model->cfg.kv_heads / d->tp,
         .rope_theta = mp->model->cfg.rope_theta,
+        .pos = cp ? mp->cp_pos + (size_t)mp->cr * (size_t)d->T : NULL, /* zigzag chunks */
         .comm = tp || cp ? &mp->blk_comm : NULL,
         .prod = mp->model->prod,
         .proj = w->proj,

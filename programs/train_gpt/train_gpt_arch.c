@@ -24,8 +24,6 @@ static int64_t default_ffn(int64_t channels)
 /* The first option of a Llama's missing pieces that o asks for, or NULL. */
 static const char *missing_piece(const options_t *o)
 {
-    if (o->cp > 1)
-        return "--cp (ring attention with rotary positions)";
     if (o->experts > 0 || o->ep > 1)
         return "--experts and --ep (Mixtral-style SwiGLU experts)";
     if (strcmp(o->device, "cpu") != 0)

@@ -583,13 +583,19 @@ static void test_limits(void)
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
     cfg.ffn = F;
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &pp));
-    /* the runtime: pp 2 and tp 2 run, cp 2 (not written) is refused */
+    /* the runtime: pp 2 and tp 2 run; cp runs while the sequence (6)
+     * divides into 2 x cp chunks: cp 3 (chunks of one position) at the
+     * bound, cp 4 one past it and cp 2 (not dividing) are refused */
     msr_mp_config_t mc = {.schedule = MSR_MP_1F1B, .chunks = 1, .micro_batch = 1, .micros = 2};
     MSR_CHECK_OK(msr_mp_check(&cfg, &mc, 2, 2));
-    mc.cp = 2;
-    msr_err_clear();
-    MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 1), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "rotary positions is not written") != NULL);
+    mc.cp = 3;
+    MSR_CHECK_OK(msr_mp_check(&cfg, &mc, 1, 1));
+    for (int cp = 4; cp >= 2; cp -= 2) {
+        mc.cp = cp;
+        msr_err_clear();
+        MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 1), MSR_ERR_CONFIG);
+        MSR_CHECK(strstr(msr_err_msg(), "does not divide into 2 x cp") != NULL);
+    }
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};
     gpt.ffn = -5;

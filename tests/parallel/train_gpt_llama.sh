@@ -46,7 +46,6 @@ refuse "ffn" "${small[@]}" --ffn 0
 refuse "ffn" "${small[@]}" --ffn 65537
 refuse "rope theta 1 is not in (1, 1e12]" "${small[@]}" --rope-theta 1
 refuse "head width 3 (channels 24 / heads 8) is odd" "${small[@]}" --channels 24 --heads 8
-refuse "--cp (ring attention with rotary positions)" "${small[@]}" --cp 2
 refuse "--experts and --ep" "${small[@]}" --experts 4
 refuse "the planner's count" "${small[@]}" --plan
 # the bounds themselves train: kv heads 1 and = heads, ffn 1

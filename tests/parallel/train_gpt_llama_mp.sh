@@ -4,13 +4,14 @@
 # and uneven --pp-layers (the first stage holds embed_tokens, the last the
 # final norm and the untied lm_head), tensor parallel with its kv heads
 # split (kv heads = tp) and sequence parallel, selective and full
-# recompute and --trace print the losses and gradient norms of one process
-# over 10 steps (1e-5 relative); a checkpoint of one process resumes in tp
+# recompute, --trace and context parallel (ring attention over the kv
+# heads, rotary positions of each zigzag chunk's own; cp 2, cp 2 x dp 2,
+# cp 2 x tp 2 + sp, cp 2 x pp 2) print the losses and gradient norms of
+# one process over 10 steps (1e-5 relative); a checkpoint of one process resumes in tp
 # 2 x pp 2 and back, and tp 2 x pp 2 reads and exports one process's
 # safetensors file unchanged. A split's limits (a layer for every stage: exactly 4
 # stages of 4 layers run, 5 are refused; --pp-layers entries >= 1; kv
-# heads and ffn dividing among tp) are checked before training; cp stays
-# refused by name.
+# heads and ffn dividing among tp) are checked before training.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -41,7 +42,6 @@ refuse() {
     return 0
 }
 small=(--arch llama --layers 4 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1)
-refuse 1 "--cp (ring attention with rotary positions) is not written" "${small[@]}" --cp 2
 # kv heads split over tp: kv heads = tp runs (below), one fewer is refused
 refuse 2 "llama: 1 kv heads or ffn 40 do not divide among tp 2" "${small[@]}" --tp 2 \
     --kv-heads 1 --ffn 40
@@ -86,6 +86,10 @@ layout tp2-sp 2 --tp 2 --sp --micro-batch 4
 layout tp2-pp2-sp-selective 4 --tp 2 --pp 2 --sp --micro-batch 2 --recompute selective
 layout tp2-dp2-zero2 4 --tp 2 --dp 2 --micro-batch 2 --zero 2
 layout selective 1 --micro-batch 4 --recompute selective
+layout cp2 2 --cp 2 --micro-batch 4
+layout cp2-dp2 4 --cp 2 --dp 2 --micro-batch 2
+layout cp2-tp2-sp 4 --cp 2 --tp 2 --sp --micro-batch 4
+layout cp2-pp2-selective 4 --cp 2 --pp 2 --micro-batch 2 --schedule 1f1b --recompute selective
 layout full-trace 1 --micro-batch 2 --recompute full --trace "$W/trace.json"
 python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert t["traceEvents"]' \
     "$W/trace.json" || fail "--trace wrote no spans"
