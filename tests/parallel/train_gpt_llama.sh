@@ -48,7 +48,8 @@ refuse "rope theta 1 is not in (1, 1e12]" "${small[@]}" --rope-theta 1
 refuse "head width 3 (channels 24 / heads 8) is odd" "${small[@]}" --channels 24 --heads 8
 refuse "--cp (ring attention with rotary positions)" "${small[@]}" --cp 2
 refuse "--experts and --ep" "${small[@]}" --experts 4
-refuse "the planner's count" "${small[@]}" --plan
+refuse "--calibrate and --recalibrate" "${small[@]}" --calibrate "$W/cluster"
+refuse "counts a Llama.s runtime in fp32 only" "${small[@]}" --plan --precision bf16
 # the bounds themselves train: kv heads 1 and = heads, ffn 1
 for extra in "--kv-heads 1" "--kv-heads 4" "--ffn 1"; do
     timeout 30 "$bin/train_gpt" "${small[@]}" $extra >"$W/out" 2>"$W/err" ||
