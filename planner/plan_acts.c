@@ -27,8 +27,9 @@ static msr_layout_dims_t plan_dims(const msr_plan_model_t *m, int micro_batch, i
 
 /* ---- activations (parallel/mp_pipe.c msr_mp_carve_frame) ---- */
 
-/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT
- * runtime: the layout's table, which the runtime carves its frames from. */
+/* fp32 elements one micro-batch chunk of `layers` blocks keeps, the
+ * runtime's (GPT or Llama): the layout's table, which the runtime carves
+ * its frames from. */
 uint64_t msr_plan_frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
                               int head)
 {
