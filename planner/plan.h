@@ -198,16 +198,17 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
                    size_t why_len);
 
 /* Whether prec of model m is counted as the runtime counts (GPT in fp32 or
- * with the runtime's bf16 products, the runtime's Llama in fp32) rather
- * than by the paper accounting. */
+ * with the runtime's bf16 products, the runtime's Llama, dense, in fp32)
+ * rather than by the paper accounting (a Llama's experts are not in the
+ * runtime). */
 static inline int msr_plan_is_runtime(const msr_plan_model_t *m, msr_plan_precision_t prec)
 {
     if (m->arch == MSR_PLAN_LLAMA)
-        return prec == MSR_PLAN_FP32;
+        return prec == MSR_PLAN_FP32 && m->experts == 0;
     return prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME;
 }
 
-/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME, Llama in fp32:
+/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME, a dense Llama in fp32:
  * the runtime accounting (exact); anything else: the paper accounting. The layout must have passed
  * msr_plan_check. */
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
