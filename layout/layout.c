@@ -389,9 +389,10 @@ size_t msr_layout_whole_work(const msr_layout_dims_t *d, int w, int datt_heads)
         return N * C;
     case MSR_WORK_WHOLE_DQKV:
         return N * 3 * C;
-    case MSR_WORK_WHOLE_DFCH:
+    case MSR_WORK_WHOLE_DFCH: /* d->Hl: 4 C, or a Llama's ffn (its gate and up: glu) */
+        return N * (size_t)d->Hl * (d->glu ? 2 : 1);
     case MSR_WORK_WHOLE_DFCH_GELU:
-        return N * 4 * C;
+        return N * (size_t)d->Hl;
     case MSR_WORK_WHOLE_DATT:
         return (size_t)datt_heads * T * T;
     case MSR_WORK_WHOLE_DLOGITS:

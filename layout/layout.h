@@ -296,8 +296,8 @@ enum {
     MSR_WORK_WHOLE_DLN,       /* (N, C) */
     MSR_WORK_WHOLE_DQKV,      /* (N, 3 C) */
     MSR_WORK_WHOLE_DATTY,     /* (N, C) */
-    MSR_WORK_WHOLE_DFCH,      /* (N, 4 C) */
-    MSR_WORK_WHOLE_DFCH_GELU, /* (N, 4 C) */
+    MSR_WORK_WHOLE_DFCH,      /* (N, Hl), Hl = 4 C; a Llama's (N, 2 ffn) (glu) */
+    MSR_WORK_WHOLE_DFCH_GELU, /* (N, Hl), a Llama's (N, ffn) */
     MSR_WORK_WHOLE_DATT,      /* (datt_heads, T, T) */
     MSR_WORK_WHOLE_DLOGITS,   /* (N, V) */
     MSR_WORK_WHOLE_COUNT,

@@ -357,7 +357,7 @@ float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n)
  * MLP pieces, whose width follows ffn: k == fch (the gate and up
  * projections, N x 2F) and k == fch_act (silu(gate) * up, N x F). Every
  * other piece of a Llama fits in the GPT's (qkv: C + 2 KVC <= 3C). The
- * planner does not count Llamas yet (train_gpt refuses --plan for one). */
+ * planner counts the same sizes through msr_layout_dims_t (Hl, glu). */
 static size_t llama_size(const msr_gpt_config_t *cfg, int batch, int k, int fch, int fch_act,
                          size_t n)
 {

@@ -5,7 +5,9 @@
  * Two accountings:
  *
  *   runtime  msrun's own CPU runtime (parallel/dp.h, parallel/mp.h) training
- *            the reference GPT in fp32, exactly: the part's parameters, dp's
+ *            the reference GPT, or its Llama (RMSNorm, SwiGLU of ffn,
+ *            grouped-query attention, untied head), in fp32, exactly: the
+ *            part's parameters, dp's
  *            buckets, units and shards (ZeRO 0-3, replicated small
  *            segments), each micro-batch chunk's kept activations and the
  *            most held at once under the rank's schedule. These equal, to
@@ -19,7 +21,7 @@
  *            activations per layer in 16-bit by Korthikanti et al. (2022)'s
  *            terms, cut by tensor and sequence parallel and dropped by
  *            recompute. Used for MSR_PLAN_BF16 (bf16 at paper scale) and
- *            for the Llama-style description.
+ *            for a Llama in bf16.
  *
  * Layer and rank conventions follow the runtime: rank = ((dp_rank * pp +
  * pp_rank) * cp + cp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
@@ -196,14 +198,18 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
                    size_t why_len);
 
 /* Whether prec of model m is counted as the runtime counts (GPT in fp32 or
- * with the runtime's bf16 products) rather than by the paper accounting. */
+ * with the runtime's bf16 products, the runtime's Llama, dense, in fp32)
+ * rather than by the paper accounting (a Llama's experts are not in the
+ * runtime). */
 static inline int msr_plan_is_runtime(const msr_plan_model_t *m, msr_plan_precision_t prec)
 {
-    return m->arch == MSR_PLAN_GPT && (prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME);
+    if (m->arch == MSR_PLAN_LLAMA)
+        return prec == MSR_PLAN_FP32 && m->experts == 0;
+    return prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME;
 }
 
-/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME: the runtime
- * accounting (exact); anything else: the paper accounting. The layout must have passed
+/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME, a dense Llama in fp32:
+ * the runtime accounting (exact); anything else: the paper accounting. The layout must have passed
  * msr_plan_check. */
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,
                    int rank, msr_plan_rank_t *out);

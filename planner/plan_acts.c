@@ -8,15 +8,32 @@
 #include "planner/plan.h"
 #include "planner/plan_mem_impl.h"
 
+/* The runtime's sizes of model m on a rank of tensor parallel tp (with
+ * sequence parallel sp), context parallel cp and recompute mode: the
+ * layout's, with a Llama's SwiGLU of width ffn as the runtime sets it
+ * (parallel/mp_pipe.c msr_mp_dims; model/gpt_tensors.c on the whole
+ * model): gate and up 2 ffn / tp wide, their product ffn / tp. */
+static msr_layout_dims_t plan_dims(const msr_plan_model_t *m, int micro_batch, int tp, int sp,
+                                   int cp, int mode)
+{
+    msr_layout_dims_t d =
+        msr_layout_dims(micro_batch, m->seq, m->channels, m->heads, m->vocab, tp, sp, cp, mode);
+    if (m->arch == MSR_PLAN_LLAMA) {
+        d.Hl = m->ffn / tp;
+        d.glu = 1;
+    }
+    return d;
+}
+
 /* ---- activations (parallel/mp_pipe.c msr_mp_carve_frame) ---- */
 
-/* fp32 elements one micro-batch chunk of `layers` blocks keeps, GPT
- * runtime: the layout's table, which the runtime carves its frames from. */
+/* fp32 elements one micro-batch chunk of `layers` blocks keeps, the
+ * runtime's (GPT or Llama): the layout's table, which the runtime carves
+ * its frames from. */
 uint64_t msr_plan_frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
                               int head)
 {
-    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
-                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     return msr_layout_frame_elems(&d, layers, head);
 }
 
@@ -33,8 +50,7 @@ int msr_plan_whole_path(const msr_plan_layout_t *l)
  * the layout's, which model/gpt.c carves. */
 uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
 {
-    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
-                                          1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
     return msr_layout_whole_elems(&d, m->layers);
 }
 
@@ -55,13 +71,11 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
     *scratch_p = 0;
     uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq;
     if (msr_plan_whole_path(l)) {
-        msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads,
-                                              m->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+        msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
         return msr_layout_whole_work_elems(&d, 1) * MSR_PLAN_F32 + 4 * N * sizeof(int32_t);
     }
     uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
-    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
-                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * MSR_PLAN_F32;
     return msr_layout_work_elems(&d) * MSR_PLAN_F32 +
            msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer;
@@ -138,8 +152,7 @@ static void linear_operands(uint64_t N, uint64_t IC, uint64_t OC, uint64_t *a, u
 uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                      int blocks, int moe_blocks, int has_head)
 {
-    msr_layout_dims_t d = msr_layout_dims(l->micro_batch, m->seq, m->channels, m->heads, m->vocab,
-                                          l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     uint64_t N = d.N, C = (uint64_t)d.C, Cl = (uint64_t)d.Cl, Hl = (uint64_t)d.Hl;
     uint64_t T = (uint64_t)d.T, HS = (uint64_t)(m->channels / m->heads), a = 0, b = 0;
     if (blocks > 0) {

@@ -216,11 +216,11 @@ static void count_attention(const msr_plan_model_t *m, const msr_plan_layout_t *
      * --calibrate measures for attention is the whole kernel's */
     p->attn_f.kernels = 2 * s->b * heads_l * (cp > 1 ? s->pairs : 1) + 1; /* two products a head */
     /* selective recompute runs again what the memory model drops
-     * (plan_acts.c, plan_paper.c): in train_gpt's runtime (GPT, fp32; parallel/mp.c
+     * (plan_acts.c, plan_paper.c): in train_gpt's runtime (fp32; parallel/mp.c
      * recompute) the attention kernel without cp (its probabilities) and
-     * the GELU of the dense blocks; in the papers' accounting (Korthikanti
-     * et al. 2022) the attention core alone, and under cp nothing (the
-     * ring keeps no scores) */
+     * the GELU of the dense blocks (a Llama's silu(gate) * up); in the
+     * papers' accounting (Korthikanti et al. 2022) the attention core
+     * alone, and under cp nothing (the ring keeps no scores) */
     int runtime = msr_plan_is_runtime(m, prec);
     if (cp == 1)
         p->sel_f = p->attn_f;

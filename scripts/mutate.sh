@@ -1161,6 +1161,36 @@ test: ^test_parallel_plan_report_bf16$
     *V_p = MSR_GPT_VOCAB;
 >>>
 
+# the planner's count of the runtime's Llama (plan_report_llama.sh)
+@ plan_acts.llama_mlp_as_gpt
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_llama$
+<<<
+        d.glu = 1;
+===
+        d.glu = 0;
+>>>
+
+@ layout.whole_dfch_act_4c
+file: layout/layout.c
+test: ^test_parallel_plan_report_llama$
+<<<
+    case MSR_WORK_WHOLE_DFCH_GELU:
+        return N * (size_t)d->Hl;
+===
+    case MSR_WORK_WHOLE_DFCH_GELU:
+        return N * 4 * C;
+>>>
+
+@ train_gpt_plan.llama_cp_searched
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_plan_report_llama$
+<<<
+        fix[MSR_PLAN_FIX_CP] = 1;
+===
+        fix[MSR_PLAN_FIX_CP] = -1;
+>>>
+
 @ plan_mem.moe_block_keeps_mlp
 file: planner/plan_part.c
 test: ^test_parallel_plan$

@@ -4,9 +4,10 @@
  * uneven --pp-layers), tensor and sequence parallel (kv heads split over
  * tp: the model's part check refuses fewer kv heads than tp), recompute and
  * --trace, checkpoints and resume, safetensors export and import,
- * --dump-logits and --dump-grads, fp32 or bf16 products, --generate.
- * Context parallel, experts, the CUDA trainer and the planner run GPT
- * blocks only, and are refused for a Llama by name. */
+ * --dump-logits and --dump-grads, fp32 or bf16 products, --generate,
+ * the planner's --plan, --explain and --auto (fp32). Context parallel,
+ * experts, the CUDA trainer and --calibrate run GPT blocks only, and are
+ * refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,10 +29,11 @@ static const char *missing_piece(const options_t *o)
         return "--experts and --ep (Mixtral-style SwiGLU experts)";
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda (the CUDA trainer's Llama kernels)";
-    if (o->calibrate != NULL || o->plan || o->plan_all || o->explain > 0 || o->auto_plan ||
-        o->cluster != NULL || o->recalibrate)
-        return "--plan, --auto, --explain and --calibrate (the planner's count of the "
-               "runtime's Llama)";
+    if (o->calibrate != NULL || o->recalibrate)
+        return "--calibrate and --recalibrate (the kernels' rates of a Llama's block)";
+    if ((o->plan || o->plan_all || o->explain > 0 || o->auto_plan) && o->cp > 1)
+        return "--plan, --explain and --auto with --cp (the planner's count of the ring's "
+               "key/value copies)";
     return NULL;
 }
 
@@ -72,8 +74,8 @@ int train_gpt_arch_check(options_t *o)
     const char *missing = missing_piece(o);
     if (missing != NULL) {
         fprintf(stderr,
-                "train_gpt: --arch llama runs on one process, data, pipeline, tensor and "
-                "sequence parallel and ZeRO: %s is not written for it yet\n",
+                "train_gpt: --arch llama runs on one process, data, pipeline, tensor, "
+                "sequence and context parallel and ZeRO: %s is not written for it yet\n",
                 missing);
         return -1;
     }

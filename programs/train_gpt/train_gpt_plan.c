@@ -193,6 +193,8 @@ static int fixes(const options_t *o, const job_t *job, int *fix)
         fix[MSR_PLAN_FIX_SP] = 1;
     if (train_gpt_given(o, "cp"))
         fix[MSR_PLAN_FIX_CP] = (int)o->cp;
+    if (strcmp(o->arch, "llama") == 0) /* a Llama's ring is not counted (train_gpt_arch.c) */
+        fix[MSR_PLAN_FIX_CP] = 1;
     if (train_gpt_given(o, "ep"))
         fix[MSR_PLAN_FIX_EP] = (int)o->ep;
     if (o->schedule != NULL &&
@@ -444,6 +446,8 @@ static int plan_precision(const options_t *o, const job_t *job, msr_plan_precisi
 {
     if (strcmp(o->precision, "fp32") == 0)
         *prec_p = MSR_PLAN_FP32;
+    else if (strcmp(o->precision, "bf16") == 0 && strcmp(o->arch, "llama") == 0)
+        return refuse(job, "--precision bf16: the planner counts a Llama's runtime in fp32 only");
     else if (strcmp(o->precision, "bf16") == 0)
         *prec_p = MSR_PLAN_BF16_RUNTIME;
     else
@@ -458,12 +462,13 @@ static int plan_model(const options_t *o, const job_t *job, msr_plan_model_t *m)
     int V = 0, rc = plan_vocab(o, job, &V);
     if (rc != 0)
         return rc;
-    *m = (msr_plan_model_t){MSR_PLAN_GPT,
+    int llama = strcmp(o->arch, "llama") == 0; /* its ffn and kv heads train_gpt_arch.c set */
+    *m = (msr_plan_model_t){llama ? MSR_PLAN_LLAMA : MSR_PLAN_GPT,
                             (int)o->layers,
                             (int)o->channels,
                             (int)o->heads,
-                            (int)o->heads,
-                            4 * (int)o->channels,
+                            llama ? (int)o->kv_heads : (int)o->heads,
+                            llama ? (int)o->ffn : 4 * (int)o->channels,
                             V,
                             (int)o->seq};
     m->experts = (int)o->experts; /* a MoE model (0: dense) */

@@ -47,7 +47,11 @@ refuse "ffn" "${small[@]}" --ffn 65537
 refuse "rope theta 1 is not in (1, 1e12]" "${small[@]}" --rope-theta 1
 refuse "head width 3 (channels 24 / heads 8) is odd" "${small[@]}" --channels 24 --heads 8
 refuse "--experts and --ep" "${small[@]}" --experts 4
-refuse "the planner's count" "${small[@]}" --plan
+refuse "--calibrate and --recalibrate" "${small[@]}" --calibrate "$W/cluster"
+refuse "counts a Llama.s runtime in fp32 only" "${small[@]}" --plan --precision bf16
+# a Llama under cp trains, but the planner does not count its ring's copies
+refuse "with --cp (the planner" "${small[@]}" --plan --cp 2
+refuse "with --cp (the planner" "${small[@]}" --auto --cp 2
 # the bounds themselves train: kv heads 1 and = heads, ffn 1
 for extra in "--kv-heads 1" "--kv-heads 4" "--ffn 1"; do
     timeout 30 "$bin/train_gpt" "${small[@]}" $extra >"$W/out" 2>"$W/err" ||

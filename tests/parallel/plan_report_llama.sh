@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The planner's runtime accounting for train_gpt --arch llama (RMSNorm,
+# SwiGLU of width ffn, grouped-query attention, no positions, untied head)
+# against the runtime's own count: for one process (without msrun) and
+# for Llama layouts of 4 ranks (dp 4, dp 4 with ZeRO-3, dp 2 x pp 2, tp 2
+# with sp x dp 2, tp 2 x pp 2; kv heads at 1 and at heads, the latter with
+# tp 4, sp and full recompute), train_gpt --report's counts of every rank
+# must equal plan_gpt --arch llama --ranks's to the byte. Then train_gpt
+# --plan --explain 1 for a Llama must count it as plan_gpt does, and
+# --plan-all offer no context parallel, which the runtime's Llama lacks.
+source "$(dirname "$0")/plan_report_lib.sh"
+
+s=schedule
+# ffn 48 (not the default 88) and 2 kv heads of 4: every width differs
+# from the GPT's
+llama=(--arch llama --ffn 48 --kv-heads 2)
+plan_extra=("${llama[@]}")
+train_extra=("${llama[@]}")
+
+# one process, without msrun: its counts (the whole model's activations
+# and work) are plan_gpt --world 1's
+one=(--layers 4 --channels 32 --heads 4 --seq 16 "${llama[@]}")
+"$bin/plan_gpt" "${one[@]}" --world 1 --global-batch 2 --ranks \
+    --fix dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 >"$work/one.plan" 2>&1 ||
+    fail "plan_gpt --world 1: $(cat "$work/one.plan")"
+timeout -k 5 60 "$bin/train_gpt" "${one[@]}" --micro-batch 2 --steps 1 --report \
+    >"$work/one.out" 2>"$work/one.err" || fail "train_gpt, one process: $(tail -5 "$work/one.err")"
+want=$(sed -n 's/^\(rank 0 params .* work [0-9]*\) acts_peak .*/\1/p' "$work/one.plan")
+got=$(sed -n 's/.*train_gpt: rank 0 zero 0: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank 0 params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p' "$work/one.err")
+[[ -n "$want" && "$got" == "$want" ]] || fail "one process counted
+  $got
+planned
+  $want"
+echo "one process: counted as planned"
+check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2
+check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 --zero 3 --bucket-mb 0.02 \
+    --zero-min-bytes 20000
+# kv heads at its bounds: 1 and = heads (4)
+plan_extra=(--arch llama --ffn 48 --kv-heads 1)
+train_extra=("${plan_extra[@]}")
+check 4 dp=2,tp=1,pp=2,sp=0,zero=0,recompute=none,micro_batch=2,$s=1f1b --pp 2 --grad-accum 2
+plan_extra=(--arch llama --ffn 48 --kv-heads 4)
+train_extra=("${plan_extra[@]}")
+check 4 dp=1,tp=4,pp=1,sp=1,zero=0,recompute=full,micro_batch=2 --dp 1 --tp 4 --sp \
+    --recompute full
+plan_extra=("${llama[@]}")
+train_extra=("${llama[@]}")
+check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=selective,micro_batch=2 --tp 2 --sp --zero 1 \
+    --recompute selective
+check 4 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=none,micro_batch=2,$s=1f1b --tp 2 --pp 2 \
+    --grad-accum 2
+
+# train_gpt --plan --explain 1 of a Llama is plan_gpt's, on a cluster
+# written by hand
+cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
+model=(--layers 4 --channels 32 --heads 4 --seq 16 --global-batch 8 "${llama[@]}")
+"$bin/plan_gpt" "${model[@]}" --world 4 --cluster "$work/cluster" --explain 1 \
+    >"$work/llama.plan" 2>&1 || fail "plan_gpt: $(cat "$work/llama.plan")"
+job=plan-$$-$RANDOM
+jobs_started+=("$job")
+timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+    "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --plan --cluster "$work/cluster" \
+    --explain 1 >"$work/llama.out" 2>"$work/llama.err" ||
+    fail "train_gpt --plan: $(cat "$work/llama.err")"
+plan_said() { sed 's/^\[node [0-9]* rank [0-9]*\] //' "$1" | sed -n '/^plan 1:/,$p'; }
+[[ -n "$(plan_said "$work/llama.out")" ]] || fail "--plan: $(cat "$work/llama.out")"
+diff <(plan_said "$work/llama.plan") <(plan_said "$work/llama.out") >"$work/llama.diff" ||
+    fail "train_gpt --plan of a Llama differs from plan_gpt: $(cat "$work/llama.diff")"
+# the runtime's Llama has no context parallel yet: --plan-all's table
+# offers none (plan_gpt's does, 225 of 600 layouts of this model)
+job=plan-$$-$RANDOM
+jobs_started+=("$job")
+timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+    "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --plan --plan-all --cluster "$work/cluster" \
+    >"$work/all.out" 2>"$work/all.err" || fail "train_gpt --plan-all: $(cat "$work/all.err")"
+cps=$(sed 's/^\[node [0-9]* rank [0-9]*\] //' "$work/all.out" |
+    awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ {print $5}' | sort -u | tr '\n' ' ')
+[[ "$cps" == "1 " ]] || fail "--plan-all of a Llama offers cp '$cps': $(head -5 "$work/all.out")"
+echo "ok: $checked Llama layouts, every rank's count equals the plan; --plan's too"
