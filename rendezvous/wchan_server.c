@@ -117,8 +117,8 @@ static int conn_hello(msr_wchan_conn_t *c)
     }
     if (!token_ok(c->server, tok, h.len)) {
         MSR_WARN("worker channel %s: refused a connection with a wrong token", c->server->path);
-        send_frame(c->fd, MSR_WCHAN_WELCOME, MSR_RPC_PERMISSION_DENIED,
-                   "msrun: wrong or missing job token", 36);
+        static const char denied[] = "msrun: wrong or missing job token";
+        send_frame(c->fd, MSR_WCHAN_WELCOME, MSR_RPC_PERMISSION_DENIED, denied, sizeof denied - 1);
         return 0;
     }
     send_frame(c->fd, MSR_WCHAN_WELCOME, 0, NULL, 0);
