@@ -418,9 +418,11 @@ static void test_connection_bound(void)
     int served = 0;
     while (!served && !msr_deadline_passed(deadline)) {
         int d = raw_connect(&f);
-        raw_send(d, MSR_WCHAN_HELLO, 0, MSR_WCHAN_VERSION, strlen(TOKEN), TOKEN, strlen(TOKEN));
+        /* refused while the ended one is not reaped yet: closed, maybe
+         * before the HELLO is written */
         uint8_t hb[MSR_WCHAN_HEADER];
-        served = msr_wchan_read_all(d, hb, sizeof hb, msr_deadline_in_ms(10000)) == MSR_OK;
+        served = send(d, hello, sizeof hello, MSG_NOSIGNAL) == (ssize_t)sizeof hello &&
+                 msr_wchan_read_all(d, hb, sizeof hb, msr_deadline_in_ms(10000)) == MSR_OK;
         close(d);
         if (!served)
             msr_sleep_ms(10); /* the ended connection's thread is reaped at the next accept */
