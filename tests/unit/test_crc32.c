@@ -6,21 +6,31 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu_features.h"
 #include "base/crc32.h"
 #include "tests/runner.h"
 
+/* The next of a fixed pseudo-random sequence (xorshift32, x never 0). */
+static uint32_t next_rand(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
 /* Bytes that are not all alike: a fixed pseudo-random sequence. */
+static void fill_seeded(unsigned char *b, size_t n, uint32_t x)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)next_rand(&x);
+}
+
 static void fill(unsigned char *b, size_t n)
 {
-    uint32_t x = 2463534242u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        b[i] = (unsigned char)x;
-    }
+    fill_seeded(b, n, 2463534242u);
 }
 
 /* CRC-32 (reflected, polynomial 0xedb88320) a bit at a time: no table. */
@@ -44,18 +54,49 @@ static void test_check_value(void)
     MSR_CHECK(msr_crc32(0x12345678u, "", 0) == 0x12345678u);
 }
 
-/* Every length 0..300 (the folds of 64 and 16 bytes and what is left,
- * the 8-byte steps and 0..7 bytes after them) from every start 0..16
- * (aligned or not), continued from 0 and from another CRC. */
+/* Every length 0..1024 (the folds of 64 and 16 bytes and what is left,
+ * the 8-byte steps and 0..7 bytes after them) from every start 0..63
+ * (every alignment to a cache line), continued from 0 and from another
+ * CRC. The reference for a start grows a byte at a time, so each length
+ * costs one byte of it. */
 static void check_lengths(void)
 {
-    static unsigned char b[320];
+    enum { MAX_LEN = 1024, MAX_AT = 63 };
+    static unsigned char b[MAX_LEN + MAX_AT + 1];
     fill(b, sizeof b);
-    for (size_t at = 0; at <= 16; at++)
-        for (size_t n = 0; n <= 300; n++) {
-            MSR_CHECK_MSG(msr_crc32(0, b + at, n) == ref_crc32(0, b + at, n),
-                          "start %zu, %zu bytes", at, n);
-            MSR_CHECK(msr_crc32(0xdeadbeefu, b + at, n) == ref_crc32(0xdeadbeefu, b + at, n));
+    for (size_t at = 0; at <= MAX_AT; at++) {
+        uint32_t ref0 = 0, ref1 = 0xdeadbeefu; /* over the first n bytes from at */
+        for (size_t n = 0; n <= MAX_LEN; n++) {
+            MSR_CHECK_MSG(msr_crc32(0, b + at, n) == ref0, "start %zu, %zu bytes", at, n);
+            MSR_CHECK_MSG(msr_crc32(0xdeadbeefu, b + at, n) == ref1, "start %zu, %zu bytes", at, n);
+            ref0 = ref_crc32(ref0, b + at + n, 1);
+            ref1 = ref_crc32(ref1, b + at + n, 1);
+        }
+    }
+}
+
+/* A CRC continued over two parts equals one pass, at every split point of
+ * every length 0..300 and of 1024 bytes (so both parts fold, one does, or
+ * neither), and over three parts at every pair of cuts of 200 bytes. */
+static void check_splits(void)
+{
+    static unsigned char b[1024];
+    fill(b, sizeof b);
+    for (size_t n = 0; n <= 300; n++) {
+        uint32_t whole = ref_crc32(0, b, n);
+        for (size_t cut = 0; cut <= n; cut++)
+            MSR_CHECK_MSG(msr_crc32(msr_crc32(0, b, cut), b + cut, n - cut) == whole,
+                          "%zu bytes split at %zu", n, cut);
+    }
+    uint32_t whole = ref_crc32(0, b, sizeof b);
+    for (size_t cut = 0; cut <= sizeof b; cut++)
+        MSR_CHECK_MSG(msr_crc32(msr_crc32(0, b, cut), b + cut, sizeof b - cut) == whole,
+                      "1024 bytes split at %zu", cut);
+    whole = ref_crc32(0, b, 200);
+    for (size_t i = 0; i <= 200; i++)
+        for (size_t j = i; j <= 200; j++) {
+            uint32_t c = msr_crc32(msr_crc32(msr_crc32(0, b, i), b + i, j - i), b + j, 200 - j);
+            MSR_CHECK_MSG(c == whole, "200 bytes split at %zu and %zu", i, j);
         }
 }
 
@@ -69,6 +110,7 @@ static void test_lengths_and_alignments(void)
     if (!msr_crc32_folded())
         printf("no pclmul on this CPU: the tables only\n");
     check_lengths();
+    check_splits();
 }
 
 /* "pclmul" masked off: the tables, the same values. */
@@ -78,6 +120,7 @@ static void test_tables_forced(void)
     MSR_CHECK_EQ(msr_crc32_folded(), 0);
     MSR_CHECK(msr_crc32(0, "123456789", 9) == 0xcbf43926u);
     check_lengths();
+    check_splits();
 }
 
 /* A buffer of a checkpoint piece's size and one byte more, whole and
@@ -102,9 +145,28 @@ static void check_large(void)
     free(b);
 }
 
+/* Buffers of 1..8 MiB of random bytes, random lengths and starts (fixed
+ * seeds: a failure repeats), each against the definition. */
+static void check_random_large(void)
+{
+    size_t max = (size_t)8 << 20;
+    unsigned char *b = malloc(max + 64);
+    MSR_CHECK(b != NULL);
+    uint32_t r = 0x9e3779b9u;
+    for (int k = 0; k < 4; k++) {
+        size_t n = ((size_t)1 << 20) + next_rand(&r) % (max - ((size_t)1 << 20) + 1);
+        size_t at = next_rand(&r) % 64;
+        fill_seeded(b, max + 64, next_rand(&r));
+        MSR_CHECK_MSG(msr_crc32(0, b + at, n) == ref_crc32(0, b + at, n), "%zu bytes from %zu", n,
+                      at);
+    }
+    free(b);
+}
+
 static void test_large_and_split(void)
 {
     check_large();
+    check_random_large();
 }
 
 static void test_large_tables_forced(void)
@@ -112,6 +174,67 @@ static void test_large_tables_forced(void)
     setenv("MSRUN_CPU_DISABLE", "pclmul", 1);
     MSR_CHECK_EQ(msr_crc32_folded(), 0);
     check_large();
+    check_random_large();
+}
+
+/* 1 when /proc/cpuinfo's first flags line lists flag, 0 when not, -1
+ * without such a line (not Linux on x86). */
+static int cpuinfo_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return -1;
+    char line[8192];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "flags", 5) != 0)
+            continue;
+        found = 0;
+        for (char *t = strtok(strchr(line, ':') + 1, " \n"); t != NULL; t = strtok(NULL, " \n"))
+            found |= strcmp(t, flag) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* "pclmul" is detected as the kernel sees it (PCLMULQDQ and SSE4.1), is
+ * a name MSRUN_CPU_DISABLE takes, and the cpu line says when it is
+ * masked off. */
+static void test_pclmul_feature(void)
+{
+    int clmul = cpuinfo_has("pclmulqdq"), sse41 = cpuinfo_has("sse4_1");
+    int has = (msr_cpu_features_detect() & MSR_CPU_PCLMUL) != 0;
+    if (clmul < 0)
+        printf("no flags in /proc/cpuinfo: detection not cross-checked\n");
+    else
+        MSR_CHECK_MSG(has == (clmul && sse41), "pclmul detected %d, cpuinfo %d %d", has, clmul,
+                      sse41);
+    unsigned m = 0;
+    MSR_CHECK_OK(msr_cpu_features_parse("pclmul", &m));
+    MSR_CHECK_EQ(m, MSR_CPU_PCLMUL);
+    MSR_CHECK_OK(msr_cpu_features_parse("avx2,pclmul", &m));
+    MSR_CHECK_EQ(m, MSR_CPU_AVX2 | MSR_CPU_PCLMUL);
+    MSR_CHECK_OK(msr_cpu_features_parse("all", &m));
+    MSR_CHECK(m & MSR_CPU_PCLMUL);
+    MSR_CHECK_STATUS(msr_cpu_features_parse("pclmulqdq", &m), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(strcmp(msr_cpu_feature_name(MSR_CPU_PCLMUL), "pclmul") == 0);
+    setenv("MSRUN_CPU_DISABLE", "pclmul", 1);
+    char line[256];
+    msr_cpu_features_describe(line, sizeof line);
+    printf("%s\n", line);
+    MSR_CHECK_MSG(strstr(line, has ? "masked off: pclmul" : "absent: ") != NULL, "%s", line);
+    MSR_CHECK_EQ(msr_crc32_folded(), 0);
+}
+
+/* A MSRUN_CPU_DISABLE it cannot read takes no vector path: the tables. */
+static void test_bad_mask_tables(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "pclmul,bogus", 1);
+    MSR_CHECK_EQ(msr_crc32_folded(), 0);
+    MSR_CHECK(msr_crc32(0, "123456789", 9) == 0xcbf43926u);
+    static unsigned char b[256];
+    fill(b, sizeof b);
+    MSR_CHECK(msr_crc32(0, b, sizeof b) == ref_crc32(0, b, sizeof b));
 }
 
 /* msr_crc32_combine against the CRC of the joined bytes: every cut of
@@ -157,6 +280,8 @@ static const msr_test_t tests[] = {
     {"large_and_split", test_large_and_split, 30},
     {"large_tables_forced", test_large_tables_forced, 30},
     {"combine", test_combine, 30},
+    {"pclmul_feature", test_pclmul_feature, 10},
+    {"bad_mask_tables", test_bad_mask_tables, 10},
 };
 
 int main(int argc, char **argv)
