@@ -20,6 +20,12 @@
  *               in DIR: generation 0's workers push until the server is
  *               killed (by the test), generation 1's check that the
  *               restored row holds every acknowledged push (step)
+ *   fsync DIR N P C  asynchronous, one worker: the server durable in DIR
+ *               (a checkpoint every C pushes), its log synced every N
+ *               records; the worker pushes P times and prints its pushes/s
+ *               (the test counts the syncs under strace; bench/ps/ prints
+ *               the rates); msr_ps_durable_fsync refused before
+ *               msr_ps_durable
  *   bench       measures pull and push against raw messages (not a test:
  *               docs/ps.md has its figures)
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
@@ -746,6 +752,44 @@ static void mode_bench(msr_ctx_t *ctx)
         printf("ok bench (%d ranks, %d servers)\n", size, size - server0);
 }
 
+/* ---- fsync DIR N P C: the log synced every N records ---- */
+
+static void mode_fsync(msr_ctx_t *ctx, char **argv)
+{
+    const char *dir = argv[0];
+    long every = atol(argv[1]), pushes = atol(argv[2]), ckpt = atol(argv[3]);
+    msr_comm_t *world;
+    CHECK_OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    CHECK_OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t;
+    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        msr_status_t st = msr_ps_durable_fsync(ps, 1);
+        if (st != MSR_ERR_STATE)
+            fail("msr_ps_durable_fsync before msr_ps_durable: %s", msr_status_name(st));
+        uint64_t restored;
+        CHECK_OK(msr_ps_durable(ps, dir, (uint64_t)ckpt, &restored));
+        CHECK_OK(msr_ps_durable_fsync(ps, (uint64_t)every));
+        printf("fsync: server restored %llu pushes\n", (unsigned long long)restored);
+        CHECK_OK(msr_ps_serve(ps));
+    } else {
+        float g = -1.0f;
+        int64_t key = 0;
+        double t0 = now_s();
+        for (long n = 0; n < pushes; n++)
+            CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+        double dt = now_s() - t0;
+        printf("fsync: %ld pushes, the log synced every %ld: %.0f pushes/s, %.1f us each\n", pushes,
+               every, pushes / dt, dt / pushes * 1e6);
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok fsync\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -768,6 +812,8 @@ int main(int argc, char **argv)
         mode_leave(ctx);
     else if (strcmp(argv[1], "durable") == 0 && argc > 2)
         mode_durable(ctx, argv[2], argc > 3 && strcmp(argv[3], "sync") == 0);
+    else if (strcmp(argv[1], "fsync") == 0 && argc > 5)
+        mode_fsync(ctx, argv + 2);
     else if (strcmp(argv[1], "bench") == 0)
         mode_bench(ctx);
     else
