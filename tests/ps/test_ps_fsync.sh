@@ -30,7 +30,7 @@ count() {
     grep -c -- "$1([0-9]*<$TMP/shards$2>)" "$TMP/trace" || :
 }
 
-# expect_syncs WHAT N: count's result is N
+# expect_syncs CALL FILE N WHAT: count CALL FILE is N (WHAT: the case, for the message)
 expect_syncs() {
     local got
     got=$(count "$1" "$2")
