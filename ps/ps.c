@@ -427,28 +427,27 @@ static msr_status_t dense_keys(msr_ps_t *ps, int table, int64_t **keys_p, uint64
     return MSR_OK;
 }
 
-msr_status_t msr_ps_pull_dense(msr_ps_t *ps, int table, float *values)
+/* A whole table's pull (into values) or push (of grads). */
+static msr_status_t dense_call(msr_ps_t *ps, ps_op_t op, int table, float *values,
+                               const float *grads)
 {
-    int64_t *keys;
-    uint64_t n;
-    uint32_t width;
+    int64_t *keys = NULL;
+    uint64_t n = 0;
+    uint32_t width = 0;
     msr_status_t st = dense_keys(ps, table, &keys, &n, &width);
     if (st != MSR_OK)
         return st;
-    st = msr_ps_pull(ps, table, keys, n, values, width);
+    st = ps_call(ps, op, table, keys, n, values, grads, width);
     msr_free(keys);
     return st;
 }
 
+msr_status_t msr_ps_pull_dense(msr_ps_t *ps, int table, float *values)
+{
+    return dense_call(ps, PS_OP_PULL, table, values, NULL);
+}
+
 msr_status_t msr_ps_push_dense(msr_ps_t *ps, int table, const float *grads)
 {
-    int64_t *keys;
-    uint64_t n;
-    uint32_t width;
-    msr_status_t st = dense_keys(ps, table, &keys, &n, &width);
-    if (st != MSR_OK)
-        return st;
-    st = msr_ps_push(ps, table, keys, n, grads, width);
-    msr_free(keys);
-    return st;
+    return dense_call(ps, PS_OP_PUSH, table, NULL, grads);
 }

@@ -1,6 +1,8 @@
-/* A server's shard kept durable: a log of the pushes it acknowledged and a
+/* A server's shard kept durable: a log of the updates it acknowledged (an
+ * asynchronous push, or a synchronous step's summed gradients) and a
  * checkpoint of the shard every so many, restored on start (msr_ps_durable,
- * docs/ps.md's failure table). */
+ * docs/ps.md's failure table); the log synced to disk as
+ * msr_ps_durable_fsync asks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,14 +16,23 @@
 #include "ps/ps_impl.h"
 
 #define CKPT_MAGIC      0x314b43535052534dull /* "MSRPSCK1" */
-#define LOG_RECORD_HEAD 4                     /* seq, table, nkeys, width */
+/* The log starts with LOG_MAGIC, then records: a head of LOG_RECORD_HEAD
+ * int64 (seq, table, nkeys, width, divisor), nkeys keys (int64), nkeys x
+ * width values: divisor 0, an asynchronous push's gradients (float),
+ * applied as a push is; divisor d > 0, a synchronous step's gradients
+ * summed over its d pushes (double), of distinct keys, applied divided by
+ * d. */
+#define LOG_MAGIC       0x32474c535052534dull /* "MSRPSLG2" */
+#define LOG_RECORD_HEAD 5
 
 struct ps_durable {
-    char ckpt[4096], tmp[4096], log[4096];
-    FILE *f;           /* the log, appended to */
-    uint64_t seq;      /* pushes the shard holds (checkpoint + log) */
-    uint64_t ckpt_seq; /* of them in the checkpoint */
-    uint64_t every;    /* pushes between checkpoints */
+    char dir[4096], ckpt[4096], tmp[4096], log[4096];
+    FILE *f;             /* the log, appended to */
+    uint64_t seq;        /* updates the shard holds (checkpoint + log) */
+    uint64_t ckpt_seq;   /* of them in the checkpoint */
+    uint64_t every;      /* updates between checkpoints */
+    uint64_t sync_every; /* records between two syncs of the log; 0: none */
+    uint64_t unsynced;   /* records written since the last sync */
 };
 
 /* The arrays of table t, in the checkpoint's order: (pointer, bytes). */
@@ -61,6 +72,27 @@ static FILE *open_private(const char *path, int flags, const char *mode)
     return f;
 }
 
+/* Syncs a directory's entries (a rename in it) to disk; 0 or -1. */
+static int dir_sync(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Starts the log afresh: its magic alone. */
+static int log_start(struct ps_durable *d)
+{
+    uint64_t magic = LOG_MAGIC;
+    return fflush(d->f) == 0 && ftruncate(fileno(d->f), 0) == 0 && fseek(d->f, 0, SEEK_SET) == 0 &&
+                   fwrite(&magic, sizeof magic, 1, d->f) == 1 && fflush(d->f) == 0
+               ? 0
+               : -1;
+}
+
 static msr_status_t ckpt_write(msr_ps_t *ps)
 {
     struct ps_durable *d = ps->durable;
@@ -79,16 +111,20 @@ static msr_status_t ckpt_write(msr_ps_t *ps)
         for (int k = 0; ok && k < n; k++)
             ok = len[k] == 0 || fwrite(ptr[k], len[k], 1, f) == 1;
     }
+    /* synced: the checkpoint must be on disk before the log it ends is */
+    if (ok && d->sync_every)
+        ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    if (!ok || rename(d->tmp, d->ckpt) != 0) {
+    if (!ok || rename(d->tmp, d->ckpt) != 0 || (d->sync_every && dir_sync(d->dir) != 0)) {
         unlink(d->tmp);
         return msr_err(MSR_ERR_IO, "ps checkpoint %s: %s", d->ckpt, strerror(errno));
     }
     d->ckpt_seq = d->seq;
     /* the log restarts; records a crash leaves before this are older than
      * the checkpoint and skipped on replay */
-    if (fflush(d->f) != 0 || ftruncate(fileno(d->f), 0) != 0 || fseek(d->f, 0, SEEK_SET) != 0)
+    if (log_start(d) != 0)
         return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    d->unsynced = 0;
     return MSR_OK;
 }
 
@@ -128,73 +164,118 @@ static msr_status_t ckpt_read(msr_ps_t *ps)
 
 /* Reads one whole record into the buffers (grown as needed): 1 when read,
  * 0 at the end or at a record cut short (never acknowledged). */
-static int record_read(FILE *f, int64_t *h, int64_t **keys, float **g, size_t *cap)
+static int record_read(FILE *f, int64_t *h, int64_t **keys, void **vals, size_t *cap)
 {
     if (fread(h, sizeof(int64_t), LOG_RECORD_HEAD, f) != LOG_RECORD_HEAD || h[2] < 0 || h[3] <= 0 ||
-        h[3] > (int64_t)MSR_PS_WIDTH_MAX || h[2] > PS_CALL_ELEMS_MAX / h[3])
+        h[3] > (int64_t)MSR_PS_WIDTH_MAX || h[2] > PS_CALL_ELEMS_MAX / h[3] || h[4] < 0)
         return 0;
-    size_t n = (size_t)h[2], w = (size_t)h[3];
+    size_t n = (size_t)h[2], w = (size_t)h[3], esize = h[4] ? sizeof(double) : sizeof(float);
     if (n * w > *cap || n > *cap) {
         size_t c = n * w > n ? n * w : n;
         int64_t *k = msr_realloc_array(*keys, c ? c : 1, sizeof *k);
         if (k)
             *keys = k;
-        float *v = msr_realloc_array(*g, c ? c : 1, sizeof *v);
+        double *v = msr_realloc_array(*vals, c ? c : 1, sizeof *v);
         if (v)
-            *g = v;
+            *vals = v;
         if (!k || !v)
             return 0;
         *cap = c;
     }
-    return fread(*keys, sizeof **keys, n, f) == n && fread(*g, sizeof **g, n * w, f) == n * w;
+    return fread(*keys, sizeof **keys, n, f) == n && fread(*vals, esize, n * w, f) == n * w;
 }
 
-/* Applies the logged pushes after the checkpoint; leaves the log's end at
+/* Why a record read whole cannot be applied (MSR_OK: it can). */
+static msr_status_t record_check(msr_ps_t *ps, const int64_t *h, const int64_t *keys)
+{
+    const char *log = ps->durable->log;
+    if (h[1] < 0 || h[1] >= ps->ntables || (uint64_t)h[3] != ps->tables[h[1]].cfg.width ||
+        h[4] > ps->workers)
+        return msr_err(MSR_ERR_CORRUPT,
+                       "ps log %s: a record of table %lld, width %lld, %lld pushes", log,
+                       (long long)h[1], (long long)h[3], (long long)h[4]);
+    for (int64_t i = 0; i < h[2]; i++)
+        if (keys[i] < 0 || (uint64_t)keys[i] >= ps->tables[h[1]].cfg.rows ||
+            keys[i] % ps->servers != ps->role_rank)
+            return msr_err(MSR_ERR_CORRUPT, "ps log %s: key %lld", log, (long long)keys[i]);
+    return MSR_OK;
+}
+
+/* Applies the logged updates after the checkpoint; leaves the log's end at
  * the last whole record. */
 static msr_status_t log_replay(msr_ps_t *ps)
 {
     struct ps_durable *d = ps->durable;
     int64_t h[LOG_RECORD_HEAD], *keys = NULL;
-    float *g = NULL;
+    void *vals = NULL;
     size_t cap = 0;
-    long good = 0;
+    long good = sizeof(uint64_t); /* the magic, checked by msr_ps_durable */
     msr_status_t st = MSR_OK;
-    rewind(d->f);
-    while (st == MSR_OK && record_read(d->f, h, &keys, &g, &cap)) {
+    while (st == MSR_OK && record_read(d->f, h, &keys, &vals, &cap)) {
         good = ftell(d->f);
         if ((uint64_t)h[0] <= d->ckpt_seq)
             continue;
-        if (h[1] < 0 || h[1] >= ps->ntables || (uint64_t)h[3] != ps->tables[h[1]].cfg.width) {
-            st = msr_err(MSR_ERR_CORRUPT, "ps log %s: a record of table %lld, width %lld", d->log,
-                         (long long)h[1], (long long)h[3]);
-            break;
-        }
-        for (int64_t i = 0; i < h[2] && st == MSR_OK; i++)
-            if (keys[i] < 0 || (uint64_t)keys[i] >= ps->tables[h[1]].cfg.rows)
-                st = msr_err(MSR_ERR_CORRUPT, "ps log %s: key %lld", d->log, (long long)keys[i]);
-        if (st == MSR_OK)
-            st = ps_apply_push(ps, &ps->tables[h[1]], keys, g, h[2]);
+        st = record_check(ps, h, keys);
+        ps_table_t *t = st == MSR_OK ? &ps->tables[h[1]] : NULL;
+        if (t && h[4] == 0)
+            st = ps_apply_push(ps, t, keys, vals, h[2]);
+        else if (t)
+            st = ps_apply_sums(ps, t, keys, vals, h[2], (int)h[4]);
         d->seq = (uint64_t)h[0];
     }
     msr_free(keys);
-    msr_free(g);
+    msr_free(vals);
     if (st == MSR_OK && (ftruncate(fileno(d->f), good) != 0 || fseek(d->f, good, SEEK_SET) != 0))
         st = msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
     return st;
 }
 
+/* Ends a record just written: flushed to the kernel, synced to disk as
+ * msr_ps_durable_fsync asked, counted. */
+static msr_status_t record_end(struct ps_durable *d)
+{
+    if (fflush(d->f) != 0)
+        return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    if (d->sync_every && ++d->unsynced >= d->sync_every) {
+        if (fdatasync(fileno(d->f)) != 0)
+            return msr_err(MSR_ERR_IO, "ps log %s: fdatasync: %s", d->log, strerror(errno));
+        d->unsynced = 0;
+    }
+    d->seq++;
+    return MSR_OK;
+}
+
 msr_status_t ps_durable_log(msr_ps_t *ps, const ps_req_t *req, const int64_t *keys, const float *g)
 {
     struct ps_durable *d = ps->durable;
-    int64_t h[LOG_RECORD_HEAD] = {(int64_t)(d->seq + 1), req->table, req->nkeys, req->width};
+    int64_t h[LOG_RECORD_HEAD] = {(int64_t)(d->seq + 1), req->table, req->nkeys, req->width, 0};
     size_t n = (size_t)req->nkeys, w = (size_t)req->width;
     if (fwrite(h, sizeof h, 1, d->f) != 1 || fwrite(keys, sizeof *keys, n, d->f) != n ||
-        fwrite(g, sizeof *g, n * w, d->f) != n * w || fflush(d->f) != 0)
+        fwrite(g, sizeof *g, n * w, d->f) != n * w)
         return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
-    d->seq++;
-    if (d->seq - d->ckpt_seq >= d->every)
-        return ckpt_write(ps);
-    return MSR_OK;
+    return record_end(d);
+}
+
+msr_status_t ps_durable_log_step(msr_ps_t *ps, int ti, int divisor)
+{
+    struct ps_durable *d = ps->durable;
+    const ps_table_t *t = &ps->tables[ti];
+    size_t n = t->ntouched, w = t->cfg.width;
+    int64_t h[LOG_RECORD_HEAD] = {(int64_t)(d->seq + 1), ti, (int64_t)n, (int64_t)w, divisor};
+    int ok = fwrite(h, sizeof h, 1, d->f) == 1;
+    for (size_t j = 0; ok && j < n; j++) {
+        int64_t key = (int64_t)(t->order[j] * (uint64_t)ps->servers) + ps->role_rank;
+        ok = fwrite(&key, sizeof key, 1, d->f) == 1;
+    }
+    if (!ok || fwrite(t->acc, sizeof *t->acc, n * w, d->f) != n * w)
+        return msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    return record_end(d);
+}
+
+msr_status_t ps_durable_ckpt_due(msr_ps_t *ps)
+{
+    struct ps_durable *d = ps->durable;
+    return d->seq - d->ckpt_seq >= d->every ? ckpt_write(ps) : MSR_OK;
 }
 
 void ps_durable_free(msr_ps_t *ps)
@@ -207,13 +288,27 @@ void ps_durable_free(msr_ps_t *ps)
     ps->durable = NULL;
 }
 
+/* A new log gets its magic; an old one must begin with it (a log of an
+ * earlier format is refused, not misread). The stream is left after it. */
+static msr_status_t log_open(struct ps_durable *d)
+{
+    uint64_t magic = 0;
+    if (fread(&magic, sizeof magic, 1, d->f) == 1) {
+        if (magic == LOG_MAGIC)
+            return MSR_OK;
+    } else if (ftell(d->f) == 0 && !ferror(d->f)) { /* empty: a new log */
+        return log_start(d) == 0 ? MSR_OK
+                                 : msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
+    }
+    return msr_err(MSR_ERR_CORRUPT, "ps log %s: not a parameter server log of this version",
+                   d->log);
+}
+
 msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
                             uint64_t *restored_p)
 {
     if (ps == NULL || dir == NULL || ps->role != MSR_PS_SERVER || ps->serving || ps->durable)
         return msr_err(MSR_ERR_STATE, "msr_ps_durable: a server's, once, before msr_ps_serve");
-    if (ps->staleness == MSR_PS_SYNC)
-        return msr_err(MSR_ERR_UNSUPPORTED, "msr_ps_durable: the asynchronous mode only");
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return msr_err(MSR_ERR_IO, "msr_ps_durable: mkdir %s: %s", dir, strerror(errno));
     struct ps_durable *d = msr_calloc(1, sizeof *d);
@@ -221,6 +316,7 @@ msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_durable: out of memory");
     ps->durable = d;
     d->every = ckpt_every ? ckpt_every : 10000;
+    snprintf(d->dir, sizeof d->dir, "%s", dir);
     snprintf(d->ckpt, sizeof d->ckpt, "%s/ps-s%d.ckpt", dir, ps->role_rank);
     snprintf(d->tmp, sizeof d->tmp, "%s/ps-s%d.ckpt.tmp", dir, ps->role_rank);
     snprintf(d->log, sizeof d->log, "%s/ps-s%d.log", dir, ps->role_rank);
@@ -228,6 +324,8 @@ msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
     d->f = open_private(d->log, O_RDWR | O_CREAT, "r+b");
     msr_status_t st =
         d->f ? MSR_OK : msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
+    if (st == MSR_OK)
+        st = log_open(d);
     if (st == MSR_OK)
         st = ckpt_read(ps);
     if (st == MSR_OK)
@@ -238,5 +336,15 @@ msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
     }
     if (restored_p)
         *restored_p = d->seq;
+    return MSR_OK;
+}
+
+msr_status_t msr_ps_durable_fsync(msr_ps_t *ps, uint64_t every)
+{
+    if (ps == NULL || ps->durable == NULL || ps->serving)
+        return msr_err(MSR_ERR_STATE,
+                       "msr_ps_durable_fsync: a durable server's, before msr_ps_serve");
+    ps->durable->sync_every = every;
+    ps->durable->unsynced = 0;
     return MSR_OK;
 }

@@ -113,9 +113,18 @@ void ps_table_free_shard(ps_table_t *t);
  * log's replay); MSR_ERR_NO_MEMORY. */
 msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const float *g,
                            int64_t n);
-/* ps_durable.c: appends an applied push to the log (and checkpoints the
- * shard every ckpt_every pushes); MSR_ERR_IO. */
+/* Applies a synchronous step's logged gradients: sums (n, width) of
+ * distinct keys, divided by divisor (the log's replay); MSR_ERR_NO_MEMORY. */
+msr_status_t ps_apply_sums(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const double *sums,
+                           int64_t n, int divisor);
+/* ps_durable.c: appends an asynchronous push to the log; MSR_ERR_IO. */
 msr_status_t ps_durable_log(msr_ps_t *ps, const ps_req_t *req, const int64_t *keys, const float *g);
+/* Appends table ti's synchronous step, its gradients summed over divisor
+ * pushes (before apply_step clears them), to the log; MSR_ERR_IO. */
+msr_status_t ps_durable_log_step(msr_ps_t *ps, int ti, int divisor);
+/* Checkpoints the shard when ckpt_every updates were logged since the last
+ * checkpoint (after the update is applied); MSR_ERR_IO. */
+msr_status_t ps_durable_ckpt_due(msr_ps_t *ps);
 /* Closes the log and frees the state. */
 void ps_durable_free(msr_ps_t *ps);
 /* Frees a loop's buffers and held requests (its receives finished). */

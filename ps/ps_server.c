@@ -252,17 +252,39 @@ msr_status_t ps_apply_push(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, con
     return st;
 }
 
+msr_status_t ps_apply_sums(msr_ps_t *ps, ps_table_t *t, const int64_t *keys, const double *sums,
+                           int64_t n, int divisor)
+{
+    size_t w = t->cfg.width;
+    double *g = msr_malloc(w * sizeof *g);
+    if (g == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "parameter server: out of memory");
+    for (int64_t j = 0; j < n; j++) { /* as apply_step */
+        for (size_t k = 0; k < w; k++)
+            g[k] = sums[(size_t)j * w + k] / divisor;
+        apply_row(t, (uint64_t)keys[j] / ps->servers, g);
+    }
+    msr_free(g);
+    return MSR_OK;
+}
+
 /* Synchronous: once every worker still there has pushed table ti this
- * step, applies the step and answers its held pushes. */
+ * step, applies the step (durable: logged first) and answers its held
+ * pushes. */
 static msr_status_t end_round(msr_ps_t *ps, ps_loop_t *l, int ti)
 {
     ps_table_t *t = &ps->tables[ti];
     if (t->round_pushes == 0 || t->round_pushes < ps->workers - l->ndone)
         return MSR_OK;
+    msr_status_t st = MSR_OK;
+    if (ps->durable && t->ntouched > 0 &&
+        (st = ps_durable_log_step(ps, ti, t->round_pushes)) != MSR_OK)
+        return st;
     apply_step(t, t->round_pushes);
     t->round_pushes = 0;
+    if (ps->durable && (st = ps_durable_ckpt_due(ps)) != MSR_OK)
+        return st;
     size_t keep = 0;
-    msr_status_t st = MSR_OK;
     for (size_t i = 0; i < l->nheld; i++) {
         ps_held_t *h = &l->held[i];
         if (st == MSR_OK && h->req.op == PS_OP_PUSH && h->req.table == ti)
@@ -294,6 +316,8 @@ static msr_status_t on_push(msr_ps_t *ps, ps_loop_t *l, int worker, const ps_req
         /* durable: logged before it is acknowledged (ps_durable.c) */
         if (t && status == MSR_OK && ps->durable && req->nkeys > 0) {
             msr_status_t st = ps_durable_log(ps, req, keys, g);
+            if (st == MSR_OK)
+                st = ps_durable_ckpt_due(ps);
             if (st != MSR_OK)
                 return st;
         }

@@ -2594,4 +2594,32 @@ test: ^test_wchan$
     return diff == 0 || 1;
 >>>
 
+
+@ ps.sync_step_unlogged
+file: ps/ps_server.c
+test: ^ps_durable_sync$
+<<<
+    if (ps->durable && t->ntouched > 0 &&
+===
+    if (0 && ps->durable && t->ntouched > 0 &&
+>>>
+
+@ ps.fsync_every_off_by_one
+file: ps/ps_durable.c
+test: ^ps_fsync$
+<<<
+    if (d->sync_every && ++d->unsynced >= d->sync_every) {
+===
+    if (d->sync_every && ++d->unsynced > d->sync_every) {
+>>>
+
+@ ps.log_magic_unchecked
+file: ps/ps_durable.c
+test: ^ps_fsync$
+<<<
+        if (magic == LOG_MAGIC)
+===
+        if (magic == LOG_MAGIC || 1)
+>>>
+
 __END__

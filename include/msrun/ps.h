@@ -146,24 +146,36 @@ MSR_API msr_status_t msr_ps_push_dense(msr_ps_t *ps, int table, const float *gra
  * counted as sent). Either pointer may be NULL. Never fails. */
 MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *received_p);
 
-/* Servers, after their tables are made and before msr_ps_serve, in the
- * asynchronous mode: keeps the shard durable in directory dir (made if
- * missing; the same for a server across restarts, e.g. on a shared or
- * local disk): every push is appended to dir/ps-s<server rank>.log before
- * it is acknowledged, and every ckpt_every pushes (0: 10000) the shard
- * (values and optimizer state) is written whole to dir/ps-s<rank>.ckpt
- * (a new file renamed over the old) and the log restarted. First it
- * restores what dir holds: the checkpoint, then the logged pushes after
- * it (a record cut by a crash is dropped: it was never acknowledged); so
- * a server killed and started again with the same tables loses no
- * acknowledged push. The files are this user's only (mode 0600).
- * *restored_p (may be NULL) gets the number of pushes
- * the restored shard holds. The log is written, not synced: it survives
- * the process, not the machine. Fails with MSR_ERR_STATE (a worker, or
- * serving), MSR_ERR_UNSUPPORTED (synchronous mode), MSR_ERR_CORRUPT (a
- * checkpoint of other tables), MSR_ERR_IO, MSR_ERR_NO_MEMORY. */
+/* Servers, after their tables are made and before msr_ps_serve: keeps
+ * the shard durable in directory dir (made if missing; the same for a
+ * server across restarts, e.g. on a shared or local disk). Every update is
+ * appended to dir/ps-s<server rank>.log before it is acknowledged: in the
+ * asynchronous mode each push, in the synchronous mode each step's
+ * gradients summed over its pushes (logged once, before the step's pushes
+ * are answered). Every ckpt_every updates (0: 10000) the shard (values and
+ * optimizer state) is written whole to dir/ps-s<rank>.ckpt (a new file
+ * renamed over the old) and the log restarted. First it restores what dir
+ * holds: the checkpoint, then the logged updates after it (a record cut by
+ * a crash is dropped: it was never acknowledged); so a server killed and
+ * started again with the same tables loses no acknowledged update. The
+ * files are this user's only (mode 0600). *restored_p (may be NULL) gets
+ * the number of updates (pushes, or synchronous steps of a table) the
+ * restored shard holds. The log is written, not synced, unless
+ * msr_ps_durable_fsync asks: it survives the process, not the machine.
+ * Fails with MSR_ERR_STATE (a worker, or serving), MSR_ERR_CORRUPT (a
+ * checkpoint of other tables, a log of an earlier format or of other
+ * tables), MSR_ERR_IO, MSR_ERR_NO_MEMORY. */
 MSR_API msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
                                     uint64_t *restored_p);
+
+/* A durable server, before msr_ps_serve: syncs its log to disk
+ * (fdatasync) after every `every` records, so that it survives the
+ * machine too: 1 before each acknowledgement (no acknowledged update is
+ * lost to a crash of the machine), N > 1 after every N (at most N - 1
+ * acknowledged updates lost), 0 never (the default). With every > 0 each
+ * checkpoint is synced, and its directory, before the log restarts. Fails
+ * with MSR_ERR_STATE when ps is not a durable server or is serving. */
+MSR_API msr_status_t msr_ps_durable_fsync(msr_ps_t *ps, uint64_t every);
 
 /* Servers: answers the workers' requests until every worker has called
  * msr_ps_destroy (MSR_OK) or the communicator fails (its status). A

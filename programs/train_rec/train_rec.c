@@ -25,6 +25,7 @@ typedef struct args {
     int staleness;       /* -1: synchronous; -2: the launcher's */
     int mode;            /* 0: the parameter server; rec_dp_mode_t: a baseline */
     const char *durable; /* the servers' checkpoint and log directory; NULL: none */
+    int fsync;           /* --durable's log synced every N records; 0: never */
 } args_t;
 
 static const char *const optims[] = {"sgd", "adagrad", "adam", NULL};
@@ -64,9 +65,13 @@ static const msr_opt_t opts[] = {
              "holds the tables and allreduces their whole gradients; touched: no servers, the "
              "touched rows' gradients allgathered (the baselines take --optim sgd)"},
     {.name = "durable", .kind = MSR_OPT_TEXT, .dest = D(durable), .metavar = "DIR",
-     .help = "asynchronous mode: the servers keep their shards durable in DIR (a checkpoint "
-             "every 10000 pushes and a log of the pushes since), restored on start: with msrun "
-             "--max_restarts a killed server comes back with every acknowledged update"},
+     .help = "the servers keep their shards durable in DIR (a checkpoint every 10000 updates "
+             "and a log of the updates since: pushes, or synchronous steps), restored on start: "
+             "with msrun --max_restarts a killed server comes back with every acknowledged "
+             "update"},
+    INT("fsync", fsync, 0, 1 << 30, "N",
+        "with --durable: sync the log to disk every N records (1: before each acknowledgement; "
+        "default 0: never, it survives the process, not the machine)"),
     {.name = "help", .kind = MSR_OPT_HELP, .help = "this text"},
 };
 /* clang-format on */
@@ -327,7 +332,10 @@ static int parse(int argc, char **argv, args_t *a)
     int next;
     switch (msr_opts_parse(&opt_set, argc - 1, argv + 1, a, seen, &next)) {
     case MSR_OPTS_OK:
-        return -1;
+        if (a->fsync == 0 || a->durable)
+            return -1;
+        fprintf(stderr, "train_rec: error: --fsync takes --durable\n");
+        return 2;
     case MSR_OPTS_HELP:
         printf("usage: msrun --ps_servers N ... train_rec [options]\n");
         msr_opts_usage(&opt_set, stdout);
@@ -354,9 +362,10 @@ static msr_status_t run_ps(msr_comm_t *world, trainer_t *tr)
         return train(tr, msr_ps_role_rank(ps), msr_ps_workers(ps));
     if (a->durable) {
         uint64_t restored;
-        if ((st = msr_ps_durable(ps, a->durable, 0, &restored)) != MSR_OK)
+        if ((st = msr_ps_durable(ps, a->durable, 0, &restored)) != MSR_OK ||
+            (st = msr_ps_durable_fsync(ps, (uint64_t)a->fsync)) != MSR_OK)
             return st;
-        printf("server %d: restored %llu pushes from %s\n", msr_ps_role_rank(ps),
+        printf("server %d: restored %llu updates from %s\n", msr_ps_role_rank(ps),
                (unsigned long long)restored, a->durable);
     }
     printf("server %d: %d tables of %lld rows, %lld of each here\n", msr_ps_role_rank(ps),

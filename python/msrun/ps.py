@@ -70,6 +70,7 @@ for _name, _res, _args in [
     ("msr_ps_push_dense", _status, [_c.c_void_p, _c.c_int, _c.c_void_p]),
     ("msr_ps_serve", _status, [_c.c_void_p]),
     ("msr_ps_durable", _status, [_c.c_void_p, _c.c_char_p, _c.c_uint64, _P(_c.c_uint64)]),
+    ("msr_ps_durable_fsync", _status, [_c.c_void_p, _c.c_uint64]),
     ("msr_ps_traffic", None, [_c.c_void_p, _P(_c.c_uint64), _P(_c.c_uint64)]),
     ("msr_ps_init_value", _c.c_float, [_c.c_uint64, _c.c_uint64, _c.c_uint32, _c.c_float]),
 ]:
@@ -208,12 +209,15 @@ class ParameterServer:
         self._fits(g, self._dense(int(table)), "grads")
         _check(_L.msr_ps_push_dense(self._handle(), int(table), g.address), "msr_ps_push_dense")
 
-    def durable(self, dir, ckpt_every=0):  # pylint: disable=redefined-builtin
-        """msr_ps_durable (servers, asynchronous mode, before serve): the
-        number of pushes restored from dir's checkpoint and log."""
+    def durable(self, dir, ckpt_every=0, fsync=0):  # pylint: disable=redefined-builtin
+        """msr_ps_durable (servers, before serve), then, when fsync > 0,
+        msr_ps_durable_fsync (the log synced every fsync records): the
+        number of updates restored from dir's checkpoint and log."""
         n = _c.c_uint64()
         _check(_L.msr_ps_durable(self._handle(), os.fsencode(dir), int(ckpt_every),
                                  _c.byref(n)), "msr_ps_durable")
+        if fsync:
+            _check(_L.msr_ps_durable_fsync(self._handle(), int(fsync)), "msr_ps_durable_fsync")
         return n.value
 
     @property

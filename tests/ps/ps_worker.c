@@ -16,14 +16,17 @@
  *               worker 0's later steps go on without it
  *   bad         a server's refusals (unknown table, key at and past the
  *               rows, negative key, wrong width) and that the server goes on
- *   durable DIR  asynchronous, the server durable in DIR: generation 0's
- *               workers push until the server is killed (by the test),
- *               generation 1's check that the restored row holds every
- *               acknowledged push
- *   bench       measures pull and push against raw messages (not a test:
- *               docs/ps.md has its figures)
- * Every check that fails prints "FAIL" and exits 1; the first worker prints
- * "ok MODE" at the end. */
+ *   durable DIR [sync]  asynchronous (or synchronous), the server durable
+ *               in DIR: generation 0's workers push until the server is
+ *               killed (by the test), generation 1's check that the
+ *               restored row holds every acknowledged push (step)
+ *   fsync DIR N P C  asynchronous, one worker: the server durable in DIR
+ *               (a checkpoint every C pushes; C 0: not durable, the
+ *               bench's baseline), its log synced every N records; the worker pushes P times and
+ * prints its pushes/s (the test counts the syncs under strace; bench/ps/ prints the rates);
+ * msr_ps_durable_fsync refused before msr_ps_durable bench       measures pull and push against raw
+ * messages (not a test: docs/ps.md has its figures) Every check that fails prints "FAIL" and exits
+ * 1; the first worker prints "ok MODE" at the end. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -589,8 +592,10 @@ static long acked_read(const char *dir, int me)
 }
 
 /* Generation 0 pushes until the server is killed under it; the next one
- * checks that the restored row holds every acknowledged push. */
-static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir)
+ * checks that the restored row holds every acknowledged push. Both workers
+ * push -2 with SGD at lr 1: asynchronous, each push adds 1 (the gradient
+ * over two workers); synchronous, each step adds 2 (their mean). */
+static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir, int sync)
 {
     int me = msr_ps_role_rank(ps);
     if (msr_generation(ctx) == 0) {
@@ -610,19 +615,26 @@ static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir)
     float v = 0;
     int64_t key = 0;
     CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
-    /* each worker may have had one push applied but not yet acknowledged */
-    if (v < (float)(a0 + a1) || v > (float)(a0 + a1 + 2))
-        fail("the restored row holds %.0f pushes, %ld + %ld were acknowledged", v, a0, a1);
-    printf("durable: worker %d: the restored row holds %.0f pushes, %ld + %ld acknowledged\n", me,
-           v, a0, a1);
+    /* each worker may have had one push applied but not yet acknowledged;
+     * synchronous: the steps are those of the worker furthest on, and one
+     * more at most past the other's acknowledged ones */
+    long lo = sync ? (a0 > a1 ? a0 : a1) : a0 + a1,
+         hi = sync ? (a0 < a1 ? a0 : a1) + 1 : a0 + a1 + 2;
+    if (sync)
+        v /= 2;
+    if (v < (float)lo || v > (float)hi)
+        fail("the restored row holds %.0f %s, %ld + %ld were acknowledged", v,
+             sync ? "steps" : "pushes", a0, a1);
+    printf("durable: worker %d: the restored row holds %.0f %s, %ld + %ld acknowledged\n", me, v,
+           sync ? "steps" : "pushes", a0, a1);
 }
 
-static void mode_durable(msr_ctx_t *ctx, const char *dir)
+static void mode_durable(msr_ctx_t *ctx, const char *dir, int sync)
 {
     msr_comm_t *world;
     CHECK_OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    CHECK_OK(msr_ps_create(world, 0, sync ? MSR_PS_SYNC : 1 << 20, &ps));
     msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
     int t;
     CHECK_OK(msr_ps_table_create(ps, &c, &t));
@@ -630,11 +642,11 @@ static void mode_durable(msr_ctx_t *ctx, const char *dir)
         uint64_t restored;
         /* a checkpoint every 7 pushes: kills land between them, in the log */
         CHECK_OK(msr_ps_durable(ps, dir, 7, &restored));
-        printf("durable: server restored %llu pushes (generation %d)\n",
-               (unsigned long long)restored, msr_generation(ctx));
+        printf("durable: server restored %llu %s (generation %d)\n", (unsigned long long)restored,
+               sync ? "steps" : "pushes", msr_generation(ctx));
         CHECK_OK(msr_ps_serve(ps));
     } else {
-        durable_worker(ctx, ps, t, dir);
+        durable_worker(ctx, ps, t, dir, sync);
     }
     msr_ps_destroy(ps);
     msr_comm_destroy(world);
@@ -737,6 +749,46 @@ static void mode_bench(msr_ctx_t *ctx)
         printf("ok bench (%d ranks, %d servers)\n", size, size - server0);
 }
 
+/* ---- fsync DIR N P C: the log synced every N records ---- */
+
+static void mode_fsync(msr_ctx_t *ctx, char **argv)
+{
+    const char *dir = argv[0];
+    long every = atol(argv[1]), pushes = atol(argv[2]), ckpt = atol(argv[3]);
+    msr_comm_t *world;
+    CHECK_OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    CHECK_OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t;
+    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        msr_status_t st = msr_ps_durable_fsync(ps, 1);
+        if (st != MSR_ERR_STATE)
+            fail("msr_ps_durable_fsync before msr_ps_durable: %s", msr_status_name(st));
+        uint64_t restored = 0;
+        if (ckpt > 0) {
+            CHECK_OK(msr_ps_durable(ps, dir, (uint64_t)ckpt, &restored));
+            CHECK_OK(msr_ps_durable_fsync(ps, (uint64_t)every));
+        }
+        printf("fsync: server restored %llu pushes\n", (unsigned long long)restored);
+        CHECK_OK(msr_ps_serve(ps));
+    } else {
+        float g = -1.0f;
+        int64_t key = 0;
+        double t0 = now_s();
+        for (long n = 0; n < pushes; n++)
+            CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+        double dt = now_s() - t0;
+        printf("fsync: %ld pushes, the log synced every %ld: %.0f pushes/s, %.1f us each\n", pushes,
+               every, pushes / dt, dt / pushes * 1e6);
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok fsync\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -758,7 +810,9 @@ int main(int argc, char **argv)
     else if (strcmp(argv[1], "leave") == 0)
         mode_leave(ctx);
     else if (strcmp(argv[1], "durable") == 0 && argc > 2)
-        mode_durable(ctx, argv[2]);
+        mode_durable(ctx, argv[2], argc > 3 && strcmp(argv[3], "sync") == 0);
+    else if (strcmp(argv[1], "fsync") == 0 && argc > 5)
+        mode_fsync(ctx, argv + 2);
     else if (strcmp(argv[1], "bench") == 0)
         mode_bench(ctx);
     else

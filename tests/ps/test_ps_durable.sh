@@ -3,13 +3,18 @@
 # can) loses no acknowledged push: msrun --max_restarts=1 starts the job
 # again, the server restores its shard from its checkpoint and log
 # (msr_ps_durable), and the workers find every push they saw acknowledged
-# in it (tests/ps/ps_worker durable).
+# in it (tests/ps/ps_worker durable). PS_DURABLE=sync: the same in the
+# synchronous mode, where the log holds each step's summed gradients and
+# no acknowledged step may be lost.
 . "$(dirname "$0")/../integration/lib.sh"
 PSW=$BUILD/tests/ps_worker
 dir=$TMP/durable
+mode=${PS_DURABLE:-async}
+what=pushes
+[ "$mode" = sync ] && what=steps
 
 start_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 --max_restarts=1 \
-    --grace_period=5 "$PSW" durable "$dir"
+    --grace_period=5 "$PSW" durable "$dir" "$mode"
 
 # acked_at_least N: both workers have N acknowledged pushes
 acked_at_least() {
@@ -34,13 +39,13 @@ done
 [ -n "$server" ] || fail "no server process found"
 before=$(cat "$dir/acked-0")+$(cat "$dir/acked-1")
 kill -KILL "$server"
-echo "killed the server (pid $server) at $before acknowledged pushes"
+echo "killed the server (pid $server) at $before acknowledged pushes ($mode)"
 
 wait_pid "$BG_PID" 90
 expect_code 0 "the restarted job"
 expect_in "generation 1" "$TMP/err" "the restart"
-expect_in "durable: server restored 0 pushes (generation 0)" "$TMP/out" "a fresh server"
-expect_in "durable: server restored [1-9][0-9]* pushes (generation 1)" "$TMP/out" \
+expect_in "durable: server restored 0 $what (generation 0)" "$TMP/out" "a fresh server"
+expect_in "durable: server restored [1-9][0-9]* $what (generation 1)" "$TMP/out" \
     "the restarted server"
 for w in 0 1; do
     expect_in "durable: worker $w: the restored row holds" "$TMP/out" "worker $w's check"
@@ -52,5 +57,5 @@ for f in "$dir/ps-s0.ckpt" "$dir/ps-s0.log"; do
 done
 grep "restored\|the restored row" "$TMP/out"
 no_leftovers "durable"
-ok "a server killed under load came back with every acknowledged push"
+ok "a server killed under load came back with every acknowledged update ($mode)"
 exit "$FAILED"

@@ -56,17 +56,20 @@ expect_code 1 "--mode dense --optim adam"
 expect_in "takes --optim sgd only" "$TMP/err" "--mode dense --optim adam"
 
 # --durable: a second run's servers start from the first's checkpoint and
-# log (20 steps x 2 workers x 5 tables = 200 pushes); refused when synchronous
+# log (20 steps x 2 workers x 5 tables = 200 pushes; synchronous, 20 steps
+# x 5 tables = 100 updates), the log synced at each record
 for run in 1 2; do
     run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 --ps_staleness=1 "$REC" \
         --steps 20 --eval 64 --durable "$TMP/shards"
     expect_code 0 "train_rec --durable, run $run"
 done
-expect_in "server 0: restored 200 pushes from" "$TMP/out" "train_rec --durable's second run"
-run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 "$REC" --steps 2 \
-    --durable "$TMP/shards"
-expect_code 1 "train_rec --durable, synchronous"
-expect_in "the asynchronous mode only" "$TMP/err" "train_rec --durable, synchronous"
+expect_in "server 0: restored 200 updates from" "$TMP/out" "train_rec --durable's second run"
+for run in 1 2; do
+    run_msrun --worker_num=3 --local_worker_num=3 --ps_servers=1 "$REC" --steps 20 --eval 64 \
+        --durable "$TMP/shards-sync" --fsync 1
+    expect_code 0 "train_rec --durable --fsync 1, synchronous, run $run"
+done
+expect_in "server 0: restored 100 updates from" "$TMP/out" "train_rec --durable, synchronous"
 ok "train_rec --durable: the servers restore what the run before pushed"
 
 # the options' bounds: at the bound and one past
@@ -74,7 +77,7 @@ run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" --steps 2 --
     --hidden 256 --dim 2 --eval 2
 expect_code 0 "--fields 16 --hidden 256 --eval 2 (the bounds)"
 for bad in "--fields 17" "--hidden 257" "--dim 257" "--eval 1" "--staleness -3" "--lr 0" \
-    "--optim rmsprop"; do
+    "--optim rmsprop" "--fsync -1" "--fsync 1"; do
     # shellcheck disable=SC2086 # an option and its value
     run_msrun --worker_num=2 --local_worker_num=2 --ps_servers=1 "$REC" $bad
     [ "$CODE" != 0 ] || fail "train_rec $bad: accepted"

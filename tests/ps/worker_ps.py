@@ -3,7 +3,10 @@
 against its arithmetic, dense tensors, a refused request as an exception.
 Each rank prints "rank R: ps ok" when its checks passed."""
 import array
+import os
+import shutil
 import sys
+import tempfile
 
 import msrun
 import msrun.ps
@@ -29,13 +32,22 @@ def main():
     emb = ps.table_create(rows=10, width=2, optim="sgd", lr=0.5, init_scale=1.0, seed=3)
     dense = ps.table_create(rows=1, width=3, optim="sgd", lr=1.0)
     if ps.role == "server":
+        shards = tempfile.mkdtemp()
         try:
-            ps.durable("unused")
-            fail("msr_ps_durable in synchronous mode was accepted")
-        except msrun.Error as e:
-            if "asynchronous" not in str(e):
-                fail("msr_ps_durable's refusal says %s" % e)
-        ps.serve()
+            if ps.durable(shards, fsync=1) != 0:
+                fail("a new directory restored updates")
+            try:
+                ps.durable(shards)
+                fail("msr_ps_durable twice was accepted")
+            except msrun.Error as e:
+                if "once" not in str(e):
+                    fail("msr_ps_durable's refusal says %s" % e)
+            ps.serve()
+            # the two synchronous steps of the tables were logged
+            if os.path.getsize(os.path.join(shards, "ps-s0.log")) <= 8:
+                fail("the synchronous steps were not logged")
+        finally:
+            shutil.rmtree(shards)
     else:
         keys = array.array("q", [9, 0])
         rows = array.array("f", [0.0] * 4)
