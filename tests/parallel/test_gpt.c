@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "model/layers.h"
 #include "model/rng.h"
+#include "tests/parallel/fd_check.h"
 #include "tests/runner.h"
 
 static const msr_gpt_config_t tiny = {MSR_GPT_VOCAB, 8, 2, 2, 16}; /* V maxT L NH C */
@@ -162,6 +163,18 @@ static double ref_loss(const double *p, const int *inp, const int *tgt, int B, i
     return loss / N;
 }
 
+/* ref_loss's arguments but the parameters, for fd_check_model_grad */
+typedef struct ref_args {
+    const int *inp, *tgt;
+    int B, T;
+} ref_args_t;
+
+static double ref_loss_at(void *arg, const double *p)
+{
+    const ref_args_t *a = arg;
+    return ref_loss(p, a->inp, a->tgt, a->B, a->T);
+}
+
 static void test_gradient(void)
 {
     /* a bigger init than GPT-2's so that every path carries a visible gradient */
@@ -182,32 +195,8 @@ static void test_gradient(void)
     MSR_CHECK_MSG(fabs(loss - ref) < 1e-5 * ref, "float loss %.9g, double %.9g", loss, ref);
 
     /* per tensor: the largest-gradient elements and a spread of others */
-    const double h = 1e-5;
-    for (int k = 0; k < m->num_tensors; k++) {
-        const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *g = m->grads + t->offset;
-        double gmax = 0;
-        size_t imax = 0;
-        for (size_t i = 0; i < t->count; i++)
-            if (fabs(g[i]) > gmax)
-                gmax = fabs(g[i]), imax = i;
-        MSR_CHECK_MSG(gmax > 1e-6, "%s has no gradient", t->name);
-        for (int c = 0; c < 12; c++) {
-            size_t i =
-                c == 0 ? imax : (size_t)msr_rng_below(msr_rng_u64(11, (uint64_t)k, c), t->count);
-            size_t at = t->offset + i;
-            double old = p[at];
-            p[at] = old + h;
-            double lp = ref_loss(p, inp, tgt, TB, T);
-            p[at] = old - h;
-            double lm = ref_loss(p, inp, tgt, TB, T);
-            p[at] = old;
-            double num = (lp - lm) / (2 * h);
-            MSR_CHECK_MSG(fabs(num - g[i]) <= 1e-4 * gmax + 1e-4 * fabs(num),
-                          "%s[%zu]: analytic %.9g, finite difference %.9g (largest %.3g)", t->name,
-                          i, (double)g[i], num, gmax);
-        }
-    }
+    ref_args_t args = {inp, tgt, TB, T};
+    fd_check_model_grad("", m, p, ref_loss_at, &args);
     free(p);
     msr_gpt_destroy(m);
 }
