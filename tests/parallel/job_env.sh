@@ -45,6 +45,15 @@ fail() {
     exit 1
 }
 
+# skip_without_torch: exits 77 (CTest's skip) when /usr/bin/python3 cannot
+# import torch and numpy
+skip_without_torch() {
+    if ! timeout 60 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+        echo "SKIP: /usr/bin/python3 cannot import torch and numpy (install python3-torch)"
+        exit 77
+    fi
+}
+
 # ---- the tests of train_gpt ----
 # A script sets job_prefix to name its jobs.
 #
