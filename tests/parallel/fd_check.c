@@ -2,6 +2,7 @@
 #include "tests/parallel/fd_check.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "model/rng.h"
 #include "tests/runner.h"
@@ -31,9 +32,18 @@ void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
     }
 }
 
-void fd_check_model_grad(const char *what, const msr_gpt_t *m, double *p, fd_loss_fn loss,
-                         void *ctx)
+void fd_check_model_grad(const char *what, msr_gpt_t *m, const int *inp, const int *tgt, int B,
+                         int T, fd_loss_fn loss, void *ctx)
 {
+    double got;
+    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, B, T, NULL, &got));
+    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / (float)(B * T), NULL));
+    double *p = malloc(m->num_params * sizeof *p);
+    MSR_CHECK(p != NULL);
+    for (size_t i = 0; i < m->num_params; i++)
+        p[i] = m->params[i];
+    double ref = loss(ctx, p);
+    MSR_CHECK_MSG(fabs(got - ref) < 1e-5 * ref, "%sfloat loss %.9g, double %.9g", what, got, ref);
     const double h = 1e-5;
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
@@ -60,4 +70,5 @@ void fd_check_model_grad(const char *what, const msr_gpt_t *m, double *p, fd_los
                           t->name, i, (double)g[i], num, gmax);
         }
     }
+    free(p);
 }

@@ -29,12 +29,13 @@ void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
 /* A model's loss at the parameters p (in double, the model's layout). */
 typedef double (*fd_loss_fn)(void *ctx, const double *p);
 
-/* m's gradient (after its forward and backward) against central
- * differences (h = 1e-5) of loss at p, m's parameters in double (restored
- * afterwards): in every tensor, which must have a gradient, its largest
- * element and 11 others, each within 1e-4 of the largest plus 1e-4
- * relative. what starts each failure's message. */
-void fd_check_model_grad(const char *what, const msr_gpt_t *m, double *p, fd_loss_fn loss,
-                         void *ctx);
+/* m's forward and backward on inputs inp and targets tgt (B x T), its
+ * loss within 1e-5 (relative) of loss(ctx, p) at its parameters p in
+ * double, and its gradient against central differences (h = 1e-5) of
+ * that: in every tensor, which must have a gradient, its largest element
+ * and 11 others, each within 1e-4 of the largest plus 1e-4 relative. what
+ * starts each failure's message. */
+void fd_check_model_grad(const char *what, msr_gpt_t *m, const int *inp, const int *tgt, int B,
+                         int T, fd_loss_fn loss, void *ctx);
 
 #endif

@@ -355,19 +355,10 @@ static void check_model_gradient(int kv_heads)
         m->params[i] += 0.1f * (float)msr_rng_normal(99, 0, i);
     int T = MAXT, N = TB * T, inp[TB * MAXT], tgt[TB * MAXT];
     batch(5, inp, tgt, N);
-    double loss;
-    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, T, NULL, &loss));
-    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / (float)N, NULL));
-    double *p = malloc(m->num_params * sizeof *p);
-    for (size_t i = 0; i < m->num_params; i++)
-        p[i] = m->params[i];
-    double ref = ref_loss(p, kv_heads, inp, tgt, TB, T);
-    MSR_CHECK_MSG(fabs(loss - ref) < 1e-5 * ref, "float loss %.9g, double %.9g", loss, ref);
     ref_args_t args = {kv_heads, inp, tgt, TB, T};
     char what[16];
     snprintf(what, sizeof what, "kv %d: ", kv_heads);
-    fd_check_model_grad(what, m, p, ref_loss_at, &args);
-    free(p);
+    fd_check_model_grad(what, m, inp, tgt, TB, T, ref_loss_at, &args);
     msr_gpt_destroy(m);
 }
 
