@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "model/layers.h"
 #include "model/rng.h"
 #include "tests/runner.h"
 
@@ -30,6 +31,18 @@ void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
                       "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, analytic[i],
                       num);
     }
+}
+
+double fd_mean_crossentropy(const double *logits, const int *tgt, int N, int V)
+{
+    double *probs = calloc((size_t)N * V, sizeof *probs), *losses = calloc(N, sizeof *losses);
+    MSR_CHECK(probs != NULL && losses != NULL);
+    msr_crossentropy_forward_f64(losses, probs, logits, tgt, N, V);
+    double loss = 0;
+    for (int i = 0; i < N; i++)
+        loss += losses[i];
+    free(probs), free(losses);
+    return loss / N;
 }
 
 void fd_check_model_grad(const char *what, msr_gpt_t *m, const int *inp, const int *tgt, int B,

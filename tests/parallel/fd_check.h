@@ -26,6 +26,10 @@ typedef double (*fd_objective_fn)(void *ctx);
 void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
                    const double *analytic, size_t n);
 
+/* The mean cross-entropy of logits (N, V) against the targets tgt (N), in
+ * double: a reference loss's last step. */
+double fd_mean_crossentropy(const double *logits, const int *tgt, int N, int V);
+
 /* A model's loss at the parameters p (in double, the model's layout). */
 typedef double (*fd_loss_fn)(void *ctx, const double *p);
 

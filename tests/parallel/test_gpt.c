@@ -131,7 +131,6 @@ static double ref_loss(const double *p, const int *inp, const int *tgt, int B, i
     double *proj = calloc((size_t)N * C, sizeof *proj);
     double *h = calloc((size_t)N * 4 * C, sizeof *h), *hg = calloc((size_t)N * 4 * C, sizeof *hg);
     double *logits = calloc((size_t)N * V, sizeof *logits);
-    double *probs = calloc((size_t)N * V, sizeof *probs), *losses = calloc(N, sizeof *losses);
     msr_encoder_forward_f64(x, inp, wte, wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         const double *ln1w = q, *ln1b = ln1w + C, *qkvw = ln1b + C, *qkvb = qkvw + 3 * C * C;
@@ -154,13 +153,10 @@ static double ref_loss(const double *p, const int *inp, const int *tgt, int B, i
     }
     msr_layernorm_forward_f64(ln, mean, rstd, x, q, q + C, N, C);
     msr_matmul_forward_f64(logits, ln, wte, NULL, N, C, V);
-    msr_crossentropy_forward_f64(losses, probs, logits, tgt, N, V);
-    double loss = 0;
-    for (int i = 0; i < N; i++)
-        loss += losses[i];
+    double loss = fd_mean_crossentropy(logits, tgt, N, V);
     free(x), free(ln), free(mean), free(rstd), free(qkv), free(y), free(att), free(proj);
-    free(h), free(hg), free(logits), free(probs), free(losses);
-    return loss / N;
+    free(h), free(hg), free(logits);
+    return loss;
 }
 
 /* ref_loss's arguments but the parameters, for fd_check_model_grad */

@@ -272,7 +272,6 @@ static double ref_loss(const double *p, int KVH, const int *inp, const int *tgt,
     double *proj = calloc((size_t)N * C, sizeof *proj), *h = calloc((size_t)N * 2 * F, sizeof *h);
     double *act = calloc((size_t)N * F, sizeof *act),
            *logits = calloc((size_t)N * V, sizeof *logits);
-    double *probs = calloc((size_t)N * V, sizeof *probs), *losses = calloc(N, sizeof *losses);
     const double *wte = p, *q = p + V * C;
     for (int n = 0; n < N; n++)
         memcpy(x + (size_t)n * C, wte + (size_t)inp[n] * C, C * sizeof *x);
@@ -316,13 +315,10 @@ static double ref_loss(const double *p, int KVH, const int *inp, const int *tgt,
     }
     msr_rmsnorm_forward_f64(ln, rstd, x, q, N, C);
     msr_matmul_forward_f64(logits, ln, q + C, NULL, N, C, V);
-    msr_crossentropy_forward_f64(losses, probs, logits, tgt, N, V);
-    double loss = 0;
-    for (int i = 0; i < N; i++)
-        loss += losses[i];
+    double loss = fd_mean_crossentropy(logits, tgt, N, V);
     free(x), free(ln), free(rstd), free(qkv), free(full), free(y), free(att), free(proj);
-    free(h), free(act), free(logits), free(probs), free(losses);
-    return loss / N;
+    free(h), free(act), free(logits);
+    return loss;
 }
 
 static void batch(uint64_t seed, int *inp, int *tgt, int n)
