@@ -85,3 +85,15 @@ void fd_check_model_grad(const char *what, msr_gpt_t *m, const int *inp, const i
     }
     free(p);
 }
+
+double fd_tensor_sd(const msr_gpt_t *m, int k, double *sum_p)
+{
+    const msr_gpt_tensor_t *t = &m->tensors[k];
+    const float *x = m->params + t->offset;
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < t->count; i++)
+        s += x[i], s2 += (double)x[i] * x[i];
+    double mean = s / t->count;
+    *sum_p = s;
+    return sqrt(s2 / t->count - mean * mean);
+}

@@ -1,7 +1,8 @@
 /* Central finite differences, as the model tests use them (test_layers.c,
  * test_gpt.c, test_llama.c): a kernel's backward against differences of
  * its forward in double, and a whole model's gradient against differences
- * of an independent double-precision loss. */
+ * of an independent double-precision loss; and the moments of a model's
+ * initialised tensor. */
 #ifndef MSRUN_TESTS_PARALLEL_FD_CHECK_H
 #define MSRUN_TESTS_PARALLEL_FD_CHECK_H
 
@@ -41,5 +42,9 @@ typedef double (*fd_loss_fn)(void *ctx, const double *p);
  * starts each failure's message. */
 void fd_check_model_grad(const char *what, msr_gpt_t *m, const int *inp, const int *tgt, int B,
                          int T, fd_loss_fn loss, void *ctx);
+
+/* The standard deviation of the elements of m's tensor k (in double),
+ * their sum in *sum_p. */
+double fd_tensor_sd(const msr_gpt_t *m, int k, double *sum_p);
 
 #endif

@@ -91,11 +91,7 @@ static void test_init(void)
     MSR_CHECK(memcmp(m->params, pieces, m->num_params * sizeof(float)) == 0);
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *x = m->params + t->offset;
-        double s = 0, s2 = 0;
-        for (size_t i = 0; i < t->count; i++)
-            s += x[i], s2 += (double)x[i] * x[i];
-        double mean = s / t->count, sd = sqrt(s2 / t->count - mean * mean);
+        double s, sd = fd_tensor_sd(m, k, &s), mean = s / t->count;
         const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
         if (strcmp(kind, "wte") == 0 || strcmp(kind, "qkvw") == 0 || strcmp(kind, "fcw") == 0)
             MSR_CHECK_MSG(fabs(sd - 0.02) < 0.002 && fabs(mean) < 0.002, "%s sd %g", t->name, sd);

@@ -242,11 +242,7 @@ static void test_layout(void)
     /* initialisation: norms 1, wo and w2 N(0, 0.02/sqrt(2L)), the rest N(0, 0.02) */
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *x = m->params + t->offset;
-        double s = 0, s2 = 0;
-        for (size_t i = 0; i < t->count; i++)
-            s += x[i], s2 += (double)x[i] * x[i];
-        double sd = sqrt(s2 / t->count - (s / t->count) * (s / t->count));
+        double s, sd = fd_tensor_sd(m, k, &s);
         const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
         if (t->ndim == 1)
             MSR_CHECK_MSG(s == (double)t->count && sd == 0.0, "%s", t->name);
