@@ -136,31 +136,6 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
-/* The final layernorm and the output head, tied to wte: logits (B,T,V) =
- * lnf (B,T,C) @ wte^T; x (N,C) the last block's output. */
-static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
-                                 const msr_gpt_hooks_t *hooks)
-{
-    int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
-    msr_gpt_acts_t *acts = &model->acts;
-    msr_status_t st;
-    if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    const float *lnfw = model->segments[L + 1].params; /* (C) */
-    const float *lnfb = lnfw + C;                      /* (C) */
-    msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfb, N, C);
-    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-
-    if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    msr_matmul_forward(model->prod, acts->logits, acts->lnf, model->segments[0].params, NULL, N, C,
-                       V);
-    if ((st = msr_products_status(model->prod)) != MSR_OK)
-        return st;
-    return hook_release(hooks, model, 0, MSR_GPT_FORWARD);
-}
-
 /* A Llama's head does not read segment 0, but the hooks' order is the
  * GPT's (gpt.h: forward ends and backward starts with a visit to 0), which
  * ZeRO-3's visit table (layout/) expects: an empty visit keeps it. */
@@ -171,25 +146,39 @@ static msr_status_t visit_embeddings(msr_gpt_t *model, const msr_gpt_hooks_t *ho
     return st != MSR_OK ? st : hook_release(hooks, model, 0, pass);
 }
 
-/* A Llama's final RMSNorm and untied head, both in segment L+1: logits
- * (B,T,V) = rmsnorm(x) (B,T,C) @ lm_head^T. */
-static msr_status_t llama_head_forward(msr_gpt_t *model, const float *x, int N,
-                                       const msr_gpt_hooks_t *hooks)
+/* The final norm and the output head: logits (B,T,V) = norm(x) (B,T,C) @
+ * head^T, x (N,C) the last block's output. The GPT's: a layernorm and the
+ * head tied to wte (segment 0); a Llama's: an RMSNorm and an untied
+ * lm_head, both in segment L+1 (then the empty visit to segment 0). */
+static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
+                                 const msr_gpt_hooks_t *hooks)
 {
     int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
+    int llama = model->cfg.arch == MSR_GPT_ARCH_LLAMA;
     msr_gpt_acts_t *acts = &model->acts;
     msr_status_t st;
     if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
     const float *lnfw = model->segments[L + 1].params; /* (C) */
-    const float *head = lnfw + C;                      /* (V, C) */
-    msr_rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
+    if (llama) {
+        msr_rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
+    } else {
+        msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfw + C, N, C);
+        if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK ||
+            (st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
+            return st;
+    }
+    /* (V, C): a Llama's lm_head after lnfw, the GPT's wte */
+    const float *head = llama ? lnfw + C : model->segments[0].params;
     msr_matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
     if ((st = msr_products_status(model->prod)) != MSR_OK)
         return st;
-    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    return visit_embeddings(model, hooks, MSR_GPT_FORWARD);
+    if (llama) {
+        if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
+            return st;
+        return visit_embeddings(model, hooks, MSR_GPT_FORWARD);
+    }
+    return hook_release(hooks, model, 0, MSR_GPT_FORWARD);
 }
 
 /* The head's backward, from w->dlogits: a Llama's (segment L+1: lm_head
@@ -296,7 +285,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         x = acts->blocks[l].res3;
     }
 
-    if ((st = (llama ? llama_head_forward : head_forward)(model, x, N, hooks)) != MSR_OK)
+    if ((st = head_forward(model, x, N, hooks)) != MSR_OK)
         return st;
     if (targets == NULL)
         return MSR_OK;

@@ -177,24 +177,24 @@ class ParameterServer:
         rows, width = self._tables[table]
         return rows * width
 
+    def _rows(self, call, name, table, keys, rows, what, writable, width):
+        """call (msr_ps_pull or msr_ps_push, named name) on the keys' rows:
+        rows (float32, len(keys) x width, called what) checked to hold
+        them first."""
+        k = Buffer(keys, "keys", writable=False, dtype="i64")
+        r = Buffer(rows, what, writable=writable, dtype="f32")
+        w = self._width(table, width)
+        self._fits(r, k.count * w, what)
+        _check(call(self._handle(), int(table), k.address, k.count, r.address, w), name)
+
     def pull(self, table, keys, rows, width=None):
         """msr_ps_pull: rows (float32, len(keys) x width) gets the keys' rows."""
-        k = Buffer(keys, "keys", writable=False, dtype="i64")
-        r = Buffer(rows, "rows", writable=True, dtype="f32")
-        w = self._width(table, width)
-        self._fits(r, k.count * w, "rows")
-        _check(_L.msr_ps_pull(self._handle(), int(table), k.address, k.count, r.address, w),
-               "msr_ps_pull")
+        self._rows(_L.msr_ps_pull, "msr_ps_pull", table, keys, rows, "rows", True, width)
         return rows
 
     def push(self, table, keys, grads, width=None):
         """msr_ps_push: the gradients (float32, len(keys) x width) of the keys' rows."""
-        k = Buffer(keys, "keys", writable=False, dtype="i64")
-        g = Buffer(grads, "grads", writable=False, dtype="f32")
-        w = self._width(table, width)
-        self._fits(g, k.count * w, "grads")
-        _check(_L.msr_ps_push(self._handle(), int(table), k.address, k.count, g.address, w),
-               "msr_ps_push")
+        self._rows(_L.msr_ps_push, "msr_ps_push", table, keys, grads, "grads", False, width)
 
     def pull_dense(self, table, values):
         """msr_ps_pull_dense: values (float32, rows x width) gets the whole table."""

@@ -23,30 +23,9 @@
 #include <time.h>
 
 #include "msrun/msrun.h"
+#include "tests/worker_fail.h"
 
-static int g_rank = -1;
-static char g_case[128];
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "bcast_worker rank %d: FAIL [%s]: %s (last error: %s)\n", g_rank, g_case, msg,
-            msr_last_error());
-    fflush(stderr);
-    exit(1);
-}
-
-#define OK(expr)                                         \
-    do {                                                 \
-        msr_status_t st_ = (expr);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #expr, msr_status_name(st_)); \
-    } while (0)
+WORKER_FAIL("bcast_worker", exit)
 
 /* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes. */
 enum { SLOT_BYTES = 16384, INLINE_BYTES = 16 };

@@ -24,32 +24,12 @@
 #include <time.h>
 
 #include "msrun/msrun.h"
+#include "tests/worker_fail.h"
 
-static int g_rank = -1;
-static char g_case[256];
 static long g_checks;
 static int g_nccl; /* the device communicator under test is "nccl" */
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "gpu_worker rank %d: FAIL [%s]: %s (last error: %s)\n", g_rank, g_case, msg,
-            msr_last_error());
-    fflush(stderr);
-    exit(1);
-}
-
-#define OK(expr)                                         \
-    do {                                                 \
-        msr_status_t st_ = (expr);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #expr, msr_status_name(st_)); \
-    } while (0)
+WORKER_FAIL("gpu_worker", exit)
 
 #define CU(expr)                                           \
     do {                                                   \

@@ -1,5 +1,6 @@
 # Shared by the parallel tests that start msrun: the command line and
-# environment for msrun and its workers, and a way to end a job's processes.
+# environment for msrun and its workers, a way to end a job's processes,
+# and the checks train_gpt's tests share (the end of this file).
 # Expects MSRUN_BUILD; reads MSRUN_SANITIZE (set by CTest for sanitizer
 # builds).
 #
@@ -42,4 +43,68 @@ fail() {
     echo "FAIL: $*" >&2
     [[ -z "${fail_log:-}" ]] || cat "$fail_log" >&2 2>/dev/null || true
     exit 1
+}
+
+# skip_without_torch: exits 77 (CTest's skip) when /usr/bin/python3 cannot
+# import torch and numpy
+skip_without_torch() {
+    if ! timeout 60 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+        echo "SKIP: /usr/bin/python3 cannot import torch and numpy (install python3-torch)"
+        exit 77
+    fi
+}
+
+# ---- the tests of train_gpt ----
+# A script sets job_prefix to name its jobs.
+#
+#   msrun_n N ARGS...: train_gpt ARGS on N local workers under msrun (60 s
+#   at most), as a job job_test_cleanup stops
+msrun_n() {
+    local n=$1 job=${job_prefix:-train}-$$-$RANDOM
+    shift
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
+        "${worker_env[@]}" "$MSRUN_BUILD/bin/train_gpt" "$@"
+}
+# refuse N PATTERN ARGS...: train_gpt ARGS, alone (N = 1) or on N workers,
+# exits 2 before training (no "step" on stdout) with PATTERN on stderr;
+# leaves them in $work/out and $work/err
+refuse() {
+    local n=$1 pattern=$2 rc=0
+    shift 2
+    if [[ $n -eq 1 ]]; then
+        timeout 30 "$MSRUN_BUILD/bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    else
+        msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    fi
+    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
+    grep -q "step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
+    return 0
+}
+# close A B N [NAME]: loss logs A and B (--loss-log: "step S loss L norm G",
+# hexadecimal floats) hold N rows of the same steps, A's losses and norms
+# within 1e-5 relative of B's; with NAME, prints the largest difference
+close() {
+    python3 - "$@" <<'PY' || fail "$1 and $2 differ (above)"
+import sys
+a, b = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:3]]
+assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
+worst = 0.0
+for x, y in zip(a, b):
+    assert x[:2] == y[:2] and x[2] == "loss" and x[4] == "norm", (x, y)
+    for i in (3, 5):
+        u, v = float.fromhex(x[i]), float.fromhex(y[i])
+        assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
+        worst = max(worst, abs(u - v) / abs(v))
+if len(sys.argv) > 4:
+    print(f"{sys.argv[4]}: max relative difference {worst:.3g}")
+PY
+}
+# same_losses A B N: the losses train_gpt printed ("step S loss L", 6
+# decimals) in A and B agree to the printed decimals (2e-6) over N steps
+same_losses() {
+    paste <(grep -o 'step.*loss [0-9.]*' "$1") <(grep -o 'step.*loss [0-9.]*' "$2") |
+        awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
+             END { exit bad || n != want }'
 }

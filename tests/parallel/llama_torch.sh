@@ -7,13 +7,11 @@
 # ZeRO 1 and kv heads equal to the heads; skipped (exit 77) when
 # /usr/bin/python3 cannot import torch and numpy.
 set -euo pipefail
-if ! timeout 60 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-    echo "SKIP: /usr/bin/python3 cannot import torch and numpy (install python3-torch)"
-    exit 77
-fi
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
+skip_without_torch
 job_test_setup
+job_prefix=llt
 W=$work
 # a byte file of text-like data (the batch's next bytes are the targets)
 python3 -c 'import sys
@@ -27,11 +25,8 @@ dumps() { # PREFIX: the export, the logits and the gradients
 }
 timeout 60 "$bin/train_gpt" "${model[@]}" --kv-heads 2 --steps 0 $(dumps a) >/dev/null \
     2>"$W/err" || fail "train_gpt: $(cat "$W/err")"
-job=llt-$$-$RANDOM
-jobs_started+=("$job")
-timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-    "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --kv-heads 4 --steps 3 --zero 1 \
-    --lr 1e-2 $(dumps b) >/dev/null 2>"$W/err" || fail "dp 2: $(cat "$W/err")"
+msrun_n 2 "${model[@]}" --kv-heads 4 --steps 3 --zero 1 --lr 1e-2 $(dumps b) >/dev/null \
+    2>"$W/err" || fail "dp 2: $(cat "$W/err")"
 timeout 120 /usr/bin/python3 "$MSRUN_SOURCE/tests/parallel/llama_torch.py" "$W/a.st" \
     "$W/a.logits" "$W/a.grads" "$W/data.txt" 4 2 1000 || fail "kv heads 2 differ (above)"
 timeout 120 /usr/bin/python3 "$MSRUN_SOURCE/tests/parallel/llama_torch.py" "$W/b.st" \

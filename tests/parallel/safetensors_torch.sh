@@ -6,30 +6,22 @@
 # model's dp 2 x ep 2 x tp 2; skipped
 # (exit 77) when /usr/bin/python3 cannot import torch and numpy.
 set -euo pipefail
-if ! timeout 60 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-    echo "SKIP: /usr/bin/python3 cannot import torch and numpy (install python3-torch)"
-    exit 77
-fi
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
+skip_without_torch
 job_test_setup
+job_prefix=stt
 W=$work
 small=(--layers 3 --channels 48 --heads 4 --seq 24 --micro-batch 3 --grad-accum 2)
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 3 --export-safetensors "$W/a.st" \
     --dump-logits "$W/a.logits" >/dev/null 2>"$W/err" || fail "train_gpt: $(cat "$W/err")"
-job=stt-$$-$RANDOM
-jobs_started+=("$job")
-timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
-    "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --tp 2 --pp 2 --steps 2 \
-    --export-safetensors "$W/m.st" >/dev/null 2>"$W/err" || fail "tp2 x pp2: $(cat "$W/err")"
+msrun_n 4 "${small[@]}" --tp 2 --pp 2 --steps 2 --export-safetensors "$W/m.st" >/dev/null \
+    2>"$W/err" || fail "tp2 x pp2: $(cat "$W/err")"
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 0 --init-from "$W/m.st" \
     --dump-logits "$W/m.logits" >/dev/null 2>"$W/err" || fail "init-from: $(cat "$W/err")"
 # a Mixture-of-Experts model (its experts "h<l>.e<e>.*") from ep 2 x tp 2
 moe=(--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25)
-job=stt-$$-$RANDOM
-jobs_started+=("$job")
-timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
-    "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" "${moe[@]}" --dp 2 --ep 2 --tp 2 --steps 2 \
+msrun_n 4 "${small[@]}" "${moe[@]}" --dp 2 --ep 2 --tp 2 --steps 2 \
     --export-safetensors "$W/e.st" >/dev/null 2>"$W/err" || fail "ep2 x tp2: $(cat "$W/err")"
 timeout 60 "$bin/train_gpt" "${small[@]}" "${moe[@]}" --steps 0 --init-from "$W/e.st" \
     --dump-logits "$W/e.logits" >/dev/null 2>"$W/err" || fail "MoE init-from: $(cat "$W/err")"

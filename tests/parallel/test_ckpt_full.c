@@ -10,26 +10,14 @@
 #include "base/alloc.h"
 #include "parallel/ckpt_full.h"
 #include "parallel/train.h"
+#include "tests/parallel/ckpt_support.h"
 #include "tests/runner.h"
 
 static const char *const META = "a test run";
 
 static msr_train_config_t config(void)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
-        .micro_batch = 4,
-        .grad_accum = 1,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 9,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    return c;
+    return ckpt_test_config(2, 32, 4);
 }
 
 /* Payloads held in memory, one per saved rank; fetch copies one out. */
@@ -80,32 +68,14 @@ static void test_slices(void)
 static void save_slices(msr_trainer_t *tr, int world, store_t *s)
 {
     s->n = world;
-    for (int r = 0; r < world; r++) {
-        msr_tckpt_header_t h = {
-            .step = tr->step,
-            .adam_t = tr->dp->opt->t,
-            .data_seed = tr->sampler.seed,
-            .data_position = tr->sampler.position,
-            .num_params = tr->model->num_params,
-            .rank = (uint32_t)r,
-            .world = (uint32_t)world,
-            .meta = META,
-        };
-        MSR_CHECK_OK(msr_ckpt_encode_slice(&h, tr->model->params, tr->dp->opt->m, tr->dp->opt->v,
-                                           &s->buf[r], &s->len[r]));
-    }
+    ckpt_test_save_slices(tr, world, META, s->buf, s->len);
 }
 
 static void test_cpu_checkpoint_gathers_whole(void)
 {
     msr_dataset_t *ds;
-    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
     msr_train_config_t c = config();
-    msr_trainer_t *tr;
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
-    double loss;
-    for (int i = 0; i < 3; i++)
-        MSR_CHECK_OK(msr_trainer_step(tr, &loss));
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 3, &ds);
     store_t s = {.n = 1};
     MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0]));
     size_t P = tr->model->num_params;
@@ -134,14 +104,10 @@ static void test_cpu_checkpoint_gathers_whole(void)
 static void test_slices_restore_into_cpu(void)
 {
     msr_dataset_t *ds;
-    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
     msr_train_config_t c = config();
-    msr_trainer_t *a, *b;
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &a));
+    msr_trainer_t *a = ckpt_test_trainer(&c, 3, &ds), *b;
     MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &b));
     double la, lb;
-    for (int i = 0; i < 3; i++)
-        MSR_CHECK_OK(msr_trainer_step(a, &la));
     store_t s;
     save_slices(a, 3, &s);
     MSR_CHECK_OK(msr_trainer_restore(b, META, 3, fetch, &s));

@@ -13,6 +13,7 @@
 #include "parallel/ckpt.h"
 #include "parallel/ckpt_full.h"
 #include "parallel/train.h"
+#include "tests/parallel/ckpt_support.h"
 #include "tests/runner.h"
 
 static const char *const META = "a test run";
@@ -21,20 +22,7 @@ static const char *const META = "a test run";
  * so the saved pieces span several read chunks (MSR_TCKPT_READ_CHUNK). */
 static msr_train_config_t config(void)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 1, 4, 192},
-        .micro_batch = 2,
-        .grad_accum = 1,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 9,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    return c;
+    return ckpt_test_config(1, 192, 2);
 }
 
 /* The saved payloads, read in part; the read that covers payload byte
@@ -135,13 +123,8 @@ static void restore_checks(msr_trainer_t *saved, msr_dataset_t *ds, src_t *s)
 static void test_restore_uses_read_crc(void)
 {
     msr_dataset_t *ds;
-    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
     msr_train_config_t c = config();
-    msr_trainer_t *tr;
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
-    double loss;
-    for (int i = 0; i < 2; i++)
-        MSR_CHECK_OK(msr_trainer_step(tr, &loss));
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &ds);
     src_t s = {.n = 1};
     MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0])); /* the same layout */
     restore_checks(tr, ds, &s);
@@ -154,27 +137,10 @@ static void test_restore_uses_read_crc(void)
 static void test_resharded_restore_uses_read_crc(void)
 {
     msr_dataset_t *ds;
-    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 14, &ds));
     msr_train_config_t c = config();
-    msr_trainer_t *tr;
-    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
-    double loss;
-    MSR_CHECK_OK(msr_trainer_step(tr, &loss));
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
     src_t s = {.n = 2};
-    for (int r = 0; r < 2; r++) {
-        msr_tckpt_header_t h = {
-            .step = tr->step,
-            .adam_t = tr->dp->opt->t,
-            .data_seed = tr->sampler.seed,
-            .data_position = tr->sampler.position,
-            .num_params = tr->model->num_params,
-            .rank = (uint32_t)r,
-            .world = 2,
-            .meta = META,
-        };
-        MSR_CHECK_OK(msr_ckpt_encode_slice(&h, tr->model->params, tr->dp->opt->m, tr->dp->opt->v,
-                                           &s.buf[r], &s.len[r]));
-    }
+    ckpt_test_save_slices(tr, 2, META, s.buf, s.len);
     restore_checks(tr, ds, &s);
     for (int r = 0; r < 2; r++)
         msr_free(s.buf[r]);

@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "model/layers.h"
 #include "model/rng.h"
+#include "tests/parallel/fd_check.h"
 #include "tests/runner.h"
 
 static const msr_gpt_config_t tiny = {MSR_GPT_VOCAB, 8, 2, 2, 16}; /* V maxT L NH C */
@@ -90,11 +91,7 @@ static void test_init(void)
     MSR_CHECK(memcmp(m->params, pieces, m->num_params * sizeof(float)) == 0);
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *x = m->params + t->offset;
-        double s = 0, s2 = 0;
-        for (size_t i = 0; i < t->count; i++)
-            s += x[i], s2 += (double)x[i] * x[i];
-        double mean = s / t->count, sd = sqrt(s2 / t->count - mean * mean);
+        double s, sd = fd_tensor_sd(m, k, &s), mean = s / t->count;
         const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
         if (strcmp(kind, "wte") == 0 || strcmp(kind, "qkvw") == 0 || strcmp(kind, "fcw") == 0)
             MSR_CHECK_MSG(fabs(sd - 0.02) < 0.002 && fabs(mean) < 0.002, "%s sd %g", t->name, sd);
@@ -130,7 +127,6 @@ static double ref_loss(const double *p, const int *inp, const int *tgt, int B, i
     double *proj = calloc((size_t)N * C, sizeof *proj);
     double *h = calloc((size_t)N * 4 * C, sizeof *h), *hg = calloc((size_t)N * 4 * C, sizeof *hg);
     double *logits = calloc((size_t)N * V, sizeof *logits);
-    double *probs = calloc((size_t)N * V, sizeof *probs), *losses = calloc(N, sizeof *losses);
     msr_encoder_forward_f64(x, inp, wte, wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         const double *ln1w = q, *ln1b = ln1w + C, *qkvw = ln1b + C, *qkvb = qkvw + 3 * C * C;
@@ -153,13 +149,22 @@ static double ref_loss(const double *p, const int *inp, const int *tgt, int B, i
     }
     msr_layernorm_forward_f64(ln, mean, rstd, x, q, q + C, N, C);
     msr_matmul_forward_f64(logits, ln, wte, NULL, N, C, V);
-    msr_crossentropy_forward_f64(losses, probs, logits, tgt, N, V);
-    double loss = 0;
-    for (int i = 0; i < N; i++)
-        loss += losses[i];
+    double loss = fd_mean_crossentropy(logits, tgt, N, V);
     free(x), free(ln), free(mean), free(rstd), free(qkv), free(y), free(att), free(proj);
-    free(h), free(hg), free(logits), free(probs), free(losses);
-    return loss / N;
+    free(h), free(hg), free(logits);
+    return loss;
+}
+
+/* ref_loss's arguments but the parameters, for fd_check_model_grad */
+typedef struct ref_args {
+    const int *inp, *tgt;
+    int B, T;
+} ref_args_t;
+
+static double ref_loss_at(void *arg, const double *p)
+{
+    const ref_args_t *a = arg;
+    return ref_loss(p, a->inp, a->tgt, a->B, a->T);
 }
 
 static void test_gradient(void)
@@ -171,44 +176,10 @@ static void test_gradient(void)
     int T = tiny.max_seq, N = TB * T;
     int inp[TB * 8], tgt[TB * 8];
     tiny_batch(5, inp, tgt, N);
-    double loss;
-    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, T, NULL, &loss));
-    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / (float)N, NULL));
-
-    double *p = malloc(m->num_params * sizeof *p);
-    for (size_t i = 0; i < m->num_params; i++)
-        p[i] = m->params[i];
-    double ref = ref_loss(p, inp, tgt, TB, T);
-    MSR_CHECK_MSG(fabs(loss - ref) < 1e-5 * ref, "float loss %.9g, double %.9g", loss, ref);
-
-    /* per tensor: the largest-gradient elements and a spread of others */
-    const double h = 1e-5;
-    for (int k = 0; k < m->num_tensors; k++) {
-        const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *g = m->grads + t->offset;
-        double gmax = 0;
-        size_t imax = 0;
-        for (size_t i = 0; i < t->count; i++)
-            if (fabs(g[i]) > gmax)
-                gmax = fabs(g[i]), imax = i;
-        MSR_CHECK_MSG(gmax > 1e-6, "%s has no gradient", t->name);
-        for (int c = 0; c < 12; c++) {
-            size_t i =
-                c == 0 ? imax : (size_t)msr_rng_below(msr_rng_u64(11, (uint64_t)k, c), t->count);
-            size_t at = t->offset + i;
-            double old = p[at];
-            p[at] = old + h;
-            double lp = ref_loss(p, inp, tgt, TB, T);
-            p[at] = old - h;
-            double lm = ref_loss(p, inp, tgt, TB, T);
-            p[at] = old;
-            double num = (lp - lm) / (2 * h);
-            MSR_CHECK_MSG(fabs(num - g[i]) <= 1e-4 * gmax + 1e-4 * fabs(num),
-                          "%s[%zu]: analytic %.9g, finite difference %.9g (largest %.3g)", t->name,
-                          i, (double)g[i], num, gmax);
-        }
-    }
-    free(p);
+    /* the loss, then per tensor the largest-gradient elements and a spread
+     * of others */
+    ref_args_t args = {inp, tgt, TB, T};
+    fd_check_model_grad("", m, inp, tgt, TB, T, ref_loss_at, &args);
     msr_gpt_destroy(m);
 }
 

@@ -8,10 +8,8 @@
 
 #include "model/layers.h"
 #include "model/rng.h"
+#include "tests/parallel/fd_check.h"
 #include "tests/runner.h"
-
-#define FD_H   1e-5
-#define FD_TOL 1e-7 /* absolute + relative */
 
 /* ---- helpers ---- */
 
@@ -31,37 +29,6 @@ static double *vec(rng_t *r, size_t n, double scale)
     for (size_t i = 0; i < n; i++)
         x[i] = r != NULL ? scale * rnd(r) : 0.0;
     return x;
-}
-
-static double dot(const double *a, const double *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-/* The objective is sum(w * out) for a fixed random w, whose gradient with
- * respect to out is w: backward with dout = w gives its exact gradient. */
-typedef double (*objective_fn)(void *ctx);
-
-/* Compares analytic (n) with central differences of f in every element of
- * x (n), restoring x afterwards. */
-static void check_grad(const char *what, objective_fn f, void *ctx, double *x,
-                       const double *analytic, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        double old = x[i];
-        x[i] = old + FD_H;
-        double lp = f(ctx);
-        x[i] = old - FD_H;
-        double lm = f(ctx);
-        x[i] = old;
-        double num = (lp - lm) / (2 * FD_H);
-        MSR_CHECK_MSG(fabs(num - analytic[i]) <= FD_TOL * (1.0 + fabs(analytic[i])),
-                      "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, analytic[i],
-                      num);
-    }
 }
 
 /* max |a - b| / max(|b|) between a float and a double array */
@@ -97,7 +64,7 @@ static double enc_objective(void *p)
 {
     enc_ctx_t *c = p;
     msr_encoder_forward_f64(c->out, c->inp, c->wte, c->wpe, EB, ET, EC);
-    return dot(c->out, c->w, EB * ET * EC);
+    return fd_dot(c->out, c->w, EB * ET * EC);
 }
 
 static void test_encoder(void)
@@ -112,8 +79,8 @@ static void test_encoder(void)
     msr_encoder_forward_f64(c.out, c.inp, c.wte, c.wpe, EB, ET, EC);
     MSR_CHECK(c.out[(1 * ET + 2) * EC + 3] == c.wte[4 * EC + 3] + c.wpe[2 * EC + 3]);
     msr_encoder_backward_f64(dwte, dwpe, c.w, c.inp, EB, ET, EC);
-    check_grad("dwte", enc_objective, &c, c.wte, dwte, EV * EC);
-    check_grad("dwpe", enc_objective, &c, c.wpe, dwpe, EMAXT * EC);
+    fd_check_grad("dwte", enc_objective, &c, c.wte, dwte, EV * EC);
+    fd_check_grad("dwpe", enc_objective, &c, c.wpe, dwpe, EMAXT * EC);
     /* a token that never occurs and a position past T get no gradient */
     for (int k = 0; k < EC; k++) {
         MSR_CHECK(dwte[2 * EC + k] == 0.0);
@@ -134,7 +101,7 @@ static double ln_objective(void *p)
 {
     ln_ctx_t *c = p;
     msr_layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->weight, c->bias, LN, LC);
-    return dot(c->out, c->w, LN * LC);
+    return fd_dot(c->out, c->w, LN * LC);
 }
 
 static void test_layernorm(void)
@@ -166,9 +133,9 @@ static void test_layernorm(void)
     MSR_CHECK(fabs(v / LC - 1) < 1e-4); /* eps 1e-5 shrinks it a little */
     ln_objective(&c);
     msr_layernorm_backward_f64(dinp, dw, db, c.w, c.inp, c.weight, c.mean, c.rstd, LN, LC);
-    check_grad("dinp", ln_objective, &c, c.inp, dinp, LN * LC);
-    check_grad("dweight", ln_objective, &c, c.weight, dw, LC);
-    check_grad("dbias", ln_objective, &c, c.bias, db, LC);
+    fd_check_grad("dinp", ln_objective, &c, c.inp, dinp, LN * LC);
+    fd_check_grad("dweight", ln_objective, &c, c.weight, dw, LC);
+    fd_check_grad("dbias", ln_objective, &c, c.bias, db, LC);
 
     /* float agrees with double */
     float *fi = to_float(c.inp, LN * LC), *fw = to_float(c.weight, LC), *fb = to_float(c.bias, LC);
@@ -199,7 +166,7 @@ static double mm_objective(void *p)
 {
     mm_ctx_t *c = p;
     msr_matmul_forward_f64(c->out, c->inp, c->weight, c->bias, MN, MIC, MOC);
-    return dot(c->out, c->w, MN * MOC);
+    return fd_dot(c->out, c->w, MN * MOC);
 }
 
 static void test_matmul(void)
@@ -219,9 +186,9 @@ static void test_matmul(void)
     MSR_CHECK(fabs(c.out[4 * MOC + 2] - want) < 1e-12);
     double *dinp = vec(NULL, MN * MIC, 0), *dw = vec(NULL, MOC * MIC, 0), *db = vec(NULL, MOC, 0);
     msr_matmul_backward_f64(dinp, dw, db, c.w, c.inp, c.weight, MN, MIC, MOC);
-    check_grad("dinp", mm_objective, &c, c.inp, dinp, MN * MIC);
-    check_grad("dweight", mm_objective, &c, c.weight, dw, MOC * MIC);
-    check_grad("dbias", mm_objective, &c, c.bias, db, MOC);
+    fd_check_grad("dinp", mm_objective, &c, c.inp, dinp, MN * MIC);
+    fd_check_grad("dweight", mm_objective, &c, c.weight, dw, MOC * MIC);
+    fd_check_grad("dbias", mm_objective, &c, c.bias, db, MOC);
 
     /* backward accumulates: a second call doubles every gradient */
     double *dinp2 = vec(NULL, MN * MIC, 0), *dw2 = vec(NULL, MOC * MIC, 0),
@@ -263,7 +230,7 @@ static double att_objective(void *p)
 {
     att_ctx_t *c = p;
     msr_attention_forward_f64(c->out, c->att, c->qkv, AB, AT, AC, ANH);
-    return dot(c->out, c->w, AB * AT * AC);
+    return fd_dot(c->out, c->w, AB * AT * AC);
 }
 
 static void test_attention(void)
@@ -294,7 +261,7 @@ static void test_attention(void)
             MSR_CHECK(fabs(c.out[h * (AC / ANH) + k] - c.qkv[2 * AC + h * (AC / ANH) + k]) < 1e-12);
     double *dqkv = vec(NULL, AB * AT * 3 * AC, 0), *scratch = vec(NULL, AT * AT, 0);
     msr_attention_backward_f64(dqkv, scratch, c.w, c.qkv, c.att, AB, AT, AC, ANH);
-    check_grad("dqkv", att_objective, &c, c.qkv, dqkv, AB * AT * 3 * AC);
+    fd_check_grad("dqkv", att_objective, &c, c.qkv, dqkv, AB * AT * 3 * AC);
 
     /* causal: changing the last position leaves the earlier outputs alone */
     double *before = vec(NULL, AB * AT * AC, 0);
@@ -554,7 +521,7 @@ static double gelu_objective(void *p)
 {
     gelu_ctx_t *c = p;
     msr_gelu_forward_f64(c->out, c->inp, GN);
-    return dot(c->out, c->w, GN);
+    return fd_dot(c->out, c->w, GN);
 }
 
 static void test_gelu(void)
@@ -575,7 +542,7 @@ static void test_gelu(void)
     MSR_CHECK(fabs(c.out[24] - 0.8411919906082768) < 1e-12);
     double *dinp = vec(NULL, GN, 0);
     msr_gelu_backward_f64(dinp, c.inp, c.w, GN);
-    check_grad("dinp", gelu_objective, &c, c.inp, dinp, GN);
+    fd_check_grad("dinp", gelu_objective, &c, c.inp, dinp, GN);
     float *fi = to_float(c.inp, GN), *fo = malloc(GN * sizeof *fo);
     float *fd = to_float(c.w, GN), *fdi = calloc(GN, sizeof *fdi);
     msr_gelu_forward(fo, fi, GN);
@@ -635,7 +602,7 @@ static void test_crossentropy(void)
     double *dlogits = vec(NULL, XN * XV, 0);
     xent_objective(&c);
     msr_crossentropy_backward_f64(dlogits, c.probs, c.targets, c.dloss, XN, XV);
-    check_grad("dlogits", xent_objective, &c, c.logits, dlogits, XN * XV);
+    fd_check_grad("dlogits", xent_objective, &c, c.logits, dlogits, XN * XV);
 
     float *fl = to_float(c.logits, XN * XV), *fp = malloc(XN * XV * sizeof *fp);
     float fls[XN], *fdl = calloc(XN * XV, sizeof *fdl);

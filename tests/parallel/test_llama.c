@@ -16,10 +16,8 @@
 #include "model/layers.h"
 #include "model/rng.h"
 #include "parallel/mp.h"
+#include "tests/parallel/fd_check.h"
 #include "tests/runner.h"
-
-#define FD_H   1e-5
-#define FD_TOL 1e-7 /* absolute + relative */
 
 static double *vec(uint64_t seed, size_t n, double scale)
 {
@@ -28,35 +26,6 @@ static double *vec(uint64_t seed, size_t n, double scale)
     for (size_t i = 0; i < n; i++)
         x[i] = scale * msr_rng_normal(seed, 7, i);
     return x;
-}
-
-static double dot(const double *a, const double *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-/* The objective of a kernel check: sum(w * out), whose gradient with
- * respect to out is w. */
-typedef double (*objective_fn)(void *ctx);
-
-static void check_grad(const char *what, objective_fn f, void *ctx, double *x,
-                       const double *analytic, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        double old = x[i];
-        x[i] = old + FD_H;
-        double lp = f(ctx);
-        x[i] = old - FD_H;
-        double lm = f(ctx);
-        x[i] = old;
-        double num = (lp - lm) / (2 * FD_H);
-        MSR_CHECK_MSG(fabs(num - analytic[i]) <= FD_TOL * (1.0 + fabs(analytic[i])),
-                      "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, analytic[i],
-                      num);
-    }
 }
 
 /* ---- kernels ---- */
@@ -71,7 +40,7 @@ static double rms_objective(void *arg)
 {
     kctx_t *c = arg;
     msr_rmsnorm_forward_f64(c->out, c->rstd, c->x, c->w, KN, KC);
-    return dot(c->out, c->dout, KN * KC);
+    return fd_dot(c->out, c->dout, KN * KC);
 }
 
 static void test_rmsnorm(void)
@@ -84,13 +53,13 @@ static void test_rmsnorm(void)
     for (int i = 0; i < KC; i++)
         ones[i] = 1.0;
     msr_rmsnorm_forward_f64(c.out, c.rstd, c.x, ones, KN, KC);
-    double ms = dot(c.x, c.x, KC) / KC;
-    MSR_CHECK(fabs(dot(c.out, c.out, KC) / KC - ms / (ms + MSR_RMSNORM_EPS)) < 1e-12);
+    double ms = fd_dot(c.x, c.x, KC) / KC;
+    MSR_CHECK(fabs(fd_dot(c.out, c.out, KC) / KC - ms / (ms + MSR_RMSNORM_EPS)) < 1e-12);
     double *dx = vec(0, KN * KC, 0), *dw = vec(0, KC, 0);
     rms_objective(&c);
     msr_rmsnorm_backward_f64(dx, dw, c.dout, c.x, c.w, c.rstd, KN, KC);
-    check_grad("rmsnorm dx", rms_objective, &c, c.x, dx, KN * KC);
-    check_grad("rmsnorm dw", rms_objective, &c, c.w, dw, KC);
+    fd_check_grad("rmsnorm dx", rms_objective, &c, c.x, dx, KN * KC);
+    fd_check_grad("rmsnorm dw", rms_objective, &c, c.w, dw, KC);
     free(ones), free(dx), free(dw);
     free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.dout);
 }
@@ -99,7 +68,7 @@ static double swiglu_objective(void *arg)
 {
     kctx_t *c = arg;
     msr_swiglu_forward_f64(c->out, c->x, KN, KF);
-    return dot(c->out, c->dout, KN * KF);
+    return fd_dot(c->out, c->dout, KN * KF);
 }
 
 static void test_swiglu(void)
@@ -111,7 +80,7 @@ static void test_swiglu(void)
     MSR_CHECK(fabs(c.out[KF + 1] - a / (1 + exp(-a)) * u) < 1e-15);
     double *dx = vec(0, KN * 2 * KF, 0);
     msr_swiglu_backward_f64(dx, c.x, c.dout, KN, KF);
-    check_grad("swiglu", swiglu_objective, &c, c.x, dx, KN * 2 * KF);
+    fd_check_grad("swiglu", swiglu_objective, &c, c.x, dx, KN * 2 * KF);
     free(dx), free(c.x), free(c.out), free(c.dout);
 }
 
@@ -122,7 +91,7 @@ static double rope_objective(void *arg)
     kctx_t *c = arg;
     memcpy(c->out, c->x, RB * RT * RLD * sizeof *c->out);
     msr_rope_forward_f64(c->out, RLD, RB, RT, 0, RH, RHS, 10000.0, 1);
-    return dot(c->out, c->dout, RB * RT * RLD);
+    return fd_dot(c->out, c->dout, RB * RT * RLD);
 }
 
 static void test_rope(void)
@@ -146,7 +115,7 @@ static void test_rope(void)
     double *dx = vec(0, RB * RT * RLD, 0);
     memcpy(dx, c.dout, RB * RT * RLD * sizeof *dx);
     msr_rope_forward_f64(dx, RLD, RB, RT, 0, RH, RHS, 10000.0, -1);
-    check_grad("rope", rope_objective, &c, c.x, dx, RB * RT * RLD);
+    fd_check_grad("rope", rope_objective, &c, c.x, dx, RB * RT * RLD);
     free(dx), free(c.x), free(c.out), free(c.dout);
 }
 
@@ -161,7 +130,7 @@ static double gqa_objective(void *arg)
 {
     gctx_t *c = arg;
     msr_attention_gqa_forward_f64(c->out, c->att, c->qkv, AB, AT, AC, ANH, AKV);
-    return dot(c->out, c->w, AB * AT * AC);
+    return fd_dot(c->out, c->w, AB * AT * AC);
 }
 
 /* Grouped-query attention is multi-head attention with each key/value
@@ -188,7 +157,7 @@ static void test_attention_gqa(void)
         MSR_CHECK(fabs(out[i] - c.out[i]) < 1e-14);
     double *dqkv = vec(0, AB * AT * AW, 0), *scratch = vec(0, AT * AT, 0);
     msr_attention_gqa_backward_f64(dqkv, scratch, c.w, c.qkv, c.att, AB, AT, AC, ANH, AKV);
-    check_grad("gqa dqkv", gqa_objective, &c, c.qkv, dqkv, AB * AT * AW);
+    fd_check_grad("gqa dqkv", gqa_objective, &c, c.qkv, dqkv, AB * AT * AW);
     /* the float kernel agrees with the double one */
     float *fq = malloc(AB * AT * AW * sizeof *fq), *fo = malloc(AB * AT * AC * sizeof *fo);
     float *fa = malloc(AB * ANH * AT * AT * sizeof *fa), *fs = malloc(AT * AT * sizeof *fs);
@@ -273,11 +242,7 @@ static void test_layout(void)
     /* initialisation: norms 1, wo and w2 N(0, 0.02/sqrt(2L)), the rest N(0, 0.02) */
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *x = m->params + t->offset;
-        double s = 0, s2 = 0;
-        for (size_t i = 0; i < t->count; i++)
-            s += x[i], s2 += (double)x[i] * x[i];
-        double sd = sqrt(s2 / t->count - (s / t->count) * (s / t->count));
+        double s, sd = fd_tensor_sd(m, k, &s);
         const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
         if (t->ndim == 1)
             MSR_CHECK_MSG(s == (double)t->count && sd == 0.0, "%s", t->name);
@@ -303,7 +268,6 @@ static double ref_loss(const double *p, int KVH, const int *inp, const int *tgt,
     double *proj = calloc((size_t)N * C, sizeof *proj), *h = calloc((size_t)N * 2 * F, sizeof *h);
     double *act = calloc((size_t)N * F, sizeof *act),
            *logits = calloc((size_t)N * V, sizeof *logits);
-    double *probs = calloc((size_t)N * V, sizeof *probs), *losses = calloc(N, sizeof *losses);
     const double *wte = p, *q = p + V * C;
     for (int n = 0; n < N; n++)
         memcpy(x + (size_t)n * C, wte + (size_t)inp[n] * C, C * sizeof *x);
@@ -347,13 +311,10 @@ static double ref_loss(const double *p, int KVH, const int *inp, const int *tgt,
     }
     msr_rmsnorm_forward_f64(ln, rstd, x, q, N, C);
     msr_matmul_forward_f64(logits, ln, q + C, NULL, N, C, V);
-    msr_crossentropy_forward_f64(losses, probs, logits, tgt, N, V);
-    double loss = 0;
-    for (int i = 0; i < N; i++)
-        loss += losses[i];
+    double loss = fd_mean_crossentropy(logits, tgt, N, V);
     free(x), free(ln), free(rstd), free(qkv), free(full), free(y), free(att), free(proj);
-    free(h), free(act), free(logits), free(probs), free(losses);
-    return loss / N;
+    free(h), free(act), free(logits);
+    return loss;
 }
 
 static void batch(uint64_t seed, int *inp, int *tgt, int n)
@@ -362,6 +323,19 @@ static void batch(uint64_t seed, int *inp, int *tgt, int n)
         inp[i] = (int)msr_rng_below(msr_rng_u64(seed, 1, (uint64_t)i), V);
         tgt[i] = (int)msr_rng_below(msr_rng_u64(seed, 2, (uint64_t)i), V);
     }
+}
+
+/* ref_loss's arguments but the parameters, for fd_check_model_grad */
+typedef struct ref_args {
+    int kv_heads;
+    const int *inp, *tgt;
+    int B, T;
+} ref_args_t;
+
+static double ref_loss_at(void *arg, const double *p)
+{
+    const ref_args_t *a = arg;
+    return ref_loss(p, a->kv_heads, a->inp, a->tgt, a->B, a->T);
 }
 
 /* Every tensor's gradient (its largest element and a spread of others)
@@ -373,41 +347,10 @@ static void check_model_gradient(int kv_heads)
         m->params[i] += 0.1f * (float)msr_rng_normal(99, 0, i);
     int T = MAXT, N = TB * T, inp[TB * MAXT], tgt[TB * MAXT];
     batch(5, inp, tgt, N);
-    double loss;
-    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, TB, T, NULL, &loss));
-    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / (float)N, NULL));
-    double *p = malloc(m->num_params * sizeof *p);
-    for (size_t i = 0; i < m->num_params; i++)
-        p[i] = m->params[i];
-    double ref = ref_loss(p, kv_heads, inp, tgt, TB, T);
-    MSR_CHECK_MSG(fabs(loss - ref) < 1e-5 * ref, "float loss %.9g, double %.9g", loss, ref);
-    const double h = 1e-5;
-    for (int k = 0; k < m->num_tensors; k++) {
-        const msr_gpt_tensor_t *t = &m->tensors[k];
-        const float *g = m->grads + t->offset;
-        double gmax = 0;
-        size_t imax = 0;
-        for (size_t i = 0; i < t->count; i++)
-            if (fabs(g[i]) > gmax)
-                gmax = fabs(g[i]), imax = i;
-        MSR_CHECK_MSG(gmax > 1e-6, "%s has no gradient", t->name);
-        for (int c = 0; c < 12; c++) {
-            size_t i =
-                c == 0 ? imax : (size_t)msr_rng_below(msr_rng_u64(11, (uint64_t)k, c), t->count);
-            size_t at = t->offset + i;
-            double old = p[at];
-            p[at] = old + h;
-            double lp = ref_loss(p, kv_heads, inp, tgt, TB, T);
-            p[at] = old - h;
-            double lm = ref_loss(p, kv_heads, inp, tgt, TB, T);
-            p[at] = old;
-            double num = (lp - lm) / (2 * h);
-            MSR_CHECK_MSG(fabs(num - g[i]) <= 1e-4 * gmax + 1e-4 * fabs(num),
-                          "kv %d: %s[%zu]: analytic %.9g, finite difference %.9g (largest %.3g)",
-                          kv_heads, t->name, i, (double)g[i], num, gmax);
-        }
-    }
-    free(p);
+    ref_args_t args = {kv_heads, inp, tgt, TB, T};
+    char what[16];
+    snprintf(what, sizeof what, "kv %d: ", kv_heads);
+    fd_check_model_grad(what, m, inp, tgt, TB, T, ref_loss_at, &args);
     msr_gpt_destroy(m);
 }
 

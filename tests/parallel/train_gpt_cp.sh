@@ -10,30 +10,8 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
+job_prefix=cpcli
 small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2)
-msrun_n() {
-    local n=$1 job=cpcli-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-# refused before training: refuse N PATTERN ARGS... (N workers)
-refuse() {
-    local n=$1 pattern=$2 rc=0
-    shift 2
-    msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-    grep -q "^\\(\\[.*\\] \\)\\?step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
-    return 0
-}
-# the losses of two runs agree to the 6 printed decimals: same A B N
-same() {
-    paste <(grep -o 'step.*loss [0-9.]*' "$1") <(grep -o 'step.*loss [0-9.]*' "$2") |
-        awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
-             END { exit bad || n != want }'
-}
 refuse 2 "the sequence of 18 does not divide into 2 x cp = 4 chunks" "${small[@]}" --seq 18 --cp 2
 refuse 3 "do not divide into tp 1 x pp 1 x cp 2" "${small[@]}" --cp 2
 refuse 2 "x cp 2 = 4 ranks, but the job has 2" "${small[@]}" --cp 2 --dp 2
@@ -67,7 +45,8 @@ grep -q "step 2 loss" "$work/out" || fail "--auto with cp did not train: $(cat "
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 4 --grad-accum 4 >"$work/one"
 msrun_n 4 "${small[@]}" --steps 4 --grad-accum 4 --cp 2 --tp 2 --sp --recompute full \
     --trace "$work/trace.json" >"$work/cptp" 2>"$work/err" || fail "cp x tp: $(cat "$work/err")"
-same "$work/one" "$work/cptp" 4 || fail "cp x tp differs from one process: $(paste "$work/one" "$work/cptp")"
+same_losses "$work/one" "$work/cptp" 4 ||
+    fail "cp x tp differs from one process: $(paste "$work/one" "$work/cptp")"
 grep -q "mesh dp 1 x pp 1 x cp 2 x tp 2 with sequence parallel" "$work/err" ||
     fail "$(cat "$work/err")"
 python3 - "$work/trace.json" <<'PY' || fail "trace: $(head -c 2000 "$work/trace.json")"
@@ -82,7 +61,8 @@ assert "rank 2 (dp 0 pp 0 cp 1 tp 0)" in meta, meta
 PY
 msrun_n 4 "${small[@]}" --steps 4 --grad-accum 2 --cp 2 --dp 2 --zero 1 --bucket-mb 0.02 \
     --zero-min-bytes 1024 --report >"$work/cpdp" 2>"$work/err" || fail "cp x dp: $(cat "$work/err")"
-same "$work/one" "$work/cpdp" 4 || fail "cp x dp differs from one process: $(paste "$work/one" "$work/cpdp")"
+same_losses "$work/one" "$work/cpdp" 4 ||
+    fail "cp x dp differs from one process: $(paste "$work/one" "$work/cpdp")"
 # --report counts each rank's kept activations to the byte (docs/model.md,
 # "Context parallel"): B 2, T/cp = 8 positions, N = 16 rows, C 32, 4 heads,
 # MLP 128, vocabulary 256, 2 layers, no recompute; 1F1B on one stage holds
@@ -116,7 +96,8 @@ sed -n 's/.*rank [0-3] zero 1: .*(shard \([0-9]*\) of \([0-9]*\) elements, \([0-
 odd=(--layers 2 --channels 32 --heads 4 --seq 12 --micro-batch 2 --steps 3 --grad-accum 2)
 timeout 60 "$bin/train_gpt" "${odd[@]}" >"$work/one3"
 msrun_n 6 "${odd[@]}" --cp 3 --tp 2 --sp >"$work/cp3" 2>"$work/err" || fail "cp 3: $(cat "$work/err")"
-same "$work/one3" "$work/cp3" 3 || fail "cp 3 differs from one process: $(paste "$work/one3" "$work/cp3")"
+same_losses "$work/one3" "$work/cp3" 3 ||
+    fail "cp 3 differs from one process: $(paste "$work/one3" "$work/cp3")"
 
 # checkpoints in a cp layout: cp 2 x dp 2, ZeRO-1 (shards over dp x cp),
 # selective recompute; stopped at step 3 and resumed, steps 4..5 are

@@ -16,31 +16,11 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
+job_prefix=llamamp
 W=$work
 # G = 8 sequences a step in every layout
 model=(--arch llama --layers 4 --channels 32 --heads 4 --kv-heads 2 --ffn 40 --seq 16
     --global-batch 8 --steps 10 --lr 3e-3 --rope-theta 500)
-msrun_n() {
-    local n=$1 job=llamamp-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-# refused before training: refuse N PATTERN ARGS... (N workers; 1: alone)
-refuse() {
-    local n=$1 pattern=$2 rc=0
-    shift 2
-    if [[ $n -eq 1 ]]; then
-        timeout 30 "$bin/train_gpt" "$@" >"$W/out" 2>"$W/err" || rc=$?
-    else
-        msrun_n "$n" "$@" >"$W/out" 2>"$W/err" || rc=$?
-    fi
-    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$W/err")"
-    grep -q -- "$pattern" "$W/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$W/err")"
-    grep -q "^\\(\\[.*\\] \\)\\?step" "$W/out" && fail "train_gpt $* trained: $(cat "$W/out")"
-    return 0
-}
 small=(--arch llama --layers 4 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1)
 # kv heads split over tp: kv heads = tp runs (below), one fewer is refused
 refuse 2 "llama: 1 kv heads or ffn 40 do not divide among tp 2" "${small[@]}" --tp 2 \
@@ -50,19 +30,6 @@ refuse 2 "llama: 2 kv heads or ffn 41 do not divide among tp 2" "${small[@]}" --
 refuse 5 "4 layers are fewer than the 5 pipeline stages" "${small[@]}" --pp 5 --grad-accum 5
 refuse 2 "pp-layers" "${small[@]}" --pp 2 --grad-accum 2 --pp-layers 0,4
 
-# close A B: the same steps, losses and norms within 1e-5 relative
-close() {
-    python3 - "$1" "$2" <<'PY' || fail "$1 and $2 differ (above)"
-import sys
-a, b = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:3]]
-assert len(a) == len(b) == 10, (len(a), len(b))
-for x, y in zip(a, b):  # step N loss L norm G (hexadecimal floats)
-    assert x[:2] == y[:2] and x[2] == "loss" and x[4] == "norm", (x, y)
-    for i in (3, 5):
-        u, v = float.fromhex(x[i]), float.fromhex(y[i])
-        assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
-PY
-}
 timeout 60 "$bin/train_gpt" "${model[@]}" --micro-batch 4 --loss-log "$W/one" >/dev/null \
     2>"$W/err" || fail "one process: $(cat "$W/err")"
 # layout NAME N ARGS...: N processes train the model as ARGS say
@@ -71,7 +38,7 @@ layout() {
     shift 2
     msrun_n "$n" "${model[@]}" "$@" --loss-log "$W/$name" >/dev/null 2>"$W/err" ||
         fail "$name: $(cat "$W/err")"
-    close "$W/$name" "$W/one"
+    close "$W/$name" "$W/one" 10
 }
 layout pp2-gpipe 2 --pp 2 --micro-batch 2 --schedule gpipe
 layout pp2-1f1b-uneven 2 --pp 2 --micro-batch 2 --schedule 1f1b --pp-layers 1,3

@@ -14,30 +14,10 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
+job_prefix=moe
 # every second block is MoE; capacity 1.0 drops some choices every step
 moe=(--layers 2 --channels 16 --heads 2 --seq 16 --micro-batch 2 --experts 4 --top-k 2
     --moe-every 1 --capacity-factor 1.0 --aux-loss 0.01 --global-batch 8 --report)
-msrun_n() {
-    local n=$1 job=moe-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-# refused before training: refuse N PATTERN ARGS... (N workers; 1: alone)
-refuse() {
-    local n=$1 pattern=$2 rc=0
-    shift 2
-    if [[ $n -eq 1 ]]; then
-        timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    else
-        msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    fi
-    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-    grep -q "step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
-    return 0
-}
 refuse 1 "ep 2 does not divide dp 1" "${moe[@]}" --ep 2
 refuse 2 "3 experts do not divide among ep 2 ranks" "${moe[@]}" --experts 3 --ep 2
 refuse 2 "expert parallel needs at least 1 and a MoE model" "${moe[@]}" --experts 0 --ep 2
@@ -48,22 +28,6 @@ refuse 4 "6 experts do not divide among ep 2 x tp 2 ranks" "${moe[@]}" --experts
 refuse 2 "MoE does not run with cp" "${moe[@]}" --cp 2
 refuse 1 "top-k 5 is not in \[1, 4 experts\]" "${moe[@]}" --top-k 5
 refuse 1 "moe-every 3 is not in \[1, 2 layers\]" "${moe[@]}" --moe-every 3
-
-# the losses (and norms) of two loss logs agree within 1e-5 relative over
-# all 10 steps; prints the largest difference
-close() {
-    python3 - "$1" "$2" "$3" <<'PY'
-import sys
-def read(path):
-    rows = [l.split() for l in open(path)]
-    return [(int(r[1]), float.fromhex(r[3]), float.fromhex(r[5])) for r in rows]
-a, b = read(sys.argv[1]), read(sys.argv[2])
-assert len(a) == 10 and [r[0] for r in a] == [r[0] for r in b], (a, b)
-worst = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b) for k in (1, 2))
-print(f"{sys.argv[3]}: max relative difference {worst:.3g}")
-assert worst <= 1e-5, worst
-PY
-}
 # the routing of each step, as --report prints it (rank prefix stripped)
 routing() {
     grep -o "moe step .*" "$1"
@@ -81,7 +45,7 @@ layout() {
     shift 2
     msrun_n "$n" "${moe[@]}" --steps 10 --loss-log "$work/$name" "$@" >/dev/null \
         2>"$work/$name.err" || fail "$name: $(cat "$work/$name.err")"
-    close "$work/$ref" "$work/$name" "$name" || fail "$name differs from one process"
+    close "$work/$name" "$work/$ref" 10 "$name"
     diff <(routing "$work/$ref.err") <(routing "$work/$name.err") >/dev/null ||
         fail "$name routes otherwise: $(diff <(routing "$work/$ref.err") <(routing "$work/$name.err"))"
 }

@@ -9,28 +9,8 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
+job_prefix=mpcli
 small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2)
-msrun_n() {
-    local n=$1 job=mpcli-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-# refused before training: refuse N PATTERN ARGS... (N workers; 1: alone)
-refuse() {
-    local n=$1 pattern=$2 rc=0
-    shift 2
-    if [[ $n -eq 1 ]]; then
-        timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    else
-        msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    fi
-    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-    grep -q "^\\(\\[.*\\] \\)\\?step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
-    return 0
-}
 refuse 1 "not one of gpipe, 1f1b, interleaved" --schedule zigzag
 refuse 1 "not one of none, selective, full" --recompute some
 refuse 1 "needs tp > 1" "${small[@]}" --sp
@@ -56,9 +36,7 @@ grep -q -- "--virtual-stages" "$work/help" || fail "--help"
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 4 --grad-accum 8 >"$work/one"
 msrun_n 8 "${small[@]}" --steps 4 --grad-accum 4 --dp 2 --pp 2 --tp 2 --sp --recompute selective \
     --zero 1 --trace "$work/trace.json" >"$work/mesh" 2>"$work/err" || fail "2x2x2: $(cat "$work/err")"
-paste <(grep -o 'step.*loss [0-9.]*' "$work/one") <(grep -o 'step.*loss [0-9.]*' "$work/mesh") |
-    awk '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
-         END { exit bad || n != 4 }' ||
+same_losses "$work/one" "$work/mesh" 4 ||
     fail "2x2x2 differs from one process: $(paste "$work/one" "$work/mesh")"
 grep -q "mesh dp 2 x pp 2 x cp 1 x tp 2 with sequence parallel" "$work/err" || fail "$(cat "$work/err")"
 # the trace: valid JSON, forward and backward spans of all 8 ranks, 4
@@ -104,9 +82,6 @@ msrun_n 2 "${dpargs[@]}" --steps 3 --ckpt-dir "$work/ckdp" >/dev/null 2>"$work/e
 msrun_n 1 "${dpargs[@]}" --recompute selective --ckpt-dir "$work/ckdp" --resume >"$work/dprest" \
     2>"$work/err" || fail "resume with recompute: $(cat "$work/err")"
 grep -q "resumed from step 3 under .* (saved by 2 ranks)" "$work/err" || fail "$(cat "$work/err")"
-paste <(tail -n 2 "$work/dpwhole" | grep -o 'step.*loss [0-9.]*') \
-    <(grep -o 'step.*loss [0-9.]*' "$work/dprest") |
-    awk '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
-         END { exit bad || n != 2 }' ||
+same_losses <(tail -n 2 "$work/dpwhole") "$work/dprest" 2 ||
     fail "resumed with recompute: $(paste "$work/dpwhole" "$work/dprest")"
 echo "train_gpt model parallel: ok"

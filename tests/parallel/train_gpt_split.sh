@@ -9,44 +9,30 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
+job_prefix=split
 small=(--layers 8 --channels 32 --heads 4 --seq 16 --micro-batch 2)
-msrun_n() {
-    local n=$1 job=split-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-# refused before training: refuse N PATTERN ARGS... (N workers; 1: alone)
-refuse() {
-    local n=$1 pattern=$2 rc=0
-    shift 2
-    if [[ $n -eq 1 ]]; then
-        timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    else
-        msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    fi
-    [[ $rc -eq 2 ]] || fail "train_gpt $* on $n exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-    [[ $n -gt 1 || $(grep -c . "$work/err") -eq 1 ]] ||
-        fail "train_gpt $*: not one line: $(cat "$work/err")"
-    grep -q "^\\(\\[.*\\] \\)\\?step" "$work/out" && fail "train_gpt $* trained: $(cat "$work/out")"
-    return 0
+# refused before training (job_env.sh's refuse), alone in one line
+refuse_line() {
+    refuse "$@"
+    [[ $1 -gt 1 || $(grep -c . "$work/err") -eq 1 ]] ||
+        fail "train_gpt ${*:3}: not one line: $(cat "$work/err")"
 }
 pp2=(--pp 2 --grad-accum 4)
-refuse 1 "3 entries for 2 virtual stages" "${small[@]}" "${pp2[@]}" --pp-layers 2,3,3
-refuse 1 "4 entries for 2 virtual stages" "${small[@]}" "${pp2[@]}" --pp-layers 2,2,2,2
-refuse 1 "2 entries for 4 virtual stages" "${small[@]}" "${pp2[@]}" --schedule interleaved \
+refuse_line 1 "3 entries for 2 virtual stages" "${small[@]}" "${pp2[@]}" --pp-layers 2,3,3
+refuse_line 1 "4 entries for 2 virtual stages" "${small[@]}" "${pp2[@]}" --pp-layers 2,2,2,2
+refuse_line 1 "2 entries for 4 virtual stages" "${small[@]}" "${pp2[@]}" --schedule interleaved \
     --virtual-stages 2 --pp-layers 4,4
-refuse 1 "virtual stage 0 has 0 layers: every virtual stage needs at least 1" "${small[@]}" \
+refuse_line 1 "virtual stage 0 has 0 layers: every virtual stage needs at least 1" "${small[@]}" \
     "${pp2[@]}" --pp-layers 0,8
-refuse 1 "the stages' layers sum to 7, not the 8 layers" "${small[@]}" "${pp2[@]}" --pp-layers 3,4
-refuse 1 "the stages' layers sum to 9, not the 8 layers" "${small[@]}" "${pp2[@]}" --pp-layers 1,8
-refuse 1 "entry 2 'x' is not a layer count" "${small[@]}" "${pp2[@]}" --pp-layers 3,x
-refuse 1 "entry 2 is empty" "${small[@]}" "${pp2[@]}" --pp-layers 3,,5
-refuse 1 "--pp-layers needs a non-empty value" "${small[@]}" "${pp2[@]}" --pp-layers=
-refuse 1 "the stages' layers sum to 7, not the 8 layers" "${small[@]}" --pp-layers 7
-refuse 2 "virtual stage 1 has 0 layers" "${small[@]}" "${pp2[@]}" --pp-layers 8,0
+refuse_line 1 "the stages' layers sum to 7, not the 8 layers" "${small[@]}" \
+    "${pp2[@]}" --pp-layers 3,4
+refuse_line 1 "the stages' layers sum to 9, not the 8 layers" "${small[@]}" \
+    "${pp2[@]}" --pp-layers 1,8
+refuse_line 1 "entry 2 'x' is not a layer count" "${small[@]}" "${pp2[@]}" --pp-layers 3,x
+refuse_line 1 "entry 2 is empty" "${small[@]}" "${pp2[@]}" --pp-layers 3,,5
+refuse_line 1 "--pp-layers needs a non-empty value" "${small[@]}" "${pp2[@]}" --pp-layers=
+refuse_line 1 "the stages' layers sum to 7, not the 8 layers" "${small[@]}" --pp-layers 7
+refuse_line 2 "virtual stage 1 has 0 layers" "${small[@]}" "${pp2[@]}" --pp-layers 8,0
 help=$(timeout 30 "$bin/train_gpt" --help) || fail "--help exit status"
 grep -q -- "--pp-layers" <<<"$help" || fail "--help"
 
@@ -54,25 +40,22 @@ grep -q -- "--pp-layers" <<<"$help" || fail "--help"
 # (to the 6 printed decimals): pp 2 split 1,7 (1F1B); pp 2 x tp 2
 # interleaved, split 1,3,3,1, sp and ZeRO-1
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 3 --grad-accum 4 >"$work/one"
-same_losses() { # same_losses FILE WHAT
-    paste <(grep -o 'step.*loss [0-9.]*' "$work/one") <(grep -o 'step.*loss [0-9.]*' "$1") |
-        awk '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
-             END { exit bad || n != 3 }' ||
-        fail "$2 differs from one process: $(paste "$work/one" "$1")"
+same_as_one() { # same_as_one FILE WHAT
+    same_losses "$work/one" "$1" 3 || fail "$2 differs from one process: $(paste "$work/one" "$1")"
 }
 msrun_n 2 "${small[@]}" --steps 3 "${pp2[@]}" --pp-layers 1,7 >"$work/pp2" 2>"$work/err" ||
     fail "pp 2 split 1,7: $(cat "$work/err")"
-same_losses "$work/pp2" "pp 2 split 1,7"
+same_as_one "$work/pp2" "pp 2 split 1,7"
 grep -q "layers per virtual stage 1,7 (uneven split)" "$work/err" || fail "$(cat "$work/err")"
 msrun_n 4 "${small[@]}" --steps 3 --grad-accum 4 --pp 2 --tp 2 --sp --zero 1 \
     --schedule interleaved --virtual-stages 2 --pp-layers 1,3,3,1 >"$work/pp2tp2" \
     2>"$work/err" || fail "pp 2 x tp 2 split 1,3,3,1: $(cat "$work/err")"
-same_losses "$work/pp2tp2" "pp 2 x tp 2 interleaved split 1,3,3,1"
+same_as_one "$work/pp2tp2" "pp 2 x tp 2 interleaved split 1,3,3,1"
 grep -q "layers per virtual stage 1,3,3,1 (uneven split)" "$work/err" || fail "$(cat "$work/err")"
 # the even split given explicitly is the default: nothing said of it
 msrun_n 2 "${small[@]}" --steps 3 "${pp2[@]}" --pp-layers 4,4 >"$work/even" 2>"$work/err" ||
     fail "pp 2 split 4,4: $(cat "$work/err")"
-same_losses "$work/even" "pp 2 split 4,4"
+same_as_one "$work/even" "pp 2 split 4,4"
 grep -q "uneven split" "$work/err" && fail "the even split called uneven: $(cat "$work/err")"
 
 # checkpoints: split 6,2 stopped at step 2 and resumed, step 3 is bitwise

@@ -22,11 +22,14 @@
  *               restored row holds every acknowledged push (step)
  *   fsync DIR N P C  asynchronous, one worker: the server durable in DIR
  *               (a checkpoint every C pushes; C 0: not durable, the
- *               bench's baseline), its log synced every N records; the worker pushes P times and
- * prints its pushes/s (the test counts the syncs under strace; bench/ps/ prints the rates);
- * msr_ps_durable_fsync refused before msr_ps_durable bench       measures pull and push against raw
- * messages (not a test: docs/ps.md has its figures) Every check that fails prints "FAIL" and exits
- * 1; the first worker prints "ok MODE" at the end. */
+ *               bench's baseline), its log synced every N records; the
+ *               worker pushes P times and prints its pushes/s (the test
+ *               counts the syncs under strace; bench/ps/ prints the
+ *               rates); msr_ps_durable_fsync refused before msr_ps_durable
+ *   bench       measures pull and push against raw messages (not a test:
+ *               docs/ps.md has its figures)
+ * Every check that fails prints "FAIL" and exits 1; the first worker prints
+ * "ok MODE" at the end. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,28 +39,9 @@
 #include <unistd.h>
 
 #include "msrun/msrun.h"
+#include "tests/worker_fail.h"
 
-static int g_rank = -1;
-
-static void fail(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "ps_worker rank %d: FAIL: %s (last error: %s)\n", g_rank, msg,
-            msr_last_error());
-    fflush(stderr);
-    _exit(1);
-}
-
-#define CHECK_OK(call)                                   \
-    do {                                                 \
-        msr_status_t st_ = (call);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #call, msr_status_name(st_)); \
-    } while (0)
+WORKER_FAIL("ps_worker", _exit)
 
 /* ---- roles ---- */
 
@@ -65,7 +49,7 @@ static void mode_roles(msr_ctx_t *ctx)
 {
     msr_ps_role_t role;
     int rr, rs;
-    CHECK_OK(msr_ps_role(ctx, &role, &rr, &rs));
+    OK(msr_ps_role(ctx, &role, &rr, &rs));
     printf("ROLE %d %s %d %d\n", msr_rank(ctx), role == MSR_PS_SERVER ? "server" : "worker", rr,
            rs);
     fflush(stdout);
@@ -231,8 +215,8 @@ static void sync_train(msr_ps_t *ps, msr_comm_t *dp, int te, int tl,
 {
     int me = msr_ps_role_rank(ps), W = msr_ps_workers(ps);
     float init_e[ROWS * DIM], init_l[DIM + 1];
-    CHECK_OK(msr_ps_pull_dense(ps, te, init_e));
-    CHECK_OK(msr_ps_pull_dense(ps, tl, init_l));
+    OK(msr_ps_pull_dense(ps, te, init_e));
+    OK(msr_ps_pull_dense(ps, tl, init_l));
     ref_table_t re, rl;
     ref_init(&re, ce, init_e);
     ref_init(&rl, cl, init_l);
@@ -244,11 +228,11 @@ static void sync_train(msr_ps_t *ps, msr_comm_t *dp, int te, int tl,
             float y;
             sample(me, t, i, &keys[2 * i], &keys[2 * i + 1], &y);
         }
-        CHECK_OK(msr_ps_pull(ps, te, keys, 2 * BATCH, e, DIM));
-        CHECK_OK(msr_ps_pull_dense(ps, tl, l));
+        OK(msr_ps_pull(ps, te, keys, 2 * BATCH, e, DIM));
+        OK(msr_ps_pull_dense(ps, tl, l));
         batch_grads(me, t, e, l, keys, ge, gl);
-        CHECK_OK(msr_ps_push(ps, te, keys, 2 * BATCH, ge, DIM));
-        CHECK_OK(msr_ps_push_dense(ps, tl, gl));
+        OK(msr_ps_push(ps, te, keys, 2 * BATCH, ge, DIM));
+        OK(msr_ps_push_dense(ps, tl, gl));
         /* data parallel: the whole table's gradient averaged by allreduce,
          * then the touched rows updated (lazily, as the servers do) */
         for (int i = 0; i < 2 * BATCH; i++)
@@ -262,9 +246,9 @@ static void sync_train(msr_ps_t *ps, msr_comm_t *dp, int te, int tl,
             for (int k = 0; k < DIM; k++)
                 full[keys[i] * DIM + k] += ge[i * DIM + k];
         }
-        CHECK_OK(msr_comm_allreduce(dp, MSR_IN_PLACE, full, ROWS * DIM, MSR_DTYPE_F32, MSR_OP_SUM));
-        CHECK_OK(msr_comm_allreduce(dp, MSR_IN_PLACE, touched, ROWS, MSR_DTYPE_F32, MSR_OP_MAX));
-        CHECK_OK(msr_comm_allreduce(dp, MSR_IN_PLACE, gl, DIM + 1, MSR_DTYPE_F32, MSR_OP_SUM));
+        OK(msr_comm_allreduce(dp, MSR_IN_PLACE, full, ROWS * DIM, MSR_DTYPE_F32, MSR_OP_SUM));
+        OK(msr_comm_allreduce(dp, MSR_IN_PLACE, touched, ROWS, MSR_DTYPE_F32, MSR_OP_MAX));
+        OK(msr_comm_allreduce(dp, MSR_IN_PLACE, gl, DIM + 1, MSR_DTYPE_F32, MSR_OP_SUM));
         for (int r = 0; r < ROWS; r++) {
             if (!touched[r])
                 continue;
@@ -277,8 +261,8 @@ static void sync_train(msr_ps_t *ps, msr_comm_t *dp, int te, int tl,
         ref_apply(&rl, 0, gl);
     }
     float fe[ROWS * DIM], fl[DIM + 1];
-    CHECK_OK(msr_ps_pull_dense(ps, te, fe));
-    CHECK_OK(msr_ps_pull_dense(ps, tl, fl));
+    OK(msr_ps_pull_dense(ps, te, fe));
+    OK(msr_ps_pull_dense(ps, tl, fl));
     char what[64];
     snprintf(what, sizeof what, "%s embedding", name);
     compare(what, fe, re.w, ROWS * DIM);
@@ -297,12 +281,11 @@ static void mode_sync(msr_ctx_t *ctx)
 {
     msr_comm_t *world, *dp;
     msr_ps_role_t role;
-    CHECK_OK(msr_ps_role(ctx, &role, NULL, NULL));
-    CHECK_OK(msr_comm_world(ctx, &world));
-    CHECK_OK(
-        msr_comm_split(world, role == MSR_PS_WORKER ? 0 : MSR_COMM_NO_COLOR, msr_rank(ctx), &dp));
+    OK(msr_ps_role(ctx, &role, NULL, NULL));
+    OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_split(world, role == MSR_PS_WORKER ? 0 : MSR_COMM_NO_COLOR, msr_rank(ctx), &dp));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
+    OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
     const msr_ps_optim_t optims[] = {MSR_PS_SGD, MSR_PS_ADAGRAD, MSR_PS_ADAM};
     const char *names[] = {"sgd", "adagrad", "adam"};
     const float lrs[] = {0.5f, 0.1f, 0.01f};
@@ -319,11 +302,11 @@ static void mode_sync(msr_ctx_t *ctx)
         cl[o].rows = 1;
         cl[o].width = DIM + 1;
         cl[o].seed = 101 + o;
-        CHECK_OK(msr_ps_table_create(ps, &ce[o], &te[o]));
-        CHECK_OK(msr_ps_table_create(ps, &cl[o], &tl[o]));
+        OK(msr_ps_table_create(ps, &ce[o], &te[o]));
+        OK(msr_ps_table_create(ps, &cl[o], &tl[o]));
     }
     if (role == MSR_PS_SERVER) {
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     } else {
         for (int o = 0; o < 3; o++)
             sync_train(ps, dp, te[o], tl[o], &ce[o], &cl[o], names[o]);
@@ -343,21 +326,21 @@ static float pull_row1(msr_ps_t *ps, int t)
 {
     int64_t key = 1;
     float v;
-    CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+    OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
     return v;
 }
 
 static void push_row(msr_ps_t *ps, int t, int64_t key)
 {
     float g = -2.0f; /* SGD, lr 1, two workers: the row grows by 1 */
-    CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+    OK(msr_ps_push(ps, t, &key, 1, &g, 1));
 }
 
 static void stale_worker0(msr_ctx_t *ctx, msr_ps_t *ps, int t, int K)
 {
     void *v;
     size_t len;
-    CHECK_OK(msr_store_get(ctx, "ps/w1paused", 30000, &v, &len));
+    OK(msr_store_get(ctx, "ps/w1paused", 30000, &v, &len));
     free(v);
     for (int c = 1; c <= STALE_S + K; c++) {
         push_row(ps, t, 0);
@@ -367,9 +350,9 @@ static void stale_worker0(msr_ctx_t *ctx, msr_ps_t *ps, int t, int K)
     }
     printf("stale: pulls up to %d pushes (S + K) answered at once\n", STALE_S + K);
     push_row(ps, t, 0);
-    CHECK_OK(msr_store_set(ctx, "ps/w0blocked", "1", 1));
+    OK(msr_store_set(ctx, "ps/w0blocked", "1", 1));
     float got = pull_row1(ps, t);
-    CHECK_OK(msr_store_set(ctx, "ps/w0pulled", "1", 1));
+    OK(msr_store_set(ctx, "ps/w0pulled", "1", 1));
     if (got != STALE_S + 1)
         fail("pull at %d pushes (S + K + 1) saw %g of worker 1's pushes, the bound needs %d",
              STALE_S + K + 1, got, STALE_S + 1);
@@ -386,26 +369,26 @@ static void stale_worker0(msr_ctx_t *ctx, msr_ps_t *ps, int t, int K)
 static void mode_stale(msr_ctx_t *ctx, int K)
 {
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, K, &ps));
+    OK(msr_ps_create(world, 0, K, &ps));
     if (msr_ps_workers(ps) != 2)
         fail("stale needs 2 workers, not %d", msr_ps_workers(ps));
     msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
     int t;
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     } else if (msr_ps_role_rank(ps) == 0) {
         stale_worker0(ctx, ps, t, K);
     } else {
         for (int i = 0; i < STALE_S; i++)
             push_row(ps, t, 1);
-        CHECK_OK(msr_store_set(ctx, "ps/w1paused", "1", 1));
+        OK(msr_store_set(ctx, "ps/w1paused", "1", 1));
         void *v;
         size_t len;
         /* worker 0 gets here only if its pulls within the bound returned */
-        CHECK_OK(msr_store_get(ctx, "ps/w0blocked", 30000, &v, &len));
+        OK(msr_store_get(ctx, "ps/w0blocked", 30000, &v, &len));
         free(v);
         /* worker 0's pull past the bound is on its way: it must not return
          * before this worker's next push (the wait ends with the deadline
@@ -428,14 +411,14 @@ static void mode_stale(msr_ctx_t *ctx, int K)
 static void mode_leave(msr_ctx_t *ctx)
 {
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
+    OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
     msr_ps_table_config_t c = {.rows = 1, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
     int t;
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     } else {
         /* worker 0 trains 6 steps, worker 1 only 3; each step's mean
          * gradient is -1, whoever pushed it: the row grows by 1 a step */
@@ -443,8 +426,8 @@ static void mode_leave(msr_ctx_t *ctx)
         for (int i = 0; i < steps; i++) {
             float g = -1.0f, v;
             int64_t key = 0;
-            CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
-            CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+            OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+            OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
             if (v != (float)(i + 1))
                 fail("after step %d the row is %g, want %d", i + 1, v, i + 1);
         }
@@ -471,7 +454,7 @@ static void bad_worker(msr_ps_t *ps, int t)
 {
     float row[3], g[6] = {1, 1, 1, 1, 1, 1};
     int64_t last = 9, past = 10, neg = -1, two[2] = {9, 10};
-    CHECK_OK(msr_ps_pull(ps, t, &last, 1, row, 3));
+    OK(msr_ps_pull(ps, t, &last, 1, row, 3));
     float before = row[0];
     expect_refused(msr_ps_pull(ps, t, &past, 1, row, 3), "pull of key rows", "out of range");
     expect_refused(msr_ps_pull(ps, t, &neg, 1, row, 3), "pull of key -1", "out of range");
@@ -482,11 +465,11 @@ static void bad_worker(msr_ps_t *ps, int t)
     expect_refused(msr_ps_push(ps, t, two, 2, g, 3), "push of keys 9 and 10", "out of range");
     expect_refused(msr_ps_push(ps, t, &last, 1, g, 2), "push of width 2", "width 3");
     expect_refused(msr_ps_push(ps, t + 7, &last, 1, g, 3), "push of table 7", "unknown table");
-    CHECK_OK(msr_ps_pull(ps, t, &last, 1, row, 3));
+    OK(msr_ps_pull(ps, t, &last, 1, row, 3));
     if (row[0] != before)
         fail("a refused push changed row 9: %g, was %g", row[0], before);
-    CHECK_OK(msr_ps_push(ps, t, &last, 1, g, 3));
-    CHECK_OK(msr_ps_pull(ps, t, &last, 1, row, 3));
+    OK(msr_ps_push(ps, t, &last, 1, g, 3));
+    OK(msr_ps_pull(ps, t, &last, 1, row, 3));
     if (fabsf(row[0] - (before - 1.0f)) > 1e-6f)
         fail("after a good push row 9 is %g, want %g", row[0], before - 1.0f);
     if (msr_ps_serve(ps) != MSR_ERR_STATE)
@@ -495,8 +478,8 @@ static void bad_worker(msr_ps_t *ps, int t)
     float *wide = calloc(MSR_PS_WIDTH_MAX, sizeof *wide);
     if (wide == NULL)
         fail("out of memory");
-    CHECK_OK(msr_ps_push_dense(ps, t + 1, wide));
-    CHECK_OK(msr_ps_pull_dense(ps, t + 1, wide));
+    OK(msr_ps_push_dense(ps, t + 1, wide));
+    OK(msr_ps_pull_dense(ps, t + 1, wide));
     /* one float past a call's bound (2^30 - 1) is refused before anything
      * is read or sent (at the bound a call would need 4 GiB) */
     uint64_t past_keys = (1ull << 30) / MSR_PS_WIDTH_MAX; /* x 65536 = 2^30 */
@@ -508,7 +491,7 @@ static void bad_worker(msr_ps_t *ps, int t)
 static void mode_bad(msr_ctx_t *ctx)
 {
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     int size = msr_comm_size(world);
     msr_ps_t *ps;
     /* the servers' count: the communicator's size is one past the bound */
@@ -533,7 +516,7 @@ static void mode_bad(msr_ctx_t *ctx)
     const char *launched = getenv("MSR_PS_STALENESS");
     if (launched == NULL || strcmp(launched, "0") != 0)
         fail("MSR_PS_STALENESS is %s, not the launcher's 0", launched ? launched : "unset");
-    CHECK_OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
+    OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
     msr_ps_table_config_t c = {
         .rows = 10, .width = 3, .optim = MSR_PS_SGD, .lr = 1.0f, .init_scale = 1.0f, .seed = 5};
     int t;
@@ -545,14 +528,14 @@ static void mode_bad(msr_ctx_t *ctx)
     z.rows = 0;
     if (msr_ps_table_create(ps, &z, &t) != MSR_ERR_INVALID_ARG)
         fail("a table of 0 rows accepted");
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     msr_ps_table_config_t wide = {.rows = 1, .width = MSR_PS_WIDTH_MAX, .optim = MSR_PS_ADAM};
     int tw;
-    CHECK_OK(msr_ps_table_create(ps, &wide, &tw));
+    OK(msr_ps_table_create(ps, &wide, &tw));
     if (tw != t + 1)
         fail("the second table is %d, not %d", tw, t + 1);
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
         float row;
         int64_t key = 0;
         if (msr_ps_pull(ps, t, &key, 1, &row, 3) != MSR_ERR_STATE)
@@ -614,7 +597,7 @@ static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir,
     long a0 = acked_read(dir, 0), a1 = acked_read(dir, 1);
     float v = 0;
     int64_t key = 0;
-    CHECK_OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+    OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
     /* each worker may have had one push applied but not yet acknowledged;
      * synchronous: the steps are those of the worker furthest on, and one
      * more at most past the other's acknowledged ones */
@@ -632,19 +615,19 @@ static void durable_worker(msr_ctx_t *ctx, msr_ps_t *ps, int t, const char *dir,
 static void mode_durable(msr_ctx_t *ctx, const char *dir, int sync)
 {
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, sync ? MSR_PS_SYNC : 1 << 20, &ps));
+    OK(msr_ps_create(world, 0, sync ? MSR_PS_SYNC : 1 << 20, &ps));
     msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
     int t;
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
         uint64_t restored;
         /* a checkpoint every 7 pushes: kills land between them, in the log */
-        CHECK_OK(msr_ps_durable(ps, dir, 7, &restored));
+        OK(msr_ps_durable(ps, dir, 7, &restored));
         printf("durable: server restored %llu %s (generation %d)\n", (unsigned long long)restored,
                sync ? "steps" : "pushes", msr_generation(ctx));
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     } else {
         durable_worker(ctx, ps, t, dir, sync);
     }
@@ -679,10 +662,10 @@ static void bench_calls(msr_ps_t *ps, int t, uint32_t width, uint64_t rows)
         int reps = n >= 65536 ? 10 : n >= 4096 ? 50 : 500;
         double t0 = now_s();
         for (int r = 0; r < reps; r++)
-            CHECK_OK(msr_ps_pull(ps, t, keys, n, v, width));
+            OK(msr_ps_pull(ps, t, keys, n, v, width));
         double t1 = now_s();
         for (int r = 0; r < reps; r++)
-            CHECK_OK(msr_ps_push(ps, t, keys, n, v, width));
+            OK(msr_ps_push(ps, t, keys, n, v, width));
         double t2 = now_s();
         double mb = (double)n * width * 4 / 1e6;
         printf("BENCH keys %6llu width %u: pull %8.1f us %7.1f MB/s, push %8.1f us %7.1f MB/s\n",
@@ -708,11 +691,11 @@ static void bench_raw(msr_comm_t *world, int me, int peer, int client)
         double t0 = now_s();
         for (int r = 0; r < reps; r++) {
             if (client) {
-                CHECK_OK(msr_comm_send(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
-                CHECK_OK(msr_comm_recv(world, v, n, MSR_DTYPE_F32, peer, 9));
+                OK(msr_comm_send(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
+                OK(msr_comm_recv(world, v, n, MSR_DTYPE_F32, peer, 9));
             } else {
-                CHECK_OK(msr_comm_recv(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
-                CHECK_OK(msr_comm_send(world, v, n, MSR_DTYPE_F32, peer, 9));
+                OK(msr_comm_recv(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
+                OK(msr_comm_send(world, v, n, MSR_DTYPE_F32, peer, 9));
             }
         }
         double t1 = now_s();
@@ -729,18 +712,18 @@ static void bench_raw(msr_comm_t *world, int me, int peer, int client)
 static void mode_bench(msr_ctx_t *ctx)
 {
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     int me = msr_comm_rank(world), size = msr_comm_size(world);
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, 1 << 30, &ps));
+    OK(msr_ps_create(world, 0, 1 << 30, &ps));
     int server0 = msr_ps_workers(ps);
     if (me == 0 || me == server0)
         bench_raw(world, me, me == 0 ? server0 : 0, me == 0);
     msr_ps_table_config_t c = {.rows = 1u << 20, .width = 16, .optim = MSR_PS_ADAM, .lr = 0.01f};
     int t;
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     if (msr_ps_my_role(ps) == MSR_PS_SERVER)
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     else if (me == 0)
         bench_calls(ps, t, c.width, c.rows);
     msr_ps_destroy(ps);
@@ -756,29 +739,29 @@ static void mode_fsync(msr_ctx_t *ctx, char **argv)
     const char *dir = argv[0];
     long every = atol(argv[1]), pushes = atol(argv[2]), ckpt = atol(argv[3]);
     msr_comm_t *world;
-    CHECK_OK(msr_comm_world(ctx, &world));
+    OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    CHECK_OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    OK(msr_ps_create(world, 0, 1 << 20, &ps));
     msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
     int t;
-    CHECK_OK(msr_ps_table_create(ps, &c, &t));
+    OK(msr_ps_table_create(ps, &c, &t));
     if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
         msr_status_t st = msr_ps_durable_fsync(ps, 1);
         if (st != MSR_ERR_STATE)
             fail("msr_ps_durable_fsync before msr_ps_durable: %s", msr_status_name(st));
         uint64_t restored = 0;
         if (ckpt > 0) {
-            CHECK_OK(msr_ps_durable(ps, dir, (uint64_t)ckpt, &restored));
-            CHECK_OK(msr_ps_durable_fsync(ps, (uint64_t)every));
+            OK(msr_ps_durable(ps, dir, (uint64_t)ckpt, &restored));
+            OK(msr_ps_durable_fsync(ps, (uint64_t)every));
         }
         printf("fsync: server restored %llu pushes\n", (unsigned long long)restored);
-        CHECK_OK(msr_ps_serve(ps));
+        OK(msr_ps_serve(ps));
     } else {
         float g = -1.0f;
         int64_t key = 0;
         double t0 = now_s();
         for (long n = 0; n < pushes; n++)
-            CHECK_OK(msr_ps_push(ps, t, &key, 1, &g, 1));
+            OK(msr_ps_push(ps, t, &key, 1, &g, 1));
         double dt = now_s() - t0;
         printf("fsync: %ld pushes, the log synced every %ld: %.0f pushes/s, %.1f us each\n", pushes,
                every, pushes / dt, dt / pushes * 1e6);
@@ -796,7 +779,7 @@ int main(int argc, char **argv)
         return 2;
     }
     msr_ctx_t *ctx;
-    CHECK_OK(msr_init(&ctx));
+    OK(msr_init(&ctx));
     g_rank = msr_rank(ctx);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(argv[1], "roles") == 0)
