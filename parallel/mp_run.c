@@ -260,6 +260,16 @@ static msr_status_t acts_ahead(msr_mp_t *mp, int m, int c, int i)
     return msr_acts_prefetch(mp->acts, act_key(mp, m, c, i));
 }
 
+/* Backward of a chunk of `layers` blocks: the last blocks' inputs read
+ * while the head's backward or the gradient's receive runs. */
+static msr_status_t acts_begin(msr_mp_t *mp, int m, int c, int layers)
+{
+    msr_status_t st = MSR_OK;
+    for (int i = layers - 1; i >= MSR_MAX(layers - MSR_ACTS_AHEAD, 0) && st == MSR_OK; i--)
+        st = acts_ahead(mp, m, c, i);
+    return st;
+}
+
 /* Backward of block i: its input read back into *in_p (the block
  * MSR_ACTS_AHEAD below it read ahead), and its output, which the recompute
  * writes again, in *out_p: block i + 1's input, still held (the last
@@ -273,6 +283,15 @@ static msr_status_t acts_back(msr_mp_t *mp, frame_t *f, int m, int c, int i, flo
     if (out != NULL)
         f->layers[i].res3 = out;
     return st;
+}
+
+/* Backward: block i + 1's input (out) is done with; block i's (in) is
+ * block i - 1's output. */
+static float *acts_next(msr_mp_t *mp, float *out, float *in)
+{
+    if (out != NULL)
+        msr_acts_put(mp->acts, out);
+    return in;
 }
 
 static msr_status_t seg_done(msr_mp_t *mp, int s);
@@ -312,6 +331,21 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
                    &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
 }
 
+/* Overlap path: backwards go in micro-batch order, each one dp
+ * micro-batch; this one's starts (the one before ends). */
+static msr_status_t dp_micro(msr_mp_t *mp)
+{
+    if (!mp->overlap)
+        return MSR_OK;
+    msr_status_t st;
+    if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
+        return st;
+    mp->last_backward = mp->backwards == mp->cfg.micros - 1;
+    st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
+    mp->backwards++;
+    return st;
+}
+
 static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 {
     msr_gpt_t *model = mp->model;
@@ -320,21 +354,9 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     frame_t *f = frame_at(mp, m, c);
     int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
     float *dres = mp->w.dres, *in = NULL, *out = NULL; /* offload: block l's input and output */
-    msr_status_t st;
-    /* the last blocks' inputs read while the head or the receive runs */
-    for (int i = hi - lo - 1; i >= MSR_MAX(hi - lo - MSR_ACTS_AHEAD, 0); i--)
-        if ((st = acts_ahead(mp, m, c, i)) != MSR_OK)
-            return st;
-    if (mp->overlap) {
-        /* backwards go in micro-batch order: each is one dp micro-batch */
-        if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
-            return st;
-        mp->last_backward = mp->backwards == mp->cfg.micros - 1;
-        st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
-        mp->backwards++;
-        if (st != MSR_OK)
-            return st;
-    }
+    msr_status_t st = acts_begin(mp, m, c, hi - lo);
+    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK)
+        return st;
     if (j == mp->nv - 1) {
         if (mp->pp == 1 && (st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;
@@ -378,12 +400,9 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
             return st;
         if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
-        if (out != NULL) /* block l + 1's input: done with */
-            msr_acts_put(mp->acts, out);
-        out = in;
+        out = acts_next(mp, out, in);
     }
-    if (out != NULL)
-        msr_acts_put(mp->acts, out);
+    (void)acts_next(mp, out, NULL);
     if (j == 0) {
         if ((st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;

@@ -2571,9 +2571,9 @@ test: ^test_parallel_train_gpt_offload_ckpt$
 file: parallel/mp_run.c
 test: ^test_parallel_train_gpt_offload_acts$
 <<<
-    for (int i = hi - lo - 1; i >= MSR_MAX(hi - lo - MSR_ACTS_AHEAD, 0); i--)
+    for (int i = layers - 1; i >= MSR_MAX(layers - MSR_ACTS_AHEAD, 0) && st == MSR_OK; i--)
 ===
-    for (int i = 0; i < MSR_MIN(MSR_ACTS_AHEAD, hi - lo); i++)
+    for (int i = 0; i < MSR_MIN(MSR_ACTS_AHEAD, layers) && st == MSR_OK; i++)
 >>>
 
 @ offload_acts.crc_unchecked
