@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "model/err_call.h"
@@ -159,6 +160,36 @@ static msr_status_t alloc_frames(msr_mp_t *mp, size_t nframes, int max_layers)
     return MSR_OK;
 }
 
+/* The activation offload's store (cfg.acts): a file of nframes x layers
+ * block inputs (offload_acts.h). */
+static msr_status_t acts_start(msr_mp_t *mp, size_t nframes, int layers)
+{
+    if (mp->cfg.acts.mode != MSR_OFFLOAD_DISK)
+        return MSR_OK;
+    size_t x = mp->d.Nl * (size_t)mp->d.C;
+    /* what the frames keep under full recompute: the chunk's input and
+     * each block's output, one (Nl, C) each (the store's size) */
+    if (msr_layout_frame_elems(&mp->d, layers, 0) != (uint64_t)(layers + 1) * x)
+        return msr_err(MSR_ERR_CONFIG, "mp: a frame keeps more than the blocks' inputs");
+    msr_status_t st =
+        msr_acts_create(&mp->cfg.acts, x * sizeof(float), nframes * (size_t)layers, &mp->acts);
+    mp->cfg.acts.dir = NULL; /* borrowed: the store has the path */
+    if (st != MSR_OK)
+        return st;
+    mp->acts_layers = layers;
+    mp->acts_live += msr_acts_resident(mp->acts);
+    mp->stats.acts_peak = mp->acts_live;
+    MSR_INFO("offload: the block inputs of %zu frames x %d blocks (%zu bytes each) in %s (%s)",
+             nframes, layers, x * sizeof(float), msr_acts_path(mp->acts),
+             msr_acts_engine(mp->acts));
+    return MSR_OK;
+}
+
+const msr_acts_t *msr_mp_acts(const msr_mp_t *mp)
+{
+    return mp->acts;
+}
+
 /* Whether model is this rank's part on mesh, cut as cfg says. */
 static msr_status_t check_part(const msr_mp_config_t *cfg, const msr_mesh_t *mesh,
                                const msr_gpt_t *model)
@@ -240,6 +271,10 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     if (model->moe != NULL)
         msr_moe_set_trace(model->moe, moe_span, mp);
     msr_mp_build_schedule(mp);
+    if ((st = acts_start(mp, nframes, max_layers)) != MSR_OK) {
+        msr_mp_destroy(mp);
+        return st;
+    }
     for (int c = 0; c < 2; c++) {
         int lay = c == 0 ? max_layers
                          : model->chunk_hi[cfg->chunks - 1] - model->chunk_lo[cfg->chunks - 1];
@@ -280,6 +315,7 @@ void msr_mp_destroy(msr_mp_t *mp)
         }
     }
     msr_free(mp->frames);
+    msr_acts_destroy(mp->acts);
     for (int k = 0; mp->pool != NULL && k < mp->pool_n; k++)
         msr_free(mp->pool[k].mem);
     msr_free(mp->pool);

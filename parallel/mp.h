@@ -69,7 +69,12 @@
  * under cp it keeps the small logsumexp and drops only the GELU output);
  * full keeps only each block's input and recomputes the block's forward
  * (tensor-parallel collectives and the ring included) just before its
- * backward.
+ * backward. Under full recompute the activation offload (cfg->acts) keeps
+ * only a chunk's last output in its frame: every block's input goes to a
+ * file after the block's forward (written behind while the next block
+ * runs) and comes back before its backward, the next MSR_ACTS_AHEAD read
+ * ahead in reverse order; the bytes, the order and the arithmetic are the
+ * same, so the losses are too.
  *
  * Mixture-of-Experts blocks (model/moe.h) run in any stage: attention
  * as any block's, then the MoE MLP in the MLP's place, its input entered
@@ -103,6 +108,7 @@
 #include "parallel/dp.h"
 #include "model/gpt.h"
 #include "parallel/mesh.h"
+#include "parallel/offload_acts.h"
 
 typedef enum msr_mp_schedule {
     MSR_MP_GPIPE = MSR_PIPE_GPIPE,
@@ -130,6 +136,11 @@ typedef struct msr_mp_config {
      * (model->part.stage_layers) once the model is made. */
     const int *stage_layers;
     int cp; /* context-parallel degree (the mesh's; 0 or 1: none) */
+    /* activation offload (parallel/offload_acts.h): MSR_OFFLOAD_DISK with
+     * full recompute spills each block's input to a file after its
+     * forward and reads it back ahead of its backward; dir is borrowed
+     * until msr_mp_create returns */
+    msr_offload_config_t acts;
 } msr_mp_config_t;
 
 /* Names of the schedules and recompute modes ("gpipe", "1f1b",
@@ -207,6 +218,9 @@ const msr_mp_span_t *msr_mp_spans(const msr_mp_t *mp, int *n_p);
 void msr_mp_span_update(msr_mp_t *mp, uint64_t start_ns, uint64_t end_ns);
 
 const msr_mp_stats_t *msr_mp_stats(const msr_mp_t *mp);
+
+/* The activation offload's store (counters, file), NULL without it. */
+const msr_acts_t *msr_mp_acts(const msr_mp_t *mp);
 
 /* The activation bytes one micro-batch's chunk keeps from forward to
  * backward, per the mode (see above): what acts_peak is made of. with_head:

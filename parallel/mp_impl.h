@@ -92,6 +92,9 @@ struct msr_mp {
     double aux_sum; /* this step's MoE load-balancing losses on this stage */
     msr_dp_t *dp;
 
+    msr_acts_t *acts; /* activation offload (NULL: none) */
+    int acts_layers;  /* activations per frame in its file: the most blocks of a chunk */
+
     size_t acts_live;
     msr_mp_stats_t stats;
     uint64_t recv_ns; /* this step */

@@ -93,6 +93,16 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "(use 0, 1 or 2)",
                        cfg->zero);
     }
+    if (cfg->acts.mode == MSR_OFFLOAD_HOST) {
+        return msr_err(MSR_ERR_CONFIG, "activation offload to host memory: a CPU rank's "
+                                       "activations are in host memory already");
+    }
+    if (cfg->acts.mode == MSR_OFFLOAD_DISK && cfg->recompute != MSR_MP_RECOMPUTE_FULL) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "activation offload spills the block inputs that full recompute keeps: it "
+                       "needs recompute full, not %s",
+                       msr_mp_recompute_name(cfg->recompute));
+    }
     if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
         return msr_err(MSR_ERR_CONFIG,
                        "%d micro-batches x %d virtual stages are too many for the message tags",

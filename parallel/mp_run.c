@@ -135,11 +135,31 @@ static frame_t *frame_at(msr_mp_t *mp, int m, int c)
     return &mp->frames[(size_t)m * mp->cfg.chunks + c];
 }
 
+/* Under activation offload a frame keeps the chunk's last output and the
+ * head's activations: its input and the other blocks' outputs (the next
+ * blocks' inputs) are the store's buffers while they are in memory. */
+static void carve_offloaded(msr_mp_t *mp, int layers, int head, frame_t *f)
+{
+    msr_gpt_carve_t keep = {f->mem, 0, 1};
+    f->in = NULL;
+    for (int i = 0; i < layers - 1; i++)
+        f->layers[i].res3 = NULL;
+    f->layers[layers - 1].res3 = msr_gpt_carve(&keep, mp->d.Nl * (size_t)mp->d.C);
+    if (head) {
+        f->lnf = msr_gpt_carve(&keep, msr_layout_head_act(&mp->d, MSR_ACT_LNF));
+        f->lnf_mean = msr_gpt_carve(&keep, msr_layout_head_act(&mp->d, MSR_ACT_LNF_MEAN));
+        f->lnf_rstd = msr_gpt_carve(&keep, msr_layout_head_act(&mp->d, MSR_ACT_LNF_RSTD));
+        f->probs = msr_gpt_carve(&keep, msr_layout_head_act(&mp->d, MSR_ACT_PROBS));
+    }
+}
+
 static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
 {
     int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
     msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
     msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    if (mp->acts != NULL) /* the store holds the chunk's input and all outputs but the last */
+        keep.used -= (size_t)layers * mp->d.Nl * (size_t)mp->d.C;
     f->mem = NULL;
     for (int k = 0; k < mp->pool_n && f->mem == NULL; k++) {
         if (mp->pool[k].bytes == keep.used * sizeof(float)) {
@@ -152,12 +172,15 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
                        "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
                        keep.used * sizeof(float));
     }
-    keep.base = f->mem;
+    size_t bytes = keep.used * sizeof(float);
+    keep.base = mp->acts != NULL ? NULL : f->mem; /* offloaded: carve_offloaded's */
     keep.used = 0;
     scr.base = mp->w.scratch;
     scr.used = 0;
     msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
-    f->bytes = keep.used * sizeof(float);
+    if (mp->acts != NULL)
+        carve_offloaded(mp, layers, j == mp->nv - 1, f);
+    f->bytes = bytes;
     f->live = 1;
     mp->acts_live += f->bytes;
     if (mp->acts_live > mp->stats.acts_peak)
@@ -203,6 +226,74 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
     return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
 }
 
+/* ---- activation offload (offload_acts.h) ---- */
+
+/* Block i's input of micro-batch m's chunk c: its place in the file. */
+static size_t act_key(const msr_mp_t *mp, int m, int c, int i)
+{
+    return ((size_t)m * mp->cfg.chunks + c) * (size_t)mp->acts_layers + (size_t)i;
+}
+
+/* Forward: a store's buffer for block i's output, unless it is the
+ * chunk's last (the frame's). */
+static msr_status_t acts_out(msr_mp_t *mp, frame_t *f, int i, int layers)
+{
+    if (mp->acts == NULL || i == layers - 1)
+        return MSR_OK;
+    return msr_acts_get(mp->acts, &f->layers[i].res3);
+}
+
+/* Forward: block i has run; its input goes to the file (written behind
+ * while the next block runs). */
+static msr_status_t acts_spill(msr_mp_t *mp, int m, int c, int i, const float *x)
+{
+    if (mp->acts == NULL)
+        return MSR_OK;
+    return msr_acts_spill(mp->acts, (float *)x, act_key(mp, m, c, i));
+}
+
+/* Backward: starts reading block i's input (nothing for i < 0). */
+static msr_status_t acts_ahead(msr_mp_t *mp, int m, int c, int i)
+{
+    if (mp->acts == NULL || i < 0)
+        return MSR_OK;
+    return msr_acts_prefetch(mp->acts, act_key(mp, m, c, i));
+}
+
+/* Backward of a chunk of `layers` blocks: the last blocks' inputs read
+ * while the head's backward or the gradient's receive runs. */
+static msr_status_t acts_begin(msr_mp_t *mp, int m, int c, int layers)
+{
+    msr_status_t st = MSR_OK;
+    for (int i = layers - 1; i >= MSR_MAX(layers - MSR_ACTS_AHEAD, 0) && st == MSR_OK; i--)
+        st = acts_ahead(mp, m, c, i);
+    return st;
+}
+
+/* Backward of block i: its input read back into *in_p (the block
+ * MSR_ACTS_AHEAD below it read ahead), and its output, which the recompute
+ * writes again, in *out_p: block i + 1's input, still held (the last
+ * block's is the frame's: NULL). */
+static msr_status_t acts_back(msr_mp_t *mp, frame_t *f, int m, int c, int i, float *out,
+                              float **in_p)
+{
+    msr_status_t st = msr_acts_fetch(mp->acts, act_key(mp, m, c, i), in_p);
+    if (st == MSR_OK)
+        st = acts_ahead(mp, m, c, i - MSR_ACTS_AHEAD);
+    if (out != NULL)
+        f->layers[i].res3 = out;
+    return st;
+}
+
+/* Backward: block i + 1's input (out) is done with; block i's (in) is
+ * block i - 1's output. */
+static float *acts_next(msr_mp_t *mp, float *out, float *in)
+{
+    if (out != NULL)
+        msr_acts_put(mp->acts, out);
+    return in;
+}
+
 static msr_status_t seg_done(msr_mp_t *mp, int s);
 
 static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
@@ -212,6 +303,8 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
     size_t N = mp->d.N;
     frame_t *f = frame_at(mp, m, c);
     msr_status_t st = frame_open(mp, m, c, f);
+    if (st == MSR_OK && mp->acts != NULL)
+        st = msr_acts_get(mp->acts, &f->in);
     if (st != MSR_OK)
         return st;
     if (j == 0)
@@ -222,10 +315,13 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         return st;
     const float *x = f->in;
     for (int l = model->chunk_lo[c]; l < model->chunk_hi[c]; l++) {
-        msr_gpt_block_acts_t *la = &f->layers[l - model->chunk_lo[c]];
+        int i = l - model->chunk_lo[c];
+        msr_gpt_block_acts_t *la = &f->layers[i];
         msr_gpt_block_params_t p;
         point_params(mp, seg_of_layer(model, c, l), l, 0, &p);
-        if ((st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK)
+        if ((st = acts_out(mp, f, i, model->chunk_hi[c] - model->chunk_lo[c])) != MSR_OK ||
+            (st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK ||
+            (st = acts_spill(mp, m, c, i, x)) != MSR_OK)
             return st;
         x = la->res3;
     }
@@ -235,6 +331,21 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
                    &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
 }
 
+/* Overlap path: backwards go in micro-batch order, each one dp
+ * micro-batch; this one's starts (the one before ends). */
+static msr_status_t dp_micro(msr_mp_t *mp)
+{
+    if (!mp->overlap)
+        return MSR_OK;
+    msr_status_t st;
+    if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
+        return st;
+    mp->last_backward = mp->backwards == mp->cfg.micros - 1;
+    st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
+    mp->backwards++;
+    return st;
+}
+
 static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 {
     msr_gpt_t *model = mp->model;
@@ -242,18 +353,10 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     size_t N = mp->d.N;
     frame_t *f = frame_at(mp, m, c);
     int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
-    float *dres = mp->w.dres;
-    msr_status_t st;
-    if (mp->overlap) {
-        /* backwards go in micro-batch order: each is one dp micro-batch */
-        if (mp->backwards > 0 && (st = msr_dp_micro_end(mp->dp)) != MSR_OK)
-            return st;
-        mp->last_backward = mp->backwards == mp->cfg.micros - 1;
-        st = msr_dp_micro_begin(mp->dp, mp->backwards == 0, mp->last_backward);
-        mp->backwards++;
-        if (st != MSR_OK)
-            return st;
-    }
+    float *dres = mp->w.dres, *in = NULL, *out = NULL; /* offload: block l's input and output */
+    msr_status_t st = acts_begin(mp, m, c, hi - lo);
+    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK)
+        return st;
     if (j == mp->nv - 1) {
         if (mp->pp == 1 && (st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;
@@ -283,6 +386,9 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         int s = seg_of_layer(model, c, l);
         msr_gpt_block_acts_t *la = &f->layers[l - lo];
         const float *x = l == lo ? f->in : f->layers[l - lo - 1].res3;
+        if (mp->acts != NULL && (st = acts_back(mp, f, m, c, l - lo, out, &in)) != MSR_OK)
+            return st;
+        x = mp->acts != NULL ? in : x;
         if ((st = hook(mp, s, 1)) != MSR_OK)
             return st;
         msr_gpt_block_params_t p, g;
@@ -294,7 +400,9 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
             return st;
         if ((st = hook(mp, s, 0)) != MSR_OK || (st = seg_done(mp, s)) != MSR_OK)
             return st;
+        out = acts_next(mp, out, in);
     }
+    (void)acts_next(mp, out, NULL);
     if (j == 0) {
         if ((st = hook(mp, model->seg_embed, 1)) != MSR_OK)
             return st;

@@ -71,37 +71,41 @@ static size_t chunk_of(const msr_offload_t *off, size_t k)
     return MSR_MIN(off->per, off->count - k * off->per);
 }
 
-/* Opens path O_EXCL 0600, with O_DIRECT when the filesystem takes it. */
-static msr_status_t open_file(msr_offload_t *off)
+msr_status_t msr_offload_open(const char *path, const char *dir, int *fd_p, int *direct_p)
 {
     int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
-    off->fd = open(off->path, flags | O_DIRECT, 0600);
-    off->direct = off->fd >= 0;
-    if (off->fd < 0 && errno == EINVAL) { /* tmpfs and the like */
-        off->fd = open(off->path, flags, 0600);
-        if (off->fd >= 0)
-            MSR_WARN("offload: %s takes no O_DIRECT: the moments go through the page cache",
-                     off->cfg.dir);
+    int fd = open(path, flags | O_DIRECT, 0600);
+    *direct_p = fd >= 0;
+    if (fd < 0 && errno == EINVAL) { /* tmpfs and the like */
+        fd = open(path, flags, 0600);
+        if (fd >= 0)
+            MSR_WARN("offload: %s takes no O_DIRECT: the data goes through the page cache", dir);
     }
-    if (off->fd < 0)
-        return msr_err(MSR_ERR_IO, "offload: cannot create %s: %s", off->path, strerror(errno));
-    if (fchmod(off->fd, 0600) != 0) { /* whatever the umask said */
-        return msr_err(MSR_ERR_IO, "offload: cannot make %s 0600: %s", off->path, strerror(errno));
-    }
+    *fd_p = fd;
+    if (fd < 0)
+        return msr_err(MSR_ERR_IO, "offload: cannot create %s: %s", path, strerror(errno));
+    if (fchmod(fd, 0600) != 0) /* whatever the umask said */
+        return msr_err(MSR_ERR_IO, "offload: cannot make %s 0600: %s", path, strerror(errno));
     return MSR_OK;
+}
+
+msr_status_t msr_offload_io_error(const char *path, int write, const char *what, size_t k,
+                                  size_t done, size_t want, int err)
+{
+    if (err != 0) {
+        return msr_err(MSR_ERR_IO, "offload: %s %s %zu of %s: %s%s", write ? "writing" : "reading",
+                       what, k, path, strerror(err),
+                       err == ENOSPC || err == EFBIG ? " (the disk or the file size limit is full)"
+                                                     : "");
+    }
+    return msr_err(MSR_ERR_IO, "offload: short %s of %s %zu of %s: %zu of %zu bytes",
+                   write ? "write" : "read", what, k, path, done, want);
 }
 
 static msr_status_t io_failed(msr_offload_t *off, int write, size_t k, size_t done, int err)
 {
     off->failed = 1;
-    if (err != 0) {
-        return msr_err(MSR_ERR_IO, "offload: %s chunk %zu of %s: %s%s",
-                       write ? "writing" : "reading", k, off->path, strerror(err),
-                       err == ENOSPC || err == EFBIG ? " (the disk or the file size limit is full)"
-                                                     : "");
-    }
-    return msr_err(MSR_ERR_IO, "offload: short %s of chunk %zu of %s: %zu of %zu bytes",
-                   write ? "write" : "read", k, off->path, done, off->chunk_bytes);
+    return msr_offload_io_error(off->path, write, "chunk", k, done, off->chunk_bytes, err);
 }
 
 /* Waits for slot s's operation; checks that it moved the whole chunk. */
@@ -168,29 +172,23 @@ static void put_chunk(msr_offload_t *off, int s, size_t k)
     slot_submit(off, s, 1, k);
 }
 
-static void engine_name(msr_offload_t *off)
+msr_status_t msr_offload_engine_open(msr_offload_io_t io, int fd, int direct, int nslots,
+                                     const msr_offload_engine_ops_t **ops_p,
+                                     msr_offload_engine_t **eng_p, char name[24])
 {
-    snprintf(off->engine_name, sizeof off->engine_name, "%s%s", off->ops->name,
-             off->direct ? "+direct" : "");
-}
-
-/* The engine cfg.io asks for; the default falls back from io_uring to the
- * thread pool when the kernel refuses io_uring. */
-static msr_status_t engine_start(msr_offload_t *off)
-{
-    off->ops = &msr_offload_threads_ops;
+    const msr_offload_engine_ops_t *ops = &msr_offload_threads_ops;
 #ifdef MSR_HAVE_LIBURING
-    if (off->cfg.io != MSR_OFFLOAD_IO_THREADS)
-        off->ops = &msr_offload_uring_ops;
+    if (io != MSR_OFFLOAD_IO_THREADS)
+        ops = &msr_offload_uring_ops;
 #endif
-    engine_name(off);
-    msr_status_t st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
-    if (st == MSR_ERR_UNSUPPORTED && off->cfg.io == MSR_OFFLOAD_IO_DEFAULT) {
+    msr_status_t st = ops->create(fd, nslots, eng_p);
+    if (st == MSR_ERR_UNSUPPORTED && io == MSR_OFFLOAD_IO_DEFAULT) {
         MSR_WARN("%s: the thread pool instead", msr_err_msg());
-        off->ops = &msr_offload_threads_ops;
-        engine_name(off);
-        st = off->ops->create(off->fd, MSR_OFFLOAD_SLOTS, &off->eng);
+        ops = &msr_offload_threads_ops;
+        st = ops->create(fd, nslots, eng_p);
     }
+    *ops_p = ops;
+    snprintf(name, 24, "%s%s", ops->name, direct ? "+direct" : "");
     return st;
 }
 
@@ -257,9 +255,12 @@ msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
     }
     snprintf(off->path, plen, "%s/msrun-offload-rank%d-%ld.bin", cfg->dir, cfg->rank,
              (long)getpid());
-    if ((st = store_alloc(off, count)) != MSR_OK || (st = open_file(off)) != MSR_OK)
+    if ((st = store_alloc(off, count)) != MSR_OK ||
+        (st = msr_offload_open(off->path, off->cfg.dir, &off->fd, &off->direct)) != MSR_OK)
         goto err_free;
-    if ((st = engine_start(off)) != MSR_OK || (st = write_zeros(off)) != MSR_OK)
+    st = msr_offload_engine_open(off->cfg.io, off->fd, off->direct, MSR_OFFLOAD_SLOTS, &off->ops,
+                                 &off->eng, off->engine_name);
+    if (st != MSR_OK || (st = write_zeros(off)) != MSR_OK)
         goto err_free;
     off->failed = 0;
     *off_p = off;

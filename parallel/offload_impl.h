@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "msrun/base.h"
+#include "parallel/offload.h"
 
 typedef struct msr_offload_engine msr_offload_engine_t;
 
@@ -34,6 +35,34 @@ extern const msr_offload_engine_ops_t msr_offload_threads_ops;
 #ifdef MSR_HAVE_LIBURING
 extern const msr_offload_engine_ops_t msr_offload_uring_ops;
 #endif
+
+/* What every engine's structure begins with: its file and slot count. */
+typedef struct msr_offload_engine_io {
+    int fd, nslots;
+} msr_offload_engine_io_t;
+
+/* A zeroed engine of head bytes (a structure that begins with a
+ * msr_offload_engine_io_t, filled in) followed by nslots slots of slot
+ * bytes each; NULL with the error text set. */
+void *msr_offload_engine_calloc(size_t head, int fd, int nslots, size_t slot);
+
+/* Creates path O_EXCL 0600 (whatever the umask), with O_DIRECT when dir's
+ * filesystem takes it (*direct_p 1), else through the page cache with a
+ * warning. *fd_p is the descriptor or -1. Errors: MSR_ERR_IO naming path. */
+msr_status_t msr_offload_open(const char *path, const char *dir, int *fd_p, int *direct_p);
+
+/* The engine io asks for on fd (the default: io_uring where built, the
+ * thread pool where the kernel refuses it, with a warning); name gets
+ * "threads" or "uring", with "+direct" when direct. Errors: the engine's. */
+msr_status_t msr_offload_engine_open(msr_offload_io_t io, int fd, int direct, int nslots,
+                                     const msr_offload_engine_ops_t **ops_p,
+                                     msr_offload_engine_t **eng_p, char name[24]);
+
+/* The error of a transfer of `what` k of path (base/err.h's text): err's
+ * reason, or a short count (done of want bytes) when err is 0. Returns
+ * MSR_ERR_IO. */
+msr_status_t msr_offload_io_error(const char *path, int write, const char *what, size_t k,
+                                  size_t done, size_t want, int err);
 
 /* pread or pwrite until len bytes moved, end of file or an error (EINTR
  * retried): the bytes moved, *err_p 0 or the errno. */

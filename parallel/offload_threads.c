@@ -26,7 +26,8 @@ typedef struct slot {
 } slot_t;
 
 struct msr_offload_engine {
-    int fd, nslots, nthreads, stop;
+    msr_offload_engine_io_t io; /* first */
+    int nthreads, stop;
     uint64_t seq;
     pthread_mutex_t mu;
     pthread_cond_t work; /* a slot queued, or stop */
@@ -55,11 +56,23 @@ size_t msr_offload_rw(int fd, int write, void *buf, size_t len, off_t at, int *e
     return done;
 }
 
+void *msr_offload_engine_calloc(size_t head, int fd, int nslots, size_t slot)
+{
+    msr_offload_engine_io_t *e = msr_calloc(1, head + (size_t)nslots * slot);
+    if (e == NULL) {
+        (void)msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for an engine");
+        return NULL;
+    }
+    e->fd = fd;
+    e->nslots = nslots;
+    return e;
+}
+
 /* The oldest queued slot, or NULL. Under mu. */
 static slot_t *oldest(msr_offload_engine_t *e)
 {
     slot_t *best = NULL;
-    for (int s = 0; s < e->nslots; s++)
+    for (int s = 0; s < e->io.nslots; s++)
         if (e->slots[s].state == SLOT_QUEUED && (best == NULL || e->slots[s].seq < best->seq))
             best = &e->slots[s];
     return best;
@@ -80,7 +93,7 @@ static void *worker(void *arg)
         s->state = SLOT_RUNNING;
         pthread_mutex_unlock(&e->mu);
         int err;
-        size_t done = msr_offload_rw(e->fd, s->write, s->buf, s->len, s->at, &err);
+        size_t done = msr_offload_rw(e->io.fd, s->write, s->buf, s->len, s->at, &err);
         pthread_mutex_lock(&e->mu);
         s->done = done;
         s->err = err;
@@ -95,11 +108,9 @@ static void threads_destroy(msr_offload_engine_t *e);
 
 static msr_status_t threads_create(int fd, int nslots, msr_offload_engine_t **eng_p)
 {
-    msr_offload_engine_t *e = msr_calloc(1, sizeof *e + (size_t)nslots * sizeof(slot_t));
+    msr_offload_engine_t *e = msr_offload_engine_calloc(sizeof *e, fd, nslots, sizeof(slot_t));
     if (e == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for an engine");
-    e->fd = fd;
-    e->nslots = nslots;
+        return MSR_ERR_NO_MEMORY;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->done, NULL);

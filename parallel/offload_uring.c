@@ -19,18 +19,17 @@ typedef struct slot {
 } slot_t;
 
 struct msr_offload_engine {
-    int fd, nslots, inflight;
+    msr_offload_engine_io_t io; /* first */
+    int inflight;
     struct io_uring ring;
     slot_t slots[];
 };
 
 static msr_status_t uring_create(int fd, int nslots, msr_offload_engine_t **eng_p)
 {
-    msr_offload_engine_t *e = msr_calloc(1, sizeof *e + (size_t)nslots * sizeof(slot_t));
+    msr_offload_engine_t *e = msr_offload_engine_calloc(sizeof *e, fd, nslots, sizeof(slot_t));
     if (e == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for an engine");
-    e->fd = fd;
-    e->nslots = nslots;
+        return MSR_ERR_NO_MEMORY;
     int rc = io_uring_queue_init((unsigned)nslots, &e->ring, 0);
     if (rc < 0) {
         msr_free(e);
@@ -49,9 +48,9 @@ static int queue(msr_offload_engine_t *e, int slot)
     if (sqe == NULL)
         return -EBUSY; /* cannot happen: the ring has a place per slot */
     if (s->write)
-        io_uring_prep_write(sqe, e->fd, s->buf, (unsigned)s->len, (uint64_t)s->at);
+        io_uring_prep_write(sqe, e->io.fd, s->buf, (unsigned)s->len, (uint64_t)s->at);
     else
-        io_uring_prep_read(sqe, e->fd, s->buf, (unsigned)s->len, (uint64_t)s->at);
+        io_uring_prep_read(sqe, e->io.fd, s->buf, (unsigned)s->len, (uint64_t)s->at);
     io_uring_sqe_set_data(sqe, s);
     int rc = io_uring_submit(&e->ring);
     return rc < 0 ? rc : 0;
@@ -79,7 +78,7 @@ static void reap(msr_offload_engine_t *e)
     while ((rc = io_uring_wait_cqe(&e->ring, &cqe)) == -EINTR)
         ;
     if (rc < 0) { /* the ring itself failed: every slot in flight fails */
-        for (int s = 0; s < e->nslots; s++)
+        for (int s = 0; s < e->io.nslots; s++)
             if (e->slots[s].busy && !e->slots[s].completed)
                 e->slots[s].res = rc, e->slots[s].completed = 1;
         e->inflight = 0;
@@ -100,7 +99,7 @@ static void uring_wait(msr_offload_engine_t *e, int slot, size_t *done_p, int *e
     size_t done = s->res > 0 ? (size_t)s->res : 0;
     int err = s->res < 0 ? -s->res : 0;
     if (err == 0 && done > 0 && done < s->len) /* a partial transfer: finish it plainly */
-        done += msr_offload_rw(e->fd, s->write, (char *)s->buf + done, s->len - done,
+        done += msr_offload_rw(e->io.fd, s->write, (char *)s->buf + done, s->len - done,
                                s->at + (off_t)done, &err);
     s->busy = 0;
     *done_p = done;

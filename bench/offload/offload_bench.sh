@@ -6,17 +6,29 @@
 # writes the moments (8 bytes per parameter) once each, so the I/O alone
 # takes M / read bandwidth + M / write bandwidth.
 #
-# usage: bench/offload/offload_bench.sh [BUILD_DIR] [DIR] [STEPS] [MODEL ARGS...]
+# With PART=activations: the activation offload instead (--recompute full
+# --offload activations=disk:DIR) against the same run with the block inputs
+# in memory, GPipe with 8 micro-batches (every frame waits for its
+# backward): step time, --report's activations peak and the peak RSS, for
+# both engines. PART=both runs the two tables.
+#
+# usage: [PART=optimizer|activations|both] bench/offload/offload_bench.sh [BUILD_DIR] [DIR] [STEPS] [MODEL ARGS...]
 #   DIR: where the moments go (a directory on the disk to measure; default
-#   a new one under $TMPDIR); the default model has moments of about 320 MB.
-# Prints a table; docs/performance.md "Optimizer offload" has results.
+#   a new one under $TMPDIR); the default model has moments of about 320 MB
+#   (PART=activations: block inputs of 256 KiB, 64 of them per step).
+# Prints a table; docs/performance.md "Optimizer offload" and "Activation
+# offload" have results.
 set -euo pipefail
 build=${1:-build}
 dir=${2:-}
 steps=${3:-6}
 shift $(($# < 3 ? $# : 3))
 model=("$@")
+part=${PART:-optimizer}
+case $part in optimizer | activations | both) ;; *) echo "PART=$part: not optimizer, activations or both" >&2; exit 2 ;; esac
+amodel=("${model[@]}")
 [[ ${#model[@]} -gt 0 ]] || model=(--layers 8 --channels 640 --heads 8 --seq 64 --micro-batch 2)
+[[ ${#amodel[@]} -gt 0 ]] || amodel=(--layers 8 --channels 128 --heads 4 --seq 128 --micro-batch 4)
 bin="$build/bin/train_gpt"
 [[ -x "$bin" ]] || { echo "no $bin: build first" >&2; exit 1; }
 own=""
@@ -43,6 +55,39 @@ run() {
     params=$(sed -n 's/^train_gpt: model of \([0-9]*\) parameters.*/\1/p' "$tmp/err")
     echo "$ms $upd $optim $rss $params"
 }
+
+# the activation offload: "ms/step acts-peak peak-rss-KiB written read-back not-ahead"
+arun() {
+    timeout 1200 "$bin" "${amodel[@]}" --grad-accum 8 --schedule gpipe --recompute full \
+        --steps "$steps" --report "$@" >/dev/null 2>"$tmp/err" ||
+        { echo "train_gpt $* failed: $(tail -3 "$tmp/err")" >&2; exit 1; }
+    local ms peak rss w r m
+    ms=$(sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p' "$tmp/err")
+    peak=$(sed -n 's/.*activations peak \([0-9]*\) bytes.*/\1/p' "$tmp/err")
+    rss=$(sed -n 's/.*peak RSS \([0-9]*\) KiB.*/\1/p' "$tmp/err")
+    read -r w r m < <(sed -n 's/.*activation offload: \([0-9]*\) written, \([0-9]*\) read back, \([0-9]*\) not.*/\1 \2 \3/p' "$tmp/err") || true
+    echo "$ms $peak $rss ${w:--} ${r:--} ${m:--}"
+}
+activations() {
+    echo "activations: ${amodel[*]} --grad-accum 8 --schedule gpipe --recompute full, $steps steps"
+    printf '| %-8s | %-14s | %9s | %16s | %13s | %9s | %9s | %10s |\n' mode engine "ms/step" \
+        "acts peak bytes" "peak RSS KiB" written "read back" "not ahead"
+    printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' ---------- ---------------- ----------- \
+        ------------------ --------------- ----------- ----------- ------------
+    local io ms peak rss w r m
+    read -r ms peak rss w r m < <(arun)
+    printf '| %-8s | %-14s | %9.1f | %16d | %13d | %9s | %9s | %10s |\n' memory - "$ms" "$peak" \
+        "$rss" "$w" "$r" "$m"
+    for io in threads uring; do
+        read -r ms peak rss w r m < <(arun --offload "activations=disk:$dir" --offload-io "$io")
+        printf '| %-8s | %-14s | %9.1f | %16d | %13d | %9s | %9s | %10s |\n' disk "$io" "$ms" \
+            "$peak" "$rss" "$w" "$r" "$m"
+    done
+}
+if [[ $part == activations ]]; then
+    activations
+    exit 0
+fi
 
 read -r base_ms base_upd base_optim base_rss params < <(run)
 M=$((8 * params)) # the moments' bytes
@@ -77,3 +122,4 @@ for io in threads uring; do
     done
 done
 echo "bound: max(the in-memory step, the moments' read + write at dd's bandwidth)"
+[[ $part != both ]] || activations

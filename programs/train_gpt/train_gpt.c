@@ -107,16 +107,19 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("offload", offload,
              "optimizer=disk:DIR: AdamW's moments in a file per rank under DIR (0600, removed at "
              "the end), streamed in chunks each step; optimizer=host: in host memory, as without "
-             "the option on CPU ranks (none)"),
+             "the option on CPU ranks; activations=disk:DIR (with --recompute full): each block's "
+             "input in a file per rank under DIR, written after its forward, read back ahead of "
+             "its backward; both: comma-separated (none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
-            "--offload disk: bytes per chunk (m and v of chunk/8 elements), a multiple of 4096 "
+            "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements), a multiple "
+            "of 4096 "
             "(4194304)"),
     OPT_TEXT(
         "offload-io", offload_io,
-        "--offload disk: the I/O engine, threads (pread/pwrite on a pool) or uring "
+        "--offload disk modes: the I/O engine, threads (pread/pwrite on a pool) or uring "
         "(io_uring, where built with liburing) (uring where built and the kernel allows it, else "
         "threads)"),
-    OPT_FLAG("offload-keep", offload_keep, "--offload disk: keep the files at the end"),
+    OPT_FLAG("offload-keep", offload_keep, "--offload disk modes: keep the files at the end"),
     /* mixed precision (docs/model.md "bf16 training") */
     OPT_TEXT("precision", precision,
              "the matrix products' operands: fp32, or bf16 (fp32 sums, fp32 master weights and "
@@ -496,7 +499,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     /* checked by precision_check */
     (void)msr_precision_parse(o->precision, &cfg->precision);
     cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
-    if (train_gpt_offload_config(o, job->rank, &cfg->par.offload) != 0)
+    if (train_gpt_offload_config(o, job->rank, &cfg->par.offload, &cfg->mp.acts) != 0)
         return -1;
     if (msr_train_config_check(cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());

@@ -72,7 +72,7 @@ typedef struct options {
     double rope_theta;      /* --rope-theta (llama) */
     const char *dump_grads; /* --dump-grads: the --dump-logits batch's gradients */
     /* the optimizer's moments offloaded (train_gpt_offload.c) */
-    const char *offload;    /* --offload: optimizer=host or optimizer=disk:DIR */
+    const char *offload;    /* --offload: optimizer=host|disk:DIR, activations=disk:DIR */
     int64_t offload_chunk;  /* --offload-chunk bytes */
     const char *offload_io; /* --offload-io: threads or uring */
     int offload_keep;       /* --offload-keep */
@@ -121,10 +121,12 @@ int train_gpt_split_check(options_t *o);
  * Fills in dp when it was left to the world size (in_job: under msrun). */
 int train_gpt_check_combination(options_t *o, int world, int in_job);
 
-/* --offload and its settings into *cfg (rank names the file), checked
+/* --offload and its settings into *opt (the moments) and *acts (the
+ * activations; rank names the files), checked
  * against the rest of the options. Returns 0, or -1 with the reason
  * printed. */
-int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *cfg);
+int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *opt,
+                             msr_offload_config_t *acts);
 
 /* The whole model's parameters, whatever the layout (the experts too). */
 size_t train_gpt_model_params(const msr_train_config_t *cfg);

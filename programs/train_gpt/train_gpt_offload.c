@@ -1,66 +1,156 @@
-/* train_gpt --offload: where AdamW's moments live (docs/model.md
- * "Offload", parallel/offload.h). */
+/* train_gpt --offload: where AdamW's moments and the activations live
+ * (docs/model.md "Offload", parallel/offload.h, parallel/offload_acts.h). */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "programs/train_gpt/train_gpt.h"
 
-/* The options that only mean something with the disk mode. */
-static const char *const disk_only[] = {"offload-chunk", "offload-io", "offload-keep"};
+/* The options that only mean something with a disk mode, and whose. */
+static const char *const disk_only[] = {"offload-io", "offload-keep", "offload-chunk"};
 
-int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *cfg)
+/* What --offload names: each at most once, "NAME=host" or "NAME=disk:DIR";
+ * an item ends at a comma that starts the next NAME= (a DIR may hold
+ * commas). */
+static const char *const targets[] = {"optimizer=", "activations="};
+enum { T_OPT, T_ACTS, T_COUNT };
+
+static int target_at(const char *p)
 {
-    *cfg = (msr_offload_config_t){.mode = MSR_OFFLOAD_NONE, .rank = rank};
-    const char *t = o->offload;
-    if (t != NULL && strcmp(t, "optimizer=host") == 0) {
-        cfg->mode = MSR_OFFLOAD_HOST; /* a CPU rank's moments are in host memory already */
-    } else if (t != NULL && strncmp(t, "optimizer=disk:", 15) == 0 && t[15] != '\0') {
-        cfg->mode = MSR_OFFLOAD_DISK;
-        cfg->dir = t + 15;
-    } else if (t != NULL) {
-        fprintf(stderr, "train_gpt: --offload '%s' is not optimizer=host or optimizer=disk:DIR\n",
-                t);
-        return -1;
+    for (int k = 0; k < T_COUNT; k++)
+        if (strncmp(p, targets[k], strlen(targets[k])) == 0)
+            return k;
+    return -1;
+}
+
+/* The directories given (kept for the run: the configurations borrow them). */
+static char *dirs[T_COUNT];
+
+static int bad(const char *t)
+{
+    fprintf(stderr,
+            "train_gpt: --offload '%s' is not a comma-separated list of optimizer=host, "
+            "optimizer=disk:DIR, activations=disk:DIR, each named once\n",
+            t);
+    return -1;
+}
+
+/* Parses t into cfg[T_OPT] and cfg[T_ACTS]' modes and directories. */
+static int parse(const char *t, msr_offload_config_t cfg[T_COUNT])
+{
+    const char *p = t;
+    while (*p != '\0') {
+        int k = target_at(p);
+        if (k < 0 || cfg[k].mode != MSR_OFFLOAD_NONE)
+            return bad(t);
+        const char *v = p + strlen(targets[k]), *end = v + strlen(v);
+        for (const char *q = strchr(v, ','); q != NULL; q = strchr(q + 1, ',')) {
+            if (target_at(q + 1) >= 0) {
+                end = q;
+                break;
+            }
+        }
+        size_t n = (size_t)(end - v);
+        if (n == 4 && strncmp(v, "host", 4) == 0) {
+            cfg[k].mode = MSR_OFFLOAD_HOST;
+        } else if (n > 5 && strncmp(v, "disk:", 5) == 0) {
+            cfg[k].mode = MSR_OFFLOAD_DISK;
+            free(dirs[k]);
+            if ((dirs[k] = strndup(v + 5, n - 5)) == NULL) {
+                fprintf(stderr, "train_gpt: --offload: out of memory\n");
+                return -1;
+            }
+            cfg[k].dir = dirs[k];
+        } else {
+            return bad(t);
+        }
+        p = *end == ',' ? end + 1 : end;
     }
+    return 0;
+}
+
+/* The engine, keep and chunk options into both configurations. */
+static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
+{
+    int any = cfg[T_OPT].mode == MSR_OFFLOAD_DISK || cfg[T_ACTS].mode == MSR_OFFLOAD_DISK;
     for (size_t k = 0; k < sizeof disk_only / sizeof disk_only[0]; k++) {
-        if (cfg->mode != MSR_OFFLOAD_DISK && train_gpt_given(o, disk_only[k])) {
-            fprintf(stderr, "train_gpt: --%s needs --offload optimizer=disk:DIR\n", disk_only[k]);
+        int opt_only = strcmp(disk_only[k], "offload-chunk") == 0;
+        if (train_gpt_given(o, disk_only[k]) &&
+            !(opt_only ? cfg[T_OPT].mode == MSR_OFFLOAD_DISK : any)) {
+            fprintf(stderr, "train_gpt: --%s needs --offload %s\n", disk_only[k],
+                    opt_only ? "optimizer=disk:DIR" : "optimizer=disk:DIR or activations=disk:DIR");
             return -1;
         }
     }
-    if (cfg->mode == MSR_OFFLOAD_HOST && strcmp(o->device, "cpu") != 0) {
+    cfg[T_OPT].chunk_bytes = train_gpt_given(o, "offload-chunk") ? (size_t)o->offload_chunk : 0;
+    for (int k = 0; k < T_COUNT; k++) {
+        cfg[k].keep = o->offload_keep;
+        if (o->offload_io != NULL) {
+            int io = msr_offload_io_parse(o->offload_io);
+            if (io < 0) {
+                fprintf(stderr, "train_gpt: --offload-io '%s' is not threads or uring\n",
+                        o->offload_io);
+                return -1;
+            }
+            cfg[k].io = (msr_offload_io_t)io;
+        }
+        if (msr_offload_config_check(&cfg[k]) != MSR_OK) {
+            fprintf(stderr, "train_gpt: --offload: %s\n", msr_err_msg());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* What the rest of the options allow. */
+static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
+{
+    int cpu = strcmp(o->device, "cpu") == 0;
+    if (cfg[T_OPT].mode == MSR_OFFLOAD_HOST && !cpu) {
         fprintf(stderr, "train_gpt: --offload optimizer=host with --device cuda (the update on "
                         "the host while the GPU computes) is not built yet\n");
         return -1;
     }
-    if (cfg->mode != MSR_OFFLOAD_DISK)
-        return 0;
-    if (o->experts > 0 || strcmp(o->device, "cpu") != 0) {
+    if (cfg[T_OPT].mode == MSR_OFFLOAD_DISK && (o->experts > 0 || !cpu)) {
         fprintf(stderr,
                 "train_gpt: --offload optimizer=disk covers the CPU trainer's flat "
                 "buffers only: not %s yet\n",
                 o->experts > 0 ? "the experts of --experts" : "--device cuda");
         return -1;
     }
-    cfg->chunk_bytes = train_gpt_given(o, "offload-chunk") ? (size_t)o->offload_chunk : 0;
-    cfg->keep = o->offload_keep;
-    if (o->offload_io != NULL) {
-        int io = msr_offload_io_parse(o->offload_io);
-        if (io < 0) {
-            fprintf(stderr, "train_gpt: --offload-io '%s' is not threads or uring\n",
-                    o->offload_io);
-            return -1;
-        }
-        cfg->io = (msr_offload_io_t)io;
-    }
-    if (msr_offload_config_check(cfg) != MSR_OK) {
-        fprintf(stderr, "train_gpt: --offload: %s\n", msr_err_msg());
+    if (cfg[T_ACTS].mode == MSR_OFFLOAD_HOST) {
+        fprintf(stderr, "train_gpt: --offload activations=host: a CPU rank's activations are in "
+                        "host memory already, and --device cuda has no recompute to offload "
+                        "from (use activations=disk:DIR)\n");
         return -1;
     }
+    const char *rc = o->recompute != NULL ? o->recompute : "none";
+    if (cfg[T_ACTS].mode == MSR_OFFLOAD_DISK && strcmp(rc, "full") != 0) {
+        fprintf(stderr,
+                "train_gpt: --offload activations=disk spills the block inputs that full "
+                "recompute keeps: it needs --recompute full, not %s\n",
+                rc);
+        return -1;
+    }
+    return 0;
+}
+
+int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *opt,
+                             msr_offload_config_t *acts)
+{
+    msr_offload_config_t cfg[T_COUNT];
+    for (int k = 0; k < T_COUNT; k++)
+        cfg[k] = (msr_offload_config_t){.mode = MSR_OFFLOAD_NONE, .rank = rank};
+    if ((o->offload != NULL && parse(o->offload, cfg) != 0) || disk_options(o, cfg) != 0 ||
+        combination(o, cfg) != 0)
+        return -1;
+    *opt = cfg[T_OPT];
+    *acts = cfg[T_ACTS];
     /* a file size limit reached is then a write failing with EFBIG, which
      * the store reports with its file and chunk, not a signal that kills */
-    signal(SIGXFSZ, SIG_IGN);
+    if (opt->mode == MSR_OFFLOAD_DISK || acts->mode == MSR_OFFLOAD_DISK)
+        signal(SIGXFSZ, SIG_IGN);
     return 0;
 }

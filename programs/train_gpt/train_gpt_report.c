@@ -101,5 +101,15 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
                 1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
                 ms->frame_bytes[1]);
+        const msr_acts_t *a = msr_mp_acts(tr->mp);
+        if (a != NULL) {
+            const msr_acts_stats_t *as = msr_acts_stats(a);
+            fprintf(stderr,
+                    "train_gpt: rank %d activation offload: %llu written, %llu read back, %llu "
+                    "not read ahead, %llu waits for a write (%s, %s)\n",
+                    job->rank, (unsigned long long)as->spills, (unsigned long long)as->fetches,
+                    (unsigned long long)as->misses, (unsigned long long)as->write_wait,
+                    msr_acts_path(a), msr_acts_engine(a));
+        }
     }
 }

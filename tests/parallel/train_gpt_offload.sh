@@ -87,8 +87,8 @@ refuse "--offload-chunk 1073745920 is not an integer in \[4096" --offload "$d" \
     --offload-chunk 1073745920
 refuse "not a multiple of 4096" --offload "$d" --offload-chunk 1073741820
 refuse "not a multiple of 4096" --offload "$d" --offload-chunk 6000
-refuse "is not optimizer=host or optimizer=disk:DIR" --offload optimizer=disk:
-refuse "is not optimizer=host or optimizer=disk:DIR" --offload params=disk:x
+refuse "is not a comma-separated list of optimizer=host" --offload optimizer=disk:
+refuse "is not a comma-separated list of optimizer=host" --offload params=disk:x
 refuse "--offload-io 'aio' is not threads or uring" --offload "$d" --offload-io aio
 refuse "--offload-keep needs --offload optimizer=disk:DIR" --offload-keep
 refuse "--offload-chunk needs --offload optimizer=disk:DIR" --offload optimizer=host \
