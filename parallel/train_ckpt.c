@@ -93,7 +93,7 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
 {
     msr_ckpt_map_t map;
     range_list_t l;
-    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    msr_status_t st = msr_ckpt_map_build_saved(tr->model, &map);
     if (st != MSR_OK)
         return st;
     st = saved_ranges(tr, &map, &l);
@@ -195,11 +195,12 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
 }
 
 /* Whether p holds exactly the pieces this rank saves (map: its runs):
- * its ranges cut as msr_tckpt_encode cuts them. */
+ * its ranges cut as msr_tckpt_encode cuts them. Never when this rank holds
+ * elements another rank saves (then map is not the saving one either). */
 static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
 {
     range_list_t l;
-    if (saved_ranges(tr, map, &l) != MSR_OK)
+    if (msr_ckpt_map_holds_unsaved(tr->model) || saved_ranges(tr, map, &l) != MSR_OK)
         return 0; /* read every payload instead */
     uint32_t j = 0;
     int same = 1;
