@@ -77,14 +77,6 @@ msr_status_t msr_ckpt_map_build_saved(const msr_gpt_t *model, msr_ckpt_map_t *ma
     return map_build(model, 1, map);
 }
 
-int msr_ckpt_map_holds_unsaved(const msr_gpt_t *model)
-{
-    for (int k = 0; k < model->num_tensors; k++)
-        if (saved_elsewhere(&model->tensors[k]))
-            return 1;
-    return 0;
-}
-
 void msr_ckpt_map_free(msr_ckpt_map_t *map)
 {
     msr_free(map->by_local);

@@ -48,9 +48,6 @@ msr_status_t msr_ckpt_map_build(const msr_gpt_t *model, msr_ckpt_map_t *map);
  * them saves it, tp_first), so the checkpoint holds each element once
  * (save with this map, load with the whole one). */
 msr_status_t msr_ckpt_map_build_saved(const msr_gpt_t *model, msr_ckpt_map_t *map);
-/* Whether model holds elements another tp rank saves: its own payload
- * then does not hold all of them. */
-int msr_ckpt_map_holds_unsaved(const msr_gpt_t *model);
 void msr_ckpt_map_free(msr_ckpt_map_t *map);
 
 /* Calls fn for each piece of local range [lo, lo + n) (n > 0), in local

@@ -194,13 +194,14 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
     return st;
 }
 
-/* Whether p holds exactly the pieces this rank saves (map: its runs):
- * its ranges cut as msr_tckpt_encode cuts them. Never when this rank holds
- * elements another rank saves (then map is not the saving one either). */
+/* Whether p holds exactly the pieces of this rank's elements (map: all
+ * its runs): its ranges cut as msr_tckpt_encode cuts them. Never when it
+ * holds elements another rank saved (a Llama's replicated kv heads: p
+ * lacks them). */
 static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
 {
     range_list_t l;
-    if (msr_ckpt_map_holds_unsaved(tr->model) || saved_ranges(tr, map, &l) != MSR_OK)
+    if (saved_ranges(tr, map, &l) != MSR_OK)
         return 0; /* read every payload instead */
     uint32_t j = 0;
     int same = 1;

@@ -79,7 +79,7 @@ layout tp2-dp2-zero2-kv1 1 4 --tp 2 --dp 2 --micro-batch 2 --zero 2 --bucket-mb 
 
 # resharding: tp 4 / 1 kv head saves at step 4 (each replicated kv row by
 # the first of its ranks), one process resumes it to the same steps 5..8
-# and saves, and tp 4 resumes that to 9..10. msrun ckpt export of tp 4's
+# and saves, and tp 4 resumes that to 9..10 (and its own to 5..6). msrun ckpt export of tp 4's
 # checkpoint is the run's own export and a one-process resume's, byte for
 # byte.
 model=("${base[@]}" --kv-heads 1)
@@ -111,17 +111,21 @@ cp -r "$W/ck" "$W/ck1"
 msrun_n 1 "${model[@]}" --micro-batch 4 --steps 0 --resume --ckpt-dir "$W/ck1" \
     --export-safetensors "$W/r4.st" >/dev/null 2>"$W/err" || fail "one process: $(cat "$W/err")"
 cmp -s "$W/r4.st" "$W/e4.st" || fail "tp 4: msrun ckpt export differs from one process's"
+# tp 4 resumes its own checkpoint: ranks 1..3 read their kv rows from rank
+# 0's payload, not only their own
+msrun_n 4 "${model[@]}" --tp 4 --micro-batch 4 --steps 6 --ckpt-dir "$W/ck1" --resume \
+    --loss-log "$W/res44" >/dev/null 2>"$W/err" || fail "tp 4 own resume: $(cat "$W/err")"
 msrun_n 1 "${model[@]}" --micro-batch 4 --steps 8 --ckpt-every 4 --ckpt-dir "$W/ck" --resume \
     --loss-log "$W/res" >/dev/null 2>"$W/err" || fail "one process resume: $(cat "$W/err")"
 grep -q "resumed from step 4" "$W/err" || fail "one process did not resume: $(cat "$W/err")"
 msrun_n 4 "${model[@]}" --tp 4 --micro-batch 4 --ckpt-dir "$W/ck" --resume \
     --loss-log "$W/res4" >/dev/null 2>"$W/err" || fail "tp 4 resume: $(cat "$W/err")"
 grep -q "resumed from step 8" "$W/err" || fail "tp 4 did not resume: $(cat "$W/err")"
-python3 - "$W/res" "$W/res4" "$W/one1" <<'PY' || fail "resharded runs differ (above)"
+python3 - "$W/res" "$W/res4" "$W/res44" "$W/one1" <<'PY' || fail "resharded runs differ (above)"
 import sys
-a, b, one = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:4]]
-assert len(a) == 4 and len(b) == 2, (len(a), len(b))
-for x in a + b:
+a, b, c, one = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[1:5]]
+assert len(a) == 4 and len(b) == 2 and len(c) == 2, (len(a), len(b), len(c))
+for x in a + b + c:
     y = one[int(x[1]) - 1]
     assert x[:2] == y[:2], (x, y)
     for i in (3, 5):
