@@ -62,12 +62,6 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "context parallel: the sequence of %d does not divide into 2 x cp %d chunks",
                        model->max_seq, cp);
     }
-    if (cp > 1 && model->arch == MSR_GPT_ARCH_LLAMA && model->kv_heads < tp) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "context parallel with %d kv heads replicated over tp %d is not written "
-                       "(its gradient norm is not the one process's yet)",
-                       model->kv_heads, tp);
-    }
     if (cfg->sp && tp < 2) {
         return msr_err(MSR_ERR_CONFIG,
                        "sequence parallel splits the sequence over tp ranks: it needs tp > 1");

@@ -614,14 +614,6 @@ static void test_limits(void)
         MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 1), MSR_ERR_CONFIG);
         MSR_CHECK(strstr(msr_err_msg(), "does not divide into 2 x cp") != NULL);
     }
-    /* cp with kv heads replicated over tp is refused; split over tp it runs */
-    mc.cp = 3;
-    msr_err_clear();
-    cfg.kv_heads = 1;
-    MSR_CHECK_STATUS(msr_mp_check(&cfg, &mc, 1, 2), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "1 kv heads replicated over tp 2 is not written") != NULL);
-    cfg.kv_heads = 2;
-    MSR_CHECK_OK(msr_mp_check(&cfg, &mc, 1, 2));
     /* the GPT ignores the Llama's fields */
     msr_gpt_config_t gpt = {V, MAXT, L, NH, C};
     gpt.ffn = -5;
