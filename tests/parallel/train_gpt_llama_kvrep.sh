@@ -3,8 +3,9 @@
 # "Llama"): each rank holds the kv head its query heads use, replicated on
 # tp / kv-heads ranks, and the replicas' gradients are summed over them.
 # tp 2 with 1 kv head, tp 4 with 1 and 2 kv heads (with sp, and full
-# recompute), tp 2 x pp 2 and tp 2 x dp 2 ZeRO-2 with 1 kv head print the
-# losses and gradient norms of one process over 10 steps (1e-5 relative); a
+# recompute), cp 2 x tp 2 + sp, tp 2 x pp 2 and tp 2 x dp 2 ZeRO-2 with 1
+# kv head print the losses and gradient norms of one process over 10 steps
+# (1e-5 relative); a
 # checkpoint of tp 4 / 1 kv head resumes in one process and back, and
 # msrun ckpt export of it is one process's export byte for byte; tp 4 x
 # pp 1 reads and exports one process's safetensors file unchanged. Kv
@@ -71,6 +72,7 @@ layout() {
 layout tp2-kv1 1 2 --tp 2 --micro-batch 4
 layout tp4-kv1-sp 1 4 --tp 4 --sp --micro-batch 4
 layout tp4-kv2-sp-full 2 4 --tp 4 --sp --micro-batch 4 --recompute full
+layout cp2-tp2-sp-kv1 1 4 --cp 2 --tp 2 --sp --micro-batch 4
 layout tp2-pp2-kv1 1 4 --tp 2 --pp 2 --micro-batch 2 --schedule 1f1b
 # ZeRO-2 (the runtime's model parallel takes ZeRO 0-2): a block's gradient,
 # summed over the kv head's ranks, is reduce-scattered from a temporary
