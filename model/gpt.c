@@ -113,6 +113,11 @@ size_t msr_gpt_block_params(const msr_gpt_config_t *cfg, int l)
     return attn + 8 * C * C + 5 * C;
 }
 
+int msr_gpt_kv_heads_local(const msr_gpt_config_t *cfg, int tp)
+{
+    return cfg->kv_heads >= tp ? cfg->kv_heads / tp : 1;
+}
+
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg)
 {
     size_t C = (size_t)cfg->channels, n = (size_t)cfg->vocab * C + (size_t)cfg->max_seq * C;
@@ -136,12 +141,16 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
             MSR_ERR_CONFIG, "tp rank %d of %d, pp rank %d of %d or %d chunks (1..%d) out of range",
             part->tp_rank, part->tp, part->pp_rank, part->pp, part->chunks, MSR_GPT_MAX_CHUNKS);
     }
-    if (cfg->arch == MSR_GPT_ARCH_LLAMA &&
-        (cfg->kv_heads % part->tp != 0 || cfg->ffn % part->tp != 0)) {
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA && cfg->ffn % part->tp != 0) {
+        return msr_err(MSR_ERR_CONFIG, "llama: ffn %d does not divide among tp %d ranks", cfg->ffn,
+                       part->tp);
+    }
+    if (cfg->arch == MSR_GPT_ARCH_LLAMA && cfg->kv_heads % part->tp != 0 &&
+        part->tp % cfg->kv_heads != 0) {
         return msr_err(MSR_ERR_CONFIG,
-                       "llama: %d kv heads or ffn %d do not divide among tp %d ranks (kv heads "
-                       "replicated over tp are not written)",
-                       cfg->kv_heads, cfg->ffn, part->tp);
+                       "llama: %d kv heads neither divide among tp %d ranks nor divide tp (to be "
+                       "replicated over tp / kv heads ranks each)",
+                       cfg->kv_heads, part->tp);
     }
     if (cfg->heads % part->tp != 0) {
         return msr_err(MSR_ERR_CONFIG, "%d heads do not divide among tp %d ranks", cfg->heads,

@@ -111,7 +111,11 @@ int msr_gpt_layer_is_moe(const msr_gpt_config_t *cfg, int l);
  * stage's). A Llama's part holds wte on the first virtual stage and lnfw
  * with the untied lm_head on the last; under tp wq, wk, wv are split by
  * heads (kv heads divisible by tp), w1 and w3 by rows, wo and w2 by
- * columns, wte and lm_head by vocabulary rows, the norms whole. */
+ * columns, wte and lm_head by vocabulary rows, the norms whole. The kv
+ * heads KVH split among tp when tp divides them; with fewer kv heads than
+ * ranks (tp a multiple of KVH) each rank holds the one kv head its query
+ * heads use, replicated on the tp / KVH ranks that share it, whose
+ * gradients parallel/mp.h sums over those ranks (Megatron's layout). */
 typedef struct msr_gpt_part {
     int tp, tp_rank; /* tensor-parallel degree and this rank's index */
     int pp, pp_rank; /* pipeline stages and this rank's */
@@ -129,9 +133,10 @@ typedef struct msr_gpt_part {
 #define MSR_GPT_MAX_STAGES 1024
 
 /* Checks that cfg can be split as part says: tp divides the heads and the
- * vocabulary (a Llama's kv heads and ffn too), at least one layer per virtual stage, ranks in
- * range, and stage_layers (when given) a valid split (msr_layout_split_check). On failure sets the
- * error text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
+ * vocabulary (a Llama's ffn too, and its kv heads or a multiple of them), at least one layer per
+ * virtual stage, ranks in range, and stage_layers (when given) a valid split
+ * (msr_layout_split_check). On failure sets the error text (base/err.h: a one-line reason) and
+ * returns MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part);
 
 /* Checks a shape: every size positive and bounded, C divisible by NH, and
@@ -142,6 +147,11 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
  * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
+
+/* The key/value heads a tensor-parallel rank of a Llama holds on a tp-way
+ * split that msr_gpt_part_check accepts: KVH / tp, or 1 when tp is a
+ * multiple of KVH (the head replicated on tp / KVH ranks). */
+int msr_gpt_kv_heads_local(const msr_gpt_config_t *cfg, int tp);
 
 /* The number of parameters of a shape in the flat buffers: V*C + maxT*C +
  * L*(12C^2 + 13C) + 2C for a dense model; a MoE block holds its router, E*C,
@@ -179,6 +189,14 @@ typedef struct msr_gpt_tensor {
     size_t count;      /* elements */
     int decay;         /* AdamW's weight decay applies: matrices yes, biases and norms no */
     int tp_replicated; /* every tensor-parallel rank holds all of it (see msr_gpt_part_t) */
+    /* the tensor-parallel ranks that hold these same elements: 1 for a
+     * slice of its own, tp for a tp-replicated tensor, tp / KVH for a
+     * Llama's wk and wv with fewer kv heads than tp ranks (each kv head
+     * replicated on the ranks whose query heads use it) */
+    int tp_copies;
+    /* this rank is the first of those copies: it saves the elements and
+     * counts them in the gradient norm (tp rank 0 for a tp-replicated one) */
+    int tp_first;
     /* Where the elements are in the whole model's flat buffer: local element
      * (row i, column j) is whole-tensor element (row (i / row_block) *
      * row_stride + row_offset + i % row_block, column col_offset + j) of a

@@ -33,10 +33,12 @@ typedef enum tp_split {
     SPLIT_NONE, /* held whole (tp-replicated) */
     SPLIT_ROWS, /* row blocks (q, k, v: 3; fc, wte: 1), each cut in tp pieces */
     SPLIT_COLS, /* columns cut in tp pieces */
+    SPLIT_KV,   /* a Llama's wk, wv: blocks kv heads of rows, split or replicated */
 } tp_split_t;
 
 /* A tensor of the whole model: rows x cols (cols 0: 1-D) at full_offset,
- * cut as split says (blocks row blocks for SPLIT_ROWS). */
+ * cut as split says (blocks row blocks for SPLIT_ROWS, kv heads for
+ * SPLIT_KV). */
 typedef struct tensor_spec {
     const char *name;
     int rows, cols, decay;
@@ -55,6 +57,8 @@ static void add_tensor(msr_gpt_t *m, size_t *offset, int seg, const char *name,
     x->ndim = sp->cols > 0 ? 2 : 1;
     x->decay = sp->decay;
     x->tp_replicated = sp->split == SPLIT_NONE;
+    x->tp_copies = x->tp_replicated ? t : 1;
+    x->tp_first = !x->tp_replicated || r == 0;
     x->full_offset = full_offset;
     x->full_cols = cols;
     x->row_block = sp->rows;
@@ -69,6 +73,19 @@ static void add_tensor(msr_gpt_t *m, size_t *offset, int seg, const char *name,
         x->row_stride = per_block;
         x->row_offset = r * x->row_block;
         x->shape[0] = sp->blocks * x->row_block;
+    } else if (sp->split == SPLIT_KV && sp->blocks < t) {
+        /* one head of rows per rank, rank r holding kv head r / copies */
+        x->tp_copies = t / sp->blocks;
+        x->tp_first = r % x->tp_copies == 0;
+        x->row_block = sp->rows / sp->blocks;
+        x->row_stride = sp->rows;
+        x->row_offset = r / x->tp_copies * x->row_block;
+        x->shape[0] = x->row_block;
+    } else if (sp->split == SPLIT_KV) { /* whole heads' rows, cut in tp pieces */
+        x->row_block = sp->rows / t;
+        x->row_stride = sp->rows;
+        x->row_offset = r * x->row_block;
+        x->shape[0] = x->row_block;
     } else if (sp->split == SPLIT_COLS) {
         x->shape[1] = cols / t;
         x->col_offset = r * x->shape[1];
@@ -95,13 +112,14 @@ static msr_gpt_segment_t *open_segment(msr_gpt_t *m, size_t off, int layer, int 
 /* A Llama's table (gpt.h) for m->part: the first virtual stage holds wte,
  * each chunk its blocks, the last stage lnfw and the untied lm_head; full
  * offsets are the whole model's. Tensor parallel: wq, wk, wv by heads
- * (rows: kv heads divide among tp, msr_gpt_part_check), w1 and w3 by
+ * (rows; with fewer kv heads than ranks each rank holds its query heads'
+ * kv head, replicated: msr_gpt_part_check, SPLIT_KV), w1 and w3 by
  * rows, wo and w2 by columns, wte and lm_head by vocabulary rows; the
  * norms whole. */
 static void llama_layout(msr_gpt_t *m)
 {
     int V = m->cfg.vocab, C = m->cfg.channels, L = m->cfg.layers, F = m->cfg.ffn;
-    int KVC = m->cfg.kv_heads * (C / m->cfg.heads);
+    int KVH = m->cfg.kv_heads, KVC = KVH * (C / m->cfg.heads);
     const msr_gpt_part_t *pt = &m->part;
     int nv = pt->pp * pt->chunks;
     size_t off = 0, full_of[GPT_MAX_LAYERS + 1];
@@ -119,7 +137,7 @@ static void llama_layout(msr_gpt_t *m)
     }
     const tensor_spec_t block[] = {
         {"ln1w", C, 0, 0, SPLIT_NONE, 1}, {"wq", C, C, 1, SPLIT_ROWS, 1},
-        {"wk", KVC, C, 1, SPLIT_ROWS, 1}, {"wv", KVC, C, 1, SPLIT_ROWS, 1},
+        {"wk", KVC, C, 1, SPLIT_KV, KVH}, {"wv", KVC, C, 1, SPLIT_KV, KVH},
         {"wo", C, C, 1, SPLIT_COLS, 1},   {"ln2w", C, 0, 0, SPLIT_NONE, 1},
         {"w1", F, C, 1, SPLIT_ROWS, 1},   {"w3", F, C, 1, SPLIT_ROWS, 1},
         {"w2", C, F, 1, SPLIT_COLS, 1},
@@ -288,12 +306,13 @@ void msr_gpt_segment_reset(msr_gpt_t *model, int s)
 }
 
 /* A Llama block's pointers (gpt.h) on a tp-way rank: qkvw covers wq, wk
- * and wv (C/tp + 2 KVC/tp rows), fcw w1 and w3 (2 F/tp rows), attprojw
- * (C, C/tp), fcprojw (C, F/tp). */
+ * and wv (C/tp + 2 KVCl rows, KVCl the rank's kv heads' rows), fcw w1 and w3 (2 F/tp rows),
+ * attprojw (C, C/tp), fcprojw (C, F/tp). */
 static void llama_point(const msr_gpt_config_t *cfg, int tp, float *base, msr_gpt_block_params_t *p)
 {
     size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn / (size_t)tp;
-    size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads) / (size_t)tp, Cl = C / (size_t)tp;
+    size_t KVC = (size_t)msr_gpt_kv_heads_local(cfg, tp) * (C / (size_t)cfg->heads);
+    size_t Cl = C / (size_t)tp;
     float *x = base;
     *p = (msr_gpt_block_params_t){0};
     p->ln1w = x, x += C;

@@ -122,6 +122,8 @@ static msr_status_t store_alloc(msr_moe_t *moe)
                                  (k > 2 ? (size_t)C * H : 0);
                 t->full_cols = shape[k][1];
                 t->row_block = shape[k][0];
+                t->tp_copies = 1; /* an expert is not split or replicated over tp */
+                t->tp_first = 1;
                 off += t->count;
             }
         }

@@ -35,7 +35,14 @@ static int by_glo(const void *a, const void *b)
     return x->glo < y->glo ? -1 : x->glo > y->glo;
 }
 
-msr_status_t msr_ckpt_map_build(const msr_gpt_t *model, msr_ckpt_map_t *map)
+/* Whether this rank holds t but another tp rank saves it (a Llama's kv
+ * head replicated over tp: the first of its ranks saves it). */
+static int saved_elsewhere(const msr_gpt_tensor_t *t)
+{
+    return !t->tp_replicated && t->tp_copies > 1 && !t->tp_first;
+}
+
+static msr_status_t map_build(const msr_gpt_t *model, int saved, msr_ckpt_map_t *map)
 {
     size_t rows = 0;
     memset(map, 0, sizeof *map);
@@ -50,12 +57,24 @@ msr_status_t msr_ckpt_map_build(const msr_gpt_t *model, msr_ckpt_map_t *map)
     for (int k = 0; k < model->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &model->tensors[k];
         size_t cols = (size_t)t->shape[1];
+        if (saved && saved_elsewhere(t))
+            continue;
         for (size_t r = 0; r < (size_t)t->shape[0]; r++) /* a row is contiguous in both */
             run_add(map, t->offset + r * cols, msr_gpt_tensor_full_index(t, r * cols), cols);
     }
     memcpy(map->by_global, map->by_local, map->nruns * sizeof *map->by_local);
     qsort(map->by_global, map->nruns, sizeof *map->by_global, by_glo);
     return MSR_OK;
+}
+
+msr_status_t msr_ckpt_map_build(const msr_gpt_t *model, msr_ckpt_map_t *map)
+{
+    return map_build(model, 0, map);
+}
+
+msr_status_t msr_ckpt_map_build_saved(const msr_gpt_t *model, msr_ckpt_map_t *map)
+{
+    return map_build(model, 1, map);
 }
 
 void msr_ckpt_map_free(msr_ckpt_map_t *map)

@@ -43,6 +43,11 @@ int msr_ckpt_overlap(size_t a, size_t an, size_t b, size_t bn, size_t *lo_p, siz
 /* Builds the runs of model's flat buffer (its part of the whole model).
  * Errors: MSR_ERR_NO_MEMORY. */
 msr_status_t msr_ckpt_map_build(const msr_gpt_t *model, msr_ckpt_map_t *map);
+/* The same without the tensors this rank holds but another tensor-parallel
+ * rank saves (a Llama's kv head replicated over tp ranks: the first of
+ * them saves it, tp_first), so the checkpoint holds each element once
+ * (save with this map, load with the whole one). */
+msr_status_t msr_ckpt_map_build_saved(const msr_gpt_t *model, msr_ckpt_map_t *map);
 void msr_ckpt_map_free(msr_ckpt_map_t *map);
 
 /* Calls fn for each piece of local range [lo, lo + n) (n > 0), in local

@@ -245,7 +245,8 @@ msr_status_t msr_dp_reduce_all(msr_dp_t *dp);
 /* Model parallel: msr_dp_update also sums the loss and the squared
  * gradient norm over tp_comm and pp_comm (NULL: no such group), and counts
  * the tensors every tensor-parallel rank holds (tp_replicated) on tp rank 0
- * only, so the norm is the whole model's. */
+ * only, and those several ranks hold (tp_copies) on the first of them
+ * (tp_first), so the norm is the whole model's. */
 void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm);
 
 /* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and

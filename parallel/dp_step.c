@@ -163,7 +163,8 @@ void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, m
 }
 
 /* The squared norm of a unit's owned gradient; on tensor-parallel ranks
- * other than 0 without the tp-replicated tensors (rank 0 counts them). */
+ * other than 0 only the tensors they hold first (rank 0 counts the
+ * tp-replicated ones, the first of a kv head's ranks its replicated rows). */
 static double unit_sumsq(const msr_dp_t *dp, const msr_dp_unit_t *u)
 {
     const float *g = msr_dp_grad_at(dp, u);
@@ -175,7 +176,7 @@ static double unit_sumsq(const msr_dp_t *dp, const msr_dp_unit_t *u)
     for (int k = 0; k < m->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &m->tensors[k];
         size_t a = MSR_MAX(lo, t->offset), b = MSR_MIN(hi, t->offset + t->count);
-        if (a < b && !t->tp_replicated)
+        if (a < b && t->tp_first)
             sum += msr_sumsq(g + (a - lo), b - a);
     }
     return sum;

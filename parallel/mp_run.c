@@ -463,19 +463,30 @@ static msr_status_t tied_add(msr_mp_t *mp)
     return st != MSR_OK ? msr_mp_failed("receiving the tied embedding's gradient", st) : MSR_OK;
 }
 
-/* Sequence parallel: sums the partial gradients of the tp-replicated
- * tensors of segment s (seg < 0: of every segment) over tp, packed into
- * one allreduce. */
-static msr_status_t sp_sum(msr_mp_t *mp, int seg)
+/* Whether tensor t's gradient is summed over tp ranks: a tp-replicated
+ * tensor's under sp (each rank's is partial: its positions'), a Llama's
+ * replicated kv heads' always (each rank's is its query heads' part). */
+static int tp_summed(const msr_mp_t *mp, const msr_gpt_tensor_t *t)
+{
+    return t->tp_replicated ? mp->d.sp : t->tp_copies > 1;
+}
+
+/* Sums the gradients tp_summed names of segment s (seg < 0: of every
+ * segment) over the ranks holding each: packed into one allreduce over
+ * tp, a tensor held by tp / copies groups of ranks in as many slots, each
+ * rank's gradient in its group's slot and zeros in the others'. */
+static msr_status_t tp_sum(msr_mp_t *mp, int seg)
 {
     msr_gpt_t *m = mp->model;
     size_t total = 0;
-    for (int k = 0; k < m->num_tensors; k++)
-        if (m->tensors[k].tp_replicated && (seg < 0 || m->tensors[k].segment == seg))
-            total += m->tensors[k].count;
+    for (int k = 0; k < m->num_tensors; k++) {
+        const msr_gpt_tensor_t *t = &m->tensors[k];
+        if (tp_summed(mp, t) && (seg < 0 || t->segment == seg))
+            total += t->count * (size_t)(mp->tp / t->tp_copies);
+    }
     if (total == 0)
         return MSR_OK;
-    float *buf = msr_malloc(total * sizeof(float));
+    float *buf = msr_calloc(total, sizeof(float));
     if (buf == NULL)
         return MSR_ERR_NO_MEMORY;
     msr_status_t st = MSR_OK;
@@ -483,26 +494,27 @@ static msr_status_t sp_sum(msr_mp_t *mp, int seg)
         size_t off = 0;
         for (int k = 0; k < m->num_tensors; k++) {
             const msr_gpt_tensor_t *t = &m->tensors[k];
-            if (!t->tp_replicated || (seg >= 0 && t->segment != seg))
+            if (!tp_summed(mp, t) || (seg >= 0 && t->segment != seg))
                 continue;
             const msr_gpt_segment_t *s = &m->segments[t->segment];
             float *g = s->grads + (t->offset - s->offset);
+            float *slot = buf + off + (size_t)(mp->tr / t->tp_copies) * t->count;
             if (pass == 0)
-                memcpy(buf + off, g, t->count * sizeof(float));
+                memcpy(slot, g, t->count * sizeof(float));
             else
-                memcpy(g, buf + off, t->count * sizeof(float));
-            off += t->count;
+                memcpy(g, slot, t->count * sizeof(float));
+            off += t->count * (size_t)(mp->tp / t->tp_copies);
         }
         if (pass == 0)
-            st = msr_mp_tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "sp grads");
+            st = msr_mp_tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "tp grads");
     }
     msr_free(buf);
     return st;
 }
 
 /* Reduce-once path (interleaved): at the end of the step's backwards the
- * head's wte gradient joins the first stage's, and under sp the
- * tp-replicated parameters' partial gradients are summed over tp. */
+ * head's wte gradient joins the first stage's, and the gradients held on
+ * several tp ranks are summed over them (tp_sum). */
 static msr_status_t finish_grads(msr_mp_t *mp)
 {
     msr_gpt_t *m = mp->model;
@@ -518,19 +530,19 @@ static msr_status_t finish_grads(msr_mp_t *mp)
         if (st != MSR_OK)
             return st;
     }
-    return mp->d.sp ? sp_sum(mp, -1) : MSR_OK;
+    return tp_sum(mp, -1);
 }
 
 /* Overlap path: segment s is done for this backward. When this backward
  * reduces (the step's last; every one under ZeRO-2), its gradient is made
- * final (sp sum, the tied gradient on the last backward) and handed to dp,
+ * final (tp sum, the tied gradient on the last backward) and handed to dp,
  * whose buckets start as they complete. */
 static msr_status_t seg_done(msr_mp_t *mp, int s)
 {
     if (!mp->overlap || !mp->dp->reduce_now)
         return MSR_OK;
     msr_status_t st;
-    if (mp->d.sp && (st = sp_sum(mp, s)) != MSR_OK)
+    if ((st = tp_sum(mp, s)) != MSR_OK)
         return st;
     if (s == mp->model->seg_embed && tied(mp) && mp->last_backward && (st = tied_add(mp)) != MSR_OK)
         return st;

@@ -116,7 +116,7 @@ void msr_mp_point_block(msr_mp_t *mp)
         .N = d->N,
         .Nl = d->Nl,
         .llama = mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA,
-        .NKVl = mp->model->cfg.kv_heads / d->tp,
+        .NKVl = msr_gpt_kv_heads_local(&mp->model->cfg, d->tp),
         .rope_theta = mp->model->cfg.rope_theta,
         .pos = cp ? mp->cp_pos + (size_t)mp->cr * (size_t)d->T : NULL, /* zigzag chunks */
         .comm = tp || cp ? &mp->blk_comm : NULL,

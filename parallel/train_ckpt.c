@@ -93,7 +93,7 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
 {
     msr_ckpt_map_t map;
     range_list_t l;
-    msr_status_t st = msr_ckpt_map_build(tr->model, &map);
+    msr_status_t st = msr_ckpt_map_build_saved(tr->model, &map);
     if (st != MSR_OK)
         return st;
     st = saved_ranges(tr, &map, &l);
@@ -194,8 +194,10 @@ static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank
     return st;
 }
 
-/* Whether p holds exactly the pieces this rank saves (map: its runs):
- * its ranges cut as msr_tckpt_encode cuts them. */
+/* Whether p holds exactly the pieces of this rank's elements (map: all
+ * its runs): its ranges cut as msr_tckpt_encode cuts them. Never when it
+ * holds elements another rank saved (a Llama's replicated kv heads: p
+ * lacks them). */
 static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p)
 {
     range_list_t l;

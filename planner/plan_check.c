@@ -50,8 +50,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("dp, tp, pp, virtual stages, micro-batch and micro-batches must be positive");
     if (m->heads % l->tp != 0)
         BAD("%d heads do not divide among tp %d", m->heads, l->tp);
-    if (m->arch == MSR_PLAN_LLAMA && m->kv_heads % l->tp != 0)
-        BAD("%d kv heads do not divide among tp %d", m->kv_heads, l->tp);
+    if (m->arch == MSR_PLAN_LLAMA && m->kv_heads % l->tp != 0 && l->tp % m->kv_heads != 0)
+        BAD("%d kv heads neither divide among tp %d nor divide it", m->kv_heads, l->tp);
     if (m->arch == MSR_PLAN_LLAMA && m->ffn % l->tp != 0)
         BAD("ffn %d does not divide among tp %d", m->ffn, l->tp);
     if (m->vocab % l->tp != 0)

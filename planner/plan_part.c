@@ -31,11 +31,14 @@ static uint64_t block_params(const msr_plan_model_t *m, int t, int moe)
             return 4 * C * C / T + 3 * C / T + 5 * C + E * C;
         return 12 * C * C / T + 6 * C + 7 * C / T;
     }
-    uint64_t hd = C / (uint64_t)m->heads, kv = (uint64_t)m->kv_heads * hd, F = (uint64_t)m->ffn;
-    /* q, o: C x C; k, v: C x kv; gate, up, down: C x F (all split); two RMSNorms */
+    uint64_t hd = C / (uint64_t)m->heads, F = (uint64_t)m->ffn;
+    /* k, v: C x the rank's kv heads' rows (kv heads / t, or one head
+     * replicated when fewer than t: model/gpt.h) */
+    uint64_t kvl = (m->kv_heads >= t ? (uint64_t)m->kv_heads / T : 1) * hd;
+    /* q, o: C x C; gate, up, down: C x F (all split); two RMSNorms */
     if (moe)
-        return (2 * C * C + 2 * C * kv) / T + 2 * C + E * C;
-    return (2 * C * C + 2 * C * kv + 3 * C * F) / T + 2 * C;
+        return 2 * C * C / T + 2 * C * kvl + 2 * C + E * C;
+    return (2 * C * C + 3 * C * F) / T + 2 * C * kvl + 2 * C;
 }
 
 /* Elements of one expert: the dense MLP's (model/moe.h: 8C^2 + 5C). */

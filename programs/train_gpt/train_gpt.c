@@ -233,7 +233,9 @@ static const msr_opt_t specs[] = {
     OPT_INT("ffn", ffn, 1, 65536,
             "llama: width of the SwiGLU MLP (8 x channels / 3, rounded up to a multiple of 8)"),
     OPT_INT("kv-heads", kv_heads, 1, 16384,
-            "llama: key/value heads, dividing --heads (grouped-query attention) (--heads)"),
+            "llama: key/value heads, dividing --heads (grouped-query attention); split among "
+            "--tp ranks, or with fewer than --tp (a divisor of it) each replicated on tp / "
+            "kv-heads ranks (--heads)"),
     OPT_REAL("rope-theta", rope_theta, 1, 1e12,
              "llama: base of the rotary positions' frequencies, above 1 (10000)"),
     OPT_TEXT("dump-grads", dump_grads,

@@ -2,7 +2,7 @@
  * what a Llama runs on today (docs/model.md "Llama"): one process, data
  * parallel and ZeRO 1-3, pipeline parallel (every schedule, virtual stages,
  * uneven --pp-layers), tensor and sequence parallel (kv heads split over
- * tp: the model's part check refuses fewer kv heads than tp), recompute and
+ * tp, or replicated when fewer than tp and dividing it), recompute and
  * --trace, checkpoints and resume, safetensors export and import,
  * --dump-logits and --dump-grads, fp32 or bf16 products, --generate,
  * the planner's --plan, --explain and --auto (fp32). Context parallel,

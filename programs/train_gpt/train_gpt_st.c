@@ -363,8 +363,8 @@ static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_ten
                                   int tp_rank)
 {
     for (int i = 0; i < n; i++) {
-        if (t[i].tp_replicated && tp_rank != 0)
-            continue;
+        if (t[i].tp_replicated ? tp_rank != 0 : !t[i].tp_first)
+            continue; /* held by several tp ranks: written by the first */
         char name[MSR_ST_NAME_MAX + 1];
         file_name(cfg, t[i].name, name, sizeof name);
         save_arg_t a = {w, names_find(nm, name), base + t[i].offset};
@@ -377,7 +377,8 @@ static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_ten
 
 /* This rank's slices into w (params: its flat parameters): the flat
  * tensors from data- and context-parallel rank 0 (tp-replicated ones from
- * tp rank 0 only), a MoE model's experts from the first rank of each
+ * tp rank 0 only, a Llama's replicated kv heads from the first rank of
+ * each head's), a MoE model's experts from the first rank of each
  * replica group that holds them (context-parallel rank 0). */
 static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
                                  const float *params)

@@ -4,7 +4,8 @@
 # against the runtime's own count: for one process (without msrun) and
 # for Llama layouts of 4 ranks (dp 4, dp 4 with ZeRO-3, dp 2 x pp 2, tp 2
 # with sp x dp 2, tp 2 x pp 2; kv heads at 1 and at heads, the latter with
-# tp 4, sp and full recompute), train_gpt --report's counts of every rank
+# tp 4, sp and full recompute; fewer kv heads than tp, replicated: tp 4
+# with 1 kv head, and with 2, sp and selective recompute), train_gpt --report's counts of every rank
 # must equal plan_gpt --arch llama --ranks's to the byte. Then train_gpt
 # --plan --explain 1 for a Llama must count it as plan_gpt does, and
 # --plan-all offer no context parallel, which the runtime's Llama lacks.
@@ -43,6 +44,15 @@ plan_extra=(--arch llama --ffn 48 --kv-heads 4)
 train_extra=("${plan_extra[@]}")
 check 4 dp=1,tp=4,pp=1,sp=1,zero=0,recompute=full,micro_batch=2 --dp 1 --tp 4 --sp \
     --recompute full
+# fewer kv heads than tp: 1 and 2 kv heads on tp 4, each rank holding one
+# kv head's rows of wk and wv (replicated on 4 and on 2 ranks)
+plan_extra=(--arch llama --ffn 48 --kv-heads 1)
+train_extra=("${plan_extra[@]}")
+check 4 dp=1,tp=4,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 --dp 1 --tp 4
+plan_extra=(--arch llama --ffn 48 --kv-heads 2)
+train_extra=("${plan_extra[@]}")
+check 4 dp=1,tp=4,pp=1,sp=1,zero=0,recompute=selective,micro_batch=2 --dp 1 --tp 4 --sp \
+    --recompute selective
 plan_extra=("${llama[@]}")
 train_extra=("${llama[@]}")
 check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=selective,micro_batch=2 --tp 2 --sp --zero 1 \

@@ -512,16 +512,34 @@ static void test_limits(void)
     cfg = llama_config(2);
     cfg.arch = (msr_gpt_arch_t)2;
     check_refused(&cfg, "architecture 2");
-    /* a part: kv heads (2) and ffn (24) divide among tp 2, not tp 4 (kv
-     * heads replicated over tp are not written); pp and the whole model run */
+    /* a part: kv heads (2) divide among tp 2 and are replicated over tp 4
+     * (2 ranks each, each rank one head); pp and the whole model run */
     cfg = llama_config(2);
     msr_gpt_part_t whole = {1, 0, 1, 0, 1, NULL}, tp = {2, 0, 1, 0, 1, NULL},
                    tp4 = {4, 0, 1, 0, 1, NULL}, pp = {1, 0, 2, 0, 1, NULL};
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &whole));
     MSR_CHECK_OK(msr_gpt_part_check(&cfg, &tp));
-    msr_err_clear();
-    MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp4), MSR_ERR_CONFIG);
-    MSR_CHECK(strstr(msr_err_msg(), "kv heads replicated over tp are not written") != NULL);
+    MSR_CHECK_OK(msr_gpt_part_check(&cfg, &tp4));
+    MSR_CHECK_EQ(msr_gpt_kv_heads_local(&cfg, 2), 1);
+    MSR_CHECK_EQ(msr_gpt_kv_heads_local(&cfg, 4), 1);
+    /* 12 heads on tp 4: kv heads 4 split, 2 replicated (2 ranks each), 3
+     * and 6 (neither dividing tp 4 nor divided by it) refused */
+    msr_gpt_config_t c12 = cfg;
+    c12.heads = 12;
+    c12.channels = 24;
+    for (int kv = 1; kv <= 12; kv++) {
+        if (12 % kv != 0)
+            continue;
+        c12.kv_heads = kv;
+        msr_err_clear();
+        if (kv % 4 == 0 || 4 % kv == 0) {
+            MSR_CHECK_OK(msr_gpt_part_check(&c12, &tp4));
+            MSR_CHECK_EQ(msr_gpt_kv_heads_local(&c12, 4), kv >= 4 ? kv / 4 : 1);
+            continue;
+        }
+        MSR_CHECK_STATUS(msr_gpt_part_check(&c12, &tp4), MSR_ERR_CONFIG);
+        MSR_CHECK(strstr(msr_err_msg(), "kv heads neither divide among tp 4") != NULL);
+    }
     cfg.ffn = 25;
     MSR_CHECK_STATUS(msr_gpt_part_check(&cfg, &tp), MSR_ERR_CONFIG);
     cfg.ffn = F;

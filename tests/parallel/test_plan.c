@@ -490,9 +490,18 @@ static void test_paper_activations(void)
     MSR_CHECK_EQ(msr_plan_num_params(&ll),
                  1000 * C + 4 * (2 * C * C + 2 * C * kv + 3 * C * F + 2 * C) + C + 1000 * C);
     char why[200];
+    /* kv heads split over tp (2 on tp 2), replicated (2 on tp 4 and 8);
+     * of 12 heads, 3 neither divide tp 4 nor are divided by it */
+    for (int t = 2; t <= 8; t *= 2) {
+        msr_plan_layout_t l = layout(1, t, 1, 0, 0, 0, MSR_PLAN_1F1B, 1, 1);
+        MSR_CHECK(msr_plan_check(&ll, &l, why, sizeof why) == 0);
+    }
     msr_plan_layout_t l = layout(1, 4, 1, 0, 0, 0, MSR_PLAN_1F1B, 1, 1);
-    MSR_CHECK(msr_plan_check(&ll, &l, why, sizeof why) == -1);
-    MSR_CHECK(strstr(why, "2 kv heads do not divide among tp 4") != NULL);
+    msr_plan_model_t l12 = {MSR_PLAN_LLAMA, 4, 48, 12, 3, 160, 1000, 32};
+    MSR_CHECK(msr_plan_check(&l12, &l, why, sizeof why) == -1);
+    MSR_CHECK(strstr(why, "3 kv heads neither divide among tp 4 nor divide it") != NULL);
+    l12.kv_heads = 2;
+    MSR_CHECK(msr_plan_check(&l12, &l, why, sizeof why) == 0);
 }
 
 /* The shared-memory area's resident part (plan_mem.c shm_tiled), worked

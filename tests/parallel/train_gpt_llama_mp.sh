@@ -10,8 +10,8 @@
 # one process over 10 steps (1e-5 relative); a checkpoint of one process resumes in tp
 # 2 x pp 2 and back, and tp 2 x pp 2 reads and exports one process's
 # safetensors file unchanged. A split's limits (a layer for every stage: exactly 4
-# stages of 4 layers run, 5 are refused; --pp-layers entries >= 1; kv
-# heads and ffn dividing among tp) are checked before training.
+# stages of 4 layers run, 5 are refused; --pp-layers entries >= 1; ffn
+# dividing among tp) are checked before training.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -22,10 +22,9 @@ W=$work
 model=(--arch llama --layers 4 --channels 32 --heads 4 --kv-heads 2 --ffn 40 --seq 16
     --global-batch 8 --steps 10 --lr 3e-3 --rope-theta 500)
 small=(--arch llama --layers 4 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1)
-# kv heads split over tp: kv heads = tp runs (below), one fewer is refused
-refuse 2 "llama: 1 kv heads or ffn 40 do not divide among tp 2" "${small[@]}" --tp 2 \
-    --kv-heads 1 --ffn 40
-refuse 2 "llama: 2 kv heads or ffn 41 do not divide among tp 2" "${small[@]}" --tp 2 \
+# kv heads split over tp: kv heads = tp runs (below); fewer kv heads than
+# tp (replicated) and their refusal are train_gpt_llama_kvrep.sh's
+refuse 2 "llama: ffn 41 does not divide among tp 2 ranks" "${small[@]}" --tp 2 \
     --kv-heads 2 --ffn 41
 refuse 5 "4 layers are fewer than the 5 pipeline stages" "${small[@]}" --pp 5 --grad-accum 5
 refuse 2 "pp-layers" "${small[@]}" --pp 2 --grad-accum 2 --pp-layers 0,4
