@@ -6,12 +6,13 @@
 # torch_models.py's GPT and Llama, fp32, the same shapes, batch, sequence,
 # AdamW, clipping and number of steps), side by side in one run.
 #
-# Each round runs the four one after the other (msrun GPT, msrun Llama,
-# PyTorch Llama, PyTorch GPT), each pinned with taskset to the same one
+# Each round runs the four one after the other (msrun GPT, PyTorch GPT,
+# msrun Llama, PyTorch Llama), each pinned with taskset to the same one
 # core, with one OpenBLAS/OpenMP/PyTorch thread (torch.set_num_threads(1)).
 # A run's figure is the median step time after its first WARMUP steps; the
-# table gives the median over the rounds (and the rounds' range) and
-# msrun's tokens/s over PyTorch's. Fails, naming it, when a PyTorch model's
+# table gives the median over the rounds (and the rounds' range), and
+# msrun's tokens/s over PyTorch's: the median (and range) of the rounds'
+# ratios, each of two runs next to each other, so under the same load. Fails, naming it, when a PyTorch model's
 # parameter count differs from train_gpt's or a run prints no step time.
 #
 # usage: bench/train/llama_bench.sh [--smoke] [BUILD_DIR] [ROUNDS] [STEPS]
@@ -63,7 +64,7 @@ llama=(--arch llama --ffn "$ffn" --kv-heads "$kvh")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-names=(gpt_msrun llama_msrun llama_torch gpt_torch)
+names=(gpt_msrun gpt_torch llama_msrun llama_torch)
 
 # run NAME: one pinned run; appends its median step time (ms) to $work/NAME
 # and its parameter count to $work/NAME.params
@@ -104,19 +105,27 @@ for ((r = 1; r <= rounds; r++)); do
     done
 done
 
-# median FILE: the median of a file's numbers; range FILE: min-max
-median() { sort -g "$1" | awk '{ v[NR] = $1 } END { printf "%.1f", (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2 }'; }
-range() { sort -g "$1" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
+# median FILE [DIGITS]: the median of a file's numbers; range: min-max
+median() {
+    sort -g "$1" | awk -v d="${2:-1}" '{ v[NR] = $1 }
+        END { printf "%.*f", d, (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2 }'
+}
+range() {
+    sort -g "$1" | awk -v d="${2:-1}" 'NR == 1 { lo = $1 } { hi = $1 }
+        END { printf "%.*f-%.*f", d, lo, d, hi }'
+}
 torch_v=$(sed -n 's/^torch: .*, torch \([^,]*\),.*/\1/p' "$work/gpt_torch.err")
 echo "$start-$(date -u '+%H:%M') UTC; load average $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg)" \
     "at the end; CPU $cpu; torch $torch_v; rounds $rounds, steps $steps (the first $warmup of each" \
     "left out)"
 echo
-echo "| model | parameters | implementation | ms/step (rounds' range) | tokens/s | msrun / PyTorch |"
+echo "| model | parameters | implementation | ms/step (rounds' range) | tokens/s | msrun / PyTorch (range) |"
 echo "|---|---:|---|---:|---:|---:|"
 for arch in gpt llama; do
-    m=$(median "$work/${arch}_msrun") t=$(median "$work/${arch}_torch")
-    ratio=$(awk -v m="$m" -v t="$t" 'BEGIN { printf "%.2fx", t / m }')
+    # each round's PyTorch time over msrun's (runs next to each other, so
+    # under the same load), the median and range of the rounds
+    paste "$work/${arch}_msrun" "$work/${arch}_torch" | awk '{ print $2 / $1 }' >"$work/$arch.ratio"
+    ratio="$(median "$work/$arch.ratio" 2)x ($(range "$work/$arch.ratio" 2))"
     label="GPT, default shape" impl="train_gpt"
     if [[ $arch == llama ]]; then
         label="Llama, F = $ffn, KVH = $kvh" impl="train_gpt --arch llama"

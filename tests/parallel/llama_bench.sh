@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/train/llama_bench.sh end to end (--smoke: 1 round of 2 steps): the
 # table's four rows with train_gpt's parameter counts, positive step times
-# whose tokens/s agree with them, and msrun / PyTorch on the msrun rows; a
-# PyTorch Llama of another width refused by name (exit 1); bad arguments
-# refused with exit 2 (STEPS = WARMUP, ROUNDS 0, an unknown option, no
+# whose tokens/s agree with them, and msrun / PyTorch (PyTorch's time over
+# msrun's) on the msrun rows; a PyTorch Llama of another width refused by
+# name (exit 1); bad arguments refused with exit 2 (STEPS = WARMUP, ROUNDS 0, an unknown option, no
 # train_gpt). Skipped (exit 77) when /usr/bin/python3 cannot import torch.
 # A bench, not a timing test: no figure is compared with another.
 set -euo pipefail
@@ -54,8 +54,13 @@ awk -F'|' '
         d = tok - 512000 / ms; if (d < -1 || d > 1) { print "row " rows ": tok/s " tok " is not 512000 / " ms; bad = 1 }
         want = rows % 2 ? "train_gpt" : "PyTorch"
         if (index($4, want) == 0) { print "row " rows " is not " want "s: " $0; bad = 1 }
-        if (rows % 2 && $7 !~ /[0-9.]+x/) { print "row " rows ": no msrun / PyTorch: " $0; bad = 1 }
+        if (rows % 2 && $7 !~ /[0-9.]+x \([0-9.]+-[0-9.]+\)/) { print "row " rows ": no msrun / PyTorch: " $0; bad = 1 }
         params[rows] = $3
+        # one round: msrun / PyTorch is the PyTorch ms over the msrun ms
+        if (rows % 2) { msrun = ms; ratio = $7 + 0 }
+        else if (ratio < 0.99 * ms / msrun || ratio > 1.01 * ms / msrun) {
+            print "row " (rows - 1) ": msrun / PyTorch " ratio ", not " ms " / " msrun; bad = 1
+        }
     }
     END {
         if (rows != 4) { print rows " rows, not 4"; bad = 1 }
