@@ -161,16 +161,6 @@ static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
     return hook_release(hooks, model, 0, MSR_GPT_FORWARD);
 }
 
-/* A Llama's head does not read segment 0, but the hooks' order is the
- * GPT's (gpt.h: forward ends and backward starts with a visit to 0), which
- * ZeRO-3's visit table (layout/) expects: an empty visit keeps it. */
-static msr_status_t visit_embeddings(msr_gpt_t *model, const msr_gpt_hooks_t *hooks,
-                                     msr_gpt_pass_t pass)
-{
-    msr_status_t st = hook_acquire(hooks, model, 0, pass);
-    return st != MSR_OK ? st : hook_release(hooks, model, 0, pass);
-}
-
 /* A Llama's final RMSNorm and untied head, both in segment L+1: logits
  * (B,T,V) = rmsnorm(x) (B,T,C) @ lm_head^T. */
 static msr_status_t llama_head_forward(msr_gpt_t *model, const float *x, int N,
@@ -187,9 +177,7 @@ static msr_status_t llama_head_forward(msr_gpt_t *model, const float *x, int N,
     msr_matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
     if ((st = msr_products_status(model->prod)) != MSR_OK)
         return st;
-    if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-        return st;
-    return visit_embeddings(model, hooks, MSR_GPT_FORWARD);
+    return hook_release(hooks, model, L + 1, MSR_GPT_FORWARD);
 }
 
 /* The head's backward, from w->dlogits: a Llama's (segment L+1: lm_head
@@ -204,10 +192,7 @@ static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks
     msr_gpt_acts_t *acts = &model->acts;
     msr_gpt_work_t *w = &model->work;
     msr_status_t st;
-    if (llama) { /* the GPT's visit to the head's segment 0: nothing to do */
-        if ((st = visit_embeddings(model, hooks, MSR_GPT_BACKWARD)) != MSR_OK)
-            return st;
-    } else { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
+    if (!llama) { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
         if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
         msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,
