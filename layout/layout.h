@@ -144,14 +144,16 @@ void msr_layout_unit_own(const msr_layout_unit_t *u, int j, uint64_t *a_p, uint6
 
 /* ZeRO-3: the segments a whole model's micro-batch acquires, in order
  * (model/gpt.h's hooks; segment 0 the embedding, 1..layers the blocks,
- * layers + 1 the head): forward 0, 1..layers, layers + 1, 0 (the tied
- * head); backward 0 (the tied head's), layers + 1, layers..1, 0. Writes
- * MSR_LAYOUT_ZERO3_VISITS(layers) entries into visits (parallel/dp.c
- * gathers in this order, the planner replays it); those from
- * MSR_LAYOUT_ZERO3_BACKWARD(layers) on are backward's. */
-#define MSR_LAYOUT_ZERO3_VISITS(layers)   (2 * (layers) + 6)
-#define MSR_LAYOUT_ZERO3_BACKWARD(layers) ((layers) + 3)
-void msr_layout_zero3_visits(int layers, int *visits);
+ * layers + 1 the final norm, with a Llama's untied head): forward 0,
+ * 1..layers, layers + 1, then 0 again when the head is tied (a GPT's
+ * reads wte); backward 0 first when tied, then layers + 1, layers..1, 0.
+ * Writes the visits into visits (room for MSR_LAYOUT_ZERO3_VISITS(layers))
+ * and returns how many: 2 x layers + 6 tied, 2 x layers + 4 untied
+ * (parallel/dp.c gathers in this order, the planner replays it); those
+ * from MSR_LAYOUT_ZERO3_BACKWARD(layers, tied) on are backward's. */
+#define MSR_LAYOUT_ZERO3_VISITS(layers)         (2 * (layers) + 6)
+#define MSR_LAYOUT_ZERO3_BACKWARD(layers, tied) ((layers) + ((tied) ? 3 : 2))
+int msr_layout_zero3_visits(int layers, int tied, int *visits);
 
 /* The bucket sizes in force: the given ones, 0 for the named defaults. */
 void msr_layout_bucket_defaults(size_t *bucket_bytes, size_t *first_bytes);

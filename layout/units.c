@@ -74,19 +74,22 @@ void msr_layout_unit_own(const msr_layout_unit_t *u, int j, uint64_t *a_p, uint6
     msr_layout_block_of(u->n, u->blk, j, a_p, e_p);
 }
 
-void msr_layout_zero3_visits(int layers, int *visits)
+int msr_layout_zero3_visits(int layers, int tied, int *visits)
 {
     int nv = 0;
     visits[nv++] = 0;
     for (int l = 1; l <= layers; l++)
         visits[nv++] = l;
     visits[nv++] = layers + 1;
-    visits[nv++] = 0;
-    visits[nv++] = 0; /* backward */
+    if (tied) {
+        visits[nv++] = 0; /* the head's forward */
+        visits[nv++] = 0; /* backward: the head's */
+    }
     visits[nv++] = layers + 1;
     for (int l = layers; l >= 1; l--)
         visits[nv++] = l;
     visits[nv++] = 0;
+    return nv;
 }
 
 void msr_layout_bucket_defaults(size_t *bucket_bytes, size_t *first_bytes)

@@ -433,9 +433,9 @@ typedef enum msr_gpt_pass {
  *
  * Forward visits 0 (embeddings), 1..L, L+1 (final norm), then 0 again (the
  * output head reads wte). Backward visits 0 (head), L+1, L..1, 0 (embeddings),
- * and segment 0's gradients are ready only after that last visit. A Llama
- * visits in the same order, though its head is in L+1: its visits to 0 after
- * L+1 in forward and before it in backward touch nothing. */
+ * and segment 0's gradients are ready only after that last visit. A Llama's
+ * head is untied, in L+1: forward visits 0, 1..L, L+1; backward L+1, L..1,
+ * 0 (layout/'s ZeRO-3 visit table, untied). */
 typedef struct msr_gpt_hooks {
     void *arg;
     msr_status_t (*acquire)(void *arg, msr_gpt_t *model, int seg, msr_gpt_pass_t pass);

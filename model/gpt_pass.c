@@ -136,20 +136,10 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
-/* A Llama's head does not read segment 0, but the hooks' order is the
- * GPT's (gpt.h: forward ends and backward starts with a visit to 0), which
- * ZeRO-3's visit table (layout/) expects: an empty visit keeps it. */
-static msr_status_t visit_embeddings(msr_gpt_t *model, const msr_gpt_hooks_t *hooks,
-                                     msr_gpt_pass_t pass)
-{
-    msr_status_t st = hook_acquire(hooks, model, 0, pass);
-    return st != MSR_OK ? st : hook_release(hooks, model, 0, pass);
-}
-
 /* The final norm and the output head: logits (B,T,V) = norm(x) (B,T,C) @
  * head^T, x (N,C) the last block's output. The GPT's: a layernorm and the
  * head tied to wte (segment 0); a Llama's: an RMSNorm and an untied
- * lm_head, both in segment L+1 (then the empty visit to segment 0). */
+ * lm_head, both in segment L+1. */
 static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
                                  const msr_gpt_hooks_t *hooks)
 {
@@ -173,12 +163,7 @@ static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
     msr_matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
     if ((st = msr_products_status(model->prod)) != MSR_OK)
         return st;
-    if (llama) {
-        if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
-            return st;
-        return visit_embeddings(model, hooks, MSR_GPT_FORWARD);
-    }
-    return hook_release(hooks, model, 0, MSR_GPT_FORWARD);
+    return hook_release(hooks, model, llama ? L + 1 : 0, MSR_GPT_FORWARD);
 }
 
 /* The head's backward, from w->dlogits: a Llama's (segment L+1: lm_head
@@ -193,10 +178,7 @@ static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks
     msr_gpt_acts_t *acts = &model->acts;
     msr_gpt_work_t *w = &model->work;
     msr_status_t st;
-    if (llama) { /* the GPT's visit to the head's segment 0: nothing to do */
-        if ((st = visit_embeddings(model, hooks, MSR_GPT_BACKWARD)) != MSR_OK)
-            return st;
-    } else { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
+    if (!llama) { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
         if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
         msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,

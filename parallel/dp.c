@@ -205,8 +205,9 @@ static msr_status_t build_layout(msr_dp_t *dp)
 
     cut_units(dp);
     pack_units(dp);
-    msr_layout_zero3_visits(m->cfg.layers, dp->visits); /* the order of acquires */
-    dp->num_visits = MSR_LAYOUT_ZERO3_VISITS(m->cfg.layers);
+    /* the order of acquires: a Llama's head is untied, in segment L+1 */
+    dp->num_visits =
+        msr_layout_zero3_visits(m->cfg.layers, m->cfg.arch != MSR_GPT_ARCH_LLAMA, dp->visits);
     return MSR_OK;
 }
 

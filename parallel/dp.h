@@ -152,6 +152,7 @@ typedef struct msr_dp_stats {
                            * could not hide behind it */
     uint64_t update_ns;   /* norm, AdamW and the parameter allgather */
     uint64_t gather_ns;   /* ZeRO-3: waiting for parameter gathers in acquire */
+    uint64_t gathers;     /* ZeRO-3: segment parameter gathers started */
     uint64_t buckets;     /* bucket reductions done */
 } msr_dp_stats_t;
 

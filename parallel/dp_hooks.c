@@ -211,6 +211,7 @@ static msr_status_t gather_start(msr_dp_t *dp, int s)
         memset(dst + u->own_n, 0, (u->blk - u->own_n) * sizeof(float));
     }
     G->gathering = 1;
+    dp->stats.gathers++;
     if (dp->comm == NULL)
         return MSR_OK;
     msr_status_t st =

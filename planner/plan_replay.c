@@ -134,12 +134,12 @@ static void r_grads(msr_plan_replay_t *r, int s)
 }
 
 /* The whole model's micro-batch under ZeRO-3: the layout's visits
- * (msr_layout_zero3_visits), as parallel/dp.c gathers and reduces. */
-static void r_whole_micro(msr_plan_replay_t *r)
+ * (msr_layout_zero3_visits; a Llama's head untied), as parallel/dp.c
+ * gathers and reduces. */
+static void r_whole_micro(msr_plan_replay_t *r, int tied)
 {
-    int L = r->nseg - 2, nv = MSR_LAYOUT_ZERO3_VISITS(L),
-        visits[MSR_LAYOUT_ZERO3_VISITS(MSR_PLAN_REPLAY_MAX)];
-    msr_layout_zero3_visits(L, visits);
+    int L = r->nseg - 2, visits[MSR_LAYOUT_ZERO3_VISITS(MSR_PLAN_REPLAY_MAX)];
+    int nv = msr_layout_zero3_visits(L, tied, visits), b0 = MSR_LAYOUT_ZERO3_BACKWARD(L, tied);
     for (int v = 0; v < nv; v++) {
         int s = visits[v], next = v + 1 < nv ? visits[v + 1] : -1;
         if (r->zero >= 3) {
@@ -147,13 +147,14 @@ static void r_whole_micro(msr_plan_replay_t *r)
             if (next >= 0 && next != s)
                 r_gather_start(r, next);
         }
-        int bwd = v >= MSR_LAYOUT_ZERO3_BACKWARD(L);
+        int bwd = v >= b0;
         if (bwd)
             r_grads(r, s);
         if (r->zero >= 3 && next != s)
             r_seg_drop(r, s);
-        /* grads_ready after the head's release, each block's and the embedding's */
-        if (bwd && (v == nv - 1 || (s >= 1 && v > MSR_LAYOUT_ZERO3_BACKWARD(L))))
+        /* grads_ready after the final norm's (and head's) release, each
+         * block's and the embedding's last, not after a tied head's 0 */
+        if (bwd && (s >= 1 || v == nv - 1))
             r_grads_ready(r, s);
     }
 }
@@ -194,7 +195,7 @@ uint64_t msr_plan_transient_peak(const msr_plan_layout_t *l, const msr_plan_part
     r->cur = r->peak = 0;
     r->alive_n = r->next_start = r->next_fin = 0;
     if (whole)
-        r_whole_micro(r);
+        r_whole_micro(r, p->m->arch != MSR_PLAN_LLAMA);
     else
         r_mp_step(r, p, l);
     uint64_t bwd = r->peak, gather = 0;

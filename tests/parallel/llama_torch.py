@@ -9,16 +9,13 @@ token's next byte of the data file). Checks:
   the gradient of every tensor, within 1e-4 of that tensor's largest
   (--dump-grads).
 
-Rotary positions are Hugging Face's rotate_half pairing (element i with
-i + HS/2, angle t * theta^(-2i/HS)), the angles computed in float64 and
-rounded to fp32 as train_gpt does; key/value heads repeated as repeat_kv
-does (query head h reads key/value head h // (NH / KVH)); RMSNorm with
-eps 1e-5.
+The model is torch_models.py's Llama; the file's names and shapes must be
+llama_layout's (the PyTorch side of bench/train/llama_bench.sh builds its
+model from it).
 
 usage: llama_torch.py MODEL.safetensors LOGITS.bin GRADS.safetensors DATA
                       HEADS KV_HEADS ROPE_THETA
 """
-import math
 import os
 import sys
 
@@ -28,51 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_torch import read_logits, read_safetensors  # noqa: E402
-
-EPS = 1e-5
-
-
-def rms_norm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def rope(x, theta):
-    """x (B, H, T, HS), rotated as Hugging Face's apply_rotary_pos_emb."""
-    T, HS = x.shape[2], x.shape[3]
-    inv = theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]  # (T, HS/2)
-    ang = torch.cat([ang, ang], dim=-1)
-    cos, sin = ang.cos().float(), ang.sin().float()
-    x1, x2 = x[..., :HS // 2], x[..., HS // 2:]
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-def logits_of(p, inp, NH, KVH, theta):
-    V, C = p["model.embed_tokens.weight"].shape
-    L = 1 + max(int(k.split(".")[2]) for k in p if k.startswith("model.layers."))
-    B, T = inp.shape
-    HS = C // NH
-    x = p["model.embed_tokens.weight"][inp]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    for l in range(L):
-        def w(n):
-            return p[f"model.layers.{l}.{n}.weight"]
-        h = rms_norm(x, w("input_layernorm"))
-        q = (h @ w("self_attn.q_proj").T).view(B, T, NH, HS).transpose(1, 2)
-        k = (h @ w("self_attn.k_proj").T).view(B, T, KVH, HS).transpose(1, 2)
-        v = (h @ w("self_attn.v_proj").T).view(B, T, KVH, HS).transpose(1, 2)
-        q, k = rope(q, theta), rope(k, theta)
-        k = k.repeat_interleave(NH // KVH, dim=1)  # repeat_kv
-        v = v.repeat_interleave(NH // KVH, dim=1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ w("self_attn.o_proj").T
-        h = rms_norm(x, w("post_attention_layernorm"))
-        g = F.silu(h @ w("mlp.gate_proj").T) * (h @ w("mlp.up_proj").T)
-        x = x + g @ w("mlp.down_proj").T
-    x = rms_norm(x, p["model.norm.weight"])
-    return x @ p["lm_head.weight"].T
+from torch_models import llama_layout, llama_logits  # noqa: E402
 
 
 def rel(got, want):
@@ -92,9 +45,18 @@ def main():
     assert (inp.flatten().numpy() == data[np.arange(N) % len(data)]).all(), "another batch"
     tgt = torch.from_numpy(data[(np.arange(N) + 1) % len(data)]).view(B, T)
     assert set(g) == set(p) | {"loss"}, sorted(set(g) ^ set(p))
+    V, C = p["model.embed_tokens.weight"].shape
+    L = 1 + max(int(k.split(".")[2]) for k in p if k.startswith("model.layers."))
+    FF = p["model.layers.0.mlp.gate_proj.weight"].shape[0]
+    want_shapes = {n: s for n, s, _ in llama_layout(V, C, L, NH, KVH, FF)}
+    shapes = {n: tuple(t.shape) for n, t in p.items()}
+    if shapes != want_shapes:
+        print(f"FAIL: the file's tensors are not llama_layout's: "
+              f"{sorted(set(shapes.items()) ^ set(want_shapes.items()))}")
+        return 1
     for t in p.values():
         t.requires_grad_(True)
-    logits = logits_of(p, inp, NH, KVH, theta)
+    logits = llama_logits(p, inp, NH, KVH, theta)
     loss = F.cross_entropy(logits.view(N, -1), tgt.view(N))
     loss.backward()
     rc = 0

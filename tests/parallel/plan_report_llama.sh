@@ -9,6 +9,7 @@
 # must equal plan_gpt --arch llama --ranks's to the byte. Then train_gpt
 # --plan --explain 1 for a Llama must count it as plan_gpt does, and
 # --plan-all offer no context parallel, which the runtime's Llama lacks.
+# One process under ZeRO-3: the transient peak is the planned bound.
 source "$(dirname "$0")/plan_report_lib.sh"
 
 s=schedule
@@ -33,6 +34,20 @@ got=$(sed -n 's/.*train_gpt: rank 0 zero 0: params \([0-9]*\) grads \([0-9]*\) o
 planned
   $want"
 echo "one process: counted as planned"
+# one process under ZeRO-3 (no other rank, so its temporaries' peak does
+# not depend on timing): the planner replays the runtime's visits (a
+# Llama's untied head: none to the embeddings around the head), so the
+# transient peak is the planned bound to the byte
+z3=(--bucket-mb 0.02 --zero-min-bytes 20000)
+"$bin/plan_gpt" "${one[@]}" --world 1 --global-batch 2 "${z3[@]}" --ranks \
+    --fix dp=1,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 >"$work/z3.plan" 2>&1 ||
+    fail "plan_gpt --world 1 zero 3: $(cat "$work/z3.plan")"
+timeout -k 5 60 "$bin/train_gpt" "${one[@]}" --micro-batch 2 --steps 1 --report --zero 3 "${z3[@]}" \
+    >"$work/z3.out" 2>"$work/z3.err" || fail "train_gpt, one process, ZeRO-3: $(tail -5 "$work/z3.err")"
+want=$(sed -n 's/^rank 0 .* transient_bound \([0-9]*\).*/\1/p' "$work/z3.plan")
+got=$(sed -n 's/.*train_gpt: rank 0 zero 3: .* transient-peak \([0-9]*\) bytes.*/\1/p' "$work/z3.err")
+[[ -n "$want" && "$got" == "$want" ]] || fail "one process, ZeRO-3: transient peak $got, planned $want"
+echo "one process, ZeRO-3: transient peak $got bytes, as planned"
 check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2
 check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 --zero 3 --bucket-mb 0.02 \
     --zero-min-bytes 20000

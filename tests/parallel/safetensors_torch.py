@@ -6,7 +6,7 @@ little-endian header length N, N bytes of JSON mapping each name to dtype,
 shape and data_offsets [begin, end) in the data section after it, an
 optional "__metadata__"; raw little-endian row-major data), no msrun code.
 The model is the GPT of model/gpt.h as docs/checkpoint.md's "safetensors
-names" describe its tensors (the forward of torch_check.py, whose MoE MLP
+names" describe its tensors (the forward of torch_models.py's GPT, whose MoE MLP
 is reused for a Mixture-of-Experts model: the batch is one micro-batch).
 Checks every logit within 1e-5 of train_gpt's, relative to the largest.
 
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_check import is_moe, moe_mlp  # noqa: E402
+from torch_models import is_moe, moe_mlp  # noqa: E402
 
 TOL = 1e-5
 DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2")}

@@ -246,21 +246,27 @@ static void test_units_runs(void)
     MSR_CHECK(u.repeat == 2 && u.lo == 2 && u.bucket == 3 && u.blk == 2);
 }
 
-/* ZeRO-3's visits for one layer and for three: every segment once each
- * way, backward from MSR_LAYOUT_ZERO3_BACKWARD on. */
+/* ZeRO-3's visits for one layer and for three, tied (a GPT's head reads
+ * the embedding) and untied (a Llama's): every segment once each way,
+ * backward from MSR_LAYOUT_ZERO3_BACKWARD on. */
 static void test_zero3_visits(void)
 {
     int v[MSR_LAYOUT_ZERO3_VISITS(3)];
     const int one[] = {0, 1, 2, 0, 0, 2, 1, 0};
     MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_VISITS(1), 8);
-    msr_layout_zero3_visits(1, v);
+    MSR_CHECK_EQ(msr_layout_zero3_visits(1, 1, v), 8);
     for (int k = 0; k < 8; k++)
         MSR_CHECK_EQ(v[k], one[k]);
     const int three[] = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1, 0};
-    msr_layout_zero3_visits(3, v);
+    MSR_CHECK_EQ(msr_layout_zero3_visits(3, 1, v), MSR_LAYOUT_ZERO3_VISITS(3));
     for (int k = 0; k < MSR_LAYOUT_ZERO3_VISITS(3); k++)
         MSR_CHECK_EQ(v[k], three[k]);
-    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_BACKWARD(3), 6); /* the tied head's 0 */
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_BACKWARD(3, 1), 6); /* the tied head's 0 */
+    const int untied[] = {0, 1, 2, 3, 4, 4, 3, 2, 1, 0};
+    MSR_CHECK_EQ(msr_layout_zero3_visits(3, 0, v), 10);
+    for (int k = 0; k < 10; k++)
+        MSR_CHECK_EQ(v[k], untied[k]);
+    MSR_CHECK_EQ(MSR_LAYOUT_ZERO3_BACKWARD(3, 0), 5); /* the final norm and head */
 }
 
 static void test_bucket_defaults(void)

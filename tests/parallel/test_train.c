@@ -169,6 +169,47 @@ static void test_zero_alone(void)
 }
 
 /* The bytes a rank holds, by stage, as dp.h's table says (dp = 1: S = P). */
+/* ZeRO-3 gathers each segment once per run of visits (layout/'s table):
+ * a GPT's micro-batch 2L + 5 times (its tied head visits the embedding
+ * after the final norm, and backward starts there), a Llama's, whose head
+ * is untied, 2L + 3; every segment sharded, 2 micro-batches a step, 3
+ * steps. Both train as ZeRO-0 does (1e-5). */
+static void test_zero3_gathers(void)
+{
+    msr_dataset_t *ds = corpus();
+    enum { STEPS = 3 };
+    for (int llama = 0; llama <= 1; llama++) {
+        msr_train_config_t c = small_config(2, 2);
+        if (llama) {
+            c.model.arch = MSR_GPT_ARCH_LLAMA;
+            c.model.ffn = 40;
+            c.model.kv_heads = 2;
+            c.model.rope_theta = 10000;
+        }
+        msr_trainer_t *ref = make(&c, ds);
+        double want[STEPS], got[STEPS];
+        train(ref, STEPS, want);
+        msr_trainer_destroy(ref);
+        c.par.zero = 3;
+        c.par.zero_min_bytes = 0;
+        msr_trainer_t *tr = make(&c, ds);
+        for (int s = 0; s < tr->dp->num_segs; s++)
+            MSR_CHECK_MSG(!tr->dp->segs[s].replicated, "segment %d replicated", s);
+        train(tr, STEPS, got);
+        for (int i = 0; i < STEPS; i++)
+            MSR_CHECK_MSG(fabs(got[i] - want[i]) <= 1e-5 * want[i],
+                          "%s step %d: ZeRO-3 %.9f, ZeRO-0 %.9f", llama ? "llama" : "gpt", i + 1,
+                          got[i], want[i]);
+        uint64_t L = (uint64_t)c.model.layers, per = llama ? 2 * L + 3 : 2 * L + 5;
+        MSR_CHECK_MSG(tr->dp->stats.gathers == STEPS * 2 * per,
+                      "%s: %llu gathers in %d steps of 2 micro-batches, not %llu per micro-batch",
+                      llama ? "llama" : "gpt", (unsigned long long)tr->dp->stats.gathers, STEPS,
+                      (unsigned long long)per);
+        msr_trainer_destroy(tr);
+    }
+    msr_dataset_destroy(ds);
+}
+
 static void test_memory_by_stage(void)
 {
     msr_dataset_t *ds = corpus();
@@ -539,6 +580,7 @@ static const msr_test_t tests[] = {
     {"moe_alloc_failures", test_moe_alloc_failures, 60},
     {"accum_equivalence", test_accum_equivalence, 60},
     {"zero_alone", test_zero_alone, 60},
+    {"zero3_gathers", test_zero3_gathers, 60},
     {"memory_by_stage", test_memory_by_stage, 20},
     {"restore_bitwise", test_restore_bitwise, 60},
     {"alloc_failures", test_alloc_failures, 60},

@@ -8,24 +8,22 @@ tensor within 1e-5 of that tensor's largest, and the final parameters within
 1e-5 relative (norm; the key bias, whose
 gradient is zero but for rounding, left out). Exits 1 on a mismatch, printing the worst numbers.
 
-A Mixture-of-Experts dump ("MSRGPTM1") adds the MoE blocks, written here
-from docs/model.md: softmax router, each token's top K (ties: the lower
-index), gate = the probability, capacity ceil(F * N * K / E) per
-micro-batch with slots handed out choice rank first, then token index,
-dropped choices adding nothing, and the load-balancing loss A * E * sum
-f_e * P_e of each micro-batch, averaged over the step's micro-batches.
+A Mixture-of-Experts dump ("MSRGPTM1") adds the MoE blocks. The model,
+MoE blocks included, is torch_models.py's GPT.
 
 usage: torch_check.py DUMP
 """
 import math
+import os
 import struct
 import sys
 
 import torch
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import DROPPED, gpt_layout, gpt_loss  # noqa: E402
 
 TOL = 1e-5
-DROPPED = [0]  # choices dropped for capacity, counted by moe_mlp
 
 
 def read_dump(path):
@@ -83,116 +81,14 @@ def read_dump(path):
     return cfg, params0, batches, grads1, params_end
 
 
-def is_moe(cfg, l):
-    return cfg["E"] > 0 and (l + 1) % cfg["every"] == 0
-
-
-def layout(cfg):
-    """(name, shape, decay) in flat-buffer order, as model/gpt.h lays it out, then the
-    experts in the whole model's expert numbering (model/moe.h)."""
-    V, maxT, L, C, E = cfg["V"], cfg["maxT"], cfg["L"], cfg["C"], cfg["E"]
-    out = [("wte", (V, C), True), ("wpe", (maxT, C), True)]
-    mlp = [("fcw", (4 * C, C), True), ("fcb", (4 * C,), False),
-           ("fcprojw", (C, 4 * C), True), ("fcprojb", (C,), False)]
-    for l in range(L):
-        for name, shape, decay in [("ln1w", (C,), False), ("ln1b", (C,), False),
-                                   ("qkvw", (3 * C, C), True), ("qkvb", (3 * C,), False),
-                                   ("attprojw", (C, C), True), ("attprojb", (C,), False),
-                                   ("ln2w", (C,), False), ("ln2b", (C,), False)]:
-            out.append((f"h{l}.{name}", shape, decay))
-        if is_moe(cfg, l):
-            out.append((f"h{l}.routerw", (E, C), True))
-        else:
-            out += [(f"h{l}.{name}", shape, decay) for name, shape, decay in mlp]
-    out += [("lnfw", (C,), False), ("lnfb", (C,), False)]
-    for l in range(L):
-        if is_moe(cfg, l):
-            out += [(f"h{l}.e{e}.{name}", shape, decay) for e in range(E)
-                    for name, shape, decay in mlp]
-    return out
-
-
 def unflatten(cfg, flat):
     params, off = {}, 0
-    for name, shape, _ in layout(cfg):
+    for name, shape, _ in gpt_layout(cfg):
         n = math.prod(shape)
         params[name] = flat[off:off + n].view(shape).clone()
         off += n
     assert off == flat.numel(), (off, flat.numel())
     return params
-
-
-def moe_mlp(cfg, p, l, h):
-    """MoE block l's MLP on h (B,T,C), routed micro-batch by micro-batch; returns its
-    output and the micro-batches' load-balancing losses summed."""
-    B, T, C = h.shape
-    E, K, A = cfg["E"], cfg["K"], cfg["A"]
-    x = h.reshape(-1, C)
-    outs, aux = [], 0.0
-    per = cfg["micro"] * T
-    for m0 in range(0, x.shape[0], per):
-        xs = x[m0:m0 + per]
-        N = xs.shape[0]
-        probs = (xs @ p[f"h{l}.routerw"].T).softmax(dim=-1)
-        order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices
-        choice = order[:, :K]
-        cap = max(1, math.ceil(cfg["F"] * N * K / E))
-        count = [0] * E
-        kept = torch.zeros(N, K, dtype=torch.bool)
-        for j in range(K):
-            for t in range(N):
-                e = choice[t, j].item()
-                if count[e] < cap:
-                    kept[t, j] = True
-                    count[e] += 1
-                else:
-                    DROPPED[0] += 1
-        y = torch.zeros_like(xs)
-        for e in range(E):
-            rows = [(t, j) for t in range(N) for j in range(K) if kept[t, j] and choice[t, j] == e]
-            if not rows:
-                continue
-            idx = torch.tensor([t for t, _ in rows])
-            q = lambda n: p[f"h{l}.e{e}.{n}"]
-            hid = F.gelu(xs[idx] @ q("fcw").T + q("fcb"), approximate="tanh")
-            o = hid @ q("fcprojw").T + q("fcprojb")
-            y = y.index_add(0, idx, probs[idx, e].unsqueeze(1) * o)
-        outs.append(y)
-        frac = torch.zeros(E)
-        for e in range(E):
-            frac[e] = (choice == e).sum().item() / (N * K)
-        aux = aux + A * E * (frac * probs.mean(dim=0)).sum()
-    return torch.cat(outs).view(B, T, C), aux
-
-
-def loss_of(cfg, p, inp, tgt):
-    V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
-    B, T = inp.shape
-    HS = C // NH
-    x = p["wte"][inp] + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    aux = 0.0
-    for l in range(L):
-        q = lambda n: p[f"h{l}.{n}"]
-        h = F.layer_norm(x, (C,), q("ln1w"), q("ln1b"), 1e-5)
-        qkv = h @ q("qkvw").T + q("qkvb")
-        qq, kk, vv = (t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=2))
-        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ q("attprojw").T + q("attprojb")
-        h = F.layer_norm(x, (C,), q("ln2w"), q("ln2b"), 1e-5)
-        if is_moe(cfg, l):
-            y, a = moe_mlp(cfg, p, l, h)
-            x = x + y
-            aux = aux + a
-            continue
-        h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
-        x = x + h @ q("fcprojw").T + q("fcprojb")
-    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
-    logits = x @ p["wte"].T
-    micros = B // cfg["micro"]
-    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1)) + aux / micros
 
 
 def main():
@@ -201,7 +97,7 @@ def main():
     p = unflatten(cfg, params0)
     for t in p.values():
         t.requires_grad_(True)
-    lay = layout(cfg)
+    lay = gpt_layout(cfg)
     decay = [p[n] for n, _, d in lay if d]
     no_decay = [p[n] for n, _, d in lay if not d]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["wd"]},
@@ -211,7 +107,7 @@ def main():
     c_grads1 = unflatten(cfg, grads1)
     for s, (inp, tgt, c_loss, c_norm) in enumerate(batches):
         opt.zero_grad()
-        loss = loss_of(cfg, p, inp, tgt)
+        loss = gpt_loss(cfg, p, inp, tgt)
         loss.backward()
         if s == 0:  # before clipping: the C trainer clips inside the update
             worst = 0.0
