@@ -365,6 +365,33 @@ static msr_status_t start_rooted(ucx_req_t *r, ucx_algo_t algo)
     return ucx_scratch_get(r, r->tree.vr == 0 ? r->bytes : 2 * r->bytes);
 }
 
+/* The slots serve a group on one node without two levels: the barrier,
+ * and the collectives whose input fits a slot (a reduce-scatter's whole
+ * vector) unless MSR_COMM_ALGO_<COLL> forces another algorithm; what
+ * choose() and start_fixed() pick for such a group. */
+const char *ucx_slots_algo(const ucx_comm_t *uc, const msr_coll_args_t *a, size_t bytes)
+{
+    if (uc->shm == NULL || uc->hier != NULL)
+        return NULL;
+    ucx_algo_t f = uc->tune.force[a->coll];
+    int free_choice = f == UCX_ALGO_AUTO || f == UCX_ALGO_SHM || f == UCX_ALGO_HIER;
+    switch (a->coll) {
+    case MSR_COLL_BARRIER:
+        return "barrier(shm)";
+    case MSR_COLL_ALLREDUCE:
+        return free_choice && bytes <= uc->shm_slot ? "allreduce(shm)" : NULL;
+    case MSR_COLL_REDUCE_SCATTER:
+        return free_choice && bytes * (size_t)uc->comm->size <= uc->shm_slot ? "reduce_scatter(shm)"
+                                                                             : NULL;
+    case MSR_COLL_ALLGATHER:
+        return free_choice && bytes <= uc->shm_slot ? "allgather(shm)" : NULL;
+    case MSR_COLL_BROADCAST:
+        return free_choice && bytes <= uc->shm_slot ? "broadcast(shm)" : NULL;
+    default:
+        return NULL;
+    }
+}
+
 msr_status_t ucx_coll_start(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -372,6 +399,9 @@ msr_status_t ucx_coll_start(ucx_req_t *r)
     r->me = r->uc->comm->rank;
     r->es = msr_dtype_size(a->dtype);
     r->bytes = (size_t)a->count * r->es;
+    const char *slots = ucx_slots_algo(r->uc, a, r->bytes);
+    if (slots != NULL)
+        return shm_start(r, slots);
     switch (a->coll) {
     case MSR_COLL_SEND:
     case MSR_COLL_RECV:

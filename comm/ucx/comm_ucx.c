@@ -397,13 +397,75 @@ static msr_status_t ucx_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr
     return st;
 }
 
-/* Blocking: begin, wait and free under one hold of the lock. */
+/* A blocking call through the slots (ucx_slots_algo names it): its
+ * request lives on the stack with only what the slots' step reads set, no
+ * free list, no algorithm choice, no scratch; the step writes the slot and
+ * polls the awaited words. Only when they are late (its polls ran out, or
+ * an earlier non-blocking operation still runs) does the request join the
+ * running list and the engine's wait, which watches the deadline and the
+ * peers' deaths as for any request. Lock held. */
+static msr_status_t run_slots(ucx_comm_t *uc, const msr_coll_args_t *a, uint64_t deadline,
+                              const char *algo, size_t es)
+{
+    ucx_engine_t *e = uc->engine;
+    ucx_req_t r;
+    r.pub.comm = uc->comm;
+    r.pub.args = *a;
+    r.pub.deadline = deadline;
+    r.pub.status = MSR_IN_PROGRESS;
+    r.pub.local = 0;
+    r.pub.error[0] = '\0';
+    r.uc = uc;
+    msr_list_init(&r.link);
+    r.step = ucx_shm_step;
+    r.algo = algo;
+    r.shm = 0;
+    r.hier_op = NULL;
+    r.seq = uc->seq++ & ((1u << UCX_TAG_SEQ_BITS) - 1);
+    r.err = MSR_OK;
+    r.n = uc->comm->size;
+    r.me = uc->comm->rank;
+    r.es = es;
+    r.bytes = (size_t)a->count * es;
+    r.slots = (ucx_shm_slots_t){.seq = ucx_shm_number(uc)};
+    r.ops = r.inline_ops;
+    r.cap_ops = UCX_INLINE_OPS;
+    r.nops = 0;
+    r.scratch = NULL;
+    r.scratch_len = 0;
+    r.scratch_from = 0;
+    msr_status_t st = ucx_shm_step(&r);
+    if (st == MSR_IN_PROGRESS) {
+        r.shm = 1;
+        e->shm_active++;
+        msr_list_push_back(&e->active, &r.link);
+        st = ucx_engine_wait_locked(e, &r);
+    } else if (st != MSR_OK) {
+        ucx_req_fail(&r, st, "%s: %s", algo, msr_status_str(st));
+        st = r.pub.status;
+    }
+    if (st != MSR_OK)
+        msr_err_set("%s", r.pub.error[0] ? r.pub.error : msr_status_str(st));
+    return st;
+}
+
+/* Blocking: begin, wait and free under one hold of the lock (the slots:
+ * run_slots). */
 static msr_status_t ucx_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t deadline)
 {
-    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_t *e = uc->engine;
     ucx_req_t *r = NULL;
     ucx_engine_lock(e);
-    msr_status_t st = begin(comm, a, deadline, &r);
+    size_t es = msr_dtype_size(a->dtype);
+    const char *slots = ucx_slots_algo(uc, a, (size_t)a->count * es);
+    msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
+    if (slots != NULL && st == MSR_OK) {
+        st = run_slots(uc, a, deadline, slots, es);
+        ucx_engine_unlock(e);
+        return st;
+    }
+    st = begin(comm, a, deadline, &r);
     if (st == MSR_OK) {
         if (r->pub.status == MSR_IN_PROGRESS)
             ucx_engine_wait_locked(e, r);

@@ -435,6 +435,9 @@ void ucx_shm_free(ucx_comm_t *uc);
 /* shm_slots.c: the shared-memory allreduce (and barrier: count 0) as a step
  * function. */
 msr_status_t ucx_shm_step(ucx_req_t *r);
+/* coll.c: the slots' name for this operation of bytes per rank, or NULL
+ * when another path serves it */
+const char *ucx_slots_algo(const ucx_comm_t *uc, const msr_coll_args_t *a, size_t bytes);
 /* shm_tiles.c: the tiled allreduce, reduce-scatter, allgather, broadcast and reduce:
  * scratch tells the bytes of r->scratch it needs, init counts the
  * operation's tiles (r->tiles.seq already numbered it), step runs it. */

@@ -9,11 +9,13 @@
  *           every one in order, none overwritten. At the inline size, one
  *           past it, and a slot's size.
  *   stress  many broadcasts from one root and from rotating ones, of sizes
- *           around the inline bound and up to a slot, between allreduces,
- *           allgathers and barriers, with readers that stall now and then:
- *           every rank checks every value; first a member that stays away
- *           100 ms before it folds an allreduce whose slots the root's next
- *           broadcasts share.
+ *           around the inline bound and up to a slot, between allreduces
+ *           (at the inline bound and past it), allgathers, reduce-scatters,
+ *           barriers, and blocking calls beside a non-blocking allreduce
+ *           followed by a reduce of UCX messages, with readers that stall
+ *           now and then: every rank checks every value; first a member
+ *           that stays away 100 ms before it folds an allreduce whose
+ *           slots the root's next broadcasts share.
  * A failed check prints the case and exits 1; rank 0 prints "ok MODE". */
 #include <stdarg.h>
 #include <stdint.h>
@@ -115,21 +117,78 @@ static void maybe_stall(uint64_t k, int me, int n)
     }
 }
 
+/* An allreduce of k, blocking or not (ranks may differ: both take the
+ * same numbers), then, when behind, a reduce by UCX messages, whose tags
+ * carry the communicator's count of collectives: a blocking call through
+ * the slots must count too. */
+static void stress_mixed(msr_comm_t *c, uint64_t k, unsigned char *buf)
+{
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    int32_t v = (int32_t)(k % 1000) + me, sum = 0, red = 0;
+    msr_comm_req_t *req = NULL;
+    if ((k / 19 + (uint64_t)me) % 2 == 0) {
+        /* a broadcast behind it: the blocking call waits its turn */
+        OK(msr_comm_iallreduce(c, &v, &sum, 1, MSR_DTYPE_I32, MSR_OP_SUM, &req));
+        if (me == 0)
+            fill(buf, 8, k, 0);
+        OK(msr_comm_broadcast(c, buf, 8, MSR_DTYPE_U8, 0));
+        OK(msr_comm_wait(req));
+        check(buf, 8, k, 0);
+    } else {
+        OK(msr_comm_allreduce(c, &v, &sum, 1, MSR_DTYPE_I32, MSR_OP_SUM));
+        if (me == 0)
+            fill(buf, 8, k, 0);
+        OK(msr_comm_broadcast(c, buf, 8, MSR_DTYPE_U8, 0));
+        check(buf, 8, k, 0);
+    }
+    if (sum != n * (int32_t)(k % 1000) + n * (n - 1) / 2)
+        fail("mixed allreduce %llu: %d", (unsigned long long)k, sum);
+    OK(msr_comm_reduce(c, &v, me == 0 ? &red : NULL, 1, MSR_DTYPE_I32, MSR_OP_SUM, 0));
+    if (me == 0 && red != sum)
+        fail("reduce %llu: %d, expected %d", (unsigned long long)k, red, sum);
+}
+
+/* A reduce-scatter of k through the slots: block j of rank r's input is
+ * k + r + j, per rank 1 or 5 floats (inline or not at 2 ranks). */
+static void stress_rs(msr_comm_t *c, uint64_t k)
+{
+    int n = msr_comm_size(c), me = msr_comm_rank(c);
+    size_t per = k % 2 ? 5 : 1;
+    float in[64 * 5], out[5];
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < per; i++)
+            in[(size_t)j * per + i] = (float)((int)(k % 100) + me + j + (int)i);
+    OK(msr_comm_reduce_scatter(c, in, out, per, MSR_DTYPE_F32, MSR_OP_SUM));
+    for (size_t i = 0; i < per; i++) {
+        float want = (float)(n * ((int)(k % 100) + me + (int)i) + n * (n - 1) / 2);
+        if (out[i] != want)
+            fail("reduce_scatter %llu: element %zu is %g, expected %g", (unsigned long long)k, i,
+                 (double)out[i], (double)want);
+    }
+}
+
 /* Operation k of mode stress: mostly broadcasts of a size from the list,
  * from rank 0 (a root far ahead) or rotating; every 11th an allreduce
- * (whose members write their own slots, which the ring shares), every
- * 13th an allgather, every 50th a barrier. */
+ * (whose members write their own slots, which the ring shares) of 4 or 5
+ * floats (the inline size and past it), every 13th an allgather, every
+ * 17th a reduce-scatter, every 19th a non-blocking allreduce beside
+ * blocking calls (stress_mixed), every 50th a barrier. */
 static void stress_op(msr_comm_t *c, uint64_t k, unsigned char *buf, float *f)
 {
     static const size_t sizes[] = {1, 8, INLINE_BYTES, INLINE_BYTES + 1, 64, 1000, SLOT_BYTES};
     int n = msr_comm_size(c), me = msr_comm_rank(c);
     if (k % 50 == 49) {
         OK(msr_comm_barrier(c));
+    } else if (k % 19 == 18) {
+        stress_mixed(c, k, buf);
+    } else if (k % 17 == 16) {
+        stress_rs(c, k);
     } else if (k % 11 == 10) {
-        for (int i = 0; i < 4; i++)
+        int count = 4 + (int)(k / 11 % 2);
+        for (int i = 0; i < count; i++)
             f[i] = (float)(me + (int)(k % 100) + i);
-        OK(msr_comm_allreduce(c, MSR_IN_PLACE, f, 4, MSR_DTYPE_F32, MSR_OP_SUM));
-        for (int i = 0; i < 4; i++) {
+        OK(msr_comm_allreduce(c, MSR_IN_PLACE, f, (uint64_t)count, MSR_DTYPE_F32, MSR_OP_SUM));
+        for (int i = 0; i < count; i++) {
             float want = (float)(n * (n - 1) / 2 + n * ((int)(k % 100) + i));
             if (f[i] != want)
                 fail("allreduce %llu: element %d is %g, expected %g", (unsigned long long)k, i,
@@ -203,7 +262,7 @@ static void mode_stress(msr_comm_t *world)
     snprintf(g_case, sizeof g_case, "lagging fold");
     lag_round(world);
     unsigned char *buf = malloc(SLOT_BYTES);
-    float f[4];
+    float f[5];
     if (buf == NULL)
         fail("out of memory");
     if (msr_comm_size(world) > 64)

@@ -43,6 +43,7 @@
  *                the others' barrier ends, it does not fail (PEER_LOST)
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
+ *   stopsmall    the same with 8-byte allreduces (the shared-memory slots)
  * Every rank checks its own results; a failed check prints the case and
  * exits 1. Rank 0 prints "ok MODE" at the end. */
 #include "comm_worker.h"
@@ -258,12 +259,13 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr,
-                "usage: comm_worker "
-                "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-                "leave|exitafterbarrier|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
-                "killhierred|"
-                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs\n");
+        fprintf(
+            stderr,
+            "usage: comm_worker "
+            "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
+            "leave|exitafterbarrier|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
+            "killhierred|"
+            "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs|stopsmall\n");
         return 2;
     }
     const char *mode = argv[1];

@@ -346,6 +346,8 @@ int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         mode_failure(ctx, world, 0, 64, FAIL_REDUCE_SCATTER, "reduce_scatter(shm)");
     else if (strcmp(mode, "stop") == 0)
         mode_failure(ctx, world, 1, 1 << 18, FAIL_ALLREDUCE, NULL);
+    else if (strcmp(mode, "stopsmall") == 0) /* the slots: a peer that stops answering */
+        mode_failure(ctx, world, 1, 2, FAIL_ALLREDUCE, NULL);
     else
         return 0;
     return 1;
