@@ -10,24 +10,9 @@ Also: the store (set, get, add, compare_set, delete, check, wait), async work
 and futures, sub-groups with ranks outside them, tags at their bound, and
 the calls refused with their error. Prints "rank R of N: torchpg ok"."""
 
-import os
-import sys
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError as e:
-    print("SKIP: torch cannot be imported (Debian: python3-torch): %s" % e)
-    sys.exit(77)
-
-try:
-    import msrun.torch as mt
-except ImportError as e:
-    if os.environ.get("MSRUN_TORCH_BACKEND") == "ON":  # built: it must load
-        raise
-    print("SKIP: msrun.torch cannot be loaded: %s" % e)
-    sys.exit(77)
+from torch_worker import dist, mt, torch
 
 R = N = 0
 PG = None  # the msrun group of every rank
