@@ -86,6 +86,10 @@ class Store : public c10d::Store
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override;
 
+    // The msrun key of a torch key (torch allows any bytes, msrun no
+    // control characters); injective.
+    static std::string keyOf(const std::string &key);
+
   private:
     int64_t waitMs(std::chrono::milliseconds timeout) const;
     msr_ctx_t *ctx_;
