@@ -30,6 +30,41 @@ namespace msrun_c10d
 // that made it (msr_last_error is per thread).
 void raiseIf(msr_status_t st, const char *what);
 
+// A tensor as libmsrun sees it: contiguous memory (the tensor itself or a
+// copy made at the call), its dtype and element count. Types libmsrun cannot
+// reduce move as bytes where nothing is reduced.
+struct Buf {
+    at::Tensor user, buf;
+    msr_dtype_t dtype = MSR_DTYPE_U8;
+    uint64_t count = 0;
+
+    void *data() const
+    {
+        return buf.data_ptr();
+    }
+    // The result back into the caller's tensor when a copy was used.
+    void copyBack() const
+    {
+        if (!buf.is_same(user))
+            user.copy_(buf);
+    }
+};
+
+// Throws std::invalid_argument "msrun backend: <what>" (a ValueError).
+[[noreturn]] void refuse(const std::string &what);
+// The libmsrun dtype of a torch dtype; false when libmsrun has none.
+bool dtypeOf(at::ScalarType type, msr_dtype_t *dtype_p);
+// Refuses an undefined, sparse or non-CPU tensor.
+void checkCpu(const at::Tensor &t, const char *what);
+// t as a Buf; reducing: the dtype must be one libmsrun reduces.
+Buf bufOf(const at::Tensor &t, bool reducing, const char *what);
+// The one tensor of a list that must hold exactly one.
+const at::Tensor &single(const std::vector<at::Tensor> &tensors, const char *what);
+// Refuses a root (or peer) outside 0..size-1.
+void checkRoot(int64_t root, int size, const char *what);
+// Refuses tensors of different dtypes.
+void checkSame(const at::Tensor &a, const at::Tensor &b, const char *what);
+
 // c10d::Store over msr_store_*: the values torch keeps (its barrier's
 // counters as decimal text, as TCPStore's) in msrun's store, so a job opens
 // no store of its own. getNumKeys and watchKey are not supported (msrun's
@@ -50,6 +85,10 @@ class Store : public c10d::Store
     void wait(const std::vector<std::string> &keys) override;
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override;
+
+    // The msrun key of a torch key (torch allows any bytes, msrun no
+    // control characters); injective.
+    static std::string keyOf(const std::string &key);
 
   private:
     int64_t waitMs(std::chrono::milliseconds timeout) const;
@@ -74,7 +113,10 @@ class Work : public c10d::Work
 
 // The Work of a send or recv: posted at once (msr_comm_isend/irecv) and
 // finished by the thread that waits; a recv into a non-contiguous tensor is
-// copied back then. Dropped unfinished, it is waited for.
+// copied back then. wait() is bounded by the group's deadline (which breaks
+// the group when it passes); wait(timeout) also by its own timeout, which
+// raises and leaves the operation in flight, to be waited for again. Dropped
+// unfinished, it is waited for.
 class P2PWork : public c10d::Work
 {
   public:
@@ -128,6 +170,16 @@ class ProcessGroup : public c10d::ProcessGroup
                                              const c10d::AllgatherOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                        std::vector<at::Tensor> &inputs,
+                        const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
                                                   std::vector<std::vector<at::Tensor>> &inputs,
                                                   const c10d::ReduceScatterOptions &opts) override;

@@ -2,6 +2,7 @@
 // mapped onto msr_comm_* (one call each, plus the copies torch's tensor lists
 // and non-contiguous tensors need), run in order on the group's thread.
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "msrun_c10d.hpp"
@@ -17,89 +18,6 @@ using c10d::OpType;
 // The groups alive, for shutdownAll (at exit, before msr_finalize).
 std::mutex g_groups_mutex;
 std::vector<ProcessGroup *> g_groups;
-
-[[noreturn]] void refuse(const std::string &what)
-{
-    throw std::invalid_argument("msrun backend: " + what);
-}
-
-// A tensor as libmsrun sees it: contiguous memory (the tensor itself or a
-// copy made at the call), its dtype and element count. Types libmsrun cannot
-// reduce move as bytes where nothing is reduced.
-struct Buf {
-    at::Tensor user, buf;
-    msr_dtype_t dtype = MSR_DTYPE_U8;
-    uint64_t count = 0;
-
-    void *data() const
-    {
-        return buf.data_ptr();
-    }
-    // The result back into the caller's tensor when a copy was used.
-    void copyBack() const
-    {
-        if (!buf.is_same(user))
-            user.copy_(buf);
-    }
-};
-
-bool dtypeOf(at::ScalarType type, msr_dtype_t *dtype_p)
-{
-    switch (type) {
-    case at::kFloat:
-        *dtype_p = MSR_DTYPE_F32;
-        return true;
-    case at::kDouble:
-        *dtype_p = MSR_DTYPE_F64;
-        return true;
-    case at::kHalf:
-        *dtype_p = MSR_DTYPE_F16;
-        return true;
-    case at::kBFloat16:
-        *dtype_p = MSR_DTYPE_BF16;
-        return true;
-    case at::kInt:
-        *dtype_p = MSR_DTYPE_I32;
-        return true;
-    case at::kLong:
-        *dtype_p = MSR_DTYPE_I64;
-        return true;
-    case at::kByte:
-        *dtype_p = MSR_DTYPE_U8;
-        return true;
-    default:
-        return false;
-    }
-}
-
-void checkCpu(const at::Tensor &t, const char *what)
-{
-    if (!t.defined())
-        refuse(std::string(what) + ": an undefined tensor");
-    if (!t.device().is_cpu() || t.is_sparse())
-        refuse(std::string(what) + ": only dense CPU tensors are supported (got " +
-               t.device().str() + (t.is_sparse() ? ", sparse" : "") + ")");
-}
-
-// reducing: the dtype must be one libmsrun reduces.
-Buf bufOf(const at::Tensor &t, bool reducing, const char *what)
-{
-    checkCpu(t, what);
-    Buf b;
-    b.user = t;
-    b.buf = t.is_contiguous() ? t : t.contiguous();
-    if (dtypeOf(t.scalar_type(), &b.dtype)) {
-        b.count = static_cast<uint64_t>(t.numel());
-    } else if (!reducing) {
-        b.dtype = MSR_DTYPE_U8;
-        b.count = static_cast<uint64_t>(t.numel()) * t.element_size();
-    } else {
-        refuse(std::string(what) + ": dtype " + c10::toString(t.scalar_type()) +
-               " cannot be reduced (float32, float64, float16, bfloat16, int32, int64, "
-               "uint8 can)");
-    }
-    return b;
-}
 
 msr_op_t opOf(const c10d::ReduceOp &op, const char *what)
 {
@@ -118,28 +36,6 @@ msr_op_t opOf(const c10d::ReduceOp &op, const char *what)
         refuse(std::string(what) + ": reduce op " + std::to_string(int(op.op_)) +
                " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)");
     }
-}
-
-const at::Tensor &single(const std::vector<at::Tensor> &tensors, const char *what)
-{
-    if (tensors.size() != 1)
-        refuse(std::string(what) + ": one tensor per call (got " + std::to_string(tensors.size()) +
-               ")");
-    return tensors[0];
-}
-
-void checkRoot(int64_t root, int size, const char *what)
-{
-    if (root < 0 || root >= size)
-        refuse(std::string(what) + ": root " + std::to_string(root) + " outside 0.." +
-               std::to_string(size - 1));
-}
-
-void checkSame(const at::Tensor &a, const at::Tensor &b, const char *what)
-{
-    if (a.scalar_type() != b.scalar_type())
-        refuse(std::string(what) + ": tensors of different dtypes (" +
-               c10::toString(a.scalar_type()) + ", " + c10::toString(b.scalar_type()) + ")");
 }
 
 // Per-rank element counts of alltoall_base: split sizes in rows of dim 0,
@@ -256,15 +152,37 @@ bool P2PWork::isCompleted()
     return true;
 }
 
+// With a timeout: libmsrun's wait has the deadline set at the post, so this
+// polls msr_comm_test (which drives the progress), yielding at first and
+// then sleeping up to 1 ms between tries, until done or the timeout.
 bool P2PWork::wait(std::chrono::milliseconds timeout)
 {
-    bool done;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        done = completed_;
+    using clock = std::chrono::steady_clock;
+    if (timeout == kNoTimeout) {
+        bool done;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done = completed_;
+        }
+        if (!done)
+            complete(msr_comm_wait(req_));
+        return c10d::Work::wait(timeout);
     }
-    if (!done)
-        complete(msr_comm_wait(req_));
+    const clock::time_point deadline = clock::now() + timeout;
+    std::chrono::microseconds nap(10);
+    for (int tries = 0; !isCompleted(); tries++) {
+        if (clock::now() >= deadline)
+            throw std::runtime_error(std::string("msrun ") +
+                                     (opType_ == OpType::SEND ? "send" : "recv") +
+                                     ": wait timed out after " + std::to_string(timeout.count()) +
+                                     " ms (the operation is still in flight)");
+        if (tries < 100) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(nap);
+            nap = std::min(nap * 2, std::chrono::microseconds(1000));
+        }
+    }
     return c10d::Work::wait(timeout);
 }
 

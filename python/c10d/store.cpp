@@ -18,6 +18,28 @@ void raiseIf(msr_status_t st, const char *what)
                              msr_last_error());
 }
 
+// torch's keys are any bytes, msrun's 1 to MSR_KEY_MAX bytes without
+// control characters (and NUL-terminated): control bytes, DEL and '%' are
+// written as %XX, and the empty key as "%" alone, so every torch key has
+// its own msrun key. A key too long once escaped is refused by the store.
+std::string Store::keyOf(const std::string &key)
+{
+    if (key.empty())
+        return "%";
+    static const char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : key) {
+        if (c < 0x20 || c == 0x7f || c == '%') {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
 Store::Store(msr_ctx_t *ctx) : ctx_(ctx)
 {
     if (!ctx)
@@ -32,7 +54,7 @@ int64_t Store::waitMs(std::chrono::milliseconds timeout) const
 
 void Store::set(const std::string &key, const std::vector<uint8_t> &value)
 {
-    raiseIf(msr_store_set(ctx_, key.c_str(), value.data(), value.size()), "store set");
+    raiseIf(msr_store_set(ctx_, keyOf(key).c_str(), value.data(), value.size()), "store set");
 }
 
 // TCPStore's rule: returns the value now under key: desired when it was
@@ -41,16 +63,23 @@ void Store::set(const std::string &key, const std::vector<uint8_t> &value)
 std::vector<uint8_t> Store::compareSet(const std::string &key, const std::vector<uint8_t> &expected,
                                        const std::vector<uint8_t> &desired)
 {
+    const std::string k = keyOf(key);
     int swapped = 0;
+    const uint8_t empty = 0;
     const void *exp = expected.empty() ? nullptr : expected.data();
-    raiseIf(msr_store_compare_set(ctx_, key.c_str(), exp, expected.size(), desired.data(),
+    raiseIf(msr_store_compare_set(ctx_, k.c_str(), exp, expected.size(), desired.data(),
                                   desired.size(), &swapped),
             "store compare_set");
+    // an empty expected value also matches an empty value stored
+    if (!swapped && expected.empty())
+        raiseIf(msr_store_compare_set(ctx_, k.c_str(), &empty, 0, desired.data(), desired.size(),
+                                      &swapped),
+                "store compare_set");
     if (swapped)
         return desired;
     void *v = nullptr;
     size_t len = 0;
-    msr_status_t st = msr_store_get(ctx_, key.c_str(), 0, &v, &len);
+    msr_status_t st = msr_store_get(ctx_, k.c_str(), 0, &v, &len);
     if (st == MSR_ERR_NOT_FOUND)
         return expected;
     raiseIf(st, "store compare_set (reading the current value)");
@@ -63,7 +92,7 @@ std::vector<uint8_t> Store::get(const std::string &key)
 {
     void *v = nullptr;
     size_t len = 0;
-    raiseIf(msr_store_get(ctx_, key.c_str(), waitMs(timeout_), &v, &len), "store get");
+    raiseIf(msr_store_get(ctx_, keyOf(key).c_str(), waitMs(timeout_), &v, &len), "store get");
     std::vector<uint8_t> out(static_cast<uint8_t *>(v), static_cast<uint8_t *>(v) + len);
     free(v);
     return out;
@@ -72,14 +101,14 @@ std::vector<uint8_t> Store::get(const std::string &key)
 int64_t Store::add(const std::string &key, int64_t value)
 {
     int64_t now = 0;
-    raiseIf(msr_store_add(ctx_, key.c_str(), value, &now), "store add");
+    raiseIf(msr_store_add(ctx_, keyOf(key).c_str(), value, &now), "store add");
     return now;
 }
 
 bool Store::deleteKey(const std::string &key)
 {
     int existed = 0;
-    raiseIf(msr_store_delete(ctx_, key.c_str(), &existed), "store delete");
+    raiseIf(msr_store_delete(ctx_, keyOf(key).c_str(), &existed), "store delete");
     return existed != 0;
 }
 
@@ -88,7 +117,7 @@ bool Store::check(const std::vector<std::string> &keys)
     for (const std::string &key : keys) {
         void *v = nullptr;
         size_t len = 0;
-        msr_status_t st = msr_store_get(ctx_, key.c_str(), 0, &v, &len);
+        msr_status_t st = msr_store_get(ctx_, keyOf(key).c_str(), 0, &v, &len);
         if (st == MSR_ERR_NOT_FOUND)
             return false;
         msrun_c10d::raiseIf(st, "store check");
@@ -123,7 +152,7 @@ void Store::wait(const std::vector<std::string> &keys, const std::chrono::millis
         }
         void *v = nullptr;
         size_t len = 0;
-        raiseIf(msr_store_get(ctx_, key.c_str(), left, &v, &len), "store wait");
+        raiseIf(msr_store_get(ctx_, keyOf(key).c_str(), left, &v, &len), "store wait");
         free(v);
     }
 }

@@ -9,24 +9,10 @@ small buckets, with no_sync gradient accumulation, and with a comm hook
 that chains on the Work's future. Prints "rank R of N: torchddp ok"."""
 
 import os
-import sys
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-except ImportError as e:
-    print("SKIP: torch cannot be imported (Debian: python3-torch): %s" % e)
-    sys.exit(77)
-
-try:
-    import msrun.torch  # noqa: F401  (registers the backend)
-except ImportError as e:
-    if os.environ.get("MSRUN_TORCH_BACKEND") == "ON":  # built: it must load
-        raise
-    print("SKIP: msrun.torch cannot be loaded: %s" % e)
-    sys.exit(77)
+from torch_worker import dist, torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = 20
 

@@ -11,20 +11,7 @@ import threading
 import time
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError as e:
-    print("SKIP: torch cannot be imported (Debian: python3-torch): %s" % e)
-    sys.exit(77)
-
-try:
-    import msrun.torch  # noqa: F401  (registers the backend)
-except ImportError as e:
-    if os.environ.get("MSRUN_TORCH_BACKEND") == "ON":  # built: it must load
-        raise
-    print("SKIP: msrun.torch cannot be loaded: %s" % e)
-    sys.exit(77)
+from torch_worker import dist, torch  # noqa: F401  (registers the backend)
 
 DEADLINE_S = 20
 

@@ -6,28 +6,15 @@ where Gloo has no such call, with the result computed from every rank's
 input): integers equal, floats bitwise on 2 ranks (a sum of two operands
 has one order) and within a few units in the last place on more (the fold
 orders differ: 1e-5 for float32, 1e-12 for float64).
-Also: the store (set, get, add, compare_set, delete, check, wait), async work
-and futures, sub-groups with ranks outside them, tags at their bound, and
-the calls refused with their error. Prints "rank R of N: torchpg ok"."""
+Also: gather, scatter and all_gather_coalesced against Gloo's; the store
+(set, get, add, compare_set, delete, check, wait), async work and futures,
+a send/recv wait(timeout) bounded by its own timeout, sub-groups with ranks
+outside them, tags at their bound, and the calls refused with their error
+(roots, list lengths and sizes at their bounds and one past). Prints "rank R of N: torchpg ok"."""
 
-import os
-import sys
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError as e:
-    print("SKIP: torch cannot be imported (Debian: python3-torch): %s" % e)
-    sys.exit(77)
-
-try:
-    import msrun.torch as mt
-except ImportError as e:
-    if os.environ.get("MSRUN_TORCH_BACKEND") == "ON":  # built: it must load
-        raise
-    print("SKIP: msrun.torch cannot be loaded: %s" % e)
-    sys.exit(77)
+from torch_worker import dist, mt, torch
 
 R = N = 0
 PG = None  # the msrun group of every rank
@@ -190,6 +177,107 @@ def check_gathers():
         same(out2, out, "reduce_scatter_tensor %s" % dtype)
 
 
+def check_gather_scatter():
+    """gather and scatter against Gloo's, every root, bitwise (data moves,
+    nothing is reduced); types Gloo lacks against the root's inputs. The
+    first and the last rank as the root (the middle ones add no case)."""
+    for root in sorted({0, N - 1}):
+        at_root = R == root
+        for dtype in DTYPES + (torch.float16, torch.int8, torch.bfloat16, torch.bool):
+            gloo = dtype in DTYPES + (torch.float16, torch.int8)
+            x = data(R, 333, torch.int64 if dtype == torch.bool else dtype, salt=root)
+            x = (x > 0) if dtype == torch.bool else x.to(dtype)
+            want = [data(q, 333, torch.int64 if dtype == torch.bool else dtype, salt=root) for q in range(N)]
+            want = [(w > 0) if dtype == torch.bool else w.to(dtype) for w in want]
+            m = [torch.zeros_like(x) for _ in range(N)] if at_root else None
+            g = [torch.zeros_like(x) for _ in range(N)] if at_root else None
+            dist.gather(x, m, root, group=PG)
+            if gloo:
+                dist.gather(x, g, root)
+            for q in range(N if at_root else 0):
+                expect(torch.equal(m[q], want[q]), "gather %s to %d: block %d" % (dtype, root, q))
+                expect(not gloo or torch.equal(m[q], g[q]), "gather %s to %d: block %d vs Gloo" % (dtype, root, q))
+            # scatter: block q of the root's list goes to rank q
+            ins = want if at_root else None
+            m, g = torch.zeros_like(x), torch.zeros_like(x)
+            dist.scatter(m, ins, root, group=PG)
+            expect(torch.equal(m, want[R]), "scatter %s from %d" % (dtype, root))
+            if gloo:
+                dist.scatter(g, ins, root)
+                expect(torch.equal(m, g), "scatter %s from %d vs Gloo" % (dtype, root))
+        # large, and strided tensors both ways: the transposes of (30, 20)
+        x = data(R, 70001, torch.float32, salt=root)
+        m = [torch.empty_like(x) for _ in range(N)] if at_root else None
+        g = [torch.empty_like(x) for _ in range(N)] if at_root else None
+        dist.gather(x, m, root, group=PG)
+        dist.gather(x, g, root)
+        for q in range(N if at_root else 0):
+            same(m[q], g[q], "gather of 70001 floats, block %d" % q)
+        x = data(R, 600, torch.float64, salt=root).view(30, 20).t()
+        m = [torch.zeros(30, 20, dtype=torch.float64).t() for _ in range(N)] if at_root else None
+        g = [torch.zeros(20, 30, dtype=torch.float64) for _ in range(N)] if at_root else None
+        dist.gather(x, m, root, group=PG)
+        dist.gather(x.contiguous(), g, root)
+        for q in range(N if at_root else 0):
+            expect(not m[q].is_contiguous(), "the test's output is strided")
+            same(m[q].contiguous(), g[q], "gather into strided outputs, block %d" % q)
+        ins = [data(q, 600, torch.float64, salt=root + 9).view(30, 20).t() for q in range(N)] if at_root else None
+        m = torch.zeros(30, 20, dtype=torch.float64).t()
+        dist.scatter(m, ins, root, group=PG)
+        want = data(R, 600, torch.float64, salt=root + 9).view(30, 20).t()
+        same(m.contiguous(), want.contiguous(), "scatter of strided tensors from %d" % root)
+
+
+def check_allgather_coalesced():
+    """all_gather_coalesced against Gloo's; then several dtypes in one call
+    (torch's Python refuses that: the group's own method) against the inputs."""
+    for dtype in DTYPES + (torch.float16,):
+        ins = [data(R, 1 + 50 * i, dtype, salt=i) for i in range(3)]
+        ins[2] = data(R, 120, dtype, salt=2).view(10, 12).t()  # strided
+        m = [[torch.zeros_like(t) for t in ins] for _ in range(N)]
+        g = [[torch.zeros_like(t) for t in ins] for _ in range(N)]
+        dist.all_gather_coalesced(m, ins, group=PG)
+        dist.all_gather_coalesced(g, ins)
+        for q in range(N):
+            for i in range(3):
+                same(m[q][i], g[q][i], "all_gather_coalesced %s: rank %d's tensor %d" % (dtype, q, i))
+        expect(torch.equal(m[N - 1][1], data(N - 1, 51, dtype, salt=1)), "all_gather_coalesced %s: the data" % dtype)
+
+    def mixed(rank):
+        return [data(rank, 3, torch.int64).to(torch.int8), data(rank, 5, torch.float32),
+                data(rank, 4, torch.float64).view(2, 2), (data(rank, 7, torch.int64) > 0)]
+    outs = [[torch.zeros_like(t) for t in mixed(R)] for _ in range(N)]
+    PG.allgather_coalesced(outs, mixed(R)).wait()
+    for q in range(N):
+        for i, t in enumerate(mixed(q)):
+            expect(torch.equal(outs[q][i], t), "allgather_coalesced of mixed dtypes: rank %d's %s" % (q, t.dtype))
+
+
+def check_p2p_timeout():
+    """wait(timeout) on a recv whose message is not sent: raises after its
+    own timeout (not the group's 60 s deadline), the recv stays posted, and
+    a later wait gets the message the peer sends once told of the timeout."""
+    s = mt.store()
+    if R == 0:
+        r = torch.zeros(100)
+        w = dist.irecv(r, 1, group=PG, tag=5)
+        try:
+            w.wait(timedelta(milliseconds=200))
+        except RuntimeError as e:
+            expect("timed out after 200 ms" in str(e), "wait(timeout)'s error: %s" % e)
+        else:
+            raise AssertionError("wait(timeout) on a message never sent returned")
+        expect(not w.is_completed(), "the recv is still in flight after the timeout")
+        s.set("p2p-timeout/raised", "1")
+        expect(w.wait(timedelta(seconds=30)), "the second wait")
+        expect(torch.equal(r, data(1, 100, torch.float32)), "the message after the timeout")
+    elif R == 1:
+        s.wait(["p2p-timeout/raised"])
+        w = dist.isend(data(1, 100, torch.float32), 0, group=PG, tag=5)
+        expect(w.wait(timedelta(seconds=30)) and w.is_completed(), "a send's wait(timeout)")
+    dist.barrier(group=PG)
+
+
 def check_alltoall():
     x = data(R, 12 * N, torch.float32).view(4 * N, 3)
     m, g = torch.empty_like(x), torch.empty_like(x)
@@ -277,8 +365,45 @@ def check_refusals():
 
     refused(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND, group=PG), ["not supported"], "BAND")
     refused(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16), group=PG), ["cannot be reduced"], "int16 sum")
-    refused(lambda: dist.gather(torch.ones(4), [torch.ones(4)] * N if R == 0 else None, 0, group=PG),
-            ["does not support gather"], "gather")
+    # gather, scatter, allgather_coalesced: roots at their bound and one
+    # past, wrong list lengths, sizes and dtypes (refused before anything is
+    # sent, so the ranks need not agree on the refused calls)
+    x = torch.ones(4)
+
+    def gather_opts(root):
+        o = dist.GatherOptions()
+        o.rootRank = root
+        return o
+
+    def scatter_opts(root):
+        o = dist.ScatterOptions()
+        o.rootRank = root
+        return o
+    outs = [[torch.empty(4) for _ in range(N)]]
+    refused(lambda: PG.gather(outs, [x], gather_opts(N)), ["root %d outside 0..%d" % (N, N - 1)], "gather to root N")
+    refused(lambda: PG.gather(outs, [x], gather_opts(-1)), ["root -1 outside"], "gather to root -1")
+    refused(lambda: PG.scatter([x], outs, scatter_opts(N)), ["root %d outside" % N], "scatter from root N")
+    refused(lambda: PG.gather(outs, [x], gather_opts((R + 1) % N)), ["not the root"], "gather outputs on a non-root")
+    refused(lambda: PG.scatter([x], outs, scatter_opts((R + 1) % N)), ["not the root"], "scatter inputs on a non-root")
+    refused(lambda: dist.gather(x, [torch.empty(4)] * (N - 1), R, group=PG),
+            ["one list of %d output tensors (got %d tensors)" % (N, N - 1)], "gather with N-1 outputs")
+    refused(lambda: dist.gather(x, [torch.empty(4)] * (N + 1), R, group=PG),
+            ["one list of %d output tensors (got %d tensors)" % (N, N + 1)], "gather with N+1 outputs")
+    refused(lambda: dist.scatter(x, [torch.ones(4)] * (N + 1), R, group=PG),
+            ["one list of %d input tensors" % N], "scatter with N+1 inputs")
+    refused(lambda: dist.gather(x, [torch.empty(4)] * (N - 1) + [torch.empty(5)], R, group=PG),
+            ["of 5 elements where 4 were expected"], "gather into a wrong size")
+    refused(lambda: dist.scatter(x, [torch.ones(3)] * N, R, group=PG),
+            ["of 3 elements where 4 were expected"], "scatter of a wrong size")
+    refused(lambda: PG.gather([[torch.empty(4, dtype=torch.float64)] * N], [x], gather_opts(R)),
+            ["different dtypes"], "gather into another dtype")
+    refused(lambda: dist.all_gather_coalesced([[x]] * (N - 1), [x], group=PG),
+            ["%d output lists" % N], "all_gather_coalesced with N-1 lists")
+    refused(lambda: dist.all_gather_coalesced([[x, x]] * N, [x], group=PG),
+            ["an output list of 2 tensors for 1 inputs"], "all_gather_coalesced with a long list")
+    refused(lambda: dist.all_gather_coalesced([[torch.empty(5)]] * N, [x], group=PG),
+            ["has 5 elements, its input 4"], "all_gather_coalesced into a wrong size")
+    refused(lambda: PG.allgather_coalesced([[]] * N, []), ["no input tensors"], "all_gather_coalesced of nothing")
     refused(lambda: dist.all_gather_into_tensor(torch.empty(3), torch.ones(4), group=PG), ["times the input"], "a wrong allgather size")
     # the group is still usable after refusals (nothing was sent)
     t = torch.ones(2)
@@ -294,8 +419,9 @@ def main():
     expect(R == mt.context().rank and N == mt.context().world_size, "msrun:// gives the job's rank and size")
     PG = dist.new_group(backend="msrun")
     expect(PG.size() == N and PG.rank() == R and dist.get_backend(PG) == "msrun", "the msrun group")
-    for check in (check_store, check_allreduce, check_rooted, check_gathers, check_alltoall,
-                  check_p2p_async, check_subgroups, check_refusals):
+    for check in (check_store, check_allreduce, check_rooted, check_gathers, check_gather_scatter,
+                  check_allgather_coalesced, check_alltoall, check_p2p_async, check_p2p_timeout,
+                  check_subgroups, check_refusals):
         check()
         print("rank %d: %s passed" % (R, check.__name__), flush=True)
     dist.destroy_process_group()

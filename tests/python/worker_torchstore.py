@@ -1,0 +1,154 @@
+"""msrun's c10d store (msrun.torch.store()) held to what torch's own
+StoreTestBase checks of its stores, with the same checks run on torch's
+TCPStore and FileStore in the same process, so that each expectation is
+torch's behaviour, not only ours: set/get, a get that waits for a later
+set, get and wait timing out with the store's timeout, add (from 0,
+negative), compare_set (key missing, empty, matched, not matched), wait on
+several keys, delete_key, large, empty and binary values, keys with odd
+characters (control bytes, '%', an empty key, non-ASCII), set_timeout and
+num_keys (msrun's store does not count its keys: a clear error). Prints
+"rank R of N: torchstore ok"."""
+
+import os
+import tempfile
+import threading
+from datetime import timedelta
+
+from torch_worker import dist, mt, torch  # noqa: F401
+
+R = 0
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError("rank %d: %s" % (R, what))
+
+
+def raises(call, what):
+    try:
+        call()
+    except RuntimeError:
+        return
+    raise AssertionError("rank %d: %s did not raise" % (R, what))
+
+
+def absent(s, key):
+    """key is not in s: a get raises within a short store timeout (torch's
+    Python Store has no check())."""
+    s.set_timeout(timedelta(milliseconds=200))
+    try:
+        s.get(key)
+    except RuntimeError:
+        return True
+    finally:
+        s.set_timeout(timedelta(seconds=30))
+    return False
+
+
+def check_store(name, s, second):
+    """StoreTestBase's behaviours on s; second() opens another client of the
+    same store (for a getter in another thread)."""
+    p = name + "/"  # the msrun store is the job's: keys of this check only
+    s.set_timeout(timedelta(seconds=30))
+    s.set(p + "key0", "value0")
+    s.set(p + "key1", b"value1")
+    expect(s.get(p + "key0") == b"value0" and s.get(p + "key1") == b"value1", name + ": set/get")
+    s.set(p + "key0", "value2")
+    expect(s.get(p + "key0") == b"value2", name + ": set replaces")
+    # a get waiting for a later set, from another client in another thread
+    got, started = [], threading.Event()
+
+    def getter():
+        other = second()
+        started.set()
+        got.append(other.get(p + "late"))
+    t = threading.Thread(target=getter)
+    t.start()
+    started.wait(30)
+    s.set(p + "late", "arrived")
+    t.join(30)
+    expect(not t.is_alive() and got == [b"arrived"], name + ": a get waits for the set")
+    # add: absent counts as 0, negative deltas, read back as decimal text
+    expect(s.add(p + "cnt", 0) == 0, name + ": add to an absent key starts at 0")
+    expect(s.add(p + "cnt", 5) == 5 and s.add(p + "cnt", -7) == -2, name + ": add, negative")
+    expect(s.get(p + "cnt") == b"-2", name + ": a counter reads as decimal text")
+    # compare_set: TCPStore's and FileStore's rule
+    expect(s.compare_set(p + "cas", "", "first") == b"first", name + ": compare_set, absent key, expected empty")
+    expect(s.compare_set(p + "cas2", "exp", "x") == b"exp", name + ": compare_set, absent key, expected given")
+    expect(absent(s, p + "cas2"), name + ": compare_set with a wrong expected value sets nothing")
+    expect(s.compare_set(p + "cas", "first", "second") == b"second", name + ": compare_set, matched")
+    expect(s.compare_set(p + "cas", "nope", "third") == b"second", name + ": compare_set, not matched")
+    expect(s.get(p + "cas") == b"second", name + ": an unmatched compare_set swaps nothing")
+    s.set(p + "empty", b"")
+    expect(s.get(p + "empty") == b"", name + ": an empty value")
+    expect(s.compare_set(p + "empty", "", "filled") == b"filled", name + ": compare_set, empty value, expected empty")
+    # wait: several keys; a key never set times out (given, and the store's)
+    s.wait([p + "key0", p + "key1", p + "cnt"])
+    s.wait([p + "key0", p + "key1"], timedelta(seconds=10))
+    raises(lambda: s.wait([p + "key0", p + "never"], timedelta(milliseconds=200)), name + ": wait with a timeout")
+    s.set_timeout(timedelta(milliseconds=200))
+    raises(lambda: s.get(p + "never"), name + ": get with the store's timeout")
+    raises(lambda: s.wait([p + "never"]), name + ": wait with the store's timeout")
+    s.set_timeout(timedelta(seconds=30))
+    # delete_key
+    expect(s.delete_key(p + "key1"), name + ": delete_key")
+    # a key already gone: False (FileStore answers True whatever the key)
+    expect(name == "file" or not s.delete_key(p + "key1"), name + ": delete_key of an absent key")
+    expect(absent(s, p + "key1"), name + ": a deleted key is gone")
+    # values: large, binary (every byte, NUL included)
+    big = bytes(range(256)) * 4096 + b"\0end"  # 1 MiB and 4 bytes
+    s.set(p + "big", big)
+    expect(s.get(p + "big") == big, name + ": a large binary value")
+    # keys: control bytes, '%' and its escapes, non-ASCII, the empty key
+    odd = ["a b/c:d=e?", "tab\there", "nl\n", "pct%", "%0A", "%", "é∂", "\x01\x7f", "nul\0inside", "nul"]
+    for i, k in enumerate(odd):
+        s.set(p + k, "odd%d" % i)
+    for i, k in enumerate(odd):
+        expect(s.get(p + k) == ("odd%d" % i).encode(), name + ": key %r" % k)
+    s.set("", "the empty key")
+    expect(s.get("") == b"the empty key", name + ": the empty key")
+    expect(s.delete_key(""), name + ": delete the empty key")
+
+
+def check_num_keys(name, s):
+    """Torch's stores count their keys; msrun's does not (a clear error)."""
+    if name == "msrun":
+        try:
+            s.num_keys()
+        except RuntimeError as e:
+            expect("not supported" in str(e), "num_keys' error: %s" % e)
+            return
+        raise AssertionError("msrun's num_keys did not raise")
+    before = s.num_keys()
+    s.set("numkeys/a", "1")
+    s.add("numkeys/b", 1)
+    expect(s.num_keys() == before + 2, name + ": num_keys counts new keys")
+    s.delete_key("numkeys/a")
+    expect(s.num_keys() == before + 1, name + ": num_keys after delete_key")
+
+
+def main():
+    global R
+    torch.set_num_threads(1)
+    ctx = mt.context()
+    R = ctx.rank
+    tcp = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=30))
+    # two clients of the file (a second one in check_store): the last to go
+    # removes it
+    path = os.path.join(tempfile.mkdtemp(prefix="torchstore"), "filestore")
+    stores = (("tcp", tcp, lambda: dist.TCPStore("127.0.0.1", tcp.port, 1, False, timedelta(seconds=30))),
+              ("file", dist.FileStore(path, 2), lambda: dist.FileStore(path, 2)),
+              ("msrun", mt.store(), mt.store))
+    try:
+        for name, s, second in stores:
+            check_store(name, s, second)
+            check_num_keys(name, s)
+            print("rank %d: the %s store passed" % (R, name), flush=True)
+    finally:
+        for f in os.listdir(os.path.dirname(path)):
+            os.unlink(os.path.join(os.path.dirname(path), f))
+        os.rmdir(os.path.dirname(path))
+    print("rank %d of %d: torchstore ok" % (R, ctx.world_size), flush=True)
+
+
+main()
