@@ -149,22 +149,30 @@ static const msr_gemm_bf16_ops_t blas_ops = {blas_create, blas_destroy, blas_run
 
 /* ---- the context ---- */
 
-/* AUTO -> MSRUN_BF16_GEMM, or the default */
-static msr_status_t choose_path(msr_gemm_bf16_path_t path, msr_gemm_bf16_path_t *path_p)
+msr_status_t msr_gemm_bf16_auto(unsigned cpu_features, msr_gemm_bf16_path_t *path_p,
+                                const char **why_p)
 {
-    if (path != MSR_GEMM_BF16_AUTO) {
-        *path_p = path;
-        return MSR_OK;
-    }
-    const char *env = getenv("MSRUN_BF16_GEMM");
-    if (env == NULL || *env == '\0' || strcmp(env, "blas") == 0)
-        *path_p = MSR_GEMM_BF16_BLAS;
-    else if (strcmp(env, "onednn") == 0)
-        *path_p = MSR_GEMM_BF16_ONEDNN;
-    else {
-        MSR_ERROR("MSRUN_BF16_GEMM=\"%s\": not a bf16 product path (blas or onednn)", env);
+    const char *env = getenv("MSRUN_BF16_GEMM"), *why = NULL;
+    msr_gemm_bf16_path_t path = MSR_GEMM_BF16_BLAS;
+    if (env != NULL && strcmp(env, "blas") == 0)
+        why = "MSRUN_BF16_GEMM=blas";
+    else if (env != NULL && strcmp(env, "onednn") == 0) {
+        path = MSR_GEMM_BF16_ONEDNN;
+        why = "MSRUN_BF16_GEMM=onednn";
+    } else if (env != NULL && *env != '\0' && strcmp(env, "auto") != 0) {
+        MSR_ERROR("MSRUN_BF16_GEMM=\"%s\": not a bf16 product path (auto, blas or onednn)", env);
         return MSR_ERR_INVALID_ARG;
+    } else if (!(cpu_features & MSR_CPU_AVX512_BF16))
+        why = "the CPU lacks avx512_bf16, so widened to fp32";
+    else if (msr_gemm_bf16_onednn_ops == NULL)
+        why = "this build has no oneDNN (libdnnl-dev), so widened to fp32";
+    else {
+        path = MSR_GEMM_BF16_ONEDNN;
+        why = "the CPU has avx512_bf16 and the build oneDNN";
     }
+    *path_p = path;
+    if (why_p != NULL)
+        *why_p = why;
     return MSR_OK;
 }
 
@@ -174,9 +182,11 @@ msr_status_t msr_gemm_bf16_create(msr_gemm_bf16_path_t path, msr_gemm_bf16_t **g
     msr_status_t st = msr_cpu_features_get(&features);
     if (st != MSR_OK)
         return st; /* logged where the environment was read */
-    st = choose_path(path, &path);
-    if (st != MSR_OK)
-        return st;
+    if (path == MSR_GEMM_BF16_AUTO) {
+        st = msr_gemm_bf16_auto(features, &path, NULL);
+        if (st != MSR_OK)
+            return st;
+    }
     const msr_gemm_bf16_ops_t *ops = NULL;
     if (path == MSR_GEMM_BF16_BLAS)
         ops = &blas_ops;

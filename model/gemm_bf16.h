@@ -19,9 +19,11 @@
  *           some, and MSRUN_CPU_DISABLE caps the instruction set it may use.
  *           oneDNN 2.x has no bf16 matmul below avx512_core: there the
  *           path is refused at creation (MSR_ERR_UNSUPPORTED).
- * MSR_GEMM_BF16_AUTO takes MSRUN_BF16_GEMM ("blas" or "onednn") when set,
- * otherwise the default, blas: the faster on a CPU without bf16 units
- * (docs/model.md has the measurements).
+ * MSR_GEMM_BF16_AUTO takes MSRUN_BF16_GEMM ("blas" or "onednn") when set
+ * (unset, empty or "auto": the default), otherwise the default: onednn
+ * where the CPU has avx512_bf16 (after MSRUN_CPU_DISABLE) and the build has
+ * oneDNN, about 4 times blas there; blas elsewhere, the faster on a CPU
+ * without bf16 units (docs/model.md has the measurements).
  *
  * A context belongs to one thread at a time. */
 #ifndef MSR_MODEL_GEMM_BF16_H
@@ -45,6 +47,12 @@ typedef struct msr_gemm_bf16 msr_gemm_bf16_t;
  * bad MSRUN_BF16_GEMM or MSRUN_CPU_DISABLE, MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND when oneDNN fails to
  * start; each logged. *g_p is written only on success. */
 msr_status_t msr_gemm_bf16_create(msr_gemm_bf16_path_t path, msr_gemm_bf16_t **g_p);
+
+/* The path AUTO takes under cpu_features (msr_cpu_features_get) and, when
+ * why_p is not NULL, why: a static sentence. MSR_ERR_INVALID_ARG (logged)
+ * for a bad MSRUN_BF16_GEMM. */
+msr_status_t msr_gemm_bf16_auto(unsigned cpu_features, msr_gemm_bf16_path_t *path_p,
+                                const char **why_p);
 
 /* Frees the context; NULL does nothing. */
 void msr_gemm_bf16_destroy(msr_gemm_bf16_t *g);

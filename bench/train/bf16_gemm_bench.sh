@@ -1,7 +1,8 @@
 #!/bin/bash
 # The bf16 products side by side, pinned to one core: fp32 sgemm, each bf16
 # path of model/gemm_bf16.h and PyTorch's torch.matmul in fp32 and bf16
-# (when /usr/bin/python3 has torch), with the core's measured fp32 FMA peak.
+# (when /usr/bin/python3 has torch), with the core's measured fp32 FMA peak
+# and, where the CPU has avx512_bf16, its measured vdpbf16ps peak.
 #   bench/train/bf16_gemm_bench.sh [BUILD] [CORE] [SECONDS]
 # (BUILD defaults to build, CORE to 0, SECONDS per product to 0.5)
 set -euo pipefail

@@ -31,6 +31,7 @@
 #include "msrun/msrun.h"
 #include "layout/layout.h"
 #include "model/data.h"
+#include "model/gemm_bf16.h"
 #include "model/moe.h"
 #include "parallel/train.h"
 #include "programs/train_gpt/train_gpt.h"
@@ -305,6 +306,13 @@ static void print_job(const msr_train_config_t *cfg, const msr_trainer_t *tr,
     char cpu[200]; /* the kernels' paths follow from it */
     msr_cpu_features_describe(cpu, sizeof cpu);
     fprintf(stderr, "train_gpt: %s\n", cpu);
+    unsigned features = 0;
+    msr_gemm_bf16_path_t path = MSR_GEMM_BF16_BLAS;
+    const char *why = NULL;
+    if (cfg->precision == MSR_PRECISION_BF16 && msr_cpu_features_get(&features) == MSR_OK &&
+        msr_gemm_bf16_auto(features, &path, &why) == MSR_OK)
+        fprintf(stderr, "train_gpt: bf16 products on the %s path: %s\n",
+                msr_gemm_bf16_path_name(path), why);
     if (cfg->model.arch == MSR_GPT_ARCH_LLAMA)
         fprintf(stderr, "train_gpt: llama: ffn %d, %d kv heads, rope theta %g\n", cfg->model.ffn,
                 cfg->model.kv_heads, cfg->model.rope_theta);

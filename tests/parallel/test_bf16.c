@@ -419,18 +419,48 @@ static void test_gemm_onednn_avx(void)
     check_path(MSR_GEMM_BF16_ONEDNN);
 }
 
-/* MSRUN_BF16_GEMM chooses AUTO's path; a value it does not know is an
- * error */
+/* MSRUN_BF16_GEMM chooses AUTO's path; unset, empty or "auto", the
+ * default: onednn where the CPU has avx512_bf16 and the build oneDNN, blas
+ * elsewhere (the features passed in, as MSRUN_CPU_DISABLE leaves them);
+ * a value it does not know is an error */
 static void test_gemm_env(void)
 {
     msr_gemm_bf16_t *g = NULL;
-    unsetenv("MSRUN_BF16_GEMM");
-    MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
-    MSR_CHECK_EQ(msr_gemm_bf16_path(g), MSR_GEMM_BF16_BLAS);
-    msr_gemm_bf16_destroy(g);
+    unsigned f = 0;
+    MSR_CHECK_OK(msr_cpu_features_get(&f));
+    const char *unset_or[] = {NULL, "", "auto"};
+    for (size_t i = 0; i < sizeof unset_or / sizeof unset_or[0]; i++) {
+        if (unset_or[i] == NULL)
+            unsetenv("MSRUN_BF16_GEMM");
+        else
+            setenv("MSRUN_BF16_GEMM", unset_or[i], 1);
+        int want_onednn = 0;
+#ifdef MSR_TEST_HAVE_ONEDNN
+        want_onednn = (f & MSR_CPU_AVX512_BF16) != 0;
+#endif
+        MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
+        MSR_CHECK_EQ(msr_gemm_bf16_path(g),
+                     want_onednn ? MSR_GEMM_BF16_ONEDNN : MSR_GEMM_BF16_BLAS);
+        msr_gemm_bf16_destroy(g);
+        g = NULL;
+        msr_gemm_bf16_path_t path = MSR_GEMM_BF16_AUTO;
+        const char *why = NULL;
+        MSR_CHECK_OK(msr_gemm_bf16_auto(f & ~MSR_CPU_AVX512_BF16, &path, &why));
+        MSR_CHECK_EQ(path, MSR_GEMM_BF16_BLAS);
+        MSR_CHECK(why != NULL && strstr(why, "avx512_bf16") != NULL);
+        MSR_CHECK_OK(msr_gemm_bf16_auto(f | MSR_CPU_AVX512_BF16, &path, NULL));
+#ifdef MSR_TEST_HAVE_ONEDNN
+        MSR_CHECK_EQ(path, MSR_GEMM_BF16_ONEDNN);
+#else
+        MSR_CHECK_EQ(path, MSR_GEMM_BF16_BLAS);
+#endif
+    }
     setenv("MSRUN_BF16_GEMM", "blas", 1);
     MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
     MSR_CHECK_EQ(msr_gemm_bf16_path(g), MSR_GEMM_BF16_BLAS);
+    msr_gemm_bf16_path_t forced = MSR_GEMM_BF16_AUTO;
+    MSR_CHECK_OK(msr_gemm_bf16_auto(f | MSR_CPU_AVX512_BF16, &forced, NULL));
+    MSR_CHECK_EQ(forced, MSR_GEMM_BF16_BLAS);
     msr_gemm_bf16_destroy(g);
     g = NULL;
     setenv("MSRUN_BF16_GEMM", "onednn", 1);
@@ -445,6 +475,7 @@ static void test_gemm_env(void)
     g = NULL;
     setenv("MSRUN_BF16_GEMM", "mkl", 1);
     MSR_CHECK_STATUS(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gemm_bf16_auto(f, &forced, NULL), MSR_ERR_INVALID_ARG);
     MSR_CHECK(g == NULL);
     msr_gemm_bf16_destroy(NULL);
 }
