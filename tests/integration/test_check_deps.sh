@@ -102,11 +102,14 @@ for e in json.load(open(os.path.join(build, "compile_commands.json"))):
     rel = os.path.relpath(path, src)
     module = rel.split("/")[0]
     # a module's file compiled by the module's own target (tests compile
-    # some into their programs, with the whole tree)
-    owner = os.path.relpath(os.path.realpath(e["directory"]), os.path.realpath(build))
+    # some into their programs, with the whole tree): the target's folder
+    # is where its object goes (Ninja runs every command from the top)
+    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+    obj = args[args.index("-o") + 1] if "-o" in args else ""
+    owner = os.path.relpath(os.path.realpath(os.path.join(e["directory"], obj)),
+                            os.path.realpath(build))
     if rel.startswith("..") or module not in deps.ALLOWED or owner.split("/")[0] != module:
         continue
-    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
     incs = [a[2:] for a in args if a.startswith("-I")]
     for d in map(os.path.realpath, incs):
         if d == src:
