@@ -108,3 +108,34 @@ same_losses() {
         awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
              END { exit bad || n != want }'
 }
+# scribble DIR KIND WHAT K ARGS...: train_gpt ARGS runs in the background
+# until its store file DIR/msrun-KIND-rank0-*.bin appears, then 4 KiB of
+# random bytes go over block K of it until the run stops (30 s at most):
+# the run must exit 1 naming "offload: WHAT K of FILE (bytes ...) changed
+# underneath" and leave DIR empty; its output in $work/out and $work/err
+scribble() {
+    local dir=$1 kind=$2 what=$3 k=$4 pid f="" end rc=0
+    shift 4
+    "$MSRUN_BUILD/bin/train_gpt" "$@" >"$work/out" 2>"$work/err" &
+    pid=$!
+    for _ in $(seq 1 2000); do
+        f=$(compgen -G "$dir/msrun-$kind-rank0-*.bin" | head -1) && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.01
+    done
+    [[ -n "$f" ]] || { kill $pid 2>/dev/null; fail "no $kind file appeared: $(cat "$work/err")"; }
+    end=$((SECONDS + 30))
+    while kill -0 $pid 2>/dev/null && [[ $SECONDS -lt $end ]]; do
+        head -c 4096 /dev/urandom | dd of="$f" bs=4096 seek="$k" conv=notrunc,nocreat 2>/dev/null ||
+            true
+    done
+    if kill -0 $pid 2>/dev/null; then
+        kill $pid
+        fail "a run whose $what $k was changed underneath went on for 30 s"
+    fi
+    wait $pid || rc=$?
+    [[ $rc -eq 1 ]] || fail "$what $k changed underneath: exit $rc, want 1: $(tail -3 "$work/err")"
+    grep -q "offload: $what $k of $f (bytes $((k * 4096))..$(((k + 1) * 4096))) changed underneath" \
+        "$work/err" || fail "$what $k changed underneath: $(tail -3 "$work/err")"
+    [[ -z "$(ls -A "$dir")" ]] || fail "the failed run left files: $(ls "$dir")"
+}
