@@ -101,6 +101,24 @@ if len(sys.argv) > 4:
     print(f"{sys.argv[4]}: max relative difference {worst:.3g}")
 PY
 }
+# resumed ONE LOG N [LOG N]...: each LOG (--loss-log) holds N rows, each
+# at a step of ONE (a run never stopped, from step 1) with the same step
+# number and its loss and norm within 1e-5 relative of ONE's at that step
+resumed() {
+    python3 - "$@" <<'PY' || fail "resharded runs differ (above)"
+import sys
+one = [l.split() for l in open(sys.argv[1]) if l.strip()]
+logs = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[2::2]]
+want = [int(n) for n in sys.argv[3::2]]
+assert [len(a) for a in logs] == want, ([len(a) for a in logs], want)
+for x in [x for a in logs for x in a]:
+    y = one[int(x[1]) - 1]
+    assert x[:2] == y[:2], (x, y)
+    for i in (3, 5):
+        u, v = float.fromhex(x[i]), float.fromhex(y[i])
+        assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
+PY
+}
 # same_losses A B N: the losses train_gpt printed ("step S loss L", 6
 # decimals) in A and B agree to the printed decimals (2e-6) over N steps
 same_losses() {
