@@ -126,6 +126,16 @@ same_losses() {
         awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
              END { exit bad || n != want }'
 }
+# kept DIR KIND N: --offload-keep left N store files DIR/msrun-KIND-rank*.bin,
+# each 0600; then empties DIR
+kept() {
+    local f files=("$1/msrun-$2-rank"*.bin)
+    [[ ${#files[@]} -eq $3 ]] || fail "--offload-keep left ${#files[@]} files, want $3"
+    for f in "${files[@]}"; do
+        [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
+    done
+    rm -f "$1"/*
+}
 # scribble DIR KIND WHAT K ARGS...: train_gpt ARGS runs in the background
 # until its store file DIR/msrun-KIND-rank0-*.bin appears, then 4 KiB of
 # random bytes go over block K of it until the run stops (30 s at most):

@@ -59,12 +59,7 @@ done
 # kept on request: one per rank, 0600 (whatever the umask), of the shard's size
 (umask 000 && run keep 2 --zero 1 --offload "optimizer=disk:$work/off" --offload-keep)
 cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
-files=("$work"/off/msrun-offload-rank*.bin)
-[[ ${#files[@]} -eq 2 ]] || fail "--offload-keep left ${#files[@]} files, want 2"
-for f in "${files[@]}"; do
-    [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
-done
-rm -f "$work"/off/*
+kept "$work/off" offload 2
 
 # the chunk at its bounds runs (a chunk larger than the shard shrinks to it)
 run chunk-min 1 --offload "optimizer=disk:$work/off" --offload-chunk 4096
