@@ -89,6 +89,24 @@ msr_status_t msr_offload_open(const char *path, const char *dir, int *fd_p, int 
     return MSR_OK;
 }
 
+char *msr_offload_file_path(const char *dir, const char *kind, int rank)
+{
+    size_t plen = strlen(dir) + strlen(kind) + 64;
+    char *path = msr_malloc(plen);
+    if (path != NULL)
+        snprintf(path, plen, "%s/msrun-%s-rank%d-%ld.bin", dir, kind, rank, (long)getpid());
+    return path;
+}
+
+void msr_offload_file_close(int fd, const char *path, int keep)
+{
+    if (fd < 0)
+        return;
+    close(fd);
+    if (!keep && unlink(path) != 0)
+        MSR_WARN("offload: cannot remove %s: %s", path, strerror(errno));
+}
+
 msr_status_t msr_offload_io_error(const char *path, int write, const char *what, size_t k,
                                   size_t done, size_t want, int err)
 {
@@ -246,15 +264,12 @@ msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     off->cfg = *cfg;
     off->fd = -1;
-    size_t plen = strlen(cfg->dir) + 64;
-    off->path = msr_malloc(plen);
+    off->path = msr_offload_file_path(cfg->dir, "offload", cfg->rank);
     off->cfg.dir = msr_strdup(cfg->dir);
     if (off->path == NULL || off->cfg.dir == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
         goto err_free;
     }
-    snprintf(off->path, plen, "%s/msrun-offload-rank%d-%ld.bin", cfg->dir, cfg->rank,
-             (long)getpid());
     if ((st = store_alloc(off, count)) != MSR_OK ||
         (st = msr_offload_open(off->path, off->cfg.dir, &off->fd, &off->direct)) != MSR_OK)
         goto err_free;
@@ -280,11 +295,7 @@ void msr_offload_destroy(msr_offload_t *off)
         (void)drain(off, MSR_OK);
         off->ops->destroy(off->eng);
     }
-    if (off->fd >= 0) {
-        close(off->fd);
-        if (!off->cfg.keep && unlink(off->path) != 0)
-            MSR_WARN("offload: cannot remove %s: %s", off->path, strerror(errno));
-    }
+    msr_offload_file_close(off->fd, off->path, off->cfg.keep);
     for (int s = 0; s < MSR_OFFLOAD_SLOTS; s++)
         free(off->buf[s]);
     msr_free(off->crc);

@@ -77,14 +77,12 @@ msr_status_t msr_acts_create(const msr_offload_config_t *cfg, size_t bytes, size
     a->bytes = bytes;
     a->slot = (bytes + MSR_OFFLOAD_ALIGN - 1) / MSR_OFFLOAD_ALIGN * MSR_OFFLOAD_ALIGN;
     a->count = count;
-    size_t plen = strlen(c.dir) + 64;
-    a->path = msr_malloc(plen);
+    a->path = msr_offload_file_path(c.dir, "acts", c.rank);
     a->cfg.dir = NULL; /* not kept */
     if (a->path == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
         goto err_free;
     }
-    snprintf(a->path, plen, "%s/msrun-acts-rank%d-%ld.bin", c.dir, c.rank, (long)getpid());
     if ((st = store_alloc(a)) != MSR_OK ||
         (st = msr_offload_open(a->path, c.dir, &a->fd, &a->direct)) != MSR_OK)
         goto err_free;
@@ -114,11 +112,7 @@ void msr_acts_destroy(msr_acts_t *a)
     }
     if (a->eng != NULL)
         a->ops->destroy(a->eng);
-    if (a->fd >= 0) {
-        close(a->fd);
-        if (!a->cfg.keep && unlink(a->path) != 0)
-            MSR_WARN("offload: cannot remove %s: %s", a->path, strerror(errno));
-    }
+    msr_offload_file_close(a->fd, a->path, a->cfg.keep);
     for (int s = 0; s < MSR_ACTS_BUFS; s++)
         free(a->buf[s]);
     msr_free(a->crc);

@@ -51,6 +51,15 @@ void *msr_offload_engine_calloc(size_t head, int fd, int nslots, size_t slot);
  * warning. *fd_p is the descriptor or -1. Errors: MSR_ERR_IO naming path. */
 msr_status_t msr_offload_open(const char *path, const char *dir, int *fd_p, int *direct_p);
 
+/* The file of a store of kind ("offload", "acts") of rank in dir:
+ * "DIR/msrun-KIND-rankRANK-PID.bin", msr_malloc'd; NULL when out of memory
+ * (no error text set). */
+char *msr_offload_file_path(const char *dir, const char *kind, int rank);
+
+/* Closes a store's fd (nothing when -1) and, unless keep, removes its path
+ * (a warning when it cannot). */
+void msr_offload_file_close(int fd, const char *path, int keep);
+
 /* The engine io asks for on fd (the default: io_uring where built, the
  * thread pool where the kernel refuses it, with a warning); name gets
  * "threads" or "uring", with "+direct" when direct. Errors: the engine's. */

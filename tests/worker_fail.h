@@ -2,7 +2,7 @@
  * real msrun (tests/ps/ps_worker.c, tests/comm/bcast_worker.c,
  * tests/comm/gpu_worker.c): a program includes this once, defines its
  * fail with WORKER_FAIL, sets g_rank once msr_init gave it and g_case to
- * the case being checked, and checks its calls with OK. */
+ * the case being checked, and checks its calls with OK (tests/worker_ok.h). */
 #ifndef MSRUN_TESTS_WORKER_FAIL_H
 #define MSRUN_TESTS_WORKER_FAIL_H
 
@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "msrun/msrun.h"
+#include "tests/worker_ok.h"
 
 static int g_rank = -1;
 static char g_case[256]; /* the case being checked, for fail's message; "": none */
@@ -37,13 +38,5 @@ static void worker_report(const char *program, const char *fmt, va_list ap)
         va_end(ap);                                                                         \
         exit_fn(1);                                                                         \
     }
-
-/* Fails unless expr returns MSR_OK, naming it and its status. */
-#define OK(expr)                                         \
-    do {                                                 \
-        msr_status_t st_ = (expr);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #expr, msr_status_name(st_)); \
-    } while (0)
 
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "msrun/msrun.h"
+#include "tests/worker_ok.h"
 
 extern int g_rank;
 extern char g_case[256]; /* the case being checked, for fail's message */
@@ -27,13 +28,6 @@ extern int g_nodes;      /* msrun nodes in the job */
 
 /* Prints the case and the message with the last error and exits 1. */
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-#define OK(expr)                                         \
-    do {                                                 \
-        msr_status_t st_ = (expr);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #expr, msr_status_name(st_)); \
-    } while (0)
 
 double now_ms(void);
 void *xmalloc(size_t n); /* fails the test when out of memory */

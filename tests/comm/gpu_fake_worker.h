@@ -16,6 +16,7 @@
 #include "comm/nccl/gpu_test.h"
 #include "gpu_fake.h"
 #include "msrun/msrun.h"
+#include "tests/worker_ok.h"
 
 extern int g_rank;
 extern char g_case[256]; /* the case being checked, for fail's message */
@@ -23,13 +24,6 @@ extern long g_checks;
 
 /* Prints the case and the message with the last error and exits 1. */
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-#define OK(expr)                                         \
-    do {                                                 \
-        msr_status_t st_ = (expr);                       \
-        if (st_ != MSR_OK)                               \
-            fail("%s: %s", #expr, msr_status_name(st_)); \
-    } while (0)
 
 #define EXPECT(expr, want)                                                   \
     do {                                                                     \

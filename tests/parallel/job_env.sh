@@ -101,10 +101,69 @@ if len(sys.argv) > 4:
     print(f"{sys.argv[4]}: max relative difference {worst:.3g}")
 PY
 }
+# resumed ONE LOG N [LOG N]...: each LOG (--loss-log) holds N rows, each
+# at a step of ONE (a run never stopped, from step 1) with the same step
+# number and its loss and norm within 1e-5 relative of ONE's at that step
+resumed() {
+    python3 - "$@" <<'PY' || fail "resharded runs differ (above)"
+import sys
+one = [l.split() for l in open(sys.argv[1]) if l.strip()]
+logs = [[l.split() for l in open(f) if l.strip()] for f in sys.argv[2::2]]
+want = [int(n) for n in sys.argv[3::2]]
+assert [len(a) for a in logs] == want, ([len(a) for a in logs], want)
+for x in [x for a in logs for x in a]:
+    y = one[int(x[1]) - 1]
+    assert x[:2] == y[:2], (x, y)
+    for i in (3, 5):
+        u, v = float.fromhex(x[i]), float.fromhex(y[i])
+        assert abs(u - v) <= 1e-5 * abs(v), (x[:2], x[i - 1], u, v)
+PY
+}
 # same_losses A B N: the losses train_gpt printed ("step S loss L", 6
 # decimals) in A and B agree to the printed decimals (2e-6) over N steps
 same_losses() {
     paste <(grep -o 'step.*loss [0-9.]*' "$1") <(grep -o 'step.*loss [0-9.]*' "$2") |
         awk -v want="$3" '{ d = $4 - $8; if (d < 0) d = -d; if ($2 != $6 || d > 2e-6) bad = 1; n++ }
              END { exit bad || n != want }'
+}
+# kept DIR KIND N: --offload-keep left N store files DIR/msrun-KIND-rank*.bin,
+# each 0600; then empties DIR
+kept() {
+    local f files=("$1/msrun-$2-rank"*.bin)
+    [[ ${#files[@]} -eq $3 ]] || fail "--offload-keep left ${#files[@]} files, want $3"
+    for f in "${files[@]}"; do
+        [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
+    done
+    rm -f "$1"/*
+}
+# scribble DIR KIND WHAT K ARGS...: train_gpt ARGS runs in the background
+# until its store file DIR/msrun-KIND-rank0-*.bin appears, then 4 KiB of
+# random bytes go over block K of it until the run stops (30 s at most):
+# the run must exit 1 naming "offload: WHAT K of FILE (bytes ...) changed
+# underneath" and leave DIR empty; its output in $work/out and $work/err
+scribble() {
+    local dir=$1 kind=$2 what=$3 k=$4 pid f="" end rc=0
+    shift 4
+    "$MSRUN_BUILD/bin/train_gpt" "$@" >"$work/out" 2>"$work/err" &
+    pid=$!
+    for _ in $(seq 1 2000); do
+        f=$(compgen -G "$dir/msrun-$kind-rank0-*.bin" | head -1) && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.01
+    done
+    [[ -n "$f" ]] || { kill $pid 2>/dev/null; fail "no $kind file appeared: $(cat "$work/err")"; }
+    end=$((SECONDS + 30))
+    while kill -0 $pid 2>/dev/null && [[ $SECONDS -lt $end ]]; do
+        head -c 4096 /dev/urandom | dd of="$f" bs=4096 seek="$k" conv=notrunc,nocreat 2>/dev/null ||
+            true
+    done
+    if kill -0 $pid 2>/dev/null; then
+        kill $pid
+        fail "a run whose $what $k was changed underneath went on for 30 s"
+    fi
+    wait $pid || rc=$?
+    [[ $rc -eq 1 ]] || fail "$what $k changed underneath: exit $rc, want 1: $(tail -3 "$work/err")"
+    grep -q "offload: $what $k of $f (bytes $((k * 4096))..$(((k + 1) * 4096))) changed underneath" \
+        "$work/err" || fail "$what $k changed underneath: $(tail -3 "$work/err")"
+    [[ -z "$(ls -A "$dir")" ]] || fail "the failed run left files: $(ls "$dir")"
 }

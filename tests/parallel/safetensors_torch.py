@@ -6,8 +6,8 @@ little-endian header length N, N bytes of JSON mapping each name to dtype,
 shape and data_offsets [begin, end) in the data section after it, an
 optional "__metadata__"; raw little-endian row-major data), no msrun code.
 The model is the GPT of model/gpt.h as docs/checkpoint.md's "safetensors
-names" describe its tensors (the forward of torch_models.py's GPT, whose MoE MLP
-is reused for a Mixture-of-Experts model: the batch is one micro-batch).
+names" describe its tensors: torch_models.py's GPT, the batch one
+micro-batch for a Mixture-of-Experts model.
 Checks every logit within 1e-5 of train_gpt's, relative to the largest.
 
 usage: safetensors_torch.py MODEL.safetensors LOGITS.bin HEADS [E K EVERY F]
@@ -22,10 +22,9 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_models import is_moe, moe_mlp  # noqa: E402
+from torch_models import gpt_logits  # noqa: E402
 
 TOL = 1e-5
 DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2")}
@@ -67,31 +66,11 @@ def read_logits(path):
 
 
 def logits_of(p, inp, NH, moe):
-    """The GPT (model/gpt.h): every matrix (out, in), used as x @ W.T; moe: the
-    MoE settings (E 0: dense)."""
+    """The GPT (model/gpt.h, torch_models.py's gpt_logits) of the tensors p on
+    inp as one micro-batch; moe: the MoE settings (E 0: dense)."""
     V, C = p["wte"].shape
     L = 1 + max(int(k[1:k.index(".")]) for k in p if k.startswith("h"))
-    B, T = inp.shape
-    HS = C // NH
-    x = p["wte"][inp] + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    for l in range(L):
-        q = lambda n: p[f"h{l}.{n}"]
-        h = F.layer_norm(x, (C,), q("ln1w"), q("ln1b"), 1e-5)
-        qkv = h @ q("qkvw").T + q("qkvb")
-        qq, kk, vv = (t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=2))
-        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ q("attprojw").T + q("attprojb")
-        h = F.layer_norm(x, (C,), q("ln2w"), q("ln2b"), 1e-5)
-        if is_moe(moe, l):
-            x = x + moe_mlp(dict(moe, micro=B), p, l, h)[0]
-            continue
-        h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
-        x = x + h @ q("fcprojw").T + q("fcprojb")
-    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
-    return x @ p["wte"].T
+    return gpt_logits(dict(moe, V=V, C=C, L=L, NH=NH, micro=inp.shape[0]), p, inp)[0]
 
 
 def check(args):

@@ -4,13 +4,13 @@ safetensors_torch.py, llama_torch.py) and by bench/train/llama_bench.sh's
 PyTorch side (bench/train/torch_train_bench.py), so that the bench times the
 model the tests compare.
 
-The GPT (model/gpt.h): its parameters as gpt_layout names them (the C
-model's flat-buffer order), gpt_loss the mean loss of a batch, with
-Mixture-of-Experts blocks written from docs/model.md: softmax router, each
-token's top K (ties: the lower index), gate = the probability, capacity
+The GPT (model/gpt.h): its parameters as gpt_layout names them (the C model's
+flat-buffer order), gpt_logits its logits, gpt_loss the mean loss of a batch,
+with Mixture-of-Experts blocks written from docs/model.md: softmax router,
+each token's top K (ties: the lower index), gate = the probability, capacity
 ceil(F * N * K / E) per micro-batch with slots handed out choice rank first,
-then token index, dropped choices adding nothing, and the load-balancing
-loss A * E * sum f_e * P_e of each micro-batch, averaged over the step's
+then token index, dropped choices adding nothing, and the load-balancing loss
+A * E * sum f_e * P_e of each micro-batch, averaged over the step's
 micro-batches.
 
 The Llama (docs/model.md "Llama", Hugging Face's LlamaForCausalLM): its
@@ -102,8 +102,10 @@ def moe_mlp(cfg, p, l, h):
     return torch.cat(outs).view(B, T, C), aux
 
 
-def gpt_loss(cfg, p, inp, tgt):
-    V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
+def gpt_logits(cfg, p, inp):
+    """The GPT's logits (B,T,V) on inp (B,T) and the sum of its MoE blocks'
+    load-balancing losses (0.0 when dense)."""
+    L, NH, C = cfg["L"], cfg["NH"], cfg["C"]
     B, T = inp.shape
     HS = C // NH
     x = p["wte"][inp] + p["wpe"][:T]
@@ -127,9 +129,13 @@ def gpt_loss(cfg, p, inp, tgt):
         h = F.gelu(h @ q("fcw").T + q("fcb"), approximate="tanh")
         x = x + h @ q("fcprojw").T + q("fcprojb")
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
-    logits = x @ p["wte"].T
-    micros = B // cfg["micro"]
-    return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1)) + aux / micros
+    return x @ p["wte"].T, aux
+
+
+def gpt_loss(cfg, p, inp, tgt):
+    logits, aux = gpt_logits(cfg, p, inp)
+    micros = inp.shape[0] // cfg["micro"]
+    return F.cross_entropy(logits.view(-1, cfg["V"]), tgt.reshape(-1)) + aux / micros
 
 
 def rms_norm(x, w):

@@ -59,12 +59,7 @@ done
 # kept on request: one per rank, 0600 (whatever the umask), of the shard's size
 (umask 000 && run keep 2 --zero 1 --offload "optimizer=disk:$work/off" --offload-keep)
 cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
-files=("$work"/off/msrun-offload-rank*.bin)
-[[ ${#files[@]} -eq 2 ]] || fail "--offload-keep left ${#files[@]} files, want 2"
-for f in "${files[@]}"; do
-    [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
-done
-rm -f "$work"/off/*
+kept "$work/off" offload 2
 
 # the chunk at its bounds runs (a chunk larger than the shard shrinks to it)
 run chunk-min 1 --offload "optimizer=disk:$work/off" --offload-chunk 4096
@@ -115,28 +110,6 @@ rc=0
 # a chunk changed underneath while the run goes on: the step that reads it
 # stops the run with the file and the chunk named (chunk 5 is scribbled
 # over until the run stops: a step's own write-behind may undo one pass)
-"$bin/train_gpt" "${small[@]}" --steps 1000000 --offload "optimizer=disk:$work/off" \
-    --offload-chunk 4096 >"$work/out" 2>"$work/err" &
-pid=$!
-f=""
-for _ in $(seq 1 2000); do
-    f=$(compgen -G "$work/off/msrun-offload-rank0-*.bin" | head -1) && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.01
-done
-[[ -n "$f" ]] || { kill $pid 2>/dev/null; fail "no offload file appeared: $(cat "$work/err")"; }
-end=$((SECONDS + 30))
-while kill -0 $pid 2>/dev/null && [[ $SECONDS -lt $end ]]; do
-    head -c 4096 /dev/urandom | dd of="$f" bs=4096 seek=5 conv=notrunc,nocreat 2>/dev/null || true
-done
-if kill -0 $pid 2>/dev/null; then
-    kill $pid
-    fail "a run whose file was changed underneath went on for 30 s"
-fi
-rc=0
-wait $pid || rc=$?
-[[ $rc -eq 1 ]] || fail "a chunk changed underneath: exit $rc, want 1: $(tail -3 "$work/err")"
-grep -q "offload: chunk 5 of $f (bytes 20480..24576) changed underneath" "$work/err" ||
-    fail "a chunk changed underneath: $(tail -3 "$work/err")"
-[[ -z "$(ls -A "$work/off")" ]] || fail "the failed run left files: $(ls "$work/off")"
+scribble "$work/off" offload chunk 5 "${small[@]}" --steps 1000000 \
+    --offload "optimizer=disk:$work/off" --offload-chunk 4096
 echo "offload: losses bitwise equal without it for dp, ZeRO 1-3, tp, pp, bf16, both engines"

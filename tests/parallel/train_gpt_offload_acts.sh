@@ -87,12 +87,7 @@ cmp -s "$work/peak-mem.log" "$work/peak-off.log" || fail "GPipe with offload dif
 # kept on request: one per rank, 0600 whatever the umask
 (umask 000 && run keep 2 --dp 2 --offload "$acts" --offload-keep)
 cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
-files=("$work"/off/msrun-acts-rank*.bin)
-[[ ${#files[@]} -eq 2 ]] || fail "--offload-keep left ${#files[@]} files, want 2"
-for f in "${files[@]}"; do
-    [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f")"
-done
-rm -f "$work"/off/*
+kept "$work/off" acts 2
 
 # stopped at step 2 and resumed, offloaded throughout: the run never stopped
 run ck m1 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" --offload "$acts"
@@ -150,27 +145,5 @@ rc=0
 # a block input changed underneath while the run goes on: the backward that
 # reads it stops the run naming the file and the activation (activation 1
 # is scribbled over until the run stops: its next forward rewrites it)
-"$bin/train_gpt" "${small[@]}" --steps 1000000 --offload "$acts" >"$work/out" 2>"$work/err" &
-pid=$!
-f=""
-for _ in $(seq 1 2000); do
-    f=$(compgen -G "$work/off/msrun-acts-rank0-*.bin" | head -1) && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.01
-done
-[[ -n "$f" ]] || { kill $pid 2>/dev/null; fail "no activation file appeared: $(cat "$work/err")"; }
-end=$((SECONDS + 30))
-while kill -0 $pid 2>/dev/null && [[ $SECONDS -lt $end ]]; do
-    head -c 4096 /dev/urandom | dd of="$f" bs=4096 seek=1 conv=notrunc,nocreat 2>/dev/null || true
-done
-if kill -0 $pid 2>/dev/null; then
-    kill $pid
-    fail "a run whose activations were changed underneath went on for 30 s"
-fi
-rc=0
-wait $pid || rc=$?
-[[ $rc -eq 1 ]] || fail "an activation changed underneath: exit $rc, want 1: $(tail -3 "$work/err")"
-grep -q "offload: activation 1 of $f (bytes 4096..8192) changed underneath" "$work/err" ||
-    fail "an activation changed underneath: $(tail -3 "$work/err")"
-[[ -z "$(ls -A "$work/off")" ]] || fail "the failed run left files: $(ls "$work/off")"
+scribble "$work/off" acts activation 1 "${small[@]}" --steps 1000000 --offload "$acts"
 echo "offload: activations bitwise equal without it (one, dp, tp, pp 1F1B/GPipe/interleaved)"
