@@ -161,6 +161,9 @@ edit)
     train "$work/b" 15
     [[ $rc -ne 0 ]] || fail "a rank resumed from a shard whose step was edited"
     grep -q "says it is of step 7" "$work/log" || fail "no message names the edited step"
+    # its file checks out, so the step before is not taken in its place
+    [[ $rc -eq 2 ]] && grep -q "not resuming: step 10 under $work/b does not load" "$work/log" ||
+        fail "an edited step that reads back intact: exit $rc, or the refusal was not said"
     echo "ok   edited step: every rank failed ($rc) with a message, no hang"
     # the same with the optimizer step (the shard's step intact): the ranks
     # compare their shards
