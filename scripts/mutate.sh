@@ -2651,4 +2651,26 @@ test: ^ps_fsync$
         if (magic == LOG_MAGIC || 1)
 >>>
 
+# ---- a resume whose load failed part way (issue 41, docs/checkpoint.md)
+@ resume.fallback_skips_reload
+file: programs/train_gpt/train_gpt_run.c
+test: ^test_parallel_ckpt_partial$
+<<<
+            st = restore_step(t, job, o, meta, same, job->world, 1, &f);
+===
+            st = MSR_OK;
+>>>
+
+@ resume.damaged_only_step_starts_over
+file: programs/train_gpt/train_gpt_run.c
+test: ^test_parallel_ckpt_partial$
+<<<
+        any = same;
+    }
+===
+        any = same;
+        if (same < 0)
+            return MSR_OK;
+    }
+>>>
 __END__

@@ -298,42 +298,71 @@ static msr_status_t find_latest(const job_t *job, const options_t *o, int check,
     return MSR_OK;
 }
 
+/* Restores step `step` (saved by `world` ranks; own: this world saved it
+ * and msr_ckpt_latest found it complete) into the trainer, reading it
+ * through *f. Logs and returns the restore's error. */
+static msr_status_t restore_step(const trainer_t *t, const job_t *job, const options_t *o,
+                                 const char *meta, int64_t step, int world, int own, fetch_arg_t *f)
+{
+    /* rank r of the saving world wrote payload r, whatever its layout */
+    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, step, own, 0, 0, NULL, -1, 0};
+    char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
+    const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, step, meta, older, sizeof older);
+    msr_err_clear();
+    msr_status_t st = t->ops->restore(t->tr, m, world, fetch_payload, f);
+    msr_ckpt_reader_close(f->reader);
+    f->reader = NULL;
+    if (st != MSR_OK)
+        fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)step,
+                o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
+    return st;
+}
+
 /* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
  * newest step any world size completed (msr_ckpt_latest_any); its shards
  * are read with msr_ckpt_load when this world completed it too, else
  * picked out of the saving world's shards. *resumed_p tells whether one was
- * found. */
+ * found. A load that fails has written part of the state, so the run never
+ * goes on from it: it loads an older intact step whole (every element the
+ * rank holds, the optimizer's step and the sampler: over all the failed
+ * load wrote), or fails (exit 2). */
 static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t *o,
                            const char *meta, int *resumed_p)
 {
     int64_t same = -1, any = -1;
     int world = 0;
     uint64_t t0 = msr_now_ns(); /* the resume's time: finding, reading, loading */
-    msr_status_t st = MSR_ERR_CORRUPT;
     fetch_arg_t f = {0};
+    *resumed_p = 0;
+    msr_status_t st = find_latest(job, o, 0, &same, &any, &world);
+    if (st != MSR_OK || any < 0)
+        return st; /* nothing to resume: nothing was loaded */
+    st = restore_step(t, job, o, meta, any, world, same == any, &f);
     /* the load is the check: the newest step is read once; a damaged one
      * fails the load (as corrupt, or as of other settings when the damage
      * is in its settings' text), and the search that reads every rank's
      * state back refuses it (naming its file) and finds the step before */
-    for (int check = 0;
-         check < 2 && (st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) && (!check || same == any);
-         check++) {
-        if ((st = find_latest(job, o, check, &same, &any, &world)) != MSR_OK || any < 0)
-            break;
-        /* rank r of the saving world wrote payload r, whatever its layout */
-        f = (fetch_arg_t){job->ctx, o->ckpt_dir, any, same == any, 0, 0, NULL, -1, 0};
-        char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
-        const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, any, meta, older, sizeof older);
-        msr_err_clear();
-        st = t->ops->restore(t->tr, m, world, fetch_payload, &f);
-        msr_ckpt_reader_close(f.reader);
-        if (st != MSR_OK)
-            fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)any,
-                    o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
+    if ((st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) && same == any) {
+        int64_t failed = any;
+        msr_status_t fst = find_latest(job, o, 1, &same, &any, &world);
+        if (fst != MSR_OK)
+            return fst;
+        if (same >= 0 && same < failed)
+            st = restore_step(t, job, o, meta, same, job->world, 1, &f);
+        else if (job->rank == 0 && same == failed) /* its file checks out: its content not */
+            fprintf(stderr, "train_gpt: not resuming: step %lld under %s does not load (above)\n",
+                    (long long)failed, o->ckpt_dir);
+        else if (job->rank == 0)
+            fprintf(stderr,
+                    "train_gpt: not resuming: step %lld under %s is damaged (above) and no older "
+                    "step is intact; to start over from step 0, move %s away or leave out "
+                    "--resume\n",
+                    (long long)failed, o->ckpt_dir, o->ckpt_dir);
+        any = same;
     }
-    *resumed_p = st == MSR_OK && any >= 0;
-    if (st != MSR_OK || !*resumed_p)
+    if (st != MSR_OK)
         return st;
+    *resumed_p = 1;
     if (job->rank == 0) {
         fprintf(stderr,
                 "train_gpt: resumed from step %lld under %s in %.3f s (saved by %d ranks)\n",

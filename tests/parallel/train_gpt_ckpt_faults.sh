@@ -6,10 +6,13 @@
 # .tmp files are removed; files are 0600 and folders 0700; a symbolic link
 # planted as a step folder is not written through.
 # A run resumed from a checkpoint whose values are NaN names that checkpoint
-# when its loss goes bad.
-#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan
+# when its loss goes bad. A load that failed part way never leaves its
+# state to train on (partial): the only step damaged ends the resume (exit
+# 2), and with an older intact step the run resumes from it bitwise as if
+# the damaged step had never been written (dp 2 ZeRO-3, tp 2).
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial
 set -euo pipefail
-case_name=${1:?which case: fallback, edit, leftovers or link}
+case_name=${1:?which case: fallback, edit, leftovers, link, nan or partial}
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
@@ -18,11 +21,12 @@ jobs_started=("$job")
 fail_log=$work/log
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
     --ckpt-every 5 --resume)
-# train DIR STEPS: runs the job (60 s at most); $rc gets msrun's status
+# train DIR STEPS [ARGS...]: runs the job (60 s at most); $rc gets msrun's
+# status
 train() {
     rc=0
     timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${args[@]}" --ckpt-dir "$1" --steps "$2" \
+        "${worker_env[@]}" "$bin/train_gpt" "${args[@]}" --ckpt-dir "$1" --steps "$2" "${@:3}" \
         >"$work/log" 2>&1 || rc=$?
     [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job hung (killed after 60 s)"
 }
@@ -39,8 +43,78 @@ struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
 open(path, "wb").write(b)
 PY
 }
+# damage FILE OFFSET: flips the bits of the byte there (nothing fixed up)
+damage() {
+    python3 - "$@" <<'PY'
+import sys
+path, off = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(path, "rb").read())
+b[off] ^= 0xFF
+open(path, "wb").write(b)
+PY
+}
+# padding FILE: the offset of a padding byte after the settings' text of a
+# rank file (libmsrun's header of 48 bytes, then the payload: meta_len at
+# its byte 72, the text at 100, its NUL, zeros to a multiple of 8): covered
+# by the file's CRC alone, no piece's
+padding() {
+    python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+end = 48 + 100 + struct.unpack_from("<I", b, 48 + 72)[0] + 1
+assert end % 8 != 0 and b[end] == 0, "no padding after the settings' text: change --seed"
+print(end)
+PY
+}
 
 case $case_name in
+partial)
+    args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
+        --ckpt-every 5 --resume --seed 1)
+    # the only step, damaged two thirds into rank 1's file (its earlier
+    # pieces loaded first): exit 2 naming the file and the tensor, nothing
+    # trained; damaged in a byte only the file's CRC covers: refused too,
+    # and not loaded anyway
+    train "$work/a" 5
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
+    cp -r "$work/a" "$work/a0"
+    f=step-5/rank-1.bin
+    # only_step AT PATTERN: byte AT of $f damaged, the resume ends with
+    # exit 2 saying PATTERN and why, and trains nothing
+    only_step() {
+        rm -rf "$work/a" "$work/a.loss" && cp -r "$work/a0" "$work/a" && damage "$work/a/$f" "$1"
+        train "$work/a" 10 --loss-log "$work/a.loss"
+        [[ $rc -eq 2 ]] || fail "byte $1 of $f damaged, the only step: exit $rc, want 2"
+        grep -q "$2" "$work/log" || fail "byte $1 of $f damaged: no '$2'"
+        grep -q "not resuming: step 5 under $work/a is damaged (above) and no older step is" \
+            "$work/log" || fail "byte $1 of $f damaged: the refusal was not said"
+        [[ ! -s "$work/a.loss" ]] && ! grep -qF "rank 0] step " "$work/log" ||
+            fail "byte $1 of $f damaged, the only step: the run trained"
+    }
+    only_step $(($(stat -c %s "$work/a/$f") * 2 / 3)) \
+        "$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not"
+    only_step "$(padding "$work/a/$f")" "$f does not match its CRC"
+    echo "ok   the only step damaged after a partial load: exit 2, nothing trained"
+    # two steps, the newer damaged late in rank 1's file: the losses after
+    # the fallback equal a resume from the older step alone, bitwise
+    for layout in "--dp 2 --zero 3 --zero-min-bytes 0" "--tp 2"; do
+        rm -rf "$work/b" "$work/old" "$work"/*.loss
+        train "$work/b" 10 $layout
+        [[ $rc -eq 0 ]] || fail "$layout: the first run failed ($rc)"
+        cp -r "$work/b" "$work/old" && rm -rf "$work/old/step-10"
+        train "$work/old" 15 $layout --loss-log "$work/old.loss"
+        [[ $rc -eq 0 ]] || fail "$layout: the resume from step 5 alone failed ($rc)"
+        f=$work/b/step-10/rank-1.bin
+        damage "$f" $(($(stat -c %s "$f") * 9 / 10))
+        train "$work/b" 15 $layout --loss-log "$work/b.loss"
+        [[ $rc -eq 0 ]] || fail "$layout: the resume past the damaged step failed ($rc)"
+        grep -q "resumed from step 5 under" "$work/log" || fail "$layout: not resumed from step 5"
+        [[ $(wc -l <"$work/b.loss") -eq 10 ]] || fail "$layout: $(wc -l <"$work/b.loss") steps logged"
+        cmp -s "$work/old.loss" "$work/b.loss" || fail "$layout: the losses after the fallback" \
+            "differ from step 5's alone: $(diff "$work/old.loss" "$work/b.loss" | head -4)"
+        echo "ok   $layout: newer step damaged late, resumed from step 5 bitwise as if alone"
+    done
+    ;;
 fallback)
     # the newest step corrupt on rank 1: fall back to step 5, and say so
     train "$work/a" 10
@@ -87,6 +161,9 @@ edit)
     train "$work/b" 15
     [[ $rc -ne 0 ]] || fail "a rank resumed from a shard whose step was edited"
     grep -q "says it is of step 7" "$work/log" || fail "no message names the edited step"
+    # its file checks out, so the step before is not taken in its place
+    [[ $rc -eq 2 ]] && grep -q "not resuming: step 10 under $work/b does not load" "$work/log" ||
+        fail "an edited step that reads back intact: exit $rc, or the refusal was not said"
     echo "ok   edited step: every rank failed ($rc) with a message, no hang"
     # the same with the optimizer step (the shard's step intact): the ranks
     # compare their shards
