@@ -155,15 +155,20 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
     msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     uint64_t N = d.N, C = (uint64_t)d.C, Cl = (uint64_t)d.Cl, Hl = (uint64_t)d.Hl;
     uint64_t T = (uint64_t)d.T, HS = (uint64_t)(m->channels / m->heads), a = 0, b = 0;
+    /* q, k and v's outputs: 3 Cl, or a Llama's Cl and its kv heads' k and
+     * v (model/block.c qkv_width); its gate and up 2 Hl (glu) */
+    uint64_t qkv = 3 * Cl, fc = d.glu ? 2 * Hl : Hl;
+    if (m->arch == MSR_PLAN_LLAMA)
+        qkv = Cl + 2 * (uint64_t)msr_plan_kv_heads_local(m, l->tp) * HS;
     if (blocks > 0) {
-        linear_operands(N, C, 3 * Cl, &a, &b);
+        linear_operands(N, C, qkv, &a, &b);
         linear_operands(N, Cl, C, &a, &b);
         uint64_t S = msr_plan_cp(l) > 1 ? T / 2 : T; /* the ring's chunks, or all of T */
         a = msr_plan_max_u64(a, S * msr_plan_max_u64(S, HS));
         b = msr_plan_max_u64(b, S * HS);
     }
     if (blocks > moe_blocks) {
-        linear_operands(N, C, Hl, &a, &b);
+        linear_operands(N, C, fc, &a, &b);
         linear_operands(N, Hl, C, &a, &b);
     }
     if (moe_blocks > 0) {

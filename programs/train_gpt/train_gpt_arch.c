@@ -5,9 +5,10 @@
  * tp, or replicated when fewer than tp and dividing it), recompute and
  * --trace, checkpoints and resume, safetensors export and import,
  * --dump-logits and --dump-grads, fp32 or bf16 products, --generate,
- * the planner's --plan, --explain and --auto (fp32). Context parallel,
- * experts, the CUDA trainer and --calibrate run GPT blocks only, and are
- * refused for a Llama by name. */
+ * the planner's --plan, --explain and --auto (fp32 or bf16), context
+ * parallel (the planner's count of it refused). Experts, the CUDA trainer
+ * and --calibrate run GPT blocks only, and are refused for a Llama by
+ * name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

@@ -446,8 +446,6 @@ static int plan_precision(const options_t *o, const job_t *job, msr_plan_precisi
 {
     if (strcmp(o->precision, "fp32") == 0)
         *prec_p = MSR_PLAN_FP32;
-    else if (strcmp(o->precision, "bf16") == 0 && strcmp(o->arch, "llama") == 0)
-        return refuse(job, "--precision bf16: the planner counts a Llama's runtime in fp32 only");
     else if (strcmp(o->precision, "bf16") == 0)
         *prec_p = MSR_PLAN_BF16_RUNTIME;
     else
