@@ -56,6 +56,17 @@ uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_lay
 
 /* ---- the runtime's work space ---- */
 
+/* A Llama's ring with fewer kv heads than heads (parallel/mp.c alloc_cp):
+ * the kv heads of a chunk of T/2 rows repeated for their query heads, and
+ * the repeated heads' gradients, (T/2, 2 C/tp) each, what the ring's
+ * kernels take; 0 without cp or for a GPT. */
+static uint64_t ring_kv_repeat_elems(const msr_plan_model_t *m, const msr_layout_dims_t *d)
+{
+    if (d->cp == 1 || m->arch != MSR_PLAN_LLAMA || m->kv_heads == m->heads)
+        return 0;
+    return 2 * (uint64_t)(d->T / 2) * 2 * (uint64_t)d->Cl;
+}
+
 /* Bytes of the work space and token buffers a rank allocates besides its
  * parameters, state and kept activations; *scratch_p the blocks' shared
  * scratch among them. Whole model: the layout's whole-model work table
@@ -64,7 +75,7 @@ uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_lay
  * Model parallel: the layout's work table (msr_layout_work, which
  * parallel/mp.c carves) and the ints context parallel adds, with the
  * trainer's inputs and targets for every micro-batch of the step (whole
- * sequences under cp). */
+ * sequences under cp), and a Llama's ring's repeated kv heads. */
 uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                              uint64_t *scratch_p)
 {
@@ -78,7 +89,8 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
     msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * MSR_PLAN_F32;
     return msr_layout_work_elems(&d) * MSR_PLAN_F32 +
-           msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer;
+           msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer +
+           ring_kv_repeat_elems(m, &d) * MSR_PLAN_F32;
 }
 
 /* The MoE state's buffers: the layout's MoE table (msr_layout_moe_work,
