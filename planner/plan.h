@@ -21,7 +21,7 @@
  *            activations per layer in 16-bit by Korthikanti et al. (2022)'s
  *            terms, cut by tensor and sequence parallel and dropped by
  *            recompute. Used for MSR_PLAN_BF16 (bf16 at paper scale) and
- *            for a Llama in bf16.
+ *            for a Llama's experts (not in the runtime).
  *
  * Layer and rank conventions follow the runtime: rank = ((dp_rank * pp +
  * pp_rank) * cp + cp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
@@ -197,18 +197,28 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
 
-/* Whether prec of model m is counted as the runtime counts (GPT in fp32 or
- * with the runtime's bf16 products, the runtime's Llama, dense, in fp32)
+/* Whether prec of model m is counted as the runtime counts (GPT or the
+ * runtime's Llama, dense, in fp32 or with the runtime's bf16 products)
  * rather than by the paper accounting (a Llama's experts are not in the
  * runtime). */
 static inline int msr_plan_is_runtime(const msr_plan_model_t *m, msr_plan_precision_t prec)
 {
-    if (m->arch == MSR_PLAN_LLAMA)
-        return prec == MSR_PLAN_FP32 && m->experts == 0;
+    if (m->arch == MSR_PLAN_LLAMA && m->experts > 0)
+        return 0;
     return prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME;
 }
 
-/* Rank rank's bytes. GPT in fp32 or MSR_PLAN_BF16_RUNTIME, a dense Llama in fp32:
+/* The key/value heads a rank of tensor parallel tp holds: kv_heads / tp,
+ * or one, replicated on tp / kv_heads ranks, when fewer than tp (model/
+ * gpt.h msr_gpt_kv_heads_local); a GPT's heads / tp. */
+static inline int msr_plan_kv_heads_local(const msr_plan_model_t *m, int tp)
+{
+    if (m->arch != MSR_PLAN_LLAMA)
+        return m->heads / tp;
+    return m->kv_heads >= tp ? m->kv_heads / tp : 1;
+}
+
+/* Rank rank's bytes. GPT or a dense Llama in fp32 or MSR_PLAN_BF16_RUNTIME:
  * the runtime accounting (exact); anything else: the paper accounting. The layout must have passed
  * msr_plan_check. */
 void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_plan_precision_t prec,

@@ -56,6 +56,17 @@ uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_lay
 
 /* ---- the runtime's work space ---- */
 
+/* A Llama's ring with fewer kv heads than heads (parallel/mp.c alloc_cp):
+ * the kv heads of a chunk of T/2 rows repeated for their query heads, and
+ * the repeated heads' gradients, (T/2, 2 C/tp) each, what the ring's
+ * kernels take; 0 without cp or for a GPT. */
+static uint64_t ring_kv_repeat_elems(const msr_plan_model_t *m, const msr_layout_dims_t *d)
+{
+    if (d->cp == 1 || m->arch != MSR_PLAN_LLAMA || m->kv_heads == m->heads)
+        return 0;
+    return 2 * (uint64_t)(d->T / 2) * 2 * (uint64_t)d->Cl;
+}
+
 /* Bytes of the work space and token buffers a rank allocates besides its
  * parameters, state and kept activations; *scratch_p the blocks' shared
  * scratch among them. Whole model: the layout's whole-model work table
@@ -64,7 +75,7 @@ uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_lay
  * Model parallel: the layout's work table (msr_layout_work, which
  * parallel/mp.c carves) and the ints context parallel adds, with the
  * trainer's inputs and targets for every micro-batch of the step (whole
- * sequences under cp). */
+ * sequences under cp), and a Llama's ring's repeated kv heads. */
 uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                              uint64_t *scratch_p)
 {
@@ -78,7 +89,8 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
     msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * MSR_PLAN_F32;
     return msr_layout_work_elems(&d) * MSR_PLAN_F32 +
-           msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer;
+           msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer +
+           ring_kv_repeat_elems(m, &d) * MSR_PLAN_F32;
 }
 
 /* The MoE state's buffers: the layout's MoE table (msr_layout_moe_work,
@@ -155,15 +167,20 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
     msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
     uint64_t N = d.N, C = (uint64_t)d.C, Cl = (uint64_t)d.Cl, Hl = (uint64_t)d.Hl;
     uint64_t T = (uint64_t)d.T, HS = (uint64_t)(m->channels / m->heads), a = 0, b = 0;
+    /* q, k and v's outputs: 3 Cl, or a Llama's Cl and its kv heads' k and
+     * v (model/block.c qkv_width); its gate and up 2 Hl (glu) */
+    uint64_t qkv = 3 * Cl, fc = d.glu ? 2 * Hl : Hl;
+    if (m->arch == MSR_PLAN_LLAMA)
+        qkv = Cl + 2 * (uint64_t)msr_plan_kv_heads_local(m, l->tp) * HS;
     if (blocks > 0) {
-        linear_operands(N, C, 3 * Cl, &a, &b);
+        linear_operands(N, C, qkv, &a, &b);
         linear_operands(N, Cl, C, &a, &b);
         uint64_t S = msr_plan_cp(l) > 1 ? T / 2 : T; /* the ring's chunks, or all of T */
         a = msr_plan_max_u64(a, S * msr_plan_max_u64(S, HS));
         b = msr_plan_max_u64(b, S * HS);
     }
     if (blocks > moe_blocks) {
-        linear_operands(N, C, Hl, &a, &b);
+        linear_operands(N, C, fc, &a, &b);
         linear_operands(N, Hl, C, &a, &b);
     }
     if (moe_blocks > 0) {

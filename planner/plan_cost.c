@@ -143,6 +143,8 @@ typedef struct shape {
     int cp;
     double t, b, T, C, NH, V, N, Nl, llama, F, KV;
     double qkv;       /* output width of the q, k, v projections */
+    double kvl;       /* a rank's k (and v) width: its kv heads' (C/t for a GPT) */
+    double kv_rep;    /* a rank's FLOPs beyond its share: replicated kv heads' k and v */
     double mlp, mm;   /* a dense block's MLP, and all of a block's products */
     double E, K, cap; /* MoE: experts, top-k, an expert's capacity (0 without) */
     double rows;      /* MoE: the rows the experts take, N K if none drops */
@@ -166,6 +168,11 @@ static void shape_of(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     s->KV = s->llama ? m->kv_heads : s->NH;
     s->qkv = s->C + 2 * s->C * s->KV / s->NH;
     double N = s->N, C = s->C;
+    /* fewer kv heads than tp (model/gpt.h): every rank projects one kv
+     * head's k and v, a head's width where its share is K/t of one */
+    s->kvl = msr_plan_kv_heads_local(m, l->tp) * (C / s->NH);
+    if (s->llama && m->kv_heads < l->tp)
+        s->kv_rep = 2 * N * C * 2 * (s->kvl - C * s->KV / s->NH / s->t);
 
     /* matrix products: q/k/v, the output projection, the MLP (SwiGLU: gate
      * and up, then down) */
@@ -232,13 +239,23 @@ static void count_attention(const msr_plan_model_t *m, const msr_plan_layout_t *
     if (cp > 1) {
         p->attn_b_more.rflops = 0.5 * p->attn_f.rflops;
         p->attn_b_more.kernels = s->b * heads_l * s->pairs;
-        /* the ring (parallel/mp_cp.c): forward, cp - 1 K/V blocks (N, 2C/t)
-         * each sent while a ring step's attention computes, exposed only
-         * past it; backward, the same for the K/V blocks, and cp gradient
-         * blocks of the same size, each sent after its step computes */
+        /* the ring (parallel/mp_cp.c): forward, cp - 1 K/V blocks (N, 2C/t;
+         * a Llama's (N, 2 kvl), its kv heads) each sent while a ring
+         * step's attention computes, exposed only past it; backward, the
+         * same for the K/V blocks, and cp gradient blocks of the same
+         * size, each sent after its step computes */
         msr_plan_net_t cpn = msr_plan_net_of(c, (int64_t)l->tp * cp <= c->ranks_per_node &&
                                                     c->ranks_per_node % (l->tp * cp) == 0);
-        double kv = msr_plan_t_p2p(&cpn, s->N * 2 * s->C / s->t * s->eb);
+        double kv = msr_plan_t_p2p(&cpn, s->N * 2 * s->kvl * s->eb);
+        /* with fewer kv heads than query heads a rank repeats a pair's key
+         * chunk's heads into (S, 2C/t) forward (read 2 kvl, write 2C/t
+         * a row); backward repeats them again, clears their gradients
+         * and sums those back: 2 kvl + 2C/t a row beyond twice forward */
+        if (s->llama && s->kvl < s->C / s->t) {
+            double rows = s->b * s->pairs * s->S, w = 2 * s->kvl + 2 * s->C / s->t;
+            p->attn_f.bytes += s->eb * rows * w;
+            p->attn_b_more.bytes += s->eb * rows * w;
+        }
         double step_f = msr_plan_price(c, p->attn_f) / cp;
         double step_b = msr_plan_price(c, msr_plan_work_add(msr_plan_work_scale(p->attn_f, 2),
                                                             p->attn_b_more)) /
@@ -267,8 +284,9 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
      * source rank (model/moe.c): rows / E of them on average, ep or not */
     double rc_e = s->E > 0 ? rows_cost(c, s->rows / s->E) : rc;
     p->layer_f = p->attn_f;
-    p->layer_f.flops += rc * ((s->mm - s->moe_share * s->moe_mlp) / t + s->moe_share * s->router) +
-                        rc_e * s->moe_share * s->moe_mlp / t;
+    p->layer_f.flops +=
+        rc * ((s->mm - s->moe_share * s->moe_mlp) / t + s->moe_share * s->router + s->kv_rep) +
+        rc_e * s->moe_share * s->moe_mlp / t;
     /* element-wise: two norms (read, write), two residual adds (two reads
      * and a write), the activation (GELU: read, write; SwiGLU: two reads
      * and a write), bias adds folded into the products */

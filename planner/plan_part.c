@@ -34,7 +34,7 @@ static uint64_t block_params(const msr_plan_model_t *m, int t, int moe)
     uint64_t hd = C / (uint64_t)m->heads, F = (uint64_t)m->ffn;
     /* k, v: C x the rank's kv heads' rows (kv heads / t, or one head
      * replicated when fewer than t: model/gpt.h) */
-    uint64_t kvl = (m->kv_heads >= t ? (uint64_t)m->kv_heads / T : 1) * hd;
+    uint64_t kvl = (uint64_t)msr_plan_kv_heads_local(m, t) * hd;
     /* q, o: C x C; gate, up, down: C x F (all split); two RMSNorms */
     if (moe)
         return 2 * C * C / T + 2 * C * kvl + 2 * C + E * C;

@@ -234,6 +234,26 @@ static void cold_frames(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
 }
 
+/* A Llama's kv heads replicated over tp (fewer than tp): each rank's
+ * gradient of its k and v rows is its query heads' part, summed over tp
+ * once a step (every micro-batch under ZeRO-2) in one allreduce of the
+ * K kv heads' slots, 2 C hs K a block (parallel/mp_run.c tp_sum), exposed.
+ * ms a step on pipeline stage s; 0 for a GPT. */
+static double stage_kv_sum(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                           msr_plan_precision_t prec, const msr_plan_cluster_t *c, int s)
+{
+    if (m->arch != MSR_PLAN_LLAMA || m->kv_heads >= l->tp)
+        return 0;
+    int n = l->pp * l->chunks, blocks = 0;
+    for (int k = 0; k < l->chunks; k++)
+        blocks += split_at(m, l, n, k * l->pp + s);
+    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    double bytes = blocks * 2.0 * m->channels * (m->channels / m->heads) * m->kv_heads * eb;
+    msr_plan_net_t tpn =
+        msr_plan_net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
+    return (l->zero >= 2 ? l->micros : 1) * msr_plan_t_allreduce(&tpn, bytes, l->tp);
+}
+
 /* Data parallel's costs on pipeline stage s, ms a step. */
 typedef struct stage_dp {
     double red, red_exposed; /* the gradients' reduction (ZeRO's packing in), exposed */
@@ -388,20 +408,24 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         tied = 2 * msr_plan_t_p2p(&ppn, (double)m->vocab / l.tp * m->channels * eb);
     out->pp_comm_ms += tied;
 
-    /* data parallel, per pipeline stage: the slowest decides */
-    double worst = 0;
+    /* data parallel (and a Llama's replicated kv heads' sum over tp), per
+     * pipeline stage: the slowest decides */
+    double worst = 0, kv_sum = 0;
     for (int s = 0; s < l.pp; s++) {
         stage_dp_t d;
         stage_dp(m, &l, prec, c, s, rank_bwd, &d);
-        double cost = d.red_exposed + d.ag + d.z3 + d.optim;
+        double kv = stage_kv_sum(m, &l, prec, c, s);
+        double cost = d.red_exposed + d.ag + d.z3 + d.optim + kv;
         if (s == 0 || cost > worst) {
             worst = cost;
+            kv_sum = kv;
             out->dp_comm_ms = d.red + d.ag;
             out->dp_exposed_ms = d.red_exposed + d.ag;
             out->zero3_ms = d.z3;
             out->optim_ms = d.optim;
         }
     }
+    out->tp_comm_ms += kv_sum;
     out->exposed_comm_ms = out->tp_comm_ms + out->cp_comm_ms + out->ep_comm_ms + out->pp_comm_ms +
                            out->dp_exposed_ms + out->zero3_ms;
     out->step_ms = pipe + tied + worst;

@@ -1171,6 +1171,60 @@ test: ^test_parallel_plan_report_llama$
         d.glu = 0;
 >>>
 
+@ plan_acts.bf16_llama_qkv_as_gpt
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_llama$
+<<<
+        qkv = Cl + 2 * (uint64_t)msr_plan_kv_heads_local(m, l->tp) * HS;
+===
+        qkv = 3 * Cl;
+>>>
+
+@ plan_acts.bf16_llama_gate_up_as_fc
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_llama$
+<<<
+    uint64_t qkv = 3 * Cl, fc = d.glu ? 2 * Hl : Hl;
+===
+    uint64_t qkv = 3 * Cl, fc = Hl;
+>>>
+
+@ plan_acts.llama_ring_repeat_one_buffer
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report_llama$
+<<<
+    return 2 * (uint64_t)(d->T / 2) * 2 * (uint64_t)d->Cl;
+===
+    return (uint64_t)(d->T / 2) * 2 * (uint64_t)d->Cl;
+>>>
+
+@ plan.time.kv_replicas_split
+file: planner/plan_cost.c
+test: ^test_parallel_plan_time$
+<<<
+        s->kv_rep = 2 * N * C * 2 * (s->kvl - C * s->KV / s->NH / s->t);
+===
+        s->kv_rep = 0;
+>>>
+
+@ plan.time.kv_sum_once_under_zero2
+file: planner/plan_time.c
+test: ^test_parallel_plan_time$
+<<<
+    return (l->zero >= 2 ? l->micros : 1) * msr_plan_t_allreduce(&tpn, bytes, l->tp);
+===
+    return msr_plan_t_allreduce(&tpn, bytes, l->tp);
+>>>
+
+@ plan.time.llama_ring_gpt_width
+file: planner/plan_cost.c
+test: ^test_parallel_plan_time$
+<<<
+        double kv = msr_plan_t_p2p(&cpn, s->N * 2 * s->kvl * s->eb);
+===
+        double kv = msr_plan_t_p2p(&cpn, s->N * 2 * s->C / s->t * s->eb);
+>>>
+
 @ layout.whole_dfch_act_4c
 file: layout/layout.c
 test: ^test_parallel_plan_report_llama$
@@ -1180,15 +1234,6 @@ test: ^test_parallel_plan_report_llama$
 ===
     case MSR_WORK_WHOLE_DFCH_GELU:
         return N * 4 * C;
->>>
-
-@ train_gpt_plan.llama_cp_searched
-file: programs/train_gpt/train_gpt_plan.c
-test: ^test_parallel_plan_report_llama$
-<<<
-        fix[MSR_PLAN_FIX_CP] = 1;
-===
-        fix[MSR_PLAN_FIX_CP] = -1;
 >>>
 
 @ plan_mem.moe_block_keeps_mlp

@@ -231,11 +231,6 @@ static msr_status_t check_names(args_t *a)
     else
         return msr_err(MSR_ERR_INVALID_ARG, "--precision %s: not fp32, bf16 or bf16-runtime",
                        a->precision);
-    /* bf16-runtime is train_gpt --precision bf16, which trains the GPT */
-    if (a->prec == MSR_PLAN_BF16_RUNTIME && a->m.arch != MSR_PLAN_GPT)
-        return msr_err(MSR_ERR_INVALID_ARG,
-                       "--precision bf16-runtime counts train_gpt's GPT: not with --arch %s",
-                       a->arch);
     if (strcmp(a->format, "table") != 0 && strcmp(a->format, "kv") != 0)
         return msr_err(MSR_ERR_INVALID_ARG, "--format %s: not table or kv", a->format);
     if (strcmp(a->search_name, "exhaustive") == 0)

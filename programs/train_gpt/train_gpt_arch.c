@@ -5,9 +5,9 @@
  * tp, or replicated when fewer than tp and dividing it), recompute and
  * --trace, checkpoints and resume, safetensors export and import,
  * --dump-logits and --dump-grads, fp32 or bf16 products, --generate,
- * the planner's --plan, --explain and --auto (fp32). Context parallel,
- * experts, the CUDA trainer and --calibrate run GPT blocks only, and are
- * refused for a Llama by name. */
+ * context parallel, the planner's --plan, --explain and --auto (fp32 or
+ * bf16, every layout). Experts, the CUDA trainer and --calibrate run GPT
+ * blocks only, and are refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,9 +31,6 @@ static const char *missing_piece(const options_t *o)
         return "--device cuda (the CUDA trainer's Llama kernels)";
     if (o->calibrate != NULL || o->recalibrate)
         return "--calibrate and --recalibrate (the kernels' rates of a Llama's block)";
-    if ((o->plan || o->plan_all || o->explain > 0 || o->auto_plan) && o->cp > 1)
-        return "--plan, --explain and --auto with --cp (the planner's count of the ring's "
-               "key/value copies)";
     return NULL;
 }
 

@@ -193,8 +193,6 @@ static int fixes(const options_t *o, const job_t *job, int *fix)
         fix[MSR_PLAN_FIX_SP] = 1;
     if (train_gpt_given(o, "cp"))
         fix[MSR_PLAN_FIX_CP] = (int)o->cp;
-    if (strcmp(o->arch, "llama") == 0) /* a Llama's ring is not counted (train_gpt_arch.c) */
-        fix[MSR_PLAN_FIX_CP] = 1;
     if (train_gpt_given(o, "ep"))
         fix[MSR_PLAN_FIX_EP] = (int)o->ep;
     if (o->schedule != NULL &&
@@ -446,8 +444,6 @@ static int plan_precision(const options_t *o, const job_t *job, msr_plan_precisi
 {
     if (strcmp(o->precision, "fp32") == 0)
         *prec_p = MSR_PLAN_FP32;
-    else if (strcmp(o->precision, "bf16") == 0 && strcmp(o->arch, "llama") == 0)
-        return refuse(job, "--precision bf16: the planner counts a Llama's runtime in fp32 only");
     else if (strcmp(o->precision, "bf16") == 0)
         *prec_p = MSR_PLAN_BF16_RUNTIME;
     else

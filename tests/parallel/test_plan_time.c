@@ -579,6 +579,76 @@ static void test_cp_terms(void)
     MSR_CHECK(t.flops > one.flops);
 }
 
+/* A Llama's kv heads under tp: with fewer kv heads than tp every rank
+ * projects one head's k and v (replicated, not K/t of one), so its
+ * products are those of K = t, and one head more a rank (K = 2t) adds 2 N C
+ * 2 hs FLOPs a block; the replicated heads' gradients are summed over tp
+ * once a step (each micro-batch under ZeRO-2), an allreduce of L 2 C hs K
+ * fp32 priced as the cluster's (here 2 (t-1)/t bytes at intra_gbs), in the
+ * tp collectives. Under cp the ring carries (N, 2 kvl), and repeats the kv
+ * heads in front of its kernels: 4 (2 kvl + 2C/t) fp32 a row of each of a
+ * micro-batch's b (2 cp + 1) S key rows per block, forward and backward. */
+static void test_kv_heads(void)
+{
+    double L = 4, C = 256, HS = 32, N = 2 * 64, M = 4, t = 4;
+    msr_plan_model_t m = {MSR_PLAN_LLAMA, 4, 256, 8, 1, 512, 256, 64};
+    msr_plan_cluster_t c = flops_only();
+    msr_plan_layout_t lay = layout(1, 4, 1, 0, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time_t k[4]; /* kv heads 1, 2, 4, 8 on tp 4 */
+    for (int i = 0; i < 4; i++) {
+        m.kv_heads = 1 << i;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &k[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        MSR_CHECK_MSG(fabs(k[i].compute_ms / k[2].compute_ms - 1) < 1e-12, "kv %d: %g vs %g ms",
+                      1 << i, k[i].compute_ms, k[2].compute_ms);
+    double more = 3 * L * M * 2 * N * C * 2 * HS / (c.peak_tflops * 1e9);
+    MSR_CHECK_MSG(fabs((k[3].compute_ms - k[2].compute_ms) / more - 1) < 1e-9, "%g vs %g ms",
+                  k[3].compute_ms - k[2].compute_ms, more);
+    /* the sum over tp, on links of 1 GB/s: exposed, and none from K = t */
+    c.intra_gbs = 1;
+    lay = layout(2, 4, 1, 2, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    for (int z = 1; z <= 2; z++) {
+        lay.zero = z;
+        msr_plan_time_t base;
+        m.kv_heads = 4;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &base);
+        for (int K = 1; K <= 2; K++) {
+            msr_plan_time_t r;
+            m.kv_heads = K;
+            msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &r);
+            double want = (z == 2 ? M : 1) * 2 * (t - 1) / t * (L * 2 * C * HS * K * 4) / 1e6;
+            MSR_CHECK_MSG(fabs((r.tp_comm_ms - base.tp_comm_ms) / want - 1) < 1e-9,
+                          "zero %d kv %d: %g vs %g ms", z, K, r.tp_comm_ms - base.tp_comm_ms, want);
+            MSR_CHECK(fabs((r.step_ms - base.step_ms) / want - 1) < 1e-9);
+        }
+    }
+    /* cp 2 on tp 1: the ring's copies cost memory traffic (fast products,
+     * 1 GB/s of memory), and the ring's blocks shrink with the kv heads */
+    c = flops_only();
+    c.peak_tflops = 1e12;
+    c.mem_gbs = 1;
+    lay = layout(1, 1, 1, 0, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    lay.cp = 2;
+    msr_plan_time_t rep, whole;
+    m.kv_heads = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &rep);
+    m.kv_heads = 8;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &whole);
+    double S = 64 / 4.0, rows = 2 * 5 * S, w = 2 * 2 * HS + 2 * C;
+    double copies = M * L * 4 * 4 * rows * w / 1e6;
+    MSR_CHECK_MSG(fabs((rep.compute_ms - whole.compute_ms) / copies - 1) < 1e-6, "%g vs %g ms",
+                  rep.compute_ms - whole.compute_ms, copies);
+    msr_plan_cluster_t slow;
+    msr_plan_cluster_default(&slow);
+    slow.intra_gbs = 0.01;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &slow, &whole);
+    m.kv_heads = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &slow, &rep);
+    MSR_CHECK_MSG(rep.cp_comm_ms < 0.3 * whole.cp_comm_ms, "%g vs %g ms", rep.cp_comm_ms,
+                  whole.cp_comm_ms);
+}
+
 static const msr_test_t tests[] = {
     {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
     {"rows_rate", test_rows_rate, 10},       {"moe_rows", test_moe_rows, 10},
@@ -586,6 +656,7 @@ static const msr_test_t tests[] = {
     {"attn_rates", test_attn_rates, 10},     {"bubble", test_bubble, 10},
     {"idle_lend", test_idle_lend, 10},       {"selective_reruns", test_selective_reruns, 10},
     {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
+    {"kv_heads", test_kv_heads, 10},
 };
 
 int main(int argc, char **argv)

@@ -32,10 +32,6 @@ refuse 1 "rope theta 1 is not in (1, 1e12]" "${small[@]}" --rope-theta 1
 refuse 1 "head width 3 (channels 24 / heads 8) is odd" "${small[@]}" --channels 24 --heads 8
 refuse 1 "--experts and --ep" "${small[@]}" --experts 4
 refuse 1 "--calibrate and --recalibrate" "${small[@]}" --calibrate "$W/cluster"
-refuse 1 "counts a Llama.s runtime in fp32 only" "${small[@]}" --plan --precision bf16
-# a Llama under cp trains, but the planner does not count its ring's copies
-refuse 1 "with --cp (the planner" "${small[@]}" --plan --cp 2
-refuse 1 "with --cp (the planner" "${small[@]}" --auto --cp 2
 # the bounds themselves train: kv heads 1 and = heads, ffn 1
 for extra in "--kv-heads 1" "--kv-heads 4" "--ffn 1"; do
     timeout 30 "$bin/train_gpt" "${small[@]}" $extra >"$W/out" 2>"$W/err" ||
