@@ -22,6 +22,26 @@ void msr_test_fail(const char *file, int line, const char *fmt, ...)
     _exit(1);
 }
 
+int msr_test_cpuinfo_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return -1;
+    char line[8192];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
+        char *colon = strchr(line, ':'), *save = NULL;
+        if (strncmp(line, "flags", 5) != 0 || colon == NULL)
+            continue;
+        found = 0;
+        for (char *t = strtok_r(colon + 1, " \n", &save); t != NULL;
+             t = strtok_r(NULL, " \n", &save))
+            found |= strcmp(t, flag) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
 static double now_s(void)
 {
     struct timespec ts;

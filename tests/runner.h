@@ -34,6 +34,11 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n);
  * a forked child could then not use). */
 int msr_test_run_in_child(int (*fn)(void), int timeout_s);
 
+/* 1 when /proc/cpuinfo's first flags line lists flag (the kernel's name:
+ * "avx512_bf16", "pclmulqdq"), 0 when not, -1 without such a line (not
+ * Linux on x86): what a test checks the CPU feature detection against. */
+int msr_test_cpuinfo_has(const char *flag);
+
 /* Reports a failed check and ends the test's process. */
 void msr_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

@@ -93,23 +93,30 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static float dp_loop(lon
     return _mm512_reduce_add_ps(s);
 }
 
+/* GFLOP/s of loop, which does flops floating-point operations an
+ * iteration: the fastest of its runs of 2^20 iterations in seconds */
+static double loop_peak(float (*loop)(long), double flops, double seconds)
+{
+    long iters = 1 << 20;
+    double best = 0, t_end = now() + seconds;
+    volatile float sink = 0;
+    while (now() < t_end) {
+        double t0 = now();
+        sink += loop(iters);
+        double dt = now() - t0, r = flops * (double)iters / dt / 1e9;
+        best = r > best ? r : best;
+    }
+    (void)sink;
+    return best;
+}
+
 /* GFLOP/s of dp_loop; 0 without avx512_bf16 */
 static double bf16_peak(double seconds)
 {
     unsigned f = 0;
     if (msr_cpu_features_get(&f) != MSR_OK || !(f & MSR_CPU_AVX512_BF16))
         return 0;
-    long iters = 1 << 20;
-    double best = 0, t_end = now() + seconds;
-    volatile float sink = 0;
-    while (now() < t_end) {
-        double t0 = now();
-        sink += dp_loop(iters);
-        double dt = now() - t0, r = 64.0 * 24 * (double)iters / dt / 1e9;
-        best = r > best ? r : best;
-    }
-    (void)sink;
-    return best;
+    return loop_peak(dp_loop, 64.0 * 24, seconds);
 }
 
 /* GFLOP/s of the loop (2 flops per lane per FMA); 0 without AVX2 and FMA */
@@ -118,17 +125,7 @@ static double fma_peak(double seconds)
     unsigned f = 0;
     if (msr_cpu_features_get(&f) != MSR_OK || !(f & MSR_CPU_AVX2) || !(f & MSR_CPU_FMA))
         return 0;
-    long iters = 1 << 20;
-    double best = 0, t_end = now() + seconds;
-    volatile float sink = 0;
-    while (now() < t_end) {
-        double t0 = now();
-        sink += fma_loop(iters);
-        double dt = now() - t0, r = 2.0 * 8 * 12 * (double)iters / dt / 1e9;
-        best = r > best ? r : best;
-    }
-    (void)sink;
-    return best;
+    return loop_peak(fma_loop, 2.0 * 8 * 12, seconds);
 }
 #else
 static double fma_peak(double seconds)

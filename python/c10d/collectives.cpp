@@ -44,6 +44,28 @@ std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>> &lis
     return lists[0];
 }
 
+// What gather and scatter take before they queue, checked in this order:
+// this rank's one tensor t (of mine), the root, the root's list of size
+// tensors like t (of lists; none elsewhere) and t as a Buf.
+struct Rooted {
+    at::Tensor t;
+    int root;
+    std::vector<at::Tensor> list;
+    Buf buf;
+};
+
+Rooted rooted(const std::vector<at::Tensor> &mine,
+              const std::vector<std::vector<at::Tensor>> &lists, int64_t root, int rank, int size,
+              const char *what, const char *kind)
+{
+    const at::Tensor &t = single(mine, what);
+    checkRoot(root, size, what);
+    Rooted r{t, static_cast<int>(root), {}, {}};
+    r.list = rootList(lists, t, r.root == rank, size, what, kind);
+    r.buf = bufOf(t, false, what);
+    return r;
+}
+
 // dst's elements from the bytes of bytes (a uint8 tensor of dst's size in
 // bytes, at any offset: viewing it as dst's dtype could be misaligned).
 void copyBytes(const at::Tensor &dst, const at::Tensor &bytes)
@@ -65,12 +87,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::gather(std::vector<std::vector<at::
                                                     std::vector<at::Tensor> &inputs,
                                                     const c10d::GatherOptions &opts)
 {
-    const at::Tensor &t = single(inputs, "gather");
-    checkRoot(opts.rootRank, size_, "gather");
-    const int root = static_cast<int>(opts.rootRank);
-    std::vector<at::Tensor> outs = rootList(outputs, t, root == rank_, size_, "gather", "output");
-    Buf in = bufOf(t, false, "gather");
-    const int64_t nbytes = t.numel() * t.element_size();
+    const Rooted r = rooted(inputs, outputs, opts.rootRank, rank_, size_, "gather", "output");
+    const std::vector<at::Tensor> &outs = r.list; // copied into the closure, as in and root
+    const Buf &in = r.buf;
+    const int root = r.root;
+    const int64_t nbytes = r.t.numel() * r.t.element_size();
     return enqueue(OpType::GATHER, outs, [this, in, outs, root, nbytes](msr_comm_t *c) {
         const uint64_t n = in.count;
         std::vector<uint64_t> sc(size_, 0), sd(size_, 0), rc(size_, 0), rd(size_, 0);
@@ -95,19 +116,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::scatter(std::vector<at::Tensor> &ou
                                                      std::vector<std::vector<at::Tensor>> &inputs,
                                                      const c10d::ScatterOptions &opts)
 {
-    const at::Tensor &t = single(outputs, "scatter");
-    checkRoot(opts.rootRank, size_, "scatter");
-    const int root = static_cast<int>(opts.rootRank);
-    std::vector<at::Tensor> ins = rootList(inputs, t, root == rank_, size_, "scatter", "input");
-    Buf out = bufOf(t, false, "scatter");
+    const Rooted r = rooted(outputs, inputs, opts.rootRank, rank_, size_, "scatter", "input");
     at::Tensor all; // the root's inputs back to back, as bytes
-    if (!ins.empty()) {
+    if (!r.list.empty()) {
         std::vector<at::Tensor> flat;
-        for (const at::Tensor &i : ins)
+        for (const at::Tensor &i : r.list)
             flat.push_back(bytesOf(i));
         all = at::cat(flat);
     }
-    return enqueue(OpType::SCATTER, {t}, [this, out, all, root](msr_comm_t *c) {
+    return enqueue(OpType::SCATTER, {r.t}, [this, out = r.buf, all, root = r.root](msr_comm_t *c) {
         const uint64_t n = out.count;
         std::vector<uint64_t> sc(size_, 0), sd(size_, 0), rc(size_, 0), rd(size_, 0);
         rc[root] = n;

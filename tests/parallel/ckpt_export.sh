@@ -13,15 +13,10 @@ bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
 W=$work
-small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2)
-msrun_n() {
-    local n=$1 job=export-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" "$@" >/dev/null 2>"$W/err" ||
-        fail "train_gpt $*: $(cat "$W/err")"
-}
+# the model, the options every msrun_n starts with (job_env.sh)
+job_prefix=export train_args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2)
+# train N ARGS...: msrun_n N ARGS succeeds (its stderr in $W/err)
+train() { msrun_n "$@" >/dev/null 2>"$W/err" || fail "train_gpt $*: $(cat "$W/err")"; }
 # export WANT_RC ARGS...: msrun ckpt export ARGS, its status WANT_RC
 export_() {
     local want=$1 rc=0
@@ -35,7 +30,7 @@ same() { cmp -s "$1" "$2" || fail "$1 and $2 differ ($3)"; }
 # tp 2 x pp 2, on data of one repeated byte (every batch the same, so a
 # loss depends on the weights only); checkpoints at steps 2 and 3
 head -c 8192 /dev/zero | tr '\0' a >"$W/data"
-msrun_n 4 --data "$W/data" --grad-accum 2 --tp 2 --pp 2 --steps 3 --ckpt-every 2 \
+train 4 --data "$W/data" --grad-accum 2 --tp 2 --pp 2 --steps 3 --ckpt-every 2 \
     --ckpt-dir "$W/ck" --export-safetensors "$W/train3.st"
 touch "$W/mark"
 export_ 0 "$W/ck" --safetensors "$W/e3.st"
@@ -43,7 +38,7 @@ export_ 0 "$W/ck" --safetensors "$W/e3.st"
 grep -q "exported the weights of step 3 of $W/ck to $W/e3.st" "$W/out" || fail "$(cat "$W/out")"
 same "$W/train3.st" "$W/e3.st" "tp 2 x pp 2: the run's own export and msrun ckpt export"
 cp -r "$W/ck" "$W/ck1"
-msrun_n 1 --data "$W/data" --global-batch 4 --steps 0 --resume --ckpt-dir "$W/ck1" \
+train 1 --data "$W/data" --global-batch 4 --steps 0 --resume --ckpt-dir "$W/ck1" \
     --export-safetensors "$W/r3.st"
 same "$W/r3.st" "$W/e3.st" "tp 2 x pp 2: a one-process resume's export and msrun ckpt export"
 # msrun's options and a job's variables in the environment do not reach the
@@ -55,14 +50,14 @@ export_ 0 "$W/ck" --step 3 --safetensors "$W/e3b.st"
 same "$W/e3.st" "$W/e3b.st" "--step 3"
 export_ 0 "$W/ck" --safetensors "$W/e2.st" --step 2
 rm -rf "$W/ck2" && cp -r "$W/ck" "$W/ck2" && rm -rf "$W/ck2/step-3"
-msrun_n 1 --data "$W/data" --global-batch 4 --steps 0 --resume --ckpt-dir "$W/ck2" \
+train 1 --data "$W/data" --global-batch 4 --steps 0 --resume --ckpt-dir "$W/ck2" \
     --export-safetensors "$W/r2.st"
 same "$W/r2.st" "$W/e2.st" "--step 2"
 cmp -s "$W/e2.st" "$W/e3.st" && fail "the exports of steps 2 and 3 are equal"
 # the export's weights compute the loss the resume computes at step 4
-msrun_n 1 --data "$W/data" --global-batch 4 --steps 4 --resume --ckpt-dir "$W/ck1" \
+train 1 --data "$W/data" --global-batch 4 --steps 4 --resume --ckpt-dir "$W/ck1" \
     --loss-log "$W/l_resume"
-msrun_n 1 --data "$W/data" --global-batch 4 --steps 1 --init-from "$W/e3.st" \
+train 1 --data "$W/data" --global-batch 4 --steps 1 --init-from "$W/e3.st" \
     --loss-log "$W/l_init"
 timeout 30 /usr/bin/env python3 - "$W/l_resume" "$W/l_init" <<'PY' || fail "the losses differ"
 import sys
@@ -72,17 +67,17 @@ sys.exit(0 if len(a) == 1 and len(b) == 1 and abs(a[0] - b[0]) <= 1e-5 * abs(a[0
 PY
 
 # dp 2 ZeRO-3 on the generated corpus
-msrun_n 2 --corpus-bytes 8192 --global-batch 4 --zero 3 --steps 2 --ckpt-dir "$W/z" \
+train 2 --corpus-bytes 8192 --global-batch 4 --zero 3 --steps 2 --ckpt-dir "$W/z" \
     --export-safetensors "$W/ztrain.st"
 export_ 0 "$W/z" --safetensors "$W/ze.st"
 same "$W/ztrain.st" "$W/ze.st" "ZeRO-3: the run's own export and msrun ckpt export"
 cp -r "$W/z" "$W/z1"
-msrun_n 1 --corpus-bytes 8192 --global-batch 4 --steps 0 --resume --ckpt-dir "$W/z1" \
+train 1 --corpus-bytes 8192 --global-batch 4 --steps 0 --resume --ckpt-dir "$W/z1" \
     --export-safetensors "$W/zr.st"
 same "$W/zr.st" "$W/ze.st" "ZeRO-3: a one-process resume's export and msrun ckpt export"
 
 # a Mixture-of-Experts model saved by tp 2 x dp 2 with ep 2
-msrun_n 4 --corpus-bytes 8192 --global-batch 4 --experts 4 --top-k 2 --moe-every 2 --tp 2 \
+train 4 --corpus-bytes 8192 --global-batch 4 --experts 4 --top-k 2 --moe-every 2 --tp 2 \
     --ep 2 --steps 2 --ckpt-dir "$W/m" --export-safetensors "$W/mtrain.st"
 export_ 0 "$W/m" --safetensors "$W/me.st"
 same "$W/mtrain.st" "$W/me.st" "MoE: the run's own export and msrun ckpt export"

@@ -8,6 +8,7 @@
 #   kill_job JOB_ID
 msrun_cmd=(env "$MSRUN_BUILD/bin/msrun")
 worker_env=()
+train_args=()
 if [[ -n "${MSRUN_SANITIZE:-}" ]]; then
     # UCX must not hook malloc/mmap under AddressSanitizer (they would fight
     # over the same symbols). Leaks are checked in the workers (this module's
@@ -55,7 +56,9 @@ skip_without_torch() {
 }
 
 # ---- the tests of train_gpt ----
-# A script sets job_prefix to name its jobs.
+# A script sets job_prefix to name its jobs, and train_args to the options
+# that every train_gpt of msrun_n and refuse takes before their ARGS (none
+# unless set).
 #
 #   msrun_n N ARGS...: train_gpt ARGS on N local workers under msrun (60 s
 #   at most), as a job job_test_cleanup stops
@@ -64,7 +67,7 @@ msrun_n() {
     shift
     jobs_started+=("$job")
     timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$MSRUN_BUILD/bin/train_gpt" "$@"
+        "${worker_env[@]}" "$MSRUN_BUILD/bin/train_gpt" "${train_args[@]}" "$@"
 }
 # refuse N PATTERN ARGS...: train_gpt ARGS, alone (N = 1) or on N workers,
 # exits 2 before training (no "step" on stdout) with PATTERN on stderr;
@@ -73,7 +76,8 @@ refuse() {
     local n=$1 pattern=$2 rc=0
     shift 2
     if [[ $n -eq 1 ]]; then
-        timeout 30 "$MSRUN_BUILD/bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
+        timeout 30 "$MSRUN_BUILD/bin/train_gpt" "${train_args[@]}" "$@" >"$work/out" \
+            2>"$work/err" || rc=$?
     else
         msrun_n "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
     fi

@@ -184,31 +184,12 @@ static void test_round_random(void)
 
 /* ---- CPU features ---- */
 
-static int cpuinfo_has(const char *flag)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f == NULL)
-        return -1;
-    char line[8192];
-    int found = -1;
-    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, "flags", 5) != 0)
-            continue;
-        found = 0;
-        for (char *t = strtok(strchr(line, ':') + 1, " \n"); t; t = strtok(NULL, " \n"))
-            if (strcmp(t, flag) == 0)
-                found = 1;
-    }
-    fclose(f);
-    return found;
-}
-
 /* detection agrees with the kernel's flags (which also need OS support) */
 static void test_features_detect(void)
 {
     unsigned f = msr_cpu_features_detect();
     for (unsigned bit = 1; bit <= MSR_CPU_AMX_BF16; bit <<= 1) {
-        int has = cpuinfo_has(msr_cpu_feature_name(bit));
+        int has = msr_test_cpuinfo_has(msr_cpu_feature_name(bit));
         if (has < 0) {
             printf("no flags in /proc/cpuinfo: detection not cross-checked\n");
             return;

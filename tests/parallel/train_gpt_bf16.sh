@@ -29,25 +29,11 @@ source "$(dirname "$0")/job_env.sh"
 job_test_setup
 small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4 --steps 3
     --precision bf16)
-msrun_n() {
-    local n=$1 job=bf16-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
-refuse() {
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-    return 0
-}
-refuse "--precision fp16: not fp32 or bf16" --precision fp16
-refuse "--grad-reduce-dtype f32: not fp32 or bf16" --grad-reduce-dtype f32
-refuse "gradients reduced in bf16 need ZeRO stage 0, not 1" --grad-reduce-dtype bf16 --zero 1
-refuse "--device cuda trains in fp32" --precision bf16 --device cuda
+job_prefix=bf16
+refuse 1 "--precision fp16: not fp32 or bf16" --precision fp16
+refuse 1 "--grad-reduce-dtype f32: not fp32 or bf16" --grad-reduce-dtype f32
+refuse 1 "gradients reduced in bf16 need ZeRO stage 0, not 1" --grad-reduce-dtype bf16 --zero 1
+refuse 1 "--device cuda trains in fp32" --precision bf16 --device cuda
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--precision" "$work/help" || fail "--help has no --precision"
 

@@ -9,14 +9,7 @@ source "$(dirname "$0")/job_env.sh"
 job_test_setup
 small=(--layers 1 --channels 32 --heads 2 --seq 32 --micro-batch 4)
 
-# under msrun with N workers: msrun_n N ARGS... (stdout and stderr as given)
-msrun_n() {
-    local n=$1 job=cli-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "$@"
-}
+job_prefix=cli # msrun_n N ARGS... (job_env.sh): under msrun with N workers
 
 # refused before training, with a message and exit status 2
 refuse() { # refuse PATTERN ARGS...

@@ -68,27 +68,20 @@ run one 1
 cmp -s "$work/one.log" "$work/chunk-min.log" || fail "--offload-chunk 4096 differs"
 cmp -s "$work/one.log" "$work/chunk-max.log" || fail "--offload-chunk 1073741824 differs"
 
-refuse() {
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/train_gpt" "${small[@]}" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-}
 d="optimizer=disk:$work/off"
-refuse "--offload-chunk 4095 is not an integer in \[4096, 1073741824\]" --offload "$d" \
-    --offload-chunk 4095
-refuse "--offload-chunk 1073745920 is not an integer in \[4096" --offload "$d" \
+refuse 1 "--offload-chunk 4095 is not an integer in \[4096, 1073741824\]" "${small[@]}" \
+    --offload "$d" --offload-chunk 4095
+refuse 1 "--offload-chunk 1073745920 is not an integer in \[4096" "${small[@]}" --offload "$d" \
     --offload-chunk 1073745920
-refuse "not a multiple of 4096" --offload "$d" --offload-chunk 1073741820
-refuse "not a multiple of 4096" --offload "$d" --offload-chunk 6000
-refuse "is not a comma-separated list of optimizer=host" --offload optimizer=disk:
-refuse "is not a comma-separated list of optimizer=host" --offload params=disk:x
-refuse "--offload-io 'aio' is not threads or uring" --offload "$d" --offload-io aio
-refuse "--offload-keep needs --offload optimizer=disk:DIR" --offload-keep
-refuse "--offload-chunk needs --offload optimizer=disk:DIR" --offload optimizer=host \
-    --offload-chunk 8192
-refuse "not the experts of --experts yet" --offload "$d" --experts 2
+refuse 1 "not a multiple of 4096" "${small[@]}" --offload "$d" --offload-chunk 1073741820
+refuse 1 "not a multiple of 4096" "${small[@]}" --offload "$d" --offload-chunk 6000
+refuse 1 "is not a comma-separated list of optimizer=host" "${small[@]}" --offload optimizer=disk:
+refuse 1 "is not a comma-separated list of optimizer=host" "${small[@]}" --offload params=disk:x
+refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$d" --offload-io aio
+refuse 1 "--offload-keep needs --offload optimizer=disk:DIR" "${small[@]}" --offload-keep
+refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" \
+    --offload optimizer=host --offload-chunk 8192
+refuse 1 "not the experts of --experts yet" "${small[@]}" --offload "$d" --experts 2
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--offload-chunk" "$work/help" || fail "--help lacks --offload-chunk"
 # optimizer=host: a CPU rank's moments are in host memory already

@@ -95,32 +95,28 @@ run ck m1 --ckpt-every 2 --ckpt-dir "$work/ck" --offload "$acts" --resume
 grep -q "resumed from step 2" "$work/ck.out" || fail "no resume: $(cat "$work/ck.out")"
 cmp -s "$work/one.log" "$work/ck.log" || fail "resumed with offload: $(diff "$work/one.log" "$work/ck.log")"
 
-refuse() {
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/train_gpt" "${small[@]}" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2: $(cat "$work/err")"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-}
 list="is not a comma-separated list of optimizer=host"
-refuse "$list" --offload activations=disk:
-refuse "$list" --offload activations=
-refuse "$list" --offload activations
-refuse "$list" --offload "optimizer=host,"
-refuse "$list" --offload ",$acts"
-refuse "--offload needs a non-empty value" --offload ""
-refuse "$list" --offload "$acts,$acts"
-refuse "$list" --offload "optimizer=host,optimizer=disk:$work/off"
-refuse "$list" --offload "activations=host,"
-refuse "$list" --offload "params=disk:$work/off"
-refuse "activations=host: a CPU rank's activations are in host memory already" \
+refuse 1 "$list" "${small[@]}" --offload activations=disk:
+refuse 1 "$list" "${small[@]}" --offload activations=
+refuse 1 "$list" "${small[@]}" --offload activations
+refuse 1 "$list" "${small[@]}" --offload "optimizer=host,"
+refuse 1 "$list" "${small[@]}" --offload ",$acts"
+refuse 1 "--offload needs a non-empty value" "${small[@]}" --offload ""
+refuse 1 "$list" "${small[@]}" --offload "$acts,$acts"
+refuse 1 "$list" "${small[@]}" --offload "optimizer=host,optimizer=disk:$work/off"
+refuse 1 "$list" "${small[@]}" --offload "activations=host,"
+refuse 1 "$list" "${small[@]}" --offload "params=disk:$work/off"
+refuse 1 "activations=host: a CPU rank's activations are in host memory already" "${small[@]}" \
     --offload activations=host
-refuse "it needs --recompute full, not none" --offload "$acts" --recompute none
-refuse "it needs --recompute full, not selective" --offload "$acts" --recompute selective
-refuse "--offload-chunk needs --offload optimizer=disk:DIR" --offload "$acts" \
+refuse 1 "it needs --recompute full, not none" "${small[@]}" --offload "$acts" --recompute none
+refuse 1 "it needs --recompute full, not selective" "${small[@]}" --offload "$acts" \
+    --recompute selective
+refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" --offload "$acts" \
     --offload-chunk 4096
-refuse "--offload-keep needs --offload optimizer=disk:DIR or activations=disk:DIR" --offload-keep
-refuse "--offload-io 'aio' is not threads or uring" --offload "$acts" --offload-io aio
+refuse 1 "--offload-keep needs --offload optimizer=disk:DIR or activations=disk:DIR" \
+    "${small[@]}" --offload-keep
+refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$acts" \
+    --offload-io aio
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "activations=disk:DIR" "$work/help" || fail "--help lacks activations=disk:DIR"
 # a directory whose name holds a comma (an item ends only where the next begins)

@@ -11,18 +11,13 @@ bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
 group=${1:-dense}
-# G = 12 sequences a step in every layout: micro-batch x grad-accum x dp
-model=(--layers 6 --channels 32 --heads 4 --seq 16 --steps 13 --global-batch 12 --lr 3e-3)
+# the model, the options every msrun_n starts with (job_env.sh); G = 12
+# sequences a step in every layout: micro-batch x grad-accum x dp
+train_args=(--layers 6 --channels 32 --heads 4 --seq 16 --steps 13 --global-batch 12 --lr 3e-3)
 if [[ $group == moe ]]; then
-    model+=(--experts 4 --top-k 2 --moe-every 2)
+    train_args+=(--experts 4 --top-k 2 --moe-every 2)
 fi
-msrun_n() {
-    local n=$1 job=reshard-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "$@"
-}
+job_prefix=reshard
 # the layouts, by name: ranks, then train_gpt's options
 declare -A L=(
     [one]="1 --micro-batch 2 --grad-accum 6"
@@ -122,7 +117,7 @@ if [[ $group == dense ]]; then
     refuse dp2z2 "$work/bad-piece" "step-3/rank-1.bin: the piece of tensor h2.fcprojw (elements"
     # the same layout reads its own payload whole, under its CRC
     refuse tp2pp2 "$work/bad-piece" "step-3/rank-1.bin does not match its CRC"
-    model[1]=4 # --layers 4: another model
+    train_args[1]=4 # --layers 4: another model
     refuse dp2z2 "$work/bad" "written with other settings; checkpoint: layers 6"
     echo "ok bad input refused"
     # kill -9 while saving: tp 2 x pp 2 saves every step, the whole job is
@@ -132,7 +127,7 @@ if [[ $group == dense ]]; then
     jobs_started+=("$job")
     spec=(${L[tp2pp2]})
     timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "${spec[@]:1}" --steps 100000 \
+        "${worker_env[@]}" "$bin/train_gpt" "${train_args[@]}" "${spec[@]:1}" --steps 100000 \
         --ckpt-every 1 --ckpt-dir "$work/kill" >/dev/null 2>&1 &
     deadline=$((SECONDS + 30))
     while [[ ! -e "$work/kill/step-2/MANIFEST" && $SECONDS -lt $deadline ]]; do sleep 0.05; done

@@ -11,16 +11,11 @@ source "$(dirname "$0")/job_env.sh"
 job_test_setup
 python3 "$MSRUN_SOURCE/scripts/make_tokens.py" "$work/train.bin" --val "$work/val.bin" \
     --merges 100 --max-tokens 3000 2>/dev/null || fail "make_tokens.py failed"
+# the model and its data, the options every msrun_n starts with (job_env.sh);
 # G = 12 sequences a step in every layout
-model=(--layers 2 --channels 32 --heads 4 --seq 16 --global-batch 12 --lr 3e-3
+train_args=(--layers 2 --channels 32 --heads 4 --seq 16 --global-batch 12 --lr 3e-3
     --data "$work/train.bin" --val-data "$work/val.bin" --epochs)
-msrun_n() {
-    local n=$1 job=tokens-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" "$@"
-}
+job_prefix=tokens
 # the $3 val lines of loss log $1 are in $2, equal to 1e-5 relative
 same_val() {
     python3 - "$1" "$2" "$3" <<'PY' || fail "validation losses of $1 and $2 differ"
@@ -47,7 +42,7 @@ PY
 # validating changes nothing in training: the step lines of a run without
 # --val-data are the same, bitwise
 val=()
-for a in "${model[@]}"; do [[ $a == --val-data || $a == "$work/val.bin" ]] || val+=("$a"); done
+for a in "${train_args[@]}"; do [[ $a == --val-data || $a == "$work/val.bin" ]] || val+=("$a"); done
 # (one thread, as msrun gives its workers: the products' sums in one order)
 OMP_NUM_THREADS=1 timeout -k 5 60 "$bin/train_gpt" "${val[@]}" --micro-batch 2 --grad-accum 6 --steps 5 \
     --loss-log "$work/noval.log" >/dev/null 2>&1 || fail "the run without validation"
@@ -119,8 +114,8 @@ PY
 same_val "$work/ref.log" "$work/part.log" 1
 # without --epochs the checkpoint's settings differ: refused
 plain=()
-for a in "${model[@]}"; do [[ $a == --epochs ]] || plain+=("$a"); done
-model=("${plain[@]}")
+for a in "${train_args[@]}"; do [[ $a == --epochs ]] || plain+=("$a"); done
+train_args=("${plain[@]}")
 if msrun_n 1 "${ref[@]}" --ckpt-dir "$work/ck" --resume >/dev/null 2>"$work/e.err"; then
     fail "a resume without --epochs was accepted"
 fi

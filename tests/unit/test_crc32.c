@@ -177,32 +177,12 @@ static void test_large_tables_forced(void)
     check_random_large();
 }
 
-/* 1 when /proc/cpuinfo's first flags line lists flag, 0 when not, -1
- * without such a line (not Linux on x86). */
-static int cpuinfo_has(const char *flag)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f == NULL)
-        return -1;
-    char line[8192];
-    int found = -1;
-    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, "flags", 5) != 0)
-            continue;
-        found = 0;
-        for (char *t = strtok(strchr(line, ':') + 1, " \n"); t != NULL; t = strtok(NULL, " \n"))
-            found |= strcmp(t, flag) == 0;
-    }
-    fclose(f);
-    return found;
-}
-
 /* "pclmul" is detected as the kernel sees it (PCLMULQDQ and SSE4.1), is
  * a name MSRUN_CPU_DISABLE takes, and the cpu line says when it is
  * masked off. */
 static void test_pclmul_feature(void)
 {
-    int clmul = cpuinfo_has("pclmulqdq"), sse41 = cpuinfo_has("sse4_1");
+    int clmul = msr_test_cpuinfo_has("pclmulqdq"), sse41 = msr_test_cpuinfo_has("sse4_1");
     int has = (msr_cpu_features_detect() & MSR_CPU_PCLMUL) != 0;
     if (clmul < 0)
         printf("no flags in /proc/cpuinfo: detection not cross-checked\n");
