@@ -31,6 +31,14 @@
 #include "programs/train_gpt/train_gpt.h"
 #include "programs/train_gpt/train_gpt_calib.h"
 
+/* The planner counts the offloads' buffers as parallel/ allocates them. */
+_Static_assert(MSR_PLAN_OFFLOAD_SLOTS == MSR_OFFLOAD_SLOTS &&
+                   MSR_PLAN_OFFLOAD_ALIGN == MSR_OFFLOAD_ALIGN &&
+                   MSR_PLAN_OFFLOAD_CHUNK_DEFAULT == MSR_OFFLOAD_CHUNK_DEFAULT &&
+                   MSR_PLAN_OFFLOAD_CHUNK_MAX == MSR_OFFLOAD_CHUNK_MAX &&
+                   MSR_PLAN_ACTS_BUFS == MSR_ACTS_BUFS,
+               "planner/plan.h's offload sizes are parallel/'s");
+
 /* A cluster file is a few lines; anything longer is not one. */
 /* --plan's table without --plan-all. */
 #define PLAN_TOP  10

@@ -36,6 +36,37 @@ refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
 refuse "MoE blocks do not run with context parallel" "${m[@]}" --experts 4 --fix cp=2
 refuse "4 experts do not divide among ep 2 x tp 4 ranks" "${m[@]}" --world 8 --experts 4 \
     --fix tp=4,ep=2
+# --offload: train_gpt's list and --offload-chunk's bounds
+refuse "'bogus' is not optimizer or activations" "${m[@]}" --offload bogus
+refuse "--offload needs a non-empty value" "${m[@]}" --offload ''
+refuse "'optimizer,' is not optimizer" "${m[@]}" --offload optimizer,
+refuse "optimizer named twice" "${m[@]}" --offload optimizer,optimizer=disk:/d
+refuse "'activations=host' is not activations" "${m[@]}" --offload activations=host
+refuse "'optimizer=disk:' is not optimizer" "${m[@]}" --offload optimizer=disk:
+refuse "--offload-chunk needs --offload optimizer" "${m[@]}" --offload-chunk 4096
+refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk 4095
+refuse "--offload-chunk 8191: not a multiple of 4096" "${m[@]}" --offload optimizer \
+    --offload-chunk 8191
+refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk $(((1 << 30) + 4096))
+refuse "does not cover the experts' moments" "${m[@]}" --experts 4 --offload optimizer
+refuse "spills full recompute's block inputs: recompute selective" "${m[@]}" \
+    --offload activations --fix recompute=selective
+one=("${m[@]}" --fix dp=4,tp=1,pp=1,sp=0,zero=1,recompute=full,micro_batch=2 --ranks)
+for c in 4096 $((1 << 30)); do
+    "$bin/plan_gpt" "${one[@]}" --offload optimizer --offload-chunk $c >/dev/null ||
+        fail "--offload-chunk $c refused"
+done
+ranks() { "$bin/plan_gpt" "${one[@]}" "$@" | grep '^rank'; }
+# a directory may hold commas; optimizer=host moves nothing
+[[ "$(ranks --offload 'activations=disk:/a,b,optimizer=disk:/c,d')" == \
+    "$(ranks --offload optimizer,activations)" ]] || fail "--offload with DIRs of commas"
+[[ "$(ranks --offload optimizer=host)" == "$(ranks)" ]] || fail "--offload optimizer=host"
+[[ "$(ranks --offload optimizer)" != "$(ranks)" ]] || fail "--offload optimizer counts nothing"
+# the activations' offload: only layouts of full recompute
+"$bin/plan_gpt" "${m[@]}" --format kv --all --offload activations >"$work/kv"
+grep -q "recompute=full" "$work/kv" || fail "--offload activations: no plan"
+! grep -q "recompute=none\|recompute=selective" "$work/kv" ||
+    fail "--offload activations planned without full recompute"
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
