@@ -515,6 +515,11 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     q.search = q.world <= 1024 ? MSR_PLAN_SEARCH_EXHAUSTIVE : MSR_PLAN_SEARCH_FAST;
     q.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
     q.zero_min_bytes = (size_t)o->zero_min_bytes;
+    /* --offload given: every layout has it, its buffers in place of what
+     * it moves (the directory is not planned) */
+    if (o->offload != NULL && msr_plan_offload_parse(o->offload, &q.offload, why, sizeof why) != 0)
+        return refuse(job, "%s", why);
+    q.offload_chunk = train_gpt_given(o, "offload-chunk") ? (size_t)o->offload_chunk : 0;
     /* layers split as the search finds best; --pp-layers given fixes it */
     q.even_split = 0;
     int given_split[MSR_GPT_MAX_STAGES];

@@ -64,6 +64,20 @@ gb=$(sed -n 's/.*plans shown (exhaustive search, 4 ranks, global batch \([0-9]*\
 rows "$work/plan_gpt" >"$work/rows_pg"
 diff "$work/rows4" "$work/rows_pg" >/dev/null ||
     fail "train_gpt --plan and plan_gpt differ: $(diff "$work/rows4" "$work/rows_pg")"
+# with --offload: plan_gpt --offload's table, the optimizer's buffers in
+# place of its moments, and full recompute only under the activations'
+off=(--offload "optimizer=disk:$work,activations=disk:$work" --offload-chunk 8192)
+timeout 30 "$bin/train_gpt" "${model[@]}" --plan "${off[@]}" --cluster "$work/cluster" \
+    >"$work/plan_off" || fail "--plan --offload"
+"$bin/plan_gpt" --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256 --global-batch 2 \
+    --world 1 --cluster "$work/cluster" --fix micro_batch=2 --offload optimizer,activations \
+    --offload-chunk 8192 >"$work/plan_gpt_off" || fail "plan_gpt --offload failed"
+diff <(rows "$work/plan_off") <(rows "$work/plan_gpt_off") >/dev/null ||
+    fail "--plan --offload and plan_gpt differ: $(diff "$work/plan_off" "$work/plan_gpt_off")"
+rows "$work/plan_off" | awk '$9 != "full" { exit 1 }' ||
+    fail "--plan --offload activations: not full recompute: $(cat "$work/plan_off")"
+cmp -s <(rows "$work/plan_off") <(rows "$work/plan1") &&
+    fail "--plan --offload: the same table as without"
 
 # --plan-all: every plan the summary counts (the micro-batch free: more
 # than the table's 10)
