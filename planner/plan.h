@@ -448,6 +448,23 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
+/* msr_plan_search, and when q asks for no offload and nothing fits the
+ * memory budget, again with train_gpt's offloads, the first that fits:
+ * the optimizer's (not with experts), the activations' (full recompute),
+ * both. The plans (and *pruned, of the search that found them) carry the
+ * mode in l.offload. Returns as msr_plan_search. */
+int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
+                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                                char *why, size_t why_len);
+
+/* Plan p's offload on its fullest rank: the bytes it saves (that rank's
+ * peak without it less with it) and the bytes it moves to and from disk
+ * per step (the moments read and written whole; each block input written
+ * and read once per micro-batch). */
+void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                           const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
+
 /* ---- choosing within the noise ---- */
 
 /* Whether layout a is simpler than b: -1 simpler, 1 less simple, 0 as

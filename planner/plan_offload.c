@@ -1,10 +1,13 @@
 /* The offloads as the planner takes them (plan.h): train_gpt's --offload
- * list read into MSR_PLAN_OFFLOAD_* bits. The bytes each keeps resident
- * are plan_mem.c's. */
+ * list read into MSR_PLAN_OFFLOAD_* bits, the search that turns to them
+ * when nothing fits, and what a plan's offload saves and moves. The bytes
+ * each keeps resident are plan_mem.c's. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "planner/plan.h"
+#include "planner/plan_mem_impl.h"
 
 #define BAD(...)                             \
     do {                                     \
@@ -68,4 +71,60 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
     }
     *offload_p = bits;
     return 0;
+}
+
+int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
+                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                                char *why, size_t why_len)
+{
+    /* the optimizer's first: it keeps the layout's recompute; then full
+     * recompute's block inputs, then both */
+    static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
+    int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
+    if (n != 0 || q->offload != 0 || pruned->over_memory == 0)
+        return n;
+    msr_plan_query_t qo = *q;
+    for (int k = 0; k < 3 && n == 0; k++) {
+        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
+            continue; /* the experts' moments are not offloaded */
+        msr_plan_pruned_t pr;
+        qo.offload = modes[k];
+        free(*plans_p);
+        *plans_p = NULL;
+        n = msr_plan_search(m, prec, c, &qo, keep, plans_p, &pr, why, why_len);
+        if (n > 0)
+            *pruned = pr;
+    }
+    return n;
+}
+
+void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                           const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p)
+{
+    msr_plan_layout_t l = p->l;
+    int rank = ((p->at.dp_rank * l.pp + p->at.pp_rank) * msr_plan_cp(&l) + p->at.cp_rank) * l.tp +
+               p->at.tp_rank;
+    msr_plan_rank_t with, without;
+    msr_plan_rank(m, &l, prec, rank, &with);
+    l.offload = 0;
+    msr_plan_rank(m, &l, prec, rank, &without);
+    *saved_p = without.total > with.total ? without.total - with.total : 0;
+    uint64_t io = 0;
+    if (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) /* every moment read and written */
+        io += 2 * without.optim;
+    if (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) { /* every block input written and read */
+        int n = l.pp * l.chunks, blocks = 0;
+        for (int c = 0; c < l.chunks; c++) {
+            int lo, hi;
+            msr_plan_stage_layers(&l, m->layers, n, c * l.pp + p->at.pp_rank, &lo, &hi);
+            blocks += hi - lo;
+        }
+        uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(&l)), Tl = l.sp ? Tc / (uint64_t)l.tp : Tc;
+        uint64_t w = msr_plan_is_runtime(m, prec) || prec != MSR_PLAN_BF16 ? MSR_PLAN_F32 : 2;
+        io += 2 * (uint64_t)l.micros * (uint64_t)blocks * (uint64_t)l.micro_batch * Tl *
+              (uint64_t)m->channels * w;
+    }
+    *io_p = io;
 }

@@ -69,6 +69,24 @@ ranks() { "$bin/plan_gpt" "${one[@]}" "$@" | grep '^rank'; }
 grep -q "recompute=full" "$work/kv" || fail "--offload activations: no plan"
 ! grep -q "recompute=none\|recompute=selective" "$work/kv" ||
     fail "--offload activations planned without full recompute"
+# --offload auto: a model whose state (16 bytes a parameter) is about 1.2
+# times the budget fits only with the optimizer's moments on disk; a small
+# one needs no offload
+sed 's/^mem_gib = .*/mem_gib = 0.04/' "$(dirname "$0")/plan_cluster.txt" >"$work/c40"
+big=(--layers 4 --channels 256 --heads 4 --seq 32 --global-batch 2 --world 1 --cluster "$work/c40")
+refuse "no layout of 1 ranks fits in 0.04 GiB" "${big[@]}"
+"$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --format kv --all >"$work/auto"
+P=$(sed -n 's/^model params=//p' "$work/auto")
+grep -q "^offload mode=optimizer saved_bytes=[1-9][0-9]* io_bytes_per_step=$((16 * P))$" \
+    "$work/auto" || fail "--offload auto: not the optimizer's: $(cat "$work/auto")"
+awk '/^plan / { for (i = 1; i <= NF; i++) if ($i ~ /^peak_bytes=/) { split($i, v, "=");
+     if (v[2] > 0.04 * 2^30) exit 1 } }' "$work/auto" || fail "--offload auto: over the budget"
+"$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --top 1 | grep -q \
+    "^offload: optimizer: no layout fits in 0.04 GiB per rank without it; plan 1 holds [0-9]* bytes less" ||
+    fail "--offload auto: no reason"
+"$bin/plan_gpt" "${big[@]}" --layers 1 --channels 32 --offload auto --format kv >"$work/auto"
+grep -q "^offload mode=none saved_bytes=0 io_bytes_per_step=0$" "$work/auto" ||
+    fail "--offload auto offloads a model that fits: $(cat "$work/auto")"
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
