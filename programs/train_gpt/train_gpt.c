@@ -122,6 +122,10 @@ static const msr_opt_t specs[] = {
         "(io_uring, where built with liburing) (uring where built and the kernel allows it, else "
         "threads)"),
     OPT_FLAG("offload-keep", offload_keep, "--offload disk modes: keep the files at the end"),
+    OPT_TEXT("offload-dir", offload_dir,
+             "--auto: when no layout fits the memory without offload, offload the optimizer's "
+             "moments, else the block inputs (full recompute), else both, to files under DIR "
+             "(none: --auto does not offload)"),
     /* mixed precision (docs/model.md "bf16 training") */
     OPT_TEXT("precision", precision,
              "the matrix products' operands: fp32, or bf16 (fp32 sums, fp32 master weights and "
