@@ -87,10 +87,12 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "%d micro-batches (--grad-accum) for %d stages",
                        cfg->micros, pp);
     }
-    if ((tp > 1 || pp > 1 || cp > 1) && (cfg->zero < 0 || cfg->zero > 2)) {
+    if (cfg->zero < 0 || cfg->zero > 2) {
+        /* ZeRO-3's gathers run in the whole model's forward and backward
+         * only (parallel/dp.c), never in this runtime's */
         return msr_err(MSR_ERR_CONFIG,
                        "ZeRO stage %d is not supported with tensor, pipeline or context parallel "
-                       "(use 0, 1 or 2)",
+                       "or recompute (use 0, 1 or 2)",
                        cfg->zero);
     }
     if (cfg->acts.mode == MSR_OFFLOAD_HOST) {

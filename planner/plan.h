@@ -103,7 +103,25 @@ typedef struct msr_plan_layout {
     /* expert parallel (train_gpt --ep): the experts are shared out over ep
      * ranks of the data-parallel group (0 or 1: none) */
     int ep;
+    /* what train_gpt --offload moves to disk (MSR_PLAN_OFFLOAD_* bits; 0:
+     * nothing) and the optimizer's chunk (--offload-chunk; 0: its 4 MiB) */
+    int offload;
+    size_t offload_chunk;
 } msr_plan_layout_t;
+
+/* train_gpt --offload's disk modes (docs/model.md "Offload"): the
+ * optimizer's moments streamed through 4 chunk buffers and a CRC per chunk
+ * (parallel/offload.h), and full recompute's block inputs through 6
+ * buffers of one input and a CRC per input (parallel/offload_acts.h). */
+enum {
+    MSR_PLAN_OFFLOAD_OPTIM = 1,
+    MSR_PLAN_OFFLOAD_ACTS = 2,
+};
+#define MSR_PLAN_OFFLOAD_CHUNK_DEFAULT ((size_t)4 << 20)
+#define MSR_PLAN_OFFLOAD_ALIGN         4096u
+#define MSR_PLAN_OFFLOAD_CHUNK_MAX     ((size_t)1 << 30)
+#define MSR_PLAN_OFFLOAD_SLOTS         4 /* the optimizer's chunk buffers */
+#define MSR_PLAN_ACTS_BUFS             6 /* the activations' buffers */
 
 /* The layout's context-parallel degree, 0 read as 1. */
 static inline int msr_plan_cp(const msr_plan_layout_t *l)
@@ -192,7 +210,9 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
  * layer per virtual stage, 1F1B with micros >= pp, interleaved with pp > 1
  * and micros % pp == 0, ZeRO 3 only without tp, pp and cp, stage_layers each
  * >= 1 and summing to the layers, the sequence divisible by 2 cp and, with
- * sp, its T/cp positions by tp, ...). Returns 0, or
+ * sp, its T/cp positions by tp, the activations' offload only under full
+ * recompute, the optimizer's not with experts, its chunk a multiple of
+ * 4096 in [4096, 2^30], ...). Returns 0, or
  * -1 with a one-line reason in why. */
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
@@ -229,6 +249,22 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *l, msr_pl
  * msr_plan_rank counts each chunk's frame. */
 uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                               msr_plan_precision_t prec, int layers, int head);
+
+/* Reads an --offload list (train_gpt's: comma-separated items
+ * `optimizer` or `activations`, each bare, `=disk` or `=disk:DIR` (DIR not
+ * empty, and an item ends only at a comma that starts the next name, so
+ * DIR may hold commas), or `optimizer=host` (nothing moves); each named at
+ * most once) into MSR_PLAN_OFFLOAD_* bits in *offload_p. Returns 0, or -1
+ * with a one-line reason in why (*offload_p untouched). */
+int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_len);
+
+/* What the offloads keep resident: the optimizer's for moments of count
+ * elements in chunks of chunk bytes (0: 4 MiB), its 4 buffers and CRCs
+ * (parallel/offload.h); the activations' for block inputs of x bytes,
+ * `inputs` of them in the file, its 6 buffers and CRCs
+ * (parallel/offload_acts.h). */
+uint64_t msr_plan_offload_optim_bytes(uint64_t count, size_t chunk);
+uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs);
 
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
@@ -385,6 +421,10 @@ typedef struct msr_plan_query {
      * stages, with these layers each (not owned); split_n 0: none */
     const int *split;
     int split_n;
+    /* every layout's offload (msr_plan_layout_t's: MSR_PLAN_OFFLOAD_*
+     * bits, the optimizer's chunk bytes; 0: none, the default) */
+    int offload;
+    size_t offload_chunk;
 } msr_plan_query_t;
 
 /* One plan: a layout (its stage_layers pointing into the plan's own
@@ -417,6 +457,23 @@ typedef struct msr_plan_pruned {
 int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
+
+/* msr_plan_search, and when q asks for no offload and nothing fits the
+ * memory budget, again with train_gpt's offloads, the first that fits:
+ * the optimizer's (not with experts), the activations' (full recompute),
+ * both. The plans (and *pruned, of the search that found them) carry the
+ * mode in l.offload. Returns as msr_plan_search. */
+int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
+                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                                char *why, size_t why_len);
+
+/* Plan p's offload on its fullest rank: the bytes it saves (that rank's
+ * peak without it less with it) and the bytes it moves to and from disk
+ * per step (the moments read and written whole; each block input written
+ * and read once per micro-batch). */
+void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                           const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 
 /* ---- choosing within the noise ---- */
 

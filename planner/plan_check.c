@@ -89,8 +89,11 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     if (l->schedule == MSR_PLAN_INTERLEAVED && (l->pp < 2 || l->micros % l->pp != 0))
         BAD("interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: %d for %d",
             l->micros, l->pp);
-    if (l->zero < 0 || l->zero > 3 || ((l->tp > 1 || l->pp > 1 || cp > 1) && l->zero > 2))
-        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor, pipeline or context parallel", l->zero);
+    if (l->zero < 0 || l->zero > 3 ||
+        ((l->tp > 1 || l->pp > 1 || cp > 1 || l->recompute != MSR_PLAN_RC_NONE) && l->zero > 2))
+        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor, pipeline or context parallel or "
+            "recompute",
+            l->zero);
     int ep = msr_plan_ep(l);
     if (l->ep < 0 || (ep > 1 && m->experts == 0))
         BAD("ep %d: expert parallel needs at least 1 and a MoE model", l->ep);
@@ -104,6 +107,18 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
             ep, l->dp);
     if (m->experts > 0 && cp > 1)
         BAD("MoE blocks do not run with context parallel (cp %d)", cp);
+    if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS))
+        BAD("offload %d: only the optimizer and the activations offload", l->offload);
+    if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
+        BAD("the activations' offload spills full recompute's block inputs: recompute %s",
+            msr_plan_recompute_names[l->recompute]);
+    if ((l->offload & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
+        BAD("the optimizer's offload does not cover the experts' moments");
+    size_t ch = l->offload_chunk;
+    if (ch != 0 && (ch < MSR_PLAN_OFFLOAD_ALIGN || ch > MSR_PLAN_OFFLOAD_CHUNK_MAX ||
+                    ch % MSR_PLAN_OFFLOAD_ALIGN != 0))
+        BAD("offload chunk of %zu bytes: a multiple of %u in [%u, %zu]", ch, MSR_PLAN_OFFLOAD_ALIGN,
+            MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX);
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;
     double acts = (double)l->micro_batch * l->micros * l->chunks * m->layers *

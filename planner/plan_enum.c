@@ -253,6 +253,8 @@ static int search_mesh(msr_plan_search_state_t *s, int tp, int pp, int cp)
                                        q->zero_min_bytes,
                                        NULL,
                                        cp};
+                l.offload = q->offload;
+                l.offload_chunk = q->offload_chunk;
                 int none_fit = group(s, l);
                 if (s->oom)
                     return -1;

@@ -10,11 +10,19 @@
  *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
- *            --moe-every N --capacity-factor F]
+ *            --moe-every N --capacity-factor F] [--offload optimizer,activations|auto
+ *            --offload-chunk BYTES]
  *
  * --experts plans a Mixture-of-Experts model (train_gpt's options, the
  * same defaults: top-k 2, every block, capacity factor 1.25), and the
  * layouts then include expert parallel (ep, a divisor of dp).
+ *
+ * --offload plans with train_gpt's offloads (its list; a directory given
+ * is not used): the optimizer's moments, or full recompute's block inputs
+ * (only layouts of full recompute then), on disk, counting what stays
+ * resident; --offload-chunk the optimizer's chunk bytes. --offload auto
+ * turns to them, in that order, only when nothing fits without, and says
+ * which (the bytes saved, the bytes moved a step).
  *
  * --pp-layers plans only the layouts whose pp x virtual stages has that
  * many stages, with that split of the layers (train_gpt's option).
@@ -50,6 +58,10 @@ typedef struct args {
     double bucket_mb;
     int64_t zero_min_bytes;
     const char *pp_layers;
+    const char *offload; /* --offload's list, read into offload_bits */
+    int64_t offload_chunk;
+    int offload_bits;
+    int offload_auto;              /* --offload auto */
     const char *model;             /* --model: a preset's name, or "list" */
     int split[MSR_GPT_MAX_STAGES]; /* --pp-layers parsed: split_n entries */
     int split_n;
@@ -93,6 +105,8 @@ static const msr_opt_t opts[] = {
      .dest = D(bucket_mb), .metavar = "X"},
     INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1 << 50, "N", 0),
     TEXT("pp-layers", pp_layers, "A,B,.."),
+    TEXT("offload", offload, "optimizer,activations|auto"),
+    INT("offload-chunk", offload_chunk, MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX, "BYTES", 0),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
     INT("moe-every", m.moe_every, 1, 1 << 16, "N", MSR_OPT_USAGE_JOIN),
@@ -242,6 +256,22 @@ static msr_status_t check_names(args_t *a)
     return MSR_OK;
 }
 
+/* --offload's list and --offload-chunk (train_gpt's rules). */
+static msr_status_t check_offload(args_t *a)
+{
+    char why[512];
+    a->offload_auto = a->offload != NULL && strcmp(a->offload, "auto") == 0;
+    if (a->offload != NULL && !a->offload_auto &&
+        msr_plan_offload_parse(a->offload, &a->offload_bits, why, sizeof why) != 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "%s", why);
+    if (a->offload_chunk != 0 && !(a->offload_bits & MSR_PLAN_OFFLOAD_OPTIM) && !a->offload_auto)
+        return msr_err(MSR_ERR_INVALID_ARG, "--offload-chunk needs --offload optimizer");
+    if (a->offload_chunk % MSR_PLAN_OFFLOAD_ALIGN != 0)
+        return msr_err(MSR_ERR_INVALID_ARG, "--offload-chunk %" PRId64 ": not a multiple of %u",
+                       a->offload_chunk, MSR_PLAN_OFFLOAD_ALIGN);
+    return MSR_OK;
+}
+
 /* What the options say together, once all are known: the options needed,
  * the names, --fix into fx and --pp-layers into a->split. */
 static msr_status_t check_args(args_t *a, int *fx)
@@ -255,6 +285,8 @@ static msr_status_t check_args(args_t *a, int *fx)
         fx[k] = -1;
     if (st == MSR_OK && a->fix != NULL)
         st = parse_fix(a->fix, fx);
+    if (st == MSR_OK && (st = check_offload(a)) != MSR_OK)
+        return st;
     if (st != MSR_OK || a->pp_layers == NULL)
         return st;
     /* the count is checked against each layout's pp x virtual stages */
@@ -375,6 +407,27 @@ static void print_ranks(const args_t *a, const msr_plan_t *plan)
     }
 }
 
+/* --offload auto: the mode the plans have and why. */
+static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p, int kv)
+{
+    static const char *const modes[4] = {"none", "optimizer", "activations",
+                                         "optimizer,activations"};
+    uint64_t saved = 0, io = 0;
+    if (p->l.offload != 0)
+        msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
+    if (kv) {
+        printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64 "\n",
+               modes[p->l.offload & 3], saved, io);
+    } else if (p->l.offload == 0) {
+        printf("offload: none: plans fit in %g GiB per rank without it\n", c->mem_gib);
+    } else {
+        printf("offload: %s: no layout fits in %g GiB per rank without it; plan 1 holds %" PRIu64
+               " bytes less on its fullest rank and moves %" PRIu64
+               " bytes to and from disk per step (not priced in step_ms)\n",
+               modes[p->l.offload & 3], c->mem_gib, saved, io);
+    }
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
@@ -404,12 +457,17 @@ int main(int argc, char **argv)
     q.even_split = a.even_split || a.ranks;
     q.split = a.split_n > 0 ? a.split : NULL;
     q.split_n = a.split_n;
+    q.offload = a.offload_bits;
+    q.offload_chunk = (size_t)a.offload_chunk;
     /* enough plans for the table and the one to explain */
     int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
     double t0 = now_s();
-    int64_t n = msr_plan_search(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why);
+    int64_t n =
+        a.offload_auto
+            ? msr_plan_search_offload(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why)
+            : msr_plan_search(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why);
     double took = now_s() - t0;
     if (n < 0) {
         fprintf(stderr, "plan_gpt: error: %s\n", why);
@@ -434,6 +492,8 @@ int main(int argc, char **argv)
     else
         msr_plan_print_table(stdout, plans, shown);
     msr_plan_print_summary(stdout, &q, &c, &pr, shown, kv);
+    if (a.offload_auto)
+        print_offload(&a, &c, &plans[0], kv);
     if (!kv)
         printf("searched in %.3f s\n", took);
     if (a.explain > 0) {

@@ -95,7 +95,8 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("recompute", recompute,
              "activation recompute: none, selective (attention probabilities and GELU) or full "
              "(each block's forward) (none)"),
-    OPT_INT("zero", zero, 0, 3, "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1: 0..2 (0)"),
+    OPT_INT("zero", zero, 0, 3,
+            "ZeRO stage 0, 1, 2 or 3; with tp, pp or cp > 1 or recompute: 0..2 (0)"),
     OPT_REAL("bucket-mb", bucket_mb, 1e-6, 1e6,
              "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
     OPT_INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1e15,
@@ -121,6 +122,10 @@ static const msr_opt_t specs[] = {
         "(io_uring, where built with liburing) (uring where built and the kernel allows it, else "
         "threads)"),
     OPT_FLAG("offload-keep", offload_keep, "--offload disk modes: keep the files at the end"),
+    OPT_TEXT("offload-dir", offload_dir,
+             "--auto: when no layout fits the memory without offload, offload the optimizer's "
+             "moments, else the block inputs (full recompute), else both, to files under DIR "
+             "(none: --auto does not offload)"),
     /* mixed precision (docs/model.md "bf16 training") */
     OPT_TEXT("precision", precision,
              "the matrix products' operands: fp32, or bf16 (fp32 sums, fp32 master weights and "

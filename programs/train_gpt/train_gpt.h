@@ -72,11 +72,12 @@ typedef struct options {
     double rope_theta;      /* --rope-theta (llama) */
     const char *dump_grads; /* --dump-grads: the --dump-logits batch's gradients */
     /* the optimizer's moments offloaded (train_gpt_offload.c) */
-    const char *offload;    /* --offload: optimizer=host|disk:DIR, activations=disk:DIR */
-    int64_t offload_chunk;  /* --offload-chunk bytes */
-    const char *offload_io; /* --offload-io: threads or uring */
-    int offload_keep;       /* --offload-keep */
-    unsigned char *seen;    /* msr_opts_parse's, an entry per option of the table: 1 given */
+    const char *offload;     /* --offload: optimizer=host|disk:DIR, activations=disk:DIR */
+    int64_t offload_chunk;   /* --offload-chunk bytes */
+    const char *offload_io;  /* --offload-io: threads or uring */
+    int offload_keep;        /* --offload-keep */
+    const char *offload_dir; /* --offload-dir: where --auto may offload (train_gpt_plan.c) */
+    unsigned char *seen;     /* msr_opts_parse's, an entry per option of the table: 1 given */
 } options_t;
 
 /* Whether option name ("dp", without dashes) was on the command line. */

@@ -143,6 +143,10 @@ int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t 
     msr_offload_config_t cfg[T_COUNT];
     for (int k = 0; k < T_COUNT; k++)
         cfg[k] = (msr_offload_config_t){.mode = MSR_OFFLOAD_NONE, .rank = rank};
+    if (o->offload_dir != NULL && !o->auto_plan) {
+        fprintf(stderr, "train_gpt: --offload-dir is for --auto (--offload names its own)\n");
+        return -1;
+    }
     if ((o->offload != NULL && parse(o->offload, cfg) != 0) || disk_options(o, cfg) != 0 ||
         combination(o, cfg) != 0)
         return -1;

@@ -31,6 +31,14 @@
 #include "programs/train_gpt/train_gpt.h"
 #include "programs/train_gpt/train_gpt_calib.h"
 
+/* The planner counts the offloads' buffers as parallel/ allocates them. */
+_Static_assert(MSR_PLAN_OFFLOAD_SLOTS == MSR_OFFLOAD_SLOTS &&
+                   MSR_PLAN_OFFLOAD_ALIGN == MSR_OFFLOAD_ALIGN &&
+                   MSR_PLAN_OFFLOAD_CHUNK_DEFAULT == MSR_OFFLOAD_CHUNK_DEFAULT &&
+                   MSR_PLAN_OFFLOAD_CHUNK_MAX == MSR_OFFLOAD_CHUNK_MAX &&
+                   MSR_PLAN_ACTS_BUFS == MSR_ACTS_BUFS,
+               "planner/plan.h's offload sizes are parallel/'s");
+
 /* A cluster file is a few lines; anything longer is not one. */
 /* --plan's table without --plan-all. */
 #define PLAN_TOP  10
@@ -236,6 +244,10 @@ static int check_request(const options_t *o, const job_t *job)
                            "--explain, --auto or --cluster");
     if (o->auto_plan && prints)
         return refuse(job, "--auto trains and --plan, --plan-all and --explain print: choose one");
+    if (o->offload_dir != NULL && (!o->auto_plan || o->offload != NULL))
+        return refuse(job, "--offload-dir is for --auto without --offload (which names its own)");
+    if (o->offload_dir != NULL && (o->offload_dir[0] == '\0' || strlen(o->offload_dir) > 4096))
+        return refuse(job, "--offload-dir: a directory of 1 to 4096 bytes");
     if (o->cluster != NULL && !prints && !o->auto_plan)
         return refuse(job, "--cluster is for --plan, --plan-all, --explain and --auto");
     if (o->recalibrate &&
@@ -393,6 +405,59 @@ static void auto_explain(const options_t *o, const job_t *job, const msr_plan_mo
             ok ? pred : "not a plan: ", ok ? "" : why);
 }
 
+/* No plan: what was refused, what was over the budget, and for --auto
+ * without an offload the way to one. Returns the exit status. */
+static int refuse_none(const options_t *o, const job_t *job, const msr_plan_query_t *q,
+                       const msr_plan_cluster_t *c, const msr_plan_pruned_t *pr)
+{
+    return refuse(
+        job,
+        "no layout of %d ranks and global batch %" PRId64 " with the options given: %" PRIu64
+        " refused by the runtime's rules%s%s%s, %" PRIu64 " over %.4g GiB per rank%s%s%s%s",
+        job->world, q->global_batch, pr->invalid, pr->invalid ? " (the first " : "",
+        pr->invalid ? pr->first_invalid : "", pr->invalid ? ")" : "", pr->over_memory, c->mem_gib,
+        pr->over_memory ? " (the first " : "", pr->over_memory ? pr->first_over : "",
+        pr->over_memory ? ")" : "",
+        o->auto_plan && pr->over_memory && o->offload == NULL
+            ? "; --offload-dir DIR lets --auto offload (none given)"
+            : "");
+}
+
+/* --auto --offload-dir: plan p's offload into o (as --offload would give
+ * it) and, on rank 0, which and why. */
+static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t *m,
+                         msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                         const msr_plan_t *p)
+{
+    static char list[2 * 4096 + 64];
+    static const char *const modes[4] = {"none", "optimizer", "activations",
+                                         "optimizer,activations"};
+    if (o->offload_dir == NULL)
+        return;
+    if (p->l.offload == 0) {
+        if (job->rank == 0)
+            fprintf(stderr,
+                    "train_gpt: --auto: offload: none: plans fit in %g GiB per rank "
+                    "without it\n",
+                    c->mem_gib);
+        return;
+    }
+    uint64_t saved = 0, io = 0;
+    msr_plan_offload_cost(m, prec, p, &saved, &io);
+    int opt = (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) != 0;
+    snprintf(list, sizeof list, "%s%s%s%s%s", opt ? "optimizer=disk:" : "",
+             opt ? o->offload_dir : "", opt && (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) ? "," : "",
+             (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) ? "activations=disk:" : "",
+             (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) ? o->offload_dir : "");
+    o->offload = list;
+    if (job->rank == 0)
+        fprintf(stderr,
+                "train_gpt: --auto: offload: %s (--offload %s): no layout fits in %g GiB per "
+                "rank without it; the plan holds %" PRIu64 " bytes less on its fullest rank and "
+                "moves %" PRIu64 " bytes to and from disk per step (not priced in its step)\n",
+                modes[p->l.offload & 3], list, c->mem_gib, saved, io);
+}
+
 /* --auto: plan p's layout into o, for the usual checks. */
 static void auto_apply(options_t *o, int64_t global_batch, const msr_plan_t *p)
 {
@@ -503,6 +568,11 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     q.search = q.world <= 1024 ? MSR_PLAN_SEARCH_EXHAUSTIVE : MSR_PLAN_SEARCH_FAST;
     q.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
     q.zero_min_bytes = (size_t)o->zero_min_bytes;
+    /* --offload given: every layout has it, its buffers in place of what
+     * it moves (the directory is not planned) */
+    if (o->offload != NULL && msr_plan_offload_parse(o->offload, &q.offload, why, sizeof why) != 0)
+        return refuse(job, "%s", why);
+    q.offload_chunk = train_gpt_given(o, "offload-chunk") ? (size_t)o->offload_chunk : 0;
     /* layers split as the search finds best; --pp-layers given fixes it */
     q.even_split = 0;
     int given_split[MSR_GPT_MAX_STAGES];
@@ -527,20 +597,16 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         keep = o->explain;
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pruned;
-    int64_t n = msr_plan_search(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why);
+    int64_t n =
+        o->offload_dir != NULL
+            ? msr_plan_search_offload(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why)
+            : msr_plan_search(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why);
     if (n < 0) {
         rc = refuse(job, "the planner: %s", why);
         goto out;
     }
     if (n == 0) {
-        rc = refuse(
-            job,
-            "no layout of %d ranks and global batch %" PRId64 " with the options given: %" PRIu64
-            " refused by the runtime's rules%s%s%s, %" PRIu64 " over %.4g GiB per rank%s%s%s",
-            job->world, q.global_batch, pruned.invalid, pruned.invalid ? " (the first " : "",
-            pruned.invalid ? pruned.first_invalid : "", pruned.invalid ? ")" : "",
-            pruned.over_memory, c.mem_gib, pruned.over_memory ? " (the first " : "",
-            pruned.over_memory ? pruned.first_over : "", pruned.over_memory ? ")" : "");
+        rc = refuse_none(o, job, &q, &c, &pruned);
         goto out;
     }
     if (o->explain > n) {
@@ -563,6 +629,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
         auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
+    auto_offload(o, job, &m, prec, &c, &plans[k]);
     auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);

@@ -27,6 +27,8 @@ refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
 refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
+refuse "0..2 with tensor, pipeline or context parallel or recompute" "${m[@]}" \
+    --fix zero=3,recompute=selective
 refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
 refuse "moe-every 9 is not in \[1, 4 layers\]" "${m[@]}" --experts 4 --moe-every 9
 refuse "--capacity-factor 0" "${m[@]}" --experts 4 --capacity-factor 0
@@ -36,6 +38,55 @@ refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
 refuse "MoE blocks do not run with context parallel" "${m[@]}" --experts 4 --fix cp=2
 refuse "4 experts do not divide among ep 2 x tp 4 ranks" "${m[@]}" --world 8 --experts 4 \
     --fix tp=4,ep=2
+# --offload: train_gpt's list and --offload-chunk's bounds
+refuse "'bogus' is not optimizer or activations" "${m[@]}" --offload bogus
+refuse "--offload needs a non-empty value" "${m[@]}" --offload ''
+refuse "'optimizer,' is not optimizer" "${m[@]}" --offload optimizer,
+refuse "optimizer named twice" "${m[@]}" --offload optimizer,optimizer=disk:/d
+refuse "'activations=host' is not activations" "${m[@]}" --offload activations=host
+refuse "'optimizer=disk:' is not optimizer" "${m[@]}" --offload optimizer=disk:
+refuse "--offload-chunk needs --offload optimizer" "${m[@]}" --offload-chunk 4096
+refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk 4095
+refuse "--offload-chunk 8191: not a multiple of 4096" "${m[@]}" --offload optimizer \
+    --offload-chunk 8191
+refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk $(((1 << 30) + 4096))
+refuse "does not cover the experts' moments" "${m[@]}" --experts 4 --offload optimizer
+refuse "spills full recompute's block inputs: recompute selective" "${m[@]}" \
+    --offload activations --fix recompute=selective
+one=("${m[@]}" --fix dp=4,tp=1,pp=1,sp=0,zero=1,recompute=full,micro_batch=2 --ranks)
+for c in 4096 $((1 << 30)); do
+    "$bin/plan_gpt" "${one[@]}" --offload optimizer --offload-chunk $c >/dev/null ||
+        fail "--offload-chunk $c refused"
+done
+ranks() { "$bin/plan_gpt" "${one[@]}" "$@" | grep '^rank'; }
+# a directory may hold commas; optimizer=host moves nothing
+[[ "$(ranks --offload 'activations=disk:/a,b,optimizer=disk:/c,d')" == \
+    "$(ranks --offload optimizer,activations)" ]] || fail "--offload with DIRs of commas"
+[[ "$(ranks --offload optimizer=host)" == "$(ranks)" ]] || fail "--offload optimizer=host"
+[[ "$(ranks --offload optimizer)" != "$(ranks)" ]] || fail "--offload optimizer counts nothing"
+# the activations' offload: only layouts of full recompute
+"$bin/plan_gpt" "${m[@]}" --format kv --all --offload activations >"$work/kv"
+grep -q "recompute=full" "$work/kv" || fail "--offload activations: no plan"
+! grep -q "recompute=none\|recompute=selective" "$work/kv" ||
+    fail "--offload activations planned without full recompute"
+# --offload auto: a model whose state (16 bytes a parameter) is about 1.2
+# times the budget fits only with the optimizer's moments on disk; a small
+# one needs no offload
+sed 's/^mem_gib = .*/mem_gib = 0.04/' "$(dirname "$0")/plan_cluster.txt" >"$work/c40"
+big=(--layers 4 --channels 256 --heads 4 --seq 32 --global-batch 2 --world 1 --cluster "$work/c40")
+refuse "no layout of 1 ranks fits in 0.04 GiB" "${big[@]}"
+"$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --format kv --all >"$work/auto"
+P=$(sed -n 's/^model params=//p' "$work/auto")
+grep -q "^offload mode=optimizer saved_bytes=[1-9][0-9]* io_bytes_per_step=$((16 * P))$" \
+    "$work/auto" || fail "--offload auto: not the optimizer's: $(cat "$work/auto")"
+awk '/^plan / { for (i = 1; i <= NF; i++) if ($i ~ /^peak_bytes=/) { split($i, v, "=");
+     if (v[2] > 0.04 * 2^30) exit 1 } }' "$work/auto" || fail "--offload auto: over the budget"
+"$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --top 1 | grep -q \
+    "^offload: optimizer: no layout fits in 0.04 GiB per rank without it; plan 1 holds [0-9]* bytes less" ||
+    fail "--offload auto: no reason"
+"$bin/plan_gpt" "${big[@]}" --layers 1 --channels 32 --offload auto --format kv >"$work/auto"
+grep -q "^offload mode=none saved_bytes=0 io_bytes_per_step=0$" "$work/auto" ||
+    fail "--offload auto offloads a model that fits: $(cat "$work/auto")"
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"

@@ -3,7 +3,7 @@
 # TRAIN_ARGS... runs one layout of 4 ranks under msrun and compares every
 # rank's counts with plan_gpt --ranks's to the byte. The caller sets moe
 # (the MoE model's options, or none), shape (the model's width, heads and
-# sequence), plan_extra (plan_gpt's options for
+# sequence), world (the ranks, 4 unless set), plan_extra (plan_gpt's options for
 # the precision and vocabulary) and train_extra (train_gpt's for the same).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
@@ -13,7 +13,7 @@ job_test_setup
 # check LAYERS FIX TRAIN_ARGS...: FIX is plan_gpt's --fix (with
 # micro_batch), TRAIN_ARGS the same layout for train_gpt (a --pp-layers
 # among them goes to plan_gpt too).
-checked=0
+checked=0 world=4
 moe=() plan_extra=() train_extra=() shape=(--channels 32 --heads 4 --seq 16)
 check() {
     local layers=$1 fix=$2 dp mb accum bucket=25 zmin=65536 a job=plan-$$-$RANDOM
@@ -31,16 +31,16 @@ check() {
         esac
     done
     local model=(--layers "$layers" "${shape[@]}" "${moe[@]}")
-    "$bin/plan_gpt" "${model[@]}" "${plan_extra[@]}" --world 4 --global-batch $((dp * mb * accum)) \
+    "$bin/plan_gpt" "${model[@]}" "${plan_extra[@]}" --world "$world" --global-batch $((dp * mb * accum)) \
         --bucket-mb "$bucket" --zero-min-bytes "$zmin" --fix "$fix" "${split[@]}" --ranks \
         >"$work/plan" 2>"$work/plan.err" || fail "plan_gpt --fix $fix: $(cat "$work/plan.err")"
     jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=4 --local_worker_num=4 --job_id="$job" \
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$world" --local_worker_num="$world" --job_id="$job" \
         "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --micro-batch "$mb" --dp "$dp" \
         --steps 1 --report "${train_extra[@]}" "${args[@]}" >"$work/out" 2>"$work/err" ||
         fail "train_gpt ${args[*]}: $(tail -5 "$work/err")"
     local r want got mp tpeak bound peaks="" scratch=""
-    for r in 0 1 2 3; do
+    for ((r = 0; r < world; r++)); do
         want=$(grep "^rank $r " "$work/plan" | sed 's/ experts [0-9]* expert_params.*//')
         got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p" "$work/err")
         [[ -n "$got" ]] || fail "${args[*]}: no report of rank $r: $(cat "$work/err")"
@@ -79,7 +79,7 @@ planned
             fail "train_gpt ${args[*]}: rank $r transient peak $tpeak over the bound $bound"
         peaks="$peaks $tpeak/$bound"
     done
-    echo "$fix: transient peak / planned, ranks 0-3:$peaks${scratch:+; bf16 scratch:$scratch}"
+    echo "$fix: transient peak / planned, ranks 0-$((world - 1)):$peaks${scratch:+; bf16 scratch:$scratch}"
     checked=$((checked + 1))
 }
 

@@ -79,6 +79,7 @@ static void test_refusals(void)
         {4, 4, 32, 16, 2, 1, 0, 1, 2, 3, "1f1b", "ZeRO stage 3 is not supported"},
         {2, 4, 32, 12, 1, 1, 0, 1, 1, 0, "1f1b", "sequence of 12 does not divide into 2 x cp 4", 4},
         {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "pipeline or context parallel", 2},
+        {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "context parallel or recompute"},
         {2, 4, 32, 20, 1, 4, 1, 1, 1, 0, "1f1b", "sequence of 10 does not divide among tp 4", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

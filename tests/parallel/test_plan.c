@@ -6,7 +6,9 @@
  * with train_gpt --report is plan_report.sh. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "parallel/dp.h"
@@ -548,6 +550,54 @@ static void test_runtime_shm(void)
     MSR_CHECK_EQ(o.shm, 4 * 4 * 128 * K + 4 * (2 * dt + dread));
 }
 
+/* What the offloads keep resident, against real stores (parallel/offload.h
+ * and offload_acts.h) in a fresh directory: the optimizer's for shards
+ * from none to past four chunks, the quarter rule at its bounds (8n / 4
+ * exactly 4096, and a byte over), chunks of 4096 up; the activations'
+ * for inputs from 1 byte to past a 4096 block, 1 to 9 of them. */
+/* What the offloads keep resident, against real stores (parallel/offload.h
+ * and offload_acts.h) in a fresh directory: the optimizer's for shards
+ * from none to past four chunks, the quarter rule at its bounds (8n / 4
+ * exactly 4096, and a byte over), chunks of 4096 up; the activations'
+ * for inputs from 4 bytes to past a 4096 block, 1 to 9 of them. Each store
+ * is gone before anything is checked, and the directory too (a failed
+ * check exits at once). */
+static void test_offload_resident(void)
+{
+    static const size_t counts[] = {0, 1, 511, 512, 2048, 2049, 4096, 12288, 70001};
+    static const size_t chunks[] = {0, 4096, 8192, 12288};
+    static const size_t bytes[] = {4, 4092, 4096, 4100, 65536};
+    const char *t = getenv("TMPDIR");
+    char dir[512], bad[256] = "";
+    snprintf(dir, sizeof dir, "%s/plan_offload.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    size_t n_opt = sizeof counts / sizeof *counts * (sizeof chunks / sizeof *chunks);
+    for (size_t k = 0; k < n_opt + 3 * (sizeof bytes / sizeof *bytes) && !bad[0]; k++) {
+        int opt = k < n_opt;
+        size_t i = opt ? k / 4 : (k - n_opt) / 3, chunk = opt ? chunks[k % 4] : 0;
+        size_t n = opt ? counts[i] : 1 + 4 * ((k - n_opt) % 3), held = 0;
+        uint64_t plan =
+            opt ? msr_plan_offload_optim_bytes(n, chunk) : msr_plan_offload_acts_bytes(bytes[i], n);
+        msr_offload_config_t cfg = {MSR_OFFLOAD_DISK, dir, chunk, MSR_OFFLOAD_IO_THREADS, 0, 0};
+        msr_offload_t *off = NULL;
+        msr_acts_t *a = NULL;
+        msr_status_t st =
+            opt ? msr_offload_create(&cfg, n, &off) : msr_acts_create(&cfg, bytes[i], n, &a);
+        if (st == MSR_OK)
+            held = opt ? msr_offload_resident(off) : msr_acts_resident(a);
+        msr_offload_destroy(off);
+        msr_acts_destroy(a);
+        if (st != MSR_OK || plan != held)
+            snprintf(bad, sizeof bad,
+                     "%s store of %zu (%zu bytes, chunk %zu): planned %llu, %s %zu",
+                     opt ? "optimizer" : "activation", n, opt ? 0 : bytes[i], chunk,
+                     (unsigned long long)plan, st == MSR_OK ? "held" : "create failed", held);
+    }
+    int gone = rmdir(dir); /* every store removed its file */
+    MSR_CHECK_MSG(bad[0] == '\0', "%s", bad);
+    MSR_CHECK_EQ(gone, 0);
+}
+
 static const msr_test_t tests[] = {
     {"zero_paper", test_zero_paper, 10},
     {"korthikanti", test_korthikanti, 10},
@@ -562,6 +612,7 @@ static const msr_test_t tests[] = {
     {"bf16_states", test_bf16_states, 10},
     {"peak_is_max", test_peak_is_max, 10},
     {"paper_activations", test_paper_activations, 10},
+    {"offload_resident", test_offload_resident, 30},
 };
 
 int main(int argc, char **argv)

@@ -27,6 +27,9 @@ refuse 2 "micro-batches a multiple of the stages: 3 micro-batches" "${small[@]}"
 refuse 2 "need the interleaved schedule" "${small[@]}" --pp 2 --virtual-stages 2 --grad-accum 2
 refuse 2 "ZeRO stage 3 is not supported with tensor, pipeline or context parallel" "${small[@]}" --tp 2 \
     --zero 3
+# ZeRO-3's gathers are the whole model's: with recompute, refused (no crash)
+refuse 2 "ZeRO stage 3 is not supported with .* or recompute" "${small[@]}" --zero 3 \
+    --recompute full
 refuse 1 "--trace $work/no/such/dir/t.json: No such file" "${small[@]}" --trace "$work/no/such/dir/t.json"
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--virtual-stages" "$work/help" || fail "--help"

@@ -64,9 +64,25 @@ gb=$(sed -n 's/.*plans shown (exhaustive search, 4 ranks, global batch \([0-9]*\
 rows "$work/plan_gpt" >"$work/rows_pg"
 diff "$work/rows4" "$work/rows_pg" >/dev/null ||
     fail "train_gpt --plan and plan_gpt differ: $(diff "$work/rows4" "$work/rows_pg")"
+# with --offload: plan_gpt --offload's table, the optimizer's buffers in
+# place of its moments, and full recompute only under the activations'
+off=(--offload "optimizer=disk:$work,activations=disk:$work" --offload-chunk 8192)
+timeout 30 "$bin/train_gpt" "${model[@]}" --plan "${off[@]}" --cluster "$work/cluster" \
+    >"$work/plan_off" || fail "--plan --offload"
+"$bin/plan_gpt" --layers 4 --channels 32 --heads 4 --seq 16 --vocab 256 --global-batch 2 \
+    --world 1 --cluster "$work/cluster" --fix micro_batch=2 --offload optimizer,activations \
+    --offload-chunk 8192 >"$work/plan_gpt_off" || fail "plan_gpt --offload failed"
+diff <(rows "$work/plan_off") <(rows "$work/plan_gpt_off") >/dev/null ||
+    fail "--plan --offload and plan_gpt differ: $(diff "$work/plan_off" "$work/plan_gpt_off")"
+rows "$work/plan_off" | awk '$9 != "full" { exit 1 }' ||
+    fail "--plan --offload activations: not full recompute: $(cat "$work/plan_off")"
+cmp -s <(rows "$work/plan_off") <(rows "$work/plan1") &&
+    fail "--plan --offload: the same table as without"
 
-# --plan-all: every plan the summary counts
-timeout 30 "$bin/train_gpt" "${model[@]}" --plan-all --cluster "$work/cluster" >"$work/all" ||
+# --plan-all: every plan the summary counts (the micro-batch free: more
+# than the table's 10)
+timeout 30 "$bin/train_gpt" --layers 4 --channels 32 --heads 4 --seq 16 --global-batch 4 \
+    --plan-all --cluster "$work/cluster" >"$work/all" ||
     fail "--plan-all"
 total=$(sed -n 's/^\([0-9]*\) of \([0-9]*\) plans shown.*/\1 \2/p' "$work/all")
 [[ -n "$total" && ${total% *} == "${total#* }" && ${total% *} -gt 10 ]] ||
@@ -166,6 +182,29 @@ refuse "--cluster $work/badkey: line 2: unknown key 'peak_flops'" "${model[@]}" 
     --cluster "$work/badkey"
 refuse "--auto trains and --plan, --plan-all and --explain print: choose one" --auto --plan
 refuse "--cluster is for --plan" --cluster "$work/cluster"
+# --auto --offload-dir: a model whose state is about 1.2 times the budget
+# trains with the optimizer's moments on disk, a small one without
+sed 's/^mem_gib = .*/mem_gib = 0.04/' "$work/cluster" >"$work/c40"
+big=(--layers 4 --channels 256 --heads 4 --seq 32 --global-batch 2 --steps 1 --cluster "$work/c40")
+refuse "over 0.04 GiB per rank .*; --offload-dir DIR lets --auto offload (none given)" \
+    "${big[@]}" --auto
+refuse "--offload-dir is for --auto without --offload" "${big[@]}" --offload-dir "$work"
+refuse "--offload-dir is for --auto without --offload" "${big[@]}" --auto --offload-dir "$work" \
+    --offload "optimizer=disk:$work"
+mkdir "$work/off"
+timeout 60 "$bin/train_gpt" "${big[@]}" --auto --offload-dir "$work/off" --offload-chunk 65536 \
+    --report >"$work/out" 2>"$work/err" || fail "--auto --offload-dir: $(cat "$work/err")"
+# trained with the moments on disk: 4 chunks of 64 KiB and their CRCs held
+grep -q "^train_gpt: rank 0 zero 0: .* optim $((4 * 65536 + 4 * ((3233280 + 8191) / 8192 + 1))) " \
+    "$work/err" || fail "--auto --offload-dir: the moments not offloaded: $(cat "$work/err")"
+grep -q "^train_gpt: --auto: offload: optimizer (--offload optimizer=disk:$work/off): no layout fits in 0.04 GiB per rank without it; the plan holds [1-9][0-9]* bytes less" \
+    "$work/err" || fail "--auto --offload-dir: no reason: $(cat "$work/err")"
+grep -q "^step 1 loss" "$work/out" || fail "--auto --offload-dir: no step: $(cat "$work/out")"
+[[ -z "$(ls -A "$work/off")" ]] || fail "--auto --offload-dir left $(ls "$work/off")"
+timeout 60 "$bin/train_gpt" "${big[@]}" --layers 1 --channels 32 --auto --offload-dir "$work/off" \
+    >"$work/out" 2>"$work/err" || fail "--auto --offload-dir, small: $(cat "$work/err")"
+grep -q "^train_gpt: --auto: offload: none: plans fit in 0.04 GiB" "$work/err" ||
+    fail "--auto --offload-dir offloads a small model: $(cat "$work/err")"
 refuse "--calibrate measures and exits" --calibrate "$work/c" --auto
 refuse "not with --device cuda" --auto --device cuda
 refuse "the job's 1 ranks do not divide into dp 2" --auto --dp 2

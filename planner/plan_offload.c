@@ -1,0 +1,130 @@
+/* The offloads as the planner takes them (plan.h): train_gpt's --offload
+ * list read into MSR_PLAN_OFFLOAD_* bits, the search that turns to them
+ * when nothing fits, and what a plan's offload saves and moves. The bytes
+ * each keeps resident are plan_mem.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/plan.h"
+#include "planner/plan_mem_impl.h"
+
+#define BAD(...)                             \
+    do {                                     \
+        snprintf(why, why_len, __VA_ARGS__); \
+        return -1;                           \
+    } while (0)
+
+static const char *const names[2] = {"optimizer", "activations"};
+
+/* The name at p (0, 1), or -1; *len_p its length. A name ends the item or
+ * is followed by '=' or ','. */
+static int name_at(const char *p, size_t *len_p)
+{
+    for (int k = 0; k < 2; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(p, names[k], n) == 0 && (p[n] == '\0' || p[n] == '=' || p[n] == ',')) {
+            *len_p = n;
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Where the item at p ends: at a comma that starts the next name (so a
+ * directory may hold commas), or at the end. */
+static const char *item_end(const char *p)
+{
+    size_t n;
+    for (const char *c = strchr(p, ','); c != NULL; c = strchr(c + 1, ','))
+        if (name_at(c + 1, &n) >= 0)
+            return c;
+    return p + strlen(p);
+}
+
+int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_len)
+{
+    int bits = 0, seen = 0;
+    for (const char *p = s;;) {
+        size_t n;
+        int k = name_at(p, &n);
+        const char *end = item_end(p);
+        int len = (int)(end - p);
+        if (k < 0)
+            BAD("--offload '%s': '%.*s' is not optimizer or activations", s, len, p);
+        if (seen & (1 << k))
+            BAD("--offload '%s': %s named twice", s, names[k]);
+        seen |= 1 << k;
+        const char *mode = p + n;
+        int rest = (int)(end - mode);
+        if (rest == 0 || (rest == 5 && strncmp(mode, "=disk", 5) == 0) ||
+            (rest > 6 && strncmp(mode, "=disk:", 6) == 0))
+            bits |= k == 0 ? MSR_PLAN_OFFLOAD_OPTIM : MSR_PLAN_OFFLOAD_ACTS;
+        else if (k == 0 && rest == 5 && strncmp(mode, "=host", 5) == 0)
+            ; /* a CPU rank's moments stay in memory: nothing moves */
+        else
+            BAD("--offload '%s': '%.*s' is not %s, %s=disk or %s=disk:DIR%s", s, len, p, names[k],
+                names[k], names[k], k == 0 ? " (or optimizer=host)" : "");
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *offload_p = bits;
+    return 0;
+}
+
+int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
+                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                                char *why, size_t why_len)
+{
+    /* the optimizer's first: it keeps the layout's recompute; then full
+     * recompute's block inputs, then both */
+    static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
+    int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
+    if (n != 0 || q->offload != 0 || pruned->over_memory == 0)
+        return n;
+    msr_plan_query_t qo = *q;
+    for (int k = 0; k < 3 && n == 0; k++) {
+        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
+            continue; /* the experts' moments are not offloaded */
+        msr_plan_pruned_t pr;
+        qo.offload = modes[k];
+        free(*plans_p);
+        *plans_p = NULL;
+        n = msr_plan_search(m, prec, c, &qo, keep, plans_p, &pr, why, why_len);
+        if (n > 0)
+            *pruned = pr;
+    }
+    return n;
+}
+
+void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                           const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p)
+{
+    msr_plan_layout_t l = p->l;
+    int rank = ((p->at.dp_rank * l.pp + p->at.pp_rank) * msr_plan_cp(&l) + p->at.cp_rank) * l.tp +
+               p->at.tp_rank;
+    msr_plan_rank_t with, without;
+    msr_plan_rank(m, &l, prec, rank, &with);
+    l.offload = 0;
+    msr_plan_rank(m, &l, prec, rank, &without);
+    *saved_p = without.total > with.total ? without.total - with.total : 0;
+    uint64_t io = 0;
+    if (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) /* every moment read and written */
+        io += 2 * without.optim;
+    if (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) { /* every block input written and read */
+        int n = l.pp * l.chunks, blocks = 0;
+        for (int c = 0; c < l.chunks; c++) {
+            int lo, hi;
+            msr_plan_stage_layers(&l, m->layers, n, c * l.pp + p->at.pp_rank, &lo, &hi);
+            blocks += hi - lo;
+        }
+        uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(&l)), Tl = l.sp ? Tc / (uint64_t)l.tp : Tc;
+        uint64_t w = msr_plan_is_runtime(m, prec) || prec != MSR_PLAN_BF16 ? MSR_PLAN_F32 : 2;
+        io += 2 * (uint64_t)l.micros * (uint64_t)blocks * (uint64_t)l.micro_batch * Tl *
+              (uint64_t)m->channels * w;
+    }
+    *io_p = io;
+}

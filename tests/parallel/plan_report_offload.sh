@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The planner's count of what train_gpt --offload keeps resident against
+# the runtime's own (issue 45 point 5): for each offload mode (the
+# optimizer's moments, full recompute's block inputs, both) on one
+# process, dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B,
+# GPipe and interleaved, train_gpt --report runs under msrun and every
+# rank's parameter, gradient and optimizer bytes, shard, buckets, work
+# space, activation peak and frame sizes must equal plan_gpt --offload
+# ... --ranks's to the byte; --offload-chunk at its bound 4096 and at a
+# size above the quarter of a small shard.
+source "$(dirname "$0")/plan_report_lib.sh"
+
+s=schedule
+opt() { plan_extra=(--offload optimizer "$@"); }
+acts() { plan_extra=(--offload activations); }
+both() { plan_extra=(--offload optimizer,activations); }
+O=(--offload "optimizer=disk:$work")
+A=(--offload "activations=disk:$work" --recompute full)
+B=(--offload "optimizer=disk:$work,activations=disk:$work" --recompute full)
+
+# one process: the whole model (no recompute) and the model-parallel
+# runtime (full recompute, the block inputs offloaded)
+world=1
+opt
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${O[@]}"
+opt --offload-chunk 4096
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${O[@]}" --offload-chunk 4096
+acts
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=full,micro_batch=2 "${A[@]}" --grad-accum 2
+both
+check 3 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=full,micro_batch=1 "${B[@]}"
+# dp 2: the optimizer's shard under ZeRO 1, 2 and 3
+world=2
+opt
+check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=2 "${O[@]}" --zero 1 \
+    --bucket-mb 0.02
+opt --offload-chunk 8192
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${O[@]}" --zero 3 \
+    --offload-chunk 8192 --bucket-mb 0.02 --zero-min-bytes 20000
+both
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${B[@]}" --zero 2 \
+    --bucket-mb 0.01
+# pp 2: each stage's part, 1F1B's and GPipe's frames, an uneven split
+acts
+check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
+    --grad-accum 4 "${A[@]}"
+both
+check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=2,$s=gpipe --pp 2 \
+    --schedule gpipe --grad-accum 3 "${B[@]}" --pp-layers 4,2
+# four ranks: tp 2 with sp (a block input of B T / 2 positions), and the
+# interleaved schedule's two chunks per rank
+world=4
+both
+check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=full,micro_batch=2 --tp 2 --sp --zero 1 "${B[@]}"
+acts
+check 4 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=interleaved,virtual_stages=2 \
+    --tp 2 --pp 2 --schedule interleaved --virtual-stages 2 --grad-accum 2 "${A[@]}"
+echo "ok: $checked layouts, every rank's count equals the plan"
