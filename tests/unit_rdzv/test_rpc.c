@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -429,6 +430,25 @@ static void test_acceptor_peer(void)
     check_peer_lookup(1);
 }
 
+/* The coordinator's server keeps no channelz records: they cost every
+ * connection and call (a socket node, call counters, timestamps) and
+ * nothing reads them. A server that kept them would be listed. */
+static void test_no_channelz(void)
+{
+    msr_tserved_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    MSR_CHECK_OK(set_key(ch, "k", 3)); /* a connection and a call */
+    char *servers = grpc_channelz_get_servers(0);
+    MSR_CHECK(servers != NULL);
+    int listed = strstr(servers, "\"server\"") != NULL;
+    MSR_CHECK_MSG(!listed, "channelz lists a server: %s", servers);
+    gpr_free(servers);
+    msr_rpc_channel_destroy(ch);
+    msr_tserved_stop(&s);
+}
+
 static const msr_test_t tests[] = {
     {"token", test_token, 30},
     {"unreachable", test_unreachable, 30},
@@ -440,6 +460,7 @@ static const msr_test_t tests[] = {
     {"unauth_per_host", test_unauth_per_host, 30},
     {"acceptor_config", test_acceptor_config, 30},
     {"acceptor_peer", test_acceptor_peer, 30},
+    {"no_channelz", test_no_channelz, 30},
 };
 
 int main(int argc, char **argv)
