@@ -232,6 +232,27 @@ static void fail_all(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
     msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED, "not served here");
 }
 
+/* Without the acceptor (no connection bounds: gRPC's own listener, as
+ * with TLS) a second server on a taken port fails too: gRPC would
+ * otherwise share the port (SO_REUSEPORT is its default). */
+static void test_port_in_use_grpc_listener(void)
+{
+    msr_rpc_loop_t *loop = NULL;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    msr_rpc_server_config_t cfg = {
+        .address = "127.0.0.1:0", .token = "t", .handler = fail_all, .log_name = "test"};
+    msr_rpc_server_t *first = NULL, *second = NULL;
+    int port = 0;
+    MSR_CHECK_OK(msr_rpc_server_create(loop, &cfg, &port, &first));
+    MSR_CHECK(port > 0);
+    char address[32];
+    snprintf(address, sizeof address, "127.0.0.1:%d", port);
+    cfg.address = address;
+    MSR_CHECK_STATUS(msr_rpc_server_create(loop, &cfg, NULL, &second), MSR_ERR_ADDR_IN_USE);
+    msr_rpc_server_destroy(first);
+    msr_rpc_loop_destroy(loop);
+}
+
 static int connect_to(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -456,6 +477,7 @@ static const msr_test_t tests[] = {
     {"large_messages", test_large_messages, 30},
     {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
+    {"port_in_use_grpc_listener", test_port_in_use_grpc_listener, 30},
     {"nul_key", test_nul_key, 30},
     {"unauth_per_host", test_unauth_per_host, 30},
     {"acceptor_config", test_acceptor_config, 30},
