@@ -463,21 +463,27 @@ static void server_shutdown_done(msr_rpc_op_t *op, int ok)
  * reconnect on their next call. Long polls keep busy connections open. */
 #define SERVER_IDLE_TIMEOUT_MS      60000
 
-/* The server's channel arguments, in args (at least 8 slots). */
-static size_t server_args(const msr_rpc_server_t *s, grpc_arg *args)
+/* The server's channel arguments, in args (at least 12 slots). own_accept:
+ * our acceptor hands gRPC its connections (no listener, no handshake of
+ * gRPC's: the acceptor's grace period bounds a silent connection). */
+static size_t server_args(const msr_rpc_server_t *s, int own_accept, grpc_arg *args)
 {
     int max = s->max_message > (size_t)INT32_MAX ? INT32_MAX : (int)s->max_message;
     size_t n = 0;
+    /* Every argument costs each connection: four of gRPC's filters copy
+     * the whole list when a connection's channel is built. Defaults are
+     * left out (a server's sends are unlimited by default). */
     args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = max}};
-    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}};
     /* A second coordinator on the same port must fail to bind. */
-    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
+    if (!own_accept)
+        args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}};
     args[n++] = (grpc_arg){
         GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, {.integer = 500}};
     args[n++] = (grpc_arg){GRPC_ARG_INTEGER, "grpc.http2.max_ping_strikes", {.integer = 0}};
-    args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
-                           GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                           {.integer = SERVER_HANDSHAKE_TIMEOUT_MS}};
+    if (!own_accept)
+        args[n++] = (grpc_arg){GRPC_ARG_INTEGER,
+                               GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                               {.integer = SERVER_HANDSHAKE_TIMEOUT_MS}};
     args[n++] = (grpc_arg){
         GRPC_ARG_INTEGER, GRPC_ARG_MAX_CONNECTION_IDLE_MS, {.integer = SERVER_IDLE_TIMEOUT_MS}};
     /* gRPC's bandwidth-delay probing grows the window every new stream
@@ -485,6 +491,10 @@ static size_t server_args(const msr_rpc_server_t *s, grpc_arg *args)
      * then push that much into a call before its token is checked. A fixed
      * window bounds what an unread call can cost. */
     args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}};
+    /* channelz's records (a socket node per connection, counters and a
+     * timestamp per call) cost about a third of a connection's setup and
+     * nothing here reads them. */
+    args[n++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_CHANNELZ, {.integer = 0}};
     return n;
 }
 
@@ -547,8 +557,10 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     msr_rpc_library_ref();
     if (creds == NULL)
         creds = grpc_insecure_server_credentials_create();
-    grpc_arg args[8];
-    grpc_channel_args cargs = {server_args(s, args), args};
+    int own_accept = config->max_connections > 0 && config->max_unauth_per_host > 0 &&
+                     !msr_rpc_tls_enabled(config->tls) && strncmp(config->address, "unix:", 5) != 0;
+    grpc_arg args[12];
+    grpc_channel_args cargs = {server_args(s, own_accept, args), args};
     s->server = grpc_server_create(&cargs, NULL);
     if (s->server == NULL) {
         st = MSR_ERR_INTERNAL;
@@ -558,8 +570,6 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
         s->method_handles[m] = grpc_server_register_method(s->server, msr_rpc_methods[m].path, NULL,
                                                            GRPC_SRM_PAYLOAD_NONE, 0);
-    int own_accept = config->max_connections > 0 && config->max_unauth_per_host > 0 &&
-                     !msr_rpc_tls_enabled(config->tls) && strncmp(config->address, "unix:", 5) != 0;
     int port = 0;
     if (!own_accept) {
         port = grpc_server_add_http2_port(s->server, config->address, creds);

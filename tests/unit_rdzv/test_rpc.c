@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -231,6 +232,27 @@ static void fail_all(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
     msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED, "not served here");
 }
 
+/* Without the acceptor (no connection bounds: gRPC's own listener, as
+ * with TLS) a second server on a taken port fails too: gRPC would
+ * otherwise share the port (SO_REUSEPORT is its default). */
+static void test_port_in_use_grpc_listener(void)
+{
+    msr_rpc_loop_t *loop = NULL;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    msr_rpc_server_config_t cfg = {
+        .address = "127.0.0.1:0", .token = "t", .handler = fail_all, .log_name = "test"};
+    msr_rpc_server_t *first = NULL, *second = NULL;
+    int port = 0;
+    MSR_CHECK_OK(msr_rpc_server_create(loop, &cfg, &port, &first));
+    MSR_CHECK(port > 0);
+    char address[32];
+    snprintf(address, sizeof address, "127.0.0.1:%d", port);
+    cfg.address = address;
+    MSR_CHECK_STATUS(msr_rpc_server_create(loop, &cfg, NULL, &second), MSR_ERR_ADDR_IN_USE);
+    msr_rpc_server_destroy(first);
+    msr_rpc_loop_destroy(loop);
+}
+
 static int connect_to(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -429,6 +451,25 @@ static void test_acceptor_peer(void)
     check_peer_lookup(1);
 }
 
+/* The coordinator's server keeps no channelz records: they cost every
+ * connection and call (a socket node, call counters, timestamps) and
+ * nothing reads them. A server that kept them would be listed. */
+static void test_no_channelz(void)
+{
+    msr_tserved_t s;
+    start(&s, "t");
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    MSR_CHECK_OK(set_key(ch, "k", 3)); /* a connection and a call */
+    char *servers = grpc_channelz_get_servers(0);
+    MSR_CHECK(servers != NULL);
+    int listed = strstr(servers, "\"server\"") != NULL;
+    MSR_CHECK_MSG(!listed, "channelz lists a server: %s", servers);
+    gpr_free(servers);
+    msr_rpc_channel_destroy(ch);
+    msr_tserved_stop(&s);
+}
+
 static const msr_test_t tests[] = {
     {"token", test_token, 30},
     {"unreachable", test_unreachable, 30},
@@ -436,10 +477,12 @@ static const msr_test_t tests[] = {
     {"large_messages", test_large_messages, 30},
     {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
+    {"port_in_use_grpc_listener", test_port_in_use_grpc_listener, 30},
     {"nul_key", test_nul_key, 30},
     {"unauth_per_host", test_unauth_per_host, 30},
     {"acceptor_config", test_acceptor_config, 30},
     {"acceptor_peer", test_acceptor_peer, 30},
+    {"no_channelz", test_no_channelz, 30},
 };
 
 int main(int argc, char **argv)
