@@ -38,6 +38,8 @@ static size_t slot_bytes(const ucx_req_t *r)
  * the wait for k), it published k - 1, or k, already. */
 static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
+    if (r->n == 2) /* the peer's word alone */
+        return atomic_load_explicit(&s->ctl[1 - r->me].c[C_SEQ], memory_order_acquire) >= k;
     for (int j = r->slots.first_unseen; j < r->n; j++) {
         if (j != r->me && atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->slots.first_unseen = j;
