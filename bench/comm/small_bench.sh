@@ -19,7 +19,8 @@
 # Environment: ROUNDS (5), SIZES (8,64,1024,4096), OPS
 # (allreduce,broadcast,allgather,reduce_scatter,barrier), ITERS (20000
 # calls timed per size), MSRUN_BUILD (build), CPUS (the two for the
-# ping-pong and the count of cores: 0,1), MPI=0 leaves Open MPI out,
+# ping-pong and the count of cores: 0,1), PINGPONG_ITERS (200000 bounces
+# per ping-pong run; fewer on a loaded machine), MPI=0 leaves Open MPI out,
 # RAW=1 also prints every raw line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +31,7 @@ sizes=${SIZES:-8,64,1024,4096}
 ops=${OPS:-allreduce,broadcast,allgather,reduce_scatter,barrier}
 iters=${ITERS:-20000}
 cpus=${CPUS:-0,1}
+pp_iters=${PINGPONG_ITERS:-200000}
 nps=("$@")
 [ ${#nps[@]} -eq 0 ] && nps=(2 4 8)
 for b in msrun comm_bench pingpong; do
@@ -48,13 +50,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "# pinned to CPUs $cpus ($ncores cores); $rounds rounds, $iters calls per size"
-"$build/bin/pingpong" --cpus "$cpus" --runs "$rounds" | tee "$tmp/pingpong"
+"$build/bin/pingpong" --cpus "$cpus" --iters "$pp_iters" --runs "$rounds" | tee "$tmp/pingpong"
 
 for np in "${nps[@]}"; do
     over=""
     [ "$np" -gt "$ncores" ] && over=":overload-allowed"
     for ((r = 1; r <= rounds; r++)); do
-        "$build/bin/pingpong" --cpus "$cpus" --runs 3 | sed "s/^/round $r np $np: /" |
+        "$build/bin/pingpong" --cpus "$cpus" --iters "$pp_iters" --runs 3 | sed "s/^/round $r np $np: /" |
             tee -a "$tmp/pingpong"
         taskset -c "$cpus" "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" \
             --bind_to core --log_level=error "$build/bin/comm_bench" --op "$ops" \
