@@ -16,6 +16,35 @@
 void msr_reduce(msr_op_t op, msr_dtype_t dtype, void *dst, const void *a, const void *b,
                 size_t count);
 
+/* The few elements a short call folds without msr_reduce's dispatch. */
+#define MSR_REDUCE_FEW 8
+
+/* msr_reduce's sum (and average) of float32 or float64 vectors of at most
+ * MSR_REDUCE_FEW elements, inline: the same additions in the same order,
+ * so the same bits. Returns 0, having done nothing, for anything else
+ * (the caller then calls msr_reduce). */
+static inline int msr_reduce_few(msr_op_t op, msr_dtype_t dtype, void *dst, const void *a,
+                                 const void *b, size_t count)
+{
+    if ((op != MSR_OP_SUM && op != MSR_OP_AVG) || count > MSR_REDUCE_FEW)
+        return 0;
+    if (dtype == MSR_DTYPE_F32) {
+        float *d = dst;
+        const float *x = a, *y = b;
+        for (size_t i = 0; i < count; i++)
+            d[i] = x[i] + y[i];
+        return 1;
+    }
+    if (dtype == MSR_DTYPE_F64) {
+        double *d = dst;
+        const double *x = a, *y = b;
+        for (size_t i = 0; i < count; i++)
+            d[i] = x[i] + y[i];
+        return 1;
+    }
+    return 0;
+}
+
 /* The last step of a reduction over n ranks: divides buf by n for
  * MSR_OP_AVG, does nothing for the other ops. */
 void msr_reduce_finish(msr_op_t op, msr_dtype_t dtype, void *buf, size_t count, int n);

@@ -198,10 +198,13 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
         }
         if (st >= 0 || st == MSR_ERR_CANCELED)
             st = MSR_ERR_PEER_LOST;
-        ucx_comm_fail(uc, st, (int)uc->abort_in[1],
-                      "a member gave up on the communicator (%s%s%lld)", msr_status_str(st),
-                      uc->abort_in[1] >= 0 ? ", lost job rank " : "",
-                      uc->abort_in[1] >= 0 ? (long long)uc->abort_in[1] : 0ll);
+        /* the culprit is a job rank, or -1 where the member gave up on
+         * its own (its deadline passed): then the status alone */
+        char lost[48] = "";
+        if (uc->abort_in[1] >= 0)
+            snprintf(lost, sizeof lost, ", lost job rank %lld", (long long)uc->abort_in[1]);
+        ucx_comm_fail(uc, st, (int)uc->abort_in[1], "a member gave up on the communicator (%s%s)",
+                      msr_status_str(st), lost);
     }
 }
 

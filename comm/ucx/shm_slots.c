@@ -33,11 +33,15 @@ static size_t slot_bytes(const ucx_req_t *r)
 }
 
 /* Whether every member published k (from sl->first_unseen on): its
- * input for k is in its slot, and it finished every operation before k. */
+ * input for k is in its slot, and it finished every operation before k.
+ * This member's own word is not read: wherever it asks (its turn for k,
+ * the wait for k), it published k - 1, or k, already. */
 static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
+    if (r->n == 2) /* the peer's word alone */
+        return atomic_load_explicit(&s->ctl[1 - r->me].c[C_SEQ], memory_order_acquire) >= k;
     for (int j = r->slots.first_unseen; j < r->n; j++) {
-        if (atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
+        if (j != r->me && atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->slots.first_unseen = j;
             return 0;
         }
@@ -108,6 +112,13 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     return r->me != a->root || last == 0 || all_reached(s, r, last + 1);
 }
 
+/* dst = a op b: a few floats inline, the rest through msr_reduce. */
+static inline void fold(const msr_coll_args_t *a, void *dst, const void *x, const void *y)
+{
+    if (!msr_reduce_few(a->op, a->dtype, dst, x, y, a->count))
+        msr_reduce(a->op, a->dtype, dst, x, y, a->count);
+}
+
 /* Every slot is there: fold them in rank order (allreduce; reduce-scatter
  * this member's block of them) or copy them out (allgather, broadcast). */
 static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k)
@@ -121,12 +132,11 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         off = (size_t)r->me * r->bytes;
         /* fall through */
     case MSR_COLL_ALLREDUCE:
-        msr_reduce(a->op, a->dtype, a->recvbuf, data_of(s, 0, k, in) + off,
-                   data_of(s, 1, k, in) + off, a->count);
+        fold(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off);
         for (int j = 2; j < r->n; j++)
-            msr_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off,
-                       a->count);
-        msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
+            fold(a, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off);
+        if (a->op == MSR_OP_AVG)
+            msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
         return;
     case MSR_COLL_ALLGATHER:
         for (int j = 0; j < r->n; j++)

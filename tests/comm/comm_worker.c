@@ -41,6 +41,8 @@
  *                (point to point): a member that left cleanly is not lost
  *   exitafterbarrier  rank 0 arrives last at a barrier and exits at once:
  *                the others' barrier ends, it does not fail (PEER_LOST)
+ *   giveup       rank 1's receive passes its deadline; rank 0's next
+ *                barrier fails with the abort notice's exact message
  *   stop         rank 1 stops answering (it sleeps): the others must fail
  *                with MSR_ERR_TIMEOUT (or PEER_LOST from the aborts) in time
  *   stopsmall    the same with 8-byte allreduces (the shared-memory slots)
@@ -252,6 +254,8 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         cw_mode_leave(ctx, world);
     else if (strcmp(mode, "exitafterbarrier") == 0)
         cw_mode_exit_after_barrier(ctx, world);
+    else if (strcmp(mode, "giveup") == 0)
+        cw_mode_giveup(ctx, world);
     else
         return 0;
     return 1;
@@ -263,7 +267,7 @@ int main(int argc, char **argv)
             stderr,
             "usage: comm_worker "
             "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
-            "leave|exitafterbarrier|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
+            "leave|exitafterbarrier|giveup|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
             "killhierred|"
             "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs|stopsmall\n");
         return 2;

@@ -180,6 +180,50 @@ void cw_mode_exit_after_barrier(msr_ctx_t *ctx, msr_comm_t *world)
     exit(0);
 }
 
+/* ---- a member that gave up on its own ---- */
+
+/* Rank 1 gives up on a receive that no send answers (its deadline passes)
+ * while rank 0 is not in a call; rank 0's next call, a barrier through the
+ * slots, learns it from rank 1's abort notice. Both messages are checked
+ * word for word: the notice names the status alone (no culprit). Rank 1
+ * exits only after rank 0 checked, so that its exit cannot be what rank 0
+ * sees. */
+void cw_mode_giveup(msr_ctx_t *ctx, msr_comm_t *world)
+{
+    int me = msr_comm_rank(world);
+    char got[512];
+    void *v = NULL;
+    size_t len = 0;
+    OK(msr_comm_barrier(world));
+    if (me == 1) {
+        snprintf(g_case, sizeof g_case, "giveup: rank 1's receive");
+        msr_comm_set_timeout(world, 300);
+        int x = 0;
+        msr_status_t st = msr_comm_recv(world, &x, 1, MSR_DTYPE_I32, 0, 7);
+        snprintf(got, sizeof got, "%s", msr_last_error());
+        if (st != MSR_ERR_TIMEOUT || strcmp(got, "recv: deadline passed after 300 ms") != 0)
+            fail("the receive ended with %s: \"%s\"", msr_status_name(st), got);
+        OK(msr_store_set(ctx, "comm_worker/gaveup", "1", 1));
+        OK(msr_store_get(ctx, "comm_worker/checked", 30000, &v, &len));
+    } else if (me == 0) {
+        snprintf(g_case, sizeof g_case, "giveup: rank 0's barrier");
+        OK(msr_store_get(ctx, "comm_worker/gaveup", 30000, &v, &len));
+        msr_status_t st = msr_comm_barrier(world);
+        snprintf(got, sizeof got, "%s", msr_last_error());
+        const char *want = "barrier(shm): a member gave up on the communicator (deadline passed)";
+        if (st != MSR_ERR_TIMEOUT || strcmp(got, want) != 0)
+            fail("the barrier ended with %s: \"%s\", expected MSR_ERR_TIMEOUT: \"%s\"",
+                 msr_status_name(st), got, want);
+        OK(msr_store_set(ctx, "comm_worker/checked", "1", 1));
+        printf("ok giveup: %s\n", got);
+        fflush(stdout);
+    }
+    free(v);
+    msr_comm_destroy(world);
+    msr_finalize(ctx);
+    exit(0);
+}
+
 /* ---- failures ---- */
 
 static void *killer(void *arg)

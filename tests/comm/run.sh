@@ -108,7 +108,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier | small)
+collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier | small | giveup)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"

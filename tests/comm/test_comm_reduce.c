@@ -253,6 +253,59 @@ static void test_finish_avg(void)
     MSR_CHECK(i[0] == -2 && i[1] == 2);
 }
 
+/* A random finite value of any magnitude (every add rounds), or now and
+ * then an infinity. */
+static double wild(void)
+{
+    uint64_t r = rng();
+    if (r % 61 == 0)
+        return r & 64 ? INFINITY : -INFINITY;
+    double m = (double)(r >> 11) / 9007199254740992.0 - 0.5;
+    return ldexp(m, (int)(r % 120) - 60);
+}
+
+/* msr_reduce_few: for sums and averages of f32 and f64 up to
+ * MSR_REDUCE_FEW elements, the bits msr_reduce gives (also in place), and
+ * not an element more; everything else it leaves to msr_reduce, untouched. */
+static void test_reduce_few(void)
+{
+    enum { CAP = MSR_REDUCE_FEW + 2 };
+    for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
+        msr_dtype_t dt = (msr_dtype_t)d;
+        size_t es = msr_dtype_size(dt);
+        for (int o = 0; o < MSR_OP_COUNT; o++) {
+            msr_op_t op = (msr_op_t)o;
+            int fast = (dt == MSR_DTYPE_F32 || dt == MSR_DTYPE_F64) &&
+                       (op == MSR_OP_SUM || op == MSR_OP_AVG);
+            for (size_t n = 0; n <= MSR_REDUCE_FEW + 1; n++) {
+                for (int round = 0; round < 50; round++) {
+                    unsigned char a[CAP * 8], b[CAP * 8], got[CAP * 8], want[CAP * 8];
+                    for (size_t i = 0; i < CAP; i++) {
+                        float fa = (float)wild(), fb = (float)wild();
+                        double da = wild(), db = wild();
+                        memcpy(a + i * es, es == 4 ? (void *)&fa : (void *)&da, es);
+                        memcpy(b + i * es, es == 4 ? (void *)&fb : (void *)&db, es);
+                    }
+                    memset(got, 0x5a, sizeof got);
+                    memset(want, 0x5a, sizeof want);
+                    int did = msr_reduce_few(op, dt, got, a, b, n);
+                    MSR_CHECK_EQ(did, fast && n <= MSR_REDUCE_FEW);
+                    if (did)
+                        msr_reduce(op, dt, want, a, b, n);
+                    MSR_CHECK(memcmp(got, want, sizeof got) == 0);
+                    if (!did)
+                        continue;
+                    memcpy(got, a, sizeof a); /* in place: dst is a */
+                    memcpy(want, a, sizeof a);
+                    MSR_CHECK_EQ(msr_reduce_few(op, dt, got, got, b, n), 1);
+                    msr_reduce(op, dt, want, want, b, n);
+                    MSR_CHECK(memcmp(got, want, sizeof got) == 0);
+                }
+            }
+        }
+    }
+}
+
 static void test_names(void)
 {
     MSR_CHECK_STR(msr_dtype_name(MSR_DTYPE_BF16), "bf16");
@@ -263,9 +316,13 @@ static void test_names(void)
 }
 
 static const msr_test_t tests[] = {
-    {"f16_all_halves", test_f16_all_halves, 30}, {"f16_rounding", test_f16_rounding, 60},
-    {"bf16_rounding", test_bf16_rounding, 60},   {"kernels", test_kernels, 30},
-    {"finish_avg", test_finish_avg, 10},         {"names", test_names, 10},
+    {"f16_all_halves", test_f16_all_halves, 30},
+    {"f16_rounding", test_f16_rounding, 60},
+    {"bf16_rounding", test_bf16_rounding, 60},
+    {"kernels", test_kernels, 30},
+    {"finish_avg", test_finish_avg, 10},
+    {"reduce_few", test_reduce_few, 30},
+    {"names", test_names, 10},
 };
 
 int main(int argc, char **argv)
