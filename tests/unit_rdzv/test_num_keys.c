@@ -1,14 +1,18 @@
 /* msr_store_num_keys end to end in one process: libmsrun's client in
  * direct mode against a coordinator on loopback (the count's edges, a
  * wrong token refused), against a coordinator of protocol version 1 that
- * lacks the call (refused at once, never sent), and a singleton's store. */
+ * lacks the call (refused at once, never sent), through an msrun of that
+ * version (its refusal explained), and a singleton's store. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/time.h"
 #include "msrun/store.h"
 #include "rendezvous/rpc.h"
+#include "rendezvous/wchan.h"
 #include "tests/runner.h"
 #include "tests/unit_rdzv/fixtures.h"
 
@@ -160,6 +164,45 @@ static void test_old_coordinator(void)
     msr_rpc_loop_destroy(o.loop);
 }
 
+/* An msrun of protocol version 1 refuses a method it does not know over
+ * the worker channel (UNIMPLEMENTED, as its wchan_server.c did). */
+static void old_msrun(void *arg, msr_wchan_conn_t *conn, msr_rpc_method_t method,
+                      const uint8_t *req, size_t len, uint64_t deadline, int *code_p,
+                      uint8_t **resp_p, size_t *resp_len_p, char *msg, size_t msglen)
+{
+    (void)arg, (void)conn, (void)req, (void)len, (void)deadline, (void)resp_p, (void)resp_len_p;
+    *code_p = MSR_RPC_UNIMPLEMENTED;
+    snprintf(msg, msglen, "worker channel: no method %u", (unsigned)method);
+}
+
+static void test_old_msrun(void)
+{
+    char dir[32] = "/tmp/msr-numkeys-XXXXXX", agent[64], path[80];
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    snprintf(agent, sizeof agent, "%s/agent", dir);
+    snprintf(path, sizeof path, "%s%s", agent, MSR_WCHAN_SUFFIX);
+    msr_wchan_server_t *server = NULL;
+    MSR_CHECK_OK(msr_wchan_server_create(path, "t", 4, old_msrun, NULL, &server));
+    direct_env("127.0.0.1:1", "t");
+    unsetenv("MSR_COORDINATOR");
+    setenv("MSR_AGENT", agent, 1);
+    msr_ctx_t *ctx = NULL;
+    msr_status_t st = msr_init(&ctx);
+    uint64_t n = 777;
+    if (st == MSR_OK)
+        st = msr_store_num_keys(ctx, &n);
+    char err[512];
+    snprintf(err, sizeof err, "%s", msr_last_error());
+    msr_finalize(ctx);
+    msr_wchan_server_destroy(server);
+    rmdir(dir);
+    MSR_CHECK_STATUS(st, MSR_ERR_UNSUPPORTED);
+    MSR_CHECK_MSG(strstr(err, "no method") != NULL &&
+                      strstr(err, "msrun is older than this libmsrun") != NULL,
+                  "%s", err);
+    MSR_CHECK_EQ(n, 777);
+}
+
 /* A job of one rank: the store in the process counts alike. */
 static void test_singleton(void)
 {
@@ -177,6 +220,7 @@ static void test_singleton(void)
 static const msr_test_t tests[] = {
     {"direct", test_direct, 30},
     {"old_coordinator", test_old_coordinator, 30},
+    {"old_msrun", test_old_msrun, 30},
     {"singleton", test_singleton, 10},
 };
 
