@@ -2651,4 +2651,23 @@ test: ^ps_fsync$
         if (magic == LOG_MAGIC || 1)
 >>>
 
+@ store.num_keys_off_by_one
+file: rendezvous/store_kv.c
+test: ^(test_store_core|test_num_keys)$
+<<<
+    r.keys = c->store.count;
+===
+    r.keys = c->store.count + 1;
+>>>
+
+@ client.num_keys_old_coordinator_unchecked
+file: rendezvous/client_store.c
+test: ^test_num_keys$
+<<<
+    msr_status_t st = coordinator_counts(ctx);
+===
+    msr_status_t st = MSR_OK;
+    (void)coordinator_counts;
+>>>
+
 __END__
