@@ -334,6 +334,7 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
     case MSR_RPC_ALLGATHER:
     case MSR_RPC_PUBLISH:
     case MSR_RPC_FETCH:
+    case MSR_RPC_NUM_KEYS:
         msr_store_core_call(c->store, call, method, req);
         break;
     case MSR_RPC_BEAT:

@@ -45,6 +45,8 @@ struct msr_ctx {
     int reporting, report_stop;
     int report_off; /* MSR_REPORT=0: reports are dropped */
     atomic_int peer_lost_noted;
+    atomic_int num_keys_served; /* direct mode: the coordinator serves NumKeys
+                                 * (1), does not (-1), not yet asked (0) */
 };
 
 /* One call on ctx's worker channel or gRPC channel, as msr_rpc_call. */

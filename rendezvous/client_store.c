@@ -1,5 +1,5 @@
 /* libmsrun's store calls (msrun/store.h): set, get, add, compare-set,
- * delete, barriers, allgathers, publish and fetch, through the node's
+ * delete, the key count, barriers, allgathers, publish and fetch, through the node's
  * msrun or the coordinator (msr_client_call), or a singleton's local store. */
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +147,71 @@ msr_status_t msr_store_delete(msr_ctx_t *ctx, const char *key, int *existed_p)
         *existed_p = ((Msr__DeleteResponse *)resp)->existed;
     msr_rpc_message_free(resp);
     return st;
+}
+
+/* In direct mode the coordinator may be older than this library, and one
+ * without NumKeys (protocol version 1) would leave the call unanswered
+ * until its deadline: its Status lists the methods it serves
+ * (call_names), asked once per context. Through the node's msrun, the
+ * coordinator has the msrun's version (Join refuses another), and an
+ * older msrun refuses the call at once (UNIMPLEMENTED). */
+static msr_status_t coordinator_counts(msr_ctx_t *ctx)
+{
+    int known = atomic_load(&ctx->num_keys_served);
+    if (ctx->channel == NULL || known > 0)
+        return MSR_OK;
+    if (known == 0) {
+        Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        msr_status_t st =
+            msr_client_call(ctx, MSR_RPC_STATUS, &req.base, -1, "store num_keys", &resp);
+        if (st != MSR_OK)
+            return st;
+        const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
+        known = -1;
+        for (size_t i = 0; i < r->n_call_names; i++)
+            if (strcmp(r->call_names[i], msr_rpc_methods[MSR_RPC_NUM_KEYS].name) == 0)
+                known = 1;
+        msr_rpc_message_free(resp);
+        atomic_store(&ctx->num_keys_served, known);
+    }
+    if (known < 0) {
+        const char *coord = getenv("MSR_COORDINATOR");
+        msr_err_set("store num_keys: the coordinator at %.200s has no NumKeys call: it is "
+                    "older than this libmsrun (protocol version %d); use one msrun version for "
+                    "the coordinator and the workers",
+                    coord ? coord : "MSR_COORDINATOR", MSR_PROTOCOL_VERSION);
+        return MSR_ERR_UNSUPPORTED;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_store_num_keys(msr_ctx_t *ctx, uint64_t *count_p)
+{
+    if (count_p == NULL) {
+        msr_err_set("store num_keys: count_p is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_status_t st = coordinator_counts(ctx);
+    if (st != MSR_OK)
+        return st;
+    Msr__NumKeysRequest req = MSR__NUM_KEYS_REQUEST__INIT;
+    req.generation = ctx->generation;
+    ProtobufCMessage *resp = NULL;
+    st = msr_client_call(ctx, MSR_RPC_NUM_KEYS, &req.base, -1, "store num_keys", &resp);
+    if (st == MSR_ERR_UNSUPPORTED) {
+        char why[384];
+        snprintf(why, sizeof why, "%s", msr_err_msg());
+        msr_err_set("%s (the node's msrun is older than this libmsrun, which speaks protocol "
+                    "version %d: use one msrun version for both)",
+                    why, MSR_PROTOCOL_VERSION);
+        return st;
+    }
+    if (st != MSR_OK)
+        return st;
+    *count_p = ((Msr__NumKeysResponse *)resp)->keys;
+    msr_rpc_message_free(resp);
+    return MSR_OK;
 }
 
 msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,

@@ -198,6 +198,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
     case MSR_RPC_ALLGATHER:
     case MSR_RPC_PUBLISH:
     case MSR_RPC_FETCH:
+    case MSR_RPC_NUM_KEYS:
         pthread_mutex_lock(&ls->lock);
         msr_store_core_call(ls->core, &lc, method, req);
         /* Held: whichever waiting thread wakes first runs the timers. */

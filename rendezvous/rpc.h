@@ -13,8 +13,11 @@
 #include "msrun/base.h"
 #include "rendezvous/msrun.pb-c.h"
 
-/* Raised whenever a change to msrun.proto would be misread by an older peer. */
-#define MSR_PROTOCOL_VERSION 1
+/* Raised whenever a change to msrun.proto would be misread by an older peer,
+ * or asks it for a method it lacks (gRPC leaves a call of a method the
+ * server does not know unanswered until its deadline): a coordinator
+ * refuses to join a node of another version. 2: Store.NumKeys. */
+#define MSR_PROTOCOL_VERSION 2
 
 /* gRPC metadata key that carries the job token on every call (but Auth). */
 #define MSR_TOKEN_METADATA "msr-token"
@@ -70,6 +73,7 @@ typedef enum msr_rpc_method {
     MSR_RPC_PUBLISH,  /* values published under (name, index) ... */
     MSR_RPC_FETCH,    /* ... and fetched by index when first needed */
     MSR_RPC_RELAY,    /* a relay's batch of its subtree's membership calls */
+    MSR_RPC_NUM_KEYS, /* the store's key count (protocol version 2) */
     MSR_RPC_METHOD_COUNT
 } msr_rpc_method_t;
 

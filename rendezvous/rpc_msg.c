@@ -34,6 +34,7 @@ const msr_rpc_method_info_t msr_rpc_methods[MSR_RPC_METHOD_COUNT] = {
     [MSR_RPC_PUBLISH] = METHOD("Store", Publish, publish),
     [MSR_RPC_FETCH] = METHOD("Store", Fetch, fetch),
     [MSR_RPC_RELAY] = METHOD("Coordinator", Relay, relay),
+    [MSR_RPC_NUM_KEYS] = METHOD("Store", NumKeys, num_keys),
 };
 
 static void *pb_alloc(void *data, size_t size)

@@ -237,6 +237,9 @@ void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t metho
     case MSR_RPC_FETCH:
         msr_store_do_fetch(c, call, (const Msr__FetchRequest *)req);
         break;
+    case MSR_RPC_NUM_KEYS:
+        msr_store_do_num_keys(c, call, (const Msr__NumKeysRequest *)req);
+        break;
     default:
         msr_held_fail(c->held, call, MSR_RPC_UNIMPLEMENTED, "not a store call");
     }

@@ -102,11 +102,10 @@ msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_s
 void msr_store_core_destroy(msr_store_core_t *core);
 
 /* Answers or holds a store call (Set, Get, Add, CompareSet, Delete, Barrier,
- * Allgather, Publish, Fetch; any other method is refused with
- * UNIMPLEMENTED). Publish sets the key "<name>/<index>" of each entry;
- * Fetch answers once the keys of all its indices exist, waiting on one
- * missing key at a time. req stays the
- * caller's and is not used after this returns. */
+ * Allgather, Publish, Fetch, NumKeys; any other method is refused with
+ * UNIMPLEMENTED). NumKeys counts every key stored (msr_store_core_keys). Publish sets the key
+ * "<name>/<index>" of each entry; Fetch answers once the keys of all its indices exist, waiting on
+ * one missing key at a time. req stays the caller's and is not used after this returns. */
 void msr_store_core_call(msr_store_core_t *core, void *call, msr_rpc_method_t method,
                          const ProtobufCMessage *req);
 

@@ -229,6 +229,7 @@ void msr_store_do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *re
 void msr_store_do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req);
 void msr_store_do_compare_set(msr_store_core_t *c, void *call, const Msr__CompareSetRequest *req);
 void msr_store_do_delete(msr_store_core_t *c, void *call, const Msr__DeleteRequest *req);
+void msr_store_do_num_keys(msr_store_core_t *c, void *call, const Msr__NumKeysRequest *req);
 void msr_store_do_publish(msr_store_core_t *c, void *call, const Msr__PublishRequest *req);
 void msr_store_do_fetch(msr_store_core_t *c, void *call, const Msr__FetchRequest *req);
 /* and store_gather.c's */

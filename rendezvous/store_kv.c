@@ -237,6 +237,17 @@ void msr_store_do_delete(msr_store_core_t *c, void *call, const Msr__DeleteReque
     reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);
 }
 
+/* Every key of the store counts, whoever set it: torch's TCPStore counts
+ * its own keys too. Barriers and allgathers under way are not keys. */
+void msr_store_do_num_keys(msr_store_core_t *c, void *call, const Msr__NumKeysRequest *req)
+{
+    if (!check_generation(c, call, req->generation))
+        return;
+    Msr__NumKeysResponse r = MSR__NUM_KEYS_RESPONSE__INIT;
+    r.keys = c->store.count;
+    reply(c, call, &r.base);
+}
+
 /* ---- publish and fetch ---- */
 
 /* The key of entry index of name ("<name>/<index>"); 0 if it is too long. */

@@ -1,5 +1,5 @@
 /* libmsrun's job context and key-value store: rank, size, and the store
- * calls (set, get, add, compare-set, delete, barrier, allgather) that reach
+ * calls (set, get, add, compare-set, delete, num_keys, barrier, allgather) that reach
  * the job's coordinator through the node's msrun or directly. */
 #ifndef MSRUN_STORE_H
 #define MSRUN_STORE_H
@@ -132,6 +132,16 @@ MSR_API msr_status_t msr_store_compare_set(msr_ctx_t *ctx, const char *key, cons
 
 /* Removes key; *existed_p (may be NULL) tells whether it was there. */
 MSR_API msr_status_t msr_store_delete(msr_ctx_t *ctx, const char *key, int *existed_p);
+
+/* The number of keys the store holds in this generation, in *count_p:
+ * every key set (set, add, compare-set, publish's entries "<name>/<i>")
+ * and not deleted, whoever set it (libmsrun's communicators and msrun
+ * set keys too); barriers and allgathers are not keys. A key set twice
+ * counts once. A count taken while others write is already old when it
+ * returns. MSR_ERR_INVALID_ARG for count_p NULL; MSR_ERR_UNSUPPORTED
+ * from an msrun or coordinator older than this library (protocol
+ * version 1), whose version cannot count. */
+MSR_API msr_status_t msr_store_num_keys(msr_ctx_t *ctx, uint64_t *count_p);
 
 /* Waits until count participants reached the barrier called name.
  * local_count is how many of them this node's processes are (it lets the

@@ -67,9 +67,10 @@ void checkSame(const at::Tensor &a, const at::Tensor &b, const char *what);
 
 // c10d::Store over msr_store_*: the values torch keeps (its barrier's
 // counters as decimal text, as TCPStore's) in msrun's store, so a job opens
-// no store of its own. getNumKeys and watchKey are not supported (msrun's
-// store has no key count). The context stays the caller's and must outlive
-// the store. Any thread.
+// no store of its own. getNumKeys counts every key of the job's store in
+// its generation (msr_store_num_keys), msrun's own too, as TCPStore
+// counts its own; watchKey is not supported. The context stays the
+// caller's and must outlive the store. Any thread.
 class Store : public c10d::Store
 {
   public:

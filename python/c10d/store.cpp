@@ -126,10 +126,14 @@ bool Store::check(const std::vector<std::string> &keys)
     return true;
 }
 
+// Every key of the job's store: torch's keys are stored as they are
+// (escaped, not prefixed), so a fresh job's store holds only them, and
+// TCPStore too counts every key its server holds.
 int64_t Store::getNumKeys()
 {
-    throw std::runtime_error("msrun store: num_keys is not supported (msrun's store does not "
-                             "count its keys)");
+    uint64_t n = 0;
+    raiseIf(msr_store_num_keys(ctx_, &n), "store num_keys");
+    return static_cast<int64_t>(n);
 }
 
 void Store::wait(const std::vector<std::string> &keys)

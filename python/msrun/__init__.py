@@ -314,6 +314,13 @@ class Context:
         _check(_L.msr_store_delete(self._handle(), _key(key), _c.byref(existed)), "msr_store_delete")
         return bool(existed.value)
 
+    def store_num_keys(self):
+        """The keys the store holds in this generation (every one, msrun's
+        own too)."""
+        n = _c.c_uint64()
+        _check(_L.msr_store_num_keys(self._handle(), _c.byref(n)), "msr_store_num_keys")
+        return n.value
+
     def store_barrier(self, name, count=None, local_count=0, wait_ms=-1):
         """Waits until count participants (default: the world size) reached
         the barrier called name. local_count: how many of them run on this

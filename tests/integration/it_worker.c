@@ -148,7 +148,12 @@ static int do_store(void)
     CHECK(strstr(msr_last_error(), "bad key") != NULL, "message: %s", msr_last_error());
     CHECK_ST(msr_store_add(ctx, "wk", 1, NULL), MSR_ERR_INVALID_ARG); /* not a counter */
 
-    /* 6. delete */
+    /* 6. delete, and the key count through the node's msrun: wk, ctr,
+     * lock and winners (barriers and allgathers are no keys) */
+    CHECK_ST(msr_barrier(ctx), MSR_OK);
+    uint64_t keys = 0;
+    CHECK_ST(msr_store_num_keys(ctx, &keys), MSR_OK);
+    CHECK(keys == 4, "num_keys %llu, want 4", (unsigned long long)keys);
     CHECK_ST(msr_barrier(ctx), MSR_OK);
     if (rank == 0) {
         int existed = 0;
@@ -157,6 +162,8 @@ static int do_store(void)
     }
     CHECK_ST(msr_barrier(ctx), MSR_OK);
     CHECK_ST(msr_store_get(ctx, "wk", 0, &v, &len), MSR_ERR_NOT_FOUND);
+    CHECK_ST(msr_store_num_keys(ctx, &keys), MSR_OK);
+    CHECK(keys == 3, "num_keys %llu after a delete, want 3", (unsigned long long)keys);
 
     /* 7. a store from another generation is refused */
     CHECK_ST(msr_barrier(ctx), MSR_OK);
@@ -444,6 +451,9 @@ static int do_token(void)
     CHECK_ST(msr_init(&ctx), MSR_OK);
     CHECK_ST(msr_store_set(ctx, "k", "v", 1), MSR_ERR_PERMISSION);
     printf("refused: %s\n", msr_last_error());
+    uint64_t keys = 0;
+    CHECK_ST(msr_store_num_keys(ctx, &keys), MSR_ERR_PERMISSION);
+    printf("num_keys refused: %s\n", msr_last_error());
     msr_finalize(ctx);
     return 0;
 }

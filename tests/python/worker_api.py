@@ -81,6 +81,8 @@ def check_store(ctx):
     winner = [i for i, w in enumerate(wins) if w[0]][0]
     expect(ctx.store_get("leader", 0) == b"%d" % winner, "leader value")
     ctx.barrier()
+    keys = ctx.store_num_keys()
+    ctx.barrier()
     if r == 0:
         expect(not ctx.store_compare_set("leader", b"nobody", b"x"), "compare-set with a wrong expected")
         expect(ctx.store_get("leader", 0) == b"%d" % winner, "unchanged by a failed compare-set")
@@ -88,6 +90,8 @@ def check_store(ctx):
         expect(ctx.store_get("leader", 0) == b"next", "replaced by compare-set")
         expect(ctx.store_delete("leader"), "delete of a key that was there")
         expect(not ctx.store_delete("leader"), "delete of a key that was not")
+    ctx.barrier()
+    expect(ctx.store_num_keys() == keys - 1, "store_num_keys after the delete")
     ctx.barrier()
     # allgather of bytes through the store, lengths differing by rank
     got = ctx.store_allgather("ag", b"x" * r + b"%d" % r)

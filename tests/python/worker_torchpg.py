@@ -76,12 +76,21 @@ def check_store():
     dist.barrier()
     if R == 0:
         expect(s.delete_key("cas") and not s.delete_key("cas"), "store delete_key")
-    try:
-        s.num_keys()
-    except RuntimeError as e:
-        expect("not supported" in str(e), str(e))
-    else:
-        raise AssertionError("num_keys did not raise")
+    dist.barrier()
+    # num_keys: the job's keys (the group's own too), the same on every
+    # rank while nobody writes, and one more once a rank set one
+    before = s.num_keys()
+    expect(before >= N + 1, "num_keys %d counts the k/* keys and the counter" % before)
+    dist.barrier()
+    if R == 0:
+        s.set("numkeys/new", "x")
+    dist.barrier()
+    expect(s.num_keys() == before + 1, "num_keys after rank 0 set a key")
+    dist.barrier()
+    if R == 0:
+        expect(s.delete_key("numkeys/new"), "store delete_key of numkeys/new")
+    dist.barrier()
+    expect(s.num_keys() == before, "num_keys after the delete")
     dist.barrier()
 
 

@@ -6,8 +6,10 @@ set, get and wait timing out with the store's timeout, add (from 0,
 negative), compare_set (key missing, empty, matched, not matched), wait on
 several keys, delete_key, large, empty and binary values, keys with odd
 characters (control bytes, '%', an empty key, non-ASCII), set_timeout and
-num_keys (msrun's store does not count its keys: a clear error). Prints
-"rank R of N: torchstore ok"."""
+num_keys: StoreTestBase's test_set_get count on fresh stores (TCPStore
+counts one key of its own, FileStore and msrun's store none), then the
+count after new keys, a key set twice, counters, an escaped key and
+deletes. Prints "rank R of N: torchstore ok"."""
 
 import os
 import tempfile
@@ -110,21 +112,47 @@ def check_store(name, s, second):
     expect(s.delete_key(""), name + ": delete the empty key")
 
 
+# keys a fresh store holds before any is set: TCPStore's server keeps one
+# of its own (the "init/" counter its clients add to when they connect)
+OWN_KEYS = {"tcp": 1, "file": 0, "msrun": 0}
+
+
+def check_set_get_count(name, s):
+    """StoreTestBase._test_set_get's writes and num_keys on a fresh store:
+    5 keys ("key", "key0".."key3"), plus the store's own."""
+    # (a FileStore never written has no file yet: its num_keys waits for
+    # one up to its timeout)
+    expect(name == "file" or s.num_keys() == OWN_KEYS[name], name + ": num_keys of a fresh store")
+    for i in (1, 2, 3):
+        s.add("key", i)
+    s.set("key0", "value0")
+    s.add("key3", 1)
+    s.set("key1", "value1")
+    s.add("key3", 2)
+    s.set("key2", "value2")
+    for i in (3, 4, 5, 6):
+        s.add("key3", i)
+    n = s.num_keys()
+    expect(n == 5 + OWN_KEYS[name], "%s: num_keys %d after test_set_get's writes" % (name, n))
+    expect(s.get("key") == b"6" and s.get("key3") == b"21", name + ": the counters")
+
+
 def check_num_keys(name, s):
-    """Torch's stores count their keys; msrun's does not (a clear error)."""
-    if name == "msrun":
-        try:
-            s.num_keys()
-        except RuntimeError as e:
-            expect("not supported" in str(e), "num_keys' error: %s" % e)
-            return
-        raise AssertionError("msrun's num_keys did not raise")
+    """The count follows new keys, a key set twice, counters, an escaped
+    key and deletes alike on every store."""
     before = s.num_keys()
     s.set("numkeys/a", "1")
     s.add("numkeys/b", 1)
     expect(s.num_keys() == before + 2, name + ": num_keys counts new keys")
+    s.set("numkeys/a", "2")
+    s.add("numkeys/b", 1)
+    expect(s.num_keys() == before + 2, name + ": a key set twice, a counter added to twice")
+    s.set("numkeys/\n%", "escaped")
+    expect(s.num_keys() == before + 3, name + ": a key with escaped characters")
+    expect(s.delete_key("numkeys/a"), name + ": delete_key")
+    expect(s.num_keys() == before + 2, name + ": num_keys after delete_key")
     s.delete_key("numkeys/a")
-    expect(s.num_keys() == before + 1, name + ": num_keys after delete_key")
+    expect(s.num_keys() == before + 2, name + ": num_keys after a delete of a key gone")
 
 
 def main():
@@ -140,6 +168,8 @@ def main():
               ("file", dist.FileStore(path, 2), lambda: dist.FileStore(path, 2)),
               ("msrun", mt.store(), mt.store))
     try:
+        for name, s, _ in stores:
+            check_set_get_count(name, s)
         for name, s, second in stores:
             check_store(name, s, second)
             check_num_keys(name, s)

@@ -1,6 +1,6 @@
 /* The store core's operations: each one, held gets with deadlines,
  * barriers, allgathers of unequal sizes, generations and reset, request
- * ids, and publish and fetch (test_store_core.h's helpers). */
+ * ids, publish and fetch, and the key count (test_store_core.h's helpers). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -335,7 +335,79 @@ static void test_publish_fetch(void)
     msr_store_core_destroy(core);
 }
 
+/* NumKeys of generation gen: the count, or -1 - the failure's code. */
+static int64_t num_keys(msr_store_core_t *core, int gen)
+{
+    tcall_t c;
+    sc_call_init(&c, MSR_RPC_NUM_KEYS);
+    Msr__NumKeysRequest r = MSR__NUM_KEYS_REQUEST__INIT;
+    r.generation = gen;
+    msr_store_core_call(core, &c, MSR_RPC_NUM_KEYS, &r.base);
+    MSR_CHECK(c.answered);
+    if (c.code != 0)
+        return -1 - c.code;
+    int64_t n = (int64_t)((const Msr__NumKeysResponse *)c.resp)->keys;
+    sc_done(&c);
+    return n;
+}
+
+/* NumKeys counts the keys stored: each once, whatever wrote it, until it
+ * is deleted; names waited on, barriers and allgathers are no keys. */
+static void test_num_keys(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = sc_core_new(&t, NULL);
+    tcall_t c, held[3];
+    MSR_CHECK_EQ(num_keys(core, 0), 0); /* an empty store */
+    sc_do_set(core, &c, "a", "1");
+    sc_done(&c);
+    sc_do_set(core, &c, "a", "2"); /* set twice: one key */
+    sc_done(&c);
+    MSR_CHECK_EQ(num_keys(core, 0), 1);
+    sc_do_add(core, &c, "n", 1);
+    sc_done(&c);
+    sc_do_add(core, &c, "n", 1);
+    sc_done(&c);
+    MSR_CHECK_EQ(num_keys(core, 0), 2);
+    sc_call_init(&c, MSR_RPC_COMPARE_SET);
+    Msr__CompareSetRequest cs = MSR__COMPARE_SET_REQUEST__INIT;
+    cs.key = "%0Aesc%25";
+    cs.expect_absent = 1;
+    msr_store_core_call(core, &c, MSR_RPC_COMPARE_SET, &cs.base);
+    sc_done(&c);
+    sc_do_publish(core, &c, "addr", 3, "x"); /* the key "addr/3" */
+    MSR_CHECK_EQ(num_keys(core, 0), 4);
+    /* waiting calls hold names, not keys */
+    sc_do_get(core, &held[0], "late", 60000);
+    sc_do_barrier(core, &held[1], "bar", 2, 1, 60000);
+    sc_do_gather(core, &held[2], "gat", 2, 0, "d", 1, 60000);
+    MSR_CHECK(!held[0].answered && !held[1].answered && !held[2].answered);
+    MSR_CHECK_EQ(num_keys(core, 0), 4);
+    for (int i = 0; i < 2; i++) { /* a delete, then one of a key gone */
+        sc_call_init(&c, MSR_RPC_DELETE);
+        Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+        d.key = "a";
+        msr_store_core_call(core, &c, MSR_RPC_DELETE, &d.base);
+        sc_done(&c);
+        MSR_CHECK_EQ(num_keys(core, 0), 3);
+    }
+    sc_do_set(core, &c, "late", "now"); /* answers the get: a key now */
+    sc_done(&c);
+    sc_check_value(&held[0], "now");
+    MSR_CHECK_EQ(num_keys(core, 0), 4);
+    MSR_CHECK_EQ(num_keys(core, 0), (int64_t)msr_store_core_keys(core));
+    /* another generation's count is refused; a new one starts empty */
+    MSR_CHECK_EQ(num_keys(core, 1), -1 - MSR_RPC_ABORTED);
+    t.generation = 1;
+    msr_store_core_reset(core, "generation 0 ended");
+    MSR_CHECK_EQ(held[1].code, MSR_RPC_ABORTED);
+    MSR_CHECK_EQ(held[2].code, MSR_RPC_ABORTED);
+    MSR_CHECK_EQ(num_keys(core, 1), 0);
+    msr_store_core_destroy(core);
+}
+
 static const msr_test_t tests[] = {
+    {"num_keys", test_num_keys, 10},
     {"each_op", test_each_op, 10},
     {"held_gets_and_deadlines", test_held_gets_and_deadlines, 10},
     {"barrier", test_barrier, 10},
