@@ -17,7 +17,9 @@
 # Usage: bench/ps/raw_bench.sh [NP ...]    (default: 2 4; NP even, >= 2)
 # Environment: ROUNDS (3), SIZES (8,64,1024,16384,262144,4194304 bytes),
 # OPTIM (sgd; adagrad, adam: the servers' update), MSRUN_BUILD (build),
-# RAW=1 also prints every raw line.
+# RAW=1 also prints every raw line. The communicator's waiting settings
+# (MSR_COMM_SPIN_US, docs/comm.md) pass through; the header names a
+# MSR_COMM_SPIN_US that is set.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MSRUN_BUILD:-$here/build}
@@ -43,7 +45,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "# $(nproc) CPUs; load average before: $(load); $rounds rounds; optimizer $optim"
+echo "# $(nproc) CPUs; load average before: $(load); $rounds rounds; optimizer $optim${MSR_COMM_SPIN_US:+; MSR_COMM_SPIN_US=$MSR_COMM_SPIN_US}"
 for np in "${nps[@]}"; do
     "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" --ps_servers=$((np / 2)) \
         --log_level=error "$build/bin/ps_raw_bench" --rounds "$rounds" --sizes "$sizes" \
