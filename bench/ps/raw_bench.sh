@@ -36,10 +36,10 @@ for b in msrun ps_raw_bench; do
     }
 done
 for np in "${nps[@]}"; do
-    [[ $np =~ ^[0-9]+$ ]] && [ "$np" -ge 2 ] && [ $((np % 2)) -eq 0 ] || {
+    if ! [[ $np =~ ^[0-9]+$ ]] || [ "$np" -lt 2 ] || [ $((np % 2)) -ne 0 ]; then
         echo "raw_bench.sh: NP must be an even number >= 2, not '$np'" >&2
         exit 2
-    }
+    fi
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
