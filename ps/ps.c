@@ -220,16 +220,22 @@ float msr_ps_init_value(uint64_t seed, uint64_t row, uint32_t col, float init_sc
 
 /* ---- the workers' calls ---- */
 
-/* One call's requests, grouped by server: keys[first[s] ..
- * first[s] + count[s]) go to server s; place[i] is where key i went. */
+/* One call's requests, grouped by server: wire_keys[first[s] ..
+ * first[s] + count[s]) go to server s; place[i] is where key i went. Keys
+ * that come grouped already (one server, or keys in server order) are sent
+ * from the caller's arrays and the rows received into the caller's: no
+ * copy and no buffer of the rows' size per call. */
 typedef struct ps_batch {
     int servers;
     uint64_t *count, *first, *place;
-    int64_t *keys;
-    float *vals;          /* (nkeys, width) grouped like keys */
-    ps_req_t *req;        /* (servers) */
-    ps_rep_t *rep;        /* (servers) */
-    msr_comm_req_t **ops; /* (servers * 5) */
+    int64_t *keys;            /* owned: the keys grouped; NULL: the caller's are */
+    float *vals;              /* owned: (nkeys, width) grouped like keys; or NULL */
+    const int64_t *wire_keys; /* keys or the caller's */
+    const float *push_rows;   /* a push's gradients, grouped: vals or the caller's */
+    float *pull_rows;         /* a pull's rows, grouped: vals or the caller's */
+    ps_req_t *req;            /* (servers) */
+    ps_rep_t *rep;            /* (servers) */
+    msr_comm_req_t **ops;     /* (servers * 5) */
 } ps_batch_t;
 
 static void batch_free(ps_batch_t *b)
@@ -250,9 +256,10 @@ static int server_of(const msr_ps_t *ps, int64_t key)
 }
 
 /* Groups keys by server (a key out of range goes where the server refuses
- * it). MSR_ERR_NO_MEMORY. */
+ * it); out (a pull's) or in (a push's) are the caller's rows.
+ * MSR_ERR_NO_MEMORY. */
 static msr_status_t batch_make(msr_ps_t *ps, const int64_t *keys, uint64_t nkeys, uint32_t width,
-                               ps_batch_t *b)
+                               float *out, const float *in, ps_batch_t *b)
 {
     int S = ps->servers;
     memset(b, 0, sizeof *b);
@@ -260,34 +267,48 @@ static msr_status_t batch_make(msr_ps_t *ps, const int64_t *keys, uint64_t nkeys
     b->count = msr_calloc((size_t)S, sizeof *b->count);
     b->first = msr_calloc((size_t)S, sizeof *b->first);
     b->place = msr_calloc(nkeys ? nkeys : 1, sizeof *b->place);
-    b->keys = msr_calloc(nkeys ? nkeys : 1, sizeof *b->keys);
-    b->vals = msr_calloc(nkeys ? nkeys * width : 1, sizeof *b->vals);
     b->req = msr_calloc((size_t)S, sizeof *b->req);
     b->rep = msr_calloc((size_t)S, sizeof *b->rep);
     b->ops = msr_calloc((size_t)S * 5, sizeof *b->ops);
-    if (!b->count || !b->first || !b->place || !b->keys || !b->vals || !b->req || !b->rep ||
-        !b->ops) {
-        batch_free(b);
-        return msr_err(MSR_ERR_NO_MEMORY, "parameter server: out of memory for %llu keys",
-                       (unsigned long long)nkeys);
+    if (!b->count || !b->first || !b->place || !b->req || !b->rep || !b->ops)
+        goto no_memory;
+    int grouped = 1;
+    for (uint64_t i = 0; i < nkeys; i++) {
+        int s = server_of(ps, keys[i]);
+        b->count[s]++;
+        grouped &= i == 0 || s >= server_of(ps, keys[i - 1]);
     }
-    for (uint64_t i = 0; i < nkeys; i++)
-        b->count[server_of(ps, keys[i])]++;
     for (int s = 1; s < S; s++)
         b->first[s] = b->first[s - 1] + b->count[s - 1];
-    uint64_t *fill = b->place; /* reused below: fill positions per server */
+    if (grouped) {
+        for (uint64_t i = 0; i < nkeys; i++)
+            b->place[i] = i;
+        b->wire_keys = keys;
+        b->push_rows = in;
+        b->pull_rows = out;
+        return MSR_OK;
+    }
+    b->keys = msr_calloc(nkeys, sizeof *b->keys);
+    b->vals = msr_malloc(nkeys * width * sizeof *b->vals);
     uint64_t *at = msr_calloc((size_t)S, sizeof *at);
-    if (at == NULL) {
-        batch_free(b);
-        return msr_err(MSR_ERR_NO_MEMORY, "parameter server: out of memory");
+    if (!b->keys || !b->vals || !at) {
+        msr_free(at);
+        goto no_memory;
     }
     for (uint64_t i = 0; i < nkeys; i++) {
         int s = server_of(ps, keys[i]);
-        fill[i] = b->first[s] + at[s]++;
-        b->keys[fill[i]] = keys[i];
+        b->place[i] = b->first[s] + at[s]++;
+        b->keys[b->place[i]] = keys[i];
     }
     msr_free(at);
+    b->wire_keys = b->keys;
+    b->push_rows = b->vals;
+    b->pull_rows = b->vals;
     return MSR_OK;
+no_memory:
+    batch_free(b);
+    return msr_err(MSR_ERR_NO_MEMORY, "parameter server: out of memory for %llu keys",
+                   (unsigned long long)nkeys);
 }
 
 /* Posts one request to server s (answer receives first) and counts the
@@ -307,17 +328,17 @@ static msr_status_t batch_post(msr_ps_t *ps, ps_batch_t *b, int s, ps_op_t op, i
     msr_status_t st = msr_comm_irecv(c, &b->rep[s], sizeof b->rep[s], MSR_DTYPE_U8, peer,
                                      PS_TAG_REP, &b->ops[(*nops)++]);
     if (st == MSR_OK && op == PS_OP_PULL && n > 0)
-        st = msr_comm_irecv(c, b->vals + off * width, n * width, MSR_DTYPE_F32, peer, PS_TAG_ROWS,
-                            &b->ops[(*nops)++]);
+        st = msr_comm_irecv(c, b->pull_rows + off * width, n * width, MSR_DTYPE_F32, peer,
+                            PS_TAG_ROWS, &b->ops[(*nops)++]);
     if (st == MSR_OK)
         st = msr_comm_isend(c, &b->req[s], sizeof b->req[s], MSR_DTYPE_U8, peer, PS_TAG_REQ,
                             &b->ops[(*nops)++]);
     if (st == MSR_OK && n > 0)
-        st = msr_comm_isend(c, b->keys + off, n, MSR_DTYPE_I64, peer, PS_TAG_KEYS,
+        st = msr_comm_isend(c, b->wire_keys + off, n, MSR_DTYPE_I64, peer, PS_TAG_KEYS,
                             &b->ops[(*nops)++]);
     if (st == MSR_OK && op == PS_OP_PUSH && n > 0)
-        st = msr_comm_isend(c, b->vals + off * width, n * width, MSR_DTYPE_F32, peer, PS_TAG_VALS,
-                            &b->ops[(*nops)++]);
+        st = msr_comm_isend(c, b->push_rows + off * width, n * width, MSR_DTYPE_F32, peer,
+                            PS_TAG_VALS, &b->ops[(*nops)++]);
     return st;
 }
 
@@ -363,9 +384,9 @@ static msr_status_t ps_call(msr_ps_t *ps, ps_op_t op, int table, const int64_t *
     if (st != MSR_OK)
         return st;
     ps_batch_t b;
-    if ((st = batch_make(ps, keys, nkeys, width, &b)) != MSR_OK)
+    if ((st = batch_make(ps, keys, nkeys, width, out, in, &b)) != MSR_OK)
         return st;
-    if (op == PS_OP_PUSH)
+    if (op == PS_OP_PUSH && b.vals)
         for (uint64_t i = 0; i < nkeys; i++)
             memcpy(b.vals + b.place[i] * width, in + i * width, width * sizeof(float));
     size_t nops = 0;
@@ -389,7 +410,7 @@ static msr_status_t ps_call(msr_ps_t *ps, ps_op_t op, int table, const int64_t *
         }
     if (op == PS_OP_PUSH && table >= 0 && table < ps->ntables)
         ps->tables[table].pushes++;
-    if (op == PS_OP_PULL && st == MSR_OK)
+    if (op == PS_OP_PULL && st == MSR_OK && b.vals)
         for (uint64_t i = 0; i < nkeys; i++)
             memcpy(out + i * width, b.vals + b.place[i] * width, width * sizeof(float));
 out:

@@ -26,8 +26,8 @@
  *               worker pushes P times and prints its pushes/s (the test
  *               counts the syncs under strace; bench/ps/ prints the
  *               rates); msr_ps_durable_fsync refused before msr_ps_durable
- *   bench       measures pull and push against raw messages (not a test:
- *               docs/ps.md has its figures)
+ *   order       one worker, 2+ servers: pulls and pushes of keys in server
+ *               order, mixed, repeated and none land on the right rows
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
  * "ok MODE" at the end. */
 #include <math.h>
@@ -637,99 +637,81 @@ static void mode_durable(msr_ctx_t *ctx, const char *dir, int sync)
         printf("ok durable\n");
 }
 
-/* ---- bench: pull and push latency and throughput (docs/ps.md) ---- */
+/* ---- order: keys grouped by server or not, repeated ---- */
+
+/* Pulls keys (n) of table t and checks every row against want (a
+ * table's rows x DIM values); what names the case. */
+static void pull_check(msr_ps_t *ps, int t, const int64_t *keys, uint64_t n, const float *want,
+                       const char *what)
+{
+    float got[16 * DIM];
+    memset(got, 0xff, sizeof got);
+    OK(msr_ps_pull(ps, t, keys, n, got, DIM));
+    for (uint64_t i = 0; i < n; i++)
+        for (int c = 0; c < DIM; c++)
+            if (fabsf(got[i * DIM + c] - want[keys[i] * DIM + c]) > 1e-5f)
+                fail("%s: key %lld col %d: %g, want %g", what, (long long)keys[i], c,
+                     got[i * DIM + c], want[keys[i] * DIM + c]);
+}
+
+/* One worker, synchronous (each push applied before it returns), the keys
+ * of a call in server order (sent from the caller's arrays) or not (sent
+ * grouped from a copy), repeated, and empty: pulls must return every row
+ * where its key is, pushes move the rows they name. */
+static void mode_order(msr_ctx_t *ctx)
+{
+    msr_comm_t *world;
+    OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
+    enum { R = 12 };
+    msr_ps_table_config_t c = {
+        .rows = R, .width = DIM, .optim = MSR_PS_SGD, .lr = 0.5f, .init_scale = 1, .seed = 7};
+    int t;
+    OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        OK(msr_ps_serve(ps));
+    } else {
+        if (msr_ps_servers(ps) < 2 || msr_ps_workers(ps) != 1)
+            fail("order wants 1 worker and 2+ servers");
+        float want[R * DIM];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < DIM; k++)
+                want[r * DIM + k] = msr_ps_init_value(c.seed, (uint64_t)r, (uint32_t)k, 1);
+        int S = msr_ps_servers(ps);
+        const int64_t grouped[] = {0, (int64_t)S, 1, 1 + (int64_t)S}, mixed[] = {1, 0, 11, 4, 3};
+        const int64_t repeated[] = {5, 5, 2, 5}, all[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+        pull_check(ps, t, grouped, 4, want, "pull in server order");
+        pull_check(ps, t, mixed, 5, want, "pull in mixed order");
+        pull_check(ps, t, repeated, 4, want, "pull of a repeated key");
+        pull_check(ps, t, NULL, 0, want, "pull of no key");
+        const int64_t *cases[] = {grouped, mixed, repeated};
+        const uint64_t ncase[] = {4, 5, 4};
+        for (int k = 0; k < 3; k++) {
+            float g[16 * DIM];
+            for (uint64_t i = 0; i < ncase[k] * DIM; i++)
+                g[i] = (float)(i % 7) - 3.0f + (float)k;
+            OK(msr_ps_push(ps, t, cases[k], ncase[k], g, DIM));
+            for (uint64_t i = 0; i < ncase[k]; i++)
+                for (int d = 0; d < DIM; d++)
+                    want[cases[k][i] * DIM + d] -= c.lr * g[i * DIM + d];
+            pull_check(ps, t, all, R, want,
+                       k == 0   ? "after a push in server order"
+                       : k == 1 ? "after a push in mixed order"
+                                : "after a push of a repeated key");
+        }
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok order\n");
+}
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Worker 0 alone calls; the other workers only say goodbye. */
-static void bench_calls(msr_ps_t *ps, int t, uint32_t width, uint64_t rows)
-{
-    const uint64_t sizes[] = {1, 64, 4096, 65536};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        uint64_t n = sizes[i];
-        int64_t *keys = malloc(n * sizeof *keys);
-        float *v = malloc(n * width * sizeof *v);
-        if (!keys || !v)
-            fail("out of memory");
-        for (uint64_t k = 0; k < n; k++)
-            keys[k] = (int64_t)((k * 2654435761u) % rows);
-        memset(v, 0, n * width * sizeof *v);
-        int reps = n >= 65536 ? 10 : n >= 4096 ? 50 : 500;
-        double t0 = now_s();
-        for (int r = 0; r < reps; r++)
-            OK(msr_ps_pull(ps, t, keys, n, v, width));
-        double t1 = now_s();
-        for (int r = 0; r < reps; r++)
-            OK(msr_ps_push(ps, t, keys, n, v, width));
-        double t2 = now_s();
-        double mb = (double)n * width * 4 / 1e6;
-        printf("BENCH keys %6llu width %u: pull %8.1f us %7.1f MB/s, push %8.1f us %7.1f MB/s\n",
-               (unsigned long long)n, width, (t1 - t0) / reps * 1e6, mb * reps / (t1 - t0),
-               (t2 - t1) / reps * 1e6, mb * reps / (t2 - t1));
-        free(keys);
-        free(v);
-    }
-}
-
-/* The same bytes as a pull of n rows, as a round trip of raw messages
- * between worker 0 and server 0 (what the transport gives). */
-static void bench_raw(msr_comm_t *world, int me, int peer, int client)
-{
-    const uint64_t sizes[] = {1, 64, 4096, 65536};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        uint64_t n = sizes[i] * 16;
-        float *v = calloc(n, sizeof *v);
-        int64_t *k = calloc(sizes[i], sizeof *k);
-        if (!v || !k)
-            fail("out of memory");
-        int reps = sizes[i] >= 65536 ? 10 : sizes[i] >= 4096 ? 50 : 500;
-        double t0 = now_s();
-        for (int r = 0; r < reps; r++) {
-            if (client) {
-                OK(msr_comm_send(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
-                OK(msr_comm_recv(world, v, n, MSR_DTYPE_F32, peer, 9));
-            } else {
-                OK(msr_comm_recv(world, k, sizes[i], MSR_DTYPE_I64, peer, 9));
-                OK(msr_comm_send(world, v, n, MSR_DTYPE_F32, peer, 9));
-            }
-        }
-        double t1 = now_s();
-        if (client)
-            printf("BENCH raw round trip of %6llu keys' bytes: %8.1f us %7.1f MB/s\n",
-                   (unsigned long long)sizes[i], (t1 - t0) / reps * 1e6,
-                   (double)n * 4 / 1e6 * reps / (t1 - t0));
-        free(v);
-        free(k);
-    }
-    (void)me;
-}
-
-static void mode_bench(msr_ctx_t *ctx)
-{
-    msr_comm_t *world;
-    OK(msr_comm_world(ctx, &world));
-    int me = msr_comm_rank(world), size = msr_comm_size(world);
-    msr_ps_t *ps;
-    OK(msr_ps_create(world, 0, 1 << 30, &ps));
-    int server0 = msr_ps_workers(ps);
-    if (me == 0 || me == server0)
-        bench_raw(world, me, me == 0 ? server0 : 0, me == 0);
-    msr_ps_table_config_t c = {.rows = 1u << 20, .width = 16, .optim = MSR_PS_ADAM, .lr = 0.01f};
-    int t;
-    OK(msr_ps_table_create(ps, &c, &t));
-    if (msr_ps_my_role(ps) == MSR_PS_SERVER)
-        OK(msr_ps_serve(ps));
-    else if (me == 0)
-        bench_calls(ps, t, c.width, c.rows);
-    msr_ps_destroy(ps);
-    msr_comm_destroy(world);
-    if (me == 0)
-        printf("ok bench (%d ranks, %d servers)\n", size, size - server0);
 }
 
 /* ---- fsync DIR N P C: the log synced every N records ---- */
@@ -796,8 +778,8 @@ int main(int argc, char **argv)
         mode_durable(ctx, argv[2], argc > 3 && strcmp(argv[3], "sync") == 0);
     else if (strcmp(argv[1], "fsync") == 0 && argc > 5)
         mode_fsync(ctx, argv + 2);
-    else if (strcmp(argv[1], "bench") == 0)
-        mode_bench(ctx);
+    else if (strcmp(argv[1], "order") == 0)
+        mode_order(ctx);
     else
         fail("unknown mode %s", argv[1]);
     msr_finalize(ctx);
