@@ -1,10 +1,17 @@
-/* AdamW over a slice of the flat parameter buffer (see adamw.h). */
+/* AdamW over a slice of the flat parameter buffer (see adamw.h), its
+ * elementwise rule scalar or in AVX2 chosen at run time. */
 #include "model/adamw.h"
 
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MSR_ADAMW_X86 1
+#endif
+
 #include "base/alloc.h"
+#include "base/cpu_features.h"
 #include "base/err.h"
 #include "base/status.h"
 
@@ -105,29 +112,88 @@ void msr_adamw_begin(msr_adamw_t *opt, float lr, float grad_scale)
     opt->grad_scale = grad_scale;
 }
 
+/* The scalar rule, in the order the vector paths keep lane by lane (no
+ * fused multiply-adds: the build targets no FMA here), so every path gives
+ * the same bits. */
+static void kernel_scalar(const msr_adamw_coef_t *k, size_t n, float *p, const float *gr, float *m,
+                          float *v)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = gr[i] * k->grad_scale;
+        m[i] = m[i] * k->b1 + k->one_b1 * g;
+        v[i] = v[i] * k->b2 + k->one_b2 * g * g;
+        float denom = sqrtf(v[i]) / k->bc2_sqrt + k->eps;
+        p[i] = p[i] * k->keep - k->step_size * m[i] / denom;
+    }
+}
+
+#ifdef MSR_ADAMW_X86
+/* 8 elements at a time, the scalar rule's operations in its order (IEEE
+ * mul, add, sqrt and div round as the scalar ones); the tail scalar. */
+__attribute__((target("avx2"))) static void
+kernel_avx2(const msr_adamw_coef_t *k, size_t n, float *p, const float *gr, float *m, float *v)
+{
+    const __m256 scale = _mm256_set1_ps(k->grad_scale), b1 = _mm256_set1_ps(k->b1);
+    const __m256 b2 = _mm256_set1_ps(k->b2), one_b1 = _mm256_set1_ps(k->one_b1);
+    const __m256 one_b2 = _mm256_set1_ps(k->one_b2), bc2 = _mm256_set1_ps(k->bc2_sqrt);
+    const __m256 eps = _mm256_set1_ps(k->eps), keep = _mm256_set1_ps(k->keep);
+    const __m256 step = _mm256_set1_ps(k->step_size);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gr + i), scale);
+        __m256 mi =
+            _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), b1), _mm256_mul_ps(one_b1, g));
+        __m256 gg = _mm256_mul_ps(_mm256_mul_ps(one_b2, g), g);
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2), gg);
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
+        __m256 upd = _mm256_div_ps(_mm256_mul_ps(step, mi), denom);
+        __m256 pi = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), keep), upd);
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, pi);
+    }
+    kernel_scalar(k, n - i, p + i, gr + i, m + i, v + i);
+}
+#endif
+
+void msr_adamw_kernel(const msr_adamw_coef_t *k, bool vector, size_t n, float *p, const float *g,
+                      float *m, float *v)
+{
+#ifdef MSR_ADAMW_X86
+    unsigned f = 0;
+    if (vector && msr_cpu_features_get(&f) == MSR_OK && (f & MSR_CPU_AVX2)) {
+        kernel_avx2(k, n, p, g, m, v);
+        return;
+    }
+#else
+    (void)vector;
+#endif
+    kernel_scalar(k, n, p, g, m, v);
+}
+
 void msr_adamw_update_moments(msr_adamw_t *opt, size_t off, size_t n, float *params,
                               const float *grads, float *m, float *v)
 {
     const msr_adamw_config_t *c = &opt->cfg;
-    float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-    float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
-    float step_size = opt->step_size, bc2_sqrt = opt->bc2_sqrt, grad_scale = opt->grad_scale;
+    msr_adamw_coef_t k = {
+        .b1 = (float)c->beta1,
+        .b2 = (float)c->beta2,
+        .one_b1 = (float)(1.0 - c->beta1),
+        .one_b2 = (float)(1.0 - c->beta2),
+        .eps = (float)c->eps,
+        .step_size = opt->step_size,
+        .bc2_sqrt = opt->bc2_sqrt,
+        .grad_scale = opt->grad_scale,
+    };
     size_t end = off + n;
     for (int s = 0; s < opt->num_spans; s++) {
         const msr_adamw_span_t *sp = &opt->spans[s];
         size_t a = MSR_MAX(sp->begin, off), b = MSR_MIN(sp->end, end);
         if (a >= b)
             continue;
-        float keep = sp->decay ? opt->decay_keep : 1.0f;
-        float *p = params + (a - off), *mm = m + (a - off), *vv = v + (a - off);
-        const float *gr = grads + (a - off);
-        for (size_t i = 0; i < b - a; i++) {
-            float g = gr[i] * grad_scale;
-            mm[i] = mm[i] * b1 + one_b1 * g;
-            vv[i] = vv[i] * b2 + one_b2 * g * g;
-            float denom = sqrtf(vv[i]) / bc2_sqrt + eps;
-            p[i] = p[i] * keep - step_size * mm[i] / denom;
-        }
+        k.keep = sp->decay ? opt->decay_keep : 1.0f;
+        msr_adamw_kernel(&k, true, b - a, params + (a - off), grads + (a - off), m + (a - off),
+                         v + (a - off));
     }
 }
 

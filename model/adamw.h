@@ -21,6 +21,7 @@
 #ifndef MSR_MODEL_ADAMW_H
 #define MSR_MODEL_ADAMW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,21 @@ void msr_adamw_update_range(msr_adamw_t *opt, size_t off, size_t n, float *param
  * same arithmetic, so the same bits. */
 void msr_adamw_update_moments(msr_adamw_t *opt, size_t off, size_t n, float *params,
                               const float *grads, float *m, float *v);
+
+/* One span's constants: the hyperparameters and this step's values as
+ * floats, keep the decay factor (1 for a tensor that does not decay). */
+typedef struct msr_adamw_coef {
+    float b1, b2, one_b1, one_b2, eps;
+    float step_size, bc2_sqrt, grad_scale, keep;
+} msr_adamw_coef_t;
+
+/* The elementwise update over n elements: p, m and v updated in place from
+ * g. vector: AVX2 where msr_cpu_features_get() reports it, otherwise (and
+ * when false) the scalar loop; both give the same bits, so a run's results
+ * do not depend on the CPU. For msr_adamw_update_moments and for tests that
+ * compare the paths. */
+void msr_adamw_kernel(const msr_adamw_coef_t *k, bool vector, size_t n, float *p, const float *g,
+                      float *m, float *v);
 
 /* The sum of squares of x (n), in double and in index order. The global
  * gradient norm is sqrt of the sum of every shard's msr_sumsq. */

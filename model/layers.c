@@ -14,7 +14,9 @@
 #define PASS_PR     pr,
 #define GEMM(pr, ta, tb, ...) \
     msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
+#define LAYERS_OWN_GELU 1 /* model/gelu.c */
 #include "model/layers_impl.h"
+#undef LAYERS_OWN_GELU
 #undef real
 #undef LAYER
 #undef PRODUCTS

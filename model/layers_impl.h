@@ -339,6 +339,7 @@ void LAYER(rope_forward)(real *x, int ld, int B, int T, int t0, int H, int HS, d
     }
 }
 
+#ifndef LAYERS_OWN_GELU /* float has its own (model/gelu.c) */
 /* gelu(x) = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3),
  * computed as x * sigmoid(2u) (the same function: (1 + tanh(u))/2 =
  * 1/(1 + exp(-2u))), which costs one exp instead of a tanh. For very
@@ -371,6 +372,7 @@ void LAYER(gelu_backward)(real *dinp, const real *inp, const real *dout, size_t 
 
 #undef GELU_S
 #undef GELU_A
+#endif
 
 void LAYER(residual_forward)(real *out, const real *a, const real *b, size_t n)
 {

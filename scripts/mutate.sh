@@ -808,9 +808,9 @@ test: ^test_parallel_dp_np(2|4)$
 file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
-            float denom = sqrtf(vv[i]) / bc2_sqrt + eps;
+        float denom = sqrtf(v[i]) / k->bc2_sqrt + k->eps;
 ===
-            float denom = sqrtf(vv[i] / (bc2_sqrt * bc2_sqrt) + eps);
+        float denom = sqrtf(v[i] / (k->bc2_sqrt * k->bc2_sqrt) + k->eps);
 >>>
 
 @ adamw.bias_correction_1_inverted
@@ -826,9 +826,9 @@ test: ^test_parallel_adamw$
 file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
-        float keep = sp->decay ? opt->decay_keep : 1.0f;
+        k.keep = sp->decay ? opt->decay_keep : 1.0f;
 ===
-        float keep = opt->decay_keep;
+        k.keep = opt->decay_keep;
 >>>
 
 @ adamw.clip_at_exactly_one
@@ -838,6 +838,52 @@ equivalent: at coef == 1.0 both branches give 1.0f
     return coef < 1.0 ? (float)coef : 1.0f;
 ===
     return coef <= 1.0 ? (float)coef : 1.0f;
+>>>
+
+@ adamw.avx2_wrong_moment_constant
+file: model/adamw.c
+test: ^test_parallel_adamw$
+<<<
+    const __m256 one_b2 = _mm256_set1_ps(k->one_b2), bc2 = _mm256_set1_ps(k->bc2_sqrt);
+===
+    const __m256 one_b2 = _mm256_set1_ps(k->one_b1), bc2 = _mm256_set1_ps(k->bc2_sqrt);
+>>>
+
+# ---- GELU (model/gelu.c)
+@ gelu.exp_coefficient_off
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+#define EXP_P2      8.3334519073e-3f
+===
+#define EXP_P2      8.33e-3f
+>>>
+
+@ gelu.exp_clamp_low
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+    float c = x < EXP_HI ? x : EXP_HI;
+===
+    float c = x < 88.0f ? x : 88.0f;
+>>>
+
+@ gelu.avx2_backward_wrong_constant
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+            V8(GELU_S), _mm256_add_ps(V8(1.0f), _mm256_mul_ps(_mm256_mul_ps(V8(GELU_3A), x), x)));
+===
+            V8(GELU_S), _mm256_add_ps(V8(1.0f), _mm256_mul_ps(_mm256_mul_ps(V8(GELU_A), x), x)));
+>>>
+
+@ gelu.avx2_exp_shift_logical
+file: model/gelu.c
+equivalent: only the low 9 bits of n1 + 127 survive the shift by 23, where srli and srai agree
+<<<
+    __m256i ni = _mm256_cvttps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+===
+    __m256i ni = _mm256_cvttps_epi32(n), n1 = _mm256_srli_epi32(ni, 1);
 >>>
 
 # ---- the launcher (msrun/)

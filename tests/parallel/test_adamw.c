@@ -1,5 +1,5 @@
 /* AdamW against hand computations, sharded updates against whole ones,
- * gradient-norm clipping. */
+ * the vector path against the scalar one, gradient-norm clipping. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +207,52 @@ static void test_eps_outside_the_root(void)
     msr_adamw_destroy(opt);
 }
 
+/* The AVX2 path gives the scalar path's bits on every element, edge
+ * values included (zeros, subnormals, squares that underflow or overflow,
+ * Inf, NaN), at lengths around the vector width. Where the CPU has no AVX2
+ * both calls run the scalar loop. */
+static int same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+static void test_vector_matches_scalar(void)
+{
+    enum { N = 43 };
+    static const float edge[] = {0.0f,  -0.0f,  1e-40f, -1e-40f,  1e-20f,    -3e-22f,
+                                 1e20f, -4e30f, 3e38f,  INFINITY, -INFINITY, NAN,
+                                 1.0f,  -1.0f,  0.5f,   1e-8f,    -2e-5f};
+    const int nedge = (int)(sizeof edge / sizeof edge[0]);
+    msr_adamw_coef_t k = {0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.013f, 0.31f, 0.7f, 0.999f};
+    static const size_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, N};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        float p[2][N], g[N], m[2][N], v[2][N];
+        for (size_t i = 0; i < N; i++) {
+            int e = (int)((i * 7 + li) % (size_t)(2 * nedge));
+            g[i] = e < nedge ? edge[e] : (float)msr_rng_normal(8, li, i);
+            p[0][i] = p[1][i] =
+                i % 5 == 0 ? edge[(i + li) % (size_t)nedge] : (float)msr_rng_normal(9, li, i);
+            m[0][i] = m[1][i] = (float)msr_rng_normal(10, li, i) * 0.01f;
+            /* v >= 0: zero, subnormal or an ordinary square */
+            v[0][i] = v[1][i] = i % 4 == 1 ? 0.0f : i % 4 == 2 ? 1e-41f : m[0][i] * m[0][i];
+        }
+        msr_adamw_kernel(&k, false, n, p[0], g, m[0], v[0]);
+        msr_adamw_kernel(&k, true, n, p[1], g, m[1], v[1]);
+        for (size_t i = 0; i < N; i++) {
+            MSR_CHECK_MSG(same_float(p[0][i], p[1][i]) && same_float(m[0][i], m[1][i]) &&
+                              same_float(v[0][i], v[1][i]),
+                          "n %zu element %zu: scalar p %a m %a v %a, vector p %a m %a v %a", n, i,
+                          (double)p[0][i], (double)m[0][i], (double)v[0][i], (double)p[1][i],
+                          (double)m[1][i], (double)v[1][i]);
+        }
+    }
+    /* the elements past n are untouched by either path */
+    float p = 2.0f, g = 1.0f, m = 0.0f, v = 0.0f;
+    msr_adamw_kernel(&k, true, 0, &p, &g, &m, &v);
+    MSR_CHECK(p == 2.0f && m == 0.0f && v == 0.0f);
+}
+
 static void test_bad_config(void)
 {
     msr_gpt_tensor_t t[2];
@@ -230,6 +276,7 @@ static const msr_test_t tests[] = {
     {"ranges_match_whole", test_ranges_match_whole, 10},
     {"clip_and_norm", test_clip_and_norm, 10},
     {"eps_outside_the_root", test_eps_outside_the_root, 10},
+    {"vector_matches_scalar", test_vector_matches_scalar, 10},
     {"bad_config", test_bad_config, 10},
 };
 

@@ -1,0 +1,134 @@
+/* The float GELU: its exp against libm's in double, its values against the
+ * double GELU, and the AVX2 path against the scalar one bit for bit. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "tests/runner.h"
+
+/* the distance from got to want in units of want's float ulp */
+static double ulps(float got, double want)
+{
+    float w = (float)want;
+    if (isinf(w) || w == 0.0f)
+        return got == w ? 0.0 : INFINITY;
+    double ulp =
+        fabsf(w) < FLT_MIN ? 0x1p-149 : (double)(nextafterf(fabsf(w), INFINITY) - fabsf(w));
+    return fabs((double)got - want) / ulp;
+}
+
+/* Every 509th float from -104 to 89 (normal, subnormal and overflowing
+ * results) and the limits themselves. */
+static void test_exp_within_an_ulp(void)
+{
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    for (uint32_t b = 0; b < 0xffffffffu - 509; b += 509) {
+        float x;
+        memcpy(&x, &b, sizeof x);
+        if (!(x >= -104.0f && x <= 89.0f))
+            continue;
+        double e = ulps(msr_gelu_exp(x), exp((double)x));
+        if (e > worst) {
+            worst = e;
+            worst_x = x;
+        }
+    }
+    MSR_CHECK_MSG(worst <= 1.0, "exp off by %.3f ulp at %a", worst, (double)worst_x);
+    MSR_CHECK(msr_gelu_exp(0.0f) == 1.0f && msr_gelu_exp(-0.0f) == 1.0f);
+    MSR_CHECK(msr_gelu_exp(1.0f) == expf(1.0f));
+    MSR_CHECK(isinf(msr_gelu_exp(88.8f)) && isinf(msr_gelu_exp(INFINITY)));
+    MSR_CHECK(ulps(msr_gelu_exp(88.7f), exp((double)88.7f)) <= 1.0); /* near FLT_MAX, finite */
+    MSR_CHECK(!isinf(msr_gelu_exp(88.7f)));
+    MSR_CHECK(msr_gelu_exp(-200.0f) == 0.0f && msr_gelu_exp(-INFINITY) == 0.0f);
+    MSR_CHECK(msr_gelu_exp(-100.0f) > 0.0f); /* a subnormal, not flushed */
+    MSR_CHECK(isnan(msr_gelu_exp(NAN)));
+}
+
+/* forward and backward against the double kernels: float's own rounding
+ * of u, amplified by exp where gelu is tiny, is what remains (and what
+ * underflows past float's range; gelu' crosses zero near -0.75, where the
+ * error is absolute) */
+static void test_against_double(void)
+{
+    enum { N = 24 * 64 + 1 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *dx = calloc(N, sizeof *dx);
+    float *dy = malloc(N * sizeof *dy);
+    double *xd = malloc(N * sizeof *xd), *yd = malloc(N * sizeof *yd);
+    double *dxd = calloc(N, sizeof *dxd), *dyd = malloc(N * sizeof *dyd);
+    MSR_CHECK(x && y && dx && dy && xd && yd && dxd && dyd);
+    for (int i = 0; i < N; i++) {
+        xd[i] = x[i] = -12.0f + (float)i / 64.0f; /* [-12, 12] */
+        dyd[i] = dy[i] = (float)(i % 7) - 3.0f;
+    }
+    msr_gelu_forward(y, x, N);
+    msr_gelu_backward(dx, x, dy, N);
+    msr_gelu_forward_f64(yd, xd, N);
+    msr_gelu_backward_f64(dxd, xd, dyd, N);
+    for (int i = 0; i < N; i++) {
+        MSR_CHECK_MSG(fabs(y[i] - yd[i]) <= 3e-5 * fabs(yd[i]) + 1e-30, "gelu(%g) %.9g want %.9g",
+                      (double)x[i], (double)y[i], yd[i]);
+        MSR_CHECK_MSG(fabs(dx[i] - dxd[i]) <= 3e-5 * fabs(dxd[i]) + 1e-6 * fabs(dyd[i]),
+                      "gelu'(%g) dout %g: %.9g want %.9g", (double)x[i], (double)dy[i],
+                      (double)dx[i], dxd[i]);
+    }
+    MSR_CHECK(y[12 * 64] == 0.0f);                    /* gelu(0) */
+    MSR_CHECK(fabsf(y[13 * 64] - 0.841192f) < 1e-6f); /* gelu(1), torch's tanh form */
+    free(x), free(y), free(dx), free(dy), free(xd), free(yd), free(dxd), free(dyd);
+}
+
+static int same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Edge inputs (zeros, subnormals, where exp overflows or underflows, x^3
+ * overflowing, Inf, NaN) and a sweep, at lengths around the vector width
+ * and offsets that move each value between vector body and scalar tail.
+ * Where the CPU has no AVX2 both calls run the scalar loop. */
+static void test_vector_matches_scalar(void)
+{
+    enum { N = 96 };
+    static const float edge[] = {0.0f,     -0.0f,    1e-40f,    -1e-40f, 1e-20f, -1e-20f,
+                                 -9.4f,    -9.5f,    -9.6f,     -11.5f,  -11.6f, -12.0f,
+                                 -20.0f,   9.5f,     11.6f,     1e13f,   -1e13f, FLT_MAX,
+                                 -FLT_MAX, INFINITY, -INFINITY, NAN,     0.5f,   -0.5f};
+    const size_t nedge = sizeof edge / sizeof edge[0];
+    float x[N], dy[N], y[2][N], dx[2][N];
+    static const size_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, N};
+    for (size_t shift = 0; shift < 8; shift++) {
+        for (size_t i = 0; i < N; i++) {
+            x[i] = (i + shift) % 2 == 0 ? edge[(i / 2 + shift) % nedge] : -10.0f + 0.23f * (float)i;
+            dy[i] = i % 3 == 0 ? -1.5f : 0.25f * (float)i;
+        }
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li];
+            for (int path = 0; path < 2; path++) {
+                for (size_t i = 0; i < N; i++)
+                    y[path][i] = dx[path][i] = 0.125f * (float)i;
+            }
+            msr_gelu_forward_scalar(y[0], x, n);
+            msr_gelu_forward(y[1], x, n);
+            msr_gelu_backward_scalar(dx[0], x, dy, n);
+            msr_gelu_backward(dx[1], x, dy, n);
+            for (size_t i = 0; i < N; i++)
+                MSR_CHECK_MSG(same_float(y[0][i], y[1][i]) && same_float(dx[0][i], dx[1][i]),
+                              "n %zu x[%zu] %a: scalar %a %a, vector %a %a", n, i, (double)x[i],
+                              (double)y[0][i], (double)dx[0][i], (double)y[1][i], (double)dx[1][i]);
+        }
+    }
+}
+
+static const msr_test_t tests[] = {
+    {"exp_within_an_ulp", test_exp_within_an_ulp, 60},
+    {"against_double", test_against_double, 10},
+    {"vector_matches_scalar", test_vector_matches_scalar, 10},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
