@@ -452,7 +452,7 @@ static void expect_refused(msr_status_t st, const char *what, const char *needle
 
 static void bad_worker(msr_ps_t *ps, int t)
 {
-    float row[3], g[6] = {1, 1, 1, 1, 1, 1};
+    float row[4], g[6] = {1, 1, 1, 1, 1, 1}; /* row: the widest pull below */
     int64_t last = 9, past = 10, neg = -1, two[2] = {9, 10};
     OK(msr_ps_pull(ps, t, &last, 1, row, 3));
     float before = row[0];
