@@ -126,7 +126,7 @@ expect_refused() { # words, then train_gpt's options
     local words=$1
     shift
     local rc=0
-    "$bin/train_gpt" --layers 1 --channels 16 --heads 2 --seq 8 --steps 1 "$@" \
+    timeout -k 5 60 "$bin/train_gpt" --layers 1 --channels 16 --heads 2 --seq 8 --steps 1 "$@" \
         >"$work/bad.out" 2>"$work/bad.err" || rc=$?
     [[ $rc -eq 2 ]] || fail "exit $rc for $*: $(cat "$work/bad.err")"
     grep -q "$words" "$work/bad.err" || fail "'$words' not in: $(cat "$work/bad.err")"
