@@ -1,7 +1,9 @@
 /* The offloads as the planner takes them (plan.h): train_gpt's --offload
  * list read into MSR_PLAN_OFFLOAD_* bits, the search that turns to them
- * when nothing fits, and what a plan's offload saves and moves. The bytes
- * each keeps resident are plan_mem.c's. */
+ * when nothing fits, what a plan's offload saves and moves, and the disk's
+ * prices of what it moves. The bytes each keeps resident and moves are
+ * plan_mem.c's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,20 +113,19 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     l.offload = 0;
     msr_plan_rank(m, &l, prec, rank, &without);
     *saved_p = without.total > with.total ? without.total - with.total : 0;
-    uint64_t io = 0;
-    if (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) /* every moment read and written */
-        io += 2 * without.optim;
-    if (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) { /* every block input written and read */
-        int n = l.pp * l.chunks, blocks = 0;
-        for (int c = 0; c < l.chunks; c++) {
-            int lo, hi;
-            msr_plan_stage_layers(&l, m->layers, n, c * l.pp + p->at.pp_rank, &lo, &hi);
-            blocks += hi - lo;
-        }
-        uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(&l)), Tl = l.sp ? Tc / (uint64_t)l.tp : Tc;
-        uint64_t w = msr_plan_is_runtime(m, prec) || prec != MSR_PLAN_BF16 ? MSR_PLAN_F32 : 2;
-        io += 2 * (uint64_t)l.micros * (uint64_t)blocks * (uint64_t)l.micro_batch * Tl *
-              (uint64_t)m->channels * w;
-    }
-    *io_p = io;
+    /* read and written, each: the memory model's counts */
+    *io_p = 2 * (with.offload_optim_io + with.offload_acts_io);
+}
+
+double msr_plan_disk_ms(const msr_plan_cluster_t *c, double read_bytes, double write_bytes)
+{
+    /* the parser refuses rates of 0: a cluster built in code must too */
+    double r = c->disk_read_gbs > 0 ? read_bytes / (c->disk_read_gbs * 1e6) : INFINITY;
+    double w = c->disk_write_gbs > 0 ? write_bytes / (c->disk_write_gbs * 1e6) : INFINITY;
+    return (read_bytes > 0 ? r : 0) + (write_bytes > 0 ? w : 0);
+}
+
+double msr_plan_io_exposed_ms(double compute_ms, double io_ms)
+{
+    return io_ms > compute_ms ? io_ms - compute_ms : 0;
 }

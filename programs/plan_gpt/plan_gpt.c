@@ -416,15 +416,20 @@ static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const ms
     if (p->l.offload != 0)
         msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
     if (kv) {
-        printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64 "\n",
-               modes[p->l.offload & 3], saved, io);
+        printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64
+               " io_ms=%.6g io_exposed_ms=%.6g\n",
+               modes[p->l.offload & 3], saved, io, p->t.offload_io_ms, p->t.offload_ms);
     } else if (p->l.offload == 0) {
-        printf("offload: none: plans fit in %g GiB per rank without it\n", c->mem_gib);
+        printf("offload: none: plans fit in %g GiB per rank without it (an offload saves "
+               "nothing then and only adds its disk I/O to the step)\n",
+               c->mem_gib);
     } else {
         printf("offload: %s: no layout fits in %g GiB per rank without it; plan 1 holds %" PRIu64
                " bytes less on its fullest rank and moves %" PRIu64
-               " bytes to and from disk per step (not priced in step_ms)\n",
-               modes[p->l.offload & 3], c->mem_gib, saved, io);
+               " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s write, "
+               "%.4g ms of it in step_ms (what compute does not hide)\n",
+               modes[p->l.offload & 3], c->mem_gib, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
+               c->disk_write_gbs, p->t.offload_ms);
     }
 }
 

@@ -438,7 +438,7 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
         if (job->rank == 0)
             fprintf(stderr,
                     "train_gpt: --auto: offload: none: plans fit in %g GiB per rank "
-                    "without it\n",
+                    "without it (an offload saves nothing then and only adds its disk I/O)\n",
                     c->mem_gib);
         return;
     }
@@ -454,8 +454,10 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
         fprintf(stderr,
                 "train_gpt: --auto: offload: %s (--offload %s): no layout fits in %g GiB per "
                 "rank without it; the plan holds %" PRIu64 " bytes less on its fullest rank and "
-                "moves %" PRIu64 " bytes to and from disk per step (not priced in its step)\n",
-                modes[p->l.offload & 3], list, c->mem_gib, saved, io);
+                "moves %" PRIu64 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, "
+                "%.4g GB/s write, %.4g ms of it in its step (what compute does not hide)\n",
+                modes[p->l.offload & 3], list, c->mem_gib, saved, io, p->t.offload_io_ms,
+                c->disk_read_gbs, c->disk_write_gbs, p->t.offload_ms);
 }
 
 /* --auto: plan p's layout into o, for the usual checks. */
