@@ -99,7 +99,8 @@ static msr_plan_layout_t layout(int dp, int pp, int zero, int rc, int b, int mic
  * micro-batch; what msr_plan_offload_cost reports, both ways. */
 static void test_rank_bytes(void)
 {
-    msr_plan_model_t m = {MSR_PLAN_GPT, 5, 64, 4, 4, 256, 128, 32};
+    /* a block input of 3 x 32 x 48 x 4 bytes: 4.5 blocks of 4096 */
+    msr_plan_model_t m = {MSR_PLAN_GPT, 5, 48, 4, 4, 192, 128, 32};
     static const int stage_layers[2] = {2, 3};
     msr_plan_layout_t l = layout(2, 2, 1, MSR_PLAN_RC_FULL, 3, 4);
     l.stage_layers = stage_layers;
@@ -110,7 +111,7 @@ static void test_rank_bytes(void)
                                                   MSR_PLAN_BF16_RUNTIME};
     for (int k = 0; k < 3; k++) {
         uint64_t w = precs[k] == MSR_PLAN_BF16 ? 2 : 4,
-                 slot = (3 * 32 * 64 * w + 4095) / 4096 * 4096;
+                 slot = (3 * 32 * 48 * w + 4095) / 4096 * 4096;
         for (int pp = 0; pp < 2; pp++) {
             msr_plan_rank_t r;
             msr_plan_rank(&m, &l, precs[k], pp, &r);
@@ -214,11 +215,13 @@ static void test_acts_overlap(void)
     msr_plan_rank_t r;
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
     double A = (double)r.offload_acts_io, step = base.step_ms;
+    double bound[2];
     for (int half = 0; half < 2; half++) { /* 0: the spills (writes), 1: the reads */
         double *rate = half ? &c.disk_read_gbs : &c.disk_write_gbs;
         c.disk_read_gbs = c.disk_write_gbs = 1e12;
         *rate = A / (10 * step * 1e6); /* 10 steps' worth of I/O: bound by it */
         msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+        bound[half] = t.offload_ms;
         *rate /= 2;
         msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &u);
         MSR_CHECK(t.offload_ms > 9 * step && t.offload_ms < 10 * step);
@@ -226,6 +229,12 @@ static void test_acts_overlap(void)
                       "half %d: %g then %g ms", half, t.offload_ms, u.offload_ms);
         MSR_CHECK(fabs(u.step_ms - t.step_ms - 10 * step) <= 1e-6 * step);
     }
+    /* the same I/O hides behind a backward (twice a block's forward, and
+     * its recompute) more than behind a forward: a block's forward is a
+     * quarter of layer_ms, so the reads hide half a layer_ms more a spill */
+    double n = (double)r.offload_acts_n;
+    MSR_CHECK_MSG(fabs(bound[0] - bound[1] - n * t.layer_ms / 2) <= 1e-6 * step, "%g %g %g",
+                  bound[0], bound[1], n * t.layer_ms / 2);
 }
 
 static const msr_test_t tests[] = {
