@@ -12,6 +12,7 @@
  * fix the search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
  * leaves no layout is bad input. Bad input: one line (from every rank
  * that meets it), exit status 2. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -244,10 +245,14 @@ static int check_request(const options_t *o, const job_t *job)
                            "--explain, --auto or --cluster");
     if (o->auto_plan && prints)
         return refuse(job, "--auto trains and --plan, --plan-all and --explain print: choose one");
-    if (o->offload_dir != NULL && (!o->auto_plan || o->offload != NULL))
-        return refuse(job, "--offload-dir is for --auto without --offload (which names its own)");
+    if (o->offload_dir != NULL && ((!o->auto_plan && o->calibrate == NULL) || o->offload != NULL))
+        return refuse(job, "--offload-dir is for --auto without --offload (which names its own) "
+                           "and --calibrate");
     if (o->offload_dir != NULL && (o->offload_dir[0] == '\0' || strlen(o->offload_dir) > 4096))
         return refuse(job, "--offload-dir: a directory of 1 to 4096 bytes");
+    /* a calibration measures the disk there, and --auto may offload there */
+    if (o->offload_dir != NULL && access(o->offload_dir, W_OK | X_OK) != 0)
+        return refuse(job, "--offload-dir %s: %s", o->offload_dir, strerror(errno));
     if (o->cluster != NULL && !prints && !o->auto_plan)
         return refuse(job, "--cluster is for --plan, --plan-all, --explain and --auto");
     if (o->recalibrate &&
