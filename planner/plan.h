@@ -469,7 +469,9 @@ typedef struct msr_plan_pruned {
     uint64_t invalid;     /* refused by msr_plan_check */
     uint64_t over_memory; /* over the cluster's mem_gib */
     char first_invalid[256], first_over[256];
-    uint64_t found; /* valid and within the budget: the plans before keep cut them */
+    uint64_t found;       /* valid and within the budget: the plans before keep cut them */
+    double no_offload_ms; /* msr_plan_search_offload: the fastest plan's step without
+                           * offload (0: none fits without it) */
 } msr_plan_pruned_t;
 
 /* Plans for the query: every valid layout within the memory budget, best
@@ -485,15 +487,29 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
-/* msr_plan_search, and when q asks for no offload and nothing fits the
- * memory budget, again with train_gpt's offloads, the first that fits:
- * the optimizer's (not with experts), the activations' (full recompute),
- * both. The plans (and *pruned, of the search that found them) carry the
- * mode in l.offload. Returns as msr_plan_search. */
+/* msr_plan_search, and when q asks for no offload and layouts were over
+ * the memory budget, again with train_gpt's offloads: the optimizer's (not
+ * with experts), the activations' (full recompute), both. When nothing
+ * fits without offload, the first mode that finds plans; when plans fit,
+ * a mode's only if its fastest plan is faster than theirs (the layouts
+ * over the budget it lets in outrun its I/O; with none over the budget an
+ * offload only adds I/O and is not searched). The plans (and *pruned, of
+ * the search that found them, its no_offload_ms set) carry the mode in
+ * l.offload. Returns as msr_plan_search. */
 int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
                                 const msr_plan_cluster_t *c, const msr_plan_query_t *q,
                                 int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
                                 char *why, size_t why_len);
+
+/* Why plan p, the first msr_plan_search_offload found (*pr its), has its
+ * offload or none, a clause into buf: "no layout fits in G GiB per rank
+ * without it", "faster than the plans that fit in G GiB per rank without
+ * it (A ms a step against B)", "plans fit in G GiB per rank without it
+ * and none is over it (an offload saves nothing then and only adds its
+ * disk I/O to the step)" or "plans fit in G GiB per rank without it and
+ * none with an offload is faster". */
+void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
+                          const msr_plan_cluster_t *c, char *buf, size_t len);
 
 /* Plan p's offload on its fullest rank: the bytes it saves (that rank's
  * peak without it less with it) and the bytes it moves to and from disk

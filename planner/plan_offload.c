@@ -75,6 +75,30 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
     return 0;
 }
 
+/* The search with offload mode k of q's, into *plans_p when it finds a
+ * plan faster than best_ms (0: any plan), *pruned with it. Returns its
+ * count, or -1 with a reason in why. */
+static int64_t try_mode(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                        const msr_plan_cluster_t *c, const msr_plan_query_t *q, int mode,
+                        int64_t keep, double best_ms, msr_plan_t **plans_p,
+                        msr_plan_pruned_t *pruned, char *why, size_t why_len)
+{
+    msr_plan_query_t qo = *q;
+    msr_plan_pruned_t pr;
+    msr_plan_t *plans = NULL;
+    qo.offload = mode;
+    int64_t n = msr_plan_search(m, prec, c, &qo, keep, &plans, &pr, why, why_len);
+    if (n > 0 && (best_ms == 0 || plans[0].t.step_ms < best_ms)) {
+        pr.no_offload_ms = pruned->no_offload_ms;
+        free(*plans_p);
+        *plans_p = plans;
+        *pruned = pr;
+        return n;
+    }
+    free(plans);
+    return n < 0 ? -1 : 0;
+}
+
 int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
                                 const msr_plan_cluster_t *c, const msr_plan_query_t *q,
                                 int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
@@ -85,21 +109,46 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
                                  MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
-    if (n != 0 || q->offload != 0 || pruned->over_memory == 0)
+    if (n < 0)
         return n;
-    msr_plan_query_t qo = *q;
-    for (int k = 0; k < 3 && n == 0; k++) {
+    pruned->no_offload_ms = n > 0 ? (*plans_p)[0].t.step_ms : 0;
+    if (q->offload != 0 || pruned->over_memory == 0)
+        return n;
+    int64_t found = n;
+    for (int k = 0; k < 3; k++) {
         if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
             continue; /* the experts' moments are not offloaded */
-        msr_plan_pruned_t pr;
-        qo.offload = modes[k];
-        free(*plans_p);
-        *plans_p = NULL;
-        n = msr_plan_search(m, prec, c, &qo, keep, plans_p, &pr, why, why_len);
-        if (n > 0)
-            *pruned = pr;
+        double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
+        int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
+        if (got < 0)
+            return -1;
+        if (got > 0)
+            found = got;
+        if (n == 0 && found > 0)
+            break; /* nothing fit without: the first mode that fits */
     }
-    return n;
+    return found;
+}
+
+void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
+                          const msr_plan_cluster_t *c, char *buf, size_t len)
+{
+    if (p->l.offload != 0 && pr->no_offload_ms <= 0)
+        snprintf(buf, len, "no layout fits in %g GiB per rank without it", c->mem_gib);
+    else if (p->l.offload != 0)
+        snprintf(buf, len,
+                 "faster than the plans that fit in %g GiB per rank without it (%.4g ms a step "
+                 "against %.4g)",
+                 c->mem_gib, p->t.step_ms, pr->no_offload_ms);
+    else if (pr->over_memory == 0)
+        snprintf(buf, len,
+                 "plans fit in %g GiB per rank without it and none is over it (an offload saves "
+                 "nothing then and only adds its disk I/O to the step)",
+                 c->mem_gib);
+    else
+        snprintf(buf, len,
+                 "plans fit in %g GiB per rank without it and none with an offload is faster",
+                 c->mem_gib);
 }
 
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,

@@ -432,19 +432,18 @@ static int refuse_none(const options_t *o, const job_t *job, const msr_plan_quer
  * it) and, on rank 0, which and why. */
 static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t *m,
                          msr_plan_precision_t prec, const msr_plan_cluster_t *c,
-                         const msr_plan_t *p)
+                         const msr_plan_t *p, const msr_plan_pruned_t *pr)
 {
     static char list[2 * 4096 + 64];
     static const char *const modes[4] = {"none", "optimizer", "activations",
                                          "optimizer,activations"};
     if (o->offload_dir == NULL)
         return;
+    char why[256];
+    msr_plan_offload_why(p, pr, c, why, sizeof why);
     if (p->l.offload == 0) {
         if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: --auto: offload: none: plans fit in %g GiB per rank "
-                    "without it (an offload saves nothing then and only adds its disk I/O)\n",
-                    c->mem_gib);
+            fprintf(stderr, "train_gpt: --auto: offload: none: %s\n", why);
         return;
     }
     uint64_t saved = 0, io = 0;
@@ -457,12 +456,12 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
     o->offload = list;
     if (job->rank == 0)
         fprintf(stderr,
-                "train_gpt: --auto: offload: %s (--offload %s): no layout fits in %g GiB per "
-                "rank without it; the plan holds %" PRIu64 " bytes less on its fullest rank and "
-                "moves %" PRIu64 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, "
-                "%.4g GB/s write, %.4g ms of it in its step (what compute does not hide)\n",
-                modes[p->l.offload & 3], list, c->mem_gib, saved, io, p->t.offload_io_ms,
-                c->disk_read_gbs, c->disk_write_gbs, p->t.offload_ms);
+                "train_gpt: --auto: offload: %s (--offload %s): %s; the plan holds %" PRIu64
+                " bytes less on its fullest rank and moves %" PRIu64
+                " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s write, "
+                "%.4g ms of it in its step (what compute does not hide)\n",
+                modes[p->l.offload & 3], list, why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
+                c->disk_write_gbs, p->t.offload_ms);
 }
 
 /* --auto: plan p's layout into o, for the usual checks. */
@@ -636,7 +635,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
         auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
-    auto_offload(o, job, &m, prec, &c, &plans[k]);
+    auto_offload(o, job, &m, prec, &c, &plans[k], &pruned);
     auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);

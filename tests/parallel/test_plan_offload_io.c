@@ -237,6 +237,74 @@ static void test_acts_overlap(void)
                   bound[0], bound[1], n * t.layer_ms / 2);
 }
 
+/* --offload auto: an offload when nothing fits without it, or when its
+ * plan is faster than those that do (the layout it lets in outruns its
+ * I/O); none when it is not, or when nothing is over the budget (it would
+ * only add I/O). Each case says why. */
+static void test_auto_faster(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t none = layout(1, 1, 0, MSR_PLAN_RC_NONE, 2, 1), full = none;
+    full.recompute = MSR_PLAN_RC_FULL;
+    uint64_t p_none = msr_plan_peak(&m, &none, MSR_PLAN_FP32, NULL);
+    uint64_t p_full = msr_plan_peak(&m, &full, MSR_PLAN_FP32, NULL);
+    none.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    none.offload_chunk = 4096; /* 4 buffers of 4096 bytes for 8 bytes a parameter */
+    uint64_t p_off = msr_plan_peak(&m, &none, MSR_PLAN_FP32, NULL);
+    MSR_CHECK(p_full < p_none && p_off < p_none);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)(p_full > p_off ? p_full : p_off) / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
+    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    static const struct {
+        double gbs, mem_gib; /* 0: the budget above */
+        int offload;
+        const char *why;
+    } cases[] = {
+        {1e12, 0, MSR_PLAN_OFFLOAD_OPTIM, "faster than the plans that fit in"},
+        {1e-6, 0, 0, "without it and none with an offload is faster"},
+        {1e12, 80, 0, "without it and none is over it (an offload saves nothing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msr_plan_cluster_t ci = c;
+        ci.disk_read_gbs = ci.disk_write_gbs = cases[i].gbs;
+        if (cases[i].mem_gib > 0)
+            ci.mem_gib = cases[i].mem_gib;
+        msr_plan_t *plans = NULL;
+        msr_plan_pruned_t pr;
+        char why[256] = "";
+        int64_t n =
+            msr_plan_search_offload(&m, MSR_PLAN_FP32, &ci, &q, 0, &plans, &pr, why, sizeof why);
+        MSR_CHECK_MSG(n > 0, "case %zu: %s", i, why);
+        msr_plan_offload_why(&plans[0], &pr, &ci, why, sizeof why);
+        int off = plans[0].l.offload, rc = plans[0].l.recompute;
+        double step = plans[0].t.step_ms, without = pr.no_offload_ms;
+        free(plans);
+        MSR_CHECK_MSG(off == cases[i].offload, "case %zu: offload %d", i, off);
+        MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: %s", i, why);
+        MSR_CHECK(without > 0);
+        if (off != 0) /* no recompute, as fast as without offload, where none fit */
+            MSR_CHECK(rc == MSR_PLAN_RC_NONE && step < without);
+        else
+            MSR_CHECK(step == without);
+    }
+    /* the budget a byte under the offloaded plan's: nothing fits, with or without */
+    c.mem_gib = (double)(p_full < p_off ? p_full : p_off) / (1024.0 * 1024.0 * 1024.0) * 0.5;
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
+              0);
+    MSR_CHECK(plans == NULL && pr.over_memory > 0);
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -244,6 +312,7 @@ static const msr_test_t tests[] = {
     {"disk_ms", test_disk_ms, 10},
     {"optim_crossover", test_optim_crossover, 10},
     {"acts_overlap", test_acts_overlap, 10},
+    {"auto_faster", test_auto_faster, 30},
 };
 
 int main(int argc, char **argv)
