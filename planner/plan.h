@@ -180,6 +180,12 @@ typedef struct msr_plan_rank {
                                 * op(B) the rank rounds; 0 otherwise) */
     uint64_t moe_work;         /* the MoE state's routing, kept expert activations and
                                 * exchange buffers (runtime accounting; 0 in the paper's) */
+    uint64_t offload_optim_io; /* the optimizer's offload: bytes it reads a step, and writes
+                                * (every chunk of its file, the last one whole; 0: none) */
+    uint64_t offload_acts_io;  /* the activations' offload: bytes it writes a step in forward,
+                                * and reads back in backward (each block input's aligned slot
+                                * once a micro-batch; 0: none) */
+    uint64_t offload_acts_n;   /* of them, how many block inputs */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the
@@ -266,6 +272,11 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
 uint64_t msr_plan_offload_optim_bytes(uint64_t count, size_t chunk);
 uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs);
 
+/* The bytes the optimizer's offload reads a step for moments of count
+ * elements in chunks of chunk bytes (0: 4 MiB), and writes: every chunk of
+ * its file whole (parallel/offload.c msr_offload_step), the last one too. */
+uint64_t msr_plan_offload_optim_io(uint64_t count, size_t chunk);
+
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);
@@ -333,10 +344,15 @@ typedef struct msr_plan_cluster {
                              * costs beyond its attention and its transfer, when every
                              * rank of the node computes between the hand-offs (ranks
                              * sharing cores wait to be scheduled; 0: none) */
+    double disk_read_gbs;   /* disk_read_gbs: the offload directory's sequential read rate
+                             * per rank, GB/s, in the offload's chunks (train_gpt
+                             * --offload; more than 0) */
+    double disk_write_gbs;  /* disk_write_gbs: its write rate, synced to the disk */
 } msr_plan_cluster_t;
 
 /* A cluster of ranks_per_node 8, 80 GiB, 312 TFLOP/s, 300/25 GB/s, 5 us:
- * the A100 nodes of Narayanan et al. (2021), in bf16. */
+ * the A100 nodes of Narayanan et al. (2021), in bf16; their NVMe array's
+ * 3 GB/s read and 1.5 GB/s write per rank. */
 void msr_plan_cluster_default(msr_plan_cluster_t *c);
 
 /* Parses the text of a cluster file ("key = value" lines, '#' comments,
@@ -354,6 +370,14 @@ int msr_plan_cluster_real_key(size_t i, const char **name, size_t *offset);
 
 /* ---- the time model ---- */
 
+/* ms to read read_bytes and write write_bytes at the cluster's disk rates,
+ * one after the other (the disk serves both). */
+double msr_plan_disk_ms(const msr_plan_cluster_t *c, double read_bytes, double write_bytes);
+
+/* What io_ms of disk I/O overlapped with compute_ms of work adds to it:
+ * max(0, io_ms - compute_ms) (the pair takes max(compute_ms, io_ms)). */
+double msr_plan_io_exposed_ms(double compute_ms, double io_ms);
+
 /* One step of a layout, in milliseconds, on the slowest pipeline stage. */
 typedef struct msr_plan_time {
     double flops;           /* the whole model's floating-point operations per step */
@@ -370,6 +394,9 @@ typedef struct msr_plan_time {
     double dp_exposed_ms;   /* of it, what backward does not hide */
     double zero3_ms;        /* ZeRO-3's parameter gathers, exposed */
     double optim_ms;        /* the optimizer step */
+    double offload_io_ms;   /* the offloads' disk reads and writes at the disk's rates, all of
+                             * them (0: no offload) */
+    double offload_ms;      /* of it, what the update and the passes' compute do not hide */
     double exposed_comm_ms; /* tp + cp + ep + pp + dp exposed + zero3 */
     double step_ms;         /* the whole step */
     double tokens_per_s;    /* global batch x sequence / step */
@@ -442,7 +469,9 @@ typedef struct msr_plan_pruned {
     uint64_t invalid;     /* refused by msr_plan_check */
     uint64_t over_memory; /* over the cluster's mem_gib */
     char first_invalid[256], first_over[256];
-    uint64_t found; /* valid and within the budget: the plans before keep cut them */
+    uint64_t found;       /* valid and within the budget: the plans before keep cut them */
+    double no_offload_ms; /* msr_plan_search_offload: the fastest plan's step without
+                           * offload (0: none fits without it) */
 } msr_plan_pruned_t;
 
 /* Plans for the query: every valid layout within the memory budget, best
@@ -458,20 +487,35 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
-/* msr_plan_search, and when q asks for no offload and nothing fits the
- * memory budget, again with train_gpt's offloads, the first that fits:
- * the optimizer's (not with experts), the activations' (full recompute),
- * both. The plans (and *pruned, of the search that found them) carry the
- * mode in l.offload. Returns as msr_plan_search. */
+/* msr_plan_search, and when q asks for no offload and layouts were over
+ * the memory budget, again with train_gpt's offloads: the optimizer's (not
+ * with experts), the activations' (full recompute), both. When nothing
+ * fits without offload, the first mode that finds plans; when plans fit,
+ * a mode's only if its fastest plan is faster than theirs (the layouts
+ * over the budget it lets in outrun its I/O; with none over the budget an
+ * offload only adds I/O and is not searched). The plans (and *pruned, of
+ * the search that found them, its no_offload_ms set) carry the mode in
+ * l.offload. Returns as msr_plan_search. */
 int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
                                 const msr_plan_cluster_t *c, const msr_plan_query_t *q,
                                 int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
                                 char *why, size_t why_len);
 
+/* Why plan p, the first msr_plan_search_offload found (*pr its), has its
+ * offload or none, a clause into buf: "no layout fits in G GiB per rank
+ * without it", "faster than the plans that fit in G GiB per rank without
+ * it (A ms a step against B)", "plans fit in G GiB per rank without it
+ * and none is over it (an offload saves nothing then and only adds its
+ * disk I/O to the step)" or "plans fit in G GiB per rank without it and
+ * none with an offload is faster". */
+void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
+                          const msr_plan_cluster_t *c, char *buf, size_t len);
+
 /* Plan p's offload on its fullest rank: the bytes it saves (that rank's
  * peak without it less with it) and the bytes it moves to and from disk
- * per step (the moments read and written whole; each block input written
- * and read once per micro-batch). */
+ * per step (msr_plan_rank_t's offload_optim_io and offload_acts_io, each
+ * both ways: the moments' chunks read and written whole; each block
+ * input's slot written and read once per micro-batch). */
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 

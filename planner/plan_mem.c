@@ -81,16 +81,28 @@ static msr_plan_layout_t with_defaults(const msr_plan_layout_t *l)
  * elements (parallel/offload.c store_alloc, msr_offload_resident): 4
  * chunk buffers and a CRC per chunk and one more. A store of fewer than 4
  * chunks uses chunks of a quarter of its moments' bytes, rounded up to
- * 4096 (and at least 4096). */
-uint64_t msr_plan_offload_optim_bytes(uint64_t count, size_t chunk)
+ * 4096 (and at least 4096); a step reads and writes every chunk whole
+ * (msr_offload_step). */
+static uint64_t optim_chunk(uint64_t count, size_t chunk)
 {
     const uint64_t align = MSR_PLAN_OFFLOAD_ALIGN, slots = MSR_PLAN_OFFLOAD_SLOTS;
     uint64_t want = chunk != 0 ? chunk : MSR_PLAN_OFFLOAD_CHUNK_DEFAULT;
     uint64_t quarter = msr_plan_ceil_div(2 * count * MSR_PLAN_F32, slots);
-    uint64_t c =
-        msr_plan_max_u64(msr_plan_min_u64(want, msr_plan_ceil_div(quarter, align) * align), align);
+    return msr_plan_max_u64(msr_plan_min_u64(want, msr_plan_ceil_div(quarter, align) * align),
+                            align);
+}
+
+uint64_t msr_plan_offload_optim_bytes(uint64_t count, size_t chunk)
+{
+    uint64_t c = optim_chunk(count, chunk);
     uint64_t chunks = msr_plan_ceil_div(count, c / (2 * MSR_PLAN_F32));
-    return slots * c + (chunks + 1) * sizeof(uint32_t);
+    return MSR_PLAN_OFFLOAD_SLOTS * c + (chunks + 1) * sizeof(uint32_t);
+}
+
+uint64_t msr_plan_offload_optim_io(uint64_t count, size_t chunk)
+{
+    uint64_t c = optim_chunk(count, chunk);
+    return msr_plan_ceil_div(count, c / (2 * MSR_PLAN_F32)) * c;
 }
 
 /* What the activations' offload keeps resident (parallel/offload_acts.c
@@ -112,8 +124,10 @@ static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, in
         o->params = (l->zero >= 3 ? S : P) * MSR_PLAN_F32;
         o->grads = (l->zero >= 2 ? S : P) * MSR_PLAN_F32;
         o->optim = 2 * (l->zero >= 1 ? S : P) * MSR_PLAN_F32;
-        if (l->offload & MSR_PLAN_OFFLOAD_OPTIM)
+        if (l->offload & MSR_PLAN_OFFLOAD_OPTIM) {
             o->optim = msr_plan_offload_optim_bytes(l->zero >= 1 ? S : P, l->offload_chunk);
+            o->offload_optim_io = msr_plan_offload_optim_io(l->zero >= 1 ? S : P, l->offload_chunk);
+        }
         return;
     }
     /* paper: 16-bit parameters and gradients with fp32 master weights, or
@@ -123,8 +137,10 @@ static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, in
     o->params = (l->zero >= 3 ? sh : P) * w;
     o->grads = (l->zero >= 2 ? sh : P) * w;
     o->optim = 2 * (l->zero >= 1 ? sh : P) * MSR_PLAN_F32;
-    if (l->offload & MSR_PLAN_OFFLOAD_OPTIM)
+    if (l->offload & MSR_PLAN_OFFLOAD_OPTIM) {
         o->optim = msr_plan_offload_optim_bytes(l->zero >= 1 ? sh : P, l->offload_chunk);
+        o->offload_optim_io = msr_plan_offload_optim_io(l->zero >= 1 ? sh : P, l->offload_chunk);
+    }
     o->master = prec == MSR_PLAN_BF16 ? (l->zero >= 1 ? sh : P) * MSR_PLAN_F32 : 0;
 }
 
@@ -140,10 +156,11 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
     uint64_t w = runtime ? MSR_PLAN_F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
     uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(l)), Tl = l->sp ? Tc / (uint64_t)l->tp : Tc;
     uint64_t x = (uint64_t)l->micro_batch * Tl * (uint64_t)m->channels * w;
-    uint64_t chunk_bytes[64];
+    uint64_t chunk_bytes[64], blocks = 0;
     for (int c = 0; c < l->chunks && c < 64; c++) {
         int lo, hi, j = c * l->pp + o->pp_rank;
         msr_plan_stage_layers(l, m->layers, n, j, &lo, &hi);
+        blocks += (uint64_t)(hi - lo);
         max_layers = hi - lo > max_layers ? hi - lo : max_layers;
         if (c == l->chunks - 1)
             last_layers = hi - lo;
@@ -154,9 +171,15 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
     o->frame_bytes[0] = msr_plan_frame_bytes(m, l, prec, max_layers, 0);
     o->frame_bytes[1] = msr_plan_frame_bytes(m, l, prec, last_layers, 1);
     o->activations = msr_plan_schedule_peak(l, o->pp_rank, chunk_bytes, &o->frames_held);
-    if (off) /* the store, from the runtime's start (parallel/mp.c acts_start) */
+    if (off) { /* the store, from the runtime's start (parallel/mp.c acts_start) */
         o->activations += msr_plan_offload_acts_bytes(x, (uint64_t)l->micros * (uint64_t)l->chunks *
                                                              (uint64_t)max_layers);
+        /* each block input of each micro-batch spilled and read back once,
+         * its slot whole (parallel/offload_acts.c) */
+        o->offload_acts_n = (uint64_t)l->micros * blocks;
+        o->offload_acts_io = o->offload_acts_n * msr_plan_ceil_div(x, MSR_PLAN_OFFLOAD_ALIGN) *
+                             MSR_PLAN_OFFLOAD_ALIGN;
+    }
     if (runtime && msr_plan_whole_path(l)) {
         /* the whole model keeps one micro-batch's activations in its own
          * table (model/gpt.c msr_gpt_carve_acts), reused by the next */

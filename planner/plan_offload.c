@@ -1,7 +1,9 @@
 /* The offloads as the planner takes them (plan.h): train_gpt's --offload
  * list read into MSR_PLAN_OFFLOAD_* bits, the search that turns to them
- * when nothing fits, and what a plan's offload saves and moves. The bytes
- * each keeps resident are plan_mem.c's. */
+ * when nothing fits, what a plan's offload saves and moves, and the disk's
+ * prices of what it moves. The bytes each keeps resident and moves are
+ * plan_mem.c's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +75,30 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
     return 0;
 }
 
+/* The search with offload mode k of q's, into *plans_p when it finds a
+ * plan faster than best_ms (0: any plan), *pruned with it. Returns its
+ * count, or -1 with a reason in why. */
+static int64_t try_mode(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                        const msr_plan_cluster_t *c, const msr_plan_query_t *q, int mode,
+                        int64_t keep, double best_ms, msr_plan_t **plans_p,
+                        msr_plan_pruned_t *pruned, char *why, size_t why_len)
+{
+    msr_plan_query_t qo = *q;
+    msr_plan_pruned_t pr;
+    msr_plan_t *plans = NULL;
+    qo.offload = mode;
+    int64_t n = msr_plan_search(m, prec, c, &qo, keep, &plans, &pr, why, why_len);
+    if (n > 0 && (best_ms == 0 || plans[0].t.step_ms < best_ms)) {
+        pr.no_offload_ms = pruned->no_offload_ms;
+        free(*plans_p);
+        *plans_p = plans;
+        *pruned = pr;
+        return n;
+    }
+    free(plans);
+    return n < 0 ? -1 : 0;
+}
+
 int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
                                 const msr_plan_cluster_t *c, const msr_plan_query_t *q,
                                 int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
@@ -83,21 +109,46 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
                                  MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
-    if (n != 0 || q->offload != 0 || pruned->over_memory == 0)
+    if (n < 0)
         return n;
-    msr_plan_query_t qo = *q;
-    for (int k = 0; k < 3 && n == 0; k++) {
+    pruned->no_offload_ms = n > 0 ? (*plans_p)[0].t.step_ms : 0;
+    if (q->offload != 0 || pruned->over_memory == 0)
+        return n;
+    int64_t found = n;
+    for (int k = 0; k < 3; k++) {
         if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
             continue; /* the experts' moments are not offloaded */
-        msr_plan_pruned_t pr;
-        qo.offload = modes[k];
-        free(*plans_p);
-        *plans_p = NULL;
-        n = msr_plan_search(m, prec, c, &qo, keep, plans_p, &pr, why, why_len);
-        if (n > 0)
-            *pruned = pr;
+        double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
+        int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
+        if (got < 0)
+            return -1;
+        if (got > 0)
+            found = got;
+        if (n == 0 && found > 0)
+            break; /* nothing fit without: the first mode that fits */
     }
-    return n;
+    return found;
+}
+
+void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
+                          const msr_plan_cluster_t *c, char *buf, size_t len)
+{
+    if (p->l.offload != 0 && pr->no_offload_ms <= 0)
+        snprintf(buf, len, "no layout fits in %g GiB per rank without it", c->mem_gib);
+    else if (p->l.offload != 0)
+        snprintf(buf, len,
+                 "faster than the plans that fit in %g GiB per rank without it (%.4g ms a step "
+                 "against %.4g)",
+                 c->mem_gib, p->t.step_ms, pr->no_offload_ms);
+    else if (pr->over_memory == 0)
+        snprintf(buf, len,
+                 "plans fit in %g GiB per rank without it and none is over it (an offload saves "
+                 "nothing then and only adds its disk I/O to the step)",
+                 c->mem_gib);
+    else
+        snprintf(buf, len,
+                 "plans fit in %g GiB per rank without it and none with an offload is faster",
+                 c->mem_gib);
 }
 
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
@@ -111,20 +162,19 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     l.offload = 0;
     msr_plan_rank(m, &l, prec, rank, &without);
     *saved_p = without.total > with.total ? without.total - with.total : 0;
-    uint64_t io = 0;
-    if (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) /* every moment read and written */
-        io += 2 * without.optim;
-    if (p->l.offload & MSR_PLAN_OFFLOAD_ACTS) { /* every block input written and read */
-        int n = l.pp * l.chunks, blocks = 0;
-        for (int c = 0; c < l.chunks; c++) {
-            int lo, hi;
-            msr_plan_stage_layers(&l, m->layers, n, c * l.pp + p->at.pp_rank, &lo, &hi);
-            blocks += hi - lo;
-        }
-        uint64_t Tc = (uint64_t)(m->seq / msr_plan_cp(&l)), Tl = l.sp ? Tc / (uint64_t)l.tp : Tc;
-        uint64_t w = msr_plan_is_runtime(m, prec) || prec != MSR_PLAN_BF16 ? MSR_PLAN_F32 : 2;
-        io += 2 * (uint64_t)l.micros * (uint64_t)blocks * (uint64_t)l.micro_batch * Tl *
-              (uint64_t)m->channels * w;
-    }
-    *io_p = io;
+    /* read and written, each: the memory model's counts */
+    *io_p = 2 * (with.offload_optim_io + with.offload_acts_io);
+}
+
+double msr_plan_disk_ms(const msr_plan_cluster_t *c, double read_bytes, double write_bytes)
+{
+    /* the parser refuses rates of 0: a cluster built in code must too */
+    double r = c->disk_read_gbs > 0 ? read_bytes / (c->disk_read_gbs * 1e6) : INFINITY;
+    double w = c->disk_write_gbs > 0 ? write_bytes / (c->disk_write_gbs * 1e6) : INFINITY;
+    return (read_bytes > 0 ? r : 0) + (write_bytes > 0 ? w : 0);
+}
+
+double msr_plan_io_exposed_ms(double compute_ms, double io_ms)
+{
+    return io_ms > compute_ms ? io_ms - compute_ms : 0;
 }

@@ -209,7 +209,7 @@ static void row_ms(FILE *f, int indent, const char *what, double ms, double step
 /* Time of the pipeline part of a step: all but what follows it. */
 static double pipeline_part(const msr_plan_time_t *t)
 {
-    return t->step_ms - t->dp_exposed_ms - t->zero3_ms - t->optim_ms;
+    return t->step_ms - t->dp_exposed_ms - t->zero3_ms - t->optim_ms - t->offload_ms;
 }
 
 static void explain_split(FILE *f, const msr_plan_t *p)
@@ -350,6 +350,12 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     row_ms(f, 4, "data parallel", t->dp_exposed_ms, S, note);
     row_ms(f, 4, "ZeRO-3 gathers", t->zero3_ms, S, "exposed");
     row_ms(f, 4, "optimizer", t->optim_ms, S, "AdamW on the rank's shard");
+    if (p->l.offload != 0) {
+        format_num(t->offload_io_ms, a, sizeof a);
+        snprintf(note, sizeof note, "what compute does not hide of %s ms at %.4g/%.4g GB/s", a,
+                 c->disk_read_gbs, c->disk_write_gbs);
+        row_ms(f, 4, "offload I/O", t->offload_ms, S, note);
+    }
     row_ms(f, 4, "exposed communication", t->exposed_comm_ms, S,
            "tp + cp ring + ep + pipeline sends + dp exposed + ZeRO-3");
     double achieved = tflops_per_rank(p);
@@ -405,6 +411,7 @@ static void explain_versus(FILE *f, const msr_plan_t *p, const msr_plan_t *best)
         {"dp exposed", t->dp_exposed_ms - u->dp_exposed_ms},
         {"ZeRO-3 gathers", t->zero3_ms - u->zero3_ms},
         {"optimizer", t->optim_ms - u->optim_ms},
+        {"offload I/O", t->offload_ms - u->offload_ms},
     };
     char s[32];
     format_num(t->step_ms - u->step_ms, s, sizeof s);

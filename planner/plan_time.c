@@ -344,6 +344,30 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
     o->optim = msr_plan_price(c, opt);
 }
 
+/* The offloads' disk I/O on pipeline stage s, ms a step: all of it
+ * (*io_p) and what compute does not hide (*exposed_p). The optimizer's
+ * chunks are read ahead and written behind while AdamW updates the one
+ * between (msr_offload_step): the update and the I/O take the longer of
+ * the two. Each block input is spilled while the next block runs its
+ * forward, and read back ahead while a block runs its backward (its
+ * recompute included): each pass hides what its compute lasts. */
+static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                          msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                          const msr_plan_pieces_t *p, int s, double optim, double *io_p,
+                          double *exposed_p)
+{
+    msr_plan_rank_t r;
+    msr_plan_rank(m, l, prec, s * l->tp * msr_plan_cp(l), &r);
+    double oio = msr_plan_disk_ms(c, (double)r.offload_optim_io, (double)r.offload_optim_io);
+    double spill = msr_plan_disk_ms(c, 0, (double)r.offload_acts_io);
+    double fetch = msr_plan_disk_ms(c, (double)r.offload_acts_io, 0);
+    stage_cost_t sc = stage_cost(p, l, c, 1, 0, 0, WITH_RC, 0);
+    double n = (double)r.offload_acts_n;
+    *io_p = oio + spill + fetch;
+    *exposed_p = msr_plan_io_exposed_ms(optim, oio) + msr_plan_io_exposed_ms(n * sc.fwd, spill) +
+                 msr_plan_io_exposed_ms(n * sc.bwd, fetch);
+}
+
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                    msr_plan_precision_t prec, const msr_plan_cluster_t *c, msr_plan_time_t *out)
 {
@@ -415,8 +439,13 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         stage_dp_t d;
         stage_dp(m, &l, prec, c, s, rank_bwd, &d);
         double kv = stage_kv_sum(m, &l, prec, c, s);
-        double cost = d.red_exposed + d.ag + d.z3 + d.optim + kv;
+        double io = 0, io_exposed = 0;
+        if (l.offload != 0)
+            stage_offload(m, &l, prec, c, &p, s, d.optim, &io, &io_exposed);
+        double cost = d.red_exposed + d.ag + d.z3 + d.optim + kv + io_exposed;
         if (s == 0 || cost > worst) {
+            out->offload_io_ms = io;
+            out->offload_ms = io_exposed;
             worst = cost;
             kv_sum = kv;
             out->dp_comm_ms = d.red + d.ag;

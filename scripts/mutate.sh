@@ -1269,6 +1269,51 @@ test: ^test_parallel_plan_time$
         double kv = msr_plan_t_p2p(&cpn, s->N * 2 * s->C / s->t * s->eb);
 >>>
 
+@ plan.offload.io_drops_write_half
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    double oio = msr_plan_disk_ms(c, (double)r.offload_optim_io, (double)r.offload_optim_io);
+===
+    double oio = msr_plan_disk_ms(c, (double)r.offload_optim_io, 0);
+>>>
+
+@ plan.offload.reads_hidden_by_forward
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_io$
+<<<
+                 msr_plan_io_exposed_ms(n * sc.bwd, fetch);
+===
+                 msr_plan_io_exposed_ms(n * sc.fwd, fetch);
+>>>
+
+@ plan.offload.io_exposed_at_equality
+file: planner/plan_offload.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    return io_ms > compute_ms ? io_ms - compute_ms : 0;
+===
+    return io_ms >= compute_ms ? io_ms - compute_ms + 1e-9 : 0;
+>>>
+
+@ plan.offload.last_chunk_partial
+file: planner/plan_mem.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    return msr_plan_ceil_div(count, c / (2 * MSR_PLAN_F32)) * c;
+===
+    return (void)c, 2 * count * MSR_PLAN_F32;
+>>>
+
+@ plan.offload.auto_slower_taken
+file: planner/plan_offload.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    if (n > 0 && (best_ms == 0 || plans[0].t.step_ms < best_ms)) {
+===
+    if (n > 0 && best_ms == best_ms) {
+>>>
+
 @ layout.whole_dfch_act_4c
 file: layout/layout.c
 test: ^test_parallel_plan_report_llama$

@@ -408,24 +408,28 @@ static void print_ranks(const args_t *a, const msr_plan_t *plan)
 }
 
 /* --offload auto: the mode the plans have and why. */
-static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p, int kv)
+static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p,
+                          const msr_plan_pruned_t *pr, int kv)
 {
     static const char *const modes[4] = {"none", "optimizer", "activations",
                                          "optimizer,activations"};
     uint64_t saved = 0, io = 0;
     if (p->l.offload != 0)
         msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
-    if (kv) {
-        printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64 "\n",
-               modes[p->l.offload & 3], saved, io);
-    } else if (p->l.offload == 0) {
-        printf("offload: none: plans fit in %g GiB per rank without it\n", c->mem_gib);
-    } else {
-        printf("offload: %s: no layout fits in %g GiB per rank without it; plan 1 holds %" PRIu64
-               " bytes less on its fullest rank and moves %" PRIu64
-               " bytes to and from disk per step (not priced in step_ms)\n",
-               modes[p->l.offload & 3], c->mem_gib, saved, io);
-    }
+    char why[256];
+    msr_plan_offload_why(p, pr, c, why, sizeof why);
+    if (kv)
+        printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64
+               " io_ms=%.6g io_exposed_ms=%.6g\n",
+               modes[p->l.offload & 3], saved, io, p->t.offload_io_ms, p->t.offload_ms);
+    else if (p->l.offload == 0)
+        printf("offload: none: %s\n", why);
+    else
+        printf("offload: %s: %s; plan 1 holds %" PRIu64 " bytes less on its fullest rank and moves "
+               "%" PRIu64 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s "
+               "write, %.4g ms of it in step_ms (what compute does not hide)\n",
+               modes[p->l.offload & 3], why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
+               c->disk_write_gbs, p->t.offload_ms);
 }
 
 int main(int argc, char **argv)
@@ -493,7 +497,7 @@ int main(int argc, char **argv)
         msr_plan_print_table(stdout, plans, shown);
     msr_plan_print_summary(stdout, &q, &c, &pr, shown, kv);
     if (a.offload_auto)
-        print_offload(&a, &c, &plans[0], kv);
+        print_offload(&a, &c, &plans[0], &pr, kv);
     if (!kv)
         printf("searched in %.3f s\n", took);
     if (a.explain > 0) {

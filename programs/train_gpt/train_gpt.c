@@ -125,7 +125,8 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("offload-dir", offload_dir,
              "--auto: when no layout fits the memory without offload, offload the optimizer's "
              "moments, else the block inputs (full recompute), else both, to files under DIR "
-             "(none: --auto does not offload)"),
+             "(none: --auto does not offload); --calibrate and --auto's calibration: measure "
+             "DIR's read and write rates (disk_read_gbs, disk_write_gbs)"),
     /* mixed precision (docs/model.md "bf16 training") */
     OPT_TEXT("precision", precision,
              "the matrix products' operands: fp32, or bf16 (fp32 sums, fp32 master weights and "

@@ -292,7 +292,8 @@ enum {
     CALIB_INTER,
     CALIB_COLD,
     CALIB_LEND,
-    CALIB_RING_STEP
+    CALIB_RING_STEP,
+    CALIB_DISK
 };
 
 /* The most frame counts --calibrate's cold-frames curve has (1, 2, 4, ...). */

@@ -138,6 +138,14 @@ int calib_cores(msr_comm_t *comm);
 int calib_comm(const options_t *o, msr_comm_t *world, const job_t *job, size_t bytes,
                msr_plan_cluster_t *c, unsigned *measured);
 
+/* ---- train_gpt_calib_disk.c ---- */
+
+/* The disk rates of o->offload_dir, where given, into k (GB/s, the
+ * slowest rank's; CALIB_DISK measured): a file of each rank's written in
+ * the offloads' chunks, synced, read back and removed. Returns 0, or -1
+ * with the reason printed (every rank fails together). */
+int calib_disk(const options_t *o, msr_comm_t *comm, int rank, calib_t *k);
+
 /* ---- train_gpt_calib_cache.c: the calibration cache ---- */
 
 typedef struct calib_cache {

@@ -51,6 +51,11 @@
  *                   block round a ring of the node's ranks while computing
  *                   two chunk pairs a sequence), against the same work
  *                   without the ring, every rank at once both times
+ *   disk_read_gbs   with --offload-dir DIR: a file of 64 MiB (a short
+ *   disk_write_gbs  job's 16) of each rank's in DIR, written in the
+ *                   offloads' 4 MiB chunks and synced, then read back, as
+ *                   the offloads open theirs (0600, O_EXCL, O_DIRECT where
+ *                   taken), and removed; every rank at once
  *
  * Rates are the slowest rank's and costs the largest (calib_agree),
  * agreed by allgather, so every rank ends with the same cluster. */
@@ -261,7 +266,8 @@ int train_gpt_calibrate_runs(const options_t *o, const job_t *job, msr_comm_t *c
     }
     calib_merge(runs, n, out);
     msr_free(runs);
-    return 0;
+    /* the disk once: the runs' spread is the kernels' */
+    return calib_disk(o, comm, job->rank, out);
 }
 
 /* The keys that are not measured, commented out with why: the reader's
@@ -286,6 +292,8 @@ static const char *unmeasured_why(const calib_t *k, const char *key)
         {"cold_full_mib", CALIB_COLD, COLD_WHY},
         {"idle_lend", CALIB_LEND, "no rank waits for a core: as many cores as ranks"},
         {"ring_step_us", CALIB_RING_STEP, "no node with two ranks"},
+        {"disk_read_gbs", CALIB_DISK, "no --offload-dir to measure in"},
+        {"disk_write_gbs", CALIB_DISK, "no --offload-dir to measure in"},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(keys[i].key, key) == 0 && !(k->measured & (1u << keys[i].bit)))
@@ -376,7 +384,10 @@ void train_gpt_calibrate_summary(const calib_t *k, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_INTRA)))
         n += snprintf(buf + n, len - (size_t)n, ", %.4g GB/s inside a node", k->c.intra_gbs);
     if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_INTER)))
-        snprintf(buf + n, len - (size_t)n, ", %.4g GB/s between nodes", k->c.inter_gbs);
+        n += snprintf(buf + n, len - (size_t)n, ", %.4g GB/s between nodes", k->c.inter_gbs);
+    if (n >= 0 && (size_t)n < len && (k->measured & (1u << CALIB_DISK)))
+        snprintf(buf + n, len - (size_t)n, ", the offload directory %.4g GB/s read, %.4g write",
+                 k->c.disk_read_gbs, k->c.disk_write_gbs);
 }
 
 int train_gpt_calibrate_main(const options_t *o, const job_t *job)

@@ -12,6 +12,7 @@
  * fix the search: "--auto --tp 2" searches the layouts with tp 2, and a fix that
  * leaves no layout is bad input. Bad input: one line (from every rank
  * that meets it), exit status 2. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -244,10 +245,14 @@ static int check_request(const options_t *o, const job_t *job)
                            "--explain, --auto or --cluster");
     if (o->auto_plan && prints)
         return refuse(job, "--auto trains and --plan, --plan-all and --explain print: choose one");
-    if (o->offload_dir != NULL && (!o->auto_plan || o->offload != NULL))
-        return refuse(job, "--offload-dir is for --auto without --offload (which names its own)");
+    if (o->offload_dir != NULL && ((!o->auto_plan && o->calibrate == NULL) || o->offload != NULL))
+        return refuse(job, "--offload-dir is for --auto without --offload (which names its own) "
+                           "and --calibrate");
     if (o->offload_dir != NULL && (o->offload_dir[0] == '\0' || strlen(o->offload_dir) > 4096))
         return refuse(job, "--offload-dir: a directory of 1 to 4096 bytes");
+    /* a calibration measures the disk there, and --auto may offload there */
+    if (o->offload_dir != NULL && access(o->offload_dir, W_OK | X_OK) != 0)
+        return refuse(job, "--offload-dir %s: %s", o->offload_dir, strerror(errno));
     if (o->cluster != NULL && !prints && !o->auto_plan)
         return refuse(job, "--cluster is for --plan, --plan-all, --explain and --auto");
     if (o->recalibrate &&
@@ -427,19 +432,18 @@ static int refuse_none(const options_t *o, const job_t *job, const msr_plan_quer
  * it) and, on rank 0, which and why. */
 static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t *m,
                          msr_plan_precision_t prec, const msr_plan_cluster_t *c,
-                         const msr_plan_t *p)
+                         const msr_plan_t *p, const msr_plan_pruned_t *pr)
 {
     static char list[2 * 4096 + 64];
     static const char *const modes[4] = {"none", "optimizer", "activations",
                                          "optimizer,activations"};
     if (o->offload_dir == NULL)
         return;
+    char why[256];
+    msr_plan_offload_why(p, pr, c, why, sizeof why);
     if (p->l.offload == 0) {
         if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: --auto: offload: none: plans fit in %g GiB per rank "
-                    "without it\n",
-                    c->mem_gib);
+            fprintf(stderr, "train_gpt: --auto: offload: none: %s\n", why);
         return;
     }
     uint64_t saved = 0, io = 0;
@@ -452,10 +456,12 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
     o->offload = list;
     if (job->rank == 0)
         fprintf(stderr,
-                "train_gpt: --auto: offload: %s (--offload %s): no layout fits in %g GiB per "
-                "rank without it; the plan holds %" PRIu64 " bytes less on its fullest rank and "
-                "moves %" PRIu64 " bytes to and from disk per step (not priced in its step)\n",
-                modes[p->l.offload & 3], list, c->mem_gib, saved, io);
+                "train_gpt: --auto: offload: %s (--offload %s): %s; the plan holds %" PRIu64
+                " bytes less on its fullest rank and moves %" PRIu64
+                " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s write, "
+                "%.4g ms of it in its step (what compute does not hide)\n",
+                modes[p->l.offload & 3], list, why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
+                c->disk_write_gbs, p->t.offload_ms);
 }
 
 /* --auto: plan p's layout into o, for the usual checks. */
@@ -629,7 +635,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
         auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
-    auto_offload(o, job, &m, prec, &c, &plans[k]);
+    auto_offload(o, job, &m, prec, &c, &plans[k], &pruned);
     auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);

@@ -77,15 +77,28 @@ big=(--layers 4 --channels 256 --heads 4 --seq 32 --global-batch 2 --world 1 --c
 refuse "no layout of 1 ranks fits in 0.04 GiB" "${big[@]}"
 "$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --format kv --all >"$work/auto"
 P=$(sed -n 's/^model params=//p' "$work/auto")
-grep -q "^offload mode=optimizer saved_bytes=[1-9][0-9]* io_bytes_per_step=$((16 * P))$" \
+# every 65536-byte chunk (8192 elements' moments) read and written whole
+io=$((2 * ((P + 8191) / 8192) * 65536))
+grep -q "^offload mode=optimizer saved_bytes=[1-9][0-9]* io_bytes_per_step=$io io_ms=[0-9.e+-]* io_exposed_ms=[0-9.e+-]*$" \
     "$work/auto" || fail "--offload auto: not the optimizer's: $(cat "$work/auto")"
 awk '/^plan / { for (i = 1; i <= NF; i++) if ($i ~ /^peak_bytes=/) { split($i, v, "=");
      if (v[2] > 0.04 * 2^30) exit 1 } }' "$work/auto" || fail "--offload auto: over the budget"
 "$bin/plan_gpt" "${big[@]}" --offload auto --offload-chunk 65536 --top 1 | grep -q \
-    "^offload: optimizer: no layout fits in 0.04 GiB per rank without it; plan 1 holds [0-9]* bytes less" ||
+    "^offload: optimizer: no layout fits in 0.04 GiB per rank without it; plan 1 holds [0-9]* bytes less.* per step: [0-9.e+-]* ms at 3 GB/s read, 1.5 GB/s write, [0-9.e+-]* ms of it in step_ms" ||
     fail "--offload auto: no reason"
+# --explain prices the I/O: a disk a thousand times slower than the
+# update needs puts it in the step
+cp "$work/c40" "$work/slow"
+printf 'disk_read_gbs = 1e-6\ndisk_write_gbs = 1e-6\n' >>"$work/slow"
+big_slow=("${big[@]}" --cluster "$work/slow")
+"$bin/plan_gpt" "${big_slow[@]}" --offload auto --offload-chunk 65536 --top 1 --explain 1 \
+    >"$work/explain" || fail "--explain with a slow disk"
+grep -q "^    offload I/O  .* ms  *[1-9][0-9.]*%  what compute does not hide of [0-9.e+]* ms at 1e-06/1e-06 GB/s$" \
+    "$work/explain" || fail "--explain: no offload I/O row: $(cat "$work/explain")"
+grep -q "^offload: optimizer: .* [1-9][0-9.e+]* ms of it in step_ms" "$work/explain" ||
+    fail "--offload auto: the slow disk's I/O not in the step: $(grep ^offload "$work/explain")"
 "$bin/plan_gpt" "${big[@]}" --layers 1 --channels 32 --offload auto --format kv >"$work/auto"
-grep -q "^offload mode=none saved_bytes=0 io_bytes_per_step=0$" "$work/auto" ||
+grep -q "^offload mode=none saved_bytes=0 io_bytes_per_step=0 io_ms=0 io_exposed_ms=0$" "$work/auto" ||
     fail "--offload auto offloads a model that fits: $(cat "$work/auto")"
 
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"

@@ -21,7 +21,8 @@ static int same_cluster(const msr_plan_cluster_t *a, const msr_plan_cluster_t *b
            a->ring_tflops == b->ring_tflops && a->ring_chunk == b->ring_chunk &&
            a->ring_chunk_half == b->ring_chunk_half && a->cold_ms_per_mib == b->cold_ms_per_mib &&
            a->cold_from_mib == b->cold_from_mib && a->cold_full_mib == b->cold_full_mib &&
-           a->idle_lend == b->idle_lend && a->ring_step_us == b->ring_step_us;
+           a->idle_lend == b->idle_lend && a->ring_step_us == b->ring_step_us &&
+           a->disk_read_gbs == b->disk_read_gbs && a->disk_write_gbs == b->disk_write_gbs;
 }
 
 static void test_cluster_file(void)
@@ -75,7 +76,7 @@ static void test_cluster_file(void)
         MSR_CHECK_MSG(strstr(text, want) != NULL, "%s", want);
         nreal++;
     }
-    MSR_CHECK_EQ(nreal, 19); /* all but ranks_per_node and cores_per_node */
+    MSR_CHECK_EQ(nreal, 21); /* all but ranks_per_node and cores_per_node */
     c.idle_lend = 0.5;       /* a share */
     MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
     MSR_CHECK(msr_plan_cluster_parse(text, &d, why, sizeof why) == 0);

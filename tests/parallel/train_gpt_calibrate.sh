@@ -5,7 +5,9 @@
 # between nodes (one node here) commented out as not measured; alone it
 # measures the kernels and marks the communication as not measured; a path
 # that cannot be written is one line and exit status 2, alone and under
-# msrun, and leaves no file.
+# msrun, and leaves no file. With --offload-dir the disk's rates are
+# measured there (positive, the directory left empty), without it marked
+# not measured; a directory that is not there is refused the same way.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -32,13 +34,18 @@ positive() { # positive KEY FILE
 
 # 2 ranks on one core (so that one computes while the other waits)
 core=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
-PIN="taskset -c $core" msrun_n 2 "${small[@]}" --calibrate "$work/c2" >"$work/out" 2>"$work/err" ||
-    fail "--calibrate under msrun: $(tail -5 "$work/err")"
+mkdir "$work/disk"
+PIN="taskset -c $core" msrun_n 2 "${small[@]}" --calibrate "$work/c2" --offload-dir "$work/disk" \
+    >"$work/out" 2>"$work/err" || fail "--calibrate under msrun: $(tail -5 "$work/err")"
 [[ ! -s "$work/out" ]] || fail "--calibrate printed on stdout: $(cat "$work/out")"
-grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s inside a node; wrote" \
+grep -q "train_gpt: calibrated 2 ranks in .* TFLOP/s.*latency .* us, .* GB/s inside a node, the offload directory .* GB/s read, .* write; wrote" \
     "$work/err" || fail "no summary line: $(cat "$work/err")"
 [[ $(value ranks_per_node "$work/c2") == 2 ]] || fail "ranks_per_node: $(cat "$work/c2")"
-for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c2"; done
+for k in mem_gib peak_tflops attn_tflops ring_tflops intra_gbs latency_us mem_gbs act_gbs kernel_us cores_per_node disk_read_gbs disk_write_gbs; do positive $k "$work/c2"; done
+[[ -z "$(ls -A "$work/disk")" ]] || fail "--calibrate left files in the offload directory: $(ls -A "$work/disk")"
+# the file is a cluster file the planner reads
+"$bin/plan_gpt" --layers 2 --channels 32 --heads 2 --seq 16 --world 2 --global-batch 8 \
+    --cluster "$work/c2" --top 1 >"$work/plan" 2>&1 || fail "plan_gpt --cluster of --calibrate's file: $(cat "$work/plan")"
 grep -q "^# inter_gbs = .*(not measured: one node)" "$work/c2" ||
     fail "inter_gbs not marked unmeasured: $(cat "$work/c2")"
 [[ $(value cores_per_node "$work/c2") == 1 ]] || fail "cores_per_node: $(cat "$work/c2")"
@@ -51,7 +58,7 @@ hand=$(value ring_step_us "$work/c2")
 awk -v v="$hand" 'BEGIN { exit !(v == v + 0 && v >= 0) }' ||
     fail "ring_step_us = '$hand': $(cat "$work/c2")"
 # every line a comment or one of the cluster file's keys
-bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib|idle_lend|ring_step_us) = [0-9.e+-]+)$' \
+bad=$(grep -Ev '^(#.*|(ranks_per_node|mem_gib|peak_tflops|intra_gbs|latency_us|mem_gbs|act_gbs|kernel_us|cores_per_node|mm_rows|mm_rows_half|attn_tflops|ring_tflops|ring_chunk|ring_chunk_half|cold_ms_per_mib|cold_from_mib|cold_full_mib|idle_lend|ring_step_us|disk_read_gbs|disk_write_gbs) = [0-9.e+-]+)$' \
     "$work/c2" || true)
 [[ -z "$bad" ]] || fail "unexpected lines: $bad"
 
@@ -84,7 +91,7 @@ grep -q "^# train_gpt --calibrate: 1 rank, .*; each key the median of 2 calibrat
     "$work/c1" || fail "alone: not the median of 2: $(head -2 "$work/c1")"
 [[ $(value ranks_per_node "$work/c1") == 1 ]] || fail "alone: ranks_per_node: $(cat "$work/c1")"
 for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us cores_per_node; do positive $k "$work/c1"; done
-for k in latency_us intra_gbs inter_gbs idle_lend ring_step_us; do
+for k in latency_us intra_gbs inter_gbs idle_lend ring_step_us disk_read_gbs disk_write_gbs; do
     grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
 done
 
@@ -100,6 +107,13 @@ msrun_n 2 --calibrate "$work/no/such/dir" >"$work/out" 2>"$work/err" || rc=$?
 [[ $rc -eq 2 ]] || fail "unwritable --calibrate under msrun exited $rc, want 2"
 [[ $(grep -c "\] train_gpt: --calibrate" "$work/err") -eq 1 ]] ||
     fail "under msrun, not one line from the ranks: $(cat "$work/err")"
+rc=0
+timeout 30 "$bin/train_gpt" --calibrate "$work/c4" --offload-dir "$work/no/such/dir" >"$work/out" \
+    2>"$work/err" || rc=$?
+[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 && ! -e "$work/c4" ]] ||
+    fail "--calibrate --offload-dir of no directory: exit $rc: $(cat "$work/err")"
+grep -q "^train_gpt: --offload-dir $work/no/such/dir: No such file or directory$" "$work/err" ||
+    fail "message: $(cat "$work/err")"
 rc=0
 timeout 30 "$bin/train_gpt" --calibrate "$work/c3" --device cuda >"$work/out" 2>"$work/err" || rc=$?
 [[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 && ! -e "$work/c3" ]] ||

@@ -1,0 +1,321 @@
+/* The planner's price of the offloads' disk I/O (planner/plan.h): the
+ * cluster file's disk rates at their bounds; the bytes a step moves
+ * against what a real store moves (parallel/offload.h); the disk's time,
+ * both halves; and the step's I/O term, hidden behind the update or the
+ * passes' compute up to exactly the equality and exposed past it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallel/offload.h"
+#include "planner/plan.h"
+#include "tests/runner.h"
+
+static void test_disk_keys(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    MSR_CHECK(c.disk_read_gbs == 3 && c.disk_write_gbs == 1.5);
+    char why[512] = "", text[2048];
+    MSR_CHECK(msr_plan_cluster_parse("disk_read_gbs = 1e12\ndisk_write_gbs = 1e-9\n", &c, why,
+                                     sizeof why) == 0);
+    MSR_CHECK(c.disk_read_gbs == 1e12 && c.disk_write_gbs == 1e-9);
+    /* written and read back */
+    MSR_CHECK(msr_plan_cluster_format(&c, text, sizeof text) < (int)sizeof text);
+    MSR_CHECK(strstr(text, "disk_read_gbs = 1e+12\ndisk_write_gbs = 1e-09\n") != NULL);
+    msr_plan_cluster_t d;
+    msr_plan_cluster_default(&d);
+    MSR_CHECK(msr_plan_cluster_parse(text, &d, why, sizeof why) == 0);
+    MSR_CHECK(d.disk_read_gbs == 1e12 && d.disk_write_gbs == 1e-9);
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"disk_read_gbs = 0\n", "line 1: disk_read_gbs: must be more than 0"},
+        {"disk_write_gbs = 0\n", "line 1: disk_write_gbs: must be more than 0"},
+        {"disk_write_gbs = -1.5\n", "line 1: disk_write_gbs: must be more than 0"},
+        {"disk_read_gbs = 1.000001e12\n", "line 1: disk_read_gbs: must be more than 0 (and at "
+                                          "most 1e12)"},
+        {"disk_read_gbs = fast\n", "line 1: 'fast' is not a number"},
+        {"disk_write_gbs = inf\n", "line 1: 'inf' is not a number"},
+        {"disk_read_gbs = 2\ndisk_read_gbs = 2\n", "line 2: 'disk_read_gbs' given twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msr_plan_cluster_t e = c;
+        MSR_CHECK(msr_plan_cluster_parse(bad[i].text, &e, why, sizeof why) == -1);
+        MSR_CHECK_MSG(strstr(why, bad[i].want) != NULL, "%s: %s", bad[i].want, why);
+        MSR_CHECK(e.disk_read_gbs == c.disk_read_gbs && e.disk_write_gbs == c.disk_write_gbs);
+    }
+}
+
+/* What the planner says a step moves is what a real store moves: every
+ * chunk the step hands the update, whole. */
+static msr_status_t count_chunk(void *arg, size_t off, size_t n, float *m, float *v)
+{
+    (void)off, (void)n, (void)m, (void)v;
+    (*(size_t *)arg)++;
+    return MSR_OK;
+}
+
+static void test_optim_bytes_real(void)
+{
+    static const size_t counts[] = {1, 511, 512, 2048, 2049, 12288, 70001};
+    static const size_t chunks[] = {0, 4096, 8192, 12288};
+    const char *t = getenv("TMPDIR");
+    char dir[512], bad[256] = "";
+    snprintf(dir, sizeof dir, "%s/plan_offload_io.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    for (size_t k = 0; k < 28 && !bad[0]; k++) {
+        size_t n = counts[k / 4], chunk = chunks[k % 4], calls = 0, moved = 0;
+        msr_offload_config_t cfg = {MSR_OFFLOAD_DISK, dir, chunk, MSR_OFFLOAD_IO_THREADS, 0, 0};
+        msr_offload_t *off = NULL;
+        msr_status_t st = msr_offload_create(&cfg, n, &off);
+        if (st == MSR_OK && (st = msr_offload_step(off, count_chunk, &calls)) == MSR_OK)
+            moved = calls * msr_offload_chunk_bytes(off);
+        msr_offload_destroy(off);
+        uint64_t plan = msr_plan_offload_optim_io(n, chunk);
+        if (st != MSR_OK || plan != moved)
+            snprintf(bad, sizeof bad, "%zu moments in chunks of %zu: planned %llu, moved %zu", n,
+                     chunk, (unsigned long long)plan, moved);
+    }
+    int gone = rmdir(dir);
+    MSR_CHECK_MSG(bad[0] == '\0', "%s", bad);
+    MSR_CHECK_EQ(gone, 0);
+    MSR_CHECK_EQ(msr_plan_offload_optim_io(0, 0), 0);
+}
+
+static msr_plan_layout_t layout(int dp, int pp, int zero, int rc, int b, int micros)
+{
+    msr_plan_layout_t l;
+    memset(&l, 0, sizeof l);
+    l.dp = dp, l.tp = 1, l.pp = pp, l.zero = zero, l.recompute = rc;
+    l.micro_batch = b, l.micros = micros, l.schedule = MSR_PLAN_1F1B, l.chunks = 1;
+    return l;
+}
+
+/* The rank's counts: the moments of its shard (never the master weights:
+ * they stay resident), and each of its block inputs' aligned slot once a
+ * micro-batch; what msr_plan_offload_cost reports, both ways. */
+static void test_rank_bytes(void)
+{
+    /* a block input of 3 x 32 x 48 x 4 bytes: 4.5 blocks of 4096 */
+    msr_plan_model_t m = {MSR_PLAN_GPT, 5, 48, 4, 4, 192, 128, 32};
+    static const int stage_layers[2] = {2, 3};
+    msr_plan_layout_t l = layout(2, 2, 1, MSR_PLAN_RC_FULL, 3, 4);
+    l.stage_layers = stage_layers;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS;
+    char why[256];
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    static const msr_plan_precision_t precs[3] = {MSR_PLAN_FP32, MSR_PLAN_BF16,
+                                                  MSR_PLAN_BF16_RUNTIME};
+    for (int k = 0; k < 3; k++) {
+        uint64_t w = precs[k] == MSR_PLAN_BF16 ? 2 : 4,
+                 slot = (3 * 32 * 48 * w + 4095) / 4096 * 4096;
+        for (int pp = 0; pp < 2; pp++) {
+            msr_plan_rank_t r;
+            msr_plan_rank(&m, &l, precs[k], pp, &r);
+            uint64_t count = precs[k] == MSR_PLAN_BF16 ? (r.params / 2 + 1) / 2 : r.shard_elems;
+            MSR_CHECK_EQ(r.offload_optim_io, msr_plan_offload_optim_io(count, 0));
+            MSR_CHECK_EQ(r.offload_acts_n, 4u * (uint64_t)stage_layers[pp]);
+            MSR_CHECK_EQ(r.offload_acts_io, r.offload_acts_n * slot);
+            msr_plan_t p;
+            memset(&p, 0, sizeof p);
+            p.l = l;
+            p.at = r;
+            uint64_t saved, io;
+            msr_plan_offload_cost(&m, precs[k], &p, &saved, &io);
+            MSR_CHECK_EQ(io, 2 * (r.offload_optim_io + r.offload_acts_io));
+        }
+    }
+    /* nothing offloaded: nothing moves */
+    l.offload = 0;
+    msr_plan_rank_t r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    MSR_CHECK(r.offload_optim_io == 0 && r.offload_acts_io == 0 && r.offload_acts_n == 0);
+}
+
+/* The disk's time: each half at its own rate. */
+static void test_disk_ms(void)
+{
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.disk_read_gbs = 2, c.disk_write_gbs = 0.5;
+    MSR_CHECK(msr_plan_disk_ms(&c, 4e6, 0) == 2);
+    MSR_CHECK(msr_plan_disk_ms(&c, 0, 4e6) == 8);
+    MSR_CHECK(msr_plan_disk_ms(&c, 4e6, 4e6) == 10);
+    MSR_CHECK(msr_plan_disk_ms(&c, 0, 0) == 0);
+    c.disk_read_gbs = 0; /* refused by the parser; a cluster built in code gets no free I/O */
+    MSR_CHECK(isinf(msr_plan_disk_ms(&c, 1, 0)) && msr_plan_disk_ms(&c, 0, 1) == 2e-6);
+    /* the overlap at its crossover: hidden up to the equality, exposed past it */
+    MSR_CHECK(msr_plan_io_exposed_ms(5, 4) == 0);
+    MSR_CHECK(msr_plan_io_exposed_ms(5, 5) == 0);
+    MSR_CHECK(msr_plan_io_exposed_ms(5, 5.5) == 0.5);
+    MSR_CHECK(msr_plan_io_exposed_ms(0, 3) == 3);
+}
+
+/* The optimizer's offload in the step: hidden behind AdamW while the I/O
+ * takes no longer, the step then as without it; past the crossover the
+ * step grows by the I/O less the update. */
+static void test_optim_crossover(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(1, 1, 0, MSR_PLAN_RC_NONE, 2, 2);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    msr_plan_time_t base, t;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &base);
+    MSR_CHECK(base.offload_io_ms == 0 && base.offload_ms == 0);
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    msr_plan_rank_t r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    double B = (double)r.offload_optim_io, U = base.optim_ms;
+    MSR_CHECK(B > 0 && U > 0);
+    /* the rate at which reading and writing B bytes takes U exactly */
+    double eq = 2 * B / (U * 1e6);
+    static const double k[] = {4, 1 + 1e-6, 1, 1 - 1e-6, 0.5, 0.25};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        c.disk_read_gbs = c.disk_write_gbs = eq * k[i];
+        msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+        double io = B / (c.disk_read_gbs * 1e6) + B / (c.disk_write_gbs * 1e6);
+        MSR_CHECK(fabs(t.offload_io_ms - io) <= 1e-12 * io);
+        MSR_CHECK(t.optim_ms == U);
+        if (k[i] >= 1) { /* compute-bound: the I/O hidden */
+            MSR_CHECK_MSG(t.offload_ms <= 1e-12 * U, "rate x %g: %g ms exposed", k[i],
+                          t.offload_ms);
+            MSR_CHECK(fabs(t.step_ms - base.step_ms) <= 1e-9 * base.step_ms);
+        } else { /* I/O-bound: the step pays the I/O, not the update */
+            MSR_CHECK(t.offload_ms > 0);
+            MSR_CHECK(fabs(t.offload_ms - (io - U)) <= 1e-9 * io);
+            MSR_CHECK(fabs(t.step_ms - (base.step_ms + io - U)) <= 1e-9 * t.step_ms);
+        }
+    }
+    /* the write half counts at its own rate: a slower write alone costs */
+    c.disk_read_gbs = 1e12, c.disk_write_gbs = B / (4 * U * 1e6);
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(fabs(t.offload_ms - 3 * U) <= 1e-6 * U);
+}
+
+/* The activations' offload: spills hidden behind the forwards, reads
+ * behind the backwards; once I/O-bound, each more ms of a half's I/O is a
+ * ms more of the step. */
+static void test_acts_overlap(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(1, 2, 0, MSR_PLAN_RC_FULL, 2, 4);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.disk_read_gbs = c.disk_write_gbs = 1e12;
+    msr_plan_time_t base, t, u;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &base);
+    l.offload = MSR_PLAN_OFFLOAD_ACTS;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK(t.offload_io_ms > 0 && t.offload_ms == 0);
+    MSR_CHECK(fabs(t.step_ms - base.step_ms) <= 1e-9 * base.step_ms);
+    msr_plan_rank_t r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    double A = (double)r.offload_acts_io, step = base.step_ms;
+    double bound[2];
+    for (int half = 0; half < 2; half++) { /* 0: the spills (writes), 1: the reads */
+        double *rate = half ? &c.disk_read_gbs : &c.disk_write_gbs;
+        c.disk_read_gbs = c.disk_write_gbs = 1e12;
+        *rate = A / (10 * step * 1e6); /* 10 steps' worth of I/O: bound by it */
+        msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+        bound[half] = t.offload_ms;
+        *rate /= 2;
+        msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &u);
+        MSR_CHECK(t.offload_ms > 9 * step && t.offload_ms < 10 * step);
+        MSR_CHECK_MSG(fabs(u.offload_ms - t.offload_ms - 10 * step) <= 1e-6 * step,
+                      "half %d: %g then %g ms", half, t.offload_ms, u.offload_ms);
+        MSR_CHECK(fabs(u.step_ms - t.step_ms - 10 * step) <= 1e-6 * step);
+    }
+    /* the same I/O hides behind a backward (twice a block's forward, and
+     * its recompute) more than behind a forward: a block's forward is a
+     * quarter of layer_ms, so the reads hide half a layer_ms more a spill */
+    double n = (double)r.offload_acts_n;
+    MSR_CHECK_MSG(fabs(bound[0] - bound[1] - n * t.layer_ms / 2) <= 1e-6 * step, "%g %g %g",
+                  bound[0], bound[1], n * t.layer_ms / 2);
+}
+
+/* --offload auto: an offload when nothing fits without it, or when its
+ * plan is faster than those that do (the layout it lets in outruns its
+ * I/O); none when it is not, or when nothing is over the budget (it would
+ * only add I/O). Each case says why. */
+static void test_auto_faster(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t none = layout(1, 1, 0, MSR_PLAN_RC_NONE, 2, 1), full = none;
+    full.recompute = MSR_PLAN_RC_FULL;
+    uint64_t p_none = msr_plan_peak(&m, &none, MSR_PLAN_FP32, NULL);
+    uint64_t p_full = msr_plan_peak(&m, &full, MSR_PLAN_FP32, NULL);
+    none.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    none.offload_chunk = 4096; /* 4 buffers of 4096 bytes for 8 bytes a parameter */
+    uint64_t p_off = msr_plan_peak(&m, &none, MSR_PLAN_FP32, NULL);
+    MSR_CHECK(p_full < p_none && p_off < p_none);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)(p_full > p_off ? p_full : p_off) / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
+    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    static const struct {
+        double gbs, mem_gib; /* 0: the budget above */
+        int offload;
+        const char *why;
+    } cases[] = {
+        {1e12, 0, MSR_PLAN_OFFLOAD_OPTIM, "faster than the plans that fit in"},
+        {1e-6, 0, 0, "without it and none with an offload is faster"},
+        {1e12, 80, 0, "without it and none is over it (an offload saves nothing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msr_plan_cluster_t ci = c;
+        ci.disk_read_gbs = ci.disk_write_gbs = cases[i].gbs;
+        if (cases[i].mem_gib > 0)
+            ci.mem_gib = cases[i].mem_gib;
+        msr_plan_t *plans = NULL;
+        msr_plan_pruned_t pr;
+        char why[256] = "";
+        int64_t n =
+            msr_plan_search_offload(&m, MSR_PLAN_FP32, &ci, &q, 0, &plans, &pr, why, sizeof why);
+        MSR_CHECK_MSG(n > 0, "case %zu: %s", i, why);
+        msr_plan_offload_why(&plans[0], &pr, &ci, why, sizeof why);
+        int off = plans[0].l.offload, rc = plans[0].l.recompute;
+        double step = plans[0].t.step_ms, without = pr.no_offload_ms;
+        free(plans);
+        MSR_CHECK_MSG(off == cases[i].offload, "case %zu: offload %d", i, off);
+        MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: %s", i, why);
+        MSR_CHECK(without > 0);
+        if (off != 0) /* no recompute, as fast as without offload, where none fit */
+            MSR_CHECK(rc == MSR_PLAN_RC_NONE && step < without);
+        else
+            MSR_CHECK(step == without);
+    }
+    /* the budget a byte under the offloaded plan's: nothing fits, with or without */
+    c.mem_gib = (double)(p_full < p_off ? p_full : p_off) / (1024.0 * 1024.0 * 1024.0) * 0.5;
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
+              0);
+    MSR_CHECK(plans == NULL && pr.over_memory > 0);
+}
+
+static const msr_test_t tests[] = {
+    {"disk_keys", test_disk_keys, 10},
+    {"optim_bytes_real", test_optim_bytes_real, 30},
+    {"rank_bytes", test_rank_bytes, 10},
+    {"disk_ms", test_disk_ms, 10},
+    {"optim_crossover", test_optim_crossover, 10},
+    {"acts_overlap", test_acts_overlap, 10},
+    {"auto_faster", test_auto_faster, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
