@@ -291,7 +291,7 @@ static const msr_test_t tests[] = {
 
 int main(int argc, char **argv)
 {
-    snprintf(sock_path, sizeof sock_path, "/tmp/msr-rpc-unknown-%d.sock", (int)getpid());
+    snprintf(sock_path, sizeof sock_path, "%s/msr-rpc-unknown-%d.sock", P_tmpdir, (int)getpid());
     int rc = MSR_TEST_MAIN(argc, argv, tests);
     unlink(sock_path);
     return rc;
