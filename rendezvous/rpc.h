@@ -245,6 +245,11 @@ void msr_rpc_server_destroy(msr_rpc_server_t *server);
 /* Calls served so far, by method. */
 uint64_t msr_rpc_server_calls(const msr_rpc_server_t *server, msr_rpc_method_t method);
 
+/* Calls of methods the server does not know, so far: each was answered at
+ * once with UNIMPLEMENTED (PERMISSION_DENIED without the job's token),
+ * never handed to the handler. */
+uint64_t msr_rpc_server_unknown_calls(const msr_rpc_server_t *server);
+
 /* Answers the call with a message of the method's response type. The message
  * stays the caller's. Ownership of the call ends here, success or not. */
 msr_status_t msr_rpc_call_reply(msr_rpc_call_t *call, const ProtobufCMessage *resp);

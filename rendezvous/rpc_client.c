@@ -443,6 +443,10 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
                          "listens there, or the TLS handshake failed: check both sides' "
                          "--tls_* options)",
                          msr_rpc_methods[method].name, ch->target);
+            else if (cc->code == GRPC_STATUS_UNIMPLEMENTED)
+                snprintf(err, errlen, "%s call to %s: not served there (%.200s)",
+                         msr_rpc_methods[method].name, ch->target,
+                         details[0] ? details : "UNIMPLEMENTED");
             else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED && details[0] == '\0')
                 snprintf(err, errlen, "%s call to %s: deadline passed",
                          msr_rpc_methods[method].name, ch->target);
@@ -554,9 +558,13 @@ msr_status_t msr_rpc_call_path(msr_rpc_channel_t *ch, const char *path, const Pr
         snprintf(details, sizeof details, "%s call to %s failed in gRPC", path, ch->target);
     } else if (cc.code != GRPC_STATUS_OK) {
         st = msr_rpc_status_from_grpc(cc.code);
-        msr_rpc_slice_to_cstr(cc.details, details, sizeof details);
-        if (details[0] == '\0')
-            snprintf(details, sizeof details, "%s", msr_status_str(st));
+        char said[256];
+        msr_rpc_slice_to_cstr(cc.details, said, sizeof said);
+        if (cc.code == GRPC_STATUS_UNIMPLEMENTED)
+            snprintf(details, sizeof details, "%s call to %s: not served there (%s)", path,
+                     ch->target, said[0] ? said : "UNIMPLEMENTED");
+        else
+            snprintf(details, sizeof details, "%s", said[0] ? said : msr_status_str(st));
     } else if ((*resp_p = msr_rpc_unpack_buffer(cc.response, resp_desc)) == NULL) {
         st = MSR_ERR_PROTOCOL;
         snprintf(details, sizeof details, "malformed %s response from %s", path, ch->target);

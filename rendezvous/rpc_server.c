@@ -24,6 +24,7 @@
 #include "base/time.h"
 #include "rendezvous/rpc_accept.h"
 #include "rendezvous/rpc_internal.h"
+#include "rendezvous/rpc_unknown.h"
 
 /* ---- server ---- */
 
@@ -43,6 +44,7 @@ struct msr_rpc_server {
     uint64_t calls[MSR_RPC_METHOD_COUNT];
     msr_list_t live;              /* every msr_rpc_call not yet freed */
     msr_rpc_acceptor_t *acceptor; /* our own listener, or NULL */
+    msr_rpc_unknown_t *unknown;   /* calls of methods not registered */
     msr_rpc_op_t shutdown_op;
     atomic_int shutting_down;
     int shutdown_done;
@@ -231,27 +233,6 @@ void *msr_rpc_call_get_data(const msr_rpc_call_t *call)
     return call->data;
 }
 
-static int token_matches(msr_rpc_server_t *s, const grpc_metadata_array *md)
-{
-    if (s->token == NULL)
-        return 1;
-    size_t tlen = strlen(s->token);
-    for (size_t i = 0; i < md->count; i++) {
-        const grpc_metadata *m = &md->metadata[i];
-        if (grpc_slice_str_cmp(m->key, MSR_TOKEN_METADATA) != 0)
-            continue;
-        if (GRPC_SLICE_LENGTH(m->value) != tlen)
-            return 0;
-        /* Constant-time comparison: the token is a secret. */
-        const unsigned char *a = GRPC_SLICE_START_PTR(m->value);
-        unsigned char diff = 0;
-        for (size_t k = 0; k < tlen; k++)
-            diff |= (unsigned char)(a[k] ^ (unsigned char)s->token[k]);
-        return diff == 0;
-    }
-    return 0;
-}
-
 /* The most bytes a request of method may have. Requests that carry store
  * values may be as large as the server's limit; the others are small (a
  * report carries at most 20 stderr lines of 400 bytes). */
@@ -392,7 +373,7 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
     /* A tokenless method's request carries its own proof, checked by the
      * handler; it does not make the connection an authenticated one. */
     int tokenless = (s->config.tokenless_methods >> c->method) & 1u;
-    if (!tokenless && !token_matches(s, &c->md)) {
+    if (!tokenless && !msr_rpc_token_matches(s->token, &c->md)) {
         log_refusal(s, c);
         msr_rpc_call_fail(c, GRPC_STATUS_PERMISSION_DENIED,
                           "refused: missing or wrong job token (%s)", MSR_TOKEN_METADATA);
@@ -570,6 +551,9 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
         s->method_handles[m] = grpc_server_register_method(s->server, msr_rpc_methods[m].path, NULL,
                                                            GRPC_SRM_PAYLOAD_NONE, 0);
+    st = msr_rpc_unknown_create(s->server, loop->cq, s->token, s->log_name, &s->unknown);
+    if (st != MSR_OK)
+        goto err_server;
     int port = 0;
     if (!own_accept) {
         port = grpc_server_add_http2_port(s->server, config->address, creds);
@@ -598,6 +582,7 @@ msr_status_t msr_rpc_server_create(msr_rpc_loop_t *loop, const msr_rpc_server_co
     for (int m = 0; m < MSR_RPC_METHOD_COUNT; m++)
         for (int k = 0; k < 4; k++)
             server_post_request(s, (msr_rpc_method_t)m);
+    msr_rpc_unknown_start(s->unknown);
     if (port_p)
         *port_p = strncmp(config->address, "unix:", 5) == 0 ? 0 : port;
     *server_p = s;
@@ -610,6 +595,7 @@ err_started:
     }
 err_server:
     grpc_server_destroy(s->server);
+    msr_rpc_unknown_destroy(s->unknown);
 err_lib:
     if (creds)
         grpc_server_credentials_release(creds);
@@ -628,6 +614,7 @@ void msr_rpc_server_shutdown(msr_rpc_server_t *s)
     /* No new connections; those already made are gRPC's to close. */
     if (s->acceptor)
         msr_rpc_acceptor_stop(s->acceptor);
+    msr_rpc_unknown_stop(s->unknown);
     grpc_server_shutdown_and_notify(s->server, s->loop->cq, &s->shutdown_op);
     grpc_server_cancel_all_calls(s->server);
 }
@@ -637,11 +624,12 @@ void msr_rpc_server_destroy(msr_rpc_server_t *s)
     if (s == NULL)
         return;
     msr_rpc_server_shutdown(s);
-    while (!s->shutdown_done || !msr_list_empty(&s->live)) {
+    while (!s->shutdown_done || !msr_list_empty(&s->live) || msr_rpc_unknown_busy(s->unknown)) {
         if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
             break;
     }
     grpc_server_destroy(s->server);
+    msr_rpc_unknown_destroy(s->unknown);
     msr_rpc_acceptor_destroy(s->acceptor);
     msr_rpc_library_unref();
     msr_free(s->token);
@@ -652,6 +640,11 @@ void msr_rpc_server_destroy(msr_rpc_server_t *s)
 uint64_t msr_rpc_server_calls(const msr_rpc_server_t *s, msr_rpc_method_t method)
 {
     return (unsigned)method < MSR_RPC_METHOD_COUNT ? s->calls[method] : 0;
+}
+
+uint64_t msr_rpc_server_unknown_calls(const msr_rpc_server_t *s)
+{
+    return msr_rpc_unknown_calls(s->unknown);
 }
 
 msr_status_t msr_rpc_call_forward(msr_rpc_call_t *call, const msr_rpc_async_t *a)

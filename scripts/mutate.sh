@@ -2827,4 +2827,33 @@ test: ^test_num_keys$
     (void)coordinator_counts;
 >>>
 
+@ rpc.unknown_never_requested
+file: rendezvous/rpc_server.c
+test: ^test_rpc_unknown$
+<<<
+    msr_rpc_unknown_start(s->unknown);
+===
+    (void)msr_rpc_unknown_start;
+>>>
+
+@ rpc.unknown_request_not_reposted
+file: rendezvous/rpc_unknown.c
+test: ^test_rpc_unknown$
+<<<
+    if (!atomic_load(&u->stopped))
+        unknown_post(u);
+===
+    if (!atomic_load(&u->stopped) && 0)
+        unknown_post(u);
+>>>
+
+@ rpc.unknown_token_unchecked
+file: rendezvous/rpc_unknown.c
+test: ^test_rpc_unknown$
+<<<
+    if (!msr_rpc_token_matches(u->token, &c->md)) {
+===
+    if (0) {
+>>>
+
 __END__
