@@ -318,6 +318,24 @@ static msr_status_t restore_step(const trainer_t *t, const job_t *job, const opt
     return st;
 }
 
+/* Says why a resume from step `failed` ends (exit 2): its files check out
+ * but it does not load (intact: its content, not its bytes), or it is
+ * damaged and no older step is whole. */
+static void refuse(const job_t *job, const options_t *o, int64_t failed, int intact)
+{
+    if (job->rank != 0)
+        return;
+    if (intact)
+        fprintf(stderr, "train_gpt: not resuming: step %lld under %s does not load (above)\n",
+                (long long)failed, o->ckpt_dir);
+    else
+        fprintf(stderr,
+                "train_gpt: not resuming: step %lld under %s is damaged (above) and no older "
+                "step is intact; to start over from step 0, move %s away or leave out "
+                "--resume\n",
+                (long long)failed, o->ckpt_dir, o->ckpt_dir);
+}
+
 /* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
  * newest step any world size completed (msr_ckpt_latest_any); its shards
  * are read with msr_ckpt_load when this world completed it too, else
@@ -349,16 +367,20 @@ static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t
             return fst;
         if (same >= 0 && same < failed)
             st = restore_step(t, job, o, meta, same, job->world, 1, &f);
-        else if (job->rank == 0 && same == failed) /* its file checks out: its content not */
-            fprintf(stderr, "train_gpt: not resuming: step %lld under %s does not load (above)\n",
-                    (long long)failed, o->ckpt_dir);
-        else if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: not resuming: step %lld under %s is damaged (above) and no older "
-                    "step is intact; to start over from step 0, move %s away or leave out "
-                    "--resume\n",
-                    (long long)failed, o->ckpt_dir, o->ckpt_dir);
+        else
+            refuse(job, o, failed, same == failed);
         any = same;
+    } else if (st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) {
+        /* another world size saved it: the same fallback, with a search
+         * that checks every shard of a step and that they cover the model */
+        int64_t failed = any;
+        msr_status_t fst = train_gpt_latest_whole(job, o->ckpt_dir, meta, failed, &any, &world);
+        if (fst != MSR_OK)
+            return fst;
+        if (any >= 0 && any < failed)
+            st = restore_step(t, job, o, meta, any, world, 0, &f);
+        else
+            refuse(job, o, failed, any == failed);
     }
     if (st != MSR_OK)
         return st;
