@@ -261,6 +261,18 @@ int train_gpt_meta_older(const char *meta, char *older, size_t len);
 const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t step,
                                      const char *meta, char *older, size_t len);
 
+/* Restores the latest complete checkpoint under o->ckpt_dir, if any
+ * (train_gpt_resume.c): *resumed_p tells whether one was. A load that
+ * fails part way is followed by an older intact step loaded whole, or
+ * ends the resume: MSR_ERR_CORRUPT or MSR_ERR_CONFIG (exit 2). Collective
+ * over the job. */
+msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const options_t *o,
+                              const char *meta, int *resumed_p);
+/* The CPU trainer's restore (trainer_ops_t) for train_gpt_resume: arg is
+ * its reader of the saved payloads, which it reads a piece at a time. */
+msr_status_t train_gpt_cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                   void *arg);
+
 /* The newest step under dir at or before `from`, saved by any world size
  * (*world_p ranks), that is whole: every shard's index reads and is of that
  * step, rank and world, every piece matches its CRC and every file its
