@@ -24,6 +24,10 @@ typedef struct fetch_arg {
     msr_ckpt_reader_t *reader; /* the payload read in part last, held open */
     int reader_rank;
     uint64_t reader_total;
+    int reader_whole; /* the reader checks the file's CRC */
+    /* that check failed at the file's end, the bytes read again: why (the
+     * piece's own CRC names a damaged tensor; else this fails the load) */
+    char file_bad[MSR_ERR_TEXT_MAX];
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
@@ -74,9 +78,19 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
         st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
                                   &f->reader_total);
         f->reader_rank = rank;
+        f->reader_whole = whole;
     }
     if (st == MSR_OK)
         st = msr_ckpt_reader_read_crc(f->reader, offset, buf, len, crc_p); /* CRC'd once */
+    if (st == MSR_ERR_CORRUPT && f->reader_whole && f->file_bad[0] == '\0') {
+        /* the read that reached the file's end found its CRC wrong: read
+         * again (the file's check is done), the bytes go to the piece's
+         * own check, which names the tensor when the damage is in it */
+        snprintf(f->file_bad, sizeof f->file_bad, "%s", msr_err_msg_or(st));
+        st = msr_ckpt_reader_read_crc(f->reader, offset, buf, len, crc_p);
+        if (st != MSR_OK)
+            st = msr_err(MSR_ERR_CORRUPT, "%s", f->file_bad);
+    }
     if (st != MSR_OK)
         return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));
@@ -125,6 +139,33 @@ static msr_status_t find_latest(const job_t *job, const options_t *o, int check,
     return MSR_OK;
 }
 
+/* The outcome of a load that ended with load_st: when a rank's file failed
+ * its CRC where no piece did (f->file_bad: a byte only the file's CRC
+ * covers), a load that succeeded fails on every rank (MSR_ERR_CORRUPT, the
+ * rank that read it naming the file); a failed one keeps its own error.
+ * Every rank calls it after every load, whatever the load's outcome. */
+static msr_status_t load_outcome(const job_t *job, const fetch_arg_t *f, msr_status_t load_st)
+{
+    int32_t bad = f->file_bad[0] != '\0', *all = NULL;
+    if (job->ctx != NULL && (all = msr_calloc((size_t)job->world, sizeof *all)) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for %d flags", job->world);
+    msr_status_t st = job->ctx != NULL ? msr_allgather(job->ctx, &bad, sizeof bad, all) : MSR_OK;
+    if (load_st != MSR_OK) {
+        msr_free(all);
+        return load_st;
+    }
+    for (int r = 0; st == MSR_OK && all != NULL && r < job->world; r++)
+        if (all[r] && !bad)
+            st = msr_err(MSR_ERR_CORRUPT,
+                         "rank %d's shard of step %lld under %s does not match its CRC (its "
+                         "log names it)",
+                         r, (long long)f->step, f->dir);
+    msr_free(all);
+    if (st == MSR_OK && bad)
+        st = msr_err(MSR_ERR_CORRUPT, "%s", f->file_bad);
+    return st;
+}
+
 /* Restores step `step` (saved by `world` ranks; own: this world saved it
  * and msr_ckpt_latest found it complete) into the trainer, reading it
  * through *f. Logs and returns the restore's error. */
@@ -132,13 +173,14 @@ static msr_status_t restore_step(const trainer_t *t, const job_t *job, const opt
                                  const char *meta, int64_t step, int world, int own, fetch_arg_t *f)
 {
     /* rank r of the saving world wrote payload r, whatever its layout */
-    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, step, own, 0, 0, NULL, -1, 0};
+    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, step, own, 0, 0, NULL, -1, 0, 0, ""};
     char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
     const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, step, meta, older, sizeof older);
     msr_err_clear();
     msr_status_t st = t->ops->restore(t->tr, m, world, fetch_payload, f);
     msr_ckpt_reader_close(f->reader);
     f->reader = NULL;
+    st = load_outcome(job, f, st);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)step,
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));

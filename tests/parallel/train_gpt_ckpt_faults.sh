@@ -78,8 +78,8 @@ partial)
         --ckpt-every 5 --resume --seed 1)
     # the only step, damaged two thirds into rank 1's file (its earlier
     # pieces loaded first): exit 2 naming the file and the tensor, nothing
-    # trained; damaged in a byte only the file's CRC covers: refused too,
-    # and not loaded anyway
+    # trained; in its last byte: its last piece's tensor named (not only the
+    # file); in a byte only the file's CRC covers: refused too, not loaded
     train "$work/a" 5
     [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
     cp -r "$work/a" "$work/a0"
@@ -98,6 +98,10 @@ partial)
     }
     only_step $(($(stat -c %s "$work/a/$f") * 2 / 3)) \
         "$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not"
+    # its last byte: the read that reaches the file's end finds its CRC
+    # wrong, and the last piece's own CRC names the tensor
+    only_step $(($(stat -c %s "$work/a/$f") - 1)) \
+        "$f: the piece of tensor lnf[wb] (elements \[[0-9]*, [0-9]*) of the whole model) does not"
     only_step "$(padding "$work/a/$f")" "$f does not match its CRC"
     echo "ok   the only step damaged after a partial load: exit 2, nothing trained"
     # two steps, the newer damaged late in rank 1's file: the losses after
