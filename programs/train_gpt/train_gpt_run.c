@@ -287,6 +287,13 @@ static int start_from_checkpoint(const trainer_t *t, const job_t *job, const opt
     if (!resumed && job->rank == 0)
         fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                 o->ckpt_dir);
+    /* the parameters a resume would have written (ZeRO-3's, left unset
+     * at create: train_config) are set now that none was */
+    if (!resumed && t->cpu != NULL && (st = msr_trainer_init_params(t->cpu)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: initialising the parameters: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return 1;
+    }
     *resumed_from_p = resumed ? (int64_t)t->ops->steps(t->tr) : -1;
     return 0;
 }

@@ -13,9 +13,11 @@
 # state to train on (partial): the only step damaged ends the resume (exit
 # 2), and with an older intact step the run resumes from it bitwise as if
 # the damaged step had never been written (dp 2 ZeRO-3, tp 2).
-#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any
+# ZeRO-3 resuming initialises no parameters before the load, and does
+# when there is nothing to resume (init).
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any|init
 set -euo pipefail
-case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial or any}
+case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial, any or init}
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
@@ -209,6 +211,30 @@ PY
     [[ ! -s "$work/b.loss" ]] && ! grep -qF "rank 0] step " "$work/log" ||
         fail "the only step damaged: the run trained"
     echo "ok   the only step of another world size damaged: exit 2, nothing trained"
+    ;;
+init)
+    # ZeRO-3 resuming leaves its parameters to the load (no random ones
+    # first): with nothing to resume they are set after all, the run the
+    # same as one without --resume; resumed, the same as never stopped
+    args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
+        --seed 1 --dp 2 --zero 3 --zero-min-bytes 0)
+    train "$work/plain" 3 --loss-log "$work/plain.loss"
+    [[ $rc -eq 0 ]] || fail "the run without --resume failed ($rc)"
+    train "$work/none" 3 --resume --loss-log "$work/none.loss"
+    [[ $rc -eq 0 ]] && grep -q "no complete checkpoint under $work/none" "$work/log" ||
+        fail "the resume with nothing to resume failed ($rc) or did not say so"
+    cmp -s "$work/plain.loss" "$work/none.loss" || fail "nothing to resume: the losses differ" \
+        "from a run without --resume: $(diff "$work/plain.loss" "$work/none.loss" | head -4)"
+    echo "ok   ZeRO-3, nothing to resume: initialised, bitwise as without --resume"
+    train "$work/s" 10 --ckpt-every 5 --loss-log "$work/straight.loss"
+    [[ $rc -eq 0 ]] || fail "the straight run failed ($rc)"
+    rm -rf "$work/s/step-10"
+    train "$work/s" 10 --ckpt-every 5 --resume --loss-log "$work/resumed.loss"
+    [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/s" "$work/log" ||
+        fail "the resume from step 5 failed ($rc)"
+    tail -n 5 "$work/straight.loss" | cmp -s - "$work/resumed.loss" ||
+        fail "ZeRO-3 resumed: steps 6..10 differ from the run never stopped"
+    echo "ok   ZeRO-3 resumed without initialising first: bitwise as never stopped"
     ;;
 fallback)
     # the newest step corrupt on rank 1: fall back to step 5, and say so
