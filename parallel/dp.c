@@ -268,17 +268,10 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
     st = MSR_ERR_NO_MEMORY;
     if (cfg->zero >= 2 && (dp->gshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
         goto err_free;
-    if (cfg->zero >= 3) {
-        if ((dp->pshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
-            goto err_free;
-        for (int k = 0; k < dp->num_units; k++) {
-            const msr_dp_unit_t *u = &dp->units[k];
-            msr_gpt_init_range(model, seed, u->own_lo, u->own_lo + u->own_n,
-                               dp->pshard + u->shard_off);
-        }
-    } else {
-        msr_gpt_init_params(model, seed);
-    }
+    if (cfg->zero >= 3 && (dp->pshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
+        goto err_free;
+    if (!(cfg->init_later && cfg->zero >= 3))
+        msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
     if ((st = msr_dp_offload_attach(dp)) != MSR_OK)
@@ -293,6 +286,19 @@ err_free:
 err_no_memory:
     return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory laying out %zu parameters",
                    model->num_params);
+}
+
+void msr_dp_init_params(msr_dp_t *dp, uint64_t seed)
+{
+    if (dp->cfg.zero < 3) {
+        msr_gpt_init_params(dp->model, seed);
+        return;
+    }
+    for (int k = 0; k < dp->num_units; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        msr_gpt_init_range(dp->model, seed, u->own_lo, u->own_lo + u->own_n,
+                           dp->pshard + u->shard_off);
+    }
 }
 
 /* Waits for whatever is in flight and frees every temporary buffer. */

@@ -94,6 +94,10 @@ typedef struct msr_dp_config {
     /* where the optimizer's moments live (parallel/offload.h): MSR_OFFLOAD_DISK
      * streams them from a file of this rank's in each msr_dp_update */
     msr_offload_config_t offload;
+    /* ZeRO-3: msr_dp_create leaves the owned parameters zero, for a resume
+     * whose load overwrites them; msr_dp_init_params sets them when there
+     * is nothing to resume (other stages initialise at create) */
+    int init_later;
 } msr_dp_config_t;
 
 /* The model flags (msr_gpt_create_ex) a stage needs. */
@@ -217,6 +221,11 @@ typedef struct msr_dp {
  * flat buffer the stage needs; in the error text), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p);
+
+/* Initialises the parameters dp holds from seed (the flat buffer, or
+ * under ZeRO-3 the owned elements): what msr_dp_create does unless
+ * cfg.init_later. */
+void msr_dp_init_params(msr_dp_t *dp, uint64_t seed);
 
 /* Frees dp, first waiting for any request still in flight (after a failed
  * step, destroy the communicator first: its requests then fail at once). */

@@ -375,6 +375,14 @@ err_free:
     return st;
 }
 
+msr_status_t msr_trainer_init_params(msr_trainer_t *tr)
+{
+    if (!tr->cfg.par.init_later || tr->cfg.par.zero < 3)
+        return MSR_OK;
+    msr_dp_init_params(tr->dp, tr->cfg.seed);
+    return tr->mp != NULL ? msr_mp_sync_tied(tr->mp) : MSR_OK;
+}
+
 void msr_trainer_destroy(msr_trainer_t *tr)
 {
     if (tr == NULL)

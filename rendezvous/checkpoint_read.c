@@ -632,6 +632,12 @@ int msr_ckpt_manifest_world(const char *dir, int64_t step)
 
 msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p, int *world_p)
 {
+    return msr_ckpt_latest_any_before(ctx, dir, INT64_MAX, step_p, world_p);
+}
+
+msr_status_t msr_ckpt_latest_any_before(msr_ctx_t *ctx, const char *dir, int64_t before,
+                                        int64_t *step_p, int *world_p)
+{
     if (ctx == NULL || dir == NULL || step_p == NULL) {
         msr_err_set("checkpoint: bad arguments");
         return MSR_ERR_INVALID_ARG;
@@ -642,7 +648,7 @@ msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_
         int64_t *steps;
         size_t n = msr_ckpt_list_steps(dir, &steps);
         for (size_t i = 0; i < n; i++) {
-            if (steps[i] <= found[0])
+            if (steps[i] <= found[0] || steps[i] >= before)
                 continue;
             int w = msr_ckpt_manifest_world(dir, steps[i]);
             if (w == -2) {

@@ -72,6 +72,12 @@ MSR_API msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step
 MSR_API msr_status_t msr_ckpt_latest_any(msr_ctx_t *ctx, const char *dir, int64_t *step_p,
                                          int *world_p);
 
+/* msr_ckpt_latest_any among the steps older than `before`: the newest
+ * complete step below it (any world size), for a program that checks a
+ * step's states itself and passes over a damaged one. */
+MSR_API msr_status_t msr_ckpt_latest_any_before(msr_ctx_t *ctx, const char *dir, int64_t before,
+                                                int64_t *step_p, int *world_p);
+
 /* Loads the state that rank `rank` of the saving world wrote at step,
  * whatever the world size now (rank 0's, for state every rank holds alike).
  * Checks the header and the CRC like msr_ckpt_load. Does not communicate. */

@@ -261,6 +261,29 @@ int train_gpt_meta_older(const char *meta, char *older, size_t len);
 const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t step,
                                      const char *meta, char *older, size_t len);
 
+/* Restores the latest complete checkpoint under o->ckpt_dir, if any
+ * (train_gpt_resume.c): *resumed_p tells whether one was. A load that
+ * fails part way is followed by an older intact step loaded whole, or
+ * ends the resume: MSR_ERR_CORRUPT or MSR_ERR_CONFIG (exit 2). Collective
+ * over the job. */
+msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const options_t *o,
+                              const char *meta, int *resumed_p);
+/* The CPU trainer's restore (trainer_ops_t) for train_gpt_resume: arg is
+ * its reader of the saved payloads, which it reads a piece at a time. */
+msr_status_t train_gpt_cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
+                                   void *arg);
+
+/* The newest step under dir at or before `from`, saved by any world size
+ * (*world_p ranks), that is whole: every shard's index reads and is of that
+ * step, rank and world, every piece matches its CRC and every file its
+ * own, and together they hold every element of the whole model (meta, this
+ * run's settings, names its tensors). A damaged step is refused, its fault
+ * said naming the file and the tensor, and the search goes on to the next
+ * older; *step_p is -1 when none is whole. Collective over the job (every
+ * rank must call it; all get the same answer). Errors: the store's. */
+msr_status_t train_gpt_latest_whole(const job_t *job, const char *dir, const char *meta,
+                                    int64_t from, int64_t *step_p, int *world_p);
+
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
  * that it holds the re-form for that save. A failure is printed: the job

@@ -31,16 +31,6 @@ static msr_status_t cpu_snapshot(void *tr, const char *meta, void **buf_p, size_
     return msr_trainer_snapshot(tr, meta, buf_p, len_p);
 }
 
-static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
-                                 uint64_t *total_p, uint32_t *crc_p);
-
-static msr_status_t cpu_restore(void *tr, const char *meta, int world, msr_trainer_fetch_t fetch,
-                                void *arg)
-{
-    /* arg is resume's fetch_arg_t: pieces are read in part through it */
-    return msr_trainer_restore_parts(tr, meta, world, fetch, read_payload, arg);
-}
-
 static uint64_t cpu_steps(const void *tr)
 {
     return ((const msr_trainer_t *)tr)->step;
@@ -51,7 +41,7 @@ static double cpu_grad_norm(const void *tr)
     return ((const msr_trainer_t *)tr)->last_grad_norm;
 }
 
-const trainer_ops_t train_gpt_cpu_ops = {cpu_step, cpu_snapshot, cpu_restore, cpu_steps,
+const trainer_ops_t train_gpt_cpu_ops = {cpu_step, cpu_snapshot, train_gpt_cpu_restore, cpu_steps,
                                          cpu_grad_norm};
 
 /* The text a resume must match: the settings that decide the numbers
@@ -186,195 +176,6 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
     return st;
 }
 
-/* Where msr_trainer_restore reads the saved ranks' payloads from. */
-typedef struct fetch_arg {
-    msr_ctx_t *ctx;
-    const char *dir;
-    int64_t step;
-    int own_complete;          /* msr_ckpt_latest found this step complete for this world */
-    uint64_t read;             /* bytes of payloads this rank read ... */
-    uint64_t seen;             /* ... of the payloads it looked at (whole or in part) */
-    msr_ckpt_reader_t *reader; /* the payload read in part last, held open */
-    int reader_rank;
-    uint64_t reader_total;
-} fetch_arg_t;
-
-static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
-{
-    fetch_arg_t *f = arg;
-    msr_status_t st = f->own_complete && rank == msr_rank(f->ctx)
-                          ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
-                          : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
-    if (st != MSR_OK)
-        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
-                            (long long)f->step, f->dir, msr_status_str(st));
-    f->read += *len_p;
-    f->seen += *len_p;
-    /* the shard's own step must be the one its file is filed under (the
-     * trainer then checks that every rank's shard agrees) */
-    msr_tckpt_header_t h;
-    msr_tckpt_range_t *ranges = NULL;
-    uint32_t n;
-    char what[80];
-    snprintf(what, sizeof what, "rank %d's shard of step %lld", rank, (long long)f->step);
-    st = msr_tckpt_decode(*buf_p, *len_p, what, &h, &ranges, &n);
-    msr_free(ranges);
-    if (st == MSR_OK && h.step != (uint64_t)f->step) {
-        st = msr_err(MSR_ERR_CORRUPT,
-                     "rank %d's shard of step %lld under %s says it is of step %llu: refusing it",
-                     rank, (long long)f->step, f->dir, (unsigned long long)h.step);
-    }
-    if (st != MSR_OK) {
-        free(*buf_p);
-        *buf_p = NULL;
-    }
-    return st;
-}
-
-/* Reads bytes [offset, offset + len) of rank's payload of the step (as
- * msr_trainer_read_t): only what a resume in another layout needs. */
-static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf, size_t len,
-                                 uint64_t *total_p, uint32_t *crc_p)
-{
-    fetch_arg_t *f = arg;
-    msr_status_t st = MSR_OK;
-    if (f->reader == NULL || f->reader_rank != rank) { /* one open per payload, not per piece */
-        msr_ckpt_reader_close(f->reader);
-        f->reader = NULL;
-        /* its own payload of a step this world saved is read whole, in
-         * order: checked by the file's CRC too, as msr_ckpt_load would */
-        int whole = f->own_complete && rank == msr_rank(f->ctx);
-        st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
-                                  &f->reader_total);
-        f->reader_rank = rank;
-    }
-    if (st == MSR_OK)
-        st = msr_ckpt_reader_read_crc(f->reader, offset, buf, len, crc_p); /* CRC'd once */
-    if (st != MSR_OK)
-        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
-                            (long long)f->step, f->dir, msr_status_str(st));
-    uint64_t step = (uint64_t)f->step; /* the payload's own step (its bytes 16..23) ... */
-    if (offset == 0 && len >= 24)
-        memcpy(&step, (const char *)buf + 16, sizeof step);
-    if (step != (uint64_t)f->step) /* ... is the one its file is filed under */
-        return msr_err(MSR_ERR_CORRUPT,
-                       "rank %d's shard of step %lld under %s says it is of step %llu: refusing it",
-                       rank, (long long)f->step, f->dir, (unsigned long long)step);
-    if (total_p != NULL)
-        *total_p = f->reader_total;
-    f->read += len;
-    f->seen += total_p != NULL ? *total_p : 0; /* asked once per payload, with its header */
-    return MSR_OK;
-}
-
-/* The newest step this world completed under o->ckpt_dir (*same_p) and the
- * newest any world size completed (*any_p, saved by *world_p ranks); -1
- * when none. When this world saved the newest and msr_ckpt_latest fell
- * back past it to an older step complete and intact everywhere, *any_p is
- * that step. Logs and returns the store's error. */
-static msr_status_t find_latest(const job_t *job, const options_t *o, int check, int64_t *same_p,
-                                int64_t *any_p, int *world_p)
-{
-    msr_status_t st = check ? msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p)
-                            : msr_ckpt_latest_unchecked(job->ctx, o->ckpt_dir, same_p);
-    if (st == MSR_OK)
-        st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
-    if (st != MSR_OK) {
-        fprintf(stderr, "train_gpt: looking for checkpoints under %s: %s: %s\n", o->ckpt_dir,
-                msr_status_str(st), msr_last_error());
-        return st;
-    }
-    if (*any_p >= 0 && *world_p == job->world && *same_p >= 0 && *same_p < *any_p) {
-        /* this world saved the newest, but not every rank has it complete
-         * and intact (msr_ckpt_latest fell back past it and said why):
-         * resume from the newest step that every rank has */
-        if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: step %lld under %s is not complete and intact on every rank: "
-                    "resuming from step %lld\n",
-                    (long long)*any_p, o->ckpt_dir, (long long)*same_p);
-        *any_p = *same_p;
-    }
-    return MSR_OK;
-}
-
-/* Restores step `step` (saved by `world` ranks; own: this world saved it
- * and msr_ckpt_latest found it complete) into the trainer, reading it
- * through *f. Logs and returns the restore's error. */
-static msr_status_t restore_step(const trainer_t *t, const job_t *job, const options_t *o,
-                                 const char *meta, int64_t step, int world, int own, fetch_arg_t *f)
-{
-    /* rank r of the saving world wrote payload r, whatever its layout */
-    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, step, own, 0, 0, NULL, -1, 0};
-    char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
-    const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, step, meta, older, sizeof older);
-    msr_err_clear();
-    msr_status_t st = t->ops->restore(t->tr, m, world, fetch_payload, f);
-    msr_ckpt_reader_close(f->reader);
-    f->reader = NULL;
-    if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: resuming from step %lld under %s: %s: %s\n", (long long)step,
-                o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
-    return st;
-}
-
-/* Restores the latest complete checkpoint under o->ckpt_dir, if any: the
- * newest step any world size completed (msr_ckpt_latest_any); its shards
- * are read with msr_ckpt_load when this world completed it too, else
- * picked out of the saving world's shards. *resumed_p tells whether one was
- * found. A load that fails has written part of the state, so the run never
- * goes on from it: it loads an older intact step whole (every element the
- * rank holds, the optimizer's step and the sampler: over all the failed
- * load wrote), or fails (exit 2). */
-static msr_status_t resume(const trainer_t *t, const job_t *job, const options_t *o,
-                           const char *meta, int *resumed_p)
-{
-    int64_t same = -1, any = -1;
-    int world = 0;
-    uint64_t t0 = msr_now_ns(); /* the resume's time: finding, reading, loading */
-    fetch_arg_t f = {0};
-    *resumed_p = 0;
-    msr_status_t st = find_latest(job, o, 0, &same, &any, &world);
-    if (st != MSR_OK || any < 0)
-        return st; /* nothing to resume: nothing was loaded */
-    st = restore_step(t, job, o, meta, any, world, same == any, &f);
-    /* the load is the check: the newest step is read once; a damaged one
-     * fails the load (as corrupt, or as of other settings when the damage
-     * is in its settings' text), and the search that reads every rank's
-     * state back refuses it (naming its file) and finds the step before */
-    if ((st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) && same == any) {
-        int64_t failed = any;
-        msr_status_t fst = find_latest(job, o, 1, &same, &any, &world);
-        if (fst != MSR_OK)
-            return fst;
-        if (same >= 0 && same < failed)
-            st = restore_step(t, job, o, meta, same, job->world, 1, &f);
-        else if (job->rank == 0 && same == failed) /* its file checks out: its content not */
-            fprintf(stderr, "train_gpt: not resuming: step %lld under %s does not load (above)\n",
-                    (long long)failed, o->ckpt_dir);
-        else if (job->rank == 0)
-            fprintf(stderr,
-                    "train_gpt: not resuming: step %lld under %s is damaged (above) and no older "
-                    "step is intact; to start over from step 0, move %s away or leave out "
-                    "--resume\n",
-                    (long long)failed, o->ckpt_dir, o->ckpt_dir);
-        any = same;
-    }
-    if (st != MSR_OK)
-        return st;
-    *resumed_p = 1;
-    if (job->rank == 0) {
-        fprintf(stderr,
-                "train_gpt: resumed from step %lld under %s in %.3f s (saved by %d ranks)\n",
-                (long long)any, o->ckpt_dir, (double)(msr_now_ns() - t0) * 1e-9, world);
-        fprintf(stderr,
-                "train_gpt: rank 0 read %llu bytes (headers and the pieces it needs) of shards "
-                "of %llu bytes\n",
-                (unsigned long long)f.read, (unsigned long long)f.seen);
-    }
-    return MSR_OK;
-}
-
 /* Says that the loss went bad, and what the run resumed from if it did: a
  * NaN right after a resume points at the checkpoint, not at --lr. */
 static void report_bad_loss(uint64_t step, double loss, int64_t resumed_from, const char *dir)
@@ -480,12 +281,19 @@ static int start_from_checkpoint(const trainer_t *t, const job_t *job, const opt
     *resumed_from_p = -1;
     if (!o->resume)
         return 0;
-    msr_status_t st = resume(t, job, o, meta, &resumed);
+    msr_status_t st = train_gpt_resume(t, job, o, meta, &resumed);
     if (st != MSR_OK)
         return st == MSR_ERR_CONFIG || st == MSR_ERR_CORRUPT ? EXIT_BAD_INPUT : 1;
     if (!resumed && job->rank == 0)
         fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                 o->ckpt_dir);
+    /* the parameters a resume would have written (ZeRO-3's, left unset
+     * at create: train_config) are set now that none was */
+    if (!resumed && t->cpu != NULL && (st = msr_trainer_init_params(t->cpu)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: initialising the parameters: %s: %s\n", msr_status_str(st),
+                msr_last_error());
+        return 1;
+    }
     *resumed_from_p = resumed ? (int64_t)t->ops->steps(t->tr) : -1;
     return 0;
 }

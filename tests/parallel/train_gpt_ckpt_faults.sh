@@ -5,27 +5,34 @@
 # CRC) makes every rank fail with a message instead of hanging; leftover
 # .tmp files are removed; files are 0600 and folders 0700; a symbolic link
 # planted as a step folder is not written through.
+# A step another world size saved (any) gets the same fallback: its shards
+# are checked whole (index, every piece's CRC, every file's, and that the
+# pieces cover the model) before it is chosen.
 # A run resumed from a checkpoint whose values are NaN names that checkpoint
 # when its loss goes bad. A load that failed part way never leaves its
 # state to train on (partial): the only step damaged ends the resume (exit
 # 2), and with an older intact step the run resumes from it bitwise as if
 # the damaged step had never been written (dp 2 ZeRO-3, tp 2).
-#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial
+# ZeRO-3 resuming initialises no parameters before the load, and does
+# when there is nothing to resume (init).
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any|init
 set -euo pipefail
-case_name=${1:?which case: fallback, edit, leftovers, link, nan or partial}
+case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial, any or init}
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
 job=ckfault-$$-$RANDOM
 jobs_started=("$job")
 fail_log=$work/log
+ranks=2
 args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
     --ckpt-every 5 --resume)
-# train DIR STEPS [ARGS...]: runs the job (60 s at most); $rc gets msrun's
-# status
+# train DIR STEPS [ARGS...]: runs the job on $ranks workers (60 s at most);
+# $rc gets msrun's status
 train() {
     rc=0
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$ranks" --local_worker_num="$ranks" \
+        --job_id="$job" \
         "${worker_env[@]}" "$bin/train_gpt" "${args[@]}" --ckpt-dir "$1" --steps "$2" "${@:3}" \
         >"$work/log" 2>&1 || rc=$?
     [[ $rc -ne 124 && $rc -ne 137 ]] || fail "the job hung (killed after 60 s)"
@@ -73,8 +80,8 @@ partial)
         --ckpt-every 5 --resume --seed 1)
     # the only step, damaged two thirds into rank 1's file (its earlier
     # pieces loaded first): exit 2 naming the file and the tensor, nothing
-    # trained; damaged in a byte only the file's CRC covers: refused too,
-    # and not loaded anyway
+    # trained; in its last byte: its last piece's tensor named (not only the
+    # file); in a byte only the file's CRC covers: refused too, not loaded
     train "$work/a" 5
     [[ $rc -eq 0 ]] || fail "the first run failed ($rc)"
     cp -r "$work/a" "$work/a0"
@@ -93,6 +100,10 @@ partial)
     }
     only_step $(($(stat -c %s "$work/a/$f") * 2 / 3)) \
         "$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not"
+    # its last byte: the read that reaches the file's end finds its CRC
+    # wrong, and the last piece's own CRC names the tensor
+    only_step $(($(stat -c %s "$work/a/$f") - 1)) \
+        "$f: the piece of tensor lnf[wb] (elements \[[0-9]*, [0-9]*) of the whole model) does not"
     only_step "$(padding "$work/a/$f")" "$f does not match its CRC"
     echo "ok   the only step damaged after a partial load: exit 2, nothing trained"
     # two steps, the newer damaged late in rank 1's file: the losses after
@@ -114,6 +125,116 @@ partial)
             "differ from step 5's alone: $(diff "$work/old.loss" "$work/b.loss" | head -4)"
         echo "ok   $layout: newer step damaged late, resumed from step 5 bitwise as if alone"
     done
+    ;;
+any)
+    # steps 5 and 10 saved by 4 ranks (dp 2 x tp 2), resumed by 2 in
+    # another layout (dp 2, ZeRO-3): the resharded load reads only the
+    # pieces it needs, so the checked search is what refuses a damaged step
+    args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4
+        --bucket-mb 0.02 --ckpt-every 5 --resume --seed 1)
+    resumed=(--dp 2 --zero 3 --zero-min-bytes 0)
+    ranks=4 train "$work/a" 10 --dp 2 --tp 2
+    [[ $rc -eq 0 ]] || fail "the 4-rank run failed ($rc)"
+    cp -r "$work/a" "$work/old" && rm -rf "$work/old/step-10"
+    train "$work/old" 15 "${resumed[@]}" --loss-log "$work/old.loss"
+    [[ $rc -eq 0 && $(wc -l <"$work/old.loss") -eq 10 ]] || fail "the resume from step 5 alone failed ($rc)"
+    # fallback CASE: the resume of $work/b ends at step 15 after refusing
+    # step 10 with a message that says CASE, its losses those of step 5's
+    fallback() {
+        rm -f "$work/b.loss" # --loss-log appends
+        train "$work/b" 15 "${resumed[@]}" --loss-log "$work/b.loss"
+        [[ $rc -eq 0 ]] || fail "$1: the resume past the damaged step failed ($rc)"
+        grep -q "refusing step 10 under $work/b" "$work/log" &&
+            grep -q "falling back to step 5 under $work/b" "$work/log" &&
+            grep -q "resumed from step 5 under $work/b" "$work/log" ||
+            fail "$1: the fallback to step 5 was not said"
+        cmp -s "$work/old.loss" "$work/b.loss" || fail "$1: the losses after the fallback" \
+            "differ from step 5's alone: $(diff "$work/old.loss" "$work/b.loss" | head -4)"
+        echo "ok   $1: step 10 refused, resumed from step 5 bitwise as if alone"
+    }
+    f=step-10/rank-1.bin
+    piece="$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does"
+    rm -rf "$work/b" && cp -r "$work/a" "$work/b" && damage "$work/b/$f" $(($(stat -c %s "$work/b/$f") * 9 / 10))
+    fallback "damaged late in $f"
+    grep -q "$piece not match its CRC" "$work/log" || fail "the damaged piece was not named"
+    # the last byte of a file: its last piece, named by its tensor too
+    rm -rf "$work/b" && cp -r "$work/a" "$work/b" && damage "$work/b/$f" $(($(stat -c %s "$work/b/$f") - 1))
+    fallback "the last byte of $f damaged"
+    grep -q "$piece not match its CRC" "$work/log" || fail "the last piece was not named"
+    # every file intact, every CRC right, but an element no shard holds: the
+    # pieces that start at it moved one element on (each CRC made right)
+    rm -rf "$work/b" && cp -r "$work/a" "$work/b"
+    python3 - "$work/b/step-10" <<'PY'
+import struct, sys, zlib
+d = sys.argv[1]
+files = [bytearray(open(f"{d}/rank-{r}.bin", "rb").read()) for r in range(4)]
+hls = [struct.unpack_from("<I", b, 48 + 12)[0] for b in files]
+def table(r):  # [(entry offset, lo, n, data offset)] of rank r's range table
+    b, hl = files[r], hls[r]
+    n, t, at = struct.unpack_from("<I", b, 48 + 68)[0], [], 48 + hl
+    for k in range(n):
+        e = 48 + hl - 16 * (n - k)
+        lo, c = struct.unpack_from("<QI", b, e)
+        t.append((e, lo, c, at))
+        at += 12 * c
+    return t
+tabs = [table(r) for r in range(4)]
+P = struct.unpack_from("<Q", files[0], 48 + 48)[0]
+def movable(r, k):  # piece k of rank r may start one element later
+    t = tabs[r]
+    return t[k][1] + t[k][2] + 1 <= (t[k + 1][1] if k + 1 < len(t) else P)
+for e in range(P):
+    holders = [(r, k) for r in range(4) for k, p in enumerate(tabs[r]) if p[1] <= e < p[1] + p[2]]
+    if not holders or not all(tabs[r][k][1] == e and movable(r, k) for r, k in holders):
+        continue
+    for r, k in holders:
+        b, (ent, lo, c, at) = files[r], tabs[r][k]
+        struct.pack_into("<Q", b, ent, lo + 1)
+        head = zlib.crc32(bytes(b[48 + 16:48 + 100]))
+        crc = zlib.crc32(bytes(b[at:at + 12 * c]), zlib.crc32(bytes(b[ent:ent + 12]), head))
+        struct.pack_into("<I", b, ent + 12, crc)
+        struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
+        open(f"{d}/rank-{r}.bin", "wb").write(b)
+    sys.exit(0)
+sys.exit("no piece to move")
+PY
+    fallback "an element no shard holds"
+    grep -q "no shard of step 10 holds element" "$work/log" || fail "the missing element was not named"
+    # the only step, damaged: exit 2 naming the file and the tensor, nothing trained
+    rm -rf "$work/b" "$work/b.loss" && cp -r "$work/a" "$work/b" && rm -rf "$work/b/step-5"
+    damage "$work/b/$f" $(($(stat -c %s "$work/b/$f") * 9 / 10))
+    train "$work/b" 15 "${resumed[@]}" --loss-log "$work/b.loss"
+    [[ $rc -eq 2 ]] || fail "the only step damaged: exit $rc, want 2"
+    grep -q "$piece not match its CRC" "$work/log" || fail "the only step: the piece was not named"
+    grep -q "not resuming: step 10 under $work/b is damaged (above) and no older step is" \
+        "$work/log" || fail "the only step damaged: the refusal was not said"
+    [[ ! -s "$work/b.loss" ]] && ! grep -qF "rank 0] step " "$work/log" ||
+        fail "the only step damaged: the run trained"
+    echo "ok   the only step of another world size damaged: exit 2, nothing trained"
+    ;;
+init)
+    # ZeRO-3 resuming leaves its parameters to the load (no random ones
+    # first): with nothing to resume they are set after all, the run the
+    # same as one without --resume; resumed, the same as never stopped
+    args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
+        --seed 1 --dp 2 --zero 3 --zero-min-bytes 0)
+    train "$work/plain" 3 --loss-log "$work/plain.loss"
+    [[ $rc -eq 0 ]] || fail "the run without --resume failed ($rc)"
+    train "$work/none" 3 --resume --loss-log "$work/none.loss"
+    [[ $rc -eq 0 ]] && grep -q "no complete checkpoint under $work/none" "$work/log" ||
+        fail "the resume with nothing to resume failed ($rc) or did not say so"
+    cmp -s "$work/plain.loss" "$work/none.loss" || fail "nothing to resume: the losses differ" \
+        "from a run without --resume: $(diff "$work/plain.loss" "$work/none.loss" | head -4)"
+    echo "ok   ZeRO-3, nothing to resume: initialised, bitwise as without --resume"
+    train "$work/s" 10 --ckpt-every 5 --loss-log "$work/straight.loss"
+    [[ $rc -eq 0 ]] || fail "the straight run failed ($rc)"
+    rm -rf "$work/s/step-10"
+    train "$work/s" 10 --ckpt-every 5 --resume --loss-log "$work/resumed.loss"
+    [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/s" "$work/log" ||
+        fail "the resume from step 5 failed ($rc)"
+    tail -n 5 "$work/straight.loss" | cmp -s - "$work/resumed.loss" ||
+        fail "ZeRO-3 resumed: steps 6..10 differ from the run never stopped"
+    echo "ok   ZeRO-3 resumed without initialising first: bitwise as never stopped"
     ;;
 fallback)
     # the newest step corrupt on rank 1: fall back to step 5, and say so
