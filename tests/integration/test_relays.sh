@@ -5,7 +5,7 @@
 # a group of exactly K nodes, the last one of fewer, K = 1 and a job below
 # auto's threshold; a relay's node that is not up when its group joins
 # (they join directly), and one killed after the job formed (its group
-# calls the coordinator, the job goes on elastic without it).
+# calls the coordinator, the job restarts once the node is back).
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY \
     MSRUN_RELAYS
@@ -47,8 +47,9 @@ start_node() {
     eval "PID$n=$!"
 }
 
-# run_job JOB NODES ARGS...: NODES msruns of one worker each (node ranks 0
-# to NODES-1, node 0 hosting the coordinator) on ports PORT..PORT+NODES
+# start_job JOB NODES ARGS...: NODES msruns of one worker each (node ranks
+# 0 to NODES-1), the coordinator on PORT and the relays above it (PORT + 1
+# + group: NODES + 1 consecutive free ports cover any K)
 start_job() {
     local job=$1 nodes=$2 r
     shift 2
