@@ -171,6 +171,7 @@ static void do_status(msr_coord_t *c, void *call)
         ns[i].last_seen_ms = n->hb ? 0 : (uint32_t)((now - n->last_seen) / 1000000ull);
         ns[i].ready_generation = n->ready_generation;
         ns[i].state = msr_coord_node_state(c, n);
+        ns[i].relay = n->relay;
         nsp[i] = &ns[i];
     }
     r.n_nodes = c->nnodes;

@@ -34,7 +34,7 @@ static void relay_check(agent_t *a, const msr_rpc_async_t *as)
         as->status == MSR_ERR_NOT_FOUND || as->status == MSR_ERR_REFUSED)
         return;
     a->relay_failed = 1;
-    MSR_WARN("the relay %s failed (%s): calling the coordinator at %s directly", a->o->relay,
+    MSR_WARN("the relay %s failed (%s): calling the coordinator at %s directly", a->relay_addr,
              as->err, a->coord.target);
 }
 

@@ -87,9 +87,12 @@ typedef struct agent {
     msr_link_t *link;              /* the calls to the coordinator */
     msr_link_t *relay_link;        /* --relay: joins and heartbeats through it; NULL: none */
     int relay_failed;              /* its calls failed: the coordinator's link from then on */
-    msr_proxy_t *proxy;            /* the workers' store calls */
-    msr_history_t *history;        /* the run's history in --log_dir (history.h); NULL: none */
-    msr_reports_t reports;         /* workers' exits not yet acknowledged */
+    char relay_addr[300];          /* the relay_link's HOST:PORT */
+    struct agent_relay_srv
+        *relay_srv;         /* --relays: the group's relay this node serves; NULL: none */
+    msr_proxy_t *proxy;     /* the workers' store calls */
+    msr_history_t *history; /* the run's history in --log_dir (history.h); NULL: none */
+    msr_reports_t reports;  /* workers' exits not yet acknowledged */
     agent_local_t local;
     agent_files_t files;
     agent_loop_t loop;
@@ -118,9 +121,11 @@ void msr_agent_join_send(agent_t *a);
 void msr_agent_heartbeat_send(agent_t *a);
 void msr_agent_leave(agent_t *a);
 
-/* agent_relay.c: the link to the relay (--relay). open: once the loop
- * exists; nothing without --relay (0, or 1 with a message printed).
- * close: destroys it (its calls cancelled); again does nothing. */
+/* agent_relay.c: the link to the relay (--relay, or the group's under
+ * --relays) and the group's relay when this node serves it. open: once
+ * the loop exists; nothing without a relay (0, or 1 with a message
+ * printed). close: destroys both (the link's calls cancelled, the relay's
+ * nodes sent to the coordinator); again does nothing. */
 int msr_agent_relay_open(agent_t *a);
 void msr_agent_relay_close(agent_t *a);
 

@@ -1,18 +1,116 @@
-/* The agent's link to a relay (--relay, issue 40): opened with the loop's
- * other parts, closed once the node has left. Which calls go through it,
- * and the fall back to the coordinator when one fails, are agent_calls.c's
- * (the relay's side is rendezvous/relay.h, the command cmd_relay.c). */
+/* The agent's relays (issue 40): the link to this node's relay (--relay,
+ * or its group's relay under --relays), opened with the loop's other
+ * parts and closed once the node has left; and, on a group's first node,
+ * the group's relay served by a thread of this msrun. Which calls go
+ * through the link, and the fall back to the coordinator when one fails,
+ * are agent_calls.c's (the relay's side is rendezvous/relay.h). */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "launcher/agent_impl.h"
+#include "launcher/relays.h"
+#include "rendezvous/relay.h"
+
+/* The group's relay, served by its own thread and gRPC loop. */
+struct agent_relay_srv {
+    pthread_t thread;
+    atomic_int stop;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up;
+    msr_relay_server_t *server;
+    char id[24];
+};
+
+static void *relay_thread(void *arg)
+{
+    struct agent_relay_srv *r = arg;
+    while (!atomic_load(&r->stop)) {
+        msr_rpc_loop_poll(r->loop, msr_deadline_in_ms(5)); /* what arrives meanwhile: one batch */
+        msr_relay_server_flush(r->server);
+    }
+    return NULL;
+}
+
+static void relay_srv_free(struct agent_relay_srv *r)
+{
+    msr_relay_server_destroy(r->server);
+    msr_rpc_channel_destroy(r->up);
+    if (r->loop)
+        msr_rpc_loop_destroy(r->loop);
+    msr_free(r);
+}
+
+/* Serves the group's relay: 0, or -1 when it cannot start, which is no
+ * error: the group's nodes call the coordinator, as when it dies. */
+static int relay_serve(agent_t *a, const msr_relays_plan_t *p)
+{
+    struct agent_relay_srv *r = msr_calloc(1, sizeof *r);
+    if (r == NULL)
+        return -1;
+    snprintf(r->id, sizeof r->id, "%s", p->id);
+    char bind[32];
+    snprintf(bind, sizeof bind, "0.0.0.0:%d", p->port);
+    int port = 0;
+    msr_status_t st = msr_rpc_loop_create(&r->loop);
+    if (st == MSR_OK)
+        st = msr_rpc_channel_create_own(a->coord.target, a->job.token, &r->up);
+    if (st == MSR_OK)
+        st = msr_relay_server_create(r->loop, bind, a->job.token, r->up, p->id,
+                                     (uint32_t)p->members, &port, &r->server);
+    if (st == MSR_OK && pthread_create(&r->thread, NULL, relay_thread, r) != 0)
+        st = MSR_ERR_NO_MEMORY;
+    if (st != MSR_OK) {
+        MSR_WARN("cannot serve %s on %s: %s; its nodes call the coordinator directly", p->id, bind,
+                 msr_status_str(st));
+        relay_srv_free(r);
+        return -1;
+    }
+    MSR_INFO("serving %s for nodes %d to %d on port %d", p->id, p->leader,
+             p->leader + p->members - 1, port);
+    a->relay_srv = r;
+    return 0;
+}
+
+static void relay_srv_stop(agent_t *a)
+{
+    struct agent_relay_srv *r = a->relay_srv;
+    if (r == NULL)
+        return;
+    a->relay_srv = NULL;
+    atomic_store(&r->stop, 1);
+    pthread_join(r->thread, NULL);
+    uint64_t calls, batches;
+    msr_relay_counts(msr_relay_server_relay(r->server), &calls, &batches);
+    MSR_INFO("%s: stopping after relaying %llu calls in %llu batches", r->id,
+             (unsigned long long)calls, (unsigned long long)batches);
+    relay_srv_free(r);
+}
 
 int msr_agent_relay_open(agent_t *a)
 {
-    if (a->o->relay && msr_link_create(a->loop.base, a->o->relay, a->job.token, &a->job.tls,
-                                       &a->relay_link) != MSR_OK) {
-        fprintf(stderr, "msrun: error: cannot create the link to the relay %s: %s\n", a->o->relay,
+    msr_relays_plan_t p;
+    if (a->o->relay) {
+        snprintf(a->relay_addr, sizeof a->relay_addr, "%s", a->o->relay);
+    } else if (msr_relays_plan(a->o, &p) != 0) {
+        return 1;
+    } else if (p.k == 0) {
+        MSR_DEBUG("no relay: %s", p.why);
+        return 0;
+    } else {
+        if (p.serve && relay_serve(a, &p) != 0)
+            return 0; /* this node calls the coordinator, as its group's do once they fail */
+        snprintf(a->relay_addr, sizeof a->relay_addr, "%s", p.target);
+        MSR_DEBUG("joins and heartbeats through %s at %s", p.id, p.target);
+    }
+    if (msr_link_create(a->loop.base, a->relay_addr, a->job.token, &a->job.tls, &a->relay_link) !=
+        MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot create the link to the relay %s: %s\n", a->relay_addr,
                 msr_err_msg());
         return 1;
     }
@@ -23,4 +121,5 @@ void msr_agent_relay_close(agent_t *a)
 {
     msr_link_destroy(a->relay_link);
     a->relay_link = NULL;
+    relay_srv_stop(a);
 }

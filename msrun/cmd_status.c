@@ -158,8 +158,9 @@ static void status_text(const status_target_t *t, const Msr__StatusResponse *r)
         char rank[16] = "-";
         if (n->node_rank >= 0)
             snprintf(rank, sizeof rank, "%d", n->node_rank);
-        printf("  node %-3s %-16s pid %-8d %d workers  %-8s  seen %u ms ago\n", rank, n->host,
-               n->pid, n->local_worker_num, node_state_of(n), n->last_seen_ms);
+        printf("  node %-3s %-16s pid %-8d %d workers  %-8s  seen %u ms ago%s%s\n", rank, n->host,
+               n->pid, n->local_worker_num, node_state_of(n), n->last_seen_ms,
+               has(n->relay) ? ", joined through relay " : "", has(n->relay) ? n->relay : "");
     }
     if (r->failure)
         printf("  failure: rank %d on node %d exited with code %d (signal %d)\n", r->failure->rank,
@@ -263,8 +264,11 @@ static void status_json(msr_buf_t *b, const status_target_t *t, const Msr__Statu
         json_str(b, n->host);
         msr_buf_printf(b, ", \"pid\": %d, \"state\": ", n->pid);
         json_str(b, node_state_of(n));
-        msr_buf_printf(b, ", \"workers\": %d, \"last_seen_ms\": %u}", n->local_worker_num,
+        msr_buf_printf(b,
+                       ", \"workers\": %d, \"last_seen_ms\": %u, \"relay\": ", n->local_worker_num,
                        n->last_seen_ms);
+        json_str(b, n->relay ? n->relay : "");
+        msr_buf_printf(b, "}");
     }
     if (r->n_nodes)
         msr_buf_printf(b, "\n%s  ", indent);

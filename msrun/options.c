@@ -16,6 +16,8 @@
 #include "base/util.h"
 #include "launcher/cpus.h"
 #include "launcher/options_impl.h"
+#include "launcher/relays.h"
+#include "rendezvous/relay.h"
 #include "launcher/token.h"
 
 #define D(field) MSR_OPT_DEST(msr_options_t, field)
@@ -26,6 +28,7 @@ const char *const msr_options_bind_choices[] = {"none", "core", "numa", NULL};
 const char *const msr_options_rdzv_choices[] = {"static", "etcd", "c10d", NULL};
 /* --nproc_per_node's words, in msr_nproc_word_t's order */
 const char *const msr_options_nproc_words[] = {"auto", "gpu", "cpu", NULL};
+static const char *const relays_words[] = {"auto", "off", NULL};
 /* --start_method's values (accepted, without effect) */
 static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
 /* --auth's values: auth_munge is the index */
@@ -391,6 +394,15 @@ static const msr_opt_t opt_defs[] = {
      .help = "send this node's joins and heartbeats through the relay at HOST:PORT (`msrun "
              "relay`), which batches them for the coordinator; when the relay fails, the node "
              "calls the coordinator itself."},
+    {.name = "relays", .kind = MSR_OPT_INT, .min = 1, .max = MSR_RELAY_SUBTREE_MAX,
+     .choices = relays_words, .env = "MSRUN_RELAYS", .dest = D(relays), .def = "auto",
+     .metavar = "K|auto|off",
+     .help = "the node of every K-th node rank (0, K, 2K...) serves a relay inside its msrun, "
+             "on port master_port + 1 + node_rank / K, and the nodes of its group send their "
+             "joins and heartbeats through it (when it fails, the coordinator directly). Its "
+             "host: the group's first host in Slurm's node list, or the coordinator's when that "
+             "is a loopback address; none otherwise, nor without --node_rank. auto: K = 1024 for "
+             "jobs of more than 1024 nodes, none for smaller ones."},
     /* parameter server roles (issue 46; docs/ps.md) */
     {.name = "ps_servers", .kind = MSR_OPT_INT, .min = 0, .max = INT32_MAX,
      .env = "MSRUN_PS_SERVERS", .dest = D(ps_servers), .def = "0", .metavar = "N",
@@ -519,6 +531,7 @@ static void defaults(msr_options_t *o)
     memset(o, 0, sizeof *o);
     o->worker_num = 1;    /* derived: msr_options_derive_counts */
     o->ps_staleness = -1; /* --ps_staleness: synchronous */
+    o->relays = MSR_RELAYS_AUTO;
     o->local_worker_num = 1;
     o->master_port = 8118;
     o->node_rank = -1;

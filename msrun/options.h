@@ -137,6 +137,9 @@ typedef struct msr_options {
     /* relays (issue 40): this node's joins and heartbeats go through the
      * relay at this HOST:PORT (`msrun relay`); NULL: to the coordinator */
     char *relay;
+    /* --relays: every K-th node serves a relay for its group (relays.h);
+     * MSR_RELAYS_AUTO (-1) or MSR_RELAYS_OFF (-2) otherwise */
+    int relays;
     /* one command for a whole job (launcher/remote.h): NULL when not given */
     char *hostfile, *hosts; /* --hostfile, --host (-H) */
     char *ssh;              /* --ssh: how to reach a host; NULL: "ssh" */

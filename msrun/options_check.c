@@ -16,6 +16,7 @@
 #include "launcher/jobdir.h"
 #include "launcher/options.h"
 #include "launcher/options_impl.h"
+#include "launcher/relays.h"
 #include "launcher/workers.h"
 
 /* Finds prog the way execvp would into *out_p, so a missing program is
@@ -396,6 +397,9 @@ int msr_options_check_rest(msr_options_t *o, const char *flag)
         return 2;
     }
     if (check_ps_servers(o) != 0)
+        return 2;
+    msr_relays_plan_t plan;
+    if (msr_relays_plan(o, &plan) != 0)
         return 2;
     if (resolve_program(o, flag) != 0)
         return 2;

@@ -18,7 +18,10 @@ shell; else this script's parent), under a lock over the whole choice: a
 port claimed by a live owner is never handed out again, and a dead
 owner's claims are taken over. A reused pid only keeps a port out of the
 choice a while longer. MSRUN_PORT_RANGE=LO:HI restricts the choice to
-those ports (for the test of the claims)."""
+those ports (for the test of the claims).
+
+With --consecutive (before N), the N ports are consecutive: P, P+1, ...
+(a job whose relays listen on master_port + 1 + their group)."""
 import fcntl
 import os
 import random
@@ -84,14 +87,25 @@ def pool_of():
     return range(1024, 65536)
 
 
-def choose(n, pool, claims):
-    """n free ports of pool, none claimed by a live owner; claimed now for
-    this owner when claims is a directory."""
+def usable(port, claims):
+    """Whether port is free and claimed by no live owner."""
+    path = os.path.join(claims, str(port)) if claims else None
+    return not (path and owner_alive(path)) and free(port)
+
+
+def choose(n, pool, claims, consecutive=False):
+    """n free ports of pool (consecutive ones when asked), none claimed by
+    a live owner; claimed now for this owner when claims is a directory."""
     owner = os.environ.get("MSRUN_PORT_OWNER") or str(os.getppid())
     got = []
     for port in random.sample(pool, min(len(pool), 2000)):
-        path = os.path.join(claims, str(port)) if claims else None
-        if port in got or (path and owner_alive(path)) or not free(port):
+        if consecutive:
+            run = list(range(port, port + n))
+            if run[-1] in pool and all(usable(p, claims) for p in run):
+                got = run
+                break
+            continue
+        if port in got or not usable(port, claims):
             continue
         got.append(port)
         if len(got) == n:
@@ -107,14 +121,18 @@ def choose(n, pool, claims):
 
 
 def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    args = sys.argv[1:]
+    consecutive = bool(args) and args[0] == "--consecutive"
+    if consecutive:
+        args = args[1:]
+    n = int(args[0]) if args else 1
     claims = os.environ.get("MSRUN_PORT_CLAIMS")
     lock = None
     if claims:
         os.makedirs(claims, exist_ok=True)
         lock = open(os.path.join(claims, ".lock"), "w")
         fcntl.flock(lock, fcntl.LOCK_EX)  # released at exit
-    got = choose(n, pool_of(), claims)
+    got = choose(n, pool_of(), claims, consecutive)
     if got is None:
         sys.stderr.write("free_port.py: no free port found\n")
         return 1

@@ -81,3 +81,25 @@ got=$(cat "$TMP"/p[1-8])
 in_range $got || fail "ports outside $RANGE: $got"
 [ "$(printf '%s\n' $got | sort -u | wc -l)" = 8 ] || fail "a port handed out twice at once: $got"
 ok "8 claimers at once: 8 distinct ports"
+
+# --consecutive N: N ports in a row, all of the range at exactly its size;
+# one claimed in the middle leaves no 3 in a row of 4, but 1 still
+RANGE=$(free_range 4)
+owner
+pr=$(MSRUN_PORT_RANGE=$RANGE MSRUN_PORT_OWNER=$OWNER python3 "$FP" --consecutive 4) ||
+    fail "4 consecutive ports of 4"
+[ "$(printf '%s\n' $pr | tr '\n' ' ')" = "$(seq -s ' ' "${RANGE%:*}" "${RANGE#*:}") " ] ||
+    fail "--consecutive 4 of $RANGE gave $pr"
+kill "$OWNER"
+wait "$OWNER" 2>/dev/null
+owner
+mid=$((${RANGE%:*} + 1))
+echo "$OWNER" >"$MSRUN_PORT_CLAIMS/$mid"
+owner
+MSRUN_PORT_RANGE=$RANGE MSRUN_PORT_OWNER=$OWNER python3 "$FP" --consecutive 3 >/dev/null 2>&1 &&
+    fail "3 consecutive ports of 4 with the second claimed"
+pr=$(MSRUN_PORT_RANGE=$RANGE MSRUN_PORT_OWNER=$OWNER python3 "$FP" --consecutive 2) ||
+    fail "2 consecutive ports after the claimed one"
+[ "$(printf '%s\n' $pr | tr '\n' ' ')" = "$((mid + 1)) $((mid + 2)) " ] ||
+    fail "--consecutive 2 gave $pr, want $((mid + 1)) $((mid + 2))"
+ok "--consecutive: 4 in a row of 4; a claimed port splits the run"

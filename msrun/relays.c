@@ -1,0 +1,100 @@
+/* Relays chosen at launch (relays.h): the group rule and the relay's
+ * address. */
+#include "launcher/relays.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launcher/hostlist.h"
+#include "launcher/options_impl.h"
+#include "launcher/sched.h"
+#include "rendezvous/relay.h"
+
+int msr_relays_k(int relays, int nodes)
+{
+    if (relays > 0)
+        return relays;
+    if (relays == MSR_RELAYS_AUTO && nodes > MSR_RELAYS_AUTO_K)
+        return MSR_RELAYS_AUTO_K;
+    return 0;
+}
+
+static int is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
+           strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+/* The host of node leader: Slurm's node list, else the coordinator's host
+ * when it is a loopback address; into p->target (without the port). 0, 1
+ * when there is none (p->why says so), -1 after a message. */
+static int leader_host(const msr_options_t *o, msr_relays_plan_t *p, char *host, size_t len)
+{
+    static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_NODELIST",
+                                        "SLURM_JOB_NODELIST"};
+    const char *list = NULL, *name = NULL;
+    for (size_t i = 0; o->sched == MSR_SCHED_SLURM && list == NULL && i < 3; i++)
+        list = getenv(name = lists[i]);
+    if (list != NULL) {
+        msr_hostlist_t hl = {0};
+        if (msr_hostlist_expand(list, 0, &hl) != MSR_OK || hl.count <= (size_t)p->leader) {
+            msr_hostlist_free(&hl);
+            msr_options_error("--relays: %s does not name node %d, the relay of node %d's group",
+                              name, p->leader, o->node_rank);
+            return -1;
+        }
+        snprintf(host, len, "%s", hl.hosts[p->leader]);
+        msr_hostlist_free(&hl);
+        return 0;
+    }
+    if (is_loopback(o->master_addr)) {
+        snprintf(host, len, "%s", o->master_addr);
+        return 0;
+    }
+    p->why = "no host list (Slurm's) names the relay's node";
+    return 1;
+}
+
+int msr_relays_plan(const msr_options_t *o, msr_relays_plan_t *p)
+{
+    memset(p, 0, sizeof *p);
+    int nodes = o->max_nodes ? o->max_nodes
+                             : (o->local_worker_num > 0 ? o->worker_num / o->local_worker_num : 1);
+    int k = msr_relays_k(o->relays, nodes);
+    if (k == 0)
+        p->why = o->relays == MSR_RELAYS_OFF ? "--relays off" : "the job is small";
+    else if (o->relay != NULL)
+        p->why = "--relay names this node's relay";
+    else if (o->master_addr == NULL || o->standalone)
+        p->why = "the job has one node";
+    else if (o->node_rank < 0)
+        p->why = "the node has no --node_rank";
+    else if (o->tls_cert || o->tls_key || o->tls_ca)
+        p->why = "relays do not carry TLS yet";
+    else if (o->etcd_endpoints != NULL)
+        p->why = "the coordinator may move (etcd)";
+    if (p->why != NULL)
+        return 0;
+    p->group = o->node_rank / k;
+    p->leader = p->group * k;
+    p->members = nodes - p->leader < k ? nodes - p->leader : k;
+    p->serve = o->node_rank == p->leader;
+    p->port = o->master_port + 1 + p->group;
+    snprintf(p->id, sizeof p->id, "relay-%d", p->group);
+    if (o->master_port + 1 + (long)p->group > 65535) {
+        msr_options_error("--relays %d: node %d's relay would listen on port %ld (master_port + 1 "
+                          "+ its group %d), past 65535; give a larger --relays or a lower "
+                          "--master_port",
+                          k, o->node_rank, o->master_port + 1 + (long)p->group, p->group);
+        return -1;
+    }
+    char host[MSR_HOSTLIST_NAME_MAX + 1];
+    int r = leader_host(o, p, host, sizeof host);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    int v6 = strchr(host, ':') != NULL && host[0] != '[';
+    snprintf(p->target, sizeof p->target, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", p->port);
+    p->k = k;
+    return 0;
+}
