@@ -49,7 +49,6 @@ layout cp2 2 --cp 2
 layout cp4 4 --cp 4
 layout cp2-ep2 4 --cp 2 --ep 2
 layout cp2-dp2-zero1 4 --cp 2 --zero 1 --zero-min-bytes 0 --bucket-mb 0.01
-layout cp2-ep2-zero1 4 --cp 2 --ep 2 --zero 1 --zero-min-bytes 0 --bucket-mb 0.01
 layout cp2-tp2-sp 4 --cp 2 --tp 2 --sp
 layout cp2-pp2 4 --cp 2 --pp 2
 layout cp2-full 2 --cp 2 --recompute full
