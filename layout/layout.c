@@ -421,9 +421,17 @@ msr_layout_moe_dims_t msr_layout_moe_dims(uint64_t tokens, uint64_t experts, uin
                                           double capacity_factor, uint64_t channels,
                                           uint64_t hidden)
 {
-    msr_layout_moe_dims_t d = {tokens, experts, top_k, channels, hidden, 0, 0};
-    d.cap = msr_layout_moe_capacity(capacity_factor, tokens, top_k, experts);
-    d.rows = experts * d.cap;
+    return msr_layout_moe_dims_cp(tokens, 1, experts, top_k, capacity_factor, channels, hidden);
+}
+
+msr_layout_moe_dims_t msr_layout_moe_dims_cp(uint64_t tokens, uint64_t cp, uint64_t experts,
+                                             uint64_t top_k, double capacity_factor,
+                                             uint64_t channels, uint64_t hidden)
+{
+    msr_layout_moe_dims_t d = {tokens, experts, top_k, channels, hidden, 0, 0, cp, 0};
+    d.cap = msr_layout_moe_capacity(capacity_factor, cp * tokens, top_k, experts);
+    d.stride = cp > 1 && tokens < d.cap ? tokens : d.cap;
+    d.rows = experts * d.stride;
     return d;
 }
 
@@ -455,6 +463,8 @@ size_t msr_layout_moe_work(const msr_layout_moe_dims_t *d, int w)
         return (size_t)(d->rows * d->H);
     case MSR_MOE_WORK_RDX:
         return (size_t)(d->N * d->C);
+    case MSR_MOE_WORK_GCHOICE:
+        return d->cp > 1 ? (size_t)(d->cp * d->N * d->K) : 0;
     }
     return 0;
 }
@@ -465,6 +475,7 @@ size_t msr_layout_moe_work_size(int w, size_t fw)
     case MSR_MOE_WORK_CHOICE:
     case MSR_MOE_WORK_POS:
     case MSR_MOE_WORK_USED:
+    case MSR_MOE_WORK_GCHOICE:
         return sizeof(int32_t);
     case MSR_MOE_WORK_FRAC:
         return sizeof(double);

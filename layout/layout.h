@@ -316,11 +316,15 @@ uint64_t msr_layout_whole_work_elems(const msr_layout_dims_t *d, int datt_heads)
 
 /* ---- the MoE blocks' work space ---- */
 
-/* The sizes a rank's MoE state is counted in: micro-batches of N tokens,
- * E experts, K choices a token, C channels, an expert's hidden layer of H,
- * and rows = E x the capacity of an expert (msr_layout_moe_capacity). */
+/* The sizes a rank's MoE state is counted in: micro-batches of N tokens
+ * on this rank (of cp x N over a context-parallel group of cp ranks), E
+ * experts, K choices a token, C channels, an expert's hidden layer of H,
+ * cap the capacity of an expert (msr_layout_moe_capacity of the cp x N
+ * tokens), and rows = E x stride, stride = the rows an expert's block has
+ * in the exchanges' buffers: cap, and under cp min(cap, N) (a rank's N
+ * tokens give an expert at most N of the cap slots). */
 typedef struct msr_layout_moe_dims {
-    uint64_t N, E, K, C, H, cap, rows;
+    uint64_t N, E, K, C, H, cap, rows, cp, stride;
 } msr_layout_moe_dims_t;
 
 /* An expert's capacity for tokens tokens: ceil(F * tokens * K / E), at
@@ -331,6 +335,12 @@ msr_layout_moe_dims_t msr_layout_moe_dims(uint64_t tokens, uint64_t experts, uin
                                           double capacity_factor, uint64_t channels,
                                           uint64_t hidden);
 
+/* The same for a rank of a context-parallel group of cp ranks, each with
+ * `tokens` of the micro-batch's cp x tokens (cp 1: msr_layout_moe_dims). */
+msr_layout_moe_dims_t msr_layout_moe_dims_cp(uint64_t tokens, uint64_t cp, uint64_t experts,
+                                             uint64_t top_k, double capacity_factor,
+                                             uint64_t channels, uint64_t hidden);
+
 /* The buffers model/moe.c allocates (msr_moe_create_frames), what the
  * planner counts. A slot's, one per MoE block and frame (a micro-batch
  * whose routing waits for its backward): the router's probabilities, each
@@ -338,7 +348,9 @@ msr_layout_moe_dims_t msr_layout_moe_dims(uint64_t tokens, uint64_t experts, uin
  * inputs, the experts' hidden layer before and after GELU, the combined
  * outputs, the used slots. Once a state: the exchanges' send, output and
  * output-gradient rows, the hidden layer's gradients, the gates' and
- * probabilities' gradients. One per MoE block: the load counters. The
+ * probabilities' gradients, and under cp the choices of the whole cp
+ * group's tokens (every rank replays one process's capacity count over
+ * them). One per MoE block: the load counters. The
  * router's unwanted input gradient (tp ranks but 0 that keep the router's
  * weight gradient: msr_moe_set_layout). */
 enum {
@@ -360,6 +372,7 @@ enum {
     MSR_MOE_WORK_DFCH_G,                       /* (rows, H) float */
     MSR_MOE_WORK_DGATE,                        /* (N, K) float */
     MSR_MOE_WORK_DPROBS,                       /* (N, E) float */
+    MSR_MOE_WORK_GCHOICE,                      /* (cp N, K) int, none at cp 1 */
     MSR_MOE_WORK_ONCE_END,
     MSR_MOE_WORK_LOAD = MSR_MOE_WORK_ONCE_END, /* (E) int64 */
     MSR_MOE_WORK_RDX,                          /* (N, C) float */

@@ -232,6 +232,7 @@ void msr_moe_destroy(msr_moe_t *moe)
     msr_free(moe->dfch_g);
     msr_free(moe->dgate);
     msr_free(moe->dprobs);
+    msr_free(moe->gchoice);
     msr_free(moe);
 }
 
@@ -243,11 +244,17 @@ msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe
 msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, int frames,
                                    msr_moe_t **moe_p)
 {
+    return msr_moe_create_cp(cfg, max_tokens, frames, 1, moe_p);
+}
+
+msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int frames, int cp,
+                               msr_moe_t **moe_p)
+{
     const msr_gpt_moe_t *m = &cfg->moe;
-    if (m->experts < 1 || max_tokens < 1 || frames < 1) {
+    if (m->experts < 1 || max_tokens < 1 || frames < 1 || cp < 1) {
         return msr_err(MSR_ERR_CONFIG,
-                       "moe: %d experts, %d tokens, %d frames: a MoE model needs all three",
-                       m->experts, max_tokens, frames);
+                       "moe: %d experts, %d tokens, %d frames, cp %d: a MoE model needs all four",
+                       m->experts, max_tokens, frames, cp);
     }
     msr_moe_t *moe = msr_calloc(1, sizeof *moe);
     if (moe == NULL)
@@ -261,12 +268,14 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
     moe->F = m->capacity_factor;
     moe->A = m->aux_loss;
     moe->ep = moe->tp = 1;
+    moe->cp = cp;
     moe->El = moe->E;
     moe->frames = frames;
     moe->counting = 1;
     moe->max_tokens = max_tokens;
-    moe->dims = msr_layout_moe_dims((uint64_t)max_tokens, (uint64_t)m->experts, (uint64_t)m->top_k,
-                                    m->capacity_factor, (uint64_t)moe->C, (uint64_t)moe->H);
+    moe->dims = msr_layout_moe_dims_cp((uint64_t)max_tokens, (uint64_t)cp, (uint64_t)m->experts,
+                                       (uint64_t)m->top_k, m->capacity_factor, (uint64_t)moe->C,
+                                       (uint64_t)moe->H);
     moe->max_cap = (int)moe->dims.cap;
     moe->nslots = cfg->layers / m->every;
     moe->slots = msr_calloc((size_t)moe->nslots * (size_t)frames, sizeof *moe->slots);
@@ -296,7 +305,7 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
                                      .comb = b[MSR_MOE_WORK_COMB],
                                      .used = b[MSR_MOE_WORK_USED]};
     }
-    if (!work_alloc_range(moe, MSR_MOE_WORK_SEND, MSR_MOE_WORK_ONCE_END, b))
+    if (!work_alloc_range(moe, MSR_MOE_WORK_SEND, MSR_MOE_WORK_GCHOICE, b))
         goto err_free;
     moe->send = b[MSR_MOE_WORK_SEND];
     moe->out = b[MSR_MOE_WORK_OUT];
@@ -305,6 +314,8 @@ msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, 
     moe->dfch_g = b[MSR_MOE_WORK_DFCH_G];
     moe->dgate = b[MSR_MOE_WORK_DGATE];
     moe->dprobs = b[MSR_MOE_WORK_DPROBS];
+    if (cp > 1 && (moe->gchoice = work_alloc(moe, MSR_MOE_WORK_GCHOICE)) == NULL)
+        goto err_free;
     if (store_alloc(moe) != MSR_OK)
         goto err_free;
     *moe_p = moe;
@@ -319,8 +330,28 @@ err_no_memory:
 
 msr_status_t msr_moe_set_ep(msr_moe_t *moe, msr_comm_t *comm)
 {
-    msr_moe_layout_t lay = {comm, NULL, NULL, 0};
+    msr_moe_layout_t lay = {comm, NULL, NULL, 0, NULL, 0};
     return msr_moe_set_layout(moe, &lay);
+}
+
+/* The context-parallel side of a layout: the group's size must be the
+ * one the buffers were made for, and its positions two equal chunks. */
+static msr_status_t set_cp(msr_moe_t *moe, const msr_moe_layout_t *lay)
+{
+    int cp = lay->cp_comm != NULL ? msr_comm_size(lay->cp_comm) : 1;
+    if (cp != moe->cp) {
+        return msr_err(MSR_ERR_CONFIG, "moe: a cp group of %d ranks for a state made for cp %d", cp,
+                       moe->cp);
+    }
+    if (cp > 1 && (lay->cp_seq < 2 || lay->cp_seq % 2 != 0)) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "moe: cp %d with %d positions a sequence on a rank (two equal chunks)", cp,
+                       lay->cp_seq);
+    }
+    moe->cp_comm = cp > 1 ? lay->cp_comm : NULL;
+    moe->cp_rank = cp > 1 ? msr_comm_rank(lay->cp_comm) : 0;
+    moe->cp_seq = cp > 1 ? lay->cp_seq : 0;
+    return MSR_OK;
 }
 
 msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
@@ -331,6 +362,9 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
         return msr_err(MSR_ERR_CONFIG, "moe: %d experts do not divide among ep %d x tp %d ranks",
                        moe->E, ep, tp);
     }
+    msr_status_t st = set_cp(moe, lay);
+    if (st != MSR_OK)
+        return st;
     moe->ep_comm = ep > 1 ? lay->ep_comm : NULL;
     moe->ep = ep;
     moe->ep_rank = ep > 1 ? msr_comm_rank(lay->ep_comm) : 0;

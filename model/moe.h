@@ -47,6 +47,21 @@
  * backward alike; the router's input gradient is added on tp rank 0 only
  * (the caller's sum over tp of dx completes it).
  *
+ * Context parallel over cp ranks (msr_moe_set_layout's cp_comm): each
+ * rank holds cp_seq positions of each of the micro-batch's B sequences,
+ * N = B * cp_seq tokens, and routes them one by one. Capacity is the
+ * micro-batch's, cap = ceil(F * cp * N * K / E), counted as one process
+ * counts it: the ranks all-gather their choices ((N,K) ints each), and
+ * every rank replays the count over the whole group's tokens in one
+ * process's order (choice rank, then sequence, then position), keeping
+ * the slots of its own tokens; so the same choices are kept and dropped
+ * as in one process, however the sequences are split. A rank's kept
+ * choices fill its own rows of an expert's block (at most min(cap, N)
+ * of them: the block's stride). f_e counts the group's choices and P_e
+ * the group's probabilities (one allreduce of E doubles), so the
+ * load-balancing loss is the micro-batch's; each rank reports 1/cp of it
+ * (the caller sums over cp, as it does the cross-entropy's shares).
+ *
  * The experts' parameters are not in the model's flat buffers: the MoE
  * state holds those of the experts this rank computes (its "store", E/ep
  * experts per MoE block, block after block, each fcw (4C,C), fcb (4C),
@@ -92,13 +107,18 @@ typedef struct msr_moe_stats {
 } msr_moe_stats_t;
 
 /* Creates the MoE state of a model of shape cfg (cfg->moe.experts > 0)
- * for micro-batches of up to max_tokens tokens. Errors: MSR_ERR_CONFIG
+ * for micro-batches of up to max_tokens tokens (a rank's, under cp). Errors: MSR_ERR_CONFIG
  * (the reason in the error text, base/err.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_moe_create(const msr_gpt_config_t *cfg, int max_tokens, msr_moe_t **moe_p);
 /* The same, keeping what backward needs for `frames` forwards of each
  * block at once (a pipeline's micro-batches in flight; msr_moe_select). */
 msr_status_t msr_moe_create_frames(const msr_gpt_config_t *cfg, int max_tokens, int frames,
                                    msr_moe_t **moe_p);
+/* The same for a rank of a context-parallel group of cp ranks (cp 1:
+ * msr_moe_create_frames): its buffers are sized for the capacity of the
+ * group's cp x max_tokens tokens. */
+msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int frames, int cp,
+                               msr_moe_t **moe_p);
 void msr_moe_destroy(msr_moe_t *moe);
 
 /* The experts' and the router's products run through prod (borrowed: the
@@ -122,6 +142,12 @@ typedef struct msr_moe_layout {
     int router_once;     /* tp: the router's weight gradient on tp rank 0 only
                           * (the caller sums it over tp, as sequence parallel
                           * does its replicated tensors); 0: on every rank */
+    msr_comm_t *cp_comm; /* context parallel: the ranks that share the
+                          * micro-batch's sequences, ranked by cp index, of
+                          * the size given to msr_moe_create_cp (NULL: 1) */
+    int cp_seq;          /* under cp: the positions a rank holds of each
+                          * sequence, two chunks of cp_seq / 2 (parallel/mp.h's
+                          * layout: rank r holds chunks r and 2 cp - 1 - r) */
 } msr_moe_layout_t;
 
 /* msr_moe_set_ep with tensor parallel and a part of the blocks: the store
@@ -182,9 +208,11 @@ void msr_moe_stats_reset(msr_moe_t *moe);
  * msr_moe_block_params) on
  * x (N,C), N <= max_tokens: y (N,C) = the combined expert outputs (under
  * tp, of this rank's experts: a partial sum); *aux_p = the load-balancing
- * loss (0 when A = 0; alike on every tp rank). Keeps what backward needs
+ * loss (0 when A = 0; alike on every tp rank; under cp this rank's 1/cp
+ * share of the micro-batch's). Keeps what backward needs
  * in the selected frame and adds to the counters if msr_moe_select says
- * so. Collective over the ep communicator. Errors: the communicator's. */
+ * so. Collective over the ep communicator and the cp one. Errors: the
+ * communicators'. */
 msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p, const float *x,
                              int N, float *y, double *aux_p);
 

@@ -23,6 +23,7 @@ typedef struct moe_slot {
     float *comb;  /* (E*cap, C) the experts' outputs back at their tokens' rank */
     int *used;    /* (E) rows of each expert-side block that hold a token */
     int N, cap;   /* of the last forward; N = 0: none */
+    int stride;   /* of the last forward: the rows of a block of xin, ... */
 } moe_slot_t;
 
 struct msr_moe {
@@ -34,6 +35,9 @@ struct msr_moe {
     int ep, ep_rank;
     msr_comm_t *tp_comm; /* NULL: tp 1 */
     int tp, tp_rank;
+    msr_comm_t *cp_comm; /* NULL: cp 1 */
+    int cp, cp_rank;
+    int cp_seq;      /* under cp: a rank's positions of each sequence */
     int El;          /* experts computed here per MoE block: E / (ep * tp) */
     int router_once; /* the router's weight gradient on tp rank 0 only */
     int nslots;      /* MoE blocks */
@@ -59,6 +63,7 @@ struct msr_moe {
     float *dfch_g; /* (E*cap, H) */
     float *dgate;  /* (N,K) */
     float *dprobs; /* (N,E) */
+    int *gchoice;  /* (cp*N,K) under cp: the cp group's choices, by cp rank */
     float *rdx;    /* (N,C) the router's input gradient where it is not wanted
                     * (tp ranks other than 0 that keep the router's weight
                     * gradient: made by msr_moe_set_layout) */

@@ -135,60 +135,148 @@ static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const flo
             }
             s->choice[(size_t)t * K + j] = best;
             s->gate[(size_t)t * K + j] = p[best];
-            s->frac[best] += 1.0;
+        }
+    }
+}
+
+/* Where token g of one process's order (sequence, then position) lives
+ * under cp: its rank and its index there (rank r holds chunks r and
+ * 2 cp - 1 - r of each sequence, moe.h). At cp 1: here, g. */
+static int token_home(const msr_moe_t *moe, int g, int *r_p)
+{
+    int cp = moe->cp;
+    if (cp == 1) {
+        *r_p = 0;
+        return g;
+    }
+    int Tc = moe->cp_seq, chunk = Tc / 2, T = cp * Tc;
+    int b = g / T, c = g % T / chunk, i = g % chunk;
+    *r_p = c < cp ? c : 2 * cp - 1 - c;
+    return b * Tc + (c < cp ? 0 : chunk) + i;
+}
+
+/* Under cp: the group's choices, by cp rank, into moe->gchoice. */
+static msr_status_t gather_choices(msr_moe_t *moe, const moe_slot_t *s, int N)
+{
+    size_t n = (size_t)N * (size_t)moe->K;
+    memcpy(moe->gchoice + (size_t)moe->cp_rank * n, s->choice, n * sizeof(int));
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_allgather(moe->cp_comm, MSR_IN_PLACE, moe->gchoice, n, MSR_DTYPE_I32);
+    span(moe, "moe cp choices", a);
+    if (st != MSR_OK)
+        return msr_err_call(st, "moe: the allgather of the choices over cp %d", moe->cp);
+    return MSR_OK;
+}
+
+/* Capacity: one process's count over the micro-batch's tokens (under cp
+ * the whole group's, from moe->gchoice), choice rank first, then token
+ * index; this rank's kept choices get the next row of their expert's
+ * block (of `stride` rows) here and fill moe->send, its dropped ones -1.
+ * f_e from the same count; filled: the rows of each row block. Every tp
+ * rank counts every expert alike and fills the rows of its own. */
+static void capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int N, int cap, int stride,
+                     int *filled, msr_moe_stats_t *stats)
+{
+    int E = moe->E, K = moe->K, C = moe->C, G = moe->cp * N;
+    const int *all = moe->cp > 1 ? moe->gchoice : s->choice;
+    int count[MSR_GPT_MAX_EXPERTS], mine[MSR_GPT_MAX_EXPERTS];
+    memset(count, 0, sizeof count);
+    memset(mine, 0, sizeof mine);
+    memset(s->frac, 0, (size_t)E * sizeof(double));
+    for (int j = 0; j < K; j++) {
+        for (int g = 0; g < G; g++) {
+            int r, t = token_home(moe, g, &r);
+            size_t tj = (size_t)t * K + j;
+            int e = all[(size_t)r * N * K + tj], q = row_block(moe, e);
+            s->frac[e] += 1.0;
+            if (r != moe->cp_rank) { /* another rank's token takes its slot */
+                count[e] += count[e] < cap;
+                continue;
+            }
+            if (count[e] == cap) {
+                s->pos[tj] = -1;
+                stats->dropped += moe->counting;
+                continue;
+            }
+            count[e]++;
+            s->pos[tj] = mine[e]++;
+            stats->load[e] += moe->counting;
+            if (q < 0)
+                continue;
+            filled[q] = mine[e];
+            memcpy(moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
+                   (size_t)C * sizeof(float));
         }
     }
     for (int e = 0; e < E; e++)
-        s->frac[e] /= (double)N * K;
+        s->frac[e] /= (double)G * K;
+}
+
+/* The load-balancing loss of the micro-batch (its probabilities' means
+ * over the cp group: one allreduce), this rank's 1/cp share of it. */
+static msr_status_t aux_loss(msr_moe_t *moe, const moe_slot_t *s, int N, double *aux_p)
+{
+    int E = moe->E;
+    double P[MSR_GPT_MAX_EXPERTS], aux = 0.0;
+    *aux_p = 0.0;
+    if (moe->A <= 0.0)
+        return MSR_OK;
+    for (int e = 0; e < E; e++) {
+        P[e] = 0.0;
+        for (int t = 0; t < N; t++)
+            P[e] += s->probs[(size_t)t * E + e];
+    }
+    if (moe->cp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        msr_status_t st = msr_comm_allreduce(moe->cp_comm, MSR_IN_PLACE, P, (uint64_t)E,
+                                             MSR_DTYPE_F64, MSR_OP_SUM);
+        span(moe, "moe cp probs", a);
+        if (st != MSR_OK)
+            return msr_err_call(st, "moe: the allreduce of the router's means over cp %d", moe->cp);
+    }
+    for (int e = 0; e < E; e++)
+        aux += s->frac[e] * (P[e] / ((double)moe->cp * N));
+    *aux_p = aux * (moe->A * E) / moe->cp;
+    return MSR_OK;
 }
 
 msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p, const float *x,
                              int N, float *y, double *aux_p)
 {
     moe_slot_t *s = slot_of(moe, l);
-    int E = moe->E, K = moe->K, C = moe->C, H = moe->H;
-    msr_gpt_moe_t cfg = {E, K, moe->every, moe->F, moe->A};
-    int cap = msr_moe_capacity(&cfg, N);
+    int K = moe->K, C = moe->C, H = moe->H;
+    if (moe->cp > 1 && N % moe->cp_seq != 0) {
+        return msr_err(MSR_ERR_CONFIG, "moe: %d tokens are not whole sequences of %d positions", N,
+                       moe->cp_seq);
+    }
+    msr_layout_moe_dims_t d =
+        msr_layout_moe_dims_cp((uint64_t)N, (uint64_t)moe->cp, (uint64_t)moe->E, (uint64_t)K,
+                               moe->F, (uint64_t)C, (uint64_t)H);
+    int cap = (int)d.cap, stride = (int)d.stride;
     int nb = row_blocks(moe);
-    size_t rows = (size_t)nb * (size_t)cap;
+    size_t rows = (size_t)nb * (size_t)stride;
     msr_moe_stats_t *stats = &moe->stats[(l + 1) / moe->every - 1];
     s->N = 0;
     route(moe, s, p->routerw, x, N);
-
-    /* capacity: choice rank first, then token index (every tp rank counts
-     * every expert alike; it fills the rows of its own experts only) */
-    int count[MSR_GPT_MAX_EXPERTS], filled[MSR_GPT_MAX_EXPERTS];
-    memset(count, 0, sizeof count);
+    msr_status_t st = moe->cp > 1 ? gather_choices(moe, s, N) : MSR_OK;
+    if (st != MSR_OK)
+        return st;
+    int filled[MSR_GPT_MAX_EXPERTS];
     memset(filled, 0, sizeof filled);
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
     if (moe->counting)
         stats->tokens += N;
-    for (int j = 0; j < K; j++) {
-        for (int t = 0; t < N; t++) {
-            size_t tj = (size_t)t * K + j;
-            int e = s->choice[tj], q = row_block(moe, e);
-            if (count[e] == cap) {
-                s->pos[tj] = -1;
-                stats->dropped += moe->counting;
-                continue;
-            }
-            s->pos[tj] = count[e]++;
-            stats->load[e] += moe->counting;
-            if (q < 0)
-                continue;
-            filled[q] = count[e];
-            memcpy(moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
-                   (size_t)C * sizeof(float));
-        }
-    }
+    capacity(moe, s, x, N, cap, stride, filled, stats);
 
     /* dispatch, the experts (on the filled rows of each block), combine */
-    msr_status_t st = exchange_counts(moe, filled, s->used);
-    if (st != MSR_OK || (st = exchange(moe, moe->send, s->xin, cap, C, "moe dispatch")) != MSR_OK)
+    st = exchange_counts(moe, filled, s->used);
+    if (st != MSR_OK ||
+        (st = exchange(moe, moe->send, s->xin, stride, C, "moe dispatch")) != MSR_OK)
         return st;
     for (int b = 0; b < nb; b++) {
         expert_t w = expert_point(p->experts, block_expert(moe, b), C);
-        size_t r0 = (size_t)b * cap;
+        size_t r0 = (size_t)b * stride;
         int n = s->used[b];
         if (n == 0)
             continue;
@@ -197,7 +285,7 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n,
                            H, C);
     }
-    if ((st = exchange(moe, moe->out, s->comb, cap, C, "moe combine")) != MSR_OK)
+    if ((st = exchange(moe, moe->out, s->comb, stride, C, "moe combine")) != MSR_OK)
         return st;
     memset(y, 0, (size_t)N * C * sizeof(float));
     for (int t = 0; t < N; t++) {
@@ -206,26 +294,18 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
             int q = row_block(moe, s->choice[tj]);
             if (s->pos[tj] < 0 || q < 0)
                 continue;
-            const float *o = s->comb + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
+            const float *o = s->comb + ((size_t)q * stride + (size_t)s->pos[tj]) * C;
             float g = s->gate[tj];
             for (int c = 0; c < C; c++)
                 y[(size_t)t * C + c] += g * o[c];
         }
     }
 
-    double aux = 0.0;
-    if (moe->A > 0.0) {
-        for (int e = 0; e < E; e++) {
-            double P = 0.0;
-            for (int t = 0; t < N; t++)
-                P += s->probs[(size_t)t * E + e];
-            aux += s->frac[e] * (P / N);
-        }
-        aux *= moe->A * E;
-    }
+    if ((st = aux_loss(moe, s, N, aux_p)) != MSR_OK)
+        return st;
     s->N = N;
     s->cap = cap;
-    *aux_p = aux;
+    s->stride = stride;
     return MSR_OK;
 }
 
@@ -233,7 +313,7 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
  * the outputs' into moe->send (rows, C), from dy (N, C). */
 static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
 {
-    int K = moe->K, C = moe->C, N = s->N, cap = s->cap;
+    int K = moe->K, C = moe->C, N = s->N, cap = s->stride;
     size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
     memset(moe->send, 0, rows * (size_t)C * sizeof(float));
     for (int t = 0; t < N; t++) {
@@ -263,7 +343,7 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
                                      const msr_gpt_block_params_t *p,
                                      const msr_gpt_block_params_t *g, float *dx)
 {
-    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->cap, nb = row_blocks(moe);
+    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->stride, nb = row_blocks(moe);
     size_t rows = (size_t)nb * (size_t)cap;
     msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)

@@ -83,7 +83,9 @@
  * partial y); the MoE state keeps each micro-batch's routing from its
  * forward to its backward (full recompute routes again, counting nothing
  * twice), and the load-balancing losses of every stage join the step's
- * loss on tp rank 0.
+ * loss on tp rank 0. Under cp a MoE block counts capacity and the
+ * load-balancing loss over the whole micro-batch (model/moe.h), so the
+ * routing is one process's.
  *
  * Data parallel and ZeRO 0-2 run on top (parallel/dp.h over the part's flat
  * buffers). GPipe and 1F1B run a rank's backwards in micro-batch order, so

@@ -103,11 +103,6 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
                        "data-parallel group",
                        ep, cfg->dp);
     }
-    if (E > 0 && cfg->cp > 1) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "MoE does not run with cp: a MoE block routes a micro-batch's whole "
-                       "sequences, which context parallel splits over its ranks");
-    }
     if (E > 0 && E % (ep * cfg->tp) != 0) {
         return msr_err(MSR_ERR_CONFIG,
                        "%d experts do not divide among ep %d x tp %d ranks: each tp rank "
@@ -126,8 +121,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
 }
 
 /* The experts of a MoE model: dp ranks [k * ep, (k + 1) * ep) share their
- * work (the ep group), the dp ranks of one ep index hold the same experts
- * and sum their gradients (the replica group), and the experts get their
+ * work (the ep group), the dp ranks of one ep index (and under cp every
+ * cp rank of theirs) hold the same experts and sum their gradients (the
+ * replica group, ranked as the dp x cp group), and the experts get their
  * own optimizer: over the whole store at ZeRO 0, else over this rank's
  * block of it in the replica group (ZeRO-1 for the experts: gradients
  * reduce-scattered, the block updated, the parameters all-gathered). */
@@ -138,7 +134,14 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     msr_status_t st;
     if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK)
         return msr_err_call(st, "train: the expert-parallel group of ep %d", ep);
-    if (tr->cfg.dp > ep && (st = msr_comm_split(comm, rank % ep, rank, &tr->rep_comm)) != MSR_OK)
+    msr_comm_t *rcomm = comm;
+    int reps = tr->cfg.dp / ep, rkey = rank;
+    if (tr->mesh != NULL && tr->mesh->cp > 1) {
+        rcomm = tr->mesh->dcp_comm;
+        reps *= tr->mesh->cp;
+        rkey = rank * tr->mesh->cp + tr->mesh->cp_rank;
+    }
+    if (reps > 1 && (st = msr_comm_split(rcomm, rank % ep, rkey, &tr->rep_comm)) != MSR_OK)
         return msr_err_call(st, "train: the group of the ranks holding the same experts");
     /* model parallel: the experts of the blocks of this part's stages,
      * shared out over tp too */
@@ -150,10 +153,12 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
         for (int c = 0; c < tr->model->part.chunks; c++)
             held[i] |= (i + 1) * every - 1 >= tr->model->chunk_lo[c] &&
                        (i + 1) * every - 1 < tr->model->chunk_hi[c];
-    msr_moe_layout_t lay = {tr->ep_comm, NULL, held, 0};
+    msr_moe_layout_t lay = {tr->ep_comm, NULL, held, 0, NULL, 0};
     if (tr->mesh != NULL) { /* set before this only on the model-parallel path */
         lay.tp_comm = tr->mesh->tp_comm;
         lay.router_once = tr->cfg.mp.sp;
+        lay.cp_comm = tr->mesh->cp_comm;
+        lay.cp_seq = tr->cfg.model.max_seq / tr->mesh->cp;
     }
     st = msr_moe_set_layout(moe, &lay);
     msr_free(held);
@@ -206,7 +211,8 @@ msr_status_t msr_train_experts_gather(msr_trainer_t *tr)
 
 /* After a step's backward: the experts' gradients summed over the ranks
  * that hold them, and their squared norm handed to the data-parallel
- * update (counted by the first replica of each expert only). */
+ * update (counted by the first replica of each expert only: the first ep
+ * group's cp rank 0). */
 static msr_status_t experts_reduce(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
@@ -236,7 +242,8 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     for (size_t i = 0; i < n; i++)
         sumsq += (double)g[i] * g[i];
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
-    tr->dp->extra_sumsq = tr->cfg.dp_rank < ep ? sumsq : 0.0;
+    int first = tr->cfg.dp_rank < ep && (tr->mesh == NULL || tr->mesh->cp_rank == 0);
+    tr->dp->extra_sumsq = first ? sumsq : 0.0;
     return MSR_OK;
 }
 
@@ -355,8 +362,8 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
         /* the MoE state keeps each micro-batch's routing from its forward
          * to its backward (one frame when full recompute runs it again) */
         int frames = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL ? 1 : cfg->grad_accum;
-        st = msr_moe_create_frames(&cfg->model, cfg->micro_batch * cfg->model.max_seq, frames,
-                                   &tr->model->moe);
+        st = msr_moe_create_cp(&cfg->model, cfg->micro_batch * cfg->model.max_seq / cp, frames, cp,
+                               &tr->model->moe);
         if (st != MSR_OK || (st = experts_create(tr, mesh->dp_comm, mesh->dp_rank)) != MSR_OK)
             goto err_free;
     }

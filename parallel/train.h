@@ -55,10 +55,11 @@ typedef struct msr_train_config {
      * computed by ep ranks of the data-parallel group, dp ranks [k * ep,
      * (k + 1) * ep) forming group k; 0 or 1: every rank computes them all.
      * With model parallel the groups are cut from the dp group of this
-     * rank's (pp, tp) coordinate, a rank holds the experts of its stages'
-     * MoE blocks only, and the tp ranks share out their ep rank's experts
-     * (model/moe.h). Needs model.moe.experts > 0 divisible by ep x tp,
-     * ep dividing dp, and no cp */
+     * rank's (pp, cp, tp) coordinate, a rank holds the experts of its
+     * stages' MoE blocks only, and the tp ranks share out their ep rank's
+     * experts (model/moe.h); under cp every cp rank holds them too and
+     * the capacity is the micro-batch's. Needs model.moe.experts > 0
+     * divisible by ep x tp and ep dividing dp */
     int ep;
     /* mixed precision (docs/model.md "bf16 training"): the matrix products'
      * operands in precision (MSR_PRECISION_FP32, the zero value, or bf16;

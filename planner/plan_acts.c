@@ -94,7 +94,8 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
 }
 
 /* The MoE state's buffers: the layout's MoE table (msr_layout_moe_work,
- * which model/moe.c allocates from) for micro-batches of N = b T tokens,
+ * which model/moe.c allocates from) for micro-batches of N = b T tokens
+ * (a rank's b T / cp of them under cp, the capacity the group's),
  * floats of fw bytes: a slot per MoE block the rank runs and frame (a
  * micro-batch whose routing waits for its backward: one on the whole-model
  * path and under full recompute, else the step's micro-batches), the once
@@ -103,10 +104,11 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
 uint64_t msr_plan_moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
                                  int tp_rank, uint64_t fw)
 {
-    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq, C = (uint64_t)m->channels;
+    uint64_t cp = (uint64_t)msr_plan_cp(l), C = (uint64_t)m->channels;
+    uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq / cp;
     uint64_t H = m->arch == MSR_PLAN_LLAMA ? (uint64_t)m->ffn : 4 * C;
-    msr_layout_moe_dims_t d =
-        msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k, m->capacity_factor, C, H);
+    msr_layout_moe_dims_t d = msr_layout_moe_dims_cp(N, cp, (uint64_t)m->experts,
+                                                     (uint64_t)m->top_k, m->capacity_factor, C, H);
     int frames = msr_plan_whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : l->micros;
     int rdx = l->tp > 1 && !l->sp && tp_rank > 0;
     return msr_layout_moe_work_bytes(&d, blocks, frames, m->layers / m->moe_every, rdx, fw);
@@ -185,8 +187,9 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
     }
     if (moe_blocks > 0) {
         uint64_t H = 4 * C;
-        msr_layout_moe_dims_t md = msr_layout_moe_dims(N, (uint64_t)m->experts, (uint64_t)m->top_k,
-                                                       m->capacity_factor, C, H);
+        msr_layout_moe_dims_t md =
+            msr_layout_moe_dims_cp(N, (uint64_t)msr_plan_cp(l), (uint64_t)m->experts,
+                                   (uint64_t)m->top_k, m->capacity_factor, C, H);
         /* an expert runs each source rank's tokens routed to it: at most
          * its capacity, and at most the N tokens (each routed to it once);
          * fewer when the routing says so, which only a step can tell */

@@ -105,8 +105,6 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("ep %d does not divide dp %d: the expert-parallel groups are cut from the "
             "data-parallel group",
             ep, l->dp);
-    if (m->experts > 0 && cp > 1)
-        BAD("MoE blocks do not run with context parallel (cp %d)", cp);
     if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS))
         BAD("offload %d: only the optimizer and the activations offload", l->offload);
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)

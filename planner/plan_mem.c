@@ -190,8 +190,9 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
 
 /* The experts (parallel/train.c experts_create): E / (ep tp) of each MoE
  * block of the part, their moments whole or, under ZeRO with replicas,
- * this rank's block among the dp / ep ranks holding the same experts (rank
- * dp_rank / ep of them), with a gather buffer of all the blocks. */
+ * this rank's block among the dp / ep x cp ranks holding the same experts
+ * (rank dp_rank / ep x cp + cp_rank of them), with a gather buffer of all
+ * the blocks. */
 static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                          msr_plan_precision_t prec, int runtime, const msr_plan_part_t *p,
                          msr_plan_rank_t *o)
@@ -199,10 +200,12 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     int ep = msr_plan_ep(l), held = m->experts / (ep * l->tp);
     uint64_t fw = runtime ? MSR_PLAN_F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
     uint64_t count = (uint64_t)p->moe_blocks * (uint64_t)held * msr_plan_expert_params(m);
-    uint64_t reps = (uint64_t)(l->dp / ep), lo = 0, hi = count, blk = 0;
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count,
+             blk = 0;
     if (l->zero >= 1 && reps > 1) {
         blk = msr_plan_ceil_div(count, reps);
-        lo = msr_plan_min_u64(count, (uint64_t)(o->dp_rank / ep) * blk);
+        lo = msr_plan_min_u64(count,
+                              ((uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank) * blk);
         hi = msr_plan_min_u64(count, lo + blk);
     }
     o->experts_held = held;

@@ -1053,6 +1053,46 @@ test: ^test_parallel_train_gpt_moe$
         msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
 >>>
 
+@ moe.cp_capacity_per_chunk
+file: model/moe_pass.c
+test: ^test_parallel_train_gpt_moe_cp$
+<<<
+                count[e] += count[e] < cap;
+===
+                count[e] += 0 * (count[e] < cap);
+>>>
+
+@ moe.cp_aux_probs_of_own_tokens
+file: model/moe_pass.c
+test: ^test_parallel_train_gpt_moe_cp$
+<<<
+    if (moe->cp_comm != NULL) {
+        uint64_t a = msr_now_ns();
+        msr_status_t st = msr_comm_allreduce(moe->cp_comm, MSR_IN_PLACE, P, (uint64_t)E,
+===
+    if (moe->cp_comm != NULL && 0) {
+        uint64_t a = msr_now_ns();
+        msr_status_t st = msr_comm_allreduce(moe->cp_comm, MSR_IN_PLACE, P, (uint64_t)E,
+>>>
+
+@ train.experts_not_summed_over_cp
+file: parallel/train.c
+test: ^test_parallel_train_gpt_moe_cp$
+<<<
+        reps *= tr->mesh->cp;
+===
+        reps *= 1;
+>>>
+
+@ train.expert_norm_counted_by_every_cp_rank
+file: parallel/train.c
+test: ^test_parallel_train_gpt_moe_cp$
+<<<
+(tr->mesh == NULL || tr->mesh->cp_rank == 0);
+===
+(tr->mesh == NULL || tr->mesh->cp_rank >= 0);
+>>>
+
 @ mp.moe_recompute_counts_routing
 file: parallel/mp_run.c
 test: ^test_parallel_train$
@@ -1173,9 +1213,18 @@ test: ^test_parallel_(plan_sim|mp)$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report$
 <<<
-    uint64_t reps = (uint64_t)(l->dp / ep), lo = 0, hi = count, blk = 0;
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count,
 ===
-    uint64_t reps = (uint64_t)l->dp, lo = 0, hi = count, blk = 0;
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)l->dp * cp, lo = 0, hi = count,
+>>>
+
+@ plan_mem.experts_not_sharded_over_cp
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report$
+<<<
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count,
+===
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * 1, lo = 0, hi = count,
 >>>
 
 @ plan_acts.bf16_expert_rows_at_capacity

@@ -8,7 +8,9 @@
 #      against the waits the ring leaves exposed ("ring wait"), and the
 #      bytes it moves;
 #   3. tokens per second of a MoE model with ep 1, 2 and 4 on 4 ranks;
-#   4. with a third argument, an SVG of the traced cp 4 step there.
+#   4. the same MoE model under context parallel: cp 2 x dp 2 (ep 1 and
+#      2) and cp 4 beside dp 4 (ep 2), the same global batch;
+#   5. with a third argument, an SVG of the traced cp 4 step there.
 # The alltoall MoE's dispatch and combine use, against Open MPI's
 # MPI_Alltoall: scripts/bench-comm.sh 4 --op alltoall --sizes ...
 #
@@ -84,4 +86,17 @@ echo "|---:|---:|---:|"
 for ep in 1 2 4; do
     run 4 "${moe[@]}" --ep "$ep"
     echo "| $ep | $((8 / ep)) | $(tok_s) |"
+done
+
+moecp=(--layers 4 --channels 128 --heads 4 --seq 64 --micro-batch 8 --global-batch 32
+    --experts 8 --top-k 2)
+echo
+echo "### MoE under context parallel: 4 ranks, ${moecp[*]}"
+echo
+echo "| layout | tokens/s |"
+echo "|---|---:|"
+for lay in "--dp 4 --ep 2" "--cp 2 --dp 2" "--cp 2 --dp 2 --ep 2" "--cp 4 --dp 1"; do
+    read -r -a a <<<"$lay"
+    run 4 "${moecp[@]}" "${a[@]}"
+    echo "| ${lay} | $(tok_s) |"
 done

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# 27 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# 28 layouts of 4 ranks (dp, tp with and without sp, pp with each
 # schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
 # modes, small buckets and replicated segments, context parallel alone and
 # with tp and pp; Mixture-of-Experts with expert parallel, on the data-
-# parallel path and with pp, tp and sp), train_gpt
+# parallel path and with pp, tp, sp and cp), train_gpt
 # --report runs
 # under msrun, and every rank's
 # parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
@@ -81,4 +81,9 @@ check 4 dp=2,tp=2,pp=1,sp=1,zero=2,recompute=selective,micro_batch=2,ep=2 --tp 2
     --zero 2 --recompute selective --bucket-mb 0.01
 check 6 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=gpipe --tp 2 --pp 2 \
     --schedule gpipe --grad-accum 2 --recompute full
+# ... and under cp: the experts replicated over cp too, their moments
+# sharded over the dp / ep x cp ranks holding the same experts (rank
+# dp_rank / ep x cp + cp_rank of the 4 here)
+check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=1,recompute=none,micro_batch=2,ep=1 --cp 2 --zero 1 \
+    --bucket-mb 0.01
 echo "ok: $checked layouts, every rank's count equals the plan"

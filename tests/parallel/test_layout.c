@@ -351,6 +351,21 @@ static void test_moe_capacity(void)
     MSR_CHECK_EQ(msr_layout_moe_capacity(0.01, 1, 1, 4), 1);
     msr_layout_moe_dims_t d = msr_layout_moe_dims(9, 4, 2, 1.0, 8, 32);
     MSR_CHECK(d.cap == 5 && d.rows == 20 && d.N == 9 && d.H == 32);
+    /* alone a capacity over the tokens stays the stride (4 tokens, F 4:
+     * cap 8) */
+    d = msr_layout_moe_dims(4, 4, 2, 4.0, 8, 32);
+    MSR_CHECK(d.cap == 8 && d.stride == 8 && d.rows == 32);
+    /* under cp the group's capacity; a block's stride min(cap, N): N 9 of
+     * 18 tokens, cap 9 = N exactly; N 4 of 8 at F 2: cap 8, stride 4; N 8
+     * of 16 at F 1: cap 8 = N */
+    d = msr_layout_moe_dims_cp(9, 2, 4, 2, 1.0, 8, 32);
+    MSR_CHECK(d.cap == 9 && d.stride == 9 && d.rows == 36 && d.N == 9 && d.cp == 2);
+    d = msr_layout_moe_dims_cp(4, 2, 4, 2, 2.0, 8, 32);
+    MSR_CHECK(d.cap == 8 && d.stride == 4 && d.rows == 16);
+    d = msr_layout_moe_dims_cp(8, 2, 4, 2, 0.9, 8, 32);
+    MSR_CHECK(d.cap == 8 && d.stride == 8 && d.rows == 32);
+    d = msr_layout_moe_dims_cp(9, 1, 4, 2, 1.0, 8, 32); /* cp 1: msr_layout_moe_dims */
+    MSR_CHECK(d.cap == 5 && d.stride == 5 && d.rows == 20);
 }
 
 static void test_moe_work_table(void)
@@ -368,7 +383,11 @@ static void test_moe_work_table(void)
     MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_DPROBS), N * E);
     MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_LOAD), E);
     MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_RDX), N * C);
+    MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_GCHOICE), 0); /* cp 1 */
     MSR_CHECK_EQ(msr_layout_moe_work(&d, MSR_MOE_WORK_COUNT), 0);
+    msr_layout_moe_dims_t dc = msr_layout_moe_dims_cp(9, 3, 4, 2, 1.0, 8, 32);
+    MSR_CHECK_EQ(msr_layout_moe_work(&dc, MSR_MOE_WORK_GCHOICE), 3 * N * K);
+    MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_GCHOICE, 2), 4);
     MSR_CHECK_EQ(msr_layout_moe_work(&d, -1), 0);
     /* the element sizes: floats the caller's width, the others their type's */
     MSR_CHECK_EQ(msr_layout_moe_work_size(MSR_MOE_WORK_PROBS, 2), 2);

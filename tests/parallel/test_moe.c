@@ -419,6 +419,18 @@ static void test_bounds(void)
     MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
     MSR_CHECK_EQ(msr_moe_count(moe), 2 * msr_moe_expert_count(8));
     msr_moe_destroy(moe);
+    /* cp: at least 1; a layout's cp group must be the size the state
+     * was made for */
+    moe = NULL;
+    MSR_CHECK_STATUS(msr_moe_create_cp(&cfg, 4, 1, 0, &moe), MSR_ERR_CONFIG);
+    MSR_CHECK(moe == NULL);
+    MSR_CHECK_EQ(msr_moe_create_cp(&cfg, 4, 1, 2, &moe), MSR_OK);
+    MSR_CHECK_STATUS(msr_moe_set_ep(moe, NULL), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "a cp group of 1 ranks for a state made for cp 2") != NULL);
+    msr_moe_destroy(moe);
+    MSR_CHECK_EQ(msr_moe_create_cp(&cfg, 4, 1, 1, &moe), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_set_ep(moe, NULL), MSR_OK);
+    msr_moe_destroy(moe);
 }
 
 /* The experts' tensors: each element's index in the full model is its

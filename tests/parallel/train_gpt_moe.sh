@@ -25,7 +25,6 @@ refuse 4 "ep 4 does not divide dp 2" "${moe[@]}" --ep 4 --tp 2
 refuse 2 "3 experts do not divide among ep 1 x tp 2 ranks" "${moe[@]}" --experts 3 --tp 2
 refuse 4 "6 experts do not divide among ep 2 x tp 2 ranks" "${moe[@]}" --experts 6 --ep 2 \
     --tp 2
-refuse 2 "MoE does not run with cp" "${moe[@]}" --cp 2
 refuse 1 "top-k 5 is not in \[1, 4 experts\]" "${moe[@]}" --top-k 5
 refuse 1 "moe-every 3 is not in \[1, 2 layers\]" "${moe[@]}" --moe-every 3
 # the routing of each step, as --report prints it (rank prefix stripped)
