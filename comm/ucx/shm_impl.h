@@ -62,10 +62,6 @@ struct ucx_shm {
      * operations): data_op[p], the last operation of parity p whose members
      * each wrote their own slot (allreduce, reduce-scatter, allgather) */
     uint64_t data_op[2];
-    /* the last operation whose every member this member saw publish (its
-     * wait read them all): the next one's turn needs no look at their
-     * words */
-    uint64_t all_seen;
     /* broadcasts go through a ring per parity p over the members' slots p
      * (shm_slots.c): the stride of its entries now, its last broadcast,
      * the last one with another stride; and where the operation placed

@@ -35,12 +35,9 @@ static size_t slot_bytes(const ucx_req_t *r)
 /* Whether every member published k (from sl->first_unseen on): its
  * input for k is in its slot, and it finished every operation before k.
  * This member's own word is not read: wherever it asks (its turn for k,
- * the wait for k), it published k - 1, or k, already. Nor are the others'
- * where this member's wait saw them all at k or later (all_seen). */
+ * the wait for k), it published k - 1, or k, already. */
 static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
-    if (k <= s->all_seen)
-        return 1;
     if (r->n == 2) /* the peer's word alone */
         return atomic_load_explicit(&s->ctl[1 - r->me].c[C_SEQ], memory_order_acquire) >= k;
     for (int j = r->slots.first_unseen; j < r->n; j++) {
@@ -295,8 +292,6 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
             return MSR_IN_PROGRESS;
         spin_pause();
     }
-    if (a->coll != MSR_COLL_BROADCAST)
-        s->all_seen = k; /* it read every member's word at k or later */
     slots_finish(s, r, k);
     r->uc->shm_done = k;
     return MSR_OK;
