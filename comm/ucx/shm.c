@@ -1,7 +1,9 @@
 /* The shared-memory paths of a group whose members are all on this node:
  * one segment per communicator with, per member, a sequence word on its own
  * cache line and two data slots for small collectives and barriers
- * (shm_slots.c runs them), and an area for the tiled path of larger
+ * (shm_slots.c runs them), two lined areas where vectors of 17 bytes to
+ * 4 KiB travel with the operation's number in every line (shm_impl.h),
+ * and an area for the tiled path of larger
  * collectives (shm_tiles.c runs it). This file makes and maps the segment.
  * An allreduce
  * copies its input into its slot, publishes the operation's number, waits
