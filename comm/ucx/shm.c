@@ -1,8 +1,8 @@
 /* The shared-memory paths of a group whose members are all on this node:
  * one segment per communicator with, per member, a sequence word on its own
  * cache line and two data slots for small collectives and barriers
- * (shm_slots.c runs them), two lined areas where vectors of 17 bytes to
- * 4 KiB travel with the operation's number in every line (shm_impl.h),
+ * (shm_slots.c runs them), two lined areas where vectors of 17 to
+ * 128 bytes travel with the operation's number in every line (shm_impl.h),
  * and an area for the tiled path of larger
  * collectives (shm_tiles.c runs it). This file makes and maps the segment.
  * An allreduce
@@ -98,7 +98,7 @@ static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
 /* The segment's shape: slots of shm_max bytes, smaller in large groups
  * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); lined areas for
  * vectors up to a slot or SHM_LINED_MAX, whichever is less (at most
- * 2 x 74 lines a member beside the slots); the tiled path's n
+ * 2 x 3 lines a member beside the slots); the tiled path's n
  * stages and a result of depth tiles each, smaller tiles in large groups
  * (the same limit), none when a tile would leave a member less than a
  * line. */

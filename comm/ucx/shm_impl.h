@@ -28,7 +28,7 @@ enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
  * by nothing else (no ring, no plain slot), so a word holds only a number
  * its member wrote, never stale data that could look like one. */
 #define SHM_LINE_DATA 56
-#define SHM_LINED_MAX 4096
+#define SHM_LINED_MAX 128 /* above, the plain slots were faster (docs/performance.md) */
 
 static inline size_t shm_lines(size_t bytes)
 {

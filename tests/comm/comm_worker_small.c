@@ -18,12 +18,12 @@ static size_t slot_size(int n)
 /* Every collective of the slots on t at exactly the slot's size and one
  * element past it (the tiles or messages then), at the 16 bytes that travel
  * in a member's counter line and one past, at the most that travels lined
- * (4 KiB or the slot) and one past, at a line's 56 data bytes and one past,
+ * (128 bytes or the slot) and one past, at a line's 56 data bytes and one past,
  * past two lines, and at counts that are multiples of nothing: every dtype
  * and op, in place and not. */
 static void check_small(tc_t *t, size_t slot)
 {
-    size_t lined = slot < 4096 ? slot : 4096;
+    size_t lined = slot < 128 ? slot : 128;
     for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
         msr_dtype_t dt = (msr_dtype_t)d;
         size_t es = msr_dtype_size(dt), n = (size_t)t->n;
@@ -166,7 +166,7 @@ static void order_check(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, ui
  * float32 and float64. */
 static void check_order(tc_t *t, size_t slot)
 {
-    size_t lined = slot < 4096 ? slot : 4096, n = (size_t)t->n;
+    size_t lined = slot < 128 ? slot : 128, n = (size_t)t->n;
     const msr_dtype_t dts[] = {MSR_DTYPE_F32, MSR_DTYPE_F64};
     for (size_t d = 0; d < 2; d++) {
         size_t es = msr_dtype_size(dts[d]);
