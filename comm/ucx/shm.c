@@ -1,7 +1,9 @@
 /* The shared-memory paths of a group whose members are all on this node:
  * one segment per communicator with, per member, a sequence word on its own
  * cache line and two data slots for small collectives and barriers
- * (shm_slots.c runs them), and an area for the tiled path of larger
+ * (shm_slots.c runs them), two lined areas where vectors of 17 to
+ * 128 bytes travel with the operation's number in every line (shm_impl.h),
+ * and an area for the tiled path of larger
  * collectives (shm_tiles.c runs it). This file makes and maps the segment.
  * An allreduce
  * copies its input into its slot, publishes the operation's number, waits
@@ -29,12 +31,13 @@
 #include "comm/ucx/shm_impl.h"
 #include "comm/ucx/ucx_impl.h"
 
-#define SHM_MAGIC 0x6d737369u /* "mssi": with the tiled area */
+#define SHM_MAGIC 0x6d73736cu /* "mssl": with the lined and tiled areas */
 
 typedef struct shm_hdr {
     uint32_t magic;
     int32_t n;
     uint64_t slot;
+    uint64_t lined;
     uint64_t tile;
     uint64_t depth;
 } shm_hdr_t;
@@ -93,7 +96,9 @@ static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
 }
 
 /* The segment's shape: slots of shm_max bytes, smaller in large groups
- * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); the tiled path's n
+ * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); lined areas for
+ * vectors up to a slot or SHM_LINED_MAX, whichever is less (at most
+ * 2 x 3 lines a member beside the slots); the tiled path's n
  * stages and a result of depth tiles each, smaller tiles in large groups
  * (the same limit), none when a tile would leave a member less than a
  * line. */
@@ -104,6 +109,9 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
     if (slot > uc->tune.shm_segment / (2 * (size_t)n))
         slot = uc->tune.shm_segment / (2 * (size_t)n);
     slot = slot / LINE * LINE;
+    size_t lined = slot < SHM_LINED_MAX ? slot : SHM_LINED_MAX;
+    if (lined <= SHM_INLINE)
+        lined = 0;
     size_t tile = uc->tune.shm_tile / LINE * LINE;
     uint64_t depth = (uint64_t)uc->tune.shm_depth;
     while (tile && (size_t)(n + 1) * depth * tile > uc->tune.shm_segment)
@@ -111,8 +119,8 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
     if (tile < (size_t)n * LINE)
         tile = 0;
     *len_p = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
-             (tile ? (size_t)(n + 1) * depth * tile : 0);
-    return (shm_hdr_t){SHM_MAGIC, n, slot, tile, depth};
+             (size_t)n * 2 * shm_lines(lined) * LINE + (tile ? (size_t)(n + 1) * depth * tile : 0);
+    return (shm_hdr_t){SHM_MAGIC, n, slot, lined, tile, depth};
 }
 
 /* The first member makes the segment, its pages reserved now (a full
@@ -155,7 +163,7 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
         shm_hdr_t h;
         memcpy(&h, base, sizeof h);
         *ok_p = h.magic == want->magic && h.n == want->n && h.slot == want->slot &&
-                h.tile == want->tile && h.depth == want->depth;
+                h.lined == want->lined && h.tile == want->tile && h.depth == want->depth;
     }
     if (fd >= 0)
         close(fd);
@@ -237,7 +245,10 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->ctl = (shm_ctl_t *)((char *)base + LINE);
     s->slots = (char *)base + LINE + (size_t)n * sizeof(shm_ctl_t);
     s->slot = slot;
-    s->stage = s->slots + (size_t)n * 2 * slot;
+    s->lined = s->slots + (size_t)n * 2 * slot;
+    s->lined_max = shape.lined;
+    s->lined_area = shm_lines(shape.lined) * LINE;
+    s->stage = s->lined + (size_t)n * 2 * s->lined_area;
     s->result = s->stage + (size_t)n * depth * tile;
     s->tile = tile;
     s->depth = depth;

@@ -18,6 +18,23 @@ enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
 
 #define SHM_INLINE 16 /* vectors up to this size travel in the counters' line */
 
+/* Vectors above SHM_INLINE up to the segment's lined_max (at most
+ * SHM_LINED_MAX) travel lined: each cache line of a member's lined area
+ * holds SHM_LINE_DATA bytes of the vector and, in its last 8 bytes, the
+ * number of the operation that wrote them. The reader loads a line only
+ * after its own word showed the operation: the transfer that publishes the
+ * line also carries its data, and the lines of one vector travel together
+ * instead of after a separate sequence line. The lined areas are written
+ * by nothing else (no ring, no plain slot), so a word holds only a number
+ * its member wrote, never stale data that could look like one. */
+#define SHM_LINE_DATA 56
+#define SHM_LINED_MAX 128 /* above, the plain slots were faster (docs/performance.md) */
+
+static inline size_t shm_lines(size_t bytes)
+{
+    return (bytes + SHM_LINE_DATA - 1) / SHM_LINE_DATA;
+}
+
 typedef struct shm_ctl {
     _Atomic uint64_t c[C_N];
     char inl[2][SHM_INLINE];
@@ -33,6 +50,9 @@ struct ucx_shm {
     shm_ctl_t *ctl;
     char *slots;
     size_t slot;
+    char *lined;      /* per member, 2 areas of lined_area bytes */
+    size_t lined_max; /* vectors up to this travel lined (0: none) */
+    size_t lined_area;
     char *stage;  /* per member, depth slots of tile bytes */
     char *result; /* depth slots of tile bytes (allreduce) */
     size_t tile;  /* 0: no tiled path */
@@ -68,6 +88,18 @@ static inline char *slot_of(const struct ucx_shm *s, int rank, uint64_t k)
 static inline char *data_of(const struct ucx_shm *s, int rank, uint64_t k, size_t bytes)
 {
     return bytes <= SHM_INLINE ? s->ctl[rank].inl[k & 1] : slot_of(s, rank, k);
+}
+
+/* Operation k's lined area of a member (alternating as the slots do). */
+static inline char *lined_of(const struct ucx_shm *s, int rank, uint64_t k)
+{
+    return s->lined + ((size_t)rank * 2 + (size_t)(k & 1)) * s->lined_area;
+}
+
+/* The word of line i of a lined area. */
+static inline _Atomic uint64_t *line_word(char *area, size_t i)
+{
+    return (_Atomic uint64_t *)(area + i * LINE + SHM_LINE_DATA);
 }
 
 #endif

@@ -50,15 +50,93 @@ static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     return 1;
 }
 
+/* Whether this operation's input (in bytes) travels lined: the same
+ * answer on every member. Broadcasts keep their ring. */
+static int lined(const struct ucx_shm *s, const ucx_req_t *r, size_t in)
+{
+    return in > SHM_INLINE && in <= s->lined_max && r->pub.args.coll != MSR_COLL_BROADCAST;
+}
+
+/* The part of each member's lined vector this member reads: a
+ * reduce-scatter's block of it, the whole of it otherwise. */
+static void lined_range(const ucx_req_t *r, size_t in, size_t *off_p, size_t *len_p)
+{
+    int rs = r->pub.args.coll == MSR_COLL_REDUCE_SCATTER;
+    *off_p = rs ? (size_t)r->me * r->bytes : 0;
+    *len_p = rs ? r->bytes : in;
+}
+
+/* Writes len bytes into a lined area for operation k: each line's data,
+ * then its word (release: a reader that sees k sees the data). */
+static void lined_put(char *area, const char *src, size_t len, uint64_t k)
+{
+    size_t i = 0, off = 0;
+    for (; len - off > SHM_LINE_DATA; i++, off += SHM_LINE_DATA) {
+        memcpy(area + i * LINE, src + off, SHM_LINE_DATA);
+        atomic_store_explicit(line_word(area, i), k, memory_order_release);
+    }
+    memcpy(area + i * LINE, src + off, len - off);
+    atomic_store_explicit(line_word(area, i), k, memory_order_release);
+}
+
+/* Copies bytes [off, off + len) of a lined vector out (len > 0; every
+ * line they lie on seen at the operation's number). */
+static void lined_get(char *dst, char *area, size_t off, size_t len)
+{
+    size_t i = off / SHM_LINE_DATA, o = off % SHM_LINE_DATA;
+    while (len) {
+        size_t c = SHM_LINE_DATA - o;
+        if (c < len) {
+            memcpy(dst, area + i * LINE + o, c);
+        } else {
+            c = len;
+            memcpy(dst, area + i * LINE + o, c);
+        }
+        dst += c;
+        len -= c;
+        i++;
+        o = 0;
+    }
+}
+
+/* Whether every other member's lines holding bytes [off, off + len) of
+ * its vector show k (from first_unseen and first_line on): each line is
+ * read, later, only after its own word was. */
+static int lines_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t off, size_t len)
+{
+    ucx_shm_slots_t *sl = &r->slots;
+    size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA + 1;
+    for (int j = sl->first_unseen; j < r->n; j++) {
+        if (j == r->me)
+            continue;
+        char *area = lined_of(s, j, k);
+        for (size_t i = first + sl->first_line; i < end; i++) {
+            if (atomic_load_explicit(line_word(area, i), memory_order_acquire) != k) {
+                sl->first_unseen = j;
+                sl->first_line = i - first;
+                return 0;
+            }
+        }
+        sl->first_line = 0;
+    }
+    sl->first_unseen = 0;
+    return 1;
+}
+
 /* Whether every member whose slot this operation reads published k: a
- * broadcast reads the root's only. */
+ * broadcast reads the root's only; a lined vector's lines carry k
+ * themselves. */
 static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
     const msr_coll_args_t *a = &r->pub.args;
     if (a->coll == MSR_COLL_BROADCAST)
         return r->me == a->root ||
                atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
-    return all_reached(s, r, k);
+    size_t in = slot_bytes(r), off, len;
+    if (!lined(s, r, in))
+        return all_reached(s, r, k);
+    lined_range(r, in, &off, &len);
+    return lines_seen(s, r, k, off, len);
 }
 
 /* Places broadcast k in the ring of its parity (once, at its turn: every
@@ -119,6 +197,31 @@ static inline void fold(const msr_coll_args_t *a, void *dst, const void *x, cons
         msr_reduce(a->op, a->dtype, dst, x, y, a->count);
 }
 
+/* Every lined vector is there: copy them out (allgather) or fold them in
+ * rank order (allreduce; reduce-scatter this member's block of them):
+ * rank 0's part into recvbuf, then each next one's, copied out whole,
+ * into it (msr_reduce's operands and order, so its bits). */
+static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, size_t in)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    size_t off, len;
+    if (a->coll == MSR_COLL_ALLGATHER) {
+        for (int j = 0; j < r->n; j++)
+            if (j != r->me || !a->in_place)
+                lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), 0, in);
+        return;
+    }
+    char other[SHM_LINED_MAX]; /* len <= in <= lined_max <= SHM_LINED_MAX */
+    lined_range(r, in, &off, &len);
+    lined_get(a->recvbuf, lined_of(s, 0, k), off, len);
+    for (int j = 1; j < r->n; j++) {
+        lined_get(other, lined_of(s, j, k), off, len);
+        fold(a, a->recvbuf, a->recvbuf, other);
+    }
+    if (a->op == MSR_OP_AVG)
+        msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
+}
+
 /* Every slot is there: fold them in rank order (allreduce; reduce-scatter
  * this member's block of them) or copy them out (allgather, broadcast). */
 static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k)
@@ -127,6 +230,10 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
     size_t in = slot_bytes(r), off = 0;
     if (r->bytes == 0)
         return;
+    if (lined(s, r, in)) {
+        lined_finish(s, r, k, in);
+        return;
+    }
     switch (a->coll) {
     case MSR_COLL_REDUCE_SCATTER:
         off = (size_t)r->me * r->bytes;
@@ -167,6 +274,8 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         size_t in = slot_bytes(r);
         if (in && a->coll == MSR_COLL_BROADCAST) {
             memcpy(s->ring_cur, a->sendbuf, in);
+        } else if (lined(s, r, in)) {
+            lined_put(lined_of(s, r->me, k), a->sendbuf, in, k);
         } else if (in) {
             memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
             s->data_op[k & 1] = k;

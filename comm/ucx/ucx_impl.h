@@ -295,9 +295,10 @@ typedef struct ucx_a2a {
 
 /* shm_slots.c: the shared-memory allreduce and barrier through the slots */
 typedef struct ucx_shm_slots {
-    uint64_t seq;     /* this operation's number (the communicator's count) */
-    int published;    /* our input is in our slot and our sequence word says so */
-    int first_unseen; /* the first member not seen at the awaited number yet */
+    uint64_t seq;      /* this operation's number (the communicator's count) */
+    int published;     /* our input is in our slot and our sequence word says so */
+    int first_unseen;  /* the first member not seen at the awaited number yet */
+    size_t first_line; /* lined: its first line not seen yet (from the range's first) */
 } ucx_shm_slots_t;
 
 /* shm_tiles.c: the tiled path; tiles are counted over the communicator's life */

@@ -17,18 +17,32 @@ static size_t slot_size(int n)
 
 /* Every collective of the slots on t at exactly the slot's size and one
  * element past it (the tiles or messages then), at the 16 bytes that travel
- * in a member's counter line and one past, and at counts that are
- * multiples of nothing: every dtype and op, in place and not. */
+ * in a member's counter line and one past, at the most that travels lined
+ * (128 bytes or the slot) and one past, at a line's 56 data bytes and one past,
+ * past two lines, and at counts that are multiples of nothing: every dtype
+ * and op, in place and not. */
 static void check_small(tc_t *t, size_t slot)
 {
+    size_t lined = slot < 128 ? slot : 128;
     for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
         msr_dtype_t dt = (msr_dtype_t)d;
         size_t es = msr_dtype_size(dt), n = (size_t)t->n;
         /* whole vectors (allreduce, broadcast, an allgather's block) and a
          * reduce-scatter's block, whose input is n of them */
-        const uint64_t whole[] = {slot / es, slot / es + 1, 16 / es, 16 / es + 1, 3, 1};
-        const uint64_t block[] = {
-            slot / (n * es), slot / (n * es) + 1, 16 / (n * es), 16 / (n * es) + 1, 3, 1};
+        const uint64_t whole[] = {
+            slot / es, slot / es + 1, 16 / es,      16 / es + 1, lined / es, lined / es + 1,
+            56 / es,   56 / es + 1,   112 / es + 1, 3,           1};
+        const uint64_t block[] = {slot / (n * es),
+                                  slot / (n * es) + 1,
+                                  16 / (n * es),
+                                  16 / (n * es) + 1,
+                                  lined / (n * es),
+                                  lined / (n * es) + 1,
+                                  56 / (n * es),
+                                  56 / (n * es) + 1,
+                                  112 / (n * es) + 1,
+                                  3,
+                                  1};
         for (size_t c = 0; c < sizeof whole / sizeof whole[0]; c++) {
             for (int o = 0; o < MSR_OP_COUNT; o++) {
                 msr_op_t op = (msr_op_t)o;
@@ -47,6 +61,127 @@ static void check_small(tc_t *t, size_t slot)
             cw_check_allgather(t, dt, whole[c], (int)(c % 2 == 0));
             cw_check_broadcast(t, dt, whole[c], (int)(c % n));
         }
+    }
+}
+
+/* ---- the order of the fold, bitwise ---- */
+
+/* Rank r's element i: a float of its own magnitude, mantissa and sign, so
+ * that a fold in another order, or an element from another line or rank,
+ * gives other bits (the small integers of cw_input repeat every 7
+ * elements: a whole 56-byte line of any dtype). */
+static double order_input(int r, uint64_t i)
+{
+    uint64_t h = (i + 1) * 2654435761u + (uint64_t)r * 40503u;
+    double m = 1.0 + (double)(h % 1000003u) / 1000003.0;
+    m = ldexp(m, (int)((i * 7 + (uint64_t)r * 3) % 13) - 6);
+    return (h >> 20) % 3 == 0 ? -m : m;
+}
+
+static float fold_f32(msr_op_t op, float acc, float x)
+{
+    switch (op) {
+    case MSR_OP_PROD:
+        return acc * x;
+    case MSR_OP_MIN:
+        return x < acc ? x : acc;
+    case MSR_OP_MAX:
+        return x > acc ? x : acc;
+    default:
+        return acc + x;
+    }
+}
+
+static double fold_f64(msr_op_t op, double acc, double x)
+{
+    switch (op) {
+    case MSR_OP_PROD:
+        return acc * x;
+    case MSR_OP_MIN:
+        return x < acc ? x : acc;
+    case MSR_OP_MAX:
+        return x > acc ? x : acc;
+    default:
+        return acc + x;
+    }
+}
+
+/* Element i folded over ranks 0..n-1 in rank order in the dtype (f32 or
+ * f64), as msr_reduce's operands go: the reference, written here. */
+static void order_ref(msr_op_t op, msr_dtype_t dt, int n, uint64_t i, void *ref, size_t at)
+{
+    if (dt == MSR_DTYPE_F32) {
+        float acc = (float)order_input(0, i);
+        for (int r = 1; r < n; r++)
+            acc = fold_f32(op, acc, (float)order_input(r, i));
+        ((float *)ref)[at] = op == MSR_OP_AVG ? acc / (float)n : acc;
+    } else {
+        double acc = order_input(0, i);
+        for (int r = 1; r < n; r++)
+            acc = fold_f64(op, acc, order_input(r, i));
+        ((double *)ref)[at] = op == MSR_OP_AVG ? acc / (double)n : acc;
+    }
+}
+
+static void order_put(msr_dtype_t dt, void *p, size_t at, double v)
+{
+    if (dt == MSR_DTYPE_F32)
+        ((float *)p)[at] = (float)v;
+    else
+        ((double *)p)[at] = v;
+}
+
+/* An allreduce (inplace: in place) of count elements and a reduce-scatter
+ * of rc a rank against the rank-order fold, bitwise. */
+static void order_check(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, uint64_t rc,
+                        int inplace)
+{
+    size_t es = msr_dtype_size(dt), total = rc * (size_t)t->n;
+    size_t most = count > total ? count : total;
+    unsigned char *in = xmalloc(most * es), *out = xmalloc(most * es), *ref = xmalloc(most * es);
+    for (uint64_t i = 0; i < most; i++)
+        order_put(dt, in, i, order_input(t->me, i));
+    for (uint64_t i = 0; i < count; i++)
+        order_ref(op, dt, t->n, i, ref, i);
+    memset(out, 0xee, count * es);
+    if (inplace) {
+        memcpy(out, in, count * es);
+        OK(msr_comm_allreduce(t->comm, MSR_IN_PLACE, out, count, dt, op));
+    } else {
+        OK(msr_comm_allreduce(t->comm, in, out, count, dt, op));
+    }
+    cw_check_bytes(out, ref, count, es, "allreduce (fold order)");
+    for (uint64_t j = 0; j < rc; j++)
+        order_ref(op, dt, t->n, (uint64_t)t->me * rc + j, ref, j);
+    memset(out, 0xee, rc * es);
+    OK(msr_comm_reduce_scatter(t->comm, in, out, rc, dt, op));
+    cw_check_bytes(out, ref, rc, es, "reduce_scatter (fold order)");
+    free(in);
+    free(out);
+    free(ref);
+}
+
+/* The folds of the slots' sizes (inline, lined at a line's bounds and
+ * the lined limit's, plain past it) in rank order to the bit, every op,
+ * float32 and float64. */
+static void check_order(tc_t *t, size_t slot)
+{
+    size_t lined = slot < 128 ? slot : 128, n = (size_t)t->n;
+    const msr_dtype_t dts[] = {MSR_DTYPE_F32, MSR_DTYPE_F64};
+    for (size_t d = 0; d < 2; d++) {
+        size_t es = msr_dtype_size(dts[d]);
+        const uint64_t whole[] = {16 / es,      16 / es + 1, 56 / es,        56 / es + 1,
+                                  168 / es - 1, lined / es,  lined / es + 1, 333};
+        const uint64_t block[] = {1,  16 / (n * es) + 1, 56 / (n * es),        56 / (n * es) + 1,
+                                  13, lined / (n * es),  lined / (n * es) + 1, 3};
+        for (size_t c = 0; c < sizeof whole / sizeof whole[0]; c++)
+            for (int o = 0; o < MSR_OP_COUNT; o++) {
+                msr_op_t op = (msr_op_t)o;
+                snprintf(g_case, sizeof g_case, "fold order %s n=%d %s %s count=%llu/%llu",
+                         t->label, t->n, msr_dtype_name(dts[d]), msr_op_name(op),
+                         (unsigned long long)whole[c], (unsigned long long)block[c]);
+                order_check(t, dts[d], op, whole[c], block[c] ? block[c] : 1, (int)(c % 2));
+            }
     }
 }
 
@@ -107,6 +242,7 @@ void cw_mode_small(msr_comm_t *world)
     size_t slot = slot_size(n); /* broadcasts forced through the slots (main) */
     tc_t t = {world, "world", n, me};
     check_small(&t, slot);
+    check_order(&t, slot);
     setenv("MSR_COMM_SHM_MAX", "1000", 1);
     msr_comm_t *dup = NULL, *half = NULL;
     snprintf(g_case, sizeof g_case, "small dup");
@@ -118,7 +254,9 @@ void cw_mode_small(msr_comm_t *world)
     unsetenv("MSR_COMM_SHM_MAX");
     tc_t d = {dup, "dup", n, me}, h = {half, "half", hn, msr_comm_rank(half)};
     check_small(&d, dslot);
+    check_order(&d, dslot);
     check_small(&h, hslot);
+    check_order(&h, hslot);
     small_at_once(world, dup, half, slot, dslot);
     msr_comm_destroy(half);
     msr_comm_destroy(dup);
