@@ -44,18 +44,24 @@ static void add_colsum(float *db, const float *d, size_t N, int C)
             db[c] += d[n * (size_t)C + c];
 }
 
-/* out (Nl,C) = x + the row-parallel layer's output in proj (N,C), reduced
- * over tp, plus its bias (in the matmul already at tp = 1). */
-static msr_status_t residual(const msr_block_t *b, float *out, const float *x, const float *bias)
+/* out (Nl,C) = x + r, the row-parallel layer's reduced output, plus its
+ * bias (in the matmul already at tp = 1). */
+static msr_status_t add_residual(const msr_block_t *b, float *out, const float *x, float *r,
+                                 const float *bias)
 {
-    float *r;
-    msr_status_t st = reduce(b, b->proj, b->projl, &r);
-    if (st != MSR_OK)
-        return st;
     if (b->tp > 1 && bias != NULL)
         add_bias(r, bias, b->Nl, b->C);
     msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
     return poll(b);
+}
+
+/* out (Nl,C) = x + the row-parallel layer's output in proj (N,C), reduced
+ * over tp, plus its bias. */
+static msr_status_t residual(const msr_block_t *b, float *out, const float *x, const float *bias)
+{
+    float *r;
+    msr_status_t st = reduce(b, b->proj, b->projl, &r);
+    return st != MSR_OK ? st : add_residual(b, out, x, r, bias);
 }
 
 /* The width of this rank's q, k and v columns of qkv: 3Cl, or a Llama's
@@ -126,8 +132,9 @@ static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rs
         msr_layernorm_forward(ln, mean, rstd, x, w, bias, (int)b->Nl, b->C);
 }
 
-/* x + attn(ln1(x)) */
-static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+/* attn(ln1(x)) up to the row-parallel projection: b->proj (N,C), before
+ * its reduction */
+static msr_status_t attn_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                  msr_gpt_block_acts_t *a, const float *x)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
@@ -149,11 +156,19 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
         return st;
     msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl,
                        C);
-    return residual(b, a->res2, x, p->attprojb);
+    return MSR_OK;
 }
 
-/* res2 + mlp(ln2(res2)) */
-static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+/* x + attn(ln1(x)) */
+static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 msr_gpt_block_acts_t *a, const float *x)
+{
+    msr_status_t st = attn_project(b, p, a, x);
+    return st != MSR_OK ? st : residual(b, a->res2, x, p->attprojb);
+}
+
+/* mlp(ln2(res2)) up to the row-parallel projection: b->proj (N,C) */
+static msr_status_t mlp_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                 msr_gpt_block_acts_t *a)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
@@ -172,7 +187,15 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
         msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
     msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
                        C);
-    return residual(b, a->res3, a->res2, p->fcprojb);
+    return MSR_OK;
+}
+
+/* res2 + mlp(ln2(res2)) */
+static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                msr_gpt_block_acts_t *a)
+{
+    msr_status_t st = mlp_project(b, p, a);
+    return st != MSR_OK ? st : residual(b, a->res3, a->res2, p->fcprojb);
 }
 
 /* res2 + reduce(mlp(enter(ln2(res2)))): the caller's MLP (block.h) */
@@ -199,6 +222,52 @@ msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_
         st = mlp != NULL ? hook_forward(b, p, a, mlp) : mlp_forward(b, p, a);
     /* a failed product (logged where it failed) spoils the pass */
     return st != MSR_OK ? st : msr_products_status(b->prod);
+}
+
+/* ---- two copies (tensor-parallel overlap) ---- */
+
+/* Finishes the copies' reductions in flight (req[i] non-NULL) after a
+ * failure; st, the first failure, is what the pass returns. */
+static msr_status_t split_abort(const msr_block_t *h, void **req, msr_status_t st)
+{
+    for (int i = 0; i < 2; i++) {
+        float *r;
+        if (req[i] != NULL)
+            (void)h[i].comm->reduce_wait(h[i].comm->arg, req[i], h[i].proj, h[i].projl, &r);
+    }
+    return st;
+}
+
+/* Copy i's reduction in flight, waited for: out = x + it, plus bias. */
+static msr_status_t split_residual(const msr_block_t *h, void **req, int i, float *out,
+                                   const float *x, const float *bias)
+{
+    float *r;
+    void *q = req[i];
+    req[i] = NULL;
+    msr_status_t st = h[i].comm->reduce_wait(h[i].comm->arg, q, h[i].proj, h[i].projl, &r);
+    return st != MSR_OK ? st : add_residual(&h[i], out, x, r, bias);
+}
+
+msr_status_t msr_block_forward_split(const msr_block_t *h, const msr_gpt_block_params_t *p,
+                                     msr_gpt_block_acts_t *a, const float *const *x)
+{
+    void *req[2] = {NULL, NULL};
+    msr_status_t st = MSR_OK;
+    /* A's attention, its reduction started; B's while A's is in flight */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = attn_project(&h[i], p, &a[i], x[i])) == MSR_OK)
+            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
+    /* each copy's residual and MLP while the other's reduction runs */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = split_residual(h, req, i, a[i].res2, x[i], p->attprojb)) == MSR_OK &&
+            (st = mlp_project(&h[i], p, &a[i])) == MSR_OK)
+            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = split_residual(h, req, i, a[i].res3, a[i].res2, p->fcprojb);
+    if (st != MSR_OK)
+        return split_abort(h, req, st);
+    return msr_products_status(h[0].prod);
 }
 
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)

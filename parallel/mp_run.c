@@ -75,6 +75,8 @@ static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *do
 static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
                                   msr_gpt_block_acts_t *la, const float *x, int count)
 {
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l) && mp->cfg.tp_overlap)
+        return msr_mp_block_forward_split(mp, p, la, x);
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
         return msr_block_forward(&mp->blk, p, la, x, NULL);
     moe_call_t c = {mp, l, p, NULL, 0.0};
