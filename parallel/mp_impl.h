@@ -100,11 +100,13 @@ struct msr_mp {
     uint64_t recv_ns; /* this step */
 
     /* tensor-parallel overlap: the two copies' allreduces in flight (req
-     * NULL once a poll saw one finish, its status in st) */
+     * NULL once a poll saw one finish, its status in st), each on its
+     * copy's buf */
     struct {
         msr_comm_req_t *req;
         msr_status_t st;
         int used;
+        float *buf;
     } flight[2];
 
     int tracing;

@@ -114,6 +114,7 @@ static msr_status_t block_reduce_start(void *arg, float *full, float *local, voi
         return msr_mp_failed("tp overlap allreduce", st);
     mp->flight[i].used = 1;
     mp->flight[i].st = MSR_OK;
+    mp->flight[i].buf = full;
     *req_p = &mp->flight[i];
     return MSR_OK;
 }
@@ -134,7 +135,12 @@ static msr_status_t block_reduce_wait(void *arg, void *req, float *full, float *
     mp->flight[i].used = 0;
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait tp");
     *out_p = full;
-    return st != MSR_OK ? msr_mp_failed("tp overlap allreduce", st) : MSR_OK;
+    if (st != MSR_OK)
+        return msr_mp_failed("tp overlap allreduce", st);
+    /* the other copy's allreduce: this copy's rows may still be partial */
+    if (mp->flight[i].buf != full)
+        return msr_err(MSR_ERR_INTERNAL, "mp: waited for the other copy's tp allreduce");
+    return MSR_OK;
 }
 
 /* Between the kernels: drives the allreduces in flight (progress runs
