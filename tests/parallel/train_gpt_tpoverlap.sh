@@ -65,4 +65,22 @@ for r in range(2):
         n = sum(1 for e in ev if e["pid"] == r and e["cat"] == "comm" and e["name"] == name)
         assert n == 2 * 2 * 4 * 2, (r, name, n)
 PY
+# the planner: with --tp-overlap, --explain's tp collectives are fewer
+# (the forward's partly hidden) but more than half (backward's stay), and
+# --plan ranks only the layouts it runs on (tp 2 of 2 ranks)
+cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
+export XDG_CACHE_HOME="$work/cache"
+pm=(--layers 4 --channels 256 --heads 4 --seq 64 --micro-batch 4 --steps 2 --cluster "$work/cluster")
+tpms() { sed -n 's/.*tp collectives *\([0-9.e+-]*\) ms.*/\1/p' "$1"; }
+msrun_n 2 "${pm[@]}" --tp 2 --explain 1 >"$work/x.off" 2>&1 || fail "$(cat "$work/x.off")"
+msrun_n 2 "${pm[@]}" --tp 2 --tp-overlap --explain 1 >"$work/x.on" 2>&1 || fail "$(cat "$work/x.on")"
+grep -q "tp collectives.*(tp overlap)" "$work/x.on" || fail "explain: $(cat "$work/x.on")"
+off=$(tpms "$work/x.off") on=$(tpms "$work/x.on")
+awk -v a="$on" -v b="$off" 'BEGIN { exit !(a < b && a > b / 2) }' ||
+    fail "tp collectives $on ms with --tp-overlap, $off ms without"
+echo "planner: tp collectives $off ms, with --tp-overlap $on ms"
+msrun_n 2 "${pm[@]}" --tp-overlap --plan >"$work/plan" 2>&1 || fail "$(cat "$work/plan")"
+sed 's/^\[node [0-9]* rank [0-9]*\] //' "$work/plan" |
+    awk '/^ +[0-9]+ +[0-9]+ +[0-9]+ / { n++; if ($3 != 2) bad = 1 } END { exit bad || n == 0 }' ||
+    fail "--plan --tp-overlap: a layout without tp: $(cat "$work/plan")"
 echo "train_gpt tensor-parallel overlap: ok"
