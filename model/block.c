@@ -287,13 +287,25 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     return poll(b);
 }
 
+/* dres (Nl,C) += the gradient of a norm's input x from dl, its output's
+ * reduced gradient. */
+static void norm_input_backward(const msr_block_t *b, float *dres, const float *dl, const float *x,
+                                const float *lnw, float *dlnw, float *dlnb, const float *mean,
+                                const float *rstd)
+{
+    if (b->llama)
+        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
+    else
+        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+}
+
 /* The column-parallel layer's backward (weight w (OC,C), input ln (Nl,C)
  * gathered), then the layernorm's: dres (Nl,C) += the gradient of the
  * layernorm's input x. */
 static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float *dout, int OC,
                                   const float *ln, const float *w, float *dw, float *db,
                                   const float *x, const float *lnw, float *dlnw, float *dlnb,
-                                  const float *mean, const float *rstd)
+                                  const float *mean, const float *rstd, void **defer)
 {
     const float *in;
     float *dl;
@@ -302,12 +314,13 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
         return st;
     memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
     msr_matmul_backward(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
-    if ((st = poll(b)) != MSR_OK || (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+    if ((st = poll(b)) != MSR_OK)
         return st;
-    if (b->llama)
-        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
-    else
-        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+    if (defer != NULL) /* two copies: the reduction started, the norm's backward later */
+        return b->comm->reduce_start(b->comm->arg, b->dln, b->dlnl, defer);
+    if ((st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+        return st;
+    norm_input_backward(b, dres, dl, x, lnw, dlnw, dlnb, mean, rstd);
     return MSR_OK;
 }
 
@@ -315,7 +328,7 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
  * that of res2. */
 static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                  const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                 float *dres)
+                                 float *dres, void **defer)
 {
     size_t NH = b->N * (size_t)b->Hl;
     int OC = b->llama ? 2 * b->Hl : b->Hl; /* fc's outputs: a Llama's gate and up */
@@ -331,14 +344,14 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
     else
         msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
     return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
-                         g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
+                         g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd, defer);
 }
 
 /* The attention half's backward: dres (Nl,C), the gradient of res2,
  * becomes that of x. */
 static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                   const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                  const float *x, float *dres)
+                                  const float *x, float *dres, void **defer)
 {
     /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
     msr_status_t st =
@@ -357,7 +370,7 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         return st;
     /* dres = d x */
     return norm_backward(b, dres, b->dqkv, qkv_width(b), a->ln1, p->qkvw, g->qkvw, g->qkvb, x,
-                         p->ln1w, g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
+                         p->ln1w, g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd, defer);
 }
 
 /* The caller's MLP's backward: dres (Nl,C), the gradient of res3, becomes
@@ -387,8 +400,57 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
 {
     /* res3 = res2 + mlp(ln2(res2)), then res2 = x + attn(ln1(x)) */
     msr_status_t st =
-        mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres);
+        mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres, NULL);
     if (st == MSR_OK)
-        st = attn_backward(b, p, g, a, x, dres);
+        st = attn_backward(b, p, g, a, x, dres, NULL);
     return st != MSR_OK ? st : msr_products_status(b->prod);
+}
+
+/* Copy i's norm backward once its reduction is in: dres[i] += the gradient
+ * of the norm's input (ln2's: res2; ln1's: x[i]). */
+static msr_status_t split_norm_backward(const msr_block_t *h, void **req, int i, int ln1,
+                                        const msr_gpt_block_params_t *p,
+                                        const msr_gpt_block_params_t *g,
+                                        const msr_gpt_block_acts_t *a, const float *x, float *dres)
+{
+    float *dl;
+    void *q = req[i];
+    req[i] = NULL;
+    msr_status_t st = h[i].comm->reduce_wait(h[i].comm->arg, q, h[i].dln, h[i].dlnl, &dl);
+    if (st != MSR_OK)
+        return st;
+    if (ln1)
+        norm_input_backward(&h[i], dres, dl, x, p->ln1w, g->ln1w, g->ln1b, a[i].ln1_mean,
+                            a[i].ln1_rstd);
+    else
+        norm_input_backward(&h[i], dres, dl, a[i].res2, p->ln2w, g->ln2w, g->ln2b, a[i].ln2_mean,
+                            a[i].ln2_rstd);
+    return MSR_OK;
+}
+
+msr_status_t msr_block_backward_split(const msr_block_t *h, const msr_gpt_block_params_t *p,
+                                      const msr_gpt_block_params_t *g,
+                                      const msr_gpt_block_acts_t *a, const float *const *x,
+                                      float *const *dres)
+{
+    void *req[2] = {NULL, NULL};
+    msr_status_t st = MSR_OK;
+    /* each copy's MLP backward up to ln2's reduction, started; then each
+     * copy's ln2 and attention backward while the other's is in flight */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = mlp_backward(&h[i], p, g, &a[i], dres[i], &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = split_norm_backward(h, req, i, 0, p, g, a, x[i], dres[i])) == MSR_OK)
+            st = attn_backward(&h[i], p, g, &a[i], x[i], dres[i], &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = split_norm_backward(h, req, i, 1, p, g, a, x[i], dres[i]);
+    if (st != MSR_OK) {
+        for (int i = 0; i < 2; i++) {
+            float *r;
+            if (req[i] != NULL)
+                (void)h[i].comm->reduce_wait(h[i].comm->arg, req[i], h[i].dln, h[i].dlnl, &r);
+        }
+        return st;
+    }
+    return msr_products_status(h[0].prod);
 }

@@ -131,4 +131,14 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
 msr_status_t msr_block_forward_split(const msr_block_t *half, const msr_gpt_block_params_t *p,
                                      msr_gpt_block_acts_t *a, const float *const *x);
 
+/* Backward of msr_block_forward_split's two copies: dres[i] (copy i's
+ * output gradient) becomes that of x[i]; g += the parameters' gradients
+ * of both copies (copy A's rows first). A copy's reduction of a norm's
+ * output gradient runs while the other copy computes. half's dln, dlnl,
+ * dqkv, datty, dfch and dfch_gelu must point at disjoint halves too. */
+msr_status_t msr_block_backward_split(const msr_block_t *half, const msr_gpt_block_params_t *p,
+                                      const msr_gpt_block_params_t *g,
+                                      const msr_gpt_block_acts_t *a, const float *const *x,
+                                      float *const *dres);
+
 #endif

@@ -145,6 +145,12 @@ msr_status_t msr_mp_sends_wait(msr_mp_t *mp);
  * copies of B/2 sequences (msr_block_forward_split). */
 msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
                                         msr_gpt_block_acts_t *la, const float *x);
+/* Its backward (msr_block_backward_split): dres (Nl,C) becomes the
+ * gradient of x. */
+msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                         const msr_gpt_block_params_t *g,
+                                         const msr_gpt_block_acts_t *la, const float *x,
+                                         float *dres);
 /* An allreduce over the tensor-parallel group (nothing at tp = 1). */
 msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,
                                  const char *what);

@@ -190,6 +190,8 @@ static void half_acts(const msr_mp_t *mp, const msr_gpt_block_acts_t *la, int i,
     };
 }
 
+static void half_blocks(msr_mp_t *mp, msr_block_t *h);
+
 msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
                                         msr_gpt_block_acts_t *la, const float *x)
 {
@@ -197,16 +199,51 @@ msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params
     msr_block_t h[2];
     msr_gpt_block_acts_t a[2];
     const float *hx[2] = {x, x + half};
+    half_blocks(mp, h);
+    for (int i = 0; i < 2; i++)
+        half_acts(mp, la, i, &a[i]);
+    return msr_block_forward_split(h, p, a, hx);
+}
+
+/* The two copies' views of the block: halves of the work space's row
+ * tables (the (T,T) attention scratch is used by one copy at a time). */
+static void half_blocks(msr_mp_t *mp, msr_block_t *h)
+{
+    const dims_t *d = &mp->d;
+    size_t N = d->N / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
+    size_t qkv = mp->blk.llama ? (size_t)d->Cl + 2 * (size_t)mp->blk.NKVl * (d->Cl / d->NHl)
+                               : 3 * (size_t)d->Cl;
+    size_t fc = mp->blk.llama ? 2 * Hl : Hl;
     for (int i = 0; i < 2; i++) {
         h[i] = mp->blk;
         h[i].B /= 2;
         h[i].N /= 2;
         h[i].Nl /= 2;
-        h[i].proj += (size_t)i * half;
-        h[i].projl += (size_t)i * half;
-        half_acts(mp, la, i, &a[i]);
+        h[i].proj += (size_t)i * N * C;
+        h[i].projl += (size_t)i * N * C;
+        h[i].dln += (size_t)i * N * C;
+        h[i].dlnl += (size_t)i * N * C;
+        h[i].dqkv += (size_t)i * N * qkv;
+        h[i].datty += (size_t)i * N * (size_t)d->Cl;
+        h[i].dfch += (size_t)i * N * fc;
+        h[i].dfch_gelu += (size_t)i * N * Hl;
     }
-    return msr_block_forward_split(h, p, a, hx);
+}
+
+msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                         const msr_gpt_block_params_t *g,
+                                         const msr_gpt_block_acts_t *la, const float *x,
+                                         float *dres)
+{
+    size_t half = mp->d.N / 2 * (size_t)mp->d.C;
+    msr_block_t h[2];
+    msr_gpt_block_acts_t a[2];
+    const float *hx[2] = {x, x + half};
+    float *hd[2] = {dres, dres + half};
+    half_blocks(mp, h);
+    for (int i = 0; i < 2; i++)
+        half_acts(mp, la, i, &a[i]);
+    return msr_block_backward_split(h, p, g, a, hx, hd);
 }
 
 /* The blocks' view of the runtime: this rank's shape, the work space, the

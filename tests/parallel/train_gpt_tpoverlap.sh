@@ -6,10 +6,11 @@
 # of the same run without it within 1e-5 relative (OpenBLAS sums a
 # product's terms in an order that follows the number of rows, and on more
 # than 2 ranks the allreduce's algorithm follows the message's size: the
-# halves change both); with the bf16 products' AVX-512 kernel (whose rows
+# halves change both, and backward sums the weights' gradients over each
+# copy's rows apart); with the bf16 products' AVX-512 kernel (whose rows
 # do not depend on each other) on tp 2 (a sum of two operands has one
-# order) the loss log is bitwise the same; the trace holds each rank's
-# "start tp" and "wait tp" spans.
+# order) step 1's loss (forward's alone) is bitwise the same; the trace
+# holds each rank's "start tp" and "wait tp" spans.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -49,12 +50,17 @@ if "$bin/msrun" --version | grep -q "cpu:.* avx512_bf16" && [[ "${MSRUN_CPU_DISA
     msrun_n 2 "${b[@]}" --loss-log "$work/bf.off" >/dev/null 2>"$work/err" || fail "$(cat "$work/err")"
     msrun_n 2 "${b[@]}" --tp-overlap --loss-log "$work/bf.on" >/dev/null 2>"$work/err" ||
         fail "$(cat "$work/err")"
-    diff "$work/bf.off" "$work/bf.on" || fail "bf16 tp 2: not bitwise the run without overlap"
-    echo "bf16 tp 2: bitwise"
+    # step 1's loss is forward's alone; backward sums the weights'
+    # gradients over the copies' rows in two parts, so the norms and the
+    # later steps differ in the last bits (within 1e-5, the close above)
+    [[ $(head -1 "$work/bf.off" | cut -d' ' -f4) == $(head -1 "$work/bf.on" | cut -d' ' -f4) ]] ||
+        fail "bf16 tp 2: step 1's loss not bitwise: $(head -1 "$work/bf.off" "$work/bf.on")"
+    close "$work/bf.on" "$work/bf.off" 4 "bf16 tp 2"
+    echo "bf16 tp 2: step 1's loss bitwise"
 fi
 
 # the trace: every rank starts and waits for its copies' allreduces, 2
-# copies x 2 products x 4 blocks x 2 micro-batches each
+# copies x 2 products x 4 blocks x 2 micro-batches, forward and backward
 msrun_n 2 "${small[@]}" --tp 2 --grad-accum 2 --tp-overlap --trace "$work/trace.json" \
     >/dev/null 2>"$work/err" || fail "trace: $(cat "$work/err")"
 python3 - "$work/trace.json" <<'PY' || fail "trace: $(head -c 2000 "$work/trace.json")"
@@ -63,7 +69,7 @@ ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
 for r in range(2):
     for name in ("start tp", "wait tp"):
         n = sum(1 for e in ev if e["pid"] == r and e["cat"] == "comm" and e["name"] == name)
-        assert n == 2 * 2 * 4 * 2, (r, name, n)
+        assert n == 2 * 2 * 4 * 2 * 2, (r, name, n)
 PY
 # the planner: with --tp-overlap, --explain's tp collectives are fewer
 # (the forward's partly hidden) but more than half (backward's stay), and
