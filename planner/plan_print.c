@@ -337,7 +337,7 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
         row_ms(f, 6, "cold frames", t->cold_ms, S,
                "frames read back after the cache lost them (cold_ms_per_mib)");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S,
-           p->l.tp_overlap ? "exposed: the forward's behind the other copy's compute (tp overlap)"
+           p->l.tp_overlap ? "exposed: the blocks' behind the other copy's compute (tp overlap)"
                            : "never hidden");
     if (msr_plan_cp(&p->l) > 1)
         row_ms(f, 6, "cp ring", t->cp_comm_ms, S,

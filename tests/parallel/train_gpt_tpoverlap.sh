@@ -72,7 +72,8 @@ for r in range(2):
         assert n == 2 * 2 * 4 * 2 * 2, (r, name, n)
 PY
 # the planner: with --tp-overlap, --explain's tp collectives are fewer
-# (the forward's partly hidden) but more than half (backward's stay), and
+# (the blocks' partly hidden) but more than a quarter (each pass's last
+# allreduce of half the rows stays, at least half of one of all of them), and
 # --plan ranks only the layouts it runs on (tp 2 of 2 ranks)
 cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
 export XDG_CACHE_HOME="$work/cache"
@@ -82,7 +83,7 @@ msrun_n 2 "${pm[@]}" --tp 2 --explain 1 >"$work/x.off" 2>&1 || fail "$(cat "$wor
 msrun_n 2 "${pm[@]}" --tp 2 --tp-overlap --explain 1 >"$work/x.on" 2>&1 || fail "$(cat "$work/x.on")"
 grep -q "tp collectives.*(tp overlap)" "$work/x.on" || fail "explain: $(cat "$work/x.on")"
 off=$(tpms "$work/x.off") on=$(tpms "$work/x.on")
-awk -v a="$on" -v b="$off" 'BEGIN { exit !(a < b && a > b / 2) }' ||
+awk -v a="$on" -v b="$off" 'BEGIN { exit !(a < b && a > b / 4) }' ||
     fail "tp collectives $on ms with --tp-overlap, $off ms without"
 echo "planner: tp collectives $off ms, with --tp-overlap $on ms"
 msrun_n 2 "${pm[@]}" --tp-overlap --plan >"$work/plan" 2>&1 || fail "$(cat "$work/plan")"
