@@ -44,18 +44,24 @@ static void add_colsum(float *db, const float *d, size_t N, int C)
             db[c] += d[n * (size_t)C + c];
 }
 
-/* out (Nl,C) = x + the row-parallel layer's output in proj (N,C), reduced
- * over tp, plus its bias (in the matmul already at tp = 1). */
-static msr_status_t residual(const msr_block_t *b, float *out, const float *x, const float *bias)
+/* out (Nl,C) = x + r, the row-parallel layer's reduced output, plus its
+ * bias (in the matmul already at tp = 1). */
+static msr_status_t add_residual(const msr_block_t *b, float *out, const float *x, float *r,
+                                 const float *bias)
 {
-    float *r;
-    msr_status_t st = reduce(b, b->proj, b->projl, &r);
-    if (st != MSR_OK)
-        return st;
     if (b->tp > 1 && bias != NULL)
         add_bias(r, bias, b->Nl, b->C);
     msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
     return poll(b);
+}
+
+/* out (Nl,C) = x + the row-parallel layer's output in proj (N,C), reduced
+ * over tp, plus its bias. */
+static msr_status_t residual(const msr_block_t *b, float *out, const float *x, const float *bias)
+{
+    float *r;
+    msr_status_t st = reduce(b, b->proj, b->projl, &r);
+    return st != MSR_OK ? st : add_residual(b, out, x, r, bias);
 }
 
 /* The width of this rank's q, k and v columns of qkv: 3Cl, or a Llama's
@@ -126,8 +132,9 @@ static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rs
         msr_layernorm_forward(ln, mean, rstd, x, w, bias, (int)b->Nl, b->C);
 }
 
-/* x + attn(ln1(x)) */
-static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+/* attn(ln1(x)) up to the row-parallel projection: b->proj (N,C), before
+ * its reduction */
+static msr_status_t attn_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                  msr_gpt_block_acts_t *a, const float *x)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
@@ -149,11 +156,19 @@ static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_param
         return st;
     msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl,
                        C);
-    return residual(b, a->res2, x, p->attprojb);
+    return MSR_OK;
 }
 
-/* res2 + mlp(ln2(res2)) */
-static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+/* x + attn(ln1(x)) */
+static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                 msr_gpt_block_acts_t *a, const float *x)
+{
+    msr_status_t st = attn_project(b, p, a, x);
+    return st != MSR_OK ? st : residual(b, a->res2, x, p->attprojb);
+}
+
+/* mlp(ln2(res2)) up to the row-parallel projection: b->proj (N,C) */
+static msr_status_t mlp_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                 msr_gpt_block_acts_t *a)
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
@@ -172,7 +187,15 @@ static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params
         msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
     msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
                        C);
-    return residual(b, a->res3, a->res2, p->fcprojb);
+    return MSR_OK;
+}
+
+/* res2 + mlp(ln2(res2)) */
+static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
+                                msr_gpt_block_acts_t *a)
+{
+    msr_status_t st = mlp_project(b, p, a);
+    return st != MSR_OK ? st : residual(b, a->res3, a->res2, p->fcprojb);
 }
 
 /* res2 + reduce(mlp(enter(ln2(res2)))): the caller's MLP (block.h) */
@@ -201,6 +224,52 @@ msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_
     return st != MSR_OK ? st : msr_products_status(b->prod);
 }
 
+/* ---- two copies (tensor-parallel overlap) ---- */
+
+/* Finishes the copies' reductions in flight (req[i] non-NULL) after a
+ * failure; st, the first failure, is what the pass returns. */
+static msr_status_t split_abort(const msr_block_t *h, void **req, msr_status_t st)
+{
+    for (int i = 0; i < 2; i++) {
+        float *r;
+        if (req[i] != NULL)
+            (void)h[i].comm->reduce_wait(h[i].comm->arg, req[i], h[i].proj, h[i].projl, &r);
+    }
+    return st;
+}
+
+/* Copy i's reduction in flight, waited for: out = x + it, plus bias. */
+static msr_status_t split_residual(const msr_block_t *h, void **req, int i, float *out,
+                                   const float *x, const float *bias)
+{
+    float *r;
+    void *q = req[i];
+    req[i] = NULL;
+    msr_status_t st = h[i].comm->reduce_wait(h[i].comm->arg, q, h[i].proj, h[i].projl, &r);
+    return st != MSR_OK ? st : add_residual(&h[i], out, x, r, bias);
+}
+
+msr_status_t msr_block_forward_split(const msr_block_t *h, const msr_gpt_block_params_t *p,
+                                     msr_gpt_block_acts_t *a, const float *const *x)
+{
+    void *req[2] = {NULL, NULL};
+    msr_status_t st = MSR_OK;
+    /* A's attention, its reduction started; B's while A's is in flight */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = attn_project(&h[i], p, &a[i], x[i])) == MSR_OK)
+            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
+    /* each copy's residual and MLP while the other's reduction runs */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = split_residual(h, req, i, a[i].res2, x[i], p->attprojb)) == MSR_OK &&
+            (st = mlp_project(&h[i], p, &a[i])) == MSR_OK)
+            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = split_residual(h, req, i, a[i].res3, a[i].res2, p->fcprojb);
+    if (st != MSR_OK)
+        return split_abort(h, req, st);
+    return msr_products_status(h[0].prod);
+}
+
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)
  * enters as is (gathered under sp); din (N,IC) = its input's gradient. */
 static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, float *db,
@@ -218,13 +287,25 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     return poll(b);
 }
 
+/* dres (Nl,C) += the gradient of a norm's input x from dl, its output's
+ * reduced gradient. */
+static void norm_input_backward(const msr_block_t *b, float *dres, const float *dl, const float *x,
+                                const float *lnw, float *dlnw, float *dlnb, const float *mean,
+                                const float *rstd)
+{
+    if (b->llama)
+        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
+    else
+        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+}
+
 /* The column-parallel layer's backward (weight w (OC,C), input ln (Nl,C)
  * gathered), then the layernorm's: dres (Nl,C) += the gradient of the
  * layernorm's input x. */
 static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float *dout, int OC,
                                   const float *ln, const float *w, float *dw, float *db,
                                   const float *x, const float *lnw, float *dlnw, float *dlnb,
-                                  const float *mean, const float *rstd)
+                                  const float *mean, const float *rstd, void **defer)
 {
     const float *in;
     float *dl;
@@ -233,12 +314,13 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
         return st;
     memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
     msr_matmul_backward(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
-    if ((st = poll(b)) != MSR_OK || (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+    if ((st = poll(b)) != MSR_OK)
         return st;
-    if (b->llama)
-        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
-    else
-        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+    if (defer != NULL) /* two copies: the reduction started, the norm's backward later */
+        return b->comm->reduce_start(b->comm->arg, b->dln, b->dlnl, defer);
+    if ((st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
+        return st;
+    norm_input_backward(b, dres, dl, x, lnw, dlnw, dlnb, mean, rstd);
     return MSR_OK;
 }
 
@@ -246,7 +328,7 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
  * that of res2. */
 static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                  const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                 float *dres)
+                                 float *dres, void **defer)
 {
     size_t NH = b->N * (size_t)b->Hl;
     int OC = b->llama ? 2 * b->Hl : b->Hl; /* fc's outputs: a Llama's gate and up */
@@ -262,14 +344,14 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
     else
         msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
     return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
-                         g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
+                         g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd, defer);
 }
 
 /* The attention half's backward: dres (Nl,C), the gradient of res2,
  * becomes that of x. */
 static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                   const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
-                                  const float *x, float *dres)
+                                  const float *x, float *dres, void **defer)
 {
     /* res2 = x + attn(ln1(x)): dres reaches x through the skip */
     msr_status_t st =
@@ -288,7 +370,7 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         return st;
     /* dres = d x */
     return norm_backward(b, dres, b->dqkv, qkv_width(b), a->ln1, p->qkvw, g->qkvw, g->qkvb, x,
-                         p->ln1w, g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd);
+                         p->ln1w, g->ln1w, g->ln1b, a->ln1_mean, a->ln1_rstd, defer);
 }
 
 /* The caller's MLP's backward: dres (Nl,C), the gradient of res3, becomes
@@ -318,8 +400,57 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
 {
     /* res3 = res2 + mlp(ln2(res2)), then res2 = x + attn(ln1(x)) */
     msr_status_t st =
-        mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres);
+        mlp != NULL ? hook_backward(b, p, g, a, mlp, dres) : mlp_backward(b, p, g, a, dres, NULL);
     if (st == MSR_OK)
-        st = attn_backward(b, p, g, a, x, dres);
+        st = attn_backward(b, p, g, a, x, dres, NULL);
     return st != MSR_OK ? st : msr_products_status(b->prod);
+}
+
+/* Copy i's norm backward once its reduction is in: dres[i] += the gradient
+ * of the norm's input (ln2's: res2; ln1's: x[i]). */
+static msr_status_t split_norm_backward(const msr_block_t *h, void **req, int i, int ln1,
+                                        const msr_gpt_block_params_t *p,
+                                        const msr_gpt_block_params_t *g,
+                                        const msr_gpt_block_acts_t *a, const float *x, float *dres)
+{
+    float *dl;
+    void *q = req[i];
+    req[i] = NULL;
+    msr_status_t st = h[i].comm->reduce_wait(h[i].comm->arg, q, h[i].dln, h[i].dlnl, &dl);
+    if (st != MSR_OK)
+        return st;
+    if (ln1)
+        norm_input_backward(&h[i], dres, dl, x, p->ln1w, g->ln1w, g->ln1b, a[i].ln1_mean,
+                            a[i].ln1_rstd);
+    else
+        norm_input_backward(&h[i], dres, dl, a[i].res2, p->ln2w, g->ln2w, g->ln2b, a[i].ln2_mean,
+                            a[i].ln2_rstd);
+    return MSR_OK;
+}
+
+msr_status_t msr_block_backward_split(const msr_block_t *h, const msr_gpt_block_params_t *p,
+                                      const msr_gpt_block_params_t *g,
+                                      const msr_gpt_block_acts_t *a, const float *const *x,
+                                      float *const *dres)
+{
+    void *req[2] = {NULL, NULL};
+    msr_status_t st = MSR_OK;
+    /* each copy's MLP backward up to ln2's reduction, started; then each
+     * copy's ln2 and attention backward while the other's is in flight */
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = mlp_backward(&h[i], p, g, &a[i], dres[i], &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        if ((st = split_norm_backward(h, req, i, 0, p, g, a, x[i], dres[i])) == MSR_OK)
+            st = attn_backward(&h[i], p, g, &a[i], x[i], dres[i], &req[i]);
+    for (int i = 0; i < 2 && st == MSR_OK; i++)
+        st = split_norm_backward(h, req, i, 1, p, g, a, x[i], dres[i]);
+    if (st != MSR_OK) {
+        for (int i = 0; i < 2; i++) {
+            float *r;
+            if (req[i] != NULL)
+                (void)h[i].comm->reduce_wait(h[i].comm->arg, req[i], h[i].dln, h[i].dlnl, &r);
+        }
+        return st;
+    }
+    return msr_products_status(h[0].prod);
 }

@@ -59,6 +59,12 @@ typedef struct msr_block_comm {
      * qkv, out and att. */
     msr_status_t (*attend_backward)(void *arg, float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *att);
+    /* Tensor-parallel overlap (msr_block_forward_split): reduce in two
+     * halves, started without blocking (*req_p, the caller's until it is
+     * finished) and finished by reduce_wait, which sets *out_p as reduce
+     * does. poll drives the requests in flight. Both NULL: no overlap. */
+    msr_status_t (*reduce_start)(void *arg, float *full, float *local, void **req_p);
+    msr_status_t (*reduce_wait)(void *arg, void *req, float *full, float *local, float **out_p);
 } msr_block_comm_t;
 
 /* A block's shape on this rank and the work space its passes share. */
@@ -112,5 +118,27 @@ msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_
 msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                 const msr_gpt_block_params_t *g, const msr_gpt_block_acts_t *a,
                                 const float *x, float *dres, const msr_block_mlp_t *mlp);
+
+/* Forward of a micro-batch in two copies (tensor-parallel overlap): half[0]
+ * and half[1] are the block's shape on B/2 sequences each, pointing at
+ * disjoint halves of the work space (proj and projl at least), a[i] and
+ * x[i] each copy's activations and input. The copies' passes interleave:
+ * a copy's row-parallel output is reduced (reduce_start) while the other
+ * copy computes its next layers, and waited for (reduce_wait) only when
+ * its residual needs it. Needs the comm table's reduce_start and
+ * reduce_wait; no caller's MLP. Every row is computed as
+ * msr_block_forward computes it. */
+msr_status_t msr_block_forward_split(const msr_block_t *half, const msr_gpt_block_params_t *p,
+                                     msr_gpt_block_acts_t *a, const float *const *x);
+
+/* Backward of msr_block_forward_split's two copies: dres[i] (copy i's
+ * output gradient) becomes that of x[i]; g += the parameters' gradients
+ * of both copies (copy A's rows first). A copy's reduction of a norm's
+ * output gradient runs while the other copy computes. half's dln, dlnl,
+ * dqkv, datty, dfch and dfch_gelu must point at disjoint halves too. */
+msr_status_t msr_block_backward_split(const msr_block_t *half, const msr_gpt_block_params_t *p,
+                                      const msr_gpt_block_params_t *g,
+                                      const msr_gpt_block_acts_t *a, const float *const *x,
+                                      float *const *dres);
 
 #endif

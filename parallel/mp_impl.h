@@ -99,6 +99,16 @@ struct msr_mp {
     msr_mp_stats_t stats;
     uint64_t recv_ns; /* this step */
 
+    /* tensor-parallel overlap: the two copies' allreduces in flight (req
+     * NULL once a poll saw one finish, its status in st), each on its
+     * copy's buf */
+    struct {
+        msr_comm_req_t *req;
+        msr_status_t st;
+        int used;
+        float *buf;
+    } flight[2];
+
     int tracing;
     uint64_t t0;
     msr_mp_span_t *spans;
@@ -131,6 +141,16 @@ void msr_mp_frame_close(msr_mp_t *mp, frame_t *f);
  * prefixed as msr_mp_failed does. */
 msr_status_t msr_mp_sends_wait(msr_mp_t *mp);
 
+/* Forward of a dense block under tp overlap: micro-batch's rows in two
+ * copies of B/2 sequences (msr_block_forward_split). */
+msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                        msr_gpt_block_acts_t *la, const float *x);
+/* Its backward (msr_block_backward_split): dres (Nl,C) becomes the
+ * gradient of x. */
+msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                         const msr_gpt_block_params_t *g,
+                                         const msr_gpt_block_acts_t *la, const float *x,
+                                         float *dres);
 /* An allreduce over the tensor-parallel group (nothing at tp = 1). */
 msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t, msr_op_t op,
                                  const char *what);

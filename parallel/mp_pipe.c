@@ -43,6 +43,28 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r)
     return (unsigned)r < 3 ? recompute_names[r] : "?";
 }
 
+/* Tensor-parallel overlap's layouts: two copies of a micro-batch's
+ * sequences, each reduced by an allreduce of its own. */
+static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
+{
+    if (!cfg->tp_overlap)
+        return MSR_OK;
+    if (tp < 2)
+        return msr_err(MSR_ERR_CONFIG, "--tp-overlap overlaps tp's allreduces: it needs tp > 1");
+    if (cfg->micro_batch % 2 != 0) {
+        /* a sequence's halves are not independent (causal attention) */
+        return msr_err(MSR_ERR_CONFIG,
+                       "--tp-overlap splits a micro-batch's sequences in two copies: it needs an "
+                       "even micro-batch, not %d",
+                       cfg->micro_batch);
+    }
+    if (cfg->sp || cfg->cp > 1) {
+        return msr_err(MSR_ERR_CONFIG, "--tp-overlap covers the allreduces of plain tp, not %s",
+                       cfg->sp ? "sequence parallel's reduce-scatters" : "context parallel");
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
 {
     msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks, cfg->stage_layers};
@@ -105,6 +127,8 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "needs recompute full, not %s",
                        msr_mp_recompute_name(cfg->recompute));
     }
+    if (check_tp_overlap(cfg, tp) != MSR_OK)
+        return MSR_ERR_CONFIG;
     if ((int64_t)2 * cfg->micros * pp * cfg->chunks > MSR_COMM_TAG_MAX) {
         return msr_err(MSR_ERR_CONFIG,
                        "%d micro-batches x %d virtual stages are too many for the message tags",

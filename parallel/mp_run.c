@@ -75,6 +75,8 @@ static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *do
 static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
                                   msr_gpt_block_acts_t *la, const float *x, int count)
 {
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l) && mp->cfg.tp_overlap)
+        return msr_mp_block_forward_split(mp, p, la, x);
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
         return msr_block_forward(&mp->blk, p, la, x, NULL);
     moe_call_t c = {mp, l, p, NULL, 0.0};
@@ -90,6 +92,8 @@ static msr_status_t block_backward(msr_mp_t *mp, int m, int l, const msr_gpt_blo
                                    const msr_gpt_block_params_t *g, msr_gpt_block_acts_t *la,
                                    const float *x, float *dres)
 {
+    if (!msr_gpt_layer_is_moe(&mp->model->cfg, l) && mp->cfg.tp_overlap)
+        return msr_mp_block_backward_split(mp, p, g, la, x, dres);
     if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
         return msr_block_backward(&mp->blk, p, g, la, x, dres, NULL);
     moe_call_t c = {mp, l, p, g, 0.0};

@@ -95,16 +95,174 @@ static msr_status_t block_reduce(void *arg, float *full, float *local, float **o
     return tp_reduce(arg, full, local, out_p);
 }
 
+/* ---- tensor-parallel overlap ---- */
+
+/* Starts the allreduce of a copy's full (N/2,C) in place; *req_p: its slot. */
+static msr_status_t block_reduce_start(void *arg, float *full, float *local, void **req_p)
+{
+    msr_mp_t *mp = arg;
+    (void)local;
+    int i = mp->flight[0].used ? 1 : 0;
+    if (mp->flight[i].used)
+        return msr_err(MSR_ERR_INTERNAL, "mp: a third tp allreduce in flight");
+    uint64_t a = msr_now_ns();
+    msr_status_t st =
+        msr_comm_iallreduce(mp->mesh->tp_comm, MSR_IN_PLACE, full, mp->d.N / 2 * (size_t)mp->d.C,
+                            MSR_DTYPE_F32, MSR_OP_SUM, &mp->flight[i].req);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "start tp");
+    if (st != MSR_OK)
+        return msr_mp_failed("tp overlap allreduce", st);
+    mp->flight[i].used = 1;
+    mp->flight[i].st = MSR_OK;
+    mp->flight[i].buf = full;
+    *req_p = &mp->flight[i];
+    return MSR_OK;
+}
+
+/* Waits for a copy's allreduce: the time a rank waits here is tp's
+ * exposed communication (the trace's "wait tp"). */
+static msr_status_t block_reduce_wait(void *arg, void *req, float *full, float *local,
+                                      float **out_p)
+{
+    msr_mp_t *mp = arg;
+    (void)local;
+    int i = req == &mp->flight[1];
+    uint64_t a = msr_now_ns();
+    msr_status_t st = mp->flight[i].st;
+    if (mp->flight[i].req != NULL)
+        st = msr_comm_wait(mp->flight[i].req);
+    mp->flight[i].req = NULL;
+    mp->flight[i].used = 0;
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait tp");
+    *out_p = full;
+    if (st != MSR_OK)
+        return msr_mp_failed("tp overlap allreduce", st);
+    /* the other copy's allreduce: this copy's rows may still be partial */
+    if (mp->flight[i].buf != full)
+        return msr_err(MSR_ERR_INTERNAL, "mp: waited for the other copy's tp allreduce");
+    return MSR_OK;
+}
+
+/* Between the kernels: drives the allreduces in flight (progress runs
+ * only in the thread that tests or waits, include/msrun/comm.h). */
+static msr_status_t block_poll(void *arg)
+{
+    msr_mp_t *mp = arg;
+    for (int i = 0; i < 2; i++) {
+        if (mp->flight[i].req == NULL)
+            continue;
+        msr_status_t st = msr_comm_test(&mp->flight[i].req);
+        if (st != MSR_IN_PROGRESS)
+            mp->flight[i].st = st;
+    }
+    return MSR_OK;
+}
+
+/* A copy's activations: rows [i N/2, (i+1) N/2) of every (N, width)
+ * table, sequences [i B/2, (i+1) B/2) of att (B, NHl, T, T). */
+static float *rows(float *x, int i, size_t n)
+{
+    return x != NULL ? x + (size_t)i * n : NULL;
+}
+
+static void half_acts(const msr_mp_t *mp, const msr_gpt_block_acts_t *la, int i,
+                      msr_gpt_block_acts_t *h)
+{
+    const dims_t *d = &mp->d;
+    size_t N = d->N / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
+    size_t qkv = mp->blk.llama ? (size_t)d->Cl + 2 * (size_t)mp->blk.NKVl * (d->Cl / d->NHl)
+                               : 3 * (size_t)d->Cl;
+    size_t fc = mp->blk.llama ? 2 * Hl : Hl;
+    *h = (msr_gpt_block_acts_t){
+        .ln1 = rows(la->ln1, i, N * C),
+        .ln1_mean = rows(la->ln1_mean, i, N),
+        .ln1_rstd = rows(la->ln1_rstd, i, N),
+        .qkv = rows(la->qkv, i, N * qkv),
+        .atty = rows(la->atty, i, N * (size_t)d->Cl),
+        .att = rows(la->att, i, (size_t)(d->B / 2) * d->NHl * (size_t)d->T * d->T),
+        .res2 = rows(la->res2, i, N * C),
+        .ln2 = rows(la->ln2, i, N * C),
+        .ln2_mean = rows(la->ln2_mean, i, N),
+        .ln2_rstd = rows(la->ln2_rstd, i, N),
+        .fch = rows(la->fch, i, N * fc),
+        .fch_gelu = rows(la->fch_gelu, i, N * Hl),
+        .res3 = rows(la->res3, i, N * C),
+    };
+}
+
+static void half_blocks(msr_mp_t *mp, msr_block_t *h);
+
+msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                        msr_gpt_block_acts_t *la, const float *x)
+{
+    size_t half = mp->d.N / 2 * (size_t)mp->d.C;
+    msr_block_t h[2];
+    msr_gpt_block_acts_t a[2];
+    const float *hx[2] = {x, x + half};
+    half_blocks(mp, h);
+    for (int i = 0; i < 2; i++)
+        half_acts(mp, la, i, &a[i]);
+    return msr_block_forward_split(h, p, a, hx);
+}
+
+/* The two copies' views of the block: halves of the work space's row
+ * tables (the (T,T) attention scratch is used by one copy at a time). */
+static void half_blocks(msr_mp_t *mp, msr_block_t *h)
+{
+    const dims_t *d = &mp->d;
+    size_t N = d->N / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
+    size_t qkv = mp->blk.llama ? (size_t)d->Cl + 2 * (size_t)mp->blk.NKVl * (d->Cl / d->NHl)
+                               : 3 * (size_t)d->Cl;
+    size_t fc = mp->blk.llama ? 2 * Hl : Hl;
+    for (int i = 0; i < 2; i++) {
+        h[i] = mp->blk;
+        h[i].B /= 2;
+        h[i].N /= 2;
+        h[i].Nl /= 2;
+        h[i].proj += (size_t)i * N * C;
+        h[i].projl += (size_t)i * N * C;
+        h[i].dln += (size_t)i * N * C;
+        h[i].dlnl += (size_t)i * N * C;
+        h[i].dqkv += (size_t)i * N * qkv;
+        h[i].datty += (size_t)i * N * (size_t)d->Cl;
+        h[i].dfch += (size_t)i * N * fc;
+        h[i].dfch_gelu += (size_t)i * N * Hl;
+    }
+}
+
+msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
+                                         const msr_gpt_block_params_t *g,
+                                         const msr_gpt_block_acts_t *la, const float *x,
+                                         float *dres)
+{
+    size_t half = mp->d.N / 2 * (size_t)mp->d.C;
+    msr_block_t h[2];
+    msr_gpt_block_acts_t a[2];
+    const float *hx[2] = {x, x + half};
+    float *hd[2] = {dres, dres + half};
+    half_blocks(mp, h);
+    for (int i = 0; i < 2; i++)
+        half_acts(mp, la, i, &a[i]);
+    return msr_block_backward_split(h, p, g, a, hx, hd);
+}
+
 /* The blocks' view of the runtime: this rank's shape, the work space, the
  * tensor-parallel communication (none at tp = 1). */
 void msr_mp_point_block(msr_mp_t *mp)
 {
     const dims_t *d = &mp->d;
     const work_t *w = &mp->w;
-    int tp = d->tp > 1, cp = d->cp > 1;
+    int tp = d->tp > 1, cp = d->cp > 1, ov = tp && mp->cfg.tp_overlap;
     mp->blk_comm = (msr_block_comm_t){
-        mp,   tp ? block_enter : NULL,      tp ? block_reduce : NULL,
-        NULL, cp ? msr_mp_cp_attend : NULL, cp ? msr_mp_cp_attend_backward : NULL};
+        mp,
+        tp ? block_enter : NULL,
+        tp ? block_reduce : NULL,
+        ov ? block_poll : NULL,
+        cp ? msr_mp_cp_attend : NULL,
+        cp ? msr_mp_cp_attend_backward : NULL,
+        ov ? block_reduce_start : NULL,
+        ov ? block_reduce_wait : NULL,
+    };
     mp->blk = (msr_block_t){
         .B = d->B,
         .T = d->T,

@@ -107,6 +107,11 @@ typedef struct msr_plan_layout {
      * nothing) and the optimizer's chunk (--offload-chunk; 0: its 4 MiB) */
     int offload;
     size_t offload_chunk;
+    /* train_gpt --tp-overlap (parallel/mp.h): a block's forward and
+     * backward as two copies of b/2 sequences, one copy's tp allreduces
+     * behind the other's compute; needs tp > 1, an even micro-batch, no
+     * sp and no cp */
+    int tp_overlap;
 } msr_plan_layout_t;
 
 /* train_gpt --offload's disk modes (docs/model.md "Offload"): the
@@ -383,7 +388,8 @@ typedef struct msr_plan_time {
     double flops;           /* the whole model's floating-point operations per step */
     double compute_ms;      /* forward and backward of the stage's micro-batches */
     double recompute_ms;    /* of it, forwards run again */
-    double tp_comm_ms;      /* tensor / sequence parallel collectives (never hidden) */
+    double tp_comm_ms;      /* tensor / sequence parallel collectives (exposed: never hidden
+                             * but for tp overlap's blocks) */
     double cp_comm_ms;      /* context parallel's ring transfers, what attention does not hide */
     double ep_comm_ms;      /* expert parallel's alltoalls (dispatch and combine, both ways) */
     double pp_comm_ms;      /* sends between stages on the critical path */
@@ -452,6 +458,7 @@ typedef struct msr_plan_query {
      * bits, the optimizer's chunk bytes; 0: none, the default) */
     int offload;
     size_t offload_chunk;
+    int tp_overlap; /* every layout's (msr_plan_layout_t's) */
 } msr_plan_query_t;
 
 /* One plan: a layout (its stage_layers pointing into the plan's own

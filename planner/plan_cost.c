@@ -326,8 +326,10 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
             p->layer_sp.bytes = 4 * 2 * act;
             p->layer_sp.kernels = 4;
         }
-    } else
+    } else {
         p->layer_tp_ms = 2 * msr_plan_t_allreduce(&tpn, act, l->tp);
+        p->layer_tp_half_ms = msr_plan_t_allreduce(&tpn, act / 2, l->tp);
+    }
 }
 
 /* The embedding and the head, with their tp collectives. */

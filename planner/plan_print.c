@@ -336,7 +336,9 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
     if (c->cold_ms_per_mib > 0)
         row_ms(f, 6, "cold frames", t->cold_ms, S,
                "frames read back after the cache lost them (cold_ms_per_mib)");
-    row_ms(f, 6, "tp collectives", t->tp_comm_ms, S, "never hidden");
+    row_ms(f, 6, "tp collectives", t->tp_comm_ms, S,
+           p->l.tp_overlap ? "exposed: the blocks' behind the other copy's compute (tp overlap)"
+                           : "never hidden");
     if (msr_plan_cp(&p->l) > 1)
         row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
                "K/V blocks past a ring step's attention, their gradients after it");

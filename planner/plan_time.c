@@ -36,6 +36,22 @@ typedef struct stage_cost {
     double fwd, bwd, tp_fwd, tp_bwd;
 } stage_cost_t;
 
+/* One block's exposed tp collectives in ms, forward (x 1) or backward
+ * (x 2: its compute is twice forward's). With tp overlap (parallel/mp.h)
+ * the block runs as two copies of half the rows, each with two allreduces
+ * of half the rows (a each); the copies' four parts (attention, MLP) take
+ * about a quarter of the pass's compute each (q). Each allreduce but the
+ * last copy's last runs behind the other copy's next part, hidden up to
+ * q; the last is waited for whole. */
+static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
+                          const msr_plan_cluster_t *c, double x)
+{
+    if (!l->tp_overlap)
+        return p->layer_tp_ms;
+    double a = p->layer_tp_half_ms, q = x * msr_plan_price(c, p->layer_f) / 4;
+    return a + 3 * fmax(0.0, a - q);
+}
+
 static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
                                const msr_plan_cluster_t *c, int layers, int first, int last,
                                int with, double cold)
@@ -44,7 +60,7 @@ static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout
     msr_plan_work_t bw =
         msr_plan_work_scale(p->layer_f, 2 * layers); /* backward: both operands' gradients */
     bw = msr_plan_work_add(bw, msr_plan_work_scale(p->attn_b_more, layers));
-    double tpf = layers * p->layer_tp_ms, tpb = layers * p->layer_tp_ms;
+    double tpf = layers * block_tp_ms(p, l, c, 1), tpb = layers * block_tp_ms(p, l, c, 2);
     double ringf = (with & WITH_CP) ? layers * p->ring_f_ms : 0;
     double ringb = (with & WITH_CP) ? layers * p->ring_b_ms : 0;
     if (with & WITH_EP) { /* never hidden: the experts wait for their rows */
@@ -58,7 +74,7 @@ static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout
             bw = msr_plan_work_add(bw, msr_plan_work_scale(p->sel_f, layers));
         else if (l->recompute == MSR_PLAN_RC_FULL) {
             bw = msr_plan_work_add(bw, f);
-            tpb += layers * p->layer_tp_ms;
+            tpb += layers * block_tp_ms(p, l, c, 1); /* the forward again */
             ringb += ringf; /* the ring (and the experts' exchanges) run again */
         }
     }

@@ -84,6 +84,10 @@ static const msr_opt_t specs[] = {
             "group, and over tp within each (1)"),
     OPT_FLAG("sp", sp,
              "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
+    OPT_FLAG("tp-overlap", tp_overlap,
+             "tensor-parallel overlap: each micro-batch's sequences run forward as two copies, "
+             "one copy's tp allreduce in flight while the other computes (needs --tp > 1, an "
+             "even --micro-batch, no --sp or --cp)"),
     OPT_TEXT("schedule", schedule,
              "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
              "--grad-accum"),
@@ -510,11 +514,12 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     cfg->pp = (int)o->pp;
     cfg->cp = (int)o->cp;
     cfg->mp.sp = o->sp;
+    cfg->mp.tp_overlap = o->tp_overlap;
     cfg->mp.schedule = (msr_mp_schedule_t)schedule;
     cfg->mp.chunks = (int)o->virtual_stages;
     cfg->mp.recompute = (msr_mp_recompute_t)recompute;
     cfg->mp.stage_layers = o->split_n > 0 ? o->split : NULL;
-    cfg->mp_always = o->trace != NULL;
+    cfg->mp_always = o->trace != NULL || o->tp_overlap; /* tp 1: refused there */
     /* checked by precision_check */
     (void)msr_precision_parse(o->precision, &cfg->precision);
     cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;

@@ -18,7 +18,7 @@ typedef struct options {
     int64_t micro_batch, grad_accum, global_batch, dp, tp, pp, cp, zero;
     int64_t experts, top_k, moe_every, ep; /* Mixture-of-Experts, expert parallel */
     double capacity_factor, aux_loss;
-    int sp;
+    int sp, tp_overlap;
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;
     const char *pp_layers; /* --pp-layers' text */

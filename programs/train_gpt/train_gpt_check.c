@@ -144,11 +144,11 @@ int train_gpt_check_combination(options_t *o, int world, int in_job)
                             "--report are for --device cpu only\n");
             return -1;
         }
-        if (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL ||
+        if (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->tp_overlap || o->trace != NULL ||
             o->virtual_stages > 1 || (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
             fprintf(stderr,
                     "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --cp, --sp, "
-                    "--virtual-stages, --recompute and --trace are for --device cpu "
+                    "--tp-overlap, --virtual-stages, --recompute and --trace are for --device cpu "
                     "only\n");
             return -1;
         }
