@@ -2836,7 +2836,7 @@ test: ^ps_fsync$
 
 # ---- a resume whose load failed part way (issue 41, docs/checkpoint.md)
 @ resume.fallback_skips_reload
-file: programs/train_gpt/train_gpt_run.c
+file: programs/train_gpt/train_gpt_resume.c
 test: ^test_parallel_ckpt_partial$
 <<<
             st = restore_step(t, job, o, meta, same, job->world, 1, &f);
@@ -2845,7 +2845,7 @@ test: ^test_parallel_ckpt_partial$
 >>>
 
 @ resume.damaged_only_step_starts_over
-file: programs/train_gpt/train_gpt_run.c
+file: programs/train_gpt/train_gpt_resume.c
 test: ^test_parallel_ckpt_partial$
 <<<
         any = same;
