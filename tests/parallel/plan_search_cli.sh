@@ -23,7 +23,7 @@ refuse "--explain x" "${m[@]}" --explain x
 refuse "--cluster $work/none: No such file or directory" "${m[@]}" --cluster "$work/none"
 refuse "line 2: unknown key 'bogus'" "${m[@]}" --cluster "$work/bad_key"
 # the whole list of keys, not cut short
-refuse "unknown key 'bogus' (ranks_per_node, mem_gib, .*, idle_lend, ring_step_us)\$" "${m[@]}" \
+refuse "unknown key 'bogus' (ranks_per_node, mem_gib, .*, idle_lend, ring_step_us, disk_read_gbs, disk_write_gbs)\$" "${m[@]}" \
     --cluster "$work/bad_key"
 refuse "--cluster $work/bad_value: line 1" "${m[@]}" --cluster "$work/bad_value"
 # the reader's own faults: over 64 KiB, a NUL byte, a directory
