@@ -436,6 +436,7 @@ int main(int argc, char **argv)
 {
     args_t a;
     msr_plan_query_t q;
+    memset(&q, 0, sizeof q); /* a field plan_gpt has no option for is off */
     int rc = parse_args(argc, argv, &a, q.fix);
     if (rc >= 0)
         return rc;
