@@ -2602,6 +2602,29 @@ test: ^test_parallel_train_gpt_meta$
         return n > 0 && (size_t)n <= len;
 >>>
 
+# ---- lined slots: each line's data carries its operation's number (issue 40)
+@ comm.shm_slots.lined_last_line_unawaited
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA + 1;
+===
+    size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA;
+>>>
+
+@ comm.shm_slots.lined_fold_reversed
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np3$
+<<<
+    lined_get(a->recvbuf, lined_of(s, 0, k), off, len);
+    for (int j = 1; j < r->n; j++) {
+        lined_get(other, lined_of(s, j, k), off, len);
+===
+    lined_get(a->recvbuf, lined_of(s, r->n - 1, k), off, len);
+    for (int j = r->n - 2; j >= 0; j--) {
+        lined_get(other, lined_of(s, j, k), off, len);
+>>>
+
 # ---- small broadcasts through the slots' ring (comm/ucx/shm_slots.c)
 @ comm.shm_slots.bcast_root_unguarded
 file: comm/ucx/shm_slots.c
