@@ -217,39 +217,14 @@ static void test_proxy(void)
     msr_tserved_stop(&s);
 }
 
-typedef struct relay_agent {
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *up;
-    msr_relay_server_t *server;
-    pthread_t thread;
-    volatile sig_atomic_t stop;
-} relay_agent_t;
-
-static void *relay_serve(void *arg)
-{
-    relay_agent_t *a = arg;
-    while (!a->stop) {
-        msr_rpc_loop_poll(a->loop, msr_deadline_in_ms(5));
-        msr_relay_server_flush(a->server);
-    }
-    return NULL;
-}
-
 static void test_relay(void)
 {
     msr_tserved_t s;
     start_coordinator(&s);
-    relay_agent_t ra = {0};
-    int port = 0;
-    MSR_CHECK_OK(msr_rpc_loop_create(&ra.loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "t", &ra.up));
-    MSR_CHECK_OK(
-        msr_relay_server_create(ra.loop, "127.0.0.1:0", "t", ra.up, "r", 2, &port, &ra.server));
-    MSR_CHECK(pthread_create(&ra.thread, NULL, relay_serve, &ra) == 0);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    msr_trelay_t ra;
+    msr_trelay_start(&ra, s.target, "t", "r", 2);
     msr_rpc_channel_t *ch = NULL;
-    MSR_CHECK_OK(msr_rpc_channel_create(target, "t", &ch));
+    MSR_CHECK_OK(msr_rpc_channel_create(ra.target, "t", &ch));
     check_unknown(ch, "/msr.Coordinator/JoinLater", 0);
     for (int i = 0; i < 50; i++)
         check_unknown(ch, "/msr.Coordinator/Later", 8);
@@ -274,11 +249,7 @@ static void test_relay(void)
     MSR_CHECK_MSG(st != MSR_ERR_UNSUPPORTED && st != MSR_ERR_TIMEOUT, "heartbeat: %s: %s",
                   msr_status_str(st), msr_err_msg());
     msr_rpc_channel_destroy(ch);
-    ra.stop = 1;
-    pthread_join(ra.thread, NULL);
-    msr_relay_server_destroy(ra.server);
-    msr_rpc_channel_destroy(ra.up);
-    msr_rpc_loop_destroy(ra.loop);
+    msr_trelay_stop(&ra);
     msr_tserved_stop(&s);
 }
 
