@@ -433,9 +433,6 @@ static msr_status_t client_finish(msr_rpc_channel_t *ch, msr_rpc_method_t method
         if (err) {
             if (cc->code == GRPC_STATUS_UNAVAILABLE)
                 unavailable_text(ch->target, details, atomic_load(&ch->answered), err, errlen);
-            else if (cc->code == GRPC_STATUS_UNAVAILABLE)
-                snprintf(err, errlen, "coordinator at %s unreachable (%s)", ch->target,
-                         details[0] ? details : "connection failed");
             else if (cc->code == GRPC_STATUS_DEADLINE_EXCEEDED &&
                      grpc_channel_check_connectivity_state(ch->channel, 0) != GRPC_CHANNEL_READY)
                 snprintf(err, errlen,

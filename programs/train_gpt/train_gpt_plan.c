@@ -343,8 +343,17 @@ static int default_plan(const options_t *o, const job_t *job, const msr_plan_mod
     l->chunks = (int)o->virtual_stages;
     l->micro_batch = (int)o->micro_batch;
     l->micros = (int)o->grad_accum;
-    if (o->global_batch > 0 && l->dp > 0)
+    if (o->global_batch > 0 && l->dp > 0) {
+        /* as train_gpt_check.c takes it without --auto */
+        if (o->global_batch % (o->micro_batch * l->dp) != 0) {
+            snprintf(why, len,
+                     "global batch %" PRId64 " is not a multiple of micro-batch %" PRId64
+                     " x dp %d",
+                     o->global_batch, o->micro_batch, l->dp);
+            return -1;
+        }
         l->micros = (int)(o->global_batch / (o->micro_batch * l->dp));
+    }
     l->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
     l->zero_min_bytes = (size_t)o->zero_min_bytes;
     if (o->split_n > 0) {

@@ -511,7 +511,7 @@ static const msr_test_t tests[] = {
     {"split_is_best", test_split_is_best, 20},
     {"exhaustive_complete", test_exhaustive_complete, 20},
     {"keep_fix_split", test_keep_fix_split, 20},
-    {"fast_within_exhaustive", test_fast_within_exhaustive, 30},
+    {"fast_within_exhaustive", test_fast_within_exhaustive, 120},
     {"fast_large", test_fast_large, 20},
     {"cp_space", test_cp_space, 30},
     {"bad_query", test_bad_query, 10},

@@ -110,6 +110,23 @@ mkdir "$work/home"
 env -u XDG_CACHE_HOME HOME="$work/home" timeout 60 "$bin/train_gpt" "${model[@]}" --plan \
     >"$work/out" 2>"$work/err" || fail "--plan, HOME: $(cat "$work/err")"
 ls "$work"/home/.cache/msrun/calibration-* >/dev/null || fail "nothing in ~/.cache/msrun"
+# --global-batch on 2 ranks: the layout without --auto takes it as a run
+# without --auto would (4 = micro-batch 2 x dp 2), or says why it could
+# not (2: dp 2 leaves one sequence a rank), while --auto finds one (tp 2)
+for G in 4 2; do
+    job=auto-$$-$RANDOM
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
+        "${worker_env[@]}" "$bin/train_gpt" "${model[@]}" --auto --cluster "$work/cluster" \
+        --global-batch $G >"$work/out" 2>"$work/err" || fail "--auto --global-batch $G: $(cat "$work/err")"
+    if ((G == 4)); then
+        want="dp 2 tp 1 pp 1 cp 1 zero 0 recompute none micro-batch 2 grad-accum 1 .*; $pred"
+    else
+        want=".*; not a plan: global batch 2 is not a multiple of micro-batch 2 x dp 2"
+    fi
+    sed 's/^\[node [0-9]* rank [0-9]*\] //' "$work/err" | grep -Eq "^train_gpt: --auto: without --auto: $want$" ||
+        fail "--global-batch $G, without --auto: $(grep -- --auto "$work/err")"
+done
 # --recalibrate alone, or with --cluster, is refused
 rc=0
 timeout 30 "$bin/train_gpt" --recalibrate --cluster "$work/cluster" --plan >"$work/out" \

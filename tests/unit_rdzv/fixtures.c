@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/time.h"
 #include "tests/runner.h"
 
 static const char *default_peer = "test";
@@ -109,4 +110,45 @@ void msr_tserved_stop(msr_tserved_t *s)
     s->stop = 1;
     pthread_join(s->thread, NULL);
     msr_coord_server_destroy(s->server);
+}
+
+static void *relay_serve(void *arg)
+{
+    msr_trelay_t *r = arg;
+    while (!r->stop) {
+        msr_rpc_loop_poll(r->loop, msr_deadline_in_ms(5));
+        msr_relay_server_flush(r->server);
+    }
+    msr_relay_server_destroy(r->server);
+    r->server = NULL;
+    return NULL;
+}
+
+void msr_trelay_start(msr_trelay_t *r, const char *coord, const char *token, const char *id,
+                      int nodes)
+{
+    memset(r, 0, sizeof *r);
+    MSR_CHECK_OK(msr_rpc_loop_create(&r->loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(coord, token, &r->up));
+    MSR_CHECK_OK(msr_relay_server_create(r->loop, "127.0.0.1:0", token, r->up, id, nodes, &r->port,
+                                         &r->server));
+    snprintf(r->target, sizeof r->target, "127.0.0.1:%d", r->port);
+    MSR_CHECK(pthread_create(&r->thread, NULL, relay_serve, r) == 0);
+    r->running = 1;
+}
+
+void msr_trelay_kill(msr_trelay_t *r)
+{
+    if (!r->running)
+        return;
+    r->stop = 1;
+    pthread_join(r->thread, NULL);
+    r->running = 0;
+}
+
+void msr_trelay_stop(msr_trelay_t *r)
+{
+    msr_trelay_kill(r);
+    msr_rpc_channel_destroy(r->up);
+    msr_rpc_loop_destroy(r->loop);
 }

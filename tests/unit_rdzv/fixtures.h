@@ -1,7 +1,8 @@
 /* Fixtures shared by the coordinator's unit tests (test_coord, test_relay,
  * test_rpc, test_relay_rpc): the fake call of fake_call.h answering as the
  * coordinator core's responder (its answers unpacked as a client would see
- * them), and a coordinator server run on loopback by a thread of its own.
+ * them), and a coordinator server and a relay agent's server, each run on
+ * loopback by a thread of its own.
  * Every helper fails the test (MSR_CHECK) where its step fails. */
 #ifndef MSR_TESTS_FIXTURES_H
 #define MSR_TESTS_FIXTURES_H
@@ -11,6 +12,7 @@
 
 #include "cluster/coord.h"
 #include "cluster/server.h"
+#include "rendezvous/relay.h"
 #include "tests/unit_rdzv/fake_call.h"
 
 /* ---- the core's responder over a fake call ---- */
@@ -50,5 +52,29 @@ typedef struct msr_tserved {
 void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg);
 /* Stops the thread and destroys the server. */
 void msr_tserved_stop(msr_tserved_t *s);
+
+/* ---- a relay agent's server over loopback ---- */
+
+typedef struct msr_trelay {
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up; /* to the coordinator */
+    msr_relay_server_t *server;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+    int running;
+    int port;
+    char target[64]; /* "127.0.0.1:<port>" */
+} msr_trelay_t;
+
+/* A relay agent's server as relay id for nodes nodes on 127.0.0.1 (a port
+ * of its own), relaying to the coordinator at coord with token, run by a
+ * thread until msr_trelay_kill. */
+void msr_trelay_start(msr_trelay_t *r, const char *coord, const char *token, const char *id,
+                      int nodes);
+/* The relay dies: its thread stops and destroys the server, so the calls
+ * it held end with an error. */
+void msr_trelay_kill(msr_trelay_t *r);
+/* msr_trelay_kill where it still runs, then frees the rest. */
+void msr_trelay_stop(msr_trelay_t *r);
 
 #endif

@@ -263,26 +263,6 @@ static void test_relay_gone_mid_join(void)
 
 /* ---- the relay agent's server, nodes calling it over sockets ---- */
 
-typedef struct relay_agent {
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *up;
-    msr_relay_server_t *server;
-    pthread_t thread;
-    volatile sig_atomic_t stop;
-    int port;
-} relay_agent_t;
-
-static void *relay_serve(void *arg)
-{
-    relay_agent_t *a = arg;
-    while (!a->stop) {
-        msr_rpc_loop_poll(a->loop, msr_deadline_in_ms(5));
-        msr_relay_server_flush(a->server);
-    }
-    msr_relay_server_destroy(a->server); /* the relay dies: its calls end */
-    return NULL;
-}
-
 typedef struct node_call {
     msr_rpc_async_t a;
     int done, code;
@@ -334,20 +314,13 @@ static void test_relay_server(void)
 {
     msr_tserved_t s;
     start(&s, 3);
-    relay_agent_t ra;
-    memset(&ra, 0, sizeof ra);
-    MSR_CHECK_OK(msr_rpc_loop_create(&ra.loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ra.up));
-    MSR_CHECK_OK(msr_relay_server_create(ra.loop, "127.0.0.1:0", "tok", ra.up, "agent", 2, &ra.port,
-                                         &ra.server));
-    MSR_CHECK(pthread_create(&ra.thread, NULL, relay_serve, &ra) == 0);
-    char relay_target[64];
-    snprintf(relay_target, sizeof relay_target, "127.0.0.1:%d", ra.port);
+    msr_trelay_t ra;
+    msr_trelay_start(&ra, s.target, "tok", "agent", 2);
 
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *via, *direct;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(relay_target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(ra.target, "tok", &via));
     MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
     node_t n[3];
     node_call_t c[3];
@@ -370,8 +343,7 @@ static void test_relay_server(void)
     for (int k = 0; k < 10; k++) /* held: the job needs a third node */
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
     MSR_CHECK(!c[0].done && !c[1].done);
-    ra.stop = 1;
-    pthread_join(ra.thread, NULL);
+    msr_trelay_kill(&ra);
     node_wait(loop, c, 2);
     MSR_CHECK_MSG(c[0].code != 0 && c[1].code != 0, "a dead relay's calls succeeded");
     for (int k = 0; k < 3; k++) {
@@ -397,8 +369,7 @@ static void test_relay_server(void)
     msr_rpc_channel_destroy(via);
     msr_rpc_channel_destroy(direct);
     msr_rpc_loop_destroy(loop);
-    msr_rpc_channel_destroy(ra.up);
-    msr_rpc_loop_destroy(ra.loop);
+    msr_trelay_stop(&ra);
     msr_tserved_stop(&s);
 }
 
