@@ -2624,6 +2624,15 @@ test: ^comm_small_np3$
         for (int j = r->n - 3; j >= 0; j--)
 >>>
 
+@ comm.shm_slots.lined_fold_reads_word
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        size_t c = SHM_LINE_DATA - at % LINE;
+===
+        size_t c = LINE - at % LINE;
+>>>
+
 # ---- small broadcasts through the slots' ring (comm/ucx/shm_slots.c)
 @ comm.shm_slots.bcast_root_unguarded
 file: comm/ucx/shm_slots.c
