@@ -721,10 +721,11 @@ test: ^comm_collectives_np(3|8)$
 file: comm/ucx/shm_slots.c
 test: ^comm_determinism_np4$
 <<<
-        fold(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off);
+        fold_n(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off, a->count);
         for (int j = 2; j < r->n; j++)
 ===
-        fold(a, a->recvbuf, data_of(s, r->n - 1, k, in) + off, data_of(s, r->n - 2, k, in) + off);
+        fold_n(a, a->recvbuf, data_of(s, r->n - 1, k, in) + off, data_of(s, r->n - 2, k, in) + off,
+               a->count);
         for (int j = r->n - 3; j >= 0; j--)
 >>>
 
@@ -2616,13 +2617,20 @@ test: ^comm_small_np2$
 file: comm/ucx/shm_slots.c
 test: ^comm_small_np3$
 <<<
-    lined_get(a->recvbuf, lined_of(s, 0, k), off, len);
-    for (int j = 1; j < r->n; j++) {
-        lined_get(other, lined_of(s, j, k), off, len);
+        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
+        for (int j = 2; j < r->n; j++)
 ===
-    lined_get(a->recvbuf, lined_of(s, r->n - 1, k), off, len);
-    for (int j = r->n - 2; j >= 0; j--) {
-        lined_get(other, lined_of(s, j, k), off, len);
+        fold_n(a, dst, lined_of(s, r->n - 1, k) + at, lined_of(s, r->n - 2, k) + at, count);
+        for (int j = r->n - 3; j >= 0; j--)
+>>>
+
+@ comm.shm_slots.lined_fold_reads_word
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        size_t c = SHM_LINE_DATA - at % LINE;
+===
+        size_t c = LINE - at % LINE;
 >>>
 
 # ---- small broadcasts through the slots' ring (comm/ucx/shm_slots.c)

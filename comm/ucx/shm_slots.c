@@ -190,17 +190,43 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     return r->me != a->root || last == 0 || all_reached(s, r, last + 1);
 }
 
-/* dst = a op b: a few floats inline, the rest through msr_reduce. */
-static inline void fold(const msr_coll_args_t *a, void *dst, const void *x, const void *y)
+/* dst = x op y over count elements: a few floats inline, the rest through
+ * msr_reduce. */
+static inline void fold_n(const msr_coll_args_t *a, void *dst, const void *x, const void *y,
+                          size_t count)
 {
-    if (!msr_reduce_few(a->op, a->dtype, dst, x, y, a->count))
-        msr_reduce(a->op, a->dtype, dst, x, y, a->count);
+    if (!msr_reduce_few(a->op, a->dtype, dst, x, y, count))
+        msr_reduce(a->op, a->dtype, dst, x, y, count);
 }
 
-/* Every lined vector is there: copy them out (allgather) or fold them in
- * rank order (allreduce; reduce-scatter this member's block of them):
- * rank 0's part into recvbuf, then each next one's, copied out whole,
- * into it (msr_reduce's operands and order, so its bits). */
+/* Folds bytes [off, off + len) of every member's lined vector into
+ * recvbuf in rank order, line by line and in place: each line's piece of
+ * rank 0 op rank 1's, then op each next one's (msr_reduce's operands and
+ * order for every element, so its bits). A line holds whole elements
+ * (SHM_LINE_DATA is a multiple of 8, off of the element size). */
+static void lined_fold(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, size_t off,
+                       size_t len)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    char *dst = a->recvbuf;
+    size_t at = off / SHM_LINE_DATA * LINE + off % SHM_LINE_DATA;
+    while (len) {
+        size_t c = SHM_LINE_DATA - at % LINE;
+        if (c > len)
+            c = len;
+        size_t count = c / r->es;
+        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
+        for (int j = 2; j < r->n; j++)
+            fold_n(a, dst, dst, lined_of(s, j, k) + at, count);
+        dst += c;
+        len -= c;
+        at = (at / LINE + 1) * LINE;
+    }
+}
+
+/* Every lined vector is there: copy each straight to its place
+ * (allgather) or fold them in rank order (allreduce; reduce-scatter this
+ * member's block of them), read in place. */
 static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, size_t in)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -211,13 +237,8 @@ static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
                 lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), 0, in);
         return;
     }
-    char other[SHM_LINED_MAX]; /* len <= in <= lined_max <= SHM_LINED_MAX */
     lined_range(r, in, &off, &len);
-    lined_get(a->recvbuf, lined_of(s, 0, k), off, len);
-    for (int j = 1; j < r->n; j++) {
-        lined_get(other, lined_of(s, j, k), off, len);
-        fold(a, a->recvbuf, a->recvbuf, other);
-    }
+    lined_fold(s, r, k, off, len);
     if (a->op == MSR_OP_AVG)
         msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
 }
@@ -239,9 +260,9 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         off = (size_t)r->me * r->bytes;
         /* fall through */
     case MSR_COLL_ALLREDUCE:
-        fold(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off);
+        fold_n(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off, a->count);
         for (int j = 2; j < r->n; j++)
-            fold(a, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off);
+            fold_n(a, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off, a->count);
         if (a->op == MSR_OP_AVG)
             msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
         return;

@@ -2,6 +2,12 @@
  * collective at their bounds and one past, on several communicators. */
 #include "comm_worker.h"
 
+/* What shm.c sends lined at most (SHM_LINED_MAX), and a line's data bytes:
+ * the sizes of a whole number of lines and one element past are where a
+ * reader awaiting one line too few or too many goes wrong. */
+#define LINED_MAX 128
+#define LINE_DATA 56
+
 /* ---- the shared-memory slots at their bounds ---- */
 
 /* The slots' size for a communicator of n made now: what shm.c's shape
@@ -18,29 +24,42 @@ static size_t slot_size(int n)
 /* Every collective of the slots on t at exactly the slot's size and one
  * element past it (the tiles or messages then), at the 16 bytes that travel
  * in a member's counter line and one past, at the most that travels lined
- * (128 bytes or the slot) and one past, at a line's 56 data bytes and one past,
- * past two lines, and at counts that are multiples of nothing: every dtype
- * and op, in place and not. */
+ * (LINED_MAX or the slot) and one past, at a line's data bytes and one
+ * past, past two lines, at the most lines the lined limit fills whole and
+ * one element past, and at counts that are multiples of nothing: every
+ * dtype and op, in place and not. */
 static void check_small(tc_t *t, size_t slot)
 {
-    size_t lined = slot < 128 ? slot : 128;
+    size_t lined = slot < LINED_MAX ? slot : LINED_MAX, full = lined / LINE_DATA * LINE_DATA;
     for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
         msr_dtype_t dt = (msr_dtype_t)d;
         size_t es = msr_dtype_size(dt), n = (size_t)t->n;
         /* whole vectors (allreduce, broadcast, an allgather's block) and a
          * reduce-scatter's block, whose input is n of them */
-        const uint64_t whole[] = {
-            slot / es, slot / es + 1, 16 / es,      16 / es + 1, lined / es, lined / es + 1,
-            56 / es,   56 / es + 1,   112 / es + 1, 3,           1};
+        const uint64_t whole[] = {slot / es,
+                                  slot / es + 1,
+                                  16 / es,
+                                  16 / es + 1,
+                                  lined / es,
+                                  lined / es + 1,
+                                  LINE_DATA / es,
+                                  LINE_DATA / es + 1,
+                                  2 * LINE_DATA / es + 1,
+                                  full / es,
+                                  full / es + 1,
+                                  3,
+                                  1};
         const uint64_t block[] = {slot / (n * es),
                                   slot / (n * es) + 1,
                                   16 / (n * es),
                                   16 / (n * es) + 1,
                                   lined / (n * es),
                                   lined / (n * es) + 1,
-                                  56 / (n * es),
-                                  56 / (n * es) + 1,
-                                  112 / (n * es) + 1,
+                                  LINE_DATA / (n * es),
+                                  LINE_DATA / (n * es) + 1,
+                                  2 * LINE_DATA / (n * es) + 1,
+                                  full / (n * es),
+                                  full / (n * es) + 1,
                                   3,
                                   1};
         for (size_t c = 0; c < sizeof whole / sizeof whole[0]; c++) {
@@ -78,21 +97,11 @@ static double order_input(int r, uint64_t i)
     return (h >> 20) % 3 == 0 ? -m : m;
 }
 
-static float fold_f32(msr_op_t op, float acc, float x)
-{
-    switch (op) {
-    case MSR_OP_PROD:
-        return acc * x;
-    case MSR_OP_MIN:
-        return x < acc ? x : acc;
-    case MSR_OP_MAX:
-        return x > acc ? x : acc;
-    default:
-        return acc + x;
-    }
-}
-
-static double fold_f64(msr_op_t op, double acc, double x)
+/* acc op x for both dtypes in one body: a float32 pair's sum, product,
+ * minimum or maximum computed in double and rounded to float has the bits
+ * of the float32 operation (double holds more than twice float's
+ * precision, so the second rounding is exact). */
+static double fold_one(msr_op_t op, double acc, double x)
 {
     switch (op) {
     case MSR_OP_PROD:
@@ -113,12 +122,12 @@ static void order_ref(msr_op_t op, msr_dtype_t dt, int n, uint64_t i, void *ref,
     if (dt == MSR_DTYPE_F32) {
         float acc = (float)order_input(0, i);
         for (int r = 1; r < n; r++)
-            acc = fold_f32(op, acc, (float)order_input(r, i));
+            acc = (float)fold_one(op, acc, (float)order_input(r, i));
         ((float *)ref)[at] = op == MSR_OP_AVG ? acc / (float)n : acc;
     } else {
         double acc = order_input(0, i);
         for (int r = 1; r < n; r++)
-            acc = fold_f64(op, acc, order_input(r, i));
+            acc = fold_one(op, acc, order_input(r, i));
         ((double *)ref)[at] = op == MSR_OP_AVG ? acc / (double)n : acc;
     }
 }
@@ -166,14 +175,24 @@ static void order_check(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, ui
  * float32 and float64. */
 static void check_order(tc_t *t, size_t slot)
 {
-    size_t lined = slot < 128 ? slot : 128, n = (size_t)t->n;
+    size_t lined = slot < LINED_MAX ? slot : LINED_MAX, n = (size_t)t->n;
+    size_t full = lined / LINE_DATA * LINE_DATA;
     const msr_dtype_t dts[] = {MSR_DTYPE_F32, MSR_DTYPE_F64};
     for (size_t d = 0; d < 2; d++) {
         size_t es = msr_dtype_size(dts[d]);
-        const uint64_t whole[] = {16 / es,      16 / es + 1, 56 / es,        56 / es + 1,
-                                  168 / es - 1, lined / es,  lined / es + 1, 333};
-        const uint64_t block[] = {1,  16 / (n * es) + 1, 56 / (n * es),        56 / (n * es) + 1,
-                                  13, lined / (n * es),  lined / (n * es) + 1, 3};
+        const uint64_t whole[] = {16 / es,       16 / es + 1, 56 / es,        56 / es + 1,
+                                  168 / es - 1,  lined / es,  lined / es + 1, full / es,
+                                  full / es + 1, 333};
+        const uint64_t block[] = {1,
+                                  16 / (n * es) + 1,
+                                  56 / (n * es),
+                                  56 / (n * es) + 1,
+                                  13,
+                                  lined / (n * es),
+                                  lined / (n * es) + 1,
+                                  full / (n * es),
+                                  full / (n * es) + 1,
+                                  3};
         for (size_t c = 0; c < sizeof whole / sizeof whole[0]; c++)
             for (int o = 0; o < MSR_OP_COUNT; o++) {
                 msr_op_t op = (msr_op_t)o;
