@@ -274,7 +274,7 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
         msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
-    if ((st = msr_dp_offload_attach(dp)) != MSR_OK)
+    if ((st = msr_dp_offload_attach(dp)) != MSR_OK || (st = msr_dp_params_attach(dp)) != MSR_OK)
         goto err_free;
     *dp_p = dp;
     return MSR_OK;
@@ -338,6 +338,7 @@ void msr_dp_destroy(msr_dp_t *dp)
         tmp_evict(dp, dp->cached - 1);
     msr_free(dp->cover);
     msr_offload_destroy(dp->offload);
+    msr_dp_params_detach(dp);
     msr_adamw_destroy(dp->opt);
     msr_free(dp->gshard);
     msr_free(dp->pshard);

@@ -76,6 +76,7 @@
 #include "model/gpt.h"
 #include "layout/layout.h"
 #include "parallel/offload.h"
+#include "parallel/offload_params.h"
 
 #define MSR_DP_TMP_CACHE 64 /* freed temporaries kept for reuse */
 
@@ -94,6 +95,12 @@ typedef struct msr_dp_config {
     /* where the optimizer's moments live (parallel/offload.h): MSR_OFFLOAD_DISK
      * streams them from a file of this rank's in each msr_dp_update */
     msr_offload_config_t offload;
+    /* where the blocks' parameters live (parallel/offload_params.h):
+     * MSR_OFFLOAD_DISK keeps them in a file of this rank's, each block read
+     * ahead of its forward and its backward and dropped after, the update a
+     * block at a time (dp_params.c); ZeRO 0, a whole dense model, the
+     * moments in memory (msr_dp_create refuses the rest: MSR_ERR_CONFIG) */
+    msr_offload_config_t params_offload;
     /* ZeRO-3: msr_dp_create leaves the owned parameters zero, for a resume
      * whose load overwrites them; msr_dp_init_params sets them when there
      * is nothing to resume (other stages initialise at create) */
@@ -182,6 +189,13 @@ typedef struct msr_dp {
     /* the moments' file under cfg.offload's disk mode (opt->m and opt->v
      * are then NULL but while a checkpoint holds them: dp_offload.c) */
     msr_offload_t *offload;
+    /* the blocks' parameters' file under cfg.params_offload (the model's
+     * block segments then point at a held buffer or NULL: dp_params.c) */
+    msr_params_t *params_off;
+    float **pheld;          /* [num_segs] a block segment's buffer while acquired */
+    int pfirst;             /* forward's first block read ahead already */
+    int pflat;              /* a checkpoint holds them in the flat buffer */
+    size_t pblk_lo, pblk_n; /* the blocks' first element, a block's elements */
 
     /* the current micro-batch */
     int reduce_now;  /* this backward reduces its buckets */
@@ -282,6 +296,8 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
  * MSR_ERR_NO_MEMORY. */
 msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read);
 msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
+/* The parameter offload's store (counters, file), NULL without it. */
+const msr_params_t *msr_dp_params_store(const msr_dp_t *dp);
 
 /* ---- checkpoints ----
  * A rank saves the units it owns (msr_dp_owned: params, m, v of each). A

@@ -289,6 +289,8 @@ msr_status_t msr_dp_hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
 {
     msr_dp_t *dp = arg;
     msr_status_t st = progress(dp);
+    if (st == MSR_OK)
+        st = msr_dp_params_acquire(dp, s, pass);
     if (st != MSR_OK)
         return st;
     if (dp->cfg.zero >= 3) {
@@ -316,6 +318,9 @@ msr_status_t msr_dp_hook_release(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
     (void)model;
     (void)pass;
     msr_dp_t *dp = arg;
+    msr_status_t pst = msr_dp_params_release(dp, s);
+    if (pst != MSR_OK)
+        return pst;
     if (dp->cfg.zero >= 3) {
         dp->vi++;
         /* kept when the next visit is the same segment (the head: the end

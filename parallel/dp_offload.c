@@ -57,6 +57,9 @@ msr_status_t msr_dp_offload_update(msr_dp_t *dp)
 
 msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read)
 {
+    msr_status_t pst = msr_dp_params_hold(dp, read);
+    if (pst != MSR_OK)
+        return pst;
     if (dp->offload == NULL || dp->opt->m != NULL)
         return MSR_OK;
     size_t n = dp->opt->count + 1;
@@ -77,6 +80,9 @@ msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read)
 
 msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write)
 {
+    msr_status_t pst = msr_dp_params_drop(dp, write);
+    if (pst != MSR_OK)
+        return pst;
     if (dp->offload == NULL || dp->opt->m == NULL)
         return MSR_OK;
     msr_status_t st = MSR_OK;

@@ -220,6 +220,9 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
     if (dp->offload != NULL) {
         msr_adamw_begin(dp->opt, lr, scale);
         st = msr_dp_offload_update(dp);
+    } else if (dp->params_off != NULL) {
+        msr_adamw_begin(dp->opt, lr, scale);
+        st = msr_dp_params_update(dp);
     } else if (dp->cfg.zero == 0) {
         msr_adamw_update(dp->opt, dp->model->params, dp->model->grads, lr, scale);
     } else {
@@ -244,6 +247,8 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
 
 msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
 {
+    if (dp->params_off != NULL)
+        return msr_dp_params_gather(dp, out);
     if (dp->cfg.zero <= 2) {
         memcpy(out, dp->model->params, dp->model->num_params * sizeof(float));
         return MSR_OK;
@@ -266,6 +271,9 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem)
 {
     size_t P = dp->model->num_params, S = dp->shard_count, f = sizeof(float);
     mem->params = (dp->model->params != NULL ? P * f : 0) + (dp->pshard != NULL ? S * f : 0);
+    if (dp->params_off != NULL) /* the blocks' are in the file */
+        mem->params +=
+            msr_params_resident(dp->params_off) - (size_t)dp->model->cfg.layers * dp->pblk_n * f;
     mem->grads = (dp->model->grads != NULL ? P * f : 0) + (dp->gshard != NULL ? S * f : 0);
     mem->optim = dp->offload != NULL ? msr_offload_resident(dp->offload) : 2 * dp->opt->count * f;
     mem->transient_peak = dp->transient_peak;

@@ -25,6 +25,8 @@ struct msr_acts {
     const msr_offload_engine_ops_t *ops;
     msr_offload_engine_t *eng;
     char engine_name[24];
+    const char *what;          /* an item's name in errors: "activation", "block" */
+    int nbufs;                 /* buffers in use: at most MSR_ACTS_BUFS */
     size_t bytes, slot, count; /* an activation's bytes, its place in the file (aligned) */
     uint32_t *crc;             /* (count) of each activation as last written */
     unsigned char *written;    /* (count) */
@@ -38,7 +40,7 @@ struct msr_acts {
 
 static msr_status_t refuse_failed(const msr_acts_t *a)
 {
-    return msr_err(MSR_ERR_STATE, "offload: %s failed before: its activations are lost", a->path);
+    return msr_err(MSR_ERR_STATE, "offload: %s failed before: its %ss are lost", a->path, a->what);
 }
 
 static msr_status_t store_alloc(msr_acts_t *a)
@@ -46,12 +48,12 @@ static msr_status_t store_alloc(msr_acts_t *a)
     a->crc = msr_calloc(a->count + 1, sizeof *a->crc);
     a->written = msr_calloc(a->count + 1, 1);
     if (a->crc == NULL || a->written == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for %zu activations", a->count);
-    for (int s = 0; s < MSR_ACTS_BUFS; s++) {
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for %zu %ss", a->count, a->what);
+    for (int s = 0; s < a->nbufs; s++) {
         void *p = NULL;
         if (posix_memalign(&p, MSR_OFFLOAD_ALIGN, a->slot) != 0)
-            return msr_err(MSR_ERR_NO_MEMORY,
-                           "offload: out of memory for activation buffers of %zu bytes", a->slot);
+            return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for %s buffers of %zu bytes",
+                           a->what, a->slot);
         memset(p, 0, a->slot);
         a->buf[s] = p;
     }
@@ -61,23 +63,33 @@ static msr_status_t store_alloc(msr_acts_t *a)
 msr_status_t msr_acts_create(const msr_offload_config_t *cfg, size_t bytes, size_t count,
                              msr_acts_t **acts_p)
 {
+    return msr_acts_create_as(cfg, "acts", "activation", MSR_ACTS_BUFS, bytes, count, acts_p);
+}
+
+msr_status_t msr_acts_create_as(const msr_offload_config_t *cfg, const char *kind, const char *what,
+                                int nbufs, size_t bytes, size_t count, msr_acts_t **acts_p)
+{
     msr_offload_config_t c = *cfg;
     c.chunk_bytes = 0;
     msr_status_t st = msr_offload_config_check(&c);
     if (st != MSR_OK)
         return st;
-    if (c.mode != MSR_OFFLOAD_DISK || bytes == 0)
-        return msr_err(MSR_ERR_INVALID_ARG, "offload: an activation store is for the disk mode, "
-                                            "with activations of at least a byte");
+    if (c.mode != MSR_OFFLOAD_DISK || bytes == 0 || nbufs < 2 || nbufs > MSR_ACTS_BUFS)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "offload: a %s store is for the disk mode, with %ss of at least a byte "
+                       "and 2..%d buffers",
+                       what, what, MSR_ACTS_BUFS);
     msr_acts_t *a = msr_calloc(1, sizeof *a);
     if (a == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     a->cfg = c;
     a->fd = -1;
+    a->what = what;
+    a->nbufs = nbufs;
     a->bytes = bytes;
     a->slot = (bytes + MSR_OFFLOAD_ALIGN - 1) / MSR_OFFLOAD_ALIGN * MSR_OFFLOAD_ALIGN;
     a->count = count;
-    a->path = msr_offload_file_path(c.dir, "acts", c.rank);
+    a->path = msr_offload_file_path(c.dir, kind, c.rank);
     a->cfg.dir = NULL; /* not kept */
     if (a->path == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
@@ -86,8 +98,7 @@ msr_status_t msr_acts_create(const msr_offload_config_t *cfg, size_t bytes, size
     if ((st = store_alloc(a)) != MSR_OK ||
         (st = msr_offload_open(a->path, c.dir, &a->fd, &a->direct)) != MSR_OK)
         goto err_free;
-    st = msr_offload_engine_open(c.io, a->fd, a->direct, MSR_ACTS_BUFS, &a->ops, &a->eng,
-                                 a->engine_name);
+    st = msr_offload_engine_open(c.io, a->fd, a->direct, nbufs, &a->ops, &a->eng, a->engine_name);
     if (st != MSR_OK)
         goto err_free;
     *acts_p = a;
@@ -103,7 +114,7 @@ void msr_acts_destroy(msr_acts_t *a)
 {
     if (a == NULL)
         return;
-    for (int s = 0; s < MSR_ACTS_BUFS && a->eng != NULL; s++) {
+    for (int s = 0; s < a->nbufs && a->eng != NULL; s++) {
         if (a->state[s] == BUF_WRITING || a->state[s] == BUF_READING) {
             size_t done;
             int err;
@@ -113,7 +124,7 @@ void msr_acts_destroy(msr_acts_t *a)
     if (a->eng != NULL)
         a->ops->destroy(a->eng);
     msr_offload_file_close(a->fd, a->path, a->cfg.keep);
-    for (int s = 0; s < MSR_ACTS_BUFS; s++)
+    for (int s = 0; s < a->nbufs; s++)
         free(a->buf[s]);
     msr_free(a->crc);
     msr_free(a->written);
@@ -139,14 +150,14 @@ static msr_status_t finish(msr_acts_t *a, int s)
     a->state[s] = BUF_HELD;
     if (err != 0 || done != a->slot) {
         a->failed = 1;
-        return msr_offload_io_error(a->path, write, "activation", a->key[s], done, a->slot, err);
+        return msr_offload_io_error(a->path, write, a->what, a->key[s], done, a->slot, err);
     }
     return MSR_OK;
 }
 
 static int find(const msr_acts_t *a, int state, size_t k)
 {
-    for (int s = 0; s < MSR_ACTS_BUFS; s++)
+    for (int s = 0; s < a->nbufs; s++)
         if (a->state[s] == state && a->key[s] == k)
             return s;
     return -1;
@@ -156,7 +167,7 @@ static int find(const msr_acts_t *a, int state, size_t k)
 static msr_status_t take(msr_acts_t *a, int *s_p)
 {
     int w = -1;
-    for (int s = 0; s < MSR_ACTS_BUFS; s++) {
+    for (int s = 0; s < a->nbufs; s++) {
         if (a->state[s] == BUF_FREE) {
             a->state[s] = BUF_HELD;
             *s_p = s;
@@ -166,8 +177,8 @@ static msr_status_t take(msr_acts_t *a, int *s_p)
             w = s;
     }
     if (w < 0)
-        return msr_err(MSR_ERR_STATE, "offload: all %d activation buffers of %s are held or read",
-                       MSR_ACTS_BUFS, a->path);
+        return msr_err(MSR_ERR_STATE, "offload: all %d %s buffers of %s are held or read", a->nbufs,
+                       a->what, a->path);
     a->stats.write_wait++;
     *s_p = w;
     return finish(a, w);
@@ -186,7 +197,7 @@ msr_status_t msr_acts_get(msr_acts_t *a, float **buf_p)
 
 static int held(const msr_acts_t *a, const float *buf)
 {
-    for (int s = 0; s < MSR_ACTS_BUFS; s++)
+    for (int s = 0; s < a->nbufs; s++)
         if (a->buf[s] == buf && a->state[s] == BUF_HELD)
             return s;
     return -1;
@@ -198,10 +209,8 @@ msr_status_t msr_acts_spill(msr_acts_t *a, float *buf, size_t k)
         return refuse_failed(a);
     int s = held(a, buf);
     if (s < 0 || k >= a->count)
-        return msr_err(MSR_ERR_STATE,
-                       "offload: activation %zu of %zu spilled from a buffer not "
-                       "held",
-                       k, a->count);
+        return msr_err(MSR_ERR_STATE, "offload: %s %zu of %zu written from a buffer not held",
+                       a->what, k, a->count);
     a->crc[k] = msr_crc32(0, a->buf[s], a->slot);
     a->written[k] = 1;
     a->stats.spills++;
@@ -214,8 +223,8 @@ msr_status_t msr_acts_prefetch(msr_acts_t *a, size_t k)
     if (a->failed)
         return refuse_failed(a);
     if (k >= a->count || !a->written[k])
-        return msr_err(MSR_ERR_STATE, "offload: activation %zu of %s read before it was written", k,
-                       a->path);
+        return msr_err(MSR_ERR_STATE, "offload: %s %zu of %s read before it was written", a->what,
+                       k, a->path);
     if (find(a, BUF_READING, k) >= 0)
         return MSR_OK;
     int s = find(a, BUF_WRITING, k); /* its write ends before the read starts */
@@ -243,9 +252,9 @@ msr_status_t msr_acts_fetch(msr_acts_t *a, size_t k, float **buf_p)
     if (crc != a->crc[k]) {
         a->failed = 1;
         return msr_err(MSR_ERR_CORRUPT,
-                       "offload: activation %zu of %s (bytes %zu..%zu) changed underneath: crc "
+                       "offload: %s %zu of %s (bytes %zu..%zu) changed underneath: crc "
                        "%08x, written with %08x",
-                       k, a->path, k * a->slot, (k + 1) * a->slot, (unsigned)crc,
+                       a->what, k, a->path, k * a->slot, (k + 1) * a->slot, (unsigned)crc,
                        (unsigned)a->crc[k]);
     }
     a->stats.fetches++;
@@ -272,7 +281,7 @@ const char *msr_acts_engine(const msr_acts_t *a)
 
 size_t msr_acts_resident(const msr_acts_t *a)
 {
-    return MSR_ACTS_BUFS * a->slot + (a->count + 1) * (sizeof(uint32_t) + 1);
+    return (size_t)a->nbufs * a->slot + (a->count + 1) * (sizeof(uint32_t) + 1);
 }
 
 const msr_acts_stats_t *msr_acts_stats(const msr_acts_t *a)

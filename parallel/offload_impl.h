@@ -8,6 +8,7 @@
 
 #include "msrun/base.h"
 #include "parallel/offload.h"
+#include "parallel/offload_acts.h"
 
 typedef struct msr_offload_engine msr_offload_engine_t;
 
@@ -76,5 +77,11 @@ msr_status_t msr_offload_io_error(const char *path, int write, const char *what,
 /* pread or pwrite until len bytes moved, end of file or an error (EINTR
  * retried): the bytes moved, *err_p 0 or the errno. */
 size_t msr_offload_rw(int fd, int write, void *buf, size_t len, off_t at, int *err_p);
+
+/* msr_acts_create for another kind of item (offload_params.c): the file
+ * is "DIR/msrun-KIND-rankRANK-PID.bin", `what` names an item in errors
+ * (both borrowed: string constants), nbufs buffers (2..MSR_ACTS_BUFS). */
+msr_status_t msr_acts_create_as(const msr_offload_config_t *cfg, const char *kind, const char *what,
+                                int nbufs, size_t bytes, size_t count, msr_acts_t **acts_p);
 
 #endif

@@ -121,12 +121,16 @@ typedef struct msr_plan_layout {
 enum {
     MSR_PLAN_OFFLOAD_OPTIM = 1,
     MSR_PLAN_OFFLOAD_ACTS = 2,
+    /* the blocks' parameters through 3 buffers of one block and a CRC and
+     * a flag per block (parallel/offload_params.h): ZeRO 0, the whole model */
+    MSR_PLAN_OFFLOAD_PARAMS = 4,
 };
 #define MSR_PLAN_OFFLOAD_CHUNK_DEFAULT ((size_t)4 << 20)
 #define MSR_PLAN_OFFLOAD_ALIGN         4096u
 #define MSR_PLAN_OFFLOAD_CHUNK_MAX     ((size_t)1 << 30)
 #define MSR_PLAN_OFFLOAD_SLOTS         4 /* the optimizer's chunk buffers */
 #define MSR_PLAN_ACTS_BUFS             6 /* the activations' buffers */
+#define MSR_PLAN_PARAMS_BUFS           3 /* the parameters' buffers */
 
 /* The layout's context-parallel degree, 0 read as 1. */
 static inline int msr_plan_cp(const msr_plan_layout_t *l)
@@ -276,6 +280,9 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
  * (parallel/offload_acts.h). */
 uint64_t msr_plan_offload_optim_bytes(uint64_t count, size_t chunk);
 uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs);
+/* What the parameters' offload keeps resident for `blocks` blocks of b
+ * bytes (parallel/offload_params.h). */
+uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks);
 
 /* The bytes the optimizer's offload reads a step for moments of count
  * elements in chunks of chunk bytes (0: 4 MiB), and writes: every chunk of

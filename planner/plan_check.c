@@ -111,8 +111,15 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("ep %d does not divide dp %d: the expert-parallel groups are cut from the "
             "data-parallel group",
             ep, l->dp);
-    if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS))
-        BAD("offload %d: only the optimizer and the activations offload", l->offload);
+    if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS))
+        BAD("offload %d: only the optimizer, the activations and the parameters offload",
+            l->offload);
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) &&
+        (l->zero != 0 || l->tp > 1 || l->pp > 1 || msr_plan_cp(l) > 1 || l->sp ||
+         l->recompute != MSR_PLAN_RC_NONE || m->experts > 0 ||
+         (l->offload & MSR_PLAN_OFFLOAD_OPTIM)))
+        BAD("the parameters' offload covers data parallel with ZeRO 0, no recompute, a dense "
+            "model and the moments in memory");
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",
             msr_plan_recompute_names[l->recompute]);

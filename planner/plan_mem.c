@@ -115,13 +115,27 @@ uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs)
     return MSR_PLAN_ACTS_BUFS * slot + (inputs + 1) * (sizeof(uint32_t) + 1);
 }
 
+/* What the parameters' offload keeps resident (parallel/offload_params.c
+ * msr_params_resident_of): 3 buffers of one block of b bytes rounded up to
+ * 4096, and a CRC and a flag per block and one more. */
+uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks)
+{
+    uint64_t slot = msr_plan_ceil_div(b, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
+    return MSR_PLAN_PARAMS_BUFS * slot + (blocks + 1) * (sizeof(uint32_t) + 1);
+}
+
 /* A rank's parameters, gradients and optimizer state: the runtime's
  * (parallel/dp.c msr_dp_memory) or the papers' accounting. */
 static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, int runtime,
-                       uint64_t P, uint64_t S, msr_plan_rank_t *o)
+                       const msr_plan_part_t *p, uint64_t S, msr_plan_rank_t *o)
 {
+    uint64_t P = p->total;
     if (runtime) {
         o->params = (l->zero >= 3 ? S : P) * MSR_PLAN_F32;
+        if (l->offload & MSR_PLAN_OFFLOAD_PARAMS) /* the blocks' in the file */
+            o->params +=
+                msr_plan_offload_params_bytes(p->block * MSR_PLAN_F32, (uint64_t)p->blocks) -
+                (uint64_t)p->blocks * p->block * MSR_PLAN_F32;
         o->grads = (l->zero >= 2 ? S : P) * MSR_PLAN_F32;
         o->optim = 2 * (l->zero >= 1 ? S : P) * MSR_PLAN_F32;
         if (l->offload & MSR_PLAN_OFFLOAD_OPTIM) {
@@ -298,7 +312,7 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     o->shard_elems = d.shard;
     o->replicated_elems = d.replicated;
     o->buckets = d.buckets;
-    rank_state(&l, prec, runtime, p.total, d.shard, o);
+    rank_state(&l, prec, runtime, &p, d.shard, o);
     rank_activations(m, &l, prec, runtime, o);
     if (m->experts > 0)
         rank_experts(m, &l, prec, runtime, &p, o);

@@ -17,13 +17,13 @@
         return -1;                           \
     } while (0)
 
-static const char *const names[2] = {"optimizer", "activations"};
+static const char *const names[3] = {"optimizer", "activations", "params"};
 
 /* The name at p (0, 1), or -1; *len_p its length. A name ends the item or
  * is followed by '=' or ','. */
 static int name_at(const char *p, size_t *len_p)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         size_t n = strlen(names[k]);
         if (strncmp(p, names[k], n) == 0 && (p[n] == '\0' || p[n] == '=' || p[n] == ',')) {
             *len_p = n;
@@ -53,7 +53,7 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
         const char *end = item_end(p);
         int len = (int)(end - p);
         if (k < 0)
-            BAD("--offload '%s': '%.*s' is not optimizer or activations", s, len, p);
+            BAD("--offload '%s': '%.*s' is not optimizer, activations or params", s, len, p);
         if (seen & (1 << k))
             BAD("--offload '%s': %s named twice", s, names[k]);
         seen |= 1 << k;
@@ -61,7 +61,9 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
         int rest = (int)(end - mode);
         if (rest == 0 || (rest == 5 && strncmp(mode, "=disk", 5) == 0) ||
             (rest > 6 && strncmp(mode, "=disk:", 6) == 0))
-            bits |= k == 0 ? MSR_PLAN_OFFLOAD_OPTIM : MSR_PLAN_OFFLOAD_ACTS;
+            bits |= k == 0   ? MSR_PLAN_OFFLOAD_OPTIM
+                    : k == 1 ? MSR_PLAN_OFFLOAD_ACTS
+                             : MSR_PLAN_OFFLOAD_PARAMS;
         else if (k == 0 && rest == 5 && strncmp(mode, "=host", 5) == 0)
             ; /* a CPU rank's moments stay in memory: nothing moves */
         else

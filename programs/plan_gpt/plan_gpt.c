@@ -10,7 +10,7 @@
  *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
- *            --moe-every N --capacity-factor F] [--offload optimizer,activations|auto
+ *            --moe-every N --capacity-factor F] [--offload optimizer,activations,params|auto
  *            --offload-chunk BYTES]
  *
  * --experts plans a Mixture-of-Experts model (train_gpt's options, the
@@ -105,7 +105,7 @@ static const msr_opt_t opts[] = {
      .dest = D(bucket_mb), .metavar = "X"},
     INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1 << 50, "N", 0),
     TEXT("pp-layers", pp_layers, "A,B,.."),
-    TEXT("offload", offload, "optimizer,activations|auto"),
+    TEXT("offload", offload, "optimizer,activations,params|auto"),
     INT("offload-chunk", offload_chunk, MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX, "BYTES", 0),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),

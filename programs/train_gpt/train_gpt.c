@@ -115,7 +115,10 @@ static const msr_opt_t specs[] = {
              "the end), streamed in chunks each step; optimizer=host: in host memory, as without "
              "the option on CPU ranks; activations=disk:DIR (with --recompute full): each block's "
              "input in a file per rank under DIR, written after its forward, read back ahead of "
-             "its backward; both: comma-separated (none)"),
+             "its backward; params=disk:DIR (--zero 0, no tp/pp/cp, no recompute): each block's "
+             "parameters in a file per rank under DIR, read ahead of the block's forward and "
+             "backward and dropped after, updated a block at a time; several: comma-separated "
+             "(none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements), a multiple "
             "of 4096 "
@@ -523,7 +526,8 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     /* checked by precision_check */
     (void)msr_precision_parse(o->precision, &cfg->precision);
     cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
-    if (train_gpt_offload_config(o, job->rank, &cfg->par.offload, &cfg->mp.acts) != 0)
+    if (train_gpt_offload_config(o, job->rank, &cfg->par.offload, &cfg->mp.acts,
+                                 &cfg->par.params_offload) != 0)
         return -1;
     if (msr_train_config_check(cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());

@@ -14,8 +14,8 @@ static const char *const disk_only[] = {"offload-io", "offload-keep", "offload-c
 /* What --offload names: each at most once, "NAME=host" or "NAME=disk:DIR";
  * an item ends at a comma that starts the next NAME= (a DIR may hold
  * commas). */
-static const char *const targets[] = {"optimizer=", "activations="};
-enum { T_OPT, T_ACTS, T_COUNT };
+static const char *const targets[] = {"optimizer=", "activations=", "params="};
+enum { T_OPT, T_ACTS, T_PARAMS, T_COUNT };
 
 static int target_at(const char *p)
 {
@@ -32,12 +32,13 @@ static int bad(const char *t)
 {
     fprintf(stderr,
             "train_gpt: --offload '%s' is not a comma-separated list of optimizer=host, "
-            "optimizer=disk:DIR, activations=disk:DIR, each named once\n",
+            "optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR, each named once\n",
             t);
     return -1;
 }
 
-/* Parses t into cfg[T_OPT] and cfg[T_ACTS]' modes and directories. */
+/* Parses t into cfg[T_OPT], cfg[T_ACTS] and cfg[T_PARAMS]' modes and
+ * directories. */
 static int parse(const char *t, msr_offload_config_t cfg[T_COUNT])
 {
     const char *p = t;
@@ -71,16 +72,19 @@ static int parse(const char *t, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
-/* The engine, keep and chunk options into both configurations. */
+/* The engine, keep and chunk options into every configuration. */
 static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
 {
-    int any = cfg[T_OPT].mode == MSR_OFFLOAD_DISK || cfg[T_ACTS].mode == MSR_OFFLOAD_DISK;
+    int any = 0;
+    for (int k = 0; k < T_COUNT; k++)
+        any |= cfg[k].mode == MSR_OFFLOAD_DISK;
     for (size_t k = 0; k < sizeof disk_only / sizeof disk_only[0]; k++) {
         int opt_only = strcmp(disk_only[k], "offload-chunk") == 0;
         if (train_gpt_given(o, disk_only[k]) &&
             !(opt_only ? cfg[T_OPT].mode == MSR_OFFLOAD_DISK : any)) {
             fprintf(stderr, "train_gpt: --%s needs --offload %s\n", disk_only[k],
-                    opt_only ? "optimizer=disk:DIR" : "optimizer=disk:DIR or activations=disk:DIR");
+                    opt_only ? "optimizer=disk:DIR"
+                             : "optimizer=disk:DIR, activations=disk:DIR or params=disk:DIR");
             return -1;
         }
     }
@@ -104,9 +108,43 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
+/* What params=disk allows: dp (ZeRO 0) over whole dense models on CPU
+ * ranks, through the hooks the model calls (parallel/dp.h). */
+static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
+{
+    if (cfg[T_PARAMS].mode == MSR_OFFLOAD_HOST) {
+        fprintf(stderr, "train_gpt: --offload params=host: a CPU rank's parameters are in host "
+                        "memory already (use params=disk:DIR)\n");
+        return -1;
+    }
+    if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
+        return 0;
+    const char *rc = o->recompute != NULL ? o->recompute : "none";
+    const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
+                      : o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL
+                          ? "--tp, --pp, --cp, --sp or --trace (the model-parallel runtime)"
+                      : strcmp(rc, "none") != 0 ? "--recompute selective or full"
+                      : o->experts > 0          ? "--experts"
+                      : o->zero != 0            ? "--zero 1, 2 or 3 (it takes --zero 0)"
+                      : cfg[T_OPT].mode == MSR_OFFLOAD_DISK
+                          ? "optimizer=disk (the moments stream in the shard's order, the "
+                            "parameters a block at a time)"
+                          : NULL;
+    if (why != NULL) {
+        fprintf(stderr,
+                "train_gpt: --offload params=disk covers data parallel with --zero 0 on "
+                "CPU ranks: not %s yet\n",
+                why);
+        return -1;
+    }
+    return 0;
+}
+
 /* What the rest of the options allow. */
 static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
+    if (params_combination(o, cfg) != 0)
+        return -1;
     int cpu = strcmp(o->device, "cpu") == 0;
     if (cfg[T_OPT].mode == MSR_OFFLOAD_HOST && !cpu) {
         fprintf(stderr, "train_gpt: --offload optimizer=host with --device cuda (the update on "
@@ -138,7 +176,7 @@ static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUN
 }
 
 int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *opt,
-                             msr_offload_config_t *acts)
+                             msr_offload_config_t *acts, msr_offload_config_t *params)
 {
     msr_offload_config_t cfg[T_COUNT];
     for (int k = 0; k < T_COUNT; k++)
@@ -152,9 +190,11 @@ int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t 
         return -1;
     *opt = cfg[T_OPT];
     *acts = cfg[T_ACTS];
+    *params = cfg[T_PARAMS];
     /* a file size limit reached is then a write failing with EFBIG, which
      * the store reports with its file and chunk, not a signal that kills */
-    if (opt->mode == MSR_OFFLOAD_DISK || acts->mode == MSR_OFFLOAD_DISK)
+    if (opt->mode == MSR_OFFLOAD_DISK || acts->mode == MSR_OFFLOAD_DISK ||
+        params->mode == MSR_OFFLOAD_DISK)
         signal(SIGXFSZ, SIG_IGN);
     return 0;
 }

@@ -80,6 +80,16 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 msr_products_scratch_bytes(tr->model->prod),
                 tr->cfg.par.grad_bf16 ? "bf16" : "fp32");
     }
+    const msr_params_t *po = msr_dp_params_store(tr->dp);
+    if (po != NULL) {
+        const msr_params_stats_t *ps = msr_params_stats(po);
+        fprintf(stderr,
+                "train_gpt: rank %d parameter offload: %llu written, %llu read back, %llu not "
+                "read ahead; %zu bytes resident (%s, %s)\n",
+                job->rank, (unsigned long long)ps->writes, (unsigned long long)ps->reads,
+                (unsigned long long)ps->misses, msr_params_resident(po), msr_params_path(po),
+                msr_params_engine(po));
+    }
     if (tr->model->moe != NULL) {
         size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
         fprintf(stderr,

@@ -38,7 +38,7 @@ refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
 refuse "4 experts do not divide among ep 2 x tp 4 ranks" "${m[@]}" --world 8 --experts 4 \
     --fix tp=4,ep=2
 # --offload: train_gpt's list and --offload-chunk's bounds
-refuse "'bogus' is not optimizer or activations" "${m[@]}" --offload bogus
+refuse "'bogus' is not optimizer, activations or params" "${m[@]}" --offload bogus
 refuse "--offload needs a non-empty value" "${m[@]}" --offload ''
 refuse "'optimizer,' is not optimizer" "${m[@]}" --offload optimizer,
 refuse "optimizer named twice" "${m[@]}" --offload optimizer,optimizer=disk:/d

@@ -76,7 +76,7 @@ refuse 1 "--offload-chunk 1073745920 is not an integer in \[4096" "${small[@]}" 
 refuse 1 "not a multiple of 4096" "${small[@]}" --offload "$d" --offload-chunk 1073741820
 refuse 1 "not a multiple of 4096" "${small[@]}" --offload "$d" --offload-chunk 6000
 refuse 1 "is not a comma-separated list of optimizer=host" "${small[@]}" --offload optimizer=disk:
-refuse 1 "is not a comma-separated list of optimizer=host" "${small[@]}" --offload params=disk:x
+refuse 1 "is not a comma-separated list of optimizer=host" "${small[@]}" --offload weights=disk:x
 refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$d" --offload-io aio
 refuse 1 "--offload-keep needs --offload optimizer=disk:DIR" "${small[@]}" --offload-keep
 refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" \

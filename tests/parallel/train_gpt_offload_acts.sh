@@ -105,7 +105,7 @@ refuse 1 "--offload needs a non-empty value" "${small[@]}" --offload ""
 refuse 1 "$list" "${small[@]}" --offload "$acts,$acts"
 refuse 1 "$list" "${small[@]}" --offload "optimizer=host,optimizer=disk:$work/off"
 refuse 1 "$list" "${small[@]}" --offload "activations=host,"
-refuse 1 "$list" "${small[@]}" --offload "params=disk:$work/off"
+refuse 1 "$list" "${small[@]}" --offload "weights=disk:$work/off"
 refuse 1 "activations=host: a CPU rank's activations are in host memory already" "${small[@]}" \
     --offload activations=host
 refuse 1 "it needs --recompute full, not none" "${small[@]}" --offload "$acts" --recompute none
@@ -113,7 +113,7 @@ refuse 1 "it needs --recompute full, not selective" "${small[@]}" --offload "$ac
     --recompute selective
 refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" --offload "$acts" \
     --offload-chunk 4096
-refuse 1 "--offload-keep needs --offload optimizer=disk:DIR or activations=disk:DIR" \
+refuse 1 "--offload-keep needs --offload optimizer=disk:DIR, activations=disk:DIR or params=disk:DIR" \
     "${small[@]}" --offload-keep
 refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$acts" \
     --offload-io aio

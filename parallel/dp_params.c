@@ -1,0 +1,195 @@
+/* Data parallel with the blocks' parameters in a file (dp.h,
+ * parallel/offload_params.h): each block segment read ahead of its
+ * forward and its backward through the hooks and dropped after, the
+ * step's AdamW a block at a time, and the whole parameters brought back
+ * into the flat buffer for checkpoints. */
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "parallel/dp_impl.h"
+
+static int layers(const msr_dp_t *dp)
+{
+    return dp->model->cfg.layers;
+}
+
+/* The blocks' elements of the flat buffer go back to the system (the
+ * whole pages inside them); the blocks' segments point nowhere until a
+ * hook acquires them. */
+static void flat_drop(msr_dp_t *dp)
+{
+    msr_gpt_t *m = dp->model;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(m->params + dp->pblk_lo);
+    uintptr_t b = a + (size_t)layers(dp) * dp->pblk_n * sizeof(float);
+    a = (a + page - 1) / page * page;
+    b = b / page * page;
+    if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) != 0)
+        MSR_WARN("offload: the blocks' parameters stay resident (madvise failed)");
+    for (int l = 0; l < layers(dp); l++)
+        m->segments[1 + l].params = NULL;
+    dp->pflat = 0;
+}
+
+/* Every block from the flat buffer into the file. */
+static msr_status_t put_all(msr_dp_t *dp)
+{
+    msr_status_t st = MSR_OK;
+    for (int l = 0; l < layers(dp) && st == MSR_OK; l++)
+        st = msr_params_put(dp->params_off, (size_t)l,
+                            dp->model->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
+    return st;
+}
+
+msr_status_t msr_dp_params_attach(msr_dp_t *dp)
+{
+    const msr_offload_config_t *cfg = &dp->cfg.params_offload;
+    if (cfg->mode == MSR_OFFLOAD_NONE)
+        return MSR_OK;
+    msr_gpt_t *m = dp->model;
+    int L = m->cfg.layers, whole = m->num_segments == L + 2 && m->params != NULL;
+    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero != 0 || dp->offload != NULL || !whole ||
+        m->cfg.moe.experts > 0 || L < 1)
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: the parameters' offload takes the disk, ZeRO 0, a whole dense model "
+                       "and the optimizer's moments in memory");
+    dp->pblk_lo = m->segments[1].offset;
+    dp->pblk_n = m->segments[1].count;
+    for (int l = 0; l < L; l++)
+        if (m->segments[1 + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
+            m->segments[1 + l].count != dp->pblk_n)
+            return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload needs blocks of one size");
+    if ((dp->pheld = msr_calloc((size_t)L + 2, sizeof *dp->pheld)) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
+    msr_status_t st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
+    if (st == MSR_OK)
+        st = put_all(dp);
+    if (st != MSR_OK)
+        return st;
+    flat_drop(dp);
+    dp->cfg.params_offload.dir = NULL; /* the store keeps its copy */
+    MSR_INFO("offload: the parameters of %d blocks of %zu elements in %s (%s)", L, dp->pblk_n,
+             msr_params_path(dp->params_off), msr_params_engine(dp->params_off));
+    return MSR_OK;
+}
+
+void msr_dp_params_detach(msr_dp_t *dp)
+{
+    msr_params_destroy(dp->params_off);
+    dp->params_off = NULL;
+    msr_free(dp->pheld);
+    dp->pheld = NULL;
+}
+
+msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
+{
+    if (dp->params_off == NULL || dp->pflat)
+        return MSR_OK;
+    int L = layers(dp);
+    msr_status_t st = MSR_OK;
+    /* the pass's first block read while the embeddings (forward) or the
+     * head (backward) compute */
+    if (pass == MSR_GPT_FORWARD && s == 0 && !dp->pfirst) {
+        st = msr_params_prefetch(dp->params_off, 0);
+        dp->pfirst = 1;
+    } else if (pass == MSR_GPT_BACKWARD && s == L + 1) {
+        st = msr_params_prefetch(dp->params_off, (size_t)L - 1);
+        dp->pfirst = 0;
+    }
+    if (st != MSR_OK || s < 1 || s > L)
+        return st;
+    float *buf;
+    st = msr_params_acquire(dp->params_off, (size_t)s - 1, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
+    if (st != MSR_OK)
+        return st;
+    dp->pheld[s] = dp->model->segments[s].params = buf;
+    return MSR_OK;
+}
+
+msr_status_t msr_dp_params_release(msr_dp_t *dp, int s)
+{
+    if (dp->params_off == NULL || dp->pflat || s < 1 || s > layers(dp) || dp->pheld[s] == NULL)
+        return MSR_OK;
+    float *buf = dp->pheld[s];
+    dp->pheld[s] = dp->model->segments[s].params = NULL;
+    return msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
+}
+
+/* AdamW over flat elements [lo, lo + n), resident. */
+static void update_flat(msr_dp_t *dp, size_t lo, size_t n)
+{
+    if (n > 0)
+        msr_adamw_update_range(dp->opt, lo, n, dp->model->params + lo, dp->model->grads + lo);
+}
+
+msr_status_t msr_dp_params_update(msr_dp_t *dp)
+{
+    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp);
+    update_flat(dp, 0, lo);
+    msr_status_t st = msr_params_prefetch(dp->params_off, 0);
+    for (size_t k = 0; k < L && st == MSR_OK; k++) {
+        float *buf;
+        if ((st = msr_params_acquire(dp->params_off, k, 1, &buf)) != MSR_OK)
+            break;
+        msr_adamw_update_range(dp->opt, lo + k * n, n, buf, dp->model->grads + lo + k * n);
+        st = msr_params_release(dp->params_off, k, buf, 1);
+    }
+    update_flat(dp, lo + L * n, dp->model->num_params - (lo + L * n));
+    return st;
+}
+
+msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out)
+{
+    const float *p = dp->model->params;
+    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp), hi = lo + L * n;
+    if (dp->pflat) {
+        memcpy(out, p, dp->model->num_params * sizeof(float));
+        return MSR_OK;
+    }
+    memcpy(out, p, lo * sizeof(float));
+    memcpy(out + hi, p + hi, (dp->model->num_params - hi) * sizeof(float));
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < L && st == MSR_OK; k++)
+        st = msr_params_get(dp->params_off, k, out + lo + k * n);
+    return st;
+}
+
+/* For checkpoints (dp_offload.c's hold and drop): the blocks into the
+ * flat buffer (read 0: left as they are, for a restore to fill), the
+ * segments pointed there; and back into the file. */
+msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
+{
+    if (dp->params_off == NULL || dp->pflat)
+        return MSR_OK;
+    msr_gpt_t *m = dp->model;
+    msr_status_t st = MSR_OK;
+    for (int l = 0; l < layers(dp) && st == MSR_OK; l++) {
+        if (read)
+            st = msr_params_get(dp->params_off, (size_t)l,
+                                m->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
+        msr_gpt_segment_reset(m, 1 + l);
+    }
+    dp->pflat = 1;
+    if (st != MSR_OK)
+        flat_drop(dp);
+    return st;
+}
+
+msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write)
+{
+    if (dp->params_off == NULL || !dp->pflat)
+        return MSR_OK;
+    msr_status_t st = write ? put_all(dp) : MSR_OK;
+    flat_drop(dp);
+    return st;
+}
+
+const msr_params_t *msr_dp_params_store(const msr_dp_t *dp)
+{
+    return dp->params_off;
+}

@@ -1,0 +1,95 @@
+/* Parameter offload's store (docs/model.md "Offload"): the parameters of
+ * `count` blocks of n floats each in a file of the rank's, read back one
+ * block at a time as a pass reaches it, the pass's next block read ahead,
+ * and dropped after (or written back behind, when an optimizer step
+ * changed them). What it keeps in memory is MSR_PARAMS_BUFS blocks'
+ * buffers and a CRC per block, whatever the number of blocks.
+ *
+ * A pass goes over the blocks in one direction: dir +1 (a forward: 0, 1,
+ * ..., count - 1) or -1 (a backward: count - 1, ..., 0). Block k is
+ * taken with msr_params_acquire(k, dir), which returns its parameters,
+ * read and checked, and starts reading block k + dir; msr_params_release
+ * gives them back, dropped or written back. A pass that starts its first
+ * block with msr_params_prefetch while it does something else (the
+ * embeddings, the head) never waits for a read it could have started
+ * earlier: msr_params_stats counts the reads that were not started ahead
+ * (misses).
+ *
+ * Each block's CRC-32 is kept when it is written and checked when it is
+ * read back: a file changed underneath, a short read, a full disk or an
+ * I/O error is an error naming the file and the block, never a wrong
+ * parameter; after one the store refuses every call (MSR_ERR_STATE). The
+ * file is msrun-params-rank<rank>-<pid>.bin under cfg->dir, created 0600
+ * with O_EXCL and removed by msr_params_destroy unless cfg->keep.
+ *
+ * Not thread-safe: one thread per store. */
+#ifndef MSR_PARALLEL_OFFLOAD_PARAMS_H
+#define MSR_PARALLEL_OFFLOAD_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "msrun/base.h"
+#include "parallel/offload.h"
+
+/* Buffers of a store: the block in use, the next one being read and the
+ * one before being written back. */
+#define MSR_PARAMS_BUFS 3
+
+typedef struct msr_params msr_params_t;
+
+/* What a store did, from its creation. */
+typedef struct msr_params_stats {
+    uint64_t writes; /* blocks written (put and written back) */
+    uint64_t reads;  /* blocks read back (acquired and got) */
+    uint64_t misses; /* of them, not read ahead (the read started when asked for) */
+} msr_params_stats_t;
+
+/* Creates the store for count blocks of n floats (n >= 1; cfg:
+ * MSR_OFFLOAD_DISK, checked as msr_offload_config_check does, chunk_bytes
+ * not used). Every block must be put before it is read. Errors:
+ * MSR_ERR_INVALID_ARG, MSR_ERR_IO (the file, named), MSR_ERR_NO_MEMORY,
+ * MSR_ERR_UNSUPPORTED (io_uring refused when asked for by name). On
+ * failure nothing is left behind. */
+msr_status_t msr_params_create(const msr_offload_config_t *cfg, size_t n, size_t count,
+                               msr_params_t **p_p);
+/* Waits for what is in flight, closes and removes the file unless
+ * cfg->keep. NULL: nothing. */
+void msr_params_destroy(msr_params_t *p);
+
+/* Block k's parameters from src (n floats): the initial ones, or a
+ * checkpoint's. Written behind from a buffer of the store's. Errors:
+ * MSR_ERR_STATE (k out of range, every buffer held, the store failed
+ * before), a write's that ended in between. */
+msr_status_t msr_params_put(msr_params_t *p, size_t k, const float *src);
+/* Block k's parameters, read and checked, into dst (n floats): for a
+ * checkpoint. Errors: as msr_params_acquire. */
+msr_status_t msr_params_get(msr_params_t *p, size_t k, float *dst);
+
+/* Starts reading block k (put before) unless it is being read already.
+ * Errors: MSR_ERR_STATE (k out of range or never put, no buffer free, the
+ * store failed before), a write's that ended in between. */
+msr_status_t msr_params_prefetch(msr_params_t *p, size_t k);
+/* Block k's parameters, read and checked, in *buf_p (n floats, held until
+ * msr_params_release), and block k + dir starts reading when it is one
+ * (dir: +1 or -1, else MSR_ERR_INVALID_ARG). Errors: MSR_ERR_CORRUPT (its
+ * CRC differs: changed underneath), MSR_ERR_IO (a short read, an I/O
+ * error), each naming the file and the block; as msr_params_prefetch. */
+msr_status_t msr_params_acquire(msr_params_t *p, size_t k, int dir, float **buf_p);
+/* Gives back block k's buffer from msr_params_acquire: dirty 0 drops it,
+ * 1 writes it back behind as block k's new parameters. Errors:
+ * MSR_ERR_STATE (buf not held). */
+msr_status_t msr_params_release(msr_params_t *p, size_t k, float *buf, int dirty);
+
+/* The file's path, the engine (as msr_offload_engine), the bytes the store
+ * keeps resident (its buffers and per-block table), its counters. */
+const char *msr_params_path(const msr_params_t *p);
+const char *msr_params_engine(const msr_params_t *p);
+size_t msr_params_resident(const msr_params_t *p);
+const msr_params_stats_t *msr_params_stats(const msr_params_t *p);
+
+/* What a store of count blocks of n floats keeps resident, from the
+ * shapes alone (msr_params_resident of such a store: for the planner). */
+size_t msr_params_resident_of(size_t n, size_t count);
+
+#endif

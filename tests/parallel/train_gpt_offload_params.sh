@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# train_gpt --offload params=disk:DIR (docs/model.md "Offload"): the same
+# losses, bitwise, as the same layout without offload for one process
+# (both I/O engines, 4 and 2 micro-batches a step) and dp 2; every block's
+# parameters read back ahead of its forward, its backward and its update,
+# none unasked for; fewer parameter bytes resident; the files 0600, kept on
+# request, else removed; runs stopped and resumed with the offload on and
+# off, in both directions, end as one never stopped; the refusals exit 2
+# by name; a missing directory and a block changed underneath are clear
+# errors naming the file.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
+mkdir -p "$work/off"
+params="params=disk:$work/off"
+# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
+# (N 1: train_gpt alone; N m1: one rank under msrun)
+run() {
+    local name=$1 raw=$2 n=${2#m} job=offparams-$$-$RANDOM launch=()
+    shift 2
+    if [[ $n -gt 1 || $raw == m* ]]; then
+        jobs_started+=("$job")
+        launch=("${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job"
+            "${worker_env[@]}")
+    fi
+    timeout -k 5 60 "${launch[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" \
+        "$@" >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
+}
+engines=(threads uring)
+if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "$params" --offload-io uring \
+    2>&1 >/dev/null | grep -q "io_uring is not in this build"; then
+    echo "skip: --offload-io uring (built without liburing)"
+    engines=(threads)
+fi
+# every rank read each block back once per forward, backward and update of
+# every micro-batch (4 blocks, 4 steps, M micro-batches), wrote it once at
+# the start and once per update, and read none that was not read ahead
+read_ahead() {
+    local name=$1 n=$2 m=$3 lines
+    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
+        "$work/$name.out" || true)
+    [[ $lines -eq $n ]] || fail "$name: $n ranks should read every block back ahead: \
+$(grep "parameter offload" "$work/$name.out")"
+}
+# same NAME N M ENGINES ARGS...: with and without the offload, with each of
+# ENGINES ("all": this build's), bitwise; M micro-batches a step
+same() {
+    local name=$1 n=$2 m=$3 ios=("$4")
+    shift 4
+    [[ "${ios[0]}" != all ]] || ios=("${engines[@]}")
+    run "$name" "$n" "$@" --report
+    for io in "${ios[@]}"; do
+        run "$name-$io" "$n" "$@" --offload "$params" --offload-io "$io" --report
+        [[ $(wc -l <"$work/$name-$io.log") -eq 4 ]] || fail "$name-$io: not 4 steps"
+        cmp -s "$work/$name.log" "$work/$name-$io.log" ||
+            fail "$name with --offload-io $io differs: $(diff "$work/$name.log" "$work/$name-$io.log" | head -4)"
+        read_ahead "$name-$io" "$n" "$m"
+        [[ -z "$(ls -A "$work/off")" ]] || fail "$name-$io left files: $(ls "$work/off")"
+    done
+}
+same one 1 4 all
+same accum2 1 2 threads --global-batch 4
+same dp 2 2 threads --dp 2
+
+# the parameters resident: without the 4 blocks (3 blocks' buffers instead)
+pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
+[[ -n "$(pbytes one-threads)" && $(pbytes one-threads) -lt $(pbytes one) ]] ||
+    fail "params $(pbytes one-threads) bytes with offload, $(pbytes one) without"
+
+# kept on request: one per rank, 0600 whatever the umask
+(umask 000 && run keep 2 --dp 2 --offload "$params" --offload-keep)
+cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
+kept "$work/off" params 2
+
+# stopped at step 2 and resumed: offloaded throughout, then offloaded only
+# before the stop, then only after it: each the run never stopped
+for how in on-on on-off off-on; do
+    before=() after=()
+    [[ $how != on-* ]] || before=(--offload "$params")
+    [[ $how != *-on ]] || after=(--offload "$params")
+    rm -rf "$work/ck"
+    run "ck-$how" m1 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
+    run "ck-$how" m1 --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
+    grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(cat "$work/ck-$how.out")"
+    cmp -s "$work/one.log" "$work/ck-$how.log" ||
+        fail "resumed $how: $(diff "$work/one.log" "$work/ck-$how.log")"
+    [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
+done
+
+why="params=disk covers data parallel with --zero 0 on CPU ranks: not"
+refuse 1 "$why --recompute selective or full" "${small[@]}" --offload "$params" --recompute full
+refuse 1 "$why --zero 1, 2 or 3" "${small[@]}" --offload "$params" --zero 1
+refuse 2 "$why --tp, --pp, --cp" "${small[@]}" --offload "$params" --pp 2
+refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
+refuse 1 "$why optimizer=disk" "${small[@]}" --offload "$params,optimizer=disk:$work/off"
+refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
+refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
+refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$params,$params"
+timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
+grep -q -- "params=disk:DIR" "$work/help" || fail "--help lacks params=disk:DIR"
+
+# a directory that is not there: a clear error before any step
+rc=0
+timeout 30 "$bin/train_gpt" "${small[@]}" --offload "params=disk:$work/none" >"$work/out" \
+    2>"$work/err" || rc=$?
+[[ $rc -eq 1 ]] && grep -q "offload: cannot create $work/none/msrun-params-rank0-" "$work/err" ||
+    fail "a missing directory: exit $rc: $(cat "$work/err")"
+grep -q "step" "$work/out" && fail "a missing directory trained: $(cat "$work/out")"
+# a block changed underneath while the run goes on: the pass that reads it
+# stops the run naming the file and the block (blocks of 8 channels fit a
+# 4 KiB slot of the file)
+scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    --offload "$params"
+echo "offload: parameters bitwise equal without it (one, 2 micro-batches, dp 2, resumed)"
