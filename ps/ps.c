@@ -54,6 +54,45 @@ msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, int *role_
     return MSR_OK;
 }
 
+static void free_links(msr_ps_t *ps)
+{
+    for (int i = 0; i < ps->nlinks; i++)
+        msr_comm_destroy(ps->links[i]);
+    msr_free(ps->links);
+    ps->links = NULL;
+    ps->nlinks = 0;
+}
+
+/* Asynchronous mode: a communicator of two for each worker and server, so
+ * that a lost worker breaks only its own and the servers go on with the
+ * others (docs/ps.md, Failures). max(workers, servers) collective splits
+ * of ps->comm: in split r, worker w pairs with server (w + r) mod M where
+ * that is below the servers (every pair once, at r = (s - w) mod M); the
+ * pair's color is the server's index, the worker its rank 0. */
+static msr_status_t make_links(msr_ps_t *ps)
+{
+    int W = ps->workers, S = ps->servers, M = W > S ? W : S;
+    int worker = ps->role == MSR_PS_WORKER, me = ps->role_rank;
+    ps->nlinks = worker ? S : W;
+    ps->links = msr_calloc((size_t)ps->nlinks, sizeof *ps->links);
+    if (ps->links == NULL) {
+        ps->nlinks = 0;
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
+    }
+    for (int r = 0; r < M; r++) {
+        int other = worker ? (me + r) % M : ((me - r) % M + M) % M;
+        int paired = other < (worker ? S : W);
+        int color = !paired ? MSR_COMM_NO_COLOR : worker ? other : me;
+        msr_comm_t *c = NULL;
+        msr_status_t st = msr_comm_split(ps->comm, color, worker ? 0 : 1, &c);
+        if (st != MSR_OK)
+            return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
+        if (paired)
+            ps->links[other] = c;
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p)
 {
     if (comm == NULL || ps_p == NULL)
@@ -92,6 +131,11 @@ msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_
     ps->staleness = staleness;
     ps->role = ps->rank >= ps->workers ? MSR_PS_SERVER : MSR_PS_WORKER;
     ps->role_rank = ps->role == MSR_PS_SERVER ? ps->rank - ps->workers : ps->rank;
+    if (staleness != MSR_PS_SYNC && (st = make_links(ps)) != MSR_OK) {
+        free_links(ps);
+        msr_comm_destroy(ps->comm);
+        goto err_free;
+    }
     *ps_p = ps;
     return MSR_OK;
 err_free:
@@ -131,10 +175,11 @@ static void say_done(msr_ps_t *ps)
     ps_req_t req = {.op = PS_OP_FIN};
     for (int s = 0; s < ps->servers && ps->broken == MSR_OK; s++) {
         ps_rep_t rep;
-        int peer = ps->workers + s;
-        msr_status_t st = msr_comm_send(ps->comm, &req, sizeof req, MSR_DTYPE_U8, peer, PS_TAG_REQ);
+        int peer;
+        msr_comm_t *c = ps_link(ps, s, &peer);
+        msr_status_t st = msr_comm_send(c, &req, sizeof req, MSR_DTYPE_U8, peer, PS_TAG_REQ);
         if (st == MSR_OK)
-            st = msr_comm_recv(ps->comm, &rep, sizeof rep, MSR_DTYPE_U8, peer, PS_TAG_REP);
+            st = msr_comm_recv(c, &rep, sizeof rep, MSR_DTYPE_U8, peer, PS_TAG_REP);
         if (st != MSR_OK)
             ps->broken = st;
     }
@@ -150,6 +195,7 @@ void msr_ps_destroy(msr_ps_t *ps)
     for (int i = 0; i < ps->ntables; i++)
         ps_table_free_shard(&ps->tables[i]);
     msr_free(ps->tables);
+    free_links(ps);
     msr_comm_destroy(ps->comm);
     if (ps->left) {
         for (int w = 0; w < ps->workers; w++)
@@ -316,7 +362,8 @@ no_memory:
 static msr_status_t batch_post(msr_ps_t *ps, ps_batch_t *b, int s, ps_op_t op, int table,
                                uint32_t width, size_t *nops)
 {
-    int peer = ps->workers + s;
+    int peer;
+    msr_comm_t *c = ps_link(ps, s, &peer);
     uint64_t n = b->count[s], off = b->first[s];
     b->req[s] = (ps_req_t){
         .op = op,
@@ -324,7 +371,6 @@ static msr_status_t batch_post(msr_ps_t *ps, ps_batch_t *b, int s, ps_op_t op, i
         .nkeys = (int64_t)n,
         .width = width,
         .clock = table >= 0 && table < ps->ntables ? (int64_t)ps->tables[table].pushes : 0};
-    msr_comm_t *c = ps->comm;
     msr_status_t st = msr_comm_irecv(c, &b->rep[s], sizeof b->rep[s], MSR_DTYPE_U8, peer,
                                      PS_TAG_REP, &b->ops[(*nops)++]);
     if (st == MSR_OK && op == PS_OP_PULL && n > 0)

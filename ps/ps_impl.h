@@ -81,7 +81,7 @@ typedef struct ps_held {
 typedef struct ps_loop {
     ps_req_t *hdr;         /* (workers) */
     msr_comm_req_t **recv; /* (workers) NULL: none posted */
-    int *done;             /* (workers) said goodbye */
+    int *done;             /* (workers) said goodbye, or lost (asynchronous) */
     int ndone;
     ps_held_t *held;
     size_t nheld, cap;
@@ -89,6 +89,12 @@ typedef struct ps_loop {
 
 struct msr_ps {
     msr_comm_t *comm;
+    /* asynchronous: a communicator of two with each peer of the other role
+     * (on a worker, (servers) with its server at rank 1; on a server,
+     * (workers) with its worker at rank 0), so that a lost worker breaks
+     * only its own; synchronous: NULL, everything on comm */
+    msr_comm_t **links;
+    int nlinks;
     int rank, size;
     int workers, servers;
     int staleness; /* MSR_PS_SYNC or K >= 0 */
@@ -104,6 +110,18 @@ struct msr_ps {
     uint64_t sent, received;    /* msr_ps_traffic's bytes */
     struct ps_durable *durable; /* msr_ps_durable's state; NULL: none */
 };
+
+/* The communicator on which this rank talks to other (a server's index on
+ * a worker, a worker's on a server), and the other's rank in it. */
+static inline msr_comm_t *ps_link(const msr_ps_t *ps, int other, int *peer_p)
+{
+    if (ps->links) {
+        *peer_p = ps->role == MSR_PS_WORKER ? 1 : 0;
+        return ps->links[other];
+    }
+    *peer_p = ps->role == MSR_PS_WORKER ? ps->workers + other : other;
+    return ps->comm;
+}
 
 /* ps_server.c: one table's shard and state for a server; MSR_ERR_NO_MEMORY. */
 msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t);

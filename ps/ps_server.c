@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "ps/ps_impl.h"
 
 msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t)
@@ -148,7 +149,9 @@ static msr_status_t send_rep(msr_ps_t *ps, int worker, msr_status_t status, cons
     if (msg)
         snprintf(rep.msg, sizeof rep.msg, "%s", msg);
     ps->sent += sizeof rep;
-    return msr_comm_send(ps->comm, &rep, sizeof rep, MSR_DTYPE_U8, worker, PS_TAG_REP);
+    int peer;
+    msr_comm_t *c = ps_link(ps, worker, &peer);
+    return msr_comm_send(c, &rep, sizeof rep, MSR_DTYPE_U8, peer, PS_TAG_REP);
 }
 
 /* Answers a pull: its status, then its rows (zeros when refused). */
@@ -168,7 +171,9 @@ static msr_status_t answer_pull(msr_ps_t *ps, int worker, const ps_req_t *req, c
             memcpy(rows + i * w, t->w + (uint64_t)keys[i] / ps->servers * w, w * sizeof *rows);
     }
     ps->sent += n * w * sizeof *rows;
-    st = msr_comm_send(ps->comm, rows, n * w, MSR_DTYPE_F32, worker, PS_TAG_ROWS);
+    int peer;
+    msr_comm_t *c = ps_link(ps, worker, &peer);
+    st = msr_comm_send(c, rows, n * w, MSR_DTYPE_F32, peer, PS_TAG_ROWS);
     msr_free(rows);
     return st;
 }
@@ -384,10 +389,12 @@ static msr_status_t on_request(msr_ps_t *ps, ps_loop_t *l, int worker)
         return msr_err(MSR_ERR_NO_MEMORY, "parameter server: no memory for %zu keys", n);
     }
     msr_status_t st = MSR_OK;
+    int peer;
+    msr_comm_t *c = ps_link(ps, worker, &peer);
     if (n > 0)
-        st = msr_comm_recv(ps->comm, keys, n, MSR_DTYPE_I64, worker, PS_TAG_KEYS);
+        st = msr_comm_recv(c, keys, n, MSR_DTYPE_I64, peer, PS_TAG_KEYS);
     if (st == MSR_OK && g && n > 0)
-        st = msr_comm_recv(ps->comm, g, n * w, MSR_DTYPE_F32, worker, PS_TAG_VALS);
+        st = msr_comm_recv(c, g, n * w, MSR_DTYPE_F32, peer, PS_TAG_VALS);
     ps->received += sizeof req + n * sizeof *keys + (g ? n * w * sizeof *g : 0);
     if (st != MSR_OK)
         goto out;
@@ -417,6 +424,49 @@ void ps_loop_free(ps_loop_t *l)
     msr_free(l->done);
 }
 
+/* Asynchronous: a worker gone without its goodbye (killed, crashed) is
+ * taken as left, as on_fin does, and the others go on: it bounds nobody's
+ * staleness, its held pulls are dropped, and what it sent before is kept
+ * (a push applied but not acknowledged stays applied). */
+static msr_status_t on_lost(msr_ps_t *ps, ps_loop_t *l, int worker)
+{
+    l->done[worker] = 1;
+    l->ndone++;
+    if (l->recv[worker]) /* failed with its communicator: freed here */
+        (void)msr_comm_test(&l->recv[worker]);
+    for (int i = 0; i < ps->ntables; i++)
+        ps->tables[i].clock[worker] = INT64_MAX;
+    size_t keep = 0;
+    for (size_t i = 0; i < l->nheld; i++) {
+        if (l->held[i].worker == worker)
+            msr_free(l->held[i].keys);
+        else
+            l->held[keep++] = l->held[i];
+    }
+    l->nheld = keep;
+    MSR_WARN("parameter server %d: worker %d lost without a goodbye; going on with the %d left",
+             ps->role_rank, worker, ps->workers - l->ndone);
+    return release_pulls(ps, l);
+}
+
+/* After st failed the loop: asynchronous, every worker whose link broke
+ * with a lost peer (the worker: its link has no other member) is taken as
+ * lost and the loop goes on (MSR_OK); any other failure is st. */
+static msr_status_t take_losses(msr_ps_t *ps, ps_loop_t *l, msr_status_t st)
+{
+    if (ps->links == NULL || st != MSR_ERR_PEER_LOST)
+        return st;
+    int found = 0;
+    for (int w = 0; w < ps->workers; w++)
+        if (!l->done[w] && msr_comm_status(ps->links[w]) == MSR_ERR_PEER_LOST) {
+            found = 1;
+            msr_status_t lst = on_lost(ps, l, w);
+            if (lst != MSR_OK)
+                return take_losses(ps, l, lst); /* a release to another lost one */
+        }
+    return found ? MSR_OK : st;
+}
+
 /* Polls every worker's header receive once; *busy_p is set when one came. */
 static msr_status_t poll_workers(msr_ps_t *ps, ps_loop_t *l, int *busy_p)
 {
@@ -424,17 +474,19 @@ static msr_status_t poll_workers(msr_ps_t *ps, ps_loop_t *l, int *busy_p)
         if (l->done[w])
             continue;
         msr_status_t st = MSR_OK;
+        int peer;
+        msr_comm_t *c = ps_link(ps, w, &peer);
         if (l->recv[w] == NULL)
-            st = msr_comm_irecv(ps->comm, &l->hdr[w], sizeof l->hdr[w], MSR_DTYPE_U8, w, PS_TAG_REQ,
+            st = msr_comm_irecv(c, &l->hdr[w], sizeof l->hdr[w], MSR_DTYPE_U8, peer, PS_TAG_REQ,
                                 &l->recv[w]);
         if (st == MSR_OK)
             st = msr_comm_test(&l->recv[w]);
         if (st == MSR_IN_PROGRESS)
             continue;
-        if (st != MSR_OK)
-            return st;
         *busy_p = 1;
-        if ((st = on_request(ps, l, w)) != MSR_OK)
+        if (st == MSR_OK)
+            st = on_request(ps, l, w);
+        if (st != MSR_OK && (st = take_losses(ps, l, st)) != MSR_OK)
             return st;
     }
     return MSR_OK;

@@ -26,8 +26,10 @@ extern "C" {
  * Failures: every call is bounded by the communicator's deadline
  * (msr_comm_set_timeout); a lost peer or a passed deadline breaks the
  * communicator and with it the parameter server (msr_ps_destroy is then the
- * only useful call). A request a server refuses (unknown table, a key out
- * of range, a row of the wrong width) fails with MSR_ERR_INVALID_ARG and
+ * only useful call). In asynchronous mode each worker talks to each server
+ * on a communicator of two, split at msr_ps_create: a server takes a
+ * worker lost without its goodbye as done and serves the others. A request a server refuses
+ * (unknown table, a key out of range, a row of the wrong width) fails with MSR_ERR_INVALID_ARG and
  * msr_last_error() names the server and the reason; the parameter server
  * stays usable. */
 typedef struct msr_ps msr_ps_t;
@@ -80,7 +82,8 @@ MSR_API msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, in
  * worker's pull waits until every worker has pushed the table at least
  * (its own pushes of it - K) times, or MSR_PS_STALENESS_ENV. The members
  * must agree (the launcher's is the same on every rank). Collective over comm (every member, the
- * same arguments): duplicates comm (comm may be destroyed afterwards).
+ * same arguments): duplicates comm (comm may be destroyed afterwards), and
+ * in asynchronous mode splits it into a communicator per worker and server.
  * Fails with MSR_ERR_INVALID_ARG (servers < 0 or not below comm's size,
  * staleness < -2, MSR_PS_STALENESS not a number >= -1), MSR_ERR_NO_MEMORY, or comm's errors. On
  * success *ps_p is the caller's until msr_ps_destroy. */
@@ -178,7 +181,8 @@ MSR_API msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt
 MSR_API msr_status_t msr_ps_durable_fsync(msr_ps_t *ps, uint64_t every);
 
 /* Servers: answers the workers' requests until every worker has called
- * msr_ps_destroy (MSR_OK) or the communicator fails (its status). A
+ * msr_ps_destroy, or in asynchronous mode was lost (MSR_OK), or the
+ * communicator fails (its status). A
  * request it refuses gets an error answer; the loop goes on. Fails with
  * MSR_ERR_STATE on a worker. */
 MSR_API msr_status_t msr_ps_serve(msr_ps_t *ps);

@@ -26,8 +26,9 @@
  *               worker pushes P times and prints its pushes/s (the test
  *               counts the syncs under strace; bench/ps/ prints the
  *               rates); msr_ps_durable_fsync refused before msr_ps_durable
- *   order       one worker, 2+ servers: pulls and pushes of keys in server
- *               order, mixed, repeated and none land on the right rows
+ *   order       one worker, 2+ servers, the launcher's mode: pulls and
+ *               pushes of keys in server order, mixed, repeated and none
+ *               land on the right rows
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
  * "ok MODE" at the end. */
 #include <math.h>
@@ -663,7 +664,7 @@ static void mode_order(msr_ctx_t *ctx)
     msr_comm_t *world;
     OK(msr_comm_world(ctx, &world));
     msr_ps_t *ps;
-    OK(msr_ps_create(world, 0, MSR_PS_SYNC, &ps));
+    OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
     enum { R = 12 };
     msr_ps_table_config_t c = {
         .rows = R, .width = DIM, .optim = MSR_PS_SGD, .lr = 0.5f, .init_scale = 1, .seed = 7};

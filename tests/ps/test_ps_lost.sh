@@ -1,0 +1,42 @@
+#!/bin/bash
+# A worker lost without a goodbye (tests/ps/ps_lost.c), 3 workers and 2
+# servers. Asynchronous (--ps_staleness=1): the servers take it as left and
+# the other two workers go on past its clock + 1 to the end, every row
+# counting exactly the acknowledged pushes; the job ends with 0.
+# Synchronous: the servers cannot go on, the job fails, and with
+# --max_restarts=1 it is started again once (generation 1) before it ends.
+# MSR_TIMEOUT=20: a server that held the survivors' pulls for the lost
+# worker ends the run within the test's time, not after 300 s.
+. "$(dirname "$0")/../integration/lib.sh"
+PSL=$BUILD/tests/ps_lost
+export MSR_TIMEOUT=20
+
+run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --ps_staleness=1 \
+    --grace_period=5 "$PSL" async
+cat "$TMP/out"
+expect_code 0 "async"
+expect_not_in "FAIL" "$TMP/err" "async"
+expect_in "ok lost" "$TMP/out" "async"
+expect_in "worker 2: 5 steps, vanishing" "$TMP/out" "async"
+for w in 0 1; do
+    expect_in "worker $w: 35 steps, 30 after worker 2 was lost" "$TMP/out" "async"
+done
+n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
+[ "$n" = 2 ] || fail "async: $n servers said worker 2 was lost, want 2"
+no_leftovers "async"
+ok "async: two workers trained on after the third was lost"
+
+run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --max_restarts=1 \
+    --grace_period=5 "$PSL" sync
+cat "$TMP/out"
+expect_code 3 "sync"
+expect_not_in "FAIL" "$TMP/err" "sync"
+expect_not_in "ok lost" "$TMP/out" "sync"
+# which rank sees the lost peer first and ends the generation varies:
+# a server (serve failed) or a survivor (its step failed), each exit 3
+expect_in "sync: .* failed: MSR_ERR_PEER_LOST" "$TMP/out" "sync"
+expect_in "restart 1 of 1 after rank [0134] .* exited with code 3" "$TMP/err" "sync"
+expect_in "job failed (generation 1): rank [0134] .* exited with code 3" "$TMP/err" "sync"
+no_leftovers "sync"
+ok "sync: a lost worker fails the job, restarted once"
+exit "$FAILED"
