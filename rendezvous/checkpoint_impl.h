@@ -51,5 +51,8 @@ int msr_ckpt_have_step(msr_ctx_t *ctx, const char *dir, int64_t step);
 size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p);
 /* The world size a step's MANIFEST records, -1 when the step has none. */
 int msr_ckpt_manifest_world(const char *dir, int64_t step);
+/* Maps the pages that hold [p, p + len) writable (their contents kept)
+ * before a read fills them: 0 done, -1 the kernel cannot (a hint). */
+int msr_ckpt_prefault(void *p, size_t len);
 
 #endif
