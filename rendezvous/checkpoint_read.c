@@ -174,28 +174,6 @@ static void read_ahead(int fd, off_t at, off_t len)
         (void)posix_fadvise(fd, at, len, POSIX_FADV_WILLNEED);
 }
 
-/* Maps the pages that hold [p, p + len) writable before a read fills
- * them (MADV_POPULATE_WRITE, Linux 5.14): one call for the chunk instead
- * of a page fault every 4 KiB in the kernel's copy out of the page cache,
- * each a trap that a virtual machine makes dear. Only pages the read
- * writes into anyway, their contents unchanged. 0 when done; -1 when the
- * kernel cannot (older, or memory it cannot populate so), and then the
- * read faults them in as before. */
-int msr_ckpt_prefault(void *p, size_t len)
-{
-#ifdef MADV_POPULATE_WRITE
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + len + page - 1) & ~(page - 1);
-    if (len > 0 && madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
-        return 0;
-#else
-    (void)p;
-    (void)len;
-#endif
-    return -1;
-}
-
 /* Reads len bytes of fd from file offset at into data, in chunks of
  * CKPT_CHUNK, and continues *crc_p over each chunk just read (crc_p NULL:
  * none). The disk is kept ahead by file offsets, not by calls, so that a
