@@ -42,6 +42,9 @@ static inline void step_dir(const char *dir, int64_t step, char *out, size_t len
 msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p);
 /* Removes the temporary files this rank's writes left in step folder sd. */
 void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd);
+/* Maps the pages that hold [p, p + len) writable (their contents kept)
+ * before a read fills them: 0 done, -1 the kernel cannot (a hint). */
+int msr_ckpt_prefault(void *p, size_t len);
 
 /* checkpoint_read.c's, for the writer */
 /* Whether this rank's state of step is committed and its header fits: 1

@@ -1,0 +1,150 @@
+/* A checkpoint read maps its destination's pages before filling them
+ * (msr_ckpt_prefault): only the pages the read writes into, their
+ * contents kept, and a read into fresh memory at a misaligned address
+ * lands whole with its neighbours untouched. */
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "msrun/msrun.h"
+#include "rendezvous/checkpoint_impl.h"
+#include "tests/runner.h"
+
+static char dir[64]; /* made by main, removed by it whatever the tests did */
+
+/* n fresh pages of anonymous memory, none of them mapped in yet. */
+static unsigned char *fresh_pages(size_t n)
+{
+    void *p = mmap(NULL, n * (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MSR_CHECK(p != MAP_FAILED);
+    return p;
+}
+
+/* Which of n pages at p are mapped in, as a string of 0 and 1. */
+static const char *resident(const unsigned char *p, size_t n)
+{
+    static char out[16];
+    unsigned char vec[16];
+    MSR_CHECK(n < sizeof out && mincore((void *)p, n * (size_t)sysconf(_SC_PAGESIZE), vec) == 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (char)('0' + (vec[i] & 1));
+    out[n] = '\0';
+    return out;
+}
+
+/* Whether this kernel populates memory on request (Linux 5.14): asked
+ * of one aligned page of its own, so that a refusal of a range by
+ * msr_ckpt_prefault is its own fault. */
+static int populate_supported(void)
+{
+#ifdef MADV_POPULATE_WRITE
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *p = fresh_pages(1);
+    int ok = madvise(p, pg, MADV_POPULATE_WRITE) == 0;
+    munmap(p, pg);
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+/* Exactly the pages holding [p, p + len) are mapped in, each range at
+ * its bounds: one byte either side of a page bound, a whole page from its
+ * first byte, up to a page's last byte, nothing for no bytes. */
+static void test_prefault_pages(void)
+{
+    const long pg = sysconf(_SC_PAGESIZE);
+    static const struct {
+        long at_pages, at_bytes, len_pages, len_bytes; /* at = pages * pg + bytes, len alike */
+        const char *want;
+    } cases[] = {
+        {1, -1, 0, 2, "11000"},    /* page 0's last byte and page 1's first */
+        {1, 0, 1, 0, "01000"},     /* page 1 whole, from its first byte */
+        {1, 100, 2, -99, "01110"}, /* page 1 + 100 up to page 3's first byte */
+        {2, 0, 0, 0, "00000"},     /* no bytes */
+        {4, -1, 0, 1, "00010"},    /* page 3's last byte alone */
+    };
+    if (!populate_supported()) {
+        printf("MADV_POPULATE_WRITE not supported here: residency not checked\n");
+        return;
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        unsigned char *p = fresh_pages(5);
+        size_t at = (size_t)(cases[k].at_pages * pg + cases[k].at_bytes),
+               len = (size_t)(cases[k].len_pages * pg + cases[k].len_bytes);
+        if (len > 0) /* what a page holds already is kept */
+            p[at + len / 2] = 0x5a;
+        MSR_CHECK_MSG(msr_ckpt_prefault(p + at, len) == 0, "case %zu: refused", k);
+        MSR_CHECK_MSG(strcmp(resident(p, 5), cases[k].want) == 0,
+                      "case %zu: pages %s mapped, want %s", k, resident(p, 5), cases[k].want);
+        if (len > 0)
+            MSR_CHECK_EQ(p[at + len / 2], 0x5a);
+        munmap(p, 5 * (size_t)pg);
+    }
+}
+
+/* A state of more than two read chunks, read through a reader into fresh
+ * memory at an address 3 bytes into a page (every chunk's start then
+ * misaligned), lands whole, with its CRC, and the bytes either side of
+ * it, written before, are kept. */
+static void test_read_misaligned(void)
+{
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = ((size_t)5 << 19) + 13;
+    unsigned char *state = malloc(len);
+    MSR_CHECK(state != NULL);
+    for (size_t i = 0; i < len; i++)
+        state[i] = (unsigned char)(i * 131 + (i >> 12));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 3, state, len, 0));
+    size_t pages = (len + 3 + 1) / pg + 2;
+    unsigned char *p = fresh_pages(pages), *dst = p + pg + 3;
+    dst[-1] = 0xa5;
+    dst[len] = 0x5a;
+    msr_ckpt_reader_t *rd = NULL;
+    uint64_t total = 0;
+    uint32_t crc = 0;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 3, 0, 1, &rd, &total));
+    MSR_CHECK_EQ(total, (uint64_t)len);
+    MSR_CHECK_OK(msr_ckpt_reader_read_crc(rd, 0, dst, len, &crc));
+    MSR_CHECK(msr_ckpt_reader_checked(rd));
+    MSR_CHECK(memcmp(dst, state, len) == 0);
+    MSR_CHECK_EQ(dst[-1], 0xa5);
+    MSR_CHECK_EQ(dst[len], 0x5a);
+    MSR_CHECK_EQ(p[0], 0);
+    msr_ckpt_reader_close(rd);
+    msr_finalize(ctx);
+    munmap(p, pages * pg);
+    free(state);
+}
+
+static const msr_test_t tests[] = {
+    {"prefault_pages", test_prefault_pages, 10},
+    {"read_misaligned", test_read_misaligned, 30},
+};
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(int argc, char **argv)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%.40s/ckpt_prefault.XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = MSR_TEST_MAIN(argc, argv, tests);
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
