@@ -97,6 +97,7 @@ int msr_agent_relay_open(agent_t *a)
     msr_relays_plan_t p;
     if (a->o->relay) {
         snprintf(a->relay_addr, sizeof a->relay_addr, "%s", a->o->relay);
+        snprintf(a->relay_name, sizeof a->relay_name, "the relay");
     } else if (msr_relays_plan(a->o, &p) != 0) {
         return 1;
     } else if (p.k == 0) {
@@ -106,7 +107,8 @@ int msr_agent_relay_open(agent_t *a)
         if (p.serve && relay_serve(a, &p) != 0)
             return 0; /* this node calls the coordinator, as its group's do once they fail */
         snprintf(a->relay_addr, sizeof a->relay_addr, "%s", p.target);
-        MSR_DEBUG("joins and heartbeats through %s at %s", p.id, p.target);
+        snprintf(a->relay_name, sizeof a->relay_name, "%s", p.id);
+        MSR_INFO("node %d joins and heartbeats through %s at %s", a->o->node_rank, p.id, p.target);
     }
     if (msr_link_create(a->loop.base, a->relay_addr, a->job.token, &a->job.tls, &a->relay_link) !=
         MSR_OK) {
