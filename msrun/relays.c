@@ -67,8 +67,8 @@ const char *msr_relays_job_why(const msr_options_t *o, int k)
         return o->relays == MSR_RELAYS_OFF ? "--relays off" : "the job is small";
     if (o->relay != NULL)
         return "--relay names this node's relay";
-    if (o->tls_cert || o->tls_key || o->tls_ca)
-        return "relays do not carry TLS yet";
+    if ((o->tls_cert || o->tls_ca) && !(o->tls_cert && o->tls_key))
+        return "with TLS a relay serves with --tls_cert and --tls_key, not given";
     if (o->etcd_endpoints != NULL)
         return "the coordinator may move (etcd)";
     return NULL;

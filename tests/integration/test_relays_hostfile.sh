@@ -6,7 +6,8 @@
 # machine: 127.0.0.2-5), so this needs no sshd: a group of exactly K nodes
 # and K + 1, the reasons for none, the relay's port at 65535 and one past,
 # a job whose nodes join through their groups' relays at their groups'
-# hosts, and a relay that does not answer (its group joins directly).
+# hosts (over mutual TLS where openssl makes the certificates), and a relay
+# that does not answer (its group joins directly).
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY \
     MSRUN_RELAYS MSRUN_RELAYS_HOST
@@ -63,7 +64,7 @@ off() { # off WHY ARGS...
 off "the job is small"
 off "--relays off" --relays=off
 off "--relay names this node's relay" --relays=2 --relay=127.0.0.9:5
-off "relays do not carry TLS yet" --relays=2 --tls_ca="$TMP/hosts4"
+off "with TLS a relay serves with --tls_cert and --tls_key, not given" --relays=2 --tls_ca="$TMP/hosts4"
 MSRUN_RELAYS=2 run_msrun --hostfile "$TMP/hosts4" --master_port=40000 --dry_run "$TMP/hold.sh"
 [ "$(grep -c -- "--relays=2 --relays_host" "$TMP/out")" = 4 ] ||
     fail "MSRUN_RELAYS is not passed to the hosts"
@@ -108,17 +109,18 @@ run_job() {
     start_msrun --hostfile "$TMP/hosts4" --ssh "$TMP/ssh" --forward_env=MSRUN_TEST_MARKER \
         --master_port="$PORT" --cluster_time_out=60 "$@" "$TMP/hold.sh"
 }
-# poll_rel JOB SECONDS PYTHON: msrun status until PYTHON holds of rel (node
-# rank -> relay of the running nodes)
+# poll_rel JOB SECONDS PYTHON [ARGS...]: msrun status ARGS until PYTHON
+# holds of rel (node rank -> relay of the running nodes)
 poll_rel() {
-    local end=$((SECONDS + $2))
+    local end=$((SECONDS + $2)) job=$1 cond=$3
+    shift 3
     while ((SECONDS < end)); do
         CODE=0
-        timeout -k 5 20 "$MSRUN" status --json --job_id "$1" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
+        timeout -k 5 20 "$MSRUN" status --json --job_id "$job" "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
         [ "$CODE" = 0 ] && python3 -c "import json, sys
 j = json.load(open(sys.argv[1]))
 rel = {n['node_rank']: n['relay'] for n in j['nodes'] if n['state'] == 'running'}
-assert $3, rel" "$TMP/st" 2>"$TMP/py.err" && return 0
+assert $cond, rel" "$TMP/st" 2>"$TMP/py.err" && return 0
         sleep 0.2
     done
     cat "$TMP/st" "$TMP/st.err" "$TMP/py.err" >&2
@@ -132,10 +134,29 @@ end_job() { # end_job WHAT: the workers stop, the launcher exits 0
 }
 
 # 5. 4 hosts, K = 2: nodes 0, 1 through relay-0 on host 0; 2, 3 through
-#    relay-1 on host 2 (127.0.0.4, not the coordinator's host)
+#    relay-1 on host 2 (127.0.0.4, not the coordinator's host); over
+#    mutual TLS (every host has the CA, a certificate for the 4 addresses
+#    and its key: the relays serve with them) where openssl can make the
+#    certificates, else in plaintext
+TLS=()
+if command -v openssl >/dev/null; then
+    C=$TMP/certs
+    mkdir -m 700 "$C"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$C/ca.key" -out "$C/ca.pem" -days 2 -subj "/CN=ca" 2>/dev/null ||
+        fail "making the CA"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$C/node.key" \
+        -out "$C/node.csr" -subj "/CN=node" 2>/dev/null || fail "making the node's request"
+    printf 'subjectAltName=IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4,IP:127.0.0.5\n' >"$C/node.ext"
+    openssl x509 -req -in "$C/node.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial \
+        -out "$C/node.pem" -days 2 -extfile "$C/node.ext" 2>/dev/null || fail "signing the node's"
+    TLS=(--tls_cert="$C/node.pem" --tls_key="$C/node.key" --tls_ca="$C/ca.pem")
+else
+    echo "skip: relays over TLS: openssl is not installed (scripts/deps.sh test); in plaintext"
+fi
 new_ports
-run_job --relays=2 --job_id=hf2
-poll_rel hf2 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" ||
+run_job --relays=2 --job_id=hf2 "${TLS[@]}"
+poll_rel hf2 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" "${TLS[@]}" ||
     fail "the hosts did not join through their groups' relays"
 for n in 0 1; do
     expect_in "node $n joins and heartbeats through relay-0 at 127.0.0.2:$((PORT + 1))$" "$TMP/err" \
@@ -148,7 +169,8 @@ done
 expect_in "serving relay-1 for nodes 2 to 3 on port $((PORT + 2))$" "$TMP/err" "relay-1"
 end_job "relays over a hostfile"
 grep -qE "relay-1: stopping after relaying [1-9][0-9]* calls" "$TMP/err" || fail "relay-1 relayed nothing"
-ok "--hostfile, --relays 2: each group joined through its relay on its first host"
+expect_not_in "no answer from relay" "$TMP/err" "relays over a hostfile"
+ok "--hostfile, --relays 2: each group joined through its relay on its first host${TLS:+, over TLS}"
 
 # 6. relay-1's port taken by a listener that never answers: node 2 cannot
 #    serve it and joins directly; node 3 gets no answer there and joins the
@@ -176,3 +198,4 @@ end_job "a relay that does not answer"
 kill "$BLOCKER"
 wait "$BLOCKER" 2>/dev/null
 ok "a relay that does not answer: its group joined the coordinator directly"
+
