@@ -27,22 +27,24 @@ static msr_link_t *membership_link(const agent_t *a)
 
 /* A call through the relay failed for want of it (the relay is gone or
  * cannot reach the coordinator): from now on the node calls the
- * coordinator itself, which accepts a node that joined through a relay. */
-static void relay_check(agent_t *a, const msr_rpc_async_t *as)
+ * coordinator itself, which accepts a node that joined through a relay.
+ * Returns 1 when this call's failure was the relay's. */
+static int relay_check(agent_t *a, const msr_rpc_async_t *as, const char *next)
 {
     if (a->relay_link == NULL || a->relay_failed || as->status == MSR_OK ||
         as->status == MSR_ERR_NOT_FOUND || as->status == MSR_ERR_REFUSED)
-        return;
+        return 0;
     a->relay_failed = 1;
-    MSR_WARN("the relay %s failed (%s): calling the coordinator at %s directly", a->relay_addr,
-             as->err, a->coord.target);
+    MSR_WARN("no answer from %s at %s (%s): %s the coordinator at %s directly", a->relay_name,
+             a->relay_addr, as->err, next, a->coord.target);
+    return 1;
 }
 
 static void join_done(msr_rpc_async_t *as, void *arg)
 {
     agent_t *a = arg;
     uint64_t now = msr_now_ns();
-    relay_check(a, as);
+    relay_check(a, as, "joining");
     if (as->status == MSR_OK) {
         const Msr__JoinResponse *r = (const Msr__JoinResponse *)as->resp;
         msr_agent_prof_mark(a, MSR_LPROF_JOIN, a->prof.joining);
@@ -144,7 +146,11 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
 {
     agent_t *a = arg;
     uint64_t now = msr_now_ns();
-    relay_check(a, as);
+    if (relay_check(a, as, "sending heartbeats to")) {
+        msr_node_on_heartbeat_rerouted(&a->node, now);
+        msr_agent_run_node(a);
+        return;
+    }
     if (as->status != MSR_OK) {
         msr_node_on_heartbeat_failed(&a->node, now, as->status == MSR_ERR_NOT_FOUND, as->err);
         msr_agent_run_node(a);

@@ -88,6 +88,7 @@ typedef struct agent {
     msr_link_t *relay_link;        /* --relay: joins and heartbeats through it; NULL: none */
     int relay_failed;              /* its calls failed: the coordinator's link from then on */
     char relay_addr[300];          /* the relay_link's HOST:PORT */
+    char relay_name[32];           /* "relay-<group>" (--relays), or "the relay" */
     struct agent_relay_srv
         *relay_srv;         /* --relays: the group's relay this node serves; NULL: none */
     msr_proxy_t *proxy;     /* the workers' store calls */

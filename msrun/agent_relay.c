@@ -1,7 +1,8 @@
 /* The agent's relays (issue 40): the link to this node's relay (--relay,
  * or its group's relay under --relays), opened with the loop's other
  * parts and closed once the node has left; and, on a group's first node,
- * the group's relay served by a thread of this msrun. Which calls go
+ * the group's relay served by a thread of this msrun (over TLS when the
+ * node's options give it). Which calls go
  * through the link, and the fall back to the coordinator when one fails,
  * are agent_calls.c's (the relay's side is rendezvous/relay.h). */
 #include <pthread.h>
@@ -57,12 +58,14 @@ static int relay_serve(agent_t *a, const msr_relays_plan_t *p)
     char bind[32];
     snprintf(bind, sizeof bind, "0.0.0.0:%d", p->port);
     int port = 0;
+    int tls = msr_rpc_tls_enabled(&a->job.tls);
     msr_status_t st = msr_rpc_loop_create(&r->loop);
     if (st == MSR_OK)
-        st = msr_rpc_channel_create_own(a->coord.target, a->job.token, &r->up);
+        st = tls ? msr_rpc_channel_create_tls(a->coord.target, a->job.token, &a->job.tls, &r->up)
+                 : msr_rpc_channel_create_own(a->coord.target, a->job.token, &r->up);
     if (st == MSR_OK)
-        st = msr_relay_server_create(r->loop, bind, a->job.token, r->up, p->id,
-                                     (uint32_t)p->members, &port, &r->server);
+        st = msr_relay_server_create_tls(r->loop, bind, a->job.token, tls ? &a->job.tls : NULL,
+                                         r->up, p->id, (uint32_t)p->members, &port, &r->server);
     if (st == MSR_OK && pthread_create(&r->thread, NULL, relay_thread, r) != 0)
         st = MSR_ERR_NO_MEMORY;
     if (st != MSR_OK) {
@@ -97,6 +100,7 @@ int msr_agent_relay_open(agent_t *a)
     msr_relays_plan_t p;
     if (a->o->relay) {
         snprintf(a->relay_addr, sizeof a->relay_addr, "%s", a->o->relay);
+        snprintf(a->relay_name, sizeof a->relay_name, "the relay");
     } else if (msr_relays_plan(a->o, &p) != 0) {
         return 1;
     } else if (p.k == 0) {
@@ -106,9 +110,14 @@ int msr_agent_relay_open(agent_t *a)
         if (p.serve && relay_serve(a, &p) != 0)
             return 0; /* this node calls the coordinator, as its group's do once they fail */
         snprintf(a->relay_addr, sizeof a->relay_addr, "%s", p.target);
-        MSR_DEBUG("joins and heartbeats through %s at %s", p.id, p.target);
+        snprintf(a->relay_name, sizeof a->relay_name, "%s", p.id);
+        MSR_INFO("node %d joins and heartbeats through %s at %s", a->o->node_rank, p.id, p.target);
     }
-    if (msr_link_create(a->loop.base, a->relay_addr, a->job.token, &a->job.tls, &a->relay_link) !=
+    /* the relay's certificate names its host (or --tls_server_name), not
+     * the coordinator's */
+    msr_rpc_tls_t tls = a->job.tls;
+    tls.server_name = a->o->tls_server_name;
+    if (msr_link_create(a->loop.base, a->relay_addr, a->job.token, &tls, &a->relay_link) !=
         MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the link to the relay %s: %s\n", a->relay_addr,
                 msr_err_msg());

@@ -236,6 +236,13 @@ void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const c
         schedule_retry(n, now);
 }
 
+void msr_node_on_heartbeat_rerouted(msr_node_t *n, uint64_t now)
+{
+    n->hb_inflight--;
+    if (!n->finished && n->hb_inflight == 0)
+        schedule_retry(n, now);
+}
+
 void msr_node_on_coord_moved(msr_node_t *n, uint64_t now)
 {
     if (n->finished)

@@ -193,6 +193,10 @@ void msr_node_on_coord_moved(msr_node_t *n, uint64_t now);
 void msr_node_on_update(msr_node_t *n, uint64_t now, const msr_node_update_t *u);
 /* A heartbeat failed: gone = the coordinator no longer knows this node. */
 void msr_node_on_heartbeat_failed(msr_node_t *n, uint64_t now, int gone, const char *why);
+/* A heartbeat sent through the node's relay failed for want of the relay
+ * (the agent said so and sends the next to the coordinator): retried after
+ * the backoff, the coordinator not counted as lost. */
+void msr_node_on_heartbeat_rerouted(msr_node_t *n, uint64_t now);
 /* After ACT_SPAWN: worker local started (pid), or a spawn failed (why) and
  * the ones after it were not tried. */
 void msr_node_on_spawned(msr_node_t *n, int local, int pid);

@@ -400,9 +400,14 @@ static const msr_opt_t opt_defs[] = {
      .help = "the node of every K-th node rank (0, K, 2K...) serves a relay inside its msrun, "
              "on port master_port + 1 + node_rank / K, and the nodes of its group send their "
              "joins and heartbeats through it (when it fails, the coordinator directly). Its "
-             "host: the group's first host in Slurm's node list, or the coordinator's when that "
-             "is a loopback address; none otherwise, nor without --node_rank. auto: K = 1024 for "
-             "jobs of more than 1024 nodes, none for smaller ones."},
+             "host: --relays_host, else the group's first host in Slurm's node list, or the "
+             "coordinator's when that is a loopback address; none otherwise, nor without "
+             "--node_rank. A --hostfile/--host launch passes each host its group's. auto: K = "
+             "1024 for jobs of more than 1024 nodes, none for smaller ones."},
+    {.name = "relays_host", .kind = MSR_OPT_STRING, .env = "MSRUN_RELAYS_HOST",
+     .dest = D(relays_host), .def = "none", .metavar = "HOST",
+     .help = "with relays: the host of this node's group's first node, where its relay is "
+             "(--hostfile and --host give each host's msrun its own)."},
     /* parameter server roles (issue 46; docs/ps.md) */
     {.name = "ps_servers", .kind = MSR_OPT_INT, .min = 0, .max = INT32_MAX,
      .env = "MSRUN_PS_SERVERS", .dest = D(ps_servers), .def = "0", .metavar = "N",

@@ -140,6 +140,9 @@ typedef struct msr_options {
     /* --relays: every K-th node serves a relay for its group (relays.h);
      * MSR_RELAYS_AUTO (-1) or MSR_RELAYS_OFF (-2) otherwise */
     int relays;
+    /* --relays_host: the host of this node's group's first node, which
+     * serves the group's relay; NULL: from Slurm or a loopback coordinator */
+    char *relays_host;
     /* one command for a whole job (launcher/remote.h): NULL when not given */
     char *hostfile, *hosts; /* --hostfile, --host (-H) */
     char *ssh;              /* --ssh: how to reach a host; NULL: "ssh" */

@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "launcher/options.h"
 #include "launcher/options_impl.h"
+#include "launcher/relays.h"
 #include "launcher/sched.h"
 
 /* The origin of option name when it was given (seen: 1 command line, 2
@@ -148,6 +149,19 @@ static void print_line(FILE *out, const char *name, const char *value, const msr
             what && *what ? ": " : "", what ? what : "");
 }
 
+/* This node's relay plan (relays.h), or why it has none */
+static void print_relays(FILE *out, const msr_options_t *o)
+{
+    msr_relays_plan_t p;
+    if (msr_relays_plan(o, &p) != 0) /* checked with the options: not reached */
+        return;
+    if (p.k == 0)
+        fprintf(out, "relays = off (%s)\n", p.why);
+    else
+        fprintf(out, "relays = %s at %s for nodes %d to %d (served by %s)\n", p.id, p.target,
+                p.leader, p.leader + p.members - 1, p.serve ? "this node" : "its first node");
+}
+
 void msr_options_print_resolved(const msr_options_t *o, FILE *out)
 {
     const msr_origins_t *g = &o->origins;
@@ -223,6 +237,7 @@ void msr_options_print_resolved(const msr_options_t *o, FILE *out)
                               : "a random token");
     print_line(out, "rdzv_backend", msr_options_rdzv_choices[o->rdzv_backend], &g->rdzv_backend,
                NULL);
+    print_relays(out, o);
     msr_origin_set(&org, MSR_SRC_OPTION, "PROGRAM");
     print_line(out, "program", o->program_path ? o->program_path : o->program, &org, NULL);
 }

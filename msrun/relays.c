@@ -26,11 +26,16 @@ static int is_loopback(const char *host)
            strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
 }
 
-/* The host of node leader: Slurm's node list, else the coordinator's host
- * when it is a loopback address; into p->target (without the port). 0, 1
- * when there is none (p->why says so), -1 after a message. */
+/* The host of node leader: --relays_host (a --hostfile launch gives it),
+ * Slurm's node list, else the coordinator's host when it is a loopback
+ * address; into host. 0, 1 when there is none (p->why says so), -1 after
+ * a message. */
 static int leader_host(const msr_options_t *o, msr_relays_plan_t *p, char *host, size_t len)
 {
+    if (o->relays_host != NULL) {
+        snprintf(host, len, "%s", o->relays_host);
+        return 0;
+    }
     static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_NODELIST",
                                         "SLURM_JOB_NODELIST"};
     const char *list = NULL, *name = NULL;
@@ -56,24 +61,30 @@ static int leader_host(const msr_options_t *o, msr_relays_plan_t *p, char *host,
     return 1;
 }
 
+const char *msr_relays_job_why(const msr_options_t *o, int k)
+{
+    if (k == 0)
+        return o->relays == MSR_RELAYS_OFF ? "--relays off" : "the job is small";
+    if (o->relay != NULL)
+        return "--relay names this node's relay";
+    if ((o->tls_cert || o->tls_ca) && !(o->tls_cert && o->tls_key))
+        return "with TLS a relay serves with --tls_cert and --tls_key, not given";
+    if (o->etcd_endpoints != NULL)
+        return "the coordinator may move (etcd)";
+    return NULL;
+}
+
 int msr_relays_plan(const msr_options_t *o, msr_relays_plan_t *p)
 {
     memset(p, 0, sizeof *p);
     int nodes = o->max_nodes ? o->max_nodes
                              : (o->local_worker_num > 0 ? o->worker_num / o->local_worker_num : 1);
     int k = msr_relays_k(o->relays, nodes);
-    if (k == 0)
-        p->why = o->relays == MSR_RELAYS_OFF ? "--relays off" : "the job is small";
-    else if (o->relay != NULL)
-        p->why = "--relay names this node's relay";
-    else if (o->master_addr == NULL || o->standalone)
+    p->why = msr_relays_job_why(o, k);
+    if (p->why == NULL && (o->master_addr == NULL || o->standalone))
         p->why = "the job has one node";
-    else if (o->node_rank < 0)
+    else if (p->why == NULL && o->node_rank < 0)
         p->why = "the node has no --node_rank";
-    else if (o->tls_cert || o->tls_key || o->tls_ca)
-        p->why = "relays do not carry TLS yet";
-    else if (o->etcd_endpoints != NULL)
-        p->why = "the coordinator may move (etcd)";
     if (p->why != NULL)
         return 0;
     p->group = o->node_rank / k;

@@ -1,8 +1,10 @@
 /* Relays chosen at launch (--relays, docs/architecture.md "Relays"): which
  * node serves the relay of this node's group, and where. Every node
  * computes the same answer from what it knows at start: its --node_rank,
- * the job's node count, and the host of the group's first node (Slurm's
- * node list; a job on one machine: the coordinator's loopback host). */
+ * the job's node count, and the host of the group's first node
+ * (--relays_host, which a --hostfile launch gives each host's msrun;
+ * Slurm's node list; a job on one machine: the coordinator's loopback
+ * host). */
 #ifndef MSR_MSRUN_RELAYS_H
 #define MSR_MSRUN_RELAYS_H
 
@@ -29,6 +31,10 @@ typedef struct msr_relays_plan {
 
 /* The group size --relays gives a job of nodes nodes (0: no relays). */
 int msr_relays_k(int relays, int nodes);
+
+/* Why a job of groups of k nodes (msr_relays_k's) has no relays, from the
+ * options that all its nodes share (static text); NULL: it has. */
+const char *msr_relays_job_why(const msr_options_t *o, int k);
 
 /* This node's plan from its options (and, under Slurm, its node list).
  * Returns 0, or -1 with a message printed (the relay's port past 65535, or

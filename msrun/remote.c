@@ -131,6 +131,14 @@ static int print_plan(remote_launch_t *l)
     if (unused)
         printf("%d host%s without workers, not started (the first: %s)\n", unused,
                unused == 1 ? "" : "s", first_unused);
+    if (l->relays_k == 0)
+        printf("relays: off (%s)\n", l->relays_why);
+    for (int g = 0; l->relays_k && g * l->relays_k < l->nprocs; g++) {
+        int first = g * l->relays_k, n = l->nprocs - first;
+        n = n < l->relays_k ? n : l->relays_k;
+        printf("relay-%d: served by node %d for nodes %d to %d on %s:%d\n", g, first, first,
+               first + n - 1, msr_remote_host_addr(l, first), l->o->master_port + 1 + g);
+    }
     for (int i = 0; i < l->nprocs; i++) {
         char **argv = NULL, *words = NULL;
         msr_buf_t cmd = {0};
@@ -420,6 +428,8 @@ static int prepare(remote_launch_t *l, int argc, char **argv)
             l->nprocs++;
             l->world += l->hosts.v[i].workers;
         }
+    if (msr_remote_relays(l) != 0)
+        return 2;
     ssize_t n = readlink("/proc/self/exe", l->self, sizeof l->self - 1);
     if (n <= 0 || getcwd(l->cwd, sizeof l->cwd) == NULL) {
         fprintf(stderr, "msrun: error: cannot find this msrun or the working directory: %s\n",

@@ -12,18 +12,20 @@
 #include "base/status.h"
 #include "base/util.h"
 #include "launcher/options_impl.h"
+#include "launcher/relays.h"
 #include "launcher/remote_impl.h"
 
 /* ---- what the remote msruns are given ---- */
 
 /* Options of the launcher only, or that it sets for each host itself. */
 static const char *const own_opts[] = {
-    "hostfile", "host",       "ssh",    "forward_env", "exit_on_stdin_eof", "worker_num",
-    "token",    "token_file", "job_id", "master_port", "dry_run",           NULL};
+    "hostfile",   "host",   "ssh",        "forward_env", "exit_on_stdin_eof",
+    "worker_num", "token",  "token_file", "job_id",      "master_port",
+    "dry_run",    "relays", NULL};
 /* Options that contradict a job of the hosts listed. */
-static const char *const refused_opts[] = {"local_worker_num", "node_rank",     "nnodes",
-                                           "master_addr",      "rdzv_endpoint", "standalone",
-                                           "coordinator_here", "rdzv_backend",  NULL};
+static const char *const refused_opts[] = {
+    "local_worker_num", "node_rank",        "nnodes",       "master_addr", "rdzv_endpoint",
+    "standalone",       "coordinator_here", "rdzv_backend", "relays_host", NULL};
 
 static int in_list(const char *const *list, const char *name)
 {
@@ -131,12 +133,44 @@ int msr_remote_check_forward_env(const char *list)
     return 0;
 }
 
+int msr_remote_relays(remote_launch_t *l)
+{
+    const msr_options_t *o = l->o;
+    int k = msr_relays_k(o->relays, l->nprocs);
+    l->relays_why = msr_relays_job_why(o, k);
+    l->relays_k = l->relays_why ? 0 : k;
+    long last = l->relays_k ? o->master_port + 1L + (l->nprocs - 1) / l->relays_k : 0;
+    if (last > 65535) {
+        msr_options_error("--relays %d: the relay of node %d's group would listen on port %ld "
+                          "(master_port + 1 + its group %d), past 65535; give a larger --relays "
+                          "or a lower --master_port",
+                          k, l->nprocs - 1, last, (l->nprocs - 1) / k);
+        return -1;
+    }
+    return 0;
+}
+
+const char *msr_remote_host_addr(const remote_launch_t *l, int i)
+{
+    const char *name = l->procs[i].host->name;
+    const char *at = strrchr(name, '@'); /* user@host: the host part */
+    return at ? at + 1 : name;
+}
+
+/* --relays for host i's msrun: K and its group's host, or off */
+static msr_status_t append_relays(const remote_launch_t *l, int i, msr_buf_t *b)
+{
+    if (l->relays_k == 0)
+        return msr_buf_printf(b, "--relays=off ");
+    msr_status_t st = msr_buf_printf(b, "--relays=%d --relays_host=", l->relays_k);
+    return st == MSR_OK ? append_quoted(b, msr_remote_host_addr(l, i / l->relays_k * l->relays_k))
+                        : st;
+}
+
 /* The shell command that runs host i's msrun, into b. */
 static msr_status_t remote_command(const remote_launch_t *l, int i, msr_buf_t *b)
 {
     const remote_proc_t *p = &l->procs[i];
-    const char *master = l->procs[0].host->name;
-    const char *at = strrchr(master, '@'); /* user@host: the host part */
     msr_status_t st = msr_buf_append(b, "cd ", 3);
     if (st == MSR_OK)
         st = append_quoted(b, l->cwd);
@@ -154,11 +188,13 @@ static msr_status_t remote_command(const remote_launch_t *l, int i, msr_buf_t *b
                             p->node, l->nprocs, l->world, p->host->workers, l->o->master_port,
                             p->node == 0 ? "true" : "false");
     if (st == MSR_OK)
-        st = append_quoted(b, at ? at + 1 : master);
+        st = append_quoted(b, msr_remote_host_addr(l, 0));
     if (st == MSR_OK)
         st = msr_buf_append(b, "--job_id=", 9);
     if (st == MSR_OK)
         st = append_quoted(b, l->job_id);
+    if (st == MSR_OK)
+        st = append_relays(l, i, b);
     for (int k = 0; st == MSR_OK && k < l->nfwd; k++)
         st = append_quoted(b, l->fwd[k]);
     return st;

@@ -33,6 +33,9 @@ typedef struct remote_launch {
     remote_proc_t *procs; /* [nprocs]: the hosts with workers */
     int nprocs, running;
     int world; /* the workers of every host */
+    /* --relays: the groups' size (relays.h); 0: none, relays_why says why */
+    int relays_k;
+    const char *relays_why;
     char job_id[64];
     char token[MSR_TOKEN_MAX + 1];
     char **fwd; /* msrun's arguments that the remote msruns get too */
@@ -55,6 +58,13 @@ int msr_remote_split_args(remote_launch_t *l, int argc, char **argv);
 
 /* Checks --forward_env: names of variables, comma-separated. */
 int msr_remote_check_forward_env(const char *list);
+
+/* The relays of the job (relays_k, relays_why); -1 after a message when
+ * a relay's port would pass 65535. */
+int msr_remote_relays(remote_launch_t *l);
+
+/* Host i's name without its user@ */
+const char *msr_remote_host_addr(const remote_launch_t *l, int i);
 
 /* ssh's argv for host i (see remote_cmd.c); *words_p and *cmd back it. */
 msr_status_t msr_remote_ssh_argv(const remote_launch_t *l, int i, char ***argv_p, char **words_p,

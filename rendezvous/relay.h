@@ -75,6 +75,15 @@ msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, 
                                      msr_rpc_channel_t *up, const char *relay_id, uint32_t subtree,
                                      int *port_p, msr_relay_server_t **server_p);
 
+/* The same over TLS when msr_rpc_tls_enabled(tls) (tls's cert and key
+ * are the server's; with its ca, the nodes must show a certificate it
+ * signed, as to the coordinator). tls NULL: plaintext. */
+msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *address,
+                                         const char *token, const msr_rpc_tls_t *tls,
+                                         msr_rpc_channel_t *up, const char *relay_id,
+                                         uint32_t subtree, int *port_p,
+                                         msr_relay_server_t **server_p);
+
 /* Sends the calls that arrived since the last flush as one batch: call it
  * after each poll of the loop (what arrives within one poll is batched). */
 void msr_relay_server_flush(msr_relay_server_t *server);

@@ -75,6 +75,16 @@ msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, 
                                      msr_rpc_channel_t *up, const char *relay_id, uint32_t subtree,
                                      int *port_p, msr_relay_server_t **server_p)
 {
+    return msr_relay_server_create_tls(loop, address, token, NULL, up, relay_id, subtree, port_p,
+                                       server_p);
+}
+
+msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *address,
+                                         const char *token, const msr_rpc_tls_t *tls,
+                                         msr_rpc_channel_t *up, const char *relay_id,
+                                         uint32_t subtree, int *port_p,
+                                         msr_relay_server_t **server_p)
+{
     msr_relay_server_t *s = msr_calloc(1, sizeof *s);
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
@@ -87,7 +97,8 @@ msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, 
                                    .handler = on_call,
                                    .cancel = on_cancel,
                                    .arg = s,
-                                   .log_name = "relay"};
+                                   .log_name = "relay",
+                                   .tls = tls};
     if ((st = msr_rpc_server_create(loop, &cfg, port_p, &s->rpc)) != MSR_OK)
         goto err_relay;
     *server_p = s;

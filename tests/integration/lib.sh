@@ -146,6 +146,17 @@ start_msrun() {
     BG_PID=$!
 }
 
+# start_node N ARGS...: msrun in the background (its pid in PIDN), output
+# in $TMP/nodeN.{out,err}, emptied here as start_msrun's
+start_node() {
+    local n=$1
+    shift
+    : >"$TMP/node$n.out"
+    : >"$TMP/node$n.err"
+    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
+    eval "PID$n=$!"
+}
+
 # wait_for PATTERN FILE SECONDS: waits until FILE has at least one line
 # matching PATTERN.
 wait_for() {

@@ -34,18 +34,6 @@ j = json.load(open(sys.argv[1]))
 $1" "$TMP/st" 2>"$TMP/py.err" || { cat "$TMP/st" "$TMP/py.err" >&2; return 1; }
 }
 
-# start_node N ARGS...: msrun in the background (its pid in PIDN), output
-# in $TMP/nodeN.{out,err}
-start_node() {
-    local n=$1
-    shift
-    # emptied here, not by the child's redirection (see start_msrun)
-    : >"$TMP/node$n.out"
-    : >"$TMP/node$n.err"
-    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
-    eval "PID$n=$!"
-}
-
 # poll_json SECONDS PYTHON ARGS...: runs `msrun status ARGS --json` until
 # PYTHON holds for its JSON
 poll_json() {
