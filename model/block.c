@@ -204,8 +204,7 @@ static msr_status_t hook_forward(const msr_block_t *b, const msr_gpt_block_param
 {
     const float *in;
     float *r;
-    msr_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, (int)b->Nl,
-                          b->C);
+    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
     msr_status_t st = enter(b, a->ln2, b->gat, &in);
     if (st != MSR_OK || (st = mlp->forward(mlp->arg, in, b->proj)) != MSR_OK ||
         (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
@@ -389,8 +388,7 @@ static msr_status_t hook_backward(const msr_block_t *b, const msr_gpt_block_para
     if ((st = mlp->backward(mlp->arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
         (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
         return st;
-    msr_layernorm_backward(dres, g->ln2w, g->ln2b, dl, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd,
-                           (int)b->Nl, b->C);
+    norm_input_backward(b, dres, dl, a->res2, p->ln2w, g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd);
     return MSR_OK;
 }
 

@@ -39,11 +39,6 @@ static msr_status_t llama_check(const msr_gpt_config_t *cfg)
     if (!(cfg->rope_theta > 1.0 && cfg->rope_theta <= 1e12)) {
         return msr_err(MSR_ERR_CONFIG, "llama: rope theta %g is not in (1, 1e12]", cfg->rope_theta);
     }
-    if (cfg->moe.experts != 0) {
-        return msr_err(MSR_ERR_CONFIG,
-                       "llama: no experts yet (its Mixtral-style SwiGLU experts are not "
-                       "written; the MoE blocks are GPT-2 MLPs)");
-    }
     return MSR_OK;
 }
 
@@ -105,7 +100,8 @@ size_t msr_gpt_block_params(const msr_gpt_config_t *cfg, int l)
     size_t C = (size_t)cfg->channels, E = (size_t)cfg->moe.experts;
     if (cfg->arch == MSR_GPT_ARCH_LLAMA) { /* ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2 */
         size_t KVC = (size_t)cfg->kv_heads * (C / (size_t)cfg->heads), F = (size_t)cfg->ffn;
-        return 2 * C * C + 2 * KVC * C + 2 * C + 3 * F * C;
+        size_t mlp = msr_gpt_layer_is_moe(cfg, l) ? E * C : 3 * F * C; /* or the router */
+        return 2 * C * C + 2 * KVC * C + 2 * C + mlp;
     }
     size_t attn = 4 * C * C + 8 * C;  /* ln1, qkv, attproj, ln2 */
     if (msr_gpt_layer_is_moe(cfg, l)) /* the router; the experts are the MoE state's */

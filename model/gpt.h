@@ -143,7 +143,7 @@ msr_status_t msr_gpt_part_check(const msr_gpt_config_t *cfg, const msr_gpt_part_
  * a MoE setting (when experts > 0) in range: 1 <= K <= E, every >= 1,
  * capacity factor > 0, aux loss >= 0. A Llama also: ffn in [1, 4 x 16384],
  * kv_heads in [1, NH] dividing NH, an even head width (rotary pairs),
- * rope_theta > 1, and no experts (its SwiGLU experts are not written).
+ * rope_theta > 1; its MoE blocks' experts are SwiGLU MLPs (Mixtral's).
  * On failure sets the error text (a one-line reason) and returns
  * MSR_ERR_CONFIG. */
 msr_status_t msr_gpt_config_check(const msr_gpt_config_t *cfg);
@@ -157,11 +157,12 @@ int msr_gpt_kv_heads_local(const msr_gpt_config_t *cfg, int tp);
  * L*(12C^2 + 13C) + 2C for a dense model; a MoE block holds its router, E*C,
  * in place of the MLP's 8C^2 + 5C (its experts are the MoE state's,
  * model/moe.h: msr_moe_num_params). A Llama: 2VC + C + L*(2C^2 + 2 KVC C +
- * 2C + 3FC). */
+ * 2C + 3FC), a MoE block its router E*C in place of the 3FC. */
 size_t msr_gpt_num_params(const msr_gpt_config_t *cfg);
 
 /* The parameter tensors of a block, in their flat-buffer order. A MoE
- * block has the first eight, then routerw (E, C), named "h<l>.routerw";
+ * block has the first eight (a Llama's: ln1w, wq, wk, wv, wo, ln2w), then
+ * routerw (E, C), named "h<l>.routerw";
  * its experts are not in the flat buffers (model/moe.h). */
 typedef enum msr_gpt_block_tensor {
     MSR_GPT_LN1W,

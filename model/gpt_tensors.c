@@ -142,6 +142,8 @@ static void llama_layout(msr_gpt_t *m)
         {"w1", F, C, 1, SPLIT_ROWS, 1},   {"w3", F, C, 1, SPLIT_ROWS, 1},
         {"w2", C, F, 1, SPLIT_COLS, 1},
     };
+    /* the experts of a MoE block are the MoE state's */
+    const tensor_spec_t router = {"routerw", m->cfg.moe.experts, C, 1, SPLIT_NONE, 1};
     for (int c = 0; c < pt->chunks; c++) {
         msr_layout_split_stage(L, nv, pt->stage_layers, c * pt->pp + pt->pp_rank, &m->chunk_lo[c],
                                &m->chunk_hi[c]);
@@ -149,10 +151,16 @@ static void llama_layout(msr_gpt_t *m)
         for (int l = m->chunk_lo[c]; l < m->chunk_hi[c]; l++) {
             s = open_segment(m, off, l, c);
             size_t full = full_of[l];
-            for (size_t k = 0; k < MSR_ARRAY_SIZE(block); k++) {
-                snprintf(name, sizeof name, "h%d.%s", l, block[k].name);
-                add_tensor(m, &off, m->num_segments - 1, name, &block[k], full);
-                full += spec_count(&block[k]);
+            int moe = msr_gpt_layer_is_moe(&m->cfg, l);
+            /* a MoE block: ln1w .. ln2w, then its router */
+            size_t n = moe ? 6 : MSR_ARRAY_SIZE(block);
+            for (size_t k = 0; k <= n; k++) {
+                const tensor_spec_t *sp = k < n ? &block[k] : moe ? &router : NULL;
+                if (sp == NULL)
+                    break;
+                snprintf(name, sizeof name, "h%d.%s", l, sp->name);
+                add_tensor(m, &off, m->num_segments - 1, name, sp, full);
+                full += spec_count(sp);
             }
             s->count = off - s->offset;
         }

@@ -23,9 +23,35 @@ int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens)
                                         (uint64_t)moe->top_k, (uint64_t)moe->experts);
 }
 
-size_t msr_moe_expert_count(int C)
+/* An expert's tensors in store order: a GPT-2 MLP's, or a Llama's SwiGLU
+ * MLP's, whose w1 and w3 follow each other as the (2F, C) gate | up matrix
+ * the dense Llama block's fcw is. rows 0: H (the hidden width); cols 0: C,
+ * -1: H, 1: a vector. */
+typedef struct expert_spec {
+    const char *name;
+    int rows, cols;
+} expert_spec_t;
+
+static const expert_spec_t gpt_expert[] = {
+    {"fcw", 0, 0}, {"fcb", 0, 1}, {"fcprojw", -1, -1}, {"fcprojb", -1, 1}};
+static const expert_spec_t glu_expert[] = {{"w1", 0, 0}, {"w3", 0, 0}, {"w2", -1, -1}};
+
+static size_t expert_floats(int glu, size_t C, size_t H)
 {
-    return 8 * (size_t)C * (size_t)C + 5 * (size_t)C;
+    return glu ? 3 * H * C : 2 * H * C + H + C;
+}
+
+size_t msr_moe_expert_count(const msr_gpt_config_t *cfg)
+{
+    int glu = cfg->arch == MSR_GPT_ARCH_LLAMA;
+    size_t C = (size_t)cfg->channels;
+    return expert_floats(glu, C, glu ? (size_t)cfg->ffn : 4 * C);
+}
+
+/* The floats of one of this state's experts. */
+static size_t expert_size(const msr_moe_t *moe)
+{
+    return expert_floats(moe->glu, (size_t)moe->C, (size_t)moe->H);
 }
 
 static void slot_free(moe_slot_t *s)
@@ -90,14 +116,14 @@ static int first_expert(const msr_moe_t *moe)
  * holds (zero) and its tensor table. */
 static msr_status_t store_alloc(msr_moe_t *moe)
 {
-    static const char *const names[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
-    int C = moe->C, H = moe->H, El = moe->El;
-    int shape[4][2] = {{H, C}, {H, 1}, {C, H}, {C, 1}};
+    const expert_spec_t *spec = moe->glu ? glu_expert : gpt_expert;
+    int C = moe->C, H = moe->H, El = moe->El, nt = moe->glu ? 3 : 4;
     store_free(moe);
-    moe->count = (size_t)moe->nheld * (size_t)El * msr_moe_expert_count(C);
+    moe->count = (size_t)moe->nheld * (size_t)El * expert_size(moe);
     moe->params = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
     moe->grads = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
-    moe->tensors = msr_calloc((size_t)moe->nheld * (size_t)El * 4 + 1, sizeof *moe->tensors);
+    moe->tensors =
+        msr_calloc((size_t)moe->nheld * (size_t)El * (size_t)nt + 1, sizeof *moe->tensors);
     if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
         store_free(moe);
         return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for %d experts of %d blocks", El,
@@ -106,25 +132,27 @@ static msr_status_t store_alloc(msr_moe_t *moe)
     size_t off = 0;
     for (int i = 0; i < moe->nheld; i++) {
         for (int le = 0; le < El; le++) {
-            for (int k = 0; k < 4; k++) {
+            size_t full = msr_moe_global_lo(moe, i) + (size_t)le * expert_size(moe);
+            for (int k = 0; k < nt; k++) {
                 msr_gpt_tensor_t *t = &moe->tensors[moe->num_tensors++];
+                int rows = spec[k].rows == 0 ? H : C;
+                int cols = spec[k].cols == 0 ? C : spec[k].cols < 0 ? H : 1;
                 snprintf(t->name, sizeof t->name, "h%d.e%d.%s", (moe->held[i] + 1) * moe->every - 1,
-                         first_expert(moe) + le, names[k]);
+                         first_expert(moe) + le, spec[k].name);
                 t->segment = -1;
-                t->ndim = shape[k][1] > 1 ? 2 : 1;
-                t->shape[0] = shape[k][0];
-                t->shape[1] = shape[k][1];
+                t->ndim = cols > 1 ? 2 : 1;
+                t->shape[0] = rows;
+                t->shape[1] = cols;
                 t->offset = off;
-                t->count = (size_t)shape[k][0] * (size_t)shape[k][1];
+                t->count = (size_t)rows * (size_t)cols;
                 t->decay = t->ndim == 2;
-                t->full_offset = msr_moe_global_lo(moe, i) + (size_t)le * msr_moe_expert_count(C) +
-                                 (k > 0 ? (size_t)H * C : 0) + (k > 1 ? (size_t)H : 0) +
-                                 (k > 2 ? (size_t)C * H : 0);
-                t->full_cols = shape[k][1];
-                t->row_block = shape[k][0];
+                t->full_offset = full;
+                t->full_cols = cols;
+                t->row_block = rows;
                 t->tp_copies = 1; /* an expert is not split or replicated over tp */
                 t->tp_first = 1;
                 off += t->count;
+                full += t->count;
             }
         }
     }
@@ -133,8 +161,7 @@ static msr_status_t store_alloc(msr_moe_t *moe)
 
 size_t msr_moe_global_lo(const msr_moe_t *moe, int k)
 {
-    return ((size_t)moe->held[k] * (size_t)moe->E + (size_t)first_expert(moe)) *
-           msr_moe_expert_count(moe->C);
+    return ((size_t)moe->held[k] * (size_t)moe->E + (size_t)first_expert(moe)) * expert_size(moe);
 }
 
 int msr_moe_held(const msr_moe_t *moe)
@@ -147,7 +174,7 @@ size_t msr_moe_num_params(const msr_gpt_config_t *cfg)
     if (cfg->moe.experts == 0 || cfg->moe.every < 1)
         return 0;
     return (size_t)(cfg->layers / cfg->moe.every) * (size_t)cfg->moe.experts *
-           msr_moe_expert_count(cfg->channels);
+           msr_moe_expert_count(cfg);
 }
 
 int msr_moe_local_experts(const msr_moe_t *moe)
@@ -179,7 +206,7 @@ const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p)
 float *msr_moe_block_params(msr_moe_t *moe, int l, int grads)
 {
     int k = moe->store_of[(l + 1) / moe->every - 1];
-    size_t per = (size_t)moe->El * msr_moe_expert_count(moe->C);
+    size_t per = (size_t)moe->El * expert_size(moe);
     if (k < 0)
         return NULL;
     return (grads ? moe->grads : moe->params) + (size_t)k * per;
@@ -190,9 +217,8 @@ void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
     for (int k = 0; k < moe->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &moe->tensors[k];
         const char *kind = strrchr(t->name, '.') + 1;
-        double std = strcmp(kind, "fcw") == 0       ? 0.02
-                     : strcmp(kind, "fcprojw") == 0 ? 0.02 / sqrt(2.0 * moe->L)
-                                                    : 0.0;
+        int proj = strcmp(kind, "fcprojw") == 0 || strcmp(kind, "w2") == 0;
+        double std = proj ? 0.02 / sqrt(2.0 * moe->L) : t->ndim == 2 ? 0.02 : 0.0;
         for (size_t j = 0; j < t->count; j++) {
             uint64_t g = t->full_offset + j;
             moe->params[t->offset + j] =
@@ -262,7 +288,9 @@ msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int 
     moe->E = m->experts;
     moe->K = m->top_k;
     moe->C = cfg->channels;
-    moe->H = 4 * cfg->channels;
+    moe->glu = cfg->arch == MSR_GPT_ARCH_LLAMA;
+    moe->H = moe->glu ? cfg->ffn : 4 * cfg->channels;
+    moe->HF = moe->glu ? 2 * moe->H : moe->H;
     moe->every = m->every;
     moe->L = cfg->layers;
     moe->F = m->capacity_factor;
@@ -275,7 +303,7 @@ msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int 
     moe->max_tokens = max_tokens;
     moe->dims = msr_layout_moe_dims_cp((uint64_t)max_tokens, (uint64_t)cp, (uint64_t)m->experts,
                                        (uint64_t)m->top_k, m->capacity_factor, (uint64_t)moe->C,
-                                       (uint64_t)moe->H);
+                                       (uint64_t)moe->HF);
     moe->max_cap = (int)moe->dims.cap;
     moe->nslots = cfg->layers / m->every;
     moe->slots = msr_calloc((size_t)moe->nslots * (size_t)frames, sizeof *moe->slots);

@@ -4,7 +4,9 @@
  *
  *   x (N,C) -> router logits (N,E) = x @ routerw^T -> probs = softmax
  *   -> each token's K most probable experts (ties: the lower index), gate =
- *      the expert's probability (not renormalized over the K)
+ *      the expert's probability (not renormalized over the K); a Llama's
+ *      gates are Mixtral's, renormalized: gate = p / (the sum of the K
+ *      chosen p), the softmax over the K chosen logits
  *   -> capacity: expert e takes at most cap = ceil(F * N * K / E) of the
  *      micro-batch's N tokens. Slots are handed out choice rank first, then
  *      token index: every token's first choice in token order, then every
@@ -12,7 +14,8 @@
  *      dropped (counted) and adds nothing: the residual carries the token.
  *   -> dispatch: row e * cap + slot of a (E * cap, C) buffer holds the
  *      token's x (unused slots zero)
- *   -> expert e: fcproj(gelu(fc(.))) on its cap rows, the dense MLP's shape
+ *   -> expert e: fcproj(gelu(fc(.))) on its cap rows, the dense MLP's shape;
+ *      a Llama's: w2(silu(w1 .) * w3 .), no biases (Mixtral's expert)
  *   -> combine: y[t] = sum over the token's kept choices of gate * output.
  *
  * The load-balancing loss (Switch Transformer) of a micro-batch is
@@ -65,10 +68,12 @@
  * The experts' parameters are not in the model's flat buffers: the MoE
  * state holds those of the experts this rank computes (its "store", E/ep
  * experts per MoE block, block after block, each fcw (4C,C), fcb (4C),
- * fcprojw (C,4C), fcprojb (C)) and their gradients, so that the trainer
+ * fcprojw (C,4C), fcprojb (C), a Llama's w1 (F,C), w3 (F,C), w2 (C,F))
+ * and their gradients, so that the trainer
  * reduces them over the ranks that hold the same experts only
  * (parallel/train.h). In the whole model's expert numbering, element j of
- * expert e of MoE block i is expert element (i * E + e) * (8C^2 + 5C) + j:
+ * expert e of MoE block i is expert element (i * E + e) * count + j (count
+ * = msr_moe_expert_count):
  * its initial value and its place in a checkpoint.
  *
  * Not thread-safe: one thread drives a model and its MoE state. */
@@ -91,10 +96,11 @@ typedef void (*msr_moe_span_t)(void *arg, const char *what, uint64_t start_ns, u
  * ceil(F * tokens * K / E), at least 1. */
 int msr_moe_capacity(const msr_gpt_moe_t *moe, int tokens);
 
-/* The number of floats of one expert: 8C^2 + 5C. */
-size_t msr_moe_expert_count(int C);
+/* The number of floats of one expert of cfg's model: 8C^2 + 5C, a
+ * Llama's 3FC. */
+size_t msr_moe_expert_count(const msr_gpt_config_t *cfg);
 
-/* The whole model's expert parameters: (L / every) * E * (8C^2 + 5C); 0
+/* The whole model's expert parameters: (L / every) * E * that count; 0
  * for a dense model. */
 size_t msr_moe_num_params(const msr_gpt_config_t *cfg);
 

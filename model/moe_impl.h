@@ -18,8 +18,8 @@ typedef struct moe_slot {
     int *pos;     /* (N,K) slot at the expert, -1: dropped */
     double *frac; /* (E) f_e: share of the N*K choices that picked e */
     float *xin;   /* (E*cap, C) the rows this rank's experts ran on */
-    float *fch;   /* (E*cap, H) */
-    float *fch_g; /* (E*cap, H) gelu of fch */
+    float *fch;   /* (E*cap, HF) fc's outputs (a Llama's: gate | up, 2H) */
+    float *fch_g; /* (E*cap, H) gelu of fch, or silu(gate) * up */
     float *comb;  /* (E*cap, C) the experts' outputs back at their tokens' rank */
     int *used;    /* (E) rows of each expert-side block that hold a token */
     int N, cap;   /* of the last forward; N = 0: none */
@@ -28,6 +28,8 @@ typedef struct moe_slot {
 
 struct msr_moe {
     int E, K, C, H, every, L;
+    int glu; /* a Llama's SwiGLU experts (H = ffn), Mixtral's gates */
+    int HF;  /* fc's outputs: H, or gate and up, 2H */
     double F, A;
     int max_tokens, max_cap;
     msr_layout_moe_dims_t dims; /* the layout's MoE table's sizes: its buffers */
@@ -59,7 +61,7 @@ struct msr_moe {
     float *send;   /* (E*cap, C) dispatch side: rows by expert */
     float *out;    /* (E*cap, C) expert side: outputs, then input gradients */
     float *dout;   /* (E*cap, C) expert side: output gradients */
-    float *dfch;   /* (E*cap, H) */
+    float *dfch;   /* (E*cap, HF) */
     float *dfch_g; /* (E*cap, H) */
     float *dgate;  /* (N,K) */
     float *dprobs; /* (N,E) */

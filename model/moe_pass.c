@@ -14,20 +14,24 @@
 #include "model/layers.h"
 #include "model/moe_impl.h"
 
-/* Expert e's tensors inside an experts base. */
+/* Expert e's tensors inside an experts base: a GPT-2 MLP's, or a Llama's
+ * SwiGLU MLP's, fcw = w1 | w3 (2H, C) and fcprojw = w2 (C, H), no biases
+ * (NULL). */
 typedef struct expert {
     float *fcw, *fcb, *fcprojw, *fcprojb;
 } expert_t;
 
-static expert_t expert_point(float *base, int e, int C)
+static expert_t expert_point(const msr_moe_t *moe, float *base, int e)
 {
-    size_t H = 4 * (size_t)C;
-    float *x = base + (size_t)e * msr_moe_expert_count(C);
-    expert_t x_p;
-    x_p.fcw = x, x += H * (size_t)C;
-    x_p.fcb = x, x += H;
-    x_p.fcprojw = x, x += (size_t)C * H;
-    x_p.fcprojb = x;
+    size_t C = (size_t)moe->C, H = (size_t)moe->H, HF = (size_t)moe->HF, glu = moe->glu != 0;
+    float *x = base + (size_t)e * (HF * C + C * H + (glu ? 0 : H + C));
+    expert_t x_p = {NULL, NULL, NULL, NULL};
+    x_p.fcw = x, x += HF * C;
+    if (!glu)
+        x_p.fcb = x, x += H;
+    x_p.fcprojw = x, x += C * H;
+    if (!glu)
+        x_p.fcprojb = x;
     return x_p;
 }
 
@@ -106,6 +110,17 @@ static int block_expert(const msr_moe_t *moe, int b)
     return b % moe->El;
 }
 
+/* Mixtral's gates: the K chosen probabilities over their sum, which is
+ * the softmax of the K chosen logits. */
+static void normalise_gates(float *gate, int K)
+{
+    double sum = 0.0;
+    for (int j = 0; j < K; j++)
+        sum += gate[j];
+    for (int j = 0; j < K; j++)
+        gate[j] = (float)(gate[j] / sum);
+}
+
 /* The router: probs, each token's top K and the counts of the choices. */
 static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
 {
@@ -136,6 +151,8 @@ static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const flo
             s->choice[(size_t)t * K + j] = best;
             s->gate[(size_t)t * K + j] = p[best];
         }
+        if (moe->glu) /* Mixtral: the K gates renormalised, a softmax over the K logits */
+            normalise_gates(s->gate + (size_t)t * K, K);
     }
 }
 
@@ -252,7 +269,7 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     }
     msr_layout_moe_dims_t d =
         msr_layout_moe_dims_cp((uint64_t)N, (uint64_t)moe->cp, (uint64_t)moe->E, (uint64_t)K,
-                               moe->F, (uint64_t)C, (uint64_t)H);
+                               moe->F, (uint64_t)C, (uint64_t)moe->HF);
     int cap = (int)d.cap, stride = (int)d.stride;
     int nb = row_blocks(moe);
     size_t rows = (size_t)nb * (size_t)stride;
@@ -275,13 +292,16 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         (st = exchange(moe, moe->send, s->xin, stride, C, "moe dispatch")) != MSR_OK)
         return st;
     for (int b = 0; b < nb; b++) {
-        expert_t w = expert_point(p->experts, block_expert(moe, b), C);
+        expert_t w = expert_point(moe, p->experts, block_expert(moe, b));
         size_t r0 = (size_t)b * stride;
-        int n = s->used[b];
+        int n = s->used[b], HF = moe->HF;
         if (n == 0)
             continue;
-        msr_matmul_forward(moe->prod, s->fch + r0 * H, s->xin + r0 * C, w.fcw, w.fcb, n, C, H);
-        msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
+        msr_matmul_forward(moe->prod, s->fch + r0 * HF, s->xin + r0 * C, w.fcw, w.fcb, n, C, HF);
+        if (moe->glu) /* (n, 2H) gate | up -> (n, H) silu(gate) * up */
+            msr_swiglu_forward(s->fch_g + r0 * H, s->fch + r0 * HF, n, H);
+        else
+            msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
         msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n,
                            H, C);
     }
@@ -343,26 +363,31 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
                                      const msr_gpt_block_params_t *p,
                                      const msr_gpt_block_params_t *g, float *dx)
 {
-    int C = moe->C, H = moe->H, N = s->N, K = moe->K, cap = s->stride, nb = row_blocks(moe);
+    int C = moe->C, H = moe->H, HF = moe->HF, N = s->N, K = moe->K, cap = s->stride;
+    int nb = row_blocks(moe);
     size_t rows = (size_t)nb * (size_t)cap;
     msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)
         return st;
     memset(moe->dfch_g, 0, rows * (size_t)H * sizeof(float));
-    memset(moe->dfch, 0, rows * (size_t)H * sizeof(float));
+    memset(moe->dfch, 0, rows * (size_t)HF * sizeof(float));
     memset(moe->out, 0, rows * (size_t)C * sizeof(float));
     for (int b = 0; b < nb; b++) {
         int e = block_expert(moe, b);
-        expert_t w = expert_point(p->experts, e, C), dw = expert_point(g->experts, e, C);
+        expert_t w = expert_point(moe, p->experts, e), dw = expert_point(moe, g->experts, e);
         size_t r0 = (size_t)b * cap;
         int n = s->used[b];
         if (n == 0)
             continue;
         msr_matmul_backward(moe->prod, moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb,
                             moe->dout + r0 * C, s->fch_g + r0 * H, w.fcprojw, n, H, C);
-        msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H, (size_t)n * H);
-        msr_matmul_backward(moe->prod, moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * H,
-                            s->xin + r0 * C, w.fcw, n, C, H);
+        if (moe->glu)
+            msr_swiglu_backward(moe->dfch + r0 * HF, s->fch + r0 * HF, moe->dfch_g + r0 * H, n, H);
+        else
+            msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H,
+                              (size_t)n * H);
+        msr_matmul_backward(moe->prod, moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * HF,
+                            s->xin + r0 * C, w.fcw, n, C, HF);
     }
     if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
         return st;
@@ -380,6 +405,20 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
     return MSR_OK;
 }
 
+/* Mixtral's renormalisation backward, in place: gate_j = p_j / S, S the
+ * sum of the K chosen p, so dp_j = (dgate_j - sum_i dgate_i gate_i) / S. */
+static void gates_backward(float *dgate, const float *gate, const float *probs, const int *choice,
+                           int K)
+{
+    double S = 0.0, dot = 0.0;
+    for (int j = 0; j < K; j++) {
+        S += probs[choice[j]];
+        dot += (double)dgate[j] * gate[j];
+    }
+    for (int j = 0; j < K; j++)
+        dgate[j] = (float)((dgate[j] - dot) / S);
+}
+
 /* The router's backward from moe->dgate: the gates and the load-balancing
  * loss into the probabilities, softmax's backward into the logits (in
  * place), the router matmul into dx (N, C) and g->routerw. */
@@ -394,6 +433,9 @@ static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_b
         const float *pr = s->probs + (size_t)t * E;
         for (int e = 0; e < E; e++)
             dp[e] = (float)(daux * s->frac[e]);
+        if (moe->glu)
+            gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
+                           s->choice + (size_t)t * K, K);
         for (int j = 0; j < K; j++)
             dp[s->choice[(size_t)t * K + j]] += moe->dgate[(size_t)t * K + j];
         double dot = 0.0;

@@ -50,7 +50,7 @@ static inline int expert_ranges(const msr_trainer_t *tr)
 static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
 {
     msr_moe_t *moe = tr->model->moe;
-    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(tr->cfg.model.channels);
+    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(&tr->cfg.model);
     size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
     size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
     if (lo >= hi)

@@ -20,8 +20,7 @@
  *            moments) partitioned by ZeRO stage (Rajbhandari et al. 2019);
  *            activations per layer in 16-bit by Korthikanti et al. (2022)'s
  *            terms, cut by tensor and sequence parallel and dropped by
- *            recompute. Used for MSR_PLAN_BF16 (bf16 at paper scale) and
- *            for a Llama's experts (not in the runtime).
+ *            recompute. Used for MSR_PLAN_BF16 (bf16 at paper scale).
  *
  * Layer and rank conventions follow the runtime: rank = ((dp_rank * pp +
  * pp_rank) * cp + cp_rank) * tp + tp_rank (parallel/mesh.h), virtual stage j = c * pp +
@@ -232,14 +231,12 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len);
 int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                    size_t why_len);
 
-/* Whether prec of model m is counted as the runtime counts (GPT or the
- * runtime's Llama, dense, in fp32 or with the runtime's bf16 products)
- * rather than by the paper accounting (a Llama's experts are not in the
- * runtime). */
+/* Whether prec of model m is counted as the runtime counts (GPT or
+ * Llama, dense or with experts, in fp32 or with the runtime's bf16
+ * products) rather than by the paper accounting. */
 static inline int msr_plan_is_runtime(const msr_plan_model_t *m, msr_plan_precision_t prec)
 {
-    if (m->arch == MSR_PLAN_LLAMA && m->experts > 0)
-        return 0;
+    (void)m;
     return prec == MSR_PLAN_FP32 || prec == MSR_PLAN_BF16_RUNTIME;
 }
 

@@ -106,7 +106,8 @@ uint64_t msr_plan_moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layou
 {
     uint64_t cp = (uint64_t)msr_plan_cp(l), C = (uint64_t)m->channels;
     uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq / cp;
-    uint64_t H = m->arch == MSR_PLAN_LLAMA ? (uint64_t)m->ffn : 4 * C;
+    /* an expert's fc outputs: 4C, or a Llama's gate and up, 2F (model/moe.c) */
+    uint64_t H = m->arch == MSR_PLAN_LLAMA ? 2 * (uint64_t)m->ffn : 4 * C;
     msr_layout_moe_dims_t d = msr_layout_moe_dims_cp(N, cp, (uint64_t)m->experts,
                                                      (uint64_t)m->top_k, m->capacity_factor, C, H);
     int frames = msr_plan_whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : l->micros;
@@ -186,16 +187,19 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
         linear_operands(N, Hl, C, &a, &b);
     }
     if (moe_blocks > 0) {
-        uint64_t H = 4 * C;
+        /* an expert's hidden width and fc outputs: 4C, or a Llama's F and
+         * its gate and up, 2F */
+        uint64_t H = m->arch == MSR_PLAN_LLAMA ? (uint64_t)m->ffn : 4 * C;
+        uint64_t HF = m->arch == MSR_PLAN_LLAMA ? 2 * H : H;
         msr_layout_moe_dims_t md =
             msr_layout_moe_dims_cp(N, (uint64_t)msr_plan_cp(l), (uint64_t)m->experts,
-                                   (uint64_t)m->top_k, m->capacity_factor, C, H);
+                                   (uint64_t)m->top_k, m->capacity_factor, C, HF);
         /* an expert runs each source rank's tokens routed to it: at most
          * its capacity, and at most the N tokens (each routed to it once);
          * fewer when the routing says so, which only a step can tell */
         uint64_t rows = msr_plan_min_u64(md.cap, N);
         linear_operands(N, C, (uint64_t)m->experts, &a, &b);
-        linear_operands(rows, C, H, &a, &b);
+        linear_operands(rows, C, HF, &a, &b);
         linear_operands(rows, H, C, &a, &b);
     }
     if (has_head)

@@ -1054,6 +1054,24 @@ test: ^test_parallel_train_gpt_moe$
         msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
 >>>
 
+@ moe.llama_gates_not_renormalised
+file: model/moe_pass.c
+test: ^test_parallel_moe_llama$
+<<<
+        if (moe->glu) /* Mixtral: the K gates renormalised, a softmax over the K logits */
+===
+        if (moe->glu && 0) /* Mixtral: the K gates renormalised, a softmax over the K logits */
+>>>
+
+@ moe.llama_gates_backward_skipped
+file: model/moe_pass.c
+test: ^test_parallel_moe_llama$
+<<<
+            gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
+===
+            if (0) gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
+>>>
+
 @ moe.cp_capacity_per_chunk
 file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe_cp$

@@ -243,7 +243,7 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("arch", arch,
              "gpt (GPT-2: LayerNorm, GELU MLP, learned positions, tied head) or llama (RMSNorm, "
              "SwiGLU MLP, rotary positions, grouped-query attention, untied head, no biases; "
-             "dp, ZeRO, pp, tp, sp and cp; not experts) (gpt)"),
+             "dp, ZeRO, pp, tp, sp, cp and Mixtral-style experts) (gpt)"),
     OPT_INT("ffn", ffn, 1, 65536,
             "llama: width of the SwiGLU MLP (8 x channels / 3, rounded up to a multiple of 8)"),
     OPT_INT("kv-heads", kv_heads, 1, 16384,

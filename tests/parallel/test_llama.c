@@ -505,8 +505,10 @@ static void test_limits(void)
     cfg.kv_heads = 16;
     check_refused(&cfg, "odd");
     cfg = llama_config(2);
-    cfg.moe = (msr_gpt_moe_t){4, 2, 1, 1.25, 0.01};
-    check_refused(&cfg, "experts");
+    cfg.moe = (msr_gpt_moe_t){4, 4, 1, 1.25, 0.01}; /* Mixtral's experts, top-k at E */
+    MSR_CHECK_OK(msr_gpt_config_check(&cfg));
+    cfg.moe.top_k = 5;
+    check_refused(&cfg, "top-k 5 is not in [1, 4 experts]");
     cfg = llama_config(2);
     cfg.arch = (msr_gpt_arch_t)2;
     check_refused(&cfg, "architecture 2");

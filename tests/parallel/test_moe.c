@@ -32,6 +32,13 @@ typedef struct ref {
     double y[TN * TC], aux;
 } ref_t;
 
+/* The floats of a GPT expert of C channels. */
+static size_t ec_of(int C)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, C, {4, 2, 1, 1.0, 0.0}};
+    return msr_moe_expert_count(&cfg);
+}
+
 static double gelu(double x)
 {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -45,7 +52,7 @@ static double ref_run(ref_t *r)
     double want_cap = ceil(r->cfg.capacity_factor * TN * r->cfg.top_k / r->cfg.experts);
     int cap = want_cap < 1 ? 1 : (int)want_cap, count[TE] = {0};
     double probs[TN * TE], frac[TE] = {0}, P[TE] = {0};
-    size_t ec = msr_moe_expert_count(TC);
+    size_t ec = ec_of(TC);
     for (int t = 0; t < TN; t++) {
         double mx = -1e300, sum = 0.0, *p = probs + t * TE;
         for (int e = 0; e < TE; e++) {
@@ -124,7 +131,7 @@ static void ref_init(ref_t *r, uint64_t seed)
     }
     for (int i = 0; i < TE * TC; i++) /* a strong router: uneven loads */
         r->routerw[i] = 1.5 * msr_rng_normal(seed, 1, n++);
-    size_t ec = msr_moe_expert_count(TC);
+    size_t ec = ec_of(TC);
     for (size_t i = 0; i < TE * ec; i++)
         r->experts[i] = 0.5 * msr_rng_normal(seed, 1, n++);
     r->aw = 0.7;
@@ -150,7 +157,7 @@ typedef struct fl {
 static void round_ref(ref_t *r)
 {
     double *arrays[] = {r->x, r->routerw, r->experts, r->w};
-    size_t sizes[] = {TN * TC, TE * TC, TE * msr_moe_expert_count(TC), TN * TC};
+    size_t sizes[] = {TN * TC, TE * TC, TE * ec_of(TC), TN * TC};
     for (int a = 0; a < 4; a++)
         for (size_t i = 0; i < sizes[a]; i++)
             arrays[a][i] = (double)(float)arrays[a][i];
@@ -164,7 +171,7 @@ static void fl_make(fl_t *f, const ref_t *r)
     to_float(f->x, r->x, TN * TC);
     to_float(f->dy, r->w, TN * TC);
     to_float(f->params, r->routerw, TE * TC);
-    to_float(f->params + TE * TC, r->experts, TE * msr_moe_expert_count(TC));
+    to_float(f->params + TE * TC, r->experts, TE * ec_of(TC));
     f->p.routerw = f->params;
     f->p.experts = f->params + TE * TC;
     f->g.routerw = f->grads;
@@ -273,7 +280,7 @@ static void test_backward(void)
     MSR_CHECK_EQ(msr_moe_backward(f.moe, 0, &f.p, &f.g, f.x, f.dy, f.dx, (float)r.aw), MSR_OK);
     check_fd("x", &r, r.x, f.dx, TN * TC);
     check_fd("routerw", &r, r.routerw, f.grads, TE * TC);
-    check_fd("experts", &r, r.experts, f.grads + TE * TC, TE * msr_moe_expert_count(TC));
+    check_fd("experts", &r, r.experts, f.grads + TE * TC, TE * ec_of(TC));
     /* backward accumulates: a second one doubles the gradients */
     float once = f.grads[0];
     MSR_CHECK_EQ(msr_moe_backward(f.moe, 0, &f.p, &f.g, f.x, f.dy, f.dx, (float)r.aw), MSR_OK);
@@ -403,7 +410,7 @@ static void test_bounds(void)
     msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 1, 0, 1.0, 0.0}};
     MSR_CHECK_EQ(msr_moe_num_params(&cfg), 0);
     cfg.moe.every = 1;
-    MSR_CHECK_EQ(msr_moe_num_params(&cfg), 2 * 4 * msr_moe_expert_count(8));
+    MSR_CHECK_EQ(msr_moe_num_params(&cfg), 2 * 4 * ec_of(8));
     cfg.moe.experts = 0;
     MSR_CHECK_EQ(msr_moe_num_params(&cfg), 0);
     msr_moe_t *moe = NULL;
@@ -417,7 +424,7 @@ static void test_bounds(void)
     MSR_CHECK_EQ(msr_moe_create_frames(&cfg, 1, 1, &moe), MSR_OK);
     msr_moe_destroy(moe);
     MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &moe), MSR_OK);
-    MSR_CHECK_EQ(msr_moe_count(moe), 2 * msr_moe_expert_count(8));
+    MSR_CHECK_EQ(msr_moe_count(moe), 2 * ec_of(8));
     msr_moe_destroy(moe);
     /* cp: at least 1; a layout's cp group must be the size the state
      * was made for */
@@ -474,7 +481,7 @@ static void test_layout(void)
     const int second[2] = {0, 1}, first[2] = {1, 0};
     msr_moe_layout_t lay = {NULL, NULL, second, 0};
     MSR_CHECK_EQ(msr_moe_set_layout(moe, &lay), MSR_OK);
-    MSR_CHECK_EQ(msr_moe_count(moe), msr_moe_expert_count(8) * 4);
+    MSR_CHECK_EQ(msr_moe_count(moe), ec_of(8) * 4);
     lay.held = first;
     MSR_CHECK_STATUS(msr_moe_set_layout(moe, &lay), MSR_ERR_CONFIG);
     lay.held = NULL;

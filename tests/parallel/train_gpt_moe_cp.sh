@@ -8,7 +8,9 @@
 # choices and per-expert loads, are identical), with a capacity that drops
 # choices every step and with one that drops none; the load-balancing
 # loss is in the compared loss. A cp group that cannot split the sequence
-# is refused before training.
+# is refused before training. A checkpoint saved under cp 2 x ep 2 x dp 2
+# (ZeRO 1) at step 3 resumes to the uninterrupted run's loss log, byte for
+# byte.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -61,4 +63,19 @@ ref=keep
 layout cp2-keep 2 --cp 2 --capacity-factor 4
 layout cp2-ep2-keep 4 --cp 2 --ep 2 --capacity-factor 4
 layout cp2-dp2-keep 4 --cp 2 --capacity-factor 4
+
+# a checkpoint under cp 2 (ep 2 x dp 2 ZeRO 1 on 4 ranks: the experts and
+# their sharded moments saved by both cp ranks) stopped at step 3 and
+# resumed: the loss log byte-equal to the run that never stopped
+ck=("${moe[@]}" --cp 2 --ep 2 --zero 1 --zero-min-bytes 0 --bucket-mb 0.01 --steps 5)
+msrun_n 4 "${ck[@]}" --loss-log "$work/whole" >/dev/null 2>"$work/err" ||
+    fail "uninterrupted: $(cat "$work/err")"
+msrun_n 4 "${ck[@]}" --steps 3 --ckpt-dir "$work/ck" --loss-log "$work/first" >/dev/null \
+    2>"$work/err" || fail "first part: $(cat "$work/err")"
+msrun_n 4 "${ck[@]}" --ckpt-dir "$work/ck" --resume --loss-log "$work/second" >/dev/null \
+    2>"$work/err" || fail "resumed: $(cat "$work/err")"
+grep -q "resumed from step 3" "$work/err" || fail "no resume: $(cat "$work/err")"
+[[ $(wc -l <"$work/whole") -eq 5 ]] || fail "uninterrupted: $(cat "$work/whole")"
+cmp "$work/whole" <(cat "$work/first" "$work/second") ||
+    fail "the resumed cp run differs from the uninterrupted one"
 echo "train_gpt MoE under context parallel: ok"
