@@ -14,9 +14,11 @@
 #define PASS_PR     pr,
 #define GEMM(pr, ta, tb, ...) \
     msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
+#define LINEAR          msr_products_linear
 #define LAYERS_OWN_GELU 1 /* model/gelu.c */
 #include "model/layers_impl.h"
 #undef LAYERS_OWN_GELU
+#undef LINEAR
 #undef real
 #undef LAYER
 #undef PRODUCTS

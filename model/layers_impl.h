@@ -99,6 +99,9 @@ void LAYER(layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
 void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weight,
                            const real *bias, int N, int IC, int OC)
 {
+#ifdef LINEAR /* float: msr_products_linear, the bias folded in on bf16 */
+    LINEAR(pr, out, inp, weight, bias, N, IC, OC);
+#else
     /* start from the bias (or zero), then out += inp @ weight^T */
     for (int n = 0; n < N; n++) {
         real *o = out + (size_t)n * OC; /* (OC) */
@@ -106,6 +109,7 @@ void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weig
             o[j] = bias != NULL ? bias[j] : R(0);
     }
     GEMM(pr, CblasNoTrans, CblasTrans, N, OC, IC, R(1), inp, IC, weight, IC, R(1), out, OC);
+#endif
 }
 
 void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,

@@ -165,6 +165,49 @@ static void test_bf16_matmul(void)
     free(ainp), free(aw), free(abias), free(mag), free(mdinp), free(mdw), free(adout);
 }
 
+/* The bias folded into the product (msr_products_linear): against the
+ * unfolded form (out filled with the bias, then the product accumulated
+ * with beta 1) on the same rounded operands through a bf16 context of the
+ * same path, at column counts around the vector widths (16 floats, and 32),
+ * with out holding NaN beforehand (never read); no bias is a plain
+ * product; fp32 stays bitwise the fill and sgemm. */
+static void test_bias_folded(void)
+{
+    const int cols[] = {15, 16, 17, 31, 32, 33}, rows[] = {1, 5, 37};
+    msr_products_t *p = NULL;
+    msr_gemm_bf16_t *g = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                int n = rows[ri], oc = cols[ci];
+                size_t no = (size_t)n * oc, ni = (size_t)n * IC, nw = (size_t)oc * IC;
+                float *inp = random_floats(ni, 20 + ci), *w = random_floats(nw, 30 + ri);
+                float *bias = with_bias ? random_floats((size_t)oc, 40 + ci) : NULL;
+                uint16_t *i16 = malloc(ni * sizeof *i16), *w16 = malloc(nw * sizeof *w16);
+                msr_bf16_from_f32_n(i16, inp, ni);
+                msr_bf16_from_f32_n(w16, w, nw);
+                float *got = malloc(no * sizeof *got), *want = malloc(no * sizeof *want);
+                float *mag = malloc(no * sizeof *mag);
+                for (size_t i = 0; i < no; i++) {
+                    got[i] = NAN;
+                    want[i] = bias != NULL ? bias[i % (size_t)oc] : 0.0f;
+                    mag[i] = bias != NULL ? fabsf(bias[i % (size_t)oc]) + (float)IC : (float)IC;
+                }
+                msr_matmul_forward(p, got, inp, w, bias, n, IC, oc);
+                MSR_CHECK_OK(msr_gemm_bf16(g, false, true, n, oc, IC, 1.0f, i16, IC, w16, IC, 1.0f,
+                                           want, oc));
+                MSR_CHECK_MSG(same_product(got, want, mag, no, IC + 1), "%d x %d, bias %d", n, oc,
+                              with_bias);
+                free(inp), free(w), free(bias), free(i16), free(w16), free(got), free(want);
+                free(mag);
+            }
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    msr_gemm_bf16_destroy(g);
+}
+
 /* Causal attention, q, k, v in [-1, 1), head size HS. bf16 moves each
  * score q.k/sqrt(HS) by at most delta = (2u + u^2) HS / sqrt(HS) (each
  * operand within u = 2^-8 of its value, |q_c k_c| <= 1), plus fp32's
@@ -250,6 +293,7 @@ static const msr_test_t tests[] = {
     {"names", test_names, 10},
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
     {"bf16_matmul", test_bf16_matmul, 10},
+    {"bias_folded", test_bias_folded, 20},
     {"bf16_attention", test_bf16_attention, 10},
     {"sticky_status", test_sticky_status, 10},
     {"no_memory", test_no_memory, 10},
