@@ -89,6 +89,13 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
  * onednn path (no fill and no read of out) and as fp32 does on blas. */
 void msr_products_linear(msr_products_t *p, float *out, const float *inp, const float *weight,
                          const float *bias, int N, int IC, int OC);
+/* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) and dweight (OC,IC) +=
+ * dout^T @ inp (N,IC), the linear layer's two backward products in p's
+ * precision; dinp overlaps none of the inputs. bf16 rounds dout once for
+ * both (the same bf16 operands as two msr_products_sgemm calls, so the
+ * same bits). */
+void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int IC, int OC);
 
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5

@@ -200,3 +200,33 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
     if (st != MSR_OK)
         fail(p, st);
 }
+
+void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int IC, int OC)
+{
+    if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
+        msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+        msr_products_sgemm(p, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+        return;
+    }
+    /* dout (N,OC) rounded once into a, for both products; b holds the
+     * weight (OC,IC), then inp (N,IC) */
+    size_t nb = (size_t)(N > OC ? N : OC) * (size_t)IC;
+    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)N * (size_t)OC);
+    if (st == MSR_OK)
+        st = reserve(&p->b, &p->b_cap, nb);
+    if (st != MSR_OK) {
+        fail(p, st);
+        return;
+    }
+    round_rows(p->a, dout, OC, N, OC);
+    round_rows(p->b, weight, IC, OC, IC);
+    st = msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, p->b, IC, 1.0f, dinp, IC);
+    if (st == MSR_OK) {
+        round_rows(p->b, inp, IC, N, IC);
+        st = msr_gemm_bf16(p->gemm, true, false, OC, IC, N, 1.0f, p->a, OC, p->b, IC, 1.0f, dweight,
+                           IC);
+    }
+    if (st != MSR_OK)
+        fail(p, st);
+}

@@ -115,10 +115,14 @@ void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weig
 void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
                             const real *inp, const real *weight, int N, int IC, int OC)
 {
+#ifdef LINEAR_BACKWARD /* float: dout rounded once for both on bf16 */
+    LINEAR_BACKWARD(pr, dinp, dweight, dout, inp, weight, N, IC, OC);
+#else
     /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
     GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1), dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
+#endif
     if (dbias != NULL) {
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * OC; /* (OC) */

@@ -208,6 +208,37 @@ static void test_bias_folded(void)
     msr_gemm_bf16_destroy(g);
 }
 
+/* The linear backward with dout rounded once (msr_products_linear_backward)
+ * is bitwise the two products through msr_products_sgemm, on every path
+ * (the same bf16 operands into the same products), at 15-17 and 31-33
+ * output columns and rows; gradients accumulate into non-zero values. */
+static void test_backward_once(void)
+{
+    const int cols[] = {15, 16, 17, 31, 32, 33};
+    msr_products_t *p = NULL, *q = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &q));
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+        int n = cols[(ci + 2) % 6], oc = cols[ci];
+        size_t no = (size_t)n * oc, ni = (size_t)n * IC, nw = (size_t)oc * IC;
+        float *dout = random_floats(no, 50 + ci), *inp = random_floats(ni, 60 + ci);
+        float *w = random_floats(nw, 70 + ci);
+        float *dinp = random_floats(ni, 80 + ci), *dw = random_floats(nw, 90 + ci);
+        float *dinp2 = malloc(ni * sizeof *dinp2), *dw2 = malloc(nw * sizeof *dw2);
+        memcpy(dinp2, dinp, ni * sizeof *dinp);
+        memcpy(dw2, dw, nw * sizeof *dw);
+        msr_matmul_backward(p, dinp, dw, NULL, dout, inp, w, n, IC, oc);
+        msr_products_sgemm(q, 0, 0, n, IC, oc, 1.0f, dout, oc, w, IC, 1.0f, dinp2, IC);
+        msr_products_sgemm(q, 1, 0, oc, IC, n, 1.0f, dout, oc, inp, IC, 1.0f, dw2, IC);
+        MSR_CHECK_MSG(memcmp(dinp, dinp2, ni * sizeof *dinp) == 0, "dinp, %d x %d", n, oc);
+        MSR_CHECK_MSG(memcmp(dw, dw2, nw * sizeof *dw) == 0, "dweight, %d x %d", n, oc);
+        free(dout), free(inp), free(w), free(dinp), free(dw), free(dinp2), free(dw2);
+    }
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    msr_products_destroy(q);
+}
+
 /* Causal attention, q, k, v in [-1, 1), head size HS. bf16 moves each
  * score q.k/sqrt(HS) by at most delta = (2u + u^2) HS / sqrt(HS) (each
  * operand within u = 2^-8 of its value, |q_c k_c| <= 1), plus fp32's
@@ -294,6 +325,7 @@ static const msr_test_t tests[] = {
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
     {"bf16_matmul", test_bf16_matmul, 10},
     {"bias_folded", test_bias_folded, 20},
+    {"backward_once", test_backward_once, 20},
     {"bf16_attention", test_bf16_attention, 10},
     {"sticky_status", test_sticky_status, 10},
     {"no_memory", test_no_memory, 10},
