@@ -105,9 +105,14 @@ static void widen_block(float *dst, const uint16_t *src, int ld, int r0, int c0,
  * cblas_sgemm is told so; likewise B. */
 static msr_status_t blas_run(void *state, bool trans_a, bool trans_b, int M, int N, int K,
                              float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                             float beta, float *C, int ldc)
+                             float beta, const float *bias, float *C, int ldc)
 {
     blas_state_t *s = state;
+    if (bias != NULL) { /* C starts as the bias, then the sums come in */
+        for (int i = 0; i < M; i++)
+            memcpy(C + (size_t)i * ldc, bias, (size_t)N * sizeof *C);
+        beta = 1.0f;
+    }
     int mb = MSR_GEMM_MIN(BLAS_MC, M), kb = MSR_GEMM_MIN(BLAS_KC, K), nb = MSR_GEMM_MIN(BLAS_NC, N);
     msr_status_t st = reserve(&s->a, &s->a_cap, (size_t)mb * kb);
     if (st == MSR_OK)
@@ -242,9 +247,8 @@ static void scale_c(int M, int N, float beta, float *C, int ldc)
             C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
-msr_status_t msr_gemm_bf16(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M, int N, int K,
-                           float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           float beta, float *C, int ldc)
+static msr_status_t check_shape(bool trans_a, bool trans_b, int M, int N, int K, int lda, int ldb,
+                                int ldc)
 {
     if (M < 0 || N < 0 || K < 0 || lda < MSR_GEMM_MAX(1, trans_a ? M : K) ||
         ldb < MSR_GEMM_MAX(1, trans_b ? K : N) || ldc < MSR_GEMM_MAX(1, N)) {
@@ -252,11 +256,37 @@ msr_status_t msr_gemm_bf16(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M
                   lda, ldb, ldc, trans_a, trans_b);
         return MSR_ERR_INVALID_ARG;
     }
-    if (M == 0 || N == 0)
-        return MSR_OK;
+    return MSR_OK;
+}
+
+msr_status_t msr_gemm_bf16(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M, int N, int K,
+                           float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                           float beta, float *C, int ldc)
+{
+    msr_status_t st = check_shape(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (st != MSR_OK || M == 0 || N == 0)
+        return st;
     if (K == 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc);
         return MSR_OK;
     }
-    return g->ops->run(g->state, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return g->ops->run(g->state, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C,
+                       ldc);
+}
+
+msr_status_t msr_gemm_bf16_bias(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M, int N, int K,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                const float *bias, float *C, int ldc)
+{
+    msr_status_t st = check_shape(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (st != MSR_OK || M == 0 || N == 0)
+        return st;
+    if (K == 0) { /* the bias alone, zeros without one */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                C[(size_t)i * ldc + j] = bias != NULL ? bias[j] : 0.0f;
+        return MSR_OK;
+    }
+    return g->ops->run(g->state, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, bias, C,
+                       ldc);
 }

@@ -77,4 +77,14 @@ msr_status_t msr_gemm_bf16(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M
                            float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                            float beta, float *C, int ldc);
 
+/* C (M, N) = op(A) op(B) + bias, bias (N) added to every row of C (NULL:
+ * none): a linear layer's forward, alpha 1 and beta 0, so C's old contents
+ * are never read. The blas path fills C with the bias and accumulates into
+ * it (the bits of msr_gemm_bf16 with beta 1 on C filled so); onednn passes
+ * the bias to the primitive, which adds it to the sums as it stores them
+ * (no fill, no read of C). Shapes and errors as msr_gemm_bf16. */
+msr_status_t msr_gemm_bf16_bias(msr_gemm_bf16_t *g, bool trans_a, bool trans_b, int M, int N, int K,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                const float *bias, float *C, int ldc);
+
 #endif

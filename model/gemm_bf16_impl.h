@@ -4,15 +4,16 @@
 
 #include "model/gemm_bf16.h"
 
-/* One path. Arguments are checked by msr_gemm_bf16 before run is called,
- * and M, N, K are all positive. */
+/* One path. Arguments are checked by msr_gemm_bf16 (or _bias) before run
+ * is called, and M, N, K are all positive. bias (N) is added to every row
+ * of C, or NULL; with a bias, alpha is 1 and beta 0. */
 typedef struct msr_gemm_bf16_ops {
     /* allocates the path's state into *state_p; logs its failures */
     msr_status_t (*create)(unsigned cpu_features, void **state_p);
     void (*destroy)(void *state);
     msr_status_t (*run)(void *state, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                        float *C, int ldc);
+                        const float *bias, float *C, int ldc);
     /* the implementation last used ("" before any run) */
     const char *(*impl)(const void *state);
 } msr_gemm_bf16_ops_t;

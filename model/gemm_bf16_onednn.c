@@ -15,12 +15,13 @@
 typedef struct prim_key {
     int trans_a, trans_b, M, N, K, lda, ldb, ldc;
     float alpha, beta;
+    int bias; /* a bias (N) added to every row */
 } prim_key_t;
 
 typedef struct prim_slot {
     prim_key_t key;
-    dnnl_primitive_t prim; /* NULL: empty */
-    dnnl_memory_t a, b, c; /* handles set per call */
+    dnnl_primitive_t prim;       /* NULL: empty */
+    dnnl_memory_t a, b, c, bias; /* handles set per call; bias NULL without */
     char impl[64];
 } prim_slot_t;
 
@@ -57,6 +58,7 @@ static void slot_clear(prim_slot_t *s)
     dnnl_memory_destroy(s->a);
     dnnl_memory_destroy(s->b);
     dnnl_memory_destroy(s->c);
+    dnnl_memory_destroy(s->bias);
     memset(s, 0, sizeof *s);
 }
 
@@ -74,13 +76,14 @@ static void onednn_destroy(void *state)
     free(s);
 }
 
-/* The descriptors of op(A) (M, K), op(B) (K, N) in bf16 and C (M, N) in
- * fp32, a transposed operand as strides over its storage. */
+/* The descriptors of op(A) (M, K), op(B) (K, N) in bf16, C (M, N) and the
+ * bias (1, N) in fp32, a transposed operand as strides over its storage. */
 static void make_descs(const prim_key_t *k, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                       dnnl_memory_desc_t *c)
+                       dnnl_memory_desc_t *c, dnnl_memory_desc_t *bias)
 {
     dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N};
     dnnl_dims_t sa = {k->lda, 1}, sb = {k->ldb, 1}, sc = {k->ldc, 1};
+    dnnl_dims_t dbias = {1, k->N}, sbias = {k->N, 1};
     if (k->trans_a) {
         sa[0] = 1;
         sa[1] = k->lda;
@@ -92,19 +95,21 @@ static void make_descs(const prim_key_t *k, dnnl_memory_desc_t *a, dnnl_memory_d
     dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_bf16, sa);
     dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, sb);
     dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc);
+    dnnl_memory_desc_init_by_strides(bias, 2, dbias, dnnl_f32, sbias);
 }
 
 /* Builds the slot's primitive: alpha as the output scale, beta as a sum
- * post-op (none when 0, so C's old contents are never read). */
+ * post-op (none when 0, so C's old contents are never read), the bias as
+ * the matmul's own (added as the sums are stored). */
 static dnnl_status_t slot_build(onednn_state_t *s, prim_slot_t *slot, const prim_key_t *k)
 {
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t a, b, c, bias;
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    make_descs(k, &a, &b, &c);
-    dnnl_status_t ds = dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c);
+    make_descs(k, &a, &b, &c, &bias);
+    dnnl_status_t ds = dnnl_matmul_desc_init(&desc, &a, &b, k->bias ? &bias : NULL, &c);
     if (ds == dnnl_success)
         ds = dnnl_primitive_attr_create(&attr);
     if (ds == dnnl_success && k->alpha != 1.0f)
@@ -131,6 +136,8 @@ static dnnl_status_t slot_build(onednn_state_t *s, prim_slot_t *slot, const prim
         ds = dnnl_memory_create(&slot->b, &b, s->engine, DNNL_MEMORY_NONE);
     if (ds == dnnl_success)
         ds = dnnl_memory_create(&slot->c, &c, s->engine, DNNL_MEMORY_NONE);
+    if (ds == dnnl_success && k->bias)
+        ds = dnnl_memory_create(&slot->bias, &bias, s->engine, DNNL_MEMORY_NONE);
     if (pd != NULL)
         dnnl_primitive_desc_destroy(pd);
     if (po != NULL)
@@ -177,7 +184,7 @@ static msr_status_t onednn_create(unsigned cpu_features, void **state_p)
     /* oneDNN 2.x has bf16 matmuls only for CPUs with avx512_core (or
      * bf16 units): a refusal now, not at the first product */
     dnnl_status_t probe = dnnl_success;
-    prim_key_t k = {0, 0, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f};
+    prim_key_t k = {0, 0, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, 0};
     if (slot_get(s, &k, &probe) == NULL) {
         MSR_ERROR("bf16 gemm: oneDNN has no bf16 matmul for this CPU or instruction-set cap "
                   "(dnnl status %d; oneDNN 2.x needs avx512_core): use the blas path",
@@ -191,20 +198,24 @@ static msr_status_t onednn_create(unsigned cpu_features, void **state_p)
 
 static msr_status_t onednn_run(void *state, bool trans_a, bool trans_b, int M, int N, int K,
                                float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                               float beta, float *C, int ldc)
+                               float beta, const float *bias, float *C, int ldc)
 {
     onednn_state_t *s = state;
     /* (no padding: the key is compared with memcmp) */
-    prim_key_t k = {trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
+    prim_key_t k = {trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta, bias != NULL};
     dnnl_status_t ds = dnnl_success;
     prim_slot_t *slot = slot_get(s, &k, &ds);
     if (slot != NULL) {
         dnnl_memory_set_data_handle(slot->a, (void *)A);
         dnnl_memory_set_data_handle(slot->b, (void *)B);
         dnnl_memory_set_data_handle(slot->c, C);
-        dnnl_exec_arg_t args[] = {
-            {DNNL_ARG_SRC, slot->a}, {DNNL_ARG_WEIGHTS, slot->b}, {DNNL_ARG_DST, slot->c}};
-        ds = dnnl_primitive_execute(slot->prim, s->stream, 3, args);
+        dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, slot->a},
+                                  {DNNL_ARG_WEIGHTS, slot->b},
+                                  {DNNL_ARG_DST, slot->c},
+                                  {DNNL_ARG_BIAS, slot->bias}};
+        if (bias != NULL)
+            dnnl_memory_set_data_handle(slot->bias, (void *)bias);
+        ds = dnnl_primitive_execute(slot->prim, s->stream, bias != NULL ? 4 : 3, args);
         if (ds == dnnl_success)
             ds = dnnl_stream_wait(s->stream);
         s->last_impl = slot->impl;

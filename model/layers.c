@@ -14,9 +14,13 @@
 #define PASS_PR     pr,
 #define GEMM(pr, ta, tb, ...) \
     msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
+#define LINEAR          msr_products_linear
+#define LINEAR_BACKWARD msr_products_linear_backward
 #define LAYERS_OWN_GELU 1 /* model/gelu.c */
 #include "model/layers_impl.h"
 #undef LAYERS_OWN_GELU
+#undef LINEAR
+#undef LINEAR_BACKWARD
 #undef real
 #undef LAYER
 #undef PRODUCTS

@@ -82,6 +82,21 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc);
 
+/* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC) (NULL: none), the
+ * linear layer's forward in p's precision. fp32 fills out with the bias and
+ * accumulates the product into it (cblas_sgemm, beta 1); bf16 hands the
+ * bias to msr_gemm_bf16_bias, which adds it as the sums are stored on the
+ * onednn path (no fill and no read of out) and as fp32 does on blas. */
+void msr_products_linear(msr_products_t *p, float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int IC, int OC);
+/* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) and dweight (OC,IC) +=
+ * dout^T @ inp (N,IC), the linear layer's two backward products in p's
+ * precision; dinp overlaps none of the inputs. bf16 rounds dout once for
+ * both (the same bf16 operands as two msr_products_sgemm calls, so the
+ * same bits). */
+void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int IC, int OC);
+
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5
 

@@ -2,6 +2,7 @@
  * rounded into scratch and multiplied by msr_gemm_bf16 with fp32 sums. */
 #include <cblas.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,6 +137,23 @@ static void round_rows(uint16_t *dst, const float *src, int ld, int rows, int co
         msr_bf16_from_f32_n(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
+/* Rounds op(A)'s (ar, ac) and op(B)'s (br, bc) storage into the scratch;
+ * false (recorded) when it cannot grow */
+static bool round_operands(msr_products_t *p, const float *A, int lda, int ar, int ac,
+                           const float *B, int ldb, int br, int bc)
+{
+    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)ar * (size_t)ac);
+    if (st == MSR_OK)
+        st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
+    if (st != MSR_OK) {
+        fail(p, st);
+        return false;
+    }
+    round_rows(p->a, A, lda, ar, ac);
+    round_rows(p->b, B, ldb, br, bc);
+    return true;
+}
+
 void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int N, int K,
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc)
@@ -156,17 +174,59 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
     int ar = trans_a ? K : M, ac = trans_a ? M : K;
     int br = trans_b ? N : K, bc = trans_b ? K : N;
-    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)ar * (size_t)ac);
+    if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc))
+        return;
+    msr_status_t st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, p->a,
+                                    ac > 0 ? ac : 1, p->b, bc > 0 ? bc : 1, beta, C, ldc);
+    if (st != MSR_OK)
+        fail(p, st);
+}
+
+void msr_products_linear(msr_products_t *p, float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int IC, int OC)
+{
+    if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
+        /* out starts as the bias (or zero), then out += inp @ weight^T */
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < OC; j++)
+                out[(size_t)n * OC + j] = bias != NULL ? bias[j] : 0.0f;
+        msr_products_sgemm(p, 0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+        return;
+    }
+    if (!round_operands(p, inp, IC, N, IC, weight, IC, OC, IC))
+        return;
+    msr_status_t st =
+        msr_gemm_bf16_bias(p->gemm, false, true, N, OC, IC, p->a, IC, p->b, IC, bias, out, OC);
+    if (st != MSR_OK)
+        fail(p, st);
+}
+
+void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, int N, int IC, int OC)
+{
+    if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
+        msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+        msr_products_sgemm(p, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+        return;
+    }
+    /* dout (N,OC) rounded once into a, for both products; b holds the
+     * weight (OC,IC), then inp (N,IC) */
+    size_t nb = (size_t)(N > OC ? N : OC) * (size_t)IC;
+    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)N * (size_t)OC);
     if (st == MSR_OK)
-        st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
+        st = reserve(&p->b, &p->b_cap, nb);
     if (st != MSR_OK) {
         fail(p, st);
         return;
     }
-    round_rows(p->a, A, lda, ar, ac);
-    round_rows(p->b, B, ldb, br, bc);
-    st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, p->a, ac > 0 ? ac : 1,
-                       p->b, bc > 0 ? bc : 1, beta, C, ldc);
+    round_rows(p->a, dout, OC, N, OC);
+    round_rows(p->b, weight, IC, OC, IC);
+    st = msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, p->b, IC, 1.0f, dinp, IC);
+    if (st == MSR_OK) {
+        round_rows(p->b, inp, IC, N, IC);
+        st = msr_gemm_bf16(p->gemm, true, false, OC, IC, N, 1.0f, p->a, OC, p->b, IC, 1.0f, dweight,
+                           IC);
+    }
     if (st != MSR_OK)
         fail(p, st);
 }

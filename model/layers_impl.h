@@ -99,6 +99,9 @@ void LAYER(layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
 void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weight,
                            const real *bias, int N, int IC, int OC)
 {
+#ifdef LINEAR /* float: msr_products_linear, the bias folded in on bf16 */
+    LINEAR(pr, out, inp, weight, bias, N, IC, OC);
+#else
     /* start from the bias (or zero), then out += inp @ weight^T */
     for (int n = 0; n < N; n++) {
         real *o = out + (size_t)n * OC; /* (OC) */
@@ -106,15 +109,20 @@ void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weig
             o[j] = bias != NULL ? bias[j] : R(0);
     }
     GEMM(pr, CblasNoTrans, CblasTrans, N, OC, IC, R(1), inp, IC, weight, IC, R(1), out, OC);
+#endif
 }
 
 void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
                             const real *inp, const real *weight, int N, int IC, int OC)
 {
+#ifdef LINEAR_BACKWARD /* float: dout rounded once for both on bf16 */
+    LINEAR_BACKWARD(pr, dinp, dweight, dout, inp, weight, N, IC, OC);
+#else
     /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
     GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1), dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
+#endif
     if (dbias != NULL) {
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * OC; /* (OC) */

@@ -496,6 +496,24 @@ static void test_gemm_args(void)
     C[0] = NAN;
     MSR_CHECK_OK(msr_gemm_bf16(g, false, false, 2, 3, 0, 1, A, 1, B, 3, 0.0f, C, 3));
     MSR_CHECK(C[0] == 0.0f); /* beta 0 ignores NaN */
+    /* the bias form: the same shape checks; K 0 leaves the bias alone (or
+     * zeros over NaN); M 0 writes nothing */
+    const float bias[3] = {0.5f, -1.0f, 3.0f};
+    MSR_CHECK_STATUS(msr_gemm_bf16_bias(g, false, true, 2, 3, 4, A, 4, B, 3, bias, C, 3),
+                     MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gemm_bf16_bias(g, false, false, 2, 3, 4, A, 4, B, 3, bias, C, 2),
+                     MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_gemm_bf16_bias(g, false, false, 2, -1, 4, A, 4, B, 3, bias, C, 3),
+                     MSR_ERR_INVALID_ARG);
+    MSR_CHECK_OK(msr_gemm_bf16_bias(g, false, false, 0, 3, 4, A, 4, B, 3, bias, C, 3));
+    MSR_CHECK(C[0] == 0.0f);
+    MSR_CHECK_OK(msr_gemm_bf16_bias(g, false, false, 2, 3, 0, A, 1, B, 3, bias, C, 3));
+    for (int i = 0; i < 6; i++)
+        MSR_CHECK(C[i] == bias[i % 3]);
+    C[4] = NAN;
+    MSR_CHECK_OK(msr_gemm_bf16_bias(g, false, false, 2, 3, 0, A, 1, B, 3, NULL, C, 3));
+    for (int i = 0; i < 6; i++)
+        MSR_CHECK(C[i] == 0.0f);
     msr_gemm_bf16_destroy(g);
 }
 

@@ -165,6 +165,80 @@ static void test_bf16_matmul(void)
     free(ainp), free(aw), free(abias), free(mag), free(mdinp), free(mdw), free(adout);
 }
 
+/* The bias folded into the product (msr_products_linear): against the
+ * unfolded form (out filled with the bias, then the product accumulated
+ * with beta 1) on the same rounded operands through a bf16 context of the
+ * same path, at column counts around the vector widths (16 floats, and 32),
+ * with out holding NaN beforehand (never read); no bias is a plain
+ * product; fp32 stays bitwise the fill and sgemm. */
+static void test_bias_folded(void)
+{
+    const int cols[] = {15, 16, 17, 31, 32, 33}, rows[] = {1, 5, 37};
+    msr_products_t *p = NULL;
+    msr_gemm_bf16_t *g = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                int n = rows[ri], oc = cols[ci];
+                size_t no = (size_t)n * oc, ni = (size_t)n * IC, nw = (size_t)oc * IC;
+                float *inp = random_floats(ni, 20 + ci), *w = random_floats(nw, 30 + ri);
+                float *bias = with_bias ? random_floats((size_t)oc, 40 + ci) : NULL;
+                uint16_t *i16 = malloc(ni * sizeof *i16), *w16 = malloc(nw * sizeof *w16);
+                msr_bf16_from_f32_n(i16, inp, ni);
+                msr_bf16_from_f32_n(w16, w, nw);
+                float *got = malloc(no * sizeof *got), *want = malloc(no * sizeof *want);
+                float *mag = malloc(no * sizeof *mag);
+                for (size_t i = 0; i < no; i++) {
+                    got[i] = NAN;
+                    want[i] = bias != NULL ? bias[i % (size_t)oc] : 0.0f;
+                    mag[i] = bias != NULL ? fabsf(bias[i % (size_t)oc]) + (float)IC : (float)IC;
+                }
+                msr_matmul_forward(p, got, inp, w, bias, n, IC, oc);
+                MSR_CHECK_OK(msr_gemm_bf16(g, false, true, n, oc, IC, 1.0f, i16, IC, w16, IC, 1.0f,
+                                           want, oc));
+                MSR_CHECK_MSG(same_product(got, want, mag, no, IC + 1), "%d x %d, bias %d", n, oc,
+                              with_bias);
+                free(inp), free(w), free(bias), free(i16), free(w16), free(got), free(want);
+                free(mag);
+            }
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    msr_gemm_bf16_destroy(g);
+}
+
+/* The linear backward with dout rounded once (msr_products_linear_backward)
+ * is bitwise the two products through msr_products_sgemm, on every path
+ * (the same bf16 operands into the same products), at 15-17 and 31-33
+ * output columns and rows; gradients accumulate into non-zero values. */
+static void test_backward_once(void)
+{
+    const int cols[] = {15, 16, 17, 31, 32, 33};
+    msr_products_t *p = NULL, *q = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &q));
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+        int n = cols[(ci + 2) % 6], oc = cols[ci];
+        size_t no = (size_t)n * oc, ni = (size_t)n * IC, nw = (size_t)oc * IC;
+        float *dout = random_floats(no, 50 + ci), *inp = random_floats(ni, 60 + ci);
+        float *w = random_floats(nw, 70 + ci);
+        float *dinp = random_floats(ni, 80 + ci), *dw = random_floats(nw, 90 + ci);
+        float *dinp2 = malloc(ni * sizeof *dinp2), *dw2 = malloc(nw * sizeof *dw2);
+        memcpy(dinp2, dinp, ni * sizeof *dinp);
+        memcpy(dw2, dw, nw * sizeof *dw);
+        msr_matmul_backward(p, dinp, dw, NULL, dout, inp, w, n, IC, oc);
+        msr_products_sgemm(q, 0, 0, n, IC, oc, 1.0f, dout, oc, w, IC, 1.0f, dinp2, IC);
+        msr_products_sgemm(q, 1, 0, oc, IC, n, 1.0f, dout, oc, inp, IC, 1.0f, dw2, IC);
+        MSR_CHECK_MSG(memcmp(dinp, dinp2, ni * sizeof *dinp) == 0, "dinp, %d x %d", n, oc);
+        MSR_CHECK_MSG(memcmp(dw, dw2, nw * sizeof *dw) == 0, "dweight, %d x %d", n, oc);
+        free(dout), free(inp), free(w), free(dinp), free(dw), free(dinp2), free(dw2);
+    }
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    msr_products_destroy(q);
+}
+
 /* Causal attention, q, k, v in [-1, 1), head size HS. bf16 moves each
  * score q.k/sqrt(HS) by at most delta = (2u + u^2) HS / sqrt(HS) (each
  * operand within u = 2^-8 of its value, |q_c k_c| <= 1), plus fp32's
@@ -250,6 +324,8 @@ static const msr_test_t tests[] = {
     {"names", test_names, 10},
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
     {"bf16_matmul", test_bf16_matmul, 10},
+    {"bias_folded", test_bias_folded, 20},
+    {"backward_once", test_backward_once, 20},
     {"bf16_attention", test_bf16_attention, 10},
     {"sticky_status", test_sticky_status, 10},
     {"no_memory", test_no_memory, 10},
