@@ -398,7 +398,7 @@ static const msr_opt_t opt_defs[] = {
      .choices = relays_words, .env = "MSRUN_RELAYS", .dest = D(relays), .def = "auto",
      .metavar = "K|auto|off",
      .help = "the node of every K-th node rank (0, K, 2K...) serves a relay inside its msrun, "
-             "on port master_port + 1 + node_rank / K, and the nodes of its group send their "
+             "on port master_port + 2 + node_rank / K (master_port + 1 is torch's), and the nodes of its group send their "
              "joins and heartbeats through it (when it fails, the coordinator directly). Its "
              "host: --relays_host, else the group's first host in Slurm's node list, or the "
              "coordinator's when that is a loopback address; none otherwise, nor without "

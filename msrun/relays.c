@@ -11,6 +11,11 @@
 #include "launcher/sched.h"
 #include "rendezvous/relay.h"
 
+long msr_relays_port(const msr_options_t *o, int g)
+{
+    return o->master_port + 2L + g;
+}
+
 int msr_relays_k(int relays, int nodes)
 {
     if (relays > 0)
@@ -91,15 +96,16 @@ int msr_relays_plan(const msr_options_t *o, msr_relays_plan_t *p)
     p->leader = p->group * k;
     p->members = nodes - p->leader < k ? nodes - p->leader : k;
     p->serve = o->node_rank == p->leader;
-    p->port = o->master_port + 1 + p->group;
     snprintf(p->id, sizeof p->id, "relay-%d", p->group);
-    if (o->master_port + 1 + (long)p->group > 65535) {
-        msr_options_error("--relays %d: node %d's relay would listen on port %ld (master_port + 1 "
+    long port = msr_relays_port(o, p->group);
+    if (port > 65535) {
+        msr_options_error("--relays %d: node %d's relay would listen on port %ld (master_port + 2 "
                           "+ its group %d), past 65535; give a larger --relays or a lower "
                           "--master_port",
-                          k, o->node_rank, o->master_port + 1 + (long)p->group, p->group);
+                          k, o->node_rank, port, p->group);
         return -1;
     }
+    p->port = (int)port;
     char host[MSR_HOSTLIST_NAME_MAX + 1];
     int r = leader_host(o, p, host, sizeof host);
     if (r != 0)

@@ -23,11 +23,16 @@ typedef struct msr_relays_plan {
     int leader;       /* the node that serves the group's relay: group * k */
     int members;      /* the group's nodes: k, or fewer for the last group */
     int serve;        /* this node is the leader */
-    int port;         /* the relay's port: master_port + 1 + group */
+    int port;         /* the relay's port: msr_relays_port */
     char id[24];      /* the relay's id in the job: "relay-<group>" */
     char target[300]; /* HOST:PORT of the relay */
     const char *why;  /* k == 0: why (static text) */
 } msr_relays_plan_t;
+
+/* Group g's relay port: master_port + 2 + g (master_port + 1 is torch's
+ * MASTER_PORT when derived, which rank 0's store binds on node 0's host,
+ * where relay-0 listens too). Past 65535 where the options make it so. */
+long msr_relays_port(const msr_options_t *o, int g);
 
 /* The group size --relays gives a job of nodes nodes (0: no relays). */
 int msr_relays_k(int relays, int nodes);

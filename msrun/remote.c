@@ -23,6 +23,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "launcher/options_impl.h"
+#include "launcher/relays.h"
 #include "launcher/spawn.h"
 #include "launcher/token.h"
 
@@ -136,8 +137,8 @@ static int print_plan(remote_launch_t *l)
     for (int g = 0; l->relays_k && g * l->relays_k < l->nprocs; g++) {
         int first = g * l->relays_k, n = l->nprocs - first;
         n = n < l->relays_k ? n : l->relays_k;
-        printf("relay-%d: served by node %d for nodes %d to %d on %s:%d\n", g, first, first,
-               first + n - 1, msr_remote_host_addr(l, first), l->o->master_port + 1 + g);
+        printf("relay-%d: served by node %d for nodes %d to %d on %s:%ld\n", g, first, first,
+               first + n - 1, msr_remote_host_addr(l, first), msr_relays_port(l->o, g));
     }
     for (int i = 0; i < l->nprocs; i++) {
         char **argv = NULL, *words = NULL;

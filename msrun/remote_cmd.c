@@ -139,10 +139,10 @@ int msr_remote_relays(remote_launch_t *l)
     int k = msr_relays_k(o->relays, l->nprocs);
     l->relays_why = msr_relays_job_why(o, k);
     l->relays_k = l->relays_why ? 0 : k;
-    long last = l->relays_k ? o->master_port + 1L + (l->nprocs - 1) / l->relays_k : 0;
+    long last = l->relays_k ? msr_relays_port(o, (l->nprocs - 1) / l->relays_k) : 0;
     if (last > 65535) {
         msr_options_error("--relays %d: the relay of node %d's group would listen on port %ld "
-                          "(master_port + 1 + its group %d), past 65535; give a larger --relays "
+                          "(master_port + 2 + its group %d), past 65535; give a larger --relays "
                           "or a lower --master_port",
                           k, l->nprocs - 1, last, (l->nprocs - 1) / k);
         return -1;

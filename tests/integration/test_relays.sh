@@ -39,13 +39,13 @@ assert $cond, rel" "$TMP/st" 2>"$TMP/py.err" && return 0
 }
 
 # start_job JOB NODES ARGS...: NODES msruns of one worker each (node ranks
-# 0 to NODES-1), the coordinator on PORT and the relays above it (PORT + 1
-# + group: NODES + 1 consecutive free ports cover any K)
+# 0 to NODES-1), the coordinator on PORT and the relays above it (PORT + 2
+# + group: NODES + 2 consecutive free ports cover any K)
 start_job() {
     local job=$1 nodes=$2 r
     shift 2
     rm -f "$TMP/stop"
-    PORT=$(free_port --consecutive $((nodes + 1)))
+    PORT=$(free_port --consecutive $((nodes + 2)))
     PORT=${PORT%%$'\n'*}
     for ((r = 0; r < nodes; r++)); do
         start_node "$r" --master_addr=127.0.0.1 --master_port="$PORT" --job_id="$job" \
@@ -71,8 +71,8 @@ poll_json 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1', 4:
     fail "the nodes did not join through their groups' relays"
 status --job_id k2
 expect_in "joined through relay relay-1" "$TMP/st" "msrun status's text"
-grep -q "serving relay-1 for nodes 2 to 3 on port $((PORT + 2))" "$TMP/node2.err" ||
-    fail "node 2 does not serve relay-1 on master_port + 2"
+grep -q "serving relay-1 for nodes 2 to 3 on port $((PORT + 3))" "$TMP/node2.err" ||
+    fail "node 2 does not serve relay-1 on master_port + 3"
 grep -q "serving relay-2 for nodes 4 to 4" "$TMP/node4.err" || fail "node 4 does not serve relay-2"
 grep -q "serving" "$TMP/node1.err" "$TMP/node3.err" && fail "a group's second node serves a relay"
 end_job 5
@@ -95,14 +95,14 @@ ok "--relays 1: a relay per node; auto: none in a job of 2 nodes"
 # 3. a relay not up when its group joins: node 3 joins directly (after its
 #    join through the relay times out); its relay's node 2 comes later
 rm -f "$TMP/stop"
-PORT=$(free_port --consecutive 3)
+PORT=$(free_port --consecutive 4)
 PORT=${PORT%%$'\n'*}
 for r in 0 1 3; do
     start_node "$r" --master_addr=127.0.0.1 --master_port="$PORT" --job_id=late \
         --local_worker_num=1 --node_rank="$r" --cluster_time_out=60 --worker_num=4 --relays=2 \
         "$TMP/hold.sh"
 done
-wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 2)) " "$TMP/node3.err" 30 ||
+wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 3)) " "$TMP/node3.err" 30 ||
     fail "node 3 did not give up on its relay, which is not up"
 start_node 2 --master_addr=127.0.0.1 --master_port="$PORT" --job_id=late \
     --local_worker_num=1 --node_rank=2 --cluster_time_out=60 --worker_num=4 --relays=2 \
@@ -121,7 +121,7 @@ poll_json 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" d
     fail "the job did not form through its relays"
 kill -9 "$PID2"
 wait "$PID2" 2>/dev/null
-wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 2)) " "$TMP/node3.err" 30 ||
+wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 3)) " "$TMP/node3.err" 30 ||
     fail "node 3 did not notice its relay die"
 poll_json 60 "j['generation'] >= 1" dies || fail "the job did not restart without node 2"
 start_node 2 --master_addr=127.0.0.1 --master_port="$PORT" --job_id=dies --local_worker_num=1 \

@@ -33,7 +33,7 @@ node_cmd() { grep "^node $1: " "$TMP/out"; }
 #    user@host: the host's address only
 run_msrun --hostfile "$TMP/hosts3" --relays=3 --master_port=40000 --dry_run "$TMP/hold.sh"
 expect_code 0 "3 hosts, --relays 3"
-expect_in "^relay-0: served by node 0 for nodes 0 to 2 on 127.0.0.2:40001$" "$TMP/out" "K nodes"
+expect_in "^relay-0: served by node 0 for nodes 0 to 2 on 127.0.0.2:40002$" "$TMP/out" "K nodes"
 expect_not_in "^relay-1" "$TMP/out" "K nodes: one group"
 for n in 0 1 2; do
     node_cmd $n | grep -q -- "--relays=3 --relays_host='127.0.0.2' " ||
@@ -41,12 +41,12 @@ for n in 0 1 2; do
 done
 #    K + 1 = 4 nodes: the last node is a group of its own, on its host
 run_msrun --hostfile "$TMP/hosts4" --relays=3 --master_port=40000 --dry_run "$TMP/hold.sh"
-expect_in "^relay-0: served by node 0 for nodes 0 to 2 on 127.0.0.2:40001$" "$TMP/out" "K + 1 nodes"
-expect_in "^relay-1: served by node 3 for nodes 3 to 3 on 127.0.0.5:40002$" "$TMP/out" "K + 1 nodes"
+expect_in "^relay-0: served by node 0 for nodes 0 to 2 on 127.0.0.2:40002$" "$TMP/out" "K + 1 nodes"
+expect_in "^relay-1: served by node 3 for nodes 3 to 3 on 127.0.0.5:40003$" "$TMP/out" "K + 1 nodes"
 node_cmd 2 | grep -q -- "--relays_host='127.0.0.2' " || fail "node 2 is not in group 0"
 node_cmd 3 | grep -q -- "--relays_host='127.0.0.5' " || fail "node 3 is not given its own host"
 run_msrun -H 'me@127.0.0.4,127.0.0.3' --relays=1 --master_port=40000 --dry_run "$TMP/hold.sh"
-expect_in "^relay-0: served by node 0 for nodes 0 to 0 on 127.0.0.4:40001$" "$TMP/out" "user@host"
+expect_in "^relay-0: served by node 0 for nodes 0 to 0 on 127.0.0.4:40002$" "$TMP/out" "user@host"
 node_cmd 0 | grep -q -- "--relays_host='127.0.0.4' " || fail "user@host: the relay's host"
 ok "--hostfile: groups of exactly K and K + 1 nodes, each given its group's host"
 
@@ -75,29 +75,36 @@ expect_in "^msrun: error: --relays_host cannot be given with --hostfile/--host" 
 ok "relays off: the reason printed, every host told"
 
 # 3. the last group's relay port: 65535 accepted, one past refused
-run_msrun --hostfile "$TMP/hosts4" --relays=2 --master_port=65533 --dry_run "$TMP/hold.sh"
+run_msrun --hostfile "$TMP/hosts4" --relays=2 --master_port=65532 --dry_run "$TMP/hold.sh"
 expect_code 0 "the last relay on 65535"
 expect_in "^relay-1: served by node 2 for nodes 2 to 3 on 127.0.0.4:65535$" "$TMP/out" "port 65535"
-run_msrun --hostfile "$TMP/hosts4" --relays=2 --master_port=65534 --dry_run "$TMP/hold.sh"
+run_msrun --hostfile "$TMP/hosts4" --relays=2 --master_port=65533 --dry_run "$TMP/hold.sh"
 expect_code 2 "the last relay on 65536"
-expect_in "would listen on port 65536 (master_port + 1 + its group 1), past 65535" "$TMP/err" \
+expect_in "would listen on port 65536 (master_port + 2 + its group 1), past 65535" "$TMP/err" \
     "port 65536"
 ok "the last relay's port: 65535 accepted, 65536 refused"
 
 # 4. one node's --dry_run: its plan from --relays_host, or why none
 run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=3 --relays=2 \
     --relays_host=10.0.0.7 --dry_run "$TMP/hold.sh"
-expect_in "^relays = relay-1 at 10.0.0.7:40002 for nodes 2 to 3 (served by its first node)$" \
+expect_in "^relays = relay-1 at 10.0.0.7:40003 for nodes 2 to 3 (served by its first node)$" \
     "$TMP/out" "a node's plan"
 run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=2 --relays=2 \
     --dry_run "$TMP/hold.sh"
-expect_in "^relays = relay-1 at 127.0.0.1:40002 for nodes 2 to 3 (served by this node)$" \
+expect_in "^relays = relay-1 at 127.0.0.1:40003 for nodes 2 to 3 (served by this node)$" \
     "$TMP/out" "a relay's node's plan"
+# relay-0 beside torch's port on node 0: master_port + 1 stays torch's
+run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=0 --relays=2 \
+    --dry_run "$TMP/hold.sh"
+expect_in "^torch_port = 40001 (derived: master_port + 1)$" "$TMP/out" "torch's port on node 0"
+expect_in "^relays = relay-0 at 127.0.0.1:40002 for nodes 0 to 1 (served by this node)$" \
+    "$TMP/out" "relay-0 not on torch's port"
 run_msrun --master_addr=127.0.0.1 --nnodes=4 --relays=2 --dry_run "$TMP/hold.sh"
 expect_in "^relays = off (the node has no --node_rank)$" "$TMP/out" "no node rank"
 ok "a node's --dry_run prints its relay plan"
 
-# new_ports: $PORT for the coordinator, the relays on the next 3
+# new_ports: $PORT for the coordinator, torch's PORT + 1, the relays on
+# the 2 after
 new_ports() {
     PORT=$(free_port --consecutive 4)
     PORT=${PORT%%$'\n'*}
@@ -159,14 +166,14 @@ run_job --relays=2 --job_id=hf2 "${TLS[@]}"
 poll_rel hf2 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" "${TLS[@]}" ||
     fail "the hosts did not join through their groups' relays"
 for n in 0 1; do
-    expect_in "node $n joins and heartbeats through relay-0 at 127.0.0.2:$((PORT + 1))$" "$TMP/err" \
+    expect_in "node $n joins and heartbeats through relay-0 at 127.0.0.2:$((PORT + 2))$" "$TMP/err" \
         "node $n's relay"
 done
 for n in 2 3; do
-    expect_in "node $n joins and heartbeats through relay-1 at 127.0.0.4:$((PORT + 2))$" "$TMP/err" \
+    expect_in "node $n joins and heartbeats through relay-1 at 127.0.0.4:$((PORT + 3))$" "$TMP/err" \
         "node $n's relay"
 done
-expect_in "serving relay-1 for nodes 2 to 3 on port $((PORT + 2))$" "$TMP/err" "relay-1"
+expect_in "serving relay-1 for nodes 2 to 3 on port $((PORT + 3))$" "$TMP/err" "relay-1"
 end_job "relays over a hostfile"
 grep -qE "relay-1: stopping after relaying [1-9][0-9]* calls" "$TMP/err" || fail "relay-1 relayed nothing"
 expect_not_in "no answer from relay" "$TMP/err" "relays over a hostfile"
@@ -182,7 +189,7 @@ s.bind(('0.0.0.0', int(sys.argv[1])))
 s.listen(16)
 open(sys.argv[2], 'w').close()
 while True:
-    time.sleep(1)" "$((PORT + 2))" "$TMP/blocking" &
+    time.sleep(1)" "$((PORT + 3))" "$TMP/blocking" &
 BLOCKER=$!
 test_cleanup() { kill "$BLOCKER" 2>/dev/null; }
 for ((i = 0; i < 600; i++)); do [ -e "$TMP/blocking" ] && break; sleep 0.05; done
@@ -190,8 +197,8 @@ for ((i = 0; i < 600; i++)); do [ -e "$TMP/blocking" ] && break; sleep 0.05; don
 run_job --relays=2 --job_id=hfdead
 poll_rel hfdead 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: '', 3: ''}" ||
     fail "relay-1's group did not join the coordinator directly"
-expect_in "cannot serve relay-1 on 0.0.0.0:$((PORT + 2))" "$TMP/err" "relay-1 not served"
-expect_in "no answer from relay-1 at 127.0.0.4:$((PORT + 2)) (.*): joining the coordinator at 127.0.0.2:$PORT directly$" \
+expect_in "cannot serve relay-1 on 0.0.0.0:$((PORT + 3))" "$TMP/err" "relay-1 not served"
+expect_in "no answer from relay-1 at 127.0.0.4:$((PORT + 3)) (.*): joining the coordinator at 127.0.0.2:$PORT directly$" \
     "$TMP/err" "node 3's message"
 [ "$(grep -c "no answer from relay-0" "$TMP/err")" = 0 ] || fail "group 0 lost its relay"
 end_job "a relay that does not answer"
