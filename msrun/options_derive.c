@@ -149,16 +149,17 @@ static void print_line(FILE *out, const char *name, const char *value, const msr
             what && *what ? ": " : "", what ? what : "");
 }
 
-/* This node's relay plan (relays.h), or why it has none */
+/* This node's relay plan (relays.h), or why it has none, as every
+ * --dry_run line: name = value (source[: detail]) */
 static void print_relays(FILE *out, const msr_options_t *o)
 {
     msr_relays_plan_t p;
     if (msr_relays_plan(o, &p) != 0) /* checked with the options: not reached */
         return;
     if (p.k == 0)
-        fprintf(out, "relays = off (%s)\n", p.why);
+        fprintf(out, "relays = off (derived: %s)\n", p.why);
     else
-        fprintf(out, "relays = %s at %s for nodes %d to %d (served by %s)\n", p.id, p.target,
+        fprintf(out, "relays = %s@%s (derived: nodes %d to %d, served by %s)\n", p.id, p.target,
                 p.leader, p.leader + p.members - 1, p.serve ? "this node" : "its first node");
 }
 

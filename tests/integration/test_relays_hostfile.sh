@@ -87,20 +87,20 @@ ok "the last relay's port: 65535 accepted, 65536 refused"
 # 4. one node's --dry_run: its plan from --relays_host, or why none
 run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=3 --relays=2 \
     --relays_host=10.0.0.7 --dry_run "$TMP/hold.sh"
-expect_in "^relays = relay-1 at 10.0.0.7:40003 for nodes 2 to 3 (served by its first node)$" \
+expect_in "^relays = relay-1@10.0.0.7:40003 (derived: nodes 2 to 3, served by its first node)$" \
     "$TMP/out" "a node's plan"
 run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=2 --relays=2 \
     --dry_run "$TMP/hold.sh"
-expect_in "^relays = relay-1 at 127.0.0.1:40003 for nodes 2 to 3 (served by this node)$" \
+expect_in "^relays = relay-1@127.0.0.1:40003 (derived: nodes 2 to 3, served by this node)$" \
     "$TMP/out" "a relay's node's plan"
 # relay-0 beside torch's port on node 0: master_port + 1 stays torch's
 run_msrun --master_addr=127.0.0.1 --master_port=40000 --nnodes=4 --node_rank=0 --relays=2 \
     --dry_run "$TMP/hold.sh"
 expect_in "^torch_port = 40001 (derived: master_port + 1)$" "$TMP/out" "torch's port on node 0"
-expect_in "^relays = relay-0 at 127.0.0.1:40002 for nodes 0 to 1 (served by this node)$" \
+expect_in "^relays = relay-0@127.0.0.1:40002 (derived: nodes 0 to 1, served by this node)$" \
     "$TMP/out" "relay-0 not on torch's port"
 run_msrun --master_addr=127.0.0.1 --nnodes=4 --relays=2 --dry_run "$TMP/hold.sh"
-expect_in "^relays = off (the node has no --node_rank)$" "$TMP/out" "no node rank"
+expect_in "^relays = off (derived: the node has no --node_rank)$" "$TMP/out" "no node rank"
 ok "a node's --dry_run prints its relay plan"
 
 # new_ports: $PORT for the coordinator, torch's PORT + 1, the relays on
