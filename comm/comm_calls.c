@@ -56,9 +56,14 @@ static msr_status_t check_args(msr_comm_t *comm, msr_coll_args_t *a, const char 
     if ((a->coll == MSR_COLL_BROADCAST || a->coll == MSR_COLL_REDUCE) &&
         (a->root < 0 || a->root >= n))
         return bad(what, "root is not a member's rank");
+    int any = a->coll == MSR_COLL_RECV && a->any;
     if ((a->coll == MSR_COLL_SEND || a->coll == MSR_COLL_RECV) &&
-        (a->root < 0 || a->root >= n || a->tag < 0 || a->tag > MSR_COMM_TAG_MAX))
+        ((!any && (a->root < 0 || a->root >= n)) || a->tag < 0 || a->tag > MSR_COMM_TAG_MAX))
         return bad(what, "peer is not a member's rank or tag is out of range");
+    if (any && comm->gpu >= 0) {
+        msr_err_set("%s: device communicators receive from a named peer only", what);
+        return MSR_ERR_UNSUPPORTED;
+    }
     char *rb = a->recvbuf;
     const void *in_place = MSR_IN_PLACE;
     switch (a->coll) {
@@ -372,4 +377,21 @@ msr_status_t msr_comm_irecv(msr_comm_t *comm, void *buf, uint64_t count, msr_dty
                              .root = peer, .tag = tag);
     msr_status_t st = need_req(req_p, "irecv");
     return st != MSR_OK ? st : run(comm, &a, "irecv", req_p);
+}
+
+msr_status_t msr_comm_recv_any(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,
+                               int tag, int *src_p)
+{
+    msr_coll_args_t a = ARGS(.coll = MSR_COLL_RECV, .recvbuf = buf, .count = count, .dtype = dtype,
+                             .root = MSR_COMM_PEER_ANY, .tag = tag, .any = 1, .src = src_p);
+    return run(comm, &a, "recv_any", NULL);
+}
+
+msr_status_t msr_comm_irecv_any(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,
+                                int tag, int *src_p, msr_comm_req_t **req_p)
+{
+    msr_coll_args_t a = ARGS(.coll = MSR_COLL_RECV, .recvbuf = buf, .count = count, .dtype = dtype,
+                             .root = MSR_COMM_PEER_ANY, .tag = tag, .any = 1, .src = src_p);
+    msr_status_t st = need_req(req_p, "irecv_any");
+    return st != MSR_OK ? st : run(comm, &a, "irecv_any", req_p);
 }

@@ -32,8 +32,11 @@ typedef struct msr_coll_args {
                      * reduce_scatter, allgather, alltoall: per rank */
     msr_dtype_t dtype;
     msr_op_t op;
-    int root; /* broadcast and reduce: the root; send and recv: the peer */
+    int root; /* broadcast and reduce: the root; send and recv: the peer
+               * (recv: MSR_COMM_PEER_ANY for any member) */
     int tag;
+    int any;  /* recv from any member (root MSR_COMM_PEER_ANY) */
+    int *src; /* ... gets the sender's rank there (or NULL) */
     int in_place;
     /* alltoallv: sendcounts, sdispls, recvcounts, rdispls, size each, owned
      * by the request (one allocation) */
@@ -42,6 +45,9 @@ typedef struct msr_coll_args {
      * memory */
     void *stream;
 } msr_coll_args_t;
+
+/* args.root of a receive from any member (msr_comm_recv_any) */
+#define MSR_COMM_PEER_ANY (-1)
 
 /* What comm.c sees of a request; a backend embeds it first in its own. */
 struct msr_comm_req {

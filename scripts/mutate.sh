@@ -2954,4 +2954,31 @@ test: ^test_rpc_unknown$
     if (0) {
 >>>
 
+@ comm.anysrc.sender_wrong_bits
+file: comm/ucx/ucx_impl.h
+test: ^comm_anysrc_np3$
+<<<
+    return (int)((tag >> UCX_TAG_SRC_SHIFT) & ((1ull << UCX_TAG_SRC_BITS) - 1));
+===
+    return (int)((tag >> (UCX_TAG_SRC_SHIFT + 1)) & ((1ull << UCX_TAG_SRC_BITS) - 1));
+>>>
+
+@ comm.anysrc.sender_as_job_rank
+file: comm/ucx/coll_rounds.c
+test: ^comm_anysrc_np4$
+<<<
+        *a->src = ucx_tag_src(r->ops[0].sender_tag);
+===
+        *a->src = r->uc->comm->world_ranks[ucx_tag_src(r->ops[0].sender_tag)];
+>>>
+
+@ comm.anysrc.lost_peer_not_failed
+file: comm/ucx/engine_fail.c
+test: ^comm_killanysrc_np3$
+<<<
+        if (r->uc == uc) /* the message says which operation it ended */
+===
+        if (r->uc == uc && !r->pub.args.any)
+>>>
+
 __END__

@@ -16,7 +16,9 @@
  * while one runs, or the failure of one. */
 msr_status_t ucx_ops_wait(ucx_req_t *r);
 /* A message to or from rank peer of r's group with a whole tag of the
- * caller's (point to point), posted into op. */
+ * caller's (point to point), posted into op; a receive with peer
+ * MSR_COMM_PEER_ANY matches the tag from any sender (op->sender_tag says
+ * whose once it finished). */
 msr_status_t ucx_op_send_tag(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
                              uint64_t tag);
 msr_status_t ucx_op_recv_tag(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, size_t len,

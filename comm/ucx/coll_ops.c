@@ -84,14 +84,20 @@ msr_status_t ucx_op_recv_tag(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, si
     op->h = NULL;
     op->recv = 1;
     op->len = len;
-    if (r->uc->peer[peer]->dead) {
+    op->sender_tag = 0;
+    if (peer >= 0 && r->uc->peer[peer]->dead) {
         snprintf(r->pub.error, sizeof r->pub.error, "%s: rank %d is lost", r->algo, peer);
         return MSR_ERR_PEER_LOST;
     }
     /* No UCP_OP_ATTR_FIELD_RECV_INFO: UCX 1.13 does not fill it in when a
-     * receive completes at once, and the length must be checked. */
-    ucp_request_param_t prm = {.op_attr_mask = 0};
-    void *h = ucp_tag_recv_nbx(r->uc->engine->worker, buf, len, tag, UCX_TAG_MASK_FULL, &prm);
+     * receive completes at once, and the length must be checked. A receive
+     * from any source must read the sender from its request: it never
+     * completes at once (UCX may end a receive of a message already there
+     * without a request). A lost member breaks the communicator, which
+     * fails the receives from any source too. */
+    ucp_request_param_t prm = {.op_attr_mask = peer >= 0 ? 0u : UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    void *h = ucp_tag_recv_nbx(r->uc->engine->worker, buf, len, tag,
+                               peer >= 0 ? UCX_TAG_MASK_FULL : UCX_TAG_MASK_ANY_SRC, &prm);
     if (UCS_PTR_IS_ERR(h))
         return map_ucs(r, UCS_PTR_STATUS(h), "receive", peer);
     op->h = h;
@@ -123,6 +129,7 @@ int ucx_op_test(ucx_req_t *r, ucx_op_t *op)
         ucp_tag_recv_info_t info;
         s = ucp_tag_recv_request_test(op->h, &info);
         got = info.length;
+        op->sender_tag = info.sender_tag;
     } else {
         s = ucp_request_check_status(op->h);
     }

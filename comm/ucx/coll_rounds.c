@@ -53,18 +53,25 @@ msr_status_t ucx_step_send(ucx_req_t *r)
     return ucx_ops_wait(r);
 }
 
+/* From a->root, or from any member (MSR_COMM_PEER_ANY: the sender's bits
+ * of the tag are masked out, and the matched message's tell a->src who sent
+ * it, a rank of this group). */
 msr_status_t ucx_step_recv(ucx_req_t *r)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    int any = a->any;
     if (r->direct.phase == UCX_DIRECT_POST) {
         msr_status_t st =
             ucx_op_recv_tag(r, ucx_next_op(r), a->root, a->recvbuf, r->bytes,
-                            ucx_tag(UCX_TAG_P2P, r->uc->id, a->root, (uint64_t)a->tag));
+                            ucx_tag(UCX_TAG_P2P, r->uc->id, any ? 0 : a->root, (uint64_t)a->tag));
         if (st != MSR_OK)
             return st;
         r->direct.phase = UCX_DIRECT_WAIT;
     }
-    return ucx_ops_wait(r);
+    msr_status_t st = ucx_ops_wait(r);
+    if (st == MSR_OK && any && a->src != NULL)
+        *a->src = ucx_tag_src(r->ops[0].sender_tag);
+    return st;
 }
 
 /* ---- direct: everyone exchanges with everyone in one round ---- */

@@ -17,26 +17,37 @@
  * 63..62 class | 61..46 communicator id | 45..26 sender's rank in the group |
  * 25..0: collectives: sequence (20 bits) and phase (6 bits); point to point:
  * the user's tag. Receives name the sender, so messages of different
- * communicators, operations, senders and phases never match each other. */
-#define UCX_TAG_COLL     0ull
-#define UCX_TAG_P2P      1ull
-#define UCX_TAG_CTRL     2ull
-#define UCX_TAG_ID_BITS  16
-#define UCX_TAG_SRC_BITS 20
-#define UCX_TAG_SEQ_BITS 20
-#define UCX_TAG_PHASES   64
-#define UCX_MAX_RANKS    (1 << UCX_TAG_SRC_BITS)
-#define UCX_MAX_COMM_ID  0xffff
+ * communicators, operations, senders and phases never match each other; a
+ * receive from any source masks the sender's bits out and learns the sender
+ * from the tag of the message that matched (ucx_tag_src). */
+#define UCX_TAG_COLL      0ull
+#define UCX_TAG_P2P       1ull
+#define UCX_TAG_CTRL      2ull
+#define UCX_TAG_ID_BITS   16
+#define UCX_TAG_SRC_BITS  20
+#define UCX_TAG_SEQ_BITS  20
+#define UCX_TAG_SRC_SHIFT 26
+#define UCX_TAG_PHASES    64
+#define UCX_MAX_RANKS     (1 << UCX_TAG_SRC_BITS)
+#define UCX_MAX_COMM_ID   0xffff
 
 static inline uint64_t ucx_tag(uint64_t cls, unsigned id, int src, uint64_t low)
 {
-    return (cls << 62) | ((uint64_t)id << 46) | ((uint64_t)(unsigned)src << 26) |
-           (low & ((1ull << 26) - 1));
+    return (cls << 62) | ((uint64_t)id << 46) | ((uint64_t)(unsigned)src << UCX_TAG_SRC_SHIFT) |
+           (low & ((1ull << UCX_TAG_SRC_SHIFT) - 1));
 }
 
-#define UCX_TAG_MASK_FULL (~0ull)
+/* The sender's rank in the group, from a message's tag. */
+static inline int ucx_tag_src(uint64_t tag)
+{
+    return (int)((tag >> UCX_TAG_SRC_SHIFT) & ((1ull << UCX_TAG_SRC_BITS) - 1));
+}
+
+#define UCX_TAG_MASK_FULL    (~0ull)
 /* class and communicator: what the abort receive matches */
-#define UCX_TAG_MASK_CTRL (~0ull << 46)
+#define UCX_TAG_MASK_CTRL    (~0ull << 46)
+/* everything but the sender: what a receive from any source matches */
+#define UCX_TAG_MASK_ANY_SRC (~(((1ull << UCX_TAG_SRC_BITS) - 1) << UCX_TAG_SRC_SHIFT))
 
 /* Which algorithm a collective runs; "auto" picks by size. */
 typedef enum ucx_algo {
@@ -182,8 +193,9 @@ typedef struct ucx_comm {
 } ucx_comm_t;
 
 typedef struct ucx_op {
-    void *h;    /* UCX request, NULL when done */
-    size_t len; /* receives: the length expected */
+    void *h;             /* UCX request, NULL when done */
+    size_t len;          /* receives: the length expected */
+    uint64_t sender_tag; /* receives: the tag of the message that matched */
     int recv;
 } ucx_op_t;
 

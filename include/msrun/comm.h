@@ -239,6 +239,23 @@ MSR_API msr_status_t msr_comm_isend(msr_comm_t *comm, const void *buf, uint64_t 
 MSR_API msr_status_t msr_comm_irecv(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,
                                     int peer, int tag, msr_comm_req_t **req_p);
 
+/* A receive from any member: the next message with tag from whichever
+ * member sent it (this rank too), matched with the other receives in the
+ * order they were posted; a member's messages still arrive in the order it
+ * sent them. *src_p (src_p may be NULL) gets the sender's rank in comm (a
+ * sub-group's rank, not the job's) when the receive succeeds, and is left
+ * alone otherwise; for msr_comm_irecv_any it must stay valid until the
+ * request is finished. The count must be what the sender sent
+ * (MSR_ERR_TRUNCATED, the message is consumed). As every operation, it fails
+ * with MSR_ERR_PEER_LOST when any member is lost while it waits (there is
+ * no telling it was not that member's message it waited for). Host
+ * communicators only (MSR_ERR_UNSUPPORTED on device ones). */
+MSR_API msr_status_t msr_comm_recv_any(msr_comm_t *comm, void *buf, uint64_t count,
+                                       msr_dtype_t dtype, int tag, int *src_p);
+MSR_API msr_status_t msr_comm_irecv_any(msr_comm_t *comm, void *buf, uint64_t count,
+                                        msr_dtype_t dtype, int tag, int *src_p,
+                                        msr_comm_req_t **req_p);
+
 /* ---- finishing non-blocking operations ---- */
 
 /* Waits until req finishes or its deadline passes, frees it and returns its

@@ -117,20 +117,34 @@ class Work : public c10d::Work
 // copied back then. wait() is bounded by the group's deadline (which breaks
 // the group when it passes); wait(timeout) also by its own timeout, which
 // raises and leaves the operation in flight, to be waited for again. Dropped
-// unfinished, it is waited for.
+// unfinished, it is waited for. A recv's sourceRank() is its peer's rank in
+// the group: the one named, or (recvAnysource) the sender's once finished.
 class P2PWork : public c10d::Work
 {
   public:
-    P2PWork(int rank, c10d::OpType type, msr_comm_req_t *req, at::Tensor user, at::Tensor buf);
+    // src: a recv's peer (-1 for recvAnysource, which posts into srcSlot()
+    // and then hands over its request with setRequest).
+    P2PWork(int rank, c10d::OpType type, msr_comm_req_t *req, at::Tensor user, at::Tensor buf,
+            int src = -1);
     ~P2PWork() override;
     bool isCompleted() override;
     bool wait(std::chrono::milliseconds timeout) override;
     std::vector<at::Tensor> result() override;
+    int sourceRank() const override;
+    int *srcSlot()
+    {
+        return &src_;
+    }
+    void setRequest(msr_comm_req_t *req)
+    {
+        req_ = req;
+    }
 
   private:
     void complete(msr_status_t st);
     msr_comm_req_t *req_;
     at::Tensor user_, buf_;
+    int src_; // written by libmsrun when a receive from any source ends
 };
 
 // A process group over one msrun communicator (owned). Collectives run in
@@ -199,6 +213,8 @@ class ProcessGroup : public c10d::ProcessGroup
                                         int tag) override;
     c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
                                         int tag) override;
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
+                                                 int tag) override;
 
   private:
     using Job = std::function<void(msr_comm_t *)>;

@@ -113,9 +113,22 @@ void Work::finishError(std::exception_ptr error)
     future_->setError(error);
 }
 
-P2PWork::P2PWork(int rank, OpType type, msr_comm_req_t *req, at::Tensor user, at::Tensor buf)
-    : c10d::Work(rank, type), req_(req), user_(std::move(user)), buf_(std::move(buf))
+P2PWork::P2PWork(int rank, OpType type, msr_comm_req_t *req, at::Tensor user, at::Tensor buf,
+                 int src)
+    : c10d::Work(rank, type), req_(req), user_(std::move(user)), buf_(std::move(buf)), src_(src)
 {
+}
+
+int P2PWork::sourceRank() const
+{
+    if (opType_ != OpType::RECV && opType_ != OpType::RECVANYSOURCE)
+        return c10d::Work::sourceRank(); // raises: not a receive
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (opType_ == OpType::RECVANYSOURCE && (!completed_ || exception_))
+        throw std::runtime_error(completed_ ? "msrun recv: the receive from any source failed"
+                                            : "msrun recv: the sender is known once the "
+                                              "receive from any source finished (wait first)");
+    return src_;
 }
 
 P2PWork::~P2PWork()
@@ -584,7 +597,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::recv(std::vector<at::Tensor> &tenso
     Buf b = bufOf(t, false, "recv");
     msr_comm_req_t *req = nullptr;
     raiseIf(msr_comm_irecv(liveComm("recv"), b.data(), b.count, b.dtype, src, tag, &req), "recv");
-    return c10::make_intrusive<P2PWork>(rank_, OpType::RECV, req, t, b.buf);
+    return c10::make_intrusive<P2PWork>(rank_, OpType::RECV, req, t, b.buf, src);
+}
+
+// dist.recv without src: the Work's sourceRank() is the sender's rank in
+// this group, once it finished.
+c10::intrusive_ptr<c10d::Work> ProcessGroup::recvAnysource(std::vector<at::Tensor> &tensors,
+                                                           int tag)
+{
+    const at::Tensor &t = single(tensors, "recv");
+    if (tag < 0 || tag > MSR_COMM_TAG_MAX)
+        refuse("recv: tag " + std::to_string(tag) + " outside 0.." +
+               std::to_string(MSR_COMM_TAG_MAX));
+    Buf b = bufOf(t, false, "recv");
+    auto work = c10::make_intrusive<P2PWork>(rank_, OpType::RECVANYSOURCE, nullptr, t, b.buf);
+    msr_comm_req_t *req = nullptr;
+    raiseIf(msr_comm_irecv_any(liveComm("recv"), b.data(), b.count, b.dtype, tag, work->srcSlot(),
+                               &req),
+            "recv");
+    work->setRequest(req);
+    return work;
 }
 
 } // namespace msrun_c10d

@@ -8,6 +8,12 @@
  *                once, finished in different orders on different ranks
  *   p2p          send/recv, isend/irecv, tags, truncation, dup with its
  *                own worker
+ *   anysrc       receives from any source: every member hears from every
+ *                member once (blocking and not, with tags), beside receives
+ *                that name their peer, on a sub-group ranked backwards (the
+ *                sender is the group's rank), bad arguments, truncation
+ *   killanysrc   the last rank dies while every other waits in a receive
+ *                from any source: each must fail with MSR_ERR_PEER_LOST
  *   threads      three threads at once: on the world, on a dup with its own
  *                worker, and on a dup sharing the world's engine
  *   determinism  random floats: the same bits on every rank and twice in a
@@ -256,6 +262,10 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         cw_mode_exit_after_barrier(ctx, world);
     else if (strcmp(mode, "giveup") == 0)
         cw_mode_giveup(ctx, world);
+    else if (strcmp(mode, "anysrc") == 0)
+        cw_mode_anysrc(world);
+    else if (strcmp(mode, "killanysrc") == 0)
+        cw_mode_killanysrc(ctx, world);
     else
         return 0;
     return 1;

@@ -65,6 +65,8 @@ void cw_mode_hier(msr_ctx_t *ctx, msr_comm_t *world);               /* comm_work
 void cw_mode_leave(msr_ctx_t *ctx, msr_comm_t *world);              /* comm_worker_fail.c */
 void cw_mode_exit_after_barrier(msr_ctx_t *ctx, msr_comm_t *world); /* comm_worker_fail.c */
 void cw_mode_giveup(msr_ctx_t *ctx, msr_comm_t *world);             /* comm_worker_fail.c */
+void cw_mode_anysrc(msr_comm_t *world);                             /* comm_worker_anysrc.c */
+void cw_mode_killanysrc(msr_ctx_t *ctx, msr_comm_t *world);         /* comm_worker_anysrc.c */
 /* Runs a failure mode (a rank killed or stopped mid-collective; does not
  * return); 0 when mode is not one. comm_worker_fail.c */
 int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode);

@@ -59,6 +59,7 @@ void gfw_mode_nccl(msr_ctx_t *ctx, msr_comm_t *world)
     EXPECT(msr_comm_status(d), MSR_OK);
     f.refuse_count = 0;
     EXPECT(msr_comm_send(d, buf, 4, MSR_DTYPE_F32, (me + 1) % n, 3), MSR_ERR_UNSUPPORTED);
+    EXPECT(msr_comm_recv_any(d, buf, 4, MSR_DTYPE_F32, 0, NULL), MSR_ERR_UNSUPPORTED);
     OK(msr_comm_allreduce(d, MSR_IN_PLACE, buf, 256, MSR_DTYPE_F32, MSR_OP_AVG));
 
     setcase("split and dup");

@@ -157,6 +157,13 @@ static void vs_p2p(pair_t *p)
     /* tags other than 0 are refused on device communicators, which stay
      * usable */
     EXPECT(msr_comm_send(p->d, out, c, MSR_DTYPE_F32, to, 5), MSR_ERR_UNSUPPORTED);
+    /* and so are receives from any source */
+    int src = -7;
+    msr_comm_req_t *q = NULL;
+    EXPECT(msr_comm_recv_any(p->d, got, c, MSR_DTYPE_F32, 0, &src), MSR_ERR_UNSUPPORTED);
+    EXPECT(msr_comm_irecv_any(p->d, got, c, MSR_DTYPE_F32, 0, &src, &q), MSR_ERR_UNSUPPORTED);
+    if (src != -7 || q != NULL)
+        fail("a refused receive from any source wrote its outputs");
     EXPECT(msr_comm_status(p->d), MSR_OK);
     free(out);
     free(got);

@@ -108,7 +108,7 @@ failed() {
 }
 
 case $mode in
-collectives | samecomm | inflight | inflighthier | p2p | threads | leave | hier | small | giveup)
+collectives | samecomm | inflight | inflighthier | p2p | anysrc | threads | leave | hier | small | giveup)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 0 ] || failed "msrun exited with $rc"
@@ -136,7 +136,7 @@ determinism)
     echo "$h1 in both runs"
     ;;
 kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop | \
-    stopsmall | killsmallbc | killsmallbcauto | killsmallag | killsmallrs)
+    stopsmall | killsmallbc | killsmallbcauto | killsmallag | killsmallrs | killanysrc)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"

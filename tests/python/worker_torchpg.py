@@ -8,7 +8,8 @@ has one order) and within a few units in the last place on more (the fold
 orders differ: 1e-5 for float32, 1e-12 for float64).
 Also: gather, scatter and all_gather_coalesced against Gloo's; the store
 (set, get, add, compare_set, delete, check, wait), async work and futures,
-a send/recv wait(timeout) bounded by its own timeout, sub-groups with ranks
+a send/recv wait(timeout) bounded by its own timeout, recv without src
+(beside Gloo's, and on a sub-group), sub-groups with ranks
 outside them, tags at their bound, and the calls refused with their error
 (roots, list lengths and sizes at their bounds and one past). Prints "rank R of N: torchpg ok"."""
 
@@ -339,6 +340,52 @@ def check_p2p_async():
     dist.barrier(group=PG)
 
 
+def check_recv_anysource():
+    """dist.recv without src, on the msrun group beside Gloo's: every other
+    rank sends its rank to rank 0 (tag 3, then dist.irecv without src with
+    the largest tag), which hears each once and learns who sent it; on a
+    sub-group of ranks 0 and N-1 the sender comes back as a job rank
+    (torch maps the group's rank the backend answers)."""
+    for group in (PG, None):
+        name = "msrun" if group is PG else "gloo"
+        for tag in (3, mt._C.TAG_MAX):  # pylint: disable=protected-access
+            if R != 0:
+                dist.send(torch.full((5,), float(R)), 0, group=group, tag=tag)
+                continue
+            seen = []
+            for _ in range(N - 1):
+                t = torch.empty(5)
+                if tag == 3:
+                    src = dist.recv(t, group=group, tag=tag)
+                else:
+                    w = dist.irecv(t, group=group, tag=tag)
+                    w.wait()
+                    src = w._source_rank()  # pylint: disable=protected-access
+                expect(bool((t == float(src)).all()), "%s recv from any source: %s from %d" % (name, t[0].item(), src))
+                seen.append(src)
+            expect(sorted(seen) == list(range(1, N)), "%s recv from any source: senders %s" % (name, seen))
+    sub = dist.new_group([0, N - 1], backend="msrun")
+    if R == N - 1:
+        dist.send(torch.full((2,), 7.0), 0, group=sub)
+    elif R == 0:
+        t = torch.empty(2)
+        src = dist.recv(t, group=sub)
+        expect(src == N - 1 and bool((t == 7.0).all()), "sub-group recv from any source: %d" % src)
+    # a named recv answers its peer; a send has no source
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    s, r = dist.isend(torch.ones(1), nxt, group=PG), dist.irecv(torch.empty(1), prv, group=PG)
+    s.wait()
+    r.wait()
+    expect(r._source_rank() == prv, "named recv's source rank")  # pylint: disable=protected-access
+    try:
+        s._source_rank()  # pylint: disable=protected-access
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a send answered a source rank")
+    dist.barrier(group=PG)
+
+
 def check_subgroups():
     ranks = [0, N - 1]
     sub = dist.new_group(ranks, backend="msrun")
@@ -430,7 +477,7 @@ def main():
     expect(PG.size() == N and PG.rank() == R and dist.get_backend(PG) == "msrun", "the msrun group")
     for check in (check_store, check_allreduce, check_rooted, check_gathers, check_gather_scatter,
                   check_allgather_coalesced, check_alltoall, check_p2p_async, check_p2p_timeout,
-                  check_subgroups, check_refusals):
+                  check_recv_anysource, check_subgroups, check_refusals):
         check()
         print("rank %d: %s passed" % (R, check.__name__), flush=True)
     dist.destroy_process_group()
