@@ -157,6 +157,40 @@ start_node() {
     eval "PID$n=$!"
 }
 
+# status ARGS...: msrun status (20 s at most), stdout in $TMP/st, stderr in
+# $TMP/st.err, exit status in $CODE
+status() {
+    CODE=0
+    timeout -k 5 20 "$MSRUN" status "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
+}
+
+# check_json PYTHON: runs PYTHON with j = the JSON in $TMP/st
+check_json() {
+    python3 -c "import json, sys
+j = json.load(open(sys.argv[1]))
+$1" "$TMP/st" 2>"$TMP/py.err" || { cat "$TMP/st" "$TMP/py.err" >&2; return 1; }
+}
+
+# poll_status SECONDS PYTHON ARGS...: `msrun status --json ARGS` until
+# PYTHON holds, for SECONDS at most; j is the JSON and, where it is one job's
+# (--job_id), rel maps the node rank of each running node to its relay
+poll_status() {
+    local end=$((SECONDS + $1)) cond=$2
+    shift 2
+    while ((SECONDS < end)); do
+        status --json "$@"
+        [ "$CODE" = 0 ] && python3 -c "import json, sys
+j = json.load(open(sys.argv[1]))
+rel = None
+if isinstance(j, dict):
+    rel = {n['node_rank']: n['relay'] for n in j['nodes'] if n['state'] == 'running'}
+assert $cond, j" "$TMP/st" 2>"$TMP/py.err" && return 0
+        sleep 0.2
+    done
+    cat "$TMP/st" "$TMP/st.err" "$TMP/py.err" >&2
+    return 1
+}
+
 # wait_for PATTERN FILE SECONDS: waits until FILE has at least one line
 # matching PATTERN.
 wait_for() {

@@ -16,28 +16,6 @@ while [ ! -e "$TMP/stop" ]; do sleep 0.05; done
 EOS
 chmod +x "$TMP/hold.sh"
 
-status() {
-    CODE=0
-    timeout -k 5 20 "$MSRUN" status "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
-}
-
-# poll_json SECONDS PYTHON JOB: `msrun status --job_id JOB --json` until
-# PYTHON (j: the JSON, rel: node rank -> relay of the running nodes)
-# holds, for SECONDS at most
-poll_json() {
-    local end=$((SECONDS + $1)) cond=$2
-    while ((SECONDS < end)); do
-        status --json --job_id "$3"
-        [ "$CODE" = 0 ] && python3 -c "import json, sys
-j = json.load(open(sys.argv[1]))
-rel = {n['node_rank']: n['relay'] for n in j['nodes'] if n['state'] == 'running'}
-assert $cond, rel" "$TMP/st" 2>"$TMP/py.err" && return 0
-        sleep 0.2
-    done
-    cat "$TMP/st" "$TMP/st.err" "$TMP/py.err" >&2
-    return 1
-}
-
 # start_job JOB NODES ARGS...: NODES msruns of one worker each (node ranks
 # 0 to NODES-1), the coordinator on PORT and the relays above it (PORT + 2
 # + group: NODES + 2 consecutive free ports cover any K)
@@ -67,7 +45,7 @@ end_job() {
 # 1. K = 2 over 5 nodes: groups {0,1} {2,3} {4}; each node's relay is
 #    relay-(rank / 2), served by its group's first node
 start_job k2 5 --worker_num=5 --relays=2
-poll_json 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1', 4: 'relay-2'}" k2 ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1', 4: 'relay-2'}" --job_id k2 ||
     fail "the nodes did not join through their groups' relays"
 status --job_id k2
 expect_in "joined through relay relay-1" "$TMP/st" "msrun status's text"
@@ -82,11 +60,11 @@ ok "--relays 2 over 5 nodes: groups of 2, 2 and 1 joined through their relays"
 
 # 2. K = 1: every node its own relay; auto below 1,024 nodes: none
 start_job k1 2 --worker_num=2 --relays=1
-poll_json 60 "rel == {0: 'relay-0', 1: 'relay-1'}" k1 ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-1'}" --job_id k1 ||
     fail "--relays 1: each node through its own relay"
 end_job 2
 start_job small 2 --worker_num=2
-poll_json 60 "rel == {0: '', 1: ''}" small || fail "a small job has no relays by default"
+poll_status 60 "rel == {0: '', 1: ''}" --job_id small || fail "a small job has no relays by default"
 grep -q "serving" "$TMP/node0.err" "$TMP/node1.err" &&
     fail "a small job serves relays"
 end_job 2
@@ -107,7 +85,7 @@ wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 3)) " "$TMP/node3.err" 3
 start_node 2 --master_addr=127.0.0.1 --master_port="$PORT" --job_id=late \
     --local_worker_num=1 --node_rank=2 --cluster_time_out=60 --worker_num=4 --relays=2 \
     "$TMP/hold.sh"
-poll_json 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: ''}" late ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: ''}" --job_id late ||
     fail "node 3 did not join directly, or node 2 not through its relay"
 end_job 4
 ok "a relay not up: its group's node joined the coordinator directly"
@@ -117,17 +95,17 @@ ok "a relay not up: its group's node joined the coordinator directly"
 #    model of a fixed size: it waits for the node to come back); node 2
 #    started again serves relay-1 again and the job runs on
 start_job dies 4 --worker_num=4 --max_restarts=3 --relays=2 --node_timeout=2
-poll_json 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" dies ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" --job_id dies ||
     fail "the job did not form through its relays"
 kill -9 "$PID2"
 wait "$PID2" 2>/dev/null
 wait_for "no answer from relay-1 at 127.0.0.1:$((PORT + 3)) " "$TMP/node3.err" 30 ||
     fail "node 3 did not notice its relay die"
-poll_json 60 "j['generation'] >= 1" dies || fail "the job did not restart without node 2"
+poll_status 60 "j['generation'] >= 1" --job_id dies || fail "the job did not restart without node 2"
 start_node 2 --master_addr=127.0.0.1 --master_port="$PORT" --job_id=dies --local_worker_num=1 \
     --node_rank=2 --cluster_time_out=60 --worker_num=4 --max_restarts=3 --relays=2 \
     --node_timeout=2 "$TMP/hold.sh"
-poll_json 60 "j['generation'] >= 1 and rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" dies ||
+poll_status 60 "j['generation'] >= 1 and rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" --job_id dies ||
     fail "the job did not run again with node 2 back"
 end_job 4
 ok "a relay's node killed: its group called the coordinator, the job restarted with it back"

@@ -116,23 +116,6 @@ run_job() {
     start_msrun --hostfile "$TMP/hosts4" --ssh "$TMP/ssh" --forward_env=MSRUN_TEST_MARKER \
         --master_port="$PORT" --cluster_time_out=60 "$@" "$TMP/hold.sh"
 }
-# poll_rel JOB SECONDS PYTHON [ARGS...]: msrun status ARGS until PYTHON
-# holds of rel (node rank -> relay of the running nodes)
-poll_rel() {
-    local end=$((SECONDS + $2)) job=$1 cond=$3
-    shift 3
-    while ((SECONDS < end)); do
-        CODE=0
-        timeout -k 5 20 "$MSRUN" status --json --job_id "$job" "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
-        [ "$CODE" = 0 ] && python3 -c "import json, sys
-j = json.load(open(sys.argv[1]))
-rel = {n['node_rank']: n['relay'] for n in j['nodes'] if n['state'] == 'running'}
-assert $cond, rel" "$TMP/st" 2>"$TMP/py.err" && return 0
-        sleep 0.2
-    done
-    cat "$TMP/st" "$TMP/st.err" "$TMP/py.err" >&2
-    return 1
-}
 end_job() { # end_job WHAT: the workers stop, the launcher exits 0
     touch "$TMP/stop"
     wait_pid "$BG_PID" 60
@@ -163,7 +146,7 @@ else
 fi
 new_ports
 run_job --relays=2 --job_id=hf2 "${TLS[@]}"
-poll_rel hf2 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" "${TLS[@]}" ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: 'relay-1', 3: 'relay-1'}" --job_id hf2 "${TLS[@]}" ||
     fail "the hosts did not join through their groups' relays"
 for n in 0 1; do
     expect_in "node $n joins and heartbeats through relay-0 at 127.0.0.2:$((PORT + 2))$" "$TMP/err" \
@@ -195,7 +178,7 @@ test_cleanup() { kill "$BLOCKER" 2>/dev/null; }
 for ((i = 0; i < 600; i++)); do [ -e "$TMP/blocking" ] && break; sleep 0.05; done
 [ -e "$TMP/blocking" ] || fail "the listener on relay-1's port did not start"
 run_job --relays=2 --job_id=hfdead
-poll_rel hfdead 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: '', 3: ''}" ||
+poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: '', 3: ''}" --job_id hfdead ||
     fail "relay-1's group did not join the coordinator directly"
 expect_in "cannot serve relay-1 on 0.0.0.0:$((PORT + 3))" "$TMP/err" "relay-1 not served"
 expect_in "no answer from relay-1 at 127.0.0.4:$((PORT + 3)) (.*): joining the coordinator at 127.0.0.2:$PORT directly$" \

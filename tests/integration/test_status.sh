@@ -20,34 +20,6 @@ while [ ! -e "$TMP/stop" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
 SH
 chmod +x "$TMP/hold.sh"
 
-# status ARGS...: msrun status (20 s at most), stdout in $TMP/st, stderr in
-# $TMP/st.err, exit status in $CODE
-status() {
-    CODE=0
-    timeout -k 5 20 "$MSRUN" status "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
-}
-
-# check_json PYTHON: runs PYTHON with j = the JSON in $TMP/st
-check_json() {
-    python3 -c "import json, sys
-j = json.load(open(sys.argv[1]))
-$1" "$TMP/st" 2>"$TMP/py.err" || { cat "$TMP/st" "$TMP/py.err" >&2; return 1; }
-}
-
-# poll_json SECONDS PYTHON ARGS...: runs `msrun status ARGS --json` until
-# PYTHON holds for its JSON
-poll_json() {
-    local limit=$1 cond=$2 i
-    shift 2
-    for ((i = 0; i < limit * 5; i++)); do
-        status --json "$@"
-        [ "$CODE" = 0 ] && check_json "assert $cond" 2>/dev/null && return 0
-        sleep 0.2
-    done
-    cat "$TMP/st" "$TMP/st.err" >&2
-    return 1
-}
-
 # 1. a standalone job: found without an address, text and JSON
 rm -f "$TMP/stop"
 start_msrun --job_id=solo --worker_num=2 "$TMP/hold.sh"
@@ -144,7 +116,7 @@ common=(--master_addr=127.0.0.1 --master_port="$port" --nnodes=1:3 --local_worke
     --job_id=elastic --last_call=2 "$TMP/hold.sh")
 start_node 0 "${common[@]}"
 start_node 1 "${common[@]}"
-poll_json 30 "j[0]['state'] == 'running' and len([n for n in j[0]['nodes'] if n['state'] == 'running']) == 2" ||
+poll_status 30 "j[0]['state'] == 'running' and len([n for n in j[0]['nodes'] if n['state'] == 'running']) == 2" ||
     fail "the elastic job runs on two nodes"
 check_json "
 assert len(j) == 1, j
@@ -171,7 +143,7 @@ port=$(free_port)
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
     --job_id=pair --cluster_time_out=60 "$TMP/hold.sh")
 start_node 0 "${common[@]}"
-poll_json 20 "len(j[0]['nodes']) == 1 and j[0]['nodes'][0]['state'] == 'waiting'" ||
+poll_status 20 "len(j[0]['nodes']) == 1 and j[0]['nodes'][0]['state'] == 'waiting'" ||
     fail "the first node shows as waiting"
 check_json "
 s = j[0]
@@ -185,7 +157,7 @@ grep -qE "^  node - +127.0.0.1 +pid $PID0 +2 workers +waiting" "$TMP/st" ||
     { cat "$TMP/st"; fail "the waiting node's line"; }
 expect_not_in "node -1" "$TMP/st" "no 'node -1'"
 start_node 1 "${common[@]}"
-poll_json 30 "j[0]['state'] == 'running'" ||
+poll_status 30 "j[0]['state'] == 'running'" ||
     fail "the job runs once its second node is in"
 check_json "
 s = j[0]

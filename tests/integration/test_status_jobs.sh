@@ -21,15 +21,6 @@ while [ ! -e "$TMP/stop" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
 SH
 chmod +x "$TMP/report.sh"
 
-status() { # status ARGS...: stdout in $TMP/st, stderr in $TMP/st.err, $CODE
-    CODE=0
-    timeout -k 5 20 "$MSRUN" status "$@" >"$TMP/st" 2>"$TMP/st.err" || CODE=$?
-}
-check_json() { # check_json PYTHON: with j = the JSON in $TMP/st
-    python3 -c "import json, sys
-j = json.load(open(sys.argv[1]))
-$1" "$TMP/st" 2>"$TMP/py.err" || { cat "$TMP/st" "$TMP/py.err" >&2; return 1; }
-}
 start_job() { # start_job N ARGS...: msrun in the background (PIDN), output in $TMP/jobN.*
     local n=$1
     shift
