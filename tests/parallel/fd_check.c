@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/layers.h"
 #include "model/rng.h"
@@ -31,6 +32,36 @@ void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
                       "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, analytic[i],
                       num);
     }
+}
+
+void fd_check_routed(const char *what, fd_objective_fn f, void *ctx, const int *choice,
+                     const int *pos, size_t nroute, double *x, const float *analytic, size_t n)
+{
+    const double h = 1e-6;
+    double worst = 0.0, scale = 0.0;
+    f(ctx);
+    int *route = malloc(2 * nroute * sizeof *route);
+    MSR_CHECK(route != NULL);
+    memcpy(route, choice, nroute * sizeof *route);
+    memcpy(route + nroute, pos, nroute * sizeof *route);
+    for (size_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double up = f(ctx);
+        x[i] = keep - h;
+        double down = f(ctx);
+        x[i] = keep;
+        MSR_CHECK_MSG(memcmp(route, choice, nroute * sizeof *route) == 0 &&
+                          memcmp(route + nroute, pos, nroute * sizeof *route) == 0,
+                      "%s[%zu]: a step of %g changes the routing", what, i, h);
+        double num = (up - down) / (2 * h);
+        worst = fmax(worst, fabs(num - analytic[i]));
+        scale = fmax(scale, fabs(num));
+    }
+    free(route);
+    MSR_CHECK_MSG(worst <= 1e-4 * (1.0 + scale), "%s: finite differences differ by %g (scale %g)",
+                  what, worst, scale);
+    MSR_CHECK_MSG(scale > 0.0, "%s: no gradient flows", what);
 }
 
 double fd_mean_crossentropy(const double *logits, const int *tgt, int N, int V)

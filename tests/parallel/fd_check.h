@@ -27,6 +27,15 @@ typedef double (*fd_objective_fn)(void *ctx);
 void fd_check_grad(const char *what, fd_objective_fn f, void *ctx, double *x,
                    const double *analytic, size_t n);
 
+/* A routed layer against its double reference (the MoE tests): analytic
+ * (float, n) against central differences (h = 1e-6) of f in every element
+ * of x, the worst within 1e-4 of (1 + the largest difference), which must
+ * not be 0 (something flows). Each run of f leaves its routing in choice
+ * and pos (nroute ints each): no step may change it, or the difference
+ * crosses a kink. */
+void fd_check_routed(const char *what, fd_objective_fn f, void *ctx, const int *choice,
+                     const int *pos, size_t nroute, double *x, const float *analytic, size_t n);
+
 /* The mean cross-entropy of logits (N, V) against the targets tgt (N), in
  * double: a reference loss's last step. */
 double fd_mean_crossentropy(const double *logits, const int *tgt, int N, int V);

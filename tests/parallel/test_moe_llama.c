@@ -15,6 +15,7 @@
 #include "model/gpt.h"
 #include "model/moe.h"
 #include "model/rng.h"
+#include "tests/parallel/fd_check.h"
 #include "tests/runner.h"
 
 enum { TC = 4, TF = 6, TE = 4, TK = 2, TN = 12, EC = 3 * TF * TC };
@@ -213,32 +214,16 @@ static void test_forward(void)
     msr_moe_destroy(f.moe);
 }
 
+static double ref_objective(void *r)
+{
+    return ref_run(r);
+}
+
 /* analytic (float) against the central difference of the reference's
  * objective in each of n elements of v, the routing unchanged. */
 static void check_fd(const char *what, ref_t *r, double *v, const float *analytic, size_t n)
 {
-    const double h = 1e-6;
-    double worst = 0.0, scale = 0.0;
-    ref_run(r);
-    int choice[TN * TK], pos[TN * TK];
-    memcpy(choice, r->choice, sizeof choice);
-    memcpy(pos, r->pos, sizeof pos);
-    for (size_t i = 0; i < n; i++) {
-        double keep = v[i];
-        v[i] = keep + h;
-        double up = ref_run(r);
-        v[i] = keep - h;
-        double down = ref_run(r);
-        v[i] = keep;
-        MSR_CHECK(memcmp(choice, r->choice, sizeof choice) == 0);
-        MSR_CHECK(memcmp(pos, r->pos, sizeof pos) == 0);
-        double num = (up - down) / (2 * h);
-        worst = fmax(worst, fabs(num - analytic[i]));
-        scale = fmax(scale, fabs(num));
-    }
-    MSR_CHECK_MSG(worst <= 1e-4 * (1.0 + scale), "%s: finite differences differ by %g (scale %g)",
-                  what, worst, scale);
-    MSR_CHECK(scale > 0.0);
+    fd_check_routed(what, ref_objective, r, r->choice, r->pos, TN * TK, v, analytic, n);
 }
 
 static void test_backward(void)
