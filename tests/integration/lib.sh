@@ -153,7 +153,9 @@ start_node() {
     shift
     : >"$TMP/node$n.out"
     : >"$TMP/node$n.err"
-    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
+    # NODE_LIMIT: seconds for timeout(1) to give it (PIDN is then timeout's)
+    env MSRUN_TEST_MARKER="$MARKER" ${NODE_LIMIT:+timeout -k 5 "$NODE_LIMIT"} "$MSRUN" "$@" \
+        >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
     eval "PID$n=$!"
 }
 

@@ -12,17 +12,8 @@ mkdir -m 700 "$XDG_RUNTIME_DIR"
 TOKEN_A=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
 TOKEN_B=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
 
-# start_node N ARGS...: msrun in the background (PIDN), output in
-# $TMP/nodeN.{out,err}, 60 s at most
-start_node() {
-    local n=$1
-    shift
-    : >"$TMP/node$n.out"
-    : >"$TMP/node$n.err"
-    env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "$@" >"$TMP/node$n.out" \
-        2>"$TMP/node$n.err" &
-    eval "PID$n=$!"
-}
+# start_node (lib.sh) gives each msrun 60 s at most; PIDN is timeout's
+NODE_LIMIT=60
 wait_node() { # wait_node N WANT
     local pid
     eval "pid=\$PID$1"

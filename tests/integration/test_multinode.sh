@@ -7,16 +7,8 @@ BATCH=$BUILD/tests/batch_worker
 use_token_file
 
 
-# start_node N ARGS...: msrun in the background, output in $TMP/nodeN.{out,err}
-start_node() {
-    local n=$1
-    shift
-    # emptied here, not by the child's redirection (see start_msrun)
-    : >"$TMP/node$n.out"
-    : >"$TMP/node$n.err"
-    env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
-    eval "PID$n=$!"
-}
+# start_node (lib.sh) gives each msrun 60 s at most; PIDN is timeout's
+NODE_LIMIT=60
 wait_node() { # wait_node N WANT
     local pid code=0
     eval "pid=\$PID$1"

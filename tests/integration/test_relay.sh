@@ -19,13 +19,6 @@ start_relay() {
     RELAY_PORT=$(awk '/^port/ { print $2 }' "$TMP/$1.ready")
 }
 
-start_node() {
-    local n=$1
-    shift
-    env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" "$@" >"$TMP/node$n.out" 2>"$TMP/node$n.err" &
-    eval "PID$n=$!"
-}
-
 # 1. a job through a relay: both nodes' joins and heartbeats relayed
 port=$(free_port)
 start_relay r1 "$port"
