@@ -105,8 +105,9 @@ no_leftovers "balanced job"
 # --- printed metric lines, one slow rank ---
 # rank 2 sleeps four times as long per step; what each step costs besides
 # (a sleep process started, a line read) makes the ratio msrun measures
-# smaller: 3.4x measured pinned to one core beside a CPU hog, against the
-# 2 asked of its factor below and the default --straggler_factor of 1.5
+# smaller: 3.4x measured pinned to one core beside a CPU hog, 1.8x at a
+# load of 25 on 2 cores. It is named when its ratio first passes the default
+# --straggler_factor of 1.5, so the factor recorded then is only above that
 cat >"$TMP/lines.sh" <<'SH'
 #!/bin/bash
 # rank 2 takes four times as long per step
@@ -128,7 +129,7 @@ start_msrun --worker_num=4 --dashboard_port="$PORT" "$TMP/lines.sh" "$TMP/hold2"
 wait_for "rank 2 on node 0 $STRAGGLER" "$TMP/err" 30 || fail "the slow rank is named"
 wait_job "len(j['stragglers']) == 1 and all(r['step'] == 59 for r in j['ranks'])" 30 ||
     fail "/api/job's stragglers: $(cat "$TMP/job.json")"
-json "$TMP/job.json" "j['stragglers'][0]['rank'] == 2 and j['stragglers'][0]['factor'] > 2 and
+json "$TMP/job.json" "j['stragglers'][0]['rank'] == 2 and j['stragglers'][0]['factor'] > 1.5 and
     [r['rank'] for r in j['ranks'] if r['straggler']] == [2] and
     all(r['scalars'] == {'loss': 41.5, 'tok_s': 200} for r in j['ranks'])" | grep -qx True ||
     fail "the straggler in /api/job: $(cat "$TMP/job.json")"
