@@ -139,6 +139,26 @@ static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     return lines_seen(s, r, k, off, len);
 }
 
+/* Whether every other member published an operation past last (a
+ * broadcast root's check that its ring entry's readers are done). The
+ * least number they showed is kept (s->ring_seen): the root reads their
+ * words again only when its entry lies past what they showed last, not
+ * on every broadcast, so that the readers' lines stay with the readers
+ * while the root runs ahead. */
+static int ring_readers_past(struct ucx_shm *s, const ucx_req_t *r, uint64_t last)
+{
+    uint64_t least = UINT64_MAX;
+    for (int j = 0; j < r->n; j++) {
+        if (j == r->me)
+            continue;
+        uint64_t v = atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire);
+        if (v < least)
+            least = v;
+    }
+    s->ring_seen = least;
+    return least > last;
+}
+
 /* Places broadcast k in the ring of its parity (once, at its turn: every
  * member places the same operations in the same order) and returns the
  * operation every member must have finished before the root may write
@@ -187,7 +207,7 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     if (a->coll != MSR_COLL_BROADCAST)
         return all_reached(s, r, k - 1);
     uint64_t last = ring_place(s, k, r->bytes);
-    return r->me != a->root || last == 0 || all_reached(s, r, last + 1);
+    return r->me != a->root || last == 0 || last < s->ring_seen || ring_readers_past(s, r, last);
 }
 
 /* dst = x op y over count elements: a few floats inline, the rest through
