@@ -53,11 +53,12 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
     int L = m->cfg.layers, whole = m->num_segments == L + 2 && m->params != NULL;
-    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero != 0 || dp->offload != NULL || !whole ||
-        m->cfg.moe.experts > 0 || L < 1)
-        return msr_err(MSR_ERR_CONFIG,
-                       "dp: the parameters' offload takes the disk, ZeRO 0, a whole dense model "
-                       "and the optimizer's moments in memory");
+    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero != 0 || !whole || m->cfg.moe.experts > 0 ||
+        L < 1)
+        return msr_err(
+            MSR_ERR_CONFIG,
+            "dp: the parameters' offload takes the disk, ZeRO 0 and a whole dense model");
+    dp->pcur = SIZE_MAX;
     dp->pblk_lo = m->segments[1].offset;
     dp->pblk_n = m->segments[1].count;
     for (int l = 0; l < L; l++)
@@ -141,6 +142,58 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
     }
     update_flat(dp, lo + L * n, dp->model->num_params - (lo + L * n));
     return st;
+}
+
+/* With the moments offloaded too (dp_offload.c), their chunks come in the
+ * flat buffer's order (ZeRO 0's shard space): the block a chunk reaches
+ * is acquired (the next one read ahead) and kept while the chunks fall in
+ * it, then written back behind. */
+msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
+{
+    if (dp->params_off == NULL || dp->pcur == SIZE_MAX)
+        return MSR_OK;
+    float *buf = dp->pcur_buf;
+    size_t k = dp->pcur;
+    dp->pcur = SIZE_MAX;
+    dp->pcur_buf = NULL;
+    return msr_params_release(dp->params_off, k, buf, dirty);
+}
+
+static msr_status_t cursor_at(msr_dp_t *dp, size_t k)
+{
+    if (dp->pcur == k)
+        return MSR_OK;
+    msr_status_t st = msr_dp_params_cursor_end(dp, 1);
+    float *buf;
+    if (st == MSR_OK && (st = msr_params_acquire(dp->params_off, k, 1, &buf)) == MSR_OK) {
+        dp->pcur = k;
+        dp->pcur_buf = buf;
+    }
+    return st;
+}
+
+msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t off, size_t n, float *m, float *v)
+{
+    size_t lo = dp->pblk_lo, bn = dp->pblk_n, hi = lo + (size_t)layers(dp) * bn, e = off + n;
+    float *params = dp->model->params;
+    const float *grads = dp->model->grads;
+    while (off < e) {
+        size_t end = off < lo ? MSR_MIN(e, lo) : e;
+        float *p = params + off;
+        if (off >= lo && off < hi) { /* in block k */
+            size_t k = (off - lo) / bn;
+            end = MSR_MIN(e, lo + (k + 1) * bn);
+            msr_status_t st = cursor_at(dp, k);
+            if (st != MSR_OK)
+                return st;
+            p = dp->pcur_buf + (off - lo - k * bn);
+        }
+        msr_adamw_update_moments(dp->opt, off, end - off, p, grads + off, m, v);
+        m += end - off;
+        v += end - off;
+        off = end;
+    }
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out)

@@ -126,10 +126,7 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
                       : strcmp(rc, "none") != 0 ? "--recompute selective or full"
                       : o->experts > 0          ? "--experts"
                       : o->zero != 0            ? "--zero 1, 2 or 3 (it takes --zero 0)"
-                      : cfg[T_OPT].mode == MSR_OFFLOAD_DISK
-                          ? "optimizer=disk (the moments stream in the shard's order, the "
-                            "parameters a block at a time)"
-                          : NULL;
+                                                : NULL;
     if (why != NULL) {
         fprintf(stderr,
                 "train_gpt: --offload params=disk covers data parallel with --zero 0 on "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_gpt --offload params=disk:DIR (docs/model.md "Offload"): the same
 # losses, bitwise, as the same layout without offload for one process
-# (both I/O engines, 4 and 2 micro-batches a step) and dp 2; every block's
+# (both I/O engines, 4 and 2 micro-batches a step) and dp 2, alone and
+# with the optimizer's moments offloaded too; every block's
 # parameters read back ahead of its forward, its backward and its update,
 # none unasked for; fewer parameter bytes resident; the files 0600, kept on
 # request, else removed; runs stopped and resumed with the offload on and
@@ -64,6 +65,20 @@ same one 1 4 all
 same accum2 1 2 threads --global-batch 4
 same dp 2 2 threads --dp 2
 
+# both offloads in one run: the moments' chunks (4 KiB: a block spans
+# many; by default: one spans two blocks) reach the blocks in order, each
+# block read ahead and written back behind as the chunks move past it
+both="$params,optimizer=disk:$work/off"
+run both 1 --offload "$both" --offload-chunk 4096 --report
+run both-dp 2 --dp 2 --offload "$both" --report
+for name in both:one both-dp:dp; do
+    cmp -s "$work/${name#*:}.log" "$work/${name%:*}.log" ||
+        fail "${name%:*}: $(diff "$work/${name#*:}.log" "$work/${name%:*}.log" | head -4)"
+done
+read_ahead both 1 4
+read_ahead both-dp 2 2
+[[ -z "$(ls -A "$work/off")" ]] || fail "both left files: $(ls "$work/off")"
+
 # the parameters resident: without the 4 blocks (3 blocks' buffers instead)
 pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
 [[ -n "$(pbytes one-threads)" && $(pbytes one-threads) -lt $(pbytes one) ]] ||
@@ -76,10 +91,12 @@ kept "$work/off" params 2
 
 # stopped at step 2 and resumed: offloaded throughout, then offloaded only
 # before the stop, then only after it: each the run never stopped
-for how in on-on on-off off-on; do
+for how in on-on on-off off-on both-both both-off; do
     before=() after=()
     [[ $how != on-* ]] || before=(--offload "$params")
     [[ $how != *-on ]] || after=(--offload "$params")
+    [[ $how != both-* ]] || before=(--offload "$both")
+    [[ $how != *-both ]] || after=(--offload "$both")
     rm -rf "$work/ck"
     run "ck-$how" m1 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
     run "ck-$how" m1 --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
@@ -94,7 +111,6 @@ refuse 1 "$why --recompute selective or full" "${small[@]}" --offload "$params" 
 refuse 1 "$why --zero 1, 2 or 3" "${small[@]}" --offload "$params" --zero 1
 refuse 2 "$why --tp, --pp, --cp" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
-refuse 1 "$why optimizer=disk" "${small[@]}" --offload "$params,optimizer=disk:$work/off"
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$params,$params"
@@ -113,4 +129,10 @@ grep -q "step" "$work/out" && fail "a missing directory trained: $(cat "$work/ou
 # 4 KiB slot of the file)
 scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
     --offload "$params"
+# with the moments offloaded too: a block changed underneath, or a chunk
+# of the moments, stops the run naming its file
+scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    --offload "$both"
+scribble "$work/off" offload chunk 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    --offload "$both" --offload-chunk 4096
 echo "offload: parameters bitwise equal without it (one, 2 micro-batches, dp 2, resumed)"
