@@ -94,9 +94,14 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
     int L = layers(dp);
     msr_status_t st = MSR_OK;
     /* the pass's first block read while the embeddings (forward) or the
-     * head (backward) compute */
-    if (pass == MSR_GPT_FORWARD && s == 0 && !dp->pfirst) {
-        st = msr_params_prefetch(dp->params_off, 0);
+     * head (backward) compute; a forward's visit of 0 after its final
+     * norm's (the tied head) is not the embeddings', and the
+     * model-parallel runtime's forward visits neither */
+    if (pass == MSR_GPT_FORWARD && s == 0) {
+        if (!dp->pfirst)
+            st = msr_params_prefetch(dp->params_off, 0);
+        dp->pfirst = 0;
+    } else if (pass == MSR_GPT_FORWARD && s == L + 1) {
         dp->pfirst = 1;
     } else if (pass == MSR_GPT_BACKWARD && s == L + 1) {
         st = msr_params_prefetch(dp->params_off, (size_t)L - 1);

@@ -119,14 +119,12 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     }
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
-    const char *rc = o->recompute != NULL ? o->recompute : "none";
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
                       : o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL
                           ? "--tp, --pp, --cp, --sp or --trace (the model-parallel runtime)"
-                      : strcmp(rc, "none") != 0 ? "--recompute selective or full"
-                      : o->experts > 0          ? "--experts"
-                      : o->zero != 0            ? "--zero 1, 2 or 3 (it takes --zero 0)"
-                                                : NULL;
+                      : o->experts > 0 ? "--experts"
+                      : o->zero != 0   ? "--zero 1, 2 or 3 (it takes --zero 0)"
+                                       : NULL;
     if (why != NULL) {
         fprintf(stderr,
                 "train_gpt: --offload params=disk covers data parallel with --zero 0 on "

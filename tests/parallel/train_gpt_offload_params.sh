@@ -2,7 +2,8 @@
 # train_gpt --offload params=disk:DIR (docs/model.md "Offload"): the same
 # losses, bitwise, as the same layout without offload for one process
 # (both I/O engines, 4 and 2 micro-batches a step) and dp 2, alone and
-# with the optimizer's moments offloaded too; every block's
+# with the optimizer's moments offloaded too, under full and selective
+# recompute and with every offload at once; every block's
 # parameters read back ahead of its forward, its backward and its update,
 # none unasked for; fewer parameter bytes resident; the files 0600, kept on
 # request, else removed; runs stopped and resumed with the offload on and
@@ -64,6 +65,20 @@ same() {
 same one 1 4 all
 same accum2 1 2 threads --global-batch 4
 same dp 2 2 threads --dp 2
+# recompute: the model-parallel runtime's forward takes each block through
+# the hooks as the whole model's does, and its backward recomputes the
+# block while it holds it (selective under GPipe: every forward before
+# the first backward)
+same full 1 4 threads --recompute full
+same sel 1 2 threads --recompute selective --schedule gpipe --global-batch 4
+same dpfull 2 2 threads --dp 2 --recompute full
+# every offload at once: the block inputs, the parameters, the moments
+run all 1 --recompute full --report \
+    --offload "$params,activations=disk:$work/off,optimizer=disk:$work/off"
+cmp -s "$work/full.log" "$work/all.log" || fail "all: $(diff "$work/full.log" "$work/all.log" | head -4)"
+read_ahead all 1 4
+grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/all.out" ||
+    fail "all: $(grep "activation offload" "$work/all.out")"
 
 # both offloads in one run: the moments' chunks (4 KiB: a block spans
 # many; by default: one spans two blocks) reach the blocks in order, each
@@ -91,23 +106,23 @@ kept "$work/off" params 2
 
 # stopped at step 2 and resumed: offloaded throughout, then offloaded only
 # before the stop, then only after it: each the run never stopped
-for how in on-on on-off off-on both-both both-off; do
-    before=() after=()
-    [[ $how != on-* ]] || before=(--offload "$params")
-    [[ $how != *-on ]] || after=(--offload "$params")
-    [[ $how != both-* ]] || before=(--offload "$both")
-    [[ $how != *-both ]] || after=(--offload "$both")
+for how in on-on on-off off-on both-both both-off full-on-on full-on-off; do
+    before=() after=() base=one mode=${how#full-}
+    [[ $how != full-* ]] || before=(--recompute full) after=(--recompute full) base=full
+    [[ $mode != on-* ]] || before+=(--offload "$params")
+    [[ $mode != *-on ]] || after+=(--offload "$params")
+    [[ $mode != both-* ]] || before+=(--offload "$both")
+    [[ $mode != *-both ]] || after+=(--offload "$both")
     rm -rf "$work/ck"
     run "ck-$how" m1 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
     run "ck-$how" m1 --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
     grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(cat "$work/ck-$how.out")"
-    cmp -s "$work/one.log" "$work/ck-$how.log" ||
-        fail "resumed $how: $(diff "$work/one.log" "$work/ck-$how.log")"
+    cmp -s "$work/$base.log" "$work/ck-$how.log" ||
+        fail "resumed $how ($base): $(diff "$work/$base.log" "$work/ck-$how.log")"
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
 why="params=disk covers data parallel with --zero 0 on CPU ranks: not"
-refuse 1 "$why --recompute selective or full" "${small[@]}" --offload "$params" --recompute full
 refuse 1 "$why --zero 1, 2 or 3" "${small[@]}" --offload "$params" --zero 1
 refuse 2 "$why --tp, --pp, --cp" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
