@@ -196,6 +196,8 @@ typedef struct msr_dp {
     int pfirst;             /* forward's first block read ahead already */
     int pflat;              /* a checkpoint holds them in the flat buffer */
     size_t pblk_lo, pblk_n; /* the blocks' first element, a block's elements */
+    float *pcur_buf;        /* the block the moments' chunks update (both offloads) */
+    size_t pcur;            /* its index, or SIZE_MAX for none */
 
     /* the current micro-batch */
     int reduce_now;  /* this backward reduces its buckets */

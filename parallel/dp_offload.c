@@ -33,6 +33,8 @@ msr_status_t msr_dp_offload_attach(msr_dp_t *dp)
 static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, float *v)
 {
     msr_dp_t *dp = arg;
+    if (dp->params_off != NULL)
+        return msr_dp_params_update_moments(dp, off, n, m, v);
     if (dp->cfg.zero == 0) {
         msr_adamw_update_moments(dp->opt, off, n, dp->model->params + off, dp->model->grads + off,
                                  m, v);
@@ -52,7 +54,14 @@ static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, floa
 
 msr_status_t msr_dp_offload_update(msr_dp_t *dp)
 {
-    return msr_offload_step(dp->offload, update_chunk, dp);
+    if (dp->params_off == NULL)
+        return msr_offload_step(dp->offload, update_chunk, dp);
+    /* the first block read while the chunks of the embeddings update */
+    msr_status_t st = msr_params_prefetch(dp->params_off, 0);
+    if (st == MSR_OK)
+        st = msr_offload_step(dp->offload, update_chunk, dp);
+    msr_status_t est = msr_dp_params_cursor_end(dp, st == MSR_OK);
+    return st != MSR_OK ? st : est;
 }
 
 msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read)

@@ -53,11 +53,12 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
     int L = m->cfg.layers, whole = m->num_segments == L + 2 && m->params != NULL;
-    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero != 0 || dp->offload != NULL || !whole ||
-        m->cfg.moe.experts > 0 || L < 1)
+    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero > 2 || (dp->cfg.zero > 0 && dp->offload) ||
+        !whole || m->cfg.moe.experts > 0 || L < 1)
         return msr_err(MSR_ERR_CONFIG,
-                       "dp: the parameters' offload takes the disk, ZeRO 0, a whole dense model "
-                       "and the optimizer's moments in memory");
+                       "dp: the parameters' offload takes the disk, ZeRO 0-2 (0 with the moments "
+                       "offloaded) and a whole dense model");
+    dp->pcur = SIZE_MAX;
     dp->pblk_lo = m->segments[1].offset;
     dp->pblk_n = m->segments[1].count;
     for (int l = 0; l < L; l++)
@@ -93,9 +94,14 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
     int L = layers(dp);
     msr_status_t st = MSR_OK;
     /* the pass's first block read while the embeddings (forward) or the
-     * head (backward) compute */
-    if (pass == MSR_GPT_FORWARD && s == 0 && !dp->pfirst) {
-        st = msr_params_prefetch(dp->params_off, 0);
+     * head (backward) compute; a forward's visit of 0 after its final
+     * norm's (the tied head) is not the embeddings', and the
+     * model-parallel runtime's forward visits neither */
+    if (pass == MSR_GPT_FORWARD && s == 0) {
+        if (!dp->pfirst)
+            st = msr_params_prefetch(dp->params_off, 0);
+        dp->pfirst = 0;
+    } else if (pass == MSR_GPT_FORWARD && s == L + 1) {
         dp->pfirst = 1;
     } else if (pass == MSR_GPT_BACKWARD && s == L + 1) {
         st = msr_params_prefetch(dp->params_off, (size_t)L - 1);
@@ -127,10 +133,105 @@ static void update_flat(msr_dp_t *dp, size_t lo, size_t n)
         msr_adamw_update_range(dp->opt, lo, n, dp->model->params + lo, dp->model->grads + lo);
 }
 
+/* ZeRO 1-2: AdamW over this rank's owned elements of flat elements
+ * [lo, hi), whose parameters are at base (element lo at base[0]). */
+static void update_owned(msr_dp_t *dp, size_t lo, size_t hi, float *base)
+{
+    for (int k = 0; k < dp->num_units; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        size_t a = MSR_MAX(lo, u->own_lo), b = MSR_MIN(hi, u->own_lo + u->own_n);
+        if (a < b)
+            msr_adamw_update_range(dp->opt, u->shard_off + (a - u->own_lo), b - a, base + (a - lo),
+                                   msr_dp_grad_at(dp, u) + (a - u->own_lo));
+    }
+}
+
+/* Rank j's elements of the sharded units in [lo, hi), in unit order:
+ * packed into (pack 1) or out of (pack 0) buf, from or into base (NULL
+ * buf: only counted); their count. */
+static size_t pieces(const msr_dp_t *dp, int j, size_t lo, size_t hi, float *base, float *buf,
+                     int pack)
+{
+    size_t c = 0;
+    for (int k = 0; k < dp->num_units; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        size_t a, e;
+        if (u->replicated)
+            continue;
+        msr_dp_block_of(u, j, &a, &e);
+        a = MSR_MAX(lo, u->lo + a);
+        e = MSR_MIN(hi, u->lo + e);
+        if (a >= e)
+            continue;
+        if (buf != NULL && pack)
+            memcpy(buf + c, base + (a - lo), (e - a) * sizeof(float));
+        else if (buf != NULL)
+            memcpy(base + (a - lo), buf + c, (e - a) * sizeof(float));
+        c += e - a;
+    }
+    return c;
+}
+
+/* ZeRO 1-2: the other ranks' updated elements of [lo, hi) into base, from
+ * their owners: one allgather of every rank's pieces (the flat allgather
+ * of dp_step.c would write the blocks' dropped part of the flat buffer). */
+static msr_status_t gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base)
+{
+    if (dp->comm == NULL || dp->size == 1 || hi <= lo)
+        return MSR_OK;
+    size_t most = 0, size = (size_t)dp->size;
+    for (int j = 0; j < dp->size; j++)
+        most = MSR_MAX(most, pieces(dp, j, lo, hi, base, NULL, 0));
+    if (most == 0)
+        return MSR_OK;
+    float *buf = msr_dp_tmp_alloc(dp, size * most, 1);
+    if (buf == NULL)
+        return MSR_ERR_NO_MEMORY;
+    (void)pieces(dp, dp->rank, lo, hi, base, buf + (size_t)dp->rank * most, 1);
+    msr_status_t st =
+        msr_comm_allgather(dp->comm, MSR_IN_PLACE, buf, (uint64_t)most, MSR_DTYPE_F32);
+    if (st != MSR_OK)
+        st = msr_dp_comm_failed("parameter allgather of flat element", (int)lo, st);
+    for (int j = 0; j < dp->size && st == MSR_OK; j++)
+        if (j != dp->rank)
+            (void)pieces(dp, j, lo, hi, base, buf + (size_t)j * most, 0);
+    msr_dp_tmp_free(dp, &buf, size * most);
+    return st;
+}
+
+/* ZeRO 1-2: the resident elements, then the blocks one at a time (read
+ * ahead, written back behind), each updated where this rank owns it and
+ * gathered from the other ranks before it goes. */
+static msr_status_t update_sharded(msr_dp_t *dp)
+{
+    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp), hi = lo + L * n;
+    float *params = dp->model->params;
+    update_owned(dp, 0, lo, params);
+    msr_status_t st = gather_range(dp, 0, lo, params);
+    if (st == MSR_OK)
+        st = msr_params_prefetch(dp->params_off, 0);
+    for (size_t k = 0; k < L && st == MSR_OK; k++) {
+        float *buf;
+        if ((st = msr_params_acquire(dp->params_off, k, 1, &buf)) != MSR_OK)
+            break;
+        update_owned(dp, lo + k * n, lo + (k + 1) * n, buf);
+        st = gather_range(dp, lo + k * n, lo + (k + 1) * n, buf);
+        msr_status_t rst = msr_params_release(dp->params_off, k, buf, st == MSR_OK);
+        st = st != MSR_OK ? st : rst;
+    }
+    if (st != MSR_OK)
+        return st;
+    update_owned(dp, hi, dp->model->num_params, params + hi);
+    return gather_range(dp, hi, dp->model->num_params, params + hi);
+}
+
 msr_status_t msr_dp_params_update(msr_dp_t *dp)
 {
+    if (dp->cfg.zero > 0)
+        return update_sharded(dp);
     size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp);
     update_flat(dp, 0, lo);
+
     msr_status_t st = msr_params_prefetch(dp->params_off, 0);
     for (size_t k = 0; k < L && st == MSR_OK; k++) {
         float *buf;
@@ -141,6 +242,58 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
     }
     update_flat(dp, lo + L * n, dp->model->num_params - (lo + L * n));
     return st;
+}
+
+/* With the moments offloaded too (dp_offload.c), their chunks come in the
+ * flat buffer's order (ZeRO 0's shard space): the block a chunk reaches
+ * is acquired (the next one read ahead) and kept while the chunks fall in
+ * it, then written back behind. */
+msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
+{
+    if (dp->params_off == NULL || dp->pcur == SIZE_MAX)
+        return MSR_OK;
+    float *buf = dp->pcur_buf;
+    size_t k = dp->pcur;
+    dp->pcur = SIZE_MAX;
+    dp->pcur_buf = NULL;
+    return msr_params_release(dp->params_off, k, buf, dirty);
+}
+
+static msr_status_t cursor_at(msr_dp_t *dp, size_t k)
+{
+    if (dp->pcur == k)
+        return MSR_OK;
+    msr_status_t st = msr_dp_params_cursor_end(dp, 1);
+    float *buf;
+    if (st == MSR_OK && (st = msr_params_acquire(dp->params_off, k, 1, &buf)) == MSR_OK) {
+        dp->pcur = k;
+        dp->pcur_buf = buf;
+    }
+    return st;
+}
+
+msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t off, size_t n, float *m, float *v)
+{
+    size_t lo = dp->pblk_lo, bn = dp->pblk_n, hi = lo + (size_t)layers(dp) * bn, e = off + n;
+    float *params = dp->model->params;
+    const float *grads = dp->model->grads;
+    while (off < e) {
+        size_t end = off < lo ? MSR_MIN(e, lo) : e;
+        float *p = params + off;
+        if (off >= lo && off < hi) { /* in block k */
+            size_t k = (off - lo) / bn;
+            end = MSR_MIN(e, lo + (k + 1) * bn);
+            msr_status_t st = cursor_at(dp, k);
+            if (st != MSR_OK)
+                return st;
+            p = dp->pcur_buf + (off - lo - k * bn);
+        }
+        msr_adamw_update_moments(dp->opt, off, end - off, p, grads + off, m, v);
+        m += end - off;
+        v += end - off;
+        off = end;
+    }
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out)

@@ -234,7 +234,8 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
                                        msr_dp_grad_at(dp, u));
         }
     }
-    if (st == MSR_OK && (dp->cfg.zero == 1 || dp->cfg.zero == 2))
+    /* offloaded parameters are gathered a block at a time (dp_params.c) */
+    if (st == MSR_OK && (dp->cfg.zero == 1 || dp->cfg.zero == 2) && dp->params_off == NULL)
         st = msr_dp_allgather_flat(dp, dp->model->params);
     dp->stats.update_ns += msr_now_ns() - t0;
     dp->stats.steps++;

@@ -230,6 +230,18 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
     return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
 }
 
+/* A forward's hook: only under the parameters' offload (dp_params.c),
+ * which reads each block ahead of its forward and drops it after. */
+static msr_status_t fwd_hook(msr_mp_t *mp, int s, int acquire)
+{
+    if (msr_dp_params_store(mp->dp) == NULL)
+        return MSR_OK;
+    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
+    if (acquire)
+        return h->acquire(h->arg, mp->model, s, MSR_GPT_FORWARD);
+    return h->release(h->arg, mp->model, s, MSR_GPT_FORWARD);
+}
+
 /* ---- activation offload (offload_acts.h) ---- */
 
 /* Block i's input of micro-batch m's chunk c: its place in the file. */
@@ -311,10 +323,13 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         st = msr_acts_get(mp->acts, &f->in);
     if (st != MSR_OK)
         return st;
-    if (j == 0)
-        st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
-    else
+    if (j == 0) {
+        if ((st = fwd_hook(mp, model->seg_embed, 1)) == MSR_OK &&
+            (st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in)) == MSR_OK)
+            st = fwd_hook(mp, model->seg_embed, 0);
+    } else {
         st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
+    }
     if (st != MSR_OK)
         return st;
     const float *x = f->in;
@@ -322,10 +337,13 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         int i = l - model->chunk_lo[c];
         msr_gpt_block_acts_t *la = &f->layers[i];
         msr_gpt_block_params_t p;
-        point_params(mp, seg_of_layer(model, c, l), l, 0, &p);
+        int s = seg_of_layer(model, c, l);
+        if ((st = fwd_hook(mp, s, 1)) != MSR_OK)
+            return st;
+        point_params(mp, s, l, 0, &p);
         if ((st = acts_out(mp, f, i, model->chunk_hi[c] - model->chunk_lo[c])) != MSR_OK ||
             (st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK ||
-            (st = acts_spill(mp, m, c, i, x)) != MSR_OK)
+            (st = acts_spill(mp, m, c, i, x)) != MSR_OK || (st = fwd_hook(mp, s, 0)) != MSR_OK)
             return st;
         x = la->res3;
     }

@@ -108,7 +108,7 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
-/* What params=disk allows: dp (ZeRO 0) over whole dense models on CPU
+/* What params=disk allows: dp (ZeRO 0-2) over whole dense models on CPU
  * ranks, through the hooks the model calls (parallel/dp.h). */
 static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
@@ -119,20 +119,18 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     }
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
-    const char *rc = o->recompute != NULL ? o->recompute : "none";
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
                       : o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL
                           ? "--tp, --pp, --cp, --sp or --trace (the model-parallel runtime)"
-                      : strcmp(rc, "none") != 0 ? "--recompute selective or full"
-                      : o->experts > 0          ? "--experts"
-                      : o->zero != 0            ? "--zero 1, 2 or 3 (it takes --zero 0)"
-                      : cfg[T_OPT].mode == MSR_OFFLOAD_DISK
-                          ? "optimizer=disk (the moments stream in the shard's order, the "
-                            "parameters a block at a time)"
+                      : o->experts > 0 ? "--experts"
+                      : o->zero > 2    ? "--zero 3 (it takes --zero 0, 1 or 2)"
+                      : o->zero > 0 && cfg[T_OPT].mode == MSR_OFFLOAD_DISK
+                          ? "--zero 1 or 2 with optimizer=disk (the moments stream in the "
+                            "shard's order, the parameters a block at a time)"
                           : NULL;
     if (why != NULL) {
         fprintf(stderr,
-                "train_gpt: --offload params=disk covers data parallel with --zero 0 on "
+                "train_gpt: --offload params=disk covers data parallel with --zero 0-2 on "
                 "CPU ranks: not %s yet\n",
                 why);
         return -1;

@@ -2,7 +2,8 @@
 # The planner's count of what train_gpt --offload keeps resident against
 # the runtime's own (issue 45 point 5): for each offload mode (the
 # optimizer's moments, full recompute's block inputs, both; the blocks'
-# parameters on one process and dp 2 under ZeRO 0) on one
+# parameters, alone, with the moments and under recompute, on one
+# process and dp 2 under ZeRO 0, 1 and 2) on one
 # process, dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B,
 # GPipe and interleaved, train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
@@ -16,7 +17,9 @@ opt() { plan_extra=(--offload optimizer "$@"); }
 acts() { plan_extra=(--offload activations); }
 both() { plan_extra=(--offload optimizer,activations); }
 params() { plan_extra=(--offload params); }
+pboth() { plan_extra=(--offload optimizer,params "$@"); }
 P=(--offload "params=disk:$work")
+PO=(--offload "params=disk:$work,optimizer=disk:$work")
 O=(--offload "optimizer=disk:$work")
 A=(--offload "activations=disk:$work" --recompute full)
 B=(--offload "optimizer=disk:$work,activations=disk:$work" --recompute full)
@@ -35,6 +38,16 @@ check 3 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=full,micro_batch=1 "${B[@]}"
 # the blocks' parameters (ZeRO 0, no recompute)
 params
 check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${P[@]}"
+# and the moments besides
+pboth --offload-chunk 4096
+check 3 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${PO[@]}" --offload-chunk 4096
+# under full recompute (the model-parallel runtime), with every offload
+params
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=full,micro_batch=2 "${P[@]}" --recompute full \
+    --grad-accum 2
+plan_extra=(--offload optimizer,activations,params)
+check 3 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=full,micro_batch=1 --recompute full \
+    --offload "params=disk:$work,optimizer=disk:$work,activations=disk:$work"
 # dp 2: the optimizer's shard under ZeRO 1, 2 and 3
 world=2
 opt
@@ -42,6 +55,15 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=2 "${O[@]}" --zero
     --bucket-mb 0.02
 params
 check 4 dp=2,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=1 "${P[@]}" --bucket-mb 0.02
+pboth
+check 4 dp=2,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=1 "${PO[@]}" --bucket-mb 0.02
+params
+check 4 dp=2,tp=1,pp=1,sp=0,zero=0,recompute=selective,micro_batch=1 "${P[@]}" \
+    --recompute selective --bucket-mb 0.02
+check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1 "${P[@]}" --zero 1 \
+    --bucket-mb 0.02 --zero-min-bytes 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${P[@]}" --zero 2 \
+    --recompute full --bucket-mb 0.02 --zero-min-bytes 4096
 opt --offload-chunk 8192
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${O[@]}" --zero 3 \
     --offload-chunk 8192 --bucket-mb 0.02 --zero-min-bytes 20000

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # train_gpt --offload params=disk:DIR (docs/model.md "Offload"): the same
 # losses, bitwise, as the same layout without offload for one process
-# (both I/O engines, 4 and 2 micro-batches a step) and dp 2; every block's
+# (both I/O engines, 4 and 2 micro-batches a step) and dp 2, alone and
+# with the optimizer's moments offloaded too, under full and selective
+# recompute, with every offload at once and under ZeRO 1 and 2; every
+# block's
 # parameters read back ahead of its forward, its backward and its update,
 # none unasked for; fewer parameter bytes resident; the files 0600, kept on
 # request, else removed; runs stopped and resumed with the offload on and
@@ -63,6 +66,44 @@ same() {
 same one 1 4 all
 same accum2 1 2 threads --global-batch 4
 same dp 2 2 threads --dp 2
+# recompute: the model-parallel runtime's forward takes each block through
+# the hooks as the whole model's does, and its backward recomputes the
+# block while it holds it (selective under GPipe: every forward before
+# the first backward)
+same full 1 4 threads --recompute full
+same sel 1 2 threads --recompute selective --schedule gpipe --global-batch 4
+same dpfull 2 2 threads --dp 2 --recompute full
+# ZeRO 1 and 2: each rank updates the elements it owns in each block (the
+# units, of 4 KiB and more, cut across the blocks) and gathers the others'
+# from their owners before the block is written back
+zsplit=(--dp 2 --bucket-mb 0.02 --zero-min-bytes 4096)
+same z1 2 2 threads "${zsplit[@]}" --zero 1
+same z2 2 2 threads "${zsplit[@]}" --zero 2 --recompute selective
+shard=$(sed -n 's/.*rank 0 zero 1: .*(shard \([0-9]*\) of \([0-9]*\) elements, \([0-9]*\) replicated).*/\1 \2 \3/p' \
+    "$work/z1-threads.out")
+read -r own all rep <<<"${shard:-0 0 0}"
+[[ $own -lt $all && $rep -lt $((all / 2)) ]] || fail "ZeRO 1 sharded little: '$shard'"
+# every offload at once: the block inputs, the parameters, the moments
+run all 1 --recompute full --report \
+    --offload "$params,activations=disk:$work/off,optimizer=disk:$work/off"
+cmp -s "$work/full.log" "$work/all.log" || fail "all: $(diff "$work/full.log" "$work/all.log" | head -4)"
+read_ahead all 1 4
+grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/all.out" ||
+    fail "all: $(grep "activation offload" "$work/all.out")"
+
+# both offloads in one run: the moments' chunks (4 KiB: a block spans
+# many; by default: one spans two blocks) reach the blocks in order, each
+# block read ahead and written back behind as the chunks move past it
+both="$params,optimizer=disk:$work/off"
+run both 1 --offload "$both" --offload-chunk 4096 --report
+run both-dp 2 --dp 2 --offload "$both" --report
+for name in both:one both-dp:dp; do
+    cmp -s "$work/${name#*:}.log" "$work/${name%:*}.log" ||
+        fail "${name%:*}: $(diff "$work/${name#*:}.log" "$work/${name%:*}.log" | head -4)"
+done
+read_ahead both 1 4
+read_ahead both-dp 2 2
+[[ -z "$(ls -A "$work/off")" ]] || fail "both left files: $(ls "$work/off")"
 
 # the parameters resident: without the 4 blocks (3 blocks' buffers instead)
 pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
@@ -76,25 +117,32 @@ kept "$work/off" params 2
 
 # stopped at step 2 and resumed: offloaded throughout, then offloaded only
 # before the stop, then only after it: each the run never stopped
-for how in on-on on-off off-on; do
-    before=() after=()
-    [[ $how != on-* ]] || before=(--offload "$params")
-    [[ $how != *-on ]] || after=(--offload "$params")
+for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-on; do
+    before=() after=() base=one mode=${how#full-} np=m1
+    mode=${mode#z2-}
+    [[ $how != full-* ]] || before=(--recompute full) after=(--recompute full) base=full
+    if [[ $how == z2-* ]]; then # dp 2 under ZeRO 2
+        before=("${zsplit[@]}" --zero 2 --recompute selective) base=z2 np=2
+        after=("${before[@]}")
+    fi
+    [[ $mode != on-* ]] || before+=(--offload "$params")
+    [[ $mode != *-on ]] || after+=(--offload "$params")
+    [[ $mode != both-* ]] || before+=(--offload "$both")
+    [[ $mode != *-both ]] || after+=(--offload "$both")
     rm -rf "$work/ck"
-    run "ck-$how" m1 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
-    run "ck-$how" m1 --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
+    run "ck-$how" $np --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
+    run "ck-$how" $np --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
     grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(cat "$work/ck-$how.out")"
-    cmp -s "$work/one.log" "$work/ck-$how.log" ||
-        fail "resumed $how: $(diff "$work/one.log" "$work/ck-$how.log")"
+    cmp -s "$work/$base.log" "$work/ck-$how.log" ||
+        fail "resumed $how ($base): $(diff "$work/$base.log" "$work/ck-$how.log")"
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data parallel with --zero 0 on CPU ranks: not"
-refuse 1 "$why --recompute selective or full" "${small[@]}" --offload "$params" --recompute full
-refuse 1 "$why --zero 1, 2 or 3" "${small[@]}" --offload "$params" --zero 1
+why="params=disk covers data parallel with --zero 0-2 on CPU ranks: not"
+refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
+refuse 1 "$why --zero 1 or 2 with optimizer=disk" "${small[@]}" --offload "$both" --zero 1
 refuse 2 "$why --tp, --pp, --cp" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
-refuse 1 "$why optimizer=disk" "${small[@]}" --offload "$params,optimizer=disk:$work/off"
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$params,$params"
@@ -113,4 +161,10 @@ grep -q "step" "$work/out" && fail "a missing directory trained: $(cat "$work/ou
 # 4 KiB slot of the file)
 scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
     --offload "$params"
+# with the moments offloaded too: a block changed underneath, or a chunk
+# of the moments, stops the run naming its file
+scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    --offload "$both"
+scribble "$work/off" offload chunk 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    --offload "$both" --offload-chunk 4096
 echo "offload: parameters bitwise equal without it (one, 2 micro-batches, dp 2, resumed)"
