@@ -72,22 +72,33 @@ static void slot_free(moe_slot_t *s)
  * is another: an expert element's index is its own, see moe.h). */
 #define MOE_INIT_STREAM 0x6578707274ULL
 
-/* Buffer w of the layout's MoE table (layout/layout.h: what the planner
- * counts), zeroed. */
-static void *work_alloc(const msr_moe_t *moe, int w)
+/* The bytes of buffer w of the layout's MoE table. */
+static size_t work_size(const msr_moe_t *moe, int w)
 {
-    return msr_calloc(msr_layout_moe_work(&moe->dims, w),
-                      msr_layout_moe_work_size(w, sizeof(float)));
+    return msr_layout_moe_work(&moe->dims, w) * msr_layout_moe_work_size(w, sizeof(float));
+}
+
+/* Buffer w of the layout's MoE table (layout/layout.h: what the planner
+ * counts), zeroed, its bytes counted in moe->work_bytes. */
+static void *work_alloc(msr_moe_t *moe, int w)
+{
+    void *b =
+        msr_calloc(msr_layout_moe_work(&moe->dims, w), msr_layout_moe_work_size(w, sizeof(float)));
+    if (b != NULL)
+        moe->work_bytes += work_size(moe, w);
+    return b;
 }
 
 /* Buffers [w0, w1) of the layout's MoE table into b[w0 .. w1 - 1], each
  * made by work_alloc; 0 when one is missing, and then none is kept. */
-static int work_alloc_range(const msr_moe_t *moe, int w0, int w1, void **b)
+static int work_alloc_range(msr_moe_t *moe, int w0, int w1, void **b)
 {
     for (int w = w0; w < w1; w++) {
         if ((b[w] = work_alloc(moe, w)) == NULL) {
-            while (w-- > w0)
+            while (w-- > w0) {
                 msr_free(b[w]);
+                moe->work_bytes -= work_size(moe, w);
+            }
             return 0;
         }
     }
@@ -422,6 +433,9 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
         }
         /* another stage's block: its frames are never used here */
         for (int f = 0; f < moe->frames; f++) {
+            for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
+                moe->work_bytes -=
+                    moe->slots[i * moe->frames + f].probs != NULL ? work_size(moe, w) : 0;
             slot_free(&moe->slots[i * moe->frames + f]);
             memset(&moe->slots[i * moe->frames + f], 0, sizeof *moe->slots);
         }
@@ -439,6 +453,11 @@ void msr_moe_set_trace(msr_moe_t *moe, msr_moe_span_t span, void *arg)
 {
     moe->span = span;
     moe->span_arg = arg;
+}
+
+size_t msr_moe_work_bytes(const msr_moe_t *moe)
+{
+    return moe->work_bytes;
 }
 
 int msr_moe_blocks(const msr_moe_t *moe)

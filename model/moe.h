@@ -189,6 +189,11 @@ const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p);
  * otherwise), and where the experts of the k-th of them start in the
  * whole model's expert numbering (they are consecutive). */
 int msr_moe_held(const msr_moe_t *moe);
+
+/* The bytes of the state's work space allocated now: the layout's MoE
+ * table's buffers (layout/layout.h msr_layout_moe_work) it holds, the
+ * frames of blocks a layout left out freed. */
+size_t msr_moe_work_bytes(const msr_moe_t *moe);
 size_t msr_moe_global_lo(const msr_moe_t *moe, int k);
 
 /* The store's parameters (grads 0) or gradients (grads 1) of block l, the

@@ -33,6 +33,7 @@ struct msr_moe {
     double F, A;
     int max_tokens, max_cap;
     msr_layout_moe_dims_t dims; /* the layout's MoE table's sizes: its buffers */
+    size_t work_bytes;          /* the bytes of its buffers allocated now (work_alloc) */
     msr_comm_t *ep_comm;        /* NULL: ep 1 */
     int ep, ep_rank;
     msr_comm_t *tp_comm; /* NULL: tp 1 */

@@ -4,8 +4,10 @@
  * again. One file per key under $XDG_CACHE_HOME/msrun (else
  * ~/.cache/msrun), named by the key's hash, its first line the key itself:
  *
- *   # msrun calibration v1; msrun 0.1.0; cpu <model>; cores 2; ranks 4,
- *     4 per node; layers 4 channels 32 heads 4 seq 16 micro-batch 2 threads 0
+ *   # msrun calibration v2; msrun 0.1.0; cpu <model>; cores 2; ranks 4,
+ *     4 per node; layers 4 channels 32 heads 4 seq 16 micro-batch 2 threads 0;
+ *     offload-dir none (or: device 259:1, the --offload-dir's st_dev, whose
+ *     disk rates the calibration measured)
  *   # noise 0.031
  *   ...the cluster file's lines (train_gpt_calibrate_text)...
  *
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -61,14 +64,22 @@ int calib_cache_init(calib_cache_t *cc, const options_t *o, int ranks, int ranks
         return -1; /* nowhere to keep it */
     if (n < 0 || (size_t)n >= sizeof cc->dir)
         return -1;
-    char cpu[256];
+    char cpu[256], disk[64] = "none";
     cpu_model(cpu, sizeof cpu);
+    /* the disk rates are the offload directory's: its device names them */
+    struct stat sb;
+    if (o->offload_dir != NULL && stat(o->offload_dir, &sb) != 0)
+        return -1;
+    if (o->offload_dir != NULL) {
+        snprintf(disk, sizeof disk, "device %u:%u", (unsigned)major(sb.st_dev),
+                 (unsigned)minor(sb.st_dev));
+    }
     snprintf(cc->key, sizeof cc->key,
-             "# msrun calibration v1; msrun %s; cpu %s; cores %ld; ranks %d, %d per node; layers "
+             "# msrun calibration v2; msrun %s; cpu %s; cores %ld; ranks %d, %d per node; layers "
              "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64
-             " micro-batch %" PRId64 " threads %" PRId64,
+             " micro-batch %" PRId64 " threads %" PRId64 "; offload-dir %s",
              MSR_VERSION_STRING, cpu, sysconf(_SC_NPROCESSORS_ONLN), ranks, ranks_per_node,
-             o->layers, o->channels, o->heads, o->seq, o->micro_batch, o->threads);
+             o->layers, o->channels, o->heads, o->seq, o->micro_batch, o->threads, disk);
     uint64_t h = msr_fnv1a_str(MSR_FNV1A_INIT, cc->key);
     n = snprintf(cc->path, sizeof cc->path, "%s/calibration-%016" PRIx64, cc->dir, h);
     return n < 0 || (size_t)n >= sizeof cc->path ? -1 : 0;

@@ -8,7 +8,8 @@
 # --report runs
 # under msrun, and every rank's
 # parameter, gradient and optimizer bytes, dp shard, replicated elements, buckets, work
-# space, activation peak and frame sizes must equal plan_gpt --ranks's
+# space, activation peak and frame sizes (and a MoE model's experts and
+# their work space) must equal plan_gpt --ranks's
 # prediction to the byte; the runtime's temporary peak must not exceed the
 # planner's replay of it (which lets no reduction finish before it must).
 source "$(dirname "$0")/plan_report_lib.sh"

@@ -44,11 +44,12 @@ check() {
         want=$(grep "^rank $r " "$work/plan" | sed 's/ experts [0-9]* expert_params.*//')
         got=$(sed -n "s/.*train_gpt: rank $r zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak [0-9]* bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank $r params \1 grads \2 optim \3 shard \4 replicated \5 buckets \6 work \7/p" "$work/err")
         [[ -n "$got" ]] || fail "${args[*]}: no report of rank $r: $(cat "$work/err")"
-        # a MoE model's experts: held, their parameters, gradients, moments
+        # a MoE model's experts: held, their parameters, gradients, moments,
+        # and the MoE state's work space (router, dispatch, combine, experts)
         if ((${#moe[@]} > 0)); then
             local ex wex
-            ex=$(sed -n "s/.*train_gpt: rank $r experts: \([0-9]*\) of [0-9]* per MoE block held here: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) bytes.*/experts \1 expert_params \2 expert_grads \3 expert_optim \4/p" "$work/err")
-            wex=$(grep "^rank $r " "$work/plan" | sed 's/.* \(experts [0-9]* expert_params [0-9]* expert_grads [0-9]* expert_optim [0-9]*\).*/\1/')
+            ex=$(sed -n "s/.*train_gpt: rank $r experts: \([0-9]*\) of [0-9]* per MoE block held here: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) bytes; work space \([0-9]*\) bytes.*/experts \1 expert_params \2 expert_grads \3 expert_optim \4 moe_work \5/p" "$work/err")
+            wex=$(grep "^rank $r " "$work/plan" | sed 's/.* \(experts [0-9]* expert_params [0-9]* expert_grads [0-9]* expert_optim [0-9]* moe_work [0-9]*\).*/\1/')
             [[ -n "$ex" && "$ex" == "$wex" ]] ||
                 fail "train_gpt ${args[*]}: rank $r's experts: counted '$ex', planned '$wex'"
         fi

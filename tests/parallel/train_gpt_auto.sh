@@ -5,7 +5,8 @@
 # measured cluster is cached (mode 0600, under $XDG_CACHE_HOME/msrun, else
 # ~/.cache/msrun) and reused without measuring; the cached noise decides
 # how many plans are too close to tell apart, of which the simplest is
-# taken; --recalibrate measures again; a corrupt or foreign cache file is
+# taken; --recalibrate measures again; a calibration of another offload
+# directory's disk is not reused; a corrupt or foreign cache file is
 # ignored with a warning and replaced; a job of fewer than 100 steps
 # times shorter rounds.
 set -euo pipefail
@@ -56,7 +57,7 @@ grep -q "^train_gpt: calibrated 1 rank in .*; cached in $work/cache/msrun/calibr
 file=$(ls "$work"/cache/msrun/calibration-*)
 [[ $(stat -c %a "$file") == 600 && $(stat -c %a "$work/cache/msrun") == 700 ]] ||
     fail "modes: $(stat -c '%a %n' "$file" "$work/cache/msrun")"
-head -1 "$file" | grep -q "^# msrun calibration v1; msrun [0-9.]*; cpu .*; cores [0-9]*; ranks 1, 1 per node; layers 4 channels 32 heads 4 seq 16 micro-batch 2 threads 0$" ||
+head -1 "$file" | grep -q "^# msrun calibration v2; msrun [0-9.]*; cpu .*; cores [0-9]*; ranks 1, 1 per node; layers 4 channels 32 heads 4 seq 16 micro-batch 2 threads 0; offload-dir none$" ||
     fail "the key: $(head -1 "$file")"
 # reused: no calibration; its noise set to 0 then to 1000% decides
 sed -i '2s/.*/# noise 0/' "$file"
@@ -127,6 +128,39 @@ for G in 4 2; do
     sed 's/^\[node [0-9]* rank [0-9]*\] //' "$work/err" | grep -Eq "^train_gpt: --auto: without --auto: $want$" ||
         fail "--global-batch $G, without --auto: $(grep -- --auto "$work/err")"
 done
+# the disk rates are the offload directory's: the key names its device
+# (st_dev, major:minor), so neither a calibration without --offload-dir
+# nor one of another disk is reused; another directory of the same disk is
+dev_of() {
+    local d
+    d=$(stat -c %d "$1")
+    echo "$((((d >> 8) & 0xfff) | ((d >> 32) & ~0xfff))):$(((d & 0xff) | ((d >> 12) & ~0xff)))"
+}
+export XDG_CACHE_HOME="$work/cache2"
+mkdir "$work/d1" "$work/d2"
+auto1 || fail "--auto, no --offload-dir: $(cat "$work/err")"
+auto1 --offload-dir "$work/d1" || fail "--auto --offload-dir d1: $(cat "$work/err")"
+grep -q "^train_gpt: calibrated 1 rank in .*; cached in " "$work/err" ||
+    fail "a calibration without --offload-dir reused for one with it: $(cat "$work/err")"
+grep -lx "# msrun calibration v2; .* threads 0; offload-dir device $(dev_of "$work/d1")" \
+    "$work"/cache2/msrun/calibration-* >/dev/null ||
+    fail "no key names d1's device $(dev_of "$work/d1"): $(head -qn1 "$work"/cache2/msrun/*)"
+auto1 --offload-dir "$work/d2" || fail "--auto --offload-dir d2: $(cat "$work/err")"
+grep -q "^train_gpt: the calibration cached in .* is reused" "$work/err" ||
+    fail "the same disk measured again: $(cat "$work/err")"
+# another disk (shared memory, where it is one): measured again
+shm=$(mktemp -d /dev/shm/msrun-calib-XXXXXX 2>/dev/null) || shm=""
+if [[ -n "$shm" ]]; then
+    trap 'rm -rf "$shm"; job_test_cleanup' EXIT
+    if [[ $(dev_of "$shm") != $(dev_of "$work/d1") ]]; then
+        auto1 --offload-dir "$shm" || fail "--auto --offload-dir $shm: $(cat "$work/err")"
+        grep -q "^train_gpt: calibrated 1 rank in .*; cached in " "$work/err" ||
+            fail "another disk's calibration reused: $(cat "$work/err")"
+        [[ $(ls "$work"/cache2/msrun/calibration-* | wc -l) -eq 3 ]] ||
+            fail "not one file per disk: $(ls "$work"/cache2/msrun)"
+    fi
+fi
+export XDG_CACHE_HOME="$work/cache"
 # --recalibrate alone, or with --cluster, is refused
 rc=0
 timeout 30 "$bin/train_gpt" --recalibrate --cluster "$work/cluster" --plan >"$work/out" \
