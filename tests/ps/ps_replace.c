@@ -136,6 +136,28 @@ static void replacement(msr_ps_t *ps, int t, int inc)
     check_rows(ps, t);
 }
 
+/* msr_comm_pair's refusals (name empty, past MSR_COMM_PAIR_NAME_MAX, a
+ * character outside [A-Za-z0-9._-]; peer itself, -1, the world size), and
+ * msr_comm_world's in a replacement. */
+static void refusals(int inc)
+{
+    char longest[MSR_COMM_PAIR_NAME_MAX + 2];
+    memset(longest, 'a', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    const char *names[] = {"", longest, "a/b", "a b"};
+    int world = msr_world_size(ctx);
+    msr_comm_t *c = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (msr_comm_pair(ctx, names[i], (g_rank + 1) % world, &c) != MSR_ERR_INVALID_ARG)
+            fail("msr_comm_pair took the name '%s'", names[i]);
+    int peers[] = {g_rank, -1, world};
+    for (size_t i = 0; i < sizeof peers / sizeof *peers; i++)
+        if (msr_comm_pair(ctx, "x", peers[i], &c) != MSR_ERR_INVALID_ARG)
+            fail("msr_comm_pair took peer %d of %d", peers[i], world);
+    if (inc > 0 && msr_comm_world(ctx, &c) != MSR_ERR_UNSUPPORTED)
+        fail("msr_comm_world did not refuse incarnation %d", inc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "replace") != 0 && strcmp(argv[1], "die") != 0)) {
@@ -151,6 +173,8 @@ int main(int argc, char **argv)
     if (inc < 0)
         fail("no MSR_INCARNATION");
     int victim = g_rank == VICTIM;
+    if (victim)
+        refusals(inc);
     if (victim && inc > 0 && !die)
         wait_key("rep/advanced_all"); /* the others went on while it was dead */
     msr_ps_t *ps;
