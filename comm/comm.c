@@ -3,6 +3,7 @@
  * This file holds the communicators and the requests; the operations'
  * entry points and their argument checks are in comm_calls.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -97,7 +98,40 @@ msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
         msr_err_set("msr_comm_world: ctx or comm_p is NULL");
         return MSR_ERR_INVALID_ARG;
     }
+    /* the job's others made theirs without this process: it would wait for
+     * them until the timeout */
+    const char *inc = getenv("MSR_INCARNATION");
+    if (inc && *inc && strcmp(inc, "0") != 0) {
+        msr_err_set("msr_comm_world: this process replaces rank %d (MSR_INCARNATION=%.20s), "
+                    "which the others' world communicators do not take back; a replaced "
+                    "parameter server worker joins with msr_ps_join",
+                    msr_rank(ctx), inc);
+        return MSR_ERR_UNSUPPORTED;
+    }
     return msr_ucx_comm_world(ctx, comm_p);
+}
+
+msr_status_t msr_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_t **comm_p)
+{
+    if (ctx == NULL || name == NULL || comm_p == NULL) {
+        msr_err_set("msr_comm_pair: ctx, name or comm_p is NULL");
+        return MSR_ERR_INVALID_ARG;
+    }
+    size_t len = strlen(name);
+    if (len == 0 || len > MSR_COMM_PAIR_NAME_MAX ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789._-") != len) {
+        msr_err_set("msr_comm_pair: name '%.80s': 1 to %d of [A-Za-z0-9._-]", name,
+                    MSR_COMM_PAIR_NAME_MAX);
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (peer < 0 || peer >= msr_world_size(ctx) || peer == msr_rank(ctx)) {
+        msr_err_set("msr_comm_pair: peer %d is not another rank of the %d", peer,
+                    msr_world_size(ctx));
+        return MSR_ERR_INVALID_ARG;
+    }
+    return msr_ucx_comm_pair(ctx, name, peer, comm_p);
 }
 
 msr_status_t msr_comm_check_usable(const msr_comm_t *comm, const char *what)

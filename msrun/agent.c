@@ -55,16 +55,12 @@ static void on_metric_line(void *arg, int rank, const char *line, size_t len)
         msr_proxy_report_line(a->proxy, rank, &m, msr_wall_time());
 }
 
-static void spawn_workers(agent_t *a, int from)
+/* What every local worker's spawn shares. */
+static msr_spawn_env_t spawn_env(agent_t *a)
 {
     msr_options_t *o = a->o;
     const msr_node_t *n = &a->node;
-    /* placed once: a restarted generation's workers go where the first went */
-    if (o->bind_to != MSR_BIND_NONE && !a->local.placed) {
-        a->local.places = msr_cpu_plan((msr_bind_t)o->bind_to, a->local.count);
-        a->local.placed = 1;
-    }
-    msr_spawn_env_t env = {
+    return (msr_spawn_env_t){
         .path = o->program_path,
         .argv = o->argv,
         .node_rank = n->node_rank,
@@ -92,6 +88,74 @@ static void spawn_workers(agent_t *a, int from)
         .ps_servers = o->ps_servers,
         .ps_staleness = o->ps_staleness,
     };
+}
+
+/* Starts local worker i (its incarnation the machine's); fed back to the
+ * machine. MSR_OK or the failure, which the machine was told. */
+static msr_status_t spawn_slot(agent_t *a, msr_spawn_env_t *env, int i)
+{
+    msr_options_t *o = a->o;
+    const msr_node_t *n = &a->node;
+    msr_worker_t *w = &a->local.workers[i];
+    int rank = n->rank_offset + i;
+    msr_worker_io_t io = {0};
+    int off = 0;
+    msr_options_streams(o, i, &io.file, &off);
+    if (msr_options_show_rank(o, rank, i))
+        io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
+    if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->coord.host,
+                                       io.log_name, sizeof io.log_name) != MSR_OK)
+        io.file = 0;                      /* checked with the options: not reached */
+    if (a->local.tails[i].rank != rank) { /* elastic: the slot holds another rank now */
+        msr_out_tail_clear(&a->local.tails[i].lines);
+        a->local.tails[i].rank = rank;
+    }
+    w->out_tail = &a->local.tails[i].lines;
+    env->incarnation = n->workers[i].incarnation;
+    uint64_t forking = msr_now_ns();
+    msr_status_t st = msr_worker_spawn(w, a->loop.base, env, i, &io);
+    if (a->prof.on && st == MSR_OK) {
+        msr_lprof_mark(&a->prof.workers[i], MSR_LPROF_FORK, forking, msr_now_ns());
+        if (a->prof.self.end[MSR_LPROF_JOIN]) /* joined, as before any spawn */
+            msr_lprof_mark(&a->prof.self, MSR_LPROF_RDZV, a->prof.self.end[MSR_LPROF_JOIN],
+                           forking);
+    }
+    if (w->running)
+        msr_node_on_spawned(&a->node, i, (int)w->pid);
+    if (st != MSR_OK) {
+        char why[620];
+        snprintf(why, sizeof why, "rank %d: %.500s", rank, msr_err_msg());
+        msr_node_on_spawn_failed(&a->node, msr_now_ns(), why);
+    }
+    return st;
+}
+
+/* A failed worker replaced alone (node.c, replace_alone): its old slot,
+ * reaped and drained, is freed first. */
+static void spawn_again(agent_t *a, int i)
+{
+    msr_worker_t *w = &a->local.workers[i];
+    if (i < 0 || i >= a->local.count || w->running)
+        return;
+    if (w->pid > 0)
+        kill(-w->pid, SIGKILL); /* what it left in its process group */
+    msr_worker_cleanup(w);
+    memset(w, 0, sizeof *w);
+    w->out.fd = w->err.fd = w->log_fd = w->log.fd = -1;
+    msr_spawn_env_t env = spawn_env(a);
+    spawn_slot(a, &env, i);
+}
+
+static void spawn_workers(agent_t *a, int from)
+{
+    msr_options_t *o = a->o;
+    const msr_node_t *n = &a->node;
+    /* placed once: a restarted generation's workers go where the first went */
+    if (o->bind_to != MSR_BIND_NONE && !a->local.placed) {
+        a->local.places = msr_cpu_plan((msr_bind_t)o->bind_to, a->local.count);
+        a->local.placed = 1;
+    }
+    msr_spawn_env_t env = spawn_env(a);
     uint64_t began = msr_now_ns(); /* a slice of the start: node.h */
     /* slots of workers that exited by themselves (no stop was needed) still
      * hold their last stderr lines */
@@ -100,37 +164,8 @@ static void spawn_workers(agent_t *a, int from)
     if (from == 0 && a->proxy)
         msr_proxy_set_member(a->proxy, a->node_id, n->node_rank, n->generation);
     for (int i = from; i < a->local.count; i++) {
-        msr_worker_t *w = &a->local.workers[i];
-        int rank = n->rank_offset + i;
-        msr_worker_io_t io = {0};
-        int off = 0;
-        msr_options_streams(o, i, &io.file, &off);
-        if (msr_options_show_rank(o, rank, i))
-            io.terminal = (MSR_STD_OUT | MSR_STD_ERR) & ~off;
-        if (io.file && msr_log_name_format(o->worker_log_name, rank, i, n->node_rank, a->coord.host,
-                                           io.log_name, sizeof io.log_name) != MSR_OK)
-            io.file = 0;                      /* checked with the options: not reached */
-        if (a->local.tails[i].rank != rank) { /* elastic: the slot holds another rank now */
-            msr_out_tail_clear(&a->local.tails[i].lines);
-            a->local.tails[i].rank = rank;
-        }
-        w->out_tail = &a->local.tails[i].lines;
-        uint64_t forking = msr_now_ns();
-        msr_status_t st = msr_worker_spawn(w, a->loop.base, &env, i, &io);
-        if (a->prof.on && st == MSR_OK) {
-            msr_lprof_mark(&a->prof.workers[i], MSR_LPROF_FORK, forking, msr_now_ns());
-            if (a->prof.self.end[MSR_LPROF_JOIN]) /* joined, as before any spawn */
-                msr_lprof_mark(&a->prof.self, MSR_LPROF_RDZV, a->prof.self.end[MSR_LPROF_JOIN],
-                               forking);
-        }
-        if (w->running)
-            msr_node_on_spawned(&a->node, i, (int)w->pid);
-        if (st != MSR_OK) {
-            char why[620];
-            snprintf(why, sizeof why, "rank %d: %.500s", rank, msr_err_msg());
-            msr_node_on_spawn_failed(&a->node, msr_now_ns(), why);
+        if (spawn_slot(a, &env, i) != MSR_OK)
             return;
-        }
         if (i + 1 < a->local.count && msr_node_spawn_turn_over(&a->node, began, msr_now_ns())) {
             msr_node_on_spawn_paused(&a->node, msr_now_ns(), i + 1); /* the loop's turn */
             return;
@@ -206,7 +241,10 @@ static void perform(agent_t *a, const msr_node_action_t *act)
         msr_agent_heartbeat_send(a);
         break;
     case MSR_NODE_ACT_SPAWN:
-        spawn_workers(a, act->local);
+        if (act->code == 1)
+            spawn_again(a, act->local);
+        else
+            spawn_workers(a, act->local);
         break;
     case MSR_NODE_ACT_SIGNAL:
         signal_workers(a, act);
@@ -325,6 +363,8 @@ static int loop_setup(agent_t *a)
         .cluster_time_out_ms = a->o->cluster_time_out_ms,
         .worker_timeout_ms = a->o->worker_timeout_ms,
         .coord_target = a->coord.target,
+        .ps_servers = a->o->ps_servers,
+        .ps_async = a->o->ps_servers > 0 && a->o->ps_staleness >= 0,
     };
     msr_random_bytes(&cfg.seed, sizeof cfg.seed);
     a->loop.base = event_base_new();

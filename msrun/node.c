@@ -424,7 +424,9 @@ void msr_node_on_spawned(msr_node_t *n, int local, int pid)
     if (local < 0 || local >= n->cfg.nworkers || n->workers[local].running)
         return;
     msr_node_worker_t *w = &n->workers[local];
+    int incarnation = w->incarnation; /* a replacement's; 0 in a new generation */
     memset(w, 0, sizeof *w);
+    w->incarnation = incarnation;
     w->running = 1;
     w->pid = pid;
     w->rank = n->rank_offset + local;
@@ -495,6 +497,41 @@ void msr_node_stop_workers(msr_node_t *n, uint64_t now, int sig)
         stopping_done(n);
 }
 
+/* An asynchronous parameter server's worker failed of its own (a code not
+ * 0, a signal msrun did not send) while its generation runs: the servers
+ * go on without it, so it is started again alone, the coordinator not
+ * told, while this node's replacements stay within max_restarts. 1 when
+ * it is; 0: reported as any failure. */
+static int replace_alone(msr_node_t *n, int local, int exit_code, int sig)
+{
+    msr_node_worker_t *w = &n->workers[local];
+    if (!n->cfg.ps_async || n->stopping || n->state != MSR_JOB_RUNNING ||
+        n->worker_generation != n->generation || w->rank >= n->world_size - n->cfg.ps_servers ||
+        (sig == 0 && exit_code == 0))
+        return 0;
+    char how[64], name[32];
+    if (sig)
+        snprintf(how, sizeof how, "was killed by %s", msr_signal_name(sig, name, sizeof name));
+    else
+        snprintf(how, sizeof how, "exited with code %d", exit_code);
+    if (n->replaced >= n->max_restarts) {
+        MSR_ERROR("rank %d (pid %d) %s: not replaced, this node's %d replacement%s of "
+                  "--max_restarts=%d spent; reporting the failure",
+                  w->rank, w->pid, how, n->replaced, n->replaced == 1 ? "" : "s", n->max_restarts);
+        return 0;
+    }
+    n->replaced++;
+    w->incarnation++;
+    MSR_WARN("rank %d (pid %d) %s: asynchronous parameter server worker, started again alone "
+             "(MSR_INCARNATION=%d; replacement %d of %d on this node)",
+             w->rank, w->pid, how, w->incarnation, n->replaced, n->max_restarts);
+    msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_SPAWN);
+    a->generation = n->generation;
+    a->local = local;
+    a->code = 1;
+    return 1;
+}
+
 void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig)
 {
     if (local < 0 || local >= n->cfg.nworkers || !n->workers[local].running)
@@ -512,6 +549,8 @@ void msr_node_on_worker_exit(msr_node_t *n, int local, int exit_code, int sig)
         stopping_done(n);
         return;
     }
+    if (replace_alone(n, local, sig ? -1 : exit_code, sig))
+        return;
     msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_REPORT);
     a->local = local;
     a->generation = n->worker_generation;

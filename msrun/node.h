@@ -39,7 +39,9 @@ typedef enum msr_node_act_kind {
     MSR_NODE_ACT_JOIN,          /* send a join request */
     MSR_NODE_ACT_HEARTBEAT,     /* send a heartbeat (generation, state, ready_generation) */
     MSR_NODE_ACT_SPAWN,         /* start the workers of generation from local on (0: free
-                                   the old slots first); see msr_node_spawn_turn_over */
+                                   the old slots first); see msr_node_spawn_turn_over;
+                                   code 1: only local, a replacement (workers[local]'s
+                                   incarnation) */
     MSR_NODE_ACT_SIGNAL,        /* sig to worker local (-1: every running one); text: why
                                    it is killed as hung, or NULL */
     MSR_NODE_ACT_POLL_BEATS,    /* feed msr_node_on_beat for each running worker */
@@ -73,6 +75,11 @@ typedef struct msr_node_config {
     int64_t worker_timeout_ms;      /* a worker silent this long is hung; 0: not watched */
     const char *coord_target;       /* host:port, for messages; kept by the caller */
     uint64_t seed;                  /* for the jitter of retries */
+    /* --ps_servers and an asynchronous --ps_staleness (K >= 0): a worker
+     * rank (below world_size - ps_servers) that fails is replaced alone,
+     * up to max_restarts times on this node (docs/ps.md, Failures);
+     * ps_async 0: every failure is reported */
+    int ps_servers, ps_async;
 } msr_node_config_t;
 
 /* The part of a heartbeat answer the node uses (decoded by the agent). */
@@ -104,6 +111,7 @@ typedef struct msr_node_worker {
     char hung[96];      /* why it was killed as hung, "" if not */
     int beaten;         /* libmsrun beats seen from it (this generation) */
     unsigned sent_sigs; /* signals msrun sent it (bit per number, this generation) */
+    int incarnation;    /* replacements of this rank before it in this generation */
 } msr_node_worker_t;
 
 /* Read-only outside node.c (the agent and the tests read it). */
@@ -125,6 +133,7 @@ typedef struct msr_node {
     int nrunning;
     int worker_generation; /* of the workers spawned, -1 none */
     int ready_generation;  /* the generation this node can start */
+    int replaced;          /* workers replaced alone (cfg.ps_async), all generations */
     int stopping;
     int kill_sent;
 

@@ -412,15 +412,17 @@ static const msr_opt_t opt_defs[] = {
     {.name = "ps_servers", .kind = MSR_OPT_INT, .min = 0, .max = INT32_MAX,
      .env = "MSRUN_PS_SERVERS", .dest = D(ps_servers), .def = "0", .metavar = "N",
      .help = "parameter server training: the last N global ranks are servers (MSR_ROLE=server), "
-             "the others workers (MSR_ROLE=worker); every rank gets MSR_PS_SERVERS=N. N must be "
-             "below the world size. 0: no roles set."},
+             "the others workers (MSR_ROLE=worker); every rank gets MSR_PS_SERVERS=N and "
+             "MSR_INCARNATION=0. N must be below the world size. 0: no roles set."},
     {.name = "ps_staleness", .kind = MSR_OPT_INT, .min = -1, .max = INT32_MAX,
      .env = "MSRUN_PS_STALENESS", .dest = D(ps_staleness), .def = "-1 (synchronous)",
      .metavar = "K",
      .help = "with ps_servers: every rank gets MSR_PS_STALENESS=K, the parameter server's mode "
              "for programs that ask libmsrun for the launcher's (msr_ps_create with "
              "MSR_PS_STALENESS_ENV): -1 synchronous, K >= 0 asynchronous, a worker's pull "
-             "waiting until every worker has pushed at least its own pushes - K times."},
+             "waiting until every worker has pushed at least its own pushes - K times. K >= 0: "
+             "a worker that dies is started again alone (MSR_INCARNATION one more, up to "
+             "max_restarts per node) and joins the servers (msr_ps_join)."},
 };
 /* clang-format on */
 

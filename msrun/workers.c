@@ -60,6 +60,7 @@ static int env_skip(const char *entry)
         "MSR_ROLE",
         "MSR_PS_SERVERS",
         "MSR_PS_STALENESS",
+        "MSR_INCARNATION",
     };
     const char *eq = strchr(entry, '=');
     size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
@@ -212,8 +213,9 @@ static int env_add_python(char **envp, size_t *k_p)
 }
 
 /* Parameter server roles (docs/ps.md): the last ps_servers global ranks
- * are servers, the others workers; and the servers' mode. Nonzero when out
- * of memory. */
+ * are servers, the others workers; the servers' mode; and how many times
+ * this rank was replaced alone (asynchronous workers). Nonzero when out of
+ * memory. */
 static int env_add_role(char **envp, size_t *k_p, const msr_spawn_env_t *e, int rank)
 {
     char line[64];
@@ -227,6 +229,10 @@ static int env_add_role(char **envp, size_t *k_p, const msr_spawn_env_t *e, int 
         return -1;
     (*k_p)++;
     snprintf(line, sizeof line, "MSR_PS_STALENESS=%d", e->ps_staleness);
+    if ((envp[*k_p] = msr_strdup(line)) == NULL)
+        return -1;
+    (*k_p)++;
+    snprintf(line, sizeof line, "MSR_INCARNATION=%d", e->incarnation);
     if ((envp[*k_p] = msr_strdup(line)) == NULL)
         return -1;
     (*k_p)++;

@@ -153,6 +153,7 @@ typedef struct msr_spawn_env {
     int64_t worker_timeout_ms; /* 0: no beats asked for */
     int ps_servers;            /* --ps_servers: the last this many ranks are servers; 0: no roles */
     int ps_staleness;          /* --ps_staleness: -1 synchronous */
+    int incarnation;           /* with ps_servers: MSR_INCARNATION, the worker's replacements */
 } msr_spawn_env_t;
 
 /* Writes len bytes of w's output (whole lines or a line's pieces, as they

@@ -93,17 +93,14 @@ static msr_status_t make_links(msr_ps_t *ps)
     return MSR_OK;
 }
 
-msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p)
+msr_status_t ps_resolve_mode(const char *what, int size, int *servers_p, int *staleness_p)
 {
-    if (comm == NULL || ps_p == NULL)
-        return msr_err(MSR_ERR_INVALID_ARG, "msr_ps_create: NULL argument");
-    int size = msr_comm_size(comm);
+    int servers = *servers_p, staleness = *staleness_p;
     if (servers == 0)
         servers = env_servers();
     if (servers <= 0 || servers >= size)
         return msr_err(MSR_ERR_INVALID_ARG,
-                       "msr_ps_create: %d servers in a communicator of %d (1 to %d, or "
-                       "MSR_PS_SERVERS)",
+                       "%s: %d servers in a communicator of %d (1 to %d, or MSR_PS_SERVERS)", what,
                        servers, size, size - 1);
     if (staleness == MSR_PS_STALENESS_ENV) {
         const char *v = getenv("MSR_PS_STALENESS");
@@ -116,12 +113,24 @@ msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_
     }
     if (staleness < MSR_PS_SYNC)
         return msr_err(MSR_ERR_INVALID_ARG,
-                       "msr_ps_create: staleness %d (-1 sync, >= 0, or -2 the launcher's)",
-                       staleness);
+                       "%s: staleness %d (-1 sync, >= 0, or -2 the launcher's)", what, staleness);
+    *servers_p = servers;
+    *staleness_p = staleness;
+    return MSR_OK;
+}
+
+msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p)
+{
+    if (comm == NULL || ps_p == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "msr_ps_create: NULL argument");
+    int size = msr_comm_size(comm);
+    msr_status_t st = ps_resolve_mode("msr_ps_create", size, &servers, &staleness);
+    if (st != MSR_OK)
+        return st;
     msr_ps_t *ps = msr_calloc(1, sizeof *ps);
     if (ps == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
-    msr_status_t st = msr_comm_dup(comm, 0, &ps->comm);
+    st = msr_comm_dup(comm, 0, &ps->comm);
     if (st != MSR_OK)
         goto err_free;
     ps->rank = msr_comm_rank(comm);
@@ -197,6 +206,7 @@ void msr_ps_destroy(msr_ps_t *ps)
     msr_free(ps->tables);
     free_links(ps);
     msr_comm_destroy(ps->comm);
+    msr_free(ps->join_seen);
     if (ps->left) {
         for (int w = 0; w < ps->workers; w++)
             if (ps->left->recv[w])

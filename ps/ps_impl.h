@@ -58,6 +58,7 @@ typedef struct ps_table {
     uint64_t pushes;     /* workers: this worker's pushes of the table */
     /* servers */
     int64_t *clock; /* (workers) each worker's pushes received */
+    int64_t *base;  /* (workers) a replacement's clock when it joined; 0 */
     /* the gradients summed this step, only for the rows pushed: a table of
      * many rows of which a step touches few keeps 4 bytes a row for it */
     uint32_t *slot;  /* (local_rows) a pushed row's slot in acc; PS_NO_SLOT: none */
@@ -107,7 +108,14 @@ struct msr_ps {
     /* a failed server's receives still posted, finished by msr_ps_destroy
      * after the communicator (NULL: none) */
     ps_loop_t *left;
-    uint64_t sent, received;    /* msr_ps_traffic's bytes */
+    uint64_t sent, received; /* msr_ps_traffic's bytes */
+    /* msr_ps_join's (NULL: msr_ps_create's, which takes no replacement):
+     * asynchronous servers pair with a replaced worker (ps_join.c) */
+    msr_ctx_t *ctx;
+    int64_t joins_seen;         /* servers: PS_JOINS_KEY when last looked at */
+    int64_t *join_seen;         /* servers: (workers) each one's joins taken */
+    uint64_t join_poll_at;      /* servers: when to look again (msr_now_ns) */
+    int join_warned;            /* servers: a failed look was said */
     struct ps_durable *durable; /* msr_ps_durable's state; NULL: none */
 };
 
@@ -147,5 +155,15 @@ msr_status_t ps_durable_ckpt_due(msr_ps_t *ps);
 void ps_durable_free(msr_ps_t *ps);
 /* Frees a loop's buffers and held requests (its receives finished). */
 void ps_loop_free(ps_loop_t *l);
+/* Asynchronous: worker gone without its goodbye is taken as left (its
+ * receive, failed, freed), and the held pulls it bounded released. */
+msr_status_t ps_on_lost(msr_ps_t *ps, ps_loop_t *l, int worker);
+/* ps.c: servers (0: MSR_PS_SERVERS) and staleness (MSR_PS_STALENESS_ENV:
+ * MSR_PS_STALENESS) resolved and checked for a job of size ranks; what
+ * is the caller's name in messages. MSR_ERR_INVALID_ARG. */
+msr_status_t ps_resolve_mode(const char *what, int size, int *servers_p, int *staleness_p);
+/* ps_join.c: a server's look at the replaced workers waiting to join
+ * (every PS_JOIN_POLL_MS); pairs with each whose old one it took as lost. */
+msr_status_t ps_take_joins(msr_ps_t *ps, ps_loop_t *l);
 
 #endif

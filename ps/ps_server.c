@@ -21,7 +21,8 @@ msr_status_t ps_table_alloc_shard(msr_ps_t *ps, ps_table_t *t)
     t->w = msr_malloc(cells * sizeof *t->w);
     t->slot = msr_malloc((n ? n : 1) * sizeof *t->slot);
     t->clock = msr_calloc((size_t)ps->workers, sizeof *t->clock);
-    int ok = t->w && t->slot && t->clock;
+    t->base = msr_calloc((size_t)ps->workers, sizeof *t->base);
+    int ok = t->w && t->slot && t->clock && t->base;
     if (ok && t->cfg.optim != MSR_PS_SGD)
         ok = (t->s1 = msr_calloc(cells, sizeof *t->s1)) != NULL;
     if (ok && t->cfg.optim == MSR_PS_ADAM)
@@ -51,6 +52,8 @@ void ps_table_free_shard(ps_table_t *t)
     msr_free(t->slot);
     msr_free(t->order);
     msr_free(t->clock);
+    msr_free(t->base);
+    t->base = NULL;
     t->w = t->s1 = t->s2 = NULL;
     t->steps = NULL;
     t->acc = NULL;
@@ -376,6 +379,8 @@ static msr_status_t on_request(msr_ps_t *ps, ps_loop_t *l, int worker)
     char msg[PS_MSG_MAX] = "";
     if (req.op == PS_OP_FIN)
         return on_fin(ps, l, worker);
+    if (req.table >= 0 && req.table < ps->ntables) /* a replacement's clock: past its join */
+        req.clock += ps->tables[req.table].base[worker];
     if ((req.op != PS_OP_PULL && req.op != PS_OP_PUSH) || req.nkeys < 0 || req.width <= 0 ||
         req.width > MSR_PS_WIDTH_MAX || req.nkeys > PS_CALL_ELEMS_MAX / req.width)
         return msr_err(MSR_ERR_PROTOCOL, "parameter server: malformed request from worker %d",
@@ -428,7 +433,7 @@ void ps_loop_free(ps_loop_t *l)
  * taken as left, as on_fin does, and the others go on: it bounds nobody's
  * staleness, its held pulls are dropped, and what it sent before is kept
  * (a push applied but not acknowledged stays applied). */
-static msr_status_t on_lost(msr_ps_t *ps, ps_loop_t *l, int worker)
+msr_status_t ps_on_lost(msr_ps_t *ps, ps_loop_t *l, int worker)
 {
     l->done[worker] = 1;
     l->ndone++;
@@ -460,7 +465,7 @@ static msr_status_t take_losses(msr_ps_t *ps, ps_loop_t *l, msr_status_t st)
     for (int w = 0; w < ps->workers; w++)
         if (!l->done[w] && msr_comm_status(ps->links[w]) == MSR_ERR_PEER_LOST) {
             found = 1;
-            msr_status_t lst = on_lost(ps, l, w);
+            msr_status_t lst = ps_on_lost(ps, l, w);
             if (lst != MSR_OK)
                 return take_losses(ps, l, lst); /* a release to another lost one */
         }
@@ -515,6 +520,8 @@ msr_status_t msr_ps_serve(msr_ps_t *ps)
     while (st == MSR_OK && l.ndone < ps->workers) {
         int busy = 0;
         st = poll_workers(ps, &l, &busy);
+        if (st == MSR_OK && ps->ctx && ps->links)
+            st = ps_take_joins(ps, &l);
         /* nothing came: back off, doubling from 1 us up to PS_IDLE_MAX_NS,
          * so that servers sharing cores with workers leave them the CPU */
         idle_ns =

@@ -170,6 +170,26 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
     return st;
 }
 
+/* A communicator of two on its own engine, its addresses published under
+ * name (comm.h, msr_comm_pair); no shared-memory segment: a pair uses
+ * sends and receives only. */
+msr_status_t msr_ucx_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_t **comm_p)
+{
+    int me = msr_rank(ctx);
+    int ranks[2] = {me < peer ? me : peer, me < peer ? peer : me};
+    char uid[80];
+    snprintf(uid, sizeof uid, "p-%s", name);
+    ucx_engine_t *e = NULL;
+    msr_status_t st = ucx_engine_create(ctx, uid, 2, ranks, &e);
+    if (st != MSR_OK)
+        return st;
+    unsigned id = e->next_comm_id++;
+    st = make_comm(ctx, e, id, me == ranks[1], 2, ranks, msr_timeout(ctx), comm_p);
+    if (st != MSR_OK)
+        ucx_engine_unref(e);
+    return st;
+}
+
 typedef struct split_entry {
     int64_t color, key, rank;
 } split_entry_t;

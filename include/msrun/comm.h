@@ -104,6 +104,22 @@ MSR_API const char *msr_op_name(msr_op_t op);
  * it. */
 MSR_API msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p);
 
+/* Longest name of msr_comm_pair. */
+#define MSR_COMM_PAIR_NAME_MAX 64
+
+/* Makes a communicator of two: this rank and job rank peer, ranked by job
+ * rank, on an engine of its own whose addresses go through the store under
+ * name (1 to MSR_COMM_PAIR_NAME_MAX of [A-Za-z0-9._-]). Both must call it
+ * with the same name, which names one pair once: a process that replaces
+ * a rank (a parameter server's worker started again) makes new pairs under
+ * new names while the others run on. Waits for the peer up to ctx's
+ * timeout (MSR_ERR_TIMEOUT). For sends and receives: no shared-memory
+ * segment is made for its collectives.
+ *
+ * Fails with MSR_ERR_INVALID_ARG (a bad name, peer not another job rank),
+ * MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND, or the store's errors. */
+MSR_API msr_status_t msr_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_t **comm_p);
+
 /* Splits comm as MPI_Comm_split does: the members that pass the same color
  * (>= 0) form a new communicator, ranked by key, ties broken by their rank in
  * comm. color MSR_COMM_NO_COLOR gives *newcomm_p = NULL. Collective over

@@ -89,6 +89,23 @@ MSR_API msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, in
  * success *ps_p is the caller's until msr_ps_destroy. */
 MSR_API msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p);
 
+/* The job's parameter server over every rank of ctx, for a job of
+ * msrun --ps_servers (arguments as msr_ps_create's). In a first process
+ * of its rank it makes the world communicator and msr_ps_create on it
+ * (collective: every rank calls it). A worker of an asynchronous parameter
+ * server that msrun started again alone after its process died
+ * (MSR_INCARNATION > 0) joins the running servers instead: it makes a
+ * communicator of two with each (msr_comm_pair), named by its join, which
+ * the servers see in the store within PS_JOIN_POLL_MS (50 ms) of taking
+ * the old process as lost; its pulls then get the current rows, and it
+ * bounds the others' staleness again from the slowest one's clock. Only
+ * servers made by msr_ps_join take a replacement, in msr_ps_serve, until
+ * every worker is done. Fails as msr_ps_create, plus MSR_ERR_UNSUPPORTED
+ * (MSR_INCARNATION > 0 on a server or in synchronous mode), MSR_ERR_TIMEOUT
+ * (a server did not pair within ctx's timeout) and MSR_ERR_INVALID_ARG
+ * (MSR_INCARNATION not a count). */
+MSR_API msr_status_t msr_ps_join(msr_ctx_t *ctx, int servers, int staleness, msr_ps_t **ps_p);
+
 /* A worker tells every server it is done (and waits for their answer); then
  * frees ps, also on a server. NULL does nothing. After a failure it frees
  * without telling. */

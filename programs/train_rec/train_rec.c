@@ -349,10 +349,10 @@ static int parse(int argc, char **argv, args_t *a)
 }
 
 /* The parameter server's roles: servers serve, workers train. */
-static msr_status_t run_ps(msr_comm_t *world, trainer_t *tr)
+static msr_status_t run_ps(msr_ctx_t *ctx, trainer_t *tr)
 {
     const args_t *a = tr->a;
-    msr_status_t st = msr_ps_create(world, 0, a->staleness, &tr->ps);
+    msr_status_t st = msr_ps_join(ctx, 0, a->staleness, &tr->ps);
     if (st == MSR_OK)
         st = make_tables(tr->ps, &tr->s, a);
     if (st != MSR_OK)
@@ -412,8 +412,10 @@ int main(int argc, char **argv)
     if (st != MSR_OK)
         return fail(st, "msr_init");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if ((st = msr_comm_world(ctx, &world)) == MSR_OK)
-        st = a.mode == 0 ? run_ps(world, &tr) : run_dp(ctx, world, &tr);
+    if (a.mode == 0) /* a replaced worker has no world: msr_ps_join */
+        st = run_ps(ctx, &tr);
+    else if ((st = msr_comm_world(ctx, &world)) == MSR_OK)
+        st = run_dp(ctx, world, &tr);
     rc = st == MSR_OK ? 0 : fail(st, modes[a.mode]);
     msr_ps_destroy(tr.ps);
     rec_dp_destroy(tr.dp);
