@@ -230,6 +230,44 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
     return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
 }
 
+/* Forward: under ZeRO-3 segment s's parameters are gathered over dp just
+ * before its use (acquire) and freed after (release); below ZeRO-3 they
+ * stay in the flat buffer and forward calls no hook. */
+static msr_status_t fwd_hook(msr_mp_t *mp, int s, int acquire)
+{
+    if (mp->cfg.zero < 3)
+        return MSR_OK;
+    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
+    if (acquire)
+        return h->acquire(h->arg, mp->model, s, MSR_GPT_FORWARD);
+    return h->release(h->arg, mp->model, s, MSR_GPT_FORWARD);
+}
+
+/* The head reads the final norm's segment and, for a GPT on one stage,
+ * the tied wte's (the embedding segment). */
+static int head_uses_embed(const msr_mp_t *mp)
+{
+    return mp->pp == 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA;
+}
+
+static msr_status_t head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
+{
+    msr_gpt_t *model = mp->model;
+    msr_status_t st = MSR_OK;
+    if (head_uses_embed(mp))
+        st = fwd_hook(mp, model->seg_embed, 1);
+    if (st == MSR_OK && (st = fwd_hook(mp, model->seg_lnf, 1)) == MSR_OK) {
+        st = msr_mp_head_forward(mp, f, x, targets);
+        msr_status_t rst = fwd_hook(mp, model->seg_lnf, 0);
+        st = st != MSR_OK ? st : rst;
+    }
+    if (head_uses_embed(mp)) {
+        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        st = st != MSR_OK ? st : rst;
+    }
+    return st;
+}
+
 /* ---- activation offload (offload_acts.h) ---- */
 
 /* Block i's input of micro-batch m's chunk c: its place in the file. */
@@ -311,10 +349,13 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         st = msr_acts_get(mp->acts, &f->in);
     if (st != MSR_OK)
         return st;
-    if (j == 0)
+    if (j == 0 && (st = fwd_hook(mp, model->seg_embed, 1)) == MSR_OK) {
         st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
-    else
+        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        st = st != MSR_OK ? st : rst;
+    } else if (j != 0) {
         st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
+    }
     if (st != MSR_OK)
         return st;
     const float *x = f->in;
@@ -322,15 +363,18 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         int i = l - model->chunk_lo[c];
         msr_gpt_block_acts_t *la = &f->layers[i];
         msr_gpt_block_params_t p;
-        point_params(mp, seg_of_layer(model, c, l), l, 0, &p);
+        int s = seg_of_layer(model, c, l);
+        if ((st = fwd_hook(mp, s, 1)) != MSR_OK)
+            return st;
+        point_params(mp, s, l, 0, &p);
         if ((st = acts_out(mp, f, i, model->chunk_hi[c] - model->chunk_lo[c])) != MSR_OK ||
             (st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK ||
-            (st = acts_spill(mp, m, c, i, x)) != MSR_OK)
+            (st = fwd_hook(mp, s, 0)) != MSR_OK || (st = acts_spill(mp, m, c, i, x)) != MSR_OK)
             return st;
         x = la->res3;
     }
     if (j == mp->nv - 1)
-        return msr_mp_head_forward(mp, f, x, mp->targets + (size_t)m * N);
+        return head_forward(mp, f, x, mp->targets + (size_t)m * N);
     return send_to(mp, x, (j + 1) % mp->pp, tag_of(mp, 0, m, j + 1),
                    &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
 }
