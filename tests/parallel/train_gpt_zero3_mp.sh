@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# ZeRO-3 in the model-parallel runtime (docs/model.md "Model parallel"):
+# ZeRO-3 in the model-parallel runtime (docs/model.md "The 3-D runtime"):
 # each tp rank's slice is sharded over its dp group, every segment
 # gathered over dp just before its forward and its backward and freed
 # after, gradients reduce-scattered. dp 2 x tp 2 with ZeRO-3 (with sp, and
 # without it with full recompute) prints the losses and gradient norms of
-# one process over 10 steps (1e-5 relative), for the GPT and --arch llama;
+# one process over 10 steps (1e-5 relative), for the GPT and --arch llama,
+# and ZeRO-2's bitwise;
 # a dp 2 x tp 2 ZeRO-3 checkpoint resumes bitwise in its layout and
 # reshards into one process; what is not done yet (pp, cp, MoE) is
 # refused before training with its reason.
@@ -32,7 +33,7 @@ layout() {
     shift 3
     msrun_n "$n" "$@" --loss-log "$W/$name" >/dev/null 2>"$W/err" || fail "$name: $(cat "$W/err")"
     grep -q "zero 3" "$W/err" || fail "$name: not ZeRO-3: $(cat "$W/err")"
-    close "$W/$name" "$W/$one" 10
+    close "$W/$name" "$W/$one" 10 "$name"
 }
 timeout 60 "$bin/train_gpt" "${gpt[@]}" --micro-batch 4 --loss-log "$W/gpt1" >/dev/null \
     2>"$W/err" || fail "GPT, one process: $(cat "$W/err")"
@@ -44,6 +45,12 @@ layout gpt-sp gpt1 4 "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 -
 layout gpt-full gpt1 4 "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --micro-batch 4 --recompute full
 layout llama-sp llama1 4 "${llama[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 \
     --grad-accum 2 --recompute selective
+# the gathers copy the parameters and the gradients go ZeRO-2's way: the
+# same layout under ZeRO-2 gives the same bits
+msrun_n 4 "${llama[@]}" "${z3[@]}" --zero 2 --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2 \
+    --recompute selective --loss-log "$W/llama-sp-z2" >/dev/null 2>"$W/err" ||
+    fail "ZeRO-2: $(cat "$W/err")"
+diff "$W/llama-sp" "$W/llama-sp-z2" || fail "ZeRO-3 and ZeRO-2 differ in dp 2 x tp 2 + sp"
 
 # checkpoints: dp 2 x tp 2 ZeRO-3 stopped at step 4 and resumed in its
 # layout gives steps 5..10 bitwise; resumed by one process (ZeRO-0, the
