@@ -205,6 +205,10 @@ typedef struct msr_dp {
     int next_start;  /* the next bucket to start */
     int *visits;     /* ZeRO-3: the segments in the order acquire sees them */
     int num_visits, vi;
+    /* ZeRO-3 under model parallel (msr_dp_set_model_parallel): the runtime
+     * acquires in its schedule's order, not the table's; each acquire
+     * gathers its segment, each release frees it */
+    int any_order;
 
     size_t transient, transient_peak; /* bytes */
     /* freed temporaries (base/alloc.h's pages) kept for the next request
@@ -272,7 +276,10 @@ msr_status_t msr_dp_reduce_all(msr_dp_t *dp);
  * gradient norm over tp_comm and pp_comm (NULL: no such group), and counts
  * the tensors every tensor-parallel rank holds (tp_replicated) on tp rank 0
  * only, and those several ranks hold (tp_copies) on the first of them
- * (tp_first), so the norm is the whole model's. */
+ * (tp_first), so the norm is the whole model's. Under ZeRO-3 the hooks
+ * then take acquires in any order (the runtime's schedule decides it):
+ * each acquire gathers the segment (no visit table, no prefetch) and
+ * each release frees it. */
 void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm);
 
 /* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and

@@ -293,7 +293,10 @@ msr_status_t msr_dp_hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
         st = msr_dp_params_acquire(dp, s, pass);
     if (st != MSR_OK)
         return st;
-    if (dp->cfg.zero >= 3) {
+    if (dp->cfg.zero >= 3 && dp->any_order) {
+        if ((st = msr_dp_seg_ready(dp, s)) != MSR_OK)
+            return st;
+    } else if (dp->cfg.zero >= 3) {
         if (dp->vi >= dp->num_visits || dp->visits[dp->vi] != s) {
             return msr_err(MSR_ERR_STATE,
                            "dp: segment %d acquired at visit %d, out of the order ZeRO-3 expects",
@@ -321,7 +324,11 @@ msr_status_t msr_dp_hook_release(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
     msr_status_t pst = msr_dp_params_release(dp, s);
     if (pst != MSR_OK)
         return pst;
-    if (dp->cfg.zero >= 3) {
+    if (dp->cfg.zero >= 3 && dp->any_order) {
+        msr_status_t st = msr_dp_seg_drop(dp, s);
+        if (st != MSR_OK)
+            return msr_dp_comm_failed("parameter gather of segment", s, st);
+    } else if (dp->cfg.zero >= 3) {
         dp->vi++;
         /* kept when the next visit is the same segment (the head: the end
          * of forward and the start of backward) */

@@ -160,6 +160,7 @@ void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, m
     dp->mp_comm[0] = tp_comm;
     dp->mp_comm[1] = pp_comm;
     dp->tp_rank = tp_rank;
+    dp->any_order = 1;
 }
 
 /* The squared norm of a unit's owned gradient; on tensor-parallel ranks

@@ -65,6 +65,26 @@ static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
     return MSR_OK;
 }
 
+/* ZeRO-3 runs here with tp and sp (and recompute) on one stage: the
+ * runtime gathers each segment over dp around its use (mp_run.c). Not
+ * yet: a pipeline (the tied wte's head copy and the stages' visits), cp
+ * and MoE blocks (the experts have their own store). */
+static msr_status_t check_zero3(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp)
+{
+    if (cfg->zero < 3)
+        return MSR_OK;
+    const char *why = pp > 1                   ? "pipeline parallel (pp > 1)"
+                      : cfg->cp > 1            ? "context parallel (cp > 1)"
+                      : model->moe.experts > 0 ? "a MoE model"
+                                               : NULL;
+    if (why == NULL)
+        return MSR_OK;
+    return msr_err(MSR_ERR_CONFIG,
+                   "ZeRO-3 runs with tensor and sequence parallel on one stage, not with %s "
+                   "(use --zero 0, 1 or 2)",
+                   why);
+}
+
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
 {
     msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks, cfg->stage_layers};
@@ -109,14 +129,11 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
                        "%d micro-batches (--grad-accum) for %d stages",
                        cfg->micros, pp);
     }
-    if (cfg->zero < 0 || cfg->zero > 2) {
-        /* ZeRO-3's gathers run in the whole model's forward and backward
-         * only (parallel/dp.c), never in this runtime's */
-        return msr_err(MSR_ERR_CONFIG,
-                       "ZeRO stage %d is not supported with tensor, pipeline or context parallel "
-                       "or recompute (use 0, 1 or 2)",
-                       cfg->zero);
+    if (cfg->zero < 0 || cfg->zero > 3) {
+        return msr_err(MSR_ERR_CONFIG, "ZeRO stage %d is not in 0..3", cfg->zero);
     }
+    if (check_zero3(model, cfg, pp) != MSR_OK)
+        return MSR_ERR_CONFIG;
     if (cfg->acts.mode == MSR_OFFLOAD_HOST) {
         return msr_err(MSR_ERR_CONFIG, "activation offload to host memory: a CPU rank's "
                                        "activations are in host memory already");

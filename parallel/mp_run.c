@@ -230,16 +230,45 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
     return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
 }
 
-/* A forward's hook: only under the parameters' offload (dp_params.c),
- * which reads each block ahead of its forward and drops it after. */
+/* A forward's hook: under ZeRO-3 segment s's parameters are gathered over
+ * dp just before its use (acquire) and freed after (release); under the
+ * parameters' offload (dp_params.c) each block is read ahead of its forward
+ * and dropped after. Otherwise forward calls no hook. */
 static msr_status_t fwd_hook(msr_mp_t *mp, int s, int acquire)
 {
-    if (msr_dp_params_store(mp->dp) == NULL)
+    if (mp->cfg.zero < 3 && msr_dp_params_store(mp->dp) == NULL)
         return MSR_OK;
     const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
     if (acquire)
         return h->acquire(h->arg, mp->model, s, MSR_GPT_FORWARD);
     return h->release(h->arg, mp->model, s, MSR_GPT_FORWARD);
+}
+
+/* The head reads the final norm's segment and, for a GPT on one stage,
+ * the tied wte's (the embedding segment). */
+static int head_uses_embed(const msr_mp_t *mp)
+{
+    return mp->pp == 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA;
+}
+
+static msr_status_t head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets)
+{
+    msr_gpt_t *model = mp->model;
+    msr_status_t st = MSR_OK;
+    if (mp->cfg.zero < 3) /* the offload keeps the final norm and wte resident */
+        return msr_mp_head_forward(mp, f, x, targets);
+    if (head_uses_embed(mp))
+        st = fwd_hook(mp, model->seg_embed, 1);
+    if (st == MSR_OK && (st = fwd_hook(mp, model->seg_lnf, 1)) == MSR_OK) {
+        st = msr_mp_head_forward(mp, f, x, targets);
+        msr_status_t rst = fwd_hook(mp, model->seg_lnf, 0);
+        st = st != MSR_OK ? st : rst;
+    }
+    if (head_uses_embed(mp)) {
+        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        st = st != MSR_OK ? st : rst;
+    }
+    return st;
 }
 
 /* ---- activation offload (offload_acts.h) ---- */
@@ -323,11 +352,11 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         st = msr_acts_get(mp->acts, &f->in);
     if (st != MSR_OK)
         return st;
-    if (j == 0) {
-        if ((st = fwd_hook(mp, model->seg_embed, 1)) == MSR_OK &&
-            (st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in)) == MSR_OK)
-            st = fwd_hook(mp, model->seg_embed, 0);
-    } else {
+    if (j == 0 && (st = fwd_hook(mp, model->seg_embed, 1)) == MSR_OK) {
+        st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
+        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        st = st != MSR_OK ? st : rst;
+    } else if (j != 0) {
         st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
     }
     if (st != MSR_OK)
@@ -348,7 +377,7 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         x = la->res3;
     }
     if (j == mp->nv - 1)
-        return msr_mp_head_forward(mp, f, x, mp->targets + (size_t)m * N);
+        return head_forward(mp, f, x, mp->targets + (size_t)m * N);
     return send_to(mp, x, (j + 1) % mp->pp, tag_of(mp, 0, m, j + 1),
                    &mp->sreq[2 * ((size_t)m * mp->cfg.chunks + c)]);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "planner/plan.h"
+#include "planner/plan_mem_impl.h"
 
 /* ---- checks ---- */
 
@@ -39,6 +40,22 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
     }
     if (params * 32 > 1e18)
         BAD("the model is too large to count in bytes (%.3g parameters)", params);
+    return 0;
+}
+
+/* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments on one
+ * stage (parallel/mp_pipe.c check_zero3): not with pp, cp or experts. */
+static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
+                      size_t why_len)
+{
+    int cp = msr_plan_cp(l);
+    if (l->zero < 0 || l->zero > 3)
+        BAD("ZeRO stage %d is not in 0..3", l->zero);
+    if (l->zero == 3 && (l->pp > 1 || cp > 1 || (m->experts > 0 && !msr_plan_whole_path(l))))
+        BAD("ZeRO-3 runs with tensor and sequence parallel on one stage, not with %s",
+            l->pp > 1 ? "pipeline parallel"
+            : cp > 1  ? "context parallel"
+                      : "a MoE model");
     return 0;
 }
 
@@ -95,11 +112,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     if (l->schedule == MSR_PLAN_INTERLEAVED && (l->pp < 2 || l->micros % l->pp != 0))
         BAD("interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: %d for %d",
             l->micros, l->pp);
-    if (l->zero < 0 || l->zero > 3 ||
-        ((l->tp > 1 || l->pp > 1 || cp > 1 || l->recompute != MSR_PLAN_RC_NONE) && l->zero > 2))
-        BAD("ZeRO stage %d: 0..3, and 0..2 with tensor, pipeline or context parallel or "
-            "recompute",
-            l->zero);
+    if (check_zero(m, l, why, why_len) != 0)
+        return -1;
     int ep = msr_plan_ep(l);
     if (l->ep < 0 || (ep > 1 && m->experts == 0))
         BAD("ep %d: expert parallel needs at least 1 and a MoE model", l->ep);

@@ -159,6 +159,65 @@ static void r_whole_micro(msr_plan_replay_t *r, int tied)
     }
 }
 
+/* ZeRO-3 in the model-parallel runtime (one stage: mp_run.c): every
+ * acquire gathers its segment, every release frees it, no prefetch. */
+static void r_use(msr_plan_replay_t *r, int s, int bwd)
+{
+    r_seg_ready(r, s);
+    if (bwd)
+        r_grads(r, s);
+}
+
+/* A micro-batch's forward: the embedding, the blocks, then the head with
+ * the final norm's segment (a GPT's inside the tied embedding's). */
+static void r_mp_forward(msr_plan_replay_t *r, int tied)
+{
+    int L = r->nseg - 2;
+    for (int s = 0; s <= L; s++) {
+        r_use(r, s, 0);
+        r_seg_drop(r, s);
+    }
+    if (tied)
+        r_use(r, 0, 0);
+    r_use(r, L + 1, 0);
+    r_seg_drop(r, L + 1);
+    if (tied)
+        r_seg_drop(r, 0);
+}
+
+/* Its backward: the head inside the embedding's acquire, the blocks in
+ * reverse, the embedding's gradient handed over before its release. */
+static void r_mp_backward(msr_plan_replay_t *r)
+{
+    int L = r->nseg - 2;
+    r_use(r, 0, 1);
+    r_use(r, L + 1, 1);
+    r_seg_drop(r, L + 1);
+    r_seg_drop(r, 0);
+    r_grads_ready(r, L + 1);
+    for (int s = L; s >= 1; s--) {
+        r_use(r, s, 1);
+        r_seg_drop(r, s);
+        r_grads_ready(r, s);
+    }
+    r_use(r, 0, 1);
+    r_grads_ready(r, 0);
+    r_seg_drop(r, 0);
+}
+
+/* One stage's step under ZeRO-3: a micro-batch's forward and backward;
+ * under 1F1B with more micro-batches the next forward runs while this
+ * backward's buckets may still be held (msr_dp_micro_end comes with the
+ * next backward). */
+static void r_mp_zero3(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l)
+{
+    int tied = p->m->arch != MSR_PLAN_LLAMA;
+    r_mp_forward(r, tied);
+    r_mp_backward(r);
+    if (l->micros > 1 && l->schedule == MSR_PLAN_1F1B)
+        r_mp_forward(r, tied);
+}
+
 /* The model-parallel runtime's backward of one micro-batch (mp.c
  * run_backward, chunk by chunk): the tied embedding acquired with the head
  * when pp = 1, then the head, the blocks and the embedding in reverse flat
@@ -167,6 +226,10 @@ static void r_whole_micro(msr_plan_replay_t *r, int tied)
 static void r_mp_step(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l)
 {
     int overlap = l->schedule != MSR_PLAN_INTERLEAVED;
+    if (r->zero >= 3) {
+        r_mp_zero3(r, p, l);
+        return;
+    }
     if (p->has_head && l->pp == 1)
         r_grads(r, 0);
     for (int s = r->nseg - 1; s >= 0; s--) {

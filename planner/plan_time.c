@@ -19,6 +19,7 @@
 
 #include "layout/layout.h"
 #include "planner/plan.h"
+#include "planner/plan_mem_impl.h"
 #include "planner/plan_time_impl.h"
 #include "planner/plan_sim.h"
 
@@ -315,14 +316,15 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
             ag = msr_plan_t_scatter(&dpn, G, nd);
         if (l.zero == 3) {
             /* each micro-batch gathers every segment forward and again
-             * backward; the next segment's gather is prefetched behind
-             * the current one's compute */
+             * backward; on the whole-model path the next segment's gather
+             * is prefetched behind the current one's compute, the
+             * model-parallel runtime waits for each (no prefetch) */
             double gather = 2 * msr_plan_t_scatter(&dpn, G, nd);
             double comp = rank_bwd * 1.5;
             double e = gather - comp > gather / (2.0 * (m->layers + 2))
                            ? gather - comp
                            : gather / (2.0 * (m->layers + 2));
-            z3 = l.micros * e;
+            z3 = l.micros * (msr_plan_whole_path(&l) ? e : gather);
         }
     }
     /* ZeRO packs buckets in dp rank-major blocks and unpacks them

@@ -27,8 +27,9 @@ refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
 refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
-refuse "0..2 with tensor, pipeline or context parallel or recompute" "${m[@]}" \
-    --fix zero=3,recompute=selective
+refuse "ZeRO-3 runs with tensor and sequence parallel on one stage, not with pipeline" \
+    "${m[@]}" --fix zero=3,pp=2
+refuse "not with a MoE model" "${m[@]}" --experts 4 --fix zero=3,tp=2
 refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
 refuse "moe-every 9 is not in \[1, 4 layers\]" "${m[@]}" --experts 4 --moe-every 9
 refuse "--capacity-factor 0" "${m[@]}" --experts 4 --capacity-factor 0

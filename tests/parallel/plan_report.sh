@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The planner's runtime accounting against the runtime's own count: for
-# 28 layouts of 4 ranks (dp, tp with and without sp, pp with each
-# schedule, even and uneven splits of the layers, ZeRO 0-3, the recompute
+# 30 layouts of 4 ranks (dp, tp with and without sp, pp with each
+# schedule, even and uneven splits of the layers, ZeRO 0-3 (ZeRO-3 with tp
+# and sp too, and alone with recompute: its transient peak exact), the recompute
 # modes, small buckets and replicated segments, context parallel alone and
 # with tp and pp; Mixture-of-Experts with expert parallel, on the data-
 # parallel path and with pp, tp, sp and cp), train_gpt
@@ -55,6 +56,18 @@ check 8 dp=1,tp=2,pp=2,sp=1,zero=1,recompute=none,micro_batch=2,$s=interleaved,v
 check 10 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=full,micro_batch=1,$s=interleaved,virtual_stages=2 \
     --pp 4 --schedule interleaved --virtual-stages 2 --grad-accum 4 --recompute full \
     --pp-layers 2,1,1,1,1,1,2,1
+# ZeRO-3 in the model-parallel runtime: each tp slice sharded over dp,
+# gathered around every forward and backward (sp, recompute, 1F1B's next
+# forward beside a backward's buckets); one process with recompute runs
+# that runtime alone, its transient peak exactly the planner's replay
+check 4 dp=2,tp=2,pp=1,sp=1,zero=3,recompute=none,micro_batch=1 --tp 2 --sp --zero 3 \
+    --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+check 4 dp=2,tp=2,pp=1,sp=0,zero=3,recompute=full,micro_batch=2,$s=gpipe --tp 2 --zero 3 \
+    --schedule gpipe --grad-accum 2 --recompute full --bucket-mb 0.02 --zero-min-bytes 20000
+one_peak dp=1,tp=1,pp=1,sp=0,zero=3,recompute=selective,micro_batch=2 --zero 3 \
+    --recompute selective --grad-accum 2
+one_peak dp=1,tp=1,pp=1,sp=0,zero=3,recompute=full,micro_batch=2,$s=gpipe --zero 3 \
+    --recompute full --schedule gpipe --grad-accum 2
 # context parallel (--cp): the ring's positions, its logsumexp in place of
 # the probabilities, its buffers in the work space, dp over dp x cp
 check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=1,recompute=none,micro_batch=2 --cp 2 --zero 1 \

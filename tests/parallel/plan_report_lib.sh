@@ -84,3 +84,34 @@ planned
     checked=$((checked + 1))
 }
 
+# one_peak FIX TRAIN_ARGS...: one process alone (no other rank, so its
+# temporaries' peak does not depend on timing), 4 layers of the model
+# (moe, shape, plan_extra, train_extra) as FIX says (with micro_batch, and
+# a --grad-accum among TRAIN_ARGS); its counts and its transient peak must
+# be plan_gpt --world 1's to the byte
+one_peak() {
+    local fix=$1 mb accum=1 a
+    shift
+    local args=("$@") model=(--layers 4 "${shape[@]}" "${moe[@]}")
+    mb=$(sed -n 's/.*micro_batch=\([0-9]*\).*/\1/p' <<<"$fix")
+    for ((a = 0; a < ${#args[@]}; a++)); do
+        [[ ${args[a]} == --grad-accum ]] && accum=${args[a + 1]}
+    done
+    "$bin/plan_gpt" "${model[@]}" "${plan_extra[@]}" --world 1 --global-batch $((mb * accum)) \
+        --bucket-mb 0.02 --zero-min-bytes 0 --fix "$fix" --ranks >"$work/one.plan" 2>&1 ||
+        fail "plan_gpt --world 1 --fix $fix: $(cat "$work/one.plan")"
+    timeout -k 5 60 "$bin/train_gpt" "${model[@]}" "${train_extra[@]}" --micro-batch "$mb" \
+        --steps 1 --report --bucket-mb 0.02 --zero-min-bytes 0 "${args[@]}" >"$work/one.out" \
+        2>"$work/one.err" || fail "train_gpt ${args[*]}, one process: $(tail -5 "$work/one.err")"
+    local want got
+    want=$(sed -n 's/^\(rank 0 params .* work [0-9]*\) acts_peak .* transient_bound \([0-9]*\).*/\1 peak \2/p' \
+        "$work/one.plan")
+    got=$(sed -n 's/.*train_gpt: rank 0 zero [0-3]: params \([0-9]*\) grads \([0-9]*\) optim \([0-9]*\) transient-peak \([0-9]*\) bytes (shard \([0-9]*\) of [0-9]* elements, \([0-9]*\) replicated);.*; buckets \([0-9]*\); work \([0-9]*\) bytes;.*/rank 0 params \1 grads \2 optim \3 shard \5 replicated \6 buckets \7 work \8 peak \4/p' \
+        "$work/one.err")
+    [[ -n "$want" && "$got" == "$want" ]] || fail "one process, $fix: counted
+  $got
+planned
+  $want"
+    echo "one process, $fix: ${got##* peak } bytes of temporaries at the peak, as planned"
+    checked=$((checked + 1))
+}

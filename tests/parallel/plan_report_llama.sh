@@ -7,7 +7,7 @@
 # latter with tp 4, sp and full recompute; fewer kv heads than tp,
 # replicated: tp 4 with 1 kv head, and with 2, sp and selective
 # recompute; cp 2 x dp 2 and cp 2 x tp 2 with sp, whose ring repeats the
-# kv heads), train_gpt --report's counts of every rank must equal
+# kv heads; ZeRO-3 on tp 2 with sp x dp 2), train_gpt --report's counts of every rank must equal
 # plan_gpt --arch llama --ranks's to the byte; the ZeRO-3, the pp and the
 # cp x tp layouts run bf16 products (--precision bf16-runtime), whose
 # operand scratch must be plan_gpt's too (a first stage's largest
@@ -15,7 +15,9 @@
 # --plan --explain 1 for a Llama, fp32 and bf16, must count it as
 # plan_gpt does, and --plan-all offer plan_gpt --all's layouts, cp among
 # them.
-# One process under ZeRO-3: the transient peak is the planned bound.
+# One process under ZeRO-3 (on the whole-model path, and in the
+# model-parallel runtime with recompute): the transient peak is the
+# planned bound.
 source "$(dirname "$0")/plan_report_lib.sh"
 
 s=schedule
@@ -54,6 +56,12 @@ want=$(sed -n 's/^rank 0 .* transient_bound \([0-9]*\).*/\1/p' "$work/z3.plan")
 got=$(sed -n 's/.*train_gpt: rank 0 zero 3: .* transient-peak \([0-9]*\) bytes.*/\1/p' "$work/z3.err")
 [[ -n "$want" && "$got" == "$want" ]] || fail "one process, ZeRO-3: transient peak $got, planned $want"
 echo "one process, ZeRO-3: transient peak $got bytes, as planned"
+# ZeRO-3 in the model-parallel runtime: tp 2 with sp x dp 2, and one
+# process with recompute (its transient peak exactly the replay's)
+check 4 dp=2,tp=2,pp=1,sp=1,zero=3,recompute=selective,micro_batch=1 --tp 2 --sp --zero 3 \
+    --recompute selective --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+one_peak dp=1,tp=1,pp=1,sp=0,zero=3,recompute=selective,micro_batch=2 --zero 3 \
+    --recompute selective --grad-accum 2
 # bf16 products (--precision bf16) keep the same state: a layout in bf16
 # checks every count of fp32 and every rank's operand scratch (the largest
 # product's op(A) and op(B)). With the head on a rank its logits are the

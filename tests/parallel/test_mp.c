@@ -76,10 +76,11 @@ static void test_refusals(void)
         {4, 4, 32, 16, 2, 1, 0, 2, 3, 0, "interleaved", "a multiple of the stages: 3"},
         {4, 4, 32, 16, 1, 1, 0, 2, 2, 0, "interleaved", "needs pp > 1"},
         {4, 4, 32, 16, 2, 1, 0, 2, 2, 0, "gpipe", "2 virtual stages need the interleaved"},
-        {4, 4, 32, 16, 2, 1, 0, 1, 2, 3, "1f1b", "ZeRO stage 3 is not supported"},
+        {4, 4, 32, 16, 2, 1, 0, 1, 2, 3, "1f1b", "not with pipeline parallel (pp > 1)"},
+        {4, 4, 32, 16, 2, 2, 1, 1, 2, 3, "1f1b", "not with pipeline parallel (pp > 1)"},
+        {2, 4, 32, 16, 1, 1, 0, 1, 1, 4, "1f1b", "ZeRO stage 4 is not in 0..3"},
         {2, 4, 32, 12, 1, 1, 0, 1, 1, 0, "1f1b", "sequence of 12 does not divide into 2 x cp 4", 4},
-        {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "pipeline or context parallel", 2},
-        {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "context parallel or recompute"},
+        {2, 4, 32, 16, 1, 1, 0, 1, 1, 3, "1f1b", "not with context parallel (cp > 1)", 2},
         {2, 4, 32, 20, 1, 4, 1, 1, 1, 0, "1f1b", "sequence of 10 does not divide among tp 4", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -99,6 +100,19 @@ static void test_refusals(void)
         MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: '%s' lacks '%s'", i, why,
                       cases[i].why);
     }
+    /* ZeRO-3 on one stage: tp, sp, recompute; a MoE model refused */
+    msr_gpt_config_t m = {MSR_GPT_VOCAB, 16, 2, 4, 32};
+    msr_mp_config_t z3 = {.sp = 1, .chunks = 1, .micro_batch = 2, .micros = 2, .zero = 3};
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_OK);
+    z3.recompute = MSR_MP_RECOMPUTE_FULL;
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_OK);
+    m.moe.experts = 2;
+    m.moe.top_k = 1;
+    m.moe.every = 1;
+    m.moe.capacity_factor = 1.0;
+    msr_err_clear();
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_ERR_CONFIG);
+    MSR_CHECK(strstr(msr_err_msg(), "not with a MoE model") != NULL);
     MSR_CHECK_EQ(msr_mp_schedule_parse("zigzag"), -1);
     MSR_CHECK_EQ(msr_mp_recompute_parse("some"), -1);
     MSR_CHECK_STR(msr_mp_schedule_name(MSR_MP_INTERLEAVED), "interleaved");

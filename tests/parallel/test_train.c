@@ -210,6 +210,89 @@ static void test_zero3_gathers(void)
     msr_dataset_destroy(ds);
 }
 
+/* Creates a trainer of c (on mesh: the model-parallel runtime; NULL: the
+ * data-parallel path) and runs two steps with allocation i failing, for
+ * i = 0, 1, ... until none fails: each failure comes back as
+ * MSR_ERR_NO_MEMORY, and the run without one trains. */
+static void fail_each_alloc(const msr_train_config_t *c, const msr_dataset_t *ds, msr_mesh_t *mesh)
+{
+    for (long i = 0;; i++) {
+        msr_trainer_t *tr = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st =
+            mesh ? msr_trainer_create_mesh(c, ds, mesh, &tr) : msr_trainer_create(c, ds, NULL, &tr);
+        double loss;
+        for (int k = 0; k < 2 && st == MSR_OK; k++)
+            st = msr_trainer_step(tr, &loss);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        msr_trainer_destroy(tr);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            MSR_CHECK(i > 20);
+            break;
+        }
+        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
+    }
+}
+
+/* ZeRO-3 through the model-parallel runtime in one process (selective
+ * and full recompute, GPipe and 1F1B, 2 micro-batches): ZeRO-0's losses
+ * within 1e-5, every segment gathered around each use: forward the
+ * embedding, the L blocks and the head (a GPT's with the tied embedding),
+ * backward the head with the embedding, the L blocks and the embedding:
+ * 2L + 6 gathers per micro-batch for a GPT, 2L + 5 for a Llama. */
+static void test_zero3_mp(void)
+{
+    msr_dataset_t *ds = corpus();
+    enum { STEPS = 3 };
+    msr_mesh_t *mesh = NULL;
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
+    for (int llama = 0; llama <= 1; llama++) {
+        msr_train_config_t c = small_config(2, 2);
+        if (llama) {
+            c.model.arch = MSR_GPT_ARCH_LLAMA;
+            c.model.ffn = 40;
+            c.model.kv_heads = 2;
+            c.model.rope_theta = 10000;
+        }
+        msr_trainer_t *ref = make(&c, ds);
+        double want[STEPS], got[STEPS];
+        train(ref, STEPS, want);
+        msr_trainer_destroy(ref);
+        c.par.zero = 3;
+        c.par.zero_min_bytes = 0;
+        c.par.bucket_bytes = 4000;
+        for (int mode = MSR_MP_RECOMPUTE_SELECTIVE; mode <= MSR_MP_RECOMPUTE_FULL; mode++) {
+            c.mp.recompute = (msr_mp_recompute_t)mode;
+            c.mp.schedule = mode == MSR_MP_RECOMPUTE_FULL ? MSR_MP_GPIPE : MSR_MP_1F1B;
+            msr_trainer_t *tr = NULL;
+            MSR_CHECK_OK(msr_trainer_create_mesh(&c, ds, mesh, &tr));
+            MSR_CHECK(tr->mp != NULL);
+            train(tr, STEPS, got);
+            for (int i = 0; i < STEPS; i++)
+                MSR_CHECK_MSG(fabs(got[i] - want[i]) <= 1e-5 * want[i],
+                              "%s %s step %d: ZeRO-3 %.9f, ZeRO-0 %.9f", llama ? "llama" : "gpt",
+                              msr_mp_recompute_name(c.mp.recompute), i + 1, got[i], want[i]);
+            uint64_t L = (uint64_t)c.model.layers, per = llama ? 2 * L + 5 : 2 * L + 6;
+            MSR_CHECK_MSG(tr->dp->stats.gathers == STEPS * 2 * per,
+                          "%s: %llu gathers in %d steps of 2 micro-batches, not %llu a micro-batch",
+                          llama ? "llama" : "gpt", (unsigned long long)tr->dp->stats.gathers, STEPS,
+                          (unsigned long long)per);
+            MSR_CHECK_EQ(tr->dp->transient, 0);
+            msr_trainer_destroy(tr);
+        }
+    }
+    /* every allocation of such a trainer and of two steps failing in turn */
+    msr_train_config_t c = small_config(2, 2);
+    c.par.zero = 3;
+    c.par.bucket_bytes = 8000;
+    c.mp.recompute = MSR_MP_RECOMPUTE_SELECTIVE;
+    fail_each_alloc(&c, ds, mesh);
+    msr_mesh_destroy(mesh);
+    msr_dataset_destroy(ds);
+}
+
 static void test_memory_by_stage(void)
 {
     msr_dataset_t *ds = corpus();
@@ -404,32 +487,6 @@ static void test_bad_config(void)
 /* Every allocation of creating a ZeRO-3 trainer and of two steps fails in
  * turn: the error comes back, nothing leaks (the sanitizer build checks)
  * and nothing crashes. */
-/* Creates a trainer of c (on mesh: the model-parallel runtime; NULL: the
- * data-parallel path) and runs two steps with allocation i failing, for
- * i = 0, 1, ... until none fails: each failure comes back as
- * MSR_ERR_NO_MEMORY, and the run without one trains. */
-static void fail_each_alloc(const msr_train_config_t *c, const msr_dataset_t *ds, msr_mesh_t *mesh)
-{
-    for (long i = 0;; i++) {
-        msr_trainer_t *tr = NULL;
-        msr_alloc_fail_at(i);
-        msr_status_t st =
-            mesh ? msr_trainer_create_mesh(c, ds, mesh, &tr) : msr_trainer_create(c, ds, NULL, &tr);
-        double loss;
-        for (int k = 0; k < 2 && st == MSR_OK; k++)
-            st = msr_trainer_step(tr, &loss);
-        int failed = msr_alloc_failed();
-        msr_alloc_fail_at(-1);
-        msr_trainer_destroy(tr);
-        if (!failed) {
-            MSR_CHECK_OK(st);
-            MSR_CHECK(i > 20);
-            break;
-        }
-        MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
-    }
-}
-
 static void test_alloc_failures(void)
 {
     msr_dataset_t *ds = corpus();
@@ -580,6 +637,7 @@ static const msr_test_t tests[] = {
     {"accum_equivalence", test_accum_equivalence, 60},
     {"zero_alone", test_zero_alone, 60},
     {"zero3_gathers", test_zero3_gathers, 60},
+    {"zero3_mp", test_zero3_mp, 60},
     {"memory_by_stage", test_memory_by_stage, 20},
     {"restore_bitwise", test_restore_bitwise, 60},
     {"alloc_failures", test_alloc_failures, 60},

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ZeRO-3 in the model-parallel runtime (docs/model.md "The 3-D runtime"):
+# each tp rank's slice is sharded over its dp group, every segment
+# gathered over dp just before its forward and its backward and freed
+# after, gradients reduce-scattered. dp 2 x tp 2 with ZeRO-3 (with sp, and
+# without it with full recompute) prints the losses and gradient norms of
+# one process over 10 steps (1e-5 relative), for the GPT and --arch llama,
+# and ZeRO-2's bitwise;
+# a dp 2 x tp 2 ZeRO-3 checkpoint resumes bitwise in its layout and
+# reshards into one process; what is not done yet (pp, cp, MoE) is
+# refused before training with its reason.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+job_prefix=zero3mp
+W=$work
+small=(--layers 2 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1 --zero 3)
+why="ZeRO-3 runs with tensor and sequence parallel on one stage, not with"
+refuse 2 "$why pipeline parallel" "${small[@]}" --pp 2 --grad-accum 2
+refuse 4 "$why pipeline parallel" "${small[@]}" --pp 2 --tp 2 --grad-accum 2
+refuse 2 "$why context parallel" "${small[@]}" --cp 2
+refuse 2 "$why a MoE model" "${small[@]}" --tp 2 --experts 2
+
+# G = 8 sequences a step in every layout
+gpt=(--layers 3 --channels 32 --heads 4 --seq 16 --global-batch 8 --steps 10 --lr 3e-3)
+llama=(--arch llama --layers 3 --channels 32 --heads 4 --kv-heads 2 --ffn 40 --seq 16
+    --global-batch 8 --steps 10 --lr 3e-3 --rope-theta 500)
+# layout NAME ONE N ARGS...: N processes train as ARGS say, the losses and
+# norms of the one-process log ONE
+layout() {
+    local name=$1 one=$2 n=$3
+    shift 3
+    msrun_n "$n" "$@" --loss-log "$W/$name" >/dev/null 2>"$W/err" || fail "$name: $(cat "$W/err")"
+    grep -q "zero 3" "$W/err" || fail "$name: not ZeRO-3: $(cat "$W/err")"
+    close "$W/$name" "$W/$one" 10 "$name"
+}
+timeout 60 "$bin/train_gpt" "${gpt[@]}" --micro-batch 4 --loss-log "$W/gpt1" >/dev/null \
+    2>"$W/err" || fail "GPT, one process: $(cat "$W/err")"
+timeout 60 "$bin/train_gpt" "${llama[@]}" --micro-batch 4 --loss-log "$W/llama1" >/dev/null \
+    2>"$W/err" || fail "Llama, one process: $(cat "$W/err")"
+# buckets of 2000 bytes cut the layers; every segment is sharded
+z3=(--zero 3 --zero-min-bytes 0 --bucket-mb 0.002)
+layout gpt-sp gpt1 4 "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2
+layout gpt-full gpt1 4 "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --micro-batch 4 --recompute full
+layout llama-sp llama1 4 "${llama[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 \
+    --grad-accum 2 --recompute selective
+# the gathers copy the parameters and the gradients go ZeRO-2's way: the
+# same layout under ZeRO-2 gives the same bits
+msrun_n 4 "${llama[@]}" "${z3[@]}" --zero 2 --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2 \
+    --recompute selective --loss-log "$W/llama-sp-z2" >/dev/null 2>"$W/err" ||
+    fail "ZeRO-2: $(cat "$W/err")"
+diff "$W/llama-sp" "$W/llama-sp-z2" || fail "ZeRO-3 and ZeRO-2 differ in dp 2 x tp 2 + sp"
+
+# checkpoints: dp 2 x tp 2 ZeRO-3 stopped at step 4 and resumed in its
+# layout gives steps 5..10 bitwise; resumed by one process (ZeRO-0, the
+# layout-free format), those of the run that never stopped (1e-5)
+args=("${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2)
+msrun_n 4 "${args[@]}" --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" --loss-log "$W/first" \
+    >/dev/null 2>"$W/err" || fail "first part: $(cat "$W/err")"
+cp -r "$W/ck" "$W/ck1"
+msrun_n 4 "${args[@]}" --ckpt-dir "$W/ck" --resume --loss-log "$W/second" >/dev/null \
+    2>"$W/err" || fail "resumed: $(cat "$W/err")"
+grep -q "resumed from step 4" "$W/err" || fail "no resume: $(cat "$W/err")"
+diff "$W/gpt-sp" <(cat "$W/first" "$W/second") ||
+    fail "the resumed ZeRO-3 run differs from the uninterrupted one"
+msrun_n 1 "${gpt[@]}" --micro-batch 4 --ckpt-dir "$W/ck1" --resume --loss-log "$W/one" \
+    >/dev/null 2>"$W/err" || fail "resharded into one process: $(cat "$W/err")"
+grep -q "resumed from step 4" "$W/err" || fail "one process did not resume: $(cat "$W/err")"
+resumed "$W/gpt1" "$W/one" 6
+echo "train_gpt_zero3_mp: ok"
