@@ -8,6 +8,7 @@
 #include "base/crc32.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "model/err_call.h"
 
 #define PAYLOAD_MAGIC    "MSRTRN03"
 #define PAYLOAD_VERSION  3u
@@ -351,4 +352,35 @@ msr_status_t msr_tckpt_seal(void *buf, size_t len)
     }
     msr_free(r);
     return st;
+}
+
+msr_status_t msr_tckpt_agree_first(msr_ctx_t *ctx, int flag, int *first_p)
+{
+    uint8_t mine = flag != 0, *all;
+    *first_p = -1;
+    if (ctx == NULL) {
+        *first_p = mine ? 0 : -1;
+        return MSR_OK;
+    }
+    int world = msr_world_size(ctx);
+    if ((all = msr_malloc((size_t)world)) == NULL) {
+        /* a gather of no bytes: the others' gathers fail (the lengths
+         * differ) instead of waiting for this rank's byte */
+        uint8_t none;
+        (void)msr_allgather(ctx, &none, 0, &none);
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "checkpoint: rank %d is out of memory for %d flags agreeing on a load",
+                       msr_rank(ctx), world);
+    }
+    msr_status_t st = msr_allgather(ctx, &mine, 1, all);
+    if (st != MSR_OK) {
+        msr_free(all);
+        return msr_err_call(st, "checkpoint: agreeing on a load with every rank (a rank that "
+                                "gave no bytes could not take part: its log says why)");
+    }
+    for (int r = 0; r < world && *first_p < 0; r++)
+        if (all[r])
+            *first_p = r;
+    msr_free(all);
+    return MSR_OK;
 }

@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "msrun/store.h"
 
 #define MSR_TCKPT_META_MAX   4096
 /* The most elements of one piece (12 MiB of parameters and moments): the
@@ -140,5 +141,14 @@ uint32_t msr_tckpt_piece_crc_start(const msr_tckpt_header_t *h, const msr_tckpt_
  * separated field: a message about other settings shows both from there
  * (a whole meta does not fit one error text). 0 when the first differs. */
 size_t msr_tckpt_meta_diff(const char *a, const char *b);
+
+/* Every rank of ctx's job calls it with its flag (after a load: whether
+ * it found its file damaged); *first_p is then, on every rank alike, the
+ * lowest rank whose flag is set, or -1. The ranks gather a byte each. A
+ * rank that cannot allocate the world's bytes still takes part, giving
+ * none, so that no rank waits for it: every rank's call then fails
+ * (MSR_ERR_NO_MEMORY there, MSR_ERR_INVALID_ARG on the others, whose
+ * text names the rank that gave none). ctx NULL: a job of one rank. */
+msr_status_t msr_tckpt_agree_first(msr_ctx_t *ctx, int flag, int *first_p);
 
 #endif

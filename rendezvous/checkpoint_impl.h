@@ -1,6 +1,6 @@
 /* What checkpoint.c (the writer) and checkpoint_read.c (the readers) share:
  * a rank file's header, the step folders' names and the helpers each part
- * calls in the other. Private to those two files. */
+ * calls in the other. Private to them (and checkpoint_reader.c). */
 #ifndef MSR_RENDEZVOUS_CHECKPOINT_IMPL_H
 #define MSR_RENDEZVOUS_CHECKPOINT_IMPL_H
 
@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "base/err.h"
 #include "base/log.h"
@@ -23,6 +24,22 @@ typedef struct ckpt_header {
     uint64_t len;
     uint32_t crc;
 } ckpt_header_t;
+
+/* A reader reads past the page cache (O_DIRECT) in whole blocks of
+ * CKPT_DIRECT_ALIGN bytes at aligned file offsets, up to
+ * CKPT_DIRECT_STAGE bytes at a time, into a buffer of that size. */
+#define CKPT_DIRECT_ALIGN ((size_t)4096)
+#define CKPT_DIRECT_STAGE ((size_t)4 << 20)
+
+/* Whether reader r reads past the page cache (for tests). */
+int msr_ckpt_reader_direct(const msr_ckpt_reader_t *r);
+
+/* checkpoint_read.c's, for the reader (checkpoint_reader.c); each says
+ * what it does where it is defined. */
+msr_status_t ckpt_open_state(const char *dir, int64_t step, int rank, int world, char *path,
+                             size_t path_len, int *fd_p, ckpt_header_t *h_p);
+msr_status_t ckpt_read_chunks(int fd, const char *path, off_t at, void *data, size_t len, off_t end,
+                              int stream, uint32_t *crc_p);
 
 static inline msr_status_t io_error(const char *what, const char *path)
 {

@@ -123,8 +123,8 @@ size_t msr_ckpt_list_steps(const char *dir, int64_t **steps_p)
 /* Opens step-<step>/rank-<rank>.bin and checks its header against step,
  * rank, world (< 0: any) and the file's length: *fd_p (the caller closes
  * it) positioned after the header, *h_p; path gets the file's name. */
-static msr_status_t open_state(const char *dir, int64_t step, int rank, int world, char *path,
-                               size_t path_len, int *fd_p, ckpt_header_t *h_p)
+msr_status_t ckpt_open_state(const char *dir, int64_t step, int rank, int world, char *path,
+                             size_t path_len, int *fd_p, ckpt_header_t *h_p)
 {
     char sd[4096];
     step_dir(dir, step, sd, sizeof sd);
@@ -184,8 +184,8 @@ static void read_ahead(int fd, off_t at, off_t len)
  * data holds one chunk and each chunk overwrites the last (a check alone,
  * in a bounded buffer). MSR_ERR_CORRUPT when the file ends early,
  * MSR_ERR_IO on a failed read (the error text names path). */
-static msr_status_t read_chunks(int fd, const char *path, off_t at, void *data, size_t len,
-                                off_t end, int stream, uint32_t *crc_p)
+msr_status_t ckpt_read_chunks(int fd, const char *path, off_t at, void *data, size_t len, off_t end,
+                              int stream, uint32_t *crc_p)
 {
     const off_t half = CKPT_AHEAD / 2;
     size_t done = 0;
@@ -236,7 +236,7 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
     char path[4200];
     int fd;
     ckpt_header_t h;
-    msr_status_t st = open_state(dir, step, rank, world, path, sizeof path, &fd, &h);
+    msr_status_t st = ckpt_open_state(dir, step, rank, world, path, sizeof path, &fd, &h);
     if (st != MSR_OK)
         return st;
     uint32_t crc = 0;
@@ -246,8 +246,8 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
                      path, h.len);
         goto out;
     }
-    st = read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 0,
-                     &crc);
+    st = ckpt_read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 0,
+                          &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     if (st != MSR_OK) {
@@ -262,149 +262,6 @@ out:
     return st;
 }
 
-/* A state open for reads in parts (msrun/checkpoint.h). */
-struct msr_ckpt_reader {
-    int fd;
-    int check;       /* continue the whole state's CRC over reads in order */
-    int checked;     /* the whole state was read in order and matched */
-    uint64_t crc_at; /* bytes of the state from its start the CRC covers */
-    uint32_t crc;
-    ckpt_header_t h;
-    char path[4200];
-};
-
-static msr_status_t reader_open(const char *dir, int64_t step, int rank, int check,
-                                msr_ckpt_reader_t **reader_p)
-{
-    msr_ckpt_reader_t *r = calloc(1, sizeof *r);
-    if (r == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a reader");
-    msr_status_t st = open_state(dir, step, rank, -1, r->path, sizeof r->path, &r->fd, &r->h);
-    if (st != MSR_OK) {
-        free(r);
-        return st;
-    }
-    r->check = check;
-    *reader_p = r;
-    return MSR_OK;
-}
-
-/* The bytes [offset, offset + len) just read into buf, of seedless CRC
- * *chunk_crc (NULL: not computed): continues the whole state's CRC over
- * those past crc_at, and checks it at the state's end. A read that starts
- * where the CRC stands continues it from *chunk_crc (msr_crc32_combine),
- * without passing over its bytes again; one that overlaps the bytes before
- * CRCs only those past them. */
-static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void *buf, size_t len,
-                               const uint32_t *chunk_crc)
-{
-    if (!r->check || r->checked || len == 0)
-        return MSR_OK;
-    if (offset > r->crc_at) { /* bytes skipped: no whole check */
-        r->check = 0;
-        return MSR_OK;
-    }
-    uint64_t end = offset + len;
-    if (end <= r->crc_at)
-        return MSR_OK;
-    if (offset == r->crc_at && chunk_crc != NULL)
-        r->crc = msr_crc32_combine(r->crc, *chunk_crc, len);
-    else
-        r->crc = msr_crc32(r->crc, (const unsigned char *)buf + (r->crc_at - offset),
-                           (size_t)(end - r->crc_at));
-    r->crc_at = end;
-    if (end < r->h.len)
-        return MSR_OK;
-    if (r->crc != r->h.crc)
-        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", r->path);
-    r->checked = 1;
-    return MSR_OK;
-}
-
-msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
-                                  int check, msr_ckpt_reader_t **reader_p, uint64_t *total_p)
-{
-    (void)ctx; /* a tool outside a job passes NULL */
-    if (dir == NULL || step < 0 || rank < 0 || reader_p == NULL) {
-        msr_err_set("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    msr_ckpt_reader_t *r;
-    msr_status_t st = reader_open(dir, step, rank, check != 0, &r);
-    if (st != MSR_OK)
-        return st;
-    if (total_p != NULL)
-        *total_p = r->h.len;
-    *reader_p = r;
-    return MSR_OK;
-}
-
-msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len,
-                                      uint32_t *crc_p)
-{
-    if (r == NULL || (buf == NULL && len > 0)) {
-        msr_err_set("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    if (offset > r->h.len || len > r->h.len - offset) {
-        msr_err_set("checkpoint: %s holds %" PRIu64 " bytes of state, not [%" PRIu64 ", %" PRIu64
-                    ")",
-                    r->path, r->h.len, offset, offset + (uint64_t)len);
-        return MSR_ERR_CORRUPT;
-    }
-    /* one pass of the CRC over the bytes serves both the caller and the
-     * whole state's check, when this read continues it */
-    int whole = r->check && !r->checked && offset == r->crc_at;
-    uint32_t crc = 0, *want = crc_p != NULL || whole ? &crc : NULL;
-    /* a resharded load reads the pieces it needs a chunk at a time, most
-     * often one after the other: read_chunks keeps the disk ahead of them
-     * in the file, past this read */
-    msr_status_t st = read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf, len,
-                                  CKPT_HEADER + (off_t)r->h.len, 0, want);
-    if (st == MSR_OK)
-        st = reader_crc(r, offset, buf, len, want);
-    if (st == MSR_OK && crc_p != NULL)
-        *crc_p = crc;
-    return st;
-}
-
-msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len)
-{
-    return msr_ckpt_reader_read_crc(r, offset, buf, len, NULL);
-}
-
-int msr_ckpt_reader_checked(const msr_ckpt_reader_t *r)
-{
-    return r != NULL && r->checked;
-}
-
-void msr_ckpt_reader_close(msr_ckpt_reader_t *r)
-{
-    if (r == NULL)
-        return;
-    close(r->fd);
-    free(r);
-}
-
-msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
-                                uint64_t offset, void *buf, size_t len, uint64_t *total_p)
-{
-    (void)ctx; /* a tool outside a job passes NULL */
-    if (dir == NULL || step < 0 || rank < 0 || (buf == NULL && len > 0)) {
-        msr_err_set("checkpoint: bad arguments");
-        return MSR_ERR_INVALID_ARG;
-    }
-    msr_ckpt_reader_t *r;
-    msr_status_t st = reader_open(dir, step, rank, 0, &r); /* the caller checks its part */
-    if (st != MSR_OK)
-        return st;
-    st = msr_ckpt_reader_read(r, offset, buf, len);
-    if (st == MSR_OK && total_p != NULL)
-        *total_p = r->h.len;
-    msr_ckpt_reader_close(r);
-    return st;
-}
-
 /* Whether this rank's state of step reads back whole (header, length and
  * CRC), read through a buffer of one chunk (the state is not held); on
  * failure msr_last_error() says why. */
@@ -415,15 +272,15 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
     ckpt_header_t h;
     uint32_t crc = 0;
     msr_status_t st =
-        open_state(dir, step, msr_rank(ctx), msr_world_size(ctx), path, sizeof path, &fd, &h);
+        ckpt_open_state(dir, step, msr_rank(ctx), msr_world_size(ctx), path, sizeof path, &fd, &h);
     if (st != MSR_OK)
         return 0;
     void *chunk = malloc(CKPT_CHUNK);
     if (chunk == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory to check %s", path);
     else
-        st = read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 1,
-                         &crc);
+        st = ckpt_read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len,
+                              CKPT_HEADER + (off_t)h.len, 1, &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     free(chunk);

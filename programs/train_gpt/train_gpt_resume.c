@@ -143,27 +143,32 @@ static msr_status_t find_latest(const job_t *job, const options_t *o, int check,
  * its CRC where no piece did (f->file_bad: a byte only the file's CRC
  * covers), a load that succeeded fails on every rank (MSR_ERR_CORRUPT, the
  * rank that read it naming the file); a failed one keeps its own error.
- * Every rank calls it after every load, whatever the load's outcome. */
+ * Every rank calls it after every load, whatever the load's outcome; when
+ * the ranks cannot agree (one is out of memory), every rank fails with
+ * that error, and none goes on to load an older step alone. */
 static msr_status_t load_outcome(const job_t *job, const fetch_arg_t *f, msr_status_t load_st)
 {
-    int32_t bad = f->file_bad[0] != '\0', *all = NULL;
-    if (job->ctx != NULL && (all = msr_calloc((size_t)job->world, sizeof *all)) == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for %d flags", job->world);
-    msr_status_t st = job->ctx != NULL ? msr_allgather(job->ctx, &bad, sizeof bad, all) : MSR_OK;
-    if (load_st != MSR_OK) {
-        msr_free(all);
+    int bad = f->file_bad[0] != '\0', first = -1;
+    char why[MSR_ERR_TEXT_MAX] = "";
+    if (load_st != MSR_OK)
+        snprintf(why, sizeof why, "%s", msr_err_msg_or(load_st));
+    /* every rank takes part, even one out of memory: none waits */
+    msr_status_t st = msr_tckpt_agree_first(job->ctx, bad, &first);
+    if (st != MSR_OK && load_st != MSR_OK)
+        fprintf(stderr, "train_gpt: rank %d: the load failed too: %s: %s\n", job->rank,
+                msr_status_str(load_st), why);
+    if (st != MSR_OK)
+        return st;
+    if (load_st != MSR_OK)
         return load_st;
-    }
-    for (int r = 0; st == MSR_OK && all != NULL && r < job->world; r++)
-        if (all[r] && !bad)
-            st = msr_err(MSR_ERR_CORRUPT,
-                         "rank %d's shard of step %lld under %s does not match its CRC (its "
-                         "log names it)",
-                         r, (long long)f->step, f->dir);
-    msr_free(all);
-    if (st == MSR_OK && bad)
-        st = msr_err(MSR_ERR_CORRUPT, "%s", f->file_bad);
-    return st;
+    if (first >= 0 && !bad)
+        return msr_err(MSR_ERR_CORRUPT,
+                       "rank %d's shard of step %lld under %s does not match its CRC (its "
+                       "log names it)",
+                       first, (long long)f->step, f->dir);
+    if (bad)
+        return msr_err(MSR_ERR_CORRUPT, "%s", f->file_bad);
+    return MSR_OK;
 }
 
 /* Restores step `step` (saved by `world` ranks; own: this world saved it

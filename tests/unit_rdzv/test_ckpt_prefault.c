@@ -1,7 +1,9 @@
 /* A checkpoint read maps its destination's pages before filling them
  * (msr_ckpt_prefault): only the pages the read writes into, their
  * contents kept, and a read into fresh memory at a misaligned address
- * lands whole with its neighbours untouched. */
+ * lands whole with its neighbours untouched; a reader past the page cache
+ * (O_DIRECT, through its staging buffer) reads any part exactly. */
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/crc32.h"
 #include "msrun/msrun.h"
 #include "rendezvous/checkpoint_impl.h"
 #include "tests/runner.h"
@@ -125,9 +128,98 @@ static void test_read_misaligned(void)
     free(state);
 }
 
+/* Whether the filesystem under dir takes O_DIRECT (a reader then reads
+ * past the page cache). */
+static int dir_takes_direct(void)
+{
+    char path[96];
+    snprintf(path, sizeof path, "%s/direct-probe", dir);
+    int fd = open(path, O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    return fd >= 0;
+}
+
+/* A reader past the page cache reads whole aligned blocks into its
+ * staging buffer and copies out the range asked: parts of a state of more
+ * than two staging buffers at every kind of bound (the first byte, a
+ * block's last and the next one's first, across the staging buffer's end,
+ * from a misaligned offset past two buffers, the last byte) land exactly,
+ * their neighbours kept, each with its CRC; read whole in order, the state
+ * matches its CRC, and a byte damaged at the staging buffer's bound or the
+ * end is refused, naming the file. */
+static void test_read_direct(void)
+{
+    const size_t blk = CKPT_DIRECT_ALIGN, stage = CKPT_DIRECT_STAGE;
+    const size_t len = 2 * stage + 3 * blk + 13;
+    unsigned char *state = malloc(len), *got = malloc(len + 2);
+    MSR_CHECK(state != NULL && got != NULL);
+    for (size_t i = 0; i < len; i++)
+        state[i] = (unsigned char)(i * 151 + (i >> 11));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 4, state, len, 0));
+    /* [offset, offset + n) of the state; offsets count from the state's
+     * start, the file's header (CKPT_HEADER bytes) before it */
+    const size_t parts[][2] = {{0, 1},
+                               {1, blk - CKPT_HEADER - 2},
+                               {blk - CKPT_HEADER - 1, 2},
+                               {stage - CKPT_HEADER - 5, 10},
+                               {stage - CKPT_HEADER - 1, stage + 2},
+                               {3, 2 * stage + 7},
+                               {len - 1, 1},
+                               {0, len}};
+    msr_ckpt_reader_t *rd = NULL;
+    uint64_t total = 0;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 4, 0, 0, &rd, &total));
+    MSR_CHECK_EQ(total, (uint64_t)len);
+    if (dir_takes_direct())
+        MSR_CHECK(msr_ckpt_reader_direct(rd));
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        size_t at = parts[k][0], n = parts[k][1];
+        uint32_t crc = 0;
+        memset(got, 0xa5, len + 2);
+        MSR_CHECK_OK(msr_ckpt_reader_read_crc(rd, at, got + 1, n, &crc));
+        MSR_CHECK(memcmp(got + 1, state + at, n) == 0);
+        MSR_CHECK_EQ(got[0], 0xa5);
+        MSR_CHECK_EQ(got[n + 1], 0xa5);
+        MSR_CHECK_EQ(crc, msr_crc32(0, state + at, n));
+    }
+    /* past the state's end: refused */
+    MSR_CHECK_EQ(msr_ckpt_reader_read(rd, len - 1, got, 2), MSR_ERR_CORRUPT);
+    msr_ckpt_reader_close(rd);
+    /* damaged at the staging buffer's bound (the file's byte stage) and
+     * at the end: a whole read in order is refused, naming the file */
+    char path[128];
+    snprintf(path, sizeof path, "%s/step-4/rank-0.bin", dir);
+    const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(CKPT_HEADER + len - 1)};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        unsigned char b;
+        MSR_CHECK(fd >= 0);
+        MSR_CHECK_EQ(pread(fd, &b, 1, bad[k]), 1);
+        b ^= 0x10;
+        MSR_CHECK_EQ(pwrite(fd, &b, 1, bad[k]), 1);
+        MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 4, 0, 1, &rd, &total));
+        MSR_CHECK_EQ(msr_ckpt_reader_read(rd, 0, got, len), MSR_ERR_CORRUPT);
+        MSR_CHECK(strstr(msr_last_error(), "step-4/rank-0.bin does not match its CRC") != NULL);
+        msr_ckpt_reader_close(rd);
+        b ^= 0x10;
+        MSR_CHECK_EQ(pwrite(fd, &b, 1, bad[k]), 1);
+        close(fd);
+    }
+    msr_finalize(ctx);
+    free(got);
+    free(state);
+}
+
 static const msr_test_t tests[] = {
     {"prefault_pages", test_prefault_pages, 10},
     {"read_misaligned", test_read_misaligned, 30},
+    {"read_direct", test_read_direct, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -1,0 +1,231 @@
+/* libmsrun's checkpoint files read in parts (msr_ckpt_reader_*,
+ * msrun/checkpoint.h): a reader holds a rank file open and reads it past
+ * the page cache (O_DIRECT) where the filesystem allows, through the cache
+ * elsewhere; checkpoint_read.c reads whole files and finds the latest
+ * step. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/crc32.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/util.h"
+#include "msrun/checkpoint.h"
+#include "rendezvous/checkpoint_impl.h"
+
+/* A state open for reads in parts (msrun/checkpoint.h). */
+struct msr_ckpt_reader {
+    int fd;
+    int dfd;              /* the same file opened O_DIRECT, or -1: reads through the cache */
+    unsigned char *stage; /* dfd's reads land here (CKPT_DIRECT_STAGE bytes, page-aligned) */
+    int check;            /* continue the whole state's CRC over reads in order */
+    int checked;          /* the whole state was read in order and matched */
+    uint64_t crc_at;      /* bytes of the state from its start the CRC covers */
+    uint32_t crc;
+    ckpt_header_t h;
+    char path[4200];
+};
+
+/* Opens r's file again with O_DIRECT, and its staging buffer: a reader's
+ * reads then bypass the page cache (no page of the cache to allocate,
+ * fill and copy out of, one copy from the staging buffer instead). Where
+ * the filesystem refuses O_DIRECT, or the buffer cannot be had, the
+ * reader reads through the cache (r->dfd stays -1). */
+static void direct_open(msr_ckpt_reader_t *r)
+{
+    void *stage = NULL;
+    r->dfd = -1;
+    r->stage = NULL;
+    if (posix_memalign(&stage, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
+        return;
+    r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (r->dfd < 0) {
+        MSR_DEBUG("checkpoint: %s: no O_DIRECT (%s): reading through the page cache", r->path,
+                  strerror(errno));
+        free(stage);
+        return;
+    }
+    r->stage = stage;
+}
+
+int msr_ckpt_reader_direct(const msr_ckpt_reader_t *r)
+{
+    return r != NULL && r->dfd >= 0;
+}
+
+static msr_status_t reader_open(const char *dir, int64_t step, int rank, int check,
+                                msr_ckpt_reader_t **reader_p)
+{
+    msr_ckpt_reader_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a reader");
+    msr_status_t st = ckpt_open_state(dir, step, rank, -1, r->path, sizeof r->path, &r->fd, &r->h);
+    if (st != MSR_OK) {
+        free(r);
+        return st;
+    }
+    r->check = check;
+    direct_open(r);
+    *reader_p = r;
+    return MSR_OK;
+}
+
+/* Reads [at, at + len) of r's file into data past the page cache: each
+ * read of whole pages, O_DIRECT, into the reader's staging buffer, then
+ * copied to data and CRC'd there (continuing *crc_p, NULL: none) while it
+ * is in the cache. A read's first and last page may hold bytes either side
+ * of the range: they are read, not copied. MSR_ERR_CORRUPT when the file
+ * ends early, MSR_ERR_IO on a failed read (the text names the file). */
+static msr_status_t direct_chunks(msr_ckpt_reader_t *r, off_t at, void *data, size_t len,
+                                  uint32_t *crc_p)
+{
+    const off_t pg = CKPT_DIRECT_ALIGN;
+    size_t done = 0;
+    while (done < len) {
+        off_t pos = at + (off_t)done, a = pos / pg * pg;
+        size_t want = MSR_MIN(len - done, CKPT_DIRECT_STAGE - (size_t)(pos - a));
+        off_t e = (pos + (off_t)want + pg - 1) / pg * pg;
+        ssize_t got = pread(r->dfd, r->stage, (size_t)(e - a), a);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return io_error("cannot read", r->path);
+        if (got <= pos - a)
+            return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", r->path);
+        size_t take = MSR_MIN(want, (size_t)(got - (pos - a)));
+        unsigned char *dst = (unsigned char *)data + done;
+        (void)msr_ckpt_prefault(dst, take);
+        memcpy(dst, r->stage + (pos - a), take);
+        if (crc_p != NULL)
+            *crc_p = msr_crc32(*crc_p, dst, take);
+        done += take;
+    }
+    return MSR_OK;
+}
+
+/* The bytes [offset, offset + len) just read into buf, of seedless CRC
+ * *chunk_crc (NULL: not computed): continues the whole state's CRC over
+ * those past crc_at, and checks it at the state's end. A read that starts
+ * where the CRC stands continues it from *chunk_crc (msr_crc32_combine),
+ * without passing over its bytes again; one that overlaps the bytes before
+ * CRCs only those past them. */
+static msr_status_t reader_crc(msr_ckpt_reader_t *r, uint64_t offset, const void *buf, size_t len,
+                               const uint32_t *chunk_crc)
+{
+    if (!r->check || r->checked || len == 0)
+        return MSR_OK;
+    if (offset > r->crc_at) { /* bytes skipped: no whole check */
+        r->check = 0;
+        return MSR_OK;
+    }
+    uint64_t end = offset + len;
+    if (end <= r->crc_at)
+        return MSR_OK;
+    if (offset == r->crc_at && chunk_crc != NULL)
+        r->crc = msr_crc32_combine(r->crc, *chunk_crc, len);
+    else
+        r->crc = msr_crc32(r->crc, (const unsigned char *)buf + (r->crc_at - offset),
+                           (size_t)(end - r->crc_at));
+    r->crc_at = end;
+    if (end < r->h.len)
+        return MSR_OK;
+    if (r->crc != r->h.crc)
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", r->path);
+    r->checked = 1;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                  int check, msr_ckpt_reader_t **reader_p, uint64_t *total_p)
+{
+    (void)ctx; /* a tool outside a job passes NULL */
+    if (dir == NULL || step < 0 || rank < 0 || reader_p == NULL) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_reader_t *r;
+    msr_status_t st = reader_open(dir, step, rank, check != 0, &r);
+    if (st != MSR_OK)
+        return st;
+    if (total_p != NULL)
+        *total_p = r->h.len;
+    *reader_p = r;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len,
+                                      uint32_t *crc_p)
+{
+    if (r == NULL || (buf == NULL && len > 0)) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    if (offset > r->h.len || len > r->h.len - offset) {
+        msr_err_set("checkpoint: %s holds %" PRIu64 " bytes of state, not [%" PRIu64 ", %" PRIu64
+                    ")",
+                    r->path, r->h.len, offset, offset + (uint64_t)len);
+        return MSR_ERR_CORRUPT;
+    }
+    /* one pass of the CRC over the bytes serves both the caller and the
+     * whole state's check, when this read continues it */
+    int whole = r->check && !r->checked && offset == r->crc_at;
+    uint32_t crc = 0, *want = crc_p != NULL || whole ? &crc : NULL;
+    /* a resharded load reads the pieces it needs a chunk at a time, most
+     * often one after the other: read_chunks keeps the disk ahead of them
+     * in the file, past this read */
+    msr_status_t st = r->dfd >= 0
+                          ? direct_chunks(r, (off_t)(CKPT_HEADER + offset), buf, len, want)
+                          : ckpt_read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf,
+                                             len, CKPT_HEADER + (off_t)r->h.len, 0, want);
+    if (st == MSR_OK)
+        st = reader_crc(r, offset, buf, len, want);
+    if (st == MSR_OK && crc_p != NULL)
+        *crc_p = crc;
+    return st;
+}
+
+msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *buf, size_t len)
+{
+    return msr_ckpt_reader_read_crc(r, offset, buf, len, NULL);
+}
+
+int msr_ckpt_reader_checked(const msr_ckpt_reader_t *r)
+{
+    return r != NULL && r->checked;
+}
+
+void msr_ckpt_reader_close(msr_ckpt_reader_t *r)
+{
+    if (r == NULL)
+        return;
+    close(r->fd);
+    if (r->dfd >= 0)
+        close(r->dfd);
+    free(r->stage);
+    free(r);
+}
+
+msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, int rank,
+                                uint64_t offset, void *buf, size_t len, uint64_t *total_p)
+{
+    (void)ctx; /* a tool outside a job passes NULL */
+    if (dir == NULL || step < 0 || rank < 0 || (buf == NULL && len > 0)) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_reader_t *r;
+    msr_status_t st = reader_open(dir, step, rank, 0, &r); /* the caller checks its part */
+    if (st != MSR_OK)
+        return st;
+    st = msr_ckpt_reader_read(r, offset, buf, len);
+    if (st == MSR_OK && total_p != NULL)
+        *total_p = r->h.len;
+    msr_ckpt_reader_close(r);
+    return st;
+}
