@@ -121,15 +121,28 @@ static msr_status_t llama_attend_backward(const msr_block_t *b, const msr_gpt_bl
     return MSR_OK;
 }
 
+/* The bf16 operand of ln's product, for the kernel that writes ln (rows
+ * of cols elements) to write beside it, when that product reads ln itself:
+ * not gathered first (sequence parallel holds Nl < N rows); NULL
+ * otherwise (model/layers.h, msr_products_operand) */
+static uint16_t *operand(const msr_block_t *b, const float *ln, size_t rows, int cols)
+{
+    if (rows != b->N)
+        return NULL;
+    return msr_products_operand(b->prod, ln, rows * (size_t)cols);
+}
+
 /* ln = norm(x): LayerNorm (mean and rstd kept), or a Llama's RMSNorm
- * (rstd kept, no bias). */
+ * (rstd kept, no bias); fused: a LayerNorm whose next product is ln's
+ * linear layer also hands that its bf16 operand. */
 static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rstd, const float *x,
-                         const float *w, const float *bias)
+                         const float *w, const float *bias, int fused)
 {
     if (b->llama)
         msr_rmsnorm_forward(ln, rstd, x, w, (int)b->Nl, b->C);
     else
-        msr_layernorm_forward(ln, mean, rstd, x, w, bias, (int)b->Nl, b->C);
+        msr_layernorm_forward_bf16(ln, fused ? operand(b, ln, b->Nl, b->C) : NULL, mean, rstd, x, w,
+                                   bias, (int)b->Nl, b->C);
 }
 
 /* attn(ln1(x)) up to the row-parallel projection: b->proj (N,C), before
@@ -139,7 +152,7 @@ static msr_status_t attn_project(const msr_block_t *b, const msr_gpt_block_param
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
-    norm_forward(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b);
+    norm_forward(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, 1);
     msr_status_t st = enter(b, a->ln1, b->gat, &in);
     if (st != MSR_OK)
         return st;
@@ -173,7 +186,7 @@ static msr_status_t mlp_project(const msr_block_t *b, const msr_gpt_block_params
 {
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
     const float *in;
-    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
+    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, 1);
     msr_status_t st = enter(b, a->ln2, b->gat, &in);
     if (st != MSR_OK)
         return st;
@@ -184,7 +197,8 @@ static msr_status_t mlp_project(const msr_block_t *b, const msr_gpt_block_params
     if (b->llama)
         msr_swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
     else
-        msr_gelu_forward(a->fch_gelu, a->fch, b->N * (size_t)b->Hl);
+        msr_gelu_forward_bf16(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
+                              b->N * (size_t)b->Hl);
     msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
                        C);
     return MSR_OK;
@@ -204,7 +218,7 @@ static msr_status_t hook_forward(const msr_block_t *b, const msr_gpt_block_param
 {
     const float *in;
     float *r;
-    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b);
+    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, 0);
     msr_status_t st = enter(b, a->ln2, b->gat, &in);
     if (st != MSR_OK || (st = mlp->forward(mlp->arg, in, b->proj)) != MSR_OK ||
         (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)

@@ -153,7 +153,10 @@ static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
     if (llama) {
         msr_rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
     } else {
-        msr_layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfw + C, N, C);
+        /* the head's product takes lnf's bf16 rounding as it is written */
+        uint16_t *lnf16 = msr_products_operand(model->prod, acts->lnf, (size_t)N * (size_t)C);
+        msr_layernorm_forward_bf16(acts->lnf, lnf16, acts->lnf_mean, acts->lnf_rstd, x, lnfw,
+                                   lnfw + C, N, C);
         if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK ||
             (st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
             return st;

@@ -21,6 +21,7 @@
 #define MSR_MODEL_LAYERS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "msrun/base.h"
 
@@ -96,6 +97,30 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
  * same bits). */
 void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
                                   const float *inp, const float *weight, int N, int IC, int OC);
+
+/* The bf16 operand the next product may take instead of rounding src (n
+ * elements, packed rows): a kernel that makes src can write src's rounding
+ * there (msr_bf16_from_f32 of each element, the same bits the product would
+ * make) in the pass that writes src, and save the product a pass over it.
+ * The handover lasts for the next product of p only: msr_products_linear
+ * with inp == src and N * IC == n takes it (and rounds only the weight);
+ * any other product, or another call of this, drops it, so nothing may
+ * write src or call p between the kernel and its product. Returns NULL
+ * (nothing handed over: the kernel writes fp32 only) for NULL, an fp32
+ * context, n 0, or n past the scratch the context already holds (a first
+ * product of that size grows it), so the scratch and its --report bytes
+ * stay those of the products. */
+uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n);
+
+/* msr_layernorm_forward, and out16 (N,C) = out rounded to bf16 in the same
+ * pass (a row at a time); msr_gelu_forward and out16 (n) likewise. out16
+ * NULL: the fp32 kernel alone. Bitwise out as the fp32 kernels, out16 as
+ * msr_bf16_from_f32_n on that out, on every CPU path. Typically out16 =
+ * msr_products_operand(p, out, ...) ahead of out's product. */
+void msr_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias, int N,
+                                int C);
+void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t n);
 
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5

@@ -1,5 +1,6 @@
 /* The layers' products context (layers.h): fp32 products, or bf16 operands
- * rounded into scratch and multiplied by msr_gemm_bf16 with fp32 sums. */
+ * rounded into scratch and multiplied by msr_gemm_bf16 with fp32 sums; and
+ * the layernorm and GELU that hand it their output already rounded. */
 #include <cblas.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,6 +19,8 @@ struct msr_products {
     msr_gemm_bf16_t *gemm; /* bf16 only */
     uint16_t *a, *b;       /* op(A)'s and op(B)'s storage rounded to bf16 */
     size_t a_cap, b_cap;   /* their sizes, in elements */
+    const float *ready;    /* the fp32 operand whose rounding a holds for the next product, */
+    size_t ready_n;        /* its elements (msr_products_operand); NULL: none */
     msr_status_t status;   /* the first failure (MSR_OK: none) */
 };
 
@@ -154,10 +157,30 @@ static bool round_operands(msr_products_t *p, const float *A, int lda, int ar, i
     return true;
 }
 
+uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n)
+{
+    if (p == NULL || p->precision != MSR_PRECISION_BF16 || src == NULL || n == 0 || n > p->a_cap)
+        return NULL;
+    p->ready = src;
+    p->ready_n = n;
+    return p->a;
+}
+
+/* Whether a holds the rounding of inp (n elements) for this product; the
+ * handover lasts one product, whichever it is */
+static bool take_ready(msr_products_t *p, const float *inp, size_t n)
+{
+    bool ready = p->ready != NULL && p->ready == inp && p->ready_n == n;
+    p->ready = NULL;
+    return ready;
+}
+
 void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int N, int K,
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc)
 {
+    if (p != NULL)
+        p->ready = NULL;
     if (p == NULL || p->precision == MSR_PRECISION_FP32) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
@@ -193,10 +216,18 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
         msr_products_sgemm(p, 0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
         return;
     }
-    if (!round_operands(p, inp, IC, N, IC, weight, IC, OC, IC))
+    /* inp's rounding may already be in a (msr_products_operand) */
+    msr_status_t st = MSR_OK;
+    if (take_ready(p, inp, (size_t)N * (size_t)IC)) {
+        if ((st = reserve(&p->b, &p->b_cap, (size_t)OC * (size_t)IC)) != MSR_OK) {
+            fail(p, st);
+            return;
+        }
+        round_rows(p->b, weight, IC, OC, IC);
+    } else if (!round_operands(p, inp, IC, N, IC, weight, IC, OC, IC)) {
         return;
-    msr_status_t st =
-        msr_gemm_bf16_bias(p->gemm, false, true, N, OC, IC, p->a, IC, p->b, IC, bias, out, OC);
+    }
+    st = msr_gemm_bf16_bias(p->gemm, false, true, N, OC, IC, p->a, IC, p->b, IC, bias, out, OC);
     if (st != MSR_OK)
         fail(p, st);
 }
@@ -204,6 +235,8 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
 void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
                                   const float *inp, const float *weight, int N, int IC, int OC)
 {
+    if (p != NULL)
+        p->ready = NULL;
     if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
         msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
         msr_products_sgemm(p, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
@@ -229,4 +262,38 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
     }
     if (st != MSR_OK)
         fail(p, st);
+}
+
+void msr_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias, int N,
+                                int C)
+{
+    if (out16 == NULL) {
+        msr_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+        return;
+    }
+    /* a row at a time, so that its rounding reads it from the L1 cache:
+     * the rows are independent, so the same bits as the whole at once */
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * (size_t)C;
+        msr_layernorm_forward(out + o, mean + n, rstd + n, inp + o, weight, bias, 1, C);
+        msr_bf16_from_f32_n(out16 + o, out + o, (size_t)C);
+    }
+}
+
+/* GELU's elements a block at a time (8 KiB of fp32, 4 KiB of bf16: both
+ * in the L1 cache when rounded) */
+#define GELU_BF16_BLOCK 2048
+
+void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t n)
+{
+    if (out16 == NULL) {
+        msr_gelu_forward(out, inp, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i += GELU_BF16_BLOCK) {
+        size_t m = n - i < GELU_BF16_BLOCK ? n - i : GELU_BF16_BLOCK;
+        msr_gelu_forward(out + i, inp + i, m);
+        msr_bf16_from_f32_n(out16 + i, out + i, m);
+    }
 }

@@ -409,11 +409,16 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     work_t *w = &mp->w;
     const float *lnfw = m->segments[m->seg_lnf].params;
     const float *g;
-    if (is_llama(mp))
+    if (is_llama(mp)) {
         msr_rmsnorm_forward(f->lnf, f->lnf_rstd, x, lnfw, (int)d->Nl, d->C);
-    else
-        msr_layernorm_forward(f->lnf, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C, (int)d->Nl,
-                              d->C);
+    } else {
+        /* without sp the head's product reads lnf itself: its bf16
+         * operand is written as lnf is */
+        uint16_t *lnf16 =
+            d->Nl == d->N ? msr_products_operand(m->prod, f->lnf, d->N * (size_t)d->C) : NULL;
+        msr_layernorm_forward_bf16(f->lnf, lnf16, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C,
+                                   (int)d->Nl, d->C);
+    }
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;

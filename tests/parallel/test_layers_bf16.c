@@ -6,7 +6,9 @@
  * differs from fp32 on operands that are not bf16 numbers;
  * attention in bf16 stays within a bound derived from bf16's rounding;
  * a failed product's status sticks, every allocation failing in turn
- * included; the precision names parse. */
+ * included; the precision names parse; the layernorm and GELU that round
+ * their output for the next product give the separate passes' bits, and
+ * that product takes the operand only when it is its own. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -320,6 +322,160 @@ static void test_no_memory(void)
     free(inp), free(w), free(ri), free(rw), free(want), free(ai), free(aw), free(mag);
 }
 
+/* ---- the layernorm and GELU that round their output for the next
+ * product (msr_products_operand) ---- */
+
+/* n values of x rounded by the scalar loop: the independent rounding */
+static uint16_t *rounded16(const float *x, size_t n)
+{
+    uint16_t *y = malloc((n > 0 ? n : 1) * sizeof *y);
+    msr_bf16_from_f32_n_scalar(y, x, n);
+    return y;
+}
+
+/* The fused kernels against the separate passes, bitwise: out, mean and
+ * rstd as the fp32 kernels', out16 as the scalar rounding of that out, on
+ * sizes around the vector widths (8 and 16 floats) and GELU's 2048-element
+ * block; no element past the end written. GELU's inputs include values
+ * it returns unchanged that lie halfway between two bf16 numbers (ties
+ * to even), a NaN and infinities. */
+static void check_fused_kernels(void)
+{
+    const int Cs[] = {1, 7, 8, 9, 15, 16, 17, 45, 384};
+    for (size_t k = 0; k < sizeof Cs / sizeof Cs[0]; k++) {
+        int C = Cs[k], Nr = 3;
+        size_t n = (size_t)Nr * C;
+        float *x = random_floats(n, 20 + k), *w = random_floats((size_t)C, 40 + k);
+        float *b = random_floats((size_t)C, 60 + k);
+        float *o1 = malloc(n * sizeof *o1), *o2 = malloc(n * sizeof *o2);
+        float m1[3], r1[3], m2[3], r2[3];
+        uint16_t *o16 = malloc((n + 1) * sizeof *o16);
+        o16[n] = 0xabcd;
+        msr_layernorm_forward(o1, m1, r1, x, w, b, Nr, C);
+        msr_layernorm_forward_bf16(o2, o16, m2, r2, x, w, b, Nr, C);
+        uint16_t *want = rounded16(o1, n);
+        MSR_CHECK(memcmp(o1, o2, n * sizeof *o1) == 0);
+        MSR_CHECK(memcmp(m1, m2, sizeof m1) == 0 && memcmp(r1, r2, sizeof r1) == 0);
+        MSR_CHECK(memcmp(o16, want, n * sizeof *o16) == 0);
+        MSR_CHECK_EQ(o16[n], 0xabcd);
+        msr_layernorm_forward_bf16(o2, NULL, m2, r2, x, w, b, Nr, C); /* fp32 alone */
+        MSR_CHECK(memcmp(o1, o2, n * sizeof *o1) == 0);
+        free(x), free(w), free(b), free(o1), free(o2), free(o16), free(want);
+    }
+    const size_t ns[] = {0, 1, 7, 8, 9, 17, 2047, 2048, 2049, 4096 + 13};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        size_t n = ns[k];
+        float *x = random_floats(n + 1, 80 + k);
+        for (size_t i = 0; i < n; i++)
+            x[i] *= 8.0f;
+        if (n >= 9) {
+            x[1] = 16.0625f; /* gelu(x) = x, between 16 and 16.125: to 16 */
+            x[2] = 16.1875f; /* between 16.125 and 16.25: to 16.25 */
+            x[3] = NAN;
+            x[4] = INFINITY;
+            x[5] = -INFINITY;
+            x[n - 1] = 16.0625f; /* the last, in the scalar tail */
+        }
+        float *o1 = malloc((n + 1) * sizeof *o1), *o2 = malloc((n + 1) * sizeof *o2);
+        uint16_t *o16 = malloc((n + 1) * sizeof *o16);
+        o16[n] = 0xabcd;
+        msr_gelu_forward(o1, x, n);
+        msr_gelu_forward_bf16(o2, o16, x, n);
+        uint16_t *want = rounded16(o1, n);
+        MSR_CHECK(memcmp(o1, o2, n * sizeof *o1) == 0);
+        MSR_CHECK(memcmp(o16, want, n * sizeof *o16) == 0);
+        MSR_CHECK_EQ(o16[n], 0xabcd);
+        if (n >= 9)
+            MSR_CHECK(o16[1] == 0x4180 && o16[2] == 0x4182 && o16[n - 1] == 0x4180);
+        free(x), free(o1), free(o2), free(o16), free(want);
+    }
+}
+
+static void test_fused_kernels(void)
+{
+    check_fused_kernels();
+}
+
+/* as a CPU without AVX-512 (CI's), then without AVX2 too (the scalar
+ * GELU and rounding) */
+static void test_fused_kernels_avx2(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
+    check_fused_kernels();
+}
+
+static void test_fused_kernels_scalar(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx2,avx512_bf16,avx512f", 1);
+    check_fused_kernels();
+}
+
+/* The handover: a layernorm that writes its product's operand gives that
+ * product bitwise the output of the separate passes; the operand is
+ * offered only once the scratch holds n elements (n at the bound, not one
+ * past), never by fp32 or NULL contexts, so the scratch bytes do not move;
+ * a product of another input, of another size, or after another product
+ * rounds its own input (the buffer handed over is filled with garbage to
+ * tell). */
+static void check_handover(void)
+{
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC;
+    float *x = random_floats(ni, 30), *lw = random_floats(IC, 31), *lb = random_floats(IC, 32);
+    float *w = random_floats((size_t)OC * IC, 33), *bias = random_floats(OC, 34);
+    float *ln = malloc(ni * sizeof *ln), *other = random_floats(ni, 35), mean[N], rstd[N];
+    msr_products_t *p = NULL, *p32 = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_FP32, &p32));
+    MSR_CHECK(msr_products_operand(NULL, ln, ni) == NULL);
+    MSR_CHECK(msr_products_operand(p32, ln, ni) == NULL);
+    MSR_CHECK(msr_products_operand(p, ln, ni) == NULL); /* no scratch yet */
+    msr_layernorm_forward(ln, mean, rstd, x, lw, lb, N, IC);
+    float *want = malloc(no * sizeof *want), *got = malloc(no * sizeof *got);
+    msr_matmul_forward(p, want, ln, w, bias, N, IC, OC); /* the separate passes */
+    float *want_other = malloc(no * sizeof *want_other);
+    msr_matmul_forward(p, want_other, other, w, bias, N, IC, OC);
+    size_t bytes = msr_products_scratch_bytes(p);
+    MSR_CHECK(msr_products_operand(p, ln, ni + 1) == NULL);
+    MSR_CHECK(msr_products_operand(p, ln, 0) == NULL);
+    uint16_t *o16 = msr_products_operand(p, ln, ni);
+    MSR_CHECK(o16 != NULL);
+    memset(ln, 0, ni * sizeof *ln);
+    msr_layernorm_forward_bf16(ln, o16, mean, rstd, x, lw, lb, N, IC);
+    msr_matmul_forward(p, got, ln, w, bias, N, IC, OC);
+    MSR_CHECK(memcmp(got, want, no * sizeof *got) == 0);
+    /* not for another input, nor for ln of another size */
+    memset(msr_products_operand(p, ln, ni), 0x7f, ni * sizeof(uint16_t));
+    msr_matmul_forward(p, got, other, w, bias, N, IC, OC);
+    MSR_CHECK(memcmp(got, want_other, no * sizeof *got) == 0);
+    memset(msr_products_operand(p, ln, ni - IC), 0x7f, ni * sizeof(uint16_t));
+    msr_matmul_forward(p, got, ln, w, bias, N, IC, OC);
+    MSR_CHECK(memcmp(got, want, no * sizeof *got) == 0);
+    /* nor after another product (a 1 x 1 one, rounding one element) */
+    float one = 1.0f, c = 0.0f;
+    memset(msr_products_operand(p, ln, ni), 0x7f, ni * sizeof(uint16_t));
+    msr_products_sgemm(p, 0, 0, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1);
+    MSR_CHECK(c == 1.0f);
+    msr_matmul_forward(p, got, ln, w, bias, N, IC, OC);
+    MSR_CHECK(memcmp(got, want, no * sizeof *got) == 0);
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p), msr_products_destroy(p32);
+    free(x), free(lw), free(lb), free(w), free(bias), free(ln), free(other);
+    free(want), free(got), free(want_other);
+}
+
+static void test_handover(void)
+{
+    check_handover();
+}
+
+/* the blas path, a CPU without bf16 units */
+static void test_handover_blas(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
+    check_handover();
+}
+
 static const msr_test_t tests[] = {
     {"names", test_names, 10},
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
@@ -329,6 +485,11 @@ static const msr_test_t tests[] = {
     {"bf16_attention", test_bf16_attention, 10},
     {"sticky_status", test_sticky_status, 10},
     {"no_memory", test_no_memory, 10},
+    {"fused_kernels", test_fused_kernels, 10},
+    {"fused_kernels_avx2", test_fused_kernels_avx2, 10},
+    {"fused_kernels_scalar", test_fused_kernels_scalar, 10},
+    {"handover", test_handover, 10},
+    {"handover_blas", test_handover_blas, 10},
 };
 
 int main(int argc, char **argv)
