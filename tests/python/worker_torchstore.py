@@ -182,10 +182,13 @@ def check_watch_key(s, second):
     expect(w.delete_key("watch/k"), "watch_key: delete_key")
     ev = next_event("delete")
     expect(ev == (b"b\0c", None), "watch_key: delete gave %r" % (ev,))
+    # each write after the callback of the one before: changes quicker
+    # than the callbacks may be seen as one
     w.add("watch/k", 1)
+    evs = [next_event("add")]
     w.add("watch/k", 0)  # "1" again: no change
     w.add("watch/k", 2)
-    evs = [next_event("add"), next_event("add")]
+    evs.append(next_event("add"))
     expect(evs == [(None, b"1"), (b"1", b"3")], "watch_key: adds gave %r" % (evs,))
     # an escaped key, and a callback that raises: the watch goes on
     calls = []
@@ -197,8 +200,9 @@ def check_watch_key(s, second):
 
     s.watch_key("watch/\n%", bad)
     w.set("watch/\n%", "x")
+    evs = [next_event("escaped key")]
     w.set("watch/\n%", "y")
-    evs = [next_event("escaped key"), next_event("escaped key after a raise")]
+    evs.append(next_event("escaped key after a raise"))
     expect(evs == [(None, b"x"), (b"x", b"y")], "watch_key: escaped key gave %r" % (evs,))
     # stopped: the watches' threads are gone, no callback follows
     s.stop_watches()
