@@ -50,24 +50,30 @@ msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *value, s
     return st;
 }
 
-msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, void **value_p,
-                           size_t *len_p)
+/* A Get (req filled but for its generation) answered with a malloc'd,
+ * NUL-terminated copy of the value. */
+static msr_status_t get_call(msr_ctx_t *ctx, Msr__GetRequest *req, const char *what, void **value_p,
+                             size_t *len_p)
 {
-    msr_status_t st = check_key("store get", key);
-    if (st != MSR_OK)
-        return st;
-    Msr__GetRequest req = MSR__GET_REQUEST__INIT;
-    req.generation = ctx->generation;
-    req.key = (char *)key;
-    req.wait_ms = wait_ms == 0 ? 0 : wait_to_ms(ctx, wait_ms);
+    req->generation = ctx->generation;
     ProtobufCMessage *resp = NULL;
-    char what[80];
-    snprintf(what, sizeof what, "store get of '%.40s'", key);
-    st = msr_client_call(ctx, MSR_RPC_GET, &req.base,
-                         req.wait_ms == UINT32_MAX ? -1 : (int64_t)req.wait_ms, what, &resp);
+    msr_status_t st =
+        msr_client_call(ctx, MSR_RPC_GET, &req->base,
+                        req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms, what, &resp);
     if (st != MSR_OK)
         return st;
     Msr__GetResponse *r = (Msr__GetResponse *)resp;
+    /* a store that ignores the change-wait's fields answers at once with
+     * the value the caller already has: one that serves them never does */
+    if (req->changed && r->value.len == req->old_value.len &&
+        (r->value.len == 0 || memcmp(r->value.data, req->old_value.data, r->value.len) == 0)) {
+        msr_rpc_message_free(resp);
+        msr_err_set("%s: the store answered with the unchanged value: msrun or the coordinator "
+                    "is older than this libmsrun and cannot wait for a change (use one msrun "
+                    "version for all)",
+                    what);
+        return MSR_ERR_UNSUPPORTED;
+    }
     char *copy = malloc(r->value.len + 1);
     if (copy == NULL) {
         msr_rpc_message_free(resp);
@@ -82,6 +88,48 @@ msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, voi
     *value_p = copy;
     msr_rpc_message_free(resp);
     return MSR_OK;
+}
+
+msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, void **value_p,
+                           size_t *len_p)
+{
+    msr_status_t st = check_key("store get", key);
+    if (st != MSR_OK)
+        return st;
+    Msr__GetRequest req = MSR__GET_REQUEST__INIT;
+    req.key = (char *)key;
+    req.wait_ms = wait_ms == 0 ? 0 : wait_to_ms(ctx, wait_ms);
+    char what[80];
+    snprintf(what, sizeof what, "store get of '%.40s'", key);
+    return get_call(ctx, &req, what, value_p, len_p);
+}
+
+msr_status_t msr_store_wait_change(msr_ctx_t *ctx, const char *key, const void *old, size_t old_len,
+                                   int64_t wait_ms, void **value_p, size_t *len_p)
+{
+    msr_status_t st = check_key("store wait_change", key);
+    if (st != MSR_OK)
+        return st;
+    if (value_p == NULL || (old == NULL && old_len != 0)) {
+        msr_err_set("store wait_change of '%.40s': %s", key,
+                    value_p == NULL ? "value_p is NULL" : "old is NULL with old_len > 0");
+        return MSR_ERR_INVALID_ARG;
+    }
+    Msr__GetRequest req = MSR__GET_REQUEST__INIT;
+    req.key = (char *)key;
+    req.wait_ms = wait_ms == 0 ? 0 : wait_to_ms(ctx, wait_ms);
+    req.changed = old != NULL;
+    req.old_value.data = (uint8_t *)old;
+    req.old_value.len = old_len;
+    char what[80];
+    snprintf(what, sizeof what, "store wait_change of '%.40s'", key);
+    st = get_call(ctx, &req, what, value_p, len_p);
+    /* absent before and still absent: no change */
+    if (st == MSR_ERR_NOT_FOUND && old == NULL) {
+        msr_err_set("%s: the key was not set (wait 0)", what);
+        return MSR_ERR_TIMEOUT;
+    }
+    return st;
 }
 
 msr_status_t msr_store_add(msr_ctx_t *ctx, const char *key, int64_t delta, int64_t *value_p)

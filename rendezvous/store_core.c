@@ -136,7 +136,9 @@ static void held_expired(void *ctx, msr_held_t *h)
     char msg[400];
     switch (h->kind) {
     case MSR_HELD_GET:
-        snprintf(msg, sizeof msg, "key '%.200s' was not set within %lld ms",
+        snprintf(msg, sizeof msg,
+                 w->old ? "key '%.200s' did not change within %lld ms"
+                        : "key '%.200s' was not set within %lld ms",
                  ((getwait_t *)h->owner)->key, ms);
         break;
     case MSR_HELD_FETCH:

@@ -32,6 +32,9 @@ typedef struct waiter {
     msr_held_t held;
     uint32_t weight; /* MSR_HELD_BARRIER: the participants this call stands for */
     fetch_t *fetch;  /* MSR_HELD_FETCH: its request */
+    /* MSR_HELD_GET waiting for a change: the value it saw (NULL: a get
+     * waiting for its key to be set) */
+    struct msr_store_value *old;
 } waiter_t;
 
 /* The waiter at a link of a record's list of waiters. */
@@ -139,6 +142,7 @@ static inline void waiter_free(msr_store_core_t *c, waiter_t *w)
     if (w->fetch)
         msr_free(w->fetch->indices);
     msr_free(w->fetch);
+    msr_free(w->old);
     msr_held_free(c->held, &w->held);
 }
 

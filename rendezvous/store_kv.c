@@ -39,8 +39,15 @@ static void reply_value(msr_store_core_t *c, void *call, const kv_t *v)
 
 static void fetch_advance(msr_store_core_t *c, waiter_t *w);
 
-/* Answers everyone waiting for key now that it has a value; a fetch goes
- * on to the next key it misses. */
+static int same_value(const kv_t *a, const void *data, size_t len)
+{
+    return a->len == len && (len == 0 || memcmp(a->data, data, len) == 0);
+}
+
+/* Answers everyone waiting for key now that it has the value v (NULL: it
+ * was deleted): a get waiting for the key to be set gets v, one waiting
+ * for a change gets v unless v is the value it saw (or NOT_FOUND when the
+ * key went), and a fetch goes on to the next key it misses. */
 static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
 {
     getwait_t *gw = msr_map_get(&c->getwait, key);
@@ -50,6 +57,8 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
     msr_list_for_each_safe(pos, tmp, &gw->waiters)
     {
         waiter_t *w = WAITER_AT(pos);
+        if (v == NULL ? w->old == NULL : w->old && same_value(w->old, v->data, v->len))
+            continue;
         if (w->held.kind == MSR_HELD_FETCH) {
             msr_list_remove(&w->held.link);
             fetch_advance(c, w);
@@ -57,9 +66,13 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
         }
         void *call = w->held.call;
         waiter_free(c, w);
-        reply_value(c, call, v);
+        if (v)
+            reply_value(c, call, v);
+        else
+            msr_held_fail(c->held, call, MSR_RPC_NOT_FOUND, "key '%.200s' was deleted", key);
     }
-    msr_store_getwait_drop(c, gw);
+    if (msr_list_empty(&gw->waiters))
+        msr_store_getwait_drop(c, gw);
 }
 
 static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
@@ -131,13 +144,35 @@ void msr_store_getwait_drop(msr_store_core_t *c, getwait_t *gw)
     getwait_free(gw);
 }
 
+/* A get that waits for a change from the value it saw: answered now when
+ * the key holds another value or none, else held with a copy of the value. */
+static int get_changed_now(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
+{
+    const kv_t *v = msr_map_get(&c->store, req->key);
+    if (v == NULL) {
+        msr_held_fail(c->held, call, MSR_RPC_NOT_FOUND, "key '%.200s' not found", req->key);
+        return 1;
+    }
+    if (!same_value(v, req->old_value.data, req->old_value.len)) {
+        reply_value(c, call, v);
+        return 1;
+    }
+    if (req->wait_ms == 0) {
+        msr_held_fail(c->held, call, MSR_RPC_DEADLINE_EXCEEDED, "key '%.200s' did not change",
+                      req->key);
+        return 1;
+    }
+    return 0;
+}
+
 void msr_store_do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "get", req->key))
         return;
     kv_t *v = msr_map_get(&c->store, req->key);
-    if (v) {
-        reply_value(c, call, v);
+    if (req->changed ? get_changed_now(c, call, req) : v != NULL) {
+        if (!req->changed)
+            reply_value(c, call, v);
         return;
     }
     if (req->wait_ms == 0) {
@@ -148,13 +183,23 @@ void msr_store_do_get(msr_store_core_t *c, void *call, const Msr__GetRequest *re
     if (gw == NULL)
         return;
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-    waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait, strlen(req->key));
+    /* a change-wait keeps its request's old value and a copy of it */
+    uint64_t kept = strlen(req->key) + (req->changed ? 2 * req->old_value.len + sizeof(kv_t) : 0);
+    waiter_t *w = waiter_new(c, call, MSR_HELD_GET, gw, &gw->waiters, wait, kept);
+    kv_t *old =
+        w && req->changed ? msr_store_kv_new(req->old_value.data, req->old_value.len) : NULL;
+    if (w && req->changed && old == NULL) {
+        waiter_free(c, w);
+        w = NULL;
+        msr_err_set("coordinator out of memory");
+    }
     if (w == NULL) {
         if (msr_list_empty(&gw->waiters))
             msr_store_getwait_drop(c, gw);
         waiter_refused(c, call);
         return;
     }
+    w->old = old;
 }
 
 static int parse_counter(const kv_t *v, int64_t *out)
@@ -232,6 +277,7 @@ void msr_store_do_delete(msr_store_core_t *c, void *call, const Msr__DeleteReque
     if (v) {
         msr_store_usage_remove(&c->usage, req->key, v->len);
         mark_key(c, req->key);
+        wake_getters(c, req->key, NULL);
     }
     kv_free(v);
     reply_write(c, call, MSR_RPC_DELETE, req->client_id, req->request_id, &r.base);

@@ -117,6 +117,21 @@ MSR_API msr_status_t msr_store_set(msr_ctx_t *ctx, const char *key, const void *
 MSR_API msr_status_t msr_store_get(msr_ctx_t *ctx, const char *key, int64_t wait_ms, void **value_p,
                                    size_t *len_p);
 
+/* Waits for key to change from what the caller saw: old_len bytes at old,
+ * or old NULL (old_len 0) for a key that was absent. MSR_OK when key holds
+ * another value, returned as msr_store_get does; MSR_ERR_NOT_FOUND when
+ * old was a value and the key is now absent (deleted).
+ * A write of the same value is no change, and a change undone before the
+ * call reaches the store is not seen: watch a counter (msr_store_add) when
+ * every write matters. wait_ms as for msr_store_get; MSR_ERR_TIMEOUT when
+ * unchanged within it (at once for wait_ms 0). MSR_ERR_INVALID_ARG for
+ * value_p NULL, or old NULL with old_len > 0; MSR_ERR_UNSUPPORTED from an
+ * msrun or coordinator older than this library (it answers with the old
+ * value). */
+MSR_API msr_status_t msr_store_wait_change(msr_ctx_t *ctx, const char *key, const void *old,
+                                           size_t old_len, int64_t wait_ms, void **value_p,
+                                           size_t *len_p);
+
 /* Adds delta to the 64-bit counter at key (absent counts as 0) atomically
  * and returns the new value in *value_p (may be NULL). A key holding a value
  * that is not a counter gives MSR_ERR_INVALID_ARG. */

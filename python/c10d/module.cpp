@@ -16,6 +16,51 @@ msr_ctx_t *ctxOf(uintptr_t address)
     return reinterpret_cast<msr_ctx_t *>(address);
 }
 
+// The store Python makes: its watches' callbacks take the GIL, so one
+// dropped by Python (holding the GIL) lets go of it while it stops them.
+class PyStore : public msrun_c10d::Store
+{
+  public:
+    using msrun_c10d::Store::Store;
+    ~PyStore() override
+    {
+        if (Py_IsInitialized() && PyGILState_Check()) {
+            py::gil_scoped_release release;
+            stopWatches();
+        } else {
+            stopWatches();
+        }
+    }
+};
+
+py::object bytesOr(const c10::optional<std::string> &v)
+{
+    return v ? py::object(py::bytes(*v)) : py::object(py::none());
+}
+
+// watch_key(key, callback): callback(old, new) with bytes or None from the
+// store's thread, under the GIL; what it raises is printed (as Python's
+// unraisable exceptions are) and the watch goes on.
+void watchKey(msrun_c10d::Store &store, const std::string &key, py::function fn)
+{
+    // the function is released under the GIL, whichever thread drops it
+    auto held = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function *f) {
+        py::gil_scoped_acquire gil;
+        delete f;
+    });
+    c10d::WatchKeyCallback cb = [held](c10::optional<std::string> old,
+                                       c10::optional<std::string> now) {
+        py::gil_scoped_acquire gil;
+        try {
+            (*held)(bytesOr(old), bytesOr(now));
+        } catch (py::error_already_set &e) {
+            e.discard_as_unraisable("msrun store watch_key callback");
+        }
+    };
+    py::gil_scoped_release release;
+    store.watchKey(key, std::move(cb));
+}
+
 } // namespace
 
 PYBIND11_MODULE(_msrun_c10d, m)
@@ -25,9 +70,13 @@ PYBIND11_MODULE(_msrun_c10d, m)
     py::module_::import("torch.distributed");
 
     py::class_<msrun_c10d::Store, c10::intrusive_ptr<msrun_c10d::Store>, c10d::Store>(m, "Store")
-        .def(py::init(
-                 [](uintptr_t ctx) { return c10::make_intrusive<msrun_c10d::Store>(ctxOf(ctx)); }),
-             py::arg("ctx"));
+        .def(py::init([](uintptr_t ctx) -> c10::intrusive_ptr<msrun_c10d::Store> {
+                 return c10::make_intrusive<PyStore>(ctxOf(ctx));
+             }),
+             py::arg("ctx"))
+        .def("watch_key", &watchKey, py::arg("key"), py::arg("callback"))
+        .def("stop_watches", &msrun_c10d::Store::stopWatches,
+             py::call_guard<py::gil_scoped_release>());
 
     py::class_<msrun_c10d::ProcessGroup, c10::intrusive_ptr<msrun_c10d::ProcessGroup>,
                c10d::ProcessGroup>(m, "ProcessGroupMsrun")

@@ -6,6 +6,7 @@
 // docs/python.md "PyTorch").
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -69,12 +70,16 @@ void checkSame(const at::Tensor &a, const at::Tensor &b, const char *what);
 // counters as decimal text, as TCPStore's) in msrun's store, so a job opens
 // no store of its own. getNumKeys counts every key of the job's store in
 // its generation (msr_store_num_keys), msrun's own too, as TCPStore
-// counts its own; watchKey is not supported. The context stays the
-// caller's and must outlive the store. Any thread.
+// counts its own. watchKey runs its callback from a thread of the store's
+// (msr_store_wait_change) until stopWatches, which the destructor and
+// shutdownAll call. The context stays the caller's and must outlive the
+// store (or its watches: shutdownAll stops them before msr_finalize). Any
+// thread.
 class Store : public c10d::Store
 {
   public:
     explicit Store(msr_ctx_t *ctx);
+    ~Store() override;
     void set(const std::string &key, const std::vector<uint8_t> &value) override;
     std::vector<uint8_t> compareSet(const std::string &key, const std::vector<uint8_t> &expected,
                                     const std::vector<uint8_t> &desired) override;
@@ -87,13 +92,33 @@ class Store : public c10d::Store
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override;
 
+    // TCPStore's rule: callback(old, new) on every change of key seen
+    // after this returns: create (old nullopt), update, delete (new
+    // nullopt). A write of the same value is no change, and changes
+    // quicker than a callback may be seen as one. An exception from the
+    // callback is printed and the watch goes on; a store error (a new
+    // generation, say) is printed and ends the watch.
+    void watchKey(const std::string &key, c10d::WatchKeyCallback callback) override;
+    // Ends every watch and waits for its thread (for at most
+    // kWatchSliceMs). Idempotent; not from a callback.
+    void stopWatches();
+
     // The msrun key of a torch key (torch allows any bytes, msrun no
     // control characters); injective.
     static std::string keyOf(const std::string &key);
 
+    // How long a watch waits in one store call before it looks whether
+    // it was stopped.
+    static constexpr int64_t kWatchSliceMs = 500;
+
   private:
     int64_t waitMs(std::chrono::milliseconds timeout) const;
+    void watchLoop(const std::string &key, c10d::WatchKeyCallback callback,
+                   c10::optional<std::string> seen);
     msr_ctx_t *ctx_;
+    std::mutex watchMutex_;
+    std::atomic<bool> stopping_{false};
+    std::vector<std::thread> watchers_;
 };
 
 // The Work of a collective: finished by the group's worker thread, with a
@@ -236,5 +261,7 @@ class ProcessGroup : public c10d::ProcessGroup
 // Destroys the communicator of every live group (before msr_finalize, at
 // exit): their later calls raise.
 void shutdownAll();
+// Every live store's stopWatches (shutdownAll calls it).
+void stopAllWatches();
 
 } // namespace msrun_c10d

@@ -260,6 +260,7 @@ void shutdownAll()
     }
     for (ProcessGroup *g : groups)
         g->shutdown();
+    stopAllWatches();
 }
 
 void ProcessGroup::runLoop()

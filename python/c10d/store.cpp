@@ -1,8 +1,11 @@
 // c10d::Store over libmsrun's store (msr_store_*): torch's keys and values
 // kept by the job's coordinator, reached through the node's msrun with the
 // job's token.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "msrun_c10d.hpp"
@@ -40,10 +43,99 @@ std::string Store::keyOf(const std::string &key)
     return out;
 }
 
+namespace
+{
+
+// The stores alive, for stopAllWatches (at exit, before msr_finalize).
+std::mutex g_stores_mutex;
+std::vector<Store *> g_stores;
+
+} // namespace
+
 Store::Store(msr_ctx_t *ctx) : ctx_(ctx)
 {
     if (!ctx)
         throw std::invalid_argument("msrun store: no context (msrun.init() first)");
+    std::lock_guard<std::mutex> lock(g_stores_mutex);
+    g_stores.push_back(this);
+}
+
+Store::~Store()
+{
+    {
+        std::lock_guard<std::mutex> lock(g_stores_mutex);
+        g_stores.erase(std::remove(g_stores.begin(), g_stores.end(), this), g_stores.end());
+    }
+    stopWatches();
+}
+
+void stopAllWatches()
+{
+    std::lock_guard<std::mutex> lock(g_stores_mutex);
+    for (Store *s : g_stores)
+        s->stopWatches();
+}
+
+void Store::stopWatches()
+{
+    std::vector<std::thread> threads;
+    {
+        std::lock_guard<std::mutex> lock(watchMutex_);
+        stopping_ = true;
+        threads.swap(watchers_);
+    }
+    for (std::thread &t : threads)
+        t.join();
+}
+
+void Store::watchKey(const std::string &key, c10d::WatchKeyCallback callback)
+{
+    if (!callback)
+        throw std::invalid_argument("msrun store watchKey: no callback");
+    // what the key holds now: the watch reports changes from it
+    void *v = nullptr;
+    size_t len = 0;
+    c10::optional<std::string> seen;
+    msr_status_t st = msr_store_get(ctx_, keyOf(key).c_str(), 0, &v, &len);
+    if (st != MSR_ERR_NOT_FOUND) {
+        raiseIf(st, "store watchKey");
+        seen = std::string(static_cast<char *>(v), len);
+        free(v);
+    }
+    std::lock_guard<std::mutex> lock(watchMutex_);
+    if (stopping_)
+        throw std::runtime_error("msrun store watchKey: the store's watches were stopped");
+    watchers_.emplace_back(&Store::watchLoop, this, key, std::move(callback), std::move(seen));
+}
+
+void Store::watchLoop(const std::string &key, c10d::WatchKeyCallback callback,
+                      c10::optional<std::string> seen)
+{
+    const std::string k = keyOf(key);
+    while (!stopping_) {
+        void *v = nullptr;
+        size_t len = 0;
+        msr_status_t st = msr_store_wait_change(ctx_, k.c_str(), seen ? seen->data() : nullptr,
+                                                seen ? seen->size() : 0, kWatchSliceMs, &v, &len);
+        if (st == MSR_ERR_TIMEOUT)
+            continue;
+        c10::optional<std::string> now;
+        if (st == MSR_OK) {
+            now = std::string(static_cast<char *>(v), len);
+            free(v);
+        } else if (st != MSR_ERR_NOT_FOUND || !seen) {
+            std::fprintf(stderr, "msrun store watchKey('%s') ended: %s: %s\n", k.c_str(),
+                         msr_status_name(st), msr_last_error());
+            return;
+        }
+        try {
+            callback(seen, now);
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "msrun store watchKey('%s'): the callback raised: %s\n", k.c_str(),
+                         e.what());
+        }
+        seen = std::move(now);
+    }
 }
 
 // torch's timeouts: > 0 a deadline; 0 (kNoTimeout) or unset: the context's.

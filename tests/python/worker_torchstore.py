@@ -9,9 +9,13 @@ characters (control bytes, '%', an empty key, non-ASCII), set_timeout and
 num_keys: StoreTestBase's test_set_get count on fresh stores (TCPStore
 counts one key of its own, FileStore and msrun's store none), then the
 count after new keys, a key set twice, counters, an escaped key and
-deletes. Prints "rank R of N: torchstore ok"."""
+deletes; and the msrun store's watch_key (torch 1.13's Python TCPStore has
+none to compare with): create, update, a write of the same value, delete,
+a counter, an escaped key, a callback that raises, stop_watches. Prints
+"rank R of N: torchstore ok"."""
 
 import os
+import queue
 import tempfile
 import threading
 from datetime import timedelta
@@ -155,6 +159,59 @@ def check_num_keys(name, s):
     expect(s.num_keys() == before + 2, name + ": num_keys after a delete of a key gone")
 
 
+def check_watch_key(s, second):
+    """watch_key's callbacks, TCPStore's rule: (None, new) on create, (old,
+    new) on update, (old, None) on delete; writes from another client."""
+    w = second()
+    got = queue.Queue()
+    s.watch_key("watch/k", lambda old, new: got.put((old, new)))
+
+    def next_event(what):
+        try:
+            return got.get(timeout=30)
+        except queue.Empty:
+            raise AssertionError("rank %d: watch_key: no callback for %s" % (R, what)) from None
+
+    w.set("watch/k", "a")
+    ev = next_event("create")
+    expect(ev == (None, b"a"), "watch_key: create gave %r" % (ev,))
+    w.set("watch/k", "a")  # the same value: no change
+    w.set("watch/k", b"b\0c")
+    ev = next_event("update")
+    expect(ev == (b"a", b"b\0c"), "watch_key: update gave %r" % (ev,))
+    expect(w.delete_key("watch/k"), "watch_key: delete_key")
+    ev = next_event("delete")
+    expect(ev == (b"b\0c", None), "watch_key: delete gave %r" % (ev,))
+    # each write after the callback of the one before: changes quicker
+    # than the callbacks may be seen as one
+    w.add("watch/k", 1)
+    evs = [next_event("add")]
+    w.add("watch/k", 0)  # "1" again: no change
+    w.add("watch/k", 2)
+    evs.append(next_event("add"))
+    expect(evs == [(None, b"1"), (b"1", b"3")], "watch_key: adds gave %r" % (evs,))
+    # an escaped key, and a callback that raises: the watch goes on
+    calls = []
+
+    def bad(old, new):
+        calls.append((old, new))
+        got.put((old, new))
+        raise ValueError("a callback that raises")
+
+    s.watch_key("watch/\n%", bad)
+    w.set("watch/\n%", "x")
+    evs = [next_event("escaped key")]
+    w.set("watch/\n%", "y")
+    evs.append(next_event("escaped key after a raise"))
+    expect(evs == [(None, b"x"), (b"x", b"y")], "watch_key: escaped key gave %r" % (evs,))
+    # stopped: the watches' threads are gone, no callback follows
+    s.stop_watches()
+    w.set("watch/k", "after")
+    w.get("watch/k")
+    expect(got.empty(), "watch_key: a callback after stop_watches: %r" % (got.queue,))
+    raises(lambda: s.watch_key("watch/k", got.put), "watch_key after stop_watches")
+
+
 def main():
     global R
     torch.set_num_threads(1)
@@ -174,6 +231,8 @@ def main():
             check_store(name, s, second)
             check_num_keys(name, s)
             print("rank %d: the %s store passed" % (R, name), flush=True)
+        check_watch_key(mt.store(), mt.store)
+        print("rank %d: watch_key passed" % R, flush=True)
     finally:
         for f in os.listdir(os.path.dirname(path)):
             os.unlink(os.path.join(os.path.dirname(path), f))

@@ -406,6 +406,101 @@ static void test_num_keys(void)
     msr_store_core_destroy(core);
 }
 
+/* A get waiting for key to change from old (msrun.proto: GetRequest's
+ * changed), wait_ms as a get's. */
+static void do_change(msr_store_core_t *core, tcall_t *c, const char *key, const char *old,
+                      uint32_t wait_ms)
+{
+    sc_call_init(c, MSR_RPC_GET);
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.wait_ms = wait_ms;
+    r.changed = 1;
+    r.old_value.data = (uint8_t *)old;
+    r.old_value.len = strlen(old);
+    msr_store_core_call(core, c, MSR_RPC_GET, &r.base);
+}
+
+static void test_wait_change(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = sc_core_new(&t, NULL);
+    tcall_t c, w[4];
+    sc_do_set(core, &c, "k", "v1");
+    sc_done(&c);
+    /* answered at once: unchanged with no wait, changed, absent */
+    do_change(core, &c, "k", "v1", 0);
+    MSR_CHECK_EQ(c.code, MSR_RPC_DEADLINE_EXCEEDED);
+    do_change(core, &c, "k", "v0", 0);
+    sc_check_value(&c, "v1");
+    do_change(core, &c, "k", "v", 60000); /* a prefix of the value is another value */
+    sc_check_value(&c, "v1");
+    do_change(core, &c, "absent", "v1", 60000);
+    MSR_CHECK_EQ(c.code, MSR_RPC_NOT_FOUND);
+
+    /* several waiters, one gives up; a write of the same value wakes none */
+    for (int i = 0; i < 3; i++)
+        do_change(core, &w[i], "k", "v1", i == 2 ? UINT32_MAX : 60000);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &w[1]), 1);
+    sc_do_set(core, &c, "k", "v1");
+    sc_done(&c);
+    MSR_CHECK(!w[0].answered && !w[1].answered && !w[2].answered);
+    sc_do_set(core, &c, "k", "v2");
+    sc_done(&c);
+    sc_check_value(&w[0], "v2");
+    sc_check_value(&w[2], "v2");
+    MSR_CHECK(!w[1].answered);
+    MSR_CHECK_EQ(msr_store_core_next_deadline(core), MSR_DEADLINE_NEVER);
+
+    /* deleted: NOT_FOUND; a get waiting for another key is left alone */
+    do_change(core, &w[0], "k", "v2", 60000);
+    sc_do_get(core, &w[1], "other", 60000);
+    sc_call_init(&c, MSR_RPC_DELETE);
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "k";
+    msr_store_core_call(core, &c, MSR_RPC_DELETE, &d.base);
+    sc_done(&c);
+    MSR_CHECK_EQ(w[0].code, MSR_RPC_NOT_FOUND);
+    MSR_CHECK_MSG(strstr(w[0].message, "deleted") != NULL, "%s", w[0].message);
+    MSR_CHECK(!w[1].answered);
+    MSR_CHECK_EQ(msr_store_core_cancel(core, &w[1]), 1);
+
+    /* a counter: add 0 is no change, add 1 is */
+    sc_do_add(core, &c, "n", 5);
+    sc_done(&c);
+    do_change(core, &w[0], "n", "5", 60000);
+    sc_do_add(core, &c, "n", 0);
+    sc_done(&c);
+    MSR_CHECK(!w[0].answered);
+    sc_do_add(core, &c, "n", 1);
+    sc_done(&c);
+    sc_check_value(&w[0], "6");
+
+    /* the deadline: not a tick before it, exactly at it */
+    sc_call_init(&w[3], MSR_RPC_GET);
+    w[3].deadline = msr_now_ns() + 1000000ull;
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "n";
+    g.wait_ms = UINT32_MAX;
+    g.changed = 1;
+    g.old_value.data = (uint8_t *)"6";
+    g.old_value.len = 1;
+    msr_store_core_call(core, &w[3], MSR_RPC_GET, &g.base);
+    msr_store_core_tick(core, w[3].deadline - 1);
+    MSR_CHECK(!w[3].answered);
+    msr_store_core_tick(core, w[3].deadline);
+    MSR_CHECK_EQ(w[3].code, MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(w[3].message, "did not change") != NULL, "%s", w[3].message);
+
+    /* the generation ends: a change-wait is aborted */
+    do_change(core, &w[0], "n", "6", 60000);
+    MSR_CHECK(!w[0].answered);
+    t.generation = 1;
+    msr_store_core_reset(core, "generation 0 ended");
+    MSR_CHECK_EQ(w[0].code, MSR_RPC_ABORTED);
+    msr_store_core_destroy(core);
+}
+
 static const msr_test_t tests[] = {
     {"num_keys", test_num_keys, 10},
     {"each_op", test_each_op, 10},
@@ -415,6 +510,7 @@ static const msr_test_t tests[] = {
     {"generations_and_reset", test_generations_and_reset, 10},
     {"request_ids", test_request_ids, 10},
     {"publish_fetch", test_publish_fetch, 10},
+    {"wait_change", test_wait_change, 10},
 };
 
 const msr_test_piece_t sc_ops_tests = MSR_TEST_PIECE(tests);
