@@ -906,6 +906,33 @@ test: ^(test_node|fuzz_node_corpus)$
         finish(n, n->interrupted > 0 ? 127 + n->interrupted : n->exit_code, NULL);
 >>>
 
+@ node.ps_replace.budget_off_by_one
+file: msrun/node.c
+test: ^test_node$
+<<<
+    if (n->replaced >= n->max_restarts) {
+===
+    if (n->replaced > n->max_restarts) {
+>>>
+
+@ node.ps_replace.incarnation_forgotten
+file: msrun/node.c
+test: ^test_node$
+<<<
+    w->incarnation = incarnation;
+===
+    w->incarnation = 0 * incarnation;
+>>>
+
+@ node.ps_replace.servers_replaced
+file: msrun/node.c
+test: ^test_node$
+<<<
+        n->worker_generation != n->generation || w->rank >= n->world_size - n->cfg.ps_servers ||
+===
+        n->worker_generation != n->generation ||
+>>>
+
 @ node.spawn.while_old_workers_run
 file: msrun/node.c
 test: ^(test_node|fuzz_node_corpus)$

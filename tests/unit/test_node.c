@@ -508,6 +508,73 @@ static void test_coordinator_ended_without_this_node(void)
     msr_node_cleanup(&n);
 }
 
+/* --ps_servers 1 with an asynchronous staleness on 4 workers: ranks 0-2
+ * work, rank 3 serves. A worker that fails of its own is started again
+ * alone (SPAWN of that slot only, its incarnation up by one, the
+ * coordinator not told); a clean exit, a server and a worker past this
+ * node's max_restarts (3) replacements are reported as any failure. */
+static void test_ps_worker_replaced_alone(void)
+{
+    setup(4, 0);
+    n.cfg.ps_servers = 1;
+    n.cfg.ps_async = 1;
+    run_generation0();
+    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.local, 1);
+    MSR_CHECK_EQ(act.code, 1);
+    MSR_CHECK_EQ(act.generation, 0);
+    expect_none();
+    MSR_CHECK_EQ(n.workers[1].incarnation, 1);
+    msr_node_on_spawned(&n, 1, 201);
+    MSR_CHECK_EQ(n.workers[1].incarnation, 1); /* kept across the start */
+    MSR_CHECK_EQ(n.workers[1].pid, 201);
+    MSR_CHECK_EQ(n.nrunning, 4);
+    /* a code not 0 too; the same slot again counts its incarnations */
+    msr_node_on_worker_exit(&n, 1, 3, 0);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.local, 1);
+    expect_none();
+    msr_node_on_spawned(&n, 1, 202);
+    MSR_CHECK_EQ(n.workers[1].incarnation, 2);
+    msr_node_on_worker_exit(&n, 0, -1, SIGSEGV);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.local, 0);
+    msr_node_on_spawned(&n, 0, 203);
+    MSR_CHECK_EQ(n.workers[0].incarnation, 1);
+    MSR_CHECK_EQ(n.replaced, 3);
+    /* the fourth is past --max_restarts=3: reported */
+    msr_node_on_worker_exit(&n, 2, -1, SIGKILL);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.local, 2);
+    MSR_CHECK_EQ(n.replaced, 3);
+    msr_node_cleanup(&n);
+
+    /* a clean exit and a server are reported, not replaced */
+    setup(4, 0);
+    n.cfg.ps_servers = 1;
+    n.cfg.ps_async = 1;
+    run_generation0();
+    msr_node_on_worker_exit(&n, 0, 0, 0);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.exit_code, 0);
+    msr_node_on_worker_exit(&n, 3, -1, SIGKILL);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.local, 3);
+    MSR_CHECK_EQ(n.replaced, 0);
+    msr_node_cleanup(&n);
+
+    /* synchronous (ps_async 0): every failure is reported */
+    setup(4, 0);
+    n.cfg.ps_servers = 1;
+    run_generation0();
+    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
+    expect(MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(act.local, 1);
+    MSR_CHECK_EQ(n.replaced, 0);
+    msr_node_cleanup(&n);
+}
+
 static const msr_test_t tests[] = {
     {"coordinator_ended_without_this_node", test_coordinator_ended_without_this_node, 10},
     {"join_deadline_from_the_start", test_join_deadline_from_the_start, 10},
@@ -528,6 +595,7 @@ static const msr_test_t tests[] = {
     {"hung_worker_killed_and_reported", test_hung_worker_killed_and_reported, 10},
     {"spawn_failure", test_spawn_failure, 10},
     {"coordinator_child_restarted", test_coordinator_child_restarted, 10},
+    {"ps_worker_replaced_alone", test_ps_worker_replaced_alone, 10},
 };
 
 int main(int argc, char **argv)
