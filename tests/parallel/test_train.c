@@ -169,6 +169,16 @@ static void test_zero_alone(void)
 }
 
 /* The bytes a rank holds, by stage, as dp.h's table says (dp = 1: S = P). */
+/* c's model as a Llama of the same size (RMSNorm, SwiGLU of width 40,
+ * 2 kv heads, rotary positions). */
+static void small_llama(msr_train_config_t *c)
+{
+    c->model.arch = MSR_GPT_ARCH_LLAMA;
+    c->model.ffn = 40;
+    c->model.kv_heads = 2;
+    c->model.rope_theta = 10000;
+}
+
 /* ZeRO-3 gathers each segment once per run of visits (layout/'s table):
  * a GPT's micro-batch 2L + 5 times (its tied head visits the embedding
  * after the final norm, and backward starts there), a Llama's, whose head
@@ -180,12 +190,8 @@ static void test_zero3_gathers(void)
     enum { STEPS = 3 };
     for (int llama = 0; llama <= 1; llama++) {
         msr_train_config_t c = small_config(2, 2);
-        if (llama) {
-            c.model.arch = MSR_GPT_ARCH_LLAMA;
-            c.model.ffn = 40;
-            c.model.kv_heads = 2;
-            c.model.rope_theta = 10000;
-        }
+        if (llama)
+            small_llama(&c);
         msr_trainer_t *ref = make(&c, ds);
         double want[STEPS], got[STEPS];
         train(ref, STEPS, want);
@@ -250,12 +256,8 @@ static void test_zero3_mp(void)
     MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
     for (int llama = 0; llama <= 1; llama++) {
         msr_train_config_t c = small_config(2, 2);
-        if (llama) {
-            c.model.arch = MSR_GPT_ARCH_LLAMA;
-            c.model.ffn = 40;
-            c.model.kv_heads = 2;
-            c.model.rope_theta = 10000;
-        }
+        if (llama)
+            small_llama(&c);
         msr_trainer_t *ref = make(&c, ds);
         double want[STEPS], got[STEPS];
         train(ref, STEPS, want);

@@ -152,3 +152,24 @@ void msr_trelay_stop(msr_trelay_t *r)
     msr_rpc_channel_destroy(r->up);
     msr_rpc_loop_destroy(r->loop);
 }
+
+/* ---- a rank's environment for msr_init ---- */
+
+void msr_tenv_direct(const char *target, const char *token)
+{
+    unsetenv("MSR_AGENT");
+    setenv("MSR_COORDINATOR", target, 1);
+    setenv("MSR_TOKEN", token, 1);
+    setenv("MSR_RANK", "0", 1);
+    setenv("MSR_WORLD_SIZE", "1", 1);
+    setenv("MSR_GENERATION", "0", 1);
+}
+
+void msr_tenv_singleton(void)
+{
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_COORDINATOR");
+    unsetenv("MSR_WORLD_SIZE");
+    unsetenv("MSR_RANK");
+    unsetenv("MSR_GENERATION");
+}

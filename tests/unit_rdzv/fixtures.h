@@ -53,6 +53,15 @@ void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg);
 /* Stops the thread and destroys the server. */
 void msr_tserved_stop(msr_tserved_t *s);
 
+/* ---- a rank's environment for msr_init ---- */
+
+/* Rank 0 of a one-rank job that talks to the coordinator at target
+ * ("host:port") itself, with token: no agent. */
+void msr_tenv_direct(const char *target, const char *token);
+/* No job at all: msr_init makes a one-rank job with its store in the
+ * process. */
+void msr_tenv_singleton(void);
+
 /* ---- a relay agent's server over loopback ---- */
 
 typedef struct msr_trelay {

@@ -16,17 +16,6 @@
 #include "tests/runner.h"
 #include "tests/unit_rdzv/fixtures.h"
 
-/* The environment of a worker of a 1-rank job reaching target itself. */
-static void direct_env(const char *target, const char *token)
-{
-    unsetenv("MSR_AGENT");
-    setenv("MSR_COORDINATOR", target, 1);
-    setenv("MSR_TOKEN", token, 1);
-    setenv("MSR_RANK", "0", 1);
-    setenv("MSR_WORLD_SIZE", "1", 1);
-    setenv("MSR_GENERATION", "0", 1);
-}
-
 static uint64_t count(msr_ctx_t *ctx)
 {
     uint64_t n = 12345;
@@ -63,13 +52,13 @@ static void test_direct(void)
     msr_coord_config_t cfg = {
         .token = "t", .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
     msr_tserved_start(&s, &cfg);
-    direct_env(s.target, "t");
+    msr_tenv_direct(s.target, "t");
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     check_counts(ctx);
     msr_finalize(ctx);
     /* a caller without the job's token counts nothing */
-    direct_env(s.target, "not-the-token");
+    msr_tenv_direct(s.target, "not-the-token");
     MSR_CHECK_OK(msr_init(&ctx));
     uint64_t n = 777;
     MSR_CHECK_STATUS(msr_store_num_keys(ctx, &n), MSR_ERR_PERMISSION);
@@ -143,7 +132,7 @@ static void test_old_coordinator(void)
     MSR_CHECK(pthread_create(&o.thread, NULL, old_poll, &o) == 0);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    direct_env(target, "t");
+    msr_tenv_direct(target, "t");
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     /* a hang would last past the test's own limit */
@@ -183,7 +172,7 @@ static void test_old_msrun(void)
     snprintf(path, sizeof path, "%s%s", agent, MSR_WCHAN_SUFFIX);
     msr_wchan_server_t *server = NULL;
     MSR_CHECK_OK(msr_wchan_server_create(path, "t", 4, old_msrun, NULL, &server));
-    direct_env("127.0.0.1:1", "t");
+    msr_tenv_direct("127.0.0.1:1", "t");
     unsetenv("MSR_COORDINATOR");
     setenv("MSR_AGENT", agent, 1);
     msr_ctx_t *ctx = NULL;
@@ -206,11 +195,7 @@ static void test_old_msrun(void)
 /* A job of one rank: the store in the process counts alike. */
 static void test_singleton(void)
 {
-    unsetenv("MSR_AGENT");
-    unsetenv("MSR_COORDINATOR");
-    unsetenv("MSR_WORLD_SIZE");
-    unsetenv("MSR_RANK");
-    unsetenv("MSR_GENERATION");
+    msr_tenv_singleton();
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     check_counts(ctx);

@@ -97,12 +97,7 @@ static void test_direct(void)
     msr_coord_config_t cfg = {
         .token = "t", .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
     msr_tserved_start(&s, &cfg);
-    unsetenv("MSR_AGENT");
-    setenv("MSR_COORDINATOR", s.target, 1);
-    setenv("MSR_TOKEN", "t", 1);
-    setenv("MSR_RANK", "0", 1);
-    setenv("MSR_WORLD_SIZE", "1", 1);
-    setenv("MSR_GENERATION", "0", 1);
+    msr_tenv_direct(s.target, "t");
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     check_wait_change(ctx);
@@ -112,11 +107,7 @@ static void test_direct(void)
 
 static void test_singleton(void)
 {
-    unsetenv("MSR_AGENT");
-    unsetenv("MSR_COORDINATOR");
-    unsetenv("MSR_WORLD_SIZE");
-    unsetenv("MSR_RANK");
-    unsetenv("MSR_GENERATION");
+    msr_tenv_singleton();
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     check_wait_change(ctx);
