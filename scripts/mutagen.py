@@ -374,12 +374,27 @@ def read_equivalent(path):
     return out
 
 
-def equivalent_reason(m, equivalent):
-    for f, line, col, op, repl, why in equivalent:
+def equivalent_reason(m, equivalent, used):
+    """The reason of the first entry that names m (its index added to
+    used), or None."""
+    for i, (f, line, col, op, repl, why) in enumerate(equivalent):
         if (f == m.path and line == m.line and op == m.op and col in (None, m.col)
                 and repl in (None, m.text)):
+            used.add(i)
             return why
     return None
+
+
+def warn_stale(path, equivalent, used, files):
+    """Says which entries of the equivalent list name a file that was read
+    but match none of its mutants: the code moved under them (or the
+    mutant is gone), and the mutant they meant is run again."""
+    for i, (f, line, col, op, repl, _) in enumerate(equivalent):
+        if i not in used and f in files:
+            site = "%s:%d%s %s%s" % (f, line, ":%d" % col if col else "", op,
+                                     ":" + repl if repl is not None else "")
+            print("mutagen: %s: %s matches no mutant: moved or gone (keep the list with the code)"
+                  % (path, site), file=sys.stderr)
 
 
 def sample(by_file, n, seed):
@@ -692,12 +707,13 @@ def main():
         return 2
     equivalent = read_equivalent(a.equivalent)
     restore_leftovers(a.build)
-    by_file, skipped = {}, []
+    by_file, skipped, used = {}, [], set()
     for path in files:
         by_file[path] = []
         for m in find_mutants(a.build, path, a.operators):
-            m.why = equivalent_reason(m, equivalent)
+            m.why = equivalent_reason(m, equivalent, used)
             (skipped if m.why else by_file[path]).append(m)
+    warn_stale(a.equivalent, equivalent, used, files)
     if a.list:
         for path in sorted(by_file):
             for m in by_file[path]:

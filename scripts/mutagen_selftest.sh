@@ -67,7 +67,10 @@ target_compile_options(t PRIVATE -Wall -Werror)
 add_test(NAME t COMMAND t)
 EOF
 echo 'lib.c ^t$ t' >"$T/scripts/mutagen_tests.txt"
-echo 'lib.c:5:11 relational:<= x == lo returns lo either way' >"$T/scripts/mutagen_equivalent.txt"
+cat >"$T/scripts/mutagen_equivalent.txt" <<'EOF'
+lib.c:5:11 relational:<= x == lo returns lo either way
+lib.c:4:11 relational:<= a line that moved: names no mutant
+EOF
 (cd "$T" && cmake -S . -B b >/dev/null && cmake --build b >/dev/null) || { echo "FAIL the project does not build"; exit 1; }
 sum=$(sha256sum <"$T/lib.c")
 run() { (cd "$T" && "$PY" scripts/mutagen.py --build b "$@"); }
@@ -81,6 +84,10 @@ n=$(grep -c ': \(relational\|equality\|off_by_one\|return\|constant\): ' "$T/lis
 [ "$n" = 16 ] && ok "16 mutants listed" || { cat "$T/list"; fail "want 16 mutants listed, got $n"; }
 grep -q 'lib.c:5:11: relational: < -> <=  \[equivalent' "$T/list" && ok "the equivalent is named" ||
     fail "the equivalent is not named"
+grep -q 'lib.c:4:11 relational:<= matches no mutant' "$T/list" && ok "a stale entry is named" ||
+    fail "the stale entry is not named"
+grep -q 'lib.c:5:11 relational:<= matches no mutant' "$T/list" && fail "a used entry called stale" ||
+    ok "the used entry is not called stale"
 grep -q '^lib.c:1[59]:' "$T/list" && fail "a site inside fprintf(stderr) or #if 0" || ok "no site in a message or #if 0"
 grep -q '^lib.c:13:' "$T/list" && fail "an array's size was mutated" || ok "array sizes are left alone"
 

@@ -105,6 +105,13 @@ void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg)
     MSR_CHECK(pthread_create(&s->thread, NULL, serve, s) == 0);
 }
 
+void msr_tserved_start_one(msr_tserved_t *s)
+{
+    msr_coord_config_t cfg = {
+        .token = "t", .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
+    msr_tserved_start(s, &cfg);
+}
+
 void msr_tserved_stop(msr_tserved_t *s)
 {
     s->stop = 1;
@@ -172,4 +179,12 @@ void msr_tenv_singleton(void)
     unsetenv("MSR_WORLD_SIZE");
     unsetenv("MSR_RANK");
     unsetenv("MSR_GENERATION");
+}
+
+void msr_tenv_check(void (*check)(msr_ctx_t *ctx))
+{
+    msr_ctx_t *ctx = NULL;
+    MSR_CHECK_OK(msr_init(&ctx));
+    check(ctx);
+    msr_finalize(ctx);
 }

@@ -12,6 +12,7 @@
 
 #include "cluster/coord.h"
 #include "cluster/server.h"
+#include "msrun/msrun.h"
 #include "rendezvous/relay.h"
 #include "tests/unit_rdzv/fake_call.h"
 
@@ -50,6 +51,8 @@ typedef struct msr_tserved {
 /* A coordinator server for cfg on 127.0.0.1 (a port of its own), run by
  * a thread until msr_tserved_stop. */
 void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg);
+/* msr_tserved_start for a job "j" of one rank with token "t". */
+void msr_tserved_start_one(msr_tserved_t *s);
 /* Stops the thread and destroys the server. */
 void msr_tserved_stop(msr_tserved_t *s);
 
@@ -61,6 +64,8 @@ void msr_tenv_direct(const char *target, const char *token);
 /* No job at all: msr_init makes a one-rank job with its store in the
  * process. */
 void msr_tenv_singleton(void);
+/* msr_init in the environment set last, check(ctx), msr_finalize. */
+void msr_tenv_check(void (*check)(msr_ctx_t *ctx));
 
 /* ---- a relay agent's server over loopback ---- */
 

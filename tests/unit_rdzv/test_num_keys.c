@@ -49,16 +49,12 @@ static void check_counts(msr_ctx_t *ctx)
 static void test_direct(void)
 {
     msr_tserved_t s;
-    msr_coord_config_t cfg = {
-        .token = "t", .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
-    msr_tserved_start(&s, &cfg);
+    msr_tserved_start_one(&s);
     msr_tenv_direct(s.target, "t");
-    msr_ctx_t *ctx = NULL;
-    MSR_CHECK_OK(msr_init(&ctx));
-    check_counts(ctx);
-    msr_finalize(ctx);
+    msr_tenv_check(check_counts);
     /* a caller without the job's token counts nothing */
     msr_tenv_direct(s.target, "not-the-token");
+    msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     uint64_t n = 777;
     MSR_CHECK_STATUS(msr_store_num_keys(ctx, &n), MSR_ERR_PERMISSION);
@@ -196,10 +192,7 @@ static void test_old_msrun(void)
 static void test_singleton(void)
 {
     msr_tenv_singleton();
-    msr_ctx_t *ctx = NULL;
-    MSR_CHECK_OK(msr_init(&ctx));
-    check_counts(ctx);
-    msr_finalize(ctx);
+    msr_tenv_check(check_counts);
 }
 
 static const msr_test_t tests[] = {

@@ -94,24 +94,16 @@ static void check_wait_change(msr_ctx_t *ctx)
 static void test_direct(void)
 {
     msr_tserved_t s;
-    msr_coord_config_t cfg = {
-        .token = "t", .job_id = "j", .worker_num = 1, .local_worker_num = 1, .max_restarts = 0};
-    msr_tserved_start(&s, &cfg);
+    msr_tserved_start_one(&s);
     msr_tenv_direct(s.target, "t");
-    msr_ctx_t *ctx = NULL;
-    MSR_CHECK_OK(msr_init(&ctx));
-    check_wait_change(ctx);
-    msr_finalize(ctx);
+    msr_tenv_check(check_wait_change);
     msr_tserved_stop(&s);
 }
 
 static void test_singleton(void)
 {
     msr_tenv_singleton();
-    msr_ctx_t *ctx = NULL;
-    MSR_CHECK_OK(msr_init(&ctx));
-    check_wait_change(ctx);
-    msr_finalize(ctx);
+    msr_tenv_check(check_wait_change);
 }
 
 static const msr_test_t tests[] = {
