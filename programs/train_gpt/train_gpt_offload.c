@@ -124,10 +124,7 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
                           ? "--tp, --pp, --cp, --sp or --trace (the model-parallel runtime)"
                       : o->experts > 0 ? "--experts"
                       : o->zero > 2    ? "--zero 3 (it takes --zero 0, 1 or 2)"
-                      : o->zero > 0 && cfg[T_OPT].mode == MSR_OFFLOAD_DISK
-                          ? "--zero 1 or 2 with optimizer=disk (the moments stream in the "
-                            "shard's order, the parameters a block at a time)"
-                          : NULL;
+                                       : NULL;
     if (why != NULL) {
         fprintf(stderr,
                 "train_gpt: --offload params=disk covers data parallel with --zero 0-2 on "
