@@ -91,11 +91,15 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass);
 msr_status_t msr_dp_params_release(msr_dp_t *dp, int s);
 msr_status_t msr_dp_params_update(msr_dp_t *dp);
 msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out);
-/* With the moments offloaded too: AdamW over flat elements [off, off + n)
- * with their moments m and v, which come in increasing order (the blocks
- * they reach acquired in turn); cursor_end gives the last one back
- * (dirty 1: written back) once the chunks are done. */
-msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t off, size_t n, float *m, float *v);
+/* With the moments offloaded too: AdamW over flat elements [off, off + n),
+ * shard elements [s, s + n), with their gradients g and moments m and v,
+ * which come in increasing order (the blocks they reach acquired in
+ * turn; at ZeRO 1-2 each block passed gathered from the other ranks);
+ * cursor_end (dirty 1) writes the last one back and at ZeRO 1-2 gathers
+ * the rest, once the chunks are done (dirty 0, after an error: the block
+ * held given back unwritten). */
+msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, size_t n,
+                                          const float *g, float *m, float *v);
 msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty);
 msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read);
 msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write);

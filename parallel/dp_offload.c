@@ -33,8 +33,8 @@ msr_status_t msr_dp_offload_attach(msr_dp_t *dp)
 static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, float *v)
 {
     msr_dp_t *dp = arg;
-    if (dp->params_off != NULL)
-        return msr_dp_params_update_moments(dp, off, n, m, v);
+    if (dp->params_off != NULL && dp->cfg.zero == 0)
+        return msr_dp_params_update_moments(dp, off, off, n, dp->model->grads + off, m, v);
     if (dp->cfg.zero == 0) {
         msr_adamw_update_moments(dp->opt, off, n, dp->model->params + off, dp->model->grads + off,
                                  m, v);
@@ -46,8 +46,16 @@ static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, floa
         if (u->own_n == 0 || a >= b)
             continue;
         size_t in = a - u->shard_off;
-        msr_adamw_update_moments(dp->opt, a, b - a, msr_dp_param_at(dp, u) + in,
-                                 msr_dp_grad_at(dp, u) + in, m + (a - off), v + (a - off));
+        msr_status_t st = MSR_OK;
+        if (dp->params_off != NULL) /* the blocks' in their buffers */
+            st = msr_dp_params_update_moments(dp, a, u->own_lo + in, b - a,
+                                              msr_dp_grad_at(dp, u) + in, m + (a - off),
+                                              v + (a - off));
+        else
+            msr_adamw_update_moments(dp->opt, a, b - a, msr_dp_param_at(dp, u) + in,
+                                     msr_dp_grad_at(dp, u) + in, m + (a - off), v + (a - off));
+        if (st != MSR_OK)
+            return st;
     }
     return MSR_OK;
 }

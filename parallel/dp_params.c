@@ -53,11 +53,11 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
     int L = m->cfg.layers, whole = m->num_segments == L + 2 && m->params != NULL;
-    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero > 2 || (dp->cfg.zero > 0 && dp->offload) ||
-        !whole || m->cfg.moe.experts > 0 || L < 1)
-        return msr_err(MSR_ERR_CONFIG,
-                       "dp: the parameters' offload takes the disk, ZeRO 0-2 (0 with the moments "
-                       "offloaded) and a whole dense model");
+    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero > 2 || !whole || m->cfg.moe.experts > 0 ||
+        L < 1)
+        return msr_err(
+            MSR_ERR_CONFIG,
+            "dp: the parameters' offload takes the disk, ZeRO 0-2 and a whole dense model");
     dp->pcur = SIZE_MAX;
     dp->pblk_lo = m->segments[1].offset;
     dp->pblk_n = m->segments[1].count;
@@ -245,50 +245,80 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
 }
 
 /* With the moments offloaded too (dp_offload.c), their chunks come in the
- * flat buffer's order (ZeRO 0's shard space): the block a chunk reaches
- * is acquired (the next one read ahead) and kept while the chunks fall in
- * it, then written back behind. */
-msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
-{
-    if (dp->params_off == NULL || dp->pcur == SIZE_MAX)
-        return MSR_OK;
-    float *buf = dp->pcur_buf;
-    size_t k = dp->pcur;
-    dp->pcur = SIZE_MAX;
-    dp->pcur_buf = NULL;
-    return msr_params_release(dp->params_off, k, buf, dirty);
-}
-
-static msr_status_t cursor_at(msr_dp_t *dp, size_t k)
+ * shard space's order, which is the flat buffer's (the units are in flat
+ * order): the block a chunk reaches is acquired (the next one read ahead)
+ * and kept while the chunks fall in it, then written back behind. At ZeRO
+ * 1-2 a block the chunks move past is first completed with the other
+ * ranks' elements (gather_range), and so is every block between it and
+ * the next one reached, which this rank owns nothing of: every rank
+ * gathers every block in order, whatever its shard covers. */
+static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
 {
     if (dp->pcur == k)
         return MSR_OK;
-    msr_status_t st = msr_dp_params_cursor_end(dp, 1);
-    float *buf;
-    if (st == MSR_OK && (st = msr_params_acquire(dp->params_off, k, 1, &buf)) == MSR_OK) {
+    size_t j = dp->pcur == SIZE_MAX ? 0 : dp->pcur, lo = dp->pblk_lo, bn = dp->pblk_n;
+    float *buf = dp->pcur_buf;
+    dp->pcur = SIZE_MAX;
+    dp->pcur_buf = NULL;
+    msr_status_t st = MSR_OK;
+    for (; j < k && st == MSR_OK; j++, buf = NULL) {
+        if (buf == NULL && (st = msr_params_acquire(dp->params_off, j, 1, &buf)) != MSR_OK)
+            break;
+        if (dp->cfg.zero > 0)
+            st = gather_range(dp, lo + j * bn, lo + (j + 1) * bn, buf);
+        msr_status_t rst = msr_params_release(dp->params_off, j, buf, st == MSR_OK);
+        st = st != MSR_OK ? st : rst;
+    }
+    if (st == MSR_OK && k < (size_t)layers(dp) &&
+        (st = msr_params_acquire(dp->params_off, k, 1, &buf)) == MSR_OK) {
         dp->pcur = k;
         dp->pcur_buf = buf;
     }
     return st;
 }
 
-msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t off, size_t n, float *m, float *v)
+/* The chunks done: the last block written back (dirty 0, after an error:
+ * given back as it is); at ZeRO 1-2 the blocks after it, then the
+ * resident elements, gathered from their owners. */
+msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
+{
+    if (dp->params_off == NULL || (dp->pcur == SIZE_MAX && (!dirty || dp->cfg.zero == 0)))
+        return MSR_OK;
+    if (!dirty) {
+        float *buf = dp->pcur_buf;
+        size_t k = dp->pcur;
+        dp->pcur = SIZE_MAX;
+        dp->pcur_buf = NULL;
+        return msr_params_release(dp->params_off, k, buf, 0);
+    }
+    size_t hi = dp->pblk_lo + (size_t)layers(dp) * dp->pblk_n;
+    msr_status_t st = cursor_to(dp, (size_t)layers(dp));
+    if (st == MSR_OK && dp->cfg.zero > 0)
+        st = gather_range(dp, 0, dp->pblk_lo, dp->model->params);
+    if (st == MSR_OK && dp->cfg.zero > 0)
+        st = gather_range(dp, hi, dp->model->num_params, dp->model->params + hi);
+    return st;
+}
+
+msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, size_t n,
+                                          const float *g, float *m, float *v)
 {
     size_t lo = dp->pblk_lo, bn = dp->pblk_n, hi = lo + (size_t)layers(dp) * bn, e = off + n;
     float *params = dp->model->params;
-    const float *grads = dp->model->grads;
     while (off < e) {
         size_t end = off < lo ? MSR_MIN(e, lo) : e;
         float *p = params + off;
         if (off >= lo && off < hi) { /* in block k */
             size_t k = (off - lo) / bn;
             end = MSR_MIN(e, lo + (k + 1) * bn);
-            msr_status_t st = cursor_at(dp, k);
+            msr_status_t st = cursor_to(dp, k);
             if (st != MSR_OK)
                 return st;
             p = dp->pcur_buf + (off - lo - k * bn);
         }
-        msr_adamw_update_moments(dp->opt, off, end - off, p, grads + off, m, v);
+        msr_adamw_update_moments(dp->opt, s, end - off, p, g, m, v);
+        s += end - off;
+        g += end - off;
         m += end - off;
         v += end - off;
         off = end;

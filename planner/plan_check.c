@@ -129,9 +129,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("offload %d: only the optimizer, the activations and the parameters offload",
             l->offload);
     if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) &&
-        (l->zero > 2 || l->tp > 1 || l->pp > 1 || msr_plan_cp(l) > 1 || l->sp || m->experts > 0 ||
-         (l->zero > 0 && (l->offload & MSR_PLAN_OFFLOAD_OPTIM))))
-        BAD("the parameters' offload covers data parallel with ZeRO 0-2 (0 with the optimizer's) "
+        (l->zero > 2 || l->pp > 1 || msr_plan_cp(l) > 1 || m->experts > 0))
+        BAD("the parameters' offload covers data and tensor parallel with ZeRO 0-2 on one stage "
             "and a dense model");
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",

@@ -108,8 +108,9 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
-/* What params=disk allows: dp (ZeRO 0-2) over whole dense models on CPU
- * ranks, through the hooks the model calls (parallel/dp.h). */
+/* What params=disk allows: dp (ZeRO 0-2) and tp (with or without sp) over
+ * one stage of a dense model on CPU ranks, each tp rank its own slices,
+ * through the hooks the model calls (parallel/dp.h). */
 static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
     if (cfg[T_PARAMS].mode == MSR_OFFLOAD_HOST) {
@@ -120,14 +121,12 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
-                      : o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->trace != NULL
-                          ? "--tp, --pp, --cp, --sp or --trace (the model-parallel runtime)"
+                      : o->pp > 1 || o->cp > 1 || o->trace != NULL
+                          ? "--pp, --cp or --trace (the model-parallel runtime's stages and "
+                            "context parallel)"
                       : o->experts > 0 ? "--experts"
                       : o->zero > 2    ? "--zero 3 (it takes --zero 0, 1 or 2)"
-                      : o->zero > 0 && cfg[T_OPT].mode == MSR_OFFLOAD_DISK
-                          ? "--zero 1 or 2 with optimizer=disk (the moments stream in the "
-                            "shard's order, the parameters a block at a time)"
-                          : NULL;
+                                       : NULL;
     if (why != NULL) {
         fprintf(stderr,
                 "train_gpt: --offload params=disk covers data parallel with --zero 0-2 on "

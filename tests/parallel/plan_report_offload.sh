@@ -3,7 +3,8 @@
 # the runtime's own (issue 45 point 5): for each offload mode (the
 # optimizer's moments, full recompute's block inputs, both; the blocks'
 # parameters, alone, with the moments and under recompute, on one
-# process and dp 2 under ZeRO 0, 1 and 2) on one
+# process and dp 2 under ZeRO 0, 1 and 2, with the moments under ZeRO 0,
+# 1 and 2 too, tp 2 with and without sp, dp 2 x tp 2 with both) on one
 # process, dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B,
 # GPipe and interleaved, train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
@@ -64,6 +65,13 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1 "${P[@]}" --zero
     --bucket-mb 0.02 --zero-min-bytes 4096
 check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${P[@]}" --zero 2 \
     --recompute full --bucket-mb 0.02 --zero-min-bytes 4096
+# both at ZeRO 1 and 2: each store as alone, the moments of the shard
+pboth
+check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1 "${PO[@]}" --zero 1 \
+    --bucket-mb 0.02 --zero-min-bytes 0
+pboth --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${PO[@]}" --zero 2 \
+    --recompute full --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 4096
 opt --offload-chunk 8192
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${O[@]}" --zero 3 \
     --offload-chunk 8192 --bucket-mb 0.02 --zero-min-bytes 20000
@@ -77,9 +85,18 @@ check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
 both
 check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=2,$s=gpipe --pp 2 \
     --schedule gpipe --grad-accum 3 "${B[@]}" --pp-layers 4,2
+# tp 2: each rank's slices of the blocks in its file, with and without sp
+world=2
+params
+check 4 dp=1,tp=2,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${P[@]}" --tp 2
+check 4 dp=1,tp=2,pp=1,sp=1,zero=0,recompute=full,micro_batch=2 "${P[@]}" --tp 2 --sp \
+    --recompute full
 # four ranks: tp 2 with sp (a block input of B T / 2 positions), and the
 # interleaved schedule's two chunks per rank
 world=4
+pboth
+check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=none,micro_batch=2 "${PO[@]}" --tp 2 --sp --zero 1 \
+    --bucket-mb 0.02 --zero-min-bytes 0
 both
 check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=full,micro_batch=2 --tp 2 --sp --zero 1 "${B[@]}"
 acts

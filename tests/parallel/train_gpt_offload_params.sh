@@ -140,8 +140,8 @@ done
 
 why="params=disk covers data parallel with --zero 0-2 on CPU ranks: not"
 refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
-refuse 1 "$why --zero 1 or 2 with optimizer=disk" "${small[@]}" --offload "$both" --zero 1
-refuse 2 "$why --tp, --pp, --cp" "${small[@]}" --offload "$params" --pp 2
+refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --pp 2
+refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --cp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
