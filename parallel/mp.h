@@ -96,10 +96,12 @@
  * micro-batch (every one under ZeRO-2), as data parallel alone does.
  * Interleaved 1F1B mixes the chunks' backwards, so it accumulates the whole
  * step and reduces once after the pipeline flush (msr_dp_reduce_all).
- * ZeRO-3 runs on one stage (tp, sp, recompute): every segment is acquired
- * around each use, forward too, and dp gathers it at each acquire and
- * frees it at each release (msr_dp_set_model_parallel); pp > 1, cp > 1
- * and MoE models are refused with it (msr_mp_check).
+ * ZeRO-3 runs on one stage (tp, sp, cp, recompute): every segment is
+ * acquired around each use, forward too, and dp gathers it at each
+ * acquire and frees it at each release (msr_dp_set_model_parallel); under
+ * cp dp's group is dp x cp, so the shards, the gathers and the gradients'
+ * reduce-scatter span it as ZeRO-1/2's do. pp > 1 and MoE models are
+ * refused with it (msr_mp_check).
  *
  * Not thread-safe: the thread that drives the model drives this. */
 #ifndef MSR_PARALLEL_MP_H
@@ -164,7 +166,7 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r);
  * part's rules (msr_gpt_part_check: heads and vocabulary divisible by tp, a
  * layer for every virtual stage, cfg->stage_layers a split of the layers),
  * T % (2 cp) == 0, sp with tp > 1 and (T / cp) % tp == 0, 1F1B with at least pp micro-batches,
- * interleaved with pp > 1 and micro-batches a multiple of pp, ZeRO 0..3 (3 with pp = cp = 1 and no
+ * interleaved with pp > 1 and micro-batches a multiple of pp, ZeRO 0..3 (3 with pp = 1 and no
  * experts), tp_overlap with tp > 1, an even micro-batch, no sp and no cp. On failure sets the error
  * text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp,

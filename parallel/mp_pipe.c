@@ -65,16 +65,17 @@ static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
     return MSR_OK;
 }
 
-/* ZeRO-3 runs here with tp and sp (and recompute) on one stage: the
- * runtime gathers each segment over dp around its use (mp_run.c). Not
- * yet: a pipeline (the tied wte's head copy and the stages' visits), cp
- * and MoE blocks (the experts have their own store). */
+/* ZeRO-3 runs here with tp, sp and cp (and recompute) on one stage: the
+ * runtime gathers each segment around its use (mp_run.c) over dp's
+ * group, which under cp is dp x cp (the mesh's dcp_comm: the parameters
+ * are replicated over cp, so ZeRO shards them over it too, as ZeRO-1/2
+ * do). Not yet: a pipeline (the tied wte's head copy and the stages'
+ * visits) and MoE blocks (the experts have their own store). */
 static msr_status_t check_zero3(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp)
 {
     if (cfg->zero < 3)
         return MSR_OK;
     const char *why = pp > 1                   ? "pipeline parallel (pp > 1)"
-                      : cfg->cp > 1            ? "context parallel (cp > 1)"
                       : model->moe.experts > 0 ? "a MoE model"
                                                : NULL;
     if (why == NULL)

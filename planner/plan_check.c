@@ -44,18 +44,16 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
 }
 
 /* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments on one
- * stage (parallel/mp_pipe.c check_zero3): not with pp, cp or experts. */
+ * stage, over dp x cp under context parallel (parallel/mp_pipe.c
+ * check_zero3): not with pp or experts. */
 static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                       size_t why_len)
 {
-    int cp = msr_plan_cp(l);
     if (l->zero < 0 || l->zero > 3)
         BAD("ZeRO stage %d is not in 0..3", l->zero);
-    if (l->zero == 3 && (l->pp > 1 || cp > 1 || (m->experts > 0 && !msr_plan_whole_path(l))))
+    if (l->zero == 3 && (l->pp > 1 || (m->experts > 0 && !msr_plan_whole_path(l))))
         BAD("ZeRO-3 runs with tensor and sequence parallel on one stage, not with %s",
-            l->pp > 1 ? "pipeline parallel"
-            : cp > 1  ? "context parallel"
-                      : "a MoE model");
+            l->pp > 1 ? "pipeline parallel" : "a MoE model");
     return 0;
 }
 

@@ -205,12 +205,26 @@ static void test_runtime_cp(void)
     double per_layer = msr_plan_layer_act_bytes(1024, 2, 1024, 16, 2, 1, MSR_PLAN_RC_SELECTIVE) +
                        4.0 * 16 * 1024 * 2 / 2;
     MSR_CHECK_EQ(o.frame_bytes[0], (uint64_t)(2 * per_layer + 0.5));
-    /* refused: 2 cp chunks not dividing the sequence, ZeRO-3 with cp */
+    /* refused: 2 cp chunks not dividing the sequence */
     l.cp = 3;
     MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "2 x cp 3") != NULL);
+    /* ZeRO-3 with cp shards the parameters too over dp x cp: cp rank 1 of
+     * cp 2 holds what dp rank 1 of dp 2 does; with pp > 1 it is refused */
     l.cp = 2;
     l.zero = 3;
-    MSR_CHECK(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "ZeRO") != NULL);
+    MSR_CHECK_MSG(msr_plan_check(&m2, &l, why, sizeof why) == 0, "%s", why);
+    msr_plan_rank(&m2, &l, MSR_PLAN_FP32, 1, &o);
+    msr_plan_layout_t d2 = l;
+    d2.dp = 2;
+    d2.cp = 1;
+    msr_plan_rank(&m2, &d2, MSR_PLAN_FP32, 1, &o4);
+    MSR_CHECK(o.shard_elems > 0 && o.shard_elems < o.part_params);
+    MSR_CHECK_EQ(o.shard_elems, o4.shard_elems);
+    MSR_CHECK_EQ(o.params, o4.params);
+    MSR_CHECK_EQ(o.params, o.shard_elems * 4);
+    l.pp = l.micros = 2;
+    MSR_CHECK_MSG(msr_plan_check(&m2, &l, why, sizeof why) != 0 && strstr(why, "pipeline") != NULL,
+                  "%s", why);
 }
 
 /* An uneven split of the layers (layout.stage_layers, train_gpt

@@ -16,8 +16,6 @@ refuse 2 "the sequence of 18 does not divide into 2 x cp = 4 chunks" "${small[@]
 refuse 3 "do not divide into tp 1 x pp 1 x cp 2" "${small[@]}" --cp 2
 refuse 2 "x cp 2 = 4 ranks, but the job has 2" "${small[@]}" --cp 2 --dp 2
 refuse 8 "sequence of 6 does not divide among tp 4" "${small[@]}" --seq 12 --cp 2 --tp 4 --sp
-refuse 2 "ZeRO-3 runs with tensor and sequence parallel on one stage, not with context" \
-    "${small[@]}" --cp 2 --zero 3
 refuse 2 "the job's 2 ranks do not divide into dp 2 x cp 2" "${small[@]}" --cp 2 --dp 2 --plan
 
 # the planner with --cp: every plan of --plan keeps cp 2 (the table's

@@ -7,10 +7,12 @@
 # product's terms in an order that follows the number of rows, and on more
 # than 2 ranks the allreduce's algorithm follows the message's size: the
 # halves change both, and backward sums the weights' gradients over each
-# copy's rows apart); with the bf16 products' AVX-512 kernel (whose rows
+# copy's rows apart); dp 2 x tp 2 under ZeRO-3 too (each block's
+# parameters gathered around the two copies), and bitwise ZeRO-2's run
+# with the overlap; with the bf16 products' AVX-512 kernel (whose rows
 # do not depend on each other) on tp 2 (a sum of two operands has one
 # order) step 1's loss (forward's alone) is bitwise the same; the trace
-# holds each rank's "start tp" and "wait tp" spans.
+# holds each rank's "start tp" and "wait tp" spans, under ZeRO-3 too.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -44,6 +46,21 @@ same 2 "llama tp 2" --arch llama --layers 2 --channels 32 --heads 4 --kv-heads 2
 same 2 "moe tp 2" --layers 2 --channels 16 --heads 2 --seq 16 --micro-batch 2 --steps 4 \
     --experts 4 --top-k 2 --moe-every 2 --tp 2
 
+# ZeRO-3 on dp 2 x tp 2, every segment sharded (buckets of 2000 bytes):
+# the copies run inside their block's acquire, on its gathered parameters;
+# traced (its spans below). The gathers copy the parameters and the
+# gradients go ZeRO-2's way: ZeRO-2's run with the overlap has its bits.
+z3=("${small[@]}" --dp 2 --tp 2 --grad-accum 2 --zero-min-bytes 0 --bucket-mb 0.002)
+msrun_n 4 "${z3[@]}" --zero 3 --loss-log "$work/z3.off" >/dev/null 2>"$work/err" ||
+    fail "ZeRO-3: $(cat "$work/err")"
+msrun_n 4 "${z3[@]}" --zero 3 --tp-overlap --trace "$work/z3.json" --loss-log "$work/z3.on" \
+    >/dev/null 2>"$work/err" || fail "ZeRO-3 with --tp-overlap: $(cat "$work/err")"
+grep -q "zero 3" "$work/err" || fail "not ZeRO-3: $(cat "$work/err")"
+close "$work/z3.on" "$work/z3.off" 4 "dp 2 x tp 2, ZeRO-3"
+msrun_n 4 "${z3[@]}" --zero 2 --tp-overlap --loss-log "$work/z2.on" >/dev/null 2>"$work/err" ||
+    fail "ZeRO-2 with --tp-overlap: $(cat "$work/err")"
+diff "$work/z3.on" "$work/z2.on" || fail "with --tp-overlap, ZeRO-3 and ZeRO-2 differ"
+
 # bitwise: row-independent products and a sum of two operands
 if "$bin/msrun" --version | grep -q "cpu:.* avx512_bf16" && [[ "${MSRUN_CPU_DISABLE:-}" != *avx512* ]]; then
     b=("${small[@]}" --precision bf16 --tp 2 --grad-accum 2)
@@ -63,14 +80,18 @@ fi
 # copies x 2 products x 4 blocks x 2 micro-batches, forward and backward
 msrun_n 2 "${small[@]}" --tp 2 --grad-accum 2 --tp-overlap --trace "$work/trace.json" \
     >/dev/null 2>"$work/err" || fail "trace: $(cat "$work/err")"
-python3 - "$work/trace.json" <<'PY' || fail "trace: $(head -c 2000 "$work/trace.json")"
+# (ZeRO-3's: the same on each of its 4 ranks)
+for t in trace:2 z3:4; do
+    f="$work/${t%:*}.json"
+    python3 - "$f" "${t#*:}" <<'PY' || fail "trace: $(head -c 2000 "$f")"
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
-for r in range(2):
+for r in range(int(sys.argv[2])):
     for name in ("start tp", "wait tp"):
         n = sum(1 for e in ev if e["pid"] == r and e["cat"] == "comm" and e["name"] == name)
         assert n == 2 * 2 * 4 * 2 * 2, (r, name, n)
 PY
+done
 # the planner: with --tp-overlap, --explain's tp collectives are fewer
 # (the blocks' partly hidden) but more than a quarter (each pass's last
 # allreduce of half the rows stays, at least half of one of all of them), and

@@ -2,24 +2,24 @@
 # ZeRO-3 in the model-parallel runtime (docs/model.md "The 3-D runtime"):
 # each tp rank's slice is sharded over its dp group, every segment
 # gathered over dp just before its forward and its backward and freed
-# after, gradients reduce-scattered. dp 2 x tp 2 with ZeRO-3 (with sp, and
-# without it with full recompute) prints the losses and gradient norms of
-# one process over 10 steps (1e-5 relative), for the GPT and --arch llama,
-# and ZeRO-2's bitwise;
-# a dp 2 x tp 2 ZeRO-3 checkpoint resumes bitwise in its layout and
-# reshards into one process; what is not done yet (pp, cp, MoE) is
-# refused before training with its reason.
-set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
+# after, gradients reduce-scattered; under context parallel the shard
+# group is dp x cp. dp 2 x tp 2 with ZeRO-3 (with sp, and without it with
+# full recompute), dp 2 x cp 2 and, for the Llama, cp 2 x tp 2 with sp
+# print the losses and gradient norms of one process over 10 steps (1e-5
+# relative), for the GPT and --arch llama, and ZeRO-2's bitwise in the
+# same layout; dp 2 x tp 2 and dp 2 x cp 2 ZeRO-3 checkpoints resume
+# bitwise in their layout and reshard into one process; the cp layouts'
+# --report equals plan_gpt --ranks to the byte on every rank (shards over
+# dp x cp); what is not done yet (pp, MoE) is refused before training
+# with its reason.
+# (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
+source "$(dirname "$0")/plan_report_lib.sh"
 job_prefix=zero3mp
 W=$work
 small=(--layers 2 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1 --zero 3)
 why="ZeRO-3 runs with tensor and sequence parallel on one stage, not with"
 refuse 2 "$why pipeline parallel" "${small[@]}" --pp 2 --grad-accum 2
 refuse 4 "$why pipeline parallel" "${small[@]}" --pp 2 --tp 2 --grad-accum 2
-refuse 2 "$why context parallel" "${small[@]}" --cp 2
 refuse 2 "$why a MoE model" "${small[@]}" --tp 2 --experts 2
 
 # G = 8 sequences a step in every layout
@@ -51,21 +51,52 @@ msrun_n 4 "${llama[@]}" "${z3[@]}" --zero 2 --dp 2 --tp 2 --sp --micro-batch 2 -
     --recompute selective --loss-log "$W/llama-sp-z2" >/dev/null 2>"$W/err" ||
     fail "ZeRO-2: $(cat "$W/err")"
 diff "$W/llama-sp" "$W/llama-sp-z2" || fail "ZeRO-3 and ZeRO-2 differ in dp 2 x tp 2 + sp"
+# context parallel: dp 2 x cp 2 (the shards over the 4 ranks of dp x
+# cp), and cp 2 x tp 2 with sp (dp 1: the shards over cp alone); ZeRO-2's
+# bits in each
+layout gpt-cp gpt1 4 "${gpt[@]}" "${z3[@]}" --dp 2 --cp 2 --micro-batch 2 --grad-accum 2
+grep -q "mesh dp 2 x pp 1 x cp 2 x tp 1" "$W/err" || fail "gpt-cp: not cp 2: $(cat "$W/err")"
+layout llama-cp llama1 4 "${llama[@]}" "${z3[@]}" --cp 2 --tp 2 --sp --micro-batch 4 \
+    --recompute selective
+grep -q "mesh dp 1 x pp 1 x cp 2 x tp 2" "$W/err" || fail "llama-cp: not cp 2: $(cat "$W/err")"
+msrun_n 4 "${gpt[@]}" "${z3[@]}" --zero 2 --dp 2 --cp 2 --micro-batch 2 --grad-accum 2 \
+    --loss-log "$W/gpt-cp-z2" >/dev/null 2>"$W/err" || fail "ZeRO-2 cp: $(cat "$W/err")"
+diff "$W/gpt-cp" "$W/gpt-cp-z2" || fail "ZeRO-3 and ZeRO-2 differ in dp 2 x cp 2"
+msrun_n 4 "${llama[@]}" "${z3[@]}" --zero 2 --cp 2 --tp 2 --sp --micro-batch 4 \
+    --recompute selective --loss-log "$W/llama-cp-z2" >/dev/null 2>"$W/err" ||
+    fail "ZeRO-2 cp x tp: $(cat "$W/err")"
+diff "$W/llama-cp" "$W/llama-cp-z2" || fail "ZeRO-3 and ZeRO-2 differ in cp 2 x tp 2 + sp"
 
-# checkpoints: dp 2 x tp 2 ZeRO-3 stopped at step 4 and resumed in its
-# layout gives steps 5..10 bitwise; resumed by one process (ZeRO-0, the
-# layout-free format), those of the run that never stopped (1e-5)
-args=("${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2)
-msrun_n 4 "${args[@]}" --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" --loss-log "$W/first" \
-    >/dev/null 2>"$W/err" || fail "first part: $(cat "$W/err")"
-cp -r "$W/ck" "$W/ck1"
-msrun_n 4 "${args[@]}" --ckpt-dir "$W/ck" --resume --loss-log "$W/second" >/dev/null \
-    2>"$W/err" || fail "resumed: $(cat "$W/err")"
-grep -q "resumed from step 4" "$W/err" || fail "no resume: $(cat "$W/err")"
-diff "$W/gpt-sp" <(cat "$W/first" "$W/second") ||
-    fail "the resumed ZeRO-3 run differs from the uninterrupted one"
-msrun_n 1 "${gpt[@]}" --micro-batch 4 --ckpt-dir "$W/ck1" --resume --loss-log "$W/one" \
-    >/dev/null 2>"$W/err" || fail "resharded into one process: $(cat "$W/err")"
-grep -q "resumed from step 4" "$W/err" || fail "one process did not resume: $(cat "$W/err")"
-resumed "$W/gpt1" "$W/one" 6
+# checkpoints: dp 2 x tp 2 and dp 2 x cp 2 ZeRO-3 stopped at step 4 and
+# resumed in their layout give steps 5..10 bitwise; resumed by one process
+# (ZeRO-0, the layout-free format), those of the run that never stopped
+# (1e-5). ckpt NAME ARGS...: the layout of the uninterrupted run NAME.
+ckpt() {
+    local name=$1
+    shift
+    rm -rf "$W/ck" "$W/ck1" "$W/first" "$W/second" "$W/one"
+    msrun_n 4 "$@" --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" --loss-log "$W/first" \
+        >/dev/null 2>"$W/err" || fail "$name, first part: $(cat "$W/err")"
+    cp -r "$W/ck" "$W/ck1"
+    msrun_n 4 "$@" --ckpt-dir "$W/ck" --resume --loss-log "$W/second" >/dev/null \
+        2>"$W/err" || fail "$name, resumed: $(cat "$W/err")"
+    grep -q "resumed from step 4" "$W/err" || fail "$name: no resume: $(cat "$W/err")"
+    diff "$W/$name" <(cat "$W/first" "$W/second") ||
+        fail "$name: the resumed ZeRO-3 run differs from the uninterrupted one"
+    msrun_n 1 "${gpt[@]}" --micro-batch 4 --ckpt-dir "$W/ck1" --resume --loss-log "$W/one" \
+        >/dev/null 2>"$W/err" || fail "$name, resharded into one process: $(cat "$W/err")"
+    grep -q "resumed from step 4" "$W/err" ||
+        fail "$name: one process did not resume: $(cat "$W/err")"
+    resumed "$W/gpt1" "$W/one" 6
+}
+ckpt gpt-sp "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2
+ckpt gpt-cp "${gpt[@]}" "${z3[@]}" --dp 2 --cp 2 --micro-batch 2 --grad-accum 2
+# the planner's count of ZeRO-3 under cp (docs/plan.md): dp 2 x cp 2,
+# every segment sharded over the 4 ranks; cp 2 x tp 2 with sp, full
+# recompute and GPipe, the shards over cp alone
+check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=3,recompute=none,micro_batch=2 --cp 2 --zero 3 \
+    --bucket-mb 0.01 --zero-min-bytes 0
+check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=3,recompute=full,micro_batch=1,schedule=gpipe --cp 2 \
+    --tp 2 --sp --zero 3 --grad-accum 2 --schedule gpipe --recompute full --bucket-mb 0.02 \
+    --zero-min-bytes 20000
 echo "train_gpt_zero3_mp: ok"
