@@ -9,7 +9,12 @@
  * are over runs of iters each. A CPU that cannot be had (fewer CPUs than
  * asked) is said in the line (pinned=no): the figure is then the
  * scheduler's, not the caches'.
- * Usage: pingpong [--cpus A,B] [--iters N] [--runs R] */
+ * --bytes B bounces B bytes instead of one line: L = B/64 lines rounded up
+ * (1 to MAX_LINES), each written whole by one side and read by the other,
+ * then back (round trip), or both sides' L lines at once (exchange): the
+ * bound of a collective that moves B bytes each way, since 16-64 lines cost
+ * more than one. The line says bytes=B lines=L.
+ * Usage: pingpong [--cpus A,B] [--iters N] [--runs R] [--bytes B] */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <signal.h>
@@ -32,13 +37,21 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define LINE     64
-#define MAX_RUNS 64
+#define LINE      64
+#define MAX_RUNS  64
+#define MAX_LINES 1024 /* 64 KiB */
+#define WORDS     (LINE / sizeof(uint64_t))
 
-/* One line per word: the bounced word [0], the two exchange flags [1] [2],
- * and the go flag each run starts from [3]. */
+typedef struct line {
+    _Alignas(LINE) _Atomic uint64_t w[WORDS];
+} line_t;
+
+/* The bounced lines, each side's exchange lines, and the go flag each run
+ * starts from, each on lines of their own. */
 typedef struct shared {
-    _Alignas(LINE) _Atomic uint64_t w[4][LINE / sizeof(uint64_t)];
+    line_t ball[MAX_LINES];
+    line_t xch[2][MAX_LINES];
+    line_t go;
 } shared_t;
 
 static double now_ns(void)
@@ -62,28 +75,51 @@ static void wait_for(_Atomic uint64_t *w, uint64_t v)
         cpu_relax();
 }
 
-/* Run r of both kinds on side me (0: the timer, 1: the echo); the values
- * grow over the whole life so that no run waits on a stale one. Returns
- * the time per round trip and per exchange on side 0. */
-static void run_once(shared_t *s, int me, long iters, uint64_t base, double *rt, double *ex)
+/* Writes every word of lines[0..n) with v: a whole line moves, as data does */
+static void put_lines(line_t *lines, int n, uint64_t v)
 {
-    _Atomic uint64_t *ball = s->w[0], *mine = s->w[1 + me], *theirs = s->w[2 - me];
+    for (int l = 0; l < n; l++) {
+        for (size_t k = 1; k < WORDS; k++)
+            atomic_store_explicit(&lines[l].w[k], v, memory_order_relaxed);
+        atomic_store_explicit(&lines[l].w[0], v, memory_order_release);
+    }
+}
+
+/* Waits until every line of lines[0..n) carries v, reading each whole */
+static volatile uint64_t sink;
+static void get_lines(line_t *lines, int n, uint64_t v)
+{
+    uint64_t sum = 0;
+    for (int l = 0; l < n; l++) {
+        wait_for(&lines[l].w[0], v);
+        for (size_t k = 1; k < WORDS; k++)
+            sum += atomic_load_explicit(&lines[l].w[k], memory_order_relaxed);
+    }
+    sink = sum;
+}
+
+/* Run r of both kinds on side me (0: the timer, 1: the echo) over n
+ * lines; the values grow over the whole life so that no run waits on a
+ * stale one. Returns the time per round trip and per exchange on side 0. */
+static void run_once(shared_t *s, int me, int n, long iters, uint64_t base, double *rt, double *ex)
+{
+    line_t *ball = s->ball, *mine = s->xch[me], *theirs = s->xch[1 - me];
     double t0 = now_ns();
     for (long i = 0; i < iters; i++) {
         uint64_t v = base + 2 * (uint64_t)i;
         if (me == 0) {
-            atomic_store_explicit(ball, v + 1, memory_order_release);
-            wait_for(ball, v + 2);
+            put_lines(ball, n, v + 1);
+            get_lines(ball, n, v + 2);
         } else {
-            wait_for(ball, v + 1);
-            atomic_store_explicit(ball, v + 2, memory_order_release);
+            get_lines(ball, n, v + 1);
+            put_lines(ball, n, v + 2);
         }
     }
     double t1 = now_ns();
     for (long i = 0; i < iters; i++) {
         uint64_t v = base / 2 + (uint64_t)i + 1;
-        atomic_store_explicit(mine, v, memory_order_release);
-        wait_for(theirs, v);
+        put_lines(mine, n, v);
+        get_lines(theirs, n, v);
     }
     double t2 = now_ns();
     *rt = (t1 - t0) / (double)iters;
@@ -98,7 +134,9 @@ static int cmp_d(const void *a, const void *b)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: pingpong [--cpus A,B] [--iters N] [--runs R (1-%d)]\n", MAX_RUNS);
+    fprintf(stderr,
+            "usage: pingpong [--cpus A,B] [--iters N] [--runs R (1-%d)] [--bytes B (1-%d)]\n",
+            MAX_RUNS, MAX_LINES * LINE);
     return 2;
 }
 
@@ -107,6 +145,7 @@ int main(int argc, char **argv)
     int cpu[2] = {0, 1};
     long iters = 200000;
     int runs = 7;
+    long bytes = LINE;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cpus") == 0 && i + 1 < argc &&
             sscanf(argv[i + 1], "%d,%d", &cpu[0], &cpu[1]) == 2) {
@@ -115,12 +154,18 @@ int main(int argc, char **argv)
             iters = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = (int)strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
+            char *end;
+            bytes = strtol(argv[++i], &end, 10);
+            if (*argv[i] == '\0' || *end != '\0')
+                return usage();
         } else {
             return usage();
         }
     }
-    if (iters < 1 || runs < 1 || runs > MAX_RUNS)
+    if (iters < 1 || runs < 1 || runs > MAX_RUNS || bytes < 1 || bytes > (long)MAX_LINES * LINE)
         return usage();
+    int nlines = (int)((bytes + LINE - 1) / LINE);
     shared_t *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (s == MAP_FAILED) {
         perror("pingpong: mmap");
@@ -138,7 +183,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < runs; r++) {
         /* both sides start each run together: side 0 raises go to 2r+1,
          * side 1 answers 2r+2 */
-        _Atomic uint64_t *go = s->w[3];
+        _Atomic uint64_t *go = &s->go.w[0];
         if (me == 0) {
             atomic_store(go, 2 * (uint64_t)r + 1);
             wait_for(go, 2 * (uint64_t)r + 2);
@@ -146,7 +191,7 @@ int main(int argc, char **argv)
             wait_for(go, 2 * (uint64_t)r + 1);
             atomic_store(go, 2 * (uint64_t)r + 2);
         }
-        run_once(s, me, iters, 2 * (uint64_t)r * (uint64_t)iters, &rt[r], &ex[r]);
+        run_once(s, me, nlines, iters, 2 * (uint64_t)r * (uint64_t)iters, &rt[r], &ex[r]);
     }
     if (me == 1)
         _exit(pinned ? 0 : 3);
@@ -159,9 +204,10 @@ int main(int argc, char **argv)
     qsort(rt, (size_t)runs, sizeof rt[0], cmp_d);
     qsort(ex, (size_t)runs, sizeof ex[0], cmp_d);
     double rt_med = rt[runs / 2], ex_med = ex[runs / 2];
-    printf("pingpong cpus=%d,%d pinned=%s iters=%ld runs=%d roundtrip_ns best=%.1f median=%.1f "
-           "oneway_ns best=%.1f median=%.1f exchange_ns best=%.1f median=%.1f\n",
-           cpu[0], cpu[1], pinned ? "yes" : "no", iters, runs, rt[0], rt_med, rt[0] / 2, rt_med / 2,
-           ex[0], ex_med);
+    printf("pingpong cpus=%d,%d pinned=%s bytes=%ld lines=%d iters=%ld runs=%d roundtrip_ns "
+           "best=%.1f median=%.1f oneway_ns best=%.1f median=%.1f exchange_ns best=%.1f "
+           "median=%.1f\n",
+           cpu[0], cpu[1], pinned ? "yes" : "no", bytes, nlines, iters, runs, rt[0], rt_med,
+           rt[0] / 2, rt_med / 2, ex[0], ex_med);
     return 0;
 }

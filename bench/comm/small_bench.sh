@@ -6,21 +6,25 @@
 # more ranks than cores share them round-robin, and the table says so).
 # Prints per op, NP and size the best and the median over the rounds of
 # each (lat_us: the slowest rank's mean per call), msrun's best over Open
-# MPI's best (below 1: msrun is faster), and for 2 ranks msrun's best over
-# the bound: one overlapped cache-line exchange (allreduce, allgather,
-# reduce-scatter, barrier: each rank needs the other's line) or one way
-# (broadcast: the root's line to the other). The ping-pong runs before
-# every round too, and the bound is its best over all of them: on a
-# virtual machine the two CPUs' distance (one core's threads, one cache
-# complex, two) can change while the script runs, and a bound taken once
-# can sit above a best that a later round caught at a shorter distance.
+# MPI's best (below 1: msrun is faster), and for 2 ranks the bound for
+# that size and msrun's best over it. The bound moves the message's bytes
+# (pingpong --bytes: B/64 lines rounded up, each written whole by one side
+# and read by the other): one overlapped exchange (allreduce, allgather,
+# reduce-scatter, barrier: each rank needs the other's lines) or one way
+# (broadcast: the root's lines to the other), so a 4 KiB call is held to 64
+# lines moved, not to one. The ping-pong runs before every round too, for
+# every size, and the bound is its best over all of them: on a virtual
+# machine the two CPUs' distance (one core's threads, one cache complex,
+# two) can change while the script runs, and a bound taken once can sit
+# above a best that a later round caught at a shorter distance.
 #
 # Usage: bench/comm/small_bench.sh [NP ...]    (default: 2 4 8)
 # Environment: ROUNDS (5), SIZES (8,64,1024,4096), OPS
 # (allreduce,broadcast,allgather,reduce_scatter,barrier), ITERS (20000
 # calls timed per size), MSRUN_BUILD (build), CPUS (the two for the
 # ping-pong and the count of cores: 0,1), PINGPONG_ITERS (200000 bounces
-# per ping-pong run; fewer on a loaded machine), MPI=0 leaves Open MPI out,
+# per ping-pong run of one line, divided by the lines of larger sizes,
+# at least 1000; fewer on a loaded machine), MPI=0 leaves Open MPI out,
 # RAW=1 also prints every raw line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,15 +53,29 @@ ncores=$(($(tr -cd , <<<"$cpus" | wc -c) + 1))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# pingpong RUNS PREFIX: the bound at every size, appended to $tmp/pingpong
+pingpong() {
+    local b lines n
+    for b in ${sizes//,/ }; do
+        if [ "$b" -lt 1 ] || [ "$b" -gt 65536 ]; then
+            continue # outside pingpong's range: no bound for that size
+        fi
+        lines=$(((b + 63) / 64))
+        n=$((pp_iters / lines))
+        [ "$n" -lt 1000 ] && n=1000
+        "$build/bin/pingpong" --cpus "$cpus" --iters "$n" --runs "$1" --bytes "$b" |
+            sed "s/^/$2/" | tee -a "$tmp/pingpong"
+    done
+}
+
 echo "# pinned to CPUs $cpus ($ncores cores); $rounds rounds, $iters calls per size"
-"$build/bin/pingpong" --cpus "$cpus" --iters "$pp_iters" --runs "$rounds" | tee "$tmp/pingpong"
+pingpong "$rounds" ""
 
 for np in "${nps[@]}"; do
     over=""
     [ "$np" -gt "$ncores" ] && over=":overload-allowed"
     for ((r = 1; r <= rounds; r++)); do
-        "$build/bin/pingpong" --cpus "$cpus" --iters "$pp_iters" --runs 3 | sed "s/^/round $r np $np: /" |
-            tee -a "$tmp/pingpong"
+        pingpong 3 "round $r np $np: "
         taskset -c "$cpus" "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" \
             --bind_to core --log_level=error "$build/bin/comm_bench" --op "$ops" \
             --sizes "$sizes" --iters "$iters" | sed 's/^\[[^]]*\] //' | grep '^op=' |
@@ -74,9 +92,13 @@ done
 python3 - "$tmp/lines" "$tmp/pingpong" "$ncores" <<'EOF'
 import re, statistics, sys
 lines, pp, ncores = sys.argv[1], open(sys.argv[2]).read(), int(sys.argv[3])
-exs = [float(v) / 1e3 for v in re.findall(r"exchange_ns best=([\d.]+)", pp)]
-ows = [float(v) / 1e3 for v in re.findall(r"oneway_ns best=([\d.]+)", pp)]
-ex, ow = min(exs), min(ows)
+# the bound per line count (8 and 64 bytes are both one line; a barrier's
+# 0 bytes still move one): the best over every ping-pong run of it
+ex, ow = {}, {}
+for m in re.finditer(r"lines=(\d+) .*oneway_ns best=([\d.]+) .*exchange_ns best=([\d.]+)", pp):
+    n = int(m.group(1))
+    ow.setdefault(n, []).append(float(m.group(2)) / 1e3)
+    ex.setdefault(n, []).append(float(m.group(3)) / 1e3)
 runs = {}
 order = []
 for ln in open(lines):
@@ -85,12 +107,14 @@ for ln in open(lines):
     if key not in runs:
         order.append(key)
     runs.setdefault(key, {}).setdefault(f["impl"], []).append(float(f["lat_us"]))
-print(f"bound (2 ranks): exchange {ex:.3f} us, one way {ow:.3f} us (pingpong best of "
-      f"{len(exs)} runs; their bests ranged exchange {ex:.3f}-{max(exs):.3f} us, "
-      f"one way {ow:.3f}-{max(ows):.3f} us)")
+for n in sorted(ex):
+    print(f"bound (2 ranks) {n} line{'s' if n > 1 else ''} ({n * 64} B): exchange "
+          f"{min(ex[n]):.3f} us, one way {min(ow[n]):.3f} us (pingpong best of {len(ex[n])} "
+          f"runs; their bests ranged exchange {min(ex[n]):.3f}-{max(ex[n]):.3f} us, one way "
+          f"{min(ow[n]):.3f}-{max(ow[n]):.3f} us)")
 print("| op | np | bytes | msrun best | msrun median | Open MPI best | Open MPI median "
-      "| best ratio | msrun best / bound |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "| best ratio | bound | msrun best / bound |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 def cell(v):
     return "—" if v is None else f"{v:.2f}"
 for key in order:
@@ -99,9 +123,11 @@ for key in order:
     mb, mm = (min(m), statistics.median(m)) if m else (None, None)
     ob, om = (min(o), statistics.median(o)) if o else (None, None)
     ratio = f"{mb / ob:.2f}" if mb and ob else "—"
-    bound = ow if op == "broadcast" else ex
-    vs = f"{mb / bound:.2f}" if np_ == 2 and mb else "—"
+    table = ow if op == "broadcast" else ex
+    n = max(1, (b + 63) // 64)
+    bound = min(table[n]) if np_ == 2 and n in table else None
+    vs = f"{mb / bound:.2f}" if bound and mb else "—"
     npc = f"{np_} ({np_ // ncores} per core)" if np_ > ncores else str(np_)
     print(f"| {op} | {npc} | {b} | {cell(mb)} | {cell(mm)} | {cell(ob)} | {cell(om)} "
-          f"| {ratio} | {vs} |")
+          f"| {ratio} | {'—' if bound is None else f'{bound:.3f}'} | {vs} |")
 EOF
