@@ -531,6 +531,18 @@ def wait_all(requests):
     return results
 
 
+class _Sender:
+    """The result of a receive from any source: the sender, read once the
+    receive finished."""
+
+    def __init__(self, src):
+        self._src = src
+
+    @property
+    def rank(self):
+        return self._src.value
+
+
 class Request:
     """A non-blocking operation in flight (msr_comm_req_t). Holds its
     buffers until wait() or test() finishes it; finish every request (a
@@ -550,6 +562,8 @@ class Request:
                 b.release()
         self._buffers = None
         _check(st, self._call)
+        if isinstance(self._result, _Sender):
+            return self._result.rank
         return self._result
 
     def wait(self):
@@ -858,3 +872,18 @@ class Comm:
 
     def irecv(self, buf, peer, tag=0, dtype=None):
         return self.recv(buf, peer, tag=tag, dtype=dtype, nonblocking=True)
+
+    def recv_any(self, buf, tag=0, dtype=None, nonblocking=False):
+        """msr_comm_recv_any: receives the next message with tag from any
+        member (this one too) into buf, exactly buf's size, and returns the
+        sender's rank in this communicator (mpi4py's recv with
+        source=ANY_SOURCE and a status's source). nonblocking: a Request
+        whose wait() returns the sender."""
+        b = Buffer(buf, "buffer", writable=True, dtype=dtype)
+        src = _c.c_int(-1)
+        args = (self._handle(), b.address, b.count, b.dtype, int(tag), _c.byref(src))
+        res = self._run("msr_comm_recv_any", args, [b, src], _Sender(src), nonblocking)
+        return res.rank if isinstance(res, _Sender) else res
+
+    def irecv_any(self, buf, tag=0, dtype=None):
+        return self.recv_any(buf, tag=tag, dtype=dtype, nonblocking=True)

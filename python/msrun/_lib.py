@@ -208,6 +208,7 @@ _BLOCKING = {
     "barrier": [c_void_p],
     "send": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
     "recv": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
+    "recv_any": [c_void_p, c_void_p, c_uint64, c_int, c_int, P(c_int)],
 }
 for _op, _args in _BLOCKING.items():
     _PROTOTYPES["msr_comm_" + _op] = (status_t, _args)
