@@ -65,6 +65,9 @@ _c = ctypes
 _IN_PLACE = _c.c_void_p(1)
 IN_PLACE = "in place"  # documentation only: pass one buffer for in place
 
+# MSR_ERR_NOT_FOUND of base.h
+_NOT_FOUND = -9
+
 # MSR_COMM_OWN_WORKER of comm.h
 COMM_OWN_WORKER = 1
 # MSR_COMM_NO_COLOR
@@ -313,6 +316,27 @@ class Context:
         existed = _c.c_int()
         _check(_L.msr_store_delete(self._handle(), _key(key), _c.byref(existed)), "msr_store_delete")
         return bool(existed.value)
+
+    def store_wait_change(self, key, old, wait_ms=-1):
+        """msr_store_wait_change: waits for key to hold something other than
+        old (bytes-like or str; None: the key was absent). Returns the new
+        value as bytes, or None once the key is deleted. A write of the same
+        value is no change. wait_ms as for store_get; TimeoutError when
+        nothing changed within it."""
+        if old is None:
+            keep, optr, on = None, None, 0
+        else:
+            keep, optr, on = _bytes_in(old, "old")
+        ptr = _c.c_void_p()
+        n = _c.c_size_t()
+        st = _L.msr_store_wait_change(
+            self._handle(), _key(key), optr, on, int(wait_ms), _c.byref(ptr), _c.byref(n)
+        )
+        del keep
+        if st == _NOT_FOUND and old is not None:
+            return None
+        _check(st, "msr_store_wait_change")
+        return _take(ptr, n.value)
 
     def store_num_keys(self):
         """The keys the store holds in this generation (every one, msrun's

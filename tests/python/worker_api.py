@@ -1,5 +1,5 @@
 """The Python package (python/msrun) under the real msrun: rank and size, the
-store across ranks, checkpoints, every
+store across ranks (and its wait for a change), checkpoints, every
 collective on NumPy arrays and bytearray against the expected values,
 receives from any source, and errors as exceptions. Each rank
 prints "rank R of N: api ok" when every check passed; the first failed
@@ -362,6 +362,41 @@ def check_recv_any(comm):
     comm.barrier()
 
 
+def check_store_wait(ctx):
+    """store_wait_change: rank 0 is released by rank 1's set, not by a set
+    of the same value, gets None once the key is deleted, and times out
+    when nothing changes."""
+    r = ctx.rank
+    if r == 1:
+        ctx.store_set("wc", b"a")
+        ctx.store_get("wc-got-a", 20000)
+        ctx.store_set("wc", b"a")  # the same value: no change
+        ctx.store_set("wc", b"b")
+        ctx.store_get("wc-got-b", 20000)
+        ctx.store_delete("wc")
+    elif r == 0 and ctx.world_size > 1:
+        got = ctx.store_wait_change("wc", None, 20000)
+        expect(got == b"a", "wait_change from absent: %r" % got)
+        ctx.store_set("wc-got-a", b"")
+        got = ctx.store_wait_change("wc", "a", 20000)
+        expect(got == b"b", "wait_change past a write of the same value: %r" % got)
+        ctx.store_set("wc-got-b", b"")
+        expect(ctx.store_wait_change("wc", b"b", 20000) is None, "wait_change of a deleted key")
+    if r == 0:
+        # the deadline: an absent key stays absent, a value stays the same
+        for wait_ms in (0, 200):
+            e = expect_raises(msrun.TimeoutError, lambda: ctx.store_wait_change("wc-none", None, wait_ms),
+                              "wait_change of an absent key, %d ms" % wait_ms)
+            expect(e.call == "msr_store_wait_change", "wait_change's error names %s" % e.call)
+        ctx.store_set("wc-same", bytearray(b"x\x00y"))
+        ctx.store_set("wc-same", b"x\x00y")
+        expect_raises(msrun.TimeoutError, lambda: ctx.store_wait_change("wc-same", b"x\x00y", 200),
+                      "wait_change after a write of the same value")
+        expect(ctx.store_wait_change("wc-same", b"x", 0) == b"x\x00y", "a value other than old")
+        expect(ctx.store_wait_change("wc-never", b"x", 0) is None, "old given, key absent")
+    ctx.store_barrier("after-wait-change")
+
+
 def main():
     with msrun.init() as ctx:
         check_context(ctx)
@@ -374,6 +409,7 @@ def main():
         check_allreduce(ctx, comm)
         check_collectives(ctx, comm)
         check_recv_any(comm)
+        check_store_wait(ctx)
         ctx.barrier()
         print("rank %d of %d: api ok" % (ctx.rank, ctx.world_size), flush=True)
     # finalize destroyed the communicators; a second finalize does nothing
