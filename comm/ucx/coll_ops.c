@@ -11,6 +11,8 @@
 
 /* ---- messages ---- */
 
+/* A failed send or receive's status, and its sentence in the request
+ * (peer -1: a receive from any source whose sender is unknown). */
 static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int peer)
 {
     msr_status_t st;
@@ -35,8 +37,12 @@ static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int 
         st = MSR_ERR_PEER_LOST;
         break;
     }
-    snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d: %s", r->algo, what, peer,
-             ucs_status_string(s));
+    if (peer < 0)
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s from any rank: %s", r->algo, what,
+                 ucs_status_string(s));
+    else
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d: %s", r->algo, what, peer,
+                 ucs_status_string(s));
     return st;
 }
 
@@ -61,12 +67,34 @@ static uint64_t coll_low(const ucx_req_t *r, unsigned phase)
     return ((uint64_t)r->seq << 6) | (phase & (UCX_TAG_PHASES - 1));
 }
 
+/* A receive whose message was not the length of its buffer: the error
+ * names the sender and both sizes. UCX tells a longer message's length in
+ * the receive's information (the eager header's or the rendezvous
+ * request's total); got <= want there means it did not. */
+static msr_status_t length_error(ucx_req_t *r, int peer, size_t got, size_t want, int longer)
+{
+    if (longer && got <= want)
+        snprintf(r->pub.error, sizeof r->pub.error,
+                 "%s: the message from rank %d is longer than the buffer's %zu bytes", r->algo,
+                 peer, want);
+    else if (longer)
+        snprintf(r->pub.error, sizeof r->pub.error,
+                 "%s: the message from rank %d has %zu bytes, more than the buffer's %zu", r->algo,
+                 peer, got, want);
+    else
+        snprintf(r->pub.error, sizeof r->pub.error,
+                 "%s: the message from rank %d has %zu bytes, fewer than the %zu expected", r->algo,
+                 peer, got, want);
+    return MSR_ERR_TRUNCATED;
+}
+
 msr_status_t ucx_op_send_tag(ucx_req_t *r, ucx_op_t *op, int peer, const void *buf, size_t len,
                              uint64_t tag)
 {
     ucp_ep_h ep;
     op->h = NULL;
     op->recv = 0;
+    op->peer = peer;
     msr_status_t st = peer_ep(r, peer, &ep);
     if (st != MSR_OK)
         return st;
@@ -85,19 +113,26 @@ msr_status_t ucx_op_recv_tag(ucx_req_t *r, ucx_op_t *op, int peer, void *buf, si
     op->recv = 1;
     op->len = len;
     op->sender_tag = 0;
+    op->peer = peer;
     if (peer >= 0 && r->uc->peer[peer]->dead) {
         snprintf(r->pub.error, sizeof r->pub.error, "%s: rank %d is lost", r->algo, peer);
         return MSR_ERR_PEER_LOST;
     }
-    /* No UCP_OP_ATTR_FIELD_RECV_INFO: UCX 1.13 does not fill it in when a
-     * receive completes at once, and the length must be checked. A receive
-     * from any source must read the sender from its request: it never
-     * completes at once (UCX may end a receive of a message already there
-     * without a request). A lost member breaks the communicator, which
+    /* A receive that completes at once (a message already there) tells
+     * neither its length nor its sender: UCX 1.13 fills no
+     * UCP_OP_ATTR_FIELD_RECV_INFO then, and ends a message longer than the
+     * buffer with a bare UCS_ERR_MESSAGE_TRUNCATED. So the receives of
+     * point to point, whose lengths are the user's to get wrong, and those
+     * from any source, which must learn the sender, always get a request
+     * and read both from it. A lost member breaks the communicator, which
      * fails the receives from any source too. */
-    ucp_request_param_t prm = {.op_attr_mask = peer >= 0 ? 0u : UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    int p2p = (tag >> 62) == UCX_TAG_P2P;
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   peer >= 0 && !p2p ? 0u : (uint32_t)UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
     void *h = ucp_tag_recv_nbx(r->uc->engine->worker, buf, len, tag,
                                peer >= 0 ? UCX_TAG_MASK_FULL : UCX_TAG_MASK_ANY_SRC, &prm);
+    if (UCS_PTR_IS_ERR(h) && UCS_PTR_STATUS(h) == UCS_ERR_MESSAGE_TRUNCATED)
+        return length_error(r, peer, 0, len, 1);
     if (UCS_PTR_IS_ERR(h))
         return map_ucs(r, UCS_PTR_STATUS(h), "receive", peer);
     op->h = h;
@@ -124,26 +159,30 @@ int ucx_op_test(ucx_req_t *r, ucx_op_t *op)
     if (op->h == NULL)
         return 1;
     ucs_status_t s;
-    size_t got = op->len;
-    if (op->recv) {
-        ucp_tag_recv_info_t info;
+    ucp_tag_recv_info_t info = {.length = op->len};
+    if (op->recv)
         s = ucp_tag_recv_request_test(op->h, &info);
-        got = info.length;
-        op->sender_tag = info.sender_tag;
-    } else {
+    else
         s = ucp_request_check_status(op->h);
-    }
     if (s == UCS_INPROGRESS)
         return 0;
     ucp_request_free(op->h);
     op->h = NULL;
-    if (s != UCS_OK && r->err == MSR_OK) {
-        r->err = map_ucs(r, s, op->recv ? "receive" : "send", -1);
-    } else if (op->recv && got != op->len && r->err == MSR_OK) {
-        snprintf(r->pub.error, sizeof r->pub.error, "%s: received %zu bytes, %zu expected", r->algo,
-                 got, op->len);
-        r->err = MSR_ERR_TRUNCATED;
+    /* a message matched (whole or cut): its tag names the sender */
+    int peer = op->peer;
+    if (op->recv && (s == UCS_OK || s == UCS_ERR_MESSAGE_TRUNCATED)) {
+        op->sender_tag = info.sender_tag;
+        if (peer < 0)
+            peer = ucx_tag_src(info.sender_tag);
     }
+    if (r->err != MSR_OK)
+        return 1;
+    if (op->recv && s == UCS_ERR_MESSAGE_TRUNCATED)
+        r->err = length_error(r, peer, info.length, op->len, 1);
+    else if (s != UCS_OK)
+        r->err = map_ucs(r, s, op->recv ? "receive" : "send", peer);
+    else if (op->recv && info.length != op->len)
+        r->err = length_error(r, peer, info.length, op->len, 0);
     return 1;
 }
 

@@ -196,6 +196,7 @@ typedef struct ucx_op {
     void *h;             /* UCX request, NULL when done */
     size_t len;          /* receives: the length expected */
     uint64_t sender_tag; /* receives: the tag of the message that matched */
+    int peer;            /* the rank it goes to or comes from (-1: any source) */
     int recv;
 } ucx_op_t;
 

@@ -244,8 +244,10 @@ MSR_API msr_status_t msr_comm_ibarrier(msr_comm_t *comm, msr_comm_req_t **req_p)
  * A message from send(peer=B, tag=T) on rank A matches recv(peer=A, tag=T)
  * on rank B; messages with the same peer and tag match in the order they
  * were sent. The receive must give exactly the count that was sent
- * (MSR_ERR_TRUNCATED otherwise). tag is 0 .. MSR_COMM_TAG_MAX. A send may
- * complete before the receive is posted (small messages are buffered). */
+ * (MSR_ERR_TRUNCATED otherwise, the message consumed and the communicator
+ * still usable; msr_last_error names the sender and both sizes). tag is
+ * 0 .. MSR_COMM_TAG_MAX. A send may complete before the receive is posted
+ * (small messages are buffered). */
 MSR_API msr_status_t msr_comm_send(msr_comm_t *comm, const void *buf, uint64_t count,
                                    msr_dtype_t dtype, int peer, int tag);
 MSR_API msr_status_t msr_comm_recv(msr_comm_t *comm, void *buf, uint64_t count, msr_dtype_t dtype,

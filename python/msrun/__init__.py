@@ -65,6 +65,9 @@ _c = ctypes
 _IN_PLACE = _c.c_void_p(1)
 IN_PLACE = "in place"  # documentation only: pass one buffer for in place
 
+# MSR_ERR_NOT_FOUND of base.h
+_NOT_FOUND = -9
+
 # MSR_COMM_OWN_WORKER of comm.h
 COMM_OWN_WORKER = 1
 # MSR_COMM_NO_COLOR
@@ -314,6 +317,27 @@ class Context:
         _check(_L.msr_store_delete(self._handle(), _key(key), _c.byref(existed)), "msr_store_delete")
         return bool(existed.value)
 
+    def store_wait_change(self, key, old, wait_ms=-1):
+        """msr_store_wait_change: waits for key to hold something other than
+        old (bytes-like or str; None: the key was absent). Returns the new
+        value as bytes, or None once the key is deleted. A write of the same
+        value is no change. wait_ms as for store_get; TimeoutError when
+        nothing changed within it."""
+        if old is None:
+            keep, optr, on = None, None, 0
+        else:
+            keep, optr, on = _bytes_in(old, "old")
+        ptr = _c.c_void_p()
+        n = _c.c_size_t()
+        st = _L.msr_store_wait_change(
+            self._handle(), _key(key), optr, on, int(wait_ms), _c.byref(ptr), _c.byref(n)
+        )
+        del keep
+        if st == _NOT_FOUND and old is not None:
+            return None
+        _check(st, "msr_store_wait_change")
+        return _take(ptr, n.value)
+
     def store_num_keys(self):
         """The keys the store holds in this generation (every one, msrun's
         own too)."""
@@ -531,6 +555,18 @@ def wait_all(requests):
     return results
 
 
+class _Sender:
+    """The result of a receive from any source: the sender, read once the
+    receive finished."""
+
+    def __init__(self, src):
+        self._src = src
+
+    @property
+    def rank(self):
+        return self._src.value
+
+
 class Request:
     """A non-blocking operation in flight (msr_comm_req_t). Holds its
     buffers until wait() or test() finishes it; finish every request (a
@@ -550,6 +586,8 @@ class Request:
                 b.release()
         self._buffers = None
         _check(st, self._call)
+        if isinstance(self._result, _Sender):
+            return self._result.rank
         return self._result
 
     def wait(self):
@@ -858,3 +896,18 @@ class Comm:
 
     def irecv(self, buf, peer, tag=0, dtype=None):
         return self.recv(buf, peer, tag=tag, dtype=dtype, nonblocking=True)
+
+    def recv_any(self, buf, tag=0, dtype=None, nonblocking=False):
+        """msr_comm_recv_any: receives the next message with tag from any
+        member (this one too) into buf, exactly buf's size, and returns the
+        sender's rank in this communicator (mpi4py's recv with
+        source=ANY_SOURCE and a status's source). nonblocking: a Request
+        whose wait() returns the sender."""
+        b = Buffer(buf, "buffer", writable=True, dtype=dtype)
+        src = _c.c_int(-1)
+        args = (self._handle(), b.address, b.count, b.dtype, int(tag), _c.byref(src))
+        res = self._run("msr_comm_recv_any", args, [b, src], _Sender(src), nonblocking)
+        return res.rank if isinstance(res, _Sender) else res
+
+    def irecv_any(self, buf, tag=0, dtype=None):
+        return self.recv_any(buf, tag=tag, dtype=dtype, nonblocking=True)

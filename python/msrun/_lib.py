@@ -132,6 +132,10 @@ _PROTOTYPES = {
     ),
     "msr_store_delete": (status_t, [c_void_p, c_char_p, P(c_int)]),
     "msr_store_num_keys": (status_t, [c_void_p, P(c_uint64)]),
+    "msr_store_wait_change": (
+        status_t,
+        [c_void_p, c_char_p, c_void_p, c_size_t, c_int64, P(c_void_p), P(c_size_t)],
+    ),
     "msr_store_barrier": (status_t, [c_void_p, c_char_p, c_uint32, c_uint32, c_int64]),
     "msr_report": (status_t, [c_void_p, c_int64, ctypes.c_double, P(Scalar), c_size_t]),
     "msr_store_allgather": (
@@ -208,6 +212,7 @@ _BLOCKING = {
     "barrier": [c_void_p],
     "send": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
     "recv": [c_void_p, c_void_p, c_uint64, c_int, c_int, c_int],
+    "recv_any": [c_void_p, c_void_p, c_uint64, c_int, c_int, P(c_int)],
 }
 for _op, _args in _BLOCKING.items():
     _PROTOTYPES["msr_comm_" + _op] = (status_t, _args)

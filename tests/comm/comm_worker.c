@@ -6,12 +6,13 @@
  *                each algorithm forced in turn
  *   inflight     several non-blocking operations on two communicators at
  *                once, finished in different orders on different ranks
- *   p2p          send/recv, isend/irecv, tags, truncation, dup with its
+ *   p2p          send/recv, isend/irecv, tags, receives of the wrong length
+ *                (the error names the sender and both sizes), dup with its
  *                own worker
  *   anysrc       receives from any source: every member hears from every
  *                member once (blocking and not, with tags), beside receives
  *                that name their peer, on a sub-group ranked backwards (the
- *                sender is the group's rank), bad arguments, truncation
+ *                sender is the group's rank), bad arguments, the wrong length
  *   killanysrc   the last rank dies while every other waits in a receive
  *                from any source: each must fail with MSR_ERR_PEER_LOST
  *   threads      three threads at once: on the world, on a dup with its own

@@ -40,6 +40,10 @@ void cw_reference(msr_op_t op, msr_dtype_t dt, int n, uint64_t i, void *ref, siz
 void cw_put_id(msr_dtype_t dt, void *p, size_t i, int a, int b, uint64_t k);
 void cw_check_bytes(const void *got, const void *want, size_t count, size_t es, const char *what);
 
+/* Fails unless st is MSR_ERR_TRUNCATED and the last error names rank from,
+ * the message's sent bytes and the buffer's room. comm_worker_p2p.c */
+void cw_expect_cut(msr_status_t st, int from, size_t sent, size_t room);
+
 /* ---- one collective on one communicator against the reference ---- */
 typedef struct tc {
     msr_comm_t *comm;

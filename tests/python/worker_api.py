@@ -1,6 +1,7 @@
 """The Python package (python/msrun) under the real msrun: rank and size, the
-store across ranks, checkpoints, every collective on NumPy arrays and
-bytearray against the expected values, and errors as exceptions. Each rank
+store across ranks (and its wait for a change), checkpoints, every
+collective on NumPy arrays and bytearray against the expected values,
+receives from any source, and errors as exceptions. Each rank
 prints "rank R of N: api ok" when every check passed; the first failed
 check ends the rank with its message (run.sh starts it and checks that)."""
 
@@ -320,6 +321,82 @@ def check_collectives(ctx, comm):
     expect_raises(msrun.Error, lambda: sub.barrier(), "a destroyed communicator")
 
 
+def check_recv_any(comm):
+    """Every other rank sends to rank 0 at once: rank 0's receives from any
+    source (one non-blocking among them) hear each sender once, the value
+    naming the sender reported. Then receives of the wrong length raise
+    MSR_ERR_TRUNCATED naming the real sender and both sizes, and the
+    communicator stays usable."""
+    n, r = comm.size, comm.rank
+    if r > 0:
+        comm.send(np.full(3, r, np.int64), 0, tag=9)
+    else:
+        got = [np.full(3, -1, np.int64) for _ in range(n - 1)]
+        srcs = []
+        if n > 1:
+            req = comm.irecv_any(got[0], tag=9)
+            srcs = [comm.recv_any(g, tag=9) for g in got[1:]]
+            srcs.insert(0, req.wait())
+        expect(sorted(srcs) == list(range(1, n)), "recv_any: senders %r" % srcs)
+        for s, g in zip(srcs, got):
+            expect(np.all(g == s), "recv_any: %r credited to rank %d" % (g, s))
+    comm.barrier()
+    if n < 2:
+        return
+    # rank 1 to rank 0: 4 elements into 2 (blocking and not), 1 into 2
+    if r == 1:
+        for count in (4, 4, 1):
+            comm.send(np.arange(count, dtype=np.int64), 0, tag=10)
+    elif r == 0:
+        small = np.zeros(2, np.int64)
+        cases = [(lambda: comm.recv_any(small, tag=10), "has 32 bytes, more than the buffer's 16"),
+                 (lambda: comm.irecv_any(small, tag=10).wait(),
+                  "has 32 bytes, more than the buffer's 16"),
+                 (lambda: comm.recv_any(small, tag=10), "has 8 bytes, fewer than the 16 expected")]
+        for fn, text in cases:
+            e = expect_raises(msrun.Error, fn, "recv_any of the wrong length",
+                              contains="the message from rank 1 " + text)
+            expect(e.name == "MSR_ERR_TRUNCATED" and e.call == "msr_comm_recv_any",
+                   "recv_any of the wrong length: %s from %s" % (e.name, e.call))
+        expect(comm.status() == 0, "a wrong length broke the communicator")
+    comm.barrier()
+
+
+def check_store_wait(ctx):
+    """store_wait_change: rank 0 is released by rank 1's set, not by a set
+    of the same value, gets None once the key is deleted, and times out
+    when nothing changes."""
+    r = ctx.rank
+    if r == 1:
+        ctx.store_set("wc", b"a")
+        ctx.store_get("wc-got-a", 20000)
+        ctx.store_set("wc", b"a")  # the same value: no change
+        ctx.store_set("wc", b"b")
+        ctx.store_get("wc-got-b", 20000)
+        ctx.store_delete("wc")
+    elif r == 0 and ctx.world_size > 1:
+        got = ctx.store_wait_change("wc", None, 20000)
+        expect(got == b"a", "wait_change from absent: %r" % got)
+        ctx.store_set("wc-got-a", b"")
+        got = ctx.store_wait_change("wc", "a", 20000)
+        expect(got == b"b", "wait_change past a write of the same value: %r" % got)
+        ctx.store_set("wc-got-b", b"")
+        expect(ctx.store_wait_change("wc", b"b", 20000) is None, "wait_change of a deleted key")
+    if r == 0:
+        # the deadline: an absent key stays absent, a value stays the same
+        for wait_ms in (0, 200):
+            e = expect_raises(msrun.TimeoutError, lambda: ctx.store_wait_change("wc-none", None, wait_ms),
+                              "wait_change of an absent key, %d ms" % wait_ms)
+            expect(e.call == "msr_store_wait_change", "wait_change's error names %s" % e.call)
+        ctx.store_set("wc-same", bytearray(b"x\x00y"))
+        ctx.store_set("wc-same", b"x\x00y")
+        expect_raises(msrun.TimeoutError, lambda: ctx.store_wait_change("wc-same", b"x\x00y", 200),
+                      "wait_change after a write of the same value")
+        expect(ctx.store_wait_change("wc-same", b"x", 0) == b"x\x00y", "a value other than old")
+        expect(ctx.store_wait_change("wc-never", b"x", 0) is None, "old given, key absent")
+    ctx.store_barrier("after-wait-change")
+
+
 def main():
     with msrun.init() as ctx:
         check_context(ctx)
@@ -331,6 +408,8 @@ def main():
         expect(comm.backend == "ucx", "backend %s" % comm.backend)
         check_allreduce(ctx, comm)
         check_collectives(ctx, comm)
+        check_recv_any(comm)
+        check_store_wait(ctx)
         ctx.barrier()
         print("rank %d of %d: api ok" % (ctx.rank, ctx.world_size), flush=True)
     # finalize destroyed the communicators; a second finalize does nothing
