@@ -298,7 +298,7 @@ msr_status_t ucx_step_alltoall(ucx_req_t *r)
         a2a_block(r, r->me, 0, &buf, &rlen);
         if (slen != rlen) {
             snprintf(r->pub.error, sizeof r->pub.error,
-                     "alltoallv: sends %zu bytes to itself but expects %zu", slen, rlen);
+                     "%s: sends %zu bytes to itself but expects %zu", r->algo, slen, rlen);
             return MSR_ERR_INVALID_ARG;
         }
         if (slen && src != buf)

@@ -398,7 +398,7 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
         r->pub.status = MSR_OK;
         ucx_req_done(r);
     } else if (st != MSR_IN_PROGRESS) {
-        ucx_req_fail(r, st, "%s: %s", r->algo, r->pub.error[0] ? r->pub.error : msr_status_str(st));
+        ucx_req_fail_step(r, st);
     }
     *r_p = r;
     return MSR_OK;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -50,10 +51,13 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
 {
     if (r->pub.status != MSR_IN_PROGRESS)
         return;
+    /* formatted apart first: the arguments may be r->pub.error itself */
+    char why[sizeof r->pub.error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->pub.error, sizeof r->pub.error, fmt, ap);
+    vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    memcpy(r->pub.error, why, sizeof why);
     ucx_engine_t *e = r->uc->engine;
     /* Operations in flight may still be read or written by UCX: receives are
      * canceled, every handle is kept until UCX is done with it, and so is
@@ -87,6 +91,14 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     req_leave(r);
     if (st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG && st != MSR_ERR_TRUNCATED)
         ucx_comm_fail(r->uc, st, -1, "%s", r->pub.error);
+}
+
+void ucx_req_fail_step(ucx_req_t *r, msr_status_t st)
+{
+    if (r->pub.error[0])
+        ucx_req_fail(r, st, "%s", r->pub.error);
+    else
+        ucx_req_fail(r, st, "%s: %s", r->algo, msr_status_str(st));
 }
 
 /* Tells the other members that this communicator failed, so that they stop

@@ -30,8 +30,7 @@ restart:
             r->pub.status = MSR_OK;
             ucx_req_done(r);
         } else {
-            ucx_req_fail(r, st, "%s: %s", r->algo,
-                         r->pub.error[0] ? r->pub.error : msr_status_str(st));
+            ucx_req_fail_step(r, st);
         }
         goto restart;
     }

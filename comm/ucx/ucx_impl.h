@@ -438,6 +438,9 @@ void ucx_comm_say_left(ucx_comm_t *uc);
 msr_status_t ucx_post_abort_recv(ucx_comm_t *uc);
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A step returned st: ucx_req_fail with the step's own error (which names
+ * the operation already), else "algo: status". */
+void ucx_req_fail_step(ucx_req_t *r, msr_status_t st);
 void ucx_req_done(ucx_req_t *r);
 
 /* shm.c: a segment for comm's members when all are on this machine (of one or

@@ -21,6 +21,11 @@ void cw_expect_cut(msr_status_t st, int from, size_t sent, size_t room)
                  from, sent, room);
     if (strstr(msr_last_error(), want) == NULL)
         fail("%zu bytes into %zu: the error does not say \"%s\"", sent, room, want);
+    /* the operation named once: "recv: the message ..." */
+    if (strstr(msr_last_error(), "recv: the message") == NULL ||
+        strstr(msr_last_error(), "recv: recv:") != NULL)
+        fail("%zu bytes into %zu: the error names its operation other than once: %s", sent, room,
+             msr_last_error());
     g_checks++;
 }
 
