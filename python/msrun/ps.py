@@ -12,6 +12,10 @@
         ps.push(emb, keys, grads)
     ps.destroy()
 
+In a job of msrun --ps_servers, msrun.ps.join(ctx, ...) makes the same
+over every rank and also serves a worker that msrun started again alone
+after it died (asynchronous mode: it joins the running servers).
+
 Methods are named after the C calls (msr_ps_pull is ps.pull); buffers are
 what the rest of the package takes (NumPy arrays, array.array, bytearray,
 memoryview, CPU tensors): keys of int64, rows of float32. A failed call
@@ -26,7 +30,7 @@ from ._buffers import Buffer
 from ._errors import Error
 from ._errors import check as _check
 
-__all__ = ["ParameterServer", "role", "init_value", "SYNC", "STALENESS_ENV", "OPTIMIZERS"]
+__all__ = ["ParameterServer", "join", "role", "init_value", "SYNC", "STALENESS_ENV", "OPTIMIZERS"]
 
 SYNC = -1
 STALENESS_ENV = -2  # msrun --ps_staleness's (MSR_PS_STALENESS)
@@ -56,6 +60,7 @@ _status = _c.c_int
 for _name, _res, _args in [
     ("msr_ps_role", _status, [_c.c_void_p, _P(_c.c_int), _P(_c.c_int), _P(_c.c_int)]),
     ("msr_ps_create", _status, [_c.c_void_p, _c.c_int, _c.c_int, _P(_c.c_void_p)]),
+    ("msr_ps_join", _status, [_c.c_void_p, _c.c_int, _c.c_int, _P(_c.c_void_p)]),
     ("msr_ps_destroy", None, [_c.c_void_p]),
     ("msr_ps_my_role", _c.c_int, [_c.c_void_p]),
     ("msr_ps_role_rank", _c.c_int, [_c.c_void_p]),
@@ -90,6 +95,24 @@ def role(ctx):
     return _ROLES[r.value], rr.value, rs.value
 
 
+def join(ctx, servers=0, staleness=STALENESS_ENV):
+    """msr_ps_join: the job's parameter server over every rank of ctx (a
+    msrun.Context), for a job of msrun --ps_servers; arguments as
+    ParameterServer's. A first process of its rank makes it over the world
+    (collective). A worker of an asynchronous parameter server that msrun
+    started again alone (MSR_INCARNATION > 0) joins the running servers
+    instead: its pulls get the current rows. Servers made so take such a
+    replacement in serve(). Raises as ParameterServer, plus the refusal of
+    a replaced server or synchronous worker, and msrun.TimeoutError (a
+    server did not pair within ctx's timeout)."""
+    h = _c.c_void_p()
+    _check(_L.msr_ps_join(ctx._handle(), int(servers), int(staleness), _c.byref(h)),  # pylint: disable=protected-access
+           "msr_ps_join")
+    ps = ParameterServer.__new__(ParameterServer)
+    ps._adopt(h, ctx)  # pylint: disable=protected-access
+    return ps
+
+
 def init_value(seed, row, col, init_scale):
     """msr_ps_init_value: a table's initial element."""
     return _L.msr_ps_init_value(int(seed), int(row), int(col), float(init_scale))
@@ -105,7 +128,11 @@ class ParameterServer:
             _L.msr_ps_create(comm._handle(), int(servers), int(staleness), _c.byref(h)),  # pylint: disable=protected-access
             "msr_ps_create",
         )
+        self._adopt(h, comm)
+
+    def _adopt(self, h, owner):
         self._h = h
+        self._owner = owner  # what h was made from, kept alive while h is
         self._tables = []  # (rows, width) of each table, for the buffers' checks
 
     def _handle(self):
