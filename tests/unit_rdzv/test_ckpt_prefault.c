@@ -171,7 +171,18 @@ static void test_read_direct(void)
                                {stage - CKPT_HEADER - 1, stage + 2},
                                {3, 2 * stage + 7},
                                {len - 1, 1},
-                               {0, len}};
+                               {0, len},
+                               /* one after the other (read ahead into the
+                                * staging buffer), the second across its
+                                * end, then back before it, then at the
+                                * file's end (a short read ahead) */
+                               {stage - CKPT_HEADER - 2500, 1000},
+                               {stage - CKPT_HEADER - 1500, 1000},
+                               {stage - CKPT_HEADER - 500, 1000},
+                               {10, 5},
+                               {15, 7},
+                               {len - 3, 2},
+                               {len - 1, 1}};
     msr_ckpt_reader_t *rd = NULL;
     uint64_t total = 0;
     MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 4, 0, 0, &rd, &total));
