@@ -49,7 +49,12 @@ static void direct_open(msr_ckpt_reader_t *r)
     r->next = -1;
     if (posix_memalign(&stage, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
         return;
-    r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    /* test-only: as if the filesystem refused O_DIRECT (docs/testing.md) */
+    const char *no_direct = getenv("MSR_TEST_CKPT_NO_DIRECT");
+    if (no_direct != NULL && strcmp(no_direct, "1") == 0)
+        errno = EINVAL;
+    else
+        r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (r->dfd < 0) {
         MSR_DEBUG("checkpoint: %s: no O_DIRECT (%s): reading through the page cache", r->path,
                   strerror(errno));
