@@ -24,9 +24,12 @@ struct msr_ckpt_reader {
     int fd;
     int dfd;              /* the same file opened O_DIRECT, or -1: reads through the cache */
     unsigned char *stage; /* dfd's reads land here (CKPT_DIRECT_STAGE bytes, page-aligned) */
-    int check;            /* continue the whole state's CRC over reads in order */
-    int checked;          /* the whole state was read in order and matched */
-    uint64_t crc_at;      /* bytes of the state from its start the CRC covers */
+    off_t stage_at;       /* the file's bytes [stage_at, stage_at + stage_len) are in stage */
+    size_t stage_len;
+    off_t next;      /* where the last read ended (-1: none): a read from there reads ahead */
+    int check;       /* continue the whole state's CRC over reads in order */
+    int checked;     /* the whole state was read in order and matched */
+    uint64_t crc_at; /* bytes of the state from its start the CRC covers */
     uint32_t crc;
     ckpt_header_t h;
     char path[4200];
@@ -42,9 +45,16 @@ static void direct_open(msr_ckpt_reader_t *r)
     void *stage = NULL;
     r->dfd = -1;
     r->stage = NULL;
+    r->stage_len = 0;
+    r->next = -1;
     if (posix_memalign(&stage, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
         return;
-    r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    /* test-only: as if the filesystem refused O_DIRECT (docs/testing.md) */
+    const char *no_direct = getenv("MSR_TEST_CKPT_NO_DIRECT");
+    if (no_direct != NULL && strcmp(no_direct, "1") == 0)
+        errno = EINVAL;
+    else
+        r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (r->dfd < 0) {
         MSR_DEBUG("checkpoint: %s: no O_DIRECT (%s): reading through the page cache", r->path,
                   strerror(errno));
@@ -76,36 +86,48 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
     return MSR_OK;
 }
 
-/* Reads [at, at + len) of r's file into data past the page cache: each
- * read of whole pages, O_DIRECT, into the reader's staging buffer, then
- * copied to data and CRC'd there (continuing *crc_p, NULL: none) while it
- * is in the cache. A read's first and last page may hold bytes either side
- * of the range: they are read, not copied. MSR_ERR_CORRUPT when the file
+/* Reads [at, at + len) of r's file into data past the page cache, then
+ * CRCs it there (continuing *crc_p, NULL: none) while it is in the cache.
+ * Bytes already in the reader's staging buffer are copied from it; the
+ * others are read in whole pages, O_DIRECT, into the staging buffer and
+ * copied from there. O_DIRECT has no readahead: a read that starts where
+ * the one before ended fills the whole staging buffer, so that a load of
+ * small pieces one after the other (a resharded load's row slices) asks
+ * the disk for CKPT_DIRECT_STAGE bytes at a time, not a page per piece; a
+ * read elsewhere reads only its own pages. MSR_ERR_CORRUPT when the file
  * ends early, MSR_ERR_IO on a failed read (the text names the file). */
 static msr_status_t direct_chunks(msr_ckpt_reader_t *r, off_t at, void *data, size_t len,
                                   uint32_t *crc_p)
 {
     const off_t pg = CKPT_DIRECT_ALIGN;
+    int ahead = at == r->next;
     size_t done = 0;
     while (done < len) {
-        off_t pos = at + (off_t)done, a = pos / pg * pg;
-        size_t want = MSR_MIN(len - done, CKPT_DIRECT_STAGE - (size_t)(pos - a));
-        off_t e = (pos + (off_t)want + pg - 1) / pg * pg;
-        ssize_t got = pread(r->dfd, r->stage, (size_t)(e - a), a);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return io_error("cannot read", r->path);
-        if (got <= pos - a)
-            return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", r->path);
-        size_t take = MSR_MIN(want, (size_t)(got - (pos - a)));
+        off_t pos = at + (off_t)done;
+        if (pos < r->stage_at || pos >= r->stage_at + (off_t)r->stage_len) {
+            off_t a = pos / pg * pg;
+            size_t want = MSR_MIN(len - done, CKPT_DIRECT_STAGE - (size_t)(pos - a));
+            off_t e = ahead ? a + (off_t)CKPT_DIRECT_STAGE : (pos + (off_t)want + pg - 1) / pg * pg;
+            r->stage_len = 0;
+            ssize_t got = pread(r->dfd, r->stage, (size_t)(e - a), a);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0)
+                return io_error("cannot read", r->path);
+            if (got <= pos - a)
+                return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", r->path);
+            r->stage_at = a;
+            r->stage_len = (size_t)got;
+        }
+        size_t take = MSR_MIN(len - done, (size_t)(r->stage_at + (off_t)r->stage_len - pos));
         unsigned char *dst = (unsigned char *)data + done;
         (void)msr_ckpt_prefault(dst, take);
-        memcpy(dst, r->stage + (pos - a), take);
+        memcpy(dst, r->stage + (pos - r->stage_at), take);
         if (crc_p != NULL)
             *crc_p = msr_crc32(*crc_p, dst, take);
         done += take;
     }
+    r->next = at + (off_t)len;
     return MSR_OK;
 }
 

@@ -149,7 +149,11 @@ static int dir_takes_direct(void)
  * their neighbours kept, each with its CRC; read whole in order, the state
  * matches its CRC, and a byte damaged at the staging buffer's bound or the
  * end is refused, naming the file. */
-static void test_read_direct(void)
+/* Reads parts of a state saved as step `step` through a reader, O_DIRECT
+ * (direct) or through the page cache (!direct: the test has made the
+ * O_DIRECT open fail), and checks the bytes, their CRCs and that damage
+ * is refused naming the file. */
+static void read_parts(int64_t step, int direct)
 {
     const size_t blk = CKPT_DIRECT_ALIGN, stage = CKPT_DIRECT_STAGE;
     const size_t len = 2 * stage + 3 * blk + 13;
@@ -161,7 +165,7 @@ static void test_read_direct(void)
     unsetenv("MSR_AGENT");
     unsetenv("MSR_WORLD_SIZE");
     MSR_CHECK_OK(msr_init(&ctx));
-    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 4, state, len, 0));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, step, state, len, 0));
     /* [offset, offset + n) of the state; offsets count from the state's
      * start, the file's header (CKPT_HEADER bytes) before it */
     const size_t parts[][2] = {{0, 1},
@@ -171,13 +175,24 @@ static void test_read_direct(void)
                                {stage - CKPT_HEADER - 1, stage + 2},
                                {3, 2 * stage + 7},
                                {len - 1, 1},
-                               {0, len}};
+                               {0, len},
+                               /* one after the other (read ahead into the
+                                * staging buffer), the second across its
+                                * end, then back before it, then at the
+                                * file's end (a short read ahead) */
+                               {stage - CKPT_HEADER - 2500, 1000},
+                               {stage - CKPT_HEADER - 1500, 1000},
+                               {stage - CKPT_HEADER - 500, 1000},
+                               {10, 5},
+                               {15, 7},
+                               {len - 3, 2},
+                               {len - 1, 1}};
     msr_ckpt_reader_t *rd = NULL;
     uint64_t total = 0;
-    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 4, 0, 0, &rd, &total));
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, step, 0, 0, &rd, &total));
     MSR_CHECK_EQ(total, (uint64_t)len);
-    if (dir_takes_direct())
-        MSR_CHECK(msr_ckpt_reader_direct(rd));
+    if (!direct || dir_takes_direct())
+        MSR_CHECK_EQ(msr_ckpt_reader_direct(rd), direct);
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         size_t at = parts[k][0], n = parts[k][1];
         uint32_t crc = 0;
@@ -193,8 +208,9 @@ static void test_read_direct(void)
     msr_ckpt_reader_close(rd);
     /* damaged at the staging buffer's bound (the file's byte stage) and
      * at the end: a whole read in order is refused, naming the file */
-    char path[128];
-    snprintf(path, sizeof path, "%s/step-4/rank-0.bin", dir);
+    char path[128], name[64];
+    snprintf(path, sizeof path, "%s/step-%lld/rank-0.bin", dir, (long long)step);
+    snprintf(name, sizeof name, "step-%lld/rank-0.bin does not match its CRC", (long long)step);
     const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(CKPT_HEADER + len - 1)};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -203,9 +219,10 @@ static void test_read_direct(void)
         MSR_CHECK_EQ(pread(fd, &b, 1, bad[k]), 1);
         b ^= 0x10;
         MSR_CHECK_EQ(pwrite(fd, &b, 1, bad[k]), 1);
-        MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 4, 0, 1, &rd, &total));
+        MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, step, 0, 1, &rd, &total));
+        MSR_CHECK_EQ(msr_ckpt_reader_direct(rd), direct && dir_takes_direct());
         MSR_CHECK_EQ(msr_ckpt_reader_read(rd, 0, got, len), MSR_ERR_CORRUPT);
-        MSR_CHECK(strstr(msr_last_error(), "step-4/rank-0.bin does not match its CRC") != NULL);
+        MSR_CHECK(strstr(msr_last_error(), name) != NULL);
         msr_ckpt_reader_close(rd);
         b ^= 0x10;
         MSR_CHECK_EQ(pwrite(fd, &b, 1, bad[k]), 1);
@@ -216,10 +233,26 @@ static void test_read_direct(void)
     free(state);
 }
 
+static void test_read_direct(void)
+{
+    read_parts(4, 1);
+}
+
+/* A filesystem that refuses O_DIRECT: the reader's O_DIRECT open fails
+ * (the test-only MSR_TEST_CKPT_NO_DIRECT, docs/testing.md) and it reads
+ * the same parts through the page cache. */
+static void test_read_fallback(void)
+{
+    MSR_CHECK(setenv("MSR_TEST_CKPT_NO_DIRECT", "1", 1) == 0);
+    read_parts(5, 0);
+    MSR_CHECK(unsetenv("MSR_TEST_CKPT_NO_DIRECT") == 0);
+}
+
 static const msr_test_t tests[] = {
     {"prefault_pages", test_prefault_pages, 10},
     {"read_misaligned", test_read_misaligned, 30},
     {"read_direct", test_read_direct, 30},
+    {"read_fallback", test_read_fallback, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
