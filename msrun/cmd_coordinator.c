@@ -3,7 +3,6 @@
 #include "launcher/commands.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,22 +430,6 @@ static int coord_serve(const coord_args_t *a, const char *bind)
     return end == MSR_JOB_DONE ? 0 : 1;
 }
 
-/* The coordinator's memory comes and goes with every connection and call
- * (gRPC's transport, a call's arena, a reply): glibc gave the top of its
- * heaps back to the kernel whenever 128 KiB were free and faulted the pages
- * in again on the next call, about a fifth of the coordinator's CPU at a
- * rendezvous of 1,024 nodes (docs/performance.md). Its peak stays mapped
- * instead, and heaps grow in larger steps; allocations up to 32 MiB (the
- * most glibc's own adaptive threshold reaches) come from the heap. */
-static void coord_tune_malloc(void)
-{
-#if defined(M_TRIM_THRESHOLD) && defined(M_TOP_PAD) && defined(M_MMAP_THRESHOLD)
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    mallopt(M_TOP_PAD, 16 << 20);
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-#endif
-}
-
 int msr_coordinator_main(int argc, char **argv)
 {
     coord_args_t a = {.port = 8118,
@@ -461,7 +444,6 @@ int msr_coordinator_main(int argc, char **argv)
     if (r == 0) {
         msr_log_init("msrun-coordinator", -1, -1);
         msr_log_set_level((msr_log_level_t)a.log_level);
-        coord_tune_malloc();
         /* --port on --host (loopback unless another address is asked for),
          * or --bind */
         const char *host = a.bind_host ? a.bind_host : a.host ? a.host : "127.0.0.1";
